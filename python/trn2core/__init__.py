@@ -1,0 +1,51 @@
+"""trn2core: a bit-exact AWS Trainium2 emulator for the CPU.
+
+It gives the exact numbers Trainium2 would produce (FP8/BF16/FP16/TF32/FP32 under every rounding
+mode, stochastic rounding included) and, as later parts land, how long the chip would take.
+See ``docs/`` and ``trn2core demo``.
+"""
+
+from __future__ import annotations
+
+from . import _core, spec
+from .errors import (
+    CapacityError,
+    CorruptDataError,
+    FormatError,
+    InternalError,
+    ShapeError,
+    SparsityError,
+    Trn2Error,
+)
+from .numerics import (
+    FORMATS,
+    ROUNDING_MODES,
+    FormatInfo,
+    decode,
+    encode,
+    format_info,
+    quantize,
+    stochastic_bits,
+)
+
+__version__: str = _core.__version__
+
+__all__ = [
+    "__version__",
+    "spec",
+    "FORMATS",
+    "ROUNDING_MODES",
+    "FormatInfo",
+    "format_info",
+    "quantize",
+    "encode",
+    "decode",
+    "stochastic_bits",
+    "Trn2Error",
+    "ShapeError",
+    "FormatError",
+    "SparsityError",
+    "CorruptDataError",
+    "CapacityError",
+    "InternalError",
+]

@@ -1,0 +1,66 @@
+"""Mapping between trn2core's format names and the numpy / ml_dtypes dtypes users hold."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .errors import FormatError
+
+#: numpy dtype of ``quantize``'s output for each format (contract section 1).
+FORMAT_DTYPES: dict[str, np.dtype] = {
+    "fp32": np.dtype(np.float32),
+    "tf32": np.dtype(np.float32),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp16": np.dtype(np.float16),
+    "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
+    "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "fp8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
+    "fp8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+
+#: unsigned dtype of ``encode``'s raw codes for each format.
+CODE_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])
+    for name, dt in FORMAT_DTYPES.items()
+}
+
+_FP8_BY_DTYPE = {FORMAT_DTYPES[n]: n for n in ("fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")}
+_BF16 = FORMAT_DTYPES["bf16"]
+
+
+def source_view(x: object, arg: str = "x") -> tuple[np.ndarray, str, tuple[int, ...]]:
+    """Turns any real-valued array into ``(flat C-contiguous native array, kind, shape)``.
+
+    ``kind`` tells the core how to read the buffer: ``"f64"``, ``"f32"``, ``"f16"``, ``"bf16"``
+    or an fp8 format name (the last three as unsigned-integer views). Contiguous native arrays are
+    not copied; strided or byte-swapped ones are copied once. The caller's array is never written.
+    """
+    a = np.asarray(x)
+    dt = a.dtype
+    if dt.kind in "iu":
+        # Integers are exact in float64 up to 2**53; beyond that they are rounded to float64 first.
+        a, dt = a.astype(np.float64), np.dtype(np.float64)
+    elif dt == _BF16 or dt in _FP8_BY_DTYPE:
+        pass
+    elif dt.kind != "f" or dt.itemsize > 8:
+        raise FormatError(
+            f"{arg}: dtype {dt} is not a supported real number type; expected float64, float32, "
+            "float16, an integer type, or an ml_dtypes bfloat16/float8 dtype"
+        )
+    if not dt.isnative:
+        a = a.astype(dt.newbyteorder("="))
+        dt = a.dtype
+    flat = np.ravel(a, order="C")
+    if not flat.flags.c_contiguous:  # pragma: no cover - ravel always returns contiguous
+        flat = np.ascontiguousarray(flat)
+    shape = a.shape
+    if dt == np.float64:
+        return flat, "f64", shape
+    if dt == np.float32:
+        return flat, "f32", shape
+    if dt == np.float16:
+        return flat.view(np.uint16), "f16", shape
+    if dt == _BF16:
+        return flat.view(np.uint16), "bf16", shape
+    return flat.view(np.uint8), _FP8_BY_DTYPE[dt], shape

@@ -1,0 +1,51 @@
+"""The exception tree of trn2core (contract: one base class, ``Trn2Error``).
+
+Every message names the offending argument, the value seen and the limit. The Rust core raises
+these through the binding crate, which maps its one ``Error`` enum onto them; a Rust panic
+arrives as ``InternalError``, never as an abort.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Trn2Error",
+    "ShapeError",
+    "FormatError",
+    "SparsityError",
+    "CorruptDataError",
+    "CapacityError",
+    "Trn2ValueError",
+    "InternalError",
+]
+
+
+class Trn2Error(Exception):
+    """Base class of every error trn2core raises on purpose."""
+
+
+class ShapeError(Trn2Error, ValueError):
+    """An array has the wrong shape, size or layout for the operation."""
+
+
+class FormatError(Trn2Error, ValueError):
+    """An unknown or disallowed number format, dtype or rounding mode."""
+
+
+class SparsityError(Trn2Error, ValueError):
+    """A tensor does not follow the requested N:M sparsity pattern."""
+
+
+class CorruptDataError(Trn2Error, ValueError):
+    """A compressed stream is truncated or altered."""
+
+
+class CapacityError(Trn2Error, MemoryError):
+    """A request exceeds a hardware capacity or what the host can allocate."""
+
+
+class Trn2ValueError(Trn2Error, ValueError):
+    """A value is out of its allowed range (random bits, counts, seeds, ...)."""
+
+
+class InternalError(Trn2Error, RuntimeError):
+    """A bug inside trn2core (a Rust panic caught at the binding boundary). Please report it."""

@@ -1,0 +1,225 @@
+"""Number formats and rounding (contract section 1): ``quantize``, ``encode``, ``decode``.
+
+This module only normalises arguments; every bit is computed by the Rust core
+(``rust/trn2core/src/numerics``), in parallel and with the GIL released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+
+import numpy as np
+
+from . import _core
+from .dtypes import CODE_DTYPES, FORMAT_DTYPES, source_view
+from .errors import FormatError, ShapeError, Trn2ValueError
+
+__all__ = [
+    "FORMATS",
+    "ROUNDING_MODES",
+    "FormatInfo",
+    "format_info",
+    "quantize",
+    "encode",
+    "decode",
+    "stochastic_bits",
+    "SEED_ENV",
+]
+
+FORMATS: tuple[str, ...] = tuple(_core.names()[0])
+ROUNDING_MODES: tuple[str, ...] = tuple(_core.names()[1])
+
+#: Environment variable the Neuron runtime reads for its stochastic-rounding seed.
+SEED_ENV = "NEURON_RT_STOCHASTIC_ROUNDING_SEED"
+
+
+@dataclasses.dataclass(frozen=True)
+class FormatInfo:
+    """What a format can represent (all values exact)."""
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    max: float
+    min_normal: float
+    min_subnormal: float
+    has_inf: bool
+    dtype: np.dtype
+
+
+def _check_format(fmt: object, arg: str = "fmt") -> str:
+    if not isinstance(fmt, str) or fmt not in FORMATS:
+        raise FormatError(f"{arg}: unknown format {fmt!r}; expected one of {FORMATS}")
+    return fmt
+
+
+def _check_bias(exponent_bias: object) -> int | None:
+    if exponent_bias is None:
+        return None
+    if isinstance(exponent_bias, bool) or not isinstance(exponent_bias, (int, np.integer)):
+        raise Trn2ValueError(f"exponent_bias: expected an integer in 0..=127, got {exponent_bias!r}")
+    return int(exponent_bias)
+
+
+def format_info(fmt: str, *, exponent_bias: int | None = None) -> FormatInfo:
+    """The facts of format ``fmt`` (optionally with a non-standard fp8 ``exponent_bias``)."""
+    fmt = _check_format(fmt)
+    d = _core.format_info(fmt, _check_bias(exponent_bias))
+    return FormatInfo(dtype=FORMAT_DTYPES[fmt], **d)
+
+
+def _env_seed() -> int:
+    raw = os.environ.get(SEED_ENV)
+    if raw is None or raw.strip() == "":
+        return 0
+    try:
+        seed = int(raw.strip(), 0)
+    except ValueError:
+        raise Trn2ValueError(
+            f"{SEED_ENV}: {raw!r} is not an integer seed (decimal or 0x-prefixed hex)"
+        ) from None
+    return _check_seed(seed, SEED_ENV)
+
+
+def _check_seed(seed: object, arg: str = "seed") -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise Trn2ValueError(f"{arg}: expected an integer in 0..2**64, got {seed!r}")
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        raise Trn2ValueError(f"{arg}: {seed} is outside 0..2**64")
+    return seed
+
+
+def _random_args(rounding, seed, random_bits, random_bit_count, shape):
+    """Validates the stochastic-rounding arguments; returns ``(bits or None, count, seed)``."""
+    if not isinstance(rounding, str) or rounding not in ROUNDING_MODES:
+        raise FormatError(f"rounding: unknown rounding mode {rounding!r}; expected one of {ROUNDING_MODES}")
+    if random_bit_count is not None:
+        if isinstance(random_bit_count, bool) or not isinstance(random_bit_count, (int, np.integer)):
+            raise Trn2ValueError(f"random_bit_count: expected an integer in 1..=32, got {random_bit_count!r}")
+        random_bit_count = operator.index(random_bit_count)
+        if not 1 <= random_bit_count <= 32:
+            raise Trn2ValueError(f"random_bit_count: got {random_bit_count}; it must be in 1..=32")
+    if random_bits is None:
+        if rounding != "stochastic":
+            return None, 32, None
+        seed = _env_seed() if seed is None else _check_seed(seed)
+        return None, 32 if random_bit_count is None else random_bit_count, seed
+    if rounding != "stochastic":
+        raise Trn2ValueError(
+            f"random_bits: only used with rounding='stochastic', not rounding={rounding!r}"
+        )
+    if seed is not None:
+        raise Trn2ValueError("random_bits: give either random_bits or seed, not both")
+    if random_bit_count is None:
+        raise Trn2ValueError("random_bit_count: required with random_bits (1..=32)")
+    rb = np.asarray(random_bits)
+    if rb.dtype.kind not in "iu":
+        raise Trn2ValueError(f"random_bits: expected unsigned integers, got dtype {rb.dtype}")
+    if rb.size:
+        lo, hi = int(rb.min()), int(rb.max())
+        if lo < 0:
+            raise Trn2ValueError(f"random_bits: contains {lo}; random bits must be >= 0")
+        if hi >= 2**random_bit_count:
+            raise Trn2ValueError(
+                f"random_bits: contains {hi}, not below 2**random_bit_count = {2**random_bit_count}"
+            )
+    try:
+        rb = np.broadcast_to(rb, shape)
+    except ValueError:
+        raise ShapeError(
+            f"random_bits: shape {rb.shape} does not broadcast to the input's shape {shape}"
+        ) from None
+    return np.ascontiguousarray(rb, dtype=np.uint32).reshape(-1), random_bit_count, None
+
+
+def encode(
+    x,
+    fmt: str,
+    *,
+    rounding: str = "nearest_even",
+    saturate: bool = False,
+    seed: int | None = None,
+    random_bits=None,
+    random_bit_count: int | None = None,
+    exponent_bias: int | None = None,
+) -> np.ndarray:
+    """Rounds ``x`` once to ``fmt`` and returns the raw codes.
+
+    Codes are uint8 for fp8, uint16 for bf16/fp16 and uint32 (the float32 container) for
+    tf32/fp32. See ``quantize`` for the rounding semantics.
+    """
+    fmt = _check_format(fmt)
+    bias = _check_bias(exponent_bias)
+    flat, kind, shape = source_view(x)
+    bits, count, seed = _random_args(rounding, seed, random_bits, random_bit_count, shape)
+    codes = _core.encode(flat, kind, fmt, rounding, bool(saturate), bits, count, seed, bias)
+    return codes.reshape(shape)
+
+
+def quantize(
+    x,
+    fmt: str,
+    *,
+    rounding: str = "nearest_even",
+    saturate: bool = False,
+    seed: int | None = None,
+    random_bits=None,
+    random_bit_count: int | None = None,
+) -> np.ndarray:
+    """Rounds ``x`` once to ``fmt``; returns an array of the format's numpy dtype.
+
+    The exact input value (float64 included, never pre-rounded to float32) is rounded once under
+    ``rounding``; subnormals and the sign of zero are kept and NaN stays NaN. Overflow follows the
+    IEEE rules of the mode, or goes to +-max with ``saturate=True``. ``rounding="stochastic"``
+    rounds the magnitude up iff ``frac + r / 2**n >= 1`` with ``r`` the element's random bits:
+    ``random_bits``/``random_bit_count`` if given, else 32-bit words of the counter-based
+    generator keyed by ``seed`` (default ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED``, else 0).
+    """
+    codes = encode(
+        x,
+        fmt,
+        rounding=rounding,
+        saturate=saturate,
+        seed=seed,
+        random_bits=random_bits,
+        random_bit_count=random_bit_count,
+    )
+    return codes.view(FORMAT_DTYPES[fmt])
+
+
+def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
+    """Exact float32 values of raw ``codes`` of ``fmt`` (unsigned ints of the format's width, or
+    an array of the format's own dtype)."""
+    fmt = _check_format(fmt)
+    bias = _check_bias(exponent_bias)
+    c = np.asarray(codes)
+    want = CODE_DTYPES[fmt]
+    if c.dtype == FORMAT_DTYPES[fmt]:
+        c = c.view(want) if c.dtype.isnative else c.astype(c.dtype.newbyteorder("=")).view(want)
+    if c.dtype.kind != "u" or c.dtype.itemsize != want.itemsize:
+        raise FormatError(f"codes: {fmt} codes must be {want} (or {FORMAT_DTYPES[fmt]}), got {c.dtype}")
+    if not c.dtype.isnative:
+        c = c.astype(want)
+    shape = c.shape
+    out = _core.decode(np.ravel(c, order="C"), fmt, bias)
+    return out.reshape(shape)
+
+
+def stochastic_bits(shape, seed: int = 0) -> np.ndarray:
+    """The uint32 random words seeded stochastic rounding uses for an array of ``shape``: word
+    ``k`` belongs to flat C-order index ``k`` and depends only on ``(seed, k)``."""
+    seed = _check_seed(seed)
+    try:
+        shape = tuple(operator.index(s) for s in (shape if np.iterable(shape) else (shape,)))
+    except TypeError:
+        raise ShapeError(f"shape: expected an int or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"shape: dimensions must be >= 0, got {shape}")
+    n = 1
+    for s in shape:
+        n *= s
+    return _core.stochastic_bits(n, seed).reshape(shape)

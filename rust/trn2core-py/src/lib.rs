@@ -1,0 +1,22 @@
+//! `trn2core._core`: the PyO3 binding of the pure-Rust `trn2core` crate. Each function converts
+//! arrays, releases the GIL around the work, and maps errors (and panics) onto the
+//! `trn2core.Trn2Error` tree; there is no logic here.
+
+mod arrays;
+mod errors;
+mod numerics;
+mod spec;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(numerics::encode, m)?)?;
+    m.add_function(wrap_pyfunction!(numerics::decode, m)?)?;
+    m.add_function(wrap_pyfunction!(numerics::stochastic_bits, m)?)?;
+    m.add_function(wrap_pyfunction!(numerics::format_info, m)?)?;
+    m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
+    m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! # trn2core
+//!
+//! The pure-Rust core of trn2core, an emulator of the AWS Trainium2 chip (NeuronCore-v3) on an
+//! ordinary CPU. It computes the exact bits the hardware would produce and, separately, how long
+//! the hardware would take. It has no Python dependency: `cargo test -p trn2core` exercises all of
+//! it; the `trn2core-py` crate only converts arrays and maps errors.
+//!
+//! Module map (see `docs/architecture.md`):
+//! - [`spec`]: every hardware constant, once, with units and its source in `trn2_facts.md`.
+//! - [`numerics`]: the number formats (FP8 e4m3/e5m2/e3m4/e4m3fn with configurable exponent bias,
+//!   BF16, FP16, TF32, FP32), the six rounding modes including stochastic rounding, the
+//!   counter-based random generator, and fast vectorised encode/decode kernels.
+//! - [`error`]: the one [`Error`] type.
+
+pub mod error;
+pub mod numerics;
+pub mod spec;
+
+pub use error::{Error, Result};
+pub use numerics::{Format, FormatInfo, Rounding};

@@ -1,0 +1,55 @@
+//! Codes back to exact float32 values.
+
+use rayon::prelude::*;
+
+use super::format::{Encoding, Format};
+
+/// The float32 value of every fp8 code under `enc` (NaN codes give a canonical NaN of that sign).
+pub fn fp8_lut(enc: &Encoding) -> [f32; 256] {
+    let mut lut = [0f32; 256];
+    for (code, v) in lut.iter_mut().enumerate() {
+        let code = code as u32;
+        let mag = enc.magnitude_value(code & (enc.sign_bit - 1)) as f32;
+        *v = if code & enc.sign_bit != 0 { -mag } else { mag };
+    }
+    lut
+}
+
+/// Borrowed raw codes.
+#[derive(Debug, Clone, Copy)]
+pub enum CodesRef<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+}
+
+const CHUNK: usize = 1 << 16;
+
+fn map_par<T: Copy + Sync>(x: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, i)| {
+            for (d, &s) in o.iter_mut().zip(i) {
+                *d = f(s);
+            }
+        });
+    out
+}
+
+/// Decodes `codes` of `enc`'s format into exact float32 values. The code width must match the
+/// format (`Format::code_bits`); the caller checks that.
+///
+/// tf32 codes are float32 containers; their low 13 bits are ignored as the hardware does.
+pub fn decode(codes: CodesRef, enc: &Encoding) -> Vec<f32> {
+    match (codes, enc.format) {
+        (CodesRef::U8(c), _) => {
+            let lut = fp8_lut(enc);
+            map_par(c, |b| lut[b as usize])
+        }
+        (CodesRef::U16(c), Format::Bf16) => map_par(c, |b| f32::from_bits((b as u32) << 16)),
+        (CodesRef::U16(c), _) => map_par(c, |b| half::f16::from_bits(b).to_f32()),
+        (CodesRef::U32(c), Format::Tf32) => map_par(c, |b| f32::from_bits(b & 0xFFFF_E000)),
+        (CodesRef::U32(c), _) => map_par(c, f32::from_bits),
+    }
+}

@@ -1,0 +1,396 @@
+//! Parallel, vectorised drivers of the rounding kernels: any input array into codes of any
+//! format. The work is cut into fixed chunks (rayon) and each chunk into sub-blocks small enough
+//! to stay in L1; narrow inputs (bf16, fp16, fp8) are widened to float32 one sub-block at a time,
+//! so no temporary ever grows with the array. Random words for stochastic rounding come from the
+//! caller's array or from the counter-based generator at the element's flat index, so the result
+//! never depends on the chunking or the thread count.
+
+use rayon::prelude::*;
+
+use super::decode::fp8_lut;
+use super::format::{Encoding, Format};
+use super::kernels::{self, Params, AWAY, RNE, SR, TN, TP, TZ};
+use super::rng::StochasticBits;
+use super::Rounding;
+use crate::{Error, Result};
+
+/// Elements per parallel task.
+const CHUNK: usize = 1 << 16;
+/// Elements per sub-block (stack buffers of this size stay in L1).
+const SUB: usize = 1024;
+
+/// A borrowed input array, flattened in C order.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    F64(&'a [f64]),
+    F32(&'a [f32]),
+    /// bfloat16 bit patterns.
+    Bf16(&'a [u16]),
+    /// IEEE binary16 bit patterns.
+    F16(&'a [u16]),
+    /// fp8 codes of the given format (standard bias).
+    Fp8(&'a [u8], Format),
+}
+
+impl Source<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Source::F64(x) => x.len(),
+            Source::F32(x) => x.len(),
+            Source::Bf16(x) | Source::F16(x) => x.len(),
+            Source::Fp8(x, _) => x.len(),
+        }
+    }
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where the random bits of stochastic rounding come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Random<'a> {
+    /// Deterministic modes.
+    None,
+    /// One word per element, each `< 2^count`.
+    Bits(&'a [u32], u32),
+    /// The counter-based generator keyed by `seed`; its 32-bit words are cut to their top
+    /// `count` bits.
+    Seed(u64, u32),
+}
+
+/// Raw codes in the width of their format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Codes {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+/// A code word type (u8, u16, u32).
+pub trait Code: Copy + Default + Send + Sync + 'static {
+    fn from_u32(v: u32) -> Self;
+    fn to_u32(self) -> u32;
+}
+impl Code for u8 {
+    #[inline(always)]
+    fn from_u32(v: u32) -> Self {
+        v as u8
+    }
+    #[inline(always)]
+    fn to_u32(self) -> u32 {
+        self as u32
+    }
+}
+impl Code for u16 {
+    #[inline(always)]
+    fn from_u32(v: u32) -> Self {
+        v as u16
+    }
+    #[inline(always)]
+    fn to_u32(self) -> u32 {
+        self as u32
+    }
+}
+impl Code for u32 {
+    #[inline(always)]
+    fn from_u32(v: u32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_u32(self) -> u32 {
+        self
+    }
+}
+
+/// Rounds every element of `src` once into `enc` and returns the codes.
+///
+/// Errors: random bits of the wrong length or out of range, or random bits with a
+/// deterministic mode.
+pub fn encode(
+    src: &Source,
+    enc: &Encoding,
+    mode: Rounding,
+    saturate: bool,
+    random: &Random,
+) -> Result<Codes> {
+    let n = src.len();
+    let count = match (*random, mode) {
+        (Random::None, Rounding::Stochastic) => {
+            return Err(Error::value(
+                "random_bits",
+                "stochastic rounding needs random bits or a seed",
+            ))
+        }
+        (Random::None, _) => 32,
+        (_, m) if m != Rounding::Stochastic => {
+            return Err(Error::value(
+                "random_bits",
+                format!(
+                    "random bits are only used with rounding=\"stochastic\", not {:?}",
+                    m.name()
+                ),
+            ))
+        }
+        (Random::Bits(bits, count), _) => {
+            check_count(count)?;
+            if bits.len() != n {
+                return Err(Error::shape(
+                    "random_bits",
+                    format!("has {} elements, the input has {n}", bits.len()),
+                ));
+            }
+            if count < 32 {
+                if let Some(pos) = bits.iter().position(|&b| b >> count != 0) {
+                    return Err(Error::value(
+                        "random_bits",
+                        format!(
+                            "element {pos} is {}, not below 2**random_bit_count = {}",
+                            bits[pos],
+                            1u64 << count
+                        ),
+                    ));
+                }
+            }
+            count
+        }
+        (Random::Seed(_, count), _) => {
+            check_count(count)?;
+            count
+        }
+    };
+    let p = Params::new(enc, mode, saturate, count);
+    let id = kernels::mode_id(mode);
+    Ok(match enc.format.code_bits() {
+        8 => Codes::U8(run::<u8>(src, &p, id, random, enc)),
+        16 => Codes::U16(run::<u16>(src, &p, id, random, enc)),
+        _ => Codes::U32(run::<u32>(src, &p, id, random, enc)),
+    })
+}
+
+fn check_count(count: u32) -> Result<()> {
+    if (1..=32).contains(&count) {
+        Ok(())
+    } else {
+        Err(Error::value(
+            "random_bit_count",
+            format!("got {count}; it must be in 1..=32"),
+        ))
+    }
+}
+
+fn run<O: Code>(src: &Source, p: &Params, mode: u8, random: &Random, enc: &Encoding) -> Vec<O> {
+    let n = src.len();
+    let mut out = vec![O::default(); n];
+    let task = |(ci, oc): (usize, &mut [O])| {
+        let start = ci * CHUNK;
+        match mode {
+            RNE => chunk::<RNE, O>(src, start, oc, p, random, enc),
+            AWAY => chunk::<AWAY, O>(src, start, oc, p, random, enc),
+            TZ => chunk::<TZ, O>(src, start, oc, p, random, enc),
+            TP => chunk::<TP, O>(src, start, oc, p, random, enc),
+            TN => chunk::<TN, O>(src, start, oc, p, random, enc),
+            _ => chunk::<SR, O>(src, start, oc, p, random, enc),
+        }
+    };
+    if n <= CHUNK {
+        out.chunks_mut(CHUNK).enumerate().for_each(task);
+    } else {
+        out.par_chunks_mut(CHUNK).enumerate().for_each(task);
+    }
+    out
+}
+
+/// Processes elements `start..start + out.len()`.
+fn chunk<const MODE: u8, O: Code>(
+    src: &Source,
+    start: usize,
+    out: &mut [O],
+    p: &Params,
+    random: &Random,
+    enc: &Encoding,
+) {
+    let identity = enc.format == Format::Fp32;
+    let mut xbuf = [0f32; SUB];
+    let mut rbuf = [0u32; SUB];
+    let lut = match src {
+        Source::Fp8(_, f) => Some(fp8_lut(&f.encoding())),
+        _ => None,
+    };
+    for (bi, ob) in out.chunks_mut(SUB).enumerate() {
+        let s = start + bi * SUB;
+        let len = ob.len();
+        let r: &[u32] = if MODE == SR {
+            match random {
+                Random::Bits(bits, _) => &bits[s..s + len],
+                Random::Seed(seed, count) => {
+                    StochasticBits::new(*seed).fill(s as u64, &mut rbuf[..len]);
+                    if *count < 32 {
+                        rbuf[..len].iter_mut().for_each(|w| *w >>= 32 - count);
+                    }
+                    &rbuf[..len]
+                }
+                Random::None => &rbuf[..len],
+            }
+        } else {
+            &rbuf[..len]
+        };
+        if let Source::F64(x) = src {
+            f64_block::<MODE, O>(&x[s..s + len], r, ob, p);
+            continue;
+        }
+        let x: &[f32] = match src {
+            Source::F32(x) => &x[s..s + len],
+            Source::Bf16(x) => {
+                for (d, &b) in xbuf.iter_mut().zip(&x[s..s + len]) {
+                    *d = f32::from_bits((b as u32) << 16);
+                }
+                &xbuf[..len]
+            }
+            Source::F16(x) => {
+                for (d, &b) in xbuf.iter_mut().zip(&x[s..s + len]) {
+                    *d = half::f16::from_bits(b).to_f32();
+                }
+                &xbuf[..len]
+            }
+            Source::Fp8(x, _) => {
+                let lut = lut.as_ref().map_or(&[0f32; 256], |l| l);
+                for (d, &b) in xbuf.iter_mut().zip(&x[s..s + len]) {
+                    *d = lut[b as usize];
+                }
+                &xbuf[..len]
+            }
+            Source::F64(_) => unreachable!("handled above"),
+        };
+        if identity {
+            // Every float32 is an fp32 value: the identity, NaN payloads included.
+            for (o, &v) in ob.iter_mut().zip(x) {
+                *o = O::from_u32(v.to_bits());
+            }
+        } else {
+            f32_block::<MODE, O>(x, r, ob, p);
+        }
+    }
+}
+
+#[inline(always)]
+fn f32_loop<const MODE: u8, O: Code>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
+    if MODE == SR {
+        for ((o, &v), &w) in out.iter_mut().zip(x).zip(r) {
+            *o = O::from_u32(kernels::round_f32::<MODE>(v.to_bits(), w, p));
+        }
+    } else {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = O::from_u32(kernels::round_f32::<MODE>(v.to_bits(), 0, p));
+        }
+    }
+}
+
+#[inline(always)]
+fn f64_loop<const MODE: u8, O: Code>(x: &[f64], r: &[u32], out: &mut [O], p: &Params) {
+    if MODE == SR {
+        for ((o, &v), &w) in out.iter_mut().zip(x).zip(r) {
+            *o = O::from_u32(kernels::round_f64::<MODE>(v.to_bits(), w, p));
+        }
+    } else {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = O::from_u32(kernels::round_f64::<MODE>(v.to_bits(), 0, p));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::*;
+
+    /// # Safety
+    /// The CPU must support AVX-512F/BW/VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,bmi2")]
+    pub unsafe fn f32_avx512<const MODE: u8, O: Code>(
+        x: &[f32],
+        r: &[u32],
+        out: &mut [O],
+        p: &Params,
+    ) {
+        f32_loop::<MODE, O>(x, r, out, p)
+    }
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub unsafe fn f32_avx2<const MODE: u8, O: Code>(
+        x: &[f32],
+        r: &[u32],
+        out: &mut [O],
+        p: &Params,
+    ) {
+        f32_loop::<MODE, O>(x, r, out, p)
+    }
+    /// # Safety
+    /// The CPU must support AVX-512F/BW/VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,bmi2")]
+    pub unsafe fn f64_avx512<const MODE: u8, O: Code>(
+        x: &[f64],
+        r: &[u32],
+        out: &mut [O],
+        p: &Params,
+    ) {
+        f64_loop::<MODE, O>(x, r, out, p)
+    }
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub unsafe fn f64_avx2<const MODE: u8, O: Code>(
+        x: &[f64],
+        r: &[u32],
+        out: &mut [O],
+        p: &Params,
+    ) {
+        f64_loop::<MODE, O>(x, r, out, p)
+    }
+}
+
+/// The widest SIMD level this CPU offers (detected once; feature detection caches).
+#[cfg(target_arch = "x86_64")]
+fn simd_level() -> u8 {
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+    {
+        2
+    } else if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("bmi2")
+    {
+        1
+    } else {
+        0
+    }
+}
+
+fn f32_block<const MODE: u8, O: Code>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match simd_level() {
+            // SAFETY: the features were detected on this CPU.
+            2 => return unsafe { simd::f32_avx512::<MODE, O>(x, r, out, p) },
+            // SAFETY: as above.
+            1 => return unsafe { simd::f32_avx2::<MODE, O>(x, r, out, p) },
+            _ => {}
+        }
+    }
+    f32_loop::<MODE, O>(x, r, out, p)
+}
+
+fn f64_block<const MODE: u8, O: Code>(x: &[f64], r: &[u32], out: &mut [O], p: &Params) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match simd_level() {
+            // SAFETY: the features were detected on this CPU.
+            2 => return unsafe { simd::f64_avx512::<MODE, O>(x, r, out, p) },
+            // SAFETY: as above.
+            1 => return unsafe { simd::f64_avx2::<MODE, O>(x, r, out, p) },
+            _ => {}
+        }
+    }
+    f64_loop::<MODE, O>(x, r, out, p)
+}

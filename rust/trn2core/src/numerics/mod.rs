@@ -1,0 +1,161 @@
+//! Number formats and rounding (contract section 1).
+//!
+//! - [`Format`] and [`Encoding`]: the eight formats and their bit layouts, with the configurable
+//!   FP8 exponent bias of Trainium2.
+//! - [`Rounding`]: the six rounding modes.
+//! - [`encode()`]: any float input (f64, f32, bf16, f16, fp8) rounded *once* to a format, as raw
+//!   codes; [`decode()`]: codes back to exact float32.
+//! - [`StochasticBits`]: the counter-based generator of seeded stochastic rounding.
+//!
+//! Every result equals the exact input value rounded once under the mode, with IEEE 754 overflow
+//! rules (or saturation), subnormals kept, the sign of zero kept and NaN mapped to the format's
+//! canonical quiet NaN of the same sign (the codes ml_dtypes produces).
+
+mod decode;
+mod encode;
+mod format;
+mod kernels;
+mod rng;
+
+pub use decode::{decode, fp8_lut, CodesRef};
+pub use encode::{encode, Code, Codes, Random, Source};
+pub use format::{Encoding, Format, FormatInfo};
+pub use rng::{mix64, StochasticBits};
+
+use crate::{Error, Result};
+
+/// A rounding mode (contract section 1; trn2_facts.md section 14.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rounding {
+    /// Round to nearest, ties to even: Trainium2's default.
+    NearestEven,
+    /// Round to nearest, ties away from zero.
+    NearestAway,
+    /// Truncate toward zero.
+    TowardZero,
+    /// Round toward +Inf.
+    TowardPositive,
+    /// Round toward -Inf.
+    TowardNegative,
+    /// Stochastic rounding: up (in magnitude) with probability equal to the distance from the
+    /// lower neighbour, in units of the gap between neighbours.
+    Stochastic,
+}
+
+impl Rounding {
+    /// All modes, in the order of `trn2core.ROUNDING_MODES`.
+    pub const ALL: [Rounding; 6] = [
+        Rounding::NearestEven,
+        Rounding::NearestAway,
+        Rounding::TowardZero,
+        Rounding::TowardPositive,
+        Rounding::TowardNegative,
+        Rounding::Stochastic,
+    ];
+
+    /// The contract's name of the mode.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Rounding::NearestEven => "nearest_even",
+            Rounding::NearestAway => "nearest_away",
+            Rounding::TowardZero => "toward_zero",
+            Rounding::TowardPositive => "toward_positive",
+            Rounding::TowardNegative => "toward_negative",
+            Rounding::Stochastic => "stochastic",
+        }
+    }
+
+    /// Parses a contract name; the error lists the accepted names.
+    pub fn parse(arg: &str, name: &str) -> Result<Rounding> {
+        Rounding::ALL
+            .iter()
+            .copied()
+            .find(|r| r.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Rounding::ALL.iter().map(|r| r.name()).collect();
+                Error::format(
+                    arg,
+                    format!("unknown rounding mode {name:?}; expected one of {names:?}"),
+                )
+            })
+    }
+}
+
+/// Rounds a single f64 into `enc` and returns its code: a convenience for tests and the cost
+/// model's constants, using the same kernel as the array path.
+pub fn encode_scalar(
+    x: f64,
+    enc: &Encoding,
+    mode: Rounding,
+    saturate: bool,
+    random: Option<(u32, u32)>,
+) -> Result<u32> {
+    let word = random.map_or(0, |(r, _)| r);
+    let rnd = match (mode, random) {
+        (Rounding::Stochastic, Some((_, n))) => Random::Bits(std::slice::from_ref(&word), n),
+        (Rounding::Stochastic, None) => Random::Seed(0, 32),
+        _ => Random::None,
+    };
+    Ok(
+        match encode(&Source::F64(&[x]), enc, mode, saturate, &rnd)? {
+            Codes::U8(v) => v[0] as u32,
+            Codes::U16(v) => v[0] as u32,
+            Codes::U32(v) => v[0],
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e4m3(x: f64, mode: Rounding) -> u32 {
+        encode_scalar(x, &Format::Fp8E4m3.encoding(), mode, false, None).expect("valid")
+    }
+
+    #[test]
+    fn known_fp8_codes() {
+        assert_eq!(e4m3(1.0, Rounding::NearestEven), 0x38);
+        assert_eq!(e4m3(240.0, Rounding::NearestEven), 0x77);
+        assert_eq!(
+            e4m3(248.0, Rounding::NearestEven),
+            0x78,
+            "tie above max goes to Inf"
+        );
+        assert_eq!(e4m3(247.9, Rounding::NearestEven), 0x77);
+        assert_eq!(e4m3(1e9, Rounding::TowardZero), 0x77);
+        assert_eq!(e4m3(-1e9, Rounding::TowardPositive), 0xF7);
+        assert_eq!(e4m3(-1e9, Rounding::TowardNegative), 0xF8);
+        assert_eq!(
+            e4m3(2f64.powi(-10), Rounding::NearestEven),
+            0x00,
+            "half the min subnormal ties to 0"
+        );
+        assert_eq!(e4m3(2f64.powi(-10), Rounding::NearestAway), 0x01);
+        assert_eq!(e4m3(-0.0, Rounding::NearestEven), 0x80);
+        assert_eq!(e4m3(f64::NAN, Rounding::NearestEven), 0x7C);
+        let fnz = Format::Fp8E4m3fn.encoding();
+        assert_eq!(
+            encode_scalar(464.0, &fnz, Rounding::NearestEven, false, None).expect("ok"),
+            0x7E
+        );
+        assert_eq!(
+            encode_scalar(465.0, &fnz, Rounding::NearestEven, false, None).expect("ok"),
+            0x7F
+        );
+        assert_eq!(
+            encode_scalar(f64::INFINITY, &fnz, Rounding::NearestEven, true, None).expect("ok"),
+            0x7E
+        );
+    }
+
+    #[test]
+    fn stochastic_with_explicit_bits() {
+        let enc = Format::Fp8E4m3.encoding();
+        // 1 + 1/32 lies a quarter of the way from 1 to 1.125: with 2 random bits, r = 3 rounds up.
+        let x = 1.0 + 1.0 / 32.0;
+        let down = encode_scalar(x, &enc, Rounding::Stochastic, false, Some((2, 2))).expect("ok");
+        let up = encode_scalar(x, &enc, Rounding::Stochastic, false, Some((3, 2))).expect("ok");
+        assert_eq!((down, up), (0x38, 0x39));
+    }
+}

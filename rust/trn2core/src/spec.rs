@@ -1,0 +1,987 @@
+//! Every Trainium2 hardware number trn2core uses, once, with its unit and its source.
+//!
+//! This module is the single source of truth for the hardware: clocks, array and memory
+//! sizes, bandwidths, latencies, instruction-cost parameters, topology and limits. No other
+//! file in the project may hold a hardware number; everything else reads it from here, and the
+//! Python binding exposes the same values read-only as `trn2core.spec` (see [`ENTRIES`]).
+//!
+//! # Sources and status tags
+//!
+//! Every constant names its source in the same notation as the project's hardware facts sheet
+//! (`shared/docs/trn2_facts.md`, §0): `[S1]`…`[S35]` are the public AWS documents and
+//! repositories listed there. One more tag is used here:
+//!
+//! * `[P]` — the product's own source description of Trainium2
+//!   (`shared/seeds/002_3ac794e62ad64eca.txt`); used only where the facts sheet has no
+//!   documented value (the per-link NeuronLink bandwidths and the single-chip trn2.3xlarge).
+//!
+//! The status letter follows the facts sheet: **D** documented (near-)verbatim, **I** inferred
+//! or derived by arithmetic (a modelling assumption), **C** sources conflict (the value chosen
+//! and the reason are given in the constant's doc comment).
+//!
+//! # How conflicts were resolved (facts sheet §17)
+//!
+//! * **Clocks win over marketing.** Per-core peaks are *computed* from the 2.4 GHz PE clock
+//!   ([`CORE_PEAK_BF16_FLOPS_PER_S`] = 128 × 128 × 2 × 2.4 GHz = 78.6 TFLOPS); the rounded
+//!   per-core figures (79/158/20/316) and the chip marketing figures (667/1299/181/2563, which
+//!   are not 8× any per-core figure) are kept as separate constants for reports only.
+//! * **HBM bandwidth 2.9 TB/s per chip**: stated by the chip page, the instance page
+//!   (46.4 TB/s / 16) and the launch docs; only the current NKI guide says 3 TB/s.
+//! * **DMA 23 B/ns per engine effective** (the tables, and a measured 32 KiB transfer), with the
+//!   27.2 GB/s "theoretical" text value kept as its own constant.
+//! * **16 CC cores per chip** (current chip page, and 2 per physical core); 20 is the older text.
+//! * **SBUF 224 KiB per partition** (28 MiB per core); 212,984 B usable per partition is what the
+//!   compiler allocates from; "256 KiB per partition" is the Trainium3 value.
+//! * **NeuronLink per link**: X/Y 128 GB/s and Z 64 GB/s per direction, from `[P]`. The facts
+//!   sheet's equal-split guess (256/128 GB/s) is not used; with two directions per link,
+//!   4 × 128 × 2 = 1024 GB/s intra-instance and 2 × 64 × 2 = 256 GB/s inter-instance add up to
+//!   the documented 1.28 TB/s per chip.
+//! * **LNC 1 and 2 are documented; 4 is a product extension** ([`LNC_MAX`]).
+//!
+//! Names carry their unit (`_HZ`, `_BYTES`, `_BYTES_PER_S`, `_S`, `_CYCLES`, `_TFLOPS`, …).
+//! Counts and byte sizes are integers (`usize` for counts and element dimensions, `u64` for
+//! bytes); rates, times, clocks and fractions are `f64`.
+
+// ---------------------------------------------------------------------------------------------
+// Table machinery: each constant is written once; the macro emits the `pub const` (with its doc
+// comment, plus a generated "Unit / source" line) and its row in `ENTRIES`. The first line of
+// each doc comment is the one-sentence `doc` of the row; the name is the lower-cased identifier.
+// ---------------------------------------------------------------------------------------------
+
+/// ASCII-lower-cases the first `N` bytes of `s` (used at compile time for entry names).
+const fn ascii_lowercase<const N: usize>(s: &str) -> [u8; N] {
+    let bytes = s.as_bytes();
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = bytes[i].to_ascii_lowercase();
+        i += 1;
+    }
+    out
+}
+
+/// `lower_name!(PE_CLOCK_HZ)` is the `&'static str` `"pe_clock_hz"`, computed at compile time.
+macro_rules! lower_name {
+    ($name:ident) => {{
+        const UPPER: &str = stringify!($name);
+        const LOWER: [u8; UPPER.len()] = ascii_lowercase(UPPER);
+        match ::core::str::from_utf8(&LOWER) {
+            Ok(s) => s,
+            Err(_) => panic!("constant names are ASCII"),
+        }
+    }};
+}
+
+/// Converts a constant of one of the table's types to `f64` without a same-type cast.
+macro_rules! to_f64 {
+    (f64, $v:expr) => {
+        $v
+    };
+    (usize, $v:expr) => {
+        $v as f64
+    };
+    (u64, $v:expr) => {
+        $v as f64
+    };
+}
+
+macro_rules! spec_table {
+    (
+        $(
+            #[doc = $summary:literal]
+            $(#[doc = $more:literal])*
+            #[spec(unit = $unit:literal, source = $source:literal)]
+            pub const $name:ident: $ty:ident = $value:expr;
+        )*
+    ) => {
+        $(
+            #[doc = $summary]
+            $(#[doc = $more])*
+            #[doc = ""]
+            #[doc = concat!("*Unit:* `", $unit, "`. *Source:* `", $source, "`.")]
+            pub const $name: $ty = $value;
+        )*
+
+        /// Every scalar constant of this module, in declaration order: the table the Python
+        /// binding exposes read-only as `trn2core.spec`.
+        pub const ENTRIES: &[SpecEntry] = &[
+            $(
+                SpecEntry {
+                    name: lower_name!($name),
+                    value: to_f64!($ty, $name),
+                    unit: $unit,
+                    source: $source,
+                    doc: $summary.trim_ascii(),
+                },
+            )*
+        ];
+    };
+}
+
+const KIB: u64 = 1 << 10;
+const GIB: u64 = 1 << 30;
+
+spec_table! {
+    // ===================================== chip organisation =====================================
+
+    /// Physical NeuronCore-v3 cores per Trainium2 chip.
+    #[spec(unit = "count", source = "[S1][S3][S6] D")]
+    pub const CORES_PER_CHIP: usize = 8;
+
+    /// Compute dies per chip.
+    ///
+    /// Driver constant `V3_NUM_DIE_PER_DEVICE 2`; "two compute tiles" `[S29]`.
+    #[spec(unit = "count", source = "[S25][S29] D")]
+    pub const DIES_PER_CHIP: usize = 2;
+
+    /// Physical cores per compute die.
+    ///
+    /// Driver: 2 SENG per die × 2 cores per SENG; cores 0–3 on die 0, 4–7 on die 1.
+    #[spec(unit = "count", source = "[S25] D")]
+    pub const CORES_PER_DIE: usize = CORES_PER_CHIP / DIES_PER_CHIP;
+
+    /// Instruction streams (engine sequencers) per core: Tensor, Vector, Scalar, GpSimd, Sync.
+    ///
+    /// Driver `V3_TPB_ENG_PER_NC 5`; the mapping to the five engines is inferred. One trace
+    /// track per stream.
+    #[spec(unit = "count", source = "[S2][S25] D")]
+    pub const ENGINE_STREAMS_PER_CORE: usize = 5;
+
+    /// Hardware semaphores per core used to synchronise the engine streams.
+    #[spec(unit = "count", source = "[S25] D")]
+    pub const SEMAPHORES_PER_CORE: usize = 256;
+
+    /// Collective-communication (CC) cores per chip.
+    ///
+    /// **Conflict:** 16 `[S3 current][S17: two per physical core]` vs 20
+    /// `[S1][S3 before 2025-12-01]`. Chosen 16: it is the current chip page, agrees with
+    /// [`CC_CORES_PER_CORE`] × 8, and with the driver's 16 per-core TOP_SP sequencers `[S25]`.
+    #[spec(unit = "count", source = "[S3][S17] C")]
+    pub const CC_CORES_PER_CHIP: usize = 16;
+
+    /// Collective-communication cores per physical core (4 concurrent CC streams per LNC=2 core).
+    #[spec(unit = "count", source = "[S17] D")]
+    pub const CC_CORES_PER_CORE: usize = 2;
+
+    // ======================================= HBM and NUMA =======================================
+
+    /// HBM stacks per chip.
+    #[spec(unit = "count", source = "[S1][S3][S6] D")]
+    pub const HBM_STACKS_PER_CHIP: usize = 4;
+
+    /// HBM stacks attached to each compute die (the die-local half of the chip's HBM).
+    ///
+    /// Inferred: 4 stacks over 2 dies, each stack shared by 2 adjacent cores of one die. Access to
+    /// the other die's stacks is slower (NUMA, `[P]`) but no public source quantifies the penalty.
+    #[spec(unit = "count", source = "[S1][S25][S29] I")]
+    pub const HBM_STACKS_PER_DIE: usize = HBM_STACKS_PER_CHIP / DIES_PER_CHIP;
+
+    /// Adjacent physical cores sharing one HBM stack (the pair that forms an LNC=2 logical core).
+    #[spec(unit = "count", source = "[S1][S6] D")]
+    pub const CORES_PER_HBM_STACK: usize = 2;
+
+    /// Capacity of one HBM stack: 24 GiB.
+    ///
+    /// Driver `V3_HBM_ACTIVE_SIZE 0x600000000` ("each HBM stack is actually 24GB").
+    /// **Conflict** noted, not used: "32 GB per NeuronCore on Trn2" `[S18]`.
+    #[spec(unit = "B", source = "[S6][S25] D")]
+    pub const HBM_STACK_BYTES: u64 = 24 * GIB;
+
+    /// Physical address window reserved per HBM stack (of which 24 GiB are populated).
+    ///
+    /// Driver `V3_HBM_SIZE`; stack bases `V3_HBM_0..3_BASE` = 0x0, 0x40_0000_0000,
+    /// 0x8000_0000_0000, 0x8040_0000_0000.
+    #[spec(unit = "B", source = "[S25] D")]
+    pub const HBM_STACK_ADDRESS_WINDOW_BYTES: u64 = 64 * GIB;
+
+    /// HBM capacity per chip: 96 GiB.
+    #[spec(unit = "B", source = "[S1][S3] D")]
+    pub const HBM_CHIP_BYTES: u64 = HBM_STACKS_PER_CHIP as u64 * HBM_STACK_BYTES;
+
+    /// HBM bandwidth per chip: 2.9 TB/s.
+    ///
+    /// **Conflict:** 2.9 TB/s `[S3][S5: 46.4 TB/s per 16 chips][S27][S1 before 2025-12]` vs
+    /// 3 TB/s `[S1 current]`. Chosen 2.9 TB/s: three independent pages agree and the instance
+    /// figure is exactly 16 × 2.9.
+    #[spec(unit = "B/s", source = "[S3][S5][S27] C")]
+    pub const HBM_CHIP_BYTES_PER_S: f64 = 2.9e12;
+
+    /// HBM bandwidth of one stack (chip bandwidth split evenly over the 4 stacks): 725 GB/s.
+    #[spec(unit = "B/s", source = "[S3] I")]
+    pub const HBM_STACK_BYTES_PER_S: f64 = HBM_CHIP_BYTES_PER_S / HBM_STACKS_PER_CHIP as f64;
+
+    /// Even share of HBM bandwidth per physical core (half a stack): 362.5 GB/s.
+    #[spec(unit = "B/s", source = "[S3] I")]
+    pub const HBM_CORE_SHARE_BYTES_PER_S: f64 = HBM_STACK_BYTES_PER_S / CORES_PER_HBM_STACK as f64;
+
+    // ========================================== clocks ==========================================
+
+    /// Tensor engine (PE array) clock: 2.4 GHz.
+    ///
+    /// The engine table `[S1]`; the chip marketing peaks imply 2.50–2.54 GHz, which we do not use
+    /// (see [`CHIP_MARKETING_BF16_TFLOPS`]). Trn1 was 2.8 GHz `[S2]`.
+    #[spec(unit = "Hz", source = "[S1] D")]
+    pub const PE_CLOCK_HZ: f64 = 2.4e9;
+
+    /// Vector engine (DVE) clock: 0.96 GHz.
+    #[spec(unit = "Hz", source = "[S1] D")]
+    pub const VECTOR_CLOCK_HZ: f64 = 0.96e9;
+
+    /// Scalar engine (ACT) clock: 1.2 GHz.
+    #[spec(unit = "Hz", source = "[S1] D")]
+    pub const SCALAR_CLOCK_HZ: f64 = 1.2e9;
+
+    /// GpSimd engine (Pool) clock: 1.2 GHz.
+    #[spec(unit = "Hz", source = "[S1] D")]
+    pub const GPSIMD_CLOCK_HZ: f64 = 1.2e9;
+
+    // =========================================== SBUF ===========================================
+
+    /// SBUF partitions per core (the parallel P dimension).
+    #[spec(unit = "count", source = "[S1][S2] D")]
+    pub const SBUF_PARTITIONS: usize = 128;
+
+    /// SBUF bytes per partition: 224 KiB.
+    ///
+    /// **Conflict:** 224 KiB `[S1]` vs "256 KiB per partition" `[S18]`, which is the Trainium3
+    /// value (32 MiB / 128 `[S19]`). Chosen 224 KiB (= 28 MiB / 128).
+    #[spec(unit = "B", source = "[S1] C")]
+    pub const SBUF_PARTITION_BYTES: u64 = 224 * KIB;
+
+    /// SBUF bytes per partition that kernels may allocate: 212,984 B (about 16 KiB reserved).
+    ///
+    /// The NKI tracer's target info for trn2 (trn1: 180,224 B; trn3: 245,752 B). Capacity checks
+    /// use this value; [`SBUF_PARTITION_BYTES`] is the physical size.
+    #[spec(unit = "B", source = "[S24] D")]
+    pub const SBUF_USABLE_PARTITION_BYTES: u64 = 212_984;
+
+    /// SBUF capacity per core: 28 MiB = 128 partitions × 224 KiB.
+    #[spec(unit = "B", source = "[S1][S4] D")]
+    pub const SBUF_BYTES: u64 = SBUF_PARTITIONS as u64 * SBUF_PARTITION_BYTES;
+
+    /// SBUF capacity per chip: 224 MiB = 8 × 28 MiB.
+    #[spec(unit = "B", source = "[S3] D")]
+    pub const SBUF_CHIP_BYTES: u64 = CORES_PER_CHIP as u64 * SBUF_BYTES;
+
+    // =========================================== PSUM ===========================================
+
+    /// PSUM partitions per core.
+    #[spec(unit = "count", source = "[S1][S2] D")]
+    pub const PSUM_PARTITIONS: usize = 128;
+
+    /// PSUM banks per partition (up to 8 outstanding matmul accumulation groups).
+    ///
+    /// 7 when bank 7 is reserved for `nc_transpose` (`NKI_DMA_TRANSPOSE_AS_PE_TRANSPOSE`) `[S33]`.
+    #[spec(unit = "count", source = "[S1][S2][S23] D")]
+    pub const PSUM_BANKS: usize = 8;
+
+    /// Bytes of one PSUM bank in one partition: 2 KiB.
+    #[spec(unit = "B", source = "[S1][S23] D")]
+    pub const PSUM_BANK_BYTES: u64 = 2 * KIB;
+
+    /// FP32 accumulators in one PSUM bank of one partition (bounds the moving free size).
+    #[spec(unit = "elements", source = "[S2][S9] D")]
+    pub const PSUM_BANK_FP32_ELEMENTS: usize = (PSUM_BANK_BYTES / 4) as usize;
+
+    /// PSUM bytes per partition: 16 KiB = 8 banks × 2 KiB.
+    #[spec(unit = "B", source = "[S1][S2] D")]
+    pub const PSUM_PARTITION_BYTES: u64 = PSUM_BANKS as u64 * PSUM_BANK_BYTES;
+
+    /// PSUM capacity per core: 2 MiB = 128 partitions × 8 banks × 2 KiB.
+    #[spec(unit = "B", source = "[S1][S2][S24] D")]
+    pub const PSUM_BYTES: u64 = PSUM_PARTITIONS as u64 * PSUM_PARTITION_BYTES;
+
+    // ======================================= tensor engine ======================================
+
+    /// Rows of the systolic PE array (the contraction dimension, one per SBUF partition).
+    #[spec(unit = "count", source = "[S2][S9] D")]
+    pub const PE_ROWS: usize = 128;
+
+    /// Columns of the systolic PE array (the stationary free dimension).
+    #[spec(unit = "count", source = "[S2][S9] D")]
+    pub const PE_COLS: usize = 128;
+
+    /// Largest contraction K of one `nc_matmul` (partitions of both operands).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const MATMUL_CONTRACTION_MAX: usize = PE_ROWS;
+
+    /// Largest contraction K of one `nc_matmul` in FP8 `double_row` mode: 256 = 128 partitions × 2.
+    #[spec(unit = "elements", source = "[S1][S9] D")]
+    pub const MATMUL_DOUBLE_ROW_CONTRACTION_MAX: usize = 2 * PE_ROWS;
+
+    /// Largest stationary free size M of one `nc_matmul` (the output partitions).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const MATMUL_STATIONARY_FREE_MAX: usize = PE_COLS;
+
+    /// Largest moving free size N of one `nc_matmul`: one PSUM bank of FP32 (more only from v4).
+    #[spec(unit = "elements", source = "[S2][S9] D")]
+    pub const MATMUL_MOVING_FREE_MAX: usize = PSUM_BANK_FP32_ELEMENTS;
+
+    /// Full-array PE tile: 128 rows (the default `tile_size`).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const PE_TILE_FULL: usize = PE_ROWS;
+
+    /// Half-array PE row tile: 2 × 64 (NCv2 and later).
+    #[spec(unit = "elements", source = "[S9][S10] D")]
+    pub const PE_TILE_HALF: usize = PE_ROWS / 2;
+
+    /// Quarter-array PE row tile: 4 × 32 (new in NCv3).
+    ///
+    /// Column tiling is a **conflict** in `[S9]` (described in the body, but the parameters say
+    /// `column_size must be 128`); the same sizes are listed for columns in
+    /// [`PE_ROW_TILE_SIZES`] and the engine decides whether to accept them.
+    #[spec(unit = "elements", source = "[S9][S10] D")]
+    pub const PE_TILE_QUARTER: usize = PE_ROWS / 4;
+
+    /// Minimum initiation interval of a MultiplyMoving instruction (MM_INIT_LATENCY): 64 PE cycles.
+    ///
+    /// The `nc_matmul` cost is `max(min(64, M), N)` PE cycles `[S10]`. Documented for NCv2; applied
+    /// to NCv3 at 2.4 GHz (inferred, no v3 table published).
+    #[spec(unit = "cycles", source = "[S2][S10] D")]
+    pub const MM_INIT_LATENCY_CYCLES: usize = 64;
+
+    /// Cost multiplier of an FP32 (non-TF32) `nc_matmul`: 4× the cycles of BF16.
+    #[spec(unit = "ratio", source = "[S2][S10] D")]
+    pub const MATMUL_FP32_COST_FACTOR: usize = 4;
+
+    /// Throughput factor of FP8 `double_row` mode over BF16: a 256 contraction in the same cycles.
+    #[spec(unit = "ratio", source = "[S1][S9] D")]
+    pub const DOUBLE_ROW_THROUGHPUT_FACTOR: usize = 2;
+
+    /// Maximum speed-up of a "fast" LoadStationary over a MultiplyMoving of the same free size.
+    #[spec(unit = "ratio", source = "[S2] D")]
+    pub const FAST_LOAD_STATIONARY_SPEEDUP: usize = 4;
+
+    /// FLOPs counted per multiply-accumulate.
+    #[spec(unit = "FLOP", source = "[S1][S4] I")]
+    pub const FLOPS_PER_MAC: usize = 2;
+
+    /// Per-core dense BF16/FP16/TF32 peak: 128 × 128 × 2 × 2.4 GHz ≈ 78.6 TFLOPS.
+    ///
+    /// Also the rate of FP8 without `double_row` and of FP8_E3 (which runs at BF16 speed).
+    /// Computed from the clock; the documented "79 TFLOPS" is this value rounded
+    /// ([`CORE_DOCUMENTED_BF16_TFLOPS`]).
+    #[spec(unit = "FLOP/s", source = "[S1] I")]
+    pub const CORE_PEAK_BF16_FLOPS_PER_S: f64 =
+        (PE_ROWS * PE_COLS * FLOPS_PER_MAC) as f64 * PE_CLOCK_HZ;
+
+    /// Per-core dense FP8 `double_row` peak: 2 × the BF16 peak ≈ 157.3 TFLOPS (documented "158").
+    #[spec(unit = "FLOP/s", source = "[S1] I")]
+    pub const CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S: f64 =
+        CORE_PEAK_BF16_FLOPS_PER_S * DOUBLE_ROW_THROUGHPUT_FACTOR as f64;
+
+    /// Per-core dense FP32 peak: the BF16 peak / 4 ≈ 19.7 TFLOPS (documented "20").
+    #[spec(unit = "FLOP/s", source = "[S1] I")]
+    pub const CORE_PEAK_FP32_FLOPS_PER_S: f64 =
+        CORE_PEAK_BF16_FLOPS_PER_S / MATMUL_FP32_COST_FACTOR as f64;
+
+    /// Per-core structured-sparse peak: 4 × the BF16 peak ≈ 314.6 TFLOPS (documented "316").
+    #[spec(unit = "FLOP/s", source = "[S1][S4] I")]
+    pub const CORE_PEAK_SPARSE_FLOPS_PER_S: f64 =
+        CORE_PEAK_BF16_FLOPS_PER_S * SPARSE_MAX_THROUGHPUT_FACTOR as f64;
+
+    /// Documented per-core dense BF16/FP16/TF32 peak (rounded; reports only).
+    #[spec(unit = "TFLOPS", source = "[S1][S4] D")]
+    pub const CORE_DOCUMENTED_BF16_TFLOPS: f64 = 79.0;
+
+    /// Documented per-core dense FP8 peak (rounded; reports only).
+    #[spec(unit = "TFLOPS", source = "[S1][S4] D")]
+    pub const CORE_DOCUMENTED_FP8_TFLOPS: f64 = 158.0;
+
+    /// Documented per-core dense FP32 peak (rounded; reports only).
+    #[spec(unit = "TFLOPS", source = "[S1][S4] D")]
+    pub const CORE_DOCUMENTED_FP32_TFLOPS: f64 = 20.0;
+
+    /// Documented per-core structured-sparse peak (= 4 × 79; reports only).
+    #[spec(unit = "TFLOPS", source = "[S1][S4] D")]
+    pub const CORE_DOCUMENTED_SPARSE_TFLOPS: f64 = 316.0;
+
+    /// Chip marketing dense FP8 peak (launch docs: 1,287); not 8 × the per-core peak, reports only.
+    ///
+    /// **Conflict:** 1,299 `[S3 current]` vs 1,287 `[S27]`; 8 × 157.3 = 1,258. The model uses the
+    /// clock-derived peaks; this is kept for comparison tables.
+    #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
+    pub const CHIP_MARKETING_FP8_TFLOPS: f64 = 1299.0;
+
+    /// Chip marketing dense BF16/FP16/TF32 peak (launch docs: 655); reports only.
+    ///
+    /// **Conflict:** 667 `[S3]` vs 655 `[S27]`; 8 × 78.6 = 629. 667 would need a 2.54 GHz clock.
+    #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
+    pub const CHIP_MARKETING_BF16_TFLOPS: f64 = 667.0;
+
+    /// Chip marketing structured-sparse peak (launch docs: 2,551); reports only.
+    #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
+    pub const CHIP_MARKETING_SPARSE_TFLOPS: f64 = 2563.0;
+
+    /// Chip marketing dense FP32 peak; reports only.
+    ///
+    /// **Conflict:** 181 `[S3][S27]` vs 8 × 19.7 = 157 from the clock (15 % apart, the largest
+    /// gap of the four marketing figures).
+    #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
+    pub const CHIP_MARKETING_FP32_TFLOPS: f64 = 181.0;
+
+    // ==================================== structured sparsity ===================================
+
+    /// Largest sparse-over-dense throughput factor of the tensor engine (never above 316 TFLOPS).
+    #[spec(unit = "ratio", source = "[S1][S4] D")]
+    pub const SPARSE_MAX_THROUGHPUT_FACTOR: usize = 4;
+
+    /// Largest group size M of an N:M sparsity pattern (4:16).
+    ///
+    /// From the commented-out NKI text ("max N = 16" in its notation) `[S1]`; the seven patterns
+    /// are [`SPARSITY_PATTERNS`].
+    #[spec(unit = "elements", source = "[S1][S4] D")]
+    pub const SPARSE_MAX_GROUP_ELEMENTS: usize = 16;
+
+    /// Bits of one packed position in the sparse tag tensor (a position within a group of 16).
+    ///
+    /// Provisional: from the unreleased NKI sparse API text (128 × 32 uint16 tag, four 4-bit
+    /// positions each) `[S1]`.
+    #[spec(unit = "bit", source = "[S1] I")]
+    pub const SPARSE_POSITION_BITS: usize = 4;
+
+    // ==================================== dI/dt throttling ======================================
+
+    /// Fraction of peak tensor-engine utilisation allowed when work starts (dI/dt limit).
+    #[spec(unit = "fraction", source = "[S18] D")]
+    pub const THROTTLE_START_FRACTION: f64 = 0.5;
+
+    /// Time for the dI/dt limit to ramp from the start fraction to full utilisation: about 3 µs.
+    #[spec(unit = "s", source = "[S18] D")]
+    pub const THROTTLE_RAMP_S: f64 = 3e-6;
+
+    /// Window over which low utilisation re-engages the limit: about 3 µs.
+    #[spec(unit = "s", source = "[S18] D")]
+    pub const THROTTLE_REENGAGE_WINDOW_S: f64 = 3e-6;
+
+    /// Utilisation below which (over the window) the limit re-engages.
+    #[spec(unit = "fraction", source = "[S18] D")]
+    pub const THROTTLE_REENGAGE_UTILIZATION: f64 = 0.5;
+
+    // ============================ vector / scalar / gpsimd engines ==============================
+
+    /// Vector engine elements per cycle for BF16/FP16 in performance mode.
+    #[spec(unit = "elements/cycle", source = "[S1] D")]
+    pub const VECTOR_ELEMENTS_PER_CYCLE_16BIT: usize = 512;
+
+    /// Vector engine elements per cycle for other dtypes (and 16-bit ops with a PSUM side).
+    #[spec(unit = "elements/cycle", source = "[S1] D")]
+    pub const VECTOR_ELEMENTS_PER_CYCLE: usize = 256;
+
+    /// Scalar engine elements per cycle (one per partition).
+    #[spec(unit = "elements/cycle", source = "[S1] D")]
+    pub const SCALAR_ELEMENTS_PER_CYCLE: usize = 128;
+
+    /// Documented Vector engine FP32 peak (FLOP-counting convention undocumented, facts §17.13).
+    #[spec(unit = "FLOP/s", source = "[S1][S4] D")]
+    pub const VECTOR_PEAK_FP32_FLOPS_PER_S: f64 = 1.0e12;
+
+    /// Documented Scalar engine FP32 peak.
+    #[spec(unit = "FLOP/s", source = "[S4] D")]
+    pub const SCALAR_PEAK_FP32_FLOPS_PER_S: f64 = 1.2e12;
+
+    /// Minimum initiation interval of Vector/Scalar/GpSimd instructions (MIN_II), in engine cycles.
+    #[spec(unit = "cycles", source = "[S10] D")]
+    pub const MIN_II_CYCLES: usize = 64;
+
+    /// Minimum initiation interval of dynamic-address copies (MIN_II_DYNAMIC), in engine cycles.
+    #[spec(unit = "cycles", source = "[S10] D")]
+    pub const MIN_II_DYNAMIC_CYCLES: usize = 600;
+
+    /// Fixed overhead of a Vector engine instruction (NKI-library heuristic).
+    #[spec(unit = "cycles", source = "[S23] D")]
+    pub const DVE_FIXED_OVERHEAD_CYCLES: usize = 144;
+
+    /// Static overhead added to back-to-back dependent Vector/Scalar instructions (NCv2 text).
+    #[spec(unit = "cycles", source = "[S2] D")]
+    pub const DEPENDENT_INSTRUCTION_OVERHEAD_CYCLES: usize = 100;
+
+    /// Static overhead to initiate an SBUF/PSUM tensor access (NCv2 text).
+    #[spec(unit = "cycles", source = "[S2] D")]
+    pub const TENSOR_ACCESS_INIT_CYCLES: usize = 60;
+
+    /// GpSimd instruction start-up overhead (GPSIMD_START).
+    #[spec(unit = "cycles", source = "[S10] D")]
+    pub const GPSIMD_START_CYCLES: usize = 150;
+
+    /// Programmable processors in the GpSimd engine (each wired to 16 partitions).
+    #[spec(unit = "count", source = "[S2] D")]
+    pub const GPSIMD_PROCESSORS: usize = 8;
+
+    /// Total bandwidth of the 8 GpSimd-integrated DMA engines (both directions): 307 GB/s.
+    ///
+    /// Used by `sendrecv` between the two cores of an LNC=2 pair.
+    #[spec(unit = "B/s", source = "[S1] D")]
+    pub const GPSIMD_DMA_BYTES_PER_S: f64 = 307e9;
+
+    /// GpSimd-integrated DMA bandwidth per direction: 153 GB/s.
+    #[spec(unit = "B/s", source = "[S1] D")]
+    pub const GPSIMD_DMA_BYTES_PER_S_PER_DIRECTION: f64 = 153e9;
+
+    // =========================================== DMA ============================================
+
+    /// DMA engines per physical core.
+    #[spec(unit = "count", source = "[S1][S12][S25] D")]
+    pub const DMA_ENGINES_PER_CORE: usize = 16;
+
+    /// DMA queues per DMA engine (IDs 0–15; a transfer uses one queue ID on all 16 engines).
+    #[spec(unit = "count", source = "[S12][S25] D")]
+    pub const DMA_QUEUES_PER_ENGINE: usize = 16;
+
+    /// DMA engines per chip for core data movement: 128 = 8 × 16.
+    #[spec(unit = "count", source = "[S1] D")]
+    pub const DMA_ENGINES_PER_CHIP: usize = CORES_PER_CHIP * DMA_ENGINES_PER_CORE;
+
+    /// Additional host (H2D/D2H) DMA engines per chip (132 in total with the core engines).
+    #[spec(unit = "count", source = "[S25] D")]
+    pub const DMA_HOST_ENGINES_PER_CHIP: usize = 4;
+
+    /// Partitions one DMA engine typically serves when all 16 engines move a 128-partition tile.
+    #[spec(unit = "count", source = "[S2][S12] D")]
+    pub const DMA_PARTITIONS_PER_ENGINE: usize = SBUF_PARTITIONS / DMA_ENGINES_PER_CORE;
+
+    /// Effective bandwidth of one DMA engine: 23 B/ns = 23 GB/s (the timing model's rate).
+    ///
+    /// **Conflict:** 23 B/ns in the Trn2 tables `[S12][S13]` vs "theoretical bandwidth of
+    /// 27.2 GB/s" in the text `[S12]`. Chosen 23 B/ns: the tables are Trn2-specific and a measured
+    /// 32 KiB transfer ran at 23.1 B/ns ([`DMA_MEASURED_EXAMPLE_BYTES`]). The theoretical value
+    /// is [`DMA_ENGINE_THEORETICAL_BYTES_PER_S`].
+    #[spec(unit = "B/s", source = "[S12][S13] C")]
+    pub const DMA_ENGINE_BYTES_PER_S: f64 = 23e9;
+
+    /// Theoretical bandwidth of one DMA engine: 27.2 GB/s (128 × 27.2 ≈ the chip's 3.5 TB/s).
+    #[spec(unit = "B/s", source = "[S12] C")]
+    pub const DMA_ENGINE_THEORETICAL_BYTES_PER_S: f64 = 27.2e9;
+
+    /// Effective DMA bandwidth of one core: 16 × 23 B/ns = 368 GB/s.
+    #[spec(unit = "B/s", source = "[S12][S13] D")]
+    pub const DMA_CORE_BYTES_PER_S: f64 = DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S;
+
+    /// DMA bandwidth per chip: 3.5 TB/s ("with inline memory compression and decompression").
+    #[spec(unit = "B/s", source = "[S3] D")]
+    pub const DMA_CHIP_BYTES_PER_S: f64 = 3.5e12;
+
+    /// Fixed cost per DMA transfer (descriptor setup, synchronisation, semaphore-to-start): 1.3 µs.
+    #[spec(unit = "s", source = "[S13] D")]
+    pub const DMA_FIXED_COST_S: f64 = 1300e-9;
+
+    /// Cost of one hardware-DGE DMA instruction: about 600 ns.
+    #[spec(unit = "s", source = "[S1][S14] D")]
+    pub const HWDGE_INSTRUCTION_S: f64 = 600e-9;
+
+    /// Hardware descriptor-generation (HWDGE) blocks per core (triggered by Sync or Scalar).
+    #[spec(unit = "count", source = "[S14] D")]
+    pub const HWDGE_PER_CORE: usize = 2;
+
+    /// Bytes per partition from which a DMA transfer runs at full rate: 4 KiB.
+    #[spec(unit = "B", source = "[S12][S13] D")]
+    pub const DMA_FULL_RATE_PARTITION_BYTES: u64 = 4 * KIB;
+
+    /// Recommended minimum bytes per partition of a DMA transfer: 2 KiB.
+    #[spec(unit = "B", source = "[S12][S13] D")]
+    pub const DMA_RECOMMENDED_PARTITION_BYTES: u64 = 2 * KIB;
+
+    /// Bytes per partition below which a DMA transfer is severely overhead-bound: 256 B.
+    #[spec(unit = "B", source = "[S12][S13] D")]
+    pub const DMA_OVERHEAD_BOUND_PARTITION_BYTES: u64 = 256;
+
+    /// Size of the measured single-engine HBM→SBUF transfer used to calibrate the DMA rate.
+    #[spec(unit = "B", source = "[S12] D")]
+    pub const DMA_MEASURED_EXAMPLE_BYTES: u64 = 32 * KIB;
+
+    /// Duration of the measured 32 KiB single-engine transfer: 1,416 ns (≈ 23.1 B/ns).
+    #[spec(unit = "s", source = "[S12] D")]
+    pub const DMA_MEASURED_EXAMPLE_S: f64 = 1416e-9;
+
+    /// Upper bound of DMA-transpose throughput HBM→SBUF, as a fraction of plain DMA copy.
+    #[spec(unit = "fraction", source = "[S1][S14] D")]
+    pub const DMA_TRANSPOSE_HBM_TO_SBUF_EFFICIENCY: f64 = 0.9;
+
+    /// Upper bound of DMA-transpose throughput SBUF→SBUF, as a fraction of plain DMA copy.
+    #[spec(unit = "fraction", source = "[S1][S14] D")]
+    pub const DMA_TRANSPOSE_SBUF_TO_SBUF_EFFICIENCY: f64 = 0.5;
+
+    /// Throughput of accumulate-type (reducing) DMA transfers relative to a copy, before NCv4.
+    #[spec(unit = "fraction", source = "[S19] D")]
+    pub const DMA_ACCUMULATE_EFFICIENCY: f64 = 0.5;
+
+    // ============================== logical cores, instances, torus =============================
+
+    /// Default Logical NeuronCore size on Trn2 (LNC=2: two adjacent cores sharing an HBM stack).
+    #[spec(unit = "count", source = "[S6] D")]
+    pub const LNC_DEFAULT: usize = 2;
+
+    /// Largest LNC documented by AWS for Trn2 (documented values are 1 and 2).
+    #[spec(unit = "count", source = "[S6][S34] D")]
+    pub const LNC_MAX_DOCUMENTED: usize = 2;
+
+    /// Largest LNC trn2core accepts: 4 (a product extension of 4 adjacent cores, one die).
+    ///
+    /// Not in AWS documentation; the product description allows "two or four adjacent physical
+    /// NeuronCores" `[P]`. The allowed values are [`LNC_ALLOWED`].
+    #[spec(unit = "count", source = "[P] I")]
+    pub const LNC_MAX: usize = 4;
+
+    /// Chips in a trn2.3xlarge instance.
+    #[spec(unit = "count", source = "[P] D")]
+    pub const CHIPS_PER_TRN2_3XLARGE: usize = 1;
+
+    /// Chips in a trn2.48xlarge or trn2u.48xlarge instance: 16, a 4 × 4 2-D torus.
+    #[spec(unit = "count", source = "[S5][S15] D")]
+    pub const CHIPS_PER_INSTANCE: usize = INSTANCE_TORUS_X * INSTANCE_TORUS_Y;
+
+    /// Torus extent along X within an instance.
+    #[spec(unit = "count", source = "[S5][S15] D")]
+    pub const INSTANCE_TORUS_X: usize = 4;
+
+    /// Torus extent along Y within an instance.
+    #[spec(unit = "count", source = "[S5][S15] D")]
+    pub const INSTANCE_TORUS_Y: usize = 4;
+
+    /// trn2u.48xlarge instances in one Trn2 UltraServer (the Z ring of the 4 × 4 × 4 torus).
+    #[spec(unit = "count", source = "[S5][S15] D")]
+    pub const ULTRASERVER_INSTANCES: usize = 4;
+
+    /// Torus extent along Z in an UltraServer (chips with the same (x, y) form a ring).
+    #[spec(unit = "count", source = "[S15][S28] D")]
+    pub const ULTRASERVER_TORUS_Z: usize = ULTRASERVER_INSTANCES;
+
+    /// Chips in a Trn2 UltraServer: 64 (4 × 4 × 4 torus).
+    #[spec(unit = "count", source = "[S3][S5] D")]
+    pub const CHIPS_PER_ULTRASERVER: usize = CHIPS_PER_INSTANCE * ULTRASERVER_INSTANCES;
+
+    /// Non-overlapping Hamiltonian cycles used by Ring/KangaRing on the 16-chip 2-D torus.
+    #[spec(unit = "count", source = "[S16] D")]
+    pub const TORUS_HAMILTONIAN_CYCLES: usize = 2;
+
+    // ========================================= NeuronLink =======================================
+
+    /// NeuronLink-v3 links per chip within an instance (X and Y torus neighbours).
+    #[spec(unit = "count", source = "[S1][S5] D")]
+    pub const NEURONLINK_XY_LINKS_PER_CHIP: usize = 4;
+
+    /// Additional NeuronLink-v3 links per chip in an UltraServer (Z torus neighbours).
+    #[spec(unit = "count", source = "[S15][P] D")]
+    pub const NEURONLINK_Z_LINKS_PER_CHIP: usize = 2;
+
+    /// Directions per NeuronLink (full duplex: each direction carries the per-direction rate).
+    #[spec(unit = "count", source = "[S3][S5][P] I")]
+    pub const NEURONLINK_DIRECTIONS: usize = 2;
+
+    /// Bandwidth of one X or Y NeuronLink, per direction: 128 GB/s.
+    ///
+    /// From the product description `[P]` ("128 GB/s per connection"). The facts sheet's
+    /// equal-split guess of 256 GB/s per link (direction convention unknown) is not used: with
+    /// 2 directions, 4 × 128 × 2 = 1024 GB/s matches the documented intra-instance figure `[S5]`.
+    #[spec(unit = "B/s", source = "[P] D; sum [S5] D")]
+    pub const NEURONLINK_XY_LINK_BYTES_PER_S: f64 = 128e9;
+
+    /// Bandwidth of one Z NeuronLink (between instances of an UltraServer), per direction: 64 GB/s.
+    ///
+    /// From the product description `[P]` (OSFP-XD cables). Facts-sheet guess was 128 GB/s; with 2
+    /// directions, 2 × 64 × 2 = 256 GB/s matches the documented inter-instance figure `[S5]`.
+    #[spec(unit = "B/s", source = "[P] D; sum [S5] D")]
+    pub const NEURONLINK_Z_LINK_BYTES_PER_S: f64 = 64e9;
+
+    /// NeuronLink bandwidth per chip within an instance, all links and directions: 1024 GB/s.
+    #[spec(unit = "B/s", source = "[S5] D")]
+    pub const NEURONLINK_INTRA_INSTANCE_BYTES_PER_S: f64 = 1024e9;
+
+    /// NeuronLink bandwidth per chip between instances of an UltraServer: 256 GB/s.
+    #[spec(unit = "B/s", source = "[S5] D")]
+    pub const NEURONLINK_INTER_INSTANCE_BYTES_PER_S: f64 = 256e9;
+
+    /// Total NeuronLink-v3 bandwidth per chip: 1.28 TB/s (Trn1: 384 GB/s).
+    #[spec(unit = "B/s", source = "[S3] D")]
+    pub const NEURONLINK_CHIP_BYTES_PER_S: f64 = 1.28e12;
+
+    // ================================== EFA and collectives =====================================
+
+    /// EFA network bandwidth per chip: 200 Gbps (50 Gbps per LNC=2 rank).
+    #[spec(unit = "bit/s", source = "[S15] D")]
+    pub const EFA_CHIP_BITS_PER_S: f64 = 200e9;
+
+    /// EFA bandwidth per chip in bytes: 25 GB/s.
+    #[spec(unit = "B/s", source = "[S15] I")]
+    pub const EFA_CHIP_BYTES_PER_S: f64 = EFA_CHIP_BITS_PER_S / 8.0;
+
+    /// EFA (v3) network bandwidth per trn2.48xlarge instance: 3.2 Tbps.
+    #[spec(unit = "bit/s", source = "[S5][S15] D")]
+    pub const EFA_INSTANCE_BITS_PER_S: f64 = 3200e9;
+
+    /// Minimal inter-server RDMA write latency, HBM to HBM: about 15 µs.
+    #[spec(unit = "s", source = "[S15] D")]
+    pub const EFA_LATENCY_S: f64 = 15e-6;
+
+    /// Per-hop latency of Ring/KangaRing collectives used by the model: 1.5 µs.
+    ///
+    /// Documented as "about 1-2 us (HBM load dependent)" `[S16]`; the midpoint is our choice.
+    #[spec(unit = "s", source = "[S16] I")]
+    pub const RING_HOP_LATENCY_S: f64 = 1.5e-6;
+
+    /// Lower end of the documented Ring/KangaRing per-hop latency.
+    #[spec(unit = "s", source = "[S16] D")]
+    pub const RING_HOP_LATENCY_MIN_S: f64 = 1e-6;
+
+    /// Upper end of the documented Ring/KangaRing per-hop latency.
+    #[spec(unit = "s", source = "[S16] D")]
+    pub const RING_HOP_LATENCY_MAX_S: f64 = 2e-6;
+
+    /// Message size below which the Mesh algorithm is chosen: 1 MB.
+    ///
+    /// Decimal megabytes: the same page computes "1MB at 100GBps takes 10 us". RDH is used from
+    /// here up to [`COLLECTIVE_RDH_MAX_BYTES`], KangaRing above ("sweet range, empirically").
+    #[spec(unit = "B", source = "[S16] D")]
+    pub const COLLECTIVE_MESH_MAX_BYTES: u64 = 1_000_000;
+
+    /// Message size up to which the RDH algorithm is chosen (KangaRing above): 56 MB.
+    #[spec(unit = "B", source = "[S16] D")]
+    pub const COLLECTIVE_RDH_MAX_BYTES: u64 = 56_000_000;
+
+    /// HBM accesses for a chunk to traverse two ranks of a Ring AllGather (two 1R1W hops).
+    #[spec(unit = "count", source = "[S16] D")]
+    pub const RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS: usize = 4;
+
+    /// HBM accesses for the same traversal in KangaRing AllGather (one 1R2W): 25 % fewer.
+    #[spec(unit = "count", source = "[S16] D")]
+    pub const KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS: usize = 3;
+
+    /// HBM accesses for a chunk to traverse two ranks of a Ring ReduceScatter (two 2R1W hops).
+    #[spec(unit = "count", source = "[S16] D")]
+    pub const RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS: usize = 6;
+
+    /// HBM accesses for the same traversal in KangaRing ReduceScatter (one 3R1W): 33 % fewer.
+    #[spec(unit = "count", source = "[S16] D")]
+    pub const KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS: usize = 4;
+
+    // ======================================= FP8 maxima =========================================
+
+    /// Largest finite float8_e4m3 (Neuron's IEEE-style FP8_EXP4) value: 240.
+    #[spec(unit = "dimensionless", source = "[S22][S23][S26] D")]
+    pub const FP8_E4M3_MAX: f64 = 240.0;
+
+    /// Largest finite float8_e5m2 value: 57,344.
+    #[spec(unit = "dimensionless", source = "[S23] D")]
+    pub const FP8_E5M2_MAX: f64 = 57344.0;
+
+    /// Largest finite float8_e4m3fn (OCP, no Inf) value: 448 (numerics only, not on Trn2's PE).
+    #[spec(unit = "dimensionless", source = "[S11][S22] D")]
+    pub const FP8_E4M3FN_MAX: f64 = 448.0;
+
+    /// Largest finite float8_e3m4 (FP8_E3, IEEE-style, bias 3) value: 15.5.
+    #[spec(unit = "dimensionless", source = "[S8] I")]
+    pub const FP8_E3M4_MAX: f64 = 15.5;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small arrays built from the scalar constants above (each element is itself in `ENTRIES`, except
+// the sparsity patterns, whose bounds are `SPARSE_MAX_GROUP_ELEMENTS` and
+// `SPARSE_MAX_THROUGHPUT_FACTOR`).
+// ---------------------------------------------------------------------------------------------
+
+/// PE tile sizes (rows; also the candidate column sizes) an `nc_matmul` may use: 128, 64, 32.
+///
+/// Source: `[S9][S10]` D (4 × 32 row tiling is new in NCv3). Tile starts are multiples of the
+/// tile size.
+pub const PE_ROW_TILE_SIZES: [usize; 3] = [PE_TILE_FULL, PE_TILE_HALF, PE_TILE_QUARTER];
+
+/// Logical NeuronCore sizes trn2core accepts: 1 and 2 (documented, `[S6]`) and 4 (extension).
+pub const LNC_ALLOWED: [usize; 3] = [1, LNC_MAX_DOCUMENTED, LNC_MAX];
+
+/// N:M structured-sparsity patterns of the tensor engine, as `(n, m)` = at most `n` stored values
+/// in every group of `m`, in the API contract's order.
+///
+/// Source: `[S4]` D. **Conflict:** the (unreleased) NKI text lists only 4:8, 4:12, 4:16 `[S1]`; the
+/// NeuronCore-v3 page lists all seven, which the project follows.
+pub const SPARSITY_PATTERNS: [(usize, usize); 7] =
+    [(1, 2), (2, 4), (1, 4), (2, 8), (4, 8), (4, 12), (4, 16)];
+
+// Orderings between constants that the models rely on, checked at compile time.
+const _: () = {
+    assert!(SBUF_USABLE_PARTITION_BYTES < SBUF_PARTITION_BYTES);
+    assert!(HBM_STACK_BYTES <= HBM_STACK_ADDRESS_WINDOW_BYTES);
+    assert!(DMA_OVERHEAD_BOUND_PARTITION_BYTES < DMA_RECOMMENDED_PARTITION_BYTES);
+    assert!(DMA_RECOMMENDED_PARTITION_BYTES < DMA_FULL_RATE_PARTITION_BYTES);
+    assert!(COLLECTIVE_MESH_MAX_BYTES < COLLECTIVE_RDH_MAX_BYTES);
+    assert!(RING_HOP_LATENCY_MIN_S <= RING_HOP_LATENCY_S);
+    assert!(RING_HOP_LATENCY_S <= RING_HOP_LATENCY_MAX_S);
+    assert!(MATMUL_MOVING_FREE_MAX as u64 * 4 == PSUM_BANK_BYTES);
+};
+
+// ---------------------------------------------------------------------------------------------
+// The table the Python binding exposes.
+// ---------------------------------------------------------------------------------------------
+
+/// One row of the table the Python binding exposes read-only as `trn2core.spec`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpecEntry {
+    /// The constant's name in lower_snake_case, e.g. `"pe_clock_hz"`.
+    pub name: &'static str,
+    /// The constant's value (integers converted exactly; all are below 2^53).
+    pub value: f64,
+    /// Unit, e.g. `"Hz"`, `"B"`, `"B/s"`, `"s"`, `"cycles"`, `"TFLOPS"`, `"count"`, `"ratio"`.
+    pub unit: &'static str,
+    /// Source tag(s) and status, e.g. `"[S1] D"`.
+    pub source: &'static str,
+    /// One sentence saying what the number is.
+    pub doc: &'static str,
+}
+
+/// Looks up an entry of [`ENTRIES`] by its lower_snake_case name.
+pub fn entry(name: &str) -> Option<&'static SpecEntry> {
+    ENTRIES.iter().find(|e| e.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * b.abs()
+    }
+
+    #[test]
+    fn core_peaks_follow_the_clock() {
+        assert_eq!(CORE_PEAK_BF16_FLOPS_PER_S, 128.0 * 128.0 * 2.0 * 2.4e9);
+        assert!((CORE_PEAK_BF16_FLOPS_PER_S / 1e12 - 78.6).abs() < 0.1);
+        assert_eq!(
+            CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
+            2.0 * CORE_PEAK_BF16_FLOPS_PER_S
+        );
+        assert_eq!(CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_BF16_FLOPS_PER_S / 4.0);
+        assert_eq!(
+            CORE_PEAK_SPARSE_FLOPS_PER_S,
+            4.0 * CORE_PEAK_BF16_FLOPS_PER_S
+        );
+        // The documented per-core figures are the derived ones rounded (within 2 %).
+        for (derived, documented) in [
+            (CORE_PEAK_BF16_FLOPS_PER_S, CORE_DOCUMENTED_BF16_TFLOPS),
+            (
+                CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
+                CORE_DOCUMENTED_FP8_TFLOPS,
+            ),
+            (CORE_PEAK_FP32_FLOPS_PER_S, CORE_DOCUMENTED_FP32_TFLOPS),
+            (CORE_PEAK_SPARSE_FLOPS_PER_S, CORE_DOCUMENTED_SPARSE_TFLOPS),
+        ] {
+            assert!(
+                close(derived / 1e12, documented, 0.02),
+                "{derived} vs {documented}"
+            );
+        }
+        // One full 128x128x512 BF16 matmul: 512 PE cycles = 213 ns at 78.6 TFLOPS.
+        let cycles = MM_INIT_LATENCY_CYCLES.max(MATMUL_MOVING_FREE_MAX) as f64;
+        let flops = (2 * PE_ROWS * PE_COLS * MATMUL_MOVING_FREE_MAX) as f64;
+        assert_eq!(flops / (cycles / PE_CLOCK_HZ), CORE_PEAK_BF16_FLOPS_PER_S);
+    }
+
+    #[test]
+    fn neuronlink_links_add_up_to_the_chip_total() {
+        let dirs = NEURONLINK_DIRECTIONS as f64;
+        let intra = NEURONLINK_XY_LINKS_PER_CHIP as f64 * NEURONLINK_XY_LINK_BYTES_PER_S * dirs;
+        let inter = NEURONLINK_Z_LINKS_PER_CHIP as f64 * NEURONLINK_Z_LINK_BYTES_PER_S * dirs;
+        assert_eq!(intra, NEURONLINK_INTRA_INSTANCE_BYTES_PER_S);
+        assert_eq!(inter, NEURONLINK_INTER_INSTANCE_BYTES_PER_S);
+        assert_eq!(intra + inter, NEURONLINK_CHIP_BYTES_PER_S);
+        assert_eq!(intra + inter, 1.28e12);
+    }
+
+    #[test]
+    fn memories_have_their_documented_sizes() {
+        assert_eq!(SBUF_BYTES, 28 * MIB);
+        assert_eq!(SBUF_CHIP_BYTES, 224 * MIB);
+        assert_eq!(PSUM_BYTES, 2 * MIB);
+        assert_eq!(PSUM_BANK_FP32_ELEMENTS, 512);
+        assert_eq!(MATMUL_MOVING_FREE_MAX, 512);
+        assert_eq!(HBM_CHIP_BYTES, 96 * GIB);
+        assert_eq!(
+            HBM_STACKS_PER_CHIP * CORES_PER_HBM_STACK,
+            CORES_PER_CHIP,
+            "every core shares exactly one stack"
+        );
+        assert_eq!(
+            HBM_CORE_SHARE_BYTES_PER_S * CORES_PER_CHIP as f64,
+            HBM_CHIP_BYTES_PER_S
+        );
+    }
+
+    #[test]
+    fn dma_rates_are_consistent() {
+        assert_eq!(DMA_CORE_BYTES_PER_S, 368e9);
+        assert_eq!(DMA_ENGINES_PER_CHIP, 128);
+        assert_eq!(DMA_PARTITIONS_PER_ENGINE, 8);
+        // 128 engines at the theoretical rate give the chip's 3.5 TB/s (within 1 %).
+        let theoretical = DMA_ENGINES_PER_CHIP as f64 * DMA_ENGINE_THEORETICAL_BYTES_PER_S;
+        assert!(close(theoretical, DMA_CHIP_BYTES_PER_S, 0.01));
+        // The measured 32 KiB transfer supports the effective 23 B/ns (within 1 %).
+        let measured = DMA_MEASURED_EXAMPLE_BYTES as f64 / DMA_MEASURED_EXAMPLE_S;
+        assert!(close(measured, DMA_ENGINE_BYTES_PER_S, 0.01));
+    }
+
+    #[test]
+    fn topology_counts_are_consistent() {
+        assert_eq!(CHIPS_PER_INSTANCE, 16);
+        assert_eq!(CHIPS_PER_ULTRASERVER, 64);
+        assert_eq!(CC_CORES_PER_CHIP, CC_CORES_PER_CORE * CORES_PER_CHIP);
+        assert_eq!(CORES_PER_DIE, 4);
+        assert_eq!(
+            EFA_INSTANCE_BITS_PER_S,
+            EFA_CHIP_BITS_PER_S * CHIPS_PER_INSTANCE as f64
+        );
+        for lnc in LNC_ALLOWED {
+            assert_eq!(CORES_PER_CHIP % lnc, 0);
+            assert!(lnc <= CORES_PER_DIE, "a logical core stays on one die");
+        }
+        for (n, m) in SPARSITY_PATTERNS {
+            assert!(n < m && m <= SPARSE_MAX_GROUP_ELEMENTS);
+            assert!(m / n <= SPARSE_MAX_THROUGHPUT_FACTOR);
+        }
+        for size in PE_ROW_TILE_SIZES {
+            assert_eq!(PE_ROWS % size, 0);
+        }
+    }
+
+    #[test]
+    fn entries_are_well_formed() {
+        assert!(ENTRIES.len() > 100);
+        for (i, e) in ENTRIES.iter().enumerate() {
+            assert!(!e.source.trim().is_empty(), "{} has no source", e.name);
+            assert!(e.source.contains('['), "{}: source lacks a tag", e.name);
+            assert!(
+                e.source.ends_with(" D") || e.source.ends_with(" I") || e.source.ends_with(" C"),
+                "{}: source lacks a D/I/C status",
+                e.name
+            );
+            assert!(!e.unit.is_empty() && !e.doc.is_empty(), "{}", e.name);
+            assert!(e.doc.ends_with('.'), "{}: doc is not a sentence", e.name);
+            assert!(e.value.is_finite() && e.value >= 0.0, "{}", e.name);
+            assert!(
+                e.name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{} is not lower_snake_case",
+                e.name
+            );
+            assert!(
+                ENTRIES[..i].iter().all(|earlier| earlier.name != e.name),
+                "duplicate entry {}",
+                e.name
+            );
+        }
+    }
+
+    #[test]
+    fn entries_carry_the_constants() {
+        let pe = entry("pe_clock_hz").expect("pe_clock_hz is in the table");
+        assert_eq!(pe.value, PE_CLOCK_HZ);
+        assert_eq!(pe.unit, "Hz");
+        assert_eq!(pe.source, "[S1] D");
+        assert_eq!(
+            entry("sbuf_bytes").map(|e| e.value),
+            Some(SBUF_BYTES as f64)
+        );
+        assert_eq!(entry("cc_cores_per_chip").map(|e| e.value), Some(16.0));
+        assert!(entry("PE_CLOCK_HZ").is_none());
+    }
+}

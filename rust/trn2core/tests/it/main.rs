@@ -1,0 +1,3 @@
+//! The one integration-test binary of the core (one binary keeps link times down on 2 cores).
+
+mod numerics_exhaustive;
