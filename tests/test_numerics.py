@@ -23,12 +23,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from functools import lru_cache
+from functools import cache
 
 import gfloat
 import ml_dtypes
 import numpy as np
 import pytest
+import trn2core
 from gfloat import Domain, FormatInfo, RoundMode
 from gfloat.formats import (
     format_info_bfloat16,
@@ -40,8 +41,6 @@ from gfloat.formats import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
-import trn2core
 
 # ---------------------------------------------------------------------------------------------
 # The formats, written down independently of the implementation.
@@ -78,32 +77,39 @@ class Fmt:
 
 
 F32 = np.dtype(np.float32)
-FMTS = {
-    f.name: f
-    for f in [
-        Fmt("fp32", 8, 23, 127, float(np.finfo(np.float32).max), 2.0**-126, 2.0**-149, True,
-            F32, np.dtype(np.uint32), 0x7FC00000, 2**23 - 1),
-        Fmt("tf32", 8, 10, 127, (2 - 2.0**-10) * 2.0**127, 2.0**-126, 2.0**-136, True,
-            F32, np.dtype(np.uint32), 0x7FC00000, 2**10 - 1),
-        Fmt("bf16", 8, 7, 127, (2 - 2.0**-7) * 2.0**127, 2.0**-126, 2.0**-133, True,
-            np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16), 0x7FC0, 2**7 - 1),
-        Fmt("fp16", 5, 10, 15, 65504.0, 2.0**-14, 2.0**-24, True,
-            np.dtype(np.float16), np.dtype(np.uint16), 0x7E00, 2**10 - 1),
-        Fmt("fp8_e4m3", 4, 3, 7, 240.0, 2.0**-6, 2.0**-9, True,
-            np.dtype(ml_dtypes.float8_e4m3), np.dtype(np.uint8), 0x7C, 7),
-        Fmt("fp8_e5m2", 5, 2, 15, 57344.0, 2.0**-14, 2.0**-16, True,
-            np.dtype(ml_dtypes.float8_e5m2), np.dtype(np.uint8), 0x7E, 3),
-        Fmt("fp8_e3m4", 3, 4, 3, 15.5, 2.0**-2, 2.0**-6, True,
-            np.dtype(ml_dtypes.float8_e3m4), np.dtype(np.uint8), 0x78, 15),
-        Fmt("fp8_e4m3fn", 4, 3, 7, 448.0, 2.0**-6, 2.0**-9, False,
-            np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(np.uint8), 0x7F, 1),
-    ]
-}
+U8, U16, U32 = np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)
+# fmt: off
+FMTS = {f.name: f for f in [
+    #   name          e   m  bias  max                          min_normal  min_subnormal has_inf
+    #   dtype                                  codes nan_code    num_high_nans
+    Fmt("fp32",       8, 23, 127, float(np.finfo(F32).max),     2.0**-126, 2.0**-149, True,
+        F32,                                   U32, 0x7FC00000, 2**23 - 1),
+    Fmt("tf32",       8, 10, 127, (2 - 2.0**-10) * 2.0**127,    2.0**-126, 2.0**-136, True,
+        F32,                                   U32, 0x7FC00000, 2**10 - 1),
+    Fmt("bf16",       8,  7, 127, (2 - 2.0**-7) * 2.0**127,     2.0**-126, 2.0**-133, True,
+        np.dtype(ml_dtypes.bfloat16),          U16, 0x7FC0,     2**7 - 1),
+    Fmt("fp16",       5, 10,  15, 65504.0,                      2.0**-14,  2.0**-24,  True,
+        np.dtype(np.float16),                  U16, 0x7E00,     2**10 - 1),
+    Fmt("fp8_e4m3",   4,  3,   7, 240.0,                        2.0**-6,   2.0**-9,   True,
+        np.dtype(ml_dtypes.float8_e4m3),       U8,  0x7C,       7),
+    Fmt("fp8_e5m2",   5,  2,  15, 57344.0,                      2.0**-14,  2.0**-16,  True,
+        np.dtype(ml_dtypes.float8_e5m2),       U8,  0x7E,       3),
+    Fmt("fp8_e3m4",   3,  4,   3, 15.5,                         2.0**-2,   2.0**-6,   True,
+        np.dtype(ml_dtypes.float8_e3m4),       U8,  0x78,       15),
+    Fmt("fp8_e4m3fn", 4,  3,   7, 448.0,                        2.0**-6,   2.0**-9,   False,
+        np.dtype(ml_dtypes.float8_e4m3fn),     U8,  0x7F,       1),
+]}
+# fmt: on
 FORMATS = tuple(FMTS)
 FP8 = tuple(n for n in FORMATS if FMTS[n].is_fp8)
 EXHAUSTIVE = ("bf16", "fp16") + FP8  # formats small enough to enumerate every code
 ROUNDING_MODES = (
-    "nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative", "stochastic",
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "toward_positive",
+    "toward_negative",
+    "stochastic",
 )
 DETERMINISTIC_MODES = ROUNDING_MODES[:-1]
 GF_MODE = {
@@ -115,12 +121,16 @@ GF_MODE = {
     "stochastic": RoundMode.StochasticFastest,
 }
 LOW_PRECISION_INPUT_DTYPES = (
-    np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3),
-    np.dtype(ml_dtypes.float8_e5m2), np.dtype(ml_dtypes.float8_e3m4), np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(ml_dtypes.float8_e4m3),
+    np.dtype(ml_dtypes.float8_e5m2),
+    np.dtype(ml_dtypes.float8_e3m4),
+    np.dtype(ml_dtypes.float8_e4m3fn),
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def gf_info(name: str, bias: int | None = None) -> FormatInfo:
     """gfloat's description of a format, optionally with Trainium2's configurable FP8 bias."""
     f = FMTS[name]
@@ -178,8 +188,9 @@ def gf_round(name, x, mode="nearest_even", saturate=False, bits=None, nbits=0, b
     if bits is not None:
         bits = np.broadcast_to(np.asarray(bits, np.int64), x64.shape)
     with np.errstate(all="ignore"):
-        return gfloat.round_ndarray(gf_info(name, bias), x64, GF_MODE[mode], sat=saturate,
-                                    srbits=bits, srnumbits=nbits)
+        return gfloat.round_ndarray(
+            gf_info(name, bias), x64, GF_MODE[mode], sat=saturate, srbits=bits, srnumbits=nbits
+        )
 
 
 def describe(v) -> str:
@@ -229,8 +240,27 @@ def _sampled_positive_codes(f: Fmt) -> np.ndarray:
     rng = np.random.default_rng(20240611)
     m = f.mantissa_bits
     top = 2**m - 1
-    mants = np.array(sorted({0, 1, 2, 3, 4, 5, 2 ** (m - 1) - 1, 2 ** (m - 1), 2 ** (m - 1) + 1,
-                             top - 4, top - 3, top - 2, top - 1, top}), np.int64)
+    mants = np.array(
+        sorted(
+            {
+                0,
+                1,
+                2,
+                3,
+                4,
+                5,
+                2 ** (m - 1) - 1,
+                2 ** (m - 1),
+                2 ** (m - 1) + 1,
+                top - 4,
+                top - 3,
+                top - 2,
+                top - 1,
+                top,
+            }
+        ),
+        np.int64,
+    )
     exps = np.arange(0, 255, dtype=np.int64)
     codes = [(exps[:, None] << m | mants[None, :]).ravel()]
     codes.append(rng.integers(0, 255 << m, size=20000))
@@ -240,7 +270,7 @@ def _sampled_positive_codes(f: Fmt) -> np.ndarray:
     return np.unique(np.concatenate(codes)).astype(np.int64)
 
 
-@lru_cache(maxsize=None)
+@cache
 def positive_grid(name: str, bias: int | None = None):
     """(values, midpoints) of the format as float64: positive finite values incl. +0, and the
     midpoint of each value with its upper neighbour, plus the midpoint above max."""
@@ -266,20 +296,64 @@ def _extras(name: str, bias: int | None) -> np.ndarray:
     _, _, fmax, ulp = positive_grid(name, bias)
     sub = f.min_subnormal * scale_of(name, bias)
     f32 = np.finfo(np.float32)
-    return np.array([
-        sub / 4, sub * 0.49, sub * 0.51, sub * 0.75, sub * 1.25, sub * 1.5, sub * 1.75,
-        fmax + ulp, fmax + ulp * 0.75, fmax + ulp * 0.25, fmax * 2, fmax * 16,
-        float(f32.max), float(f32.smallest_subnormal), float(f32.smallest_normal),
-        1e30, 1e-30, 1.0, 65504.0, 65520.0, 65536.0, 448.0, 464.0, 480.0, 240.0, 248.0, 256.0,
-        57344.0, 61440.0, 65535.0, 15.5, 15.75, 16.0, 3.0e38,
-    ])
+    return np.array(
+        [
+            sub / 4,
+            sub * 0.49,
+            sub * 0.51,
+            sub * 0.75,
+            sub * 1.25,
+            sub * 1.5,
+            sub * 1.75,
+            fmax + ulp,
+            fmax + ulp * 0.75,
+            fmax + ulp * 0.25,
+            fmax * 2,
+            fmax * 16,
+            float(f32.max),
+            float(f32.smallest_subnormal),
+            float(f32.smallest_normal),
+            1e30,
+            1e-30,
+            1.0,
+            65504.0,
+            65520.0,
+            65536.0,
+            448.0,
+            464.0,
+            480.0,
+            240.0,
+            248.0,
+            256.0,
+            57344.0,
+            61440.0,
+            65535.0,
+            15.5,
+            15.75,
+            16.0,
+            3.0e38,
+        ]
+    )
 
 
-_FLOAT64_ONLY = np.array([
-    1e300, 1e-300, 5e-324, 2.0**-150, 2.0**-150 * (1 + 2.0**-40), 2.0**-150 * (1 - 2.0**-40),
-    2.0**128, 2.0**128 - 2.0**103, (2.0**128 - 2.0**103) * (1 - 2.0**-50), 2.0**1000,
-    1 + 2.0**-8 + 2.0**-40, 1 + 2.0**-4 + 2.0**-40, 1 + 2.0**-11 + 2.0**-40, 1 + 2.0**-24 + 2.0**-60,
-])
+_FLOAT64_ONLY = np.array(
+    [
+        1e300,
+        1e-300,
+        5e-324,
+        2.0**-150,
+        2.0**-150 * (1 + 2.0**-40),
+        2.0**-150 * (1 - 2.0**-40),
+        2.0**128,
+        2.0**128 - 2.0**103,
+        (2.0**128 - 2.0**103) * (1 - 2.0**-50),
+        2.0**1000,
+        1 + 2.0**-8 + 2.0**-40,
+        1 + 2.0**-4 + 2.0**-40,
+        1 + 2.0**-11 + 2.0**-40,
+        1 + 2.0**-24 + 2.0**-60,
+    ]
+)
 _SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, np.copysign(np.nan, -1.0)])
 
 
@@ -294,19 +368,30 @@ def _both_signs(v: np.ndarray, dtype) -> np.ndarray:
     return np.concatenate([v, -v, _SPECIALS.astype(dtype)])
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sample(name: str, width: str, bias: int | None = None) -> np.ndarray:
     """Boundary-heavy inputs for a format: width 'f32' (float32) or 'f64' (float64)."""
     values, mids, _, _ = positive_grid(name, bias)
     extras = _extras(name, bias)
     if width == "f32":
         m32 = _exact_in_f32(mids)
-        parts = [_exact_in_f32(values), m32, _exact_in_f32(extras),
-                 np.nextafter(m32, np.float32(np.inf)), np.nextafter(m32, np.float32(-np.inf))]
+        parts = [
+            _exact_in_f32(values),
+            m32,
+            _exact_in_f32(extras),
+            np.nextafter(m32, np.float32(np.inf)),
+            np.nextafter(m32, np.float32(-np.inf)),
+        ]
         out = _both_signs(np.concatenate(parts), np.float32)
     else:
-        parts = [values, mids, extras, _FLOAT64_ONLY,
-                 np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf)]
+        parts = [
+            values,
+            mids,
+            extras,
+            _FLOAT64_ONLY,
+            np.nextafter(mids, np.inf),
+            np.nextafter(mids, -np.inf),
+        ]
         out = _both_signs(np.concatenate(parts), np.float64)
     return out
 
@@ -321,7 +406,7 @@ def small_sample(name: str, width: str, size: int = 1500, bias: int | None = Non
     full = sample(name, width, bias)
     rng = np.random.default_rng(len(full))
     pick = rng.choice(full.size, size=min(size, full.size), replace=False)
-    return np.concatenate([full[np.sort(pick)], full[-len(_SPECIALS):]])
+    return np.concatenate([full[np.sort(pick)], full[-len(_SPECIALS) :]])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +414,9 @@ def small_sample(name: str, width: str, size: int = 1500, bias: int | None = Non
 # ---------------------------------------------------------------------------------------------
 
 
-def _exact_stochastic(x: float, name: str, r: int, n: int, saturate: bool,
-                      bias: int | None = None) -> float:
+def _exact_stochastic(
+    x: float, name: str, r: int, n: int, saturate: bool, bias: int | None = None
+) -> float:
     """Round the magnitude of x up iff frac + r / 2**n >= 1, computed in Python integers."""
     fi = gf_info(name, bias)
     if math.isnan(x):
@@ -364,8 +450,10 @@ def _exact_stochastic(x: float, name: str, r: int, n: int, saturate: bool,
 def exact_stochastic(x: np.ndarray, name, bits, n, saturate, bias=None) -> np.ndarray:
     xs = np.asarray(x).astype(np.float64)
     bs = np.broadcast_to(np.asarray(bits), xs.shape)
-    out = [_exact_stochastic(float(v), name, int(r), n, saturate, bias)
-           for v, r in zip(xs.ravel(), bs.ravel())]
+    out = [
+        _exact_stochastic(float(v), name, int(r), n, saturate, bias)
+        for v, r in zip(xs.ravel(), bs.ravel(), strict=True)
+    ]
     return np.array(out, np.float64).reshape(xs.shape)
 
 
@@ -375,20 +463,30 @@ def exact_stochastic(x: np.ndarray, name, bits, n, saturate, bias=None) -> np.nd
 
 
 def test_oracle_format_table_matches_gfloat_and_ml_dtypes():
-    for builtin, name in [(format_info_binary32, "fp32"), (format_info_bfloat16, "bf16"),
-                          (format_info_binary16, "fp16"), (format_info_ocp_e5m2, "fp8_e5m2"),
-                          (format_info_ocp_e4m3, "fp8_e4m3fn")]:
+    for builtin, name in [
+        (format_info_binary32, "fp32"),
+        (format_info_bfloat16, "bf16"),
+        (format_info_binary16, "fp16"),
+        (format_info_ocp_e5m2, "fp8_e5m2"),
+        (format_info_ocp_e4m3, "fp8_e4m3fn"),
+    ]:
         mine = gf_info(name)
         for field in ("k", "precision", "bias", "domain", "num_high_nans", "has_nz"):
             assert getattr(mine, field) == getattr(builtin, field), (name, field)
     for name, f in FMTS.items():
         fi = gf_info(name)
         assert (fi.max, fi.smallest_normal, fi.smallest_subnormal) == (
-            f.max, f.min_normal, f.min_subnormal), name
+            f.max,
+            f.min_normal,
+            f.min_subnormal,
+        ), name
         if name != "tf32":
             fin = ml_dtypes.finfo(f.dtype)
             assert (float(fin.max), float(fin.smallest_normal), float(fin.smallest_subnormal)) == (
-                f.max, f.min_normal, f.min_subnormal), name
+                f.max,
+                f.min_normal,
+                f.min_subnormal,
+            ), name
             assert np.isnan(np.array(f.nan_code, f.code_dtype).view(f.dtype).astype(np.float32))
 
 
@@ -421,7 +519,10 @@ def test_format_info_fields(name):
     assert dataclasses.is_dataclass(info)
     assert info.name == name
     assert (info.exponent_bits, info.mantissa_bits, info.bias) == (
-        f.exponent_bits, f.mantissa_bits, f.bias)
+        f.exponent_bits,
+        f.mantissa_bits,
+        f.bias,
+    )
     assert (info.max, info.min_normal, info.min_subnormal) == (f.max, f.min_normal, f.min_subnormal)
     assert info.has_inf is f.has_inf
     assert isinstance(info.dtype, np.dtype) and info.dtype == f.dtype
@@ -438,9 +539,15 @@ def test_format_info_exponent_bias(name, bias):
     s = 2.0 ** (f.bias - bias)
     assert info.bias == bias
     assert (info.exponent_bits, info.mantissa_bits, info.has_inf) == (
-        f.exponent_bits, f.mantissa_bits, f.has_inf)
+        f.exponent_bits,
+        f.mantissa_bits,
+        f.has_inf,
+    )
     assert (info.max, info.min_normal, info.min_subnormal) == (
-        f.max * s, f.min_normal * s, f.min_subnormal * s)
+        f.max * s,
+        f.min_normal * s,
+        f.min_subnormal * s,
+    )
     assert trn2core.format_info(name, exponent_bias=f.bias) == trn2core.format_info(name)
 
 
@@ -544,30 +651,52 @@ def test_specific_values(value, name, kwargs, expected):
         else:
             assert got == expected and math.copysign(1, got) == math.copysign(1, expected), (
                 f"quantize({value!r} as {np.dtype(dtype)}, {name!r}, {kwargs}) = {got!r}, "
-                f"expected {expected!r}")
+                f"expected {expected!r}"
+            )
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "fp16"])
 def test_long_and_odd_lengths_match_ml_dtypes(name, rng):
     """Chunking and vector tails: every length 0..70 and one long odd length."""
     f = FMTS[name]
-    x = (rng.standard_normal(2**20 + 13) * rng.choice([1e-6, 1.0, 300.0], 2**20 + 13)).astype(np.float32)
-    assert_codes_equal(as_codes(trn2core.quantize(x, name), name), x.astype(f.dtype).view(f.code_dtype),
-                       x, name, label="long array")
+    x = (rng.standard_normal(2**20 + 13) * rng.choice([1e-6, 1.0, 300.0], 2**20 + 13)).astype(
+        np.float32
+    )
+    assert_codes_equal(
+        as_codes(trn2core.quantize(x, name), name),
+        x.astype(f.dtype).view(f.code_dtype),
+        x,
+        name,
+        label="long array",
+    )
     for length in range(71):
-        y = x[1000:1000 + length]
-        assert_codes_equal(as_codes(trn2core.quantize(y, name), name), y.astype(f.dtype).view(f.code_dtype),
-                           y, name, label=f"length {length}")
+        y = x[1000 : 1000 + length]
+        assert_codes_equal(
+            as_codes(trn2core.quantize(y, name), name),
+            y.astype(f.dtype).view(f.code_dtype),
+            y,
+            name,
+            label=f"length {length}",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # NaN, signed zero, subnormals.
 # ---------------------------------------------------------------------------------------------
 
-_NAN32 = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FC12345, 0xFF812345, 0xFFFFFFFF,
-                   0x7FFFFFFF], np.uint32).view(np.float32)
-_NAN64 = np.array([0x7FF8000000000000, 0xFFF8000000000000, 0x7FF0000000000001,
-                   0xFFF8000000000123, 0x7FFFFFFFFFFFFFFF], np.uint64).view(np.float64)
+_NAN32 = np.array(
+    [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FC12345, 0xFF812345, 0xFFFFFFFF, 0x7FFFFFFF], np.uint32
+).view(np.float32)
+_NAN64 = np.array(
+    [
+        0x7FF8000000000000,
+        0xFFF8000000000000,
+        0x7FF0000000000001,
+        0xFFF8000000000123,
+        0x7FFFFFFFFFFFFFFF,
+    ],
+    np.uint64,
+).view(np.float64)
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -582,7 +711,9 @@ def test_nan_becomes_canonical_quiet_nan_with_sign(name, mode, saturate):
         if name == "fp32" and x.dtype == np.float32:
             want = x.view(np.uint32)  # identity on bits, payload kept
         label = f"NaN {x.dtype} {mode} saturate={saturate}"
-        assert_codes_equal(as_codes(trn2core.quantize(x, name, **kw), name), want, x, name, label=label)
+        assert_codes_equal(
+            as_codes(trn2core.quantize(x, name, **kw), name), want, x, name, label=label
+        )
         assert_codes_equal(trn2core.encode(x, name, **kw), want, x, name, label="encode " + label)
 
 
@@ -592,8 +723,11 @@ def test_signed_zero_and_tiny_values(name, mode):
     f = FMTS[name]
     sub = f.min_subnormal
     x = np.array([0.0, -0.0, sub / 4, -sub / 4, sub * 0.49, -sub * 0.49, 1e-45, -1e-45], np.float64)
-    kw = {"rounding": mode} if mode != "stochastic" else {"rounding": mode, "random_bits": np.uint32(0),
-                                                          "random_bit_count": 8}
+    kw = (
+        {"rounding": mode}
+        if mode != "stochastic"
+        else {"rounding": mode, "random_bits": np.uint32(0), "random_bit_count": 8}
+    )
     got = trn2core.quantize(x, name, **kw).astype(np.float64)
     assert np.array_equal(np.signbit(got), np.signbit(x)), (name, mode, got)
     expected = {
@@ -605,8 +739,14 @@ def test_signed_zero_and_tiny_values(name, mode):
         "stochastic": [0, 0, 0, 0, 0, 0, 0, 0],  # r = 0 never rounds a fraction < 1 up
     }[mode]
     if name == "fp32":  # 1e-45 is float32's smallest subnormal region: recompute with gfloat
-        expected = gf_round(name, x, mode, False, np.zeros(x.shape, np.int64) if mode == "stochastic" else None,
-                            8 if mode == "stochastic" else 0)
+        expected = gf_round(
+            name,
+            x,
+            mode,
+            False,
+            np.zeros(x.shape, np.int64) if mode == "stochastic" else None,
+            8 if mode == "stochastic" else 0,
+        )
     assert np.array_equal(got, np.asarray(expected, np.float64)), (name, mode, got, expected)
 
 
@@ -624,8 +764,9 @@ def test_stochastic_spot_values():
     # exactly representable values never move, whatever the bits
     y = np.array([1.0, -2.0, 0.0, 240.0], np.float32)
     for r in (0, 2**32 - 1):
-        got = trn2core.quantize(y, "fp8_e4m3", rounding="stochastic", random_bits=np.uint32(r),
-                                random_bit_count=32)
+        got = trn2core.quantize(
+            y, "fp8_e4m3", rounding="stochastic", random_bits=np.uint32(r), random_bit_count=32
+        )
         assert got.astype(np.float64).tolist() == y.tolist()
 
 
@@ -637,15 +778,22 @@ def test_stochastic_explicit_bits_match_gfloat(name, saturate, nbits, rng):
     if x.size > 100_000:  # keep the 16-bit formats fast: a fixed subset for the random pass
         x = x[rng.choice(x.size, 100_000, replace=False)]
     bits = rng.integers(0, 2**nbits, size=x.shape, dtype=np.uint64).astype(np.uint32)
-    for r in (bits, np.uint32(0), np.uint32(2 ** (nbits - 1)), np.uint32(2 ** (nbits - 1) - 1),
-              np.uint32(2**nbits - 1)):
+    for r in (
+        bits,
+        np.uint32(0),
+        np.uint32(2 ** (nbits - 1)),
+        np.uint32(2 ** (nbits - 1) - 1),
+        np.uint32(2**nbits - 1),
+    ):
         want = codes_from_values(gf_round(name, x, "stochastic", saturate, r, nbits), name)
-        got = trn2core.quantize(x, name, rounding="stochastic", saturate=saturate, random_bits=r,
-                                random_bit_count=nbits)
+        got = trn2core.quantize(
+            x, name, rounding="stochastic", saturate=saturate, random_bits=r, random_bit_count=nbits
+        )
         label = f"stochastic n={nbits} saturate={saturate} bits={'array' if np.ndim(r) else int(r)}"
         assert_codes_equal(as_codes(got, name), want, x, name, any_nan=True, label=label)
-        enc = trn2core.encode(x, name, rounding="stochastic", saturate=saturate, random_bits=r,
-                              random_bit_count=nbits)
+        enc = trn2core.encode(
+            x, name, rounding="stochastic", saturate=saturate, random_bits=r, random_bit_count=nbits
+        )
         assert_codes_equal(enc, as_codes(got, name), x, name, label="encode vs quantize " + label)
 
 
@@ -662,10 +810,17 @@ def test_stochastic_explicit_bits_match_exact_reference(name, saturate, nbits, w
     bits[2::7] = 2 ** (nbits - 1) - 1 if nbits > 1 else 0
     bits = bits.astype(np.uint32)
     want = codes_from_values(exact_stochastic(x, name, bits, nbits, saturate), name)
-    got = trn2core.quantize(x, name, rounding="stochastic", saturate=saturate, random_bits=bits,
-                            random_bit_count=nbits)
-    assert_codes_equal(as_codes(got, name), want, x, name, any_nan=True,
-                       label=f"stochastic n={nbits} saturate={saturate} exact reference")
+    got = trn2core.quantize(
+        x, name, rounding="stochastic", saturate=saturate, random_bits=bits, random_bit_count=nbits
+    )
+    assert_codes_equal(
+        as_codes(got, name),
+        want,
+        x,
+        name,
+        any_nan=True,
+        label=f"stochastic n={nbits} saturate={saturate} exact reference",
+    )
 
 
 def test_stochastic_threshold_is_inclusive_at_32_bits():
@@ -682,8 +837,9 @@ def test_stochastic_random_bits_broadcast_and_dtypes(rng):
     full = np.ascontiguousarray(np.broadcast_to(row, x.shape))
     kw = {"rounding": "stochastic", "random_bit_count": 8}
     want = trn2core.quantize(x, "fp8_e4m3", random_bits=full, **kw)
-    assert np.array_equal(trn2core.quantize(x, "fp8_e4m3", random_bits=row, **kw).view(np.uint8),
-                          want.view(np.uint8))
+    assert np.array_equal(
+        trn2core.quantize(x, "fp8_e4m3", random_bits=row, **kw).view(np.uint8), want.view(np.uint8)
+    )
     for dt in (np.uint8, np.uint16, np.uint64, np.int32, np.int64):
         got = trn2core.quantize(x, "fp8_e4m3", random_bits=full.astype(dt), **kw)
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), dt
@@ -709,7 +865,9 @@ def test_stochastic_bits_shape_and_prefix_property():
     scalar = trn2core.stochastic_bits((), 5)
     assert scalar.shape == () and scalar == big[0]
     assert trn2core.stochastic_bits((3, 0, 2), 5).shape == (3, 0, 2)
-    assert np.array_equal(trn2core.stochastic_bits((1000,), 5), trn2core.stochastic_bits((1000,), 5))
+    assert np.array_equal(
+        trn2core.stochastic_bits((1000,), 5), trn2core.stochastic_bits((1000,), 5)
+    )
 
 
 def test_stochastic_bits_look_uniform_and_depend_on_seed():
@@ -731,24 +889,41 @@ def test_stochastic_bits_look_uniform_and_depend_on_seed():
         assert ((x >> 24) == (y >> 24)).mean() < 1 / 256 + 5 * math.sqrt(1 / 256 / n)
 
 
-@pytest.mark.parametrize("name, width", [("bf16", "f32"), ("fp8_e4m3", "f32"), ("fp8_e5m2", "f32"),
-                                         ("fp16", "f32"), ("fp32", "f64"), ("tf32", "f32"),
-                                         ("fp8_e4m3fn", "f64")])
+@pytest.mark.parametrize(
+    "name, width",
+    [
+        ("bf16", "f32"),
+        ("fp8_e4m3", "f32"),
+        ("fp8_e5m2", "f32"),
+        ("fp16", "f32"),
+        ("fp32", "f64"),
+        ("tf32", "f32"),
+        ("fp8_e4m3fn", "f64"),
+    ],
+)
 def test_seeded_stochastic_uses_stochastic_bits(name, width):
     x = sample(name, width)
     for seed in (0, 3, 123456789):
         sb = trn2core.stochastic_bits(x.shape, seed)
         got = trn2core.quantize(x, name, rounding="stochastic", seed=seed)
-        want = trn2core.quantize(x, name, rounding="stochastic", random_bits=sb, random_bit_count=32)
+        want = trn2core.quantize(
+            x, name, rounding="stochastic", random_bits=sb, random_bit_count=32
+        )
         assert_codes_equal(as_codes(got, name), as_codes(want, name), x, name, label=f"seed={seed}")
         enc = trn2core.encode(x, name, rounding="stochastic", seed=seed)
         assert_codes_equal(enc, as_codes(want, name), x, name, label=f"encode seed={seed}")
         for n in (1, 8, 31):
             got = trn2core.quantize(x, name, rounding="stochastic", seed=seed, random_bit_count=n)
-            want = trn2core.quantize(x, name, rounding="stochastic", random_bits=sb >> np.uint32(32 - n),
-                                     random_bit_count=n)
-            assert_codes_equal(as_codes(got, name), as_codes(want, name), x, name,
-                               label=f"seed={seed} n={n}")
+            want = trn2core.quantize(
+                x,
+                name,
+                rounding="stochastic",
+                random_bits=sb >> np.uint32(32 - n),
+                random_bit_count=n,
+            )
+            assert_codes_equal(
+                as_codes(got, name), as_codes(want, name), x, name, label=f"seed={seed} n={n}"
+            )
     a = trn2core.quantize(x, name, rounding="stochastic", seed=1)
     b = trn2core.quantize(x, name, rounding="stochastic", seed=2)
     if name != "fp32" or width == "f64":
@@ -760,9 +935,16 @@ def test_seeded_stochastic_independent_of_chunking_and_layout(rng):
     x = (rng.standard_normal(n) * 3).astype(np.float32)
     kw = {"rounding": "stochastic", "seed": 77}
     q = as_codes(trn2core.quantize(x, "bf16", **kw), "bf16")
-    want = as_codes(trn2core.quantize(x, "bf16", rounding="stochastic",
-                                      random_bits=trn2core.stochastic_bits(x.shape, 77),
-                                      random_bit_count=32), "bf16")
+    want = as_codes(
+        trn2core.quantize(
+            x,
+            "bf16",
+            rounding="stochastic",
+            random_bits=trn2core.stochastic_bits(x.shape, 77),
+            random_bit_count=32,
+        ),
+        "bf16",
+    )
     assert np.array_equal(q, want)
     for k in (1, 1000, 65537, 1 << 20, n - 1):
         assert np.array_equal(as_codes(trn2core.quantize(x[:k], "bf16", **kw), "bf16"), q[:k]), k
@@ -772,7 +954,9 @@ def test_seeded_stochastic_independent_of_chunking_and_layout(rng):
     # the index is the flat C-order index of the logical array, whatever its memory layout
     for view in (np.asfortranarray(x2), x2[:, ::2], x2.T, x2[::-1], x2.astype(">f4")):
         got = as_codes(trn2core.quantize(view, "bf16", **kw), "bf16")
-        ref = as_codes(trn2core.quantize(np.ascontiguousarray(view, np.float32), "bf16", **kw), "bf16")
+        ref = as_codes(
+            trn2core.quantize(np.ascontiguousarray(view, np.float32), "bf16", **kw), "bf16"
+        )
         assert np.array_equal(got, ref)
 
 
@@ -786,8 +970,14 @@ def test_seeded_stochastic_independent_of_thread_count(tmp_path):
     results = set()
     for threads in ("1", "2", "3"):
         env = dict(os.environ, RAYON_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                             timeout=120, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         results.add(out.stdout)
     x = (np.arange(1 << 21, dtype=np.float64) * 0.37 % 97 - 40).astype(np.float32)
     import hashlib
@@ -844,8 +1034,9 @@ def test_stochastic_accumulation_neuron_example():
     assert np.all(a == 1024)
     a = np.full(chains, 1024.0, np.float16)
     for step in range(steps):
-        a = trn2core.quantize(a.astype(np.float32) + np.float32(0.5), "fp16", rounding="stochastic",
-                              seed=step)
+        a = trn2core.quantize(
+            a.astype(np.float32) + np.float32(0.5), "fp16", rounding="stochastic", seed=step
+        )
     mean = float(a.astype(np.float64).mean())
     assert abs(mean - 2048.0) < 5 * math.sqrt(steps * 0.75 / chains), mean
     assert a.astype(np.float64).std() > 5  # chains differ: bits depend on the element index
@@ -869,7 +1060,8 @@ def test_exponent_bias_decode_every_code(name, bias):
     assert np.array_equal(want, scaled, equal_nan=True)  # the oracle agrees with the contract text
     ok = (got.astype(np.float64) == want) & (np.signbit(got) == np.signbit(want))
     ok |= np.isnan(got) & np.isnan(want)
-    assert ok.all(), [(hex(c), float(g), float(w)) for c, g, w in zip(codes[~ok], got[~ok], want[~ok])][:10]
+    bad = zip(codes[~ok], got[~ok], want[~ok], strict=True)
+    assert ok.all(), [(hex(c), float(g), float(w)) for c, g, w in bad][:10]
 
 
 @pytest.mark.parametrize("name, bias", BIAS_CASES)
@@ -886,11 +1078,23 @@ def test_exponent_bias_encode_matches_gfloat(name, bias, rng):
             want = codes_from_values(want_vals, name, bias)
             got = trn2core.encode(x, name, **kw)
             assert got.dtype == np.uint8
-            assert_codes_equal(got, want, x, name, any_nan=True, bias=bias,
-                               label=f"encode exponent_bias={bias} {mode} saturate={saturate}")
+            assert_codes_equal(
+                got,
+                want,
+                x,
+                name,
+                any_nan=True,
+                bias=bias,
+                label=f"encode exponent_bias={bias} {mode} saturate={saturate}",
+            )
             nan = np.isnan(x)
-            assert_codes_equal(got[nan], canonical_nan_codes(x[nan], name), x[nan], name,
-                               label="NaN with exponent_bias")
+            assert_codes_equal(
+                got[nan],
+                canonical_nan_codes(x[nan], name),
+                x[nan],
+                name,
+                label="NaN with exponent_bias",
+            )
             back = trn2core.decode(got, name, exponent_bias=bias).astype(np.float64)
             same = (back == want_vals) | (np.isnan(back) & np.isnan(want_vals))
             assert same.all()
@@ -899,12 +1103,18 @@ def test_exponent_bias_encode_matches_gfloat(name, bias, rng):
 def test_exponent_bias_spot_values():
     # a code means standard_value * 2**(7 - 8): 1.0 is the standard code of 2.0
     assert trn2core.encode(np.array([1.0, -0.5, 120.0]), "fp8_e4m3", exponent_bias=8).tolist() == [
-        0x40, 0xB8, 0x77]
-    assert trn2core.decode(np.array([0x40, 0x38, 0x78], np.uint8), "fp8_e4m3",
-                           exponent_bias=8).tolist() == [1.0, 0.5, math.inf]
+        0x40,
+        0xB8,
+        0x77,
+    ]
+    assert trn2core.decode(
+        np.array([0x40, 0x38, 0x78], np.uint8), "fp8_e4m3", exponent_bias=8
+    ).tolist() == [1.0, 0.5, math.inf]
     # standard bias is the default
     x = sample("fp8_e5m2", "f32")
-    assert np.array_equal(trn2core.encode(x, "fp8_e5m2", exponent_bias=15), trn2core.encode(x, "fp8_e5m2"))
+    assert np.array_equal(
+        trn2core.encode(x, "fp8_e5m2", exponent_bias=15), trn2core.encode(x, "fp8_e5m2")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -924,7 +1134,9 @@ def test_decode_every_code_and_reencode(name):
     assert np.array_equal(np.signbit(got), np.signbit(want))  # NaN signs too
     assert np.array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
     # the format's own dtype decodes the same
-    assert np.array_equal(trn2core.decode(codes.view(f.dtype), name).view(np.uint32), got.view(np.uint32))
+    assert np.array_equal(
+        trn2core.decode(codes.view(f.dtype), name).view(np.uint32), got.view(np.uint32)
+    )
     # re-encoding gives the code back; NaN codes become the canonical NaN of their sign
     back = trn2core.encode(got, name)
     expect = np.where(nan, canonical_nan_codes(got, name), codes)
@@ -939,8 +1151,13 @@ def test_decode_every_code_and_reencode(name):
 def test_decode_dense_codes_fp32_tf32(name):
     f = FMTS[name]
     pos = _sampled_positive_codes(f).astype(np.uint32) << np.uint32(23 - f.mantissa_bits)
-    codes = np.concatenate([pos, pos | np.uint32(1 << 31),
-                            np.array([0x7F800000, 0xFF800000, f.nan_code, f.nan_code | 1 << 31], np.uint32)])
+    codes = np.concatenate(
+        [
+            pos,
+            pos | np.uint32(1 << 31),
+            np.array([0x7F800000, 0xFF800000, f.nan_code, f.nan_code | 1 << 31], np.uint32),
+        ]
+    )
     got = trn2core.decode(codes, name)
     assert got.dtype == np.float32 and got.shape == codes.shape
     assert np.array_equal(got.view(np.uint32), codes)  # float32 container: decode is a bit view
@@ -990,17 +1207,24 @@ def test_layouts_shapes_and_fresh_outputs(name, mode, rng):
             assert not np.shares_memory(out, x), (layout, fn)
             ref = fn(ref_in, name, **kw)
             assert out.dtype == ref.dtype
-            assert np.array_equal(out.view(FMTS[name].code_dtype) if fn is trn2core.quantize else out,
-                                  ref.view(FMTS[name].code_dtype) if fn is trn2core.quantize else ref), (
-                layout, fn)
-            assert x.tobytes() == before.tobytes() and x.dtype == before.dtype, (layout, "input modified")
+            assert np.array_equal(
+                out.view(FMTS[name].code_dtype) if fn is trn2core.quantize else out,
+                ref.view(FMTS[name].code_dtype) if fn is trn2core.quantize else ref,
+            ), (layout, fn)
+            assert x.tobytes() == before.tobytes() and x.dtype == before.dtype, (
+                layout,
+                "input modified",
+            )
         codes = trn2core.encode(x, name, **kw)
         dec = trn2core.decode(codes, name)
         assert dec.shape == x.shape and dec.dtype == np.float32 and dec.flags.c_contiguous
         if codes.ndim == 2:
-            assert np.array_equal(trn2core.decode(codes.T, name).view(np.uint32), dec.T.view(np.uint32))
-            assert np.array_equal(trn2core.decode(np.asfortranarray(codes), name).view(np.uint32),
-                                  dec.view(np.uint32))
+            assert np.array_equal(
+                trn2core.decode(codes.T, name).view(np.uint32), dec.T.view(np.uint32)
+            )
+            assert np.array_equal(
+                trn2core.decode(np.asfortranarray(codes), name).view(np.uint32), dec.view(np.uint32)
+            )
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -1027,22 +1251,51 @@ def test_low_precision_inputs_equal_their_float32_widening(in_dtype, name):
     nbits = in_dtype.itemsize * 8
     x = np.arange(2**nbits, dtype=np.uint64).astype(f"u{in_dtype.itemsize}").view(in_dtype)
     x32 = x.astype(np.float32)  # exact
-    for kw in ({}, {"rounding": "toward_zero", "saturate": True}, {"rounding": "stochastic", "seed": 4}):
+    for kw in (
+        {},
+        {"rounding": "toward_zero", "saturate": True},
+        {"rounding": "stochastic", "seed": 4},
+    ):
         got = as_codes(trn2core.quantize(x, name, **kw), name)
         want = as_codes(trn2core.quantize(x32, name, **kw), name)
         assert_codes_equal(got, want, x32, name, any_nan=True, label=f"{in_dtype} input {kw}")
         nan = np.isnan(x32)
         if name != "fp32":  # NaN inputs of any width become the canonical NaN of their sign
-            assert_codes_equal(got[nan], canonical_nan_codes(x32[nan], name), x32[nan], name,
-                               label=f"NaN from {in_dtype}")
+            assert_codes_equal(
+                got[nan],
+                canonical_nan_codes(x32[nan], name),
+                x32[nan],
+                name,
+                label=f"NaN from {in_dtype}",
+            )
 
 
 @pytest.mark.parametrize("int_dtype", ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"])
 @pytest.mark.parametrize("name", ["fp32", "bf16", "fp16", "fp8_e4m3"])
 def test_integer_inputs_convert_exactly_via_float64(int_dtype, name):
     info = np.iinfo(int_dtype)
-    vals = [0, 1, 2, 3, 5, 17, 100, 127, 255, 1000, 2049, 65504, 65519, 65520, 2**24 + 1, 2**24 + 3,
-            2**31 - 1, 2**53, 2**53 - 1, 2**62 + 2**40 + 1]
+    vals = [
+        0,
+        1,
+        2,
+        3,
+        5,
+        17,
+        100,
+        127,
+        255,
+        1000,
+        2049,
+        65504,
+        65519,
+        65520,
+        2**24 + 1,
+        2**24 + 3,
+        2**31 - 1,
+        2**53,
+        2**53 - 1,
+        2**62 + 2**40 + 1,
+    ]
     vals += [-v for v in vals]
     x = np.array([v for v in vals if info.min <= v <= info.max] + [info.min, info.max], int_dtype)
     x64 = np.array([float(v) for v in x.tolist()])  # exact where float64 is
@@ -1080,8 +1333,11 @@ def test_property_quantize_matches_gfloat_and_roundtrips(x, name):
 
 @settings(max_examples=60)
 @given(
-    x=hnp.arrays(np.float64, st.integers(1, 40),
-                 elements=st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True)),
+    x=hnp.arrays(
+        np.float64,
+        st.integers(1, 40),
+        elements=st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=True),
+    ),
     name=st.sampled_from(FORMATS),
     nbits=st.integers(1, 32),
     saturate=st.booleans(),
@@ -1089,11 +1345,18 @@ def test_property_quantize_matches_gfloat_and_roundtrips(x, name):
 )
 def test_property_stochastic_matches_exact_reference(x, name, nbits, saturate, data):
     bits = data.draw(hnp.arrays(np.uint32, x.shape, elements=st.integers(0, 2**nbits - 1)))
-    got = trn2core.quantize(x, name, rounding="stochastic", saturate=saturate, random_bits=bits,
-                            random_bit_count=nbits)
+    got = trn2core.quantize(
+        x, name, rounding="stochastic", saturate=saturate, random_bits=bits, random_bit_count=nbits
+    )
     want = codes_from_values(exact_stochastic(x, name, bits, nbits, saturate), name)
-    assert_codes_equal(as_codes(got, name), want, x, name, any_nan=True,
-                       label=f"hypothesis stochastic n={nbits} saturate={saturate}")
+    assert_codes_equal(
+        as_codes(got, name),
+        want,
+        x,
+        name,
+        any_nan=True,
+        label=f"hypothesis stochastic n={nbits} saturate={saturate}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1103,15 +1366,21 @@ def test_property_stochastic_matches_exact_reference(x, name, nbits, saturate, d
 
 def _no_panic(excinfo):
     msg = str(excinfo.value)
-    assert msg and "panicked" not in msg and "PanicException" not in type(excinfo.value).__name__, msg
+    assert msg and "panicked" not in msg and "PanicException" not in type(excinfo.value).__name__, (
+        msg
+    )
     return msg
 
 
 def test_error_hierarchy():
     assert issubclass(trn2core.Trn2Error, Exception)
-    for cls, extra in [(trn2core.ShapeError, ValueError), (trn2core.FormatError, ValueError),
-                       (trn2core.SparsityError, ValueError), (trn2core.CorruptDataError, ValueError),
-                       (trn2core.CapacityError, MemoryError)]:
+    for cls, extra in [
+        (trn2core.ShapeError, ValueError),
+        (trn2core.FormatError, ValueError),
+        (trn2core.SparsityError, ValueError),
+        (trn2core.CorruptDataError, ValueError),
+        (trn2core.CapacityError, MemoryError),
+    ]:
         assert issubclass(cls, trn2core.Trn2Error) and issubclass(cls, extra), cls
 
 
@@ -1120,8 +1389,12 @@ X = np.array([1.0, 2.5], np.float32)
 
 @pytest.mark.parametrize("bad", ["fp7", "fp8", "FP32x", "float8_e4m3", ""])
 def test_unknown_format(bad):
-    calls = [lambda: trn2core.quantize(X, bad), lambda: trn2core.encode(X, bad),
-             lambda: trn2core.decode(np.zeros(2, np.uint8), bad), lambda: trn2core.format_info(bad)]
+    calls = [
+        lambda: trn2core.quantize(X, bad),
+        lambda: trn2core.encode(X, bad),
+        lambda: trn2core.decode(np.zeros(2, np.uint8), bad),
+        lambda: trn2core.format_info(bad),
+    ]
     for call in calls:
         with pytest.raises(trn2core.FormatError) as excinfo:
             call()
@@ -1142,9 +1415,11 @@ def test_unknown_rounding_mode(bad):
 @pytest.mark.parametrize("name", ["fp32", "tf32", "bf16", "fp16"])
 def test_exponent_bias_rejected_for_non_fp8(name):
     f = FMTS[name]
-    calls = [lambda: trn2core.encode(X, name, exponent_bias=f.bias),
-             lambda: trn2core.decode(np.zeros(2, f.code_dtype), name, exponent_bias=3),
-             lambda: trn2core.format_info(name, exponent_bias=f.bias)]
+    calls = [
+        lambda: trn2core.encode(X, name, exponent_bias=f.bias),
+        lambda: trn2core.decode(np.zeros(2, f.code_dtype), name, exponent_bias=3),
+        lambda: trn2core.format_info(name, exponent_bias=f.bias),
+    ]
     for call in calls:
         with pytest.raises(trn2core.FormatError) as excinfo:
             call()
@@ -1153,9 +1428,11 @@ def test_exponent_bias_rejected_for_non_fp8(name):
 
 @pytest.mark.parametrize("bad", [-1, 128, 1000, -(2**40), 2**70])
 def test_exponent_bias_out_of_range(bad):
-    calls = [lambda: trn2core.encode(X, "fp8_e4m3", exponent_bias=bad),
-             lambda: trn2core.decode(np.zeros(2, np.uint8), "fp8_e5m2", exponent_bias=bad),
-             lambda: trn2core.format_info("fp8_e3m4", exponent_bias=bad)]
+    calls = [
+        lambda: trn2core.encode(X, "fp8_e4m3", exponent_bias=bad),
+        lambda: trn2core.decode(np.zeros(2, np.uint8), "fp8_e5m2", exponent_bias=bad),
+        lambda: trn2core.format_info("fp8_e3m4", exponent_bias=bad),
+    ]
     for call in calls:
         with pytest.raises(ValueError) as excinfo:
             call()
@@ -1188,8 +1465,15 @@ def test_random_bits_out_of_range(bits, count, seen):
         assert seen in _no_panic(excinfo), str(excinfo.value)
 
 
-@pytest.mark.parametrize("bits", [np.array([0.0, 1.0]), np.array([0.5, 1.0], np.float32),
-                                  np.array([1 + 0j, 0]), np.array(["a", "b"])])
+@pytest.mark.parametrize(
+    "bits",
+    [
+        np.array([0.0, 1.0]),
+        np.array([0.5, 1.0], np.float32),
+        np.array([1 + 0j, 0]),
+        np.array(["a", "b"]),
+    ],
+)
 def test_random_bits_wrong_dtype(bits):
     with pytest.raises(ValueError, match="random_bits") as excinfo:
         trn2core.quantize(X, "bf16", rounding="stochastic", random_bits=bits, random_bit_count=8)
@@ -1198,8 +1482,9 @@ def test_random_bits_wrong_dtype(bits):
 
 def test_random_bits_not_broadcastable():
     with pytest.raises(ValueError, match="random_bits") as excinfo:
-        trn2core.quantize(X, "bf16", rounding="stochastic", random_bits=np.zeros(3, np.uint32),
-                          random_bit_count=8)
+        trn2core.quantize(
+            X, "bf16", rounding="stochastic", random_bits=np.zeros(3, np.uint32), random_bit_count=8
+        )
     _no_panic(excinfo)
 
 
@@ -1214,8 +1499,14 @@ def test_random_bit_count_out_of_range(count):
 def test_seed_and_random_bits_together():
     for fn in (trn2core.quantize, trn2core.encode):
         with pytest.raises(ValueError) as excinfo:
-            fn(X, "bf16", rounding="stochastic", seed=1, random_bits=np.zeros(2, np.uint32),
-               random_bit_count=8)
+            fn(
+                X,
+                "bf16",
+                rounding="stochastic",
+                seed=1,
+                random_bits=np.zeros(2, np.uint32),
+                random_bit_count=8,
+            )
         msg = _no_panic(excinfo)
         assert "seed" in msg and "random_bits" in msg, msg
 
@@ -1230,10 +1521,14 @@ def test_random_bits_with_deterministic_mode(mode):
 
 @pytest.mark.parametrize(
     "bad, word",
-    [(np.array([1 + 2j, 3]), "complex"), (np.array([1.0, None], dtype=object), "object"),
-     (np.array(["1.0", "2"]), None), (np.array([b"1", b"2"]), None),
-     (np.array([(1.0, 2.0)], dtype=[("a", "f4"), ("b", "f4")]), None),
-     (np.array([1 + 0j], np.complex64), "complex")],
+    [
+        (np.array([1 + 2j, 3]), "complex"),
+        (np.array([1.0, None], dtype=object), "object"),
+        (np.array(["1.0", "2"]), None),
+        (np.array([b"1", b"2"]), None),
+        (np.array([(1.0, 2.0)], dtype=[("a", "f4"), ("b", "f4")]), None),
+        (np.array([1 + 0j], np.complex64), "complex"),
+    ],
 )
 def test_non_numeric_input(bad, word):
     for call in (lambda: trn2core.quantize(bad, "bf16"), lambda: trn2core.encode(bad, "fp8_e4m3")):

@@ -61,6 +61,8 @@ def _check_bias(exponent_bias: object) -> int | None:
         return None
     if isinstance(exponent_bias, bool) or not isinstance(exponent_bias, (int, np.integer)):
         raise Trn2ValueError(f"exponent_bias: expected an integer in 0..=127, got {exponent_bias!r}")
+    if not 0 <= int(exponent_bias) <= 127:
+        raise Trn2ValueError(f"exponent_bias: got {int(exponent_bias)}; it must be in 0..=127")
     return int(exponent_bias)
 
 

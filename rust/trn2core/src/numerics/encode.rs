@@ -264,9 +264,17 @@ fn chunk<const MODE: u8, O: Code>(
             Source::F64(_) => unreachable!("handled above"),
         };
         if identity {
-            // Every float32 is an fp32 value: the identity, NaN payloads included.
+            // Every float32 is an fp32 value: the identity, NaN payloads included; only an
+            // infinite input changes, to +-max, under saturation.
+            let inf_mag = p.inf_code;
             for (o, &v) in ob.iter_mut().zip(x) {
-                *o = O::from_u32(v.to_bits());
+                let b = v.to_bits();
+                let b = if b & 0x7FFF_FFFF == 0x7F80_0000 {
+                    (b & 0x8000_0000) | inf_mag
+                } else {
+                    b
+                };
+                *o = O::from_u32(b);
             }
         } else {
             f32_block::<MODE, O>(x, r, ob, p);

@@ -13,7 +13,7 @@
 //! `frac + r / 2^n >= 1` in exact arithmetic, `frac` being the dropped part as a fraction of the
 //! quantum (gfloat's `RoundMode.StochasticFastest`). With `F = frac * 2^64` (exact when at most 64
 //! bits are dropped, and a sticky 1 otherwise, which cannot change the outcome for `n <= 32`),
-//! that is the carry out of `F + r * 2^(64-n) + (2^(64-n) - 1)`.
+//! that is the carry out of `F + r * 2^(64-n)`.
 
 use super::format::Encoding;
 use super::Rounding;
@@ -122,8 +122,8 @@ fn round_up_det<const MODE: u8>(
 /// The stochastic decision from the dropped fraction `f = frac * 2^64` and random word `r`.
 #[inline(always)]
 fn round_up_sr(f: u64, r: u32, k: u32) -> bool {
-    let b = ((r as u64) << k) | ((1u64 << k) - 1);
-    f > !b
+    // frac + r / 2^n >= 1  <=>  F + r * 2^(64-n) >= 2^64  <=>  F > !(r << k).
+    f > !((r as u64) << k)
 }
 
 /// Rounds one float32 (as bits) into the format; `r` is the random word (SR only).

@@ -1,1 +1,485 @@
+//! Independent property checks of the rounding kernels.
+//!
+//! The oracle never looks at bits: it builds the sorted list of a format's non-negative finite
+//! values from the format definition (sign, exponent, mantissa, bias), extended by the next value
+//! of the grid above the maximum (where overflow starts), finds the two neighbours of the exact
+//! input by comparison, and picks one by the rounding rule using exact f64 arithmetic (midpoints,
+//! and for stochastic rounding the fraction `(x - lo) / (hi - lo)` against `1 - r / 2^n`). The
+//! kernels under test are the production array path (`encode`), vectorised and parallel.
+//!
+//! - RNE into every fp8 format and bf16: all 2^32 float32 inputs.
+//! - Every format and mode (fp16, tf32 included, saturate on and off, stochastic with random
+//!   bits): 2.5e7 random float32 bit patterns per format (2e8 in all), covering every exponent.
+//! - float32 from float64 (the only non-identity fp32 rounding): against the CPU's own
+//!   conversion, which is an independent implementation of RNE, and neighbour checks for the rest.
+//! - Every code of every 8- and 16-bit format decodes and re-encodes to itself.
+//! - Non-standard fp8 exponent biases, and proptest over float64 inputs.
 
+use proptest::prelude::*;
+use rayon::prelude::*;
+use trn2core::numerics::{
+    decode, encode, Codes, CodesRef, Encoding, Format, Random, Rounding, Source,
+};
+
+/// The value grid of a format, built from its definition alone.
+struct Oracle {
+    /// Non-negative finite values by magnitude code, plus the first value past the maximum.
+    t: Vec<f64>,
+    max_code: u32,
+    /// Magnitude code of +Inf (IEEE-style) or of NaN (no Inf).
+    overflow_code: u32,
+    nan_code: u32,
+    sign_bit: u32,
+    out_shift: u32,
+}
+
+impl Oracle {
+    fn new(format: Format, bias: i32) -> Oracle {
+        let (e, m) = (format.exponent_bits() as i32, format.mantissa_bits() as i32);
+        let exp_all_ones = ((1u32 << e) - 1) << m;
+        let (max_code, overflow_code, nan_code) = if format.has_inf() {
+            (
+                exp_all_ones - 1,
+                exp_all_ones,
+                exp_all_ones | (1 << (m - 1)),
+            )
+        } else {
+            (
+                exp_all_ones | ((1 << m) - 2),
+                exp_all_ones | ((1 << m) - 1),
+                exp_all_ones | ((1 << m) - 1),
+            )
+        };
+        let t = (0..=max_code + 1)
+            .map(|c| {
+                let ef = (c >> m) as i32;
+                let f = (c & ((1 << m) - 1)) as f64;
+                if ef == 0 {
+                    f * 2f64.powi(1 - bias - m)
+                } else {
+                    (1.0 + f / 2f64.powi(m)) * 2f64.powi(ef - bias)
+                }
+            })
+            .collect();
+        Oracle {
+            t,
+            max_code,
+            overflow_code,
+            nan_code,
+            sign_bit: 1 << (e + m),
+            out_shift: if format == Format::Tf32 { 13 } else { 0 },
+        }
+    }
+
+    /// The expected code of `x` (exact), or of a value using random word `r` of `n` bits.
+    fn expect(&self, x: f64, mode: Rounding, sat: bool, r: u32, n: u32) -> u32 {
+        let a = x.abs();
+        let i = if a.is_finite() {
+            self.t.partition_point(|&v| v <= a) - 1
+        } else {
+            0
+        };
+        self.expect_at(x, i, mode, sat, r, n)
+    }
+
+    /// [`Oracle::expect`] given `i`, the index of the largest grid value `<= |x|`.
+    fn expect_at(&self, x: f64, i: usize, mode: Rounding, sat: bool, r: u32, n: u32) -> u32 {
+        let neg = x.is_sign_negative();
+        let sign = if neg { self.sign_bit } else { 0 };
+        let a = x.abs();
+        let ovf = |toward_zero: bool| {
+            if sat || toward_zero {
+                self.max_code
+            } else {
+                self.overflow_code
+            }
+        };
+        let mag = if a.is_nan() {
+            self.nan_code
+        } else if a.is_infinite() {
+            if sat {
+                self.max_code
+            } else {
+                self.overflow_code
+            }
+        } else {
+            let ext = self.max_code as usize + 1;
+            let toward_zero = match mode {
+                Rounding::TowardZero => true,
+                Rounding::TowardPositive => neg,
+                Rounding::TowardNegative => !neg,
+                _ => false,
+            };
+            if i >= ext {
+                ovf(toward_zero)
+            } else if self.t[i] == a {
+                i as u32
+            } else {
+                let (lo, hi) = (self.t[i], self.t[i + 1]);
+                let mid = (lo + hi) / 2.0;
+                let up = match mode {
+                    Rounding::NearestEven => a > mid || (a == mid && i % 2 == 1),
+                    Rounding::NearestAway => a >= mid,
+                    Rounding::TowardZero => false,
+                    Rounding::TowardPositive => !neg,
+                    Rounding::TowardNegative => neg,
+                    Rounding::Stochastic => {
+                        let frac = (a - lo) / (hi - lo);
+                        frac >= (2f64.powi(n as i32) - r as f64) / 2f64.powi(n as i32)
+                    }
+                };
+                let c = if up { i + 1 } else { i };
+                if c == ext {
+                    ovf(toward_zero)
+                } else {
+                    c as u32
+                }
+            }
+        };
+        (sign | mag) << self.out_shift
+    }
+}
+
+fn codes_u32(c: Codes) -> Vec<u32> {
+    match c {
+        Codes::U8(v) => v.into_iter().map(u32::from).collect(),
+        Codes::U16(v) => v.into_iter().map(u32::from).collect(),
+        Codes::U32(v) => v,
+    }
+}
+
+fn run(src: &Source, enc: &Encoding, mode: Rounding, sat: bool, random: &Random) -> Vec<u32> {
+    codes_u32(encode(src, enc, mode, sat, random).expect("valid arguments"))
+}
+
+/// All 2^32 float32 inputs, round to nearest even, against the oracle. Chunks of consecutive
+/// positive bit patterns are ascending in value, so the oracle walks the grid with a pointer.
+fn exhaustive_rne(format: Format) {
+    let enc = format.encoding();
+    let o = Oracle::new(format, enc.bias);
+    const CH: u32 = 1 << 22;
+    let failures: usize = (0..(1u32 << 31) / CH)
+        .into_par_iter()
+        .map(|c| {
+            let start = c * CH;
+            let pos: Vec<f32> = (start..start + CH).map(f32::from_bits).collect();
+            let negs: Vec<f32> = pos.iter().map(|v| -v).collect();
+            let got_p = run(
+                &Source::F32(&pos),
+                &enc,
+                Rounding::NearestEven,
+                false,
+                &Random::None,
+            );
+            let got_n = run(
+                &Source::F32(&negs),
+                &enc,
+                Rounding::NearestEven,
+                false,
+                &Random::None,
+            );
+            let mut bad = 0;
+            let first = f32::from_bits(start) as f64;
+            let mut i = if first.is_finite() {
+                o.t.partition_point(|&v| v <= first) - 1
+            } else {
+                0
+            };
+            for (k, &v) in pos.iter().enumerate() {
+                let a = v as f64;
+                // Walk the pointer: t[i] <= a < t[i + 1] (or i at the extension).
+                if a.is_finite() {
+                    while i + 1 < o.t.len() && o.t[i + 1] <= a {
+                        i += 1;
+                    }
+                }
+                let want = o.expect_at(a, i, Rounding::NearestEven, false, 0, 1);
+                let want_n = o.expect_at(-a, i, Rounding::NearestEven, false, 0, 1);
+                if got_p[k] != want || got_n[k] != want_n {
+                    if bad < 3 {
+                        eprintln!(
+                            "{:?}: x = {:e} ({:#010x}): got {:#x}/{:#x}, want {:#x}/{:#x}",
+                            format,
+                            v,
+                            v.to_bits(),
+                            got_p[k],
+                            got_n[k],
+                            want,
+                            want_n
+                        );
+                    }
+                    bad += 1;
+                }
+            }
+            bad
+        })
+        .sum();
+    assert_eq!(
+        failures, 0,
+        "{format:?}: {failures} float32 inputs rounded wrongly"
+    );
+}
+
+#[test]
+fn exhaustive_rne_fp8_e4m3() {
+    exhaustive_rne(Format::Fp8E4m3);
+}
+#[test]
+fn exhaustive_rne_fp8_e5m2() {
+    exhaustive_rne(Format::Fp8E5m2);
+}
+#[test]
+fn exhaustive_rne_fp8_e3m4() {
+    exhaustive_rne(Format::Fp8E3m4);
+}
+#[test]
+fn exhaustive_rne_fp8_e4m3fn() {
+    exhaustive_rne(Format::Fp8E4m3fn);
+}
+#[test]
+fn exhaustive_rne_bf16() {
+    exhaustive_rne(Format::Bf16);
+}
+
+/// A small, fast generator for test inputs (xorshift64*).
+struct Xs(u64);
+impl Xs {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// 2.5e7 random float32 bit patterns per format over every mode, saturate on and off, and
+/// stochastic rounding with random words of random widths.
+fn sampled_all_modes(format: Format, bias: Option<i64>) {
+    let enc = format.encoding_with_bias(bias).expect("valid bias");
+    let o = Oracle::new(format, enc.bias);
+    const CH: usize = 1 << 20;
+    const CHUNKS: u64 = 24; // 24 * 2^20 = 2.5e7 inputs per format, 2e8 over all formats
+    let failures: usize = (0..CHUNKS)
+        .into_par_iter()
+        .map(|c| {
+            let mut g = Xs(0x9E37_79B9_7F4A_7C15 ^ (c + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+            let x: Vec<f32> = (0..CH).map(|_| f32::from_bits(g.next() as u32)).collect();
+            let mode = Rounding::ALL[(c % 6) as usize];
+            let sat = (c / 6) % 2 == 1;
+            let n = 1 + (c as u32 * 7) % 32;
+            let r: Vec<u32> = (0..CH).map(|_| ((g.next() >> 32) as u32) >> (32 - n)).collect();
+            let random = if mode == Rounding::Stochastic { Random::Bits(&r, n) } else { Random::None };
+            let got = run(&Source::F32(&x), &enc, mode, sat, &random);
+            let mut bad = 0;
+            for k in 0..CH {
+                let want = o.expect(x[k] as f64, mode, sat, r[k], n);
+                if got[k] != want {
+                    if bad < 3 {
+                        eprintln!(
+                            "{format:?} bias {bias:?} {mode:?} sat={sat} n={n} r={}: x = {:e} ({:#010x}): got {:#x}, want {want:#x}",
+                            r[k], x[k], x[k].to_bits(), got[k]
+                        );
+                    }
+                    bad += 1;
+                }
+            }
+            bad
+        })
+        .sum();
+    assert_eq!(failures, 0, "{format:?}: {failures} inputs rounded wrongly");
+}
+
+#[test]
+fn sampled_fp8_e4m3() {
+    sampled_all_modes(Format::Fp8E4m3, None);
+}
+#[test]
+fn sampled_fp8_e5m2() {
+    sampled_all_modes(Format::Fp8E5m2, None);
+}
+#[test]
+fn sampled_fp8_e3m4() {
+    sampled_all_modes(Format::Fp8E3m4, None);
+}
+#[test]
+fn sampled_fp8_e4m3fn() {
+    sampled_all_modes(Format::Fp8E4m3fn, None);
+}
+#[test]
+fn sampled_bf16() {
+    sampled_all_modes(Format::Bf16, None);
+}
+#[test]
+fn sampled_fp16() {
+    sampled_all_modes(Format::Fp16, None);
+}
+#[test]
+fn sampled_tf32() {
+    sampled_all_modes(Format::Tf32, None);
+}
+#[test]
+fn sampled_fp8_nonstandard_biases() {
+    // Trainium2's configurable FP8 exponent bias: a shifted grid, same rules.
+    sampled_all_modes(Format::Fp8E4m3, Some(0));
+    sampled_all_modes(Format::Fp8E5m2, Some(31));
+    sampled_all_modes(Format::Fp8E4m3fn, Some(127));
+}
+
+/// float64 -> fp32: the CPU's `as f32` is an independent RNE; the other modes are checked
+/// against the two float32 neighbours of the input.
+#[test]
+fn fp32_from_f64_all_modes() {
+    let enc = Format::Fp32.encoding();
+    let mut g = Xs(12345);
+    let x: Vec<f64> = (0..1 << 22)
+        .map(|k| {
+            let b = g.next();
+            // Half the inputs near float32's range (every float32 exponent), half anywhere.
+            if k % 2 == 0 {
+                let e = (b >> 52) % 300;
+                f64::from_bits((b & 0x800F_FFFF_FFFF_FFFF) | ((e + 1023 - 160) << 52))
+            } else {
+                f64::from_bits(b)
+            }
+        })
+        .collect();
+    let rne = run(
+        &Source::F64(&x),
+        &enc,
+        Rounding::NearestEven,
+        false,
+        &Random::None,
+    );
+    for (k, &v) in x.iter().enumerate() {
+        let want = v as f32;
+        if want.is_nan() {
+            assert!(f32::from_bits(rne[k]).is_nan());
+        } else {
+            assert_eq!(rne[k], want.to_bits(), "x = {v:e}");
+        }
+    }
+    for mode in [
+        Rounding::TowardZero,
+        Rounding::TowardPositive,
+        Rounding::TowardNegative,
+        Rounding::NearestAway,
+    ] {
+        let got = run(&Source::F64(&x), &enc, mode, false, &Random::None);
+        for (k, &v) in x.iter().enumerate() {
+            if v.is_nan() {
+                continue;
+            }
+            let c = v as f32;
+            // The float32 neighbours lo <= v <= hi.
+            let (lo, hi) = if (c as f64) == v {
+                (c, c)
+            } else if (c as f64) < v {
+                (c, c.next_up())
+            } else {
+                (c.next_down(), c)
+            };
+            let r = f32::from_bits(got[k]);
+            let want = match mode {
+                Rounding::TowardPositive => hi,
+                Rounding::TowardNegative => lo,
+                Rounding::TowardZero => {
+                    if v >= 0.0 {
+                        lo
+                    } else {
+                        hi
+                    }
+                }
+                _ => {
+                    // Past float32's max the grid continues at 2^128 (where overflow starts).
+                    let ext = |f: f32| {
+                        if f.is_infinite() {
+                            f64::copysign(2f64.powi(128), f as f64)
+                        } else {
+                            f as f64
+                        }
+                    };
+                    let (dl, dh) = (v - ext(lo), ext(hi) - v);
+                    if dl < dh || (dl == dh && v < 0.0) {
+                        lo
+                    } else {
+                        hi
+                    }
+                }
+            };
+            // Overflow past float32's max in the toward-zero directions stays at max.
+            let want =
+                if want.is_infinite() && lo.is_finite() && matches!(mode, Rounding::TowardZero) {
+                    lo
+                } else {
+                    want
+                };
+            assert_eq!(r.to_bits(), want.to_bits(), "{mode:?}: x = {v:e}");
+        }
+    }
+}
+
+/// Every code of every 8- and 16-bit format decodes to its value and re-encodes to itself
+/// (NaN codes to the canonical NaN of their sign).
+#[test]
+fn every_code_round_trips() {
+    for format in Format::ALL.into_iter().filter(|f| f.code_bits() <= 16) {
+        let enc = format.encoding();
+        let o = Oracle::new(format, enc.bias);
+        let n = 1usize << format.code_bits();
+        let vals = if n == 256 {
+            let c: Vec<u8> = (0..=255).collect();
+            decode(CodesRef::U8(&c), &enc)
+        } else {
+            let c: Vec<u16> = (0..=65535).collect();
+            decode(CodesRef::U16(&c), &enc)
+        };
+        let again = run(
+            &Source::F32(&vals),
+            &enc,
+            Rounding::NearestEven,
+            false,
+            &Random::None,
+        );
+        for code in 0..n as u32 {
+            let mag = code & (o.sign_bit - 1);
+            let v = vals[code as usize] as f64;
+            if mag <= o.max_code {
+                assert_eq!(v.abs(), o.t[mag as usize], "{format:?} code {code:#x}");
+                assert_eq!(again[code as usize], code, "{format:?} code {code:#x}");
+            } else if format.has_inf() && mag == o.overflow_code {
+                assert!(v.is_infinite());
+                assert_eq!(again[code as usize], code);
+            } else {
+                assert!(v.is_nan(), "{format:?} code {code:#x}");
+                assert_eq!(again[code as usize], (code & o.sign_bit) | o.nan_code);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+    /// float64 inputs are rounded once, directly, in every mode, into every format.
+    #[test]
+    fn f64_inputs_round_once(bits in any::<u64>(), near in any::<bool>(), r in any::<u32>(), n in 1u32..=32, sat in any::<bool>()) {
+        // Half the cases are steered into the formats' ranges, where rounding is interesting.
+        let x = if near {
+            let e = (bits >> 52) % 200;
+            f64::from_bits((bits & 0x800F_FFFF_FFFF_FFFF) | ((e + 1023 - 150) << 52))
+        } else {
+            f64::from_bits(bits)
+        };
+        let r = if n == 32 { r } else { r >> (32 - n) };
+        for format in [Format::Tf32, Format::Bf16, Format::Fp16, Format::Fp8E4m3, Format::Fp8E5m2, Format::Fp8E3m4, Format::Fp8E4m3fn] {
+            let enc = format.encoding();
+            let o = Oracle::new(format, enc.bias);
+            for mode in Rounding::ALL {
+                let bits_arr = [r];
+                let random = if mode == Rounding::Stochastic { Random::Bits(&bits_arr, n) } else { Random::None };
+                let got = run(&Source::F64(&[x]), &enc, mode, sat, &random)[0];
+                prop_assert_eq!(got, o.expect(x, mode, sat, r, n), "{:?} {:?} sat={} x={:e}", format, mode, sat, x);
+            }
+        }
+    }
+}

@@ -1,0 +1,59 @@
+# trn2core: every command a newcomer needs. `make help` lists them.
+# Targets rebuild only what changed: stamps in .stamps/ track the venv and the extension build.
+
+SHELL      := /bin/bash
+PYTHON     ?= python3
+VENV       := .venv
+PY         := $(VENV)/bin/python
+STAMPS     := .stamps
+RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) Cargo.toml Cargo.lock
+PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
+              "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6"
+
+.DEFAULT_GOAL := help
+.PHONY: help demo test test-rust test-python build lint bench docs clean
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(PY_DEPS)
+	@touch $@
+
+$(STAMPS)/build: $(STAMPS)/venv $(RUST_SRC) pyproject.toml
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	@touch $@
+
+build: $(STAMPS)/build ## Build the Rust core into the venv (release, via maturin)
+
+demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
+	$(VENV)/bin/trn2core demo
+
+test: test-rust test-python ## Set up, then run cargo test and pytest
+
+test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks need optimised code)
+	cargo test --release --workspace
+
+test-python: $(STAMPS)/build ## pytest against the built extension
+	$(PY) -m pytest -q
+
+lint: $(STAMPS)/venv ## rustfmt, clippy -D warnings, ruff
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff format --check python tests
+
+bench: $(STAMPS)/build ## Ratios against peers in one process, then the asv suites on this env
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benches/compare_peers.py
+	$(VENV)/bin/asv machine --yes >/dev/null
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(VENV)/bin/asv run --python=same --quick --show-stderr
+
+docs: $(STAMPS)/venv ## Build the Rust API docs (target/doc) and list the guides in docs/
+	cargo doc --no-deps -p trn2core
+	@ls docs/*.md
+
+clean: ## Remove build products and the venv
+	rm -rf target $(VENV) $(STAMPS) .asv
