@@ -10,7 +10,10 @@ import numpy.typing as npt
 __version__: str
 
 def encode(
-    x: npt.NDArray[np.float64] | npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.uint8],
+    x: npt.NDArray[np.float64]
+    | npt.NDArray[np.float32]
+    | npt.NDArray[np.uint16]
+    | npt.NDArray[np.uint8],
     kind: str,
     fmt: str,
     rounding: str,
@@ -29,3 +32,4 @@ def stochastic_bits(n: int, seed: int) -> npt.NDArray[np.uint32]: ...
 def format_info(fmt: str, exponent_bias: int | None) -> dict[str, object]: ...
 def names() -> tuple[list[str], list[str]]: ...
 def spec_entries() -> list[tuple[str, float, str, str, str]]: ...
+def _panic_for_test(message: str) -> None: ...

@@ -18,7 +18,9 @@ from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 
 
 def _formats_table() -> str:
-    rows = [("format", "layout", "bias", "max", "min normal", "min subnormal", "Inf", "numpy dtype")]
+    rows = [
+        ("format", "layout", "bias", "max", "min normal", "min subnormal", "Inf", "numpy dtype")
+    ]
     for f in FORMATS:
         i = format_info(f)
         rows.append(
@@ -40,7 +42,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     out = []
     for k, r in enumerate(rows):
-        out.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        out.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
         if k == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)
@@ -52,8 +54,8 @@ def demo_numerics(out=sys.stdout) -> None:
     p("== Number formats (Trainium2 NeuronCore-v3) ==")
     p(_formats_table())
     p()
-    p("== One value, every rounding mode: x = 1.0 + 3/64 into fp8_e4m3 (neighbours 1.0, 1.125) ==")
-    x = np.array([1.0 + 3 / 64, -(1.0 + 3 / 64)])
+    p("== One value, every rounding mode: x = 1.0625 into fp8_e4m3, a tie between 1.0 and 1.125 ==")
+    x = np.array([1.0625, -1.0625])
     rows = [("rounding", "x", "-x")]
     for mode in ROUNDING_MODES:
         kw = {"seed": 7} if mode == "stochastic" else {}
@@ -142,10 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trn2core {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser("demo", help="a tour of what trn2core computes (the main job)")
-    d.add_argument("--only", nargs="*", choices=[n for n, _ in DEMO_PARTS], help="run only these parts")
+    d.add_argument(
+        "--only", nargs="*", choices=[n for n, _ in DEMO_PARTS], help="run only these parts"
+    )
     d.set_defaults(func=cmd_demo)
     sub.add_parser("formats", help="the number formats").set_defaults(func=cmd_formats)
-    sub.add_parser("spec", help="the hardware constants and their sources").set_defaults(func=cmd_spec)
+    sub.add_parser("spec", help="the hardware constants and their sources").set_defaults(
+        func=cmd_spec
+    )
     return parser
 
 

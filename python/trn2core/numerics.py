@@ -60,7 +60,9 @@ def _check_bias(exponent_bias: object) -> int | None:
     if exponent_bias is None:
         return None
     if isinstance(exponent_bias, bool) or not isinstance(exponent_bias, (int, np.integer)):
-        raise Trn2ValueError(f"exponent_bias: expected an integer in 0..=127, got {exponent_bias!r}")
+        raise Trn2ValueError(
+            f"exponent_bias: expected an integer in 0..=127, got {exponent_bias!r}"
+        )
     if not 0 <= int(exponent_bias) <= 127:
         raise Trn2ValueError(f"exponent_bias: got {int(exponent_bias)}; it must be in 0..=127")
     return int(exponent_bias)
@@ -98,10 +100,16 @@ def _check_seed(seed: object, arg: str = "seed") -> int:
 def _random_args(rounding, seed, random_bits, random_bit_count, shape):
     """Validates the stochastic-rounding arguments; returns ``(bits or None, count, seed)``."""
     if not isinstance(rounding, str) or rounding not in ROUNDING_MODES:
-        raise FormatError(f"rounding: unknown rounding mode {rounding!r}; expected one of {ROUNDING_MODES}")
+        raise FormatError(
+            f"rounding: unknown rounding mode {rounding!r}; expected one of {ROUNDING_MODES}"
+        )
     if random_bit_count is not None:
-        if isinstance(random_bit_count, bool) or not isinstance(random_bit_count, (int, np.integer)):
-            raise Trn2ValueError(f"random_bit_count: expected an integer in 1..=32, got {random_bit_count!r}")
+        if isinstance(random_bit_count, bool) or not isinstance(
+            random_bit_count, (int, np.integer)
+        ):
+            raise Trn2ValueError(
+                f"random_bit_count: expected an integer in 1..=32, got {random_bit_count!r}"
+            )
         random_bit_count = operator.index(random_bit_count)
         if not 1 <= random_bit_count <= 32:
             raise Trn2ValueError(f"random_bit_count: got {random_bit_count}; it must be in 1..=32")
@@ -203,7 +211,9 @@ def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
     if c.dtype == FORMAT_DTYPES[fmt]:
         c = c.view(want) if c.dtype.isnative else c.astype(c.dtype.newbyteorder("=")).view(want)
     if c.dtype.kind != "u" or c.dtype.itemsize != want.itemsize:
-        raise FormatError(f"codes: {fmt} codes must be {want} (or {FORMAT_DTYPES[fmt]}), got {c.dtype}")
+        raise FormatError(
+            f"codes: {fmt} codes must be {want} (or {FORMAT_DTYPES[fmt]}), got {c.dtype}"
+        )
     if not c.dtype.isnative:
         c = c.astype(want)
     shape = c.shape

@@ -64,3 +64,10 @@ pub fn guard_detached<T: Send>(
         Err(payload) => std::panic::resume_unwind(payload),
     })
 }
+
+/// Panics inside the guard, so the test suite can check that a Rust panic reaches Python as
+/// `trn2core.errors.InternalError` (not an abort, not `PanicException`). Not part of the API.
+#[pyfunction]
+pub fn _panic_for_test(py: Python<'_>, message: String) -> PyResult<()> {
+    guard_detached(py, move || -> Result<(), Error> { panic!("{message}") })
+}

@@ -18,5 +18,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::format_info, m)?)?;
     m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     Ok(())
 }

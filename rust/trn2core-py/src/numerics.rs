@@ -1,19 +1,33 @@
 //! Bindings of `trn2core::numerics`: conversion and error mapping only.
 
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use trn2core::numerics::{self, Codes, CodesRef, Format, FormatInfo, Random, Rounding, Source};
+use trn2core::numerics::{self, CodesMut, CodesRef, Format, FormatInfo, Random, Rounding, Source};
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice, to_numpy};
 use crate::errors::{guard, guard_detached};
 
-fn codes_to_numpy(py: Python<'_>, c: Codes) -> Py<PyAny> {
-    match c {
-        Codes::U8(v) => to_numpy(py, v),
-        Codes::U16(v) => to_numpy(py, v),
-        Codes::U32(v) => to_numpy(py, v),
+/// A fresh numpy array of `n` codes, allocated by numpy (huge pages for big arrays) and filled
+/// by `fill` with the GIL released. Every element is written before Python can see it.
+fn fill_codes<'py, T: numpy::Element + Send>(
+    py: Python<'py>,
+    n: usize,
+    fill: impl FnOnce(&mut [T]) -> Result<(), Error> + Send,
+) -> PyResult<Py<PyAny>> {
+    // SAFETY: `PyArray1::new` leaves the buffer uninitialised; `fill` writes every element
+    // (encode_into checks the length) and nothing reads it before.
+    let arr = unsafe { PyArray1::<T>::new(py, [n], false) };
+    {
+        let mut rw = arr.readwrite();
+        let out = guard(py, || {
+            rw.as_slice_mut()
+                .map_err(|_| Error::shape("out", "expected a contiguous output"))
+        })?;
+        guard_detached(py, || fill(out))?;
     }
+    Ok(arr.into_any().unbind())
 }
 
 /// Rounds the flat array `x` (kind: "f64", "f32", "bf16", "f16" or an fp8 format name, the
@@ -54,10 +68,21 @@ pub fn encode(
             let a = guard(py, || borrow::<$t>(x, "x", $what))?;
             let s = guard(py, || slice(&a, "x"))?;
             let src = $mk(s);
-            guard_detached(py, || numerics::encode(&src, &enc, mode, saturate, &random))?
+            let n = src.len();
+            match format.code_bits() {
+                8 => fill_codes::<u8>(py, n, |o| {
+                    numerics::encode_into(&src, &enc, mode, saturate, &random, CodesMut::U8(o))
+                }),
+                16 => fill_codes::<u16>(py, n, |o| {
+                    numerics::encode_into(&src, &enc, mode, saturate, &random, CodesMut::U16(o))
+                }),
+                _ => fill_codes::<u32>(py, n, |o| {
+                    numerics::encode_into(&src, &enc, mode, saturate, &random, CodesMut::U32(o))
+                }),
+            }
         }};
     }
-    let codes = match kind {
+    match kind {
         "f64" => run!(f64, "float64", Source::F64),
         "f32" => run!(f32, "float32", Source::F32),
         "bf16" => run!(u16, "uint16", Source::Bf16),
@@ -66,8 +91,7 @@ pub fn encode(
             let f = guard(py, || Format::parse("x", other))?;
             run!(u8, "uint8", |s| Source::Fp8(s, f))
         }
-    };
-    Ok(codes_to_numpy(py, codes))
+    }
 }
 
 /// Decodes flat codes of `fmt` (uint8 / uint16 / uint32 to match) to float32.

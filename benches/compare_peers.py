@@ -1,0 +1,338 @@
+"""trn2core numerics against its peers, measured in one process: a Markdown report.
+
+    python benches/compare_peers.py [--elements N] [--repeat R]
+
+Every timing is the best of R runs (default 5) with time.perf_counter, on
+``np.random.default_rng(0).standard_normal(N, dtype=np.float32)`` (default N = 16 Mi):
+
+- float32 -> fp8_e4m3 and -> bf16, round-to-nearest-even, against ml_dtypes ``astype``;
+- seeded stochastic rounding to fp8_e4m3 against ``gfloat.round_ndarray`` with
+  ``RoundMode.StochasticFastest`` (its random bits precomputed, untimed; srnumbits 32 and 8), and
+  float32 -> fp8_e4m3 RNE against gfloat's ``TiesToEven``. gfloat is pure numpy and slow, so it
+  runs on a 1 Mi-element slice and the per-element rates are compared;
+- the peak extra memory of one quantize call, measured in a fresh subprocess as the rise of the
+  resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs; ru_maxrss if that
+  cannot be reset), which sees every allocation, numpy's and the Rust core's alike. tracemalloc's
+  figure is printed beside it: numpy reports its data buffers to tracemalloc, so it sees the
+  output array, but not memory the Rust core may allocate by itself.
+
+The table can be pasted into docs/benchmarks.md. The script always exits 0 (it is a report); a
+missed target is marked BELOW TARGET in the table and repeated at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from importlib import metadata
+
+import ml_dtypes
+import numpy as np
+
+import trn2core
+
+MI = 1 << 20
+GFLOAT_ELEMENTS = 1 * MI
+SEED = 1
+
+# Targets: speedup over ml_dtypes, SR throughput and speedup over gfloat, memory.
+TARGET_FP8_VS_ML = 10.0
+TARGET_BF16_VS_ML = 1.5
+TARGET_SR_MELEMS = 500.0
+TARGET_SR_VS_GFLOAT = 100.0
+# "No temporary larger than the output": extra peak memory below twice the output's size.
+TARGET_MEM_OUTPUTS = 2.0
+
+ML_DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3, "bf16": ml_dtypes.bfloat16}
+
+
+def make_input(n: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+
+
+def best_of(fn, repeat: int) -> float:
+    fn()  # warm-up: thread pool, page faults of the first output
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def gfloat_fp8_e4m3():
+    """gfloat's description of Neuron's fp8_e4m3 (IEEE-like: Inf, 7 NaNs per sign, max 240)."""
+    from gfloat.types import Domain, FormatInfo
+
+    return FormatInfo(
+        "fp8_e4m3",
+        k=8,
+        precision=4,
+        bias=7,
+        is_signed=True,
+        domain=Domain.Extended,
+        has_nz=True,
+        num_high_nans=7,
+        has_subnormals=True,
+        is_twos_complement=False,
+    )
+
+
+def version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: one conversion in a fresh process.
+
+MEM_TASKS = {
+    "trn2core_fp8": lambda x: trn2core.quantize(x, "fp8_e4m3"),
+    "trn2core_fp8_sr": lambda x: trn2core.quantize(x, "fp8_e4m3", rounding="stochastic", seed=SEED),
+    "trn2core_bf16": lambda x: trn2core.quantize(x, "bf16"),
+    "ml_dtypes_fp8": lambda x: x.astype(ml_dtypes.float8_e4m3),
+    "ml_dtypes_bf16": lambda x: x.astype(ml_dtypes.bfloat16),
+}
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def child_peak_memory(task: str, n: int) -> None:
+    """Runs in the subprocess: prints JSON with the extra peak bytes of one call of ``task``."""
+    x = make_input(n)
+    fn = MEM_TASKS[task]
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+        before = _status_kib("VmRSS")
+        out = fn(x)
+        peak = _status_kib("VmHWM")
+        method = "VmHWM"
+    except OSError:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        out = fn(x)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        method = "ru_maxrss"
+    print(json.dumps({"extra": (peak - before) * 1024, "out": out.nbytes, "method": method}))
+
+
+def peak_memory_in_child(task: str, n: int) -> dict:
+    env = dict(os.environ)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--elements", str(n), "--child-peak-memory", task],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def traced_extra(fn) -> int:
+    """Peak bytes tracemalloc saw during one call (numpy's buffers only)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base, _ = tracemalloc.get_traced_memory()
+        out = fn()
+        _, peak = tracemalloc.get_traced_memory()
+        del out
+    finally:
+        tracemalloc.stop()
+    return peak - base
+
+
+# ---------------------------------------------------------------------------------------------
+# Report.
+
+
+def fmt_time(seconds: float, n: int) -> str:
+    return f"{seconds * 1e3:.1f} ms ({n / seconds / 1e6:,.0f} Melem/s)"
+
+
+def fmt_ratio(r: float) -> str:
+    return f"{r:.2f}x" if r < 10 else f"{r:,.1f}x" if r < 100 else f"{r:,.0f}x"
+
+
+def mib(b: float) -> str:
+    return f"{b / MI:.1f} MiB"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--elements", type=int, default=16 * MI, help="input size (default 16 Mi)")
+    ap.add_argument("--repeat", type=int, default=5, help="best of R runs (default 5)")
+    ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    n, repeat = args.elements, max(1, args.repeat)
+
+    if args.child_peak_memory:
+        child_peak_memory(args.child_peak_memory, n)
+        return 0
+
+    print("# trn2core against its peers\n")
+    print(f"- trn2core {version('trn2core')}, numpy {np.__version__}, ml_dtypes "
+          f"{version('ml_dtypes')}, gfloat {version('gfloat')}, Python {platform.python_version()}")
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
+    print(f"- CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}, usable = {affinity}")
+    print(f"- {platform.platform()}")
+    gn = min(n, GFLOAT_ELEMENTS)
+    print(f"- input: standard_normal float32, {n:,} elements ({n / MI:g} Mi); gfloat on the "
+          f"first {gn:,}; best of {repeat} runs each, in one process\n")
+
+    x = make_input(n)
+    rows = []  # task, trn2core, peer, peer time, ratio, target, pass
+    misses = []
+
+    def verdict(ok: bool | None, task: str) -> str:
+        if ok is None:
+            return "—"
+        if not ok:
+            misses.append(task)
+            return "**BELOW TARGET**"
+        return "pass"
+
+    # RNE against ml_dtypes.
+    for fmt, target in (("fp8_e4m3", TARGET_FP8_VS_ML), ("bf16", TARGET_BF16_VS_ML)):
+        dt = ML_DTYPES[fmt]
+        ours = best_of(lambda: trn2core.quantize(x, fmt), repeat)
+        peer = best_of(lambda: x.astype(dt), repeat)
+        ratio = peer / ours
+        task = f"float32→{fmt} RNE"
+        same = np.array_equal(
+            trn2core.quantize(x, fmt).view(np.uint8 if fmt != "bf16" else np.uint16),
+            x.astype(dt).view(np.uint8 if fmt != "bf16" else np.uint16),
+        )
+        rows.append([task + ("" if same else " (outputs DIFFER)"), fmt_time(ours, n),
+                     f"ml_dtypes {version('ml_dtypes')} astype", fmt_time(peer, n),
+                     fmt_ratio(ratio), f"≥ {target:g}x", verdict(ratio >= target, task)])
+
+    # Seeded SR: absolute rate.
+    sr = best_of(lambda: trn2core.quantize(x, "fp8_e4m3", rounding="stochastic", seed=SEED), repeat)
+    sr_rate = n / sr / 1e6
+    task = "float32→fp8_e4m3 seeded SR, throughput"
+    rows.append([task, fmt_time(sr, n), "—", "—", f"{sr_rate:,.0f} Melem/s",
+                 f"≥ {TARGET_SR_MELEMS:g} Melem/s", verdict(sr_rate >= TARGET_SR_MELEMS, task)])
+
+    # gfloat: SR (StochasticFastest, precomputed bits) and RNE on a slice; per-element rates.
+    notes = []
+    try:
+        import gfloat
+
+        fi = gfloat_fp8_e4m3()
+        xs = np.ascontiguousarray(x[:gn])
+        bits32 = trn2core.stochastic_bits(gn, seed=SEED)  # uint32, precomputed (not timed)
+        for nbits in (32, 8):
+            bits = bits32 if nbits == 32 else bits32 >> np.uint32(32 - nbits)
+            g = best_of(lambda: gfloat.round_ndarray(
+                fi, xs, gfloat.RoundMode.StochasticFastest, sat=False, srbits=bits,
+                srnumbits=nbits), repeat)
+            ratio = (g / gn) / (sr / n)
+            task = f"float32→fp8_e4m3 seeded SR vs gfloat (srnumbits={nbits})"
+            rows.append([task, fmt_time(sr, n), "gfloat round_ndarray StochasticFastest",
+                         fmt_time(g, gn), fmt_ratio(ratio), f"≥ {TARGET_SR_VS_GFLOAT:g}x",
+                         verdict(ratio >= TARGET_SR_VS_GFLOAT, task)])
+            # Same bits, same rule (round up iff frac + r/2^n >= 1): how often do they agree?
+            ref = gfloat.round_ndarray(fi, xs.astype(np.float64), gfloat.RoundMode.StochasticFastest,
+                                       sat=False, srbits=bits, srnumbits=nbits)
+            mine = trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", random_bits=bits,
+                                     random_bit_count=nbits).astype(np.float64)
+            agree = np.mean((mine == ref) | (np.isnan(mine) & np.isnan(ref)))
+            notes.append(f"SR with the same {nbits}-bit words: trn2core and gfloat (float64 input) "
+                         f"agree on {agree:.4%} of {gn:,} elements")
+        sr_slice = best_of(
+            lambda: trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", seed=SEED), repeat)
+        notes.append(f"trn2core seeded SR on the same {gn:,}-element slice as gfloat: "
+                     f"{fmt_time(sr_slice, gn)}")
+        g = best_of(lambda: gfloat.round_ndarray(fi, xs, gfloat.RoundMode.TiesToEven), repeat)
+        ours = best_of(lambda: trn2core.quantize(x, "fp8_e4m3"), repeat)
+        ratio = (g / gn) / (ours / n)
+        rows.append(["float32→fp8_e4m3 RNE vs gfloat", fmt_time(ours, n),
+                     "gfloat round_ndarray TiesToEven", fmt_time(g, gn), fmt_ratio(ratio), "—",
+                     "—"])
+        ref = gfloat.round_ndarray(fi, xs, gfloat.RoundMode.TiesToEven).astype(np.float64)
+        mine = trn2core.quantize(xs, "fp8_e4m3").astype(np.float64)
+        agree = np.mean((mine == ref) | (np.isnan(mine) & np.isnan(ref)))
+        notes.append(f"RNE: trn2core and gfloat agree on {agree:.4%} of {gn:,} elements")
+    except Exception as e:  # a report: say what failed and go on
+        rows.append(["gfloat comparisons", "—", "gfloat", "—", "—", "—",
+                     f"**FAILED**: {type(e).__name__}: {e}"])
+        misses.append("gfloat comparisons (failed to run)")
+
+    # Peak extra memory of one call, each in a fresh subprocess.
+    mem_method = set()
+    for ours_task, peer_task, label in (
+        ("trn2core_fp8", "ml_dtypes_fp8", "float32→fp8_e4m3 RNE"),
+        ("trn2core_fp8_sr", "ml_dtypes_fp8", "float32→fp8_e4m3 seeded SR"),
+        ("trn2core_bf16", "ml_dtypes_bf16", "float32→bf16 RNE"),
+    ):
+        m, p = peak_memory_in_child(ours_task, n), peak_memory_in_child(peer_task, n)
+        task = f"{label}, peak extra memory"
+        if "error" in m or "error" in p:
+            err = m.get("error") or p.get("error")
+            rows.append([task, "—", "ml_dtypes astype", "—", "—", "—", f"**FAILED**: {err}"])
+            misses.append(task + " (failed to run)")
+            continue
+        mem_method.add(m["method"])
+        outs = m["extra"] / m["out"]
+        rows.append([task, f"{mib(m['extra'])} (output {mib(m['out'])})", "ml_dtypes astype",
+                     mib(p["extra"]), f"{outs:.2f}× output",
+                     f"< {TARGET_MEM_OUTPUTS:g}× output", verdict(outs < TARGET_MEM_OUTPUTS, task)])
+    traced = traced_extra(lambda: trn2core.quantize(x, "fp8_e4m3"))
+    notes.append(f"peak extra memory measured as the rise of {'/'.join(sorted(mem_method)) or '?'} "
+                 f"over one call in a fresh process; tracemalloc (numpy's buffers only) saw "
+                 f"{mib(traced)} for float32→fp8_e4m3 RNE")
+
+    header = ["task", "trn2core", "peer", "peer time", "ratio", "target", "pass"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+    print("Ratios are peer time / trn2core time per element (gfloat rows: per-element rates, "
+          "since gfloat ran on a slice).")
+    for note in notes:
+        print(f"- {note}")
+    print()
+    if misses:
+        print(f"BELOW TARGET: {len(misses)} of the targets were missed or could not be measured:")
+        for t in misses:
+            print(f"  - {t}")
+    else:
+        print("All targets met.")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as e:  # the report never fails the caller
+        print(f"BELOW TARGET: compare_peers.py failed: {type(e).__name__}: {e}", file=sys.stderr)
+    sys.exit(0)
