@@ -7,7 +7,8 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, spec
+from . import _core, reference, spec
+from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
 from .errors import (
     CapacityError,
     CorruptDataError,
@@ -27,6 +28,7 @@ from .numerics import (
     quantize,
     stochastic_bits,
 )
+from .report import Report
 
 __version__: str = _core.__version__
 
@@ -41,6 +43,13 @@ __all__ = [
     "encode",
     "decode",
     "stochastic_bits",
+    "NeuronCore",
+    "gemm",
+    "estimate_gemm",
+    "GemmResult",
+    "Report",
+    "PERF_MODES",
+    "reference",
     "Trn2Error",
     "ShapeError",
     "FormatError",

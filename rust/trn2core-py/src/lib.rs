@@ -3,8 +3,10 @@
 //! `trn2core.Trn2Error` tree; there is no logic here.
 
 mod arrays;
+mod engine;
 mod errors;
 mod numerics;
+mod perf;
 mod spec;
 
 use pyo3::prelude::*;
@@ -19,5 +21,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
+    m.add_class::<engine::PyNeuronCore>()?;
+    m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
+    m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
     Ok(())
 }

@@ -12,9 +12,12 @@
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
 //! - [`error`]: the one [`Error`] type.
 
+pub mod engine;
 pub mod error;
 pub mod numerics;
+pub mod perf;
 pub mod spec;
+pub mod topology;
 
 pub use error::{Error, Result};
 pub use numerics::{Format, FormatInfo, Rounding};

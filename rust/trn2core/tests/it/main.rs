@@ -1,3 +1,4 @@
 //! The one integration-test binary of the core (one binary keeps link times down on 2 cores).
 
+mod engine;
 mod numerics_exhaustive;

@@ -1,0 +1,243 @@
+"""The tensor engine (contract section 2): ``NeuronCore.matmul``, ``gemm``, ``estimate_gemm``.
+
+Numbers come from the Rust kernel (bit-exact to ``trn2core.reference``); timing from the Rust
+cost model, walking the same tile schedule. This module only maps dtypes to formats and
+arranges arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _core
+from .dtypes import FORMAT_DTYPES
+from .errors import FormatError, ShapeError, Trn2Error
+from .numerics import FORMATS, quantize
+from .report import Report
+
+__all__ = ["NeuronCore", "GemmResult", "gemm", "estimate_gemm", "PERF_MODES"]
+
+PERF_MODES = ("none", "double_row")
+
+_FORMAT_OF_DTYPE = {
+    FORMAT_DTYPES[f]: f
+    for f in ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")
+}
+
+
+def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
+    """The engine format of an array: from its dtype, or ``declared`` ("tf32" for a float32
+    container holding tf32 values)."""
+    fmt = _FORMAT_OF_DTYPE.get(x.dtype)
+    if declared is not None:
+        if declared not in FORMATS:
+            raise FormatError(f"{arg}: unknown format {declared!r}; expected one of {FORMATS}")
+        want = FORMAT_DTYPES[declared]
+        if x.dtype != want:
+            raise FormatError(f"{arg}: a {declared} operand must be a {want} array, got {x.dtype}")
+        return declared
+    if fmt is None:
+        raise FormatError(
+            f"{arg}: dtype {x.dtype} is not a tensor-engine format; the engine reads fp8_e4m3, "
+            "fp8_e5m2, fp8_e3m4, bf16, fp16, tf32 or fp32 (convert with trn2core.quantize, or "
+            "pass dtype= to gemm)"
+        )
+    return fmt
+
+
+def _values(x: np.ndarray) -> np.ndarray:
+    """Exact float32 values, flat and C-contiguous (widening bf16/fp16/fp8 is exact)."""
+    return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+
+
+class NeuronCore:
+    """One physical NeuronCore-v3: PSUM (128 partitions x 8 banks x 2 KiB fp32), SBUF capacity
+    from ``trn2core.spec``, and a tensor engine that runs one ``nc_matmul`` at a time."""
+
+    def __init__(self, index: int = 0) -> None:
+        self._core = _core.NeuronCore(int(index))
+
+    @property
+    def index(self) -> int:
+        return self._core.index
+
+    @property
+    def sbuf_bytes(self) -> int:
+        from . import spec
+
+        return spec.sbuf_bytes
+
+    @property
+    def psum_bytes(self) -> int:
+        from . import spec
+
+        return spec.psum_bytes
+
+    def matmul(
+        self,
+        stationary,
+        moving,
+        *,
+        bank: int = 0,
+        accumulate: bool = False,
+        perf_mode: str = "none",
+        tile_position: tuple[int, int] | None = None,
+        tile_size: tuple[int, int] | None = None,
+        formats: tuple[str | None, str | None] = (None, None),
+    ) -> np.ndarray:
+        """One ``nc_matmul``: ``stationary.T @ moving`` into PSUM ``bank`` (returned, float32).
+
+        ``stationary`` is ``[K, M]`` and ``moving`` ``[K, N]`` (``K <= 128``, ``M <= 128``,
+        ``N <= 512``), or ``[128, 2, M]`` / ``[128, 2, N]`` with ``perf_mode="double_row"`` (fp8
+        only). Formats come from the dtypes; ``formats=("tf32", "tf32")`` declares float32
+        containers of tf32 values. ``accumulate=True`` adds into the bank's region, which a
+        matmul must have written first. ``tile_position``/``tile_size`` select a PE tile (row
+        tiling 2x64 / 4x32, column tiling likewise); the output lands on the partitions of the
+        tile's columns.
+        """
+        s, m = np.asarray(stationary), np.asarray(moving)
+        sf = _format_of(s, "stationary", formats[0])
+        mf = _format_of(m, "moving", formats[1])
+        pos = None if tile_position is None else tuple(int(v) for v in tile_position)
+        size = None if tile_size is None else tuple(int(v) for v in tile_size)
+        out = self._core.matmul(
+            _values(s), list(s.shape), sf, _values(m), list(m.shape), mf,
+            _bank(bank), bool(accumulate), str(perf_mode), pos, size,
+        )  # fmt: skip
+        return out.reshape(s.shape[-1], m.shape[-1])
+
+    def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
+        """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""
+        return self._core.read_psum(_bank(bank), int(rows), int(cols)).reshape(rows, cols)
+
+    def report(self) -> Report:
+        """Timing of the instructions issued on this core so far."""
+        return Report(self._core.report())
+
+    def __repr__(self) -> str:
+        return f"NeuronCore(index={self.index})"
+
+
+def _bank(bank) -> int:
+    if isinstance(bank, bool) or not isinstance(bank, (int, np.integer)) or bank < 0:
+        raise Trn2Error(f"bank: expected an integer in 0..8, got {bank!r}")
+    return int(bank)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmResult:
+    """``out``: the result (fp32 PSUM values, or ``out_dtype``); ``report``: its timing."""
+
+    out: np.ndarray
+    report: Report
+
+
+def _cost_dtype(af: str, bf: str) -> str:
+    if "fp32" in (af, bf):
+        return "fp32"
+    if af.startswith("fp8") and bf.startswith("fp8"):
+        return af
+    return af if not af.startswith("fp8") else bf
+
+
+def _prepare(x, dtype, rounding, seed, arg):
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
+    if dtype is not None:
+        if dtype not in FORMATS:
+            raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
+        return quantize(x, dtype, rounding=rounding, seed=seed), dtype
+    if x.dtype == np.float64 or x.dtype.kind in "iu":
+        # A float64 (or integer) matrix enters the engine as fp32, rounded once to nearest even.
+        return quantize(x, "fp32"), "fp32"
+    return x, _format_of(x, arg)
+
+
+def estimate_gemm(
+    M: int,
+    K: int,
+    N: int,
+    *,
+    dtype: str = "bf16",
+    core=None,
+    perf_mode: str = "none",
+    sparsity: str | None = None,
+    throttle: bool = True,
+) -> Report:
+    """Timing of ``[M, K] @ [K, N]`` with ``dtype`` operands, walking the GEMM's tile schedule
+    without data (shapes far beyond host memory cost milliseconds). ``throttle=False`` turns
+    off the dI/dt throttle model (on by default, as on the hardware)."""
+    if sparsity is not None:
+        raise Trn2Error(
+            "sparsity: structured-sparsity timing is not implemented yet (see docs/engine.md)"
+        )
+    if core is not None and not isinstance(core, NeuronCore):
+        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
+    dims = []
+    for name, v in (("M", M), ("K", K), ("N", N)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ShapeError(f"{name}: expected a positive integer, got {v!r}")
+        dims.append(int(v))
+    if dtype not in FORMATS:
+        raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
+    _core.check_gemm_formats(dtype, dtype, perf_mode)
+    m, k, n = dims
+    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), False)
+
+    def retrace() -> str:
+        return _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), True)[1]
+
+    return Report(fields, retrace=retrace)
+
+
+def gemm(
+    a,
+    b,
+    *,
+    core=None,
+    dtype: str | None = None,
+    perf_mode: str = "none",
+    out_dtype: str = "fp32",
+    rounding: str = "nearest_even",
+    seed: int | None = None,
+    throttle: bool = True,
+) -> GemmResult:
+    """``a @ b`` exactly as the tensor engine computes it, and how long it takes.
+
+    ``a`` ``[M, K]`` supplies the stationary tiles, ``b`` ``[K, N]`` the moving ones; K is cut
+    into tiles of 128 (256 in double_row), each tile summed from +0.0 in ascending k and added
+    to the PSUM accumulator with one fp32 rounding (see docs/engine.md). With ``dtype``, float
+    inputs are first quantized to it (``rounding``/``seed``; ``b`` uses ``seed + 1`` so the two
+    operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
+    result on the way out with the same ``rounding``.
+    """
+    if core is not None and not isinstance(core, NeuronCore):
+        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
+    if perf_mode not in PERF_MODES:
+        raise FormatError(f"perf_mode: unknown perf_mode {perf_mode!r}; expected {PERF_MODES}")
+    a, af = _prepare(a, dtype, rounding, seed, "a")
+    b, bf = _prepare(b, dtype, rounding, None if seed is None else seed + 1, "b")
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError(
+            f"b: a is {a.shape} and b is {b.shape}; a's columns (K) must equal b's rows"
+        )
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or k == 0 or n == 0:
+        raise ShapeError(
+            f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
+        )
+    _core.check_gemm_formats(af, bf, perf_mode)
+    out = _core.gemm(_values(a), _values(b), m, k, n, perf_mode).reshape(m, n)
+    if out_dtype != "fp32":
+        out = quantize(out, out_dtype, rounding=rounding, seed=seed)
+    cost = _cost_dtype(af, bf)
+    fields, _ = _core.estimate_gemm(m, k, n, cost, perf_mode, bool(throttle), False)
+
+    def retrace() -> str:
+        return _core.estimate_gemm(m, k, n, cost, perf_mode, bool(throttle), True)[1]
+
+    return GemmResult(out=out, report=Report(fields, retrace=retrace))

@@ -1,0 +1,165 @@
+//! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM) and the
+//! whole-GEMM kernel. Operands arrive as flat float32 arrays of exact values plus their format.
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use trn2core::engine::{self, Operand, PeTile, PerfMode};
+use trn2core::numerics::Format;
+use trn2core::topology::NeuronCore;
+use trn2core::Error;
+
+use crate::arrays::{borrow, slice, to_numpy};
+use crate::errors::{guard, guard_detached};
+use crate::perf::report_dict;
+
+/// One physical NeuronCore-v3 (the facade's `trn2core.NeuronCore` wraps it).
+#[pyclass(name = "NeuronCore", module = "trn2core._core")]
+pub struct PyNeuronCore {
+    inner: NeuronCore,
+}
+
+#[pymethods]
+impl PyNeuronCore {
+    #[new]
+    #[pyo3(signature = (index = 0))]
+    fn new(index: usize) -> Self {
+        PyNeuronCore {
+            inner: NeuronCore::new(index),
+        }
+    }
+
+    #[getter]
+    fn index(&self) -> usize {
+        self.inner.index
+    }
+
+    /// One `nc_matmul`; returns the PSUM region's new contents, flat `[M * N]`.
+    #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &mut self,
+        py: Python<'_>,
+        stationary: &Bound<'_, PyAny>,
+        stationary_shape: Vec<usize>,
+        stationary_format: &str,
+        moving: &Bound<'_, PyAny>,
+        moving_shape: Vec<usize>,
+        moving_format: &str,
+        bank: usize,
+        accumulate: bool,
+        perf_mode: &str,
+        tile_position: Option<(usize, usize)>,
+        tile_size: Option<(usize, usize)>,
+    ) -> PyResult<Py<PyAny>> {
+        let sf = guard(py, || Format::parse("stationary", stationary_format))?;
+        let mf = guard(py, || Format::parse("moving", moving_format))?;
+        let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+        let tile = guard(py, || PeTile::from_options(tile_position, tile_size))?;
+        let sa = guard(py, || borrow::<f32>(stationary, "stationary", "float32"))?;
+        let ma = guard(py, || borrow::<f32>(moving, "moving", "float32"))?;
+        let sv = guard(py, || slice(&sa, "stationary"))?;
+        let mv = guard(py, || slice(&ma, "moving"))?;
+        let st = Operand {
+            values: sv,
+            shape: &stationary_shape,
+            format: sf,
+        };
+        let mo = Operand {
+            values: mv,
+            shape: &moving_shape,
+            format: mf,
+        };
+        let out = guard(py, || {
+            self.inner.matmul(&st, &mo, bank, accumulate, mode, tile)
+        })?;
+        Ok(to_numpy(py, out))
+    }
+
+    /// PSUM `bank`, partitions `0..rows`, elements `0..cols`, flat.
+    fn read_psum(
+        &self,
+        py: Python<'_>,
+        bank: usize,
+        rows: usize,
+        cols: usize,
+    ) -> PyResult<Py<PyAny>> {
+        let out = guard(py, || self.inner.read_psum(bank, rows, cols))?;
+        Ok(to_numpy(py, out))
+    }
+
+    /// Timing of the instructions issued so far.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        report_dict(py, &self.inner.report())
+    }
+}
+
+/// Checks that the engine takes these operand formats (the same rules as one instruction).
+#[pyfunction]
+pub fn check_gemm_formats(
+    py: Python<'_>,
+    a_format: &str,
+    b_format: &str,
+    perf_mode: &str,
+) -> PyResult<()> {
+    let af = guard(py, || Format::parse("a", a_format))?;
+    let bf = guard(py, || Format::parse("b", b_format))?;
+    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+    let (sa, sb): (&[usize], &[usize]) = match mode {
+        PerfMode::DoubleRow => (&[128, 2, 1], &[128, 2, 1]),
+        PerfMode::None => (&[1, 1], &[1, 1]),
+    };
+    guard(py, || {
+        engine::validate_matmul(sa, af, sb, bf, mode, PeTile::FULL).map(|_| ())
+    })
+    .map_err(|e| rename_args(py, e))
+}
+
+/// Error messages of the instruction check name `stationary`/`moving`; for a GEMM those are
+/// `a`/`b`.
+fn rename_args(py: Python<'_>, e: PyErr) -> PyErr {
+    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+    let msg = msg
+        .replacen("stationary", "a", 1)
+        .replacen("moving", "b", 1);
+    match e.get_type(py).call1((msg,)) {
+        Ok(obj) => PyErr::from_value(obj),
+        Err(other) => other,
+    }
+}
+
+/// The whole GEMM `a @ b` (`a` `[M, K]`, `b` `[K, N]`, flat float32 of exact values), bit-exact,
+/// with the GIL released; returns flat `[M * N]` float32.
+#[pyfunction]
+#[pyo3(signature = (a, b, m, k, n, perf_mode))]
+pub fn gemm(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    m: usize,
+    k: usize,
+    n: usize,
+    perf_mode: &str,
+) -> PyResult<Py<PyAny>> {
+    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
+    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
+    let av = guard(py, || slice(&aa, "a"))?;
+    let bv = guard(py, || slice(&ba, "b"))?;
+    let len = guard(py, || {
+        m.checked_mul(n)
+            .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow")))
+    })?;
+    // SAFETY: uninitialised numpy buffer; gemm_f32_into writes all `m * n` elements (it checks
+    // the length) before Python can read it.
+    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
+    {
+        let mut rw = arr.readwrite();
+        let out = guard(py, || {
+            rw.as_slice_mut()
+                .map_err(|_| Error::shape("out", "not contiguous"))
+        })?;
+        guard_detached(py, || engine::gemm_f32_into(av, bv, m, k, n, mode, out))?;
+    }
+    Ok(arr.into_any().unbind())
+}

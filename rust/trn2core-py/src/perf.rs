@@ -1,0 +1,58 @@
+//! Bindings of `trn2core::perf`: reports as dicts, and the GEMM cost model.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use trn2core::engine::PerfMode;
+use trn2core::perf::{estimate_gemm as core_estimate, GemmPlan, Report};
+
+use crate::errors::{guard, guard_detached};
+
+/// A report's fields as a dict (the facade wraps it in `trn2core.Report`).
+pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("kind", r.kind)?;
+    d.set_item("description", &r.description)?;
+    d.set_item("instructions", r.instructions)?;
+    d.set_item("pe_cycles", r.pe_cycles)?;
+    d.set_item("cycles", r.cycles)?;
+    d.set_item("seconds", r.seconds)?;
+    d.set_item("flops", r.flops)?;
+    d.set_item("tflops", r.tflops)?;
+    d.set_item("pe_tflops", r.pe_tflops)?;
+    d.set_item("peak_tflops", r.peak_tflops)?;
+    d.set_item("utilization", r.utilization)?;
+    d.set_item("bound", r.bound)?;
+    let details = PyDict::new(py);
+    for (k, v) in &r.details {
+        details.set_item(*k, *v)?;
+    }
+    d.set_item("details", details)?;
+    Ok(d)
+}
+
+/// Costs a GEMM `[M, K] @ [K, N]` of operands `dtype` on one NeuronCore; returns the report's
+/// dict and, with `trace`, its Chrome trace JSON.
+#[pyfunction]
+#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace))]
+pub fn estimate_gemm<'py>(
+    py: Python<'py>,
+    m: u64,
+    k: u64,
+    n: u64,
+    dtype: &str,
+    perf_mode: &str,
+    throttle: bool,
+    trace: bool,
+) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
+    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+    let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
+    plan.throttle = throttle;
+    plan.trace = trace;
+    let rep = guard_detached(py, || core_estimate(&plan))?;
+    let json = if trace {
+        Some(rep.chrome_trace_json())
+    } else {
+        None
+    };
+    Ok((report_dict(py, &rep)?, json))
+}

@@ -1,0 +1,417 @@
+//! The tiled GEMM: `a @ b` cut onto the tensor engine as a kernel would, computed by a parallel,
+//! cache-blocked, register-blocked SIMD driver.
+//!
+//! # Which bits
+//!
+//! K is cut into consecutive tiles of the engine's contraction (128, or 256 in `double_row`);
+//! each tile's partial sums start at +0.0 and take their products in the tile's order
+//! (ascending k; in `double_row` k, k + 128 for each row k of the tile, an edge tile skipping the
+//! rows it does not have); the first tile's sums are written, every later tile's sums are added
+//! with one fp32 rounding. M and N tiling (by 128 and 512 on the engine) do not change a bit:
+//! every output element is computed on its own.
+//!
+//! # How fast
+//!
+//! The loop nest is the classic one of BLIS/GotoBLAS, with the K block fixed to the engine's K
+//! tile (which is also about the size a BLAS would pick):
+//!
+//! * the output is cut into blocks of `MC` rows x `NC` columns, one rayon task each. A task owns
+//!   its block for the whole K loop, so every output element is computed by one task in the
+//!   contract's order: the bits do not depend on the number of threads or on who steals what;
+//! * per K tile the task packs its rows of `a` into `MR`-row micro-panels (`MC x kc`, L2-resident)
+//!   and its columns of `b` into `NR`-column micro-panels (`kc x NC`), both in the tile's product
+//!   order, so `double_row`'s interleaving costs nothing in the kernel;
+//! * the micro-kernel ([`super::kernel`]) keeps an `MR x NR` block of partial sums in registers
+//!   across the tile's `kc` FMAs, then writes or adds it.
+
+use rayon::prelude::*;
+
+use super::kernel::{fp_env_is_ieee, MicroKernel, Portable, MAX_MR};
+use super::{PerfMode, CANONICAL_NAN};
+use crate::{Error, Result};
+
+/// Host cache blocking (not a hardware number): rows of `a` per task, as micro-panels of `MR`.
+const MC_PANELS: usize = 16;
+/// Host cache blocking: columns of `b` per task, as micro-panels of `NR` (512 for AVX-512).
+const NC_PANELS: usize = 8;
+/// Packing jobs take at least this many micro-panels (a job of a few microseconds).
+const PACK_MIN_PANELS: usize = 4;
+
+/// How the contraction is cut into tiles and ordered inside one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tiling {
+    /// Products per full tile.
+    pub tile: usize,
+    /// `double_row` order: k, k + `tile / 2` for each row k of the tile.
+    pub interleave: bool,
+}
+
+impl Tiling {
+    /// The tiling of a GEMM in `perf_mode`.
+    pub(crate) fn gemm(perf_mode: PerfMode) -> Tiling {
+        Tiling {
+            tile: perf_mode.contraction_max(),
+            interleave: perf_mode == PerfMode::DoubleRow,
+        }
+    }
+
+    /// The product order of a tile of `len` products, as offsets into the tile.
+    fn order(self, len: usize) -> Vec<usize> {
+        if !self.interleave {
+            return (0..len).collect();
+        }
+        // The PE row count is the distance between the two elements sharing a row.
+        let half = self.tile / 2;
+        (0..half.min(len))
+            .flat_map(|r| [r, r + half])
+            .filter(|&k| k < len)
+            .collect()
+    }
+}
+
+/// Strided read-only view of the `m x k` operand `a`: element `(i, kk)` is
+/// `data[i * row_stride + kk * k_stride]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AView<'a> {
+    pub data: &'a [f32],
+    pub row_stride: usize,
+    pub k_stride: usize,
+}
+
+/// Computes `a @ b` for `a` `[M, K]` and `b` `[K, N]`, both row-major float32 (the exact values
+/// of the input format), tiled onto the tensor engine as the contract says (see the module doc
+/// of [`crate::engine`]); returns the `[M, N]` result, row-major.
+///
+/// Bit-exact for every input format, fp32 and tf32 included, and independent of the thread
+/// count. Rows are computed independently, so a caller may split `a` and the output into row
+/// blocks (for instance to check for interrupts between them) without changing a bit.
+///
+/// Errors: a slice whose length is not the product of its dimensions (`ShapeError`); an output
+/// too large for this host (`CapacityError`); a non-IEEE floating-point environment
+/// (`ValueError`).
+pub fn gemm_f32(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    perf_mode: PerfMode,
+) -> Result<Vec<f32>> {
+    let len = m
+        .checked_mul(n)
+        .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow usize")))?;
+    let mut out = zeroed(len).ok_or_else(|| {
+        Error::capacity(
+            "out",
+            format!("cannot allocate the {m} x {n} float32 result on this host"),
+        )
+    })?;
+    gemm_f32_into(a, b, m, k, n, perf_mode, &mut out)?;
+    Ok(out)
+}
+
+/// [`gemm_f32`] into a caller's buffer of `m * n` elements (e.g. a numpy-allocated output).
+pub fn gemm_f32_into(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    perf_mode: PerfMode,
+    out: &mut [f32],
+) -> Result<()> {
+    check_len("a", a.len(), &[m, k])?;
+    check_len("b", b.len(), &[k, n])?;
+    check_len("out", out.len(), &[m, n])?;
+    let view = AView {
+        data: a,
+        row_stride: k,
+        k_stride: 1,
+    };
+    run(view, b, m, k, n, Tiling::gemm(perf_mode), out)
+}
+
+/// `len` zeros, or `None` if the allocation fails. Zeroed memory comes straight from the
+/// allocator (fresh pages from the OS for large sizes), so nothing touches a page before the
+/// kernels, which write it in parallel; `vec![0.0; len]` would do the same but abort on failure.
+fn zeroed(len: usize) -> Option<Vec<f32>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of `len` f32s, all
+    // of them initialised (all-zero bits are +0.0); the Vec takes ownership.
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
+/// A `ShapeError` unless `len` is the product of `dims`.
+pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
+    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if want == Some(len) {
+        Ok(())
+    } else {
+        Err(Error::shape(
+            arg,
+            format!("holds {len} elements but its shape {dims:?} needs {want:?}"),
+        ))
+    }
+}
+
+/// The error every task returns when the floating-point environment is not IEEE's default.
+fn fp_env_error() -> Error {
+    Error::value(
+        "floating-point environment",
+        "this thread runs with flush-to-zero, denormals-are-zero or a non-default rounding mode \
+         (MXCSR), probably set by a library built with -ffast-math; the tensor engine's \
+         bit-exact results need IEEE defaults (round to nearest even, subnormals kept)",
+    )
+}
+
+/// The driver: `out[i, j] = sum over tiles of sum over the tile's products of a(i, k) * b[k, j]`
+/// with the engine's rounding. `out` is `m x n` row-major, `b` is `k x n` row-major; lengths
+/// are the caller's to check.
+pub(crate) fn run(
+    a: AView,
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    tiling: Tiling,
+    out: &mut [f32],
+) -> Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        // No tile ever writes PSUM; the empty sum is +0.0 (as numpy's).
+        out.fill(0.0);
+        return Ok(());
+    }
+    if !fp_env_is_ieee() {
+        return Err(fp_env_error());
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(kernel) = super::kernel::Avx512::detect() {
+            return drive(kernel, a, b, m, k, n, tiling, out);
+        }
+        if let Some(kernel) = super::kernel::Avx2::detect() {
+            return drive(kernel, a, b, m, k, n, tiling, out);
+        }
+    }
+    drive(Portable, a, b, m, k, n, tiling, out)
+}
+
+/// One task: an output block of whole rows' column segments.
+struct Task<'o> {
+    /// First row of the block in the output.
+    row0: usize,
+    /// First column of the block in the output.
+    col0: usize,
+    /// The block's row segments, all of the same width.
+    rows: Vec<&'o mut [f32]>,
+}
+
+/// A float32 buffer whose data starts on a 64-byte boundary (one cache line, one zmm load).
+struct Aligned {
+    buf: Vec<f32>,
+    offset: usize,
+}
+
+impl Aligned {
+    const LANES: usize = 16;
+
+    fn new(len: usize) -> Aligned {
+        let buf = vec![0f32; len + Self::LANES];
+        let offset = buf.as_ptr().align_offset(64).min(Self::LANES);
+        Aligned { buf, offset }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        let len = self.buf.len() - Self::LANES;
+        &mut self.buf[self.offset..self.offset + len]
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive<K: MicroKernel>(
+    kernel: K,
+    a: AView,
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    tiling: Tiling,
+    out: &mut [f32],
+) -> Result<()> {
+    let threads = rayon::current_num_threads().max(1);
+    // Blocks: MC x NC by default; narrower column blocks when there would be too few tasks to
+    // keep every thread busy (the blocking never changes a bit).
+    let mc = (MC_PANELS * K::MR).min(m.div_ceil(K::MR) * K::MR);
+    let row_blocks = m.div_ceil(mc);
+    let mut nc_panels = NC_PANELS;
+    while nc_panels > 1 && row_blocks * n.div_ceil(nc_panels * K::NR) < 2 * threads {
+        nc_panels /= 2;
+    }
+    let nc = nc_panels * K::NR;
+    let col_blocks = n.div_ceil(nc);
+
+    let mut tasks = Vec::with_capacity(row_blocks * col_blocks);
+    for (rb, block) in out.chunks_mut(mc * n).enumerate() {
+        let mut cols: Vec<Vec<&mut [f32]>> =
+            (0..col_blocks).map(|_| Vec::with_capacity(mc)).collect();
+        for row in block.chunks_mut(n) {
+            let mut rest = row;
+            for segs in cols.iter_mut() {
+                let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
+                segs.push(seg);
+                rest = tail;
+            }
+        }
+        for (cb, rows) in cols.into_iter().enumerate() {
+            tasks.push(Task {
+                row0: rb * mc,
+                col0: cb * nc,
+                rows,
+            });
+        }
+    }
+
+    // One K tile at a time: pack the tile's A rows and B columns once (in parallel), then let
+    // every task add the tile into its block. Tiles run one after the other, so each output
+    // element takes its tile sums in order no matter which thread computes which block.
+    let m_panels = m.div_ceil(K::MR);
+    let n_panels = n.div_ceil(K::NR);
+    let mut apack = Aligned::new(m_panels * K::MR * tiling.tile);
+    let mut bpack = Aligned::new(n_panels * K::NR * tiling.tile);
+    let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
+    let full_order = tiling.order(tiling.tile);
+    let tail_order = tiling.order(k % tiling.tile);
+    for (t, k0) in (0..k).step_by(tiling.tile).enumerate() {
+        let order = if k - k0 >= tiling.tile {
+            &full_order
+        } else {
+            &tail_order
+        };
+        let kc = order.len();
+        let (apack, bpack) = (
+            &mut apack[..m_panels * K::MR * kc],
+            &mut bpack[..n_panels * K::NR * kc],
+        );
+        apack
+            .par_chunks_mut(K::MR * kc)
+            .with_min_len(PACK_MIN_PANELS)
+            .enumerate()
+            .for_each(|(ip, panel)| pack_a::<K>(a, m, ip, k0, order, panel));
+        bpack
+            .par_chunks_mut(K::NR * kc)
+            .with_min_len(PACK_MIN_PANELS)
+            .enumerate()
+            .for_each(|(jp, panel)| pack_b::<K>(b, n, jp, k0, order, panel));
+        let (apack, bpack) = (&*apack, &*bpack);
+        tasks.par_iter_mut().try_for_each(|task| {
+            // Worker threads have their own floating-point environment: check each.
+            if !fp_env_is_ieee() {
+                return Err(fp_env_error());
+            }
+            add_tile(kernel, kc, apack, bpack, t == 0, task);
+            Ok(())
+        })?;
+    }
+    tasks.par_iter_mut().for_each(|task| {
+        for row in task.rows.iter_mut() {
+            for x in row.iter_mut() {
+                if x.is_nan() {
+                    *x = CANONICAL_NAN;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Adds one K tile of `kc` products into a task's block (writes it, for the `first` tile), from
+/// the tile's packed panels of all of `a`'s rows and all of `b`'s columns.
+fn add_tile<K: MicroKernel>(
+    kernel: K,
+    kc: usize,
+    apack: &[f32],
+    bpack: &[f32],
+    first: bool,
+    task: &mut Task,
+) {
+    let width = task.rows.first().map_or(0, |r| r.len());
+    // Blocks start on panel boundaries (MC and NC are multiples of MR and NR).
+    let (ip0, jp0) = (task.row0 / K::MR, task.col0 / K::NR);
+    for (ip, rows) in task.rows.chunks_mut(K::MR).enumerate() {
+        let ap = &apack[(ip0 + ip) * K::MR * kc..][..K::MR * kc];
+        for jp in 0..width.div_ceil(K::NR) {
+            let c0 = jp * K::NR;
+            let cols = K::NR.min(width - c0);
+            let bp = &bpack[(jp0 + jp) * K::NR * kc..][..K::NR * kc];
+            let mut c = [std::ptr::null_mut(); MAX_MR];
+            for (p, row) in c.iter_mut().zip(rows.iter_mut()) {
+                *p = row[c0..].as_mut_ptr();
+            }
+            // SAFETY: `ap` and `bp` hold exactly `kc * MR` and `kc * NR` elements; each
+            // non-null `c[i]` points into a distinct row segment with `cols` elements from
+            // `c0`; the output never aliases the packed panels.
+            unsafe { kernel.run(kc, ap.as_ptr(), bp.as_ptr(), &c, cols, first) };
+        }
+    }
+}
+
+/// Packs micro-panel `ip` of `a` (rows `ip * MR..`, of `m`), products `k0 + order[..]`, k-major;
+/// rows past `m` are zero (computed, never stored).
+fn pack_a<K: MicroKernel>(
+    a: AView,
+    m: usize,
+    ip: usize,
+    k0: usize,
+    order: &[usize],
+    panel: &mut [f32],
+) {
+    let contiguous = a.k_stride == 1 && order.windows(2).all(|w| w[1] == w[0] + 1);
+    for i in 0..K::MR {
+        let r = ip * K::MR + i;
+        let dst = panel.iter_mut().skip(i).step_by(K::MR);
+        if r >= m {
+            dst.for_each(|d| *d = 0.0);
+            continue;
+        }
+        let base = r * a.row_stride + k0 * a.k_stride;
+        if contiguous {
+            for (d, &v) in dst.zip(&a.data[base..base + order.len()]) {
+                *d = v;
+            }
+        } else {
+            for (d, &o) in dst.zip(order) {
+                *d = a.data[base + o * a.k_stride];
+            }
+        }
+    }
+}
+
+/// Packs micro-panel `jp` of `b` (row-major, `n` columns; columns `jp * NR..`), products
+/// `k0 + order[..]`, k-major; columns past `n` are zero.
+fn pack_b<K: MicroKernel>(
+    b: &[f32],
+    n: usize,
+    jp: usize,
+    k0: usize,
+    order: &[usize],
+    panel: &mut [f32],
+) {
+    let c0 = jp * K::NR;
+    let cols = K::NR.min(n - c0);
+    for (dst, &o) in panel.chunks_exact_mut(K::NR).zip(order) {
+        let src = (k0 + o) * n + c0;
+        dst[..cols].copy_from_slice(&b[src..src + cols]);
+        dst[cols..].fill(0.0);
+    }
+}

@@ -1,0 +1,388 @@
+//! Register-blocked micro-kernels of the GEMM driver: one K tile of an `MR x NR` block of the
+//! output, from packed panels.
+//!
+//! Every output element lives in its own SIMD lane (rows in separate registers, columns across
+//! lanes) and takes its products one k at a time, in the packed order, through a fused
+//! multiply-add (`VFMADD231PS`, or `f32::mul_add` in the portable kernel). An FMA *is* the
+//! engine's PE step (see the module doc of [`crate::engine`]), so the kernels are bit-exact for
+//! every input, whatever the blocking, the instruction set or the thread that runs them.
+//!
+//! The tile's partial sums start at +0.0 (zeroed registers) and are then written to the output
+//! (the first K tile) or added to it with one fp32 rounding (every later K tile).
+
+/// The largest `MR` of any kernel: the length of the row-pointer array the driver passes.
+pub(crate) const MAX_MR: usize = 16;
+
+/// A micro-kernel. Holding a value proves the CPU supports its instructions.
+pub(crate) trait MicroKernel: Copy + Send + Sync {
+    /// Rows of the register block (rows of the packed A micro-panel).
+    const MR: usize;
+    /// Columns of the register block (columns of the packed B micro-panel).
+    const NR: usize;
+
+    /// Computes one K tile of `kc` products for an `MR x NR` output block.
+    ///
+    /// `a` is an `MR`-row micro-panel packed k-major (`a[k * MR + i]`), `b` an `NR`-column
+    /// micro-panel packed k-major (`b[k * NR + j]`); both in the tile's product order. `c[i]`
+    /// points at the first column of output row `i`, or is null for a padding row that is not
+    /// stored; only the first `cols` (`1..=NR`) columns are stored. With `first` the tile sums
+    /// are written, otherwise added to what `c` holds.
+    ///
+    /// # Safety
+    /// `a` must be valid for `kc * MR` reads, `b` for `kc * NR` reads, each non-null `c[i]` for
+    /// reads and writes of `cols` elements, none of them aliasing `a` or `b`.
+    unsafe fn run(
+        self,
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: &[*mut f32; MAX_MR],
+        cols: usize,
+        first: bool,
+    );
+}
+
+/// The portable kernel: `f32::mul_add` is IEEE `fusedMultiplyAdd` on every target (a hardware
+/// FMA where there is one, a correctly rounded library routine otherwise).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Portable;
+
+const PORTABLE_MR: usize = 4;
+const PORTABLE_NR: usize = 8;
+
+impl MicroKernel for Portable {
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+
+    unsafe fn run(
+        self,
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: &[*mut f32; MAX_MR],
+        cols: usize,
+        first: bool,
+    ) {
+        // SAFETY: the caller's contract covers `kc * MR` and `kc * NR` reads.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(a, kc * PORTABLE_MR),
+                std::slice::from_raw_parts(b, kc * PORTABLE_NR),
+            )
+        };
+        let mut acc = [[0f32; PORTABLE_NR]; PORTABLE_MR];
+        for (ak, bk) in a.chunks_exact(PORTABLE_MR).zip(b.chunks_exact(PORTABLE_NR)) {
+            for (row, &x) in acc.iter_mut().zip(ak) {
+                for (s, &y) in row.iter_mut().zip(bk) {
+                    *s = x.mul_add(y, *s);
+                }
+            }
+        }
+        for (row, &p) in acc.iter().zip(c) {
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: a non-null row pointer is valid for `cols` reads and writes.
+            let out = unsafe { std::slice::from_raw_parts_mut(p, cols) };
+            for (o, &s) in out.iter_mut().zip(row) {
+                *o = if first { s } else { *o + s };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{Avx2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{MicroKernel, MAX_MR};
+    use std::arch::x86_64::*;
+
+    /// AVX-512 kernel: 6 rows x 4 vectors of 16 columns. 24 accumulators, 4 B vectors and one
+    /// broadcast fill 29 of the 32 zmm registers; per k it issues 24 FMAs against 10 loads.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Avx512(());
+
+    /// AVX2 kernel: 6 rows x 2 vectors of 8 columns (12 accumulators of the 16 ymm registers).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Avx2(());
+
+    const AVX512_MR: usize = 6;
+    const AVX512_NV: usize = 4;
+    const AVX2_MR: usize = 6;
+    const AVX2_NV: usize = 2;
+
+    impl Avx512 {
+        /// The kernel, if this CPU has AVX-512F and FMA.
+        pub(crate) fn detect() -> Option<Avx512> {
+            (is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma"))
+            .then_some(Avx512(()))
+        }
+    }
+
+    impl Avx2 {
+        /// The kernel, if this CPU has AVX2 and FMA.
+        pub(crate) fn detect() -> Option<Avx2> {
+            (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+                .then_some(Avx2(()))
+        }
+    }
+
+    impl MicroKernel for Avx512 {
+        const MR: usize = AVX512_MR;
+        const NR: usize = AVX512_NV * 16;
+
+        unsafe fn run(
+            self,
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: &[*mut f32; MAX_MR],
+            cols: usize,
+            first: bool,
+        ) {
+            // SAFETY: holding `self` proves AVX-512F and FMA; the rest is the caller's contract.
+            unsafe { tile_avx512::<AVX512_MR, AVX512_NV>(kc, a, b, c, cols, first) }
+        }
+    }
+
+    impl MicroKernel for Avx2 {
+        const MR: usize = AVX2_MR;
+        const NR: usize = AVX2_NV * 8;
+
+        unsafe fn run(
+            self,
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: &[*mut f32; MAX_MR],
+            cols: usize,
+            first: bool,
+        ) {
+            // SAFETY: holding `self` proves AVX2 and FMA; the rest is the caller's contract.
+            unsafe { tile_avx2::<AVX2_MR, AVX2_NV>(kc, a, b, c, cols, first) }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F and FMA must be available; pointers as in [`MicroKernel::run`] with
+    /// `MR` rows and `NV * 16` columns.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn tile_avx512<const MR: usize, const NV: usize>(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: &[*mut f32; MAX_MR],
+        cols: usize,
+        first: bool,
+    ) {
+        if !first {
+            // The output block is read only after the K loop: start fetching it now.
+            for &p in c.iter().take(MR).filter(|p| !p.is_null()) {
+                for j in 0..NV {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * j) as *const i8);
+                }
+            }
+        }
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for k in 0..kc {
+            // SAFETY: k < kc, so the panels hold these MR and NV * 16 elements.
+            let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * 16)) };
+            let mut bv = [_mm512_setzero_ps(); NV];
+            for (j, v) in bv.iter_mut().enumerate() {
+                // SAFETY: within the B panel row (see above).
+                *v = unsafe { _mm512_loadu_ps(bk.add(16 * j)) };
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: within the A panel row (see above).
+                let x = _mm512_set1_ps(unsafe { *ak.add(i) });
+                for (s, &y) in row.iter_mut().zip(&bv) {
+                    // One fused multiply-add: the PE step, exactly.
+                    *s = _mm512_fmadd_ps(x, y, *s);
+                }
+            }
+        }
+        for j in 0..NV {
+            let valid = cols.saturating_sub(16 * j).min(16);
+            if valid == 0 {
+                break;
+            }
+            let mask: __mmask16 = ((1u32 << valid) - 1) as u16;
+            for (row, &p) in acc.iter().zip(c) {
+                if p.is_null() {
+                    continue;
+                }
+                // SAFETY: the row holds `cols` elements and the mask covers only those.
+                unsafe {
+                    let p = p.add(16 * j);
+                    let v = if first {
+                        row[j]
+                    } else {
+                        _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), row[j])
+                    };
+                    _mm512_mask_storeu_ps(p, mask, v);
+                }
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be available; pointers as in [`MicroKernel::run`] with `MR` rows and
+    /// `NV * 8` columns.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_avx2<const MR: usize, const NV: usize>(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: &[*mut f32; MAX_MR],
+        cols: usize,
+        first: bool,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        for k in 0..kc {
+            // SAFETY: k < kc, so the panels hold these MR and NV * 8 elements.
+            let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * 8)) };
+            let mut bv = [_mm256_setzero_ps(); NV];
+            for (j, v) in bv.iter_mut().enumerate() {
+                // SAFETY: within the B panel row (see above).
+                *v = unsafe { _mm256_loadu_ps(bk.add(8 * j)) };
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: within the A panel row (see above).
+                let x = _mm256_set1_ps(unsafe { *ak.add(i) });
+                for (s, &y) in row.iter_mut().zip(&bv) {
+                    *s = _mm256_fmadd_ps(x, y, *s);
+                }
+            }
+        }
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for j in 0..NV {
+            let valid = cols.saturating_sub(8 * j).min(8);
+            if valid == 0 {
+                break;
+            }
+            // Lanes below `valid` are all ones: maskload/maskstore touch only those.
+            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid as i32), lane);
+            for (row, &p) in acc.iter().zip(c) {
+                if p.is_null() {
+                    continue;
+                }
+                // SAFETY: the row holds `cols` elements and the mask covers only those.
+                unsafe {
+                    let p = p.add(8 * j);
+                    let v = if first {
+                        row[j]
+                    } else {
+                        _mm256_add_ps(_mm256_maskload_ps(p, mask), row[j])
+                    };
+                    _mm256_maskstore_ps(p, mask, v);
+                }
+            }
+        }
+    }
+}
+
+/// Whether this thread's floating-point environment is IEEE's default: round to nearest even,
+/// subnormal inputs honoured (no DAZ) and subnormal results kept (no FTZ). The kernels' bits
+/// are only the engine's bits under it. Checked by arithmetic the optimiser cannot fold.
+pub(crate) fn fp_env_is_ieee() -> bool {
+    use std::hint::black_box;
+    let tiny = black_box(f32::from_bits(1)); // 2^-149, the smallest subnormal
+    let one = black_box(1.0f32);
+    // 0.75 ulp(1): nearest rounds away from 1 in both directions; any directed mode does not
+    // in at least one of them.
+    let three_quarter_ulp = black_box(0.75 * f32::EPSILON);
+    let no_daz = (tiny * one).to_bits() == 1;
+    let no_ftz = (tiny * black_box(1.5f32)).to_bits() == 2; // inexact and tiny: RNE gives 2^-148
+    let nearest = one + three_quarter_ulp == 1.0 + f32::EPSILON
+        && -one - three_quarter_ulp == -1.0 - f32::EPSILON;
+    no_daz && no_ftz && nearest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_kernel<K: MicroKernel>(kernel: K) {
+        // A 3-row, (NR - 1)-column block of a 5-step tile, checked against pe_fma per element;
+        // padding row pointers are null and the column past `cols` must stay untouched.
+        let kc = 5;
+        let a: Vec<f32> = (0..kc * K::MR).map(|i| (i as f32 - 7.5) * 0.37).collect();
+        let b: Vec<f32> = (0..kc * K::NR).map(|i| (i as f32 * 0.11).sin()).collect();
+        let cols = K::NR - 1;
+        let mut out = vec![vec![1.25f32; K::NR]; 3];
+        for first in [true, false] {
+            let before = out.clone();
+            let mut ptrs = [std::ptr::null_mut(); MAX_MR];
+            for (p, row) in ptrs.iter_mut().zip(out.iter_mut()) {
+                *p = row.as_mut_ptr();
+            }
+            // SAFETY: panels of the right sizes; rows hold NR >= cols elements.
+            unsafe { kernel.run(kc, a.as_ptr(), b.as_ptr(), &ptrs, cols, first) };
+            for i in 0..3 {
+                for j in 0..cols {
+                    let mut s = 0f32;
+                    for k in 0..kc {
+                        s = crate::engine::pe_fma(s, a[k * K::MR + i], b[k * K::NR + j]);
+                    }
+                    let want = if first { s } else { before[i][j] + s };
+                    assert_eq!(out[i][j].to_bits(), want.to_bits(), "row {i} col {j}");
+                }
+                assert_eq!(out[i][cols], 1.25, "column past `cols` untouched");
+            }
+        }
+    }
+
+    #[test]
+    fn kernels_agree_with_the_scalar_step() {
+        run_kernel(Portable);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(k) = Avx512::detect() {
+                run_kernel(k);
+            }
+            if let Some(k) = Avx2::detect() {
+                run_kernel(k);
+            }
+        }
+    }
+
+    #[test]
+    fn default_environment_is_ieee() {
+        assert!(fp_env_is_ieee());
+    }
+}
+
+#[cfg(test)]
+mod bench_tmp {
+    use super::*;
+    #[test]
+    #[ignore]
+    fn kernel_peak() {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = Avx512::detect() {
+            type KK = Avx512;
+            let kc = 128;
+            let a = vec![1.0f32; kc * KK::MR];
+            let b = vec![1.0f32; kc * KK::NR];
+            let mut out = vec![vec![0f32; KK::NR]; KK::MR];
+            let mut ptrs = [std::ptr::null_mut(); MAX_MR];
+            for (p, row) in ptrs.iter_mut().zip(out.iter_mut()) {
+                *p = row.as_mut_ptr();
+            }
+            let iters = 200_000;
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                unsafe { k.run(kc, a.as_ptr(), b.as_ptr(), &ptrs, KK::NR, false) };
+            }
+            let s = t.elapsed().as_secs_f64();
+            println!(
+                "kernel: {:.1} GFLOP/s",
+                2.0 * (kc * KK::MR * KK::NR * iters) as f64 / s / 1e9
+            );
+        }
+    }
+}

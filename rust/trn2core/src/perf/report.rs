@@ -1,0 +1,103 @@
+//! The [`Report`] every costed operation returns, and its Chrome/Perfetto trace.
+
+/// One span on one track of the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// Track (engine, DMA queue or link), one row in the trace viewer.
+    pub track: &'static str,
+    pub name: &'static str,
+    pub start_s: f64,
+    pub dur_s: f64,
+}
+
+impl Event {
+    /// An event on `track` from `start_s` lasting `dur_s` seconds.
+    pub fn new(track: &'static str, name: &'static str, start_s: f64, dur_s: f64) -> Self {
+        Event {
+            track,
+            name,
+            start_s,
+            dur_s,
+        }
+    }
+}
+
+/// Timing of an operation on the emulated hardware (contract section 6).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// What was costed: "gemm", "matmul", ...
+    pub kind: &'static str,
+    pub description: String,
+    /// Tensor-engine instructions issued.
+    pub instructions: u64,
+    /// Tensor-engine busy cycles, summed over instructions.
+    pub pe_cycles: u64,
+    /// Wall time in PE cycles (2.4 GHz).
+    pub cycles: f64,
+    pub seconds: f64,
+    pub flops: f64,
+    /// Achieved throughput over the wall time.
+    pub tflops: f64,
+    /// Throughput over the PE-busy time only.
+    pub pe_tflops: f64,
+    pub peak_tflops: f64,
+    /// `tflops / peak` in (0, 1].
+    pub utilization: f64,
+    /// "compute", "memory" or "collective".
+    pub bound: &'static str,
+    /// Named breakdown figures (seconds unless the name says otherwise).
+    pub details: Vec<(&'static str, f64)>,
+    pub events: Vec<Event>,
+}
+
+impl Report {
+    /// An empty report of `kind`.
+    pub fn new(kind: &'static str) -> Self {
+        Report {
+            kind,
+            description: String::new(),
+            instructions: 0,
+            pe_cycles: 0,
+            cycles: 0.0,
+            seconds: 0.0,
+            flops: 0.0,
+            tflops: 0.0,
+            pe_tflops: 0.0,
+            peak_tflops: 0.0,
+            utilization: 0.0,
+            bound: "compute",
+            details: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// The events as a Chrome trace-event JSON document (opens in Perfetto and
+    /// chrome://tracing): one thread per track, times in microseconds.
+    pub fn chrome_trace_json(&self) -> String {
+        let mut tracks: Vec<&'static str> = Vec::new();
+        for e in &self.events {
+            if !tracks.contains(&e.track) {
+                tracks.push(e.track);
+            }
+        }
+        let mut s = String::with_capacity(64 + self.events.len() * 96);
+        s.push_str("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
+        s.push_str("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":0,\"args\":{\"name\":\"trn2core NeuronCore-v3\"}}");
+        for (i, t) in tracks.iter().enumerate() {
+            s.push_str(&format!(
+                ",{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":{i},\"args\":{{\"name\":\"{t}\"}}}}"
+            ));
+        }
+        for e in &self.events {
+            let tid = tracks.iter().position(|t| *t == e.track).unwrap_or(0);
+            s.push_str(&format!(
+                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6}}}",
+                e.name,
+                e.start_s * 1e6,
+                e.dur_s * 1e6
+            ));
+        }
+        s.push_str("]}");
+        s
+    }
+}

@@ -1,0 +1,361 @@
+//! Tensor-engine timing: the cost of one `nc_matmul`, and the walk of a GEMM's tile schedule.
+//!
+//! Sources (trn2_facts.md): instruction cost `max(min(64, N_stationary), N_moving)` PE cycles,
+//! x4 for fp32 ([S10], section 13; NCv2 formulas applied at the v3 clock of 2.4 GHz, section
+//! 2.1); double_row covers a 256 contraction in the same cycles (section 5.3); background
+//! LoadStationary overlaps the previous MultiplyMoving, and "fast LoadStationary" is up to 4x
+//! faster than an MM of the same free size (section 5.2); 8 PSUM banks hold 8 accumulation
+//! groups (section 4.2); each finished group is evicted PSUM -> SBUF by the Scalar or Vector
+//! engine at `max(MIN_II, N)` cycles plus the tensor-access overhead (sections 6, 7, 13); the
+//! dI/dt throttle (section 5.7, see `throttle.rs`).
+
+use super::report::{Event, Report};
+use super::throttle::Throttle;
+use crate::engine::PerfMode;
+use crate::spec::{
+    CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
+    FAST_LOAD_STATIONARY_SPEEDUP, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
+    MATMUL_FP32_COST_FACTOR, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,
+    MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANKS,
+    SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+};
+use crate::{Error, Result};
+
+/// PE cycles of one `nc_matmul` with stationary free size `m` and moving free size `n`:
+/// `max(min(64, m), n)`, times 4 when an operand is fp32.
+pub fn matmul_cycles(m: usize, n: usize, fp32: bool) -> u64 {
+    let c = (m.min(MM_INIT_LATENCY_CYCLES)).max(n) as u64;
+    if fp32 {
+        c * MATMUL_FP32_COST_FACTOR as u64
+    } else {
+        c
+    }
+}
+
+/// PE cycles of loading a stationary tile of free size `m` (fast LoadStationary: a quarter of
+/// an MM of the same free size). It runs in the background of the previous MM.
+pub fn load_stationary_cycles(m: usize) -> u64 {
+    (m.div_ceil(FAST_LOAD_STATIONARY_SPEEDUP)).max(1) as u64
+}
+
+/// Seconds to evict one finished `[m, n]` fp32 PSUM tile to SBUF on the Scalar (`act = true`)
+/// or the Vector engine.
+pub fn eviction_seconds(n: usize, act: bool) -> f64 {
+    let cycles = (n.max(MIN_II_CYCLES) + TENSOR_ACCESS_INIT_CYCLES) as f64;
+    cycles
+        / if act {
+            SCALAR_CLOCK_HZ
+        } else {
+            VECTOR_CLOCK_HZ
+        }
+}
+
+/// What to cost: a GEMM `[M, K] @ [K, N]` on one NeuronCore.
+#[derive(Debug, Clone)]
+pub struct GemmPlan {
+    pub m: u64,
+    pub k: u64,
+    pub n: u64,
+    /// Whether an operand is fp32 (4x instruction cost).
+    pub fp32: bool,
+    pub perf_mode: PerfMode,
+    /// Contraction rows one instruction covers: 128, 256 (double_row), or more with a sparse
+    /// stationary (set by the sparsity model).
+    pub k_per_instruction: u64,
+    /// The engine's peak for these operands, FLOP/s (utilisation's denominator).
+    pub peak_flops_per_s: f64,
+    /// The dI/dt throttle (on by default, as on the hardware).
+    pub throttle: bool,
+    /// Record events for a trace.
+    pub trace: bool,
+    /// Operand format names, for the report.
+    pub dtype: String,
+}
+
+impl GemmPlan {
+    /// A plan for operands of `dtype` (`fp32` operands cost 4x; fp8 double_row doubles the
+    /// contraction per instruction).
+    pub fn new(m: u64, k: u64, n: u64, dtype: &str, perf_mode: PerfMode) -> Result<GemmPlan> {
+        if m == 0 || k == 0 || n == 0 {
+            return Err(Error::shape(
+                "shape",
+                format!("M, K and N must be >= 1, got M={m} K={k} N={n}"),
+            ));
+        }
+        if perf_mode == PerfMode::DoubleRow && !matches!(dtype, "fp8_e4m3" | "fp8_e5m2") {
+            return Err(Error::format(
+                "perf_mode",
+                format!("double_row needs fp8_e4m3 or fp8_e5m2 operands, got {dtype}"),
+            ));
+        }
+        let fp32 = dtype == "fp32";
+        let (k_per_instruction, peak) = match perf_mode {
+            PerfMode::DoubleRow => (
+                MATMUL_DOUBLE_ROW_CONTRACTION_MAX as u64,
+                CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
+            ),
+            PerfMode::None if fp32 => (MATMUL_CONTRACTION_MAX as u64, CORE_PEAK_FP32_FLOPS_PER_S),
+            PerfMode::None => (MATMUL_CONTRACTION_MAX as u64, CORE_PEAK_BF16_FLOPS_PER_S),
+        };
+        Ok(GemmPlan {
+            m,
+            k,
+            n,
+            fp32,
+            perf_mode,
+            k_per_instruction,
+            peak_flops_per_s: peak,
+            throttle: true,
+            trace: false,
+            dtype: dtype.to_string(),
+        })
+    }
+
+    /// Number of `nc_matmul` instructions of the schedule.
+    pub fn instructions(&self) -> u64 {
+        let mt = self.m.div_ceil(MATMUL_STATIONARY_FREE_MAX as u64);
+        let nt = self.n.div_ceil(MATMUL_MOVING_FREE_MAX as u64);
+        let kt = self.k.div_ceil(self.k_per_instruction);
+        mt * nt * kt
+    }
+}
+
+/// Above this many instructions a trace records one event per (row tile, bank group, K tile)
+/// instead of one per instruction, so trace files stay small.
+const TRACE_DETAIL_LIMIT: u64 = 100_000;
+
+/// Walks the GEMM schedule without data and returns its timing.
+///
+/// Schedule (weight-stationary, as an NKI kernel would write it): for each 128-row tile of `a`,
+/// for each group of up to 8 512-column tiles of `b` (one PSUM bank each), for each K tile: load
+/// the stationary tile in the background and stream the group's moving tiles into their banks.
+/// A bank's first matmul of a group waits until its previous content was evicted; the last K
+/// tile's matmul hands the bank to the next free evictor (Scalar or Vector engine).
+pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let sf = MATMUL_STATIONARY_FREE_MAX as u64;
+    let mf = MATMUL_MOVING_FREE_MAX as u64;
+    let kpi = plan.k_per_instruction.max(1);
+    let (m_tiles, n_tiles, k_tiles) = (m.div_ceil(sf), n.div_ceil(mf), k.div_ceil(kpi));
+    let total = m_tiles
+        .checked_mul(n_tiles)
+        .and_then(|x| x.checked_mul(k_tiles))
+        .ok_or_else(|| {
+            Error::capacity(
+                "shape",
+                format!("M={m} K={k} N={n} has too many tiles to cost"),
+            )
+        })?;
+    if total > (1u64 << 40) {
+        return Err(Error::capacity(
+            "shape",
+            format!(
+                "M={m} K={k} N={n} needs {total} instructions; the cost model walks at most 2**40"
+            ),
+        ));
+    }
+    let detailed = plan.trace && total <= TRACE_DETAIL_LIMIT;
+    let clock = PE_CLOCK_HZ;
+    let mut throttle = Throttle::new(plan.throttle);
+    let mut events = Vec::new();
+    let mut banks = [0f64; PSUM_BANKS];
+    let mut evictors = [0f64; 2]; // [Scalar (ACT), Vector (DVE)]
+    let mut pe_cycles: u64 = 0;
+    let mut psum_wait = 0f64;
+    // The first stationary load is exposed; later ones hide behind the previous matmul.
+    let first_ls = load_stationary_cycles((m.min(sf)) as usize) as f64 / clock;
+    let mut t = first_ls;
+    if plan.trace {
+        events.push(Event::new(
+            "PE LoadStationary",
+            "load_stationary",
+            0.0,
+            first_ls,
+        ));
+    }
+    // Tiles of equal shape cost the same, so whole rows of tiles are costed per shape class;
+    // the loop still visits every (row tile, bank group, K tile, column tile) in order.
+    for mi in 0..m_tiles {
+        let mt = (m - mi * sf).min(sf) as usize;
+        let mut g0 = 0;
+        while g0 < n_tiles {
+            let g1 = (g0 + PSUM_BANKS as u64).min(n_tiles);
+            let block_start = t;
+            for ki in 0..k_tiles {
+                for nj in g0..g1 {
+                    let nt = (n - nj * mf).min(mf) as usize;
+                    let bank = (nj - g0) as usize;
+                    let c = matmul_cycles(mt, nt, plan.fp32);
+                    let mut start = t;
+                    if ki == 0 && banks[bank] > start {
+                        psum_wait += banks[bank] - start;
+                        start = banks[bank];
+                    }
+                    let end = throttle.run(start, c as f64 / clock);
+                    pe_cycles += c;
+                    if detailed {
+                        events.push(Event::new("PE", "matmul", start, end - start));
+                    }
+                    t = end;
+                    if ki == k_tiles - 1 {
+                        let (e, act) = if evictors[0] <= evictors[1] {
+                            (0, true)
+                        } else {
+                            (1, false)
+                        };
+                        let es = end.max(evictors[e]);
+                        let dur = eviction_seconds(nt, act);
+                        evictors[e] = es + dur;
+                        banks[bank] = es + dur;
+                        if plan.trace && (detailed || nj == g0) {
+                            let track = if act {
+                                "ACT (PSUM evict)"
+                            } else {
+                                "DVE (PSUM evict)"
+                            };
+                            events.push(Event::new(track, "psum_to_sbuf", es, dur));
+                        }
+                    }
+                }
+            }
+            if plan.trace && !detailed {
+                events.push(Event::new(
+                    "PE",
+                    "matmul block",
+                    block_start,
+                    t - block_start,
+                ));
+            }
+            g0 = g1;
+        }
+    }
+    let end = evictors.iter().fold(t, |a, &b| a.max(b));
+    let flops = 2.0 * m as f64 * k as f64 * n as f64;
+    let pe_seconds = pe_cycles as f64 / clock;
+    let mut rep = Report::new("gemm");
+    rep.description = format!(
+        "GEMM M={m} K={k} N={n} {} perf_mode={} on one NeuronCore",
+        plan.dtype,
+        plan.perf_mode.name()
+    );
+    rep.instructions = total;
+    rep.pe_cycles = pe_cycles;
+    rep.seconds = end;
+    rep.cycles = end * clock;
+    rep.flops = flops;
+    rep.tflops = flops / end / 1e12;
+    rep.pe_tflops = flops / pe_seconds / 1e12;
+    rep.utilization = (flops / end / plan.peak_flops_per_s).min(1.0);
+    rep.peak_tflops = plan.peak_flops_per_s / 1e12;
+    rep.bound = "compute";
+    rep.details = vec![
+        ("pe_busy_s", pe_seconds),
+        ("throttle_s", throttle.lost_s),
+        ("psum_wait_s", psum_wait),
+        ("load_stationary_exposed_s", first_ls),
+    ];
+    rep.events = events;
+    Ok(rep)
+}
+
+/// Busy-until times of the PE array's 32x32 blocks, for single instructions issued with row
+/// and column tiling: matmuls on disjoint PE tiles run in parallel (trn2_facts.md 5.4).
+#[derive(Debug, Clone, Default)]
+pub struct PeArrayClock {
+    busy: [[f64; PE_COLS / PE_TILE_QUARTER]; PE_ROWS / PE_TILE_QUARTER],
+    /// Instructions issued.
+    pub instructions: u64,
+    /// Sum of instruction costs (PE busy cycles, as if serial).
+    pub pe_cycles: u64,
+    /// Latest finish time, in PE cycles.
+    pub end_cycles: f64,
+}
+
+impl PeArrayClock {
+    /// Issues one instruction of `cycles` on PE rows `row..row+rows` and columns
+    /// `col..col+cols`; returns its (start, end) in PE cycles.
+    pub fn issue(
+        &mut self,
+        row: usize,
+        rows: usize,
+        col: usize,
+        cols: usize,
+        cycles: u64,
+    ) -> (f64, f64) {
+        let q = PE_TILE_QUARTER;
+        let (r0, r1) = (row / q, (row + rows).div_ceil(q));
+        let (c0, c1) = (col / q, (col + cols).div_ceil(q));
+        let mut start = 0f64;
+        for r in r0..r1 {
+            for c in c0..c1 {
+                start = start.max(self.busy[r][c]);
+            }
+        }
+        let end = start + cycles as f64;
+        for r in r0..r1 {
+            for c in c0..c1 {
+                self.busy[r][c] = end;
+            }
+        }
+        self.instructions += 1;
+        self.pe_cycles += cycles;
+        self.end_cycles = self.end_cycles.max(end);
+        (start, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instruction_cost_formula() {
+        assert_eq!(matmul_cycles(128, 512, false), 512);
+        assert_eq!(matmul_cycles(128, 16, false), 64);
+        assert_eq!(matmul_cycles(32, 16, false), 32);
+        assert_eq!(matmul_cycles(128, 512, true), 2048);
+    }
+
+    #[test]
+    fn large_bf16_gemm_reaches_the_pe_peak() {
+        let mut p = GemmPlan::new(4096, 4096, 4096, "bf16", PerfMode::None).expect("valid");
+        p.throttle = false;
+        let r = estimate_gemm(&p).expect("costed");
+        assert_eq!(r.instructions, 32 * 8 * 32);
+        assert_eq!(r.pe_cycles, 32 * 8 * 32 * 512);
+        // 128*128*2*2.4e9 = 78.64 TFLOPS of PE-busy throughput.
+        assert!((r.pe_tflops - 78.6432).abs() < 1e-3, "{}", r.pe_tflops);
+        assert!(
+            r.utilization > 0.95 && r.utilization <= 1.0,
+            "{}",
+            r.utilization
+        );
+    }
+
+    #[test]
+    fn tiny_k_is_bound_by_psum_evictions() {
+        let p = GemmPlan::new(4096, 128, 4096, "bf16", PerfMode::None).expect("valid");
+        let r = estimate_gemm(&p).expect("costed");
+        let wait = r
+            .details
+            .iter()
+            .find(|d| d.0 == "psum_wait_s")
+            .map(|d| d.1)
+            .unwrap_or(0.0);
+        assert!(
+            wait > 0.1 * r.seconds,
+            "PSUM evictions should stall the PE: {wait} of {}",
+            r.seconds
+        );
+    }
+
+    #[test]
+    fn disjoint_pe_tiles_run_in_parallel() {
+        let mut c = PeArrayClock::default();
+        c.issue(0, 32, 0, 128, 100);
+        c.issue(32, 32, 0, 128, 100);
+        assert_eq!(c.end_cycles, 100.0);
+        c.issue(0, 128, 0, 128, 100);
+        assert_eq!(c.end_cycles, 200.0);
+    }
+}
