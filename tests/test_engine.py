@@ -289,3 +289,25 @@ def test_gemm_bad_inputs():
         trn2core.estimate_gemm(0, 5, 5)
     with pytest.raises(trn2core.FormatError, match="dtype"):
         trn2core.estimate_gemm(5, 5, 5, dtype="int8")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "fp8_e4m3", "fp32"])
+def test_transpose_mode_is_bit_exact(fmt):
+    rng = np.random.default_rng(8)
+    x = with_specials(rand((96, 40), fmt, rng), rng)
+    core = trn2core.NeuronCore()
+    ident = trn2core.quantize(np.eye(96), fmt)
+    out = core.matmul(x, ident, bank=2, is_transpose=True)
+    assert out.dtype == x.dtype and out.shape == (40, 96)
+    np.testing.assert_array_equal(out.view(np.uint8), np.ascontiguousarray(x.T).view(np.uint8))
+    # PSUM holds the values, NaN and Inf included (a matmul with the identity would not).
+    psum = core.read_psum(2, 40, 96)
+    same = (psum == x.T.astype(np.float32)) | (np.isnan(psum) & np.isnan(x.T.astype(np.float32)))
+    assert same.all()
+    with pytest.raises(ValueError, match="accumulate"):
+        core.matmul(rand((96, 40), "bf16", rng), rand((96, 96), "bf16", rng), bank=2,
+                    accumulate=True)  # fmt: skip
+    with pytest.raises(trn2core.ShapeError, match="identity"):
+        core.matmul(x, trn2core.quantize(np.ones((96, 96)), fmt), is_transpose=True)
+    cost = 96 * (2 if fmt == "fp32" else 1)
+    assert core.report().pe_cycles == cost

@@ -89,6 +89,7 @@ class NeuronCore:
         tile_position: tuple[int, int] | None = None,
         tile_size: tuple[int, int] | None = None,
         formats: tuple[str | None, str | None] = (None, None),
+        is_transpose: bool = False,
     ) -> np.ndarray:
         """One ``nc_matmul``: ``stationary.T @ moving`` into PSUM ``bank`` (returned, float32).
 
@@ -102,6 +103,8 @@ class NeuronCore:
         """
         s, m = np.asarray(stationary), np.asarray(moving)
         sf = _format_of(s, "stationary", formats[0])
+        if is_transpose:
+            return self._transpose(s, m, sf, bank, perf_mode, tile_position, tile_size)
         mf = _format_of(m, "moving", formats[1])
         pos = None if tile_position is None else tuple(int(v) for v in tile_position)
         size = None if tile_size is None else tuple(int(v) for v in tile_size)
@@ -110,6 +113,24 @@ class NeuronCore:
             _bank(bank), bool(accumulate), str(perf_mode), pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
+
+    def _transpose(self, s, m, sf, bank, perf_mode, tile_position, tile_size) -> np.ndarray:
+        # Transpose mode: `moving` must be the identity of size K (the kernel idiom); the PE
+        # passes the stationary tile through bit for bit. The result keeps the input's dtype
+        # (the hardware writes 16-bit PSUM elements for 16-bit inputs, fp8 in the low byte).
+        if perf_mode != "none" or tile_position is not None or tile_size is not None:
+            raise Trn2Error("is_transpose: transpose mode uses the whole PE array, no perf_mode")
+        if s.ndim != 2:
+            raise ShapeError(f"stationary: transpose mode takes a [K, M] tile, got {s.shape}")
+        k, mm = s.shape
+        ident = np.eye(k)
+        if m.shape != (k, k) or not np.array_equal(np.asarray(m, dtype=np.float64), ident):
+            raise ShapeError(
+                f"moving: transpose mode needs the identity matrix [{k}, {k}] as moving, "
+                f"got shape {m.shape}"
+            )
+        self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
+        return np.ascontiguousarray(s.T)
 
     def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
         """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""

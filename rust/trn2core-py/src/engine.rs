@@ -76,6 +76,22 @@ impl PyNeuronCore {
         Ok(to_numpy(py, out))
     }
 
+    /// Transpose mode: writes `stationary.T` to PSUM `bank` and costs it.
+    fn transpose(
+        &mut self,
+        py: Python<'_>,
+        stationary: &Bound<'_, PyAny>,
+        k: usize,
+        m: usize,
+        format: &str,
+        bank: usize,
+    ) -> PyResult<()> {
+        let f = guard(py, || Format::parse("stationary", format))?;
+        let sa = guard(py, || borrow::<f32>(stationary, "stationary", "float32"))?;
+        let sv = guard(py, || slice(&sa, "stationary"))?;
+        guard(py, || self.inner.transpose(sv, k, m, f, bank))
+    }
+
     /// PSUM `bank`, partitions `0..rows`, elements `0..cols`, flat.
     fn read_psum(
         &self,

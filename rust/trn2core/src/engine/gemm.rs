@@ -415,3 +415,108 @@ fn pack_b<K: MicroKernel>(
         dst[cols..].fill(0.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::mix64;
+
+    fn values(seed: u64, len: usize) -> Vec<f32> {
+        // Every bf16 bit pattern, so huge, tiny, subnormal, Inf and NaN inputs all occur.
+        (0..len)
+            .map(|i| f32::from_bits((mix64(seed ^ (i as u64) << 20) as u32) << 16))
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    fn with_kernel<K: MicroKernel>(
+        kernel: K,
+        a: &[f32],
+        b: &[f32],
+        dims: (usize, usize, usize),
+        mode: PerfMode,
+    ) -> Vec<u32> {
+        let (m, k, n) = dims;
+        let view = AView {
+            data: a,
+            row_stride: k,
+            k_stride: 1,
+        };
+        let mut out = vec![0f32; m * n];
+        drive(kernel, view, b, m, k, n, Tiling::gemm(mode), &mut out).expect("valid");
+        bits(&out)
+    }
+
+    #[test]
+    fn every_kernel_gives_the_same_bits() {
+        for (m, k, n) in [(1, 1, 1), (13, 300, 70), (7, 513, 129), (100, 130, 17)] {
+            let a = values(1, m * k);
+            let b = values(2, k * n);
+            for mode in PerfMode::ALL {
+                let portable = with_kernel(Portable, &a, &b, (m, k, n), mode);
+                #[cfg(target_arch = "x86_64")]
+                {
+                    if let Some(kernel) = crate::engine::kernel::Avx2::detect() {
+                        assert_eq!(with_kernel(kernel, &a, &b, (m, k, n), mode), portable);
+                    }
+                    if let Some(kernel) = crate::engine::kernel::Avx512::detect() {
+                        assert_eq!(with_kernel(kernel, &a, &b, (m, k, n), mode), portable);
+                    }
+                }
+                let public = gemm_f32(&a, &b, m, k, n, mode).expect("valid");
+                assert_eq!(bits(&public), portable, "{m}x{k}x{n} {mode:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn double_row_order_interleaves_rows() {
+        let dr = Tiling::gemm(PerfMode::DoubleRow);
+        assert_eq!(dr.order(256)[..6], [0, 128, 1, 129, 2, 130]);
+        assert_eq!(dr.order(130), {
+            let mut o = vec![0, 128, 1, 129];
+            o.extend(2..128);
+            o
+        });
+        assert_eq!(dr.order(5), vec![0, 1, 2, 3, 4]);
+        assert_eq!(Tiling::gemm(PerfMode::None).order(4), vec![0, 1, 2, 3]);
+    }
+
+    /// Runs `f` with `set` or-ed into this thread's MXCSR, then restores it.
+    #[cfg(target_arch = "x86_64")]
+    fn with_mxcsr<R>(set: u32, f: impl FnOnce() -> R) -> R {
+        use std::arch::asm;
+        let mut old = 0u32;
+        // SAFETY: stmxcsr stores 4 bytes into `old`.
+        unsafe { asm!("stmxcsr [{}]", in(reg) &mut old, options(nostack)) };
+        let new = old | set;
+        // SAFETY: a valid MXCSR value (only control bits added), restored below.
+        unsafe { asm!("ldmxcsr [{}]", in(reg) &new, options(nostack)) };
+        let r = f();
+        // SAFETY: the value read above.
+        unsafe { asm!("ldmxcsr [{}]", in(reg) &old, options(nostack)) };
+        r
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn non_ieee_environment_is_an_error() {
+        const DAZ: u32 = 1 << 6;
+        const ROUND_TOWARD_ZERO: u32 = 3 << 13;
+        const FTZ: u32 = 1 << 15;
+        for set in [DAZ, ROUND_TOWARD_ZERO, FTZ] {
+            let (ieee, result) = with_mxcsr(set, || {
+                let ieee = super::super::kernel::fp_env_is_ieee();
+                (ieee, gemm_f32(&[1.0], &[1.0], 1, 1, 1, PerfMode::None))
+            });
+            assert!(!ieee, "MXCSR bits {set:#x} not detected");
+            let err = result.expect_err("non-IEEE environment");
+            assert!(matches!(err, Error::Value { .. }), "{err}");
+            assert!(err.to_string().contains("flush-to-zero"), "{err}");
+        }
+        assert!(super::super::kernel::fp_env_is_ieee());
+    }
+}

@@ -94,7 +94,10 @@ impl MicroKernel for Portable {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{Avx2, Avx512};
 
+// AVX-512 intrinsics and target features are stable since Rust 1.89; the crate already needs
+// that for the AVX-512 target features of `numerics::encode`.
 #[cfg(target_arch = "x86_64")]
+#[clippy::msrv = "1.89"]
 mod x86 {
     use super::{MicroKernel, MAX_MR};
     use std::arch::x86_64::*;

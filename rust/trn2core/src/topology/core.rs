@@ -168,6 +168,57 @@ impl NeuronCore {
         Ok(out)
     }
 
+    /// Transpose mode (`nc_matmul(..., is_transpose=True)`, NCv3; trn2_facts.md 5.5): the PE
+    /// array passes `stationary` `[K, M]` through unchanged to PSUM `bank` as `[M, K]`, bit for
+    /// bit (NaN and Inf included, unlike a matmul with an identity). `values` are the exact
+    /// float32 values of a `format` array; PSUM keeps them as such (the hardware writes 16-bit
+    /// elements for 16-bit inputs; the facade returns the input's own dtype). The region is not
+    /// an accumulation group: a later `accumulate=True` onto it is refused.
+    ///
+    /// Cost: `max(K, min(64, M))` PE cycles ([S10] `nc_transpose` on the PE), x2 for fp32
+    /// ("2x faster FP32 transpose vs non-transpose mode", [S1]).
+    pub fn transpose(
+        &mut self,
+        values: &[f32],
+        k: usize,
+        m: usize,
+        format: Format,
+        bank: usize,
+    ) -> Result<()> {
+        Psum::check_bank(bank)?;
+        if format == Format::Fp8E4m3fn {
+            return Err(Error::format(
+                "stationary",
+                "fp8_e4m3fn is not supported by the Trainium2 tensor engine; use fp8_e4m3",
+            ));
+        }
+        if k == 0 || k > PSUM_PARTITIONS || m == 0 || m > PSUM_PARTITIONS {
+            return Err(Error::shape(
+                "stationary",
+                format!("transpose mode takes [K, M] with 1 <= K, M <= 128, got [{k}, {m}]"),
+            ));
+        }
+        if values.len() != k * m {
+            return Err(Error::shape(
+                "stationary",
+                format!("expected {} values, got {}", k * m, values.len()),
+            ));
+        }
+        for p in 0..m {
+            let o = Psum::offset(p, bank);
+            for (j, dst) in self.psum.data[o..o + k].iter_mut().enumerate() {
+                *dst = values[j * m + p];
+            }
+            self.psum.written[o..o + k]
+                .iter_mut()
+                .for_each(|w| *w = false);
+        }
+        let factor = if format == Format::Fp32 { 2 } else { 1 };
+        let cycles = (k.max(m.min(crate::spec::MM_INIT_LATENCY_CYCLES)) * factor) as u64;
+        self.clock.issue(0, k, 0, m, cycles);
+        Ok(())
+    }
+
     /// Reads PSUM (see [`Psum::read`]).
     pub fn read_psum(&self, bank: usize, rows: usize, cols: usize) -> Result<Vec<f32>> {
         self.psum.read(bank, rows, cols)

@@ -152,16 +152,16 @@ fn fp32_values(seed: u64, len: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `gemm_f32` against the oracle, bit for bit; `dims` is `(m, k, n)`.
 fn check_gemm(
     a: &[f32],
     b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
+    dims: (usize, usize, usize),
     mode: PerfMode,
     how: Step,
     what: &str,
 ) {
+    let (m, k, n) = dims;
     let got = gemm_f32(a, b, m, k, n, mode).expect("valid gemm");
     let want = oracle(a, b, m, k, n, mode, how);
     assert_bits_eq(&got, &want, what);
@@ -188,9 +188,7 @@ fn bf16_values_match_the_oracle() {
             check_gemm(
                 &a,
                 &b,
-                m,
-                k,
-                n,
+                (m, k, n),
                 mode,
                 Step::F64,
                 &format!("bf16 {m}x{k}x{n} {mode:?}"),
@@ -208,9 +206,7 @@ fn large_awkward_shape_matches_the_oracle() {
     check_gemm(
         &a,
         &b,
-        m,
-        k,
-        n,
+        (m, k, n),
         PerfMode::None,
         Step::F64,
         "bf16 130x4097x513",
@@ -231,9 +227,7 @@ fn fp8_values_match_the_oracle() {
                 check_gemm(
                     &a,
                     &b,
-                    m,
-                    k,
-                    n,
+                    (m, k, n),
                     mode,
                     Step::F64,
                     &format!("{format:?} {m}x{k}x{n} {mode:?}"),
@@ -251,9 +245,7 @@ fn fp32_values_match_the_fused_oracle() {
         check_gemm(
             &a,
             &b,
-            m,
-            k,
-            n,
+            (m, k, n),
             PerfMode::None,
             Step::MulAdd,
             &format!("fp32 {m}x{k}x{n}"),
@@ -316,7 +308,14 @@ fn adversarial_bf16_data_match_the_oracle() {
     ];
     for (what, a, b) in &cases {
         for mode in PerfMode::ALL {
-            check_gemm(a, b, m, k, n, mode, Step::F64, &format!("{what} {mode:?}"));
+            check_gemm(
+                a,
+                b,
+                (m, k, n),
+                mode,
+                Step::F64,
+                &format!("{what} {mode:?}"),
+            );
         }
     }
     // Cancellation: every column of b is (x, -x, x, -x, ...) against a's (y, y, ...) plus noise,
@@ -333,9 +332,7 @@ fn adversarial_bf16_data_match_the_oracle() {
         check_gemm(
             &a_flat,
             &b,
-            m,
-            k,
-            n,
+            (m, k, n),
             mode,
             Step::F64,
             &format!("cancellation {mode:?}"),
