@@ -45,6 +45,8 @@ SEED = 1
 # Targets: speedup over ml_dtypes, SR throughput and speedup over gfloat, memory.
 TARGET_FP8_VS_ML = 10.0
 TARGET_BF16_VS_ML = 1.5
+TARGET_GEMM_VS_BLAS = 0.5
+TARGET_GEMM_VS_REF = 50.0
 TARGET_SR_MELEMS = 500.0
 TARGET_SR_VS_GFLOAT = 100.0
 # "No temporary larger than the output": extra peak memory below twice the output's size.
@@ -185,10 +187,62 @@ def mib(b: float) -> str:
     return f"{b / MI:.1f} MiB"
 
 
+def gemm_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:
+    """Tensor-engine rows: bit-exact GEMM against numpy's float32 BLAS and the pure-numpy
+    reference, fp8 against bf16, and the cost model's speed."""
+    from trn2core import reference
+
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
+                for i in threadpool_info()]
+    except Exception:  # pragma: no cover - threadpoolctl is a bench dependency
+        blas = "?"
+    notes.append(f"BLAS for the sgemm baseline: {blas}; OPENBLAS_CORETYPE="
+                 f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    rng = np.random.default_rng(0)
+    a = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16")
+    b = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16")
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    flops = 2.0 * g**3
+    ours = best_of(lambda: trn2core.gemm(a, b), repeat)
+    blas_t = best_of(lambda: a32 @ b32, repeat)
+    ratio = blas_t / ours
+    task = f"bit-exact bf16 GEMM {g}^3 vs sgemm"
+    rows.append([task, f"{ours * 1e3:.1f} ms ({flops / ours / 1e9:.0f} GFLOP/s)",
+                 "numpy float32 a32 @ b32", f"{blas_t * 1e3:.1f} ms", fmt_ratio(ratio),
+                 f"≥ {TARGET_GEMM_VS_BLAS:g}x (goal 0.8x)",
+                 verdict(ratio >= TARGET_GEMM_VS_BLAS, task)])
+    # The pure-numpy reference on a row slice (it is slow); compared per FLOP.
+    rs = max(1, g // 16)
+    ref_t = best_of(lambda: reference.gemm(a[:rs], b), 1)
+    ratio = (ref_t / (2.0 * rs * g * g)) / (ours / flops)
+    task = f"bit-exact bf16 GEMM {g}^3 vs trn2core.reference"
+    rows.append([task, f"{ours * 1e3:.1f} ms", f"trn2core.reference on {rs} rows",
+                 f"{ref_t:.2f} s", fmt_ratio(ratio), f"≥ {TARGET_GEMM_VS_REF:g}x",
+                 verdict(ratio >= TARGET_GEMM_VS_REF, task)])
+    same = np.array_equal(trn2core.gemm(a[:rs], b).out.view(np.uint32),
+                          reference.gemm(a[:rs], b).view(np.uint32))
+    notes.append(f"GEMM: trn2core equals trn2core.reference bit for bit on the slice: {same}")
+    a8 = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "fp8_e4m3")
+    b8 = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "fp8_e4m3")
+    t8 = best_of(lambda: trn2core.gemm(a8, b8), repeat)
+    ratio = ours / t8
+    task = f"fp8_e4m3 GEMM {g}^3 vs bf16 GEMM"
+    rows.append([task, f"{t8 * 1e3:.1f} ms", "trn2core bf16 GEMM", f"{ours * 1e3:.1f} ms",
+                 fmt_ratio(ratio), "≥ 1x", verdict(ratio >= 1.0, task)])
+    est = best_of(lambda: trn2core.estimate_gemm(16384, 16384, 16384), repeat)
+    task = "estimate_gemm(16384, 16384, 16384)"
+    rows.append([task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 50 ms",
+                 verdict(est < 0.050, task)])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--elements", type=int, default=16 * MI, help="input size (default 16 Mi)")
     ap.add_argument("--repeat", type=int, default=5, help="best of R runs (default 5)")
+    ap.add_argument("--gemm-size", type=int, default=2048, help="GEMM n for n^3 (default 2048)")
     ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n, repeat = args.elements, max(1, args.repeat)
@@ -309,6 +363,8 @@ def main(argv=None) -> int:
     notes.append(f"peak extra memory measured as the rise of {'/'.join(sorted(mem_method)) or '?'} "
                  f"over one call in a fresh process; tracemalloc (numpy's buffers only) saw "
                  f"{mib(traced)} for float32→fp8_e4m3 RNE")
+
+    gemm_rows(args.gemm_size, repeat, rows, notes, verdict)
 
     header = ["task", "trn2core", "peer", "peer time", "ratio", "target", "pass"]
     print("| " + " | ".join(header) + " |")

@@ -144,12 +144,19 @@ pub fn round_f32<const MODE: u8>(bits: u32, r: u32, p: &Params) -> u32 {
     let te = e.max(p.emin_b32);
     let sh = (23 - p.m as i32 + te - e) as u32; // >= 1 because m < 23
     let up = if MODE == SR {
-        let f = if sh <= 63 {
-            ((s as u64) & ((1u64 << sh) - 1)) << (64 - sh)
+        // All in 32 bits: F = floor(frac * 2^32). Because the threshold (2^n - r) * 2^(32-n) is
+        // an integer, floor(frac * 2^32) >= it exactly when frac * 2^32 >= it, so the bits
+        // below 2^-32 never matter. `s < 2^24`, so a right shift of 24 or more gives 0.
+        let rem = if sh >= 32 { s } else { s & ((1u32 << sh) - 1) };
+        let f = if sh <= 32 {
+            rem << (32 - sh) // sh >= 1 because m < 23
+        } else if sh - 32 < 32 {
+            rem >> (sh - 32)
         } else {
-            (s != 0) as u64
+            0
         };
-        round_up_sr(f, r, p.sr_k)
+        let k = p.sr_k - 32; // 32 - n
+        f > !(r << k)
     } else {
         let shc = sh.min(31);
         let rem = s & ((1u32 << shc) - 1);
@@ -199,12 +206,13 @@ pub fn round_f64<const MODE: u8>(bits: u64, r: u32, p: &Params) -> u32 {
     let te = e.max(p.emin_b64);
     let sh = (52 - p.m as i64 + te - e) as u64; // >= 29 because m <= 23
     let up = if MODE == SR {
+        // F = floor(frac * 2^64); as in `round_f32`, the bits below never matter.
         let f = if sh < 64 {
             (s & ((1u64 << sh) - 1)) << (64 - sh)
-        } else if sh == 64 {
-            s
+        } else if sh - 64 < 64 {
+            s >> (sh - 64)
         } else {
-            (s != 0) as u64
+            0
         };
         round_up_sr(f, r, p.sr_k)
     } else {

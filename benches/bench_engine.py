@@ -1,0 +1,73 @@
+"""asv suites for the tensor engine: bit-exact GEMM against numpy's sgemm, and the cost model.
+
+Run with `make bench` (asv against the package built into .venv). `track_*` record ratios
+measured in the same process and the simulated Trn2 figures.
+"""
+
+import time
+
+import numpy as np
+
+import trn2core
+
+N = 1024
+
+
+def _best(fn, repeat=5):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+class Gemm:
+    """1024^3 bf16: trn2core's bit-exact GEMM and numpy's float32 BLAS on the same values."""
+
+    timeout = 300
+
+    def setup(self):
+        rng = np.random.default_rng(0)
+        self.a = trn2core.quantize(rng.standard_normal((N, N), dtype=np.float32), "bf16")
+        self.b = trn2core.quantize(rng.standard_normal((N, N), dtype=np.float32), "bf16")
+        self.a8 = trn2core.quantize(rng.standard_normal((N, N), dtype=np.float32), "fp8_e4m3")
+        self.b8 = trn2core.quantize(rng.standard_normal((N, N), dtype=np.float32), "fp8_e4m3")
+        self.a32, self.b32 = self.a.astype(np.float32), self.b.astype(np.float32)
+
+    def time_trn2core_gemm_bf16(self):
+        trn2core.gemm(self.a, self.b)
+
+    def time_trn2core_gemm_fp8(self):
+        trn2core.gemm(self.a8, self.b8)
+
+    def time_numpy_sgemm(self):
+        self.a32 @ self.b32
+
+    def track_ratio_vs_sgemm(self):
+        return _best(lambda: self.a32 @ self.b32) / _best(lambda: trn2core.gemm(self.a, self.b))
+
+    track_ratio_vs_sgemm.unit = "x sgemm speed"
+
+
+class CostModel:
+    """The cost model: how fast it walks a schedule, and what it predicts."""
+
+    def time_estimate_gemm_16384(self):
+        trn2core.estimate_gemm(16384, 16384, 16384)
+
+    def track_simulated_tflops_bf16_4096(self):
+        return trn2core.estimate_gemm(4096, 4096, 4096, dtype="bf16").tflops
+
+    track_simulated_tflops_bf16_4096.unit = "TFLOPS"
+
+    def track_simulated_tflops_fp8_double_row_4096(self):
+        r = trn2core.estimate_gemm(4096, 4096, 4096, dtype="fp8_e4m3", perf_mode="double_row")
+        return r.tflops
+
+    track_simulated_tflops_fp8_double_row_4096.unit = "TFLOPS"
+
+    def track_simulated_us_small_k(self):
+        return trn2core.estimate_gemm(4096, 128, 4096, dtype="bf16").seconds * 1e6
+
+    track_simulated_us_small_k.unit = "us"
