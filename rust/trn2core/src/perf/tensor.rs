@@ -129,8 +129,9 @@ const TRACE_DETAIL_LIMIT: u64 = 100_000;
 /// Schedule (weight-stationary, as an NKI kernel would write it): for each 128-row tile of `a`,
 /// for each group of up to 8 512-column tiles of `b` (one PSUM bank each), for each K tile: load
 /// the stationary tile in the background and stream the group's moving tiles into their banks.
-/// A bank's first matmul of a group waits until its previous content was evicted; the last K
-/// tile's matmul hands the bank to the next free evictor (Scalar or Vector engine).
+/// Groups take PSUM banks in rotation; a bank's first matmul of a group waits until its previous
+/// content was evicted; the last K tile's matmul hands the bank to the next free evictor (Scalar
+/// or Vector engine).
 pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let sf = MATMUL_STATIONARY_FREE_MAX as u64;
@@ -162,6 +163,9 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
     let mut evictors = [0f64; 2]; // [Scalar (ACT), Vector (DVE)]
     let mut pe_cycles: u64 = 0;
     let mut psum_wait = 0f64;
+    // Accumulation groups take the PSUM banks in rotation, as a kernel would, so consecutive
+    // groups (across row tiles too) overlap their evictions with the next group's matmuls.
+    let mut next_bank = 0usize;
     // The first stationary load is exposed; later ones hide behind the previous matmul.
     let first_ls = load_stationary_cycles((m.min(sf)) as usize) as f64 / clock;
     let mut t = first_ls;
@@ -181,10 +185,12 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
         while g0 < n_tiles {
             let g1 = (g0 + PSUM_BANKS as u64).min(n_tiles);
             let block_start = t;
+            let first_bank = next_bank;
+            next_bank = (next_bank + (g1 - g0) as usize) % PSUM_BANKS;
             for ki in 0..k_tiles {
                 for nj in g0..g1 {
                     let nt = (n - nj * mf).min(mf) as usize;
-                    let bank = (nj - g0) as usize;
+                    let bank = (first_bank + (nj - g0) as usize) % PSUM_BANKS;
                     let c = matmul_cycles(mt, nt, plan.fp32);
                     let mut start = t;
                     if ki == 0 && banks[bank] > start {
