@@ -166,7 +166,7 @@ def run_scalesim(python: str, m: int, k: int, n: int, timeout: float) -> dict:
             rows = list(csv.reader(f))
         header = [h.strip() for h in rows[0]]
         values = [v.strip() for v in rows[1]]
-        row = dict(zip(header, values))
+        row = dict(zip(header, values, strict=False))
         return {
             "wall_s": wall,
             "run_scale_s": info["run_scale_s"],
@@ -192,10 +192,17 @@ def run_trn2core(s: int, repeat: int) -> dict:
     out = {}
     for throttle in (True, False):
         r = trn2core.estimate_gemm(s, s, s, dtype="bf16", throttle=throttle)
-        t = best_of(lambda: trn2core.estimate_gemm(s, s, s, dtype="bf16", throttle=throttle), repeat)
+        t = best_of(
+            lambda th=throttle: trn2core.estimate_gemm(s, s, s, dtype="bf16", throttle=th), repeat
+        )
         key = "on" if throttle else "off"
-        out[key] = {"s": t, "cycles": r.cycles, "pe_cycles": r.pe_cycles,
-                    "instructions": r.instructions, "details": dict(r.details)}
+        out[key] = {
+            "s": t,
+            "cycles": r.cycles,
+            "pe_cycles": r.pe_cycles,
+            "instructions": r.instructions,
+            "details": dict(r.details),
+        }
     return out
 
 
@@ -209,8 +216,11 @@ def table(header: list[str], rows: list[list[str]]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scalesim-python", default=None,
-                    help="a python that can import scalesim (e.g. /tmp/ssvenv/bin/python)")
+    ap.add_argument(
+        "--scalesim-python",
+        default=None,
+        help="a python that can import scalesim (e.g. /tmp/ssvenv/bin/python)",
+    )
     ap.add_argument("--shapes", default="512,1024", help="comma-separated S for S^3 GEMMs")
     ap.add_argument("--repeat", type=int, default=5, help="trn2core timing: best of R")
     ap.add_argument("--timeout", type=float, default=1800.0, help="per SCALE-Sim run, seconds")
@@ -221,14 +231,18 @@ def main(argv=None) -> int:
     print("# trn2core GEMM cost model vs SCALE-Sim\n")
     print(f"- trn2core {metadata.version('trn2core')}, Python {platform.python_version()}")
     if ss_info:
-        print(f"- SCALE-Sim {ss_info['scalesim']} (numpy {ss_info['numpy']}) via "
-              f"`{args.scalesim_python}`: {ARRAY}x{ARRAY} ws, {SRAM_KB} kB SRAMs, "
-              "InterfaceBandwidth CALC, traces off")
+        print(
+            f"- SCALE-Sim {ss_info['scalesim']} (numpy {ss_info['numpy']}) via "
+            f"`{args.scalesim_python}`: {ARRAY}x{ARRAY} ws, {SRAM_KB} kB SRAMs, "
+            "InterfaceBandwidth CALC, traces off"
+        )
     else:
         print(f"- {skip_msg}")
     print(f"- {platform.platform()}; os.cpu_count() = {os.cpu_count()}")
-    print("- trn2core: estimate_gemm(S, S, S, dtype='bf16'), best of "
-          f"{args.repeat}; cycles at {PE_CLOCK_HZ / 1e9:g} GHz\n")
+    print(
+        "- trn2core: estimate_gemm(S, S, S, dtype='bf16'), best of "
+        f"{args.repeat}; cycles at {PE_CLOCK_HZ / 1e9:g} GHz\n"
+    )
 
     results = []
     for s in shapes:
@@ -247,46 +261,72 @@ def main(argv=None) -> int:
     for s, ss, tc in results:
         on, off = tc["on"], tc["off"]
         ok = ss is not None and "error" not in ss
-        rows.append([
-            f"{s}x{s}x{s}",
-            ss_cell(ss, "wall_s", "{:.2f}"),
-            ss_cell(ss, "cycles", "{:,}"),
-            f"{scalesim_formula(s, s, s):,}",
-            f"{on['s'] * 1e3:.3g}",
-            f"{on['cycles']:,.0f}",
-            f"{off['cycles']:,.0f}",
-            f"{on['pe_cycles']:,}",
-            f"{ss['cycles'] / on['cycles']:.3f}" if ok else "n/a",
-            f"{ss['cycles'] / off['cycles']:.3f}" if ok else "n/a",
-        ])
-    table(["shape (MxKxN)", "SCALE-Sim runtime (s)", "SCALE-Sim cycles", "SCALE-Sim formula",
-           "trn2core runtime (ms)", "trn2core cycles", "trn2core cycles (throttle=False)",
-           "trn2core pe_cycles", "ratio SCALE-Sim / trn2core",
-           "ratio (throttle=False)"], rows)
+        rows.append(
+            [
+                f"{s}x{s}x{s}",
+                ss_cell(ss, "wall_s", "{:.2f}"),
+                ss_cell(ss, "cycles", "{:,}"),
+                f"{scalesim_formula(s, s, s):,}",
+                f"{on['s'] * 1e3:.3g}",
+                f"{on['cycles']:,.0f}",
+                f"{off['cycles']:,.0f}",
+                f"{on['pe_cycles']:,}",
+                f"{ss['cycles'] / on['cycles']:.3f}" if ok else "n/a",
+                f"{ss['cycles'] / off['cycles']:.3f}" if ok else "n/a",
+            ]
+        )
+    table(
+        [
+            "shape (MxKxN)",
+            "SCALE-Sim runtime (s)",
+            "SCALE-Sim cycles",
+            "SCALE-Sim formula",
+            "trn2core runtime (ms)",
+            "trn2core cycles",
+            "trn2core cycles (throttle=False)",
+            "trn2core pe_cycles",
+            "ratio SCALE-Sim / trn2core",
+            "ratio (throttle=False)",
+        ],
+        rows,
+    )
 
     print("Details\n")
     rows = []
     for s, ss, tc in results:
         on, off = tc["on"], tc["off"]
         d = on["details"]
-        rows.append([
-            f"{s}x{s}x{s}",
-            ss_cell(ss, "run_scale_s", "{:.2f}"),
-            ss_cell(ss, "stalls", "{:,}"),
-            ss_cell(ss, "cycles_prefetch", "{:,}"),
-            ss_cell(ss, "overall_util", "{:.1f}"),
-            f"{off['s'] * 1e3:.3g}",
-            f"{on['instructions']:,}",
-            f"{d['psum_wait_s'] * PE_CLOCK_HZ:,.0f}",
-            f"{d['throttle_s'] * PE_CLOCK_HZ:,.0f}",
-            f"{d['load_stationary_exposed_s'] * PE_CLOCK_HZ:,.0f}",
-            f"{100 * s ** 3 / (ARRAY * ARRAY) / on['cycles']:.1f}",
-        ])
-    table(["shape", "SCALE-Sim run_scale() (s)", "SCALE-Sim stalls",
-           "SCALE-Sim cycles incl. prefetch", "SCALE-Sim util %",
-           "trn2core runtime, throttle=False (ms)", "trn2core nc_matmuls",
-           "trn2core PSUM wait (cyc)", "trn2core throttle loss (cyc)",
-           "trn2core exposed LoadStationary (cyc)", "trn2core util %"], rows)
+        rows.append(
+            [
+                f"{s}x{s}x{s}",
+                ss_cell(ss, "run_scale_s", "{:.2f}"),
+                ss_cell(ss, "stalls", "{:,}"),
+                ss_cell(ss, "cycles_prefetch", "{:,}"),
+                ss_cell(ss, "overall_util", "{:.1f}"),
+                f"{off['s'] * 1e3:.3g}",
+                f"{on['instructions']:,}",
+                f"{d['psum_wait_s'] * PE_CLOCK_HZ:,.0f}",
+                f"{d['throttle_s'] * PE_CLOCK_HZ:,.0f}",
+                f"{d['load_stationary_exposed_s'] * PE_CLOCK_HZ:,.0f}",
+                f"{100 * s**3 / (ARRAY * ARRAY) / on['cycles']:.1f}",
+            ]
+        )
+    table(
+        [
+            "shape",
+            "SCALE-Sim run_scale() (s)",
+            "SCALE-Sim stalls",
+            "SCALE-Sim cycles incl. prefetch",
+            "SCALE-Sim util %",
+            "trn2core runtime, throttle=False (ms)",
+            "trn2core nc_matmuls",
+            "trn2core PSUM wait (cyc)",
+            "trn2core throttle loss (cyc)",
+            "trn2core exposed LoadStationary (cyc)",
+            "trn2core util %",
+        ],
+        rows,
+    )
 
     for s, ss, _ in results:
         if ss is not None and "error" in ss:
