@@ -49,7 +49,7 @@ lint: $(STAMPS)/venv ## rustfmt, clippy -D warnings, ruff
 bench: $(STAMPS)/build ## Ratios against peers in one process, then the asv suites on this env
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benches/compare_peers.py
 	$(VENV)/bin/asv machine --yes >/dev/null
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(VENV)/bin/asv run --python=same --quick --show-stderr
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(VENV)/bin/asv run --python=same --quick --show-stderr --set-commit-hash=$$(git rev-parse HEAD)
 
 docs: $(STAMPS)/venv ## Build the Rust API docs (target/doc) and list the guides in docs/
 	cargo doc --no-deps -p trn2core
