@@ -140,11 +140,7 @@ pub fn stochastic_bits(py: Python<'_>, n: usize, seed: u64) -> PyResult<Py<PyAny
             ));
         }
         let mut v = vec![0u32; n];
-        let g = numerics::StochasticBits::new(seed);
-        use rayon::prelude::*;
-        v.par_chunks_mut(1 << 16)
-            .enumerate()
-            .for_each(|(i, c)| g.fill((i << 16) as u64, c));
+        numerics::stochastic_words(seed, &mut v);
         Ok(v)
     })?;
     Ok(to_numpy(py, v))

@@ -440,6 +440,15 @@ fn simd_level() -> u8 {
     }
 }
 
+/// The seeded generator's words for flat indices `0..out.len()` (what `Random::Seed` uses),
+/// vectorised and in parallel.
+pub fn stochastic_words(seed: u64, out: &mut [u32]) {
+    let g = StochasticBits::new(seed);
+    out.par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(i, c)| fill_words(&g, (i * CHUNK) as u64, c));
+}
+
 /// The generator's words for `start..start + out.len()`, vectorised where the CPU allows.
 fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]

@@ -18,7 +18,7 @@ mod kernels;
 mod rng;
 
 pub use decode::{decode, fp8_lut, CodesRef};
-pub use encode::{encode, encode_into, Code, Codes, CodesMut, Random, Source};
+pub use encode::{encode, encode_into, stochastic_words, Code, Codes, CodesMut, Random, Source};
 pub use format::{Encoding, Format, FormatInfo};
 pub use rng::{mix64, StochasticBits};
 
