@@ -4,6 +4,7 @@
 //! Nothing here looks at data: [`tensor::estimate_gemm`] walks the same tile schedule that the
 //! functional GEMM executes, so a 16384^3 GEMM is costed in milliseconds.
 
+pub mod dma;
 pub mod report;
 pub mod tensor;
 pub mod throttle;

@@ -9,14 +9,16 @@
 //! engine at `max(MIN_II, N)` cycles plus the tensor-access overhead (sections 6, 7, 13); the
 //! dI/dt throttle (section 5.7, see `throttle.rs`).
 
+use super::dma::{dma_efficiency, engines_bytes_per_s};
 use super::report::{Event, Report};
 use super::throttle::Throttle;
 use crate::engine::PerfMode;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
-    FAST_LOAD_STATIONARY_SPEEDUP, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
+    DMA_FIXED_COST_S, DMA_FULL_RATE_PARTITION_BYTES, FAST_LOAD_STATIONARY_SPEEDUP,
+    HBM_STACK_BYTES_PER_S, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
     MATMUL_FP32_COST_FACTOR, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,
-    MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANKS,
+    MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANKS, SBUF_BYTES,
     SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
 };
 use crate::{Error, Result};
@@ -70,6 +72,13 @@ pub struct GemmPlan {
     pub trace: bool,
     /// Operand format names, for the report.
     pub dtype: String,
+    /// Bytes per element of `a`, `b` (in HBM) and of the result written back.
+    pub a_elem_bytes: f64,
+    pub b_elem_bytes: f64,
+    pub out_elem_bytes: f64,
+    /// HBM bytes per raw byte of `a` / `b` (below 1 for operands stored compressed).
+    pub a_wire_ratio: f64,
+    pub b_wire_ratio: f64,
 }
 
 impl GemmPlan {
@@ -108,6 +117,11 @@ impl GemmPlan {
             throttle: true,
             trace: false,
             dtype: dtype.to_string(),
+            a_elem_bytes: elem_bytes(dtype),
+            b_elem_bytes: elem_bytes(dtype),
+            out_elem_bytes: 4.0,
+            a_wire_ratio: 1.0,
+            b_wire_ratio: 1.0,
         })
     }
 
@@ -118,6 +132,45 @@ impl GemmPlan {
         let kt = self.k.div_ceil(self.k_per_instruction);
         mt * nt * kt
     }
+}
+
+/// Bytes per element of a format name (tf32 lives in a float32 container).
+pub fn elem_bytes(dtype: &str) -> f64 {
+    match dtype {
+        "fp32" | "tf32" => 4.0,
+        "bf16" | "fp16" => 2.0,
+        _ => 1.0,
+    }
+}
+
+/// HBM traffic of the GEMM's data movement, in bytes, and the width of the block of `b` kept
+/// resident in SBUF.
+///
+/// Model (a kernel's usual blocking): a block of `b`, `K x Nb`, stays in SBUF while every
+/// 128-row tile of `a` streams past it; `Nb` is the widest multiple of 512 columns that fits in
+/// half of SBUF (the other half double-buffers the streaming `a` tiles). So `b` is read once,
+/// `a` once per block of `b`, and the result written once. If even 512 columns of `b` do not fit
+/// (huge K), `b` is streamed again for every row tile.
+pub fn gemm_hbm_bytes(plan: &GemmPlan) -> (f64, u64) {
+    let (m, k, n) = (plan.m as f64, plan.k as f64, plan.n as f64);
+    let mf = MATMUL_MOVING_FREE_MAX as u64;
+    let budget = SBUF_BYTES as f64 / 2.0;
+    let col_bytes = k * plan.b_elem_bytes;
+    let fit_cols = (budget / col_bytes).floor() as u64;
+    let nb = if fit_cols >= plan.n {
+        plan.n
+    } else {
+        (fit_cols / mf) * mf
+    };
+    let a_bytes = m * k * plan.a_elem_bytes * plan.a_wire_ratio;
+    let b_bytes = k * n * plan.b_elem_bytes * plan.b_wire_ratio;
+    let c_bytes = m * n * plan.out_elem_bytes;
+    if nb == 0 {
+        let m_tiles = plan.m.div_ceil(MATMUL_STATIONARY_FREE_MAX as u64) as f64;
+        return (a_bytes + b_bytes * m_tiles + c_bytes, 0);
+    }
+    let n_blocks = plan.n.div_ceil(nb) as f64;
+    (a_bytes * n_blocks + b_bytes + c_bytes, nb)
 }
 
 /// Above this many instructions a trace records one event per (row tile, bank group, K tile)
@@ -235,7 +288,29 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
             g0 = g1;
         }
     }
-    let end = evictors.iter().fold(t, |a, &b| a.max(b));
+    let compute_end = evictors.iter().fold(t, |a, &b| a.max(b));
+    // Memory side: operands come from HBM and results go back through the DMA engines, double
+    // buffered behind the compute; the first tiles must arrive before the PE starts.
+    let (hbm_bytes, resident_cols) = gemm_hbm_bytes(plan);
+    let dma_rate = engines_bytes_per_s() * dma_efficiency(DMA_FULL_RATE_PARTITION_BYTES as f64);
+    let rate = dma_rate.min(HBM_STACK_BYTES_PER_S);
+    let memory_s = hbm_bytes / rate;
+    let first_tiles = (sf.min(m) * kpi.min(k)) as f64 * plan.a_elem_bytes
+        + (kpi.min(k) * mf.min(n)) as f64 * plan.b_elem_bytes;
+    let prologue = DMA_FIXED_COST_S + first_tiles / rate;
+    for e in events.iter_mut() {
+        e.start_s += prologue;
+    }
+    if plan.trace {
+        events.push(Event::new("DMA queue 0", "load first tiles", 0.0, prologue));
+        events.push(Event::new(
+            "DMA queue 1",
+            "stream operands and results",
+            prologue,
+            memory_s,
+        ));
+    }
+    let end = prologue + compute_end.max(memory_s);
     let flops = 2.0 * m as f64 * k as f64 * n as f64;
     let pe_seconds = pe_cycles as f64 / clock;
     let mut rep = Report::new("gemm");
@@ -253,9 +328,18 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
     rep.pe_tflops = flops / pe_seconds / 1e12;
     rep.utilization = (flops / end / plan.peak_flops_per_s).min(1.0);
     rep.peak_tflops = plan.peak_flops_per_s / 1e12;
-    rep.bound = "compute";
+    rep.bound = if memory_s > compute_end {
+        "memory"
+    } else {
+        "compute"
+    };
     rep.details = vec![
         ("pe_busy_s", pe_seconds),
+        ("compute_s", compute_end),
+        ("memory_s", memory_s),
+        ("dma_prologue_s", prologue),
+        ("hbm_bytes", hbm_bytes),
+        ("sbuf_resident_b_columns", resident_cols as f64),
         ("throttle_s", throttle.lost_s),
         ("psum_wait_s", psum_wait),
         ("load_stationary_exposed_s", first_ls),
@@ -339,19 +423,17 @@ mod tests {
     }
 
     #[test]
-    fn tiny_k_is_bound_by_psum_evictions() {
+    fn tiny_k_is_memory_bound_and_stalls_on_psum_evictions() {
         let p = GemmPlan::new(4096, 128, 4096, "bf16", PerfMode::None).expect("valid");
         let r = estimate_gemm(&p).expect("costed");
-        let wait = r
-            .details
-            .iter()
-            .find(|d| d.0 == "psum_wait_s")
-            .map(|d| d.1)
-            .unwrap_or(0.0);
+        assert_eq!(r.bound, "memory");
+        let big = GemmPlan::new(8192, 8192, 8192, "bf16", PerfMode::None).expect("valid");
+        assert_eq!(estimate_gemm(&big).expect("costed").bound, "compute");
+        let get = |name: &str| r.details.iter().find(|d| d.0 == name).map_or(0.0, |d| d.1);
+        let (wait, compute) = (get("psum_wait_s"), get("compute_s"));
         assert!(
-            wait > 0.1 * r.seconds,
-            "PSUM evictions should stall the PE: {wait} of {}",
-            r.seconds
+            wait > 0.1 * compute,
+            "PSUM evictions should stall the PE: {wait} of {compute}"
         );
     }
 
