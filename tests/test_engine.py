@@ -311,3 +311,19 @@ def test_transpose_mode_is_bit_exact(fmt):
         core.matmul(x, trn2core.quantize(np.ones((96, 96)), fmt), is_transpose=True)
     cost = 96 * (2 if fmt == "fp32" else 1)
     assert core.report().pe_cycles == cost
+
+
+def test_memory_side_decides_the_bound():
+    small_k = trn2core.estimate_gemm(4096, 128, 4096, dtype="bf16")
+    assert small_k.bound == "memory"
+    d = small_k.details
+    # 1 MiB of a, 1 MiB of b, 64 MiB of fp32 result through the DMA engines.
+    assert d["hbm_bytes"] == 4096 * 128 * 2 * 2 + 4096 * 4096 * 4
+    assert d["memory_s"] > d["compute_s"]
+    assert abs(small_k.seconds - (d["dma_prologue_s"] + d["memory_s"])) < 1e-12
+    square = trn2core.estimate_gemm(8192, 8192, 8192, dtype="bf16")
+    assert square.bound == "compute"
+    assert square.details["compute_s"] > square.details["memory_s"]
+    # fp8 operands halve the operand traffic of bf16 (the fp32 result is the same).
+    f8 = trn2core.estimate_gemm(4096, 128, 4096, dtype="fp8_e4m3")
+    assert f8.details["hbm_bytes"] == 4096 * 128 * 2 + 4096 * 4096 * 4
