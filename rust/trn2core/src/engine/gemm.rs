@@ -13,16 +13,21 @@
 //! # How fast
 //!
 //! The loop nest is the classic one of BLIS/GotoBLAS, with the K block fixed to the engine's K
-//! tile (which is also about the size a BLAS would pick):
+//! tile (which is also about the size a BLAS would pick). For each K tile, in order:
 //!
-//! * the output is cut into blocks of `MC` rows x `NC` columns, one rayon task each. A task owns
-//!   its block for the whole K loop, so every output element is computed by one task in the
-//!   contract's order: the bits do not depend on the number of threads or on who steals what;
-//! * per K tile the task packs its rows of `a` into `MR`-row micro-panels (`MC x kc`, L2-resident)
-//!   and its columns of `b` into `NR`-column micro-panels (`kc x NC`), both in the tile's product
-//!   order, so `double_row`'s interleaving costs nothing in the kernel;
-//! * the micro-kernel ([`super::kernel`]) keeps an `MR x NR` block of partial sums in registers
-//!   across the tile's `kc` FMAs, then writes or adds it.
+//! * the tile's slice of `a` is packed into `MR`-row micro-panels and the tile's rows of `b`
+//!   into `NR`-column micro-panels, each element once, in parallel, both in the tile's product
+//!   order (so `double_row`'s interleaving costs nothing in the kernel);
+//! * the output is cut into blocks of `MC` rows x `NC` columns, one rayon task each, and every
+//!   task adds the tile into its block: for each `MR`-row micro-panel of `a` (kept in L1), the
+//!   micro-kernel ([`super::kernel`]) runs over the block's `NR`-column micro-panels of `b`
+//!   (streamed from L2), holding an `MR x NR` block of partial sums in registers across the
+//!   tile's products, then writing or adding it (the output rows are prefetched meanwhile).
+//!
+//! Every output element is written by exactly one task per tile, and the tiles follow one another,
+//! so the bits do not depend on the number of threads or on who steals what. Measured on a
+//! 2-core AVX-512 host (Zen 4): a 2048^3 GEMM at about 0.8 to 0.85 times numpy's OpenBLAS sgemm,
+//! which is free to reorder its sums.
 
 use rayon::prelude::*;
 

@@ -358,34 +358,3 @@ mod tests {
         assert!(fp_env_is_ieee());
     }
 }
-
-#[cfg(test)]
-mod bench_tmp {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn kernel_peak() {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(k) = Avx512::detect() {
-            type KK = Avx512;
-            let kc = 128;
-            let a = vec![1.0f32; kc * KK::MR];
-            let b = vec![1.0f32; kc * KK::NR];
-            let mut out = vec![vec![0f32; KK::NR]; KK::MR];
-            let mut ptrs = [std::ptr::null_mut(); MAX_MR];
-            for (p, row) in ptrs.iter_mut().zip(out.iter_mut()) {
-                *p = row.as_mut_ptr();
-            }
-            let iters = 200_000;
-            let t = std::time::Instant::now();
-            for _ in 0..iters {
-                unsafe { k.run(kc, a.as_ptr(), b.as_ptr(), &ptrs, KK::NR, false) };
-            }
-            let s = t.elapsed().as_secs_f64();
-            println!(
-                "kernel: {:.1} GFLOP/s",
-                2.0 * (kc * KK::MR * KK::NR * iters) as f64 / s / 1e9
-            );
-        }
-    }
-}

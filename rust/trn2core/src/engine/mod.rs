@@ -18,12 +18,15 @@
 //! engine uses hardware FMA for **every** input format, fp32 and tf32 included, and no range check
 //! or float64 fallback is needed anywhere:
 //!
-//! - For inputs of 16 bits or less the product has at most 2 × 11 = 22 significant bits, so it is
-//!   exact in fp32's precision, and the contract's float64 recipe
-//!   `((partial as f64) + (a as f64) * (b as f64)) as f32` gives the same bits (the float64 product
-//!   is exact; the float64 sum is either exact or off by less than 2^-29 ulp(fp32) from a value
-//!   that is not within that distance of an fp32 rounding boundary, so the second rounding cannot
-//!   move it across one). The integration tests check FMA against that recipe on adversarial data.
+//! - For inputs of 16 bits or less the product q = a * b has at most 11 + 11 = 22 significant
+//!   bits, so it is exact in float64 and lies on fp32's significand grid (extended to unbounded
+//!   exponents), and the contract's recipe `((partial as f64) + (a as f64) * (b as f64)) as f32`
+//!   gives the same bits. Proof: the float64 sum s = partial + q is exact unless the two addends
+//!   (24 and 22 bits) span more than 53 bit positions, i.e. unless the smaller one is below
+//!   2^-7 ulp_fp32 of the larger. Then s lies within ulp/128 of a point of fp32's grid, at least
+//!   ulp/4 - ulp/128 from every fp32 rounding boundary (midpoints, the overflow threshold),
+//!   while float64's rounding moves it by at most 2^-29 ulp; both round to the same fp32 value.
+//!   The integration tests also check FMA against the recipe on adversarial data.
 //! - "Multiply, then add" with separate fp32 roundings would *not* do: a bf16 product beyond
 //!   fp32's range becomes Inf instead of cancelling (`-2^127 + 2^64 * 2^64` is `2^127`), and a
 //!   product below fp32's subnormals loses its sign (`+0 + 2^-100 * -2^-100` is `-0`) or rounds

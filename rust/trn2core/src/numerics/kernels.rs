@@ -167,7 +167,7 @@ pub fn round_f32<const MODE: u8>(bits: u32, r: u32, p: &Params) -> u32 {
     let q = s >> sh.min(31);
     let mag = (((te - p.emin_b32) as u32) << p.m) + q + up as u32;
     // Bitwise select: an `if` here makes LLVM select between two addresses and gather.
-    let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & (sign as u32).wrapping_neg());
+    let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & sign.wrapping_neg());
     let mag = if mag > p.max_code { ovf } else { mag };
     let mag = if abs >= 0x7F80_0000 {
         if abs == 0x7F80_0000 {
@@ -226,7 +226,7 @@ pub fn round_f64<const MODE: u8>(bits: u64, r: u32, p: &Params) -> u32 {
     let q = s >> sh.min(63);
     let mag = (((te - p.emin_b64) as u64) << p.m) + q + up as u64;
     // Bitwise select: an `if` here makes LLVM select between two addresses and gather.
-    let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & (sign as u32).wrapping_neg());
+    let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & sign.wrapping_neg());
     let mag = if mag > p.max_code as u64 {
         ovf
     } else {

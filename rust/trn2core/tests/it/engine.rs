@@ -21,12 +21,15 @@ enum Step {
     F64,
     /// `f32::mul_add`, for fp32 inputs.
     MulAdd,
+    /// Separate fp32 multiply and add: not the contract, used to show which data tell them apart.
+    Unfused,
 }
 
 fn step(p: f32, x: f32, y: f32, how: Step) -> f32 {
     match how {
         Step::F64 => ((p as f64) + (x as f64) * (y as f64)) as f32,
         Step::MulAdd => x.mul_add(y, p),
+        Step::Unfused => p + x * y,
     }
 }
 
@@ -266,78 +269,198 @@ fn fp32_inputs_need_a_true_fma() {
     assert_eq!(got, vec![two(24) + 2.0]);
 }
 
+/// How many elements the oracle run with separate fp32 multiply and add gets wrong: proof that
+/// a data set exercises the fused step (for 16-bit inputs only products that leave fp32's
+/// exponent range can tell the two apart).
+fn unfused_differences(a: &[f32], b: &[f32], dims: (usize, usize, usize), mode: PerfMode) -> usize {
+    let (m, k, n) = dims;
+    let fused = oracle(a, b, m, k, n, mode, Step::F64);
+    let unfused = oracle(a, b, m, k, n, mode, Step::Unfused);
+    fused
+        .iter()
+        .zip(&unfused)
+        .filter(|(f, u)| f.to_bits() != u.to_bits() && !(f.is_nan() && u.is_nan()))
+        .count()
+}
+
 #[test]
-fn adversarial_bf16_data_match_the_oracle() {
+fn overflowing_products_cancel_like_the_oracle() {
+    // Every product lies beyond fp32's range except the first, yet the partial sums swing
+    // between about -1.9 * 2^127 and +1.9 * 2^127 and stay finite: each column of b is built
+    // so that row 0 of a (all 2^64) walks through the targets s_t exactly; the other rows scale
+    // the products by up to 1 + 2^-7, so their sums round and drift.
+    let (m, k, n) = (23, 128, 41);
+    let mut rng = Rng(90);
+    let two = |e: i32| 2f32.powi(e);
+    let mut b = vec![0f32; k * n];
+    let mut last = vec![0f32; n];
+    for j in 0..n {
+        let mut s_prev = 0f32;
+        for t in 0..k {
+            let sign = if t % 2 == 0 { -1.0 } else { 1.0 };
+            let s = sign * (2 * (64 + rng.below(58))) as f32 * two(120);
+            // s - s_prev is an even integer below 2^9 times 2^120: exact in bf16 after / 2^64.
+            // (Computed in f64: the difference itself is beyond fp32's range.)
+            b[t * n + j] = ((s as f64 - s_prev as f64) / 2f64.powi(64)) as f32;
+            s_prev = s;
+        }
+        last[j] = s_prev;
+    }
+    let a: Vec<f32> = (0..m * k)
+        .map(|idx| {
+            let scale = if idx < k { 0 } else { rng.below(2) };
+            two(64) * (1.0 + scale as f32 * two(-7))
+        })
+        .collect();
+    for mode in PerfMode::ALL {
+        check_gemm(
+            &a,
+            &b,
+            (m, k, n),
+            mode,
+            Step::F64,
+            &format!("overflow {mode:?}"),
+        );
+        let got = gemm_f32(&a, &b, m, k, n, mode).expect("valid");
+        assert_eq!(
+            got[..n],
+            last[..],
+            "row 0 walks through the targets exactly"
+        );
+        let finite = got.iter().filter(|x| x.is_finite()).count();
+        assert!(finite > m * n / 2, "only {finite} finite results");
+    }
+    let unfused = unfused_differences(&a, &b, (m, k, n), PerfMode::None);
+    assert!(
+        unfused > m * n / 2,
+        "unfused differs in only {unfused} elements"
+    );
+}
+
+#[test]
+fn underflowing_products_match_the_oracle() {
     let (m, k, n) = (19, 300, 37);
-    let cases: Vec<(&str, Vec<f32>, Vec<f32>)> = vec![
-        // Products beyond fp32's range (up to 2^256) and below its subnormals (down to 2^-266).
-        (
-            "huge",
-            bf16_values(1, m * k, 190..=254),
-            bf16_values(2, k * n, 190..=254),
-        ),
-        (
-            "tiny",
-            bf16_values(3, m * k, 0..=60),
-            bf16_values(4, k * n, 0..=60),
-        ),
-        (
-            "huge x tiny",
-            bf16_values(5, m * k, 200..=254),
-            bf16_values(6, k * n, 0..=40),
-        ),
-        (
-            "mixed",
-            bf16_values(7, m * k, 0..=254),
-            bf16_values(8, k * n, 0..=254),
-        ),
-        // Every bit pattern: NaN and Inf in the inputs.
-        ("any", bf16_any(9, m * k), bf16_any(10, k * n)),
-        // Around the overflow threshold: partial sums near fp32's max, products just over it.
-        (
-            "edge of range",
-            bf16_values(11, m * k, 120..=135),
-            bf16_values(12, k * n, 120..=135),
-        ),
+    let cases = [
+        // Products between 2^-266 and 2^-134: the sums live among fp32's subnormals.
+        ("tiny", 0..=60, 0..=60),
+        // Products below 2^-150: every step rounds to a zero whose sign is the product's.
+        ("vanishing", 0..=40, 0..=40),
         // Partial sums near the subnormal range, products underflowing with either sign.
-        (
-            "edge of subnormals",
-            bf16_values(13, m * k, 0..=70),
-            bf16_values(14, k * n, 55..=70),
-        ),
+        ("edge of subnormals", 0..=70, 55..=70),
     ];
-    for (what, a, b) in &cases {
+    for (s, (what, ea, eb)) in cases.into_iter().enumerate() {
+        let a = bf16_values(200 + s as u64, m * k, ea);
+        let b = bf16_values(300 + s as u64, k * n, eb);
         for mode in PerfMode::ALL {
             check_gemm(
-                a,
-                b,
+                &a,
+                &b,
                 (m, k, n),
                 mode,
                 Step::F64,
                 &format!("{what} {mode:?}"),
             );
         }
+        let unfused = unfused_differences(&a, &b, (m, k, n), PerfMode::None);
+        assert!(
+            unfused > 0,
+            "{what}: the data do not exercise the fused step"
+        );
     }
-    // Cancellation: every column of b is (x, -x, x, -x, ...) against a's (y, y, ...) plus noise,
-    // so partial sums keep cancelling to small or zero values between large products.
-    let a = bf16_values(15, m * k, 140..=150);
-    let mut b = bf16_values(16, k * n, 100..=160);
-    for kk in (1..k).step_by(2) {
-        for j in 0..n {
-            b[kk * n + j] = -b[(kk - 1) * n + j];
+    // Vanishing products: both zero signs occur (-0 only when every tile ends on a negative
+    // product and no tile adds a +0 to it).
+    let a = bf16_values(201, m * 100, 0..=40);
+    let b = bf16_values(301, 100 * n, 0..=40);
+    let got = gemm_f32(&a, &b, m, 100, n, PerfMode::None).expect("valid");
+    let negative = got.iter().filter(|x| x.to_bits() == 0x8000_0000).count();
+    let positive = got.iter().filter(|x| x.to_bits() == 0).count();
+    assert_eq!(negative + positive, m * n);
+    assert!(
+        negative > 0 && positive > 0,
+        "{negative} -0 and {positive} +0"
+    );
+}
+
+#[test]
+fn special_values_match_the_oracle() {
+    let (m, n) = (19, 37);
+    for (s, k) in [3usize, 300].into_iter().enumerate() {
+        let seed = 400 + 10 * s as u64;
+        let cases = [
+            // Every bit pattern: NaN, Inf, subnormals, huge and tiny exponents.
+            ("any", bf16_any(seed, m * k), bf16_any(seed + 1, k * n)),
+            // Every finite exponent.
+            (
+                "mixed",
+                bf16_values(seed + 2, m * k, 0..=254),
+                bf16_values(seed + 3, k * n, 0..=254),
+            ),
+            // Huge times tiny: products back in fp32's normal range from far outside.
+            (
+                "huge x tiny",
+                bf16_values(seed + 4, m * k, 200..=254),
+                bf16_values(seed + 5, k * n, 0..=40),
+            ),
+        ];
+        for (what, a, b) in &cases {
+            for mode in PerfMode::ALL {
+                check_gemm(
+                    a,
+                    b,
+                    (m, k, n),
+                    mode,
+                    Step::F64,
+                    &format!("{what} k={k} {mode:?}"),
+                );
+            }
+        }
+        let got = gemm_f32(&cases[0].1, &cases[0].2, m, k, n, PerfMode::None).expect("valid");
+        assert!(got.iter().any(|x| x.is_nan()), "k={k}: no NaN result");
+        assert!(got.iter().any(|x| x.is_infinite()), "k={k}: no Inf result");
+        if k == 3 {
+            assert!(got.iter().filter(|x| x.is_finite()).count() > m * n / 2);
         }
     }
-    let a_flat: Vec<f32> = (0..m * k).map(|i| a[i - i % 2]).collect();
+}
+
+#[test]
+fn cancellation_matches_the_oracle() {
+    // Products come in near-opposite pairs, a * y and -a * y' with y' one bf16 ulp from y, over
+    // exponents spanning 2^-60..2^60: the large terms cancel and the small residuals decide the
+    // result, so every rounding of the running sum shows.
+    let (m, k, n) = (21, 600, 45);
+    let a0 = bf16_values(500, m * k, 97..=157);
+    let a: Vec<f32> = (0..m * k).map(|i| a0[i - i % 2]).collect();
+    let mut b = bf16_values(501, k * n, 97..=157);
+    let mut rng = Rng(502);
+    for kk in (1..k).step_by(2) {
+        for j in 0..n {
+            let y = b[(kk - 1) * n + j];
+            let nudge = if rng.below(2) == 0 { 1 } else { 0 };
+            b[kk * n + j] = -f32::from_bits(y.to_bits() ^ (nudge << 16));
+        }
+    }
+    let mut results = Vec::new();
     for mode in PerfMode::ALL {
         check_gemm(
-            &a_flat,
+            &a,
             &b,
             (m, k, n),
             mode,
             Step::F64,
             &format!("cancellation {mode:?}"),
         );
+        results.push(gemm_f32(&a, &b, m, k, n, mode).expect("valid"));
     }
+    let nonzero = results[0].iter().filter(|&&x| x != 0.0).count();
+    assert!(
+        nonzero > m * n / 2,
+        "only {nonzero} results survive the cancellation"
+    );
+    assert_ne!(
+        results[0], results[1],
+        "the product order should matter here"
+    );
 }
 
 #[test]
@@ -540,8 +663,8 @@ fn psum_accumulate_adds_with_one_rounding() {
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     let (m, k, n) = (300, 1000, 700);
-    let a = bf16_values(70, m * k, 0..=254);
-    let b = bf16_values(71, k * n, 0..=254);
+    let a = bf16_values(70, m * k, 100..=150);
+    let b = bf16_values(71, k * n, 100..=150);
     let default = gemm_f32(&a, &b, m, k, n, PerfMode::None).expect("valid");
     for threads in [1, 3] {
         let pool = rayon::ThreadPoolBuilder::new()
