@@ -716,7 +716,7 @@ fn degenerate_shapes_and_errors() {
 /// Throughput of GEMMs on bf16-valued inputs, for comparison with numpy's sgemm on the same
 /// shapes (`cargo test --release -p trn2core --test it gemm_throughput -- --ignored --nocapture`).
 #[test]
-#[ignore]
+#[ignore = "a throughput report, not a check: cargo test --release -p trn2core --test it gemm_throughput -- --ignored --nocapture"]
 fn gemm_throughput() {
     let shapes = [
         (2048, 2048, 2048, PerfMode::None),
