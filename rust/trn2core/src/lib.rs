@@ -12,6 +12,7 @@
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
 //! - [`error`]: the one [`Error`] type.
 
+pub mod dma;
 pub mod engine;
 pub mod error;
 pub mod numerics;

@@ -1,4 +1,5 @@
 //! The one integration-test binary of the core (one binary keeps link times down on 2 cores).
 
+mod dma;
 mod engine;
 mod numerics_exhaustive;
