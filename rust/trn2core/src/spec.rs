@@ -214,18 +214,20 @@ spec_table! {
     #[spec(unit = "B/s", source = "[S3] I")]
     pub const HBM_CORE_SHARE_BYTES_PER_S: f64 = HBM_STACK_BYTES_PER_S / CORES_PER_HBM_STACK as f64;
 
-    /// Bandwidth factor for a core reading or writing an HBM stack on the *other* die: 0.5.
+    /// Bandwidth factor for HBM on the other die (NUMA): 0.5.
+    ///
     /// No public source gives a NUMA figure for Trn2 (trn2_facts.md section 18); this is a
     /// modelling assumption: cross-die traffic shares the die-to-die interconnect with the other
     /// die's own traffic, so we charge half the stack's rate, the usual order of magnitude for
     /// chiplet interconnects relative to local HBM.
-    #[spec(unit = "ratio", source = "assumption (no public figure)")]
+    #[spec(unit = "ratio", source = "[S25] assumption (no public figure) I")]
     pub const NUMA_REMOTE_BANDWIDTH_FACTOR: f64 = 0.5;
 
-    /// Extra latency of a DMA transfer to or from the other die's HBM: 0.5 us, added to the
-    /// fixed cost. Modelling assumption (no public figure): about a third of the documented
+    /// Extra latency of a DMA transfer to or from the other die's HBM: 0.5 us.
+    ///
+    /// Added to the fixed cost. Modelling assumption (no public figure): about a third of the documented
     /// ~1.3 us fixed cost, for the extra hops across the die boundary.
-    #[spec(unit = "s", source = "assumption (no public figure)")]
+    #[spec(unit = "s", source = "[S13] assumption (no public figure) I")]
     pub const NUMA_REMOTE_EXTRA_LATENCY_S: f64 = 0.5e-6;
 
     // ========================================== clocks ==========================================
