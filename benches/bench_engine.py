@@ -4,22 +4,16 @@ Run with `make bench` (asv against the package built into .venv). `track_*` reco
 measured in the same process and the simulated Trn2 figures.
 """
 
-import time
-
 import numpy as np
 
 import trn2core
+from trn2core.testing import best_of
 
 N = 1024
 
 
 def _best(fn, repeat=5):
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(fn, repeat)
 
 
 class Gemm:

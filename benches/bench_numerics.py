@@ -12,12 +12,12 @@ Run with `make bench` (which calls `asv run --python=same --quick --show-stderr`
   best of 5 runs with ``time.perf_counter`` (the machine is small and noisy).
 """
 
-import time
 
 import ml_dtypes
 import numpy as np
 
 import trn2core
+from trn2core.testing import best_of
 
 N = 1 << 24  # 16 Mi elements
 REPEAT = 5  # best-of count inside the track_* functions
@@ -31,12 +31,7 @@ def _input():
 
 
 def _best(fn, repeat=REPEAT):
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(fn, repeat)
 
 
 class Quantize:

@@ -16,6 +16,7 @@ import numpy as np
 from . import __version__, spec
 from .errors import Trn2Error
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
+from .testing import best_of
 
 
 def _formats_table() -> str:
@@ -105,12 +106,7 @@ def demo_numerics(out=sys.stdout) -> None:
 
 
 def _best(fn, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_of(fn, repeat)
 
 
 def demo_tensor_engine(out=sys.stdout) -> None:
