@@ -7,7 +7,7 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, reference, spec
+from . import _core, dma, reference, spec
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
 from .errors import (
     CapacityError,
@@ -35,6 +35,7 @@ __version__: str = _core.__version__
 __all__ = [
     "__version__",
     "spec",
+    "dma",
     "FORMATS",
     "ROUNDING_MODES",
     "FormatInfo",

@@ -132,6 +132,12 @@ class NeuronCore:
         self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
         return np.ascontiguousarray(s.T)
 
+    def dma_copy(self, x, *, src: str = "hbm", dst: str = "sbuf", codec: str = "none"):
+        """Costs a DMA transfer of ``x`` on this core's 16 DMA engines (see ``trn2core.dma``)."""
+        from .dma import dma_copy
+
+        return dma_copy(x, src=src, dst=dst, codec=codec)
+
     def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
         """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""
         return self._core.read_psum(_bank(bank), int(rows), int(cols)).reshape(rows, cols)

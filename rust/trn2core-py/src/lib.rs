@@ -3,6 +3,7 @@
 //! `trn2core.Trn2Error` tree; there is no logic here.
 
 mod arrays;
+mod dma;
 mod engine;
 mod errors;
 mod numerics;
@@ -25,5 +26,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
     m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_codecs, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
     Ok(())
 }

@@ -1,0 +1,133 @@
+"""DMA inline compression and transfer timing (contract section 4)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn2core
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from trn2core import dma
+
+DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3,
+          ml_dtypes.float8_e5m2, np.int32, np.uint8, ">f4", ">f2"]  # fmt: skip
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    )
+
+
+def sample(dtype, shape, rng):
+    dt = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    x = raw.view(dt).reshape(shape).copy()
+    flat = x.reshape(-1)
+    flat[: flat.size // 2] = np.zeros(1, dt)[0]  # half zeros, like ReLU outputs
+    return x
+
+
+def test_codecs_listed():
+    assert dma.CODECS[:2] == ("none", "zvc") and "byteplane" in dma.CODECS
+
+
+@pytest.mark.parametrize("codec", dma.CODECS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(0,), (), (1,), (7, 513), (3, 0, 5), (1000,)])
+def test_round_trip_is_bit_exact(codec, dtype, shape):
+    rng = np.random.default_rng(0)
+    x = sample(dtype, shape, rng)
+    before = x.copy()
+    blob = dma.compress(x, codec)
+    assert blob.codec == codec and blob.shape == x.shape and blob.dtype == x.dtype
+    assert blob.raw_nbytes == x.nbytes
+    assert same_bits(dma.decompress(blob), x)
+    assert same_bits(dma.decompress(dma.Compressed.from_bytes(blob.to_bytes())), x)
+    assert same_bits(x, before)
+
+
+def test_special_values_and_strided_inputs():
+    x = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1e-45, -1e-45, 1.0], np.float32)
+    x[0] = np.frombuffer(np.uint32(0x7FA00001).tobytes(), np.float32)[0]  # a signalling payload
+    for codec in dma.CODECS:
+        y = dma.decompress(dma.compress(x, codec))
+        assert y.view(np.uint32).tolist() == x.view(np.uint32).tolist()
+    m = np.arange(60, dtype=np.float32).reshape(6, 10)
+    for view in (m[::2], m.T, np.asfortranarray(m)):
+        assert same_bits(dma.decompress(dma.compress(view, "zvc")), np.ascontiguousarray(view))
+
+
+def test_relu_activations_compress():
+    rng = np.random.default_rng(1)
+    relu = np.maximum(rng.standard_normal(1 << 16), 0).astype(ml_dtypes.bfloat16)
+    assert dma.compress(relu, "zvc").ratio > 1.6
+    assert dma.compress(relu, "byteplane").ratio > 2.0
+
+
+def test_incompressible_growth_bound():
+    x = np.random.default_rng(2).integers(0, 256, size=1 << 18, dtype=np.uint8)
+    for codec in dma.CODECS:
+        blob = dma.compress(x, codec)
+        assert blob.nbytes <= x.nbytes * 1.02 + 64
+
+
+def test_every_bit_flip_and_truncation_is_detected():
+    x = np.array([0.0, 1.5, 0.0, -2.25, 3.0, 0.0, 0.0, 7.0] * 8, np.float32)
+    for codec in dma.CODECS:
+        stream = dma.compress(x, codec).to_bytes()
+        for i in range(len(stream)):
+            for bit in range(8):
+                bad = bytearray(stream)
+                bad[i] ^= 1 << bit
+                with pytest.raises(trn2core.CorruptDataError):
+                    dma.Compressed.from_bytes(bytes(bad))
+                with pytest.raises(trn2core.CorruptDataError):
+                    dma.decompress(bytes(bad))
+        for n in range(len(stream)):
+            with pytest.raises(trn2core.CorruptDataError):
+                dma.decompress(stream[:n])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hnp.arrays(
+        dtype=st.sampled_from([np.float32, np.float16, np.int64, np.uint8]),
+        shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40),
+    ),
+    st.sampled_from(dma.CODECS),
+)
+def test_hypothesis_round_trips(x, codec):
+    assert same_bits(dma.decompress(dma.compress(x, codec)), x)
+
+
+def test_bad_inputs():
+    with pytest.raises(trn2core.FormatError, match="codec"):
+        dma.compress(np.ones(4), "lz4")
+    with pytest.raises(trn2core.FormatError, match="dtype"):
+        dma.compress(np.array(["a", "b"]))
+    with pytest.raises(trn2core.CorruptDataError):
+        dma.Compressed.from_bytes(b"not a stream")
+
+
+def test_dma_timing_obeys_the_model():
+    core = trn2core.NeuronCore()
+    big = core.dma_copy(np.zeros((128, 1 << 17), np.float32))  # 64 MiB, 512 KiB per partition
+    engines = 16 * trn2core.spec.dma_engine_theoretical_bytes_per_s
+    assert 0.9 * engines < big.bandwidth <= engines
+    small = core.dma_copy(np.zeros((128, 16), np.float32))  # 64 B per partition
+    assert small.details["fixed_s"] / small.seconds > 0.9
+    relu = np.maximum(np.random.default_rng(3).standard_normal((128, 1 << 15)), 0).astype(
+        np.float32
+    )
+    plain = core.dma_copy(relu, src="hbm_remote")
+    packed = core.dma_copy(relu, src="hbm_remote", codec="zvc")
+    assert packed.wire_bytes < plain.wire_bytes == relu.nbytes
+    assert packed.seconds < plain.seconds  # remote HBM is the limit, so fewer bytes help
+    local = core.dma_copy(relu)
+    assert local.seconds < plain.seconds
+    assert local.bound == "memory" and "DMA" in str(local)
