@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod numerics;
 pub mod perf;
+pub mod sparsity;
 pub mod spec;
 pub mod topology;
 

@@ -3,3 +3,4 @@
 mod dma;
 mod engine;
 mod numerics_exhaustive;
+mod sparsity;

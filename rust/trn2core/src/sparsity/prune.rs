@@ -1,0 +1,321 @@
+//! Magnitude pruning to an N:M pattern.
+
+use rayon::prelude::*;
+
+use super::{blocks_per_task, AxisView, Dtype, Element, KeyRule, Pattern};
+use crate::{Error, Result};
+
+/// Keeps the `n` largest magnitudes of every group of `m` consecutive elements along `axis` and
+/// sets the others to all-bits-zero (`+0.0`); ties keep the lower index and NaN counts as the
+/// largest (module doc, "Magnitude order").
+///
+/// `x` is the C-contiguous array of `shape` as raw codes of `dtype` (whose width must be `T`'s).
+/// The result has the same shape. Errors: a dtype of another width (`Error::Format`), a shape
+/// that does not hold `x.len()` elements, a bad axis, or an axis length that is not a multiple of
+/// `m` (`Error::Shape`).
+pub fn prune<T: Element>(
+    x: &[T],
+    dtype: Dtype,
+    shape: &[usize],
+    axis: isize,
+    pattern: Pattern,
+) -> Result<Vec<T>> {
+    if dtype.bits() != T::BITS {
+        return Err(Error::format(
+            "x",
+            format!(
+                "dtype {} has {}-bit codes but the data holds {}-bit elements",
+                dtype.name(),
+                dtype.bits(),
+                T::BITS
+            ),
+        ));
+    }
+    let view = AxisView::new(shape, axis, x.len(), pattern)?;
+    let mut out = vec![T::ZERO; x.len()];
+    if !out.is_empty() {
+        prune_into(x, &mut out, dtype, view.inner, pattern);
+    }
+    Ok(out)
+}
+
+/// The kernel behind [`prune`].
+fn prune_into<T: Element>(x: &[T], out: &mut [T], dtype: Dtype, inner: usize, pattern: Pattern) {
+    // One closure per rule, so the hot loop holds no match. For floats the key is
+    // `min(code & low, cap)`: the magnitude, with every NaN at `cap`, just above Inf.
+    match dtype.key_rule() {
+        KeyRule::Float { sign, nan_above } => {
+            let (low, cap) = (T::from_u64(sign - 1), T::from_u64(nan_above + 1));
+            by_pattern(x, out, inner, pattern, move |c: T| c.and(low).min(cap));
+        }
+        KeyRule::Unsigned => by_pattern(x, out, inner, pattern, |c: T| c),
+        KeyRule::Signed { .. } => by_pattern(x, out, inner, pattern, |c: T| c.abs_signed()),
+    }
+}
+
+fn by_pattern<T: Element, F: Fn(T) -> T + Sync>(
+    x: &[T],
+    out: &mut [T],
+    inner: usize,
+    pattern: Pattern,
+    key: F,
+) {
+    // Constant n and m let the compiler unroll everything per group and vectorise across groups.
+    match (pattern.n(), pattern.m()) {
+        (1, 2) => run::<T, F, 1, 2>(x, out, inner, &key),
+        (2, 4) => run::<T, F, 2, 4>(x, out, inner, &key),
+        (1, 4) => run::<T, F, 1, 4>(x, out, inner, &key),
+        (2, 8) => run::<T, F, 2, 8>(x, out, inner, &key),
+        (4, 8) => run::<T, F, 4, 8>(x, out, inner, &key),
+        (4, 12) => run::<T, F, 4, 12>(x, out, inner, &key),
+        _ => run::<T, F, 4, 16>(x, out, inner, &key),
+    }
+}
+
+fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
+    x: &[T],
+    out: &mut [T],
+    inner: usize,
+    key: &F,
+) {
+    let block = M * inner;
+    let chunk = blocks_per_task(M, inner) * block;
+    out.par_chunks_mut(chunk)
+        .zip(x.par_chunks(chunk))
+        .for_each(|(dst, src)| task::<T, F, N, M>(src, dst, inner, key));
+}
+
+/// One task: whole blocks of `M * inner` elements.
+///
+/// Every loop is written so that the compiler vectorises it across groups, even for baseline
+/// x86-64 (SSE2): one group per SIMD lane, with the `M` elements of a group in `M` registers.
+/// The groups are copied tile by tile into `M` local columns ([`select_tile`]), except along the
+/// last axis for 1:2, where reading the pairs in place is faster. Measured on bf16 with one
+/// thread and no page faults, that gave 5-8 GB/s for m <= 8 and about 2 GB/s for 4:12 and 4:16;
+/// AVX2 builds of the same loops gained at most about 25%, so there is no run-time dispatch.
+/// A whole call is bound by writing its fresh output anyway.
+#[inline(always)]
+fn task<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
+    src: &[T],
+    dst: &mut [T],
+    inner: usize,
+    key: &F,
+) {
+    if inner == 1 {
+        if M == 2 {
+            direct_groups::<T, F, N, M>(src, dst, key);
+        } else {
+            tiled_groups::<T, F, N, M>(src, dst, key);
+        }
+        return;
+    }
+    let block = M * inner;
+    for (d, s) in dst.chunks_exact_mut(block).zip(src.chunks_exact(block)) {
+        strided_block::<T, F, N, M>(s, d, inner, key);
+    }
+}
+
+/// Which elements of a group are kept, by the n-th largest key `t`: every key above `t`, and of
+/// the keys equal to `t` the lowest-indexed ones until `N` are kept. `t` comes from inserting
+/// each key into a descending list of the `N` largest (`2 N M` min/max operations).
+#[inline(always)]
+fn keep_top<T: Element, const N: usize, const M: usize>(keys: &[T; M]) -> [bool; M] {
+    let mut top = [T::ZERO; N];
+    for &key in keys {
+        let mut x = key;
+        for slot in top.iter_mut() {
+            let hi = (*slot).max(x);
+            x = (*slot).min(x);
+            *slot = hi;
+        }
+    }
+    let t = top[N - 1];
+    // Counters in the element's own width keep one group per SIMD lane.
+    let one = |b: bool| T::from_u64(b as u64);
+    let mut above = T::ZERO;
+    for &key in keys {
+        above = above.wrapping_add(one(key > t));
+    }
+    // Keep ties while `above + ties_before < N`.
+    let limit = T::from_u64(N as u64);
+    let mut taken = above;
+    let mut kept = [false; M];
+    for (k, &key) in keys.iter().enumerate() {
+        let tie = key == t;
+        kept[k] = (key > t) | (tie & (taken < limit));
+        taken = taken.wrapping_add(one(tie));
+    }
+    kept
+}
+
+/// Groups of `M` adjacent elements read in place (the compiler de-interleaves across groups).
+#[inline(always)]
+fn direct_groups<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
+    src: &[T],
+    dst: &mut [T],
+    key: &F,
+) {
+    for (d, s) in dst.chunks_exact_mut(M).zip(src.chunks_exact(M)) {
+        let vals: [T; M] = std::array::from_fn(|k| s[k]);
+        let keys: [T; M] = std::array::from_fn(|k| key(vals[k]));
+        let kept = keep_top::<T, N, M>(&keys);
+        for k in 0..M {
+            d[k] = if kept[k] { vals[k] } else { T::ZERO };
+        }
+    }
+}
+
+/// Groups per tile of the selection loop.
+const TILE: usize = 128;
+
+/// Group `i` is element `i` of each of the `M` columns of a tile (the first `len` of them). The
+/// loop over `i` reads and writes `M` unit-stride streams of local arrays, which the compiler
+/// can prove distinct, so it vectorises with one group per SIMD lane even for baseline x86-64.
+/// (Computing on the caller's slices instead left it scalar, up to 4x slower.)
+#[inline(always)]
+fn select_tile<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
+    ins: &[[T; TILE]; M],
+    outs: &mut [[T; TILE]; M],
+    len: usize,
+    key: &F,
+) {
+    for i in 0..len.min(TILE) {
+        let vals: [T; M] = std::array::from_fn(|k| ins[k][i]);
+        let keys: [T; M] = std::array::from_fn(|k| key(vals[k]));
+        let kept = keep_top::<T, N, M>(&keys);
+        for k in 0..M {
+            outs[k][i] = if kept[k] { vals[k] } else { T::ZERO };
+        }
+    }
+}
+
+/// Groups of `M` adjacent elements (the last axis), transposed tile by tile into columns.
+#[inline(always)]
+fn tiled_groups<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
+    src: &[T],
+    dst: &mut [T],
+    key: &F,
+) {
+    let mut ins = [[T::ZERO; TILE]; M];
+    let mut outs = [[T::ZERO; TILE]; M];
+    for (d, s) in dst.chunks_mut(TILE * M).zip(src.chunks(TILE * M)) {
+        let groups = s.len() / M;
+        for (g, grp) in s.chunks_exact(M).enumerate() {
+            for k in 0..M {
+                ins[k][g] = grp[k];
+            }
+        }
+        select_tile::<T, F, N, M>(&ins, &mut outs, groups, key);
+        for (g, grp) in d.chunks_exact_mut(M).enumerate() {
+            for k in 0..M {
+                grp[k] = outs[k][g];
+            }
+        }
+    }
+}
+
+/// One block of `M` rows of `inner` elements (an inner axis): group `i` is column `i`, copied
+/// tile by tile into local columns.
+#[inline(always)]
+fn strided_block<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
+    src: &[T],
+    dst: &mut [T],
+    inner: usize,
+    key: &F,
+) {
+    let mut ins = [[T::ZERO; TILE]; M];
+    let mut outs = [[T::ZERO; TILE]; M];
+    let mut i0 = 0;
+    while i0 < inner {
+        let len = (inner - i0).min(TILE);
+        for (k, col) in ins.iter_mut().enumerate() {
+            if let Some(row) = src.get(k * inner + i0..k * inner + i0 + len) {
+                col[..len].copy_from_slice(row);
+            }
+        }
+        select_tile::<T, F, N, M>(&ins, &mut outs, len, key);
+        for (k, col) in outs.iter().enumerate() {
+            if let Some(row) = dst.get_mut(k * inner + i0..k * inner + i0 + len) {
+                row.copy_from_slice(&col[..len]);
+            }
+        }
+        i0 += len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_largest_with_lower_index_ties() {
+        // bf16 codes: 1.0, -2.0, 1.0, 0.5 -> keep -2.0 and the first 1.0.
+        let x: [u16; 4] = [0x3F80, 0xC000, 0x3F80, 0x3F00];
+        let got = prune(&x, Dtype::Bf16, &[4], -1, Pattern::TWO_FOUR).expect("valid");
+        assert_eq!(got, [0x3F80, 0xC000, 0, 0]);
+        // NaN beats Inf; two NaNs with different payloads tie, so the lower index wins.
+        let x: [u16; 4] = [0x7F80, 0x7FC1, 0xFFFF, 0x0001];
+        let got = prune(&x, Dtype::Bf16, &[4], 0, Pattern::new(1, 4).expect("1:4")).expect("ok");
+        assert_eq!(got, [0, 0x7FC1, 0, 0]);
+    }
+
+    /// Every pattern, width, dtype and layout against ranks computed the slow way, on data full
+    /// of ties and zeros.
+    #[test]
+    fn selection_matches_ranks() {
+        fn check<T: Element>() {
+            let len = 48 * 40;
+            let x: Vec<T> = (0..len as u64)
+                .map(|i| {
+                    let r = crate::numerics::mix64(i ^ ((T::BITS as u64) << 32));
+                    // A few distinct magnitudes of both signs, and zeros.
+                    T::from_u64(if r.is_multiple_of(3) {
+                        0
+                    } else {
+                        (r >> 8) % 5 + (((r >> 16) % 2) << (T::BITS - 1))
+                    })
+                })
+                .collect();
+            for dtype in Dtype::ALL.into_iter().filter(|d| d.bits() == T::BITS) {
+                for p in Pattern::ALL {
+                    for inner in [1usize, 5] {
+                        let mut got = vec![T::ZERO; len];
+                        prune_into(&x, &mut got, dtype, inner, p);
+                        let (m, n) = (p.m(), p.n());
+                        for block in 0..len / (m * inner) {
+                            for i in 0..inner {
+                                let at = |k: usize| block * m * inner + k * inner + i;
+                                let key = |k: usize| dtype.magnitude_key(x[at(k)].to_u64());
+                                for k in 0..m {
+                                    let above = (0..m)
+                                        .filter(|&j| key(j) > key(k) || (key(j) == key(k) && j < k))
+                                        .count();
+                                    let want = if above < n { x[at(k)] } else { T::ZERO };
+                                    assert_eq!(
+                                        got[at(k)],
+                                        want,
+                                        "{} {p} inner {inner}",
+                                        dtype.name()
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        check::<u8>();
+        check::<u16>();
+        check::<u32>();
+        check::<u64>();
+    }
+
+    #[test]
+    fn rejects_a_dtype_of_another_width() {
+        let x = [0u16; 4];
+        assert!(matches!(
+            prune(&x, Dtype::F32, &[4], -1, Pattern::TWO_FOUR),
+            Err(Error::Format { .. })
+        ));
+    }
+}
