@@ -29,7 +29,6 @@ import platform
 import resource
 import subprocess
 import sys
-import time
 import tracemalloc
 from importlib import metadata
 
@@ -37,6 +36,7 @@ import ml_dtypes
 import numpy as np
 
 import trn2core
+from trn2core.testing import best_of as _best_of
 
 MI = 1 << 20
 GFLOAT_ELEMENTS = 1 * MI
@@ -60,13 +60,7 @@ def make_input(n: int) -> np.ndarray:
 
 
 def best_of(fn, repeat: int) -> float:
-    fn()  # warm-up: thread pool, page faults of the first output
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best_of(fn, repeat, warmup=True)
 
 
 def gfloat_fp8_e4m3():

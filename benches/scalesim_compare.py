@@ -40,6 +40,7 @@ import time
 from importlib import metadata
 
 import trn2core
+from trn2core.testing import best_of as _best_of
 
 ARRAY = 128  # ArrayHeight = ArrayWidth
 SRAM_KB = 8192  # per SRAM: large, so the run is compute-bound
@@ -179,13 +180,7 @@ def run_scalesim(python: str, m: int, k: int, n: int, timeout: float) -> dict:
 
 
 def best_of(fn, repeat: int) -> float:
-    fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best_of(fn, repeat, warmup=True)
 
 
 def run_trn2core(s: int, repeat: int) -> dict:

@@ -8,9 +8,12 @@ from collections.abc import Callable
 __all__ = ["best_of"]
 
 
-def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
+def best_of(fn: Callable[[], object], repeat: int = 5, *, warmup: bool = False) -> float:
     """The fastest of ``repeat`` wall-clock timings of ``fn()``, in seconds (these machines are
-    small and shared: the minimum is the least noisy estimate)."""
+    small and shared: the minimum is the least noisy estimate). ``warmup`` runs ``fn`` once
+    first, untimed (thread pool start, first-touch page faults)."""
+    if warmup:
+        fn()
     best = float("inf")
     for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
