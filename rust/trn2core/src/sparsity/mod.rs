@@ -44,8 +44,8 @@
 //!   length `axis_len / m * n`: slot `s` of group `(o, g, i)` is at flat index
 //!   `(o * (axis_len / m * n) + g * n + s) * inner + i`.
 //! - **positions**: each slot has a position `0..m` within its group. The `n` positions of a group
-//!   are distinct and strictly ascending, and slot `s` holds the group's element at position `s`'s
-//!   value. A group with fewer than `n` stored elements fills its free slots with the *lowest
+//!   are distinct and strictly ascending, and each slot holds the value of the element at its
+//!   position. A group with fewer than `n` stored elements fills its free slots with the *lowest
 //!   positions that hold no stored element*; since such an element is all-bits-zero, the slot
 //!   holds zero, and scattering every slot back is unambiguous and bit-exact.
 //! - **indices** (packed metadata): the positions in the order of the values (flat C order of the
