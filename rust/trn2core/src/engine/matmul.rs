@@ -302,7 +302,10 @@ pub fn validate_matmul(
     })
 }
 
-fn validate_operands(
+/// [`validate_matmul`] plus the operands' value counts: everything [`matmul_into_validated`]
+/// relies on. A caller that must look at the shape before writing PSUM (the `NeuronCore`'s
+/// accumulate bookkeeping) validates once with this and then calls the `_validated` form.
+pub fn validate_operands(
     stationary: &Operand,
     moving: &Operand,
     perf_mode: PerfMode,
@@ -366,6 +369,20 @@ pub fn matmul_into(
     accumulate: bool,
 ) -> Result<MatmulShape> {
     let shape = validate_operands(stationary, moving, perf_mode, tile)?;
+    matmul_into_validated(psum, row_stride, stationary, moving, shape, accumulate)?;
+    Ok(shape)
+}
+
+/// [`matmul_into`] for operands already checked by [`validate_operands`] (which returned
+/// `shape`); only the PSUM region is checked here.
+pub fn matmul_into_validated(
+    psum: &mut [f32],
+    row_stride: usize,
+    stationary: &Operand,
+    moving: &Operand,
+    shape: MatmulShape,
+    accumulate: bool,
+) -> Result<()> {
     let needed = (shape.m - 1)
         .checked_mul(row_stride)
         .and_then(|x| x.checked_add(shape.n));
@@ -389,7 +406,7 @@ pub fn matmul_into(
             *d = if v.is_nan() { CANONICAL_NAN } else { v };
         }
     }
-    Ok(shape)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -50,7 +50,10 @@ mod kernel;
 mod matmul;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
-pub use matmul::{matmul, matmul_into, validate_matmul, MatmulShape, Operand, PeTile};
+pub use matmul::{
+    matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,
+    Operand, PeTile,
+};
 
 use crate::{spec, Error, Result};
 

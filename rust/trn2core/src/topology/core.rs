@@ -109,14 +109,7 @@ impl NeuronCore {
         tile: PeTile,
     ) -> Result<Vec<f32>> {
         Psum::check_bank(bank)?;
-        let shape: MatmulShape = engine::validate_matmul(
-            stationary.shape,
-            stationary.format,
-            moving.shape,
-            moving.format,
-            perf_mode,
-            tile,
-        )?;
+        let shape: MatmulShape = engine::validate_operands(stationary, moving, perf_mode, tile)?;
         let p0 = tile.position.1;
         if p0 + shape.m > PSUM_PARTITIONS {
             return Err(Error::shape(
@@ -142,13 +135,12 @@ impl NeuronCore {
             }
         }
         let base = Psum::offset(p0, bank);
-        engine::matmul_into(
+        engine::matmul_into_validated(
             &mut self.psum.data[base..],
             Psum::ROW_STRIDE,
             stationary,
             moving,
-            perf_mode,
-            tile,
+            shape,
             accumulate,
         )?;
         let mut out = Vec::with_capacity(shape.m * shape.n);
