@@ -8,6 +8,7 @@ mod engine;
 mod errors;
 mod numerics;
 mod perf;
+mod sparsity;
 mod spec;
 
 use pyo3::prelude::*;
@@ -31,5 +32,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_patterns, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparse_gemm, m)?)?;
     Ok(())
 }
