@@ -13,11 +13,15 @@
 //!
 //! # How fast
 //!
-//! The driver is the dense one's loop nest (output blocks as rayon tasks, one K tile at a time,
-//! `b` packed into `NR`-column panels), but `a` is packed per tile as a compact list of its
-//! non-zero elements per row (`(k, value)` in ascending k). The kernel keeps one row's `NR`
-//! partial sums in registers and, for each listed element, loads the `b` panel's row `k` and
-//! issues one FMA per vector: a 4:16 operand costs about a quarter of the dense kernel's FMAs.
+//! `b` is packed once into `NR`-column panels, tile by tile, and `a` into a compact list of each
+//! row's non-zero elements per K tile (`(k, value)` in ascending k). Output blocks are rayon
+//! tasks; a task keeps its block's PSUM values for one panel in a small buffer and, tile by tile,
+//! runs the kernel over its rows, [`ROWS`] at a time: for each listed element it loads the
+//! panel's row `k` and issues one FMA per vector, interleaving the rows' independent chains.
+//! A 4:16 operand needs a quarter of the dense kernel's FMAs, but each FMA needs its own load of
+//! `b` (the dense kernel shares one load among 6 rows), so on the 2-core Zen 4 host it runs at
+//! about the dense kernel's speed rather than 4x faster (docs/sparsity.md gives the figures).
+//! The packed copies take about the size of `a` (8 bytes per element) and of `b`.
 
 use rayon::prelude::*;
 
@@ -26,8 +30,10 @@ use super::kernel::fp_env_is_ieee;
 use super::CANONICAL_NAN;
 use crate::Result;
 
-/// Rows of the output per task (a multiple of nothing: the kernel works one row at a time).
+/// Rows of the output per task (the kernel works one row at a time).
 const MC: usize = 96;
+/// Rows the kernels take at once.
+const ROWS: usize = 4;
 /// Panels of `b` per task.
 const NC_PANELS: usize = 8;
 /// The contraction of one tile (the dense, non-`double_row` tile).
@@ -38,20 +44,41 @@ trait RowKernel: Copy + Send + Sync {
     /// Columns per panel of `b`.
     const NR: usize;
 
-    /// One row's tile: for each listed `(offset, value)`, `acc += value * b[offset..][..NR]`
-    /// (the offsets are `k * NR` into the packed panel), then `c[..cols]` is written (`first`)
-    /// or has the sums added.
+    /// One tile of up to [`ROWS`] rows at once (independent rows give the FMA chains
+    /// instruction-level parallelism; each row's sums keep their own order). `rows[r]` is row
+    /// `r`'s `(offsets, values)` list and `psum[r]` its PSUM buffer; missing rows have empty
+    /// lists and a null buffer.
     ///
     /// # Safety
-    /// Every `offsets[e] + NR` is within `panel`; `c` is valid for `cols <= NR` reads and writes
-    /// and does not alias `panel`.
+    /// As [`RowKernel::run`] for every row with a non-null buffer.
+    unsafe fn run_rows(
+        self,
+        rows: &[(&[u32], &[f32]); ROWS],
+        panel: &[f32],
+        psum: &[*mut f32; ROWS],
+        first: bool,
+    ) {
+        for (&(o, v), &p) in rows.iter().zip(psum) {
+            if !p.is_null() {
+                // SAFETY: the caller's contract.
+                unsafe { self.run(o, v, panel, p, first) };
+            }
+        }
+    }
+
+    /// One row's K tile over one panel of `NR` columns: the tile sum starts at +0.0 and takes
+    /// the listed products `values[e] * panel[offsets[e]..][..NR]` in order (ascending k); then
+    /// `psum[..NR]` is set to it (`first`) or has it added with one fp32 rounding.
+    ///
+    /// # Safety
+    /// Every `offsets[e] + NR` is within `panel`; `psum` is valid for `NR` reads and writes and
+    /// does not alias `panel`.
     unsafe fn run(
         self,
         offsets: &[u32],
         values: &[f32],
         panel: &[f32],
-        c: *mut f32,
-        cols: usize,
+        psum: *mut f32,
         first: bool,
     );
 }
@@ -68,36 +95,44 @@ impl RowKernel for Portable {
         offsets: &[u32],
         values: &[f32],
         panel: &[f32],
-        c: *mut f32,
-        cols: usize,
+        psum: *mut f32,
         first: bool,
     ) {
-        let acc = row_sums::<16>(offsets, values, panel);
-        // SAFETY: the caller's contract: `c` holds `cols` elements.
-        let out = unsafe { std::slice::from_raw_parts_mut(c, cols) };
-        for (o, &s) in out.iter_mut().zip(&acc) {
-            *o = if first { s } else { *o + s };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { row_generic::<16>(offsets, values, panel, psum, first) }
     }
 }
 
-/// The portable row sums (also inlined into the AVX2 kernel, where it vectorises).
+/// The portable kernel body (also inlined into the AVX2 kernel, where it vectorises).
+///
+/// # Safety
+/// As [`RowKernel::run`] with `NR` columns.
 #[inline(always)]
-fn row_sums<const NR: usize>(offsets: &[u32], values: &[f32], panel: &[f32]) -> [f32; NR] {
+unsafe fn row_generic<const NR: usize>(
+    offsets: &[u32],
+    values: &[f32],
+    panel: &[f32],
+    psum: *mut f32,
+    first: bool,
+) {
     let mut acc = [0f32; NR];
     for (&o, &x) in offsets.iter().zip(values) {
-        let row = &panel[o as usize..o as usize + NR];
-        for (s, &y) in acc.iter_mut().zip(row) {
-            *s = x.mul_add(y, *s);
+        let y = &panel[o as usize..o as usize + NR];
+        for (s, &yy) in acc.iter_mut().zip(y) {
+            *s = x.mul_add(yy, *s);
         }
     }
-    acc
+    // SAFETY: the caller's contract: `psum` holds NR elements.
+    let p = unsafe { std::slice::from_raw_parts_mut(psum, NR) };
+    for (p, &s) in p.iter_mut().zip(&acc) {
+        *p = if first { s } else { *p + s };
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[clippy::msrv = "1.89"]
 mod x86 {
-    use super::{row_sums, RowKernel};
+    use super::{row_generic, RowKernel, ROWS};
     use std::arch::x86_64::*;
 
     /// AVX-512: 64 columns, four zmm accumulators.
@@ -123,19 +158,29 @@ mod x86 {
     }
 
     impl RowKernel for Avx512 {
-        const NR: usize = 64;
+        const NR: usize = 32;
+
+        unsafe fn run_rows(
+            self,
+            rows: &[(&[u32], &[f32]); ROWS],
+            panel: &[f32],
+            psum: &[*mut f32; ROWS],
+            first: bool,
+        ) {
+            // SAFETY: holding `self` proves AVX-512F and FMA; the rest is the caller's contract.
+            unsafe { rows_avx512(rows, panel, psum, first) }
+        }
 
         unsafe fn run(
             self,
             offsets: &[u32],
             values: &[f32],
             panel: &[f32],
-            c: *mut f32,
-            cols: usize,
+            psum: *mut f32,
             first: bool,
         ) {
             // SAFETY: holding `self` proves AVX-512F and FMA; the rest is the caller's contract.
-            unsafe { row_avx512(offsets, values, panel, c, cols, first) }
+            unsafe { row_avx512(offsets, values, panel, psum, first) }
         }
     }
 
@@ -147,12 +192,11 @@ mod x86 {
             offsets: &[u32],
             values: &[f32],
             panel: &[f32],
-            c: *mut f32,
-            cols: usize,
+            psum: *mut f32,
             first: bool,
         ) {
             // SAFETY: holding `self` proves AVX2 and FMA; the rest is the caller's contract.
-            unsafe { row_avx2(offsets, values, panel, c, cols, first) }
+            unsafe { row_avx2(offsets, values, panel, psum, first) }
         }
     }
 
@@ -163,56 +207,93 @@ mod x86 {
         offsets: &[u32],
         values: &[f32],
         panel: &[f32],
-        c: *mut f32,
-        cols: usize,
+        psum: *mut f32,
         first: bool,
     ) {
-        let acc = row_sums::<32>(offsets, values, panel);
-        // SAFETY: the caller's contract: `c` holds `cols` elements.
-        let out = unsafe { std::slice::from_raw_parts_mut(c, cols) };
-        for (o, &s) in out.iter_mut().zip(&acc) {
-            *o = if first { s } else { *o + s };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { row_generic::<32>(offsets, values, panel, psum, first) }
     }
 
     /// # Safety
-    /// AVX-512F and FMA must be available; as [`RowKernel::run`] with 64 columns.
+    /// AVX-512F and FMA must be available; as [`RowKernel::run`] with 32 columns.
     #[target_feature(enable = "avx512f,fma")]
     unsafe fn row_avx512(
         offsets: &[u32],
         values: &[f32],
         panel: &[f32],
-        c: *mut f32,
-        cols: usize,
+        psum: *mut f32,
         first: bool,
     ) {
-        let mut acc = [_mm512_setzero_ps(); 4];
+        let rows = [
+            (offsets, values),
+            (&[][..], &[][..]),
+            (&[][..], &[][..]),
+            (&[][..], &[][..]),
+        ];
+        let ptrs = [
+            psum,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ];
+        // SAFETY: the caller's contract, for the one row given.
+        unsafe { rows_avx512(&rows, panel, &ptrs, first) }
+    }
+
+    /// # Safety
+    /// AVX-512F and FMA must be available; as [`RowKernel::run_rows`] with 32 columns.
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn rows_avx512(
+        rows: &[(&[u32], &[f32]); ROWS],
+        panel: &[f32],
+        psum: &[*mut f32; ROWS],
+        first: bool,
+    ) {
         let base = panel.as_ptr();
-        for (&o, &x) in offsets.iter().zip(values) {
-            debug_assert!(o as usize + 64 <= panel.len());
-            let xv = _mm512_set1_ps(x);
-            for (j, s) in acc.iter_mut().enumerate() {
-                // SAFETY: `o + 64 <= panel.len()` (the caller's contract).
-                let y = unsafe { _mm512_loadu_ps(base.add(o as usize + 16 * j)) };
-                // One fused multiply-add: the PE step, exactly.
-                *s = _mm512_fmadd_ps(xv, y, *s);
+        let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+        // The elements every row has, interleaved: ROWS x 2 independent FMA chains.
+        let common = rows.iter().map(|(o, _)| o.len()).min().unwrap_or(0);
+        for e in 0..common {
+            for (r, a) in acc.iter_mut().enumerate() {
+                let (o, v) = rows[r];
+                let xv = _mm512_set1_ps(v[e]);
+                let at = o[e] as usize;
+                debug_assert!(at + 32 <= panel.len());
+                // SAFETY: `at + 32 <= panel.len()` (the caller's contract).
+                unsafe {
+                    a[0] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(base.add(at)), a[0]);
+                    a[1] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(base.add(at + 16)), a[1]);
+                }
             }
         }
-        for (j, &s) in acc.iter().enumerate() {
-            let valid = cols.saturating_sub(16 * j).min(16);
-            if valid == 0 {
-                break;
+        // Each row's remaining elements, in order.
+        for (r, a) in acc.iter_mut().enumerate() {
+            let (o, v) = rows[r];
+            for (&at, &x) in o[common..].iter().zip(&v[common..]) {
+                let xv = _mm512_set1_ps(x);
+                // SAFETY: as above.
+                unsafe {
+                    a[0] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(base.add(at as usize)), a[0]);
+                    a[1] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(base.add(at as usize + 16)), a[1]);
+                }
             }
-            let mask: __mmask16 = ((1u32 << valid) - 1) as u16;
-            // SAFETY: the mask covers only the `cols` elements `c` holds.
-            unsafe {
-                let p = c.add(16 * j);
-                let v = if first {
-                    s
-                } else {
-                    _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), s)
-                };
-                _mm512_mask_storeu_ps(p, mask, v);
+        }
+        for (a, &p) in acc.iter().zip(psum) {
+            if p.is_null() {
+                continue;
+            }
+            for (j, &s) in a.iter().enumerate() {
+                // SAFETY: a non-null `p` holds 32 elements (the caller's contract).
+                unsafe {
+                    let q = p.add(16 * j);
+                    // PSUM accumulation: one fp32 rounding.
+                    let v = if first {
+                        s
+                    } else {
+                        _mm512_add_ps(_mm512_loadu_ps(q), s)
+                    };
+                    _mm512_storeu_ps(q, v);
+                }
             }
         }
     }
@@ -300,80 +381,92 @@ fn drive<K: RowKernel>(
         }
     }
 
+    // `b`, packed once: panel `jp` of tile `t` (its rows k, NR columns, zero-padded) starts at
+    // `(jp * k_tiles + t) * TILE * NR`, so one panel's tiles follow each other.
+    let k_tiles = k.div_ceil(TILE);
     let n_panels = n.div_ceil(K::NR);
-    let mut bpack = vec![0f32; n_panels * K::NR * TILE];
-    // Per row of `a`, the tile's non-zero elements: offsets `k * NR` into a panel, and values.
-    let mut offsets = vec![0u32; m * TILE];
-    let mut values = vec![0f32; m * TILE];
-    let mut counts = vec![0usize; m];
-    for (t, k0) in (0..k).step_by(TILE).enumerate() {
-        let kc = TILE.min(k - k0);
-        let bpack = &mut bpack[..n_panels * K::NR * kc];
-        bpack
-            .par_chunks_mut(K::NR * kc)
-            .enumerate()
-            .for_each(|(jp, panel)| {
-                let c0 = jp * K::NR;
-                let cols = K::NR.min(n - c0);
-                for (kk, dst) in panel.chunks_exact_mut(K::NR).enumerate() {
-                    let src = (k0 + kk) * n + c0;
-                    dst[..cols].copy_from_slice(&b[src..src + cols]);
-                    dst[cols..].fill(0.0);
-                }
-            });
-        offsets
-            .par_chunks_mut(TILE)
-            .zip(values.par_chunks_mut(TILE))
-            .zip(counts.par_iter_mut())
-            .enumerate()
-            .with_min_len(64)
-            .for_each(|(i, ((offs, vals), count))| {
-                let row = &a[i * k + k0..][..kc];
+    let tile_stride = TILE * K::NR;
+    let mut bpack = vec![0f32; n_panels * k_tiles * tile_stride];
+    bpack
+        .par_chunks_mut(tile_stride)
+        .enumerate()
+        .for_each(|(i, panel)| {
+            let (jp, t) = (i / k_tiles, i % k_tiles);
+            let (c0, k0) = (jp * K::NR, t * TILE);
+            let cols = K::NR.min(n - c0);
+            for (kk, dst) in panel
+                .chunks_exact_mut(K::NR)
+                .take(TILE.min(k - k0))
+                .enumerate()
+            {
+                let src = (k0 + kk) * n + c0;
+                dst[..cols].copy_from_slice(&b[src..src + cols]);
+            }
+        });
+    // `a`, as each row's non-zero elements per tile (see `SparseRow`).
+    let row_len = k_tiles * TILE;
+    let mut offsets = vec![0u32; m * row_len];
+    let mut values = vec![0f32; m * row_len];
+    let mut counts = vec![0u32; m * k_tiles];
+    offsets
+        .par_chunks_mut(row_len)
+        .zip(values.par_chunks_mut(row_len))
+        .zip(counts.par_chunks_mut(k_tiles))
+        .enumerate()
+        .for_each(|(i, ((offs, vals), cnts))| {
+            for (t, cnt) in cnts.iter_mut().enumerate() {
+                let k0 = t * TILE;
+                let row = &a[i * k + k0..i * k + (k0 + TILE).min(k)];
                 let mut c = 0;
                 for (kk, &x) in row.iter().enumerate() {
                     if x != 0.0 {
-                        offs[c] = (kk * K::NR) as u32;
-                        vals[c] = x;
+                        offs[k0 + c] = (kk * K::NR) as u32;
+                        vals[k0 + c] = x;
                         c += 1;
                     }
                 }
-                *count = c;
-            });
-        let (bpack, offsets, values, counts) = (&*bpack, &offsets, &values, &counts);
-        tasks.par_iter_mut().try_for_each(|task| {
-            if !fp_env_is_ieee() {
-                return Err(fp_env_error());
+                *cnt = c as u32;
             }
-            let width = task.rows.first().map_or(0, |r| r.len());
-            let jp0 = task.col0 / K::NR;
-            for jp in 0..width.div_ceil(K::NR) {
-                let c0 = jp * K::NR;
-                let cols = K::NR.min(width - c0);
-                let panel = &bpack[(jp0 + jp) * K::NR * kc..][..K::NR * kc];
-                for (r, row) in task.rows.iter_mut().enumerate() {
-                    let i = task.row0 + r;
-                    let cnt = counts[i];
-                    let offs = &offsets[i * TILE..][..cnt];
-                    let vals = &values[i * TILE..][..cnt];
-                    // SAFETY: every offset is `kk * NR` with `kk < kc`, so `offset + NR` is
-                    // within the panel of `kc * NR`; the row segment holds `cols` elements
-                    // from `c0` and is not part of the packed panel.
-                    unsafe { kernel.run(offs, vals, panel, row[c0..].as_mut_ptr(), cols, t == 0) };
+        });
+    let (bpack, offsets, values, counts) = (&bpack, &offsets, &values, &counts);
+    tasks.par_iter_mut().try_for_each(|task| {
+        if !fp_env_is_ieee() {
+            return Err(fp_env_error());
+        }
+        let width = task.rows.first().map_or(0, |r| r.len());
+        let jp0 = task.col0 / K::NR;
+        // The block's PSUM values for one panel: a few KiB that stay in L1/L2 across the tiles,
+        // while the tile's panel of `b` (TILE x NR) is reused by every row of the block.
+        let mut psum = vec![0f32; task.rows.len() * K::NR];
+        for jp in 0..width.div_ceil(K::NR) {
+            let c0 = jp * K::NR;
+            let cols = K::NR.min(width - c0);
+            let strip = &bpack[(jp0 + jp) * k_tiles * tile_stride..][..k_tiles * tile_stride];
+            for (t, panel) in strip.chunks_exact(tile_stride).enumerate() {
+                for (g, group) in psum.chunks_mut(ROWS * K::NR).enumerate() {
+                    let mut lists: [(&[u32], &[f32]); ROWS] = [(&[], &[]); ROWS];
+                    let mut ptrs = [std::ptr::null_mut(); ROWS];
+                    for (r, p) in group.chunks_exact_mut(K::NR).enumerate() {
+                        let i = task.row0 + g * ROWS + r;
+                        let cnt = counts[i * k_tiles + t] as usize;
+                        let list = i * row_len + t * TILE..i * row_len + t * TILE + cnt;
+                        lists[r] = (&offsets[list.clone()], &values[list]);
+                        ptrs[r] = p.as_mut_ptr();
+                    }
+                    // SAFETY: every listed offset is `kk * NR` with `kk < TILE`, so
+                    // `offset + NR` is within the tile's panel; each non-null pointer is NR
+                    // elements of the task's own buffer, distinct from the others.
+                    unsafe { kernel.run_rows(&lists, panel, &ptrs, t == 0) };
                 }
             }
-            Ok(())
-        })?;
-    }
-    tasks.par_iter_mut().for_each(|task| {
-        for row in task.rows.iter_mut() {
-            for x in row.iter_mut() {
-                if x.is_nan() {
-                    *x = CANONICAL_NAN;
+            for (row, p) in task.rows.iter_mut().zip(psum.chunks_exact(K::NR)) {
+                for (o, &v) in row[c0..c0 + cols].iter_mut().zip(p) {
+                    *o = if v.is_nan() { CANONICAL_NAN } else { v };
                 }
             }
         }
-    });
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]
