@@ -456,6 +456,6 @@ def test_cli_gemm_sparsity_and_demo_part():
     r = _cli("demo", "--only", "sparsity")
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines()]
-    table = [c for c in rows if len(c) == 8 and c[0] in PATTERNS]
+    table = [c for c in rows if len(c) == 9 and c[0] in PATTERNS]
     assert [c[0] for c in table] == list(PATTERNS) and all(c[-1] == "True" for c in table)
     assert "CUTLASS" in r.stdout
