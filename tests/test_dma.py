@@ -187,3 +187,22 @@ def test_dma_timing_never_exceeds_the_engines_or_hbm():
     assert (rep.queue, rep.codec, rep.src, rep.dst) == (7, "zvc", "hbm", "sbuf")
     assert rep.details["engines"] == 13  # 100 partitions, 8 per engine
     assert rep.wire_bytes < rep.bytes  # all zeros
+
+
+def test_demo_part_shows_ratios_timing_and_a_capacity_error():
+    import io
+
+    from trn2core.cli import DEMO_PARTS, demo_dma
+
+    assert "dma" in [name for name, _ in DEMO_PARTS]
+    buf = io.StringIO()
+    demo_dma(buf)
+    text = buf.getvalue()
+    for codec in dma.CODECS:
+        assert f" {codec} " in text
+    rows = [line for line in text.splitlines() if line.startswith(("ReLU", "weights"))]
+    assert len(rows) == 2 * len(dma.CODECS)
+    assert all(" yes " in r for r in rows)  # every round trip bit-exact
+    relu_zvc = next(r for r in rows if r.startswith("ReLU") and " zvc " in r)
+    assert float(relu_zvc.split()[3]) > 1.7  # the ratio column
+    assert "CapacityError" in text and "327680 B" in text
