@@ -117,7 +117,7 @@ def test_bad_inputs():
 def test_dma_timing_obeys_the_model():
     core = trn2core.NeuronCore()
     big = core.dma_copy(np.zeros((128, 48 << 10), np.float32))  # 24 MiB, 192 KiB per partition
-    engines = 16 * trn2core.spec.dma_engine_theoretical_bytes_per_s
+    engines = 16 * trn2core.spec.dma_engine_bytes_per_s
     assert 0.9 * engines < big.bandwidth <= engines
     small = core.dma_copy(np.zeros((128, 16), np.float32))  # 64 B per partition
     assert small.details["fixed_s"] / small.seconds > 0.9
@@ -163,7 +163,7 @@ def test_streams_from_any_bytes_like_and_decoding_into_an_existing_array():
 
 def test_dma_timing_never_exceeds_the_engines_or_hbm():
     core = trn2core.NeuronCore()
-    engines = 16 * trn2core.spec.dma_engine_theoretical_bytes_per_s
+    engines = 16 * trn2core.spec.dma_engine_bytes_per_s
     stack = trn2core.spec.hbm_stack_bytes_per_s
     caps = {"hbm": stack, "hbm_remote": stack * trn2core.spec.numa_remote_bandwidth_factor}
     for src, cap in caps.items():

@@ -191,13 +191,15 @@ def demo_dma(out=sys.stdout) -> None:
                 )
             )
     p(_table(rows))
-    engines = spec.dma_engines_per_core * spec.dma_engine_theoretical_bytes_per_s
+    engines = spec.dma_engines_per_core * spec.dma_engine_bytes_per_s
+    stack = spec.hbm_stack_bytes_per_s
     p(
-        f"   Locally the {spec.dma_engines_per_core} engines ({engines / 1e9:.0f} GB/s) are the "
-        "limit, so compression saves HBM bytes but not time;\n   from the other die's HBM "
-        f"(NUMA, an assumption: {spec.numa_remote_bandwidth_factor:g} x a stack's "
-        f"{spec.hbm_stack_bytes_per_s / 1e9:.0f} GB/s, +{spec.numa_remote_extra_latency_s * 1e6:g}"
-        " us) fewer bytes are faster."
+        f"   One core's {spec.dma_engines_per_core} DMA engines move at most {engines / 1e9:.0f} "
+        f"GB/s, about its share of an HBM stack ({stack / 1e9:.0f} GB/s for two cores):\n"
+        "   compression saves HBM bytes (bandwidth left for the neighbouring core) but time only "
+        "where HBM is the limit,\n   as from the other die's HBM (NUMA, an assumption: "
+        f"{spec.numa_remote_bandwidth_factor:g} x {stack / 1e9:.0f} GB/s, "
+        f"+{spec.numa_remote_extra_latency_s * 1e6:g} us)."
     )
     p()
     p("== Memory: capacities, and a tensor that does not fit ==")

@@ -7,10 +7,12 @@
 //! engines still move the raw bytes on the SBUF side.
 //!
 //! Efficiency model: `e(s) = s / (s + 256 B)` for `s` bytes per partition (our fit to the
-//! documented curve: 50% at 256 B, 89% at 2 KiB, 94% at 4 KiB and above). Engine rate: the
-//! theoretical 27.2 GB/s per engine ([S12] text; 16 x 27.2 = 435 GB/s per core, 128 engines =
-//! the chip's documented 3.5 TB/s). HBM: a core alone on its stack may use the whole stack
-//! (725 GB/s); the other die's stacks cost `NUMA_REMOTE_*` (an assumption, see `spec`).
+//! documented curve: 50% at 256 B, 89% at 2 KiB, 94% at 4 KiB and above). Engine rate: 23 B/ns
+//! per engine, the Trn2 peak an engine sustains with large payloads ([S13]'s table, and the
+//! measured 32 KiB transfer of [S12]; `spec::DMA_ENGINE_BYTES_PER_S`), so 16 engines move at most
+//! 368 GB/s per core; the 27.2 GB/s "theoretical" figure of the text (128 x 27.2 = the chip's
+//! 3.5 TB/s) is kept in `spec` but not used. HBM: a core alone on its stack may use the whole
+//! stack (725 GB/s); the other die's stacks cost `NUMA_REMOTE_*` (an assumption, see `spec`).
 //!
 //! Several transfers ([`schedule`]): a transfer runs on one queue id of every engine serving
 //! its partitions (engine `e` serves partitions `8e..8e + 8`); transfers on the same queue run
@@ -24,7 +26,7 @@ use std::sync::OnceLock;
 
 use super::report::{Event, Report};
 use crate::spec::{
-    DMA_ENGINES_PER_CORE, DMA_ENGINE_THEORETICAL_BYTES_PER_S, DMA_FIXED_COST_S,
+    DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, DMA_FIXED_COST_S,
     DMA_OVERHEAD_BOUND_PARTITION_BYTES, DMA_PARTITIONS_PER_ENGINE, DMA_QUEUES_PER_ENGINE,
     HBM_STACK_BYTES_PER_S, NUMA_REMOTE_BANDWIDTH_FACTOR, NUMA_REMOTE_EXTRA_LATENCY_S,
     SBUF_PARTITIONS,
@@ -82,7 +84,7 @@ pub fn dma_efficiency(partition_bytes: f64) -> f64 {
 
 /// Peak DMA rate of one core's 16 engines, bytes/s.
 pub fn engines_bytes_per_s() -> f64 {
-    DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_THEORETICAL_BYTES_PER_S
+    DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S
 }
 
 /// The trace track of DMA engine `engine`, queue `queue`: `"DMA engine 3 / queue 0"`.
@@ -337,7 +339,7 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
                     .enumerate()
                     .map(|(k, &(e, _))| {
                         if left[i][k] > 0.0 {
-                            DMA_ENGINE_THEORETICAL_BYTES_PER_S * eff[i] / busy[e] as f64
+                            DMA_ENGINE_BYTES_PER_S * eff[i] / busy[e] as f64
                         } else {
                             0.0
                         }
@@ -461,7 +463,7 @@ pub fn dma_time_on_queue(plan: &DmaPlan, queue: usize) -> Result<Report> {
     let shares = t.engine_bytes();
     let engines_s = shares
         .iter()
-        .map(|&(_, b)| b / (DMA_ENGINE_THEORETICAL_BYTES_PER_S * eff))
+        .map(|&(_, b)| b / (DMA_ENGINE_BYTES_PER_S * eff))
         .fold(0.0, f64::max);
     let hbm = t.hbm_bytes();
     let caps = hbm_rates();
@@ -544,7 +546,7 @@ mod tests {
         let r = dma_time(&p).expect("ok");
         assert_eq!(r.details[4], ("engines", 3.0));
         let eff = dma_efficiency(4096.0);
-        let eight = 8.0 * 4096.0 / (DMA_ENGINE_THEORETICAL_BYTES_PER_S * eff);
+        let eight = 8.0 * 4096.0 / (DMA_ENGINE_BYTES_PER_S * eff);
         assert!(
             (r.seconds - DMA_FIXED_COST_S - eight).abs() < 1e-12,
             "{}",
@@ -599,7 +601,7 @@ mod tests {
 
     #[test]
     fn concurrent_transfers_never_exceed_an_hbm_stack() {
-        // Four queues reading the remote stack: the engines could move 435 GB/s, the remote
+        // Four queues reading the remote stack: the engines could move 368 GB/s, the remote
         // stack allows 362.5 GB/s.
         let p = plan(32 << 20, Place::HbmRemote);
         let ts: Vec<Transfer> = (0..4)
