@@ -254,9 +254,9 @@ class CoreMemory:
                 raise Trn2ValueError("dtype: a shape needs a dtype (e.g. np.float32 or 'bf16')")
             dt = _dtype(dtype)
             nbytes = math.prod(shape) * dt.itemsize
-            if any(d >= _U64 for d in shape):
-                raise ShapeError(f"size: dimension beyond 2**64 in {shape}")
             self._refuse_beyond_u64("size", nbytes, space)
+            if any(d >= _U64 for d in shape):  # only possible with a zero elsewhere
+                raise ShapeError(f"size: dimension beyond 2**64 in {shape}")
             info = self._native.alloc("size", space, list(shape), dt.itemsize, 0)
             return Allocation(self, info, shape, dt)
         raise Trn2ValueError(
