@@ -34,6 +34,7 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
 /// dict and, with `trace`, its Chrome trace JSON.
 #[pyfunction]
 #[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace))]
+#[allow(clippy::too_many_arguments)]
 pub fn estimate_gemm<'py>(
     py: Python<'py>,
     m: u64,

@@ -276,8 +276,8 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
     for (i, t) in transfers.iter().enumerate() {
         queues[t.queue].push(i);
     }
-    let mut head = vec![0usize; DMA_QUEUES_PER_ENGINE];
-    let mut queue_free = vec![0.0f64; DMA_QUEUES_PER_ENGINE];
+    let mut head = [0usize; DMA_QUEUES_PER_ENGINE];
+    let mut queue_free = [0.0f64; DMA_QUEUES_PER_ENGINE];
     let mut done = 0usize;
     // Every step finishes a fixed phase, an engine share, or reaches an issue time, so the loop
     // ends; the bound is a guard against a modelling bug, not a limit users meet.
