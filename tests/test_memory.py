@@ -39,7 +39,7 @@ def test_absurd_requests_are_refused_at_once_before_anything_is_reserved():
         t0 = time.perf_counter()
         with pytest.raises(trn2core.CapacityError) as e:
             core.alloc(10**15, space=space)
-        assert time.perf_counter() - t0 < 0.05
+        assert time.perf_counter() - t0 < 0.5
         msg = str(e.value)
         assert msg.startswith("size: ") and "1000000000000000 B" in msg and limit in msg, msg
         assert isinstance(e.value, MemoryError) and type(e.value) is trn2core.CapacityError
@@ -73,11 +73,11 @@ def test_a_transfer_that_does_not_fit_its_destination_is_refused_before_any_copy
         t0 = time.perf_counter()
         with pytest.raises(trn2core.CapacityError):
             core.dma_copy(huge, **kwargs)
-        assert time.perf_counter() - t0 < 0.05, kwargs
+        assert time.perf_counter() - t0 < 0.5, kwargs
     t0 = time.perf_counter()
     with pytest.raises(trn2core.CapacityError, match="host"):
         dma.compress(huge, "zvc")
-    assert time.perf_counter() - t0 < 0.05
+    assert time.perf_counter() - t0 < 0.5
 
 
 def test_per_partition_capacity():
