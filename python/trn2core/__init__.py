@@ -7,7 +7,7 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, dma, reference, spec
+from . import _core, dma, memory, reference, spec
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
 from .errors import (
     CapacityError,
@@ -37,6 +37,7 @@ __all__ = [
     "__version__",
     "spec",
     "dma",
+    "memory",
     "FORMATS",
     "ROUNDING_MODES",
     "FormatInfo",

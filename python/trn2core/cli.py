@@ -232,11 +232,87 @@ def demo_sparsity(out=sys.stdout) -> None:
     )
 
 
+def demo_dma(out=sys.stdout) -> None:
+    """The DMA / inline-compression / memory part of the demo."""
+    from . import dma
+    from .engine import NeuronCore
+    from .errors import CapacityError
+
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    rows_, cols = 128, 32768  # one SBUF tile: 128 partitions x 64 KiB of bf16 (8 MiB)
+    bf16 = quantize(np.zeros(1), "bf16").dtype
+    rng = np.random.default_rng(0)
+    tensors = {
+        "ReLU activations": np.maximum(rng.standard_normal((rows_, cols), np.float32), 0),
+        "weights N(0, 0.02)": 0.02 * rng.standard_normal((rows_, cols), np.float32),
+    }
+    tensors = {k: v.astype(bf16) for k, v in tensors.items()}
+    core = NeuronCore()
+    p(
+        f"== DMA with inline compression: a {rows_} x {cols} bf16 tile (8 MiB) HBM -> SBUF on "
+        "one NeuronCore's 16 DMA engines =="
+    )
+    rows = [("data", "codec", "ratio", "HBM bytes", "bit-exact", "local HBM", "other die's HBM")]
+    for name, x in tensors.items():
+        for codec in dma.CODECS:
+            blob = dma.compress(x, codec)
+            same = dma.decompress(blob).view(np.uint16).tobytes() == x.view(np.uint16).tobytes()
+            near = core.dma_copy(x, src="hbm", codec=codec)
+            far = core.dma_copy(x, src="hbm_remote", codec=codec)
+            rows.append(
+                (
+                    name,
+                    codec,
+                    f"{blob.ratio:.2f}",
+                    f"{near.wire_bytes / 2**20:.2f} MiB",
+                    "yes" if same else "NO",
+                    f"{near.seconds * 1e6:.1f} us",
+                    f"{far.seconds * 1e6:.1f} us",
+                )
+            )
+    p(_table(rows))
+    engines = spec.dma_engines_per_core * spec.dma_engine_bytes_per_s
+    stack = spec.hbm_stack_bytes_per_s
+    p(
+        f"   One core's {spec.dma_engines_per_core} DMA engines move at most {engines / 1e9:.0f} "
+        f"GB/s, about its share of an HBM stack ({stack / 1e9:.0f} GB/s for two cores):\n"
+        "   compression saves HBM bytes (bandwidth left for the neighbouring core) but time only "
+        "where HBM is the limit,\n   as from the other die's HBM (NUMA, an assumption: "
+        f"{spec.numa_remote_bandwidth_factor:g} x {stack / 1e9:.0f} GB/s, "
+        f"+{spec.numa_remote_extra_latency_s * 1e6:g} us)."
+    )
+    p()
+    p("== Memory: capacities, and a tensor that does not fit ==")
+    p(f"   {core.hbm}\n   {core.sbuf}\n   {core.psum}")
+    tile = core.alloc((rows_, cols), "bf16")
+    p(f"   core.alloc((128, 32768), 'bf16') -> {tile}")
+    big = np.zeros((128, 80 * 1024), np.float32)  # 40 MiB
+    try:
+        core.dma_copy(big, dst="sbuf")
+    except CapacityError as e:
+        p(f"   core.dma_copy(<40 MiB fp32>, dst='sbuf') -> CapacityError:\n      {e}")
+    core.free(tile)
+    p()
+    p("== Speed of the codecs on this CPU: zvc on 32 MiB of ReLU activations (fp32) ==")
+    x = np.maximum(rng.standard_normal(1 << 23, dtype=np.float32), 0)
+    dst = np.empty_like(x)
+    t_copy = _best(lambda: np.copyto(dst, x))
+    blob = dma.compress(x, "zvc")
+    t_c = _best(lambda: dma.compress(x, "zvc"))
+    t_d = _best(lambda: dma.decompress(blob))
+    gb = x.nbytes / 1e9
+    p(
+        f"   compress {gb / t_c:.1f} GB/s, decompress {gb / t_d:.1f} GB/s, numpy copyto "
+        f"{gb / t_copy:.1f} GB/s (ratio {blob.ratio:.2f}; every stream CRC32C-checked)"
+    )
+
+
 #: The parts of ``trn2core demo``, in order; each prints to the stream it is given.
 DEMO_PARTS = [
     ("numerics", demo_numerics),
     ("tensor-engine", demo_tensor_engine),
     ("sparsity", demo_sparsity),
+    ("dma", demo_dma),
 ]
 
 

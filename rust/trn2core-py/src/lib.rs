@@ -6,6 +6,7 @@ mod arrays;
 mod dma;
 mod engine;
 mod errors;
+mod memory;
 mod numerics;
 mod perf;
 mod sparsity;
@@ -30,7 +31,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dma::dma_codecs, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_decompress_into, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_patterns, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;
@@ -40,5 +42,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparse_gemm, m)?)?;
+    m.add_class::<memory::PyHbmStack>()?;
+    m.add_class::<memory::PyCoreMemory>()?;
+    m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;
     Ok(())
 }
