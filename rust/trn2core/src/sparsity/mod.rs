@@ -74,7 +74,7 @@ mod prune;
 
 pub use compress::{check, compress, pack_indices, unpack_indices, Compressed};
 pub use cutlass::{from_cutlass, to_cutlass, Cutlass, CutlassMeta};
-pub use prune::prune;
+pub use prune::{prune, prune_to};
 
 use crate::numerics::Format;
 use crate::{spec, Error, Result};

@@ -20,6 +20,21 @@ pub fn prune<T: Element>(
     axis: isize,
     pattern: Pattern,
 ) -> Result<Vec<T>> {
+    let mut out = vec![T::ZERO; x.len()];
+    prune_to(x, &mut out, dtype, shape, axis, pattern)?;
+    Ok(out)
+}
+
+/// [`prune`] into a caller's buffer of `x.len()` elements (e.g. a numpy-allocated output, whose
+/// fresh pages come as huge pages): every element of `out` is written.
+pub fn prune_to<T: Element>(
+    x: &[T],
+    out: &mut [T],
+    dtype: Dtype,
+    shape: &[usize],
+    axis: isize,
+    pattern: Pattern,
+) -> Result<()> {
     if dtype.bits() != T::BITS {
         return Err(Error::format(
             "x",
@@ -31,12 +46,17 @@ pub fn prune<T: Element>(
             ),
         ));
     }
-    let view = AxisView::new(shape, axis, x.len(), pattern)?;
-    let mut out = vec![T::ZERO; x.len()];
-    if !out.is_empty() {
-        prune_into(x, &mut out, dtype, view.inner, pattern);
+    if out.len() != x.len() {
+        return Err(Error::shape(
+            "out",
+            format!("holds {} elements, the input {}", out.len(), x.len()),
+        ));
     }
-    Ok(out)
+    let view = AxisView::new(shape, axis, x.len(), pattern)?;
+    if !out.is_empty() {
+        prune_into(x, out, dtype, view.inner, pattern);
+    }
+    Ok(())
 }
 
 /// The kernel behind [`prune`].
