@@ -29,6 +29,7 @@ from .numerics import (
     stochastic_bits,
 )
 from .report import Report
+from .sparsity import SPARSITY_PATTERNS, SparseTensor, compress, prune
 
 __version__: str = _core.__version__
 
@@ -50,6 +51,10 @@ __all__ = [
     "GemmResult",
     "Report",
     "PERF_MODES",
+    "SPARSITY_PATTERNS",
+    "SparseTensor",
+    "prune",
+    "compress",
     "reference",
     "Trn2Error",
     "ShapeError",

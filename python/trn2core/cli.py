@@ -16,6 +16,7 @@ import numpy as np
 from . import __version__, spec
 from .errors import Trn2Error
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
+from .sparsity import SPARSITY_PATTERNS
 from .testing import best_of
 
 
@@ -152,8 +153,51 @@ def demo_tensor_engine(out=sys.stdout) -> None:
     )
 
 
+def demo_sparsity(out=sys.stdout) -> None:
+    """The structured-sparsity part of the demo."""
+    from .engine import gemm
+    from .sparsity import compress, prune
+
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    m, k, n = 512, 3072, 1024  # K a multiple of every M (4:12 too)
+    p(f"== Structured sparsity: a {m}x{k} bf16 weight pruned N:M along K, times {k}x{n} ==")
+    rng = np.random.default_rng(1)
+    w = quantize(rng.standard_normal((m, k)), "bf16")
+    x = quantize(rng.standard_normal((k, n)), "bf16")
+    dense = gemm(w, x)
+    rows = [("pattern", "nbytes", "of dense", "PE cycles", "Trn2 time", "speed-up", "bound",
+             "same bits")]  # fmt: skip
+    rows.append(
+        ("dense", f"{w.nbytes:,}", "100%", f"{dense.report.pe_cycles:,}",
+         f"{dense.report.seconds * 1e6:.2f} us", "1.00x", dense.report.bound, "-")
+    )  # fmt: skip
+    for pat in SPARSITY_PATTERNS:
+        pruned = prune(w, pat, axis=1)
+        sp = compress(pruned, pat, axis=1)
+        res = gemm(sp, x)
+        same = np.array_equal(res.out, gemm(pruned, x).out)
+        rows.append(
+            (pat, f"{sp.nbytes:,}", f"{sp.nbytes / w.nbytes:.0%}", f"{res.report.pe_cycles:,}",
+             f"{res.report.seconds * 1e6:.2f} us",
+             f"{dense.report.seconds / res.report.seconds:.2f}x", res.report.bound, str(same))
+        )  # fmt: skip
+    p(_table(rows))
+    p("   nbytes = stored values + packed positions (ceil(log2 M) bits each; docs/sparsity.md)")
+    p("   'same bits': the sparse GEMM equals the dense GEMM of the pruned matrix")
+    sp = compress(prune(w, "2:4", axis=1), "2:4", axis=1)
+    vals, meta = sp.to_cutlass()
+    p(
+        f"   2:4 export to PyTorch's CUTLASS layout: values {vals.shape} {vals.dtype}, "
+        f"meta {meta.shape} {meta.dtype}"
+    )
+
+
 #: The parts of ``trn2core demo``, in order; each prints to the stream it is given.
-DEMO_PARTS = [("numerics", demo_numerics), ("tensor-engine", demo_tensor_engine)]
+DEMO_PARTS = [
+    ("numerics", demo_numerics),
+    ("tensor-engine", demo_tensor_engine),
+    ("sparsity", demo_sparsity),
+]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -178,15 +222,18 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 def cmd_gemm(args: argparse.Namespace) -> int:
     from .engine import estimate_gemm, gemm
+    from .sparsity import compress, prune
 
     rep = estimate_gemm(
         args.m, args.k, args.n, dtype=args.dtype, perf_mode=args.perf_mode,
-        throttle=not args.no_throttle,
+        sparsity=args.sparsity, throttle=not args.no_throttle,
     )  # fmt: skip
     if args.run:
         rng = np.random.default_rng(args.seed)
         a = quantize(rng.standard_normal((args.m, args.k), dtype=np.float32), args.dtype)
         b = quantize(rng.standard_normal((args.k, args.n), dtype=np.float32), args.dtype)
+        if args.sparsity:
+            a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
         t0 = time.perf_counter()
         res = gemm(a, b, perf_mode=args.perf_mode, throttle=not args.no_throttle)
         dt = time.perf_counter() - t0
@@ -221,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--n", type=int, required=True, help="columns of b (and of the result)")
     g.add_argument("--dtype", default="bf16", choices=FORMATS, help="operand format (default bf16)")
     g.add_argument("--perf-mode", default="none", choices=("none", "double_row"))
+    g.add_argument(
+        "--sparsity", choices=SPARSITY_PATTERNS, help="N:M-sparse stationary operand a (along K)"
+    )
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument("--run", action="store_true", help="also compute it on random data")

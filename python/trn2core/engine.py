@@ -13,9 +13,10 @@ import numpy as np
 
 from . import _core
 from .dtypes import FORMAT_DTYPES
-from .errors import FormatError, ShapeError, Trn2Error
+from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
 from .numerics import FORMATS, decode, quantize
 from .report import Report
+from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
 __all__ = ["NeuronCore", "GemmResult", "gemm", "estimate_gemm", "PERF_MODES"]
 
@@ -186,6 +187,19 @@ def _prepare(x, dtype, rounding, seed, arg):
     return x, _format_of(x, arg)
 
 
+def _sparsity_pattern(pattern, perf_mode: str) -> str:
+    if not isinstance(pattern, str) or pattern.strip() not in SPARSITY_PATTERNS:
+        raise Trn2ValueError(
+            f"sparsity: unknown sparsity pattern {pattern!r}; expected one of {SPARSITY_PATTERNS}"
+        )
+    if perf_mode == "double_row":
+        raise Trn2ValueError(
+            f"perf_mode: a sparse ({pattern}) stationary operand does not combine with "
+            "double_row; use perf_mode='none'"
+        )
+    return pattern.strip()
+
+
 def estimate_gemm(
     M: int,
     K: int,
@@ -201,9 +215,7 @@ def estimate_gemm(
     without data (shapes far beyond host memory cost milliseconds). ``throttle=False`` turns
     off the dI/dt throttle model (on by default, as on the hardware)."""
     if sparsity is not None:
-        raise Trn2Error(
-            "sparsity: structured-sparsity timing is not implemented yet (see docs/engine.md)"
-        )
+        sparsity = _sparsity_pattern(sparsity, perf_mode)
     if core is not None and not isinstance(core, NeuronCore):
         raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
     dims = []
@@ -215,10 +227,10 @@ def estimate_gemm(
         raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
     _core.check_gemm_formats(dtype, dtype, perf_mode)
     m, k, n = dims
-    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), False)
+    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), False, sparsity)
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), True)[1]
+        return _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), True, sparsity)[1]
 
     return Report(fields, retrace=retrace)
 
@@ -248,6 +260,15 @@ def gemm(
         raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
     if perf_mode not in PERF_MODES:
         raise FormatError(f"perf_mode: unknown perf_mode {perf_mode!r}; expected {PERF_MODES}")
+    sparsity = None
+    if isinstance(a, SparseTensor):
+        if a.ndim != 2 or a.axis != 1:
+            raise SparsityError(
+                f"a: a sparse stationary operand is a [M, K] matrix pruned along K (axis 1); "
+                f"got shape {a.shape} sparse along axis {a.axis}"
+            )
+        sparsity = _sparsity_pattern(a.pattern, perf_mode)
+        a = a.decompress()
     a, af = _prepare(a, dtype, rounding, seed, "a")
     b, bf = _prepare(b, dtype, rounding, None if seed is None else seed + 1, "b")
     if a.shape[1] != b.shape[0]:
@@ -261,13 +282,19 @@ def gemm(
             f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
         )
     _core.check_gemm_formats(af, bf, perf_mode)
-    out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode).reshape(m, n)
+    if sparsity is None:
+        out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
+    else:
+        # Skips the zeros' products: the dense values for finite inputs (docs/sparsity.md).
+        out = _core.sparse_gemm(_values(a, af), _values(b, bf), m, k, n)
+    out = out.reshape(m, n)
     if out_dtype != "fp32":
         out = quantize(out, out_dtype, rounding=rounding, seed=seed)
     cost = _cost_dtype(af, bf)
-    fields, _ = _core.estimate_gemm(m, k, n, cost, perf_mode, bool(throttle), False)
+    thr = bool(throttle)
+    fields, _ = _core.estimate_gemm(m, k, n, cost, perf_mode, thr, False, sparsity)
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, cost, perf_mode, bool(throttle), True)[1]
+        return _core.estimate_gemm(m, k, n, cost, perf_mode, thr, True, sparsity)[1]
 
     return GemmResult(out=out, report=Report(fields, retrace=retrace))

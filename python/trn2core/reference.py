@@ -56,7 +56,16 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-__all__ = ["PERF_MODES", "TILE_K", "double_row_order", "fma_f32", "gemm", "nc_matmul", "transpose"]
+__all__ = [
+    "PERF_MODES",
+    "TILE_K",
+    "double_row_order",
+    "fma_f32",
+    "gemm",
+    "nc_matmul",
+    "prune",
+    "transpose",
+]
 
 #: perf modes the oracle understands.
 PERF_MODES = ("none", "double_row")
@@ -262,3 +271,44 @@ def transpose(x: object) -> np.ndarray:
     if arr.ndim != 2:
         raise ValueError(f"x: shape {arr.shape} is not [P, F]")
     return np.ascontiguousarray(arr.T)
+
+
+def prune(x: object, pattern: str, *, axis: int = -1) -> np.ndarray:
+    """Pure-numpy N:M magnitude pruning (the oracle of ``trn2core.prune``).
+
+    Every group of M consecutive elements along ``axis`` keeps the elements that fewer than N
+    others of the group outrank, where ``j`` outranks ``k`` if ``|x_j| > |x_k|``, or if they tie
+    and ``j < k``; NaN counts as larger than everything (and NaNs tie with each other). The others
+    become ``+0`` (all bits zero). Magnitudes are compared as numbers (float64 for floats, Python
+    integers' order for ints), not as bit patterns, so this is independent of the Rust key trick.
+    """
+    n, m = (int(v) for v in pattern.split(":"))
+    a = np.asarray(x)
+    ax = axis % a.ndim if a.ndim else 0
+    moved = np.moveaxis(a, ax, -1)
+    if moved.shape[-1] % m:
+        raise ValueError(f"axis length {moved.shape[-1]} is not a multiple of {m}")
+    groups = moved.reshape(moved.shape[:-1] + (moved.shape[-1] // m, m))
+    if a.dtype.kind == "b":
+        mag = groups.astype(np.float64)
+        nan = np.zeros(groups.shape, dtype=bool)
+    elif a.dtype.kind in "iu":
+        # Exact magnitudes as Python ints (int64's minimum has no int64 absolute value).
+        mag = np.vectorize(lambda v: abs(int(v)), otypes=[object])(groups)
+        nan = np.zeros(groups.shape, dtype=bool)
+    else:
+        with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly
+            f = groups.astype(np.float64)
+        nan = np.isnan(f)
+        mag = np.where(nan, 0.0, np.abs(f))
+    # outranks[..., j, k]: element j outranks element k.
+    mj, mk = mag[..., :, None], mag[..., None, :]
+    nj, nk = nan[..., :, None], nan[..., None, :]
+    lower = np.arange(m)[:, None] < np.arange(m)[None, :]
+    greater = (nj & ~nk) | (~nj & ~nk & (mj > mk))
+    tie = (nj & nk) | (~nj & ~nk & (mj == mk))
+    outranks = greater | (tie & lower)
+    keep = outranks.sum(axis=-2) < n
+    zero = np.zeros((), dtype=a.dtype)
+    pruned = np.where(keep, groups, zero).reshape(moved.shape)
+    return np.ascontiguousarray(np.moveaxis(pruned, -1, ax))

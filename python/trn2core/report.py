@@ -30,7 +30,8 @@ class Report:
     cycles summed over instructions), ``cycles`` and ``seconds`` (wall time at the 2.4 GHz PE
     clock), ``flops``, ``tflops`` (over the wall time), ``pe_tflops`` (over the PE-busy time),
     ``peak_tflops``, ``utilization`` (``tflops / peak`` in (0, 1]), ``bound`` ("compute",
-    "memory" or "collective") and ``details`` (a breakdown in seconds).
+    "memory" or "collective") and ``details`` (a breakdown: keys ending in ``_s`` are seconds,
+    the others counts such as ``hbm_bytes``).
     """
 
     def __init__(
@@ -84,7 +85,7 @@ class Report:
             ("utilization", f"{100 * f['utilization']:.1f}% of {f['peak_tflops']:.1f} TFLOPS"),
             ("bound", f["bound"]),
         ]
-        rows += [(f"  {k}", _fmt_seconds(v)) for k, v in f["details"].items()]
+        rows += [(f"  {k}", _fmt_detail(k, v)) for k, v in f["details"].items()]
         w = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
@@ -94,6 +95,13 @@ class Report:
             f"Report({f.get('kind')!r}, seconds={f['seconds']:.6g}, tflops={f['tflops']:.4g}, "
             f"utilization={f['utilization']:.3f}, bound={f['bound']!r})"
         )
+
+
+def _fmt_detail(key: str, v: float) -> str:
+    """A ``details`` entry: seconds for keys ending in ``_s``, a plain count otherwise."""
+    if key.endswith("_s"):
+        return _fmt_seconds(v)
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
 
 
 def _fmt_seconds(s: float) -> str:

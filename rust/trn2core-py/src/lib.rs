@@ -9,6 +9,7 @@ mod engine;
 mod errors;
 mod numerics;
 mod perf;
+mod sparsity;
 mod spec;
 
 use pyo3::prelude::*;
@@ -32,6 +33,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_patterns, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_compress, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_positions, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
+    m.add_function(wrap_pyfunction!(sparsity::sparse_gemm, m)?)?;
     m.add_class::<collectives::PyTorus>()?;
     m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::engine::PerfMode;
 use trn2core::perf::{estimate_gemm as core_estimate, GemmPlan, Report};
+use trn2core::sparsity::Pattern;
 
 use crate::errors::{guard, guard_detached};
 
@@ -33,7 +34,8 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
 /// Costs a GEMM `[M, K] @ [K, N]` of operands `dtype` on one NeuronCore; returns the report's
 /// dict and, with `trace`, its Chrome trace JSON.
 #[pyfunction]
-#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace))]
+#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, sparsity = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn estimate_gemm<'py>(
     py: Python<'py>,
     m: u64,
@@ -43,9 +45,14 @@ pub fn estimate_gemm<'py>(
     perf_mode: &str,
     throttle: bool,
     trace: bool,
+    sparsity: Option<&str>,
 ) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
     let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
     let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
+    if let Some(name) = sparsity {
+        let pattern = guard(py, || Pattern::parse(name))?;
+        plan = guard(py, || plan.with_sparsity(pattern))?;
+    }
     plan.throttle = throttle;
     plan.trace = trace;
     let rep = guard_detached(py, || core_estimate(&plan))?;

@@ -168,7 +168,7 @@ pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
 }
 
 /// The error every task returns when the floating-point environment is not IEEE's default.
-fn fp_env_error() -> Error {
+pub(crate) fn fp_env_error() -> Error {
     Error::value(
         "floating-point environment",
         "this thread runs with flush-to-zero, denormals-are-zero or a non-default rounding mode \

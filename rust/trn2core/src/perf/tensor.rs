@@ -13,13 +13,14 @@ use super::dma::{dma_efficiency, engines_bytes_per_s};
 use super::report::{Event, Report};
 use super::throttle::Throttle;
 use crate::engine::PerfMode;
+use crate::sparsity::Pattern;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
     DMA_FIXED_COST_S, DMA_FULL_RATE_PARTITION_BYTES, FAST_LOAD_STATIONARY_SPEEDUP,
     HBM_STACK_BYTES_PER_S, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
     MATMUL_FP32_COST_FACTOR, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,
     MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANKS, SBUF_BYTES,
-    SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+    SCALAR_CLOCK_HZ, SPARSE_MAX_THROUGHPUT_FACTOR, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
 };
 use crate::{Error, Result};
 
@@ -79,6 +80,8 @@ pub struct GemmPlan {
     /// HBM bytes per raw byte of `a` / `b` (below 1 for operands stored compressed).
     pub a_wire_ratio: f64,
     pub b_wire_ratio: f64,
+    /// The N:M pattern of a sparse stationary `a` ([`GemmPlan::with_sparsity`]), if any.
+    pub sparsity: Option<Pattern>,
 }
 
 impl GemmPlan {
@@ -122,7 +125,35 @@ impl GemmPlan {
             out_elem_bytes: 4.0,
             a_wire_ratio: 1.0,
             b_wire_ratio: 1.0,
+            sparsity: None,
         })
+    }
+
+    /// Makes the stationary operand `a` N:M-sparse (contract sections 2 and 3): one instruction
+    /// covers `128 * M / N` contractions in the dense instruction's cycles (at most
+    /// [`SPARSE_MAX_THROUGHPUT_FACTOR`] times 128, so never above the 316 TFLOPS sparse peak),
+    /// the peak scales by `M / N`, and `a` crosses HBM compressed: `N / M` of its values plus
+    /// `ceil(log2 M)` position bits per stored value. Sparse mode does not combine with
+    /// `double_row` ([`Error::Value`] on `perf_mode`).
+    pub fn with_sparsity(mut self, pattern: Pattern) -> Result<GemmPlan> {
+        if self.perf_mode == PerfMode::DoubleRow {
+            return Err(Error::value(
+                "perf_mode",
+                format!(
+                    "a sparse ({pattern}) stationary operand does not combine with double_row; \
+                     use perf_mode=\"none\""
+                ),
+            ));
+        }
+        let (n, m) = (pattern.n() as u64, pattern.m() as u64);
+        let factor = (m / n).min(SPARSE_MAX_THROUGHPUT_FACTOR as u64);
+        self.k_per_instruction = MATMUL_CONTRACTION_MAX as u64 * factor;
+        self.peak_flops_per_s *= factor as f64;
+        let value_fraction = n as f64 / m as f64;
+        let meta_bytes = pattern.index_bits() as f64 / 8.0;
+        self.a_wire_ratio = value_fraction * (1.0 + meta_bytes / self.a_elem_bytes);
+        self.sparsity = Some(pattern);
+        Ok(self)
     }
 
     /// Number of `nc_matmul` instructions of the schedule.
@@ -315,8 +346,10 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
     let pe_seconds = pe_cycles as f64 / clock;
     let mut rep = Report::new("gemm");
     rep.description = format!(
-        "GEMM M={m} K={k} N={n} {} perf_mode={} on one NeuronCore",
+        "GEMM M={m} K={k} N={n} {}{} perf_mode={} on one NeuronCore",
         plan.dtype,
+        plan.sparsity
+            .map_or(String::new(), |p| format!(" sparse {p} stationary")),
         plan.perf_mode.name()
     );
     rep.instructions = total;

@@ -129,7 +129,8 @@ impl Geometry {
                 ))
             }
         };
-        let row_multiple = row_group(codes_per_word);
+        // The reorder permutes rows within groups of 64 (see `meta_offset`).
+        let row_multiple = ROW_GROUP;
         // The column swizzle pairs meta columns, so their count must be even.
         let col_multiple = 2 * group * codes_per_word;
         if !rows.is_multiple_of(row_multiple) || !cols.is_multiple_of(col_multiple) {
@@ -150,31 +151,29 @@ impl Geometry {
     }
 
     fn offset(&self, r: usize, c: usize) -> usize {
-        meta_offset(self.rows, self.codes_per_word as u32 * 4, r, c)
+        meta_offset(self.rows, r, c)
     }
 }
 
-/// Rows regrouped together by the reorder: 32 for int16 meta words, 16 for int32.
-fn row_group(codes_per_word: usize) -> usize {
-    if codes_per_word == 4 {
-        32
-    } else {
-        16
-    }
-}
+/// Rows permuted together by the reorder, for int16 and int32 meta words alike. (PyTorch's
+/// conversion accepts 32 rows for int16 words and 16 for int32, but its offsets then leave the
+/// buffer: only multiples of 64 give a permutation.)
+const ROW_GROUP: usize = 64;
 
-/// Where CUTLASS's reorder puts meta word `(r, c)` of a `[rows, meta_cols]` matrix of
-/// `word_bits`-bit words (16 or 32): the flat index into the reordered buffer.
+/// Where CUTLASS's reorder puts meta word `(r, c)` of a `[rows, meta_cols]` matrix of meta
+/// words (int16 or int32 alike): the flat index into the reordered buffer.
 ///
-/// Rows are interleaved within groups of 32 (16 for 32-bit words):
-/// `r' = r / G * G + (r % 8) * I + (r % G) / 8` with `I` = 4 (2); then each 2 x 2 block of
-/// `(r', c)` is transposed (an even row with an odd column moves down-left, an odd row with an
-/// even column up-right); and the result is stored column-major interleaved by 2:
-/// `(c' / 2) * 2 * rows + 2 * r' + c' % 2`. `rows` must be a multiple of `G` and `meta_cols` even
-/// for this to be a permutation of `0 .. rows * meta_cols`.
-pub fn meta_offset(rows: usize, word_bits: u32, r: usize, c: usize) -> usize {
-    let (group, interweave) = if word_bits == 16 { (32, 4) } else { (16, 2) };
-    let mut dr = r / group * group + (r % 8) * interweave + (r % group) / 8;
+/// As PyTorch's `_calculate_meta_reordering_scatter_offsets` computes it: rows are permuted within
+/// groups of 64 by moving the bits of `r % 64`: bit 0 to weight 2, bit 1 to weight 32, bit 2 to
+/// weight 1 and bits 3-5 to weights 4-16, i.e.
+/// `r' = r / 64 * 64 + (r % 2) * 2 + (r % 8) / 4 + (r % 4) / 2 * 32 + (r % 64) / 8 * 4`
+/// (PyTorch writes the third term with `r % G` first, G = 32 or 16, which does not change it);
+/// then each 2 x 2 block of `(r', c)` is transposed (an even row with an odd column moves
+/// down-left, an odd row with an even column up-right); and the result is stored column-major
+/// interleaved by 2: `(c' / 2) * 2 * rows + 2 * r' + c' % 2`. `rows` must be a multiple of 64
+/// and `meta_cols` even for this to be a permutation of `0 .. rows * meta_cols`.
+pub fn meta_offset(rows: usize, r: usize, c: usize) -> usize {
+    let mut dr = r / 64 * 64 + (r % 2) * 2 + (r % 8) / 4 + (r % 4) / 2 * 32 + (r % 64) / 8 * 4;
     let mut dc = c;
     if dr.is_multiple_of(2) && !dc.is_multiple_of(2) {
         dr += 1;
@@ -447,32 +446,33 @@ mod tests {
 
     #[test]
     fn meta_offsets_are_permutations() {
-        for (rows, cols, bits) in [(32, 2, 16), (64, 6, 16), (16, 2, 32), (48, 4, 32)] {
+        for (rows, cols) in [(64, 2), (64, 6), (128, 2), (192, 4)] {
             let mut seen = vec![false; rows * cols];
             for r in 0..rows {
                 for c in 0..cols {
-                    let o = meta_offset(rows, bits, r, c);
+                    let o = meta_offset(rows, r, c);
                     assert!(o < seen.len() && !seen[o], "{rows}x{cols} ({r},{c}) -> {o}");
                     seen[o] = true;
                 }
             }
         }
-        // The first eight reordered slots of 16-bit meta words (docs/sparsity_layout_notes.md).
-        let first: Vec<(usize, usize)> = [
+        // The first eight reordered slots (docs/sparsity_layout_notes.md), computed by hand from
+        // PyTorch's formula: row 4 is reordered row 1, row 1 is reordered row 2.
+        let first = [
             (0, 0),
-            (8, 0),
+            (4, 0),
             (0, 1),
-            (8, 1),
-            (16, 0),
-            (24, 0),
-            (16, 1),
-            (24, 1),
-        ]
-        .to_vec();
+            (4, 1),
+            (1, 0),
+            (5, 0),
+            (1, 1),
+            (5, 1),
+        ];
         for (slot, (r, c)) in first.into_iter().enumerate() {
-            assert_eq!(meta_offset(32, 16, r, c), slot);
+            assert_eq!(meta_offset(64, r, c), slot);
         }
-        assert_eq!(meta_offset(32, 16, 1, 0), 8);
-        assert_eq!(meta_offset(32, 16, 0, 2), 64);
+        assert_eq!(meta_offset(64, 8, 0), 8);
+        assert_eq!(meta_offset(64, 2, 0), 64);
+        assert_eq!(meta_offset(64, 0, 2), 128);
     }
 }

@@ -567,18 +567,18 @@ fn cutlass_round_trip<T: Element>(rows: usize, cols: usize) {
 
 #[test]
 fn cutlass_round_trips() {
-    cutlass_round_trip::<u16>(32, 32);
-    cutlass_round_trip::<u16>(96, 128);
-    cutlass_round_trip::<u8>(16, 64);
-    cutlass_round_trip::<u8>(48, 192);
-    cutlass_round_trip::<u32>(32, 16);
-    cutlass_round_trip::<u32>(64, 48);
+    cutlass_round_trip::<u16>(64, 32);
+    cutlass_round_trip::<u16>(192, 128);
+    cutlass_round_trip::<u8>(64, 64);
+    cutlass_round_trip::<u8>(128, 192);
+    cutlass_round_trip::<u32>(64, 16);
+    cutlass_round_trip::<u32>(128, 48);
 }
 
 #[test]
 fn cutlass_meta_words_of_a_hand_computed_fp16_example() {
-    // fp16 32 x 32: row 0 = [0, 3, 0, -1 | 5, 0, 0, 0 | 0...], row 8 = [0, 2, 0, 0 | 0...].
-    let (rows, cols) = (32usize, 32usize);
+    // fp16 64 x 32: row 0 = [0, 3, 0, -1 | 5, 0, 0, 0 | 0...], row 8 = [0, 2, 0, 0 | 0...].
+    let (rows, cols) = (64usize, 32usize);
     let mut x = vec![0u16; rows * cols];
     x[1] = 0x4200; // 3.0
     x[3] = 0xBC00; // -1.0
@@ -586,110 +586,110 @@ fn cutlass_meta_words_of_a_hand_computed_fp16_example() {
     x[8 * cols + 1] = 0x4000; // 2.0
     let c = to_cutlass(&x, rows, cols).expect("conforms");
     // Codes idx0 | idx1 << 2: (1,3) -> 0xD, (0,2) -> 0x8, empty -> (2,3) -> 0xE, (1,2) -> 0x9.
-    // Word (0,0) = 0xEE8D, (8,0) = 0xEEE9, all others 0xEEEE. Reordered, the first eight slots
-    // hold words (0,0), (8,0), (0,1), (8,1), (16,0), (24,0), (16,1), (24,1).
+    // Word (0,0) = 0xEE8D, (8,0) = 0xEEE9, all others 0xEEEE. Row 8 is reordered row 4, so word
+    // (8,0) lands in slot 2 * 4 = 8.
     let CutlassMeta::I16(meta) = &c.meta else {
         panic!("fp16 takes int16 meta")
     };
-    assert_eq!(meta.len(), 64);
+    assert_eq!(meta.len(), 128);
     let words: Vec<u16> = meta.iter().map(|&w| w as u16).collect();
-    assert_eq!(&words[..4], &[0xEE8D, 0xEEE9, 0xEEEE, 0xEEEE]);
-    assert!(words[1..].iter().all(|&w| w == 0xEEEE || w == 0xEEE9));
-    assert_eq!(words.iter().filter(|&&w| w == 0xEEEE).count(), 62);
+    assert_eq!(words[0], 0xEE8D);
+    assert_eq!(words[8], 0xEEE9);
+    assert_eq!(words.iter().filter(|&&w| w == 0xEEEE).count(), 126);
     // Values: row 0 = [3, -1, 5, 0, 0...], row 8 = [2, 0, 0...].
     assert_eq!(&c.values[..4], &[0x4200, 0xBC00, 0x4500, 0]);
     assert!(c.values[4..16].iter().all(|&v| v == 0));
     assert_eq!(c.values[8 * 16], 0x4000);
-    assert_eq!(c.nbytes(), 32 * 16 * 2 + 64 * 2);
+    assert_eq!(c.nbytes(), 64 * 16 * 2 + 128 * 2);
 }
 
 #[test]
 fn cutlass_meta_words_of_hand_computed_int8_and_fp32_examples() {
-    // int8 16 x 64 (meta 16 x 2 int32): row 1 group 0 = [1, 0, 0, 0] -> (0, 2) -> 0x8, so word
-    // (1, 0) = 0xEEEE_EEE8; with 32-bit words rows interleave by 2: row 1 -> reordered row 2,
-    // slot 2 * 2 = 4.
-    let mut x = vec![0u8; 16 * 64];
+    // int8 64 x 64 (meta 64 x 2 int32): row 1 group 0 = [1, 0, 0, 0] -> (0, 2) -> 0x8, so word
+    // (1, 0) = 0xEEEE_EEE8; row 1 is reordered row 2, slot 2 * 2 = 4.
+    let mut x = vec![0u8; 64 * 64];
     x[64] = 1;
-    let c = to_cutlass(&x, 16, 64).expect("conforms");
+    let c = to_cutlass(&x, 64, 64).expect("conforms");
     let CutlassMeta::I32(meta) = &c.meta else {
         panic!("int8 takes int32 meta")
     };
     assert_eq!(meta[4] as u32, 0xEEEE_EEE8);
     assert_eq!(
         meta.iter().filter(|&&w| w as u32 == 0xEEEE_EEEE).count(),
-        31
+        127
     );
-    assert_eq!(from_cutlass(&c.values, &c.meta, 16, 64).expect("valid"), x);
-    // fp32 32 x 16 (1:2, meta 32 x 2 int16): row 0 pairs [0, 1.5], [2.5, 0], [0, 0], [0, 0] ->
+    assert_eq!(from_cutlass(&c.values, &c.meta, 64, 64).expect("valid"), x);
+    // fp32 64 x 16 (1:2, meta 64 x 2 int16): row 0 pairs [0, 1.5], [2.5, 0], [0, 0], [0, 0] ->
     // codes 0b1110, 0b0100, 0b1110, 0b1110 -> word 0xEE4E in slot 0.
-    let mut x = vec![0u32; 32 * 16];
+    let mut x = vec![0u32; 64 * 16];
     x[1] = 1.5f32.to_bits();
     x[2] = 2.5f32.to_bits();
-    let c = to_cutlass(&x, 32, 16).expect("conforms");
+    let c = to_cutlass(&x, 64, 16).expect("conforms");
     let CutlassMeta::I16(meta) = &c.meta else {
         panic!("fp32 takes int16 meta")
     };
     assert_eq!(meta[0] as u16, 0xEE4E);
     assert_eq!(&c.values[..3], &[1.5f32.to_bits(), 2.5f32.to_bits(), 0]);
-    assert_eq!(from_cutlass(&c.values, &c.meta, 32, 16).expect("valid"), x);
+    assert_eq!(from_cutlass(&c.values, &c.meta, 64, 16).expect("valid"), x);
 }
 
 #[test]
 fn cutlass_errors() {
     // Three stored in a group of four.
-    let mut x = vec![0u16; 32 * 32];
+    let mut x = vec![0u16; 64 * 32];
     x[5 * 32 + 8] = 1;
     x[5 * 32 + 9] = 1;
     x[5 * 32 + 11] = 0x8000; // -0.0 is stored
-    let e = to_cutlass(&x, 32, 32).expect_err("3 in a group");
+    let e = to_cutlass(&x, 64, 32).expect_err("3 in a group");
     assert!(
         matches!(&e, Error::Sparsity { message, .. } if message.contains("row 5, columns 8..12")),
         "{e}"
     );
-    // Shapes: rows not a multiple of 32, odd meta column count, size mismatch.
+    // Shapes: rows not a multiple of 64, odd meta column count, size mismatch.
     assert!(matches!(
-        to_cutlass(&vec![0u16; 16 * 32], 16, 32),
+        to_cutlass(&vec![0u16; 32 * 32], 32, 32),
         Err(Error::Shape { .. })
     ));
     assert!(matches!(
-        to_cutlass(&vec![0u16; 32 * 16], 32, 16),
+        to_cutlass(&vec![0u16; 64 * 16], 64, 16),
         Err(Error::Shape { .. })
     ));
     assert!(matches!(
-        to_cutlass(&[0u16; 10], 32, 32),
+        to_cutlass(&[0u16; 10], 64, 32),
         Err(Error::Shape { .. })
     ));
     // 64-bit elements have no CUTLASS layout.
     assert!(matches!(
-        to_cutlass(&vec![0u64; 32 * 32], 32, 32),
+        to_cutlass(&vec![0u64; 64 * 32], 64, 32),
         Err(Error::Format { .. })
     ));
     // Decoding: wrong meta kind, wrong sizes, invalid codes.
-    let c = to_cutlass(&vec![0u16; 32 * 32], 32, 32).expect("zeros conform");
-    let as_i32 = CutlassMeta::I32(vec![0; 64]);
+    let c = to_cutlass(&vec![0u16; 64 * 32], 64, 32).expect("zeros conform");
+    let as_i32 = CutlassMeta::I32(vec![0; 128]);
     assert!(matches!(
-        from_cutlass(&c.values, &as_i32, 32, 32),
+        from_cutlass(&c.values, &as_i32, 64, 32),
         Err(Error::Format { .. })
     ));
     assert!(matches!(
-        from_cutlass(&c.values[1..], &c.meta, 32, 32),
+        from_cutlass(&c.values[1..], &c.meta, 64, 32),
         Err(Error::Shape { .. })
     ));
     assert!(matches!(
-        from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 3]), 32, 32),
+        from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 3]), 64, 32),
         Err(Error::Shape { .. })
     ));
     // All-zero words mean (0, 0) codes: not two distinct positions.
-    let e = from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 64]), 32, 32).expect_err("bad codes");
+    let e =
+        from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 128]), 64, 32).expect_err("bad codes");
     assert!(
         matches!(&e, Error::Value { arg, .. } if arg == "meta"),
         "{e}"
     );
-    let f32s = vec![0u32; 32 * 16];
-    let c = to_cutlass(&f32s, 32, 16).expect("zeros conform");
-    let bad = CutlassMeta::I16(vec![0x4848; 64]);
+    let f32s = vec![0u32; 64 * 16];
+    let c = to_cutlass(&f32s, 64, 16).expect("zeros conform");
+    let bad = CutlassMeta::I16(vec![0x4848; 128]);
     assert!(matches!(
-        from_cutlass(&c.values, &bad, 32, 16),
+        from_cutlass(&c.values, &bad, 64, 16),
         Err(Error::Value { .. })
     ));
 }

@@ -1,0 +1,221 @@
+//! Bindings of `trn2core::sparsity` (N:M pruning, compression, the CUTLASS layout) and of the
+//! sparse GEMM kernel. Arrays arrive as flat unsigned-integer views of their codes (the facade
+//! views every dtype as `uint8/16/32/64` of its width) and leave the same way.
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use trn2core::engine;
+use trn2core::sparsity::{self, Compressed, CutlassMeta, Dtype, Pattern};
+use trn2core::Error;
+
+use crate::arrays::{borrow, slice, to_numpy};
+use crate::errors::{guard, guard_detached};
+
+/// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
+/// the element type); any other dtype is a `FormatError` on `$arg`.
+macro_rules! with_codes {
+    ($py:expr, $x:expr, $arg:expr, |$s:ident: $t:ident| $body:expr) => {{
+        let dt = $x
+            .getattr("dtype")?
+            .getattr("itemsize")?
+            .extract::<usize>()?;
+        match dt {
+            1 => {
+                type $t = u8;
+                let a = guard($py, || borrow::<$t>($x, $arg, "uint8 codes"))?;
+                let $s = guard($py, || slice(&a, $arg))?;
+                $body
+            }
+            2 => {
+                type $t = u16;
+                let a = guard($py, || borrow::<$t>($x, $arg, "uint16 codes"))?;
+                let $s = guard($py, || slice(&a, $arg))?;
+                $body
+            }
+            4 => {
+                type $t = u32;
+                let a = guard($py, || borrow::<$t>($x, $arg, "uint32 codes"))?;
+                let $s = guard($py, || slice(&a, $arg))?;
+                $body
+            }
+            8 => {
+                type $t = u64;
+                let a = guard($py, || borrow::<$t>($x, $arg, "uint64 codes"))?;
+                let $s = guard($py, || slice(&a, $arg))?;
+                $body
+            }
+            w => Err(crate::errors::to_py(
+                $py,
+                Error::format(
+                    $arg,
+                    format!("elements of {w} bytes are not supported (1, 2, 4 or 8)"),
+                ),
+            )),
+        }
+    }};
+}
+
+/// `(values codes, packed indices, values shape, normalised axis)`.
+type CompressedParts = (Py<PyAny>, Py<PyAny>, Vec<usize>, usize);
+
+/// The pattern names, in order (`trn2core.SPARSITY_PATTERNS`).
+#[pyfunction]
+pub fn sparsity_patterns() -> Vec<String> {
+    Pattern::ALL.iter().map(|p| p.name()).collect()
+}
+
+/// Magnitude pruning of the codes `x` (dtype name `dtype`, C-contiguous `shape`).
+#[pyfunction]
+pub fn sparsity_prune(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    dtype: &str,
+    shape: Vec<usize>,
+    axis: isize,
+    pattern: &str,
+) -> PyResult<Py<PyAny>> {
+    let p = guard(py, || Pattern::parse(pattern))?;
+    let d = guard(py, || Dtype::parse("x", dtype))?;
+    with_codes!(py, x, "x", |s: T| {
+        let out = guard_detached(py, || sparsity::prune::<T>(s, d, &shape, axis, p))?;
+        Ok(to_numpy(py, out))
+    })
+}
+
+/// Compresses the codes `x`: `(values codes, packed indices, values shape, axis)`.
+#[pyfunction]
+pub fn sparsity_compress(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    shape: Vec<usize>,
+    axis: isize,
+    pattern: &str,
+) -> PyResult<CompressedParts> {
+    let p = guard(py, || Pattern::parse(pattern))?;
+    with_codes!(py, x, "x", |s: T| {
+        let c = guard_detached(py, || sparsity::compress::<T>(s, &shape, axis, p))?;
+        let (vshape, ax) = (c.values_shape(), c.axis());
+        let idx = c.packed_indices().to_vec();
+        Ok((to_numpy(py, c.into_values()), to_numpy(py, idx), vshape, ax))
+    })
+}
+
+/// The dense codes of a compressed array (its parts are validated first).
+#[pyfunction]
+pub fn sparsity_decompress(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    indices: &Bound<'_, PyAny>,
+    shape: Vec<usize>,
+    axis: isize,
+    pattern: &str,
+) -> PyResult<Py<PyAny>> {
+    let p = guard(py, || Pattern::parse(pattern))?;
+    let ia = guard(py, || borrow::<u8>(indices, "indices", "uint8"))?;
+    let idx = guard(py, || slice(&ia, "indices"))?.to_vec();
+    with_codes!(py, values, "values", |s: T| {
+        let vals = s.to_vec();
+        let dense = guard_detached(py, || {
+            Compressed::<T>::from_parts(vals, idx, &shape, axis, p).map(|c| c.decompress())
+        })?;
+        Ok(to_numpy(py, dense))
+    })
+}
+
+/// The positions (one byte each, in the order of the values) of packed indices.
+#[pyfunction]
+pub fn sparsity_positions(
+    py: Python<'_>,
+    indices: &Bound<'_, PyAny>,
+    pattern: &str,
+    count: usize,
+) -> PyResult<Py<PyAny>> {
+    let p = guard(py, || Pattern::parse(pattern))?;
+    let ia = guard(py, || borrow::<u8>(indices, "indices", "uint8"))?;
+    let idx = guard(py, || slice(&ia, "indices"))?;
+    let need = (count as u128 * p.index_bits() as u128).div_ceil(8);
+    if need != idx.len() as u128 {
+        return Err(crate::errors::to_py(
+            py,
+            Error::shape(
+                "indices",
+                format!("{count} positions take {need} bytes, got {}", idx.len()),
+            ),
+        ));
+    }
+    let pos = guard_detached(py, || {
+        Ok(sparsity::unpack_indices(idx, p.index_bits(), count))
+    })?;
+    Ok(to_numpy(py, pos))
+}
+
+/// PyTorch's CUTLASS layout of the `[rows, cols]` codes `x`: `(values codes, meta words)`.
+#[pyfunction]
+pub fn sparsity_to_cutlass(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    rows: usize,
+    cols: usize,
+) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
+    with_codes!(py, x, "x", |s: T| {
+        let c = guard_detached(py, || sparsity::to_cutlass::<T>(s, rows, cols))?;
+        let meta = match c.meta {
+            CutlassMeta::I16(w) => to_numpy(py, w),
+            CutlassMeta::I32(w) => to_numpy(py, w),
+        };
+        Ok((to_numpy(py, c.values), meta))
+    })
+}
+
+/// The dense `[rows, cols]` codes from PyTorch's CUTLASS layout (`meta` int16 or int32).
+#[pyfunction]
+pub fn sparsity_from_cutlass(
+    py: Python<'_>,
+    values: &Bound<'_, PyAny>,
+    meta: &Bound<'_, PyAny>,
+    rows: usize,
+    cols: usize,
+) -> PyResult<Py<PyAny>> {
+    let words = if let Ok(m) = borrow::<i16>(meta, "meta", "int16") {
+        CutlassMeta::I16(guard(py, || slice(&m, "meta"))?.to_vec())
+    } else {
+        let m = guard(py, || borrow::<i32>(meta, "meta", "int16 or int32 words"))?;
+        CutlassMeta::I32(guard(py, || slice(&m, "meta"))?.to_vec())
+    };
+    with_codes!(py, values, "values", |s: T| {
+        let dense = guard_detached(py, || sparsity::from_cutlass::<T>(s, &words, rows, cols))?;
+        Ok(to_numpy(py, dense))
+    })
+}
+
+/// `a @ b` (flat float32 exact values) skipping `a`'s zeros: the dense GEMM's values.
+#[pyfunction]
+pub fn sparse_gemm(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> PyResult<Py<PyAny>> {
+    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
+    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
+    let av = guard(py, || slice(&aa, "a"))?;
+    let bv = guard(py, || slice(&ba, "b"))?;
+    let len = guard(py, || {
+        m.checked_mul(n)
+            .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow")))
+    })?;
+    // SAFETY: uninitialised numpy buffer; sparse_gemm_f32_into writes all `m * n` elements (it
+    // checks the length) before Python can read it.
+    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
+    {
+        let mut rw = arr.readwrite();
+        let out = guard(py, || {
+            rw.as_slice_mut()
+                .map_err(|_| Error::shape("out", "not contiguous"))
+        })?;
+        guard_detached(py, || engine::sparse_gemm_f32_into(av, bv, m, k, n, out))?;
+    }
+    Ok(arr.into_any().unbind())
+}
