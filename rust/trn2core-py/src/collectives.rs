@@ -7,6 +7,7 @@ use pyo3::types::{PyDict, PyList};
 use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
 use trn2core::perf::{estimate_gemm_cores as core_gemm_cores, GemmPlan};
+use trn2core::sparsity::Pattern;
 use trn2core::topology::collective::{
     self, output_lengths, Algorithm, Buf, BufMut, CollectiveReport, Group, Kind, ReduceOp,
 };
@@ -422,7 +423,7 @@ pub fn instance_types() -> Vec<(&'static str, usize, Vec<usize>, bool)> {
 /// Costs a GEMM split over physical cores `cores` of one chip; returns the report dict and,
 /// with `trace`, its trace JSON.
 #[pyfunction]
-#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, cores))]
+#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, cores, sparsity = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_gemm_cores<'py>(
     py: Python<'py>,
@@ -434,9 +435,14 @@ pub fn estimate_gemm_cores<'py>(
     throttle: bool,
     trace: bool,
     cores: Vec<usize>,
+    sparsity: Option<&str>,
 ) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
     let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
     let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
+    if let Some(name) = sparsity {
+        let pattern = guard(py, || Pattern::parse(name))?;
+        plan = guard(py, || plan.with_sparsity(pattern))?;
+    }
     plan.throttle = throttle;
     plan.trace = trace;
     let rep = guard_detached(py, || core_gemm_cores(&plan, &cores))?;

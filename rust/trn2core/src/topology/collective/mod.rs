@@ -248,8 +248,8 @@ pub struct NccomRow {
 /// all-reduce reduces the chip's `L` local buffers (read `L S`, write `S`) and broadcasts the
 /// result (read `S`, write `L S`); an all-gather copies the gathered data to every local rank;
 /// a reduce-scatter reduces the local inputs; an all-to-all exchanges the local parts. That
-/// stage costs one DMA fixed cost plus its bytes at the chip's HBM bandwidth and is not
-/// overlapped with the chip-level stage (a conservative choice).
+/// stage moves its bytes at the chip's HBM bandwidth, overlapped with the chip-level stage (the
+/// runtime pipelines chunks through both), and adds one DMA fixed cost.
 pub fn nccom_estimate(
     kind: Kind,
     ranks: usize,
@@ -323,7 +323,11 @@ pub fn nccom_estimate(
     } else {
         0.0
     };
-    let seconds = chip_s + intra_s;
+    let seconds = if intra_bytes > 0.0 {
+        chip_s.max(intra_bytes / HBM_CHIP_BYTES_PER_S) + DMA_FIXED_COST_S
+    } else {
+        chip_s
+    };
     let algbw = if seconds > 0.0 { s / seconds } else { 0.0 };
     Ok(NccomRow {
         size_bytes,

@@ -106,7 +106,8 @@ impl Kind {
 pub enum Algorithm {
     /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
     Auto,
-    /// One directed ring through every rank (the runtime's fallback).
+    /// One ring through every rank, run in both directions at once (the runtime's fallback;
+    /// "multiple cycles with mutually exclusive wires in parallel", [S16]).
     Ring,
     /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
     /// directions: four rings that use every X/Y link of every chip at once.
@@ -652,18 +653,25 @@ impl Builder<'_> {
         (0..self.p).map(|l| (s * self.p + l) as u32).collect()
     }
 
-    /// A flat ring in `order` (server-local ranks), one channel.
+    /// A ring in `order` (server-local ranks), run in both directions at once: channel 0
+    /// follows `order`, channel 1 the reverse (a link is full duplex, so the two directions
+    /// use different link directions and do not contend).
     fn ring(&mut self, order: &[u32], half: Half) -> Vec<Phase> {
-        let perm = self.perm(order.to_vec());
         let ctx = self.server_ctx();
-        let rings: Vec<Ring> = (0..self.servers)
-            .map(|s| Ring {
-                order: order.iter().map(|&l| l + (s * self.p) as u32).collect(),
-                perm,
-                ctx,
-                channel: 0,
-            })
-            .collect();
+        let mut rev = vec![order[0]];
+        rev.extend(order[1..].iter().rev());
+        let mut rings = Vec::new();
+        for (ch, dir) in [order.to_vec(), rev].into_iter().enumerate() {
+            let perm = self.perm(dir.clone());
+            for s in 0..self.servers {
+                rings.push(Ring {
+                    order: dir.iter().map(|&l| l + (s * self.p) as u32).collect(),
+                    perm,
+                    ctx,
+                    channel: ch as u32,
+                });
+            }
+        }
         let reduce = half == Half::ReduceScatter;
         let name = if reduce {
             "ring reduce-scatter"
@@ -805,7 +813,7 @@ impl Builder<'_> {
     fn channels(alg: Algorithm) -> usize {
         match alg {
             Algorithm::KangaRing => 2 * TORUS_HAMILTONIAN_CYCLES,
-            Algorithm::Torus => 2,
+            Algorithm::Torus | Algorithm::Ring => 2,
             _ => 1,
         }
     }
