@@ -64,3 +64,70 @@ def sparsity_from_cutlass(
 def sparse_gemm(
     a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int
 ) -> npt.NDArray[np.float32]: ...
+
+# Chips, the torus and collectives (buffers arrive as flat contiguous arrays: float32 for fp32,
+# uint16 for bf16/fp16, uint8 for fp8 and for the raw bytes of data-movement collectives).
+class Torus:
+    def __init__(self, shape: list[int], servers: int = 1) -> None: ...
+    @property
+    def shape(self) -> list[int]: ...
+    @property
+    def torus_shape(self) -> list[int]: ...
+    @property
+    def servers(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def chip_egress_bytes_per_s(self) -> float: ...
+    def coords(self, i: int) -> list[int]: ...
+    def index(self, coords: list[int]) -> int: ...
+    def neighbors(self, i: int) -> list[int]: ...
+    def hops(self, i: int, j: int) -> int: ...
+    def link_bandwidth(self, i: int, j: int) -> float: ...
+    def route(self, i: int, j: int) -> list[str]: ...
+
+def collective_estimate(
+    torus: Torus,
+    chips: list[int] | None,
+    kind: str,
+    algorithm: str,
+    elements: int,
+    elem_bytes: int,
+    peers: list[int] | None,
+    trace: bool,
+) -> tuple[dict[str, object], str | None]: ...
+def collective_reduce(
+    torus: Torus,
+    chips: list[int] | None,
+    kind: str,
+    op: str,
+    algorithm: str,
+    format: str,
+    inputs: list[npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.uint8]],
+) -> tuple[list[np.ndarray], dict[str, object]]: ...
+def collective_move(
+    torus: Torus,
+    chips: list[int] | None,
+    kind: str,
+    algorithm: str,
+    elem_size: int,
+    inputs: list[npt.NDArray[np.uint8]],
+    peers: list[int] | None,
+) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object]]: ...
+def nccom_estimate(
+    kind: str, ranks: int, lnc: int, size_bytes: int, elem_bytes: int, algorithm: str
+) -> dict[str, object]: ...
+def logical_core_info(lnc: int) -> dict[str, object]: ...
+def logical_core_members(lnc: int, index: int) -> list[int]: ...
+def instance_types() -> list[tuple[str, int, list[int], bool]]: ...
+def estimate_gemm_cores(
+    m: int,
+    k: int,
+    n: int,
+    dtype: str,
+    perf_mode: str,
+    throttle: bool,
+    trace: bool,
+    cores: list[int],
+    sparsity: str | None = None,
+) -> tuple[dict[str, object], str | None]: ...
