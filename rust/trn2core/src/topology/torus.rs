@@ -256,11 +256,12 @@ impl Torus {
         Ok(out)
     }
 
-    /// Signed shortest displacement along `dim` from coordinate `a` to `b` (ties go `+`).
+    /// Shortest displacement along a ring of `e` from coordinate `a` to `b`, and whether it
+    /// goes `+` (a tie goes `+` from an even `a`, `-` from an odd one).
     fn displacement(e: usize, a: usize, b: usize) -> (usize, bool) {
         let fwd = (b + e - a) % e;
         let back = (a + e - b) % e;
-        if fwd <= back {
+        if fwd < back || (fwd == back && a % 2 == 0) {
             (fwd, true)
         } else {
             (back, false)

@@ -501,3 +501,30 @@ fn nccom_rows_follow_the_tool() {
     assert!(nccom_estimate(Kind::AllReduce, 6, 2, 1 << 20, 4, Algorithm::Auto).is_err());
     assert!(nccom_estimate(Kind::AllReduce, 8, 3, 1 << 20, 4, Algorithm::Auto).is_err());
 }
+
+#[test]
+fn rdh_channels_walk_the_hypercube_in_rotated_orders() {
+    // Four chips: two channels. Channel 0 halves along bit 1 then bit 0, channel 1 along bit 0
+    // then bit 1, so the pairwise sums differ: ((3 + 1) + (2 + 0)) and ((3 + 2) + (1 + 0)).
+    let t = Torus::instance();
+    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
+    let s = build(&g, Kind::AllReduce, Algorithm::Rdh, 1 << 20, None).expect("builds");
+    assert_eq!(s.k, 2);
+    let sym = run_symbolic(&s).expect("runs");
+    assert_eq!(sym.leaves(sym.at(0, 0)), vec![3, 1, 2, 0]);
+    assert_eq!(sym.leaves(sym.at(0, 1)), vec![3, 2, 1, 0]);
+    for r in 1..4 {
+        assert_eq!(sym.at(r, 0), sym.at(0, 0));
+    }
+}
+
+#[test]
+fn half_ring_ties_alternate_direction_by_parity() {
+    let t = Torus::instance();
+    let mut even = Vec::new();
+    t.route(0, 2, |l| even.push(t.link_name(l)));
+    let mut odd = Vec::new();
+    t.route(1, 3, |l| odd.push(t.link_name(l)));
+    assert_eq!(even, vec!["0->1 X+", "1->2 X+"]);
+    assert_eq!(odd, vec!["1->0 X-", "0->3 X-"]);
+}

@@ -114,7 +114,8 @@ pub enum Algorithm {
     KangaRing,
     /// Rings along each torus dimension in turn (X, then Y, then Z), both directions at once.
     Torus,
-    /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view.
+    /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view,
+    /// one channel per hypercube dimension, each walking the dimensions in a rotated order.
     Rdh,
     /// Direct: every rank writes to every other rank in one step, routed through the torus.
     Mesh,
@@ -170,15 +171,18 @@ pub const IDENTITY: u32 = u32::MAX;
 
 /// Which fine chunks a transfer carries at step `k` of its phase (see the module doc).
 ///
-/// Local chunk `j = (j0 + dj * k) mod m`; local chunks `j .. j + n1` (never wrapping), each
-/// through the permutation `perm` if any, map to rank-chunks `base + local * mult + b * s2` for
-/// `b < n2`; each rank-chunk contributes channel `channel` (or all `K`).
+/// Local chunk `j = (j0 + dj * k) mod m`; local chunks `j + a + c * sl` for `a < n1`, `c < nl`
+/// (never wrapping), each through the permutation `perm` if any, map to rank-chunks
+/// `base + local * mult + b * s2` for `b < n2`; each rank-chunk contributes channel `channel`
+/// (or all `K`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkSel {
     pub j0: u32,
     pub dj: i32,
     pub m: u32,
     pub n1: u32,
+    pub nl: u32,
+    pub sl: u32,
     pub perm: u32,
     pub base: u32,
     pub mult: u32,
@@ -191,29 +195,31 @@ impl ChunkSel {
     /// Number of fine chunks carried, for `k` channels.
     pub fn fine_chunks(&self, k: usize) -> usize {
         let per = if self.channel == ALL_CHANNELS { k } else { 1 };
-        self.n1 as usize * self.n2 as usize * per
+        self.n1 as usize * self.nl as usize * self.n2 as usize * per
     }
 
     /// Calls `f` with every fine chunk carried at step `step`.
     pub fn for_each(&self, step: u32, k: usize, perms: &[Vec<u32>], mut f: impl FnMut(usize)) {
         let m = i64::from(self.m.max(1));
         let j = (i64::from(self.j0) + i64::from(self.dj) * i64::from(step)).rem_euclid(m) as usize;
-        for a in 0..self.n1 as usize {
-            let local = j + a;
-            let local = if self.perm == IDENTITY {
-                local
-            } else {
-                perms[self.perm as usize][local] as usize
-            };
-            let rc0 = self.base as usize + local * self.mult as usize;
-            for b in 0..self.n2 as usize {
-                let rc = rc0 + b * self.s2 as usize;
-                if self.channel == ALL_CHANNELS {
-                    for c in 0..k {
-                        f(rc * k + c);
-                    }
+        for cl in 0..self.nl as usize {
+            for a in 0..self.n1 as usize {
+                let local = j + a + cl * self.sl as usize;
+                let local = if self.perm == IDENTITY {
+                    local
                 } else {
-                    f(rc * k + self.channel as usize);
+                    perms[self.perm as usize][local] as usize
+                };
+                let rc0 = self.base as usize + local * self.mult as usize;
+                for b in 0..self.n2 as usize {
+                    let rc = rc0 + b * self.s2 as usize;
+                    if self.channel == ALL_CHANNELS {
+                        for c in 0..k {
+                            f(rc * k + c);
+                        }
+                    } else {
+                        f(rc * k + self.channel as usize);
+                    }
                 }
             }
         }
@@ -469,11 +475,26 @@ impl Ctx {
     };
 
     fn sel(&self, j0: u32, dj: i32, m: u32, n1: u32, perm: u32, channel: u32) -> ChunkSel {
+        self.sel2(j0, dj, m, (n1, 1, 0), perm, channel)
+    }
+
+    /// [`Ctx::sel`] with a second level of local chunks: `runs = (n1, nl, sl)`.
+    fn sel2(
+        &self,
+        j0: u32,
+        dj: i32,
+        m: u32,
+        runs: (u32, u32, u32),
+        perm: u32,
+        channel: u32,
+    ) -> ChunkSel {
         ChunkSel {
             j0,
             dj,
             m,
-            n1,
+            n1: runs.0,
+            nl: runs.1,
+            sl: runs.2,
             perm,
             base: self.base,
             mult: self.mult,
@@ -528,8 +549,15 @@ fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64)
 }
 
 /// Recursive halving (reduce-scatter, `reduce`) or doubling (all-gather) over `members`
-/// (a power of two of them; local index `i` is rank `members[i]`), one phase per step.
-fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, out: &mut Vec<Phase>) {
+/// (a power of two `m = 2^p` of them; local index `i` is rank `members[i]`), one phase per step.
+///
+/// With `rotated`, the data is cut into `p` channels and channel `c` walks the hypercube's
+/// dimensions in the halving order rotated by `c` (bits `p-1-c, p-2-c, ...` modulo `p`), so at
+/// every step the channels exchange along `p` different dimensions at once and spread over the
+/// torus's links, as the runtime's four per-chip RDH groups do (trn2_facts.md 12.2). Without it
+/// (the EFA stage of a hierarchical schedule, where every transfer leaves through the same NIC)
+/// all channels move together, high bit first.
+fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut Vec<Phase>) {
     let m = match groups.first() {
         Some((g, _)) => g.len(),
         None => return,
@@ -538,27 +566,40 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, out: &mut Vec<Phase>) {
         return;
     }
     debug_assert!(m.is_power_of_two());
-    let steps = m.trailing_zeros();
-    for t in 0..steps {
-        // Halving takes the high bit first; doubling retraces the steps from the low bit.
-        let bit = if reduce { m >> (t + 1) } else { 1 << t };
-        let mut transfers = Vec::with_capacity(groups.len() * m);
-        for (members, ctx) in groups {
-            for i in 0..m {
-                let partner = i ^ bit;
-                let (j0, n1) = if reduce {
-                    // i holds [lo, lo + 2 bit) and sends the half its partner keeps.
-                    let lo = i & !(2 * bit - 1);
-                    (lo + (partner & bit), bit)
-                } else {
-                    // i holds [i & !(bit - 1), + bit) and sends all of it.
-                    (i & !(bit - 1), bit)
-                };
-                transfers.push(Transfer {
-                    src: members[i],
-                    dst: members[partner],
-                    sel: ctx.sel(j0 as u32, 0, m as u32, n1 as u32, IDENTITY, ALL_CHANNELS),
-                });
+    let p = m.trailing_zeros() as usize;
+    let channels: Vec<u32> = if rotated {
+        (0..p as u32).collect()
+    } else {
+        vec![ALL_CHANNELS]
+    };
+    // The halving order of a channel: bit indices, high bit first, rotated.
+    let order = |c: usize| -> Vec<usize> { (0..p).map(|t| p - 1 - (t + c) % p).collect() };
+    for t in 0..p {
+        let mut transfers = Vec::with_capacity(groups.len() * m * channels.len());
+        for (ci, &ch) in channels.iter().enumerate() {
+            let ord = order(if rotated { ci } else { 0 });
+            // Halving fixes ord[0..=t]; doubling frees the fixed bits in reverse, so at its step
+            // t it exchanges along ord[p-1-t] what is fixed by ord[0..=p-1-t].
+            let (beta, fixed): (usize, &[usize]) = if reduce {
+                (ord[t], &ord[..=t])
+            } else {
+                (ord[p - 1 - t], &ord[..p - t])
+            };
+            for (members, ctx) in groups {
+                for i in 0..m {
+                    let partner = i ^ (1 << beta);
+                    // The chunks sent: their fixed bits equal the receiver's (halving: the half
+                    // the partner keeps) or the sender's own (doubling: everything it holds);
+                    // the free bits take every value.
+                    let who = if reduce { partner } else { i };
+                    let base: usize = fixed.iter().map(|&b| who & (1 << b)).sum();
+                    let runs = free_runs(p, fixed);
+                    transfers.push(Transfer {
+                        src: members[i],
+                        dst: members[partner],
+                        sel: ctx.sel2(base as u32, 0, m as u32, runs, IDENTITY, ch),
+                    });
+                }
             }
         }
         out.push(Phase {
@@ -573,6 +614,22 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, out: &mut Vec<Phase>) {
             hbm_factor: 1.0,
         });
     }
+}
+
+/// The local chunks whose bits outside `fixed` are free, as `(n1, nl, sl)`: `n1` consecutive
+/// indices (the free bits from bit 0 up) times `nl` strided by `sl` (the other run of free bits).
+/// The fixed bits of a rotated halving order are a cyclic interval, so the free ones are at
+/// most two runs, one of them starting at bit 0 when there are two.
+fn free_runs(p: usize, fixed: &[usize]) -> (u32, u32, u32) {
+    let is_free = |b: usize| !fixed.contains(&b);
+    let low = (0..p).take_while(|&b| is_free(b)).count();
+    let rest: Vec<usize> = (low..p).filter(|&b| is_free(b)).collect();
+    let (lo, len) = match (rest.first(), rest.last()) {
+        (Some(&lo), Some(&hi)) => (lo, hi - lo + 1),
+        _ => (0, 0),
+    };
+    debug_assert_eq!(rest.len(), len, "free bits are not two runs");
+    (1 << low, 1 << len, if len > 0 { 1 << lo } else { 0 })
 }
 
 /// The direct pattern over every group: each rank sends every other rank its chunk (reduce-
@@ -796,7 +853,7 @@ impl Builder<'_> {
         let groups: Vec<(Vec<u32>, Ctx)> =
             (0..self.servers).map(|s| (self.members(s), ctx)).collect();
         let mut out = Vec::new();
-        rdh_phases(&groups, half == Half::ReduceScatter, &mut out);
+        rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out);
         out
     }
 
@@ -809,11 +866,12 @@ impl Builder<'_> {
             .collect()
     }
 
-    /// The channels an algorithm uses.
-    fn channels(alg: Algorithm) -> usize {
+    /// The channels an algorithm uses on groups of `p` ranks.
+    fn channels(alg: Algorithm, p: usize) -> usize {
         match alg {
             Algorithm::KangaRing => 2 * TORUS_HAMILTONIAN_CYCLES,
             Algorithm::Torus | Algorithm::Ring => 2,
+            Algorithm::Rdh if p >= 2 => p.trailing_zeros() as usize,
             _ => 1,
         }
     }
@@ -1054,7 +1112,7 @@ pub fn build(
         servers: 1,
         perms: Vec::new(),
     };
-    sched.k = Builder::channels(alg);
+    sched.k = Builder::channels(alg, n);
     if matches!(kind, Kind::AllReduce | Kind::ReduceScatter) {
         sched
             .phases
@@ -1084,7 +1142,7 @@ fn hierarchical(
     let servers = torus.servers();
     let intra = intra_algorithm(&shape, p, message_bytes);
     sched.intra = Some(intra);
-    sched.k = Builder::channels(intra);
+    sched.k = Builder::channels(intra, p);
     let mut b = Builder {
         shape: &shape,
         p,
@@ -1108,7 +1166,7 @@ fn hierarchical(
             })
             .collect();
         if servers.is_power_of_two() {
-            rdh_phases(&groups, reduce, out);
+            rdh_phases(&groups, reduce, false, out);
         } else {
             let rings: Vec<Ring> = groups
                 .iter()
