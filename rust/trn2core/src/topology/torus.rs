@@ -261,7 +261,7 @@ impl Torus {
     fn displacement(e: usize, a: usize, b: usize) -> (usize, bool) {
         let fwd = (b + e - a) % e;
         let back = (a + e - b) % e;
-        if fwd < back || (fwd == back && a % 2 == 0) {
+        if fwd < back || (fwd == back && a.is_multiple_of(2)) {
             (fwd, true)
         } else {
             (back, false)
