@@ -279,7 +279,7 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     ratio = peer / ours
     task = "all_reduce 16 x 64 MiB fp32 (trn2.48xlarge)"
     rows.append([task, f"{ours * 1e3:.0f} ms", "np.sum(np.stack(bufs), 0)",
-                 f"{peer * 1e3:.0f} ms", fmt_ratio(ratio), f"≥ {TARGET_ALLREDUCE_VS_NUMPY:g}x",
+                 f"{peer * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 0.33x (within 3x)",
                  verdict(ratio >= TARGET_ALLREDUCE_VS_NUMPY, task)])
     res = inst.all_reduce(bufs)
     ref = np.sum(np.stack(bufs).astype(np.float64), 0)
