@@ -7,7 +7,8 @@
 //! `pm x pn x pk` grid (M blocks x N blocks x K blocks, `pm * pn * pk` = the core count), every
 //! core computes one block with the single-core schedule of [`estimate_gemm`], and the cores run
 //! in parallel. Every factorisation of the core count that gives each core at least one tile is
-//! costed and the fastest is kept (ties: no K split, then splitting M before N).
+//! costed and the fastest is kept (within 0.1 % counts as a tie; ties: no K split, then
+//! splitting M before N).
 //!
 //! Splitting K leaves each core of a K group with a partial sum of the whole output block; the
 //! partials are combined on the group's first core: each other partial is moved there by DMA
@@ -130,7 +131,8 @@ pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
             let total = core_s + combine;
             let better = match &best {
                 None => true,
-                Some((t, ..)) => total < *t * (1.0 - 1e-12),
+                // Within 0.1 % is a tie: keep the earlier (simpler) split.
+                Some((t, ..)) => total < *t * (1.0 - 1e-3),
             };
             if better {
                 best = Some((total, Split { pm, pn, pk }, r, memory, combine));
