@@ -274,6 +274,17 @@ def test_hierarchical_on_a_cluster_is_exact(rng):
     assert np.array_equal(ag.outputs[77], np.stack([b[:4] for b in bufs]))
 
 
+def test_edge_shapes(rng):
+    inst = Instance("trn2.48xlarge")
+    assert inst.all_reduce([np.zeros(0, np.float32)] * 16).outputs[3].shape == (0,)
+    scalars = [np.float32(i) for i in range(16)]
+    assert inst.all_reduce(scalars).outputs[0] == np.float32(120)
+    assert inst.all_gather(scalars).outputs[0].tolist() == list(range(16))
+    rs = inst.reduce_scatter(scalars).outputs
+    assert [o.size for o in rs] == [0] * 15 + [1] and rs[15][0] == 120
+    assert Instance("trn2.3xlarge").all_reduce([np.ones(5, np.float32)]).report.seconds == 0
+
+
 def test_subsets_of_chips(rng):
     us = UltraServer()
     chips = [5, 9, 33, 60, 1]
@@ -328,6 +339,12 @@ def test_bad_buffers_raise_clear_errors(rng):
         inst.all_reduce(good, algorithm="hierarchical")
     with pytest.raises(trn2core.ShapeError, match="sequence"):
         inst.all_reduce(np.zeros((16, 4), np.float32))
+    with pytest.raises(ValueError, match="empty list"):
+        inst.all_reduce([], chips=[])
+    with pytest.raises(ValueError, match="out of range"):
+        inst.topology.hops(0, 10**30)
+    with pytest.raises(ValueError, match="chips"):
+        inst.all_reduce(good[:2], chips=[0, 1.5])
 
 
 def test_absurd_outputs_are_refused_before_allocating():

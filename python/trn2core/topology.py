@@ -41,6 +41,8 @@ def _index(value, name: str) -> int:
         raise Trn2ValueError(f"{name}: expected an integer, got {value!r}") from None
     if v < 0:
         raise Trn2ValueError(f"{name}: expected an integer >= 0, got {v}")
+    if v >= 1 << 62:
+        raise Trn2ValueError(f"{name}: {v} is out of range (no machine has that many chips)")
     return v
 
 
@@ -140,6 +142,8 @@ class _Machine:
             return self._torus.size
         if isinstance(chips, (str, bytes)) or not hasattr(chips, "__len__"):
             raise Trn2ValueError(f"chips: expected a list of chip indices, got {chips!r}")
+        if len(chips) == 0:
+            raise Trn2ValueError("chips: got an empty list; a collective needs at least one chip")
         return len(chips)
 
     @staticmethod
