@@ -1,6 +1,6 @@
 """trn2core numerics against its peers, measured in one process: a Markdown report.
 
-    python benches/compare_peers.py [--elements N] [--repeat R]
+    python benches/compare_peers.py [--elements N] [--repeat R] [--only-dma | --only-collectives]
 
 Every timing is the best of R runs (default 5) with time.perf_counter, on
 ``np.random.default_rng(0).standard_normal(N, dtype=np.float32)`` (default N = 16 Mi):
@@ -10,6 +10,8 @@ Every timing is the best of R runs (default 5) with time.perf_counter, on
   ``RoundMode.StochasticFastest`` (its random bits precomputed, untimed; srnumbits 32 and 8), and
   float32 -> fp8_e4m3 RNE against gfloat's ``TiesToEven``. gfloat is pure numpy and slow, so it
   runs on a 1 Mi-element slice and the per-element rates are compared;
+- zvc compress/decompress of 64 MiB of ReLU activations (fp32 and bf16) against numpy's memcpy
+  rate (``np.copyto`` of the same bytes into an existing array), in GB/s of raw array bytes;
 - the peak extra memory of one quantize call, measured in a fresh subprocess as the rise of the
   resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs; ru_maxrss if that
   cannot be reset), which sees every allocation, numpy's and the Rust core's alike. tracemalloc's
@@ -36,7 +38,6 @@ from importlib import metadata
 
 import ml_dtypes
 import numpy as np
-
 import trn2core
 from trn2core.testing import best_of as _best_of
 
@@ -53,6 +54,9 @@ TARGET_SR_MELEMS = 500.0
 TARGET_SR_VS_GFLOAT = 100.0
 # "No temporary larger than the output": extra peak memory below twice the output's size.
 TARGET_MEM_OUTPUTS = 2.0
+# DMA inline compression (the memory issue): zvc on ReLU activations, GB/s of raw array bytes.
+TARGET_ZVC_COMPRESS_GBPS = 2.0
+TARGET_ZVC_DECOMPRESS_GBPS = 4.0
 # Functional all-reduce within 3x of np.sum(np.stack(bufs), 0): a ratio of at least 1/3.
 TARGET_ALLREDUCE_VS_NUMPY = 1 / 3
 
@@ -145,7 +149,8 @@ def child_peak_memory(task: str, n: int) -> None:
 def peak_memory_in_child(task: str, n: int) -> dict:
     env = dict(os.environ)
     proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--elements", str(n), "--child-peak-memory", task],
+        [sys.executable, os.path.abspath(__file__), "--elements", str(n),
+         "--child-peak-memory", task],
         capture_output=True,
         text=True,
         env=env,
@@ -267,6 +272,42 @@ def sparsity_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None
     notes.append(f"sparse GEMM equals the dense GEMM of the pruned matrix: {same}")
 
 
+def dma_rows(mib: int, repeat: int, rows: list, notes: list, verdict) -> None:
+    """DMA inline compression: zvc compress/decompress of ``mib`` MiB of ReLU activations
+    (fp32 and bf16) against numpy's memcpy rate, ``np.copyto`` of the same bytes into an
+    existing array, measured here, best of ``repeat`` runs each."""
+    from trn2core import dma
+
+    rng = np.random.default_rng(0)
+    for name, dt in (("fp32", np.float32), ("bf16", ml_dtypes.bfloat16)):
+        n = (mib << 20) // np.dtype(dt).itemsize
+        x = np.maximum(rng.standard_normal(n, dtype=np.float32), 0).astype(dt)
+        out = np.empty_like(x)
+        gb = x.nbytes / 1e9
+        copy = best_of(lambda x=x, out=out: np.copyto(out, x), repeat)
+        blob = dma.compress(x, "zvc")
+        same = dma.decompress(blob).view(np.uint8).tobytes() == x.view(np.uint8).tobytes()
+        comp = best_of(lambda x=x: dma.compress(x, "zvc"), repeat)
+        dec = best_of(lambda blob=blob: dma.decompress(blob), repeat)
+        dec_into = best_of(lambda blob=blob, out=out: dma.decompress(blob, out=out), repeat)
+        fresh = best_of(lambda x=x: x.copy(), repeat)
+        for what, t, target in (("compress", comp, TARGET_ZVC_COMPRESS_GBPS),
+                                ("decompress", dec, TARGET_ZVC_DECOMPRESS_GBPS),
+                                ("decompress(out=)", dec_into, TARGET_ZVC_DECOMPRESS_GBPS)):
+            rate = gb / t
+            task = f"zvc {what}, {mib} MiB ReLU {name} (ratio {blob.ratio:.2f})"
+            rows.append([task + ("" if same else " (round trip DIFFERS)"),
+                         f"{t * 1e3:.1f} ms ({rate:.2f} GB/s)",
+                         "numpy np.copyto (memcpy)", f"{copy * 1e3:.1f} ms ({gb / copy:.2f} GB/s)",
+                         fmt_ratio(copy / t), f"≥ {target:g} GB/s",
+                         verdict(rate >= target and same, task)])
+        notes.append(f"zvc {name}: decompress writes a new array, whose fresh pages the kernel "
+                     f"must zero first: a numpy copy into a new array (x.copy()) runs at "
+                     f"{gb / fresh:.2f} GB/s here, so decompress is {fresh / dec:.2f}x of that; "
+                     f"decompress(out=) writes an existing array, like np.copyto. byteplane "
+                     f"ratio {dma.compress(x, 'byteplane').ratio:.2f}")
+
+
 def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     """Collective rows: the functional all-reduce of 16 x 64 MiB fp32 buffers (16 outputs, every
     rank's) against numpy's np.sum(np.stack(bufs), 0) (one output), and the cost model on a
@@ -300,6 +341,9 @@ def main(argv=None) -> int:
     ap.add_argument("--elements", type=int, default=16 * MI, help="input size (default 16 Mi)")
     ap.add_argument("--repeat", type=int, default=5, help="best of R runs (default 5)")
     ap.add_argument("--gemm-size", type=int, default=2048, help="GEMM n for n^3 (default 2048)")
+    ap.add_argument("--dma-mib", type=int, default=64, help="zvc tensor size, MiB (default 64)")
+    ap.add_argument("--only-dma", action="store_true", help="only the DMA compression rows")
+    ap.add_argument("--only-collectives", action="store_true", help="only the collective rows")
     ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n, repeat = args.elements, max(1, args.repeat)
@@ -330,11 +374,20 @@ def main(argv=None) -> int:
             return "**BELOW TARGET**"
         return "pass"
 
+    if args.only_dma:
+        notes = []
+        dma_rows(args.dma_mib, repeat, rows, notes, verdict)
+        return print_report(rows, notes, misses)
+    if args.only_collectives:
+        notes = []
+        collectives_rows(repeat, rows, notes, verdict)
+        return print_report(rows, notes, misses)
+
     # RNE against ml_dtypes.
     for fmt, target in (("fp8_e4m3", TARGET_FP8_VS_ML), ("bf16", TARGET_BF16_VS_ML)):
         dt = ML_DTYPES[fmt]
-        ours = best_of(lambda: trn2core.quantize(x, fmt), repeat)
-        peer = best_of(lambda: x.astype(dt), repeat)
+        ours = best_of(lambda fmt=fmt: trn2core.quantize(x, fmt), repeat)
+        peer = best_of(lambda dt=dt: x.astype(dt), repeat)
         ratio = peer / ours
         task = f"float32→{fmt} RNE"
         same = np.array_equal(
@@ -362,7 +415,7 @@ def main(argv=None) -> int:
         bits32 = trn2core.stochastic_bits(gn, seed=SEED)  # uint32, precomputed (not timed)
         for nbits in (32, 8):
             bits = bits32 if nbits == 32 else bits32 >> np.uint32(32 - nbits)
-            g = best_of(lambda: gfloat.round_ndarray(
+            g = best_of(lambda bits=bits, nbits=nbits: gfloat.round_ndarray(
                 fi, xs, gfloat.RoundMode.StochasticFastest, sat=False, srbits=bits,
                 srnumbits=nbits), repeat)
             ratio = (g / gn) / (sr / n)
@@ -371,7 +424,8 @@ def main(argv=None) -> int:
                          fmt_time(g, gn), fmt_ratio(ratio), f"≥ {TARGET_SR_VS_GFLOAT:g}x",
                          verdict(ratio >= TARGET_SR_VS_GFLOAT, task)])
             # Same bits, same rule (round up iff frac + r/2^n >= 1): how often do they agree?
-            ref = gfloat.round_ndarray(fi, xs.astype(np.float64), gfloat.RoundMode.StochasticFastest,
+            ref = gfloat.round_ndarray(fi, xs.astype(np.float64),
+                                       gfloat.RoundMode.StochasticFastest,
                                        sat=False, srbits=bits, srnumbits=nbits)
             mine = trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", random_bits=bits,
                                      random_bit_count=nbits).astype(np.float64)
@@ -423,8 +477,13 @@ def main(argv=None) -> int:
 
     gemm_rows(args.gemm_size, repeat, rows, notes, verdict)
     sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
+    dma_rows(args.dma_mib, repeat, rows, notes, verdict)
     collectives_rows(repeat, rows, notes, verdict)
 
+    return print_report(rows, notes, misses)
+
+
+def print_report(rows: list, notes: list, misses: list) -> int:
     header = ["task", "trn2core", "peer", "peer time", "ratio", "target", "pass"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")

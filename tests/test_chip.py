@@ -51,6 +51,15 @@ def test_logical_core_resources_scale_with_lnc(lnc):
         lc.peak_tflops("fp99")
 
 
+def test_adjacent_cores_share_an_hbm_stack():
+    chip = Chip(lnc=2)
+    c0, c1, c2 = chip.physical_cores[:3]
+    c0.alloc(1 << 30, space="hbm")
+    assert c1.hbm.used == 1 << 30
+    assert c2.hbm.used == 0
+    assert len(chip.hbm_stacks) == 4
+
+
 def test_chip_totals():
     chip = Chip()
     assert chip.lnc == 2

@@ -116,8 +116,8 @@ def test_bad_inputs():
 
 def test_dma_timing_obeys_the_model():
     core = trn2core.NeuronCore()
-    big = core.dma_copy(np.zeros((128, 1 << 17), np.float32))  # 64 MiB, 512 KiB per partition
-    engines = 16 * trn2core.spec.dma_engine_theoretical_bytes_per_s
+    big = core.dma_copy(np.zeros((128, 48 << 10), np.float32))  # 24 MiB, 192 KiB per partition
+    engines = 16 * trn2core.spec.dma_engine_bytes_per_s
     assert 0.9 * engines < big.bandwidth <= engines
     small = core.dma_copy(np.zeros((128, 16), np.float32))  # 64 B per partition
     assert small.details["fixed_s"] / small.seconds > 0.9
@@ -131,3 +131,78 @@ def test_dma_timing_obeys_the_model():
     local = core.dma_copy(relu)
     assert local.seconds < plain.seconds
     assert local.bound == "memory" and "DMA" in str(local)
+
+
+def test_streams_from_any_bytes_like_and_decoding_into_an_existing_array():
+    x = np.maximum(np.random.default_rng(4).standard_normal((64, 33)), 0).astype(">f4")
+    blob = dma.compress(x, "zvc")
+    raw = blob.to_bytes()
+    assert isinstance(raw, bytes) and len(raw) == blob.nbytes
+    buf = bytearray(raw)
+    kept = dma.Compressed.from_bytes(buf)
+    buf[:] = bytes(len(buf))  # later changes to the caller's buffer do not reach it
+    assert same_bits(dma.decompress(kept), x)
+    for b in (memoryview(raw), np.frombuffer(raw, np.uint8), raw):
+        assert same_bits(dma.decompress(b), x)
+    out = np.full_like(x, 7.0)
+    assert dma.decompress(blob, out=out) is out and same_bits(out, x)
+    with pytest.raises(trn2core.ShapeError, match="out"):
+        dma.decompress(blob, out=np.empty((64, 33), "<f4"))  # other byte order
+    with pytest.raises(trn2core.ShapeError, match="out"):
+        dma.decompress(blob, out=np.empty((33, 64), ">f4"))
+    with pytest.raises(trn2core.ShapeError, match="writable"):
+        dma.decompress(blob, out=np.broadcast_to(np.zeros(1, ">f4"), (64, 33)))
+    with pytest.raises(trn2core.FormatError, match="bytes"):
+        dma.Compressed.from_bytes(12345)
+    # An altered header is reported as corrupt data, even on the out= path.
+    bad = bytearray(raw)
+    bad[9] ^= 0x10  # inside the dtype name
+    with pytest.raises(trn2core.CorruptDataError):
+        dma.decompress(bytes(bad), out=out)
+
+
+def test_dma_timing_never_exceeds_the_engines_or_hbm():
+    core = trn2core.NeuronCore()
+    engines = 16 * trn2core.spec.dma_engine_bytes_per_s
+    stack = trn2core.spec.hbm_stack_bytes_per_s
+    caps = {"hbm": stack, "hbm_remote": stack * trn2core.spec.numa_remote_bandwidth_factor}
+    for src, cap in caps.items():
+        last = 0.0
+        for per_partition in (64, 256, 1024, 4096, 16384, 65536, 196608):
+            x = np.broadcast_to(np.uint8(0), (128, per_partition))  # no memory behind it
+            r = core.dma_copy(x, src=src)
+            assert r.bandwidth <= engines
+            assert r.wire_bytes / (r.seconds - r.details["fixed_s"]) <= cap * (1 + 1e-12)
+            assert r.bandwidth > last
+            last = r.bandwidth
+        assert last > 0.9 * min(engines, cap), (src, last)
+    small = core.dma_copy(np.zeros((128, 16), np.float32))
+    assert small.details["fixed_s"] == trn2core.spec.dma_fixed_cost_s
+    assert small.details["efficiency"] == 64 / (64 + 256)  # 64 B per partition
+    remote = core.dma_copy(np.zeros((128, 16), np.float32), src="hbm_remote")
+    assert remote.details["fixed_s"] == pytest.approx(
+        trn2core.spec.dma_fixed_cost_s + trn2core.spec.numa_remote_extra_latency_s, rel=1e-15
+    )
+    rep = core.dma_copy(np.zeros((100, 10)), codec="zvc", queue=7)
+    assert (rep.queue, rep.codec, rep.src, rep.dst) == (7, "zvc", "hbm", "sbuf")
+    assert rep.details["engines"] == 13  # 100 partitions, 8 per engine
+    assert rep.wire_bytes < rep.bytes  # all zeros
+
+
+def test_demo_part_shows_ratios_timing_and_a_capacity_error():
+    import io
+
+    from trn2core.cli import DEMO_PARTS, demo_dma
+
+    assert "dma" in [name for name, _ in DEMO_PARTS]
+    buf = io.StringIO()
+    demo_dma(buf)
+    text = buf.getvalue()
+    for codec in dma.CODECS:
+        assert f" {codec} " in text
+    rows = [line for line in text.splitlines() if line.startswith(("ReLU", "weights"))]
+    assert len(rows) == 2 * len(dma.CODECS)
+    assert all(" yes " in r for r in rows)  # every round trip bit-exact
+    relu_zvc = next(r for r in rows if r.startswith("ReLU") and " zvc " in r)
+    assert float(relu_zvc.split()[3]) > 1.7  # the ratio column
+    assert "CapacityError" in text and "327680 B" in text

@@ -459,3 +459,17 @@ def test_cli_gemm_sparsity_and_demo_part():
     table = [c for c in rows if len(c) == 9 and c[0] in PATTERNS]
     assert [c[0] for c in table] == list(PATTERNS) and all(c[-1] == "True" for c in table)
     assert "CUTLASS" in r.stdout
+
+
+def test_demo_writes_a_merged_trace(tmp_path):
+    import json
+
+    path = tmp_path / "demo.json"
+    r = _cli("demo", "--only", "tensor-engine", "sparsity", "--trace", str(path))
+    assert r.returncode == 0, r.stderr
+    assert str(path) in r.stdout and "ui.perfetto.dev" in r.stdout
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {"bf16 GEMM 512x2048x1024", "4:16-sparse GEMM 512x3072x1024"}
+    assert {e["pid"] for e in events} == {0, 1}
+    assert any(e.get("ph") == "X" and e["pid"] == 1 for e in events)

@@ -7,7 +7,7 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, dma, reference, spec
+from . import _core, dma, memory, reference, spec
 from .chip import Chip, LogicalCore
 from .collectives import ALGORITHMS, CollectiveReport, CollectiveResult
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
@@ -40,6 +40,7 @@ __all__ = [
     "__version__",
     "spec",
     "dma",
+    "memory",
     "FORMATS",
     "ROUNDING_MODES",
     "FormatInfo",

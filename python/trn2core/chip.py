@@ -140,10 +140,19 @@ class Chip:
         return self._index
 
     @functools.cached_property
+    def hbm_stacks(self) -> tuple:
+        """The chip's four HBM stacks (``trn2core.memory.HbmStack``, 24 GiB each); stack ``s``
+        is shared by physical cores ``2s`` and ``2s + 1``."""
+        from .memory import HbmStack
+
+        return tuple(HbmStack(s) for s in range(spec.hbm_stacks_per_chip))
+
+    @functools.cached_property
     def physical_cores(self) -> tuple[NeuronCore, ...]:
-        """The 8 physical NeuronCore objects, ``core.index`` 0..7 (created on first use: each
-        holds its own 2 MiB PSUM)."""
-        return tuple(NeuronCore(i) for i in range(_CORES_PER_CHIP))
+        """The 8 physical NeuronCore objects, ``core.index`` 0..7, adjacent pairs sharing an HBM
+        stack (created on first use: each holds its own 2 MiB PSUM)."""
+        per = spec.cores_per_hbm_stack
+        return tuple(NeuronCore(i, hbm=self.hbm_stacks[i // per]) for i in range(_CORES_PER_CHIP))
 
     @functools.cached_property
     def cores(self) -> tuple[LogicalCore, ...]:

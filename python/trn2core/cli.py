@@ -114,6 +114,36 @@ def _best(fn, repeat: int = 5) -> float:
     return best_of(fn, repeat)
 
 
+#: Reports the demo parts collect for the trace written at the end of ``trn2core demo``.
+DEMO_TRACE: list = []
+
+
+class Progress:
+    """A one-line progress bar on stderr, for steps that take more than a second (shown only
+    when stderr is a terminal, so piped output and tests stay clean)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, max(1, total), 0
+        self.live = sys.stderr.isatty()
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.live:
+            filled = 30 * self.done // self.total
+            bar = "#" * filled + "." * (30 - filled)
+            sys.stderr.write(f"\r   [{bar}] {self.done}/{self.total} {self.label}")
+            sys.stderr.flush()
+
+    def step(self, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        self._draw()
+
+    def close(self) -> None:
+        if self.live:
+            sys.stderr.write("\r" + " " * (42 + len(self.label)) + "\r")
+            sys.stderr.flush()
+
+
 def demo_tensor_engine(out=sys.stdout) -> None:
     """The tensor-engine part of the demo."""
     from . import reference
@@ -126,6 +156,7 @@ def demo_tensor_engine(out=sys.stdout) -> None:
     a = quantize(rng.standard_normal((m, k)), "bf16")
     b = quantize(rng.standard_normal((k, n)), "bf16")
     res = gemm(a, b)
+    DEMO_TRACE.append((f"bf16 GEMM {m}x{k}x{n}", res.report))
     ref = reference.gemm(a[:16], b)
     same = np.array_equal(res.out[:16].view(np.uint32), ref.view(np.uint32))
     naive = (a[:16].astype(np.float32) @ b.astype(np.float32)).view(np.uint32)
@@ -149,8 +180,12 @@ def demo_tensor_engine(out=sys.stdout) -> None:
     a = quantize(rng.standard_normal((1024, 1024)), "bf16")
     b = quantize(rng.standard_normal((1024, 1024)), "bf16")
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    bar = Progress("timing GEMMs", 2)
     t_np = _best(lambda: a32 @ b32)
+    bar.step()
     t_us = _best(lambda: gemm(a, b))
+    bar.step()
+    bar.close()
     p(
         f"   trn2core {2 * 1024**3 / t_us / 1e9:.0f} GFLOP/s, numpy sgemm "
         f"{2 * 1024**3 / t_np / 1e9:.0f} GFLOP/s: {t_np / t_us:.2f}x of sgemm's speed"
@@ -175,16 +210,21 @@ def demo_sparsity(out=sys.stdout) -> None:
         ("dense", f"{w.nbytes:,}", "100%", f"{dense.report.pe_cycles:,}",
          f"{dense.report.seconds * 1e6:.2f} us", "1.00x", dense.report.bound, "-")
     )  # fmt: skip
+    bar = Progress("sparse GEMMs", len(SPARSITY_PATTERNS))
     for pat in SPARSITY_PATTERNS:
+        bar.step()
         pruned = prune(w, pat, axis=1)
         sp = compress(pruned, pat, axis=1)
         res = gemm(sp, x)
         same = np.array_equal(res.out, gemm(pruned, x).out)
+        if pat == "4:16":
+            DEMO_TRACE.append((f"4:16-sparse GEMM {m}x{k}x{n}", res.report))
         rows.append(
             (pat, f"{sp.nbytes:,}", f"{sp.nbytes / w.nbytes:.0%}", f"{res.report.pe_cycles:,}",
              f"{res.report.seconds * 1e6:.2f} us",
              f"{dense.report.seconds / res.report.seconds:.2f}x", res.report.bound, str(same))
         )  # fmt: skip
+    bar.close()
     p(_table(rows))
     p("   nbytes = stored values + packed positions (ceil(log2 M) bits each; docs/sparsity.md)")
     p("   'same bits': the sparse GEMM equals the dense GEMM of the pruned matrix")
@@ -196,22 +236,108 @@ def demo_sparsity(out=sys.stdout) -> None:
     )
 
 
+def demo_dma(out=sys.stdout) -> None:
+    """The DMA / inline-compression / memory part of the demo."""
+    from . import dma
+    from .engine import NeuronCore
+    from .errors import CapacityError
+
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    rows_, cols = 128, 32768  # one SBUF tile: 128 partitions x 64 KiB of bf16 (8 MiB)
+    bf16 = quantize(np.zeros(1), "bf16").dtype
+    rng = np.random.default_rng(0)
+    tensors = {
+        "ReLU activations": np.maximum(rng.standard_normal((rows_, cols), np.float32), 0),
+        "weights N(0, 0.02)": 0.02 * rng.standard_normal((rows_, cols), np.float32),
+    }
+    tensors = {k: v.astype(bf16) for k, v in tensors.items()}
+    core = NeuronCore()
+    p(
+        f"== DMA with inline compression: a {rows_} x {cols} bf16 tile (8 MiB) HBM -> SBUF on "
+        "one NeuronCore's 16 DMA engines =="
+    )
+    rows = [("data", "codec", "ratio", "HBM bytes", "bit-exact", "local HBM", "other die's HBM")]
+    for name, x in tensors.items():
+        for codec in dma.CODECS:
+            blob = dma.compress(x, codec)
+            same = dma.decompress(blob).view(np.uint16).tobytes() == x.view(np.uint16).tobytes()
+            near = core.dma_copy(x, src="hbm", codec=codec)
+            far = core.dma_copy(x, src="hbm_remote", codec=codec)
+            rows.append(
+                (
+                    name,
+                    codec,
+                    f"{blob.ratio:.2f}",
+                    f"{near.wire_bytes / 2**20:.2f} MiB",
+                    "yes" if same else "NO",
+                    f"{near.seconds * 1e6:.1f} us",
+                    f"{far.seconds * 1e6:.1f} us",
+                )
+            )
+    p(_table(rows))
+    engines = spec.dma_engines_per_core * spec.dma_engine_bytes_per_s
+    stack = spec.hbm_stack_bytes_per_s
+    p(
+        f"   One core's {spec.dma_engines_per_core} DMA engines move at most {engines / 1e9:.0f} "
+        f"GB/s, about its share of an HBM stack ({stack / 1e9:.0f} GB/s for two cores):\n"
+        "   compression saves HBM bytes (bandwidth left for the neighbouring core) but time only "
+        "where HBM is the limit,\n   as from the other die's HBM (NUMA, an assumption: "
+        f"{spec.numa_remote_bandwidth_factor:g} x {stack / 1e9:.0f} GB/s, "
+        f"+{spec.numa_remote_extra_latency_s * 1e6:g} us)."
+    )
+    p()
+    p("== Memory: capacities, and a tensor that does not fit ==")
+    p(f"   {core.hbm}\n   {core.sbuf}\n   {core.psum}")
+    tile = core.alloc((rows_, cols), "bf16")
+    p(f"   core.alloc((128, 32768), 'bf16') -> {tile}")
+    big = np.zeros((128, 80 * 1024), np.float32)  # 40 MiB
+    try:
+        core.dma_copy(big, dst="sbuf")
+    except CapacityError as e:
+        p(f"   core.dma_copy(<40 MiB fp32>, dst='sbuf') -> CapacityError:\n      {e}")
+    core.free(tile)
+    p()
+    p("== Speed of the codecs on this CPU: zvc on 32 MiB of ReLU activations (fp32) ==")
+    x = np.maximum(rng.standard_normal(1 << 23, dtype=np.float32), 0)
+    dst = np.empty_like(x)
+    t_copy = _best(lambda: np.copyto(dst, x))
+    blob = dma.compress(x, "zvc")
+    t_c = _best(lambda: dma.compress(x, "zvc"))
+    t_d = _best(lambda: dma.decompress(blob))
+    gb = x.nbytes / 1e9
+    p(
+        f"   compress {gb / t_c:.1f} GB/s, decompress {gb / t_d:.1f} GB/s, numpy copyto "
+        f"{gb / t_copy:.1f} GB/s (ratio {blob.ratio:.2f}; every stream CRC32C-checked)"
+    )
+
+
 #: The parts of ``trn2core demo``, in order; each prints to the stream it is given.
 DEMO_PARTS = [
     ("numerics", demo_numerics),
     ("tensor-engine", demo_tensor_engine),
     ("sparsity", demo_sparsity),
+    ("dma", demo_dma),
     ("collectives", demo_collectives),
 ]
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from .report import save_traces
+
     print(f"trn2core {__version__}: an AWS Trainium2 emulator on this CPU\n")
+    t0 = time.perf_counter()
+    DEMO_TRACE.clear()
     for name, part in DEMO_PARTS:
         if args.only and name not in args.only:
             continue
         part(sys.stdout)
         print()
+    if DEMO_TRACE and args.trace != "":
+        path = save_traces(args.trace, DEMO_TRACE)
+        print(f"== Trace: {len(DEMO_TRACE)} timelines written to {path} ==")
+        print("   open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing;")
+        print("   each emulated operation is a process, each engine / DMA queue / link a track.")
+    print(f"\n(demo took {time.perf_counter() - t0:.1f} s)")
     return 0
 
 
@@ -264,6 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="a tour of what trn2core computes (the main job)")
     d.add_argument(
         "--only", nargs="*", choices=[n for n, _ in DEMO_PARTS], help="run only these parts"
+    )
+    d.add_argument(
+        "--trace",
+        default="trn2core-demo-trace.json",
+        metavar="PATH",
+        help="Perfetto trace of the demo's operations (default %(default)s; '' to skip)",
     )
     d.set_defaults(func=cmd_demo)
     g = sub.add_parser(

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
-from .errors import FormatError
+from . import _core, spec
+from .errors import CapacityError, CorruptDataError, FormatError, ShapeError, Trn2ValueError
+from .memory import Allocation, CoreMemory, check_host_bytes
 from .report import Report
 
-__all__ = ["CODECS", "Compressed", "compress", "decompress", "DmaReport", "dma_copy"]
+__all__ = ["CODECS", "PLACES", "Compressed", "compress", "decompress", "DmaReport", "dma_copy"]
 
 #: The inline-compression codecs: "none", "zvc" (zero-value compression), "byteplane".
 CODECS: tuple[str, ...] = tuple(_core.dma_codecs())
+
+#: Where a transfer reads or writes: this core's HBM stack, the other die's HBM, SBUF, PSUM.
+PLACES: tuple[str, ...] = ("hbm", "hbm_remote", "sbuf", "psum")
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -24,16 +28,37 @@ def _dtype_name(dt: np.dtype) -> str:
     return dt.name if dt.isbuiltin == 2 else dt.str
 
 
+def _stream_array(b, arg: str) -> np.ndarray:
+    """A read-only flat uint8 array over the stream bytes ``b``: ``bytes`` are used in place
+    (they are immutable); any other buffer is copied, so later changes to it cannot reach a
+    validated ``Compressed``."""
+    if isinstance(b, Compressed):
+        return b._stream
+    try:
+        if isinstance(b, bytes):
+            a = np.frombuffer(b, dtype=np.uint8)
+        else:
+            a = np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8).copy()
+    except (TypeError, ValueError, BufferError) as e:
+        raise FormatError(
+            f"{arg}: expected bytes or a contiguous bytes-like object, got {type(b).__name__} ({e})"
+        ) from None
+    a.flags.writeable = False
+    return a
+
+
 class Compressed:
     """A compressed array: ``codec``, ``nbytes`` (stream size), ``raw_nbytes``, ``ratio``,
-    ``dtype``, ``shape``; ``to_bytes()`` and ``Compressed.from_bytes(b)``."""
+    ``dtype``, ``shape``; ``to_bytes()`` and ``Compressed.from_bytes(b)``.
 
-    def __init__(self, stream: bytes, info: dict) -> None:
-        self._stream = bytes(stream)
+    The stream is held in a read-only NumPy buffer; ``to_bytes()`` copies it into ``bytes``."""
+
+    def __init__(self, stream: np.ndarray, info: dict) -> None:
+        self._stream = stream
         self.codec: str = info["codec"]
         self.nbytes: int = int(info["nbytes"])
         self.raw_nbytes: int = int(info["raw_nbytes"])
-        self.dtype = np.dtype(info["dtype"])
+        self.dtype = _dtype_of(info)
         self.shape: tuple[int, ...] = tuple(int(d) for d in info["shape"])
 
     @property
@@ -43,13 +68,13 @@ class Compressed:
 
     def to_bytes(self) -> bytes:
         """The self-describing stream (magic, version, codec, dtype, shape, blocks, CRC32C)."""
-        return self._stream
+        return self._stream.tobytes()
 
     @classmethod
-    def from_bytes(cls, b: bytes) -> Compressed:
+    def from_bytes(cls, b) -> Compressed:
         """Validates ``b`` (structure and checksum): raises ``CorruptDataError`` if it was
         truncated or altered."""
-        stream = bytes(b)
+        stream = _stream_array(b, "b")
         return cls(stream, _core.dma_inspect(stream))
 
     def __repr__(self) -> str:
@@ -59,33 +84,88 @@ class Compressed:
         )
 
 
-def compress(x, codec: str = "zvc") -> Compressed:
-    """Compresses array ``x`` losslessly with ``codec`` (see ``CODECS``)."""
+def _check_codec(codec) -> str:
     if not isinstance(codec, str) or codec not in CODECS:
         raise FormatError(f"codec: unknown codec {codec!r}; expected one of {CODECS}")
+    return codec
+
+
+def _compressible(x, arg: str = "x") -> np.ndarray:
     a = np.asarray(x)
     if a.dtype.hasobject or a.dtype.kind not in "biufcV" or a.dtype.itemsize not in (1, 2, 4, 8):
         raise FormatError(
-            f"x: dtype {a.dtype} cannot be compressed; expected a numeric dtype of 1, 2, 4 or 8 "
-            "bytes per element"
+            f"{arg}: dtype {a.dtype} cannot be compressed; expected a numeric dtype of 1, 2, 4 "
+            "or 8 bytes per element"
         )
+    return a
+
+
+def compress(x, codec: str = "zvc") -> Compressed:
+    """Compresses array ``x`` losslessly with ``codec`` (see ``CODECS``). ``x`` is never
+    written; a strided array is copied once. ``CapacityError`` (before any allocation) if the
+    copy and the stream would not fit in this host's memory."""
+    _check_codec(codec)
+    a = _compressible(x)
+    copy = 0 if a.flags.c_contiguous else a.nbytes
+    check_host_bytes("x", copy + a.nbytes + a.nbytes // 50 + 64, "compressing x")
     c = a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     raw = c.reshape(-1).view(np.uint8)
-    stream = _core.dma_compress(raw, c.dtype.itemsize, codec, _dtype_name(c.dtype), list(c.shape))
-    return Compressed(stream, _core.dma_inspect(stream))
+    stream, info = _core.dma_compress(
+        raw, c.dtype.itemsize, codec, _dtype_name(c.dtype), list(c.shape)
+    )
+    stream.flags.writeable = False
+    return Compressed(stream, info)
 
 
-def decompress(blob: Compressed | bytes) -> np.ndarray:
-    """The original array: same dtype (byte order included), shape and bits."""
-    stream = blob.to_bytes() if isinstance(blob, Compressed) else bytes(blob)
-    info, raw = _core.dma_decompress(stream)
+def decompress(blob, *, out: np.ndarray | None = None) -> np.ndarray:
+    """The original array: same dtype (byte order included), shape and bits. ``blob`` is a
+    ``Compressed`` or the bytes of a stream; ``CorruptDataError`` if they were altered.
+
+    ``out``: an existing writable C-contiguous array of the same dtype and shape to decode into
+    (and return), like a DMA into a buffer that is already mapped: it skips the operating
+    system's cost of handing out fresh pages, which on small VMs is a good part of the time."""
+    stream = _stream_array(blob, "blob")
+    # The header is not checksummed yet: nothing in it is trusted beyond its sizes (which the
+    # core bounds by the stream's length) until the payload has been decoded and verified.
+    info = _core.dma_describe(stream)
     shape = tuple(int(d) for d in info["shape"])
-    return raw.view(np.dtype(info["dtype"])).reshape(shape)
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise ShapeError(f"out: expected a numpy array, got {type(out).__name__}")
+        if _dtype_name(out.dtype) != info["dtype"] or out.shape != shape:
+            _core.dma_inspect(stream)  # CorruptDataError if the header was altered
+            raise ShapeError(
+                f"out: expected an array of dtype {info['dtype']} and shape {shape}, got "
+                f"dtype {_dtype_name(out.dtype)} and shape {out.shape}"
+            )
+        if not (out.flags.c_contiguous and out.flags.writeable):
+            raise ShapeError("out: expected a writable C-contiguous array")
+        _core.dma_decompress_into(stream, out.reshape(-1).view(np.uint8))
+        return out
+    check_host_bytes("blob", int(info["raw_nbytes"]), "the decompressed array")
+    raw = np.empty(int(info["raw_nbytes"]), dtype=np.uint8)
+    _core.dma_decompress_into(stream, raw)
+    return raw.view(_dtype_of(info)).reshape(shape)
+
+
+def _dtype_of(info: dict) -> np.dtype:
+    """The dtype a verified stream names; ``CorruptDataError`` if it is not one numpy knows
+    with the stream's element size (only a forged stream with a valid checksum gets here)."""
+    try:
+        dt = np.dtype(info["dtype"])
+    except Exception:  # numpy parses dtype strings with several parsers, each its own error
+        dt = None
+    if dt is None or dt.itemsize != info["elem_size"] or dt.hasobject:
+        raise CorruptDataError(
+            f"stream: dtype {info['dtype']!r} is not a numpy dtype of {info['elem_size']} bytes"
+        )
+    return dt
 
 
 class DmaReport(Report):
     """Timing of one DMA transfer: ``bytes``, ``wire_bytes`` (bytes over HBM), ``seconds``,
-    ``bandwidth`` (bytes/s achieved), plus the Report fields and trace."""
+    ``bandwidth`` (bytes/s achieved), ``codec``, ``src``, ``dst``, ``queue``, plus the Report
+    fields and a trace with one track per DMA engine and queue."""
 
     def __init__(self, fields: dict, trace_json: str, nbytes: int, wire: int) -> None:
         fields = dict(fields)
@@ -103,14 +183,95 @@ class DmaReport(Report):
         )
 
 
-def dma_copy(x, *, src: str = "hbm", dst: str = "sbuf", codec: str = "none") -> DmaReport:
-    """Costs moving ``x`` from ``src`` to ``dst`` ("hbm", "hbm_remote" for the other die's
-    HBM, "sbuf", "psum") with inline compression ``codec``: the HBM side moves the compressed
-    bytes. The on-chip side spans ``x.shape[0]`` partitions (at most 128)."""
-    if not isinstance(codec, str) or codec not in CODECS:
-        raise FormatError(f"codec: unknown codec {codec!r}; expected one of {CODECS}")
-    a = np.asarray(x)
-    wire = a.nbytes if codec == "none" else compress(a, codec).nbytes
-    partitions = min(128, a.shape[0]) if a.ndim >= 2 and a.shape[0] > 0 else 128
-    fields, trace = _core.dma_copy_time(a.nbytes, wire, partitions, str(src), str(dst))
-    return DmaReport(fields, trace, a.nbytes, wire)
+def _place(p, arg: str, memory: CoreMemory) -> tuple[str, Allocation | None]:
+    """``(place name, allocation or None)`` of a ``src``/``dst`` argument."""
+    if isinstance(p, Allocation):
+        if not p.live:
+            raise Trn2ValueError(f"{arg}: {p!r} was freed")
+        if p.space == "hbm":
+            # A stack on this core's die (its own or the neighbour pair's) costs as "hbm"; one
+            # on the other die as "hbm_remote" (NUMA).
+            local = p.stack // spec.hbm_stacks_per_die == memory.die
+            return ("hbm" if local else "hbm_remote"), p
+        if p._memory is not memory:
+            raise Trn2ValueError(f"{arg}: {p!r} belongs to another core's {p.space}")
+        return p.space, p
+    if not isinstance(p, str) or p not in PLACES:
+        raise Trn2ValueError(
+            f"{arg}: unknown memory {p!r}; expected one of {PLACES} or an Allocation"
+        )
+    return p, None
+
+
+def _fits_allocation(arg: str, a: np.ndarray, alloc: Allocation, held: int) -> None:
+    """Refuses ``a`` (``held`` bytes in the allocation's memory) that does not fit ``alloc``."""
+    if alloc.space == "hbm":
+        if held > alloc.nbytes:
+            raise CapacityError(
+                f"x: {held} B do not fit in {arg}, an HBM allocation of {alloc.nbytes} B"
+            )
+        return
+    nbytes, parts, per = _core.memory_footprint([int(d) for d in a.shape], a.dtype.itemsize)
+    if parts > alloc.partitions or per > alloc.partition_bytes:
+        raise CapacityError(
+            f"x: {nbytes} B as {parts} partitions x {per} B do not fit in {arg}, a "
+            f"{alloc.space.upper()} allocation of {alloc.partitions} partitions x "
+            f"{alloc.partition_bytes} B"
+        )
+
+
+def dma_copy(
+    x,
+    *,
+    src="hbm",
+    dst="sbuf",
+    codec: str = "none",
+    queue: int = 0,
+    memory: CoreMemory | None = None,
+) -> DmaReport:
+    """Costs moving ``x`` from ``src`` to ``dst`` on DMA queue ``queue`` (0..15) of the 16 DMA
+    engines, with inline compression ``codec``: the HBM side moves the compressed bytes.
+
+    ``src``/``dst``: "hbm" (this core's stack), "hbm_remote" (the other die's HBM), "sbuf",
+    "psum", or an ``Allocation`` of ``memory`` (``core.alloc``). The on-chip side spans
+    ``x.shape[0]`` partitions (folded onto 128 when longer; all 128 for 0-d/1-d arrays).
+
+    Capacity (``CapacityError`` before any data is touched): the destination must have room
+    for ``x`` now (its free space, or the allocation given), the source must be able to hold
+    it at all. ``memory`` is the core's memory (``NeuronCore.dma_copy`` passes its own); by
+    default an empty one. The copy is costed, not performed: it reserves nothing."""
+    _check_codec(codec)
+    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
+        raise Trn2ValueError(f"queue: expected an integer in 0..16, got {queue!r}")
+    mem = memory if memory is not None else CoreMemory()
+    s, s_alloc = _place(src, "src", mem)
+    d, d_alloc = _place(dst, "dst", mem)
+    a = _compressible(x) if codec != "none" else np.asarray(x)
+    shape, itemsize = [int(v) for v in a.shape], a.dtype.itemsize
+    nbytes = a.nbytes
+    # On-chip sides first: nothing has been compressed or copied yet.
+    for place, alloc, arg, check in ((s, s_alloc, "src", "capacity"), (d, d_alloc, "dst", "free")):
+        if place in ("sbuf", "psum"):
+            if alloc is not None:
+                _fits_allocation(arg, a, alloc, nbytes)
+            elif check == "free":
+                mem._native.check_transfer("x", place, shape, itemsize, nbytes)
+            else:
+                mem._native.check_capacity("x", place, shape, itemsize, nbytes)
+    wire = nbytes
+    if codec != "none":
+        wire = compress(a, codec).nbytes
+    # HBM holds what crosses the wire (the compressed stream with a codec).
+    for place, alloc, arg, check in ((s, s_alloc, "src", "capacity"), (d, d_alloc, "dst", "free")):
+        if place.startswith("hbm"):
+            if alloc is not None:
+                _fits_allocation(arg, a, alloc, wire)
+            elif check == "free" and place == "hbm":
+                mem._native.check_transfer("x", "hbm", shape, itemsize, wire)
+            else:  # a source, or the other die's stacks (not tracked by one core)
+                mem._native.check_capacity("x", "hbm", shape, itemsize, wire)
+    partitions = _core.memory_footprint(shape, itemsize)[1]
+    fields, trace = _core.dma_copy_time(nbytes, wire, partitions, s, d, int(queue))
+    fields["codec"] = codec
+    fields["src"], fields["dst"], fields["queue"] = s, d, int(queue)
+    return DmaReport(fields, trace, nbytes, wire)

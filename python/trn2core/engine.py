@@ -58,10 +58,44 @@ def _values(x: np.ndarray, fmt: str) -> np.ndarray:
 
 class NeuronCore:
     """One physical NeuronCore-v3: PSUM (128 partitions x 8 banks x 2 KiB fp32), SBUF capacity
-    from ``trn2core.spec``, and a tensor engine that runs one ``nc_matmul`` at a time."""
+    from ``trn2core.spec``, and a tensor engine that runs one ``nc_matmul`` at a time.
 
-    def __init__(self, index: int = 0) -> None:
+    Memory (``trn2core.memory``): ``core.hbm``, ``core.sbuf``, ``core.psum`` (capacity, used,
+    free), ``core.alloc(...)``, ``core.free(...)``. ``hbm`` shares an ``HbmStack`` with the
+    neighbouring core (stack ``index // 2``); by default the core gets a stack of its own.
+    """
+
+    def __init__(self, index: int = 0, *, hbm=None) -> None:
+        from .memory import CoreMemory
+
+        self.memory = CoreMemory(index, hbm)
         self._core = _core.NeuronCore(int(index))
+
+    @property
+    def hbm(self):
+        """The core's HBM stack (24 GiB, shared with its neighbour on a chip): a live view."""
+        return self.memory.hbm
+
+    @property
+    def sbuf(self):
+        """SBUF, 128 partitions x 224 KiB: a live view (capacity, used, free, ...)."""
+        return self.memory.sbuf
+
+    @property
+    def psum(self):
+        """PSUM, 128 partitions x 16 KiB: a live view of its allocations (the tensor engine's
+        bank contents are read with ``read_psum``)."""
+        return self.memory.psum
+
+    def alloc(self, size, dtype=None, *, space: str = "sbuf"):
+        """Reserves ``size`` bytes, or an array of shape ``size`` and ``dtype``, in ``space``
+        ("hbm", "sbuf", "psum"); ``CapacityError`` if it does not fit (see
+        ``trn2core.memory.CoreMemory.alloc``)."""
+        return self.memory.alloc(size, dtype, space=space)
+
+    def free(self, allocation) -> None:
+        """Releases an allocation made by ``alloc``."""
+        self.memory.free(allocation)
 
     @property
     def index(self) -> int:
@@ -133,11 +167,13 @@ class NeuronCore:
         self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
         return np.ascontiguousarray(s.T)
 
-    def dma_copy(self, x, *, src: str = "hbm", dst: str = "sbuf", codec: str = "none"):
-        """Costs a DMA transfer of ``x`` on this core's 16 DMA engines (see ``trn2core.dma``)."""
+    def dma_copy(self, x, *, src="hbm", dst="sbuf", codec: str = "none", queue: int = 0):
+        """Costs a DMA transfer of ``x`` on this core's 16 DMA engines, DMA queue ``queue``
+        (see ``trn2core.dma.dma_copy``). ``src``/``dst`` are memory names or allocations from
+        ``alloc``; a destination that cannot hold ``x`` raises ``CapacityError``."""
         from .dma import dma_copy
 
-        return dma_copy(x, src=src, dst=dst, codec=codec)
+        return dma_copy(x, src=src, dst=dst, codec=codec, queue=queue, memory=self.memory)
 
     def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
         """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""

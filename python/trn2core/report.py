@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Report"]
+__all__ = ["Report", "save_traces"]
 
 _FIELDS = (
     "instructions",
@@ -112,3 +112,23 @@ def _fmt_seconds(s: float) -> str:
     if s >= 1e-6:
         return f"{s * 1e6:.3f} us"
     return f"{s * 1e9:.1f} ns"
+
+
+def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]]) -> str:
+    """Writes several reports into one Chrome/Perfetto trace, one process per report (named by
+    its label), so they can be compared on one timeline; returns the path."""
+    events: list[dict[str, Any]] = []
+    for pid, (label, rep) in enumerate(reports):
+        if rep._trace_json is None:
+            if rep._retrace is None:
+                raise ValueError(f"{label}: this report has no timeline to trace")
+            rep._trace_json = rep._retrace()
+        for ev in json.loads(rep._trace_json).get("traceEvents", []):
+            ev = dict(ev)
+            ev["pid"] = pid
+            if ev.get("ph") == "M" and ev.get("name") == "process_name":
+                ev["args"] = {"name": label}
+            events.append(ev)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"displayTimeUnit": "ns", "traceEvents": events}, f)
+    return os.fspath(path)

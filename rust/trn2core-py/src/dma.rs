@@ -1,11 +1,13 @@
 //! Bindings of `trn2core::dma` (inline compression streams) and of the DMA timing model.
 
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 use trn2core::dma::{self, Codec, StreamInfo};
-use trn2core::perf::dma::{dma_time, DmaPlan, Place};
+use trn2core::perf::dma::{dma_time_on_queue, DmaPlan, Place};
+use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
+use crate::arrays::{borrow, slice};
 use crate::errors::{guard, guard_detached};
 use crate::perf::report_dict;
 
@@ -26,7 +28,30 @@ fn info_dict<'py>(py: Python<'py>, i: &StreamInfo) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-/// Compresses the raw bytes (a flat uint8 view) of an array into one self-describing stream.
+/// A fresh numpy uint8 array of `n` bytes (allocated by numpy: huge pages for big arrays, so
+/// first-touch page faults cost a fraction of a plain allocation's), filled by `fill` with the
+/// GIL released. `fill` writes every byte before Python can see the array.
+fn fill_bytes<'py>(
+    py: Python<'py>,
+    n: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), Error> + Send,
+) -> PyResult<Bound<'py, PyArray1<u8>>> {
+    // SAFETY: `PyArray1::new` leaves the buffer uninitialised; every caller's `fill` writes all
+    // `n` bytes (the core checks the length) and the array is dropped if it fails.
+    let arr = unsafe { PyArray1::<u8>::new(py, [n], false) };
+    {
+        let mut rw = arr.readwrite();
+        let out = guard(py, || {
+            rw.as_slice_mut()
+                .map_err(|_| Error::shape("out", "expected a contiguous output"))
+        })?;
+        guard_detached(py, || fill(out))?;
+    }
+    Ok(arr)
+}
+
+/// Compresses the raw bytes (a flat uint8 view) of an array into one self-describing stream:
+/// `(stream as a flat uint8 array, info dict)`.
 #[pyfunction]
 pub fn dma_compress<'py>(
     py: Python<'py>,
@@ -35,41 +60,70 @@ pub fn dma_compress<'py>(
     codec: &str,
     dtype: &str,
     shape: Vec<u64>,
-) -> PyResult<Bound<'py, PyBytes>> {
+) -> PyResult<(Bound<'py, PyArray1<u8>>, Bound<'py, PyDict>)> {
     let c = guard(py, || Codec::parse("codec", codec))?;
     let a = guard(py, || borrow::<u8>(raw, "x", "uint8 (raw bytes)"))?;
     let s = guard(py, || slice(&a, "x"))?;
-    let stream = guard_detached(py, || dma::compress(s, elem_size, c, dtype, &shape))?;
-    Ok(PyBytes::new(py, &stream))
+    let planned = guard_detached(py, || dma::plan_compress(s, elem_size, c, dtype, &shape))?;
+    let stream = fill_bytes(py, planned.len(), |out| planned.write(out))?;
+    Ok((stream, info_dict(py, planned.info())?))
 }
 
-/// Validates a stream (structure and checksum) without decoding it.
+/// Validates a stream (a flat uint8 array: structure and checksum) without decoding it.
 #[pyfunction]
-pub fn dma_inspect<'py>(py: Python<'py>, stream: &[u8]) -> PyResult<Bound<'py, PyDict>> {
-    let info = guard_detached(py, || dma::inspect(stream))?;
+pub fn dma_inspect<'py>(
+    py: Python<'py>,
+    stream: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let a = guard(py, || {
+        borrow::<u8>(stream, "stream", "uint8 (stream bytes)")
+    })?;
+    let s = guard(py, || slice(&a, "stream"))?;
+    let info = guard_detached(py, || dma::inspect(s))?;
     info_dict(py, &info)
 }
 
-/// Decodes a stream: `(info dict, flat uint8 array of the raw bytes)`.
+/// A stream's header (a flat uint8 array), without a pass over the data or the checksum:
+/// enough to allocate the output of `dma_decompress_into`.
 #[pyfunction]
-pub fn dma_decompress<'py>(
+pub fn dma_describe<'py>(
     py: Python<'py>,
-    stream: &[u8],
-) -> PyResult<(Bound<'py, PyDict>, Py<PyAny>)> {
-    let d = guard_detached(py, || dma::decompress(stream))?;
-    let info = StreamInfo {
-        codec: d.codec,
-        dtype: d.dtype.clone(),
-        elem_size: d.elem_size,
-        shape: d.shape.clone(),
-        raw_nbytes: d.bytes.len() as u64,
-        nbytes: stream.len() as u64,
-    };
-    Ok((info_dict(py, &info)?, to_numpy(py, d.bytes)))
+    stream: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let a = guard(py, || {
+        borrow::<u8>(stream, "stream", "uint8 (stream bytes)")
+    })?;
+    let s = guard(py, || slice(&a, "stream"))?;
+    let info = guard(py, || dma::describe(s))?;
+    info_dict(py, &info)
 }
 
-/// Costs one DMA transfer; returns the report dict and its trace JSON.
+/// Decodes a stream (a flat uint8 array) into `out` (a writable uint8 array of exactly the
+/// stream's raw size), verifying the checksum as it goes.
 #[pyfunction]
+pub fn dma_decompress_into<'py>(
+    py: Python<'py>,
+    stream: &Bound<'py, PyAny>,
+    out: &Bound<'py, PyArray1<u8>>,
+) -> PyResult<()> {
+    let a = guard(py, || {
+        borrow::<u8>(stream, "stream", "uint8 (stream bytes)")
+    })?;
+    let s = guard(py, || slice(&a, "stream"))?;
+    let mut rw = guard(py, || {
+        out.try_readwrite()
+            .map_err(|_| Error::value("out", "the output array is borrowed elsewhere"))
+    })?;
+    let o = guard(py, || {
+        rw.as_slice_mut()
+            .map_err(|_| Error::shape("out", "expected a C-contiguous output"))
+    })?;
+    guard_detached(py, || dma::decompress_into(s, o).map(|_| ()))
+}
+
+/// Costs one DMA transfer on DMA queue `queue`; returns the report dict and its trace JSON.
+#[pyfunction]
+#[pyo3(signature = (bytes, wire_bytes, partitions, src, dst, queue = 0))]
 pub fn dma_copy_time<'py>(
     py: Python<'py>,
     bytes: u64,
@@ -77,6 +131,7 @@ pub fn dma_copy_time<'py>(
     partitions: u64,
     src: &str,
     dst: &str,
+    queue: usize,
 ) -> PyResult<(Bound<'py, PyDict>, String)> {
     let s = guard(py, || Place::parse("src", src))?;
     let d = guard(py, || Place::parse("dst", dst))?;
@@ -87,6 +142,6 @@ pub fn dma_copy_time<'py>(
         src: s,
         dst: d,
     };
-    let r = guard(py, || dma_time(&plan))?;
+    let r = guard(py, || dma_time_on_queue(&plan, queue))?;
     Ok((report_dict(py, &r)?, r.chrome_trace_json()))
 }

@@ -7,6 +7,7 @@ mod collectives;
 mod dma;
 mod engine;
 mod errors;
+mod memory;
 mod numerics;
 mod perf;
 mod sparsity;
@@ -31,7 +32,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dma::dma_codecs, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_decompress_into, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_patterns, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;
@@ -41,6 +43,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparse_gemm, m)?)?;
+    m.add_class::<memory::PyHbmStack>()?;
+    m.add_class::<memory::PyCoreMemory>()?;
+    m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;
     m.add_class::<collectives::PyTorus>()?;
     m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;

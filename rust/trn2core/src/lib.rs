@@ -11,10 +11,13 @@
 //!   BF16, FP16, TF32, FP32), the six rounding modes including stochastic rounding, the
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
 //! - [`error`]: the one [`Error`] type.
+//! - [`memory`]: HBM stacks, SBUF and PSUM as capacities (`CapacityError` before anything is
+//!   reserved); a chip shares each HBM stack between two cores.
 
 pub mod dma;
 pub mod engine;
 pub mod error;
+pub mod memory;
 pub mod numerics;
 pub mod perf;
 pub mod sparsity;

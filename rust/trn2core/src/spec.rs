@@ -219,7 +219,9 @@ spec_table! {
     /// No public source gives a NUMA figure for Trn2 (trn2_facts.md section 18); this is a
     /// modelling assumption: cross-die traffic shares the die-to-die interconnect with the other
     /// die's own traffic, so we charge half the stack's rate, the usual order of magnitude for
-    /// chiplet interconnects relative to local HBM.
+    /// chiplet interconnects relative to local HBM. Published two-die designs bracket it: AMD
+    /// MI250X links its dies with 200 GB/s per direction against 1.6 TB/s of HBM per die
+    /// (1/8); NVIDIA B200's 10 TB/s NV-HBI exceeds its 8 TB/s of HBM (no penalty).
     #[spec(unit = "ratio", source = "[S25] assumption (no public figure) I")]
     pub const NUMA_REMOTE_BANDWIDTH_FACTOR: f64 = 0.5;
 
@@ -266,8 +268,9 @@ spec_table! {
 
     /// SBUF bytes per partition that kernels may allocate: 212,984 B (about 16 KiB reserved).
     ///
-    /// The NKI tracer's target info for trn2 (trn1: 180,224 B; trn3: 245,752 B). Capacity checks
-    /// use this value; [`SBUF_PARTITION_BYTES`] is the physical size.
+    /// The NKI tracer's target info for trn2 (trn1: 180,224 B; trn3: 245,752 B): what the
+    /// compiler allocates from. trn2core's memory model (`memory`) enforces the physical
+    /// [`SBUF_PARTITION_BYTES`] and quotes this value in its `CapacityError` messages.
     #[spec(unit = "B", source = "[S24] D")]
     pub const SBUF_USABLE_PARTITION_BYTES: u64 = 212_984;
 

@@ -25,6 +25,8 @@
 //!   to one self-describing stream (the `_into` form reuses the caller's buffer).
 //! - [`decompress`]: stream to [`Decoded`] (codec, dtype, element size, shape, bytes);
 //!   [`decompress_into`] decodes into a buffer the caller owns (e.g. a NumPy array).
+//! - [`plan_compress`]: the same in two passes (size, then write into a buffer of exactly that
+//!   size the caller allocated); [`describe`]: a stream's header without a pass over the data.
 //! - [`inspect`]: validates a stream (structure and checksum) and returns its [`StreamInfo`]
 //!   without decoding: what `Compressed.from_bytes` needs.
 //! - [`Codec`]: `name()` / `parse()` / `ALL`, the contract's `trn2core.dma.CODECS`.
@@ -256,6 +258,82 @@ pub fn compress_into(
     shape: &[u64],
     out: &mut Vec<u8>,
 ) -> Result<()> {
+    validate(bytes, elem_size, dtype, shape)?;
+    stream::encode(bytes, elem_size, codec, dtype, shape, out);
+    Ok(())
+}
+
+/// The first pass of [`compress`]: validates the arguments and sizes every block, so the
+/// caller learns the stream's exact length ([`PlannedStream::len`]) before it allocates the
+/// output, then writes it with [`PlannedStream::write`]. The Python binding uses this to let
+/// NumPy allocate the stream (its allocator asks the kernel for huge pages, which on the test
+/// VMs makes first-touch page faults several times cheaper than for a plain `Vec`).
+pub fn plan_compress<'a>(
+    bytes: &'a [u8],
+    elem_size: usize,
+    codec: Codec,
+    dtype: &str,
+    shape: &[u64],
+) -> Result<PlannedStream<'a>> {
+    validate(bytes, elem_size, dtype, shape)?;
+    let info = StreamInfo {
+        codec,
+        dtype: dtype.to_string(),
+        elem_size,
+        shape: shape.to_vec(),
+        raw_nbytes: bytes.len() as u64,
+        nbytes: 0,
+    };
+    let encoder = stream::Encoder::plan(bytes, elem_size, codec, dtype, shape);
+    let info = StreamInfo {
+        nbytes: encoder.len() as u64,
+        ..info
+    };
+    Ok(PlannedStream { encoder, info })
+}
+
+/// A sized, not yet written stream (see [`plan_compress`]).
+pub struct PlannedStream<'a> {
+    encoder: stream::Encoder<'a>,
+    info: StreamInfo,
+}
+
+impl PlannedStream<'_> {
+    /// Length of the stream in bytes.
+    pub fn len(&self) -> usize {
+        self.encoder.len()
+    }
+
+    /// Always false: a stream has at least its header and checksum.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// What the stream will describe (its `nbytes` is [`PlannedStream::len`]).
+    pub fn info(&self) -> &StreamInfo {
+        &self.info
+    }
+
+    /// Writes the stream into `out`, which must be exactly [`PlannedStream::len`] bytes long
+    /// (its previous content does not matter: every byte is written).
+    pub fn write(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() != self.len() {
+            return Err(Error::shape(
+                "out",
+                format!(
+                    "output of {} bytes for a stream of {} bytes",
+                    out.len(),
+                    self.len()
+                ),
+            ));
+        }
+        self.encoder.write(out);
+        Ok(())
+    }
+}
+
+/// Checks the arguments of [`compress`].
+fn validate(bytes: &[u8], elem_size: usize, dtype: &str, shape: &[u64]) -> Result<()> {
     if !matches!(elem_size, 1 | 2 | 4 | 8) {
         return Err(Error::value(
             "elem_size",
@@ -299,7 +377,6 @@ pub fn compress_into(
             ),
         ));
     }
-    stream::encode(bytes, elem_size, codec, dtype, shape, out);
     Ok(())
 }
 
@@ -348,6 +425,13 @@ pub fn decompress_into(stream: &[u8], out: &mut [u8]) -> Result<StreamInfo> {
     }
     layout.decode_into(stream, out)?;
     Ok(layout.info)
+}
+
+/// Parses a stream's header and block table and checks that every size is consistent, without
+/// reading the payload or verifying the checksum (cheap: no pass over the data). Enough to
+/// allocate the output of [`decompress_into`], which verifies the checksum as it decodes.
+pub fn describe(stream: &[u8]) -> Result<StreamInfo> {
+    Ok(stream::Layout::parse(stream)?.info)
 }
 
 /// Validates a stream without decoding it: header, block table, lengths and checksum. This is

@@ -132,6 +132,109 @@ fn fill_task<W: Word>(chunk: &[u8], plan: &TaskPlan, dst: &mut [u8], block_bytes
     crc32c(dst)
 }
 
+/// A stream whose size is known and whose content is not yet written: the first pass of
+/// compression (header built, every block sized; byteplane blocks already coded). Splitting the
+/// two passes lets a caller allocate the output itself (a NumPy array) once the size is known.
+pub(super) struct Encoder<'a> {
+    bytes: &'a [u8],
+    elem_size: usize,
+    head: Vec<u8>,
+    plans: Vec<TaskPlan>,
+    block_bytes: usize,
+    task_bytes: usize,
+    front_len: usize,
+    payload_len: usize,
+}
+
+impl<'a> Encoder<'a> {
+    /// First pass (arguments validated by [`super::plan_compress`]).
+    pub(super) fn plan(
+        bytes: &'a [u8],
+        elem_size: usize,
+        codec: Codec,
+        dtype: &str,
+        shape: &[u64],
+    ) -> Encoder<'a> {
+        let block_elems = codec.block_elems();
+        let mut head = Vec::with_capacity(32 + dtype.len() + 10 * shape.len());
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&[VERSION, codec.id(), elem_size as u8, dtype.len() as u8]);
+        head.extend_from_slice(dtype.as_bytes());
+        head.push(shape.len() as u8);
+        for &d in shape {
+            put_varint(&mut head, d);
+        }
+        put_varint(&mut head, bytes.len() as u64);
+        put_varint(&mut head, block_elems as u64);
+
+        let block_bytes = block_elems * elem_size;
+        let task_bytes = match block_bytes {
+            0 => TASK_RAW_BYTES,
+            b => (TASK_RAW_BYTES / b).max(1) * b,
+        };
+        let plans: Vec<TaskPlan> = bytes
+            .par_chunks(task_bytes)
+            .map(|chunk| with_word!(elem_size, plan_task(chunk, codec, block_bytes)))
+            .collect();
+        let table_len: usize = plans.iter().map(|t| 4 * t.table.len()).sum();
+        let payload_len: usize = plans.iter().map(|t| t.len).sum();
+        let front_len = head.len() + table_len;
+        Encoder {
+            bytes,
+            elem_size,
+            head,
+            plans,
+            block_bytes,
+            task_bytes,
+            front_len,
+            payload_len,
+        }
+    }
+
+    /// Length of the whole stream in bytes.
+    pub(super) fn len(&self) -> usize {
+        self.front_len + self.payload_len + 4
+    }
+
+    /// Second pass: writes the stream into `out`, exactly [`Encoder::len`] bytes long. Every
+    /// byte is written (the caller may hand over uninitialised-then-zeroed or dirty memory).
+    pub(super) fn write(&self, out: &mut [u8]) {
+        debug_assert_eq!(out.len(), self.len());
+        let (front, rest) = out.split_at_mut(self.front_len);
+        let (head_out, mut table_out) = front.split_at_mut(self.head.len());
+        head_out.copy_from_slice(&self.head);
+        for e in self.plans.iter().flat_map(|t| &t.table) {
+            if let Some((d, r)) = std::mem::take(&mut table_out).split_first_chunk_mut::<4>() {
+                *d = e.to_le_bytes();
+                table_out = r;
+            }
+        }
+        let crc_front = crc32c(front);
+        let (mut payload, crc_out) = rest.split_at_mut(self.payload_len);
+        let mut slices = Vec::with_capacity(self.plans.len());
+        for t in &self.plans {
+            let (a, b) = std::mem::take(&mut payload).split_at_mut(t.len);
+            slices.push(a);
+            payload = b;
+        }
+        let (elem_size, block_bytes) = (self.elem_size, self.block_bytes);
+        let crcs: Vec<u32> = slices
+            .into_par_iter()
+            .zip(self.plans.par_iter())
+            .zip(self.bytes.par_chunks(self.task_bytes))
+            .map(|((dst, plan), chunk)| {
+                with_word!(elem_size, fill_task(chunk, plan, dst, block_bytes))
+            })
+            .collect();
+        let crc = self
+            .plans
+            .iter()
+            .zip(&crcs)
+            .fold(crc_front, |acc, (t, &c)| combine(acc, c, t.len as u64));
+        crc_out.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 /// Writes the whole stream into `out` (arguments validated by [`super::compress`]).
 pub(super) fn encode(
     bytes: &[u8],
@@ -141,31 +244,8 @@ pub(super) fn encode(
     shape: &[u64],
     out: &mut Vec<u8>,
 ) {
-    let block_elems = codec.block_elems();
-    let mut head = Vec::with_capacity(32 + dtype.len() + 10 * shape.len());
-    head.extend_from_slice(&MAGIC);
-    head.extend_from_slice(&[VERSION, codec.id(), elem_size as u8, dtype.len() as u8]);
-    head.extend_from_slice(dtype.as_bytes());
-    head.push(shape.len() as u8);
-    for &d in shape {
-        put_varint(&mut head, d);
-    }
-    put_varint(&mut head, bytes.len() as u64);
-    put_varint(&mut head, block_elems as u64);
-
-    let block_bytes = block_elems * elem_size;
-    let task_bytes = match block_bytes {
-        0 => TASK_RAW_BYTES,
-        b => (TASK_RAW_BYTES / b).max(1) * b,
-    };
-    let plans: Vec<TaskPlan> = bytes
-        .par_chunks(task_bytes)
-        .map(|chunk| with_word!(elem_size, plan_task(chunk, codec, block_bytes)))
-        .collect();
-    let table_len: usize = plans.iter().map(|t| 4 * t.table.len()).sum();
-    let payload_len: usize = plans.iter().map(|t| t.len).sum();
-    let front_len = head.len() + table_len;
-    let total = front_len + payload_len + 4;
+    let enc = Encoder::plan(bytes, elem_size, codec, dtype, shape);
+    let total = enc.len();
     if out.capacity() >= total {
         out.clear();
         out.resize(total, 0);
@@ -174,34 +254,7 @@ pub(super) fn encode(
         // pages are first touched in parallel rather than by a memset here.
         *out = vec![0u8; total];
     }
-    let (front, rest) = out.split_at_mut(front_len);
-    let (head_out, mut table_out) = front.split_at_mut(head.len());
-    head_out.copy_from_slice(&head);
-    for e in plans.iter().flat_map(|t| &t.table) {
-        if let Some((d, r)) = std::mem::take(&mut table_out).split_first_chunk_mut::<4>() {
-            *d = e.to_le_bytes();
-            table_out = r;
-        }
-    }
-    let crc_front = crc32c(front);
-    let (mut payload, crc_out) = rest.split_at_mut(payload_len);
-    let mut slices = Vec::with_capacity(plans.len());
-    for t in &plans {
-        let (a, b) = std::mem::take(&mut payload).split_at_mut(t.len);
-        slices.push(a);
-        payload = b;
-    }
-    let crcs: Vec<u32> = slices
-        .into_par_iter()
-        .zip(plans.par_iter())
-        .zip(bytes.par_chunks(task_bytes))
-        .map(|((dst, plan), chunk)| with_word!(elem_size, fill_task(chunk, plan, dst, block_bytes)))
-        .collect();
-    let crc = plans
-        .iter()
-        .zip(&crcs)
-        .fold(crc_front, |acc, (t, &c)| combine(acc, c, t.len as u64));
-    crc_out.copy_from_slice(&crc.to_le_bytes());
+    enc.write(out);
 }
 
 /// A parsed and bounds-checked stream: everything but the payload's content is known valid.

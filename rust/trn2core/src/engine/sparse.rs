@@ -386,7 +386,9 @@ fn drive<K: RowKernel>(
     let k_tiles = k.div_ceil(TILE);
     let n_panels = n.div_ceil(K::NR);
     let tile_stride = TILE * K::NR;
-    let mut bpack = vec![0f32; n_panels * k_tiles * tile_stride];
+    let mut bpack_buf = vec![0f32; n_panels * k_tiles * tile_stride + 16];
+    let align = bpack_buf.as_ptr().align_offset(64).min(16);
+    let bpack = &mut bpack_buf[align..align + n_panels * k_tiles * tile_stride];
     bpack
         .par_chunks_mut(tile_stride)
         .enumerate()
@@ -428,41 +430,47 @@ fn drive<K: RowKernel>(
                 *cnt = c as u32;
             }
         });
-    let (bpack, offsets, values, counts) = (&bpack, &offsets, &values, &counts);
+    let (bpack, offsets, values, counts) = (&*bpack, &offsets, &values, &counts);
     tasks.par_iter_mut().try_for_each(|task| {
         if !fp_env_is_ieee() {
             return Err(fp_env_error());
         }
         let width = task.rows.first().map_or(0, |r| r.len());
         let jp0 = task.col0 / K::NR;
-        // The block's PSUM values for one panel: a few KiB that stay in L1/L2 across the tiles,
-        // while the tile's panel of `b` (TILE x NR) is reused by every row of the block.
-        let mut psum = vec![0f32; task.rows.len() * K::NR];
-        for jp in 0..width.div_ceil(K::NR) {
-            let c0 = jp * K::NR;
-            let cols = K::NR.min(width - c0);
-            let strip = &bpack[(jp0 + jp) * k_tiles * tile_stride..][..k_tiles * tile_stride];
-            for (t, panel) in strip.chunks_exact(tile_stride).enumerate() {
-                for (g, group) in psum.chunks_mut(ROWS * K::NR).enumerate() {
-                    let mut lists: [(&[u32], &[f32]); ROWS] = [(&[], &[]); ROWS];
+        // The block's PSUM values, `[row][panel][NR]` (tens of KiB, in L2). Tile by tile, each
+        // row group's lists of `a` (in L1) are reused across the block's panels, and each
+        // tile's panel of `b` (TILE x NR, in L1) across the block's row groups.
+        let panels = width.div_ceil(K::NR);
+        let stride = panels * K::NR;
+        let mut psum = vec![0f32; task.rows.len() * stride];
+        for t in 0..k_tiles {
+            for (g, group) in psum.chunks_mut(ROWS * stride).enumerate() {
+                let mut lists: [(&[u32], &[f32]); ROWS] = [(&[], &[]); ROWS];
+                let mut rows = 0;
+                for (r, list) in lists.iter_mut().enumerate().take(group.len() / stride) {
+                    let i = task.row0 + g * ROWS + r;
+                    let cnt = counts[i * k_tiles + t] as usize;
+                    let at = i * row_len + t * TILE..i * row_len + t * TILE + cnt;
+                    *list = (&offsets[at.clone()], &values[at]);
+                    rows = r + 1;
+                }
+                for jp in 0..panels {
+                    let at = ((jp0 + jp) * k_tiles + t) * tile_stride;
+                    let panel = &bpack[at..at + tile_stride];
                     let mut ptrs = [std::ptr::null_mut(); ROWS];
-                    for (r, p) in group.chunks_exact_mut(K::NR).enumerate() {
-                        let i = task.row0 + g * ROWS + r;
-                        let cnt = counts[i * k_tiles + t] as usize;
-                        let list = i * row_len + t * TILE..i * row_len + t * TILE + cnt;
-                        lists[r] = (&offsets[list.clone()], &values[list]);
-                        ptrs[r] = p.as_mut_ptr();
+                    for (r, p) in ptrs.iter_mut().enumerate().take(rows) {
+                        *p = group[r * stride + jp * K::NR..].as_mut_ptr();
                     }
                     // SAFETY: every listed offset is `kk * NR` with `kk < TILE`, so
-                    // `offset + NR` is within the tile's panel; each non-null pointer is NR
+                    // `offset + NR` is within the tile's panel; each non-null pointer starts NR
                     // elements of the task's own buffer, distinct from the others.
                     unsafe { kernel.run_rows(&lists, panel, &ptrs, t == 0) };
                 }
             }
-            for (row, p) in task.rows.iter_mut().zip(psum.chunks_exact(K::NR)) {
-                for (o, &v) in row[c0..c0 + cols].iter_mut().zip(p) {
-                    *o = if v.is_nan() { CANONICAL_NAN } else { v };
-                }
+        }
+        for (row, p) in task.rows.iter_mut().zip(psum.chunks_exact(stride)) {
+            for (o, &v) in row.iter_mut().zip(p) {
+                *o = if v.is_nan() { CANONICAL_NAN } else { v };
             }
         }
         Ok(())
