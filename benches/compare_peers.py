@@ -328,7 +328,7 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
                for o in res.outputs)
     notes.append(f"all_reduce ({res.report.algorithm}): all 16 ranks bit-identical: {same}; "
                  f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}")
-    del res, bufs
+    del res
     uc = trn2core.UltraCluster(32)
     est = best_of(lambda: uc.estimate("all_reduce", 1 << 30), repeat)
     task = "estimate all_reduce 1 GiB on 2,048 chips"
