@@ -64,7 +64,11 @@ def ls_text(machine) -> str:
         f"logical-neuroncore-config: {machine.lnc}",
         f"neuron-devices: {topo.size} (Trainium2, {spec.cores_per_chip} physical NeuronCore-v3 "
         f"each, {per_chip} logical cores at LNC={machine.lnc})",
-        f"topology: {'x'.join(map(str, topo.torus_shape)) or 'single chip'} NeuronLink torus"
+        (
+            f"topology: {'x'.join(map(str, topo.torus_shape))} NeuronLink torus"
+            if topo.torus_shape
+            else "topology: one chip (no NeuronLink links)"
+        )
         + (f", {topo.ultraservers} UltraServers joined by EFA" if topo.ultraservers > 1 else ""),
         f"links per direction: X/Y {spec.neuronlink_xy_link_bytes_per_s / 1e9:.0f} GB/s"
         + (
@@ -79,6 +83,8 @@ def ls_text(machine) -> str:
             else ""
         ),
     ]
+    if not topo.torus_shape:
+        lines.pop()  # no links to describe
     shown = topo.size // topo.ultraservers
     rows = []
     for i in range(shown):
