@@ -8,6 +8,8 @@ See ``docs/`` and ``trn2core demo``.
 from __future__ import annotations
 
 from . import _core, dma, memory, reference, spec
+from .chip import Chip, LogicalCore
+from .collectives import ALGORITHMS, CollectiveReport, CollectiveResult
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
 from .errors import (
     CapacityError,
@@ -30,6 +32,7 @@ from .numerics import (
 )
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor, compress, prune
+from .topology import Instance, Torus, UltraCluster, UltraServer
 
 __version__: str = _core.__version__
 
@@ -56,6 +59,15 @@ __all__ = [
     "SparseTensor",
     "prune",
     "compress",
+    "Chip",
+    "LogicalCore",
+    "Instance",
+    "UltraServer",
+    "UltraCluster",
+    "Torus",
+    "CollectiveResult",
+    "CollectiveReport",
+    "ALGORITHMS",
     "reference",
     "Trn2Error",
     "ShapeError",

@@ -2,7 +2,8 @@
 
 Subcommands: ``demo`` (the main job: a tour of what trn2core computes), ``formats`` (the number
 formats) and ``spec`` (the hardware constants). Later parts add ``gemm``, ``ls`` and
-``nccom-test`` in the manner of the Neuron tools.
+``nccom-test`` in the manner of the Neuron tools (``ls`` and ``nccom-test`` live in
+``cli_collectives``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import time
 import numpy as np
 
 from . import __version__, spec
+from .chip import Chip
+from .cli_collectives import add_commands as add_collective_commands
+from .cli_collectives import demo_collectives
 from .errors import Trn2Error
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 from .sparsity import SPARSITY_PATTERNS
@@ -313,6 +317,7 @@ DEMO_PARTS = [
     ("tensor-engine", demo_tensor_engine),
     ("sparsity", demo_sparsity),
     ("dma", demo_dma),
+    ("collectives", demo_collectives),
 ]
 
 
@@ -350,9 +355,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     from .engine import estimate_gemm, gemm
     from .sparsity import compress, prune
 
+    core = Chip(lnc=args.lnc).cores[0] if args.lnc else None
     rep = estimate_gemm(
         args.m, args.k, args.n, dtype=args.dtype, perf_mode=args.perf_mode,
-        sparsity=args.sparsity, throttle=not args.no_throttle,
+        sparsity=args.sparsity, throttle=not args.no_throttle, core=core,
     )  # fmt: skip
     if args.run:
         rng = np.random.default_rng(args.seed)
@@ -361,7 +367,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         if args.sparsity:
             a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
         t0 = time.perf_counter()
-        res = gemm(a, b, perf_mode=args.perf_mode, throttle=not args.no_throttle)
+        res = gemm(a, b, perf_mode=args.perf_mode, throttle=not args.no_throttle, core=core)
         dt = time.perf_counter() - t0
         rep = res.report
         print(
@@ -407,7 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument("--run", action="store_true", help="also compute it on random data")
     g.add_argument("--seed", type=int, default=0, help="seed of the random data (--run)")
+    g.add_argument(
+        "--lnc", type=int, choices=(1, 2, 4),
+        help="run on one Logical NeuronCore of this size (its physical cores split the work)",
+    )  # fmt: skip
     g.set_defaults(func=cmd_gemm)
+    add_collective_commands(sub)
     sub.add_parser("formats", help="the number formats").set_defaults(func=cmd_formats)
     sub.add_parser("spec", help="the hardware constants and their sources").set_defaults(
         func=cmd_spec

@@ -252,8 +252,7 @@ def estimate_gemm(
     off the dI/dt throttle model (on by default, as on the hardware)."""
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
-    if core is not None and not isinstance(core, NeuronCore):
-        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
+    _check_core(core)
     dims = []
     for name, v in (("M", M), ("K", K), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -263,12 +262,7 @@ def estimate_gemm(
         raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
     _core.check_gemm_formats(dtype, dtype, perf_mode)
     m, k, n = dims
-    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), False, sparsity)
-
-    def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), True, sparsity)[1]
-
-    return Report(fields, retrace=retrace)
+    return _timing(core, m, k, n, dtype, perf_mode, bool(throttle), sparsity)
 
 
 def gemm(
@@ -292,8 +286,7 @@ def gemm(
     operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
     result on the way out with the same ``rounding``.
     """
-    if core is not None and not isinstance(core, NeuronCore):
-        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
+    _check_core(core)
     if perf_mode not in PERF_MODES:
         raise FormatError(f"perf_mode: unknown perf_mode {perf_mode!r}; expected {PERF_MODES}")
     sparsity = None
@@ -327,10 +320,29 @@ def gemm(
     if out_dtype != "fp32":
         out = quantize(out, out_dtype, rounding=rounding, seed=seed)
     cost = _cost_dtype(af, bf)
-    thr = bool(throttle)
-    fields, _ = _core.estimate_gemm(m, k, n, cost, perf_mode, thr, False, sparsity)
+    report = _timing(core, m, k, n, cost, perf_mode, bool(throttle), sparsity)
+    return GemmResult(out=out, report=report)
+
+
+def _check_core(core) -> None:
+    """``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
+    if core is not None and not isinstance(core, NeuronCore):
+        from .chip import check_gemm_core
+
+        check_gemm_core(core)
+
+
+def _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
+    """The GEMM's timing on ``core``: one NeuronCore, or the physical cores of a LogicalCore or
+    a Chip, over which the work is split (``trn2core.chip.gemm_report``; the bits do not depend
+    on the split)."""
+    if core is not None and not isinstance(core, NeuronCore):
+        from .chip import gemm_report
+
+        return gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity)
+    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, False, sparsity)
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, cost, perf_mode, thr, True, sparsity)[1]
+        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
 
-    return GemmResult(out=out, report=Report(fields, retrace=retrace))
+    return Report(fields, retrace=retrace)

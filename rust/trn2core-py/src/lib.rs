@@ -3,6 +3,7 @@
 //! `trn2core.Trn2Error` tree; there is no logic here.
 
 mod arrays;
+mod collectives;
 mod dma;
 mod engine;
 mod errors;
@@ -45,5 +46,14 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::PyHbmStack>()?;
     m.add_class::<memory::PyCoreMemory>()?;
     m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;
+    m.add_class::<collectives::PyTorus>()?;
+    m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::collective_move, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::nccom_estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::logical_core_info, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::estimate_gemm_cores, m)?)?;
     Ok(())
 }

@@ -6,9 +6,11 @@
 
 pub mod dma;
 pub mod report;
+pub mod split;
 pub mod tensor;
 pub mod throttle;
 
 pub use report::{Event, Report};
+pub use split::{estimate_gemm_cores, Split};
 pub use tensor::{estimate_gemm, matmul_cycles, GemmPlan, PeArrayClock};
 pub use throttle::Throttle;

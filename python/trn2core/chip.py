@@ -1,0 +1,216 @@
+"""One Trainium2 chip and its Logical NeuronCores (contract section 5).
+
+A chip has 8 physical NeuronCore-v3 on two dies (cores 0-3 and 4-7) and four HBM stacks, each
+shared by an adjacent pair of cores. A Logical NeuronCore (LNC) groups ``lnc`` adjacent
+physical cores: LNC=1 is every core on its own, LNC=2 (the Trn2 default) the pairs sharing an
+HBM stack, LNC=4 a whole die. AWS documents LNC 1 and 2 for Trn2; 4 is a trn2core extension of
+the same idea. A logical core has ``lnc`` times one core's tensor engine, SBUF and HBM
+bandwidth share; ``trn2core.gemm(a, b, core=lc)`` splits the work over its physical cores
+(the bits do not depend on the split, the time does).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+from . import _core, spec
+from .engine import NeuronCore
+from .errors import FormatError, Trn2Error, Trn2ValueError
+from .report import Report
+
+__all__ = ["Chip", "LogicalCore", "LNC_VALUES"]
+
+#: Logical NeuronCore sizes trn2core accepts (AWS documents 1 and 2).
+LNC_VALUES = (1, 2, 4)
+
+_CORES_PER_CHIP = spec.cores_per_chip
+
+
+def _int_arg(value, name: str) -> int:
+    if isinstance(value, bool):
+        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}") from None
+
+
+def _check_lnc(lnc) -> int:
+    lnc = _int_arg(lnc, "lnc")
+    if lnc not in LNC_VALUES:
+        raise Trn2ValueError(
+            f"lnc: got {lnc}; a Logical NeuronCore groups 1, 2 or 4 physical cores (AWS "
+            "documents 1 and 2, default 2; 4 is a trn2core extension)"
+        )
+    return lnc
+
+
+class LogicalCore:
+    """``lnc`` adjacent physical NeuronCores of one chip, used as one core."""
+
+    def __init__(self, chip: Chip, index: int) -> None:
+        self._chip = chip
+        self._index = index
+        self._members = tuple(_core.logical_core_members(chip.lnc, index))
+        self._info = _core.logical_core_info(chip.lnc)
+
+    @property
+    def chip(self) -> Chip:
+        return self._chip
+
+    @property
+    def index(self) -> int:
+        """Index of the logical core on its chip (0 .. 8 // lnc)."""
+        return self._index
+
+    @property
+    def lnc(self) -> int:
+        return self._chip.lnc
+
+    @property
+    def physical_cores(self) -> tuple[NeuronCore, ...]:
+        """The adjacent physical cores it groups (the chip's own NeuronCore objects)."""
+        return tuple(self._chip.physical_cores[i] for i in self._members)
+
+    @property
+    def physical_core_indices(self) -> tuple[int, ...]:
+        return self._members
+
+    @property
+    def die(self) -> int:
+        """The compute die (0 or 1) its cores sit on."""
+        return self._members[0] // spec.cores_per_die
+
+    @property
+    def sbuf_bytes(self) -> int:
+        """SBUF: ``lnc`` x 28 MiB."""
+        return int(self._info["sbuf_bytes"])
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM capacity it owns: ``lnc`` x half a 24 GiB stack."""
+        return int(self._info["hbm_bytes"])
+
+    @property
+    def hbm_bandwidth(self) -> float:
+        """Its share of the chip's HBM bandwidth, bytes/s: ``lnc`` x 362.5 GB/s."""
+        return float(self._info["hbm_bandwidth"])
+
+    def peak_tflops(self, dtype: str = "bf16", *, perf_mode: str = "none") -> float:
+        """Dense tensor-engine peak in TFLOPS for ``dtype`` operands: ``lnc`` x 78.6 for
+        bf16/fp16/tf32 (and fp8 without double_row), x 2 for fp8 e4m3/e5m2 with
+        ``perf_mode="double_row"``, / 4 for fp32; ``dtype="sparse"`` gives the 4x sparse peak."""
+        peaks = self._info["peak_flops"]
+        if dtype not in peaks:
+            raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {tuple(peaks)}")
+        if perf_mode not in ("none", "double_row"):
+            raise FormatError(f"perf_mode: expected 'none' or 'double_row', got {perf_mode!r}")
+        if perf_mode == "double_row" and dtype not in ("fp8_e4m3", "fp8_e5m2"):
+            raise FormatError(f"perf_mode: double_row needs fp8_e4m3 or fp8_e5m2, not {dtype!r}")
+        flops = peaks[dtype]
+        if perf_mode == "none" and dtype in ("fp8_e4m3", "fp8_e5m2"):
+            flops = peaks["bf16"]
+        return flops / 1e12
+
+    def __repr__(self) -> str:
+        return (
+            f"LogicalCore(index={self._index}, lnc={self.lnc}, "
+            f"physical_cores={list(self._members)})"
+        )
+
+
+class Chip:
+    """One Trainium2 chip: 8 physical NeuronCores (``physical_cores``) grouped into
+    ``8 // lnc`` logical cores (``cores``), 96 GiB of HBM on four stacks."""
+
+    def __init__(self, lnc: int = 2, *, index: int = 0) -> None:
+        self._lnc = _check_lnc(lnc)
+        self._index = _int_arg(index, "index")
+        if self._index < 0:
+            raise Trn2ValueError(f"index: expected a chip index >= 0, got {self._index}")
+
+    @property
+    def lnc(self) -> int:
+        return self._lnc
+
+    @property
+    def index(self) -> int:
+        """The chip's index (rank) in its instance, UltraServer or cluster."""
+        return self._index
+
+    @functools.cached_property
+    def hbm_stacks(self) -> tuple:
+        """The chip's four HBM stacks (``trn2core.memory.HbmStack``, 24 GiB each); stack ``s``
+        is shared by physical cores ``2s`` and ``2s + 1``."""
+        from .memory import HbmStack
+
+        return tuple(HbmStack(s) for s in range(spec.hbm_stacks_per_chip))
+
+    @functools.cached_property
+    def physical_cores(self) -> tuple[NeuronCore, ...]:
+        """The 8 physical NeuronCore objects, ``core.index`` 0..7, adjacent pairs sharing an HBM
+        stack (created on first use: each holds its own 2 MiB PSUM)."""
+        per = spec.cores_per_hbm_stack
+        return tuple(NeuronCore(i, hbm=self.hbm_stacks[i // per]) for i in range(_CORES_PER_CHIP))
+
+    @functools.cached_property
+    def cores(self) -> tuple[LogicalCore, ...]:
+        """The ``8 // lnc`` logical cores."""
+        return tuple(LogicalCore(self, i) for i in range(_CORES_PER_CHIP // self._lnc))
+
+    @property
+    def sbuf_bytes(self) -> int:
+        """SBUF of the whole chip: 8 x 28 MiB."""
+        return _CORES_PER_CHIP * int(_core.logical_core_info(1)["sbuf_bytes"])
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM of the whole chip: 96 GiB."""
+        return _CORES_PER_CHIP * int(_core.logical_core_info(1)["hbm_bytes"])
+
+    @property
+    def hbm_bandwidth(self) -> float:
+        """HBM bandwidth of the whole chip, bytes/s (2.9 TB/s)."""
+        return _CORES_PER_CHIP * float(_core.logical_core_info(1)["hbm_bandwidth"])
+
+    def peak_tflops(self, dtype: str = "bf16", *, perf_mode: str = "none") -> float:
+        """Dense tensor-engine peak of all 8 cores, from the 2.4 GHz clock (the marketing chip
+        figures are about 5 % higher; see ``trn2core.spec``)."""
+        return len(self.cores) * self.cores[0].peak_tflops(dtype, perf_mode=perf_mode)
+
+    def __repr__(self) -> str:
+        cores = _CORES_PER_CHIP // self._lnc
+        return f"Chip(index={self._index}, lnc={self._lnc}, logical_cores={cores})"
+
+
+def check_gemm_core(core) -> None:
+    """Raises unless ``core`` is a NeuronCore, LogicalCore or Chip (``gemm``'s ``core=``)."""
+    if not isinstance(core, (NeuronCore, LogicalCore, Chip)):
+        raise Trn2Error(
+            f"core: expected a NeuronCore, LogicalCore or Chip, got {type(core).__name__}"
+        )
+
+
+def physical_indices(core) -> list[int]:
+    """The physical core indices a GEMM on ``core`` is split over."""
+    if isinstance(core, LogicalCore):
+        return list(core.physical_core_indices)
+    if isinstance(core, Chip):
+        return list(range(_CORES_PER_CHIP))
+    return [core.index]
+
+
+def gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
+    """The timing of a GEMM split over the physical cores of a LogicalCore or Chip."""
+    cores = physical_indices(core)
+    fields, _ = _core.estimate_gemm_cores(
+        m, k, n, dtype, perf_mode, throttle, False, cores, sparsity
+    )
+
+    def retrace() -> str:
+        return _core.estimate_gemm_cores(
+            m, k, n, dtype, perf_mode, throttle, True, cores, sparsity
+        )[1]
+
+    return Report(fields, retrace=retrace)

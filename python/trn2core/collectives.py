@@ -1,0 +1,372 @@
+"""Collectives over the chips of an instance, UltraServer or UltraCluster (contract section 5).
+
+The machines in ``trn2core.topology`` call into here; users call their methods
+(``inst.all_reduce(buffers)``) or ``machine.estimate(...)`` for timing without data. Every
+algorithm is one schedule of chunk transfers and reductions, executed on the buffers by the Rust
+core for the bits and costed over the links for the time (see docs/collectives.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _core
+from .dtypes import FORMAT_DTYPES
+from .errors import CapacityError, FormatError, ShapeError, Trn2ValueError
+from .report import Report, _fmt_seconds
+
+__all__ = [
+    "ALGORITHMS",
+    "COLLECTIVES",
+    "REDUCE_OPS",
+    "CollectiveReport",
+    "CollectiveResult",
+]
+
+#: Algorithm names (``algorithm=``): ``auto`` picks by message size like the Neuron runtime.
+ALGORITHMS = ("auto", "ring", "kangaring", "torus", "rdh", "mesh", "hierarchical")
+#: Collective names (and their nccom-test abbreviations).
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+#: Reduction operators.
+REDUCE_OPS = ("sum", "max", "min")
+
+_REDUCE_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e3m4")
+_FORMAT_OF_DTYPE = {FORMAT_DTYPES[f]: f for f in _REDUCE_FORMATS}
+_CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
+
+
+class CollectiveReport(Report):
+    """Timing of a collective. Fields: ``seconds``, ``algbw`` and ``busbw`` (bytes/s;
+    ``busbw = algbw x`` the collective's bus factor, as in nccom-test), ``algorithm`` (after
+    ``auto``), ``collective``, ``ranks``, ``size_bytes`` (nccom-test's ``size(B)``),
+    ``chip_link_capacity`` (what one chip's links can send at once, bytes/s), ``bound``
+    (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
+    ``phases`` (a list of dicts: steps, seconds and what bounds each step), ``link_bytes``
+    (``{"3->7 Y+": bytes}``: the bytes moved over every used link, one direction each) and
+    ``link_bandwidth`` (the same links' bandwidths)."""
+
+    def __str__(self) -> str:
+        f = self._fields
+        rows = [
+            ("what", f["description"]),
+            ("algorithm", f["algorithm"]),
+            ("time", _fmt_seconds(f["seconds"])),
+            ("algbw", f"{f['algbw'] / 1e9:.2f} GB/s"),
+            ("busbw", f"{f['busbw'] / 1e9:.2f} GB/s (x{f['bus_factor']:.3f})"),
+            ("chip link capacity", f"{f['chip_link_capacity'] / 1e9:.0f} GB/s out of each chip"),
+            ("bound", f["bound"]),
+            ("busiest link use", f"{100 * f['max_link_utilization']:.1f}% in its busiest step"),
+            ("links used", f"{len(f['link_bytes'])}"),
+        ]
+        for p in f["phases"]:
+            rows.append(
+                (
+                    f"  {p['name']}",
+                    f"{p['steps']} x {_fmt_seconds(p['step_s'])} = {_fmt_seconds(p['seconds'])}"
+                    f" ({p['bound']}, max {p['max_hops']} hops)",
+                )
+            )
+        w = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+    def __repr__(self) -> str:
+        f = self._fields
+        return (
+            f"CollectiveReport({f['collective']!r}, algorithm={f['algorithm']!r}, "
+            f"seconds={f['seconds']:.6g}, busbw={f['busbw'] / 1e9:.4g} GB/s)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveResult:
+    """``outputs``: one array per rank, in rank order; ``report``: the timing."""
+
+    outputs: list[np.ndarray]
+    report: CollectiveReport
+
+
+def _check_choice(value, choices, name: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise Trn2ValueError(f"{name}: got {value!r}; expected one of {choices}")
+    return value
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 1 << 40
+
+
+def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dtype]:
+    """Every rank's buffer as a native-order ndarray; all of one shape and dtype."""
+    if isinstance(buffers, np.ndarray) or not hasattr(buffers, "__len__"):
+        raise ShapeError(
+            f"buffers: expected a sequence of {n} arrays (one per chip), got "
+            f"{type(buffers).__name__}"
+        )
+    if len(buffers) != n:
+        raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} ranks; pass one per chip")
+    arrays = [np.asarray(b) for b in buffers]
+    shape, dtype = arrays[0].shape, arrays[0].dtype
+    for i, a in enumerate(arrays):
+        if a.shape != shape:
+            raise ShapeError(
+                f"buffers: buffer {i} has shape {a.shape}, buffer 0 has {shape}; every rank's "
+                "buffer must have the same shape"
+            )
+        if a.dtype != dtype:
+            raise ShapeError(
+                f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every rank's "
+                "buffer must have the same dtype"
+            )
+    if dtype.kind not in "biufc" and dtype not in _FORMAT_OF_DTYPE and dtype.kind != "V":
+        raise FormatError(f"buffers: dtype {dtype} is not a numeric type")
+    if not dtype.isnative:
+        arrays = [a.astype(dtype.newbyteorder("=")) for a in arrays]
+        dtype = arrays[0].dtype
+    return arrays, shape, dtype
+
+
+def _check_output_size(total_bytes: int, what: str) -> None:
+    limit = _host_memory_bytes()
+    if total_bytes > limit:
+        raise CapacityError(
+            f"buffers: {what} would allocate {total_bytes / 1e9:.3g} GB of outputs; this host "
+            f"has {limit / 1e9:.3g} GB of memory"
+        )
+
+
+def _bounds(length: int, n: int) -> list[int]:
+    return [(r * length) // n for r in range(n + 1)]
+
+
+def _shape_chunk(shape: tuple[int, ...], n: int, length: int, r: int) -> tuple[int, ...]:
+    """Shape of rank r's share of a buffer of ``shape`` cut n ways: whole rows when the first
+    axis divides by n, else a flat piece."""
+    if shape and shape[0] % n == 0:
+        return (shape[0] // n, *shape[1:])
+    b = _bounds(length, n)
+    return (b[r + 1] - b[r],)
+
+
+def _report(fields: dict[str, Any], retrace) -> CollectiveReport:
+    return CollectiveReport(fields, retrace=retrace)
+
+
+def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> CollectiveResult:
+    """All-reduce or reduce-scatter (see ``Machine.all_reduce``)."""
+    _check_choice(op, REDUCE_OPS, "op")
+    _check_choice(algorithm, ALGORITHMS, "algorithm")
+    n = machine._ranks(chips)
+    arrays, shape, dtype = _buffers(buffers, n)
+    fmt = _FORMAT_OF_DTYPE.get(dtype)
+    if fmt is None:
+        raise FormatError(
+            f"buffers: {kind} reduces in fp32 on Trainium2; dtype {dtype} is not one of its "
+            "float types (float32, bfloat16, float16, float8_e4m3, float8_e5m2, float8_e3m4; "
+            "convert integers or float64 with astype(np.float32) first)"
+        )
+    length = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    itemsize = dtype.itemsize
+    out_total = n * length * itemsize if kind == "all_reduce" else length * itemsize
+    _check_output_size(out_total, kind)
+    code = _CODE_DTYPE[itemsize]
+    flats = [np.ascontiguousarray(a).reshape(-1).view(code) for a in arrays]
+    outs, fields = _core.collective_reduce(
+        machine.topology._t, chips, kind, op, algorithm, fmt, flats
+    )
+    results = []
+    for r, o in enumerate(outs):
+        o = o.view(dtype)
+        if kind == "all_reduce":
+            o = o.reshape(shape)
+        else:
+            o = o.reshape(_shape_chunk(shape, n, length, r))
+        results.append(o)
+    t = machine.topology._t
+    elements = length
+
+    def retrace() -> str:
+        return _core.collective_estimate(t, chips, kind, algorithm, elements, itemsize, None, True)[
+            1
+        ]
+
+    return CollectiveResult(results, _report(fields, retrace))
+
+
+def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> CollectiveResult:
+    """All-gather, all-to-all or send/recv: any dtype, bits moved unchanged."""
+    _check_choice(algorithm, ALGORITHMS, "algorithm")
+    n = machine._ranks(chips)
+    arrays, shape, dtype = _buffers(buffers, n)
+    if peers is not None:
+        peers = [_rank_arg(p, n, "peers") for p in peers]
+    length = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    itemsize = max(1, dtype.itemsize)
+    out_total = {"all_gather": n * n, "all_to_all": n, "send_recv": n}[kind] * length * itemsize
+    _check_output_size(out_total, kind)
+    flats = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
+    outs, fields = _core.collective_move(
+        machine.topology._t, chips, kind, algorithm, itemsize, flats, peers
+    )
+    results = []
+    for o in outs:
+        o = o.view(dtype)
+        if kind == "all_gather":
+            o = o.reshape((n, *shape))
+        elif kind == "all_to_all":
+            # Rank r receives block r of every rank: the input's shape when the first axis
+            # divides by the rank count, else a flat array.
+            o = o.reshape(shape) if shape and shape[0] % n == 0 else o.reshape(-1)
+        else:
+            o = o.reshape(shape)
+        results.append(o)
+    t = machine.topology._t
+
+    def retrace() -> str:
+        return _core.collective_estimate(t, chips, kind, algorithm, length, itemsize, peers, True)[
+            1
+        ]
+
+    return CollectiveResult(results, _report(fields, retrace))
+
+
+def _rank_arg(value, n: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise Trn2ValueError(f"{name}: expected rank numbers, got {value!r}")
+    if not 0 <= value < n:
+        raise Trn2ValueError(f"{name}: rank {value} does not exist; ranks are 0..{n - 1}")
+    return int(value)
+
+
+def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, peers):
+    """Timing of a collective of ``nbytes`` per rank's input, without data."""
+    _check_choice(collective, COLLECTIVES, "collective")
+    _check_choice(algorithm, ALGORITHMS, "algorithm")
+    n = machine._ranks(chips)
+    if dtype not in FORMAT_DTYPES:
+        raise FormatError(
+            f"dtype: unknown format {dtype!r}; expected one of {tuple(FORMAT_DTYPES)}"
+        )
+    itemsize = FORMAT_DTYPES[dtype].itemsize
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise Trn2ValueError(f"nbytes: expected a byte count >= 0, got {nbytes!r}")
+    if nbytes % itemsize:
+        raise Trn2ValueError(
+            f"nbytes: {nbytes} is not a whole number of {itemsize}-byte {dtype} elements"
+        )
+    if nbytes > 1 << 50:
+        raise CapacityError(f"nbytes: {nbytes} bytes per rank is beyond the model's 2**50")
+    if peers is not None:
+        peers = [_rank_arg(p, n, "peers") for p in peers]
+    elements = int(nbytes) // itemsize
+    t = machine.topology._t
+    fields, _ = _core.collective_estimate(
+        t, chips, collective, algorithm, elements, itemsize, peers, False
+    )
+
+    def retrace() -> str:
+        return _core.collective_estimate(
+            t, chips, collective, algorithm, elements, itemsize, peers, True
+        )[1]
+
+    return _report(fields, retrace)
+
+
+# ----------------------------------------------------------------------------------- nccom-test
+
+#: nccom-test's data types and their sizes in bytes.
+NCCOM_DATATYPES = {
+    "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "fp16": 2, "bf16": 2,
+    "uint32": 4, "int32": 4, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1,
+}  # fmt: skip
+
+_GIB = 1 << 30
+
+
+def parse_size(text: str) -> int:
+    """A size as nccom-test takes it: bytes, or with a binary unit (``32M``, ``1kb``, ``1GB``)."""
+    s = str(text).strip().lower()
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    mult = 1
+    for suffix in ("kb", "mb", "gb", "tb", "k", "m", "g", "t", "b"):
+        if s.endswith(suffix):
+            mult = units.get(suffix[0], 1)
+            s = s[: -len(suffix)]
+            break
+    try:
+        value = int(float(s) * mult)
+    except ValueError:
+        raise Trn2ValueError(
+            f"size: cannot read {text!r} as a byte count (e.g. 32M, 1kb)"
+        ) from None
+    if value < 1:
+        raise Trn2ValueError(f"size: {text!r} is not a positive byte count")
+    return value
+
+
+def nccom_sizes(minbytes: int, maxbytes: int, stepfactor, stepbytes) -> list[int]:
+    """The sizes nccom-test runs: from min to max, times ``stepfactor`` or plus ``stepbytes``
+    (default: a tenth of the range)."""
+    if maxbytes < minbytes:
+        raise Trn2ValueError(f"maxbytes: {maxbytes} is below minbytes {minbytes}")
+    sizes = [minbytes]
+    if stepfactor is not None:
+        if stepfactor < 2:
+            raise Trn2ValueError(f"stepfactor: expected an integer >= 2, got {stepfactor}")
+        while sizes[-1] * stepfactor <= maxbytes:
+            sizes.append(sizes[-1] * stepfactor)
+    else:
+        step = stepbytes if stepbytes is not None else max(1, (maxbytes - minbytes) // 10)
+        while sizes[-1] + step <= maxbytes and len(sizes) < 10_000:
+            sizes.append(sizes[-1] + step)
+    if len(sizes) > 10_000:
+        raise Trn2ValueError("stepfactor/stepbytes: more than 10,000 sizes")
+    return sizes
+
+
+def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str):
+    """One dict per size: ``size_bytes``, ``count``, ``seconds``, ``algbw``, ``busbw`` (bytes/s),
+    ``algorithm``."""
+    _check_choice(algorithm, ALGORITHMS, "algorithm")
+    if datatype not in NCCOM_DATATYPES:
+        raise Trn2ValueError(
+            f"datatype: got {datatype!r}; expected one of {tuple(NCCOM_DATATYPES)}"
+        )
+    elem = NCCOM_DATATYPES[datatype]
+    rows = []
+    for size in sizes:
+        size = max(elem, size - size % elem)
+        rows.append(_core.nccom_estimate(op, int(ranks), int(lnc), int(size), elem, algorithm))
+    return rows
+
+
+def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
+    """The rows as nccom-test prints them (bandwidths in GiB/s, as Neuron's tool reports)."""
+    head = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
+    if show_algorithm:
+        head.append("algorithm")
+    lines = []
+    for r in rows:
+        line = [
+            str(r["size_bytes"]),
+            str(r["count"]),
+            datatype,
+            f"{r['seconds'] * 1e6:.2f}",
+            f"{r['algbw'] / _GIB:.2f}",
+            f"{r['busbw'] / _GIB:.2f}",
+        ]
+        if show_algorithm:
+            line.append(r["algorithm"])
+        lines.append(line)
+    widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
+    out = ["    ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
+    out += ["    ".join(v.rjust(w) for v, w in zip(x, widths, strict=True)) for x in lines]
+    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GIB
+    out.append(f"Avg bus bandwidth:\t{avg:.4f}GB/s")
+    return "\n".join(out)

@@ -1,0 +1,267 @@
+//! Timing of a collective [`Schedule`] over the links: the timing model, kept apart from the bits.
+//!
+//! # Model (alpha-beta with per-hop latency and link contention)
+//!
+//! The steps of a phase are identical in shape (the chunks move, the pattern does not), so one
+//! step of each phase is costed and multiplied by the phase's repeat count: costing is linear in
+//! the number of transfers of one step, never in `steps x ranks`, and a 2,048-chip all-reduce
+//! costs in milliseconds. One step takes
+//!
+//! ```text
+//! step = latency + max(link, hbm, reduce)
+//! latency = the largest over the step's transfers of: NeuronLink hops x 1.5 us (the runtime's
+//!           documented 1-2 us per hop of Ring/KangaRing, [S16]), or 15 us for a transfer across
+//!           EFA (the documented minimal inter-server RDMA latency, [S15])
+//! link    = the largest over links of (bytes every transfer of the step routes over that link)
+//!           / (the link's bandwidth per direction): transfers sharing a link share its bandwidth
+//! hbm     = the largest over chips of the HBM bytes the step reads and writes there (a copy
+//!           reads at the sender and writes at the receiver; a reduction also reads the
+//!           receiver's own chunk; KangaRing's duplication scales this by 3/4 or 2/3) / 2.9 TB/s
+//! reduce  = the largest over chips of the bytes reduced there / (the chip's 3.5 TB/s of DMA at
+//!           the 50 % rate of accumulate-type transfers, [S3][S19])
+//! ```
+//!
+//! Transfers, reductions and HBM traffic of a step overlap (the runtime slices chunks to
+//! pipeline them, [S16]); a step's latency does not overlap the next step's. Routing is the
+//! torus's dimension-order routing; EFA crossings use the sender's NIC egress and the receiver's
+//! NIC ingress (25 GB/s each way) over a non-blocking fabric. A link never carries more than its
+//! bandwidth for the time of any step, so it never does over the whole collective either.
+
+use super::schedule::{Group, Schedule};
+use crate::spec::{
+    DMA_ACCUMULATE_EFFICIENCY, DMA_CHIP_BYTES_PER_S, EFA_LATENCY_S, HBM_CHIP_BYTES_PER_S,
+    RING_HOP_LATENCY_S,
+};
+use crate::topology::{LinkKind, Torus};
+
+/// Timing of one phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhaseTiming {
+    pub name: &'static str,
+    /// Steps.
+    pub repeat: u32,
+    /// Seconds of one step.
+    pub step_s: f64,
+    pub latency_s: f64,
+    pub link_s: f64,
+    pub hbm_s: f64,
+    pub reduce_s: f64,
+    /// Start of the phase, seconds from the start of the collective.
+    pub start_s: f64,
+    /// Whether the phase crosses EFA.
+    pub efa: bool,
+    /// Most NeuronLink hops of a transfer.
+    pub max_hops: usize,
+    /// Bytes of one step on its busiest link.
+    pub busiest_link_bytes: f64,
+    /// The busiest link of a step.
+    pub busiest_link: Option<usize>,
+}
+
+impl PhaseTiming {
+    /// Seconds of the whole phase.
+    pub fn seconds(&self) -> f64 {
+        self.step_s * f64::from(self.repeat)
+    }
+
+    /// What bounds a step: `"latency"`, `"link"`, `"efa"`, `"hbm"` or `"reduce"`.
+    pub fn bound(&self) -> &'static str {
+        let transfer = self.link_s.max(self.hbm_s).max(self.reduce_s);
+        if self.latency_s >= transfer {
+            "latency"
+        } else if self.link_s >= self.hbm_s.max(self.reduce_s) {
+            if self.efa {
+                "efa"
+            } else {
+                "link"
+            }
+        } else if self.hbm_s >= self.reduce_s {
+            "hbm"
+        } else {
+            "reduce"
+        }
+    }
+}
+
+/// Timing of a whole collective.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    pub seconds: f64,
+    pub phases: Vec<PhaseTiming>,
+    /// Bytes each used link carried over the whole collective: `(link id, bytes)`, by id.
+    pub link_bytes: Vec<(usize, f64)>,
+    /// Largest `bytes / (bandwidth x seconds)` over links and phases (at most 1).
+    pub max_link_utilization: f64,
+    /// Bytes sent by all ranks over the network (excluding copies within a chip).
+    pub network_bytes: f64,
+    /// Chrome trace JSON, when asked for.
+    pub trace: Option<String>,
+}
+
+/// Most links the trace draws a track for (above, only the phases are drawn).
+const TRACE_MAX_LINK_TRACKS: usize = 2048;
+
+/// Costs `s` on `group` with fine chunks of `fine_chunk_bytes` each (the average; fine chunks of
+/// a buffer differ by at most one element). With `trace`, also builds a Chrome/Perfetto trace:
+/// one track for the phases and one per link.
+pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> Timing {
+    let torus: &Torus = group.torus;
+    let nlinks = torus.size() * torus.links_per_chip();
+    let mut load = vec![0f64; nlinks];
+    let mut touched: Vec<usize> = Vec::new();
+    let mut total = vec![0f64; nlinks];
+    let mut hbm = vec![0f64; torus.size()];
+    let mut red = vec![0f64; torus.size()];
+    let mut chips_touched: Vec<usize> = Vec::new();
+    let mut phases = Vec::with_capacity(s.phases.len());
+    let mut t = 0.0;
+    let mut max_util: f64 = 0.0;
+    let mut network_bytes = 0.0;
+    let mut events: Vec<(String, &'static str, f64, f64)> = Vec::new();
+    let reduce_rate = DMA_CHIP_BYTES_PER_S * DMA_ACCUMULATE_EFFICIENCY;
+    for phase in &s.phases {
+        let mut latency: f64 = 0.0;
+        let mut max_hops = 0;
+        let mut efa = false;
+        let mut step_net = 0.0;
+        for tr in &phase.transfers {
+            let bytes = tr.sel.fine_chunks(s.k) as f64 * fine_chunk_bytes;
+            let (a, b) = (group.chips[tr.src as usize], group.chips[tr.dst as usize]);
+            let route = torus.route(a, b, |l| {
+                if load[l] == 0.0 {
+                    touched.push(l);
+                }
+                load[l] += bytes;
+            });
+            if a != b {
+                step_net += bytes;
+            }
+            let lat = if route.efa {
+                EFA_LATENCY_S
+            } else {
+                route.hops as f64 * RING_HOP_LATENCY_S
+            };
+            latency = latency.max(lat);
+            max_hops = max_hops.max(route.hops);
+            efa |= route.efa;
+            for (chip, acc) in [
+                (a, bytes),
+                (b, bytes * if phase.reduce { 2.0 } else { 1.0 }),
+            ] {
+                if hbm[chip] == 0.0 && red[chip] == 0.0 {
+                    chips_touched.push(chip);
+                }
+                hbm[chip] += acc * phase.hbm_factor;
+            }
+            if phase.reduce {
+                red[b] += bytes;
+            }
+        }
+        let (mut link_s, mut busiest, mut busiest_bytes) = (0f64, None, 0f64);
+        for &l in &touched {
+            let ls = load[l] / torus.link_id_bandwidth(l);
+            if ls > link_s {
+                link_s = ls;
+                busiest = Some(l);
+                busiest_bytes = load[l];
+            }
+        }
+        let (mut hbm_s, mut reduce_s) = (0f64, 0f64);
+        for &c in &chips_touched {
+            hbm_s = hbm_s.max(hbm[c] / HBM_CHIP_BYTES_PER_S);
+            reduce_s = reduce_s.max(red[c] / reduce_rate);
+        }
+        let step = latency + link_s.max(hbm_s).max(reduce_s);
+        let repeat = f64::from(phase.repeat);
+        for &l in &touched {
+            total[l] += load[l] * repeat;
+            if step > 0.0 {
+                max_util = max_util.max(load[l] / (torus.link_id_bandwidth(l) * step));
+            }
+            if trace && touched.len() <= TRACE_MAX_LINK_TRACKS {
+                let busy = repeat * load[l] / torus.link_id_bandwidth(l);
+                events.push((torus.link_name(l), phase.name, t, busy));
+            }
+        }
+        if trace {
+            events.push(("collective".to_string(), phase.name, t, repeat * step));
+        }
+        network_bytes += step_net * repeat;
+        phases.push(PhaseTiming {
+            name: phase.name,
+            repeat: phase.repeat,
+            step_s: step,
+            latency_s: latency,
+            link_s,
+            hbm_s,
+            reduce_s,
+            start_s: t,
+            efa,
+            max_hops,
+            busiest_link_bytes: busiest_bytes,
+            busiest_link: busiest,
+        });
+        t += repeat * step;
+        for &l in &touched {
+            load[l] = 0.0;
+        }
+        touched.clear();
+        for &c in &chips_touched {
+            hbm[c] = 0.0;
+            red[c] = 0.0;
+        }
+        chips_touched.clear();
+    }
+    let link_bytes: Vec<(usize, f64)> = total
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b > 0.0)
+        .map(|(l, &b)| (l, b))
+        .collect();
+    Timing {
+        seconds: t,
+        phases,
+        link_bytes,
+        max_link_utilization: max_util,
+        network_bytes,
+        trace: trace.then(|| trace_json(&events)),
+    }
+}
+
+/// A Chrome trace-event document: one thread per track, times in microseconds.
+fn trace_json(events: &[(String, &'static str, f64, f64)]) -> String {
+    let mut tracks: Vec<&str> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (track, ..) in events {
+        if !index.contains_key(track.as_str()) {
+            let _ = index.insert(track.as_str(), tracks.len());
+            tracks.push(track.as_str());
+        }
+    }
+    let mut s = String::with_capacity(128 + events.len() * 100);
+    s.push_str("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
+    s.push_str("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":0,\"args\":{\"name\":\"trn2core collective\"}}");
+    for (i, t) in tracks.iter().enumerate() {
+        s.push_str(&format!(
+            ",{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":{i},\"args\":{{\"name\":\"{t}\"}}}}"
+        ));
+    }
+    for (track, name, start, dur) in events {
+        let tid = index.get(track.as_str()).copied().unwrap_or(0);
+        s.push_str(&format!(
+            ",{{\"ph\":\"X\",\"name\":\"{name}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6}}}",
+            start * 1e6,
+            dur * 1e6
+        ));
+    }
+    s.push_str("]}");
+    s
+}
+
+/// Whether a link identifier is an EFA NIC direction.
+pub fn is_efa(torus: &Torus, link: usize) -> bool {
+    matches!(
+        torus.link_of(link).1,
+        LinkKind::EfaEgress | LinkKind::EfaIngress
+    )
+}

@@ -1,0 +1,342 @@
+//! Collectives over the chips of an instance, an UltraServer or an UltraCluster (contract
+//! section 5): all-reduce (sum, max, min), reduce-scatter, all-gather, all-to-all and send/recv.
+//!
+//! - [`schedule`]: each algorithm as a schedule of chunk transfers and reductions, and the
+//!   Neuron runtime's choice of algorithm by message size.
+//! - [`exec`]: the functional model, executing a schedule on the buffers (the bits).
+//! - [`cost`]: the timing model, costing the same schedule over the links (the time).
+//!
+//! [`estimate`] costs a collective without data; [`run_reduce`] and [`run_move`] also compute
+//! it. [`nccom_estimate`] is the model behind `trn2core nccom-test`.
+
+pub mod cost;
+pub mod exec;
+pub mod schedule;
+
+pub use cost::{cost, PhaseTiming, Timing};
+pub use exec::{
+    execute_move, execute_reduce, output_lengths, run_symbolic, Buf, BufMut, ReduceOp, Symbolic,
+    LEAF as LEAF_TAG, UNDEF,
+};
+pub use schedule::{
+    auto_algorithm, build, hamiltonian_decomposition, snake_order, Algorithm, ChunkSel, Group,
+    Kind, Phase, Schedule, Transfer,
+};
+
+use crate::numerics::Format;
+use crate::spec::{
+    CORES_PER_CHIP, DMA_FIXED_COST_S, HBM_CHIP_BYTES_PER_S, INSTANCE_TORUS_X, INSTANCE_TORUS_Y,
+};
+use crate::topology::{check_lnc, Torus};
+use crate::{Error, Result};
+
+/// Everything a collective's report says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectiveReport {
+    pub kind: Kind,
+    /// The algorithm used (after `auto`), e.g. `"kangaring"` or `"hierarchical(torus+efa)"`.
+    pub algorithm: String,
+    pub op: Option<ReduceOp>,
+    pub ranks: usize,
+    /// Elements of one rank's input.
+    pub elements: u64,
+    pub elem_bytes: u64,
+    /// `nccom-test`'s `size(B)`: bytes of one rank's buffer for all-reduce, reduce-scatter,
+    /// all-to-all and send/recv; of one rank's gathered output for all-gather.
+    pub size_bytes: f64,
+    pub seconds: f64,
+    /// `size_bytes / seconds`, bytes/s.
+    pub algbw: f64,
+    /// `algbw` times the collective's bus factor, bytes/s.
+    pub busbw: f64,
+    pub bus_factor: f64,
+    /// What one chip's links can send at once, bytes/s (NeuronLink, plus EFA across servers).
+    pub chip_link_capacity: f64,
+    pub timing: Timing,
+    /// Channels (parallel rings) of the schedule.
+    pub channels: usize,
+}
+
+impl CollectiveReport {
+    /// What bounds the collective: the bound of the phase that takes the most time.
+    pub fn bound(&self) -> &'static str {
+        self.timing
+            .phases
+            .iter()
+            .max_by(|a, b| a.seconds().total_cmp(&b.seconds()))
+            .map_or("latency", |p| p.bound())
+    }
+}
+
+/// `nccom-test`'s `size(B)` for `elements` per rank of `elem_bytes`.
+pub fn size_bytes(kind: Kind, n: usize, elements: u64, elem_bytes: u64) -> f64 {
+    let b = elements as f64 * elem_bytes as f64;
+    match kind {
+        Kind::AllGather => b * n as f64,
+        _ => b,
+    }
+}
+
+/// Elements of the working buffer the schedule's fine chunks split (see `schedule`).
+fn working_elements(kind: Kind, n: usize, elements: u64) -> f64 {
+    match kind {
+        Kind::AllGather => elements as f64 * n as f64,
+        _ => elements as f64,
+    }
+}
+
+fn report(
+    sched: &Schedule,
+    group: &Group,
+    op: Option<ReduceOp>,
+    elements: u64,
+    elem_bytes: u64,
+    trace: bool,
+) -> CollectiveReport {
+    let n = group.n();
+    let w = working_elements(sched.kind, n, elements);
+    let fine = w * elem_bytes as f64 / sched.fine_chunks().max(1) as f64;
+    let timing = cost(sched, group, fine, trace);
+    let size = size_bytes(sched.kind, n, elements, elem_bytes);
+    let factor = sched.kind.bus_factor(n);
+    let (algbw, busbw) = if timing.seconds > 0.0 {
+        (size / timing.seconds, size / timing.seconds * factor)
+    } else {
+        (0.0, 0.0)
+    };
+    CollectiveReport {
+        kind: sched.kind,
+        algorithm: sched.algorithm_name(),
+        op,
+        ranks: n,
+        elements,
+        elem_bytes,
+        size_bytes: size,
+        seconds: timing.seconds,
+        algbw,
+        busbw,
+        bus_factor: factor,
+        chip_link_capacity: group.torus.chip_egress_bytes_per_s(),
+        timing,
+        channels: sched.k,
+    }
+}
+
+/// Costs collective `kind` over `group` for `elements` per rank of `elem_bytes` each, without
+/// data. `peers` is send/recv's permutation (default: rank `r` sends to `r + 1`).
+pub fn estimate(
+    group: &Group,
+    kind: Kind,
+    algorithm: Algorithm,
+    elements: u64,
+    elem_bytes: u64,
+    peers: Option<&[usize]>,
+    trace: bool,
+) -> Result<(Schedule, CollectiveReport)> {
+    if elem_bytes == 0 {
+        return Err(Error::value("dtype", "elements of zero bytes"));
+    }
+    let size = size_bytes(kind, group.n(), elements, elem_bytes);
+    let sched = build(group, kind, algorithm, size as u64, peers)?;
+    let rep = report(&sched, group, None, elements, elem_bytes, trace);
+    Ok((sched, rep))
+}
+
+/// Computes an all-reduce or reduce-scatter on `inputs` (one per rank, in `format`) into
+/// `outputs` ([`output_lengths`]), and costs it.
+pub fn run_reduce(
+    group: &Group,
+    kind: Kind,
+    op: ReduceOp,
+    algorithm: Algorithm,
+    format: Format,
+    inputs: &[Buf],
+    outputs: &mut [BufMut],
+) -> Result<CollectiveReport> {
+    let elem = u64::from(format.code_bits() / 8);
+    let elements = match inputs.first() {
+        Some(Buf::F32(x)) => x.len(),
+        Some(Buf::U16(x)) => x.len(),
+        Some(Buf::U8(x)) => x.len(),
+        None => return Err(Error::shape("buffers", "no buffers")),
+    } as u64;
+    let size = size_bytes(kind, group.n(), elements, elem);
+    let sched = build(group, kind, algorithm, size as u64, None)?;
+    execute_reduce(&sched, op, format, inputs, outputs)?;
+    Ok(report(&sched, group, Some(op), elements, elem, false))
+}
+
+/// Computes an all-gather, all-to-all or send/recv on raw bytes (`elem` bytes per element) and
+/// costs it.
+pub fn run_move(
+    group: &Group,
+    kind: Kind,
+    algorithm: Algorithm,
+    elem: usize,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    peers: Option<&[usize]>,
+) -> Result<CollectiveReport> {
+    let elements = (inputs.first().map_or(0, |b| b.len()) / elem.max(1)) as u64;
+    let size = size_bytes(kind, group.n(), elements, elem as u64);
+    let sched = build(group, kind, algorithm, size as u64, peers)?;
+    execute_move(&sched, elem, inputs, outputs)?;
+    Ok(report(&sched, group, None, elements, elem as u64, false))
+}
+
+/// The machine and chips `nccom-test` runs `chips` chips on: one chip, the first `chips` chips
+/// of an instance's or UltraServer's snake order (so consecutive ranks are link neighbours), or
+/// whole UltraServers of an UltraCluster.
+pub fn machine_for_chips(chips: usize) -> Result<(Torus, Vec<usize>)> {
+    let instance = INSTANCE_TORUS_X * INSTANCE_TORUS_Y;
+    let us = Torus::ultraserver();
+    let per_us = us.size();
+    if chips == 0 {
+        return Err(Error::value("ranks", "need at least one rank"));
+    }
+    if chips == 1 {
+        return Ok((Torus::single_chip(), vec![0]));
+    }
+    let pick = |t: Torus| {
+        let order = snake_order(t.torus_shape());
+        let chosen: Vec<usize> = if chips == t.size() {
+            (0..chips).collect()
+        } else {
+            order[..chips].iter().map(|&c| c as usize).collect()
+        };
+        (t, chosen)
+    };
+    if chips <= instance {
+        return Ok(pick(Torus::instance()));
+    }
+    if chips <= per_us {
+        return Ok(pick(us));
+    }
+    if !chips.is_multiple_of(per_us) {
+        return Err(Error::value(
+            "ranks",
+            format!(
+                "{chips} chips span several UltraServers; use a multiple of {per_us} chips \
+                 (whole UltraServers)"
+            ),
+        ));
+    }
+    let t = Torus::ultracluster(chips / per_us)?;
+    let all = (0..t.size()).collect();
+    Ok((t, all))
+}
+
+/// One row of `nccom-test`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NccomRow {
+    pub size_bytes: u64,
+    pub count: u64,
+    pub seconds: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    pub algorithm: String,
+    /// Seconds of the within-chip stage (several ranks per chip).
+    pub intra_chip_s: f64,
+    pub chips: usize,
+}
+
+/// The model behind `trn2core nccom-test -r RANKS`: `ranks` are Logical NeuronCores as in
+/// Neuron's tool (`8 / lnc` per chip), `size_bytes` is the tool's `size(B)`.
+///
+/// The ranks of one chip share its links, so the chip-level collective runs once per chip on
+/// the chip's data, and a within-chip stage before or after it moves data through HBM: an
+/// all-reduce reduces the chip's `L` local buffers (read `L S`, write `S`) and broadcasts the
+/// result (read `S`, write `L S`); an all-gather copies the gathered data to every local rank;
+/// a reduce-scatter reduces the local inputs; an all-to-all exchanges the local parts. That
+/// stage moves its bytes at the chip's HBM bandwidth, overlapped with the chip-level stage (the
+/// runtime pipelines chunks through both), and adds one DMA fixed cost.
+pub fn nccom_estimate(
+    kind: Kind,
+    ranks: usize,
+    lnc: usize,
+    size_bytes: u64,
+    elem_bytes: u64,
+    algorithm: Algorithm,
+) -> Result<NccomRow> {
+    check_lnc(lnc)?;
+    let per_chip = CORES_PER_CHIP / lnc;
+    if ranks == 0 {
+        return Err(Error::value("ranks", "need at least one rank"));
+    }
+    let (chips, local) = if ranks <= per_chip {
+        (1, ranks)
+    } else if ranks.is_multiple_of(per_chip) {
+        (ranks / per_chip, per_chip)
+    } else {
+        return Err(Error::value(
+            "ranks",
+            format!(
+                "{ranks} ranks with LNC={lnc} ({per_chip} per chip): use at most {per_chip} ranks \
+                 or a multiple of {per_chip}"
+            ),
+        ));
+    };
+    if elem_bytes == 0 || !size_bytes.is_multiple_of(elem_bytes) {
+        return Err(Error::value(
+            "size",
+            format!("{size_bytes} bytes is not a whole number of {elem_bytes}-byte elements"),
+        ));
+    }
+    let (torus, chosen) = machine_for_chips(chips)?;
+    let group = Group::new(&torus, chosen)?;
+    let s = size_bytes as f64;
+    let l = local as f64;
+    // Per-chip elements of the chip-level collective's input.
+    let count = size_bytes / elem_bytes;
+    let chip_elements = match kind {
+        Kind::AllReduce | Kind::ReduceScatter => count,
+        Kind::AllGather => count / ranks as u64 * local as u64,
+        Kind::AllToAll => count * local as u64,
+        Kind::SendRecv => count * local as u64,
+    };
+    let (chip_s, alg) = if chips > 1 {
+        let (_, rep) = estimate(
+            &group,
+            kind,
+            algorithm,
+            chip_elements,
+            elem_bytes,
+            None,
+            false,
+        )?;
+        (rep.seconds, rep.algorithm)
+    } else {
+        (0.0, "local".to_string())
+    };
+    let intra_bytes = if local > 1 {
+        match kind {
+            Kind::AllReduce => (2.0 * l + 2.0) * s,
+            Kind::AllGather => (l + 1.0) * s,
+            Kind::ReduceScatter => (l + 1.0) * s,
+            Kind::AllToAll | Kind::SendRecv => 2.0 * l * s,
+        }
+    } else {
+        0.0
+    };
+    let intra_s = if intra_bytes > 0.0 {
+        DMA_FIXED_COST_S + intra_bytes / HBM_CHIP_BYTES_PER_S
+    } else {
+        0.0
+    };
+    let seconds = if intra_bytes > 0.0 {
+        chip_s.max(intra_bytes / HBM_CHIP_BYTES_PER_S) + DMA_FIXED_COST_S
+    } else {
+        chip_s
+    };
+    let algbw = if seconds > 0.0 { s / seconds } else { 0.0 };
+    Ok(NccomRow {
+        size_bytes,
+        count,
+        seconds,
+        algbw,
+        busbw: algbw * kind.bus_factor(ranks),
+        algorithm: alg,
+        intra_chip_s: intra_s,
+        chips,
+    })
+}

@@ -1,0 +1,1287 @@
+//! Collective algorithms as schedules: phases of concurrent chunk transfers, each phase repeated
+//! a number of steps. The same [`Schedule`] is executed on the data (`exec`) and costed over the
+//! links (`cost`), so the bits and the time always describe one algorithm.
+//!
+//! # Chunks
+//!
+//! A collective with `N` ranks and `K` channels cuts the working buffer (the input for
+//! all-reduce and reduce-scatter, the gathered output for all-gather) into `G = N * K` *fine
+//! chunks*: fine chunk `f` covers elements `floor(f * W / G) .. floor((f + 1) * W / G)` of a
+//! buffer of `W` elements, so sizes not divisible by the rank count work and every coarser
+//! chunking used below nests exactly. Fine chunk `f` belongs to *rank-chunk* `f / K` and
+//! channel `f % K`; rank-chunk `r` is what rank `r` owns at the end of a reduce-scatter (and
+//! holds at the start of an all-gather). Channels are independent streams (the two directions of
+//! a ring, or the four rings of KangaRing) that split every rank-chunk.
+//!
+//! A transfer names its chunks with a [`ChunkSel`]: a local chunk index that may advance with
+//! the step (`j = (j0 + dj * step) mod m`), an optional permutation (a ring position to the
+//! coordinate it stands for), a run of `n1` consecutive local chunks, and an affine map
+//! `base + local * mult + b * s2` (`b < n2`) to rank-chunks. This is enough for flat rings,
+//! rings along one torus dimension inside the others, recursive halving/doubling, the direct
+//! (mesh) pattern, and all of them nested inside the UltraServers of a hierarchical algorithm.
+
+use crate::spec::{
+    COLLECTIVE_MESH_MAX_BYTES, COLLECTIVE_RDH_MAX_BYTES,
+    KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
+    KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
+    RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, TORUS_HAMILTONIAN_CYCLES,
+};
+use crate::topology::Torus;
+use crate::{Error, Result};
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    AllToAll,
+    /// Point-to-point: every rank sends its buffer to one peer (a permutation).
+    SendRecv,
+}
+
+impl Kind {
+    /// All kinds.
+    pub const ALL: [Kind; 5] = [
+        Kind::AllReduce,
+        Kind::ReduceScatter,
+        Kind::AllGather,
+        Kind::AllToAll,
+        Kind::SendRecv,
+    ];
+
+    /// The Python name (`all_reduce`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "all_reduce",
+            Kind::ReduceScatter => "reduce_scatter",
+            Kind::AllGather => "all_gather",
+            Kind::AllToAll => "all_to_all",
+            Kind::SendRecv => "send_recv",
+        }
+    }
+
+    /// Parses a Python name or a `nccom-test` operation name (`allr`, `allg`, `redsct`,
+    /// `alltoall`, `sendrecv`).
+    pub fn parse(arg: &str, name: &str) -> Result<Kind> {
+        let k = match name {
+            "all_reduce" | "allr" => Kind::AllReduce,
+            "reduce_scatter" | "redsct" => Kind::ReduceScatter,
+            "all_gather" | "allg" => Kind::AllGather,
+            "all_to_all" | "alltoall" => Kind::AllToAll,
+            "send_recv" | "sendrecv" => Kind::SendRecv,
+            other => {
+                return Err(Error::value(
+                    arg,
+                    format!(
+                        "unknown collective {other:?}; expected all_reduce, reduce_scatter, \
+                         all_gather, all_to_all or send_recv (or allr, redsct, allg, alltoall, \
+                         sendrecv)"
+                    ),
+                ))
+            }
+        };
+        Ok(k)
+    }
+
+    /// Whether the collective reduces.
+    pub const fn reduces(self) -> bool {
+        matches!(self, Kind::AllReduce | Kind::ReduceScatter)
+    }
+
+    /// The bus-bandwidth factor of `nccom-test` and nccl-tests for `n` ranks: all-reduce
+    /// `2 (n - 1) / n`, all-gather, reduce-scatter and all-to-all `(n - 1) / n`, send/recv 1.
+    pub fn bus_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Kind::AllReduce => 2.0 * (n - 1.0) / n,
+            Kind::ReduceScatter | Kind::AllGather | Kind::AllToAll => (n - 1.0) / n,
+            Kind::SendRecv => 1.0,
+        }
+    }
+}
+
+/// A collective algorithm (see `docs/collectives.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
+    Auto,
+    /// One ring through every rank, run in both directions at once (the runtime's fallback;
+    /// "multiple cycles with mutually exclusive wires in parallel", [S16]).
+    Ring,
+    /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
+    /// directions: four rings that use every X/Y link of every chip at once.
+    KangaRing,
+    /// Rings along each torus dimension in turn (X, then Y, then Z), both directions at once.
+    Torus,
+    /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view,
+    /// one channel per hypercube dimension, each walking the dimensions in a rotated order.
+    Rdh,
+    /// Direct: every rank writes to every other rank in one step, routed through the torus.
+    Mesh,
+    /// Within each UltraServer over NeuronLink, across UltraServers over EFA.
+    Hierarchical,
+}
+
+impl Algorithm {
+    /// All algorithms, `auto` first.
+    pub const ALL: [Algorithm; 7] = [
+        Algorithm::Auto,
+        Algorithm::Ring,
+        Algorithm::KangaRing,
+        Algorithm::Torus,
+        Algorithm::Rdh,
+        Algorithm::Mesh,
+        Algorithm::Hierarchical,
+    ];
+
+    /// The Python name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::Ring => "ring",
+            Algorithm::KangaRing => "kangaring",
+            Algorithm::Torus => "torus",
+            Algorithm::Rdh => "rdh",
+            Algorithm::Mesh => "mesh",
+            Algorithm::Hierarchical => "hierarchical",
+        }
+    }
+
+    /// Parses a name; the error lists the accepted ones.
+    pub fn parse(arg: &str, name: &str) -> Result<Algorithm> {
+        Algorithm::ALL
+            .iter()
+            .copied()
+            .find(|a| a.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                Error::value(
+                    arg,
+                    format!("unknown algorithm {name:?}; expected one of {names:?}"),
+                )
+            })
+    }
+}
+
+/// "Every channel" in [`ChunkSel::channel`].
+pub const ALL_CHANNELS: u32 = u32::MAX;
+/// "No permutation" in [`ChunkSel::perm`].
+pub const IDENTITY: u32 = u32::MAX;
+
+/// Which fine chunks a transfer carries at step `k` of its phase (see the module doc).
+///
+/// Local chunk `j = (j0 + dj * k) mod m`; local chunks `j + a + c * sl` for `a < n1`, `c < nl`
+/// (never wrapping), each through the permutation `perm` if any, map to rank-chunks
+/// `base + local * mult + b * s2` for `b < n2`; each rank-chunk contributes channel `channel`
+/// (or all `K`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSel {
+    pub j0: u32,
+    pub dj: i32,
+    pub m: u32,
+    pub n1: u32,
+    pub nl: u32,
+    pub sl: u32,
+    pub perm: u32,
+    pub base: u32,
+    pub mult: u32,
+    pub n2: u32,
+    pub s2: u32,
+    pub channel: u32,
+}
+
+impl ChunkSel {
+    /// Number of fine chunks carried, for `k` channels.
+    pub fn fine_chunks(&self, k: usize) -> usize {
+        let per = if self.channel == ALL_CHANNELS { k } else { 1 };
+        self.n1 as usize * self.nl as usize * self.n2 as usize * per
+    }
+
+    /// Calls `f` with every fine chunk carried at step `step`.
+    pub fn for_each(&self, step: u32, k: usize, perms: &[Vec<u32>], mut f: impl FnMut(usize)) {
+        let m = i64::from(self.m.max(1));
+        let j = (i64::from(self.j0) + i64::from(self.dj) * i64::from(step)).rem_euclid(m) as usize;
+        for cl in 0..self.nl as usize {
+            for a in 0..self.n1 as usize {
+                let local = j + a + cl * self.sl as usize;
+                let local = if self.perm == IDENTITY {
+                    local
+                } else {
+                    perms[self.perm as usize][local] as usize
+                };
+                let rc0 = self.base as usize + local * self.mult as usize;
+                for b in 0..self.n2 as usize {
+                    let rc = rc0 + b * self.s2 as usize;
+                    if self.channel == ALL_CHANNELS {
+                        for c in 0..k {
+                            f(rc * k + c);
+                        }
+                    } else {
+                        f(rc * k + self.channel as usize);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One transfer of a phase: from rank `src` to rank `dst` (ranks are positions in the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub src: u32,
+    pub dst: u32,
+    pub sel: ChunkSel,
+}
+
+/// A phase: `repeat` steps, each made of the same concurrent transfers (their chunks may move
+/// with the step). With `reduce`, the receiver combines what arrives with what it holds;
+/// otherwise it stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub name: &'static str,
+    pub repeat: u32,
+    pub reduce: bool,
+    pub transfers: Vec<Transfer>,
+    /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
+    /// one-read-two-writes duplication touches HBM less, trn2_facts.md 12.2).
+    pub hbm_factor: f64,
+}
+
+/// A collective, ready to execute or cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub kind: Kind,
+    /// The algorithm after `auto` was resolved.
+    pub algorithm: Algorithm,
+    /// For a hierarchical schedule, the algorithm used within each UltraServer.
+    pub intra: Option<Algorithm>,
+    /// Ranks.
+    pub n: usize,
+    /// Channels.
+    pub k: usize,
+    pub phases: Vec<Phase>,
+    /// Permutation tables referenced by [`ChunkSel::perm`].
+    pub perms: Vec<Vec<u32>>,
+}
+
+impl Schedule {
+    /// Fine chunks `G = N * K`.
+    pub fn fine_chunks(&self) -> usize {
+        self.n * self.k
+    }
+
+    /// The algorithm's name, with the intra-server algorithm of a hierarchical one, e.g.
+    /// `"hierarchical(torus+rdh)"`.
+    pub fn algorithm_name(&self) -> String {
+        match self.intra {
+            Some(a) => format!("hierarchical({}+efa)", a.name()),
+            None => self.algorithm.name().to_string(),
+        }
+    }
+}
+
+/// The ranks of a collective: `chips[r]` is the chip of rank `r` on `torus`.
+#[derive(Debug, Clone)]
+pub struct Group<'a> {
+    pub torus: &'a Torus,
+    pub chips: Vec<usize>,
+}
+
+impl<'a> Group<'a> {
+    /// Every chip of the torus, rank `r` on chip `r`.
+    pub fn all(torus: &'a Torus) -> Group<'a> {
+        Group {
+            torus,
+            chips: (0..torus.size()).collect(),
+        }
+    }
+
+    /// The chips `chips` (distinct, existing) in that rank order.
+    pub fn new(torus: &'a Torus, chips: Vec<usize>) -> Result<Group<'a>> {
+        if chips.is_empty() {
+            return Err(Error::value(
+                "chips",
+                "a collective needs at least one rank",
+            ));
+        }
+        let mut seen = vec![false; torus.size()];
+        for &c in &chips {
+            if c >= torus.size() {
+                return Err(Error::value(
+                    "chips",
+                    format!(
+                        "chip {c} does not exist; this machine has chips 0..{}",
+                        torus.size()
+                    ),
+                ));
+            }
+            if seen[c] {
+                return Err(Error::value("chips", format!("chip {c} is listed twice")));
+            }
+            seen[c] = true;
+        }
+        Ok(Group { torus, chips })
+    }
+
+    /// Ranks.
+    pub fn n(&self) -> usize {
+        self.chips.len()
+    }
+
+    /// Whether the group is every chip of the torus in index order.
+    pub fn is_whole(&self) -> bool {
+        self.chips.len() == self.torus.size() && self.chips.iter().enumerate().all(|(i, &c)| i == c)
+    }
+}
+
+/// Most ranks the direct (mesh) pattern is built for: it has `N (N - 1)` transfers per step.
+pub const MESH_MAX_RANKS: usize = 1024;
+
+/// The boustrophedon order of a torus: consecutive chips are NeuronLink neighbours, and for
+/// even extents the last chip neighbours the first, so it is a Hamiltonian cycle.
+pub fn snake_order(shape: &[usize]) -> Vec<u32> {
+    let mut order: Vec<u32> = vec![0];
+    let mut stride = 1u32;
+    for &e in shape {
+        let lower = order.clone();
+        order.clear();
+        for c in 0..e as u32 {
+            let part: Box<dyn Iterator<Item = &u32>> = if c % 2 == 0 {
+                Box::new(lower.iter())
+            } else {
+                Box::new(lower.iter().rev())
+            };
+            order.extend(part.map(|&x| x + c * stride));
+        }
+        stride *= e as u32;
+    }
+    order
+}
+
+/// Two edge-disjoint Hamiltonian cycles covering every link of a 2-D torus (a Hamiltonian
+/// decomposition, which every product of two cycles has), found by depth-first search in a fixed
+/// neighbour order so the result is always the same. `None` if the torus is not 2-D with both
+/// extents at least 3, or no decomposition turns up within the search budget.
+pub fn hamiltonian_decomposition(shape: &[usize]) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]> {
+    if shape.len() != 2 || shape[0] < 3 || shape[1] < 3 {
+        return None;
+    }
+    let torus = Torus::new(shape, 1).ok()?;
+    let n = torus.size();
+    let nbrs: Vec<Vec<usize>> = (0..n)
+        .map(|i| torus.neighbors(i).unwrap_or_default())
+        .collect();
+    let edge = |a: usize, b: usize| (a.min(b), a.max(b));
+    let mut path = vec![0usize];
+    let mut used = vec![false; n];
+    used[0] = true;
+    let mut budget: u64 = 5_000_000;
+    // Iterative DFS over Hamiltonian cycles from chip 0; each complete cycle is tested for a
+    // connected complement.
+    let mut next_idx = vec![0usize; n + 1];
+    loop {
+        if budget == 0 {
+            return None;
+        }
+        budget -= 1;
+        let depth = path.len();
+        let at = path[depth - 1];
+        if depth == n {
+            if nbrs[at].contains(&0) {
+                let mut cyc_edges: Vec<(usize, usize)> =
+                    path.windows(2).map(|w| edge(w[0], w[1])).collect();
+                cyc_edges.push(edge(at, 0));
+                if let Some(other) = complement_cycle(&nbrs, &cyc_edges) {
+                    let first: Vec<u32> = path.iter().map(|&c| c as u32).collect();
+                    return Some([first, other]);
+                }
+            }
+            // Backtrack.
+            used[at] = false;
+            path.pop();
+            continue;
+        }
+        let i = next_idx[depth];
+        if i < nbrs[at].len() {
+            next_idx[depth] += 1;
+            let nb = nbrs[at][i];
+            if !used[nb] {
+                used[nb] = true;
+                path.push(nb);
+                next_idx[depth + 1] = 0;
+            }
+        } else {
+            if depth == 1 {
+                return None;
+            }
+            used[at] = false;
+            path.pop();
+        }
+    }
+}
+
+/// The edges of the torus not in `cycle`, as a cycle order from chip 0, if they form one
+/// Hamiltonian cycle.
+fn complement_cycle(nbrs: &[Vec<usize>], cycle: &[(usize, usize)]) -> Option<Vec<u32>> {
+    let n = nbrs.len();
+    let in_cycle = |a: usize, b: usize| cycle.contains(&(a.min(b), a.max(b)));
+    let rest: Vec<Vec<usize>> = (0..n)
+        .map(|a| {
+            nbrs[a]
+                .iter()
+                .copied()
+                .filter(|&b| !in_cycle(a, b))
+                .collect()
+        })
+        .collect();
+    if rest.iter().any(|r| r.len() != 2) {
+        return None;
+    }
+    let mut order = vec![0u32];
+    let (mut prev, mut at) = (0usize, rest[0][0]);
+    while at != 0 {
+        order.push(at as u32);
+        let nx = if rest[at][0] == prev {
+            rest[at][1]
+        } else {
+            rest[at][0]
+        };
+        prev = at;
+        at = nx;
+        if order.len() > n {
+            return None;
+        }
+    }
+    (order.len() == n).then_some(order)
+}
+
+/// Maps a sub-collective's local chunk index to rank-chunks: `base + local * mult + b * s2` for
+/// `b < n2` (the `b` term replicates over the dimensions the sub-collective does not cover).
+#[derive(Debug, Clone, Copy)]
+struct Ctx {
+    base: u32,
+    mult: u32,
+    n2: u32,
+    s2: u32,
+}
+
+impl Ctx {
+    const FLAT: Ctx = Ctx {
+        base: 0,
+        mult: 1,
+        n2: 1,
+        s2: 0,
+    };
+
+    fn sel(&self, j0: u32, dj: i32, m: u32, n1: u32, perm: u32, channel: u32) -> ChunkSel {
+        self.sel2(j0, dj, m, (n1, 1, 0), perm, channel)
+    }
+
+    /// [`Ctx::sel`] with a second level of local chunks: `runs = (n1, nl, sl)`.
+    fn sel2(
+        &self,
+        j0: u32,
+        dj: i32,
+        m: u32,
+        runs: (u32, u32, u32),
+        perm: u32,
+        channel: u32,
+    ) -> ChunkSel {
+        ChunkSel {
+            j0,
+            dj,
+            m,
+            n1: runs.0,
+            nl: runs.1,
+            sl: runs.2,
+            perm,
+            base: self.base,
+            mult: self.mult,
+            n2: self.n2,
+            s2: self.s2,
+            channel,
+        }
+    }
+}
+
+/// A ring: `order[q]` is the rank at ring position `q`; ring position `q` stands for local chunk
+/// `perm[q]` (or `q` with [`IDENTITY`]).
+#[derive(Debug, Clone)]
+struct Ring {
+    order: Vec<u32>,
+    perm: u32,
+    ctx: Ctx,
+    channel: u32,
+}
+
+/// Appends the `m - 1` steps of a ring reduce-scatter (`reduce`) or all-gather of every ring
+/// (all the same length) as one phase.
+fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64) -> Option<Phase> {
+    let m = rings.first()?.order.len();
+    if m < 2 {
+        return None;
+    }
+    let mut transfers = Vec::with_capacity(rings.len() * m);
+    for ring in rings {
+        debug_assert_eq!(ring.order.len(), m);
+        for q in 0..m {
+            let next = (q + 1) % m;
+            // Reduce-scatter: position q sends chunk q - 1 - k at step k (its partial sum).
+            // All-gather: position q sends chunk q - k (what it received the step before).
+            let j0 = if reduce { (q + m - 1) % m } else { q };
+            transfers.push(Transfer {
+                src: ring.order[q],
+                dst: ring.order[next],
+                sel: ring
+                    .ctx
+                    .sel(j0 as u32, -1, m as u32, 1, ring.perm, ring.channel),
+            });
+        }
+    }
+    Some(Phase {
+        name,
+        repeat: (m - 1) as u32,
+        reduce,
+        transfers,
+        hbm_factor,
+    })
+}
+
+/// Recursive halving (reduce-scatter, `reduce`) or doubling (all-gather) over `members`
+/// (a power of two `m = 2^p` of them; local index `i` is rank `members[i]`), one phase per step.
+///
+/// With `rotated`, the data is cut into `p` channels and channel `c` walks the hypercube's
+/// dimensions in the halving order rotated by `c` (bits `p-1-c, p-2-c, ...` modulo `p`), so at
+/// every step the channels exchange along `p` different dimensions at once and spread over the
+/// torus's links, as the runtime's four per-chip RDH groups do (trn2_facts.md 12.2). Without it
+/// (the EFA stage of a hierarchical schedule, where every transfer leaves through the same NIC)
+/// all channels move together, high bit first.
+fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut Vec<Phase>) {
+    let m = match groups.first() {
+        Some((g, _)) => g.len(),
+        None => return,
+    };
+    if m < 2 {
+        return;
+    }
+    debug_assert!(m.is_power_of_two());
+    let p = m.trailing_zeros() as usize;
+    let channels: Vec<u32> = if rotated {
+        (0..p as u32).collect()
+    } else {
+        vec![ALL_CHANNELS]
+    };
+    // The halving order of a channel: bit indices, high bit first, rotated.
+    let order = |c: usize| -> Vec<usize> { (0..p).map(|t| p - 1 - (t + c) % p).collect() };
+    for t in 0..p {
+        let mut transfers = Vec::with_capacity(groups.len() * m * channels.len());
+        for (ci, &ch) in channels.iter().enumerate() {
+            let ord = order(if rotated { ci } else { 0 });
+            // Halving fixes ord[0..=t]; doubling frees the fixed bits in reverse, so at its step
+            // t it exchanges along ord[p-1-t] what is fixed by ord[0..=p-1-t].
+            let (beta, fixed): (usize, &[usize]) = if reduce {
+                (ord[t], &ord[..=t])
+            } else {
+                (ord[p - 1 - t], &ord[..p - t])
+            };
+            for (members, ctx) in groups {
+                for i in 0..m {
+                    let partner = i ^ (1 << beta);
+                    // The chunks sent: their fixed bits equal the receiver's (halving: the half
+                    // the partner keeps) or the sender's own (doubling: everything it holds);
+                    // the free bits take every value.
+                    let who = if reduce { partner } else { i };
+                    let base: usize = fixed.iter().map(|&b| who & (1 << b)).sum();
+                    let runs = free_runs(p, fixed);
+                    transfers.push(Transfer {
+                        src: members[i],
+                        dst: members[partner],
+                        sel: ctx.sel2(base as u32, 0, m as u32, runs, IDENTITY, ch),
+                    });
+                }
+            }
+        }
+        out.push(Phase {
+            name: if reduce {
+                "rdh reduce-scatter"
+            } else {
+                "rdh all-gather"
+            },
+            repeat: 1,
+            reduce,
+            transfers,
+            hbm_factor: 1.0,
+        });
+    }
+}
+
+/// The local chunks whose bits outside `fixed` are free, as `(n1, nl, sl)`: `n1` consecutive
+/// indices (the free bits from bit 0 up) times `nl` strided by `sl` (the other run of free bits).
+/// The fixed bits of a rotated halving order are a cyclic interval, so the free ones are at
+/// most two runs, one of them starting at bit 0 when there are two.
+fn free_runs(p: usize, fixed: &[usize]) -> (u32, u32, u32) {
+    let is_free = |b: usize| !fixed.contains(&b);
+    let low = (0..p).take_while(|&b| is_free(b)).count();
+    let rest: Vec<usize> = (low..p).filter(|&b| is_free(b)).collect();
+    let (lo, len) = match (rest.first(), rest.last()) {
+        (Some(&lo), Some(&hi)) => (lo, hi - lo + 1),
+        _ => (0, 0),
+    };
+    debug_assert_eq!(rest.len(), len, "free bits are not two runs");
+    (1 << low, 1 << len, if len > 0 { 1 << lo } else { 0 })
+}
+
+/// The direct pattern over every group: each rank sends every other rank its chunk (reduce-
+/// scatter: the receiver's chunk; all-gather: its own). The receiver takes them in ascending
+/// rank order, so a reduction is `own, then the others in ascending rank order`.
+fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Option<Phase> {
+    let m = groups.first()?.0.len();
+    if m < 2 {
+        return None;
+    }
+    let mut transfers = Vec::with_capacity(groups.len() * m * (m - 1));
+    for (members, ctx) in groups {
+        for d in 0..m {
+            for s in 0..m {
+                if s == d {
+                    continue;
+                }
+                let j = if reduce { d } else { s };
+                transfers.push(Transfer {
+                    src: members[s],
+                    dst: members[d],
+                    sel: ctx.sel(j as u32, 0, m as u32, 1, IDENTITY, ALL_CHANNELS),
+                });
+            }
+        }
+    }
+    Some(Phase {
+        name: if reduce {
+            "mesh reduce-scatter"
+        } else {
+            "mesh all-gather"
+        },
+        repeat: 1,
+        reduce,
+        transfers,
+        hbm_factor: 1.0,
+    })
+}
+
+/// Which part of an all-reduce to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Half {
+    ReduceScatter,
+    AllGather,
+}
+
+/// Builds one half (reduce-scatter or all-gather) of a flat algorithm over a server-local
+/// group: `servers` copies of the torus `shape` (the ranks of server `s` are `s * P + l`),
+/// every copy running the same pattern at once; local chunk `l` stands for rank-chunks
+/// `l + P * s` for every server `s` (`n2 = servers`). Returns the phases and the channel count.
+struct Builder<'t> {
+    shape: &'t [usize],
+    /// Ranks per server.
+    p: usize,
+    servers: usize,
+    perms: Vec<Vec<u32>>,
+}
+
+impl Builder<'_> {
+    fn perm(&mut self, table: Vec<u32>) -> u32 {
+        if let Some(i) = self.perms.iter().position(|t| *t == table) {
+            return i as u32;
+        }
+        self.perms.push(table);
+        (self.perms.len() - 1) as u32
+    }
+
+    fn server_ctx(&self) -> Ctx {
+        Ctx {
+            base: 0,
+            mult: 1,
+            n2: self.servers as u32,
+            s2: self.p as u32,
+        }
+    }
+
+    fn members(&self, s: usize) -> Vec<u32> {
+        (0..self.p).map(|l| (s * self.p + l) as u32).collect()
+    }
+
+    /// A ring in `order` (server-local ranks), run in both directions at once: channel 0
+    /// follows `order`, channel 1 the reverse (a link is full duplex, so the two directions
+    /// use different link directions and do not contend).
+    fn ring(&mut self, order: &[u32], half: Half) -> Vec<Phase> {
+        let ctx = self.server_ctx();
+        let mut rev = vec![order[0]];
+        rev.extend(order[1..].iter().rev());
+        let mut rings = Vec::new();
+        for (ch, dir) in [order.to_vec(), rev].into_iter().enumerate() {
+            let perm = self.perm(dir.clone());
+            for s in 0..self.servers {
+                rings.push(Ring {
+                    order: dir.iter().map(|&l| l + (s * self.p) as u32).collect(),
+                    perm,
+                    ctx,
+                    channel: ch as u32,
+                });
+            }
+        }
+        let reduce = half == Half::ReduceScatter;
+        let name = if reduce {
+            "ring reduce-scatter"
+        } else {
+            "ring all-gather"
+        };
+        ring_phase(name, &rings, reduce, 1.0).into_iter().collect()
+    }
+
+    /// KangaRing: two Hamiltonian cycles, each in both directions: channels 0..4.
+    fn kangaring(&mut self, cycles: &[Vec<u32>; 2], half: Half) -> Vec<Phase> {
+        let ctx = self.server_ctx();
+        let mut rings = Vec::new();
+        for (ci, cyc) in cycles.iter().enumerate() {
+            let mut rev = vec![cyc[0]];
+            rev.extend(cyc[1..].iter().rev());
+            for (di, order) in [cyc.clone(), rev].into_iter().enumerate() {
+                let perm = self.perm(order.clone());
+                for s in 0..self.servers {
+                    rings.push(Ring {
+                        order: order.iter().map(|&l| l + (s * self.p) as u32).collect(),
+                        perm,
+                        ctx,
+                        channel: (2 * ci + di) as u32,
+                    });
+                }
+            }
+        }
+        let reduce = half == Half::ReduceScatter;
+        // KangaRing's duplication: 3 HBM accesses instead of 4 per chunk per two ranks for
+        // all-gather, 4 instead of 6 for reduce-scatter.
+        let factor = if reduce {
+            KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
+                / RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
+        } else {
+            KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
+                / RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
+        };
+        let name = if reduce {
+            "kangaring reduce-scatter"
+        } else {
+            "kangaring all-gather"
+        };
+        ring_phase(name, &rings, reduce, factor)
+            .into_iter()
+            .collect()
+    }
+
+    /// Rings along each torus dimension (reduce-scatter X, Y, Z; all-gather Z, Y, X), the `+`
+    /// ring on channel 0 and the `-` ring on channel 1.
+    fn torus(&mut self, half: Half) -> Vec<Phase> {
+        let shape = self.shape.to_vec();
+        let dims: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] >= 2).collect();
+        let mut strides = vec![1usize; shape.len() + 1];
+        for d in 0..shape.len() {
+            strides[d + 1] = strides[d] * shape[d];
+        }
+        let reduce = half == Half::ReduceScatter;
+        let order: Vec<usize> = if reduce {
+            dims.clone()
+        } else {
+            dims.iter().rev().copied().collect()
+        };
+        let mut phases = Vec::new();
+        for d in order {
+            let e = shape[d];
+            let plus: Vec<u32> = (0..e as u32).collect();
+            let mut minus = vec![0u32];
+            minus.extend((1..e as u32).rev());
+            let perms = [self.perm(plus.clone()), self.perm(minus.clone())];
+            let mut rings = Vec::new();
+            for s in 0..self.servers {
+                for l in 0..self.p {
+                    let c = (l / strides[d]) % e;
+                    if c != 0 {
+                        continue; // one ring per line, started from its chip with coordinate 0
+                    }
+                    // Rank-chunks held entering this dimension: coordinates of the dimensions
+                    // already reduced (those before d) fixed to this line's, all others free.
+                    let fixed: usize = dims
+                        .iter()
+                        .filter(|&&dd| dd < d)
+                        .map(|&dd| ((l / strides[dd]) % shape[dd]) * strides[dd])
+                        .sum();
+                    let ctx = Ctx {
+                        base: fixed as u32,
+                        mult: strides[d] as u32,
+                        n2: (self.p / strides[d + 1] * self.servers) as u32,
+                        s2: strides[d + 1] as u32,
+                    };
+                    for (ch, coords) in [&plus, &minus].into_iter().enumerate() {
+                        let order: Vec<u32> = coords
+                            .iter()
+                            .map(|&cc| (s * self.p + l + cc as usize * strides[d]) as u32)
+                            .collect();
+                        rings.push(Ring {
+                            order,
+                            perm: perms[ch],
+                            ctx,
+                            channel: ch as u32,
+                        });
+                    }
+                }
+            }
+            let name = if reduce {
+                "torus ring reduce-scatter"
+            } else {
+                "torus ring all-gather"
+            };
+            // Lines of other dimensions hold only the chunks whose coordinates in the dimensions
+            // already reduced match theirs: the ctx above. For the all-gather half the same
+            // holds with the roles reversed, so the same rings serve.
+            if let Some(p) = ring_phase(name, &rings, reduce, 1.0) {
+                phases.push(p);
+            }
+        }
+        phases
+    }
+
+    fn rdh(&mut self, half: Half) -> Vec<Phase> {
+        let ctx = self.server_ctx();
+        let groups: Vec<(Vec<u32>, Ctx)> =
+            (0..self.servers).map(|s| (self.members(s), ctx)).collect();
+        let mut out = Vec::new();
+        rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out);
+        out
+    }
+
+    fn mesh(&mut self, half: Half) -> Vec<Phase> {
+        let ctx = self.server_ctx();
+        let groups: Vec<(Vec<u32>, Ctx)> =
+            (0..self.servers).map(|s| (self.members(s), ctx)).collect();
+        mesh_phase(&groups, half == Half::ReduceScatter)
+            .into_iter()
+            .collect()
+    }
+
+    /// The channels an algorithm uses on groups of `p` ranks.
+    fn channels(alg: Algorithm, p: usize) -> usize {
+        match alg {
+            Algorithm::KangaRing => 2 * TORUS_HAMILTONIAN_CYCLES,
+            Algorithm::Torus | Algorithm::Ring => 2,
+            Algorithm::Rdh if p >= 2 => p.trailing_zeros() as usize,
+            _ => 1,
+        }
+    }
+
+    fn half(&mut self, alg: Algorithm, half: Half, order: &[u32]) -> Result<Vec<Phase>> {
+        Ok(match alg {
+            Algorithm::Ring => self.ring(order, half),
+            Algorithm::KangaRing => {
+                let cycles = hamiltonian_decomposition(self.shape).ok_or_else(|| {
+                    Error::value(
+                        "algorithm",
+                        format!(
+                            "kangaring needs a 2-D torus with two edge-disjoint Hamiltonian \
+                             cycles (the 4 x 4 torus of an instance), not {:?}",
+                            self.shape
+                        ),
+                    )
+                })?;
+                self.kangaring(&cycles, half)
+            }
+            Algorithm::Torus => self.torus(half),
+            Algorithm::Rdh => self.rdh(half),
+            Algorithm::Mesh => self.mesh(half),
+            Algorithm::Auto | Algorithm::Hierarchical => {
+                return Err(Error::value("algorithm", "internal: unresolved algorithm"))
+            }
+        })
+    }
+}
+
+/// The algorithm `auto` picks for a group, collective and message size (`nccom-test`'s
+/// `size(B)`): the Neuron runtime's rule (trn2_facts.md 12.2) of Mesh below 1 MB, RDH up to
+/// 56 MB and KangaRing above, on the 4 x 4 torus of an instance; on the 3-D torus of an
+/// UltraServer the torus rings stand in for KangaRing (which needs the 2-D torus); groups that
+/// are not a whole torus use Ring for large messages, and RDH only with a power-of-two rank
+/// count. Several UltraServers always go hierarchical. All-to-all and send/recv are direct.
+pub fn auto_algorithm(group: &Group, kind: Kind, message_bytes: u64) -> Algorithm {
+    let n = group.n();
+    if matches!(kind, Kind::AllToAll | Kind::SendRecv) {
+        return Algorithm::Mesh;
+    }
+    if group.is_whole() && group.torus.servers() > 1 {
+        return Algorithm::Hierarchical;
+    }
+    let shape = group.torus.torus_shape();
+    if message_bytes < COLLECTIVE_MESH_MAX_BYTES && n <= MESH_MAX_RANKS {
+        return Algorithm::Mesh;
+    }
+    if message_bytes <= COLLECTIVE_RDH_MAX_BYTES && n.is_power_of_two() {
+        return Algorithm::Rdh;
+    }
+    if group.is_whole() {
+        if hamiltonian_decomposition(shape).is_some() {
+            return Algorithm::KangaRing;
+        }
+        if shape.iter().filter(|&&e| e >= 2).count() >= 2 {
+            return Algorithm::Torus;
+        }
+    }
+    Algorithm::Ring
+}
+
+/// The intra-UltraServer algorithm of a hierarchical schedule for a message of
+/// `message_bytes`: the single-server rule of [`auto_algorithm`].
+fn intra_algorithm(shape: &[usize], p: usize, message_bytes: u64) -> Algorithm {
+    if message_bytes < COLLECTIVE_MESH_MAX_BYTES && p <= MESH_MAX_RANKS {
+        Algorithm::Mesh
+    } else if message_bytes <= COLLECTIVE_RDH_MAX_BYTES && p.is_power_of_two() {
+        Algorithm::Rdh
+    } else if hamiltonian_decomposition(shape).is_some() {
+        Algorithm::KangaRing
+    } else if shape.iter().filter(|&&e| e >= 2).count() >= 2 {
+        Algorithm::Torus
+    } else {
+        Algorithm::Ring
+    }
+}
+
+/// Builds the schedule of collective `kind` over `group` with `algorithm` (`auto` resolved by
+/// [`auto_algorithm`] for a message of `message_bytes`). For [`Kind::SendRecv`], `peers[r]` is
+/// the rank that rank `r` sends to (a permutation).
+///
+/// Errors: an algorithm that does not apply to this group (KangaRing off the 4 x 4 torus, RDH
+/// with a rank count that is not a power of two, torus rings or hierarchical on a group that is
+/// not a whole machine, mesh beyond [`MESH_MAX_RANKS`] ranks), or bad `peers`.
+pub fn build(
+    group: &Group,
+    kind: Kind,
+    algorithm: Algorithm,
+    message_bytes: u64,
+    peers: Option<&[usize]>,
+) -> Result<Schedule> {
+    let n = group.n();
+    let torus = group.torus;
+    let alg = if algorithm == Algorithm::Auto {
+        auto_algorithm(group, kind, message_bytes)
+    } else {
+        algorithm
+    };
+    let mut sched = Schedule {
+        kind,
+        algorithm: alg,
+        intra: None,
+        n,
+        k: 1,
+        phases: Vec::new(),
+        perms: Vec::new(),
+    };
+    match kind {
+        Kind::SendRecv => {
+            let peers = match peers {
+                Some(p) => p.to_vec(),
+                None => (0..n).map(|r| (r + 1) % n).collect(),
+            };
+            check_permutation(&peers, n)?;
+            if alg != Algorithm::Mesh {
+                return Err(Error::value(
+                    "algorithm",
+                    format!(
+                        "send_recv is a direct transfer; got algorithm {:?}",
+                        alg.name()
+                    ),
+                ));
+            }
+            sched.phases.push(Phase {
+                name: "send/recv",
+                repeat: 1,
+                reduce: false,
+                transfers: (0..n)
+                    .map(|r| Transfer {
+                        src: r as u32,
+                        dst: peers[r] as u32,
+                        // The whole buffer: every chunk.
+                        sel: Ctx::FLAT.sel(0, 0, n as u32, n as u32, IDENTITY, ALL_CHANNELS),
+                    })
+                    .collect(),
+                hbm_factor: 1.0,
+            });
+            return Ok(sched);
+        }
+        Kind::AllToAll => {
+            if alg != Algorithm::Mesh {
+                return Err(Error::value(
+                    "algorithm",
+                    format!(
+                        "all_to_all is modelled with the direct (mesh) pattern only; got {:?}",
+                        alg.name()
+                    ),
+                ));
+            }
+            check_mesh(n)?;
+            // Rank r sends its chunk j to rank j (its own chunk stays: a local copy).
+            let mut transfers = Vec::with_capacity(n * n);
+            for j in 0..n {
+                for r in 0..n {
+                    transfers.push(Transfer {
+                        src: r as u32,
+                        dst: j as u32,
+                        sel: Ctx::FLAT.sel(j as u32, 0, n as u32, 1, IDENTITY, ALL_CHANNELS),
+                    });
+                }
+            }
+            sched.phases.push(Phase {
+                name: "all-to-all",
+                repeat: 1,
+                reduce: false,
+                transfers,
+                hbm_factor: 1.0,
+            });
+            return Ok(sched);
+        }
+        _ => {}
+    }
+    if n == 1 {
+        return Ok(sched);
+    }
+    // Shape of what each "server" of the builder is: the whole group as one server for flat
+    // algorithms, the UltraServer torus for hierarchical.
+    let whole = group.is_whole();
+    let needs_whole = |what: &str| -> Result<()> {
+        if whole && torus.servers() == 1 {
+            Ok(())
+        } else {
+            Err(Error::value(
+                "algorithm",
+                format!(
+                    "{what} runs on every chip of one instance or UltraServer; this group has {n} \
+                     ranks on a machine of shape {:?} (use ring, rdh or mesh, or hierarchical \
+                     across UltraServers)",
+                    torus.shape()
+                ),
+            ))
+        }
+    };
+    match alg {
+        Algorithm::Rdh if !n.is_power_of_two() => {
+            return Err(Error::value(
+                "algorithm",
+                format!("rdh needs a power-of-two number of ranks, got {n}"),
+            ))
+        }
+        Algorithm::Mesh => check_mesh(n)?,
+        Algorithm::Torus | Algorithm::KangaRing => needs_whole(alg.name())?,
+        Algorithm::Hierarchical if !(whole && torus.servers() > 1) => {
+            return Err(Error::value(
+                "algorithm",
+                format!(
+                    "hierarchical joins several UltraServers: it needs every chip of an \
+                     UltraCluster; this group has {n} ranks on a machine of shape {:?}",
+                    torus.shape()
+                ),
+            ))
+        }
+        _ => {}
+    }
+    if alg == Algorithm::Hierarchical {
+        return hierarchical(group, kind, message_bytes, sched);
+    }
+    // Flat: the group is one "server" of n ranks; the ring order is the snake through the torus
+    // when the group is a whole machine (so ring neighbours are link neighbours), else rank order.
+    let flat_shape: Vec<usize> = if whole && torus.servers() == 1 {
+        torus.torus_shape().to_vec()
+    } else {
+        vec![n]
+    };
+    let order: Vec<u32> = if whole {
+        let per = snake_order(torus.torus_shape());
+        let p = torus.chips_per_server() as u32;
+        (0..torus.servers() as u32)
+            .flat_map(|s| per.iter().map(move |&l| l + s * p))
+            .collect()
+    } else {
+        (0..n as u32).collect()
+    };
+    let mut b = Builder {
+        shape: &flat_shape,
+        p: n,
+        servers: 1,
+        perms: Vec::new(),
+    };
+    sched.k = Builder::channels(alg, n);
+    if matches!(kind, Kind::AllReduce | Kind::ReduceScatter) {
+        sched
+            .phases
+            .extend(b.half(alg, Half::ReduceScatter, &order)?);
+    }
+    if matches!(kind, Kind::AllReduce | Kind::AllGather) {
+        sched.phases.extend(b.half(alg, Half::AllGather, &order)?);
+    }
+    sched.perms = b.perms;
+    Ok(sched)
+}
+
+/// Within every UltraServer with the intra algorithm, across UltraServers over EFA among the
+/// chips with the same position (RDH when the UltraServer count is a power of two, else a
+/// ring). All-reduce: intra reduce-scatter, inter all-reduce, intra all-gather; reduce-scatter:
+/// intra then inter; all-gather: inter then intra (the Neuron runtime's order: the stage with
+/// less traffic runs over EFA).
+fn hierarchical(
+    group: &Group,
+    kind: Kind,
+    message_bytes: u64,
+    mut sched: Schedule,
+) -> Result<Schedule> {
+    let torus = group.torus;
+    let shape = torus.torus_shape().to_vec();
+    let p = torus.chips_per_server();
+    let servers = torus.servers();
+    let intra = intra_algorithm(&shape, p, message_bytes);
+    sched.intra = Some(intra);
+    sched.k = Builder::channels(intra, p);
+    let mut b = Builder {
+        shape: &shape,
+        p,
+        servers,
+        perms: Vec::new(),
+    };
+    let snake = snake_order(&shape);
+    // Inter-server groups: chips at local position l of every server; local chunk s stands for
+    // rank-chunk l + P * s.
+    let inter = |reduce: bool, out: &mut Vec<Phase>| {
+        let groups: Vec<(Vec<u32>, Ctx)> = (0..p)
+            .map(|l| {
+                let members: Vec<u32> = (0..servers).map(|s| (s * p + l) as u32).collect();
+                let ctx = Ctx {
+                    base: l as u32,
+                    mult: p as u32,
+                    n2: 1,
+                    s2: 0,
+                };
+                (members, ctx)
+            })
+            .collect();
+        if servers.is_power_of_two() {
+            rdh_phases(&groups, reduce, false, out);
+        } else {
+            let rings: Vec<Ring> = groups
+                .iter()
+                .map(|(members, ctx)| Ring {
+                    order: members.clone(),
+                    perm: IDENTITY,
+                    ctx: *ctx,
+                    channel: ALL_CHANNELS,
+                })
+                .collect();
+            let name = if reduce {
+                "efa ring reduce-scatter"
+            } else {
+                "efa ring all-gather"
+            };
+            out.extend(ring_phase(name, &rings, reduce, 1.0));
+        }
+    };
+    let mut phases = Vec::new();
+    match kind {
+        Kind::AllReduce => {
+            phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
+            inter(true, &mut phases);
+            inter(false, &mut phases);
+            phases.extend(b.half(intra, Half::AllGather, &snake)?);
+        }
+        Kind::ReduceScatter => {
+            phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
+            inter(true, &mut phases);
+        }
+        Kind::AllGather => {
+            inter(false, &mut phases);
+            phases.extend(b.half(intra, Half::AllGather, &snake)?);
+        }
+        Kind::AllToAll | Kind::SendRecv => unreachable!("direct collectives are built above"),
+    }
+    sched.phases = phases;
+    sched.perms = b.perms;
+    Ok(sched)
+}
+
+fn check_mesh(n: usize) -> Result<()> {
+    if n > MESH_MAX_RANKS {
+        return Err(Error::value(
+            "algorithm",
+            format!(
+                "mesh writes to every other rank directly; it is modelled up to {MESH_MAX_RANKS} \
+                 ranks, got {n} (use hierarchical, rdh or ring)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_permutation(peers: &[usize], n: usize) -> Result<()> {
+    if peers.len() != n {
+        return Err(Error::shape(
+            "peers",
+            format!("has {} entries; there are {n} ranks", peers.len()),
+        ));
+    }
+    let mut seen = vec![false; n];
+    for (r, &p) in peers.iter().enumerate() {
+        if p >= n {
+            return Err(Error::value(
+                "peers",
+                format!("rank {r} sends to {p}; ranks are 0..{n}"),
+            ));
+        }
+        if seen[p] {
+            return Err(Error::value(
+                "peers",
+                format!("rank {p} would receive twice; peers must be a permutation"),
+            ));
+        }
+        seen[p] = true;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snake_is_a_cycle_of_neighbours() {
+        for shape in [vec![4, 4], vec![4, 4, 4]] {
+            let t = Torus::new(&shape, 1).expect("valid");
+            let o = snake_order(&shape);
+            assert_eq!(o.len(), t.size());
+            for q in 0..o.len() {
+                let (a, b) = (o[q] as usize, o[(q + 1) % o.len()] as usize);
+                assert_eq!(t.hops(a, b).expect("ok"), 1, "{shape:?} {a}->{b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_4x4_torus_splits_into_two_hamiltonian_cycles() {
+        let t = Torus::instance();
+        let [a, b] = hamiltonian_decomposition(&[4, 4]).expect("exists");
+        let mut edges = Vec::new();
+        for cyc in [&a, &b] {
+            assert_eq!(cyc.len(), 16);
+            let mut sorted = cyc.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..16).collect::<Vec<u32>>());
+            for q in 0..16 {
+                let (x, y) = (cyc[q] as usize, cyc[(q + 1) % 16] as usize);
+                assert_eq!(t.hops(x, y).expect("ok"), 1);
+                edges.push((x.min(y), x.max(y)));
+            }
+        }
+        edges.sort();
+        edges.dedup();
+        assert_eq!(edges.len(), 32, "every link used exactly once");
+    }
+}

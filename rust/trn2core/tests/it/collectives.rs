@@ -1,0 +1,530 @@
+//! Collectives: every algorithm's schedule delivers the collective's definition (checked
+//! symbolically: which ranks' inputs each rank ends with, each exactly once), the executed bits
+//! equal a straightforward oracle, and the timing obeys the links' physics.
+
+use std::time::Instant;
+
+use trn2core::numerics::Format;
+use trn2core::topology::collective::{
+    build, estimate, execute_move, execute_reduce, nccom_estimate, output_lengths, run_symbolic,
+    Algorithm, Buf, BufMut, Group, Kind, ReduceOp, LEAF_TAG,
+};
+use trn2core::topology::Torus;
+
+fn machines() -> Vec<(&'static str, Torus)> {
+    vec![
+        ("instance", Torus::instance()),
+        ("ultraserver", Torus::ultraserver()),
+        ("cluster2", Torus::ultracluster(2).expect("valid")),
+        ("cluster3", Torus::ultracluster(3).expect("valid")),
+    ]
+}
+
+/// Every (machine, algorithm) pair that applies to the whole machine.
+fn applicable(t: &Torus) -> Vec<Algorithm> {
+    let mut v = vec![Algorithm::Ring, Algorithm::Mesh];
+    let n = t.size();
+    if n.is_power_of_two() {
+        v.push(Algorithm::Rdh);
+    }
+    if t.servers() == 1 {
+        v.push(Algorithm::Torus);
+        if t.torus_shape().len() == 2 {
+            v.push(Algorithm::KangaRing);
+        }
+    } else {
+        v.push(Algorithm::Hierarchical);
+    }
+    v
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn every_schedule_delivers_its_collective() {
+    for (name, t) in machines() {
+        let g = Group::all(&t);
+        let n = g.n();
+        let all: Vec<u32> = (0..n as u32).collect();
+        for alg in applicable(&t) {
+            for size in [1000u64, 10_000_000, 100_000_000] {
+                for kind in [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather] {
+                    let s = build(&g, kind, alg, size, None)
+                        .unwrap_or_else(|e| panic!("{name} {alg:?} {kind:?}: {e}"));
+                    let sym = run_symbolic(&s).expect("schedule runs");
+                    let k = s.k;
+                    for f in 0..sym.g {
+                        let owner = f / k;
+                        match kind {
+                            Kind::AllReduce => {
+                                let id = sym.at(0, f);
+                                assert_eq!(sorted(sym.leaves(id)), all, "{name} {alg:?} AR f={f}");
+                                for r in 1..n {
+                                    assert_eq!(sym.at(r, f), id, "{name} {alg:?}: ranks differ");
+                                }
+                            }
+                            Kind::ReduceScatter => {
+                                let id = sym.at(owner, f);
+                                assert_eq!(sorted(sym.leaves(id)), all, "{name} {alg:?} RS f={f}");
+                            }
+                            _ => {
+                                for r in 0..n {
+                                    assert_eq!(
+                                        sym.at(r, f),
+                                        LEAF_TAG | owner as u32,
+                                        "{name} {alg:?} AG rank {r} chunk {f}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn subsets_of_a_machine_run_flat_algorithms() {
+    let t = Torus::ultraserver();
+    for chips in [
+        vec![5, 9],
+        vec![0, 1, 2, 3, 7, 6, 5, 4],
+        vec![3, 17, 33, 63, 1, 2],
+    ] {
+        let g = Group::new(&t, chips.clone()).expect("valid");
+        let n = g.n();
+        let mut algs = vec![Algorithm::Ring, Algorithm::Mesh, Algorithm::Auto];
+        if n.is_power_of_two() {
+            algs.push(Algorithm::Rdh);
+        }
+        for alg in algs {
+            let s = build(&g, Kind::AllReduce, alg, 1 << 26, None).expect("builds");
+            let sym = run_symbolic(&s).expect("runs");
+            for f in 0..sym.g {
+                assert_eq!(sym.leaves(sym.at(0, f)).len(), n);
+            }
+        }
+        assert!(build(&g, Kind::AllReduce, Algorithm::KangaRing, 1 << 26, None).is_err());
+        assert!(build(&g, Kind::AllReduce, Algorithm::Torus, 1 << 26, None).is_err());
+    }
+    assert!(Group::new(&t, vec![1, 1]).is_err());
+    assert!(Group::new(&t, vec![64]).is_err());
+}
+
+#[test]
+fn a_ring_adds_the_ranks_in_ring_order_after_the_owner() {
+    // 4 chips in a row of the instance: ring order 0 -> 1 -> 2 -> 3 on channel 0, and
+    // 0 -> 3 -> 2 -> 1 on channel 1 (the same ring the other way round).
+    let t = Torus::instance();
+    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
+    let s = build(&g, Kind::AllReduce, Algorithm::Ring, 1 << 20, None).expect("builds");
+    assert_eq!(s.k, 2);
+    let sym = run_symbolic(&s).expect("runs");
+    // Channel 0 of chunk c is reduced starting at rank c + 1: ((r[c+1] + r[c+2]) + r[c+3]) + r[c];
+    // channel 1 starting at rank c - 1 and going down.
+    for c in 0..4u32 {
+        let up: Vec<u32> = (1..=4).map(|i| (c + i) % 4).collect();
+        let down: Vec<u32> = (1..=4).map(|i| (c + 4 - i) % 4).collect();
+        assert_eq!(sym.leaves(sym.at(0, 2 * c as usize)), up);
+        assert_eq!(sym.leaves(sym.at(0, 2 * c as usize + 1)), down);
+    }
+}
+
+/// Deterministic pseudo-random small integers (exact in every format below).
+fn ints(n: usize, l: usize, seed: u64, lim: i64) -> Vec<Vec<f32>> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            (0..l)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    ((x % (2 * lim as u64 + 1)) as i64 - lim) as f32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
+    let mut out = bufs[0].clone();
+    for b in &bufs[1..] {
+        for (o, &v) in out.iter_mut().zip(b) {
+            *o = match op {
+                ReduceOp::Sum => *o + v,
+                ReduceOp::Max => o.max(v),
+                ReduceOp::Min => o.min(v),
+            };
+        }
+    }
+    out
+}
+
+fn run_f32(
+    g: &Group,
+    kind: Kind,
+    op: ReduceOp,
+    alg: Algorithm,
+    bufs: &[Vec<f32>],
+) -> Vec<Vec<f32>> {
+    let n = g.n();
+    let l = bufs[0].len();
+    let s = build(g, kind, alg, (l * 4) as u64, None).expect("builds");
+    let lens = output_lengths(kind, n, l);
+    let mut outs: Vec<Vec<f32>> = lens.iter().map(|&m| vec![f32::NAN; m]).collect();
+    let inputs: Vec<Buf> = bufs.iter().map(|b| Buf::F32(b)).collect();
+    let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::F32(o)).collect();
+    execute_reduce(&s, op, Format::Fp32, &inputs, &mut outputs).expect("executes");
+    outs
+}
+
+#[test]
+fn integer_valued_reductions_are_exact_for_every_algorithm() {
+    let t = Torus::instance();
+    let g = Group::all(&t);
+    for l in [1usize, 15, 17, 1000, 4099] {
+        let bufs = ints(16, l, l as u64, 1000);
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            let want = reduce_ref(&bufs, op);
+            for alg in applicable(&t) {
+                let outs = run_f32(&g, Kind::AllReduce, op, alg, &bufs);
+                for (r, o) in outs.iter().enumerate() {
+                    assert_eq!(o, &want, "{alg:?} {op:?} l={l} rank {r}");
+                }
+                let rs = run_f32(&g, Kind::ReduceScatter, op, alg, &bufs);
+                let mut joined = Vec::new();
+                for (r, o) in rs.iter().enumerate() {
+                    assert_eq!(o.len(), (r + 1) * l / 16 - r * l / 16);
+                    joined.extend_from_slice(o);
+                }
+                assert_eq!(joined, want, "{alg:?} {op:?} l={l} reduce-scatter");
+            }
+        }
+    }
+}
+
+#[test]
+fn float_sums_are_identical_across_ranks_and_runs_and_close_to_exact() {
+    let t = Torus::ultraserver();
+    let g = Group::all(&t);
+    let n = g.n();
+    let l = 3001;
+    let bufs: Vec<Vec<f32>> = ints(n, l, 7, 1 << 20)
+        .into_iter()
+        .map(|b| b.into_iter().map(|v| v * 1.000_123_4e-3).collect())
+        .collect();
+    for alg in applicable(&t) {
+        let a = run_f32(&g, Kind::AllReduce, ReduceOp::Sum, alg, &bufs);
+        let b = run_f32(&g, Kind::AllReduce, ReduceOp::Sum, alg, &bufs);
+        for r in 0..n {
+            let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a[r]), bits(&a[0]), "{alg:?}: rank {r} differs");
+            assert_eq!(bits(&a[r]), bits(&b[r]), "{alg:?}: runs differ");
+        }
+        for i in 0..l {
+            let exact: f64 = bufs.iter().map(|b| f64::from(b[i])).sum();
+            let abs: f64 = bufs.iter().map(|b| f64::from(b[i]).abs()).sum();
+            // n - 1 roundings of at most half an ulp of the running sum each.
+            let bound = (n as f64) * abs * f64::from(f32::EPSILON);
+            assert!(
+                (f64::from(a[0][i]) - exact).abs() <= bound,
+                "{alg:?} element {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn low_precision_buffers_reduce_in_fp32_and_round_once() {
+    let t = Torus::instance();
+    let g = Group::all(&t);
+    let n = 16;
+    // bf16 0.25 * 1 + 16 copies ... a sum that is exact in fp32 but not in bf16 partial sums:
+    // 256 + 15 * 0.5 = 263.5 -> bf16 RNE of 263.5 is 264 (bf16 has 8 bits of precision),
+    // whereas rounding every partial sum to bf16 would stick at 256.
+    let mut bufs = vec![vec![0.5f32; 3]; n];
+    bufs[0] = vec![256.0; 3];
+    let codes: Vec<Vec<u16>> = bufs
+        .iter()
+        .map(|b| b.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
+        .collect();
+    for alg in applicable(&t) {
+        let s = build(&g, Kind::AllReduce, alg, 6, None).expect("builds");
+        let mut outs = vec![vec![0u16; 3]; n];
+        let inputs: Vec<Buf> = codes.iter().map(|c| Buf::U16(c)).collect();
+        let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::U16(o)).collect();
+        execute_reduce(&s, ReduceOp::Sum, Format::Bf16, &inputs, &mut outputs).expect("ok");
+        for o in &outs {
+            for &c in o {
+                assert_eq!(f32::from_bits(u32::from(c) << 16), 264.0, "{alg:?}");
+            }
+        }
+    }
+    // fp8_e4m3 overflow: 16 x 200 = 3200 > 240 rounds to +Inf (no saturation).
+    let s = build(&g, Kind::AllReduce, Algorithm::Ring, 1, None).expect("builds");
+    let code_200 = 0x76u8; // 1.5625 * 2^7 = 200 in e4m3 (bias 7)
+    let inputs_v = vec![vec![code_200]; n];
+    let inputs: Vec<Buf> = inputs_v.iter().map(|c| Buf::U8(c)).collect();
+    let mut outs = vec![vec![0u8; 1]; n];
+    let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::U8(o)).collect();
+    execute_reduce(&s, ReduceOp::Sum, Format::Fp8E4m3, &inputs, &mut outputs).expect("ok");
+    assert_eq!(outs[0][0], 0x78, "e4m3 +Inf");
+}
+
+#[test]
+fn gathers_and_all_to_all_move_the_bytes() {
+    for (_, t) in machines().into_iter().take(3) {
+        let g = Group::all(&t);
+        let n = g.n();
+        for l in [1usize, 5, 64] {
+            let bufs: Vec<Vec<u8>> = (0..n)
+                .map(|r| (0..l * 2).map(|i| (r * 7 + i) as u8).collect())
+                .collect();
+            let inputs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
+            for alg in applicable(&t) {
+                let s = build(&g, Kind::AllGather, alg, (n * l * 2) as u64, None).expect("builds");
+                let mut outs = vec![vec![0u8; n * l * 2]; n];
+                let mut outputs: Vec<&mut [u8]> =
+                    outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                execute_move(&s, 2, &inputs, &mut outputs).expect("ok");
+                let want: Vec<u8> = bufs.concat();
+                for o in &outs {
+                    assert_eq!(o, &want, "{alg:?}");
+                }
+            }
+            let s = build(&g, Kind::AllToAll, Algorithm::Auto, 1, None).expect("builds");
+            let lens = output_lengths(Kind::AllToAll, n, l);
+            let mut outs: Vec<Vec<u8>> = lens.iter().map(|&m| vec![0u8; m * 2]).collect();
+            let mut outputs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+            execute_move(&s, 2, &inputs, &mut outputs).expect("ok");
+            for (j, o) in outs.iter().enumerate() {
+                let (c0, c1) = (j * l / n, (j + 1) * l / n);
+                let want: Vec<u8> = bufs
+                    .iter()
+                    .flat_map(|b| b[c0 * 2..c1 * 2].to_vec())
+                    .collect();
+                assert_eq!(o, &want, "all-to-all rank {j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn timing_obeys_the_links() {
+    for (name, t) in machines() {
+        let g = Group::all(&t);
+        let cap = t.chip_egress_bytes_per_s();
+        for alg in applicable(&t) {
+            for bytes in [8u64, 1 << 20, 1 << 30] {
+                for kind in [Kind::AllReduce, Kind::AllGather, Kind::ReduceScatter] {
+                    let (_, r) = estimate(&g, kind, alg, bytes / 4, 4, None, false)
+                        .unwrap_or_else(|e| panic!("{name} {alg:?}: {e}"));
+                    assert!(
+                        r.timing.max_link_utilization <= 1.0 + 1e-9,
+                        "{name} {alg:?}"
+                    );
+                    assert!(
+                        r.busbw <= cap * (1.0 + 1e-9),
+                        "{name} {alg:?} {kind:?} {}",
+                        r.busbw
+                    );
+                    for &(link, b) in &r.timing.link_bytes {
+                        assert!(b <= t.link_id_bandwidth(link) * r.seconds * (1.0 + 1e-9));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
+    let t = Torus::instance();
+    let g = Group::all(&t);
+    let cap = t.chip_egress_bytes_per_s();
+    assert_eq!(cap, 512e9);
+    let (_, kr) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::KangaRing,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    assert!(kr.busbw >= 0.9 * cap, "kangaring {}", kr.busbw / 1e9);
+    let (_, ring) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::Ring,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    // One ring in both directions uses two of the chip's four outgoing links.
+    assert!(
+        ring.busbw >= 0.9 * cap / 2.0 && ring.busbw <= cap / 2.0,
+        "{}",
+        ring.busbw
+    );
+    // 8 bytes: the time is the hops' latency. Ring: 2 x 15 steps of one hop each.
+    let (_, tiny) = estimate(&g, Kind::AllReduce, Algorithm::Ring, 2, 4, None, false).expect("ok");
+    assert!(
+        (tiny.seconds - 30.0 * 1.5e-6).abs() < 1e-9,
+        "{}",
+        tiny.seconds
+    );
+    // Mesh: two steps, the farthest chip 4 hops away.
+    let (_, mesh) = estimate(&g, Kind::AllReduce, Algorithm::Mesh, 2, 4, None, false).expect("ok");
+    assert!(
+        (mesh.seconds - 2.0 * 4.0 * 1.5e-6).abs() < 1e-8,
+        "{}",
+        mesh.seconds
+    );
+    assert_eq!(mesh.bound(), "latency");
+    // auto: mesh below 1 MB, rdh to 56 MB, kangaring above.
+    for (bytes, want) in [
+        (1u64 << 10, "mesh"),
+        (1 << 24, "rdh"),
+        (1 << 28, "kangaring"),
+    ] {
+        let (_, r) = estimate(
+            &g,
+            Kind::AllReduce,
+            Algorithm::Auto,
+            bytes / 4,
+            4,
+            None,
+            false,
+        )
+        .expect("ok");
+        assert_eq!(r.algorithm, want);
+    }
+}
+
+#[test]
+fn across_ultraservers_efa_sets_the_pace() {
+    let t = Torus::ultracluster(4).expect("valid");
+    let g = Group::all(&t);
+    let (_, h) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::Auto,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    assert!(h.algorithm.starts_with("hierarchical"), "{}", h.algorithm);
+    let efa: Vec<_> = h.timing.phases.iter().filter(|p| p.efa).collect();
+    assert!(!efa.is_empty());
+    for p in &efa {
+        // An EFA step moves 1/64 of a half-buffer per chip... at exactly the NIC's rate.
+        assert_eq!(p.bound(), "efa");
+        assert!((p.link_s - p.busiest_link_bytes / 25e9).abs() <= 1e-12 * p.link_s.max(1.0));
+        assert!(p.latency_s >= 15e-6);
+    }
+    // A flat ring crosses EFA at every UltraServer boundary: its busbw cannot beat the NICs.
+    let (_, ring) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::Ring,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    // Each direction of the ring gets one NIC direction at every UltraServer boundary.
+    assert!(ring.busbw <= 2.0 * 25e9, "{}", ring.busbw);
+    // A 1 GiB buffer makes 2 MiB chunks: 84 us at 25 GB/s plus the 15 us EFA latency per step.
+    assert!(ring.busbw >= 0.8 * 2.0 * 25e9, "{}", ring.busbw);
+    // Small messages: at least one 15 us EFA latency per inter-server step (2 log2 4 steps).
+    let (_, tiny) = estimate(&g, Kind::AllReduce, Algorithm::Auto, 2, 4, None, false).expect("ok");
+    assert!(tiny.seconds >= 4.0 * 15e-6, "{}", tiny.seconds);
+}
+
+#[test]
+fn costing_a_2048_chip_all_reduce_is_fast() {
+    let t = Torus::ultracluster(32).expect("valid");
+    let g = Group::all(&t);
+    let start = Instant::now();
+    let (_, r) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::Auto,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    let took = start.elapsed().as_secs_f64();
+    assert!(r.seconds > 0.0);
+    // The release build takes a few milliseconds; the unoptimised test build is allowed more.
+    assert!(took < 1.0, "{took} s");
+    let start = Instant::now();
+    let (_, r) = estimate(
+        &g,
+        Kind::AllReduce,
+        Algorithm::Ring,
+        1 << 28,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    assert!(r.seconds > 0.0);
+    assert!(start.elapsed().as_secs_f64() < 1.0);
+}
+
+#[test]
+fn nccom_rows_follow_the_tool() {
+    // 64 ranks of LNC=2 = the 16 chips of a trn2.48xlarge.
+    let row = nccom_estimate(Kind::AllReduce, 64, 2, 1 << 30, 4, Algorithm::Auto).expect("ok");
+    assert_eq!(row.chips, 16);
+    assert_eq!(row.algorithm, "kangaring");
+    assert!((row.busbw - row.algbw * 2.0 * 63.0 / 64.0).abs() < 1e-6 * row.busbw);
+    // 4 ranks on one chip: only the within-chip stage.
+    let one = nccom_estimate(Kind::AllReduce, 4, 2, 1 << 20, 4, Algorithm::Auto).expect("ok");
+    assert_eq!(one.chips, 1);
+    assert_eq!(one.seconds, one.intra_chip_s);
+    assert!(nccom_estimate(Kind::AllReduce, 6, 2, 1 << 20, 4, Algorithm::Auto).is_err());
+    assert!(nccom_estimate(Kind::AllReduce, 8, 3, 1 << 20, 4, Algorithm::Auto).is_err());
+}
+
+#[test]
+fn rdh_channels_walk_the_hypercube_in_rotated_orders() {
+    // Four chips: two channels. Channel 0 halves along bit 1 then bit 0, channel 1 along bit 0
+    // then bit 1, so the pairwise sums differ: ((3 + 1) + (2 + 0)) and ((3 + 2) + (1 + 0)).
+    let t = Torus::instance();
+    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
+    let s = build(&g, Kind::AllReduce, Algorithm::Rdh, 1 << 20, None).expect("builds");
+    assert_eq!(s.k, 2);
+    let sym = run_symbolic(&s).expect("runs");
+    assert_eq!(sym.leaves(sym.at(0, 0)), vec![3, 1, 2, 0]);
+    assert_eq!(sym.leaves(sym.at(0, 1)), vec![3, 2, 1, 0]);
+    for r in 1..4 {
+        assert_eq!(sym.at(r, 0), sym.at(0, 0));
+    }
+}
+
+#[test]
+fn half_ring_ties_alternate_direction_by_parity() {
+    let t = Torus::instance();
+    let mut even = Vec::new();
+    t.route(0, 2, |l| even.push(t.link_name(l)));
+    let mut odd = Vec::new();
+    t.route(1, 3, |l| odd.push(t.link_name(l)));
+    assert_eq!(even, vec!["0->1 X+", "1->2 X+"]);
+    assert_eq!(odd, vec!["1->0 X-", "0->3 X-"]);
+}
