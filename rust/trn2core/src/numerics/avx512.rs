@@ -11,7 +11,8 @@
 //!
 //! Every function here is a safe `#[target_feature]` function: calling one is `unsafe` for a
 //! caller without the features, so `encode.rs` calls them only after `is_x86_feature_detected!`.
-//! The only `unsafe` inside are the raw-pointer loads and stores, each in bounds by construction.
+//! Inside, `unsafe` is confined to the raw-pointer loads and stores (each in bounds by
+//! construction, or masked) and the small traits and loop that wrap them.
 //! AVX-512 intrinsics and target features are stable since Rust 1.89 (the crate's MSRV).
 
 use std::arch::x86_64::*;
