@@ -13,14 +13,14 @@ use super::decode::fp8_lut;
 use super::format::{Encoding, Format};
 use super::kernels::{self, Params, AWAY, RNE, SR, TN, TP, TZ};
 use super::rng::StochasticBits;
+use super::Rounding;
+use crate::{Error, Result};
 
 /// Elsewhere the AVX-512 store trait asks nothing.
 #[cfg(not(target_arch = "x86_64"))]
 trait Store {}
 #[cfg(not(target_arch = "x86_64"))]
 impl<T> Store for T {}
-use super::Rounding;
-use crate::{Error, Result};
 
 /// Elements per parallel task.
 const CHUNK: usize = 1 << 16;
@@ -373,7 +373,8 @@ fn chunk<const MODE: u8, O: Code + Store>(
             }
         } else if fused {
             #[cfg(target_arch = "x86_64")]
-            if let Some((g, mask)) = &seeded {
+            {
+                let (g, mask) = seeded.as_ref().expect("fused implies a seed");
                 // SAFETY: `fused` implies level SIMD_AVX512, which never exceeds the detected
                 // level, so the CPU has the features.
                 unsafe { avx512::sr_f32_seeded::<O>(x, g, s as u64, *mask, ob, p) }
@@ -473,6 +474,7 @@ mod simd {
 
 /// SIMD levels: portable Rust, AVX2 (auto-vectorised), AVX-512 (explicit where it pays).
 pub(crate) const SIMD_PORTABLE: u8 = 0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const SIMD_AVX2: u8 = 1;
 pub(crate) const SIMD_AVX512: u8 = 2;
 const SIMD_BEST: u8 = SIMD_AVX512;
