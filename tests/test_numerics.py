@@ -889,6 +889,37 @@ def test_stochastic_bits_look_uniform_and_depend_on_seed():
         assert ((x >> 24) == (y >> 24)).mean() < 1 / 256 + 5 * math.sqrt(1 / 256 / n)
 
 
+def splitmix64_words(seed: int, n: int) -> np.ndarray:
+    """The generator as docs/numerics.md defines it, in numpy uint64 arithmetic (independent of
+    the Rust code): SplitMix64's outputs from state mix64(seed ^ c), as little-endian uint32."""
+
+    def mix64(z):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+    with np.errstate(over="ignore"):
+        key = mix64(np.array([seed], dtype=np.uint64) ^ np.uint64(0x6A09E667F3BCC909))
+        j = np.arange(1, (n + 1) // 2 + 1, dtype=np.uint64)
+        z = mix64(key + j * np.uint64(0x9E3779B97F4A7C15))
+    return z.astype("<u8").view("<u4")[:n].astype(np.uint32)
+
+
+def test_stochastic_bits_are_the_documented_splitmix64_stream():
+    for seed in (0, 1, 77, 2**63 + 12345, 2**64 - 1):
+        for n in (1, 2, 3, 1001, 70000):
+            got = trn2core.stochastic_bits((n,), seed)
+            assert np.array_equal(got, splitmix64_words(seed, n)), (seed, n)
+    # A fixed value of the reference itself, so a change of the definition cannot go unnoticed
+    # (SplitMix64 from state 0 starts 0xe220a8397b1dcdaf: Vigna's splitmix64.c test vector).
+    with np.errstate(over="ignore"):
+        z = np.array([0x9E3779B97F4A7C15], dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    assert int(z[0]) == 0xE220A8397B1DCDAF
+
+
 @pytest.mark.parametrize(
     "name, width",
     [

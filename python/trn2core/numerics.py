@@ -223,7 +223,11 @@ def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
 
 def stochastic_bits(shape, seed: int = 0) -> np.ndarray:
     """The uint32 random words seeded stochastic rounding uses for an array of ``shape``: word
-    ``k`` belongs to flat C-order index ``k`` and depends only on ``(seed, k)``."""
+    ``k`` belongs to flat C-order index ``k`` and depends only on ``(seed, k)``.
+
+    The words are SplitMix64's 64-bit output stream, started from the state
+    ``mix64(seed ^ 0x6A09E667F3BCC909)``, read as little-endian uint32: output ``j`` gives
+    words ``2j`` (its low half) and ``2j + 1`` (its high half). See docs/numerics.md."""
     seed = _check_seed(seed)
     try:
         shape = tuple(operator.index(s) for s in (shape if np.iterable(shape) else (shape,)))

@@ -129,21 +129,22 @@ pub fn decode(
     Ok(to_numpy(py, out))
 }
 
-/// The words of the seeded generator for flat indices `0..n`.
+/// The words of the seeded generator for flat indices `0..n`, written in parallel into a
+/// numpy-allocated array (huge pages for big arrays).
 #[pyfunction]
 pub fn stochastic_bits(py: Python<'_>, n: usize, seed: u64) -> PyResult<Py<PyAny>> {
-    let v = guard_detached(py, || {
-        if n > (1usize << 36) {
-            return Err(Error::capacity(
+    if n > (1usize << 36) {
+        return guard(py, || {
+            Err(Error::capacity(
                 "shape",
                 format!("{n} elements is more than this emulator allocates at once (2**36)"),
-            ));
-        }
-        let mut v = vec![0u32; n];
-        numerics::stochastic_words(seed, &mut v);
-        Ok(v)
-    })?;
-    Ok(to_numpy(py, v))
+            ))
+        });
+    }
+    fill_codes::<u32>(py, n, |o| {
+        numerics::stochastic_words(seed, o);
+        Ok(())
+    })
 }
 
 /// The facts of a format as a dict (the facade freezes it into a dataclass).

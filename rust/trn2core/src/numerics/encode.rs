@@ -7,12 +7,20 @@
 
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::avx512::{self, Store};
 use super::decode::fp8_lut;
 use super::format::{Encoding, Format};
 use super::kernels::{self, Params, AWAY, RNE, SR, TN, TP, TZ};
 use super::rng::StochasticBits;
 use super::Rounding;
 use crate::{Error, Result};
+
+/// Elsewhere the AVX-512 store trait asks nothing.
+#[cfg(not(target_arch = "x86_64"))]
+trait Store {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<T> Store for T {}
 
 /// Elements per parallel task.
 const CHUNK: usize = 1 << 16;
@@ -148,6 +156,20 @@ pub fn encode_into(
     random: &Random,
     out: CodesMut,
 ) -> Result<()> {
+    encode_into_level(src, enc, mode, saturate, random, out, SIMD_BEST)
+}
+
+/// [`encode_into`] using at most the SIMD level `level` ([`SIMD_PORTABLE`], [`SIMD_AVX2`],
+/// [`SIMD_AVX512`]; capped at what this CPU has), so tests can compare the levels bit for bit.
+pub(crate) fn encode_into_level(
+    src: &Source,
+    enc: &Encoding,
+    mode: Rounding,
+    saturate: bool,
+    random: &Random,
+    out: CodesMut,
+    level: u8,
+) -> Result<()> {
     let n = src.len();
     let count = match (*random, mode) {
         (Random::None, Rounding::Stochastic) => {
@@ -209,10 +231,11 @@ pub fn encode_into(
     }
     let p = Params::new(enc, mode, saturate, count);
     let id = kernels::mode_id(mode);
+    let level = level.min(simd_level());
     match out {
-        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o),
-        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o),
-        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o),
+        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, level),
+        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, level),
+        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, level),
     }
     Ok(())
 }
@@ -228,24 +251,25 @@ fn check_count(count: u32) -> Result<()> {
     }
 }
 
-fn run<O: Code>(
+fn run<O: Code + Store>(
     src: &Source,
     p: &Params,
     mode: u8,
     random: &Random,
     enc: &Encoding,
     out: &mut [O],
+    level: u8,
 ) {
     let n = src.len();
     let task = |(ci, oc): (usize, &mut [O])| {
         let start = ci * CHUNK;
         match mode {
-            RNE => chunk::<RNE, O>(src, start, oc, p, random, enc),
-            AWAY => chunk::<AWAY, O>(src, start, oc, p, random, enc),
-            TZ => chunk::<TZ, O>(src, start, oc, p, random, enc),
-            TP => chunk::<TP, O>(src, start, oc, p, random, enc),
-            TN => chunk::<TN, O>(src, start, oc, p, random, enc),
-            _ => chunk::<SR, O>(src, start, oc, p, random, enc),
+            RNE => chunk::<RNE, O>(src, start, oc, p, random, enc, level),
+            AWAY => chunk::<AWAY, O>(src, start, oc, p, random, enc, level),
+            TZ => chunk::<TZ, O>(src, start, oc, p, random, enc, level),
+            TP => chunk::<TP, O>(src, start, oc, p, random, enc, level),
+            TN => chunk::<TN, O>(src, start, oc, p, random, enc, level),
+            _ => chunk::<SR, O>(src, start, oc, p, random, enc, level),
         }
     };
     if n <= CHUNK {
@@ -256,15 +280,33 @@ fn run<O: Code>(
 }
 
 /// Processes elements `start..start + out.len()`.
-fn chunk<const MODE: u8, O: Code>(
+fn chunk<const MODE: u8, O: Code + Store>(
     src: &Source,
     start: usize,
     out: &mut [O],
     p: &Params,
     random: &Random,
     enc: &Encoding,
+    level: u8,
 ) {
     let identity = enc.format == Format::Fp32;
+    // Seeded words keep their top `count` bits in place (the low ones masked off), which is
+    // `(word >> (32 - count)) << (32 - count)`: the kernels then use them as 32-bit words.
+    let (seeded, p) = match random {
+        Random::Seed(seed, count) => (
+            Some((StochasticBits::new(*seed), !0u32 << (32 - count))),
+            &Params { sr_k: 32, ..*p },
+        ),
+        _ => (None, p),
+    };
+    // Seeded stochastic rounding of float32 values under AVX-512 generates the words in
+    // registers (`avx512::sr_f32_seeded`) instead of through `rbuf`.
+    let fused = cfg!(target_arch = "x86_64")
+        && MODE == SR
+        && level == SIMD_AVX512
+        && seeded.is_some()
+        && !identity
+        && !matches!(src, Source::F64(_));
     let mut xbuf = [0f32; SUB];
     let mut rbuf = [0u32; SUB];
     let lut = match src {
@@ -274,14 +316,14 @@ fn chunk<const MODE: u8, O: Code>(
     for (bi, ob) in out.chunks_mut(SUB).enumerate() {
         let s = start + bi * SUB;
         let len = ob.len();
-        let r: &[u32] = if MODE == SR {
+        // Word pairs start at even indices; `start` and `SUB` are even, so this always holds.
+        let fused = fused && s.is_multiple_of(2);
+        let r: &[u32] = if MODE == SR && !fused {
             match random {
                 Random::Bits(bits, _) => &bits[s..s + len],
-                Random::Seed(seed, count) => {
-                    fill_words(&StochasticBits::new(*seed), s as u64, &mut rbuf[..len]);
-                    if *count < 32 {
-                        rbuf[..len].iter_mut().for_each(|w| *w >>= 32 - count);
-                    }
+                Random::Seed(..) => {
+                    let (g, mask) = seeded.as_ref().expect("set for Random::Seed");
+                    fill_words(g, s as u64, &mut rbuf[..len], *mask, level);
                     &rbuf[..len]
                 }
                 Random::None => &rbuf[..len],
@@ -290,7 +332,7 @@ fn chunk<const MODE: u8, O: Code>(
             &rbuf[..len]
         };
         if let Source::F64(x) = src {
-            f64_block::<MODE, O>(&x[s..s + len], r, ob, p);
+            f64_block::<MODE, O>(&x[s..s + len], r, ob, p, level);
             continue;
         }
         let x: &[f32] = match src {
@@ -329,8 +371,16 @@ fn chunk<const MODE: u8, O: Code>(
                 };
                 *o = O::from_u32(b);
             }
+        } else if fused {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let (g, mask) = seeded.as_ref().expect("fused implies a seed");
+                // SAFETY: `fused` implies level SIMD_AVX512, which never exceeds the detected
+                // level, so the CPU has the features.
+                unsafe { avx512::sr_f32_seeded::<O>(x, g, s as u64, *mask, ob, p) }
+            }
         } else {
-            f32_block::<MODE, O>(x, r, ob, p);
+            f32_block::<MODE, O>(x, r, ob, p, level);
         }
     }
 }
@@ -370,10 +420,10 @@ mod simd {
     use super::*;
 
     /// # Safety
-    /// The CPU must support AVX-512F/DQ.
-    #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2")]
-    pub unsafe fn fill_avx512(g: &StochasticBits, start: u64, out: &mut [u32]) {
-        g.fill(start, out)
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2,bmi2")]
+    pub unsafe fn fill_avx2(g: &StochasticBits, start: u64, out: &mut [u32], mask: u32) {
+        g.fill(start, out, mask)
     }
 
     /// # Safety
@@ -422,67 +472,98 @@ mod simd {
     }
 }
 
-/// The widest SIMD level this CPU offers (detected once; feature detection caches).
+/// SIMD levels: portable Rust, AVX2 (auto-vectorised), AVX-512 (explicit where it pays).
+pub(crate) const SIMD_PORTABLE: u8 = 0;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) const SIMD_AVX2: u8 = 1;
+pub(crate) const SIMD_AVX512: u8 = 2;
+const SIMD_BEST: u8 = SIMD_AVX512;
+
+/// The widest SIMD level this CPU offers (feature detection caches its answers).
 #[cfg(target_arch = "x86_64")]
-fn simd_level() -> u8 {
+pub(crate) fn simd_level() -> u8 {
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vl")
         && std::arch::is_x86_feature_detected!("avx512dq")
     {
-        2
+        SIMD_AVX512
     } else if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("bmi2")
     {
-        1
+        SIMD_AVX2
     } else {
-        0
+        SIMD_PORTABLE
     }
+}
+
+/// Without x86-64 there is only the portable code.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn simd_level() -> u8 {
+    SIMD_PORTABLE
 }
 
 /// The seeded generator's words for flat indices `0..out.len()` (what `Random::Seed` uses),
 /// vectorised and in parallel.
 pub fn stochastic_words(seed: u64, out: &mut [u32]) {
+    stochastic_words_level(seed, out, SIMD_BEST)
+}
+
+/// [`stochastic_words`] at SIMD level at most `level`.
+pub(crate) fn stochastic_words_level(seed: u64, out: &mut [u32], level: u8) {
     let g = StochasticBits::new(seed);
+    let level = level.min(simd_level());
     out.par_chunks_mut(CHUNK)
         .enumerate()
-        .for_each(|(i, c)| fill_words(&g, (i * CHUNK) as u64, c));
+        .for_each(|(i, c)| fill_words(&g, (i * CHUNK) as u64, c, !0, level));
 }
 
-/// The generator's words for `start..start + out.len()`, vectorised where the CPU allows.
-fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32]) {
+/// The generator's words for `start..start + out.len()`, ANDed with `mask`, at `level`
+/// (at most this CPU's).
+pub(crate) fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32], mask: u32, level: u8) {
     #[cfg(target_arch = "x86_64")]
     {
-        if simd_level() == 2 {
-            // SAFETY: the features were detected on this CPU.
-            return unsafe { simd::fill_avx512(g, start, out) };
+        match level {
+            // SAFETY: `level` never exceeds the detected level, so the CPU has the features.
+            SIMD_AVX512 => return unsafe { avx512::fill_words(g, start, out, mask) },
+            // SAFETY: as above.
+            SIMD_AVX2 => return unsafe { simd::fill_avx2(g, start, out, mask) },
+            _ => {}
         }
     }
-    g.fill(start, out)
+    g.fill(start, out, mask)
 }
 
-fn f32_block<const MODE: u8, O: Code>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
+fn f32_block<const MODE: u8, O: Code + Store>(
+    x: &[f32],
+    r: &[u32],
+    out: &mut [O],
+    p: &Params,
+    level: u8,
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        match simd_level() {
-            // SAFETY: the features were detected on this CPU.
-            2 => return unsafe { simd::f32_avx512::<MODE, O>(x, r, out, p) },
+        match level {
+            // SAFETY: `level` never exceeds the detected level, so the CPU has the features.
+            SIMD_AVX512 if MODE == SR => return unsafe { avx512::sr_f32::<O>(x, r, out, p) },
             // SAFETY: as above.
-            1 => return unsafe { simd::f32_avx2::<MODE, O>(x, r, out, p) },
+            SIMD_AVX512 => return unsafe { simd::f32_avx512::<MODE, O>(x, r, out, p) },
+            // SAFETY: as above.
+            SIMD_AVX2 => return unsafe { simd::f32_avx2::<MODE, O>(x, r, out, p) },
             _ => {}
         }
     }
     f32_loop::<MODE, O>(x, r, out, p)
 }
 
-fn f64_block<const MODE: u8, O: Code>(x: &[f64], r: &[u32], out: &mut [O], p: &Params) {
+fn f64_block<const MODE: u8, O: Code>(x: &[f64], r: &[u32], out: &mut [O], p: &Params, level: u8) {
     #[cfg(target_arch = "x86_64")]
     {
-        match simd_level() {
-            // SAFETY: the features were detected on this CPU.
-            2 => return unsafe { simd::f64_avx512::<MODE, O>(x, r, out, p) },
+        match level {
+            // SAFETY: `level` never exceeds the detected level, so the CPU has the features.
+            SIMD_AVX512 => return unsafe { simd::f64_avx512::<MODE, O>(x, r, out, p) },
             // SAFETY: as above.
-            1 => return unsafe { simd::f64_avx2::<MODE, O>(x, r, out, p) },
+            SIMD_AVX2 => return unsafe { simd::f64_avx2::<MODE, O>(x, r, out, p) },
             _ => {}
         }
     }

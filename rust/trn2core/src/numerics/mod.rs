@@ -11,11 +11,15 @@
 //! rules (or saturation), subnormals kept, the sign of zero kept and NaN mapped to the format's
 //! canonical quiet NaN of the same sign (the codes ml_dtypes produces).
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod decode;
 mod encode;
 mod format;
 mod kernels;
 mod rng;
+#[cfg(test)]
+mod simd_tests;
 
 pub use decode::{decode, fp8_lut, CodesRef};
 pub use encode::{encode, encode_into, stochastic_words, Code, Codes, CodesMut, Random, Source};

@@ -1,20 +1,27 @@
 //! The counter-based random generator behind seeded stochastic rounding.
 //!
-//! Element `i` of an array rounded with seed `s` uses the 32-bit word `stochastic_word(s, i)`:
-//! the upper half of SplitMix64's output for state `mix(s) + (i + 1) * GAMMA`. A word depends
-//! only on `(seed, flat C-order index)`, never on how the array is cut into chunks or on the
-//! number of threads, so results are reproducible everywhere. Trainium2's own SR bit source is
-//! undocumented (trn2_facts.md section 18); the hardware `rng` instruction also yields 32 bits
-//! per element ([S9]), which is why a seeded rounding uses 32 random bits unless told otherwise.
+//! The words of seed `s` are SplitMix64's output stream, started from the state
+//! `key = mix64(s ^ 0x6A09E667F3BCC909)`, read as little-endian 32-bit words: the `j`-th 64-bit
+//! output `z_j = mix64(key + (j + 1) * GAMMA)` gives word `2j` (its low half) and word `2j + 1`
+//! (its high half), and element `k` of an array rounded with seed `s` uses word `k`. A word
+//! depends only on `(seed, flat C-order index)`, never on how the array is cut into chunks or on
+//! the number of threads, so results are reproducible everywhere. One 64-bit mix feeds two
+//! elements, which halves the multiplies of the generator (it is most of the cost of seeded
+//! rounding). Trainium2's own SR bit source is undocumented (trn2_facts.md section 18); the
+//! hardware `rng` instruction also yields 32 bits per element ([S9]), which is why a seeded
+//! rounding uses 32 random bits unless told otherwise.
 
 /// SplitMix64's increment (the golden ratio in 64-bit fixed point).
-const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+pub(crate) const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+/// SplitMix64's two output multipliers (Stafford's "Mix13").
+pub(crate) const MIX_M1: u64 = 0xBF58_476D_1CE4_E5B9;
+pub(crate) const MIX_M2: u64 = 0x94D0_49BB_1331_11EB;
 
 /// SplitMix64's output function (Stafford's "Mix13").
 #[inline(always)]
 pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z = (z ^ (z >> 30)).wrapping_mul(MIX_M1);
+    z = (z ^ (z >> 27)).wrapping_mul(MIX_M2);
     z ^ (z >> 31)
 }
 
@@ -32,21 +39,46 @@ impl StochasticBits {
         }
     }
 
+    /// SplitMix64's state before its `j`-th output (`j` counted from 0).
+    #[inline(always)]
+    pub(crate) fn state(&self, j: u64) -> u64 {
+        self.key.wrapping_add(j.wrapping_add(1).wrapping_mul(GAMMA))
+    }
+
+    /// The 64-bit output `j`, which holds the words `2j` (low half) and `2j + 1` (high half).
+    #[inline(always)]
+    pub fn pair(&self, j: u64) -> u64 {
+        mix64(self.state(j))
+    }
+
     /// The 32-bit word for flat index `index`.
     #[inline(always)]
     pub fn word(&self, index: u64) -> u32 {
-        let state = self
-            .key
-            .wrapping_add(index.wrapping_add(1).wrapping_mul(GAMMA));
-        (mix64(state) >> 32) as u32
+        (self.pair(index >> 1) >> (32 * (index & 1))) as u32
     }
 
-    /// Fills `out` with the words for indices `start..start + out.len()` (inlined so callers
-    /// compiled with AVX-512DQ get vectorised 64-bit multiplies).
+    /// Fills `out` with the words for indices `start..start + out.len()`, each ANDed with
+    /// `mask` (the portable definition; `encode.rs` has the SIMD versions, tested equal).
     #[inline(always)]
-    pub fn fill(&self, start: u64, out: &mut [u32]) {
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = self.word(start + i as u64);
+    pub fn fill(&self, start: u64, out: &mut [u32], mask: u32) {
+        let mut k = start;
+        let out = if k & 1 == 1 && !out.is_empty() {
+            out[0] = self.word(k) & mask;
+            k += 1;
+            &mut out[1..]
+        } else {
+            out
+        };
+        let mut state = self.state(k >> 1);
+        let mut pairs = out.chunks_exact_mut(2);
+        for o in &mut pairs {
+            let z = mix64(state);
+            state = state.wrapping_add(GAMMA);
+            o[0] = z as u32 & mask;
+            o[1] = (z >> 32) as u32 & mask;
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = mix64(state) as u32 & mask;
         }
     }
 }
@@ -59,11 +91,54 @@ mod tests {
     fn words_depend_only_on_seed_and_index() {
         let g = StochasticBits::new(42);
         let mut a = vec![0u32; 1000];
-        g.fill(0, &mut a);
-        let mut b = vec![0u32; 10];
-        g.fill(500, &mut b);
-        assert_eq!(&a[500..510], &b[..]);
+        g.fill(0, &mut a, !0);
+        for (start, len) in [
+            (500, 10),
+            (501, 10),
+            (501, 9),
+            (0, 1),
+            (7, 1),
+            (998, 2),
+            (999, 1),
+        ] {
+            let mut b = vec![0u32; len];
+            g.fill(start as u64, &mut b, !0);
+            assert_eq!(&a[start..start + len], &b[..], "start {start} len {len}");
+        }
+        for (k, &w) in a.iter().enumerate() {
+            assert_eq!(g.word(k as u64), w, "index {k}");
+        }
+        let mut m = vec![0u32; 999];
+        g.fill(1, &mut m, 0xFF00_0000);
+        assert!(m.iter().zip(&a[1..]).all(|(&m, &w)| m == w & 0xFF00_0000));
         assert_ne!(StochasticBits::new(43).word(0), g.word(0));
+    }
+
+    #[test]
+    fn words_are_splitmix64_outputs_in_little_endian_order() {
+        // SplitMix64 as published (Steele, Lea and Flood 2014; Vigna's splitmix64.c): the state
+        // advances by GAMMA before each output. Independent of `state`/`pair` above.
+        let seed = 2024u64;
+        // The starting state is mix64(seed ^ c): a keyed start, not an output of the stream.
+        let mut z = seed ^ 0x6A09_E667_F3BC_C909;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let mut state = z ^ (z >> 31);
+        let mut next = || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let bytes: Vec<u8> = (0..64).flat_map(|_| next().to_le_bytes()).collect();
+        // The published first output from state 0 (Vigna's splitmix64.c).
+        assert_eq!(mix64(GAMMA), 0xE220_A839_7B1D_CDAF);
+        let g = StochasticBits::new(seed);
+        for (k, w) in bytes.chunks_exact(4).enumerate() {
+            let want = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            assert_eq!(g.word(k as u64), want, "word {k}");
+        }
     }
 
     #[test]

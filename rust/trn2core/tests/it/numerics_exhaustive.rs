@@ -18,7 +18,7 @@
 use proptest::prelude::*;
 use rayon::prelude::*;
 use trn2core::numerics::{
-    decode, encode, Codes, CodesRef, Encoding, Format, Random, Rounding, Source,
+    decode, encode, stochastic_words, Codes, CodesRef, Encoding, Format, Random, Rounding, Source,
 };
 
 /// The value grid of a format, built from its definition alone.
@@ -323,6 +323,72 @@ fn sampled_fp8_nonstandard_biases() {
     sampled_all_modes(Format::Fp8E4m3, Some(0));
     sampled_all_modes(Format::Fp8E5m2, Some(31));
     sampled_all_modes(Format::Fp8E4m3fn, Some(127));
+}
+
+/// Stochastic rounding of float32 values mostly inside the format's range (exponents from two
+/// binades below the smallest normal to one above the largest), so that whole 16-element
+/// vectors take the AVX-512 fast path and some mix in subnormal or overflowing lanes: explicit
+/// words and seeded words (checked through `stochastic_words`) of every width, against the
+/// oracle. 2^22 inputs per format.
+fn sampled_stochastic_in_range(format: Format, bias: Option<i64>) {
+    let enc = format.encoding_with_bias(bias).expect("valid bias");
+    let o = Oracle::new(format, enc.bias);
+    let lo_e = (enc.emin + 127 - 2).max(0) as u64;
+    let hi_e = ((enc.max_value().log2().floor() as i64 + 127 + 1).min(254)) as u64;
+    const CH: usize = 1 << 20;
+    let failures: usize = (0..4u64)
+        .into_par_iter()
+        .map(|c| {
+            let mut g = Xs(0x5DEE_CE66_D1CE_4E5B ^ (c + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let x: Vec<f32> = (0..CH)
+                .map(|_| {
+                    let b = g.next();
+                    let e = lo_e + (b >> 40) % (hi_e - lo_e + 1);
+                    f32::from_bits(((b as u32) & 0x807F_FFFF) | ((e as u32) << 23))
+                })
+                .collect();
+            let n = [32, 1, 8, 13, 20, 23, 24, 31][(c as usize * 2 + (enc.bias as usize)) % 8];
+            let seeded = c % 2 == 1;
+            let sat = c >= 2;
+            let seed = 1000 + c;
+            let r: Vec<u32> = if seeded {
+                let mut w = vec![0u32; CH];
+                stochastic_words(seed, &mut w);
+                w.iter().map(|w| w >> (32 - n)).collect()
+            } else {
+                (0..CH).map(|_| ((g.next() >> 32) as u32) >> (32 - n)).collect()
+            };
+            let random = if seeded { Random::Seed(seed, n) } else { Random::Bits(&r, n) };
+            let got = run(&Source::F32(&x), &enc, Rounding::Stochastic, sat, &random);
+            let mut bad = 0;
+            for k in 0..CH {
+                let want = o.expect(x[k] as f64, Rounding::Stochastic, sat, r[k], n);
+                if got[k] != want {
+                    if bad < 3 {
+                        eprintln!(
+                            "{format:?} bias {bias:?} seeded={seeded} sat={sat} n={n} r={}: x = {:e} ({:#010x}): got {:#x}, want {want:#x}",
+                            r[k], x[k], x[k].to_bits(), got[k]
+                        );
+                    }
+                    bad += 1;
+                }
+            }
+            bad
+        })
+        .sum();
+    assert_eq!(failures, 0, "{format:?}: {failures} inputs rounded wrongly");
+}
+
+#[test]
+fn sampled_stochastic_in_range_all_formats() {
+    for f in Format::ALL {
+        if f != Format::Fp32 {
+            sampled_stochastic_in_range(f, None);
+        }
+    }
+    sampled_stochastic_in_range(Format::Fp8E4m3, Some(0));
+    sampled_stochastic_in_range(Format::Fp8E5m2, Some(31));
+    sampled_stochastic_in_range(Format::Fp8E4m3fn, Some(127));
 }
 
 /// float64 -> fp32: the CPU's `as f32` is an independent RNE; the other modes are checked
