@@ -377,6 +377,14 @@ def cmd_gemm(args: argparse.Namespace) -> int:
     if args.trace:
         rep.save_trace(args.trace)
         print(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+    if args.plot:
+        from .plot import roofline
+
+        roofline(
+            args.m, args.k, args.n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
+            sparsity=args.sparsity, lnc=args.lnc or 2,
+        )  # fmt: skip
+        print(f"roofline of this shape on one chip written to {args.plot}")
     return 0
 
 
@@ -411,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
+    g.add_argument(
+        "--plot", metavar="PNG", help="draw the shape's roofline on a chip (needs trn2core[plot])"
+    )
     g.add_argument("--run", action="store_true", help="also compute it on random data")
     g.add_argument("--seed", type=int, default=0, help="seed of the random data (--run)")
     g.add_argument(
