@@ -6,7 +6,7 @@ use trn2core::dma::{self, Codec, StreamInfo};
 use trn2core::perf::dma::{dma_time, DmaPlan, Place};
 
 use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::errors::{guard, guard_work};
 use crate::perf::report_dict;
 
 /// The codec names, in order (`trn2core.dma.CODECS`).
@@ -39,14 +39,16 @@ pub fn dma_compress<'py>(
     let c = guard(py, || Codec::parse("codec", codec))?;
     let a = guard(py, || borrow::<u8>(raw, "x", "uint8 (raw bytes)"))?;
     let s = guard(py, || slice(&a, "x"))?;
-    let stream = guard_detached(py, || dma::compress(s, elem_size, c, dtype, &shape))?;
+    let stream = guard_work(py, s.len() as u64, || {
+        dma::compress(s, elem_size, c, dtype, &shape)
+    })?;
     Ok(PyBytes::new(py, &stream))
 }
 
 /// Validates a stream (structure and checksum) without decoding it.
 #[pyfunction]
 pub fn dma_inspect<'py>(py: Python<'py>, stream: &[u8]) -> PyResult<Bound<'py, PyDict>> {
-    let info = guard_detached(py, || dma::inspect(stream))?;
+    let info = guard_work(py, stream.len() as u64, || dma::inspect(stream))?;
     info_dict(py, &info)
 }
 
@@ -56,7 +58,9 @@ pub fn dma_decompress<'py>(
     py: Python<'py>,
     stream: &[u8],
 ) -> PyResult<(Bound<'py, PyDict>, Py<PyAny>)> {
-    let d = guard_detached(py, || dma::decompress(stream))?;
+    // All-zero blocks make the output up to 16384 times the stream: count the work so.
+    let work = (stream.len() as u64).saturating_mul(64);
+    let d = guard_work(py, work, || dma::decompress(stream))?;
     let info = StreamInfo {
         codec: d.codec,
         dtype: d.dtype.clone(),

@@ -23,6 +23,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::host_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;

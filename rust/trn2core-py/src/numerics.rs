@@ -7,7 +7,7 @@ use trn2core::numerics::{self, CodesMut, CodesRef, Format, FormatInfo, Random, R
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::errors::{guard, guard_work};
 
 /// A fresh numpy array of `n` codes, allocated by numpy (huge pages for big arrays) and filled
 /// by `fill` with the GIL released. Every element is written before Python can see it.
@@ -16,6 +16,10 @@ fn fill_codes<'py, T: numpy::Element + Send>(
     n: usize,
     fill: impl FnOnce(&mut [T]) -> Result<(), Error> + Send,
 ) -> PyResult<Py<PyAny>> {
+    let size = std::mem::size_of::<T>() as u128;
+    guard(py, || {
+        trn2core::host::check_alloc("x", &format!("the result of {n} codes"), n as u128 * size)
+    })?;
     // SAFETY: `PyArray1::new` leaves the buffer uninitialised; `fill` writes every element
     // (encode_into checks the length) and nothing reads it before.
     let arr = unsafe { PyArray1::<T>::new(py, [n], false) };
@@ -25,7 +29,7 @@ fn fill_codes<'py, T: numpy::Element + Send>(
             rw.as_slice_mut()
                 .map_err(|_| Error::shape("out", "expected a contiguous output"))
         })?;
-        guard_detached(py, || fill(out))?;
+        guard_work(py, n as u64, || fill(out))?;
     }
     Ok(arr.into_any().unbind())
 }
@@ -105,25 +109,34 @@ pub fn decode(
 ) -> PyResult<Py<PyAny>> {
     let format = guard(py, || Format::parse("fmt", fmt))?;
     let enc = guard(py, || format.encoding_with_bias(exponent_bias))?;
+    let n = codes.len().unwrap_or(0) as u64;
+    guard(py, || {
+        trn2core::host::check_alloc("codes", &format!("the {n} float32 values"), n as u128 * 4)
+    })?;
+    // decode skips its remaining chunks once cancelled; report that instead of a partial result.
+    let decode = |c: CodesRef| {
+        let v = numerics::decode(c, &enc);
+        trn2core::cancel::check().map(|()| v)
+    };
     let out = match format.code_bits() {
         8 => {
             let a = guard(py, || borrow::<u8>(codes, "codes", "uint8 (fp8 codes)"))?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U8(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U8(s)))?
         }
         16 => {
             let a = guard(py, || {
                 borrow::<u16>(codes, "codes", "uint16 (16-bit codes)")
             })?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U16(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U16(s)))?
         }
         _ => {
             let a = guard(py, || {
                 borrow::<u32>(codes, "codes", "uint32 (float32 containers)")
             })?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U32(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U32(s)))?
         }
     };
     Ok(to_numpy(py, out))
@@ -132,15 +145,19 @@ pub fn decode(
 /// The words of the seeded generator for flat indices `0..n`.
 #[pyfunction]
 pub fn stochastic_bits(py: Python<'_>, n: usize, seed: u64) -> PyResult<Py<PyAny>> {
-    let v = guard_detached(py, || {
+    guard(py, || {
+        trn2core::host::check_alloc("shape", &format!("{n} random words"), n as u128 * 4)
+    })?;
+    let v = guard_work(py, n as u64, || {
         if n > (1usize << 36) {
             return Err(Error::capacity(
                 "shape",
                 format!("{n} elements is more than this emulator allocates at once (2**36)"),
             ));
         }
-        let mut v = vec![0u32; n];
+        let mut v = trn2core::host::zeroed_vec::<u32>("shape", "the random words", n)?;
         numerics::stochastic_words(seed, &mut v);
+        trn2core::cancel::check()?;
         Ok(v)
     })?;
     Ok(to_numpy(py, v))

@@ -9,7 +9,7 @@ use trn2core::sparsity::{self, Compressed, CutlassMeta, Dtype, Pattern};
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::errors::{guard, guard_work};
 
 /// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
 /// the element type); any other dtype is a `FormatError` on `$arg`.
@@ -77,7 +77,9 @@ pub fn sparsity_prune(
     let p = guard(py, || Pattern::parse(pattern))?;
     let d = guard(py, || Dtype::parse("x", dtype))?;
     with_codes!(py, x, "x", |s: T| {
-        let out = guard_detached(py, || sparsity::prune::<T>(s, d, &shape, axis, p))?;
+        let out = guard_work(py, s.len() as u64, || {
+            sparsity::prune::<T>(s, d, &shape, axis, p)
+        })?;
         Ok(to_numpy(py, out))
     })
 }
@@ -93,7 +95,9 @@ pub fn sparsity_compress(
 ) -> PyResult<CompressedParts> {
     let p = guard(py, || Pattern::parse(pattern))?;
     with_codes!(py, x, "x", |s: T| {
-        let c = guard_detached(py, || sparsity::compress::<T>(s, &shape, axis, p))?;
+        let c = guard_work(py, s.len() as u64, || {
+            sparsity::compress::<T>(s, &shape, axis, p)
+        })?;
         let (vshape, ax) = (c.values_shape(), c.axis());
         let idx = c.packed_indices().to_vec();
         Ok((to_numpy(py, c.into_values()), to_numpy(py, idx), vshape, ax))
@@ -115,8 +119,9 @@ pub fn sparsity_decompress(
     let idx = guard(py, || slice(&ia, "indices"))?.to_vec();
     with_codes!(py, values, "values", |s: T| {
         let vals = s.to_vec();
-        let dense = guard_detached(py, || {
-            Compressed::<T>::from_parts(vals, idx, &shape, axis, p).map(|c| c.decompress())
+        let work = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        let dense = guard_work(py, work, || {
+            Compressed::<T>::from_parts(vals, idx, &shape, axis, p)?.decompress_checked()
         })?;
         Ok(to_numpy(py, dense))
     })
@@ -143,7 +148,7 @@ pub fn sparsity_positions(
             ),
         ));
     }
-    let pos = guard_detached(py, || {
+    let pos = guard_work(py, count as u64, || {
         Ok(sparsity::unpack_indices(idx, p.index_bits(), count))
     })?;
     Ok(to_numpy(py, pos))
@@ -158,7 +163,9 @@ pub fn sparsity_to_cutlass(
     cols: usize,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     with_codes!(py, x, "x", |s: T| {
-        let c = guard_detached(py, || sparsity::to_cutlass::<T>(s, rows, cols))?;
+        let c = guard_work(py, s.len() as u64, || {
+            sparsity::to_cutlass::<T>(s, rows, cols)
+        })?;
         let meta = match c.meta {
             CutlassMeta::I16(w) => to_numpy(py, w),
             CutlassMeta::I32(w) => to_numpy(py, w),
@@ -183,7 +190,9 @@ pub fn sparsity_from_cutlass(
         CutlassMeta::I32(guard(py, || slice(&m, "meta"))?.to_vec())
     };
     with_codes!(py, values, "values", |s: T| {
-        let dense = guard_detached(py, || sparsity::from_cutlass::<T>(s, &words, rows, cols))?;
+        let dense = guard_work(py, 2 * s.len() as u64, || {
+            sparsity::from_cutlass::<T>(s, &words, rows, cols)
+        })?;
         Ok(to_numpy(py, dense))
     })
 }
@@ -202,10 +211,7 @@ pub fn sparse_gemm(
     let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
     let av = guard(py, || slice(&aa, "a"))?;
     let bv = guard(py, || slice(&ba, "b"))?;
-    let len = guard(py, || {
-        m.checked_mul(n)
-            .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow")))
-    })?;
+    let len = guard(py, || crate::engine::out_len(m, n))?;
     // SAFETY: uninitialised numpy buffer; sparse_gemm_f32_into writes all `m * n` elements (it
     // checks the length) before Python can read it.
     let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
@@ -215,7 +221,10 @@ pub fn sparse_gemm(
             rw.as_slice_mut()
                 .map_err(|_| Error::shape("out", "not contiguous"))
         })?;
-        guard_detached(py, || engine::sparse_gemm_f32_into(av, bv, m, k, n, out))?;
+        let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
+        guard_work(py, work, || {
+            engine::sparse_gemm_f32_into(av, bv, m, k, n, out)
+        })?;
     }
     Ok(arr.into_any().unbind())
 }

@@ -11,10 +11,14 @@
 //!   BF16, FP16, TF32, FP32), the six rounding modes including stochastic rounding, the
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
 //! - [`error`]: the one [`Error`] type.
+//! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
+//!   check every user-sized allocation passes first.
 
+pub mod cancel;
 pub mod dma;
 pub mod engine;
 pub mod error;
+pub mod host;
 pub mod numerics;
 pub mod perf;
 pub mod sparsity;

@@ -299,8 +299,10 @@ pub fn compress_into(
             ),
         ));
     }
+    let cancel = crate::cancel::current();
     stream::encode(bytes, elem_size, codec, dtype, shape, out);
-    Ok(())
+    // A cancelled encode (crate::cancel) skipped tasks: its stream is not valid.
+    cancel.check()
 }
 
 /// Decompresses a stream made by [`compress`]: the array's description and its exact bytes.
@@ -319,7 +321,8 @@ pub fn decompress(stream: &[u8]) -> Result<Decoded> {
             ),
         )
     })?;
-    let mut bytes = vec![0u8; n];
+    // All-zero blocks let a short stream declare a large array: the host must hold it.
+    let mut bytes = crate::host::zeroed_vec("stream", "the decompressed array", n)?;
     layout.decode_into(stream, &mut bytes)?;
     let info = layout.info;
     Ok(Decoded {

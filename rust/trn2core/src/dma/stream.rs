@@ -158,9 +158,18 @@ pub(super) fn encode(
         0 => TASK_RAW_BYTES,
         b => (TASK_RAW_BYTES / b).max(1) * b,
     };
+    // Once cancelled (crate::cancel) tasks plan nothing; the caller discards the stream.
+    let cancel = crate::cancel::current();
     let plans: Vec<TaskPlan> = bytes
         .par_chunks(task_bytes)
-        .map(|chunk| with_word!(elem_size, plan_task(chunk, codec, block_bytes)))
+        .map(|chunk| match cancel.is_cancelled() {
+            true => TaskPlan {
+                table: Vec::new(),
+                coded: Some(Vec::new()),
+                len: 0,
+            },
+            false => with_word!(elem_size, plan_task(chunk, codec, block_bytes)),
+        })
         .collect();
     let table_len: usize = plans.iter().map(|t| 4 * t.table.len()).sum();
     let payload_len: usize = plans.iter().map(|t| t.len).sum();
@@ -394,11 +403,15 @@ impl Layout {
             spans.push(at..at + len);
             at += len;
         }
+        let cancel = crate::cancel::current();
         let results: Vec<(u32, usize, Result<()>)> = out
             .par_chunks_mut(blocks_per_task * block_bytes)
             .zip(self.table.par_chunks(blocks_per_task))
             .zip(spans.par_iter())
             .map(|((o, entries), span)| {
+                if cancel.is_cancelled() {
+                    return (0, 0, Err(crate::Error::Interrupted));
+                }
                 let p = payload.get(span.clone()).unwrap_or(&[]);
                 let crc = crc32c(p);
                 let r = with_word!(
@@ -408,6 +421,8 @@ impl Layout {
                 (crc, p.len(), r)
             })
             .collect();
+        // Skipped tasks make the checksum differ: report the interruption, not corruption.
+        cancel.check()?;
         self.check(
             std::iter::once((crc32c(head), head.len()))
                 .chain(results.iter().map(|&(c, n, _)| (c, n))),

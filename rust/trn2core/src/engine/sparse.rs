@@ -382,11 +382,17 @@ fn drive<K: RowKernel>(
     }
 
     // `b`, packed once: panel `jp` of tile `t` (its rows k, NR columns, zero-padded) starts at
-    // `(jp * k_tiles + t) * TILE * NR`, so one panel's tiles follow each other.
+    // `(jp * k_tiles + t) * tile_rows * NR`, so one panel's tiles follow each other.
     let k_tiles = k.div_ceil(TILE);
     let n_panels = n.div_ceil(K::NR);
-    let tile_stride = TILE * K::NR;
-    let mut bpack = vec![0f32; n_panels * k_tiles * tile_stride];
+    // A tile holds at most K rows: a short K must not cost 128 times `b`'s memory.
+    let tile_rows = TILE.min(k);
+    let tile_stride = tile_rows * K::NR;
+    let mut bpack: Vec<f32> = crate::host::zeroed_vec(
+        "b",
+        "the packed copy of b",
+        n_panels * k_tiles * tile_stride,
+    )?;
     bpack
         .par_chunks_mut(tile_stride)
         .enumerate()
@@ -403,11 +409,12 @@ fn drive<K: RowKernel>(
                 dst[..cols].copy_from_slice(&b[src..src + cols]);
             }
         });
-    // `a`, as each row's non-zero elements per tile (see `SparseRow`).
-    let row_len = k_tiles * TILE;
-    let mut offsets = vec![0u32; m * row_len];
-    let mut values = vec![0f32; m * row_len];
-    let mut counts = vec![0u32; m * k_tiles];
+    // `a`, as each row's non-zero elements per tile (see `SparseRow`): tile `t`'s list starts
+    // at `t * TILE` of the row's `k` slots.
+    let row_len = k;
+    let mut offsets: Vec<u32> = crate::host::zeroed_vec("a", "the packed copy of a", m * row_len)?;
+    let mut values: Vec<f32> = crate::host::zeroed_vec("a", "the packed copy of a", m * row_len)?;
+    let mut counts: Vec<u32> = crate::host::zeroed_vec("a", "the packed copy of a", m * k_tiles)?;
     offsets
         .par_chunks_mut(row_len)
         .zip(values.par_chunks_mut(row_len))
@@ -429,7 +436,10 @@ fn drive<K: RowKernel>(
             }
         });
     let (bpack, offsets, values, counts) = (&bpack, &offsets, &values, &counts);
+    // Ctrl-C (crate::cancel): checked by every task, for every panel and K tile.
+    let cancel = crate::cancel::current();
     tasks.par_iter_mut().try_for_each(|task| {
+        cancel.check()?;
         if !fp_env_is_ieee() {
             return Err(fp_env_error());
         }
@@ -443,6 +453,7 @@ fn drive<K: RowKernel>(
             let cols = K::NR.min(width - c0);
             let strip = &bpack[(jp0 + jp) * k_tiles * tile_stride..][..k_tiles * tile_stride];
             for (t, panel) in strip.chunks_exact(tile_stride).enumerate() {
+                cancel.check()?;
                 for (g, group) in psum.chunks_mut(ROWS * K::NR).enumerate() {
                     let mut lists: [(&[u32], &[f32]); ROWS] = [(&[], &[]); ROWS];
                     let mut ptrs = [std::ptr::null_mut(); ROWS];
@@ -453,7 +464,7 @@ fn drive<K: RowKernel>(
                         lists[r] = (&offsets[list.clone()], &values[list]);
                         ptrs[r] = p.as_mut_ptr();
                     }
-                    // SAFETY: every listed offset is `kk * NR` with `kk < TILE`, so
+                    // SAFETY: every listed offset is `kk * NR` with `kk < tile_rows`, so
                     // `offset + NR` is within the tile's panel; each non-null pointer is NR
                     // elements of the task's own buffer, distinct from the others.
                     unsafe { kernel.run_rows(&lists, panel, &ptrs, t == 0) };

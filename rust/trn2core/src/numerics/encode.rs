@@ -209,12 +209,14 @@ pub fn encode_into(
     }
     let p = Params::new(enc, mode, saturate, count);
     let id = kernels::mode_id(mode);
+    let cancel = crate::cancel::current();
     match out {
-        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o),
-        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o),
-        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o),
+        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, &cancel),
+        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, &cancel),
+        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, &cancel),
     }
-    Ok(())
+    // A cancelled run skipped its remaining chunks.
+    cancel.check()
 }
 
 fn check_count(count: u32) -> Result<()> {
@@ -235,9 +237,13 @@ fn run<O: Code>(
     random: &Random,
     enc: &Encoding,
     out: &mut [O],
+    cancel: &crate::cancel::Cancel,
 ) {
     let n = src.len();
     let task = |(ci, oc): (usize, &mut [O])| {
+        if cancel.is_cancelled() {
+            return;
+        }
         let start = ci * CHUNK;
         match mode {
             RNE => chunk::<RNE, O>(src, start, oc, p, random, enc),
@@ -442,10 +448,13 @@ fn simd_level() -> u8 {
 
 /// The seeded generator's words for flat indices `0..out.len()` (what `Random::Seed` uses),
 /// vectorised and in parallel.
+/// Under a cancelled token (`crate::cancel`) the remaining chunks are skipped: check it after.
 pub fn stochastic_words(seed: u64, out: &mut [u32]) {
     let g = StochasticBits::new(seed);
+    let cancel = crate::cancel::current();
     out.par_chunks_mut(CHUNK)
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .for_each(|(i, c)| fill_words(&g, (i * CHUNK) as u64, c));
 }
 

@@ -32,10 +32,15 @@ pub fn prune<T: Element>(
         ));
     }
     let view = AxisView::new(shape, axis, x.len(), pattern)?;
+    let bytes = x.len() as u128 * (T::BITS / 8) as u128;
+    crate::host::check_alloc("x", "the pruned array", bytes)?;
     let mut out = vec![T::ZERO; x.len()];
+    let cancel = crate::cancel::current();
     if !out.is_empty() {
         prune_into(x, &mut out, dtype, view.inner, pattern);
     }
+    // A cancelled run (crate::cancel) skipped its remaining tasks.
+    cancel.check()?;
     Ok(out)
 }
 
@@ -84,8 +89,10 @@ fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
     let wide = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
     #[cfg(not(target_arch = "x86_64"))]
     let wide = false;
+    let cancel = crate::cancel::current();
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
+        .filter(|_| !cancel.is_cancelled())
         .for_each(|(dst, src)| {
             if wide {
                 #[cfg(target_arch = "x86_64")]
