@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .errors import FormatError
 from .report import Report
 
@@ -49,7 +49,7 @@ class Compressed:
     def from_bytes(cls, b: bytes) -> Compressed:
         """Validates ``b`` (structure and checksum): raises ``CorruptDataError`` if it was
         truncated or altered."""
-        stream = bytes(b)
+        stream = _validate.bytes_like(b, "b")
         return cls(stream, _core.dma_inspect(stream))
 
     def __repr__(self) -> str:
@@ -63,7 +63,7 @@ def compress(x, codec: str = "zvc") -> Compressed:
     """Compresses array ``x`` losslessly with ``codec`` (see ``CODECS``)."""
     if not isinstance(codec, str) or codec not in CODECS:
         raise FormatError(f"codec: unknown codec {codec!r}; expected one of {CODECS}")
-    a = np.asarray(x)
+    a = _validate.array(x, "x", complex_ok=True)
     if a.dtype.hasobject or a.dtype.kind not in "biufcV" or a.dtype.itemsize not in (1, 2, 4, 8):
         raise FormatError(
             f"x: dtype {a.dtype} cannot be compressed; expected a numeric dtype of 1, 2, 4 or 8 "
@@ -77,7 +77,7 @@ def compress(x, codec: str = "zvc") -> Compressed:
 
 def decompress(blob: Compressed | bytes) -> np.ndarray:
     """The original array: same dtype (byte order included), shape and bits."""
-    stream = blob.to_bytes() if isinstance(blob, Compressed) else bytes(blob)
+    stream = blob.to_bytes() if isinstance(blob, Compressed) else _validate.bytes_like(blob, "blob")
     info, raw = _core.dma_decompress(stream)
     shape = tuple(int(d) for d in info["shape"])
     return raw.view(np.dtype(info["dtype"])).reshape(shape)
@@ -109,7 +109,7 @@ def dma_copy(x, *, src: str = "hbm", dst: str = "sbuf", codec: str = "none") -> 
     bytes. The on-chip side spans ``x.shape[0]`` partitions (at most 128)."""
     if not isinstance(codec, str) or codec not in CODECS:
         raise FormatError(f"codec: unknown codec {codec!r}; expected one of {CODECS}")
-    a = np.asarray(x)
+    a = _validate.array(x, "x", complex_ok=True)
     wire = a.nbytes if codec == "none" else compress(a, codec).nbytes
     partitions = min(128, a.shape[0]) if a.ndim >= 2 and a.shape[0] > 0 else 128
     fields, trace = _core.dma_copy_time(a.nbytes, wire, partitions, str(src), str(dst))

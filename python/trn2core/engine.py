@@ -11,10 +11,10 @@ import dataclasses
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .dtypes import FORMAT_DTYPES
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, decode, quantize
+from .numerics import FORMATS, ROUNDING_MODES, decode, quantize
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -61,7 +61,10 @@ class NeuronCore:
     from ``trn2core.spec``, and a tensor engine that runs one ``nc_matmul`` at a time."""
 
     def __init__(self, index: int = 0) -> None:
-        self._core = _core.NeuronCore(int(index))
+        from . import spec
+
+        index = _validate.integer(index, "index", lo=0, hi=spec.cores_per_chip - 1)
+        self._core = _core.NeuronCore(index)
 
     @property
     def index(self) -> int:
@@ -102,16 +105,23 @@ class NeuronCore:
         tiling 2x64 / 4x32, column tiling likewise); the output lands on the partitions of the
         tile's columns.
         """
-        s, m = np.asarray(stationary), np.asarray(moving)
+        s = _validate.array(stationary, "stationary")
+        m = _validate.array(moving, "moving")
+        if not isinstance(formats, (tuple, list)) or len(formats) != 2:
+            raise Trn2ValueError(
+                f"formats: expected a pair (stationary format, moving format), got {formats!r}"
+            )
         sf = _format_of(s, "stationary", formats[0])
-        if is_transpose:
+        if _validate.boolean(is_transpose, "is_transpose"):
             return self._transpose(s, m, sf, bank, perf_mode, tile_position, tile_size)
         mf = _format_of(m, "moving", formats[1])
-        pos = None if tile_position is None else tuple(int(v) for v in tile_position)
-        size = None if tile_size is None else tuple(int(v) for v in tile_size)
+        pos = _validate.pair(tile_position, "tile_position")
+        size = _validate.pair(tile_size, "tile_size")
+        perf_mode = _perf_mode(perf_mode)
+        accumulate = _validate.boolean(accumulate, "accumulate")
         out = self._core.matmul(
             _values(s, sf), list(s.shape), sf, _values(m, mf), list(m.shape), mf,
-            _bank(bank), bool(accumulate), str(perf_mode), pos, size,
+            _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
 
@@ -124,6 +134,12 @@ class NeuronCore:
         if s.ndim != 2:
             raise ShapeError(f"stationary: transpose mode takes a [K, M] tile, got {s.shape}")
         k, mm = s.shape
+        limit = _core_limits()
+        if not (1 <= k <= limit[0] and 1 <= mm <= limit[1]):
+            raise ShapeError(
+                f"stationary: transpose mode takes a [K, M] tile with 1 <= K <= {limit[0]} and "
+                f"1 <= M <= {limit[1]}, got {s.shape}"
+            )
         ident = np.eye(k)
         if m.shape != (k, k) or not np.array_equal(np.asarray(m, dtype=np.float64), ident):
             raise ShapeError(
@@ -141,7 +157,9 @@ class NeuronCore:
 
     def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
         """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""
-        return self._core.read_psum(_bank(bank), int(rows), int(cols)).reshape(rows, cols)
+        rows = _validate.integer(rows, "rows", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
+        cols = _validate.integer(cols, "cols", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
+        return self._core.read_psum(_bank(bank), rows, cols).reshape(rows, cols)
 
     def report(self) -> Report:
         """Timing of the instructions issued on this core so far."""
@@ -152,9 +170,28 @@ class NeuronCore:
 
 
 def _bank(bank) -> int:
-    if isinstance(bank, bool) or not isinstance(bank, (int, np.integer)) or bank < 0:
-        raise Trn2Error(f"bank: expected an integer in 0..8, got {bank!r}")
-    return int(bank)
+    from . import spec
+
+    return _validate.integer(bank, "bank", lo=0, hi=spec.psum_banks - 1)
+
+
+def _core_limits() -> tuple[int, int]:
+    """The largest contraction and stationary free size of one instruction."""
+    from . import spec
+
+    return spec.matmul_contraction_max, spec.matmul_stationary_free_max
+
+
+def _perf_mode(perf_mode) -> str:
+    return _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
+
+
+def _core_arg(core) -> None:
+    if core is not None and not isinstance(core, NeuronCore):
+        raise Trn2ValueError(
+            f"core: expected a NeuronCore (or None), got {type(core).__name__}; chips and "
+            "logical cores come later"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +211,7 @@ def _cost_dtype(af: str, bf: str) -> str:
 
 
 def _prepare(x, dtype, rounding, seed, arg):
-    x = np.asarray(x)
+    x = _validate.array(x, arg)
     if x.ndim != 2:
         raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
     if dtype is not None:
@@ -214,23 +251,21 @@ def estimate_gemm(
     """Timing of ``[M, K] @ [K, N]`` with ``dtype`` operands, walking the GEMM's tile schedule
     without data (shapes far beyond host memory cost milliseconds). ``throttle=False`` turns
     off the dI/dt throttle model (on by default, as on the hardware)."""
+    perf_mode = _perf_mode(perf_mode)
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
-    if core is not None and not isinstance(core, NeuronCore):
-        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
-    dims = []
-    for name, v in (("M", M), ("K", K), ("N", N)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ShapeError(f"{name}: expected a positive integer, got {v!r}")
-        dims.append(int(v))
-    if dtype not in FORMATS:
-        raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
+    _core_arg(core)
+    m, k, n = (
+        _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
+        for name, v in (("M", M), ("K", K), ("N", N))
+    )
+    dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
+    throttle = _validate.boolean(throttle, "throttle")
     _core.check_gemm_formats(dtype, dtype, perf_mode)
-    m, k, n = dims
-    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), False, sparsity)
+    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, False, sparsity)
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, bool(throttle), True, sparsity)[1]
+        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
 
     return Report(fields, retrace=retrace)
 
@@ -256,10 +291,15 @@ def gemm(
     operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
     result on the way out with the same ``rounding``.
     """
-    if core is not None and not isinstance(core, NeuronCore):
-        raise Trn2Error("core: only a NeuronCore is supported so far (chips and LNC come later)")
-    if perf_mode not in PERF_MODES:
-        raise FormatError(f"perf_mode: unknown perf_mode {perf_mode!r}; expected {PERF_MODES}")
+    _core_arg(core)
+    perf_mode = _perf_mode(perf_mode)
+    if dtype is not None:
+        _validate.name(dtype, "dtype", FORMATS, what="format")
+    out_dtype = _validate.name(out_dtype, "out_dtype", FORMATS, what="format")
+    rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
+    if seed is not None:
+        _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
+    throttle = _validate.boolean(throttle, "throttle")
     sparsity = None
     if isinstance(a, SparseTensor):
         if a.ndim != 2 or a.axis != 1:
@@ -270,7 +310,7 @@ def gemm(
         sparsity = _sparsity_pattern(a.pattern, perf_mode)
         a = a.decompress()
     a, af = _prepare(a, dtype, rounding, seed, "a")
-    b, bf = _prepare(b, dtype, rounding, None if seed is None else seed + 1, "b")
+    b, bf = _prepare(b, dtype, rounding, None if seed is None else (seed + 1) % 2**64, "b")
     if a.shape[1] != b.shape[0]:
         raise ShapeError(
             f"b: a is {a.shape} and b is {b.shape}; a's columns (K) must equal b's rows"
@@ -291,7 +331,7 @@ def gemm(
     if out_dtype != "fp32":
         out = quantize(out, out_dtype, rounding=rounding, seed=seed)
     cost = _cost_dtype(af, bf)
-    thr = bool(throttle)
+    thr = throttle
     fields, _ = _core.estimate_gemm(m, k, n, cost, perf_mode, thr, False, sparsity)
 
     def retrace() -> str:
