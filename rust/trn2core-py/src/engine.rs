@@ -1,7 +1,7 @@
 //! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM) and the
 //! whole-GEMM kernel. Operands arrive as flat float32 arrays of exact values plus their format.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
@@ -10,7 +10,7 @@ use trn2core::numerics::Format;
 use trn2core::topology::NeuronCore;
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
 use crate::errors::{guard, guard_work};
 use crate::perf::report_dict;
 
@@ -182,9 +182,10 @@ pub fn gemm(
     let av = guard(py, || slice(&aa, "a"))?;
     let bv = guard(py, || slice(&ba, "b"))?;
     let len = guard(py, || out_len(m, n))?;
-    // SAFETY: uninitialised numpy buffer; gemm_f32_into writes all `m * n` elements (it checks
-    // the length) before Python can read it.
-    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
+    let what = format!("the {m} x {n} float32 result");
+    // SAFETY: gemm_f32_into writes all `m * n` elements (it checks the length) before Python
+    // can read the array.
+    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {

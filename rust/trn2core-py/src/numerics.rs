@@ -1,12 +1,12 @@
 //! Bindings of `trn2core::numerics`: conversion and error mapping only.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::numerics::{self, CodesMut, CodesRef, Format, FormatInfo, Random, Rounding, Source};
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
 use crate::errors::{guard, guard_work};
 
 /// A fresh numpy array of `n` codes, allocated by numpy (huge pages for big arrays) and filled
@@ -16,13 +16,10 @@ fn fill_codes<'py, T: numpy::Element + Send>(
     n: usize,
     fill: impl FnOnce(&mut [T]) -> Result<(), Error> + Send,
 ) -> PyResult<Py<PyAny>> {
-    let size = std::mem::size_of::<T>() as u128;
-    guard(py, || {
-        trn2core::host::check_alloc("x", &format!("the result of {n} codes"), n as u128 * size)
-    })?;
-    // SAFETY: `PyArray1::new` leaves the buffer uninitialised; `fill` writes every element
-    // (encode_into checks the length) and nothing reads it before.
-    let arr = unsafe { PyArray1::<T>::new(py, [n], false) };
+    let what = format!("the result of {n} codes");
+    // SAFETY: `fill` writes every element (encode_into checks the length) and nothing reads
+    // the array before.
+    let arr = guard(py, || unsafe { new_uninit::<T>(py, n, "x", &what) })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {

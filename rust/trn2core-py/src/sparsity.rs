@@ -2,13 +2,13 @@
 //! sparse GEMM kernel. Arrays arrive as flat unsigned-integer views of their codes (the facade
 //! views every dtype as `uint8/16/32/64` of its width) and leave the same way.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use trn2core::engine;
 use trn2core::sparsity::{self, Compressed, CutlassMeta, Dtype, Pattern};
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
 use crate::errors::{guard, guard_work};
 
 /// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
@@ -212,9 +212,10 @@ pub fn sparse_gemm(
     let av = guard(py, || slice(&aa, "a"))?;
     let bv = guard(py, || slice(&ba, "b"))?;
     let len = guard(py, || crate::engine::out_len(m, n))?;
-    // SAFETY: uninitialised numpy buffer; sparse_gemm_f32_into writes all `m * n` elements (it
-    // checks the length) before Python can read it.
-    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
+    let what = format!("the {m} x {n} float32 result");
+    // SAFETY: sparse_gemm_f32_into writes all `m * n` elements (it checks the length) before
+    // Python can read the array.
+    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {
