@@ -2,5 +2,6 @@
 
 mod dma;
 mod engine;
+mod fuzz;
 mod numerics_exhaustive;
 mod sparsity;
