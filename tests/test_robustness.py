@@ -114,8 +114,8 @@ def bools(fn: str, arg: str, call) -> None:
 
 # -- numerics -------------------------------------------------------------------------------
 names("format_info", "fmt", lambda v: t.format_info(v))
-ints("format_info", "exponent_bias", lambda v: t.format_info("fp8_e4m3", exponent_bias=v), optional=True,
-     extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)])  # fmt: skip
+ints("format_info", "exponent_bias", lambda v: t.format_info("fp8_e4m3", exponent_bias=v),
+     optional=True, extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)])  # fmt: skip
 case("format_info-exponent_bias-not-fp8", FormatError, "exponent_bias",
      lambda: t.format_info("bf16", exponent_bias=3))  # fmt: skip
 for fn, f in (("quantize", t.quantize), ("encode", t.encode)):
@@ -251,8 +251,8 @@ names("gemm", "dtype", lambda v: t.gemm(F32, F32, dtype=v), optional=True)
 names("gemm", "out_dtype", lambda v: t.gemm(F32, F32, out_dtype=v))
 names("gemm", "perf_mode", lambda v: t.gemm(F32, F32, perf_mode=v))
 names("gemm", "rounding", lambda v: t.gemm(F32, F32, rounding=v))
-ints("gemm", "seed", lambda v: t.gemm(F32, F32, dtype="bf16", rounding="stochastic", seed=v), optional=True,
-     extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+ints("gemm", "seed", lambda v: t.gemm(F32, F32, dtype="bf16", rounding="stochastic", seed=v),
+     optional=True, extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
 bools("gemm", "throttle", lambda v: t.gemm(F32, F32, throttle=v))
 case("gemm-double_row-bf16", FormatError, "double_row",
      lambda: t.gemm(BF, BF, perf_mode="double_row"))  # fmt: skip
