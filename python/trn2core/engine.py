@@ -214,6 +214,8 @@ def _prepare(x, dtype, rounding, seed, arg):
     x = _validate.array(x, arg)
     if x.ndim != 2:
         raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     if dtype is not None:
         if dtype not in FORMATS:
             raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")

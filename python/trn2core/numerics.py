@@ -113,6 +113,9 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
         random_bit_count = operator.index(random_bit_count)
         if not 1 <= random_bit_count <= 32:
             raise Trn2ValueError(f"random_bit_count: got {random_bit_count}; it must be in 1..=32")
+    if seed is not None:
+        # Checked in every mode: a bad seed is a bug in the caller even where it is unused.
+        seed = _check_seed(seed)
     if random_bits is None:
         if rounding != "stochastic":
             return None, 32, None
