@@ -474,3 +474,34 @@ def test_cli_bad_input_is_an_error_message_not_a_traceback(tmp_path):
         assert r.returncode == 2, (argv, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert word in r.stderr, r.stderr
+
+
+def markdown_table() -> str:
+    """The table of docs/limitations.md: every case grouped by function, argument and error,
+    with one real message each (``python tests/test_robustness.py`` prints it)."""
+    groups: dict[tuple[str, str, str], dict] = {}
+    for c in CASES:
+        fn = c.id.split("-")[0]
+        rest = c.id[len(fn) + 1 :]
+        value = rest[len(c.arg) + 1 :] if rest.startswith(c.arg + "-") else rest
+        g = groups.setdefault((fn, c.arg, c.error.__name__), {"values": [], "message": ""})
+        g["values"].append(value)
+        if not g["message"]:
+            try:
+                c.call()
+            except Exception as e:  # the message of the first case of the group
+                g["message"] = str(e)
+    rows = [
+        "| function | argument | bad values tried | error | example message |",
+        "|---|---|---|---|---|",
+    ]
+    for (fn, arg, err), g in groups.items():
+        msg = g["message"].replace("|", "\\|").replace("\n", " ")
+        msg = msg if len(msg) <= 110 else msg[:107] + "..."
+        rows.append(f"| `{fn}` | `{arg}` | {', '.join(g['values'])} | `{err}` | {msg} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
+    print(f"\n{len(CASES)} cases", file=sys.stderr)

@@ -198,3 +198,27 @@ def test_the_probe_sees_a_held_gil():
     held, dt = _count_while(lambda: pattern.match("a" * n))
     frac = held / dt / (base / base_dt)
     assert frac < RELEASED, frac
+
+
+def test_exclusive_guard_refuses_a_second_thread():
+    # The mechanism for objects with Python-side state (python/trn2core/_validate.py).
+    from trn2core._validate import Exclusive
+
+    busy = Exclusive("allocator")
+    inside, release = threading.Event(), threading.Event()
+
+    def holder():
+        with busy:
+            inside.set()
+            release.wait(10)
+
+    th = threading.Thread(target=holder)
+    th.start()
+    inside.wait(10)
+    with pytest.raises(t.Trn2Error, match="allocator: busy in another thread"):
+        with busy:
+            pass
+    release.set()
+    th.join()
+    with busy, busy:  # free again, and re-entrant in one thread
+        pass

@@ -19,6 +19,7 @@ trn2core.Trn2Error`` catches every bad input; all of them are also ``ValueError`
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "bytes_like",
     "path",
     "check_alloc",
+    "Exclusive",
 ]
 
 #: Largest dimension or count accepted anywhere (u64 in the core).
@@ -50,6 +52,12 @@ def _show(value: Any, limit: int = 60) -> str:
     except Exception:  # a user object whose __repr__ fails
         r = f"<{type(value).__name__} object>"
     return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def _bound(v: int | None, none: str) -> str:
+    """A range bound for messages: powers of two near 2**63 and 2**64 as such."""
+    named = {2**64 - 1: "2**64 - 1", 2**63 - 1: "2**63 - 1", -(2**63): "-2**63"}
+    return none if v is None else named.get(v, str(v))
 
 
 def name(
@@ -77,7 +85,7 @@ def integer(
 ) -> int:
     """``value`` as an ``int`` if it is a Python or numpy integer (not ``bool``, not a float,
     even an integral one) with ``lo <= value <= hi``; else ``cls``."""
-    rng = f"{'-inf' if lo is None else lo}..={'inf' if hi is None else hi}"
+    rng = f"{_bound(lo, '-inf')}..={_bound(hi, 'inf')}"
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise cls(f"{arg}: expected an integer in {rng}, got {_show(value)}")
     v = int(value)
@@ -176,3 +184,25 @@ def check_alloc(nbytes: int, arg: str, what: str) -> None:
     if nbytes >= 2**127:
         raise CapacityError(f"{arg}: {what} needs {nbytes} bytes, more than any host holds")
     _core.check_alloc(arg, what, int(nbytes))
+
+
+class Exclusive:
+    """For an object whose Python-side state two threads must not change at once: ``with
+    self._busy:`` around each mutating method makes a second thread's call raise
+    ``Trn2ValueError`` ("busy in another thread") instead of racing. (Objects whose state lives
+    in Rust, like ``NeuronCore``, serialise their calls behind a mutex instead: see
+    docs/limitations.md.) Re-entrant within one thread."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise Trn2ValueError(
+                f"{self._what}: busy in another thread; share it between threads only with your "
+                "own lock, or give each thread its own"
+            )
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
