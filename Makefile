@@ -40,6 +40,11 @@ test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks nee
 test-python: $(STAMPS)/build ## pytest against the built extension
 	$(PY) -m pytest -q
 
+.PHONY: fuzz
+fuzz: $(STAMPS)/build ## Fuzz for longer: proptest (PROPTEST_CASES=200000) and hypothesis (TRN2CORE_FUZZ_EXAMPLES=20000)
+	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --release -p trn2core --test it fuzz::
+	time HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
+
 lint: $(STAMPS)/venv ## rustfmt, clippy -D warnings, ruff
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings

@@ -25,6 +25,13 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# `make fuzz`: the fuzz properties (tests/test_fuzz.py) with many more examples.
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("TRN2CORE_FUZZ_EXAMPLES", "20000")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 

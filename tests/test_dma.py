@@ -152,7 +152,7 @@ def test_streams_from_any_bytes_like_and_decoding_into_an_existing_array():
         dma.decompress(blob, out=np.empty((33, 64), ">f4"))
     with pytest.raises(trn2core.ShapeError, match="writable"):
         dma.decompress(blob, out=np.broadcast_to(np.zeros(1, ">f4"), (64, 33)))
-    with pytest.raises(trn2core.FormatError, match="bytes"):
+    with pytest.raises(trn2core.Trn2Error, match="bytes"):
         dma.Compressed.from_bytes(12345)
     # An altered header is reported as corrupt data, even on the out= path.
     bad = bytearray(raw)

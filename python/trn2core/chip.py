@@ -16,7 +16,7 @@ import operator
 
 from . import _core, spec
 from .engine import NeuronCore
-from .errors import FormatError, Trn2Error, Trn2ValueError
+from .errors import FormatError, Trn2ValueError
 from .report import Report
 
 __all__ = ["Chip", "LogicalCore", "LNC_VALUES"]
@@ -187,7 +187,7 @@ class Chip:
 def check_gemm_core(core) -> None:
     """Raises unless ``core`` is a NeuronCore, LogicalCore or Chip (``gemm``'s ``core=``)."""
     if not isinstance(core, (NeuronCore, LogicalCore, Chip)):
-        raise Trn2Error(
+        raise Trn2ValueError(
             f"core: expected a NeuronCore, LogicalCore or Chip, got {type(core).__name__}"
         )
 

@@ -450,3 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     except Trn2Error as e:
         print(f"trn2core {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # e.g. --trace into a directory that does not exist
+        print(f"trn2core {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: the shell's convention, without a traceback
+        print(f"trn2core {args.command}: interrupted", file=sys.stderr)
+        return 130

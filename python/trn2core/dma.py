@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core, spec
+from . import _core, _validate, spec
 from .errors import CapacityError, CorruptDataError, FormatError, ShapeError, Trn2ValueError
 from .memory import Allocation, CoreMemory, check_host_bytes
 from .report import Report
@@ -34,15 +34,9 @@ def _stream_array(b, arg: str) -> np.ndarray:
     validated ``Compressed``."""
     if isinstance(b, Compressed):
         return b._stream
-    try:
-        if isinstance(b, bytes):
-            a = np.frombuffer(b, dtype=np.uint8)
-        else:
-            a = np.frombuffer(memoryview(b).cast("B"), dtype=np.uint8).copy()
-    except (TypeError, ValueError, BufferError) as e:
-        raise FormatError(
-            f"{arg}: expected bytes or a contiguous bytes-like object, got {type(b).__name__} ({e})"
-        ) from None
+    # bytes, bytearray, memoryview or a uint8 array (copied: later changes cannot reach a
+    # validated stream); anything else is Trn2ValueError.
+    a = np.frombuffer(_validate.bytes_like(b, arg), dtype=np.uint8)
     a.flags.writeable = False
     return a
 
@@ -91,7 +85,7 @@ def _check_codec(codec) -> str:
 
 
 def _compressible(x, arg: str = "x") -> np.ndarray:
-    a = np.asarray(x)
+    a = _validate.array(x, arg, complex_ok=True)
     if a.dtype.hasobject or a.dtype.kind not in "biufcV" or a.dtype.itemsize not in (1, 2, 4, 8):
         raise FormatError(
             f"{arg}: dtype {a.dtype} cannot be compressed; expected a numeric dtype of 1, 2, 4 "
@@ -246,7 +240,7 @@ def dma_copy(
     mem = memory if memory is not None else CoreMemory()
     s, s_alloc = _place(src, "src", mem)
     d, d_alloc = _place(dst, "dst", mem)
-    a = _compressible(x) if codec != "none" else np.asarray(x)
+    a = _compressible(x) if codec != "none" else _validate.array(x, "x", complex_ok=True)
     shape, itemsize = [int(v) for v in a.shape], a.dtype.itemsize
     nbytes = a.nbytes
     # On-chip sides first: nothing has been compressed or copied yet.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import _validate
 from .errors import FormatError
 
 #: numpy dtype of ``quantize``'s output for each format (contract section 1).
@@ -36,7 +37,7 @@ def source_view(x: object, arg: str = "x") -> tuple[np.ndarray, str, tuple[int, 
     or an fp8 format name (the last three as unsigned-integer views). Contiguous native arrays are
     not copied; strided or byte-swapped ones are copied once. The caller's array is never written.
     """
-    a = np.asarray(x)
+    a = _validate.array(x, arg)
     dt = a.dtype
     if dt.kind in "iu":
         # Integers are exact in float64 up to 2**53; beyond that they are rounded to float64 first.

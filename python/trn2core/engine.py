@@ -11,10 +11,10 @@ import dataclasses
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .dtypes import FORMAT_DTYPES
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, decode, quantize
+from .numerics import FORMATS, ROUNDING_MODES, decode, quantize
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -66,10 +66,12 @@ class NeuronCore:
     """
 
     def __init__(self, index: int = 0, *, hbm=None) -> None:
+        from . import spec
         from .memory import CoreMemory
 
+        index = _validate.integer(index, "index", lo=0, hi=spec.cores_per_chip - 1)
         self.memory = CoreMemory(index, hbm)
-        self._core = _core.NeuronCore(int(index))
+        self._core = _core.NeuronCore(index)
 
     @property
     def hbm(self):
@@ -136,16 +138,23 @@ class NeuronCore:
         tiling 2x64 / 4x32, column tiling likewise); the output lands on the partitions of the
         tile's columns.
         """
-        s, m = np.asarray(stationary), np.asarray(moving)
+        s = _validate.array(stationary, "stationary")
+        m = _validate.array(moving, "moving")
+        if not isinstance(formats, (tuple, list)) or len(formats) != 2:
+            raise Trn2ValueError(
+                f"formats: expected a pair (stationary format, moving format), got {formats!r}"
+            )
         sf = _format_of(s, "stationary", formats[0])
-        if is_transpose:
+        if _validate.boolean(is_transpose, "is_transpose"):
             return self._transpose(s, m, sf, bank, perf_mode, tile_position, tile_size)
         mf = _format_of(m, "moving", formats[1])
-        pos = None if tile_position is None else tuple(int(v) for v in tile_position)
-        size = None if tile_size is None else tuple(int(v) for v in tile_size)
+        pos = _validate.pair(tile_position, "tile_position")
+        size = _validate.pair(tile_size, "tile_size")
+        perf_mode = _perf_mode(perf_mode)
+        accumulate = _validate.boolean(accumulate, "accumulate")
         out = self._core.matmul(
             _values(s, sf), list(s.shape), sf, _values(m, mf), list(m.shape), mf,
-            _bank(bank), bool(accumulate), str(perf_mode), pos, size,
+            _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
 
@@ -158,6 +167,12 @@ class NeuronCore:
         if s.ndim != 2:
             raise ShapeError(f"stationary: transpose mode takes a [K, M] tile, got {s.shape}")
         k, mm = s.shape
+        limit = _core_limits()
+        if not (1 <= k <= limit[0] and 1 <= mm <= limit[1]):
+            raise ShapeError(
+                f"stationary: transpose mode takes a [K, M] tile with 1 <= K <= {limit[0]} and "
+                f"1 <= M <= {limit[1]}, got {s.shape}"
+            )
         ident = np.eye(k)
         if m.shape != (k, k) or not np.array_equal(np.asarray(m, dtype=np.float64), ident):
             raise ShapeError(
@@ -177,7 +192,9 @@ class NeuronCore:
 
     def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
         """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""
-        return self._core.read_psum(_bank(bank), int(rows), int(cols)).reshape(rows, cols)
+        rows = _validate.integer(rows, "rows", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
+        cols = _validate.integer(cols, "cols", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
+        return self._core.read_psum(_bank(bank), rows, cols).reshape(rows, cols)
 
     def report(self) -> Report:
         """Timing of the instructions issued on this core so far."""
@@ -188,9 +205,20 @@ class NeuronCore:
 
 
 def _bank(bank) -> int:
-    if isinstance(bank, bool) or not isinstance(bank, (int, np.integer)) or bank < 0:
-        raise Trn2Error(f"bank: expected an integer in 0..8, got {bank!r}")
-    return int(bank)
+    from . import spec
+
+    return _validate.integer(bank, "bank", lo=0, hi=spec.psum_banks - 1)
+
+
+def _core_limits() -> tuple[int, int]:
+    """The largest contraction and stationary free size of one instruction."""
+    from . import spec
+
+    return spec.matmul_contraction_max, spec.matmul_stationary_free_max
+
+
+def _perf_mode(perf_mode) -> str:
+    return _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,9 +238,11 @@ def _cost_dtype(af: str, bf: str) -> str:
 
 
 def _prepare(x, dtype, rounding, seed, arg):
-    x = np.asarray(x)
+    x = _validate.array(x, arg)
     if x.ndim != 2:
         raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
     if dtype is not None:
         if dtype not in FORMATS:
             raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
@@ -250,19 +280,18 @@ def estimate_gemm(
     """Timing of ``[M, K] @ [K, N]`` with ``dtype`` operands, walking the GEMM's tile schedule
     without data (shapes far beyond host memory cost milliseconds). ``throttle=False`` turns
     off the dI/dt throttle model (on by default, as on the hardware)."""
+    perf_mode = _perf_mode(perf_mode)
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
     _check_core(core)
-    dims = []
-    for name, v in (("M", M), ("K", K), ("N", N)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ShapeError(f"{name}: expected a positive integer, got {v!r}")
-        dims.append(int(v))
-    if dtype not in FORMATS:
-        raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
+    m, k, n = (
+        _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
+        for name, v in (("M", M), ("K", K), ("N", N))
+    )
+    dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
+    throttle = _validate.boolean(throttle, "throttle")
     _core.check_gemm_formats(dtype, dtype, perf_mode)
-    m, k, n = dims
-    return _timing(core, m, k, n, dtype, perf_mode, bool(throttle), sparsity)
+    return _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity)
 
 
 def gemm(
@@ -287,8 +316,14 @@ def gemm(
     result on the way out with the same ``rounding``.
     """
     _check_core(core)
-    if perf_mode not in PERF_MODES:
-        raise FormatError(f"perf_mode: unknown perf_mode {perf_mode!r}; expected {PERF_MODES}")
+    perf_mode = _perf_mode(perf_mode)
+    if dtype is not None:
+        _validate.name(dtype, "dtype", FORMATS, what="format")
+    out_dtype = _validate.name(out_dtype, "out_dtype", FORMATS, what="format")
+    rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
+    if seed is not None:
+        _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
+    throttle = _validate.boolean(throttle, "throttle")
     sparsity = None
     if isinstance(a, SparseTensor):
         if a.ndim != 2 or a.axis != 1:
@@ -299,7 +334,7 @@ def gemm(
         sparsity = _sparsity_pattern(a.pattern, perf_mode)
         a = a.decompress()
     a, af = _prepare(a, dtype, rounding, seed, "a")
-    b, bf = _prepare(b, dtype, rounding, None if seed is None else seed + 1, "b")
+    b, bf = _prepare(b, dtype, rounding, None if seed is None else (seed + 1) % 2**64, "b")
     if a.shape[1] != b.shape[0]:
         raise ShapeError(
             f"b: a is {a.shape} and b is {b.shape}; a's columns (K) must equal b's rows"
@@ -311,11 +346,9 @@ def gemm(
             f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
         )
     _core.check_gemm_formats(af, bf, perf_mode)
-    if sparsity is None:
-        out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
-    else:
-        # Skips the zeros' products: the dense values for finite inputs (docs/sparsity.md).
-        out = _core.sparse_gemm(_values(a, af), _values(b, bf), m, k, n)
+    # A sparse stationary operand gives the dense GEMM's values (docs/sparsity.md): the same
+    # kernel runs on its dense form; only the timing model differs.
+    out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
     out = out.reshape(m, n)
     if out_dtype != "fp32":
         out = quantize(out, out_dtype, rounding=rounding, seed=seed)

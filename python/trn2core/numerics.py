@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .dtypes import CODE_DTYPES, FORMAT_DTYPES, source_view
 from .errors import FormatError, ShapeError, Trn2ValueError
 
@@ -113,6 +113,9 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
         random_bit_count = operator.index(random_bit_count)
         if not 1 <= random_bit_count <= 32:
             raise Trn2ValueError(f"random_bit_count: got {random_bit_count}; it must be in 1..=32")
+    if seed is not None:
+        # Checked in every mode: a bad seed is a bug in the caller even where it is unused.
+        seed = _check_seed(seed)
     if random_bits is None:
         if rounding != "stochastic":
             return None, 32, None
@@ -164,9 +167,10 @@ def encode(
     """
     fmt = _check_format(fmt)
     bias = _check_bias(exponent_bias)
+    saturate = _validate.boolean(saturate, "saturate")
     flat, kind, shape = source_view(x)
     bits, count, seed = _random_args(rounding, seed, random_bits, random_bit_count, shape)
-    codes = _core.encode(flat, kind, fmt, rounding, bool(saturate), bits, count, seed, bias)
+    codes = _core.encode(flat, kind, fmt, rounding, saturate, bits, count, seed, bias)
     return codes.reshape(shape)
 
 
@@ -206,7 +210,7 @@ def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
     an array of the format's own dtype)."""
     fmt = _check_format(fmt)
     bias = _check_bias(exponent_bias)
-    c = np.asarray(codes)
+    c = _validate.array(codes, "codes")
     want = CODE_DTYPES[fmt]
     if c.dtype == FORMAT_DTYPES[fmt]:
         c = c.view(want) if c.dtype.isnative else c.astype(c.dtype.newbyteorder("=")).view(want)
@@ -229,13 +233,9 @@ def stochastic_bits(shape, seed: int = 0) -> np.ndarray:
     ``mix64(seed ^ 0x6A09E667F3BCC909)``, read as little-endian uint32: output ``j`` gives
     words ``2j`` (its low half) and ``2j + 1`` (its high half). See docs/numerics.md."""
     seed = _check_seed(seed)
-    try:
-        shape = tuple(operator.index(s) for s in (shape if np.iterable(shape) else (shape,)))
-    except TypeError:
-        raise ShapeError(f"shape: expected an int or a tuple of ints, got {shape!r}") from None
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"shape: dimensions must be >= 0, got {shape}")
+    shape = _validate.shape(shape, "shape")
     n = 1
     for s in shape:
         n *= s
+    _validate.check_alloc(4 * n, "shape", f"the {n} random words of shape {shape}")
     return _core.stochastic_bits(n, seed).reshape(shape)

@@ -62,6 +62,9 @@ class Report:
 
         Open it at https://ui.perfetto.dev or chrome://tracing.
         """
+        from ._validate import path as _path
+
+        path = _path(path, "path")
         if self._trace_json is None:
             if self._retrace is None:
                 raise ValueError("this report has no timeline to trace")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
@@ -36,16 +36,14 @@ def _pattern(pattern: object, arg: str = "pattern") -> str:
 
 
 def _axis(axis: object) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise ShapeError(f"axis: expected an integer, got {axis!r}")
-    return int(axis)
+    return _validate.integer(axis, "axis", lo=-(2**63), hi=2**63 - 1, cls=ShapeError)
 
 
 def _codes(x: object, arg: str, *, magnitudes: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(array, flat native unsigned view of its codes)``; the user's array is never written."""
     if isinstance(x, SparseTensor):
         raise FormatError(f"{arg}: already a SparseTensor (call .decompress() for the dense form)")
-    a = np.asarray(x)
+    a = _validate.array(x, arg)
     dt = a.dtype
     if magnitudes and dt.newbyteorder("=") not in _PRUNE_DTYPES:
         raise FormatError(
@@ -185,7 +183,7 @@ class SparseTensor:
         v, codes = _codes(values, "values", magnitudes=False)
         if v.ndim != 2:
             raise ShapeError(f"values: expected a 2-D [rows, cols / 2] matrix, got {v.shape}")
-        mt = np.asarray(meta)
+        mt = _validate.array(meta, "meta")
         if mt.dtype not in (np.dtype(np.int16), np.dtype(np.int32)):
             raise FormatError(f"meta: expected int16 or int32 words, got dtype {mt.dtype}")
         mt = np.ascontiguousarray(mt.astype(mt.dtype.newbyteorder("="))).reshape(-1)

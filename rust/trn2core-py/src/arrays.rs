@@ -31,3 +31,35 @@ pub fn slice<'a, T: Element>(a: &'a PyReadonlyArray1<'_, T>, arg: &str) -> Resul
     a.as_slice()
         .map_err(|_| Error::shape(arg, "expected a C-contiguous array"))
 }
+
+/// A fresh, uninitialised numpy array of `n` elements for a result (`what`, for messages):
+/// `CapacityError` on `arg` if the host cannot hold it (checked before numpy allocates), and
+/// also if numpy's allocation fails anyway. Allocated through `numpy.empty`, whose failure is a
+/// `MemoryError` (rust-numpy's `PyArray1::new` panics instead).
+///
+/// # Safety
+/// The caller must write every element before Python can read the array.
+pub unsafe fn new_uninit<'py, T: Element>(
+    py: Python<'py>,
+    n: usize,
+    arg: &str,
+    what: &str,
+) -> Result<Bound<'py, PyArray1<T>>, Error> {
+    let bytes = n as u128 * std::mem::size_of::<T>() as u128;
+    trn2core::host::check_alloc(arg, what, bytes)?;
+    let refused = |why: String| {
+        Error::capacity(
+            arg,
+            format!(
+                "{what}: numpy could not allocate {} ({why})",
+                trn2core::host::human(bytes)
+            ),
+        )
+    };
+    let arr = py
+        .import("numpy")
+        .and_then(|np| np.call_method1("empty", (n, numpy::dtype::<T>(py))))
+        .map_err(|e| refused(e.to_string()))?;
+    arr.cast_into::<PyArray1<T>>()
+        .map_err(|e| refused(e.to_string()))
+}

@@ -8,7 +8,7 @@ use trn2core::perf::dma::{dma_time_on_queue, DmaPlan, Place};
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice};
-use crate::errors::{guard, guard_detached};
+use crate::errors::{guard, guard_detached, guard_work};
 use crate::perf::report_dict;
 
 /// The codec names, in order (`trn2core.dma.CODECS`).
@@ -64,7 +64,9 @@ pub fn dma_compress<'py>(
     let c = guard(py, || Codec::parse("codec", codec))?;
     let a = guard(py, || borrow::<u8>(raw, "x", "uint8 (raw bytes)"))?;
     let s = guard(py, || slice(&a, "x"))?;
-    let planned = guard_detached(py, || dma::plan_compress(s, elem_size, c, dtype, &shape))?;
+    let planned = guard_work(py, s.len() as u64, || {
+        dma::plan_compress(s, elem_size, c, dtype, &shape)
+    })?;
     let stream = fill_bytes(py, planned.len(), |out| planned.write(out))?;
     Ok((stream, info_dict(py, planned.info())?))
 }
@@ -79,7 +81,7 @@ pub fn dma_inspect<'py>(
         borrow::<u8>(stream, "stream", "uint8 (stream bytes)")
     })?;
     let s = guard(py, || slice(&a, "stream"))?;
-    let info = guard_detached(py, || dma::inspect(s))?;
+    let info = guard_work(py, s.len() as u64, || dma::inspect(s))?;
     info_dict(py, &info)
 }
 

@@ -1,22 +1,38 @@
 //! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM) and the
 //! whole-GEMM kernel. Operands arrive as flat float32 arrays of exact values plus their format.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::{Mutex, MutexGuard};
 use trn2core::engine::{self, Operand, PeTile, PerfMode};
 use trn2core::numerics::Format;
 use trn2core::topology::NeuronCore;
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
+use crate::errors::{guard, guard_work};
 use crate::perf::report_dict;
 
 /// One physical NeuronCore-v3 (the facade's `trn2core.NeuronCore` wraps it).
-#[pyclass(name = "NeuronCore", module = "trn2core._core")]
+///
+/// Shareable between Python threads: the core's state (PSUM, the engine's clock) sits behind a
+/// mutex taken only with the GIL released, so concurrent instructions on one core run one at a
+/// time, each whole, as two queues feeding one engine would (docs/limitations.md).
+#[pyclass(name = "NeuronCore", module = "trn2core._core", frozen)]
 pub struct PyNeuronCore {
-    inner: NeuronCore,
+    index: usize,
+    inner: Mutex<NeuronCore>,
+}
+
+impl PyNeuronCore {
+    /// The core's state. A panic while it was held (a bug, reported as `InternalError`) may
+    /// have left one PSUM region half written; the core stays usable.
+    fn lock(&self) -> MutexGuard<'_, NeuronCore> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 #[pymethods]
@@ -25,20 +41,21 @@ impl PyNeuronCore {
     #[pyo3(signature = (index = 0))]
     fn new(index: usize) -> Self {
         PyNeuronCore {
-            inner: NeuronCore::new(index),
+            index,
+            inner: Mutex::new(NeuronCore::new(index)),
         }
     }
 
     #[getter]
     fn index(&self) -> usize {
-        self.inner.index
+        self.index
     }
 
     /// One `nc_matmul`; returns the PSUM region's new contents, flat `[M * N]`.
     #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
     #[allow(clippy::too_many_arguments)]
     fn matmul(
-        &mut self,
+        &self,
         py: Python<'_>,
         stationary: &Bound<'_, PyAny>,
         stationary_shape: Vec<usize>,
@@ -70,15 +87,16 @@ impl PyNeuronCore {
             shape: &moving_shape,
             format: mf,
         };
-        let out = guard(py, || {
-            self.inner.matmul(&st, &mo, bank, accumulate, mode, tile)
+        // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
+        let out = guard_work(py, 0, || {
+            self.lock().matmul(&st, &mo, bank, accumulate, mode, tile)
         })?;
         Ok(to_numpy(py, out))
     }
 
     /// Transpose mode: writes `stationary.T` to PSUM `bank` and costs it.
     fn transpose(
-        &mut self,
+        &self,
         py: Python<'_>,
         stationary: &Bound<'_, PyAny>,
         k: usize,
@@ -89,7 +107,7 @@ impl PyNeuronCore {
         let f = guard(py, || Format::parse("stationary", format))?;
         let sa = guard(py, || borrow::<f32>(stationary, "stationary", "float32"))?;
         let sv = guard(py, || slice(&sa, "stationary"))?;
-        guard(py, || self.inner.transpose(sv, k, m, f, bank))
+        guard_work(py, 0, || self.lock().transpose(sv, k, m, f, bank))
     }
 
     /// PSUM `bank`, partitions `0..rows`, elements `0..cols`, flat.
@@ -100,13 +118,14 @@ impl PyNeuronCore {
         rows: usize,
         cols: usize,
     ) -> PyResult<Py<PyAny>> {
-        let out = guard(py, || self.inner.read_psum(bank, rows, cols))?;
+        let out = guard_work(py, 0, || self.lock().read_psum(bank, rows, cols))?;
         Ok(to_numpy(py, out))
     }
 
     /// Timing of the instructions issued so far.
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        report_dict(py, &self.inner.report())
+        let rep = guard_work(py, 0, || Ok(self.lock().report()))?;
+        report_dict(py, &rep)
     }
 }
 
@@ -162,20 +181,38 @@ pub fn gemm(
     let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
     let av = guard(py, || slice(&aa, "a"))?;
     let bv = guard(py, || slice(&ba, "b"))?;
-    let len = guard(py, || {
-        m.checked_mul(n)
-            .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow")))
-    })?;
-    // SAFETY: uninitialised numpy buffer; gemm_f32_into writes all `m * n` elements (it checks
-    // the length) before Python can read it.
-    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
+    let len = guard(py, || out_len(m, n))?;
+    let what = format!("the {m} x {n} float32 result");
+    // SAFETY: gemm_f32_into writes all `m * n` elements (it checks the length) before Python
+    // can read the array.
+    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {
             rw.as_slice_mut()
                 .map_err(|_| Error::shape("out", "not contiguous"))
         })?;
-        guard_detached(py, || engine::gemm_f32_into(av, bv, m, k, n, mode, out))?;
+        let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
+        guard_work(py, work, || {
+            engine::gemm_f32_into(av, bv, m, k, n, mode, out)
+        })?;
     }
     Ok(arr.into_any().unbind())
+}
+
+/// Elements of an `m x n` float32 result, after checking that the host can hold it
+/// (`CapacityError` before numpy allocates anything).
+pub fn out_len(m: usize, n: usize) -> Result<usize, Error> {
+    let len = m.checked_mul(n).ok_or_else(|| {
+        Error::capacity(
+            "out",
+            format!("the {m} x {n} result has more elements than this host can address"),
+        )
+    })?;
+    trn2core::host::check_alloc(
+        "out",
+        &format!("the {m} x {n} float32 result"),
+        len as u128 * 4,
+    )?;
+    Ok(len)
 }

@@ -1,9 +1,39 @@
-//! Maps the core's one `Error` enum onto the Python exception tree of `trn2core.errors`, and
-//! turns a Rust panic into a Python exception instead of an abort or a `PanicException`.
+//! Maps the core's one `Error` enum onto the Python exception tree of `trn2core.errors`, turns a
+//! Rust panic into a Python exception instead of an abort or a `PanicException`, and runs long
+//! calls with the GIL released and Ctrl-C honoured.
+//!
+//! # Long calls and Ctrl-C
+//!
+//! Python runs signal handlers only on its main thread, between bytecodes; a thread busy in
+//! Rust never gets there. So [`guard_detached`], called on the main thread, runs the work on a
+//! helper thread (scoped: it may borrow numpy buffers) with a fresh [`Cancel`] token installed,
+//! and the main thread waits for it with the GIL released, waking every [`POLL`] to take the GIL
+//! and run `PyErr_CheckSignals`. When a handler raises (`KeyboardInterrupt` for Ctrl-C), the
+//! token is cancelled, the core's next check returns `Error::Interrupted` (core drivers check
+//! between K tiles, output blocks, chunks and codec tasks: a few milliseconds apart), the helper
+//! ends, and the call raises the handler's exception. Objects stay usable: the core's work
+//! unwinds through `?`, never through a panic, and no Python object is touched meanwhile.
+//!
+//! The helper thread costs a thread start (tens of microseconds); calls on other threads (which
+//! cannot receive signals) and calls known to be short ([`guard_work`] under
+//! [`INLINE_WORK`]) run inline on the calling thread instead, with the GIL released.
 
-use pyo3::exceptions::PyRuntimeError;
+use std::ffi::c_ulong;
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError};
 use pyo3::prelude::*;
+use trn2core::cancel::Cancel;
 use trn2core::Error;
+
+/// How often a waiting main thread checks for signals.
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// Work (elementary operations: elements, bytes, multiply-adds) below which [`guard_work`] runs
+/// inline: about a millisecond or less, not worth a helper thread nor able to delay Ctrl-C.
+pub const INLINE_WORK: u64 = 1 << 22;
 
 /// Builds the Python exception for a core error (classes live in `trn2core/errors.py`).
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
@@ -14,55 +44,150 @@ pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
         Error::Sparsity { .. } => ("SparsityError", err.to_string()),
         Error::CorruptData { .. } => ("CorruptDataError", err.to_string()),
         Error::Capacity { .. } => ("CapacityError", err.to_string()),
+        Error::Interrupted => return PyKeyboardInterrupt::new_err(err.to_string()),
     };
+    raise(py, class, msg)
+}
+
+/// An instance of `trn2core.errors.<class>` with `msg` (a `RuntimeError` if the module is gone).
+fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
     match py.import("trn2core.errors").and_then(|m| m.getattr(class)) {
-        Ok(cls) => PyErr::from_value(match cls.call1((msg.clone(),)) {
-            Ok(obj) => obj,
-            Err(e) => return e,
-        }),
+        Ok(cls) => match cls.call1((msg,)) {
+            Ok(obj) => PyErr::from_value(obj),
+            Err(e) => e,
+        },
         Err(_) => PyRuntimeError::new_err(msg),
     }
 }
 
-/// Runs `f`, converting a core error into its Python exception and a panic into
-/// `trn2core.errors.InternalError` (a `Trn2Error`) carrying the panic message.
-pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+/// The `InternalError` for a caught panic.
+fn panic_error(py: Python<'_>, payload: Box<dyn std::any::Any + Send>) -> PyErr {
+    let what = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    raise(
+        py,
+        "InternalError",
+        format!("internal error in trn2core (please report it): {what}"),
+    )
+}
+
+type Caught<T> = std::thread::Result<Result<T, Error>>;
+
+fn convert<T>(py: Python<'_>, r: Caught<T>) -> PyResult<T> {
+    match r {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(to_py(py, e)),
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            let msg = format!("internal error in trn2core (please report it): {what}");
-            Err(
-                match py
-                    .import("trn2core.errors")
-                    .and_then(|m| m.getattr("InternalError"))
-                {
-                    Ok(cls) => match cls.call1((msg.clone(),)) {
-                        Ok(obj) => PyErr::from_value(obj),
-                        Err(e) => e,
-                    },
-                    Err(_) => PyRuntimeError::new_err(msg),
-                },
-            )
-        }
+        Err(payload) => Err(panic_error(py, payload)),
     }
 }
 
-/// [`guard`] with the GIL released around `f`, for every long call.
+/// Runs `f`, converting a core error into its Python exception and a panic into
+/// `trn2core.errors.InternalError` (a `Trn2Error`) carrying the panic message. The GIL stays
+/// held: for validation and other short work.
+pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
+    convert(
+        py,
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)),
+    )
+}
+
+/// [`guard`] for every long call: the GIL is released around `f`, and on the main thread
+/// Ctrl-C interrupts it (module doc). `f` must check the core's cancellation token
+/// (`trn2core::cancel`) at least every few milliseconds of work to stop promptly.
 pub fn guard_detached<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
-    let res = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-    guard(py, move || match res {
-        Ok(r) => r,
-        Err(payload) => std::panic::resume_unwind(payload),
-    })
+    if !on_main_thread(py) {
+        return inline(py, f);
+    }
+    let token = Cancel::new();
+    let slot = Mutex::new(Some(f));
+    let (outcome, signal) = py.detach(|| {
+        std::thread::scope(|s| {
+            let (done_tx, done_rx) = mpsc::channel::<()>();
+            let worker_token = token.clone();
+            let slot = &slot;
+            let spawned = std::thread::Builder::new()
+                .name("trn2core-call".into())
+                .spawn_scoped(s, move || {
+                    // Dropped when the work ends (also by a panic): wakes the waiting thread.
+                    let _done = done_tx;
+                    let f = slot.lock().ok().and_then(|mut g| g.take());
+                    f.map(|f| {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            worker_token.install(f)
+                        }))
+                    })
+                });
+            let Ok(handle) = spawned else {
+                // No thread to be had: run the work here, uninterruptibly.
+                let f = slot.lock().ok().and_then(|mut g| g.take());
+                let r = f.map(|f| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+                return (r, None);
+            };
+            let mut signal: Option<PyErr> = None;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(POLL) {
+                if signal.is_none() {
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        token.cancel();
+                        signal = Some(e);
+                    }
+                }
+            }
+            let r = handle.join().unwrap_or_else(|p| Some(Err(p)));
+            (r, signal)
+        })
+    });
+    if let Some(e) = signal {
+        // The handler's exception (KeyboardInterrupt) wins over whatever the work returned.
+        return Err(e);
+    }
+    match outcome {
+        Some(r) => convert(py, r),
+        None => Err(PyRuntimeError::new_err(
+            "internal error in trn2core: the work of a call was lost",
+        )),
+    }
+}
+
+/// [`guard_detached`] for a call of about `work` elementary operations: inline (GIL released,
+/// no helper thread) below [`INLINE_WORK`].
+pub fn guard_work<T: Send>(
+    py: Python<'_>,
+    work: u64,
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    if work < INLINE_WORK {
+        inline(py, f)
+    } else {
+        guard_detached(py, f)
+    }
+}
+
+/// `f` on this thread with the GIL released (no signal checks).
+fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) -> PyResult<T> {
+    let r = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    convert(py, r)
+}
+
+/// Whether this is Python's main thread, the only one that runs signal handlers.
+fn on_main_thread(py: Python<'_>) -> bool {
+    static MAIN: OnceLock<Option<c_ulong>> = OnceLock::new();
+    let main = *MAIN.get_or_init(|| {
+        py.import("threading")
+            .and_then(|t| t.call_method0("main_thread"))
+            .and_then(|t| t.getattr("ident"))
+            .and_then(|i| i.extract::<c_ulong>())
+            .ok()
+    });
+    // SAFETY: PyThread_get_thread_ident has no preconditions (it reads the calling thread's id).
+    let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+    // Unknown main thread: take the interruptible path (correct everywhere, just slower).
+    main.is_none_or(|m| m == me)
 }
 
 /// Panics inside the guard, so the test suite can check that a Rust panic reaches Python as
@@ -70,4 +195,40 @@ pub fn guard_detached<T: Send>(
 #[pyfunction]
 pub fn _panic_for_test(py: Python<'_>, message: String) -> PyResult<()> {
     guard_detached(py, move || -> Result<(), Error> { panic!("{message}") })
+}
+
+/// Spins for `seconds` in Rust, checking the cancellation token every millisecond: lets the
+/// test suite time Ctrl-C and GIL release without depending on a kernel's speed. Not part of
+/// the API.
+#[pyfunction]
+pub fn _busy_for_test(py: Python<'_>, seconds: f64) -> PyResult<u64> {
+    let seconds = seconds.clamp(0.0, 600.0);
+    guard_detached(py, move || {
+        let cancel = trn2core::cancel::current();
+        let start = std::time::Instant::now();
+        let mut checks = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            cancel.check()?;
+            checks += 1;
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(checks)
+    })
+}
+
+/// How many bytes the host can still give trn2core, and where that figure comes from
+/// (`trn2core::host`); `None` when unknown.
+#[pyfunction]
+pub fn host_memory() -> Option<(u64, &'static str)> {
+    trn2core::host::available_memory()
+}
+
+/// `CapacityError` on `arg` unless `nbytes` more can be allocated on this host: what the facade
+/// calls before it allocates a user-sized array itself.
+#[pyfunction]
+pub fn check_alloc(py: Python<'_>, arg: &str, what: &str, nbytes: u128) -> PyResult<()> {
+    guard(py, || trn2core::host::check_alloc(arg, what, nbytes))
 }

@@ -25,6 +25,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::host_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
@@ -42,7 +45,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sparsity::sparsity_positions, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparse_gemm, m)?)?;
     m.add_class::<memory::PyHbmStack>()?;
     m.add_class::<memory::PyCoreMemory>()?;
     m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;

@@ -1,13 +1,13 @@
 //! Bindings of `trn2core::numerics`: conversion and error mapping only.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::numerics::{self, CodesMut, CodesRef, Format, FormatInfo, Random, Rounding, Source};
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
+use crate::errors::{guard, guard_work};
 
 /// A fresh numpy array of `n` codes, allocated by numpy (huge pages for big arrays) and filled
 /// by `fill` with the GIL released. Every element is written before Python can see it.
@@ -16,16 +16,17 @@ fn fill_codes<'py, T: numpy::Element + Send>(
     n: usize,
     fill: impl FnOnce(&mut [T]) -> Result<(), Error> + Send,
 ) -> PyResult<Py<PyAny>> {
-    // SAFETY: `PyArray1::new` leaves the buffer uninitialised; `fill` writes every element
-    // (encode_into checks the length) and nothing reads it before.
-    let arr = unsafe { PyArray1::<T>::new(py, [n], false) };
+    let what = format!("the result of {n} codes");
+    // SAFETY: `fill` writes every element (encode_into checks the length) and nothing reads
+    // the array before.
+    let arr = guard(py, || unsafe { new_uninit::<T>(py, n, "x", &what) })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {
             rw.as_slice_mut()
                 .map_err(|_| Error::shape("out", "expected a contiguous output"))
         })?;
-        guard_detached(py, || fill(out))?;
+        guard_work(py, n as u64, || fill(out))?;
     }
     Ok(arr.into_any().unbind())
 }
@@ -105,25 +106,34 @@ pub fn decode(
 ) -> PyResult<Py<PyAny>> {
     let format = guard(py, || Format::parse("fmt", fmt))?;
     let enc = guard(py, || format.encoding_with_bias(exponent_bias))?;
+    let n = codes.len().unwrap_or(0) as u64;
+    guard(py, || {
+        trn2core::host::check_alloc("codes", &format!("the {n} float32 values"), n as u128 * 4)
+    })?;
+    // decode skips its remaining chunks once cancelled; report that instead of a partial result.
+    let decode = |c: CodesRef| {
+        let v = numerics::decode(c, &enc);
+        trn2core::cancel::check().map(|()| v)
+    };
     let out = match format.code_bits() {
         8 => {
             let a = guard(py, || borrow::<u8>(codes, "codes", "uint8 (fp8 codes)"))?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U8(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U8(s)))?
         }
         16 => {
             let a = guard(py, || {
                 borrow::<u16>(codes, "codes", "uint16 (16-bit codes)")
             })?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U16(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U16(s)))?
         }
         _ => {
             let a = guard(py, || {
                 borrow::<u32>(codes, "codes", "uint32 (float32 containers)")
             })?;
             let s = guard(py, || slice(&a, "codes"))?;
-            guard_detached(py, || Ok(numerics::decode(CodesRef::U32(s), &enc)))?
+            guard_work(py, n, || decode(CodesRef::U32(s)))?
         }
     };
     Ok(to_numpy(py, out))
@@ -133,6 +143,9 @@ pub fn decode(
 /// numpy-allocated array (huge pages for big arrays).
 #[pyfunction]
 pub fn stochastic_bits(py: Python<'_>, n: usize, seed: u64) -> PyResult<Py<PyAny>> {
+    guard(py, || {
+        trn2core::host::check_alloc("shape", &format!("{n} random words"), n as u128 * 4)
+    })?;
     if n > (1usize << 36) {
         return guard(py, || {
             Err(Error::capacity(

@@ -6,7 +6,7 @@ use trn2core::engine::PerfMode;
 use trn2core::perf::{estimate_gemm as core_estimate, GemmPlan, Report};
 use trn2core::sparsity::Pattern;
 
-use crate::errors::{guard, guard_detached};
+use crate::errors::{guard, guard_work};
 
 /// A report's fields as a dict (the facade wraps it in `trn2core.Report`).
 pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>> {
@@ -55,7 +55,9 @@ pub fn estimate_gemm<'py>(
     }
     plan.throttle = throttle;
     plan.trace = trace;
-    let rep = guard_detached(py, || core_estimate(&plan))?;
+    let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
+        core_estimate(&plan)
+    })?;
     let json = if trace {
         Some(rep.chrome_trace_json())
     } else {

@@ -2,14 +2,13 @@
 //! sparse GEMM kernel. Arrays arrive as flat unsigned-integer views of their codes (the facade
 //! views every dtype as `uint8/16/32/64` of its width) and leave the same way.
 
-use numpy::{PyArray1, PyArrayMethods};
+use numpy::PyArrayMethods;
 use pyo3::prelude::*;
-use trn2core::engine;
 use trn2core::sparsity::{self, Compressed, CutlassMeta, Dtype, Pattern};
 use trn2core::Error;
 
-use crate::arrays::{borrow, slice, to_numpy};
-use crate::errors::{guard, guard_detached};
+use crate::arrays::{borrow, new_uninit, slice, to_numpy};
+use crate::errors::{guard, guard_work};
 
 /// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
 /// the element type); any other dtype is a `FormatError` on `$arg`.
@@ -77,8 +76,23 @@ pub fn sparsity_prune(
     let p = guard(py, || Pattern::parse(pattern))?;
     let d = guard(py, || Dtype::parse("x", dtype))?;
     with_codes!(py, x, "x", |s: T| {
-        let out = guard_detached(py, || sparsity::prune::<T>(s, d, &shape, axis, p))?;
-        Ok(to_numpy(py, out))
+        // The result lives in numpy's memory (huge pages for big arrays: far fewer page faults
+        // than a fresh Rust allocation).
+        // SAFETY: prune_to writes every element (it checks the length) before Python reads it.
+        let arr = guard(py, || unsafe {
+            new_uninit::<T>(py, s.len(), "x", "the pruned array")
+        })?;
+        {
+            let mut rw = arr.readwrite();
+            let out = guard(py, || {
+                rw.as_slice_mut()
+                    .map_err(|_| Error::shape("out", "expected a contiguous output"))
+            })?;
+            guard_work(py, s.len() as u64, || {
+                sparsity::prune_to::<T>(s, out, d, &shape, axis, p)
+            })?;
+        }
+        Ok(arr.into_any().unbind())
     })
 }
 
@@ -93,7 +107,9 @@ pub fn sparsity_compress(
 ) -> PyResult<CompressedParts> {
     let p = guard(py, || Pattern::parse(pattern))?;
     with_codes!(py, x, "x", |s: T| {
-        let c = guard_detached(py, || sparsity::compress::<T>(s, &shape, axis, p))?;
+        let c = guard_work(py, s.len() as u64, || {
+            sparsity::compress::<T>(s, &shape, axis, p)
+        })?;
         let (vshape, ax) = (c.values_shape(), c.axis());
         let idx = c.packed_indices().to_vec();
         Ok((to_numpy(py, c.into_values()), to_numpy(py, idx), vshape, ax))
@@ -115,8 +131,9 @@ pub fn sparsity_decompress(
     let idx = guard(py, || slice(&ia, "indices"))?.to_vec();
     with_codes!(py, values, "values", |s: T| {
         let vals = s.to_vec();
-        let dense = guard_detached(py, || {
-            Compressed::<T>::from_parts(vals, idx, &shape, axis, p).map(|c| c.decompress())
+        let work = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        let dense = guard_work(py, work, || {
+            Compressed::<T>::from_parts(vals, idx, &shape, axis, p)?.decompress_checked()
         })?;
         Ok(to_numpy(py, dense))
     })
@@ -143,7 +160,7 @@ pub fn sparsity_positions(
             ),
         ));
     }
-    let pos = guard_detached(py, || {
+    let pos = guard_work(py, count as u64, || {
         Ok(sparsity::unpack_indices(idx, p.index_bits(), count))
     })?;
     Ok(to_numpy(py, pos))
@@ -158,7 +175,9 @@ pub fn sparsity_to_cutlass(
     cols: usize,
 ) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
     with_codes!(py, x, "x", |s: T| {
-        let c = guard_detached(py, || sparsity::to_cutlass::<T>(s, rows, cols))?;
+        let c = guard_work(py, s.len() as u64, || {
+            sparsity::to_cutlass::<T>(s, rows, cols)
+        })?;
         let meta = match c.meta {
             CutlassMeta::I16(w) => to_numpy(py, w),
             CutlassMeta::I32(w) => to_numpy(py, w),
@@ -183,39 +202,9 @@ pub fn sparsity_from_cutlass(
         CutlassMeta::I32(guard(py, || slice(&m, "meta"))?.to_vec())
     };
     with_codes!(py, values, "values", |s: T| {
-        let dense = guard_detached(py, || sparsity::from_cutlass::<T>(s, &words, rows, cols))?;
+        let dense = guard_work(py, 2 * s.len() as u64, || {
+            sparsity::from_cutlass::<T>(s, &words, rows, cols)
+        })?;
         Ok(to_numpy(py, dense))
     })
-}
-
-/// `a @ b` (flat float32 exact values) skipping `a`'s zeros: the dense GEMM's values.
-#[pyfunction]
-pub fn sparse_gemm(
-    py: Python<'_>,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> PyResult<Py<PyAny>> {
-    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
-    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
-    let av = guard(py, || slice(&aa, "a"))?;
-    let bv = guard(py, || slice(&ba, "b"))?;
-    let len = guard(py, || {
-        m.checked_mul(n)
-            .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow")))
-    })?;
-    // SAFETY: uninitialised numpy buffer; sparse_gemm_f32_into writes all `m * n` elements (it
-    // checks the length) before Python can read it.
-    let arr = unsafe { PyArray1::<f32>::new(py, [len], false) };
-    {
-        let mut rw = arr.readwrite();
-        let out = guard(py, || {
-            rw.as_slice_mut()
-                .map_err(|_| Error::shape("out", "not contiguous"))
-        })?;
-        guard_detached(py, || engine::sparse_gemm_f32_into(av, bv, m, k, n, out))?;
-    }
-    Ok(arr.into_any().unbind())
 }

@@ -26,6 +26,10 @@ pub enum Error {
     /// A request exceeds a hardware or host capacity (`CapacityError`).
     #[error("{arg}: {message}")]
     Capacity { arg: String, message: String },
+    /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in Python,
+    /// where the binding raises `KeyboardInterrupt` instead).
+    #[error("interrupted: the call was cancelled before it finished")]
+    Interrupted,
 }
 
 impl Error {

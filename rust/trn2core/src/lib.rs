@@ -13,10 +13,14 @@
 //! - [`error`]: the one [`Error`] type.
 //! - [`memory`]: HBM stacks, SBUF and PSUM as capacities (`CapacityError` before anything is
 //!   reserved); a chip shares each HBM stack between two cores.
+//! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
+//!   check every user-sized allocation passes first.
 
+pub mod cancel;
 pub mod dma;
 pub mod engine;
 pub mod error;
+pub mod host;
 pub mod memory;
 pub mod numerics;
 pub mod perf;

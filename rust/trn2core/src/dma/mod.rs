@@ -396,7 +396,8 @@ pub fn decompress(stream: &[u8]) -> Result<Decoded> {
             ),
         )
     })?;
-    let mut bytes = vec![0u8; n];
+    // All-zero blocks let a short stream declare a large array: the host must hold it.
+    let mut bytes = crate::host::zeroed_vec("stream", "the decompressed array", n)?;
     layout.decode_into(stream, &mut bytes)?;
     let info = layout.info;
     Ok(Decoded {

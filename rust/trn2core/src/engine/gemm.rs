@@ -105,12 +105,9 @@ pub fn gemm_f32(
     let len = m
         .checked_mul(n)
         .ok_or_else(|| Error::capacity("out", format!("{m} x {n} elements overflow usize")))?;
-    let mut out = zeroed(len).ok_or_else(|| {
-        Error::capacity(
-            "out",
-            format!("cannot allocate the {m} x {n} float32 result on this host"),
-        )
-    })?;
+    check_len("a", a.len(), &[m, k])?;
+    check_len("b", b.len(), &[k, n])?;
+    let mut out = crate::host::zeroed_vec("out", &format!("the {m} x {n} float32 result"), len)?;
     gemm_f32_into(a, b, m, k, n, perf_mode, &mut out)?;
     Ok(out)
 }
@@ -134,24 +131,6 @@ pub fn gemm_f32_into(
         k_stride: 1,
     };
     run(view, b, m, k, n, Tiling::gemm(perf_mode), out)
-}
-
-/// `len` zeros, or `None` if the allocation fails. Zeroed memory comes straight from the
-/// allocator (fresh pages from the OS for large sizes), so nothing touches a page before the
-/// kernels, which write it in parallel; `vec![0.0; len]` would do the same but abort on failure.
-fn zeroed(len: usize) -> Option<Vec<f32>> {
-    if len == 0 {
-        return Some(Vec::new());
-    }
-    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
-    // SAFETY: the layout has a non-zero size.
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: `ptr` was allocated by the global allocator with the layout of `len` f32s, all
-    // of them initialised (all-zero bits are +0.0); the Vec takes ownership.
-    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
 /// A `ShapeError` unless `len` is the product of `dims`.
@@ -231,10 +210,10 @@ struct Aligned {
 impl Aligned {
     const LANES: usize = 16;
 
-    fn new(len: usize) -> Aligned {
-        let buf = vec![0f32; len + Self::LANES];
+    fn new(len: usize, what: &str) -> Result<Aligned> {
+        let buf: Vec<f32> = crate::host::zeroed_vec("a, b", what, len + Self::LANES)?;
         let offset = buf.as_ptr().align_offset(64).min(Self::LANES);
-        Aligned { buf, offset }
+        Ok(Aligned { buf, offset })
     }
 
     fn as_mut_slice(&mut self) -> &mut [f32] {
@@ -292,12 +271,17 @@ fn drive<K: MicroKernel>(
     // element takes its tile sums in order no matter which thread computes which block.
     let m_panels = m.div_ceil(K::MR);
     let n_panels = n.div_ceil(K::NR);
-    let mut apack = Aligned::new(m_panels * K::MR * tiling.tile);
-    let mut bpack = Aligned::new(n_panels * K::NR * tiling.tile);
+    // A tile holds at most K products: a short K must not cost 128 times the operands' memory.
+    let kc_max = tiling.tile.min(k);
+    let mut apack = Aligned::new(m_panels * K::MR * kc_max, "the packed tile of a")?;
+    let mut bpack = Aligned::new(n_panels * K::NR * kc_max, "the packed tile of b")?;
     let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
     let full_order = tiling.order(tiling.tile);
     let tail_order = tiling.order(k % tiling.tile);
+    // Ctrl-C (crate::cancel): checked between K tiles and by every output block of a tile.
+    let cancel = crate::cancel::current();
     for (t, k0) in (0..k).step_by(tiling.tile).enumerate() {
+        cancel.check()?;
         let order = if k - k0 >= tiling.tile {
             &full_order
         } else {
@@ -320,6 +304,7 @@ fn drive<K: MicroKernel>(
             .for_each(|(jp, panel)| pack_b::<K>(b, n, jp, k0, order, panel));
         let (apack, bpack) = (&*apack, &*bpack);
         tasks.par_iter_mut().try_for_each(|task| {
+            cancel.check()?;
             // Worker threads have their own floating-point environment: check each.
             if !fp_env_is_ieee() {
                 return Err(fp_env_error());

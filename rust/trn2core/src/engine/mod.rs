@@ -48,14 +48,12 @@
 mod gemm;
 mod kernel;
 mod matmul;
-mod sparse;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
 pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,
     Operand, PeTile,
 };
-pub use sparse::sparse_gemm_f32_into;
 
 use crate::{spec, Error, Result};
 

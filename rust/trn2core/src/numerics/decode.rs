@@ -27,8 +27,12 @@ const CHUNK: usize = 1 << 16;
 
 fn map_par<T: Copy + Sync>(x: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
+    // Once cancelled the remaining chunks are skipped; the caller reports the interruption
+    // (`crate::cancel::check`) instead of this partial result.
+    let cancel = crate::cancel::current();
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
+        .filter(|_| !cancel.is_cancelled())
         .for_each(|(o, i)| {
             for (d, &s) in o.iter_mut().zip(i) {
                 *d = f(s);
@@ -38,7 +42,8 @@ fn map_par<T: Copy + Sync>(x: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
 }
 
 /// Decodes `codes` of `enc`'s format into exact float32 values. The code width must match the
-/// format (`Format::code_bits`); the caller checks that.
+/// format (`Format::code_bits`); the caller checks that. Under a cancelled token
+/// (`crate::cancel`) the result is incomplete: check the token afterwards.
 ///
 /// tf32 codes are float32 containers; their low 13 bits are ignored as the hardware does.
 pub fn decode(codes: CodesRef, enc: &Encoding) -> Vec<f32> {

@@ -232,12 +232,14 @@ pub(crate) fn encode_into_level(
     let p = Params::new(enc, mode, saturate, count);
     let id = kernels::mode_id(mode);
     let level = level.min(simd_level());
+    let cancel = crate::cancel::current();
     match out {
-        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, level),
-        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, level),
-        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, level),
+        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, level, &cancel),
+        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, level, &cancel),
+        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, level, &cancel),
     }
-    Ok(())
+    // A cancelled run skipped its remaining chunks.
+    cancel.check()
 }
 
 fn check_count(count: u32) -> Result<()> {
@@ -251,6 +253,7 @@ fn check_count(count: u32) -> Result<()> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run<O: Code + Store>(
     src: &Source,
     p: &Params,
@@ -259,9 +262,13 @@ fn run<O: Code + Store>(
     enc: &Encoding,
     out: &mut [O],
     level: u8,
+    cancel: &crate::cancel::Cancel,
 ) {
     let n = src.len();
     let task = |(ci, oc): (usize, &mut [O])| {
+        if cancel.is_cancelled() {
+            return;
+        }
         let start = ci * CHUNK;
         match mode {
             RNE => chunk::<RNE, O>(src, start, oc, p, random, enc, level),
@@ -505,6 +512,7 @@ pub(crate) fn simd_level() -> u8 {
 
 /// The seeded generator's words for flat indices `0..out.len()` (what `Random::Seed` uses),
 /// vectorised and in parallel.
+/// Under a cancelled token (`crate::cancel`) the remaining chunks are skipped: check it after.
 pub fn stochastic_words(seed: u64, out: &mut [u32]) {
     stochastic_words_level(seed, out, SIMD_BEST)
 }
@@ -513,8 +521,10 @@ pub fn stochastic_words(seed: u64, out: &mut [u32]) {
 pub(crate) fn stochastic_words_level(seed: u64, out: &mut [u32], level: u8) {
     let g = StochasticBits::new(seed);
     let level = level.min(simd_level());
+    let cancel = crate::cancel::current();
     out.par_chunks_mut(CHUNK)
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .for_each(|(i, c)| fill_words(&g, (i * CHUNK) as u64, c, !0, level));
 }
 

@@ -295,7 +295,11 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
     }
     // Tiles of equal shape cost the same, so whole rows of tiles are costed per shape class;
     // the loop still visits every (row tile, bank group, K tile, column tile) in order.
+    // The walk is linear in the instruction count (up to 2**40): Ctrl-C (crate::cancel) is
+    // checked every few thousand instructions.
+    let cancel = crate::cancel::current();
     for mi in 0..m_tiles {
+        cancel.check()?;
         let mt = (m - mi * sf).min(sf) as usize;
         let mut g0 = 0;
         while g0 < n_tiles {
@@ -304,6 +308,9 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
             let first_bank = next_bank;
             next_bank = (next_bank + (g1 - g0) as usize) % PSUM_BANKS;
             for ki in 0..k_tiles {
+                if ki % 4096 == 4095 {
+                    cancel.check()?;
+                }
                 for nj in g0..g1 {
                     let nt = (n - nj * mf).min(mf) as usize;
                     let bank = (first_bank + (nj - g0) as usize) % PSUM_BANKS;

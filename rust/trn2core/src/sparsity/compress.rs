@@ -98,9 +98,11 @@ pub fn check<T: Element>(x: &[T], shape: &[usize], axis: isize, pattern: Pattern
         return Ok(());
     }
     let plan = Plan::new(&view, pattern);
+    let cancel = crate::cancel::current();
     let first = x
         .par_chunks(plan.dense_chunk())
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .filter_map(|(t, src)| {
             let block0 = t * plan.blocks_per_task;
             src.chunks_exact(plan.m * plan.inner)
@@ -119,6 +121,7 @@ pub fn check<T: Element>(x: &[T], shape: &[usize], axis: isize, pattern: Pattern
                 })
         })
         .min();
+    cancel.check()?;
     match first {
         Some(v) => Err(violation_error(&view, pattern, v)),
         None => Ok(()),
@@ -139,8 +142,12 @@ pub fn compress<T: Element>(
     let view = AxisView::new(shape, axis, x.len(), pattern)?;
     let plan = Plan::new(&view, pattern);
     let value_count = x.len() / plan.m * plan.n;
+    let bytes =
+        value_count as u128 * (T::BITS / 8) as u128 + packed_len(value_count, plan.bits) as u128;
+    crate::host::check_alloc("x", "the compressed array", bytes)?;
     let mut values = vec![T::ZERO; value_count];
     let mut indices = vec![0u8; packed_len(value_count, plan.bits)];
+    let cancel = crate::cancel::current();
     if !x.is_empty() {
         let first = match plan.m {
             2 => compress_all::<T, 2>(x, &mut values, &mut indices, plan),
@@ -149,6 +156,7 @@ pub fn compress<T: Element>(
             12 => compress_all::<T, 12>(x, &mut values, &mut indices, plan),
             _ => compress_all::<T, 16>(x, &mut values, &mut indices, plan),
         };
+        cancel.check()?;
         if let Some(v) = first {
             return Err(violation_error(&view, pattern, v));
         }
@@ -168,10 +176,12 @@ fn compress_all<T: Element, const M: usize>(
     plan: Plan,
 ) -> Option<Violation> {
     let table = group_codes(plan.n, M, plan.bits);
+    let cancel = crate::cancel::current();
     x.par_chunks(plan.dense_chunk())
         .zip(values.par_chunks_mut(plan.value_chunk()))
         .zip(indices.par_chunks_mut(plan.index_chunk()))
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .filter_map(|(t, ((src, vals), packed))| {
             let block0 = t * plan.blocks_per_task;
             if plan.inner == 1 {
@@ -475,12 +485,14 @@ impl<T: Element> Compressed<T> {
                 ),
             ));
         }
+        let cancel = crate::cancel::current();
         let bad = if value_count == 0 {
             None
         } else {
             indices
                 .par_chunks(plan.index_chunk())
                 .enumerate()
+                .filter(|_| !cancel.is_cancelled())
                 .filter_map(|(t, packed)| {
                     let count = plan
                         .value_chunk()
@@ -501,6 +513,7 @@ impl<T: Element> Compressed<T> {
                 })
                 .min()
         };
+        cancel.check()?;
         if let Some((block, i, group)) = bad {
             let groups = view.axis_len / plan.m;
             let (o, g) = (block / groups.max(1), block % groups.max(1));
@@ -521,6 +534,17 @@ impl<T: Element> Compressed<T> {
             view,
             pattern,
         })
+    }
+
+    /// [`Compressed::decompress`] after checking that the host can hold the dense array
+    /// (`CapacityError`), and `Error::Interrupted` if it was cancelled (`crate::cancel`).
+    pub fn decompress_checked(&self) -> Result<Vec<T>> {
+        let bytes = self.view.len() as u128 * (T::BITS / 8) as u128;
+        crate::host::check_alloc("shape", "the dense array", bytes)?;
+        let cancel = crate::cancel::current();
+        let out = self.decompress();
+        cancel.check()?;
+        Ok(out)
     }
 
     /// The stored values, C-contiguous with shape [`Compressed::values_shape`].
@@ -572,6 +596,9 @@ impl<T: Element> Compressed<T> {
 
     /// The dense array, bit for bit the one that was compressed (free slots hold all-bits-zero
     /// codes at positions that were all-bits-zero).
+    ///
+    /// Under a cancelled token (`crate::cancel`) the result is incomplete: check the token
+    /// afterwards, or call [`Compressed::decompress_checked`].
     pub fn decompress(&self) -> Vec<T> {
         let mut out = vec![T::ZERO; self.view.len()];
         if out.is_empty() {
@@ -579,9 +606,11 @@ impl<T: Element> Compressed<T> {
         }
         let plan = Plan::new(&self.view, self.pattern);
         let (n, m, inner) = (plan.n, plan.m, plan.inner);
+        let cancel = crate::cancel::current();
         out.par_chunks_mut(plan.dense_chunk())
             .zip(self.values.par_chunks(plan.value_chunk()))
             .zip(self.indices.par_chunks(plan.index_chunk()))
+            .filter(|_| !cancel.is_cancelled())
             .for_each(|((dst, vals), packed)| {
                 if inner == 1 {
                     // Along the last axis a group's positions are one code of n * bits bits.

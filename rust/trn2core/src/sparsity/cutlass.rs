@@ -223,15 +223,18 @@ pub fn to_cutlass<T: Element>(dense: &[T], rows: usize, cols: usize) -> Result<C
             meta: meta_of::<T>(Vec::new()),
         });
     }
+    let cancel = crate::cancel::current();
     let first_bad = values
         .par_chunks_mut(cols / 2)
         .zip(words.par_chunks_mut(g.meta_cols))
         .zip(dense.par_chunks(cols))
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .filter_map(|(r, ((vals, row_words), row))| {
             encode_row(row, vals, row_words, g).map(|e| (r, e))
         })
         .min();
+    cancel.check()?;
     if let Some((r, (group, count))) = first_bad {
         let c0 = group * g.group;
         return Err(Error::Sparsity {
@@ -356,16 +359,21 @@ pub fn from_cutlass<T: Element>(
             ),
         ));
     }
+    let bytes = dense_len as u128 * (T::BITS / 8) as u128;
+    crate::host::check_alloc("values", "the dense matrix", bytes)?;
     let mut dense = vec![T::ZERO; dense_len];
     if dense.is_empty() {
         return Ok(dense);
     }
+    let cancel = crate::cancel::current();
     let first_bad = dense
         .par_chunks_mut(cols)
         .zip(values.par_chunks(cols / 2))
         .enumerate()
+        .filter(|_| !cancel.is_cancelled())
         .filter_map(|(r, (row, vals))| decode_row(r, row, vals, meta, g).map(|e| (r, e)))
         .min();
+    cancel.check()?;
     if let Some((r, (gi, code))) = first_bad {
         let c0 = gi * g.group;
         let allowed = if g.group == 4 {

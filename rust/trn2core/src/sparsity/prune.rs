@@ -20,6 +20,8 @@ pub fn prune<T: Element>(
     axis: isize,
     pattern: Pattern,
 ) -> Result<Vec<T>> {
+    let bytes = x.len() as u128 * (T::BITS / 8) as u128;
+    crate::host::check_alloc("x", "the pruned array", bytes)?;
     let mut out = vec![T::ZERO; x.len()];
     prune_to(x, &mut out, dtype, shape, axis, pattern)?;
     Ok(out)
@@ -53,9 +55,12 @@ pub fn prune_to<T: Element>(
         ));
     }
     let view = AxisView::new(shape, axis, x.len(), pattern)?;
+    let cancel = crate::cancel::current();
     if !out.is_empty() {
         prune_into(x, out, dtype, view.inner, pattern);
     }
+    // A cancelled run (crate::cancel) skipped its remaining tasks.
+    cancel.check()?;
     Ok(())
 }
 
@@ -104,8 +109,10 @@ fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
     let wide = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
     #[cfg(not(target_arch = "x86_64"))]
     let wide = false;
+    let cancel = crate::cancel::current();
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
+        .filter(|_| !cancel.is_cancelled())
         .for_each(|(dst, src)| {
             if wide {
                 #[cfg(target_arch = "x86_64")]

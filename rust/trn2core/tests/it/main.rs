@@ -3,5 +3,6 @@
 mod collectives;
 mod dma;
 mod engine;
+mod fuzz;
 mod numerics_exhaustive;
 mod sparsity;

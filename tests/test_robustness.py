@@ -1,0 +1,507 @@
+"""Every bad input on every public function (issue 8): a table of (function, argument, bad value,
+expected error class). Each case asserts the contract's class and that the message names the
+argument; docs/limitations.md lists the same table.
+
+Rule (python/trn2core/_validate.py): ShapeError for shapes, dimensions, axes and ragged lists;
+FormatError for dtypes, formats, codecs and modes; Trn2ValueError for other bad scalars (wrong
+type or range); CapacityError for results the host cannot hold. Never a bare TypeError, never a
+crash.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn2core as t
+from trn2core import (
+    CapacityError,
+    CorruptDataError,
+    FormatError,
+    ShapeError,
+    SparsityError,
+    Trn2Error,
+)
+from trn2core.errors import Trn2ValueError
+
+X = np.array([1.0, -2.5, 3.0, 0.0])
+BF = t.quantize(np.arange(16, dtype=np.float32).reshape(4, 4) / 7, "bf16")
+F32 = np.ones((4, 4), np.float32)
+SPARSE = np.array([[1.0, 0, 2.0, 0, 0, 3.0, 0, 4.0]], np.float32)
+STREAM = t.dma.compress(X).to_bytes()
+
+
+class Opaque:
+    """A user object numpy cannot read as numbers."""
+
+
+#: Values that are not arrays of real numbers, and the class each must get.
+BAD_ARRAYS = [
+    ("str", "abc", FormatError),
+    ("bytes", b"\x00\x01", FormatError),
+    ("object", Opaque(), FormatError),
+    ("none", None, FormatError),
+    ("complex", np.array([1 + 2j, 3j]), FormatError),
+    ("complex-scalar", 1 + 2j, FormatError),
+    ("datetime", datetime.datetime(2024, 1, 1), FormatError),
+    ("datetime64", np.array(["2024-01-01"], dtype="datetime64[D]"), FormatError),
+    ("timedelta64", np.array([1, 2], dtype="timedelta64[s]"), FormatError),
+    ("ragged", [[1.0, 2.0], [3.0]], ShapeError),
+    ("object-array", np.array([1.0, "a"], dtype=object), FormatError),
+    ("structured", np.zeros(3, dtype=[("a", "<f4"), ("b", "<i4")]), FormatError),
+    ("dict", {"a": 1}, FormatError),
+]
+
+#: Scalars of the wrong type for any integer argument.
+BAD_INTS = [("str", "3"), ("float", 1.5), ("integral-float", 2.0),
+            ("nan", float("nan")), ("inf", float("inf")), ("list", [1]), ("complex", 1j),
+            ("bool", True)]  # fmt: skip
+#: Values that are not one of a set of names.
+BAD_NAMES = [("unknown", "nope"), ("int", 3), ("none", None), ("bytes", b"bf16"),
+             ("padded", " bf16"), ("upper", "BF16"), ("object", Opaque())]  # fmt: skip
+#: Values that are not booleans.
+BAD_BOOLS = [("str", "no"), ("int", 1), ("none", None), ("float", 0.0), ("list", [])]
+
+
+@dataclass
+class Case:
+    id: str
+    call: Callable[[], object]
+    error: type[BaseException]
+    arg: str  # the message must name it
+
+
+CASES: list[Case] = []
+
+
+def case(id: str, error, arg: str, call) -> None:
+    CASES.append(Case(id, call, error, arg))
+
+
+def arrays(fn: str, arg: str, call: Callable[[object], object], *, complex_ok=False) -> None:
+    """Every non-array for an array argument (complex data is fine where only bytes move)."""
+    for name, bad, err in BAD_ARRAYS:
+        if not (complex_ok and name.startswith("complex")):
+            case(f"{fn}-{arg}-{name}", err, arg, lambda bad=bad: call(bad))
+
+
+def ints(fn: str, arg: str, call, err=Trn2ValueError, extra=(), optional=False, skip=()) -> None:
+    """Bad values for an integer argument (``None`` too, unless the argument is optional)."""
+    bad_values = list(BAD_INTS) + ([] if optional else [("none", None)]) + list(extra)
+    for name, bad in bad_values:
+        if name not in skip:
+            case(f"{fn}-{arg}-{name}", err, arg, lambda bad=bad: call(bad))
+
+
+def names(fn: str, arg: str, call, err=FormatError, optional=False) -> None:
+    """Bad values for a name argument (``None`` too, unless the argument is optional)."""
+    for name, bad in BAD_NAMES:
+        if not (optional and bad is None):
+            case(f"{fn}-{arg}-{name}", err, arg, lambda bad=bad: call(bad))
+
+
+def bools(fn: str, arg: str, call) -> None:
+    for name, bad in BAD_BOOLS:
+        case(f"{fn}-{arg}-{name}", Trn2ValueError, arg, lambda bad=bad: call(bad))
+
+
+# -- numerics -------------------------------------------------------------------------------
+names("format_info", "fmt", lambda v: t.format_info(v))
+ints("format_info", "exponent_bias", lambda v: t.format_info("fp8_e4m3", exponent_bias=v),
+     optional=True, extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)])  # fmt: skip
+case("format_info-exponent_bias-not-fp8", FormatError, "exponent_bias",
+     lambda: t.format_info("bf16", exponent_bias=3))  # fmt: skip
+for fn, f in (("quantize", t.quantize), ("encode", t.encode)):
+    arrays(fn, "x", lambda v, f=f: f(v, "bf16"))
+    case(f"{fn}-x-bool", FormatError, "x", lambda f=f: f(np.array([True, False]), "bf16"))
+    names(fn, "fmt", lambda v, f=f: f(X, v))
+    names(fn, "rounding", lambda v, f=f: f(X, "bf16", rounding=v))
+    bools(fn, "saturate", lambda v, f=f: f(X, "bf16", saturate=v))
+    ints(fn, "seed", lambda v, f=f: f(X, "bf16", rounding="stochastic", seed=v), optional=True,
+         extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+    ints(fn, "random_bit_count", lambda v, f=f: f(X, "bf16", rounding="stochastic",
+         random_bits=np.zeros(4, np.uint32), random_bit_count=v),
+         extra=[("zero", 0), ("too-big", 33)])  # fmt: skip
+    for name, bad in [
+        ("float", np.zeros(4)),
+        ("negative", np.array([-1, 0, 0, 0])),
+        ("too-big", np.full(4, 256)),
+        ("str", "abc"),
+        ("none-count", None),
+    ]:
+        count = None if name == "none-count" else 8
+        bits = np.zeros(4, np.uint32) if name == "none-count" else bad
+        err = Trn2ValueError
+        arg = "random_bit_count" if name == "none-count" else "random_bits"
+        case(f"{fn}-random_bits-{name}", err, arg,
+             lambda f=f, b=bits, c=count: f(X, "bf16", rounding="stochastic", random_bits=b,
+                                           random_bit_count=c))  # fmt: skip
+    case(f"{fn}-random_bits-shape", ShapeError, "random_bits",
+         lambda f=f: f(X, "bf16", rounding="stochastic", random_bits=np.zeros(3, np.uint32),
+                       random_bit_count=8))  # fmt: skip
+    case(
+        f"{fn}-random_bits-not-stochastic",
+        Trn2ValueError,
+        "random_bits",
+        lambda f=f: f(X, "bf16", random_bits=np.zeros(4, np.uint32), random_bit_count=8),
+    )
+    case(f"{fn}-seed-and-bits", Trn2ValueError, "random_bits",
+         lambda f=f: f(X, "bf16", rounding="stochastic", seed=1,
+                       random_bits=np.zeros(4, np.uint32), random_bit_count=8))  # fmt: skip
+ints("encode", "exponent_bias", lambda v: t.encode(X, "fp8_e4m3", exponent_bias=v), optional=True,
+     extra=[("negative", -1), ("too-big", 128)])  # fmt: skip
+case("encode-exponent_bias-not-fp8", FormatError, "exponent_bias",
+     lambda: t.encode(X, "bf16", exponent_bias=3))  # fmt: skip
+arrays("decode", "codes", lambda v: t.decode(v, "fp8_e4m3"))
+case("decode-codes-float", FormatError, "codes", lambda: t.decode(X, "fp8_e4m3"))
+case("decode-codes-width", FormatError, "codes",
+     lambda: t.decode(np.zeros(3, np.uint16), "fp8_e4m3"))  # fmt: skip
+case("decode-codes-signed", FormatError, "codes",
+     lambda: t.decode(np.zeros(3, np.int8), "fp8_e4m3"))  # fmt: skip
+names("decode", "fmt", lambda v: t.decode(np.zeros(3, np.uint8), v))
+ints("decode", "exponent_bias", lambda v: t.decode(np.zeros(3, np.uint8), "fp8_e4m3",
+     exponent_bias=v), optional=True)  # fmt: skip
+ints("stochastic_bits", "shape", lambda v: t.stochastic_bits(v), err=ShapeError, skip=("list",),
+     extra=[("negative", -1), ("negative-dim", (3, -1)), ("ragged", [[1, 2], 3])])  # fmt: skip
+case("stochastic_bits-shape-huge", CapacityError, "shape", lambda: t.stochastic_bits((2**40,)))
+case("stochastic_bits-shape-overflow", ShapeError, "shape",
+     lambda: t.stochastic_bits((2**40, 2**40)))  # fmt: skip
+case("stochastic_bits-shape-beyond-u64", ShapeError, "shape",
+     lambda: t.stochastic_bits(2**70))  # fmt: skip
+ints("stochastic_bits", "seed", lambda v: t.stochastic_bits(3, seed=v),
+     extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+
+# -- tensor engine --------------------------------------------------------------------------
+ints("NeuronCore", "index", lambda v: t.NeuronCore(v),
+     extra=[("negative", -1), ("huge", 2**70)])  # fmt: skip
+CORE = t.NeuronCore()
+arrays("matmul", "stationary", lambda v: CORE.matmul(v, BF))
+arrays("matmul", "moving", lambda v: CORE.matmul(BF, v))
+for name, bad, err in [
+    ("0-d", np.float32(1.0), ShapeError),
+    ("1-d", np.ones(4, np.float32), ShapeError),
+    ("empty", np.ones((0, 4), np.float32), ShapeError),
+    ("too-big-K", np.ones((129, 4), np.float32), ShapeError),
+    ("float64", np.ones((4, 4)), FormatError),
+    ("e4m3fn", t.quantize(np.ones((4, 4)), "fp8_e4m3fn"), FormatError),
+]:
+    case(f"matmul-stationary-{name}", err, "stationary", lambda b=bad: CORE.matmul(b, F32))
+ints("matmul", "bank", lambda v: CORE.matmul(BF, BF, bank=v),
+     extra=[("negative", -1), ("too-big", 8), ("huge", 2**70)])  # fmt: skip
+bools("matmul", "accumulate", lambda v: CORE.matmul(BF, BF, accumulate=v))
+names("matmul", "perf_mode", lambda v: CORE.matmul(BF, BF, perf_mode=v))
+for arg in ("tile_position", "tile_size"):
+    for name, bad in [
+        ("str", "ab"),
+        ("short", (0,)),
+        ("float", (0.5, 0)),
+        ("negative", (-1, 0)),
+        ("huge", (2**70, 0)),
+        ("none-item", (None, 0)),
+    ]:
+        kw = {"tile_position": (0, 0), "tile_size": (64, 64)}
+        kw[arg] = bad
+        case(f"matmul-{arg}-{name}", Trn2ValueError, arg,
+             lambda kw=kw: CORE.matmul(BF, BF, **kw))  # fmt: skip
+case("matmul-tile_size-not-a-size", Trn2ValueError, "tile_size",
+     lambda: CORE.matmul(BF, BF, tile_position=(0, 0), tile_size=(48, 48)))  # fmt: skip
+case("matmul-formats-unknown", FormatError, "stationary",
+     lambda: CORE.matmul(F32, F32, formats=("fp7", None)))  # fmt: skip
+case("matmul-formats-type", Trn2ValueError, "formats", lambda: CORE.matmul(F32, F32, formats=3))
+bools("matmul", "is_transpose", lambda v: CORE.matmul(BF, BF, is_transpose=v))
+case("matmul-transpose-huge", ShapeError, "stationary",
+     lambda: CORE.matmul(np.ones((10**6, 1), np.float32), F32, is_transpose=True))  # fmt: skip
+case("matmul-accumulate-unwritten", Trn2ValueError, "accumulate",
+     lambda: t.NeuronCore().matmul(BF, BF, bank=5, accumulate=True))  # fmt: skip
+for arg, pos in (("bank", 0), ("rows", 1), ("cols", 2)):
+
+    def read(v, pos=pos):
+        args = [0, 4, 4]
+        args[pos] = v
+        return CORE.read_psum(*args)
+
+    err = Trn2ValueError if arg == "bank" else ShapeError
+    ints("read_psum", arg, read, err=err, extra=[("negative", -1), ("huge", 2**70)])
+case("read_psum-rows-too-big", ShapeError, "rows", lambda: CORE.read_psum(0, 129, 4))
+case("read_psum-cols-too-big", ShapeError, "cols", lambda: CORE.read_psum(0, 4, 513))
+
+arrays("gemm", "a", lambda v: t.gemm(v, F32))
+arrays("gemm", "b", lambda v: t.gemm(F32, v))
+for name, bad, err in [
+    ("0-d", np.float32(2.0), ShapeError),
+    ("1-d", np.ones(4), ShapeError),
+    ("3-d", np.ones((2, 2, 2)), ShapeError),
+    ("empty", np.ones((0, 4)), ShapeError),
+    ("bool", np.ones((4, 4), bool), FormatError),
+    ("K-mismatch", np.ones((4, 5)), ShapeError),
+]:
+    case(f"gemm-a-{name}", err, "a" if name != "K-mismatch" else "b",
+         lambda b=bad: t.gemm(b, F32))  # fmt: skip
+case("gemm-a-sparse-wrong-axis", SparsityError, "a",
+     lambda: t.gemm(t.compress(SPARSE.T.copy(), "2:4", axis=0), np.ones((1, 3))))  # fmt: skip
+case("gemm-core-type", Trn2ValueError, "core", lambda: t.gemm(F32, F32, core="core0"))
+names("gemm", "dtype", lambda v: t.gemm(F32, F32, dtype=v), optional=True)
+names("gemm", "out_dtype", lambda v: t.gemm(F32, F32, out_dtype=v))
+names("gemm", "perf_mode", lambda v: t.gemm(F32, F32, perf_mode=v))
+names("gemm", "rounding", lambda v: t.gemm(F32, F32, rounding=v))
+ints("gemm", "seed", lambda v: t.gemm(F32, F32, dtype="bf16", rounding="stochastic", seed=v),
+     optional=True, extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+bools("gemm", "throttle", lambda v: t.gemm(F32, F32, throttle=v))
+case("gemm-double_row-bf16", FormatError, "double_row",
+     lambda: t.gemm(BF, BF, perf_mode="double_row"))  # fmt: skip
+# A 4 TiB result from two 4 MiB operands: refused before anything is allocated.
+case(
+    "gemm-out-beyond-host",
+    CapacityError,
+    "out",
+    lambda: t.gemm(np.ones((2**20, 1), np.float32), np.ones((1, 2**20), np.float32)),
+)
+for arg, pos in (("M", 0), ("K", 1), ("N", 2)):
+
+    def est(v, pos=pos):
+        dims = [4, 4, 4]
+        dims[pos] = v
+        return t.estimate_gemm(*dims)
+
+    ints("estimate_gemm", arg, est, err=ShapeError,
+         extra=[("zero", 0), ("negative", -5), ("beyond-u64", 2**64)])  # fmt: skip
+case("estimate_gemm-too-many-instructions", CapacityError, "shape",
+     lambda: t.estimate_gemm(2**62, 2**62, 2**62))  # fmt: skip
+names("estimate_gemm", "dtype", lambda v: t.estimate_gemm(4, 4, 4, dtype=v))
+names("estimate_gemm", "perf_mode", lambda v: t.estimate_gemm(4, 4, 4, perf_mode=v))
+names("estimate_gemm", "sparsity", lambda v: t.estimate_gemm(4, 4, 4, sparsity=v),
+      err=Trn2ValueError, optional=True)  # fmt: skip
+case("estimate_gemm-core-type", Trn2ValueError, "core", lambda: t.estimate_gemm(4, 4, 4, core=1))
+bools("estimate_gemm", "throttle", lambda v: t.estimate_gemm(4, 4, 4, throttle=v))
+
+# -- sparsity -------------------------------------------------------------------------------
+for fn, f in (("prune", t.prune), ("compress", t.compress)):
+    arrays(fn, "x", lambda v, f=f: f(v, "2:4"))
+    names(fn, "pattern", lambda v, f=f: f(SPARSE, v), err=Trn2ValueError)
+    ints(
+        fn,
+        "axis",
+        lambda v, f=f: f(SPARSE, "2:4", axis=v),
+        err=ShapeError,
+        extra=[("out-of-range", 2), ("negative-out-of-range", -3), ("huge", 2**70)],
+    )
+    case(f"{fn}-x-0-d", ShapeError, "axis", lambda f=f: f(np.float32(1.0), "2:4"))
+    case(f"{fn}-x-not-multiple", ShapeError, "axis", lambda f=f: f(np.ones((2, 6)), "2:4"))
+case("compress-x-not-sparse", SparsityError, "x", lambda: t.compress(np.ones((1, 8)), "2:4"))
+case("compress-x-already", FormatError, "x", lambda: t.compress(t.compress(SPARSE, "2:4"), "2:4"))
+arrays(
+    "from_cutlass", "values", lambda v: t.SparseTensor.from_cutlass(v, np.zeros((1, 1), np.int16))
+)
+arrays(
+    "from_cutlass", "meta", lambda v: t.SparseTensor.from_cutlass(np.ones((16, 8), np.float16), v)
+)
+case(
+    "from_cutlass-meta-dtype",
+    FormatError,
+    "meta",
+    lambda: t.SparseTensor.from_cutlass(np.ones((16, 8), np.float16), np.zeros(8, np.uint16)),
+)
+case(
+    "from_cutlass-meta-size",
+    ShapeError,
+    "meta",
+    lambda: t.SparseTensor.from_cutlass(np.ones((16, 8), np.float16), np.zeros(3, np.int16)),
+)
+case(
+    "from_cutlass-values-1-d",
+    ShapeError,
+    "values",
+    lambda: t.SparseTensor.from_cutlass(np.ones(8, np.float16), np.zeros(8, np.int16)),
+)
+_CUT_VALUES, _CUT_META = t.compress(np.tile([1, 0, 2, 0], (64, 8)).astype(np.float16), "2:4",
+                                    axis=1).to_cutlass()  # fmt: skip
+case(
+    "from_cutlass-meta-codes",
+    Trn2ValueError,
+    "meta",
+    lambda: t.SparseTensor.from_cutlass(_CUT_VALUES, np.full_like(_CUT_META, 0x7FFF)),
+)
+case(
+    "to_cutlass-pattern",
+    SparsityError,
+    "to_cutlass",
+    lambda: t.compress(np.zeros((4, 16), np.float16), "4:16", axis=1).to_cutlass(),
+)
+
+# -- DMA ------------------------------------------------------------------------------------
+arrays("dma.compress", "x", lambda v: t.dma.compress(v))
+names("dma.compress", "codec", lambda v: t.dma.compress(X, v))
+for fn, f in (("dma.decompress", t.dma.decompress), ("from_bytes", t.dma.Compressed.from_bytes)):
+    for name, bad in [
+        ("int", 10**12),
+        ("str", "T2CZ"),
+        ("none", None),
+        ("list", [1, 2]),
+        ("float-array", np.zeros(4)),
+    ]:
+        case(f"{fn}-{name}", Trn2ValueError, "blob" if fn == "dma.decompress" else "b",
+             lambda bad=bad, f=f: f(bad))  # fmt: skip
+    for name, bad in [
+        ("empty", b""),
+        ("truncated", STREAM[:-1]),
+        ("garbage", b"\x00" * 100),
+        ("flipped", STREAM[:9] + bytes([STREAM[9] ^ 1]) + STREAM[10:]),
+    ]:
+        case(f"{fn}-{name}", CorruptDataError, "stream", lambda bad=bad, f=f: f(bad))
+arrays("dma_copy", "x", lambda v: t.dma.dma_copy(v), complex_ok=True)
+names("dma_copy", "codec", lambda v: t.dma.dma_copy(X, codec=v))
+names("dma_copy", "src", lambda v: t.dma.dma_copy(X, src=v), err=Trn2ValueError)
+names("dma_copy", "dst", lambda v: t.dma.dma_copy(X, dst=v), err=Trn2ValueError)
+names("core.dma_copy", "src", lambda v: CORE.dma_copy(X, src=v), err=Trn2ValueError)
+
+# -- reports --------------------------------------------------------------------------------
+REPORT = t.estimate_gemm(4, 4, 4)
+for name, bad in [("int-fd", 1), ("none", None), ("float", 1.5), ("bytes", b"x.json")]:
+    case(f"save_trace-{name}", Trn2ValueError, "path", lambda bad=bad: REPORT.save_trace(bad))
+
+
+def _ids(cases):
+    return [c.id for c in cases]
+
+
+def test_the_table_is_large_and_unique():
+    ids = _ids(CASES)
+    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1]
+    assert len(ids) > 400
+
+
+@pytest.mark.parametrize("c", CASES, ids=_ids(CASES))
+def test_bad_input_gets_the_contract_error(c: Case):
+    with pytest.raises(Trn2Error) as excinfo:
+        c.call()
+    e = excinfo.value
+    assert isinstance(e, c.error), f"{type(e).__name__}: {e}"
+    msg = str(e)
+    assert c.arg in msg, msg
+    assert "panicked" not in msg and "internal error" not in msg, msg
+    # Every Trn2Error is also a ValueError (or MemoryError for CapacityError), so code that
+    # catches the builtin classes keeps working.
+    assert isinstance(e, (ValueError, MemoryError)), type(e).__mro__
+
+
+def test_objects_still_work_after_bad_calls():
+    # Every case above ran on the shared CORE; PSUM and its clock are still consistent.
+    out = CORE.matmul(BF, BF, bank=1)
+    ref = BF.astype(np.float32).T @ BF.astype(np.float32)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(CORE.read_psum(1, 4, 4), ref)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: np.float32(1.5), lambda: np.array(2.0), lambda: np.zeros((0,)),
+     lambda: np.zeros((3, 0)), lambda: np.zeros((0, 0, 0), ml_dtypes.bfloat16)],
+    ids=["np-scalar", "0-d", "empty", "empty-2d", "empty-3d-bf16"],
+)  # fmt: skip
+def test_zero_d_and_empty_arrays_round_trip(make):
+    x = make()
+    q = t.quantize(x, "fp8_e4m3")
+    assert q.shape == np.shape(x) and q.dtype == ml_dtypes.float8_e4m3
+    assert t.decode(t.encode(x, "bf16"), "bf16").shape == np.shape(x)
+    d = t.dma.decompress(t.dma.compress(x))
+    assert d.shape == np.shape(x) and d.dtype == np.asarray(x).dtype
+    assert t.dma.dma_copy(x).bytes == np.asarray(x).nbytes
+
+
+def test_nan_and_inf_are_data_not_errors():
+    x = np.array([[np.nan, np.inf, -np.inf, 1.0]], np.float32)
+    assert np.isnan(t.quantize(x, "bf16")[0, 0].astype(np.float32))
+    assert t.prune(x, "2:4").shape == (1, 4)
+    out = t.gemm(x, np.ones((4, 1), np.float32)).out
+    assert np.isnan(out[0, 0])
+
+
+def test_read_only_and_strided_inputs_are_not_modified():
+    base = np.arange(32, dtype=np.float64).reshape(4, 8)
+    x = base[:, ::2]
+    x.flags.writeable = False
+    before = x.copy()
+    t.quantize(x, "bf16")
+    t.prune(x, "2:4")
+    t.dma.compress(x)
+    t.gemm(x, x.T)
+    np.testing.assert_array_equal(x, before)
+
+
+def test_host_memory_limit_is_honoured_before_allocating():
+    # With TRN2CORE_HOST_MEMORY at 8 MiB, a 16 MiB result is refused; a small one is computed.
+    code = (
+        "import numpy as np, trn2core as t\n"
+        "a = np.ones((2048, 1), np.float32)\n"
+        "try:\n"
+        "    t.gemm(a, np.ones((1, 2048), np.float32))\n"
+        "except t.CapacityError as e:\n"
+        "    print('refused', e)\n"
+        "print(t.gemm(a[:8], np.ones((1, 8), np.float32)).out.sum())\n"
+    )
+    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "refused out: the 2048 x 2048 float32 result needs 16.0 MiB" in r.stdout, r.stdout
+    assert "TRN2CORE_HOST_MEMORY" in r.stdout
+    assert r.stdout.strip().endswith("64.0"), r.stdout
+
+
+def test_host_memory_is_reported():
+    avail = t._core.host_memory()
+    if sys.platform.startswith("linux") and "TRN2CORE_HOST_MEMORY" not in os.environ:
+        assert avail is not None and avail[0] > 0
+
+
+def test_cli_bad_input_is_an_error_message_not_a_traceback(tmp_path):
+    cmds = [
+        (["gemm", "--m", "0", "--k", "4", "--n", "4"], "M"),
+        (["gemm", "--m", str(2**64), "--k", "4", "--n", "4"], "M"),
+        (["gemm", "--m", "4", "--k", "4", "--n", "4", "--trace", str(tmp_path / "no" / "x")],
+         str(tmp_path / "no" / "x")),
+    ]  # fmt: skip
+    for argv, word in cmds:
+        r = subprocess.run(
+            [sys.executable, "-m", "trn2core", *argv], capture_output=True, text=True
+        )
+        assert r.returncode == 2, (argv, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr, r.stderr
+        assert word in r.stderr, r.stderr
+
+
+def markdown_table() -> str:
+    """The table of docs/limitations.md: every case grouped by function, argument and error,
+    with one real message each (``python tests/test_robustness.py`` prints it)."""
+    groups: dict[tuple[str, str, str], dict] = {}
+    for c in CASES:
+        fn = c.id.split("-")[0]
+        rest = c.id[len(fn) + 1 :]
+        value = rest[len(c.arg) + 1 :] if rest.startswith(c.arg + "-") else rest
+        g = groups.setdefault((fn, c.arg, c.error.__name__), {"values": [], "message": ""})
+        g["values"].append(value)
+        if not g["message"]:
+            try:
+                c.call()
+            except Exception as e:  # the message of the first case of the group
+                g["message"] = str(e)
+    rows = [
+        "| function | argument | bad values tried | error | example message |",
+        "|---|---|---|---|---|",
+    ]
+    for (fn, arg, err), g in groups.items():
+        msg = g["message"].replace("|", "\\|").replace("\n", " ")
+        msg = msg if len(msg) <= 110 else msg[:107] + "..."
+        rows.append(f"| `{fn}` | `{arg}` | {', '.join(g['values'])} | `{err}` | {msg} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown_table())
+    print(f"\n{len(CASES)} cases", file=sys.stderr)
