@@ -4,10 +4,8 @@
 use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
-use trn2core::perf::{estimate_gemm_cores as core_gemm_cores, GemmPlan};
-use trn2core::sparsity::Pattern;
+use trn2core::perf::estimate_gemm_cores as core_gemm_cores;
 use trn2core::topology::collective::{
     self, output_lengths, Algorithm, Buf, BufMut, CollectiveReport, Group, Kind, ReduceOp,
 };
@@ -443,14 +441,7 @@ pub fn estimate_gemm_cores<'py>(
     cores: Vec<usize>,
     sparsity: Option<&str>,
 ) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-    let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
-    if let Some(name) = sparsity {
-        let pattern = guard(py, || Pattern::parse(name))?;
-        plan = guard(py, || plan.with_sparsity(pattern))?;
-    }
-    plan.throttle = throttle;
-    plan.trace = trace;
+    let plan = crate::perf::gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
     let rep = guard_detached(py, || core_gemm_cores(&plan, &cores))?;
     let json = trace.then(|| rep.chrome_trace_json());
     Ok((report_dict(py, &rep)?, json))

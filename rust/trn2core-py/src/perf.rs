@@ -31,6 +31,28 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// The cost model's plan of a GEMM `[M, K] @ [K, N]` from the facade's arguments (shared by
+/// `estimate_gemm` and the multi-core `estimate_gemm_cores`).
+pub fn gemm_plan(
+    py: Python<'_>,
+    [m, k, n]: [u64; 3],
+    dtype: &str,
+    perf_mode: &str,
+    throttle: bool,
+    trace: bool,
+    sparsity: Option<&str>,
+) -> PyResult<GemmPlan> {
+    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+    let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
+    if let Some(name) = sparsity {
+        let pattern = guard(py, || Pattern::parse(name))?;
+        plan = guard(py, || plan.with_sparsity(pattern))?;
+    }
+    plan.throttle = throttle;
+    plan.trace = trace;
+    Ok(plan)
+}
+
 /// Costs a GEMM `[M, K] @ [K, N]` of operands `dtype` on one NeuronCore; returns the report's
 /// dict and, with `trace`, its Chrome trace JSON.
 #[pyfunction]
@@ -47,14 +69,7 @@ pub fn estimate_gemm<'py>(
     trace: bool,
     sparsity: Option<&str>,
 ) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-    let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
-    if let Some(name) = sparsity {
-        let pattern = guard(py, || Pattern::parse(name))?;
-        plan = guard(py, || plan.with_sparsity(pattern))?;
-    }
-    plan.throttle = throttle;
-    plan.trace = trace;
+    let plan = gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
     let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
         core_estimate(&plan)
     })?;
