@@ -86,7 +86,13 @@ def names(valid):
 
 
 def ints(lo, hi):
-    junk = st.one_of(st.integers(), st.none(), st.floats(), st.text(max_size=3), st.booleans())
+    """An integer in ``lo..=hi`` most of the time, or junk: just outside the range, beyond 64
+    bits, or not an integer. (Never a large valid size: a valid 10**9 would make the property
+    allocate gigabytes or walk for minutes, legitimately.)"""
+    junk = st.one_of(
+        st.integers(max_value=lo - 1), st.integers(hi + 1, hi + 10), st.integers(min_value=2**64),
+        st.none(), st.floats(), st.text(max_size=3), st.booleans(),
+    )  # fmt: skip
     return mostly(st.integers(lo, hi), junk)
 
 

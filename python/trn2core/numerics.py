@@ -229,7 +229,7 @@ def stochastic_bits(shape, seed: int = 0) -> np.ndarray:
     """The uint32 random words seeded stochastic rounding uses for an array of ``shape``: word
     ``k`` belongs to flat C-order index ``k`` and depends only on ``(seed, k)``."""
     seed = _check_seed(seed)
-    shape = _validate.shape(shape, "shape")
+    shape = _validate.shape(shape, "shape", itemsize=4)
     n = 1
     for s in shape:
         n *= s
