@@ -173,6 +173,8 @@ ints("stochastic_bits", "shape", lambda v: t.stochastic_bits(v), err=ShapeError,
 case("stochastic_bits-shape-huge", CapacityError, "shape", lambda: t.stochastic_bits((2**40,)))
 case("stochastic_bits-shape-overflow", ShapeError, "shape",
      lambda: t.stochastic_bits((2**40, 2**40)))  # fmt: skip
+case("stochastic_bits-shape-empty-but-huge", ShapeError, "shape",
+     lambda: t.stochastic_bits((0, 2**61)))  # fmt: skip
 case("stochastic_bits-shape-beyond-u64", ShapeError, "shape",
      lambda: t.stochastic_bits(2**70))  # fmt: skip
 ints("stochastic_bits", "seed", lambda v: t.stochastic_bits(3, seed=v),

@@ -130,16 +130,20 @@ def array(x: object, arg: str, *, complex_ok: bool = False) -> np.ndarray:
     return a
 
 
-def shape(value: object, arg: str = "shape") -> tuple[int, ...]:
-    """A shape: an int or a sequence of ints, each ``>= 0``; the element count must fit in
-    64 bits (``ShapeError``)."""
+def shape(value: object, arg: str = "shape", itemsize: int = 1) -> tuple[int, ...]:
+    """A shape: an int or a sequence of ints, each ``>= 0``, that numpy can describe for
+    elements of ``itemsize`` bytes: the product of the non-zero dimensions times ``itemsize``
+    below ``2**63``, even when another dimension is 0 (``ShapeError``)."""
     items = value if isinstance(value, (tuple, list)) else (value,)
     dims = tuple(integer(d, arg, lo=0, hi=U64_MAX, cls=ShapeError) for d in items)
-    n = 1
+    nonzero = 1
     for d in dims:
-        n *= d
-    if n > U64_MAX:
-        raise ShapeError(f"{arg}: {dims} holds {n} elements, more than 2**64")
+        nonzero *= max(d, 1)
+    if nonzero * itemsize >= 2**63:
+        raise ShapeError(
+            f"{arg}: {dims} is larger than an array can be: the product of its non-zero "
+            f"dimensions times {itemsize} bytes must stay below 2**63"
+        )
     return dims
 
 

@@ -233,7 +233,7 @@ def stochastic_bits(shape, seed: int = 0) -> np.ndarray:
     ``mix64(seed ^ 0x6A09E667F3BCC909)``, read as little-endian uint32: output ``j`` gives
     words ``2j`` (its low half) and ``2j + 1`` (its high half). See docs/numerics.md."""
     seed = _check_seed(seed)
-    shape = _validate.shape(shape, "shape")
+    shape = _validate.shape(shape, "shape", itemsize=4)
     n = 1
     for s in shape:
         n *= s
