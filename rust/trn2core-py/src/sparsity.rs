@@ -4,7 +4,7 @@
 
 use numpy::PyArrayMethods;
 use pyo3::prelude::*;
-use trn2core::sparsity::{self, Compressed, CutlassMeta, Dtype, Pattern};
+use trn2core::sparsity::{self, Compressed, CompressedLayout, CutlassMeta, Dtype, Pattern};
 use trn2core::Error;
 
 use crate::arrays::{borrow, new_uninit, slice, to_numpy};
@@ -107,12 +107,35 @@ pub fn sparsity_compress(
 ) -> PyResult<CompressedParts> {
     let p = guard(py, || Pattern::parse(pattern))?;
     with_codes!(py, x, "x", |s: T| {
-        let c = guard_work(py, s.len() as u64, || {
-            sparsity::compress::<T>(s, &shape, axis, p)
+        let layout = guard(py, || CompressedLayout::new(s.len(), &shape, axis, p))?;
+        guard(py, || {
+            trn2core::host::check_alloc("x", "the compressed array", layout.bytes::<T>())
         })?;
-        let (vshape, ax) = (c.values_shape(), c.axis());
-        let idx = c.packed_indices().to_vec();
-        Ok((to_numpy(py, c.into_values()), to_numpy(py, idx), vshape, ax))
+        // Both outputs live in numpy's memory, as prune's does (fresh Rust pages cost as much
+        // as the compression itself).
+        // SAFETY: compress_into writes every element of both before returning Ok; on an error
+        // the arrays are dropped unread.
+        let (vals, idx) = guard(py, || unsafe {
+            Ok((
+                new_uninit::<T>(py, layout.values, "x", "the compressed values")?,
+                new_uninit::<u8>(py, layout.index_bytes, "x", "the packed indices")?,
+            ))
+        })?;
+        {
+            let (mut vw, mut iw) = (vals.readwrite(), idx.readwrite());
+            let contiguous = |_| Error::shape("out", "expected a contiguous output");
+            let v = guard(py, || vw.as_slice_mut().map_err(contiguous))?;
+            let i = guard(py, || iw.as_slice_mut().map_err(contiguous))?;
+            guard_work(py, s.len() as u64, || {
+                sparsity::compress_into::<T>(s, &layout, v, i)
+            })?;
+        }
+        Ok((
+            vals.into_any().unbind(),
+            idx.into_any().unbind(),
+            layout.values_shape(),
+            layout.axis(),
+        ))
     })
 }
 

@@ -139,34 +139,114 @@ pub fn compress<T: Element>(
     axis: isize,
     pattern: Pattern,
 ) -> Result<Compressed<T>> {
-    let view = AxisView::new(shape, axis, x.len(), pattern)?;
-    let plan = Plan::new(&view, pattern);
-    let value_count = x.len() / plan.m * plan.n;
-    let bytes =
-        value_count as u128 * (T::BITS / 8) as u128 + packed_len(value_count, plan.bits) as u128;
-    crate::host::check_alloc("x", "the compressed array", bytes)?;
-    let mut values = vec![T::ZERO; value_count];
-    let mut indices = vec![0u8; packed_len(value_count, plan.bits)];
-    let cancel = crate::cancel::current();
-    if !x.is_empty() {
-        let first = match plan.m {
-            2 => compress_all::<T, 2>(x, &mut values, &mut indices, plan),
-            4 => compress_all::<T, 4>(x, &mut values, &mut indices, plan),
-            8 => compress_all::<T, 8>(x, &mut values, &mut indices, plan),
-            12 => compress_all::<T, 12>(x, &mut values, &mut indices, plan),
-            _ => compress_all::<T, 16>(x, &mut values, &mut indices, plan),
-        };
-        cancel.check()?;
-        if let Some(v) = first {
-            return Err(violation_error(&view, pattern, v));
-        }
-    }
+    let layout = CompressedLayout::new(x.len(), shape, axis, pattern)?;
+    crate::host::check_alloc("x", "the compressed array", layout.bytes::<T>())?;
+    let mut values = vec![T::ZERO; layout.values];
+    let mut indices = vec![0u8; layout.index_bytes];
+    compress_into(x, &layout, &mut values, &mut indices)?;
     Ok(Compressed {
         values,
         indices,
-        view,
+        view: layout.view,
         pattern,
     })
+}
+
+/// The sizes of the compressed form of an array, validated: what [`compress_into`] fills.
+#[derive(Debug, Clone)]
+pub struct CompressedLayout {
+    view: AxisView,
+    pattern: Pattern,
+    /// Number of stored values.
+    pub values: usize,
+    /// Bytes of packed positions.
+    pub index_bytes: usize,
+}
+
+impl CompressedLayout {
+    /// Validates `shape` (of `len` elements) and `axis` for `pattern` (errors as [`compress`]).
+    pub fn new(
+        len: usize,
+        shape: &[usize],
+        axis: isize,
+        pattern: Pattern,
+    ) -> Result<CompressedLayout> {
+        let view = AxisView::new(shape, axis, len, pattern)?;
+        let values = len / pattern.m() * pattern.n();
+        let index_bytes = packed_len(values, pattern.index_bits());
+        Ok(CompressedLayout {
+            view,
+            pattern,
+            values,
+            index_bytes,
+        })
+    }
+
+    /// Bytes of values plus packed positions, for an element type `T`.
+    pub fn bytes<T: Element>(&self) -> u128 {
+        self.values as u128 * (T::BITS / 8) as u128 + self.index_bytes as u128
+    }
+
+    /// Shape of the values: the dense shape with the axis length times `n / m`.
+    pub fn values_shape(&self) -> Vec<usize> {
+        let mut s = self.view.shape.clone();
+        s[self.view.axis] = self.view.axis_len / self.pattern.m() * self.pattern.n();
+        s
+    }
+
+    /// The sparsity axis, in `0..ndim`.
+    pub fn axis(&self) -> usize {
+        self.view.axis
+    }
+}
+
+/// [`compress`] into caller-provided buffers of exactly `layout.values` values and
+/// `layout.index_bytes` bytes (a numpy array, say: fresh pages cost as much as the work). Every
+/// element of both is written when it returns `Ok`; after an error their contents are unspecified.
+pub fn compress_into<T: Element>(
+    x: &[T],
+    layout: &CompressedLayout,
+    values: &mut [T],
+    indices: &mut [u8],
+) -> Result<()> {
+    if x.len() != layout.view.len() {
+        return Err(Error::shape(
+            "x",
+            format!(
+                "{} elements, the layout is for {}",
+                x.len(),
+                layout.view.len()
+            ),
+        ));
+    }
+    if values.len() != layout.values || indices.len() != layout.index_bytes {
+        return Err(Error::shape(
+            "out",
+            format!(
+                "buffers of {} values and {} index bytes, need {} and {}",
+                values.len(),
+                indices.len(),
+                layout.values,
+                layout.index_bytes
+            ),
+        ));
+    }
+    let plan = Plan::new(&layout.view, layout.pattern);
+    let cancel = crate::cancel::current();
+    if !x.is_empty() {
+        let first = match plan.m {
+            2 => compress_all::<T, 2>(x, values, indices, plan),
+            4 => compress_all::<T, 4>(x, values, indices, plan),
+            8 => compress_all::<T, 8>(x, values, indices, plan),
+            12 => compress_all::<T, 12>(x, values, indices, plan),
+            _ => compress_all::<T, 16>(x, values, indices, plan),
+        };
+        cancel.check()?;
+        if let Some(v) = first {
+            return Err(violation_error(&layout.view, layout.pattern, v));
+        }
+    }
+    Ok(())
 }
 
 fn compress_all<T: Element, const M: usize>(
@@ -648,6 +728,28 @@ impl<T: Element> Compressed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compress_into_fills_caller_buffers_like_compress() {
+        // 3 rows of 8 along the last axis, 2:4, every group holding two stored codes.
+        let x: Vec<u16> = (0..24u16)
+            .map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 })
+            .collect();
+        let p = Pattern::parse("2:4").unwrap();
+        let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).unwrap();
+        assert_eq!((layout.values, layout.index_bytes), (12, 3));
+        assert_eq!(layout.values_shape(), vec![3, 4]);
+        // Garbage in the buffers must all be overwritten.
+        let (mut v, mut i) = (vec![0xAAAAu16; 12], vec![0x55u8; 3]);
+        compress_into(&x, &layout, &mut v, &mut i).unwrap();
+        let c = compress(&x, &[3, 8], -1, p).unwrap();
+        assert_eq!(v, c.values());
+        assert_eq!(i, c.packed_indices());
+        let err = compress_into(&x, &layout, &mut v[..11], &mut i).unwrap_err();
+        assert!(err.to_string().contains("need 12 and 3"), "{err}");
+        let err = compress_into(&x[..20], &layout, &mut v, &mut i).unwrap_err();
+        assert!(err.to_string().contains("20 elements"), "{err}");
+    }
 
     #[test]
     fn worked_example_of_the_module_doc() {

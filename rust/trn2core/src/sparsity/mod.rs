@@ -72,7 +72,9 @@ mod compress;
 pub mod cutlass;
 mod prune;
 
-pub use compress::{check, compress, pack_indices, unpack_indices, Compressed};
+pub use compress::{
+    check, compress, compress_into, pack_indices, unpack_indices, Compressed, CompressedLayout,
+};
 pub use cutlass::{from_cutlass, to_cutlass, Cutlass, CutlassMeta};
 pub use prune::{prune, prune_to};
 
