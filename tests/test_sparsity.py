@@ -383,8 +383,49 @@ def test_sparse_gemm_equals_dense_gemm_of_the_pruned_matrix(pattern):
     s = t.gemm(sp, b)
     d = t.gemm(a, b)
     assert s.out.dtype == np.float32
-    assert np.array_equal(s.out, d.out)  # equal as values (+0 == -0)
+    assert np.array_equal(s.out.view(np.uint32), d.out.view(np.uint32))  # bits, zero signs too
     assert np.array_equal(s.out, reference.gemm(a, b))
+
+
+def wide_bf16(shape, seed):
+    """bf16 values with random signs and mantissas, exponents mostly 2^-17..2^18, 2% of them
+    anywhere in the finite range (subnormals included), and the first four rows and columns
+    tiny (2^-126..2^-97 and subnormals): products overflow, underflow to zeros of either sign
+    (whole tiny row-by-column sums end at +0 or -0) and cancel."""
+    rng = np.random.default_rng(seed)
+    sign = rng.integers(0, 2, size=shape, dtype=np.uint16) << 15
+    exp = rng.integers(110, 146, size=shape, dtype=np.uint16)
+    wild = rng.random(shape) < 0.02
+    exp[wild] = rng.integers(0, 255, size=int(wild.sum()), dtype=np.uint16)
+    exp[:4, :] = rng.integers(0, 31, size=exp[:4, :].shape, dtype=np.uint16)
+    exp[:, :4] = rng.integers(0, 31, size=exp[:, :4].shape, dtype=np.uint16)
+    man = rng.integers(0, 128, size=shape, dtype=np.uint16)
+    return (sign | exp << 7 | man).view(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("pattern", ["2:4", "1:4", "4:16", "4:12"])
+def test_sparse_gemm_bits_on_boundary_heavy_data(pattern):
+    """The zero-skipping kernel gives the dense GEMM's bits (sign of zero included) and the
+    reference's values on data whose products overflow, underflow and cancel; a `b` holding Inf
+    or NaN (where 0 * Inf is NaN) too."""
+    _, m = nm(pattern)
+    k = 12 * 16 * (3 if m != 12 else 2)
+    a = t.prune(wide_bf16((37, k), 11), pattern, axis=1)
+    b = wide_bf16((k, 75), 12)
+    assert np.isfinite(b.astype(np.float32)).all()
+    sp = t.compress(a, pattern, axis=1)
+    s, d = t.gemm(sp, b).out, t.gemm(a, b).out
+    assert np.array_equal(s.view(np.uint32), d.view(np.uint32))
+    ref = reference.gemm(a, b)
+    assert np.array_equal(s, ref, equal_nan=True)
+    num = ~np.isnan(s)
+    assert num.mean() > 0.5 and (s[num] == 0).sum() > 4  # zeros, not only NaN
+    assert np.array_equal(np.signbit(s[num]), np.signbit(ref[num]))
+    b2 = b.copy()
+    b2[5, 3], b2[9, 70] = np.inf, np.nan
+    s2, d2 = t.gemm(sp, b2).out, t.gemm(a, b2).out
+    assert np.array_equal(s2.view(np.uint32), d2.view(np.uint32))
+    assert np.isnan(s2[:, 3]).any()
 
 
 def test_sparse_gemm_with_quantization_and_out_dtype():

@@ -346,9 +346,12 @@ def gemm(
             f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
         )
     _core.check_gemm_formats(af, bf, perf_mode)
-    # A sparse stationary operand gives the dense GEMM's values (docs/sparsity.md): the same
-    # kernel runs on its dense form; only the timing model differs.
-    out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
+    if sparsity is not None:
+        # A sparse stationary operand gives the dense GEMM's bits (docs/sparsity.md); the
+        # kernel skips the products of its zeros when that is faster.
+        out, _ = _core.gemm_skip_zeros(_values(a, af), _values(b, bf), m, k, n)
+    else:
+        out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
     out = out.reshape(m, n)
     if out_dtype != "fp32":
         out = quantize(out, out_dtype, rounding=rounding, seed=seed)

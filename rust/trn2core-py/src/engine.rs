@@ -200,6 +200,43 @@ pub fn gemm(
     Ok(arr.into_any().unbind())
 }
 
+/// `a @ b` for an `a` pruned to a sparse pattern (normal perf_mode): the dense GEMM's bits,
+/// skipping `a`'s zeros where that is faster. Returns the result and whether zeros were skipped.
+#[pyfunction]
+pub fn gemm_skip_zeros(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> PyResult<(Py<PyAny>, bool)> {
+    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
+    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
+    let av = guard(py, || slice(&aa, "a"))?;
+    let bv = guard(py, || slice(&ba, "b"))?;
+    let len = guard(py, || out_len(m, n))?;
+    let what = format!("the {m} x {n} float32 result");
+    // SAFETY: gemm_skip_zeros_into writes all `m * n` elements (it checks the length) before
+    // Python can read the array.
+    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
+    let kernel = {
+        let mut rw = arr.readwrite();
+        let out = guard(py, || {
+            rw.as_slice_mut()
+                .map_err(|_| Error::shape("out", "not contiguous"))
+        })?;
+        let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
+        guard_work(py, work, || {
+            engine::gemm_skip_zeros_into(av, bv, m, k, n, out)
+        })?
+    };
+    Ok((
+        arr.into_any().unbind(),
+        kernel == engine::SparseKernel::SkipZeros,
+    ))
+}
+
 /// Elements of an `m x n` float32 result, after checking that the host can hold it
 /// (`CapacityError` before numpy allocates anything).
 pub fn out_len(m: usize, n: usize) -> Result<usize, Error> {

@@ -75,6 +75,7 @@ impl Zeroable for u8 {}
 impl Zeroable for u16 {}
 impl Zeroable for u32 {}
 impl Zeroable for u64 {}
+impl Zeroable for usize {}
 impl Zeroable for i8 {}
 impl Zeroable for i16 {}
 impl Zeroable for i32 {}

@@ -202,7 +202,7 @@ struct Task<'o> {
 }
 
 /// A float32 buffer whose data starts on a 64-byte boundary (one cache line, one zmm load).
-struct Aligned {
+pub(crate) struct Aligned {
     buf: Vec<f32>,
     offset: usize,
 }
@@ -210,13 +210,13 @@ struct Aligned {
 impl Aligned {
     const LANES: usize = 16;
 
-    fn new(len: usize, what: &str) -> Result<Aligned> {
+    pub(crate) fn new(len: usize, what: &str) -> Result<Aligned> {
         let buf: Vec<f32> = crate::host::zeroed_vec("a, b", what, len + Self::LANES)?;
         let offset = buf.as_ptr().align_offset(64).min(Self::LANES);
         Ok(Aligned { buf, offset })
     }
 
-    fn as_mut_slice(&mut self) -> &mut [f32] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
         let len = self.buf.len() - Self::LANES;
         &mut self.buf[self.offset..self.offset + len]
     }

@@ -48,12 +48,14 @@
 mod gemm;
 mod kernel;
 mod matmul;
+mod sparse;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
 pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,
     Operand, PeTile,
 };
+pub use sparse::{gemm_skip_zeros_into, gemm_skip_zeros_into_with, Isa, SparseKernel};
 
 use crate::{spec, Error, Result};
 

@@ -735,19 +735,19 @@ mod tests {
         let x: Vec<u16> = (0..24u16)
             .map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 })
             .collect();
-        let p = Pattern::parse("2:4").unwrap();
-        let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).unwrap();
+        let p = Pattern::parse("2:4").expect("a pattern");
+        let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).expect("a layout");
         assert_eq!((layout.values, layout.index_bytes), (12, 3));
         assert_eq!(layout.values_shape(), vec![3, 4]);
         // Garbage in the buffers must all be overwritten.
         let (mut v, mut i) = (vec![0xAAAAu16; 12], vec![0x55u8; 3]);
-        compress_into(&x, &layout, &mut v, &mut i).unwrap();
-        let c = compress(&x, &[3, 8], -1, p).unwrap();
+        compress_into(&x, &layout, &mut v, &mut i).expect("compressed");
+        let c = compress(&x, &[3, 8], -1, p).expect("compressed");
         assert_eq!(v, c.values());
         assert_eq!(i, c.packed_indices());
-        let err = compress_into(&x, &layout, &mut v[..11], &mut i).unwrap_err();
+        let err = compress_into(&x, &layout, &mut v[..11], &mut i).expect_err("a shape error");
         assert!(err.to_string().contains("need 12 and 3"), "{err}");
-        let err = compress_into(&x[..20], &layout, &mut v, &mut i).unwrap_err();
+        let err = compress_into(&x[..20], &layout, &mut v, &mut i).expect_err("a shape error");
         assert!(err.to_string().contains("20 elements"), "{err}");
     }
 

@@ -16,7 +16,7 @@ use trn2core::Error;
 
 /// How the oracle forms one step.
 #[derive(Clone, Copy, PartialEq)]
-enum Step {
+pub(crate) enum Step {
     /// The contract's float64 recipe (exact for inputs of 16 bits or less).
     F64,
     /// `f32::mul_add`, for fp32 inputs.
@@ -34,7 +34,7 @@ fn step(p: f32, x: f32, y: f32, how: Step) -> f32 {
 }
 
 /// The contract's GEMM, straightforwardly: `a` `[m, k]`, `b` `[k, n]`, row-major.
-fn oracle(
+pub(crate) fn oracle(
     a: &[f32],
     b: &[f32],
     m: usize,
@@ -77,7 +77,7 @@ fn oracle(
     c
 }
 
-fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
+pub(crate) fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let mut bad = 0;
     for (idx, (&g, &w)) in got.iter().zip(want).enumerate() {
@@ -97,10 +97,10 @@ fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
 }
 
 /// A counter-based stream of random words.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 += 1;
         mix64(self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
@@ -118,7 +118,7 @@ fn bf16_value(rng: &mut Rng, exps: std::ops::RangeInclusive<u32>) -> f32 {
     f32::from_bits(bits)
 }
 
-fn bf16_values(seed: u64, len: usize, exps: std::ops::RangeInclusive<u32>) -> Vec<f32> {
+pub(crate) fn bf16_values(seed: u64, len: usize, exps: std::ops::RangeInclusive<u32>) -> Vec<f32> {
     let mut rng = Rng(seed);
     (0..len)
         .map(|_| bf16_value(&mut rng, exps.clone()))
@@ -126,7 +126,7 @@ fn bf16_values(seed: u64, len: usize, exps: std::ops::RangeInclusive<u32>) -> Ve
 }
 
 /// Every bf16 bit pattern equally likely: subnormals, huge and tiny exponents, Inf and NaN.
-fn bf16_any(seed: u64, len: usize) -> Vec<f32> {
+pub(crate) fn bf16_any(seed: u64, len: usize) -> Vec<f32> {
     let mut rng = Rng(seed);
     (0..len)
         .map(|_| f32::from_bits((rng.next() as u32) << 16))
@@ -144,7 +144,7 @@ fn fp8_values(seed: u64, len: usize, format: Format) -> Vec<f32> {
 }
 
 /// fp32 values with full 24-bit mantissas and exponents in `2^-20..2^20`.
-fn fp32_values(seed: u64, len: usize) -> Vec<f32> {
+pub(crate) fn fp32_values(seed: u64, len: usize) -> Vec<f32> {
     let mut rng = Rng(seed);
     (0..len)
         .map(|_| {

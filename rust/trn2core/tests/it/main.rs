@@ -5,4 +5,5 @@ mod dma;
 mod engine;
 mod fuzz;
 mod numerics_exhaustive;
+mod sparse_gemm;
 mod sparsity;

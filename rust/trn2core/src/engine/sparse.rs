@@ -1,0 +1,507 @@
+//! The GEMM of a sparse stationary operand (an N:M-pruned `a`), skipping the products of `a`'s
+//! zeros, with the dense GEMM's bits.
+//!
+//! # Which bits
+//!
+//! Exactly those of [`super::gemm_f32_into`] in the normal `perf_mode` (K tiles of 128, each
+//! summed from +0.0 in ascending k, written or added to the accumulator with one fp32 rounding),
+//! sign of zero included, whenever `b` is finite. Why skipping a product `0 * b[k, j]` changes
+//! nothing: with `b` finite that product is a zero, and a fused multiply-add of a zero product
+//! returns the partial sum unchanged unless the partial sum is itself a zero (then
+//! `-0 + +0 = +0`). Follow the dense partial sum `d` and the skipping one `s` through a tile:
+//! both start at +0.0; at every step either `d == s` bit for bit, or `d = +0` and `s = -0`
+//! (a non-zero product gives both the same exact sum, hence the same rounding; a skipped zero
+//! product can only turn a `-0` of `d` into `+0`). So the two differ only where the skipping sum
+//! ends at `-0`, which takes an underflow to a negative zero and is rare; the kernel checks each
+//! tile's sums for `-0` and recomputes those lanes densely, over the tile's 128 products. A `b`
+//! holding an Inf or NaN (where `0 * Inf` is NaN) takes the dense kernel instead.
+//!
+//! # How fast
+//!
+//! `a` becomes per-row, per-K-tile lists of its non-zero elements (k, value); `b` is packed into
+//! column blocks of 32 (`K x 32`, so a list entry addresses one 128-byte row of the block, and a
+//! K tile of a block is 16 KiB, in L1). Tasks are 256 rows by 256 columns; like the dense driver,
+//! the K tiles are taken in passes (four tiles, 512 products, per pass), every task adding a pass
+//! into its block. Inside a pass an AVX-512 kernel runs four rows in lockstep, two accumulators
+//! each (one broadcast, two loads and two FMAs per entry and row), and keeps each row's PSUM
+//! sums in registers across the pass's tiles, so an output segment is loaded and stored once per
+//! pass. For a 4:16 operand that is a quarter of the dense kernel's FMAs, at one load per FMA.
+//! When `a` is more than half non-zero the dense kernel runs (it is faster there).
+
+use rayon::prelude::*;
+
+use super::gemm::{check_len, fp_env_error, run, AView, Aligned, Tiling};
+use super::kernel::fp_env_is_ieee;
+use super::{PerfMode, CANONICAL_NAN};
+use crate::{Error, Result};
+
+/// The contraction of one K tile (normal mode).
+const TILE: usize = PerfMode::None.contraction_max();
+/// Columns of `b` per block: two 16-lane vectors, so a K tile of the block (16 KiB) stays in L1
+/// (host blocking, not a hardware number).
+const W: usize = 32;
+/// Rows the AVX-512 kernel runs in lockstep (eight accumulator chains hide the FMA latency).
+const RB: usize = 4;
+/// Rows of `a` per task (host blocking).
+const MC: usize = 256;
+/// Column blocks per task (host blocking).
+const NC_BLOCKS: usize = 8;
+/// K tiles per pass over the output: each output segment is loaded and stored once per pass.
+const GROUP: usize = 4;
+/// Above this fraction of non-zero elements of `a` the dense kernel is used.
+const MAX_DENSITY: f64 = 0.5;
+
+/// Which kernel computed a [`gemm_skip_zeros_into`] call (the bits are the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SparseKernel {
+    /// The zero-skipping kernel.
+    SkipZeros,
+    /// The dense kernel: `b` had an Inf or NaN, or `a` was more than half non-zero.
+    Dense,
+}
+
+/// Which inner loop [`gemm_skip_zeros_into_with`] uses (tests compare them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// The best this CPU has.
+    Best,
+    /// Plain Rust (`f32::mul_add`), on any CPU.
+    Portable,
+}
+
+/// `a @ b` in the normal `perf_mode`, bit for bit [`super::gemm_f32_into`]'s result, skipping the
+/// products of `a`'s zeros when that is faster (see the module doc). `a` `[M, K]`, `b` `[K, N]`
+/// and `out` `[M, N]` are row-major float32. Returns the kernel that ran.
+pub fn gemm_skip_zeros_into(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    out: &mut [f32],
+) -> Result<SparseKernel> {
+    gemm_skip_zeros_into_with(a, b, m, k, n, out, Isa::Best)
+}
+
+/// [`gemm_skip_zeros_into`] with a choice of inner loop.
+pub fn gemm_skip_zeros_into_with(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    out: &mut [f32],
+    isa: Isa,
+) -> Result<SparseKernel> {
+    check_len("a", a.len(), &[m, k])?;
+    check_len("b", b.len(), &[k, n])?;
+    check_len("out", out.len(), &[m, n])?;
+    let dense = |out: &mut [f32]| {
+        let view = AView {
+            data: a,
+            row_stride: k,
+            k_stride: 1,
+        };
+        run(view, b, m, k, n, Tiling::gemm(PerfMode::None), out).map(|_| SparseKernel::Dense)
+    };
+    if m == 0 || n == 0 || k == 0 || !b.par_iter().all(|x| x.is_finite()) {
+        return dense(out);
+    }
+    if !fp_env_is_ieee() {
+        return Err(fp_env_error());
+    }
+    let cancel = crate::cancel::current();
+    let tiles = k.div_ceil(TILE);
+    // ptr[r * tiles + t]..ptr[r * tiles + t + 1]: the entries of row r in tile t.
+    let slots = m
+        .checked_mul(tiles)
+        .and_then(|s| s.checked_add(1))
+        .ok_or_else(|| Error::capacity("a", format!("{m} x {tiles} tiles overflow usize")))?;
+    let mut ptr: Vec<usize> = crate::host::zeroed_vec("a", "the sparse row index", slots)?;
+    ptr[1..]
+        .par_chunks_mut(tiles)
+        .zip(a.par_chunks(k))
+        .for_each(|(counts, row)| {
+            for (c, seg) in counts.iter_mut().zip(row.chunks(TILE)) {
+                *c = seg.iter().filter(|&&x| x != 0.0).count();
+            }
+        });
+    for i in 1..slots {
+        ptr[i] += ptr[i - 1];
+    }
+    let nnz = ptr[slots - 1];
+    if nnz as f64 > MAX_DENSITY * (m as f64 * k as f64) {
+        return dense(out);
+    }
+    cancel.check()?;
+    let mut kidx: Vec<u32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
+    let mut vals: Vec<f32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
+    fill_entries(a, k, &ptr, tiles, &mut kidx, &mut vals);
+
+    let blocks = n.div_ceil(W);
+    let panel = k
+        .checked_mul(W)
+        .ok_or_else(|| Error::capacity("b", "the packed b overflows usize"))?;
+    let mut bpack = Aligned::new(
+        blocks
+            .checked_mul(panel)
+            .ok_or_else(|| Error::capacity("b", "the packed b overflows usize"))?,
+        "the packed b",
+    )?;
+    let bpack = bpack.as_mut_slice();
+    bpack
+        .par_chunks_mut(panel)
+        .enumerate()
+        .for_each(|(cb, dst)| {
+            let c0 = cb * W;
+            let cols = W.min(n - c0);
+            for (kk, d) in dst.chunks_exact_mut(W).enumerate() {
+                d[..cols].copy_from_slice(&b[kk * n + c0..kk * n + c0 + cols]);
+                d[cols..].fill(0.0);
+            }
+        });
+    cancel.check()?;
+
+    let ctx = Ctx {
+        a,
+        b,
+        k,
+        n,
+        tiles,
+        ptr: &ptr,
+        kidx: &kidx,
+        vals: &vals,
+        bpack,
+    };
+    let avx512 = isa == Isa::Best && x86::has_avx512();
+    // Tasks: MC rows x NC columns, each holding its rows' segments of the output. As in the
+    // dense driver, one K tile at a time is added into every task's block: per tile, a task
+    // reads its rows' entries of the tile once and 16 KiB of packed b per column block.
+    let mut tasks: Vec<(usize, usize, Vec<&mut [f32]>)> = Vec::new();
+    let nc = NC_BLOCKS * W;
+    for (rb, blk) in out.chunks_mut(MC * n).enumerate() {
+        let ranges = n.div_ceil(nc);
+        let mut segs: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(MC)).collect();
+        for row in blk.chunks_mut(n) {
+            let mut rest = row;
+            for s in segs.iter_mut() {
+                let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
+                s.push(seg);
+                rest = tail;
+            }
+        }
+        for (cr, s) in segs.into_iter().enumerate() {
+            tasks.push((rb * MC, cr * NC_BLOCKS, s));
+        }
+    }
+    for t0 in (0..tiles).step_by(GROUP) {
+        cancel.check()?;
+        let t1 = (t0 + GROUP).min(tiles);
+        tasks.par_iter_mut().try_for_each(|(row0, cb0, segs)| {
+            cancel.check()?;
+            if !fp_env_is_ieee() {
+                return Err(fp_env_error());
+            }
+            ctx.add_tiles(t0..t1, *row0, *cb0, segs, avx512);
+            Ok(())
+        })?;
+    }
+    tasks.par_iter_mut().for_each(|(_, _, segs)| {
+        for x in segs.iter_mut().flat_map(|s| s.iter_mut()) {
+            if x.is_nan() {
+                *x = CANONICAL_NAN;
+            }
+        }
+    });
+    Ok(SparseKernel::SkipZeros)
+}
+
+/// Writes each row's non-zero elements (k, value) in row, tile, k order.
+fn fill_entries(
+    a: &[f32],
+    k: usize,
+    ptr: &[usize],
+    tiles: usize,
+    kidx: &mut [u32],
+    vals: &mut [f32],
+) {
+    // Split the entry arrays at row boundaries, then fill rows in parallel.
+    let mut rows: Vec<(&[f32], &mut [u32], &mut [f32])> =
+        Vec::with_capacity(ptr.len() / tiles.max(1));
+    let (mut ki, mut vi) = (kidx, vals);
+    for (r, row) in a.chunks(k).enumerate() {
+        let len = ptr[(r + 1) * tiles] - ptr[r * tiles];
+        let (kh, kt) = ki.split_at_mut(len);
+        let (vh, vt) = vi.split_at_mut(len);
+        rows.push((row, kh, vh));
+        ki = kt;
+        vi = vt;
+    }
+    rows.into_par_iter()
+        .with_min_len(16)
+        .for_each(|(row, ks, vs)| {
+            // Branch-free: every element is written at the next free entry, which advances
+            // only past non-zeros (the last write lands on a spare slot or is overwritten).
+            let mut e = 0;
+            for (kk, &x) in row.iter().enumerate() {
+                if e < ks.len() {
+                    ks[e] = kk as u32;
+                    vs[e] = x;
+                }
+                e += (x != 0.0) as usize;
+            }
+        });
+}
+
+/// What every task reads.
+struct Ctx<'a> {
+    a: &'a [f32],
+    b: &'a [f32],
+    k: usize,
+    n: usize,
+    tiles: usize,
+    ptr: &'a [usize],
+    kidx: &'a [u32],
+    vals: &'a [f32],
+    bpack: &'a [f32],
+}
+
+impl Ctx<'_> {
+    /// Adds K tiles `ts` into a task's block: output rows `row0..`, column blocks `cb0..`, one
+    /// segment of the block's width per row (tile 0's sums are written, later ones added).
+    fn add_tiles(
+        &self,
+        ts: std::ops::Range<usize>,
+        row0: usize,
+        cb0: usize,
+        segs: &mut [&mut [f32]],
+        avx512: bool,
+    ) {
+        let width = segs.first().map_or(0, |s| s.len());
+        for lc in 0..width.div_ceil(W) {
+            let cb = cb0 + lc;
+            let (lo, hi) = (lc * W, (lc * W + W).min(width));
+            let panel = &self.bpack[cb * self.k * W..][..self.k * W];
+            for (g, group) in segs.chunks_mut(RB).enumerate() {
+                let r0 = row0 + g * RB;
+                let entries = |r: usize, t: usize| {
+                    let s = (r0 + r) * self.tiles + t;
+                    let (e0, e1) = (self.ptr[s], self.ptr[s + 1]);
+                    (&self.kidx[e0..e1], &self.vals[e0..e1])
+                };
+                // Rows the fast path left alone (a -0 tile sum, or no AVX-512).
+                let mut dirty = (1u32 << group.len()) - 1;
+                if avx512 {
+                    if let Ok(full) = <&mut [&mut [f32]; RB]>::try_from(&mut *group) {
+                        let mut sub = full.each_mut().map(|s| &mut s[lo..hi]);
+                        // SAFETY: has_avx512() checked the CPU; every entry's k is < K, so its
+                        // W floats lie inside `panel`; each segment holds at most W floats.
+                        dirty =
+                            unsafe { x86::tiles::<RB, _>(entries, ts.clone(), panel, &mut sub) };
+                    } else {
+                        dirty = 0;
+                        for (r, seg) in group.iter_mut().enumerate() {
+                            let one = |_: usize, t: usize| entries(r, t);
+                            // SAFETY: as above, one row at a time.
+                            let d = unsafe {
+                                x86::tiles::<1, _>(one, ts.clone(), panel, &mut [&mut seg[lo..hi]])
+                            };
+                            dirty |= d << r;
+                        }
+                    }
+                }
+                for (r, seg) in group.iter_mut().enumerate() {
+                    if dirty & (1 << r) != 0 {
+                        for t in ts.clone() {
+                            let (ks, vs) = entries(r, t);
+                            self.portable_tile(ks, vs, panel, r0 + r, t, cb * W, &mut seg[lo..hi]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One row's tile on the portable path, fixing `-0` sums: written (`t == 0`) or added to
+    /// `seg` (columns `c0..` of row `i`).
+    #[allow(clippy::too_many_arguments)]
+    fn portable_tile(
+        &self,
+        ks: &[u32],
+        vs: &[f32],
+        panel: &[f32],
+        i: usize,
+        t: usize,
+        c0: usize,
+        seg: &mut [f32],
+    ) {
+        let mut acc = [0f32; W];
+        portable_tile_sums(ks, vs, panel, &mut acc);
+        // A -0 sum may be a +0 of the dense kernel: recompute those lanes densely.
+        for (j, s) in acc.iter_mut().enumerate().take(seg.len()) {
+            if s.to_bits() == 0x8000_0000 {
+                *s = self.dense_lane(i, t, c0 + j);
+            }
+        }
+        if t == 0 {
+            seg.copy_from_slice(&acc[..seg.len()]);
+        } else {
+            for (o, &p) in seg.iter_mut().zip(&acc) {
+                *o += p;
+            }
+        }
+    }
+
+    /// The dense sum of tile `t` of row `i` and column `j`: every product, zeros included.
+    fn dense_lane(&self, i: usize, t: usize, j: usize) -> f32 {
+        let k0 = t * TILE;
+        let k1 = (k0 + TILE).min(self.k);
+        (k0..k1).fold(0f32, |p, kk| {
+            self.a[i * self.k + kk].mul_add(self.b[kk * self.n + j], p)
+        })
+    }
+}
+
+/// One row's tile sums over a column block: `acc[j] = sum over entries of v * panel[k, j]`.
+fn portable_tile_sums(ks: &[u32], vs: &[f32], panel: &[f32], acc: &mut [f32; W]) {
+    for (&kk, &v) in ks.iter().zip(vs) {
+        let row = &panel[kk as usize * W..][..W];
+        for (s, &y) in acc.iter_mut().zip(row) {
+            *s = v.mul_add(y, *s);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[clippy::msrv = "1.89"]
+mod x86 {
+    use super::W;
+    use std::arch::x86_64::*;
+
+    pub(super) fn has_avx512() -> bool {
+        is_x86_feature_detected!("avx512f")
+    }
+
+    /// K tiles `ts` of `R` rows over a column block, the rows' sums kept in registers across
+    /// the tiles: each tile's sums (two zmm accumulators per row, the rows in lockstep over
+    /// their common number of entries, then each row's remaining entries) are those of
+    /// [`super::portable_tile_sums`], written for tile 0 and added otherwise, with one fp32
+    /// rounding, as PSUM does; each row's segment is loaded once and stored once. Returns a bit
+    /// mask of the rows left alone because one of their tile sums is `-0` (the caller
+    /// recomputes those rows' tiles on the portable path, which fixes such lanes).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F; `panel` must hold `W` floats from every `k * W` of the
+    /// entries; `segs` holds `R` segments of at most `W` floats.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn tiles<'e, const R: usize, F>(
+        entries: F,
+        ts: std::ops::Range<usize>,
+        panel: &[f32],
+        segs: &mut [&mut [f32]; R],
+    ) -> u32
+    where
+        F: Fn(usize, usize) -> (&'e [u32], &'e [f32]),
+    {
+        const V: usize = W / 16;
+        let p = panel.as_ptr();
+        let live = |cols: usize, q: usize| -> __mmask16 {
+            let lanes = cols.saturating_sub(q * 16).min(16);
+            ((1u32 << lanes) - 1) as u16
+        };
+        let mut out = [[_mm512_setzero_ps(); V]; R];
+        if ts.start > 0 {
+            for (o, seg) in out.iter_mut().zip(segs.iter()) {
+                for (q, oq) in o.iter_mut().enumerate() {
+                    // SAFETY: lanes at or beyond the segment's length are masked off.
+                    *oq = unsafe {
+                        _mm512_maskz_loadu_ps(live(seg.len(), q), seg.as_ptr().add(q * 16))
+                    };
+                }
+            }
+        }
+        let negzero = _mm512_set1_epi32(0x8000_0000u32 as i32);
+        let mut dirty = 0u32;
+        for t in ts {
+            let es: [(&[u32], &[f32]); R] = std::array::from_fn(|r| entries(r, t));
+            let mut s = [[_mm512_setzero_ps(); V]; R];
+            let common = es
+                .iter()
+                .map(|e| e.0.len().min(e.1.len()))
+                .min()
+                .unwrap_or(0);
+            for e in 0..common {
+                for (r, sr) in s.iter_mut().enumerate() {
+                    let (ks, vs) = es[r];
+                    // SAFETY: e < common <= both lengths; the caller guarantees `W` floats
+                    // from `k * W`, and q * 16 + 16 <= W.
+                    unsafe {
+                        let x = _mm512_set1_ps(*vs.get_unchecked(e));
+                        let row = p.add(*ks.get_unchecked(e) as usize * W);
+                        for (q, sq) in sr.iter_mut().enumerate() {
+                            *sq = _mm512_fmadd_ps(x, _mm512_loadu_ps(row.add(q * 16)), *sq);
+                        }
+                    }
+                }
+            }
+            for (r, sr) in s.iter_mut().enumerate() {
+                let (ks, vs) = es[r];
+                for (&kk, &v) in ks[common..].iter().zip(&vs[common..]) {
+                    let x = _mm512_set1_ps(v);
+                    // SAFETY: as above.
+                    unsafe {
+                        let row = p.add(kk as usize * W);
+                        for (q, sq) in sr.iter_mut().enumerate() {
+                            *sq = _mm512_fmadd_ps(x, _mm512_loadu_ps(row.add(q * 16)), *sq);
+                        }
+                    }
+                }
+            }
+            for (r, ((sr, o), seg)) in s.iter().zip(out.iter_mut()).zip(segs.iter()).enumerate() {
+                let mut bad = 0u16;
+                for (q, sq) in sr.iter().enumerate() {
+                    bad |= _mm512_mask_cmpeq_epi32_mask(
+                        live(seg.len(), q),
+                        _mm512_castps_si512(*sq),
+                        negzero,
+                    );
+                }
+                dirty |= ((bad != 0) as u32) << r;
+                for (oq, sq) in o.iter_mut().zip(sr) {
+                    *oq = if t == 0 { *sq } else { _mm512_add_ps(*oq, *sq) };
+                }
+            }
+        }
+        for (r, (o, seg)) in out.iter().zip(segs.iter_mut()).enumerate() {
+            if dirty & (1 << r) != 0 {
+                continue;
+            }
+            for (q, oq) in o.iter().enumerate() {
+                let m = live(seg.len(), q);
+                if m != 0 {
+                    // SAFETY: lanes at or beyond the segment's length are masked off.
+                    unsafe { _mm512_mask_storeu_ps(seg.as_mut_ptr().add(q * 16), m, *oq) };
+                }
+            }
+        }
+        dirty
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    pub(super) fn has_avx512() -> bool {
+        false
+    }
+    pub(super) unsafe fn tiles<'e, const R: usize, F>(
+        _: F,
+        _: std::ops::Range<usize>,
+        _: &[f32],
+        _: &mut [&mut [f32]; R],
+    ) -> u32
+    where
+        F: Fn(usize, usize) -> (&'e [u32], &'e [f32]),
+    {
+        (1 << R) - 1
+    }
+}
