@@ -48,7 +48,7 @@ fuzz: $(STAMPS)/build ## Fuzz for longer: proptest (PROPTEST_CASES=200000) and h
 lint: $(STAMPS)/venv ## rustfmt, clippy -D warnings, ruff
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests
+	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests
 
 bench: $(STAMPS)/build ## Ratios against peers in one process, then the asv suites on this env

@@ -6,7 +6,6 @@ ratios or absolute costs of the emulator on this host.
 """
 
 import numpy as np
-
 import trn2core
 from trn2core.testing import best_of
 

@@ -5,7 +5,6 @@ measured in the same process and the simulated Trn2 figures.
 """
 
 import numpy as np
-
 import trn2core
 from trn2core.testing import best_of
 

@@ -15,7 +15,6 @@ Run with `make bench` (which calls `asv run --python=same --quick --show-stderr`
 
 import ml_dtypes
 import numpy as np
-
 import trn2core
 from trn2core.testing import best_of
 

@@ -344,6 +344,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dma-mib", type=int, default=64, help="zvc tensor size, MiB (default 64)")
     ap.add_argument("--only-dma", action="store_true", help="only the DMA compression rows")
     ap.add_argument("--only-collectives", action="store_true", help="only the collective rows")
+    ap.add_argument("--only-sparsity", action="store_true", help="only the sparsity rows")
     ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n, repeat = args.elements, max(1, args.repeat)
@@ -381,6 +382,10 @@ def main(argv=None) -> int:
     if args.only_collectives:
         notes = []
         collectives_rows(repeat, rows, notes, verdict)
+        return print_report(rows, notes, misses)
+    if args.only_sparsity:
+        notes = []
+        sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
         return print_report(rows, notes, misses)
 
     # RNE against ml_dtypes.
