@@ -25,8 +25,11 @@
 //! into its block. Inside a pass an AVX-512 kernel runs four rows in lockstep, two accumulators
 //! each (one broadcast, two loads and two FMAs per entry and row), and keeps each row's PSUM
 //! sums in registers across the pass's tiles, so an output segment is loaded and stored once per
-//! pass. For a 4:16 operand that is a quarter of the dense kernel's FMAs, at one load per FMA.
-//! When `a` is more than half non-zero the dense kernel runs (it is faster there).
+//! pass. When every element of `b` is a bf16 value (bf16, fp8 or narrower inputs), `b` is packed
+//! as bf16 pairs, one 64-byte line per K row of a block, and widened exactly in registers (a
+//! shift and a mask): half the loads. For a 4:16 operand that is a quarter of the dense kernel's
+//! FMAs.
+//! When more than 40% of `a` is non-zero (1:2, 2:4, 4:8) the dense kernel runs: it is faster there.
 
 use rayon::prelude::*;
 
@@ -49,7 +52,7 @@ const NC_BLOCKS: usize = 8;
 /// K tiles per pass over the output: each output segment is loaded and stored once per pass.
 const GROUP: usize = 4;
 /// Above this fraction of non-zero elements of `a` the dense kernel is used.
-const MAX_DENSITY: f64 = 0.5;
+const MAX_DENSITY: f64 = 0.4;
 
 /// Which kernel computed a [`gemm_skip_zeros_into`] call (the bits are the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,14 +141,16 @@ pub fn gemm_skip_zeros_into_with(
     let mut vals: Vec<f32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
     fill_entries(a, k, &ptr, tiles, &mut kidx, &mut vals);
 
+    // b packed by column blocks, K rows of W columns each. When every element of b is a bf16
+    // value (inputs of bf16, fp8 or narrower), a row is 16 words, word j holding columns j
+    // (low half) and j + 16 (high half) as bf16: half the bytes, one 64-byte line per row.
+    let half = W == 32 && b.par_iter().all(|x| x.to_bits() & 0xFFFF == 0);
+    let row_floats = if half { W / 2 } else { W };
     let blocks = n.div_ceil(W);
-    let panel = k
-        .checked_mul(W)
-        .ok_or_else(|| Error::capacity("b", "the packed b overflows usize"))?;
+    let overflow = || Error::capacity("b", "the packed b overflows usize");
+    let panel = k.checked_mul(row_floats).ok_or_else(overflow)?;
     let mut bpack = Aligned::new(
-        blocks
-            .checked_mul(panel)
-            .ok_or_else(|| Error::capacity("b", "the packed b overflows usize"))?,
+        blocks.checked_mul(panel).ok_or_else(overflow)?,
         "the packed b",
     )?;
     let bpack = bpack.as_mut_slice();
@@ -155,9 +160,18 @@ pub fn gemm_skip_zeros_into_with(
         .for_each(|(cb, dst)| {
             let c0 = cb * W;
             let cols = W.min(n - c0);
-            for (kk, d) in dst.chunks_exact_mut(W).enumerate() {
-                d[..cols].copy_from_slice(&b[kk * n + c0..kk * n + c0 + cols]);
-                d[cols..].fill(0.0);
+            for (kk, d) in dst.chunks_exact_mut(row_floats).enumerate() {
+                let src = &b[kk * n + c0..kk * n + c0 + cols];
+                if half {
+                    for (j, w) in d.iter_mut().enumerate() {
+                        let lo = src.get(j).map_or(0, |x| x.to_bits() >> 16);
+                        let hi = src.get(j + 16).map_or(0, |x| x.to_bits() & 0xFFFF_0000);
+                        *w = f32::from_bits(hi | lo);
+                    }
+                } else {
+                    d[..cols].copy_from_slice(src);
+                    d[cols..].fill(0.0);
+                }
             }
         });
     cancel.check()?;
@@ -172,6 +186,8 @@ pub fn gemm_skip_zeros_into_with(
         kidx: &kidx,
         vals: &vals,
         bpack,
+        row_floats,
+        half,
     };
     let avx512 = isa == Isa::Best && x86::has_avx512();
     // Tasks: MC rows x NC columns, each holding its rows' segments of the output. As in the
@@ -264,6 +280,10 @@ struct Ctx<'a> {
     kidx: &'a [u32],
     vals: &'a [f32],
     bpack: &'a [f32],
+    /// Floats (or bf16 pairs) per packed row of b: W, or W / 2 when `half`.
+    row_floats: usize,
+    /// b is packed as bf16 pairs.
+    half: bool,
 }
 
 impl Ctx<'_> {
@@ -281,7 +301,7 @@ impl Ctx<'_> {
         for lc in 0..width.div_ceil(W) {
             let cb = cb0 + lc;
             let (lo, hi) = (lc * W, (lc * W + W).min(width));
-            let panel = &self.bpack[cb * self.k * W..][..self.k * W];
+            let panel = &self.bpack[cb * self.k * self.row_floats..][..self.k * self.row_floats];
             for (g, group) in segs.chunks_mut(RB).enumerate() {
                 let r0 = row0 + g * RB;
                 let entries = |r: usize, t: usize| {
@@ -296,15 +316,25 @@ impl Ctx<'_> {
                         let mut sub = full.each_mut().map(|s| &mut s[lo..hi]);
                         // SAFETY: has_avx512() checked the CPU; every entry's k is < K, so its
                         // W floats lie inside `panel`; each segment holds at most W floats.
-                        dirty =
-                            unsafe { x86::tiles::<RB, _>(entries, ts.clone(), panel, &mut sub) };
+                        dirty = unsafe {
+                            if self.half {
+                                x86::tiles::<RB, true, _>(entries, ts.clone(), panel, &mut sub)
+                            } else {
+                                x86::tiles::<RB, false, _>(entries, ts.clone(), panel, &mut sub)
+                            }
+                        };
                     } else {
                         dirty = 0;
                         for (r, seg) in group.iter_mut().enumerate() {
                             let one = |_: usize, t: usize| entries(r, t);
                             // SAFETY: as above, one row at a time.
+                            let row = &mut [&mut seg[lo..hi]];
                             let d = unsafe {
-                                x86::tiles::<1, _>(one, ts.clone(), panel, &mut [&mut seg[lo..hi]])
+                                if self.half {
+                                    x86::tiles::<1, true, _>(one, ts.clone(), panel, row)
+                                } else {
+                                    x86::tiles::<1, false, _>(one, ts.clone(), panel, row)
+                                }
                             };
                             dirty |= d << r;
                         }
@@ -314,7 +344,7 @@ impl Ctx<'_> {
                     if dirty & (1 << r) != 0 {
                         for t in ts.clone() {
                             let (ks, vs) = entries(r, t);
-                            self.portable_tile(ks, vs, panel, r0 + r, t, cb * W, &mut seg[lo..hi]);
+                            self.portable_tile(ks, vs, r0 + r, t, cb * W, &mut seg[lo..hi]);
                         }
                     }
                 }
@@ -324,19 +354,17 @@ impl Ctx<'_> {
 
     /// One row's tile on the portable path, fixing `-0` sums: written (`t == 0`) or added to
     /// `seg` (columns `c0..` of row `i`).
-    #[allow(clippy::too_many_arguments)]
     fn portable_tile(
         &self,
         ks: &[u32],
         vs: &[f32],
-        panel: &[f32],
         i: usize,
         t: usize,
         c0: usize,
         seg: &mut [f32],
     ) {
         let mut acc = [0f32; W];
-        portable_tile_sums(ks, vs, panel, &mut acc);
+        portable_tile_sums(ks, vs, self.b, self.n, c0, &mut acc[..seg.len()]);
         // A -0 sum may be a +0 of the dense kernel: recompute those lanes densely.
         for (j, s) in acc.iter_mut().enumerate().take(seg.len()) {
             if s.to_bits() == 0x8000_0000 {
@@ -362,10 +390,11 @@ impl Ctx<'_> {
     }
 }
 
-/// One row's tile sums over a column block: `acc[j] = sum over entries of v * panel[k, j]`.
-fn portable_tile_sums(ks: &[u32], vs: &[f32], panel: &[f32], acc: &mut [f32; W]) {
+/// One row's tile sums over columns `c0..c0 + acc.len()` of `b` (`[K, n]` row-major):
+/// `acc[j] = sum over entries of v * b[k, c0 + j]`, in entry order.
+fn portable_tile_sums(ks: &[u32], vs: &[f32], b: &[f32], n: usize, c0: usize, acc: &mut [f32]) {
     for (&kk, &v) in ks.iter().zip(vs) {
-        let row = &panel[kk as usize * W..][..W];
+        let row = &b[kk as usize * n + c0..][..acc.len()];
         for (s, &y) in acc.iter_mut().zip(row) {
             *s = v.mul_add(y, *s);
         }
@@ -382,6 +411,34 @@ mod x86 {
         is_x86_feature_detected!("avx512f")
     }
 
+    /// `s[q] += x * (columns 16q..16q + 16 of the packed row at `row`)`: two fp32 vectors, or
+    /// one vector of bf16 pairs widened exactly (low halves shifted up, high halves masked).
+    ///
+    /// # Safety
+    /// AVX-512F; `row` valid for a packed row (`W` floats, or `W / 2` words when `HALF`).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn fma_row<const HALF: bool>(
+        x: __m512,
+        row: *const f32,
+        s: &mut [__m512; W / 16],
+        high: __m512i,
+    ) {
+        if HALF {
+            // SAFETY: the caller's contract: 16 words at `row`.
+            let w = _mm512_castps_si512(unsafe { _mm512_loadu_ps(row) });
+            let lo = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w));
+            let hi = _mm512_castsi512_ps(_mm512_and_si512(w, high));
+            s[0] = _mm512_fmadd_ps(x, lo, s[0]);
+            s[1] = _mm512_fmadd_ps(x, hi, s[1]);
+        } else {
+            for (q, sq) in s.iter_mut().enumerate() {
+                // SAFETY: the caller's contract: W floats at `row`.
+                *sq = _mm512_fmadd_ps(x, unsafe { _mm512_loadu_ps(row.add(q * 16)) }, *sq);
+            }
+        }
+    }
+
     /// K tiles `ts` of `R` rows over a column block, the rows' sums kept in registers across
     /// the tiles: each tile's sums (two zmm accumulators per row, the rows in lockstep over
     /// their common number of entries, then each row's remaining entries) are those of
@@ -394,7 +451,7 @@ mod x86 {
     /// The CPU must have AVX-512F; `panel` must hold `W` floats from every `k * W` of the
     /// entries; `segs` holds `R` segments of at most `W` floats.
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn tiles<'e, const R: usize, F>(
+    pub(super) unsafe fn tiles<'e, const R: usize, const HALF: bool, F>(
         entries: F,
         ts: std::ops::Range<usize>,
         panel: &[f32],
@@ -405,6 +462,8 @@ mod x86 {
     {
         const V: usize = W / 16;
         let p = panel.as_ptr();
+        let stride = if HALF { W / 2 } else { W };
+        let high = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
         let live = |cols: usize, q: usize| -> __mmask16 {
             let lanes = cols.saturating_sub(q * 16).min(16);
             ((1u32 << lanes) - 1) as u16
@@ -437,10 +496,8 @@ mod x86 {
                     // from `k * W`, and q * 16 + 16 <= W.
                     unsafe {
                         let x = _mm512_set1_ps(*vs.get_unchecked(e));
-                        let row = p.add(*ks.get_unchecked(e) as usize * W);
-                        for (q, sq) in sr.iter_mut().enumerate() {
-                            *sq = _mm512_fmadd_ps(x, _mm512_loadu_ps(row.add(q * 16)), *sq);
-                        }
+                        let row = p.add(*ks.get_unchecked(e) as usize * stride);
+                        fma_row::<HALF>(x, row, sr, high);
                     }
                 }
             }
@@ -450,10 +507,8 @@ mod x86 {
                     let x = _mm512_set1_ps(v);
                     // SAFETY: as above.
                     unsafe {
-                        let row = p.add(kk as usize * W);
-                        for (q, sq) in sr.iter_mut().enumerate() {
-                            *sq = _mm512_fmadd_ps(x, _mm512_loadu_ps(row.add(q * 16)), *sq);
-                        }
+                        let row = p.add(kk as usize * stride);
+                        fma_row::<HALF>(x, row, sr, high);
                     }
                 }
             }
@@ -493,7 +548,7 @@ mod x86 {
     pub(super) fn has_avx512() -> bool {
         false
     }
-    pub(super) unsafe fn tiles<'e, const R: usize, F>(
+    pub(super) unsafe fn tiles<'e, const R: usize, const HALF: bool, F>(
         _: F,
         _: std::ops::Range<usize>,
         _: &[f32],

@@ -63,9 +63,16 @@ fn skipping_zeros_gives_the_oracles_bits_for_every_pattern() {
             let b = bf16_values(seed + 7, k * n, 0..=254);
             let want = oracle(&a, &b, m, k, n, PerfMode::None, Step::F64);
             let what = format!("{n_keep}:{m_group} {m}x{k}x{n}");
+            // Operands more than 40% non-zero (1:2, 2:4, 4:8) take the dense kernel.
+            let nnz = a.iter().filter(|&&x| x != 0.0).count();
+            let kernel = if nnz * 5 <= m * k * 2 {
+                SparseKernel::SkipZeros
+            } else {
+                SparseKernel::Dense
+            };
             for isa in [Isa::Best, Isa::Portable] {
                 let (got, used) = skip(&a, &b, (m, k, n), isa);
-                assert_eq!(used, SparseKernel::SkipZeros, "{what}");
+                assert_eq!(used, kernel, "{what}");
                 assert_bits_eq(&got, &want, &format!("{what} {isa:?}"));
             }
         }
@@ -90,11 +97,11 @@ fn large_shapes_equal_the_dense_kernel() {
 #[test]
 fn fp32_inputs_equal_the_fused_oracle() {
     let (m, k, n) = (20, 300, 70);
-    let a = prune_rows(&fp32_values(1, m * k), k, 2, 4, 1, false);
+    let a = prune_rows(&fp32_values(1, m * k), k, 1, 4, 1, false);
     let b = fp32_values(2, k * n);
     let want = oracle(&a, &b, m, k, n, PerfMode::None, Step::MulAdd);
     let (got, _) = skip(&a, &b, (m, k, n), Isa::Best);
-    assert_bits_eq(&got, &want, "fp32 2:4");
+    assert_bits_eq(&got, &want, "fp32 1:4");
 }
 
 /// The case the `-0` repair exists for: a tile whose non-zero product underflows to `-0`
@@ -103,7 +110,7 @@ fn fp32_inputs_equal_the_fused_oracle() {
 #[test]
 fn a_negative_zero_sum_is_repaired_to_the_dense_sign() {
     let tiny = f32::from_bits(0x0080_0000); // 2^-126
-    for (m, k, n, col) in [(1, 2, 1, 0), (6, 300, 45, 37), (5, 260, 33, 32)] {
+    for (m, k, n, col) in [(1, 4, 1, 0), (6, 300, 45, 37), (5, 260, 33, 32)] {
         let mut a = vec![0f32; m * k];
         let mut b = vec![1f32; k * n];
         // Row 2 (or 0): a[., 0] = -2^-126, b[0, col] = 2^-126: the product -2^-252 rounds to -0.
