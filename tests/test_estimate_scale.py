@@ -11,7 +11,6 @@ import json
 import time
 
 import pytest
-
 import trn2core as t
 from trn2core import _core
 from trn2core.errors import CapacityError
