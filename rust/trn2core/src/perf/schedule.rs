@@ -17,7 +17,7 @@
 //!      futures, shifted in time. When a key repeats after `p` units the schedule is periodic:
 //!      the next `q` whole periods are applied at once (every time moves `q * dt` later, every
 //!      counter grows by `q` times its growth over one period) and the remaining `< p` units
-//!      are evaluated one by one.
+//!      are evaluated one by one. Repeats are found with Brent's cycle detection ([`Sim::repeat`]).
 //!
 //! # Clock
 //!
@@ -26,8 +26,6 @@
 //! DVE cycle 5, so every duration is a whole number of ticks and every sum is exact. Only the
 //! throttle's ramp is not a whole number of ticks; it is rounded to the nearest tick
 //! ([`TickThrottle`]).
-
-use std::collections::HashMap;
 
 use super::report::Event;
 use super::tensor::{load_stationary_cycles, matmul_cycles};
@@ -244,10 +242,6 @@ struct Snapshot {
     lost: u64,
 }
 
-/// Keys remembered while looking for a period; past this the search starts afresh (a long
-/// transient), so memory stays bounded.
-const MAX_KEYS: usize = 1 << 14;
-
 impl Sim {
     /// The state before the first matmul: the first LoadStationary is exposed.
     pub fn new(g: &Geometry, throttle: bool) -> Sim {
@@ -419,30 +413,42 @@ impl Sim {
     }
 
     /// `count` identical units, fast-forwarded once their keys repeat (module doc, 2).
+    ///
+    /// The repeat is found with Brent's cycle detection, in constant memory: one saved key (and
+    /// the counters at it) is compared with every later unit's key, and moves to the current
+    /// unit whenever the distance reaches the next power of two. Once the saved unit lies on
+    /// the cycle and the power of two reaches the period, the next match gives it; so a period
+    /// `p` after a transient of `t` units is found within about `t + 3p` units.
     fn repeat(
         &mut self,
         count: u64,
         cancel: &Cancel,
         unit: &mut dyn FnMut(&mut Sim) -> Result<()>,
     ) -> Result<()> {
-        let mut seen: HashMap<Key, Snapshot> = HashMap::new();
+        let mut saved: Option<(Key, Snapshot)> = None;
+        let mut power = 1u64;
         let mut periodic = false;
         let mut i = 0u64;
         while i < count {
             cancel.check()?;
             if !periodic {
                 let key = self.key();
-                if let Some(base) = seen.get(&key).copied() {
-                    let q = (count - i) / (i - base.unit);
-                    self.skip(q, &base)?;
-                    i += q * (i - base.unit);
-                    periodic = true;
-                    continue;
+                match saved {
+                    Some((k, base)) if k == key => {
+                        let period = i - base.unit;
+                        let q = (count - i) / period;
+                        self.skip(q, &base)?;
+                        i += q * period;
+                        periodic = true;
+                        continue;
+                    }
+                    Some((_, base)) if i - base.unit < power => {}
+                    Some(_) => {
+                        power *= 2;
+                        saved = Some((key, self.snapshot(i)));
+                    }
+                    None => saved = Some((key, self.snapshot(i))),
                 }
-                if seen.len() >= MAX_KEYS {
-                    seen.clear();
-                }
-                seen.insert(key, self.snapshot(i));
             }
             unit(self)?;
             i += 1;

@@ -120,6 +120,36 @@ fn fast_equals_walk_on_edge_shapes_for_every_operand_configuration() {
     }
 }
 
+/// Short K with a ragged last group: the evictors set the pace, and since 5 ACT evictions take
+/// exactly as long as 4 DVE ones the phase between them is neutral; each row's ragged group
+/// shifts it, so the row tiles repeat only after hundreds or thousands of rows (Brent's cycle
+/// detection over rows, with a cycle over groups inside each row). With K = 1, N = 1300 the
+/// rows repeat every 1512 (found at row 3559), N = 2600 every 2916 (at 7011), N = 11111 every
+/// 4788 (at 12979), N = 2100 every 72.
+#[test]
+fn fast_equals_walk_when_the_evictors_phase_drifts_over_many_rows() {
+    for (shape, cfg) in [
+        ([128 * 8000 + 5, 1, 1300], ("bf16", PerfMode::None, None)),
+        ([128 * 10_000, 1, 2600], ("bf16", PerfMode::None, None)),
+        ([128 * 20_000, 100, 11_111], ("bf16", PerfMode::None, None)),
+        ([128 * 3000, 1, 2100], ("bf16", PerfMode::None, None)),
+        ([128 * 3000, 7, 23_813], ("fp8_e4m3", PerfMode::None, None)),
+        ([128 * 800, 1, 420_049], ("bf16", PerfMode::None, None)),
+        (
+            [128 * 4000 + 77, 153, 14_861],
+            ("fp8_e4m3", PerfMode::DoubleRow, None),
+        ),
+        (
+            [128 * 2500, 300, 55_769],
+            ("bf16", PerfMode::None, Some(Pattern::ALL[6])),
+        ),
+    ] {
+        for throttle in [true, false] {
+            check(shape, cfg, throttle);
+        }
+    }
+}
+
 #[test]
 fn fast_equals_walk_on_multi_core_splits() {
     let splits: &[&[usize]] = &[
