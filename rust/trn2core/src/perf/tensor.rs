@@ -311,9 +311,9 @@ fn geometry(plan: &GemmPlan) -> Result<(Geometry, u64)> {
 /// content was evicted; the last K tile's matmul hands the bank to the next free evictor (Scalar
 /// or Vector engine).
 ///
-/// The schedule is evaluated by [`sched::fast`], whose cost does not grow with the
+/// The schedule is evaluated by `perf/schedule.rs`'s `fast`, whose cost does not grow with the
 /// instruction count and whose result equals the walk of every instruction
-/// ([`estimate_gemm_walk`]) bit for bit. A trace of at most [`TRACE_DETAIL_LIMIT`]
+/// ([`estimate_gemm_walk`]) bit for bit. A trace of at most 100,000
 /// instructions comes from the walk; a longer one records its first [`TRACE_GROUP_LIMIT`]
 /// groups.
 pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
