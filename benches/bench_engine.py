@@ -49,6 +49,13 @@ class CostModel:
     def time_estimate_gemm_16384(self):
         trn2core.estimate_gemm(16384, 16384, 16384)
 
+    def time_estimate_gemm_10e6_cubed(self):
+        # 1.2e11 instructions, fast-forwarded (the walk would take about half an hour).
+        trn2core.estimate_gemm(10**6, 10**6, 10**6)
+
+    def time_estimate_gemm_10e7_10e7_10e5(self):
+        trn2core.estimate_gemm(10**7, 10**7, 10**5)
+
     def track_simulated_tflops_bf16_4096(self):
         return trn2core.estimate_gemm(4096, 4096, 4096, dtype="bf16").tflops
 

@@ -239,6 +239,11 @@ def gemm_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:
     task = "estimate_gemm(16384, 16384, 16384)"
     rows.append([task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 50 ms",
                  verdict(est < 0.050, task)])
+    # 1.2e11 instructions: the fast evaluation of the schedule (docs/performance-model.md).
+    huge = best_of(lambda: trn2core.estimate_gemm(10**6, 10**6, 10**6), repeat)
+    task = "estimate_gemm(10**6, 10**6, 10**6)"
+    rows.append([task, f"{huge * 1e3:.2f} ms", "—", "—", "—", "< 50 ms",
+                 verdict(huge < 0.050, task)])
 
 
 def sparsity_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:

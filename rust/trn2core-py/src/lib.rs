@@ -33,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine::gemm_skip_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
     m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(perf::_estimate_gemm_walk, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_codecs, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;

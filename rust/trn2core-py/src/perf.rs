@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::engine::PerfMode;
-use trn2core::perf::{estimate_gemm as core_estimate, GemmPlan, Report};
+use trn2core::perf::{estimate_gemm as core_estimate, estimate_gemm_walk, GemmPlan, Report};
 use trn2core::sparsity::Pattern;
 
 use crate::errors::{guard, guard_work};
@@ -79,4 +79,26 @@ pub fn estimate_gemm<'py>(
         None
     };
     Ok((report_dict(py, &rep)?, json))
+}
+
+/// [`estimate_gemm`]'s numbers from the reference walk of every instruction (linear in the
+/// instruction count; interruptible), to test the fast evaluation against. Not part of the API.
+#[pyfunction]
+#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, sparsity = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn _estimate_gemm_walk<'py>(
+    py: Python<'py>,
+    m: u64,
+    k: u64,
+    n: u64,
+    dtype: &str,
+    perf_mode: &str,
+    throttle: bool,
+    sparsity: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let plan = gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, false, sparsity)?;
+    let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
+        estimate_gemm_walk(&plan)
+    })?;
+    report_dict(py, &rep)
 }

@@ -26,7 +26,7 @@
 
 use super::dma::{dma_efficiency, engines_bytes_per_s};
 use super::report::{Event, Report};
-use super::tensor::{estimate_gemm, GemmPlan};
+use super::tensor::{estimate_gemm, estimate_gemm_walk, GemmPlan};
 use crate::spec::{
     CORES_PER_CHIP, CORES_PER_HBM_STACK, DMA_FIXED_COST_S, DMA_FULL_RATE_PARTITION_BYTES,
     HBM_STACK_BYTES_PER_S, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,
@@ -73,6 +73,21 @@ pub fn combine_seconds(m: u64, n: u64, pk: u64) -> f64 {
 
 /// Costs `plan` split over the physical cores `cores` (indices 0..8 of one chip, each once).
 pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
+    split_with(plan, cores, estimate_gemm)
+}
+
+/// [`estimate_gemm_cores`] with every block costed by the reference walk
+/// ([`estimate_gemm_walk`]), to test the fast evaluation against; not part of the API.
+#[doc(hidden)]
+pub fn estimate_gemm_cores_walk(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
+    split_with(plan, cores, estimate_gemm_walk)
+}
+
+fn split_with(
+    plan: &GemmPlan,
+    cores: &[usize],
+    estimate: fn(&GemmPlan) -> Result<Report>,
+) -> Result<Report> {
     let nc = cores.len() as u64;
     if nc == 0 || cores.iter().any(|&c| c >= CORES_PER_CHIP) {
         return Err(Error::value(
@@ -122,7 +137,7 @@ pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
             sub.n = (nt.div_ceil(pn) * mf).min(plan.n);
             sub.k = (kt.div_ceil(pk) * kpi).min(plan.k);
             sub.trace = false;
-            let r = estimate_gemm(&sub)?;
+            let r = estimate(&sub)?;
             let prologue = detail(&r, "dma_prologue_s");
             let compute = detail(&r, "compute_s");
             let memory = detail(&r, "hbm_bytes") / rate;
@@ -144,7 +159,7 @@ pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
     // The whole GEMM on one core, for the instruction count and the speed-up.
     let mut whole = plan.clone();
     whole.trace = false;
-    let single = estimate_gemm(&whole)?;
+    let single = estimate(&whole)?;
     let core_s = total - combine;
     let mut rep = Report::new("gemm");
     rep.description = format!(

@@ -11,7 +11,9 @@
 
 use super::dma::{schedule, DmaPlan, Place, Transfer};
 use super::report::{Event, Report};
-use super::throttle::Throttle;
+use super::schedule::{
+    self as sched, ticks_to_s, Geometry, Sim, Trace, TraceMode, MAX_TICKS, PE_TICKS,
+};
 use crate::engine::PerfMode;
 use crate::sparsity::Pattern;
 use crate::spec::{
@@ -19,8 +21,8 @@ use crate::spec::{
     DMA_FULL_RATE_PARTITION_BYTES, FAST_LOAD_STATIONARY_SPEEDUP, MATMUL_CONTRACTION_MAX,
     MATMUL_DOUBLE_ROW_CONTRACTION_MAX, MATMUL_FP32_COST_FACTOR, MATMUL_MOVING_FREE_MAX,
     MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES, MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS,
-    PE_ROWS, PE_TILE_QUARTER, PSUM_BANKS, SBUF_BYTES, SCALAR_CLOCK_HZ,
-    SPARSE_MAX_THROUGHPUT_FACTOR, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+    PE_ROWS, PE_TILE_QUARTER, SBUF_BYTES, SCALAR_CLOCK_HZ, SPARSE_MAX_THROUGHPUT_FACTOR,
+    TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
 };
 use crate::{Error, Result};
 
@@ -236,11 +238,71 @@ pub fn gemm_hbm_traffic(plan: &GemmPlan) -> GemmTraffic {
     }
 }
 
-/// Above this many instructions a trace records one event per (row tile, bank group, K tile)
-/// instead of one per instruction, so trace files stay small.
+/// Up to this many instructions a trace records one event per matmul and per eviction (the
+/// walk); above it, one event per accumulation group (row tile x group of up to 8 banks) and
+/// its first eviction, so trace files stay small.
 const TRACE_DETAIL_LIMIT: u64 = 100_000;
 
-/// Walks the GEMM schedule without data and returns its timing.
+/// A trace records at most this many accumulation groups; a schedule with more is traced up to
+/// there and ends with a marker span ("trace truncated ...") over the rest, while the report's
+/// numbers still cover the whole GEMM (docs/performance-model.md).
+pub const TRACE_GROUP_LIMIT: u64 = 1 << 16;
+
+/// The walk [`estimate_gemm_walk`] refuses schedules longer than this (it is linear in the
+/// instruction count, about 10^8 instructions a second).
+const WALK_INSTRUCTION_LIMIT: u64 = 1 << 40;
+
+/// The tile grid of `plan`, refusing shapes whose instruction count or timeline overflows the
+/// model's 64-bit counters.
+fn geometry(plan: &GemmPlan) -> Result<(Geometry, u64)> {
+    let (m, k, n) = (plan.m, plan.k, plan.n);
+    let sf = MATMUL_STATIONARY_FREE_MAX as u64;
+    let mf = MATMUL_MOVING_FREE_MAX as u64;
+    let kpi = plan.k_per_instruction.max(1);
+    let g = Geometry {
+        m,
+        n,
+        m_tiles: m.div_ceil(sf),
+        n_tiles: n.div_ceil(mf),
+        k_tiles: k.div_ceil(kpi),
+        fp32: plan.fp32,
+    };
+    let total = g.instructions().ok_or_else(|| {
+        Error::capacity(
+            "shape",
+            format!("M={m} K={k} N={n} has too many tiles to cost"),
+        )
+    })?;
+    let bound = g.ticks_bound();
+    if bound > MAX_TICKS as u128 {
+        return Err(Error::capacity(
+            "shape",
+            format!(
+                "M={m} K={k} N={n} needs {total} instructions that may run for up to {} PE \
+                 cycles; the cost model's clock holds at most 2**62 PE cycles",
+                bound / PE_TICKS as u128
+            ),
+        ));
+    }
+    // The DMA model counts bytes in u64.
+    let t = gemm_hbm_traffic(plan);
+    let most = [t.a_raw, t.a_wire, t.b_raw, t.b_wire, t.c_bytes]
+        .into_iter()
+        .fold(0.0, f64::max);
+    if most >= MAX_TICKS as f64 {
+        return Err(Error::capacity(
+            "shape",
+            format!(
+                "M={m} K={k} N={n} moves {most:e} bytes in one stream between HBM and SBUF; \
+                 the DMA model counts at most 2**63 bytes"
+            ),
+        ));
+    }
+    Ok((g, total))
+}
+
+/// Costs the GEMM `plan` on one NeuronCore: the PE side of its tile schedule, the memory side,
+/// and (with `plan.trace`) a trace.
 ///
 /// Schedule (weight-stationary, as an NKI kernel would write it): for each 128-row tile of `a`,
 /// for each group of up to 8 512-column tiles of `b` (one PSUM bank each), for each K tile: load
@@ -248,43 +310,84 @@ const TRACE_DETAIL_LIMIT: u64 = 100_000;
 /// Groups take PSUM banks in rotation; a bank's first matmul of a group waits until its previous
 /// content was evicted; the last K tile's matmul hands the bank to the next free evictor (Scalar
 /// or Vector engine).
+///
+/// The schedule is evaluated by `perf/schedule.rs`'s `fast`, whose cost does not grow with the
+/// instruction count and whose result equals the walk of every instruction
+/// ([`estimate_gemm_walk`]) bit for bit. A trace of at most 100,000
+/// instructions comes from the walk; a longer one records its first [`TRACE_GROUP_LIMIT`]
+/// groups.
 pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
+    let (g, total) = geometry(plan)?;
+    if plan.trace && total <= TRACE_DETAIL_LIMIT {
+        return estimate_gemm_walk(plan);
+    }
+    let mut sim = Sim::new(&g, plan.throttle);
+    let mut trace = Trace::new(TraceMode::Off);
+    if plan.trace {
+        trace.mode = TraceMode::Blocks;
+        let mut traced = sim.clone();
+        if sched::traced_prefix(&g, &mut traced, &mut trace, TRACE_GROUP_LIMIT)? {
+            sched::fast(&g, &mut sim)?;
+            let stop = traced.t;
+            trace.events.push(Event::new(
+                "PE",
+                "trace truncated: later matmul blocks not recorded",
+                ticks_to_s(stop),
+                ticks_to_s(sim.compute_end().max(stop) - stop),
+            ));
+        } else {
+            sim = traced;
+        }
+    } else {
+        sched::fast(&g, &mut sim)?;
+    }
+    report(plan, &g, total, &sim, trace.events)
+}
+
+/// The reference evaluation of [`estimate_gemm`]: walks every instruction of the schedule
+/// (linear in the instruction count; at most 2**40 instructions). Kept to test the fast
+/// evaluation against; not part of the API.
+#[doc(hidden)]
+pub fn estimate_gemm_walk(plan: &GemmPlan) -> Result<Report> {
+    let (g, total) = geometry(plan)?;
+    if total > WALK_INSTRUCTION_LIMIT {
+        return Err(Error::capacity(
+            "shape",
+            format!(
+                "M={} K={} N={} needs {total} instructions; the walk takes at most 2**40",
+                plan.m, plan.k, plan.n
+            ),
+        ));
+    }
+    let mode = match plan.trace {
+        false => TraceMode::Off,
+        true if total <= TRACE_DETAIL_LIMIT => TraceMode::Instructions,
+        true => TraceMode::Blocks,
+    };
+    let mut sim = Sim::new(&g, plan.throttle);
+    let mut trace = Trace::new(mode);
+    sched::walk(&g, &mut sim, &mut trace)?;
+    report(plan, &g, total, &sim, trace.events)
+}
+
+/// The report of a GEMM whose PE side ended in `sim`, with the memory side and `pe_events`
+/// (times from the PE's start).
+fn report(
+    plan: &GemmPlan,
+    g: &Geometry,
+    total: u64,
+    sim: &Sim,
+    pe_events: Vec<Event>,
+) -> Result<Report> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let sf = MATMUL_STATIONARY_FREE_MAX as u64;
     let mf = MATMUL_MOVING_FREE_MAX as u64;
     let kpi = plan.k_per_instruction.max(1);
-    let (m_tiles, n_tiles, k_tiles) = (m.div_ceil(sf), n.div_ceil(mf), k.div_ceil(kpi));
-    let total = m_tiles
-        .checked_mul(n_tiles)
-        .and_then(|x| x.checked_mul(k_tiles))
-        .ok_or_else(|| {
-            Error::capacity(
-                "shape",
-                format!("M={m} K={k} N={n} has too many tiles to cost"),
-            )
-        })?;
-    if total > (1u64 << 40) {
-        return Err(Error::capacity(
-            "shape",
-            format!(
-                "M={m} K={k} N={n} needs {total} instructions; the cost model walks at most 2**40"
-            ),
-        ));
-    }
-    let detailed = plan.trace && total <= TRACE_DETAIL_LIMIT;
     let clock = PE_CLOCK_HZ;
-    let mut throttle = Throttle::new(plan.throttle);
+    let first_ls = ticks_to_s(g.first_load_ticks());
+    let compute_end = ticks_to_s(sim.compute_end());
+    let pe_cycles = sim.pe_cycles;
     let mut events = Vec::new();
-    let mut banks = [0f64; PSUM_BANKS];
-    let mut evictors = [0f64; 2]; // [Scalar (ACT), Vector (DVE)]
-    let mut pe_cycles: u64 = 0;
-    let mut psum_wait = 0f64;
-    // Accumulation groups take the PSUM banks in rotation, as a kernel would, so consecutive
-    // groups (across row tiles too) overlap their evictions with the next group's matmuls.
-    let mut next_bank = 0usize;
-    // The first stationary load is exposed; later ones hide behind the previous matmul.
-    let first_ls = load_stationary_cycles((m.min(sf)) as usize) as f64 / clock;
-    let mut t = first_ls;
     if plan.trace {
         events.push(Event::new(
             "PE LoadStationary",
@@ -292,73 +395,8 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
             0.0,
             first_ls,
         ));
+        events.extend(pe_events);
     }
-    // Tiles of equal shape cost the same, so whole rows of tiles are costed per shape class;
-    // the loop still visits every (row tile, bank group, K tile, column tile) in order.
-    // The walk is linear in the instruction count (up to 2**40): Ctrl-C (crate::cancel) is
-    // checked every few thousand instructions.
-    let cancel = crate::cancel::current();
-    for mi in 0..m_tiles {
-        cancel.check()?;
-        let mt = (m - mi * sf).min(sf) as usize;
-        let mut g0 = 0;
-        while g0 < n_tiles {
-            let g1 = (g0 + PSUM_BANKS as u64).min(n_tiles);
-            let block_start = t;
-            let first_bank = next_bank;
-            next_bank = (next_bank + (g1 - g0) as usize) % PSUM_BANKS;
-            for ki in 0..k_tiles {
-                if ki % 4096 == 4095 {
-                    cancel.check()?;
-                }
-                for nj in g0..g1 {
-                    let nt = (n - nj * mf).min(mf) as usize;
-                    let bank = (first_bank + (nj - g0) as usize) % PSUM_BANKS;
-                    let c = matmul_cycles(mt, nt, plan.fp32);
-                    let mut start = t;
-                    if ki == 0 && banks[bank] > start {
-                        psum_wait += banks[bank] - start;
-                        start = banks[bank];
-                    }
-                    let end = throttle.run(start, c as f64 / clock);
-                    pe_cycles += c;
-                    if detailed {
-                        events.push(Event::new("PE", "matmul", start, end - start));
-                    }
-                    t = end;
-                    if ki == k_tiles - 1 {
-                        let (e, act) = if evictors[0] <= evictors[1] {
-                            (0, true)
-                        } else {
-                            (1, false)
-                        };
-                        let es = end.max(evictors[e]);
-                        let dur = eviction_seconds(nt, act);
-                        evictors[e] = es + dur;
-                        banks[bank] = es + dur;
-                        if plan.trace && (detailed || nj == g0) {
-                            let track = if act {
-                                "ACT (PSUM evict)"
-                            } else {
-                                "DVE (PSUM evict)"
-                            };
-                            events.push(Event::new(track, "psum_to_sbuf", es, dur));
-                        }
-                    }
-                }
-            }
-            if plan.trace && !detailed {
-                events.push(Event::new(
-                    "PE",
-                    "matmul block",
-                    block_start,
-                    t - block_start,
-                ));
-            }
-            g0 = g1;
-        }
-    }
-    let compute_end = evictors.iter().fold(t, |a, &b| a.max(b));
     // Memory side: operands come from HBM and results go back through the DMA engines, double
     // buffered behind the compute; the first tiles must arrive before the PE starts. The first
     // `a` and `b` tiles load on queues 0 and 1; then `a` and `b` stream on those queues and the
@@ -475,14 +513,13 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
         ("dma_prologue_s", prologue),
         ("hbm_bytes", hbm_bytes),
         ("sbuf_resident_b_columns", resident_cols as f64),
-        ("throttle_s", throttle.lost_s),
-        ("psum_wait_s", psum_wait),
+        ("throttle_s", ticks_to_s(sim.throttle.lost)),
+        ("psum_wait_s", ticks_to_s(sim.psum_wait)),
         ("load_stationary_exposed_s", first_ls),
     ];
     rep.events = events;
     Ok(rep)
 }
-
 /// Busy-until times of the PE array's 32x32 blocks, for single instructions issued with row
 /// and column tiling: matmuls on disjoint PE tiles run in parallel (trn2_facts.md 5.4).
 #[derive(Debug, Clone, Default)]

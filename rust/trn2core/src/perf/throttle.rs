@@ -54,9 +54,14 @@ impl Throttle {
 }
 
 /// Solves `integral_{t0}^{t1} rate(t) dt = w` for `t1`, with
-/// `rate(t) = s + (1 - s) * min(1, t / T)`.
+/// `rate(t) = s + (1 - s) * min(1, t / T)` (times in seconds).
 fn ramp_end(t0: f64, w: f64) -> f64 {
-    let (s, tr) = (THROTTLE_START_FRACTION, THROTTLE_RAMP_S);
+    ramp_end_over(t0, w, THROTTLE_RAMP_S)
+}
+
+/// [`ramp_end`] in any time unit: `tr` is the ramp's length in that unit.
+fn ramp_end_over(t0: f64, w: f64, tr: f64) -> f64 {
+    let s = THROTTLE_START_FRACTION;
     if t0 >= tr {
         return t0 + w;
     }
@@ -68,6 +73,149 @@ fn ramp_end(t0: f64, w: f64) -> f64 {
     // a t1^2 + s t1 - (a t0^2 + s t0 + w) = 0
     let c = a * t0 * t0 + s * t0 + w;
     (-s + (s * s + 4.0 * a * c).sqrt()) / (2.0 * a)
+}
+
+/// The throttle on an integer timeline of `ticks_per_s` ticks a second (the GEMM schedule's
+/// clock, `perf::schedule`): the same model as [`Throttle`], with every end time rounded to
+/// the nearest tick. While the ramp lasts, the exact (unrounded) end of the previous run is
+/// carried to the next one when it starts right away, so rounding errors do not accumulate
+/// along the ramp; once the ramp is over, work runs at full rate in exact integer arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TickThrottle {
+    enabled: bool,
+    /// The ramp's length and the idle gap that restarts it, in ticks.
+    ramp_ticks: f64,
+    idle_limit_ticks: f64,
+    ramp_start: Option<u64>,
+    last_end: u64,
+    /// The exact end of the last run, in ticks after `ramp_start` (used during the ramp).
+    exact_end: f64,
+    /// Ticks lost to the throttle so far.
+    pub lost: u64,
+}
+
+/// What a [`TickThrottle`]'s future behaviour depends on, relative to a time `t`: two throttles
+/// with equal keys at `t1` and `t2` do the same things shifted by `t2 - t1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThrottleKey {
+    /// No work yet (the next run starts the ramp).
+    Idle,
+    /// Off, or the ramp is over: full rate until an idle gap restarts it.
+    Full { since_last_end: u64 },
+    /// On the ramp: ticks since it started, the exact end's bits, ticks since the last run.
+    Ramp {
+        since_ramp_start: u64,
+        exact_end_bits: u64,
+        since_last_end: u64,
+    },
+}
+
+impl TickThrottle {
+    /// A throttle on (the hardware default) or off, on a clock of `ticks_per_s`.
+    pub fn new(enabled: bool, ticks_per_s: f64) -> Self {
+        TickThrottle {
+            enabled,
+            ramp_ticks: THROTTLE_RAMP_S * ticks_per_s,
+            idle_limit_ticks: THROTTLE_REENGAGE_WINDOW_S
+                * (1.0 - THROTTLE_REENGAGE_UTILIZATION)
+                * ticks_per_s,
+            ramp_start: None,
+            last_end: 0,
+            exact_end: 0.0,
+            lost: 0,
+        }
+    }
+
+    /// Runs `work` ticks of full-rate work starting at tick `start` (not before the last run's
+    /// end); returns the tick it ends.
+    pub fn run(&mut self, start: u64, work: u64) -> u64 {
+        if !self.enabled || work == 0 {
+            self.last_end = start + work;
+            return self.last_end;
+        }
+        let restart = match self.ramp_start {
+            Some(_) => start.saturating_sub(self.last_end) as f64 > self.idle_limit_ticks,
+            None => true,
+        };
+        let ramp_start = if restart {
+            self.exact_end = 0.0;
+            start
+        } else {
+            self.ramp_start.unwrap_or(start)
+        };
+        self.ramp_start = Some(ramp_start);
+        let since = start - ramp_start;
+        let end = if since as f64 >= self.ramp_ticks {
+            start + work
+        } else {
+            let t0 = if !restart && start == self.last_end {
+                self.exact_end
+            } else {
+                since as f64
+            };
+            let t1 = ramp_end_over(t0, work as f64, self.ramp_ticks);
+            let rounded = ramp_start + t1.round() as u64;
+            if rounded >= start + work {
+                self.exact_end = t1;
+                rounded
+            } else {
+                self.exact_end = (start + work - ramp_start) as f64;
+                start + work
+            }
+        };
+        self.lost += end - start - work;
+        self.last_end = end;
+        end
+    }
+
+    /// Whether work that starts right at the last run's end runs at full rate (off, or the
+    /// ramp is over).
+    pub fn at_full_rate(&self) -> bool {
+        !self.enabled
+            || self
+                .ramp_start
+                .is_some_and(|r| (self.last_end - r) as f64 >= self.ramp_ticks)
+    }
+
+    /// The tick the last run ended.
+    pub fn last_end(&self) -> u64 {
+        self.last_end
+    }
+
+    /// Runs `work` ticks starting right at the last run's end at full rate: what [`run`]
+    /// does then, in one step. Only valid when [`at_full_rate`] holds.
+    ///
+    /// [`run`]: TickThrottle::run
+    /// [`at_full_rate`]: TickThrottle::at_full_rate
+    pub fn run_full(&mut self, work: u64) -> u64 {
+        debug_assert!(self.at_full_rate());
+        self.last_end += work;
+        self.last_end
+    }
+
+    /// The state the throttle's future depends on, seen from tick `t` (at or after the last
+    /// run's end).
+    pub fn key(&self, t: u64) -> ThrottleKey {
+        let since_last_end = t - self.last_end.min(t);
+        match self.ramp_start {
+            _ if self.at_full_rate() => ThrottleKey::Full { since_last_end },
+            None => ThrottleKey::Idle,
+            Some(r) => ThrottleKey::Ramp {
+                since_ramp_start: t - r,
+                exact_end_bits: self.exact_end.to_bits(),
+                since_last_end,
+            },
+        }
+    }
+
+    /// Moves the throttle's timeline `d` ticks later (and adds `lost` ticks lost meanwhile).
+    pub fn shift(&mut self, d: u64, lost: u64) {
+        self.last_end += d;
+        if let Some(r) = self.ramp_start.as_mut() {
+            *r += d;
+        }
+        self.lost += lost;
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 mod collectives;
 mod dma;
 mod engine;
+mod estimate_scale;
 mod fuzz;
 mod numerics_exhaustive;
 mod sparse_gemm;
