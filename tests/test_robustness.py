@@ -363,6 +363,172 @@ names("dma_copy", "src", lambda v: t.dma.dma_copy(X, src=v), err=Trn2ValueError)
 names("dma_copy", "dst", lambda v: t.dma.dma_copy(X, dst=v), err=Trn2ValueError)
 names("core.dma_copy", "src", lambda v: CORE.dma_copy(X, src=v), err=Trn2ValueError)
 
+# -- chips, logical cores, machines, torus ----------------------------------------------------
+ints("Chip", "lnc", lambda v: t.Chip(lnc=v),
+     extra=[("zero", 0), ("three", 3), ("eight", 8), ("negative", -1),
+            ("huge", 2**70)])  # fmt: skip
+ints("Chip", "index", lambda v: t.Chip(index=v), extra=[("negative", -1), ("huge", 2**70)])
+CHIP = t.Chip()
+case("LogicalCore-chip-type", Trn2ValueError, "chip", lambda: t.LogicalCore("chip0", 0))
+ints("LogicalCore", "index", lambda v: t.LogicalCore(CHIP, v),
+     extra=[("negative", -1), ("out-of-range", 4), ("huge", 2**70)])  # fmt: skip
+names("peak_tflops", "dtype", lambda v: CHIP.cores[0].peak_tflops(v))
+names("peak_tflops", "perf_mode", lambda v: CHIP.peak_tflops("bf16", perf_mode=v))
+case("peak_tflops-dtype-list", FormatError, "dtype", lambda: CHIP.peak_tflops(["bf16"]))
+names("Instance", "instance_type", lambda v: t.Instance(v), err=Trn2ValueError)
+case("Instance-instance_type-list", Trn2ValueError, "instance_type",
+     lambda: t.Instance(["trn2.48xlarge"]))  # fmt: skip
+for fn, make in (("Instance", lambda v: t.Instance(lnc=v)), ("UltraServer",
+                 lambda v: t.UltraServer(lnc=v))):  # fmt: skip
+    ints(fn, "lnc", make, extra=[("zero", 0), ("three", 3), ("huge", 2**70)])
+ints("UltraCluster", "n_ultraservers", lambda v: t.UltraCluster(v),
+     extra=[("zero", 0), ("negative", -1), ("too-big", 4097), ("huge", 2**70)])  # fmt: skip
+for name, bad, err in [
+    ("int", 3, ShapeError),
+    ("none", None, ShapeError),
+    ("str", "4x4", ShapeError),
+    ("zero", (0,), ShapeError),
+    ("too-big", (65, 4), ShapeError),
+    ("four-d", (4, 4, 4, 4), ShapeError),
+    ("float", (4.0, 4), Trn2ValueError),
+    ("huge", (2**70,), Trn2ValueError),
+]:
+    case(f"Torus-shape-{name}", err, "shape", lambda bad=bad: t.Torus(bad))  # fmt: skip
+ints(
+    "Torus", "ultraservers", lambda v: t.Torus((4, 4, 4), v), extra=[("zero", 0), ("too-big", 4097)]
+)  # fmt: skip  (the message says n_ultraservers)
+TORUS = t.Instance().topology
+ints("Torus.coords", "i", lambda v: TORUS.coords(v),
+     extra=[("negative", -1), ("out-of-range", 16), ("huge", 2**70)])  # fmt: skip
+for fn in ("hops", "link_bandwidth", "route", "neighbors"):
+    call = (lambda v, fn=fn: getattr(TORUS, fn)(v)) if fn == "neighbors" else (
+        lambda v, fn=fn: getattr(TORUS, fn)(0, v))  # fmt: skip
+    arg = "i" if fn == "neighbors" else "j"
+    ints(f"Torus.{fn}", arg, call, extra=[("negative", -1), ("out-of-range", 16)])
+case("Torus.link_bandwidth-j-not-linked", Trn2ValueError, "not directly linked",
+     lambda: TORUS.link_bandwidth(0, 5))  # fmt: skip
+for name, bad, err in [
+    ("none", None, ShapeError),
+    ("int", 3, ShapeError),
+    ("short", (0,), ShapeError),
+    ("out-of-range", (4, 0), Trn2ValueError),
+    ("str-item", ("a", 0), Trn2ValueError),
+]:
+    case(f"Torus.index-coords-{name}", err, "coords", lambda bad=bad: TORUS.index(bad))  # fmt: skip
+
+# -- collectives ------------------------------------------------------------------------------
+INST = t.Instance()
+GOOD = [np.full(8, r, np.float32) for r in range(16)]
+NOT_SEQUENCES = [("str", "abc"), ("none", None), ("object", Opaque()), ("int", 3),
+                 ("ndarray", np.zeros((16, 4), np.float32)),
+                 ("dict", {i: GOOD[i] for i in range(16)}),
+                 ("generator", (b for b in GOOD))]  # fmt: skip
+COLLECTIVE_CALLS = {
+    "all_reduce": lambda b, **kw: INST.all_reduce(b, **kw),
+    "reduce_scatter": lambda b, **kw: INST.reduce_scatter(b, **kw),
+    "all_gather": lambda b, **kw: INST.all_gather(b, **kw),
+    "all_to_all": lambda b, **kw: INST.all_to_all(b, **kw),
+    "send_recv": lambda b, **kw: INST.send_recv(b, **kw),
+}
+for fn, f in COLLECTIVE_CALLS.items():
+    reduces = fn in ("all_reduce", "reduce_scatter")
+    for name, bad in NOT_SEQUENCES:
+        case(f"{fn}-buffers-{name}", ShapeError, "buffers", lambda f=f, bad=bad: f(bad))
+    # One bad buffer among good ones: the message names it (buffers[5]).
+    for name, bad, err in BAD_ARRAYS:
+        if name.startswith("complex"):
+            continue  # data movement moves any bits, complex included; reductions: below
+        case(f"{fn}-buffers[5]-{name}", err, "buffers[5]",
+             lambda f=f, bad=bad: f(GOOD[:5] + [bad] + GOOD[6:]))  # fmt: skip
+    case(f"{fn}-buffers-count", ShapeError, "buffers", lambda f=f: f(GOOD[:3]))
+    case(f"{fn}-buffers-mixed-shapes", ShapeError, "buffers",
+         lambda f=f: f(GOOD[:15] + [np.ones(9, np.float32)]))  # fmt: skip
+    case(f"{fn}-buffers-mixed-dtypes", ShapeError, "buffers",
+         lambda f=f: f(GOOD[:15] + [np.ones(8, np.float16)]))  # fmt: skip
+    if reduces:
+        for name, dt in [("float64", np.float64), ("int32", np.int32), ("bool", np.bool_),
+                         ("complex", np.complex64),
+                         ("e4m3fn", ml_dtypes.float8_e4m3fn)]:  # fmt: skip
+            case(f"{fn}-buffers-{name}", FormatError, "buffers",
+                 lambda f=f, dt=dt: f([np.ones(8, dt)] * 16))  # fmt: skip
+        names(fn, "op", lambda v, f=f: f(GOOD, op=v), err=Trn2ValueError)
+    if fn != "send_recv":
+        names(fn, "algorithm", lambda v, f=f: f(GOOD, algorithm=v), err=Trn2ValueError)
+    for name, bad in [("int", 3), ("str", "0,1"), ("empty", []), ("twice", [0, 0]),
+                      ("negative", [-1, 0]), ("out-of-range", [0, 16]), ("float", [0, 1.5]),
+                      ("bool", [True, 0])]:  # fmt: skip
+        case(f"{fn}-chips-{name}", Trn2ValueError, "chips",
+             lambda f=f, bad=bad: f(GOOD[:2], chips=bad))  # fmt: skip
+for name, bad, err in [("int", 3, Trn2ValueError), ("str", "abc", Trn2ValueError),
+                       ("not-a-permutation", [0] * 16, Trn2ValueError),
+                       ("short", list(range(15)), ShapeError),
+                       ("out-of-range", [16] + list(range(1, 16)), Trn2ValueError),
+                       ("float", [1.0] * 16, Trn2ValueError)]:  # fmt: skip
+    case(f"send_recv-peers-{name}", err, "peers", lambda bad=bad: INST.send_recv(GOOD, peers=bad))
+# Outputs the host cannot hold, from inputs that take no memory (broadcast views): refused
+# before the outputs or the contiguous copies are allocated.
+_HUGE = np.broadcast_to(np.float32(1), (1 << 34,))  # 64 GiB a rank, no memory behind it
+for fn, f in COLLECTIVE_CALLS.items():
+    case(f"{fn}-buffers-beyond-host", CapacityError, "buffers", lambda f=f: f([_HUGE] * 16))
+case(
+    "all_gather-buffers-2048-ranks",
+    CapacityError,
+    "all_gather",
+    lambda: t.UltraCluster(32).all_gather([np.broadcast_to(np.float32(1), (1 << 20,))] * 2048),
+)
+names("estimate", "collective", lambda v: INST.estimate(v, 1024), err=Trn2ValueError)
+names("estimate", "dtype", lambda v: INST.estimate("all_reduce", 1024, dtype=v))
+names("estimate", "algorithm", lambda v: INST.estimate("all_reduce", 1024, algorithm=v),
+      err=Trn2ValueError)  # fmt: skip
+ints("estimate", "nbytes", lambda v: INST.estimate("all_reduce", v),
+     extra=[("negative", -4), ("not-whole-elements", 3)])  # fmt: skip
+case("estimate-nbytes-beyond-model", CapacityError, "nbytes",
+     lambda: INST.estimate("all_reduce", 2**64))  # fmt: skip
+case("estimate-peers-int", Trn2ValueError, "peers", lambda: INST.estimate("send_recv", 64, peers=3))
+
+# -- memory and DMA queues --------------------------------------------------------------------
+MEMCORE = t.NeuronCore(2)
+for name, bad, err in [("str", "16", Trn2ValueError), ("float", 1.5, Trn2ValueError),
+                       ("none", None, Trn2ValueError), ("bool", True, Trn2ValueError),
+                       ("object", Opaque(), Trn2ValueError), ("negative", -1, Trn2ValueError),
+                       ("beyond-sbuf", 10**15, CapacityError),
+                       ("beyond-u64", 2**70, CapacityError)]:  # fmt: skip
+    case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad))
+for name, bad, err in [("huge-shape", (2**40, 2**40), CapacityError),
+                       ("negative-dim", (4, -1), Trn2ValueError),
+                       ("str-dim", (4, "a"), Trn2ValueError),
+                       ("float-dim", (4, 2.0), Trn2ValueError),
+                       ("beyond-u64-empty", (2**64, 0), ShapeError)]:  # fmt: skip
+    case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad, "bf16"))
+names("alloc", "space", lambda v: MEMCORE.alloc(16, space=v), err=Trn2ValueError)
+for name, bad in [("unknown", "nope"), ("int", 3), ("object", Opaque()), ("str-dtype", "U3"),
+                  ("datetime", "M8[s]"), ("structured", np.dtype([("a", "<f4")])),
+                  ("object-dtype", object), ("void", "V0")]:  # fmt: skip
+    case(f"alloc-dtype-{name}", FormatError, "dtype", lambda bad=bad: MEMCORE.alloc((4,), bad))
+case("alloc-dtype-none-with-shape", Trn2ValueError, "dtype", lambda: MEMCORE.alloc((4,)))
+case("alloc-dtype-with-bytes", Trn2ValueError, "dtype", lambda: MEMCORE.alloc(16, "bf16"))
+case("alloc-size-beyond-partition", CapacityError, "size",
+     lambda: MEMCORE.alloc((128, 230 * 1024), np.uint8))  # fmt: skip
+for name, bad in [("none", None), ("int", 3), ("str", "a"), ("object", Opaque())]:
+    case(f"free-allocation-{name}", Trn2ValueError, "allocation", lambda bad=bad: MEMCORE.free(bad))
+_FREED = MEMCORE.alloc(16)
+MEMCORE.free(_FREED)
+case("free-allocation-twice", Trn2ValueError, "allocation", lambda: MEMCORE.free(_FREED))
+case("free-allocation-other-core", Trn2ValueError, "allocation",
+     lambda: MEMCORE.free(t.NeuronCore(3).alloc(16)))  # fmt: skip
+for fn, f in (("dma_copy", t.dma.dma_copy), ("core.dma_copy", MEMCORE.dma_copy)):
+    ints(fn, "queue", lambda v, f=f: f(X, queue=v),
+         extra=[("negative", -1), ("too-big", 16), ("huge", 2**70)])  # fmt: skip
+case("core.dma_copy-dst-freed", Trn2ValueError, "dst", lambda: MEMCORE.dma_copy(X, dst=_FREED))
+case("core.dma_copy-dst-too-small", CapacityError, "dst",
+     lambda: MEMCORE.dma_copy(np.ones(4096), dst=MEMCORE.alloc(16)))  # fmt: skip
+case("dma_copy-memory-type", Trn2ValueError, "memory", lambda: t.dma.dma_copy(X, memory="core0"))
+ints("HbmStack", "index", lambda v: t.memory.HbmStack(v),
+     extra=[("negative", -1), ("out-of-range", 4)])  # fmt: skip
+case("NeuronCore-hbm-type", Trn2ValueError, "hbm", lambda: t.NeuronCore(hbm="stack0"))
+case("NeuronCore-hbm-other-pair", Trn2ValueError, "hbm",
+     lambda: t.NeuronCore(3, hbm=t.memory.HbmStack(0)))  # fmt: skip
+
 # -- reports --------------------------------------------------------------------------------
 REPORT = t.estimate_gemm(4, 4, 4)
 for name, bad in [("int-fd", 1), ("none", None), ("float", 1.5), ("bytes", b"x.json")]:

@@ -51,6 +51,7 @@ def _show(value: Any, limit: int = 60) -> str:
         r = repr(value)
     except Exception:  # a user object whose __repr__ fails
         r = f"<{type(value).__name__} object>"
+    r = " ".join(r.split())  # an array's repr spans lines
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 

@@ -70,8 +70,8 @@ impl PyTorus {
     /// The links a transfer from `i` to `j` takes, by name.
     fn route(&self, py: Python<'_>, i: usize, j: usize) -> PyResult<Vec<String>> {
         guard(py, || {
-            self.inner.coords(i)?;
-            self.inner.coords(j)?;
+            // Checks both chips, naming `i` or `j` in the error.
+            self.inner.hops(i, j)?;
             let mut names = Vec::new();
             self.inner
                 .route(i, j, |l| names.push(self.inner.link_name(l)));
@@ -180,15 +180,28 @@ pub fn collective_estimate<'py>(
 }
 
 /// Fresh numpy arrays of `lens` elements, left uninitialised (numpy's allocator, with its huge
-/// page hints for big arrays: faster to fill than zeroed memory).
+/// page hints for big arrays: faster to fill than zeroed memory). `CapacityError` on `buffers`
+/// when the host cannot hold them: all of them together (checked first), or one that numpy then
+/// fails to allocate (`arrays::new_uninit`; rust-numpy's `PyArray1::new` would panic).
 ///
 /// SAFETY (callers): every element is written by the collective before the arrays are returned
 /// (an all-reduce writes every chunk of every output, a reduce-scatter every element of its
 /// owner's part, the data-movement collectives every position); on an error the arrays are
 /// dropped without Python ever seeing them.
-fn uninit<'py, T: Element>(py: Python<'py>, lens: &[usize]) -> Vec<Bound<'py, PyArray1<T>>> {
+fn uninit<'py, T: Element>(
+    py: Python<'py>,
+    lens: &[usize],
+) -> PyResult<Vec<Bound<'py, PyArray1<T>>>> {
+    let total: u128 = lens.iter().map(|&m| m as u128).sum::<u128>() * size_of::<T>() as u128;
+    guard(py, || {
+        trn2core::host::check_alloc("buffers", "the collective's outputs", total)
+    })?;
     lens.iter()
-        .map(|&m| unsafe { PyArray1::<T>::new(py, [m], false) })
+        .map(|&m| {
+            guard(py, || unsafe {
+                crate::arrays::new_uninit::<T>(py, m, "buffers", "a rank's output")
+            })
+        })
         .collect()
 }
 
@@ -263,7 +276,7 @@ pub fn collective_reduce<'py>(
                 .collect::<PyResult<_>>()?;
             check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
             let lens = output_lengths(k, g.n(), slices[0].len());
-            let outs = uninit::<$t>(py, &lens);
+            let outs = uninit::<$t>(py, &lens)?;
             let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
             let mut outs_mut: Vec<BufMut> = Vec::with_capacity(rws.len());
             for rw in rws.iter_mut() {
@@ -327,7 +340,7 @@ pub fn collective_move<'py>(
         .into_iter()
         .map(|m| m * elem_size)
         .collect();
-    let outs = uninit::<u8>(py, &lens);
+    let outs = uninit::<u8>(py, &lens)?;
     let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
     let mut outs_mut: Vec<&mut [u8]> = Vec::with_capacity(rws.len());
     for rw in rws.iter_mut() {
