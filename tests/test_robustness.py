@@ -622,6 +622,72 @@ def test_host_memory_limit_is_honoured_before_allocating():
     assert r.stdout.strip().endswith("64.0"), r.stdout
 
 
+def test_collective_outputs_beyond_the_host_limit_are_refused():
+    # 16 ranks x 1 MiB all-reduce: 16 MiB of outputs under an 8 MiB limit; 16 x 64 KiB is fine.
+    code = (
+        "import numpy as np, trn2core as t\n"
+        "inst = t.Instance()\n"
+        "bufs = [np.ones(1 << 18, np.float32)] * 16\n"
+        "try:\n"
+        "    inst.all_reduce(bufs)\n"
+        "except t.CapacityError as e:\n"
+        "    print('refused', e)\n"
+        "print(inst.all_reduce([b[: 1 << 14] for b in bufs]).outputs[3].sum())\n"
+    )
+    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "refused buffers: the all_reduce of 16 buffers of 1048576 bytes" in r.stdout, r.stdout
+    assert "TRN2CORE_HOST_MEMORY" in r.stdout
+    assert r.stdout.strip().endswith(str(16.0 * (1 << 14))), r.stdout
+
+
+def test_collectives_take_nan_inf_empty_and_0_d_buffers():
+    inst = t.Instance()
+    x = np.zeros((16, 4), np.float32)
+    x[3, 0] = np.nan  # NaN anywhere: NaN in the sum, max and min (IEEE, canonical quiet NaN)
+    x[5, 1], x[6, 1] = np.inf, -np.inf  # inf + -inf = NaN; max inf; min -inf
+    x[7, 2] = np.inf  # inf + finite = inf
+    for op, want in [("sum", [np.nan, np.nan, np.inf, 0.0]), ("max", [np.nan, np.inf, np.inf, 0.0]),
+                     ("min", [np.nan, -np.inf, 0.0, 0.0])]:  # fmt: skip
+        outs = inst.all_reduce(list(x), op=op).outputs
+        np.testing.assert_array_equal(outs[0], np.array(want, np.float32))
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+        assert outs[0].view(np.uint32)[0] == 0x7FC00000
+    # Empty buffers give empty outputs; 0-d buffers keep their shape where it can.
+    empty = [np.zeros((0, 3), np.float32)] * 16
+    assert [o.shape for o in inst.all_reduce(empty).outputs] == [(0, 3)] * 16
+    assert inst.all_gather(empty).outputs[0].shape == (16, 0, 3)
+    scalars = [np.float32(r) for r in range(16)]
+    assert inst.all_reduce(scalars).outputs[9].shape == () and inst.all_reduce(scalars).outputs[
+        9
+    ] == sum(range(16))
+    assert inst.all_gather(scalars).outputs[0].tolist() == list(range(16))
+    assert inst.send_recv(scalars).outputs[1] == 0
+    parts = inst.reduce_scatter(scalars).outputs
+    assert sum(p.size for p in parts) == 1 and [p for p in parts if p.size][0][0] == 120
+    # One chip sending to itself: a copy in its HBM, no bus crossed (fuzzing found a busbw of
+    # 1450 GB/s against a link capacity of 0 here).
+    one = t.Instance("trn2.3xlarge").send_recv([np.ones(4, np.float32)]).report
+    assert one.busbw == 0 and one.chip_link_capacity == 0
+
+
+def test_collectives_do_not_modify_their_inputs():
+    inst = t.Instance()
+    bufs = [np.arange(12, dtype=">f4").reshape(3, 4)[:, ::2] + r for r in range(16)]
+    for b in bufs:
+        b.flags.writeable = False
+    before = [b.copy() for b in bufs]
+    inst.all_reduce(bufs)
+    inst.reduce_scatter(bufs, op="max")
+    inst.all_gather(bufs)
+    inst.all_to_all(bufs)
+    inst.send_recv(bufs)
+    assert all(
+        np.array_equal(b, c) and b.dtype == c.dtype for b, c in zip(bufs, before, strict=True)
+    )
+
+
 def test_host_memory_is_reported():
     avail = t._core.host_memory()
     if sys.platform.startswith("linux") and "TRN2CORE_HOST_MEMORY" not in os.environ:
@@ -642,6 +708,51 @@ def test_cli_bad_input_is_an_error_message_not_a_traceback(tmp_path):
         assert r.returncode == 2, (argv, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert word in r.stderr, r.stderr
+
+
+#: Bad arguments of ``trn2core ls`` and ``trn2core nccom-test``, and a word the error names.
+CLI_CASES = [
+    (["ls", "--ultracluster", "0"], "n_ultraservers"),
+    (["ls", "--ultracluster", "-5"], "n_ultraservers"),
+    (["ls", "--ultracluster", "4097"], "n_ultraservers"),
+    (["ls", "--ultracluster", "abc"], "--ultracluster"),
+    (["ls", "--instance", "trn1.32xlarge"], "--instance"),
+    (["ls", "--lnc", "3"], "--lnc"),
+    (["nccom-test", "-r", "0", "allr"], "ranks"),
+    (["nccom-test", "-r", "-3", "allr"], "ranks"),
+    (["nccom-test", "-r", str(2**70), "allr"], "ranks"),
+    (["nccom-test", "-r", "12", "allr", "--lnc", "1"], "ranks"),
+    (["nccom-test", "-r", "1000000", "allr"], "ranks"),
+    (["nccom-test", "-r", "16", "allr", "-b", "inf"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "nan"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1.5"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "-5"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "0"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "12Q"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1e30"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "2P"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "64M", "-e", "32M"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-i", "1"], "stepbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-i", "0.5"], "stepbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-f", "1"], "stepfactor"),
+    (["nccom-test", "-r", "16", "allr", "-f", "abc"], "--stepfactor"),
+    (["nccom-test", "-r", "16", "allr", "-d", "fp64"], "--datatype"),
+    (["nccom-test", "-r", "16", "allreduce"], "operation"),
+    (["nccom-test", "-r", "16", "allr", "--algorithm", "nope"], "--algorithm"),
+]
+
+
+@pytest.mark.parametrize("argv,word", CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
+def test_cli_ls_and_nccom_test_refuse_bad_arguments(argv, word, capsys):
+    from trn2core import cli
+
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse's own refusals (choices, int parsing)
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err and word in err, err
 
 
 def markdown_table() -> str:

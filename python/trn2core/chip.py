@@ -51,12 +51,8 @@ def _cached(f):
     return functools.cached_property(once)
 
 
-def _int_arg(value, name: str) -> int:
-    return _validate.integer(value, name)
-
-
 def _check_lnc(lnc) -> int:
-    lnc = _int_arg(lnc, "lnc")
+    lnc = _validate.integer(lnc, "lnc", lo=min(LNC_VALUES), hi=max(LNC_VALUES))
     if lnc not in LNC_VALUES:
         raise Trn2ValueError(
             f"lnc: got {lnc}; a Logical NeuronCore groups 1, 2 or 4 physical cores (AWS "

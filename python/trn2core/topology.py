@@ -33,11 +33,13 @@ _ULTRASERVER_SHAPE = [spec.instance_torus_x, spec.instance_torus_y, spec.ultrase
 
 def _index(value, name: str) -> int:
     if isinstance(value, bool):
-        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}")
+        raise Trn2ValueError(f"{name}: expected an integer >= 0, got {value!r}")
     try:
         v = operator.index(value)
     except TypeError:
-        raise Trn2ValueError(f"{name}: expected an integer, got {_validate._show(value)}") from None
+        raise Trn2ValueError(
+            f"{name}: expected an integer >= 0, got {_validate._show(value)}"
+        ) from None
     if v < 0:
         raise Trn2ValueError(f"{name}: expected an integer >= 0, got {v}")
     if v >= 1 << 62:

@@ -143,7 +143,12 @@ fn report_to_dict<'py>(
     d.set_item("phases", phases)?;
     let links = PyDict::new(py);
     let bws = PyDict::new(py);
-    for &(l, b) in &r.timing.link_bytes {
+    for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
+        // An UltraCluster's report names millions of links (seconds of work with the GIL
+        // held): let Ctrl-C in every 65536 of them.
+        if i % 65536 == 65535 {
+            py.check_signals()?;
+        }
         let name = t.link_name(l);
         bws.set_item(&name, t.link_id_bandwidth(l))?;
         links.set_item(name, b)?;
