@@ -280,7 +280,7 @@ pub fn collective_reduce<'py>(
                 .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
                 .collect::<PyResult<_>>()?;
             check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-            let lens = output_lengths(k, g.n(), slices[0].len());
+            let lens = output_lengths(k, g.n(), slices.first().map_or(0, |s| s.len()));
             let outs = uninit::<$t>(py, &lens)?;
             let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
             let mut outs_mut: Vec<BufMut> = Vec::with_capacity(rws.len());
@@ -340,7 +340,7 @@ pub fn collective_move<'py>(
         .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
         .collect::<PyResult<_>>()?;
     check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-    let l = slices[0].len() / elem_size;
+    let l = slices.first().map_or(0, |s| s.len()) / elem_size;
     let lens: Vec<usize> = output_lengths(k, g.n(), l)
         .into_iter()
         .map(|m| m * elem_size)
