@@ -55,6 +55,24 @@ def digests() -> dict[str, str]:
     out["matmul"] = core.matmul(a[:128, :128], b[:128, :512], bank=2, accumulate=True).tobytes()
     out["estimate"] = json.dumps(t.estimate_gemm(5000, 3000, 7000).to_dict()).encode()
     out["dma_copy"] = json.dumps(t.dma.dma_copy(relu, codec="zvc").to_dict()).encode()
+    # Chips and collectives: buffers long enough for many 4096-element reduction blocks.
+    inst = t.Instance()
+    f32 = [(rng.standard_normal(100_003) * 10**r).astype(np.float32) for r in range(16)]
+    b16 = [t.quantize(rng.standard_normal((64, 1001)), "bf16") for _ in range(16)]
+    for alg in ("ring", "kangaring", "rdh", "torus", "mesh"):
+        res = inst.all_reduce(f32, algorithm=alg)
+        out[f"all_reduce-{alg}"] = b"".join(o.tobytes() for o in res.outputs)
+    out["all_reduce-bf16-max"] = b"".join(
+        o.tobytes() for o in inst.all_reduce(b16, op="max").outputs
+    )
+    out["reduce_scatter"] = b"".join(o.tobytes() for o in inst.reduce_scatter(b16).outputs)
+    out["all_gather"] = b"".join(o.tobytes() for o in inst.all_gather(b16).outputs)
+    out["all_to_all"] = b"".join(o.tobytes() for o in inst.all_to_all(f32).outputs)
+    out["collective-estimate"] = json.dumps(
+        t.UltraCluster(2).estimate("all_reduce", 1 << 26).to_dict()
+    ).encode()
+    chip_gemm = t.gemm(a, b, core=t.Chip(lnc=2).cores[1])
+    out["chip-gemm"] = chip_gemm.out.tobytes() + json.dumps(chip_gemm.report.to_dict()).encode()
     return {k: hashlib.sha256(v).hexdigest() for k, v in out.items()}
 
 

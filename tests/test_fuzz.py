@@ -428,3 +428,149 @@ def test_from_cutlass(parts):
         v, mt = sp.to_cutlass()
         want = np.ascontiguousarray(values, np.asarray(values).dtype.newbyteorder("="))
         assert same_bits(v, want)
+
+
+# -- chips and collectives --------------------------------------------------------------------
+
+#: The collectives' reduction formats and a dtype holding each.
+REDUCE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
+          "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
+          "fp8_e3m4": ml_dtypes.float8_e3m4}  # fmt: skip
+INSTANCE = t.Instance()
+ONE_CHIP = t.Instance("trn2.3xlarge")
+REDUCE_OPS = ("sum", "max", "min")
+
+
+@st.composite
+def rank_buffers(draw, n):
+    """``n`` buffers of one shape and reduction format: exact small integers (their sum does not
+    depend on the order of additions) or any bits (NaN, Inf, subnormals)."""
+    fmt = draw(st.sampled_from(list(REDUCE)))
+    dt = np.dtype(REDUCE[fmt])
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=40))
+    exact = draw(st.booleans())
+    bufs = []
+    for _ in range(n):
+        if exact:
+            bufs.append(draw(hnp.arrays(np.int8, shape, elements=st.integers(-8, 8))).astype(dt))
+        else:
+            bufs.append(draw(hnp.arrays(np.dtype(f"u{dt.itemsize}"), shape)).view(dt))
+    return fmt, exact, bufs
+
+
+@st.composite
+def collective_call(draw):
+    """A machine, the chips taking part (all, or a subset in any order) and their buffers."""
+    machine = draw(st.sampled_from([INSTANCE, ONE_CHIP]))
+    size = machine.topology.size
+    chips = None
+    if size > 1 and draw(st.booleans()):
+        chips = draw(st.permutations(range(size)).map(lambda p: p[: draw(st.integers(1, size))]))
+    n = size if chips is None else len(chips)
+    fmt, exact, bufs = draw(rank_buffers(n))
+    return machine, chips, fmt, exact, bufs
+
+
+def value_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same values (NaN equals NaN; -0 equals +0) and the same dtype and shape."""
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and np.array_equal(a.astype(np.float32), b.astype(np.float32), equal_nan=True)
+    )
+
+
+@given(
+    call=mostly(collective_call(), st.tuples(st.just(INSTANCE), st.none(), st.none(),
+                                              st.none(), st.one_of(ANY_ARRAY, st.lists(
+                                                  ANY_ARRAY, min_size=16, max_size=16)))),
+    op=names(REDUCE_OPS),
+    algorithm=names(t.ALGORITHMS),
+)  # fmt: skip
+def test_collectives(call, op, algorithm):
+    machine, chips, fmt, exact, bufs = call
+    ar = contract(machine.all_reduce, bufs, op=op, algorithm=algorithm, chips=chips)
+    rs = contract(machine.reduce_scatter, bufs, op=op, algorithm=algorithm, chips=chips)
+    ag = contract(machine.all_gather, bufs, algorithm=algorithm, chips=chips)
+    a2a = contract(machine.all_to_all, bufs, algorithm=algorithm, chips=chips)
+    sr = contract(machine.send_recv, bufs, chips=chips)
+    if fmt is None or bad_name(op, REDUCE_OPS) or bad_name(algorithm, t.ALGORITHMS):
+        assert ar is None and rs is None  # junk is refused, never silently taken
+    if fmt is None:
+        return
+    n, shape = len(bufs), bufs[0].shape
+    if ar is not None:
+        outs = ar.outputs
+        assert len(outs) == n and all(o.shape == shape and o.dtype == bufs[0].dtype for o in outs)
+        # Every rank has the same bits.
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+        x = np.stack([b.astype(np.float32) for b in bufs])
+        if op in ("max", "min"):
+            want = t.quantize(getattr(np, op)(x, axis=0), fmt)  # exact: one of the inputs
+            assert value_equal(outs[0], want.reshape(shape))
+        elif exact:
+            want = t.quantize(x.astype(np.float64).sum(axis=0), fmt)  # order-free, rounded once
+            assert value_equal(outs[0], want.reshape(shape))
+        assert ar.report.seconds >= 0 and ar.report.max_link_utilization <= 1 + 1e-12
+        if rs is not None and (op != "sum" or exact):
+            # reduce_scatter's parts are the all-reduce's, in rank order (order-free cases).
+            joined = np.concatenate([p.reshape(-1) for p in rs.outputs])
+            assert joined.tobytes() == outs[0].reshape(-1).tobytes()
+    if ag is not None:
+        want = np.stack(bufs)
+        assert all(o.tobytes() == want.tobytes() and o.shape == (n, *shape) for o in ag.outputs)
+    if a2a is not None:
+        # A permutation of the parts: rank j holds part j of every rank, in rank order.
+        flat = [b.reshape(-1) for b in bufs]
+        length = flat[0].size
+        for j, o in enumerate(a2a.outputs):
+            lo, hi = j * length // n, (j + 1) * length // n
+            want = np.concatenate([f[lo:hi] for f in flat])
+            assert o.reshape(-1).tobytes() == want.tobytes()
+    if sr is not None:
+        for r in range(n):
+            assert sr.outputs[(r + 1) % n].tobytes() == bufs[r].tobytes()
+
+
+@given(
+    ab=gemm_operands(),
+    lnc=mostly(st.sampled_from([1, 2, 4]), st.one_of(st.integers(-2, 9), st.none(), st.text())),
+    which=st.integers(0, 8),
+    perf_mode=names(t.PERF_MODES),
+)
+def test_chip_gemm(ab, lnc, which, perf_mode):
+    # A GEMM on a Chip or one of its logical cores has the bits of the GEMM on one core.
+    a, b = ab
+    chip = contract(t.Chip, lnc=lnc)
+    if bad_int(lnc, 1, 4) or lnc == 3:
+        assert chip is None
+        return
+    core = chip if which == 8 else chip.cores[which % len(chip.cores)]
+    res = contract(t.gemm, a, b, core=core, perf_mode=perf_mode)
+    one = contract(t.gemm, a, b, perf_mode=perf_mode)
+    assert (res is None) == (one is None)
+    if res is not None:
+        assert res.out.tobytes() == one.out.tobytes()
+        assert res.report.flops == one.report.flops
+        assert res.report.seconds > 0 and 0 < res.report.utilization <= 1
+
+
+@given(
+    machine=st.sampled_from([INSTANCE, ONE_CHIP, t.UltraServer(), t.UltraCluster(2)]),
+    collective=names(t.collectives.COLLECTIVES),
+    nbytes=ints(0, 1 << 34),
+    dtype=names(["fp32", "bf16", "fp8_e4m3"]),
+    algorithm=names(t.ALGORITHMS),
+)
+def test_collective_estimate(machine, collective, nbytes, dtype, algorithm):
+    rep = contract(machine.estimate, collective, nbytes, dtype=dtype, algorithm=algorithm)
+    junk = (
+        bad_name(collective, t.collectives.COLLECTIVES) or bad_int(nbytes, 0, 2**50)
+        or bad_name(dtype, t.FORMATS) or bad_name(algorithm, t.ALGORITHMS)
+    )  # fmt: skip
+    if junk:
+        assert rep is None
+    if rep is not None:
+        # Physics: no link above its bandwidth; busbw within what a chip's links carry.
+        assert rep.seconds >= 0 and rep.max_link_utilization <= 1 + 1e-12
+        assert rep.busbw <= rep.chip_link_capacity * (1 + 1e-12)

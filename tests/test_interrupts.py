@@ -62,6 +62,60 @@ CASES = {
         "assert t._core._estimate_gemm_walk(128, 128, 512, 'bf16', 'none', True)"
         "['instructions'] == 1",
     ),
+    # Collectives: 16 ranks x 64 MiB (1 GiB in, 1 GiB out). After the interruption the same
+    # Instance gives the same bits as a fresh one.
+    "all_reduce": (
+        "inst = t.Instance()\n"
+        "bufs = [np.full(1 << 24, r + 0.5, np.float32) for r in range(16)]\n"
+        "call = lambda: inst.all_reduce(bufs)",
+        "small = [b[:100_000] for b in bufs]\n"
+        "got = inst.all_reduce(small).outputs\n"
+        "fresh = t.Instance().all_reduce(small).outputs\n"
+        "assert all(g.tobytes() == f.tobytes() for g, f in zip(got, fresh))\n"
+        "assert (got[7] == 128.0).all()",
+    ),
+    "all_reduce-bf16": (
+        "inst = t.Instance()\n"
+        "bufs = [t.quantize(np.full(1 << 25, r, np.float32), 'bf16') for r in range(16)]\n"
+        "call = lambda: inst.all_reduce(bufs, op='max', algorithm='ring')",
+        "got = inst.all_reduce([b[:999] for b in bufs], op='max').outputs\n"
+        "assert all((g.astype(np.float32) == 15.0).all() for g in got)",
+    ),
+    "all_gather": (
+        "inst = t.Instance()\n"
+        "bufs = [np.full(1 << 22, r, np.float32) for r in range(16)]\n"
+        "call = lambda: inst.all_gather(bufs)",
+        "out = inst.all_gather([b[:10] for b in bufs]).outputs\n"
+        "assert out[3].shape == (16, 10) and (out[3][:, 0] == np.arange(16)).all()",
+    ),
+    "all_to_all": (
+        "inst = t.Instance()\n"
+        "bufs = [np.full(1 << 26, r, np.uint8) for r in range(16)]\n"
+        "call = lambda: inst.all_to_all(bufs)",
+        "out = inst.all_to_all([b[:32] for b in bufs]).outputs\n"
+        "assert (out[5] == np.repeat(np.arange(16, dtype=np.uint8), 2)).all()",
+    ),
+    "send_recv": (
+        "inst = t.Instance()\n"
+        "bufs = [np.full(1 << 26, r, np.uint8) for r in range(16)]\n"
+        "call = lambda: inst.send_recv(bufs)",
+        "assert (inst.send_recv([b[:5] for b in bufs]).outputs[0] == 15).all()",
+    ),
+    "chip-gemm": (
+        "a = t.quantize(np.ones((8192, 8192), np.float32), 'bf16')\n"
+        "chip = t.Chip(lnc=2)\n"
+        "call = lambda: t.gemm(a, a, core=chip)",
+        "assert t.gemm(a[:3, :5], a[:5, :2], core=chip.cores[1]).out[0, 0] == 5.0",
+    ),
+    "ultracluster-estimate": (
+        "uc = t.UltraCluster(4096)\ncall = lambda: uc.estimate('all_reduce', 1 << 30)",
+        "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20).seconds > 0",
+    ),
+    "compress-zvc": (
+        "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
+        "call = lambda: t.dma.compress(x, 'zvc')",
+        "c = t.dma.compress(x[:1000], 'zvc')\nassert (t.dma.decompress(c) == x[:1000]).all()",
+    ),
 }
 
 SCRIPT = textwrap.dedent(
@@ -179,6 +233,21 @@ def test_ignored_sigint_does_not_interrupt():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
+
+
+def test_cli_nccom_test_ctrl_c_exits_130():
+    # 1048576 ranks at LNC=2: 4096 UltraServers, seconds per size; interrupted in the cost walk.
+    code = textwrap.dedent(
+        """
+        import os, signal, sys, threading
+        from trn2core import cli
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        sys.exit(cli.main(["nccom-test", "-r", "1048576", "allr", "-b", "1G", "-e", "1G"]))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
 
 
 def test_cli_ctrl_c_exits_130_without_a_traceback():

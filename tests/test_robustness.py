@@ -363,6 +363,172 @@ names("dma_copy", "src", lambda v: t.dma.dma_copy(X, src=v), err=Trn2ValueError)
 names("dma_copy", "dst", lambda v: t.dma.dma_copy(X, dst=v), err=Trn2ValueError)
 names("core.dma_copy", "src", lambda v: CORE.dma_copy(X, src=v), err=Trn2ValueError)
 
+# -- chips, logical cores, machines, torus ----------------------------------------------------
+ints("Chip", "lnc", lambda v: t.Chip(lnc=v),
+     extra=[("zero", 0), ("three", 3), ("eight", 8), ("negative", -1),
+            ("huge", 2**70)])  # fmt: skip
+ints("Chip", "index", lambda v: t.Chip(index=v), extra=[("negative", -1), ("huge", 2**70)])
+CHIP = t.Chip()
+case("LogicalCore-chip-type", Trn2ValueError, "chip", lambda: t.LogicalCore("chip0", 0))
+ints("LogicalCore", "index", lambda v: t.LogicalCore(CHIP, v),
+     extra=[("negative", -1), ("out-of-range", 4), ("huge", 2**70)])  # fmt: skip
+names("peak_tflops", "dtype", lambda v: CHIP.cores[0].peak_tflops(v))
+names("peak_tflops", "perf_mode", lambda v: CHIP.peak_tflops("bf16", perf_mode=v))
+case("peak_tflops-dtype-list", FormatError, "dtype", lambda: CHIP.peak_tflops(["bf16"]))
+names("Instance", "instance_type", lambda v: t.Instance(v), err=Trn2ValueError)
+case("Instance-instance_type-list", Trn2ValueError, "instance_type",
+     lambda: t.Instance(["trn2.48xlarge"]))  # fmt: skip
+for fn, make in (("Instance", lambda v: t.Instance(lnc=v)), ("UltraServer",
+                 lambda v: t.UltraServer(lnc=v))):  # fmt: skip
+    ints(fn, "lnc", make, extra=[("zero", 0), ("three", 3), ("huge", 2**70)])
+ints("UltraCluster", "n_ultraservers", lambda v: t.UltraCluster(v),
+     extra=[("zero", 0), ("negative", -1), ("too-big", 4097), ("huge", 2**70)])  # fmt: skip
+for name, bad, err in [
+    ("int", 3, ShapeError),
+    ("none", None, ShapeError),
+    ("str", "4x4", ShapeError),
+    ("zero", (0,), ShapeError),
+    ("too-big", (65, 4), ShapeError),
+    ("four-d", (4, 4, 4, 4), ShapeError),
+    ("float", (4.0, 4), Trn2ValueError),
+    ("huge", (2**70,), Trn2ValueError),
+]:
+    case(f"Torus-shape-{name}", err, "shape", lambda bad=bad: t.Torus(bad))  # fmt: skip
+ints(
+    "Torus", "ultraservers", lambda v: t.Torus((4, 4, 4), v), extra=[("zero", 0), ("too-big", 4097)]
+)  # fmt: skip  (the message says n_ultraservers)
+TORUS = t.Instance().topology
+ints("Torus.coords", "i", lambda v: TORUS.coords(v),
+     extra=[("negative", -1), ("out-of-range", 16), ("huge", 2**70)])  # fmt: skip
+for fn in ("hops", "link_bandwidth", "route", "neighbors"):
+    call = (lambda v, fn=fn: getattr(TORUS, fn)(v)) if fn == "neighbors" else (
+        lambda v, fn=fn: getattr(TORUS, fn)(0, v))  # fmt: skip
+    arg = "i" if fn == "neighbors" else "j"
+    ints(f"Torus.{fn}", arg, call, extra=[("negative", -1), ("out-of-range", 16)])
+case("Torus.link_bandwidth-j-not-linked", Trn2ValueError, "not directly linked",
+     lambda: TORUS.link_bandwidth(0, 5))  # fmt: skip
+for name, bad, err in [
+    ("none", None, ShapeError),
+    ("int", 3, ShapeError),
+    ("short", (0,), ShapeError),
+    ("out-of-range", (4, 0), Trn2ValueError),
+    ("str-item", ("a", 0), Trn2ValueError),
+]:
+    case(f"Torus.index-coords-{name}", err, "coords", lambda bad=bad: TORUS.index(bad))  # fmt: skip
+
+# -- collectives ------------------------------------------------------------------------------
+INST = t.Instance()
+GOOD = [np.full(8, r, np.float32) for r in range(16)]
+NOT_SEQUENCES = [("str", "abc"), ("none", None), ("object", Opaque()), ("int", 3),
+                 ("ndarray", np.zeros((16, 4), np.float32)),
+                 ("dict", {i: GOOD[i] for i in range(16)}),
+                 ("generator", (b for b in GOOD))]  # fmt: skip
+COLLECTIVE_CALLS = {
+    "all_reduce": lambda b, **kw: INST.all_reduce(b, **kw),
+    "reduce_scatter": lambda b, **kw: INST.reduce_scatter(b, **kw),
+    "all_gather": lambda b, **kw: INST.all_gather(b, **kw),
+    "all_to_all": lambda b, **kw: INST.all_to_all(b, **kw),
+    "send_recv": lambda b, **kw: INST.send_recv(b, **kw),
+}
+for fn, f in COLLECTIVE_CALLS.items():
+    reduces = fn in ("all_reduce", "reduce_scatter")
+    for name, bad in NOT_SEQUENCES:
+        case(f"{fn}-buffers-{name}", ShapeError, "buffers", lambda f=f, bad=bad: f(bad))
+    # One bad buffer among good ones: the message names it (buffers[5]).
+    for name, bad, err in BAD_ARRAYS:
+        if name.startswith("complex"):
+            continue  # data movement moves any bits, complex included; reductions: below
+        case(f"{fn}-buffers[5]-{name}", err, "buffers[5]",
+             lambda f=f, bad=bad: f(GOOD[:5] + [bad] + GOOD[6:]))  # fmt: skip
+    case(f"{fn}-buffers-count", ShapeError, "buffers", lambda f=f: f(GOOD[:3]))
+    case(f"{fn}-buffers-mixed-shapes", ShapeError, "buffers",
+         lambda f=f: f(GOOD[:15] + [np.ones(9, np.float32)]))  # fmt: skip
+    case(f"{fn}-buffers-mixed-dtypes", ShapeError, "buffers",
+         lambda f=f: f(GOOD[:15] + [np.ones(8, np.float16)]))  # fmt: skip
+    if reduces:
+        for name, dt in [("float64", np.float64), ("int32", np.int32), ("bool", np.bool_),
+                         ("complex", np.complex64),
+                         ("e4m3fn", ml_dtypes.float8_e4m3fn)]:  # fmt: skip
+            case(f"{fn}-buffers-{name}", FormatError, "buffers",
+                 lambda f=f, dt=dt: f([np.ones(8, dt)] * 16))  # fmt: skip
+        names(fn, "op", lambda v, f=f: f(GOOD, op=v), err=Trn2ValueError)
+    if fn != "send_recv":
+        names(fn, "algorithm", lambda v, f=f: f(GOOD, algorithm=v), err=Trn2ValueError)
+    for name, bad in [("int", 3), ("str", "0,1"), ("empty", []), ("twice", [0, 0]),
+                      ("negative", [-1, 0]), ("out-of-range", [0, 16]), ("float", [0, 1.5]),
+                      ("bool", [True, 0])]:  # fmt: skip
+        case(f"{fn}-chips-{name}", Trn2ValueError, "chips",
+             lambda f=f, bad=bad: f(GOOD[:2], chips=bad))  # fmt: skip
+for name, bad, err in [("int", 3, Trn2ValueError), ("str", "abc", Trn2ValueError),
+                       ("not-a-permutation", [0] * 16, Trn2ValueError),
+                       ("short", list(range(15)), ShapeError),
+                       ("out-of-range", [16] + list(range(1, 16)), Trn2ValueError),
+                       ("float", [1.0] * 16, Trn2ValueError)]:  # fmt: skip
+    case(f"send_recv-peers-{name}", err, "peers", lambda bad=bad: INST.send_recv(GOOD, peers=bad))
+# Outputs the host cannot hold, from inputs that take no memory (broadcast views): refused
+# before the outputs or the contiguous copies are allocated.
+_HUGE = np.broadcast_to(np.float32(1), (1 << 34,))  # 64 GiB a rank, no memory behind it
+for fn, f in COLLECTIVE_CALLS.items():
+    case(f"{fn}-buffers-beyond-host", CapacityError, "buffers", lambda f=f: f([_HUGE] * 16))
+case(
+    "all_gather-buffers-2048-ranks",
+    CapacityError,
+    "all_gather",
+    lambda: t.UltraCluster(32).all_gather([np.broadcast_to(np.float32(1), (1 << 20,))] * 2048),
+)
+names("estimate", "collective", lambda v: INST.estimate(v, 1024), err=Trn2ValueError)
+names("estimate", "dtype", lambda v: INST.estimate("all_reduce", 1024, dtype=v))
+names("estimate", "algorithm", lambda v: INST.estimate("all_reduce", 1024, algorithm=v),
+      err=Trn2ValueError)  # fmt: skip
+ints("estimate", "nbytes", lambda v: INST.estimate("all_reduce", v),
+     extra=[("negative", -4), ("not-whole-elements", 3)])  # fmt: skip
+case("estimate-nbytes-beyond-model", CapacityError, "nbytes",
+     lambda: INST.estimate("all_reduce", 2**64))  # fmt: skip
+case("estimate-peers-int", Trn2ValueError, "peers", lambda: INST.estimate("send_recv", 64, peers=3))
+
+# -- memory and DMA queues --------------------------------------------------------------------
+MEMCORE = t.NeuronCore(2)
+for name, bad, err in [("str", "16", Trn2ValueError), ("float", 1.5, Trn2ValueError),
+                       ("none", None, Trn2ValueError), ("bool", True, Trn2ValueError),
+                       ("object", Opaque(), Trn2ValueError), ("negative", -1, Trn2ValueError),
+                       ("beyond-sbuf", 10**15, CapacityError),
+                       ("beyond-u64", 2**70, CapacityError)]:  # fmt: skip
+    case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad))
+for name, bad, err in [("huge-shape", (2**40, 2**40), CapacityError),
+                       ("negative-dim", (4, -1), Trn2ValueError),
+                       ("str-dim", (4, "a"), Trn2ValueError),
+                       ("float-dim", (4, 2.0), Trn2ValueError),
+                       ("beyond-u64-empty", (2**64, 0), ShapeError)]:  # fmt: skip
+    case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad, "bf16"))
+names("alloc", "space", lambda v: MEMCORE.alloc(16, space=v), err=Trn2ValueError)
+for name, bad in [("unknown", "nope"), ("int", 3), ("object", Opaque()), ("str-dtype", "U3"),
+                  ("datetime", "M8[s]"), ("structured", np.dtype([("a", "<f4")])),
+                  ("object-dtype", object), ("void", "V0")]:  # fmt: skip
+    case(f"alloc-dtype-{name}", FormatError, "dtype", lambda bad=bad: MEMCORE.alloc((4,), bad))
+case("alloc-dtype-none-with-shape", Trn2ValueError, "dtype", lambda: MEMCORE.alloc((4,)))
+case("alloc-dtype-with-bytes", Trn2ValueError, "dtype", lambda: MEMCORE.alloc(16, "bf16"))
+case("alloc-size-beyond-partition", CapacityError, "size",
+     lambda: MEMCORE.alloc((128, 230 * 1024), np.uint8))  # fmt: skip
+for name, bad in [("none", None), ("int", 3), ("str", "a"), ("object", Opaque())]:
+    case(f"free-allocation-{name}", Trn2ValueError, "allocation", lambda bad=bad: MEMCORE.free(bad))
+_FREED = MEMCORE.alloc(16)
+MEMCORE.free(_FREED)
+case("free-allocation-twice", Trn2ValueError, "allocation", lambda: MEMCORE.free(_FREED))
+case("free-allocation-other-core", Trn2ValueError, "allocation",
+     lambda: MEMCORE.free(t.NeuronCore(3).alloc(16)))  # fmt: skip
+for fn, f in (("dma_copy", t.dma.dma_copy), ("core.dma_copy", MEMCORE.dma_copy)):
+    ints(fn, "queue", lambda v, f=f: f(X, queue=v),
+         extra=[("negative", -1), ("too-big", 16), ("huge", 2**70)])  # fmt: skip
+case("core.dma_copy-dst-freed", Trn2ValueError, "dst", lambda: MEMCORE.dma_copy(X, dst=_FREED))
+case("core.dma_copy-dst-too-small", CapacityError, "dst",
+     lambda: MEMCORE.dma_copy(np.ones(4096), dst=MEMCORE.alloc(16)))  # fmt: skip
+case("dma_copy-memory-type", Trn2ValueError, "memory", lambda: t.dma.dma_copy(X, memory="core0"))
+ints("HbmStack", "index", lambda v: t.memory.HbmStack(v),
+     extra=[("negative", -1), ("out-of-range", 4)])  # fmt: skip
+case("NeuronCore-hbm-type", Trn2ValueError, "hbm", lambda: t.NeuronCore(hbm="stack0"))
+case("NeuronCore-hbm-other-pair", Trn2ValueError, "hbm",
+     lambda: t.NeuronCore(3, hbm=t.memory.HbmStack(0)))  # fmt: skip
+
 # -- reports --------------------------------------------------------------------------------
 REPORT = t.estimate_gemm(4, 4, 4)
 for name, bad in [("int-fd", 1), ("none", None), ("float", 1.5), ("bytes", b"x.json")]:
@@ -456,6 +622,72 @@ def test_host_memory_limit_is_honoured_before_allocating():
     assert r.stdout.strip().endswith("64.0"), r.stdout
 
 
+def test_collective_outputs_beyond_the_host_limit_are_refused():
+    # 16 ranks x 1 MiB all-reduce: 16 MiB of outputs under an 8 MiB limit; 16 x 64 KiB is fine.
+    code = (
+        "import numpy as np, trn2core as t\n"
+        "inst = t.Instance()\n"
+        "bufs = [np.ones(1 << 18, np.float32)] * 16\n"
+        "try:\n"
+        "    inst.all_reduce(bufs)\n"
+        "except t.CapacityError as e:\n"
+        "    print('refused', e)\n"
+        "print(inst.all_reduce([b[: 1 << 14] for b in bufs]).outputs[3].sum())\n"
+    )
+    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "refused buffers: the all_reduce of 16 buffers of 1048576 bytes" in r.stdout, r.stdout
+    assert "TRN2CORE_HOST_MEMORY" in r.stdout
+    assert r.stdout.strip().endswith(str(16.0 * (1 << 14))), r.stdout
+
+
+def test_collectives_take_nan_inf_empty_and_0_d_buffers():
+    inst = t.Instance()
+    x = np.zeros((16, 4), np.float32)
+    x[3, 0] = np.nan  # NaN anywhere: NaN in the sum, max and min (IEEE, canonical quiet NaN)
+    x[5, 1], x[6, 1] = np.inf, -np.inf  # inf + -inf = NaN; max inf; min -inf
+    x[7, 2] = np.inf  # inf + finite = inf
+    for op, want in [("sum", [np.nan, np.nan, np.inf, 0.0]), ("max", [np.nan, np.inf, np.inf, 0.0]),
+                     ("min", [np.nan, -np.inf, 0.0, 0.0])]:  # fmt: skip
+        outs = inst.all_reduce(list(x), op=op).outputs
+        np.testing.assert_array_equal(outs[0], np.array(want, np.float32))
+        assert all(o.tobytes() == outs[0].tobytes() for o in outs)
+        assert outs[0].view(np.uint32)[0] == 0x7FC00000
+    # Empty buffers give empty outputs; 0-d buffers keep their shape where it can.
+    empty = [np.zeros((0, 3), np.float32)] * 16
+    assert [o.shape for o in inst.all_reduce(empty).outputs] == [(0, 3)] * 16
+    assert inst.all_gather(empty).outputs[0].shape == (16, 0, 3)
+    scalars = [np.float32(r) for r in range(16)]
+    assert inst.all_reduce(scalars).outputs[9].shape == () and inst.all_reduce(scalars).outputs[
+        9
+    ] == sum(range(16))
+    assert inst.all_gather(scalars).outputs[0].tolist() == list(range(16))
+    assert inst.send_recv(scalars).outputs[1] == 0
+    parts = inst.reduce_scatter(scalars).outputs
+    assert sum(p.size for p in parts) == 1 and [p for p in parts if p.size][0][0] == 120
+    # One chip sending to itself: a copy in its HBM, no bus crossed (fuzzing found a busbw of
+    # 1450 GB/s against a link capacity of 0 here).
+    one = t.Instance("trn2.3xlarge").send_recv([np.ones(4, np.float32)]).report
+    assert one.busbw == 0 and one.chip_link_capacity == 0
+
+
+def test_collectives_do_not_modify_their_inputs():
+    inst = t.Instance()
+    bufs = [np.arange(12, dtype=">f4").reshape(3, 4)[:, ::2] + r for r in range(16)]
+    for b in bufs:
+        b.flags.writeable = False
+    before = [b.copy() for b in bufs]
+    inst.all_reduce(bufs)
+    inst.reduce_scatter(bufs, op="max")
+    inst.all_gather(bufs)
+    inst.all_to_all(bufs)
+    inst.send_recv(bufs)
+    assert all(
+        np.array_equal(b, c) and b.dtype == c.dtype for b, c in zip(bufs, before, strict=True)
+    )
+
+
 def test_host_memory_is_reported():
     avail = t._core.host_memory()
     if sys.platform.startswith("linux") and "TRN2CORE_HOST_MEMORY" not in os.environ:
@@ -476,6 +708,51 @@ def test_cli_bad_input_is_an_error_message_not_a_traceback(tmp_path):
         assert r.returncode == 2, (argv, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr, r.stderr
         assert word in r.stderr, r.stderr
+
+
+#: Bad arguments of ``trn2core ls`` and ``trn2core nccom-test``, and a word the error names.
+CLI_CASES = [
+    (["ls", "--ultracluster", "0"], "n_ultraservers"),
+    (["ls", "--ultracluster", "-5"], "n_ultraservers"),
+    (["ls", "--ultracluster", "4097"], "n_ultraservers"),
+    (["ls", "--ultracluster", "abc"], "--ultracluster"),
+    (["ls", "--instance", "trn1.32xlarge"], "--instance"),
+    (["ls", "--lnc", "3"], "--lnc"),
+    (["nccom-test", "-r", "0", "allr"], "ranks"),
+    (["nccom-test", "-r", "-3", "allr"], "ranks"),
+    (["nccom-test", "-r", str(2**70), "allr"], "ranks"),
+    (["nccom-test", "-r", "12", "allr", "--lnc", "1"], "ranks"),
+    (["nccom-test", "-r", "1000000", "allr"], "ranks"),
+    (["nccom-test", "-r", "16", "allr", "-b", "inf"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "nan"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1.5"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "-5"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "0"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "12Q"], "minbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1e30"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "2P"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "64M", "-e", "32M"], "maxbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-i", "1"], "stepbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-i", "0.5"], "stepbytes"),
+    (["nccom-test", "-r", "16", "allr", "-b", "1", "-e", "1G", "-f", "1"], "stepfactor"),
+    (["nccom-test", "-r", "16", "allr", "-f", "abc"], "--stepfactor"),
+    (["nccom-test", "-r", "16", "allr", "-d", "fp64"], "--datatype"),
+    (["nccom-test", "-r", "16", "allreduce"], "operation"),
+    (["nccom-test", "-r", "16", "allr", "--algorithm", "nope"], "--algorithm"),
+]
+
+
+@pytest.mark.parametrize("argv,word", CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
+def test_cli_ls_and_nccom_test_refuse_bad_arguments(argv, word, capsys):
+    from trn2core import cli
+
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse's own refusals (choices, int parsing)
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    assert "Traceback" not in err and word in err, err
 
 
 def markdown_table() -> str:

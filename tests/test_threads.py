@@ -13,6 +13,8 @@ import pytest
 import trn2core as t
 
 THREADS = 6
+INST = t.Instance()
+CLUSTER = t.UltraCluster(64)
 
 
 def bits(x: np.ndarray) -> bytes:
@@ -162,12 +164,14 @@ RELEASED = 0.15
 
 @pytest.mark.parametrize(
     "name",
-    ["gemm", "quantize", "compress", "prune", "estimate", "sparse-gemm"],
-)
+    ["gemm", "quantize", "compress", "prune", "estimate", "sparse-gemm", "all_reduce",
+     "all_to_all", "chip-gemm", "cluster-estimate"],
+)  # fmt: skip
 def test_long_calls_release_the_gil(name, rng):
     a = t.quantize(rng.standard_normal((1024, 1024)), "bf16")
     sp = t.compress(t.prune(a, "2:4"), "2:4")
     x = rng.standard_normal(1 << 22)
+    bufs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in range(16)]
     calls = {
         "gemm": lambda: t.gemm(a, a),
         "quantize": lambda: t.quantize(x, "bf16", rounding="stochastic"),
@@ -175,6 +179,10 @@ def test_long_calls_release_the_gil(name, rng):
         "prune": lambda: t.prune(x.reshape(-1, 16), "4:16"),
         "estimate": lambda: t.estimate_gemm(50_000, 50_000, 50_000),
         "sparse-gemm": lambda: t.gemm(sp, a),
+        "all_reduce": lambda: INST.all_reduce(bufs),
+        "all_to_all": lambda: INST.all_to_all(bufs),
+        "chip-gemm": lambda: t.gemm(a, a, core=t.Chip(lnc=1)),
+        "cluster-estimate": lambda: CLUSTER.estimate("all_reduce", 1 << 30),
     }
     frac, dt = _progress(calls[name])
     print(f"{name}: the loop ran at {frac:.0%} of its idle rate for {dt:.2f} s")
@@ -222,3 +230,83 @@ def test_exclusive_guard_refuses_a_second_thread():
     th.join()
     with busy, busy:  # free again, and re-entrant in one thread
         pass
+
+
+# -- chips and collectives --------------------------------------------------------------------
+
+
+def collective_jobs(rng, inst, chip):
+    """Collectives and chip GEMMs on one shared Instance and one shared Chip."""
+    jobs = []
+    for i in range(THREADS):
+        f32 = [rng.standard_normal(3001 + i).astype(np.float32) for _ in range(16)]
+        b16 = [t.quantize(rng.standard_normal((64, 33)), "bf16") for _ in range(16)]
+        raw = [rng.integers(0, 255, 4096 + 16 * i, dtype=np.uint8) for _ in range(16)]
+        a = t.quantize(rng.standard_normal((200 + i, 300)), "bf16")
+        b = t.quantize(rng.standard_normal((300, 150)), "bf16")
+        alg = ("ring", "kangaring", "rdh", "mesh", "torus", "auto")[i]
+        op = ("sum", "max", "min")[i % 3]
+        jobs += [
+            lambda f32=f32, alg=alg, op=op: [
+                bits(o) for o in inst.all_reduce(f32, op=op, algorithm=alg).outputs
+            ],
+            lambda b16=b16: [bits(o) for o in inst.reduce_scatter(b16).outputs],
+            lambda raw=raw: [bits(o) for o in inst.all_gather(raw).outputs],
+            lambda raw=raw: [bits(o) for o in inst.all_to_all(raw).outputs],
+            lambda a=a, b=b: bits(t.gemm(a, b, core=chip).out),
+            lambda a=a, b=b, i=i: (
+                bits(t.gemm(a, b, core=chip.cores[i % 4]).out),
+                t.gemm(a, b, core=chip.cores[i % 4]).report.to_dict()["seconds"],
+            ),
+        ]
+    return jobs
+
+
+def test_concurrent_collectives_and_chip_gemms_match_serial_calls(rng):
+    inst, chip = t.Instance(), t.Chip(lnc=2)
+    jobs = collective_jobs(rng, inst, chip)
+    serial = [job() for job in jobs]
+    for _ in range(2):
+        assert run_concurrently(jobs) == serial
+    # A shared Instance: every rank of every concurrent all-reduce still has the same bits.
+    for out in serial[0::6]:
+        assert out == [out[0]] * 16
+
+
+def test_threads_racing_for_a_new_chip_get_the_same_cores():
+    # The first use of chip.physical_cores (NeuronCores holding PSUM) and inst.chips happens
+    # once even when threads race for it: every thread gets the very same objects.
+    for _ in range(20):
+        chip, inst = t.Chip(), t.Instance()
+        job = lambda chip=chip, inst=inst: (chip.physical_cores, chip.cores, inst.chips)  # noqa: E731
+        got = run_concurrently([job] * THREADS)
+        for cores, lcs, chips in got:
+            assert cores is got[0][0] and lcs is got[0][1] and chips is got[0][2]
+
+
+def test_shared_core_memory_from_threads():
+    # alloc/free on one core from many threads: each call is atomic (the accounts live in Rust
+    # and each call runs whole), so the books balance exactly.
+    core = t.NeuronCore()
+    per_thread = 40
+
+    def job():
+        held = [core.alloc(1024, space=("sbuf", "psum", "hbm")[i % 3]) for i in range(per_thread)]
+        used = core.sbuf.used
+        for a in held:
+            core.free(a)
+        return used
+
+    run_concurrently([job] * THREADS)
+    for space in (core.sbuf, core.psum, core.hbm):
+        assert space.used == 0 and space.allocations == 0
+    # Holding all of them at once: every reservation is counted once.
+    held = run_concurrently(
+        [lambda: [core.alloc((128, 8), "fp32") for _ in range(per_thread)]] * THREADS
+    )
+    assert core.sbuf.allocations == THREADS * per_thread
+    assert core.sbuf.used == THREADS * per_thread * 128 * 32
+    for hs in held:
+        for a in hs:
+            core.free(a)
+    assert core.sbuf.used == 0

@@ -51,12 +51,14 @@ def _show(value: Any, limit: int = 60) -> str:
         r = repr(value)
     except Exception:  # a user object whose __repr__ fails
         r = f"<{type(value).__name__} object>"
+    r = " ".join(r.split())  # an array's repr spans lines
     return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def _bound(v: int | None, none: str) -> str:
     """A range bound for messages: powers of two near 2**63 and 2**64 as such."""
-    named = {2**64 - 1: "2**64 - 1", 2**63 - 1: "2**63 - 1", -(2**63): "-2**63"}
+    named = {2**64 - 1: "2**64 - 1", 2**63 - 1: "2**63 - 1", -(2**63): "-2**63",
+             2**62 - 1: "2**62 - 1"}  # fmt: skip
     return none if v is None else named.get(v, str(v))
 
 

@@ -12,10 +12,10 @@ bandwidth share; ``trn2core.gemm(a, b, core=lc)`` splits the work over its physi
 from __future__ import annotations
 
 import functools
-import operator
+import threading
 
-from . import _core, spec
-from .engine import NeuronCore
+from . import _core, _validate, spec
+from .engine import PERF_MODES, NeuronCore
 from .errors import FormatError, Trn2ValueError
 from .report import Report
 
@@ -27,17 +27,32 @@ LNC_VALUES = (1, 2, 4)
 _CORES_PER_CHIP = spec.cores_per_chip
 
 
-def _int_arg(value, name: str) -> int:
-    if isinstance(value, bool):
-        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}") from None
+#: Largest chip index (rank) a Chip takes: beyond any machine (the largest UltraCluster has
+#: 4096 x 64 chips), but a label, so only absurd values are refused.
+MAX_CHIP_INDEX = 2**62 - 1
+
+#: Serialises the first use of a chip's cached properties across threads (see ``_cached``).
+_CACHE_LOCK = threading.RLock()
+
+
+def _cached(f):
+    """``functools.cached_property`` computed once even when threads race for it: two threads
+    asking for ``chip.physical_cores`` at once must get the same NeuronCore objects (each holds
+    its PSUM), which Python 3.12's ``cached_property`` (no lock) does not promise."""
+
+    def once(self):
+        with _CACHE_LOCK:
+            if f.__name__ in self.__dict__:
+                return self.__dict__[f.__name__]
+            return f(self)
+
+    once.__name__ = f.__name__
+    once.__doc__ = f.__doc__
+    return functools.cached_property(once)
 
 
 def _check_lnc(lnc) -> int:
-    lnc = _int_arg(lnc, "lnc")
+    lnc = _validate.integer(lnc, "lnc", lo=min(LNC_VALUES), hi=max(LNC_VALUES))
     if lnc not in LNC_VALUES:
         raise Trn2ValueError(
             f"lnc: got {lnc}; a Logical NeuronCore groups 1, 2 or 4 physical cores (AWS "
@@ -50,6 +65,12 @@ class LogicalCore:
     """``lnc`` adjacent physical NeuronCores of one chip, used as one core."""
 
     def __init__(self, chip: Chip, index: int) -> None:
+        if not isinstance(chip, Chip):
+            raise Trn2ValueError(
+                f"chip: expected a trn2core.Chip, got {_validate._show(chip)} (logical cores "
+                "come from chip.cores)"
+            )
+        index = _validate.integer(index, "index", lo=0, hi=_CORES_PER_CHIP // chip.lnc - 1)
         self._chip = chip
         self._index = index
         self._members = tuple(_core.logical_core_members(chip.lnc, index))
@@ -102,10 +123,8 @@ class LogicalCore:
         bf16/fp16/tf32 (and fp8 without double_row), x 2 for fp8 e4m3/e5m2 with
         ``perf_mode="double_row"``, / 4 for fp32; ``dtype="sparse"`` gives the 4x sparse peak."""
         peaks = self._info["peak_flops"]
-        if dtype not in peaks:
-            raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {tuple(peaks)}")
-        if perf_mode not in ("none", "double_row"):
-            raise FormatError(f"perf_mode: expected 'none' or 'double_row', got {perf_mode!r}")
+        _validate.name(dtype, "dtype", peaks, what="format")
+        _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
         if perf_mode == "double_row" and dtype not in ("fp8_e4m3", "fp8_e5m2"):
             raise FormatError(f"perf_mode: double_row needs fp8_e4m3 or fp8_e5m2, not {dtype!r}")
         flops = peaks[dtype]
@@ -126,9 +145,7 @@ class Chip:
 
     def __init__(self, lnc: int = 2, *, index: int = 0) -> None:
         self._lnc = _check_lnc(lnc)
-        self._index = _int_arg(index, "index")
-        if self._index < 0:
-            raise Trn2ValueError(f"index: expected a chip index >= 0, got {self._index}")
+        self._index = _validate.integer(index, "index", lo=0, hi=MAX_CHIP_INDEX)
 
     @property
     def lnc(self) -> int:
@@ -139,7 +156,7 @@ class Chip:
         """The chip's index (rank) in its instance, UltraServer or cluster."""
         return self._index
 
-    @functools.cached_property
+    @_cached
     def hbm_stacks(self) -> tuple:
         """The chip's four HBM stacks (``trn2core.memory.HbmStack``, 24 GiB each); stack ``s``
         is shared by physical cores ``2s`` and ``2s + 1``."""
@@ -147,14 +164,14 @@ class Chip:
 
         return tuple(HbmStack(s) for s in range(spec.hbm_stacks_per_chip))
 
-    @functools.cached_property
+    @_cached
     def physical_cores(self) -> tuple[NeuronCore, ...]:
         """The 8 physical NeuronCore objects, ``core.index`` 0..7, adjacent pairs sharing an HBM
         stack (created on first use: each holds its own 2 MiB PSUM)."""
         per = spec.cores_per_hbm_stack
         return tuple(NeuronCore(i, hbm=self.hbm_stacks[i // per]) for i in range(_CORES_PER_CHIP))
 
-    @functools.cached_property
+    @_cached
     def cores(self) -> tuple[LogicalCore, ...]:
         """The ``8 // lnc`` logical cores."""
         return tuple(LogicalCore(self, i) for i in range(_CORES_PER_CHIP // self._lnc))

@@ -47,7 +47,7 @@ def _box(rows: list[list[str]], head: list[list[str]]) -> str:
 
 
 def _machine(args: argparse.Namespace):
-    if getattr(args, "ultracluster", None):
+    if getattr(args, "ultracluster", None) is not None:  # 0 is refused, not ignored
         return UltraCluster(args.ultracluster, lnc=args.lnc)
     if getattr(args, "ultraserver", False):
         return UltraServer(lnc=args.lnc)
@@ -120,10 +120,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_nccom_test(args: argparse.Namespace) -> int:
     op = _NCCOM_OPS[args.operation]
     sizes = nccom_sizes(
-        parse_size(args.minbytes),
-        parse_size(args.maxbytes),
+        parse_size(args.minbytes, "minbytes"),
+        parse_size(args.maxbytes, "maxbytes"),
         args.stepfactor,
-        parse_size(args.stepbytes) if args.stepbytes else None,
+        parse_size(args.stepbytes, "stepbytes") if args.stepbytes is not None else None,
     )
     rows = nccom_rows(op, args.nworkers, sizes, args.datatype, args.lnc, args.algorithm)
     print(nccom_table(rows, args.datatype, args.show_algorithm))

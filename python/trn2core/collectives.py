@@ -9,12 +9,13 @@ core for the bits and costed over the links for the time (see docs/collectives.m
 from __future__ import annotations
 
 import dataclasses
-import os
+import fractions
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .dtypes import FORMAT_DTYPES
 from .errors import CapacityError, FormatError, ShapeError, Trn2ValueError
 from .report import Report, _fmt_seconds
@@ -91,27 +92,30 @@ class CollectiveResult:
 
 def _check_choice(value, choices, name: str) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise Trn2ValueError(f"{name}: got {value!r}; expected one of {choices}")
+        raise Trn2ValueError(f"{name}: got {_validate._show(value)}; expected one of {choices}")
     return value
 
 
-def _host_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 1 << 40
+def _is_sequence(value) -> bool:
+    """A list, tuple or other sized, indexable sequence; not a string, bytes, mapping or a
+    numpy array (whose rows are not one buffer per chip)."""
+    if isinstance(value, (str, bytes, bytearray, memoryview, np.ndarray, Mapping)):
+        return False
+    return hasattr(value, "__len__") and hasattr(value, "__getitem__")
 
 
 def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dtype]:
-    """Every rank's buffer as a native-order ndarray; all of one shape and dtype."""
-    if isinstance(buffers, np.ndarray) or not hasattr(buffers, "__len__"):
+    """Every rank's buffer as an ndarray (any byte order); all of one shape and dtype. Numbers
+    only: ragged lists are ``ShapeError``; strings, objects, datetimes and structured arrays
+    ``FormatError`` (``buffers[i]`` named); complex data is bits to move (not to reduce)."""
+    if not _is_sequence(buffers):
         raise ShapeError(
             f"buffers: expected a sequence of {n} arrays (one per chip), got "
-            f"{type(buffers).__name__}"
+            f"{type(buffers).__name__} {_validate._show(buffers)}"
         )
     if len(buffers) != n:
         raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} ranks; pass one per chip")
-    arrays = [np.asarray(b) for b in buffers]
+    arrays = [_validate.array(b, f"buffers[{i}]", complex_ok=True) for i, b in enumerate(buffers)]
     shape, dtype = arrays[0].shape, arrays[0].dtype
     for i, a in enumerate(arrays):
         if a.shape != shape:
@@ -124,21 +128,32 @@ def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dty
                 f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every rank's "
                 "buffer must have the same dtype"
             )
-    if dtype.kind not in "biufc" and dtype not in _FORMAT_OF_DTYPE and dtype.kind != "V":
-        raise FormatError(f"buffers: dtype {dtype} is not a numeric type")
-    if not dtype.isnative:
-        arrays = [a.astype(dtype.newbyteorder("=")) for a in arrays]
-        dtype = arrays[0].dtype
     return arrays, shape, dtype
 
 
-def _check_output_size(total_bytes: int, what: str) -> None:
-    limit = _host_memory_bytes()
-    if total_bytes > limit:
-        raise CapacityError(
-            f"buffers: {what} would allocate {total_bytes / 1e9:.3g} GB of outputs; this host "
-            f"has {limit / 1e9:.3g} GB of memory"
-        )
+def _check_host(arrays: list[np.ndarray], out_bytes: int, kind: str) -> None:
+    """``CapacityError`` on ``buffers`` unless the host can hold the outputs (``out_bytes``)
+    and the copies of inputs that are not C-contiguous in native byte order, before any of them
+    is made (``_validate.check_alloc``: the host's available memory or
+    ``TRN2CORE_HOST_MEMORY``)."""
+    copies = sum(a.nbytes for a in arrays if not (a.flags.c_contiguous and a.dtype.isnative))
+    n = len(arrays)
+    _validate.check_alloc(
+        out_bytes + copies,
+        "buffers",
+        f"the {kind} of {n} buffers of {arrays[0].nbytes} bytes ({out_bytes} bytes of outputs, "
+        f"{copies} of input copies)",
+    )
+
+
+def _native_contiguous(arrays: list[np.ndarray], code) -> list[np.ndarray]:
+    """Flat C-contiguous native-order views (copies where needed) as ``code`` words."""
+    out = []
+    for a in arrays:
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+        out.append(np.ascontiguousarray(a).reshape(-1).view(code))
+    return out
 
 
 def _bounds(length: int, n: int) -> list[int]:
@@ -164,7 +179,7 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
     arrays, shape, dtype = _buffers(buffers, n)
-    fmt = _FORMAT_OF_DTYPE.get(dtype)
+    fmt = _FORMAT_OF_DTYPE.get(dtype.newbyteorder("="))
     if fmt is None:
         raise FormatError(
             f"buffers: {kind} reduces in fp32 on Trainium2; dtype {dtype} is not one of its "
@@ -174,9 +189,10 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
     length = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = dtype.itemsize
     out_total = n * length * itemsize if kind == "all_reduce" else length * itemsize
-    _check_output_size(out_total, kind)
+    _check_host(arrays, out_total, kind)
     code = _CODE_DTYPE[itemsize]
-    flats = [np.ascontiguousarray(a).reshape(-1).view(code) for a in arrays]
+    flats = _native_contiguous(arrays, code)
+    dtype = dtype.newbyteorder("=")
     outs, fields = _core.collective_reduce(
         machine.topology._t, chips, kind, op, algorithm, fmt, flats
     )
@@ -204,13 +220,13 @@ def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> 
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
     arrays, shape, dtype = _buffers(buffers, n)
-    if peers is not None:
-        peers = [_rank_arg(p, n, "peers") for p in peers]
+    peers = _peers(peers, n)
     length = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = max(1, dtype.itemsize)
     out_total = {"all_gather": n * n, "all_to_all": n, "send_recv": n}[kind] * length * itemsize
-    _check_output_size(out_total, kind)
-    flats = [np.ascontiguousarray(a).reshape(-1).view(np.uint8) for a in arrays]
+    _check_host(arrays, out_total, kind)
+    flats = _native_contiguous(arrays, np.uint8)
+    dtype = dtype.newbyteorder("=")
     outs, fields = _core.collective_move(
         machine.topology._t, chips, kind, algorithm, itemsize, flats, peers
     )
@@ -236,9 +252,22 @@ def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> 
     return CollectiveResult(results, _report(fields, retrace))
 
 
+def _peers(peers, n: int) -> list[int] | None:
+    """``None`` or a list of ``n`` rank numbers (``Trn2ValueError``; the core checks that it
+    is a permutation)."""
+    if peers is None:
+        return None
+    if not _is_sequence(peers):
+        raise Trn2ValueError(
+            f"peers: expected a list of {n} rank numbers (a permutation of 0..{n - 1}), got "
+            f"{_validate._show(peers)}"
+        )
+    return [_rank_arg(p, n, "peers") for p in peers]
+
+
 def _rank_arg(value, n: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise Trn2ValueError(f"{name}: expected rank numbers, got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise Trn2ValueError(f"{name}: expected rank numbers, got {_validate._show(value)}")
     if not 0 <= value < n:
         raise Trn2ValueError(f"{name}: rank {value} does not exist; ranks are 0..{n - 1}")
     return int(value)
@@ -249,21 +278,19 @@ def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, pee
     _check_choice(collective, COLLECTIVES, "collective")
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
-    if dtype not in FORMAT_DTYPES:
-        raise FormatError(
-            f"dtype: unknown format {dtype!r}; expected one of {tuple(FORMAT_DTYPES)}"
-        )
+    _validate.name(dtype, "dtype", FORMAT_DTYPES, what="format")
     itemsize = FORMAT_DTYPES[dtype].itemsize
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
-        raise Trn2ValueError(f"nbytes: expected a byte count >= 0, got {nbytes!r}")
+    if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
+        raise Trn2ValueError(f"nbytes: expected a byte count >= 0, got {_validate._show(nbytes)}")
+    if nbytes < 0:
+        raise Trn2ValueError(f"nbytes: expected a byte count >= 0, got {nbytes}")
     if nbytes % itemsize:
         raise Trn2ValueError(
             f"nbytes: {nbytes} is not a whole number of {itemsize}-byte {dtype} elements"
         )
     if nbytes > 1 << 50:
         raise CapacityError(f"nbytes: {nbytes} bytes per rank is beyond the model's 2**50")
-    if peers is not None:
-        peers = [_rank_arg(p, n, "peers") for p in peers]
+    peers = _peers(peers, n)
     elements = int(nbytes) // itemsize
     t = machine.topology._t
     fields, _ = _core.collective_estimate(
@@ -289,55 +316,80 @@ NCCOM_DATATYPES = {
 _GIB = 1 << 30
 
 
-def parse_size(text: str) -> int:
-    """A size as nccom-test takes it: bytes, or with a binary unit (``32M``, ``1kb``, ``1GB``)."""
-    s = str(text).strip().lower()
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    mult = 1
-    for suffix in ("kb", "mb", "gb", "tb", "k", "m", "g", "t", "b"):
-        if s.endswith(suffix):
-            mult = units.get(suffix[0], 1)
-            s = s[: -len(suffix)]
-            break
+#: Largest size nccom-test takes, bytes per rank (the limit of ``Machine.estimate``).
+NCCOM_MAX_BYTES = 1 << 50
+#: Most rows (sizes) one nccom-test run prints.
+NCCOM_MAX_SIZES = 10_000
+
+
+def parse_size(text, arg: str = "size") -> int:
+    """A size as nccom-test takes it: a whole number of bytes, or with a binary unit (``32M``,
+    ``1kb``, ``1GB``, ``1.5G``), from 1 byte to ``NCCOM_MAX_BYTES``. ``Trn2ValueError`` for
+    anything else (fractions of a byte, ``inf``, ``nan``, negative or zero sizes, unknown
+    units); ``CapacityError`` beyond the limit."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, (bool, np.bool_)):
+        s, mult = str(int(text)), 1
+    elif isinstance(text, str):
+        s = text.strip().lower()
+        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+        mult = 1
+        for suffix in ("kb", "mb", "gb", "tb", "k", "m", "g", "t", "b"):
+            if s.endswith(suffix):
+                mult = units.get(suffix[0], 1)
+                s = s[: -len(suffix)]
+                break
+    else:
+        raise Trn2ValueError(f"{arg}: expected a byte count like 32M or 1kb, got {text!r}")
     try:
-        value = int(float(s) * mult)
-    except ValueError:
+        # Exact arithmetic: "1.5G" is 1610612736 bytes, "1e30" is 10**30 (then too large).
+        value = fractions.Fraction(s.strip()) * mult
+    except (ValueError, ZeroDivisionError):
         raise Trn2ValueError(
-            f"size: cannot read {text!r} as a byte count (e.g. 32M, 1kb)"
+            f"{arg}: cannot read {text!r} as a byte count (e.g. 32M, 1kb, 1.5G)"
         ) from None
+    if value.denominator != 1:
+        raise Trn2ValueError(f"{arg}: {text!r} is {float(value)} bytes, not a whole number")
     if value < 1:
-        raise Trn2ValueError(f"size: {text!r} is not a positive byte count")
-    return value
+        raise Trn2ValueError(f"{arg}: {text!r} is not a positive byte count")
+    if value > NCCOM_MAX_BYTES:
+        raise CapacityError(
+            f"{arg}: {text!r} is {int(value)} bytes per rank, beyond the model's limit of "
+            f"2**50 ({NCCOM_MAX_BYTES}) bytes"
+        )
+    return int(value)
 
 
 def nccom_sizes(minbytes: int, maxbytes: int, stepfactor, stepbytes) -> list[int]:
     """The sizes nccom-test runs: from min to max, times ``stepfactor`` or plus ``stepbytes``
-    (default: a tenth of the range)."""
+    (default: a tenth of the range); at most ``NCCOM_MAX_SIZES`` of them (``Trn2ValueError``
+    for more, rather than a silently shortened table)."""
     if maxbytes < minbytes:
         raise Trn2ValueError(f"maxbytes: {maxbytes} is below minbytes {minbytes}")
     sizes = [minbytes]
     if stepfactor is not None:
-        if stepfactor < 2:
-            raise Trn2ValueError(f"stepfactor: expected an integer >= 2, got {stepfactor}")
+        stepfactor = _validate.integer(stepfactor, "stepfactor", lo=2, hi=_validate.U64_MAX)
         while sizes[-1] * stepfactor <= maxbytes:
             sizes.append(sizes[-1] * stepfactor)
-    else:
-        step = stepbytes if stepbytes is not None else max(1, (maxbytes - minbytes) // 10)
-        while sizes[-1] + step <= maxbytes and len(sizes) < 10_000:
-            sizes.append(sizes[-1] + step)
-    if len(sizes) > 10_000:
-        raise Trn2ValueError("stepfactor/stepbytes: more than 10,000 sizes")
-    return sizes
+        return sizes
+    step = stepbytes if stepbytes is not None else max(1, (maxbytes - minbytes) // 10)
+    step = _validate.integer(step, "stepbytes", lo=1, hi=_validate.U64_MAX)
+    count = (maxbytes - minbytes) // step + 1
+    if count > NCCOM_MAX_SIZES:
+        raise Trn2ValueError(
+            f"stepbytes: {minbytes}..{maxbytes} in steps of {step} is {count} sizes; at most "
+            f"{NCCOM_MAX_SIZES} (use a larger step or --stepfactor)"
+        )
+    return [minbytes + i * step for i in range(count)]
 
 
 def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str):
     """One dict per size: ``size_bytes``, ``count``, ``seconds``, ``algbw``, ``busbw`` (bytes/s),
     ``algorithm``."""
     _check_choice(algorithm, ALGORITHMS, "algorithm")
-    if datatype not in NCCOM_DATATYPES:
-        raise Trn2ValueError(
-            f"datatype: got {datatype!r}; expected one of {tuple(NCCOM_DATATYPES)}"
-        )
+    _check_choice(op, COLLECTIVES, "operation")
+    _check_choice(datatype, tuple(NCCOM_DATATYPES), "datatype")
+    ranks = _validate.integer(ranks, "ranks", lo=1, hi=_validate.U64_MAX)
+    lnc = _validate.integer(lnc, "lnc", lo=1, hi=_validate.U64_MAX)
     elem = NCCOM_DATATYPES[datatype]
     rows = []
     for size in sizes:

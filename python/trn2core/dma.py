@@ -235,8 +235,12 @@ def dma_copy(
     it at all. ``memory`` is the core's memory (``NeuronCore.dma_copy`` passes its own); by
     default an empty one. The copy is costed, not performed: it reserves nothing."""
     _check_codec(codec)
-    if isinstance(queue, bool) or not isinstance(queue, (int, np.integer)) or queue < 0:
-        raise Trn2ValueError(f"queue: expected an integer in 0..16, got {queue!r}")
+    queue = _validate.integer(queue, "queue", lo=0, hi=spec.dma_queues_per_engine - 1)
+    if memory is not None and not isinstance(memory, CoreMemory):
+        raise Trn2ValueError(
+            "memory: expected a trn2core.memory.CoreMemory (or None), got "
+            f"{_validate._show(memory)}"
+        )
     mem = memory if memory is not None else CoreMemory()
     s, s_alloc = _place(src, "src", mem)
     d, d_alloc = _place(dst, "dst", mem)

@@ -194,6 +194,14 @@ def _dtype(dtype) -> np.dtype:
         raise FormatError(f"dtype: {dtype!r} is not a dtype ({e})") from None
     if dt.hasobject or dt.itemsize == 0:
         raise FormatError(f"dtype: {dt} has no fixed size in device memory")
+    # Numbers only, as for arrays (``_validate.array``): bool, integers, floats, complex and
+    # the ml_dtypes formats; not strings, datetimes or structured records.
+    ml = dt.kind == "V" and dt.fields is None and dt.type is not np.void
+    if not (dt.kind in "biufc" or ml):
+        raise FormatError(
+            f"dtype: {dt} is not a number type; expected bool, an integer, float or complex "
+            "dtype, or a format name such as 'bf16'"
+        )
     return dt
 
 

@@ -13,14 +13,13 @@ Y links carry 128 GB/s per direction, Z links 64 GB/s (4 x 128 x 2 + 2 x 64 x 2 
 
 from __future__ import annotations
 
-import functools
 import operator
 
-from . import _core, spec
+from . import _core, _validate, spec
 from . import collectives as _coll
-from .chip import Chip, _check_lnc
-from .collectives import CollectiveReport, CollectiveResult
-from .errors import Trn2ValueError
+from .chip import Chip, _cached, _check_lnc
+from .collectives import CollectiveReport, CollectiveResult, _is_sequence
+from .errors import ShapeError, Trn2ValueError
 
 __all__ = ["Torus", "Instance", "UltraServer", "UltraCluster", "INSTANCE_TYPES"]
 
@@ -34,11 +33,13 @@ _ULTRASERVER_SHAPE = [spec.instance_torus_x, spec.instance_torus_y, spec.ultrase
 
 def _index(value, name: str) -> int:
     if isinstance(value, bool):
-        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}")
+        raise Trn2ValueError(f"{name}: expected an integer >= 0, got {value!r}")
     try:
         v = operator.index(value)
     except TypeError:
-        raise Trn2ValueError(f"{name}: expected an integer, got {value!r}") from None
+        raise Trn2ValueError(
+            f"{name}: expected an integer >= 0, got {_validate._show(value)}"
+        ) from None
     if v < 0:
         raise Trn2ValueError(f"{name}: expected an integer >= 0, got {v}")
     if v >= 1 << 62:
@@ -55,6 +56,11 @@ class Torus:
     """
 
     def __init__(self, shape=(4, 4), ultraservers: int = 1) -> None:
+        if not _is_sequence(shape):
+            raise ShapeError(
+                f"shape: expected a tuple of torus extents such as (4, 4), got "
+                f"{_validate._show(shape)}"
+            )
         dims = [_index(e, "shape") for e in shape]
         self._t = _core.Torus(dims, _index(ultraservers, "ultraservers"))
 
@@ -92,6 +98,11 @@ class Torus:
         return tuple(self._t.coords(_index(i, "i")))
 
     def index(self, coords) -> int:
+        if not _is_sequence(coords):
+            raise ShapeError(
+                f"coords: expected a tuple of {len(self.shape)} coordinates, got "
+                f"{_validate._show(coords)}"
+            )
         return self._t.index([_index(c, "coords") for c in coords])
 
     def neighbors(self, i) -> tuple[int, ...]:
@@ -118,7 +129,11 @@ class Torus:
 
 
 class _Machine:
-    """Collectives over the chips of a machine; ``chips`` in rank order."""
+    """Collectives over the chips of a machine; ``chips`` in rank order.
+
+    Threads: a machine holds no mutable state of its own (collectives are pure functions of
+    their buffers), so threads may share one and call its collectives concurrently; each call
+    gets its own outputs. The chips' cores are shared like any ``NeuronCore``."""
 
     _torus: object
     _lnc: int
@@ -128,11 +143,11 @@ class _Machine:
     def lnc(self) -> int:
         return self._lnc
 
-    @functools.cached_property
+    @_cached
     def topology(self) -> Torus:
         return Torus._wrap(self._torus)
 
-    @functools.cached_property
+    @_cached
     def chips(self) -> tuple[Chip, ...]:
         """The chips, in rank order (chip ``i`` is rank ``i``)."""
         return tuple(Chip(self._lnc, index=i) for i in range(self._torus.size))
@@ -140,15 +155,19 @@ class _Machine:
     def _ranks(self, chips) -> int:
         if chips is None:
             return self._torus.size
-        if isinstance(chips, (str, bytes)) or not hasattr(chips, "__len__"):
-            raise Trn2ValueError(f"chips: expected a list of chip indices, got {chips!r}")
-        if len(chips) == 0:
-            raise Trn2ValueError("chips: got an empty list; a collective needs at least one chip")
         return len(chips)
 
     @staticmethod
     def _chip_list(chips):
-        return None if chips is None else [_index(c, "chips") for c in chips]
+        if chips is None:
+            return None
+        if not _is_sequence(chips):
+            raise Trn2ValueError(
+                f"chips: expected a list of chip indices, got {_validate._show(chips)}"
+            )
+        if len(chips) == 0:
+            raise Trn2ValueError("chips: got an empty list; a collective needs at least one chip")
+        return [_index(c, "chips") for c in chips]
 
     def all_reduce(self, buffers, op: str = "sum", algorithm: str = "auto", *, chips=None):
         """Every rank ends with the reduction (``sum``, ``max`` or ``min``) of all buffers.
@@ -209,10 +228,10 @@ class Instance(_Machine):
     ``trn2u.48xlarge`` (16 chips, 4 x 4 torus)."""
 
     def __init__(self, instance_type: str = "trn2.48xlarge", lnc: int = 2) -> None:
-        if instance_type not in INSTANCE_TYPES:
-            raise Trn2ValueError(
-                f"instance_type: unknown {instance_type!r}; expected one of {tuple(INSTANCE_TYPES)}"
-            )
+        _validate.name(
+            instance_type, "instance_type", INSTANCE_TYPES, cls=Trn2ValueError,
+            what="instance type",
+        )  # fmt: skip
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
         self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1)

@@ -70,8 +70,8 @@ impl PyTorus {
     /// The links a transfer from `i` to `j` takes, by name.
     fn route(&self, py: Python<'_>, i: usize, j: usize) -> PyResult<Vec<String>> {
         guard(py, || {
-            self.inner.coords(i)?;
-            self.inner.coords(j)?;
+            // Checks both chips, naming `i` or `j` in the error.
+            self.inner.hops(i, j)?;
             let mut names = Vec::new();
             self.inner
                 .route(i, j, |l| names.push(self.inner.link_name(l)));
@@ -143,7 +143,12 @@ fn report_to_dict<'py>(
     d.set_item("phases", phases)?;
     let links = PyDict::new(py);
     let bws = PyDict::new(py);
-    for &(l, b) in &r.timing.link_bytes {
+    for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
+        // An UltraCluster's report names millions of links (seconds of work with the GIL
+        // held): let Ctrl-C in every 65536 of them.
+        if i % 65536 == 65535 {
+            py.check_signals()?;
+        }
         let name = t.link_name(l);
         bws.set_item(&name, t.link_id_bandwidth(l))?;
         links.set_item(name, b)?;
@@ -180,15 +185,28 @@ pub fn collective_estimate<'py>(
 }
 
 /// Fresh numpy arrays of `lens` elements, left uninitialised (numpy's allocator, with its huge
-/// page hints for big arrays: faster to fill than zeroed memory).
+/// page hints for big arrays: faster to fill than zeroed memory). `CapacityError` on `buffers`
+/// when the host cannot hold them: all of them together (checked first), or one that numpy then
+/// fails to allocate (`arrays::new_uninit`; rust-numpy's `PyArray1::new` would panic).
 ///
 /// SAFETY (callers): every element is written by the collective before the arrays are returned
 /// (an all-reduce writes every chunk of every output, a reduce-scatter every element of its
 /// owner's part, the data-movement collectives every position); on an error the arrays are
 /// dropped without Python ever seeing them.
-fn uninit<'py, T: Element>(py: Python<'py>, lens: &[usize]) -> Vec<Bound<'py, PyArray1<T>>> {
+fn uninit<'py, T: Element>(
+    py: Python<'py>,
+    lens: &[usize],
+) -> PyResult<Vec<Bound<'py, PyArray1<T>>>> {
+    let total: u128 = lens.iter().map(|&m| m as u128).sum::<u128>() * size_of::<T>() as u128;
+    guard(py, || {
+        trn2core::host::check_alloc("buffers", "the collective's outputs", total)
+    })?;
     lens.iter()
-        .map(|&m| unsafe { PyArray1::<T>::new(py, [m], false) })
+        .map(|&m| {
+            guard(py, || unsafe {
+                crate::arrays::new_uninit::<T>(py, m, "buffers", "a rank's output")
+            })
+        })
         .collect()
 }
 
@@ -262,8 +280,8 @@ pub fn collective_reduce<'py>(
                 .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
                 .collect::<PyResult<_>>()?;
             check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-            let lens = output_lengths(k, g.n(), slices[0].len());
-            let outs = uninit::<$t>(py, &lens);
+            let lens = output_lengths(k, g.n(), slices.first().map_or(0, |s| s.len()));
+            let outs = uninit::<$t>(py, &lens)?;
             let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
             let mut outs_mut: Vec<BufMut> = Vec::with_capacity(rws.len());
             for rw in rws.iter_mut() {
@@ -322,12 +340,12 @@ pub fn collective_move<'py>(
         .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
         .collect::<PyResult<_>>()?;
     check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-    let l = slices[0].len() / elem_size;
+    let l = slices.first().map_or(0, |s| s.len()) / elem_size;
     let lens: Vec<usize> = output_lengths(k, g.n(), l)
         .into_iter()
         .map(|m| m * elem_size)
         .collect();
-    let outs = uninit::<u8>(py, &lens);
+    let outs = uninit::<u8>(py, &lens)?;
     let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
     let mut outs_mut: Vec<&mut [u8]> = Vec::with_capacity(rws.len());
     for rw in rws.iter_mut() {

@@ -36,9 +36,12 @@ fn fill_bytes<'py>(
     n: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), Error> + Send,
 ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-    // SAFETY: `PyArray1::new` leaves the buffer uninitialised; every caller's `fill` writes all
-    // `n` bytes (the core checks the length) and the array is dropped if it fails.
-    let arr = unsafe { PyArray1::<u8>::new(py, [n], false) };
+    // SAFETY: `new_uninit` leaves the buffer uninitialised; every caller's `fill` writes all
+    // `n` bytes (the core checks the length) and the array is dropped if it fails. (It is
+    // `CapacityError` when numpy cannot allocate, where `PyArray1::new` would panic.)
+    let arr = guard(py, || unsafe {
+        crate::arrays::new_uninit::<u8>(py, n, "x", "the compressed stream")
+    })?;
     {
         let mut rw = arr.readwrite();
         let out = guard(py, || {

@@ -259,8 +259,7 @@ pub fn compress_into(
     out: &mut Vec<u8>,
 ) -> Result<()> {
     validate(bytes, elem_size, dtype, shape)?;
-    stream::encode(bytes, elem_size, codec, dtype, shape, out);
-    Ok(())
+    stream::encode(bytes, elem_size, codec, dtype, shape, out)
 }
 
 /// The first pass of [`compress`]: validates the arguments and sizes every block, so the
@@ -284,7 +283,7 @@ pub fn plan_compress<'a>(
         raw_nbytes: bytes.len() as u64,
         nbytes: 0,
     };
-    let encoder = stream::Encoder::plan(bytes, elem_size, codec, dtype, shape);
+    let encoder = stream::Encoder::plan(bytes, elem_size, codec, dtype, shape)?;
     let info = StreamInfo {
         nbytes: encoder.len() as u64,
         ..info
@@ -327,8 +326,7 @@ impl PlannedStream<'_> {
                 ),
             ));
         }
-        self.encoder.write(out);
-        Ok(())
+        self.encoder.write(out)
     }
 }
 

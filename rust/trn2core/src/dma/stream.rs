@@ -147,14 +147,15 @@ pub(super) struct Encoder<'a> {
 }
 
 impl<'a> Encoder<'a> {
-    /// First pass (arguments validated by [`super::plan_compress`]).
+    /// First pass (arguments validated by [`super::plan_compress`]). `Error::Interrupted` if
+    /// the installed cancellation token fires (checked per 256 KiB task).
     pub(super) fn plan(
         bytes: &'a [u8],
         elem_size: usize,
         codec: Codec,
         dtype: &str,
         shape: &[u64],
-    ) -> Encoder<'a> {
+    ) -> Result<Encoder<'a>> {
         let block_elems = codec.block_elems();
         let mut head = Vec::with_capacity(32 + dtype.len() + 10 * shape.len());
         head.extend_from_slice(&MAGIC);
@@ -172,14 +173,26 @@ impl<'a> Encoder<'a> {
             0 => TASK_RAW_BYTES,
             b => (TASK_RAW_BYTES / b).max(1) * b,
         };
+        let cancel = crate::cancel::current();
         let plans: Vec<TaskPlan> = bytes
             .par_chunks(task_bytes)
-            .map(|chunk| with_word!(elem_size, plan_task(chunk, codec, block_bytes)))
+            .map(|chunk| {
+                if cancel.is_cancelled() {
+                    // Skipped: the result is thrown away below.
+                    return TaskPlan {
+                        table: Vec::new(),
+                        coded: None,
+                        len: 0,
+                    };
+                }
+                with_word!(elem_size, plan_task(chunk, codec, block_bytes))
+            })
             .collect();
+        cancel.check()?;
         let table_len: usize = plans.iter().map(|t| 4 * t.table.len()).sum();
         let payload_len: usize = plans.iter().map(|t| t.len).sum();
         let front_len = head.len() + table_len;
-        Encoder {
+        Ok(Encoder {
             bytes,
             elem_size,
             head,
@@ -188,7 +201,7 @@ impl<'a> Encoder<'a> {
             task_bytes,
             front_len,
             payload_len,
-        }
+        })
     }
 
     /// Length of the whole stream in bytes.
@@ -198,7 +211,9 @@ impl<'a> Encoder<'a> {
 
     /// Second pass: writes the stream into `out`, exactly [`Encoder::len`] bytes long. Every
     /// byte is written (the caller may hand over uninitialised-then-zeroed or dirty memory).
-    pub(super) fn write(&self, out: &mut [u8]) {
+    /// `Error::Interrupted` if the installed cancellation token fires (checked per task; the
+    /// output is then incomplete).
+    pub(super) fn write(&self, out: &mut [u8]) -> Result<()> {
         debug_assert_eq!(out.len(), self.len());
         let (front, rest) = out.split_at_mut(self.front_len);
         let (head_out, mut table_out) = front.split_at_mut(self.head.len());
@@ -218,20 +233,26 @@ impl<'a> Encoder<'a> {
             payload = b;
         }
         let (elem_size, block_bytes) = (self.elem_size, self.block_bytes);
+        let cancel = crate::cancel::current();
         let crcs: Vec<u32> = slices
             .into_par_iter()
             .zip(self.plans.par_iter())
             .zip(self.bytes.par_chunks(self.task_bytes))
             .map(|((dst, plan), chunk)| {
+                if cancel.is_cancelled() {
+                    return 0;
+                }
                 with_word!(elem_size, fill_task(chunk, plan, dst, block_bytes))
             })
             .collect();
+        cancel.check()?;
         let crc = self
             .plans
             .iter()
             .zip(&crcs)
             .fold(crc_front, |acc, (t, &c)| combine(acc, c, t.len as u64));
         crc_out.copy_from_slice(&crc.to_le_bytes());
+        Ok(())
     }
 }
 
@@ -243,8 +264,8 @@ pub(super) fn encode(
     dtype: &str,
     shape: &[u64],
     out: &mut Vec<u8>,
-) {
-    let enc = Encoder::plan(bytes, elem_size, codec, dtype, shape);
+) -> Result<()> {
+    let enc = Encoder::plan(bytes, elem_size, codec, dtype, shape)?;
     let total = enc.len();
     if out.capacity() >= total {
         out.clear();
@@ -254,7 +275,7 @@ pub(super) fn encode(
         // pages are first touched in parallel rather than by a memset here.
         *out = vec![0u8; total];
     }
-    enc.write(out);
+    enc.write(out)
 }
 
 /// A parsed and bounds-checked stream: everything but the payload's content is known valid.

@@ -8,7 +8,10 @@
 //! core computes one block with the single-core schedule of [`estimate_gemm`], and the cores run
 //! in parallel. Every factorisation of the core count that gives each core at least one tile is
 //! costed and the fastest is kept (within 0.1 % counts as a tie; ties: no K split, then
-//! splitting M before N).
+//! splitting M before N). A GEMM with too few tiles for any factorisation (a 128 x 128 x 128
+//! GEMM on two cores) runs on the most cores that each get a tile, the first ones of the
+//! logical core; the others idle (detail `cores_used`; the peak and utilisation still count
+//! every core).
 //!
 //! Splitting K leaves each core of a K group with a partial sum of the whole output block; the
 //! partials are combined on the group's first core: each other partial is moved there by DMA
@@ -71,39 +74,18 @@ pub fn combine_seconds(m: u64, n: u64, pk: u64) -> f64 {
     (pk - 1) as f64 * one
 }
 
-/// Costs `plan` split over the physical cores `cores` (indices 0..8 of one chip, each once).
-pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
-    split_with(plan, cores, estimate_gemm)
-}
-
-/// [`estimate_gemm_cores`] with every block costed by the reference walk
-/// ([`estimate_gemm_walk`]), to test the fast evaluation against; not part of the API.
-#[doc(hidden)]
-pub fn estimate_gemm_cores_walk(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
-    split_with(plan, cores, estimate_gemm_walk)
-}
-
-fn split_with(
+/// The fastest `pm x pn x pk` split of `plan` over exactly the cores `cores` that gives each
+/// core at least one tile (`tiles`: M, N and K tiles; `sizes`: their sizes), with its total
+/// seconds, the block's report, memory and combination seconds, and the per-core HBM rate.
+#[allow(clippy::type_complexity)]
+fn best_split(
     plan: &GemmPlan,
     cores: &[usize],
-    estimate: fn(&GemmPlan) -> Result<Report>,
-) -> Result<Report> {
+    (mt, nt, kt): (u64, u64, u64),
+    (sf, mf, kpi): (u64, u64, u64),
+    estimate: Estimator,
+) -> Result<Option<(f64, Split, Report, f64, f64, f64)>> {
     let nc = cores.len() as u64;
-    if nc == 0 || cores.iter().any(|&c| c >= CORES_PER_CHIP) {
-        return Err(Error::value(
-            "core",
-            format!("cores {cores:?}: expected 1..=8 distinct physical cores 0..8"),
-        ));
-    }
-    let mut sorted = cores.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != cores.len() {
-        return Err(Error::value(
-            "core",
-            format!("cores {cores:?} repeat a core"),
-        ));
-    }
     // HBM bandwidth of each core: its stack shared by the split's cores on it.
     let on_stack = |c: usize| {
         cores
@@ -117,15 +99,7 @@ fn split_with(
         .map(|&c| HBM_STACK_BYTES_PER_S / on_stack(c) as f64)
         .fold(f64::INFINITY, f64::min);
     let rate = dma_rate.min(worst_share);
-    let sf = MATMUL_STATIONARY_FREE_MAX as u64;
-    let mf = MATMUL_MOVING_FREE_MAX as u64;
-    let kpi = plan.k_per_instruction.max(1);
-    let (mt, nt, kt) = (
-        plan.m.div_ceil(sf),
-        plan.n.div_ceil(mf),
-        plan.k.div_ceil(kpi),
-    );
-    let mut best: Option<(f64, Split, Report, f64, f64)> = None;
+    let mut best: Option<(f64, Split, Report, f64, f64, f64)> = None;
     for pk in (1..=nc).filter(|d| nc.is_multiple_of(*d)) {
         for pn in (1..=nc / pk).filter(|d| (nc / pk).is_multiple_of(*d)) {
             let pm = nc / pk / pn;
@@ -150,12 +124,72 @@ fn split_with(
                 Some((t, ..)) => total < *t * (1.0 - 1e-3),
             };
             if better {
-                best = Some((total, Split { pm, pn, pk }, r, memory, combine));
+                best = Some((total, Split { pm, pn, pk }, r, memory, combine, rate));
             }
         }
     }
-    let (total, split, sub, memory, combine) =
-        best.ok_or_else(|| Error::value("core", "internal: no split of the GEMM fits the cores"))?;
+    Ok(best)
+}
+
+/// How one core's block is costed: [`estimate_gemm`], or the reference walk in tests.
+type Estimator = fn(&GemmPlan) -> Result<Report>;
+
+/// Costs `plan` split over the physical cores `cores` (indices 0..8 of one chip, each once).
+pub fn estimate_gemm_cores(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
+    split_with(plan, cores, estimate_gemm)
+}
+
+/// [`estimate_gemm_cores`] with every block costed by the reference walk
+/// ([`estimate_gemm_walk`]), to test the fast evaluation against; not part of the API.
+#[doc(hidden)]
+pub fn estimate_gemm_cores_walk(plan: &GemmPlan, cores: &[usize]) -> Result<Report> {
+    split_with(plan, cores, estimate_gemm_walk)
+}
+
+fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<Report> {
+    let nc = cores.len() as u64;
+    if nc == 0 || cores.iter().any(|&c| c >= CORES_PER_CHIP) {
+        return Err(Error::value(
+            "core",
+            format!("cores {cores:?}: expected 1..=8 distinct physical cores 0..8"),
+        ));
+    }
+    let mut sorted = cores.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != cores.len() {
+        return Err(Error::value(
+            "core",
+            format!("cores {cores:?} repeat a core"),
+        ));
+    }
+    let sf = MATMUL_STATIONARY_FREE_MAX as u64;
+    let mf = MATMUL_MOVING_FREE_MAX as u64;
+    let kpi = plan.k_per_instruction.max(1);
+    let (mt, nt, kt) = (
+        plan.m.div_ceil(sf),
+        plan.n.div_ceil(mf),
+        plan.k.div_ceil(kpi),
+    );
+    // All the cores when the GEMM has tiles enough for one of the factorisations; else the
+    // most cores that can each get a tile (the first ones of `cores`), the rest idle. One core
+    // always fits (every dimension is at least one tile).
+    let mut found = None;
+    for used in (1..=nc).rev() {
+        found = best_split(
+            plan,
+            &cores[..used as usize],
+            (mt, nt, kt),
+            (sf, mf, kpi),
+            estimate,
+        )?;
+        if found.is_some() {
+            break;
+        }
+    }
+    let (total, split, sub, memory, combine, rate) = found
+        .ok_or_else(|| Error::value("core", "internal: no split of the GEMM fits the cores"))?;
+    let used = split.pm * split.pn * split.pk;
     // The whole GEMM on one core, for the instruction count and the speed-up.
     let mut whole = plan.clone();
     whole.trace = false;
@@ -182,7 +216,7 @@ fn split_with(
     rep.flops = single.flops;
     rep.tflops = rep.flops / total / 1e12;
     let pe_seconds = sub.pe_cycles as f64 / crate::spec::PE_CLOCK_HZ;
-    rep.pe_tflops = rep.flops / (pe_seconds * nc as f64) / 1e12;
+    rep.pe_tflops = rep.flops / (pe_seconds * used as f64) / 1e12;
     rep.peak_tflops = plan.peak_flops_per_s * nc as f64 / 1e12;
     rep.utilization = (rep.flops / total / (plan.peak_flops_per_s * nc as f64)).min(1.0);
     rep.bound = if memory > detail(&sub, "compute_s") {
@@ -200,13 +234,14 @@ fn split_with(
         ("compute_s", detail(&sub, "compute_s")),
         ("memory_s", memory),
         ("dma_prologue_s", detail(&sub, "dma_prologue_s")),
-        ("hbm_bytes", detail(&sub, "hbm_bytes") * nc as f64),
+        ("hbm_bytes", detail(&sub, "hbm_bytes") * used as f64),
         ("hbm_bytes_per_s_per_core", rate),
         ("throttle_s", detail(&sub, "throttle_s")),
         ("single_core_s", single.seconds),
+        ("cores_used", used as f64),
     ];
     if plan.trace {
-        for &c in cores {
+        for &c in &cores[..used as usize] {
             rep.events
                 .push(Event::new(CORE_TRACKS[c], "gemm block", 0.0, core_s));
         }
@@ -251,5 +286,28 @@ mod tests {
         assert!(get("combine_s") > 0.0);
         let one = estimate_gemm_cores(&p, &[0]).expect("ok");
         assert!(r.seconds < one.seconds);
+    }
+
+    #[test]
+    fn a_gemm_smaller_than_the_cores_uses_the_cores_it_can() {
+        // One output tile and one K tile: nothing to split, one core works (was an error).
+        let get = |r: &Report, n: &str| r.details.iter().find(|d| d.0 == n).map_or(-1.0, |d| d.1);
+        let p = plan(4, 4, 4);
+        let one = estimate_gemm_cores(&p, &[0]).expect("ok");
+        let two = estimate_gemm_cores(&p, &[0, 1]).expect("ok");
+        assert_eq!(get(&two, "cores_used"), 1.0);
+        assert_eq!(two.seconds, one.seconds);
+        assert_eq!(two.peak_tflops, 2.0 * one.peak_tflops);
+        // Three M tiles on eight cores: 3 x 1 x 1 is not a factorisation of 8 or 7..4, so
+        // the best of two cores (M split), never an error.
+        let p = plan(384, 128, 512);
+        let chip = estimate_gemm_cores(&p, &[0, 1, 2, 3, 4, 5, 6, 7]).expect("ok");
+        let used = get(&chip, "cores_used");
+        assert!((1.0..=3.0).contains(&used), "{used}");
+        assert_eq!(
+            get(&chip, "split_m") * get(&chip, "split_n") * get(&chip, "split_k"),
+            used
+        );
+        assert!(chip.seconds <= estimate_gemm_cores(&p, &[0]).expect("ok").seconds);
     }
 }

@@ -33,6 +33,7 @@ use crate::spec::{
     RING_HOP_LATENCY_S,
 };
 use crate::topology::{LinkKind, Torus};
+use crate::Result;
 
 /// Timing of one phase.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,8 +104,11 @@ const TRACE_MAX_LINK_TRACKS: usize = 2048;
 
 /// Costs `s` on `group` with fine chunks of `fine_chunk_bytes` each (the average; fine chunks of
 /// a buffer differ by at most one element). With `trace`, also builds a Chrome/Perfetto trace:
-/// one track for the phases and one per link.
-pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> Timing {
+/// one track for the phases and one per link. `Error::Interrupted` if the installed
+/// cancellation token fires (checked per phase and every 4096 transfers: an UltraCluster of
+/// 4096 UltraServers has 262144 transfers a step and costs in seconds).
+pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> Result<Timing> {
+    let cancel = crate::cancel::current();
     let torus: &Torus = group.torus;
     let nlinks = torus.size() * torus.links_per_chip();
     let mut load = vec![0f64; nlinks];
@@ -124,7 +128,11 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         let mut max_hops = 0;
         let mut efa = false;
         let mut step_net = 0.0;
-        for tr in &phase.transfers {
+        cancel.check()?;
+        for (i, tr) in phase.transfers.iter().enumerate() {
+            if i % 4096 == 4095 {
+                cancel.check()?;
+            }
             let bytes = tr.sel.fine_chunks(s.k) as f64 * fine_chunk_bytes;
             let (a, b) = (group.chips[tr.src as usize], group.chips[tr.dst as usize]);
             let route = torus.route(a, b, |l| {
@@ -218,14 +226,14 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         .filter(|(_, &b)| b > 0.0)
         .map(|(l, &b)| (l, b))
         .collect();
-    Timing {
+    Ok(Timing {
         seconds: t,
         phases,
         link_bytes,
         max_link_utilization: max_util,
         network_bytes,
         trace: trace.then(|| trace_json(&events)),
-    }
+    })
 }
 
 /// A Chrome trace-event document: one thread per track, times in microseconds.

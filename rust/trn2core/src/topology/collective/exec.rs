@@ -179,8 +179,14 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
                 ),
             )
         })?;
-    let mut state = vec![UNDEF; cells];
+    // Ctrl-C: checked per rank of the initial state and per step (each at most a few
+    // milliseconds of work at the cell limit).
+    let cancel = crate::cancel::current();
+    let mut state =
+        crate::host::zeroed_vec::<u32>("buffers", "the functional model's chunk table", cells)?;
+    state.fill(UNDEF);
     for r in 0..n {
+        cancel.check()?;
         for f in 0..g {
             let holds = match s.kind {
                 Kind::AllGather => f / k == r,
@@ -195,6 +201,7 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
     let mut moves: Vec<(usize, u32)> = Vec::new();
     for phase in &s.phases {
         for step in 0..phase.repeat {
+            cancel.check()?;
             moves.clear();
             // Every transfer of a step reads the state before the step (they are concurrent).
             for t in &phase.transfers {
@@ -535,7 +542,11 @@ pub fn execute_reduce(
     let mut targets: Vec<Target> = Vec::new();
     let mut tasks: Vec<Task> = Vec::new();
     let mut max_depth = 1;
+    let cancel = crate::cancel::current();
     for f in 0..g {
+        if f % 1024 == 0 {
+            cancel.check()?;
+        }
         let (c0, c1) = (boundary(f, g, w), boundary(f + 1, g, w));
         if c0 == c1 {
             continue;
@@ -611,6 +622,8 @@ pub fn execute_reduce(
             )
         },
         |(stack, codes16, codes8), task| -> Result<()> {
+            // One relaxed load per 4096-element block: Ctrl-C stops the reduction promptly.
+            cancel.check()?;
             check_fp_env()?;
             let tgt = &targets[task.target as usize];
             let len = task.end - task.start;
@@ -791,6 +804,7 @@ pub fn execute_move(
             ));
         }
     }
+    let cancel = crate::cancel::current();
     match s.kind {
         Kind::AllGather => {
             let sym = run_symbolic(s)?;
@@ -807,8 +821,11 @@ pub fn execute_move(
                     let src = (id & !LEAF) as usize;
                     let (c0, c1) = (boundary(f, g, w), boundary(f + 1, g, w));
                     let from = c0 - src * l;
-                    out[c0 * elem..c1 * elem]
-                        .copy_from_slice(&inputs[src][from * elem..(from + c1 - c0) * elem]);
+                    copy_checked(
+                        &mut out[c0 * elem..c1 * elem],
+                        &inputs[src][from * elem..(from + c1 - c0) * elem],
+                        &cancel,
+                    )?;
                 }
                 Ok(())
             })
@@ -829,13 +846,16 @@ pub fn execute_move(
             outputs.par_iter_mut().enumerate().try_for_each(|(d, out)| {
                 for &(src, j) in &by_dst[d] {
                     if s.kind == Kind::SendRecv {
-                        out.copy_from_slice(inputs[src]);
+                        copy_checked(out, inputs[src], &cancel)?;
                     } else {
                         // Rank src's chunk j lands at position src of rank j's output.
                         let (c0, c1) = (boundary(j, n, l), boundary(j + 1, n, l));
                         let len = c1 - c0;
-                        out[src * len * elem..(src + 1) * len * elem]
-                            .copy_from_slice(&inputs[src][c0 * elem..c1 * elem]);
+                        copy_checked(
+                            &mut out[src * len * elem..(src + 1) * len * elem],
+                            &inputs[src][c0 * elem..c1 * elem],
+                            &cancel,
+                        )?;
                     }
                 }
                 Ok(())
@@ -846,4 +866,24 @@ pub fn execute_move(
             "execute_move runs all_gather, all_to_all or send_recv",
         )),
     }
+}
+
+/// Bytes copied between two checks of the cancellation token by [`copy_checked`] (about a
+/// millisecond of memory bandwidth).
+const COPY_CHUNK: usize = 4 << 20;
+
+/// `dst.copy_from_slice(src)` in pieces of [`COPY_CHUNK`], checking `cancel` before each: a
+/// send/recv of a 1 GiB buffer stops within a piece's time of Ctrl-C.
+fn copy_checked(dst: &mut [u8], src: &[u8], cancel: &crate::cancel::Cancel) -> Result<()> {
+    if dst.len() != src.len() {
+        return Err(Error::shape(
+            "outputs",
+            format!("internal: a copy of {} bytes into {}", src.len(), dst.len()),
+        ));
+    }
+    for (d, s) in dst.chunks_mut(COPY_CHUNK).zip(src.chunks(COPY_CHUNK)) {
+        cancel.check()?;
+        d.copy_from_slice(s);
+    }
+    Ok(())
 }

@@ -92,11 +92,11 @@ fn report(
     elements: u64,
     elem_bytes: u64,
     trace: bool,
-) -> CollectiveReport {
+) -> Result<CollectiveReport> {
     let n = group.n();
     let w = working_elements(sched.kind, n, elements);
     let fine = w * elem_bytes as f64 / sched.fine_chunks().max(1) as f64;
-    let timing = cost(sched, group, fine, trace);
+    let timing = cost(sched, group, fine, trace)?;
     let size = size_bytes(sched.kind, n, elements, elem_bytes);
     let factor = sched.kind.bus_factor(n);
     let (algbw, busbw) = if timing.seconds > 0.0 {
@@ -104,7 +104,7 @@ fn report(
     } else {
         (0.0, 0.0)
     };
-    CollectiveReport {
+    Ok(CollectiveReport {
         kind: sched.kind,
         algorithm: sched.algorithm_name(),
         op,
@@ -119,7 +119,7 @@ fn report(
         chip_link_capacity: group.torus.chip_egress_bytes_per_s(),
         timing,
         channels: sched.k,
-    }
+    })
 }
 
 /// Costs collective `kind` over `group` for `elements` per rank of `elem_bytes` each, without
@@ -138,7 +138,7 @@ pub fn estimate(
     }
     let size = size_bytes(kind, group.n(), elements, elem_bytes);
     let sched = build(group, kind, algorithm, size as u64, peers)?;
-    let rep = report(&sched, group, None, elements, elem_bytes, trace);
+    let rep = report(&sched, group, None, elements, elem_bytes, trace)?;
     Ok((sched, rep))
 }
 
@@ -163,7 +163,7 @@ pub fn run_reduce(
     let size = size_bytes(kind, group.n(), elements, elem);
     let sched = build(group, kind, algorithm, size as u64, None)?;
     execute_reduce(&sched, op, format, inputs, outputs)?;
-    Ok(report(&sched, group, Some(op), elements, elem, false))
+    report(&sched, group, Some(op), elements, elem, false)
 }
 
 /// Computes an all-gather, all-to-all or send/recv on raw bytes (`elem` bytes per element) and
@@ -181,7 +181,7 @@ pub fn run_move(
     let size = size_bytes(kind, group.n(), elements, elem as u64);
     let sched = build(group, kind, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
-    Ok(report(&sched, group, None, elements, elem as u64, false))
+    report(&sched, group, None, elements, elem as u64, false)
 }
 
 /// The machine and chips `nccom-test` runs `chips` chips on: one chip, the first `chips` chips

@@ -90,12 +90,17 @@ impl Kind {
     }
 
     /// The bus-bandwidth factor of `nccom-test` and nccl-tests for `n` ranks: all-reduce
-    /// `2 (n - 1) / n`, all-gather, reduce-scatter and all-to-all `(n - 1) / n`, send/recv 1.
+    /// `2 (n - 1) / n`, all-gather, reduce-scatter and all-to-all `(n - 1) / n`, send/recv 1 (0 for
+    /// one rank).
     pub fn bus_factor(self, n: usize) -> f64 {
         let n = n as f64;
         match self {
             Kind::AllReduce => 2.0 * (n - 1.0) / n,
             Kind::ReduceScatter | Kind::AllGather | Kind::AllToAll => (n - 1.0) / n,
+            // One rank sends to itself: a copy in its own HBM that crosses no bus (a busbw
+            // above the chip's link capacity, zero for one chip, would break the contract's
+            // physics; the other collectives' factors are 0 at one rank too).
+            Kind::SendRecv if n <= 1.0 => 0.0,
             Kind::SendRecv => 1.0,
         }
     }
@@ -574,7 +579,13 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut
     };
     // The halving order of a channel: bit indices, high bit first, rotated.
     let order = |c: usize| -> Vec<usize> { (0..p).map(|t| p - 1 - (t + c) % p).collect() };
+    // A step of an UltraCluster's RDH is 262144 transfers: stop early on Ctrl-C (the caller
+    // checks the token and drops the unfinished schedule).
+    let cancel = crate::cancel::current();
     for t in 0..p {
+        if cancel.is_cancelled() {
+            return;
+        }
         let mut transfers = Vec::with_capacity(groups.len() * m * channels.len());
         for (ci, &ch) in channels.iter().enumerate() {
             let ord = order(if rotated { ci } else { 0 });
@@ -800,6 +811,9 @@ impl Builder<'_> {
             minus.extend((1..e as u32).rev());
             let perms = [self.perm(plus.clone()), self.perm(minus.clone())];
             let mut rings = Vec::new();
+            if crate::cancel::current().is_cancelled() {
+                break; // the caller checks the token and drops the unfinished schedule
+            }
             for s in 0..self.servers {
                 for l in 0..self.p {
                     let c = (l / strides[d]) % e;
@@ -1122,6 +1136,7 @@ pub fn build(
         sched.phases.extend(b.half(alg, Half::AllGather, &order)?);
     }
     sched.perms = b.perms;
+    crate::cancel::check()?; // a phase builder may have stopped early on Ctrl-C
     Ok(sched)
 }
 
@@ -1186,23 +1201,31 @@ fn hierarchical(
         }
     };
     let mut phases = Vec::new();
+    // Ctrl-C between the stages (each tens of milliseconds for 4096 UltraServers).
+    let check = crate::cancel::check;
     match kind {
         Kind::AllReduce => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
+            check()?;
             inter(true, &mut phases);
+            check()?;
             inter(false, &mut phases);
+            check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }
         Kind::ReduceScatter => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
+            check()?;
             inter(true, &mut phases);
         }
         Kind::AllGather => {
             inter(false, &mut phases);
+            check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }
         Kind::AllToAll | Kind::SendRecv => unreachable!("direct collectives are built above"),
     }
+    check()?;
     sched.phases = phases;
     sched.perms = b.perms;
     Ok(sched)
