@@ -3,6 +3,8 @@ physical cores of a logical core or a chip with the same bits."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import trn2core
@@ -149,5 +151,9 @@ def test_split_gemm_trace(tmp_path):
     path = r.save_trace(tmp_path / "t.json")
     import json
 
-    names = {e["args"]["name"] for e in json.load(open(path))["traceEvents"] if e["ph"] == "M"}
+    names = {
+        e["args"]["name"]
+        for e in json.loads(Path(path).read_text())["traceEvents"]
+        if e["ph"] == "M"
+    }
     assert {"PE core 2", "PE core 3"} <= names

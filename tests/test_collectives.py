@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -438,7 +439,7 @@ def test_collective_report_prints_and_traces(tmp_path):
     text = str(r)
     assert "kangaring" in text and "busbw" in text and "GB/s" in text
     path = r.save_trace(tmp_path / "c.json")
-    doc = json.load(open(path))
+    doc = json.loads(Path(path).read_text())
     tracks = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M"}
     assert "collective" in tracks and "0->1 X+" in tracks
     assert "CollectiveReport(" in repr(r)

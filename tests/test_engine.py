@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -207,7 +208,7 @@ def test_gemm_report_matches_estimate():
 def test_trace(tmp_path):
     r = trn2core.estimate_gemm(1024, 512, 2048, dtype="bf16")
     path = r.save_trace(tmp_path / "t.json")
-    doc = json.loads(open(path).read())
+    doc = json.loads(Path(path).read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and "tid" in e}
     assert {"PE", "ACT (PSUM evict)", "DVE (PSUM evict)"} <= names
     spans = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"] == "matmul"]

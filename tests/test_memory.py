@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -211,7 +212,7 @@ def test_allocations_as_transfer_ends():
 def test_transfers_appear_on_per_queue_tracks(tmp_path):
     core = trn2core.NeuronCore()
     rep = core.dma_copy(np.zeros((128, 4096), np.float32), queue=3)
-    doc = json.loads(open(rep.save_trace(tmp_path / "dma.json")).read())
+    doc = json.loads(Path(rep.save_trace(tmp_path / "dma.json")).read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
     assert names == {f"DMA engine {e} / queue 3" for e in range(16)}
     spans = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
@@ -220,12 +221,12 @@ def test_transfers_appear_on_per_queue_tracks(tmp_path):
     assert abs(end - rep.seconds * 1e6) < 1e-3
     # A transfer over 20 partitions runs on engines 0..2 only (8 partitions each).
     narrow = core.dma_copy(np.zeros((20, 4096), np.float32))
-    doc = json.loads(open(narrow.save_trace(tmp_path / "narrow.json")).read())
+    doc = json.loads(Path(narrow.save_trace(tmp_path / "narrow.json")).read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
     assert names == {f"DMA engine {e} / queue 0" for e in range(3)}
     # The GEMM's memory side: first tiles and streams on queues 0 (a), 1 (b), 2 (results).
     g = trn2core.estimate_gemm(1024, 1024, 1024)
-    doc = json.loads(open(g.save_trace(tmp_path / "gemm.json")).read())
+    doc = json.loads(Path(g.save_trace(tmp_path / "gemm.json")).read_text())
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
     dma_tracks = {n for n in names if n.startswith("DMA")}
     assert dma_tracks == {f"DMA engine {e} / queue {q}" for e in range(16) for q in range(3)}
