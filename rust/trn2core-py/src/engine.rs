@@ -177,27 +177,44 @@ pub fn gemm(
     perf_mode: &str,
 ) -> PyResult<Py<PyAny>> {
     let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
+    let (arr, ()) = gemm_to_numpy(py, a, b, [m, k, n], |av, bv, out| {
+        engine::gemm_f32_into(av, bv, m, k, n, mode, out)
+    })?;
+    Ok(arr)
+}
+
+/// Runs `kernel(a, b, out)` on the float32 operands `a` `[m, k]` and `b` `[k, n]` with an
+/// `[m, n]` float32 result in numpy's memory (refused before allocating when the host cannot
+/// hold it); returns the result and what the kernel returned.
+fn gemm_to_numpy<T>(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    [m, k, n]: [usize; 3],
+    kernel: impl FnOnce(&[f32], &[f32], &mut [f32]) -> Result<T, Error> + Send,
+) -> PyResult<(Py<PyAny>, T)>
+where
+    T: Send,
+{
     let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
     let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
     let av = guard(py, || slice(&aa, "a"))?;
     let bv = guard(py, || slice(&ba, "b"))?;
     let len = guard(py, || out_len(m, n))?;
     let what = format!("the {m} x {n} float32 result");
-    // SAFETY: gemm_f32_into writes all `m * n` elements (it checks the length) before Python
-    // can read the array.
+    // SAFETY: every kernel passed here writes all `m * n` elements (each checks the length)
+    // before Python can read the array.
     let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
-    {
+    let done = {
         let mut rw = arr.readwrite();
         let out = guard(py, || {
             rw.as_slice_mut()
                 .map_err(|_| Error::shape("out", "not contiguous"))
         })?;
         let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
-        guard_work(py, work, || {
-            engine::gemm_f32_into(av, bv, m, k, n, mode, out)
-        })?;
-    }
-    Ok(arr.into_any().unbind())
+        guard_work(py, work, || kernel(av, bv, out))?
+    };
+    Ok((arr.into_any().unbind(), done))
 }
 
 /// `a @ b` for an `a` pruned to a sparse pattern (normal perf_mode): the dense GEMM's bits,
@@ -211,30 +228,10 @@ pub fn gemm_skip_zeros(
     k: usize,
     n: usize,
 ) -> PyResult<(Py<PyAny>, bool)> {
-    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
-    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
-    let av = guard(py, || slice(&aa, "a"))?;
-    let bv = guard(py, || slice(&ba, "b"))?;
-    let len = guard(py, || out_len(m, n))?;
-    let what = format!("the {m} x {n} float32 result");
-    // SAFETY: gemm_skip_zeros_into writes all `m * n` elements (it checks the length) before
-    // Python can read the array.
-    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
-    let kernel = {
-        let mut rw = arr.readwrite();
-        let out = guard(py, || {
-            rw.as_slice_mut()
-                .map_err(|_| Error::shape("out", "not contiguous"))
-        })?;
-        let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
-        guard_work(py, work, || {
-            engine::gemm_skip_zeros_into(av, bv, m, k, n, out)
-        })?
-    };
-    Ok((
-        arr.into_any().unbind(),
-        kernel == engine::SparseKernel::SkipZeros,
-    ))
+    let (arr, kernel) = gemm_to_numpy(py, a, b, [m, k, n], |av, bv, out| {
+        engine::gemm_skip_zeros_into(av, bv, m, k, n, out)
+    })?;
+    Ok((arr, kernel == engine::SparseKernel::SkipZeros))
 }
 
 /// Elements of an `m x n` float32 result, after checking that the host can hold it

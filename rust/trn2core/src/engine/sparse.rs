@@ -59,14 +59,15 @@ const MAX_DENSITY: f64 = 0.4;
 pub enum SparseKernel {
     /// The zero-skipping kernel.
     SkipZeros,
-    /// The dense kernel: `b` had an Inf or NaN, or `a` was more than half non-zero.
+    /// The dense kernel: `b` had an Inf or NaN, `a` was more than 40% non-zero, or the CPU has
+    /// no AVX-512.
     Dense,
 }
 
 /// Which inner loop [`gemm_skip_zeros_into_with`] uses (tests compare them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// The best this CPU has.
+    /// The AVX-512 loop, or the dense kernel on a CPU without AVX-512.
     Best,
     /// Plain Rust (`f32::mul_add`), on any CPU.
     Portable,
@@ -107,6 +108,11 @@ pub fn gemm_skip_zeros_into_with(
         };
         run(view, b, m, k, n, Tiling::gemm(PerfMode::None), out).map(|_| SparseKernel::Dense)
     };
+    // Without AVX-512 the skipping loop is slower than the dense kernel's AVX2 path: use that.
+    let avx512 = x86::has_avx512();
+    if isa == Isa::Best && !avx512 {
+        return dense(out);
+    }
     if m == 0 || n == 0 || k == 0 || !b.par_iter().all(|x| x.is_finite()) {
         return dense(out);
     }
@@ -189,7 +195,7 @@ pub fn gemm_skip_zeros_into_with(
         row_floats,
         half,
     };
-    let avx512 = isa == Isa::Best && x86::has_avx512();
+    let avx512 = isa == Isa::Best && avx512;
     // Tasks: MC rows x NC columns, each holding its rows' segments of the output. As in the
     // dense driver, one K tile at a time is added into every task's block: per tile, a task
     // reads its rows' entries of the tile once and 16 KiB of packed b per column block.
