@@ -322,6 +322,34 @@ def test_matmul(ops, bank, accumulate, perf_mode, tile, size):
 
 
 @given(
+    pattern=st.sampled_from(t.SPARSITY_PATTERNS),
+    dims=st.tuples(st.integers(1, 70), st.integers(1, 30), st.integers(1, 70)),
+    dtype=st.sampled_from([np.float32, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3]),
+    seed=st.integers(0, 2**32 - 1),
+    spread=st.integers(0, 140),
+    special=st.sampled_from([None, np.inf, -np.inf, np.nan]),
+)
+def test_sparse_gemm_bits(pattern, dims, dtype, seed, spread, special):
+    """``gemm`` of a compressed operand has the dense GEMM's bits (zero signs, NaNs, Infs) on
+    data whose products overflow, underflow and cancel, with the zero-skipping kernel or not."""
+    m, groups, n = dims
+    k = groups * int(pattern.split(":")[1])
+    rng = np.random.default_rng(seed)
+
+    def data(shape):
+        x = rng.standard_normal(shape) * 2.0 ** rng.integers(-spread, spread + 1, shape)
+        with np.errstate(over="ignore"):  # beyond float32's range: Inf, on purpose
+            return x.astype(np.float32).astype(dtype)
+
+    a = t.prune(data((m, k)), pattern, axis=1)
+    b = data((k, n))
+    if special is not None:
+        b[rng.integers(k), rng.integers(n)] = special
+    s, d = t.gemm(t.compress(a, pattern, axis=1), b).out, t.gemm(a, b).out
+    assert same_bits(s, d)
+
+
+@given(
     x=mostly(numeric_arrays(hnp.array_shapes(min_dims=1, max_dims=3, max_side=16)), NOT_ARRAYS),
     pattern=names(t.SPARSITY_PATTERNS),
     axis=ints(-3, 2),
@@ -343,6 +371,14 @@ def test_sparsity(x, pattern, axis):
     c = contract(t.compress, x, pattern, axis=axis)
     if c is not None:
         assert same_bits(c.decompress(), np.ascontiguousarray(a, a.dtype.newbyteorder("=")))
+    # As a stationary operand (pruned along K): the dense GEMM's bits, or the same refusal.
+    if p.ndim == 2 and axis % 2 == 1:
+        b = np.ascontiguousarray(p.T)
+        s, d = contract(t.gemm, sp, b), contract(t.gemm, p, b)
+        assert (s is None) == (d is None)
+        if s is not None:
+            event("sparse gemm compared")
+            assert same_bits(s.out, d.out)
 
 
 @given(x=mostly(numeric_arrays(), NOT_ARRAYS), codec=names(t.dma.CODECS))
