@@ -48,6 +48,19 @@ def check_alloc(arg: str, what: str, nbytes: int) -> None: ...
 
 # Structured sparsity (codes arrive as flat unsigned views of their width).
 def sparsity_patterns() -> list[str]: ...
+def gemm(
+    a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int, perf_mode: str
+) -> npt.NDArray[np.float32]: ...
+def estimate_gemm(
+    m: int,
+    k: int,
+    n: int,
+    dtype: str,
+    perf_mode: str,
+    throttle: bool,
+    trace: bool,
+    sparsity: str | None = None,
+) -> tuple[dict[str, object], str | None]: ...
 def gemm_skip_zeros(
     a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int
 ) -> tuple[npt.NDArray[np.float32], bool]: ...

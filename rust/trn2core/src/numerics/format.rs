@@ -4,7 +4,7 @@
 //! "IEEE-style" formats reserve the all-ones exponent for Inf (mantissa 0) and NaN (otherwise);
 //! `fp8_e4m3fn` (OCP E4M3) has no Inf and a single NaN per sign (all ones), so its largest finite
 //! value is `S.1111.110` = 448. Neuron's `float8_e4m3` is the IEEE-style one with max 240
-//! (trn2_facts.md section 14.2: [S22][S23][S26]).
+//! (trn2_facts.md section 14.2: \[S22\]\[S23\]\[S26\]).
 
 use crate::{Error, Result};
 
@@ -128,7 +128,7 @@ impl Format {
     }
 
     /// The encoding with an explicit exponent bias (Trainium2's configurable FP8, "cFP8";
-    /// trn2_facts.md section 14.2, [S4]). Only fp8 formats accept one, in `0..=127` so every
+    /// trn2_facts.md section 14.2, \[S4\]). Only fp8 formats accept one, in `0..=127` so every
     /// code decodes to an exact float32.
     pub fn encoding_with_bias(self, exponent_bias: Option<i64>) -> Result<Encoding> {
         match exponent_bias {

@@ -1,15 +1,15 @@
 //! DMA timing (trn2_facts.md section 9): 16 DMA engines per NeuronCore work on every transfer
 //! (a transfer uses one queue id across all 16 engines; each engine serves 8 partitions), a
 //! fixed cost per transfer (~1.3 us: descriptor setup, synchronisation, semaphore-to-start,
-//! [S13]), a per-partition size efficiency (full rate from about 4 KiB per partition, severely
-//! overhead-bound below 256 B, [S12][S13]), the per-engine rate, and HBM bandwidth as the shared
+//! \[S13\]), a per-partition size efficiency (full rate from about 4 KiB per partition, severely
+//! overhead-bound below 256 B, \[S12\]\[S13\]), the per-engine rate, and HBM bandwidth as the shared
 //! limit. With inline compression the HBM side moves the compressed (`wire`) bytes while the
 //! engines still move the raw bytes on the SBUF side.
 //!
 //! Efficiency model: `e(s) = s / (s + 256 B)` for `s` bytes per partition (our fit to the
 //! documented curve: 50% at 256 B, 89% at 2 KiB, 94% at 4 KiB and above). Engine rate: 23 B/ns
-//! per engine, the Trn2 peak an engine sustains with large payloads ([S13]'s table, and the
-//! measured 32 KiB transfer of [S12]; `spec::DMA_ENGINE_BYTES_PER_S`), so 16 engines move at most
+//! per engine, the Trn2 peak an engine sustains with large payloads (\[S13\]'s table, and the
+//! measured 32 KiB transfer of \[S12\]; `spec::DMA_ENGINE_BYTES_PER_S`), so 16 engines move at most
 //! 368 GB/s per core; the 27.2 GB/s "theoretical" figure of the text (128 x 27.2 = the chip's
 //! 3.5 TB/s) is kept in `spec` but not used. HBM: a core alone on its stack may use the whole
 //! stack (725 GB/s); the other die's stacks cost `NUMA_REMOTE_*` (an assumption, see `spec`).

@@ -16,7 +16,7 @@
 //! Splitting K leaves each core of a K group with a partial sum of the whole output block; the
 //! partials are combined on the group's first core: each other partial is moved there by DMA
 //! (one fixed cost plus its bytes at the core's DMA rate) and added by the Vector engine
-//! (`tensor_tensor` on fp32 in SBUF: `max(MIN_II, 2N)` cycles per 128-partition tile, [S10]),
+//! (`tensor_tensor` on fp32 in SBUF: `max(MIN_II, 2N)` cycles per 128-partition tile, \[S10\]),
 //! one partial after another. On hardware that combination rounds once more per partial; the
 //! emulator keeps the contract's single-core order of additions, so the *bits* never depend on
 //! the split (contract section 2) and only the *time* does.

@@ -1,7 +1,7 @@
 //! Tensor-engine timing: the cost of one `nc_matmul`, and the walk of a GEMM's tile schedule.
 //!
 //! Sources (trn2_facts.md): instruction cost `max(min(64, N_stationary), N_moving)` PE cycles,
-//! x4 for fp32 ([S10], section 13; NCv2 formulas applied at the v3 clock of 2.4 GHz, section
+//! x4 for fp32 (\[S10\], section 13; NCv2 formulas applied at the v3 clock of 2.4 GHz, section
 //! 2.1); double_row covers a 256 contraction in the same cycles (section 5.3); background
 //! LoadStationary overlaps the previous MultiplyMoving, and "fast LoadStationary" is up to 4x
 //! faster than an MM of the same free size (section 5.2); 8 PSUM banks hold 8 accumulation

@@ -167,8 +167,8 @@ impl NeuronCore {
     /// elements for 16-bit inputs; the facade returns the input's own dtype). The region is not
     /// an accumulation group: a later `accumulate=True` onto it is refused.
     ///
-    /// Cost: `max(K, min(64, M))` PE cycles ([S10] `nc_transpose` on the PE), x2 for fp32
-    /// ("2x faster FP32 transpose vs non-transpose mode", [S1]).
+    /// Cost: `max(K, min(64, M))` PE cycles (\[S10\] `nc_transpose` on the PE), x2 for fp32
+    /// ("2x faster FP32 transpose vs non-transpose mode", \[S1\]).
     pub fn transpose(
         &mut self,
         values: &[f32],

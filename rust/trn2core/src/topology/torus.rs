@@ -23,7 +23,7 @@
 //! # Routing
 //!
 //! NeuronLink routes a transfer between chips that are not neighbours through intermediate chips
-//! automatically (D, [S16]); the routing algorithm is undocumented (trn2_facts.md 18). We use
+//! automatically (D, \[S16\]); the routing algorithm is undocumented (trn2_facts.md 18). We use
 //! dimension-order routing, X then Y then Z, each dimension the short way round the ring, a tie
 //! (distance exactly half the ring) going the `+` way.
 

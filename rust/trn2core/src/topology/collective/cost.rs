@@ -10,19 +10,19 @@
 //! ```text
 //! step = latency + max(link, hbm, reduce)
 //! latency = the largest over the step's transfers of: NeuronLink hops x 1.5 us (the runtime's
-//!           documented 1-2 us per hop of Ring/KangaRing, [S16]), or 15 us for a transfer across
-//!           EFA (the documented minimal inter-server RDMA latency, [S15])
+//!           documented 1-2 us per hop of Ring/KangaRing, \[S16\]), or 15 us for a transfer across
+//!           EFA (the documented minimal inter-server RDMA latency, \[S15\])
 //! link    = the largest over links of (bytes every transfer of the step routes over that link)
 //!           / (the link's bandwidth per direction): transfers sharing a link share its bandwidth
 //! hbm     = the largest over chips of the HBM bytes the step reads and writes there (a copy
 //!           reads at the sender and writes at the receiver; a reduction also reads the
 //!           receiver's own chunk; KangaRing's duplication scales this by 3/4 or 2/3) / 2.9 TB/s
 //! reduce  = the largest over chips of the bytes reduced there / (the chip's 3.5 TB/s of DMA at
-//!           the 50 % rate of accumulate-type transfers, [S3][S19])
+//!           the 50 % rate of accumulate-type transfers, \[S3\]\[S19\])
 //! ```
 //!
 //! Transfers, reductions and HBM traffic of a step overlap (the runtime slices chunks to
-//! pipeline them, [S16]); a step's latency does not overlap the next step's. Routing is the
+//! pipeline them, \[S16\]); a step's latency does not overlap the next step's. Routing is the
 //! torus's dimension-order routing; EFA crossings use the sender's NIC egress and the receiver's
 //! NIC ingress (25 GB/s each way) over a non-blocking fabric. A link never carries more than its
 //! bandwidth for the time of any step, so it never does over the whole collective either.

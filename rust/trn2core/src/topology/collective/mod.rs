@@ -4,7 +4,7 @@
 //! - [`schedule`]: each algorithm as a schedule of chunk transfers and reductions, and the
 //!   Neuron runtime's choice of algorithm by message size.
 //! - [`exec`]: the functional model, executing a schedule on the buffers (the bits).
-//! - [`cost`]: the timing model, costing the same schedule over the links (the time).
+//! - [`cost`](mod@cost): the timing model, costing the same schedule over the links (the time).
 //!
 //! [`estimate`] costs a collective without data; [`run_reduce`] and [`run_move`] also compute
 //! it. [`nccom_estimate`] is the model behind `trn2core nccom-test`.

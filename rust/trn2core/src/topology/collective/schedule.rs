@@ -112,7 +112,7 @@ pub enum Algorithm {
     /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
     Auto,
     /// One ring through every rank, run in both directions at once (the runtime's fallback;
-    /// "multiple cycles with mutually exclusive wires in parallel", [S16]).
+    /// "multiple cycles with mutually exclusive wires in parallel", \[S16\]).
     Ring,
     /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
     /// directions: four rings that use every X/Y link of every chip at once.
