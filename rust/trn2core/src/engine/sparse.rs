@@ -33,7 +33,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{check_len, fp_env_error, run, AView, Aligned, Tiling};
+use super::gemm::{check_len, fp_env_error, Aligned};
 use super::kernel::fp_env_is_ieee;
 use super::{PerfMode, CANONICAL_NAN};
 use crate::{Error, Result};
@@ -101,12 +101,7 @@ pub fn gemm_skip_zeros_into_with(
     check_len("b", b.len(), &[k, n])?;
     check_len("out", out.len(), &[m, n])?;
     let dense = |out: &mut [f32]| {
-        let view = AView {
-            data: a,
-            row_stride: k,
-            k_stride: 1,
-        };
-        run(view, b, m, k, n, Tiling::gemm(PerfMode::None), out).map(|_| SparseKernel::Dense)
+        super::gemm_f32_into(a, b, m, k, n, PerfMode::None, out).map(|_| SparseKernel::Dense)
     };
     // Without AVX-512 the skipping loop is slower than the dense kernel's AVX2 path: use that.
     let avx512 = x86::has_avx512();
