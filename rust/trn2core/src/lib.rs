@@ -16,6 +16,9 @@
 //! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
 //!   check every user-sized allocation passes first.
 
+#[macro_use]
+pub mod names;
+
 pub mod cancel;
 pub mod dma;
 pub mod engine;

@@ -36,43 +36,19 @@ use crate::spec::{
 };
 use crate::{Error, Result};
 
-/// A memory of the core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Space {
-    /// The core's HBM stack (24 GiB, shared with the neighbouring core).
-    Hbm,
-    /// The state buffer: 128 partitions x 224 KiB.
-    Sbuf,
-    /// The partial-sum buffer: 128 partitions x 16 KiB.
-    Psum,
-}
-
-impl Space {
-    /// All spaces, in the order `"hbm"`, `"sbuf"`, `"psum"`.
-    pub const ALL: [Space; 3] = [Space::Hbm, Space::Sbuf, Space::Psum];
-
-    /// The lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Space::Hbm => "hbm",
-            Space::Sbuf => "sbuf",
-            Space::Psum => "psum",
-        }
-    }
-
-    /// Parses `"hbm"`, `"sbuf"` or `"psum"`; `arg` names the argument in the error.
-    pub fn parse(arg: &str, name: &str) -> Result<Space> {
-        Space::ALL
-            .into_iter()
-            .find(|s| s.name() == name)
-            .ok_or_else(|| {
-                Error::value(
-                    arg,
-                    format!("unknown memory {name:?}; expected \"hbm\", \"sbuf\" or \"psum\""),
-                )
-            })
+named_enum! {
+    /// A memory of the core.
+    pub enum Space("memory", value) {
+        /// The core's HBM stack (24 GiB, shared with the neighbouring core).
+        Hbm = "hbm",
+        /// The state buffer: 128 partitions x 224 KiB.
+        Sbuf = "sbuf",
+        /// The partial-sum buffer: 128 partitions x 16 KiB.
+        Psum = "psum",
     }
 }
+
+
 
 /// How a tensor lies in a partitioned memory: `bytes` in total over `partitions` partitions,
 /// at most `partition_bytes` in any one.

@@ -125,45 +125,19 @@ pub const MAX_NDIM: usize = 64;
 /// Longest dtype name, in UTF-8 bytes.
 pub const MAX_DTYPE_LEN: usize = 255;
 
-/// A compression scheme of the DMA engines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Codec {
-    /// Stored as is.
-    None,
-    /// Zero-value compression: bitmask of non-zero elements plus the packed non-zero elements.
-    Zvc,
-    /// Optional zvc bitmask, then byte planes coded with per-plane value tables.
-    BytePlane,
+named_enum! {
+    /// A compression scheme of the DMA engines.
+    pub enum Codec("codec", format) {
+        /// Stored as is.
+        None = "none",
+        /// Zero-value compression: bitmask of non-zero elements plus the packed non-zero elements.
+        Zvc = "zvc",
+        /// Optional zvc bitmask, then byte planes coded with per-plane value tables.
+        BytePlane = "byteplane",
+    }
 }
 
 impl Codec {
-    /// All codecs, in the order of `trn2core.dma.CODECS`.
-    pub const ALL: [Codec; 3] = [Codec::None, Codec::Zvc, Codec::BytePlane];
-
-    /// The contract's name of the codec.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Codec::None => "none",
-            Codec::Zvc => "zvc",
-            Codec::BytePlane => "byteplane",
-        }
-    }
-
-    /// Parses a codec name; the error lists the accepted names.
-    pub fn parse(arg: &str, name: &str) -> Result<Codec> {
-        Codec::ALL
-            .iter()
-            .copied()
-            .find(|c| c.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Codec::ALL.iter().map(|c| c.name()).collect();
-                Error::format(
-                    arg,
-                    format!("unknown codec {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// The codec's id byte in the stream header.
     const fn id(self) -> u8 {
         match self {

@@ -57,46 +57,22 @@ pub use matmul::{
 };
 pub use sparse::{gemm_skip_zeros_into, gemm_skip_zeros_into_with, Isa, SparseKernel};
 
-use crate::{spec, Error, Result};
+use crate::spec;
 
-/// The `perf_mode` of an `nc_matmul` (contract section 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum PerfMode {
-    /// The normal mode: a contraction of up to 128 (one per PE row).
-    #[default]
-    None,
-    /// FP8 "double_row" mode (NeuronCore-v3): each PE row holds two contraction elements, k and
-    /// k + 128, so one instruction contracts up to 256 (trn2_facts.md section 5.3).
-    DoubleRow,
+named_enum! {
+    /// The `perf_mode` of an `nc_matmul` (contract section 2).
+    #[derive(Default)]
+    pub enum PerfMode("perf_mode", value) {
+        /// The normal mode: a contraction of up to 128 (one per PE row).
+        #[default]
+        None = "none",
+        /// FP8 "double_row" mode (NeuronCore-v3): each PE row holds two contraction elements, k and
+        /// k + 128, so one instruction contracts up to 256 (trn2_facts.md section 5.3).
+        DoubleRow = "double_row",
+    }
 }
 
 impl PerfMode {
-    /// All modes, in the contract's order.
-    pub const ALL: [PerfMode; 2] = [PerfMode::None, PerfMode::DoubleRow];
-
-    /// The contract's name of the mode.
-    pub const fn name(self) -> &'static str {
-        match self {
-            PerfMode::None => "none",
-            PerfMode::DoubleRow => "double_row",
-        }
-    }
-
-    /// Parses a contract name; the error lists the accepted names.
-    pub fn parse(arg: &str, name: &str) -> Result<PerfMode> {
-        PerfMode::ALL
-            .iter()
-            .copied()
-            .find(|p| p.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = PerfMode::ALL.iter().map(|p| p.name()).collect();
-                Error::value(
-                    arg,
-                    format!("unknown perf_mode {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// The largest contraction of one instruction in this mode: the K tile of a GEMM.
     pub const fn contraction_max(self) -> usize {
         match self {

@@ -8,70 +8,30 @@
 
 use crate::{Error, Result};
 
-/// A Trainium2 number format (contract section 1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    /// IEEE binary32, 1-8-23.
-    Fp32,
-    /// TensorFloat-32, 1-8-10, held in a float32 container whose low 13 bits are zero.
-    Tf32,
-    /// bfloat16, 1-8-7.
-    Bf16,
-    /// IEEE binary16, 1-5-10.
-    Fp16,
-    /// Neuron `float8_e4m3`: 1-4-3, bias 7, IEEE-style Inf/NaN, max 240.
-    Fp8E4m3,
-    /// `float8_e5m2`: 1-5-2, bias 15, IEEE-style, max 57344.
-    Fp8E5m2,
-    /// Neuron `float8_e3` (`float8_e3m4`): 1-3-4, bias 3, IEEE-style, max 15.5.
-    Fp8E3m4,
-    /// OCP E4M3 (`float8_e4m3fn`): no Inf, NaN = S.1111.111, max 448. Numerics only: the Trn2
-    /// tensor engine rejects it (trn2_facts.md section 14.1, NCC_EVRF051).
-    Fp8E4m3fn,
+named_enum! {
+    /// A Trainium2 number format (contract section 1).
+    pub enum Format("format", format) {
+        /// IEEE binary32, 1-8-23.
+        Fp32 = "fp32",
+        /// TensorFloat-32, 1-8-10, held in a float32 container whose low 13 bits are zero.
+        Tf32 = "tf32",
+        /// bfloat16, 1-8-7.
+        Bf16 = "bf16",
+        /// IEEE binary16, 1-5-10.
+        Fp16 = "fp16",
+        /// Neuron `float8_e4m3`: 1-4-3, bias 7, IEEE-style Inf/NaN, max 240.
+        Fp8E4m3 = "fp8_e4m3",
+        /// `float8_e5m2`: 1-5-2, bias 15, IEEE-style, max 57344.
+        Fp8E5m2 = "fp8_e5m2",
+        /// Neuron `float8_e3` (`float8_e3m4`): 1-3-4, bias 3, IEEE-style, max 15.5.
+        Fp8E3m4 = "fp8_e3m4",
+        /// OCP E4M3 (`float8_e4m3fn`): no Inf, NaN = S.1111.111, max 448. Numerics only: the Trn2
+        /// tensor engine rejects it (trn2_facts.md section 14.1, NCC_EVRF051).
+        Fp8E4m3fn = "fp8_e4m3fn",
+    }
 }
 
 impl Format {
-    /// All formats, in the order of `trn2core.FORMATS`.
-    pub const ALL: [Format; 8] = [
-        Format::Fp32,
-        Format::Tf32,
-        Format::Bf16,
-        Format::Fp16,
-        Format::Fp8E4m3,
-        Format::Fp8E5m2,
-        Format::Fp8E3m4,
-        Format::Fp8E4m3fn,
-    ];
-
-    /// The contract's name of the format.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Format::Fp32 => "fp32",
-            Format::Tf32 => "tf32",
-            Format::Bf16 => "bf16",
-            Format::Fp16 => "fp16",
-            Format::Fp8E4m3 => "fp8_e4m3",
-            Format::Fp8E5m2 => "fp8_e5m2",
-            Format::Fp8E3m4 => "fp8_e3m4",
-            Format::Fp8E4m3fn => "fp8_e4m3fn",
-        }
-    }
-
-    /// Parses a contract name; the error lists the accepted names.
-    pub fn parse(arg: &str, name: &str) -> Result<Format> {
-        Format::ALL
-            .iter()
-            .copied()
-            .find(|f| f.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-                Error::format(
-                    arg,
-                    format!("unknown format {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// Exponent field width in bits.
     pub const fn exponent_bits(self) -> u32 {
         match self {

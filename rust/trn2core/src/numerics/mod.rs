@@ -26,64 +26,28 @@ pub use encode::{encode, encode_into, stochastic_words, Code, Codes, CodesMut, R
 pub use format::{Encoding, Format, FormatInfo};
 pub use rng::{mix64, StochasticBits};
 
-use crate::{Error, Result};
+use crate::Result;
 
-/// A rounding mode (contract section 1; trn2_facts.md section 14.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rounding {
-    /// Round to nearest, ties to even: Trainium2's default.
-    NearestEven,
-    /// Round to nearest, ties away from zero.
-    NearestAway,
-    /// Truncate toward zero.
-    TowardZero,
-    /// Round toward +Inf.
-    TowardPositive,
-    /// Round toward -Inf.
-    TowardNegative,
-    /// Stochastic rounding: up (in magnitude) with probability equal to the distance from the
-    /// lower neighbour, in units of the gap between neighbours.
-    Stochastic,
-}
-
-impl Rounding {
-    /// All modes, in the order of `trn2core.ROUNDING_MODES`.
-    pub const ALL: [Rounding; 6] = [
-        Rounding::NearestEven,
-        Rounding::NearestAway,
-        Rounding::TowardZero,
-        Rounding::TowardPositive,
-        Rounding::TowardNegative,
-        Rounding::Stochastic,
-    ];
-
-    /// The contract's name of the mode.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Rounding::NearestEven => "nearest_even",
-            Rounding::NearestAway => "nearest_away",
-            Rounding::TowardZero => "toward_zero",
-            Rounding::TowardPositive => "toward_positive",
-            Rounding::TowardNegative => "toward_negative",
-            Rounding::Stochastic => "stochastic",
-        }
-    }
-
-    /// Parses a contract name; the error lists the accepted names.
-    pub fn parse(arg: &str, name: &str) -> Result<Rounding> {
-        Rounding::ALL
-            .iter()
-            .copied()
-            .find(|r| r.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Rounding::ALL.iter().map(|r| r.name()).collect();
-                Error::format(
-                    arg,
-                    format!("unknown rounding mode {name:?}; expected one of {names:?}"),
-                )
-            })
+named_enum! {
+    /// A rounding mode (contract section 1; trn2_facts.md section 14.4).
+    pub enum Rounding("rounding mode", format) {
+        /// Round to nearest, ties to even: Trainium2's default.
+        NearestEven = "nearest_even",
+        /// Round to nearest, ties away from zero.
+        NearestAway = "nearest_away",
+        /// Truncate toward zero.
+        TowardZero = "toward_zero",
+        /// Round toward +Inf.
+        TowardPositive = "toward_positive",
+        /// Round toward -Inf.
+        TowardNegative = "toward_negative",
+        /// Stochastic rounding: up (in magnitude) with probability equal to the distance from the
+        /// lower neighbour, in units of the gap between neighbours.
+        Stochastic = "stochastic",
     }
 }
+
+
 
 /// Rounds a single f64 into `enc` and returns its code: a convenience for tests and the cost
 /// model's constants, using the same kernel as the array path.

@@ -231,44 +231,45 @@ macro_rules! element {
 }
 element!(u8, i8; u16, i16; u32, i32; u64, i64);
 
-/// What the codes of an array mean, for the magnitude order of [`prune()`]: the numpy /
-/// ml_dtypes dtypes the Python API accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// IEEE binary64.
-    F64,
-    /// IEEE binary32 (also tf32, held in a float32 container).
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16.
-    Bf16,
-    /// `float8_e4m3` (IEEE-style: Inf and NaN in the all-ones exponent).
-    Fp8E4m3,
-    /// `float8_e5m2`.
-    Fp8E5m2,
-    /// `float8_e3m4`.
-    Fp8E3m4,
-    /// `float8_e4m3fn` (no Inf, NaN = S.1111.111).
-    Fp8E4m3fn,
-    /// Two's-complement signed integers.
-    I8,
-    /// 16-bit signed integers.
-    I16,
-    /// 32-bit signed integers.
-    I32,
-    /// 64-bit signed integers.
-    I64,
-    /// Unsigned integers.
-    U8,
-    /// 16-bit unsigned integers.
-    U16,
-    /// 32-bit unsigned integers.
-    U32,
-    /// 64-bit unsigned integers.
-    U64,
-    /// numpy `bool` (one byte, 0 or 1).
-    Bool,
+named_enum! {
+    /// What the codes of an array mean, for the magnitude order of [`prune()`]: the numpy /
+    /// ml_dtypes dtypes the Python API accepts.
+    pub enum Dtype("dtype", format) {
+        /// IEEE binary64.
+        F64 = "float64",
+        /// IEEE binary32 (also tf32, held in a float32 container).
+        F32 = "float32",
+        /// IEEE binary16.
+        F16 = "float16",
+        /// bfloat16.
+        Bf16 = "bfloat16",
+        /// `float8_e4m3` (IEEE-style: Inf and NaN in the all-ones exponent).
+        Fp8E4m3 = "float8_e4m3",
+        /// `float8_e5m2`.
+        Fp8E5m2 = "float8_e5m2",
+        /// `float8_e3m4`.
+        Fp8E3m4 = "float8_e3m4",
+        /// `float8_e4m3fn` (no Inf, NaN = S.1111.111).
+        Fp8E4m3fn = "float8_e4m3fn",
+        /// Two's-complement signed integers.
+        I8 = "int8",
+        /// 16-bit signed integers.
+        I16 = "int16",
+        /// 32-bit signed integers.
+        I32 = "int32",
+        /// 64-bit signed integers.
+        I64 = "int64",
+        /// Unsigned integers.
+        U8 = "uint8",
+        /// 16-bit unsigned integers.
+        U16 = "uint16",
+        /// 32-bit unsigned integers.
+        U32 = "uint32",
+        /// 64-bit unsigned integers.
+        U64 = "uint64",
+        /// numpy `bool` (one byte, 0 or 1).
+        Bool = "bool",
+    }
 }
 
 /// How a dtype's codes map to magnitude keys.
@@ -284,65 +285,6 @@ pub(crate) enum KeyRule {
 }
 
 impl Dtype {
-    /// Every dtype.
-    pub const ALL: [Dtype; 17] = [
-        Dtype::F64,
-        Dtype::F32,
-        Dtype::F16,
-        Dtype::Bf16,
-        Dtype::Fp8E4m3,
-        Dtype::Fp8E5m2,
-        Dtype::Fp8E3m4,
-        Dtype::Fp8E4m3fn,
-        Dtype::I8,
-        Dtype::I16,
-        Dtype::I32,
-        Dtype::I64,
-        Dtype::U8,
-        Dtype::U16,
-        Dtype::U32,
-        Dtype::U64,
-        Dtype::Bool,
-    ];
-
-    /// The numpy / ml_dtypes name (`"float32"`, `"bfloat16"`, `"float8_e4m3fn"`, `"int8"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::F64 => "float64",
-            Dtype::F32 => "float32",
-            Dtype::F16 => "float16",
-            Dtype::Bf16 => "bfloat16",
-            Dtype::Fp8E4m3 => "float8_e4m3",
-            Dtype::Fp8E5m2 => "float8_e5m2",
-            Dtype::Fp8E3m4 => "float8_e3m4",
-            Dtype::Fp8E4m3fn => "float8_e4m3fn",
-            Dtype::I8 => "int8",
-            Dtype::I16 => "int16",
-            Dtype::I32 => "int32",
-            Dtype::I64 => "int64",
-            Dtype::U8 => "uint8",
-            Dtype::U16 => "uint16",
-            Dtype::U32 => "uint32",
-            Dtype::U64 => "uint64",
-            Dtype::Bool => "bool",
-        }
-    }
-
-    /// Parses a numpy / ml_dtypes dtype name; the error lists the accepted names.
-    pub fn parse(arg: &str, name: &str) -> Result<Dtype> {
-        Dtype::ALL
-            .iter()
-            .copied()
-            .find(|d| d.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
-                Error::format(
-                    arg,
-                    format!("unsupported dtype {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// Width of one code in bits.
     pub const fn bits(self) -> u32 {
         match self {

@@ -36,41 +36,16 @@ use crate::engine::CANONICAL_NAN;
 use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
 use crate::{Error, Result};
 
-/// A reduction operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    Min,
+named_enum! {
+    /// A reduction operator.
+    pub enum ReduceOp("reduction", value) {
+        Sum = "sum",
+        Max = "max",
+        Min = "min",
+    }
 }
 
 impl ReduceOp {
-    /// All operators.
-    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
-
-    /// The Python name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(arg: &str, name: &str) -> Result<ReduceOp> {
-        ReduceOp::ALL
-            .iter()
-            .copied()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                Error::value(
-                    arg,
-                    format!("unknown reduction {name:?}; expected \"sum\", \"max\" or \"min\""),
-                )
-            })
-    }
-
     /// One combination, the scalar definition.
     #[inline(always)]
     pub fn apply(self, a: f32, b: f32) -> f32 {

@@ -106,68 +106,30 @@ impl Kind {
     }
 }
 
-/// A collective algorithm (see `docs/collectives.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
-    Auto,
-    /// One ring through every rank, run in both directions at once (the runtime's fallback;
-    /// "multiple cycles with mutually exclusive wires in parallel", \[S16\]).
-    Ring,
-    /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
-    /// directions: four rings that use every X/Y link of every chip at once.
-    KangaRing,
-    /// Rings along each torus dimension in turn (X, then Y, then Z), both directions at once.
-    Torus,
-    /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view,
-    /// one channel per hypercube dimension, each walking the dimensions in a rotated order.
-    Rdh,
-    /// Direct: every rank writes to every other rank in one step, routed through the torus.
-    Mesh,
-    /// Within each UltraServer over NeuronLink, across UltraServers over EFA.
-    Hierarchical,
-}
-
-impl Algorithm {
-    /// All algorithms, `auto` first.
-    pub const ALL: [Algorithm; 7] = [
-        Algorithm::Auto,
-        Algorithm::Ring,
-        Algorithm::KangaRing,
-        Algorithm::Torus,
-        Algorithm::Rdh,
-        Algorithm::Mesh,
-        Algorithm::Hierarchical,
-    ];
-
-    /// The Python name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Algorithm::Auto => "auto",
-            Algorithm::Ring => "ring",
-            Algorithm::KangaRing => "kangaring",
-            Algorithm::Torus => "torus",
-            Algorithm::Rdh => "rdh",
-            Algorithm::Mesh => "mesh",
-            Algorithm::Hierarchical => "hierarchical",
-        }
-    }
-
-    /// Parses a name; the error lists the accepted ones.
-    pub fn parse(arg: &str, name: &str) -> Result<Algorithm> {
-        Algorithm::ALL
-            .iter()
-            .copied()
-            .find(|a| a.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-                Error::value(
-                    arg,
-                    format!("unknown algorithm {name:?}; expected one of {names:?}"),
-                )
-            })
+named_enum! {
+    /// A collective algorithm (see `docs/collectives.md`).
+    pub enum Algorithm("algorithm", value) {
+        /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
+        Auto = "auto",
+        /// One ring through every rank, run in both directions at once (the runtime's fallback;
+        /// "multiple cycles with mutually exclusive wires in parallel", \[S16\]).
+        Ring = "ring",
+        /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
+        /// directions: four rings that use every X/Y link of every chip at once.
+        KangaRing = "kangaring",
+        /// Rings along each torus dimension in turn (X, then Y, then Z), both directions at once.
+        Torus = "torus",
+        /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view,
+        /// one channel per hypercube dimension, each walking the dimensions in a rotated order.
+        Rdh = "rdh",
+        /// Direct: every rank writes to every other rank in one step, routed through the torus.
+        Mesh = "mesh",
+        /// Within each UltraServer over NeuronLink, across UltraServers over EFA.
+        Hierarchical = "hierarchical",
     }
 }
+
+
 
 /// "Every channel" in [`ChunkSel::channel`].
 pub const ALL_CHANNELS: u32 = u32::MAX;
