@@ -1,11 +1,11 @@
 //! Bindings of the chip, the torus and the collectives (`trn2core::topology`), and of the GEMM
-//! split over several cores (`trn2core::perf::split`). Conversion and error mapping only.
+//! split over several cores (`trn2core::engine::cost::split`). Conversion and error mapping only.
 
 use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
 use trn2core::numerics::Format;
-use trn2core::perf::estimate_gemm_cores as core_gemm_cores;
 use trn2core::topology::collective::{
     self, output_lengths, Algorithm, Buf, BufMut, CollectiveReport, Group, Kind, ReduceOp,
 };

@@ -3,8 +3,8 @@
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use trn2core::dma::cost::{dma_time_on_queue, DmaPlan, Place};
 use trn2core::dma::{self, Codec, StreamInfo};
-use trn2core::perf::dma::{dma_time_on_queue, DmaPlan, Place};
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice};

@@ -2,8 +2,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use trn2core::engine::cost::{estimate_gemm as core_estimate, estimate_gemm_walk, GemmPlan};
 use trn2core::engine::PerfMode;
-use trn2core::perf::{estimate_gemm as core_estimate, estimate_gemm_walk, GemmPlan, Report};
+use trn2core::perf::Report;
 use trn2core::sparsity::Pattern;
 
 use crate::errors::{guard, guard_work};

@@ -23,7 +23,7 @@
 //!   Capacity is the physical 224 KiB per SBUF partition: the ~16 KiB the compiler keeps for
 //!   itself ([`SBUF_USABLE_PARTITION_BYTES`]) is software policy, reported but not enforced.
 //!
-//! The DMA timing model (`perf::dma`) uses [`CoreMemory::check_transfer`] to refuse a transfer
+//! The DMA timing model (`dma::cost`) uses [`CoreMemory::check_transfer`] to refuse a transfer
 //! whose destination cannot hold it.
 
 use std::collections::BTreeMap;
@@ -47,8 +47,6 @@ named_enum! {
         Psum = "psum",
     }
 }
-
-
 
 /// How a tensor lies in a partitioned memory: `bytes` in total over `partitions` partitions,
 /// at most `partition_bytes` in any one.

@@ -45,6 +45,7 @@
 //! returns an error otherwise, rather than wrong bits (a library built with `-ffast-math` can set
 //! flush-to-zero for a whole process).
 
+pub mod cost;
 mod gemm;
 mod kernel;
 mod matmul;

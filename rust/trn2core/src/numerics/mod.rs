@@ -47,8 +47,6 @@ named_enum! {
     }
 }
 
-
-
 /// Rounds a single f64 into `enc` and returns its code: a convenience for tests and the cost
 /// model's constants, using the same kernel as the array path.
 pub fn encode_scalar(

@@ -4,14 +4,14 @@
 
 mod chip;
 pub mod collective;
-mod core;
+mod neuron_core;
 mod torus;
 
 pub use self::chip::{
     check_lnc, die_of, hbm_stack_of, instance_type, logical_core_members, logical_cores_per_chip,
     InstanceType, LogicalCoreInfo, INSTANCE_TYPES,
 };
-pub use self::core::{NeuronCore, Psum};
+pub use self::neuron_core::{NeuronCore, Psum};
 pub use self::torus::{
     LinkKind, RouteInfo, Torus, DIM_NAMES, MAX_TORUS_DIMS, MAX_TORUS_EXTENT, MAX_ULTRASERVERS,
 };

@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 use rayon::prelude::*;
+use trn2core::dma::cost::{dma_time, schedule, DmaPlan, Place, Transfer};
 use trn2core::dma::{
     compress, compress_into, decompress, decompress_into, describe, inspect, plan_compress, Codec,
     Decoded,
 };
 use trn2core::memory::{CoreMemory, Footprint, Space};
 use trn2core::numerics::mix64;
-use trn2core::perf::dma::{dma_time, schedule, DmaPlan, Place, Transfer};
 use trn2core::spec::{
     DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, DMA_FIXED_COST_S, HBM_STACK_BYTES_PER_S,
     NUMA_REMOTE_BANDWIDTH_FACTOR,
@@ -589,7 +589,7 @@ fn zvc_throughput_against_memcpy() {
 }
 
 // ------------------------------------------------------------------------------------------
-// Transfer timing (perf::dma) and the memory model's capacity checks.
+// Transfer timing (dma::cost) and the memory model's capacity checks.
 // ------------------------------------------------------------------------------------------
 
 fn plan(bytes: u64, partitions: u64, src: Place, dst: Place) -> DmaPlan {

@@ -5,12 +5,12 @@
 use std::time::Instant;
 
 use proptest::prelude::*;
-use trn2core::engine::PerfMode;
-use trn2core::perf::tensor::TRACE_GROUP_LIMIT;
-use trn2core::perf::{
+use trn2core::engine::cost::plan::TRACE_GROUP_LIMIT;
+use trn2core::engine::cost::{
     estimate_gemm, estimate_gemm_cores, estimate_gemm_cores_walk, estimate_gemm_walk, GemmPlan,
-    Report,
 };
+use trn2core::engine::PerfMode;
+use trn2core::perf::Report;
 use trn2core::sparsity::Pattern;
 use trn2core::Error;
 
@@ -248,8 +248,9 @@ fn huge_shapes_cost_in_milliseconds_with_exact_pe_cycles() {
             let mf = 512u64;
             let (mt, nt) = (shape[0].div_ceil(sf), shape[2].div_ceil(mf));
             let kt = shape[1].div_ceil(p.k_per_instruction);
-            let cyc =
-                |m: u64, n: u64| trn2core::perf::matmul_cycles(m as usize, n as usize, p.fp32);
+            let cyc = |m: u64, n: u64| {
+                trn2core::engine::cost::instr::matmul_cycles(m as usize, n as usize, p.fp32)
+            };
             let (lm, ln) = (shape[0] - (mt - 1) * sf, shape[2] - (nt - 1) * mf);
             let row = |m: u64| (nt - 1) * cyc(m, mf) + cyc(m, ln);
             assert_eq!(

@@ -13,9 +13,9 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 
 use trn2core::dma::{self, Codec};
+use trn2core::engine::cost::{estimate_gemm, GemmPlan};
 use trn2core::engine::{self, PerfMode};
 use trn2core::numerics::{self, CodesRef, Format, Random, Rounding, Source};
-use trn2core::perf::{estimate_gemm, GemmPlan};
 use trn2core::sparsity::{self, Compressed, CutlassMeta, Pattern};
 use trn2core::Error;
 

@@ -129,8 +129,6 @@ named_enum! {
     }
 }
 
-
-
 /// "Every channel" in [`ChunkSel::channel`].
 pub const ALL_CHANNELS: u32 = u32::MAX;
 /// "No permutation" in [`ChunkSel::perm`].

@@ -1,9 +1,11 @@
 //! One physical NeuronCore-v3: PSUM state (128 partitions x 8 banks x 2 KiB of fp32) and the
 //! tensor engine's clock for instructions issued one at a time.
 
+use crate::engine::cost::instr::matmul_cycles;
+use crate::engine::cost::PeArrayClock;
 use crate::engine::{self, MatmulShape, Operand, PeTile, PerfMode};
 use crate::numerics::Format;
-use crate::perf::{matmul_cycles, PeArrayClock, Report};
+use crate::perf::Report;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, PE_CLOCK_HZ, PSUM_BANKS, PSUM_BANK_FP32_ELEMENTS, PSUM_PARTITIONS,
 };

@@ -1,5 +1,5 @@
 //! The PE side of a GEMM's tile schedule (the schedule is described at
-//! [`super::tensor::estimate_gemm`]), on an integer clock, evaluated two ways that give the
+//! [`super::plan::estimate_gemm`]), on an integer clock, evaluated two ways that give the
 //! same state bit for bit:
 //!
 //! - [`walk`]: every `nc_matmul` in order, the reference; linear in the instruction count.
@@ -27,10 +27,10 @@
 //! throttle's ramp is not a whole number of ticks; it is rounded to the nearest tick
 //! ([`TickThrottle`]).
 
-use super::report::Event;
-use super::tensor::{load_stationary_cycles, matmul_cycles};
+use super::instr::{load_stationary_cycles, matmul_cycles};
 use super::throttle::{ThrottleKey, TickThrottle};
 use crate::cancel::Cancel;
+use crate::perf::Event;
 use crate::spec::{
     MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES, PE_CLOCK_HZ, PSUM_BANKS,
     SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, THROTTLE_START_FRACTION, VECTOR_CLOCK_HZ,

@@ -27,9 +27,9 @@
 //! HBM stack share its bandwidth evenly: an LNC=2 core's two halves get half a stack each, a core
 //! working alone gets the whole stack (as in the single-core model).
 
-use super::dma::{dma_efficiency, engines_bytes_per_s};
-use super::report::{Event, Report};
-use super::tensor::{estimate_gemm, estimate_gemm_walk, GemmPlan};
+use super::plan::{estimate_gemm, estimate_gemm_walk, GemmPlan};
+use crate::dma::cost::{dma_efficiency, engines_bytes_per_s};
+use crate::perf::{Event, Report};
 use crate::spec::{
     CORES_PER_CHIP, CORES_PER_HBM_STACK, DMA_FIXED_COST_S, DMA_FULL_RATE_PARTITION_BYTES,
     HBM_STACK_BYTES_PER_S, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,

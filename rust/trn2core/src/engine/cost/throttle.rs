@@ -76,7 +76,7 @@ fn ramp_end_over(t0: f64, w: f64, tr: f64) -> f64 {
 }
 
 /// The throttle on an integer timeline of `ticks_per_s` ticks a second (the GEMM schedule's
-/// clock, `perf::schedule`): the same model as [`Throttle`], with every end time rounded to
+/// clock, `engine::cost::fast_forward`): the same model as [`Throttle`], with every end time rounded to
 /// the nearest tick. While the ramp lasts, the exact (unrounded) end of the previous run is
 /// carried to the next one when it starts right away, so rounding errors do not accumulate
 /// along the ramp; once the ramp is over, work runs at full rate in exact integer arithmetic.

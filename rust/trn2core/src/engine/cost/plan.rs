@@ -9,51 +9,20 @@
 //! engine at `max(MIN_II, N)` cycles plus the tensor-access overhead (sections 6, 7, 13); the
 //! dI/dt throttle (section 5.7, see `throttle.rs`).
 
-use super::dma::{schedule, DmaPlan, Place, Transfer};
-use super::report::{Event, Report};
-use super::schedule::{
+use super::fast_forward::{
     self as sched, ticks_to_s, Geometry, Sim, Trace, TraceMode, MAX_TICKS, PE_TICKS,
 };
+use crate::dma::cost::{schedule, DmaPlan, Place, Transfer};
 use crate::engine::PerfMode;
+use crate::perf::{Event, Report};
 use crate::sparsity::Pattern;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
-    DMA_FULL_RATE_PARTITION_BYTES, FAST_LOAD_STATIONARY_SPEEDUP, MATMUL_CONTRACTION_MAX,
-    MATMUL_DOUBLE_ROW_CONTRACTION_MAX, MATMUL_FP32_COST_FACTOR, MATMUL_MOVING_FREE_MAX,
-    MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES, MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, PE_COLS,
-    PE_ROWS, PE_TILE_QUARTER, SBUF_BYTES, SCALAR_CLOCK_HZ, SPARSE_MAX_THROUGHPUT_FACTOR,
-    TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+    DMA_FULL_RATE_PARTITION_BYTES, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
+    MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, PE_CLOCK_HZ, PE_COLS, PE_ROWS,
+    PE_TILE_QUARTER, SBUF_BYTES, SPARSE_MAX_THROUGHPUT_FACTOR,
 };
 use crate::{Error, Result};
-
-/// PE cycles of one `nc_matmul` with stationary free size `m` and moving free size `n`:
-/// `max(min(64, m), n)`, times 4 when an operand is fp32.
-pub fn matmul_cycles(m: usize, n: usize, fp32: bool) -> u64 {
-    let c = (m.min(MM_INIT_LATENCY_CYCLES)).max(n) as u64;
-    if fp32 {
-        c * MATMUL_FP32_COST_FACTOR as u64
-    } else {
-        c
-    }
-}
-
-/// PE cycles of loading a stationary tile of free size `m` (fast LoadStationary: a quarter of
-/// an MM of the same free size). It runs in the background of the previous MM.
-pub fn load_stationary_cycles(m: usize) -> u64 {
-    (m.div_ceil(FAST_LOAD_STATIONARY_SPEEDUP)).max(1) as u64
-}
-
-/// Seconds to evict one finished `[m, n]` fp32 PSUM tile to SBUF on the Scalar (`act = true`)
-/// or the Vector engine.
-pub fn eviction_seconds(n: usize, act: bool) -> f64 {
-    let cycles = (n.max(MIN_II_CYCLES) + TENSOR_ACCESS_INIT_CYCLES) as f64;
-    cycles
-        / if act {
-            SCALAR_CLOCK_HZ
-        } else {
-            VECTOR_CLOCK_HZ
-        }
-}
 
 /// What to cost: a GEMM `[M, K] @ [K, N]` on one NeuronCore.
 #[derive(Debug, Clone)]
@@ -400,7 +369,7 @@ fn report(
     // Memory side: operands come from HBM and results go back through the DMA engines, double
     // buffered behind the compute; the first tiles must arrive before the PE starts. The first
     // `a` and `b` tiles load on queues 0 and 1; then `a` and `b` stream on those queues and the
-    // results on queue 2, round-robin on every engine (see `perf::dma::schedule`).
+    // results on queue 2, round-robin on every engine (see `dma::cost::schedule`).
     let traffic = gemm_hbm_traffic(plan);
     let hbm_bytes = traffic.a_wire + traffic.b_wire + traffic.c_bytes;
     let resident_cols = traffic.resident_cols;
@@ -569,14 +538,6 @@ impl PeArrayClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn instruction_cost_formula() {
-        assert_eq!(matmul_cycles(128, 512, false), 512);
-        assert_eq!(matmul_cycles(128, 16, false), 64);
-        assert_eq!(matmul_cycles(32, 16, false), 32);
-        assert_eq!(matmul_cycles(128, 512, true), 2048);
-    }
 
     #[test]
     fn large_bf16_gemm_reaches_the_pe_peak() {

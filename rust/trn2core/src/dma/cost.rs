@@ -24,7 +24,7 @@
 
 use std::sync::OnceLock;
 
-use super::report::{Event, Report};
+use crate::perf::{Event, Report};
 use crate::spec::{
     DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, DMA_FIXED_COST_S,
     DMA_OVERHEAD_BOUND_PARTITION_BYTES, DMA_PARTITIONS_PER_ENGINE, DMA_QUEUES_PER_ENGINE,
