@@ -81,7 +81,7 @@ class Torus:
 
     @property
     def ultraservers(self) -> int:
-        return self._t.servers
+        return self._t.ultraservers
 
     @property
     def size(self) -> int:

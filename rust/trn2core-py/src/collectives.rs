@@ -4,11 +4,11 @@
 use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use trn2core::collective::{
+    self, output_lengths, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp,
+};
 use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
 use trn2core::numerics::Format;
-use trn2core::topology::collective::{
-    self, output_lengths, Algorithm, Buf, BufMut, CollectiveReport, Group, Kind, ReduceOp,
-};
 use trn2core::topology::{self as topo, Torus};
 use trn2core::Error;
 
@@ -26,9 +26,9 @@ pub struct PyTorus {
 #[pymethods]
 impl PyTorus {
     #[new]
-    #[pyo3(signature = (shape, servers = 1))]
-    fn new(py: Python<'_>, shape: Vec<usize>, servers: usize) -> PyResult<Self> {
-        let inner = guard(py, || Torus::new(&shape, servers))?;
+    #[pyo3(signature = (shape, ultraservers = 1))]
+    fn new(py: Python<'_>, shape: Vec<usize>, ultraservers: usize) -> PyResult<Self> {
+        let inner = guard(py, || Torus::new(&shape, ultraservers))?;
         Ok(PyTorus { inner })
     }
 
@@ -41,8 +41,8 @@ impl PyTorus {
         self.inner.torus_shape().to_vec()
     }
     #[getter]
-    fn servers(&self) -> usize {
-        self.inner.servers()
+    fn ultraservers(&self) -> usize {
+        self.inner.ultraservers()
     }
     #[getter]
     fn size(&self) -> usize {
@@ -94,7 +94,7 @@ fn report_to_dict<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("kind", "collective")?;
-    d.set_item("collective", r.kind.name())?;
+    d.set_item("collective", r.collective.name())?;
     d.set_item("algorithm", &r.algorithm)?;
     d.set_item("op", r.op.map(|o| o.name()))?;
     d.set_item("ranks", r.ranks)?;
@@ -114,7 +114,7 @@ fn report_to_dict<'py>(
         "description",
         format!(
             "{} of {} x {} B over {} ranks, {}",
-            r.kind.name(),
+            r.collective.name(),
             r.elements,
             r.elem_bytes,
             r.ranks,
@@ -161,20 +161,20 @@ fn report_to_dict<'py>(
 
 /// Costs a collective without data; returns the report dict and, with `trace`, its trace JSON.
 #[pyfunction]
-#[pyo3(signature = (torus, chips, kind, algorithm, elements, elem_bytes, peers, trace))]
+#[pyo3(signature = (torus, chips, collective, algorithm, elements, elem_bytes, peers, trace))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_estimate<'py>(
     py: Python<'py>,
     torus: &PyTorus,
     chips: Option<Vec<usize>>,
-    kind: &str,
+    collective: &str,
     algorithm: &str,
     elements: u64,
     elem_bytes: u64,
     peers: Option<Vec<usize>>,
     trace: bool,
 ) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let k = guard(py, || Kind::parse("collective", kind))?;
+    let k = guard(py, || Collective::parse("collective", collective))?;
     let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
     let g = group(py, &torus.inner, chips)?;
     let (_, rep) = guard_detached(py, || {
@@ -253,19 +253,19 @@ fn check_lengths(py: Python<'_>, lens: &[usize]) -> PyResult<()> {
 /// All-reduce or reduce-scatter of `inputs` (flat contiguous arrays: float32 for fp32, uint16
 /// for bf16/fp16, uint8 for fp8) in `format`; returns `(outputs, report dict)`.
 #[pyfunction]
-#[pyo3(signature = (torus, chips, kind, op, algorithm, format, inputs))]
+#[pyo3(signature = (torus, chips, collective, op, algorithm, format, inputs))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_reduce<'py>(
     py: Python<'py>,
     torus: &PyTorus,
     chips: Option<Vec<usize>>,
-    kind: &str,
+    collective: &str,
     op: &str,
     algorithm: &str,
     format: &str,
     inputs: Vec<Bound<'py, PyAny>>,
 ) -> PyResult<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
-    let k = guard(py, || Kind::parse("collective", kind))?;
+    let k = guard(py, || Collective::parse("collective", collective))?;
     let o = guard(py, || ReduceOp::parse("op", op))?;
     let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
     let f = guard(py, || Format::parse("dtype", format))?;
@@ -312,19 +312,19 @@ pub fn collective_reduce<'py>(
 /// All-gather, all-to-all or send/recv on raw bytes (flat uint8 views, `elem_size` bytes per
 /// element); returns `(outputs as flat uint8 arrays, report dict)`.
 #[pyfunction]
-#[pyo3(signature = (torus, chips, kind, algorithm, elem_size, inputs, peers))]
+#[pyo3(signature = (torus, chips, collective, algorithm, elem_size, inputs, peers))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_move<'py>(
     py: Python<'py>,
     torus: &PyTorus,
     chips: Option<Vec<usize>>,
-    kind: &str,
+    collective: &str,
     algorithm: &str,
     elem_size: usize,
     inputs: Vec<Bound<'py, PyAny>>,
     peers: Option<Vec<usize>>,
 ) -> PyResult<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
-    let k = guard(py, || Kind::parse("collective", kind))?;
+    let k = guard(py, || Collective::parse("collective", collective))?;
     let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
     let g = group(py, &torus.inner, chips)?;
     check_count(py, inputs.len(), g.n())?;
@@ -375,14 +375,14 @@ pub fn collective_move<'py>(
 #[pyfunction]
 pub fn nccom_estimate<'py>(
     py: Python<'py>,
-    kind: &str,
+    collective: &str,
     ranks: usize,
     lnc: usize,
     size_bytes: u64,
     elem_bytes: u64,
     algorithm: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let k = guard(py, || Kind::parse("operation", kind))?;
+    let k = guard(py, || Collective::parse("operation", collective))?;
     let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
     let row = guard_detached(py, || {
         collective::nccom_estimate(k, ranks, lnc, size_bytes, elem_bytes, a)

@@ -35,6 +35,41 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// inline: about a millisecond or less, not worth a helper thread nor able to delay Ctrl-C.
 pub const INLINE_WORK: u64 = 1 << 22;
 
+/// The error of every binding function: a core error (mapped onto the `trn2core.Trn2Error`
+/// tree when it reaches Python) or a Python error raised on the way. `?` converts both, so a
+/// binding function reads as "convert, call, return".
+#[derive(Debug)]
+pub enum PyTrn2Err {
+    /// An error of the core.
+    Core(Error),
+    /// An exception already raised by Python (a conversion, numpy).
+    Python(PyErr),
+}
+
+/// What every binding function returns.
+pub type PyTrn2Result<T> = Result<T, PyTrn2Err>;
+
+impl From<Error> for PyTrn2Err {
+    fn from(e: Error) -> Self {
+        PyTrn2Err::Core(e)
+    }
+}
+
+impl From<PyErr> for PyTrn2Err {
+    fn from(e: PyErr) -> Self {
+        PyTrn2Err::Python(e)
+    }
+}
+
+impl From<PyTrn2Err> for PyErr {
+    fn from(e: PyTrn2Err) -> PyErr {
+        match e {
+            PyTrn2Err::Core(e) => Python::attach(|py| to_py(py, e)),
+            PyTrn2Err::Python(e) => e,
+        }
+    }
+}
+
 /// Builds the Python exception for a core error (classes live in `trn2core/errors.py`).
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
     let (class, msg) = match &err {
@@ -217,18 +252,4 @@ pub fn _busy_for_test(py: Python<'_>, seconds: f64) -> PyResult<u64> {
         }
         Ok(checks)
     })
-}
-
-/// How many bytes the host can still give trn2core, and where that figure comes from
-/// (`trn2core::host`); `None` when unknown.
-#[pyfunction]
-pub fn host_memory() -> Option<(u64, &'static str)> {
-    trn2core::host::available_memory()
-}
-
-/// `CapacityError` on `arg` unless `nbytes` more can be allocated on this host: what the facade
-/// calls before it allocates a user-sized array itself.
-#[pyfunction]
-pub fn check_alloc(py: Python<'_>, arg: &str, what: &str, nbytes: u128) -> PyResult<()> {
-    guard(py, || trn2core::host::check_alloc(arg, what, nbytes))
 }

@@ -7,6 +7,7 @@ mod collectives;
 mod dma;
 mod engine;
 mod errors;
+mod host;
 mod memory;
 mod numerics;
 mod perf;
@@ -26,8 +27,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::host_memory, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::check_alloc, m)?)?;
+    m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(engine::gemm_skip_zeros, m)?)?;

@@ -5,21 +5,35 @@
 //! the hardware would take. It has no Python dependency: `cargo test -p trn2core` exercises all of
 //! it; the `trn2core-py` crate only converts arrays and maps errors.
 //!
-//! Module map (see `docs/architecture.md`):
-//! - [`spec`]: every hardware constant, once, with units and its source in `trn2_facts.md`.
+//! Module map (see `docs/architecture.md`); values and time are kept apart: each concept holds
+//! its functional model, and its timing model in a `cost` submodule that never reads data.
+//! - [`spec`]: every hardware constant, once, with units and its source tag (docs/sources.md).
+//! - [`names`]: the `named_enum!` macro, the one definition of every list of names.
 //! - [`numerics`]: the number formats (FP8 e4m3/e5m2/e3m4/e4m3fn with configurable exponent bias,
 //!   BF16, FP16, TF32, FP32), the six rounding modes including stochastic rounding, the
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
 //! - [`error`]: the one [`Error`] type.
 //! - [`memory`]: HBM stacks, SBUF and PSUM as capacities (`CapacityError` before anything is
 //!   reserved); a chip shares each HBM stack between two cores.
+//! - [`engine`]: the tensor engine's bits (`nc_matmul`, the tiled GEMM, the zero-skipping sparse
+//!   GEMM) and, in [`engine::cost`], its timing (instruction costs, the GEMM plan and its
+//!   fast-forwarded evaluation, the multi-core split, the dI/dt throttle).
+//! - [`sparsity`]: N:M pruning, compressed layouts, PyTorch's CUTLASS layout.
+//! - [`dma`]: the inline-compression codecs and their checksummed stream; [`dma::cost`]: DMA
+//!   queue timing.
+//! - [`topology`]: a physical NeuronCore with PSUM, chips and Logical NeuronCores, the torus.
+//! - [`collective`]: the five collectives as schedules, executed (bits) and costed (time).
+//! - [`perf`]: the [`perf::Report`] every cost model returns, and its trace.
 //! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
 //!   check every user-sized allocation passes first.
+
+// MISSING_DOCS_PLACEHOLDER
 
 #[macro_use]
 pub mod names;
 
 pub mod cancel;
+pub mod collective;
 pub mod dma;
 pub mod engine;
 pub mod error;

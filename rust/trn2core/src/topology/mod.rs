@@ -3,7 +3,6 @@
 //! UltraServers joined by EFA ([`Torus`]), and the collectives over them ([`collective`]).
 
 mod chip;
-pub mod collective;
 mod neuron_core;
 mod torus;
 

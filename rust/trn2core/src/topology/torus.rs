@@ -57,12 +57,12 @@ pub enum LinkKind {
     EfaIngress,
 }
 
-/// A torus of chips (`shape`, possibly empty for one chip), replicated `servers` times and the
+/// A torus of chips (`shape`, possibly empty for one chip), replicated `ultraservers` times and the
 /// copies joined by EFA.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Torus {
     shape: Vec<usize>,
-    servers: usize,
+    ultraservers: usize,
     per_server: usize,
 }
 
@@ -77,8 +77,8 @@ pub struct RouteInfo {
 
 impl Torus {
     /// A torus of `shape` (extents along X, Y, Z; each `1..=64`; at most 3 dimensions; an empty
-    /// shape is one chip), `servers` copies of it joined by EFA (`1..=4096`).
-    pub fn new(shape: &[usize], servers: usize) -> Result<Torus> {
+    /// shape is one chip), `ultraservers` copies of it joined by EFA (`1..=4096`).
+    pub fn new(shape: &[usize], ultraservers: usize) -> Result<Torus> {
         if shape.len() > MAX_TORUS_DIMS {
             return Err(Error::shape(
                 "shape",
@@ -94,16 +94,16 @@ impl Torus {
                 format!("extent {bad} in {shape:?} is outside 1..={MAX_TORUS_EXTENT}"),
             ));
         }
-        if servers == 0 || servers > MAX_ULTRASERVERS {
+        if ultraservers == 0 || ultraservers > MAX_ULTRASERVERS {
             return Err(Error::value(
                 "n_ultraservers",
-                format!("got {servers}; expected 1..={MAX_ULTRASERVERS}"),
+                format!("got {ultraservers}; expected 1..={MAX_ULTRASERVERS}"),
             ));
         }
         let per_server = shape.iter().product::<usize>();
         Ok(Torus {
             shape: shape.to_vec(),
-            servers,
+            ultraservers,
             per_server,
         })
     }
@@ -112,7 +112,7 @@ impl Torus {
     pub fn single_chip() -> Torus {
         Torus {
             shape: Vec::new(),
-            servers: 1,
+            ultraservers: 1,
             per_server: 1,
         }
     }
@@ -121,7 +121,7 @@ impl Torus {
     pub fn instance() -> Torus {
         Torus {
             shape: vec![INSTANCE_TORUS_X, INSTANCE_TORUS_Y],
-            servers: 1,
+            ultraservers: 1,
             per_server: INSTANCE_TORUS_X * INSTANCE_TORUS_Y,
         }
     }
@@ -132,7 +132,7 @@ impl Torus {
         let per_server = shape.iter().product();
         Torus {
             shape,
-            servers: 1,
+            ultraservers: 1,
             per_server,
         }
     }
@@ -148,8 +148,8 @@ impl Torus {
     }
 
     /// Servers (UltraServers) joined by EFA.
-    pub fn servers(&self) -> usize {
-        self.servers
+    pub fn ultraservers(&self) -> usize {
+        self.ultraservers
     }
 
     /// Chips per server.
@@ -159,15 +159,15 @@ impl Torus {
 
     /// Chips in total.
     pub fn size(&self) -> usize {
-        self.per_server * self.servers
+        self.per_server * self.ultraservers
     }
 
-    /// The full shape: the torus extents, and the number of servers last when there is more
+    /// The full shape: the torus extents, and the number of ultraservers last when there is more
     /// than one.
     pub fn shape(&self) -> Vec<usize> {
         let mut s = self.shape.clone();
-        if self.servers > 1 {
-            s.push(self.servers);
+        if self.ultraservers > 1 {
+            s.push(self.ultraservers);
         }
         s
     }
@@ -198,7 +198,7 @@ impl Torus {
             c.push(rest % e);
             rest /= e;
         }
-        if self.servers > 1 {
+        if self.ultraservers > 1 {
             c.push(i / self.per_server);
         }
         c
@@ -268,7 +268,7 @@ impl Torus {
         }
     }
 
-    /// NeuronLink hops between chips of one server, or 1 for chips of different servers (one
+    /// NeuronLink hops between chips of one server, or 1 for chips of different ultraservers (one
     /// crossing of the EFA network); 0 from a chip to itself.
     pub fn hops(&self, i: usize, j: usize) -> Result<usize> {
         self.check("i", i)?;
@@ -278,7 +278,7 @@ impl Torus {
     }
 
     /// Bandwidth per direction of the link between chips `i` and `j`: X/Y NeuronLink 128 GB/s,
-    /// Z 64 GB/s, EFA 25 GB/s (the chip's 200 Gbps NIC) between servers.
+    /// Z 64 GB/s, EFA 25 GB/s (the chip's 200 Gbps NIC) between ultraservers.
     ///
     /// Errors: the chips are the same, or in one server but not neighbours.
     pub fn link_bandwidth(&self, i: usize, j: usize) -> Result<f64> {
@@ -407,7 +407,7 @@ impl Torus {
     }
 
     /// Sum of the bandwidths, per direction, of every link leaving one chip (NeuronLink, plus
-    /// the EFA NIC when there are several servers): the most a chip can send at once.
+    /// the EFA NIC when there are several ultraservers): the most a chip can send at once.
     pub fn chip_egress_bytes_per_s(&self) -> f64 {
         let mut total = 0.0;
         for (dim, &e) in self.shape.iter().enumerate() {
@@ -415,7 +415,7 @@ impl Torus {
                 total += 2.0 * Torus::dim_bandwidth(dim);
             }
         }
-        if self.servers > 1 {
+        if self.ultraservers > 1 {
             total += EFA_CHIP_BYTES_PER_S;
         }
         total

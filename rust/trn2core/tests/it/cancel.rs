@@ -3,11 +3,11 @@
 //! is cancelled, and the same calls succeed with identical results once it is not.
 
 use trn2core::cancel::Cancel;
+use trn2core::collective::{
+    estimate, run_move, run_reduce, Algorithm, Buf, BufMut, Collective, Group, ReduceOp,
+};
 use trn2core::dma::{self, Codec};
 use trn2core::numerics::Format;
-use trn2core::topology::collective::{
-    estimate, run_move, run_reduce, Algorithm, Buf, BufMut, Group, Kind, ReduceOp,
-};
 use trn2core::topology::Torus;
 use trn2core::Error;
 
@@ -19,20 +19,20 @@ fn cancelled() -> Cancel {
 
 fn reduce(
     g: &Group,
-    kind: Kind,
+    collective: Collective,
     bufs: &[Vec<f32>],
     token: &Cancel,
 ) -> Result<Vec<Vec<f32>>, Error> {
     let n = g.n();
     let l = bufs[0].len();
-    let lens = trn2core::topology::collective::output_lengths(kind, n, l);
+    let lens = trn2core::collective::output_lengths(collective, n, l);
     let mut outs: Vec<Vec<f32>> = lens.iter().map(|&m| vec![0f32; m]).collect();
     let inputs: Vec<Buf> = bufs.iter().map(|b| Buf::F32(b)).collect();
     let mut o: Vec<BufMut> = outs.iter_mut().map(|x| BufMut::F32(x)).collect();
     token.install(|| {
         run_reduce(
             g,
-            kind,
+            collective,
             ReduceOp::Sum,
             Algorithm::Ring,
             Format::Fp32,
@@ -49,13 +49,13 @@ fn a_cancelled_reduction_is_interrupted_and_an_armed_one_completes() {
     let t = Torus::instance();
     let g = Group::all(&t);
     let bufs: Vec<Vec<f32>> = (0..16).map(|r| vec![r as f32; 50_000]).collect();
-    for kind in [Kind::AllReduce, Kind::ReduceScatter] {
+    for collective in [Collective::AllReduce, Collective::ReduceScatter] {
         assert_eq!(
-            reduce(&g, kind, &bufs, &cancelled()),
+            reduce(&g, collective, &bufs, &cancelled()),
             Err(Error::Interrupted)
         );
-        let a = reduce(&g, kind, &bufs, &Cancel::new()).expect("armed token");
-        let b = reduce(&g, kind, &bufs, &Cancel::none()).expect("no token");
+        let a = reduce(&g, collective, &bufs, &Cancel::new()).expect("armed token");
+        let b = reduce(&g, collective, &bufs, &Cancel::none()).expect("no token");
         assert_eq!(a, b);
         assert!(a.iter().flatten().all(|&v| v == 120.0));
     }
@@ -67,16 +67,20 @@ fn cancelled_data_movement_is_interrupted() {
     let g = Group::all(&t);
     let bufs: Vec<Vec<u8>> = (0..16).map(|r| vec![r as u8; 64 * 16]).collect();
     let inputs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
-    for kind in [Kind::AllGather, Kind::AllToAll, Kind::SendRecv] {
-        let lens = trn2core::topology::collective::output_lengths(kind, 16, bufs[0].len());
+    for collective in [
+        Collective::AllGather,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ] {
+        let lens = trn2core::collective::output_lengths(collective, 16, bufs[0].len());
         let mut outs: Vec<Vec<u8>> = lens.iter().map(|&m| vec![0u8; m]).collect();
         let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|x| x.as_mut_slice()).collect();
-        let r =
-            cancelled().install(|| run_move(&g, kind, Algorithm::Auto, 1, &inputs, &mut o, None));
-        assert_eq!(r.err(), Some(Error::Interrupted), "{kind:?}");
-        let r =
-            Cancel::new().install(|| run_move(&g, kind, Algorithm::Auto, 1, &inputs, &mut o, None));
-        assert!(r.is_ok(), "{kind:?}");
+        let r = cancelled()
+            .install(|| run_move(&g, collective, Algorithm::Auto, 1, &inputs, &mut o, None));
+        assert_eq!(r.err(), Some(Error::Interrupted), "{collective:?}");
+        let r = Cancel::new()
+            .install(|| run_move(&g, collective, Algorithm::Auto, 1, &inputs, &mut o, None));
+        assert!(r.is_ok(), "{collective:?}");
     }
 }
 
@@ -87,7 +91,7 @@ fn a_cancelled_cost_walk_is_interrupted() {
     let r = cancelled().install(|| {
         estimate(
             &g,
-            Kind::AllReduce,
+            Collective::AllReduce,
             Algorithm::Auto,
             1 << 20,
             4,
@@ -98,7 +102,7 @@ fn a_cancelled_cost_walk_is_interrupted() {
     assert_eq!(r.err(), Some(Error::Interrupted));
     let a = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Auto,
         1 << 20,
         4,
@@ -110,7 +114,7 @@ fn a_cancelled_cost_walk_is_interrupted() {
         .install(|| {
             estimate(
                 &g,
-                Kind::AllReduce,
+                Collective::AllReduce,
                 Algorithm::Auto,
                 1 << 20,
                 4,

@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use trn2core::numerics::Format;
-use trn2core::topology::collective::{
+use trn2core::collective::{
     build, estimate, execute_move, execute_reduce, nccom_estimate, output_lengths, run_symbolic,
-    Algorithm, Buf, BufMut, Group, Kind, ReduceOp, LEAF_TAG,
+    Algorithm, Buf, BufMut, Collective, Group, ReduceOp, LEAF_TAG,
 };
+use trn2core::numerics::Format;
 use trn2core::topology::Torus;
 
 fn machines() -> Vec<(&'static str, Torus)> {
@@ -27,7 +27,7 @@ fn applicable(t: &Torus) -> Vec<Algorithm> {
     if n.is_power_of_two() {
         v.push(Algorithm::Rdh);
     }
-    if t.servers() == 1 {
+    if t.ultraservers() == 1 {
         v.push(Algorithm::Torus);
         if t.torus_shape().len() == 2 {
             v.push(Algorithm::KangaRing);
@@ -51,22 +51,26 @@ fn every_schedule_delivers_its_collective() {
         let all: Vec<u32> = (0..n as u32).collect();
         for alg in applicable(&t) {
             for size in [1000u64, 10_000_000, 100_000_000] {
-                for kind in [Kind::AllReduce, Kind::ReduceScatter, Kind::AllGather] {
-                    let s = build(&g, kind, alg, size, None)
-                        .unwrap_or_else(|e| panic!("{name} {alg:?} {kind:?}: {e}"));
+                for collective in [
+                    Collective::AllReduce,
+                    Collective::ReduceScatter,
+                    Collective::AllGather,
+                ] {
+                    let s = build(&g, collective, alg, size, None)
+                        .unwrap_or_else(|e| panic!("{name} {alg:?} {collective:?}: {e}"));
                     let sym = run_symbolic(&s).expect("schedule runs");
                     let k = s.k;
                     for f in 0..sym.g {
                         let owner = f / k;
-                        match kind {
-                            Kind::AllReduce => {
+                        match collective {
+                            Collective::AllReduce => {
                                 let id = sym.at(0, f);
                                 assert_eq!(sorted(sym.leaves(id)), all, "{name} {alg:?} AR f={f}");
                                 for r in 1..n {
                                     assert_eq!(sym.at(r, f), id, "{name} {alg:?}: ranks differ");
                                 }
                             }
-                            Kind::ReduceScatter => {
+                            Collective::ReduceScatter => {
                                 let id = sym.at(owner, f);
                                 assert_eq!(sorted(sym.leaves(id)), all, "{name} {alg:?} RS f={f}");
                             }
@@ -102,14 +106,21 @@ fn subsets_of_a_machine_run_flat_algorithms() {
             algs.push(Algorithm::Rdh);
         }
         for alg in algs {
-            let s = build(&g, Kind::AllReduce, alg, 1 << 26, None).expect("builds");
+            let s = build(&g, Collective::AllReduce, alg, 1 << 26, None).expect("builds");
             let sym = run_symbolic(&s).expect("runs");
             for f in 0..sym.g {
                 assert_eq!(sym.leaves(sym.at(0, f)).len(), n);
             }
         }
-        assert!(build(&g, Kind::AllReduce, Algorithm::KangaRing, 1 << 26, None).is_err());
-        assert!(build(&g, Kind::AllReduce, Algorithm::Torus, 1 << 26, None).is_err());
+        assert!(build(
+            &g,
+            Collective::AllReduce,
+            Algorithm::KangaRing,
+            1 << 26,
+            None
+        )
+        .is_err());
+        assert!(build(&g, Collective::AllReduce, Algorithm::Torus, 1 << 26, None).is_err());
     }
     assert!(Group::new(&t, vec![1, 1]).is_err());
     assert!(Group::new(&t, vec![64]).is_err());
@@ -121,7 +132,7 @@ fn a_ring_adds_the_ranks_in_ring_order_after_the_owner() {
     // 0 -> 3 -> 2 -> 1 on channel 1 (the same ring the other way round).
     let t = Torus::instance();
     let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
-    let s = build(&g, Kind::AllReduce, Algorithm::Ring, 1 << 20, None).expect("builds");
+    let s = build(&g, Collective::AllReduce, Algorithm::Ring, 1 << 20, None).expect("builds");
     assert_eq!(s.k, 2);
     let sym = run_symbolic(&s).expect("runs");
     // Channel 0 of chunk c is reduced starting at rank c + 1: ((r[c+1] + r[c+2]) + r[c+3]) + r[c];
@@ -167,15 +178,15 @@ fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
 
 fn run_f32(
     g: &Group,
-    kind: Kind,
+    collective: Collective,
     op: ReduceOp,
     alg: Algorithm,
     bufs: &[Vec<f32>],
 ) -> Vec<Vec<f32>> {
     let n = g.n();
     let l = bufs[0].len();
-    let s = build(g, kind, alg, (l * 4) as u64, None).expect("builds");
-    let lens = output_lengths(kind, n, l);
+    let s = build(g, collective, alg, (l * 4) as u64, None).expect("builds");
+    let lens = output_lengths(collective, n, l);
     let mut outs: Vec<Vec<f32>> = lens.iter().map(|&m| vec![f32::NAN; m]).collect();
     let inputs: Vec<Buf> = bufs.iter().map(|b| Buf::F32(b)).collect();
     let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::F32(o)).collect();
@@ -192,11 +203,11 @@ fn integer_valued_reductions_are_exact_for_every_algorithm() {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             let want = reduce_ref(&bufs, op);
             for alg in applicable(&t) {
-                let outs = run_f32(&g, Kind::AllReduce, op, alg, &bufs);
+                let outs = run_f32(&g, Collective::AllReduce, op, alg, &bufs);
                 for (r, o) in outs.iter().enumerate() {
                     assert_eq!(o, &want, "{alg:?} {op:?} l={l} rank {r}");
                 }
-                let rs = run_f32(&g, Kind::ReduceScatter, op, alg, &bufs);
+                let rs = run_f32(&g, Collective::ReduceScatter, op, alg, &bufs);
                 let mut joined = Vec::new();
                 for (r, o) in rs.iter().enumerate() {
                     assert_eq!(o.len(), (r + 1) * l / 16 - r * l / 16);
@@ -219,8 +230,8 @@ fn float_sums_are_identical_across_ranks_and_runs_and_close_to_exact() {
         .map(|b| b.into_iter().map(|v| v * 1.000_123_4e-3).collect())
         .collect();
     for alg in applicable(&t) {
-        let a = run_f32(&g, Kind::AllReduce, ReduceOp::Sum, alg, &bufs);
-        let b = run_f32(&g, Kind::AllReduce, ReduceOp::Sum, alg, &bufs);
+        let a = run_f32(&g, Collective::AllReduce, ReduceOp::Sum, alg, &bufs);
+        let b = run_f32(&g, Collective::AllReduce, ReduceOp::Sum, alg, &bufs);
         for r in 0..n {
             let bits = |v: &Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a[r]), bits(&a[0]), "{alg:?}: rank {r} differs");
@@ -254,7 +265,7 @@ fn low_precision_buffers_reduce_in_fp32_and_round_once() {
         .map(|b| b.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
         .collect();
     for alg in applicable(&t) {
-        let s = build(&g, Kind::AllReduce, alg, 6, None).expect("builds");
+        let s = build(&g, Collective::AllReduce, alg, 6, None).expect("builds");
         let mut outs = vec![vec![0u16; 3]; n];
         let inputs: Vec<Buf> = codes.iter().map(|c| Buf::U16(c)).collect();
         let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::U16(o)).collect();
@@ -266,7 +277,7 @@ fn low_precision_buffers_reduce_in_fp32_and_round_once() {
         }
     }
     // fp8_e4m3 overflow: 16 x 200 = 3200 > 240 rounds to +Inf (no saturation).
-    let s = build(&g, Kind::AllReduce, Algorithm::Ring, 1, None).expect("builds");
+    let s = build(&g, Collective::AllReduce, Algorithm::Ring, 1, None).expect("builds");
     let code_200 = 0x76u8; // 1.5625 * 2^7 = 200 in e4m3 (bias 7)
     let inputs_v = vec![vec![code_200]; n];
     let inputs: Vec<Buf> = inputs_v.iter().map(|c| Buf::U8(c)).collect();
@@ -287,7 +298,8 @@ fn gathers_and_all_to_all_move_the_bytes() {
                 .collect();
             let inputs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
             for alg in applicable(&t) {
-                let s = build(&g, Kind::AllGather, alg, (n * l * 2) as u64, None).expect("builds");
+                let s = build(&g, Collective::AllGather, alg, (n * l * 2) as u64, None)
+                    .expect("builds");
                 let mut outs = vec![vec![0u8; n * l * 2]; n];
                 let mut outputs: Vec<&mut [u8]> =
                     outs.iter_mut().map(|o| o.as_mut_slice()).collect();
@@ -297,8 +309,8 @@ fn gathers_and_all_to_all_move_the_bytes() {
                     assert_eq!(o, &want, "{alg:?}");
                 }
             }
-            let s = build(&g, Kind::AllToAll, Algorithm::Auto, 1, None).expect("builds");
-            let lens = output_lengths(Kind::AllToAll, n, l);
+            let s = build(&g, Collective::AllToAll, Algorithm::Auto, 1, None).expect("builds");
+            let lens = output_lengths(Collective::AllToAll, n, l);
             let mut outs: Vec<Vec<u8>> = lens.iter().map(|&m| vec![0u8; m * 2]).collect();
             let mut outputs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
             execute_move(&s, 2, &inputs, &mut outputs).expect("ok");
@@ -321,8 +333,12 @@ fn timing_obeys_the_links() {
         let cap = t.chip_egress_bytes_per_s();
         for alg in applicable(&t) {
             for bytes in [8u64, 1 << 20, 1 << 30] {
-                for kind in [Kind::AllReduce, Kind::AllGather, Kind::ReduceScatter] {
-                    let (_, r) = estimate(&g, kind, alg, bytes / 4, 4, None, false)
+                for collective in [
+                    Collective::AllReduce,
+                    Collective::AllGather,
+                    Collective::ReduceScatter,
+                ] {
+                    let (_, r) = estimate(&g, collective, alg, bytes / 4, 4, None, false)
                         .unwrap_or_else(|e| panic!("{name} {alg:?}: {e}"));
                     assert!(
                         r.timing.max_link_utilization <= 1.0 + 1e-9,
@@ -330,7 +346,7 @@ fn timing_obeys_the_links() {
                     );
                     assert!(
                         r.busbw <= cap * (1.0 + 1e-9),
-                        "{name} {alg:?} {kind:?} {}",
+                        "{name} {alg:?} {collective:?} {}",
                         r.busbw
                     );
                     for &(link, b) in &r.timing.link_bytes {
@@ -350,7 +366,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     assert_eq!(cap, 512e9);
     let (_, kr) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::KangaRing,
         1 << 28,
         4,
@@ -361,7 +377,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     assert!(kr.busbw >= 0.9 * cap, "kangaring {}", kr.busbw / 1e9);
     let (_, ring) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Ring,
         1 << 28,
         4,
@@ -376,14 +392,32 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
         ring.busbw
     );
     // 8 bytes: the time is the hops' latency. Ring: 2 x 15 steps of one hop each.
-    let (_, tiny) = estimate(&g, Kind::AllReduce, Algorithm::Ring, 2, 4, None, false).expect("ok");
+    let (_, tiny) = estimate(
+        &g,
+        Collective::AllReduce,
+        Algorithm::Ring,
+        2,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
     assert!(
         (tiny.seconds - 30.0 * 1.5e-6).abs() < 1e-9,
         "{}",
         tiny.seconds
     );
     // Mesh: two steps, the farthest chip 4 hops away.
-    let (_, mesh) = estimate(&g, Kind::AllReduce, Algorithm::Mesh, 2, 4, None, false).expect("ok");
+    let (_, mesh) = estimate(
+        &g,
+        Collective::AllReduce,
+        Algorithm::Mesh,
+        2,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
     assert!(
         (mesh.seconds - 2.0 * 4.0 * 1.5e-6).abs() < 1e-8,
         "{}",
@@ -398,7 +432,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     ] {
         let (_, r) = estimate(
             &g,
-            Kind::AllReduce,
+            Collective::AllReduce,
             Algorithm::Auto,
             bytes / 4,
             4,
@@ -416,7 +450,7 @@ fn across_ultraservers_efa_sets_the_pace() {
     let g = Group::all(&t);
     let (_, h) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Auto,
         1 << 28,
         4,
@@ -436,7 +470,7 @@ fn across_ultraservers_efa_sets_the_pace() {
     // A flat ring crosses EFA at every UltraServer boundary: its busbw cannot beat the NICs.
     let (_, ring) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Ring,
         1 << 28,
         4,
@@ -449,7 +483,16 @@ fn across_ultraservers_efa_sets_the_pace() {
     // A 1 GiB buffer makes 2 MiB chunks: 84 us at 25 GB/s plus the 15 us EFA latency per step.
     assert!(ring.busbw >= 0.8 * 2.0 * 25e9, "{}", ring.busbw);
     // Small messages: at least one 15 us EFA latency per inter-server step (2 log2 4 steps).
-    let (_, tiny) = estimate(&g, Kind::AllReduce, Algorithm::Auto, 2, 4, None, false).expect("ok");
+    let (_, tiny) = estimate(
+        &g,
+        Collective::AllReduce,
+        Algorithm::Auto,
+        2,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
     assert!(tiny.seconds >= 4.0 * 15e-6, "{}", tiny.seconds);
 }
 
@@ -460,7 +503,7 @@ fn costing_a_2048_chip_all_reduce_is_fast() {
     let start = Instant::now();
     let (_, r) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Auto,
         1 << 28,
         4,
@@ -475,7 +518,7 @@ fn costing_a_2048_chip_all_reduce_is_fast() {
     let start = Instant::now();
     let (_, r) = estimate(
         &g,
-        Kind::AllReduce,
+        Collective::AllReduce,
         Algorithm::Ring,
         1 << 28,
         4,
@@ -490,16 +533,17 @@ fn costing_a_2048_chip_all_reduce_is_fast() {
 #[test]
 fn nccom_rows_follow_the_tool() {
     // 64 ranks of LNC=2 = the 16 chips of a trn2.48xlarge.
-    let row = nccom_estimate(Kind::AllReduce, 64, 2, 1 << 30, 4, Algorithm::Auto).expect("ok");
+    let row =
+        nccom_estimate(Collective::AllReduce, 64, 2, 1 << 30, 4, Algorithm::Auto).expect("ok");
     assert_eq!(row.chips, 16);
     assert_eq!(row.algorithm, "kangaring");
     assert!((row.busbw - row.algbw * 2.0 * 63.0 / 64.0).abs() < 1e-6 * row.busbw);
     // 4 ranks on one chip: only the within-chip stage.
-    let one = nccom_estimate(Kind::AllReduce, 4, 2, 1 << 20, 4, Algorithm::Auto).expect("ok");
+    let one = nccom_estimate(Collective::AllReduce, 4, 2, 1 << 20, 4, Algorithm::Auto).expect("ok");
     assert_eq!(one.chips, 1);
     assert_eq!(one.seconds, one.intra_chip_s);
-    assert!(nccom_estimate(Kind::AllReduce, 6, 2, 1 << 20, 4, Algorithm::Auto).is_err());
-    assert!(nccom_estimate(Kind::AllReduce, 8, 3, 1 << 20, 4, Algorithm::Auto).is_err());
+    assert!(nccom_estimate(Collective::AllReduce, 6, 2, 1 << 20, 4, Algorithm::Auto).is_err());
+    assert!(nccom_estimate(Collective::AllReduce, 8, 3, 1 << 20, 4, Algorithm::Auto).is_err());
 }
 
 #[test]
@@ -508,7 +552,7 @@ fn rdh_channels_walk_the_hypercube_in_rotated_orders() {
     // then bit 1, so the pairwise sums differ: ((3 + 1) + (2 + 0)) and ((3 + 2) + (1 + 0)).
     let t = Torus::instance();
     let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
-    let s = build(&g, Kind::AllReduce, Algorithm::Rdh, 1 << 20, None).expect("builds");
+    let s = build(&g, Collective::AllReduce, Algorithm::Rdh, 1 << 20, None).expect("builds");
     assert_eq!(s.k, 2);
     let sym = run_symbolic(&s).expect("runs");
     assert_eq!(sym.leaves(sym.at(0, 0)), vec![3, 1, 2, 0]);

@@ -1,425 +1,19 @@
-//! Collective algorithms as schedules: phases of concurrent chunk transfers, each phase repeated
-//! a number of steps. The same [`Schedule`] is executed on the data (`exec`) and costed over the
-//! links (`cost`), so the bits and the time always describe one algorithm.
-//!
-//! # Chunks
-//!
-//! A collective with `N` ranks and `K` channels cuts the working buffer (the input for
-//! all-reduce and reduce-scatter, the gathered output for all-gather) into `G = N * K` *fine
-//! chunks*: fine chunk `f` covers elements `floor(f * W / G) .. floor((f + 1) * W / G)` of a
-//! buffer of `W` elements, so sizes not divisible by the rank count work and every coarser
-//! chunking used below nests exactly. Fine chunk `f` belongs to *rank-chunk* `f / K` and
-//! channel `f % K`; rank-chunk `r` is what rank `r` owns at the end of a reduce-scatter (and
-//! holds at the start of an all-gather). Channels are independent streams (the two directions of
-//! a ring, or the four rings of KangaRing) that split every rank-chunk.
-//!
-//! A transfer names its chunks with a [`ChunkSel`]: a local chunk index that may advance with
-//! the step (`j = (j0 + dj * step) mod m`), an optional permutation (a ring position to the
-//! coordinate it stands for), a run of `n1` consecutive local chunks, and an affine map
-//! `base + local * mult + b * s2` (`b < n2`) to rank-chunks. This is enough for flat rings,
-//! rings along one torus dimension inside the others, recursive halving/doubling, the direct
-//! (mesh) pattern, and all of them nested inside the UltraServers of a hierarchical algorithm.
+//! The builders: one [`Schedule`] per collective and algorithm, from rings, recursive
+//! halving/doubling, the direct (mesh) pattern and their hierarchical nesting (the chunk model is
+//! described in [`super::schedule`]).
 
+use super::graph::{hamiltonian_decomposition, snake_order};
+use super::ops::{Algorithm, Collective};
+use super::policy::{auto_algorithm, intra_algorithm};
+use super::schedule::{
+    ChunkSel, Group, Phase, Schedule, Transfer, ALL_CHANNELS, IDENTITY, MESH_MAX_RANKS,
+};
 use crate::spec::{
-    COLLECTIVE_MESH_MAX_BYTES, COLLECTIVE_RDH_MAX_BYTES,
     KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
     KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
     RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, TORUS_HAMILTONIAN_CYCLES,
 };
-use crate::topology::Torus;
 use crate::{Error, Result};
-
-/// Which collective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    AllReduce,
-    ReduceScatter,
-    AllGather,
-    AllToAll,
-    /// Point-to-point: every rank sends its buffer to one peer (a permutation).
-    SendRecv,
-}
-
-impl Kind {
-    /// All kinds.
-    pub const ALL: [Kind; 5] = [
-        Kind::AllReduce,
-        Kind::ReduceScatter,
-        Kind::AllGather,
-        Kind::AllToAll,
-        Kind::SendRecv,
-    ];
-
-    /// The Python name (`all_reduce`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Kind::AllReduce => "all_reduce",
-            Kind::ReduceScatter => "reduce_scatter",
-            Kind::AllGather => "all_gather",
-            Kind::AllToAll => "all_to_all",
-            Kind::SendRecv => "send_recv",
-        }
-    }
-
-    /// Parses a Python name or a `nccom-test` operation name (`allr`, `allg`, `redsct`,
-    /// `alltoall`, `sendrecv`).
-    pub fn parse(arg: &str, name: &str) -> Result<Kind> {
-        let k = match name {
-            "all_reduce" | "allr" => Kind::AllReduce,
-            "reduce_scatter" | "redsct" => Kind::ReduceScatter,
-            "all_gather" | "allg" => Kind::AllGather,
-            "all_to_all" | "alltoall" => Kind::AllToAll,
-            "send_recv" | "sendrecv" => Kind::SendRecv,
-            other => {
-                return Err(Error::value(
-                    arg,
-                    format!(
-                        "unknown collective {other:?}; expected all_reduce, reduce_scatter, \
-                         all_gather, all_to_all or send_recv (or allr, redsct, allg, alltoall, \
-                         sendrecv)"
-                    ),
-                ))
-            }
-        };
-        Ok(k)
-    }
-
-    /// Whether the collective reduces.
-    pub const fn reduces(self) -> bool {
-        matches!(self, Kind::AllReduce | Kind::ReduceScatter)
-    }
-
-    /// The bus-bandwidth factor of `nccom-test` and nccl-tests for `n` ranks: all-reduce
-    /// `2 (n - 1) / n`, all-gather, reduce-scatter and all-to-all `(n - 1) / n`, send/recv 1 (0 for
-    /// one rank).
-    pub fn bus_factor(self, n: usize) -> f64 {
-        let n = n as f64;
-        match self {
-            Kind::AllReduce => 2.0 * (n - 1.0) / n,
-            Kind::ReduceScatter | Kind::AllGather | Kind::AllToAll => (n - 1.0) / n,
-            // One rank sends to itself: a copy in its own HBM that crosses no bus (a busbw
-            // above the chip's link capacity, zero for one chip, would break the contract's
-            // physics; the other collectives' factors are 0 at one rank too).
-            Kind::SendRecv if n <= 1.0 => 0.0,
-            Kind::SendRecv => 1.0,
-        }
-    }
-}
-
-named_enum! {
-    /// A collective algorithm (see `docs/collectives.md`).
-    pub enum Algorithm("algorithm", value) {
-        /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
-        Auto = "auto",
-        /// One ring through every rank, run in both directions at once (the runtime's fallback;
-        /// "multiple cycles with mutually exclusive wires in parallel", \[S16\]).
-        Ring = "ring",
-        /// The two edge-disjoint Hamiltonian cycles of the 4 x 4 torus, each run in both
-        /// directions: four rings that use every X/Y link of every chip at once.
-        KangaRing = "kangaring",
-        /// Rings along each torus dimension in turn (X, then Y, then Z), both directions at once.
-        Torus = "torus",
-        /// Recursive halving (reduce-scatter) and doubling (all-gather) over the hypercube view,
-        /// one channel per hypercube dimension, each walking the dimensions in a rotated order.
-        Rdh = "rdh",
-        /// Direct: every rank writes to every other rank in one step, routed through the torus.
-        Mesh = "mesh",
-        /// Within each UltraServer over NeuronLink, across UltraServers over EFA.
-        Hierarchical = "hierarchical",
-    }
-}
-
-/// "Every channel" in [`ChunkSel::channel`].
-pub const ALL_CHANNELS: u32 = u32::MAX;
-/// "No permutation" in [`ChunkSel::perm`].
-pub const IDENTITY: u32 = u32::MAX;
-
-/// Which fine chunks a transfer carries at step `k` of its phase (see the module doc).
-///
-/// Local chunk `j = (j0 + dj * k) mod m`; local chunks `j + a + c * sl` for `a < n1`, `c < nl`
-/// (never wrapping), each through the permutation `perm` if any, map to rank-chunks
-/// `base + local * mult + b * s2` for `b < n2`; each rank-chunk contributes channel `channel`
-/// (or all `K`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkSel {
-    pub j0: u32,
-    pub dj: i32,
-    pub m: u32,
-    pub n1: u32,
-    pub nl: u32,
-    pub sl: u32,
-    pub perm: u32,
-    pub base: u32,
-    pub mult: u32,
-    pub n2: u32,
-    pub s2: u32,
-    pub channel: u32,
-}
-
-impl ChunkSel {
-    /// Number of fine chunks carried, for `k` channels.
-    pub fn fine_chunks(&self, k: usize) -> usize {
-        let per = if self.channel == ALL_CHANNELS { k } else { 1 };
-        self.n1 as usize * self.nl as usize * self.n2 as usize * per
-    }
-
-    /// Calls `f` with every fine chunk carried at step `step`.
-    pub fn for_each(&self, step: u32, k: usize, perms: &[Vec<u32>], mut f: impl FnMut(usize)) {
-        let m = i64::from(self.m.max(1));
-        let j = (i64::from(self.j0) + i64::from(self.dj) * i64::from(step)).rem_euclid(m) as usize;
-        for cl in 0..self.nl as usize {
-            for a in 0..self.n1 as usize {
-                let local = j + a + cl * self.sl as usize;
-                let local = if self.perm == IDENTITY {
-                    local
-                } else {
-                    perms[self.perm as usize][local] as usize
-                };
-                let rc0 = self.base as usize + local * self.mult as usize;
-                for b in 0..self.n2 as usize {
-                    let rc = rc0 + b * self.s2 as usize;
-                    if self.channel == ALL_CHANNELS {
-                        for c in 0..k {
-                            f(rc * k + c);
-                        }
-                    } else {
-                        f(rc * k + self.channel as usize);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// One transfer of a phase: from rank `src` to rank `dst` (ranks are positions in the group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Transfer {
-    pub src: u32,
-    pub dst: u32,
-    pub sel: ChunkSel,
-}
-
-/// A phase: `repeat` steps, each made of the same concurrent transfers (their chunks may move
-/// with the step). With `reduce`, the receiver combines what arrives with what it holds;
-/// otherwise it stores it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Phase {
-    pub name: &'static str,
-    pub repeat: u32,
-    pub reduce: bool,
-    pub transfers: Vec<Transfer>,
-    /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
-    /// one-read-two-writes duplication touches HBM less, trn2_facts.md 12.2).
-    pub hbm_factor: f64,
-}
-
-/// A collective, ready to execute or cost.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
-    pub kind: Kind,
-    /// The algorithm after `auto` was resolved.
-    pub algorithm: Algorithm,
-    /// For a hierarchical schedule, the algorithm used within each UltraServer.
-    pub intra: Option<Algorithm>,
-    /// Ranks.
-    pub n: usize,
-    /// Channels.
-    pub k: usize,
-    pub phases: Vec<Phase>,
-    /// Permutation tables referenced by [`ChunkSel::perm`].
-    pub perms: Vec<Vec<u32>>,
-}
-
-impl Schedule {
-    /// Fine chunks `G = N * K`.
-    pub fn fine_chunks(&self) -> usize {
-        self.n * self.k
-    }
-
-    /// The algorithm's name, with the intra-server algorithm of a hierarchical one, e.g.
-    /// `"hierarchical(torus+rdh)"`.
-    pub fn algorithm_name(&self) -> String {
-        match self.intra {
-            Some(a) => format!("hierarchical({}+efa)", a.name()),
-            None => self.algorithm.name().to_string(),
-        }
-    }
-}
-
-/// The ranks of a collective: `chips[r]` is the chip of rank `r` on `torus`.
-#[derive(Debug, Clone)]
-pub struct Group<'a> {
-    pub torus: &'a Torus,
-    pub chips: Vec<usize>,
-}
-
-impl<'a> Group<'a> {
-    /// Every chip of the torus, rank `r` on chip `r`.
-    pub fn all(torus: &'a Torus) -> Group<'a> {
-        Group {
-            torus,
-            chips: (0..torus.size()).collect(),
-        }
-    }
-
-    /// The chips `chips` (distinct, existing) in that rank order.
-    pub fn new(torus: &'a Torus, chips: Vec<usize>) -> Result<Group<'a>> {
-        if chips.is_empty() {
-            return Err(Error::value(
-                "chips",
-                "a collective needs at least one rank",
-            ));
-        }
-        let mut seen = vec![false; torus.size()];
-        for &c in &chips {
-            if c >= torus.size() {
-                return Err(Error::value(
-                    "chips",
-                    format!(
-                        "chip {c} does not exist; this machine has chips 0..{}",
-                        torus.size()
-                    ),
-                ));
-            }
-            if seen[c] {
-                return Err(Error::value("chips", format!("chip {c} is listed twice")));
-            }
-            seen[c] = true;
-        }
-        Ok(Group { torus, chips })
-    }
-
-    /// Ranks.
-    pub fn n(&self) -> usize {
-        self.chips.len()
-    }
-
-    /// Whether the group is every chip of the torus in index order.
-    pub fn is_whole(&self) -> bool {
-        self.chips.len() == self.torus.size() && self.chips.iter().enumerate().all(|(i, &c)| i == c)
-    }
-}
-
-/// Most ranks the direct (mesh) pattern is built for: it has `N (N - 1)` transfers per step.
-pub const MESH_MAX_RANKS: usize = 1024;
-
-/// The boustrophedon order of a torus: consecutive chips are NeuronLink neighbours, and for
-/// even extents the last chip neighbours the first, so it is a Hamiltonian cycle.
-pub fn snake_order(shape: &[usize]) -> Vec<u32> {
-    let mut order: Vec<u32> = vec![0];
-    let mut stride = 1u32;
-    for &e in shape {
-        let lower = order.clone();
-        order.clear();
-        for c in 0..e as u32 {
-            let part: Box<dyn Iterator<Item = &u32>> = if c % 2 == 0 {
-                Box::new(lower.iter())
-            } else {
-                Box::new(lower.iter().rev())
-            };
-            order.extend(part.map(|&x| x + c * stride));
-        }
-        stride *= e as u32;
-    }
-    order
-}
-
-/// Two edge-disjoint Hamiltonian cycles covering every link of a 2-D torus (a Hamiltonian
-/// decomposition, which every product of two cycles has), found by depth-first search in a fixed
-/// neighbour order so the result is always the same. `None` if the torus is not 2-D with both
-/// extents at least 3, or no decomposition turns up within the search budget.
-pub fn hamiltonian_decomposition(shape: &[usize]) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]> {
-    if shape.len() != 2 || shape[0] < 3 || shape[1] < 3 {
-        return None;
-    }
-    let torus = Torus::new(shape, 1).ok()?;
-    let n = torus.size();
-    let nbrs: Vec<Vec<usize>> = (0..n)
-        .map(|i| torus.neighbors(i).unwrap_or_default())
-        .collect();
-    let edge = |a: usize, b: usize| (a.min(b), a.max(b));
-    let mut path = vec![0usize];
-    let mut used = vec![false; n];
-    used[0] = true;
-    let mut budget: u64 = 5_000_000;
-    // Iterative DFS over Hamiltonian cycles from chip 0; each complete cycle is tested for a
-    // connected complement.
-    let mut next_idx = vec![0usize; n + 1];
-    loop {
-        if budget == 0 {
-            return None;
-        }
-        budget -= 1;
-        let depth = path.len();
-        let at = path[depth - 1];
-        if depth == n {
-            if nbrs[at].contains(&0) {
-                let mut cyc_edges: Vec<(usize, usize)> =
-                    path.windows(2).map(|w| edge(w[0], w[1])).collect();
-                cyc_edges.push(edge(at, 0));
-                if let Some(other) = complement_cycle(&nbrs, &cyc_edges) {
-                    let first: Vec<u32> = path.iter().map(|&c| c as u32).collect();
-                    return Some([first, other]);
-                }
-            }
-            // Backtrack.
-            used[at] = false;
-            path.pop();
-            continue;
-        }
-        let i = next_idx[depth];
-        if i < nbrs[at].len() {
-            next_idx[depth] += 1;
-            let nb = nbrs[at][i];
-            if !used[nb] {
-                used[nb] = true;
-                path.push(nb);
-                next_idx[depth + 1] = 0;
-            }
-        } else {
-            if depth == 1 {
-                return None;
-            }
-            used[at] = false;
-            path.pop();
-        }
-    }
-}
-
-/// The edges of the torus not in `cycle`, as a cycle order from chip 0, if they form one
-/// Hamiltonian cycle.
-fn complement_cycle(nbrs: &[Vec<usize>], cycle: &[(usize, usize)]) -> Option<Vec<u32>> {
-    let n = nbrs.len();
-    let in_cycle = |a: usize, b: usize| cycle.contains(&(a.min(b), a.max(b)));
-    let rest: Vec<Vec<usize>> = (0..n)
-        .map(|a| {
-            nbrs[a]
-                .iter()
-                .copied()
-                .filter(|&b| !in_cycle(a, b))
-                .collect()
-        })
-        .collect();
-    if rest.iter().any(|r| r.len() != 2) {
-        return None;
-    }
-    let mut order = vec![0u32];
-    let (mut prev, mut at) = (0usize, rest[0][0]);
-    while at != 0 {
-        order.push(at as u32);
-        let nx = if rest[at][0] == prev {
-            rest[at][1]
-        } else {
-            rest[at][0]
-        };
-        prev = at;
-        at = nx;
-        if order.len() > n {
-            return None;
-        }
-    }
-    (order.len() == n).then_some(order)
-}
 
 /// Maps a sub-collective's local chunk index to rank-chunks: `base + local * mult + b * s2` for
 /// `b < n2` (the `b` term replicates over the dimensions the sub-collective does not cover).
@@ -648,14 +242,14 @@ enum Half {
 }
 
 /// Builds one half (reduce-scatter or all-gather) of a flat algorithm over a server-local
-/// group: `servers` copies of the torus `shape` (the ranks of server `s` are `s * P + l`),
+/// group: `ultraservers` copies of the torus `shape` (the ranks of server `s` are `s * P + l`),
 /// every copy running the same pattern at once; local chunk `l` stands for rank-chunks
-/// `l + P * s` for every server `s` (`n2 = servers`). Returns the phases and the channel count.
+/// `l + P * s` for every server `s` (`n2 = ultraservers`). Returns the phases and the channel count.
 struct Builder<'t> {
     shape: &'t [usize],
     /// Ranks per server.
     p: usize,
-    servers: usize,
+    ultraservers: usize,
     perms: Vec<Vec<u32>>,
 }
 
@@ -672,7 +266,7 @@ impl Builder<'_> {
         Ctx {
             base: 0,
             mult: 1,
-            n2: self.servers as u32,
+            n2: self.ultraservers as u32,
             s2: self.p as u32,
         }
     }
@@ -691,7 +285,7 @@ impl Builder<'_> {
         let mut rings = Vec::new();
         for (ch, dir) in [order.to_vec(), rev].into_iter().enumerate() {
             let perm = self.perm(dir.clone());
-            for s in 0..self.servers {
+            for s in 0..self.ultraservers {
                 rings.push(Ring {
                     order: dir.iter().map(|&l| l + (s * self.p) as u32).collect(),
                     perm,
@@ -718,7 +312,7 @@ impl Builder<'_> {
             rev.extend(cyc[1..].iter().rev());
             for (di, order) in [cyc.clone(), rev].into_iter().enumerate() {
                 let perm = self.perm(order.clone());
-                for s in 0..self.servers {
+                for s in 0..self.ultraservers {
                     rings.push(Ring {
                         order: order.iter().map(|&l| l + (s * self.p) as u32).collect(),
                         perm,
@@ -774,7 +368,7 @@ impl Builder<'_> {
             if crate::cancel::current().is_cancelled() {
                 break; // the caller checks the token and drops the unfinished schedule
             }
-            for s in 0..self.servers {
+            for s in 0..self.ultraservers {
                 for l in 0..self.p {
                     let c = (l / strides[d]) % e;
                     if c != 0 {
@@ -790,7 +384,7 @@ impl Builder<'_> {
                     let ctx = Ctx {
                         base: fixed as u32,
                         mult: strides[d] as u32,
-                        n2: (self.p / strides[d + 1] * self.servers) as u32,
+                        n2: (self.p / strides[d + 1] * self.ultraservers) as u32,
                         s2: strides[d + 1] as u32,
                     };
                     for (ch, coords) in [&plus, &minus].into_iter().enumerate() {
@@ -824,8 +418,9 @@ impl Builder<'_> {
 
     fn rdh(&mut self, half: Half) -> Vec<Phase> {
         let ctx = self.server_ctx();
-        let groups: Vec<(Vec<u32>, Ctx)> =
-            (0..self.servers).map(|s| (self.members(s), ctx)).collect();
+        let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
+            .map(|s| (self.members(s), ctx))
+            .collect();
         let mut out = Vec::new();
         rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out);
         out
@@ -833,8 +428,9 @@ impl Builder<'_> {
 
     fn mesh(&mut self, half: Half) -> Vec<Phase> {
         let ctx = self.server_ctx();
-        let groups: Vec<(Vec<u32>, Ctx)> =
-            (0..self.servers).map(|s| (self.members(s), ctx)).collect();
+        let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
+            .map(|s| (self.members(s), ctx))
+            .collect();
         mesh_phase(&groups, half == Half::ReduceScatter)
             .into_iter()
             .collect()
@@ -876,56 +472,8 @@ impl Builder<'_> {
     }
 }
 
-/// The algorithm `auto` picks for a group, collective and message size (`nccom-test`'s
-/// `size(B)`): the Neuron runtime's rule (trn2_facts.md 12.2) of Mesh below 1 MB, RDH up to
-/// 56 MB and KangaRing above, on the 4 x 4 torus of an instance; on the 3-D torus of an
-/// UltraServer the torus rings stand in for KangaRing (which needs the 2-D torus); groups that
-/// are not a whole torus use Ring for large messages, and RDH only with a power-of-two rank
-/// count. Several UltraServers always go hierarchical. All-to-all and send/recv are direct.
-pub fn auto_algorithm(group: &Group, kind: Kind, message_bytes: u64) -> Algorithm {
-    let n = group.n();
-    if matches!(kind, Kind::AllToAll | Kind::SendRecv) {
-        return Algorithm::Mesh;
-    }
-    if group.is_whole() && group.torus.servers() > 1 {
-        return Algorithm::Hierarchical;
-    }
-    let shape = group.torus.torus_shape();
-    if message_bytes < COLLECTIVE_MESH_MAX_BYTES && n <= MESH_MAX_RANKS {
-        return Algorithm::Mesh;
-    }
-    if message_bytes <= COLLECTIVE_RDH_MAX_BYTES && n.is_power_of_two() {
-        return Algorithm::Rdh;
-    }
-    if group.is_whole() {
-        if hamiltonian_decomposition(shape).is_some() {
-            return Algorithm::KangaRing;
-        }
-        if shape.iter().filter(|&&e| e >= 2).count() >= 2 {
-            return Algorithm::Torus;
-        }
-    }
-    Algorithm::Ring
-}
-
-/// The intra-UltraServer algorithm of a hierarchical schedule for a message of
-/// `message_bytes`: the single-server rule of [`auto_algorithm`].
-fn intra_algorithm(shape: &[usize], p: usize, message_bytes: u64) -> Algorithm {
-    if message_bytes < COLLECTIVE_MESH_MAX_BYTES && p <= MESH_MAX_RANKS {
-        Algorithm::Mesh
-    } else if message_bytes <= COLLECTIVE_RDH_MAX_BYTES && p.is_power_of_two() {
-        Algorithm::Rdh
-    } else if hamiltonian_decomposition(shape).is_some() {
-        Algorithm::KangaRing
-    } else if shape.iter().filter(|&&e| e >= 2).count() >= 2 {
-        Algorithm::Torus
-    } else {
-        Algorithm::Ring
-    }
-}
-
-/// Builds the schedule of collective `kind` over `group` with `algorithm` (`auto` resolved by
-/// [`auto_algorithm`] for a message of `message_bytes`). For [`Kind::SendRecv`], `peers[r]` is
+/// Builds the schedule of collective `collective` over `group` with `algorithm` (`auto` resolved by
+/// [`auto_algorithm`] for a message of `message_bytes`). For [`Collective::SendRecv`], `peers[r]` is
 /// the rank that rank `r` sends to (a permutation).
 ///
 /// Errors: an algorithm that does not apply to this group (KangaRing off the 4 x 4 torus, RDH
@@ -933,7 +481,7 @@ fn intra_algorithm(shape: &[usize], p: usize, message_bytes: u64) -> Algorithm {
 /// not a whole machine, mesh beyond [`MESH_MAX_RANKS`] ranks), or bad `peers`.
 pub fn build(
     group: &Group,
-    kind: Kind,
+    collective: Collective,
     algorithm: Algorithm,
     message_bytes: u64,
     peers: Option<&[usize]>,
@@ -941,12 +489,12 @@ pub fn build(
     let n = group.n();
     let torus = group.torus;
     let alg = if algorithm == Algorithm::Auto {
-        auto_algorithm(group, kind, message_bytes)
+        auto_algorithm(group, collective, message_bytes)
     } else {
         algorithm
     };
     let mut sched = Schedule {
-        kind,
+        collective,
         algorithm: alg,
         intra: None,
         n,
@@ -954,8 +502,8 @@ pub fn build(
         phases: Vec::new(),
         perms: Vec::new(),
     };
-    match kind {
-        Kind::SendRecv => {
+    match collective {
+        Collective::SendRecv => {
             let peers = match peers {
                 Some(p) => p.to_vec(),
                 None => (0..n).map(|r| (r + 1) % n).collect(),
@@ -986,7 +534,7 @@ pub fn build(
             });
             return Ok(sched);
         }
-        Kind::AllToAll => {
+        Collective::AllToAll => {
             if alg != Algorithm::Mesh {
                 return Err(Error::value(
                     "algorithm",
@@ -1026,7 +574,7 @@ pub fn build(
     // algorithms, the UltraServer torus for hierarchical.
     let whole = group.is_whole();
     let needs_whole = |what: &str| -> Result<()> {
-        if whole && torus.servers() == 1 {
+        if whole && torus.ultraservers() == 1 {
             Ok(())
         } else {
             Err(Error::value(
@@ -1049,7 +597,7 @@ pub fn build(
         }
         Algorithm::Mesh => check_mesh(n)?,
         Algorithm::Torus | Algorithm::KangaRing => needs_whole(alg.name())?,
-        Algorithm::Hierarchical if !(whole && torus.servers() > 1) => {
+        Algorithm::Hierarchical if !(whole && torus.ultraservers() > 1) => {
             return Err(Error::value(
                 "algorithm",
                 format!(
@@ -1062,11 +610,11 @@ pub fn build(
         _ => {}
     }
     if alg == Algorithm::Hierarchical {
-        return hierarchical(group, kind, message_bytes, sched);
+        return hierarchical(group, collective, message_bytes, sched);
     }
     // Flat: the group is one "server" of n ranks; the ring order is the snake through the torus
     // when the group is a whole machine (so ring neighbours are link neighbours), else rank order.
-    let flat_shape: Vec<usize> = if whole && torus.servers() == 1 {
+    let flat_shape: Vec<usize> = if whole && torus.ultraservers() == 1 {
         torus.torus_shape().to_vec()
     } else {
         vec![n]
@@ -1074,7 +622,7 @@ pub fn build(
     let order: Vec<u32> = if whole {
         let per = snake_order(torus.torus_shape());
         let p = torus.chips_per_server() as u32;
-        (0..torus.servers() as u32)
+        (0..torus.ultraservers() as u32)
             .flat_map(|s| per.iter().map(move |&l| l + s * p))
             .collect()
     } else {
@@ -1083,16 +631,19 @@ pub fn build(
     let mut b = Builder {
         shape: &flat_shape,
         p: n,
-        servers: 1,
+        ultraservers: 1,
         perms: Vec::new(),
     };
     sched.k = Builder::channels(alg, n);
-    if matches!(kind, Kind::AllReduce | Kind::ReduceScatter) {
+    if matches!(
+        collective,
+        Collective::AllReduce | Collective::ReduceScatter
+    ) {
         sched
             .phases
             .extend(b.half(alg, Half::ReduceScatter, &order)?);
     }
-    if matches!(kind, Kind::AllReduce | Kind::AllGather) {
+    if matches!(collective, Collective::AllReduce | Collective::AllGather) {
         sched.phases.extend(b.half(alg, Half::AllGather, &order)?);
     }
     sched.perms = b.perms;
@@ -1107,21 +658,21 @@ pub fn build(
 /// less traffic runs over EFA).
 fn hierarchical(
     group: &Group,
-    kind: Kind,
+    collective: Collective,
     message_bytes: u64,
     mut sched: Schedule,
 ) -> Result<Schedule> {
     let torus = group.torus;
     let shape = torus.torus_shape().to_vec();
     let p = torus.chips_per_server();
-    let servers = torus.servers();
+    let ultraservers = torus.ultraservers();
     let intra = intra_algorithm(&shape, p, message_bytes);
     sched.intra = Some(intra);
     sched.k = Builder::channels(intra, p);
     let mut b = Builder {
         shape: &shape,
         p,
-        servers,
+        ultraservers,
         perms: Vec::new(),
     };
     let snake = snake_order(&shape);
@@ -1130,7 +681,7 @@ fn hierarchical(
     let inter = |reduce: bool, out: &mut Vec<Phase>| {
         let groups: Vec<(Vec<u32>, Ctx)> = (0..p)
             .map(|l| {
-                let members: Vec<u32> = (0..servers).map(|s| (s * p + l) as u32).collect();
+                let members: Vec<u32> = (0..ultraservers).map(|s| (s * p + l) as u32).collect();
                 let ctx = Ctx {
                     base: l as u32,
                     mult: p as u32,
@@ -1140,7 +691,7 @@ fn hierarchical(
                 (members, ctx)
             })
             .collect();
-        if servers.is_power_of_two() {
+        if ultraservers.is_power_of_two() {
             rdh_phases(&groups, reduce, false, out);
         } else {
             let rings: Vec<Ring> = groups
@@ -1163,8 +714,8 @@ fn hierarchical(
     let mut phases = Vec::new();
     // Ctrl-C between the stages (each tens of milliseconds for 4096 UltraServers).
     let check = crate::cancel::check;
-    match kind {
-        Kind::AllReduce => {
+    match collective {
+        Collective::AllReduce => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
             check()?;
             inter(true, &mut phases);
@@ -1173,17 +724,19 @@ fn hierarchical(
             check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }
-        Kind::ReduceScatter => {
+        Collective::ReduceScatter => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
             check()?;
             inter(true, &mut phases);
         }
-        Kind::AllGather => {
+        Collective::AllGather => {
             inter(false, &mut phases);
             check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }
-        Kind::AllToAll | Kind::SendRecv => unreachable!("direct collectives are built above"),
+        Collective::AllToAll | Collective::SendRecv => {
+            unreachable!("direct collectives are built above")
+        }
     }
     check()?;
     sched.phases = phases;
@@ -1228,43 +781,4 @@ fn check_permutation(peers: &[usize], n: usize) -> Result<()> {
         seen[p] = true;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn snake_is_a_cycle_of_neighbours() {
-        for shape in [vec![4, 4], vec![4, 4, 4]] {
-            let t = Torus::new(&shape, 1).expect("valid");
-            let o = snake_order(&shape);
-            assert_eq!(o.len(), t.size());
-            for q in 0..o.len() {
-                let (a, b) = (o[q] as usize, o[(q + 1) % o.len()] as usize);
-                assert_eq!(t.hops(a, b).expect("ok"), 1, "{shape:?} {a}->{b}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_4x4_torus_splits_into_two_hamiltonian_cycles() {
-        let t = Torus::instance();
-        let [a, b] = hamiltonian_decomposition(&[4, 4]).expect("exists");
-        let mut edges = Vec::new();
-        for cyc in [&a, &b] {
-            assert_eq!(cyc.len(), 16);
-            let mut sorted = cyc.clone();
-            sorted.sort();
-            assert_eq!(sorted, (0..16).collect::<Vec<u32>>());
-            for q in 0..16 {
-                let (x, y) = (cyc[q] as usize, cyc[(q + 1) % 16] as usize);
-                assert_eq!(t.hops(x, y).expect("ok"), 1);
-                edges.push((x.min(y), x.max(y)));
-            }
-        }
-        edges.sort();
-        edges.dedup();
-        assert_eq!(edges.len(), 32, "every link used exactly once");
-    }
 }

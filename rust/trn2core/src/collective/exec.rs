@@ -31,19 +31,11 @@
 
 use rayon::prelude::*;
 
-use super::schedule::{Kind, Schedule};
+use super::ops::{Collective, ReduceOp};
+use super::schedule::Schedule;
 use crate::engine::CANONICAL_NAN;
 use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
 use crate::{Error, Result};
-
-named_enum! {
-    /// A reduction operator.
-    pub enum ReduceOp("reduction", value) {
-        Sum = "sum",
-        Max = "max",
-        Min = "min",
-    }
-}
 
 impl ReduceOp {
     /// One combination, the scalar definition.
@@ -163,8 +155,8 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
     for r in 0..n {
         cancel.check()?;
         for f in 0..g {
-            let holds = match s.kind {
-                Kind::AllGather => f / k == r,
+            let holds = match s.collective {
+                Collective::AllGather => f / k == r,
                 _ => true,
             };
             if holds {
@@ -236,13 +228,13 @@ pub fn boundary(f: usize, g: usize, w: usize) -> usize {
 /// Element counts each rank's output has: all-reduce `l`; reduce-scatter rank `r` the elements
 /// `floor(r l / n) .. floor((r + 1) l / n)`; all-gather `n l`; all-to-all `n` times the size of
 /// input chunk `r` (chunk `j` is `floor(j l / n) .. floor((j + 1) l / n)`); send/recv `l`.
-pub fn output_lengths(kind: Kind, n: usize, l: usize) -> Vec<usize> {
+pub fn output_lengths(collective: Collective, n: usize, l: usize) -> Vec<usize> {
     (0..n)
-        .map(|r| match kind {
-            Kind::AllReduce | Kind::SendRecv => l,
-            Kind::ReduceScatter => boundary(r + 1, n, l) - boundary(r, n, l),
-            Kind::AllGather => n * l,
-            Kind::AllToAll => n * (boundary(r + 1, n, l) - boundary(r, n, l)),
+        .map(|r| match collective {
+            Collective::AllReduce | Collective::SendRecv => l,
+            Collective::ReduceScatter => boundary(r + 1, n, l) - boundary(r, n, l),
+            Collective::AllGather => n * l,
+            Collective::AllToAll => n * (boundary(r + 1, n, l) - boundary(r, n, l)),
         })
         .collect()
 }
@@ -463,9 +455,9 @@ pub fn execute_reduce(
     outputs: &mut [BufMut],
 ) -> Result<Symbolic> {
     check_reduce_format(format)?;
-    if !s.kind.reduces() {
+    if !s.collective.reduces() {
         return Err(Error::value(
-            "kind",
+            "collective",
             "execute_reduce runs all_reduce or reduce_scatter",
         ));
     }
@@ -481,7 +473,7 @@ pub fn execute_reduce(
         ));
     }
     let w = inputs[0].len();
-    let want = output_lengths(s.kind, n, w);
+    let want = output_lengths(s.collective, n, w);
     let storage_ok = |b: &Buf| match (b, format) {
         (Buf::F32(_), Format::Fp32) => true,
         (Buf::U16(_), Format::Bf16 | Format::Fp16) => true,
@@ -526,15 +518,15 @@ pub fn execute_reduce(
         if c0 == c1 {
             continue;
         }
-        let receivers: Vec<usize> = match s.kind {
-            Kind::AllReduce => (0..n).collect(),
+        let receivers: Vec<usize> = match s.collective {
+            Collective::AllReduce => (0..n).collect(),
             _ => vec![f / k],
         };
         let mut local: Vec<(u32, u32)> = Vec::new(); // (identity, target index)
         for r in receivers {
             let id = sym.at(r, f);
-            let offset = match s.kind {
-                Kind::AllReduce => c0,
+            let offset = match s.collective {
+                Collective::AllReduce => c0,
                 _ => c0 - boundary(r, n, w),
             };
             let t = match local.iter().find(|(i, _)| *i == id) {
@@ -766,7 +758,7 @@ pub fn execute_move(
             ),
         ));
     }
-    let want = output_lengths(s.kind, n, l);
+    let want = output_lengths(s.collective, n, l);
     for (r, o) in outputs.iter().enumerate() {
         if o.len() != want[r] * elem {
             return Err(Error::shape(
@@ -780,8 +772,8 @@ pub fn execute_move(
         }
     }
     let cancel = crate::cancel::current();
-    match s.kind {
-        Kind::AllGather => {
+    match s.collective {
+        Collective::AllGather => {
             let sym = run_symbolic(s)?;
             let (g, w) = (sym.g, n * l);
             outputs.par_iter_mut().enumerate().try_for_each(|(r, out)| {
@@ -805,7 +797,7 @@ pub fn execute_move(
                 Ok(())
             })
         }
-        Kind::AllToAll | Kind::SendRecv => {
+        Collective::AllToAll | Collective::SendRecv => {
             // Direct schedules: one step, each transfer delivers final data. Group by receiver.
             let phase = s
                 .phases
@@ -820,7 +812,7 @@ pub fn execute_move(
             }
             outputs.par_iter_mut().enumerate().try_for_each(|(d, out)| {
                 for &(src, j) in &by_dst[d] {
-                    if s.kind == Kind::SendRecv {
+                    if s.collective == Collective::SendRecv {
                         copy_checked(out, inputs[src], &cancel)?;
                     } else {
                         // Rank src's chunk j lands at position src of rank j's output.
@@ -837,7 +829,7 @@ pub fn execute_move(
             })
         }
         _ => Err(Error::value(
-            "kind",
+            "collective",
             "execute_move runs all_gather, all_to_all or send_recv",
         )),
     }

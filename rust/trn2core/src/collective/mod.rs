@@ -1,27 +1,35 @@
 //! Collectives over the chips of an instance, an UltraServer or an UltraCluster (contract
 //! section 5): all-reduce (sum, max, min), reduce-scatter, all-gather, all-to-all and send/recv.
 //!
-//! - [`schedule`]: each algorithm as a schedule of chunk transfers and reductions, and the
-//!   Neuron runtime's choice of algorithm by message size.
+//! - [`ops`]: the vocabulary: [`Collective`], [`Algorithm`], [`ReduceOp`].
+//! - [`schedule`]: a collective as phases of chunk transfers and reductions (the data model).
+//! - [`graph`]: torus rings (snake order, Hamiltonian cycles) the algorithms are built on.
+//! - [`build`]: one schedule per collective and algorithm.
+//! - [`policy`]: the Neuron runtime's choice of algorithm (`auto`) by message size.
 //! - [`exec`]: the functional model, executing a schedule on the buffers (the bits).
 //! - [`cost`](mod@cost): the timing model, costing the same schedule over the links (the time).
 //!
 //! [`estimate`] costs a collective without data; [`run_reduce`] and [`run_move`] also compute
 //! it. [`nccom_estimate`] is the model behind `trn2core nccom-test`.
 
+pub mod build;
 pub mod cost;
 pub mod exec;
+pub mod graph;
+pub mod ops;
+pub mod policy;
 pub mod schedule;
 
+pub use build::build;
 pub use cost::{cost, PhaseTiming, Timing};
 pub use exec::{
-    execute_move, execute_reduce, output_lengths, run_symbolic, Buf, BufMut, ReduceOp, Symbolic,
+    execute_move, execute_reduce, output_lengths, run_symbolic, Buf, BufMut, Symbolic,
     LEAF as LEAF_TAG, UNDEF,
 };
-pub use schedule::{
-    auto_algorithm, build, hamiltonian_decomposition, snake_order, Algorithm, ChunkSel, Group,
-    Kind, Phase, Schedule, Transfer,
-};
+pub use graph::{hamiltonian_decomposition, snake_order};
+pub use ops::{Algorithm, Collective, ReduceOp};
+pub use policy::auto_algorithm;
+pub use schedule::{ChunkSel, Group, Phase, Schedule, Transfer};
 
 use crate::numerics::Format;
 use crate::spec::{
@@ -33,7 +41,7 @@ use crate::{Error, Result};
 /// Everything a collective's report says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveReport {
-    pub kind: Kind,
+    pub collective: Collective,
     /// The algorithm used (after `auto`), e.g. `"kangaring"` or `"hierarchical(torus+efa)"`.
     pub algorithm: String,
     pub op: Option<ReduceOp>,
@@ -69,18 +77,18 @@ impl CollectiveReport {
 }
 
 /// `nccom-test`'s `size(B)` for `elements` per rank of `elem_bytes`.
-pub fn size_bytes(kind: Kind, n: usize, elements: u64, elem_bytes: u64) -> f64 {
+pub fn size_bytes(collective: Collective, n: usize, elements: u64, elem_bytes: u64) -> f64 {
     let b = elements as f64 * elem_bytes as f64;
-    match kind {
-        Kind::AllGather => b * n as f64,
+    match collective {
+        Collective::AllGather => b * n as f64,
         _ => b,
     }
 }
 
 /// Elements of the working buffer the schedule's fine chunks split (see `schedule`).
-fn working_elements(kind: Kind, n: usize, elements: u64) -> f64 {
-    match kind {
-        Kind::AllGather => elements as f64 * n as f64,
+fn working_elements(collective: Collective, n: usize, elements: u64) -> f64 {
+    match collective {
+        Collective::AllGather => elements as f64 * n as f64,
         _ => elements as f64,
     }
 }
@@ -94,18 +102,18 @@ fn report(
     trace: bool,
 ) -> Result<CollectiveReport> {
     let n = group.n();
-    let w = working_elements(sched.kind, n, elements);
+    let w = working_elements(sched.collective, n, elements);
     let fine = w * elem_bytes as f64 / sched.fine_chunks().max(1) as f64;
     let timing = cost(sched, group, fine, trace)?;
-    let size = size_bytes(sched.kind, n, elements, elem_bytes);
-    let factor = sched.kind.bus_factor(n);
+    let size = size_bytes(sched.collective, n, elements, elem_bytes);
+    let factor = sched.collective.bus_factor(n);
     let (algbw, busbw) = if timing.seconds > 0.0 {
         (size / timing.seconds, size / timing.seconds * factor)
     } else {
         (0.0, 0.0)
     };
     Ok(CollectiveReport {
-        kind: sched.kind,
+        collective: sched.collective,
         algorithm: sched.algorithm_name(),
         op,
         ranks: n,
@@ -122,11 +130,11 @@ fn report(
     })
 }
 
-/// Costs collective `kind` over `group` for `elements` per rank of `elem_bytes` each, without
+/// Costs collective `collective` over `group` for `elements` per rank of `elem_bytes` each, without
 /// data. `peers` is send/recv's permutation (default: rank `r` sends to `r + 1`).
 pub fn estimate(
     group: &Group,
-    kind: Kind,
+    collective: Collective,
     algorithm: Algorithm,
     elements: u64,
     elem_bytes: u64,
@@ -136,8 +144,8 @@ pub fn estimate(
     if elem_bytes == 0 {
         return Err(Error::value("dtype", "elements of zero bytes"));
     }
-    let size = size_bytes(kind, group.n(), elements, elem_bytes);
-    let sched = build(group, kind, algorithm, size as u64, peers)?;
+    let size = size_bytes(collective, group.n(), elements, elem_bytes);
+    let sched = build(group, collective, algorithm, size as u64, peers)?;
     let rep = report(&sched, group, None, elements, elem_bytes, trace)?;
     Ok((sched, rep))
 }
@@ -146,7 +154,7 @@ pub fn estimate(
 /// `outputs` ([`output_lengths`]), and costs it.
 pub fn run_reduce(
     group: &Group,
-    kind: Kind,
+    collective: Collective,
     op: ReduceOp,
     algorithm: Algorithm,
     format: Format,
@@ -160,8 +168,8 @@ pub fn run_reduce(
         Some(Buf::U8(x)) => x.len(),
         None => return Err(Error::shape("buffers", "no buffers")),
     } as u64;
-    let size = size_bytes(kind, group.n(), elements, elem);
-    let sched = build(group, kind, algorithm, size as u64, None)?;
+    let size = size_bytes(collective, group.n(), elements, elem);
+    let sched = build(group, collective, algorithm, size as u64, None)?;
     execute_reduce(&sched, op, format, inputs, outputs)?;
     report(&sched, group, Some(op), elements, elem, false)
 }
@@ -170,7 +178,7 @@ pub fn run_reduce(
 /// costs it.
 pub fn run_move(
     group: &Group,
-    kind: Kind,
+    collective: Collective,
     algorithm: Algorithm,
     elem: usize,
     inputs: &[&[u8]],
@@ -178,8 +186,8 @@ pub fn run_move(
     peers: Option<&[usize]>,
 ) -> Result<CollectiveReport> {
     let elements = (inputs.first().map_or(0, |b| b.len()) / elem.max(1)) as u64;
-    let size = size_bytes(kind, group.n(), elements, elem as u64);
-    let sched = build(group, kind, algorithm, size as u64, peers)?;
+    let size = size_bytes(collective, group.n(), elements, elem as u64);
+    let sched = build(group, collective, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
     report(&sched, group, None, elements, elem as u64, false)
 }
@@ -251,7 +259,7 @@ pub struct NccomRow {
 /// stage moves its bytes at the chip's HBM bandwidth, overlapped with the chip-level stage (the
 /// runtime pipelines chunks through both), and adds one DMA fixed cost.
 pub fn nccom_estimate(
-    kind: Kind,
+    collective: Collective,
     ranks: usize,
     lnc: usize,
     size_bytes: u64,
@@ -288,16 +296,16 @@ pub fn nccom_estimate(
     let l = local as f64;
     // Per-chip elements of the chip-level collective's input.
     let count = size_bytes / elem_bytes;
-    let chip_elements = match kind {
-        Kind::AllReduce | Kind::ReduceScatter => count,
-        Kind::AllGather => count / ranks as u64 * local as u64,
-        Kind::AllToAll => count * local as u64,
-        Kind::SendRecv => count * local as u64,
+    let chip_elements = match collective {
+        Collective::AllReduce | Collective::ReduceScatter => count,
+        Collective::AllGather => count / ranks as u64 * local as u64,
+        Collective::AllToAll => count * local as u64,
+        Collective::SendRecv => count * local as u64,
     };
     let (chip_s, alg) = if chips > 1 {
         let (_, rep) = estimate(
             &group,
-            kind,
+            collective,
             algorithm,
             chip_elements,
             elem_bytes,
@@ -309,11 +317,11 @@ pub fn nccom_estimate(
         (0.0, "local".to_string())
     };
     let intra_bytes = if local > 1 {
-        match kind {
-            Kind::AllReduce => (2.0 * l + 2.0) * s,
-            Kind::AllGather => (l + 1.0) * s,
-            Kind::ReduceScatter => (l + 1.0) * s,
-            Kind::AllToAll | Kind::SendRecv => 2.0 * l * s,
+        match collective {
+            Collective::AllReduce => (2.0 * l + 2.0) * s,
+            Collective::AllGather => (l + 1.0) * s,
+            Collective::ReduceScatter => (l + 1.0) * s,
+            Collective::AllToAll | Collective::SendRecv => 2.0 * l * s,
         }
     } else {
         0.0
@@ -334,7 +342,7 @@ pub fn nccom_estimate(
         count,
         seconds,
         algbw,
-        busbw: algbw * kind.bus_factor(ranks),
+        busbw: algbw * collective.bus_factor(ranks),
         algorithm: alg,
         intra_chip_s: intra_s,
         chips,

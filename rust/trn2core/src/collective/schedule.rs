@@ -1,0 +1,199 @@
+//! Collective algorithms as schedules: phases of concurrent chunk transfers, each phase repeated
+//! a number of steps. The same [`Schedule`] is executed on the data (`exec`) and costed over the
+//! links (`cost`), so the bits and the time always describe one algorithm.
+//!
+//! # Chunks
+//!
+//! A collective with `N` ranks and `K` channels cuts the working buffer (the input for
+//! all-reduce and reduce-scatter, the gathered output for all-gather) into `G = N * K` *fine
+//! chunks*: fine chunk `f` covers elements `floor(f * W / G) .. floor((f + 1) * W / G)` of a
+//! buffer of `W` elements, so sizes not divisible by the rank count work and every coarser
+//! chunking used below nests exactly. Fine chunk `f` belongs to *rank-chunk* `f / K` and
+//! channel `f % K`; rank-chunk `r` is what rank `r` owns at the end of a reduce-scatter (and
+//! holds at the start of an all-gather). Channels are independent streams (the two directions of
+//! a ring, or the four rings of KangaRing) that split every rank-chunk.
+//!
+//! A transfer names its chunks with a [`ChunkSel`]: a local chunk index that may advance with
+//! the step (`j = (j0 + dj * step) mod m`), an optional permutation (a ring position to the
+//! coordinate it stands for), a run of `n1` consecutive local chunks, and an affine map
+//! `base + local * mult + b * s2` (`b < n2`) to rank-chunks. This is enough for flat rings,
+//! rings along one torus dimension inside the others, recursive halving/doubling, the direct
+//! (mesh) pattern, and all of them nested inside the UltraServers of a hierarchical algorithm.
+
+use super::ops::{Algorithm, Collective};
+use crate::topology::Torus;
+use crate::{Error, Result};
+
+/// "Every channel" in [`ChunkSel::channel`].
+pub const ALL_CHANNELS: u32 = u32::MAX;
+/// "No permutation" in [`ChunkSel::perm`].
+pub const IDENTITY: u32 = u32::MAX;
+
+/// Which fine chunks a transfer carries at step `k` of its phase (see the module doc).
+///
+/// Local chunk `j = (j0 + dj * k) mod m`; local chunks `j + a + c * sl` for `a < n1`, `c < nl`
+/// (never wrapping), each through the permutation `perm` if any, map to rank-chunks
+/// `base + local * mult + b * s2` for `b < n2`; each rank-chunk contributes channel `channel`
+/// (or all `K`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSel {
+    pub j0: u32,
+    pub dj: i32,
+    pub m: u32,
+    pub n1: u32,
+    pub nl: u32,
+    pub sl: u32,
+    pub perm: u32,
+    pub base: u32,
+    pub mult: u32,
+    pub n2: u32,
+    pub s2: u32,
+    pub channel: u32,
+}
+
+impl ChunkSel {
+    /// Number of fine chunks carried, for `k` channels.
+    pub fn fine_chunks(&self, k: usize) -> usize {
+        let per = if self.channel == ALL_CHANNELS { k } else { 1 };
+        self.n1 as usize * self.nl as usize * self.n2 as usize * per
+    }
+
+    /// Calls `f` with every fine chunk carried at step `step`.
+    pub fn for_each(&self, step: u32, k: usize, perms: &[Vec<u32>], mut f: impl FnMut(usize)) {
+        let m = i64::from(self.m.max(1));
+        let j = (i64::from(self.j0) + i64::from(self.dj) * i64::from(step)).rem_euclid(m) as usize;
+        for cl in 0..self.nl as usize {
+            for a in 0..self.n1 as usize {
+                let local = j + a + cl * self.sl as usize;
+                let local = if self.perm == IDENTITY {
+                    local
+                } else {
+                    perms[self.perm as usize][local] as usize
+                };
+                let rc0 = self.base as usize + local * self.mult as usize;
+                for b in 0..self.n2 as usize {
+                    let rc = rc0 + b * self.s2 as usize;
+                    if self.channel == ALL_CHANNELS {
+                        for c in 0..k {
+                            f(rc * k + c);
+                        }
+                    } else {
+                        f(rc * k + self.channel as usize);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One transfer of a phase: from rank `src` to rank `dst` (ranks are positions in the group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub src: u32,
+    pub dst: u32,
+    pub sel: ChunkSel,
+}
+
+/// A phase: `repeat` steps, each made of the same concurrent transfers (their chunks may move
+/// with the step). With `reduce`, the receiver combines what arrives with what it holds;
+/// otherwise it stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub name: &'static str,
+    pub repeat: u32,
+    pub reduce: bool,
+    pub transfers: Vec<Transfer>,
+    /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
+    /// one-read-two-writes duplication touches HBM less, trn2_facts.md 12.2).
+    pub hbm_factor: f64,
+}
+
+/// A collective, ready to execute or cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    pub collective: Collective,
+    /// The algorithm after `auto` was resolved.
+    pub algorithm: Algorithm,
+    /// For a hierarchical schedule, the algorithm used within each UltraServer.
+    pub intra: Option<Algorithm>,
+    /// Ranks.
+    pub n: usize,
+    /// Channels.
+    pub k: usize,
+    pub phases: Vec<Phase>,
+    /// Permutation tables referenced by [`ChunkSel::perm`].
+    pub perms: Vec<Vec<u32>>,
+}
+
+impl Schedule {
+    /// Fine chunks `G = N * K`.
+    pub fn fine_chunks(&self) -> usize {
+        self.n * self.k
+    }
+
+    /// The algorithm's name, with the intra-server algorithm of a hierarchical one, e.g.
+    /// `"hierarchical(torus+rdh)"`.
+    pub fn algorithm_name(&self) -> String {
+        match self.intra {
+            Some(a) => format!("hierarchical({}+efa)", a.name()),
+            None => self.algorithm.name().to_string(),
+        }
+    }
+}
+
+/// The ranks of a collective: `chips[r]` is the chip of rank `r` on `torus`.
+#[derive(Debug, Clone)]
+pub struct Group<'a> {
+    pub torus: &'a Torus,
+    pub chips: Vec<usize>,
+}
+
+impl<'a> Group<'a> {
+    /// Every chip of the torus, rank `r` on chip `r`.
+    pub fn all(torus: &'a Torus) -> Group<'a> {
+        Group {
+            torus,
+            chips: (0..torus.size()).collect(),
+        }
+    }
+
+    /// The chips `chips` (distinct, existing) in that rank order.
+    pub fn new(torus: &'a Torus, chips: Vec<usize>) -> Result<Group<'a>> {
+        if chips.is_empty() {
+            return Err(Error::value(
+                "chips",
+                "a collective needs at least one rank",
+            ));
+        }
+        let mut seen = vec![false; torus.size()];
+        for &c in &chips {
+            if c >= torus.size() {
+                return Err(Error::value(
+                    "chips",
+                    format!(
+                        "chip {c} does not exist; this machine has chips 0..{}",
+                        torus.size()
+                    ),
+                ));
+            }
+            if seen[c] {
+                return Err(Error::value("chips", format!("chip {c} is listed twice")));
+            }
+            seen[c] = true;
+        }
+        Ok(Group { torus, chips })
+    }
+
+    /// Ranks.
+    pub fn n(&self) -> usize {
+        self.chips.len()
+    }
+
+    /// Whether the group is every chip of the torus in index order.
+    pub fn is_whole(&self) -> bool {
+        self.chips.len() == self.torus.size() && self.chips.iter().enumerate().all(|(i, &c)| i == c)
+    }
+}
+
+/// Most ranks the direct (mesh) pattern is built for: it has `N (N - 1)` transfers per step.
+pub const MESH_MAX_RANKS: usize = 1024;
