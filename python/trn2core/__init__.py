@@ -19,6 +19,7 @@ from .errors import (
     ShapeError,
     SparsityError,
     Trn2Error,
+    Trn2ValueError,
 )
 from .numerics import (
     FORMATS,
@@ -70,6 +71,7 @@ __all__ = [
     "ALGORITHMS",
     "reference",
     "Trn2Error",
+    "Trn2ValueError",
     "ShapeError",
     "FormatError",
     "SparsityError",

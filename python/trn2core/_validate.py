@@ -29,6 +29,7 @@ from . import _core
 from .errors import CapacityError, FormatError, ShapeError, Trn2Error, Trn2ValueError
 
 __all__ = [
+    "human_bytes",
     "name",
     "integer",
     "boolean",
@@ -43,6 +44,16 @@ __all__ = [
 
 #: Largest dimension or count accepted anywhere (u64 in the core).
 U64_MAX = 2**64 - 1
+
+
+def human_bytes(n: int, *, exact: bool = True) -> str:
+    """A byte count for people, in binary units: ``"3145728 B (3 MiB)"`` (``exact``, for error
+    messages: the exact count first) or ``"3 MiB"``."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            short = f"{n / size:.2f}".rstrip("0").rstrip(".") + f" {unit}"
+            return f"{n} B ({short})" if exact else short
+    return f"{n} B"
 
 
 def _show(value: Any, limit: int = 60) -> str:

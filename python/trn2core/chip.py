@@ -74,7 +74,7 @@ class LogicalCore:
         self._chip = chip
         self._index = index
         self._members = tuple(_core.logical_core_members(chip.lnc, index))
-        self._info = _core.logical_core_info(chip.lnc)
+        self._info = _core.LogicalCoreInfo(chip.lnc)
 
     @property
     def chip(self) -> Chip:
@@ -106,31 +106,26 @@ class LogicalCore:
     @property
     def sbuf_bytes(self) -> int:
         """SBUF: ``lnc`` x 28 MiB."""
-        return int(self._info["sbuf_bytes"])
+        return int(self._info.sbuf_bytes)
 
     @property
     def hbm_bytes(self) -> int:
         """HBM capacity it owns: ``lnc`` x half a 24 GiB stack."""
-        return int(self._info["hbm_bytes"])
+        return int(self._info.hbm_bytes)
 
     @property
     def hbm_bandwidth(self) -> float:
         """Its share of the chip's HBM bandwidth, bytes/s: ``lnc`` x 362.5 GB/s."""
-        return float(self._info["hbm_bandwidth"])
+        return float(self._info.hbm_bandwidth)
 
     def peak_tflops(self, dtype: str = "bf16", *, perf_mode: str = "none") -> float:
         """Dense tensor-engine peak in TFLOPS for ``dtype`` operands: ``lnc`` x 78.6 for
         bf16/fp16/tf32 (and fp8 without double_row), x 2 for fp8 e4m3/e5m2 with
         ``perf_mode="double_row"``, / 4 for fp32; ``dtype="sparse"`` gives the 4x sparse peak."""
-        peaks = self._info["peak_flops"]
-        _validate.name(dtype, "dtype", peaks, what="format")
         _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
-        if perf_mode == "double_row" and dtype not in ("fp8_e4m3", "fp8_e5m2"):
-            raise FormatError(f"perf_mode: double_row needs fp8_e4m3 or fp8_e5m2, not {dtype!r}")
-        flops = peaks[dtype]
-        if perf_mode == "none" and dtype in ("fp8_e4m3", "fp8_e5m2"):
-            flops = peaks["bf16"]
-        return flops / 1e12
+        if not isinstance(dtype, str):
+            raise FormatError(f"dtype: expected a format name or 'sparse', got {dtype!r}")
+        return self._info.peak_flops(dtype, perf_mode) / 1e12
 
     def __repr__(self) -> str:
         return (
@@ -179,17 +174,17 @@ class Chip:
     @property
     def sbuf_bytes(self) -> int:
         """SBUF of the whole chip: 8 x 28 MiB."""
-        return _CORES_PER_CHIP * int(_core.logical_core_info(1)["sbuf_bytes"])
+        return _CORES_PER_CHIP * int(_core.LogicalCoreInfo(1).sbuf_bytes)
 
     @property
     def hbm_bytes(self) -> int:
         """HBM of the whole chip: 96 GiB."""
-        return _CORES_PER_CHIP * int(_core.logical_core_info(1)["hbm_bytes"])
+        return _CORES_PER_CHIP * int(_core.LogicalCoreInfo(1).hbm_bytes)
 
     @property
     def hbm_bandwidth(self) -> float:
         """HBM bandwidth of the whole chip, bytes/s (2.9 TB/s)."""
-        return _CORES_PER_CHIP * float(_core.logical_core_info(1)["hbm_bandwidth"])
+        return _CORES_PER_CHIP * float(_core.LogicalCoreInfo(1).hbm_bandwidth)
 
     def peak_tflops(self, dtype: str = "bf16", *, perf_mode: str = "none") -> float:
         """Dense tensor-engine peak of all 8 cores, from the 2.4 GHz clock (the marketing chip
@@ -230,4 +225,4 @@ def gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
             m, k, n, dtype, perf_mode, throttle, True, cores, sparsity
         )[1]
 
-    return Report(fields, retrace=retrace)
+    return Report.from_fields(fields, retrace=retrace)

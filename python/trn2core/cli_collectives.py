@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from . import spec
+from . import _validate, spec
 from .collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
@@ -256,10 +256,7 @@ def _timed(fn) -> float:
 
 
 def _fmt_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n} B"
+    return _validate.human_bytes(n, exact=False)
 
 
 def _table(rows) -> str:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from . import _core, _validate
-from .dtypes import FORMAT_DTYPES
-from .errors import CapacityError, FormatError, ShapeError, Trn2ValueError
-from .report import Report, _fmt_seconds
+from ._names import ALGORITHMS, COLLECTIVES, REDUCE_OPS
+from .dtypes import FORMAT_DTYPES, format_of_dtype
+from .errors import CapacityError, ShapeError, Trn2ValueError
+from .report import TimingReport, _fmt_seconds, _Trace
 
 __all__ = [
     "ALGORITHMS",
@@ -28,42 +29,59 @@ __all__ = [
     "CollectiveResult",
 ]
 
-#: Algorithm names (``algorithm=``): ``auto`` picks by message size like the Neuron runtime.
-ALGORITHMS = ("auto", "ring", "kangaring", "torus", "rdh", "mesh", "hierarchical")
-#: Collective names (and their nccom-test abbreviations).
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
-#: Reduction operators.
-REDUCE_OPS = ("sum", "max", "min")
-
-_REDUCE_FORMATS = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e3m4")
-_FORMAT_OF_DTYPE = {FORMAT_DTYPES[f]: f for f in _REDUCE_FORMATS}
 _CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
 
 
-class CollectiveReport(Report):
+@dataclasses.dataclass(frozen=True, repr=False)
+class CollectiveReport(TimingReport):
     """Timing of a collective. Fields: ``seconds``, ``algbw`` and ``busbw`` (bytes/s;
     ``busbw = algbw x`` the collective's bus factor, as in nccom-test), ``algorithm`` (after
-    ``auto``), ``collective``, ``ranks``, ``size_bytes`` (nccom-test's ``size(B)``),
+    ``auto``), ``collective``, ``op`` (the reduction, or None), ``ranks``, ``elements`` and
+    ``elem_bytes`` (of one rank's input), ``size_bytes`` (nccom-test's ``size(B)``),
     ``chip_link_capacity`` (what one chip's links can send at once, bytes/s), ``bound``
     (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
-    ``phases`` (a list of dicts: steps, seconds and what bounds each step), ``link_bytes``
-    (``{"3->7 Y+": bytes}``: the bytes moved over every used link, one direction each) and
-    ``link_bandwidth`` (the same links' bandwidths)."""
+    ``network_bytes``, ``channels``, ``phases`` (a list of dicts: steps, seconds and what bounds
+    each step), ``link_bytes`` (``{"3->7 Y+": bytes}``: the bytes moved over every used link,
+    one direction each), ``link_bandwidth`` (the same links' bandwidths) and ``details``."""
+
+    collective: str
+    algorithm: str
+    op: str | None
+    ranks: int
+    elements: int
+    elem_bytes: int
+    size_bytes: float
+    seconds: float
+    algbw: float
+    busbw: float
+    bus_factor: float
+    chip_link_capacity: float
+    max_link_utilization: float
+    network_bytes: float
+    channels: int
+    bound: str
+    description: str
+    phases: list
+    link_bytes: Mapping[str, float]
+    link_bandwidth: Mapping[str, float]
+    details: Mapping[str, float]
+    _trace: _Trace = dataclasses.field(
+        default_factory=lambda: _Trace(None, None), compare=False, repr=False
+    )
 
     def __str__(self) -> str:
-        f = self._fields
         rows = [
-            ("what", f["description"]),
-            ("algorithm", f["algorithm"]),
-            ("time", _fmt_seconds(f["seconds"])),
-            ("algbw", f"{f['algbw'] / 1e9:.2f} GB/s"),
-            ("busbw", f"{f['busbw'] / 1e9:.2f} GB/s (x{f['bus_factor']:.3f})"),
-            ("chip link capacity", f"{f['chip_link_capacity'] / 1e9:.0f} GB/s out of each chip"),
-            ("bound", f["bound"]),
-            ("busiest link use", f"{100 * f['max_link_utilization']:.1f}% in its busiest step"),
-            ("links used", f"{len(f['link_bytes'])}"),
+            ("what", self.description),
+            ("algorithm", self.algorithm),
+            ("time", _fmt_seconds(self.seconds)),
+            ("algbw", f"{self.algbw / 1e9:.2f} GB/s"),
+            ("busbw", f"{self.busbw / 1e9:.2f} GB/s (x{self.bus_factor:.3f})"),
+            ("chip link capacity", f"{self.chip_link_capacity / 1e9:.0f} GB/s out of each chip"),
+            ("bound", self.bound),
+            ("busiest link use", f"{100 * self.max_link_utilization:.1f}% in its busiest step"),
+            ("links used", f"{len(self.link_bytes)}"),
         ]
-        for p in f["phases"]:
+        for p in self.phases:
             rows.append(
                 (
                     f"  {p['name']}",
@@ -75,10 +93,9 @@ class CollectiveReport(Report):
         return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
     def __repr__(self) -> str:
-        f = self._fields
         return (
-            f"CollectiveReport({f['collective']!r}, algorithm={f['algorithm']!r}, "
-            f"seconds={f['seconds']:.6g}, busbw={f['busbw'] / 1e9:.4g} GB/s)"
+            f"CollectiveReport({self.collective!r}, algorithm={self.algorithm!r}, "
+            f"seconds={self.seconds:.6g}, busbw={self.busbw / 1e9:.4g} GB/s)"
         )
 
 
@@ -91,9 +108,7 @@ class CollectiveResult:
 
 
 def _check_choice(value, choices, name: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise Trn2ValueError(f"{name}: got {_validate._show(value)}; expected one of {choices}")
-    return value
+    return _validate.name(value, name, choices, cls=Trn2ValueError, what=name)
 
 
 def _is_sequence(value) -> bool:
@@ -156,21 +171,17 @@ def _native_contiguous(arrays: list[np.ndarray], code) -> list[np.ndarray]:
     return out
 
 
-def _bounds(length: int, n: int) -> list[int]:
-    return [(r * length) // n for r in range(n + 1)]
-
-
-def _shape_chunk(shape: tuple[int, ...], n: int, length: int, r: int) -> tuple[int, ...]:
-    """Shape of rank r's share of a buffer of ``shape`` cut n ways: whole rows when the first
-    axis divides by n, else a flat piece."""
+def _share_shape(shape: tuple[int, ...], n: int) -> tuple[int, ...] | None:
+    """The shape of each rank's share of a buffer of ``shape`` cut ``n`` ways (reduce-scatter,
+    all-to-all) when whole rows divide evenly; ``None`` for flat pieces (whose lengths the core
+    gives: its output arrays)."""
     if shape and shape[0] % n == 0:
         return (shape[0] // n, *shape[1:])
-    b = _bounds(length, n)
-    return (b[r + 1] - b[r],)
+    return None
 
 
 def _report(fields: dict[str, Any], retrace) -> CollectiveReport:
-    return CollectiveReport(fields, retrace=retrace)
+    return CollectiveReport.from_fields(fields, retrace=retrace)
 
 
 def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> CollectiveResult:
@@ -179,13 +190,14 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
     arrays, shape, dtype = _buffers(buffers, n)
-    fmt = _FORMAT_OF_DTYPE.get(dtype.newbyteorder("="))
-    if fmt is None:
-        raise FormatError(
-            f"buffers: {kind} reduces in fp32 on Trainium2; dtype {dtype} is not one of its "
-            "float types (float32, bfloat16, float16, float8_e4m3, float8_e5m2, float8_e3m4; "
-            "convert integers or float64 with astype(np.float32) first)"
-        )
+    # The core says which formats Trainium2 reduces; a dtype that is no format at all is
+    # refused here with the same advice.
+    fmt = format_of_dtype(
+        dtype.newbyteorder("="),
+        "buffers",
+        advice=f"{kind} reduces in fp32 on Trainium2; convert integers or float64 with "
+        "astype(np.float32) first",
+    )
     length = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = dtype.itemsize
     out_total = n * length * itemsize if kind == "all_reduce" else length * itemsize
@@ -197,12 +209,12 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
         machine.topology._t, chips, kind, op, algorithm, fmt, flats
     )
     results = []
-    for r, o in enumerate(outs):
+    for o in outs:
         o = o.view(dtype)
         if kind == "all_reduce":
             o = o.reshape(shape)
         else:
-            o = o.reshape(_shape_chunk(shape, n, length, r))
+            o = o.reshape(_share_shape(shape, n) or (-1,))
         results.append(o)
     t = machine.topology._t
     elements = length
@@ -238,7 +250,7 @@ def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> 
         elif kind == "all_to_all":
             # Rank r receives block r of every rank: the input's shape when the first axis
             # divides by the rank count, else a flat array.
-            o = o.reshape(shape) if shape and shape[0] % n == 0 else o.reshape(-1)
+            o = o.reshape(shape if _share_shape(shape, n) else (-1,))
         else:
             o = o.reshape(shape)
         results.append(o)

@@ -7,20 +7,20 @@ The timing of a transfer comes from the Rust DMA model (``perf/dma.rs``, docs/dm
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import _core, _validate, spec
+from ._names import CODECS, DMA_PLACES
 from .errors import CapacityError, CorruptDataError, FormatError, ShapeError, Trn2ValueError
-from .memory import Allocation, CoreMemory, check_host_bytes
+from .memory import Allocation, CoreMemory
 from .report import Report
 
 __all__ = ["CODECS", "PLACES", "Compressed", "compress", "decompress", "DmaReport", "dma_copy"]
 
-#: The inline-compression codecs: "none", "zvc" (zero-value compression), "byteplane".
-CODECS: tuple[str, ...] = tuple(_core.dma_codecs())
-
 #: Where a transfer reads or writes: this core's HBM stack, the other die's HBM, SBUF, PSUM.
-PLACES: tuple[str, ...] = ("hbm", "hbm_remote", "sbuf", "psum")
+PLACES: tuple[str, ...] = DMA_PLACES
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -47,13 +47,13 @@ class Compressed:
 
     The stream is held in a read-only NumPy buffer; ``to_bytes()`` copies it into ``bytes``."""
 
-    def __init__(self, stream: np.ndarray, info: dict) -> None:
+    def __init__(self, stream: np.ndarray, info) -> None:
         self._stream = stream
-        self.codec: str = info["codec"]
-        self.nbytes: int = int(info["nbytes"])
-        self.raw_nbytes: int = int(info["raw_nbytes"])
+        self.codec: str = info.codec
+        self.nbytes: int = int(info.nbytes)
+        self.raw_nbytes: int = int(info.raw_nbytes)
         self.dtype = _dtype_of(info)
-        self.shape: tuple[int, ...] = tuple(int(d) for d in info["shape"])
+        self.shape: tuple[int, ...] = tuple(int(d) for d in info.shape)
 
     @property
     def ratio(self) -> float:
@@ -79,9 +79,7 @@ class Compressed:
 
 
 def _check_codec(codec) -> str:
-    if not isinstance(codec, str) or codec not in CODECS:
-        raise FormatError(f"codec: unknown codec {codec!r}; expected one of {CODECS}")
-    return codec
+    return _validate.name(codec, "codec", CODECS, what="codec")
 
 
 def _compressible(x, arg: str = "x") -> np.ndarray:
@@ -101,7 +99,7 @@ def compress(x, codec: str = "zvc") -> Compressed:
     _check_codec(codec)
     a = _compressible(x)
     copy = 0 if a.flags.c_contiguous else a.nbytes
-    check_host_bytes("x", copy + a.nbytes + a.nbytes // 50 + 64, "compressing x")
+    _validate.check_alloc(copy + a.nbytes + a.nbytes // 50 + 64, "x", "compressing x")
     c = a if a.flags.c_contiguous else a.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
     raw = c.reshape(-1).view(np.uint8)
     stream, info = _core.dma_compress(
@@ -122,51 +120,53 @@ def decompress(blob, *, out: np.ndarray | None = None) -> np.ndarray:
     # The header is not checksummed yet: nothing in it is trusted beyond its sizes (which the
     # core bounds by the stream's length) until the payload has been decoded and verified.
     info = _core.dma_describe(stream)
-    shape = tuple(int(d) for d in info["shape"])
+    shape = tuple(int(d) for d in info.shape)
     if out is not None:
         if not isinstance(out, np.ndarray):
             raise ShapeError(f"out: expected a numpy array, got {type(out).__name__}")
-        if _dtype_name(out.dtype) != info["dtype"] or out.shape != shape:
+        if _dtype_name(out.dtype) != info.dtype or out.shape != shape:
             _core.dma_inspect(stream)  # CorruptDataError if the header was altered
             raise ShapeError(
-                f"out: expected an array of dtype {info['dtype']} and shape {shape}, got "
+                f"out: expected an array of dtype {info.dtype} and shape {shape}, got "
                 f"dtype {_dtype_name(out.dtype)} and shape {out.shape}"
             )
         if not (out.flags.c_contiguous and out.flags.writeable):
             raise ShapeError("out: expected a writable C-contiguous array")
         _core.dma_decompress_into(stream, out.reshape(-1).view(np.uint8))
         return out
-    check_host_bytes("blob", int(info["raw_nbytes"]), "the decompressed array")
-    raw = np.empty(int(info["raw_nbytes"]), dtype=np.uint8)
+    _validate.check_alloc(int(info.raw_nbytes), "blob", "the decompressed array")
+    raw = np.empty(int(info.raw_nbytes), dtype=np.uint8)
     _core.dma_decompress_into(stream, raw)
     return raw.view(_dtype_of(info)).reshape(shape)
 
 
-def _dtype_of(info: dict) -> np.dtype:
+def _dtype_of(info) -> np.dtype:
     """The dtype a verified stream names; ``CorruptDataError`` if it is not one numpy knows
     with the stream's element size (only a forged stream with a valid checksum gets here)."""
     try:
-        dt = np.dtype(info["dtype"])
+        dt = np.dtype(info.dtype)
     except Exception:  # numpy parses dtype strings with several parsers, each its own error
         dt = None
-    if dt is None or dt.itemsize != info["elem_size"] or dt.hasobject:
+    if dt is None or dt.itemsize != info.elem_size or dt.hasobject:
         raise CorruptDataError(
-            f"stream: dtype {info['dtype']!r} is not a numpy dtype of {info['elem_size']} bytes"
+            f"stream: dtype {info.dtype!r} is not a numpy dtype of {info.elem_size} bytes"
         )
     return dt
 
 
+@dataclasses.dataclass(frozen=True, repr=False, kw_only=True)
 class DmaReport(Report):
     """Timing of one DMA transfer: ``bytes``, ``wire_bytes`` (bytes over HBM), ``seconds``,
     ``bandwidth`` (bytes/s achieved), ``codec``, ``src``, ``dst``, ``queue``, plus the Report
     fields and a trace with one track per DMA engine and queue."""
 
-    def __init__(self, fields: dict, trace_json: str, nbytes: int, wire: int) -> None:
-        fields = dict(fields)
-        fields["bytes"] = nbytes
-        fields["wire_bytes"] = wire
-        fields["bandwidth"] = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
-        super().__init__(fields, trace_json=trace_json)
+    bytes: int
+    wire_bytes: int
+    bandwidth: float
+    codec: str
+    src: str
+    dst: str
+    queue: int
 
     def __str__(self) -> str:
         f = self.to_dict()
@@ -270,6 +270,8 @@ def dma_copy(
                 mem._native.check_capacity("x", "hbm", shape, itemsize, wire)
     partitions = _core.memory_footprint(shape, itemsize)[1]
     fields, trace = _core.dma_copy_time(nbytes, wire, partitions, s, d, int(queue))
-    fields["codec"] = codec
-    fields["src"], fields["dst"], fields["queue"] = s, d, int(queue)
-    return DmaReport(fields, trace, nbytes, wire)
+    bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
+    return DmaReport.from_fields(
+        fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,
+        src=s, dst=d, queue=int(queue),
+    )  # fmt: skip

@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _validate
+from ._names import FORMATS
 from .errors import FormatError
 
 #: numpy dtype of ``quantize``'s output for each format (contract section 1).
@@ -20,11 +21,32 @@ FORMAT_DTYPES: dict[str, np.dtype] = {
     "fp8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
 }
 
+assert tuple(FORMAT_DTYPES) == FORMATS, "FORMAT_DTYPES must follow the core's format list"
+
 #: unsigned dtype of ``encode``'s raw codes for each format.
 CODE_DTYPES: dict[str, np.dtype] = {
     name: np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32}[dt.itemsize])
     for name, dt in FORMAT_DTYPES.items()
 }
+
+#: The format whose values an array of this dtype holds (float32 means fp32; tf32 is declared).
+_FORMAT_OF_DTYPE: dict[np.dtype, str] = {
+    dt: name for name, dt in FORMAT_DTYPES.items() if name != "tf32"
+}
+
+
+def format_of_dtype(np_dtype: np.dtype, arg: str, *, advice: str = "") -> str:
+    """The trn2core format an array of ``np_dtype`` holds (``float32`` -> ``"fp32"``,
+    ``ml_dtypes.bfloat16`` -> ``"bf16"``, ...), or ``FormatError`` on ``arg``."""
+    name = _FORMAT_OF_DTYPE.get(np.dtype(np_dtype).newbyteorder("="))
+    if name is None:
+        raise FormatError(
+            f"{arg}: dtype {np_dtype} is not a Trainium2 number format (float32, bfloat16, "
+            f"float16, float8_e4m3, float8_e5m2, float8_e3m4, float8_e4m3fn)"
+            + (f"; {advice}" if advice else "")
+        )
+    return name
+
 
 _FP8_BY_DTYPE = {FORMAT_DTYPES[n]: n for n in ("fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")}
 _BF16 = FORMAT_DTYPES["bf16"]

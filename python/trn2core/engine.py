@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from . import _core, _validate
+from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, decode, quantize
@@ -20,7 +20,7 @@ from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
 __all__ = ["NeuronCore", "GemmResult", "gemm", "estimate_gemm", "PERF_MODES"]
 
-PERF_MODES = ("none", "double_row")
+PERF_MODES = _names.PERF_MODES
 
 _FORMAT_OF_DTYPE = {
     FORMAT_DTYPES[f]: f
@@ -198,7 +198,7 @@ class NeuronCore:
 
     def report(self) -> Report:
         """Timing of the instructions issued on this core so far."""
-        return Report(self._core.report())
+        return Report.from_fields(self._core.report())
 
     def __repr__(self) -> str:
         return f"NeuronCore(index={self.index})"
@@ -381,4 +381,4 @@ def _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
     def retrace() -> str:
         return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
 
-    return Report(fields, retrace=retrace)
+    return Report.from_fields(fields, retrace=retrace)

@@ -18,45 +18,21 @@ at once. The rules live in the Rust core (``rust/trn2core/src/memory.rs``); see 
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
+from ._names import MEMORIES
 from .dtypes import FORMAT_DTYPES
 from .errors import CapacityError, FormatError, ShapeError, Trn2ValueError
 
-__all__ = ["SPACES", "HbmStack", "MemorySpace", "Allocation", "CoreMemory", "check_host_bytes"]
+__all__ = ["SPACES", "HbmStack", "MemorySpace", "Allocation", "CoreMemory"]
 
 #: The memories one core reaches.
-SPACES: tuple[str, ...] = ("hbm", "sbuf", "psum")
+SPACES: tuple[str, ...] = MEMORIES
 
 _U64 = 1 << 64
-
-
-def _fmt(b: int) -> str:
-    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= size:
-            return f"{b} B ({b / size:.2f} {unit})".replace(".00 ", " ")
-    return f"{b} B"
-
-
-def host_memory_bytes() -> int | None:
-    """Physical memory of this host in bytes (None if the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX hosts
-        return None
-
-
-def check_host_bytes(arg: str, nbytes: int, what: str) -> None:
-    """Raises ``CapacityError`` if ``nbytes`` of host memory (for ``what``) exceed this host's
-    physical memory: refused before numpy or the core try to allocate it."""
-    host = host_memory_bytes()
-    if host is not None and nbytes > host:
-        raise CapacityError(
-            f"{arg}: {what} needs {_fmt(nbytes)} of host memory; this host has {_fmt(host)}"
-        )
+_fmt = _validate.human_bytes
 
 
 class HbmStack:
@@ -70,42 +46,39 @@ class HbmStack:
             _native = _core.HbmStack(_index(index, "index"))
         self._native = _native
 
-    def _usage(self) -> dict:
-        return self._native.usage()
-
     @property
     def index(self) -> int:
-        return self._usage()["index"]
+        return self._native.placement().index
 
     @property
     def die(self) -> int:
-        return self._usage()["die"]
+        return self._native.placement().die
 
     @property
     def cores(self) -> tuple[int, ...]:
-        return tuple(self._usage()["cores"])
+        return tuple(self._native.placement().cores)
 
     @property
     def capacity(self) -> int:
-        return self._usage()["capacity"]
+        return self._native.usage().capacity
 
     @property
     def used(self) -> int:
-        return self._usage()["used"]
+        return self._native.usage().used
 
     @property
     def free(self) -> int:
-        return self._usage()["free"]
+        return self._native.usage().free
 
     @property
     def allocations(self) -> int:
-        return self._usage()["allocations"]
+        return self._native.usage().allocations
 
     def __repr__(self) -> str:
-        u = self._usage()
+        p, u = self._native.placement(), self._native.usage()
         return (
-            f"HbmStack(index={u['index']}, die={u['die']}, cores={tuple(u['cores'])}, "
-            f"used={_fmt(u['used'])} of {_fmt(u['capacity'])})"
+            f"HbmStack(index={p.index}, die={p.die}, cores={tuple(p.cores)}, "
+            f"used={_fmt(u.used)} of {_fmt(u.capacity)})"
         )
 
 
@@ -119,27 +92,23 @@ class MemorySpace:
         self._memory = memory
         self.name = name
 
-    def _usage(self) -> dict:
+    def _usage(self):
         return self._memory._native.usage(self.name)
 
-    capacity = property(lambda self: self._usage()["capacity"])
-    used = property(lambda self: self._usage()["used"])
-    free = property(lambda self: self._usage()["free"])
-    partitions = property(lambda self: self._usage()["partitions"])
-    partition_bytes = property(lambda self: self._usage()["partition_bytes"])
-    partition_free = property(lambda self: self._usage()["partition_free"])
-    allocations = property(lambda self: self._usage()["allocations"])
+    capacity = property(lambda self: self._usage().capacity)
+    used = property(lambda self: self._usage().used)
+    free = property(lambda self: self._usage().free)
+    partitions = property(lambda self: self._usage().partitions)
+    partition_bytes = property(lambda self: self._usage().partition_bytes)
+    partition_free = property(lambda self: self._usage().partition_free)
+    allocations = property(lambda self: self._usage().allocations)
 
     def __repr__(self) -> str:
         u = self._usage()
-        extra = (
-            f", {u['partitions']} partitions x {_fmt(u['partition_bytes'])}"
-            if u["partitions"]
-            else ""
-        )
+        extra = f", {u.partitions} partitions x {_fmt(u.partition_bytes)}" if u.partitions else ""
         return (
-            f"MemorySpace({self.name!r}, used={_fmt(u['used'])} of {_fmt(u['capacity'])}"
-            f"{extra}, {u['allocations']} allocations)"
+            f"MemorySpace({self.name!r}, used={_fmt(u.used)} of {_fmt(u.capacity)}"
+            f"{extra}, {u.allocations} allocations)"
         )
 
 
@@ -150,15 +119,16 @@ class Allocation:
     ``core.free`` (or call ``free()``) to release it, or as ``src``/``dst`` of
     ``core.dma_copy``."""
 
-    def __init__(self, memory: CoreMemory, info: dict, shape, dtype) -> None:
+    def __init__(self, memory: CoreMemory, native, shape, dtype) -> None:
         self._memory = memory
-        self.space: str = info["space"]
-        self.id: int = info["id"]
-        self.nbytes: int = info["nbytes"]
-        self.partition_start: int = info["partition_start"]
-        self.partitions: int = info["partitions"]
-        self.partition_bytes: int = info["partition_bytes"]
-        self.stack: int = info["stack"]
+        self._native = native  # the core's allocation: it knows which memory made it
+        self.space: str = native.space
+        self.id: int = native.id
+        self.nbytes: int = native.nbytes
+        self.partition_start: int = native.partition_start
+        self.partitions: int = native.partitions
+        self.partition_bytes: int = native.partition_bytes
+        self.stack: int = native.stack
         self.shape: tuple[int, ...] | None = shape
         self.dtype: np.dtype | None = dtype
         self.live = True
@@ -180,9 +150,7 @@ class Allocation:
 
 
 def _index(v, arg: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise Trn2ValueError(f"{arg}: expected a non-negative integer, got {v!r}")
-    return int(v)
+    return _validate.integer(v, arg, lo=0)
 
 
 def _dtype(dtype) -> np.dtype:
@@ -206,9 +174,7 @@ def _dtype(dtype) -> np.dtype:
 
 
 def _space(space) -> str:
-    if not isinstance(space, str) or space not in SPACES:
-        raise Trn2ValueError(f"space: unknown memory {space!r}; expected one of {SPACES}")
-    return space
+    return _validate.name(space, "space", SPACES, cls=Trn2ValueError, what="memory")
 
 
 class CoreMemory:
@@ -273,7 +239,7 @@ class CoreMemory:
 
     def _refuse_beyond_u64(self, arg: str, nbytes: int, space: str) -> None:
         if nbytes >= _U64:
-            cap = self._native.usage(space)["capacity"]
+            cap = self._native.usage(space).capacity
             raise CapacityError(
                 f"{arg}: {nbytes} B does not fit in {space.upper()} of {_fmt(cap)} "
                 "(nor in any memory: it is beyond 2**64 bytes)"
@@ -286,11 +252,8 @@ class CoreMemory:
             raise Trn2ValueError(
                 f"allocation: expected an Allocation from core.alloc, got {type(allocation)}"
             )
-        if allocation.space != "hbm" and allocation._memory is not self:
-            raise Trn2ValueError(
-                f"allocation: {allocation!r} belongs to another core's {allocation.space}"
-            )
-        self._native.free(allocation.space, allocation.id, allocation.stack)
+        # The core refuses an allocation another memory made (it carries its owner).
+        self._native.free(allocation._native)
         allocation.live = False
 
     def __repr__(self) -> str:

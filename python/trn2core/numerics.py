@@ -7,12 +7,12 @@ This module only normalises arguments; every bit is computed by the Rust core
 from __future__ import annotations
 
 import dataclasses
-import operator
 import os
 
 import numpy as np
 
 from . import _core, _validate
+from ._names import FORMATS, ROUNDING_MODES
 from .dtypes import CODE_DTYPES, FORMAT_DTYPES, source_view
 from .errors import FormatError, ShapeError, Trn2ValueError
 
@@ -27,9 +27,6 @@ __all__ = [
     "stochastic_bits",
     "SEED_ENV",
 ]
-
-FORMATS: tuple[str, ...] = tuple(_core.names()[0])
-ROUNDING_MODES: tuple[str, ...] = tuple(_core.names()[1])
 
 #: Environment variable the Neuron runtime reads for its stochastic-rounding seed.
 SEED_ENV = "NEURON_RT_STOCHASTIC_ROUNDING_SEED"
@@ -51,28 +48,23 @@ class FormatInfo:
 
 
 def _check_format(fmt: object, arg: str = "fmt") -> str:
-    if not isinstance(fmt, str) or fmt not in FORMATS:
-        raise FormatError(f"{arg}: unknown format {fmt!r}; expected one of {FORMATS}")
-    return fmt
+    """``fmt`` if it is one of ``FORMATS`` (the list comes from the core)."""
+    return _validate.name(fmt, arg, FORMATS, what="format")
 
 
 def _check_bias(exponent_bias: object) -> int | None:
+    """An integer the core can take (the core checks the range, 0..=127, and the format)."""
     if exponent_bias is None:
         return None
-    if isinstance(exponent_bias, bool) or not isinstance(exponent_bias, (int, np.integer)):
-        raise Trn2ValueError(
-            f"exponent_bias: expected an integer in 0..=127, got {exponent_bias!r}"
-        )
-    if not 0 <= int(exponent_bias) <= 127:
-        raise Trn2ValueError(f"exponent_bias: got {int(exponent_bias)}; it must be in 0..=127")
-    return int(exponent_bias)
+    return _validate.integer(exponent_bias, "exponent_bias", lo=-(2**63), hi=2**63 - 1)
 
 
 def format_info(fmt: str, *, exponent_bias: int | None = None) -> FormatInfo:
     """The facts of format ``fmt`` (optionally with a non-standard fp8 ``exponent_bias``)."""
     fmt = _check_format(fmt)
-    d = _core.format_info(fmt, _check_bias(exponent_bias))
-    return FormatInfo(dtype=FORMAT_DTYPES[fmt], **d)
+    i = _core.format_info(fmt, _check_bias(exponent_bias))
+    fields = {f.name: getattr(i, f.name) for f in dataclasses.fields(FormatInfo) if f.name != "dtype"}
+    return FormatInfo(dtype=FORMAT_DTYPES[fmt], **fields)
 
 
 def _env_seed() -> int:
@@ -89,30 +81,15 @@ def _env_seed() -> int:
 
 
 def _check_seed(seed: object, arg: str = "seed") -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise Trn2ValueError(f"{arg}: expected an integer in 0..2**64, got {seed!r}")
-    seed = int(seed)
-    if not 0 <= seed < 2**64:
-        raise Trn2ValueError(f"{arg}: {seed} is outside 0..2**64")
-    return seed
+    return _validate.integer(seed, arg, lo=0, hi=_validate.U64_MAX)
 
 
 def _random_args(rounding, seed, random_bits, random_bit_count, shape):
     """Validates the stochastic-rounding arguments; returns ``(bits or None, count, seed)``."""
-    if not isinstance(rounding, str) or rounding not in ROUNDING_MODES:
-        raise FormatError(
-            f"rounding: unknown rounding mode {rounding!r}; expected one of {ROUNDING_MODES}"
-        )
+    rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if random_bit_count is not None:
-        if isinstance(random_bit_count, bool) or not isinstance(
-            random_bit_count, (int, np.integer)
-        ):
-            raise Trn2ValueError(
-                f"random_bit_count: expected an integer in 1..=32, got {random_bit_count!r}"
-            )
-        random_bit_count = operator.index(random_bit_count)
-        if not 1 <= random_bit_count <= 32:
-            raise Trn2ValueError(f"random_bit_count: got {random_bit_count}; it must be in 1..=32")
+        # The core checks 1..=32; here only what a u32 can carry across.
+        random_bit_count = _validate.integer(random_bit_count, "random_bit_count", lo=0, hi=2**32 - 1)
     if seed is not None:
         # Checked in every mode: a bad seed is a bug in the caller even where it is unused.
         seed = _check_seed(seed)
@@ -133,12 +110,14 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
     if rb.dtype.kind not in "iu":
         raise Trn2ValueError(f"random_bits: expected unsigned integers, got dtype {rb.dtype}")
     if rb.size:
+        # What uint32 words can carry; the core checks each against 2**random_bit_count.
         lo, hi = int(rb.min()), int(rb.max())
         if lo < 0:
             raise Trn2ValueError(f"random_bits: contains {lo}; random bits must be >= 0")
-        if hi >= 2**random_bit_count:
+        if hi >= 2**min(random_bit_count, 32):
             raise Trn2ValueError(
-                f"random_bits: contains {hi}, not below 2**random_bit_count = {2**random_bit_count}"
+                f"random_bits: contains {hi}, not below 2**random_bit_count = "
+                f"{2**random_bit_count}"
             )
     try:
         rb = np.broadcast_to(rb, shape)

@@ -56,6 +56,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import _names
+
 __all__ = [
     "PERF_MODES",
     "TILE_K",
@@ -68,7 +70,7 @@ __all__ = [
 ]
 
 #: perf modes the oracle understands.
-PERF_MODES = ("none", "double_row")
+PERF_MODES = _names.PERF_MODES
 
 #: contraction rows per ``nc_matmul`` (partitions of the PE array); double_row takes 2 per row.
 TILE_K = 128

@@ -2,102 +2,138 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Callable
+import threading
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["Report", "save_traces"]
+__all__ = ["Report", "TimingReport", "save_traces"]
 
-_FIELDS = (
-    "instructions",
-    "pe_cycles",
-    "cycles",
-    "seconds",
-    "flops",
-    "tflops",
-    "pe_tflops",
-    "peak_tflops",
-    "utilization",
-    "bound",
-)
+class TimingReport:
+    """What every report type shares (``Report``, ``CollectiveReport``, ``DmaReport``, ...):
+    frozen fields built from the core's, ``to_dict()``, and a Chrome/Perfetto trace computed
+    on first use (``trace_json()``, ``save_trace(path)``). Subclasses are frozen dataclasses
+    whose last field is ``_trace``."""
+
+    _trace: _Trace
+
+    @classmethod
+    def from_fields(
+        cls,
+        fields: Mapping[str, Any],
+        trace_json: str | None = None,
+        retrace: Callable[[], str] | None = None,
+        **extra: Any,
+    ):
+        """A report from the core's ``fields`` (unknown keys ignored) and ``extra`` ones;
+        mappings (``details``) are frozen read-only."""
+        names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        kw = {k: v for k, v in {**fields, **extra}.items() if k in names}
+        for k, v in kw.items():
+            if isinstance(v, dict):
+                kw[k] = types.MappingProxyType(v)
+        return cls(**kw, _trace=_Trace(trace_json, retrace))
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain Python data (mappings as dicts)."""
+        d = {}
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue
+            v = getattr(self, f.name)
+            d[f.name] = dict(v) if isinstance(v, Mapping) else v
+        return d
+
+    def trace_json(self) -> str:
+        """The Chrome/Perfetto trace as a JSON string (computed on first use)."""
+        return self._trace.json()
+
+    def save_trace(self, path: str | os.PathLike[str]) -> str:
+        """Writes a Chrome/Perfetto trace (one track per engine, DMA queue or link) to
+        ``path``; returns the path. Open it at https://ui.perfetto.dev or chrome://tracing."""
+        from ._validate import path as _path
+
+        path = _path(path, "path")
+        text = self.trace_json()
+        json.loads(text)  # fail here, not in the viewer, if it were malformed
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return os.fspath(path)
 
 
-class Report:
+@dataclasses.dataclass(frozen=True, repr=False)
+class Report(TimingReport):
     """Timing of an operation: prints as a table, ``to_dict()``, ``save_trace(path)``.
 
-    Fields: ``instructions`` (tensor-engine instructions), ``pe_cycles`` (tensor-engine busy
-    cycles summed over instructions), ``cycles`` and ``seconds`` (wall time at the 2.4 GHz PE
-    clock), ``flops``, ``tflops`` (over the wall time), ``pe_tflops`` (over the PE-busy time),
+    Fields: ``operation`` (what was costed: "gemm", "matmul", "dma"), ``description``,
+    ``instructions`` (tensor-engine instructions), ``pe_cycles`` (tensor-engine busy cycles
+    summed over instructions), ``cycles`` and ``seconds`` (wall time at the 2.4 GHz PE clock),
+    ``flops``, ``tflops`` (over the wall time), ``pe_tflops`` (over the PE-busy time),
     ``peak_tflops``, ``utilization`` (``tflops / peak`` in (0, 1]), ``bound`` ("compute",
     "memory" or "collective") and ``details`` (a breakdown: keys ending in ``_s`` are seconds,
     the others counts such as ``hbm_bytes``).
     """
 
-    def __init__(
-        self,
-        fields: dict[str, Any],
-        trace_json: str | None = None,
-        retrace: Callable[[], str] | None = None,
-    ) -> None:
-        self._fields = dict(fields)
-        self._fields["details"] = dict(self._fields.get("details", {}))
-        self._trace_json = trace_json
-        self._retrace = retrace
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_fields"][name]
-        except KeyError:
-            raise AttributeError(f"Report has no field {name!r}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """All fields as a plain dict (``details`` as a nested dict)."""
-        d = dict(self._fields)
-        d["details"] = dict(d["details"])
-        return d
-
-    def save_trace(self, path: str | os.PathLike[str]) -> str:
-        """Writes a Chrome/Perfetto trace (one track per engine) to ``path``; returns the path.
-
-        Open it at https://ui.perfetto.dev or chrome://tracing.
-        """
-        from ._validate import path as _path
-
-        path = _path(path, "path")
-        if self._trace_json is None:
-            if self._retrace is None:
-                raise ValueError("this report has no timeline to trace")
-            self._trace_json = self._retrace()
-        json.loads(self._trace_json)  # fail here, not in the viewer, if it were malformed
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self._trace_json)
-        return os.fspath(path)
+    operation: str
+    description: str
+    instructions: int
+    pe_cycles: int
+    cycles: float
+    seconds: float
+    flops: float
+    tflops: float
+    pe_tflops: float
+    peak_tflops: float
+    utilization: float
+    bound: str
+    details: Mapping[str, float]
+    _trace: _Trace = dataclasses.field(
+        default_factory=lambda: _Trace(None, None), compare=False, repr=False
+    )
 
     def __str__(self) -> str:
-        f = self._fields
-        rows = [("what", f.get("description", f.get("kind", "")))]
+        rows = [("what", self.description or self.operation)]
         rows += [
-            ("time", _fmt_seconds(f["seconds"])),
-            ("cycles (2.4 GHz)", f"{f['cycles']:,.0f}"),
-            ("instructions", f"{f['instructions']:,}"),
-            ("PE busy cycles", f"{f['pe_cycles']:,}"),
-            ("FLOPs", f"{f['flops']:.4g}"),
-            ("TFLOPS (wall)", f"{f['tflops']:.2f}"),
-            ("TFLOPS (PE busy)", f"{f['pe_tflops']:.2f}"),
-            ("utilization", f"{100 * f['utilization']:.1f}% of {f['peak_tflops']:.1f} TFLOPS"),
-            ("bound", f["bound"]),
+            ("time", _fmt_seconds(self.seconds)),
+            ("cycles (2.4 GHz)", f"{self.cycles:,.0f}"),
+            ("instructions", f"{self.instructions:,}"),
+            ("PE busy cycles", f"{self.pe_cycles:,}"),
+            ("FLOPs", f"{self.flops:.4g}"),
+            ("TFLOPS (wall)", f"{self.tflops:.2f}"),
+            ("TFLOPS (PE busy)", f"{self.pe_tflops:.2f}"),
+            ("utilization", f"{100 * self.utilization:.1f}% of {self.peak_tflops:.1f} TFLOPS"),
+            ("bound", self.bound),
         ]
-        rows += [(f"  {k}", _fmt_detail(k, v)) for k, v in f["details"].items()]
+        rows += [(f"  {k}", _fmt_detail(k, v)) for k, v in self.details.items()]
         w = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
     def __repr__(self) -> str:
-        f = self._fields
         return (
-            f"Report({f.get('kind')!r}, seconds={f['seconds']:.6g}, tflops={f['tflops']:.4g}, "
-            f"utilization={f['utilization']:.3f}, bound={f['bound']!r})"
+            f"Report({self.operation!r}, seconds={self.seconds:.6g}, tflops={self.tflops:.4g}, "
+            f"utilization={self.utilization:.3f}, bound={self.bound!r})"
         )
+
+
+class _Trace:
+    """A report's trace: the JSON given, or computed once by ``retrace`` (the timing is run
+    again with events recorded only when someone asks for the trace)."""
+
+    def __init__(self, text: str | None, retrace: Callable[[], str] | None) -> None:
+        self._text = text
+        self._retrace = retrace
+        self._lock = threading.Lock()
+
+    def json(self) -> str:
+        with self._lock:
+            if self._text is None:
+                if self._retrace is None:
+                    raise ValueError("this report has no timeline to trace")
+                self._text = self._retrace()
+            return self._text
 
 
 def _fmt_detail(key: str, v: float) -> str:
@@ -122,11 +158,11 @@ def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]])
     its label), so they can be compared on one timeline; returns the path."""
     events: list[dict[str, Any]] = []
     for pid, (label, rep) in enumerate(reports):
-        if rep._trace_json is None:
-            if rep._retrace is None:
-                raise ValueError(f"{label}: this report has no timeline to trace")
-            rep._trace_json = rep._retrace()
-        for ev in json.loads(rep._trace_json).get("traceEvents", []):
+        try:
+            text = rep.trace_json()
+        except ValueError:
+            raise ValueError(f"{label}: this report has no timeline to trace") from None
+        for ev in json.loads(text).get("traceEvents", []):
             ev = dict(ev)
             ev["pid"] = pid
             if ev.get("ph") == "M" and ev.get("name") == "process_name":

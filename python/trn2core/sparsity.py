@@ -10,21 +10,20 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from . import _core, _validate
+from . import _core, _names, _validate
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 
 #: The N:M patterns of the tensor engine's sparse stationary operand (trn2_facts.md 5.6).
-SPARSITY_PATTERNS: tuple[str, ...] = tuple(_core.sparsity_patterns())
+SPARSITY_PATTERNS: tuple[str, ...] = _names.SPARSITY_PATTERNS
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-# Dtypes whose magnitude order `prune` knows (the Rust `Dtype` names).
-_ML_NAMES = ("bfloat16", "float8_e4m3", "float8_e5m2", "float8_e3m4", "float8_e4m3fn")
-_PRUNE_DTYPES = {np.dtype(getattr(ml_dtypes, n)): n for n in _ML_NAMES}
-for _t in (np.float64, np.float32, np.float16, np.int8, np.int16, np.int32, np.int64, np.uint8,
-           np.uint16, np.uint32, np.uint64, np.bool_):  # fmt: skip
-    _PRUNE_DTYPES[np.dtype(_t)] = np.dtype(_t).name
+# Dtypes whose magnitude order `prune` knows: the core's list of names (numpy's and
+# ml_dtypes' own), turned into numpy dtypes.
+_PRUNE_DTYPES = {
+    np.dtype(getattr(ml_dtypes, n, None) or n): n for n in _names.SPARSITY_DTYPES
+}
 
 
 def _pattern(pattern: object, arg: str = "pattern") -> str:

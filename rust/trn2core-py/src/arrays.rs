@@ -1,10 +1,12 @@
-//! The only file that touches numpy: borrows contiguous 1-D input buffers and hands vectors
-//! back to Python without a copy. The Python facade flattens, byte-swaps and views ml_dtypes
-//! arrays as unsigned integers before calling in, so only plain dtypes arrive here.
+//! The only file that touches numpy: borrows contiguous 1-D input buffers, and makes the result
+//! arrays that the core fills. The Python facade flattens, byte-swaps and views ml_dtypes arrays
+//! as unsigned integers before calling in, so only plain dtypes arrive here.
 
-use numpy::{Element, PyArray1, PyReadonlyArray1, PyUntypedArrayMethods};
+use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use trn2core::Error;
+
+use crate::errors::{guard_work, PyTrn2Result};
 
 /// A read-only borrow of a contiguous 1-D array of `T`, or a `FormatError` naming `arg`.
 pub fn borrow<'py, T: Element>(
@@ -21,25 +23,27 @@ pub fn borrow<'py, T: Element>(
     Ok(arr)
 }
 
-/// Hands a vector to numpy without copying it.
-pub fn to_numpy<T: Element>(py: Python<'_>, v: Vec<T>) -> Py<PyAny> {
-    PyArray1::from_vec(py, v).into_any().unbind()
-}
-
 /// The slice of a borrowed contiguous array.
 pub fn slice<'a, T: Element>(a: &'a PyReadonlyArray1<'_, T>, arg: &str) -> Result<&'a [T], Error> {
     a.as_slice()
         .map_err(|_| Error::shape(arg, "expected a C-contiguous array"))
 }
 
+/// Hands a vector to numpy without copying it (for small results; large ones are filled in
+/// numpy's memory by [`fill_new_array`]).
+pub fn to_numpy<T: Element>(py: Python<'_>, v: Vec<T>) -> Py<PyAny> {
+    PyArray1::from_vec(py, v).into_any().unbind()
+}
+
 /// A fresh, uninitialised numpy array of `n` elements for a result (`what`, for messages):
 /// `CapacityError` on `arg` if the host cannot hold it (checked before numpy allocates), and
 /// also if numpy's allocation fails anyway. Allocated through `numpy.empty`, whose failure is a
-/// `MemoryError` (rust-numpy's `PyArray1::new` panics instead).
+/// `MemoryError` (rust-numpy's `PyArray1::new` panics instead), and whose allocator gives big
+/// arrays huge pages: filling them costs far fewer page faults than a fresh Rust allocation.
 ///
 /// # Safety
 /// The caller must write every element before Python can read the array.
-pub unsafe fn new_uninit<'py, T: Element>(
+pub(crate) unsafe fn new_uninit<'py, T: Element>(
     py: Python<'py>,
     n: usize,
     arg: &str,
@@ -63,3 +67,143 @@ pub unsafe fn new_uninit<'py, T: Element>(
     arr.cast_into::<PyArray1<T>>()
         .map_err(|e| refused(e.to_string()))
 }
+
+/// The one way results are made: fresh numpy arrays of `lens[i]` elements (refused with
+/// `CapacityError` on `arg` before anything is allocated if the host cannot hold them all),
+/// handed to `fill` as mutable slices with the GIL released (inline below about a millisecond
+/// of `work`, else interruptible by Ctrl-C: `errors::guard_work`). `fill` must write every
+/// element of every slice when it returns `Ok` (the core's functions check their lengths); on
+/// an error the arrays are dropped without Python ever seeing them.
+pub fn fill_new_arrays<'py, T, R>(
+    py: Python<'py>,
+    lens: &[usize],
+    arg: &str,
+    what: &str,
+    work: u64,
+    fill: impl FnOnce(&mut [&mut [T]]) -> Result<R, Error> + Send,
+) -> PyTrn2Result<(Vec<Bound<'py, PyArray1<T>>>, R)>
+where
+    T: Element + Send,
+    R: Send,
+{
+    let total = lens
+        .iter()
+        .fold(0u128, |a, &m| a.saturating_add(m as u128))
+        .saturating_mul(size_of::<T>() as u128);
+    trn2core::host::check_alloc(arg, what, total)?;
+    // SAFETY: `fill` writes every element before the arrays are returned (contract above).
+    let arrays = lens
+        .iter()
+        .map(|&n| unsafe { new_uninit::<T>(py, n, arg, what) })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let r = {
+        let mut rws: Vec<_> = arrays.iter().map(|a| a.readwrite()).collect();
+        let mut outs = rws
+            .iter_mut()
+            .map(|rw| {
+                rw.as_slice_mut()
+                    .map_err(|_| Error::shape(arg, "a fresh result array is not contiguous"))
+            })
+            .collect::<Result<Vec<&mut [T]>, Error>>()?;
+        guard_work(py, work, || fill(&mut outs))?
+    };
+    Ok((arrays, r))
+}
+
+/// [`fill_new_arrays`] for two result arrays of different element types (a compressed
+/// tensor's values and its packed indices), checked against the host together.
+#[allow(clippy::type_complexity)]
+pub fn fill_new_pair<'py, A, B, R>(
+    py: Python<'py>,
+    (len_a, len_b): (usize, usize),
+    arg: &str,
+    what: &str,
+    work: u64,
+    fill: impl FnOnce(&mut [A], &mut [B]) -> Result<R, Error> + Send,
+) -> PyTrn2Result<(Bound<'py, PyArray1<A>>, Bound<'py, PyArray1<B>>, R)>
+where
+    A: Element + Send,
+    B: Element + Send,
+    R: Send,
+{
+    let total = (len_a as u128 * size_of::<A>() as u128)
+        .saturating_add(len_b as u128 * size_of::<B>() as u128);
+    trn2core::host::check_alloc(arg, what, total)?;
+    // SAFETY: `fill` writes every element of both before they are returned (contract of
+    // `fill_new_arrays`).
+    let (a, b) = unsafe {
+        (
+            new_uninit::<A>(py, len_a, arg, what)?,
+            new_uninit::<B>(py, len_b, arg, what)?,
+        )
+    };
+    let r = {
+        let (mut aw, mut bw) = (a.readwrite(), b.readwrite());
+        let contiguous = |_| Error::shape(arg, "a fresh result array is not contiguous");
+        let sa = aw.as_slice_mut().map_err(contiguous)?;
+        let sb = bw.as_slice_mut().map_err(contiguous)?;
+        guard_work(py, work, || fill(sa, sb))?
+    };
+    Ok((a, b, r))
+}
+
+/// [`fill_new_arrays`] for one result array.
+pub fn fill_new_array<'py, T, R>(
+    py: Python<'py>,
+    len: usize,
+    arg: &str,
+    what: &str,
+    work: u64,
+    fill: impl FnOnce(&mut [T]) -> Result<R, Error> + Send,
+) -> PyTrn2Result<(Bound<'py, PyArray1<T>>, R)>
+where
+    T: Element + Send,
+    R: Send,
+{
+    let (mut arrays, r) = fill_new_arrays(py, &[len], arg, what, work, |outs| fill(&mut *outs[0]))?;
+    let array = arrays.pop().ok_or_else(|| Error::shape(arg, "no result array"))?;
+    Ok((array, r))
+}
+
+/// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
+/// the element type: u8, u16, u32 or u64); any other width is a `FormatError` on `$arg`.
+macro_rules! with_codes {
+    ($x:expr, $arg:expr, |$s:ident: $t:ident| $body:expr) => {{
+        let width = $x
+            .getattr("dtype")?
+            .getattr("itemsize")?
+            .extract::<usize>()?;
+        match width {
+            1 => {
+                type $t = u8;
+                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint8 codes")?;
+                let $s = $crate::arrays::slice(&a, $arg)?;
+                $body
+            }
+            2 => {
+                type $t = u16;
+                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint16 codes")?;
+                let $s = $crate::arrays::slice(&a, $arg)?;
+                $body
+            }
+            4 => {
+                type $t = u32;
+                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint32 codes")?;
+                let $s = $crate::arrays::slice(&a, $arg)?;
+                $body
+            }
+            8 => {
+                type $t = u64;
+                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint64 codes")?;
+                let $s = $crate::arrays::slice(&a, $arg)?;
+                $body
+            }
+            w => Err(trn2core::Error::format(
+                $arg,
+                format!("elements of {w} bytes are not supported (1, 2, 4 or 8)"),
+            )
+            .into()),
+        }
+    }};
+}
+pub(crate) use with_codes;

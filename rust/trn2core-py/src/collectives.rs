@@ -1,19 +1,19 @@
 //! Bindings of the chip, the torus and the collectives (`trn2core::topology`), and of the GEMM
 //! split over several cores (`trn2core::engine::cost::split`). Conversion and error mapping only.
 
-use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1};
+use numpy::{Element, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use trn2core::collective::{
-    self, output_lengths, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp,
+    self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp,
 };
 use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
+use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
 use trn2core::topology::{self as topo, Torus};
-use trn2core::Error;
 
-use crate::arrays::borrow;
-use crate::errors::{guard, guard_detached};
+use crate::arrays::{borrow, fill_new_arrays, slice};
+use crate::errors::{guard_detached, PyTrn2Result};
 use crate::perf::report_dict;
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
@@ -27,9 +27,10 @@ pub struct PyTorus {
 impl PyTorus {
     #[new]
     #[pyo3(signature = (shape, ultraservers = 1))]
-    fn new(py: Python<'_>, shape: Vec<usize>, ultraservers: usize) -> PyResult<Self> {
-        let inner = guard(py, || Torus::new(&shape, ultraservers))?;
-        Ok(PyTorus { inner })
+    fn new(shape: Vec<usize>, ultraservers: usize) -> PyTrn2Result<Self> {
+        Ok(PyTorus {
+            inner: Torus::new(&shape, ultraservers)?,
+        })
     }
 
     #[getter]
@@ -52,39 +53,32 @@ impl PyTorus {
     fn chip_egress_bytes_per_s(&self) -> f64 {
         self.inner.chip_egress_bytes_per_s()
     }
-    fn coords(&self, py: Python<'_>, i: usize) -> PyResult<Vec<usize>> {
-        guard(py, || self.inner.coords(i))
+    fn coords(&self, i: usize) -> PyTrn2Result<Vec<usize>> {
+        Ok(self.inner.coords(i)?)
     }
-    fn index(&self, py: Python<'_>, coords: Vec<usize>) -> PyResult<usize> {
-        guard(py, || self.inner.index(&coords))
+    fn index(&self, coords: Vec<usize>) -> PyTrn2Result<usize> {
+        Ok(self.inner.index(&coords)?)
     }
-    fn neighbors(&self, py: Python<'_>, i: usize) -> PyResult<Vec<usize>> {
-        guard(py, || self.inner.neighbors(i))
+    fn neighbors(&self, i: usize) -> PyTrn2Result<Vec<usize>> {
+        Ok(self.inner.neighbors(i)?)
     }
-    fn hops(&self, py: Python<'_>, i: usize, j: usize) -> PyResult<usize> {
-        guard(py, || self.inner.hops(i, j))
+    fn hops(&self, i: usize, j: usize) -> PyTrn2Result<usize> {
+        Ok(self.inner.hops(i, j)?)
     }
-    fn link_bandwidth(&self, py: Python<'_>, i: usize, j: usize) -> PyResult<f64> {
-        guard(py, || self.inner.link_bandwidth(i, j))
+    fn link_bandwidth(&self, i: usize, j: usize) -> PyTrn2Result<f64> {
+        Ok(self.inner.link_bandwidth(i, j)?)
     }
     /// The links a transfer from `i` to `j` takes, by name.
-    fn route(&self, py: Python<'_>, i: usize, j: usize) -> PyResult<Vec<String>> {
-        guard(py, || {
-            // Checks both chips, naming `i` or `j` in the error.
-            self.inner.hops(i, j)?;
-            let mut names = Vec::new();
-            self.inner
-                .route(i, j, |l| names.push(self.inner.link_name(l)));
-            Ok(names)
-        })
+    fn route(&self, i: usize, j: usize) -> PyTrn2Result<Vec<String>> {
+        Ok(self.inner.route_names(i, j)?)
     }
 }
 
-fn group<'a>(py: Python<'_>, t: &'a Torus, chips: Option<Vec<usize>>) -> PyResult<Group<'a>> {
-    match chips {
-        None => Ok(Group::all(t)),
-        Some(c) => guard(py, || Group::new(t, c)),
-    }
+fn group(t: &Torus, chips: Option<Vec<usize>>) -> PyTrn2Result<Group<'_>> {
+    Ok(match chips {
+        None => Group::all(t),
+        Some(c) => Group::new(t, c)?,
+    })
 }
 
 fn report_to_dict<'py>(
@@ -93,8 +87,7 @@ fn report_to_dict<'py>(
     r: &CollectiveReport,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("kind", "collective")?;
-    d.set_item("collective", r.collective.name())?;
+        d.set_item("collective", r.collective.name())?;
     d.set_item("algorithm", &r.algorithm)?;
     d.set_item("op", r.op.map(|o| o.name()))?;
     d.set_item("ranks", r.ranks)?;
@@ -173,81 +166,27 @@ pub fn collective_estimate<'py>(
     elem_bytes: u64,
     peers: Option<Vec<usize>>,
     trace: bool,
-) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let k = guard(py, || Collective::parse("collective", collective))?;
-    let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
-    let g = group(py, &torus.inner, chips)?;
+) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
+    let c = Collective::parse("collective", collective)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
+    let g = group(&torus.inner, chips)?;
     let (_, rep) = guard_detached(py, || {
-        collective::estimate(&g, k, a, elements, elem_bytes, peers.as_deref(), trace)
+        collective::estimate(&g, c, a, elements, elem_bytes, peers.as_deref(), trace)
     })?;
     let json = rep.timing.trace.clone();
     Ok((report_to_dict(py, &torus.inner, &rep)?, json))
 }
 
-/// Fresh numpy arrays of `lens` elements, left uninitialised (numpy's allocator, with its huge
-/// page hints for big arrays: faster to fill than zeroed memory). `CapacityError` on `buffers`
-/// when the host cannot hold them: all of them together (checked first), or one that numpy then
-/// fails to allocate (`arrays::new_uninit`; rust-numpy's `PyArray1::new` would panic).
-///
-/// SAFETY (callers): every element is written by the collective before the arrays are returned
-/// (an all-reduce writes every chunk of every output, a reduce-scatter every element of its
-/// owner's part, the data-movement collectives every position); on an error the arrays are
-/// dropped without Python ever seeing them.
-fn uninit<'py, T: Element>(
-    py: Python<'py>,
-    lens: &[usize],
-) -> PyResult<Vec<Bound<'py, PyArray1<T>>>> {
-    let total: u128 = lens.iter().map(|&m| m as u128).sum::<u128>() * size_of::<T>() as u128;
-    guard(py, || {
-        trn2core::host::check_alloc("buffers", "the collective's outputs", total)
-    })?;
-    lens.iter()
-        .map(|&m| {
-            guard(py, || unsafe {
-                crate::arrays::new_uninit::<T>(py, m, "buffers", "a rank's output")
-            })
-        })
-        .collect()
-}
-
+/// Borrows every rank's buffer as a contiguous slice of `T`.
 fn borrow_all<'py, T: Element>(
-    py: Python<'py>,
     inputs: &[Bound<'py, PyAny>],
     what: &str,
-) -> PyResult<Vec<PyReadonlyArray1<'py, T>>> {
-    inputs
+) -> PyTrn2Result<Vec<PyReadonlyArray1<'py, T>>> {
+    Ok(inputs
         .iter()
         .enumerate()
-        .map(|(i, x)| guard(py, || borrow::<T>(x, &format!("buffers[{i}]"), what)))
-        .collect()
-}
-
-fn check_count(py: Python<'_>, got: usize, ranks: usize) -> PyResult<()> {
-    guard(py, || {
-        if got != ranks {
-            return Err(Error::shape(
-                "buffers",
-                format!("got {got} buffers for {ranks} ranks; pass one buffer per chip"),
-            ));
-        }
-        Ok(())
-    })
-}
-
-fn check_lengths(py: Python<'_>, lens: &[usize]) -> PyResult<()> {
-    guard(py, || {
-        if let Some(i) = lens.iter().position(|&l| l != lens[0]) {
-            return Err(Error::shape(
-                "buffers",
-                format!(
-                    "buffer {i} has {} elements, buffer 0 has {}; every rank's buffer must have \
-                     the same shape",
-                    lens[i], lens[0]
-                ),
-            ));
-        }
-        Ok(())
-    })
+        .map(|(i, x)| borrow::<T>(x, &format!("buffers[{i}]"), what))
+        .collect::<Result<_, _>>()?)
 }
 
 /// All-reduce or reduce-scatter of `inputs` (flat contiguous arrays: float32 for fp32, uint16
@@ -264,41 +203,34 @@ pub fn collective_reduce<'py>(
     algorithm: &str,
     format: &str,
     inputs: Vec<Bound<'py, PyAny>>,
-) -> PyResult<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
-    let k = guard(py, || Collective::parse("collective", collective))?;
-    let o = guard(py, || ReduceOp::parse("op", op))?;
-    let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
-    let f = guard(py, || Format::parse("dtype", format))?;
-    guard(py, || collective::exec::check_reduce_format(f))?;
-    let g = group(py, &torus.inner, chips)?;
-    check_count(py, inputs.len(), g.n())?;
+) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
+    let c = Collective::parse("collective", collective)?;
+    let o = ReduceOp::parse("op", op)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
+    let f = Format::parse("dtype", format)?;
+    let g = group(&torus.inner, chips)?;
     macro_rules! run {
         ($t:ty, $what:expr, $buf:ident) => {{
-            let ro = borrow_all::<$t>(py, &inputs, $what)?;
-            let slices: Vec<&[$t]> = ro
+            let ro = borrow_all::<$t>(&inputs, $what)?;
+            let ins = ro
                 .iter()
-                .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
-                .collect::<PyResult<_>>()?;
-            check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-            let lens = output_lengths(k, g.n(), slices.first().map_or(0, |s| s.len()));
-            let outs = uninit::<$t>(py, &lens)?;
-            let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
-            let mut outs_mut: Vec<BufMut> = Vec::with_capacity(rws.len());
-            for rw in rws.iter_mut() {
-                let s = guard(py, || {
-                    rw.as_slice_mut()
-                        .map_err(|_| Error::shape("out", "not contiguous"))
-                })?;
-                outs_mut.push(BufMut::$buf(s));
-            }
-            let bufs: Vec<Buf> = slices.iter().map(|s| Buf::$buf(s)).collect();
-            let rep = guard_detached(py, || {
-                collective::run_reduce(&g, k, o, a, f, &bufs, &mut outs_mut)
-            })?;
-            drop(outs_mut);
-            drop(rws);
-            let list = outs.into_iter().map(|a| a.into_any().unbind()).collect();
-            (list, rep)
+                .map(|a| slice(a, "buffers"))
+                .collect::<Result<Vec<&[$t]>, _>>()?;
+            let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
+            let out_lens = collective::output_plan(&g, c, Some(f), 1, &lens)?;
+            let (outs, rep) = fill_new_arrays::<$t, _>(
+                py,
+                &out_lens,
+                "buffers",
+                "the collective's outputs",
+                u64::MAX,
+                |outs| {
+                    let bufs: Vec<Buf> = ins.iter().map(|s| Buf::$buf(s)).collect();
+                    let mut outs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::$buf(o)).collect();
+                    collective::run_reduce(&g, c, o, a, f, &bufs, &mut outs)
+                },
+            )?;
+            (outs.into_iter().map(|a| a.into_any().unbind()).collect::<Vec<_>>(), rep)
         }};
     }
     let (list, rep) = match f.code_bits() {
@@ -323,50 +255,25 @@ pub fn collective_move<'py>(
     elem_size: usize,
     inputs: Vec<Bound<'py, PyAny>>,
     peers: Option<Vec<usize>>,
-) -> PyResult<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
-    let k = guard(py, || Collective::parse("collective", collective))?;
-    let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
-    let g = group(py, &torus.inner, chips)?;
-    check_count(py, inputs.len(), g.n())?;
-    guard(py, || {
-        if elem_size == 0 {
-            return Err(Error::value("buffers", "elements of zero bytes"));
-        }
-        Ok(())
-    })?;
-    let ro = borrow_all::<u8>(py, &inputs, "uint8 (raw bytes)")?;
-    let slices: Vec<&[u8]> = ro
+) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
+    let c = Collective::parse("collective", collective)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
+    let g = group(&torus.inner, chips)?;
+    let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
+    let ins = ro
         .iter()
-        .map(|a| guard(py, || crate::arrays::slice(a, "buffers")))
-        .collect::<PyResult<_>>()?;
-    check_lengths(py, &slices.iter().map(|s| s.len()).collect::<Vec<_>>())?;
-    let l = slices.first().map_or(0, |s| s.len()) / elem_size;
-    let lens: Vec<usize> = output_lengths(k, g.n(), l)
-        .into_iter()
-        .map(|m| m * elem_size)
-        .collect();
-    let outs = uninit::<u8>(py, &lens)?;
-    let mut rws: Vec<_> = outs.iter().map(|a| a.readwrite()).collect();
-    let mut outs_mut: Vec<&mut [u8]> = Vec::with_capacity(rws.len());
-    for rw in rws.iter_mut() {
-        outs_mut.push(guard(py, || {
-            rw.as_slice_mut()
-                .map_err(|_| Error::shape("out", "not contiguous"))
-        })?);
-    }
-    let rep = guard_detached(py, || {
-        collective::run_move(
-            &g,
-            k,
-            a,
-            elem_size,
-            &slices,
-            &mut outs_mut,
-            peers.as_deref(),
-        )
-    })?;
-    drop(outs_mut);
-    drop(rws);
+        .map(|a| slice(a, "buffers"))
+        .collect::<Result<Vec<&[u8]>, _>>()?;
+    let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
+    let out_lens = collective::output_plan(&g, c, None, elem_size, &lens)?;
+    let (outs, rep) = fill_new_arrays::<u8, _>(
+        py,
+        &out_lens,
+        "buffers",
+        "the collective's outputs",
+        u64::MAX,
+        |outs| collective::run_move(&g, c, a, elem_size, &ins, outs, peers.as_deref()),
+    )?;
     let list = outs.into_iter().map(|a| a.into_any().unbind()).collect();
     Ok((list, report_to_dict(py, &torus.inner, &rep)?))
 }
@@ -381,11 +288,11 @@ pub fn nccom_estimate<'py>(
     size_bytes: u64,
     elem_bytes: u64,
     algorithm: &str,
-) -> PyResult<Bound<'py, PyDict>> {
-    let k = guard(py, || Collective::parse("operation", collective))?;
-    let a = guard(py, || Algorithm::parse("algorithm", algorithm))?;
+) -> PyTrn2Result<Bound<'py, PyDict>> {
+    let c = Collective::parse("operation", collective)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
     let row = guard_detached(py, || {
-        collective::nccom_estimate(k, ranks, lnc, size_bytes, elem_bytes, a)
+        collective::nccom_estimate(c, ranks, lnc, size_bytes, elem_bytes, a)
     })?;
     let d = PyDict::new(py);
     d.set_item("size_bytes", row.size_bytes)?;
@@ -400,37 +307,46 @@ pub fn nccom_estimate<'py>(
 }
 
 /// The resources of a logical core of `lnc` physical cores.
-#[pyfunction]
-pub fn logical_core_info<'py>(py: Python<'py>, lnc: usize) -> PyResult<Bound<'py, PyDict>> {
-    let i = guard(py, || topo::LogicalCoreInfo::new(lnc))?;
-    let d = PyDict::new(py);
-    d.set_item("lnc", i.lnc)?;
-    d.set_item("sbuf_bytes", i.sbuf_bytes)?;
-    d.set_item("hbm_bytes", i.hbm_bytes)?;
-    d.set_item("hbm_bandwidth", i.hbm_bytes_per_s)?;
-    let peaks = PyDict::new(py);
-    for (name, f, dr) in [
-        ("fp32", Format::Fp32, false),
-        ("tf32", Format::Tf32, false),
-        ("bf16", Format::Bf16, false),
-        ("fp16", Format::Fp16, false),
-        ("fp8_e4m3", Format::Fp8E4m3, true),
-        ("fp8_e5m2", Format::Fp8E5m2, true),
-        ("fp8_e3m4", Format::Fp8E3m4, false),
-    ] {
-        peaks.set_item(name, i.peak_flops(f, dr, false))?;
+#[pyclass(name = "LogicalCoreInfo", module = "trn2core._core", frozen)]
+pub struct PyLogicalCoreInfo {
+    inner: topo::LogicalCoreInfo,
+}
+
+#[pymethods]
+impl PyLogicalCoreInfo {
+    #[new]
+    fn new(lnc: usize) -> PyTrn2Result<Self> {
+        Ok(PyLogicalCoreInfo {
+            inner: topo::LogicalCoreInfo::new(lnc)?,
+        })
     }
-    peaks.set_item("sparse", i.peak_flops(Format::Bf16, false, true))?;
-    d.set_item("peak_flops", peaks)?;
-    Ok(d)
+    #[getter]
+    fn lnc(&self) -> usize {
+        self.inner.lnc
+    }
+    #[getter]
+    fn sbuf_bytes(&self) -> u64 {
+        self.inner.sbuf_bytes
+    }
+    #[getter]
+    fn hbm_bytes(&self) -> u64 {
+        self.inner.hbm_bytes
+    }
+    #[getter]
+    fn hbm_bandwidth(&self) -> f64 {
+        self.inner.hbm_bytes_per_s
+    }
+    /// Dense peak FLOP/s for `dtype` operands (or `"sparse"`) in `perf_mode`.
+    fn peak_flops(&self, dtype: &str, perf_mode: &str) -> PyTrn2Result<f64> {
+        let mode = PerfMode::parse("perf_mode", perf_mode)?;
+        Ok(self.inner.peak_flops_named(dtype, mode)?)
+    }
 }
 
 /// The physical cores of logical core `index` at `lnc`.
 #[pyfunction]
-pub fn logical_core_members(py: Python<'_>, lnc: usize, index: usize) -> PyResult<Vec<usize>> {
-    guard(py, || {
-        topo::logical_core_members(lnc, index).map(|r| r.collect())
-    })
+pub fn logical_core_members(lnc: usize, index: usize) -> PyTrn2Result<Vec<usize>> {
+    Ok(topo::logical_core_members(lnc, index)?.collect())
 }
 
 /// `(name, chips, torus shape, ultraserver_capable)` of every instance type.
@@ -458,8 +374,8 @@ pub fn estimate_gemm_cores<'py>(
     trace: bool,
     cores: Vec<usize>,
     sparsity: Option<&str>,
-) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let plan = crate::perf::gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
+) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
+    let plan = crate::perf::gemm_plan([m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
     let rep = guard_detached(py, || core_gemm_cores(&plan, &cores))?;
     let json = trace.then(|| rep.chrome_trace_json());
     Ok((report_dict(py, &rep)?, json))

@@ -7,12 +7,12 @@ use trn2core::engine::PerfMode;
 use trn2core::perf::Report;
 use trn2core::sparsity::Pattern;
 
-use crate::errors::{guard, guard_work};
+use crate::errors::{guard_work, PyTrn2Result};
 
 /// A report's fields as a dict (the facade wraps it in `trn2core.Report`).
 pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("kind", r.kind)?;
+    d.set_item("operation", r.operation)?;
     d.set_item("description", &r.description)?;
     d.set_item("instructions", r.instructions)?;
     d.set_item("pe_cycles", r.pe_cycles)?;
@@ -35,19 +35,17 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
 /// The cost model's plan of a GEMM `[M, K] @ [K, N]` from the facade's arguments (shared by
 /// `estimate_gemm` and the multi-core `estimate_gemm_cores`).
 pub fn gemm_plan(
-    py: Python<'_>,
     [m, k, n]: [u64; 3],
     dtype: &str,
     perf_mode: &str,
     throttle: bool,
     trace: bool,
     sparsity: Option<&str>,
-) -> PyResult<GemmPlan> {
-    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-    let mut plan = guard(py, || GemmPlan::new(m, k, n, dtype, mode))?;
+) -> PyTrn2Result<GemmPlan> {
+    let mode = PerfMode::parse("perf_mode", perf_mode)?;
+    let mut plan = GemmPlan::new(m, k, n, dtype, mode)?;
     if let Some(name) = sparsity {
-        let pattern = guard(py, || Pattern::parse(name))?;
-        plan = guard(py, || plan.with_sparsity(pattern))?;
+        plan = plan.with_sparsity(Pattern::parse(name)?)?;
     }
     plan.throttle = throttle;
     plan.trace = trace;
@@ -69,8 +67,8 @@ pub fn estimate_gemm<'py>(
     throttle: bool,
     trace: bool,
     sparsity: Option<&str>,
-) -> PyResult<(Bound<'py, PyDict>, Option<String>)> {
-    let plan = gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
+) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
+    let plan = gemm_plan([m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
     let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
         core_estimate(&plan)
     })?;
@@ -96,10 +94,10 @@ pub fn _estimate_gemm_walk<'py>(
     perf_mode: &str,
     throttle: bool,
     sparsity: Option<&str>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let plan = gemm_plan(py, [m, k, n], dtype, perf_mode, throttle, false, sparsity)?;
+) -> PyTrn2Result<Bound<'py, PyDict>> {
+    let plan = gemm_plan([m, k, n], dtype, perf_mode, throttle, false, sparsity)?;
     let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
         estimate_gemm_walk(&plan)
     })?;
-    report_dict(py, &rep)
+    Ok(report_dict(py, &rep)?)
 }

@@ -1,67 +1,15 @@
-//! Bindings of `trn2core::sparsity` (N:M pruning, compression, the CUTLASS layout) and of the
-//! sparse GEMM kernel. Arrays arrive as flat unsigned-integer views of their codes (the facade
-//! views every dtype as `uint8/16/32/64` of its width) and leave the same way.
+//! Bindings of `trn2core::sparsity` (N:M pruning, compression, the CUTLASS layout). Arrays
+//! arrive as flat unsigned-integer views of their codes (the facade views every dtype as
+//! `uint8/16/32/64` of its width) and leave the same way.
 
-use numpy::PyArrayMethods;
 use pyo3::prelude::*;
 use trn2core::sparsity::{self, Compressed, CompressedLayout, CutlassMeta, Dtype, Pattern};
-use trn2core::Error;
 
-use crate::arrays::{borrow, new_uninit, slice, to_numpy};
-use crate::errors::{guard, guard_work};
-
-/// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is
-/// the element type); any other dtype is a `FormatError` on `$arg`.
-macro_rules! with_codes {
-    ($py:expr, $x:expr, $arg:expr, |$s:ident: $t:ident| $body:expr) => {{
-        let dt = $x
-            .getattr("dtype")?
-            .getattr("itemsize")?
-            .extract::<usize>()?;
-        match dt {
-            1 => {
-                type $t = u8;
-                let a = guard($py, || borrow::<$t>($x, $arg, "uint8 codes"))?;
-                let $s = guard($py, || slice(&a, $arg))?;
-                $body
-            }
-            2 => {
-                type $t = u16;
-                let a = guard($py, || borrow::<$t>($x, $arg, "uint16 codes"))?;
-                let $s = guard($py, || slice(&a, $arg))?;
-                $body
-            }
-            4 => {
-                type $t = u32;
-                let a = guard($py, || borrow::<$t>($x, $arg, "uint32 codes"))?;
-                let $s = guard($py, || slice(&a, $arg))?;
-                $body
-            }
-            8 => {
-                type $t = u64;
-                let a = guard($py, || borrow::<$t>($x, $arg, "uint64 codes"))?;
-                let $s = guard($py, || slice(&a, $arg))?;
-                $body
-            }
-            w => Err(crate::errors::to_py(
-                $py,
-                Error::format(
-                    $arg,
-                    format!("elements of {w} bytes are not supported (1, 2, 4 or 8)"),
-                ),
-            )),
-        }
-    }};
-}
+use crate::arrays::{borrow, fill_new_array, fill_new_pair, slice, to_numpy, with_codes};
+use crate::errors::{guard_work, PyTrn2Result};
 
 /// `(values codes, packed indices, values shape, normalised axis)`.
 type CompressedParts = (Py<PyAny>, Py<PyAny>, Vec<usize>, usize);
-
-/// The pattern names, in order (`trn2core.SPARSITY_PATTERNS`).
-#[pyfunction]
-pub fn sparsity_patterns() -> Vec<String> {
-    Pattern::ALL.iter().map(|p| p.name()).collect()
-}
 
 /// Magnitude pruning of the codes `x` (dtype name `dtype`, C-contiguous `shape`).
 #[pyfunction]
@@ -72,26 +20,13 @@ pub fn sparsity_prune(
     shape: Vec<usize>,
     axis: isize,
     pattern: &str,
-) -> PyResult<Py<PyAny>> {
-    let p = guard(py, || Pattern::parse(pattern))?;
-    let d = guard(py, || Dtype::parse("x", dtype))?;
-    with_codes!(py, x, "x", |s: T| {
-        // The result lives in numpy's memory (huge pages for big arrays: far fewer page faults
-        // than a fresh Rust allocation).
-        // SAFETY: prune_to writes every element (it checks the length) before Python reads it.
-        let arr = guard(py, || unsafe {
-            new_uninit::<T>(py, s.len(), "x", "the pruned array")
+) -> PyTrn2Result<Py<PyAny>> {
+    let p = Pattern::parse(pattern)?;
+    let d = Dtype::parse("x", dtype)?;
+    with_codes!(x, "x", |s: T| {
+        let (arr, ()) = fill_new_array::<T, _>(py, s.len(), "x", "the pruned array", s.len() as u64, |out| {
+            sparsity::prune_to::<T>(s, out, d, &shape, axis, p)
         })?;
-        {
-            let mut rw = arr.readwrite();
-            let out = guard(py, || {
-                rw.as_slice_mut()
-                    .map_err(|_| Error::shape("out", "expected a contiguous output"))
-            })?;
-            guard_work(py, s.len() as u64, || {
-                sparsity::prune_to::<T>(s, out, d, &shape, axis, p)
-            })?;
-        }
         Ok(arr.into_any().unbind())
     })
 }
@@ -104,34 +39,20 @@ pub fn sparsity_compress(
     shape: Vec<usize>,
     axis: isize,
     pattern: &str,
-) -> PyResult<CompressedParts> {
-    let p = guard(py, || Pattern::parse(pattern))?;
-    with_codes!(py, x, "x", |s: T| {
-        let layout = guard(py, || CompressedLayout::new(s.len(), &shape, axis, p))?;
-        guard(py, || {
-            trn2core::host::check_alloc("x", "the compressed array", layout.bytes::<T>())
-        })?;
-        // Both outputs live in numpy's memory, as prune's does (fresh Rust pages cost as much
-        // as the compression itself).
-        // SAFETY: compress_into writes every element of both before returning Ok; on an error
-        // the arrays are dropped unread.
-        let (vals, idx) = guard(py, || unsafe {
-            Ok((
-                new_uninit::<T>(py, layout.values, "x", "the compressed values")?,
-                new_uninit::<u8>(py, layout.index_bytes, "x", "the packed indices")?,
-            ))
-        })?;
-        {
-            let (mut vw, mut iw) = (vals.readwrite(), idx.readwrite());
-            let contiguous = |_| Error::shape("out", "expected a contiguous output");
-            let v = guard(py, || vw.as_slice_mut().map_err(contiguous))?;
-            let i = guard(py, || iw.as_slice_mut().map_err(contiguous))?;
-            guard_work(py, s.len() as u64, || {
-                sparsity::compress_into::<T>(s, &layout, v, i)
-            })?;
-        }
+) -> PyTrn2Result<CompressedParts> {
+    let p = Pattern::parse(pattern)?;
+    with_codes!(x, "x", |s: T| {
+        let layout = CompressedLayout::new(s.len(), &shape, axis, p)?;
+        let (values, idx, ()) = fill_new_pair::<T, u8, _>(
+            py,
+            (layout.values, layout.index_bytes),
+            "x",
+            "the compressed array",
+            s.len() as u64,
+            |v, i| sparsity::compress_into::<T>(s, &layout, v, i),
+        )?;
         Ok((
-            vals.into_any().unbind(),
+            values.into_any().unbind(),
             idx.into_any().unbind(),
             layout.values_shape(),
             layout.axis(),
@@ -148,11 +69,11 @@ pub fn sparsity_decompress(
     shape: Vec<usize>,
     axis: isize,
     pattern: &str,
-) -> PyResult<Py<PyAny>> {
-    let p = guard(py, || Pattern::parse(pattern))?;
-    let ia = guard(py, || borrow::<u8>(indices, "indices", "uint8"))?;
-    let idx = guard(py, || slice(&ia, "indices"))?.to_vec();
-    with_codes!(py, values, "values", |s: T| {
+) -> PyTrn2Result<Py<PyAny>> {
+    let p = Pattern::parse(pattern)?;
+    let ia = borrow::<u8>(indices, "indices", "uint8")?;
+    let idx = slice(&ia, "indices")?.to_vec();
+    with_codes!(values, "values", |s: T| {
         let vals = s.to_vec();
         let work = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
         let dense = guard_work(py, work, || {
@@ -169,23 +90,11 @@ pub fn sparsity_positions(
     indices: &Bound<'_, PyAny>,
     pattern: &str,
     count: usize,
-) -> PyResult<Py<PyAny>> {
-    let p = guard(py, || Pattern::parse(pattern))?;
-    let ia = guard(py, || borrow::<u8>(indices, "indices", "uint8"))?;
-    let idx = guard(py, || slice(&ia, "indices"))?;
-    let need = (count as u128 * p.index_bits() as u128).div_ceil(8);
-    if need != idx.len() as u128 {
-        return Err(crate::errors::to_py(
-            py,
-            Error::shape(
-                "indices",
-                format!("{count} positions take {need} bytes, got {}", idx.len()),
-            ),
-        ));
-    }
-    let pos = guard_work(py, count as u64, || {
-        Ok(sparsity::unpack_indices(idx, p.index_bits(), count))
-    })?;
+) -> PyTrn2Result<Py<PyAny>> {
+    let p = Pattern::parse(pattern)?;
+    let ia = borrow::<u8>(indices, "indices", "uint8")?;
+    let idx = slice(&ia, "indices")?;
+    let pos = guard_work(py, count as u64, || sparsity::positions(idx, p, count))?;
     Ok(to_numpy(py, pos))
 }
 
@@ -196,8 +105,8 @@ pub fn sparsity_to_cutlass(
     x: &Bound<'_, PyAny>,
     rows: usize,
     cols: usize,
-) -> PyResult<(Py<PyAny>, Py<PyAny>)> {
-    with_codes!(py, x, "x", |s: T| {
+) -> PyTrn2Result<(Py<PyAny>, Py<PyAny>)> {
+    with_codes!(x, "x", |s: T| {
         let c = guard_work(py, s.len() as u64, || {
             sparsity::to_cutlass::<T>(s, rows, cols)
         })?;
@@ -217,14 +126,14 @@ pub fn sparsity_from_cutlass(
     meta: &Bound<'_, PyAny>,
     rows: usize,
     cols: usize,
-) -> PyResult<Py<PyAny>> {
+) -> PyTrn2Result<Py<PyAny>> {
     let words = if let Ok(m) = borrow::<i16>(meta, "meta", "int16") {
-        CutlassMeta::I16(guard(py, || slice(&m, "meta"))?.to_vec())
+        CutlassMeta::I16(slice(&m, "meta")?.to_vec())
     } else {
-        let m = guard(py, || borrow::<i32>(meta, "meta", "int16 or int32 words"))?;
-        CutlassMeta::I32(guard(py, || slice(&m, "meta"))?.to_vec())
+        let m = borrow::<i32>(meta, "meta", "int16 or int32 words")?;
+        CutlassMeta::I32(slice(&m, "meta")?.to_vec())
     };
-    with_codes!(py, values, "values", |s: T| {
+    with_codes!(values, "values", |s: T| {
         let dense = guard_work(py, 2 * s.len() as u64, || {
             sparsity::from_cutlass::<T>(s, &words, rows, cols)
         })?;

@@ -114,6 +114,28 @@ pub struct Allocation {
     pub partition_bytes: u64,
     /// The HBM stack (0..4) for HBM allocations, else the owning core's stack.
     pub stack: usize,
+    /// The memory object that made it (process-unique): freeing it anywhere else is refused,
+    /// even where the id and stack number match (two standalone cores both have a stack 0).
+    pub owner: u64,
+}
+
+/// A process-unique identity for each memory object, the owner tag of its allocations.
+fn next_owner() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The error for freeing an allocation made by another memory.
+fn foreign(a: &Allocation, here: &str) -> Error {
+    Error::value(
+        "allocation",
+        format!(
+            "{} allocation {} was made by another core's memory, not {here}; free it on the core \
+             that allocated it",
+            a.space.name(),
+            a.id
+        ),
+    )
 }
 
 /// Formats a byte count for error messages: exact bytes plus a binary-prefixed size.
@@ -137,6 +159,7 @@ pub fn fmt_bytes(b: u64) -> String {
 /// One HBM stack: 24 GiB shared by two adjacent physical cores.
 #[derive(Debug, Clone)]
 pub struct HbmStack {
+    owner: u64,
     index: usize,
     capacity: u64,
     used: u64,
@@ -157,6 +180,7 @@ impl HbmStack {
             ));
         }
         Ok(HbmStack {
+            owner: next_owner(),
             index,
             capacity: HBM_STACK_BYTES,
             used: 0,
@@ -239,12 +263,17 @@ impl HbmStack {
             partitions: 0,
             partition_bytes: 0,
             stack: self.index,
+            owner: self.owner,
         })
     }
 
     /// Releases allocation `id`. `ValueError` if it is not live here (freed twice, or from
     /// another stack).
-    pub fn free(&mut self, id: u64) -> Result<()> {
+    pub fn free(&mut self, a: &Allocation) -> Result<()> {
+        if a.owner != self.owner || a.space != Space::Hbm {
+            return Err(foreign(a, &format!("HBM stack {}", self.index)));
+        }
+        let id = a.id;
         let bytes = self.live.remove(&id).ok_or_else(|| {
             Error::value(
                 "allocation",
@@ -262,6 +291,7 @@ impl HbmStack {
 /// SBUF or PSUM: 128 partitions, each with its own capacity, used per partition.
 #[derive(Debug, Clone)]
 pub struct PartitionedMemory {
+    owner: u64,
     space: Space,
     partition_capacity: u64,
     used: Vec<u64>,
@@ -282,6 +312,7 @@ impl PartitionedMemory {
 
     fn new(space: Space, partitions: usize, partition_capacity: u64) -> Self {
         PartitionedMemory {
+            owner: next_owner(),
             space,
             partition_capacity,
             used: vec![0; partitions],
@@ -442,11 +473,16 @@ impl PartitionedMemory {
             partitions: fp.partitions,
             partition_bytes: fp.partition_bytes,
             stack,
+            owner: self.owner,
         })
     }
 
     /// Releases allocation `id`. `ValueError` if it is not live here.
-    pub fn free(&mut self, id: u64) -> Result<()> {
+    pub fn free(&mut self, a: &Allocation) -> Result<()> {
+        if a.owner != self.owner || a.space != self.space {
+            return Err(foreign(a, &format!("this core's {}", self.name())));
+        }
+        let id = a.id;
         let (start, n, pb) = self.live.remove(&id).ok_or_else(|| {
             Error::value(
                 "allocation",
@@ -575,10 +611,10 @@ impl CoreMemory {
                         ),
                     ));
                 }
-                h.free(a.id)
+                h.free(a)
             }
-            Space::Sbuf => self.sbuf.free(a.id),
-            Space::Psum => self.psum.free(a.id),
+            Space::Sbuf => self.sbuf.free(a),
+            Space::Psum => self.psum.free(a),
         }
     }
 
@@ -599,17 +635,24 @@ impl CoreMemory {
     }
 
     /// Refuses a tensor of `fp` that could never be in `space`, whatever is allocated (used
-    /// for the source side of a transfer: the data is there already).
-    pub fn check_capacity(&self, arg: &str, space: Space, fp: Footprint) -> Result<()> {
+    /// for the source side of a transfer: the data is there already; `bytes_in_hbm`: what HBM
+    /// holds, the compressed size with inline compression).
+    pub fn check_capacity(
+        &self,
+        arg: &str,
+        space: Space,
+        fp: Footprint,
+        bytes_in_hbm: u64,
+    ) -> Result<()> {
         match space {
             Space::Hbm => {
                 let cap = lock(&self.hbm).capacity();
-                if fp.bytes > cap {
+                if bytes_in_hbm > cap {
                     return Err(Error::capacity(
                         arg,
                         format!(
                             "{} does not fit in an HBM stack of {}",
-                            fmt_bytes(fp.bytes),
+                            fmt_bytes(bytes_in_hbm),
                             fmt_bytes(cap)
                         ),
                     ));
@@ -773,7 +816,7 @@ mod tests {
         let mut m = CoreMemory::new(0).expect("core 0");
         let big = Footprint::of_bytes(40 * MIB);
         assert!(m.check_transfer("x", Space::Sbuf, big, big.bytes).is_err());
-        assert!(m.check_capacity("x", Space::Sbuf, big).is_err());
+        assert!(m.check_capacity("x", Space::Sbuf, big, big.bytes).is_err());
         let half = Footprint::of_bytes(16 * MIB);
         m.check_transfer("x", Space::Sbuf, half, half.bytes)
             .expect("16 MiB fits");
@@ -781,7 +824,7 @@ mod tests {
         assert!(m
             .check_transfer("x", Space::Sbuf, half, half.bytes)
             .is_err());
-        m.check_capacity("x", Space::Sbuf, half)
+        m.check_capacity("x", Space::Sbuf, half, half.bytes)
             .expect("a source is checked against capacity only");
         // HBM holds what crosses the wire (compressed size).
         m.check_transfer("x", Space::Hbm, Footprint::of_bytes(30 * GIB), 20 * GIB)
@@ -789,5 +832,23 @@ mod tests {
         assert!(m
             .check_transfer("x", Space::Hbm, Footprint::of_bytes(30 * GIB), 30 * GIB)
             .is_err());
+    }
+
+    #[test]
+    fn an_allocation_is_freed_only_by_the_memory_that_made_it() {
+        // Two standalone cores: both have an HBM "stack 0" and allocations numbered from 0.
+        let (mut a, mut b) = (CoreMemory::new(0).expect("a"), CoreMemory::new(0).expect("b"));
+        for space in Space::ALL {
+            let fp = Footprint::of_bytes(128 * KIB);
+            let mine = a.alloc("x", space, fp).expect("fits");
+            let theirs = b.alloc("x", space, fp).expect("fits");
+            assert_eq!((mine.id, mine.stack), (theirs.id, theirs.stack));
+            let err = b.free(&mine).expect_err("foreign");
+            assert!(err.to_string().contains("another core's memory"), "{err}");
+            // b's own allocation is untouched, and frees once.
+            b.free(&theirs).expect("own");
+            assert!(b.free(&theirs).is_err());
+            a.free(&mine).expect("own");
+        }
     }
 }

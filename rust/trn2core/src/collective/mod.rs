@@ -150,6 +150,60 @@ pub fn estimate(
     Ok((sched, rep))
 }
 
+/// Validates the buffers of a functional collective before anything is allocated, and returns
+/// the length of each rank's output in the units of `input_lens` (elements, or bytes of
+/// `elem_bytes`-byte elements): one buffer per rank of `group`, all of one length (a whole
+/// number of elements), and for a reduction (`format` given) a format Trainium2 reduces.
+/// `ShapeError` / `FormatError` / `ValueError` on `buffers` otherwise.
+pub fn output_plan(
+    group: &Group,
+    collective: Collective,
+    format: Option<Format>,
+    elem_bytes: usize,
+    input_lens: &[usize],
+) -> Result<Vec<usize>> {
+    if let Some(f) = format {
+        exec::check_reduce_format(f)?;
+        if !collective.reduces() {
+            return Err(Error::value(
+                "collective",
+                format!("{} does not reduce", collective.name()),
+            ));
+        }
+    }
+    if elem_bytes == 0 {
+        return Err(Error::value("buffers", "elements of zero bytes"));
+    }
+    let (got, ranks) = (input_lens.len(), group.n());
+    if got != ranks {
+        return Err(Error::shape(
+            "buffers",
+            format!("got {got} buffers for {ranks} ranks; pass one buffer per chip"),
+        ));
+    }
+    let l = input_lens[0];
+    if let Some(i) = input_lens.iter().position(|&m| m != l) {
+        return Err(Error::shape(
+            "buffers",
+            format!(
+                "buffer {i} has {} elements, buffer 0 has {l}; every rank's buffer must have the \
+                 same shape",
+                input_lens[i]
+            ),
+        ));
+    }
+    if !l.is_multiple_of(elem_bytes) {
+        return Err(Error::shape(
+            "buffers",
+            format!("{l} bytes is not a whole number of {elem_bytes}-byte elements"),
+        ));
+    }
+    Ok(output_lengths(collective, ranks, l / elem_bytes)
+        .into_iter()
+        .map(|m| m * elem_bytes)
+        .collect())
+}
+
 /// Computes an all-reduce or reduce-scatter on `inputs` (one per rank, in `format`) into
 /// `outputs` ([`output_lengths`]), and costs it.
 pub fn run_reduce(

@@ -33,30 +33,17 @@ use crate::spec::{
 };
 use crate::{Error, Result};
 
-/// Where a transfer reads or writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// HBM on this core's die.
-    Hbm,
-    /// HBM on the other die (NUMA).
-    HbmRemote,
-    Sbuf,
-    Psum,
-}
-
-impl Place {
-    /// Parses `"hbm"`, `"hbm_remote"`, `"sbuf"`, `"psum"`.
-    pub fn parse(arg: &str, name: &str) -> Result<Place> {
-        match name {
-            "hbm" => Ok(Place::Hbm),
-            "hbm_remote" => Ok(Place::HbmRemote),
-            "sbuf" => Ok(Place::Sbuf),
-            "psum" => Ok(Place::Psum),
-            other => Err(Error::value(
-                arg,
-                format!("unknown memory {other:?}; expected \"hbm\", \"hbm_remote\", \"sbuf\" or \"psum\""),
-            )),
-        }
+named_enum! {
+    /// Where a transfer reads or writes.
+    pub enum Place("memory", value) {
+        /// HBM on this core's die.
+        Hbm = "hbm",
+        /// HBM on the other die (NUMA).
+        HbmRemote = "hbm_remote",
+        /// The core's state buffer.
+        Sbuf = "sbuf",
+        /// The core's partial-sum buffer.
+        Psum = "psum",
     }
 }
 

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use super::format::{Encoding, Format};
+use crate::{Error, Result};
 
 /// The float32 value of every fp8 code under `enc` (NaN codes give a canonical NaN of that sign).
 pub fn fp8_lut(enc: &Encoding) -> [f32; 256] {
@@ -27,6 +28,11 @@ const CHUNK: usize = 1 << 16;
 
 fn map_par<T: Copy + Sync>(x: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
+    map_par_into(x, &mut out, f);
+    out
+}
+
+fn map_par_into<T: Copy + Sync>(x: &[T], out: &mut [f32], f: impl Fn(T) -> f32 + Sync) {
     // Once cancelled the remaining chunks are skipped; the caller reports the interruption
     // (`crate::cancel::check`) instead of this partial result.
     let cancel = crate::cancel::current();
@@ -38,7 +44,6 @@ fn map_par<T: Copy + Sync>(x: &[T], f: impl Fn(T) -> f32 + Sync) -> Vec<f32> {
                 *d = f(s);
             }
         });
-    out
 }
 
 /// Decodes `codes` of `enc`'s format into exact float32 values. The code width must match the
@@ -57,4 +62,44 @@ pub fn decode(codes: CodesRef, enc: &Encoding) -> Vec<f32> {
         (CodesRef::U32(c), Format::Tf32) => map_par(c, |b| f32::from_bits(b & 0xFFFF_E000)),
         (CodesRef::U32(c), _) => map_par(c, f32::from_bits),
     }
+}
+
+/// [`decode`] into `out` (as many elements as `codes`), for the binding to fill a result in
+/// numpy's memory: checks that the code width matches the format, and reports a cancelled call
+/// as `Error::Interrupted` (the values are then incomplete).
+pub fn decode_into(codes: CodesRef, enc: &Encoding, out: &mut [f32]) -> Result<()> {
+    let (len, bits) = match codes {
+        CodesRef::U8(c) => (c.len(), 8),
+        CodesRef::U16(c) => (c.len(), 16),
+        CodesRef::U32(c) => (c.len(), 32),
+    };
+    if bits != enc.format.code_bits() {
+        return Err(Error::format(
+            "codes",
+            format!(
+                "{} codes are {}-bit unsigned integers, got {bits}-bit ones",
+                enc.format.name(),
+                enc.format.code_bits()
+            ),
+        ));
+    }
+    if len != out.len() {
+        return Err(Error::shape(
+            "out",
+            format!("{} elements for {len} codes", out.len()),
+        ));
+    }
+    match (codes, enc.format) {
+        (CodesRef::U8(c), _) => {
+            let lut = fp8_lut(enc);
+            map_par_into(c, out, |b| lut[b as usize])
+        }
+        (CodesRef::U16(c), Format::Bf16) => {
+            map_par_into(c, out, |b| f32::from_bits((b as u32) << 16))
+        }
+        (CodesRef::U16(c), _) => map_par_into(c, out, |b| half::f16::from_bits(b).to_f32()),
+        (CodesRef::U32(c), Format::Tf32) => map_par_into(c, out, |b| f32::from_bits(b & 0xFFFF_E000)),
+        (CodesRef::U32(c), _) => map_par_into(c, out, f32::from_bits),
+    }
+    crate::cancel::check()
 }

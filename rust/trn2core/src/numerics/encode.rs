@@ -68,6 +68,18 @@ pub enum Random<'a> {
     Seed(u64, u32),
 }
 
+impl<'a> Random<'a> {
+    /// The random source of a call (contract section 1): explicit `bits` (each `< 2^count`)
+    /// when given, else the seeded generator for stochastic rounding, else none.
+    pub fn choose(mode: Rounding, bits: Option<&'a [u32]>, seed: Option<u64>, count: u32) -> Self {
+        match (bits, seed) {
+            (Some(b), _) => Random::Bits(b, count),
+            (None, Some(s)) if mode == Rounding::Stochastic => Random::Seed(s, count),
+            _ => Random::None,
+        }
+    }
+}
+
 /// Raw codes in the width of their format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codes {
@@ -515,6 +527,30 @@ pub(crate) fn simd_level() -> u8 {
 /// Under a cancelled token (`crate::cancel`) the remaining chunks are skipped: check it after.
 pub fn stochastic_words(seed: u64, out: &mut [u32]) {
     stochastic_words_level(seed, out, SIMD_BEST)
+}
+
+/// Most words [`random_words_into`] writes in one call: an emulator limit (256 GiB of words),
+/// not the hardware's, so a request is refused at once on any host.
+pub const MAX_RANDOM_WORDS: u64 = 1 << 36;
+
+/// The length of a request for `n` generator words, or `CapacityError` on `arg` beyond
+/// [`MAX_RANDOM_WORDS`]: checked before the result is allocated.
+pub fn random_words_len(arg: &str, n: u64) -> Result<usize> {
+    if n > MAX_RANDOM_WORDS {
+        return Err(Error::capacity(
+            arg,
+            format!("{n} elements is more than this emulator allocates at once (2**36)"),
+        ));
+    }
+    usize::try_from(n).map_err(|_| Error::capacity(arg, format!("{n} elements")))
+}
+
+/// [`stochastic_words`] for a request checked by [`random_words_len`]: `Error::Interrupted`
+/// when the call was cancelled (the words are then incomplete).
+pub fn random_words_into(seed: u64, out: &mut [u32]) -> Result<()> {
+    random_words_len("shape", out.len() as u64)?;
+    stochastic_words(seed, out);
+    crate::cancel::check()
 }
 
 /// [`stochastic_words`] at SIMD level at most `level`.

@@ -25,8 +25,8 @@ impl Event {
 /// Timing of an operation on the emulated hardware (contract section 6).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
-    /// What was costed: "gemm", "matmul", ...
-    pub kind: &'static str,
+    /// What was costed: "gemm", "matmul", "dma", ...
+    pub operation: &'static str,
     pub description: String,
     /// Tensor-engine instructions issued.
     pub instructions: u64,
@@ -51,10 +51,10 @@ pub struct Report {
 }
 
 impl Report {
-    /// An empty report of `kind`.
-    pub fn new(kind: &'static str) -> Self {
+    /// An empty report of `operation`.
+    pub fn new(operation: &'static str) -> Self {
         Report {
-            kind,
+            operation,
             description: String::new(),
             instructions: 0,
             pe_cycles: 0,

@@ -499,6 +499,21 @@ fn pack_into(positions: &[u8], bits: u32, out: &mut [u8]) {
     }
 }
 
+/// The positions of `count` values from the packed `indices` of `pattern` (what
+/// `SparseTensor.positions` shows), after checking that `indices` holds exactly that many:
+/// `ShapeError` on `indices` otherwise.
+pub fn positions(indices: &[u8], pattern: Pattern, count: usize) -> Result<Vec<u8>> {
+    let need = (count as u128 * pattern.index_bits() as u128).div_ceil(8);
+    if need != indices.len() as u128 {
+        return Err(Error::shape(
+            "indices",
+            format!("{count} positions take {need} bytes, got {}", indices.len()),
+        ));
+    }
+    crate::host::check_alloc("indices", "the positions", count as u128)?;
+    Ok(unpack_indices(indices, pattern.index_bits(), count))
+}
+
 /// Unpacks `count` positions of `bits` bits each from a stream written by [`pack_indices`];
 /// bytes missing from a short stream read as zero.
 pub fn unpack_indices(packed: &[u8], bits: u32, count: usize) -> Vec<u8> {

@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 
+use crate::engine::PerfMode;
 use crate::numerics::Format;
 use crate::spec::{
     CHIPS_PER_INSTANCE, CHIPS_PER_TRN2_3XLARGE, CORES_PER_CHIP, CORES_PER_DIE, CORES_PER_HBM_STACK,
@@ -87,6 +88,31 @@ impl LogicalCoreInfo {
             hbm_bytes: lnc as u64 * HBM_STACK_BYTES / CORES_PER_HBM_STACK as u64,
             hbm_bytes_per_s: lnc as f64 * HBM_CORE_SHARE_BYTES_PER_S,
         })
+    }
+
+    /// `peak_flops` by the names users write: `dtype` a tensor-engine format name, or
+    /// `"sparse"` for the structured-sparsity peak; `perf_mode` double_row only with fp8 e4m3
+    /// or e5m2 (without it, fp8 runs at the bf16 rate). `FormatError` naming the argument
+    /// otherwise.
+    pub fn peak_flops_named(&self, dtype: &str, perf_mode: PerfMode) -> Result<f64> {
+        if dtype == "sparse" {
+            return Ok(self.peak_flops(Format::Bf16, false, true));
+        }
+        let format = Format::parse("dtype", dtype)?;
+        if format == Format::Fp8E4m3fn {
+            return Err(Error::format(
+                "dtype",
+                "the Trainium2 tensor engine does not take fp8_e4m3fn (OCP E4M3); it has no peak",
+            ));
+        }
+        let fp8_dr = matches!(format, Format::Fp8E4m3 | Format::Fp8E5m2);
+        if perf_mode == PerfMode::DoubleRow && !fp8_dr {
+            return Err(Error::format(
+                "perf_mode",
+                format!("double_row needs fp8_e4m3 or fp8_e5m2, not {:?}", format.name()),
+            ));
+        }
+        Ok(self.peak_flops(format, perf_mode == PerfMode::DoubleRow, false))
     }
 
     /// Dense tensor-engine peak in FLOP/s for operands of `format` (`double_row` for fp8 e4m3 and

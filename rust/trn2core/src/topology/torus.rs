@@ -373,6 +373,15 @@ impl Torus {
         }
     }
 
+    /// The names of the links a transfer from chip `i` to chip `j` takes, in order
+    /// (`ValueError` naming `i` or `j` for a chip that does not exist).
+    pub fn route_names(&self, i: usize, j: usize) -> Result<Vec<String>> {
+        self.hops(i, j)?;
+        let mut names = Vec::new();
+        self.route(i, j, |l| names.push(self.link_name(l)));
+        Ok(names)
+    }
+
     /// Routes a transfer from chip `src` to chip `dst`, calling `on_link` with every link it
     /// uses, in order. Chips must exist (callers check).
     pub fn route(&self, src: usize, dst: usize, mut on_link: impl FnMut(usize)) -> RouteInfo {

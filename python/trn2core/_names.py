@@ -1,0 +1,31 @@
+"""Every list of names the API accepts, read once from the Rust core (``_core.names()``), where
+each is defined exactly once (``named_enum!``): no module of the facade spells a list itself."""
+
+from __future__ import annotations
+
+from . import _core
+
+_ALL: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in _core.names().items()}
+
+#: Number formats (``trn2core.FORMATS``).
+FORMATS: tuple[str, ...] = _ALL["formats"]
+#: Rounding modes (``trn2core.ROUNDING_MODES``).
+ROUNDING_MODES: tuple[str, ...] = _ALL["rounding_modes"]
+#: ``perf_mode`` values of the tensor engine.
+PERF_MODES: tuple[str, ...] = _ALL["perf_modes"]
+#: N:M structured-sparsity patterns.
+SPARSITY_PATTERNS: tuple[str, ...] = _ALL["sparsity_patterns"]
+#: numpy / ml_dtypes dtype names that ``prune`` and ``compress`` take.
+SPARSITY_DTYPES: tuple[str, ...] = _ALL["sparsity_dtypes"]
+#: DMA inline-compression codecs.
+CODECS: tuple[str, ...] = _ALL["codecs"]
+#: The memories of one core (``alloc(space=...)``).
+MEMORIES: tuple[str, ...] = _ALL["memories"]
+#: Where a DMA transfer reads or writes.
+DMA_PLACES: tuple[str, ...] = _ALL["dma_places"]
+#: The five collectives.
+COLLECTIVES: tuple[str, ...] = _ALL["collectives"]
+#: Collective algorithms (``auto`` first).
+ALGORITHMS: tuple[str, ...] = _ALL["algorithms"]
+#: Reduction operators of all-reduce and reduce-scatter.
+REDUCE_OPS: tuple[str, ...] = _ALL["reduce_ops"]
