@@ -10,22 +10,52 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// An array has the wrong shape or size for the operation (`ShapeError`).
     #[error("{arg}: {message}")]
-    Shape { arg: String, message: String },
+    Shape {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// A number format, dtype or rounding mode is unknown or not allowed here (`FormatError`).
     #[error("{arg}: {message}")]
-    Format { arg: String, message: String },
+    Format {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// A value is out of its allowed range (`ValueError`).
     #[error("{arg}: {message}")]
-    Value { arg: String, message: String },
+    Value {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// A tensor does not follow the requested N:M sparsity pattern (`SparsityError`).
     #[error("{arg}: {message}")]
-    Sparsity { arg: String, message: String },
+    Sparsity {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// A compressed stream is truncated or altered (`CorruptDataError`).
     #[error("{arg}: {message}")]
-    CorruptData { arg: String, message: String },
+    CorruptData {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// A request exceeds a hardware or host capacity (`CapacityError`).
     #[error("{arg}: {message}")]
-    Capacity { arg: String, message: String },
+    Capacity {
+        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+        arg: String,
+        /// What is wrong: the value seen and the limit or the expected form.
+        message: String,
+    },
     /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in Python,
     /// where the binding raises `KeyboardInterrupt` instead).
     #[error("interrupted: the call was cancelled before it finished")]

@@ -27,7 +27,7 @@
 //! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
 //!   check every user-sized allocation passes first.
 
-// MISSING_DOCS_PLACEHOLDER
+#![warn(missing_docs)]
 
 #[macro_use]
 pub mod names;

@@ -52,8 +52,11 @@ named_enum! {
 /// at most `partition_bytes` in any one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Footprint {
+    /// Bytes of the tensor.
     pub bytes: u64,
+    /// Partitions it spans (1..=128).
     pub partitions: u64,
+    /// Bytes it takes on each spanned partition (`bytes / partitions`, rounded up).
     pub partition_bytes: u64,
 }
 
@@ -101,6 +104,7 @@ impl Footprint {
 /// A reservation in one memory: what `core.alloc` hands out and `core.free` takes back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation {
+    /// The memory the reservation is in.
     pub space: Space,
     /// Identifier, unique within its memory (an HBM stack or a core's SBUF/PSUM).
     pub id: u64,

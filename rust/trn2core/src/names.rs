@@ -1,7 +1,7 @@
 //! One definition for every enum whose values users name with strings (formats, rounding modes,
 //! perf modes, codecs, memories, collectives, algorithms, reduce ops, ...).
 //!
-//! [`named_enum!`] declares the enum together with `ALL` (every value, in the order Python lists
+//! `named_enum!` declares the enum together with `ALL` (every value, in the order Python lists
 //! them), `name()` (the string users write), `parse()` (the inverse, with an error that names the
 //! argument and lists the accepted names) and `Display`. Python reads the lists through the
 //! binding (`_core.names()`), so a name exists in exactly one place.

@@ -242,6 +242,7 @@ pub fn output_lengths(collective: Collective, n: usize, l: usize) -> Vec<usize> 
 /// An input buffer of a reduction, in its storage type.
 #[derive(Debug, Clone, Copy)]
 pub enum Buf<'a> {
+    /// fp32 values.
     F32(&'a [f32]),
     /// bf16 or fp16 bit patterns (the format says which).
     U16(&'a [u16]),
@@ -262,8 +263,11 @@ impl Buf<'_> {
 /// An output buffer of a reduction, in its storage type.
 #[derive(Debug)]
 pub enum BufMut<'a> {
+    /// fp32 values.
     F32(&'a mut [f32]),
+    /// bf16 or fp16 bit patterns (the format says which).
     U16(&'a mut [u16]),
+    /// fp8 codes.
     U8(&'a mut [u8]),
 }
 

@@ -4,7 +4,7 @@
 //! - [`ops`]: the vocabulary: [`Collective`], [`Algorithm`], [`ReduceOp`].
 //! - [`schedule`]: a collective as phases of chunk transfers and reductions (the data model).
 //! - [`graph`]: torus rings (snake order, Hamiltonian cycles) the algorithms are built on.
-//! - [`build`]: one schedule per collective and algorithm.
+//! - [`build`](mod@build): one schedule per collective and algorithm.
 //! - [`policy`]: the Neuron runtime's choice of algorithm (`auto`) by message size.
 //! - [`exec`]: the functional model, executing a schedule on the buffers (the bits).
 //! - [`cost`](mod@cost): the timing model, costing the same schedule over the links (the time).
@@ -41,25 +41,33 @@ use crate::{Error, Result};
 /// Everything a collective's report says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveReport {
+    /// Which of the five collectives ran.
     pub collective: Collective,
     /// The algorithm used (after `auto`), e.g. `"kangaring"` or `"hierarchical(torus+efa)"`.
     pub algorithm: String,
+    /// The reduction of an all-reduce or reduce-scatter run on data; `None` when costed
+    /// without data ([`estimate`]) or for a collective that only moves data.
     pub op: Option<ReduceOp>,
+    /// Ranks of the group (one per chip).
     pub ranks: usize,
     /// Elements of one rank's input.
     pub elements: u64,
+    /// Bytes of one element in the buffers' format.
     pub elem_bytes: u64,
     /// `nccom-test`'s `size(B)`: bytes of one rank's buffer for all-reduce, reduce-scatter,
     /// all-to-all and send/recv; of one rank's gathered output for all-gather.
     pub size_bytes: f64,
+    /// Modelled time of the collective, seconds (the sum of its phases).
     pub seconds: f64,
     /// `size_bytes / seconds`, bytes/s.
     pub algbw: f64,
     /// `algbw` times the collective's bus factor, bytes/s.
     pub busbw: f64,
+    /// `busbw / algbw`: `nccom-test`'s bus factor for `ranks` ([`Collective::bus_factor`]).
     pub bus_factor: f64,
     /// What one chip's links can send at once, bytes/s (NeuronLink, plus EFA across servers).
     pub chip_link_capacity: f64,
+    /// The per-phase timing the figures above are derived from.
     pub timing: Timing,
     /// Channels (parallel rings) of the schedule.
     pub channels: usize,
@@ -291,14 +299,23 @@ pub fn machine_for_chips(chips: usize) -> Result<(Torus, Vec<usize>)> {
 /// One row of `nccom-test`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NccomRow {
+    /// The tool's `size(B)` as asked for, bytes.
     pub size_bytes: u64,
+    /// Elements of one rank's buffer (`size_bytes / elem_bytes`).
     pub count: u64,
+    /// Modelled time, seconds: the chip-level stage overlapped with the within-chip stage,
+    /// plus one DMA fixed cost when there is a within-chip stage.
     pub seconds: f64,
+    /// `size_bytes / seconds`, bytes/s.
     pub algbw: f64,
+    /// `algbw` times the bus factor for `ranks`, bytes/s.
     pub busbw: f64,
+    /// Algorithm of the chip-level stage (after `auto`), or `"local"` when every rank
+    /// is on one chip.
     pub algorithm: String,
     /// Seconds of the within-chip stage (several ranks per chip).
     pub intra_chip_s: f64,
+    /// Chips the ranks span (`ranks / (8 / lnc)`, at least 1).
     pub chips: usize,
 }
 

@@ -37,17 +37,30 @@ pub const IDENTITY: u32 = u32::MAX;
 /// (or all `K`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChunkSel {
+    /// Local chunk index at step 0.
     pub j0: u32,
+    /// How far the local chunk index moves each step (negative: backwards), modulo `m`.
     pub dj: i32,
+    /// Modulus of the local chunk index (the ring's length; 0 acts as 1).
     pub m: u32,
+    /// Consecutive local chunks in one run.
     pub n1: u32,
+    /// Runs of `n1` local chunks.
     pub nl: u32,
+    /// Local chunks from the start of one run to the start of the next.
     pub sl: u32,
+    /// Index into [`Schedule::perms`] mapping a local chunk (ring position) to the
+    /// coordinate it stands for, or [`IDENTITY`].
     pub perm: u32,
+    /// Rank-chunk that local chunk 0 maps to.
     pub base: u32,
+    /// Rank-chunks between the first rank-chunks of consecutive local chunks.
     pub mult: u32,
+    /// Rank-chunks each local chunk stands for.
     pub n2: u32,
+    /// Rank-chunks between the `n2` rank-chunks of one local chunk.
     pub s2: u32,
+    /// The channel each rank-chunk contributes, or [`ALL_CHANNELS`] for all `K`.
     pub channel: u32,
 }
 
@@ -89,8 +102,11 @@ impl ChunkSel {
 /// One transfer of a phase: from rank `src` to rank `dst` (ranks are positions in the group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transfer {
+    /// Sending rank.
     pub src: u32,
+    /// Receiving rank.
     pub dst: u32,
+    /// The fine chunks carried at each step.
     pub sel: ChunkSel,
 }
 
@@ -99,9 +115,13 @@ pub struct Transfer {
 /// otherwise it stores it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Phase {
+    /// Name of the phase in reports and traces (e.g. `"send/recv"`).
     pub name: &'static str,
+    /// Steps: the phase's transfers run this many times, their chunks moving with the step.
     pub repeat: u32,
+    /// Whether the receiver combines what arrives with what it holds (else stores it).
     pub reduce: bool,
+    /// The concurrent transfers of one step.
     pub transfers: Vec<Transfer>,
     /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
     /// one-read-two-writes duplication touches HBM less, trn2_facts.md 12.2).
@@ -111,6 +131,7 @@ pub struct Phase {
 /// A collective, ready to execute or cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
+    /// The collective the schedule computes.
     pub collective: Collective,
     /// The algorithm after `auto` was resolved.
     pub algorithm: Algorithm,
@@ -120,6 +141,7 @@ pub struct Schedule {
     pub n: usize,
     /// Channels.
     pub k: usize,
+    /// The phases, run one after another.
     pub phases: Vec<Phase>,
     /// Permutation tables referenced by [`ChunkSel::perm`].
     pub perms: Vec<Vec<u32>>,
@@ -144,7 +166,9 @@ impl Schedule {
 /// The ranks of a collective: `chips[r]` is the chip of rank `r` on `torus`.
 #[derive(Debug, Clone)]
 pub struct Group<'a> {
+    /// The machine the ranks sit on.
     pub torus: &'a Torus,
+    /// `chips[r]`: the chip (torus index) of rank `r`; distinct.
     pub chips: Vec<usize>,
 }
 

@@ -40,9 +40,9 @@ named_enum! {
         Hbm = "hbm",
         /// HBM on the other die (NUMA).
         HbmRemote = "hbm_remote",
-        /// The core's state buffer.
+        /// The core's state buffer (on chip; no HBM traffic).
         Sbuf = "sbuf",
-        /// The core's partial-sum buffer.
+        /// The core's partial-sum buffer (on chip; no HBM traffic).
         Psum = "psum",
     }
 }
@@ -56,7 +56,9 @@ pub struct DmaPlan {
     pub wire_bytes: u64,
     /// Partitions the on-chip side spans (128 for a full SBUF tile).
     pub partitions: u64,
+    /// Where the transfer reads.
     pub src: Place,
+    /// Where the transfer writes.
     pub dst: Place,
 }
 
@@ -110,7 +112,9 @@ pub struct Transfer {
     /// Bytes per partition of each DMA the transfer is made of, for the size efficiency
     /// (`bytes / partitions` for a single DMA; a kernel streaming tiles uses its tile size).
     pub dma_partition_bytes: f64,
+    /// Where the transfer reads (an HBM side adds its wire bytes to that stack's load).
     pub src: Place,
+    /// Where the transfer writes (an HBM side adds its wire bytes to that stack's load).
     pub dst: Place,
 }
 

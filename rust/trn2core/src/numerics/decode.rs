@@ -19,8 +19,11 @@ pub fn fp8_lut(enc: &Encoding) -> [f32; 256] {
 /// Borrowed raw codes.
 #[derive(Debug, Clone, Copy)]
 pub enum CodesRef<'a> {
+    /// fp8 codes.
     U8(&'a [u8]),
+    /// bf16 or fp16 bit patterns.
     U16(&'a [u16]),
+    /// tf32 or fp32 bit patterns (tf32 in a float32 container).
     U32(&'a [u32]),
 }
 

@@ -30,7 +30,9 @@ const SUB: usize = 1024;
 /// A borrowed input array, flattened in C order.
 #[derive(Debug, Clone, Copy)]
 pub enum Source<'a> {
+    /// float64 values (rounded once, straight to the target format).
     F64(&'a [f64]),
+    /// float32 values.
     F32(&'a [f32]),
     /// bfloat16 bit patterns.
     Bf16(&'a [u16]),
@@ -83,14 +85,19 @@ impl<'a> Random<'a> {
 /// Raw codes in the width of their format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Codes {
+    /// fp8 codes.
     U8(Vec<u8>),
+    /// bf16 or fp16 bit patterns.
     U16(Vec<u16>),
+    /// tf32 or fp32 bit patterns (tf32 in a float32 container).
     U32(Vec<u32>),
 }
 
 /// A code word type (u8, u16, u32).
 pub trait Code: Copy + Default + Send + Sync + 'static {
+    /// The low bits of `v` as a code (the kernels compute codes in 32 bits).
     fn from_u32(v: u32) -> Self;
+    /// The code widened to 32 bits.
     fn to_u32(self) -> u32;
 }
 impl Code for u8 {
@@ -154,8 +161,11 @@ pub fn encode(
 /// the output is allocated once, by numpy, with its huge-page hints).
 #[derive(Debug)]
 pub enum CodesMut<'a> {
+    /// fp8 codes.
     U8(&'a mut [u8]),
+    /// bf16 or fp16 bit patterns.
     U16(&'a mut [u16]),
+    /// tf32 or fp32 bit patterns (tf32 in a float32 container).
     U32(&'a mut [u32]),
 }
 

@@ -201,13 +201,21 @@ impl Encoding {
 /// The facts `trn2core.format_info` reports about a format.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FormatInfo {
+    /// The format's name, e.g. `"fp8_e4m3"`.
     pub name: &'static str,
+    /// Width of the exponent field.
     pub exponent_bits: u32,
+    /// Width of the stored mantissa (fraction) field.
     pub mantissa_bits: u32,
+    /// Exponent bias in effect (standard, or the configurable FP8 bias).
     pub bias: i32,
+    /// Largest finite value (e.g. 240 for fp8_e4m3, 448 for fp8_e4m3fn).
     pub max: f64,
+    /// Smallest positive normal value.
     pub min_normal: f64,
+    /// Smallest positive subnormal value.
     pub min_subnormal: f64,
+    /// Whether the format has infinities (all but fp8_e4m3fn).
     pub has_inf: bool,
 }
 

@@ -5,8 +5,11 @@
 pub struct Event {
     /// Track (engine, DMA queue or link), one row in the trace viewer.
     pub track: &'static str,
+    /// What the span is (an instruction, a transfer, a phase).
     pub name: &'static str,
+    /// Start, seconds from the start of the operation.
     pub start_s: f64,
+    /// Length, seconds.
     pub dur_s: f64,
 }
 
@@ -27,6 +30,8 @@ impl Event {
 pub struct Report {
     /// What was costed: "gemm", "matmul", "dma", ...
     pub operation: &'static str,
+    /// One line naming the operation, its shape, formats and mode, e.g.
+    /// `"GEMM M=128 K=128 N=512 bf16 perf_mode=none on one NeuronCore"`.
     pub description: String,
     /// Tensor-engine instructions issued.
     pub instructions: u64,
@@ -34,12 +39,15 @@ pub struct Report {
     pub pe_cycles: u64,
     /// Wall time in PE cycles (2.4 GHz).
     pub cycles: f64,
+    /// Modelled wall time, seconds.
     pub seconds: f64,
+    /// Floating-point operations done (`2 M K N` for a GEMM).
     pub flops: f64,
     /// Achieved throughput over the wall time.
     pub tflops: f64,
     /// Throughput over the PE-busy time only.
     pub pe_tflops: f64,
+    /// The engines' peak for these operands, TFLOP/s (utilisation's denominator).
     pub peak_tflops: f64,
     /// `tflops / peak` in (0, 1].
     pub utilization: f64,
@@ -47,6 +55,7 @@ pub struct Report {
     pub bound: &'static str,
     /// Named breakdown figures (seconds unless the name says otherwise).
     pub details: Vec<(&'static str, f64)>,
+    /// Spans for the Chrome/Perfetto trace (empty unless a trace was asked for).
     pub events: Vec<Event>,
 }
 

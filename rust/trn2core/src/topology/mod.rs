@@ -1,6 +1,6 @@
 //! The hardware objects: a physical [`NeuronCore`] with its PSUM and tensor-engine clock, the
 //! chip and its Logical NeuronCores (`chip`), the NeuronLink torus of instances and
-//! UltraServers joined by EFA ([`Torus`]), and the collectives over them ([`collective`]).
+//! UltraServers joined by EFA ([`Torus`]), and the collectives over them ([`crate::collective`]).
 
 mod chip;
 mod neuron_core;

@@ -50,7 +50,13 @@ pub const DIM_NAMES: [&str; MAX_TORUS_DIMS] = ["X", "Y", "Z"];
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LinkKind {
     /// The NeuronLink leaving a chip along `dim` towards `+1` (`plus`) or `-1`.
-    NeuronLink { dim: usize, plus: bool },
+    NeuronLink {
+        /// The torus dimension: 0 = X, 1 = Y (within an instance), 2 = Z (between the
+        /// instances of an UltraServer); see [`DIM_NAMES`].
+        dim: usize,
+        /// Towards the `+1` neighbour (wrapping around the torus), else towards `-1`.
+        plus: bool,
+    },
     /// The chip's EFA NIC, sending.
     EfaEgress,
     /// The chip's EFA NIC, receiving.

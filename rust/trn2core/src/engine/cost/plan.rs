@@ -27,11 +27,15 @@ use crate::{Error, Result};
 /// What to cost: a GEMM `[M, K] @ [K, N]` on one NeuronCore.
 #[derive(Debug, Clone)]
 pub struct GemmPlan {
+    /// Rows of `a` and of the result (the stationary free dimension, 128 per tile).
     pub m: u64,
+    /// The contraction length (one SBUF partition per element of a 128 tile).
     pub k: u64,
+    /// Columns of `b` and of the result (the moving free dimension, 512 per tile).
     pub n: u64,
     /// Whether an operand is fp32 (4x instruction cost).
     pub fp32: bool,
+    /// `none`, or fp8 `double_row` (a contraction of 256 per instruction).
     pub perf_mode: PerfMode,
     /// Contraction rows one instruction covers: 128, 256 (double_row), or more with a sparse
     /// stationary (set by the sparsity model).
@@ -44,12 +48,15 @@ pub struct GemmPlan {
     pub trace: bool,
     /// Operand format names, for the report.
     pub dtype: String,
-    /// Bytes per element of `a`, `b` (in HBM) and of the result written back.
+    /// Bytes per element of `a` in HBM.
     pub a_elem_bytes: f64,
+    /// Bytes per element of `b` in HBM.
     pub b_elem_bytes: f64,
+    /// Bytes per element of the result written back (4: fp32 from PSUM).
     pub out_elem_bytes: f64,
-    /// HBM bytes per raw byte of `a` / `b` (below 1 for operands stored compressed).
+    /// HBM bytes per raw byte of `a` (below 1 when stored compressed, e.g. N:M-sparse).
     pub a_wire_ratio: f64,
+    /// HBM bytes per raw byte of `b` (below 1 when stored compressed).
     pub b_wire_ratio: f64,
     /// The N:M pattern of a sparse stationary `a` ([`GemmPlan::with_sparsity`]), if any.
     pub sparsity: Option<Pattern>,
@@ -159,8 +166,9 @@ pub struct GemmTraffic {
     pub a_raw: f64,
     /// The same over HBM (times `a_wire_ratio`).
     pub a_wire: f64,
-    /// Bytes of `b` the engines move, and over HBM.
+    /// Bytes of `b` the engines move.
     pub b_raw: f64,
+    /// The same over HBM (times `b_wire_ratio`).
     pub b_wire: f64,
     /// Bytes of the result written back (not compressed).
     pub c_bytes: f64,

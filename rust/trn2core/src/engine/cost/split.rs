@@ -52,8 +52,11 @@ const CORE_TRACKS: [&str; CORES_PER_CHIP] = [
 /// How a GEMM is dealt out over cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Split {
+    /// Blocks along M (the output's 128-row tiles).
     pub pm: u64,
+    /// Blocks along N (the output's 512-column tiles).
     pub pn: u64,
+    /// Blocks along K, whose partial sums are combined on the group's first core.
     pub pk: u64,
 }
 

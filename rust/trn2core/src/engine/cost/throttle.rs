@@ -101,11 +101,18 @@ pub enum ThrottleKey {
     /// No work yet (the next run starts the ramp).
     Idle,
     /// Off, or the ramp is over: full rate until an idle gap restarts it.
-    Full { since_last_end: u64 },
+    Full {
+        /// Ticks from the end of the last run to `t` (an idle gap restarts the ramp).
+        since_last_end: u64,
+    },
     /// On the ramp: ticks since it started, the exact end's bits, ticks since the last run.
     Ramp {
+        /// Ticks from the start of the ramp to `t`.
         since_ramp_start: u64,
+        /// `f64::to_bits` of the last run's exact (unrounded) end, in ticks after the ramp's
+        /// start (as bits so the key is `Eq` and `Hash`).
         exact_end_bits: u64,
+        /// Ticks from the end of the last run to `t`.
         since_last_end: u64,
     },
 }
