@@ -8,7 +8,8 @@ PY         := $(VENV)/bin/python
 STAMPS     := .stamps
 RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) Cargo.toml Cargo.lock
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
-              "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7"
+              "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
+              "mypy>=1.10"
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test test-rust test-python build lint bench docs clean
@@ -45,11 +46,13 @@ fuzz: $(STAMPS)/build ## Fuzz for longer: proptest (PROPTEST_CASES=200000) and h
 	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --release -p trn2core --test it fuzz::
 	time HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 
-lint: $(STAMPS)/venv ## rustfmt, clippy -D warnings, ruff
+lint: $(STAMPS)/build ## rustfmt, clippy -D warnings, ruff, no import cycles, _core.pyi == the module
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests
+	$(VENV)/bin/ruff check python tests benches tools
+	$(VENV)/bin/ruff format --check python tests tools
+	$(PY) tools/check_cycles.py
+	$(PY) -m mypy.stubtest trn2core._core
 
 bench: $(STAMPS)/build ## Ratios against peers in one process, then the asv suites on this env
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benches/compare_peers.py

@@ -55,7 +55,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(out)
 
 
-def demo_numerics(out=sys.stdout) -> None:
+def demo_numerics(out=sys.stdout, traces: list | None = None) -> None:
     """The numerics part of the demo."""
     p = lambda *a: print(*a, file=out)  # noqa: E731
     p("== Number formats (Trainium2 NeuronCore-v3) ==")
@@ -114,10 +114,6 @@ def _best(fn, repeat: int = 5) -> float:
     return best_of(fn, repeat)
 
 
-#: Reports the demo parts collect for the trace written at the end of ``trn2core demo``.
-DEMO_TRACE: list = []
-
-
 class Progress:
     """A one-line progress bar on stderr, for steps that take more than a second (shown only
     when stderr is a terminal, so piped output and tests stay clean)."""
@@ -144,7 +140,7 @@ class Progress:
             sys.stderr.flush()
 
 
-def demo_tensor_engine(out=sys.stdout) -> None:
+def demo_tensor_engine(out=sys.stdout, traces: list | None = None) -> None:
     """The tensor-engine part of the demo."""
     from . import reference
     from .engine import estimate_gemm, gemm
@@ -156,7 +152,8 @@ def demo_tensor_engine(out=sys.stdout) -> None:
     a = quantize(rng.standard_normal((m, k)), "bf16")
     b = quantize(rng.standard_normal((k, n)), "bf16")
     res = gemm(a, b)
-    DEMO_TRACE.append((f"bf16 GEMM {m}x{k}x{n}", res.report))
+    if traces is not None:
+        traces.append((f"bf16 GEMM {m}x{k}x{n}", res.report))
     ref = reference.gemm(a[:16], b)
     same = np.array_equal(res.out[:16].view(np.uint32), ref.view(np.uint32))
     naive = (a[:16].astype(np.float32) @ b.astype(np.float32)).view(np.uint32)
@@ -192,7 +189,7 @@ def demo_tensor_engine(out=sys.stdout) -> None:
     )
 
 
-def demo_sparsity(out=sys.stdout) -> None:
+def demo_sparsity(out=sys.stdout, traces: list | None = None) -> None:
     """The structured-sparsity part of the demo."""
     from .engine import gemm
     from .sparsity import compress, prune
@@ -218,7 +215,8 @@ def demo_sparsity(out=sys.stdout) -> None:
         res = gemm(sp, x)
         same = np.array_equal(res.out, gemm(pruned, x).out)
         if pat == "4:16":
-            DEMO_TRACE.append((f"4:16-sparse GEMM {m}x{k}x{n}", res.report))
+            if traces is not None:
+                traces.append((f"4:16-sparse GEMM {m}x{k}x{n}", res.report))
         rows.append(
             (pat, f"{sp.nbytes:,}", f"{sp.nbytes / w.nbytes:.0%}", f"{res.report.pe_cycles:,}",
              f"{res.report.seconds * 1e6:.2f} us",
@@ -236,7 +234,7 @@ def demo_sparsity(out=sys.stdout) -> None:
     )
 
 
-def demo_dma(out=sys.stdout) -> None:
+def demo_dma(out=sys.stdout, traces: list | None = None) -> None:
     """The DMA / inline-compression / memory part of the demo."""
     from . import dma
     from .engine import NeuronCore
@@ -311,7 +309,8 @@ def demo_dma(out=sys.stdout) -> None:
     )
 
 
-#: The parts of ``trn2core demo``, in order; each prints to the stream it is given.
+#: The parts of ``trn2core demo``, in order; each prints to the stream it is given and adds
+#: the reports worth a timeline to ``traces`` (written at the end with ``--trace``).
 DEMO_PARTS = [
     ("numerics", demo_numerics),
     ("tensor-engine", demo_tensor_engine),
@@ -326,15 +325,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     print(f"trn2core {__version__}: an AWS Trainium2 emulator on this CPU\n")
     t0 = time.perf_counter()
-    DEMO_TRACE.clear()
+    traces: list = []
     for name, part in DEMO_PARTS:
         if args.only and name not in args.only:
             continue
-        part(sys.stdout)
+        part(sys.stdout, traces)
         print()
-    if DEMO_TRACE and args.trace != "":
-        path = save_traces(args.trace, DEMO_TRACE)
-        print(f"== Trace: {len(DEMO_TRACE)} timelines written to {path} ==")
+    if traces and args.trace != "":
+        path = save_traces(args.trace, traces)
+        print(f"== Trace: {len(traces)} timelines written to {path} ==")
         print("   open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing;")
         print("   each emulated operation is a process, each engine / DMA queue / link a track.")
     print(f"\n(demo took {time.perf_counter() - t0:.1f} s)")

@@ -168,7 +168,7 @@ def add_commands(sub) -> None:
     nc.set_defaults(func=cmd_nccom_test)
 
 
-def demo_collectives(out=sys.stdout) -> None:
+def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
     """The chips-and-collectives part of the demo."""
     from .chip import Chip
     from .engine import gemm
@@ -221,14 +221,8 @@ def demo_collectives(out=sys.stdout) -> None:
         rows.append((m.name, str(m.topology.size), r.algorithm, f"{r.seconds * 1e3:.2f} ms",
                      f"{r.busbw / 1e9:.1f}", r.bound, f"{dt * 1e3:.1f} ms"))  # fmt: skip
     p(_table(rows))
-    try:  # the demo's merged Perfetto trace: one track per link
-        from .cli import DEMO_TRACE
-
-        DEMO_TRACE.append(
-            ("all_reduce 64 MiB, trn2.48xlarge", inst.estimate("all_reduce", 64 << 20))
-        )
-    except ImportError:  # pragma: no cover - an older cli without the merged trace
-        pass
+    if traces is not None:  # the demo's merged Perfetto trace: one track per link
+        traces.append(("all_reduce 64 MiB, trn2.48xlarge", inst.estimate("all_reduce", 64 << 20)))
     p()
     p("== Logical NeuronCores: a 4096^3 bf16 GEMM on one logical core (timing only) ==")
     from .engine import estimate_gemm

@@ -63,7 +63,9 @@ def format_info(fmt: str, *, exponent_bias: int | None = None) -> FormatInfo:
     """The facts of format ``fmt`` (optionally with a non-standard fp8 ``exponent_bias``)."""
     fmt = _check_format(fmt)
     i = _core.format_info(fmt, _check_bias(exponent_bias))
-    fields = {f.name: getattr(i, f.name) for f in dataclasses.fields(FormatInfo) if f.name != "dtype"}
+    fields = {
+        f.name: getattr(i, f.name) for f in dataclasses.fields(FormatInfo) if f.name != "dtype"
+    }
     return FormatInfo(dtype=FORMAT_DTYPES[fmt], **fields)
 
 
@@ -89,7 +91,9 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
     rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if random_bit_count is not None:
         # The core checks 1..=32; here only what a u32 can carry across.
-        random_bit_count = _validate.integer(random_bit_count, "random_bit_count", lo=0, hi=2**32 - 1)
+        random_bit_count = _validate.integer(
+            random_bit_count, "random_bit_count", lo=0, hi=2**32 - 1
+        )
     if seed is not None:
         # Checked in every mode: a bad seed is a bug in the caller even where it is unused.
         seed = _check_seed(seed)
@@ -114,10 +118,9 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
         lo, hi = int(rb.min()), int(rb.max())
         if lo < 0:
             raise Trn2ValueError(f"random_bits: contains {lo}; random bits must be >= 0")
-        if hi >= 2**min(random_bit_count, 32):
+        if hi >= 2 ** min(random_bit_count, 32):
             raise Trn2ValueError(
-                f"random_bits: contains {hi}, not below 2**random_bit_count = "
-                f"{2**random_bit_count}"
+                f"random_bits: contains {hi}, not below 2**random_bit_count = {2**random_bit_count}"
             )
     try:
         rb = np.broadcast_to(rb, shape)

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = ["Report", "TimingReport", "save_traces"]
 
+
 class TimingReport:
     """What every report type shares (``Report``, ``CollectiveReport``, ``DmaReport``, ...):
     frozen fields built from the core's, ``to_dict()``, and a Chrome/Perfetto trace computed

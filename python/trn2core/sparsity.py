@@ -21,9 +21,7 @@ SPARSITY_PATTERNS: tuple[str, ...] = _names.SPARSITY_PATTERNS
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # Dtypes whose magnitude order `prune` knows: the core's list of names (numpy's and
 # ml_dtypes' own), turned into numpy dtypes.
-_PRUNE_DTYPES = {
-    np.dtype(getattr(ml_dtypes, n, None) or n): n for n in _names.SPARSITY_DTYPES
-}
+_PRUNE_DTYPES = {np.dtype(getattr(ml_dtypes, n, None) or n): n for n in _names.SPARSITY_DTYPES}
 
 
 def _pattern(pattern: object, arg: str = "pattern") -> str:
