@@ -231,3 +231,20 @@ def test_transfers_appear_on_per_queue_tracks(tmp_path):
     dma_tracks = {n for n in names if n.startswith("DMA")}
     assert dma_tracks == {f"DMA engine {e} / queue {q}" for e in range(16) for q in range(3)}
     assert "PE" in names
+
+
+def test_an_allocation_is_freed_only_by_the_core_that_made_it():
+    # Two standalone cores each have an HBM stack 0 and number their allocations from 0: the
+    # allocation carries its owner, so a foreign free is refused and leaves both accounts as
+    # they were (it used to free c0's own allocation of the same id).
+    c0, c1 = trn2core.NeuronCore(0), trn2core.NeuronCore(0)
+    for space in ("hbm", "sbuf", "psum"):
+        mine = c0.alloc(4096, space=space)
+        theirs = c1.alloc(4096, space=space)
+        assert (mine.id, mine.stack) == (theirs.id, theirs.stack)
+        with pytest.raises(Trn2ValueError, match="another core"):
+            c0.free(theirs)
+        assert getattr(c0, space).allocations == 1 and getattr(c1, space).allocations == 1
+        c0.free(mine)
+        c1.free(theirs)
+        assert getattr(c0, space).allocations == 0 and getattr(c1, space).allocations == 0

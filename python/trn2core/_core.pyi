@@ -244,6 +244,17 @@ class CoreMemory:
         self, arg: str, space: str, shape: list[int] | None, elem_size: int, nbytes: int
     ) -> Allocation: ...
     def free(self, allocation: Allocation) -> None: ...
+    def dma_copy(
+        self,
+        raw: npt.NDArray[np.uint8],
+        dtype: str,
+        elem_size: int,
+        shape: list[int],
+        codec: str,
+        src: str | Allocation,
+        dst: str | Allocation,
+        queue: int,
+    ) -> tuple[dict[str, object], str, int, int, str, str]: ...
     def check_transfer(
         self, arg: str, space: str, shape: list[int], elem_size: int, hbm_bytes: int
     ) -> None: ...

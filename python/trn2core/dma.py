@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _core, _validate, spec
 from ._names import CODECS, DMA_PLACES
-from .errors import CapacityError, CorruptDataError, FormatError, ShapeError, Trn2ValueError
+from .errors import CorruptDataError, FormatError, ShapeError, Trn2ValueError
 from .memory import Allocation, CoreMemory
 from .report import Report
 
@@ -177,41 +177,14 @@ class DmaReport(Report):
         )
 
 
-def _place(p, arg: str, memory: CoreMemory) -> tuple[str, Allocation | None]:
-    """``(place name, allocation or None)`` of a ``src``/``dst`` argument."""
+def _endpoint(p, arg: str, memory: CoreMemory):
+    """A ``src``/``dst`` for the core: a memory name, or the core's side of an Allocation
+    (the core checks names, which memory made it, and whether the array fits)."""
     if isinstance(p, Allocation):
         if not p.live:
             raise Trn2ValueError(f"{arg}: {p!r} was freed")
-        if p.space == "hbm":
-            # A stack on this core's die (its own or the neighbour pair's) costs as "hbm"; one
-            # on the other die as "hbm_remote" (NUMA).
-            local = p.stack // spec.hbm_stacks_per_die == memory.die
-            return ("hbm" if local else "hbm_remote"), p
-        if p._memory is not memory:
-            raise Trn2ValueError(f"{arg}: {p!r} belongs to another core's {p.space}")
-        return p.space, p
-    if not isinstance(p, str) or p not in PLACES:
-        raise Trn2ValueError(
-            f"{arg}: unknown memory {p!r}; expected one of {PLACES} or an Allocation"
-        )
-    return p, None
-
-
-def _fits_allocation(arg: str, a: np.ndarray, alloc: Allocation, held: int) -> None:
-    """Refuses ``a`` (``held`` bytes in the allocation's memory) that does not fit ``alloc``."""
-    if alloc.space == "hbm":
-        if held > alloc.nbytes:
-            raise CapacityError(
-                f"x: {held} B do not fit in {arg}, an HBM allocation of {alloc.nbytes} B"
-            )
-        return
-    nbytes, parts, per = _core.memory_footprint([int(d) for d in a.shape], a.dtype.itemsize)
-    if parts > alloc.partitions or per > alloc.partition_bytes:
-        raise CapacityError(
-            f"x: {nbytes} B as {parts} partitions x {per} B do not fit in {arg}, a "
-            f"{alloc.space.upper()} allocation of {alloc.partitions} partitions x "
-            f"{alloc.partition_bytes} B"
-        )
+        return p._native
+    return _validate.name(p, arg, PLACES, cls=Trn2ValueError, what="memory")
 
 
 def dma_copy(
@@ -242,34 +215,19 @@ def dma_copy(
             f"{_validate._show(memory)}"
         )
     mem = memory if memory is not None else CoreMemory()
-    s, s_alloc = _place(src, "src", mem)
-    d, d_alloc = _place(dst, "dst", mem)
+    src_end, dst_end = _endpoint(src, "src", mem), _endpoint(dst, "dst", mem)
     a = _compressible(x) if codec != "none" else _validate.array(x, "x", complex_ok=True)
-    shape, itemsize = [int(v) for v in a.shape], a.dtype.itemsize
-    nbytes = a.nbytes
-    # On-chip sides first: nothing has been compressed or copied yet.
-    for place, alloc, arg, check in ((s, s_alloc, "src", "capacity"), (d, d_alloc, "dst", "free")):
-        if place in ("sbuf", "psum"):
-            if alloc is not None:
-                _fits_allocation(arg, a, alloc, nbytes)
-            elif check == "free":
-                mem._native.check_transfer("x", place, shape, itemsize, nbytes)
-            else:
-                mem._native.check_capacity("x", place, shape, itemsize, nbytes)
-    wire = nbytes
     if codec != "none":
-        wire = compress(a, codec).nbytes
-    # HBM holds what crosses the wire (the compressed stream with a codec).
-    for place, alloc, arg, check in ((s, s_alloc, "src", "capacity"), (d, d_alloc, "dst", "free")):
-        if place.startswith("hbm"):
-            if alloc is not None:
-                _fits_allocation(arg, a, alloc, wire)
-            elif check == "free" and place == "hbm":
-                mem._native.check_transfer("x", "hbm", shape, itemsize, wire)
-            else:  # a source, or the other die's stacks (not tracked by one core)
-                mem._native.check_capacity("x", "hbm", shape, itemsize, wire)
-    partitions = _core.memory_footprint(shape, itemsize)[1]
-    fields, trace = _core.dma_copy_time(nbytes, wire, partitions, s, d, int(queue))
+        # The core reads the bytes once to size the compressed stream (nothing is written).
+        copy = 0 if a.flags.c_contiguous and a.dtype.isnative else a.nbytes
+        _validate.check_alloc(copy, "x", "a contiguous copy of x")
+        raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    else:
+        raw = np.empty(0, np.uint8)
+    fields, trace, nbytes, wire, s, d = mem._native.dma_copy(
+        raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
+        src_end, dst_end, int(queue),
+    )  # fmt: skip
     bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
     return DmaReport.from_fields(
         fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,

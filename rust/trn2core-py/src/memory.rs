@@ -3,9 +3,36 @@
 //! is `trn2core/memory.py`.
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use trn2core::dma::copy::{self, Endpoint, Payload};
+use trn2core::dma::cost::Place;
+use trn2core::dma::Codec;
 use trn2core::memory::{self, Allocation, CoreMemory, Footprint, HbmStack, SharedHbm, Space};
 
-use crate::errors::PyTrn2Result;
+use crate::arrays::{borrow, slice};
+use crate::errors::{guard_work, PyTrn2Result};
+use crate::perf::report_dict;
+
+/// A transfer's end as Python gives it: a memory name or an `Allocation`.
+#[derive(FromPyObject)]
+pub enum PyEndpoint<'py> {
+    /// A memory by name.
+    Name(String),
+    /// An allocation of this core's memory.
+    Allocation(PyRef<'py, PyAllocation>),
+}
+
+impl PyEndpoint<'_> {
+    fn resolve(&self, arg: &str) -> PyTrn2Result<Endpoint<'_>> {
+        Ok(match self {
+            PyEndpoint::Name(n) => Endpoint::Place(Place::parse(arg, n)?),
+            PyEndpoint::Allocation(a) => Endpoint::Allocation(&a.inner),
+        })
+    }
+}
+
+/// `(report fields, trace JSON, bytes, wire bytes, src place, dst place)` of a DMA transfer.
+type CopyResult<'py> = (Bound<'py, PyDict>, String, u64, u64, &'static str, &'static str);
 
 /// One HBM stack (24 GiB), shareable between the two cores it serves.
 #[pyclass(name = "HbmStack", module = "trn2core._core", frozen)]
@@ -191,6 +218,45 @@ impl PyCoreMemory {
     /// Releases `allocation` (`ValueError` if another memory made it, or it was freed).
     fn free(&mut self, allocation: PyRef<'_, PyAllocation>) -> PyTrn2Result<()> {
         Ok(self.inner.free(&allocation.inner)?)
+    }
+
+    /// Costs one DMA transfer of an array (`raw`: its bytes, read only to size a compressed
+    /// stream) from `src` to `dst` on DMA queue `queue` with inline compression `codec`,
+    /// checking that both sides can hold it (`trn2core::dma::copy::dma_copy`).
+    #[pyo3(signature = (raw, dtype, elem_size, shape, codec, src, dst, queue))]
+    #[allow(clippy::too_many_arguments)]
+    fn dma_copy<'py>(
+        &self,
+        py: Python<'py>,
+        raw: &Bound<'py, PyAny>,
+        dtype: &str,
+        elem_size: usize,
+        shape: Vec<u64>,
+        codec: &str,
+        src: PyEndpoint<'py>,
+        dst: PyEndpoint<'py>,
+        queue: usize,
+    ) -> PyTrn2Result<CopyResult<'py>> {
+        let codec = Codec::parse("codec", codec)?;
+        let (s, d) = (src.resolve("src")?, dst.resolve("dst")?);
+        let a = borrow::<u8>(raw, "x", "uint8 (raw bytes)")?;
+        let payload = Payload {
+            raw: slice(&a, "x")?,
+            dtype,
+            elem_size,
+            shape: &shape,
+        };
+        let work = payload.raw.len() as u64;
+        let mem = &self.inner;
+        let c = guard_work(py, work, || copy::dma_copy(mem, payload, codec, s, d, queue))?;
+        Ok((
+            report_dict(py, &c.report)?,
+            c.report.chrome_trace_json(),
+            c.bytes,
+            c.wire_bytes,
+            c.src.name(),
+            c.dst.name(),
+        ))
     }
 
     /// Refuses a transfer of an array of `shape` into `space` that does not fit in its free

@@ -271,7 +271,12 @@ impl HbmStack {
         })
     }
 
-    /// Releases allocation `id`. `ValueError` if it is not live here (freed twice, or from
+    /// Whether `a` was made here and is still live.
+    pub fn holds(&self, a: &Allocation) -> bool {
+        a.owner == self.owner && a.space == Space::Hbm && self.live.contains_key(&a.id)
+    }
+
+    /// Releases allocation `a`. `ValueError` if it is not live here (freed twice, or made by
     /// another stack).
     pub fn free(&mut self, a: &Allocation) -> Result<()> {
         if a.owner != self.owner || a.space != Space::Hbm {
@@ -481,6 +486,11 @@ impl PartitionedMemory {
         })
     }
 
+    /// Whether `a` was made here and is still live.
+    pub fn holds(&self, a: &Allocation) -> bool {
+        a.owner == self.owner && a.space == self.space && self.live.contains_key(&a.id)
+    }
+
     /// Releases allocation `id`. `ValueError` if it is not live here.
     pub fn free(&mut self, a: &Allocation) -> Result<()> {
         if a.owner != self.owner || a.space != self.space {
@@ -597,6 +607,16 @@ impl CoreMemory {
                 let stack = self.core / CORES_PER_HBM_STACK;
                 self.psum.alloc(arg, fp, stack)
             }
+        }
+    }
+
+    /// Whether `a` was made by this core's SBUF or PSUM, or by the HBM stack it reaches, and
+    /// is still live (not freed).
+    pub fn holds(&self, a: &Allocation) -> bool {
+        match a.space {
+            Space::Hbm => lock(&self.hbm).holds(a),
+            Space::Sbuf => self.sbuf.holds(a),
+            Space::Psum => self.psum.holds(a),
         }
     }
 

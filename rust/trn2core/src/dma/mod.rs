@@ -97,6 +97,7 @@
 //! exactly zvc's), both chosen at run time; the portable paths write identical streams.
 
 mod byteplane;
+pub mod copy;
 pub mod cost;
 mod crc32c;
 // AVX-512 intrinsics and target features are stable since Rust 1.89; the crate already needs

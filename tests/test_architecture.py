@@ -1,0 +1,102 @@
+"""The shape of the code (docs/architecture.md, "Rules"): no import cycles, every name list read
+from the core, one crossing into Rust per public call."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trn2core as t
+from trn2core import _core
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _checker():
+    spec = importlib.util.spec_from_file_location("check_cycles", ROOT / "tools/check_cycles.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_no_import_cycles_in_rust_or_python():
+    c = _checker()
+    assert c.cycles(c.rust_graph()) == []
+    assert c.cycles(c.python_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    c = _checker()
+    assert c.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert c.cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_name_lists_come_from_the_core():
+    names = _core.names()
+    assert t.FORMATS == tuple(names["formats"])
+    assert t.ROUNDING_MODES == tuple(names["rounding_modes"])
+    assert t.PERF_MODES == tuple(names["perf_modes"])
+    assert t.SPARSITY_PATTERNS == tuple(names["sparsity_patterns"])
+    assert t.ALGORITHMS == tuple(names["algorithms"])
+    assert t.dma.CODECS == tuple(names["codecs"])
+    assert t.dma.PLACES == tuple(names["dma_places"])
+    assert t.memory.SPACES == tuple(names["memories"])
+    from trn2core import collectives
+
+    assert collectives.COLLECTIVES == tuple(names["collectives"])
+    assert collectives.REDUCE_OPS == tuple(names["reduce_ops"])
+
+
+class _Counting:
+    """Stands for ``_core`` in one facade module and counts the calls into it."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+
+        def call(*a, **kw):
+            self.calls.append(name)
+            return attr(*a, **kw)
+
+        return call
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    def install(*modules):
+        proxy = _Counting(_core)
+        for m in modules:
+            monkeypatch.setattr(m, "_core", proxy)
+        return proxy
+
+    return install
+
+
+def test_dma_copy_crosses_once(count_calls):
+    from trn2core import dma, memory
+
+    mem = memory.CoreMemory()
+    dst = mem.alloc((128, 512), np.float32, space="sbuf")
+    x = np.maximum(np.random.default_rng(0).standard_normal((128, 512), np.float32), 0)
+    proxy = count_calls(dma, memory)
+    rep = dma.dma_copy(x, src="hbm", dst=dst, codec="zvc", memory=mem)
+    assert proxy.calls == []  # the call goes through the core memory object, below
+    assert rep.wire_bytes < rep.bytes == x.nbytes and rep.dst == "sbuf"
+
+
+def test_quantize_and_collectives_cross_once(count_calls):
+    from trn2core import collectives, numerics
+
+    proxy = count_calls(numerics)
+    t.quantize(np.linspace(-3, 3, 1000), "fp8_e4m3", rounding="stochastic", seed=3)
+    assert proxy.calls == ["encode"]
+    proxy = count_calls(collectives)
+    t.Instance("trn2.48xlarge").all_reduce([np.ones(64, np.float32)] * 16)
+    assert proxy.calls == ["collective_reduce"]
