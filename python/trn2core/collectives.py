@@ -146,7 +146,7 @@ def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dty
     return arrays, shape, dtype
 
 
-def _check_host(arrays: list[np.ndarray], out_bytes: int, kind: str) -> None:
+def _check_host(arrays: list[np.ndarray], out_bytes: int, collective: str) -> None:
     """``CapacityError`` on ``buffers`` unless the host can hold the outputs (``out_bytes``)
     and the copies of inputs that are not C-contiguous in native byte order, before any of them
     is made (``_validate.check_alloc``: the host's available memory or
@@ -156,8 +156,8 @@ def _check_host(arrays: list[np.ndarray], out_bytes: int, kind: str) -> None:
     _validate.check_alloc(
         out_bytes + copies,
         "buffers",
-        f"the {kind} of {n} buffers of {arrays[0].nbytes} bytes ({out_bytes} bytes of outputs, "
-        f"{copies} of input copies)",
+        f"the {collective} of {n} buffers of {arrays[0].nbytes} bytes ({out_bytes} bytes of "
+        f"outputs, {copies} of input copies)",
     )
 
 
@@ -184,7 +184,9 @@ def _report(fields: dict[str, Any], retrace) -> CollectiveReport:
     return CollectiveReport.from_fields(fields, retrace=retrace)
 
 
-def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> CollectiveResult:
+def run_reduce(
+    machine, collective: str, buffers, op: str, algorithm: str, chips
+) -> CollectiveResult:
     """All-reduce or reduce-scatter (see ``Machine.all_reduce``)."""
     _check_choice(op, REDUCE_OPS, "op")
     _check_choice(algorithm, ALGORITHMS, "algorithm")
@@ -195,23 +197,23 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
     fmt = format_of_dtype(
         dtype.newbyteorder("="),
         "buffers",
-        advice=f"{kind} reduces in fp32 on Trainium2; convert integers or float64 with "
+        advice=f"{collective} reduces in fp32 on Trainium2; convert integers or float64 with "
         "astype(np.float32) first",
     )
     length = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = dtype.itemsize
-    out_total = n * length * itemsize if kind == "all_reduce" else length * itemsize
-    _check_host(arrays, out_total, kind)
+    out_total = n * length * itemsize if collective == "all_reduce" else length * itemsize
+    _check_host(arrays, out_total, collective)
     code = _CODE_DTYPE[itemsize]
     flats = _native_contiguous(arrays, code)
     dtype = dtype.newbyteorder("=")
     outs, fields = _core.collective_reduce(
-        machine.topology._t, chips, kind, op, algorithm, fmt, flats
+        machine.topology._t, chips, collective, op, algorithm, fmt, flats
     )
     results = []
     for o in outs:
         o = o.view(dtype)
-        if kind == "all_reduce":
+        if collective == "all_reduce":
             o = o.reshape(shape)
         else:
             o = o.reshape(_share_shape(shape, n) or (-1,))
@@ -220,14 +222,16 @@ def run_reduce(machine, kind: str, buffers, op: str, algorithm: str, chips) -> C
     elements = length
 
     def retrace() -> str:
-        return _core.collective_estimate(t, chips, kind, algorithm, elements, itemsize, None, True)[
-            1
-        ]
+        return _core.collective_estimate(
+            t, chips, collective, algorithm, elements, itemsize, None, True
+        )[1]
 
     return CollectiveResult(results, _report(fields, retrace))
 
 
-def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> CollectiveResult:
+def run_move(
+    machine, collective: str, buffers, algorithm: str, chips, peers=None
+) -> CollectiveResult:
     """All-gather, all-to-all or send/recv: any dtype, bits moved unchanged."""
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
@@ -235,19 +239,21 @@ def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> 
     peers = _peers(peers, n)
     length = int(np.prod(shape, dtype=np.int64)) if shape else 1
     itemsize = max(1, dtype.itemsize)
-    out_total = {"all_gather": n * n, "all_to_all": n, "send_recv": n}[kind] * length * itemsize
-    _check_host(arrays, out_total, kind)
+    out_total = (
+        {"all_gather": n * n, "all_to_all": n, "send_recv": n}[collective] * length * itemsize
+    )
+    _check_host(arrays, out_total, collective)
     flats = _native_contiguous(arrays, np.uint8)
     dtype = dtype.newbyteorder("=")
     outs, fields = _core.collective_move(
-        machine.topology._t, chips, kind, algorithm, itemsize, flats, peers
+        machine.topology._t, chips, collective, algorithm, itemsize, flats, peers
     )
     results = []
     for o in outs:
         o = o.view(dtype)
-        if kind == "all_gather":
+        if collective == "all_gather":
             o = o.reshape((n, *shape))
-        elif kind == "all_to_all":
+        elif collective == "all_to_all":
             # Rank r receives block r of every rank: the input's shape when the first axis
             # divides by the rank count, else a flat array.
             o = o.reshape(shape if _share_shape(shape, n) else (-1,))
@@ -257,9 +263,9 @@ def run_move(machine, kind: str, buffers, algorithm: str, chips, peers=None) -> 
     t = machine.topology._t
 
     def retrace() -> str:
-        return _core.collective_estimate(t, chips, kind, algorithm, length, itemsize, peers, True)[
-            1
-        ]
+        return _core.collective_estimate(
+            t, chips, collective, algorithm, length, itemsize, peers, True
+        )[1]
 
     return CollectiveResult(results, _report(fields, retrace))
 

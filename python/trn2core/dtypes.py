@@ -53,9 +53,9 @@ _BF16 = FORMAT_DTYPES["bf16"]
 
 
 def source_view(x: object, arg: str = "x") -> tuple[np.ndarray, str, tuple[int, ...]]:
-    """Turns any real-valued array into ``(flat C-contiguous native array, kind, shape)``.
+    """Turns any real-valued array into ``(flat C-contiguous native array, source, shape)``.
 
-    ``kind`` tells the core how to read the buffer: ``"f64"``, ``"f32"``, ``"f16"``, ``"bf16"``
+    ``source`` tells the core how to read the buffer: ``"f64"``, ``"f32"``, ``"f16"``, ``"bf16"``
     or an fp8 format name (the last three as unsigned-integer views). Contiguous native arrays are
     not copied; strided or byte-swapped ones are copied once. The caller's array is never written.
     """

@@ -150,9 +150,9 @@ def encode(
     fmt = _check_format(fmt)
     bias = _check_bias(exponent_bias)
     saturate = _validate.boolean(saturate, "saturate")
-    flat, kind, shape = source_view(x)
+    flat, source, shape = source_view(x)
     bits, count, seed = _random_args(rounding, seed, random_bits, random_bit_count, shape)
-    codes = _core.encode(flat, kind, fmt, rounding, saturate, bits, count, seed, bias)
+    codes = _core.encode(flat, source, fmt, rounding, saturate, bits, count, seed, bias)
     return codes.reshape(shape)
 
 
