@@ -25,6 +25,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(numerics::format_info, m)?)?;
     m.add_function(wrap_pyfunction!(numerics::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(spec::spec_sources, m)?)?;
+    m.add_function(wrap_pyfunction!(spec::spec_statuses, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
