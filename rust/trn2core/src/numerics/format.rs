@@ -88,8 +88,8 @@ impl Format {
     }
 
     /// The encoding with an explicit exponent bias (Trainium2's configurable FP8, "cFP8";
-    /// \[S4\]). Only fp8 formats accept one, in `0..=127` so every
-    /// code decodes to an exact float32.
+    /// \[S4\]). Only fp8 formats accept one, in `0..=127` so every code decodes to an exact
+    /// float32.
     pub fn encoding_with_bias(self, exponent_bias: Option<i64>) -> Result<Encoding> {
         match exponent_bias {
             None => Ok(self.encoding()),
@@ -233,7 +233,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maxima_match_the_facts_sheet() {
+    fn maxima_match_the_sources() {
         // [S22][S23][S26] (docs/sources.md) and the contract's table.
         assert_eq!(Format::Fp8E4m3.encoding().max_value(), 240.0);
         assert_eq!(Format::Fp8E5m2.encoding().max_value(), 57344.0);
