@@ -9,10 +9,13 @@ STAMPS     := .stamps
 RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) Cargo.toml Cargo.lock
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
               "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
-              "mypy>=1.10"
+              "mypy>=1.10" "ziglang>=0.13" "auditwheel>=6"
+PY_SRC     := $(shell find python -name '*.py' -o -name '*.pyi' -o -name 'py.typed' 2>/dev/null)
+DOCS       := $(wildcard docs/*.md)
+DIST       := dist
 
 .DEFAULT_GOAL := help
-.PHONY: help demo test test-rust test-python build lint bench docs clean
+.PHONY: help demo test test-rust test-python build wheel lint bench docs clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,6 +33,22 @@ $(STAMPS)/build: $(STAMPS)/venv $(RUST_SRC) pyproject.toml
 
 build: $(STAMPS)/build ## Build the Rust core into the venv (release, via maturin)
 
+# The wheel links with zig (PyPI `ziglang`, no container) against glibc 2.17, so it installs on
+# any Linux of manylinux2014 or later (Ubuntu 18.04+, Amazon Linux 2, RHEL 7+); auditwheel checks
+# the tag. The guides are copied into the package first (pyproject.toml, [tool.maturin] include).
+# Rebuilt only when the Rust or Python sources, the docs or the packaging files change; the
+# clean-venv test in `make test` installs the wheel it leaves in dist/.
+$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) pyproject.toml README.md LICENSE
+	rm -rf python/trn2core/docs && mkdir -p python/trn2core/docs && cp docs/*.md python/trn2core/docs/
+	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
+	    --compatibility manylinux2014 --out $(DIST)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin sdist --out $(DIST)
+	$(VENV)/bin/auditwheel show $(DIST)/trn2core-*.whl
+	@touch $@
+
+wheel: $(STAMPS)/wheel ## Build a manylinux2014 wheel and an sdist into dist/ (`pip install dist/*.whl`)
+
 demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 	$(VENV)/bin/trn2core demo
 
@@ -38,7 +57,7 @@ test: test-rust test-python ## Set up, then run cargo test and pytest
 test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks need optimised code)
 	cargo test --release --workspace
 
-test-python: $(STAMPS)/build ## pytest against the built extension
+test-python: $(STAMPS)/build $(STAMPS)/wheel ## pytest against the built extension (and the wheel, in a clean venv)
 	$(PY) -m pytest -q
 
 .PHONY: fuzz
@@ -64,4 +83,4 @@ docs: $(STAMPS)/venv ## Build the Rust API docs (target/doc) and list the guides
 	@ls docs/*.md
 
 clean: ## Remove build products and the venv
-	rm -rf target $(VENV) $(STAMPS) .asv
+	rm -rf target $(VENV) $(STAMPS) .asv $(DIST) python/trn2core/docs

@@ -19,7 +19,7 @@ PE_HZ = t.spec.pe_clock_hz
 
 
 def matmul_cycles(m: int, n: int, fp32: bool) -> int:
-    """max(min(64, M), N) PE cycles, x4 with fp32 operands (trn2_facts.md 13)."""
+    """max(min(64, M), N) PE cycles, x4 with fp32 operands ([S10])."""
     c = max(min(64, m), n)
     return 4 * c if fp32 else c
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,19 +71,36 @@ def test_spec_is_read_only():
         spec.describe("warp_drive_hz")
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True, timeout=300
-    )
+        [sys.executable, "-m", "trn2core", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd,
+    )  # fmt: skip
 
 
-def test_cli_demo_runs_and_shows_the_numerics():
-    r = _run("demo")
+def test_cli_demo_runs_and_shows_the_numerics(tmp_path):
+    r = _run("demo", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "fp8_e4m3fn" in r.stdout and "stochastic" in r.stdout
     # The overflow table: Neuron's e4m3 saturates at 240, OCP e4m3fn keeps 288.
     assert "240" in r.stdout and "288" in r.stdout
     assert "Traceback" not in r.stderr
+    # A trace only where asked (issue 17): by default the demo writes no file at all.
+    assert list(tmp_path.iterdir()) == []
+    assert "--trace PATH" in r.stdout
+
+
+def test_cli_demo_writes_its_trace_where_asked(tmp_path):
+    r = _run("demo", "--only", "tensor-engine", "--trace", "out/demo.json", cwd=tmp_path)
+    assert r.returncode == 2 and "No such file or directory" in r.stderr  # out/ does not exist
+    assert list(tmp_path.iterdir()) == []
+    r = _run("demo", "--only", "tensor-engine", "--trace", "demo.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["demo.json"]
+    trace = json.loads((tmp_path / "demo.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert any("bf16 GEMM" in n for n in names), names
+    assert "timelines written to demo.json" in r.stdout
 
 
 def test_cli_formats_spec_version_and_help():
@@ -93,3 +112,18 @@ def test_cli_formats_spec_version_and_help():
     assert r.returncode == 0 and trn2core.__version__ in r.stdout
     r = _run("no-such-command")
     assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_cli_docs_lists_and_prints_the_guides():
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    r = _run("docs")
+    assert r.returncode == 0, r.stderr
+    listed = [ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("  ")]
+    assert sorted(listed) == sorted(p.stem for p in docs.glob("*.md")) and listed[0] == "index"
+    assert "  numerics " in r.stdout and "Numerics: formats and rounding" in r.stdout
+    for name in ("numerics", "numerics.md"):
+        r = _run("docs", name)
+        assert r.returncode == 0 and r.stdout == (docs / "numerics.md").read_text(), name
+    r = _run("docs", "numerix")
+    assert r.returncode == 2 and "guide: unknown guide 'numerix'" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,14 +1,15 @@
 """The ``trn2core`` command line (also ``python -m trn2core``).
 
 Subcommands: ``demo`` (the main job: a tour of what trn2core computes), ``formats`` (the number
-formats) and ``spec`` (the hardware constants). Later parts add ``gemm``, ``ls`` and
-``nccom-test`` in the manner of the Neuron tools (``ls`` and ``nccom-test`` live in
-``cli_collectives``).
+formats), ``spec`` (the hardware constants and their sources), ``docs`` (the guides), and
+``gemm``, ``ls`` and ``nccom-test`` in the manner of the Neuron tools (``ls`` and ``nccom-test``
+live in ``cli_collectives``).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 
@@ -18,7 +19,7 @@ from . import __version__, spec
 from .chip import Chip
 from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
-from .errors import Trn2Error
+from .errors import Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 from .sparsity import SPARSITY_PATTERNS
 from .testing import best_of
@@ -331,11 +332,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
             continue
         part(sys.stdout, traces)
         print()
-    if traces and args.trace != "":
+    if traces and args.trace:
         path = save_traces(args.trace, traces)
         print(f"== Trace: {len(traces)} timelines written to {path} ==")
         print("   open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing;")
         print("   each emulated operation is a process, each engine / DMA queue / link a track.")
+    elif traces:
+        print(f"(`trn2core demo --trace PATH` writes these {len(traces)} timelines as one "
+              "Perfetto trace)")  # fmt: skip
     print(f"\n(demo took {time.perf_counter() - t0:.1f} s)")
     return 0
 
@@ -346,7 +350,48 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def cmd_spec(args: argparse.Namespace) -> int:
-    print(spec.table())
+    import json
+
+    known = {e.name: e for e in spec.entries()}
+    for n in args.names:
+        if n not in known:
+            close = difflib.get_close_matches(n, known, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise Trn2ValueError(f"NAME: unknown constant {n!r}{hint}; `trn2core spec` lists "
+                                 f"all {len(known)}")  # fmt: skip
+    chosen = [known[n] for n in args.names] if args.names else list(known.values())
+    if args.sources:
+        order = [s.tag for s in spec.sources()]
+        tags = sorted({t for e in chosen for t in e.tags}, key=order.index) \
+            if args.names else None  # fmt: skip
+        picked = [spec.source(t) for t in tags] if tags else spec.sources()
+        if args.json:
+            print(json.dumps([s._asdict() for s in picked], indent=1))
+        else:
+            print(spec.sources_table(tags))
+    elif args.json:
+        print(json.dumps([e._asdict() for e in chosen], indent=1))
+    elif args.names:
+        for e in chosen:
+            print(f"{e.name} = {e.text}  ({e.value!r} {e.unit})")
+            print(f"  {e.doc}")
+            st = next(s for s in spec.statuses() if s.letter == e.status)
+            print(f"  source {e.source}; {st.letter} = {st.name}: {st.meaning}")
+            for s in e.sources:
+                print(f"  [{s.tag}] {s.title}: {s.url or '(no public address)'}")
+    else:
+        print(spec.table())
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from . import _guides
+
+    if not args.guide:
+        print(_guides.listing())
+        return 0
+    text = _guides.read(args.guide)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
 
@@ -400,9 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--trace",
-        default="trn2core-demo-trace.json",
         metavar="PATH",
-        help="Perfetto trace of the demo's operations (default %(default)s; '' to skip)",
+        help="also write a Perfetto trace of the demo's operations to PATH (nothing by default)",
     )
     d.set_defaults(func=cmd_demo)
     g = sub.add_parser(
@@ -430,9 +474,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_gemm)
     add_collective_commands(sub)
     sub.add_parser("formats", help="the number formats").set_defaults(func=cmd_formats)
-    sub.add_parser("spec", help="the hardware constants and their sources").set_defaults(
-        func=cmd_spec
+    sp = sub.add_parser(
+        "spec",
+        help="the hardware constants, their units and sources",
+        description="Every Trainium2 constant trn2core uses, with its value for people, its "
+        "source tags and status letter (D documented, I inferred, C sources conflict).",
     )
+    sp.add_argument("names", nargs="*", metavar="NAME", help="show only these constants, "
+                    "with their sources resolved (e.g. hbm_chip_bytes_per_s)")  # fmt: skip
+    sp.add_argument("--sources", action="store_true", help="list the sources the tags name "
+                    "(title, address, version read); with NAMEs, only theirs")  # fmt: skip
+    sp.add_argument("--json", action="store_true", help="raw numbers (and tags) as JSON")
+    sp.set_defaults(func=cmd_spec)
+    dp = sub.add_parser(
+        "docs", help="the guides, shipped inside the package (list them, or print one)"
+    )
+    dp.add_argument("guide", nargs="?", metavar="GUIDE", help="e.g. numerics, engine, sources")
+    dp.set_defaults(func=cmd_docs)
     return parser
 
 

@@ -15,7 +15,7 @@ from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 
-#: The N:M patterns of the tensor engine's sparse stationary operand (trn2_facts.md 5.6).
+#: The N:M patterns of the tensor engine's sparse stationary operand ([S1][S4]; docs/sources.md).
 SPARSITY_PATTERNS: tuple[str, ...] = _names.SPARSITY_PATTERNS
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}

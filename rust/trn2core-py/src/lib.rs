@@ -27,6 +27,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<numerics::PyFormatInfo>()?;
     m.add_function(wrap_pyfunction!(names::names, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(spec::spec_sources, m)?)?;
+    m.add_function(wrap_pyfunction!(spec::spec_statuses, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;

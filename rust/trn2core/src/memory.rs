@@ -5,7 +5,7 @@
 //! emulated device memory (the data lives in the caller's arrays), so a request of 10^15 bytes
 //! is answered in nanoseconds.
 //!
-//! Sources (`trn2_facts.md`): 4 HBM stacks x 24 GiB per chip, each shared by 2 physical cores
+//! Sources (`docs/sources.md`): 4 HBM stacks x 24 GiB per chip, each shared by 2 physical cores
 //! (\[S1\]\[S3\]\[S6\], driver `V3_HBM_ACTIVE_SIZE` \[S25\]); 2 dies, cores 0-3 on die 0 (\[S25\]); SBUF
 //! 28 MiB = 128 x 224 KiB (\[S1\]); PSUM 2 MiB = 128 x 8 banks x 2 KiB (\[S1\]\[S2\]).
 //!

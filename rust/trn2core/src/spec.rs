@@ -7,19 +7,17 @@
 //!
 //! # Sources and status tags
 //!
-//! Every constant names its source in the same notation as the project's hardware facts sheet
-//! (`shared/docs/trn2_facts.md`, §0): `[S1]`…`[S35]` are the public AWS documents and
-//! repositories listed there. One more tag is used here:
+//! Every constant names its sources by tag, `[S1]`…`[S35]` (public AWS documents and
+//! repositories) and `[P]` (the product description trn2core was specified from, used only where
+//! no AWS document gives a number: the per-link NeuronLink bandwidths, the single-chip
+//! trn2.3xlarge, LNC=4). [`SOURCES`] gives each tag's title, address and the version read; the
+//! project's `docs/sources.md` lists the same rows, and [`source`] looks one up.
 //!
-//! * `[P]` — the product's own source description of Trainium2
-//!   (`shared/seeds/002_3ac794e62ad64eca.txt`); used only where the facts sheet has no
-//!   documented value (the per-link NeuronLink bandwidths and the single-chip trn2.3xlarge).
+//! The status letter after the tags is defined in [`STATUSES`]: **D** documented (the cited
+//! source states the value), **I** inferred or derived by us (a modelling assumption), **C** the
+//! sources conflict (the value chosen and the reason are given in the constant's doc comment).
 //!
-//! The status letter follows the facts sheet: **D** documented (near-)verbatim, **I** inferred
-//! or derived by arithmetic (a modelling assumption), **C** sources conflict (the value chosen
-//! and the reason are given in the constant's doc comment).
-//!
-//! # How conflicts were resolved (facts sheet §17)
+//! # How conflicts were resolved
 //!
 //! * **Clocks win over marketing.** Per-core peaks are *computed* from the 2.4 GHz PE clock
 //!   ([`CORE_PEAK_BF16_FLOPS_PER_S`] = 128 × 128 × 2 × 2.4 GHz = 78.6 TFLOPS); the rounded
@@ -32,10 +30,10 @@
 //! * **16 CC cores per chip** (current chip page, and 2 per physical core); 20 is the older text.
 //! * **SBUF 224 KiB per partition** (28 MiB per core); 212,984 B usable per partition is what the
 //!   compiler allocates from; "256 KiB per partition" is the Trainium3 value.
-//! * **NeuronLink per link**: X/Y 128 GB/s and Z 64 GB/s per direction, from `[P]`. The facts
-//!   sheet's equal-split guess (256/128 GB/s) is not used; with two directions per link,
-//!   4 × 128 × 2 = 1024 GB/s intra-instance and 2 × 64 × 2 = 256 GB/s inter-instance add up to
-//!   the documented 1.28 TB/s per chip.
+//! * **NeuronLink per link**: X/Y 128 GB/s and Z 64 GB/s per direction, from `[P]`. An equal
+//!   split of the documented total (256/128 GB/s per link) is not used; with two directions per
+//!   link, 4 × 128 × 2 = 1024 GB/s intra-instance and 2 × 64 × 2 = 256 GB/s inter-instance add
+//!   up to the documented 1.28 TB/s per chip.
 //! * **LNC 1 and 2 are documented; 4 is a product extension** ([`LNC_MAX`]).
 //!
 //! Names carry their unit (`_HZ`, `_BYTES`, `_BYTES_PER_S`, `_S`, `_CYCLES`, `_TFLOPS`, …).
@@ -216,7 +214,7 @@ spec_table! {
 
     /// Bandwidth factor for HBM on the other die (NUMA): 0.5.
     ///
-    /// No public source gives a NUMA figure for Trn2 (trn2_facts.md section 18); this is a
+    /// No public source gives a NUMA figure for Trn2 (docs/sources.md lists those read); this is a
     /// modelling assumption: cross-die traffic shares the die-to-die interconnect with the other
     /// die's own traffic, so we charge half the stack's rate, the usual order of magnitude for
     /// chiplet interconnects relative to local HBM. Published two-die designs bracket it: AMD
@@ -491,7 +489,7 @@ spec_table! {
     #[spec(unit = "elements/cycle", source = "[S1] D")]
     pub const SCALAR_ELEMENTS_PER_CYCLE: usize = 128;
 
-    /// Documented Vector engine FP32 peak (FLOP-counting convention undocumented, facts §17.13).
+    /// Documented Vector engine FP32 peak (the FLOP-counting convention is undocumented).
     #[spec(unit = "FLOP/s", source = "[S1][S4] D")]
     pub const VECTOR_PEAK_FP32_FLOPS_PER_S: f64 = 1.0e12;
 
@@ -689,15 +687,15 @@ spec_table! {
 
     /// Bandwidth of one X or Y NeuronLink, per direction: 128 GB/s.
     ///
-    /// From the product description `[P]` ("128 GB/s per connection"). The facts sheet's
-    /// equal-split guess of 256 GB/s per link (direction convention unknown) is not used: with
+    /// From the product description `[P]` ("128 GB/s per connection"). An equal split of the
+    /// documented total, 256 GB/s per link (direction convention unknown), is not used: with
     /// 2 directions, 4 × 128 × 2 = 1024 GB/s matches the documented intra-instance figure `[S5]`.
     #[spec(unit = "B/s", source = "[P] D; sum [S5] D")]
     pub const NEURONLINK_XY_LINK_BYTES_PER_S: f64 = 128e9;
 
     /// Bandwidth of one Z NeuronLink (between instances of an UltraServer), per direction: 64 GB/s.
     ///
-    /// From the product description `[P]` (OSFP-XD cables). Facts-sheet guess was 128 GB/s; with 2
+    /// From the product description `[P]` (OSFP-XD cables), not the equal split's 128 GB/s; with 2
     /// directions, 2 × 64 × 2 = 256 GB/s matches the documented inter-instance figure `[S5]`.
     #[spec(unit = "B/s", source = "[P] D; sum [S5] D")]
     pub const NEURONLINK_Z_LINK_BYTES_PER_S: f64 = 64e9;
@@ -851,6 +849,392 @@ pub fn entry(name: &str) -> Option<&'static SpecEntry> {
     ENTRIES.iter().find(|e| e.name == name)
 }
 
+impl SpecEntry {
+    /// The entry's status letter (`"D"`, `"I"` or `"C"`, defined in [`STATUSES`]): the last
+    /// word of [`SpecEntry::source`].
+    pub fn status(&self) -> &'static str {
+        let source = self.source.trim_end();
+        source.rsplit(' ').next().unwrap_or(source)
+    }
+
+    /// The source tags the entry cites, in order and once each, without brackets: `["S3", "S5"]`.
+    /// Each resolves to a row of [`SOURCES`].
+    pub fn tags(&self) -> Vec<&'static str> {
+        let mut tags: Vec<&'static str> = Vec::new();
+        for tag in tags_in(self.source) {
+            if !tags.contains(&tag) {
+                tags.push(tag);
+            }
+        }
+        tags
+    }
+}
+
+/// The bracketed source tags (`[S12]`, `[P]`) of a source string, without brackets, in order.
+fn tags_in(text: &'static str) -> impl Iterator<Item = &'static str> {
+    text.split('[').skip(1).filter_map(|rest| {
+        let inner = &rest[..rest.find(']')?];
+        let is_tag = inner == "P"
+            || (inner.len() > 1
+                && inner.starts_with('S')
+                && inner[1..].bytes().all(|b| b.is_ascii_digit()));
+        is_tag.then_some(inner)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where the numbers come from: the status letters and the sources the tags name. The project's
+// docs/sources.md lists the same rows (a test checks that they agree), and Python reads them as
+// `trn2core.spec.statuses()`, `trn2core.spec.source(tag)` and `trn2core.spec.sources()`.
+// ---------------------------------------------------------------------------------------------
+
+/// What a status letter of [`SpecEntry::source`] means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The letter, e.g. `"D"`.
+    pub letter: &'static str,
+    /// One word, e.g. `"documented"`.
+    pub name: &'static str,
+    /// What the letter says about the value.
+    pub meaning: &'static str,
+}
+
+/// The status letters, the one legend every doc of the project uses.
+pub const STATUSES: &[Status] = &[
+    Status {
+        letter: "D",
+        name: "documented",
+        meaning: "the cited source states the value, verbatim or nearly",
+    },
+    Status {
+        letter: "I",
+        name: "inferred",
+        meaning: "derived by us from cited facts (arithmetic, a reading of code) or a modelling \
+                  assumption where no source gives a number; the note says which",
+    },
+    Status {
+        letter: "C",
+        name: "conflict",
+        meaning: "the sources disagree; the note gives every value and why this one was chosen",
+    },
+];
+
+/// One source a hardware number cites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// The tag without brackets, e.g. `"S3"`.
+    pub tag: &'static str,
+    /// The document's title, as the page or file heads it.
+    pub title: &'static str,
+    /// Where to read it (empty only for `P`, which has no public address).
+    pub url: &'static str,
+    /// Further documents the same tag covers.
+    pub also: &'static [&'static str],
+    /// Which version was read, and when.
+    pub read: &'static str,
+}
+
+/// `neuron_doc!("a/b")`: the rendered page of `a/b.rst` in AWS's Neuron documentation.
+macro_rules! neuron_doc {
+    ($path:literal) => {
+        concat!(
+            "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/",
+            $path,
+            ".html"
+        )
+    };
+}
+
+/// The version of the Neuron documentation the `neuron_doc!` pages were read at.
+macro_rules! neuron_docs_read {
+    () => {
+        "Neuron SDK 2.32 docs: aws-neuron/aws-neuron-sdk at 81ce03ae (2026-08-21)"
+    };
+}
+
+/// Every source tag the project uses, in tag order: `[S1]`…`[S35]` (public documents and
+/// repositories) and `[P]`.
+pub const SOURCES: &[Source] = &[
+    Source {
+        tag: "S1",
+        title: "Trainium2 Architecture Guide for NKI",
+        url: neuron_doc!("nki/guides/architecture/trainium2_arch"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2025-12-01 (older text where a note says so)"),
+    },
+    Source {
+        tag: "S2",
+        title: "Trainium/Inferentia2 Architecture Guide for NKI",
+        url: neuron_doc!("nki/guides/architecture/trainium_inferentia2_arch"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; the NeuronCore-v2 baseline that S1 says still applies"),
+    },
+    Source {
+        tag: "S3",
+        title: "Trainium2 Architecture",
+        url: neuron_doc!("about-neuron/arch/neuron-hardware/trainium2"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; before 2025-12-01 it said 20 CC-Cores"),
+    },
+    Source {
+        tag: "S4",
+        title: "NeuronCore-v3 Architecture",
+        url: neuron_doc!("about-neuron/arch/neuron-hardware/neuron-core-v3"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S5",
+        title: "Amazon EC2 Trn2 Architecture",
+        url: neuron_doc!("about-neuron/arch/neuron-hardware/trn2-arch"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S6",
+        title: "Logical NeuronCore configuration",
+        url: neuron_doc!("about-neuron/arch/neuron-features/logical-neuroncore-config"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S7",
+        title: "Neuron Rounding Modes",
+        url: neuron_doc!("about-neuron/arch/neuron-features/rounding-modes"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S8",
+        title: "Data Types",
+        url: neuron_doc!("about-neuron/arch/neuron-features/data-types"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S9",
+        title: "NKI ISA API reference (nki.isa), e.g. nki.isa.nc_matmul",
+        url: neuron_doc!("nki/api/generated/nki.isa.nc_matmul"),
+        also: &["https://github.com/aws-neuron/aws-neuron-sdk/blob/81ce03ae261e12925e53437a0f690478e6366155/nki/api/nki/isa/__init__.py"],
+        read: concat!(neuron_docs_read!(), "; the docstrings every nki.isa page is generated from"),
+    },
+    Source {
+        tag: "S10",
+        title: "NKI ISA API reference with its \"Estimated instruction cost\" sections (removed from later docs)",
+        url: "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html",
+        also: &[
+            "https://github.com/aws-neuron/aws-neuron-sdk/blob/0521004ce0ba18aa5313a835aacaabb31543af37/general/nki/api/nki/isa/__init__.py",
+            "https://github.com/aws-neuron/aws-neuron-sdk/blob/44d4fd2735bf9222bf93b8d6c03fbe10035592e4/general/nki/api/nki/isa/__init__.py",
+        ],
+        read: "Neuron SDK 2.26.0 (aws-neuron-sdk 0521004c, 2025-09-19) and 2.23.0 (44d4fd27, 2025-05-20)",
+    },
+    Source {
+        tag: "S11",
+        title: "NKI ISA API Common Fields (data types, ALU operators, activation functions)",
+        url: neuron_doc!("nki/api/nki.api.shared"),
+        also: &["https://github.com/aws-neuron/aws-neuron-sdk/blob/81ce03ae261e12925e53437a0f690478e6366155/nki/api/nki/language/__init__.py"],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S12",
+        title: "Introduction to Direct Memory Access (DMA) with NKI",
+        url: neuron_doc!("nki/get-started/about/nki-dma-overview"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S13",
+        title: "Guideline to Avoid Under-Utilizing DMA Bandwidth",
+        url: neuron_doc!("nki/deep-dives/nki-dma-bandwidth-guide"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2026-04-12"),
+    },
+    Source {
+        tag: "S14",
+        title: "Descriptor Generation Engine (DGE) Reference",
+        url: neuron_doc!("nki/deep-dives/nki-dge"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2026-03-31"),
+    },
+    Source {
+        tag: "S15",
+        title: "What is Neuron Collective Communication?",
+        url: neuron_doc!("neuron-runtime/about/collectives"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2025-12-02"),
+    },
+    Source {
+        tag: "S16",
+        title: "Intra-node Collective Communications with AWS Neuron",
+        url: neuron_doc!("neuron-runtime/explore/intranode-collective-comm"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2025-12-02"),
+    },
+    Source {
+        tag: "S17",
+        title: "Compute-Communication Overlap in Neuron",
+        url: neuron_doc!("neuron-runtime/explore/compute-comm-overlap"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S18",
+        title: "Neuron Explorer Glossary; Summary Viewer (throttling)",
+        url: neuron_doc!("tools/neuron-explorer/glossary"),
+        also: &[neuron_doc!("tools/neuron-explorer/overview-summary-page")],
+        read: concat!(neuron_docs_read!(), "; pages dated 2026-06-18 and 2026-03-20"),
+    },
+    Source {
+        tag: "S19",
+        title: "Trainium3 Architecture Guide for NKI (what changed from NeuronCore-v3)",
+        url: neuron_doc!("nki/guides/architecture/trainium3_arch"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2026-03-09"),
+    },
+    Source {
+        tag: "S20",
+        title: "Developer Guide - NeuronX Runtime; JAX NeuronX Environment Variables",
+        url: neuron_doc!("neuron-runtime/guides/nrt-developer-guide"),
+        also: &[neuron_doc!("frameworks/jax/api-reference-guide/neuron-envvars")],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S21",
+        title: "Neuron Compiler CLI Reference Guide (neuronx-cc); error codes NCC_EVRF051, 052, 061, 063",
+        url: neuron_doc!("compiler/neuronx-cc/api-reference-guide/index"),
+        also: &[
+            neuron_doc!("compiler/error-codes/EVRF051"),
+            neuron_doc!("compiler/error-codes/EVRF052"),
+            neuron_doc!("compiler/error-codes/EVRF061"),
+            neuron_doc!("compiler/error-codes/EVRF063"),
+        ],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S22",
+        title: "Why we need to rescale FP8 weights (neuronx-distributed)",
+        url: "https://github.com/aws-neuron/neuronx-distributed/blob/3aa65c661c45f133a99052746ed70a0121d0e695/src/neuronx_distributed/quantization/README_rescaling_fp8_for_neuron.md",
+        also: &[],
+        read: "aws-neuron/neuronx-distributed at 3aa65c66 (2024-12-19)",
+    },
+    Source {
+        tag: "S23",
+        title: "NKI Library kernel helpers (FP8 maxima, PSUM constants) and top-k cost heuristics",
+        url: "https://github.com/aws-neuron/nki-library/blob/d2ad3a579498d1888aa8740af97fd325dd5f2740/src/nkilib_src/nkilib/core/utils/kernel_helpers.py",
+        also: &["https://github.com/aws-neuron/nki-library/blob/d2ad3a579498d1888aa8740af97fd325dd5f2740/src/nkilib_src/nkilib/core/topk/rotational_topk_utils.py"],
+        read: "aws-neuron/nki-library at d2ad3a57 (2026-04-13)",
+    },
+    Source {
+        tag: "S24",
+        title: "nkipy HardwareConstants.h (mirrors the NKI tracer's target info)",
+        url: "https://github.com/aws-neuron/nkipy/blob/b91c9800bb096d1686befcd43fe9e92b408d4912/nkigen/mlir/include/nkipy/Transforms/HardwareConstants.h",
+        also: &[],
+        read: "aws-neuron/nkipy at b91c9800 (2026-08-04)",
+    },
+    Source {
+        tag: "S25",
+        title: "Neuron kernel driver, Trainium2 (v3) address map and hardware abstraction layer",
+        url: "https://github.com/aws-neuron/aws-neuron-driver/blob/fca19f7df31b44cbbffaf121230a66df6f59d118/v3/address_map.h",
+        also: &[
+            "https://github.com/aws-neuron/aws-neuron-driver/blob/fca19f7df31b44cbbffaf121230a66df6f59d118/v3/neuron_dhal_v3.c",
+            "https://github.com/aws-neuron/aws-neuron-driver/blob/fca19f7df31b44cbbffaf121230a66df6f59d118/v3/neuron_pelect.c",
+        ],
+        read: "aws-neuron/aws-neuron-driver at fca19f7d (2025-09-19)",
+    },
+    Source {
+        tag: "S26",
+        title: "nki-samples FP8 double-row matmul reference kernel and its test",
+        url: "https://github.com/aws-neuron/nki-samples/blob/a5e9d8cc2bd804e5ee002bee19cb40e5d9d1b38c/src/nki_samples/reference/double_row_matmul.py",
+        also: &[],
+        read: "aws-neuron/nki-samples at a5e9d8cc (2025-04-09)",
+    },
+    Source {
+        tag: "S27",
+        title: "Trainium2 architecture; Amazon EC2 Trn2 architecture (launch versions of S3 and S5)",
+        url: "https://awsdocs-neuron.readthedocs-hosted.com/en/v2.21.0.beta/general/arch/neuron-hardware/trainium2.html",
+        also: &["https://awsdocs-neuron.readthedocs-hosted.com/en/v2.21.0.beta/general/arch/neuron-hardware/trn2-arch.html"],
+        read: "Neuron SDK 2.21.0 beta: aws-neuron-sdk at 2086a70a (2024-12-03)",
+    },
+    Source {
+        tag: "S28",
+        title: "SemiAnalysis: Amazon's AI Self Sufficiency — Trainium2 Architecture & Networking",
+        url: "https://semianalysis.com/2024/12/03/amazons-ai-self-sufficiency-trainium2-architecture-networking/",
+        also: &["https://tengele.com/news/004e498c-7f1c-4a14-9d0d-4d415e093d34/amazons-ai-self-sufficiency-trainium2-architecture-networking"],
+        read: "published 2024-12-03; only the free introduction and a summary (the second address) were read",
+    },
+    Source {
+        tag: "S29",
+        title: "Tom's Hardware: AWS building ExaFLOPS-class supercomputer for AI with hundreds of thousands of homegrown Trainium2 processors",
+        url: "https://d33gy59ovltp76.cloudfront.net/news/aws-building-exaflops-class-supercomputer-for-ai-with-hundreds-of-thousands-homegrown-trainium2-processors-aws-forges-a-path-without-nvidia-gpus",
+        also: &[],
+        read: "re:Invent 2024 article (December 2024), read through this mirror of the magazine's page",
+    },
+    Source {
+        tag: "S30",
+        title: "NKI CPU Simulator; Release Notes for Neuron Component: Neuron Kernel Interface (NKI)",
+        url: neuron_doc!("nki/guides/nki_simulator"),
+        also: &[neuron_doc!("release-notes/components/nki")],
+        read: concat!(neuron_docs_read!(), "; simulator page dated 2026-05-11"),
+    },
+    Source {
+        tag: "S31",
+        title: "NKI tutorial: Matrix multiplication (roofline threshold)",
+        url: neuron_doc!("nki/guides/tutorials/matrix_multiplication"),
+        also: &[],
+        read: concat!(neuron_docs_read!(), "; page dated 2025-12-01"),
+    },
+    Source {
+        tag: "S32",
+        title: "NKI Performance Optimizations; The Trainium Memory Hierarchy",
+        url: neuron_doc!("nki/deep-dives/nki_perf_guide"),
+        also: &[neuron_doc!("nki/get-started/about/memory-hierarchy-overview")],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "S33",
+        title: "NKI Access Patterns; nki.language.tile_size",
+        url: neuron_doc!("nki/deep-dives/nki-aps"),
+        also: &[neuron_doc!("nki/api/nki.language.tile_size")],
+        read: concat!(neuron_docs_read!(), "; access-pattern page dated 2025-12-19"),
+    },
+    Source {
+        tag: "S34",
+        title: "Using Logical Neuron Cores (LNC); NKI Library attention-block sharding design spec",
+        url: neuron_doc!("nki/get-started/about/lnc"),
+        also: &["https://github.com/aws-neuron/nki-library/blob/d2ad3a579498d1888aa8740af97fd325dd5f2740/src/nkilib_src/nkilib/experimental/transformer/attention_block_tkg_sharding_design_spec.md"],
+        read: concat!(neuron_docs_read!(), "; aws-neuron/nki-library at d2ad3a57 (2026-04-13)"),
+    },
+    Source {
+        tag: "S35",
+        title: "nrt.h (Neuron runtime API); Work with NEFF Files; JAX NeuronX Known Issues",
+        url: neuron_doc!("neuron-runtime/api/nrt"),
+        also: &[
+            neuron_doc!("neuron-runtime/explore/work-with-neff-files"),
+            neuron_doc!("frameworks/jax/setup/jax-neuronx-known-issues"),
+        ],
+        read: neuron_docs_read!(),
+    },
+    Source {
+        tag: "P",
+        title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
+                article \"AWS Trainium 2\", last reviewed 2026-05-17)",
+        url: "",
+        also: &[],
+        read: "not public, so not checkable by a user: used only where no AWS document gives a \
+               number (per-link NeuronLink bandwidths, the trn2.3xlarge, LNC=4)",
+    },
+];
+
+/// Looks up a source by its tag, with or without brackets: `source("S3")`, `source("[S3]")`.
+pub fn source(tag: &str) -> Option<&'static Source> {
+    let tag = tag.trim();
+    let tag = tag
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(tag);
+    SOURCES.iter().find(|s| s.tag == tag)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -988,6 +1372,74 @@ mod tests {
                 e.name
             );
         }
+    }
+
+    #[test]
+    fn every_tag_resolves_and_every_status_is_defined() {
+        for e in ENTRIES {
+            assert!(!e.tags().is_empty(), "{} cites no tag", e.name);
+            for tag in e.tags() {
+                assert!(
+                    source(tag).is_some(),
+                    "{}: tag [{tag}] has no source",
+                    e.name
+                );
+            }
+            assert!(
+                STATUSES.iter().any(|s| s.letter == e.status()),
+                "{}: status {:?}",
+                e.name,
+                e.status()
+            );
+        }
+        let cc = entry("cc_cores_per_chip").expect("in the table");
+        assert_eq!((cc.tags(), cc.status()), (vec!["S3", "S17"], "C"));
+        let link = entry("neuronlink_xy_link_bytes_per_s").expect("in the table");
+        assert_eq!((link.tags(), link.status()), (vec!["P", "S5"], "D"));
+        assert_eq!(
+            source("[S3]").map(|s| s.title),
+            Some("Trainium2 Architecture")
+        );
+        assert!(source("S36").is_none() && source("").is_none());
+    }
+
+    #[test]
+    fn sources_are_well_formed() {
+        for (i, s) in SOURCES.iter().enumerate() {
+            assert!(!s.title.is_empty() && !s.read.is_empty(), "{}", s.tag);
+            assert!(
+                !s.title.contains('|') && !s.read.contains('|'),
+                "{}: a '|' would break docs/sources.md's table",
+                s.tag
+            );
+            assert_eq!(
+                s.url.is_empty(),
+                s.tag == "P",
+                "{}: only [P] has no public address",
+                s.tag
+            );
+            for url in std::iter::once(&s.url)
+                .chain(s.also)
+                .filter(|u| !u.is_empty())
+            {
+                assert!(
+                    url.starts_with("https://") && !url.contains(' '),
+                    "{}: {url}",
+                    s.tag
+                );
+            }
+            if i < 35 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S35 in order");
+            }
+            assert!(
+                SOURCES[..i].iter().all(|t| t.tag != s.tag),
+                "{} twice",
+                s.tag
+            );
+        }
+        assert_eq!(SOURCES.len(), 36);
+        let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
+        assert_eq!(letters, ["D", "I", "C"]);
     }
 
     #[test]

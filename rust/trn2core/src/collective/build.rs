@@ -113,7 +113,7 @@ fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64)
 /// With `rotated`, the data is cut into `p` channels and channel `c` walks the hypercube's
 /// dimensions in the halving order rotated by `c` (bits `p-1-c, p-2-c, ...` modulo `p`), so at
 /// every step the channels exchange along `p` different dimensions at once and spread over the
-/// torus's links, as the runtime's four per-chip RDH groups do (trn2_facts.md 12.2). Without it
+/// torus's links, as the runtime's four per-chip RDH groups do (\[S16\]). Without it
 /// (the EFA stage of a hierarchical schedule, where every transfer leaves through the same NIC)
 /// all channels move together, high bit first.
 fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut Vec<Phase>) {

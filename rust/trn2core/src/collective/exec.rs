@@ -19,7 +19,7 @@
 //!
 //! # Numerics
 //!
-//! Reductions compute in fp32, as the hardware does (trn2_facts.md 12.2): bf16, fp16 and fp8
+//! Reductions compute in fp32, as the hardware does (\[S8\]\[S21\]): bf16, fp16 and fp8
 //! buffers are decoded to their exact fp32 values, reduced in fp32 along the whole expression,
 //! and the final fp32 result is encoded back to the buffer's format once, round to nearest even
 //! (no saturation: an overflow becomes Inf, as an IEEE conversion does). Partial sums are *not*

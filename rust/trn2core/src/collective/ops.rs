@@ -45,7 +45,7 @@ impl Collective {
 named_enum! {
     /// A collective algorithm (see `docs/collectives.md`).
     pub enum Algorithm("algorithm", value) {
-        /// Choose by message size as the Neuron runtime does (trn2_facts.md 12.2).
+        /// Choose by message size as the Neuron runtime does (\[S16\]).
         Auto = "auto",
         /// One ring through every rank, run in both directions at once (the runtime's fallback;
         /// "multiple cycles with mutually exclusive wires in parallel", \[S16\]).

@@ -7,7 +7,7 @@ use super::schedule::{Group, MESH_MAX_RANKS};
 use crate::spec::{COLLECTIVE_MESH_MAX_BYTES, COLLECTIVE_RDH_MAX_BYTES};
 
 /// The algorithm `auto` picks for a group, collective and message size (`nccom-test`'s
-/// `size(B)`): the Neuron runtime's rule (trn2_facts.md 12.2) of Mesh below 1 MB, RDH up to
+/// `size(B)`): the Neuron runtime's rule (\[S16\]) of Mesh below 1 MB, RDH up to
 /// 56 MB and KangaRing above, on the 4 x 4 torus of an instance; on the 3-D torus of an
 /// UltraServer the torus rings stand in for KangaRing (which needs the 2-D torus); groups that
 /// are not a whole torus use Ring for large messages, and RDH only with a power-of-two rank

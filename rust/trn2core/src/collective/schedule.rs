@@ -124,7 +124,7 @@ pub struct Phase {
     /// The concurrent transfers of one step.
     pub transfers: Vec<Transfer>,
     /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
-    /// one-read-two-writes duplication touches HBM less, trn2_facts.md 12.2).
+    /// one-read-two-writes duplication touches HBM less, \[S16\]).
     pub hbm_factor: f64,
 }
 

@@ -1,4 +1,4 @@
-//! DMA timing (trn2_facts.md section 9): 16 DMA engines per NeuronCore work on every transfer
+//! DMA timing (\[S1\]\[S12\]\[S25\]): 16 DMA engines per NeuronCore work on every transfer
 //! (a transfer uses one queue id across all 16 engines; each engine serves 8 partitions), a
 //! fixed cost per transfer (~1.3 us: descriptor setup, synchronisation, semaphore-to-start,
 //! \[S13\]), a per-partition size efficiency (full rate from about 4 KiB per partition, severely

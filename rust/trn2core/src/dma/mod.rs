@@ -1,5 +1,5 @@
 //! DMA inline compression (contract section 4): the functional half of Trainium2's "3.5 TB/s
-//! DMA with inline memory compression and decompression" (`trn2_facts.md`, `[S3]`).
+//! DMA with inline memory compression and decompression" (\[S3\], docs/sources.md).
 //!
 //! The hardware's compression format is undocumented, so trn2core defines its own, chosen for
 //! the data a training step actually moves. Every codec is lossless for every bit pattern (NaN

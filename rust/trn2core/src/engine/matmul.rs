@@ -1,9 +1,10 @@
 //! One `nc_matmul` instruction: validation of its operands and the bits it writes to PSUM.
 //!
-//! `stationary` `[K, M]` and `moving` `[K, N]` give `stationary.T @ moving` `[M, N]` (trn2_facts.md
-//! section 5.1). In `double_row` the operands are `[128, 2, M]` and `[128, 2, N]`: row `p` holds
-//! contraction elements `p` and `p + 128`, and the PE takes them in that order, which is exactly
-//! the memory order of the `[128, 2]` leading dimensions (section 5.3).
+//! `stationary` `[K, M]` and `moving` `[K, N]` give `stationary.T @ moving` `[M, N]`
+//! (\[S2\]\[S9\]; docs/sources.md). In `double_row` the operands are `[128, 2, M]` and
+//! `[128, 2, N]`: row `p` holds contraction elements `p` and `p + 128`, and the PE takes them in
+//! that order, which is exactly the memory order of the `[128, 2]` leading dimensions
+//! (\[S1\]\[S9\]).
 
 use super::gemm::{self, check_len, AView, Tiling};
 use super::{PerfMode, CANONICAL_NAN};

@@ -68,7 +68,7 @@ named_enum! {
         #[default]
         None = "none",
         /// FP8 "double_row" mode (NeuronCore-v3): each PE row holds two contraction elements, k and
-        /// k + 128, so one instruction contracts up to 256 (trn2_facts.md section 5.3).
+        /// k + 128, so one instruction contracts up to 256 (\[S1\]\[S9\]).
         DoubleRow = "double_row",
     }
 }

@@ -4,7 +4,7 @@
 //! "IEEE-style" formats reserve the all-ones exponent for Inf (mantissa 0) and NaN (otherwise);
 //! `fp8_e4m3fn` (OCP E4M3) has no Inf and a single NaN per sign (all ones), so its largest finite
 //! value is `S.1111.110` = 448. Neuron's `float8_e4m3` is the IEEE-style one with max 240
-//! (trn2_facts.md section 14.2: \[S22\]\[S23\]\[S26\]).
+//! (\[S22\]\[S23\]\[S26\]; docs/sources.md).
 
 use crate::{Error, Result};
 
@@ -26,7 +26,7 @@ named_enum! {
         /// Neuron `float8_e3` (`float8_e3m4`): 1-3-4, bias 3, IEEE-style, max 15.5.
         Fp8E3m4 = "fp8_e3m4",
         /// OCP E4M3 (`float8_e4m3fn`): no Inf, NaN = S.1111.111, max 448. Numerics only: the Trn2
-        /// tensor engine rejects it (trn2_facts.md section 14.1, NCC_EVRF051).
+        /// tensor engine rejects it (\[S21\]: NCC_EVRF051).
         Fp8E4m3fn = "fp8_e4m3fn",
     }
 }
@@ -88,8 +88,8 @@ impl Format {
     }
 
     /// The encoding with an explicit exponent bias (Trainium2's configurable FP8, "cFP8";
-    /// trn2_facts.md section 14.2, \[S4\]). Only fp8 formats accept one, in `0..=127` so every
-    /// code decodes to an exact float32.
+    /// \[S4\]). Only fp8 formats accept one, in `0..=127` so every code decodes to an exact
+    /// float32.
     pub fn encoding_with_bias(self, exponent_bias: Option<i64>) -> Result<Encoding> {
         match exponent_bias {
             None => Ok(self.encoding()),
@@ -241,8 +241,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maxima_match_the_facts_sheet() {
-        // trn2_facts.md section 14.2 and the contract's table.
+    fn maxima_match_the_sources() {
+        // [S22][S23][S26] (docs/sources.md) and the contract's table.
         assert_eq!(Format::Fp8E4m3.encoding().max_value(), 240.0);
         assert_eq!(Format::Fp8E5m2.encoding().max_value(), 57344.0);
         assert_eq!(Format::Fp8E3m4.encoding().max_value(), 15.5);

@@ -32,7 +32,7 @@ pub use rng::{mix64, StochasticBits};
 use crate::Result;
 
 named_enum! {
-    /// A rounding mode (contract section 1; trn2_facts.md section 14.4).
+    /// A rounding mode (contract section 1; \[S7\]\[S8\]\[S20\]).
     pub enum Rounding("rounding mode", format) {
         /// Round to nearest, ties to even: Trainium2's default.
         NearestEven = "nearest_even",

@@ -7,7 +7,7 @@
 //! depends only on `(seed, flat C-order index)`, never on how the array is cut into chunks or on
 //! the number of threads, so results are reproducible everywhere. One 64-bit mix feeds two
 //! elements, which halves the multiplies of the generator (it is most of the cost of seeded
-//! rounding). Trainium2's own SR bit source is undocumented (trn2_facts.md section 18); the
+//! rounding). Trainium2's own SR bit source is undocumented (in every source read); the
 //! hardware `rng` instruction also yields 32 bits per element (\[S9\]), which is why a seeded
 //! rounding uses 32 random bits unless told otherwise.
 

@@ -2,7 +2,7 @@
 //! CUTLASS semi-structured layout.
 //!
 //! - [`Pattern`]: the seven N:M patterns of the tensor engine (`spec::SPARSITY_PATTERNS`,
-//!   trn2_facts.md section 5.6): at most `n` stored elements in every group of `m` consecutive
+//!   \[S1\]\[S4\]): at most `n` stored elements in every group of `m` consecutive
 //!   elements along one axis.
 //! - [`prune()`]: keeps the `n` largest magnitudes of every group and zeroes the rest.
 //! - [`compress()`] / [`Compressed::decompress()`]: the packed values and position metadata of an

@@ -1,4 +1,4 @@
-//! One Trainium2 chip and its Logical NeuronCores (trn2_facts.md 1, 10, 11), and the instance
+//! One Trainium2 chip and its Logical NeuronCores (\[S1\]\[S3\]\[S6\]\[S25\]), and the instance
 //! types built from chips.
 //!
 //! A chip has 8 physical NeuronCore-v3 on two compute dies (cores 0-3 on die 0, 4-7 on die 1) and

@@ -100,7 +100,7 @@ impl NeuronCore {
     /// array, and returns the region's new contents `[M, N]`.
     ///
     /// Errors: the engine's shape and format limits; `accumulate=True` onto a region that no
-    /// matmul wrote (undefined on the hardware, trn2_facts.md 5.1).
+    /// matmul wrote (undefined on the hardware, \[S2\]\[S9\]).
     pub fn matmul(
         &mut self,
         stationary: &Operand,
@@ -162,7 +162,7 @@ impl NeuronCore {
         Ok(out)
     }
 
-    /// Transpose mode (`nc_matmul(..., is_transpose=True)`, NCv3; trn2_facts.md 5.5): the PE
+    /// Transpose mode (`nc_matmul(..., is_transpose=True)`, NCv3; \[S1\]\[S9\]): the PE
     /// array passes `stationary` `[K, M]` through unchanged to PSUM `bank` as `[M, K]`, bit for
     /// bit (NaN and Inf included, unlike a matmul with an identity). `values` are the exact
     /// float32 values of a `format` array; PSUM keeps them as such (the hardware writes 16-bit

@@ -1,4 +1,4 @@
-//! The torus of NeuronLink-connected chips, and UltraServers joined by EFA (trn2_facts.md 12.1).
+//! The torus of NeuronLink-connected chips, and UltraServers joined by EFA (\[S5\]\[S15\]\[S16\]).
 //!
 //! A trn2.48xlarge (or trn2u.48xlarge) holds 16 chips in a 4 x 4 2-D torus: every chip links to
 //! its X and Y neighbours, with wraparound. A Trn2 UltraServer joins four trn2u.48xlarge along a
@@ -23,7 +23,7 @@
 //! # Routing
 //!
 //! NeuronLink routes a transfer between chips that are not neighbours through intermediate chips
-//! automatically (D, \[S16\]); the routing algorithm is undocumented (trn2_facts.md 18). We use
+//! automatically (D, \[S16\]); the routing algorithm is undocumented. We use
 //! dimension-order routing, X then Y then Z, each dimension the short way round the ring, a tie
 //! (distance exactly half the ring) going the `+` way.
 

@@ -1,13 +1,13 @@
 //! Tensor-engine timing: the cost of one `nc_matmul`, and the walk of a GEMM's tile schedule.
 //!
-//! Sources (trn2_facts.md): instruction cost `max(min(64, N_stationary), N_moving)` PE cycles,
-//! x4 for fp32 (\[S10\], section 13; NCv2 formulas applied at the v3 clock of 2.4 GHz, section
-//! 2.1); double_row covers a 256 contraction in the same cycles (section 5.3); background
+//! Sources (tags in docs/sources.md): instruction cost `max(min(64, N_stationary), N_moving)` PE
+//! cycles, x4 for fp32 (\[S10\]; NCv2 formulas applied at the v3 clock of 2.4 GHz, \[S1\]);
+//! double_row covers a 256 contraction in the same cycles (\[S1\]\[S9\]); background
 //! LoadStationary overlaps the previous MultiplyMoving, and "fast LoadStationary" is up to 4x
-//! faster than an MM of the same free size (section 5.2); 8 PSUM banks hold 8 accumulation
-//! groups (section 4.2); each finished group is evicted PSUM -> SBUF by the Scalar or Vector
-//! engine at `max(MIN_II, N)` cycles plus the tensor-access overhead (sections 6, 7, 13); the
-//! dI/dt throttle (section 5.7, see `throttle.rs`).
+//! faster than an MM of the same free size (\[S2\]); 8 PSUM banks hold 8 accumulation groups
+//! (\[S1\]\[S2\]); each finished group is evicted PSUM -> SBUF by the Scalar or Vector engine
+//! at `max(MIN_II, N)` cycles plus the tensor-access overhead (\[S2\]\[S10\]); the dI/dt
+//! throttle (\[S18\], see `throttle.rs`).
 
 use super::fast_forward::{
     self as sched, ticks_to_s, Geometry, Sim, Trace, TraceMode, MAX_TICKS, PE_TICKS,
@@ -498,7 +498,7 @@ fn report(
     Ok(rep)
 }
 /// Busy-until times of the PE array's 32x32 blocks, for single instructions issued with row
-/// and column tiling: matmuls on disjoint PE tiles run in parallel (trn2_facts.md 5.4).
+/// and column tiling: matmuls on disjoint PE tiles run in parallel (\[S9\]\[S10\]).
 #[derive(Debug, Clone, Default)]
 pub struct PeArrayClock {
     busy: [[f64; PE_COLS / PE_TILE_QUARTER]; PE_ROWS / PE_TILE_QUARTER],

@@ -1,5 +1,5 @@
 //! Timing of a GEMM split over several physical cores: a Logical NeuronCore (LNC=2 or 4) or a
-//! whole chip (trn2_facts.md 11; contract section 5).
+//! whole chip (\[S6\]; contract section 5).
 //!
 //! # Split
 //!

@@ -1,4 +1,4 @@
-//! The tensor engine's dI/dt throttle (trn2_facts.md section 5.7, \[S18\]): when work begins the
+//! The tensor engine's dI/dt throttle (\[S18\]): when work begins the
 //! PE array runs at `THROTTLE_START_FRACTION` (50%) of its rate and ramps linearly to full over
 //! `THROTTLE_RAMP_S` (~3 us); if utilisation drops below `THROTTLE_REENGAGE_UTILIZATION` over a
 //! `THROTTLE_REENGAGE_WINDOW_S` window the limit re-engages. We model the window rule as: an idle

@@ -1,0 +1,65 @@
+"""The guides (docs/*.md) from an installed package: ``trn2core docs [GUIDE]``.
+
+The repository's docs/ is their one source. ``make wheel`` copies it into the package as
+``trn2core/docs/`` (pyproject.toml, ``[tool.maturin] include``), so a wheel or sdist carries
+them; a source checkout (``make build``, an editable install) reads docs/ itself, so an edited
+guide shows at once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from . import _validate
+from .errors import Trn2ValueError
+
+__all__ = ["directory", "names", "title", "read", "listing"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def directory() -> Path:
+    """Where the guides are: the checkout's docs/ when running from one, else the package's."""
+    checkout = _HERE.parent.parent / "docs"
+    if _HERE.parent.name == "python" and (checkout / "index.md").is_file():
+        return checkout
+    shipped = _HERE / "docs"
+    if (shipped / "index.md").is_file():
+        return shipped
+    raise FileNotFoundError(
+        f"no guides in {shipped}: this trn2core was built without `make wheel` (which copies "
+        "docs/ into the package); read them in docs/ of the source tree"
+    )
+
+
+def names() -> list[str]:
+    """The guides' names, e.g. ``["architecture", ..., "numerics", ...]`` (index first)."""
+    found = sorted(p.stem for p in directory().glob("*.md"))
+    return ["index"] + [n for n in found if n != "index"]
+
+
+def title(name: str) -> str:
+    """The first heading of guide ``name``."""
+    for line in read(name).splitlines():
+        m = re.match(r"#+\s+(.*)", line)
+        if m:
+            return m.group(1).strip()
+    return name
+
+
+def read(name: str) -> str:
+    """The Markdown text of guide ``name`` (``"numerics"`` or ``"numerics.md"``)."""
+    key = name.strip().removesuffix(".md") if isinstance(name, str) else name
+    _validate.name(key, "guide", names(), cls=Trn2ValueError, what="guide")
+    return (directory() / f"{key}.md").read_text(encoding="utf-8")
+
+
+def listing() -> str:
+    """One line per guide: its name and title, then how to print one."""
+    ns = names()
+    w = max(len(n) for n in ns)
+    lines = [f"  {n:<{w}}  {title(n)}" for n in ns]
+    return "\n".join(
+        [f"The guides ({directory()}):", *lines, "", "Print one with `trn2core docs NAME`."]
+    )
