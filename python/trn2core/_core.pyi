@@ -55,6 +55,8 @@ __all__ = [
     "sparsity_prune",
     "sparsity_to_cutlass",
     "spec_entries",
+    "spec_sources",
+    "spec_statuses",
     "stochastic_bits",
 ]
 
