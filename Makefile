@@ -8,7 +8,8 @@ PY         := $(VENV)/bin/python
 STAMPS     := .stamps
 RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) Cargo.toml Cargo.lock
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
-              "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7"
+              "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
+              "tomli>=2; python_version < '3.11'"
 
 .DEFAULT_GOAL := help
 .PHONY: help demo test test-rust test-python build lint bench docs clean

@@ -1,0 +1,136 @@
+"""The published Trainium2 measurements (benches/fidelity/published.toml) and the model's
+predictions of them (benches/fidelity.py): the table is complete and consistent, and every
+point compared with the model gets a prediction through the public API."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_fidelity():
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benches" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fidelity = _load_fidelity()
+SOURCES, POINTS = fidelity.load()
+
+KIND_FIELDS = {
+    "nccom": ("operation", "ranks", "lnc", "size_bytes", "dtype", "statistic", "time_us"),
+    "dma": ("shape", "dtype", "src", "dst", "quantity", "time_us"),
+    "dma_curve": ("bytes_per_partition", "relative_to", "relative_throughput"),
+    "gemm": ("m", "k", "n", "dtype", "time_us"),
+    "bound": ("m", "k", "n", "dtype", "time_us"),
+    "kernel": ("time_us",),
+    "input": ("time_us",),
+}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return fidelity.evaluate(POINTS)
+
+
+def test_sources_are_citable():
+    for key, s in SOURCES.items():
+        for field in ("title", "url", "repository", "path", "commit", "date"):
+            assert s.get(field), f"source {key} has no {field}"
+        assert s["url"].startswith("https://"), key
+        assert re.fullmatch(r"[0-9a-f]{40}", s["commit"]), f"source {key}: full commit hash"
+        assert re.match(r"\d{4}-\d{2}-\d{2}", s["date"]), key
+
+
+def test_points_are_complete():
+    ids = [p["id"] for p in POINTS]
+    assert len(ids) == len(set(ids)), "point ids must be unique"
+    for p in POINTS:
+        assert p["source"] in SOURCES, p["id"]
+        assert p["confidence"] in fidelity.CONFIDENCES, p["id"]
+        assert p["use"] in ("check", "info", "excluded"), p["id"]
+        assert p["why"].strip(), p["id"]
+        for field in KIND_FIELDS[p["kind"]]:
+            assert field in p, f"{p['id']}: {p['kind']} needs {field}"
+        if p["kind"] == "nccom":
+            assert p["lnc"] in (1, 2), p["id"]
+        # Only Trainium2 is ever compared with the model.
+        if p["confidence"] == "none":
+            assert p["use"] == "excluded", p["id"]
+        if p["use"] == "check":
+            assert p["confidence"] in ("high", "medium"), p["id"]
+
+
+def test_published_nccom_rows_agree_with_their_own_bandwidth():
+    """Guards against typos in the table: nccom-test's busbw is size / time times the bus
+    factor, so a mistyped time or size shows up against the bandwidth printed beside it.
+    (The guide's text says GiB/s; the rows of 2025 and 2026 are 10^9 B/s, those of 2023 2^30.)"""
+    printed_busbw = {  # as printed beside the times
+        "allr-r16-512MiB": 103.89,
+        "allr-r16-32MiB": 22.84,
+        "allg-r32-512KiB": 21.93,
+        "allg-r8-512KiB": 30.92,
+        "t1-allr-r2-32MiB-uint8": 40.69 * 1.073741824,  # 2023: GiB/s
+    }
+    by_id = {p["id"]: p for p in POINTS}
+    for pid, busbw in printed_busbw.items():
+        p = by_id[pid]
+        n = p["ranks"]
+        factor = 2 * (n - 1) / n if p["operation"] == "all_reduce" else (n - 1) / n
+        ours = p["size_bytes"] / (p["time_us"] * 1e-6) / 1e9 * factor
+        assert ours == pytest.approx(busbw, rel=0.01), pid
+
+
+def test_every_checked_point_is_predicted(rows):
+    checked = [r for r in rows if r.point["use"] == "check"]
+    assert len(checked) >= 20
+    for r in checked:
+        assert r.predicted is not None and r.predicted > 0, r.id
+        assert r.factor >= 1.0, r.id
+    # nccom points also report the model's algorithm, to set beside the printed one.
+    for r in checked:
+        if r.point["kind"] == "nccom":
+            assert r.algorithm, r.id
+
+
+def test_summary_counts_only_trn2_checks(rows):
+    high = fidelity.summary(rows, ("high",))
+    both = fidelity.summary(rows, ("high", "medium"))
+    assert high["count"] == sum(
+        1 for p in POINTS if p["use"] == "check" and p["confidence"] == "high"
+    )
+    assert both["count"] > high["count"]
+    assert 1.0 <= high["median"] <= high["worst"]
+
+
+def test_predictions_come_from_the_public_api(rows):
+    import trn2core
+    from trn2core.collectives import nccom_rows
+
+    by_id = {r.id: r for r in rows}
+    r = by_id["allr-r16-512MiB"]
+    ref = nccom_rows("all_reduce", 16, [536870912], "fp32", 2, "auto")[0]
+    assert r.predicted == pytest.approx(ref["seconds"] * 1e6, rel=1e-12)
+    assert r.algorithm == ref["algorithm"]
+    g = by_id["gemm-fp32-4096x8192x8192-v5"]
+    assert g.predicted == pytest.approx(
+        trn2core.estimate_gemm(4096, 8192, 8192, dtype="fp32").seconds * 1e6, rel=1e-12
+    )
+
+
+def test_script_prints_the_table_and_summary(capsys):
+    assert fidelity.main([]) == 0
+    out = capsys.readouterr().out
+    assert "allr-r16-512MiB" in out
+    assert "median factor" in out and "worst" in out
+    assert "t1-allg-r32-1KiB" not in out  # excluded points only with --all
+    assert fidelity.main(["--all"]) == 0
+    assert "t1-allg-r32-1KiB" in capsys.readouterr().out
