@@ -8,10 +8,22 @@ trn2core's public API only: ``nccom_rows`` (what ``trn2core nccom-test`` prints)
     python benches/fidelity.py            # the points compared with the model, and a summary
     python benches/fidelity.py --all      # also the repeats, screenshot readings and curves
 
+    python benches/fidelity.py --fit      # the calibrated constants, fitted on the points
+    python benches/fidelity.py --loo      # each point predicted with the fit done without it
+
 ``factor = max(predicted / published, published / predicted)``: 1 is a perfect prediction,
 2 means off by 2x either way. The summary gives the median and the worst factor over the
 points marked ``use = "check"``, for the high-confidence points and for high and medium
 together. tests/test_fidelity.py and benches/bench_fidelity.py import this module.
+
+**Calibration.** The model's calibrated terms (``spec`` entries with status ``calibrated``)
+are fitted here: the collective terms on the nccom-test points, the DMA terms on the DMA
+points, by least squares on ``log(predicted / published)`` (medium-confidence points weigh
+half). To refit without running the Rust model once per trial, each prediction is taken apart
+into the parts the constants multiply (``Parts``): the model's reports give them (the phases of
+a collective, a transfer's bytes per engine), and ``Parts.seconds(constants)`` puts them back
+together with any constants, exactly as the Rust cost model does (``tests/test_fidelity.py``
+checks that at the calibrated constants it equals the model's own prediction).
 """
 
 from __future__ import annotations
@@ -127,6 +139,208 @@ def predict(p: dict) -> Row:
     return Row(p, p["time_us"], None, "us")
 
 
+# ------------------------------------------------------------------------------- calibration
+
+#: The calibrated constants, by the category of points they are fitted on.
+CALIBRATED = {
+    "collective": (
+        "collective_op_fixed_s",
+        "collective_reduce_op_fixed_s",
+        "collective_reduce_step_s",
+        "neuronlink_achieved_fraction",
+    ),
+    "dma": ("dma_fixed_cost_s", "dma_hbm_read_latency_s", "dma_row_overhead_s"),
+}
+
+#: Weight of a point's squared log error in the fit, by confidence.
+WEIGHTS = {"high": 1.0, "medium": 0.5}
+
+
+def spec_constants() -> dict[str, float]:
+    """The calibrated constants as the model has them (``trn2core.spec``)."""
+    import trn2core
+
+    return {name: getattr(trn2core.spec, name) for names in CALIBRATED.values() for name in names}
+
+
+def category(p: dict) -> str | None:
+    """The calibration category of a checked point: ``collective``, ``dma``, or None (GEMM:
+    nothing in the GEMM model is fitted)."""
+    if p["kind"] == "nccom":
+        return "collective"
+    if p["kind"] == "dma":
+        return "dma"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """A prediction taken apart into what the calibrated constants multiply, so it can be
+    recomputed with other constants (``seconds``) exactly as the Rust cost model does."""
+
+    point: dict
+    row: dict | None = None  # nccom_rows' row (collectives)
+
+    def seconds(self, c: dict[str, float]) -> float:
+        """The prediction with constants ``c`` (any subset overrides the calibrated ones)."""
+        import trn2core
+
+        spec = trn2core.spec
+        k = {**spec_constants(), **c}
+        p = self.point
+        if p["kind"] == "nccom":
+            row = self.row
+            cal = spec.neuronlink_achieved_fraction
+            chip = 0.0
+            for ph in row["phases"]:
+                assert not ph["efa"], "the published collectives never cross EFA"
+                link = ph["link_s"] * cal / k["neuronlink_achieved_fraction"]
+                step = ph["latency_s"] + max(link, ph["hbm_s"], ph["reduce_s"])
+                chip += ph["steps"] * step + ph["reduce_steps"] * k["collective_reduce_step_s"]
+            reduces = p["operation"] in ("all_reduce", "reduce_scatter")
+            op = 0.0
+            if row["chips"] > 1 or row["intra_chip_bytes"] > 0:
+                op = k["collective_reduce_op_fixed_s"] if reduces else k["collective_op_fixed_s"]
+            if row["intra_chip_bytes"] > 0:
+                fixed = k["dma_fixed_cost_s"] + k["dma_hbm_read_latency_s"]
+                intra = row["intra_chip_bytes"] / spec.hbm_chip_bytes_per_s
+                return op + max(chip, intra) + fixed
+            return op + chip
+        if p["kind"] == "dma":
+            return _dma_parts_seconds(p, k)
+        raise ValueError(f"{p['id']}: no calibrated constants")
+
+
+def _dma_parts_seconds(p: dict, k: dict[str, float]) -> float:
+    """One DMA transfer of point ``p`` with constants ``k``: the model of ``dma/cost.rs``
+    (engine ``e`` moves its 8 partitions' rows, each costing ``dma_row_overhead_s`` besides its
+    bytes; HBM caps the rate; the fixed cost comes first)."""
+    import trn2core
+
+    spec = trn2core.spec
+    shape = p["shape"]
+    nbytes = int(np.prod(shape)) * np.dtype(_np_dtype(p["dtype"])).itemsize
+    parts = min(shape[0], spec.sbuf_partitions) if len(shape) >= 2 else spec.sbuf_partitions
+    row = nbytes / parts
+    rate = spec.dma_engine_bytes_per_s
+    eff = row / (row + rate * k["dma_row_overhead_s"])
+    engine_bytes = row * min(spec.dma_partitions_per_engine, parts)
+    engines_s = engine_bytes / (rate * eff)
+    if p["quantity"] == "engine":
+        return engines_s
+    hbm_sides = sum(1 for side in (p["src"], p["dst"]) if side == "hbm")
+    hbm_s = hbm_sides * nbytes / spec.hbm_stack_bytes_per_s
+    fixed = k["dma_fixed_cost_s"] + (k["dma_hbm_read_latency_s"] if p["src"] == "hbm" else 0.0)
+    return fixed + max(engines_s, hbm_s)
+
+
+def parts(p: dict) -> Parts:
+    """The parts of point ``p``'s prediction."""
+    from trn2core.collectives import nccom_rows
+
+    if p["kind"] == "nccom":
+        r = nccom_rows(p["operation"], p["ranks"], [p["size_bytes"]], p["dtype"], p["lnc"], "auto")
+        return Parts(p, r[0])
+    return Parts(p)
+
+
+def _loss(items: list[tuple[Parts, float]], c: dict[str, float]) -> float:
+    total = 0.0
+    for pa, published_s in items:
+        w = WEIGHTS[pa.point["confidence"]]
+        total += w * np.log(pa.seconds(c) / published_s) ** 2
+    return total
+
+
+def fit(cat: str, points: list[dict], start: dict[str, float] | None = None) -> dict[str, float]:
+    """The constants of category ``cat`` minimising the weighted squared log errors over the
+    checked points of that category in ``points`` (coordinate search in log space, from the
+    calibrated values; fractions stay at most 1)."""
+    names = CALIBRATED[cat]
+    items = [
+        (parts(p), p["time_us"] * 1e-6)
+        for p in points
+        if p["use"] == "check" and category(p) == cat
+    ]
+    c = dict(start or {n: spec_constants()[n] for n in names})
+    best = _loss(items, c)
+    step = 0.5
+    while step > 1e-5:
+        improved = False
+        for n in names:
+            for f in (np.exp(step), np.exp(-step)):
+                trial = dict(c)
+                trial[n] = c[n] * f
+                if n.endswith("_fraction") and trial[n] > 1.0:
+                    trial[n] = 1.0
+                loss = _loss(items, trial)
+                if loss < best - 1e-15:
+                    best, c, improved = loss, trial, True
+        if not improved:
+            step /= 2
+    return c
+
+
+def fitted(points: list[dict] | None = None) -> dict[str, float]:
+    """Every calibrated constant, fitted on the table's points."""
+    if points is None:
+        points = load()[1]
+    out: dict[str, float] = {}
+    for cat in CALIBRATED:
+        out.update(fit(cat, points))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LooRow:
+    """A checked point predicted by the model calibrated without it."""
+
+    point: dict
+    published: float
+    in_sample: float
+    left_out: float
+
+    @property
+    def factor(self) -> float:
+        r = self.left_out / self.published
+        return max(r, 1.0 / r)
+
+
+def leave_one_out(points: list[dict] | None = None) -> list[LooRow]:
+    """Each checked point of a calibrated category, predicted with its category's constants
+    refitted without it (GEMM points, with nothing fitted, are predicted as they are)."""
+    if points is None:
+        points = load()[1]
+    cal = spec_constants()
+    out = []
+    for p in points:
+        if p["use"] != "check":
+            continue
+        cat = category(p)
+        published = p["time_us"] * 1e-6
+        if cat is None:
+            s = predict(p).predicted * 1e-6
+            out.append(LooRow(p, published, s, s))
+            continue
+        pa = parts(p)
+        rest = [q for q in points if q is not p]
+        c = fit(cat, rest)
+        out.append(LooRow(p, published, pa.seconds(cal), pa.seconds(c)))
+    return out
+
+
+def residual_ranges(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
+    """Published / predicted, lowest and highest, and the count, over the checked points (high
+    and medium) of each kind of report: ``collective``, ``dma``, ``gemm`` (the ``spec``
+    constants ``*_PUBLISHED_RATIO_*`` every report prints)."""
+    out = {}
+    for cat, kinds in (("collective", ("nccom",)), ("dma", ("dma",)), ("gemm", ("gemm",))):
+        sel = [r for r in checked(rows, ("high", "medium")) if r.point["kind"] in kinds]
+        ratios = [r.published / r.predicted for r in sel]
+        out[cat] = (min(ratios), max(ratios), len(ratios))
+    return out
+
+
 def evaluate(points: list[dict] | None = None) -> list[Row]:
     """Every point of the table with its prediction."""
     if points is None:
@@ -217,11 +431,56 @@ def report(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+def fit_report(points: list[dict]) -> str:
+    """The fitted constants beside the model's, and the residual ranges."""
+    cal = spec_constants()
+    fit_c = fitted(points)
+    lines = ["constant                          model        fit     fit / model"]
+    for n in cal:
+        lines.append(f"{n:<32}  {cal[n]:.4g}  {fit_c[n]:>10.4g}  {fit_c[n] / cal[n]:>10.3f}")
+    lines.append("")
+    lines.append("published / predicted over the checked points (the *_published_ratio_* terms):")
+    for cat, (lo, hi, n) in residual_ranges(evaluate(points)).items():
+        lines.append(f"  {cat:<10}  low {lo:.3f}  high {hi:.3f}  cases {n}")
+    return "\n".join(lines)
+
+
+def loo_report(points: list[dict]) -> str:
+    """Leave-one-out predictions and their summary."""
+    rows = leave_one_out(points)
+    lines = [
+        f"{'point':<30} {'conf':<7} {'published':>10} {'in-sample':>10} {'left out':>10}"
+        f" {'factor':>7}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.point['id']:<30} {r.point['confidence']:<7} {r.published * 1e6:>10.2f}"
+            f" {r.in_sample * 1e6:>10.2f} {r.left_out * 1e6:>10.2f} {r.factor:>7.2f}"
+        )
+    for label, conf in (("high", ("high",)), ("high+medium", ("high", "medium"))):
+        fs = [r.factor for r in rows if r.point["confidence"] in conf]
+        worst = max((r for r in rows if r.point["confidence"] in conf), key=lambda r: r.factor)
+        lines.append(
+            f"leave-one-out {label:<12} {len(fs)} points: median factor "
+            f"{statistics.median(fs):.3f}, worst {max(fs):.3f} ({worst.point['id']})"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--all", action="store_true", help="also the points not in the summary")
+    ap.add_argument("--fit", action="store_true", help="fit the calibrated constants")
+    ap.add_argument("--loo", action="store_true", help="leave-one-out predictions")
     args = ap.parse_args(argv)
-    rows = evaluate()
+    points = load()[1]
+    if args.fit:
+        print(fit_report(points))
+        return 0
+    if args.loo:
+        print(loo_report(points))
+        return 0
+    rows = evaluate(points)
     print(table(rows, args.all))
     print()
     print(report(rows))

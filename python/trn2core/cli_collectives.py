@@ -148,8 +148,10 @@ def add_commands(sub) -> None:
             "Predicts Neuron's nccom-test on Trainium2: RANKS are logical NeuronCores "
             "(8 / lnc per chip) on as many chips as they need (a trn2.48xlarge up to 16 chips, "
             "an UltraServer up to 64, then whole UltraServers over EFA). Sizes take binary units "
-            "(32M, 1kb, 1GB). As in nccom-test, algbw and busbw are in GiB/s (2^30 bytes/s) "
-            "and busbw = algbw x the collective's bus factor."
+            "(32M, 1kb, 1GB). As nccom-test prints them (since 2025), algbw and busbw are "
+            "size / time in GB/s (10^9 bytes/s) and busbw = algbw x the collective's bus "
+            "factor. Times are calibrated on the nccom-test examples AWS publishes; the last "
+            "line gives the range those fell in (docs/fidelity.md)."
         ),
     )
     nc.add_argument("operation", choices=tuple(_NCCOM_OPS), help="collective operation")

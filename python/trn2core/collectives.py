@@ -18,7 +18,7 @@ import numpy as np
 from . import _core, _validate
 from .dtypes import FORMAT_DTYPES
 from .errors import CapacityError, FormatError, ShapeError, Trn2ValueError
-from .report import Report, _fmt_seconds
+from .report import Report, _fmt_seconds, _fmt_time
 
 __all__ = [
     "ALGORITHMS",
@@ -47,15 +47,18 @@ class CollectiveReport(Report):
     ``chip_link_capacity`` (what one chip's links can send at once, bytes/s), ``bound``
     (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
     ``phases`` (a list of dicts: steps, seconds and what bounds each step), ``link_bytes``
-    (``{"3->7 Y+": bytes}``: the bytes moved over every used link, one direction each) and
-    ``link_bandwidth`` (the same links' bandwidths)."""
+    (``{"3->7 Y+": bytes}``: the bytes moved over every used link, one direction each),
+    ``link_bandwidth`` (the same links' bandwidths), ``op_fixed_s`` (the runtime's fixed cost of
+    the operation, included in ``seconds``) and ``uncertainty`` (how far the published
+    collective measurements were from the model: see ``Report``)."""
 
     def __str__(self) -> str:
         f = self._fields
         rows = [
             ("what", f["description"]),
             ("algorithm", f["algorithm"]),
-            ("time", _fmt_seconds(f["seconds"])),
+            ("time", _fmt_time(f)),
+            ("runtime fixed cost", _fmt_seconds(f["op_fixed_s"])),
             ("algbw", f"{f['algbw'] / 1e9:.2f} GB/s"),
             ("busbw", f"{f['busbw'] / 1e9:.2f} GB/s (x{f['bus_factor']:.3f})"),
             ("chip link capacity", f"{f['chip_link_capacity'] / 1e9:.0f} GB/s out of each chip"),
@@ -313,7 +316,7 @@ NCCOM_DATATYPES = {
     "uint32": 4, "int32": 4, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }  # fmt: skip
 
-_GIB = 1 << 30
+_GB = 1e9
 
 
 #: Largest size nccom-test takes, bytes per rank (the limit of ``Machine.estimate``).
@@ -384,7 +387,10 @@ def nccom_sizes(minbytes: int, maxbytes: int, stepfactor, stepbytes) -> list[int
 
 def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str):
     """One dict per size: ``size_bytes``, ``count``, ``seconds``, ``algbw``, ``busbw`` (bytes/s),
-    ``algorithm``."""
+    ``algorithm``, ``chips``, ``op_fixed_s`` (the runtime's fixed cost, in ``seconds``),
+    ``intra_chip_s`` and ``intra_chip_bytes`` (the within-chip stage), ``phases`` (the
+    chip-level collective's, as in ``CollectiveReport``) and ``uncertainty`` (how far the
+    published collective measurements were from the model: see ``Report``)."""
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     _check_choice(op, COLLECTIVES, "operation")
     _check_choice(datatype, tuple(NCCOM_DATATYPES), "datatype")
@@ -399,7 +405,10 @@ def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: s
 
 
 def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
-    """The rows as nccom-test prints them (bandwidths in GiB/s, as Neuron's tool reports)."""
+    """The rows as nccom-test prints them: bandwidths are size / time in 10^9 B/s, as every
+    published output of Neuron's tool since 2025 is (its guide's text says GiB/s, which only
+    its 2023 examples were; docs/fidelity.md), then the range the published collective
+    measurements fell in."""
     head = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
     if show_algorithm:
         head.append("algorithm")
@@ -410,8 +419,8 @@ def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
             str(r["count"]),
             datatype,
             f"{r['seconds'] * 1e6:.2f}",
-            f"{r['algbw'] / _GIB:.2f}",
-            f"{r['busbw'] / _GIB:.2f}",
+            f"{r['algbw'] / _GB:.2f}",
+            f"{r['busbw'] / _GB:.2f}",
         ]
         if show_algorithm:
             line.append(r["algorithm"])
@@ -419,6 +428,8 @@ def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
     widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
     out = ["    ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
     out += ["    ".join(v.rjust(w) for v, w in zip(x, widths, strict=True)) for x in lines]
-    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GIB
+    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GB
     out.append(f"Avg bus bandwidth:\t{avg:.4f}GB/s")
+    if rows:
+        out.append(f"Predicted times: {rows[0]['uncertainty']['text']} (docs/fidelity.md)")
     return "\n".join(out)

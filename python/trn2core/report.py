@@ -30,8 +30,12 @@ class Report:
     cycles summed over instructions), ``cycles`` and ``seconds`` (wall time at the 2.4 GHz PE
     clock), ``flops``, ``tflops`` (over the wall time), ``pe_tflops`` (over the PE-busy time),
     ``peak_tflops``, ``utilization`` (``tflops / peak`` in (0, 1]), ``bound`` ("compute",
-    "memory" or "collective") and ``details`` (a breakdown: keys ending in ``_s`` are seconds,
-    the others counts such as ``hbm_bytes``).
+    "memory" or "collective"), ``details`` (a breakdown: keys ending in ``_s`` are seconds,
+    the others counts such as ``hbm_bytes``) and ``uncertainty``: how far the published
+    Trainium2 measurements of this kind of operation were from the model (a dict: every
+    published case took between ``low`` and ``high`` times the predicted time, over ``cases``
+    cases; ``text`` says it; None where no case is published, e.g. single instructions; see
+    docs/fidelity.md).
     """
 
     def __init__(
@@ -78,7 +82,7 @@ class Report:
         f = self._fields
         rows = [("what", f.get("description", f.get("kind", "")))]
         rows += [
-            ("time", _fmt_seconds(f["seconds"])),
+            ("time", _fmt_time(f)),
             ("cycles (2.4 GHz)", f"{f['cycles']:,.0f}"),
             ("instructions", f"{f['instructions']:,}"),
             ("PE busy cycles", f"{f['pe_cycles']:,}"),
@@ -105,6 +109,14 @@ def _fmt_detail(key: str, v: float) -> str:
     if key.endswith("_s"):
         return _fmt_seconds(v)
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
+
+
+def _fmt_time(fields: dict[str, Any]) -> str:
+    """The time, and the range the published cases of its kind fell in: "9.700 ms, published
+    cases within -12%/+8% (17 collective cases)"."""
+    u = fields.get("uncertainty")
+    t = _fmt_seconds(fields["seconds"])
+    return f"{t}, {u['text']}" if u else t
 
 
 def _fmt_seconds(s: float) -> str:

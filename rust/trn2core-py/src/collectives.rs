@@ -5,7 +5,8 @@ use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use trn2core::collective::{
-    self, output_lengths, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp,
+    self, output_lengths, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming,
+    ReduceOp,
 };
 use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
 use trn2core::numerics::Format;
@@ -14,7 +15,7 @@ use trn2core::Error;
 
 use crate::arrays::borrow;
 use crate::errors::{guard, guard_detached};
-use crate::perf::report_dict;
+use crate::perf::{report_dict, uncertainty_dict};
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
 /// `trn2core.Torus`).
@@ -87,6 +88,36 @@ fn group<'a>(py: Python<'_>, t: &'a Torus, chips: Option<Vec<usize>>) -> PyResul
     }
 }
 
+/// The phases of a collective's timing as a list of dicts.
+fn phase_list<'py>(
+    py: Python<'py>,
+    t: &Torus,
+    phases: &[PhaseTiming],
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for p in phases {
+        let pd = PyDict::new(py);
+        pd.set_item("name", p.name)?;
+        pd.set_item("steps", p.repeat)?;
+        pd.set_item("seconds", p.seconds())?;
+        pd.set_item("step_s", p.step_s)?;
+        pd.set_item("latency_s", p.latency_s)?;
+        pd.set_item("link_s", p.link_s)?;
+        pd.set_item("hbm_s", p.hbm_s)?;
+        pd.set_item("reduce_s", p.reduce_s)?;
+        pd.set_item("reduce_steps", p.reduce_steps)?;
+        pd.set_item("sync_s", p.sync_s)?;
+        pd.set_item("start_s", p.start_s)?;
+        pd.set_item("efa", p.efa)?;
+        pd.set_item("max_hops", p.max_hops)?;
+        pd.set_item("bound", p.bound())?;
+        pd.set_item("busiest_link", p.busiest_link.map(|l| t.link_name(l)))?;
+        pd.set_item("busiest_link_step_bytes", p.busiest_link_bytes)?;
+        out.append(pd)?;
+    }
+    Ok(out)
+}
+
 fn report_to_dict<'py>(
     py: Python<'py>,
     t: &Torus,
@@ -121,26 +152,9 @@ fn report_to_dict<'py>(
             r.algorithm
         ),
     )?;
-    let phases = PyList::empty(py);
-    for p in &r.timing.phases {
-        let pd = PyDict::new(py);
-        pd.set_item("name", p.name)?;
-        pd.set_item("steps", p.repeat)?;
-        pd.set_item("seconds", p.seconds())?;
-        pd.set_item("step_s", p.step_s)?;
-        pd.set_item("latency_s", p.latency_s)?;
-        pd.set_item("link_s", p.link_s)?;
-        pd.set_item("hbm_s", p.hbm_s)?;
-        pd.set_item("reduce_s", p.reduce_s)?;
-        pd.set_item("start_s", p.start_s)?;
-        pd.set_item("efa", p.efa)?;
-        pd.set_item("max_hops", p.max_hops)?;
-        pd.set_item("bound", p.bound())?;
-        pd.set_item("busiest_link", p.busiest_link.map(|l| t.link_name(l)))?;
-        pd.set_item("busiest_link_step_bytes", p.busiest_link_bytes)?;
-        phases.append(pd)?;
-    }
-    d.set_item("phases", phases)?;
+    d.set_item("op_fixed_s", r.timing.op_fixed_s)?;
+    d.set_item("phases", phase_list(py, t, &r.timing.phases)?)?;
+    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
     let links = PyDict::new(py);
     let bws = PyDict::new(py);
     for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
@@ -395,7 +409,11 @@ pub fn nccom_estimate<'py>(
     d.set_item("busbw", row.busbw)?;
     d.set_item("algorithm", row.algorithm)?;
     d.set_item("intra_chip_s", row.intra_chip_s)?;
+    d.set_item("intra_chip_bytes", row.intra_chip_bytes)?;
     d.set_item("chips", row.chips)?;
+    d.set_item("op_fixed_s", row.op_fixed_s)?;
+    d.set_item("phases", phase_list(py, &row.torus, &row.phases)?)?;
+    d.set_item("uncertainty", uncertainty_dict(py, &row.uncertainty)?)?;
     Ok(d)
 }
 
