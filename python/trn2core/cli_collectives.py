@@ -213,6 +213,9 @@ def demo_collectives(out=sys.stdout) -> None:
     p(_table(rows))
     p(f"   each chip can send {inst.topology.chip_link_capacity / 1e9:.0f} GB/s over its four "
       "X/Y links; only KangaRing's four rings use them all at once")  # fmt: skip
+    p(f"   collectives achieve {100 * spec.neuronlink_achieved_fraction:.0f}% of a link and pay "
+      "the runtime's fixed costs, as calibrated on AWS's published nccom-test runs "
+      "(docs/fidelity.md)")  # fmt: skip
     p()
     p("== Bigger machines: 1 GiB all-reduce ==")
     rows = [("machine", "chips", "algorithm", "time", "busbw GB/s", "bound", "costed in")]

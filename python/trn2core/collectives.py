@@ -67,11 +67,15 @@ class CollectiveReport(Report):
             ("links used", f"{len(f['link_bytes'])}"),
         ]
         for p in f["phases"]:
+            sync = ""
+            if p["reduce_steps"]:
+                per = p["sync_s"] / p["reduce_steps"]
+                sync = f" + {p['reduce_steps']} reducing steps x {_fmt_seconds(per)}"
             rows.append(
                 (
                     f"  {p['name']}",
-                    f"{p['steps']} x {_fmt_seconds(p['step_s'])} = {_fmt_seconds(p['seconds'])}"
-                    f" ({p['bound']}, max {p['max_hops']} hops)",
+                    f"{p['steps']} x {_fmt_seconds(p['step_s'])}{sync} = "
+                    f"{_fmt_seconds(p['seconds'])} ({p['bound']}, max {p['max_hops']} hops)",
                 )
             )
         w = max(len(k) for k, _ in rows)

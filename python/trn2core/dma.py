@@ -173,8 +173,8 @@ class DmaReport(Report):
         u = f.get("uncertainty")
         return (
             f"{f['description']}\n  time {f['seconds'] * 1e6:.3f} us"
-            + (f" ({u['text']})" if u else "")
-            + f", {f['bandwidth'] / 1e9:.1f} GB/s achieved, bound by "
+            + (f", {u['text']};" if u else ",")
+            + f" {f['bandwidth'] / 1e9:.1f} GB/s achieved, bound by "
             f"{'HBM' if f['details']['hbm_s'] > f['details']['engines_s'] else 'the DMA engines'}"
         )
 
