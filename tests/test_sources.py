@@ -32,7 +32,7 @@ PROJECT_FILES = sorted(
        and not p.is_relative_to(ROOT / "python" / "trn2core" / "docs")}  # make wheel's copy
 )  # fmt: skip
 # A tag: `[S12]`, `[S3 current]`, `[S5: ...]`, `\[S1\]` (escaped in Rust docs), `[P]`.
-TAG = re.compile(r"\\?\[(S\d+)(?=[\]\s:;,\\])|\\?\[(P)\\?\]")
+TAG = re.compile(r"\\?\[(S\d+)(?=[\]\s:;,\\])|\\?\[([PF])\\?\]")
 
 
 def _tags_in(text: str) -> set[str]:
@@ -48,16 +48,16 @@ def test_every_tag_in_the_project_resolves_to_a_source():
     unknown = {t: files for t, files in used.items() if t not in known}
     assert not unknown, f"tags without a source in spec::SOURCES: {unknown}"
     # The scan did find the tags (spec.rs alone cites over 30 different ones).
-    assert len(used) > 30 and "P" in used and "S1" in used
-    assert "S35" in known and len(known) == 36
+    assert len(used) > 30 and "P" in used and "S1" in used and "F" in used
+    assert "S35" in known and len(known) == 37
 
 
 def test_spec_entries_cite_known_sources_with_a_defined_status():
     letters = {s.letter for s in spec.statuses()}
-    assert letters == {"D", "I", "C"}
+    assert letters == {"D", "I", "C", "calibrated"}
     for e in spec.entries():
         assert e.tags and e.status in letters, e
-        assert e.tags == tuple(dict.fromkeys(re.findall(r"\[(S\d+|P)\]", e.source))), e
+        assert e.tags == tuple(dict.fromkeys(re.findall(r"\[(S\d+|P|F)\]", e.source))), e
         assert all(s.tag in e.tags for s in e.sources)
 
 
@@ -90,11 +90,12 @@ def test_sources_md_lists_exactly_the_table():
     assert BEGIN in text and END in text
     block = text[text.index(BEGIN) : text.index(END) + len(END)]
     assert block == _generated_block(), "run `python tests/test_sources.py` to regenerate"
-    # ...and every row is one a reader can follow: a title and an https address (P excepted).
-    rows = re.findall(r"^\| \[(S\d+|P)\] \| (.+?) \| (.+?) \| (.+?) \|$", block, re.M)
+    # ...and every row is one a reader can follow: a title and an https address (P, the
+    # unpublished product description, and F, this project's own calibration, excepted).
+    rows = re.findall(r"^\| \[(S\d+|P|F)\] \| (.+?) \| (.+?) \| (.+?) \|$", block, re.M)
     assert [r[0] for r in rows] == [s.tag for s in spec.sources()]
     for tag, _title, address, _read in rows:
-        assert address.startswith("<https://") or tag == "P", tag
+        assert address.startswith("<https://") or tag in ("P", "F"), tag
 
 
 def test_one_status_legend_for_every_doc():
@@ -110,7 +111,8 @@ def test_one_status_legend_for_every_doc():
         text = (ROOT / "docs" / name).read_text(encoding="utf-8")
         assert "[sources.md](sources.md)" in text, name
         for letter, word in legend.items():
-            assert f"**{letter}** {word}" in text, (name, letter)
+            want = f"**{letter}**" if letter == word else f"**{letter}** {word}"
+            assert want in text, (name, letter)
 
 
 def test_spec_md_lists_every_constant_as_the_code_has_it():

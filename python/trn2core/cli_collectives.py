@@ -148,8 +148,10 @@ def add_commands(sub) -> None:
             "Predicts Neuron's nccom-test on Trainium2: RANKS are logical NeuronCores "
             "(8 / lnc per chip) on as many chips as they need (a trn2.48xlarge up to 16 chips, "
             "an UltraServer up to 64, then whole UltraServers over EFA). Sizes take binary units "
-            "(32M, 1kb, 1GB). As in nccom-test, algbw and busbw are in GiB/s (2^30 bytes/s) "
-            "and busbw = algbw x the collective's bus factor."
+            "(32M, 1kb, 1GB). As nccom-test prints them (since 2025), algbw and busbw are "
+            "size / time in GB/s (10^9 bytes/s) and busbw = algbw x the collective's bus "
+            "factor. Times are calibrated on the nccom-test examples AWS publishes; the last "
+            "line gives the range those fell in (docs/fidelity.md)."
         ),
     )
     nc.add_argument("operation", choices=tuple(_NCCOM_OPS), help="collective operation")
@@ -211,6 +213,9 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
     p(_table(rows))
     p(f"   each chip can send {inst.topology.chip_link_capacity / 1e9:.0f} GB/s over its four "
       "X/Y links; only KangaRing's four rings use them all at once")  # fmt: skip
+    p(f"   collectives achieve {100 * spec.neuronlink_achieved_fraction:.0f}% of a link and pay "
+      "the runtime's fixed costs, as calibrated on AWS's published nccom-test runs "
+      "(docs/fidelity.md)")  # fmt: skip
     p()
     p("== Bigger machines: 1 GiB all-reduce ==")
     rows = [("machine", "chips", "algorithm", "time", "busbw GB/s", "bound", "costed in")]

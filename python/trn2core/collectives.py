@@ -19,7 +19,7 @@ from . import _core, _validate
 from ._names import ALGORITHMS, COLLECTIVES, REDUCE_OPS
 from .dtypes import FORMAT_DTYPES, format_of_dtype
 from .errors import CapacityError, ShapeError, Trn2ValueError
-from .report import TimingReport, _fmt_seconds, _Trace
+from .report import TimingReport, _fmt_seconds, _fmt_time, _Trace
 
 __all__ = [
     "ALGORITHMS",
@@ -42,7 +42,9 @@ class CollectiveReport(TimingReport):
     (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
     ``network_bytes``, ``channels``, ``phases`` (a list of dicts: steps, seconds and what bounds
     each step), ``link_bytes`` (``{"3->7 Y+": bytes}``: the bytes moved over every used link,
-    one direction each), ``link_bandwidth`` (the same links' bandwidths) and ``details``."""
+    one direction each), ``link_bandwidth`` (the same links' bandwidths), ``op_fixed_s`` (the
+    runtime's fixed cost of the operation, included in ``seconds``), ``uncertainty`` (how far the
+    published collective measurements were from the model: see ``Report``) and ``details``."""
 
     collective: str
     algorithm: str
@@ -61,10 +63,12 @@ class CollectiveReport(TimingReport):
     channels: int
     bound: str
     description: str
+    op_fixed_s: float
     phases: list
     link_bytes: Mapping[str, float]
     link_bandwidth: Mapping[str, float]
     details: Mapping[str, float]
+    uncertainty: Mapping[str, Any] | None = None
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
@@ -73,7 +77,8 @@ class CollectiveReport(TimingReport):
         rows = [
             ("what", self.description),
             ("algorithm", self.algorithm),
-            ("time", _fmt_seconds(self.seconds)),
+            ("time", _fmt_time(self.seconds, self.uncertainty)),
+            ("runtime fixed cost", _fmt_seconds(self.op_fixed_s)),
             ("algbw", f"{self.algbw / 1e9:.2f} GB/s"),
             ("busbw", f"{self.busbw / 1e9:.2f} GB/s (x{self.bus_factor:.3f})"),
             ("chip link capacity", f"{self.chip_link_capacity / 1e9:.0f} GB/s out of each chip"),
@@ -82,11 +87,15 @@ class CollectiveReport(TimingReport):
             ("links used", f"{len(self.link_bytes)}"),
         ]
         for p in self.phases:
+            sync = ""
+            if p["reduce_steps"]:
+                per = p["sync_s"] / p["reduce_steps"]
+                sync = f" + {p['reduce_steps']} reducing steps x {_fmt_seconds(per)}"
             rows.append(
                 (
                     f"  {p['name']}",
-                    f"{p['steps']} x {_fmt_seconds(p['step_s'])} = {_fmt_seconds(p['seconds'])}"
-                    f" ({p['bound']}, max {p['max_hops']} hops)",
+                    f"{p['steps']} x {_fmt_seconds(p['step_s'])}{sync} = "
+                    f"{_fmt_seconds(p['seconds'])} ({p['bound']}, max {p['max_hops']} hops)",
                 )
             )
         w = max(len(k) for k, _ in rows)
@@ -331,7 +340,7 @@ NCCOM_DATATYPES = {
     "uint32": 4, "int32": 4, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }  # fmt: skip
 
-_GIB = 1 << 30
+_GB = 1e9
 
 
 #: Largest size nccom-test takes, bytes per rank (the limit of ``Machine.estimate``).
@@ -402,7 +411,10 @@ def nccom_sizes(minbytes: int, maxbytes: int, stepfactor, stepbytes) -> list[int
 
 def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str):
     """One dict per size: ``size_bytes``, ``count``, ``seconds``, ``algbw``, ``busbw`` (bytes/s),
-    ``algorithm``."""
+    ``algorithm``, ``chips``, ``op_fixed_s`` (the runtime's fixed cost, in ``seconds``),
+    ``intra_chip_s`` and ``intra_chip_bytes`` (the within-chip stage), ``phases`` (the
+    chip-level collective's, as in ``CollectiveReport``) and ``uncertainty`` (how far the
+    published collective measurements were from the model: see ``Report``)."""
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     _check_choice(op, COLLECTIVES, "operation")
     _check_choice(datatype, tuple(NCCOM_DATATYPES), "datatype")
@@ -417,7 +429,10 @@ def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: s
 
 
 def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
-    """The rows as nccom-test prints them (bandwidths in GiB/s, as Neuron's tool reports)."""
+    """The rows as nccom-test prints them: bandwidths are size / time in 10^9 B/s, as every
+    published output of Neuron's tool since 2025 is (its guide's text says GiB/s, which only
+    its 2023 examples were; docs/fidelity.md), then the range the published collective
+    measurements fell in."""
     head = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
     if show_algorithm:
         head.append("algorithm")
@@ -428,8 +443,8 @@ def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
             str(r["count"]),
             datatype,
             f"{r['seconds'] * 1e6:.2f}",
-            f"{r['algbw'] / _GIB:.2f}",
-            f"{r['busbw'] / _GIB:.2f}",
+            f"{r['algbw'] / _GB:.2f}",
+            f"{r['busbw'] / _GB:.2f}",
         ]
         if show_algorithm:
             line.append(r["algorithm"])
@@ -437,6 +452,8 @@ def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
     widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
     out = ["    ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
     out += ["    ".join(v.rjust(w) for v, w in zip(x, widths, strict=True)) for x in lines]
-    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GIB
+    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GB
     out.append(f"Avg bus bandwidth:\t{avg:.4f}GB/s")
+    if rows:
+        out.append(f"Predicted times: {rows[0]['uncertainty']['text']} (docs/fidelity.md)")
     return "\n".join(out)

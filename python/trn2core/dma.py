@@ -170,9 +170,11 @@ class DmaReport(Report):
 
     def __str__(self) -> str:
         f = self.to_dict()
+        u = f.get("uncertainty")
         return (
-            f"{f['description']}\n  time {f['seconds'] * 1e6:.3f} us, "
-            f"{f['bandwidth'] / 1e9:.1f} GB/s achieved, bound by "
+            f"{f['description']}\n  time {f['seconds'] * 1e6:.3f} us"
+            + (f", {u['text']};" if u else ",")
+            + f" {f['bandwidth'] / 1e9:.1f} GB/s achieved, bound by "
             f"{'HBM' if f['details']['hbm_s'] > f['details']['engines_s'] else 'the DMA engines'}"
         )
 

@@ -74,8 +74,12 @@ class Report(TimingReport):
     summed over instructions), ``cycles`` and ``seconds`` (wall time at the 2.4 GHz PE clock),
     ``flops``, ``tflops`` (over the wall time), ``pe_tflops`` (over the PE-busy time),
     ``peak_tflops``, ``utilization`` (``tflops / peak`` in (0, 1]), ``bound`` ("compute",
-    "memory" or "collective") and ``details`` (a breakdown: keys ending in ``_s`` are seconds,
-    the others counts such as ``hbm_bytes``).
+    "memory" or "collective"), ``details`` (a breakdown: keys ending in ``_s`` are seconds,
+    the others counts such as ``hbm_bytes``) and ``uncertainty``: how far the published
+    Trainium2 measurements of this kind of operation were from the model (a dict: every
+    published case took between ``low`` and ``high`` times the predicted time, over ``cases``
+    cases; ``text`` says it; None where no case is published, e.g. single instructions; see
+    docs/fidelity.md).
     """
 
     operation: str
@@ -91,6 +95,7 @@ class Report(TimingReport):
     utilization: float
     bound: str
     details: Mapping[str, float]
+    uncertainty: Mapping[str, Any] | None = None
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
@@ -98,7 +103,7 @@ class Report(TimingReport):
     def __str__(self) -> str:
         rows = [("what", self.description or self.operation)]
         rows += [
-            ("time", _fmt_seconds(self.seconds)),
+            ("time", _fmt_time(self.seconds, self.uncertainty)),
             ("cycles (2.4 GHz)", f"{self.cycles:,.0f}"),
             ("instructions", f"{self.instructions:,}"),
             ("PE busy cycles", f"{self.pe_cycles:,}"),
@@ -142,6 +147,13 @@ def _fmt_detail(key: str, v: float) -> str:
     if key.endswith("_s"):
         return _fmt_seconds(v)
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.4g}"
+
+
+def _fmt_time(seconds: float, uncertainty: Mapping[str, Any] | None) -> str:
+    """The time, and the range the published cases of its kind fell in: "9.700 ms, published
+    cases within -12%/+8% (17 collective cases)"."""
+    t = _fmt_seconds(seconds)
+    return f"{t}, {uncertainty['text']}" if uncertainty else t
 
 
 def _fmt_seconds(s: float) -> str:

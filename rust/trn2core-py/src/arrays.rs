@@ -161,7 +161,9 @@ where
     R: Send,
 {
     let (mut arrays, r) = fill_new_arrays(py, &[len], arg, what, work, |outs| fill(&mut *outs[0]))?;
-    let array = arrays.pop().ok_or_else(|| Error::shape(arg, "no result array"))?;
+    let array = arrays
+        .pop()
+        .ok_or_else(|| Error::shape(arg, "no result array"))?;
     Ok((array, r))
 }
 

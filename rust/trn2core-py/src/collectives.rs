@@ -5,7 +5,7 @@ use numpy::{Element, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use trn2core::collective::{
-    self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp,
+    self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming, ReduceOp,
 };
 use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
 use trn2core::engine::PerfMode;
@@ -14,7 +14,7 @@ use trn2core::topology::{self as topo, Torus};
 
 use crate::arrays::{borrow, fill_new_arrays, slice};
 use crate::errors::{guard_detached, PyTrn2Result};
-use crate::perf::report_dict;
+use crate::perf::{report_dict, uncertainty_dict};
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
 /// `trn2core.Torus`).
@@ -81,13 +81,43 @@ fn group(t: &Torus, chips: Option<Vec<usize>>) -> PyTrn2Result<Group<'_>> {
     })
 }
 
+/// The phases of a collective's timing as a list of dicts.
+fn phase_list<'py>(
+    py: Python<'py>,
+    t: &Torus,
+    phases: &[PhaseTiming],
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for p in phases {
+        let pd = PyDict::new(py);
+        pd.set_item("name", p.name)?;
+        pd.set_item("steps", p.repeat)?;
+        pd.set_item("seconds", p.seconds())?;
+        pd.set_item("step_s", p.step_s)?;
+        pd.set_item("latency_s", p.latency_s)?;
+        pd.set_item("link_s", p.link_s)?;
+        pd.set_item("hbm_s", p.hbm_s)?;
+        pd.set_item("reduce_s", p.reduce_s)?;
+        pd.set_item("reduce_steps", p.reduce_steps)?;
+        pd.set_item("sync_s", p.sync_s)?;
+        pd.set_item("start_s", p.start_s)?;
+        pd.set_item("efa", p.efa)?;
+        pd.set_item("max_hops", p.max_hops)?;
+        pd.set_item("bound", p.bound())?;
+        pd.set_item("busiest_link", p.busiest_link.map(|l| t.link_name(l)))?;
+        pd.set_item("busiest_link_step_bytes", p.busiest_link_bytes)?;
+        out.append(pd)?;
+    }
+    Ok(out)
+}
+
 fn report_to_dict<'py>(
     py: Python<'py>,
     t: &Torus,
     r: &CollectiveReport,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-        d.set_item("collective", r.collective.name())?;
+    d.set_item("collective", r.collective.name())?;
     d.set_item("algorithm", &r.algorithm)?;
     d.set_item("op", r.op.map(|o| o.name()))?;
     d.set_item("ranks", r.ranks)?;
@@ -114,26 +144,9 @@ fn report_to_dict<'py>(
             r.algorithm
         ),
     )?;
-    let phases = PyList::empty(py);
-    for p in &r.timing.phases {
-        let pd = PyDict::new(py);
-        pd.set_item("name", p.name)?;
-        pd.set_item("steps", p.repeat)?;
-        pd.set_item("seconds", p.seconds())?;
-        pd.set_item("step_s", p.step_s)?;
-        pd.set_item("latency_s", p.latency_s)?;
-        pd.set_item("link_s", p.link_s)?;
-        pd.set_item("hbm_s", p.hbm_s)?;
-        pd.set_item("reduce_s", p.reduce_s)?;
-        pd.set_item("start_s", p.start_s)?;
-        pd.set_item("efa", p.efa)?;
-        pd.set_item("max_hops", p.max_hops)?;
-        pd.set_item("bound", p.bound())?;
-        pd.set_item("busiest_link", p.busiest_link.map(|l| t.link_name(l)))?;
-        pd.set_item("busiest_link_step_bytes", p.busiest_link_bytes)?;
-        phases.append(pd)?;
-    }
-    d.set_item("phases", phases)?;
+    d.set_item("op_fixed_s", r.timing.op_fixed_s)?;
+    d.set_item("phases", phase_list(py, t, &r.timing.phases)?)?;
+    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
     let links = PyDict::new(py);
     let bws = PyDict::new(py);
     for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
@@ -230,7 +243,12 @@ pub fn collective_reduce<'py>(
                     collective::run_reduce(&g, c, o, a, f, &bufs, &mut outs)
                 },
             )?;
-            (outs.into_iter().map(|a| a.into_any().unbind()).collect::<Vec<_>>(), rep)
+            (
+                outs.into_iter()
+                    .map(|a| a.into_any().unbind())
+                    .collect::<Vec<_>>(),
+                rep,
+            )
         }};
     }
     let (list, rep) = match f.code_bits() {
@@ -302,7 +320,11 @@ pub fn nccom_estimate<'py>(
     d.set_item("busbw", row.busbw)?;
     d.set_item("algorithm", row.algorithm)?;
     d.set_item("intra_chip_s", row.intra_chip_s)?;
+    d.set_item("intra_chip_bytes", row.intra_chip_bytes)?;
     d.set_item("chips", row.chips)?;
+    d.set_item("op_fixed_s", row.op_fixed_s)?;
+    d.set_item("phases", phase_list(py, &row.torus, &row.phases)?)?;
+    d.set_item("uncertainty", uncertainty_dict(py, &row.uncertainty)?)?;
     Ok(d)
 }
 

@@ -32,7 +32,14 @@ impl PyEndpoint<'_> {
 }
 
 /// `(report fields, trace JSON, bytes, wire bytes, src place, dst place)` of a DMA transfer.
-type CopyResult<'py> = (Bound<'py, PyDict>, String, u64, u64, &'static str, &'static str);
+type CopyResult<'py> = (
+    Bound<'py, PyDict>,
+    String,
+    u64,
+    u64,
+    &'static str,
+    &'static str,
+);
 
 /// One HBM stack (24 GiB), shareable between the two cores it serves.
 #[pyclass(name = "HbmStack", module = "trn2core._core", frozen)]
@@ -248,7 +255,9 @@ impl PyCoreMemory {
         };
         let work = payload.raw.len() as u64;
         let mem = &self.inner;
-        let c = guard_work(py, work, || copy::dma_copy(mem, payload, codec, s, d, queue))?;
+        let c = guard_work(py, work, || {
+            copy::dma_copy(mem, payload, codec, s, d, queue)
+        })?;
         Ok((
             report_dict(py, &c.report)?,
             c.report.chrome_trace_json(),

@@ -106,7 +106,11 @@ pub fn decode<'py>(
 
 /// The words of the seeded generator for flat indices `0..n`.
 #[pyfunction]
-pub fn stochastic_bits(py: Python<'_>, n: u64, seed: u64) -> PyTrn2Result<Bound<'_, PyArray1<u32>>> {
+pub fn stochastic_bits(
+    py: Python<'_>,
+    n: u64,
+    seed: u64,
+) -> PyTrn2Result<Bound<'_, PyArray1<u32>>> {
     let n = numerics::random_words_len("shape", n)?;
     let what = format!("{n} random words");
     let (arr, ()) = fill_new_array(py, n, "shape", &what, n as u64, |o| {

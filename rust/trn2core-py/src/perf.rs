@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::engine::cost::{estimate_gemm as core_estimate, estimate_gemm_walk, GemmPlan};
 use trn2core::engine::PerfMode;
-use trn2core::perf::Report;
+use trn2core::perf::{Report, Uncertainty};
 use trn2core::sparsity::Pattern;
 
 use crate::errors::{guard_work, PyTrn2Result};
@@ -29,6 +29,24 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
         details.set_item(*k, *v)?;
     }
     d.set_item("details", details)?;
+    d.set_item(
+        "uncertainty",
+        r.uncertainty
+            .map(|u| uncertainty_dict(py, &u))
+            .transpose()?,
+    )?;
+    Ok(d)
+}
+
+/// An [`Uncertainty`] as a dict: `low`, `high` (published / predicted), `cases`, `basis`, and
+/// the printed `text`.
+pub fn uncertainty_dict<'py>(py: Python<'py>, u: &Uncertainty) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("low", u.low)?;
+    d.set_item("high", u.high)?;
+    d.set_item("cases", u.cases)?;
+    d.set_item("basis", u.basis)?;
+    d.set_item("text", u.text())?;
     Ok(d)
 }
 

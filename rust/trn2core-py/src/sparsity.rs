@@ -24,9 +24,14 @@ pub fn sparsity_prune(
     let p = Pattern::parse(pattern)?;
     let d = Dtype::parse("x", dtype)?;
     with_codes!(x, "x", |s: T| {
-        let (arr, ()) = fill_new_array::<T, _>(py, s.len(), "x", "the pruned array", s.len() as u64, |out| {
-            sparsity::prune_to::<T>(s, out, d, &shape, axis, p)
-        })?;
+        let (arr, ()) = fill_new_array::<T, _>(
+            py,
+            s.len(),
+            "x",
+            "the pruned array",
+            s.len() as u64,
+            |out| sparsity::prune_to::<T>(s, out, d, &shape, axis, p),
+        )?;
         Ok(arr.into_any().unbind())
     })
 }

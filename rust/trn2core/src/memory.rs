@@ -861,7 +861,10 @@ mod tests {
     #[test]
     fn an_allocation_is_freed_only_by_the_memory_that_made_it() {
         // Two standalone cores: both have an HBM "stack 0" and allocations numbered from 0.
-        let (mut a, mut b) = (CoreMemory::new(0).expect("a"), CoreMemory::new(0).expect("b"));
+        let (mut a, mut b) = (
+            CoreMemory::new(0).expect("a"),
+            CoreMemory::new(0).expect("b"),
+        );
         for space in Space::ALL {
             let fp = Footprint::of_bytes(128 * KIB);
             let mine = a.alloc("x", space, fp).expect("fits");

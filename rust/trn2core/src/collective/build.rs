@@ -9,7 +9,7 @@ use super::schedule::{
     ChunkSel, Group, Phase, Schedule, Transfer, ALL_CHANNELS, IDENTITY, MESH_MAX_RANKS,
 };
 use crate::spec::{
-    KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
+    COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES, KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
     KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS,
     RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS, TORUS_HAMILTONIAN_CYCLES,
 };
@@ -104,6 +104,7 @@ fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64)
         reduce,
         transfers,
         hbm_factor,
+        reduce_steps: if reduce { (m - 1) as u32 } else { 0 },
     })
 }
 
@@ -177,6 +178,7 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut
             reduce,
             transfers,
             hbm_factor: 1.0,
+            reduce_steps: u32::from(reduce),
         });
     }
 }
@@ -231,7 +233,20 @@ fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Option<Phase> {
         reduce,
         transfers,
         hbm_factor: 1.0,
+        reduce_steps: u32::from(reduce),
     })
+}
+
+/// KangaRing's duplication: 3 HBM accesses instead of 4 per chunk per two ranks for
+/// all-gather, 4 instead of 6 for reduce-scatter.
+fn kangaring_hbm_factor(reduce: bool) -> f64 {
+    if reduce {
+        KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
+            / RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
+    } else {
+        KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
+            / RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
+    }
 }
 
 /// Which part of an all-reduce to build.
@@ -251,6 +266,8 @@ struct Builder<'t> {
     p: usize,
     ultraservers: usize,
     perms: Vec<Vec<u32>>,
+    /// KangaRing's primary ranks per chip: one of each pair of the chip's runtime ranks.
+    primaries_per_chip: usize,
 }
 
 impl Builder<'_> {
@@ -323,23 +340,46 @@ impl Builder<'_> {
             }
         }
         let reduce = half == Half::ReduceScatter;
-        // KangaRing's duplication: 3 HBM accesses instead of 4 per chunk per two ranks for
-        // all-gather, 4 instead of 6 for reduce-scatter.
-        let factor = if reduce {
-            KANGARING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
-                / RING_REDUCE_SCATTER_HBM_ACCESSES_PER_TWO_RANKS as f64
-        } else {
-            KANGARING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
-                / RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS as f64
-        };
+        let factor = kangaring_hbm_factor(reduce);
         let name = if reduce {
             "kangaring reduce-scatter"
         } else {
             "kangaring all-gather"
         };
-        ring_phase(name, &rings, reduce, factor)
-            .into_iter()
-            .collect()
+        self.kangaring_steps(ring_phase(name, &rings, reduce, factor))
+    }
+
+    /// KangaRing on a group that is not a whole 2-D torus: the ring through its chips in rank
+    /// order, both directions, with KangaRing's HBM saving (its runtime cycle runs through the
+    /// primary ranks of those chips).
+    fn kangaring_ring(&mut self, order: &[u32], half: Half) -> Vec<Phase> {
+        let reduce = half == Half::ReduceScatter;
+        let factor = kangaring_hbm_factor(reduce);
+        let mut phases = self.ring(order, half);
+        for p in &mut phases {
+            p.hbm_factor = factor;
+            p.name = if reduce {
+                "kangaring reduce-scatter"
+            } else {
+                "kangaring all-gather"
+            };
+        }
+        self.kangaring_steps(phases.pop())
+    }
+
+    /// A KangaRing phase's synchronised reducing steps: the runtime's cycle visits every primary
+    /// rank (one of each pair of a chip's ranks, \[S16\]), so it has `chips x primaries - 1`
+    /// steps where the chip-level ring has `chips - 1`.
+    fn kangaring_steps(&self, phase: Option<Phase>) -> Vec<Phase> {
+        let mut phase = match phase {
+            Some(p) => p,
+            None => return Vec::new(),
+        };
+        if phase.reduce {
+            let cycle = (phase.repeat as usize + 1) * self.primaries_per_chip.max(1);
+            phase.reduce_steps = (cycle - 1) as u32;
+        }
+        vec![phase]
     }
 
     /// Rings along each torus dimension (reduce-scatter X, Y, Z; all-gather Z, Y, X), the `+`
@@ -437,8 +477,9 @@ impl Builder<'_> {
     }
 
     /// The channels an algorithm uses on groups of `p` ranks.
-    fn channels(alg: Algorithm, p: usize) -> usize {
+    fn channels(alg: Algorithm, p: usize, shape: &[usize]) -> usize {
         match alg {
+            Algorithm::KangaRing if shape.len() < 2 => 2,
             Algorithm::KangaRing => 2 * TORUS_HAMILTONIAN_CYCLES,
             Algorithm::Torus | Algorithm::Ring => 2,
             Algorithm::Rdh if p >= 2 => p.trailing_zeros() as usize,
@@ -449,6 +490,7 @@ impl Builder<'_> {
     fn half(&mut self, alg: Algorithm, half: Half, order: &[u32]) -> Result<Vec<Phase>> {
         Ok(match alg {
             Algorithm::Ring => self.ring(order, half),
+            Algorithm::KangaRing if self.shape.len() < 2 => self.kangaring_ring(order, half),
             Algorithm::KangaRing => {
                 let cycles = hamiltonian_decomposition(self.shape).ok_or_else(|| {
                     Error::value(
@@ -531,6 +573,7 @@ pub fn build(
                     })
                     .collect(),
                 hbm_factor: 1.0,
+                reduce_steps: 0,
             });
             return Ok(sched);
         }
@@ -562,6 +605,7 @@ pub fn build(
                 reduce: false,
                 transfers,
                 hbm_factor: 1.0,
+                reduce_steps: 0,
             });
             return Ok(sched);
         }
@@ -596,7 +640,20 @@ pub fn build(
             ))
         }
         Algorithm::Mesh => check_mesh(n)?,
-        Algorithm::Torus | Algorithm::KangaRing => needs_whole(alg.name())?,
+        Algorithm::Torus => needs_whole(alg.name())?,
+        // On a whole instance: its two Hamiltonian cycles; on other chips of one server: the
+        // ring through them (the runtime's KangaRing needs every rank of each chip, which a
+        // chip-level group stands for).
+        Algorithm::KangaRing if !whole && torus.ultraservers() > 1 => {
+            return Err(Error::value(
+                "algorithm",
+                format!(
+                    "kangaring runs within one instance or UltraServer; this group has {n} ranks                      on a machine of {} UltraServers (use ring, rdh or mesh)",
+                    torus.ultraservers()
+                ),
+            ))
+        }
+        Algorithm::KangaRing if whole => needs_whole(alg.name())?,
         Algorithm::Hierarchical if !(whole && torus.ultraservers() > 1) => {
             return Err(Error::value(
                 "algorithm",
@@ -633,8 +690,9 @@ pub fn build(
         p: n,
         ultraservers: 1,
         perms: Vec::new(),
+        primaries_per_chip: primaries_per_chip(group),
     };
-    sched.k = Builder::channels(alg, n);
+    sched.k = Builder::channels(alg, n, &flat_shape);
     if matches!(
         collective,
         Collective::AllReduce | Collective::ReduceScatter
@@ -645,6 +703,17 @@ pub fn build(
     }
     if matches!(collective, Collective::AllReduce | Collective::AllGather) {
         sched.phases.extend(b.half(alg, Half::AllGather, &order)?);
+    }
+    // The runtime's single-step Mesh all-reduce for small buffers: every rank broadcasts its
+    // buffer and receivers reduce locally, so its reduce-scatter is not a synchronised reducing
+    // step (timing only; its extra traffic, n times a small buffer, is not charged).
+    if collective == Collective::AllReduce
+        && alg == Algorithm::Mesh
+        && message_bytes <= COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES
+    {
+        if let Some(first) = sched.phases.first_mut() {
+            first.reduce_steps = 0;
+        }
     }
     sched.perms = b.perms;
     crate::cancel::check()?; // a phase builder may have stopped early on Ctrl-C
@@ -666,14 +735,15 @@ fn hierarchical(
     let shape = torus.torus_shape().to_vec();
     let p = torus.chips_per_server();
     let ultraservers = torus.ultraservers();
-    let intra = intra_algorithm(&shape, p, message_bytes);
+    let intra = intra_algorithm(&shape, p, group.ranks_per_chip, message_bytes);
     sched.intra = Some(intra);
-    sched.k = Builder::channels(intra, p);
+    sched.k = Builder::channels(intra, p, &shape);
     let mut b = Builder {
         shape: &shape,
         p,
         ultraservers,
         perms: Vec::new(),
+        primaries_per_chip: primaries_per_chip(group),
     };
     let snake = snake_order(&shape);
     // Inter-server groups: chips at local position l of every server; local chunk s stands for
@@ -742,6 +812,12 @@ fn hierarchical(
     sched.phases = phases;
     sched.perms = b.perms;
     Ok(sched)
+}
+
+/// KangaRing's primary ranks per chip: the chip's runtime ranks form pairs of a primary and a
+/// secondary (\[S16\]), so half of them (at least one).
+fn primaries_per_chip(group: &Group) -> usize {
+    (group.ranks_per_chip / 2).max(1)
 }
 
 fn check_mesh(n: usize) -> Result<()> {

@@ -1,36 +1,47 @@
 //! Timing of a collective [`Schedule`] over the links: the timing model, kept apart from the bits.
 //!
-//! # Model (alpha-beta with per-hop latency and link contention)
+//! # Model (alpha-beta with per-hop latency, link contention and the runtime's fixed costs)
 //!
 //! The steps of a phase are identical in shape (the chunks move, the pattern does not), so one
 //! step of each phase is costed and multiplied by the phase's repeat count: costing is linear in
 //! the number of transfers of one step, never in `steps x ranks`, and a 2,048-chip all-reduce
-//! costs in milliseconds. One step takes
+//! costs in milliseconds.
 //!
 //! ```text
-//! step = latency + max(link, hbm, reduce)
+//! collective = op + sum over phases of (repeat x step + reduce_steps x 234 us)
+//! op      = the runtime's fixed cost of one operation: 291 us for an all-reduce or a
+//!           reduce-scatter, 6.5 us for the others (calibrated, spec::COLLECTIVE_*_OP_FIXED_S)
+//! step    = latency + max(link, hbm, reduce)
 //! latency = the largest over the step's transfers of: NeuronLink hops x 1.5 us (the runtime's
 //!           documented 1-2 us per hop of Ring/KangaRing, \[S16\]), or 15 us for a transfer across
 //!           EFA (the documented minimal inter-server RDMA latency, \[S15\])
 //! link    = the largest over links of (bytes every transfer of the step routes over that link)
-//!           / (the link's bandwidth per direction): transfers sharing a link share its bandwidth
+//!           / (the link's bandwidth per direction, times the 0.40 of it collectives achieve on
+//!           NeuronLink, spec::NEURONLINK_ACHIEVED_FRACTION; EFA at its nominal rate): transfers
+//!           sharing a link share its bandwidth
 //! hbm     = the largest over chips of the HBM bytes the step reads and writes there (a copy
 //!           reads at the sender and writes at the receiver; a reduction also reads the
 //!           receiver's own chunk; KangaRing's duplication scales this by 3/4 or 2/3) / 2.9 TB/s
 //! reduce  = the largest over chips of the bytes reduced there / (the chip's 3.5 TB/s of DMA at
 //!           the 50 % rate of accumulate-type transfers, \[S3\]\[S19\])
+//! reduce_steps x 234 us = the runtime's fixed cost of each synchronised reducing step
+//!           (spec::COLLECTIVE_REDUCE_STEP_S; the phase's `reduce_steps`, see `Phase`)
 //! ```
 //!
-//! Transfers, reductions and HBM traffic of a step overlap (the runtime slices chunks to
-//! pipeline them, \[S16\]); a step's latency does not overlap the next step's. Routing is the
-//! torus's dimension-order routing; EFA crossings use the sender's NIC egress and the receiver's
-//! NIC ingress (25 GB/s each way) over a non-blocking fabric. A link never carries more than its
+//! The op and reducing-step costs are calibrated on the nccom-test examples of the Neuron
+//! documentation (docs/fidelity.md): no documented mechanism explains their size. Transfers,
+//! reductions and HBM traffic of a step overlap (the runtime slices chunks to pipeline them,
+//! \[S16\]); a step's latency does not overlap the next step's. Routing is the torus's
+//! dimension-order routing; EFA crossings use the sender's NIC egress and the receiver's NIC
+//! ingress (25 GB/s each way) over a non-blocking fabric. A link never carries more than its
 //! bandwidth for the time of any step, so it never does over the whole collective either.
 
+use super::ops::Collective;
 use super::schedule::{Group, Schedule};
 use crate::spec::{
+    COLLECTIVE_OP_FIXED_S, COLLECTIVE_REDUCE_OP_FIXED_S, COLLECTIVE_REDUCE_STEP_S,
     DMA_ACCUMULATE_EFFICIENCY, DMA_CHIP_BYTES_PER_S, EFA_LATENCY_S, HBM_CHIP_BYTES_PER_S,
-    RING_HOP_LATENCY_S,
+    NEURONLINK_ACHIEVED_FRACTION, RING_HOP_LATENCY_S,
 };
 use crate::topology::{LinkKind, Torus};
 use crate::Result;
@@ -64,18 +75,24 @@ pub struct PhaseTiming {
     pub busiest_link_bytes: f64,
     /// The busiest link of a step.
     pub busiest_link: Option<usize>,
+    /// Synchronised reducing steps of the phase (see `Phase::reduce_steps`).
+    pub reduce_steps: u32,
+    /// Seconds of the runtime's fixed cost of those steps, over the whole phase.
+    pub sync_s: f64,
 }
 
 impl PhaseTiming {
-    /// Seconds of the whole phase.
+    /// Seconds of the whole phase: its steps and the runtime's fixed cost of its reducing steps.
     pub fn seconds(&self) -> f64 {
-        self.step_s * f64::from(self.repeat)
+        self.step_s * f64::from(self.repeat) + self.sync_s
     }
 
-    /// What bounds a step: `"latency"`, `"link"`, `"efa"`, `"hbm"` or `"reduce"`.
+    /// What bounds a step: `"latency"` (hops, and the runtime's fixed step costs), `"link"`,
+    /// `"efa"`, `"hbm"` or `"reduce"`.
     pub fn bound(&self) -> &'static str {
         let transfer = self.link_s.max(self.hbm_s).max(self.reduce_s);
-        if self.latency_s >= transfer {
+        let fixed = self.latency_s + self.sync_s / f64::from(self.repeat.max(1));
+        if fixed >= transfer {
             "latency"
         } else if self.link_s >= self.hbm_s.max(self.reduce_s) {
             if self.efa {
@@ -94,8 +111,10 @@ impl PhaseTiming {
 /// Timing of a whole collective.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timing {
-    /// Seconds of the whole collective: the phases back to back.
+    /// The whole collective, the runtime's fixed cost of the operation included.
     pub seconds: f64,
+    /// The runtime's fixed cost of the operation (0 for a collective without transfers).
+    pub op_fixed_s: f64,
     /// Timing of each phase of the schedule, in order.
     pub phases: Vec<PhaseTiming>,
     /// Bytes each used link carried over the whole collective: `(link id, bytes)`, by id.
@@ -132,6 +151,31 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
     let mut network_bytes = 0.0;
     let mut events: Vec<(String, &'static str, f64, f64)> = Vec::new();
     let reduce_rate = DMA_CHIP_BYTES_PER_S * DMA_ACCUMULATE_EFFICIENCY;
+    // What collectives achieve of each link: NeuronLink at the calibrated fraction of its
+    // bandwidth, EFA at its nominal rate (no Trn2 measurement across UltraServers is published).
+    let achieved = |l: usize| {
+        let bw = torus.link_id_bandwidth(l);
+        if is_efa(torus, l) {
+            bw
+        } else {
+            bw * NEURONLINK_ACHIEVED_FRACTION
+        }
+    };
+    // The runtime's fixed cost of the operation, first on the timeline.
+    let op_fixed_s = if s.phases.is_empty() {
+        0.0
+    } else {
+        op_fixed_cost_s(s.collective)
+    };
+    if trace && op_fixed_s > 0.0 {
+        events.push((
+            "collective".to_string(),
+            "runtime fixed cost",
+            0.0,
+            op_fixed_s,
+        ));
+    }
+    t += op_fixed_s;
     for phase in &s.phases {
         let mut latency: f64 = 0.0;
         let mut max_hops = 0;
@@ -176,7 +220,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         }
         let (mut link_s, mut busiest, mut busiest_bytes) = (0f64, None, 0f64);
         for &l in &touched {
-            let ls = load[l] / torus.link_id_bandwidth(l);
+            let ls = load[l] / achieved(l);
             if ls > link_s {
                 link_s = ls;
                 busiest = Some(l);
@@ -190,18 +234,24 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         }
         let step = latency + link_s.max(hbm_s).max(reduce_s);
         let repeat = f64::from(phase.repeat);
+        let sync_s = f64::from(phase.reduce_steps) * COLLECTIVE_REDUCE_STEP_S;
         for &l in &touched {
             total[l] += load[l] * repeat;
             if step > 0.0 {
                 max_util = max_util.max(load[l] / (torus.link_id_bandwidth(l) * step));
             }
             if trace && touched.len() <= TRACE_MAX_LINK_TRACKS {
-                let busy = repeat * load[l] / torus.link_id_bandwidth(l);
+                let busy = repeat * load[l] / achieved(l);
                 events.push((torus.link_name(l), phase.name, t, busy));
             }
         }
         if trace {
-            events.push(("collective".to_string(), phase.name, t, repeat * step));
+            events.push((
+                "collective".to_string(),
+                phase.name,
+                t,
+                repeat * step + sync_s,
+            ));
         }
         network_bytes += step_net * repeat;
         phases.push(PhaseTiming {
@@ -217,8 +267,10 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
             max_hops,
             busiest_link_bytes: busiest_bytes,
             busiest_link: busiest,
+            reduce_steps: phase.reduce_steps,
+            sync_s,
         });
-        t += repeat * step;
+        t += repeat * step + sync_s;
         for &l in &touched {
             load[l] = 0.0;
         }
@@ -237,12 +289,23 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         .collect();
     Ok(Timing {
         seconds: t,
+        op_fixed_s,
         phases,
         link_bytes,
         max_link_utilization: max_util,
         network_bytes,
         trace: trace.then(|| trace_json(&events)),
     })
+}
+
+/// The runtime's fixed cost of one operation of `collective`: reducing collectives pay
+/// [`COLLECTIVE_REDUCE_OP_FIXED_S`], the others [`COLLECTIVE_OP_FIXED_S`].
+pub fn op_fixed_cost_s(collective: Collective) -> f64 {
+    if collective.reduces() {
+        COLLECTIVE_REDUCE_OP_FIXED_S
+    } else {
+        COLLECTIVE_OP_FIXED_S
+    }
 }
 
 /// A Chrome trace-event document: one thread per track, times in microseconds.

@@ -31,12 +31,13 @@ pub use ops::{Algorithm, Collective, ReduceOp};
 pub use policy::auto_algorithm;
 pub use schedule::{ChunkSel, Group, Phase, Schedule, Transfer};
 
+use crate::dma::cost::{fixed_cost_s, Place};
 use crate::numerics::Format;
-use crate::spec::{
-    CORES_PER_CHIP, DMA_FIXED_COST_S, HBM_CHIP_BYTES_PER_S, INSTANCE_TORUS_X, INSTANCE_TORUS_Y,
-};
+use crate::perf::Uncertainty;
+use crate::spec::{CORES_PER_CHIP, HBM_CHIP_BYTES_PER_S, INSTANCE_TORUS_X, INSTANCE_TORUS_Y};
 use crate::topology::{check_lnc, Torus};
 use crate::{Error, Result};
+use cost::op_fixed_cost_s;
 
 /// Everything a collective's report says.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +72,8 @@ pub struct CollectiveReport {
     pub timing: Timing,
     /// Channels (parallel rings) of the schedule.
     pub channels: usize,
+    /// How far the published collective cases were from the model.
+    pub uncertainty: Uncertainty,
 }
 
 impl CollectiveReport {
@@ -135,6 +138,7 @@ fn report(
         chip_link_capacity: group.torus.chip_egress_bytes_per_s(),
         timing,
         channels: sched.k,
+        uncertainty: Uncertainty::COLLECTIVE,
     })
 }
 
@@ -315,20 +319,33 @@ pub struct NccomRow {
     pub algorithm: String,
     /// Seconds of the within-chip stage (several ranks per chip).
     pub intra_chip_s: f64,
+    /// Bytes the within-chip stage reads and writes in HBM.
+    pub intra_chip_bytes: f64,
     /// Chips the ranks span (`ranks / (8 / lnc)`, at least 1).
     pub chips: usize,
+    /// The runtime's fixed cost of the operation, included in `seconds`.
+    pub op_fixed_s: f64,
+    /// The phases of the chip-level collective (none within one chip).
+    pub phases: Vec<PhaseTiming>,
+    /// The machine the chip-level collective ran on (its links name the phases' busiest).
+    pub torus: Torus,
+    /// How far the published collective cases were from the model.
+    pub uncertainty: Uncertainty,
 }
 
 /// The model behind `trn2core nccom-test -r RANKS`: `ranks` are Logical NeuronCores as in
 /// Neuron's tool (`8 / lnc` per chip), `size_bytes` is the tool's `size(B)`.
 ///
 /// The ranks of one chip share its links, so the chip-level collective runs once per chip on
-/// the chip's data, and a within-chip stage before or after it moves data through HBM: an
-/// all-reduce reduces the chip's `L` local buffers (read `L S`, write `S`) and broadcasts the
+/// the chip's data (with the chip standing for its `L` ranks in the runtime's algorithm choice
+/// and KangaRing's cycle), and a within-chip stage before or after it moves data through HBM:
+/// an all-reduce reduces the chip's `L` local buffers (read `L S`, write `S`) and broadcasts the
 /// result (read `S`, write `L S`); an all-gather copies the gathered data to every local rank;
-/// a reduce-scatter reduces the local inputs; an all-to-all exchanges the local parts. That
-/// stage moves its bytes at the chip's HBM bandwidth, overlapped with the chip-level stage (the
-/// runtime pipelines chunks through both), and adds one DMA fixed cost.
+/// a reduce-scatter reduces the local inputs; an all-to-all exchanges the local parts; a
+/// send/recv (rank `r` to `r + 1`) copies `L - 1` buffers within the chip while one crosses to
+/// the next chip. That stage moves its bytes at the chip's HBM bandwidth, overlapped with the
+/// chip-level stage (the runtime pipelines chunks through both), and adds one DMA fixed cost.
+/// The runtime's fixed cost of the operation is paid once, also by a collective within one chip.
 pub fn nccom_estimate(
     collective: Collective,
     ranks: usize,
@@ -362,7 +379,7 @@ pub fn nccom_estimate(
         ));
     }
     let (torus, chosen) = machine_for_chips(chips)?;
-    let group = Group::new(&torus, chosen)?;
+    let group = Group::new(&torus, chosen)?.with_ranks_per_chip(local);
     let s = size_bytes as f64;
     let l = local as f64;
     // Per-chip elements of the chip-level collective's input.
@@ -371,9 +388,11 @@ pub fn nccom_estimate(
         Collective::AllReduce | Collective::ReduceScatter => count,
         Collective::AllGather => count / ranks as u64 * local as u64,
         Collective::AllToAll => count * local as u64,
-        Collective::SendRecv => count * local as u64,
+        // Rank r sends to r + 1: of a chip's ranks only the last one's buffer crosses.
+        Collective::SendRecv => count,
     };
-    let (chip_s, alg) = if chips > 1 {
+    let mut phases = Vec::new();
+    let (chip_s, op_fixed_s, alg) = if chips > 1 {
         let (_, rep) = estimate(
             &group,
             collective,
@@ -383,30 +402,41 @@ pub fn nccom_estimate(
             None,
             false,
         )?;
-        (rep.seconds, rep.algorithm)
+        let fixed = rep.timing.op_fixed_s;
+        phases = rep.timing.phases;
+        (rep.seconds - fixed, fixed, rep.algorithm)
     } else {
-        (0.0, "local".to_string())
+        let fixed = if local > 1 {
+            op_fixed_cost_s(collective)
+        } else {
+            0.0
+        };
+        (0.0, fixed, "local".to_string())
     };
     let intra_bytes = if local > 1 {
         match collective {
             Collective::AllReduce => (2.0 * l + 2.0) * s,
             Collective::AllGather => (l + 1.0) * s,
             Collective::ReduceScatter => (l + 1.0) * s,
-            Collective::AllToAll | Collective::SendRecv => 2.0 * l * s,
+            Collective::AllToAll => 2.0 * l * s,
+            Collective::SendRecv => 2.0 * (l - 1.0) * s,
         }
     } else {
         0.0
     };
+    // The within-chip stage's DMAs read and write HBM.
+    let intra_fixed = fixed_cost_s(Place::Hbm, Place::Hbm);
     let intra_s = if intra_bytes > 0.0 {
-        DMA_FIXED_COST_S + intra_bytes / HBM_CHIP_BYTES_PER_S
+        intra_fixed + intra_bytes / HBM_CHIP_BYTES_PER_S
     } else {
         0.0
     };
-    let seconds = if intra_bytes > 0.0 {
-        chip_s.max(intra_bytes / HBM_CHIP_BYTES_PER_S) + DMA_FIXED_COST_S
-    } else {
-        chip_s
-    };
+    let seconds = op_fixed_s
+        + if intra_bytes > 0.0 {
+            chip_s.max(intra_bytes / HBM_CHIP_BYTES_PER_S) + intra_fixed
+        } else {
+            chip_s
+        };
     let algbw = if seconds > 0.0 { s / seconds } else { 0.0 };
     Ok(NccomRow {
         size_bytes,
@@ -416,6 +446,11 @@ pub fn nccom_estimate(
         busbw: algbw * collective.bus_factor(ranks),
         algorithm: alg,
         intra_chip_s: intra_s,
+        intra_chip_bytes: intra_bytes,
         chips,
+        op_fixed_s,
+        phases,
+        torus,
+        uncertainty: Uncertainty::COLLECTIVE,
     })
 }

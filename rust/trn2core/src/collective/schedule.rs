@@ -21,6 +21,7 @@
 //! (mesh) pattern, and all of them nested inside the UltraServers of a hierarchical algorithm.
 
 use super::ops::{Algorithm, Collective};
+use crate::spec::{CORES_PER_CHIP, LNC_DEFAULT};
 use crate::topology::Torus;
 use crate::{Error, Result};
 
@@ -126,6 +127,12 @@ pub struct Phase {
     /// HBM accesses charged per byte received, relative to a plain ring hop (KangaRing's
     /// one-read-two-writes duplication touches HBM less, \[S16\]).
     pub hbm_factor: f64,
+    /// Synchronised reducing steps the runtime takes for this phase, each charged
+    /// `spec::COLLECTIVE_REDUCE_STEP_S` by the cost model: `repeat` for a reducing phase, more
+    /// for KangaRing (its cycle runs through every primary rank of every chip, not every chip),
+    /// none for a copying phase or the single-step Mesh all-reduce (receivers reduce locally).
+    /// Timing only: the functional model ignores it.
+    pub reduce_steps: u32,
 }
 
 /// A collective, ready to execute or cost.
@@ -170,6 +177,10 @@ pub struct Group<'a> {
     pub torus: &'a Torus,
     /// `chips[r]`: the chip (torus index) of rank `r`; distinct.
     pub chips: Vec<usize>,
+    /// The runtime ranks each chip stands for: its Logical NeuronCores (8 / LNC; 4 by default,
+    /// the runtime's LNC=2 on Trn2). Timing only: the runtime's algorithm choice and KangaRing's
+    /// step count depend on them; the bits do not.
+    pub ranks_per_chip: usize,
 }
 
 impl<'a> Group<'a> {
@@ -178,7 +189,19 @@ impl<'a> Group<'a> {
         Group {
             torus,
             chips: (0..torus.size()).collect(),
+            ranks_per_chip: DEFAULT_RANKS_PER_CHIP,
         }
+    }
+
+    /// The same group with each chip standing for `ranks` runtime ranks (at least 1).
+    pub fn with_ranks_per_chip(mut self, ranks: usize) -> Group<'a> {
+        self.ranks_per_chip = ranks.max(1);
+        self
+    }
+
+    /// Runtime ranks of the group: chips x ranks per chip.
+    pub fn runtime_ranks(&self) -> usize {
+        self.chips.len() * self.ranks_per_chip
     }
 
     /// The chips `chips` (distinct, existing) in that rank order.
@@ -205,7 +228,11 @@ impl<'a> Group<'a> {
             }
             seen[c] = true;
         }
-        Ok(Group { torus, chips })
+        Ok(Group {
+            torus,
+            chips,
+            ranks_per_chip: DEFAULT_RANKS_PER_CHIP,
+        })
     }
 
     /// Ranks.
@@ -218,6 +245,9 @@ impl<'a> Group<'a> {
         self.chips.len() == self.torus.size() && self.chips.iter().enumerate().all(|(i, &c)| i == c)
     }
 }
+
+/// Runtime ranks per chip at the runtime's default LNC on Trn2 (2): 4 logical cores.
+pub const DEFAULT_RANKS_PER_CHIP: usize = CORES_PER_CHIP / LNC_DEFAULT;
 
 /// Most ranks the direct (mesh) pattern is built for: it has `N (N - 1)` transfers per step.
 pub const MESH_MAX_RANKS: usize = 1024;

@@ -75,9 +75,17 @@ pub fn dma_copy(
     }
     let wire = match codec {
         Codec::None => fp.bytes,
-        c => plan_compress(payload.raw, payload.elem_size, c, payload.dtype, payload.shape)?
+        c => {
+            plan_compress(
+                payload.raw,
+                payload.elem_size,
+                c,
+                payload.dtype,
+                payload.shape,
+            )?
             .info()
-            .nbytes,
+            .nbytes
+        }
     };
     for (p, end, is_dst) in [(s, src, false), (d, dst, true)] {
         if matches!(p, Place::Hbm | Place::HbmRemote) {

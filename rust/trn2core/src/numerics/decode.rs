@@ -101,7 +101,9 @@ pub fn decode_into(codes: CodesRef, enc: &Encoding, out: &mut [f32]) -> Result<(
             map_par_into(c, out, |b| f32::from_bits((b as u32) << 16))
         }
         (CodesRef::U16(c), _) => map_par_into(c, out, |b| half::f16::from_bits(b).to_f32()),
-        (CodesRef::U32(c), Format::Tf32) => map_par_into(c, out, |b| f32::from_bits(b & 0xFFFF_E000)),
+        (CodesRef::U32(c), Format::Tf32) => {
+            map_par_into(c, out, |b| f32::from_bits(b & 0xFFFF_E000))
+        }
         (CodesRef::U32(c), _) => map_par_into(c, out, f32::from_bits),
     }
     crate::cancel::check()

@@ -23,8 +23,8 @@ mod simd_tests;
 
 pub use decode::{decode, decode_into, fp8_lut, CodesRef};
 pub use encode::{
-    encode, encode_into, random_words_into, random_words_len, stochastic_words, Code, Codes, CodesMut,
-    Random, Source, MAX_RANDOM_WORDS,
+    encode, encode_into, random_words_into, random_words_len, stochastic_words, Code, Codes,
+    CodesMut, Random, Source, MAX_RANDOM_WORDS,
 };
 pub use format::{Encoding, Format, FormatInfo};
 pub use rng::{mix64, StochasticBits};

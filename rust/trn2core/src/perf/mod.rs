@@ -4,4 +4,4 @@
 
 pub mod report;
 
-pub use report::{Event, Report};
+pub use report::{Event, Report, Uncertainty};

@@ -1,5 +1,11 @@
 //! The [`Report`] every costed operation returns, and its Chrome/Perfetto trace.
 
+use crate::spec::{
+    COLLECTIVE_PUBLISHED_CASES, COLLECTIVE_PUBLISHED_RATIO_HIGH, COLLECTIVE_PUBLISHED_RATIO_LOW,
+    DMA_PUBLISHED_CASES, DMA_PUBLISHED_RATIO_HIGH, DMA_PUBLISHED_RATIO_LOW, GEMM_PUBLISHED_CASES,
+    GEMM_PUBLISHED_RATIO_HIGH, GEMM_PUBLISHED_RATIO_LOW,
+};
+
 /// One span on one track of the timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -22,6 +28,76 @@ impl Event {
             start_s,
             dur_s,
         }
+    }
+}
+
+/// How far published Trainium2 measurements of this kind of operation were from the model's
+/// predictions of them: every published case's time lay between `low x` and `high x` the
+/// predicted time (the calibration residuals; benches/fidelity.py, docs/fidelity.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Uncertainty {
+    /// Smallest published / predicted ratio.
+    pub low: f64,
+    /// Largest published / predicted ratio.
+    pub high: f64,
+    /// Published cases the range is taken over.
+    pub cases: usize,
+    /// Which published cases: `"collective"`, `"dma"` or `"gemm"`.
+    pub basis: &'static str,
+}
+
+impl Uncertainty {
+    /// The range of the published collective cases (nccom-test rows).
+    pub const COLLECTIVE: Uncertainty = Uncertainty {
+        low: COLLECTIVE_PUBLISHED_RATIO_LOW,
+        high: COLLECTIVE_PUBLISHED_RATIO_HIGH,
+        cases: COLLECTIVE_PUBLISHED_CASES,
+        basis: "collective",
+    };
+    /// The range of the published DMA transfers.
+    pub const DMA: Uncertainty = Uncertainty {
+        low: DMA_PUBLISHED_RATIO_LOW,
+        high: DMA_PUBLISHED_RATIO_HIGH,
+        cases: DMA_PUBLISHED_CASES,
+        basis: "dma",
+    };
+    /// The range of the published GEMM kernels.
+    pub const GEMM: Uncertainty = Uncertainty {
+        low: GEMM_PUBLISHED_RATIO_LOW,
+        high: GEMM_PUBLISHED_RATIO_HIGH,
+        cases: GEMM_PUBLISHED_CASES,
+        basis: "gemm",
+    };
+
+    /// The range for a report of `operation` (`"gemm"`, `"dma"`, `"collective"`), if published
+    /// cases of that kind of operation exist.
+    pub fn for_operation(operation: &str) -> Option<Uncertainty> {
+        match operation {
+            "gemm" => Some(Uncertainty::GEMM),
+            "dma" => Some(Uncertainty::DMA),
+            "collective" => Some(Uncertainty::COLLECTIVE),
+            _ => None,
+        }
+    }
+
+    /// `"published cases within -12%/+8% (17 cases)"`.
+    pub fn text(&self) -> String {
+        let pct = |r: f64| {
+            let p = (r - 1.0) * 100.0;
+            if p.abs() < 0.5 {
+                "0%".to_string()
+            } else {
+                format!("{p:+.0}%")
+            }
+        };
+        format!(
+            "published cases within {}/{} ({} {} case{})",
+            pct(self.low),
+            pct(self.high),
+            self.cases,
+            self.basis,
+            if self.cases == 1 { "" } else { "s" }
+        )
     }
 }
 
@@ -57,6 +133,9 @@ pub struct Report {
     pub details: Vec<(&'static str, f64)>,
     /// Spans for the Chrome/Perfetto trace (empty unless a trace was asked for).
     pub events: Vec<Event>,
+    /// How far the published cases of this kind were from the model (none for kinds without
+    /// published cases, such as single instructions).
+    pub uncertainty: Option<Uncertainty>,
 }
 
 impl Report {
@@ -77,6 +156,7 @@ impl Report {
             bound: "compute",
             details: Vec::new(),
             events: Vec::new(),
+            uncertainty: Uncertainty::for_operation(operation),
         }
     }
 

@@ -73,7 +73,8 @@ pub mod cutlass;
 mod prune;
 
 pub use compress::{
-    check, compress, compress_into, pack_indices, positions, unpack_indices, Compressed, CompressedLayout,
+    check, compress, compress_into, pack_indices, positions, unpack_indices, Compressed,
+    CompressedLayout,
 };
 pub use cutlass::{from_cutlass, to_cutlass, Cutlass, CutlassMeta};
 pub use prune::{prune, prune_to};

@@ -109,7 +109,10 @@ impl LogicalCoreInfo {
         if perf_mode == PerfMode::DoubleRow && !fp8_dr {
             return Err(Error::format(
                 "perf_mode",
-                format!("double_row needs fp8_e4m3 or fp8_e5m2, not {:?}", format.name()),
+                format!(
+                    "double_row needs fp8_e4m3 or fp8_e5m2, not {:?}",
+                    format.name()
+                ),
             ));
         }
         Ok(self.peak_flops(format, perf_mode == PerfMode::DoubleRow, false))

@@ -9,6 +9,10 @@ use trn2core::collective::{
     Algorithm, Buf, BufMut, Collective, Group, ReduceOp, LEAF_TAG,
 };
 use trn2core::numerics::Format;
+use trn2core::spec::{
+    COLLECTIVE_REDUCE_OP_FIXED_S, COLLECTIVE_REDUCE_STEP_S, COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES,
+    NEURONLINK_ACHIEVED_FRACTION,
+};
 use trn2core::topology::Torus;
 
 fn machines() -> Vec<(&'static str, Torus)> {
@@ -112,14 +116,29 @@ fn subsets_of_a_machine_run_flat_algorithms() {
                 assert_eq!(sym.leaves(sym.at(0, f)).len(), n);
             }
         }
-        assert!(build(
+        // KangaRing on chips of one server runs the ring through them (the chips stand for
+        // all their ranks): the ring's bits, KangaRing's HBM saving and step count.
+        let kr = build(
             &g,
             Collective::AllReduce,
             Algorithm::KangaRing,
             1 << 26,
-            None
+            None,
         )
-        .is_err());
+        .expect("builds");
+        let ring = build(&g, Collective::AllReduce, Algorithm::Ring, 1 << 26, None).expect("ok");
+        let (skr, sring) = (
+            run_symbolic(&kr).expect("runs"),
+            run_symbolic(&ring).expect("runs"),
+        );
+        for f in 0..sring.g {
+            assert_eq!(skr.leaves(skr.at(0, f)), sring.leaves(sring.at(0, f)));
+        }
+        assert_eq!(kr.k, 2);
+        assert!(kr.phases.iter().all(|p| p.hbm_factor < 1.0));
+        // Two primaries per chip (4 ranks at LNC=2): a cycle of 2n, 2n - 1 reducing steps.
+        assert_eq!(kr.phases[0].reduce_steps as usize, 2 * n - 1);
+        assert_eq!(kr.phases[1].reduce_steps, 0);
         assert!(build(&g, Collective::AllReduce, Algorithm::Torus, 1 << 26, None).is_err());
     }
     assert!(Group::new(&t, vec![1, 1]).is_err());
@@ -374,7 +393,20 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
         false,
     )
     .expect("ok");
-    assert!(kr.busbw >= 0.9 * cap, "kangaring {}", kr.busbw / 1e9);
+    // The runtime's fixed costs aside, the transfers move at the fraction of the links that
+    // collectives achieve (calibrated; the published 16-rank run reached 104 GB/s of busbw).
+    let links = |r: &trn2core::collective::CollectiveReport| {
+        let fixed: f64 =
+            r.timing.op_fixed_s + r.timing.phases.iter().map(|p| p.sync_s).sum::<f64>();
+        r.busbw * r.seconds / (r.seconds - fixed)
+    };
+    let achieved = NEURONLINK_ACHIEVED_FRACTION * cap;
+    assert!(
+        links(&kr) >= 0.9 * achieved && links(&kr) <= achieved,
+        "kangaring {}",
+        links(&kr) / 1e9
+    );
+    assert!(kr.busbw < links(&kr));
     let (_, ring) = estimate(
         &g,
         Collective::AllReduce,
@@ -387,11 +419,12 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     .expect("ok");
     // One ring in both directions uses two of the chip's four outgoing links.
     assert!(
-        ring.busbw >= 0.9 * cap / 2.0 && ring.busbw <= cap / 2.0,
+        links(&ring) >= 0.9 * achieved / 2.0 && links(&ring) <= achieved / 2.0,
         "{}",
-        ring.busbw
+        links(&ring)
     );
-    // 8 bytes: the time is the hops' latency. Ring: 2 x 15 steps of one hop each.
+    // 8 bytes: the hops' latency and the runtime's fixed costs. Ring: 2 x 15 steps of one hop
+    // each, 15 of them reducing.
     let (_, tiny) = estimate(
         &g,
         Collective::AllReduce,
@@ -402,12 +435,10 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
         false,
     )
     .expect("ok");
-    assert!(
-        (tiny.seconds - 30.0 * 1.5e-6).abs() < 1e-9,
-        "{}",
-        tiny.seconds
-    );
-    // Mesh: two steps, the farthest chip 4 hops away.
+    let want = COLLECTIVE_REDUCE_OP_FIXED_S + 30.0 * 1.5e-6 + 15.0 * COLLECTIVE_REDUCE_STEP_S;
+    assert!((tiny.seconds - want).abs() < 1e-9, "{}", tiny.seconds);
+    // Mesh: two steps, the farthest chip 4 hops away; 8 bytes run as the single-step mesh (no
+    // synchronised reducing step).
     let (_, mesh) = estimate(
         &g,
         Collective::AllReduce,
@@ -419,11 +450,23 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     )
     .expect("ok");
     assert!(
-        (mesh.seconds - 2.0 * 4.0 * 1.5e-6).abs() < 1e-8,
+        (mesh.seconds - COLLECTIVE_REDUCE_OP_FIXED_S - 2.0 * 4.0 * 1.5e-6).abs() < 1e-8,
         "{}",
         mesh.seconds
     );
     assert_eq!(mesh.bound(), "latency");
+    // Above the single-step size the mesh all-reduce pays one reducing step.
+    let (_, mesh2) = estimate(
+        &g,
+        Collective::AllReduce,
+        Algorithm::Mesh,
+        COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES / 4 + 1,
+        4,
+        None,
+        false,
+    )
+    .expect("ok");
+    assert_eq!(mesh2.timing.phases[0].reduce_steps, 1);
     // auto: mesh below 1 MB, rdh to 56 MB, kangaring above.
     for (bytes, want) in [
         (1u64 << 10, "mesh"),
@@ -462,8 +505,9 @@ fn across_ultraservers_efa_sets_the_pace() {
     let efa: Vec<_> = h.timing.phases.iter().filter(|p| p.efa).collect();
     assert!(!efa.is_empty());
     for p in &efa {
-        // An EFA step moves 1/64 of a half-buffer per chip... at exactly the NIC's rate.
-        assert_eq!(p.bound(), "efa");
+        // An EFA step moves 1/64 of a half-buffer per chip... at exactly the NIC's rate (the
+        // achieved fraction is NeuronLink's: no Trn2 measurement across UltraServers exists).
+        assert!(p.link_s > p.hbm_s.max(p.reduce_s) && p.link_s > p.latency_s);
         assert!((p.link_s - p.busiest_link_bytes / 25e9).abs() <= 1e-12 * p.link_s.max(1.0));
         assert!(p.latency_s >= 15e-6);
     }
@@ -480,8 +524,12 @@ fn across_ultraservers_efa_sets_the_pace() {
     .expect("ok");
     // Each direction of the ring gets one NIC direction at every UltraServer boundary.
     assert!(ring.busbw <= 2.0 * 25e9, "{}", ring.busbw);
-    // A 1 GiB buffer makes 2 MiB chunks: 84 us at 25 GB/s plus the 15 us EFA latency per step.
-    assert!(ring.busbw >= 0.8 * 2.0 * 25e9, "{}", ring.busbw);
+    // A 1 GiB buffer makes 2 MiB chunks: 84 us at 25 GB/s plus the 15 us EFA latency per step
+    // (besides the runtime's fixed cost of each reducing step).
+    let fixed: f64 =
+        ring.timing.op_fixed_s + ring.timing.phases.iter().map(|p| p.sync_s).sum::<f64>();
+    let transfers = ring.busbw * ring.seconds / (ring.seconds - fixed);
+    assert!(transfers >= 0.8 * 2.0 * 25e9, "{}", transfers);
     // Small messages: at least one 15 us EFA latency per inter-server step (2 log2 4 steps).
     let (_, tiny) = estimate(
         &g,
@@ -541,9 +589,49 @@ fn nccom_rows_follow_the_tool() {
     // 4 ranks on one chip: only the within-chip stage.
     let one = nccom_estimate(Collective::AllReduce, 4, 2, 1 << 20, 4, Algorithm::Auto).expect("ok");
     assert_eq!(one.chips, 1);
-    assert_eq!(one.seconds, one.intra_chip_s);
+    assert_eq!(one.seconds, one.op_fixed_s + one.intra_chip_s);
+    assert_eq!(one.op_fixed_s, COLLECTIVE_REDUCE_OP_FIXED_S);
     assert!(nccom_estimate(Collective::AllReduce, 6, 2, 1 << 20, 4, Algorithm::Auto).is_err());
     assert!(nccom_estimate(Collective::AllReduce, 8, 3, 1 << 20, 4, Algorithm::Auto).is_err());
+}
+
+#[test]
+fn auto_follows_the_published_16_rank_run() {
+    // nccom-test -r 16 allr --show-algorithm (docs/fidelity.md): mesh to 128 KiB, rdh at
+    // 2 MiB, kangaring from 32 MiB; 16 ranks of LNC=2 are 4 chips.
+    for (bytes, want) in [
+        (4u64, "mesh"),
+        (8192, "mesh"),
+        (131072, "mesh"),
+        (2 << 20, "rdh"),
+        (32 << 20, "kangaring"),
+        (512 << 20, "kangaring"),
+    ] {
+        let row =
+            nccom_estimate(Collective::AllReduce, 16, 2, bytes, 4, Algorithm::Auto).expect("ok");
+        assert_eq!(row.chips, 4);
+        assert_eq!(row.algorithm, want, "{bytes} B");
+    }
+    // The documented ranges hold for the whole instance (64 ranks): rdh just below 56 MB.
+    let row =
+        nccom_estimate(Collective::AllReduce, 64, 2, 32 << 20, 4, Algorithm::Auto).expect("ok");
+    assert_eq!(row.algorithm, "rdh");
+    // KangaRing on 4 chips: a cycle of 8 primaries, 7 reducing steps.
+    let big =
+        nccom_estimate(Collective::AllReduce, 16, 2, 512 << 20, 4, Algorithm::Auto).expect("ok");
+    assert_eq!(big.phases[0].reduce_steps, 7);
+}
+
+#[test]
+fn send_recv_crosses_with_one_rank_per_chip() {
+    // nccom-test's send/recv: rank r sends to r + 1, so of a chip's 4 ranks only the last one's
+    // buffer leaves the chip; the other 3 copies stay in its HBM.
+    let s = 32u64 << 20;
+    let row = nccom_estimate(Collective::SendRecv, 8, 2, s, 1, Algorithm::Auto).expect("ok");
+    assert_eq!(row.chips, 2);
+    assert_eq!(row.phases.len(), 1);
+    assert_eq!(row.phases[0].busiest_link_bytes, s as f64);
+    assert_eq!(row.intra_chip_bytes, 2.0 * 3.0 * s as f64);
 }
 
 #[test]

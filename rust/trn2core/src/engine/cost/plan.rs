@@ -20,7 +20,7 @@ use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
     DMA_FULL_RATE_PARTITION_BYTES, MATMUL_CONTRACTION_MAX, MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
     MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, PE_CLOCK_HZ, PE_COLS, PE_ROWS,
-    PE_TILE_QUARTER, SBUF_BYTES, SPARSE_MAX_THROUGHPUT_FACTOR,
+    PE_TILE_QUARTER, SBUF_PARTITIONS, SBUF_USABLE_PARTITION_BYTES, SPARSE_MAX_THROUGHPUT_FACTOR,
 };
 use crate::{Error, Result};
 
@@ -172,38 +172,77 @@ pub struct GemmTraffic {
     pub b_wire: f64,
     /// Bytes of the result written back (not compressed).
     pub c_bytes: f64,
-    /// Columns of `b` kept resident in SBUF (0 when not even 512 fit).
+    /// Columns of `b` kept resident in SBUF while `a` streams (0 when `a` is the resident one,
+    /// or neither fits).
     pub resident_cols: u64,
+    /// Rows of `a` kept resident in SBUF while `b` streams (0 when `b` is the resident one, or
+    /// neither fits).
+    pub resident_rows: u64,
 }
 
-/// HBM traffic of the GEMM's data movement.
+/// HBM traffic of the GEMM's data movement, as a well-written kernel blocks it for SBUF.
 ///
-/// Model (a kernel's usual blocking): a block of `b`, `K x Nb`, stays in SBUF while every
-/// 128-row tile of `a` streams past it; `Nb` is the widest multiple of 512 columns that fits in
-/// half of SBUF (the other half double-buffers the streaming `a` tiles). So `b` is read once,
-/// `a` once per block of `b`, and the result written once. If even 512 columns of `b` do not fit
-/// (huge K), `b` is streamed again for every row tile.
+/// The kernel may allocate [`SBUF_USABLE_PARTITION_BYTES`] on each of the 128 partitions, less
+/// a double-buffered `[128, 512]` fp32 staging tile for the results. Two blockings keep one
+/// operand's block resident over the whole contraction while the other streams past it
+/// double-buffered, and the one that moves fewer bytes is used:
+/// - `b` resident: a block `K x Nb` (`Nb` a multiple of 512, or `N`) beside two streaming
+///   128-row tiles of `a` (`2 x 128 x K`): `b` read once, `a` once per block;
+/// - `a` resident: a block `Mb x K` (`Mb` a multiple of 128, or `M`) beside two streaming
+///   512-column tiles of `b`: `a` read once, `b` once per block.
+///
+/// The result is written once. When neither fits even one tile width (a contraction of tens of
+/// thousands), `b` streams again for every 128-row tile of `a`. (Until issue 16 the resident
+/// block of `b` was limited to half of SBUF whatever K was, so `16384^3` in bf16 re-read `b` for
+/// every row tile and came out memory-bound at 55 % of peak; blocked as here it is
+/// compute-bound, as the blocked kernels of the NKI tutorial are.)
 pub fn gemm_hbm_traffic(plan: &GemmPlan) -> GemmTraffic {
+    // The staged results are PSUM's fp32 values.
+    const FP32_BYTES: f64 = 4.0;
     let (m, k, n) = (plan.m as f64, plan.k as f64, plan.n as f64);
     let mf = MATMUL_MOVING_FREE_MAX as u64;
-    let budget = SBUF_BYTES as f64 / 2.0;
-    let col_bytes = k * plan.b_elem_bytes;
-    let fit_cols = (budget / col_bytes).floor() as u64;
-    let nb = if fit_cols >= plan.n {
-        plan.n
-    } else {
-        (fit_cols / mf) * mf
-    };
+    let sf = MATMUL_STATIONARY_FREE_MAX as u64;
+    let staging = 2.0 * (PE_ROWS * MATMUL_MOVING_FREE_MAX) as f64 * FP32_BYTES;
+    let budget = (SBUF_USABLE_PARTITION_BYTES * SBUF_PARTITIONS as u64) as f64 - staging;
     let a_bytes = m * k * plan.a_elem_bytes;
     let b_bytes = k * n * plan.b_elem_bytes;
     let c_bytes = m * n * plan.out_elem_bytes;
-    let (a_reads, b_reads) = if nb == 0 {
-        (
-            1.0,
-            plan.m.div_ceil(MATMUL_STATIONARY_FREE_MAX as u64) as f64,
-        )
-    } else {
-        (plan.n.div_ceil(nb) as f64, 1.0)
+    // The widest resident block of `unit`-wide slices of `per_col` bytes each next to
+    // `streaming` bytes of double buffers: all `total` slices, or a multiple of `unit`.
+    let block = |total: u64, unit: u64, per_col: f64, streaming: f64| -> u64 {
+        let room = budget - streaming;
+        if room <= 0.0 {
+            return 0;
+        }
+        let fit = (room / per_col).floor() as u64;
+        if fit >= total {
+            total
+        } else {
+            (fit / unit) * unit
+        }
+    };
+    let nb = block(
+        plan.n,
+        mf,
+        k * plan.b_elem_bytes,
+        2.0 * (sf as f64).min(m) * k * plan.a_elem_bytes,
+    );
+    let mb = block(
+        plan.m,
+        sf,
+        k * plan.a_elem_bytes,
+        2.0 * (mf as f64).min(n) * k * plan.b_elem_bytes,
+    );
+    let wire = |a_reads: f64, b_reads: f64| {
+        a_bytes * plan.a_wire_ratio * a_reads + b_bytes * plan.b_wire_ratio * b_reads
+    };
+    let b_resident = (nb > 0).then(|| (plan.n.div_ceil(nb.max(1)) as f64, 1.0));
+    let a_resident = (mb > 0).then(|| (1.0, plan.m.div_ceil(mb.max(1)) as f64));
+    let (a_reads, b_reads, cols, rows) = match (b_resident, a_resident) {
+        (Some(b), Some(a)) if wire(a.0, a.1) < wire(b.0, b.1) => (a.0, a.1, 0, mb),
+        (Some(b), _) => (b.0, b.1, nb, 0),
+        (None, Some(a)) => (a.0, a.1, 0, mb),
+        (None, None) => (1.0, plan.m.div_ceil(sf) as f64, 0, 0),
     };
     GemmTraffic {
         a_raw: a_bytes * a_reads,
@@ -211,7 +250,8 @@ pub fn gemm_hbm_traffic(plan: &GemmPlan) -> GemmTraffic {
         b_raw: b_bytes * b_reads,
         b_wire: b_bytes * plan.b_wire_ratio * b_reads,
         c_bytes,
-        resident_cols: nb,
+        resident_cols: cols,
+        resident_rows: rows,
     }
 }
 
@@ -490,6 +530,7 @@ fn report(
         ("dma_prologue_s", prologue),
         ("hbm_bytes", hbm_bytes),
         ("sbuf_resident_b_columns", resident_cols as f64),
+        ("sbuf_resident_a_rows", traffic.resident_rows as f64),
         ("throttle_s", ticks_to_s(sim.throttle.lost)),
         ("psum_wait_s", ticks_to_s(sim.psum_wait)),
         ("load_stationary_exposed_s", first_ls),

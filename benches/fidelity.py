@@ -1,0 +1,491 @@
+"""Every published Trainium2 measurement beside trn2core's prediction of it.
+
+The measurements are data (``benches/fidelity/published.toml``: source, instance, LNC, what was
+measured, and how sure we are that it was Trainium2); each is predicted here through
+trn2core's public API only: ``nccom_rows`` (what ``trn2core nccom-test`` prints),
+``NeuronCore.dma_copy`` and ``estimate_gemm``. Run it as a script::
+
+    python benches/fidelity.py            # the points compared with the model, and a summary
+    python benches/fidelity.py --all      # also the repeats, screenshot readings and curves
+
+    python benches/fidelity.py --fit      # the calibrated constants, fitted on the points
+    python benches/fidelity.py --loo      # each point predicted with the fit done without it
+
+``factor = max(predicted / published, published / predicted)``: 1 is a perfect prediction,
+2 means off by 2x either way. The summary gives the median and the worst factor over the
+points marked ``use = "check"``, for the high-confidence points and for high and medium
+together. tests/test_fidelity.py and benches/bench_fidelity.py import this module.
+
+**Calibration.** The model's calibrated terms (``spec`` entries with status ``calibrated``)
+are fitted here: the collective terms on the nccom-test points, the DMA terms on the DMA
+points, by least squares on ``log(predicted / published)`` (medium-confidence points weigh
+half). To refit without running the Rust model once per trial, each prediction is taken apart
+into the parts the constants multiply (``Parts``): the model's reports give them (the phases of
+a collective, a transfer's bytes per engine), and ``Parts.seconds(constants)`` puts them back
+together with any constants, exactly as the Rust cost model does (``tests/test_fidelity.py``
+checks that at the calibrated constants it equals the model's own prediction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+TABLE = Path(__file__).resolve().parent / "fidelity" / "published.toml"
+CONFIDENCES = ("high", "medium", "low", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One point: the published value, the model's, and how far apart they are."""
+
+    point: dict
+    published: float
+    predicted: float | None
+    unit: str
+    algorithm: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.point["id"]
+
+    @property
+    def ratio(self) -> float | None:
+        """predicted / published."""
+        if self.predicted is None:
+            return None
+        return self.predicted / self.published
+
+    @property
+    def factor(self) -> float | None:
+        """max(p/q, q/p): how many times off, either way (None for a published bound, which
+        the prediction should stay under: see ``within_bound``)."""
+        r = self.ratio
+        if r is None or self.point["kind"] == "bound":
+            return None
+        return max(r, 1.0 / r)
+
+    @property
+    def within_bound(self) -> bool | None:
+        """For a published upper bound: whether the prediction is at most the bound."""
+        if self.point["kind"] != "bound" or self.predicted is None:
+            return None
+        return self.predicted <= self.published
+
+
+def load(path: Path = TABLE) -> tuple[dict, list[dict]]:
+    """The sources and the points of the table."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    return data["source"], data["point"]
+
+
+def _np_dtype(name: str):
+    import ml_dtypes
+
+    return {
+        "bf16": ml_dtypes.bfloat16,
+        "fp16": np.float16,
+        "fp32": np.float32,
+        "uint8": np.uint8,
+    }[name]
+
+
+def _dma_seconds(shape, dtype: str, src: str, dst: str, quantity: str) -> float:
+    import trn2core
+
+    x = np.zeros(shape, dtype=_np_dtype(dtype))
+    rep = trn2core.NeuronCore(0).dma_copy(x, src=src, dst=dst)
+    return rep.details["engines_s"] if quantity == "engine" else rep.seconds
+
+
+def predict(p: dict) -> Row:
+    """The model's prediction of point ``p`` (``predicted`` is None where nothing in trn2core
+    predicts it)."""
+    import trn2core
+    from trn2core.collectives import nccom_rows
+
+    kind = p["kind"]
+    if kind == "nccom":
+        if p["use"] == "excluded":
+            return Row(p, p["time_us"], None, "us")
+        r = nccom_rows(p["operation"], p["ranks"], [p["size_bytes"]], p["dtype"], p["lnc"], "auto")
+        return Row(p, p["time_us"], r[0]["seconds"] * 1e6, "us", r[0]["algorithm"])
+    if kind == "dma":
+        s = _dma_seconds(p["shape"], p["dtype"], p["src"], p["dst"], p["quantity"])
+        return Row(p, p["time_us"], s * 1e6, "us")
+    if kind == "dma_curve":
+        s, ref = p["bytes_per_partition"], p["relative_to"]
+        rate = s / _dma_seconds([128, s], "uint8", "hbm", "sbuf", "transfer")
+        rate_ref = ref / _dma_seconds([128, ref], "uint8", "hbm", "sbuf", "transfer")
+        return Row(p, p["relative_throughput"], rate / rate_ref, "x")
+    if kind in ("gemm", "bound"):
+        if p["use"] == "excluded":
+            return Row(p, p["time_us"], None, "us")
+        rep = trn2core.estimate_gemm(
+            p["m"], p["k"], p["n"], dtype=p["dtype"], perf_mode=p.get("perf_mode", "none")
+        )
+        return Row(p, p["time_us"], rep.seconds * 1e6, "us")
+    return Row(p, p["time_us"], None, "us")
+
+
+# ------------------------------------------------------------------------------- calibration
+
+#: The calibrated constants, by the category of points they are fitted on.
+CALIBRATED = {
+    "collective": (
+        "collective_op_fixed_s",
+        "collective_reduce_op_fixed_s",
+        "collective_reduce_step_s",
+        "neuronlink_achieved_fraction",
+    ),
+    "dma": ("dma_fixed_cost_s", "dma_hbm_read_latency_s", "dma_row_overhead_s"),
+}
+
+#: Weight of a point's squared log error in the fit, by confidence.
+WEIGHTS = {"high": 1.0, "medium": 0.5}
+
+
+def spec_constants() -> dict[str, float]:
+    """The calibrated constants as the model has them (``trn2core.spec``)."""
+    import trn2core
+
+    return {name: getattr(trn2core.spec, name) for names in CALIBRATED.values() for name in names}
+
+
+def category(p: dict) -> str | None:
+    """The calibration category of a checked point: ``collective``, ``dma``, or None (GEMM:
+    nothing in the GEMM model is fitted)."""
+    if p["kind"] == "nccom":
+        return "collective"
+    if p["kind"] == "dma":
+        return "dma"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """A prediction taken apart into what the calibrated constants multiply, so it can be
+    recomputed with other constants (``seconds``) exactly as the Rust cost model does."""
+
+    point: dict
+    row: dict | None = None  # nccom_rows' row (collectives)
+
+    def seconds(self, c: dict[str, float]) -> float:
+        """The prediction with constants ``c`` (any subset overrides the calibrated ones)."""
+        import trn2core
+
+        spec = trn2core.spec
+        k = {**spec_constants(), **c}
+        p = self.point
+        if p["kind"] == "nccom":
+            row = self.row
+            cal = spec.neuronlink_achieved_fraction
+            chip = 0.0
+            for ph in row["phases"]:
+                assert not ph["efa"], "the published collectives never cross EFA"
+                link = ph["link_s"] * cal / k["neuronlink_achieved_fraction"]
+                step = ph["latency_s"] + max(link, ph["hbm_s"], ph["reduce_s"])
+                chip += ph["steps"] * step + ph["reduce_steps"] * k["collective_reduce_step_s"]
+            reduces = p["operation"] in ("all_reduce", "reduce_scatter")
+            op = 0.0
+            if row["chips"] > 1 or row["intra_chip_bytes"] > 0:
+                op = k["collective_reduce_op_fixed_s"] if reduces else k["collective_op_fixed_s"]
+            if row["intra_chip_bytes"] > 0:
+                fixed = k["dma_fixed_cost_s"] + k["dma_hbm_read_latency_s"]
+                intra = row["intra_chip_bytes"] / spec.hbm_chip_bytes_per_s
+                return op + max(chip, intra) + fixed
+            return op + chip
+        if p["kind"] == "dma":
+            return _dma_parts_seconds(p, k)
+        raise ValueError(f"{p['id']}: no calibrated constants")
+
+
+def _dma_parts_seconds(p: dict, k: dict[str, float]) -> float:
+    """One DMA transfer of point ``p`` with constants ``k``: the model of ``dma/cost.rs``
+    (engine ``e`` moves its 8 partitions' rows, each costing ``dma_row_overhead_s`` besides its
+    bytes; HBM caps the rate; the fixed cost comes first)."""
+    import trn2core
+
+    spec = trn2core.spec
+    shape = p["shape"]
+    nbytes = int(np.prod(shape)) * np.dtype(_np_dtype(p["dtype"])).itemsize
+    parts = min(shape[0], spec.sbuf_partitions) if len(shape) >= 2 else spec.sbuf_partitions
+    row = nbytes / parts
+    rate = spec.dma_engine_bytes_per_s
+    eff = row / (row + rate * k["dma_row_overhead_s"])
+    engine_bytes = row * min(spec.dma_partitions_per_engine, parts)
+    engines_s = engine_bytes / (rate * eff)
+    if p["quantity"] == "engine":
+        return engines_s
+    hbm_sides = sum(1 for side in (p["src"], p["dst"]) if side == "hbm")
+    hbm_s = hbm_sides * nbytes / spec.hbm_stack_bytes_per_s
+    fixed = k["dma_fixed_cost_s"] + (k["dma_hbm_read_latency_s"] if p["src"] == "hbm" else 0.0)
+    return fixed + max(engines_s, hbm_s)
+
+
+def parts(p: dict) -> Parts:
+    """The parts of point ``p``'s prediction."""
+    from trn2core.collectives import nccom_rows
+
+    if p["kind"] == "nccom":
+        r = nccom_rows(p["operation"], p["ranks"], [p["size_bytes"]], p["dtype"], p["lnc"], "auto")
+        return Parts(p, r[0])
+    return Parts(p)
+
+
+def _loss(items: list[tuple[Parts, float]], c: dict[str, float]) -> float:
+    total = 0.0
+    for pa, published_s in items:
+        w = WEIGHTS[pa.point["confidence"]]
+        total += w * np.log(pa.seconds(c) / published_s) ** 2
+    return total
+
+
+def fit(cat: str, points: list[dict], start: dict[str, float] | None = None) -> dict[str, float]:
+    """The constants of category ``cat`` minimising the weighted squared log errors over the
+    checked points of that category in ``points`` (coordinate search in log space, from the
+    calibrated values; fractions stay at most 1)."""
+    names = CALIBRATED[cat]
+    items = [
+        (parts(p), p["time_us"] * 1e-6)
+        for p in points
+        if p["use"] == "check" and category(p) == cat
+    ]
+    c = dict(start or {n: spec_constants()[n] for n in names})
+    best = _loss(items, c)
+    step = 0.5
+    while step > 1e-5:
+        improved = False
+        for n in names:
+            for f in (np.exp(step), np.exp(-step)):
+                trial = dict(c)
+                trial[n] = c[n] * f
+                if n.endswith("_fraction") and trial[n] > 1.0:
+                    trial[n] = 1.0
+                loss = _loss(items, trial)
+                if loss < best - 1e-15:
+                    best, c, improved = loss, trial, True
+        if not improved:
+            step /= 2
+    return c
+
+
+def fitted(points: list[dict] | None = None) -> dict[str, float]:
+    """Every calibrated constant, fitted on the table's points."""
+    if points is None:
+        points = load()[1]
+    out: dict[str, float] = {}
+    for cat in CALIBRATED:
+        out.update(fit(cat, points))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class LooRow:
+    """A checked point predicted by the model calibrated without it."""
+
+    point: dict
+    published: float
+    in_sample: float
+    left_out: float
+
+    @property
+    def factor(self) -> float:
+        r = self.left_out / self.published
+        return max(r, 1.0 / r)
+
+
+def leave_one_out(points: list[dict] | None = None) -> list[LooRow]:
+    """Each checked point of a calibrated category, predicted with its category's constants
+    refitted without it (GEMM points, with nothing fitted, are predicted as they are)."""
+    if points is None:
+        points = load()[1]
+    cal = spec_constants()
+    out = []
+    for p in points:
+        if p["use"] != "check":
+            continue
+        cat = category(p)
+        published = p["time_us"] * 1e-6
+        if cat is None:
+            s = predict(p).predicted * 1e-6
+            out.append(LooRow(p, published, s, s))
+            continue
+        pa = parts(p)
+        rest = [q for q in points if q is not p]
+        c = fit(cat, rest)
+        out.append(LooRow(p, published, pa.seconds(cal), pa.seconds(c)))
+    return out
+
+
+def residual_ranges(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
+    """Published / predicted, lowest and highest, and the count, over the checked points (high
+    and medium) of each kind of report: ``collective``, ``dma``, ``gemm`` (the ``spec``
+    constants ``*_PUBLISHED_RATIO_*`` every report prints)."""
+    out = {}
+    for cat, kinds in (("collective", ("nccom",)), ("dma", ("dma",)), ("gemm", ("gemm",))):
+        sel = [r for r in checked(rows, ("high", "medium")) if r.point["kind"] in kinds]
+        ratios = [r.published / r.predicted for r in sel]
+        out[cat] = (min(ratios), max(ratios), len(ratios))
+    return out
+
+
+def evaluate(points: list[dict] | None = None) -> list[Row]:
+    """Every point of the table with its prediction."""
+    if points is None:
+        points = load()[1]
+    return [predict(p) for p in points]
+
+
+def checked(rows: list[Row], confidences=("high",)) -> list[Row]:
+    """The rows compared with the model (``use = "check"``) of the given confidences."""
+    return [r for r in rows if r.point["use"] == "check" and r.point["confidence"] in confidences]
+
+
+def summary(rows: list[Row], confidences=("high",)) -> dict:
+    """``count``, ``median`` and ``worst`` factor, and the ``worst_id``, over the checked rows
+    of the given confidences."""
+    sel = checked(rows, confidences)
+    factors = [r.factor for r in sel]
+    worst = max(sel, key=lambda r: r.factor)
+    return {
+        "count": len(sel),
+        "median": statistics.median(factors),
+        "worst": worst.factor,
+        "worst_id": worst.id,
+    }
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "x":
+        return f"{v:.3f}"
+    return f"{v:.2f}" if v < 1e4 else f"{v:.0f}"
+
+
+def _factor_text(r: Row) -> str:
+    if r.within_bound is not None:
+        return "under" if r.within_bound else "OVER"
+    return "-" if r.factor is None else f"{r.factor:.2f}"
+
+
+def table(rows: list[Row], show_all: bool = False) -> str:
+    """The rows as a text table (only the checked ones unless ``show_all``)."""
+    head = ("point", "conf", "use", "published", "predicted", "unit", "ratio", "factor", "alg")
+    lines = [head]
+    for r in rows:
+        if not show_all and r.point["use"] != "check":
+            continue
+        alg = ""
+        if r.algorithm is not None:
+            alg = r.algorithm
+            if r.point.get("algorithm"):
+                alg += f" (published {r.point['algorithm']})"
+        lines.append(
+            (
+                r.id,
+                r.point["confidence"],
+                r.point["use"],
+                _fmt(r.published, r.unit),
+                _fmt(r.predicted, r.unit),
+                r.unit,
+                "-" if r.ratio is None else f"{r.ratio:.3f}",
+                _factor_text(r),
+                alg,
+            )
+        )
+    w = [max(len(x[i]) for x in lines) for i in range(len(head))]
+    out = []
+    for k, x in enumerate(lines):
+        out.append(
+            "  ".join(
+                v.ljust(w[i]) if i in (0, 1, 2, 5, 8) else v.rjust(w[i]) for i, v in enumerate(x)
+            ).rstrip()
+        )
+        if k == 0:
+            out.append("  ".join("-" * n for n in w))
+    return "\n".join(out)
+
+
+def report(rows: list[Row]) -> str:
+    """The summary lines."""
+    out = []
+    for label, conf in (("high", ("high",)), ("high+medium", ("high", "medium"))):
+        s = summary(rows, conf)
+        out.append(
+            f"{label:<12} {s['count']:>3} points: median factor {s['median']:.3f}, "
+            f"worst {s['worst']:.3f} ({s['worst_id']})"
+        )
+    return "\n".join(out)
+
+
+def fit_report(points: list[dict]) -> str:
+    """The fitted constants beside the model's, and the residual ranges."""
+    cal = spec_constants()
+    fit_c = fitted(points)
+    lines = ["constant                          model        fit     fit / model"]
+    for n in cal:
+        lines.append(f"{n:<32}  {cal[n]:.4g}  {fit_c[n]:>10.4g}  {fit_c[n] / cal[n]:>10.3f}")
+    lines.append("")
+    lines.append("published / predicted over the checked points (the *_published_ratio_* terms):")
+    for cat, (lo, hi, n) in residual_ranges(evaluate(points)).items():
+        lines.append(f"  {cat:<10}  low {lo:.3f}  high {hi:.3f}  cases {n}")
+    return "\n".join(lines)
+
+
+def loo_report(points: list[dict]) -> str:
+    """Leave-one-out predictions and their summary."""
+    rows = leave_one_out(points)
+    lines = [
+        f"{'point':<30} {'conf':<7} {'published':>10} {'in-sample':>10} {'left out':>10}"
+        f" {'factor':>7}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.point['id']:<30} {r.point['confidence']:<7} {r.published * 1e6:>10.2f}"
+            f" {r.in_sample * 1e6:>10.2f} {r.left_out * 1e6:>10.2f} {r.factor:>7.2f}"
+        )
+    for label, conf in (("high", ("high",)), ("high+medium", ("high", "medium"))):
+        fs = [r.factor for r in rows if r.point["confidence"] in conf]
+        worst = max((r for r in rows if r.point["confidence"] in conf), key=lambda r: r.factor)
+        lines.append(
+            f"leave-one-out {label:<12} {len(fs)} points: median factor "
+            f"{statistics.median(fs):.3f}, worst {max(fs):.3f} ({worst.point['id']})"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--all", action="store_true", help="also the points not in the summary")
+    ap.add_argument("--fit", action="store_true", help="fit the calibrated constants")
+    ap.add_argument("--loo", action="store_true", help="leave-one-out predictions")
+    args = ap.parse_args(argv)
+    points = load()[1]
+    if args.fit:
+        print(fit_report(points))
+        return 0
+    if args.loo:
+        print(loo_report(points))
+        return 0
+    rows = evaluate(points)
+    print(table(rows, args.all))
+    print()
+    print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
