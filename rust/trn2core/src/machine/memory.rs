@@ -469,14 +469,14 @@ impl Memories {
             ));
         }
         let free: u64 = shape[1..].iter().map(|&s| s as u64).product();
-        let bytes = free.checked_mul(dtype.size() as u64).unwrap_or(u64::MAX);
+        let bytes = free.saturating_mul(dtype.size() as u64);
         let live = match space {
             Space::Sbuf => &self.live_sbuf,
             _ => &self.live_psum,
         };
         let address = match address {
             Some(a) => {
-                let end = a.checked_add(bytes).unwrap_or(u64::MAX);
+                let end = a.saturating_add(bytes);
                 let clash = live.iter().find(|l| {
                     overlaps(l.start_partition, l.partitions, start_partition, p as u32)
                         && l.address < end

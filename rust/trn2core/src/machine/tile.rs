@@ -13,6 +13,7 @@
 //! C order of the free dimensions.
 
 use crate::memory::Space;
+use crate::{Error, Result};
 
 use super::dtype::Dtype;
 
@@ -125,6 +126,219 @@ impl Tile {
             Space::Hbm => 1,
             _ => partition_mask(self.start_partition, self.partitions),
         }
+    }
+}
+
+/// One axis of a [`Tile::slice`]: an index (the axis is dropped, except the partition axis of
+/// an on-chip tile, which keeps one partition) or a range with a step, numpy-style (negative
+/// positions count from the end; the range is clamped to the axis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// One position.
+    At(i64),
+    /// `start..stop` by `step` (`None` as in Python's `a[start:stop:step]`).
+    Range {
+        /// First position.
+        start: Option<i64>,
+        /// End (exclusive).
+        stop: Option<i64>,
+        /// Step (non-zero).
+        step: i64,
+    },
+}
+
+impl Index {
+    /// `:`, the whole axis.
+    pub const ALL: Index = Index::Range {
+        start: None,
+        stop: None,
+        step: 1,
+    };
+
+    /// `(first position, count, step)` on an axis of `size`, as Python's `slice.indices`.
+    fn resolve(self, axis: usize, size: i64) -> Result<(i64, i64, i64, bool)> {
+        match self {
+            Index::At(i) => {
+                let j = if i < 0 { i + size } else { i };
+                if j < 0 || j >= size {
+                    return Err(Error::shape(
+                        "index",
+                        format!("index {i} is out of range for axis {axis} of size {size}"),
+                    ));
+                }
+                Ok((j, 1, 1, true))
+            }
+            Index::Range { start, stop, step } => {
+                if step == 0 {
+                    return Err(Error::value(
+                        "index",
+                        format!("axis {axis}: slice step cannot be zero"),
+                    ));
+                }
+                let norm = |v: i64, lo: i64, hi: i64| {
+                    let v = if v < 0 { v + size } else { v };
+                    v.clamp(lo, hi)
+                };
+                let (lo, hi) = if step > 0 { (0, size) } else { (-1, size - 1) };
+                let b = start.map_or(if step > 0 { 0 } else { size - 1 }, |v| norm(v, lo, hi));
+                let e = stop.map_or(if step > 0 { size } else { -1 }, |v| norm(v, lo, hi));
+                let count = if step > 0 {
+                    ((e - b).max(0) + step - 1) / step
+                } else {
+                    ((b - e).max(0) + (-step) - 1) / (-step)
+                };
+                Ok((b, count, step, false))
+            }
+        }
+    }
+}
+
+impl Tile {
+    /// The sub-tile selected by `index` (one entry per axis, partition axis first; missing
+    /// trailing axes are whole). On-chip tiles keep consecutive partitions (step 1); HBM tiles
+    /// slice their first axis freely. Empty selections are refused.
+    pub fn slice(&self, index: &[Index]) -> Result<Tile> {
+        let nd = 1 + self.ndim as usize;
+        if index.len() > nd {
+            return Err(Error::shape(
+                "index",
+                format!("{} indices for a tile of {nd} axes", index.len()),
+            ));
+        }
+        let esize = self.dtype.size() as i64;
+        // Axes as (size, stride in elements); the partition axis of an on-chip tile counts
+        // partitions.
+        let pstride = match self.space {
+            Space::Hbm => self.partition_step,
+            _ => 0,
+        };
+        let mut axes: Vec<(i64, i64, bool)> =
+            std::iter::once((self.partitions as i64, pstride, true))
+                .chain(self.dims().map(|(s, st)| (s as i64, st, false)))
+                .collect();
+        let mut offset = self.offset;
+        let mut start_partition = self.start_partition as i64;
+        let mut out: Vec<(i64, i64, bool)> = Vec::new();
+        for (axis, ax) in axes.iter_mut().enumerate() {
+            let idx = index.get(axis).copied().unwrap_or(Index::ALL);
+            let (b, count, step, drop) = idx.resolve(axis, ax.0)?;
+            if count == 0 {
+                return Err(Error::shape(
+                    "index",
+                    format!("axis {axis}: the selection is empty"),
+                ));
+            }
+            let on_chip_partition = ax.2 && self.space != Space::Hbm;
+            if on_chip_partition {
+                if step != 1 {
+                    return Err(Error::value(
+                        "index",
+                        format!(
+                            "the partition axis of an on-chip tile takes consecutive partitions                              (step 1), got step {step}"
+                        ),
+                    ));
+                }
+                start_partition += b;
+                out.push((count, 0, true));
+                continue;
+            }
+            offset += b * ax.1 * esize;
+            if !drop {
+                out.push((count, ax.1 * step, ax.2));
+            }
+        }
+        // HBM: if the first axis was dropped, the next axis becomes the partition axis.
+        if self.space == Space::Hbm && !out.first().is_some_and(|a| a.2) {
+            if let Some(first) = out.first_mut() {
+                first.2 = true;
+            } else {
+                out.push((1, 0, true));
+            }
+        }
+        let (parts, pstep, _) = out[0];
+        let free = &out[1..];
+        if free.len() > MAX_FREE_DIMS {
+            return Err(Error::shape("index", "too many free axes"));
+        }
+        let mut t = *self;
+        t.start_partition = start_partition as u32;
+        t.partitions = parts as u32;
+        t.partition_step = pstep;
+        t.offset = offset;
+        t.ndim = free.len().max(1) as u8;
+        t.shape = [1; MAX_FREE_DIMS];
+        t.strides = [0; MAX_FREE_DIMS];
+        for (d, &(s, st, _)) in free.iter().enumerate() {
+            t.shape[d] = s as u32;
+            t.strides[d] = st;
+        }
+        if free.is_empty() {
+            t.strides[0] = 1;
+        }
+        Ok(t)
+    }
+
+    /// The same elements with the free axes reshaped to `shape` (C order); the free pattern
+    /// must be contiguous (one run of stride 1).
+    pub fn reshape_free(&self, shape: &[usize]) -> Result<Tile> {
+        let n: usize = shape.iter().product();
+        if n != self.free_size() || shape.is_empty() || shape.len() > MAX_FREE_DIMS {
+            return Err(Error::shape(
+                "shape",
+                format!(
+                    "cannot reshape {} elements per partition to {shape:?}",
+                    self.free_size()
+                ),
+            ));
+        }
+        let c = self.canonical();
+        if !(c.n == 0 || c.n == 1 && c.dims[0].1 == 1) {
+            return Err(Error::shape(
+                "shape",
+                "only a contiguous free pattern can be reshaped",
+            ));
+        }
+        let mut t = *self;
+        t.ndim = shape.len() as u8;
+        let mut stride = 1i64;
+        for (d, &s) in shape.iter().enumerate().rev() {
+            t.shape[d] = s as u32;
+            t.strides[d] = stride;
+            stride *= s as i64;
+        }
+        for d in shape.len()..MAX_FREE_DIMS {
+            t.shape[d] = 1;
+            t.strides[d] = 0;
+        }
+        Ok(t)
+    }
+
+    /// A tile of the same place and dtype with an explicit free pattern: `(step, num)` pairs
+    /// in elements, outermost first, from `offset` elements past this tile's first element
+    /// (NKI's `.ap()`; the machine checks it stays inside the tensor).
+    pub fn with_pattern(&self, pattern: &[(i64, u32)], offset: i64) -> Result<Tile> {
+        if pattern.is_empty() || pattern.len() > MAX_FREE_DIMS {
+            return Err(Error::shape(
+                "pattern",
+                format!(
+                    "{} [step, num] pairs; a pattern has 1 to {MAX_FREE_DIMS}",
+                    pattern.len()
+                ),
+            ));
+        }
+        let mut t = *self;
+        t.offset += offset * self.dtype.size() as i64;
+        t.ndim = pattern.len() as u8;
+        t.shape = [1; MAX_FREE_DIMS];
+        t.strides = [0; MAX_FREE_DIMS];
+        for (d, &(step, num)) in pattern.iter().enumerate() {
+            if num == 0 {
+                return Err(Error::shape("pattern", "a pattern axis has num = 0"));
+            }
+            t.shape[d] = num;
+            t.strides[d] = step;
+        }
+        Ok(t)
     }
 }
 
@@ -254,6 +468,32 @@ mod tests {
         assert_eq!(t.free_extent(), (-4, 1));
         assert!(t.inner_contiguous());
         assert!(!tile(&[(3, 2)]).inner_contiguous());
+    }
+
+    #[test]
+    fn slicing_follows_numpy() {
+        let t = tile(&[(8, 16), (16, 1)]);
+        let r = |a, b, c| Index::Range {
+            start: a,
+            stop: b,
+            step: c,
+        };
+        let s = t
+            .slice(&[r(Some(1), Some(3), 1), Index::At(2), r(None, None, -2)])
+            .expect("valid");
+        assert_eq!((s.start_partition, s.partitions), (1, 2));
+        assert_eq!((s.ndim, s.shape[0], s.strides[0]), (1, 8, -2));
+        assert_eq!(s.offset, (2 * 16 + 15) * 4);
+        assert!(t.slice(&[r(None, None, 2)]).is_err(), "partition step");
+        assert!(t.slice(&[Index::At(4)]).is_err(), "out of range");
+        assert!(
+            t.slice(&[Index::ALL, r(Some(5), Some(5), 1)]).is_err(),
+            "empty"
+        );
+        let u = t
+            .reshape_free(&[2, 64])
+            .expect("contiguous per partition? no: 8x16 is");
+        assert_eq!((u.shape[0], u.shape[1], u.strides[0]), (2, 64, 64));
     }
 
     #[test]

@@ -257,6 +257,10 @@ pub(crate) fn row_geometry(
     Some((off, partition_stride, kind))
 }
 
+/// An input of a fast path: `(in the destination's memory, host offset of row 0, host bytes
+/// between rows, kind)`.
+pub(crate) type RowGeometry = (bool, usize, usize, rows::Kind);
+
 /// Whether input `x` can be read row by row while `d` is written: another memory, other
 /// partitions, disjoint bytes, or exactly the same elements.
 pub(crate) fn rows_compatible(x: &Opnd, d: &Opnd) -> bool {
@@ -297,11 +301,7 @@ impl Machine {
     }
 
     /// The fast paths' view of inputs `xs` and output `d`, if they all qualify.
-    fn fast_rows(
-        &self,
-        xs: &[&Opnd],
-        d: &Opnd,
-    ) -> Option<(Vec<(bool, usize, usize, rows::Kind)>, rows::RowOut)> {
+    fn fast_rows(&self, xs: &[&Opnd], d: &Opnd) -> Option<(Vec<RowGeometry>, rows::RowOut)> {
         let stride_of = |s: Space| match s {
             Space::Psum => self.mem.psum.stride,
             _ => self.mem.sbuf.stride,
@@ -338,7 +338,7 @@ impl Machine {
             n: d.n(),
         };
         let (mem, other) = self.mem.split_on_chip(d.tile.space);
-        let row_in = |(same, off, stride, kind): (bool, usize, usize, rows::Kind)| rows::RowIn {
+        let row_in = |(same, off, stride, kind): RowGeometry| rows::RowIn {
             mem: if same { None } else { Some(other) },
             off,
             stride,

@@ -45,6 +45,7 @@ impl Machine {
         self.activation_impl(Opcode::Activation, dst, func, data, args)
     }
 
+    #[allow(clippy::too_many_arguments)]
     /// `activation_reduce` (Scalar engine): `activation` with `reduce_cmd=reset_reduce`,
     /// writing the sums into `reduce_res`.
     pub fn activation_reduce(
