@@ -40,7 +40,7 @@
 //! 2.4 GHz: 2 ticks per cycle, ACT and POOL 1.2 GHz: 4, DVE 0.96 GHz: 5), so every duration and
 //! every sum is exact. DMA durations are rounded up to a whole tick.
 
-use crate::perf::dma::dma_efficiency;
+use crate::dma::cost::dma_efficiency;
 use crate::spec::{
     ACT_READ_ACCUMULATOR_CYCLES, DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, DMA_FIXED_COST_S,
     DMA_PARTITIONS_PER_ENGINE, DVE_BN_AGGR_CYCLES_PER_TRIPLE, DVE_PERF_MODE, DVE_PERF_MODE_FAST,
@@ -192,7 +192,7 @@ pub fn pe_cycles(_op: Opcode, c: &CostInput) -> u64 {
         let (k, m) = (c.m as u64, c.k as u64);
         k.max(m.min(MM_INIT_LATENCY_CYCLES as u64)) * if fp32 { 2 } else { 1 }
     } else {
-        crate::perf::matmul_cycles(c.m as usize, c.k as usize, fp32)
+        crate::engine::cost::instr::matmul_cycles(c.m as usize, c.k as usize, fp32)
     }
 }
 

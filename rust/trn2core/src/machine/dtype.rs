@@ -15,76 +15,41 @@ use super::simd::dispatch;
 use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
 use crate::{Error, Result};
 
-/// The element type of a tile: one of Trainium2's number formats or an integer type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dtype {
-    /// IEEE binary32.
-    Fp32,
-    /// TensorFloat-32 in a float32 container (low 13 bits ignored on read, zero on write).
-    Tf32,
-    /// bfloat16.
-    Bf16,
-    /// IEEE binary16.
-    Fp16,
-    /// Neuron `float8_e4m3` (IEEE-style, max 240).
-    Fp8E4m3,
-    /// `float8_e5m2`.
-    Fp8E5m2,
-    /// Neuron `float8_e3m4` (max 15.5).
-    Fp8E3m4,
-    /// Unsigned 8-bit integer (also NKI's `bool_`).
-    Uint8,
-    /// Signed 8-bit integer.
-    Int8,
-    /// Unsigned 16-bit integer.
-    Uint16,
-    /// Signed 16-bit integer.
-    Int16,
-    /// Unsigned 32-bit integer.
-    Uint32,
-    /// Signed 32-bit integer.
-    Int32,
+named_enum! {
+    /// The element type of a tile: one of Trainium2's number formats or an integer type.
+    pub enum Dtype("dtype", format) {
+        /// IEEE binary32.
+        Fp32 = "fp32",
+        /// TensorFloat-32 in a float32 container (low 13 bits ignored on read, zero on write).
+        Tf32 = "tf32",
+        /// bfloat16.
+        Bf16 = "bf16",
+        /// IEEE binary16.
+        Fp16 = "fp16",
+        /// Neuron `float8_e4m3` (IEEE-style, max 240).
+        Fp8E4m3 = "fp8_e4m3",
+        /// `float8_e5m2`.
+        Fp8E5m2 = "fp8_e5m2",
+        /// Neuron `float8_e3m4` (max 15.5).
+        Fp8E3m4 = "fp8_e3m4",
+        /// Unsigned 8-bit integer (also NKI's `bool_`).
+        Uint8 = "uint8",
+        /// Signed 8-bit integer.
+        Int8 = "int8",
+        /// Unsigned 16-bit integer.
+        Uint16 = "uint16",
+        /// Signed 16-bit integer.
+        Int16 = "int16",
+        /// Unsigned 32-bit integer.
+        Uint32 = "uint32",
+        /// Signed 32-bit integer.
+        Int32 = "int32",
+    }
 }
 
 impl Dtype {
-    /// Every dtype, in the order Python lists them.
-    pub const ALL: [Dtype; 13] = [
-        Dtype::Fp32,
-        Dtype::Tf32,
-        Dtype::Bf16,
-        Dtype::Fp16,
-        Dtype::Fp8E4m3,
-        Dtype::Fp8E5m2,
-        Dtype::Fp8E3m4,
-        Dtype::Uint8,
-        Dtype::Int8,
-        Dtype::Uint16,
-        Dtype::Int16,
-        Dtype::Uint32,
-        Dtype::Int32,
-    ];
-
-    /// The name users write: a `Format` name for floats, numpy's name for integers.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dtype::Fp32 => "fp32",
-            Dtype::Tf32 => "tf32",
-            Dtype::Bf16 => "bf16",
-            Dtype::Fp16 => "fp16",
-            Dtype::Fp8E4m3 => "fp8_e4m3",
-            Dtype::Fp8E5m2 => "fp8_e5m2",
-            Dtype::Fp8E3m4 => "fp8_e3m4",
-            Dtype::Uint8 => "uint8",
-            Dtype::Int8 => "int8",
-            Dtype::Uint16 => "uint16",
-            Dtype::Int16 => "int16",
-            Dtype::Uint32 => "uint32",
-            Dtype::Int32 => "int32",
-        }
-    }
-
-    /// Parses a name; `fp8_e4m3fn` gets its own explanation.
-    pub fn parse(arg: &str, name: &str) -> Result<Dtype> {
+    /// Parses a name like [`Dtype::parse`], explaining why `fp8_e4m3fn` is refused.
+    pub fn parse_name(arg: &str, name: &str) -> Result<Dtype> {
         if name == Format::Fp8E4m3fn.name() {
             return Err(Error::format(
                 arg,
@@ -92,16 +57,7 @@ impl Dtype {
                  arrives with v4); use fp8_e4m3, Neuron's IEEE-style float8_e4m3 (max 240)",
             ));
         }
-        Dtype::ALL
-            .into_iter()
-            .find(|d| d.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Dtype::ALL.iter().map(|d| d.name()).collect();
-                Error::format(
-                    arg,
-                    format!("unknown dtype {name:?}; expected one of {names:?}"),
-                )
-            })
+        Dtype::parse(arg, name)
     }
 
     /// Bytes per element.
@@ -129,7 +85,7 @@ impl Dtype {
 
     /// The dtype of a number format (`fp8_e4m3fn` has none on Trainium2).
     pub fn of_format(arg: &str, format: Format) -> Result<Dtype> {
-        Dtype::parse(arg, format.name())
+        Dtype::parse_name(arg, format.name())
     }
 
     /// Whether this is an integer type.
@@ -181,12 +137,6 @@ impl Dtype {
             2 => 0xFFFF,
             _ => 0xFFFF_FFFF,
         }
-    }
-}
-
-impl std::fmt::Display for Dtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -404,7 +354,7 @@ mod tests {
         for d in Dtype::ALL {
             assert_eq!(Dtype::parse("dtype", d.name()), Ok(d));
         }
-        let err = Dtype::parse("dtype", "fp8_e4m3fn").expect_err("not on trn2");
+        let err = Dtype::parse_name("dtype", "fp8_e4m3fn").expect_err("not on trn2");
         assert!(err.to_string().contains("not a Trainium2 dtype"), "{err}");
         assert!(Dtype::parse("dtype", "float64").is_err());
     }

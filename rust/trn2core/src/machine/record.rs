@@ -4,40 +4,22 @@
 //! side imports the other: this module is all they share.
 
 use crate::spec::DMA_QUEUES_PER_ENGINE;
-use crate::{Error, Result};
 
-/// A compute engine of the NeuronCore (the `engine=` of NKI's ISA calls).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Engine {
-    /// The tensor engine (PE array).
-    Tensor,
-    /// The Vector engine (DVE).
-    Vector,
-    /// The Scalar engine (ACT).
-    Scalar,
-    /// The GpSimd engine (POOL).
-    Gpsimd,
+named_enum! {
+    /// A compute engine of the NeuronCore (the `engine=` of NKI's ISA calls).
+    pub enum Engine("engine", value) {
+        /// The tensor engine (PE array).
+        Tensor = "tensor",
+        /// The Vector engine (DVE).
+        Vector = "vector",
+        /// The Scalar engine (ACT).
+        Scalar = "scalar",
+        /// The GpSimd engine (POOL).
+        Gpsimd = "gpsimd",
+    }
 }
 
 impl Engine {
-    /// Every engine, in the order of the report.
-    pub const ALL: [Engine; 4] = [
-        Engine::Tensor,
-        Engine::Vector,
-        Engine::Scalar,
-        Engine::Gpsimd,
-    ];
-
-    /// NKI's name (`nki.isa.engine.<name>`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Engine::Tensor => "tensor",
-            Engine::Vector => "vector",
-            Engine::Scalar => "scalar",
-            Engine::Gpsimd => "gpsimd",
-        }
-    }
-
     /// The profiler's name of the engine, used for trace tracks.
     pub const fn track(self) -> &'static str {
         match self {
@@ -46,22 +28,6 @@ impl Engine {
             Engine::Scalar => "ACT",
             Engine::Gpsimd => "POOL",
         }
-    }
-
-    /// Parses an engine name.
-    pub fn parse(arg: &str, name: &str) -> Result<Engine> {
-        Engine::ALL
-            .into_iter()
-            .find(|e| e.name() == name)
-            .ok_or_else(|| {
-                Error::value(
-                    arg,
-                    format!(
-                        "unknown engine {name:?}; expected one of \"tensor\", \"vector\", \
-                         \"scalar\", \"gpsimd\""
-                    ),
-                )
-            })
     }
 }
 
@@ -118,96 +84,47 @@ impl Queue {
     }
 }
 
-/// The instructions, named as the NKI ISA names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Opcode {
-    /// `nc_matmul` (tensor engine).
-    NcMatmul,
-    /// `nc_transpose` (tensor engine, or Vector for up to 32 x 32).
-    NcTranspose,
-    /// `tensor_tensor`.
-    TensorTensor,
-    /// `tensor_scalar`.
-    TensorScalar,
-    /// `scalar_tensor_tensor`.
-    ScalarTensorTensor,
-    /// `tensor_reduce`.
-    TensorReduce,
-    /// `tensor_copy`.
-    TensorCopy,
-    /// `tensor_tensor_scan`.
-    TensorTensorScan,
-    /// `tensor_scalar_reduce`.
-    TensorScalarReduce,
-    /// `activation`.
-    Activation,
-    /// `activation_reduce`.
-    ActivationReduce,
-    /// `reciprocal` (Vector engine).
-    Reciprocal,
-    /// `memset`.
-    Memset,
-    /// `iota` (GpSimd).
-    Iota,
-    /// `affine_select` (GpSimd).
-    AffineSelect,
-    /// `select` (Vector): `predicate ? on_true : on_false`.
-    Select,
-    /// `bn_stats` (Vector).
-    BnStats,
-    /// `bn_aggr` (Vector).
-    BnAggr,
-    /// `dma_copy`.
-    DmaCopy,
-}
-
-impl Opcode {
-    /// Every opcode.
-    pub const ALL: [Opcode; 19] = [
-        Opcode::NcMatmul,
-        Opcode::NcTranspose,
-        Opcode::TensorTensor,
-        Opcode::TensorScalar,
-        Opcode::ScalarTensorTensor,
-        Opcode::TensorReduce,
-        Opcode::TensorCopy,
-        Opcode::TensorTensorScan,
-        Opcode::TensorScalarReduce,
-        Opcode::Activation,
-        Opcode::ActivationReduce,
-        Opcode::Reciprocal,
-        Opcode::Memset,
-        Opcode::Iota,
-        Opcode::AffineSelect,
-        Opcode::Select,
-        Opcode::BnStats,
-        Opcode::BnAggr,
-        Opcode::DmaCopy,
-    ];
-
-    /// The NKI ISA name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Opcode::NcMatmul => "nc_matmul",
-            Opcode::NcTranspose => "nc_transpose",
-            Opcode::TensorTensor => "tensor_tensor",
-            Opcode::TensorScalar => "tensor_scalar",
-            Opcode::ScalarTensorTensor => "scalar_tensor_tensor",
-            Opcode::TensorReduce => "tensor_reduce",
-            Opcode::TensorCopy => "tensor_copy",
-            Opcode::TensorTensorScan => "tensor_tensor_scan",
-            Opcode::TensorScalarReduce => "tensor_scalar_reduce",
-            Opcode::Activation => "activation",
-            Opcode::ActivationReduce => "activation_reduce",
-            Opcode::Reciprocal => "reciprocal",
-            Opcode::Memset => "memset",
-            Opcode::Iota => "iota",
-            Opcode::AffineSelect => "affine_select",
-            Opcode::Select => "select",
-            Opcode::BnStats => "bn_stats",
-            Opcode::BnAggr => "bn_aggr",
-            Opcode::DmaCopy => "dma_copy",
-        }
+named_enum! {
+    /// The instructions, named as the NKI ISA names them.
+    pub enum Opcode("opcode", value) {
+        /// `nc_matmul` (tensor engine).
+        NcMatmul = "nc_matmul",
+        /// `nc_transpose` (tensor engine, or Vector for up to 32 x 32).
+        NcTranspose = "nc_transpose",
+        /// `tensor_tensor`.
+        TensorTensor = "tensor_tensor",
+        /// `tensor_scalar`.
+        TensorScalar = "tensor_scalar",
+        /// `scalar_tensor_tensor`.
+        ScalarTensorTensor = "scalar_tensor_tensor",
+        /// `tensor_reduce`.
+        TensorReduce = "tensor_reduce",
+        /// `tensor_copy`.
+        TensorCopy = "tensor_copy",
+        /// `tensor_tensor_scan`.
+        TensorTensorScan = "tensor_tensor_scan",
+        /// `tensor_scalar_reduce`.
+        TensorScalarReduce = "tensor_scalar_reduce",
+        /// `activation`.
+        Activation = "activation",
+        /// `activation_reduce`.
+        ActivationReduce = "activation_reduce",
+        /// `reciprocal` (Vector engine).
+        Reciprocal = "reciprocal",
+        /// `memset`.
+        Memset = "memset",
+        /// `iota` (GpSimd).
+        Iota = "iota",
+        /// `affine_select` (GpSimd).
+        AffineSelect = "affine_select",
+        /// `select` (Vector): `predicate ? on_true : on_false`.
+        Select = "select",
+        /// `bn_stats` (Vector).
+        BnStats = "bn_stats",
+        /// `bn_aggr` (Vector).
+        BnAggr = "bn_aggr",
+        /// `dma_copy`.
+        DmaCopy = "dma_copy",
     }
 }
 

@@ -51,8 +51,6 @@
 //! which for some are NaN rather than the limit (`silu(-Inf)`, `gelu(-Inf)`: `-Inf * 0`). For copy, square, relu, sqrt, reciprocal, sign and abs
 //! this equals the correctly rounded float32 operation.
 
-use crate::{Error, Result};
-
 use super::alu::round_f64;
 
 pub use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
@@ -77,112 +75,39 @@ pub fn erf(x: f64) -> f64 {
     unsafe { c_erf(x) }
 }
 
-/// An activation function (`op=` of `nki.isa.activation`), named as `nki.language` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum ActFunc {
-    Copy,
-    Square,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Gelu,
-    GeluDx,
-    GeluApprxTanh,
-    GeluApprxSigmoid,
-    GeluApprxSigmoidDx,
-    Silu,
-    SiluDx,
-    Softplus,
-    Mish,
-    Erf,
-    ErfDx,
-    Exp,
-    Log,
-    Sin,
-    Arctan,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Sign,
-    Abs,
+named_enum! {
+    /// An activation function (`op=` of `nki.isa.activation`), named as `nki.language` names it.
+    #[allow(missing_docs)]
+    pub enum ActFunc("activation function", value) {
+        Copy = "copy",
+        Square = "square",
+        Relu = "relu",
+        Sigmoid = "sigmoid",
+        Tanh = "tanh",
+        Gelu = "gelu",
+        GeluDx = "gelu_dx",
+        GeluApprxTanh = "gelu_apprx_tanh",
+        GeluApprxSigmoid = "gelu_apprx_sigmoid",
+        GeluApprxSigmoidDx = "gelu_apprx_sigmoid_dx",
+        Silu = "silu",
+        SiluDx = "silu_dx",
+        Softplus = "softplus",
+        Mish = "mish",
+        Erf = "erf",
+        ErfDx = "erf_dx",
+        Exp = "exp",
+        Log = "log",
+        Sin = "sin",
+        Arctan = "arctan",
+        Sqrt = "sqrt",
+        Rsqrt = "rsqrt",
+        Reciprocal = "reciprocal",
+        Sign = "sign",
+        Abs = "abs",
+    }
 }
 
 impl ActFunc {
-    /// Every function.
-    pub const ALL: [ActFunc; 25] = [
-        ActFunc::Copy,
-        ActFunc::Square,
-        ActFunc::Relu,
-        ActFunc::Sigmoid,
-        ActFunc::Tanh,
-        ActFunc::Gelu,
-        ActFunc::GeluDx,
-        ActFunc::GeluApprxTanh,
-        ActFunc::GeluApprxSigmoid,
-        ActFunc::GeluApprxSigmoidDx,
-        ActFunc::Silu,
-        ActFunc::SiluDx,
-        ActFunc::Softplus,
-        ActFunc::Mish,
-        ActFunc::Erf,
-        ActFunc::ErfDx,
-        ActFunc::Exp,
-        ActFunc::Log,
-        ActFunc::Sin,
-        ActFunc::Arctan,
-        ActFunc::Sqrt,
-        ActFunc::Rsqrt,
-        ActFunc::Reciprocal,
-        ActFunc::Sign,
-        ActFunc::Abs,
-    ];
-
-    /// `nki.language`'s name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ActFunc::Copy => "copy",
-            ActFunc::Square => "square",
-            ActFunc::Relu => "relu",
-            ActFunc::Sigmoid => "sigmoid",
-            ActFunc::Tanh => "tanh",
-            ActFunc::Gelu => "gelu",
-            ActFunc::GeluDx => "gelu_dx",
-            ActFunc::GeluApprxTanh => "gelu_apprx_tanh",
-            ActFunc::GeluApprxSigmoid => "gelu_apprx_sigmoid",
-            ActFunc::GeluApprxSigmoidDx => "gelu_apprx_sigmoid_dx",
-            ActFunc::Silu => "silu",
-            ActFunc::SiluDx => "silu_dx",
-            ActFunc::Softplus => "softplus",
-            ActFunc::Mish => "mish",
-            ActFunc::Erf => "erf",
-            ActFunc::ErfDx => "erf_dx",
-            ActFunc::Exp => "exp",
-            ActFunc::Log => "log",
-            ActFunc::Sin => "sin",
-            ActFunc::Arctan => "arctan",
-            ActFunc::Sqrt => "sqrt",
-            ActFunc::Rsqrt => "rsqrt",
-            ActFunc::Reciprocal => "reciprocal",
-            ActFunc::Sign => "sign",
-            ActFunc::Abs => "abs",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(arg: &str, name: &str) -> Result<ActFunc> {
-        ActFunc::ALL
-            .into_iter()
-            .find(|f| f.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = ActFunc::ALL.iter().map(|f| f.name()).collect();
-                Error::value(
-                    arg,
-                    format!("unknown activation function {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// Whether the result is the correctly rounded float32 operation (no float64 function of
     /// the C library involved).
     pub const fn is_exact(self) -> bool {
@@ -196,12 +121,6 @@ impl ActFunc {
                 | ActFunc::Sign
                 | ActFunc::Abs
         )
-    }
-}
-
-impl std::fmt::Display for ActFunc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

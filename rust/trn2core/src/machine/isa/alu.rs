@@ -23,46 +23,45 @@
 //! (logical) by an amount of 32 or more give 0; `invert` is unary. (Arithmetic shift right is
 //! not supported on the hardware.)
 
-use crate::{Error, Result};
-
 use super::super::simd::dispatch;
 
 /// The canonical quiet NaN of every NaN result.
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);
 
-/// An ALU operator (`op=` of NKI's ISA calls), named as `nki.language` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum AluOp {
-    Add,
-    Subtract,
-    Multiply,
-    Divide,
-    Maximum,
-    Minimum,
-    AbsMax,
-    AbsMin,
-    Power,
-    Equal,
-    NotEqual,
-    Greater,
-    GreaterEqual,
-    Less,
-    LessEqual,
-    LogicalAnd,
-    LogicalOr,
-    LogicalXor,
-    BitwiseAnd,
-    BitwiseOr,
-    BitwiseXor,
-    LeftShift,
-    RightShift,
-    Invert,
-    Abs,
-    Square,
-    Relu,
-    Rsqrt,
-    Reciprocal,
+named_enum! {
+    /// An ALU operator (`op=` of NKI's ISA calls), named as `nki.language` names it.
+    #[allow(missing_docs)]
+    pub enum AluOp("ALU operator", value) {
+        Add = "add",
+        Subtract = "subtract",
+        Multiply = "multiply",
+        Divide = "divide",
+        Maximum = "maximum",
+        Minimum = "minimum",
+        AbsMax = "abs_max",
+        AbsMin = "abs_min",
+        Power = "power",
+        Equal = "equal",
+        NotEqual = "not_equal",
+        Greater = "greater",
+        GreaterEqual = "greater_equal",
+        Less = "less",
+        LessEqual = "less_equal",
+        LogicalAnd = "logical_and",
+        LogicalOr = "logical_or",
+        LogicalXor = "logical_xor",
+        BitwiseAnd = "bitwise_and",
+        BitwiseOr = "bitwise_or",
+        BitwiseXor = "bitwise_xor",
+        LeftShift = "left_shift",
+        RightShift = "right_shift",
+        Invert = "invert",
+        Abs = "abs",
+        Square = "square",
+        Relu = "relu",
+        Rsqrt = "rsqrt",
+        Reciprocal = "reciprocal",
+    }
 }
 
 /// The kind of an operator.
@@ -79,88 +78,6 @@ pub enum OpKind {
 }
 
 impl AluOp {
-    /// Every operator.
-    pub const ALL: [AluOp; 29] = [
-        AluOp::Add,
-        AluOp::Subtract,
-        AluOp::Multiply,
-        AluOp::Divide,
-        AluOp::Maximum,
-        AluOp::Minimum,
-        AluOp::AbsMax,
-        AluOp::AbsMin,
-        AluOp::Power,
-        AluOp::Equal,
-        AluOp::NotEqual,
-        AluOp::Greater,
-        AluOp::GreaterEqual,
-        AluOp::Less,
-        AluOp::LessEqual,
-        AluOp::LogicalAnd,
-        AluOp::LogicalOr,
-        AluOp::LogicalXor,
-        AluOp::BitwiseAnd,
-        AluOp::BitwiseOr,
-        AluOp::BitwiseXor,
-        AluOp::LeftShift,
-        AluOp::RightShift,
-        AluOp::Invert,
-        AluOp::Abs,
-        AluOp::Square,
-        AluOp::Relu,
-        AluOp::Rsqrt,
-        AluOp::Reciprocal,
-    ];
-
-    /// `nki.language`'s name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            AluOp::Add => "add",
-            AluOp::Subtract => "subtract",
-            AluOp::Multiply => "multiply",
-            AluOp::Divide => "divide",
-            AluOp::Maximum => "maximum",
-            AluOp::Minimum => "minimum",
-            AluOp::AbsMax => "abs_max",
-            AluOp::AbsMin => "abs_min",
-            AluOp::Power => "power",
-            AluOp::Equal => "equal",
-            AluOp::NotEqual => "not_equal",
-            AluOp::Greater => "greater",
-            AluOp::GreaterEqual => "greater_equal",
-            AluOp::Less => "less",
-            AluOp::LessEqual => "less_equal",
-            AluOp::LogicalAnd => "logical_and",
-            AluOp::LogicalOr => "logical_or",
-            AluOp::LogicalXor => "logical_xor",
-            AluOp::BitwiseAnd => "bitwise_and",
-            AluOp::BitwiseOr => "bitwise_or",
-            AluOp::BitwiseXor => "bitwise_xor",
-            AluOp::LeftShift => "left_shift",
-            AluOp::RightShift => "right_shift",
-            AluOp::Invert => "invert",
-            AluOp::Abs => "abs",
-            AluOp::Square => "square",
-            AluOp::Relu => "relu",
-            AluOp::Rsqrt => "rsqrt",
-            AluOp::Reciprocal => "reciprocal",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(arg: &str, name: &str) -> Result<AluOp> {
-        AluOp::ALL
-            .into_iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = AluOp::ALL.iter().map(|o| o.name()).collect();
-                Error::value(
-                    arg,
-                    format!("unknown ALU operator {name:?}; expected one of {names:?}"),
-                )
-            })
-    }
-
     /// Its kind.
     pub const fn kind(self) -> OpKind {
         match self {
@@ -203,12 +120,6 @@ impl AluOp {
                 | AluOp::BitwiseOr
                 | AluOp::BitwiseXor
         )
-    }
-}
-
-impl std::fmt::Display for AluOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

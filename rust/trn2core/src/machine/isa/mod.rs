@@ -70,58 +70,22 @@ pub enum Scalar {
     Tile(Tile),
 }
 
-/// The accumulator-register commands of `activation` and `tensor_scalar_reduce`
-/// (`nki.isa.reduce_cmd`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReduceCmd {
-    /// Registers untouched.
-    #[default]
-    Idle,
-    /// Registers reset (to 0, or the reduce operator's identity).
-    Reset,
-    /// This instruction's results are accumulated onto the registers.
-    Reduce,
-    /// Reset, then accumulate.
-    ResetReduce,
-    /// Load `reduce_init`, then accumulate.
-    LoadReduce,
-}
-
-impl ReduceCmd {
-    /// Every command.
-    pub const ALL: [ReduceCmd; 5] = [
-        ReduceCmd::Idle,
-        ReduceCmd::Reset,
-        ReduceCmd::Reduce,
-        ReduceCmd::ResetReduce,
-        ReduceCmd::LoadReduce,
-    ];
-
-    /// NKI's name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceCmd::Idle => "idle",
-            ReduceCmd::Reset => "reset",
-            ReduceCmd::Reduce => "reduce",
-            ReduceCmd::ResetReduce => "reset_reduce",
-            ReduceCmd::LoadReduce => "load_reduce",
-        }
-    }
-
-    /// Parses a name.
-    pub fn parse(arg: &str, name: &str) -> Result<ReduceCmd> {
-        ReduceCmd::ALL
-            .into_iter()
-            .find(|c| c.name() == name)
-            .ok_or_else(|| {
-                Error::value(
-                    arg,
-                    format!(
-                        "unknown reduce_cmd {name:?}; expected one of \"idle\", \"reset\", \
-                         \"reduce\", \"reset_reduce\", \"load_reduce\""
-                    ),
-                )
-            })
+named_enum! {
+    /// The accumulator-register commands of `activation` and `tensor_scalar_reduce`
+    /// (`nki.isa.reduce_cmd`).
+    #[derive(Default)]
+    pub enum ReduceCmd("reduce_cmd", value) {
+        /// Registers untouched.
+        #[default]
+        Idle = "idle",
+        /// Registers reset (to 0, or the reduce operator's identity).
+        Reset = "reset",
+        /// This instruction's results are accumulated onto the registers.
+        Reduce = "reduce",
+        /// Reset, then accumulate.
+        ResetReduce = "reset_reduce",
+        /// Load `reduce_init`, then accumulate.
+        LoadReduce = "load_reduce",
     }
 }
 
