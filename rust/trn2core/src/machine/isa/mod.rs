@@ -265,7 +265,11 @@ impl Machine {
     }
 
     /// The fast paths' view of inputs `xs` and output `d`, if they all qualify.
-    fn fast_rows(&self, xs: &[&Opnd], d: &Opnd) -> Option<(Vec<RowGeometry>, rows::RowOut)> {
+    fn fast_rows<const N: usize>(
+        &self,
+        xs: [&Opnd; N],
+        d: &Opnd,
+    ) -> Option<([RowGeometry; N], rows::RowOut)> {
         let stride_of = |s: Space| match s {
             Space::Psum => self.mem.psum.stride,
             _ => self.mem.sbuf.stride,
@@ -274,13 +278,13 @@ impl Machine {
         if !self.nearest_even() && dkind != rows::Kind::F32 {
             return None;
         }
-        let mut ins = Vec::with_capacity(xs.len());
-        for x in xs {
+        let mut ins = [(false, 0, 0, rows::Kind::F32); N];
+        for (slot, x) in ins.iter_mut().zip(xs) {
             if !rows_compatible(x, d) {
                 return None;
             }
             let (off, stride, kind) = row_geometry(x, stride_of(x.tile.space))?;
-            ins.push((x.tile.space == d.tile.space, off, stride, kind));
+            *slot = (x.tile.space == d.tile.space, off, stride, kind);
         }
         Some((
             ins,
@@ -292,9 +296,15 @@ impl Machine {
         ))
     }
 
-    /// `tensor_tensor`'s fast path; `false` if it does not apply.
-    pub(crate) fn fast_binary(&mut self, op: AluOp, a: &Opnd, b: &Opnd, d: &Opnd) -> bool {
-        let Some((ins, out)) = self.fast_rows(&[a, b], d) else {
+    /// Runs `f` on the fast-path plan of inputs `xs` and output `d`; `false` (nothing done)
+    /// if they do not qualify.
+    fn with_plan<const N: usize>(
+        &mut self,
+        xs: [&Opnd; N],
+        d: &Opnd,
+        f: impl FnOnce(&mut rows::Plan),
+    ) -> bool {
+        let Some((ins, out)) = self.fast_rows(xs, d) else {
             return false;
         };
         let g = rows::Rows {
@@ -302,15 +312,26 @@ impl Machine {
             n: d.n(),
         };
         let (mem, other) = self.mem.split_on_chip(d.tile.space);
-        let row_in = |(same, off, stride, kind): RowGeometry| rows::RowIn {
+        let ins = ins.map(|(same, off, stride, kind)| rows::RowIn {
             mem: if same { None } else { Some(other) },
             off,
             stride,
             kind,
+        });
+        // SAFETY: `fast_rows` admitted each input only if `rows_compatible` holds: another
+        // memory, other partitions, bytes disjoint from the destination's in every partition
+        // (rows are partitions, shorter than the partition stride), or exactly its elements.
+        let Some(mut plan) = (unsafe { rows::Plan::new(g, mem, &ins, out) }) else {
+            return false;
         };
-        rows::binary(op, g, mem, row_in(ins[0]), row_in(ins[1]), out);
+        f(&mut plan);
         self.after_write(d);
         true
+    }
+
+    /// `tensor_tensor`'s fast path; `false` if it does not apply.
+    pub(crate) fn fast_binary(&mut self, op: AluOp, a: &Opnd, b: &Opnd, d: &Opnd) -> bool {
+        self.with_plan([a, b], d, |plan| rows::binary(op, plan))
     }
 
     /// `tensor_scalar`'s fast path (arithmetic operators); `false` if it does not apply.
@@ -321,49 +342,14 @@ impl Machine {
         a: &Opnd,
         d: &Opnd,
     ) -> bool {
-        let Some((ins, out)) = self.fast_rows(&[a], d) else {
-            return false;
-        };
-        let g = rows::Rows {
-            rows: d.p() as usize,
-            n: d.n(),
-        };
-        let (mem, other) = self.mem.split_on_chip(d.tile.space);
-        let (same, off, stride, kind) = ins[0];
-        let x = rows::RowIn {
-            mem: if same { None } else { Some(other) },
-            off,
-            stride,
-            kind,
-        };
-        let rev0 = op0.1 && !op0.0.is_unary();
-        let second = op1.map(|(o, r, _)| (o, r && !o.is_unary()));
-        let s1 = op1.map_or(&[][..], |(_, _, s)| s);
-        rows::scalar(op0.0, rev0, op0.2, second, s1, g, mem, x, out);
-        self.after_write(d);
-        true
+        let op0 = (op0.0, op0.1 && !op0.0.is_unary(), op0.2);
+        let op1 = op1.map(|(o, r, s)| (o, r && !o.is_unary(), s));
+        self.with_plan([a], d, |plan| rows::scalar(plan, op0, op1))
     }
 
     /// `tensor_copy`'s fast path; `false` if it does not apply.
     pub(crate) fn fast_copy(&mut self, s: &Opnd, d: &Opnd) -> bool {
-        let Some((ins, out)) = self.fast_rows(&[s], d) else {
-            return false;
-        };
-        let g = rows::Rows {
-            rows: d.p() as usize,
-            n: d.n(),
-        };
-        let (mem, other) = self.mem.split_on_chip(d.tile.space);
-        let (same, off, stride, kind) = ins[0];
-        let x = rows::RowIn {
-            mem: if same { None } else { Some(other) },
-            off,
-            stride,
-            kind,
-        };
-        rows::copy(g, mem, x, out);
-        self.after_write(d);
-        true
+        self.with_plan([s], d, rows::copy)
     }
 
     /// Checks a tile that some engine reads (`write = false`) or writes: live, in bounds, and

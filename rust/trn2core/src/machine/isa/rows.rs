@@ -1,22 +1,23 @@
 //! Fast paths of the element-wise instructions: tiles whose every partition is one contiguous
 //! run of fp32 or bf16 elements, rounded to nearest even. They compute exactly what the
 //! general path computes (the same operators of [`super::alu`], the same bf16 rounding kernel
-//! of `numerics`), partition by partition straight from the machine's memory through a small
-//! float32 buffer in L1, with the SIMD level chosen once per instruction. The unit tests and
-//! `tests/it/machine.rs` compare both paths bit for bit.
+//! of `numerics`), partition by partition straight from the machine's memory, with the SIMD
+//! level chosen once per instruction. `tests/it/machine.rs` compares them with the general path
+//! (strided views of the same data) and with scalar oracles, bit for bit.
 //!
-//! An input may be the destination itself (the same bytes: read each chunk before writing it)
-//! or lie elsewhere; the callers send partial overlaps to the general path.
+//! An input is either exactly the destination (the same bytes: each element is read before it
+//! is written, at the same index) or disjoint from every destination row; [`Plan::new`]'s
+//! caller guarantees that (`rows_compatible`), and partial overlaps take the general path.
 
-use std::ops::Range;
+use std::marker::PhantomData;
 
 use crate::numerics::kernels::round_f32_bf16_rne;
 
 use super::super::dtype::Dtype;
-use super::super::simd::dispatch;
+use super::super::simd::{self, dispatch};
 use super::alu::{apply, maximum, minimum, AluOp, CANONICAL_NAN};
 
-/// Elements per buffered chunk (4 KiB of float32: stays in L1).
+/// Elements per buffered chunk of `tensor_scalar` (4 KiB of float32: stays in L1).
 const CHUNK: usize = 1024;
 
 /// Element types of the fast paths.
@@ -44,7 +45,7 @@ impl Kind {
     }
 }
 
-/// Where an input's rows are: in the destination's memory (`None`) or another one.
+/// An input's rows: in the destination's memory (`mem: None`) or in another one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RowIn<'a> {
     pub mem: Option<&'a [u8]>,
@@ -62,96 +63,115 @@ pub(crate) struct RowOut {
     pub kind: Kind,
 }
 
-/// One input row, ready to read.
-enum Src<'a> {
-    Bytes(&'a [u8]),
+/// The geometry of a row-wise instruction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows {
+    pub rows: usize,
+    pub n: usize,
+}
+
+/// Where one input's row `p` starts.
+#[derive(Debug, Clone, Copy)]
+enum In {
     /// The destination row itself.
     Dst,
+    /// Row `p` at `base + p * stride`.
+    At { base: *const u8, stride: usize },
 }
 
-/// Splits `mem` around `d`: `(before, d, after)`.
-#[inline(always)]
-fn split3(mem: &mut [u8], d: Range<usize>) -> (&[u8], &mut [u8], &[u8]) {
-    let (left, rest) = mem.split_at_mut(d.start);
-    let (mid, right) = rest.split_at_mut(d.end - d.start);
-    (left, mid, right)
+/// Validated rows of up to two inputs and the destination: every row in bounds and aligned
+/// for its kind, each input either the destination itself or disjoint from all its rows.
+pub(crate) struct Plan<'m> {
+    g: Rows,
+    dst: *mut u8,
+    dstride: usize,
+    dkind: Kind,
+    ins: [In; 2],
+    kinds: [Kind; 2],
+    _mem: PhantomData<&'m mut [u8]>,
 }
 
-/// Input row `p` of `x`, given the destination row range `d` and the split memory.
-#[inline(always)]
-fn src<'a>(
-    x: &RowIn<'a>,
-    p: usize,
-    len: usize,
-    d: &Range<usize>,
-    left: &'a [u8],
-    right: &'a [u8],
-) -> Src<'a> {
-    let start = x.off + p * x.stride;
-    let r = start..start + len * x.kind.size();
-    match x.mem {
-        Some(m) => Src::Bytes(&m[r]),
-        None if r == *d => Src::Dst,
-        None if r.end <= d.start => Src::Bytes(&left[r]),
-        None => Src::Bytes(&right[r.start - d.end..r.end - d.end]),
+impl<'m> Plan<'m> {
+    /// Checks bounds and alignment (`None` if they fail: the caller takes the general path).
+    ///
+    /// # Safety
+    /// Every input in `mem` (`RowIn::mem == None`) must either have exactly the destination's
+    /// rows (same offset, stride and kind) or rows that overlap no destination row.
+    pub unsafe fn new(
+        g: Rows,
+        mem: &'m mut [u8],
+        ins: &[RowIn<'m>],
+        d: RowOut,
+    ) -> Option<Plan<'m>> {
+        if g.rows == 0 || g.n == 0 || ins.len() > 2 {
+            return None;
+        }
+        let fits = |len: usize, base: *const u8, off: usize, stride: usize, k: Kind| {
+            let last = off.checked_add((g.rows - 1).checked_mul(stride)?)?;
+            let end = last.checked_add(g.n.checked_mul(k.size())?)?;
+            let aligned =
+                (base as usize + off).is_multiple_of(k.size()) && stride.is_multiple_of(k.size());
+            (end <= len && aligned).then_some(())
+        };
+        fits(mem.len(), mem.as_ptr(), d.off, d.stride, d.kind)?;
+        let mut plan = Plan {
+            g,
+            dst: mem.as_mut_ptr().wrapping_add(d.off),
+            dstride: d.stride,
+            dkind: d.kind,
+            ins: [In::Dst; 2],
+            kinds: [d.kind; 2],
+            _mem: PhantomData,
+        };
+        for (k, x) in ins.iter().enumerate() {
+            let (m, base) = match x.mem {
+                Some(m) => (m.len(), m.as_ptr()),
+                None => (mem.len(), mem.as_ptr()),
+            };
+            fits(m, base, x.off, x.stride, x.kind)?;
+            let same =
+                x.mem.is_none() && x.off == d.off && x.stride == d.stride && x.kind == d.kind;
+            plan.ins[k] = if same {
+                In::Dst
+            } else {
+                In::At {
+                    base: base.wrapping_add(x.off),
+                    stride: x.stride,
+                }
+            };
+            plan.kinds[k] = x.kind;
+        }
+        Some(plan)
     }
-}
 
-/// `x` from element `done` of each row on.
-fn shifted<'a>(x: &RowIn<'a>, done: usize) -> RowIn<'a> {
-    RowIn {
-        off: x.off + done * x.kind.size(),
-        ..*x
+    /// Destination row `p` as `D`.
+    #[inline(always)]
+    fn dst_row<D>(&mut self, p: usize) -> &mut [D] {
+        // SAFETY: `new` checked that every row lies inside the destination memory and is
+        // aligned for the destination kind (`D` is `f32` or `u16` accordingly, any bits
+        // valid); `&mut self` makes this the only live view of the row.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.dst.add(p * self.dstride).cast::<D>(), self.g.n)
+        }
     }
-}
 
-/// A view of little-endian bytes as `T` (`f32` or `u16`: every bit pattern valid).
-#[inline(always)]
-fn view<T: Copy>(b: &[u8]) -> &[T] {
-    // SAFETY: `T` is f32 or u16 here (plain data, any bits valid); `align_to` only returns
-    // properly aligned middles, and the assertion rejects a misaligned start.
-    let (pre, mid, _) = unsafe { b.align_to::<T>() };
-    assert!(pre.is_empty(), "misaligned row");
-    mid
-}
-
-#[inline(always)]
-fn view_mut<T: Copy>(b: &mut [u8]) -> &mut [T] {
-    // SAFETY: as in `view`.
-    let (pre, mid, _) = unsafe { b.align_to_mut::<T>() };
-    assert!(pre.is_empty(), "misaligned row");
-    mid
+    /// Input `k`'s row `p` as `A`, or `None` when it is the destination row.
+    #[inline(always)]
+    fn in_row<'s, A>(&'s self, k: usize, p: usize) -> Option<&'s [A]> {
+        match self.ins[k] {
+            In::Dst => None,
+            // SAFETY: in bounds and aligned (checked by `new`); disjoint from every destination
+            // row (`new`'s contract), so it never aliases a `dst_row` view.
+            In::At { base, stride } => Some(unsafe {
+                std::slice::from_raw_parts(base.add(p * stride).cast::<A>(), self.g.n)
+            }),
+        }
+    }
 }
 
 #[inline(always)]
 fn bf(x: u16) -> f32 {
     f32::from_bits((x as u32) << 16)
-}
-
-/// `buf[i] = value of element i` of a row chunk.
-#[inline(always)]
-fn load(kind: Kind, bytes: &[u8], buf: &mut [f32]) {
-    match kind {
-        Kind::F32 => buf.copy_from_slice(&view::<f32>(bytes)[..buf.len()]),
-        Kind::Bf16 => {
-            for (o, &x) in buf.iter_mut().zip(view::<u16>(bytes)) {
-                *o = bf(x);
-            }
-        }
-    }
-}
-
-/// Stores `buf` (canonical NaN already) rounded to nearest even into a row chunk.
-#[inline(always)]
-fn store(kind: Kind, buf: &[f32], bytes: &mut [u8]) {
-    match kind {
-        Kind::F32 => view_mut::<f32>(bytes)[..buf.len()].copy_from_slice(buf),
-        Kind::Bf16 => {
-            for (o, &v) in view_mut::<u16>(bytes).iter_mut().zip(buf) {
-                *o = round_f32_bf16_rne(v.to_bits()) as u16;
-            }
-        }
-    }
 }
 
 #[inline(always)]
@@ -161,66 +181,6 @@ fn canon(x: f32) -> f32 {
     } else {
         x
     }
-}
-
-/// `out[i] = f(x[i], s)` (or `f(s, x[i])` with `rev`) over one chunk.
-#[inline(always)]
-fn with_scalar(k: Kind, x: &[u8], s: f32, rev: bool, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
-    let n = out.len();
-    match (k, rev) {
-        (Kind::F32, false) => {
-            for (o, &v) in out.iter_mut().zip(&view::<f32>(x)[..n]) {
-                *o = f(v, s);
-            }
-        }
-        (Kind::F32, true) => {
-            for (o, &v) in out.iter_mut().zip(&view::<f32>(x)[..n]) {
-                *o = f(s, v);
-            }
-        }
-        (Kind::Bf16, false) => {
-            for (o, &v) in out.iter_mut().zip(&view::<u16>(x)[..n]) {
-                *o = f(bf(v), s);
-            }
-        }
-        (Kind::Bf16, true) => {
-            for (o, &v) in out.iter_mut().zip(&view::<u16>(x)[..n]) {
-                *o = f(s, bf(v));
-            }
-        }
-    }
-}
-
-/// In place: `buf[i] = f(buf[i], s)` (or reversed).
-#[inline(always)]
-fn with_scalar_in_place(buf: &mut [f32], s: f32, rev: bool, f: impl Fn(f32, f32) -> f32) {
-    if rev {
-        buf.iter_mut().for_each(|v| *v = f(s, *v));
-    } else {
-        buf.iter_mut().for_each(|v| *v = f(*v, s));
-    }
-}
-
-/// Calls `$each(args..., f)` with the operator as a closure specialised per common operator.
-macro_rules! with_op {
-    ($op:expr, $each:ident ( $($arg:expr),* )) => {
-        match $op {
-            AluOp::Add => $each($($arg,)* |x: f32, y: f32| canon(x + y)),
-            AluOp::Subtract => $each($($arg,)* |x: f32, y: f32| canon(x - y)),
-            AluOp::Multiply => $each($($arg,)* |x: f32, y: f32| canon(x * y)),
-            AluOp::Divide => $each($($arg,)* |x: f32, y: f32| canon(x / y)),
-            AluOp::Maximum => $each($($arg,)* maximum),
-            AluOp::Minimum => $each($($arg,)* minimum),
-            other => $each($($arg,)* move |x: f32, y: f32| apply(other, x, y)),
-        }
-    };
-}
-
-/// The geometry of a row-wise instruction.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rows {
-    pub rows: usize,
-    pub n: usize,
 }
 
 /// An element type of the fused loops.
@@ -251,27 +211,46 @@ impl Elem for u16 {
     }
 }
 
-/// `d[i] = f(a[i], b[i])` in one pass, for every way the inputs can be the destination.
+/// Calls `$each(args..., f)` with the operator as a closure specialised per common operator.
+macro_rules! with_op {
+    ($op:expr, $each:ident ( $($arg:expr),* )) => {
+        match $op {
+            AluOp::Add => $each($($arg,)* |x: f32, y: f32| canon(x + y)),
+            AluOp::Subtract => $each($($arg,)* |x: f32, y: f32| canon(x - y)),
+            AluOp::Multiply => $each($($arg,)* |x: f32, y: f32| canon(x * y)),
+            AluOp::Divide => $each($($arg,)* |x: f32, y: f32| canon(x / y)),
+            AluOp::Maximum => $each($($arg,)* maximum),
+            AluOp::Minimum => $each($($arg,)* minimum),
+            other => $each($($arg,)* move |x: f32, y: f32| apply(other, x, y)),
+        }
+    };
+}
+
+/// One row of a `tensor_tensor`: `d[i] = f(a[i], b[i])`, an input `None` being `d` itself.
 #[inline(always)]
-fn fused<A: Elem, B: Elem, D: Elem>(sa: Src, sb: Src, dm: &mut [u8], f: impl Fn(f32, f32) -> f32) {
-    let d = view_mut::<D>(dm);
-    match (sa, sb) {
-        (Src::Bytes(a), Src::Bytes(b)) => {
-            for ((o, &x), &y) in d.iter_mut().zip(view::<A>(a)).zip(view::<B>(b)) {
+fn binary_row_body<A: Elem, B: Elem, D: Elem>(
+    a: Option<&[A]>,
+    b: Option<&[B]>,
+    d: &mut [D],
+    f: impl Fn(f32, f32) -> f32,
+) {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            for ((o, &x), &y) in d.iter_mut().zip(a).zip(b) {
                 *o = D::put(f(x.get(), y.get()));
             }
         }
-        (Src::Dst, Src::Bytes(b)) => {
-            for (o, &y) in d.iter_mut().zip(view::<B>(b)) {
+        (None, Some(b)) => {
+            for (o, &y) in d.iter_mut().zip(b) {
                 *o = D::put(f(o.get(), y.get()));
             }
         }
-        (Src::Bytes(a), Src::Dst) => {
-            for (o, &x) in d.iter_mut().zip(view::<A>(a)) {
+        (Some(a), None) => {
+            for (o, &x) in d.iter_mut().zip(a) {
                 *o = D::put(f(x.get(), o.get()));
             }
         }
-        (Src::Dst, Src::Dst) => {
+        (None, None) => {
             for o in d.iter_mut() {
                 *o = D::put(f(o.get(), o.get()));
             }
@@ -279,103 +258,233 @@ fn fused<A: Elem, B: Elem, D: Elem>(sa: Src, sb: Src, dm: &mut [u8], f: impl Fn(
     }
 }
 
-/// [`fused`] for the kinds at hand.
-#[inline(always)]
-fn fused_kinds(
-    k: (Kind, Kind, Kind),
-    sa: Src,
-    sb: Src,
-    dm: &mut [u8],
-    f: impl Fn(f32, f32) -> f32,
-) {
-    use Kind::{Bf16 as H, F32 as S};
-    match k {
-        (S, S, S) => fused::<f32, f32, f32>(sa, sb, dm, f),
-        (H, H, H) => fused::<u16, u16, u16>(sa, sb, dm, f),
-        (S, S, H) => fused::<f32, f32, u16>(sa, sb, dm, f),
-        (H, H, S) => fused::<u16, u16, f32>(sa, sb, dm, f),
-        (S, H, S) => fused::<f32, u16, f32>(sa, sb, dm, f),
-        (H, S, S) => fused::<u16, f32, f32>(sa, sb, dm, f),
-        (S, H, H) => fused::<f32, u16, u16>(sa, sb, dm, f),
-        (H, S, H) => fused::<u16, f32, u16>(sa, sb, dm, f),
+/// [`binary_row_body`] behind a real call, compiled for each SIMD level: the call boundary is
+/// what tells the vectoriser that `d` (a `&mut`) aliases neither input, where the inputs lie
+/// in the same memory a few hundred bytes away (inlined, it would fall back to scalar code
+/// after a runtime distance check).
+mod row_fns {
+    use super::*;
+
+    #[inline(never)]
+    pub fn portable<A: Elem, B: Elem, D: Elem>(
+        a: Option<&[A]>,
+        b: Option<&[B]>,
+        d: &mut [D],
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        binary_row_body(a, b, d, f)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "avx2,fma,bmi2")]
+    pub fn avx2<A: Elem, B: Elem, D: Elem>(
+        a: Option<&[A]>,
+        b: Option<&[B]>,
+        d: &mut [D],
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        binary_row_body(a, b, d, f)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi2")]
+    pub fn avx512<A: Elem, B: Elem, D: Elem>(
+        a: Option<&[A]>,
+        b: Option<&[B]>,
+        d: &mut [D],
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        binary_row_body(a, b, d, f)
     }
 }
 
-dispatch! {
-    /// `tensor_tensor`: `d = op(a, b)` row by row.
-    pub(crate) fn binary(op: AluOp, g: Rows, mem: &mut [u8], a: RowIn, b: RowIn, d: RowOut) {
-        let kinds = (a.kind, b.kind, d.kind);
-        for p in 0..g.rows {
-            let ds = d.off + p * d.stride;
-            let dr = ds..ds + g.n * d.kind.size();
-            let (left, dm, right) = split3(mem, dr.clone());
-            let sa = src(&a, p, g.n, &dr, left, right);
-            let sb = src(&b, p, g.n, &dr, left, right);
-            with_op!(op, fused_kinds(kinds, sa, sb, dm));
+/// One row at SIMD level `level`.
+#[inline(always)]
+fn binary_row<A: Elem, B: Elem, D: Elem>(
+    level: u8,
+    a: Option<&[A]>,
+    b: Option<&[B]>,
+    d: &mut [D],
+    f: impl Fn(f32, f32) -> f32,
+) {
+    #[cfg(target_arch = "x86_64")]
+    match level {
+        // SAFETY: `level` is what this CPU reported, so it has the features.
+        simd::AVX512 => return unsafe { row_fns::avx512(a, b, d, f) },
+        // SAFETY: as above.
+        simd::AVX2 => return unsafe { row_fns::avx2(a, b, d, f) },
+        _ => {}
+    }
+    let _ = level;
+    row_fns::portable(a, b, d, f)
+}
+
+/// Every row of a `tensor_tensor` for one operator and one combination of kinds.
+#[inline(always)]
+fn binary_rows<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32 + Copy) {
+    let n = plan.g.n;
+    let level = simd::level();
+    for p in 0..plan.g.rows {
+        let a = plan.in_row::<A>(0, p).map(|s| s.as_ptr());
+        let b = plan.in_row::<B>(1, p).map(|s| s.as_ptr());
+        let d = plan.dst_row::<D>(p);
+        // SAFETY: re-creating the input slices `in_row` checked (in bounds, aligned, disjoint
+        // from `d`), whose borrow of `plan` had to end before `dst_row`.
+        let (a, b) = unsafe {
+            (
+                a.map(|x| std::slice::from_raw_parts(x, n)),
+                b.map(|x| std::slice::from_raw_parts(x, n)),
+            )
+        };
+        binary_row(level, a, b, d, f);
+    }
+}
+
+/// [`binary_rows`] for the kinds at hand.
+#[inline(always)]
+fn binary_kinds(plan: &mut Plan, f: impl Fn(f32, f32) -> f32 + Copy) {
+    use Kind::{Bf16 as H, F32 as S};
+    match (plan.kinds[0], plan.kinds[1], plan.dkind) {
+        (S, S, S) => binary_rows::<f32, f32, f32>(plan, f),
+        (H, H, H) => binary_rows::<u16, u16, u16>(plan, f),
+        (S, S, H) => binary_rows::<f32, f32, u16>(plan, f),
+        (H, H, S) => binary_rows::<u16, u16, f32>(plan, f),
+        (S, H, S) => binary_rows::<f32, u16, f32>(plan, f),
+        (H, S, S) => binary_rows::<u16, f32, f32>(plan, f),
+        (S, H, H) => binary_rows::<f32, u16, u16>(plan, f),
+        (H, S, H) => binary_rows::<u16, f32, u16>(plan, f),
+    }
+}
+
+/// `tensor_tensor`: `d = op(a, b)` row by row (`plan` built from `a`, `b`).
+pub(crate) fn binary(op: AluOp, plan: &mut Plan) {
+    with_op!(op, binary_kinds(plan));
+}
+
+/// `out[i] = f(x[i], s)` (or `f(s, x[i])` with `rev`).
+#[inline(always)]
+fn scalar_pass<A: Elem>(x: &[A], s: f32, rev: bool, out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    if rev {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(s, v.get());
+        }
+    } else {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v.get(), s);
+        }
+    }
+}
+
+/// In place: `buf[i] = f(buf[i], s)` (or reversed).
+#[inline(always)]
+fn scalar_in_place(buf: &mut [f32], s: f32, rev: bool, f: impl Fn(f32, f32) -> f32) {
+    if rev {
+        buf.iter_mut().for_each(|v| *v = f(s, *v));
+    } else {
+        buf.iter_mut().for_each(|v| *v = f(*v, s));
+    }
+}
+
+/// Stores float32 results into a row chunk.
+#[inline(always)]
+fn store_row<D: Elem>(buf: &[f32], d: &mut [D]) {
+    for (o, &v) in d.iter_mut().zip(buf) {
+        *o = D::put(v);
+    }
+}
+
+/// `tensor_scalar` rows for one input and one output kind.
+#[inline(always)]
+fn scalar_rows<A: Elem, D: Elem>(
+    plan: &mut Plan,
+    op0: (AluOp, bool, &[f32]),
+    op1: Option<(AluOp, bool, &[f32])>,
+) {
+    let mut buf = [0f32; CHUNK];
+    let n = plan.g.n;
+    for p in 0..plan.g.rows {
+        let a = plan.in_row::<A>(0, p).map(|s| s.as_ptr());
+        let d = plan.dst_row::<D>(p);
+        let mut done = 0;
+        while done < n {
+            let len = (n - done).min(CHUNK);
+            let out = &mut buf[..len];
+            {
+                // SAFETY: the input row checked by `in_row`, disjoint from `d`; `None` means
+                // the input is `d` itself (then `A` and `D` are the same type: `Plan::new`
+                // compares kinds), read here before this chunk is written.
+                let x: &[A] = match a {
+                    Some(ptr) => unsafe { std::slice::from_raw_parts(ptr.add(done), len) },
+                    None => unsafe {
+                        std::slice::from_raw_parts(d[done..].as_ptr().cast::<A>(), len)
+                    },
+                };
+                let (op, rev, s) = op0;
+                with_op!(op, scalar_pass(x, s[p], rev, out));
+            }
+            if let Some((op, rev, s)) = op1 {
+                with_op!(op, scalar_in_place(out, s[p], rev));
+            }
+            store_row(out, &mut d[done..done + len]);
+            done += len;
         }
     }
 }
 
 dispatch! {
-    /// `tensor_scalar`: `d = op1(op0(a, s0[p]), s1[p])` row by row (`op1` optional).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn scalar(
-        op0: AluOp,
-        rev0: bool,
-        s0: &[f32],
-        op1: Option<(AluOp, bool)>,
-        s1: &[f32],
-        g: Rows,
-        mem: &mut [u8],
-        a: RowIn,
-        d: RowOut,
-    ) {
-        let mut buf = [0f32; CHUNK];
-        for p in 0..g.rows {
-            let mut done = 0;
-            while done < g.n {
-                let len = (g.n - done).min(CHUNK);
-                let ds = d.off + p * d.stride + done * d.kind.size();
-                let dr = ds..ds + len * d.kind.size();
-                let (left, dm, right) = split3(mem, dr.clone());
-                let sa = src(&shifted(&a, done), p, len, &dr, left, right);
-                let ab: &[u8] = match sa { Src::Bytes(x) => x, Src::Dst => dm };
-                let out = &mut buf[..len];
-                with_op!(op0, with_scalar(a.kind, ab, s0[p], rev0, out));
-                if let Some((o1, rev1)) = op1 {
-                    with_op!(o1, with_scalar_in_place(out, s1[p], rev1));
-                }
-                store(d.kind, out, dm);
-                done += len;
-            }
+    /// `tensor_scalar`: `d = op1(op0(a, s0[p]), s1[p])` row by row (`op1` optional; each
+    /// `(operator, reverse, per-row operands)`).
+    pub(crate) fn scalar(plan: &mut Plan, op0: (AluOp, bool, &[f32]), op1: Option<(AluOp, bool, &[f32])>) {
+        use Kind::{Bf16 as H, F32 as S};
+        match (plan.kinds[0], plan.dkind) {
+            (S, S) => scalar_rows::<f32, f32>(plan, op0, op1),
+            (H, H) => scalar_rows::<u16, u16>(plan, op0, op1),
+            (S, H) => scalar_rows::<f32, u16>(plan, op0, op1),
+            (H, S) => scalar_rows::<u16, f32>(plan, op0, op1),
+        }
+    }
+}
+
+/// Converts one row (`A` to `D`, NaN canonical).
+#[inline(always)]
+fn convert_row<A: Elem, D: Elem>(a: &[A], d: &mut [D]) {
+    for (o, &x) in d.iter_mut().zip(a) {
+        *o = D::put(canon(x.get()));
+    }
+}
+
+/// `tensor_copy` rows for one input and one output kind.
+#[inline(always)]
+fn copy_rows<A: Elem, D: Elem>(plan: &mut Plan, same_kind: bool) {
+    let n = plan.g.n;
+    for p in 0..plan.g.rows {
+        let Some(a) = plan.in_row::<A>(0, p).map(|s| s.as_ptr()) else {
+            continue;
+        };
+        let d = plan.dst_row::<D>(p);
+        // SAFETY: the input row checked by `in_row`, disjoint from `d`.
+        let a = unsafe { std::slice::from_raw_parts(a, n) };
+        if same_kind {
+            // Bits unchanged (NaN payloads too): `A` and `D` are the same type here.
+            // SAFETY: same element type and length; disjoint.
+            unsafe { std::ptr::copy_nonoverlapping(a.as_ptr().cast::<D>(), d.as_mut_ptr(), n) };
+        } else {
+            convert_row(a, d);
         }
     }
 }
 
 dispatch! {
     /// `tensor_copy` between fp32/bf16 rows: bits when the kinds agree, else converted.
-    pub(crate) fn copy(g: Rows, mem: &mut [u8], a: RowIn, d: RowOut) {
-        let mut buf = [0f32; CHUNK];
-        for p in 0..g.rows {
-            let mut done = 0;
-            while done < g.n {
-                let len = (g.n - done).min(CHUNK);
-                let ds = d.off + p * d.stride + done * d.kind.size();
-                let dr = ds..ds + len * d.kind.size();
-                let (left, dm, right) = split3(mem, dr.clone());
-                let sa = src(&shifted(&a, done), p, len, &dr, left, right);
-                match sa {
-                    Src::Dst => {}
-                    Src::Bytes(x) if a.kind == d.kind => dm.copy_from_slice(x),
-                    Src::Bytes(x) => {
-                        let out = &mut buf[..len];
-                        load(a.kind, x, out);
-                        out.iter_mut().for_each(|v| *v = canon(*v));
-                        store(d.kind, out, dm);
-                    }
-                }
-                done += len;
-            }
+    pub(crate) fn copy(plan: &mut Plan) {
+        use Kind::{Bf16 as H, F32 as S};
+        match (plan.kinds[0], plan.dkind) {
+            (S, S) => copy_rows::<f32, f32>(plan, true),
+            (H, H) => copy_rows::<u16, u16>(plan, true),
+            (S, H) => copy_rows::<f32, u16>(plan, false),
+            (H, S) => copy_rows::<u16, f32>(plan, false),
         }
     }
 }
