@@ -157,7 +157,7 @@ impl<'m> Plan<'m> {
 
     /// Input `k`'s row `p` as `A`, or `None` when it is the destination row.
     #[inline(always)]
-    fn in_row<'s, A>(&'s self, k: usize, p: usize) -> Option<&'s [A]> {
+    fn in_row<A>(&self, k: usize, p: usize) -> Option<&[A]> {
         match self.ins[k] {
             In::Dst => None,
             // SAFETY: in bounds and aligned (checked by `new`); disjoint from every destination
