@@ -331,7 +331,12 @@ pub struct Memories {
     live_psum: Vec<Live>,
     /// Policy for never-written memory.
     pub uninitialized: Uninitialized,
+    /// This machine's number (tiles carry it).
+    machine: u32,
 }
+
+/// The number of the next machine created in this process.
+static NEXT_MACHINE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 /// The largest dimension product the machine accepts for one tensor (2^40 elements).
 const MAX_ELEMENTS: u128 = 1 << 40;
@@ -352,6 +357,7 @@ impl Memories {
             live_sbuf: Vec::new(),
             live_psum: Vec::new(),
             uninitialized,
+            machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         if uninitialized == Uninitialized::Nan {
             m.sbuf.bytes_mut().fill(0xFF);
@@ -362,21 +368,42 @@ impl Memories {
 
     /// The tensor of a handle, if it is live.
     pub fn tensor(&self, id: TensorId) -> Result<&TensorInfo> {
+        if id.machine != self.machine {
+            return Err(Error::value(
+                "tile",
+                format!(
+                    "belongs to another NeuronCore (machine #{}, this is #{})",
+                    id.machine, self.machine
+                ),
+            ));
+        }
         self.tensors
-            .get(id.0 as usize)
+            .get(id.slot as usize)
             .and_then(|t| t.as_ref())
-            .filter(|t| t.generation == self.generations[id.0 as usize])
+            .filter(|t| t.generation == id.generation)
             .ok_or_else(|| {
                 Error::value(
                     "tile",
-                    format!("tensor #{} was freed or never existed", id.0),
+                    format!(
+                        "tensor #{} was freed (its tiles are no longer valid)",
+                        id.slot
+                    ),
                 )
             })
     }
 
+    /// The handle of slot `slot` in its current generation.
+    fn id(&self, slot: u32) -> TensorId {
+        TensorId {
+            machine: self.machine,
+            slot,
+            generation: self.generations[slot as usize],
+        }
+    }
+
     pub(crate) fn tensor_mut(&mut self, id: TensorId) -> Result<&mut TensorInfo> {
         self.tensor(id)?;
-        self.tensors[id.0 as usize]
+        self.tensors[id.slot as usize]
             .as_mut()
             .ok_or_else(|| Error::value("tile", "tensor was freed"))
     }
@@ -580,7 +607,7 @@ impl Memories {
             hbm_init: InitMap::default(),
             fully_written: false,
         });
-        Ok(TensorId(slot))
+        Ok(self.id(slot))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -713,7 +740,7 @@ impl Memories {
             hbm_init: init,
             fully_written: data.is_some(),
         });
-        Ok(TensorId(slot))
+        Ok(self.id(slot))
     }
 
     /// Frees a tensor; its handles become invalid. The bytes keep their contents (a new tensor
@@ -722,12 +749,12 @@ impl Memories {
         let t = self.tensor(id)?;
         let space = t.space;
         match space {
-            Space::Sbuf => self.live_sbuf.retain(|l| l.slot != id.0),
-            Space::Psum => self.live_psum.retain(|l| l.slot != id.0),
+            Space::Sbuf => self.live_sbuf.retain(|l| l.slot != id.slot),
+            Space::Psum => self.live_psum.retain(|l| l.slot != id.slot),
             Space::Hbm => {}
         }
-        self.tensors[id.0 as usize] = None;
-        self.free_slots.push(id.0);
+        self.tensors[id.slot as usize] = None;
+        self.free_slots.push(id.slot);
         Ok(())
     }
 
@@ -736,7 +763,7 @@ impl Memories {
         match tile.space {
             Space::Sbuf => &self.sbuf,
             Space::Psum => &self.psum,
-            Space::Hbm => self.tensors[tile.tensor.0 as usize]
+            Space::Hbm => self.tensors[tile.tensor.slot as usize]
                 .as_ref()
                 .and_then(|t| t.hbm.as_ref())
                 .unwrap_or(&self.psum),
@@ -748,7 +775,7 @@ impl Memories {
         match tile.space {
             Space::Sbuf => &mut self.sbuf,
             Space::Psum => &mut self.psum,
-            Space::Hbm => match self.tensors[tile.tensor.0 as usize]
+            Space::Hbm => match self.tensors[tile.tensor.slot as usize]
                 .as_mut()
                 .and_then(|t| t.hbm.as_mut())
             {
@@ -856,7 +883,7 @@ impl Memories {
         match tile.space {
             Space::Sbuf => &self.sbuf_init,
             Space::Psum => &self.psum_init,
-            Space::Hbm => self.tensors[tile.tensor.0 as usize]
+            Space::Hbm => self.tensors[tile.tensor.slot as usize]
                 .as_ref()
                 .map_or(&self.psum_init, |t| &t.hbm_init),
         }
@@ -933,7 +960,7 @@ impl Memories {
         let map = match tile.space {
             Space::Sbuf => &mut self.sbuf_init,
             Space::Psum => &mut self.psum_init,
-            Space::Hbm => match self.tensors[tile.tensor.0 as usize].as_mut() {
+            Space::Hbm => match self.tensors[tile.tensor.slot as usize].as_mut() {
                 Some(t) => &mut t.hbm_init,
                 None => return,
             },

@@ -20,9 +20,18 @@ use super::dtype::Dtype;
 /// Free dimensions of a tile (the engines' access patterns are up to 4-D, trn2_facts.md 4.3).
 pub const MAX_FREE_DIMS: usize = 4;
 
-/// The index of a tensor in the machine's tensor table.
+/// A tensor of one machine: which machine, the slot in its tensor table, and the slot's
+/// generation (a freed slot is reused with a new generation, so an old tile is refused instead
+/// of reaching the new tensor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TensorId(pub u32);
+pub struct TensorId {
+    /// The machine (unique per process).
+    pub machine: u32,
+    /// Slot in the tensor table.
+    pub slot: u32,
+    /// Generation of the slot.
+    pub generation: u32,
+}
 
 /// An access pattern into a tensor (see the module doc). Plain data: cheap to copy and slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -430,7 +439,11 @@ mod tests {
 
     fn tile(dims: &[(u32, i64)]) -> Tile {
         let mut t = Tile {
-            tensor: TensorId(0),
+            tensor: TensorId {
+                machine: 0,
+                slot: 0,
+                generation: 0,
+            },
             space: Space::Sbuf,
             dtype: Dtype::Fp32,
             start_partition: 0,

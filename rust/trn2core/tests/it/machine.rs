@@ -1588,10 +1588,18 @@ fn capacity_and_never_written_memory() {
     let d = alloc(&mut m, "d", &[4, 4], Dtype::Fp32);
     m.tensor_copy(Engine::Vector, &d, &a).expect("NaN reads");
     assert!(get(&m, &d).iter().all(|&b| b == NAN));
-    // Freed tensors' tiles are refused.
+    // Freed tensors' tiles are refused, also once their slot holds a new tensor.
     m.free(&a).expect("free");
     let err = m.tensor_copy(Engine::Vector, &d, &a).expect_err("freed");
     assert!(err.to_string().contains("freed"), "{err}");
+    let again = alloc(&mut m, "again", &[4, 4], Dtype::Bf16);
+    assert_eq!(again.tensor.slot, a.tensor.slot);
+    let err = m.tensor_copy(Engine::Vector, &d, &a).expect_err("stale");
+    assert!(err.to_string().contains("freed"), "{err}");
+    // Tiles of another core are refused.
+    let other = core();
+    let err = other.read_tile(&d).expect_err("other core");
+    assert!(err.to_string().contains("another NeuronCore"), "{err}");
 }
 
 #[test]

@@ -174,7 +174,7 @@ impl Opnd {
         let mem = match self.tile.space {
             Space::Sbuf => MEM_SBUF,
             Space::Psum => MEM_PSUM,
-            Space::Hbm => MEM_HBM0 + self.tile.tensor.0,
+            Space::Hbm => MEM_HBM0 + self.tile.tensor.slot,
         };
         let (p0, pn) = match self.tile.space {
             Space::Hbm => (0, 1),
