@@ -51,7 +51,8 @@
 //! which for some are NaN rather than the limit (`silu(-Inf)`, `gelu(-Inf)`: `-Inf * 0`). For copy, square, relu, sqrt, reciprocal, sign and abs
 //! this equals the correctly rounded float32 operation.
 
-use super::alu::round_f64;
+use super::super::simd::dispatch;
+use super::alu::{canon, round_f64};
 
 pub use std::f64::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
@@ -199,9 +200,42 @@ pub fn eval(func: ActFunc, x: f32) -> f32 {
     round_f64(eval_f64(func, x as f64))
 }
 
-/// Applies `func` to every element of `vals` in place.
-pub fn apply(func: ActFunc, vals: &mut [f32]) {
-    vals.iter_mut().for_each(|v| *v = eval(func, *v));
+dispatch! {
+    /// Applies `func` to every element of `vals` in place. The functions whose rule is a
+    /// correctly rounded float32 operation ([`ActFunc::is_exact`]) run as vectorised float32
+    /// code (the same bits as the float64 formula: float64 then one rounding equals the
+    /// correctly rounded float32 result for `x * x`, `1 / x`, `sqrt`, selections and signs).
+    pub fn apply(func: ActFunc, vals: &mut [f32]) {
+        match func {
+            ActFunc::Copy => vals.iter_mut().for_each(|v| *v = canon(*v)),
+            ActFunc::Square => vals.iter_mut().for_each(|v| *v = canon(*v * *v)),
+            ActFunc::Abs => vals.iter_mut().for_each(|v| *v = canon(v.abs())),
+            ActFunc::Reciprocal => vals.iter_mut().for_each(|v| *v = canon(1.0 / *v)),
+            ActFunc::Sqrt => vals.iter_mut().for_each(|v| *v = canon(v.sqrt())),
+            ActFunc::Relu => vals.iter_mut().for_each(|v| {
+                let x = *v;
+                *v = canon(if x > 0.0 || x.is_nan() { x } else { 0.0 });
+            }),
+            ActFunc::Sign => vals.iter_mut().for_each(|v| {
+                let x = *v;
+                *v = canon(if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                });
+            }),
+            _ => vals.iter_mut().for_each(|v| *v = eval(func, *v)),
+        }
+    }
+}
+
+dispatch! {
+    /// `vals[i] = vals[i] * scale + bias` in float32 (two roundings), for one partition.
+    pub fn scale_bias(vals: &mut [f32], scale: f32, bias: f32) {
+        vals.iter_mut().for_each(|v| *v = *v * scale + bias);
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +273,37 @@ mod tests {
         assert_eq!(eval(ActFunc::Sign, -0.0).to_bits(), 0x8000_0000);
         assert_eq!(eval(ActFunc::Sign, -2.0), -1.0);
         assert_eq!(eval(ActFunc::Exp, f32::NAN).to_bits(), 0x7FC0_0000);
+    }
+
+    #[test]
+    fn vectorised_exact_functions_equal_the_rule() {
+        let xs: Vec<f32> = [
+            0.0f32,
+            -0.0,
+            1.5,
+            -3.25,
+            1e-40,
+            -1e-45,
+            3e38,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            7.0,
+        ]
+        .into_iter()
+        .chain((0..2000).map(|i| f32::from_bits(0x9E37_79B9u32.wrapping_mul(i))))
+        .collect();
+        for f in ActFunc::ALL.into_iter().filter(|f| f.is_exact()) {
+            let mut v = xs.clone();
+            apply(f, &mut v);
+            for (x, y) in xs.iter().zip(&v) {
+                assert_eq!(
+                    y.to_bits(),
+                    round_f64(eval_f64(f, *x as f64)).to_bits(),
+                    "{f} {x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -123,13 +123,19 @@ impl AluOp {
     }
 }
 
+/// `x`, or the canonical NaN if `x` is a NaN.
+///
+/// On the integer bits on purpose: LLVM treats the payload of a NaN produced by a float
+/// operation as unspecified, so a float `select(isnan(r), CANONICAL_NAN, r)` may legally be
+/// folded to `r` (it does so for `sqrt` under AVX-512), which would leak payloads and signs.
 #[inline(always)]
-fn canon(x: f32) -> f32 {
-    if x.is_nan() {
-        CANONICAL_NAN
+pub fn canon(x: f32) -> f32 {
+    let b = x.to_bits();
+    f32::from_bits(if b & 0x7FFF_FFFF > 0x7F80_0000 {
+        0x7FC0_0000
     } else {
-        x
-    }
+        b
+    })
 }
 
 #[inline(always)]
@@ -139,6 +145,12 @@ fn b2f(b: bool) -> f32 {
     } else {
         0.0
     }
+}
+
+/// `m`, or the canonical NaN when `nan` (a select on the bits: see [`canon`]).
+#[inline(always)]
+fn nan_if(nan: bool, m: f32) -> f32 {
+    f32::from_bits(if nan { 0x7FC0_0000 } else { m.to_bits() })
 }
 
 /// IEEE 754-2019 `maximum` (NaN in, NaN out; `+0 > -0`).
@@ -151,11 +163,7 @@ pub fn maximum(a: f32, b: f32) -> f32 {
     } else {
         m
     };
-    if a.is_nan() || b.is_nan() {
-        CANONICAL_NAN
-    } else {
-        m
-    }
+    nan_if(a.is_nan() || b.is_nan(), m)
 }
 
 /// IEEE 754-2019 `minimum` (NaN in, NaN out; `-0 < +0`).
@@ -167,11 +175,7 @@ pub fn minimum(a: f32, b: f32) -> f32 {
     } else {
         m
     };
-    if a.is_nan() || b.is_nan() {
-        CANONICAL_NAN
-    } else {
-        m
-    }
+    nan_if(a.is_nan() || b.is_nan(), m)
 }
 
 /// The float64 rule of transcendental operators: `f(x)` rounded once to float32.
@@ -204,15 +208,7 @@ pub fn apply(op: AluOp, a: f32, b: f32) -> f32 {
         AluOp::LogicalXor => b2f((a != 0.0) ^ (b != 0.0)),
         AluOp::Abs => canon(a.abs()),
         AluOp::Square => canon(a * a),
-        AluOp::Relu => {
-            if a > 0.0 {
-                a
-            } else if a.is_nan() {
-                CANONICAL_NAN
-            } else {
-                0.0
-            }
-        }
+        AluOp::Relu => canon(if a > 0.0 || a.is_nan() { a } else { 0.0 }),
         AluOp::Rsqrt => round_f64(1.0 / (a as f64).sqrt()),
         AluOp::Reciprocal => canon(1.0 / a),
         // Bitvec operators never reach the float path (the instructions check the kind).

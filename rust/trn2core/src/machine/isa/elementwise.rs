@@ -10,7 +10,7 @@ use crate::{Error, Result};
 use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
-use super::alu::{self, AluOp, CANONICAL_NAN};
+use super::alu::{self, AluOp};
 use super::{check_engine, rule, Opnd, Scalar};
 use crate::machine::tile::Tile;
 
@@ -391,9 +391,7 @@ impl Machine {
         } else {
             let mut x = std::mem::take(&mut self.scratch.a);
             self.gather_f32(&s.tile, &mut x);
-            x.iter_mut()
-                .filter(|v| v.is_nan())
-                .for_each(|v| *v = CANONICAL_NAN);
+            x.iter_mut().for_each(|v| *v = alu::canon(*v));
             let r = self.scatter_f32(d, &x);
             self.scratch.a = x;
             r
@@ -539,7 +537,7 @@ impl Machine {
             }
             for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
                 let r = if q == 0.0 { w } else { *v };
-                *v = if r.is_nan() { CANONICAL_NAN } else { r };
+                *v = alu::canon(r);
             }
             let r = self.scatter_f32(&d, &x);
             self.scratch.a = x;

@@ -13,7 +13,7 @@ use crate::{Error, Result};
 use super::super::dtype;
 use super::super::record::{Engine, Opcode, Queue};
 use super::super::Machine;
-use super::alu::{self, AluOp, CANONICAL_NAN};
+use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
 use crate::machine::tile::{Tile, MAX_FREE_DIMS};
 
@@ -198,7 +198,7 @@ impl Machine {
             let fv = on_false_value as f32;
             for (v, &a) in x.iter_mut().zip(&aff) {
                 let r = if pred(a) { *v } else { fv };
-                *v = if r.is_nan() { CANONICAL_NAN } else { r };
+                *v = alu::canon(r);
             }
             let r = self.scatter_f32(&d, &x);
             self.scratch.a = x;

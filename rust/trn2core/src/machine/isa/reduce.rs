@@ -23,20 +23,11 @@ use crate::{Error, Result};
 
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
-use super::alu::{self, AluOp, CANONICAL_NAN};
+use super::alu::{self, canon, AluOp};
 use super::elementwise::two_psum_check;
 use super::{shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
 use crate::spec::BN_STATS_FMAX;
-
-#[inline(always)]
-fn canon(x: f32) -> f32 {
-    if x.is_nan() {
-        CANONICAL_NAN
-    } else {
-        x
-    }
-}
 
 /// The identity of a reduction operator (what `reset_reduce` loads).
 fn identity(op: AluOp) -> f32 {

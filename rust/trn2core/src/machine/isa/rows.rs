@@ -15,7 +15,7 @@ use crate::numerics::kernels::round_f32_bf16_rne;
 
 use super::super::dtype::Dtype;
 use super::super::simd::{self, dispatch};
-use super::alu::{apply, maximum, minimum, AluOp, CANONICAL_NAN};
+use super::alu::{apply, canon, maximum, minimum, AluOp};
 
 /// Elements per buffered chunk of `tensor_scalar` (4 KiB of float32: stays in L1).
 const CHUNK: usize = 1024;
@@ -172,15 +172,6 @@ impl<'m> Plan<'m> {
 #[inline(always)]
 fn bf(x: u16) -> f32 {
     f32::from_bits((x as u32) << 16)
-}
-
-#[inline(always)]
-fn canon(x: f32) -> f32 {
-    if x.is_nan() {
-        CANONICAL_NAN
-    } else {
-        x
-    }
 }
 
 /// An element type of the fused loops.

@@ -13,7 +13,7 @@ use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::act::{self, ActFunc};
-use super::alu::{AluOp, CANONICAL_NAN};
+use super::alu::{canon, AluOp};
 use super::reduce::check_reduce_res;
 use super::{dtype_rule, shape_rule, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
@@ -161,10 +161,8 @@ impl Machine {
         self.gather_f32(data, &mut x);
         let p0 = dst.start_partition as usize;
         for (row, xi) in x.chunks_mut(n).enumerate() {
-            let (s, b) = (scale[row], bias[row]);
-            for v in xi.iter_mut() {
-                *v = act::eval(func, (*v * s) + b);
-            }
+            act::scale_bias(xi, scale[row], bias[row]);
+            act::apply(func, xi);
             let reg = &mut self.act_regs[p0 + row];
             if matches!(args.reduce_cmd, ReduceCmd::Reset | ReduceCmd::ResetReduce) {
                 *reg = 0.0;
@@ -173,9 +171,7 @@ impl Machine {
                 for &v in xi.iter() {
                     *reg += v;
                 }
-                if reg.is_nan() {
-                    *reg = CANONICAL_NAN;
-                }
+                *reg = canon(*reg);
             }
         }
         let mut r = self.scatter_f32(&d, &x);
