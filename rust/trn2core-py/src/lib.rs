@@ -8,6 +8,7 @@ mod dma;
 mod engine;
 mod errors;
 mod host;
+mod machine;
 mod memory;
 mod names;
 mod numerics;
@@ -34,6 +35,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
+    m.add_class::<machine::PyMachine>()?;
+    m.add_class::<machine::PyTile>()?;
+    m.add_class::<machine::PyKernelReport>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(engine::gemm_skip_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;

@@ -30,19 +30,20 @@
 //! - Every ACT and DVE instruction also pays the ~60-cycle static overhead of initiating an
 //!   SBUF/PSUM access (trn2_facts.md 4.3 \[S2\]; the same `+ 60` as `engine::cost`'s PSUM
 //!   eviction); GpSimd's start-up overhead is its `150`.
-//! - DMA (`dma::cost`'s model, trn2_facts.md 9): a fixed 1.3 us on the queue, then the data
-//!   phase on the DMA engines serving the SBUF partitions (engine `e` serves partitions
-//!   `8e..8e+8`; all 16 for HBM to HBM): each engine's share at 23 GB/s times the size
-//!   efficiency `s / (s + 256 B)` (`s` bytes per partition), or the HBM stack's bandwidth if
-//!   slower. Transfers on different queues overlap their fixed costs and share the engines.
+//! - DMA (`dma::cost`'s single-transfer model): its fixed cost (`dma::cost::fixed_cost_s`: the
+//!   calibrated 0.75 us, plus 0.34 us when it reads HBM) on the queue, then the data phase on
+//!   the DMA engines serving the SBUF partitions (engine `e` serves partitions `8e..8e+8`; all
+//!   16 for HBM to HBM): each engine's share at 23 GB/s times `dma::cost::dma_efficiency` of
+//!   the bytes per partition row, or the HBM stack's bandwidth if slower. Transfers on
+//!   different queues overlap their fixed costs and share the engines.
 //!
 //! Time is counted in ticks of 4.8 GHz, the least common multiple of the engine clocks (PE
 //! 2.4 GHz: 2 ticks per cycle, ACT and POOL 1.2 GHz: 4, DVE 0.96 GHz: 5), so every duration and
 //! every sum is exact. DMA durations are rounded up to a whole tick.
 
-use crate::dma::cost::dma_efficiency;
+use crate::dma::cost::{dma_efficiency, fixed_cost_s, Place};
 use crate::spec::{
-    ACT_READ_ACCUMULATOR_CYCLES, DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, DMA_FIXED_COST_S,
+    ACT_READ_ACCUMULATOR_CYCLES, DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S,
     DMA_PARTITIONS_PER_ENGINE, DVE_BN_AGGR_CYCLES_PER_TRIPLE, DVE_PERF_MODE, DVE_PERF_MODE_FAST,
     DVE_RECIPROCAL_CYCLES_PER_ELEMENT, DVE_TWO_INPUT_CYCLES_PER_ELEMENT, GPSIMD_CLOCK_HZ,
     GPSIMD_CYCLES_PER_ELEMENT, GPSIMD_RSQRT_CYCLES_PER_ELEMENT, GPSIMD_START_CYCLES,
@@ -215,7 +216,12 @@ pub fn dma_cost(c: &CostInput) -> Cost {
     let hbm_sides =
         (c.flags & fl::DMA_FROM_HBM != 0) as u32 + (c.flags & fl::DMA_TO_HBM != 0) as u32;
     let hbm_s = c.bytes as f64 * hbm_sides as f64 / HBM_STACK_BYTES_PER_S;
-    let fixed = (DMA_FIXED_COST_S * TICK_HZ).round() as u64;
+    let place = |hbm: bool| if hbm { Place::Hbm } else { Place::Sbuf };
+    let fixed_s = fixed_cost_s(
+        place(c.flags & fl::DMA_FROM_HBM != 0),
+        place(c.flags & fl::DMA_TO_HBM != 0),
+    );
+    let fixed = (fixed_s * TICK_HZ).round() as u64;
     let data = (engines_s.max(hbm_s) * TICK_HZ).ceil() as u64;
     Cost {
         ticks: fixed + data,
@@ -352,7 +358,8 @@ mod tests {
             flags: fl::DMA_FROM_HBM,
             ..CostInput::default()
         });
-        assert_eq!(small.fixed, 6240);
+        let want = fixed_cost_s(Place::Hbm, Place::Sbuf);
+        assert_eq!(small.fixed, (want * TICK_HZ).round() as u64);
         assert_eq!(small.engines, 0xFFFF);
         let big = dma_cost(&CostInput {
             bytes: 128 << 16,
