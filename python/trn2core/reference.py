@@ -84,6 +84,7 @@ __all__ = [
     "nc_transpose",
     "prune",
     "reciprocal",
+    "round_once",
     "scalar_tensor_tensor",
     "select",
     "tensor_copy",
@@ -430,12 +431,15 @@ def engine_output(v: object, dtype: str) -> np.ndarray:
 
 def _c_pow(x: float, y: float) -> float:
     """C's ``pow`` through Python's ``math`` (which raises where C returns NaN or Inf)."""
+    odd = math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2.0) != 0.0
     try:
         return math.pow(x, y)
     except ValueError:
+        # C: pow(+-0, y < 0) is a pole (+-Inf, signed for odd integer y); the rest is NaN.
+        if x == 0.0 and y < 0.0:
+            return math.copysign(math.inf, x) if odd else math.inf
         return math.nan
     except OverflowError:
-        odd = y == math.floor(y) and math.fmod(y, 2.0) != 0.0
         return -math.inf if x < 0 and odd else math.inf
 
 
@@ -680,25 +684,42 @@ def memset(shape: tuple[int, ...], value: float, dtype: str) -> np.ndarray:
     dt = MACHINE_DTYPES[dtype]
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        v = 0 if math.isnan(value) else min(max(round(value), info.min), info.max)
-        # round() in Python is nearest-even, as the rule says.
+        if math.isnan(value):
+            v = 0
+        elif math.isinf(value):
+            v = info.max if value > 0 else info.min
+        else:  # round() is nearest-even, as the rule says
+            v = min(max(round(value), info.min), info.max)
         return np.full(shape, v, dtype=dt)
-    if dtype == "fp32":
-        return np.full(shape, np.float64(value).astype(np.float32))
-    if dtype == "tf32":
-        return np.full(shape, _round_tf32(value), dtype=np.float32)
-    return np.full(shape, np.float64(value)).astype(dt)
+    with np.errstate(all="ignore"):
+        return np.full(shape, np.float64(round_once(value, dtype))).astype(dt)
 
 
-def _round_tf32(value: float) -> np.float32:
-    """``value`` (a float64) rounded once to tf32 (1-8-10, float32's range), nearest even."""
-    if not math.isfinite(value) or value == 0:
-        return np.float32(value)
-    if abs(value) < 2.0**-126:  # subnormal: quantum 2**-136
-        return np.float32(round(value * 2.0**136) * 2.0**-136)
-    m, e = math.frexp(value)
-    q = math.ldexp(round(m * 2048) / 2048, e)  # 11 significant bits, ties to even
-    return np.float32(q) if abs(q) < 2.0**128 else np.float32(math.copysign(math.inf, value))
+#: (stored mantissa bits, exponent of the smallest normal, largest finite) of the float dtypes.
+_FLOAT_PARAMS = {
+    "fp32": (23, -126, float(np.finfo(np.float32).max)),
+    "tf32": (10, -126, (2 - 2.0**-10) * 2.0**127),
+    "bf16": (7, -126, (2 - 2.0**-7) * 2.0**127),
+    "fp16": (10, -14, 65504.0),
+    "fp8_e4m3": (3, -6, 240.0),
+    "fp8_e5m2": (2, -14, 57344.0),
+    "fp8_e3m4": (4, -2, 15.5),
+}
+
+
+def round_once(value: float, dtype: str) -> float:
+    """``value`` (a float64) rounded once to a float dtype, nearest even, overflowing to Inf:
+    exact float64 arithmetic on the significand (``round`` ties to even), independent of any
+    cast (ml_dtypes casts float64 through float32, which rounds twice)."""
+    m_bits, emin, top = _FLOAT_PARAMS[dtype]
+    if not math.isfinite(value) or value == 0.0:
+        return value
+    if abs(value) < 2.0**emin:  # subnormal range: one quantum 2**(emin - M)
+        q = round(value * 2.0 ** (m_bits - emin)) * 2.0 ** (emin - m_bits)
+    else:
+        m, e = math.frexp(value)
+        q = math.ldexp(round(m * 2.0 ** (m_bits + 1)) / 2.0 ** (m_bits + 1), e)
+    return math.copysign(math.inf, value) if abs(q) > top else q
 
 
 def reciprocal(data: object, out_dtype: str) -> np.ndarray:

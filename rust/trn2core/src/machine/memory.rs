@@ -914,15 +914,16 @@ impl Memories {
             None => Ok(()),
             Some((byte, parts)) => {
                 let p = parts.trailing_zeros();
+                let rel = byte.saturating_sub(t.address);
                 let where_ = match tile.space {
                     Space::Hbm => format!("byte {byte}"),
-                    _ => format!("partition {p}, byte {byte}"),
+                    _ => format!("partition {p}, address {byte}: byte {rel} of the tensor"),
                 };
                 Err(Error::value(
                     arg,
                     format!(
                         "reads {} memory of tensor {} that was never written ({where_}); \
-                         write it first (memset, a DMA, ...), or create the machine with \
+                         write it first (memset, a DMA, ...), or create the core with \
                          uninitialized=\"nan\" to read NaN there as AWS's simulator does",
                         tile.space.name(),
                         t.name

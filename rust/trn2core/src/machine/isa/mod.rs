@@ -592,8 +592,6 @@ impl Machine {
                 out.resize(partitions as usize, *v as f32);
             }
             Scalar::Tile(t) => {
-                let o = self.operand(arg, t, Some(engine), false)?;
-                self.check_vector_operand(arg, &o, partitions)?;
                 if t.dtype != Dtype::Fp32 {
                     return Err(dtype_rule(
                         arg,
@@ -601,6 +599,8 @@ impl Machine {
                         format!("the [P, 1] operand is {}; it must be fp32", t.dtype),
                     ));
                 }
+                let o = self.operand(arg, t, Some(engine), false)?;
+                self.check_vector_operand(arg, &o, partitions)?;
                 self.gather_f32(t, out);
                 reads.push(o.region());
             }
