@@ -14,6 +14,7 @@ and ``ap`` make new handles without touching memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -298,9 +299,9 @@ class KernelReport(TimingReport):
     """The timeline of the instructions issued on a core: ``seconds`` (makespan), ``engines``
     (per engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes``
     (instructions per opcode), ``dma_bytes``, ``critical_path`` (the chain of instructions that
-    ends last, each with what it waited for), ``instructions``, ``ticks`` (4.8 GHz). Prints as a
-    table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace with one track per engine
-    and DMA queue and one slice per instruction."""
+    ends last, each with what it waited for; built on first use), ``instructions``, ``ticks``
+    (4.8 GHz). Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
+    with one track per engine and DMA queue and one slice per instruction."""
 
     seconds: float
     ticks: int
@@ -308,7 +309,7 @@ class KernelReport(TimingReport):
     engines: Mapping[str, Mapping[str, float]]
     opcodes: Mapping[str, int]
     dma_bytes: int
-    critical_path: tuple[Mapping[str, Any], ...]
+    _core: Any = dataclasses.field(default=None, compare=False, repr=False)
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
@@ -320,19 +321,7 @@ class KernelReport(TimingReport):
             name: {"busy_s": busy, "utilization": util, "instructions": n}
             for name, busy, util, n in rep.queues
         }
-        path = tuple(
-            {
-                "index": i,
-                "opcode": op,
-                "engine": q,
-                "start_s": s,
-                "end_s": e,
-                "waited_for": w,
-                "on": on,
-            }  # fmt: skip
-            for i, op, q, s, e, w, on in rep.critical_path
-        )
-        return cls.from_fields(
+        report = cls.from_fields(
             {
                 "seconds": rep.seconds,
                 "ticks": rep.ticks,
@@ -340,10 +329,25 @@ class KernelReport(TimingReport):
                 "engines": engines,
                 "opcodes": dict(rep.opcodes),
                 "dma_bytes": rep.dma_bytes,
-                "critical_path": path,
             },
             retrace=rep.trace_json,
         )
+        object.__setattr__(report, "_core", rep)
+        return report
+
+    @functools.cached_property
+    def critical_path(self) -> tuple[Mapping[str, Any], ...]:
+        """The chain of instructions that ends last, first to last: ``index``, ``opcode``,
+        ``engine``, ``start_s``, ``end_s``, ``waited_for`` ("start", "dependency" or "queue")
+        and ``on`` (the instruction waited for, or -1)."""
+        keys = ("index", "opcode", "engine", "start_s", "end_s", "waited_for", "on")
+        return tuple(dict(zip(keys, step, strict=True)) for step in self._core.critical_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain Python data, the critical path included."""
+        d = super().to_dict()
+        d["critical_path"] = [dict(s) for s in self.critical_path]
+        return d
 
     def __str__(self) -> str:
         lines = [
@@ -359,7 +363,7 @@ class KernelReport(TimingReport):
         ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
         lines.append(f"  opcodes: {ops or 'none'}")
         lines.append(f"  DMA bytes: {self.dma_bytes:,}")
-        lines.append(f"  critical path: {len(self.critical_path)} instructions")
+        lines.append(f"  critical path: {self._core.critical_path_length:,} instructions")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -875,6 +875,12 @@ impl PyKernelReport {
             .collect()
     }
 
+    /// Instructions on the critical path.
+    #[getter]
+    fn critical_path_length(&self) -> usize {
+        self.inner.critical_path.len()
+    }
+
     /// Start and end of every instruction, seconds (two lists in issue order).
     fn times<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
