@@ -111,19 +111,23 @@ impl InitMap {
         }
     }
 
+    /// Splits at `lo` and `hi` and returns the segments inside `[lo, hi)`.
+    fn cut(&mut self, lo: u64, hi: u64) -> Vec<(u64, u64, u128)> {
+        self.split(lo);
+        self.split(hi);
+        self.segs
+            .range(lo..hi)
+            .map(|(&s, &(e, m))| (s, e, m))
+            .collect()
+    }
+
     /// Marks `[lo, hi)` written on `mask`.
     pub fn mark(&mut self, mask: u128, lo: u64, hi: u64) {
         if lo >= hi {
             return;
         }
-        self.split(lo);
-        self.split(hi);
         // Walk [lo, hi): existing segments gain `mask`, gaps become new segments.
-        let inside: Vec<(u64, u64, u128)> = self
-            .segs
-            .range(lo..hi)
-            .map(|(&s, &(e, m))| (s, e, m))
-            .collect();
+        let inside = self.cut(lo, hi);
         let mut cur = lo;
         for (s, e, m) in inside {
             if s > cur {
@@ -143,14 +147,7 @@ impl InitMap {
         if lo >= hi {
             return;
         }
-        self.split(lo);
-        self.split(hi);
-        let inside: Vec<(u64, u64, u128)> = self
-            .segs
-            .range(lo..hi)
-            .map(|(&s, &(e, m))| (s, e, m))
-            .collect();
-        for (s, e, m) in inside {
+        for (s, e, m) in self.cut(lo, hi) {
             let m = m & !mask;
             if m == 0 {
                 self.segs.remove(&s);

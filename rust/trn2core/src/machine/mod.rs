@@ -63,20 +63,6 @@ pub struct MachineConfig {
     pub rounding: OutputRounding,
 }
 
-/// Scratch buffers reused between instructions (no allocation per instruction).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Scratch {
-    pub a: Vec<f32>,
-    pub b: Vec<f32>,
-    pub c: Vec<f32>,
-    pub s0: Vec<f32>,
-    pub s1: Vec<f32>,
-    pub bytes: Vec<u8>,
-    pub words: Vec<u32>,
-    pub bits_a: Vec<u32>,
-    pub bits_b: Vec<u32>,
-}
-
 /// One emulated NeuronCore-v3 (see the module doc).
 #[derive(Debug, Clone)]
 pub struct Machine {
@@ -90,7 +76,6 @@ pub struct Machine {
     /// condition for `accumulate=True`, and what `accumulate=None` infers from).
     pub(crate) psum_mm: Vec<u64>,
     pub(crate) config: MachineConfig,
-    pub(crate) scratch: Scratch,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
 }
@@ -108,7 +93,6 @@ impl Machine {
             dve_regs: [0.0; SBUF_PARTITIONS],
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
             config,
-            scratch: Scratch::default(),
             next_dma_queue: 0,
         })
     }

@@ -1560,7 +1560,9 @@ fn capacity_and_never_written_memory() {
         .expect_err("unwritten");
     let s = err.to_string();
     assert!(
-        s.contains("unwritten") && s.contains("never written") && s.contains("byte 16 of the tensor"),
+        s.contains("unwritten")
+            && s.contains("never written")
+            && s.contains("byte 16 of the tensor"),
         "{s}"
     );
     // Every other element written: reading exactly those is fine.

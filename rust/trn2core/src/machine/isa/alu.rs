@@ -269,7 +269,7 @@ pub fn apply_int(op: AluOp, a: i64, b: i64) -> i64 {
 }
 
 /// Calls `$each(args..., f)` with `f` the operator as a closure, specialised for the common
-/// operators so that each gets its own vectorised loop.
+/// operators so that each gets its own vectorised loop (used here and by the row kernels).
 macro_rules! per_op {
     ($op:expr, $each:ident ( $($arg:expr),* )) => {
         match $op {
@@ -283,6 +283,7 @@ macro_rules! per_op {
         }
     };
 }
+pub(crate) use per_op;
 
 dispatch! {
     /// `out[i] = op(a[i], b[i])`.

@@ -95,11 +95,8 @@ impl Machine {
                 format!("{} bytes for a tile of {} bytes", data.len(), want),
             ));
         }
-        let mut bits = Vec::with_capacity(tile.elements());
-        super::super::dtype::raw_bits(tile.dtype, data, {
-            bits.resize(tile.elements(), 0);
-            &mut bits
-        });
+        let mut bits = vec![0u32; tile.elements()];
+        super::super::dtype::raw_bits(tile.dtype, data, &mut bits);
         self.scatter_bits(&o, &bits);
         Ok(())
     }
@@ -108,8 +105,7 @@ impl Machine {
     /// (no instruction; never-written memory is an error as for an engine).
     pub fn read_tile(&self, tile: &Tile) -> Result<Vec<u8>> {
         self.operand("tile", tile, None, false)?;
-        let mut bits = Vec::new();
-        self.gather_bits(tile, &mut bits);
+        let bits = self.gather_bits(tile);
         let mut out = vec![0u8; bits.len() * tile.dtype.size()];
         super::super::dtype::pack_bits(tile.dtype, &bits, &mut out);
         Ok(out)
@@ -118,8 +114,6 @@ impl Machine {
     /// A tile's elements widened to float32, in logical order.
     pub fn read_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
         self.operand("tile", tile, None, false)?;
-        let mut out = Vec::new();
-        self.gather_f32(tile, &mut out);
-        Ok(out)
+        Ok(self.gather_f32(tile))
     }
 }

@@ -4,11 +4,11 @@
 //! [`super::alu`]'s rule.
 
 use crate::memory::Space;
-use crate::numerics::encode_scalar;
+use crate::numerics::{encode_scalar, Rounding};
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
-use super::super::record::{flags, Engine, Opcode, Queue, Region};
+use super::super::record::{flags, Engine, Opcode, Region, MEM_PSUM};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{check_engine, rule, Opnd, Scalar};
@@ -16,6 +16,45 @@ use crate::machine::tile::Tile;
 
 /// The second operator of `tensor_scalar`: `(op1, operand1, reverse1)`.
 pub type SecondOp = (AluOp, Scalar, bool);
+
+/// One bitvec operator with an optional reversal (`invert` ignores the operand).
+#[inline]
+fn bits_op(op: AluOp, x: u32, s: u32, reverse: bool) -> u32 {
+    if op.is_unary() {
+        alu::apply_bits(op, x, 0)
+    } else if reverse {
+        alu::apply_bits(op, s, x)
+    } else {
+        alu::apply_bits(op, x, s)
+    }
+}
+
+/// `out[p * n + i] = op(x[p * n + i], s[p])` (reversed with `reverse`; unary ignores `s`).
+fn per_partition(op: AluOp, x: &[f32], s: &[f32], reverse: bool, n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    let rev = reverse && !op.is_unary();
+    for (row, (xi, oi)) in x.chunks(n).zip(out.chunks_mut(n)).enumerate() {
+        alu::with_scalar(op, xi, s[row], rev, oi);
+    }
+    out
+}
+
+/// The two-inputs-from-PSUM rule.
+pub(crate) fn two_psum_check(opc: Opcode, a: (&str, &Opnd), b: (&str, &Opnd)) -> Result<()> {
+    if a.1.tile.space == Space::Psum && b.1.tile.space == Space::Psum {
+        return Err(rule(
+            b.0,
+            "two_psum_inputs",
+            format!(
+                "{} and {} are both in PSUM; {} takes at most one input from PSUM",
+                a.0,
+                b.0,
+                opc.name()
+            ),
+        ));
+    }
+    Ok(())
+}
 
 impl Machine {
     /// `tensor_tensor`: `dst = data1 <op> data2`, element-wise (Vector or GpSimd engine).
@@ -58,54 +97,33 @@ impl Machine {
             &[("data1", data1), ("data2", data2), ("dst", dst)],
         )?;
         let int32 = |t: &Tile| matches!(t.dtype, Dtype::Int32 | Dtype::Uint32);
-        if op.is_bitvec()
-            || engine == Engine::Gpsimd
-                && alu::int_native(op)
-                && [data1, data2, dst].iter().all(|t| int32(t))
-        {
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            let mut y = std::mem::take(&mut self.scratch.bits_b);
-            self.gather_bits(data1, &mut x);
-            self.gather_bits(data2, &mut y);
-            if op.is_bitvec() {
-                x.iter_mut()
-                    .zip(&y)
-                    .for_each(|(p, &q)| *p = alu::apply_bits(op, *p, q));
-            } else {
-                let (ta, tb) = (data1.dtype, data2.dtype);
-                x.iter_mut().zip(&y).for_each(|(p, &q)| {
-                    *p = alu::apply_int(op, ta.int_value(*p), tb.int_value(q)) as u32;
-                });
+        let native = engine == Engine::Gpsimd
+            && alu::int_native(op)
+            && [data1, data2, dst].iter().all(|t| int32(t));
+        if op.is_bitvec() || native {
+            let mut x = self.gather_bits(data1);
+            let y = self.gather_bits(data2);
+            let (ta, tb) = (data1.dtype, data2.dtype);
+            for (p, &q) in x.iter_mut().zip(&y) {
+                *p = if op.is_bitvec() {
+                    alu::apply_bits(op, *p, q)
+                } else {
+                    alu::apply_int(op, ta.int_value(*p), tb.int_value(q)) as u32
+                };
             }
             self.scatter_bits(&d, &x);
-            self.scratch.bits_a = x;
-            self.scratch.bits_b = y;
         } else if !self.fast_binary(op, &a, &b, &d) {
-            let mut x = std::mem::take(&mut self.scratch.a);
-            let mut y = std::mem::take(&mut self.scratch.b);
-            let mut z = std::mem::take(&mut self.scratch.c);
-            self.gather_f32(data1, &mut x);
-            self.gather_f32(data2, &mut y);
-            z.resize(x.len(), 0.0);
+            let (x, y) = (self.gather_f32(data1), self.gather_f32(data2));
+            let mut z = vec![0f32; x.len()];
             alu::binary(op, &x, &y, &mut z);
-            let r = self.scatter_f32(&d, &z);
-            self.scratch.a = x;
-            self.scratch.b = y;
-            self.scratch.c = z;
-            r?;
+            self.scatter_f32(&d, &z)?;
         }
-        let mut f = super::operand_flags(&[&a, &b], Some(&d));
-        if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
-            f |= flags::ADD_SUB_MUL;
-        }
-        let cost = Self::cost_input(a.n(), a.p(), f);
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[a.region(), b.region()],
-            &[d.region()],
-            cost,
-        );
+        let f = if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
+            flags::ADD_SUB_MUL
+        } else {
+            0
+        };
+        self.record_engine(opc, engine, &[&a, &b], &[], &d, f);
         Ok(())
     }
 
@@ -173,107 +191,50 @@ impl Machine {
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "data", &a, &[("dst", &d)])?;
         self.check_op_dtypes(op0, "op0", &[("data", data), ("dst", dst)])?;
-        let p = a.p();
-        let n = a.n();
-        let mut reads = vec![a.region()];
+        let (p, n) = (a.p(), a.n());
+        let mut extra = Vec::new();
         if op0.is_bitvec() {
-            let mut s0 = std::mem::take(&mut self.scratch.bits_b);
-            let mut s1 = Vec::new();
-            let r = (|| -> Result<()> {
-                self.scalar_bits("operand0", operand0, p, engine, &mut reads, &mut s0)?;
-                if let Some((_, operand1, _)) = second {
-                    self.scalar_bits("operand1", operand1, p, engine, &mut reads, &mut s1)?;
+            let s0 = self.scalar_bits("operand0", operand0, p, engine, &mut extra)?;
+            let s1 = match second {
+                Some((_, operand1, _)) => {
+                    self.scalar_bits("operand1", operand1, p, engine, &mut extra)?
                 }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                self.scratch.bits_b = s0;
-                return Err(e);
-            }
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            self.gather_bits(data, &mut x);
+                None => Vec::new(),
+            };
+            let mut x = self.gather_bits(data);
             for (row, chunk) in x.chunks_mut(n).enumerate() {
                 for v in chunk.iter_mut() {
-                    let mut t = bits_op(op0, *v, s0[row], reverse0);
-                    if let Some(&(o1, _, rev1)) = second {
-                        t = bits_op(o1, t, s1[row], rev1);
-                    }
-                    *v = t;
+                    let t = bits_op(op0, *v, s0[row], reverse0);
+                    *v = match second {
+                        Some(&(o1, _, rev1)) => bits_op(o1, t, s1[row], rev1),
+                        None => t,
+                    };
                 }
             }
             self.scatter_bits(&d, &x);
-            self.scratch.bits_a = x;
-            self.scratch.bits_b = s0;
         } else {
-            let mut s0 = std::mem::take(&mut self.scratch.s0);
-            let mut s1 = std::mem::take(&mut self.scratch.s1);
-            let r = (|| -> Result<()> {
-                self.scalar_f32("operand0", operand0, p, engine, &mut reads, &mut s0)?;
-                if let Some((_, operand1, _)) = second {
-                    self.scalar_f32("operand1", operand1, p, engine, &mut reads, &mut s1)?;
+            let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
+            let s1 = match second {
+                Some((_, operand1, _)) => {
+                    self.scalar_f32("operand1", operand1, p, engine, &mut extra)?
                 }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                self.scratch.s0 = s0;
-                self.scratch.s1 = s1;
-                return Err(e);
-            }
-            let fast = self.fast_scalar(
-                (op0, reverse0, &s0),
-                second.map(|&(o1, _, rev1)| (o1, rev1, &s1[..])),
-                &a,
-                &d,
-            );
-            if fast {
-                self.scratch.s0 = s0;
-                self.scratch.s1 = s1;
-                let mut f = super::operand_flags(&[&a], Some(&d));
-                if engine == Engine::Gpsimd {
-                    f |= flags::RSQRT;
+                None => Vec::new(),
+            };
+            let second_f = second.map(|&(o1, _, rev1)| (o1, rev1, &s1[..]));
+            if !self.fast_scalar((op0, reverse0, &s0), second_f, &a, &d) {
+                let mut z = per_partition(op0, &self.gather_f32(data), &s0, reverse0, n);
+                if let Some(&(o1, _, rev1)) = second {
+                    z = per_partition(o1, &z, &s1, rev1, n);
                 }
-                self.record(
-                    opc,
-                    Queue::Engine(engine),
-                    &reads,
-                    &[d.region()],
-                    Self::cost_input(n, p, f),
-                );
-                return Ok(());
+                self.scatter_f32(&d, &z)?;
             }
-            let mut x = std::mem::take(&mut self.scratch.a);
-            let mut z = std::mem::take(&mut self.scratch.c);
-            self.gather_f32(data, &mut x);
-            z.resize(x.len(), 0.0);
-            let rev0 = reverse0 && !op0.is_unary();
-            for (row, (xi, zi)) in x.chunks(n).zip(z.chunks_mut(n)).enumerate() {
-                alu::with_scalar(op0, xi, s0[row], rev0, zi);
-            }
-            if let Some(&(o1, _, rev1)) = second {
-                let rev1 = rev1 && !o1.is_unary();
-                for (row, (xi, zi)) in x.chunks_mut(n).zip(z.chunks(n)).enumerate() {
-                    alu::with_scalar(o1, zi, s1[row], rev1, xi);
-                }
-                std::mem::swap(&mut x, &mut z);
-            }
-            let r = self.scatter_f32(&d, &z);
-            self.scratch.a = x;
-            self.scratch.c = z;
-            self.scratch.s0 = s0;
-            self.scratch.s1 = s1;
-            r?;
         }
-        let mut f = super::operand_flags(&[&a], Some(&d));
-        if engine == Engine::Gpsimd {
-            f |= flags::RSQRT;
-        }
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &[d.region()],
-            Self::cost_input(n, p, f),
-        );
+        let f = if engine == Engine::Gpsimd {
+            flags::RSQRT
+        } else {
+            0
+        };
+        self.record_engine(opc, engine, &[&a], &extra, &d, f);
         Ok(())
     }
 
@@ -307,48 +268,25 @@ impl Machine {
         two_psum_check(opc, ("data", &a), ("operand1", &b))?;
         self.same_shape(opc, "data", &a, &[("operand1", &b), ("dst", &d)])?;
         let (p, n) = (a.p(), a.n());
-        let mut reads = vec![a.region(), b.region()];
-        let mut s0 = std::mem::take(&mut self.scratch.s0);
-        if let Err(e) = self.scalar_f32("operand0", operand0, p, engine, &mut reads, &mut s0) {
-            self.scratch.s0 = s0;
-            return Err(e);
-        }
-        let mut x = std::mem::take(&mut self.scratch.a);
-        let mut y = std::mem::take(&mut self.scratch.b);
-        let mut z = std::mem::take(&mut self.scratch.c);
-        self.gather_f32(data, &mut x);
-        self.gather_f32(operand1, &mut y);
-        z.resize(x.len(), 0.0);
-        let rev0 = reverse0 && !op0.is_unary();
-        for (row, (xi, zi)) in x.chunks(n).zip(z.chunks_mut(n)).enumerate() {
-            alu::with_scalar(op0, xi, s0[row], rev0, zi);
-        }
+        let mut extra = Vec::new();
+        let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
+        let t = per_partition(op0, &self.gather_f32(data), &s0, reverse0, n);
+        let y = self.gather_f32(operand1);
+        let mut z = vec![0f32; t.len()];
         if op1.is_unary() {
-            z.iter_mut().for_each(|v| *v = alu::apply(op1, *v, 0.0));
+            alu::with_scalar(op1, &t, 0.0, false, &mut z);
         } else if reverse1 {
-            alu::binary(op1, &y, &z, &mut x);
-            std::mem::swap(&mut x, &mut z);
+            alu::binary(op1, &y, &t, &mut z);
         } else {
-            alu::binary(op1, &z, &y, &mut x);
-            std::mem::swap(&mut x, &mut z);
+            alu::binary(op1, &t, &y, &mut z);
         }
-        let r = self.scatter_f32(&d, &z);
-        self.scratch.a = x;
-        self.scratch.b = y;
-        self.scratch.c = z;
-        self.scratch.s0 = s0;
-        r?;
-        let mut f = super::operand_flags(&[&a, &b], Some(&d));
-        if op0 == AluOp::Subtract && op1 == AluOp::Multiply {
-            f |= flags::SUB_THEN_MUL;
-        }
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &[d.region()],
-            Self::cost_input(n, p, f),
-        );
+        self.scatter_f32(&d, &z)?;
+        let f = if op0 == AluOp::Subtract && op1 == AluOp::Multiply {
+            flags::SUB_THEN_MUL
+        } else {
+            0
+        };
+        self.record_engine(opc, engine, &[&a, &b], &extra, &d, f);
         Ok(())
     }
 
@@ -365,14 +303,7 @@ impl Machine {
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "src", &s, &[("dst", &d)])?;
         self.copy_values(&s, &d)?;
-        let f = super::operand_flags(&[&s], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[s.region()],
-            &[d.region()],
-            Self::cost_input(s.n(), s.p(), f),
-        );
+        self.record_engine(opc, engine, &[&s], &[], &d, 0);
         Ok(())
     }
 
@@ -383,18 +314,13 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            self.gather_bits(&s.tile, &mut x);
+            let x = self.gather_bits(&s.tile);
             self.scatter_bits(d, &x);
-            self.scratch.bits_a = x;
             Ok(())
         } else {
-            let mut x = std::mem::take(&mut self.scratch.a);
-            self.gather_f32(&s.tile, &mut x);
+            let mut x = self.gather_f32(&s.tile);
             x.iter_mut().for_each(|v| *v = alu::canon(*v));
-            let r = self.scatter_f32(d, &x);
-            self.scratch.a = x;
-            r
+            self.scatter_f32(d, &x)
         }
     }
 
@@ -405,38 +331,15 @@ impl Machine {
         check_engine(opc, engine, &[Engine::Vector, Engine::Gpsimd])?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         let bits = match dst.dtype.format() {
-            Some(f) => encode_scalar(
-                value,
-                &f.encoding(),
-                crate::numerics::Rounding::NearestEven,
-                false,
-                None,
-            )?,
-            None => {
-                if value.is_nan() {
-                    0
-                } else {
-                    dst.dtype
-                        .saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64)
-                }
-            }
+            Some(f) => encode_scalar(value, &f.encoding(), Rounding::NearestEven, false, None)?,
+            None if value.is_nan() => 0,
+            None => dst
+                .dtype
+                .saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64),
         };
-        let mut x = std::mem::take(&mut self.scratch.bits_a);
-        x.clear();
-        x.resize(d.tile.elements(), bits);
-        self.scatter_bits(&d, &x);
-        self.scratch.bits_a = x;
-        let mut f = super::operand_flags(&[], Some(&d));
-        if value == 0.0 {
-            f |= flags::ZERO_VALUE;
-        }
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[],
-            &[d.region()],
-            Self::cost_input(d.n(), d.p(), f),
-        );
+        self.scatter_bits(&d, &vec![bits; d.tile.elements()]);
+        let f = if value == 0.0 { flags::ZERO_VALUE } else { 0 };
+        self.record_engine(opc, engine, &[], &[], &d, f);
         Ok(())
     }
 
@@ -447,23 +350,11 @@ impl Machine {
         let a = self.operand("data", data, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "data", &a, &[("dst", &d)])?;
-        let mut x = std::mem::take(&mut self.scratch.a);
-        let mut z = std::mem::take(&mut self.scratch.c);
-        self.gather_f32(data, &mut x);
-        z.resize(x.len(), 0.0);
+        let x = self.gather_f32(data);
+        let mut z = vec![0f32; x.len()];
         alu::with_scalar(AluOp::Reciprocal, &x, 0.0, false, &mut z);
-        let r = self.scatter_f32(&d, &z);
-        self.scratch.a = x;
-        self.scratch.c = z;
-        r?;
-        let f = super::operand_flags(&[&a], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[a.region()],
-            &[d.region()],
-            Self::cost_input(a.n(), a.p(), f),
-        );
+        self.scatter_f32(&d, &z)?;
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
         Ok(())
     }
 
@@ -483,19 +374,20 @@ impl Machine {
         let t = self.operand("on_true", on_true, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "on_true", &t, &[("predicate", &pr), ("dst", &d)])?;
-        let mut reads: Vec<Region> = vec![pr.region(), t.region()];
+        let mut extra: Vec<Region> = Vec::new();
         let f_tile = match on_false {
             Scalar::Tile(ft) => {
                 let fo = self.operand("on_false", ft, Some(engine), false)?;
                 self.same_shape(opc, "on_true", &t, &[("on_false", &fo)])?;
-                reads.push(fo.region());
+                extra.push(fo.region());
                 Some(*ft)
             }
             Scalar::Imm(_) => None,
         };
-        let psum_inputs = reads
+        let psum_inputs = [pr.region(), t.region()]
             .iter()
-            .filter(|r| r.mem == super::super::record::MEM_PSUM)
+            .chain(&extra)
+            .filter(|r| r.mem == MEM_PSUM)
             .count();
         if psum_inputs > 1 {
             return Err(rule(
@@ -504,86 +396,32 @@ impl Machine {
                 "select takes at most one input from PSUM",
             ));
         }
-        let mut pv = std::mem::take(&mut self.scratch.s0);
-        self.gather_f32(predicate, &mut pv);
-        let bitwise = f_tile.is_some_and(|ft| ft.dtype == dst.dtype) && on_true.dtype == dst.dtype;
-        let r = if bitwise {
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            let mut y = std::mem::take(&mut self.scratch.bits_b);
-            self.gather_bits(on_true, &mut x);
-            if let Some(ft) = f_tile {
-                self.gather_bits(&ft, &mut y);
-            }
-            for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
-                if q == 0.0 {
-                    *v = w;
+        let pv = self.gather_f32(predicate);
+        match f_tile {
+            Some(ft) if ft.dtype == dst.dtype && on_true.dtype == dst.dtype => {
+                let mut x = self.gather_bits(on_true);
+                let y = self.gather_bits(&ft);
+                for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
+                    if q == 0.0 {
+                        *v = w;
+                    }
                 }
+                self.scatter_bits(&d, &x);
             }
-            self.scatter_bits(&d, &x);
-            self.scratch.bits_a = x;
-            self.scratch.bits_b = y;
-            Ok(())
-        } else {
-            let mut x = std::mem::take(&mut self.scratch.a);
-            let mut y = std::mem::take(&mut self.scratch.b);
-            self.gather_f32(on_true, &mut x);
-            match (f_tile, on_false) {
-                (Some(ft), _) => self.gather_f32(&ft, &mut y),
-                (None, Scalar::Imm(v)) => {
-                    y.clear();
-                    y.resize(x.len(), *v as f32);
+            _ => {
+                let mut x = self.gather_f32(on_true);
+                let y = match (f_tile, on_false) {
+                    (Some(ft), _) => self.gather_f32(&ft),
+                    (None, Scalar::Imm(v)) => vec![*v as f32; x.len()],
+                    (None, Scalar::Tile(_)) => Vec::new(),
+                };
+                for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
+                    *v = alu::canon(if q == 0.0 { w } else { *v });
                 }
-                (None, Scalar::Tile(_)) => {}
+                self.scatter_f32(&d, &x)?;
             }
-            for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
-                let r = if q == 0.0 { w } else { *v };
-                *v = alu::canon(r);
-            }
-            let r = self.scatter_f32(&d, &x);
-            self.scratch.a = x;
-            self.scratch.b = y;
-            r
-        };
-        self.scratch.s0 = pv;
-        r?;
-        let inputs: Vec<&Opnd> = vec![&pr, &t];
-        let f = super::operand_flags(&inputs, Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &[d.region()],
-            Self::cost_input(t.n(), t.p(), f),
-        );
+        }
+        self.record_engine(opc, engine, &[&t, &pr], &extra, &d, 0);
         Ok(())
     }
-}
-
-/// One bitvec operator with an optional reversal (`invert` ignores the operand).
-#[inline]
-fn bits_op(op: AluOp, x: u32, s: u32, reverse: bool) -> u32 {
-    if op.is_unary() {
-        alu::apply_bits(op, x, 0)
-    } else if reverse {
-        alu::apply_bits(op, s, x)
-    } else {
-        alu::apply_bits(op, x, s)
-    }
-}
-
-/// The two-inputs-from-PSUM rule.
-pub(crate) fn two_psum_check(opc: Opcode, a: (&str, &Opnd), b: (&str, &Opnd)) -> Result<()> {
-    if a.1.tile.space == Space::Psum && b.1.tile.space == Space::Psum {
-        return Err(rule(
-            b.0,
-            "two_psum_inputs",
-            format!(
-                "{} and {} are both in PSUM; {} takes at most one input from PSUM",
-                a.0,
-                b.0,
-                opc.name()
-            ),
-        ));
-    }
-    Ok(())
 }

@@ -11,7 +11,7 @@ use crate::numerics::encode_scalar;
 use crate::{Error, Result};
 
 use super::super::dtype;
-use super::super::record::{Engine, Opcode, Queue};
+use super::super::record::{Engine, Opcode};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
@@ -117,14 +117,7 @@ impl Machine {
             let f: Vec<f32> = vals.iter().map(|&v| v as f32).collect();
             self.scatter_f32(&d, &f)?;
         }
-        let f = super::operand_flags(&[], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[],
-            &[d.region()],
-            Self::cost_input(d.n(), d.p(), f),
-        );
+        self.record_engine(opc, engine, &[], &[], &d, 0);
         Ok(())
     }
 
@@ -183,35 +176,24 @@ impl Machine {
                 )?,
                 None => dtype::f32_to_int_bits(dst.dtype, on_false_value as f32),
             };
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            self.gather_bits(on_true, &mut x);
+            let mut x = self.gather_bits(on_true);
             for (v, &a) in x.iter_mut().zip(&aff) {
                 if !pred(a) {
                     *v = false_bits;
                 }
             }
             self.scatter_bits(&d, &x);
-            self.scratch.bits_a = x;
         } else {
-            let mut x = std::mem::take(&mut self.scratch.a);
-            self.gather_f32(on_true, &mut x);
+            let mut x = self.gather_f32(on_true);
             let fv = on_false_value as f32;
             for (v, &a) in x.iter_mut().zip(&aff) {
                 let r = if pred(a) { *v } else { fv };
                 *v = alu::canon(r);
             }
             let r = self.scatter_f32(&d, &x);
-            self.scratch.a = x;
             r?;
         }
-        let f = super::operand_flags(&[&t], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[t.region()],
-            &[d.region()],
-            Self::cost_input(d.n(), d.p(), f),
-        );
+        self.record_engine(opc, engine, &[&t], &[], &d, 0);
         Ok(())
     }
 }

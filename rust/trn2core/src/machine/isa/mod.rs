@@ -454,8 +454,15 @@ impl Machine {
         Ok(())
     }
 
-    /// Reads a tile's elements, widened to float32, in logical order into `out`.
-    pub(crate) fn gather_f32(&self, tile: &Tile, out: &mut Vec<f32>) {
+    /// A tile's elements, widened to float32, in logical order.
+    pub(crate) fn gather_f32(&self, tile: &Tile) -> Vec<f32> {
+        let mut out = Vec::new();
+        self.gather_f32_into(tile, &mut out);
+        out
+    }
+
+    /// [`Machine::gather_f32`] into `out`.
+    pub(crate) fn gather_f32_into(&self, tile: &Tile, out: &mut Vec<f32>) {
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let dt = tile.dtype;
@@ -475,8 +482,15 @@ impl Machine {
         });
     }
 
-    /// Reads a tile's raw element bits (zero-extended) in logical order into `out`.
-    pub(crate) fn gather_bits(&self, tile: &Tile, out: &mut Vec<u32>) {
+    /// A tile's raw element bits (zero-extended) in logical order.
+    pub(crate) fn gather_bits(&self, tile: &Tile) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.gather_bits_into(tile, &mut out);
+        out
+    }
+
+    /// [`Machine::gather_bits`] into `out`.
+    pub(crate) fn gather_bits_into(&self, tile: &Tile, out: &mut Vec<u32>) {
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
@@ -515,30 +529,24 @@ impl Machine {
     /// Writes float32 results, rounded to the tile's dtype, in logical order; marks them
     /// written.
     pub(crate) fn scatter_f32(&mut self, o: &Opnd, vals: &[f32]) -> Result<()> {
-        let tile = o.tile;
-        let rounding = self.rounding();
-        let mut staged = std::mem::take(&mut self.scratch.bytes);
-        let mut words = std::mem::take(&mut self.scratch.words);
-        let esize = tile.dtype.size();
-        staged.resize(vals.len() * esize, 0);
-        let r = dtype::narrow(tile.dtype, vals, rounding, &mut staged, &mut words);
-        if r.is_ok() {
-            self.scatter_packed(&tile, &staged);
-        }
-        self.scratch.bytes = staged;
-        self.scratch.words = words;
-        r?;
+        let mut staged = vec![0u8; vals.len() * o.tile.dtype.size()];
+        dtype::narrow(
+            o.tile.dtype,
+            vals,
+            self.rounding(),
+            &mut staged,
+            &mut Vec::new(),
+        )?;
+        self.scatter_packed(&o.tile, &staged);
         self.after_write(o);
         Ok(())
     }
 
     /// Writes raw element bits (low bits of each word) in logical order; marks them written.
     pub(crate) fn scatter_bits(&mut self, o: &Opnd, bits: &[u32]) {
-        let mut staged = std::mem::take(&mut self.scratch.bytes);
-        staged.resize(bits.len() * o.tile.dtype.size(), 0);
+        let mut staged = vec![0u8; bits.len() * o.tile.dtype.size()];
         dtype::pack_bits(o.tile.dtype, bits, &mut staged);
         self.scatter_packed(&o.tile, &staged);
-        self.scratch.bytes = staged;
         self.after_write(o);
     }
 
@@ -584,13 +592,9 @@ impl Machine {
         partitions: u32,
         engine: Engine,
         reads: &mut Vec<Region>,
-        out: &mut Vec<f32>,
-    ) -> Result<()> {
+    ) -> Result<Vec<f32>> {
         match s {
-            Scalar::Imm(v) => {
-                out.clear();
-                out.resize(partitions as usize, *v as f32);
-            }
+            Scalar::Imm(v) => Ok(vec![*v as f32; partitions as usize]),
             Scalar::Tile(t) => {
                 if t.dtype != Dtype::Fp32 {
                     return Err(dtype_rule(
@@ -601,11 +605,10 @@ impl Machine {
                 }
                 let o = self.operand(arg, t, Some(engine), false)?;
                 self.check_vector_operand(arg, &o, partitions)?;
-                self.gather_f32(t, out);
                 reads.push(o.region());
+                Ok(self.gather_f32(t))
             }
         }
-        Ok(())
     }
 
     /// Per-partition raw bits of a scalar operand of a bitvec operator.
@@ -616,8 +619,7 @@ impl Machine {
         partitions: u32,
         engine: Engine,
         reads: &mut Vec<Region>,
-        out: &mut Vec<u32>,
-    ) -> Result<()> {
+    ) -> Result<Vec<u32>> {
         match s {
             Scalar::Imm(v) => {
                 if v.fract() != 0.0 || *v < -(2f64.powi(31)) || *v >= 2f64.powi(32) {
@@ -629,8 +631,7 @@ impl Machine {
                         ),
                     ));
                 }
-                out.clear();
-                out.resize(partitions as usize, (*v as i64) as u32);
+                Ok(vec![(*v as i64) as u32; partitions as usize])
             }
             Scalar::Tile(t) => {
                 let o = self.operand(arg, t, Some(engine), false)?;
@@ -645,11 +646,10 @@ impl Machine {
                         ),
                     ));
                 }
-                self.gather_bits(t, out);
                 reads.push(o.region());
+                Ok(self.gather_bits(t))
             }
         }
-        Ok(())
     }
 
     /// A `[P, 1]` operand: `partitions` partitions, one element each.
@@ -702,6 +702,26 @@ impl Machine {
         cost: CostInput,
     ) {
         self.program.push(opcode, queue, reads, writes, cost);
+    }
+
+    /// Records an engine instruction that reads `inputs` (and `extra` regions: scalar
+    /// operands) and writes `d`; its cost input is the first input's elements per partition
+    /// (the destination's without inputs) and the operands' flags plus `flags`.
+    pub(crate) fn record_engine(
+        &mut self,
+        opc: Opcode,
+        engine: Engine,
+        inputs: &[&Opnd],
+        extra: &[Region],
+        d: &Opnd,
+        flags: u32,
+    ) {
+        let main = inputs.first().copied().unwrap_or(d);
+        let f = operand_flags(inputs, Some(d)) | flags;
+        let mut reads: Vec<Region> = inputs.iter().map(|o| o.region()).collect();
+        reads.extend_from_slice(extra);
+        let cost = Self::cost_input(main.n(), main.p(), f);
+        self.record(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
     }
 
     /// The usual cost input of an engine instruction on `n` elements per partition.

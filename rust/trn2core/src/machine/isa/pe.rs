@@ -47,6 +47,25 @@ fn format_of(arg: &str, t: &Tile) -> Result<Format> {
     })
 }
 
+/// The cost input of a tensor-engine instruction on PE tile `tile`.
+fn pe_cost(partitions: usize, m: usize, k: usize, tile: PeTile, flags: u32) -> CostInput {
+    let q = PE_TILE_QUARTER;
+    CostInput {
+        n: k as u32,
+        partitions: partitions as u16,
+        m: m as u16,
+        k: k as u16,
+        pe_tile: [
+            (tile.position.0 / q) as u8,
+            (tile.size.0 / q) as u8,
+            (tile.position.1 / q) as u8,
+            (tile.size.1 / q) as u8,
+        ],
+        flags,
+        ..CostInput::default()
+    }
+}
+
 impl Machine {
     fn pe_input(&self, arg: &str, t: &Tile) -> Result<Opnd> {
         let o = self.operand(arg, t, Some(Engine::Tensor), false)?;
@@ -159,17 +178,12 @@ impl Machine {
             }
             Some(a) => a,
         };
-        let mut sv = std::mem::take(&mut self.scratch.a);
-        let mut mvv = std::mem::take(&mut self.scratch.b);
-        let mut acc = std::mem::take(&mut self.scratch.c);
-        self.gather_f32(stationary, &mut sv);
-        self.gather_f32(moving, &mut mvv);
-        if accumulate {
-            self.gather_f32(dst, &mut acc);
+        let (sv, mvv) = (self.gather_f32(stationary), self.gather_f32(moving));
+        let mut acc = if accumulate {
+            self.gather_f32(dst)
         } else {
-            acc.clear();
-            acc.resize(shape.m * shape.n, 0.0);
-        }
+            vec![0f32; shape.m * shape.n]
+        };
         let so = Operand {
             values: &sv,
             shape: &ss,
@@ -182,31 +196,14 @@ impl Machine {
         };
         let r = engine::matmul_into_validated(&mut acc, shape.n, &so, &mo, shape, accumulate)
             .and_then(|()| self.scatter_f32(&d, &acc));
-        self.scratch.a = sv;
-        self.scratch.b = mvv;
-        self.scratch.c = acc;
         r?;
         self.set_psum_mm(&d);
-        let q = PE_TILE_QUARTER;
-        let t = opts.tile;
-        let mut f = 0;
-        if sf == Format::Fp32 || mf == Format::Fp32 {
-            f |= flags::FP32;
-        }
-        let cost = CostInput {
-            n: shape.n as u32,
-            partitions: shape.partitions as u16,
-            m: shape.m as u16,
-            k: shape.n as u16,
-            pe_tile: [
-                (t.position.0 / q) as u8,
-                (t.size.0 / q) as u8,
-                (t.position.1 / q) as u8,
-                (t.size.1 / q) as u8,
-            ],
-            flags: f,
-            ..CostInput::default()
+        let f = if sf == Format::Fp32 || mf == Format::Fp32 {
+            flags::FP32
+        } else {
+            0
         };
+        let cost = pe_cost(shape.partitions, shape.m, shape.n, opts.tile, f);
         self.record(
             opc,
             Queue::Engine(Engine::Tensor),
@@ -250,14 +247,7 @@ impl Machine {
             ));
         }
         self.transpose_values(&d, &x)?;
-        let f = super::operand_flags(&[&x], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[x.region()],
-            &[d.region()],
-            Self::cost_input(x.n(), x.p(), f),
-        );
+        self.record_engine(opc, engine, &[&x], &[], &d, 0);
         Ok(())
     }
 
@@ -284,18 +274,14 @@ impl Machine {
                 ),
             ));
         }
-        let mut v = std::mem::take(&mut self.scratch.bits_a);
-        let mut t = std::mem::take(&mut self.scratch.bits_b);
-        self.gather_bits(&x.tile, &mut v);
-        t.resize(k * m, 0);
+        let v = self.gather_bits(&x.tile);
+        let mut t = vec![0u32; k * m];
         for i in 0..k {
             for j in 0..m {
                 t[j * k + i] = v[i * m + j];
             }
         }
         self.scatter_bits(d, &t);
-        self.scratch.bits_a = v;
-        self.scratch.bits_b = t;
         Ok(())
     }
 
@@ -324,14 +310,12 @@ impl Machine {
         let k = x.p() as usize;
         let mut reads = vec![x.region()];
         if let Some(id) = identity {
-            let mut v = std::mem::take(&mut self.scratch.a);
-            self.gather_f32(&id.tile, &mut v);
+            let v = self.gather_f32(&id.tile);
             let is_identity = id.p() as usize == k
                 && id.n() == k
                 && v.iter()
                     .enumerate()
                     .all(|(i, &e)| e == if i / k == i % k { 1.0 } else { 0.0 });
-            self.scratch.a = v;
             if !is_identity {
                 return Err(Error::value(
                     "moving",
@@ -341,25 +325,12 @@ impl Machine {
             reads.push(id.region());
         }
         self.transpose_values(d, x)?;
-        let q = PE_TILE_QUARTER;
         let mut f = flags::TRANSPOSE;
         if x.tile.dtype == Dtype::Fp32 {
             f |= flags::FP32;
         }
-        let cost = CostInput {
-            n: x.n() as u32,
-            partitions: x.p() as u16,
-            m: x.p() as u16,
-            k: x.n() as u16,
-            pe_tile: [
-                (tile.position.0 / q) as u8,
-                (tile.size.0 / q) as u8,
-                (tile.position.1 / q) as u8,
-                (tile.size.1 / q) as u8,
-            ],
-            flags: f,
-            ..CostInput::default()
-        };
+        // The transpose formula reads `m` as the input's partitions and `k` as its free size.
+        let cost = pe_cost(x.p() as usize, x.p() as usize, x.n(), tile, f);
         self.record(
             opc,
             Queue::Engine(Engine::Tensor),

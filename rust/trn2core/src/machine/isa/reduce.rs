@@ -96,49 +96,39 @@ impl Machine {
         }
         self.check_op_dtypes(op, "op", &[("data", data), ("dst", dst)])?;
         if op.is_bitvec() {
-            let mut x = std::mem::take(&mut self.scratch.bits_a);
-            let mut z = std::mem::take(&mut self.scratch.bits_b);
-            self.gather_bits(data, &mut x);
-            z.clear();
-            z.extend(x.chunks(r).map(|c| {
-                c[1..]
-                    .iter()
-                    .fold(c[0], |acc, &v| alu::apply_bits(op, acc, v))
-            }));
+            let z: Vec<u32> = self
+                .gather_bits(data)
+                .chunks(r)
+                .map(|c| {
+                    c[1..]
+                        .iter()
+                        .fold(c[0], |acc, &v| alu::apply_bits(op, acc, v))
+                })
+                .collect();
             self.scatter_bits(&d, &z);
-            self.scratch.bits_a = x;
-            self.scratch.bits_b = z;
         } else {
-            let mut x = std::mem::take(&mut self.scratch.a);
-            let mut z = std::mem::take(&mut self.scratch.c);
-            self.gather_f32(data, &mut x);
-            z.clear();
-            z.extend(x.chunks(r).map(|c| {
-                let acc = c[1..]
-                    .iter()
-                    .fold(canon(c[0]), |acc, &v| alu::apply(op, acc, v));
-                if negate {
-                    canon(-acc)
-                } else {
-                    acc
-                }
-            }));
-            let res = self.scatter_f32(&d, &z);
-            self.scratch.a = x;
-            self.scratch.c = z;
-            res?;
+            let z: Vec<f32> = self
+                .gather_f32(data)
+                .chunks(r)
+                .map(|c| {
+                    let acc = c[1..]
+                        .iter()
+                        .fold(canon(c[0]), |acc, &v| alu::apply(op, acc, v));
+                    if negate {
+                        canon(-acc)
+                    } else {
+                        acc
+                    }
+                })
+                .collect();
+            self.scatter_f32(&d, &z)?;
         }
-        let mut f = super::operand_flags(&[&a], Some(&d));
-        if matches!(op, AluOp::Add | AluOp::Maximum) {
-            f |= flags::ADD_OR_MAX;
-        }
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[a.region()],
-            &[d.region()],
-            Self::cost_input(a.n(), a.p(), f),
-        );
+        let f = if matches!(op, AluOp::Add | AluOp::Maximum) {
+            flags::ADD_OR_MAX
+        } else {
+            0
+        };
+        self.record_engine(opc, engine, &[&a], &[], &d, f);
         Ok(())
     }
 
@@ -174,16 +164,10 @@ impl Machine {
         two_psum_check(opc, ("data0", &a), ("data1", &b))?;
         self.same_shape(opc, "data0", &a, &[("data1", &b), ("dst", &d)])?;
         let (p, n) = (a.p(), a.n());
-        let mut reads = vec![a.region(), b.region()];
-        let mut s0 = std::mem::take(&mut self.scratch.s0);
-        if let Err(e) = self.scalar_f32("initial", initial, p, engine, &mut reads, &mut s0) {
-            self.scratch.s0 = s0;
-            return Err(e);
-        }
-        let mut x = std::mem::take(&mut self.scratch.a);
-        let mut y = std::mem::take(&mut self.scratch.b);
-        self.gather_f32(data0, &mut x);
-        self.gather_f32(data1, &mut y);
+        let mut extra = Vec::new();
+        let s0 = self.scalar_f32("initial", initial, p, engine, &mut extra)?;
+        let mut x = self.gather_f32(data0);
+        let y = self.gather_f32(data1);
         for (row, (xi, yi)) in x.chunks_mut(n).zip(y.chunks(n)).enumerate() {
             let mut state = canon(s0[row]);
             for (v, &w) in xi.iter_mut().zip(yi) {
@@ -192,19 +176,8 @@ impl Machine {
                 *v = state;
             }
         }
-        let r = self.scatter_f32(&d, &x);
-        self.scratch.a = x;
-        self.scratch.b = y;
-        self.scratch.s0 = s0;
-        r?;
-        let f = super::operand_flags(&[&a, &b], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &[d.region()],
-            Self::cost_input(n, p, f),
-        );
+        self.scatter_f32(&d, &x)?;
+        self.record_engine(opc, engine, &[&a, &b], &extra, &d, 0);
         Ok(())
     }
 
@@ -273,24 +246,14 @@ impl Machine {
             }
             None => None,
         };
-        let mut reads = vec![a.region()];
-        let mut s0 = std::mem::take(&mut self.scratch.s0);
-        let mut init = Vec::new();
-        let r = (|| -> Result<()> {
-            self.scalar_f32("operand0", operand0, p, engine, &mut reads, &mut s0)?;
-            if let Some(ri) = reduce_init {
-                self.scalar_f32("reduce_init", ri, p, engine, &mut reads, &mut init)?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            self.scratch.s0 = s0;
-            return Err(e);
-        }
-        let mut x = std::mem::take(&mut self.scratch.a);
-        let mut z = std::mem::take(&mut self.scratch.c);
-        self.gather_f32(data, &mut x);
-        z.resize(x.len(), 0.0);
+        let mut extra = Vec::new();
+        let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
+        let init = match reduce_init {
+            Some(ri) => self.scalar_f32("reduce_init", ri, p, engine, &mut extra)?,
+            None => Vec::new(),
+        };
+        let x = self.gather_f32(data);
+        let mut z = vec![0f32; x.len()];
         let rev0 = reverse0 && !op0.is_unary();
         let p0 = dst.start_partition as usize;
         for (row, (xi, zi)) in x.chunks(n).zip(z.chunks_mut(n)).enumerate() {
@@ -305,37 +268,22 @@ impl Machine {
                 *reg = alu::apply(reduce_op, *reg, v);
             }
         }
-        let mut r = self.scatter_f32(&d, &z);
-        let mut writes: Vec<Region> = vec![d.region()];
-        if let (Ok(()), Some(o)) = (&r, &res) {
-            let vals: Vec<f32> = (0..p as usize)
-                .map(|row| {
-                    let v = self.dve_regs[p0 + row];
-                    if negate {
-                        canon(-v)
-                    } else {
-                        v
-                    }
-                })
+        self.scatter_f32(&d, &z)?;
+        let mut f = 0;
+        let mut writes = vec![d.region()];
+        if let Some(o) = &res {
+            let vals: Vec<f32> = self.dve_regs[p0..p0 + p as usize]
+                .iter()
+                .map(|&v| if negate { canon(-v) } else { v })
                 .collect();
-            r = self.scatter_f32(o, &vals);
+            self.scatter_f32(o, &vals)?;
             writes.push(o.region());
+            f = flags::READ_ACCUMULATOR;
         }
-        self.scratch.a = x;
-        self.scratch.c = z;
-        self.scratch.s0 = s0;
-        r?;
-        let mut f = super::operand_flags(&[&a], Some(&d));
-        if res.is_some() {
-            f |= flags::READ_ACCUMULATOR;
-        }
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &writes,
-            Self::cost_input(n, p, f),
-        );
+        let mut reads: Vec<Region> = vec![a.region()];
+        reads.extend_from_slice(&extra);
+        let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
+        self.record(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
     }
 
@@ -369,10 +317,8 @@ impl Machine {
             ));
         }
         let n = a.n();
-        let mut x = std::mem::take(&mut self.scratch.a);
-        self.gather_f32(data, &mut x);
-        let mut z = std::mem::take(&mut self.scratch.c);
-        z.clear();
+        let x = self.gather_f32(data);
+        let mut z = Vec::with_capacity(6 * a.p() as usize);
         for row in x.chunks(n) {
             for parity in 0..2 {
                 let vals = row.iter().skip(parity).step_by(2);
@@ -390,18 +336,8 @@ impl Machine {
                 z.extend([count, mean, canon(m2)]);
             }
         }
-        let r = self.scatter_f32(&d, &z);
-        self.scratch.a = x;
-        self.scratch.c = z;
-        r?;
-        let f = super::operand_flags(&[&a], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[a.region()],
-            &[d.region()],
-            Self::cost_input(n, a.p(), f),
-        );
+        self.scatter_f32(&d, &z)?;
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
         Ok(())
     }
 
@@ -434,10 +370,8 @@ impl Machine {
             ));
         }
         let n = a.n();
-        let mut x = std::mem::take(&mut self.scratch.a);
-        self.gather_f32(data, &mut x);
-        let mut z = std::mem::take(&mut self.scratch.c);
-        z.clear();
+        let x = self.gather_f32(data);
+        let mut z = Vec::with_capacity(2 * a.p() as usize);
         for row in x.chunks(n) {
             let (total, sum) = row
                 .chunks(3)
@@ -449,18 +383,8 @@ impl Machine {
             });
             z.extend([canon(mean), canon(q / total)]);
         }
-        let r = self.scatter_f32(&d, &z);
-        self.scratch.a = x;
-        self.scratch.c = z;
-        r?;
-        let f = super::operand_flags(&[&a], Some(&d));
-        self.record(
-            opc,
-            Queue::Engine(engine),
-            &[a.region()],
-            &[d.region()],
-            Self::cost_input(n, a.p(), f),
-        );
+        self.scatter_f32(&d, &z)?;
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ use crate::numerics::kernels::round_f32_bf16_rne;
 
 use super::super::dtype::Dtype;
 use super::super::simd::{self, dispatch};
-use super::alu::{apply, canon, maximum, minimum, AluOp};
+use super::alu::{apply, canon, maximum, minimum, per_op, AluOp};
 
 /// Elements per buffered chunk of `tensor_scalar` (4 KiB of float32: stays in L1).
 const CHUNK: usize = 1024;
@@ -202,21 +202,6 @@ impl Elem for u16 {
     }
 }
 
-/// Calls `$each(args..., f)` with the operator as a closure specialised per common operator.
-macro_rules! with_op {
-    ($op:expr, $each:ident ( $($arg:expr),* )) => {
-        match $op {
-            AluOp::Add => $each($($arg,)* |x: f32, y: f32| canon(x + y)),
-            AluOp::Subtract => $each($($arg,)* |x: f32, y: f32| canon(x - y)),
-            AluOp::Multiply => $each($($arg,)* |x: f32, y: f32| canon(x * y)),
-            AluOp::Divide => $each($($arg,)* |x: f32, y: f32| canon(x / y)),
-            AluOp::Maximum => $each($($arg,)* maximum),
-            AluOp::Minimum => $each($($arg,)* minimum),
-            other => $each($($arg,)* move |x: f32, y: f32| apply(other, x, y)),
-        }
-    };
-}
-
 /// One row of a `tensor_tensor`: `d[i] = f(a[i], b[i])`, an input `None` being `d` itself.
 #[inline(always)]
 fn binary_row_body<A: Elem, B: Elem, D: Elem>(
@@ -351,7 +336,7 @@ fn binary_kinds(plan: &mut Plan, f: impl Fn(f32, f32) -> f32 + Copy) {
 
 /// `tensor_tensor`: `d = op(a, b)` row by row (`plan` built from `a`, `b`).
 pub(crate) fn binary(op: AluOp, plan: &mut Plan) {
-    with_op!(op, binary_kinds(plan));
+    per_op!(op, binary_kinds(plan));
 }
 
 /// `out[i] = f(x[i], s)` (or `f(s, x[i])` with `rev`).
@@ -413,10 +398,10 @@ fn scalar_rows<A: Elem, D: Elem>(
                     },
                 };
                 let (op, rev, s) = op0;
-                with_op!(op, scalar_pass(x, s[p], rev, out));
+                per_op!(op, scalar_pass(x, s[p], rev, out));
             }
             if let Some((op, rev, s)) = op1 {
-                with_op!(op, scalar_in_place(out, s[p], rev));
+                per_op!(op, scalar_in_place(out, s[p], rev));
             }
             store_row(out, &mut d[done..done + len]);
             done += len;

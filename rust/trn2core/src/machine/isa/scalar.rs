@@ -111,54 +111,34 @@ impl Machine {
             None => None,
         };
         let mut reads: Vec<Region> = vec![a.region()];
-        let mut scale = std::mem::take(&mut self.scratch.s0);
-        let mut bias = std::mem::take(&mut self.scratch.s1);
-        let r = (|| -> Result<()> {
-            match &args.scale {
-                None => {
-                    scale.clear();
-                    scale.resize(p as usize, 1.0);
+        let scale = match &args.scale {
+            None => vec![1.0; p as usize],
+            Some(s) => self.scalar_f32("scale", s, p, engine, &mut reads)?,
+        };
+        let bias = match &args.bias {
+            None => vec![0.0; p as usize],
+            Some(Scalar::Imm(v)) => vec![*v as f32; p as usize],
+            Some(Scalar::Tile(t)) => {
+                if t.dtype == Dtype::Tf32 {
+                    return Err(dtype_rule(
+                        "bias",
+                        "bias_dtype",
+                        "bias may be any dtype but tf32",
+                    ));
                 }
-                Some(s) => self.scalar_f32("scale", s, p, engine, &mut reads, &mut scale)?,
+                let o = self.operand("bias", t, Some(engine), false)?;
+                if o.p() != p || o.n() != 1 {
+                    return Err(shape_rule(
+                        "bias",
+                        "shape",
+                        format!("expected a [{p}, 1] tile, got {:?}", t.logical_shape()),
+                    ));
+                }
+                reads.push(o.region());
+                self.gather_f32(t)
             }
-            match &args.bias {
-                None => {
-                    bias.clear();
-                    bias.resize(p as usize, 0.0);
-                }
-                Some(Scalar::Imm(v)) => {
-                    bias.clear();
-                    bias.resize(p as usize, *v as f32);
-                }
-                Some(Scalar::Tile(t)) => {
-                    let o = self.operand("bias", t, Some(engine), false)?;
-                    if o.p() != p || o.n() != 1 {
-                        return Err(shape_rule(
-                            "bias",
-                            "shape",
-                            format!("expected a [{p}, 1] tile, got {:?}", t.logical_shape()),
-                        ));
-                    }
-                    if t.dtype == Dtype::Tf32 {
-                        return Err(dtype_rule(
-                            "bias",
-                            "bias_dtype",
-                            "bias may be any dtype but tf32",
-                        ));
-                    }
-                    self.gather_f32(t, &mut bias);
-                    reads.push(o.region());
-                }
-            }
-            Ok(())
-        })();
-        if let Err(e) = r {
-            self.scratch.s0 = scale;
-            self.scratch.s1 = bias;
-            return Err(e);
-        }
-        let mut x = std::mem::take(&mut self.scratch.a);
-        self.gather_f32(data, &mut x);
+        };
+        let mut x = self.gather_f32(data);
         let p0 = dst.start_partition as usize;
         for (row, xi) in x.chunks_mut(n).enumerate() {
             act::scale_bias(xi, scale[row], bias[row]);
@@ -174,19 +154,13 @@ impl Machine {
                 *reg = canon(*reg);
             }
         }
-        let mut r = self.scatter_f32(&d, &x);
+        self.scatter_f32(&d, &x)?;
         let mut writes: Vec<Region> = vec![d.region()];
-        if let (Ok(()), Some(o)) = (&r, &res) {
-            let vals: Vec<f32> = self.act_regs[p0..p0 + p as usize].to_vec();
-            r = self.scatter_f32(o, &vals);
-            writes.push(o.region());
-        }
-        self.scratch.a = x;
-        self.scratch.s0 = scale;
-        self.scratch.s1 = bias;
-        r?;
         let mut f = super::operand_flags(&[&a], Some(&d));
-        if res.is_some() {
+        if let Some(o) = &res {
+            let vals: Vec<f32> = self.act_regs[p0..p0 + p as usize].to_vec();
+            self.scatter_f32(o, &vals)?;
+            writes.push(o.region());
             f |= flags::READ_ACCUMULATOR;
         }
         self.record(
