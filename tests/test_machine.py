@@ -586,6 +586,18 @@ def test_run_reports_overlap_critical_path_and_trace(tmp_path):
     assert {"DMA queue 0", "ACT", "DVE", "POOL"} <= tracks
 
 
+def test_name_lists_come_from_the_core():
+    names = trn2core._core.names()
+    m = trn2core.machine
+    assert m.MACHINE_DTYPES == tuple(names["machine_dtypes"])
+    assert m.ALU_OPS == tuple(names["alu_ops"])
+    assert m.ACTIVATION_FUNCTIONS == tuple(names["activation_functions"])
+    assert m.ENGINES == tuple(names["engines"]) == ("tensor", "vector", "scalar", "gpsimd")
+    assert set(ref.ACTIVATION_FUNCTIONS) == set(m.ACTIVATION_FUNCTIONS)
+    assert set(ref.MACHINE_DTYPES) == set(m.MACHINE_DTYPES)
+    assert trn2core.KernelReport is m.KernelReport
+
+
 def test_results_do_not_depend_on_the_schedule():
     def run(order):
         core = trn2core.NeuronCore()
