@@ -269,15 +269,7 @@ fn run<O: Code + Store>(
         if cancel.is_cancelled() {
             return;
         }
-        let start = ci * CHUNK;
-        match mode {
-            RNE => chunk::<RNE, O>(src, start, oc, p, random, enc, level),
-            AWAY => chunk::<AWAY, O>(src, start, oc, p, random, enc, level),
-            TZ => chunk::<TZ, O>(src, start, oc, p, random, enc, level),
-            TP => chunk::<TP, O>(src, start, oc, p, random, enc, level),
-            TN => chunk::<TN, O>(src, start, oc, p, random, enc, level),
-            _ => chunk::<SR, O>(src, start, oc, p, random, enc, level),
-        }
+        chunk_any(mode, src, ci * CHUNK, 0, oc, p, random, enc, level);
     };
     if n <= CHUNK {
         out.chunks_mut(CHUNK).enumerate().for_each(task);
@@ -286,10 +278,87 @@ fn run<O: Code + Store>(
     }
 }
 
-/// Processes elements `start..start + out.len()`.
+/// [`chunk`] for the mode id `mode`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn chunk_any<O: Code + Store>(
+    mode: u8,
+    src: &Source,
+    start: usize,
+    key0: u64,
+    out: &mut [O],
+    p: &Params,
+    random: &Random,
+    enc: &Encoding,
+    level: u8,
+) {
+    match mode {
+        RNE => chunk::<RNE, O>(src, start, key0, out, p, random, enc, level),
+        AWAY => chunk::<AWAY, O>(src, start, key0, out, p, random, enc, level),
+        TZ => chunk::<TZ, O>(src, start, key0, out, p, random, enc, level),
+        TP => chunk::<TP, O>(src, start, key0, out, p, random, enc, level),
+        TN => chunk::<TN, O>(src, start, key0, out, p, random, enc, level),
+        _ => chunk::<SR, O>(src, start, key0, out, p, random, enc, level),
+    }
+}
+
+/// A rounding prepared once and applied to many short runs of elements on the calling thread:
+/// the GEMM rounds its operands while it packs them, a run of a row at a time. Same kernels and
+/// same seeded random words as [`encode_into`], so the codes of every run are those one
+/// `encode_into` of the whole array gives its elements.
+#[derive(Debug, Clone, Copy)]
+pub struct RunEncoder {
+    enc: Encoding,
+    params: Params,
+    mode: u8,
+    random: Random<'static>,
+    level: u8,
+}
+
+impl RunEncoder {
+    /// Rounding into `format` (standard bias, no saturation) with `mode`; stochastic rounding
+    /// takes the 32-bit words of the generator keyed by `seed` (ignored by the other modes).
+    pub fn new(format: Format, mode: Rounding, seed: u64) -> RunEncoder {
+        let enc = format.encoding();
+        let random = if mode == Rounding::Stochastic {
+            Random::Seed(seed, 32)
+        } else {
+            Random::None
+        };
+        RunEncoder {
+            enc,
+            params: Params::new(&enc, mode, false, 32),
+            mode: kernels::mode_id(mode),
+            random,
+            level: simd_level(),
+        }
+    }
+
+    /// The target format.
+    pub fn format(&self) -> Format {
+        self.enc.format
+    }
+
+    /// Rounds `src` into `out` (codes of the format's width; `out.len()` elements are
+    /// rounded, at most `src.len()`): element `s` of `src` is element `key0 + s` of the whole
+    /// array, which keys its random word.
+    pub fn encode(&self, src: &Source, key0: u64, out: CodesMut) {
+        let (p, r, e, l) = (&self.params, &self.random, &self.enc, self.level);
+        match out {
+            CodesMut::U8(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
+            CodesMut::U16(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
+            CodesMut::U32(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
+        }
+    }
+}
+
+/// Processes elements `start..start + out.len()` of `src`; element `s` takes the random word
+/// of flat index `key0 + s` (seeded) or `bits[s]` (explicit words).
+#[allow(clippy::too_many_arguments)]
 fn chunk<const MODE: u8, O: Code + Store>(
     src: &Source,
     start: usize,
+    key0: u64,
     out: &mut [O],
     p: &Params,
     random: &Random,
@@ -323,14 +392,16 @@ fn chunk<const MODE: u8, O: Code + Store>(
     for (bi, ob) in out.chunks_mut(SUB).enumerate() {
         let s = start + bi * SUB;
         let len = ob.len();
-        // Word pairs start at even indices; `start` and `SUB` are even, so this always holds.
-        let fused = fused && s.is_multiple_of(2);
+        // Word pairs start at even indices: always so in a whole array (`start` and `SUB` are
+        // even), not in every run of a row.
+        let key = key0.wrapping_add(s as u64);
+        let fused = fused && key.is_multiple_of(2);
         let r: &[u32] = if MODE == SR && !fused {
             match random {
                 Random::Bits(bits, _) => &bits[s..s + len],
                 Random::Seed(..) => {
                     let (g, mask) = seeded.as_ref().expect("set for Random::Seed");
-                    fill_words(g, s as u64, &mut rbuf[..len], *mask, level);
+                    fill_words(g, key, &mut rbuf[..len], *mask, level);
                     &rbuf[..len]
                 }
                 Random::None => &rbuf[..len],
@@ -384,7 +455,7 @@ fn chunk<const MODE: u8, O: Code + Store>(
                 let (g, mask) = seeded.as_ref().expect("fused implies a seed");
                 // SAFETY: `fused` implies level SIMD_AVX512, which never exceeds the detected
                 // level, so the CPU has the features.
-                unsafe { avx512::sr_f32_seeded::<O>(x, g, s as u64, *mask, ob, p) }
+                unsafe { avx512::sr_f32_seeded::<O>(x, g, key, *mask, ob, p) }
             }
         } else {
             f32_block::<MODE, O>(x, r, ob, p, level);
