@@ -15,7 +15,7 @@
 //! in stochastic rounding: every value is the one `numerics::encode_into` of the whole operand,
 //! then `numerics::decode`, would give (the bits of "quantize, then decode, then multiply").
 
-use crate::numerics::{fp8_lut, CodesMut, Format, Rounding, RunEncoder, Source};
+use crate::numerics::{fp8_lut, CodesMut, EncodeScratch, Format, Rounding, RunEncoder, Source};
 use crate::sparsity::{Dtype, Pattern};
 use crate::{Error, Result};
 
@@ -363,7 +363,7 @@ macro_rules! raw {
 }
 raw!(u8, u16, u32, u64);
 
-/// Per-thread buffers of a [`Reader`] (about 9 KiB: make one per packing job, not per run).
+/// Per-thread buffers of a [`Reader`] (about 17 KiB: make one per packing job, not per run).
 pub(crate) struct Scratch {
     raw8: [u8; RUN],
     raw16: [u16; RUN],
@@ -373,6 +373,7 @@ pub(crate) struct Scratch {
 }
 
 struct Work {
+    encode: EncodeScratch,
     wide32: [f32; RUN],
     wide64: [f64; RUN],
     code8: [u8; RUN],
@@ -388,6 +389,7 @@ impl Scratch {
             raw32: [0; RUN],
             raw64: [0; RUN],
             work: Work {
+                encode: EncodeScratch::new(),
                 wide32: [0.0; RUN],
                 wide64: [0.0; RUN],
                 code8: [0; RUN],
@@ -550,26 +552,41 @@ impl<'a> Reader<'a> {
         };
         match enc.format() {
             f if f.is_fp8() => {
-                enc.encode(&src, key0, CodesMut::U8(&mut w.code8[..len]));
+                enc.encode(&src, key0, CodesMut::U8(&mut w.code8[..len]), &mut w.encode);
                 for (o, &c) in out.iter_mut().zip(&w.code8[..len]) {
                     *o = self.format_lut[c as usize];
                 }
             }
             Format::Bf16 => {
-                enc.encode(&src, key0, CodesMut::U16(&mut w.code16[..len]));
+                enc.encode(
+                    &src,
+                    key0,
+                    CodesMut::U16(&mut w.code16[..len]),
+                    &mut w.encode,
+                );
                 for (o, &c) in out.iter_mut().zip(&w.code16[..len]) {
                     *o = f32::from_bits((c as u32) << 16);
                 }
             }
             Format::Fp16 => {
-                enc.encode(&src, key0, CodesMut::U16(&mut w.code16[..len]));
+                enc.encode(
+                    &src,
+                    key0,
+                    CodesMut::U16(&mut w.code16[..len]),
+                    &mut w.encode,
+                );
                 for (o, &c) in out.iter_mut().zip(&w.code16[..len]) {
                     *o = half::f16::from_bits(c).to_f32();
                 }
             }
             // fp32 and tf32: float32 containers (tf32's low 13 bits are zero).
             _ => {
-                enc.encode(&src, key0, CodesMut::U32(&mut w.code32[..len]));
+                enc.encode(
+                    &src,
+                    key0,
+                    CodesMut::U32(&mut w.code32[..len]),
+                    &mut w.encode,
+                );
                 for (o, &c) in out.iter_mut().zip(&w.code32[..len]) {
                     *o = f32::from_bits(c);
                 }

@@ -229,14 +229,18 @@ pub(crate) fn encode_into_level(
             ),
         ));
     }
-    let p = Params::new(enc, mode, saturate, count);
-    let id = kernels::mode_id(mode);
-    let level = level.min(simd_level());
+    let job = Prepared {
+        enc: *enc,
+        params: Params::new(enc, mode, saturate, count),
+        mode: kernels::mode_id(mode),
+        random: *random,
+        level: level.min(simd_level()),
+    };
     let cancel = crate::cancel::current();
     match out {
-        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, level, &cancel),
-        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, level, &cancel),
-        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, level, &cancel),
+        CodesMut::U8(o) => run::<u8>(src, &job, o, &cancel),
+        CodesMut::U16(o) => run::<u16>(src, &job, o, &cancel),
+        CodesMut::U32(o) => run::<u32>(src, &job, o, &cancel),
     }
     // A cancelled run skipped its remaining chunks.
     cancel.check()
@@ -253,15 +257,10 @@ fn check_count(count: u32) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run<O: Code + Store>(
     src: &Source,
-    p: &Params,
-    mode: u8,
-    random: &Random,
-    enc: &Encoding,
+    job: &Prepared,
     out: &mut [O],
-    level: u8,
     cancel: &crate::cancel::Cancel,
 ) {
     let n = src.len();
@@ -269,7 +268,7 @@ fn run<O: Code + Store>(
         if cancel.is_cancelled() {
             return;
         }
-        chunk_any(mode, src, ci * CHUNK, 0, oc, p, random, enc, level);
+        job.chunk(src, ci * CHUNK, 0, oc, &mut EncodeScratch::new());
     };
     if n <= CHUNK {
         out.chunks_mut(CHUNK).enumerate().for_each(task);
@@ -278,27 +277,62 @@ fn run<O: Code + Store>(
     }
 }
 
-/// [`chunk`] for the mode id `mode`.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn chunk_any<O: Code + Store>(
+/// One rounding, prepared: what every chunk of it needs.
+#[derive(Debug, Clone, Copy)]
+struct Prepared<'r> {
+    enc: Encoding,
+    params: Params,
+    /// The const-generic id of the mode (`kernels::mode_id`).
     mode: u8,
-    src: &Source,
-    start: usize,
-    key0: u64,
-    out: &mut [O],
-    p: &Params,
-    random: &Random,
-    enc: &Encoding,
+    random: Random<'r>,
+    /// The SIMD level (at most this CPU's).
     level: u8,
-) {
-    match mode {
-        RNE => chunk::<RNE, O>(src, start, key0, out, p, random, enc, level),
-        AWAY => chunk::<AWAY, O>(src, start, key0, out, p, random, enc, level),
-        TZ => chunk::<TZ, O>(src, start, key0, out, p, random, enc, level),
-        TP => chunk::<TP, O>(src, start, key0, out, p, random, enc, level),
-        TN => chunk::<TN, O>(src, start, key0, out, p, random, enc, level),
-        _ => chunk::<SR, O>(src, start, key0, out, p, random, enc, level),
+}
+
+impl Prepared<'_> {
+    /// [`chunk`] for this rounding's mode.
+    #[inline]
+    fn chunk<O: Code + Store>(
+        &self,
+        src: &Source,
+        start: usize,
+        key0: u64,
+        out: &mut [O],
+        s: &mut EncodeScratch,
+    ) {
+        match self.mode {
+            RNE => chunk::<RNE, O>(src, start, key0, out, self, s),
+            AWAY => chunk::<AWAY, O>(src, start, key0, out, self, s),
+            TZ => chunk::<TZ, O>(src, start, key0, out, self, s),
+            TP => chunk::<TP, O>(src, start, key0, out, self, s),
+            TN => chunk::<TN, O>(src, start, key0, out, self, s),
+            _ => chunk::<SR, O>(src, start, key0, out, self, s),
+        }
+    }
+}
+
+/// The buffers of one sub-block of a rounding: narrow inputs widened to float32, random words.
+/// A caller rounding many short runs keeps one ([`RunEncoder::encode`]) rather than clearing
+/// 8 KiB of stack for each run.
+#[derive(Debug, Clone)]
+pub struct EncodeScratch {
+    x: [f32; SUB],
+    r: [u32; SUB],
+}
+
+impl EncodeScratch {
+    /// Zeroed buffers.
+    pub fn new() -> EncodeScratch {
+        EncodeScratch {
+            x: [0.0; SUB],
+            r: [0; SUB],
+        }
+    }
+}
+
+impl Default for EncodeScratch {
+    fn default() -> EncodeScratch {
+        EncodeScratch::new()
     }
 }
 
@@ -307,13 +341,7 @@ fn chunk_any<O: Code + Store>(
 /// same seeded random words as [`encode_into`], so the codes of every run are those one
 /// `encode_into` of the whole array gives its elements.
 #[derive(Debug, Clone, Copy)]
-pub struct RunEncoder {
-    enc: Encoding,
-    params: Params,
-    mode: u8,
-    random: Random<'static>,
-    level: u8,
-}
+pub struct RunEncoder(Prepared<'static>);
 
 impl RunEncoder {
     /// Rounding into `format` (standard bias, no saturation) with `mode`; stochastic rounding
@@ -325,46 +353,43 @@ impl RunEncoder {
         } else {
             Random::None
         };
-        RunEncoder {
+        RunEncoder(Prepared {
             enc,
             params: Params::new(&enc, mode, false, 32),
             mode: kernels::mode_id(mode),
             random,
             level: simd_level(),
-        }
+        })
     }
 
     /// The target format.
     pub fn format(&self) -> Format {
-        self.enc.format
+        self.0.enc.format
     }
 
     /// Rounds `src` into `out` (codes of the format's width; `out.len()` elements are
     /// rounded, at most `src.len()`): element `s` of `src` is element `key0 + s` of the whole
-    /// array, which keys its random word.
-    pub fn encode(&self, src: &Source, key0: u64, out: CodesMut) {
-        let (p, r, e, l) = (&self.params, &self.random, &self.enc, self.level);
+    /// array, which keys its random word. `scratch`: the caller's buffers, reused across runs.
+    pub fn encode(&self, src: &Source, key0: u64, out: CodesMut, scratch: &mut EncodeScratch) {
         match out {
-            CodesMut::U8(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
-            CodesMut::U16(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
-            CodesMut::U32(o) => chunk_any(self.mode, src, 0, key0, o, p, r, e, l),
+            CodesMut::U8(o) => self.0.chunk(src, 0, key0, o, scratch),
+            CodesMut::U16(o) => self.0.chunk(src, 0, key0, o, scratch),
+            CodesMut::U32(o) => self.0.chunk(src, 0, key0, o, scratch),
         }
     }
 }
 
 /// Processes elements `start..start + out.len()` of `src`; element `s` takes the random word
 /// of flat index `key0 + s` (seeded) or `bits[s]` (explicit words).
-#[allow(clippy::too_many_arguments)]
 fn chunk<const MODE: u8, O: Code + Store>(
     src: &Source,
     start: usize,
     key0: u64,
     out: &mut [O],
-    p: &Params,
-    random: &Random,
-    enc: &Encoding,
-    level: u8,
+    job: &Prepared,
+    scratch: &mut EncodeScratch,
 ) {
+    let (p, random, enc, level) = (&job.params, &job.random, &job.enc, job.level);
     let identity = enc.format == Format::Fp32;
     // Seeded words keep their top `count` bits in place (the low ones masked off), which is
     // `(word >> (32 - count)) << (32 - count)`: the kernels then use them as 32-bit words.
@@ -383,8 +408,7 @@ fn chunk<const MODE: u8, O: Code + Store>(
         && seeded.is_some()
         && !identity
         && !matches!(src, Source::F64(_));
-    let mut xbuf = [0f32; SUB];
-    let mut rbuf = [0u32; SUB];
+    let EncodeScratch { x: xbuf, r: rbuf } = scratch;
     let lut = match src {
         Source::Fp8(_, f) => Some(fp8_lut(&f.encoding())),
         _ => None,

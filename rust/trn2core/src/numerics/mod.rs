@@ -23,7 +23,8 @@ mod simd_tests;
 
 pub use decode::{decode, fp8_lut, CodesRef};
 pub use encode::{
-    encode, encode_into, stochastic_words, Code, Codes, CodesMut, Random, RunEncoder, Source,
+    encode, encode_into, stochastic_words, Code, Codes, CodesMut, EncodeScratch, Random,
+    RunEncoder, Source,
 };
 pub use format::{Encoding, Format, FormatInfo};
 pub use rng::{mix64, StochasticBits};
@@ -178,21 +179,22 @@ mod tests {
                 let runs = RunEncoder::new(format, mode, 42);
                 assert_eq!(runs.format(), format);
                 let mut at = 0;
+                let mut scratch = EncodeScratch::new();
                 for len in [1, 2, 3, 127, 128, 300, 1024, 1025] {
                     let src = Source::F32(&x[at..at + len]);
                     let (mut c8, mut c16, mut c32) =
                         (vec![0u8; len], vec![0u16; len], vec![0u32; len]);
                     let got: Vec<u32> = match format.code_bits() {
                         8 => {
-                            runs.encode(&src, at as u64, CodesMut::U8(&mut c8));
+                            runs.encode(&src, at as u64, CodesMut::U8(&mut c8), &mut scratch);
                             c8.iter().map(|&c| c as u32).collect()
                         }
                         16 => {
-                            runs.encode(&src, at as u64, CodesMut::U16(&mut c16));
+                            runs.encode(&src, at as u64, CodesMut::U16(&mut c16), &mut scratch);
                             c16.iter().map(|&c| c as u32).collect()
                         }
                         _ => {
-                            runs.encode(&src, at as u64, CodesMut::U32(&mut c32));
+                            runs.encode(&src, at as u64, CodesMut::U32(&mut c32), &mut scratch);
                             c32
                         }
                     };

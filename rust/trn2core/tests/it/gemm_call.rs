@@ -423,30 +423,16 @@ fn bits_eq(got: &[u32], want: &[u32], what: &str) {
     assert_bits_eq(&f(got), &f(want), what);
 }
 
-const DTYPES: [Dtype; 16] = [
-    Dtype::F64,
-    Dtype::F32,
-    Dtype::F16,
-    Dtype::Bf16,
-    Dtype::Fp8E4m3,
-    Dtype::Fp8E5m2,
-    Dtype::Fp8E3m4,
-    Dtype::Fp8E4m3fn,
-    Dtype::I8,
-    Dtype::I16,
-    Dtype::I32,
-    Dtype::I64,
-    Dtype::U8,
-    Dtype::U16,
-    Dtype::U32,
-    Dtype::U64,
-];
+/// Every numeric dtype (bool is no number: refused).
+fn dtypes() -> impl Iterator<Item = Dtype> {
+    Dtype::ALL.into_iter().filter(|&d| d != Dtype::Bool)
+}
 
 #[test]
 fn every_dtype_format_rounding_and_layout_gives_the_old_paths_bits() {
     let (m, k, n) = (5, 140, 9);
     let mut cases = 0;
-    for (d, &dtype) in DTYPES.iter().enumerate() {
+    for (d, dtype) in dtypes().enumerate() {
         let a = stored(dtype, &values(d as u64, m * k, true), [m, k]);
         // b has no specials in most columns, so most outputs stay finite and informative.
         let b = stored(dtype, &values(100 + d as u64, k * n, false), [k, n]);
@@ -590,39 +576,12 @@ fn a_compressed_operand_gives_the_dense_paths_bits() {
                     let (_, want) = both(&pruned, &b, (Layout::RowMajor, Layout::RowMajor), &opts)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     let sb = Stored::new(&b, Layout::RowMajor);
+                    let shape = [m, k];
                     let got = match Owned::new(dtype.bits(), pruned.codes.clone()) {
-                        Owned::U8(v) => sparse_run(
-                            &compress(&v, &[m, k], 1, pattern).expect("ok"),
-                            dtype,
-                            pattern,
-                            [m, k],
-                            &sb,
-                            &opts,
-                        ),
-                        Owned::U16(v) => sparse_run(
-                            &compress(&v, &[m, k], 1, pattern).expect("ok"),
-                            dtype,
-                            pattern,
-                            [m, k],
-                            &sb,
-                            &opts,
-                        ),
-                        Owned::U32(v) => sparse_run(
-                            &compress(&v, &[m, k], 1, pattern).expect("ok"),
-                            dtype,
-                            pattern,
-                            [m, k],
-                            &sb,
-                            &opts,
-                        ),
-                        Owned::U64(v) => sparse_run(
-                            &compress(&v, &[m, k], 1, pattern).expect("ok"),
-                            dtype,
-                            pattern,
-                            [m, k],
-                            &sb,
-                            &opts,
-                        ),
+                        Owned::U8(v) => sparse_run(&v, dtype, pattern, shape, &sb, &opts),
+                        Owned::U16(v) => sparse_run(&v, dtype, pattern, shape, &sb, &opts),
+                        Owned::U32(v) => sparse_run(&v, dtype, pattern, shape, &sb, &opts),
+                        Owned::U64(v) => sparse_run(&v, dtype, pattern, shape, &sb, &opts),
                     };
                     bits_eq(&got, &want, &what);
                 }
@@ -631,8 +590,9 @@ fn a_compressed_operand_gives_the_dense_paths_bits() {
     }
 }
 
+/// The call's bits for `a` (row-major codes of `shape`) compressed with `pattern`.
 fn sparse_run<T>(
-    c: &trn2core::sparsity::Compressed<T>,
+    dense: &[T],
     dtype: Dtype,
     pattern: Pattern,
     shape: [usize; 2],
@@ -643,6 +603,7 @@ where
     T: trn2core::sparsity::Element,
     for<'a> Buffer<'a>: From<&'a [T]>,
 {
+    let c = compress(dense, &shape, 1, pattern).expect("conforms");
     let a = Sparse::new(
         "a",
         c.values().into(),
