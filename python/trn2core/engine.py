@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _core, _validate
 from .dtypes import FORMAT_DTYPES
+from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, _env_seed, decode
 from .report import Report
@@ -231,10 +232,6 @@ class GemmResult:
 
     out: np.ndarray
     report: Report
-
-
-#: The unsigned dtype that views an element of each width without changing its bits.
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _operand(x, arg: str) -> tuple[np.ndarray, str, bool]:

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _core, _validate
+from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
@@ -18,7 +19,6 @@ __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 #: The N:M patterns of the tensor engine's sparse stationary operand (trn2_facts.md 5.6).
 SPARSITY_PATTERNS: tuple[str, ...] = tuple(_core.sparsity_patterns())
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # Dtypes whose magnitude order `prune` knows (the Rust `Dtype` names).
 _ML_NAMES = ("bfloat16", "float8_e4m3", "float8_e5m2", "float8_e3m4", "float8_e4m3fn")
 _PRUNE_DTYPES = {np.dtype(getattr(ml_dtypes, n)): n for n in _ML_NAMES}
