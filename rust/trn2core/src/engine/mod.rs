@@ -132,8 +132,10 @@ pub fn check_gemm_formats(a: Format, b: Format, perf_mode: PerfMode) -> Result<(
     matmul::check_format_pair(["a", "b"], [a, b], perf_mode)
 }
 
-/// The operand format a GEMM of `a` and `b` operands is costed at: fp32 when either is (4x
-/// the cycles); else the 16-bit one when one is fp8 (the PE streams the wider), else `a`'s.
+/// The one operand format the cost model's plan of a GEMM of `a` and `b` operands takes (the
+/// plan holds one format for both: instruction cost, peak, bytes per element): fp32 when either
+/// is (4x the cycles); else `a`'s, or `b`'s when only `a` is fp8, so a mixed pair is costed as
+/// its wider member.
 pub fn cost_format(a: Format, b: Format) -> Format {
     if a == Format::Fp32 || b == Format::Fp32 {
         Format::Fp32
@@ -216,10 +218,13 @@ impl<'a> GemmCall<'a> {
             ));
         }
         check_gemm_formats(af, bf, options.perf_mode)?;
-        let what = format!("the {m} x {n} float32 result");
-        let codes = match options.out_format {
-            Format::Fp32 => 0,
-            f => f.code_bits() as u128 / 8,
+        // The fp32 PSUM values, and the codes of another output format rounded from them.
+        let (what, codes) = match options.out_format {
+            Format::Fp32 => (format!("the {m} x {n} float32 result"), 0),
+            f => (
+                format!("the {m} x {n} float32 result and its {} codes", f.name()),
+                f.code_bits() as u128 / 8,
+            ),
         };
         crate::host::check_alloc("out", &what, (m as u128 * n as u128) * (4 + codes))?;
         let dims = |d: usize| d as u64;
