@@ -550,34 +550,21 @@ impl<'a> Reader<'a> {
                 Source::F64(&w.wide64[..len])
             }
         };
-        match enc.format() {
-            f if f.is_fp8() => {
+        // The codes' exact values: the format's codes read as its container dtype.
+        let (format, lut) = (Dtype::from(enc.format()), &self.format_lut);
+        match enc.format().code_bits() {
+            8 => {
                 enc.encode(&src, key0, CodesMut::U8(&mut w.code8[..len]), &mut w.encode);
-                for (o, &c) in out.iter_mut().zip(&w.code8[..len]) {
-                    *o = self.format_lut[c as usize];
-                }
+                widen(format, &w.code8[..len], out, lut);
             }
-            Format::Bf16 => {
+            16 => {
                 enc.encode(
                     &src,
                     key0,
                     CodesMut::U16(&mut w.code16[..len]),
                     &mut w.encode,
                 );
-                for (o, &c) in out.iter_mut().zip(&w.code16[..len]) {
-                    *o = f32::from_bits((c as u32) << 16);
-                }
-            }
-            Format::Fp16 => {
-                enc.encode(
-                    &src,
-                    key0,
-                    CodesMut::U16(&mut w.code16[..len]),
-                    &mut w.encode,
-                );
-                for (o, &c) in out.iter_mut().zip(&w.code16[..len]) {
-                    *o = half::f16::from_bits(c).to_f32();
-                }
+                widen(format, &w.code16[..len], out, lut);
             }
             // fp32 and tf32: float32 containers (tf32's low 13 bits are zero).
             _ => {
@@ -587,9 +574,7 @@ impl<'a> Reader<'a> {
                     CodesMut::U32(&mut w.code32[..len]),
                     &mut w.encode,
                 );
-                for (o, &c) in out.iter_mut().zip(&w.code32[..len]) {
-                    *o = f32::from_bits(c);
-                }
+                widen(format, &w.code32[..len], out, lut);
             }
         }
     }
