@@ -121,8 +121,22 @@ def check_alloc(arg: str, what: str, nbytes: int) -> None: ...
 
 # Structured sparsity (codes arrive as flat unsigned views of their width).
 def gemm(
-    a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int, perf_mode: str
-) -> npt.NDArray[np.float32]: ...
+    a: npt.NDArray[np.unsignedinteger],
+    a_dtype: str,
+    a_swapped: bool,
+    a_sparse: tuple[npt.NDArray[np.uint8], str, tuple[int, int]] | None,
+    b: npt.NDArray[np.unsignedinteger],
+    b_dtype: str,
+    b_swapped: bool,
+    dtype: str | None,
+    rounding: str,
+    seeds: tuple[int, int],
+    perf_mode: str,
+    out_dtype: str,
+    throttle: bool,
+    cores: list[int] | None,
+) -> tuple[npt.NDArray[np.float32 | np.unsignedinteger], dict[str, object], str]: ...
+def check_gemm_formats(a_format: str, b_format: str, perf_mode: str) -> None: ...
 def estimate_gemm(
     m: int,
     k: int,
@@ -133,9 +147,6 @@ def estimate_gemm(
     trace: bool,
     sparsity: str | None = None,
 ) -> tuple[dict[str, object], str | None]: ...
-def gemm_skip_zeros(
-    a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int
-) -> tuple[npt.NDArray[np.float32], bool]: ...
 def sparsity_prune(
     x: npt.NDArray[np.unsignedinteger], dtype: str, shape: list[int], axis: int, pattern: str
 ) -> npt.NDArray[np.unsignedinteger]: ...

@@ -13,8 +13,9 @@ import numpy as np
 
 from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES
+from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, ROUNDING_MODES, decode, quantize
+from .numerics import FORMATS, ROUNDING_MODES, _env_seed, decode
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -200,6 +201,10 @@ class NeuronCore:
         """Timing of the instructions issued on this core so far."""
         return Report.from_fields(self._core.report())
 
+    def _gemm_cores(self) -> None:
+        """``gemm(core=...)``: a NeuronCore is costed on its own (no split)."""
+        return None
+
     def __repr__(self) -> str:
         return f"NeuronCore(index={self.index})"
 
@@ -229,28 +234,33 @@ class GemmResult:
     report: Report
 
 
-def _cost_dtype(af: str, bf: str) -> str:
-    if "fp32" in (af, bf):
-        return "fp32"
-    if af.startswith("fp8") and bf.startswith("fp8"):
-        return af
-    return af if not af.startswith("fp8") else bf
-
-
-def _prepare(x, dtype, rounding, seed, arg):
+def _operand(x, arg: str) -> tuple[np.ndarray, str, bool]:
+    """``(view, dtype name, swapped)``: the matrix ``x`` as a 2-D array of unsigned integers of
+    its element width, in its own layout and byte order (no copy; ``swapped`` when that order is
+    not the host's), for the core to read as the dtype says. Only layouts the core cannot address
+    (misaligned data, strides that are not whole elements) are copied, after the host check."""
     x = _validate.array(x, arg)
     if x.ndim != 2:
         raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))
-    if dtype is not None:
-        if dtype not in FORMATS:
-            raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
-        return quantize(x, dtype, rounding=rounding, seed=seed), dtype
-    if x.dtype == np.float64 or x.dtype.kind in "iu":
-        # A float64 (or integer) matrix enters the engine as fp32, rounded once to nearest even.
-        return quantize(x, "fp32"), "fp32"
-    return x, _format_of(x, arg)
+    dt = x.dtype
+    if dt.itemsize not in _UINT:
+        raise FormatError(
+            f"{arg}: dtype {dt} is not a supported real number type; expected float64, float32, "
+            "float16, an integer type, or an ml_dtypes bfloat16/float8 dtype"
+        )
+    if not x.flags.aligned or any(s % dt.itemsize for s in x.strides):
+        _validate.check_alloc(x.nbytes, arg, f"a contiguous copy of the {x.shape} {dt} matrix")
+        x = np.array(x, order="C")  # a fresh, aligned copy
+    return x.view(_UINT[dt.itemsize]), dt.name, not dt.isnative
+
+
+def _seeds(rounding: str, seed: int | None) -> tuple[int, int]:
+    """Stochastic-rounding seeds of ``a`` (and the output) and ``b``: ``seed`` and ``seed + 1``,
+    or both ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED`` (default 0) when no seed is given."""
+    if seed is not None:
+        return seed, (seed + 1) % 2**64
+    env = _env_seed() if rounding == "stochastic" else 0
+    return env, env
 
 
 def _sparsity_pattern(pattern, perf_mode: str) -> str:
@@ -283,7 +293,7 @@ def estimate_gemm(
     perf_mode = _perf_mode(perf_mode)
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
-    _check_core(core)
+    cores = _gemm_cores(core)
     m, k, n = (
         _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
         for name, v in (("M", M), ("K", K), ("N", N))
@@ -291,7 +301,8 @@ def estimate_gemm(
     dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
     throttle = _validate.boolean(throttle, "throttle")
     _core.check_gemm_formats(dtype, dtype, perf_mode)
-    return _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity)
+    fields = _estimate(cores, m, k, n, dtype, perf_mode, throttle, False, sparsity)[0]
+    return _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity)
 
 
 def gemm(
@@ -314,15 +325,18 @@ def gemm(
     inputs are first quantized to it (``rounding``/``seed``; ``b`` uses ``seed + 1`` so the two
     operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
     result on the way out with the same ``rounding``.
+
+    One call into the core: the operands go in as they are (any dtype, layout and byte order,
+    or a ``SparseTensor``'s compressed parts) and are quantized while the kernel packs them.
     """
-    _check_core(core)
+    cores = _gemm_cores(core)
     perf_mode = _perf_mode(perf_mode)
     if dtype is not None:
         _validate.name(dtype, "dtype", FORMATS, what="format")
     out_dtype = _validate.name(out_dtype, "out_dtype", FORMATS, what="format")
     rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if seed is not None:
-        _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
+        seed = _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
     throttle = _validate.boolean(throttle, "throttle")
     sparsity = None
     if isinstance(a, SparseTensor):
@@ -332,53 +346,47 @@ def gemm(
                 f"got shape {a.shape} sparse along axis {a.axis}"
             )
         sparsity = _sparsity_pattern(a.pattern, perf_mode)
-        a = a.decompress()
-    a, af = _prepare(a, dtype, rounding, seed, "a")
-    b, bf = _prepare(b, dtype, rounding, None if seed is None else (seed + 1) % 2**64, "b")
-    if a.shape[1] != b.shape[0]:
-        raise ShapeError(
-            f"b: a is {a.shape} and b is {b.shape}; a's columns (K) must equal b's rows"
-        )
-    m, k = a.shape
-    n = b.shape[1]
-    if m == 0 or k == 0 or n == 0:
-        raise ShapeError(
-            f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
-        )
-    _core.check_gemm_formats(af, bf, perf_mode)
-    if sparsity is not None:
-        # A sparse stationary operand gives the dense GEMM's bits (docs/sparsity.md); the
-        # kernel skips the products of its zeros when that is faster.
-        out, _ = _core.gemm_skip_zeros(_values(a, af), _values(b, bf), m, k, n)
+        values = a.values.reshape(-1).view(_UINT[a.dtype.itemsize])
+        a_args = (values, a.dtype.name, False, (a.indices, a.pattern, a.shape))
+        m, k = a.shape
     else:
-        out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
-    out = out.reshape(m, n)
-    if out_dtype != "fp32":
-        out = quantize(out, out_dtype, rounding=rounding, seed=seed)
-    cost = _cost_dtype(af, bf)
-    report = _timing(core, m, k, n, cost, perf_mode, bool(throttle), sparsity)
+        view, name, swapped = _operand(a, "a")
+        a_args = (view, name, swapped, None)
+        m, k = view.shape
+    b_args = _operand(b, "b")
+    n = b_args[0].shape[1]
+    out, fields, cost = _core.gemm(
+        *a_args, *b_args, dtype, rounding, _seeds(rounding, seed), perf_mode, out_dtype,
+        throttle, cores,
+    )  # fmt: skip
+    out = out.view(FORMAT_DTYPES[out_dtype]).reshape(m, n)
+    report = _report(fields, cores, m, k, n, cost, perf_mode, throttle, sparsity)
     return GemmResult(out=out, report=report)
 
 
-def _check_core(core) -> None:
-    """``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
-    if core is not None and not isinstance(core, NeuronCore):
-        from .chip import check_gemm_core
+def _gemm_cores(core) -> list[int] | None:
+    """The physical cores ``core`` splits a GEMM over (``None``: one NeuronCore, costed on its
+    own). ``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
+    if core is None:
+        return None
+    if not callable(getattr(type(core), "_gemm_cores", None)):
+        raise Trn2ValueError(
+            f"core: expected a NeuronCore, LogicalCore or Chip, got {type(core).__name__}"
+        )
+    return core._gemm_cores()
 
-        check_gemm_core(core)
+
+def _estimate(cores, m, k, n, dtype, perf_mode, throttle, trace, sparsity):
+    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``."""
+    if cores is None:
+        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity)
+    return _core.estimate_gemm_cores(m, k, n, dtype, perf_mode, throttle, trace, cores, sparsity)
 
 
-def _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
-    """The GEMM's timing on ``core``: one NeuronCore, or the physical cores of a LogicalCore or
-    a Chip, over which the work is split (``trn2core.chip.gemm_report``; the bits do not depend
-    on the split)."""
-    if core is not None and not isinstance(core, NeuronCore):
-        from .chip import gemm_report
-
-        return gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity)
-    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, False, sparsity)
+def _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
+    """A Report of these fields whose trace is computed when first saved."""
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
+        return _estimate(cores, m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
 
     return Report.from_fields(fields, retrace=retrace)

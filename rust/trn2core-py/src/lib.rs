@@ -35,7 +35,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
-    m.add_function(wrap_pyfunction!(engine::gemm_skip_zeros, m)?)?;
     m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
     m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(perf::_estimate_gemm_walk, m)?)?;
