@@ -41,7 +41,6 @@ __all__ = [
     "estimate_gemm_cores",
     "format_info",
     "gemm",
-    "gemm_skip_zeros",
     "host_memory",
     "instance_types",
     "logical_core_members",
@@ -385,5 +384,3 @@ class NeuronCore:
     ) -> None: ...
     def read_psum(self, bank: int, rows: int, cols: int) -> npt.NDArray[np.float32]: ...
     def report(self) -> dict[str, object]: ...
-
-def check_gemm_formats(a_format: str, b_format: str, perf_mode: str) -> None: ...

@@ -32,7 +32,7 @@
 use rayon::prelude::*;
 
 use super::kernel::{fp_env_is_ieee, MicroKernel, Portable, MAX_MR};
-use super::operand::{f32_bits, Buffer, Reader, Scratch, Strided, RUN};
+use super::operand::{check_len, f32_bits, Buffer, Reader, Scratch, Strided, RUN};
 use super::{PerfMode, CANONICAL_NAN};
 use crate::sparsity::Dtype;
 use crate::{Error, Result};
@@ -131,19 +131,6 @@ pub(crate) fn f32_reader<'a>(arg: &str, data: &'a [f32], shape: [usize; 2]) -> R
         Dtype::F32,
         shape,
     )?))
-}
-
-/// A `ShapeError` unless `len` is the product of `dims`.
-pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
-    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if want == Some(len) {
-        Ok(())
-    } else {
-        Err(Error::shape(
-            arg,
-            format!("holds {len} elements but its shape {dims:?} needs {want:?}"),
-        ))
-    }
 }
 
 /// The error every task returns when the floating-point environment is not IEEE's default.

@@ -6,7 +6,8 @@
 //! that order, which is exactly the memory order of the `[128, 2]` leading dimensions
 //! (\[S1\]\[S9\]).
 
-use super::gemm::{self, check_len, Tiling};
+use super::gemm::{self, Tiling};
+use super::operand::check_len;
 use super::operand::{f32_bits, Buffer, Reader, Strided};
 use super::{PerfMode, CANONICAL_NAN};
 use crate::numerics::Format;

@@ -246,7 +246,7 @@ impl<'a> GemmCall<'a> {
         let [m, _, n] = self.dims;
         match out {
             GemmOut::Fp32(values) => {
-                gemm::check_len("out", values.len(), &[m, n])?;
+                operand::check_len("out", values.len(), &[m, n])?;
                 if self.options.out_format != Format::Fp32 {
                     return Err(Error::format(
                         "out",

@@ -149,7 +149,7 @@ impl<'a> Strided<'a> {
         dtype: Dtype,
         shape: [usize; 2],
     ) -> Result<Strided<'a>> {
-        super::gemm::check_len(arg, buffer.len(), &shape)?;
+        check_len(arg, buffer.len(), &shape)?;
         // The length check bounds `cols` by the buffer length, itself below isize::MAX.
         let cols = isize::try_from(shape[1]).unwrap_or(isize::MAX);
         Strided::new(arg, buffer, dtype, false, shape, 0, [cols, 1])
@@ -604,5 +604,18 @@ fn integers<T: Raw>(dtype: Dtype, raw: &[T], out: &mut [f64]) {
         Dtype::I32 => pairs.for_each(|(o, &x)| *o = x.bits64() as u32 as i32 as f64),
         Dtype::I64 => pairs.for_each(|(o, &x)| *o = x.bits64() as i64 as f64),
         _ => pairs.for_each(|(o, &x)| *o = x.bits64() as f64),
+    }
+}
+
+/// A `ShapeError` unless `len` is the product of `dims`.
+pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
+    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if want == Some(len) {
+        Ok(())
+    } else {
+        Err(Error::shape(
+            arg,
+            format!("holds {len} elements but its shape {dims:?} needs {want:?}"),
+        ))
     }
 }
