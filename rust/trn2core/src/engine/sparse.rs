@@ -36,8 +36,8 @@
 use rayon::prelude::*;
 
 use super::gemm::{f32_reader, fp_env_error, run as dense_run, Aligned, Tiling};
-use super::operand::check_len;
 use super::kernel::fp_env_is_ieee;
+use super::operand::check_len;
 use super::operand::{Reader, Scratch, RUN};
 use super::{PerfMode, CANONICAL_NAN};
 use crate::{Error, Result};
