@@ -26,7 +26,6 @@ __all__ = [
     "_estimate_gemm_walk",
     "_panic_for_test",
     "check_alloc",
-    "check_gemm_formats",
     "collective_estimate",
     "collective_move",
     "collective_reduce",
@@ -38,7 +37,6 @@ __all__ = [
     "dma_inspect",
     "encode",
     "estimate_gemm",
-    "estimate_gemm_cores",
     "format_info",
     "gemm",
     "host_memory",
@@ -135,7 +133,6 @@ def gemm(
     throttle: bool,
     cores: list[int] | None,
 ) -> tuple[npt.NDArray[np.float32 | np.unsignedinteger], dict[str, object], str]: ...
-def check_gemm_formats(a_format: str, b_format: str, perf_mode: str) -> None: ...
 def estimate_gemm(
     m: int,
     k: int,
@@ -145,6 +142,7 @@ def estimate_gemm(
     throttle: bool,
     trace: bool,
     sparsity: str | None = None,
+    cores: list[int] | None = None,
 ) -> tuple[dict[str, object], str | None]: ...
 def sparsity_prune(
     x: npt.NDArray[np.unsignedinteger], dtype: str, shape: list[int], axis: int, pattern: str
@@ -347,17 +345,6 @@ class LogicalCoreInfo:
 
 def logical_core_members(lnc: int, index: int) -> list[int]: ...
 def instance_types() -> list[tuple[str, int, list[int], bool]]: ...
-def estimate_gemm_cores(
-    m: int,
-    k: int,
-    n: int,
-    dtype: str,
-    perf_mode: str,
-    throttle: bool,
-    trace: bool,
-    cores: list[int],
-    sparsity: str | None = None,
-) -> tuple[dict[str, object], str | None]: ...
 
 # The tensor engine (rust/trn2core-py/src/engine.rs).
 @final

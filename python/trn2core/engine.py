@@ -15,7 +15,7 @@ from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, ROUNDING_MODES, _env_seed, decode
+from .numerics import FORMATS, ROUNDING_MODES, _env_seed
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -49,12 +49,12 @@ def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
     return fmt
 
 
-def _values(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Exact float32 values, flat and C-contiguous (widening bf16/fp16/fp8 is exact; the Rust
-    decoder does it in parallel, where ml_dtypes' astype would take ~8 ns per fp8 element)."""
-    if fmt in ("fp32", "tf32"):
-        return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    return decode(x, fmt).reshape(-1)
+def _codes(x: np.ndarray) -> np.ndarray:
+    """An instruction operand's codes, flat, C-contiguous and in native byte order, as unsigned
+    integers of its width: the core widens them to fp32 itself (one crossing)."""
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    return np.ascontiguousarray(x).reshape(-1).view(_UINT[x.dtype.itemsize])
 
 
 class NeuronCore:
@@ -154,7 +154,7 @@ class NeuronCore:
         perf_mode = _perf_mode(perf_mode)
         accumulate = _validate.boolean(accumulate, "accumulate")
         out = self._core.matmul(
-            _values(s, sf), list(s.shape), sf, _values(m, mf), list(m.shape), mf,
+            _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
             _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
@@ -180,8 +180,10 @@ class NeuronCore:
                 f"moving: transpose mode needs the identity matrix [{k}, {k}] as moving, "
                 f"got shape {m.shape}"
             )
-        self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
-        return np.ascontiguousarray(s.T)
+        self._core.transpose(_codes(s), k, mm, sf, _bank(bank))
+        # A fresh array, never a view of the caller's (s.T of a Fortran-ordered s is
+        # C-contiguous already, and ascontiguousarray would return it as is).
+        return np.array(s.T, order="C", copy=True)
 
     def dma_copy(self, x, *, src="hbm", dst="sbuf", codec: str = "none", queue: int = 0):
         """Costs a DMA transfer of ``x`` on this core's 16 DMA engines, DMA queue ``queue``
@@ -300,7 +302,6 @@ def estimate_gemm(
     )
     dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
     throttle = _validate.boolean(throttle, "throttle")
-    _core.check_gemm_formats(dtype, dtype, perf_mode)
     fields = _estimate(cores, m, k, n, dtype, perf_mode, throttle, False, sparsity)[0]
     return _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity)
 
@@ -377,10 +378,9 @@ def _gemm_cores(core) -> list[int] | None:
 
 
 def _estimate(cores, m, k, n, dtype, perf_mode, throttle, trace, sparsity):
-    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``."""
-    if cores is None:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity)
-    return _core.estimate_gemm_cores(m, k, n, dtype, perf_mode, throttle, trace, cores, sparsity)
+    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``: one
+    call, which also checks the engine's format rule."""
+    return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity, cores)
 
 
 def _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
