@@ -4,6 +4,9 @@ Run with `make bench` (asv against the package built into .venv). `track_*` reco
 measured in the same process and the simulated Trn2 figures.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import trn2core
 from trn2core.testing import best_of
@@ -41,6 +44,54 @@ class Gemm:
         return _best(lambda: self.a32 @ self.b32) / _best(lambda: trn2core.gemm(self.a, self.b))
 
     track_ratio_vs_sgemm.unit = "x sgemm speed"
+
+
+# Peak extra memory of one gemm call, in a fresh process: VmHWM (the high-water mark, reset
+# just before the call) over VmRSS with the inputs allocated and a small call made (threads, lazy
+# initialisation), minus nothing: the figure includes the result (M x N float32).
+_PEAK_CHILD = """
+import sys, numpy as np, trn2core
+def status(key):
+    for line in open('/proc/self/status'):
+        if line.startswith(key + ':'):
+            return int(line.split()[1]) * 1024
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+a = rng.standard_normal((n, n), dtype=np.float32)
+b = rng.standard_normal((n, n), dtype=np.float32)
+trn2core.gemm(a[:64, :64], b[:64, :64], dtype='bf16')
+base = status('VmRSS')
+open('/proc/self/clear_refs', 'w').write('5')
+trn2core.gemm(a, b, dtype='bf16')
+print(status('VmHWM') - base)
+"""
+
+
+class GemmMemory:
+    """Memory of ``gemm(a, b, dtype="bf16")`` on 4096 x 4096 float32 operands (64 MiB each):
+    the operands are quantized while the panels are packed, so beyond the 64 MiB result only the
+    packed panels (a few MiB) are held (the earlier multi-step path held 260 MiB in all)."""
+
+    timeout = 600
+    N = 4096
+
+    def setup(self):
+        rng = np.random.default_rng(0)
+        self.a = rng.standard_normal((self.N, self.N), dtype=np.float32)
+        self.b = rng.standard_normal((self.N, self.N), dtype=np.float32)
+
+    def peakmem_gemm_quantizing_4096(self):
+        # asv's figure: the whole process (the two 64 MiB inputs included).
+        trn2core.gemm(self.a, self.b, dtype="bf16")
+
+    def track_extra_mib_gemm_quantizing_4096(self):
+        # The call's own peak, measured in a fresh process (Linux /proc).
+        code = _PEAK_CHILD
+        r = subprocess.run([sys.executable, "-c", code, str(self.N)], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+        return int(r.stdout) / 2**20
+
+    track_extra_mib_gemm_quantizing_4096.unit = "MiB"
 
 
 class CostModel:

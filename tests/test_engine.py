@@ -351,3 +351,290 @@ def test_blocking_fills_sbuf_as_a_well_written_kernel_does():
     assert wide.details["sbuf_resident_a_rows"] == 1024
     assert wide.details["sbuf_resident_b_columns"] == 0
     assert wide.details["hbm_bytes"] == 1024 * 4096 * 2 + 4096 * 262144 * 2 + 1024 * 262144 * 4
+
+
+# -- gemm in one crossing: operands as they are, quantized while the panels are packed --------
+
+FORMATS = list(trn2core.FORMATS)
+ROUNDINGS = list(trn2core.ROUNDING_MODES)
+INPUT_DTYPES = ["float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2",
+                "float8_e3m4", "float8_e4m3fn", "int8", "int16", "int32", "int64", "uint8",
+                "uint64"]  # fmt: skip
+
+
+def boundary(shape, rng, specials=True):
+    """float64 values heavy on rounding boundaries: exact midpoints between bf16/fp16/fp8
+    neighbours and values one float64 ulp off them, subnormals of fp32 and of the narrow
+    formats, signed zeros; with ``specials``, Inf, NaN and values beyond the narrow formats'
+    range in the first row only (so most outputs stay finite)."""
+    n = int(np.prod(shape))
+    x = rng.standard_normal(n)
+    kind = rng.integers(0, 8, n)
+    e = rng.integers(-8, 3, n)
+    m = rng.integers(0, 2**10, n)
+    mid = (1 + (2 * m + 1) / 2**11) * 2.0**e * np.sign(x)
+    x = np.where(kind == 1, mid, x)
+    x = np.where(kind == 2, np.nextafter(mid, np.inf), x)
+    x = np.where(kind == 3, (1 + (2 * (m % 8) + 1) / 16) * 2.0**e, x)
+    x = np.where(kind == 4, x * 2.0**-130, x)
+    x = np.where(kind == 5, x * 2.0**-16, x)
+    x = np.where(kind == 6, -0.0, x).reshape(shape)
+    if specials:
+        pool = np.array([np.inf, -np.inf, np.nan, 448.0, 65520.0, 1e5, 3.5e38, -0.0])
+        x[0] = pool[rng.integers(0, len(pool), shape[1])]
+    return x
+
+
+def as_input(x, dtype: str):
+    """``x`` stored as ``dtype`` (floats rounded to nearest-even; integers scaled, with values
+    beyond 2**53 for the 64-bit types so float64's own rounding takes part)."""
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        v = np.nan_to_num(np.round(x * 50), nan=0.0, posinf=0.0, neginf=0.0)
+        if info.bits == 64:
+            v = v * 2.0**50 + np.arange(v.size).reshape(v.shape) % 7
+        v = np.abs(v) if info.min == 0 else v
+        # The largest float64 each type holds (2**63 and 2**64 themselves do not fit).
+        hi = {8: 127.0, 16: 32767.0, 32: 2.0**31 - 1, 64: 2.0**63 - 2**11}[info.bits]
+        hi = float(info.max) if info.bits < 64 and info.min == 0 else hi
+        hi = 2.0**64 - 2**12 if info.bits == 64 and info.min == 0 else hi
+        return np.clip(v, info.min, hi).astype(dtype)
+    if dtype in ("float64", "float32", "float16"):
+        with np.errstate(over="ignore"):
+            return x.astype(dtype)
+    fmt = {"bfloat16": "bf16", "float8_e4m3": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
+           "float8_e3m4": "fp8_e3m4", "float8_e4m3fn": "fp8_e4m3fn"}[dtype]  # fmt: skip
+    return trn2core.quantize(x, fmt)
+
+
+def old_path(a, b, *, dtype=None, rounding="nearest_even", seed=None, perf_mode="none",
+             out_dtype="fp32"):  # fmt: skip
+    """What gemm did before it took operands as they are: quantize each operand whole (``b``
+    with ``seed + 1``; float64 and integers to fp32 without ``dtype``), multiply the values
+    (``trn2core.reference``, pure numpy), quantize the result."""
+
+    def prepare(x, s):
+        x = np.asarray(x)
+        if dtype is not None:
+            return trn2core.quantize(x, dtype, rounding=rounding, seed=s)
+        if x.dtype == np.float64 or x.dtype.kind in "iu":
+            return trn2core.quantize(x, "fp32")
+        return x
+
+    qa = prepare(a, seed)
+    qb = prepare(b, None if seed is None else (seed + 1) % 2**64)
+    out = reference.gemm(qa, qb, perf_mode=perf_mode)
+    out = np.where(np.isnan(out), np.float32(np.nan), out)  # the engine's one NaN (docs)
+    if out_dtype != "fp32":
+        out = trn2core.quantize(out, out_dtype, rounding=rounding, seed=seed)
+    return out
+
+
+def same_bits(got, want, what=""):
+    assert got.dtype == np.asarray(want).dtype, what
+    g, w = np.asarray(got), np.asarray(want)
+    if g.dtype.itemsize == 4:
+        np.testing.assert_array_equal(bits(g), bits(w), err_msg=what)
+    else:
+        np.testing.assert_array_equal(g.view(f"u{g.dtype.itemsize}"),
+                                      w.view(f"u{w.dtype.itemsize}"), err_msg=what)  # fmt: skip
+
+
+@pytest.mark.parametrize("src", INPUT_DTYPES)
+@pytest.mark.parametrize("target", [None, *FORMATS])
+def test_gemm_quantizing_operands_gives_the_old_paths_bits(src, target, rng):
+    a = as_input(boundary((5, 300), rng), src)
+    b = as_input(boundary((300, 7), rng, specials=False), src if src != "float8_e4m3fn" else "int8")
+    refused = target == "fp8_e4m3fn" or (target is None and src == "float8_e4m3fn")
+    for rounding in ROUNDINGS if target is not None else ["nearest_even"]:
+        for seed in [None, 0, 7, 2**64 - 1] if rounding == "stochastic" else [None]:
+            what = f"{src} -> {target} {rounding} seed={seed}"
+            if refused:
+                with pytest.raises(trn2core.FormatError, match="^a: fp8_e4m3fn"):
+                    trn2core.gemm(a, b, dtype=target, rounding=rounding, seed=seed)
+                continue
+            got = trn2core.gemm(a, b, dtype=target, rounding=rounding, seed=seed).out
+            same_bits(got, old_path(a, b, dtype=target, rounding=rounding, seed=seed), what)
+
+
+@pytest.mark.parametrize("target", ["fp8_e4m3", "fp8_e5m2", "bf16"])
+@pytest.mark.parametrize("perf_mode", ["none", "double_row"])
+def test_gemm_perf_modes_and_outputs_give_the_old_paths_bits(target, perf_mode, rng):
+    a, b = boundary((9, 600), rng), boundary((600, 70), rng, specials=False).astype(np.float32)
+    for out_dtype in FORMATS:
+        for rounding, seed in (("nearest_even", None), ("stochastic", 3), ("toward_zero", None)):
+            kw = dict(dtype=target, rounding=rounding, seed=seed, perf_mode=perf_mode,
+                      out_dtype=out_dtype)  # fmt: skip
+            if perf_mode == "double_row" and target == "bf16":
+                with pytest.raises(trn2core.FormatError, match="^a: .*double_row"):
+                    trn2core.gemm(a, b, **kw)
+                continue
+            same_bits(trn2core.gemm(a, b, **kw).out, old_path(a, b, **kw), str(kw))
+
+
+def test_gemm_unseeded_stochastic_rounding_takes_the_environment_seed(rng, monkeypatch):
+    # Without a seed both operands (and the output) use $NEURON_RT_STOCHASTIC_ROUNDING_SEED,
+    # b not seed + 1: as quantize did for each of them.
+    a, b = boundary((6, 200), rng), boundary((200, 5), rng, specials=False)
+    monkeypatch.setenv(trn2core.numerics.SEED_ENV, "0x2545")
+    kw = dict(dtype="fp8_e4m3", rounding="stochastic", out_dtype="bf16")
+    qa = trn2core.quantize(a, "fp8_e4m3", rounding="stochastic", seed=0x2545)
+    qb = trn2core.quantize(b, "fp8_e4m3", rounding="stochastic", seed=0x2545)
+    out = reference.gemm(qa, qb)
+    out = np.where(np.isnan(out), np.float32(np.nan), out)
+    want = trn2core.quantize(out, "bf16", rounding="stochastic", seed=0x2545)
+    same_bits(trn2core.gemm(a, b, **kw).out, want)
+    monkeypatch.setenv(trn2core.numerics.SEED_ENV, "0x2546")
+    assert not np.array_equal(trn2core.gemm(a, b, **kw).out.view(np.uint16), want.view(np.uint16))
+
+
+def layouts(x):
+    """``x`` in the layouts numpy arrays come in, each holding the same matrix."""
+    yield "C", np.ascontiguousarray(x)
+    yield "F", np.asfortranarray(x)
+    big = np.zeros((2 * x.shape[0], 3 * x.shape[1]), x.dtype)
+    big[::2, ::3] = x
+    yield "strided", big[::2, ::3]
+    yield "reversed", np.ascontiguousarray(x[::-1, ::-1])[::-1, ::-1]
+    if x.dtype.itemsize > 1:
+        swapped = x.astype(x.dtype.newbyteorder("S"))
+        yield "byte-swapped", swapped
+        yield "byte-swapped F", np.asfortranarray(swapped)
+    if x.dtype.itemsize > 1:
+        # Misaligned data: the one layout the core cannot address, copied once.
+        misaligned = np.zeros(x.nbytes + 1, np.uint8)[1:].view(x.dtype).reshape(x.shape)
+        misaligned[...] = x
+        assert not misaligned.flags.aligned
+        yield "misaligned", misaligned
+
+
+@pytest.mark.parametrize("src", ["float64", "float32", "float16", "bfloat16", "float8_e5m2",
+                                 "int16", "uint64"])  # fmt: skip
+def test_gemm_reads_every_layout_and_byte_order_without_changing_a_bit(src, rng):
+    a0 = as_input(boundary((7, 260), rng), src)
+    b0 = as_input(boundary((260, 33), rng, specials=False), src)
+    for target, rounding in ((None, "nearest_even"), ("bf16", "stochastic"),
+                             ("fp8_e4m3", "toward_positive")):  # fmt: skip
+        want = old_path(a0, b0, dtype=target, rounding=rounding, seed=11)
+        for (la, a), (lb, b) in zip(layouts(a0), list(layouts(b0))[::-1], strict=True):
+            before = (a.copy(), b.copy())
+            got = trn2core.gemm(a, b, dtype=target, rounding=rounding, seed=11).out
+            same_bits(got, want, f"{src} a {la}, b {lb}, {target} {rounding}")
+            for x, x0 in zip((a, b), before, strict=True):  # inputs are never altered
+                u = f"u{x.dtype.itemsize}"
+                np.testing.assert_array_equal(x.view(u), x0.view(u))
+
+
+def test_gemm_of_a_sparse_tensor_quantizes_the_compressed_values(rng, monkeypatch):
+    b = boundary((192, 40), rng, specials=False)
+    for pattern in trn2core.SPARSITY_PATTERNS:
+        dense = trn2core.prune(boundary((33, 192), rng, specials=False), pattern, axis=1)
+        sp = trn2core.compress(dense, pattern, axis=1)
+        for target, rounding, seed in ((None, "nearest_even", None), ("bf16", "stochastic", 4),
+                                       ("fp8_e4m3", "toward_negative", None)):  # fmt: skip
+            want = old_path(dense, b, dtype=target, rounding=rounding, seed=seed)
+            got = trn2core.gemm(sp, b, dtype=target, rounding=rounding, seed=seed).out
+            same_bits(got, want, f"{pattern} {target} {rounding}")
+    # The compressed parts go in as they are: nothing decompresses them.
+    monkeypatch.setattr(trn2core.SparseTensor, "decompress", lambda self: 1 / 0)
+    trn2core.gemm(sp, b)
+
+
+class _Counting:
+    """Stands in for ``trn2core._core``: records the name of every function called."""
+
+    def __init__(self, module, calls):
+        self._module, self._calls = module, calls
+
+    def __getattr__(self, name):
+        attr = getattr(self._module, name)
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+
+        def call(*args, **kwargs):
+            self._calls.append(name)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_gemm_crosses_into_rust_once(rng, monkeypatch):
+    calls: list[str] = []
+    proxy = _Counting(trn2core._core, calls)
+    for name, module in list(sys.modules.items()):
+        # trn2core.spec reads its table once, at import, and refuses new attributes.
+        if name.startswith("trn2core.") and name != "trn2core.spec":
+            if getattr(module, "_core", None) is trn2core._core:
+                monkeypatch.setattr(module, "_core", proxy)
+    x = boundary((40, 300), rng, specials=False)
+    y = boundary((300, 20), rng, specials=False)
+    sp = trn2core.compress(trn2core.prune(x, "2:4"), "2:4")
+    swapped = np.asfortranarray(y.astype(">f4"))
+    chip = trn2core.Chip(lnc=2)
+    for args, kw in (
+        ((x, y), dict(dtype="bf16")),
+        ((x.astype(np.float32), y.astype(np.float32)), {}),
+        ((x, swapped), dict(dtype="fp8_e4m3", rounding="stochastic", seed=5, out_dtype="bf16")),
+        ((x.astype(np.int32), y.astype(np.int64)), {}),
+        ((sp, y), dict(dtype="bf16", core=chip.cores[1])),
+        ((x, y), dict(dtype="fp8_e5m2", perf_mode="double_row", core=chip)),
+    ):
+        del calls[:]
+        trn2core.gemm(*args, **kw)
+        assert calls == ["gemm"], (kw, calls)
+
+
+def test_gemm_needs_no_operand_sized_temporary():
+    # 2048^2 float32 operands (16 MiB each) quantized to bf16: beyond the 16 MiB result, the
+    # call may hold the packed panels (1 MiB each) but no copy of an operand, not even its 8 MiB
+    # of bf16 codes (the old path held 48 MiB: codes and float32 values of both).
+    code = (
+        "import numpy as np, trn2core as t\n"
+        "def rss(key):\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith(key + ':'):\n"
+        "            return int(line.split()[1]) * 1024\n"
+        "rng = np.random.default_rng(0)\n"
+        "a = rng.standard_normal((2048, 2048), dtype=np.float32)\n"
+        "b = rng.standard_normal((2048, 2048), dtype=np.float32)\n"
+        "t.gemm(a[:64, :64], b[:64, :64], dtype='bf16')\n"
+        "base = rss('VmRSS')\n"
+        "open('/proc/self/clear_refs', 'w').write('5')\n"
+        "out = t.gemm(a, b, dtype='bf16').out\n"
+        "print(rss('VmHWM') - base - out.nbytes)\n"
+    )
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux's /proc/self/status and clear_refs to measure peak memory")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    extra = int(r.stdout)
+    assert extra < 6 * 2**20, f"{extra / 2**20:.1f} MiB of temporaries"
+
+
+def test_gemm_checks_the_host_before_copying_a_misaligned_operand():
+    code = (
+        "import numpy as np, trn2core as t\n"
+        "raw = np.zeros(2048 * 2048 * 4 + 1, np.uint8)[1:]\n"
+        "a = raw.view(np.float32).reshape(2048, 2048)\n"
+        "try:\n"
+        "    t.gemm(a, np.ones((2048, 1), np.float32))\n"
+        "except t.CapacityError as e:\n"
+        "    print('refused', e)\n"
+    )
+    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "refused a: a contiguous copy of the (2048, 2048) float32 matrix" in r.stdout, r.stdout
+
+
+def test_transpose_mode_returns_a_fresh_array_for_a_fortran_ordered_stationary():
+    # s.T of a Fortran-ordered s is C-contiguous already: the result used to be that view, so
+    # writing it changed the caller's input.
+    s = np.asfortranarray(trn2core.quantize(np.arange(32 * 16).reshape(32, 16), "bf16"))
+    keep = s.copy()
+    out = trn2core.NeuronCore().matmul(s, np.eye(32, dtype=np.float32).astype(s.dtype),
+                                       is_transpose=True)  # fmt: skip
+    assert not np.shares_memory(out, s) and out.flags.c_contiguous
+    assert np.array_equal(out.view(np.uint16), keep.T.view(np.uint16))
+    out[...] = 0
+    assert np.array_equal(s.view(np.uint16), keep.view(np.uint16))

@@ -29,7 +29,6 @@ __all__ = [
     "_estimate_gemm_walk",
     "_panic_for_test",
     "check_alloc",
-    "check_gemm_formats",
     "collective_estimate",
     "collective_move",
     "collective_reduce",
@@ -41,10 +40,8 @@ __all__ = [
     "dma_inspect",
     "encode",
     "estimate_gemm",
-    "estimate_gemm_cores",
     "format_info",
     "gemm",
-    "gemm_skip_zeros",
     "host_memory",
     "instance_types",
     "logical_core_members",
@@ -124,8 +121,21 @@ def check_alloc(arg: str, what: str, nbytes: int) -> None: ...
 
 # Structured sparsity (codes arrive as flat unsigned views of their width).
 def gemm(
-    a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int, perf_mode: str
-) -> npt.NDArray[np.float32]: ...
+    a: npt.NDArray[np.unsignedinteger],
+    a_dtype: str,
+    a_swapped: bool,
+    a_sparse: tuple[npt.NDArray[np.uint8], str, tuple[int, int]] | None,
+    b: npt.NDArray[np.unsignedinteger],
+    b_dtype: str,
+    b_swapped: bool,
+    dtype: str | None,
+    rounding: str,
+    seeds: tuple[int, int],
+    perf_mode: str,
+    out_dtype: str,
+    throttle: bool,
+    cores: list[int] | None,
+) -> tuple[npt.NDArray[np.float32 | np.unsignedinteger], dict[str, object], str]: ...
 def estimate_gemm(
     m: int,
     k: int,
@@ -135,10 +145,8 @@ def estimate_gemm(
     throttle: bool,
     trace: bool,
     sparsity: str | None = None,
+    cores: list[int] | None = None,
 ) -> tuple[dict[str, object], str | None]: ...
-def gemm_skip_zeros(
-    a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], m: int, k: int, n: int
-) -> tuple[npt.NDArray[np.float32], bool]: ...
 def sparsity_prune(
     x: npt.NDArray[np.unsignedinteger], dtype: str, shape: list[int], axis: int, pattern: str
 ) -> npt.NDArray[np.unsignedinteger]: ...
@@ -340,17 +348,6 @@ class LogicalCoreInfo:
 
 def logical_core_members(lnc: int, index: int) -> list[int]: ...
 def instance_types() -> list[tuple[str, int, list[int], bool]]: ...
-def estimate_gemm_cores(
-    m: int,
-    k: int,
-    n: int,
-    dtype: str,
-    perf_mode: str,
-    throttle: bool,
-    trace: bool,
-    cores: list[int],
-    sparsity: str | None = None,
-) -> tuple[dict[str, object], str | None]: ...
 
 # The tensor engine (rust/trn2core-py/src/engine.rs).
 @final
@@ -377,8 +374,6 @@ class NeuronCore:
     ) -> None: ...
     def read_psum(self, bank: int, rows: int, cols: int) -> npt.NDArray[np.float32]: ...
     def report(self) -> dict[str, object]: ...
-
-def check_gemm_formats(a_format: str, b_format: str, perf_mode: str) -> None: ...
 
 @final
 class Tile:

@@ -17,7 +17,6 @@ import threading
 from . import _core, _validate, spec
 from .engine import PERF_MODES, NeuronCore
 from .errors import FormatError, Trn2ValueError
-from .report import Report
 
 __all__ = ["Chip", "LogicalCore", "LNC_VALUES"]
 
@@ -127,6 +126,10 @@ class LogicalCore:
             raise FormatError(f"dtype: expected a format name or 'sparse', got {dtype!r}")
         return self._info.peak_flops(dtype, perf_mode) / 1e12
 
+    def _gemm_cores(self) -> list[int]:
+        """``gemm(core=...)``: the physical cores the work is split over."""
+        return list(self._members)
+
     def __repr__(self) -> str:
         return (
             f"LogicalCore(index={self._index}, lnc={self.lnc}, "
@@ -191,38 +194,10 @@ class Chip:
         figures are about 5 % higher; see ``trn2core.spec``)."""
         return len(self.cores) * self.cores[0].peak_tflops(dtype, perf_mode=perf_mode)
 
+    def _gemm_cores(self) -> list[int]:
+        """``gemm(core=...)``: the work is split over all 8 physical cores."""
+        return list(range(_CORES_PER_CHIP))
+
     def __repr__(self) -> str:
         cores = _CORES_PER_CHIP // self._lnc
         return f"Chip(index={self._index}, lnc={self._lnc}, logical_cores={cores})"
-
-
-def check_gemm_core(core) -> None:
-    """Raises unless ``core`` is a NeuronCore, LogicalCore or Chip (``gemm``'s ``core=``)."""
-    if not isinstance(core, (NeuronCore, LogicalCore, Chip)):
-        raise Trn2ValueError(
-            f"core: expected a NeuronCore, LogicalCore or Chip, got {type(core).__name__}"
-        )
-
-
-def physical_indices(core) -> list[int]:
-    """The physical core indices a GEMM on ``core`` is split over."""
-    if isinstance(core, LogicalCore):
-        return list(core.physical_core_indices)
-    if isinstance(core, Chip):
-        return list(range(_CORES_PER_CHIP))
-    return [core.index]
-
-
-def gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
-    """The timing of a GEMM split over the physical cores of a LogicalCore or Chip."""
-    cores = physical_indices(core)
-    fields, _ = _core.estimate_gemm_cores(
-        m, k, n, dtype, perf_mode, throttle, False, cores, sparsity
-    )
-
-    def retrace() -> str:
-        return _core.estimate_gemm_cores(
-            m, k, n, dtype, perf_mode, throttle, True, cores, sparsity
-        )[1]
-
-    return Report.from_fields(fields, retrace=retrace)

@@ -48,6 +48,11 @@ def format_of_dtype(np_dtype: np.dtype, arg: str, *, advice: str = "") -> str:
     return name
 
 
+#: The unsigned dtype of each element width: a view of any array as codes, bits unchanged.
+UNSIGNED_OF_SIZE: dict[int, np.dtype] = {
+    n: np.dtype(t) for n, t in ((1, np.uint8), (2, np.uint16), (4, np.uint32), (8, np.uint64))
+}
+
 _FP8_BY_DTYPE = {FORMAT_DTYPES[n]: n for n in ("fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")}
 _BF16 = FORMAT_DTYPES["bf16"]
 

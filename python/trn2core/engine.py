@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES
+from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import (
     CapacityError,
     FormatError,
@@ -32,7 +33,7 @@ from .machine import (
     dtype_name,
     np_dtype_of,
 )
-from .numerics import FORMATS, ROUNDING_MODES, decode, quantize
+from .numerics import FORMATS, ROUNDING_MODES, _env_seed
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -79,12 +80,12 @@ def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
     return fmt
 
 
-def _values(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Exact float32 values, flat and C-contiguous (widening bf16/fp16/fp8 is exact; the Rust
-    decoder does it in parallel, where ml_dtypes' astype would take ~8 ns per fp8 element)."""
-    if fmt in ("fp32", "tf32"):
-        return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    return decode(x, fmt).reshape(-1)
+def _codes(x: np.ndarray) -> np.ndarray:
+    """An instruction operand's codes, flat, C-contiguous and in native byte order, as unsigned
+    integers of its width: the core widens them to fp32 itself (one crossing)."""
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    return np.ascontiguousarray(x).reshape(-1).view(_UINT[x.dtype.itemsize])
 
 
 class NeuronCore:
@@ -291,7 +292,7 @@ class NeuronCore:
         perf_mode = _perf_mode(perf_mode)
         accumulate = _validate.boolean(accumulate, "accumulate")
         out = self._core.matmul(
-            _values(s, sf), list(s.shape), sf, _values(m, mf), list(m.shape), mf,
+            _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
             _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
@@ -317,8 +318,10 @@ class NeuronCore:
                 f"moving: transpose mode needs the identity matrix [{k}, {k}] as moving, "
                 f"got shape {m.shape}"
             )
-        self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
-        return np.ascontiguousarray(s.T)
+        self._core.transpose(_codes(s), k, mm, sf, _bank(bank))
+        # A fresh array, never a view of the caller's (s.T of a Fortran-ordered s is
+        # C-contiguous already, and ascontiguousarray would return it as is).
+        return np.array(s.T, order="C", copy=True)
 
     def dma_copy(self, x, *, src="hbm", dst="sbuf", codec: str = "none", queue: int = 0):
         """Costs a DMA transfer of ``x`` on this core's 16 DMA engines, DMA queue ``queue``
@@ -337,6 +340,10 @@ class NeuronCore:
     def report(self) -> Report:
         """Timing of the instructions issued on this core so far."""
         return Report.from_fields(self._core.report())
+
+    def _gemm_cores(self) -> None:
+        """``gemm(core=...)``: a NeuronCore is costed on its own (no split)."""
+        return None
 
     def __repr__(self) -> str:
         return f"NeuronCore(index={self.index})"
@@ -367,28 +374,33 @@ class GemmResult:
     report: Report
 
 
-def _cost_dtype(af: str, bf: str) -> str:
-    if "fp32" in (af, bf):
-        return "fp32"
-    if af.startswith("fp8") and bf.startswith("fp8"):
-        return af
-    return af if not af.startswith("fp8") else bf
-
-
-def _prepare(x, dtype, rounding, seed, arg):
+def _operand(x, arg: str) -> tuple[np.ndarray, str, bool]:
+    """``(view, dtype name, swapped)``: the matrix ``x`` as a 2-D array of unsigned integers of
+    its element width, in its own layout and byte order (no copy; ``swapped`` when that order is
+    not the host's), for the core to read as the dtype says. Only layouts the core cannot address
+    (misaligned data, strides that are not whole elements) are copied, after the host check."""
     x = _validate.array(x, arg)
     if x.ndim != 2:
         raise ShapeError(f"{arg}: expected a 2-D matrix, got shape {x.shape}")
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))
-    if dtype is not None:
-        if dtype not in FORMATS:
-            raise FormatError(f"dtype: unknown format {dtype!r}; expected one of {FORMATS}")
-        return quantize(x, dtype, rounding=rounding, seed=seed), dtype
-    if x.dtype == np.float64 or x.dtype.kind in "iu":
-        # A float64 (or integer) matrix enters the engine as fp32, rounded once to nearest even.
-        return quantize(x, "fp32"), "fp32"
-    return x, _format_of(x, arg)
+    dt = x.dtype
+    if dt.itemsize not in _UINT:
+        raise FormatError(
+            f"{arg}: dtype {dt} is not a supported real number type; expected float64, float32, "
+            "float16, an integer type, or an ml_dtypes bfloat16/float8 dtype"
+        )
+    if not x.flags.aligned or any(s % dt.itemsize for s in x.strides):
+        _validate.check_alloc(x.nbytes, arg, f"a contiguous copy of the {x.shape} {dt} matrix")
+        x = np.array(x, order="C")  # a fresh, aligned copy
+    return x.view(_UINT[dt.itemsize]), dt.name, not dt.isnative
+
+
+def _seeds(rounding: str, seed: int | None) -> tuple[int, int]:
+    """Stochastic-rounding seeds of ``a`` (and the output) and ``b``: ``seed`` and ``seed + 1``,
+    or both ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED`` (default 0) when no seed is given."""
+    if seed is not None:
+        return seed, (seed + 1) % 2**64
+    env = _env_seed() if rounding == "stochastic" else 0
+    return env, env
 
 
 def _sparsity_pattern(pattern, perf_mode: str) -> str:
@@ -421,15 +433,15 @@ def estimate_gemm(
     perf_mode = _perf_mode(perf_mode)
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
-    _check_core(core)
+    cores = _gemm_cores(core)
     m, k, n = (
         _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
         for name, v in (("M", M), ("K", K), ("N", N))
     )
     dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
     throttle = _validate.boolean(throttle, "throttle")
-    _core.check_gemm_formats(dtype, dtype, perf_mode)
-    return _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity)
+    fields = _estimate(cores, m, k, n, dtype, perf_mode, throttle, False, sparsity)[0]
+    return _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity)
 
 
 def gemm(
@@ -452,15 +464,18 @@ def gemm(
     inputs are first quantized to it (``rounding``/``seed``; ``b`` uses ``seed + 1`` so the two
     operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
     result on the way out with the same ``rounding``.
+
+    One call into the core: the operands go in as they are (any dtype, layout and byte order,
+    or a ``SparseTensor``'s compressed parts) and are quantized while the kernel packs them.
     """
-    _check_core(core)
+    cores = _gemm_cores(core)
     perf_mode = _perf_mode(perf_mode)
     if dtype is not None:
         _validate.name(dtype, "dtype", FORMATS, what="format")
     out_dtype = _validate.name(out_dtype, "out_dtype", FORMATS, what="format")
     rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if seed is not None:
-        _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
+        seed = _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
     throttle = _validate.boolean(throttle, "throttle")
     sparsity = None
     if isinstance(a, SparseTensor):
@@ -470,53 +485,46 @@ def gemm(
                 f"got shape {a.shape} sparse along axis {a.axis}"
             )
         sparsity = _sparsity_pattern(a.pattern, perf_mode)
-        a = a.decompress()
-    a, af = _prepare(a, dtype, rounding, seed, "a")
-    b, bf = _prepare(b, dtype, rounding, None if seed is None else (seed + 1) % 2**64, "b")
-    if a.shape[1] != b.shape[0]:
-        raise ShapeError(
-            f"b: a is {a.shape} and b is {b.shape}; a's columns (K) must equal b's rows"
-        )
-    m, k = a.shape
-    n = b.shape[1]
-    if m == 0 or k == 0 or n == 0:
-        raise ShapeError(
-            f"a, b: empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"
-        )
-    _core.check_gemm_formats(af, bf, perf_mode)
-    if sparsity is not None:
-        # A sparse stationary operand gives the dense GEMM's bits (docs/sparsity.md); the
-        # kernel skips the products of its zeros when that is faster.
-        out, _ = _core.gemm_skip_zeros(_values(a, af), _values(b, bf), m, k, n)
+        values = a.values.reshape(-1).view(_UINT[a.dtype.itemsize])
+        a_args = (values, a.dtype.name, False, (a.indices, a.pattern, a.shape))
+        m, k = a.shape
     else:
-        out = _core.gemm(_values(a, af), _values(b, bf), m, k, n, perf_mode)
-    out = out.reshape(m, n)
-    if out_dtype != "fp32":
-        out = quantize(out, out_dtype, rounding=rounding, seed=seed)
-    cost = _cost_dtype(af, bf)
-    report = _timing(core, m, k, n, cost, perf_mode, bool(throttle), sparsity)
+        view, name, swapped = _operand(a, "a")
+        a_args = (view, name, swapped, None)
+        m, k = view.shape
+    b_args = _operand(b, "b")
+    n = b_args[0].shape[1]
+    out, fields, cost = _core.gemm(
+        *a_args, *b_args, dtype, rounding, _seeds(rounding, seed), perf_mode, out_dtype,
+        throttle, cores,
+    )  # fmt: skip
+    out = out.view(FORMAT_DTYPES[out_dtype]).reshape(m, n)
+    report = _report(fields, cores, m, k, n, cost, perf_mode, throttle, sparsity)
     return GemmResult(out=out, report=report)
 
 
-def _check_core(core) -> None:
-    """``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
-    if core is not None and not isinstance(core, NeuronCore):
-        from .chip import check_gemm_core
+def _gemm_cores(core) -> list[int] | None:
+    """The physical cores ``core`` splits a GEMM over (``None``: one NeuronCore, costed on its
+    own). ``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
+    if core is None:
+        return None
+    if not callable(getattr(type(core), "_gemm_cores", None)):
+        raise Trn2ValueError(
+            f"core: expected a NeuronCore, LogicalCore or Chip, got {type(core).__name__}"
+        )
+    return core._gemm_cores()
 
-        check_gemm_core(core)
+
+def _estimate(cores, m, k, n, dtype, perf_mode, throttle, trace, sparsity):
+    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``: one
+    call, which also checks the engine's format rule."""
+    return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity, cores)
 
 
-def _timing(core, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
-    """The GEMM's timing on ``core``: one NeuronCore, or the physical cores of a LogicalCore or
-    a Chip, over which the work is split (``trn2core.chip.gemm_report``; the bits do not depend
-    on the split)."""
-    if core is not None and not isinstance(core, NeuronCore):
-        from .chip import gemm_report
-
-        return gemm_report(core, m, k, n, dtype, perf_mode, throttle, sparsity)
-    fields, _ = _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, False, sparsity)
+def _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:
+    """A Report of these fields whose trace is computed when first saved."""
 
     def retrace() -> str:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
+        return _estimate(cores, m, k, n, dtype, perf_mode, throttle, True, sparsity)[1]
 
     return Report.from_fields(fields, retrace=retrace)

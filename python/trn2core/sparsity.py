@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _core, _names, _validate
+from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
@@ -18,7 +19,6 @@ __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 #: The N:M patterns of the tensor engine's sparse stationary operand ([S1][S4]; docs/sources.md).
 SPARSITY_PATTERNS: tuple[str, ...] = _names.SPARSITY_PATTERNS
 
-_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # Dtypes whose magnitude order `prune` knows: the core's list of names (numpy's and
 # ml_dtypes' own), turned into numpy dtypes.
 _PRUNE_DTYPES = {np.dtype(getattr(ml_dtypes, n, None) or n): n for n in _names.SPARSITY_DTYPES}

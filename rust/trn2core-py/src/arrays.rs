@@ -1,8 +1,11 @@
-//! The only file that touches numpy: borrows contiguous 1-D input buffers, and makes the result
-//! arrays that the core fills. The Python facade flattens, byte-swaps and views ml_dtypes arrays
-//! as unsigned integers before calling in, so only plain dtypes arrive here.
+//! The only file that touches numpy: borrows input buffers (contiguous 1-D ones, and the GEMM's
+//! 2-D operands in any layout), and makes the result arrays that the core fills. The Python
+//! facade views ml_dtypes and byte-swapped arrays as unsigned integers of their width before
+//! calling in, so only plain dtypes arrive here.
 
-use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyUntypedArrayMethods};
+use numpy::{
+    Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use trn2core::Error;
 
@@ -43,7 +46,7 @@ pub fn to_numpy<T: Element>(py: Python<'_>, v: Vec<T>) -> Py<PyAny> {
 ///
 /// # Safety
 /// The caller must write every element before Python can read the array.
-pub(crate) unsafe fn new_uninit<'py, T: Element>(
+unsafe fn new_uninit<'py, T: Element>(
     py: Python<'py>,
     n: usize,
     arg: &str,
@@ -165,6 +168,63 @@ where
         .pop()
         .ok_or_else(|| Error::shape(arg, "no result array"))?;
     Ok((array, r))
+}
+
+/// A read-only borrow of an array of `T` of any shape and layout, or a `FormatError` naming
+/// `arg` (the facade passes operands as unsigned views of their element width).
+pub fn borrow_any<'py, T: Element>(
+    x: &Bound<'py, PyAny>,
+    arg: &str,
+    what: &str,
+) -> Result<PyReadonlyArrayDyn<'py, T>, Error> {
+    x.extract::<PyReadonlyArrayDyn<'py, T>>()
+        .map_err(|_| Error::format(arg, format!("expected an array of {what}")))
+}
+
+/// The memory of a borrowed 2-D array in any layout: the slice from its lowest to its highest
+/// element, the index of element `(0, 0)` in that slice, and the strides in elements (of any
+/// sign). `ShapeError` for another rank, strides that are not whole elements, or misaligned data.
+pub fn strided<'a, T: Element>(
+    a: &'a PyReadonlyArrayDyn<'_, T>,
+    arg: &str,
+) -> Result<(&'a [T], usize, [isize; 2]), Error> {
+    let size = std::mem::size_of::<T>() as isize;
+    if a.ndim() != 2 || a.strides().iter().any(|s| s % size != 0) {
+        return Err(Error::shape(
+            arg,
+            format!(
+                "expected a 2-D array whose strides are whole elements, got shape {:?} strides {:?}",
+                a.shape(),
+                a.strides()
+            ),
+        ));
+    }
+    let view = a.as_array();
+    let ptr = view.as_ptr();
+    let strides = [view.strides()[0], view.strides()[1]];
+    if view.is_empty() {
+        return Ok((&[], 0, strides));
+    }
+    if !ptr.is_aligned() {
+        return Err(Error::shape(
+            arg,
+            "the array's data is not aligned to its elements",
+        ));
+    }
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&d, &s) in view.shape().iter().zip(&strides) {
+        let span = (d as isize - 1) * s;
+        if span < 0 {
+            lo += span;
+        } else {
+            hi += span;
+        }
+    }
+    // SAFETY: every element of a numpy array lies inside the one allocation that holds its data,
+    // so the span from its lowest to its highest element does too; it is aligned (checked), stays
+    // alive and is borrowed read-only as long as `a`, which the returned slice borrows.
+    let span = unsafe { std::slice::from_raw_parts(ptr.offset(lo), (hi - lo + 1) as usize) };
+    Ok((span, (-lo) as usize, strides))
 }
 
 /// Runs `$body` with `$s` bound to the codes of `$x` as a slice of its unsigned width (`$t` is

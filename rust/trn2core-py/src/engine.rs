@@ -1,17 +1,21 @@
-//! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM) and the
-//! whole-GEMM kernel. Operands arrive as flat float32 arrays of exact values plus their format.
+//! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM; operands
+//! arrive as flat float32 arrays of exact values plus their format) and `trn2core.gemm` (one
+//! call: operands as the caller holds them, see [`gemm`]).
 
-use numpy::PyArrayMethods;
+use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
-use trn2core::engine::{self, Operand, PeTile, PerfMode};
-use trn2core::numerics::Format;
+use trn2core::engine::{
+    Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PeTile, PerfMode, Sparse, Strided,
+};
+use trn2core::numerics::{CodesMut, CodesRef, Format, Rounding};
+use trn2core::sparsity::{Dtype, Pattern};
 use trn2core::topology::NeuronCore;
 use trn2core::Error;
 
-use crate::arrays::{borrow, new_uninit, slice, to_numpy};
-use crate::errors::{guard, guard_work};
+use crate::arrays::{borrow, borrow_any, fill_new_array, slice, strided, to_numpy};
+use crate::errors::{guard_work, PyTrn2Result};
 use crate::perf::report_dict;
 
 /// One physical NeuronCore-v3 (the facade's `trn2core.NeuronCore` wraps it).
@@ -51,7 +55,9 @@ impl PyNeuronCore {
         self.index
     }
 
-    /// One `nc_matmul`; returns the PSUM region's new contents, flat `[M * N]`.
+    /// One `nc_matmul` on operands given as flat unsigned views of their codes (uint8 for
+    /// fp8, uint16 for bf16/fp16, uint32 for the float32 containers of fp32/tf32); returns the
+    /// PSUM region's new contents, flat `[M * N]`.
     #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
     #[allow(clippy::too_many_arguments)]
     fn matmul(
@@ -68,33 +74,29 @@ impl PyNeuronCore {
         perf_mode: &str,
         tile_position: Option<(usize, usize)>,
         tile_size: Option<(usize, usize)>,
-    ) -> PyResult<Py<PyAny>> {
-        let sf = guard(py, || Format::parse("stationary", stationary_format))?;
-        let mf = guard(py, || Format::parse("moving", moving_format))?;
-        let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-        let tile = guard(py, || PeTile::from_options(tile_position, tile_size))?;
-        let sa = guard(py, || borrow::<f32>(stationary, "stationary", "float32"))?;
-        let ma = guard(py, || borrow::<f32>(moving, "moving", "float32"))?;
-        let sv = guard(py, || slice(&sa, "stationary"))?;
-        let mv = guard(py, || slice(&ma, "moving"))?;
-        let st = Operand {
-            values: sv,
-            shape: &stationary_shape,
-            format: sf,
-        };
-        let mo = Operand {
-            values: mv,
-            shape: &moving_shape,
-            format: mf,
-        };
+    ) -> PyTrn2Result<Py<PyAny>> {
+        let sf = Format::parse("stationary", stationary_format)?;
+        let mf = Format::parse("moving", moving_format)?;
+        let mode = PerfMode::parse("perf_mode", perf_mode)?;
+        let tile = PeTile::from_options(tile_position, tile_size)?;
+        let sa = Codes::borrow(stationary, "stationary", sf)?;
+        let ma = Codes::borrow(moving, "moving", mf)?;
+        let (sv, mv) = (sa.codes("stationary")?, ma.codes("moving")?);
         // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
         let out = guard_work(py, 0, || {
-            self.lock().matmul(&st, &mo, bank, accumulate, mode, tile)
+            self.lock().matmul_codes(
+                (sv, &stationary_shape, sf),
+                (mv, &moving_shape, mf),
+                bank,
+                accumulate,
+                mode,
+                tile,
+            )
         })?;
         Ok(to_numpy(py, out))
     }
 
-    /// Transpose mode: writes `stationary.T` to PSUM `bank` and costs it.
+    /// Transpose mode: writes `stationary.T` (flat codes of `format`) to PSUM `bank`, costed.
     fn transpose(
         &self,
         py: Python<'_>,
@@ -103,11 +105,13 @@ impl PyNeuronCore {
         m: usize,
         format: &str,
         bank: usize,
-    ) -> PyResult<()> {
-        let f = guard(py, || Format::parse("stationary", format))?;
-        let sa = guard(py, || borrow::<f32>(stationary, "stationary", "float32"))?;
-        let sv = guard(py, || slice(&sa, "stationary"))?;
-        guard_work(py, 0, || self.lock().transpose(sv, k, m, f, bank))
+    ) -> PyTrn2Result<()> {
+        let f = Format::parse("stationary", format)?;
+        let sa = Codes::borrow(stationary, "stationary", f)?;
+        let sv = sa.codes("stationary")?;
+        Ok(guard_work(py, 0, || {
+            self.lock().transpose_codes(sv, k, m, f, bank)
+        })?)
     }
 
     /// PSUM `bank`, partitions `0..rows`, elements `0..cols`, flat.
@@ -117,7 +121,7 @@ impl PyNeuronCore {
         bank: usize,
         rows: usize,
         cols: usize,
-    ) -> PyResult<Py<PyAny>> {
+    ) -> PyTrn2Result<Py<PyAny>> {
         let out = guard_work(py, 0, || self.lock().read_psum(bank, rows, cols))?;
         Ok(to_numpy(py, out))
     }
@@ -129,124 +133,182 @@ impl PyNeuronCore {
     }
 }
 
-/// Checks that the engine takes these operand formats (the same rules as one instruction).
-#[pyfunction]
-pub fn check_gemm_formats(
-    py: Python<'_>,
-    a_format: &str,
-    b_format: &str,
-    perf_mode: &str,
-) -> PyResult<()> {
-    let af = guard(py, || Format::parse("a", a_format))?;
-    let bf = guard(py, || Format::parse("b", b_format))?;
-    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-    let (sa, sb): (&[usize], &[usize]) = match mode {
-        PerfMode::DoubleRow => (&[128, 2, 1], &[128, 2, 1]),
-        PerfMode::None => (&[1, 1], &[1, 1]),
-    };
-    guard(py, || {
-        engine::validate_matmul(sa, af, sb, bf, mode, PeTile::FULL).map(|_| ())
-    })
-    .map_err(|e| rename_args(py, e))
+/// A borrowed flat array of one instruction operand's codes, in its format's width.
+enum Codes<'py> {
+    U8(PyReadonlyArray1<'py, u8>),
+    U16(PyReadonlyArray1<'py, u16>),
+    U32(PyReadonlyArray1<'py, u32>),
 }
 
-/// Error messages of the instruction check name `stationary`/`moving`; for a GEMM those are
-/// `a`/`b`.
-fn rename_args(py: Python<'_>, e: PyErr) -> PyErr {
-    let msg = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-    let msg = msg
-        .replacen("stationary", "a", 1)
-        .replacen("moving", "b", 1);
-    match e.get_type(py).call1((msg,)) {
-        Ok(obj) => PyErr::from_value(obj),
-        Err(other) => other,
+impl<'py> Codes<'py> {
+    fn borrow(x: &Bound<'py, PyAny>, arg: &str, format: Format) -> Result<Codes<'py>, Error> {
+        Ok(match format.code_bits() {
+            8 => Codes::U8(borrow(x, arg, "uint8 (fp8 codes)")?),
+            16 => Codes::U16(borrow(x, arg, "uint16 (16-bit codes)")?),
+            _ => Codes::U32(borrow(x, arg, "uint32 (float32 containers)")?),
+        })
+    }
+
+    fn codes(&self, arg: &str) -> Result<CodesRef<'_>, Error> {
+        Ok(match self {
+            Codes::U8(a) => CodesRef::U8(slice(a, arg)?),
+            Codes::U16(a) => CodesRef::U16(slice(a, arg)?),
+            Codes::U32(a) => CodesRef::U32(slice(a, arg)?),
+        })
     }
 }
 
-/// The whole GEMM `a @ b` (`a` `[M, K]`, `b` `[K, N]`, flat float32 of exact values), bit-exact,
-/// with the GIL released; returns flat `[M * N]` float32.
+/// A borrowed operand array, as unsigned codes of its element width.
+enum Held<'py> {
+    U8(PyReadonlyArrayDyn<'py, u8>),
+    U16(PyReadonlyArrayDyn<'py, u16>),
+    U32(PyReadonlyArrayDyn<'py, u32>),
+    U64(PyReadonlyArrayDyn<'py, u64>),
+}
+
+impl<'py> Held<'py> {
+    fn new(x: &Bound<'py, PyAny>, arg: &str, dtype: Dtype) -> Result<Held<'py>, Error> {
+        Ok(match dtype.bits() {
+            8 => Held::U8(borrow_any(x, arg, "uint8")?),
+            16 => Held::U16(borrow_any(x, arg, "uint16")?),
+            32 => Held::U32(borrow_any(x, arg, "uint32")?),
+            _ => Held::U64(borrow_any(x, arg, "uint64")?),
+        })
+    }
+
+    /// The held 2-D array as a dense matrix in its layout.
+    fn dense(&self, arg: &str, dtype: Dtype, swapped: bool) -> Result<Matrix<'_>, Error> {
+        fn view<'a, T: numpy::Element>(
+            a: &'a PyReadonlyArrayDyn<'_, T>,
+            arg: &str,
+            dtype: Dtype,
+            swapped: bool,
+        ) -> Result<Matrix<'a>, Error>
+        where
+            Buffer<'a>: From<&'a [T]>,
+        {
+            let (data, origin, strides) = strided(a, arg)?;
+            let shape = [a.shape()[0], a.shape()[1]];
+            let m = Strided::new(arg, data.into(), dtype, swapped, shape, origin, strides)?;
+            Ok(Matrix::Dense(m))
+        }
+        match self {
+            Held::U8(a) => view(a, arg, dtype, swapped),
+            Held::U16(a) => view(a, arg, dtype, swapped),
+            Held::U32(a) => view(a, arg, dtype, swapped),
+            Held::U64(a) => view(a, arg, dtype, swapped),
+        }
+    }
+
+    /// The held flat values of a compressed matrix.
+    fn values(&self, arg: &str) -> Result<Buffer<'_>, Error> {
+        fn flat<'a, T: numpy::Element>(
+            a: &'a PyReadonlyArrayDyn<'_, T>,
+            arg: &str,
+        ) -> Result<&'a [T], Error> {
+            a.as_slice()
+                .map_err(|_| Error::shape(arg, "expected C-contiguous compressed values"))
+        }
+        Ok(match self {
+            Held::U8(a) => flat(a, arg)?.into(),
+            Held::U16(a) => flat(a, arg)?.into(),
+            Held::U32(a) => flat(a, arg)?.into(),
+            Held::U64(a) => flat(a, arg)?.into(),
+        })
+    }
+}
+
+/// The rest of a compressed `a` (whose values arrive as `a`, a flat unsigned view): its packed
+/// positions, its pattern and its dense shape `(rows, cols)`.
+type SparseParts<'py> = (Bound<'py, PyAny>, String, (usize, usize));
+
+/// One `trn2core.gemm` call in one crossing: the operands as the caller holds them (2-D
+/// unsigned views of their element width in any layout, named by their numpy `*_dtype`, or the
+/// parts of a compressed `a`), rounded into their formats while the kernel packs them (no
+/// float32 copy), the result rounded into `out_dtype`, and the timing on one NeuronCore or split
+/// over the physical cores `cores`. Returns the flat result (float32, or the codes of
+/// `out_dtype`), the report's dict and the format the timing was costed at.
 #[pyfunction]
-#[pyo3(signature = (a, b, m, k, n, perf_mode))]
-pub fn gemm(
-    py: Python<'_>,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    m: usize,
-    k: usize,
-    n: usize,
+#[pyo3(signature = (a, a_dtype, a_swapped, a_sparse, b, b_dtype, b_swapped, dtype, rounding, seeds, perf_mode, out_dtype, throttle, cores))]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    a_dtype: &str,
+    a_swapped: bool,
+    a_sparse: Option<SparseParts<'py>>,
+    b: &Bound<'py, PyAny>,
+    b_dtype: &str,
+    b_swapped: bool,
+    dtype: Option<&str>,
+    rounding: &str,
+    seeds: [u64; 2],
     perf_mode: &str,
-) -> PyResult<Py<PyAny>> {
-    let mode = guard(py, || PerfMode::parse("perf_mode", perf_mode))?;
-    let (arr, ()) = gemm_to_numpy(py, a, b, [m, k, n], |av, bv, out| {
-        engine::gemm_f32_into(av, bv, m, k, n, mode, out)
-    })?;
-    Ok(arr)
-}
-
-/// Runs `kernel(a, b, out)` on the float32 operands `a` `[m, k]` and `b` `[k, n]` with an
-/// `[m, n]` float32 result in numpy's memory (refused before allocating when the host cannot
-/// hold it); returns the result and what the kernel returned.
-fn gemm_to_numpy<T>(
-    py: Python<'_>,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    [m, k, n]: [usize; 3],
-    kernel: impl FnOnce(&[f32], &[f32], &mut [f32]) -> Result<T, Error> + Send,
-) -> PyResult<(Py<PyAny>, T)>
-where
-    T: Send,
-{
-    let aa = guard(py, || borrow::<f32>(a, "a", "float32"))?;
-    let ba = guard(py, || borrow::<f32>(b, "b", "float32"))?;
-    let av = guard(py, || slice(&aa, "a"))?;
-    let bv = guard(py, || slice(&ba, "b"))?;
-    let len = guard(py, || out_len(m, n))?;
-    let what = format!("the {m} x {n} float32 result");
-    // SAFETY: every kernel passed here writes all `m * n` elements (each checks the length)
-    // before Python can read the array.
-    let arr = guard(py, || unsafe { new_uninit::<f32>(py, len, "out", &what) })?;
-    let done = {
-        let mut rw = arr.readwrite();
-        let out = guard(py, || {
-            rw.as_slice_mut()
-                .map_err(|_| Error::shape("out", "not contiguous"))
-        })?;
-        let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
-        guard_work(py, work, || kernel(av, bv, out))?
+    out_dtype: &str,
+    throttle: bool,
+    cores: Option<Vec<usize>>,
+) -> PyTrn2Result<(Py<PyAny>, Bound<'py, PyDict>, String)> {
+    let options = GemmOptions {
+        dtype: dtype.map(|d| Format::parse("dtype", d)).transpose()?,
+        rounding: Rounding::parse("rounding", rounding)?,
+        seeds,
+        perf_mode: PerfMode::parse("perf_mode", perf_mode)?,
+        out_format: Format::parse("out_dtype", out_dtype)?,
+        throttle,
+        cores,
     };
-    Ok((arr.into_any().unbind(), done))
-}
-
-/// `a @ b` for an `a` pruned to a sparse pattern (normal perf_mode): the dense GEMM's bits,
-/// skipping `a`'s zeros where that is faster. Returns the result and whether zeros were skipped.
-#[pyfunction]
-pub fn gemm_skip_zeros(
-    py: Python<'_>,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    m: usize,
-    k: usize,
-    n: usize,
-) -> PyResult<(Py<PyAny>, bool)> {
-    let (arr, kernel) = gemm_to_numpy(py, a, b, [m, k, n], |av, bv, out| {
-        engine::gemm_skip_zeros_into(av, bv, m, k, n, out)
-    })?;
-    Ok((arr, kernel == engine::SparseKernel::SkipZeros))
-}
-
-/// Elements of an `m x n` float32 result, after checking that the host can hold it
-/// (`CapacityError` before numpy allocates anything).
-pub fn out_len(m: usize, n: usize) -> Result<usize, Error> {
+    let (ad, bd) = (Dtype::parse("a", a_dtype)?, Dtype::parse("b", b_dtype)?);
+    let ah = Held::new(a, "a", ad)?;
+    let bh = Held::new(b, "b", bd)?;
+    let indices = match &a_sparse {
+        Some((idx, ..)) => Some(borrow::<u8>(idx, "a", "uint8 positions")?),
+        None => None,
+    };
+    let call = {
+        let am = match (&a_sparse, &indices) {
+            (Some((_, pattern, (rows, cols))), Some(idx)) => {
+                let pattern = Pattern::parse(pattern)?;
+                let idx = slice(idx, "a")?;
+                Matrix::Sparse(Sparse::new(
+                    "a",
+                    ah.values("a")?,
+                    idx,
+                    ad,
+                    pattern,
+                    [*rows, *cols],
+                )?)
+            }
+            _ => ah.dense("a", ad, a_swapped)?,
+        };
+        GemmCall::new(am, bh.dense("b", bd, b_swapped)?, options)?
+    };
+    let [m, k, n] = call.dims();
+    let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
+    let what = format!("the {m} x {n} result");
     let len = m.checked_mul(n).ok_or_else(|| {
         Error::capacity(
             "out",
-            format!("the {m} x {n} result has more elements than this host can address"),
+            format!("{what} has more elements than this host can address"),
         )
     })?;
-    trn2core::host::check_alloc(
-        "out",
-        &format!("the {m} x {n} float32 result"),
-        len as u128 * 4,
-    )?;
-    Ok(len)
+    macro_rules! run {
+        ($t:ty, $out:expr) => {{
+            let (arr, report) =
+                fill_new_array::<$t, _>(py, len, "out", &what, work, |o| call.run($out(o)))?;
+            (arr.into_any().unbind(), report)
+        }};
+    }
+    let (out, report) = match call.out_format() {
+        Format::Fp32 => run!(f32, GemmOut::Fp32),
+        f => match f.code_bits() {
+            8 => run!(u8, |o| GemmOut::Codes(CodesMut::U8(o))),
+            16 => run!(u16, |o| GemmOut::Codes(CodesMut::U16(o))),
+            _ => run!(u32, |o| GemmOut::Codes(CodesMut::U32(o))),
+        },
+    };
+    Ok((
+        out,
+        report_dict(py, &report)?,
+        call.cost_format().to_string(),
+    ))
 }

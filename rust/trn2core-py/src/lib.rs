@@ -39,8 +39,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<machine::PyTile>()?;
     m.add_class::<machine::PyKernelReport>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
-    m.add_function(wrap_pyfunction!(engine::gemm_skip_zeros, m)?)?;
-    m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
     m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(perf::_estimate_gemm_walk, m)?)?;
     m.add_class::<dma::PyStreamInfo>()?;
@@ -69,6 +67,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::estimate_gemm_cores, m)?)?;
     Ok(())
 }

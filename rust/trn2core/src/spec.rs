@@ -1631,10 +1631,11 @@ mod tests {
                 "{}: a '|' would break docs/sources.md's table",
                 s.tag
             );
+            // [P] is not public; [F] is this project's own calibration (docs/fidelity.md).
             assert_eq!(
                 s.url.is_empty(),
-                s.tag == "P",
-                "{}: only [P] has no public address",
+                s.tag == "P" || s.tag == "F",
+                "{}: only [P] and [F] have no public address",
                 s.tag
             );
             for url in std::iter::once(&s.url)
@@ -1656,9 +1657,9 @@ mod tests {
                 s.tag
             );
         }
-        assert_eq!(SOURCES.len(), 36);
+        assert_eq!(SOURCES.len(), 37);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
-        assert_eq!(letters, ["D", "I", "C"]);
+        assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }
 
     #[test]

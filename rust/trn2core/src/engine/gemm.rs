@@ -32,7 +32,9 @@
 use rayon::prelude::*;
 
 use super::kernel::{fp_env_is_ieee, MicroKernel, Portable, MAX_MR};
+use super::operand::{check_len, f32_bits, Buffer, Reader, Scratch, Strided, RUN};
 use super::{PerfMode, CANONICAL_NAN};
+use crate::sparsity::Dtype;
 use crate::{Error, Result};
 
 /// Host cache blocking (not a hardware number): rows of `a` per task, as micro-panels of `MR`.
@@ -74,15 +76,6 @@ impl Tiling {
     }
 }
 
-/// Strided read-only view of the `m x k` operand `a`: element `(i, kk)` is
-/// `data[i * row_stride + kk * k_stride]`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AView<'a> {
-    pub data: &'a [f32],
-    pub row_stride: usize,
-    pub k_stride: usize,
-}
-
 /// Computes `a @ b` for `a` `[M, K]` and `b` `[K, N]`, both row-major float32 (the exact values
 /// of the input format), tiled onto the tensor engine as the contract says (see the module doc
 /// of [`crate::engine`]); returns the `[M, N]` result, row-major.
@@ -122,28 +115,22 @@ pub fn gemm_f32_into(
     perf_mode: PerfMode,
     out: &mut [f32],
 ) -> Result<()> {
-    check_len("a", a.len(), &[m, k])?;
-    check_len("b", b.len(), &[k, n])?;
+    let a = f32_reader("a", a, [m, k])?;
+    let b = f32_reader("b", b, [k, n])?;
     check_len("out", out.len(), &[m, n])?;
-    let view = AView {
-        data: a,
-        row_stride: k,
-        k_stride: 1,
-    };
-    run(view, b, m, k, n, Tiling::gemm(perf_mode), out)
+    run(&a, &b, m, k, n, Tiling::gemm(perf_mode), out)
 }
 
-/// A `ShapeError` unless `len` is the product of `dims`.
-pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
-    let want = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    if want == Some(len) {
-        Ok(())
-    } else {
-        Err(Error::shape(
-            arg,
-            format!("holds {len} elements but its shape {dims:?} needs {want:?}"),
-        ))
-    }
+/// A row-major float32 matrix read as fp32 values as they stand (`ShapeError` unless `data` holds
+/// `rows * cols` elements).
+pub(crate) fn f32_reader<'a>(arg: &str, data: &'a [f32], shape: [usize; 2]) -> Result<Reader<'a>> {
+    let buffer = Buffer::U32(f32_bits(data));
+    Ok(Reader::f32(Strided::row_major(
+        arg,
+        buffer,
+        Dtype::F32,
+        shape,
+    )?))
 }
 
 /// The error every task returns when the floating-point environment is not IEEE's default.
@@ -156,12 +143,13 @@ pub(crate) fn fp_env_error() -> Error {
     )
 }
 
-/// The driver: `out[i, j] = sum over tiles of sum over the tile's products of a(i, k) * b[k, j]`
-/// with the engine's rounding. `out` is `m x n` row-major, `b` is `k x n` row-major; lengths
-/// are the caller's to check.
+/// The driver: `out[i, j] = sum over tiles of sum over the tile's products of a[i, k] * b[k, j]`
+/// with the engine's rounding, `a` `[m, k]` and `b` `[k, n]` read through their readers (which
+/// round them into their formats as they are packed). `out` is `m x n` row-major; shapes are
+/// the caller's to check.
 pub(crate) fn run(
-    a: AView,
-    b: &[f32],
+    a: &Reader,
+    b: &Reader,
     m: usize,
     k: usize,
     n: usize,
@@ -225,8 +213,8 @@ impl Aligned {
 #[allow(clippy::too_many_arguments)]
 fn drive<K: MicroKernel>(
     kernel: K,
-    a: AView,
-    b: &[f32],
+    a: &Reader,
+    b: &Reader,
     m: usize,
     k: usize,
     n: usize,
@@ -296,12 +284,17 @@ fn drive<K: MicroKernel>(
             .par_chunks_mut(K::MR * kc)
             .with_min_len(PACK_MIN_PANELS)
             .enumerate()
-            .for_each(|(ip, panel)| pack_a::<K>(a, m, ip, k0, order, panel));
+            .for_each_init(Scratch::new, |s, (ip, panel)| {
+                pack_a::<K>(a, m, ip, k0, order, panel, s)
+            });
+        // Panels of b are packed a few at a time, so one run of a row of b fills several.
+        let group = (RUN / K::NR).max(1);
         bpack
-            .par_chunks_mut(K::NR * kc)
-            .with_min_len(PACK_MIN_PANELS)
+            .par_chunks_mut(group * K::NR * kc)
             .enumerate()
-            .for_each(|(jp, panel)| pack_b::<K>(b, n, jp, k0, order, panel));
+            .for_each_init(Scratch::new, |s, (g, panels)| {
+                pack_b::<K>(b, n, g * group, k0, order, panels, s)
+            });
         let (apack, bpack) = (&*apack, &*bpack);
         tasks.par_iter_mut().try_for_each(|task| {
             cancel.check()?;
@@ -357,16 +350,20 @@ fn add_tile<K: MicroKernel>(
 }
 
 /// Packs micro-panel `ip` of `a` (rows `ip * MR..`, of `m`), products `k0 + order[..]`, k-major;
-/// rows past `m` are zero (computed, never stored).
+/// rows past `m` are zero (computed, never stored). `order` is a permutation of the tile's
+/// `order.len() <= RUN` offsets.
 fn pack_a<K: MicroKernel>(
-    a: AView,
+    a: &Reader,
     m: usize,
     ip: usize,
     k0: usize,
     order: &[usize],
     panel: &mut [f32],
+    s: &mut Scratch,
 ) {
-    let contiguous = a.k_stride == 1 && order.windows(2).all(|w| w[1] == w[0] + 1);
+    let in_order = order.iter().enumerate().all(|(p, &o)| p == o);
+    let mut vals = [0f32; RUN];
+    let vals = &mut vals[..order.len()];
     for i in 0..K::MR {
         let r = ip * K::MR + i;
         let dst = panel.iter_mut().skip(i).step_by(K::MR);
@@ -374,35 +371,41 @@ fn pack_a<K: MicroKernel>(
             dst.for_each(|d| *d = 0.0);
             continue;
         }
-        let base = r * a.row_stride + k0 * a.k_stride;
-        if contiguous {
-            for (d, &v) in dst.zip(&a.data[base..base + order.len()]) {
-                *d = v;
-            }
+        a.row_run(r, k0, vals, s);
+        if in_order {
+            dst.zip(vals.iter()).for_each(|(d, &v)| *d = v);
         } else {
-            for (d, &o) in dst.zip(order) {
-                *d = a.data[base + o * a.k_stride];
-            }
+            dst.zip(order).for_each(|(d, &o)| *d = vals[o]);
         }
     }
 }
 
-/// Packs micro-panel `jp` of `b` (row-major, `n` columns; columns `jp * NR..`), products
-/// `k0 + order[..]`, k-major; columns past `n` are zero.
+/// Packs the micro-panels of `b` (`[k, n]`, read by rows) from `jp0` on into `panels` (whole
+/// panels of `NR * order.len()` each), products `k0 + order[..]`, k-major; columns past `n` are
+/// zero. The panels cover at most `RUN` columns.
 fn pack_b<K: MicroKernel>(
-    b: &[f32],
+    b: &Reader,
     n: usize,
-    jp: usize,
+    jp0: usize,
     k0: usize,
     order: &[usize],
-    panel: &mut [f32],
+    panels: &mut [f32],
+    s: &mut Scratch,
 ) {
-    let c0 = jp * K::NR;
-    let cols = K::NR.min(n - c0);
-    for (dst, &o) in panel.chunks_exact_mut(K::NR).zip(order) {
-        let src = (k0 + o) * n + c0;
-        dst[..cols].copy_from_slice(&b[src..src + cols]);
-        dst[cols..].fill(0.0);
+    let kc = order.len();
+    let c0 = jp0 * K::NR;
+    let width = (panels.len() / kc).min(n - c0);
+    let mut vals = [0f32; RUN];
+    let vals = &mut vals[..width];
+    for (p, &o) in order.iter().enumerate() {
+        b.row_run(k0 + o, c0, vals, s);
+        for (q, panel) in panels.chunks_exact_mut(K::NR * kc).enumerate() {
+            let dst = &mut panel[p * K::NR..][..K::NR];
+            let src = vals.get(q * K::NR..).unwrap_or(&[]);
+            let cols = K::NR.min(src.len());
+            dst[..cols].copy_from_slice(&src[..cols]);
+            dst[cols..].fill(0.0);
+        }
     }
 }
 
@@ -430,13 +433,10 @@ mod tests {
         mode: PerfMode,
     ) -> Vec<u32> {
         let (m, k, n) = dims;
-        let view = AView {
-            data: a,
-            row_stride: k,
-            k_stride: 1,
-        };
+        let a = f32_reader("a", a, [m, k]).expect("valid");
+        let b = f32_reader("b", b, [k, n]).expect("valid");
         let mut out = vec![0f32; m * n];
-        drive(kernel, view, b, m, k, n, Tiling::gemm(mode), &mut out).expect("valid");
+        drive(kernel, &a, &b, m, k, n, Tiling::gemm(mode), &mut out).expect("valid");
         bits(&out)
     }
 

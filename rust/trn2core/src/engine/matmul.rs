@@ -6,9 +6,12 @@
 //! that order, which is exactly the memory order of the `[128, 2]` leading dimensions
 //! (\[S1\]\[S9\]).
 
-use super::gemm::{self, check_len, AView, Tiling};
+use super::gemm::{self, Tiling};
+use super::operand::check_len;
+use super::operand::{f32_bits, Buffer, Reader, Strided};
 use super::{PerfMode, CANONICAL_NAN};
 use crate::numerics::Format;
+use crate::sparsity::Dtype;
 use crate::{spec, Error, Result};
 
 /// An `nc_matmul` operand: the exact float32 values of an array of `format` (already decoded,
@@ -122,7 +125,18 @@ fn is_fp32_family(f: Format) -> bool {
 }
 
 fn check_formats(stationary: Format, moving: Format, perf_mode: PerfMode) -> Result<()> {
-    for (arg, f) in [("stationary", stationary), ("moving", moving)] {
+    check_format_pair(["stationary", "moving"], [stationary, moving], perf_mode)
+}
+
+/// The engine's rules for a pair of operand formats, errors naming the operands `names`
+/// (`stationary`/`moving` of one instruction, `a`/`b` of a GEMM): no fp8_e4m3fn, fp32 and tf32
+/// only with each other, `double_row` only fp8_e4m3/fp8_e5m2.
+pub(crate) fn check_format_pair(
+    names: [&str; 2],
+    formats: [Format; 2],
+    perf_mode: PerfMode,
+) -> Result<()> {
+    for (arg, f) in names.into_iter().zip(formats) {
         if f == Format::Fp8E4m3fn {
             return Err(Error::format(
                 arg,
@@ -132,11 +146,12 @@ fn check_formats(stationary: Format, moving: Format, perf_mode: PerfMode) -> Res
             ));
         }
     }
-    if is_fp32_family(stationary) != is_fp32_family(moving) {
-        let (arg, other, wide) = if is_fp32_family(stationary) {
-            ("moving", moving, stationary)
+    let [first, second] = formats;
+    if is_fp32_family(first) != is_fp32_family(second) {
+        let (arg, other, wide) = if is_fp32_family(first) {
+            (names[1], second, first)
         } else {
-            ("stationary", stationary, moving)
+            (names[0], first, second)
         };
         return Err(Error::format(
             arg,
@@ -148,7 +163,7 @@ fn check_formats(stationary: Format, moving: Format, perf_mode: PerfMode) -> Res
         ));
     }
     if perf_mode == PerfMode::DoubleRow {
-        for (arg, f) in [("stationary", stationary), ("moving", moving)] {
+        for (arg, f) in names.into_iter().zip(formats) {
             if !matches!(f, Format::Fp8E4m3 | Format::Fp8E5m2) {
                 return Err(Error::format(
                     arg,
@@ -329,16 +344,17 @@ pub fn validate_operands(
 fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f32]) -> Result<()> {
     // Both operands are [contraction, free] once the [128, 2] dimensions are flattened, and the
     // flattened order is the PE's product order, so the whole instruction is one tile.
-    let a = AView {
-        data: stationary,
-        row_stride: 1,
-        k_stride: shape.m,
-    };
+    let (k, m, n) = (shape.k, shape.m, shape.n);
+    // `stationary` is [K, M]: element (i, kk) of the [M, K] operand is stationary[kk * M + i].
+    let columns = Buffer::U32(f32_bits(stationary));
+    let strides = [1, isize::try_from(m).unwrap_or(isize::MAX)];
+    let a = Strided::new("stationary", columns, Dtype::F32, false, [m, k], 0, strides)?;
+    let b = gemm::f32_reader("moving", moving, [k, n])?;
     let tiling = Tiling {
-        tile: shape.k,
+        tile: k,
         interleave: false,
     };
-    gemm::run(a, moving, shape.m, shape.k, shape.n, tiling, out)
+    gemm::run(&Reader::f32(a), &b, m, k, n, tiling, out)
 }
 
 /// One `nc_matmul`: `stationary.T @ moving`, `[M, N]` row-major, as the instruction writes it to

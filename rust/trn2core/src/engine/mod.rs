@@ -6,6 +6,10 @@
 //! - [`gemm_f32()`] / [`gemm_f32_into()`]: `a @ b` of any size, tiled onto the engine exactly as a
 //!   kernel would (K by 128, or 256 in `double_row`; M and N tiling never changes a bit), computed
 //!   by a parallel SIMD kernel that runs at host BLAS speed.
+//! - [`GemmCall`]: one `trn2core.gemm` call whole: the operands as the caller holds them
+//!   ([`Matrix`]: any dtype and layout, or N:M-compressed), rounded into their formats while the
+//!   kernel packs them (no float32 copy of an operand), the output rounded into its format, and
+//!   the timing report of the same tile schedule.
 //! - [`pe_fma()`]: one step of the PE accumulation, the scalar definition of the numerics.
 //!
 //! # Numerics (the reference semantics; contract section 2)
@@ -49,6 +53,7 @@ pub mod cost;
 mod gemm;
 mod kernel;
 mod matmul;
+mod operand;
 mod sparse;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
@@ -56,9 +61,14 @@ pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,
     Operand, PeTile,
 };
+pub use operand::{Buffer, Matrix, Sparse, Strided};
 pub use sparse::{gemm_skip_zeros_into, gemm_skip_zeros_into_with, Isa, SparseKernel};
 
-use crate::spec;
+use crate::engine::cost::GemmPlan;
+use crate::numerics::{encode_into, CodesMut, Format, Random, Rounding, Source};
+use crate::perf::Report;
+use crate::{spec, Error, Result};
+use operand::Reader;
 
 named_enum! {
     /// The `perf_mode` of an `nc_matmul` (contract section 2).
@@ -93,6 +103,238 @@ pub fn pe_fma(partial: f32, a: f32, b: f32) -> f32 {
 
 /// The canonical quiet NaN the engine returns for every NaN result (positive, payload 0).
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);
+
+/// Checks that the engine multiplies operands `a` and `b` of these formats in `perf_mode` (the
+/// rules of one instruction, [`validate_matmul`]); errors name `a` or `b`.
+pub fn check_gemm_formats(a: Format, b: Format, perf_mode: PerfMode) -> Result<()> {
+    matmul::check_format_pair(["a", "b"], [a, b], perf_mode)
+}
+
+/// What `trn2core.estimate_gemm` costs: a GEMM `[m, k] @ [k, n]` of `format` operands.
+#[derive(Debug, Clone)]
+pub struct EstimateRequest {
+    /// Rows of `a` and of the result.
+    pub m: u64,
+    /// The contraction.
+    pub k: u64,
+    /// Columns of `b` and of the result.
+    pub n: u64,
+    /// Both operands' format.
+    pub format: Format,
+    /// The instructions' `perf_mode`.
+    pub perf_mode: PerfMode,
+    /// An N:M-sparse stationary operand (`a`), if any.
+    pub sparsity: Option<crate::sparsity::Pattern>,
+    /// Whether the dI/dt throttle is modelled.
+    pub throttle: bool,
+    /// Whether the report records events for a trace.
+    pub trace: bool,
+    /// The physical cores of a LogicalCore or Chip the GEMM is split over (`None`: one core).
+    pub cores: Option<Vec<usize>>,
+}
+
+impl EstimateRequest {
+    /// About how many elementary steps evaluating it takes (instructions x 16: what decides
+    /// whether the binding runs it inline or interruptibly on a helper thread).
+    pub fn work(&self) -> u64 {
+        let tiles = |x: u64, t: usize| x.div_ceil(t as u64);
+        tiles(self.m, spec::MATMUL_STATIONARY_FREE_MAX)
+            .saturating_mul(tiles(self.n, spec::MATMUL_MOVING_FREE_MAX))
+            .saturating_mul(tiles(self.k, spec::MATMUL_CONTRACTION_MAX))
+            .saturating_mul(16)
+    }
+}
+
+/// A GEMM's timing without data, in one call: the engine's format rule (errors name `a`/`b`
+/// as for `gemm`), the plan, and its evaluation on one core or split over `cores`.
+pub fn estimate(req: &EstimateRequest) -> Result<Report> {
+    check_gemm_formats(req.format, req.format, req.perf_mode)?;
+    let mut plan = GemmPlan::new(req.m, req.k, req.n, req.format, req.perf_mode)?;
+    if let Some(p) = req.sparsity {
+        plan = plan.with_sparsity(p)?;
+    }
+    plan.throttle = req.throttle;
+    plan.trace = req.trace;
+    match &req.cores {
+        None => cost::estimate_gemm(&plan),
+        Some(cores) => cost::estimate_gemm_cores(&plan, cores),
+    }
+}
+
+/// The one operand format the cost model's plan of a GEMM of `a` and `b` operands takes (the
+/// plan holds one format for both: instruction cost, peak, bytes per element): fp32 when either
+/// is (4x the cycles); else `a`'s, or `b`'s when only `a` is fp8, so a mixed pair is costed as
+/// its wider member.
+pub fn cost_format(a: Format, b: Format) -> Format {
+    if a == Format::Fp32 || b == Format::Fp32 {
+        Format::Fp32
+    } else if a.is_fp8() && !b.is_fp8() {
+        b
+    } else {
+        a
+    }
+}
+
+/// What a [`GemmCall`] takes besides its operands (the arguments of `trn2core.gemm`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GemmOptions {
+    /// Round both operands once into this format (`dtype=`); `None`: each operand in the format
+    /// its dtype holds (float64 and integers rounded to fp32, nearest-even).
+    pub dtype: Option<Format>,
+    /// The rounding of `dtype` and of the output.
+    pub rounding: Rounding,
+    /// Stochastic-rounding seeds: `a`'s (also the output's) and `b`'s. Word `i` of a seed's
+    /// generator rounds flat C-order element `i` of its matrix.
+    pub seeds: [u64; 2],
+    /// The instruction mode.
+    pub perf_mode: PerfMode,
+    /// The format of the result (fp32: the PSUM values as they are).
+    pub out_format: Format,
+    /// The dI/dt throttle of the timing model.
+    pub throttle: bool,
+    /// The physical cores of one chip the timing splits the work over; `None`: one standalone
+    /// NeuronCore (the bits never depend on the split).
+    pub cores: Option<Vec<usize>>,
+}
+
+/// Where a [`GemmCall`] writes its `[M, N]` result (row-major).
+#[derive(Debug)]
+pub enum GemmOut<'a> {
+    /// fp32: the PSUM values.
+    Fp32(&'a mut [f32]),
+    /// The codes of another `out_format` (its code width).
+    Codes(CodesMut<'a>),
+}
+
+/// One `trn2core.gemm` call: `a @ b` with the engine's bits and the timing of its tile schedule.
+///
+/// The operands arrive as the caller holds them ([`Matrix`]) and are rounded into their formats
+/// while the GEMM packs its panels, a run of a row at a time, through the numerics kernels: no
+/// operand is ever copied whole, in float32 or otherwise. The bits equal those of rounding each
+/// operand whole (`numerics::encode_into`, `a` with `seeds[0]` and `b` with `seeds[1]`), decoding
+/// and multiplying ([`gemm_f32`]; the zero-skipping kernel for a compressed `a`), then rounding
+/// the result into `out_format` with `seeds[0]`.
+#[derive(Debug)]
+pub struct GemmCall<'a> {
+    a: Reader<'a>,
+    b: Reader<'a>,
+    dims: [usize; 3],
+    options: GemmOptions,
+    plan: GemmPlan,
+}
+
+impl<'a> GemmCall<'a> {
+    /// Validates a call, before anything is allocated: the operands' dtypes and formats (the
+    /// engine's rules, errors naming `a` or `b`), their shapes (`a`'s columns equal `b`'s rows,
+    /// no empty dimension), that the host can hold the result, and the timing plan.
+    pub fn new(a: Matrix<'a>, b: Matrix<'a>, options: GemmOptions) -> Result<GemmCall<'a>> {
+        let [seed_a, seed_b] = options.seeds;
+        let (ra, af) = Reader::new("a", a, options.dtype, options.rounding, seed_a)?;
+        let (rb, bf) = Reader::new("b", b, options.dtype, options.rounding, seed_b)?;
+        let ([m, k], [k_b, n]) = (a.shape(), b.shape());
+        if k != k_b {
+            return Err(Error::shape(
+                "b",
+                format!(
+                    "a is ({m}, {k}) and b is ({k_b}, {n}); a's columns (K) must equal b's rows"
+                ),
+            ));
+        }
+        if m == 0 || k == 0 || n == 0 {
+            return Err(Error::shape(
+                "a, b",
+                format!("empty matrices (M={m}, K={k}, N={n}); every dimension must be >= 1"),
+            ));
+        }
+        check_gemm_formats(af, bf, options.perf_mode)?;
+        // The fp32 PSUM values, and the codes of another output format rounded from them.
+        let (what, codes) = match options.out_format {
+            Format::Fp32 => (format!("the {m} x {n} float32 result"), 0),
+            f => (
+                format!("the {m} x {n} float32 result and its {} codes", f.name()),
+                f.code_bits() as u128 / 8,
+            ),
+        };
+        crate::host::check_alloc("out", &what, (m as u128 * n as u128) * (4 + codes))?;
+        let dims = |d: usize| d as u64;
+        let cost = cost_format(af, bf);
+        let mut plan = GemmPlan::new(dims(m), dims(k), dims(n), cost, options.perf_mode)?;
+        if let Some(pattern) = a.pattern() {
+            plan = plan.with_sparsity(pattern)?;
+        }
+        plan.throttle = options.throttle;
+        Ok(GemmCall {
+            a: ra,
+            b: rb,
+            dims: [m, k, n],
+            options,
+            plan,
+        })
+    }
+
+    /// `[M, K, N]`.
+    pub fn dims(&self) -> [usize; 3] {
+        self.dims
+    }
+
+    /// The format of the result.
+    pub fn out_format(&self) -> Format {
+        self.options.out_format
+    }
+
+    /// The operand format the timing is costed at ([`cost_format`]).
+    pub fn cost_format(&self) -> Format {
+        self.plan.format
+    }
+
+    /// Computes the result into `out` (`M * N` elements: float32 for fp32, else the codes of
+    /// `out_format`) and returns the timing report. Interruptible (`crate::cancel`).
+    pub fn run(&self, out: GemmOut) -> Result<Report> {
+        let report = match &self.options.cores {
+            None => crate::engine::cost::estimate_gemm(&self.plan)?,
+            Some(cores) => crate::engine::cost::estimate_gemm_cores(&self.plan, cores)?,
+        };
+        let [m, _, n] = self.dims;
+        match out {
+            GemmOut::Fp32(values) => {
+                operand::check_len("out", values.len(), &[m, n])?;
+                if self.options.out_format != Format::Fp32 {
+                    return Err(Error::format(
+                        "out",
+                        "float32 output buffer for a result that is not fp32",
+                    ));
+                }
+                self.values(values)?;
+            }
+            GemmOut::Codes(codes) => {
+                let what = format!("the {m} x {n} float32 result");
+                let mut values = crate::host::zeroed_vec("out", &what, m * n)?;
+                self.values(&mut values)?;
+                let random = match self.options.rounding {
+                    Rounding::Stochastic => Random::Seed(self.options.seeds[0], 32),
+                    _ => Random::None,
+                };
+                let enc = self.options.out_format.encoding();
+                let src = Source::F32(&values);
+                encode_into(&src, &enc, self.options.rounding, false, &random, codes)?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The fp32 PSUM result, `[M, N]`.
+    fn values(&self, out: &mut [f32]) -> Result<()> {
+        let [m, k, n] = self.dims;
+        if self.a.matrix().pattern().is_some() {
+            // A sparse stationary operand gives the dense GEMM's bits (docs/sparsity.md); the
+            // kernel skips the products of its zeros when that is faster.
+            sparse::skip_zeros(&self.a, &self.b, self.dims, out, Isa::Best).map(|_| ())
+        } else {
+            let tiling = gemm::Tiling::gemm(self.options.perf_mode);
+            gemm::run(&self.a, &self.b, m, k, n, tiling, out)
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -18,11 +18,13 @@
 //!
 //! # How fast
 //!
-//! `a` becomes per-row, per-K-tile lists of its non-zero elements (k, value); `b` is packed into
-//! column blocks of 32 (`K x 32`, so a list entry addresses one 128-byte row of the block, and a
-//! K tile of a block is 16 KiB, in L1). Tasks are 256 rows by 256 columns; like the dense driver,
-//! the K tiles are taken in passes (four tiles, 512 products, per pass), every task adding a pass
-//! into its block. Inside a pass an AVX-512 kernel runs four rows in lockstep, two accumulators
+//! `a` becomes per-row, per-K-tile lists of its non-zero elements (k, value), built a K tile of
+//! a row at a time through its reader ([`super::operand`]): for an N:M-compressed `a`, from the
+//! stored values and their positions, rounded into the engine format there, never from a dense
+//! copy. `b` is packed, rounded the same way, into column blocks of 32 (`K x 32`, so a list
+//! entry addresses one 128-byte row of the block, and a K tile of a block is 16 KiB, in L1).
+//! Tasks are 256 rows by 256 columns; like the dense driver, the K tiles are taken in passes
+//! (four tiles, 512 products, per pass), every task adding a pass into its block. Inside a pass an AVX-512 kernel runs four rows in lockstep, two accumulators
 //! each (one broadcast, two loads and two FMAs per entry and row), and keeps each row's PSUM
 //! sums in registers across the pass's tiles, so an output segment is loaded and stored once per
 //! pass. When every element of `b` is a bf16 value (bf16, fp8 or narrower inputs), `b` is packed
@@ -33,8 +35,10 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{check_len, fp_env_error, Aligned};
+use super::gemm::{f32_reader, fp_env_error, run as dense_run, Aligned, Tiling};
 use super::kernel::fp_env_is_ieee;
+use super::operand::check_len;
+use super::operand::{Reader, Scratch, RUN};
 use super::{PerfMode, CANONICAL_NAN};
 use crate::{Error, Result};
 
@@ -97,18 +101,28 @@ pub fn gemm_skip_zeros_into_with(
     out: &mut [f32],
     isa: Isa,
 ) -> Result<SparseKernel> {
-    check_len("a", a.len(), &[m, k])?;
-    check_len("b", b.len(), &[k, n])?;
+    let a = f32_reader("a", a, [m, k])?;
+    let b = f32_reader("b", b, [k, n])?;
     check_len("out", out.len(), &[m, n])?;
+    skip_zeros(&a, &b, [m, k, n], out, isa)
+}
+
+/// The driver of [`gemm_skip_zeros_into_with`] on operands read through their readers (which
+/// round them into their formats): `a` is typically an N:M-compressed matrix, whose non-zero
+/// lists are built from its stored values. `out` is `[m, n]`; shapes are the caller's to check.
+pub(crate) fn skip_zeros(
+    a: &Reader,
+    b: &Reader,
+    [m, k, n]: [usize; 3],
+    out: &mut [f32],
+    isa: Isa,
+) -> Result<SparseKernel> {
     let dense = |out: &mut [f32]| {
-        super::gemm_f32_into(a, b, m, k, n, PerfMode::None, out).map(|_| SparseKernel::Dense)
+        dense_run(a, b, m, k, n, Tiling::gemm(PerfMode::None), out).map(|_| SparseKernel::Dense)
     };
     // Without AVX-512 the skipping loop is slower than the dense kernel's AVX2 path: use that.
     let avx512 = x86::has_avx512();
-    if isa == Isa::Best && !avx512 {
-        return dense(out);
-    }
-    if m == 0 || n == 0 || k == 0 || !b.par_iter().all(|x| x.is_finite()) {
+    if (isa == Isa::Best && !avx512) || m == 0 || n == 0 || k == 0 {
         return dense(out);
     }
     if !fp_env_is_ieee() {
@@ -116,79 +130,26 @@ pub fn gemm_skip_zeros_into_with(
     }
     let cancel = crate::cancel::current();
     let tiles = k.div_ceil(TILE);
-    // ptr[r * tiles + t]..ptr[r * tiles + t + 1]: the entries of row r in tile t.
-    let slots = m
-        .checked_mul(tiles)
-        .and_then(|s| s.checked_add(1))
-        .ok_or_else(|| Error::capacity("a", format!("{m} x {tiles} tiles overflow usize")))?;
-    let mut ptr: Vec<usize> = crate::host::zeroed_vec("a", "the sparse row index", slots)?;
-    ptr[1..]
-        .par_chunks_mut(tiles)
-        .zip(a.par_chunks(k))
-        .for_each(|(counts, row)| {
-            for (c, seg) in counts.iter_mut().zip(row.chunks(TILE)) {
-                *c = seg.iter().filter(|&&x| x != 0.0).count();
-            }
-        });
-    for i in 1..slots {
-        ptr[i] += ptr[i - 1];
-    }
-    let nnz = ptr[slots - 1];
-    if nnz as f64 > MAX_DENSITY * (m as f64 * k as f64) {
+    let Some(lists) = Lists::build(a, m, k, tiles)? else {
         return dense(out);
-    }
+    };
     cancel.check()?;
-    let mut kidx: Vec<u32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
-    let mut vals: Vec<f32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
-    fill_entries(a, k, &ptr, tiles, &mut kidx, &mut vals);
-
-    // b packed by column blocks, K rows of W columns each. When every element of b is a bf16
-    // value (inputs of bf16, fp8 or narrower), a row is 16 words, word j holding columns j
-    // (low half) and j + 16 (high half) as bf16: half the bytes, one 64-byte line per row.
-    let half = W == 32 && b.par_iter().all(|x| x.to_bits() & 0xFFFF == 0);
-    let row_floats = if half { W / 2 } else { W };
-    let blocks = n.div_ceil(W);
-    let overflow = || Error::capacity("b", "the packed b overflows usize");
-    let panel = k.checked_mul(row_floats).ok_or_else(overflow)?;
-    let mut bpack = Aligned::new(
-        blocks.checked_mul(panel).ok_or_else(overflow)?,
-        "the packed b",
-    )?;
-    let bpack = bpack.as_mut_slice();
-    bpack
-        .par_chunks_mut(panel)
-        .enumerate()
-        .for_each(|(cb, dst)| {
-            let c0 = cb * W;
-            let cols = W.min(n - c0);
-            for (kk, d) in dst.chunks_exact_mut(row_floats).enumerate() {
-                let src = &b[kk * n + c0..kk * n + c0 + cols];
-                if half {
-                    for (j, w) in d.iter_mut().enumerate() {
-                        let lo = src.get(j).map_or(0, |x| x.to_bits() >> 16);
-                        let hi = src.get(j + 16).map_or(0, |x| x.to_bits() & 0xFFFF_0000);
-                        *w = f32::from_bits(hi | lo);
-                    }
-                } else {
-                    d[..cols].copy_from_slice(src);
-                    d[cols..].fill(0.0);
-                }
-            }
-        });
+    // A b holding Inf or NaN (where 0 * Inf is NaN) takes the dense kernel.
+    let Some(mut packed) = PackedB::new(b, k, n)? else {
+        return dense(out);
+    };
     cancel.check()?;
 
     let ctx = Ctx {
         a,
-        b,
         k,
-        n,
         tiles,
-        ptr: &ptr,
-        kidx: &kidx,
-        vals: &vals,
-        bpack,
-        row_floats,
-        half,
+        ptr: &lists.ptr,
+        kidx: &lists.kidx,
+        vals: &lists.vals,
+        bpack: packed.buf.as_mut_slice(),
+        row_floats: if packed.half { W / 2 } else { W },
+        half: packed.half,
     };
     let avx512 = isa == Isa::Best && avx512;
     // Tasks: MC rows x NC columns, each holding its rows' segments of the output. As in the
@@ -233,49 +194,155 @@ pub fn gemm_skip_zeros_into_with(
     Ok(SparseKernel::SkipZeros)
 }
 
-/// Writes each row's non-zero elements (k, value) in row, tile, k order.
-fn fill_entries(
-    a: &[f32],
-    k: usize,
-    ptr: &[usize],
-    tiles: usize,
-    kidx: &mut [u32],
-    vals: &mut [f32],
-) {
-    // Split the entry arrays at row boundaries, then fill rows in parallel.
-    let mut rows: Vec<(&[f32], &mut [u32], &mut [f32])> =
-        Vec::with_capacity(ptr.len() / tiles.max(1));
-    let (mut ki, mut vi) = (kidx, vals);
-    for (r, row) in a.chunks(k).enumerate() {
-        let len = ptr[(r + 1) * tiles] - ptr[r * tiles];
-        let (kh, kt) = ki.split_at_mut(len);
-        let (vh, vt) = vi.split_at_mut(len);
-        rows.push((row, kh, vh));
-        ki = kt;
-        vi = vt;
-    }
-    rows.into_par_iter()
-        .with_min_len(16)
-        .for_each(|(row, ks, vs)| {
-            // Branch-free: every element is written at the next free entry, which advances
-            // only past non-zeros (the last write lands on a spare slot or is overwritten).
-            let mut e = 0;
-            for (kk, &x) in row.iter().enumerate() {
-                if e < ks.len() {
-                    ks[e] = kk as u32;
-                    vs[e] = x;
+/// Each row's non-zero elements (k, value) per K tile, in row, tile, k order: the entries of
+/// row `r` in tile `t` are `ptr[r * tiles + t]..ptr[r * tiles + t + 1]`.
+struct Lists {
+    ptr: Vec<usize>,
+    kidx: Vec<u32>,
+    vals: Vec<f32>,
+}
+
+impl Lists {
+    /// The lists of `a` `[m, k]`, read a K tile of a row at a time (from the stored values of a
+    /// compressed `a`, never a dense copy); `None` when more than 40% of `a` is non-zero.
+    fn build(a: &Reader, m: usize, k: usize, tiles: usize) -> Result<Option<Lists>> {
+        let slots = m
+            .checked_mul(tiles)
+            .and_then(|s| s.checked_add(1))
+            .ok_or_else(|| Error::capacity("a", format!("{m} x {tiles} tiles overflow usize")))?;
+        let mut ptr: Vec<usize> = crate::host::zeroed_vec("a", "the sparse row index", slots)?;
+        ptr[1..]
+            .par_chunks_mut(tiles)
+            .enumerate()
+            .for_each_init(Scratch::new, |s, (r, counts)| {
+                let mut row = [0f32; TILE];
+                for (t, c) in counts.iter_mut().enumerate() {
+                    let seg = &mut row[..TILE.min(k - t * TILE)];
+                    a.row_run(r, t * TILE, seg, s);
+                    *c = seg.iter().filter(|&&x| x != 0.0).count();
                 }
-                e += (x != 0.0) as usize;
-            }
-        });
+            });
+        for i in 1..slots {
+            ptr[i] += ptr[i - 1];
+        }
+        let nnz = ptr[slots - 1];
+        if nnz as f64 > MAX_DENSITY * (m as f64 * k as f64) {
+            return Ok(None);
+        }
+        crate::cancel::check()?;
+        let mut kidx: Vec<u32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
+        let mut vals: Vec<f32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
+        // Split the entry arrays at row boundaries, then fill rows in parallel.
+        let mut rows: Vec<(usize, &mut [u32], &mut [f32])> = Vec::with_capacity(m);
+        let (mut ki, mut vi) = (&mut kidx[..], &mut vals[..]);
+        for r in 0..m {
+            let len = ptr[(r + 1) * tiles] - ptr[r * tiles];
+            let (kh, kt) = ki.split_at_mut(len);
+            let (vh, vt) = vi.split_at_mut(len);
+            rows.push((r, kh, vh));
+            ki = kt;
+            vi = vt;
+        }
+        rows.into_par_iter()
+            .with_min_len(16)
+            .for_each_init(Scratch::new, |s, (r, ks, vs)| {
+                let mut row = [0f32; TILE];
+                // Branch-free: every element is written at the next free entry, which advances
+                // only past non-zeros (the last write lands on a spare slot or is overwritten).
+                let mut e = 0;
+                for k0 in (0..k).step_by(TILE) {
+                    let seg = &mut row[..TILE.min(k - k0)];
+                    a.row_run(r, k0, seg, s);
+                    for (kk, &x) in seg.iter().enumerate() {
+                        if e < ks.len() {
+                            ks[e] = (k0 + kk) as u32;
+                            vs[e] = x;
+                        }
+                        e += (x != 0.0) as usize;
+                    }
+                }
+            });
+        Ok(Some(Lists { ptr, kidx, vals }))
+    }
+}
+
+/// `b` packed by column blocks: block `cb` (columns `cb * W..`) is `K` rows of `W` floats at
+/// `cb * K * W`. When every element of `b` is a bf16 value (inputs of bf16, fp8 or narrower),
+/// a block's rows are 16 words instead, word j holding columns j (low half) and j + 16 (high
+/// half) as bf16: half the bytes, one 64-byte line per row.
+struct PackedB {
+    buf: Aligned,
+    half: bool,
+}
+
+impl PackedB {
+    /// Packs `b` `[k, n]` read through its reader; `None` if it holds an Inf or NaN.
+    fn new(b: &Reader, k: usize, n: usize) -> Result<Option<PackedB>> {
+        let blocks = n.div_ceil(W);
+        let overflow = || Error::capacity("b", "the packed b overflows usize");
+        let panel = k.checked_mul(W).ok_or_else(overflow)?;
+        let total = blocks.checked_mul(panel).ok_or_else(overflow)?;
+        let mut buf = Aligned::new(total, "the packed b")?;
+        // A job packs several blocks, so one run of a row of b fills several.
+        let group = RUN / W;
+        let cancel = crate::cancel::current();
+        let (finite, half) = buf
+            .as_mut_slice()
+            .par_chunks_mut(group * panel)
+            .enumerate()
+            .map_init(Scratch::new, |s, (g, dst)| {
+                let c0 = g * group * W;
+                let width = (dst.len() / k).min(n - c0);
+                let (mut finite, mut half) = (true, true);
+                if cancel.is_cancelled() {
+                    return (finite, half);
+                }
+                let mut row = [0f32; RUN];
+                let row = &mut row[..width];
+                for kk in 0..k {
+                    b.row_run(kk, c0, row, s);
+                    for (q, blk) in dst.chunks_exact_mut(panel).enumerate() {
+                        let d = &mut blk[kk * W..][..W];
+                        let src = row.get(q * W..).unwrap_or(&[]);
+                        let cols = W.min(src.len());
+                        d[..cols].copy_from_slice(&src[..cols]);
+                        d[cols..].fill(0.0);
+                    }
+                    for &x in row.iter() {
+                        finite &= x.is_finite();
+                        half &= x.to_bits() & 0xFFFF == 0;
+                    }
+                }
+                (finite, half)
+            })
+            .reduce(|| (true, true), |x, y| (x.0 && y.0, x.1 && y.1));
+        cancel.check()?;
+        if !finite {
+            return Ok(None);
+        }
+        if half {
+            // In place, row by row: row kk's 16 words land at kk * 16, never past row kk's
+            // floats at kk * 32, which are read first.
+            buf.as_mut_slice().par_chunks_mut(panel).for_each(|blk| {
+                for kk in 0..k {
+                    let mut src = [0f32; W];
+                    src.copy_from_slice(&blk[kk * W..][..W]);
+                    for (j, w) in blk[kk * (W / 2)..][..W / 2].iter_mut().enumerate() {
+                        let lo = src[j].to_bits() >> 16;
+                        let hi = src[j + W / 2].to_bits() & 0xFFFF_0000;
+                        *w = f32::from_bits(hi | lo);
+                    }
+                }
+            });
+        }
+        Ok(Some(PackedB { buf, half }))
+    }
 }
 
 /// What every task reads.
 struct Ctx<'a> {
-    a: &'a [f32],
-    b: &'a [f32],
+    a: &'a Reader<'a>,
     k: usize,
-    n: usize,
     tiles: usize,
     ptr: &'a [usize],
     kidx: &'a [u32],
@@ -302,7 +369,7 @@ impl Ctx<'_> {
         for lc in 0..width.div_ceil(W) {
             let cb = cb0 + lc;
             let (lo, hi) = (lc * W, (lc * W + W).min(width));
-            let panel = &self.bpack[cb * self.k * self.row_floats..][..self.k * self.row_floats];
+            let panel = &self.bpack[cb * self.k * W..][..self.k * self.row_floats];
             for (g, group) in segs.chunks_mut(RB).enumerate() {
                 let r0 = row0 + g * RB;
                 let entries = |r: usize, t: usize| {
@@ -345,7 +412,7 @@ impl Ctx<'_> {
                     if dirty & (1 << r) != 0 {
                         for t in ts.clone() {
                             let (ks, vs) = entries(r, t);
-                            self.portable_tile(ks, vs, r0 + r, t, cb * W, &mut seg[lo..hi]);
+                            self.portable_tile(ks, vs, r0 + r, t, panel, &mut seg[lo..hi]);
                         }
                     }
                 }
@@ -353,23 +420,56 @@ impl Ctx<'_> {
         }
     }
 
+    /// Row `kk` of a packed block of b, as floats.
+    fn b_row(&self, panel: &[f32], kk: usize) -> [f32; W] {
+        let mut row = [0f32; W];
+        if self.half {
+            let words = &panel[kk * (W / 2)..][..W / 2];
+            for (j, w) in words.iter().enumerate() {
+                row[j] = f32::from_bits(w.to_bits() << 16);
+                row[j + W / 2] = f32::from_bits(w.to_bits() & 0xFFFF_0000);
+            }
+        } else {
+            row.copy_from_slice(&panel[kk * W..][..W]);
+        }
+        row
+    }
+
     /// One row's tile on the portable path, fixing `-0` sums: written (`t == 0`) or added to
-    /// `seg` (columns `c0..` of row `i`).
+    /// `seg` (the first columns of the block `panel` of row `i`).
     fn portable_tile(
         &self,
         ks: &[u32],
         vs: &[f32],
         i: usize,
         t: usize,
-        c0: usize,
+        panel: &[f32],
         seg: &mut [f32],
     ) {
         let mut acc = [0f32; W];
-        portable_tile_sums(ks, vs, self.b, self.n, c0, &mut acc[..seg.len()]);
-        // A -0 sum may be a +0 of the dense kernel: recompute those lanes densely.
-        for (j, s) in acc.iter_mut().enumerate().take(seg.len()) {
-            if s.to_bits() == 0x8000_0000 {
-                *s = self.dense_lane(i, t, c0 + j);
+        for (&kk, &v) in ks.iter().zip(vs) {
+            let row = self.b_row(panel, kk as usize);
+            for (s, &y) in acc.iter_mut().zip(&row).take(seg.len()) {
+                *s = v.mul_add(y, *s);
+            }
+        }
+        // A -0 sum may be a +0 of the dense kernel: recompute those lanes densely, over every
+        // product of the tile, zeros included (their signs matter here).
+        if acc[..seg.len()].iter().any(|s| s.to_bits() == 0x8000_0000) {
+            let k0 = t * TILE;
+            let mut a_tile = [0f32; TILE];
+            let a_tile = &mut a_tile[..TILE.min(self.k - k0)];
+            self.a.row_run(i, k0, a_tile, &mut Scratch::new());
+            let rows: Vec<[f32; W]> = (0..a_tile.len())
+                .map(|d| self.b_row(panel, k0 + d))
+                .collect();
+            for (j, s) in acc.iter_mut().enumerate().take(seg.len()) {
+                if s.to_bits() == 0x8000_0000 {
+                    *s = a_tile
+                        .iter()
+                        .zip(&rows)
+                        .fold(0f32, |p, (&x, r)| x.mul_add(r[j], p));
+                }
             }
         }
         if t == 0 {
@@ -378,26 +478,6 @@ impl Ctx<'_> {
             for (o, &p) in seg.iter_mut().zip(&acc) {
                 *o += p;
             }
-        }
-    }
-
-    /// The dense sum of tile `t` of row `i` and column `j`: every product, zeros included.
-    fn dense_lane(&self, i: usize, t: usize, j: usize) -> f32 {
-        let k0 = t * TILE;
-        let k1 = (k0 + TILE).min(self.k);
-        (k0..k1).fold(0f32, |p, kk| {
-            self.a[i * self.k + kk].mul_add(self.b[kk * self.n + j], p)
-        })
-    }
-}
-
-/// One row's tile sums over columns `c0..c0 + acc.len()` of `b` (`[K, n]` row-major):
-/// `acc[j] = sum over entries of v * b[k, c0 + j]`, in entry order.
-fn portable_tile_sums(ks: &[u32], vs: &[f32], b: &[f32], n: usize, c0: usize, acc: &mut [f32]) {
-    for (&kk, &v) in ks.iter().zip(vs) {
-        let row = &b[kk as usize * n + c0..][..acc.len()];
-        for (s, &y) in acc.iter_mut().zip(row) {
-            *s = v.mul_add(y, *s);
         }
     }
 }
@@ -443,7 +523,7 @@ mod x86 {
     /// K tiles `ts` of `R` rows over a column block, the rows' sums kept in registers across
     /// the tiles: each tile's sums (two zmm accumulators per row, the rows in lockstep over
     /// their common number of entries, then each row's remaining entries) are those of
-    /// [`super::portable_tile_sums`], written for tile 0 and added otherwise, with one fp32
+    /// the portable path's (`Ctx::portable_tile`), written for tile 0 and added otherwise, with one fp32
     /// rounding, as PSUM does; each row's segment is loaded once and stored once. Returns a bit
     /// mask of the rows left alone because one of their tile sums is `-0` (the caller
     /// recomputes those rows' tiles on the portable path, which fixes such lanes).

@@ -5,7 +5,7 @@
 //!
 //! `N` is the instruction's elements per partition, `MIN_II` = 64 cycles. Costs are the NKI
 //! ISA's "Estimated instruction cost" formulas (written for NeuronCore-v2, removed from the 2026
-//! docs, trn2_facts.md 13 \[S10\]), applied at Trn2's clocks (inferred: no v3 table is published).
+//! docs, \[S10\]), applied at Trn2's clocks (inferred: no v3 table is published).
 //!
 //! | instruction | engine cycles | status |
 //! |---|---|---|
@@ -23,12 +23,12 @@
 //! | iota, affine_select (POOL) | `150 + N` | D |
 //! | other GpSimd element-wise | `150 + N` (`150 + 4N` for rsqrt) | I |
 //!
-//! - Trn2 Vector performance modes (trn2_facts.md 6, \[S1\]): tensor_copy / tensor_scalar with
+//! - Trn2 Vector performance modes (\[S1\]): tensor_copy / tensor_scalar with
 //!   bf16/fp16 in and out of SBUF and a contiguous innermost dimension run 4x faster; with a
 //!   strided innermost dimension or one side in PSUM 2x; tensor_tensor with all-bf16/fp16 tiles
 //!   and both inputs in SBUF 2x. Applied as `max(MIN_II, work / factor)` (inferred).
 //! - Every ACT and DVE instruction also pays the ~60-cycle static overhead of initiating an
-//!   SBUF/PSUM access (trn2_facts.md 4.3 \[S2\]; the same `+ 60` as `engine::cost`'s PSUM
+//!   SBUF/PSUM access (\[S2\]; the same `+ 60` as `engine::cost`'s PSUM
 //!   eviction); GpSimd's start-up overhead is its `150`.
 //! - DMA (`dma::cost`'s single-transfer model): its fixed cost (`dma::cost::fixed_cost_s`: the
 //!   calibrated 0.75 us, plus 0.34 us when it reads HBM) on the queue, then the data phase on
@@ -97,7 +97,7 @@ pub fn vector_cycles(op: Opcode, c: &CostInput) -> u64 {
     let two = DVE_TWO_INPUT_CYCLES_PER_ELEMENT as u64;
     let sbuf_only = f & (fl::PSUM_INPUT | fl::PSUM_OUTPUT) == 0;
     let all16 = f & fl::ALL_16BIT != 0;
-    // Performance modes (trn2_facts.md 6): 4x, 2x, or none.
+    // Performance modes (\[S1\]): 4x, 2x, or none.
     let copy_mode = if all16 && sbuf_only && f & fl::CONTIGUOUS != 0 {
         DVE_PERF_MODE_FAST as u64
     } else if all16 {

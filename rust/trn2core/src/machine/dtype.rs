@@ -4,8 +4,8 @@
 //! (floats through `numerics`' encode kernels: nearest-even, or seeded stochastic rounding;
 //! integers to nearest even and saturated, NaN to 0).
 //!
-//! Sources (trn2_facts.md): Vector/Scalar engines compute in FP32 with free casts in and out
-//! (14.3, \[S1\]\[S2\]); fp32 -> integer casts round to nearest even and saturate (14.3, \[S30\]);
+//! Sources: Vector/Scalar engines compute in FP32 with free casts in and out
+//! (\[S1\]\[S2\]); fp32 -> integer casts round to nearest even and saturate (\[S30\]);
 //! the NKI dtypes (14.1, \[S11\]). `fp8_e4m3fn` is not a Trainium2 type (NCC_EVRF051, 14.1) and is
 //! refused, as the tensor engine refuses it.
 
@@ -248,7 +248,7 @@ pub enum OutputRounding {
     Stochastic(u64),
 }
 
-/// fp32 -> integer: round to nearest even, saturate, NaN -> 0 (trn2_facts.md 14.3).
+/// fp32 -> integer: round to nearest even, saturate, NaN -> 0 (\[S30\]).
 #[inline(always)]
 pub(crate) fn f32_to_int_bits(dtype: Dtype, v: f32) -> u32 {
     if v.is_nan() {

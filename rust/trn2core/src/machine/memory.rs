@@ -3,8 +3,8 @@
 //! and which bytes have been written (so a read of never-written memory is an error naming the
 //! tensor).
 //!
-//! Sources (trn2_facts.md): SBUF 128 x 224 KiB, of which the compiler allocates 212,984 B per
-//! partition (4.1, \[S1\]\[S24\]); PSUM 128 x 8 banks x 2 KiB (4.2, \[S1\]\[S2\]).
+//! Sources: SBUF 128 x 224 KiB, of which the compiler allocates 212,984 B per
+//! partition (\[S1\]\[S24\]); PSUM 128 x 8 banks x 2 KiB (\[S1\]\[S2\]).
 //!
 //! # Layout and allocation
 //!

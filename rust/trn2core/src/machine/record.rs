@@ -36,7 +36,7 @@ impl Engine {
 pub enum Queue {
     /// A compute engine.
     Engine(Engine),
-    /// DMA queue `0..16` (one queue id on every DMA engine, trn2_facts.md 9.1).
+    /// DMA queue `0..16` (one queue id on every DMA engine, \[S12\]).
     Dma(u8),
 }
 
@@ -183,7 +183,7 @@ pub mod flags {
     pub const DMA_FROM_HBM: u32 = 1 << 12;
     /// A DMA writes HBM.
     pub const DMA_TO_HBM: u32 = 1 << 13;
-    /// GpSimd `tensor_scalar` with `rsqrt` (4x lower throughput, trn2_facts.md 8).
+    /// GpSimd `tensor_scalar` with `rsqrt` (4x lower throughput, \[S11\]).
     pub const RSQRT: u32 = 1 << 14;
 }
 

@@ -3,7 +3,7 @@
 //! A tile is a tensor id, a memory, a dtype, a partition range and a free-dimension access
 //! pattern: up to [`MAX_FREE_DIMS`] `(size, stride)` pairs in elements, outermost first, from a
 //! byte offset. In SBUF and PSUM the partitions are consecutive hardware partitions and every
-//! partition uses the same free pattern (trn2_facts.md 4.3: "all active partitions must follow
+//! partition uses the same free pattern (\[S2\]: "all active partitions must follow
 //! the same F dimension access pattern", \[S2\]); the offset is the byte address within each
 //! partition. In HBM, which has no partitions, the "partition" axis is the tile's first axis
 //! with its own element stride (`partition_step`), and the offset is the byte address within
@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 use super::dtype::Dtype;
 
-/// Free dimensions of a tile (the engines' access patterns are up to 4-D, trn2_facts.md 4.3).
+/// Free dimensions of a tile (the engines' access patterns are up to 4-D, \[S2\]\[S33\]).
 pub const MAX_FREE_DIMS: usize = 4;
 
 /// A tensor of one machine: which machine, the slot in its tensor table, and the slot's

@@ -251,14 +251,18 @@ pub(crate) fn encode_into_level(
             ),
         ));
     }
-    let p = Params::new(enc, mode, saturate, count);
-    let id = kernels::mode_id(mode);
-    let level = level.min(simd_level());
+    let job = Prepared {
+        enc: *enc,
+        params: Params::new(enc, mode, saturate, count),
+        mode: kernels::mode_id(mode),
+        random: *random,
+        level: level.min(simd_level()),
+    };
     let cancel = crate::cancel::current();
     match out {
-        CodesMut::U8(o) => run::<u8>(src, &p, id, random, enc, o, level, &cancel),
-        CodesMut::U16(o) => run::<u16>(src, &p, id, random, enc, o, level, &cancel),
-        CodesMut::U32(o) => run::<u32>(src, &p, id, random, enc, o, level, &cancel),
+        CodesMut::U8(o) => run::<u8>(src, &job, o, &cancel),
+        CodesMut::U16(o) => run::<u16>(src, &job, o, &cancel),
+        CodesMut::U32(o) => run::<u32>(src, &job, o, &cancel),
     }
     // A cancelled run skipped its remaining chunks.
     cancel.check()
@@ -275,15 +279,10 @@ fn check_count(count: u32) -> Result<()> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run<O: Code + Store>(
     src: &Source,
-    p: &Params,
-    mode: u8,
-    random: &Random,
-    enc: &Encoding,
+    job: &Prepared,
     out: &mut [O],
-    level: u8,
     cancel: &crate::cancel::Cancel,
 ) {
     let n = src.len();
@@ -291,15 +290,7 @@ fn run<O: Code + Store>(
         if cancel.is_cancelled() {
             return;
         }
-        let start = ci * CHUNK;
-        match mode {
-            RNE => chunk::<RNE, O>(src, start, oc, p, random, enc, level),
-            AWAY => chunk::<AWAY, O>(src, start, oc, p, random, enc, level),
-            TZ => chunk::<TZ, O>(src, start, oc, p, random, enc, level),
-            TP => chunk::<TP, O>(src, start, oc, p, random, enc, level),
-            TN => chunk::<TN, O>(src, start, oc, p, random, enc, level),
-            _ => chunk::<SR, O>(src, start, oc, p, random, enc, level),
-        }
+        job.chunk(src, ci * CHUNK, 0, oc, &mut EncodeScratch::new());
     };
     if n <= CHUNK {
         out.chunks_mut(CHUNK).enumerate().for_each(task);
@@ -308,16 +299,119 @@ fn run<O: Code + Store>(
     }
 }
 
-/// Processes elements `start..start + out.len()`.
+/// One rounding, prepared: what every chunk of it needs.
+#[derive(Debug, Clone, Copy)]
+struct Prepared<'r> {
+    enc: Encoding,
+    params: Params,
+    /// The const-generic id of the mode (`kernels::mode_id`).
+    mode: u8,
+    random: Random<'r>,
+    /// The SIMD level (at most this CPU's).
+    level: u8,
+}
+
+impl Prepared<'_> {
+    /// [`chunk`] for this rounding's mode.
+    #[inline]
+    fn chunk<O: Code + Store>(
+        &self,
+        src: &Source,
+        start: usize,
+        key0: u64,
+        out: &mut [O],
+        s: &mut EncodeScratch,
+    ) {
+        match self.mode {
+            RNE => chunk::<RNE, O>(src, start, key0, out, self, s),
+            AWAY => chunk::<AWAY, O>(src, start, key0, out, self, s),
+            TZ => chunk::<TZ, O>(src, start, key0, out, self, s),
+            TP => chunk::<TP, O>(src, start, key0, out, self, s),
+            TN => chunk::<TN, O>(src, start, key0, out, self, s),
+            _ => chunk::<SR, O>(src, start, key0, out, self, s),
+        }
+    }
+}
+
+/// The buffers of one sub-block of a rounding: narrow inputs widened to float32, random words.
+/// A caller rounding many short runs keeps one ([`RunEncoder::encode`]) rather than clearing
+/// 8 KiB of stack for each run.
+#[derive(Debug, Clone)]
+pub struct EncodeScratch {
+    x: [f32; SUB],
+    r: [u32; SUB],
+}
+
+impl EncodeScratch {
+    /// Zeroed buffers.
+    pub fn new() -> EncodeScratch {
+        EncodeScratch {
+            x: [0.0; SUB],
+            r: [0; SUB],
+        }
+    }
+}
+
+impl Default for EncodeScratch {
+    fn default() -> EncodeScratch {
+        EncodeScratch::new()
+    }
+}
+
+/// A rounding prepared once and applied to many short runs of elements on the calling thread:
+/// the GEMM rounds its operands while it packs them, a run of a row at a time. Same kernels and
+/// same seeded random words as [`encode_into`], so the codes of every run are those one
+/// `encode_into` of the whole array gives its elements.
+#[derive(Debug, Clone, Copy)]
+pub struct RunEncoder(Prepared<'static>);
+
+impl RunEncoder {
+    /// Rounding into `format` (standard bias, no saturation) with `mode`; stochastic rounding
+    /// takes the 32-bit words of the generator keyed by `seed` (ignored by the other modes).
+    pub fn new(format: Format, mode: Rounding, seed: u64) -> RunEncoder {
+        let enc = format.encoding();
+        let random = if mode == Rounding::Stochastic {
+            Random::Seed(seed, 32)
+        } else {
+            Random::None
+        };
+        RunEncoder(Prepared {
+            enc,
+            params: Params::new(&enc, mode, false, 32),
+            mode: kernels::mode_id(mode),
+            random,
+            level: simd_level(),
+        })
+    }
+
+    /// The target format.
+    pub fn format(&self) -> Format {
+        self.0.enc.format
+    }
+
+    /// Rounds `src` into `out` (codes of the format's width; `out.len()` elements are
+    /// rounded, at most `src.len()`): element `s` of `src` is element `key0 + s` of the whole
+    /// array, which keys its random word. `scratch`: the caller's buffers, reused across runs.
+    pub fn encode(&self, src: &Source, key0: u64, out: CodesMut, scratch: &mut EncodeScratch) {
+        match out {
+            CodesMut::U8(o) => self.0.chunk(src, 0, key0, o, scratch),
+            CodesMut::U16(o) => self.0.chunk(src, 0, key0, o, scratch),
+            CodesMut::U32(o) => self.0.chunk(src, 0, key0, o, scratch),
+        }
+    }
+}
+
+/// Processes elements `start..start + out.len()` of `src`; element `s` takes the random word
+/// of flat index `key0 + s` (seeded) or `bits[s]` (explicit words).
 fn chunk<const MODE: u8, O: Code + Store>(
     src: &Source,
     start: usize,
+    key0: u64,
     out: &mut [O],
-    p: &Params,
-    random: &Random,
-    enc: &Encoding,
-    level: u8,
+    job: &Prepared,
+    scratch: &mut EncodeScratch,
 ) {
+    let (p, random, enc, level) = (&job.params, &job.random, &job.enc, job.level);
     let identity = enc.format == Format::Fp32;
     // Seeded words keep their top `count` bits in place (the low ones masked off), which is
     // `(word >> (32 - count)) << (32 - count)`: the kernels then use them as 32-bit words.
@@ -336,8 +430,7 @@ fn chunk<const MODE: u8, O: Code + Store>(
         && seeded.is_some()
         && !identity
         && !matches!(src, Source::F64(_));
-    let mut xbuf = [0f32; SUB];
-    let mut rbuf = [0u32; SUB];
+    let EncodeScratch { x: xbuf, r: rbuf } = scratch;
     let lut = match src {
         Source::Fp8(_, f) => Some(fp8_lut(&f.encoding())),
         _ => None,
@@ -345,14 +438,16 @@ fn chunk<const MODE: u8, O: Code + Store>(
     for (bi, ob) in out.chunks_mut(SUB).enumerate() {
         let s = start + bi * SUB;
         let len = ob.len();
-        // Word pairs start at even indices; `start` and `SUB` are even, so this always holds.
-        let fused = fused && s.is_multiple_of(2);
+        // Word pairs start at even indices: always so in a whole array (`start` and `SUB` are
+        // even), not in every run of a row.
+        let key = key0.wrapping_add(s as u64);
+        let fused = fused && key.is_multiple_of(2);
         let r: &[u32] = if MODE == SR && !fused {
             match random {
                 Random::Bits(bits, _) => &bits[s..s + len],
                 Random::Seed(..) => {
                     let (g, mask) = seeded.as_ref().expect("set for Random::Seed");
-                    fill_words(g, s as u64, &mut rbuf[..len], *mask, level);
+                    fill_words(g, key, &mut rbuf[..len], *mask, level);
                     &rbuf[..len]
                 }
                 Random::None => &rbuf[..len],
@@ -406,7 +501,7 @@ fn chunk<const MODE: u8, O: Code + Store>(
                 let (g, mask) = seeded.as_ref().expect("fused implies a seed");
                 // SAFETY: `fused` implies level SIMD_AVX512, which never exceeds the detected
                 // level, so the CPU has the features.
-                unsafe { avx512::sr_f32_seeded::<O>(x, g, s as u64, *mask, ob, p) }
+                unsafe { avx512::sr_f32_seeded::<O>(x, g, key, *mask, ob, p) }
             }
         } else {
             f32_block::<MODE, O>(x, r, ob, p, level);

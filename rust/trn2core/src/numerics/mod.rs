@@ -24,7 +24,7 @@ mod simd_tests;
 pub use decode::{decode, decode_into, fp8_lut, CodesRef};
 pub use encode::{
     encode, encode_into, random_words_into, random_words_len, stochastic_words, Code, Codes,
-    CodesMut, Random, Source, MAX_RANDOM_WORDS,
+    CodesMut, EncodeScratch, Random, RunEncoder, Source, MAX_RANDOM_WORDS,
 };
 pub use format::{Encoding, Format, FormatInfo};
 pub use rng::{mix64, StochasticBits};
@@ -116,6 +116,60 @@ mod tests {
             encode_scalar(f64::INFINITY, &fnz, Rounding::NearestEven, true, None).expect("ok"),
             0x7E
         );
+    }
+
+    #[test]
+    fn a_run_encoder_gives_each_run_the_codes_of_the_whole_array() {
+        // Runs at odd and even offsets (word pairs split), of every length up to a sub-block.
+        let x: Vec<f32> = (0..3000u64)
+            .map(|i| f32::from_bits(mix64(i) as u32 & 0xBFFF_FFFF))
+            .collect();
+        for format in [
+            Format::Bf16,
+            Format::Fp8E4m3,
+            Format::Fp16,
+            Format::Tf32,
+            Format::Fp32,
+        ] {
+            for mode in Rounding::ALL {
+                let enc = format.encoding();
+                let random = match mode {
+                    Rounding::Stochastic => Random::Seed(42, 32),
+                    _ => Random::None,
+                };
+                let whole = encode(&Source::F32(&x), &enc, mode, false, &random).expect("ok");
+                let runs = RunEncoder::new(format, mode, 42);
+                assert_eq!(runs.format(), format);
+                let mut at = 0;
+                let mut scratch = EncodeScratch::new();
+                for len in [1, 2, 3, 127, 128, 300, 1024, 1025] {
+                    let src = Source::F32(&x[at..at + len]);
+                    let (mut c8, mut c16, mut c32) =
+                        (vec![0u8; len], vec![0u16; len], vec![0u32; len]);
+                    let got: Vec<u32> = match format.code_bits() {
+                        8 => {
+                            runs.encode(&src, at as u64, CodesMut::U8(&mut c8), &mut scratch);
+                            c8.iter().map(|&c| c as u32).collect()
+                        }
+                        16 => {
+                            runs.encode(&src, at as u64, CodesMut::U16(&mut c16), &mut scratch);
+                            c16.iter().map(|&c| c as u32).collect()
+                        }
+                        _ => {
+                            runs.encode(&src, at as u64, CodesMut::U32(&mut c32), &mut scratch);
+                            c32
+                        }
+                    };
+                    let want: Vec<u32> = match &whole {
+                        Codes::U8(v) => v[at..at + len].iter().map(|&c| c as u32).collect(),
+                        Codes::U16(v) => v[at..at + len].iter().map(|&c| c as u32).collect(),
+                        Codes::U32(v) => v[at..at + len].to_vec(),
+                    };
+                    assert_eq!(got, want, "{format:?} {mode:?} run {at}..+{len}");
+                    at += len;
+                }
+            }
+        }
     }
 
     #[test]

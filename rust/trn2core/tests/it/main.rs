@@ -6,6 +6,7 @@ mod dma;
 mod engine;
 mod estimate_scale;
 mod fuzz;
+mod gemm_call;
 mod machine;
 mod numerics_exhaustive;
 mod sparse_gemm;

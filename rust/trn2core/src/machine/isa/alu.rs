@@ -230,7 +230,7 @@ pub fn apply_bits(op: AluOp, a: u32, b: u32) -> u32 {
     }
 }
 
-/// Whether the GpSimd engine computes `op` natively on int32/uint32 values (trn2_facts.md 8:
+/// Whether the GpSimd engine computes `op` natively on int32/uint32 values (\[S2\]:
 /// native integer SIMD; the ISA docs: int32 `tensor_tensor` "uses native integer arithmetic").
 pub const fn int_native(op: AluOp) -> bool {
     matches!(

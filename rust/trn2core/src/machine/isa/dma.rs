@@ -1,7 +1,7 @@
 //! `dma_copy`: moves a tile between HBM and SBUF (either way, or within one) on one of the
 //! core's 16 DMA queues. Elements are copied in the logical order of both tiles (their counts
-//! must match); equal dtypes copy bits, different ones convert through float32 (trn2_facts.md
-//! 14.3, "DMA casts via FP32", \[S9\]). PSUM is not a DMA endpoint (NKI 0.3: "dma_copy cannot
+//! must match); equal dtypes copy bits, different ones convert through float32
+//! ("DMA casts via FP32", \[S9\]). PSUM is not a DMA endpoint (NKI 0.3: "dma_copy cannot
 //! read PSUM"; the docs list HBM and SBUF).
 
 use crate::memory::Space;

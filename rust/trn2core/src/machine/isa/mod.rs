@@ -13,7 +13,7 @@
 //! [`scalar`] (activation, activation_reduce), [`gpsimd`] (iota, affine_select), [`pe`]
 //! (nc_matmul, nc_transpose), [`dma`] (dma_copy).
 //!
-//! # Engine rules (errors naming the rule and the operand; sources in trn2_facts.md)
+//! # Engine rules (errors naming the rule and the operand; sources: the NKI ISA and architecture guides, \[S2\]\[S9\])
 //!
 //! | rule | what | source |
 //! |---|---|---|
@@ -122,7 +122,7 @@ pub(crate) fn check_engine(op: Opcode, engine: Engine, allowed: &[Engine]) -> Re
     ))
 }
 
-/// Whether `count` partitions may start at `start` (trn2_facts.md 4.3: more than 64 start at
+/// Whether `count` partitions may start at `start` (\[S2\]: more than 64 start at
 /// 0, 33..=64 at 0 or 64, up to 32 at 0, 32, 64 or 96).
 pub fn partition_start_ok(start: u32, count: u32) -> bool {
     let q = SBUF_QUADRANT_PARTITIONS as u32;

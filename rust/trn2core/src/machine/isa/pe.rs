@@ -5,7 +5,7 @@
 //!
 //! PSUM accumulation groups: one bit per PSUM fp32 slot says "written by a matmul since any
 //! other write". `accumulate=True` needs every slot of `dst` set (accumulating onto memory a
-//! non-matmul instruction wrote is undefined on v2/v3, trn2_facts.md 5.1); `accumulate=None`
+//! non-matmul instruction wrote is undefined on v2/v3, \[S2\]\[S9\]); `accumulate=None`
 //! accumulates exactly when they all are (the compiler's "first write overwrites").
 
 use crate::engine::{self, Operand, PeTile, PerfMode};
