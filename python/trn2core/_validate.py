@@ -39,6 +39,7 @@ __all__ = [
     "bytes_like",
     "path",
     "check_alloc",
+    "contiguous",
     "Exclusive",
 ]
 
@@ -179,8 +180,12 @@ def bytes_like(value: object, arg: str) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, (bytearray, memoryview)):
+        check_alloc(value.nbytes if isinstance(value, memoryview) else len(value), arg,
+                    f"a copy of the {type(value).__name__}")  # fmt: skip
         return bytes(value)
     if isinstance(value, np.ndarray) and value.dtype == np.uint8:
+        # A broadcast view may stand for far more bytes than back it.
+        check_alloc(value.nbytes, arg, f"a copy of the {value.shape} uint8 array")
         return value.tobytes()
     raise Trn2ValueError(
         f"{arg}: expected bytes (or bytearray, memoryview, a uint8 array), got "
@@ -188,12 +193,23 @@ def bytes_like(value: object, arg: str) -> bytes:
     )
 
 
-def path(value: object, arg: str = "path") -> str | os.PathLike[str]:
-    """A file path (``str`` or ``os.PathLike``); an ``int`` would be taken by ``open`` as a file
-    descriptor, and closed."""
+def path(value: object, arg: str = "path") -> str:
+    """A file path (``str`` or an ``os.PathLike`` of one) as a ``str``; an ``int`` would be
+    taken by ``open`` as a file descriptor (and closed), and a NUL byte is not allowed in a path
+    by the operating system (``open`` raises a bare ``ValueError``)."""
+    text = None
     if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
-        return value
-    raise Trn2ValueError(f"{arg}: expected a file path (str or os.PathLike), got {_show(value)}")
+        try:
+            text = os.fspath(value)
+        except TypeError:  # a PathLike whose __fspath__ returns neither str nor bytes
+            text = None
+    if not isinstance(text, str):
+        raise Trn2ValueError(
+            f"{arg}: expected a file path (str or os.PathLike), got {_show(value)}"
+        )
+    if "\0" in text:
+        raise Trn2ValueError(f"{arg}: a file path cannot contain a NUL byte, got {_show(text)}")
+    return text
 
 
 def check_alloc(nbytes: int, arg: str, what: str) -> None:
@@ -201,6 +217,28 @@ def check_alloc(nbytes: int, arg: str, what: str) -> None:
     if nbytes >= 2**127:
         raise CapacityError(f"{arg}: {what} needs {nbytes} bytes, more than any host holds")
     _core.check_alloc(arg, what, int(nbytes))
+
+
+def contiguous(
+    a: np.ndarray, arg: str, *, dtype: object = None, extra: int = 0, what: str = ""
+) -> np.ndarray:
+    """``a`` as a C-contiguous array in native byte order (converted to ``dtype`` if given), with
+    its shape. Copied only when it must be, and then only after the host check of the copy plus
+    ``extra`` bytes the caller allocates next (``CapacityError`` naming ``arg``; nothing is
+    allocated): a broadcast view of 2**33 elements has no memory behind it, its copy would."""
+    dt = np.dtype(dtype) if dtype is not None else a.dtype
+    dt = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+    if a.dtype == dt and a.flags.c_contiguous:
+        if extra:
+            check_alloc(extra, arg, what or f"the result for {arg}")
+        return a
+    copy = int(a.size) * dt.itemsize
+    check_alloc(
+        copy + extra,
+        arg,
+        what or f"a contiguous {dt} copy of {arg} (shape {a.shape}, {human_bytes(copy)})",
+    )
+    return np.array(a, dtype=dt, order="C", copy=True)
 
 
 class Exclusive:

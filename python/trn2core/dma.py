@@ -52,8 +52,7 @@ class Compressed:
         self.codec: str = info.codec
         self.nbytes: int = int(info.nbytes)
         self.raw_nbytes: int = int(info.raw_nbytes)
-        self.dtype = _dtype_of(info)
-        self.shape: tuple[int, ...] = tuple(int(d) for d in info.shape)
+        self.dtype, self.shape = _layout_of(info)
 
     @property
     def ratio(self) -> float:
@@ -118,9 +117,11 @@ def decompress(blob, *, out: np.ndarray | None = None) -> np.ndarray:
     system's cost of handing out fresh pages, which on small VMs is a good part of the time."""
     stream = _stream_array(blob, "blob")
     # The header is not checksummed yet: nothing in it is trusted beyond its sizes (which the
-    # core bounds by the stream's length) until the payload has been decoded and verified.
+    # core bounds by the stream's length, and checks against the checksum first when they claim
+    # far more than the stream holds) until the payload has been decoded and verified. A dtype
+    # or shape numpy cannot make is a damaged (or forged) stream either way.
     info = _core.dma_describe(stream)
-    shape = tuple(int(d) for d in info.shape)
+    dtype, shape = _layout_of(info)
     if out is not None:
         if not isinstance(out, np.ndarray):
             raise ShapeError(f"out: expected a numpy array, got {type(out).__name__}")
@@ -132,26 +133,51 @@ def decompress(blob, *, out: np.ndarray | None = None) -> np.ndarray:
             )
         if not (out.flags.c_contiguous and out.flags.writeable):
             raise ShapeError("out: expected a writable C-contiguous array")
-        _core.dma_decompress_into(stream, out.reshape(-1).view(np.uint8))
+        raw = out.reshape(-1).view(np.uint8)
+        _core.dma_decompress_into(stream, raw)
+        _check_bools(dtype, raw)
         return out
-    _validate.check_alloc(int(info.raw_nbytes), "blob", "the decompressed array")
-    raw = np.empty(int(info.raw_nbytes), dtype=np.uint8)
-    _core.dma_decompress_into(stream, raw)
-    return raw.view(_dtype_of(info)).reshape(shape)
+    raw = _core.dma_decompress(stream)
+    _check_bools(dtype, raw)
+    return raw.view(dtype).reshape(shape)
 
 
-def _dtype_of(info) -> np.dtype:
-    """The dtype a verified stream names; ``CorruptDataError`` if it is not one numpy knows
-    with the stream's element size (only a forged stream with a valid checksum gets here)."""
+def _check_bools(dtype: np.dtype, raw: np.ndarray) -> None:
+    """A bool array holds only the bytes 0 and 1 (``compress`` never writes another): any other
+    byte is a forged stream, which numpy would misread silently."""
+    if dtype.kind == "b" and raw.size and int(raw.max()) > 1:
+        raise CorruptDataError("stream: a bool array holds a byte other than 0 and 1")
+
+
+def _layout_of(info) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape a stream names, as ``compress`` could have written them: a numeric
+    numpy or ml_dtypes dtype of the stream's element size (no strings, dates, records,
+    sub-arrays or objects) and a shape numpy can make; else ``CorruptDataError`` (a damaged
+    header, or a forged one with a matching checksum)."""
     try:
         dt = np.dtype(info.dtype)
     except Exception:  # numpy parses dtype strings with several parsers, each its own error
         dt = None
-    if dt is None or dt.itemsize != info.elem_size or dt.hasobject:
+    ml = dt is not None and dt.kind == "V" and dt.fields is None and dt.type is not np.void
+    if (
+        dt is None
+        or not (dt.kind in "biufc" or ml)
+        or dt.subdtype is not None
+        or dt.itemsize != info.elem_size
+    ):
         raise CorruptDataError(
-            f"stream: dtype {info.dtype!r} is not a numpy dtype of {info.elem_size} bytes"
+            f"stream: dtype {info.dtype!r} is not a numeric numpy dtype of {info.elem_size} bytes"
         )
-    return dt
+    shape = tuple(int(d) for d in info.shape)
+    if len(shape) > 64:  # numpy's limit (the core's too)
+        raise CorruptDataError(f"stream: {len(shape)} dimensions; numpy arrays have at most 64")
+    try:
+        _validate.shape(shape, "shape", itemsize=dt.itemsize)
+    except ShapeError:
+        raise CorruptDataError(
+            f"stream: shape {shape} is larger than a numpy array can be"
+        ) from None
+    return dt, shape
 
 
 @dataclasses.dataclass(frozen=True, repr=False, kw_only=True)

@@ -57,18 +57,22 @@ _FP8_BY_DTYPE = {FORMAT_DTYPES[n]: n for n in ("fp8_e4m3", "fp8_e5m2", "fp8_e3m4
 _BF16 = FORMAT_DTYPES["bf16"]
 
 
-def source_view(x: object, arg: str = "x") -> tuple[np.ndarray, str, tuple[int, ...]]:
+def source_view(
+    x: object, arg: str = "x", *, out_itemsize: int = 0
+) -> tuple[np.ndarray, str, tuple[int, ...]]:
     """Turns any real-valued array into ``(flat C-contiguous native array, source, shape)``.
 
     ``source`` tells the core how to read the buffer: ``"f64"``, ``"f32"``, ``"f16"``, ``"bf16"``
     or an fp8 format name (the last three as unsigned-integer views). Contiguous native arrays are
-    not copied; strided or byte-swapped ones are copied once. The caller's array is never written.
+    not copied; strided, broadcast or byte-swapped ones (and integers, read as float64) are copied
+    once, after the host check of the copy plus the caller's result (``out_itemsize`` bytes per
+    element). The caller's array is never written.
     """
     a = _validate.array(x, arg)
     dt = a.dtype
     if dt.kind in "iu":
         # Integers are exact in float64 up to 2**53; beyond that they are rounded to float64 first.
-        a, dt = a.astype(np.float64), np.dtype(np.float64)
+        dt = np.dtype(np.float64)
     elif dt == _BF16 or dt in _FP8_BY_DTYPE:
         pass
     elif dt.kind != "f" or dt.itemsize > 8:
@@ -76,13 +80,9 @@ def source_view(x: object, arg: str = "x") -> tuple[np.ndarray, str, tuple[int, 
             f"{arg}: dtype {dt} is not a supported real number type; expected float64, float32, "
             "float16, an integer type, or an ml_dtypes bfloat16/float8 dtype"
         )
-    if not dt.isnative:
-        a = a.astype(dt.newbyteorder("="))
-        dt = a.dtype
-    flat = np.ravel(a, order="C")
-    if not flat.flags.c_contiguous:  # pragma: no cover - ravel always returns contiguous
-        flat = np.ascontiguousarray(flat)
     shape = a.shape
+    flat = _validate.contiguous(a, arg, dtype=dt, extra=int(a.size) * out_itemsize).reshape(-1)
+    dt = flat.dtype
     if dt == np.float64:
         return flat, "f64", shape
     if dt == np.float32:

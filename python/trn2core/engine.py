@@ -19,7 +19,6 @@ from .errors import (
     FormatError,
     ShapeError,
     SparsityError,
-    Trn2Error,
     Trn2ValueError,
 )
 from .machine import (
@@ -284,25 +283,36 @@ class NeuronCore:
                 f"formats: expected a pair (stationary format, moving format), got {formats!r}"
             )
         sf = _format_of(s, "stationary", formats[0])
-        if _validate.boolean(is_transpose, "is_transpose"):
-            return self._transpose(s, m, sf, bank, perf_mode, tile_position, tile_size)
+        is_transpose = _validate.boolean(is_transpose, "is_transpose")
         mf = _format_of(m, "moving", formats[1])
         pos = _validate.pair(tile_position, "tile_position")
         size = _validate.pair(tile_size, "tile_size")
         perf_mode = _perf_mode(perf_mode)
         accumulate = _validate.boolean(accumulate, "accumulate")
+        if is_transpose:
+            # Every argument is checked above, then refused here if transpose mode has no use
+            # for it (junk was silently ignored before).
+            unused = {"perf_mode": perf_mode != "none", "tile_position": pos is not None,
+                      "tile_size": size is not None, "accumulate": accumulate}  # fmt: skip
+            given = {"perf_mode": perf_mode, "tile_position": pos, "tile_size": size,
+                     "accumulate": accumulate}  # fmt: skip
+            for arg, bad in unused.items():
+                if bad:
+                    raise Trn2ValueError(
+                        f"{arg}: transpose mode passes the whole stationary tile through the PE "
+                        f"array into a fresh bank region and takes no {arg}; got {given[arg]!r}"
+                    )
+            return self._transpose(s, m, sf, bank)
         out = self._core.matmul(
             _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
             _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
 
-    def _transpose(self, s, m, sf, bank, perf_mode, tile_position, tile_size) -> np.ndarray:
+    def _transpose(self, s, m, sf, bank) -> np.ndarray:
         # Transpose mode: `moving` must be the identity of size K (the kernel idiom); the PE
         # passes the stationary tile through bit for bit. The result keeps the input's dtype
         # (the hardware writes 16-bit PSUM elements for 16-bit inputs, fp8 in the low byte).
-        if perf_mode != "none" or tile_position is not None or tile_size is not None:
-            raise Trn2Error("is_transpose: transpose mode uses the whole PE array, no perf_mode")
         if s.ndim != 2:
             raise ShapeError(f"stationary: transpose mode takes a [K, M] tile, got {s.shape}")
         k, mm = s.shape

@@ -161,7 +161,8 @@ class Allocation:
 
 
 def _index(v, arg: str) -> int:
-    return _validate.integer(v, arg, lo=0)
+    # The core takes indices and dimensions as u64 (it checks the real limits).
+    return _validate.integer(v, arg, lo=0, hi=_validate.U64_MAX)
 
 
 def _dtype(dtype) -> np.dtype:
@@ -234,7 +235,8 @@ class CoreMemory:
             info = self._native.alloc("size", space, None, 1, nbytes)
             return Allocation(self, info, None, None)
         if isinstance(size, (tuple, list)):
-            shape = tuple(_index(d, "size") for d in size)
+            # No upper bound here: a dimension beyond 2**64 is a ShapeError below.
+            shape = tuple(_validate.integer(d, "size", lo=0) for d in size)
             if dtype is None:
                 raise Trn2ValueError("dtype: a shape needs a dtype (e.g. np.float32 or 'bf16')")
             dt = _dtype(dtype)

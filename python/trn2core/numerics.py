@@ -110,7 +110,13 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
         raise Trn2ValueError("random_bits: give either random_bits or seed, not both")
     if random_bit_count is None:
         raise Trn2ValueError("random_bit_count: required with random_bits (1..=32)")
-    rb = np.asarray(random_bits)
+    try:
+        rb = np.asarray(random_bits)
+    except (ValueError, TypeError) as e:
+        raise ShapeError(
+            f"random_bits: cannot be read as an array of random words ({e}): "
+            f"{_validate._show(random_bits)}"
+        ) from None
     if rb.dtype.kind not in "iu":
         raise Trn2ValueError(f"random_bits: expected unsigned integers, got dtype {rb.dtype}")
     if rb.size:
@@ -128,7 +134,8 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
         raise ShapeError(
             f"random_bits: shape {rb.shape} does not broadcast to the input's shape {shape}"
         ) from None
-    return np.ascontiguousarray(rb, dtype=np.uint32).reshape(-1), random_bit_count, None
+    words = _validate.contiguous(rb, "random_bits", dtype=np.uint32).reshape(-1)
+    return words, random_bit_count, None
 
 
 def encode(
@@ -150,7 +157,7 @@ def encode(
     fmt = _check_format(fmt)
     bias = _check_bias(exponent_bias)
     saturate = _validate.boolean(saturate, "saturate")
-    flat, source, shape = source_view(x)
+    flat, source, shape = source_view(x, out_itemsize=CODE_DTYPES[fmt].itemsize)
     bits, count, seed = _random_args(rounding, seed, random_bits, random_bit_count, shape)
     codes = _core.encode(flat, source, fmt, rounding, saturate, bits, count, seed, bias)
     return codes.reshape(shape)
@@ -194,16 +201,16 @@ def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
     bias = _check_bias(exponent_bias)
     c = _validate.array(codes, "codes")
     want = CODE_DTYPES[fmt]
-    if c.dtype == FORMAT_DTYPES[fmt]:
-        c = c.view(want) if c.dtype.isnative else c.astype(c.dtype.newbyteorder("=")).view(want)
-    if c.dtype.kind != "u" or c.dtype.itemsize != want.itemsize:
+    if c.dtype.newbyteorder("=") == FORMAT_DTYPES[fmt]:
+        c = _validate.contiguous(c, "codes", extra=4 * int(c.size)).view(want)
+    elif c.dtype.kind != "u" or c.dtype.itemsize != want.itemsize:
         raise FormatError(
             f"codes: {fmt} codes must be {want} (or {FORMAT_DTYPES[fmt]}), got {c.dtype}"
         )
-    if not c.dtype.isnative:
-        c = c.astype(want)
+    else:
+        c = _validate.contiguous(c, "codes", dtype=want, extra=4 * int(c.size))
     shape = c.shape
-    out = _core.decode(np.ravel(c, order="C"), fmt, bias)
+    out = _core.decode(c.reshape(-1), fmt, bias)
     return out.reshape(shape)
 
 

@@ -10,6 +10,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .errors import Trn2ValueError
+
 __all__ = ["Report", "TimingReport", "save_traces"]
 
 
@@ -62,7 +64,7 @@ class TimingReport:
         json.loads(text)  # fail here, not in the viewer, if it were malformed
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        return os.fspath(path)
+        return path
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -137,7 +139,10 @@ class _Trace:
         with self._lock:
             if self._text is None:
                 if self._retrace is None:
-                    raise ValueError("this report has no timeline to trace")
+                    raise Trn2ValueError(
+                        "trace: this report has no timeline to trace (a core's report of "
+                        "single instructions; estimate_gemm and gemm reports have one)"
+                    )
                 self._text = self._retrace()
             return self._text
 
@@ -169,12 +174,15 @@ def _fmt_seconds(s: float) -> str:
 def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]]) -> str:
     """Writes several reports into one Chrome/Perfetto trace, one process per report (named by
     its label), so they can be compared on one timeline; returns the path."""
+    from ._validate import path as _path
+
+    path = _path(path, "path")
     events: list[dict[str, Any]] = []
     for pid, (label, rep) in enumerate(reports):
         try:
             text = rep.trace_json()
         except ValueError:
-            raise ValueError(f"{label}: this report has no timeline to trace") from None
+            raise Trn2ValueError(f"{label}: this report has no timeline to trace") from None
         for ev in json.loads(text).get("traceEvents", []):
             ev = dict(ev)
             ev["pid"] = pid
@@ -183,4 +191,4 @@ def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]])
             events.append(ev)
     with open(path, "w", encoding="utf-8") as f:
         json.dump({"displayTimeUnit": "ns", "traceEvents": events}, f)
-    return os.fspath(path)
+    return path

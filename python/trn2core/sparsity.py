@@ -52,10 +52,10 @@ def _codes(x: object, arg: str, *, magnitudes: bool) -> tuple[np.ndarray, np.nda
             f"{arg}: dtype {dt} is not a real number type of 1, 2, 4 or 8 bytes "
             "(complex, object, string and structured arrays are refused)"
         )
-    if not dt.isnative:
-        a = a.astype(dt.newbyteorder("="))
-    flat = np.ascontiguousarray(a).reshape(-1)
-    return a, flat.view(_UINT[a.dtype.itemsize])
+    # One copy at most (strided, broadcast or byte-swapped input), after the host check of it
+    # and of the result (the same size again).
+    a = _validate.contiguous(a, arg, extra=int(a.nbytes))
+    return a, a.reshape(-1).view(_UINT[a.dtype.itemsize])
 
 
 def prune(x, pattern: str, *, axis: int = -1) -> np.ndarray:
@@ -183,7 +183,7 @@ class SparseTensor:
         mt = _validate.array(meta, "meta")
         if mt.dtype not in (np.dtype(np.int16), np.dtype(np.int32)):
             raise FormatError(f"meta: expected int16 or int32 words, got dtype {mt.dtype}")
-        mt = np.ascontiguousarray(mt.astype(mt.dtype.newbyteorder("="))).reshape(-1)
+        mt = _validate.contiguous(mt, "meta").reshape(-1)
         rows, cols = v.shape[0], v.shape[1] * 2
         dense = _core.sparsity_from_cutlass(codes, mt, rows, cols)
         pattern = "1:2" if v.dtype.itemsize == 4 else "2:4"

@@ -96,10 +96,14 @@ def entries() -> tuple[SpecEntry, ...]:
 
 
 def describe(name: str) -> SpecEntry:
-    """The entry of constant ``name``: value, unit, source tags and status, one-line doc."""
+    """The entry of constant ``name``: value, unit, source tags and status, one-line doc
+    (``AttributeError`` for an unknown name, like any missing module attribute;
+    ``Trn2ValueError`` for a name that is not a string)."""
+    if not isinstance(name, str):
+        raise Trn2ValueError(f"name: expected the name of a constant, got {_validate._show(name)}")
     try:
         return _BY_NAME[name]
-    except (KeyError, TypeError):
+    except KeyError:
         raise AttributeError(f"trn2core.spec has no constant {name!r}") from None
 
 

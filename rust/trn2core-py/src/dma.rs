@@ -81,6 +81,29 @@ pub fn dma_describe(stream: &Bound<'_, PyAny>) -> PyTrn2Result<PyStreamInfo> {
     Ok((&info).into())
 }
 
+/// Decodes a stream (a flat uint8 array) into a fresh uint8 array of its raw size (allocated
+/// after the host check, and, for a stream that declares far more than its own size, after its
+/// checksum: `dma::describe_for_output`), verifying the checksum as it goes.
+#[pyfunction]
+pub fn dma_decompress<'py>(
+    py: Python<'py>,
+    stream: &Bound<'py, PyAny>,
+) -> PyTrn2Result<Bound<'py, PyArray1<u8>>> {
+    let a = borrow::<u8>(stream, "stream", "uint8 (stream bytes)")?;
+    let s = slice(&a, "stream")?;
+    let info = guard_work(py, s.len() as u64, || dma::describe_for_output(s))?;
+    let n = usize::try_from(info.raw_nbytes).map_err(|_| {
+        Error::capacity(
+            "blob",
+            format!("{} bytes exceed this host's address space", info.raw_nbytes),
+        )
+    })?;
+    let (out, ()) = fill_new_array(py, n, "blob", "the decompressed array", n as u64, |o| {
+        dma::decompress_into(s, o).map(|_| ())
+    })?;
+    Ok(out)
+}
+
 /// Decodes a stream (a flat uint8 array) into `out` (a writable uint8 array of exactly the
 /// stream's raw size), verifying the checksum as it goes.
 #[pyfunction]

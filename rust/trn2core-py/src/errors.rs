@@ -121,7 +121,9 @@ fn convert<T>(py: Python<'_>, r: Caught<T>) -> PyResult<T> {
 
 /// Runs `f`, converting a core error into its Python exception and a panic into
 /// `trn2core.errors.InternalError` (a `Trn2Error`) carrying the panic message. The GIL stays
-/// held: for validation and other short work.
+/// held and `f` runs on the calling thread: for validation and other short work with no
+/// parallel section (those go through [`guard_work`] or [`guard_detached`], which run on the
+/// fork-safe pool of `trn2core::pool`).
 pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
     convert(
         py,
@@ -154,14 +156,18 @@ pub fn guard_detached<T: Send>(
                     let f = slot.lock().ok().and_then(|mut g| g.take());
                     f.map(|f| {
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            worker_token.install(f)
+                            worker_token.install(|| trn2core::pool::install(f))
                         }))
                     })
                 });
             let Ok(handle) = spawned else {
                 // No thread to be had: run the work here, uninterruptibly.
                 let f = slot.lock().ok().and_then(|mut g| g.take());
-                let r = f.map(|f| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+                let r = f.map(|f| {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        trn2core::pool::install(f)
+                    }))
+                });
                 return (r, None);
             };
             let mut signal: Option<PyErr> = None;
@@ -203,9 +209,12 @@ pub fn guard_work<T: Send>(
     }
 }
 
-/// `f` on this thread with the GIL released (no signal checks).
+/// `f` with the GIL released (no signal checks), on this process's thread pool
+/// (`trn2core::pool`: fork-safe).
 fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) -> PyResult<T> {
-    let r = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    let r = py.detach(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| trn2core::pool::install(f)))
+    });
     convert(py, r)
 }
 

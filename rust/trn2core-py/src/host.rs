@@ -6,10 +6,10 @@ use pyo3::prelude::*;
 use crate::errors::guard;
 
 /// How many bytes the host can still give trn2core, and where that figure comes from
-/// (`trn2core::host`); `None` when unknown.
+/// (`trn2core::host`); `None` when unknown; `Trn2ValueError` for a bad `TRN2CORE_HOST_MEMORY`.
 #[pyfunction]
-pub fn host_memory() -> Option<(u64, &'static str)> {
-    trn2core::host::available_memory()
+pub fn host_memory(py: Python<'_>) -> PyResult<Option<(u64, &'static str)>> {
+    guard(py, trn2core::host::available_memory)
 }
 
 /// `CapacityError` on `arg` unless `nbytes` more can be allocated on this host: what the facade

@@ -45,6 +45,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_describe, m)?)?;
+    m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_decompress_into, m)?)?;
     m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
     m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;

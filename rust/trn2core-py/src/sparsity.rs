@@ -132,11 +132,19 @@ pub fn sparsity_from_cutlass(
     rows: usize,
     cols: usize,
 ) -> PyTrn2Result<Py<PyAny>> {
+    // The core takes owned words: the copy is checked against the host first.
+    let copy = |bytes: usize| {
+        trn2core::host::check_alloc("meta", "a copy of the meta words", bytes as u128)
+    };
     let words = if let Ok(m) = borrow::<i16>(meta, "meta", "int16") {
-        CutlassMeta::I16(slice(&m, "meta")?.to_vec())
+        let w = slice(&m, "meta")?;
+        copy(2 * w.len())?;
+        CutlassMeta::I16(w.to_vec())
     } else {
         let m = borrow::<i32>(meta, "meta", "int16 or int32 words")?;
-        CutlassMeta::I32(slice(&m, "meta")?.to_vec())
+        let w = slice(&m, "meta")?;
+        copy(4 * w.len())?;
+        CutlassMeta::I32(w.to_vec())
     };
     with_codes!(values, "values", |s: T| {
         let dense = guard_work(py, 2 * s.len() as u64, || {

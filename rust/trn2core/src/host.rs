@@ -10,9 +10,13 @@
 //! The limit ([`available_memory`]) is, on Linux, `MemAvailable` from `/proc/meminfo`, lowered to
 //! what the process's memory cgroup still allows (v2 `memory.max - memory.current`, v1
 //! `memory.limit_in_bytes - memory.usage_in_bytes`, each plus the cgroup's reclaimable inactive
-//! file cache). The environment variable `TRN2CORE_HOST_MEMORY` (bytes) replaces it, for tests
-//! and for users who want a tighter cap. Elsewhere there is no limit beyond the allocator's own
-//! failure. The check is per allocation: two concurrent requests that each fit may together not.
+//! file cache) and to the room left under the process's address-space limit (`ulimit -v`). The environment variable `TRN2CORE_HOST_MEMORY` replaces it, for tests and for
+//! users who want a tighter cap: a byte count, optionally with a binary unit (`8388608`, `8MiB`,
+//! `8 MiB`, `8M`, `1.5GiB`; K, M, G, T with or without `B`/`iB`, any case, all powers of 1024);
+//! an empty value counts as unset, anything else is refused with a `Trn2ValueError` naming the
+//! variable by every call that checks the host (never silently ignored). Elsewhere there is no
+//! limit beyond the allocator's own failure. The check is per allocation: two concurrent
+//! requests that each fit may together not.
 
 use crate::{Error, Result};
 
@@ -20,17 +24,116 @@ use crate::{Error, Result};
 /// few MiB cannot matter).
 pub const CHECK_FROM_BYTES: u64 = 1 << 22;
 
-/// The environment variable that overrides [`available_memory`] (a byte count).
+/// The environment variable that overrides [`available_memory`] (a byte count, see
+/// [`parse_bytes`]).
 pub const ENV_LIMIT: &str = "TRN2CORE_HOST_MEMORY";
 
-/// Bytes trn2core may still allocate on this host, and where the figure comes from; `None`
-/// when unknown.
-pub fn available_memory() -> Option<(u64, &'static str)> {
-    if let Ok(v) = std::env::var(ENV_LIMIT) {
-        if let Ok(n) = v.trim().parse::<u64>() {
-            return Some((n, ENV_LIMIT));
-        }
+/// A byte count as [`ENV_LIMIT`] takes it: digits (a decimal fraction allowed before a unit),
+/// then optionally a binary unit `K`, `M`, `G` or `T` (1024^1..4), each alone or followed by
+/// `B` or `iB`, or `B` alone; spaces around and before the unit; any case. `None` for anything
+/// else, a fraction of a byte, or a count beyond `u64`.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() || frac.contains('.') || (num.contains('.') && frac.is_empty()) {
+        return None;
     }
+    // Exact: int * 2^shift + frac * 2^shift / 10^len(frac), which must be whole.
+    let whole = int.parse::<u128>().ok()?.checked_shl(shift)?;
+    let mut part = 0u128;
+    if !frac.is_empty() {
+        let den = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
+        let scaled = frac.parse::<u128>().ok()?.checked_mul(1u128 << shift)?;
+        if scaled % den != 0 {
+            return None;
+        }
+        part = scaled / den;
+    }
+    u64::try_from(whole.checked_add(part)?).ok()
+}
+
+/// The limit [`ENV_LIMIT`] sets: `Ok(None)` when it is unset or empty, a `Trn2ValueError` on
+/// the variable when it is not a byte count.
+pub fn env_limit() -> Result<Option<u64>> {
+    match std::env::var(ENV_LIMIT) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => parse_bytes(&v).map(Some).ok_or_else(|| {
+            Error::value(
+                ENV_LIMIT,
+                format!(
+                    "{v:?} is not a byte count; expected e.g. 8589934592, 8GiB or 512 MiB \
+                     (units K, M, G, T: powers of 1024), or unset it"
+                ),
+            )
+        }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(Error::value(
+            ENV_LIMIT,
+            format!("{v:?} is not a byte count (not even text)"),
+        )),
+    }
+}
+
+/// Bytes trn2core may still allocate on this host, and where the figure comes from; `None`
+/// when unknown. A `Trn2ValueError` when [`ENV_LIMIT`] is set to something that is not a byte
+/// count.
+pub fn available_memory() -> Result<Option<(u64, &'static str)>> {
+    Ok(limit_from(env_limit()?))
+}
+
+/// The limit: [`ENV_LIMIT`]'s value if set, else the system's figure; either way lowered to the
+/// room left under the process's address-space limit (`ulimit -v`, `RLIMIT_AS`), a hard cap
+/// beyond which every allocation fails however much memory the host has.
+fn limit_from(env: Option<u64>) -> Option<(u64, &'static str)> {
+    let base = match env {
+        Some(n) => Some((n, ENV_LIMIT)),
+        None => system_available(),
+    };
+    let room = address_space_room().map(|b| (b, "the process's address-space limit (ulimit -v)"));
+    match (base, room) {
+        (Some(b), Some(r)) => Some(if r.0 < b.0 { r } else { b }),
+        (b, r) => b.or(r),
+    }
+}
+
+/// Bytes of address space left under the soft `RLIMIT_AS` (`None` when unlimited or unknown):
+/// the limit from `/proc/self/limits` minus `VmSize` from `/proc/self/status`.
+fn address_space_room() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max address space"))?;
+    let soft: u64 = line
+        .trim_start_matches("Max address space")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?; // "unlimited" does not parse
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(soft.saturating_sub(kib.saturating_mul(1024)))
+}
+
+/// What the system says is available (MemAvailable, lowered to the memory cgroup's room).
+fn system_available() -> Option<(u64, &'static str)> {
     let meminfo = meminfo_available().map(|b| (b, "MemAvailable"));
     let cgroup = cgroup_available().map(|b| (b, "the memory cgroup's limit"));
     match (meminfo, cgroup) {
@@ -43,6 +146,8 @@ pub fn available_memory() -> Option<(u64, &'static str)> {
 /// allocation was for (`what`, e.g. "the 1048576 x 1048576 float32 result"), its size and the
 /// limit.
 pub fn check_alloc(arg: &str, what: &str, bytes: u128) -> Result<()> {
+    // A bad TRN2CORE_HOST_MEMORY is refused by every call, not only the large ones.
+    let env = env_limit()?;
     if bytes > usize::MAX as u128 / 2 {
         return Err(Error::capacity(
             arg,
@@ -55,7 +160,7 @@ pub fn check_alloc(arg: &str, what: &str, bytes: u128) -> Result<()> {
     if bytes < CHECK_FROM_BYTES as u128 {
         return Ok(());
     }
-    match available_memory() {
+    match limit_from(env) {
         Some((avail, source)) if bytes > avail as u128 => Err(Error::capacity(
             arg,
             format!(
@@ -190,11 +295,45 @@ mod tests {
     #[test]
     fn the_host_limit_is_known_on_linux() {
         if cfg!(target_os = "linux") && std::env::var(ENV_LIMIT).is_err() {
-            let (avail, _) = available_memory().expect("/proc/meminfo");
+            let (avail, _) = available_memory()
+                .expect("no TRN2CORE_HOST_MEMORY")
+                .expect("/proc/meminfo");
             assert!(avail > 0);
             // A request of twice the available memory is refused.
             let err = check_alloc("x", "y", 2 * avail as u128).expect_err("over");
             assert!(err.to_string().contains("available"), "{err}");
+        }
+    }
+
+    #[test]
+    fn host_memory_values_parse_with_binary_units() {
+        for (text, want) in [
+            ("8388608", Some(8 << 20)),
+            ("8MiB", Some(8 << 20)),
+            (" 8 MiB ", Some(8 << 20)),
+            ("8m", Some(8 << 20)),
+            ("8MB", Some(8 << 20)),
+            ("1.5GiB", Some(3 << 29)),
+            ("2T", Some(2 << 40)),
+            ("0", Some(0)),
+            ("12 B", Some(12)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            ("16777216T", None),
+            ("1.5", None),
+            ("1.5B", None),
+            ("0.1K", None),
+            ("lots", None),
+            ("8 MiBs", None),
+            ("-8M", None),
+            ("8..5M", None),
+            (".5M", None),
+            ("5.M", None),
+            ("M", None),
+            ("1e9", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_bytes(text), want, "{text:?}");
         }
     }
 

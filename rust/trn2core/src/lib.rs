@@ -27,7 +27,8 @@
 //! - [`machine`]: the whole NeuronCore (issue 14): SBUF/PSUM as byte memories, the four
 //!   engines' instructions, and the engine-parallel timeline.
 //! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
-//!   check every user-sized allocation passes first.
+//!   check every user-sized allocation passes first; [`pool`]: the thread pool calls run on,
+//!   started again in a forked child.
 
 #![warn(missing_docs)]
 
@@ -44,6 +45,7 @@ pub mod machine;
 pub mod memory;
 pub mod numerics;
 pub mod perf;
+pub mod pool;
 pub mod sparsity;
 pub mod spec;
 pub mod topology;

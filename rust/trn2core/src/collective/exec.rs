@@ -85,6 +85,26 @@ pub const LEAF: u32 = 1 << 31;
 /// 1 GiB of identities).
 pub const MAX_SYMBOLIC_CELLS: usize = 1 << 28;
 
+/// Moves (chunk copies) of the symbolic run between two checks of the cancellation token.
+const CHECK_EVERY_MOVES: usize = 1 << 16;
+
+/// Doubles the capacity of the combination nodes through the host check (a reducing step of a
+/// large machine adds one node per moved chunk: up to 2^31 of 8 bytes).
+fn grow_nodes(nodes: &mut Vec<[u32; 2]>) -> Result<()> {
+    let more = nodes.capacity().max(1024);
+    let bytes = (nodes.capacity() + more) as u128 * std::mem::size_of::<[u32; 2]>() as u128;
+    crate::host::check_alloc("buffers", "the functional model's partial sums", bytes)?;
+    nodes.try_reserve_exact(more).map_err(|_| {
+        Error::capacity(
+            "buffers",
+            format!(
+                "the functional model's partial sums: the allocator refused {}",
+                crate::host::human(bytes)
+            ),
+        )
+    })
+}
+
 /// The symbolic state after running a schedule.
 #[derive(Debug, Clone)]
 pub struct Symbolic {
@@ -151,9 +171,9 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
     let cancel = crate::cancel::current();
     let mut state =
         crate::host::zeroed_vec::<u32>("buffers", "the functional model's chunk table", cells)?;
-    state.fill(UNDEF);
     for r in 0..n {
         cancel.check()?;
+        state[r * g..(r + 1) * g].fill(UNDEF);
         for f in 0..g {
             let holds = match s.collective {
                 Collective::AllGather => f / k == r,
@@ -165,12 +185,35 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
         }
     }
     let mut nodes: Vec<[u32; 2]> = Vec::new();
-    let mut moves: Vec<(usize, u32)> = Vec::new();
+    // One step's moves, `(cell, identity)`: every transfer of a step reads the state before the
+    // step (they are concurrent), so they are gathered first. A step of a large machine moves
+    // up to every cell (2^28 of them: 2 GiB of moves), so the vector is sized through the host
+    // check, never grown blindly (an allocation failure would abort the process).
+    let mut moves: Vec<(u32, u32)> = Vec::new();
     for phase in &s.phases {
+        let per_step = phase
+            .transfers
+            .iter()
+            .try_fold(0usize, |acc, t| acc.checked_add(t.sel.fine_chunks(k)))
+            .ok_or_else(|| Error::capacity("buffers", "a step moves more chunks than exist"))?;
+        if per_step > moves.capacity() {
+            let bytes = per_step as u128 * std::mem::size_of::<(u32, u32)>() as u128;
+            crate::host::check_alloc("buffers", "the functional model's moves of one step", bytes)?;
+            moves = Vec::new();
+            moves.try_reserve_exact(per_step).map_err(|_| {
+                Error::capacity(
+                    "buffers",
+                    format!(
+                        "the functional model's moves of one step: the allocator refused {}",
+                        crate::host::human(bytes)
+                    ),
+                )
+            })?;
+        }
         for step in 0..phase.repeat {
             cancel.check()?;
             moves.clear();
-            // Every transfer of a step reads the state before the step (they are concurrent).
+            let mut checked = 0usize;
             for t in &phase.transfers {
                 let (src, dst) = (t.src as usize, t.dst as usize);
                 let mut bad = None;
@@ -179,7 +222,8 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
                     if v == UNDEF && bad.is_none() {
                         bad = Some(f);
                     }
-                    moves.push((dst * g + f, v));
+                    // Cells are below MAX_SYMBOLIC_CELLS (2^28): they fit a u32.
+                    moves.push(((dst * g + f) as u32, v));
                 });
                 if let Some(f) = bad {
                     return Err(Error::value(
@@ -191,8 +235,17 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
                         ),
                     ));
                 }
+                // Ctrl-C within a step too: one step of a large machine is seconds of work.
+                if moves.len() - checked >= CHECK_EVERY_MOVES {
+                    checked = moves.len();
+                    cancel.check()?;
+                }
             }
-            for &(cell, v) in &moves {
+            for (i, &(cell, v)) in moves.iter().enumerate() {
+                if i % CHECK_EVERY_MOVES == CHECK_EVERY_MOVES - 1 {
+                    cancel.check()?;
+                }
+                let cell = cell as usize;
                 if phase.reduce {
                     let have = state[cell];
                     if have == UNDEF {
@@ -208,6 +261,9 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
                         ));
                     }
                     // The arriving partial sum first, then the receiver's own value.
+                    if nodes.len() == nodes.capacity() {
+                        grow_nodes(&mut nodes)?;
+                    }
                     nodes.push([v, have]);
                     state[cell] = (nodes.len() - 1) as u32;
                 } else {
@@ -515,9 +571,8 @@ pub fn execute_reduce(
     let mut max_depth = 1;
     let cancel = crate::cancel::current();
     for f in 0..g {
-        if f % 1024 == 0 {
-            cancel.check()?;
-        }
+        // Every chunk: with 16384 ranks, one chunk's receivers are a millisecond of work.
+        cancel.check()?;
         let (c0, c1) = (boundary(f, g, w), boundary(f + 1, g, w));
         if c0 == c1 {
             continue;

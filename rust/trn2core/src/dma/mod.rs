@@ -409,6 +409,29 @@ pub fn describe(stream: &[u8]) -> Result<StreamInfo> {
     Ok(stream::Layout::parse(stream)?.info)
 }
 
+/// How many times its own length a stream may declare as its array before the checksum is
+/// verified ahead of allocating the output ([`describe_for_output`]).
+pub const TRUSTED_EXPANSION: u64 = 4;
+
+/// A stream's header (as [`describe`]) to allocate the output of [`decompress_into`] from.
+/// All-zero blocks let a stream of `L` bytes declare up to about `8192 L` bytes of array (a
+/// 4-byte table entry per 32 KiB block), so when the header declares more than
+/// [`TRUSTED_EXPANSION`] times the stream's length (and at least
+/// [`crate::host::CHECK_FROM_BYTES`]), the checksum is verified first: a forged or damaged
+/// length is refused as `CorruptDataError` before a large output is allocated, not after it
+/// was filled. (A stream forged with a matching checksum can still declare that much: then
+/// only the host check limits it.)
+pub fn describe_for_output(stream: &[u8]) -> Result<StreamInfo> {
+    let layout = stream::Layout::parse(stream)?;
+    let raw = layout.info.raw_nbytes;
+    if raw >= crate::host::CHECK_FROM_BYTES
+        && raw > (stream.len() as u64).saturating_mul(TRUSTED_EXPANSION)
+    {
+        layout.verify_checksum(stream)?;
+    }
+    Ok(layout.info)
+}
+
 /// Validates a stream without decoding it: header, block table, lengths and checksum. This is
 /// what `Compressed.from_bytes` runs; a stream that passes decodes unless it was forged with a
 /// matching checksum (which [`decompress`] still reports as `CorruptDataError`).

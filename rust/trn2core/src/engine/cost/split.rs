@@ -69,10 +69,11 @@ pub fn combine_seconds(m: u64, n: u64, pk: u64) -> f64 {
     if pk <= 1 {
         return 0.0;
     }
-    let bytes = (m * n * 4) as f64;
+    // In f64: a block's byte count of dimensions near 2^64 must not wrap (it only sizes a time).
+    let bytes = m as f64 * n as f64 * 4.0;
     let dma_rate = engines_bytes_per_s() * dma_efficiency(DMA_FULL_RATE_PARTITION_BYTES as f64);
     let tiles = m.div_ceil(SBUF_PARTITIONS as u64) as f64;
-    let add_cycles = tiles * (MIN_II_CYCLES as u64).max(2 * n) as f64;
+    let add_cycles = tiles * (MIN_II_CYCLES as f64).max(2.0 * n as f64);
     let one = DMA_FIXED_COST_S + bytes / dma_rate + add_cycles / VECTOR_CLOCK_HZ;
     (pk - 1) as f64 * one
 }
@@ -110,9 +111,11 @@ fn best_split(
                 continue;
             }
             let mut sub = plan.clone();
-            sub.m = (mt.div_ceil(pm) * sf).min(plan.m);
-            sub.n = (nt.div_ceil(pn) * mf).min(plan.n);
-            sub.k = (kt.div_ceil(pk) * kpi).min(plan.k);
+            // Saturating: tiles times tile size can pass 2^64 for dimensions near it (a block
+            // is never larger than the whole, so the min gives the right size).
+            sub.m = mt.div_ceil(pm).saturating_mul(sf).min(plan.m);
+            sub.n = nt.div_ceil(pn).saturating_mul(mf).min(plan.n);
+            sub.k = kt.div_ceil(pk).saturating_mul(kpi).min(plan.k);
             sub.trace = false;
             let r = estimate(&sub)?;
             let prologue = detail(&r, "dma_prologue_s");
@@ -166,6 +169,11 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
             format!("cores {cores:?} repeat a core"),
         ));
     }
+    // The whole GEMM on one core, for the instruction count and the speed-up; first, so a shape
+    // whose counters overflow is refused before any split is tried (as on one core).
+    let mut whole = plan.clone();
+    whole.trace = false;
+    let single = estimate(&whole)?;
     let sf = MATMUL_STATIONARY_FREE_MAX as u64;
     let mf = MATMUL_MOVING_FREE_MAX as u64;
     let kpi = plan.k_per_instruction.max(1);
@@ -193,10 +201,6 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     let (total, split, sub, memory, combine, rate) = found
         .ok_or_else(|| Error::value("core", "internal: no split of the GEMM fits the cores"))?;
     let used = split.pm * split.pn * split.pk;
-    // The whole GEMM on one core, for the instruction count and the speed-up.
-    let mut whole = plan.clone();
-    whole.trace = false;
-    let single = estimate(&whole)?;
     let core_s = total - combine;
     let mut rep = Report::new("gemm");
     rep.description = format!(
@@ -267,6 +271,33 @@ mod tests {
 
     fn plan(m: u64, k: u64, n: u64) -> GemmPlan {
         GemmPlan::new(m, k, n, crate::numerics::Format::Bf16, PerfMode::None).expect("valid")
+    }
+
+    #[test]
+    fn shapes_near_2_64_are_refused_or_costed_never_wrapped() {
+        // Tiles times tile size wrapped past 2^64: the chip's split costed blocks of K = 0 or
+        // walked a wrapped plan for ever, where one core refuses the shape at once.
+        let huge = u64::MAX;
+        for (m, k, n) in [
+            (huge, huge, huge),
+            (huge, 128, 512),
+            (128, huge, 512),
+            (1 << 40, 1 << 62, 1 << 40),
+        ] {
+            let p = GemmPlan::new(m, k, n, crate::numerics::Format::Bf16, PerfMode::None);
+            let Ok(p) = p else { continue };
+            let one = estimate_gemm(&p);
+            let chip = estimate_gemm_cores(&p, &[0, 1, 2, 3, 4, 5, 6, 7]);
+            assert_eq!(one.is_ok(), chip.is_ok(), "{m} {k} {n}: {one:?} / {chip:?}");
+            if let Ok(r) = chip {
+                assert!(
+                    r.description.contains(&format!("K={k}")),
+                    "{}",
+                    r.description
+                );
+                assert!(r.seconds > 0.0 && r.seconds.is_finite());
+            }
+        }
     }
 
     #[test]
