@@ -251,12 +251,17 @@ pub enum Buf<'a> {
 }
 
 impl Buf<'_> {
-    fn len(&self) -> usize {
+    /// Elements.
+    pub fn len(&self) -> usize {
         match self {
             Buf::F32(x) => x.len(),
             Buf::U16(x) => x.len(),
             Buf::U8(x) => x.len(),
         }
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -272,14 +277,20 @@ pub enum BufMut<'a> {
 }
 
 impl BufMut<'_> {
-    fn len(&self) -> usize {
+    /// Elements.
+    pub fn len(&self) -> usize {
         match self {
             BufMut::F32(x) => x.len(),
             BufMut::U16(x) => x.len(),
             BufMut::U8(x) => x.len(),
         }
     }
-    fn raw(&mut self) -> (*mut u8, usize) {
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The buffer's first element and its element size in bytes.
+    pub(super) fn raw(&mut self) -> (*mut u8, usize) {
         match self {
             BufMut::F32(x) => (x.as_mut_ptr().cast(), 4),
             BufMut::U16(x) => (x.as_mut_ptr().cast(), 2),
@@ -306,6 +317,31 @@ pub fn check_reduce_format(format: Format) -> Result<()> {
             ),
         )),
     }
+}
+
+/// Checks that every buffer has `w` elements stored as `format`'s codes.
+pub(super) fn check_storage(format: Format, inputs: &[Buf], w: usize) -> Result<()> {
+    let storage_ok = |b: &Buf| match (b, format) {
+        (Buf::F32(_), Format::Fp32) => true,
+        (Buf::U16(_), Format::Bf16 | Format::Fp16) => true,
+        (Buf::U8(_), f) => f.code_bits() == 8,
+        _ => false,
+    };
+    for (r, b) in inputs.iter().enumerate() {
+        if b.len() != w {
+            return Err(Error::shape(
+                "buffers",
+                format!("buffer {r} has {} elements, buffer 0 has {w}", b.len()),
+            ));
+        }
+        if !storage_ok(b) {
+            return Err(Error::format(
+                "buffers",
+                format!("buffer {r} is not stored as {}", format.name()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A postfix program evaluating one expression over a block.
@@ -364,10 +400,10 @@ fn compile(sym: &Symbolic, id: u32) -> (Vec<Op>, usize) {
 }
 
 /// Elements per evaluation block (16 KiB of fp32 per stack level).
-const BLOCK: usize = 4096;
+pub(super) const BLOCK: usize = 4096;
 
 #[derive(Clone, Copy)]
-struct OutPtr(*mut u8);
+pub(super) struct OutPtr(pub(super) *mut u8);
 // SAFETY: the pointers are only written through in disjoint element ranges by different tasks
 // (see `execute_reduce`), and the buffers outlive the parallel section.
 unsafe impl Send for OutPtr {}
@@ -403,7 +439,7 @@ fn read(inp: &Buf, i: usize, lut: &[f32; 256], fmt: Format) -> f32 {
     }
 }
 
-fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format) {
+pub(super) fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format) {
     match inp {
         Buf::F32(x) => dst.copy_from_slice(&x[start..start + dst.len()]),
         _ => {
@@ -415,7 +451,7 @@ fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format)
 }
 
 #[inline(always)]
-fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
+pub(super) fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     match op {
         ReduceOp::Sum => acc.iter_mut().zip(other).for_each(|(a, &b)| *a += b),
         ReduceOp::Max => acc
@@ -429,7 +465,7 @@ fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     }
 }
 
-fn fold(
+pub(super) fn fold(
     acc: &mut [f32],
     inp: &Buf,
     start: usize,
@@ -478,26 +514,7 @@ pub fn execute_reduce(
     }
     let w = inputs[0].len();
     let want = output_lengths(s.collective, n, w);
-    let storage_ok = |b: &Buf| match (b, format) {
-        (Buf::F32(_), Format::Fp32) => true,
-        (Buf::U16(_), Format::Bf16 | Format::Fp16) => true,
-        (Buf::U8(_), f) => f.code_bits() == 8,
-        _ => false,
-    };
-    for (r, b) in inputs.iter().enumerate() {
-        if b.len() != w {
-            return Err(Error::shape(
-                "buffers",
-                format!("buffer {r} has {} elements, buffer 0 has {w}", b.len()),
-            ));
-        }
-        if !storage_ok(b) {
-            return Err(Error::format(
-                "buffers",
-                format!("buffer {r} is not stored as {}", format.name()),
-            ));
-        }
-    }
+    check_storage(format, inputs, w)?;
     for (r, o) in outputs.iter().enumerate() {
         if o.len() != want[r] {
             return Err(Error::shape(
@@ -681,7 +698,7 @@ pub fn execute_reduce(
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` writes and not overlap `src`.
-unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
+pub(super) unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_sfence, _mm_stream_ps};
@@ -710,7 +727,7 @@ unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
 
 /// Refuses a host floating-point environment that flushes subnormals (a library built with
 /// fast-math can set it for a whole thread): the sums would silently differ.
-fn check_fp_env() -> Result<()> {
+pub(super) fn check_fp_env() -> Result<()> {
     let tiny = std::hint::black_box(f32::MIN_POSITIVE);
     let half = std::hint::black_box(0.5f32);
     let sub = std::hint::black_box(f32::from_bits(1));
@@ -845,7 +862,11 @@ const COPY_CHUNK: usize = 4 << 20;
 
 /// `dst.copy_from_slice(src)` in pieces of [`COPY_CHUNK`], checking `cancel` before each: a
 /// send/recv of a 1 GiB buffer stops within a piece's time of Ctrl-C.
-fn copy_checked(dst: &mut [u8], src: &[u8], cancel: &crate::cancel::Cancel) -> Result<()> {
+pub(super) fn copy_checked(
+    dst: &mut [u8],
+    src: &[u8],
+    cancel: &crate::cancel::Cancel,
+) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::shape(
             "outputs",
