@@ -4,6 +4,7 @@ Users call the facade in ``trn2core``; these functions expect already-normalised
 (flat C-contiguous native arrays, validated names).
 """
 
+from collections.abc import Callable
 from typing import final
 
 import numpy as np
@@ -328,6 +329,35 @@ def collective_move(
     inputs: list[npt.NDArray[np.uint8]],
     peers: list[int] | None,
 ) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object]]: ...
+def placement(chips: int, procs: int, placement: list[int] | None = None) -> list[int]: ...
+def collective_reduce_local(
+    torus: Torus,
+    chips: list[int] | None,
+    collective: str,
+    op: str,
+    algorithm: str,
+    format: str,
+    procs: int,
+    process: int,
+    placement: list[int] | None,
+    elements: int,
+    inputs: list[npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.uint8]],
+    exchange: Callable[[int, list[tuple[int, memoryview]], list[tuple[int, memoryview]]], object],
+) -> tuple[list[np.ndarray], dict[str, object], dict[str, int]]: ...
+def collective_move_local(
+    torus: Torus,
+    chips: list[int] | None,
+    collective: str,
+    algorithm: str,
+    elem_size: int,
+    procs: int,
+    process: int,
+    placement: list[int] | None,
+    elements: int,
+    inputs: list[npt.NDArray[np.uint8]],
+    peers: list[int] | None,
+    exchange: Callable[[int, list[tuple[int, memoryview]], list[tuple[int, memoryview]]], object],
+) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object], dict[str, int]]: ...
 def nccom_estimate(
     collective: str, ranks: int, lnc: int, size_bytes: int, elem_bytes: int, algorithm: str
 ) -> dict[str, object]: ...
