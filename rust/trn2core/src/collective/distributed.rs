@@ -984,8 +984,9 @@ impl Buffers {
             .sum();
         crate::host::check_alloc("buffers", "the messages between processes", bytes)?;
         let alloc = |m: &MsgSpec| {
-            crate::host::zeroed_vec::<u32>("buffers", "a message", words(m.bytes))
-                .map(|v| v.into_iter().map(f32::from_bits).collect::<Vec<f32>>())
+            let mut v = crate::host::zeroed_vec::<f32>("buffers", "a message", words(m.bytes))?;
+            crate::host::advise_huge_pages(&mut v);
+            Ok(v)
         };
         Ok(Buffers {
             sends: plan.sends.iter().map(alloc).collect::<Result<_>>()?,
@@ -1242,10 +1243,16 @@ pub fn execute_reduce_local(
             if (off + d.len) > plan.output_lens[i as usize] {
                 return Err(internal("a delivery outside its output"));
             }
-            // SAFETY: in range (checked above); deliveries write disjoint ranges.
+            // SAFETY: in range (checked above); deliveries write disjoint ranges. fp32 values
+            // are read from a whole-word message offset (aligned).
             unsafe {
                 let dst = outs[i as usize].0.add(off * elem);
-                std::ptr::copy_nonoverlapping(src.as_ptr(), dst, d.len * elem);
+                if elem == 4 {
+                    let words = std::slice::from_raw_parts(src.as_ptr().cast::<f32>(), d.len);
+                    stream_copy_f32(words, dst.cast::<f32>());
+                } else {
+                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, d.len * elem);
+                }
             }
         }
         Ok(())
