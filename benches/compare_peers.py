@@ -1,6 +1,7 @@
 """trn2core numerics against its peers, measured in one process: a Markdown report.
 
-    python benches/compare_peers.py [--elements N] [--repeat R] [--only-dma | --only-collectives]
+    python benches/compare_peers.py [--elements N] [--repeat R]
+        [--only-dma | --only-collectives | --only-sparsity | --only-machine]
 
 Every timing is the best of R runs (default 5) with time.perf_counter, on
 ``np.random.default_rng(0).standard_normal(N, dtype=np.float32)`` (default N = 16 Mi):
@@ -18,7 +19,11 @@ Every timing is the best of R runs (default 5) with time.perf_counter, on
   figure is printed beside it: numpy reports its data buffers to tracemalloc, so it sees the
   output array, but not memory the Rust core may allocate by itself;
 - the functional all-reduce of 16 x 64 MiB fp32 buffers on a trn2.48xlarge (every rank's output)
-  against numpy's ``np.sum(np.stack(bufs), 0)``, and costing an all-reduce on 2,048 chips.
+  against numpy's ``np.sum(np.stack(bufs), 0)``, and costing an all-reduce on 2,048 chips;
+- the whole-core machine: small Vector instructions issued one by one from Python and from Rust
+  (the ``machine_speed`` cargo example, when cargo is on the PATH), scheduling a recorded program
+  of 1 million instructions, and ``tensor_tensor`` on large fp32 tiles against numpy's
+  ``np.add(x, y, out=z)`` on arrays of the same size.
 
 The table can be pasted into docs/benchmarks.md. The script always exits 0 (it is a report); a
 missed target is marked BELOW TARGET in the table and repeated at the end.
@@ -59,6 +64,12 @@ TARGET_ZVC_COMPRESS_GBPS = 2.0
 TARGET_ZVC_DECOMPRESS_GBPS = 4.0
 # Functional all-reduce within 3x of np.sum(np.stack(bufs), 0): a ratio of at least 1/3.
 TARGET_ALLREDUCE_VS_NUMPY = 1 / 3
+# The whole-core machine (issue 14): instructions per second issued from Rust and from Python,
+# seconds to schedule 1 million recorded instructions, large tensor_tensor within 2x of numpy.
+TARGET_MACHINE_RUST_IPS = 1e6
+TARGET_MACHINE_PY_IPS = 2e5
+TARGET_MACHINE_SCHEDULE_S = 1.0
+TARGET_MACHINE_VS_NUMPY = 0.5
 
 ML_DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3, "bf16": ml_dtypes.bfloat16}
 
@@ -68,7 +79,7 @@ def make_input(n: int) -> np.ndarray:
 
 
 def best_of(fn, repeat: int) -> float:
-    return _best_of(fn, repeat, warmup=True)
+    return _best_of(fn, repeat)
 
 
 def gfloat_fp8_e4m3():
@@ -341,6 +352,81 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
                  verdict(est < 0.100, task)])
 
 
+def _schedule_million(repeat: int) -> float:
+    """Seconds of ``core.run()`` on 1 million recorded Vector instructions."""
+    core = trn2core.NeuronCore()
+    t = [core.tile((128, 64), "fp32") for _ in range(4)]
+    for x in t:
+        core.vector.memset(x, 1.0)
+    core.clear_program()
+    v = core.vector
+    for i in range(1_000_000):
+        v.tensor_tensor(t[(i + 2) % 4], t[i % 4], t[(i + 1) % 4], "add")
+    return best_of(lambda: core.run(trace_limit=0), repeat)
+
+
+def machine_rows(repeat: int, rows: list, notes: list, verdict) -> None:
+    """The whole-core machine: issue rates (Python and Rust), scheduling, and element
+    throughput against numpy."""
+    n = 200_000
+    core = trn2core.NeuronCore()
+    tiles = [core.tile((128, 64), "fp32") for _ in range(4)]
+    for t in tiles:
+        core.vector.memset(t, 1.0)
+    vec = core.vector
+
+    def issue() -> None:
+        core.clear_program()
+        for i in range(n):
+            vec.tensor_tensor(tiles[(i + 2) % 4], tiles[i % 4], tiles[(i + 1) % 4], "multiply")
+
+    t = best_of(issue, repeat)
+    task = "issue tensor_tensor [128, 64] fp32 one by one from Python"
+    ok = n / t >= TARGET_MACHINE_PY_IPS
+    rows.append([task, f"{n / t:,.0f} instr/s ({t / n * 1e6:.2f} us)", "—", "—", "—",
+                 f"≥ {TARGET_MACHINE_PY_IPS:,.0f}/s", verdict(ok, task)])
+    # 1 million recorded instructions, scheduled.
+    ts = _schedule_million(repeat)
+    task = "schedule 1,000,000 recorded instructions (core.run)"
+    rows.append([task, f"{ts:.3f} s", "—", "—", "—", f"< {TARGET_MACHINE_SCHEDULE_S:g} s",
+                 verdict(ts < TARGET_MACHINE_SCHEDULE_S, task)])
+    # Large tiles against numpy.
+    f = 16384
+    x = np.random.default_rng(3).standard_normal((128, f), dtype=np.float32)
+    y = np.random.default_rng(4).standard_normal((128, f), dtype=np.float32)
+    z = np.empty_like(x)
+    a, b, d = (core.tile((128, f), "fp32") for _ in range(3))
+    core.write(a, x)
+    core.write(b, y)
+    ours = best_of(lambda: core.vector.tensor_tensor(d, a, b, "add"), repeat)
+    peer = best_of(lambda: np.add(x, y, out=z), repeat)
+    same = np.array_equal(core.read(d).view(np.uint32), np.add(x, y).view(np.uint32))
+    task = f"tensor_tensor add [128, {f}] fp32" + ("" if same else " (bits DIFFER)")
+    ratio = peer / ours
+    rows.append([task, f"{ours * 1e3:.2f} ms ({x.size / ours / 1e9:.2f} Gelem/s)",
+                 "numpy np.add(x, y, out=z)", f"{peer * 1e3:.2f} ms", fmt_ratio(ratio),
+                 "≥ 0.5x (within 2x)", verdict(ratio >= TARGET_MACHINE_VS_NUMPY and same, task)])
+    # Issued from Rust: the cargo example, if cargo is here (it builds once, in release).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    task = "issue tensor_tensor [128, 64] fp32 from Rust (machine_speed example)"
+    try:
+        res = subprocess.run(
+            ["cargo", "run", "--release", "-q", "-p", "trn2core", "--example", "machine_speed"],
+            cwd=root, capture_output=True, text=True, timeout=1800, check=True,
+            env={**os.environ, "N_INSTR": "1000000"},
+        )  # fmt: skip
+        line = next(x for x in res.stdout.splitlines() if "[128, 64] fp32" in x)
+        ips = float(line.split(": ")[2].split(" instructions/s")[0].replace(",", ""))
+        rows.append([task, f"{ips:,.0f} instr/s", "plain AVX-512 loop over the same bytes",
+                     line.split("floor ")[1].split(" (")[0], "—",
+                     f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s",
+                     verdict(ips >= TARGET_MACHINE_RUST_IPS, task)])
+        notes.extend(x for x in res.stdout.splitlines() if x.startswith(("issue", "schedule")))
+    except (OSError, subprocess.SubprocessError, StopIteration, IndexError, ValueError) as e:
+        rows.append([task, f"not measured ({type(e).__name__})", "—", "—", "—",
+                     f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s", verdict(None, task)])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--elements", type=int, default=16 * MI, help="input size (default 16 Mi)")
@@ -350,6 +436,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only-dma", action="store_true", help="only the DMA compression rows")
     ap.add_argument("--only-collectives", action="store_true", help="only the collective rows")
     ap.add_argument("--only-sparsity", action="store_true", help="only the sparsity rows")
+    ap.add_argument("--only-machine", action="store_true", help="only the whole-core rows")
     ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n, repeat = args.elements, max(1, args.repeat)
@@ -391,6 +478,10 @@ def main(argv=None) -> int:
     if args.only_sparsity:
         notes = []
         sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
+        return print_report(rows, notes, misses)
+    if args.only_machine:
+        notes = []
+        machine_rows(repeat, rows, notes, verdict)
         return print_report(rows, notes, misses)
 
     # RNE against ml_dtypes.
@@ -489,6 +580,7 @@ def main(argv=None) -> int:
     sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
     dma_rows(args.dma_mib, repeat, rows, notes, verdict)
     collectives_rows(repeat, rows, notes, verdict)
+    machine_rows(repeat, rows, notes, verdict)
 
     return print_report(rows, notes, misses)
 

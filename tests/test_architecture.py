@@ -100,3 +100,22 @@ def test_quantize_and_collectives_cross_once(count_calls):
     proxy = count_calls(collectives)
     t.Instance("trn2.48xlarge").all_reduce([np.ones(64, np.float32)] * 16)
     assert proxy.calls == ["collective_reduce"]
+
+
+def test_estimate_gemm_and_one_instruction_cross_once(count_calls):
+    from trn2core import engine, numerics
+
+    proxy = count_calls(engine, numerics)
+    t.estimate_gemm(4096, 4096, 4096, dtype="bf16")
+    t.estimate_gemm(4096, 4096, 4096, dtype="fp8_e4m3", perf_mode="double_row", core=t.Chip())
+    assert proxy.calls == ["estimate_gemm", "estimate_gemm"]
+    with pytest.raises(t.FormatError, match="fp8_e4m3fn"):  # the format rule, same call
+        t.estimate_gemm(128, 128, 128, dtype="fp8_e4m3fn")
+    proxy.calls.clear()
+    core = t.NeuronCore()
+    s = t.quantize(np.ones((128, 64)), "bf16")
+    m = t.quantize(np.ones((128, 32)), "bf16")
+    proxy.calls.clear()
+    out = core.matmul(s, m)
+    assert proxy.calls == []  # no decode through numerics: the core widens the codes itself
+    assert out.shape == (64, 32) and (out == 128.0).all()

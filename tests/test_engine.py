@@ -625,3 +625,16 @@ def test_gemm_checks_the_host_before_copying_a_misaligned_operand():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "refused a: a contiguous copy of the (2048, 2048) float32 matrix" in r.stdout, r.stdout
+
+
+def test_transpose_mode_returns_a_fresh_array_for_a_fortran_ordered_stationary():
+    # s.T of a Fortran-ordered s is C-contiguous already: the result used to be that view, so
+    # writing it changed the caller's input.
+    s = np.asfortranarray(trn2core.quantize(np.arange(32 * 16).reshape(32, 16), "bf16"))
+    keep = s.copy()
+    out = trn2core.NeuronCore().matmul(s, np.eye(32, dtype=np.float32).astype(s.dtype),
+                                       is_transpose=True)  # fmt: skip
+    assert not np.shares_memory(out, s) and out.flags.c_contiguous
+    assert np.array_equal(out.view(np.uint16), keep.T.view(np.uint16))
+    out[...] = 0
+    assert np.array_equal(s.view(np.uint16), keep.view(np.uint16))

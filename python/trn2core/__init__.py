@@ -7,7 +7,7 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, dma, memory, reference, spec
+from . import _core, dma, machine, memory, reference, spec
 from .chip import Chip, LogicalCore
 from .collectives import ALGORITHMS, CollectiveReport, CollectiveResult
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
@@ -21,6 +21,7 @@ from .errors import (
     Trn2Error,
     Trn2ValueError,
 )
+from .machine import KernelReport, Tile
 from .numerics import (
     FORMATS,
     ROUNDING_MODES,
@@ -55,6 +56,9 @@ __all__ = [
     "estimate_gemm",
     "GemmResult",
     "Report",
+    "machine",
+    "KernelReport",
+    "Tile",
     "PERF_MODES",
     "SPARSITY_PATTERNS",
     "SparseTensor",

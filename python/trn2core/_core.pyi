@@ -16,18 +16,20 @@ __all__ = [
     "CoreMemory",
     "FormatInfo",
     "HbmStack",
+    "KernelReport",
     "LogicalCoreInfo",
+    "Machine",
     "MemoryUsage",
     "NeuronCore",
     "StackPlacement",
     "StreamInfo",
+    "Tile",
     "Torus",
     "__version__",
     "_busy_for_test",
     "_estimate_gemm_walk",
     "_panic_for_test",
     "check_alloc",
-    "check_gemm_formats",
     "collective_estimate",
     "collective_move",
     "collective_reduce",
@@ -39,7 +41,6 @@ __all__ = [
     "dma_inspect",
     "encode",
     "estimate_gemm",
-    "estimate_gemm_cores",
     "format_info",
     "gemm",
     "host_memory",
@@ -136,7 +137,6 @@ def gemm(
     throttle: bool,
     cores: list[int] | None,
 ) -> tuple[npt.NDArray[np.float32 | np.unsignedinteger], dict[str, object], str]: ...
-def check_gemm_formats(a_format: str, b_format: str, perf_mode: str) -> None: ...
 def estimate_gemm(
     m: int,
     k: int,
@@ -146,6 +146,7 @@ def estimate_gemm(
     throttle: bool,
     trace: bool,
     sparsity: str | None = None,
+    cores: list[int] | None = None,
 ) -> tuple[dict[str, object], str | None]: ...
 def sparsity_prune(
     x: npt.NDArray[np.unsignedinteger], dtype: str, shape: list[int], axis: int, pattern: str
@@ -377,17 +378,6 @@ class LogicalCoreInfo:
 
 def logical_core_members(lnc: int, index: int) -> list[int]: ...
 def instance_types() -> list[tuple[str, int, list[int], bool]]: ...
-def estimate_gemm_cores(
-    m: int,
-    k: int,
-    n: int,
-    dtype: str,
-    perf_mode: str,
-    throttle: bool,
-    trace: bool,
-    cores: list[int],
-    sparsity: str | None = None,
-) -> tuple[dict[str, object], str | None]: ...
 
 # The tensor engine (rust/trn2core-py/src/engine.rs).
 @final
@@ -414,3 +404,178 @@ class NeuronCore:
     ) -> None: ...
     def read_psum(self, bank: int, rows: int, cols: int) -> npt.NDArray[np.float32]: ...
     def report(self) -> dict[str, object]: ...
+
+@final
+class Tile:
+    @property
+    def shape(self) -> list[int]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def space(self) -> str: ...
+    @property
+    def start_partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def pattern(self) -> list[tuple[int, int]]: ...
+    @property
+    def size(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: object, /) -> Tile: ...
+    def reshape_free(self, shape: list[int]) -> Tile: ...
+    def ap(self, pattern: list[tuple[int, int]], offset: int = 0) -> Tile: ...
+
+@final
+class KernelReport:
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def ticks(self) -> int: ...
+    @property
+    def instructions(self) -> int: ...
+    @property
+    def dma_bytes(self) -> int: ...
+    @property
+    def queues(self) -> list[tuple[str, float, float, int]]: ...
+    @property
+    def opcodes(self) -> list[tuple[str, int]]: ...
+    @property
+    def critical_path(self) -> list[tuple[int, str, str, float, float, str, int]]: ...
+    @property
+    def critical_path_length(self) -> int: ...
+    def times(self) -> dict[str, list[float]]: ...
+    def trace_json(self) -> str: ...
+
+@final
+class Machine:
+    def __new__(
+        cls, uninitialized: str = "error", rounding: str = "nearest_even", seed: int = 0
+    ) -> Machine: ...
+    def alloc(
+        self,
+        shape: list[int],
+        dtype: str,
+        space: str,
+        name: str,
+        start_partition: int = 0,
+        address: int | None = None,
+    ) -> Tile: ...
+    def hbm_tensor(
+        self, name: str, shape: list[int], dtype: str, data: npt.NDArray[np.uint8] | None = None
+    ) -> Tile: ...
+    def free(self, tile: object) -> None: ...
+    def tensor_info(self, tile: object) -> tuple[str, str, list[int], str]: ...
+    def write(self, tile: object, data: npt.NDArray[np.uint8]) -> None: ...
+    def read(self, tile: object) -> npt.NDArray[np.uint8]: ...
+    @property
+    def instructions(self) -> int: ...
+    def clear_program(self) -> None: ...
+    def run(self, trace_limit: int = 1000000) -> KernelReport: ...
+    def tensor_tensor(
+        self, engine: str, dst: object, data1: object, data2: object, op: str
+    ) -> None: ...
+    def tensor_scalar(
+        self,
+        engine: str,
+        dst: object,
+        data: object,
+        op0: str,
+        operand0: object,
+        reverse0: bool = False,
+        op1: str | None = None,
+        operand1: object | None = None,
+        reverse1: bool = False,
+    ) -> None: ...
+    def scalar_tensor_tensor(
+        self,
+        dst: object,
+        data: object,
+        op0: str,
+        operand0: object,
+        op1: str,
+        operand1: object,
+        reverse0: bool = False,
+        reverse1: bool = False,
+    ) -> None: ...
+    def tensor_copy(self, engine: str, dst: object, src: object) -> None: ...
+    def memset(self, engine: str, dst: object, value: float) -> None: ...
+    def reciprocal(self, dst: object, data: object) -> None: ...
+    def select(self, dst: object, predicate: object, on_true: object, on_false: object) -> None: ...
+    def tensor_reduce(
+        self, dst: object, op: str, data: object, axes: int, negate: bool = False
+    ) -> None: ...
+    def tensor_tensor_scan(
+        self,
+        dst: object,
+        data0: object,
+        data1: object,
+        initial: object,
+        op0: str,
+        op1: str,
+        reverse0: bool = False,
+        reverse1: bool = False,
+    ) -> None: ...
+    def tensor_scalar_reduce(
+        self,
+        dst: object,
+        data: object,
+        op0: str,
+        operand0: object,
+        reduce_op: str,
+        reduce_res: object | None = None,
+        reverse0: bool = False,
+        reduce_cmd: str = "reset_reduce",
+        reduce_init: object | None = None,
+        negate: bool = False,
+    ) -> None: ...
+    def activation(
+        self,
+        dst: object,
+        func: str,
+        data: object,
+        bias: object | None = None,
+        scale: object | None = None,
+        reduce_op: str | None = None,
+        reduce_res: object | None = None,
+        reduce_cmd: str = "idle",
+    ) -> None: ...
+    def activation_reduce(
+        self,
+        dst: object,
+        func: str,
+        data: object,
+        reduce_op: str,
+        reduce_res: object,
+        bias: object | None = None,
+        scale: object | None = None,
+    ) -> None: ...
+    def iota(
+        self, dst: object, pattern: list[tuple[int, int]], offset: int = 0,
+        channel_multiplier: int = 0,
+    ) -> None: ...  # fmt: skip
+    def affine_select(
+        self,
+        dst: object,
+        pattern: list[tuple[int, int]],
+        channel_multiplier: int,
+        on_true: object,
+        on_false_value: float,
+        cmp_op: str = "equal",
+        offset: int = 0,
+    ) -> None: ...
+    def bn_stats(self, dst: object, data: object) -> None: ...
+    def bn_aggr(self, dst: object, data: object) -> None: ...
+    def nc_matmul(
+        self,
+        dst: object,
+        stationary: object,
+        moving: object,
+        accumulate: bool | None = None,
+        perf_mode: str = "none",
+        tile_position: tuple[int, int] | None = None,
+        tile_size: tuple[int, int] | None = None,
+        is_transpose: bool = False,
+    ) -> None: ...
+    def nc_transpose(self, engine: str, dst: object, data: object) -> None: ...
+    def dma_copy(self, dst: object, src: object, queue: int | None = None) -> None: ...

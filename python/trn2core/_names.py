@@ -29,3 +29,15 @@ COLLECTIVES: tuple[str, ...] = _ALL["collectives"]
 ALGORITHMS: tuple[str, ...] = _ALL["algorithms"]
 #: Reduction operators of all-reduce and reduce-scatter.
 REDUCE_OPS: tuple[str, ...] = _ALL["reduce_ops"]
+#: Element types of the whole-core machine's tiles.
+MACHINE_DTYPES: tuple[str, ...] = _ALL["machine_dtypes"]
+#: ALU operators of the Vector, Scalar and GpSimd engines.
+ALU_OPS: tuple[str, ...] = _ALL["alu_ops"]
+#: Activation functions of the Scalar engine.
+ACTIVATION_FUNCTIONS: tuple[str, ...] = _ALL["activation_functions"]
+#: Compute engines (``engine=`` of the ISA).
+ENGINES: tuple[str, ...] = _ALL["engines"]
+#: Instructions of the machine.
+OPCODES: tuple[str, ...] = _ALL["opcodes"]
+#: Accumulator-register commands (``reduce_cmd=``).
+REDUCE_CMDS: tuple[str, ...] = _ALL["reduce_cmds"]

@@ -14,8 +14,26 @@ import numpy as np
 from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
-from .errors import FormatError, ShapeError, SparsityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, ROUNDING_MODES, _env_seed, decode
+from .errors import (
+    CapacityError,
+    FormatError,
+    ShapeError,
+    SparsityError,
+    Trn2Error,
+    Trn2ValueError,
+)
+from .machine import (
+    DmaQueues,
+    GpSimdEngine,
+    KernelReport,
+    ScalarEngine,
+    TensorEngine,
+    Tile,
+    VectorEngine,
+    dtype_name,
+    np_dtype_of,
+)
+from .numerics import FORMATS, ROUNDING_MODES, _env_seed
 from .report import Report
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -27,6 +45,19 @@ _FORMAT_OF_DTYPE = {
     FORMAT_DTYPES[f]: f
     for f in ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")
 }
+
+
+def _tile(x):
+    """The tile of a Tile or of an Allocation with one."""
+    if isinstance(x, Tile):
+        return x
+    t = getattr(x, "tile", None)
+    if isinstance(t, Tile):
+        return t
+    raise Trn2ValueError(
+        f"tile: expected a Tile (core.tile, core.hbm_tensor, an allocation's .tile), got "
+        f"{type(x).__name__}"
+    )
 
 
 def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
@@ -49,12 +80,12 @@ def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
     return fmt
 
 
-def _values(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Exact float32 values, flat and C-contiguous (widening bf16/fp16/fp8 is exact; the Rust
-    decoder does it in parallel, where ml_dtypes' astype would take ~8 ns per fp8 element)."""
-    if fmt in ("fp32", "tf32"):
-        return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    return decode(x, fmt).reshape(-1)
+def _codes(x: np.ndarray) -> np.ndarray:
+    """An instruction operand's codes, flat, C-contiguous and in native byte order, as unsigned
+    integers of its width: the core widens them to fp32 itself (one crossing)."""
+    if not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))
+    return np.ascontiguousarray(x).reshape(-1).view(_UINT[x.dtype.itemsize])
 
 
 class NeuronCore:
@@ -64,15 +95,102 @@ class NeuronCore:
     Memory (``trn2core.memory``): ``core.hbm``, ``core.sbuf``, ``core.psum`` (capacity, used,
     free), ``core.alloc(...)``, ``core.free(...)``. ``hbm`` shares an ``HbmStack`` with the
     neighbouring core (stack ``index // 2``); by default the core gets a stack of its own.
+
+    The whole core (contract section 7, docs/machine.md): SBUF/PSUM tiles (``core.tile``, or
+    ``core.alloc(shape, dtype)``'s ``.tile``), HBM tensors (``core.hbm_tensor``), the engines
+    ``core.vector``, ``core.scalar``, ``core.gpsimd``, ``core.pe`` and the DMA queues
+    ``core.dma``, whose instructions compute their bits when issued, and ``core.run()``, the
+    engine-parallel timeline of everything issued. ``uninitialized="nan"`` fills new memory
+    with NaN instead of refusing reads of never-written bytes; ``rounding="stochastic"`` (with
+    ``seed``) rounds engine outputs stochastically.
     """
 
-    def __init__(self, index: int = 0, *, hbm=None) -> None:
+    def __init__(
+        self,
+        index: int = 0,
+        *,
+        hbm=None,
+        uninitialized: str = "error",
+        rounding: str = "nearest_even",
+        seed: int = 0,
+    ) -> None:
         from . import spec
         from .memory import CoreMemory
 
         index = _validate.integer(index, "index", lo=0, hi=spec.cores_per_chip - 1)
+        seed = _validate.integer(seed, "seed", lo=0, hi=_validate.U64_MAX)
         self.memory = CoreMemory(index, hbm)
         self._core = _core.NeuronCore(index)
+        self._m = _core.Machine(uninitialized, rounding, seed)
+        #: The Vector engine (DVE).
+        self.vector = VectorEngine(self._m)
+        #: The Scalar engine (ACT).
+        self.scalar = ScalarEngine(self._m)
+        #: The GpSimd engine (POOL).
+        self.gpsimd = GpSimdEngine(self._m)
+        #: The tensor engine (PE).
+        self.pe = TensorEngine(self._m)
+        #: The 16 DMA queues.
+        self.dma = DmaQueues(self._m)
+        self._names = 0
+
+    def _name(self, name) -> str:
+        if name is None:
+            self._names += 1
+            return f"t{self._names}"
+        if not isinstance(name, str):
+            raise Trn2ValueError(f"name: expected a str, got {type(name).__name__}")
+        return name
+
+    def tile(self, shape, dtype, *, space: str = "sbuf", name=None, start_partition: int = 0,
+             address=None):  # fmt: skip
+        """A tensor of ``shape`` (partition axis first, at most 128) and ``dtype`` in SBUF or
+        PSUM (first fit from ``start_partition``, or at byte ``address`` of each partition);
+        returns its tile. ``CapacityError`` when it does not fit (SBUF: 212,984 B usable per
+        partition; PSUM: 16 KiB in banks of 2 KiB)."""
+        shape = _validate.shape(shape, "shape")
+        return self._m.alloc(
+            list(shape), dtype_name(dtype), space, self._name(name), start_partition, address
+        )
+
+    def hbm_tensor(self, data=None, *, shape=None, dtype=None, name=None):
+        """An HBM tensor holding ``data`` (converted to ``dtype`` if given, else of its own
+        NeuronCore dtype), or, without data, an uninitialised one of ``shape`` and ``dtype``
+        (an output: DMA writes it). Returns its tile (first axis = the tile's partition axis)."""
+        if data is None:
+            if shape is None or dtype is None:
+                raise Trn2ValueError("shape: an HBM tensor without data needs shape and dtype")
+            shape = _validate.shape(shape, "shape")
+            return self._m.hbm_tensor(self._name(name), list(shape), dtype_name(dtype), None)
+        a = _validate.array(data, "data")
+        dt = dtype_name(a.dtype if dtype is None else dtype, "dtype")
+        packed = np.ascontiguousarray(a.astype(np_dtype_of(dt), copy=False))
+        shape = list(packed.shape) or [1]
+        return self._m.hbm_tensor(self._name(name), shape, dt, packed.reshape(-1).view(np.uint8))
+
+    def read(self, tile) -> np.ndarray:
+        """A tile's elements as a fresh numpy array of its shape and dtype."""
+        t = _tile(tile)
+        raw = self._m.read(t)
+        return raw.view(np_dtype_of(t.dtype)).reshape(t.shape)
+
+    def write(self, tile, data) -> None:
+        """Writes ``data`` (converted to the tile's dtype, as many elements as the tile has)
+        into ``tile``, outside any instruction (how inputs reach SBUF without a DMA)."""
+        t = _tile(tile)
+        a = _validate.array(data, "data")
+        packed = np.ascontiguousarray(a.astype(np_dtype_of(t.dtype), copy=False)).reshape(-1)
+        self._m.write(t, packed.view(np.uint8))
+
+    def run(self, *, trace_limit: int = 1_000_000) -> KernelReport:
+        """Schedules every instruction issued so far on the engines' queues (docs/machine.md,
+        "Time"): the makespan, busy times, critical path and trace."""
+        trace_limit = _validate.integer(trace_limit, "trace_limit", lo=0, hi=_validate.U64_MAX)
+        return KernelReport.from_core(self._m.run(trace_limit))
+
+    def clear_program(self) -> None:
+        """Forgets the instructions issued so far (memories keep their contents)."""
+        self._m.clear_program()
 
     @property
     def hbm(self):
@@ -90,15 +208,35 @@ class NeuronCore:
         bank contents are read with ``read_psum``)."""
         return self.memory.psum
 
-    def alloc(self, size, dtype=None, *, space: str = "sbuf"):
+    def alloc(self, size, dtype=None, *, space: str = "sbuf", name=None):
         """Reserves ``size`` bytes, or an array of shape ``size`` and ``dtype``, in ``space``
         ("hbm", "sbuf", "psum"); ``CapacityError`` if it does not fit (see
-        ``trn2core.memory.CoreMemory.alloc``)."""
-        return self.memory.alloc(size, dtype, space=space)
+        ``trn2core.memory.CoreMemory.alloc``). An SBUF/PSUM allocation by shape (partition
+        axis first, at most 128) of a NeuronCore dtype also gets a machine tensor: its
+        ``.tile`` (and ``a[...]``) goes to the engines. Bytes the machine's allocator cannot
+        place (its SBUF limit is the compiler's usable 212,984 B per partition) leave ``.tile``
+        None."""
+        a = self.memory.alloc(size, dtype, space=space)
+        shape = a.shape
+        if space != "hbm" and shape and len(shape) <= 5 and 0 < shape[0] <= 128:
+            try:
+                dt = dtype_name(a.dtype)
+            except FormatError:
+                return a
+            try:
+                a.tile = self._m.alloc(list(shape), dt, space, self._name(name), 0, None)
+            except CapacityError:
+                a.tile = None
+        return a
 
     def free(self, allocation) -> None:
-        """Releases an allocation made by ``alloc``."""
+        """Releases an allocation made by ``alloc`` (and its tile), or a tile's tensor."""
+        if isinstance(allocation, Tile):
+            self._m.free(allocation)
+            return
         self.memory.free(allocation)
+        if getattr(allocation, "tile", None) is not None:
+            self._m.free(allocation.tile)
 
     @property
     def index(self) -> int:
@@ -154,7 +292,7 @@ class NeuronCore:
         perf_mode = _perf_mode(perf_mode)
         accumulate = _validate.boolean(accumulate, "accumulate")
         out = self._core.matmul(
-            _values(s, sf), list(s.shape), sf, _values(m, mf), list(m.shape), mf,
+            _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
             _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
@@ -180,8 +318,10 @@ class NeuronCore:
                 f"moving: transpose mode needs the identity matrix [{k}, {k}] as moving, "
                 f"got shape {m.shape}"
             )
-        self._core.transpose(_values(s, sf), k, mm, sf, _bank(bank))
-        return np.ascontiguousarray(s.T)
+        self._core.transpose(_codes(s), k, mm, sf, _bank(bank))
+        # A fresh array, never a view of the caller's (s.T of a Fortran-ordered s is
+        # C-contiguous already, and ascontiguousarray would return it as is).
+        return np.array(s.T, order="C", copy=True)
 
     def dma_copy(self, x, *, src="hbm", dst="sbuf", codec: str = "none", queue: int = 0):
         """Costs a DMA transfer of ``x`` on this core's 16 DMA engines, DMA queue ``queue``
@@ -300,7 +440,6 @@ def estimate_gemm(
     )
     dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
     throttle = _validate.boolean(throttle, "throttle")
-    _core.check_gemm_formats(dtype, dtype, perf_mode)
     fields = _estimate(cores, m, k, n, dtype, perf_mode, throttle, False, sparsity)[0]
     return _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity)
 
@@ -377,10 +516,9 @@ def _gemm_cores(core) -> list[int] | None:
 
 
 def _estimate(cores, m, k, n, dtype, perf_mode, throttle, trace, sparsity):
-    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``."""
-    if cores is None:
-        return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity)
-    return _core.estimate_gemm_cores(m, k, n, dtype, perf_mode, throttle, trace, cores, sparsity)
+    """The timing of a GEMM on one NeuronCore (``cores`` None) or split over ``cores``: one
+    call, which also checks the engine's format rule."""
+    return _core.estimate_gemm(m, k, n, dtype, perf_mode, throttle, trace, sparsity, cores)
 
 
 def _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity) -> Report:

@@ -115,9 +115,11 @@ class MemorySpace:
 class Allocation:
     """A reservation made by ``core.alloc``: ``space``, ``nbytes`` (bytes reserved),
     ``partition_start``, ``partitions``, ``partition_bytes`` (SBUF/PSUM), ``stack`` (the HBM
-    stack), ``shape`` and ``dtype`` (when allocated by shape), ``live``. Pass it to
-    ``core.free`` (or call ``free()``) to release it, or as ``src``/``dst`` of
-    ``core.dma_copy``."""
+    stack), ``shape`` and ``dtype`` (when allocated by shape), ``live``, and ``tile``: the
+    machine tile of an on-chip allocation by shape that engine instructions take (None
+    otherwise). Pass it to ``core.free`` (or call ``free()``) to release it, as ``src``/``dst``
+    of ``core.dma_copy``, or to the engines (``core.vector.tensor_tensor(a, a, b)``); ``a[...]``
+    slices its tile."""
 
     def __init__(self, memory: CoreMemory, native, shape, dtype) -> None:
         self._memory = memory
@@ -132,6 +134,15 @@ class Allocation:
         self.shape: tuple[int, ...] | None = shape
         self.dtype: np.dtype | None = dtype
         self.live = True
+        self.tile = None
+
+    def __getitem__(self, index):
+        if self.tile is None:
+            raise Trn2ValueError(
+                f"index: {self!r} has no machine tile to slice (allocate an SBUF/PSUM tensor "
+                "by shape with a NeuronCore dtype, at most 128 partitions)"
+            )
+        return self.tile[index]
 
     def free(self) -> None:
         """Releases the reservation (same as ``core.free(self)``)."""

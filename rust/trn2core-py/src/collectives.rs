@@ -9,14 +9,13 @@ use trn2core::collective::{
     self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming, Placement,
     ReduceOp, Traffic, Transport,
 };
-use trn2core::engine::cost::estimate_gemm_cores as core_gemm_cores;
 use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
 use trn2core::topology::{self as topo, Torus};
 
 use crate::arrays::{borrow, fill_new_arrays, memoryview, memoryview_mut, release, slice};
 use crate::errors::{guard_detached, PyTrn2Result};
-use crate::perf::{report_dict, uncertainty_dict};
+use crate::perf::uncertainty_dict;
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
 /// `trn2core.Torus`).
@@ -609,27 +608,4 @@ pub fn instance_types() -> Vec<(&'static str, usize, Vec<usize>, bool)> {
         .iter()
         .map(|t| (t.name, t.chips, t.torus.to_vec(), t.ultraserver_capable))
         .collect()
-}
-
-/// Costs a GEMM split over physical cores `cores` of one chip; returns the report dict and,
-/// with `trace`, its trace JSON.
-#[pyfunction]
-#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, cores, sparsity = None))]
-#[allow(clippy::too_many_arguments)]
-pub fn estimate_gemm_cores<'py>(
-    py: Python<'py>,
-    m: u64,
-    k: u64,
-    n: u64,
-    dtype: &str,
-    perf_mode: &str,
-    throttle: bool,
-    trace: bool,
-    cores: Vec<usize>,
-    sparsity: Option<&str>,
-) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
-    let plan = crate::perf::gemm_plan([m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
-    let rep = guard_detached(py, || core_gemm_cores(&plan, &cores))?;
-    let json = trace.then(|| rep.chrome_trace_json());
-    Ok((report_dict(py, &rep)?, json))
 }

@@ -2,15 +2,14 @@
 //! arrive as flat float32 arrays of exact values plus their format) and `trn2core.gemm` (one
 //! call: operands as the caller holds them, see [`gemm`]).
 
-use numpy::{PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::{Mutex, MutexGuard};
 use trn2core::engine::{
-    self, Buffer, GemmCall, GemmOptions, GemmOut, Matrix, Operand, PeTile, PerfMode, Sparse,
-    Strided,
+    Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PeTile, PerfMode, Sparse, Strided,
 };
-use trn2core::numerics::{CodesMut, Format, Rounding};
+use trn2core::numerics::{CodesMut, CodesRef, Format, Rounding};
 use trn2core::sparsity::{Dtype, Pattern};
 use trn2core::topology::NeuronCore;
 use trn2core::Error;
@@ -56,7 +55,9 @@ impl PyNeuronCore {
         self.index
     }
 
-    /// One `nc_matmul`; returns the PSUM region's new contents, flat `[M * N]`.
+    /// One `nc_matmul` on operands given as flat unsigned views of their codes (uint8 for
+    /// fp8, uint16 for bf16/fp16, uint32 for the float32 containers of fp32/tf32); returns the
+    /// PSUM region's new contents, flat `[M * N]`.
     #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
     #[allow(clippy::too_many_arguments)]
     fn matmul(
@@ -78,28 +79,24 @@ impl PyNeuronCore {
         let mf = Format::parse("moving", moving_format)?;
         let mode = PerfMode::parse("perf_mode", perf_mode)?;
         let tile = PeTile::from_options(tile_position, tile_size)?;
-        let sa = borrow::<f32>(stationary, "stationary", "float32")?;
-        let ma = borrow::<f32>(moving, "moving", "float32")?;
-        let sv = slice(&sa, "stationary")?;
-        let mv = slice(&ma, "moving")?;
-        let st = Operand {
-            values: sv,
-            shape: &stationary_shape,
-            format: sf,
-        };
-        let mo = Operand {
-            values: mv,
-            shape: &moving_shape,
-            format: mf,
-        };
+        let sa = Codes::borrow(stationary, "stationary", sf)?;
+        let ma = Codes::borrow(moving, "moving", mf)?;
+        let (sv, mv) = (sa.codes("stationary")?, ma.codes("moving")?);
         // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
         let out = guard_work(py, 0, || {
-            self.lock().matmul(&st, &mo, bank, accumulate, mode, tile)
+            self.lock().matmul_codes(
+                (sv, &stationary_shape, sf),
+                (mv, &moving_shape, mf),
+                bank,
+                accumulate,
+                mode,
+                tile,
+            )
         })?;
         Ok(to_numpy(py, out))
     }
 
-    /// Transpose mode: writes `stationary.T` to PSUM `bank` and costs it.
+    /// Transpose mode: writes `stationary.T` (flat codes of `format`) to PSUM `bank`, costed.
     fn transpose(
         &self,
         py: Python<'_>,
@@ -110,10 +107,10 @@ impl PyNeuronCore {
         bank: usize,
     ) -> PyTrn2Result<()> {
         let f = Format::parse("stationary", format)?;
-        let sa = borrow::<f32>(stationary, "stationary", "float32")?;
-        let sv = slice(&sa, "stationary")?;
+        let sa = Codes::borrow(stationary, "stationary", f)?;
+        let sv = sa.codes("stationary")?;
         Ok(guard_work(py, 0, || {
-            self.lock().transpose(sv, k, m, f, bank)
+            self.lock().transpose_codes(sv, k, m, f, bank)
         })?)
     }
 
@@ -136,13 +133,29 @@ impl PyNeuronCore {
     }
 }
 
-/// Checks that the engine takes operands `a` and `b` of these formats in `perf_mode`.
-#[pyfunction]
-pub fn check_gemm_formats(a_format: &str, b_format: &str, perf_mode: &str) -> PyTrn2Result<()> {
-    let af = Format::parse("a", a_format)?;
-    let bf = Format::parse("b", b_format)?;
-    let mode = PerfMode::parse("perf_mode", perf_mode)?;
-    Ok(engine::check_gemm_formats(af, bf, mode)?)
+/// A borrowed flat array of one instruction operand's codes, in its format's width.
+enum Codes<'py> {
+    U8(PyReadonlyArray1<'py, u8>),
+    U16(PyReadonlyArray1<'py, u16>),
+    U32(PyReadonlyArray1<'py, u32>),
+}
+
+impl<'py> Codes<'py> {
+    fn borrow(x: &Bound<'py, PyAny>, arg: &str, format: Format) -> Result<Codes<'py>, Error> {
+        Ok(match format.code_bits() {
+            8 => Codes::U8(borrow(x, arg, "uint8 (fp8 codes)")?),
+            16 => Codes::U16(borrow(x, arg, "uint16 (16-bit codes)")?),
+            _ => Codes::U32(borrow(x, arg, "uint32 (float32 containers)")?),
+        })
+    }
+
+    fn codes(&self, arg: &str) -> Result<CodesRef<'_>, Error> {
+        Ok(match self {
+            Codes::U8(a) => CodesRef::U8(slice(a, arg)?),
+            Codes::U16(a) => CodesRef::U16(slice(a, arg)?),
+            Codes::U32(a) => CodesRef::U32(slice(a, arg)?),
+        })
+    }
 }
 
 /// A borrowed operand array, as unsigned codes of its element width.

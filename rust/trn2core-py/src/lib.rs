@@ -8,6 +8,7 @@ mod dma;
 mod engine;
 mod errors;
 mod host;
+mod machine;
 mod memory;
 mod names;
 mod numerics;
@@ -34,8 +35,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
     m.add_class::<engine::PyNeuronCore>()?;
+    m.add_class::<machine::PyMachine>()?;
+    m.add_class::<machine::PyTile>()?;
+    m.add_class::<machine::PyKernelReport>()?;
     m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
-    m.add_function(wrap_pyfunction!(engine::check_gemm_formats, m)?)?;
     m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(perf::_estimate_gemm_walk, m)?)?;
     m.add_class::<dma::PyStreamInfo>()?;
@@ -67,6 +70,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::estimate_gemm_cores, m)?)?;
     Ok(())
 }

@@ -8,6 +8,7 @@ use trn2core::collective::{Algorithm, Collective, ReduceOp};
 use trn2core::dma::cost::Place;
 use trn2core::dma::Codec;
 use trn2core::engine::PerfMode;
+use trn2core::machine::{ActFunc, AluOp, Dtype as MachineDtype, Engine, Opcode, ReduceCmd};
 use trn2core::memory::Space;
 use trn2core::numerics::{Format, Rounding};
 use trn2core::sparsity::{Dtype, Pattern};
@@ -30,5 +31,11 @@ pub fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("collectives", Collective::NAMES.to_vec())?;
     d.set_item("algorithms", Algorithm::NAMES.to_vec())?;
     d.set_item("reduce_ops", ReduceOp::NAMES.to_vec())?;
+    d.set_item("machine_dtypes", MachineDtype::NAMES.to_vec())?;
+    d.set_item("alu_ops", AluOp::NAMES.to_vec())?;
+    d.set_item("activation_functions", ActFunc::NAMES.to_vec())?;
+    d.set_item("engines", Engine::NAMES.to_vec())?;
+    d.set_item("opcodes", Opcode::NAMES.to_vec())?;
+    d.set_item("reduce_cmds", ReduceCmd::NAMES.to_vec())?;
     Ok(d)
 }

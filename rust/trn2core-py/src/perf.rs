@@ -2,8 +2,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use trn2core::engine::cost::{estimate_gemm as core_estimate, estimate_gemm_walk, GemmPlan};
-use trn2core::engine::PerfMode;
+use trn2core::engine::cost::{estimate_gemm_walk, GemmPlan};
+use trn2core::engine::{self, PerfMode};
+use trn2core::numerics::Format;
 use trn2core::perf::{Report, Uncertainty};
 use trn2core::sparsity::Pattern;
 
@@ -50,30 +51,11 @@ pub fn uncertainty_dict<'py>(py: Python<'py>, u: &Uncertainty) -> PyResult<Bound
     Ok(d)
 }
 
-/// The cost model's plan of a GEMM `[M, K] @ [K, N]` from the facade's arguments (shared by
-/// `estimate_gemm` and the multi-core `estimate_gemm_cores`).
-pub fn gemm_plan(
-    [m, k, n]: [u64; 3],
-    dtype: &str,
-    perf_mode: &str,
-    throttle: bool,
-    trace: bool,
-    sparsity: Option<&str>,
-) -> PyTrn2Result<GemmPlan> {
-    let mode = PerfMode::parse("perf_mode", perf_mode)?;
-    let mut plan = GemmPlan::new(m, k, n, dtype, mode)?;
-    if let Some(name) = sparsity {
-        plan = plan.with_sparsity(Pattern::parse(name)?)?;
-    }
-    plan.throttle = throttle;
-    plan.trace = trace;
-    Ok(plan)
-}
-
-/// Costs a GEMM `[M, K] @ [K, N]` of operands `dtype` on one NeuronCore; returns the report's
-/// dict and, with `trace`, its Chrome trace JSON.
+/// Costs a GEMM `[M, K] @ [K, N]` of `dtype` operands on one NeuronCore, or split over the
+/// physical cores `cores` of a LogicalCore or Chip; returns the report's dict and, with `trace`,
+/// its Chrome trace JSON.
 #[pyfunction]
-#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, sparsity = None))]
+#[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, sparsity = None, cores = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_gemm<'py>(
     py: Python<'py>,
@@ -85,16 +67,21 @@ pub fn estimate_gemm<'py>(
     throttle: bool,
     trace: bool,
     sparsity: Option<&str>,
+    cores: Option<Vec<usize>>,
 ) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
-    let plan = gemm_plan([m, k, n], dtype, perf_mode, throttle, trace, sparsity)?;
-    let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
-        core_estimate(&plan)
-    })?;
-    let json = if trace {
-        Some(rep.chrome_trace_json())
-    } else {
-        None
+    let req = engine::EstimateRequest {
+        m,
+        k,
+        n,
+        format: Format::parse("dtype", dtype)?,
+        perf_mode: PerfMode::parse("perf_mode", perf_mode)?,
+        sparsity: sparsity.map(Pattern::parse).transpose()?,
+        throttle,
+        trace,
+        cores,
     };
+    let rep = guard_work(py, req.work(), || engine::estimate(&req))?;
+    let json = trace.then(|| rep.chrome_trace_json());
     Ok((report_dict(py, &rep)?, json))
 }
 
@@ -113,7 +100,17 @@ pub fn _estimate_gemm_walk<'py>(
     throttle: bool,
     sparsity: Option<&str>,
 ) -> PyTrn2Result<Bound<'py, PyDict>> {
-    let plan = gemm_plan([m, k, n], dtype, perf_mode, throttle, false, sparsity)?;
+    let mut plan = GemmPlan::new(
+        m,
+        k,
+        n,
+        Format::parse("dtype", dtype)?,
+        PerfMode::parse("perf_mode", perf_mode)?,
+    )?;
+    if let Some(name) = sparsity {
+        plan = plan.with_sparsity(Pattern::parse(name)?)?;
+    }
+    plan.throttle = throttle;
     let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
         estimate_gemm_walk(&plan)
     })?;

@@ -24,6 +24,8 @@
 //! - [`topology`]: a physical NeuronCore with PSUM, chips and Logical NeuronCores, the torus.
 //! - [`collective`]: the five collectives as schedules, executed (bits) and costed (time).
 //! - [`perf`]: the [`perf::Report`] every cost model returns, and its trace.
+//! - [`machine`]: the whole NeuronCore (issue 14): SBUF/PSUM as byte memories, the four
+//!   engines' instructions, and the engine-parallel timeline.
 //! - [`cancel`]: cooperative cancellation of long calls (Ctrl-C); [`host`]: the host-memory
 //!   check every user-sized allocation passes first.
 
@@ -38,6 +40,7 @@ pub mod dma;
 pub mod engine;
 pub mod error;
 pub mod host;
+pub mod machine;
 pub mod memory;
 pub mod numerics;
 pub mod perf;

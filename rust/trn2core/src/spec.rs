@@ -542,6 +542,77 @@ spec_table! {
     #[spec(unit = "B/s", source = "[S1] D")]
     pub const GPSIMD_DMA_BYTES_PER_S_PER_DIRECTION: f64 = 153e9;
 
+    // ============================== whole-core machine (issue 14) ===============================
+
+    /// Partitions of an SBUF/PSUM quadrant (the unit of an engine access's start partition).
+    ///
+    /// The rule: more than 64 partitions start at 0, 33 to 64 at 0 or 64, up to 32 at a multiple of 32.
+    #[spec(unit = "count", source = "[S2] D")]
+    pub const SBUF_QUADRANT_PARTITIONS: usize = 32;
+
+    /// Largest free size of one `bn_stats` input (`nl.tile_size.bn_stats_fmax`).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const BN_STATS_FMAX: usize = 512;
+
+    /// Largest side of a Vector-engine `nc_transpose` (32 x 32; the tensor engine's is 128).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const VECTOR_TRANSPOSE_MAX: usize = 32;
+
+    /// Vector cycles per element of its two-input instructions.
+    ///
+    /// The `2N` of tensor_tensor,
+    /// tensor_tensor_scan, scalar_tensor_tensor, select; one-input ones take `N`).
+    #[spec(unit = "cycles/element", source = "[S2][S10] D")]
+    pub const DVE_TWO_INPUT_CYCLES_PER_ELEMENT: usize = 2;
+
+    /// Vector cycles per element of `reciprocal` (`max(MIN_II, 8N)`; ACT's is `N`).
+    #[spec(unit = "cycles/element", source = "[S10][S11] D")]
+    pub const DVE_RECIPROCAL_CYCLES_PER_ELEMENT: usize = 8;
+
+    /// Vector cycles per `(count, mean, m2)` triple of `bn_aggr` (`max(MIN_II, 13 * (N / 3))`).
+    #[spec(unit = "cycles/triple", source = "[S10] D")]
+    pub const DVE_BN_AGGR_CYCLES_PER_TRIPLE: usize = 13;
+
+    /// Vector "performance mode" speed-up of the fastest class (contiguous 16-bit copies).
+    ///
+    /// For tensor_copy / tensor_scalar with bf16/fp16 in and
+    /// out of SBUF and a contiguous innermost dimension (Trn2 over NCv2).
+    ///
+    /// Documented as a throughput factor; trn2core divides the NCv2 cycle formula by it (that
+    /// application is inferred).
+    #[spec(unit = "ratio", source = "[S1] D; applied I")]
+    pub const DVE_PERF_MODE_FAST: usize = 4;
+
+    /// Vector "performance mode" speed-up of the second class (strided or PSUM 16-bit).
+    ///
+    /// For the same instructions with a strided innermost
+    /// dimension or one side in PSUM, and for tensor_tensor with all-bf16/fp16 tiles in SBUF.
+    #[spec(unit = "ratio", source = "[S1] D; applied I")]
+    pub const DVE_PERF_MODE: usize = 2;
+
+    /// GpSimd cycles per element of its element-wise instructions.
+    ///
+    /// Applies to tensor_tensor, tensor_copy,
+    /// memset, tensor_scalar), after the start-up overhead.
+    ///
+    /// Inferred: eight 512-bit processors, each serving 16 partitions with 16 fp32 lanes, stream
+    /// one element per partition per cycle; no per-instruction formula is published.
+    #[spec(unit = "cycles/element", source = "[S2] I")]
+    pub const GPSIMD_CYCLES_PER_ELEMENT: usize = 1;
+
+    /// GpSimd cycles per element of `tensor_scalar(op0=rsqrt)`.
+    ///
+    /// "4x lower throughput" than the
+    /// Scalar engine's one element per cycle.
+    #[spec(unit = "cycles/element", source = "[S11] D")]
+    pub const GPSIMD_RSQRT_CYCLES_PER_ELEMENT: usize = 4;
+
+    /// Scalar cycles to read its accumulation registers out to a tile.
+    ///
+    /// `ActReadAccumulator` on NCv2: the extra `MIN_II` of `activation_reduce`.
+    #[spec(unit = "cycles", source = "[S2][S10] D")]
+    pub const ACT_READ_ACCUMULATOR_CYCLES: usize = 64;
+
     // =========================================== DMA ============================================
 
     /// DMA engines per physical core.

@@ -110,6 +110,57 @@ pub fn check_gemm_formats(a: Format, b: Format, perf_mode: PerfMode) -> Result<(
     matmul::check_format_pair(["a", "b"], [a, b], perf_mode)
 }
 
+/// What `trn2core.estimate_gemm` costs: a GEMM `[m, k] @ [k, n]` of `format` operands.
+#[derive(Debug, Clone)]
+pub struct EstimateRequest {
+    /// Rows of `a` and of the result.
+    pub m: u64,
+    /// The contraction.
+    pub k: u64,
+    /// Columns of `b` and of the result.
+    pub n: u64,
+    /// Both operands' format.
+    pub format: Format,
+    /// The instructions' `perf_mode`.
+    pub perf_mode: PerfMode,
+    /// An N:M-sparse stationary operand (`a`), if any.
+    pub sparsity: Option<crate::sparsity::Pattern>,
+    /// Whether the dI/dt throttle is modelled.
+    pub throttle: bool,
+    /// Whether the report records events for a trace.
+    pub trace: bool,
+    /// The physical cores of a LogicalCore or Chip the GEMM is split over (`None`: one core).
+    pub cores: Option<Vec<usize>>,
+}
+
+impl EstimateRequest {
+    /// About how many elementary steps evaluating it takes (instructions x 16: what decides
+    /// whether the binding runs it inline or interruptibly on a helper thread).
+    pub fn work(&self) -> u64 {
+        let tiles = |x: u64, t: usize| x.div_ceil(t as u64);
+        tiles(self.m, spec::MATMUL_STATIONARY_FREE_MAX)
+            .saturating_mul(tiles(self.n, spec::MATMUL_MOVING_FREE_MAX))
+            .saturating_mul(tiles(self.k, spec::MATMUL_CONTRACTION_MAX))
+            .saturating_mul(16)
+    }
+}
+
+/// A GEMM's timing without data, in one call: the engine's format rule (errors name `a`/`b`
+/// as for `gemm`), the plan, and its evaluation on one core or split over `cores`.
+pub fn estimate(req: &EstimateRequest) -> Result<Report> {
+    check_gemm_formats(req.format, req.format, req.perf_mode)?;
+    let mut plan = GemmPlan::new(req.m, req.k, req.n, req.format, req.perf_mode)?;
+    if let Some(p) = req.sparsity {
+        plan = plan.with_sparsity(p)?;
+    }
+    plan.throttle = req.throttle;
+    plan.trace = req.trace;
+    match &req.cores {
+        None => cost::estimate_gemm(&plan),
+        Some(cores) => cost::estimate_gemm_cores(&plan, cores),
+    }
+}
+
 /// The one operand format the cost model's plan of a GEMM of `a` and `b` operands takes (the
 /// plan holds one format for both: instruction cost, peak, bytes per element): fp32 when either
 /// is (4x the cycles); else `a`'s, or `b`'s when only `a` is fp8, so a mixed pair is costed as
@@ -207,7 +258,7 @@ impl<'a> GemmCall<'a> {
         crate::host::check_alloc("out", &what, (m as u128 * n as u128) * (4 + codes))?;
         let dims = |d: usize| d as u64;
         let cost = cost_format(af, bf);
-        let mut plan = GemmPlan::new(dims(m), dims(k), dims(n), cost.name(), options.perf_mode)?;
+        let mut plan = GemmPlan::new(dims(m), dims(k), dims(n), cost, options.perf_mode)?;
         if let Some(pattern) = a.pattern() {
             plan = plan.with_sparsity(pattern)?;
         }
@@ -232,8 +283,8 @@ impl<'a> GemmCall<'a> {
     }
 
     /// The operand format the timing is costed at ([`cost_format`]).
-    pub fn cost_format(&self) -> &str {
-        &self.plan.dtype
+    pub fn cost_format(&self) -> Format {
+        self.plan.format
     }
 
     /// Computes the result into `out` (`M * N` elements: float32 for fp32, else the codes of

@@ -16,7 +16,7 @@ mod avx512;
 mod decode;
 mod encode;
 mod format;
-mod kernels;
+pub(crate) mod kernels;
 mod rng;
 #[cfg(test)]
 mod simd_tests;

@@ -4,7 +4,7 @@
 use crate::engine::cost::instr::matmul_cycles;
 use crate::engine::cost::PeArrayClock;
 use crate::engine::{self, MatmulShape, Operand, PeTile, PerfMode};
-use crate::numerics::Format;
+use crate::numerics::{decode_into, CodesRef, Format};
 use crate::perf::Report;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, PE_CLOCK_HZ, PSUM_BANKS, PSUM_BANK_FP32_ELEMENTS, PSUM_PARTITIONS,
@@ -162,6 +162,47 @@ impl NeuronCore {
         Ok(out)
     }
 
+    /// [`Self::matmul`] on operands given as raw codes of their formats (what the binding
+    /// passes: one crossing, no decode round trip through Python): each is widened exactly to
+    /// fp32 first (fp32 and tf32 operands are float32 containers, read as they are).
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_codes(
+        &mut self,
+        stationary: (CodesRef, &[usize], Format),
+        moving: (CodesRef, &[usize], Format),
+        bank: usize,
+        accumulate: bool,
+        perf_mode: PerfMode,
+        tile: PeTile,
+    ) -> Result<Vec<f32>> {
+        let sv = widen("stationary", stationary.0, stationary.2)?;
+        let mv = widen("moving", moving.0, moving.2)?;
+        let st = Operand {
+            values: &sv,
+            shape: stationary.1,
+            format: stationary.2,
+        };
+        let mo = Operand {
+            values: &mv,
+            shape: moving.1,
+            format: moving.2,
+        };
+        self.matmul(&st, &mo, bank, accumulate, perf_mode, tile)
+    }
+
+    /// [`Self::transpose`] on `stationary` given as raw codes of `format`.
+    pub fn transpose_codes(
+        &mut self,
+        stationary: CodesRef,
+        k: usize,
+        m: usize,
+        format: Format,
+        bank: usize,
+    ) -> Result<()> {
+        let values = widen("stationary", stationary, format)?;
+        self.transpose(&values, k, m, format, bank)
+    }
+
     /// Transpose mode (`nc_matmul(..., is_transpose=True)`, NCv3; \[S1\]\[S9\]): the PE
     /// array passes `stationary` `[K, M]` through unchanged to PSUM `bank` as `[M, K]`, bit for
     /// bit (NaN and Inf included, unlike a matmul with an identity). `values` are the exact
@@ -239,4 +280,25 @@ impl NeuronCore {
         r.peak_tflops = CORE_PEAK_BF16_FLOPS_PER_S / 1e12;
         r
     }
+}
+
+/// The exact fp32 values of `codes` of `format` (`arg` names the operand in errors); a tf32
+/// operand is a float32 container and is read as is, as the engine reads it.
+fn widen(arg: &str, codes: CodesRef, format: Format) -> Result<Vec<f32>> {
+    let len = match codes {
+        CodesRef::U8(c) => c.len(),
+        CodesRef::U16(c) => c.len(),
+        CodesRef::U32(c) => c.len(),
+    };
+    let read_as = if format == Format::Tf32 {
+        Format::Fp32
+    } else {
+        format
+    };
+    let mut out = vec![0f32; len];
+    decode_into(codes, &read_as.encoding(), &mut out).map_err(|e| match e {
+        Error::Format { message, .. } => Error::format(arg, message),
+        other => other,
+    })?;
+    Ok(out)
 }

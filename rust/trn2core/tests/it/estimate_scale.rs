@@ -36,7 +36,8 @@ fn plan(
     (dtype, mode, sparsity): (&'static str, PerfMode, Option<Pattern>),
     throttle: bool,
 ) -> GemmPlan {
-    let mut p = GemmPlan::new(m, k, n, dtype, mode).expect("valid plan");
+    let format = trn2core::Format::parse("dtype", dtype).expect("a format");
+    let mut p = GemmPlan::new(m, k, n, format, mode).expect("valid plan");
     if let Some(s) = sparsity {
         p = p.with_sparsity(s).expect("sparse plan");
     }

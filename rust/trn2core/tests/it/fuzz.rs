@@ -414,7 +414,8 @@ proptest! {
         pattern in proptest::option::of(0usize..7),
     ) {
         let mode = if double_row { PerfMode::DoubleRow } else { PerfMode::None };
-        let plan = GemmPlan::new(m, k, n, dtype, mode)
+        let plan = Format::parse("dtype", dtype)
+            .and_then(|f| GemmPlan::new(m, k, n, f, mode))
             .and_then(|p| match pattern {
                 Some(i) => p.with_sparsity(Pattern::ALL[i]),
                 None => Ok(p),

@@ -632,8 +632,8 @@ fn the_report_is_the_cost_models() {
         let mut out = vec![0f32; 300 * 700];
         let report = call.run(GemmOut::Fp32(&mut out)).expect("runs");
         // bf16 x fp8: costed as bf16 (fp8 speeds nothing up unless both are).
-        assert_eq!(call.cost_format(), "bf16");
-        let plan = GemmPlan::new(300, 400, 700, "bf16", PerfMode::None).expect("valid");
+        assert_eq!(call.cost_format(), Format::Bf16);
+        let plan = GemmPlan::new(300, 400, 700, Format::Bf16, PerfMode::None).expect("valid");
         let want = match &cores {
             None => estimate_gemm(&plan),
             Some(c) => estimate_gemm_cores(&plan, c),

@@ -8,6 +8,7 @@ mod engine;
 mod estimate_scale;
 mod fuzz;
 mod gemm_call;
+mod machine;
 mod numerics_exhaustive;
 mod sparse_gemm;
 mod sparsity;

@@ -14,6 +14,7 @@ use super::fast_forward::{
 };
 use crate::dma::cost::{schedule, DmaPlan, Place, Transfer};
 use crate::engine::PerfMode;
+use crate::numerics::Format;
 use crate::perf::{Event, Report};
 use crate::sparsity::Pattern;
 use crate::spec::{
@@ -46,8 +47,8 @@ pub struct GemmPlan {
     pub throttle: bool,
     /// Record events for a trace.
     pub trace: bool,
-    /// Operand format names, for the report.
-    pub dtype: String,
+    /// The operands' format (the rate and bytes are costed at it).
+    pub format: Format,
     /// Bytes per element of `a` in HBM.
     pub a_elem_bytes: f64,
     /// Bytes per element of `b` in HBM.
@@ -65,20 +66,21 @@ pub struct GemmPlan {
 impl GemmPlan {
     /// A plan for operands of `dtype` (`fp32` operands cost 4x; fp8 double_row doubles the
     /// contraction per instruction).
-    pub fn new(m: u64, k: u64, n: u64, dtype: &str, perf_mode: PerfMode) -> Result<GemmPlan> {
+    pub fn new(m: u64, k: u64, n: u64, format: Format, perf_mode: PerfMode) -> Result<GemmPlan> {
         if m == 0 || k == 0 || n == 0 {
             return Err(Error::shape(
                 "shape",
                 format!("M, K and N must be >= 1, got M={m} K={k} N={n}"),
             ));
         }
-        if perf_mode == PerfMode::DoubleRow && !matches!(dtype, "fp8_e4m3" | "fp8_e5m2") {
+        if perf_mode == PerfMode::DoubleRow && !matches!(format, Format::Fp8E4m3 | Format::Fp8E5m2)
+        {
             return Err(Error::format(
                 "perf_mode",
-                format!("double_row needs fp8_e4m3 or fp8_e5m2 operands, got {dtype}"),
+                format!("double_row needs fp8_e4m3 or fp8_e5m2 operands, got {format}"),
             ));
         }
-        let fp32 = dtype == "fp32";
+        let fp32 = format == Format::Fp32;
         let (k_per_instruction, peak) = match perf_mode {
             PerfMode::DoubleRow => (
                 MATMUL_DOUBLE_ROW_CONTRACTION_MAX as u64,
@@ -97,9 +99,9 @@ impl GemmPlan {
             peak_flops_per_s: peak,
             throttle: true,
             trace: false,
-            dtype: dtype.to_string(),
-            a_elem_bytes: elem_bytes(dtype),
-            b_elem_bytes: elem_bytes(dtype),
+            format,
+            a_elem_bytes: elem_bytes(format),
+            b_elem_bytes: elem_bytes(format),
             out_elem_bytes: 4.0,
             a_wire_ratio: 1.0,
             b_wire_ratio: 1.0,
@@ -143,13 +145,9 @@ impl GemmPlan {
     }
 }
 
-/// Bytes per element of a format name (tf32 lives in a float32 container).
-pub fn elem_bytes(dtype: &str) -> f64 {
-    match dtype {
-        "fp32" | "tf32" => 4.0,
-        "bf16" | "fp16" => 2.0,
-        _ => 1.0,
-    }
+/// Bytes per element of a format in memory (tf32 lives in a float32 container).
+pub fn elem_bytes(format: Format) -> f64 {
+    f64::from(format.code_bits() / 8)
 }
 
 /// HBM traffic of the GEMM's data movement, in bytes, and the width of the block of `b` kept
@@ -504,7 +502,7 @@ fn report(
     let mut rep = Report::new("gemm");
     rep.description = format!(
         "GEMM M={m} K={k} N={n} {}{} perf_mode={} on one NeuronCore",
-        plan.dtype,
+        plan.format,
         plan.sparsity
             .map_or(String::new(), |p| format!(" sparse {p} stationary")),
         plan.perf_mode.name()
@@ -590,7 +588,7 @@ mod tests {
 
     #[test]
     fn large_bf16_gemm_reaches_the_pe_peak() {
-        let mut p = GemmPlan::new(4096, 4096, 4096, "bf16", PerfMode::None).expect("valid");
+        let mut p = GemmPlan::new(4096, 4096, 4096, Format::Bf16, PerfMode::None).expect("valid");
         p.throttle = false;
         let r = estimate_gemm(&p).expect("costed");
         assert_eq!(r.instructions, 32 * 8 * 32);
@@ -606,10 +604,10 @@ mod tests {
 
     #[test]
     fn tiny_k_is_memory_bound_and_stalls_on_psum_evictions() {
-        let p = GemmPlan::new(4096, 128, 4096, "bf16", PerfMode::None).expect("valid");
+        let p = GemmPlan::new(4096, 128, 4096, Format::Bf16, PerfMode::None).expect("valid");
         let r = estimate_gemm(&p).expect("costed");
         assert_eq!(r.bound, "memory");
-        let big = GemmPlan::new(8192, 8192, 8192, "bf16", PerfMode::None).expect("valid");
+        let big = GemmPlan::new(8192, 8192, 8192, Format::Bf16, PerfMode::None).expect("valid");
         assert_eq!(estimate_gemm(&big).expect("costed").bound, "compute");
         let get = |name: &str| r.details.iter().find(|d| d.0 == name).map_or(0.0, |d| d.1);
         let (wait, compute) = (get("psum_wait_s"), get("compute_s"));
@@ -622,7 +620,7 @@ mod tests {
     #[test]
     fn compressed_operands_move_fewer_hbm_bytes() {
         let get = |r: &Report, name: &str| r.details.iter().find(|d| d.0 == name).map(|d| d.1);
-        let p = GemmPlan::new(4096, 128, 4096, "bf16", PerfMode::None).expect("valid");
+        let p = GemmPlan::new(4096, 128, 4096, Format::Bf16, PerfMode::None).expect("valid");
         let plain = estimate_gemm(&p).expect("costed");
         let mut z = p.clone();
         (z.a_wire_ratio, z.b_wire_ratio) = (0.5, 0.5);
@@ -637,7 +635,7 @@ mod tests {
 
     #[test]
     fn the_gemm_trace_has_one_track_per_dma_engine_and_queue() {
-        let mut p = GemmPlan::new(1024, 1024, 1024, "bf16", PerfMode::None).expect("valid");
+        let mut p = GemmPlan::new(1024, 1024, 1024, Format::Bf16, PerfMode::None).expect("valid");
         p.trace = true;
         let r = estimate_gemm(&p).expect("costed");
         let mut tracks: Vec<&str> = r

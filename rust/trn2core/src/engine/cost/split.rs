@@ -204,7 +204,7 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
         plan.m,
         plan.k,
         plan.n,
-        plan.dtype,
+        plan.format,
         plan.perf_mode.name(),
         nc,
         cores,
@@ -266,7 +266,7 @@ mod tests {
     use crate::engine::PerfMode;
 
     fn plan(m: u64, k: u64, n: u64) -> GemmPlan {
-        GemmPlan::new(m, k, n, "bf16", PerfMode::None).expect("valid")
+        GemmPlan::new(m, k, n, crate::numerics::Format::Bf16, PerfMode::None).expect("valid")
     }
 
     #[test]

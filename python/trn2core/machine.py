@@ -1,0 +1,370 @@
+"""The whole NeuronCore (contract section 7): SBUF/PSUM tiles, the instructions of the four
+engines and of DMA, and the engine-parallel timeline (``KernelReport``).
+
+``trn2core.NeuronCore`` holds one machine and exposes it as ``core.tile``, ``core.hbm_tensor``,
+``core.read``/``core.write``, the engines ``core.vector``, ``core.scalar``, ``core.gpsimd``,
+``core.pe``, the DMA queues ``core.dma``, and ``core.run()``. Every instruction method is one
+call into the Rust core (``_core.Machine``), which checks the engine rules, computes the bits
+and records the instruction. Semantics, rules and costs: docs/machine.md.
+
+Tiles (``trn2core.machine.Tile``) are handles: slicing (``t[0:64, ::2]``), ``reshape_free``
+and ``ap`` make new handles without touching memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _core, _names
+from .dtypes import FORMAT_DTYPES
+from .errors import FormatError
+from .report import TimingReport, _fmt_seconds, _Trace
+
+__all__ = [
+    "ACTIVATION_FUNCTIONS",
+    "ALU_OPS",
+    "ENGINES",
+    "MACHINE_DTYPES",
+    "OPCODES",
+    "KernelReport",
+    "Tile",
+]
+
+#: A tile handle (an access pattern into one tensor of one core).
+Tile = _core.Tile
+
+#: Element types of tiles.
+MACHINE_DTYPES: tuple[str, ...] = _names.MACHINE_DTYPES
+#: ALU operators (``op=``), named as ``nki.language`` names them.
+ALU_OPS: tuple[str, ...] = _names.ALU_OPS
+#: Activation functions of the Scalar engine.
+ACTIVATION_FUNCTIONS: tuple[str, ...] = _names.ACTIVATION_FUNCTIONS
+#: The compute engines (``engine=``).
+ENGINES: tuple[str, ...] = _names.ENGINES
+#: The instructions the timeline counts.
+OPCODES: tuple[str, ...] = _names.OPCODES
+
+_NP_OF = {
+    "uint8": np.dtype(np.uint8),
+    "int8": np.dtype(np.int8),
+    "uint16": np.dtype(np.uint16),
+    "int16": np.dtype(np.int16),
+    "uint32": np.dtype(np.uint32),
+    "int32": np.dtype(np.int32),
+    **{k: v for k, v in FORMAT_DTYPES.items() if k != "fp8_e4m3fn"},
+}
+_NAME_OF = {v: k for k, v in _NP_OF.items() if k != "tf32"}
+_NAME_OF[np.dtype(np.bool_)] = "uint8"
+
+
+def np_dtype_of(dtype: str) -> np.dtype:
+    """The numpy dtype holding a machine dtype (tf32 in float32 containers)."""
+    return _NP_OF[dtype]
+
+
+def dtype_name(dtype: Any, arg: str = "dtype") -> str:
+    """A machine dtype name from a name or a numpy / ml_dtypes dtype."""
+    if isinstance(dtype, str):
+        if dtype in MACHINE_DTYPES or dtype == "fp8_e4m3fn":
+            return dtype
+        try:
+            np_dtype = np.dtype(dtype)
+        except TypeError:
+            raise FormatError(
+                f"{arg}: unknown dtype {dtype!r}; expected one of {MACHINE_DTYPES}"
+            ) from None
+    else:
+        try:
+            np_dtype = np.dtype(dtype)
+        except TypeError:
+            raise FormatError(f"{arg}: {dtype!r} is not a dtype") from None
+    name = _NAME_OF.get(np_dtype)
+    if name is None:
+        raise FormatError(
+            f"{arg}: {np_dtype} is not a NeuronCore dtype; expected one of {MACHINE_DTYPES} "
+            "(numpy float32, float16, int8..uint32, ml_dtypes bfloat16 / float8_e4m3 / "
+            "float8_e5m2 / float8_e3m4)"
+        )
+    return name
+
+
+class _Engine:
+    __slots__ = ("_m",)
+
+    def __init__(self, machine) -> None:
+        self._m = machine
+
+
+class VectorEngine(_Engine):
+    """The Vector engine (DVE): ``core.vector``."""
+
+    __slots__ = ()
+
+    def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
+        """``dst = data1 <op> data2`` element-wise."""
+        self._m.tensor_tensor("vector", dst, data1, data2, op)
+
+    def tensor_scalar(
+        self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False
+    ) -> None:
+        """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
+        fp32 tiles."""
+        self._m.tensor_scalar("vector", dst, data, op0, operand0, reverse0, op1, operand1, reverse1)
+
+    def scalar_tensor_tensor(
+        self, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False
+    ) -> None:
+        """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile."""
+        self._m.scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
+
+    def tensor_copy(self, dst, src) -> None:
+        """``dst = src`` (bits when the dtypes agree, else through float32)."""
+        self._m.tensor_copy("vector", dst, src)
+
+    def memset(self, dst, value) -> None:
+        """Fills ``dst`` with ``value``."""
+        self._m.memset("vector", dst, value)
+
+    def reciprocal(self, dst, data) -> None:
+        """``dst = 1 / data`` (IEEE float32)."""
+        self._m.reciprocal(dst, data)
+
+    def select(self, dst, predicate, on_true, on_false) -> None:
+        """``dst = predicate != 0 ? on_true : on_false`` (``on_false`` a tile or a number)."""
+        self._m.select(dst, predicate, on_true, on_false)
+
+    def tensor_reduce(self, dst, op, data, axes: int = 1, negate: bool = False) -> None:
+        """Reduces the last ``axes`` free axes of ``data`` with ``op`` into ``dst``."""
+        self._m.tensor_reduce(dst, op, data, axes, negate)
+
+    def tensor_tensor_scan(
+        self, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False
+    ) -> None:
+        """``dst[i] = op1(op0(data0[i], dst[i-1]), data1[i])`` from ``initial``."""
+        self._m.tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0, reverse1)
+
+    def tensor_scalar_reduce(
+        self,
+        dst,
+        data,
+        op0,
+        operand0,
+        reduce_op,
+        reduce_res=None,
+        reverse0=False,
+        reduce_cmd="reset_reduce",
+        reduce_init=None,
+        negate=False,
+    ) -> None:
+        """``dst = data <op0> operand0`` and the results reduced into ``reduce_res``."""
+        self._m.tensor_scalar_reduce(
+            dst, data, op0, operand0, reduce_op, reduce_res, reverse0, reduce_cmd, reduce_init,
+            negate,
+        )  # fmt: skip
+
+    def bn_stats(self, dst, data) -> None:
+        """Per-partition ``[count, mean, m2]`` of the even and odd elements of ``data``."""
+        self._m.bn_stats(dst, data)
+
+    def bn_aggr(self, dst, data) -> None:
+        """Per-partition ``[mean, variance]`` from ``bn_stats`` triples."""
+        self._m.bn_aggr(dst, data)
+
+    def transpose(self, dst, data) -> None:
+        """``nc_transpose`` on the Vector engine (up to 32 x 32)."""
+        self._m.nc_transpose("vector", dst, data)
+
+
+class ScalarEngine(_Engine):
+    """The Scalar engine (ACT): ``core.scalar``."""
+
+    __slots__ = ()
+
+    def activation(
+        self,
+        dst,
+        data,
+        func: str = "copy",
+        *,
+        scale=None,
+        bias=None,
+        reduce_op=None,
+        reduce_res=None,
+        reduce_cmd: str = "idle",
+    ) -> None:
+        """``dst = func(data * scale + bias)``; with ``reduce_cmd`` the float32 results are
+        added into the engine's per-partition registers, read out into ``reduce_res``.
+        Transcendental functions follow a float64 rule, *not the chip's bits*
+        (docs/machine.md)."""
+        self._m.activation(dst, func, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
+
+    def activation_reduce(self, dst, data, func, reduce_op, reduce_res, *, scale=None, bias=None):
+        """``activation`` with the sums of the results written into ``reduce_res``."""
+        self._m.activation_reduce(dst, func, data, reduce_op, reduce_res, bias, scale)
+
+    def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                      reverse1=False) -> None:  # fmt: skip
+        """``tensor_scalar`` on the Scalar engine ((multiply, add), (multiply) or (add))."""
+        self._m.tensor_scalar("scalar", dst, data, op0, operand0, reverse0, op1, operand1, reverse1)
+
+    def tensor_copy(self, dst, src) -> None:
+        """``dst = src`` on the Scalar engine."""
+        self._m.tensor_copy("scalar", dst, src)
+
+
+class GpSimdEngine(_Engine):
+    """The GpSimd engine (POOL): ``core.gpsimd``."""
+
+    __slots__ = ()
+
+    def iota(self, dst, pattern, offset: int = 0, channel_multiplier: int = 0) -> None:
+        """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (int32)."""
+        self._m.iota(dst, _pattern(pattern), offset, channel_multiplier)
+
+    def affine_select(
+        self, dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op="equal", offset=0
+    ) -> None:
+        """``dst = cmp_op(affine, 0) ? on_true : on_false_value``."""
+        self._m.affine_select(
+            dst, _pattern(pattern), channel_multiplier, on_true, on_false_value, cmp_op, offset
+        )
+
+    def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
+        """``tensor_tensor`` on GpSimd (native int32 arithmetic for int32 tiles)."""
+        self._m.tensor_tensor("gpsimd", dst, data1, data2, op)
+
+    def tensor_scalar(self, dst, data, op0, operand0=0.0, reverse0=False) -> None:
+        """``tensor_scalar`` on GpSimd (``rsqrt`` only)."""
+        self._m.tensor_scalar("gpsimd", dst, data, op0, operand0, reverse0, None, None, False)
+
+    def tensor_copy(self, dst, src) -> None:
+        """``dst = src`` on GpSimd (SBUF only)."""
+        self._m.tensor_copy("gpsimd", dst, src)
+
+    def memset(self, dst, value) -> None:
+        """Fills ``dst`` with ``value``."""
+        self._m.memset("gpsimd", dst, value)
+
+
+class TensorEngine(_Engine):
+    """The tensor engine (PE): ``core.pe``."""
+
+    __slots__ = ()
+
+    def matmul(
+        self,
+        dst,
+        stationary,
+        moving,
+        *,
+        accumulate=None,
+        perf_mode: str = "none",
+        tile_position=None,
+        tile_size=None,
+        is_transpose: bool = False,
+    ) -> None:
+        """``nc_matmul``: ``dst = stationary.T @ moving`` into fp32 PSUM; ``accumulate=None``
+        accumulates exactly when ``dst`` holds a matmul's result."""
+        self._m.nc_matmul(
+            dst, stationary, moving, accumulate, perf_mode, tile_position, tile_size, is_transpose
+        )
+
+    def transpose(self, dst, data) -> None:
+        """``nc_transpose`` on the tensor engine (SBUF to PSUM, up to 128 x 128, bit-exact)."""
+        self._m.nc_transpose("tensor", dst, data)
+
+
+class DmaQueues(_Engine):
+    """The 16 DMA queues: ``core.dma``."""
+
+    __slots__ = ()
+
+    def copy(self, dst, src, *, queue: int | None = None) -> None:
+        """``dma_copy`` between HBM and SBUF tiles (same element count) on ``queue`` (0..15;
+        ``None``: the queues in turn)."""
+        self._m.dma_copy(dst, src, queue)
+
+
+def _pattern(pattern) -> list[tuple[int, int]]:
+    return [(int(step), int(num)) for step, num in pattern]
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class KernelReport(TimingReport):
+    """The timeline of the instructions issued on a core: ``seconds`` (makespan), ``engines``
+    (per engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes``
+    (instructions per opcode), ``dma_bytes``, ``critical_path`` (the chain of instructions that
+    ends last, each with what it waited for; built on first use), ``instructions``, ``ticks``
+    (4.8 GHz). Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
+    with one track per engine and DMA queue and one slice per instruction."""
+
+    seconds: float
+    ticks: int
+    instructions: int
+    engines: Mapping[str, Mapping[str, float]]
+    opcodes: Mapping[str, int]
+    dma_bytes: int
+    _core: Any = dataclasses.field(default=None, compare=False, repr=False)
+    _trace: _Trace = dataclasses.field(
+        default_factory=lambda: _Trace(None, None), compare=False, repr=False
+    )
+
+    @classmethod
+    def from_core(cls, rep) -> KernelReport:
+        """Builds the report from the core's ``KernelReport``."""
+        engines = {
+            name: {"busy_s": busy, "utilization": util, "instructions": n}
+            for name, busy, util, n in rep.queues
+        }
+        report = cls.from_fields(
+            {
+                "seconds": rep.seconds,
+                "ticks": rep.ticks,
+                "instructions": rep.instructions,
+                "engines": engines,
+                "opcodes": dict(rep.opcodes),
+                "dma_bytes": rep.dma_bytes,
+            },
+            retrace=rep.trace_json,
+        )
+        object.__setattr__(report, "_core", rep)
+        return report
+
+    @functools.cached_property
+    def critical_path(self) -> tuple[Mapping[str, Any], ...]:
+        """The chain of instructions that ends last, first to last: ``index``, ``opcode``,
+        ``engine``, ``start_s``, ``end_s``, ``waited_for`` ("start", "dependency" or "queue")
+        and ``on`` (the instruction waited for, or -1)."""
+        keys = ("index", "opcode", "engine", "start_s", "end_s", "waited_for", "on")
+        return tuple(dict(zip(keys, step, strict=True)) for step in self._core.critical_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain Python data, the critical path included."""
+        d = super().to_dict()
+        d["critical_path"] = [dict(s) for s in self.critical_path]
+        return d
+
+    def __str__(self) -> str:
+        lines = [
+            f"NeuronCore timeline: {self.instructions:,} instructions, "
+            f"{_fmt_seconds(self.seconds)}",
+            f"  {'engine':<14} {'busy':>12} {'util':>7} {'instructions':>13}",
+        ]
+        for name, e in self.engines.items():
+            lines.append(
+                f"  {name:<14} {_fmt_seconds(e['busy_s']):>12} "
+                f"{100 * e['utilization']:>6.1f}% {e['instructions']:>13,}"
+            )
+        ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
+        lines.append(f"  opcodes: {ops or 'none'}")
+        lines.append(f"  DMA bytes: {self.dma_bytes:,}")
+        lines.append(f"  critical path: {self._core.critical_path_length:,} instructions")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"KernelReport(seconds={self.seconds:.6g}, instructions={self.instructions})"

@@ -1,0 +1,905 @@
+//! Bindings of the whole-core machine (`trn2core::machine`): `Machine` (one NeuronCore's
+//! memories and instructions), `Tile` (an access pattern: a cheap, frozen handle Python slices
+//! without crossing into the core's state), and `KernelReport` (the timeline's result).
+//!
+//! Every instruction method converts its arguments, calls one core method, and maps errors;
+//! issuing one is a few hundred nanoseconds of binding on top of the instruction itself. The
+//! GIL stays held for small instructions (releasing it costs more than they do) and is released
+//! around large ones.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PySlice, PyTuple};
+use trn2core::engine::{PeTile, PerfMode};
+use trn2core::machine::isa::elementwise::SecondOp;
+use trn2core::machine::isa::scalar::ActivationArgs;
+use trn2core::machine::tile::Index;
+use trn2core::machine::timeline::{self, KernelReport, Wait};
+use trn2core::machine::{
+    ActFunc, AluOp, Dtype, Engine, Machine, MachineConfig, OutputRounding, PeOptions, ReduceCmd,
+    Scalar, Tile, Uninitialized,
+};
+use trn2core::memory::Space;
+use trn2core::Error;
+
+use crate::arrays::{borrow, slice, to_numpy};
+use crate::errors::{guard, guard_work, PyTrn2Result};
+
+/// Elements below which an instruction runs with the GIL held.
+const GIL_HELD_ELEMENTS: usize = 1 << 16;
+
+/// An access pattern into one tensor of one `Machine` (see `trn2core::machine::tile`).
+#[pyclass(name = "Tile", module = "trn2core._core", frozen)]
+pub struct PyTile {
+    /// The core's tile.
+    pub tile: Tile,
+}
+
+/// A Python index (int, slice, tuple of them) as the core's [`Index`] list.
+fn indices(key: &Bound<'_, PyAny>) -> PyTrn2Result<Vec<Index>> {
+    let one = |k: &Bound<'_, PyAny>| -> PyTrn2Result<Index> {
+        if let Ok(s) = k.cast::<PySlice>() {
+            let get = |name: &str| -> PyTrn2Result<Option<i64>> {
+                let v = s.getattr(name)?;
+                if v.is_none() {
+                    Ok(None)
+                } else {
+                    Ok(Some(v.extract::<i64>().map_err(|_| {
+                        Error::value("index", format!("slice {name} {v} is not an integer"))
+                    })?))
+                }
+            };
+            return Ok(Index::Range {
+                start: get("start")?,
+                stop: get("stop")?,
+                step: get("step")?.unwrap_or(1),
+            });
+        }
+        if k.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(Error::value("index", "a bool is not an index").into());
+        }
+        k.extract::<i64>().map(Index::At).map_err(|_| {
+            Error::value(
+                "index",
+                format!(
+                    "expected integers and slices, got {}",
+                    k.get_type().name().map_or("?".into(), |n| n.to_string())
+                ),
+            )
+            .into()
+        })
+    };
+    match key.cast::<PyTuple>() {
+        Ok(t) => t.iter().map(|k| one(&k)).collect(),
+        Err(_) => Ok(vec![one(key)?]),
+    }
+}
+
+#[pymethods]
+impl PyTile {
+    /// The logical shape (partition axis first).
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.tile.logical_shape()
+    }
+
+    /// The dtype's name.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.tile.dtype.name()
+    }
+
+    /// The memory's name (`"sbuf"`, `"psum"`, `"hbm"`).
+    #[getter]
+    fn space(&self) -> &'static str {
+        self.tile.space.name()
+    }
+
+    /// First partition (SBUF/PSUM; 0 in HBM).
+    #[getter]
+    fn start_partition(&self) -> u32 {
+        self.tile.start_partition
+    }
+
+    /// Byte address of the first element (within each partition; within the buffer in HBM).
+    #[getter]
+    fn offset(&self) -> i64 {
+        self.tile.offset
+    }
+
+    /// The free pattern: `[(stride in elements, size), ...]`, outermost first.
+    #[getter]
+    fn pattern(&self) -> Vec<(i64, u32)> {
+        self.tile.dims().map(|(s, st)| (st, s)).collect()
+    }
+
+    /// Elements in the tile.
+    #[getter]
+    fn size(&self) -> usize {
+        self.tile.elements()
+    }
+
+    fn __len__(&self) -> usize {
+        self.tile.partitions as usize
+    }
+
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {
+        Ok(PyTile {
+            tile: self.tile.slice(&indices(key)?)?,
+        })
+    }
+
+    /// The same elements with the free axes reshaped (a contiguous pattern only).
+    fn reshape_free(&self, shape: Vec<usize>) -> PyTrn2Result<PyTile> {
+        Ok(PyTile {
+            tile: self.tile.reshape_free(&shape)?,
+        })
+    }
+
+    /// An explicit free pattern `[(step, num), ...]` from `offset` elements past the first
+    /// element (NKI's `.ap()`).
+    #[pyo3(signature = (pattern, offset = 0))]
+    fn ap(&self, pattern: Vec<(i64, u32)>, offset: i64) -> PyTrn2Result<PyTile> {
+        Ok(PyTile {
+            tile: self.tile.with_pattern(&pattern, offset)?,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let t = &self.tile;
+        format!(
+            "Tile({} {:?} {}, partitions {}..{}, offset {}, pattern {:?})",
+            t.space.name(),
+            t.logical_shape(),
+            t.dtype.name(),
+            t.start_partition,
+            t.start_partition + t.partitions,
+            t.offset,
+            self.pattern()
+        )
+    }
+}
+
+/// The tile of a Python argument, or a `ValueError` naming it.
+fn tile_of(x: &Bound<'_, PyAny>, arg: &str) -> PyTrn2Result<Tile> {
+    if let Ok(t) = x.cast::<PyTile>() {
+        return Ok(t.get().tile);
+    }
+    // An allocation of `NeuronCore.alloc` carries its tile.
+    if let Ok(inner) = x.getattr("tile") {
+        if let Ok(t) = inner.cast::<PyTile>() {
+            return Ok(t.get().tile);
+        }
+    }
+    match x.cast::<PyTile>() {
+        Ok(t) => Ok(t.get().tile),
+        Err(_) => Err(Error::value(
+            arg,
+            format!(
+                "expected a Tile (from NeuronCore.alloc, .hbm or slicing one), got {}",
+                x.get_type().name().map_or("?".into(), |n| n.to_string())
+            ),
+        )
+        .into()),
+    }
+}
+
+/// A scalar operand: a Tile (`[P, 1]`) or a number.
+fn scalar_of(x: &Bound<'_, PyAny>, arg: &str) -> PyTrn2Result<Scalar> {
+    if let Ok(t) = x.cast::<PyTile>() {
+        return Ok(Scalar::Tile(t.get().tile));
+    }
+    if x.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(Error::value(arg, "expected a number or a [P, 1] Tile, got a bool").into());
+    }
+    x.extract::<f64>().map(Scalar::Imm).map_err(|_| {
+        Error::value(
+            arg,
+            format!(
+                "expected a number or a [P, 1] Tile, got {}",
+                x.get_type().name().map_or("?".into(), |n| n.to_string())
+            ),
+        )
+        .into()
+    })
+}
+
+fn opt_scalar(x: Option<&Bound<'_, PyAny>>, arg: &str) -> PyTrn2Result<Option<Scalar>> {
+    match x {
+        Some(v) if !v.is_none() => Ok(Some(scalar_of(v, arg)?)),
+        _ => Ok(None),
+    }
+}
+
+/// One emulated NeuronCore-v3 with memories (the facade's `NeuronCore` holds one).
+///
+/// Shareable between Python threads: the state sits behind a mutex, so concurrent
+/// instructions run one at a time, each whole.
+#[pyclass(name = "Machine", module = "trn2core._core", frozen)]
+pub struct PyMachine {
+    inner: Mutex<Machine>,
+}
+
+impl PyMachine {
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs one instruction: with the GIL held when small, released when large.
+    fn run_instr(
+        &self,
+        py: Python<'_>,
+        elements: usize,
+        f: impl FnOnce(&mut Machine) -> Result<(), Error> + Send,
+    ) -> PyTrn2Result<()> {
+        if elements < GIL_HELD_ELEMENTS {
+            Ok(guard(py, || f(&mut self.lock()))?)
+        } else {
+            Ok(guard_work(py, elements as u64, || f(&mut self.lock()))?)
+        }
+    }
+}
+
+#[pymethods]
+impl PyMachine {
+    #[new]
+    #[pyo3(signature = (uninitialized = "error", rounding = "nearest_even", seed = 0))]
+    fn new(py: Python<'_>, uninitialized: &str, rounding: &str, seed: u64) -> PyTrn2Result<Self> {
+        let uninitialized = match uninitialized {
+            "error" => Uninitialized::Error,
+            "nan" => Uninitialized::Nan,
+            other => {
+                return Err(Error::value(
+                    "uninitialized",
+                    format!("got {other:?}; expected \"error\" or \"nan\""),
+                )
+                .into())
+            }
+        };
+        let rounding = match rounding {
+            "nearest_even" => OutputRounding::NearestEven,
+            "stochastic" => OutputRounding::Stochastic(seed),
+            other => {
+                return Err(Error::value(
+                    "rounding",
+                    format!(
+                        "got {other:?}; engine outputs round \"nearest_even\" or \"stochastic\""
+                    ),
+                )
+                .into())
+            }
+        };
+        let m = guard(py, || {
+            Machine::new(MachineConfig {
+                uninitialized,
+                rounding,
+            })
+        })?;
+        Ok(PyMachine {
+            inner: Mutex::new(m),
+        })
+    }
+
+    /// Allocates a tensor in SBUF or PSUM; returns its full tile.
+    #[pyo3(signature = (shape, dtype, space, name, start_partition = 0, address = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn alloc(
+        &self,
+        py: Python<'_>,
+        shape: Vec<usize>,
+        dtype: &str,
+        space: &str,
+        name: &str,
+        start_partition: u32,
+        address: Option<u64>,
+    ) -> PyTrn2Result<PyTile> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let sp = Space::parse("space", space)?;
+        let tile = guard(py, || {
+            self.lock()
+                .alloc_at(sp, name, &shape, dt, start_partition, address)
+        })?;
+        Ok(PyTile { tile })
+    }
+
+    /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).
+    #[pyo3(signature = (name, shape, dtype, data = None))]
+    fn hbm_tensor(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        shape: Vec<usize>,
+        dtype: &str,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyTrn2Result<PyTile> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let arr = data.map(|d| borrow::<u8>(d, "data", "uint8")).transpose()?;
+        let bytes = arr.as_ref().map(|a| slice(a, "data")).transpose()?;
+        let tile = guard(py, || self.lock().hbm_tensor(name, &shape, dt, bytes))?;
+        Ok(PyTile { tile })
+    }
+
+    /// Frees the tensor of `tile`.
+    fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || self.lock().free(&t))?)
+    }
+
+    /// The name, dtype and logical shape of `tile`'s tensor.
+    fn tensor_info(
+        &self,
+        py: Python<'_>,
+        tile: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<(String, &'static str, Vec<usize>, &'static str)> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || {
+            let m = self.lock();
+            let info = m.tensor(&t)?;
+            Ok((
+                info.name.clone(),
+                info.dtype.name(),
+                info.shape.clone(),
+                info.space.name(),
+            ))
+        })?)
+    }
+
+    /// Writes packed little-endian bytes (logical order) into a tile, outside any instruction.
+    fn write(
+        &self,
+        py: Python<'_>,
+        tile: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let t = tile_of(tile, "tile")?;
+        let arr = borrow::<u8>(data, "data", "uint8")?;
+        let bytes = slice(&arr, "data")?;
+        Ok(guard(py, || self.lock().write_tile(&t, bytes))?)
+    }
+
+    /// A tile's elements as packed little-endian bytes (logical order).
+    fn read(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<Py<PyAny>> {
+        let t = tile_of(tile, "tile")?;
+        let bytes = guard(py, || self.lock().read_tile(&t))?;
+        Ok(to_numpy(py, bytes))
+    }
+
+    /// Instructions recorded so far.
+    #[getter]
+    fn instructions(&self) -> usize {
+        self.lock().instructions()
+    }
+
+    /// Forgets the recorded program (memories keep their contents).
+    fn clear_program(&self) {
+        self.lock().clear_program();
+    }
+
+    /// Schedules the recorded program; trace slices for the first `trace_limit` instructions.
+    #[pyo3(signature = (trace_limit = 1_000_000))]
+    fn run(&self, py: Python<'_>, trace_limit: usize) -> PyTrn2Result<PyKernelReport> {
+        let n = self.lock().instructions();
+        let rep = guard_work(py, n as u64 * 64, || {
+            self.lock().run_with(&timeline::Options { trace_limit })
+        })?;
+        Ok(PyKernelReport { inner: rep })
+    }
+
+    // ------------------------------------------------------------------ instructions
+
+    /// `tensor_tensor` on `engine` ("vector" or "gpsimd").
+    fn tensor_tensor(
+        &self,
+        py: Python<'_>,
+        engine: &str,
+        dst: &Bound<'_, PyAny>,
+        data1: &Bound<'_, PyAny>,
+        data2: &Bound<'_, PyAny>,
+        op: &str,
+    ) -> PyTrn2Result<()> {
+        let e = Engine::parse("engine", engine)?;
+        let (d, a, b) = (
+            tile_of(dst, "dst")?,
+            tile_of(data1, "data1")?,
+            tile_of(data2, "data2")?,
+        );
+        let op = AluOp::parse("op", op)?;
+        self.run_instr(py, d.elements(), |m| m.tensor_tensor(e, &d, &a, &b, op))
+    }
+
+    /// `tensor_scalar`: `(data op0 operand0) op1 operand1`.
+    #[pyo3(signature = (engine, dst, data, op0, operand0, reverse0 = false, op1 = None, operand1 = None, reverse1 = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_scalar(
+        &self,
+        py: Python<'_>,
+        engine: &str,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        op0: &str,
+        operand0: &Bound<'_, PyAny>,
+        reverse0: bool,
+        op1: Option<&str>,
+        operand1: Option<&Bound<'_, PyAny>>,
+        reverse1: bool,
+    ) -> PyTrn2Result<()> {
+        let e = Engine::parse("engine", engine)?;
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        let op0 = AluOp::parse("op0", op0)?;
+        let s0 = scalar_of(operand0, "operand0")?;
+        let second: Option<SecondOp> = match op1 {
+            None => None,
+            Some(o) => {
+                let s1 = opt_scalar(operand1, "operand1")?
+                    .ok_or_else(|| Error::value("operand1", "op1 needs operand1"))?;
+                Some((AluOp::parse("op1", o)?, s1, reverse1))
+            }
+        };
+        self.run_instr(py, d.elements(), |m| {
+            m.tensor_scalar(e, &d, &a, op0, &s0, reverse0, second.as_ref())
+        })
+    }
+
+    /// `scalar_tensor_tensor` (Vector engine).
+    #[pyo3(signature = (dst, data, op0, operand0, op1, operand1, reverse0 = false, reverse1 = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn scalar_tensor_tensor(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        op0: &str,
+        operand0: &Bound<'_, PyAny>,
+        op1: &str,
+        operand1: &Bound<'_, PyAny>,
+        reverse0: bool,
+        reverse1: bool,
+    ) -> PyTrn2Result<()> {
+        let (d, a, b) = (
+            tile_of(dst, "dst")?,
+            tile_of(data, "data")?,
+            tile_of(operand1, "operand1")?,
+        );
+        let (op0, op1) = (AluOp::parse("op0", op0)?, AluOp::parse("op1", op1)?);
+        let s0 = scalar_of(operand0, "operand0")?;
+        self.run_instr(py, d.elements(), |m| {
+            m.scalar_tensor_tensor(&d, &a, op0, &s0, reverse0, op1, &b, reverse1)
+        })
+    }
+
+    /// `tensor_copy` on `engine`.
+    fn tensor_copy(
+        &self,
+        py: Python<'_>,
+        engine: &str,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let e = Engine::parse("engine", engine)?;
+        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
+        self.run_instr(py, d.elements(), |m| m.tensor_copy(e, &d, &s))
+    }
+
+    /// `memset` on `engine`.
+    fn memset(
+        &self,
+        py: Python<'_>,
+        engine: &str,
+        dst: &Bound<'_, PyAny>,
+        value: f64,
+    ) -> PyTrn2Result<()> {
+        let e = Engine::parse("engine", engine)?;
+        let d = tile_of(dst, "dst")?;
+        self.run_instr(py, d.elements(), |m| m.memset(e, &d, value))
+    }
+
+    /// `reciprocal` (Vector engine).
+    fn reciprocal(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        self.run_instr(py, d.elements(), |m| m.reciprocal(&d, &a))
+    }
+
+    /// `select` (Vector engine).
+    fn select(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        predicate: &Bound<'_, PyAny>,
+        on_true: &Bound<'_, PyAny>,
+        on_false: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let (d, p, t) = (
+            tile_of(dst, "dst")?,
+            tile_of(predicate, "predicate")?,
+            tile_of(on_true, "on_true")?,
+        );
+        let f = scalar_of(on_false, "on_false")?;
+        self.run_instr(py, d.elements(), |m| m.select(&d, &p, &t, &f))
+    }
+
+    /// `tensor_reduce` (Vector engine) over the last `axes` free axes.
+    #[pyo3(signature = (dst, op, data, axes, negate = false))]
+    fn tensor_reduce(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        op: &str,
+        data: &Bound<'_, PyAny>,
+        axes: usize,
+        negate: bool,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        let op = AluOp::parse("op", op)?;
+        self.run_instr(py, a.elements(), |m| {
+            m.tensor_reduce(&d, op, &a, axes, negate)
+        })
+    }
+
+    /// `tensor_tensor_scan` (Vector engine).
+    #[pyo3(signature = (dst, data0, data1, initial, op0, op1, reverse0 = false, reverse1 = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_tensor_scan(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data0: &Bound<'_, PyAny>,
+        data1: &Bound<'_, PyAny>,
+        initial: &Bound<'_, PyAny>,
+        op0: &str,
+        op1: &str,
+        reverse0: bool,
+        reverse1: bool,
+    ) -> PyTrn2Result<()> {
+        let (d, a, b) = (
+            tile_of(dst, "dst")?,
+            tile_of(data0, "data0")?,
+            tile_of(data1, "data1")?,
+        );
+        let init = scalar_of(initial, "initial")?;
+        let (op0, op1) = (AluOp::parse("op0", op0)?, AluOp::parse("op1", op1)?);
+        self.run_instr(py, d.elements(), |m| {
+            m.tensor_tensor_scan(&d, &a, &b, &init, op0, op1, reverse0, reverse1)
+        })
+    }
+
+    /// `tensor_scalar_reduce` (Vector engine).
+    #[pyo3(signature = (dst, data, op0, operand0, reduce_op, reduce_res = None, reverse0 = false, reduce_cmd = "reset_reduce", reduce_init = None, negate = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_scalar_reduce(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        op0: &str,
+        operand0: &Bound<'_, PyAny>,
+        reduce_op: &str,
+        reduce_res: Option<&Bound<'_, PyAny>>,
+        reverse0: bool,
+        reduce_cmd: &str,
+        reduce_init: Option<&Bound<'_, PyAny>>,
+        negate: bool,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        let op0 = AluOp::parse("op0", op0)?;
+        let rop = AluOp::parse("reduce_op", reduce_op)?;
+        let s0 = scalar_of(operand0, "operand0")?;
+        let res = reduce_res
+            .filter(|r| !r.is_none())
+            .map(|r| tile_of(r, "reduce_res"))
+            .transpose()?;
+        let cmd = ReduceCmd::parse("reduce_cmd", reduce_cmd)?;
+        let init = opt_scalar(reduce_init, "reduce_init")?;
+        self.run_instr(py, d.elements(), |m| {
+            m.tensor_scalar_reduce(
+                &d,
+                &a,
+                op0,
+                &s0,
+                reverse0,
+                rop,
+                res.as_ref(),
+                cmd,
+                init.as_ref(),
+                negate,
+            )
+        })
+    }
+
+    /// `activation` (Scalar engine): `func(data * scale + bias)`, optional reduction.
+    #[pyo3(signature = (dst, func, data, bias = None, scale = None, reduce_op = None, reduce_res = None, reduce_cmd = "idle"))]
+    #[allow(clippy::too_many_arguments)]
+    fn activation(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        func: &str,
+        data: &Bound<'_, PyAny>,
+        bias: Option<&Bound<'_, PyAny>>,
+        scale: Option<&Bound<'_, PyAny>>,
+        reduce_op: Option<&str>,
+        reduce_res: Option<&Bound<'_, PyAny>>,
+        reduce_cmd: &str,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        let f = ActFunc::parse("func", func)?;
+        let args = ActivationArgs {
+            bias: opt_scalar(bias, "bias")?,
+            scale: opt_scalar(scale, "scale")?,
+            reduce_op: reduce_op
+                .map(|o| AluOp::parse("reduce_op", o))
+                .transpose()?,
+            reduce_res: reduce_res
+                .filter(|r| !r.is_none())
+                .map(|r| tile_of(r, "reduce_res"))
+                .transpose()?,
+            reduce_cmd: ReduceCmd::parse("reduce_cmd", reduce_cmd)?,
+        };
+        self.run_instr(py, d.elements(), |m| m.activation(&d, f, &a, &args))
+    }
+
+    /// `activation_reduce` (Scalar engine).
+    #[pyo3(signature = (dst, func, data, reduce_op, reduce_res, bias = None, scale = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn activation_reduce(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        func: &str,
+        data: &Bound<'_, PyAny>,
+        reduce_op: &str,
+        reduce_res: &Bound<'_, PyAny>,
+        bias: Option<&Bound<'_, PyAny>>,
+        scale: Option<&Bound<'_, PyAny>>,
+    ) -> PyTrn2Result<()> {
+        let (d, a, r) = (
+            tile_of(dst, "dst")?,
+            tile_of(data, "data")?,
+            tile_of(reduce_res, "reduce_res")?,
+        );
+        let f = ActFunc::parse("func", func)?;
+        let rop = AluOp::parse("reduce_op", reduce_op)?;
+        let (b, s) = (opt_scalar(bias, "bias")?, opt_scalar(scale, "scale")?);
+        self.run_instr(py, d.elements(), |m| {
+            m.activation_reduce(&d, f, &a, rop, &r, b, s)
+        })
+    }
+
+    /// `iota` (GpSimd engine).
+    #[pyo3(signature = (dst, pattern, offset = 0, channel_multiplier = 0))]
+    fn iota(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        pattern: Vec<(i64, u64)>,
+        offset: i64,
+        channel_multiplier: i64,
+    ) -> PyTrn2Result<()> {
+        let d = tile_of(dst, "dst")?;
+        self.run_instr(py, d.elements(), |m| {
+            m.iota(&d, &pattern, offset, channel_multiplier)
+        })
+    }
+
+    /// `affine_select` (GpSimd engine).
+    #[pyo3(signature = (dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op = "equal", offset = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn affine_select(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        pattern: Vec<(i64, u64)>,
+        channel_multiplier: i64,
+        on_true: &Bound<'_, PyAny>,
+        on_false_value: f64,
+        cmp_op: &str,
+        offset: i64,
+    ) -> PyTrn2Result<()> {
+        let (d, t) = (tile_of(dst, "dst")?, tile_of(on_true, "on_true_tile")?);
+        let cmp = AluOp::parse("cmp_op", cmp_op)?;
+        self.run_instr(py, d.elements(), |m| {
+            m.affine_select(
+                &d,
+                &pattern,
+                channel_multiplier,
+                &t,
+                on_false_value,
+                cmp,
+                offset,
+            )
+        })
+    }
+
+    /// `bn_stats` (Vector engine).
+    fn bn_stats(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        self.run_instr(py, a.elements(), |m| m.bn_stats(&d, &a))
+    }
+
+    /// `bn_aggr` (Vector engine).
+    fn bn_aggr(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        self.run_instr(py, a.elements(), |m| m.bn_aggr(&d, &a))
+    }
+
+    /// `nc_matmul` (tensor engine).
+    #[pyo3(signature = (dst, stationary, moving, accumulate = None, perf_mode = "none", tile_position = None, tile_size = None, is_transpose = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn nc_matmul(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        stationary: &Bound<'_, PyAny>,
+        moving: &Bound<'_, PyAny>,
+        accumulate: Option<bool>,
+        perf_mode: &str,
+        tile_position: Option<(usize, usize)>,
+        tile_size: Option<(usize, usize)>,
+        is_transpose: bool,
+    ) -> PyTrn2Result<()> {
+        let (d, s, mv) = (
+            tile_of(dst, "dst")?,
+            tile_of(stationary, "stationary")?,
+            tile_of(moving, "moving")?,
+        );
+        let opts = PeOptions {
+            accumulate,
+            perf_mode: PerfMode::parse("perf_mode", perf_mode)?,
+            tile: PeTile::from_options(tile_position, tile_size)?,
+            is_transpose,
+        };
+        let work = s.elements() * mv.free_size();
+        self.run_instr(py, work, |m| m.nc_matmul(&d, &s, &mv, &opts))
+    }
+
+    /// `nc_transpose` on `engine` ("tensor" or "vector").
+    fn nc_transpose(
+        &self,
+        py: Python<'_>,
+        engine: &str,
+        dst: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let e = Engine::parse("engine", engine)?;
+        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
+        self.run_instr(py, a.elements(), |m| m.nc_transpose(e, &d, &a))
+    }
+
+    /// `dma_copy` on DMA queue `queue` (`None`: the queues in turn).
+    #[pyo3(signature = (dst, src, queue = None))]
+    fn dma_copy(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+        queue: Option<u8>,
+    ) -> PyTrn2Result<()> {
+        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
+        self.run_instr(py, d.elements(), |m| m.dma_copy(&d, &s, queue))
+    }
+}
+
+/// The timeline of a recorded program (a value: frozen, read through getters).
+#[pyclass(name = "KernelReport", module = "trn2core._core", frozen)]
+pub struct PyKernelReport {
+    inner: KernelReport,
+}
+
+#[pymethods]
+impl PyKernelReport {
+    /// Makespan, seconds.
+    #[getter]
+    fn seconds(&self) -> f64 {
+        self.inner.seconds
+    }
+
+    /// Makespan in ticks of 4.8 GHz.
+    #[getter]
+    fn ticks(&self) -> u64 {
+        self.inner.ticks
+    }
+
+    /// Instructions scheduled.
+    #[getter]
+    fn instructions(&self) -> u64 {
+        self.inner.instructions
+    }
+
+    /// Bytes moved by DMA.
+    #[getter]
+    fn dma_bytes(&self) -> u64 {
+        self.inner.dma_bytes
+    }
+
+    /// Per queue: `(name, busy seconds, utilization, instructions)`.
+    #[getter]
+    fn queues(&self) -> Vec<(&'static str, f64, f64, u64)> {
+        self.inner
+            .queues
+            .iter()
+            .map(|q| (q.name, q.busy_s, q.utilization, q.instructions))
+            .collect()
+    }
+
+    /// `(opcode, count)` for every opcode that ran.
+    #[getter]
+    fn opcodes(&self) -> Vec<(&'static str, u64)> {
+        self.inner
+            .opcodes
+            .iter()
+            .map(|(o, c)| (o.name(), *c))
+            .collect()
+    }
+
+    /// The critical path: `(index, opcode, queue, start_s, end_s, waited_for, on)` with
+    /// `waited_for` one of "start", "dependency", "queue" and `on` the instruction (or -1).
+    #[getter]
+    #[allow(clippy::type_complexity)]
+    fn critical_path(&self) -> Vec<(u32, &'static str, &'static str, f64, f64, &'static str, i64)> {
+        self.inner
+            .critical_path
+            .iter()
+            .map(|s| {
+                let (w, on) = match s.wait {
+                    Wait::Start => ("start", -1),
+                    Wait::Dependency(j) => ("dependency", j as i64),
+                    Wait::Queue(j) => ("queue", j as i64),
+                };
+                (
+                    s.index,
+                    s.opcode.name(),
+                    s.queue.track(),
+                    s.start_s,
+                    s.end_s,
+                    w,
+                    on,
+                )
+            })
+            .collect()
+    }
+
+    /// Instructions on the critical path.
+    #[getter]
+    fn critical_path_length(&self) -> usize {
+        self.inner.critical_path.len()
+    }
+
+    /// Start and end of every instruction, seconds (two lists in issue order).
+    fn times<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        let s = |t: &[u64]| -> Vec<f64> {
+            t.iter()
+                .map(|&x| trn2core::machine::cost::seconds(x))
+                .collect()
+        };
+        d.set_item("start", PyList::new(py, s(&self.inner.start_ticks))?)?;
+        d.set_item("end", PyList::new(py, s(&self.inner.end_ticks))?)?;
+        Ok(d)
+    }
+
+    /// The Chrome/Perfetto trace JSON.
+    fn trace_json(&self) -> String {
+        self.inner.chrome_trace_json()
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+}

@@ -1,0 +1,759 @@
+//! The instructions' values (VALUES): one method of [`Machine`] per NKI ISA instruction.
+//!
+//! Every instruction is executed when it is issued: its operands are checked (the engine rules
+//! below, bounds, never-written memory), its inputs are read and widened to float32, the result
+//! is computed and rounded into the destination, and the instruction is appended to the recorded
+//! program with the regions it read and wrote and the inputs of its cost formula. Inputs are
+//! read in full before anything is written, so an instruction whose output overlaps an input
+//! computes from the old values.
+//!
+//! Files: [`alu`] (the ALU operators), [`act`] (activation functions), [`elementwise`]
+//! (tensor_tensor, tensor_scalar, scalar_tensor_tensor, tensor_copy, memset, reciprocal, select),
+//! [`reduce`] (tensor_reduce, tensor_tensor_scan, tensor_scalar_reduce, bn_stats, bn_aggr),
+//! [`scalar`] (activation, activation_reduce), [`gpsimd`] (iota, affine_select), [`pe`]
+//! (nc_matmul, nc_transpose), [`dma`] (dma_copy).
+//!
+//! # Engine rules (errors naming the rule and the operand; sources: the NKI ISA and architecture guides, \[S2\]\[S9\])
+//!
+//! | rule | what | source |
+//! |---|---|---|
+//! | `engine_memory` | compute engines read and write SBUF or PSUM only | 4.3 \[S2\] |
+//! | `partition_dim` | 1..=128 partitions | 4.3 \[S2\] |
+//! | `start_partition` | more than 64 partitions start at 0; 33..=64 at 0 or 64; up to 32 at a multiple of 32 | 4.3 \[S2\] |
+//! | `psum_bank` | a PSUM operand stays inside one 2 KiB bank per partition | 4.2 \[S2\]\[S9\] |
+//! | `gpsimd_psum` | GpSimd cannot access PSUM | 4.2, 8 \[S9\] |
+//! | `two_psum_inputs` | tensor_tensor (and scan, scalar_tensor_tensor) take at most one input from PSUM | 15 \[S9\] |
+//! | `act_tensor_scalar_ops` | the Scalar engine's tensor_scalar takes only (multiply, add), (multiply), (add) | 7 \[S9\] |
+//! | `fp32_operand` | tensor_scalar's operands, activation's scale are float32 | 15 \[S9\] |
+//! | `bitvec_dtype` | bitvec operators need integer dtypes | 15 \[S11\] |
+//! | `engine` | the instruction runs on the engines its documentation lists | \[S9\] |
+//! | `matmul_memory`, `matmul_dst_fp32` | nc_matmul reads SBUF, writes fp32 PSUM | 5.1 \[S9\] |
+//! | `accumulate` | accumulate=True needs a region written by a matmul | 5.1 \[S9\] |
+//! | `transpose_size` | PE transpose up to 128 x 128, Vector up to 32 x 32 | 13 \[S9\] |
+//! | `bn_stats_fmax` | bn_stats reads at most 512 elements per partition | 6 \[S9\] |
+//! | `dma_memory` | DMA moves between HBM and SBUF only (not PSUM) | NKI 0.3 \[S9\] |
+//! | `shape` | operands have the partitions and elements per partition the instruction needs | \[S9\] |
+
+pub mod act;
+pub mod alu;
+pub mod dma;
+pub mod elementwise;
+pub mod gpsimd;
+pub mod pe;
+pub mod reduce;
+mod rows;
+pub mod scalar;
+
+use crate::memory::Space;
+use crate::numerics::mix64;
+use crate::spec::{PSUM_BANK_BYTES, SBUF_PARTITIONS, SBUF_QUADRANT_PARTITIONS};
+use crate::{Error, Result};
+
+use super::dtype::{self, Dtype, OutputRounding};
+use super::memory::ByteMem;
+use super::record::{
+    flags, CostInput, Engine, Opcode, Queue, Region, MEM_HBM0, MEM_PSUM, MEM_SBUF,
+};
+use super::tile::Tile;
+use super::Machine;
+use alu::AluOp;
+
+pub use pe::PeOptions;
+
+/// A scalar operand: a compile-time constant, or a tile of one element per partition
+/// (`[P, 1]`) broadcast along the free dimension.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// A constant (float32 for arithmetic operators, an integer for bitvec operators).
+    Imm(f64),
+    /// One value per partition.
+    Tile(Tile),
+}
+
+named_enum! {
+    /// The accumulator-register commands of `activation` and `tensor_scalar_reduce`
+    /// (`nki.isa.reduce_cmd`).
+    #[derive(Default)]
+    pub enum ReduceCmd("reduce_cmd", value) {
+        /// Registers untouched.
+        #[default]
+        Idle = "idle",
+        /// Registers reset (to 0, or the reduce operator's identity).
+        Reset = "reset",
+        /// This instruction's results are accumulated onto the registers.
+        Reduce = "reduce",
+        /// Reset, then accumulate.
+        ResetReduce = "reset_reduce",
+        /// Load `reduce_init`, then accumulate.
+        LoadReduce = "load_reduce",
+    }
+}
+
+/// An engine-rule violation: names the operand, says what is wrong and which rule.
+pub(crate) fn rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
+    Error::value(arg, format!("{message} [engine rule {rule}]"))
+}
+
+/// A shape-type engine-rule violation (`ShapeError`).
+pub(crate) fn shape_rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
+    Error::shape(arg, format!("{message} [engine rule {rule}]"))
+}
+
+/// A dtype-type engine-rule violation (`FormatError`).
+pub(crate) fn dtype_rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
+    Error::format(arg, format!("{message} [engine rule {rule}]"))
+}
+
+/// Checks that `engine` is one the instruction runs on.
+pub(crate) fn check_engine(op: Opcode, engine: Engine, allowed: &[Engine]) -> Result<()> {
+    if allowed.contains(&engine) {
+        return Ok(());
+    }
+    let names: Vec<&str> = allowed.iter().map(|e| e.name()).collect();
+    Err(rule(
+        "engine",
+        "engine",
+        format!(
+            "{} does not run on the {} engine; it runs on {}",
+            op.name(),
+            engine.name(),
+            names.join(" or ")
+        ),
+    ))
+}
+
+/// Whether `count` partitions may start at `start` (\[S2\]: more than 64 start at
+/// 0, 33..=64 at 0 or 64, up to 32 at 0, 32, 64 or 96).
+pub fn partition_start_ok(start: u32, count: u32) -> bool {
+    let q = SBUF_QUADRANT_PARTITIONS as u32;
+    if count > 2 * q {
+        start == 0
+    } else if count > q {
+        start.is_multiple_of(2 * q)
+    } else {
+        start.is_multiple_of(q)
+    }
+}
+
+/// Calls `f(host offset, run length, run stride in elements)` for every run of `tile` in
+/// logical order; `stride` is the memory's bytes between partitions.
+#[inline]
+pub(crate) fn for_each_run(stride: usize, tile: &Tile, mut f: impl FnMut(usize, usize, i64)) {
+    let esize = tile.dtype.size() as i64;
+    let c = tile.canonical();
+    let (len, rstride) = (c.run_len(), c.run_stride());
+    for p in 0..tile.partitions as i64 {
+        let base = match tile.space {
+            Space::Hbm => tile.offset + p * tile.partition_step * esize,
+            _ => (tile.start_partition as i64 + p) * stride as i64 + tile.offset,
+        };
+        c.for_each_run(|s| f((base + s * esize) as usize, len, rstride));
+    }
+}
+
+/// Raw bits of the element at host offset `o`.
+#[inline(always)]
+fn raw_at(bytes: &[u8], o: usize, size: usize) -> u32 {
+    match size {
+        1 => bytes[o] as u32,
+        2 => u16::from_le_bytes([bytes[o], bytes[o + 1]]) as u32,
+        _ => u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]),
+    }
+}
+
+/// A checked operand: the tile and its per-partition byte range.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Opnd {
+    pub tile: Tile,
+    pub range: (u64, u64),
+}
+
+impl Opnd {
+    /// The region this operand touches.
+    pub fn region(&self) -> Region {
+        let mem = match self.tile.space {
+            Space::Sbuf => MEM_SBUF,
+            Space::Psum => MEM_PSUM,
+            Space::Hbm => MEM_HBM0 + self.tile.tensor.slot,
+        };
+        let (p0, pn) = match self.tile.space {
+            Space::Hbm => (0, 1),
+            _ => (
+                self.tile.start_partition as u16,
+                self.tile.partitions as u16,
+            ),
+        };
+        Region {
+            mem,
+            p0,
+            pn,
+            lo: self.range.0,
+            hi: self.range.1,
+        }
+    }
+
+    /// Elements per partition.
+    pub fn n(&self) -> usize {
+        self.tile.free_size()
+    }
+
+    /// Partitions.
+    pub fn p(&self) -> u32 {
+        self.tile.partitions
+    }
+}
+
+/// The fast-path row geometry of an on-chip operand: `(host offset of row 0, host bytes between
+/// rows, kind)` when every partition is one contiguous run of fp32 or bf16 elements.
+pub(crate) fn row_geometry(
+    o: &Opnd,
+    partition_stride: usize,
+) -> Option<(usize, usize, rows::Kind)> {
+    if o.tile.space == Space::Hbm {
+        return None;
+    }
+    let kind = rows::Kind::of(o.tile.dtype)?;
+    let c = o.tile.canonical();
+    if !(c.n == 0 || c.n == 1 && c.dims[0].1 == 1) {
+        return None;
+    }
+    let off = o.tile.start_partition as usize * partition_stride + o.tile.offset as usize;
+    Some((off, partition_stride, kind))
+}
+
+/// An input of a fast path: `(in the destination's memory, host offset of row 0, host bytes
+/// between rows, kind)`.
+pub(crate) type RowGeometry = (bool, usize, usize, rows::Kind);
+
+/// Whether input `x` can be read row by row while `d` is written: another memory, other
+/// partitions, disjoint bytes, or exactly the same elements.
+pub(crate) fn rows_compatible(x: &Opnd, d: &Opnd) -> bool {
+    let (a, b) = (&x.tile, &d.tile);
+    a.space != b.space
+        || a.start_partition != b.start_partition
+        || x.range.1 <= d.range.0
+        || d.range.1 <= x.range.0
+        || (a.offset == b.offset && a.dtype == b.dtype && x.range == d.range)
+}
+
+/// The cost flags describing a set of tensor operands (inputs first, output last).
+pub(crate) fn operand_flags(inputs: &[&Opnd], output: Option<&Opnd>) -> u32 {
+    let all = || inputs.iter().copied().chain(output);
+    let mut f = 0;
+    if inputs.iter().any(|o| o.tile.space == Space::Psum) {
+        f |= flags::PSUM_INPUT;
+    }
+    if output.is_some_and(|o| o.tile.space == Space::Psum) {
+        f |= flags::PSUM_OUTPUT;
+    }
+    if all().all(|o| o.tile.dtype.is_16bit_float()) {
+        f |= flags::ALL_16BIT;
+    }
+    if all().all(|o| o.tile.dtype == Dtype::Bf16) {
+        f |= flags::ALL_BF16;
+    }
+    if all().all(|o| o.tile.inner_contiguous()) {
+        f |= flags::CONTIGUOUS;
+    }
+    f
+}
+
+impl Machine {
+    /// Whether outputs are rounded to nearest even (the fast paths' condition).
+    pub(crate) fn nearest_even(&self) -> bool {
+        self.config.rounding == OutputRounding::NearestEven
+    }
+
+    /// The fast paths' view of inputs `xs` and output `d`, if they all qualify.
+    fn fast_rows<const N: usize>(
+        &self,
+        xs: [&Opnd; N],
+        d: &Opnd,
+    ) -> Option<([RowGeometry; N], rows::RowOut)> {
+        let stride_of = |s: Space| match s {
+            Space::Psum => self.mem.psum.stride,
+            _ => self.mem.sbuf.stride,
+        };
+        let (doff, dstride, dkind) = row_geometry(d, stride_of(d.tile.space))?;
+        if !self.nearest_even() && dkind != rows::Kind::F32 {
+            return None;
+        }
+        let mut ins = [(false, 0, 0, rows::Kind::F32); N];
+        for (slot, x) in ins.iter_mut().zip(xs) {
+            if !rows_compatible(x, d) {
+                return None;
+            }
+            let (off, stride, kind) = row_geometry(x, stride_of(x.tile.space))?;
+            *slot = (x.tile.space == d.tile.space, off, stride, kind);
+        }
+        Some((
+            ins,
+            rows::RowOut {
+                off: doff,
+                stride: dstride,
+                kind: dkind,
+            },
+        ))
+    }
+
+    /// Runs `f` on the fast-path plan of inputs `xs` and output `d`; `false` (nothing done)
+    /// if they do not qualify.
+    fn with_plan<const N: usize>(
+        &mut self,
+        xs: [&Opnd; N],
+        d: &Opnd,
+        f: impl FnOnce(&mut rows::Plan),
+    ) -> bool {
+        let Some((ins, out)) = self.fast_rows(xs, d) else {
+            return false;
+        };
+        let g = rows::Rows {
+            rows: d.p() as usize,
+            n: d.n(),
+        };
+        let (mem, other) = self.mem.split_on_chip(d.tile.space);
+        let ins = ins.map(|(same, off, stride, kind)| rows::RowIn {
+            mem: if same { None } else { Some(other) },
+            off,
+            stride,
+            kind,
+        });
+        // SAFETY: `fast_rows` admitted each input only if `rows_compatible` holds: another
+        // memory, other partitions, bytes disjoint from the destination's in every partition
+        // (rows are partitions, shorter than the partition stride), or exactly its elements.
+        let Some(mut plan) = (unsafe { rows::Plan::new(g, mem, &ins, out) }) else {
+            return false;
+        };
+        f(&mut plan);
+        self.after_write(d);
+        true
+    }
+
+    /// `tensor_tensor`'s fast path; `false` if it does not apply.
+    pub(crate) fn fast_binary(&mut self, op: AluOp, a: &Opnd, b: &Opnd, d: &Opnd) -> bool {
+        self.with_plan([a, b], d, |plan| rows::binary(op, plan))
+    }
+
+    /// `tensor_scalar`'s fast path (arithmetic operators); `false` if it does not apply.
+    pub(crate) fn fast_scalar(
+        &mut self,
+        op0: (AluOp, bool, &[f32]),
+        op1: Option<(AluOp, bool, &[f32])>,
+        a: &Opnd,
+        d: &Opnd,
+    ) -> bool {
+        let op0 = (op0.0, op0.1 && !op0.0.is_unary(), op0.2);
+        let op1 = op1.map(|(o, r, s)| (o, r && !o.is_unary(), s));
+        self.with_plan([a], d, |plan| rows::scalar(plan, op0, op1))
+    }
+
+    /// `tensor_copy`'s fast path; `false` if it does not apply.
+    pub(crate) fn fast_copy(&mut self, s: &Opnd, d: &Opnd) -> bool {
+        self.with_plan([s], d, rows::copy)
+    }
+
+    /// Checks a tile that some engine reads (`write = false`) or writes: live, in bounds, and
+    /// for compute engines the memory, partition and PSUM-bank rules.
+    pub(crate) fn operand(
+        &self,
+        arg: &str,
+        tile: &Tile,
+        engine: Option<Engine>,
+        write: bool,
+    ) -> Result<Opnd> {
+        let range = self.mem.check_tile(arg, tile)?;
+        if let Some(engine) = engine {
+            let name = self.mem.name(tile);
+            if tile.space == Space::Hbm {
+                return Err(rule(
+                    arg,
+                    "engine_memory",
+                    format!(
+                        "tile of {name} is in HBM; the {} engine reads and writes SBUF or PSUM \
+                         only (move it with dma_copy)",
+                        engine.name()
+                    ),
+                ));
+            }
+            if engine == Engine::Gpsimd && tile.space == Space::Psum {
+                return Err(rule(
+                    arg,
+                    "gpsimd_psum",
+                    format!("tile of {name} is in PSUM, which the GpSimd engine cannot access"),
+                ));
+            }
+            let (p0, pn) = (tile.start_partition, tile.partitions);
+            if pn as usize > SBUF_PARTITIONS {
+                return Err(shape_rule(
+                    arg,
+                    "partition_dim",
+                    format!(
+                        "{pn} partitions; an engine instruction spans at most {SBUF_PARTITIONS}"
+                    ),
+                ));
+            }
+            if !partition_start_ok(p0, pn) {
+                return Err(shape_rule(
+                    arg,
+                    "start_partition",
+                    format!(
+                        "{pn} partitions starting at partition {p0} of {name}; more than 64 \
+                         partitions must start at 0, 33 to 64 at 0 or 64, up to 32 at a \
+                         multiple of 32"
+                    ),
+                ));
+            }
+            if tile.space == Space::Psum {
+                let (lo, hi) = range;
+                if lo / PSUM_BANK_BYTES != (hi - 1) / PSUM_BANK_BYTES {
+                    return Err(shape_rule(
+                        arg,
+                        "psum_bank",
+                        format!(
+                            "the PSUM tile of {name} spans bytes {lo}..{hi} of each partition, \
+                             across a {PSUM_BANK_BYTES}-byte bank boundary; an instruction's \
+                             PSUM operand stays inside one bank"
+                        ),
+                    ));
+                }
+            }
+        }
+        if !write {
+            self.mem.check_written(arg, tile, range)?;
+        }
+        Ok(Opnd { tile: *tile, range })
+    }
+
+    /// Checks that operands have the same partitions and elements per partition.
+    pub(crate) fn same_shape(
+        &self,
+        op: Opcode,
+        ref_arg: &str,
+        r: &Opnd,
+        others: &[(&str, &Opnd)],
+    ) -> Result<()> {
+        for (arg, o) in others {
+            if o.p() != r.p() || o.n() != r.n() {
+                return Err(shape_rule(
+                    arg,
+                    "shape",
+                    format!(
+                        "{} needs the same partitions and elements per partition as {ref_arg}: \
+                         {arg} is {:?} ({} x {}), {ref_arg} is {:?} ({} x {})",
+                        op.name(),
+                        o.tile.logical_shape(),
+                        o.p(),
+                        o.n(),
+                        r.tile.logical_shape(),
+                        r.p(),
+                        r.n()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A tile's elements, widened to float32, in logical order.
+    pub(crate) fn gather_f32(&self, tile: &Tile) -> Vec<f32> {
+        let mut out = Vec::new();
+        self.gather_f32_into(tile, &mut out);
+        out
+    }
+
+    /// [`Machine::gather_f32`] into `out`.
+    pub(crate) fn gather_f32_into(&self, tile: &Tile, out: &mut Vec<f32>) {
+        let mem = self.mem.mem(tile);
+        let bytes = mem.bytes();
+        let dt = tile.dtype;
+        let esize = dt.size();
+        out.resize(tile.elements(), 0.0);
+        let mut k = 0;
+        for_each_run(mem.stride, tile, |off, len, stride| {
+            if stride == 1 {
+                dtype::widen(dt, &bytes[off..off + len * esize], &mut out[k..k + len]);
+            } else {
+                for (i, o) in out[k..k + len].iter_mut().enumerate() {
+                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    *o = dtype::widen_one(dt, raw_at(bytes, at, esize));
+                }
+            }
+            k += len;
+        });
+    }
+
+    /// A tile's raw element bits (zero-extended) in logical order.
+    pub(crate) fn gather_bits(&self, tile: &Tile) -> Vec<u32> {
+        let mut out = Vec::new();
+        self.gather_bits_into(tile, &mut out);
+        out
+    }
+
+    /// [`Machine::gather_bits`] into `out`.
+    pub(crate) fn gather_bits_into(&self, tile: &Tile, out: &mut Vec<u32>) {
+        let mem = self.mem.mem(tile);
+        let bytes = mem.bytes();
+        let esize = tile.dtype.size();
+        out.resize(tile.elements(), 0);
+        let mut k = 0;
+        for_each_run(mem.stride, tile, |off, len, stride| {
+            if stride == 1 {
+                dtype::raw_bits(
+                    tile.dtype,
+                    &bytes[off..off + len * esize],
+                    &mut out[k..k + len],
+                );
+            } else {
+                for (i, o) in out[k..k + len].iter_mut().enumerate() {
+                    *o = raw_at(
+                        bytes,
+                        (off as i64 + i as i64 * stride * esize as i64) as usize,
+                        esize,
+                    );
+                }
+            }
+            k += len;
+        });
+    }
+
+    /// The rounding of the instruction about to be recorded.
+    fn rounding(&self) -> OutputRounding {
+        match self.config.rounding {
+            OutputRounding::NearestEven => OutputRounding::NearestEven,
+            OutputRounding::Stochastic(seed) => OutputRounding::Stochastic(mix64(
+                seed.wrapping_add(self.program.instrs.len() as u64),
+            )),
+        }
+    }
+
+    /// Writes float32 results, rounded to the tile's dtype, in logical order; marks them
+    /// written.
+    pub(crate) fn scatter_f32(&mut self, o: &Opnd, vals: &[f32]) -> Result<()> {
+        let mut staged = vec![0u8; vals.len() * o.tile.dtype.size()];
+        dtype::narrow(
+            o.tile.dtype,
+            vals,
+            self.rounding(),
+            &mut staged,
+            &mut Vec::new(),
+        )?;
+        self.scatter_packed(&o.tile, &staged);
+        self.after_write(o);
+        Ok(())
+    }
+
+    /// Writes raw element bits (low bits of each word) in logical order; marks them written.
+    pub(crate) fn scatter_bits(&mut self, o: &Opnd, bits: &[u32]) {
+        let mut staged = vec![0u8; bits.len() * o.tile.dtype.size()];
+        dtype::pack_bits(o.tile.dtype, bits, &mut staged);
+        self.scatter_packed(&o.tile, &staged);
+        self.after_write(o);
+    }
+
+    /// Copies packed elements (logical order) into the tile's places.
+    fn scatter_packed(&mut self, tile: &Tile, staged: &[u8]) {
+        let esize = tile.dtype.size();
+        let mem: &mut ByteMem = self.mem.mem_mut(tile);
+        let stride_p = mem.stride;
+        let bytes = mem.bytes_mut();
+        let mut k = 0;
+        for_each_run(stride_p, tile, |off, len, stride| {
+            let src = &staged[k * esize..(k + len) * esize];
+            if stride == 1 {
+                bytes[off..off + len * esize].copy_from_slice(src);
+            } else {
+                for (i, e) in src.chunks_exact(esize).enumerate() {
+                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    bytes[at..at + esize].copy_from_slice(e);
+                }
+            }
+            k += len;
+        });
+    }
+
+    /// Bookkeeping after a non-matmul write: initialisation, and PSUM's matmul bits.
+    pub(crate) fn after_write(&mut self, o: &Opnd) {
+        self.mem.mark_written(&o.tile, o.range);
+        if o.tile.space == Space::Psum {
+            self.clear_psum_mm(
+                o.tile.start_partition,
+                o.tile.partitions,
+                o.range.0,
+                o.range.1,
+            );
+        }
+    }
+
+    /// Per-partition float32 values of a scalar operand (`partitions` of them).
+    pub(crate) fn scalar_f32(
+        &self,
+        arg: &str,
+        s: &Scalar,
+        partitions: u32,
+        engine: Engine,
+        reads: &mut Vec<Region>,
+    ) -> Result<Vec<f32>> {
+        match s {
+            Scalar::Imm(v) => Ok(vec![*v as f32; partitions as usize]),
+            Scalar::Tile(t) => {
+                if t.dtype != Dtype::Fp32 {
+                    return Err(dtype_rule(
+                        arg,
+                        "fp32_operand",
+                        format!("the [P, 1] operand is {}; it must be fp32", t.dtype),
+                    ));
+                }
+                let o = self.operand(arg, t, Some(engine), false)?;
+                self.check_vector_operand(arg, &o, partitions)?;
+                reads.push(o.region());
+                Ok(self.gather_f32(t))
+            }
+        }
+    }
+
+    /// Per-partition raw bits of a scalar operand of a bitvec operator.
+    pub(crate) fn scalar_bits(
+        &self,
+        arg: &str,
+        s: &Scalar,
+        partitions: u32,
+        engine: Engine,
+        reads: &mut Vec<Region>,
+    ) -> Result<Vec<u32>> {
+        match s {
+            Scalar::Imm(v) => {
+                if v.fract() != 0.0 || *v < -(2f64.powi(31)) || *v >= 2f64.powi(32) {
+                    return Err(Error::value(
+                        arg,
+                        format!(
+                            "{v} is not an integer in [-2**31, 2**32); a bitvec operator's \
+                             constant is a 32-bit pattern"
+                        ),
+                    ));
+                }
+                Ok(vec![(*v as i64) as u32; partitions as usize])
+            }
+            Scalar::Tile(t) => {
+                let o = self.operand(arg, t, Some(engine), false)?;
+                self.check_vector_operand(arg, &o, partitions)?;
+                if !t.dtype.is_int() {
+                    return Err(dtype_rule(
+                        arg,
+                        "bitvec_dtype",
+                        format!(
+                            "bitvec operators take integer dtypes; the operand is {}",
+                            t.dtype
+                        ),
+                    ));
+                }
+                reads.push(o.region());
+                Ok(self.gather_bits(t))
+            }
+        }
+    }
+
+    /// A `[P, 1]` operand: `partitions` partitions, one element each.
+    fn check_vector_operand(&self, arg: &str, o: &Opnd, partitions: u32) -> Result<()> {
+        if o.p() != partitions || o.n() != 1 {
+            return Err(shape_rule(
+                arg,
+                "shape",
+                format!(
+                    "expected a [{partitions}, 1] tile (one value per partition), got {:?}",
+                    o.tile.logical_shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the operator's kind against the operands' dtypes.
+    pub(crate) fn check_op_dtypes(
+        &self,
+        op: AluOp,
+        arg: &str,
+        tiles: &[(&str, &Tile)],
+    ) -> Result<()> {
+        if op.is_bitvec() {
+            for (a, t) in tiles {
+                if !t.dtype.is_int() {
+                    return Err(dtype_rule(
+                        a,
+                        "bitvec_dtype",
+                        format!(
+                            "{} works on integer bit patterns; {a} is {} (operator {arg})",
+                            op.name(),
+                            t.dtype
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends an instruction to the recorded program.
+    pub(crate) fn record(
+        &mut self,
+        opcode: Opcode,
+        queue: Queue,
+        reads: &[Region],
+        writes: &[Region],
+        cost: CostInput,
+    ) {
+        self.program.push(opcode, queue, reads, writes, cost);
+    }
+
+    /// Records an engine instruction that reads `inputs` (and `extra` regions: scalar
+    /// operands) and writes `d`; its cost input is the first input's elements per partition
+    /// (the destination's without inputs) and the operands' flags plus `flags`.
+    pub(crate) fn record_engine(
+        &mut self,
+        opc: Opcode,
+        engine: Engine,
+        inputs: &[&Opnd],
+        extra: &[Region],
+        d: &Opnd,
+        flags: u32,
+    ) {
+        let main = inputs.first().copied().unwrap_or(d);
+        let f = operand_flags(inputs, Some(d)) | flags;
+        let mut reads: Vec<Region> = inputs.iter().map(|o| o.region()).collect();
+        reads.extend_from_slice(extra);
+        let cost = Self::cost_input(main.n(), main.p(), f);
+        self.record(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
+    }
+
+    /// The usual cost input of an engine instruction on `n` elements per partition.
+    pub(crate) fn cost_input(n: usize, partitions: u32, flags: u32) -> CostInput {
+        CostInput {
+            n: n.min(u32::MAX as usize) as u32,
+            partitions: partitions as u16,
+            flags,
+            ..CostInput::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_partition_rule() {
+        assert!(partition_start_ok(0, 128));
+        assert!(!partition_start_ok(32, 96));
+        assert!(partition_start_ok(64, 64));
+        assert!(!partition_start_ok(32, 64));
+        assert!(partition_start_ok(96, 32));
+        assert!(!partition_start_ok(5, 1));
+        assert!(partition_start_ok(0, 1));
+    }
+
+    #[test]
+    fn reduce_cmd_names() {
+        for c in ReduceCmd::ALL {
+            assert_eq!(ReduceCmd::parse("reduce_cmd", c.name()), Ok(c));
+        }
+    }
+}

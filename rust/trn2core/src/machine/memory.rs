@@ -1,0 +1,1096 @@
+//! The machine's memories as bytes: SBUF (128 partitions x 224 KiB), PSUM (128 partitions x
+//! 16 KiB = 8 banks of 2 KiB), and HBM tensors (one buffer each); the allocator of SBUF and PSUM;
+//! and which bytes have been written (so a read of never-written memory is an error naming the
+//! tensor).
+//!
+//! Sources: SBUF 128 x 224 KiB, of which the compiler allocates 212,984 B per
+//! partition (\[S1\]\[S24\]); PSUM 128 x 8 banks x 2 KiB (\[S1\]\[S2\]).
+//!
+//! # Layout and allocation
+//!
+//! Partition `p` of SBUF lives at host offset `p * (224 KiB + 7744 B)`: the skew keeps the 128
+//! partitions of a tile from landing on the same host cache sets (a stride that is a multiple of
+//! 4 KiB would), which is what makes small instructions fast. It is invisible to
+//! the model: addresses are per-partition byte offsets, as on the hardware.
+//!
+//! An allocation takes the same byte range `[address, address + bytes)` on a run of partitions
+//! (NKI's tensors: the first axis on partitions, the rest in each partition). The allocator is
+//! first-fit by address over the allocations that share a partition, 64-byte aligned (our
+//! choice; the compiler's policy is not published), up to the usable 212,984 B of an SBUF
+//! partition. A PSUM allocation of at most one bank never crosses a bank boundary; a larger one
+//! starts on a bank boundary.
+//!
+//! # Initialisation
+//!
+//! Per memory, a map of disjoint byte ranges to the set of partitions (a `u128` mask) whose bytes
+//! there have been written. A tensor whose whole footprint is written is flagged, so the usual
+//! case (reading a tile that was filled before) costs one flag test.
+
+use std::collections::BTreeMap;
+
+use crate::memory::{fmt_bytes, Space};
+use crate::spec::{
+    PSUM_BANK_BYTES, PSUM_PARTITIONS, PSUM_PARTITION_BYTES, SBUF_PARTITIONS, SBUF_PARTITION_BYTES,
+    SBUF_USABLE_PARTITION_BYTES,
+};
+use crate::{Error, Result};
+
+use super::dtype::Dtype;
+use super::tile::{partition_mask, TensorId, Tile, MAX_FREE_DIMS};
+
+/// Host-layout skew between partitions (see the module doc): partition strides of
+/// 224 KiB + 121 x 64 B put consecutive partitions 633 cache lines apart modulo 1024 (about the
+/// golden ratio of a 64 KiB way), so a tile's rows spread evenly over L1 and L2 sets.
+const SKEW: usize = 121 * 64;
+/// Allocation alignment in bytes (our choice; see the module doc).
+pub const ALIGN_BYTES: u64 = 64;
+
+/// One partitioned byte memory (SBUF or PSUM), or one HBM buffer (a single "partition").
+#[derive(Debug, Clone)]
+pub(crate) struct ByteMem {
+    /// Backing store; `u32` words so that 4-byte elements are aligned.
+    words: Vec<u32>,
+    /// Bytes between partitions in `words`.
+    pub stride: usize,
+}
+
+impl ByteMem {
+    fn new(arg: &str, what: &str, partitions: usize, stride: usize) -> Result<Self> {
+        let words = crate::host::zeroed_vec::<u32>(arg, what, (partitions * stride).div_ceil(4))?;
+        Ok(ByteMem { words, stride })
+    }
+
+    /// All bytes (host layout).
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `u32` words viewed as their bytes: same allocation, every byte initialised.
+        unsafe {
+            std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.words.len() * 4)
+        }
+    }
+
+    /// All bytes (host layout), mutable.
+    #[inline]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the unique borrow of `words` makes this view unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.words.as_mut_ptr().cast::<u8>(),
+                self.words.len() * 4,
+            )
+        }
+    }
+
+    /// Host offset of byte `address` of partition `p`.
+    #[inline(always)]
+    pub fn at(&self, p: usize, address: usize) -> usize {
+        p * self.stride + address
+    }
+}
+
+/// Which partitions of each byte range have been written.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct InitMap {
+    /// `start -> (end, mask)`, disjoint, no empty masks.
+    segs: BTreeMap<u64, (u64, u128)>,
+}
+
+impl InitMap {
+    /// Splits the segment containing `at` (if any) so that a segment boundary falls on `at`.
+    fn split(&mut self, at: u64) {
+        let found = self
+            .segs
+            .range(..at)
+            .next_back()
+            .map(|(&s, &(e, m))| (s, e, m));
+        if let Some((s, e, m)) = found {
+            if e > at {
+                self.segs.insert(s, (at, m));
+                self.segs.insert(at, (e, m));
+            }
+        }
+    }
+
+    /// Splits at `lo` and `hi` and returns the segments inside `[lo, hi)`.
+    fn cut(&mut self, lo: u64, hi: u64) -> Vec<(u64, u64, u128)> {
+        self.split(lo);
+        self.split(hi);
+        self.segs
+            .range(lo..hi)
+            .map(|(&s, &(e, m))| (s, e, m))
+            .collect()
+    }
+
+    /// Marks `[lo, hi)` written on `mask`.
+    pub fn mark(&mut self, mask: u128, lo: u64, hi: u64) {
+        if lo >= hi {
+            return;
+        }
+        // Walk [lo, hi): existing segments gain `mask`, gaps become new segments.
+        let inside = self.cut(lo, hi);
+        let mut cur = lo;
+        for (s, e, m) in inside {
+            if s > cur {
+                self.segs.insert(cur, (s, mask));
+            }
+            self.segs.insert(s, (e, m | mask));
+            cur = e;
+        }
+        if cur < hi {
+            self.segs.insert(cur, (hi, mask));
+        }
+        self.merge_around(lo, hi);
+    }
+
+    /// Removes `mask` from `[lo, hi)` (memory handed to a new tensor).
+    pub fn clear(&mut self, mask: u128, lo: u64, hi: u64) {
+        if lo >= hi {
+            return;
+        }
+        for (s, e, m) in self.cut(lo, hi) {
+            let m = m & !mask;
+            if m == 0 {
+                self.segs.remove(&s);
+            } else {
+                self.segs.insert(s, (e, m));
+            }
+        }
+        self.merge_around(lo, hi);
+    }
+
+    /// Merges neighbouring segments with equal masks around `[lo, hi]`.
+    fn merge_around(&mut self, lo: u64, hi: u64) {
+        let start = self.segs.range(..lo).next_back().map_or(lo, |(&s, _)| s);
+        let keys: Vec<(u64, u64, u128)> = self
+            .segs
+            .range(start..=hi)
+            .map(|(&s, &(e, m))| (s, e, m))
+            .collect();
+        let mut prev: Option<(u64, u64, u128)> = None;
+        for (s, e, m) in keys {
+            match prev {
+                Some((ps, pe, pm)) if pe == s && pm == m => {
+                    self.segs.remove(&s);
+                    self.segs.insert(ps, (e, m));
+                    prev = Some((ps, e, m));
+                }
+                _ => prev = Some((s, e, m)),
+            }
+        }
+    }
+
+    /// The first byte of `[lo, hi)` not written on every partition of `mask`, with the
+    /// partitions missing there.
+    pub fn first_gap(&self, mask: u128, lo: u64, hi: u64) -> Option<(u64, u128)> {
+        if lo >= hi {
+            return None;
+        }
+        let mut cur = lo;
+        let before = self
+            .segs
+            .range(..=lo)
+            .next_back()
+            .map(|(&s, &(e, m))| (s, e, m));
+        let iter = before
+            .into_iter()
+            .chain(self.segs.range(lo + 1..hi).map(|(&s, &(e, m))| (s, e, m)));
+        for (s, e, m) in iter {
+            if e <= cur {
+                continue;
+            }
+            if s > cur {
+                return Some((cur, mask));
+            }
+            if m & mask != mask {
+                return Some((cur, mask & !m));
+            }
+            cur = e;
+            if cur >= hi {
+                return None;
+            }
+        }
+        (cur < hi).then_some((cur, mask))
+    }
+}
+
+/// What the machine does with memory no instruction has written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Uninitialized {
+    /// Reading it is an error naming the tensor (the default).
+    #[default]
+    Error,
+    /// New memory is filled with 0xFF bytes (NaN in every float dtype), as AWS's simulator
+    /// fills new memory with NaN; reads are not checked.
+    Nan,
+}
+
+/// One tensor: an allocation in SBUF or PSUM, or an HBM buffer.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// Name used in errors and the trace.
+    pub name: String,
+    /// Its memory.
+    pub space: Space,
+    /// Element type of its full tile.
+    pub dtype: Dtype,
+    /// Logical shape (partitions first in SBUF/PSUM).
+    pub shape: Vec<usize>,
+    /// First partition (SBUF/PSUM).
+    pub start_partition: u32,
+    /// Partitions (SBUF/PSUM; 1 for HBM).
+    pub partitions: u32,
+    /// Byte address within each partition (SBUF/PSUM; 0 for HBM).
+    pub address: u64,
+    /// Bytes per partition (SBUF/PSUM), or the buffer's size (HBM).
+    pub bytes: u64,
+    /// Generation of the slot this tensor occupies (handles of freed tensors are refused).
+    pub generation: u32,
+    /// The buffer (HBM only).
+    pub(crate) hbm: Option<ByteMem>,
+    /// Initialisation of the HBM buffer (HBM only).
+    pub(crate) hbm_init: InitMap,
+    /// Every byte of the footprint has been written.
+    pub(crate) fully_written: bool,
+}
+
+impl TensorInfo {
+    /// The tile covering the whole tensor, in C order.
+    pub fn full_tile(&self, id: TensorId) -> Tile {
+        let (partitions, free): (u32, &[usize]) = match self.space {
+            Space::Hbm => (
+                self.shape.first().copied().unwrap_or(1) as u32,
+                self.shape.get(1..).unwrap_or(&[]),
+            ),
+            _ => (self.partitions, &self.shape[1..]),
+        };
+        let mut shape = [1u32; MAX_FREE_DIMS];
+        let mut strides = [0i64; MAX_FREE_DIMS];
+        let mut stride = 1i64;
+        for (d, &s) in free.iter().enumerate().rev() {
+            shape[d] = s as u32;
+            strides[d] = stride;
+            stride *= s as i64;
+        }
+        Tile {
+            tensor: id,
+            space: self.space,
+            dtype: self.dtype,
+            start_partition: self.start_partition,
+            partitions,
+            partition_step: if self.space == Space::Hbm { stride } else { 0 },
+            offset: match self.space {
+                Space::Hbm => 0,
+                _ => self.address as i64,
+            },
+            ndim: free.len() as u8,
+            shape,
+            strides,
+        }
+    }
+}
+
+/// Whether a tile's bytes form one contiguous range per partition (SBUF/PSUM) or one range of
+/// the buffer (HBM), so its byte range is exactly what it touches.
+pub(crate) fn is_dense(tile: &Tile) -> bool {
+    let c = tile.canonical();
+    let per_partition = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
+    match tile.space {
+        Space::Hbm => {
+            per_partition
+                && (tile.partitions == 1 || tile.partition_step == tile.free_size() as i64)
+        }
+        _ => per_partition,
+    }
+}
+
+/// A live allocation of SBUF or PSUM, for the allocator.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    slot: u32,
+    start_partition: u32,
+    partitions: u32,
+    address: u64,
+    bytes: u64,
+}
+
+/// The machine's memories and tensor table.
+#[derive(Debug, Clone)]
+pub struct Memories {
+    pub(crate) sbuf: ByteMem,
+    pub(crate) psum: ByteMem,
+    pub(crate) sbuf_init: InitMap,
+    pub(crate) psum_init: InitMap,
+    /// Tensor slots (freed slots are reused with a new generation).
+    pub(crate) tensors: Vec<Option<TensorInfo>>,
+    generations: Vec<u32>,
+    free_slots: Vec<u32>,
+    live_sbuf: Vec<Live>,
+    live_psum: Vec<Live>,
+    /// Policy for never-written memory.
+    pub uninitialized: Uninitialized,
+    /// This machine's number (tiles carry it).
+    machine: u32,
+}
+
+/// The number of the next machine created in this process.
+static NEXT_MACHINE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// The largest dimension product the machine accepts for one tensor (2^40 elements).
+const MAX_ELEMENTS: u128 = 1 << 40;
+
+impl Memories {
+    /// Empty SBUF and PSUM (zeroed; as never written).
+    pub fn new(uninitialized: Uninitialized) -> Result<Memories> {
+        let sbuf_size = SBUF_PARTITION_BYTES as usize;
+        let psum_size = PSUM_PARTITION_BYTES as usize;
+        let mut m = Memories {
+            sbuf: ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW)?,
+            psum: ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW)?,
+            sbuf_init: InitMap::default(),
+            psum_init: InitMap::default(),
+            tensors: Vec::new(),
+            generations: Vec::new(),
+            free_slots: Vec::new(),
+            live_sbuf: Vec::new(),
+            live_psum: Vec::new(),
+            uninitialized,
+            machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        if uninitialized == Uninitialized::Nan {
+            m.sbuf.bytes_mut().fill(0xFF);
+            m.psum.bytes_mut().fill(0xFF);
+        }
+        Ok(m)
+    }
+
+    /// The tensor of a handle, if it is live.
+    pub fn tensor(&self, id: TensorId) -> Result<&TensorInfo> {
+        if id.machine != self.machine {
+            return Err(Error::value(
+                "tile",
+                format!(
+                    "belongs to another NeuronCore (machine #{}, this is #{})",
+                    id.machine, self.machine
+                ),
+            ));
+        }
+        self.tensors
+            .get(id.slot as usize)
+            .and_then(|t| t.as_ref())
+            .filter(|t| t.generation == id.generation)
+            .ok_or_else(|| {
+                Error::value(
+                    "tile",
+                    format!(
+                        "tensor #{} was freed (its tiles are no longer valid)",
+                        id.slot
+                    ),
+                )
+            })
+    }
+
+    /// The handle of slot `slot` in its current generation.
+    fn id(&self, slot: u32) -> TensorId {
+        TensorId {
+            machine: self.machine,
+            slot,
+            generation: self.generations[slot as usize],
+        }
+    }
+
+    pub(crate) fn tensor_mut(&mut self, id: TensorId) -> Result<&mut TensorInfo> {
+        self.tensor(id)?;
+        self.tensors[id.slot as usize]
+            .as_mut()
+            .ok_or_else(|| Error::value("tile", "tensor was freed"))
+    }
+
+    fn new_slot(&mut self) -> u32 {
+        if let Some(s) = self.free_slots.pop() {
+            self.generations[s as usize] += 1;
+            s
+        } else {
+            self.tensors.push(None);
+            self.generations.push(0);
+            (self.tensors.len() - 1) as u32
+        }
+    }
+
+    /// Checks a shape and returns its element count.
+    fn elements(arg: &str, shape: &[usize]) -> Result<u64> {
+        if shape.is_empty() {
+            return Err(Error::shape(arg, "a tensor needs at least one dimension"));
+        }
+        if shape.len() > MAX_FREE_DIMS + 1 {
+            return Err(Error::shape(
+                arg,
+                format!(
+                    "shape {shape:?} has {} dimensions; the machine takes at most {} (a \
+                     partition axis and {MAX_FREE_DIMS} free axes)",
+                    shape.len(),
+                    MAX_FREE_DIMS + 1
+                ),
+            ));
+        }
+        let mut n: u128 = 1;
+        for &s in shape {
+            if s == 0 {
+                return Err(Error::shape(
+                    arg,
+                    format!("shape {shape:?} has a zero dimension"),
+                ));
+            }
+            if s > u32::MAX as usize {
+                return Err(Error::shape(
+                    arg,
+                    format!("dimension {s} of shape {shape:?} exceeds 2**32 - 1"),
+                ));
+            }
+            n = n.saturating_mul(s as u128);
+        }
+        if n > MAX_ELEMENTS {
+            return Err(Error::capacity(
+                arg,
+                format!("shape {shape:?} has {n} elements; at most 2**40 are accepted"),
+            ));
+        }
+        Ok(n as u64)
+    }
+
+    /// Allocates a tensor of `shape` (partitions first) in SBUF or PSUM, at `address` if given
+    /// (bytes within each partition), else first-fit. Errors: `CapacityError` with the bytes
+    /// asked, the free bytes per partition and the largest live allocations.
+    pub fn alloc(
+        &mut self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        start_partition: u32,
+        address: Option<u64>,
+    ) -> Result<TensorId> {
+        let (limit, parts) = match space {
+            Space::Sbuf => (SBUF_USABLE_PARTITION_BYTES, SBUF_PARTITIONS),
+            Space::Psum => (PSUM_PARTITION_BYTES, PSUM_PARTITIONS),
+            Space::Hbm => {
+                return Err(Error::value(
+                    "space",
+                    "HBM tensors are created from host data or with hbm_tensor, not alloc",
+                ))
+            }
+        };
+        Self::elements("shape", shape)?;
+        let p = shape[0];
+        if p > parts || start_partition as usize + p > parts {
+            return Err(Error::shape(
+                "shape",
+                format!(
+                    "{name}: partition dimension {p} from partition {start_partition} exceeds \
+                     the {parts} partitions of {} (the first axis of an on-chip tensor is its \
+                     partition axis)",
+                    space.name()
+                ),
+            ));
+        }
+        let free: u64 = shape[1..].iter().map(|&s| s as u64).product();
+        let bytes = free.saturating_mul(dtype.size() as u64);
+        let live = match space {
+            Space::Sbuf => &self.live_sbuf,
+            _ => &self.live_psum,
+        };
+        let address = match address {
+            Some(a) => {
+                let end = a.saturating_add(bytes);
+                let clash = live.iter().find(|l| {
+                    overlaps(l.start_partition, l.partitions, start_partition, p as u32)
+                        && l.address < end
+                        && a < l.address + l.bytes
+                });
+                if end > limit {
+                    return Err(self.capacity_error(
+                        space,
+                        name,
+                        shape,
+                        dtype,
+                        bytes,
+                        start_partition,
+                        p,
+                        limit,
+                    ));
+                }
+                if let Some(l) = clash {
+                    let other = self.tensors[l.slot as usize]
+                        .as_ref()
+                        .map_or("?", |t| t.name.as_str());
+                    return Err(Error::value(
+                        "address",
+                        format!(
+                            "{name}: bytes {a}..{end} on partitions {start_partition}..{} \
+                             overlap the live tensor {other} (bytes {}..{})",
+                            start_partition as usize + p,
+                            l.address,
+                            l.address + l.bytes
+                        ),
+                    ));
+                }
+                if space == Space::Psum && !psum_placement_ok(a, bytes) {
+                    return Err(Error::value(
+                        "address",
+                        format!(
+                            "{name}: a PSUM tensor of {bytes} B per partition at byte {a} \
+                             crosses a {PSUM_BANK_BYTES}-byte bank boundary (one bank or less \
+                             must stay inside its bank; more must start on a bank boundary)"
+                        ),
+                    ));
+                }
+                a
+            }
+            None => match first_fit(live, space, start_partition, p as u32, bytes, limit) {
+                Some(a) => a,
+                None => {
+                    return Err(self.capacity_error(
+                        space,
+                        name,
+                        shape,
+                        dtype,
+                        bytes,
+                        start_partition,
+                        p,
+                        limit,
+                    ))
+                }
+            },
+        };
+        let slot = self.new_slot();
+        let live = Live {
+            slot,
+            start_partition,
+            partitions: p as u32,
+            address,
+            bytes,
+        };
+        let mask = partition_mask(start_partition, p as u32);
+        match space {
+            Space::Sbuf => {
+                self.live_sbuf.push(live);
+                self.sbuf_init.clear(mask, address, address + bytes);
+            }
+            _ => {
+                self.live_psum.push(live);
+                self.psum_init.clear(mask, address, address + bytes);
+            }
+        }
+        if self.uninitialized == Uninitialized::Nan {
+            let mem = match space {
+                Space::Sbuf => &mut self.sbuf,
+                _ => &mut self.psum,
+            };
+            for q in start_partition as usize..start_partition as usize + p {
+                let o = mem.at(q, address as usize);
+                mem.bytes_mut()[o..o + bytes as usize].fill(0xFF);
+            }
+        }
+        self.tensors[slot as usize] = Some(TensorInfo {
+            name: name.to_string(),
+            space,
+            dtype,
+            shape: shape.to_vec(),
+            start_partition,
+            partitions: p as u32,
+            address,
+            bytes,
+            generation: self.generations[slot as usize],
+            hbm: None,
+            hbm_init: InitMap::default(),
+            fully_written: false,
+        });
+        Ok(self.id(slot))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn capacity_error(
+        &self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        bytes: u64,
+        start: u32,
+        p: usize,
+        limit: u64,
+    ) -> Error {
+        let live = match space {
+            Space::Sbuf => &self.live_sbuf,
+            _ => &self.live_psum,
+        };
+        // Free bytes per partition: the usable size minus what live allocations take there.
+        let mut used = vec![0u64; p];
+        for l in live {
+            for (q, u) in used.iter_mut().enumerate() {
+                let q = start as usize + q;
+                if q >= l.start_partition as usize
+                    && q < (l.start_partition + l.partitions) as usize
+                {
+                    *u += l.bytes;
+                }
+            }
+        }
+        let min_free = used
+            .iter()
+            .map(|u| limit.saturating_sub(*u))
+            .min()
+            .unwrap_or(0);
+        let max_free = used
+            .iter()
+            .map(|u| limit.saturating_sub(*u))
+            .max()
+            .unwrap_or(0);
+        let mut biggest: Vec<&Live> = live.iter().collect();
+        biggest.sort_by_key(|l| std::cmp::Reverse(l.bytes * l.partitions as u64));
+        let largest: Vec<String> = biggest
+            .iter()
+            .take(3)
+            .map(|l| {
+                let n = self.tensors[l.slot as usize]
+                    .as_ref()
+                    .map_or("?", |t| t.name.as_str());
+                format!(
+                    "{n} ({} x {} partitions at byte {})",
+                    fmt_bytes(l.bytes),
+                    l.partitions,
+                    l.address
+                )
+            })
+            .collect();
+        let physical = match space {
+            Space::Sbuf => format!(
+                " ({} usable per partition of the physical {})",
+                fmt_bytes(limit),
+                fmt_bytes(SBUF_PARTITION_BYTES)
+            ),
+            _ => format!(" ({} per partition)", fmt_bytes(limit)),
+        };
+        Error::capacity(
+            "shape",
+            format!(
+                "{name} {shape:?} {dtype} needs {} per partition on partitions {start}..{} but \
+                 {} has {}..{} free there{physical}, and no free range of that size; largest \
+                 live allocations: {}",
+                fmt_bytes(bytes),
+                start as usize + p,
+                space.name(),
+                fmt_bytes(min_free),
+                fmt_bytes(max_free),
+                if largest.is_empty() {
+                    "none".to_string()
+                } else {
+                    largest.join(", ")
+                }
+            ),
+        )
+    }
+
+    /// Creates an HBM tensor holding `data` (little-endian packed elements of `dtype`, C order),
+    /// or uninitialised when `data` is `None`.
+    pub fn hbm_tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        data: Option<&[u8]>,
+    ) -> Result<TensorId> {
+        let n = Self::elements("shape", shape)?;
+        let bytes = n * dtype.size() as u64;
+        if let Some(d) = data {
+            if d.len() as u64 != bytes {
+                return Err(Error::shape(
+                    "data",
+                    format!(
+                        "{name}: {} bytes given for shape {shape:?} {dtype}, which needs {bytes}",
+                        d.len()
+                    ),
+                ));
+            }
+        }
+        let mut mem = ByteMem::new("shape", name, 1, bytes as usize)?;
+        let mut init = InitMap::default();
+        match data {
+            Some(d) => {
+                mem.bytes_mut()[..d.len()].copy_from_slice(d);
+                init.mark(1, 0, bytes);
+            }
+            None if self.uninitialized == Uninitialized::Nan => mem.bytes_mut().fill(0xFF),
+            None => {}
+        }
+        let slot = self.new_slot();
+        self.tensors[slot as usize] = Some(TensorInfo {
+            name: name.to_string(),
+            space: Space::Hbm,
+            dtype,
+            shape: shape.to_vec(),
+            start_partition: 0,
+            partitions: 1,
+            address: 0,
+            bytes,
+            generation: self.generations[slot as usize],
+            hbm: Some(mem),
+            hbm_init: init,
+            fully_written: data.is_some(),
+        });
+        Ok(self.id(slot))
+    }
+
+    /// Frees a tensor; its handles become invalid. The bytes keep their contents (a new tensor
+    /// there starts as never written).
+    pub fn free(&mut self, id: TensorId) -> Result<()> {
+        let t = self.tensor(id)?;
+        let space = t.space;
+        match space {
+            Space::Sbuf => self.live_sbuf.retain(|l| l.slot != id.slot),
+            Space::Psum => self.live_psum.retain(|l| l.slot != id.slot),
+            Space::Hbm => {}
+        }
+        self.tensors[id.slot as usize] = None;
+        self.free_slots.push(id.slot);
+        Ok(())
+    }
+
+    /// The memory of a tile (HBM: the tensor's buffer).
+    pub(crate) fn mem(&self, tile: &Tile) -> &ByteMem {
+        match tile.space {
+            Space::Sbuf => &self.sbuf,
+            Space::Psum => &self.psum,
+            Space::Hbm => self.tensors[tile.tensor.slot as usize]
+                .as_ref()
+                .and_then(|t| t.hbm.as_ref())
+                .unwrap_or(&self.psum),
+        }
+    }
+
+    /// The memory of a tile, mutable.
+    pub(crate) fn mem_mut(&mut self, tile: &Tile) -> &mut ByteMem {
+        match tile.space {
+            Space::Sbuf => &mut self.sbuf,
+            Space::Psum => &mut self.psum,
+            Space::Hbm => match self.tensors[tile.tensor.slot as usize]
+                .as_mut()
+                .and_then(|t| t.hbm.as_mut())
+            {
+                Some(m) => m,
+                None => &mut self.psum,
+            },
+        }
+    }
+
+    /// The bytes of on-chip memory `dst` (mutable) and of the other on-chip memory.
+    pub(crate) fn split_on_chip(&mut self, dst: Space) -> (&mut [u8], &[u8]) {
+        match dst {
+            Space::Psum => (self.psum.bytes_mut(), self.sbuf.bytes()),
+            _ => (self.sbuf.bytes_mut(), self.psum.bytes()),
+        }
+    }
+
+    /// Checks that `tile` is a live tensor's, lies inside it, and returns its per-partition
+    /// byte range `[lo, hi)` (relative to the partition / buffer start).
+    pub fn check_tile(&self, arg: &str, tile: &Tile) -> Result<(u64, u64)> {
+        let t = self.tensor(tile.tensor).map_err(|e| match e {
+            Error::Value { message, .. } => Error::value(arg, message),
+            other => other,
+        })?;
+        if t.space != tile.space {
+            return Err(Error::value(
+                arg,
+                format!(
+                    "the tile says {} but tensor {} is in {}",
+                    tile.space.name(),
+                    t.name,
+                    t.space.name()
+                ),
+            ));
+        }
+        if tile.partitions == 0 || tile.free_size() == 0 {
+            return Err(Error::shape(
+                arg,
+                format!("an empty tile of tensor {}", t.name),
+            ));
+        }
+        let esize = tile.dtype.size() as i64;
+        let (flo, fhi) = tile.free_extent();
+        let (lo, hi) = match tile.space {
+            Space::Hbm => {
+                let reach = (tile.partitions as i64 - 1) * tile.partition_step;
+                let (plo, phi) = if reach < 0 { (reach, 0) } else { (0, reach) };
+                (
+                    tile.offset + (flo + plo) * esize,
+                    tile.offset + (fhi + phi + 1) * esize,
+                )
+            }
+            _ => {
+                let p0 = tile.start_partition;
+                if p0 < t.start_partition || p0 + tile.partitions > t.start_partition + t.partitions
+                {
+                    return Err(Error::shape(
+                        arg,
+                        format!(
+                            "partitions {p0}..{} are outside tensor {} (partitions {}..{})",
+                            p0 + tile.partitions,
+                            t.name,
+                            t.start_partition,
+                            t.start_partition + t.partitions
+                        ),
+                    ));
+                }
+                (tile.offset + flo * esize, tile.offset + (fhi + 1) * esize)
+            }
+        };
+        let (tlo, thi) = (t.address as i64, (t.address + t.bytes) as i64);
+        if lo < tlo || hi > thi {
+            return Err(Error::shape(
+                arg,
+                format!(
+                    "the access pattern reaches bytes {lo}..{hi} but tensor {} holds bytes \
+                     {tlo}..{thi}{}",
+                    t.name,
+                    if tile.space == Space::Hbm {
+                        String::new()
+                    } else {
+                        " of each partition".to_string()
+                    }
+                ),
+            ));
+        }
+        if tile.offset % esize != 0 && tile.dtype.size() > 1 {
+            return Err(Error::value(
+                arg,
+                format!(
+                    "byte offset {} is not a multiple of the {}-byte {} element",
+                    tile.offset, esize, tile.dtype
+                ),
+            ));
+        }
+        Ok((lo as u64, hi as u64))
+    }
+
+    /// The name of a tile's tensor (for messages).
+    pub fn name(&self, tile: &Tile) -> &str {
+        self.tensor(tile.tensor).map_or("?", |t| t.name.as_str())
+    }
+
+    fn init_map(&self, tile: &Tile) -> &InitMap {
+        match tile.space {
+            Space::Sbuf => &self.sbuf_init,
+            Space::Psum => &self.psum_init,
+            Space::Hbm => self.tensors[tile.tensor.slot as usize]
+                .as_ref()
+                .map_or(&self.psum_init, |t| &t.hbm_init),
+        }
+    }
+
+    /// Errors if any element `tile` reads was never written (under [`Uninitialized::Error`]).
+    pub fn check_written(&self, arg: &str, tile: &Tile, range: (u64, u64)) -> Result<()> {
+        if self.uninitialized == Uninitialized::Nan {
+            return Ok(());
+        }
+        let t = self.tensor(tile.tensor)?;
+        if t.fully_written {
+            return Ok(());
+        }
+        let map = self.init_map(tile);
+        let mask = tile.partition_mask();
+        let Some(_) = map.first_gap(mask, range.0, range.1) else {
+            return Ok(());
+        };
+        // The bounding range has a hole; check the exact elements, run by run.
+        let mut gap = None;
+        self.for_each_byte_run(tile, |m, lo, hi| {
+            if gap.is_none() {
+                gap = map.first_gap(m, lo, hi);
+            }
+        });
+        match gap {
+            None => Ok(()),
+            Some((byte, parts)) => {
+                let p = parts.trailing_zeros();
+                let rel = byte.saturating_sub(t.address);
+                let where_ = match tile.space {
+                    Space::Hbm => format!("byte {byte}"),
+                    _ => format!("partition {p}, address {byte}: byte {rel} of the tensor"),
+                };
+                Err(Error::value(
+                    arg,
+                    format!(
+                        "reads {} memory of tensor {} that was never written ({where_}); \
+                         write it first (memset, a DMA, ...), or create the core with \
+                         uninitialized=\"nan\" to read NaN there as AWS's simulator does",
+                        tile.space.name(),
+                        t.name
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Records that `tile`'s elements were written.
+    pub fn mark_written(&mut self, tile: &Tile, range: (u64, u64)) {
+        if self.uninitialized == Uninitialized::Nan {
+            return;
+        }
+        let Ok(t) = self.tensor(tile.tensor) else {
+            return;
+        };
+        if t.fully_written {
+            return;
+        }
+        let (tmask, tlo, thi) = (
+            match t.space {
+                Space::Hbm => 1,
+                _ => partition_mask(t.start_partition, t.partitions),
+            },
+            t.address,
+            t.address + t.bytes,
+        );
+        let mut runs = Vec::new();
+        if is_dense(tile) {
+            runs.push((tile.partition_mask(), range.0, range.1));
+        } else {
+            self.for_each_byte_run(tile, |m, lo, hi| runs.push((m, lo, hi)));
+        }
+        let map = match tile.space {
+            Space::Sbuf => &mut self.sbuf_init,
+            Space::Psum => &mut self.psum_init,
+            Space::Hbm => match self.tensors[tile.tensor.slot as usize].as_mut() {
+                Some(t) => &mut t.hbm_init,
+                None => return,
+            },
+        };
+        for (m, lo, hi) in runs {
+            map.mark(m, lo, hi);
+        }
+        let full = map.first_gap(tmask, tlo, thi).is_none();
+        if full {
+            if let Ok(t) = self.tensor_mut(tile.tensor) {
+                t.fully_written = true;
+            }
+        }
+    }
+
+    /// Calls `f(mask, lo, hi)` for every maximal byte run of `tile` (contiguous elements).
+    fn for_each_byte_run(&self, tile: &Tile, mut f: impl FnMut(u128, u64, u64)) {
+        let esize = tile.dtype.size() as i64;
+        let c = tile.canonical();
+        let (len, stride) = (c.run_len() as i64, c.run_stride());
+        let rows: Vec<(u128, i64)> = match tile.space {
+            Space::Hbm => (0..tile.partitions as i64)
+                .map(|p| (1u128, tile.offset + p * tile.partition_step * esize))
+                .collect(),
+            _ => vec![(tile.partition_mask(), tile.offset)],
+        };
+        for (mask, base) in rows {
+            c.for_each_run(|start| {
+                let b = base + start * esize;
+                if stride == 1 {
+                    f(mask, b as u64, (b + len * esize) as u64);
+                } else {
+                    for i in 0..len {
+                        let e = b + i * stride * esize;
+                        f(mask, e as u64, (e + esize) as u64);
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Whether partition ranges `[a, a + n)` and `[b, b + m)` overlap.
+fn overlaps(a: u32, n: u32, b: u32, m: u32) -> bool {
+    a < b + m && b < a + n
+}
+
+/// Whether a PSUM allocation of `bytes` per partition at `address` respects the banks.
+fn psum_placement_ok(address: u64, bytes: u64) -> bool {
+    if bytes <= PSUM_BANK_BYTES {
+        address / PSUM_BANK_BYTES == (address + bytes - 1) / PSUM_BANK_BYTES
+    } else {
+        address.is_multiple_of(PSUM_BANK_BYTES)
+    }
+}
+
+/// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
+fn first_fit(
+    live: &[Live],
+    space: Space,
+    start: u32,
+    p: u32,
+    bytes: u64,
+    limit: u64,
+) -> Option<u64> {
+    let mut taken: Vec<(u64, u64)> = live
+        .iter()
+        .filter(|l| overlaps(l.start_partition, l.partitions, start, p))
+        .map(|l| (l.address, l.address + l.bytes))
+        .collect();
+    taken.sort_unstable();
+    let align = |a: u64| a.div_ceil(ALIGN_BYTES) * ALIGN_BYTES;
+    let place = |a: u64| -> u64 {
+        let a = align(a);
+        if space == Space::Psum && !psum_placement_ok(a, bytes) {
+            a.div_ceil(PSUM_BANK_BYTES) * PSUM_BANK_BYTES
+        } else {
+            a
+        }
+    };
+    let mut cand = place(0);
+    for (lo, hi) in taken {
+        if cand + bytes <= lo {
+            break;
+        }
+        if hi > cand {
+            cand = place(hi);
+        }
+    }
+    (cand + bytes <= limit).then_some(cand)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_map_tracks_partitions_and_ranges() {
+        let mut m = InitMap::default();
+        m.mark(0b11, 0, 100);
+        assert_eq!(m.first_gap(0b11, 0, 100), None);
+        assert_eq!(m.first_gap(0b111, 10, 20), Some((10, 0b100)));
+        assert_eq!(m.first_gap(0b1, 50, 150), Some((100, 0b1)));
+        m.mark(0b100, 0, 100);
+        m.mark(0b111, 100, 150);
+        assert_eq!(m.first_gap(0b111, 0, 150), None);
+        assert_eq!(m.segs.len(), 1, "merged: {:?}", m.segs);
+        m.clear(0b10, 40, 60);
+        assert_eq!(m.first_gap(0b111, 0, 150), Some((40, 0b10)));
+        assert_eq!(m.first_gap(0b101, 0, 150), None);
+    }
+
+    #[test]
+    fn first_fit_and_psum_banks() {
+        let live = vec![Live {
+            slot: 0,
+            start_partition: 0,
+            partitions: 128,
+            address: 0,
+            bytes: 100,
+        }];
+        assert_eq!(first_fit(&live, Space::Sbuf, 0, 128, 64, 1000), Some(128));
+        assert_eq!(
+            first_fit(&live, Space::Psum, 0, 128, 2000, 16384),
+            Some(2048)
+        );
+        assert_eq!(
+            first_fit(&live, Space::Psum, 0, 128, 1900, 16384),
+            Some(128)
+        );
+        assert_eq!(first_fit(&live, Space::Psum, 0, 128, 1990, 2048), None);
+        assert!(psum_placement_ok(2048, 4096));
+        assert!(!psum_placement_ok(1024, 2048));
+    }
+}

@@ -1,0 +1,208 @@
+//! The whole NeuronCore-v3 (issue 14, contract section 7): SBUF and PSUM as byte memories with
+//! an allocator, HBM tensors, the instruction sets of the four compute engines and DMA, and a
+//! clock that runs the engines in parallel.
+//!
+//! - [`memory`]: the bytes, the allocator, initialisation tracking ([`Memories`]).
+//! - [`tile`]: access patterns ([`Tile`]) into the memories, as NKI tiles are.
+//! - [`dtype`]: element types and the conversions on the way in and out of the engines.
+//! - [`isa`]: the instructions' values (VALUES): one method of [`Machine`] per NKI ISA
+//!   instruction, computed when issued, with the engine rules as errors.
+//! - [`record`]: the recorded program (what `isa` writes and `cost`/`timeline` read).
+//! - [`cost`]: each instruction's duration from the published formulas (TIME).
+//! - [`timeline`]: the engines' queues run in parallel under the dependencies of the recorded
+//!   program; the [`KernelReport`] with makespan, busy times, critical path and trace.
+//!
+//! `isa` and `cost` never import each other; [`Machine::run`] hands the recorded program from
+//! one to the other.
+//!
+//! ```
+//! use trn2core::machine::{Machine, MachineConfig, Dtype, AluOp, Engine};
+//! use trn2core::memory::Space;
+//!
+//! let mut core = Machine::new(MachineConfig::default()).unwrap();
+//! let a = core.alloc(Space::Sbuf, "a", &[128, 64], Dtype::Fp32).unwrap();
+//! let b = core.alloc(Space::Sbuf, "b", &[128, 64], Dtype::Fp32).unwrap();
+//! core.memset(Engine::Vector, &a, 1.5).unwrap();
+//! core.memset(Engine::Gpsimd, &b, 2.0).unwrap();
+//! core.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Add).unwrap();
+//! assert_eq!(core.read_f32(&b).unwrap()[0], 3.5);
+//! let rep = core.run().unwrap();
+//! assert_eq!(rep.instructions, 3);
+//! ```
+
+pub mod cost;
+pub mod dtype;
+pub mod isa;
+pub mod memory;
+pub mod record;
+pub(crate) mod simd;
+pub mod tile;
+pub mod timeline;
+
+pub use dtype::{Dtype, OutputRounding};
+pub use isa::act::ActFunc;
+pub use isa::alu::AluOp;
+pub use isa::{PeOptions, ReduceCmd, Scalar};
+pub use memory::{Memories, TensorInfo, Uninitialized};
+pub use record::{Engine, Opcode, Program, Queue};
+pub use tile::{TensorId, Tile, MAX_FREE_DIMS};
+pub use timeline::KernelReport;
+
+use crate::memory::Space;
+use crate::spec::{PSUM_PARTITIONS, PSUM_PARTITION_BYTES, SBUF_PARTITIONS};
+use crate::Result;
+
+/// How a machine is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MachineConfig {
+    /// What reading never-written memory does.
+    pub uninitialized: Uninitialized,
+    /// Rounding of engine outputs to narrower float dtypes: nearest-even, or stochastic with a
+    /// seed (each instruction then uses the counter-based generator keyed by
+    /// `mix64(seed + instruction index)`, so results do not depend on the schedule).
+    pub rounding: OutputRounding,
+}
+
+/// One emulated NeuronCore-v3 (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub(crate) mem: Memories,
+    pub(crate) program: Program,
+    /// The Scalar engine's 128 reduction registers (`activation`'s `reduce_cmd`).
+    pub(crate) act_regs: [f32; SBUF_PARTITIONS],
+    /// The Vector engine's 128 accumulator registers (`tensor_scalar_reduce`).
+    pub(crate) dve_regs: [f32; SBUF_PARTITIONS],
+    /// One bit per PSUM fp32 slot: written by a matmul since the last other write (the
+    /// condition for `accumulate=True`, and what `accumulate=None` infers from).
+    pub(crate) psum_mm: Vec<u64>,
+    pub(crate) config: MachineConfig,
+    /// The next DMA queue of the round-robin default.
+    pub(crate) next_dma_queue: u8,
+}
+
+/// PSUM fp32 slots per partition.
+pub(crate) const PSUM_SLOTS: usize = (PSUM_PARTITION_BYTES / 4) as usize;
+
+impl Machine {
+    /// An idle core with empty memories.
+    pub fn new(config: MachineConfig) -> Result<Machine> {
+        Ok(Machine {
+            mem: Memories::new(config.uninitialized)?,
+            program: Program::default(),
+            act_regs: [0.0; SBUF_PARTITIONS],
+            dve_regs: [0.0; SBUF_PARTITIONS],
+            psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
+            config,
+            next_dma_queue: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> MachineConfig {
+        self.config
+    }
+
+    /// Allocates a tensor of `shape` (partition axis first) in SBUF or PSUM, first-fit from
+    /// partition 0, and returns its full tile. `CapacityError` when it does not fit.
+    pub fn alloc(
+        &mut self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+    ) -> Result<Tile> {
+        self.alloc_at(space, name, shape, dtype, 0, None)
+    }
+
+    /// [`Machine::alloc`] with an explicit first partition and, optionally, byte address.
+    pub fn alloc_at(
+        &mut self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        start_partition: u32,
+        address: Option<u64>,
+    ) -> Result<Tile> {
+        let id = self
+            .mem
+            .alloc(space, name, shape, dtype, start_partition, address)?;
+        let t = self.mem.tensor(id)?;
+        let (p0, pn, lo, hi) = (
+            t.start_partition,
+            t.partitions,
+            t.address,
+            t.address + t.bytes,
+        );
+        let tile = t.full_tile(id);
+        if space == Space::Psum {
+            self.clear_psum_mm(p0, pn, lo, hi);
+        }
+        Ok(tile)
+    }
+
+    /// Creates an HBM tensor from host data (packed little-endian elements of `dtype`, C
+    /// order), or uninitialised when `data` is `None` (an output).
+    pub fn hbm_tensor(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        data: Option<&[u8]>,
+    ) -> Result<Tile> {
+        let id = self.mem.hbm_tensor(name, shape, dtype, data)?;
+        Ok(self.mem.tensor(id)?.full_tile(id))
+    }
+
+    /// Frees a tensor (its tiles become invalid).
+    pub fn free(&mut self, tile: &Tile) -> Result<()> {
+        self.mem.free(tile.tensor)
+    }
+
+    /// The tensor a tile belongs to.
+    pub fn tensor(&self, tile: &Tile) -> Result<&TensorInfo> {
+        self.mem.tensor(tile.tensor)
+    }
+
+    /// The memories (for inspection).
+    pub fn memories(&self) -> &Memories {
+        &self.mem
+    }
+
+    /// The recorded program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Instructions issued so far.
+    pub fn instructions(&self) -> usize {
+        self.program.instrs.len()
+    }
+
+    /// Forgets the recorded program (memories keep their contents): the next [`Machine::run`]
+    /// times only what is issued after this.
+    pub fn clear_program(&mut self) {
+        self.program = Program::default();
+    }
+
+    /// Schedules every recorded instruction on the engines' queues (see [`timeline`]).
+    pub fn run(&self) -> Result<KernelReport> {
+        timeline::schedule(&self.program, &timeline::Options::default())
+    }
+
+    /// [`Machine::run`] with options (trace events on or off).
+    pub fn run_with(&self, options: &timeline::Options) -> Result<KernelReport> {
+        timeline::schedule(&self.program, options)
+    }
+
+    /// Clears the matmul-written bits of a PSUM byte region.
+    pub(crate) fn clear_psum_mm(&mut self, p0: u32, pn: u32, lo: u64, hi: u64) {
+        let (s0, s1) = ((lo / 4) as usize, hi.div_ceil(4) as usize);
+        for p in p0 as usize..(p0 + pn) as usize {
+            for s in s0..s1.min(PSUM_SLOTS) {
+                let bit = p * PSUM_SLOTS + s;
+                self.psum_mm[bit / 64] &= !(1u64 << (bit % 64));
+            }
+        }
+    }
+}

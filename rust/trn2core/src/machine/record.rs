@@ -1,0 +1,271 @@
+//! The recorded program: every instruction the machine executed, as data. The functional side
+//! (`isa`) appends one [`Instr`] per instruction with the memory regions it read and wrote and
+//! the numbers its cost formula needs; the timing side (`cost`, `timeline`) reads them. Neither
+//! side imports the other: this module is all they share.
+
+use crate::spec::DMA_QUEUES_PER_ENGINE;
+
+named_enum! {
+    /// A compute engine of the NeuronCore (the `engine=` of NKI's ISA calls).
+    pub enum Engine("engine", value) {
+        /// The tensor engine (PE array).
+        Tensor = "tensor",
+        /// The Vector engine (DVE).
+        Vector = "vector",
+        /// The Scalar engine (ACT).
+        Scalar = "scalar",
+        /// The GpSimd engine (POOL).
+        Gpsimd = "gpsimd",
+    }
+}
+
+impl Engine {
+    /// The profiler's name of the engine, used for trace tracks.
+    pub const fn track(self) -> &'static str {
+        match self {
+            Engine::Tensor => "PE",
+            Engine::Vector => "DVE",
+            Engine::Scalar => "ACT",
+            Engine::Gpsimd => "POOL",
+        }
+    }
+}
+
+/// Where an instruction runs: an engine's queue or one of the 16 DMA queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Queue {
+    /// A compute engine.
+    Engine(Engine),
+    /// DMA queue `0..16` (one queue id on every DMA engine, \[S12\]).
+    Dma(u8),
+}
+
+impl Queue {
+    /// Every queue: the four engines, then the DMA queues.
+    pub fn all() -> impl Iterator<Item = Queue> {
+        Engine::ALL
+            .into_iter()
+            .map(Queue::Engine)
+            .chain((0..DMA_QUEUES_PER_ENGINE as u8).map(Queue::Dma))
+    }
+
+    /// A dense index: engines 0..4, DMA queue q at 4 + q.
+    pub fn index(self) -> usize {
+        match self {
+            Queue::Engine(e) => e as usize,
+            Queue::Dma(q) => 4 + q as usize,
+        }
+    }
+
+    /// The trace track: `"PE"`, `"DVE"`, `"ACT"`, `"POOL"` or `"DMA queue 3"`.
+    pub fn track(self) -> &'static str {
+        const DMA: [&str; 16] = [
+            "DMA queue 0",
+            "DMA queue 1",
+            "DMA queue 2",
+            "DMA queue 3",
+            "DMA queue 4",
+            "DMA queue 5",
+            "DMA queue 6",
+            "DMA queue 7",
+            "DMA queue 8",
+            "DMA queue 9",
+            "DMA queue 10",
+            "DMA queue 11",
+            "DMA queue 12",
+            "DMA queue 13",
+            "DMA queue 14",
+            "DMA queue 15",
+        ];
+        match self {
+            Queue::Engine(e) => e.track(),
+            Queue::Dma(q) => DMA[(q as usize).min(DMA.len() - 1)],
+        }
+    }
+}
+
+named_enum! {
+    /// The instructions, named as the NKI ISA names them.
+    pub enum Opcode("opcode", value) {
+        /// `nc_matmul` (tensor engine).
+        NcMatmul = "nc_matmul",
+        /// `nc_transpose` (tensor engine, or Vector for up to 32 x 32).
+        NcTranspose = "nc_transpose",
+        /// `tensor_tensor`.
+        TensorTensor = "tensor_tensor",
+        /// `tensor_scalar`.
+        TensorScalar = "tensor_scalar",
+        /// `scalar_tensor_tensor`.
+        ScalarTensorTensor = "scalar_tensor_tensor",
+        /// `tensor_reduce`.
+        TensorReduce = "tensor_reduce",
+        /// `tensor_copy`.
+        TensorCopy = "tensor_copy",
+        /// `tensor_tensor_scan`.
+        TensorTensorScan = "tensor_tensor_scan",
+        /// `tensor_scalar_reduce`.
+        TensorScalarReduce = "tensor_scalar_reduce",
+        /// `activation`.
+        Activation = "activation",
+        /// `activation_reduce`.
+        ActivationReduce = "activation_reduce",
+        /// `reciprocal` (Vector engine).
+        Reciprocal = "reciprocal",
+        /// `memset`.
+        Memset = "memset",
+        /// `iota` (GpSimd).
+        Iota = "iota",
+        /// `affine_select` (GpSimd).
+        AffineSelect = "affine_select",
+        /// `select` (Vector): `predicate ? on_true : on_false`.
+        Select = "select",
+        /// `bn_stats` (Vector).
+        BnStats = "bn_stats",
+        /// `bn_aggr` (Vector).
+        BnAggr = "bn_aggr",
+        /// `dma_copy`.
+        DmaCopy = "dma_copy",
+    }
+}
+
+/// A memory region an instruction touches: the partitions `p0 .. p0 + pn` of memory `mem`
+/// (0 = SBUF, 1 = PSUM, 2 + slot = an HBM tensor, which has one "partition"), bytes
+/// `lo .. hi` of each. Strided patterns are recorded by their bounding byte range (a
+/// conservative dependency: never missed, sometimes one too many).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    /// Memory id.
+    pub mem: u32,
+    /// First partition.
+    pub p0: u16,
+    /// Partitions.
+    pub pn: u16,
+    /// First byte.
+    pub lo: u64,
+    /// One past the last byte.
+    pub hi: u64,
+}
+
+/// Memory id of SBUF in a [`Region`].
+pub const MEM_SBUF: u32 = 0;
+/// Memory id of PSUM in a [`Region`].
+pub const MEM_PSUM: u32 = 1;
+/// Memory id of the first HBM tensor (slot 0) in a [`Region`].
+pub const MEM_HBM0: u32 = 2;
+
+/// Flags of [`CostInput`]: conditions of the published cost formulas.
+pub mod flags {
+    /// An input operand is in PSUM.
+    pub const PSUM_INPUT: u32 = 1;
+    /// The output is in PSUM.
+    pub const PSUM_OUTPUT: u32 = 1 << 1;
+    /// Every tensor operand (in and out) is bf16 or fp16.
+    pub const ALL_16BIT: u32 = 1 << 2;
+    /// Every tensor operand (in and out) is bf16.
+    pub const ALL_BF16: u32 = 1 << 3;
+    /// Every tensor operand's innermost dimension has stride 1.
+    pub const CONTIGUOUS: u32 = 1 << 4;
+    /// `tensor_tensor`: the op is add, subtract or multiply.
+    pub const ADD_SUB_MUL: u32 = 1 << 5;
+    /// `tensor_reduce`: the op is add or maximum.
+    pub const ADD_OR_MAX: u32 = 1 << 6;
+    /// `scalar_tensor_tensor`: op0 subtract, op1 multiply.
+    pub const SUB_THEN_MUL: u32 = 1 << 7;
+    /// `memset`: the value is zero.
+    pub const ZERO_VALUE: u32 = 1 << 8;
+    /// Reads out accumulation registers into a tile (activation with `reduce_res`).
+    pub const READ_ACCUMULATOR: u32 = 1 << 9;
+    /// `nc_matmul`: an operand is fp32 (x4 cost); `nc_transpose`: the data is fp32 (x2).
+    pub const FP32: u32 = 1 << 10;
+    /// `nc_matmul` in transpose mode.
+    pub const TRANSPOSE: u32 = 1 << 11;
+    /// A DMA reads HBM.
+    pub const DMA_FROM_HBM: u32 = 1 << 12;
+    /// A DMA writes HBM.
+    pub const DMA_TO_HBM: u32 = 1 << 13;
+    /// GpSimd `tensor_scalar` with `rsqrt` (4x lower throughput, \[S11\]).
+    pub const RSQRT: u32 = 1 << 14;
+}
+
+/// What an instruction's cost formula needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CostInput {
+    /// N: elements per partition of the instruction's main input (the formulas' N).
+    pub n: u32,
+    /// Partitions the instruction spans (DMA: of its SBUF side).
+    pub partitions: u16,
+    /// First of those partitions (DMA: which DMA engines serve the transfer).
+    pub start_partition: u16,
+    /// `nc_matmul`: stationary free size M; `nc_transpose`: the input's partitions.
+    pub m: u16,
+    /// `nc_matmul`: moving free size N; `nc_transpose`: the input's free size.
+    pub k: u16,
+    /// `nc_matmul`: PE tile `(row start, rows, column start, columns)` in units of 32.
+    pub pe_tile: [u8; 4],
+    /// Condition flags ([`flags`]).
+    pub flags: u32,
+    /// DMA: bytes moved.
+    pub bytes: u64,
+}
+
+/// One recorded instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instr {
+    /// What it is.
+    pub opcode: Opcode,
+    /// Where it runs.
+    pub queue: Queue,
+    /// First of its regions in [`Program::regions`].
+    pub first_region: u32,
+    /// Regions read (they come first).
+    pub reads: u8,
+    /// Regions written (after the reads).
+    pub writes: u8,
+    /// Cost-formula inputs.
+    pub cost: CostInput,
+}
+
+/// The recorded program: instructions in issue order and their regions.
+#[derive(Debug, Clone, Default)]
+pub struct Program {
+    /// Instructions in issue order.
+    pub instrs: Vec<Instr>,
+    /// Regions of all instructions, each instruction's reads then writes.
+    pub regions: Vec<Region>,
+}
+
+impl Program {
+    /// Appends an instruction with its regions.
+    pub fn push(
+        &mut self,
+        opcode: Opcode,
+        queue: Queue,
+        reads: &[Region],
+        writes: &[Region],
+        cost: CostInput,
+    ) {
+        let first_region = self.regions.len() as u32;
+        self.regions.extend_from_slice(reads);
+        self.regions.extend_from_slice(writes);
+        self.instrs.push(Instr {
+            opcode,
+            queue,
+            first_region,
+            reads: reads.len() as u8,
+            writes: writes.len() as u8,
+            cost,
+        });
+    }
+
+    /// The regions an instruction reads.
+    pub fn reads(&self, i: &Instr) -> &[Region] {
+        let s = i.first_region as usize;
+        &self.regions[s..s + i.reads as usize]
+    }
+
+    /// The regions an instruction writes.
+    pub fn writes(&self, i: &Instr) -> &[Region] {
+        let s = i.first_region as usize + i.reads as usize;
+        &self.regions[s..s + i.writes as usize]
+    }
+}

@@ -1,0 +1,624 @@
+//! The timeline: the recorded program run on the core's engines in parallel (TIME).
+//!
+//! # Semantics
+//!
+//! - Each instruction goes to its queue: PE, ACT, DVE, POOL, or DMA queue `0..16`. Every queue
+//!   runs its instructions in issue order, one at a time (an instruction starts once the previous
+//!   one on its queue has finished); the queues run in parallel.
+//! - An instruction also waits for every earlier instruction it depends on to finish: it reads
+//!   bytes an earlier one writes (read after write), or writes bytes an earlier one reads or
+//!   writes (write after read, write after write), on overlapping partitions of the same memory
+//!   (SBUF, PSUM, or an HBM tensor). These are the semaphores the compiler would insert.
+//!   Strided access patterns count by their bounding byte range per partition.
+//! - PE: instructions on disjoint PE tiles (row/column tiling) overlap, as `engine::cost` models
+//!   single instructions; the PE still issues in order (an instruction never starts before the
+//!   previous PE instruction started).
+//! - DMA: an instruction holds its queue for the fixed cost, then for its data phase, which also
+//!   needs the DMA engines serving its partitions (shared by all queues).
+//! - Durations are [`super::cost`]'s, in exact integer ticks of 4.8 GHz.
+//!
+//! The result ([`KernelReport`]): the makespan, every queue's busy time and utilisation,
+//! instruction counts per queue and opcode, DMA bytes, the critical path (the chain of
+//! instructions, each started by the end of the previous one through a dependency or its queue,
+//! that ends last), and a Perfetto trace with one track per engine and DMA queue.
+//!
+//! # Dependency tracking
+//!
+//! Per memory, a map from disjoint byte ranges to a few entries `(partition mask, last writer
+//! and its finish, latest reader since and its finish)`, partitions as a `u128` mask; an
+//! instruction touching one tile looks up and updates O(log ranges) entries, so a million
+//! instructions schedule in well under a second.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::spec::{DMA_ENGINES_PER_CORE, DMA_QUEUES_PER_ENGINE, PE_COLS, PE_ROWS, PE_TILE_QUARTER};
+use crate::{Error, Result};
+
+use super::cost::{self, seconds};
+use super::record::{Engine, Opcode, Program, Queue, Region};
+use super::tile::partition_mask;
+
+/// No instruction.
+const NONE: u32 = u32::MAX;
+
+/// Options of [`schedule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Trace slices for at most this many instructions (the numbers always cover all).
+    pub trace_limit: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            trace_limit: 1_000_000,
+        }
+    }
+}
+
+/// One entry of a byte range's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    mask: u128,
+    w_fin: u64,
+    w_id: u32,
+    r_fin: u64,
+    r_id: u32,
+}
+
+/// A byte range's entries (disjoint masks).
+type Entries = Vec<Entry>;
+
+/// The history of one memory.
+#[derive(Debug, Default)]
+struct MemTrack {
+    /// `start -> (end, entries)`, disjoint ranges.
+    segs: BTreeMap<u64, (u64, Entries)>,
+}
+
+impl MemTrack {
+    /// The latest finish among instructions that `(mask, lo..hi)` must wait for, and which.
+    fn wait(&self, mask: u128, lo: u64, hi: u64, write: bool, best: &mut (u64, u32)) {
+        let first = self
+            .segs
+            .range(..=lo)
+            .next_back()
+            .filter(|(_, (e, _))| *e > lo)
+            .map(|(&s, _)| s)
+            .unwrap_or(lo);
+        for (_, (_, entries)) in self.segs.range(first..hi) {
+            for e in entries {
+                if e.mask & mask == 0 {
+                    continue;
+                }
+                if e.w_fin > best.0 {
+                    *best = (e.w_fin, e.w_id);
+                }
+                if write && e.r_fin > best.0 {
+                    *best = (e.r_fin, e.r_id);
+                }
+            }
+        }
+    }
+
+    /// Makes `at` a segment boundary.
+    fn split(&mut self, at: u64) {
+        let found = self
+            .segs
+            .range(..at)
+            .next_back()
+            .filter(|(_, (e, _))| *e > at)
+            .map(|(&s, (e, en))| (s, *e, en.clone()));
+        if let Some((s, e, en)) = found {
+            if let Some(v) = self.segs.get_mut(&s) {
+                v.0 = at;
+            }
+            self.segs.insert(at, (e, en));
+        }
+    }
+
+    /// Applies an access of `(mask, lo..hi)` that finishes at `fin`.
+    fn update(&mut self, mask: u128, lo: u64, hi: u64, write: bool, fin: u64, id: u32) {
+        if lo >= hi {
+            return;
+        }
+        self.split(lo);
+        self.split(hi);
+        // Gaps inside [lo, hi) become empty segments first.
+        let mut cur = lo;
+        let mut gaps = Vec::new();
+        for (&s, (e, _)) in self.segs.range(lo..hi) {
+            if s > cur {
+                gaps.push((cur, s));
+            }
+            cur = *e;
+        }
+        if cur < hi {
+            gaps.push((cur, hi));
+        }
+        for (s, e) in gaps {
+            self.segs.insert(s, (e, Vec::new()));
+        }
+        for (_, (_, entries)) in self.segs.range_mut(lo..hi) {
+            if write {
+                entries.retain_mut(|e| {
+                    e.mask &= !mask;
+                    e.mask != 0
+                });
+                entries.push(Entry {
+                    mask,
+                    w_fin: fin,
+                    w_id: id,
+                    r_fin: 0,
+                    r_id: NONE,
+                });
+            } else {
+                let mut uncovered = mask;
+                let mut extra = Vec::new();
+                for e in entries.iter_mut() {
+                    let ov = e.mask & mask;
+                    if ov == 0 {
+                        continue;
+                    }
+                    uncovered &= !ov;
+                    if e.r_fin >= fin {
+                        continue;
+                    }
+                    if ov != e.mask {
+                        extra.push(Entry {
+                            mask: e.mask & !ov,
+                            ..*e
+                        });
+                        e.mask = ov;
+                    }
+                    e.r_fin = fin;
+                    e.r_id = id;
+                }
+                entries.extend(extra);
+                if uncovered != 0 {
+                    entries.push(Entry {
+                        mask: uncovered,
+                        w_fin: 0,
+                        w_id: NONE,
+                        r_fin: fin,
+                        r_id: id,
+                    });
+                }
+                merge_entries(entries);
+            }
+        }
+        self.merge_at(lo);
+        self.merge_at(hi);
+    }
+
+    /// Merges the segment ending at `at` with the one starting there if their entries agree.
+    fn merge_at(&mut self, at: u64) {
+        let Some((&s, (e, en))) = self.segs.range(..at).next_back() else {
+            return;
+        };
+        if *e != at {
+            return;
+        }
+        let same = match self.segs.get(&at) {
+            Some((_, next)) => next == en,
+            None => false,
+        };
+        if same {
+            if let Some((end, _)) = self.segs.remove(&at) {
+                if let Some(v) = self.segs.get_mut(&s) {
+                    v.0 = end;
+                }
+            }
+        }
+    }
+}
+
+/// Joins entries with the same history (their masks are disjoint).
+fn merge_entries(entries: &mut Entries) {
+    if entries.len() < 2 {
+        return;
+    }
+    let mut i = 0;
+    while i < entries.len() {
+        let mut j = i + 1;
+        while j < entries.len() {
+            let (a, b) = (entries[i], entries[j]);
+            if (a.w_fin, a.w_id, a.r_fin, a.r_id) == (b.w_fin, b.w_id, b.r_fin, b.r_id) {
+                entries[i].mask |= b.mask;
+                entries.swap_remove(j);
+            } else {
+                j += 1;
+            }
+        }
+        i += 1;
+    }
+}
+
+/// Why an instruction started when it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// At time 0, nothing before it.
+    Start,
+    /// When instruction `.0`, which it depends on, finished.
+    Dependency(u32),
+    /// When its queue (or the PE tile, or a DMA engine) was freed by instruction `.0`.
+    Queue(u32),
+}
+
+/// One instruction of the critical path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathStep {
+    /// Index in issue order.
+    pub index: u32,
+    /// What it is.
+    pub opcode: Opcode,
+    /// Where it ran.
+    pub queue: Queue,
+    /// Start, seconds.
+    pub start_s: f64,
+    /// End, seconds.
+    pub end_s: f64,
+    /// What it waited for.
+    pub wait: Wait,
+}
+
+/// One instruction in the trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slice {
+    /// Index in issue order.
+    pub index: u32,
+    /// What it is (the slice's name).
+    pub opcode: Opcode,
+    /// Its track.
+    pub queue: Queue,
+    /// Start, seconds.
+    pub start_s: f64,
+    /// Duration, seconds.
+    pub dur_s: f64,
+    /// What it waited for.
+    pub wait: Wait,
+}
+
+/// Busy time and counts of one queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueStats {
+    /// The queue.
+    pub queue: Queue,
+    /// Its track name (`"PE"`, `"DVE"`, `"DMA queue 3"`, ...).
+    pub name: &'static str,
+    /// Seconds with an instruction running (PE: the union over its tiles).
+    pub busy_s: f64,
+    /// `busy_s / seconds`.
+    pub utilization: f64,
+    /// Instructions run.
+    pub instructions: u64,
+}
+
+/// The timeline of a recorded program (contract section 7's `KernelReport`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelReport {
+    /// Makespan in seconds.
+    pub seconds: f64,
+    /// Makespan in ticks of 4.8 GHz.
+    pub ticks: u64,
+    /// Instructions scheduled.
+    pub instructions: u64,
+    /// Per engine (always the four) and per DMA queue that ran something.
+    pub queues: Vec<QueueStats>,
+    /// Instructions per opcode (opcodes that ran, in [`Opcode::ALL`] order).
+    pub opcodes: Vec<(Opcode, u64)>,
+    /// Bytes moved by DMA.
+    pub dma_bytes: u64,
+    /// The chain of instructions that ends last, first to last.
+    pub critical_path: Vec<PathStep>,
+    /// Start and end of every instruction (ticks), in issue order.
+    pub start_ticks: Vec<u64>,
+    /// End of every instruction (ticks), in issue order.
+    pub end_ticks: Vec<u64>,
+    /// Trace slices (up to the trace limit).
+    pub slices: Vec<Slice>,
+}
+
+/// Schedules `program` (see the module doc).
+pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
+    let n = program.instrs.len();
+    if n >= NONE as usize {
+        return Err(Error::capacity(
+            "program",
+            format!("{n} instructions; a timeline takes fewer than 2**32"),
+        ));
+    }
+    let nq = 4 + DMA_QUEUES_PER_ENGINE;
+    let mut queue_free = vec![0u64; nq];
+    let mut queue_last = vec![NONE; nq];
+    let mut queue_busy = vec![0u64; nq];
+    let mut queue_count = vec![0u64; nq];
+    // PE: 4 x 4 blocks of 32 x 32, and the issue order.
+    let blocks = PE_ROWS / PE_TILE_QUARTER;
+    let mut pe_free = vec![(0u64, NONE); blocks * (PE_COLS / PE_TILE_QUARTER)];
+    let mut pe_last_start = 0u64;
+    let mut pe_busy_until = 0u64;
+    let mut dma_engine_free = [(0u64, NONE); DMA_ENGINES_PER_CORE];
+    let mut tracks: Vec<MemTrack> = Vec::new();
+    let mut start = vec![0u64; n];
+    let mut end = vec![0u64; n];
+    let mut waits = vec![Wait::Start; n];
+    let mut opcodes = vec![0u64; Opcode::ALL.len()];
+    let mut dma_bytes = 0u64;
+
+    for (i, ins) in program.instrs.iter().enumerate() {
+        let id = i as u32;
+        let c = cost::cost(ins);
+        let q = ins.queue.index();
+        // Dependencies.
+        let mut dep = (0u64, NONE);
+        let reads = program.reads(ins);
+        let writes = program.writes(ins);
+        for (r, write) in reads
+            .iter()
+            .map(|r| (r, false))
+            .chain(writes.iter().map(|r| (r, true)))
+        {
+            if let Some(t) = tracks.get(r.mem as usize) {
+                t.wait(region_mask(r), r.lo, r.hi, write, &mut dep);
+            }
+        }
+        let mut wait = if dep.1 == NONE {
+            Wait::Start
+        } else {
+            Wait::Dependency(dep.1)
+        };
+        let mut ready = dep.0;
+        let (s, e) = match ins.queue {
+            Queue::Engine(Engine::Tensor) => {
+                let t = ins.cost.pe_tile;
+                let rows = t[0] as usize..(t[0] + t[1].max(1)) as usize;
+                let cols = t[2] as usize..(t[2] + t[3].max(1)) as usize;
+                let mut blk = (0u64, NONE);
+                for r in rows.clone() {
+                    for col in cols.clone() {
+                        let b = pe_free[r.min(blocks - 1) * blocks + col.min(blocks - 1)];
+                        if b.0 > blk.0 {
+                            blk = b;
+                        }
+                    }
+                }
+                if blk.0 > ready {
+                    ready = blk.0;
+                    wait = Wait::Queue(blk.1);
+                }
+                if pe_last_start > ready {
+                    ready = pe_last_start;
+                    wait = Wait::Queue(queue_last[q]);
+                }
+                let e = ready + c.ticks;
+                for r in rows {
+                    for col in cols.clone() {
+                        pe_free[r.min(blocks - 1) * blocks + col.min(blocks - 1)] = (e, id);
+                    }
+                }
+                pe_last_start = ready;
+                // Busy time is the union of PE intervals (tiles may overlap in time).
+                queue_busy[q] += e.saturating_sub(ready.max(pe_busy_until));
+                pe_busy_until = pe_busy_until.max(e);
+                (ready, e)
+            }
+            Queue::Dma(_) => {
+                if queue_free[q] > ready {
+                    ready = queue_free[q];
+                    wait = Wait::Queue(queue_last[q]);
+                }
+                let mut data_start = ready + c.fixed;
+                for (k, f) in dma_engine_free.iter().enumerate() {
+                    if c.engines >> k & 1 == 1 && f.0 > data_start {
+                        data_start = f.0;
+                        wait = Wait::Queue(f.1);
+                    }
+                }
+                let e = data_start + c.data;
+                for (k, f) in dma_engine_free.iter_mut().enumerate() {
+                    if c.engines >> k & 1 == 1 {
+                        *f = (e, id);
+                    }
+                }
+                dma_bytes += ins.cost.bytes;
+                queue_busy[q] += e - ready;
+                (ready, e)
+            }
+            Queue::Engine(_) => {
+                if queue_free[q] > ready {
+                    ready = queue_free[q];
+                    wait = Wait::Queue(queue_last[q]);
+                }
+                let e = ready + c.ticks;
+                queue_busy[q] += c.ticks;
+                (ready, e)
+            }
+        };
+        queue_free[q] = queue_free[q].max(e);
+        queue_last[q] = id;
+        queue_count[q] += 1;
+        start[i] = s;
+        end[i] = e;
+        waits[i] = wait;
+        opcodes[ins.opcode as usize] += 1;
+        // Record the accesses.
+        for (r, write) in reads
+            .iter()
+            .map(|r| (r, false))
+            .chain(writes.iter().map(|r| (r, true)))
+        {
+            let m = r.mem as usize;
+            if tracks.len() <= m {
+                tracks.resize_with(m + 1, MemTrack::default);
+            }
+            tracks[m].update(region_mask(r), r.lo, r.hi, write, e, id);
+        }
+    }
+
+    let ticks = end.iter().copied().max().unwrap_or(0);
+    let total_s = seconds(ticks);
+    let queues = Queue::all()
+        .filter(|qq| matches!(qq, Queue::Engine(_)) || queue_count[qq.index()] > 0)
+        .map(|qq| {
+            let k = qq.index();
+            QueueStats {
+                queue: qq,
+                name: qq.track(),
+                busy_s: seconds(queue_busy[k]),
+                utilization: if ticks > 0 {
+                    queue_busy[k] as f64 / ticks as f64
+                } else {
+                    0.0
+                },
+                instructions: queue_count[k],
+            }
+        })
+        .collect();
+    let step = |i: usize| PathStep {
+        index: i as u32,
+        opcode: program.instrs[i].opcode,
+        queue: program.instrs[i].queue,
+        start_s: seconds(start[i]),
+        end_s: seconds(end[i]),
+        wait: waits[i],
+    };
+    let mut critical_path = Vec::new();
+    if let Some((last, _)) = end
+        .iter()
+        .enumerate()
+        .max_by_key(|&(i, &e)| (e, std::cmp::Reverse(i)))
+    {
+        let mut i = last;
+        loop {
+            critical_path.push(step(i));
+            match waits[i] {
+                Wait::Dependency(j) | Wait::Queue(j) if j != NONE && (j as usize) < i => {
+                    i = j as usize
+                }
+                _ => break,
+            }
+        }
+        critical_path.reverse();
+    }
+    let slices = (0..n.min(options.trace_limit))
+        .map(|i| Slice {
+            index: i as u32,
+            opcode: program.instrs[i].opcode,
+            queue: program.instrs[i].queue,
+            start_s: seconds(start[i]),
+            dur_s: seconds(end[i] - start[i]),
+            wait: waits[i],
+        })
+        .collect();
+    Ok(KernelReport {
+        seconds: total_s,
+        ticks,
+        instructions: n as u64,
+        queues,
+        opcodes: Opcode::ALL
+            .iter()
+            .filter(|o| opcodes[**o as usize] > 0)
+            .map(|o| (*o, opcodes[*o as usize]))
+            .collect(),
+        dma_bytes,
+        critical_path,
+        start_ticks: start,
+        end_ticks: end,
+        slices,
+    })
+}
+
+/// The partition mask of a region.
+fn region_mask(r: &Region) -> u128 {
+    partition_mask(r.p0 as u32, r.pn as u32)
+}
+
+impl KernelReport {
+    /// The statistics of a queue.
+    pub fn queue(&self, q: Queue) -> Option<&QueueStats> {
+        self.queues.iter().find(|s| s.queue == q)
+    }
+
+    /// The Chrome/Perfetto trace: one track per engine and DMA queue, one slice per
+    /// instruction named by its opcode, with its index and what it waited for as arguments.
+    pub fn chrome_trace_json(&self) -> String {
+        let mut order: Vec<Queue> = Vec::new();
+        for s in &self.slices {
+            if !order.contains(&s.queue) {
+                order.push(s.queue);
+            }
+        }
+        order.sort_by_key(|q| q.index());
+        let mut out = String::with_capacity(256 + self.slices.len() * 140);
+        out.push_str("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
+        out.push_str(
+            "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":0,\"args\":{\"name\":\"trn2core NeuronCore-v3 (machine)\"}}",
+        );
+        for q in &order {
+            let _ = write!(
+                out,
+                ",{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                q.index(),
+                q.track()
+            );
+        }
+        for s in &self.slices {
+            let (kind, on) = match s.wait {
+                Wait::Start => ("start", -1i64),
+                Wait::Dependency(j) => ("dependency", j as i64),
+                Wait::Queue(j) => ("queue", j as i64),
+            };
+            let _ = write!(
+                out,
+                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{},\"ts\":{:.6},\"dur\":{:.6},\"args\":{{\"index\":{},\"waited_for\":\"{kind}\",\"on\":{on}}}}}",
+                s.opcode.name(),
+                s.queue.index(),
+                s.start_s * 1e6,
+                s.dur_s * 1e6,
+                s.index
+            );
+        }
+        out.push_str("]}");
+        out
+    }
+}
+
+impl std::fmt::Display for KernelReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "NeuronCore timeline: {} instructions in {:.3} us",
+            self.instructions,
+            self.seconds * 1e6
+        )?;
+        writeln!(
+            f,
+            "  {:<14} {:>12} {:>8} {:>12}",
+            "queue", "busy (us)", "util", "instructions"
+        )?;
+        for q in &self.queues {
+            writeln!(
+                f,
+                "  {:<14} {:>12.3} {:>7.1}% {:>12}",
+                q.name,
+                q.busy_s * 1e6,
+                q.utilization * 100.0,
+                q.instructions
+            )?;
+        }
+        let ops: Vec<String> = self
+            .opcodes
+            .iter()
+            .map(|(o, c)| format!("{} {c}", o.name()))
+            .collect();
+        writeln!(f, "  opcodes: {}", ops.join(", "))?;
+        writeln!(f, "  DMA bytes: {}", self.dma_bytes)?;
+        write!(
+            f,
+            "  critical path: {} instructions",
+            self.critical_path.len()
+        )
+    }
+}

@@ -1,0 +1,1816 @@
+//! The whole-core machine (issue 14) against scalar oracles written here from the rules in the
+//! module docs: every instruction on boundary-heavy inputs of every dtype its engine takes, the
+//! fast and the general paths on the same data, every engine rule as an error naming the rule
+//! and the operand, capacity and never-written-memory errors, and the timeline's properties.
+
+use trn2core::engine::{self, Operand, PeTile, PerfMode};
+use trn2core::machine::isa::elementwise::SecondOp;
+use trn2core::machine::isa::scalar::ActivationArgs;
+use trn2core::machine::tile::Index;
+use trn2core::machine::{
+    cost, timeline, ActFunc, AluOp, Dtype, Engine, Machine, MachineConfig, OutputRounding,
+    PeOptions, ReduceCmd, Scalar, Tile, Uninitialized,
+};
+use trn2core::memory::Space;
+use trn2core::numerics::{encode_scalar, fp8_lut, mix64, Format, Rounding};
+use trn2core::Error;
+
+const NAN: u32 = 0x7FC0_0000;
+
+fn core() -> Machine {
+    Machine::new(MachineConfig::default()).expect("machine")
+}
+
+fn alloc(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
+    m.alloc(Space::Sbuf, name, shape, dtype).expect("alloc")
+}
+
+// ------------------------------------------------------------------------------ the oracle
+
+/// The exact value of raw bits of `dtype` (independent of the machine's widening: the float
+/// formats decode through `fp8_lut` / half / shifts, integers by sign extension).
+fn value(dtype: Dtype, bits: u32) -> f64 {
+    match dtype {
+        Dtype::Fp32 => f32::from_bits(bits) as f64,
+        Dtype::Tf32 => f32::from_bits(bits & !0x1FFF) as f64,
+        Dtype::Bf16 => f32::from_bits(bits << 16) as f64,
+        Dtype::Fp16 => half::f16::from_bits(bits as u16).to_f64(),
+        Dtype::Fp8E4m3 => fp8_lut(&Format::Fp8E4m3.encoding())[bits as usize & 0xFF] as f64,
+        Dtype::Fp8E5m2 => fp8_lut(&Format::Fp8E5m2.encoding())[bits as usize & 0xFF] as f64,
+        Dtype::Fp8E3m4 => fp8_lut(&Format::Fp8E3m4.encoding())[bits as usize & 0xFF] as f64,
+        Dtype::Int8 => bits as u8 as i8 as f64,
+        Dtype::Int16 => bits as u16 as i16 as f64,
+        Dtype::Int32 => bits as i32 as f64,
+        Dtype::Uint8 | Dtype::Uint16 | Dtype::Uint32 => bits as f64,
+    }
+}
+
+/// A float32 engine input: the value rounded to float32 (exact except int32 beyond 2^24).
+fn input(dtype: Dtype, bits: u32) -> f32 {
+    value(dtype, bits) as f32
+}
+
+/// The rule of every engine output: float32 result, canonical NaN, then rounded once to the
+/// destination (floats: the f64 path of the encode kernels; integers: nearest even, saturated,
+/// NaN to 0).
+fn output(dtype: Dtype, v: f32) -> u32 {
+    let v = if v.is_nan() { f32::from_bits(NAN) } else { v };
+    match dtype.format() {
+        Some(Format::Fp32) => v.to_bits(),
+        Some(f) => encode_scalar(v as f64, &f.encoding(), Rounding::NearestEven, false, None)
+            .expect("encode"),
+        None => {
+            if v.is_nan() {
+                return 0;
+            }
+            let (lo, hi) = dtype.int_range();
+            let r = (v as f64).round_ties_even().clamp(lo, hi) as i64;
+            (r as u32) & mask(dtype)
+        }
+    }
+}
+
+fn mask(d: Dtype) -> u32 {
+    match d.size() {
+        1 => 0xFF,
+        2 => 0xFFFF,
+        _ => u32::MAX,
+    }
+}
+
+fn canon(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::from_bits(NAN)
+    } else {
+        x
+    }
+}
+
+/// The ALU rule, written out independently of `alu::apply`.
+fn alu(op: AluOp, a: f32, b: f32) -> f32 {
+    let t = |c: bool| if c { 1.0 } else { 0.0 };
+    let nz = |x: f32| x != 0.0;
+    let ieee_max = |a: f32, b: f32| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else if a == 0.0 && b == 0.0 {
+            if a.is_sign_positive() || b.is_sign_positive() {
+                0.0
+            } else {
+                -0.0
+            }
+        } else if a > b {
+            a
+        } else {
+            b
+        }
+    };
+    let ieee_min = |a: f32, b: f32| {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else if a == 0.0 && b == 0.0 {
+            if a.is_sign_negative() || b.is_sign_negative() {
+                -0.0
+            } else {
+                0.0
+            }
+        } else if a < b {
+            a
+        } else {
+            b
+        }
+    };
+    canon(match op {
+        AluOp::Add => a + b,
+        AluOp::Subtract => a - b,
+        AluOp::Multiply => a * b,
+        AluOp::Divide => a / b,
+        AluOp::Maximum => ieee_max(a, b),
+        AluOp::Minimum => ieee_min(a, b),
+        AluOp::AbsMax => ieee_max(a.abs(), b.abs()),
+        AluOp::AbsMin => ieee_min(a.abs(), b.abs()),
+        AluOp::Power => (a as f64).powf(b as f64) as f32,
+        AluOp::Equal => t(a == b),
+        AluOp::NotEqual => t(a != b),
+        AluOp::Greater => t(a > b),
+        AluOp::GreaterEqual => t(a >= b),
+        AluOp::Less => t(a < b),
+        AluOp::LessEqual => t(a <= b),
+        AluOp::LogicalAnd => t(nz(a) && nz(b)),
+        AluOp::LogicalOr => t(nz(a) || nz(b)),
+        AluOp::LogicalXor => t(nz(a) != nz(b)),
+        AluOp::Abs => a.abs(),
+        AluOp::Square => a * a,
+        AluOp::Relu => {
+            if a.is_nan() || a > 0.0 {
+                a
+            } else {
+                0.0
+            }
+        }
+        AluOp::Rsqrt => (1.0 / (a as f64).sqrt()) as f32,
+        AluOp::Reciprocal => 1.0 / a,
+        _ => panic!("not an arithmetic operator: {op}"),
+    })
+}
+
+/// Boundary-heavy raw codes of a dtype (`n` of them, deterministic).
+fn codes(dtype: Dtype, n: usize, seed: u64) -> Vec<u32> {
+    let special: Vec<u32> = match dtype.format() {
+        Some(Format::Fp32) | Some(Format::Tf32) => vec![
+            0,
+            0x8000_0000,
+            1,
+            0x8000_0001,
+            0x007F_FFFF,
+            0x0080_0000,
+            0x3F80_0000,
+            0xBF80_0000,
+            0x7F7F_FFFF,
+            0xFF7F_FFFF,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0000,
+            0x7FA0_0001,
+            0xFFC0_1234,
+            0x3F80_8000,
+            0x3F80_7FFF,
+            0x3F80_8001,
+            0x4B80_0000,
+            0x7F7F_8000,
+            0x3F7F_FFFF,
+            0x4000_0000,
+        ],
+        Some(Format::Bf16) => vec![
+            0, 0x8000, 1, 0x8001, 0x007F, 0x0080, 0x3F80, 0xBF80, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80,
+            0x7FC0, 0x7FA1, 0xFFC1, 0x4000,
+        ],
+        Some(Format::Fp16) => vec![
+            0, 0x8000, 1, 0x8001, 0x03FF, 0x0400, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
+            0x7E00, 0x7C01, 0xFE01, 0x4000,
+        ],
+        Some(_) => (0..256).collect(),
+        None => {
+            let (lo, hi) = dtype.int_range();
+            [
+                0.0,
+                1.0,
+                -1.0,
+                lo,
+                hi,
+                lo + 1.0,
+                hi - 1.0,
+                2.0,
+                3.0,
+                16_777_217.0,
+            ]
+            .iter()
+            .filter(|&&v| v >= lo && v <= hi)
+            .map(|&v| (v as i64 as u32) & mask(dtype))
+            .collect()
+        }
+    };
+    (0..n)
+        .map(|i| {
+            if i < special.len() {
+                special[i]
+            } else {
+                let r = mix64(seed.wrapping_add(i as u64)) as u32;
+                match dtype.format() {
+                    // Mostly moderate magnitudes (so products and sums stay finite), some raw.
+                    Some(Format::Fp32) if i % 4 != 0 => {
+                        (r & 0x807F_FFFF) | (((r >> 23) % 40 + 107) << 23)
+                    }
+                    Some(Format::Tf32) => r & !0x1FFF,
+                    _ => r & mask(dtype),
+                }
+            }
+        })
+        .collect()
+}
+
+fn to_bytes(dtype: Dtype, bits: &[u32]) -> Vec<u8> {
+    bits.iter()
+        .flat_map(|&b| b.to_le_bytes()[..dtype.size()].to_vec())
+        .collect()
+}
+
+fn from_bytes(dtype: Dtype, bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(dtype.size())
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect()
+}
+
+fn put(m: &mut Machine, t: &Tile, bits: &[u32]) {
+    m.write_tile(t, &to_bytes(t.dtype, bits)).expect("write");
+}
+
+fn get(m: &Machine, t: &Tile) -> Vec<u32> {
+    from_bytes(t.dtype, &m.read_tile(t).expect("read"))
+}
+
+fn assert_bits(got: &[u32], want: &[u32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "{what}: element {i}: got {g:#x}, want {w:#x}");
+    }
+}
+
+const FLOATS: [Dtype; 7] = [
+    Dtype::Fp32,
+    Dtype::Tf32,
+    Dtype::Bf16,
+    Dtype::Fp16,
+    Dtype::Fp8E4m3,
+    Dtype::Fp8E5m2,
+    Dtype::Fp8E3m4,
+];
+const INTS: [Dtype; 6] = [
+    Dtype::Uint8,
+    Dtype::Int8,
+    Dtype::Uint16,
+    Dtype::Int16,
+    Dtype::Uint32,
+    Dtype::Int32,
+];
+
+fn arithmetic_ops() -> Vec<AluOp> {
+    AluOp::ALL
+        .into_iter()
+        .filter(|o| !o.is_bitvec() && !o.is_unary())
+        .collect()
+}
+
+// ------------------------------------------------------------------------- tensor_tensor
+
+/// `tensor_tensor` on `[128, n]` tiles of the given dtypes against the oracle, through the
+/// fast path (contiguous tiles) and the general path (every other element of a wider tile).
+fn check_tensor_tensor(da: Dtype, db: Dtype, dd: Dtype, op: AluOp, engine: Engine) {
+    let n = 96;
+    let total = 128 * n;
+    let a_bits = codes(da, total, 1);
+    let b_bits: Vec<u32> = codes(db, total, 2).into_iter().rev().collect();
+    let want: Vec<u32> = a_bits
+        .iter()
+        .zip(&b_bits)
+        .map(|(&x, &y)| output(dd, alu(op, input(da, x), input(db, y))))
+        .collect();
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, n], da);
+    let b = alloc(&mut m, "b", &[128, n], db);
+    let d = alloc(&mut m, "d", &[128, n], dd);
+    put(&mut m, &a, &a_bits);
+    put(&mut m, &b, &b_bits);
+    m.tensor_tensor(engine, &d, &a, &b, op)
+        .expect("tensor_tensor");
+    let what = format!("{op} {da} {db} -> {dd} on {}", engine.name());
+    assert_bits(&get(&m, &d), &want, &what);
+    // General path: strided views.
+    let wide = |m: &mut Machine, name: &str, dt: Dtype| {
+        let t = alloc(m, name, &[128, 2 * n], dt);
+        t.slice(&[
+            Index::ALL,
+            Index::Range {
+                start: None,
+                stop: None,
+                step: 2,
+            },
+        ])
+        .expect("slice")
+    };
+    let (a2, b2, d2) = (
+        wide(&mut m, "a2", da),
+        wide(&mut m, "b2", db),
+        wide(&mut m, "d2", dd),
+    );
+    put(&mut m, &a2, &a_bits);
+    put(&mut m, &b2, &b_bits);
+    m.tensor_tensor(engine, &d2, &a2, &b2, op).expect("strided");
+    assert_bits(&get(&m, &d2), &want, &format!("{what} (strided)"));
+}
+
+#[test]
+fn tensor_tensor_every_arithmetic_operator_and_dtype() {
+    for op in arithmetic_ops() {
+        let engine = if op == AluOp::Power {
+            Engine::Gpsimd
+        } else {
+            Engine::Vector
+        };
+        for d in FLOATS.iter().chain(&INTS) {
+            check_tensor_tensor(*d, *d, *d, op, engine);
+        }
+        for (a, b, d) in [
+            (Dtype::Fp32, Dtype::Bf16, Dtype::Bf16),
+            (Dtype::Bf16, Dtype::Fp32, Dtype::Fp32),
+            (Dtype::Fp32, Dtype::Fp32, Dtype::Bf16),
+            (Dtype::Bf16, Dtype::Bf16, Dtype::Fp32),
+            (Dtype::Int32, Dtype::Fp32, Dtype::Bf16),
+            (Dtype::Fp8E4m3, Dtype::Bf16, Dtype::Fp8E5m2),
+            (Dtype::Fp16, Dtype::Uint8, Dtype::Int16),
+        ] {
+            check_tensor_tensor(a, b, d, op, engine);
+        }
+    }
+}
+
+#[test]
+fn tensor_tensor_in_place_reads_before_writing() {
+    for dt in [Dtype::Fp32, Dtype::Bf16, Dtype::Fp16] {
+        let mut m = core();
+        let a = alloc(&mut m, "a", &[128, 300], dt);
+        let b = alloc(&mut m, "b", &[128, 300], dt);
+        let ab = codes(dt, 128 * 300, 5);
+        let bb = codes(dt, 128 * 300, 6);
+        put(&mut m, &a, &ab);
+        put(&mut m, &b, &bb);
+        let want = |x: &[u32], y: &[u32]| -> Vec<u32> {
+            x.iter()
+                .zip(y)
+                .map(|(&p, &q)| output(dt, alu(AluOp::Subtract, input(dt, p), input(dt, q))))
+                .collect()
+        };
+        // a = a - b, then b = a - b (the new a), then a = a - a.
+        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Subtract)
+            .expect("a-=b");
+        let a1 = want(&ab, &bb);
+        assert_bits(&get(&m, &a), &a1, "a = a - b");
+        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Subtract)
+            .expect("b=a-b");
+        let b1 = want(&a1, &bb);
+        assert_bits(&get(&m, &b), &b1, "b = a - b");
+        m.tensor_tensor(Engine::Vector, &a, &a, &a, AluOp::Subtract)
+            .expect("a-a");
+        assert_bits(&get(&m, &a), &want(&a1, &a1), "a = a - a");
+        // A shifted overlap (dst one element right of the input) goes through the general
+        // path and still reads before writing.
+        let full = alloc(&mut m, "full", &[128, 301], dt);
+        let init = codes(dt, 128 * 301, 7);
+        put(&mut m, &full, &init);
+        let r = |s: i64, e: i64| Index::Range {
+            start: Some(s),
+            stop: Some(e),
+            step: 1,
+        };
+        let src = full.slice(&[Index::ALL, r(0, 300)]).expect("src");
+        let dst = full.slice(&[Index::ALL, r(1, 301)]).expect("dst");
+        let before = get(&m, &src);
+        m.tensor_tensor(Engine::Vector, &dst, &src, &src, AluOp::Add)
+            .expect("shifted");
+        let want: Vec<u32> = before
+            .iter()
+            .map(|&p| output(dt, alu(AluOp::Add, input(dt, p), input(dt, p))))
+            .collect();
+        assert_bits(&get(&m, &dst), &want, "shifted overlap");
+    }
+}
+
+#[test]
+fn bitvec_and_native_integer_operators() {
+    for dt in INTS {
+        let mut m = core();
+        let a = alloc(&mut m, "a", &[64, 20], dt);
+        let b = alloc(&mut m, "b", &[64, 20], dt);
+        let d = alloc(&mut m, "d", &[64, 20], dt);
+        let ab = codes(dt, 64 * 20, 11);
+        let bb: Vec<u32> = codes(dt, 64 * 20, 12).iter().map(|&x| x % 40).collect();
+        put(&mut m, &a, &ab);
+        put(&mut m, &b, &bb);
+        for op in [
+            AluOp::BitwiseAnd,
+            AluOp::BitwiseOr,
+            AluOp::BitwiseXor,
+            AluOp::LeftShift,
+            AluOp::RightShift,
+        ] {
+            m.tensor_tensor(Engine::Vector, &d, &a, &b, op)
+                .expect("bitvec");
+            let want: Vec<u32> = ab
+                .iter()
+                .zip(&bb)
+                .map(|(&x, &y)| {
+                    (match op {
+                        AluOp::BitwiseAnd => x & y,
+                        AluOp::BitwiseOr => x | y,
+                        AluOp::BitwiseXor => x ^ y,
+                        AluOp::LeftShift => {
+                            if y >= 32 {
+                                0
+                            } else {
+                                x << y
+                            }
+                        }
+                        _ => {
+                            if y >= 32 {
+                                0
+                            } else {
+                                x >> y
+                            }
+                        }
+                    }) & mask(dt)
+                })
+                .collect();
+            assert_bits(&get(&m, &d), &want, &format!("{op} {dt}"));
+        }
+        // invert through tensor_scalar (Vector only).
+        m.tensor_scalar(
+            Engine::Vector,
+            &d,
+            &a,
+            AluOp::Invert,
+            &Scalar::Imm(0.0),
+            false,
+            None,
+        )
+        .expect("invert");
+        let want: Vec<u32> = ab.iter().map(|&x| !x & mask(dt)).collect();
+        assert_bits(&get(&m, &d), &want, &format!("invert {dt}"));
+    }
+    // GpSimd int32: native wrapping arithmetic.
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[1, 3], Dtype::Int32);
+    let d = alloc(&mut m, "d", &[1, 3], Dtype::Int32);
+    put(&mut m, &a, &[0x7FFF_FFFF, 16_777_217, (-5i32) as u32]);
+    m.tensor_tensor(Engine::Gpsimd, &d, &a, &a, AluOp::Add)
+        .expect("int add");
+    assert_eq!(get(&m, &d), vec![0xFFFF_FFFE, 33_554_434, (-10i32) as u32]);
+    // The Vector engine computes in fp32: 16777217 is not a float32.
+    m.tensor_tensor(Engine::Vector, &d, &a, &a, AluOp::Add)
+        .expect("fp32 add");
+    assert_eq!(get(&m, &d), vec![0x7FFF_FFFF, 33_554_432, (-10i32) as u32]);
+}
+
+// ------------------------------------------------------------------------- tensor_scalar
+
+#[test]
+fn tensor_scalar_one_and_two_operators() {
+    let ops = arithmetic_ops();
+    let unary = [
+        AluOp::Abs,
+        AluOp::Square,
+        AluOp::Relu,
+        AluOp::Rsqrt,
+        AluOp::Reciprocal,
+    ];
+    for dt in [
+        Dtype::Fp32,
+        Dtype::Bf16,
+        Dtype::Fp16,
+        Dtype::Fp8E4m3,
+        Dtype::Int16,
+    ] {
+        for (k, op0) in ops.iter().chain(&unary).enumerate() {
+            let op1 = ops[(k * 7 + 3) % ops.len()];
+            for &rev in &[false, true] {
+                let n = 40;
+                let ab = codes(dt, 128 * n, 21 + k as u64);
+                let s0: Vec<f32> = (0..128).map(|p| (p as f32 - 60.0) * 0.37).collect();
+                let s1 = 1.5f32;
+                let want: Vec<u32> = ab
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| {
+                        let x = input(dt, x);
+                        let s = s0[i / n];
+                        let t = if op0.is_unary() {
+                            alu(*op0, x, 0.0)
+                        } else if rev {
+                            alu(*op0, s, x)
+                        } else {
+                            alu(*op0, x, s)
+                        };
+                        let u = if rev {
+                            alu(op1, s1, t)
+                        } else {
+                            alu(op1, t, s1)
+                        };
+                        output(dt, u)
+                    })
+                    .collect();
+                let mut m = core();
+                let a = alloc(&mut m, "a", &[128, n], dt);
+                let d = alloc(&mut m, "d", &[128, n], dt);
+                let sv = alloc(&mut m, "s", &[128, 1], Dtype::Fp32);
+                put(&mut m, &a, &ab);
+                put(
+                    &mut m,
+                    &sv,
+                    &s0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                );
+                let second: SecondOp = (op1, Scalar::Imm(s1 as f64), rev);
+                m.tensor_scalar(
+                    Engine::Vector,
+                    &d,
+                    &a,
+                    *op0,
+                    &Scalar::Tile(sv),
+                    rev,
+                    Some(&second),
+                )
+                .expect("tensor_scalar");
+                assert_bits(&get(&m, &d), &want, &format!("{op0},{op1} rev={rev} {dt}"));
+                // In place, and on a strided view: the same bits.
+                m.tensor_scalar(
+                    Engine::Vector,
+                    &a,
+                    &a,
+                    *op0,
+                    &Scalar::Tile(sv),
+                    rev,
+                    Some(&second),
+                )
+                .expect("in place");
+                assert_bits(&get(&m, &a), &want, &format!("{op0},{op1} in place {dt}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_tensor_tensor_and_reciprocal_and_select() {
+    let dt = Dtype::Bf16;
+    let n = 50;
+    let ab = codes(dt, 128 * n, 31);
+    let bb = codes(dt, 128 * n, 32);
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, n], dt);
+    let b = alloc(&mut m, "b", &[128, n], dt);
+    let d = alloc(&mut m, "d", &[128, n], Dtype::Fp32);
+    put(&mut m, &a, &ab);
+    put(&mut m, &b, &bb);
+    for (op0, op1, r0, r1) in [
+        (AluOp::Subtract, AluOp::Multiply, false, false),
+        (AluOp::Divide, AluOp::Maximum, true, true),
+        (AluOp::Abs, AluOp::Add, false, true),
+    ] {
+        m.scalar_tensor_tensor(&d, &a, op0, &Scalar::Imm(0.75), r0, op1, &b, r1)
+            .expect("stt");
+        let want: Vec<u32> = ab
+            .iter()
+            .zip(&bb)
+            .map(|(&x, &y)| {
+                let (x, y) = (input(dt, x), input(dt, y));
+                let t = if op0.is_unary() {
+                    alu(op0, x, 0.0)
+                } else if r0 {
+                    alu(op0, 0.75, x)
+                } else {
+                    alu(op0, x, 0.75)
+                };
+                output(
+                    Dtype::Fp32,
+                    if r1 { alu(op1, y, t) } else { alu(op1, t, y) },
+                )
+            })
+            .collect();
+        assert_bits(&get(&m, &d), &want, &format!("stt {op0} {op1}"));
+    }
+    m.reciprocal(&d, &a).expect("reciprocal");
+    let want: Vec<u32> = ab
+        .iter()
+        .map(|&x| output(Dtype::Fp32, 1.0 / input(dt, x)))
+        .collect();
+    assert_bits(&get(&m, &d), &want, "reciprocal");
+    // select: predicate != 0 (NaN true).
+    let p = alloc(&mut m, "p", &[128, n], Dtype::Fp32);
+    let pb: Vec<u32> = (0..128 * n)
+        .map(|i| [0u32, 0x8000_0000, NAN, 0x3F80_0000][i % 4])
+        .collect();
+    put(&mut m, &p, &pb);
+    m.select(&d, &p, &a, &Scalar::Tile(b)).expect("select");
+    let want: Vec<u32> = (0..128 * n)
+        .map(|i| {
+            let pick = if i % 4 < 2 { bb[i] } else { ab[i] };
+            output(Dtype::Fp32, input(dt, pick))
+        })
+        .collect();
+    assert_bits(&get(&m, &d), &want, "select");
+    let db = alloc(&mut m, "db", &[128, n], dt);
+    m.select(&db, &p, &a, &Scalar::Tile(b))
+        .expect("select bits");
+    let want: Vec<u32> = (0..128 * n)
+        .map(|i| if i % 4 < 2 { bb[i] } else { ab[i] })
+        .collect();
+    assert_bits(&get(&m, &db), &want, "select keeps bits");
+}
+
+#[test]
+fn tensor_copy_is_bit_exact_or_goes_through_fp32() {
+    for (s, d) in [
+        (Dtype::Fp32, Dtype::Fp32),
+        (Dtype::Bf16, Dtype::Bf16),
+        (Dtype::Fp8E5m2, Dtype::Fp8E5m2),
+        (Dtype::Int32, Dtype::Int32),
+        (Dtype::Fp32, Dtype::Bf16),
+        (Dtype::Bf16, Dtype::Fp32),
+        (Dtype::Fp32, Dtype::Fp8E4m3),
+        (Dtype::Fp16, Dtype::Int8),
+        (Dtype::Int32, Dtype::Fp32),
+        (Dtype::Uint32, Dtype::Bf16),
+    ] {
+        for engine in [Engine::Vector, Engine::Scalar, Engine::Gpsimd] {
+            let mut m = core();
+            let a = alloc(&mut m, "a", &[128, 33], s);
+            let o = alloc(&mut m, "o", &[128, 33], d);
+            let ab = codes(s, 128 * 33, 41);
+            put(&mut m, &a, &ab);
+            m.tensor_copy(engine, &o, &a).expect("copy");
+            let want: Vec<u32> = if s == d {
+                ab.clone()
+            } else {
+                ab.iter().map(|&x| output(d, input(s, x))).collect()
+            };
+            assert_bits(
+                &get(&m, &o),
+                &want,
+                &format!("copy {s} -> {d} on {}", engine.name()),
+            );
+        }
+    }
+}
+
+#[test]
+fn memset_rounds_once_and_saturates() {
+    let mut m = core();
+    for (dt, v, want) in [
+        (Dtype::Bf16, 1.0 + 2f64.powi(-8), 0x3F80u32),
+        (Dtype::Bf16, 1.0 + 2f64.powi(-8) + 2f64.powi(-30), 0x3F81),
+        (Dtype::Fp8E4m3, 1e9, 0x78),
+        (Dtype::Fp32, -0.0, 0x8000_0000),
+        (Dtype::Int8, 300.0, 127),
+        (Dtype::Int8, -2.5, 0xFE),
+        (Dtype::Uint16, -3.0, 0),
+        (Dtype::Int32, 16_777_217.0, 16_777_217),
+    ] {
+        let t = alloc(&mut m, "t", &[32, 3], dt);
+        m.memset(Engine::Gpsimd, &t, v).expect("memset");
+        assert_eq!(get(&m, &t), vec![want; 96], "memset {dt} {v}");
+        m.free(&t).expect("free");
+    }
+}
+
+// ------------------------------------------------------------------ reductions and scans
+
+#[test]
+fn tensor_reduce_orders_and_axes() {
+    let dt = Dtype::Fp32;
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[16, 3, 8], dt);
+    let ab = codes(dt, 16 * 24, 51);
+    put(&mut m, &a, &ab);
+    for op in [
+        AluOp::Add,
+        AluOp::Maximum,
+        AluOp::Minimum,
+        AluOp::Multiply,
+        AluOp::Subtract,
+        AluOp::LogicalOr,
+    ] {
+        for (axes, r) in [(1usize, 8usize), (2, 24)] {
+            for negate in [false, true] {
+                let d = alloc(&mut m, "d", &[16, 24 / r], Dtype::Bf16);
+                m.tensor_reduce(&d, op, &a, axes, negate).expect("reduce");
+                let want: Vec<u32> = ab
+                    .chunks(r)
+                    .map(|c| {
+                        let mut acc = canon(input(dt, c[0]));
+                        for &x in &c[1..] {
+                            acc = alu(op, acc, input(dt, x));
+                        }
+                        output(Dtype::Bf16, if negate { -acc } else { acc })
+                    })
+                    .collect();
+                assert_bits(
+                    &get(&m, &d),
+                    &want,
+                    &format!("reduce {op} axes={axes} neg={negate}"),
+                );
+                m.free(&d).expect("free");
+            }
+        }
+    }
+    // Bitvec reductions on integers.
+    let i = alloc(&mut m, "i", &[4, 8], Dtype::Uint16);
+    let ib = codes(Dtype::Uint16, 32, 52);
+    put(&mut m, &i, &ib);
+    let d = alloc(&mut m, "di", &[4, 1], Dtype::Uint16);
+    m.tensor_reduce(&d, AluOp::BitwiseXor, &i, 1, false)
+        .expect("xor");
+    let want: Vec<u32> = ib
+        .chunks(8)
+        .map(|c| c.iter().fold(0, |x, y| x ^ y))
+        .collect();
+    assert_eq!(get(&m, &d), want);
+    let err = m
+        .tensor_reduce(&d, AluOp::Divide, &i, 1, false)
+        .expect_err("not a reduction");
+    assert!(err.to_string().contains("not a reduction"), "{err}");
+}
+
+#[test]
+fn tensor_tensor_scan_keeps_an_fp32_state() {
+    let mut m = core();
+    let n = 37;
+    let a = alloc(&mut m, "a", &[128, n], Dtype::Bf16);
+    let b = alloc(&mut m, "b", &[128, n], Dtype::Bf16);
+    let d = alloc(&mut m, "d", &[128, n], Dtype::Bf16);
+    let init = alloc(&mut m, "init", &[128, 1], Dtype::Fp32);
+    let ab = codes(Dtype::Bf16, 128 * n, 61);
+    let bb = codes(Dtype::Bf16, 128 * n, 62);
+    let ib: Vec<u32> = (0..128).map(|p| (p as f32 * 0.25).to_bits()).collect();
+    put(&mut m, &a, &ab);
+    put(&mut m, &b, &bb);
+    put(&mut m, &init, &ib);
+    for (op0, op1, r0, r1) in [
+        (AluOp::Multiply, AluOp::Add, false, false),
+        (AluOp::Subtract, AluOp::Maximum, true, true),
+    ] {
+        m.tensor_tensor_scan(&d, &a, &b, &Scalar::Tile(init), op0, op1, r0, r1)
+            .expect("scan");
+        let mut want = Vec::new();
+        for p in 0..128 {
+            let mut s = f32::from_bits(ib[p]);
+            for i in 0..n {
+                let (x, y) = (
+                    input(Dtype::Bf16, ab[p * n + i]),
+                    input(Dtype::Bf16, bb[p * n + i]),
+                );
+                let t = if r0 { alu(op0, s, x) } else { alu(op0, x, s) };
+                s = if r1 { alu(op1, y, t) } else { alu(op1, t, y) };
+                want.push(output(Dtype::Bf16, s));
+            }
+        }
+        assert_bits(&get(&m, &d), &want, &format!("scan {op0} {op1}"));
+    }
+}
+
+#[test]
+fn bn_stats_and_bn_aggr_follow_the_documented_order() {
+    let mut m = core();
+    let n = 100;
+    let a = alloc(&mut m, "a", &[128, n], Dtype::Bf16);
+    let ab: Vec<u32> = codes(Dtype::Bf16, 128 * n, 71)
+        .iter()
+        .map(|&x| {
+            if (x & 0x7F80) == 0x7F80 {
+                0x3F00
+            } else {
+                x & 0xC7FF
+            }
+        })
+        .collect();
+    put(&mut m, &a, &ab);
+    let st = alloc(&mut m, "st", &[128, 2, 6], Dtype::Fp32);
+    let half = |i: i64| st.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let r = |s, e| Index::Range {
+        start: Some(s),
+        stop: Some(e),
+        step: 1,
+    };
+    m.bn_stats(&half(0), &a.slice(&[Index::ALL, r(0, 50)]).expect("lo"))
+        .expect("stats");
+    m.bn_stats(&half(1), &a.slice(&[Index::ALL, r(50, 100)]).expect("hi"))
+        .expect("stats");
+    let agg = alloc(&mut m, "agg", &[128, 2], Dtype::Fp32);
+    m.bn_aggr(&agg, &st.reshape_free(&[12]).expect("flat"))
+        .expect("aggr");
+    let stats = get(&m, &st);
+    let out = get(&m, &agg);
+    for p in 0..128 {
+        let row: Vec<f32> = ab[p * n..(p + 1) * n]
+            .iter()
+            .map(|&x| input(Dtype::Bf16, x))
+            .collect();
+        let mut triples = Vec::new();
+        for h in 0..2 {
+            for parity in 0..2 {
+                let v: Vec<f32> = row[h * 50..(h + 1) * 50]
+                    .iter()
+                    .skip(parity)
+                    .step_by(2)
+                    .copied()
+                    .collect();
+                let c = v.len() as f32;
+                let mut s = 0.0f32;
+                for &x in &v {
+                    s += x;
+                }
+                let mean = s / c;
+                let mut q = 0.0f32;
+                for &x in &v {
+                    q += (x - mean) * (x - mean);
+                }
+                triples.push((c, mean, q));
+            }
+        }
+        let got: Vec<f32> = stats[p * 12..(p + 1) * 12]
+            .iter()
+            .map(|&b| f32::from_bits(b))
+            .collect();
+        let want: Vec<f32> = triples.iter().flat_map(|&(c, mu, q)| [c, mu, q]).collect();
+        assert_eq!(got, want, "bn_stats partition {p}");
+        let mut tot = 0.0f32;
+        let mut sum = 0.0f32;
+        for &(c, mu, _) in &triples {
+            tot += c;
+            sum += c * mu;
+        }
+        let mean = sum / tot;
+        let mut q = 0.0f32;
+        for &(c, mu, m2) in &triples {
+            q += m2 + c * ((mu - mean) * (mu - mean));
+        }
+        assert_eq!(
+            (f32::from_bits(out[2 * p]), f32::from_bits(out[2 * p + 1])),
+            (mean, q / tot),
+            "bn_aggr partition {p}"
+        );
+        // And close to the float64 mean / variance.
+        let m64 = row.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+        let v64 = row.iter().map(|&x| (x as f64 - m64).powi(2)).sum::<f64>() / n as f64;
+        assert!(
+            (mean as f64 - m64).abs() <= 1e-5 * (1.0 + m64.abs()),
+            "{mean} {m64}"
+        );
+        assert!(
+            ((q / tot) as f64 - v64).abs() <= 1e-4 * (1.0 + v64),
+            "{} {v64}",
+            q / tot
+        );
+    }
+}
+
+#[test]
+fn tensor_scalar_reduce_uses_the_vector_registers() {
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, 10], Dtype::Fp32);
+    let d = alloc(&mut m, "d", &[128, 10], Dtype::Fp32);
+    let r = alloc(&mut m, "r", &[128, 1], Dtype::Fp32);
+    let ab = codes(Dtype::Fp32, 1280, 81);
+    put(&mut m, &a, &ab);
+    for op in [AluOp::Add, AluOp::Maximum, AluOp::Minimum, AluOp::Multiply] {
+        m.tensor_scalar_reduce(
+            &d,
+            &a,
+            AluOp::Multiply,
+            &Scalar::Imm(0.5),
+            false,
+            op,
+            Some(&r),
+            ReduceCmd::ResetReduce,
+            None,
+            true,
+        )
+        .expect("tsr");
+        let want: Vec<u32> = ab
+            .chunks(10)
+            .map(|c| {
+                let mut acc = match op {
+                    AluOp::Multiply => 1.0,
+                    AluOp::Maximum => f32::NEG_INFINITY,
+                    AluOp::Minimum => f32::INFINITY,
+                    _ => 0.0,
+                };
+                for &x in c {
+                    acc = alu(op, acc, alu(AluOp::Multiply, input(Dtype::Fp32, x), 0.5));
+                }
+                output(Dtype::Fp32, -acc)
+            })
+            .collect();
+        assert_bits(&get(&m, &r), &want, &format!("tensor_scalar_reduce {op}"));
+    }
+}
+
+// ------------------------------------------------------------------------------ activation
+
+#[test]
+fn activation_every_function_scale_bias_and_accumulation() {
+    for func in ActFunc::ALL {
+        for dt in [Dtype::Fp32, Dtype::Bf16] {
+            let n = 60;
+            let ab = codes(dt, 128 * n, 91 + func as u64);
+            let mut m = core();
+            let a = alloc(&mut m, "a", &[128, n], dt);
+            let d = alloc(&mut m, "d", &[128, n], Dtype::Bf16);
+            let bias = alloc(&mut m, "bias", &[128, 1], Dtype::Bf16);
+            let acc = alloc(&mut m, "acc", &[128, 1], Dtype::Fp32);
+            put(&mut m, &a, &ab);
+            let bb: Vec<u32> = (0..128).map(|p| 0x3E00 + p as u32).collect();
+            put(&mut m, &bias, &bb);
+            let args = ActivationArgs {
+                bias: Some(Scalar::Tile(bias)),
+                scale: Some(Scalar::Imm(0.5)),
+                reduce_op: Some(AluOp::Add),
+                reduce_res: Some(acc),
+                reduce_cmd: ReduceCmd::ResetReduce,
+            };
+            m.activation(&d, func, &a, &args).expect("activation");
+            // The float64 rule, computed here from the formulas.
+            let f = |x: f64| -> f64 {
+                let sig = |z: f64| 1.0 / (1.0 + (-z).exp());
+                let sp = |z: f64| {
+                    if z > 0.0 {
+                        z + (-z).exp().ln_1p()
+                    } else {
+                        z.exp().ln_1p()
+                    }
+                };
+                let erf = trn2core::machine::isa::act::erf;
+                match func {
+                    ActFunc::Copy => x,
+                    ActFunc::Square => x * x,
+                    ActFunc::Relu => {
+                        if x > 0.0 || x.is_nan() {
+                            x
+                        } else {
+                            0.0
+                        }
+                    }
+                    ActFunc::Sigmoid => sig(x),
+                    ActFunc::Tanh => x.tanh(),
+                    ActFunc::Gelu => 0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+                    ActFunc::GeluDx => {
+                        0.5 * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))
+                            + x * (-0.5 * x * x).exp() * 0.398_942_280_401_432_7
+                    }
+                    ActFunc::GeluApprxTanh => {
+                        0.5 * x
+                            * (1.0
+                                + (0.797_884_560_802_865_4 * (x + 0.044715 * (x * x * x))).tanh())
+                    }
+                    ActFunc::GeluApprxSigmoid => x / (1.0 + (-1.702 * x).exp()),
+                    ActFunc::GeluApprxSigmoidDx => {
+                        let s = sig(1.702 * x);
+                        s + 1.702 * x * s * (1.0 - s)
+                    }
+                    ActFunc::Silu => x / (1.0 + (-x).exp()),
+                    ActFunc::SiluDx => {
+                        let s = sig(x);
+                        s * (1.0 + x * (1.0 - s))
+                    }
+                    ActFunc::Softplus => sp(x),
+                    ActFunc::Mish => x * sp(x).tanh(),
+                    ActFunc::Erf => erf(x),
+                    ActFunc::ErfDx => std::f64::consts::FRAC_2_SQRT_PI * (-(x * x)).exp(),
+                    ActFunc::Exp => x.exp(),
+                    ActFunc::Log => x.ln(),
+                    ActFunc::Sin => x.sin(),
+                    ActFunc::Arctan => x.atan(),
+                    ActFunc::Sqrt => x.sqrt(),
+                    ActFunc::Rsqrt => 1.0 / x.sqrt(),
+                    ActFunc::Reciprocal => 1.0 / x,
+                    ActFunc::Sign => {
+                        if x > 0.0 {
+                            1.0
+                        } else if x < 0.0 {
+                            -1.0
+                        } else {
+                            x
+                        }
+                    }
+                    ActFunc::Abs => x.abs(),
+                }
+            };
+            let mut want = Vec::new();
+            let mut sums = Vec::new();
+            for p in 0..128 {
+                let bias = input(Dtype::Bf16, bb[p]);
+                let mut s = 0.0f32;
+                for i in 0..n {
+                    let t = input(dt, ab[p * n + i]) * 0.5 + bias;
+                    let r = canon(f(t as f64) as f32);
+                    s += r;
+                    want.push(output(Dtype::Bf16, r));
+                }
+                sums.push(output(Dtype::Fp32, s));
+            }
+            assert_bits(&get(&m, &d), &want, &format!("activation {func} {dt}"));
+            assert_bits(
+                &get(&m, &acc),
+                &sums,
+                &format!("activation {func} {dt} reduce"),
+            );
+            // activation_reduce is the same instruction with reset_reduce.
+            let acc2 = alloc(&mut m, "acc2", &[128, 1], Dtype::Fp32);
+            m.activation_reduce(
+                &d,
+                func,
+                &a,
+                AluOp::Add,
+                &acc2,
+                Some(Scalar::Tile(bias)),
+                Some(Scalar::Imm(0.5)),
+            )
+            .expect("activation_reduce");
+            assert_bits(&get(&m, &acc2), &sums, &format!("activation_reduce {func}"));
+        }
+    }
+}
+
+#[test]
+fn activation_registers_accumulate_across_instructions() {
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[4, 3], Dtype::Fp32);
+    let d = alloc(&mut m, "d", &[4, 3], Dtype::Fp32);
+    let r = alloc(&mut m, "r", &[4, 1], Dtype::Fp32);
+    put(
+        &mut m,
+        &a,
+        &(0..12).map(|i| (i as f32).to_bits()).collect::<Vec<_>>(),
+    );
+    let mut args = ActivationArgs {
+        reduce_op: Some(AluOp::Add),
+        reduce_cmd: ReduceCmd::ResetReduce,
+        ..ActivationArgs::default()
+    };
+    m.activation(&d, ActFunc::Copy, &a, &args).expect("first");
+    args.reduce_cmd = ReduceCmd::Reduce;
+    args.reduce_res = Some(r);
+    m.activation(&d, ActFunc::Square, &a, &args)
+        .expect("second");
+    let want: Vec<f32> = (0..4)
+        .map(|p| (0..3).map(|i| (3 * p + i) as f32).map(|x| x + x * x).sum())
+        .collect();
+    let got: Vec<f32> = get(&m, &r).iter().map(|&b| f32::from_bits(b)).collect();
+    assert_eq!(got, want);
+}
+
+// ------------------------------------------------------------------------------- GpSimd
+
+#[test]
+fn iota_and_affine_select() {
+    let mut m = core();
+    let t = alloc(&mut m, "t", &[8, 2, 5], Dtype::Int32);
+    m.iota(&t, &[(100, 2), (-3, 5)], 7, 1000).expect("iota");
+    let want: Vec<u32> = (0..8)
+        .flat_map(|c| {
+            (0..2).flat_map(move |w| (0..5).map(move |x| (7 + 1000 * c + 100 * w - 3 * x) as u32))
+        })
+        .collect();
+    assert_eq!(get(&m, &t), want);
+    let f = alloc(&mut m, "f", &[8, 10], Dtype::Bf16);
+    m.iota(&f, &[(1, 10)], 0, 10).expect("iota bf16");
+    let want: Vec<u32> = (0..80).map(|v| output(Dtype::Bf16, v as f32)).collect();
+    assert_eq!(get(&m, &f), want);
+    // Causal mask: keep j <= p (p - j >= 0), else -inf-ish.
+    let sc = alloc(&mut m, "sc", &[8, 10], Dtype::Bf16);
+    m.affine_select(&sc, &[(-1, 10)], 1, &f, -30000.0, AluOp::GreaterEqual, 0)
+        .expect("affine_select");
+    let fb = get(&m, &f);
+    let want: Vec<u32> = (0..80)
+        .map(|i| {
+            let (p, j) = (i / 10, i % 10);
+            if p >= j {
+                fb[i]
+            } else {
+                output(Dtype::Bf16, -30000.0)
+            }
+        })
+        .collect();
+    assert_eq!(get(&m, &sc), want);
+}
+
+// ------------------------------------------------------------------------- tensor engine
+
+#[test]
+fn nc_matmul_equals_the_engine_and_accumulates() {
+    let mut m = core();
+    let (k, mm, n) = (128, 96, 200);
+    let st = alloc(&mut m, "st", &[k, mm], Dtype::Bf16);
+    let mv = alloc(&mut m, "mv", &[k, n], Dtype::Bf16);
+    let ps = m
+        .alloc(Space::Psum, "ps", &[mm, n], Dtype::Fp32)
+        .expect("psum");
+    let sb = codes(Dtype::Bf16, k * mm, 101);
+    let mb = codes(Dtype::Bf16, k * n, 102);
+    put(&mut m, &st, &sb);
+    put(&mut m, &mv, &mb);
+    let sv: Vec<f32> = sb.iter().map(|&x| input(Dtype::Bf16, x)).collect();
+    let mvv: Vec<f32> = mb.iter().map(|&x| input(Dtype::Bf16, x)).collect();
+    let so = Operand {
+        values: &sv,
+        shape: &[k, mm],
+        format: Format::Bf16,
+    };
+    let mo = Operand {
+        values: &mvv,
+        shape: &[k, n],
+        format: Format::Bf16,
+    };
+    let once = engine::matmul(&so, &mo, PerfMode::None, PeTile::FULL).expect("engine");
+    // accumulate=None: the first write overwrites, the second accumulates.
+    let opts = PeOptions::default();
+    m.nc_matmul(&ps, &st, &mv, &opts).expect("mm");
+    assert_eq!(
+        get(&m, &ps),
+        once.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    m.nc_matmul(&ps, &st, &mv, &opts).expect("mm acc");
+    let twice: Vec<u32> = once.iter().map(|&v| canon(v + v).to_bits()).collect();
+    assert_eq!(get(&m, &ps), twice);
+    // accumulate=False overwrites.
+    let over = PeOptions {
+        accumulate: Some(false),
+        ..opts
+    };
+    m.nc_matmul(&ps, &st, &mv, &over).expect("overwrite");
+    assert_eq!(
+        get(&m, &ps),
+        once.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    // Another engine's write ends the group: accumulate=True is then refused.
+    let sbuf = alloc(&mut m, "out", &[mm, n], Dtype::Fp32);
+    m.tensor_copy(Engine::Vector, &sbuf, &ps).expect("evict");
+    m.tensor_copy(Engine::Scalar, &ps, &sbuf)
+        .expect("write back");
+    let acc = PeOptions {
+        accumulate: Some(true),
+        ..opts
+    };
+    let err = m
+        .nc_matmul(&ps, &st, &mv, &acc)
+        .expect_err("undefined accumulate");
+    assert!(
+        err.to_string().contains("[engine rule accumulate]"),
+        "{err}"
+    );
+    // fp32 PSUM only; SBUF inputs only.
+    let bad = m
+        .alloc(Space::Psum, "bad", &[mm, n], Dtype::Bf16)
+        .expect("psum bf16");
+    let err = m.nc_matmul(&bad, &st, &mv, &opts).expect_err("bf16 dst");
+    assert!(
+        err.to_string().contains("matmul_dst_fp32")
+            && matches!(err, Error::Format { ref arg, .. } if arg == "dst"),
+        "{err}"
+    );
+    let err = m.nc_matmul(&ps, &mv, &mv, &opts).expect_err("M = 200");
+    assert!(
+        matches!(err, Error::Shape { .. }) && err.to_string().contains("M <= 128"),
+        "{err}"
+    );
+    let err = m
+        .nc_matmul(&ps, &sbuf, &mv, &opts)
+        .expect_err("fp32 with bf16");
+    assert!(matches!(err, Error::Format { .. }), "{err}");
+    let ints = alloc(&mut m, "ints", &[k, n], Dtype::Int8);
+    m.memset(Engine::Vector, &ints, 1.0).expect("memset");
+    let err = m.nc_matmul(&ps, &st, &ints, &opts).expect_err("int");
+    assert!(err.to_string().contains("no integer datapath"), "{err}");
+}
+
+#[test]
+fn transposes_are_bit_exact() {
+    let mut m = core();
+    let x = alloc(&mut m, "x", &[100, 70], Dtype::Bf16);
+    let xb = codes(Dtype::Bf16, 7000, 111);
+    put(&mut m, &x, &xb);
+    let t = m
+        .alloc(Space::Psum, "t", &[70, 100], Dtype::Bf16)
+        .expect("psum");
+    m.nc_transpose(Engine::Tensor, &t, &x)
+        .expect("pe transpose");
+    let want: Vec<u32> = (0..7000).map(|i| xb[(i % 100) * 70 + i / 100]).collect();
+    assert_eq!(get(&m, &t), want);
+    // Through nc_matmul(is_transpose=True) with the identity.
+    let id = alloc(&mut m, "id", &[100, 100], Dtype::Bf16);
+    m.iota(&id, &[(-1, 100)], 0, 1).expect("iota");
+    let ones = alloc(&mut m, "ones", &[100, 100], Dtype::Bf16);
+    m.memset(Engine::Vector, &ones, 1.0).expect("ones");
+    m.affine_select(&id, &[(-1, 100)], 1, &ones, 0.0, AluOp::Equal, 0)
+        .expect("identity");
+    let t2 = m
+        .alloc(Space::Psum, "t2", &[70, 100], Dtype::Bf16)
+        .expect("psum");
+    let opts = PeOptions {
+        is_transpose: true,
+        ..PeOptions::default()
+    };
+    m.nc_matmul(&t2, &x, &id, &opts).expect("transpose mode");
+    assert_eq!(get(&m, &t2), want);
+    let err = m
+        .nc_matmul(&t2, &x, &ones, &opts)
+        .expect_err("not identity");
+    assert!(err.to_string().contains("identity"), "{err}");
+    // Vector engine: up to 32 x 32.
+    let v = alloc(&mut m, "v", &[32, 20], Dtype::Fp8E4m3);
+    let vb = codes(Dtype::Fp8E4m3, 640, 112);
+    put(&mut m, &v, &vb);
+    let vt = alloc(&mut m, "vt", &[20, 32], Dtype::Fp8E4m3);
+    m.nc_transpose(Engine::Vector, &vt, &v)
+        .expect("dve transpose");
+    let want: Vec<u32> = (0..640).map(|i| vb[(i % 32) * 20 + i / 32]).collect();
+    assert_eq!(get(&m, &vt), want);
+    let err = m.nc_transpose(Engine::Vector, &t, &x).expect_err("too big");
+    assert!(err.to_string().contains("transpose_size"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------- DMA
+
+#[test]
+fn dma_copies_between_hbm_and_sbuf_with_casts() {
+    let mut m = core();
+    let host: Vec<u32> = codes(Dtype::Fp32, 256 * 64, 121);
+    let h = m
+        .hbm_tensor(
+            "in",
+            &[256, 64],
+            Dtype::Fp32,
+            Some(&to_bytes(Dtype::Fp32, &host)),
+        )
+        .expect("hbm");
+    let out = m
+        .hbm_tensor("out", &[128, 64], Dtype::Bf16, None)
+        .expect("hbm out");
+    let s = alloc(&mut m, "s", &[128, 64], Dtype::Fp32);
+    let rows = |a, b| Index::Range {
+        start: Some(a),
+        stop: Some(b),
+        step: 1,
+    };
+    m.dma_copy(&s, &h.slice(&[rows(128, 256)]).expect("rows"), None)
+        .expect("load");
+    assert_eq!(get(&m, &s), host[128 * 64..].to_vec());
+    m.dma_copy(&out, &s, Some(3)).expect("store");
+    let want: Vec<u32> = host[128 * 64..]
+        .iter()
+        .map(|&x| output(Dtype::Bf16, input(Dtype::Fp32, x)))
+        .collect();
+    assert_eq!(get(&m, &out), want);
+    // A column slice of HBM (strided) into a narrower tile.
+    let s2 = alloc(&mut m, "s2", &[128, 8], Dtype::Fp32);
+    let cols = h
+        .slice(&[
+            rows(0, 128),
+            Index::Range {
+                start: Some(3),
+                stop: None,
+                step: 8,
+            },
+        ])
+        .expect("cols");
+    m.dma_copy(&s2, &cols, None).expect("strided load");
+    let want: Vec<u32> = (0..128)
+        .flat_map(|r| (0..8).map(move |c| (r, 3 + 8 * c)))
+        .map(|(r, c)| host[r * 64 + c])
+        .collect();
+    assert_eq!(get(&m, &s2), want);
+    let ps = m
+        .alloc(Space::Psum, "ps", &[128, 64], Dtype::Fp32)
+        .expect("psum");
+    let err = m
+        .dma_copy(&ps, &h.slice(&[rows(0, 128)]).expect("rows"), None)
+        .expect_err("psum");
+    assert!(
+        err.to_string().contains("[engine rule dma_memory]"),
+        "{err}"
+    );
+    let rep = m.run().expect("run");
+    assert_eq!(
+        rep.dma_bytes,
+        (128 * 64 * 4 + 128 * 64 * 4 + 128 * 8 * 4) as u64
+    );
+}
+
+// --------------------------------------------------------------------- rules and errors
+
+#[test]
+fn every_engine_rule_is_an_error_naming_rule_and_operand() {
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, 64], Dtype::Fp32);
+    let b = alloc(&mut m, "b", &[128, 64], Dtype::Fp32);
+    m.memset(Engine::Vector, &a, 1.0).expect("memset");
+    m.memset(Engine::Vector, &b, 1.0).expect("memset");
+    let p1 = m
+        .alloc(Space::Psum, "p1", &[128, 64], Dtype::Fp32)
+        .expect("psum");
+    let p2 = m
+        .alloc(Space::Psum, "p2", &[128, 64], Dtype::Fp32)
+        .expect("psum");
+    m.memset(Engine::Vector, &p1, 0.0).expect("memset");
+    m.memset(Engine::Vector, &p2, 0.0).expect("memset");
+    let h = m
+        .hbm_tensor("h", &[128, 64], Dtype::Fp32, Some(&vec![0u8; 128 * 64 * 4]))
+        .expect("hbm");
+    let rule = |r: Result<(), Error>, rule: &str, arg: &str| {
+        let err = r.expect_err(rule);
+        let s = err.to_string();
+        assert!(s.contains(&format!("[engine rule {rule}]")), "{rule}: {s}");
+        assert!(
+            s.starts_with(&format!("{arg}:")),
+            "{rule} should name {arg}: {s}"
+        );
+    };
+    rule(
+        m.tensor_tensor(Engine::Vector, &a, &p1, &p2, AluOp::Add),
+        "two_psum_inputs",
+        "data2",
+    );
+    rule(
+        m.tensor_tensor(Engine::Gpsimd, &a, &p1, &b, AluOp::Add),
+        "gpsimd_psum",
+        "data1",
+    );
+    rule(
+        m.tensor_tensor(Engine::Vector, &a, &h, &b, AluOp::Add),
+        "engine_memory",
+        "data1",
+    );
+    rule(
+        m.tensor_tensor(Engine::Scalar, &a, &a, &b, AluOp::Add),
+        "engine",
+        "engine",
+    );
+    rule(
+        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Power),
+        "engine",
+        "op",
+    );
+    let sub = |t: &Tile, s: i64, e: i64| {
+        t.slice(&[Index::Range {
+            start: Some(s),
+            stop: Some(e),
+            step: 1,
+        }])
+        .expect("slice")
+    };
+    rule(
+        m.tensor_copy(Engine::Vector, &sub(&a, 32, 128), &sub(&b, 32, 128)),
+        "start_partition",
+        "src",
+    );
+    rule(
+        m.tensor_copy(Engine::Vector, &sub(&a, 0, 8), &sub(&b, 3, 11)),
+        "start_partition",
+        "src",
+    );
+    m.tensor_copy(Engine::Vector, &sub(&a, 32, 64), &sub(&b, 0, 32))
+        .expect("quadrant move");
+    rule(
+        m.tensor_copy(Engine::Vector, &a, &sub(&b, 0, 64)),
+        "shape",
+        "dst",
+    );
+    let act = |op0, op1: Option<AluOp>| {
+        let second = op1.map(|o| (o, Scalar::Imm(1.0), false));
+        (op0, second)
+    };
+    let (o0, s) = act(AluOp::Add, Some(AluOp::Multiply));
+    let mut m2 = m.clone();
+    rule(
+        m2.tensor_scalar(
+            Engine::Scalar,
+            &a,
+            &b,
+            o0,
+            &Scalar::Imm(1.0),
+            false,
+            s.as_ref(),
+        ),
+        "act_tensor_scalar_ops",
+        "op0",
+    );
+    let (o0, s) = act(AluOp::Multiply, Some(AluOp::Add));
+    m2.tensor_scalar(
+        Engine::Scalar,
+        &a,
+        &b,
+        o0,
+        &Scalar::Imm(1.0),
+        false,
+        s.as_ref(),
+    )
+    .expect("mult+add on ACT");
+    rule(
+        m2.tensor_scalar(
+            Engine::Gpsimd,
+            &a,
+            &b,
+            AluOp::Add,
+            &Scalar::Imm(1.0),
+            false,
+            None,
+        ),
+        "engine",
+        "engine",
+    );
+    m2.tensor_scalar(
+        Engine::Gpsimd,
+        &a,
+        &b,
+        AluOp::Rsqrt,
+        &Scalar::Imm(0.0),
+        false,
+        None,
+    )
+    .expect("rsqrt on pool");
+    let bf = alloc(&mut m2, "bf", &[128, 1], Dtype::Bf16);
+    m2.memset(Engine::Vector, &bf, 1.0).expect("memset");
+    rule(
+        m2.tensor_scalar(
+            Engine::Vector,
+            &a,
+            &b,
+            AluOp::Add,
+            &Scalar::Tile(bf),
+            false,
+            None,
+        ),
+        "fp32_operand",
+        "operand0",
+    );
+    rule(
+        m2.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::BitwiseAnd),
+        "bitvec_dtype",
+        "data1",
+    );
+    let big = m2
+        .alloc(Space::Psum, "big", &[128, 1024], Dtype::Fp32)
+        .expect("2 banks");
+    let sb = alloc(&mut m2, "sb", &[128, 1024], Dtype::Fp32);
+    rule(
+        m2.tensor_copy(Engine::Vector, &sb, &big),
+        "psum_bank",
+        "src",
+    );
+    let wide = alloc(&mut m2, "wide", &[128, 600], Dtype::Fp32);
+    m2.memset(Engine::Vector, &wide, 0.5).expect("memset");
+    let st = alloc(&mut m2, "st", &[128, 6], Dtype::Fp32);
+    rule(m2.bn_stats(&st, &wide), "bn_stats_fmax", "data");
+    let ps = m2
+        .alloc(Space::Psum, "ps", &[64, 64], Dtype::Fp32)
+        .expect("psum");
+    rule(
+        m2.nc_matmul(
+            &ps,
+            &p1.slice(&[Index::Range {
+                start: None,
+                stop: None,
+                step: 1,
+            }])
+            .expect("p"),
+            &b,
+            &PeOptions::default(),
+        ),
+        "matmul_memory",
+        "stationary",
+    );
+    rule(m2.iota(&p1, &[(1, 64)], 0, 0), "gpsimd_psum", "dst");
+}
+
+#[test]
+fn capacity_and_never_written_memory() {
+    let mut m = core();
+    let _a = alloc(&mut m, "big_a", &[128, 100_000], Dtype::Fp16);
+    let err = m
+        .alloc(Space::Sbuf, "too_much", &[128, 10_000], Dtype::Fp32)
+        .expect_err("over capacity");
+    let s = err.to_string();
+    assert!(matches!(err, Error::Capacity { .. }), "{s}");
+    for needle in ["too_much", "40000 B", "12984 B", "big_a", "212984 B"] {
+        assert!(s.contains(needle), "{needle} missing: {s}");
+    }
+    let err = m
+        .alloc(Space::Sbuf, "parts", &[129, 4], Dtype::Fp32)
+        .expect_err("129 partitions");
+    assert!(matches!(err, Error::Shape { .. }), "{err}");
+    // PSUM: 16 KiB per partition.
+    m.alloc(Space::Psum, "p", &[128, 4096], Dtype::Fp32)
+        .expect("all of PSUM");
+    assert!(matches!(
+        m.alloc(Space::Psum, "q", &[128, 1], Dtype::Fp32),
+        Err(Error::Capacity { .. })
+    ));
+    // Reading memory nobody wrote names the tensor.
+    let mut m = core();
+    let a = alloc(&mut m, "unwritten", &[16, 8], Dtype::Fp32);
+    let d = alloc(&mut m, "d", &[16, 8], Dtype::Fp32);
+    let half = a
+        .slice(&[
+            Index::ALL,
+            Index::Range {
+                start: None,
+                stop: Some(4),
+                step: 1,
+            },
+        ])
+        .expect("half");
+    m.memset(Engine::Vector, &half, 2.0).expect("memset");
+    m.tensor_copy(
+        Engine::Vector,
+        &d.slice(&[
+            Index::ALL,
+            Index::Range {
+                start: None,
+                stop: Some(4),
+                step: 1,
+            },
+        ])
+        .expect("d"),
+        &half,
+    )
+    .expect("written half");
+    let err = m
+        .tensor_copy(Engine::Vector, &d, &a)
+        .expect_err("unwritten");
+    let s = err.to_string();
+    assert!(
+        s.contains("unwritten")
+            && s.contains("never written")
+            && s.contains("byte 16 of the tensor"),
+        "{s}"
+    );
+    // Every other element written: reading exactly those is fine.
+    let even = a
+        .slice(&[
+            Index::ALL,
+            Index::Range {
+                start: None,
+                stop: None,
+                step: 2,
+            },
+        ])
+        .expect("even");
+    m.memset(Engine::Vector, &even, 3.0).expect("even");
+    let d4 = alloc(&mut m, "d4", &[16, 4], Dtype::Fp32);
+    m.tensor_copy(Engine::Vector, &d4, &even)
+        .expect("even elements are written");
+    // The NaN policy fills new memory with NaN instead.
+    let mut m = Machine::new(MachineConfig {
+        uninitialized: Uninitialized::Nan,
+        ..MachineConfig::default()
+    })
+    .expect("machine");
+    let a = alloc(&mut m, "a", &[4, 4], Dtype::Bf16);
+    let d = alloc(&mut m, "d", &[4, 4], Dtype::Fp32);
+    m.tensor_copy(Engine::Vector, &d, &a).expect("NaN reads");
+    assert!(get(&m, &d).iter().all(|&b| b == NAN));
+    // Freed tensors' tiles are refused, also once their slot holds a new tensor.
+    m.free(&a).expect("free");
+    let err = m.tensor_copy(Engine::Vector, &d, &a).expect_err("freed");
+    assert!(err.to_string().contains("freed"), "{err}");
+    let again = alloc(&mut m, "again", &[4, 4], Dtype::Bf16);
+    assert_eq!(again.tensor.slot, a.tensor.slot);
+    let err = m.tensor_copy(Engine::Vector, &d, &a).expect_err("stale");
+    assert!(err.to_string().contains("freed"), "{err}");
+    // Tiles of another core are refused.
+    let other = core();
+    let err = other.read_tile(&d).expect_err("other core");
+    assert!(err.to_string().contains("another NeuronCore"), "{err}");
+}
+
+#[test]
+fn stochastic_rounding_is_seeded_and_schedule_independent() {
+    let run = |seed| {
+        let mut m = Machine::new(MachineConfig {
+            rounding: OutputRounding::Stochastic(seed),
+            ..MachineConfig::default()
+        })
+        .expect("machine");
+        let a = alloc(&mut m, "a", &[128, 64], Dtype::Fp32);
+        let d = alloc(&mut m, "d", &[128, 64], Dtype::Bf16);
+        let ab: Vec<u32> = (0..8192)
+            .map(|i| (1.0f32 + (i as f32) * 2f32.powi(-20)).to_bits())
+            .collect();
+        put(&mut m, &a, &ab);
+        m.tensor_copy(Engine::Vector, &d, &a).expect("copy");
+        get(&m, &d)
+    };
+    let (x, y, z) = (run(1), run(1), run(2));
+    assert_eq!(x, y);
+    assert_ne!(x, z);
+    let ups = x.iter().filter(|&&b| b == 0x3F81).count();
+    assert!(ups > 100 && ups < 8000, "{ups}");
+}
+
+// ------------------------------------------------------------------------------- timeline
+
+#[test]
+fn independent_engines_overlap_and_dependent_ones_wait() {
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, 512], Dtype::Fp32);
+    let b = alloc(&mut m, "b", &[128, 512], Dtype::Fp32);
+    let c = alloc(&mut m, "c", &[128, 512], Dtype::Fp32);
+    m.memset(Engine::Vector, &a, 1.0).expect("0: DVE writes a");
+    m.memset(Engine::Gpsimd, &b, 2.0).expect("1: POOL writes b");
+    m.activation(&c, ActFunc::Exp, &a, &ActivationArgs::default())
+        .expect("2: ACT reads a");
+    let rep = m.run().expect("run");
+    let (s, e) = (&rep.start_ticks, &rep.end_ticks);
+    assert_eq!((s[0], s[1]), (0, 0), "different engines start together");
+    assert_eq!(
+        s[2], e[0],
+        "ACT waits for the DVE's write of a (read after write)"
+    );
+    let costs: Vec<u64> = m
+        .program()
+        .instrs
+        .iter()
+        .map(|i| cost::cost(i).ticks)
+        .collect();
+    assert_eq!(e[2] - s[2], costs[2]);
+    assert_eq!(rep.ticks, (e[0] + costs[2]).max(e[1]));
+    // Write after read: POOL overwriting a waits for ACT's read.
+    m.memset(Engine::Gpsimd, &a, 3.0).expect("3: WAR");
+    // Write after write on b from the Vector engine.
+    m.memset(Engine::Vector, &b, 4.0).expect("4: WAW");
+    let rep = m.run().expect("run");
+    assert_eq!(rep.start_ticks[3], rep.end_ticks[2].max(rep.end_ticks[1]));
+    assert_eq!(rep.start_ticks[4], rep.end_ticks[1].max(rep.end_ticks[0]));
+    assert_eq!(
+        rep.critical_path
+            .iter()
+            .map(|p| p.index)
+            .collect::<Vec<_>>(),
+        vec![0, 2, 3],
+        "{:?}",
+        rep.critical_path
+    );
+}
+
+#[test]
+fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
+    let mut m = core();
+    let a = alloc(&mut m, "a", &[128, 256], Dtype::Bf16);
+    m.memset(Engine::Vector, &a, 1.0).expect("init");
+    let engines = [Engine::Vector, Engine::Scalar, Engine::Gpsimd];
+    for i in 0..30 {
+        m.tensor_copy(engines[i % 3], &a, &a).expect("chain link");
+    }
+    let rep = m.run().expect("run");
+    let sum: u64 = m.program().instrs.iter().map(|i| cost::cost(i).ticks).sum();
+    assert_eq!(rep.ticks, sum);
+    assert_eq!(rep.critical_path.len(), 31);
+    // Two tiles on disjoint partitions of one tensor: no dependency.
+    let mut m = core();
+    let t = alloc(&mut m, "t", &[128, 64], Dtype::Fp32);
+    let half = |s: i64| {
+        t.slice(&[Index::Range {
+            start: Some(s),
+            stop: Some(s + 64),
+            step: 1,
+        }])
+        .expect("half")
+    };
+    m.memset(Engine::Vector, &half(0), 1.0).expect("top");
+    m.memset(Engine::Gpsimd, &half(64), 1.0).expect("bottom");
+    m.tensor_copy(Engine::Scalar, &half(64), &half(0))
+        .expect("copy");
+    let rep = m.run().expect("run");
+    assert_eq!((rep.start_ticks[0], rep.start_ticks[1]), (0, 0));
+    assert_eq!(rep.start_ticks[2], rep.end_ticks[0].max(rep.end_ticks[1]));
+}
+
+#[test]
+fn results_do_not_depend_on_the_issue_order_of_independent_work() {
+    let build = |order: &[usize]| {
+        let mut m = core();
+        let ts: Vec<Tile> = (0..4)
+            .map(|i| alloc(&mut m, &format!("t{i}"), &[128, 40], Dtype::Bf16))
+            .collect();
+        let outs: Vec<Tile> = (0..4)
+            .map(|i| alloc(&mut m, &format!("o{i}"), &[128, 40], Dtype::Fp32))
+            .collect();
+        for (i, t) in ts.iter().enumerate() {
+            put(&mut m, t, &codes(Dtype::Bf16, 128 * 40, 200 + i as u64));
+        }
+        for &i in order {
+            let e = [Engine::Vector, Engine::Gpsimd][i % 2];
+            m.tensor_tensor(e, &outs[i], &ts[i], &ts[(i + 1) % 4], AluOp::Multiply)
+                .expect("tt");
+        }
+        let rep = m.run().expect("run");
+        (
+            outs.iter().map(|o| get(&m, o)).collect::<Vec<_>>(),
+            rep.ticks,
+        )
+    };
+    let (a, ta) = build(&[0, 1, 2, 3]);
+    let (b, tb) = build(&[3, 1, 2, 0]);
+    assert_eq!(a, b);
+    assert_eq!(
+        ta, tb,
+        "the same work on the same queues takes the same time"
+    );
+}
+
+#[test]
+fn dma_queues_overlap_fixed_costs_and_share_engines() {
+    let mut m = core();
+    let h = m
+        .hbm_tensor(
+            "h",
+            &[128, 4096],
+            Dtype::Fp32,
+            Some(&vec![0u8; 128 * 4096 * 4]),
+        )
+        .expect("hbm");
+    let s = alloc(&mut m, "s", &[128, 4096], Dtype::Fp32);
+    let cols = |c: i64| Index::Range {
+        start: Some(c * 1024),
+        stop: Some(c * 1024 + 1024),
+        step: 1,
+    };
+    for c in 0..4 {
+        m.dma_copy(
+            &s.slice(&[Index::ALL, cols(c)]).expect("s"),
+            &h.slice(&[Index::ALL, cols(c)]).expect("h"),
+            Some(c as u8),
+        )
+        .expect("dma");
+    }
+    let rep = m.run().expect("run");
+    let one = cost::cost(&m.program().instrs[0]);
+    assert!(
+        rep.start_ticks.iter().all(|&t| t == 0),
+        "four queues start together"
+    );
+    assert_eq!(
+        rep.ticks,
+        one.fixed + 4 * one.data,
+        "the data phases share the 16 engines"
+    );
+    let trace = rep.chrome_trace_json();
+    assert!(trace.contains("\"DMA queue 3\"") && trace.contains("\"name\":\"dma_copy\""));
+    assert_eq!(
+        rep.queues
+            .iter()
+            .filter(|q| q.name.starts_with("DMA"))
+            .count(),
+        4
+    );
+}
+
+#[test]
+fn pe_tiles_overlap() {
+    let mut m = core();
+    let st = alloc(&mut m, "st", &[32, 32], Dtype::Bf16);
+    let mv = alloc(&mut m, "mv", &[32, 512], Dtype::Bf16);
+    m.memset(Engine::Vector, &st, 1.0).expect("st");
+    m.memset(Engine::Vector, &mv, 1.0).expect("mv");
+    let p0 = m
+        .alloc(Space::Psum, "p0", &[32, 512], Dtype::Fp32)
+        .expect("psum");
+    let p1 = m
+        .alloc(Space::Psum, "p1", &[32, 512], Dtype::Fp32)
+        .expect("psum");
+    let quarter = |r| PeOptions {
+        tile: PeTile::from_options(Some((r, 0)), Some((32, 32))).expect("tile"),
+        ..PeOptions::default()
+    };
+    m.clear_program();
+    m.nc_matmul(&p0, &st, &mv, &quarter(0)).expect("mm0");
+    m.nc_matmul(&p1, &st, &mv, &quarter(32)).expect("mm1");
+    let rep = m.run_with(&timeline::Options::default()).expect("run");
+    assert_eq!(
+        rep.start_ticks,
+        vec![0, 0],
+        "disjoint PE tiles run together"
+    );
+    assert_eq!(rep.ticks, 512 * 2);
+}
