@@ -60,7 +60,8 @@ class DistributedReport(CollectiveReport):
     """A ``CollectiveReport`` (the model's timing, identical to the single-process run's) plus
     what the emulation itself did: ``processes``, ``emulation_wall_s`` (this process's wall
     time for the call), ``exchanged_bytes`` (bytes every process together sent to others: the
-    least this algorithm's order of combination needs), ``schedule_bytes`` (what the
+    least this algorithm's order of combination needs, each piece padded to whole 4-byte
+    words so that fp32 partial sums stay aligned), ``schedule_bytes`` (what the
     schedule's own transfers would move between processes if executed step by step),
     ``sent_bytes`` and ``received_bytes`` (this process's), ``rounds`` of exchange."""
 
@@ -175,9 +176,9 @@ class Spread:
                 )
         failed = [p for p in range(self.procs) if heads[p, 11] == 1]
         if failed:
-            p = failed[0]
-            if p == self.process and error is not None:
+            if error is not None:  # this process's own error (every process may share it)
                 raise error
+            p = failed[0]
             cls = getattr(errors, _ERRORS[int(heads[p, 12])])
             raise cls(f"process {p} of {self.procs}: {texts[p]}")
         mine = heads[self.process]
@@ -327,6 +328,12 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
             else:
                 what["format"] = max(1, dtype.itemsize)
             _coll._check_host(arrays, _out_bytes(collective, n, len(local), what), collective)
+            # What the schedule refuses (an algorithm the machine lacks, peers that are no
+            # permutation) is refused here, before any message, on every process alike.
+            _core.collective_estimate(
+                machine.topology._t, chips, collective, algorithm, what["elements"],
+                _itemsize(what["format"]), peers, False,
+            )  # fmt: skip
     except Exception as e:  # shared with every process, then raised
         error = e
     texts = sp.agree(what, error)
@@ -390,10 +397,15 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
     return DistributedResult(results, report, ranks=tuple(local), chips=tuple(local_chips))
 
 
+def _itemsize(format_or_bytes: str | int) -> int:
+    """Bytes per element: of a format's name (reductions) or given (data movement)."""
+    if isinstance(format_or_bytes, str):
+        return FORMATS_ITEMSIZE[format_or_bytes]
+    return format_or_bytes
+
+
 def _out_bytes(collective: str, n: int, n_local: int, what: dict) -> int:
-    per = what["elements"] * (
-        FORMATS_ITEMSIZE[what["format"]] if isinstance(what["format"], str) else what["format"]
-    )
+    per = what["elements"] * _itemsize(what["format"])
     share = {"all_reduce": n_local, "reduce_scatter": n_local / n, "all_gather": n_local * n}
     return int(share.get(collective, n_local) * per)
 
