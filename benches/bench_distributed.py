@@ -43,9 +43,8 @@ def _wait_for(comm, source: int) -> None:
 
 def worker(mib: int, repeat: int, algorithm: str) -> dict | None:
     """The timed part, on every process of the job; the figures on process 0."""
-    from mpi4py import MPI
-
     import trn2core
+    from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank, procs = comm.Get_rank(), comm.Get_size()
@@ -53,8 +52,10 @@ def worker(mib: int, repeat: int, algorithm: str) -> dict | None:
     mine = _inputs(dist.local_chips, mib)
     local = [mine[c] for c in dist.local_chips]
     single = trn2core.Instance("trn2.48xlarge") if rank == 0 else None
-    every = {**mine, **_inputs([c for c in range(CHIPS) if c not in mine], mib)} if rank == 0 else None
-    bufs = [every[c] for c in range(CHIPS)] if rank == 0 else None
+    bufs = None
+    if rank == 0:
+        every = {**mine, **_inputs([c for c in range(CHIPS) if c not in mine], mib)}
+        bufs = [every[c] for c in range(CHIPS)]
     t_single, t_dist, res = float("inf"), float("inf"), None
     for k in range(repeat + 1):  # the first round warms up (page faults, thread pools)
         # One process alone, the others asleep.
