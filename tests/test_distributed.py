@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,53 @@ def test_a_failing_process_ends_the_job_quickly_with_its_error(tmp_path, mode, m
     assert message in text, text
     if mode != "kill":
         assert "process 1 of 2" in text, text
+
+
+def _mpi_doc_blocks() -> list[str]:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "distributed.md").read_text()
+    return re.findall(r"^```python mpi[ \t]*\n(.*?)^```", text, re.S | re.M)
+
+
+def test_the_guides_mpi_example_runs_under_mpiexec(tmp_path):
+    blocks = _mpi_doc_blocks()
+    assert blocks
+    for k, code in enumerate(blocks):
+        script = tmp_path / f"block{k}.py"
+        script.write_text(code)
+        done = subprocess.run(
+            [_mpiexec(), "-n", "2", sys.executable, str(script)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "2 processes" in done.stdout and "between processes" in done.stdout, done.stdout
+
+
+def _trn2core_cli() -> str:
+    return str(Path(sys.executable).with_name("trn2core"))
+
+
+@pytest.mark.parametrize("procs", [1, 2, 4])
+def test_nccom_test_check_runs_on_data_under_mpi(procs):
+    ops = [("allr", "fp32"), ("redsct", "bf16"), ("allg", "fp16"), ("alltoall", "int8"),
+           ("sendrecv", "uint32")]  # fmt: skip
+    for op, dtype in ops:
+        cmd = [_trn2core_cli(), "nccom-test", op, "-r", "32", "-b", "4k", "-e", "1M", "-f", "16",
+               "-d", dtype, "--check"]  # fmt: skip
+        if procs > 1:
+            cmd = [_mpiexec(), "-n", str(procs), *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = [x for x in done.stdout.splitlines() if x.startswith("check ")]
+        assert len(lines) == 3, done.stdout  # 4k, 64k, 1M
+        assert all("every output as expected" in x and "8 chips" in x for x in lines), lines
+        spread = f"spread over {procs} MPI processes"
+        assert all((spread in x) == (procs > 1) for x in lines), lines
+        assert done.stdout.count("size(B)") == 1  # the table printed once
+
+
+def test_nccom_test_check_refuses_processes_that_do_not_divide_the_chips():
+    cmd = [_mpiexec(), "-n", "3", _trn2core_cli(), "nccom-test", "allr", "-r", "32",
+           "-b", "4k", "-e", "4k", "-d", "fp32", "--check"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "3 processes cannot share the 8 chips" in done.stdout + done.stderr

@@ -32,7 +32,9 @@ __all__ = [
     "check_alloc",
     "collective_estimate",
     "collective_move",
+    "collective_move_local",
     "collective_reduce",
+    "collective_reduce_local",
     "decode",
     "dma_compress",
     "dma_copy_time",
@@ -49,6 +51,8 @@ __all__ = [
     "memory_footprint",
     "names",
     "nccom_estimate",
+    "nccom_machine",
+    "placement",
     "sparsity_compress",
     "sparsity_decompress",
     "sparsity_from_cutlass",
@@ -359,6 +363,7 @@ def collective_move_local(
     peers: list[int] | None,
     exchange: Callable[[int, list[tuple[int, memoryview]], list[tuple[int, memoryview]]], object],
 ) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object], dict[str, int]]: ...
+def nccom_machine(chips: int) -> tuple[list[int], int, list[int]]: ...
 def nccom_estimate(
     collective: str, ranks: int, lnc: int, size_bytes: int, elem_bytes: int, algorithm: str
 ) -> dict[str, object]: ...

@@ -228,11 +228,22 @@ def _move(comm, round_: int, sends, recvs) -> None:
     MPI.Request.Waitall(reqs)
 
 
-def _abort(comm, e: BaseException, process: int, procs: int) -> None:
+#: Seconds a failing process waits between printing its error and aborting the job: the
+#: launcher forwards each process's output asynchronously, and an abort can cut it off.
+_DRAIN_S = 0.25
+
+
+def _print_and_abort(comm, head: str, e: BaseException) -> None:
+    """Prints ``head`` and ``e``'s traceback in one write, then aborts the MPI job."""
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    sys.stderr.write(f"trn2core: process {process} of {procs} failed; aborting the job\n{text}")
+    sys.stderr.write(f"{head}\n{text}")
     sys.stderr.flush()
+    time.sleep(_DRAIN_S)
     comm.Abort(1)
+
+
+def _abort(comm, e: BaseException, process: int, procs: int) -> None:
+    _print_and_abort(comm, f"trn2core: process {process} of {procs} failed; aborting the job", e)
 
 
 def _describe(what: dict[str, Any]) -> str:
@@ -258,13 +269,11 @@ def abort_on_exception(comm=None) -> None:
     world = MPI.COMM_WORLD
 
     def hook(kind, value, tb) -> None:
-        sys.stderr.write(
+        head = (
             f"trn2core: uncaught exception in process {world.Get_rank()} of "
-            f"{world.Get_size()}; aborting the MPI job\n"
+            f"{world.Get_size()}; aborting the MPI job"
         )
-        sys.__excepthook__(kind, value, tb)
-        sys.stderr.flush()
-        world.Abort(1)
+        _print_and_abort(world, head, value.with_traceback(tb))
 
     sys.excepthook = hook
     _HOOKED = True

@@ -526,6 +526,14 @@ pub fn collective_move_local<'py>(
     ))
 }
 
+/// The machine and chips `nccom-test` runs `chips` chips on (`collective::machine_for_chips`):
+/// `(torus shape, ultraservers, chip indices in rank order)`, for its functional check.
+#[pyfunction]
+pub fn nccom_machine(chips: usize) -> PyTrn2Result<(Vec<usize>, usize, Vec<usize>)> {
+    let (torus, chosen) = collective::machine_for_chips(chips)?;
+    Ok((torus.torus_shape().to_vec(), torus.ultraservers(), chosen))
+}
+
 /// One `nccom-test` row.
 #[pyfunction]
 pub fn nccom_estimate<'py>(
