@@ -370,6 +370,9 @@ fn transport_error(t: &mut PyTransport, e: crate::errors::PyTrn2Err) -> crate::e
     }
 }
 
+/// What a process's part of a collective returns: its outputs, the report and the traffic.
+type LocalResult<'py> = (Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>);
+
 /// One process's part of an all-reduce or reduce-scatter spread over `procs` processes
 /// (`collective::run_reduce_local`): `inputs` are the buffers of the ranks this process holds
 /// (ascending), each of `elements` elements; `exchange` moves each round's messages. Returns
@@ -391,7 +394,7 @@ pub fn collective_reduce_local<'py>(
     elements: usize,
     inputs: Vec<Bound<'py, PyAny>>,
     exchange: Py<PyAny>,
-) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+) -> PyTrn2Result<LocalResult<'py>> {
     let c = Collective::parse("collective", collective)?;
     let o = ReduceOp::parse("op", op)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -470,7 +473,7 @@ pub fn collective_move_local<'py>(
     inputs: Vec<Bound<'py, PyAny>>,
     peers: Option<Vec<usize>>,
     exchange: Py<PyAny>,
-) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>)> {
+) -> PyTrn2Result<LocalResult<'py>> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(&torus.inner, chips)?;

@@ -923,7 +923,8 @@ pub fn plan_move(
             }),
             Some(at) if ps == process => {
                 // Pack the piece once per receiving process.
-                if packed.insert((pd, *at), ()).is_none() {
+                let first = packed.insert((pd, *at), ()).is_none();
+                if first {
                     before.push(Piece {
                         from: From::Input {
                             i: local_ix[src],

@@ -4,6 +4,10 @@
 
 use std::sync::mpsc::{channel, Receiver, Sender};
 
+/// What one process ends with in a low-precision reduction: its ranks and their outputs (bf16
+/// codes, fp8 codes).
+type ProcessOutputs = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<u8>>);
+
 use trn2core::collective::distributed::{
     execute_move_local, execute_reduce_local, plan, Message, MessageMut, Placement,
 };
@@ -257,48 +261,47 @@ fn low_precision_formats_round_once_wherever_the_sum_ends() {
             };
             execute_reduce(&s, ReduceOp::Sum, format, &ins, &mut wm).expect("exec");
             for (name, placement) in placements(n) {
-                let outs: Vec<(Vec<usize>, Vec<Vec<u16>>, Vec<Vec<u8>>)> =
-                    std::thread::scope(|sc| {
-                        let hs: Vec<_> = transports(placement.procs())
-                            .into_iter()
-                            .enumerate()
-                            .map(|(p, mut tr)| {
-                                let (placement, g, ins) = (&placement, &g, &ins);
-                                sc.spawn(move || {
-                                    let (_, pl) = plan(
-                                        g,
-                                        placement,
-                                        p,
-                                        Collective::AllReduce,
-                                        alg,
-                                        elem,
-                                        l,
-                                        None,
-                                    )
-                                    .expect("plan");
-                                    let mine: Vec<Buf> = pl.ranks.iter().map(|&r| ins[r]).collect();
-                                    let mut o16 = vec![vec![0u16; l]; pl.ranks.len()];
-                                    let mut o8 = vec![vec![0u8; l]; pl.ranks.len()];
-                                    let mut om: Vec<BufMut> = if format == Format::Bf16 {
-                                        o16.iter_mut().map(|o| BufMut::U16(o)).collect()
-                                    } else {
-                                        o8.iter_mut().map(|o| BufMut::U8(o)).collect()
-                                    };
-                                    execute_reduce_local(
-                                        &pl,
-                                        ReduceOp::Sum,
-                                        format,
-                                        &mine,
-                                        &mut om,
-                                        &mut tr,
-                                    )
-                                    .expect("run");
-                                    (pl.ranks.clone(), o16, o8)
-                                })
+                let outs: Vec<ProcessOutputs> = std::thread::scope(|sc| {
+                    let hs: Vec<_> = transports(placement.procs())
+                        .into_iter()
+                        .enumerate()
+                        .map(|(p, mut tr)| {
+                            let (placement, g, ins) = (&placement, &g, &ins);
+                            sc.spawn(move || {
+                                let (_, pl) = plan(
+                                    g,
+                                    placement,
+                                    p,
+                                    Collective::AllReduce,
+                                    alg,
+                                    elem,
+                                    l,
+                                    None,
+                                )
+                                .expect("plan");
+                                let mine: Vec<Buf> = pl.ranks.iter().map(|&r| ins[r]).collect();
+                                let mut o16 = vec![vec![0u16; l]; pl.ranks.len()];
+                                let mut o8 = vec![vec![0u8; l]; pl.ranks.len()];
+                                let mut om: Vec<BufMut> = if format == Format::Bf16 {
+                                    o16.iter_mut().map(|o| BufMut::U16(o)).collect()
+                                } else {
+                                    o8.iter_mut().map(|o| BufMut::U8(o)).collect()
+                                };
+                                execute_reduce_local(
+                                    &pl,
+                                    ReduceOp::Sum,
+                                    format,
+                                    &mine,
+                                    &mut om,
+                                    &mut tr,
+                                )
+                                .expect("run");
+                                (pl.ranks.clone(), o16, o8)
                             })
-                            .collect();
-                        hs.into_iter().map(|h| h.join().expect("thread")).collect()
-                    });
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().expect("thread")).collect()
+                });
                 for (ranks, o16, o8) in outs {
                     for (i, r) in ranks.into_iter().enumerate() {
                         if format == Format::Bf16 {
@@ -435,7 +438,9 @@ fn the_plan_moves_no_more_than_the_schedule_between_processes() {
 
 #[test]
 fn placements_are_checked() {
-    let e = Placement::contiguous(16, 3).unwrap_err().to_string();
+    let e = Placement::contiguous(16, 3)
+        .expect_err("3 does not divide 16")
+        .to_string();
     assert!(
         e.contains("processes") && e.contains("16") && e.contains('3'),
         "{e}"
@@ -443,10 +448,12 @@ fn placements_are_checked() {
     assert!(Placement::contiguous(16, 0).is_err());
     assert!(Placement::contiguous(16, 32).is_err());
     let e = Placement::explicit(&[0, 1, 2], 2, 3)
-        .unwrap_err()
+        .expect_err("process 2 of 2")
         .to_string();
     assert!(e.contains("placement") && e.contains("chip 2"), "{e}");
-    let e = Placement::explicit(&[0, 1], 2, 3).unwrap_err().to_string();
+    let e = Placement::explicit(&[0, 1], 2, 3)
+        .expect_err("2 entries for 3 chips")
+        .to_string();
     assert!(e.contains("placement") && e.contains("3 chips"), "{e}");
     let p = Placement::contiguous(16, 4).expect("divides");
     assert_eq!(p.of_chips()[..5], [0, 0, 0, 0, 1]);
@@ -463,6 +470,6 @@ fn placements_are_checked() {
         10,
         None,
     )
-    .unwrap_err();
+    .expect_err("process 4 of 4");
     assert!(e.to_string().contains("process 4"), "{e}");
 }
