@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -59,6 +60,8 @@ TARGET_SR_MELEMS = 500.0
 TARGET_SR_VS_GFLOAT = 100.0
 # "No temporary larger than the output": extra peak memory below twice the output's size.
 TARGET_MEM_OUTPUTS = 2.0
+# gemm: the result plus the packed panels; an operand-sized temporary would add 1x more.
+TARGET_GEMM_MEM_OUTPUTS = 1.25
 # DMA inline compression (the memory issue): zvc on ReLU activations, GB/s of raw array bytes.
 TARGET_ZVC_COMPRESS_GBPS = 2.0
 TARGET_ZVC_DECOMPRESS_GBPS = 4.0
@@ -127,7 +130,17 @@ MEM_TASKS = {
     "trn2core_bf16": lambda x: trn2core.quantize(x, "bf16"),
     "ml_dtypes_fp8": lambda x: x.astype(ml_dtypes.float8_e4m3),
     "ml_dtypes_bf16": lambda x: x.astype(ml_dtypes.bfloat16),
+    # GEMM on float32 operands quantized to bf16 on the way in: the operands are quantized while
+    # the panels are packed, so no operand-sized temporary should appear (issue 13).
+    "trn2core_gemm_bf16": lambda x: trn2core.gemm(_square(x), _square(x), dtype="bf16").out,
+    "numpy_matmul": lambda x: _square(x) @ _square(x),
 }
+
+
+def _square(x: np.ndarray) -> np.ndarray:
+    """The largest square matrix view of ``x`` (16 Mi elements: 4096 x 4096)."""
+    side = math.isqrt(x.size)
+    return x[: side * side].reshape(side, side)
 
 
 def _status_kib(field: str) -> int:
@@ -571,6 +584,19 @@ def main(argv=None) -> int:
         rows.append([task, f"{mib(m['extra'])} (output {mib(m['out'])})", "ml_dtypes astype",
                      mib(p["extra"]), f"{outs:.2f}× output",
                      f"< {TARGET_MEM_OUTPUTS:g}× output", verdict(outs < TARGET_MEM_OUTPUTS, task)])
+    side = math.isqrt(n)
+    task = f"gemm {side}^3 float32 in, dtype=bf16, peak extra memory"
+    m, p = peak_memory_in_child("trn2core_gemm_bf16", n), peak_memory_in_child("numpy_matmul", n)
+    if "error" in m or "error" in p:
+        rows.append([task, "—", "numpy a @ b", "—", "—", "—",
+                     f"**FAILED**: {m.get('error') or p.get('error')}"])  # fmt: skip
+        misses.append(task + " (failed to run)")
+    else:
+        outs = m["extra"] / m["out"]
+        rows.append([task, f"{mib(m['extra'])} (output {mib(m['out'])})", "numpy a @ b (sgemm)",
+                     mib(p["extra"]), f"{outs:.2f}× output",
+                     f"< {TARGET_GEMM_MEM_OUTPUTS:g}× output (an operand is 1×)",
+                     verdict(outs < TARGET_GEMM_MEM_OUTPUTS, task)])  # fmt: skip
     traced = traced_extra(lambda: trn2core.quantize(x, "fp8_e4m3"))
     notes.append(f"peak extra memory measured as the rise of {'/'.join(sorted(mem_method)) or '?'} "
                  f"over one call in a fresh process; tracemalloc (numpy's buffers only) saw "
