@@ -203,6 +203,13 @@ def _error_cases() -> dict:
         errs["other_collective"] = _caught(lambda: inst.all_reduce(mine))
     sized = [b[:39] for b in mine] if RANK == 1 else mine
     errs["other_size"] = _caught(lambda: inst.all_reduce(sized))
+    # The same collective on another machine over the same communicator (process 0).
+    us = UltraServer(comm=WORLD)
+    theirs = [rng.standard_normal(40).astype(np.float32) for _ in us.local_chips]
+    if RANK == 0:
+        errs["other_machine"] = _caught(lambda: us.all_reduce(theirs))
+    else:
+        errs["other_machine"] = _caught(lambda: inst.all_reduce(mine))
     # The calls still line up afterwards.
     same = np.random.default_rng(8)  # the same data on every process
     ref_in = [same.standard_normal(8).astype(np.float32) for _ in range(16)]

@@ -141,6 +141,9 @@ def test_mismatched_calls_are_detected_on_every_process(bits, procs):
         assert "all_gather" in e["other_collective"] and "all_reduce" in e["other_collective"]
         assert "mismatched collective calls" in e["other_size"], e
         assert "elements=39" in e["other_size"] and "elements=40" in e["other_size"]
+        assert "mismatched collective calls" in e["other_machine"], e
+        assert "UltraServer (64 chips)" in e["other_machine"], e
+        assert "trn2.48xlarge (16 chips)" in e["other_machine"], e
 
 
 def test_ultraserver_all_reduce_larger_than_one_process_may_hold(tmp_path):

@@ -79,8 +79,8 @@ class DistributedReport(CollectiveReport):
         kw = {k: getattr(self, k) for k in names}
         return CollectiveReport(**kw)
 
-    def __str__(self) -> str:
-        rows = [
+    def _rows(self) -> list[tuple[str, str]]:
+        return super()._rows() + [
             ("emulated on", f"{self.processes} processes, {_fmt_seconds(self.emulation_wall_s)}"),
             (
                 "between processes",
@@ -89,7 +89,6 @@ class DistributedReport(CollectiveReport):
                 f"{_human(self.sent_bytes)}, received {_human(self.received_bytes)}",
             ),
         ]
-        return super().__str__() + "\n" + "\n".join(f"{k:<18}  {v}" for k, v in rows)
 
 
 def _human(n: int) -> str:
@@ -109,7 +108,7 @@ class Spread:
     """The processes a machine's chips are spread over (made by the machine from ``comm=``)."""
 
     def __init__(self, chips: int, comm, placement) -> None:
-        for method in ("Get_size", "Get_rank", "Dup", "Allgather", "Isend", "Irecv"):
+        for method in ("Get_size", "Get_rank", "Dup", "Allgather", "Isend", "Irecv", "py2f"):
             if not hasattr(comm, method):
                 raise Trn2ValueError(
                     f"comm: expected an mpi4py communicator such as MPI.COMM_WORLD, got "
@@ -128,8 +127,8 @@ class Spread:
             ]
         self.placement: tuple[int, ...] = tuple(_core.placement(chips, self.procs, placement))
         self.explicit = placement is not None
-        self.calls = 0
-        self.comm = comm.Dup()
+        self.channel = _channel(comm)
+        self.comm = self.channel.comm
         abort_on_exception(comm)
 
     def local_ranks(self, chips) -> list[int]:
@@ -142,12 +141,13 @@ class Spread:
         """Every process's ``what`` (after an all-gather of a fixed-size header); raises the
         same ``Trn2Error`` on every process when one of them failed its checks (``error``) or
         the calls differ."""
-        self.calls += 1
+        self.channel.calls += 1
         fields = np.full(_FIELDS, -1, np.int64)
-        fields[0], fields[1] = _MAGIC, self.calls
-        keys = ("collective", "algorithm", "op", "chips", "peers")
-        for i, k in enumerate(keys):
+        fields[0], fields[1] = _MAGIC, self.channel.calls
+        keys = ("collective", "algorithm", "op", "chips", "peers", "machine")
+        for i, k in enumerate(keys[:5]):
             fields[2 + i] = zlib.crc32(repr(what.get(k)).encode())
+        fields[13] = zlib.crc32(repr(what.get("machine")).encode())
         for i, k in enumerate(("dtype", "shape", "elements", "format")):
             if what.get(k) is not None:
                 fields[7 + i] = zlib.crc32(repr(what[k]).encode())
@@ -184,7 +184,7 @@ class Spread:
         mine = heads[self.process]
         for p in range(self.procs):
             other = heads[p]
-            same = other[1] == mine[1] and all(other[2:7] == mine[2:7])
+            same = other[1] == mine[1] and all(other[2:7] == mine[2:7]) and other[13] == mine[13]
             for j in range(7, 11):
                 if other[j] >= 0 and mine[j] >= 0:
                     same = same and other[j] == mine[j]
@@ -211,6 +211,28 @@ class Spread:
     def abort(self, e: BaseException) -> None:
         """Prints ``e`` as coming from this process and aborts the MPI job."""
         _abort(self.comm, e, self.process, self.procs)
+
+
+class _Channel:
+    """The communicator every machine made with one ``comm`` shares (a duplicate of it, so
+    trn2core's messages never meet the user's), and the count of calls made over it: a call on
+    one machine meeting a call on another is then a mismatch the agreement reports, not two
+    processes waiting on different communicators."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm.Dup()
+        self.calls = 0
+
+
+_CHANNELS: dict[int, _Channel] = {}
+
+
+def _channel(comm) -> _Channel:
+    """The channel of ``comm`` (made, with a collective ``Dup``, by its first machine)."""
+    key = int(comm.py2f())
+    if key not in _CHANNELS:
+        _CHANNELS[key] = _Channel(comm)
+    return _CHANNELS[key]
 
 
 def _move(comm, round_: int, sends, recvs) -> None:
@@ -247,7 +269,7 @@ def _abort(comm, e: BaseException, process: int, procs: int) -> None:
 
 
 def _describe(what: dict[str, Any]) -> str:
-    parts = [f"{what['collective']}"]
+    parts = [f"{what['collective']} on {what['machine']}"]
     for k in ("op", "algorithm", "dtype", "shape", "elements", "format", "chips", "peers"):
         if what.get(k) is not None:
             parts.append(f"{k}={what[k]}")
@@ -309,7 +331,7 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
     local_chips = [group_chips[r] for r in local]
     what: dict[str, Any] = {
         "collective": collective, "op": op, "algorithm": algorithm, "chips": chips,
-        "peers": peers,
+        "peers": peers, "machine": f"{machine.name} ({machine.topology.size} chips)",
     }  # fmt: skip
     error = None
     arrays: list[np.ndarray] = []

@@ -1,7 +1,7 @@
 //! Bindings of the chip, the torus and the collectives (`trn2core::topology`), and of the GEMM
 //! split over several cores (`trn2core::engine::cost::split`). Conversion and error mapping only.
 
-use numpy::{Element, PyReadonlyArray1};
+use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use trn2core::collective::distributed::{Message, MessageMut};
@@ -244,12 +244,7 @@ pub fn collective_reduce<'py>(
                     collective::run_reduce(&g, c, o, a, f, &bufs, &mut outs)
                 },
             )?;
-            (
-                outs.into_iter()
-                    .map(|a| a.into_any().unbind())
-                    .collect::<Vec<_>>(),
-                rep,
-            )
+            (unbind_all(outs), rep)
         }};
     }
     let (list, rep) = match f.code_bits() {
@@ -293,7 +288,7 @@ pub fn collective_move<'py>(
         u64::MAX,
         |outs| collective::run_move(&g, c, a, elem_size, &ins, outs, peers.as_deref()),
     )?;
-    let list = outs.into_iter().map(|a| a.into_any().unbind()).collect();
+    let list = unbind_all(outs);
     Ok((list, report_to_dict(py, &torus.inner, &rep)?))
 }
 
@@ -373,6 +368,35 @@ fn transport_error(t: &mut PyTransport, e: crate::errors::PyTrn2Err) -> crate::e
 /// What a process's part of a collective returns: its outputs, the report and the traffic.
 type LocalResult<'py> = (Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>);
 
+/// Runs one process's part of a collective (`body`, over a [`PyTransport`] calling `exchange`)
+/// and converts what it returns; a Python error the transport kept wins over the core error it
+/// caused.
+fn run_local<'py>(
+    py: Python<'py>,
+    torus: &Torus,
+    exchange: &Py<PyAny>,
+    body: impl FnOnce(&mut PyTransport<'_>) -> PyTrn2Result<LocalOutcome>,
+) -> PyTrn2Result<LocalResult<'py>> {
+    let mut tr = PyTransport {
+        exchange,
+        error: None,
+    };
+    let (list, (rep, traffic)) = body(&mut tr).map_err(|e| transport_error(&mut tr, e))?;
+    Ok((
+        list,
+        report_to_dict(py, torus, &rep)?,
+        traffic_dict(py, &traffic)?,
+    ))
+}
+
+/// A process's outputs (as Python objects), its report and the bytes it moved.
+type LocalOutcome = (Vec<Py<PyAny>>, (CollectiveReport, Traffic));
+
+/// The arrays as Python objects.
+fn unbind_all<T: Element>(arrays: Vec<Bound<'_, PyArray1<T>>>) -> Vec<Py<PyAny>> {
+    arrays.into_iter().map(|a| a.into_any().unbind()).collect()
+}
+
 /// One process's part of an all-reduce or reduce-scatter spread over `procs` processes
 /// (`collective::run_reduce_local`): `inputs` are the buffers of the ranks this process holds
 /// (ascending), each of `elements` elements; `exchange` moves each round's messages. Returns
@@ -401,12 +425,8 @@ pub fn collective_reduce_local<'py>(
     let f = Format::parse("dtype", format)?;
     let g = group(&torus.inner, chips)?;
     let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
-    let mut tr = PyTransport {
-        exchange: &exchange,
-        error: None,
-    };
     macro_rules! run {
-        ($t:ty, $what:expr, $buf:ident) => {{
+        ($tr:ident, $t:ty, $what:expr, $buf:ident) => {{
             let ro = borrow_all::<$t>(&inputs, $what)?;
             let ins = ro
                 .iter()
@@ -415,7 +435,7 @@ pub fn collective_reduce_local<'py>(
             let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
             let out_lens =
                 collective::local_output_plan(&g, &pl, process, c, Some(f), 1, elements, &lens)?;
-            let tr = &mut tr;
+            let tr = $tr;
             let (outs, rep) = fill_new_arrays::<$t, _>(
                 py,
                 &out_lens,
@@ -430,27 +450,16 @@ pub fn collective_reduce_local<'py>(
                     )
                 },
             )?;
-            (
-                outs.into_iter()
-                    .map(|a| a.into_any().unbind())
-                    .collect::<Vec<_>>(),
-                rep,
-            )
+            (unbind_all(outs), rep)
         }};
     }
-    let mut run = || -> PyTrn2Result<_> {
+    run_local(py, &torus.inner, &exchange, |tr| {
         Ok(match f.code_bits() {
-            32 => run!(f32, "float32", F32),
-            16 => run!(u16, "uint16 (bf16/fp16 bit patterns)", U16),
-            _ => run!(u8, "uint8 (fp8 codes)", U8),
+            32 => run!(tr, f32, "float32", F32),
+            16 => run!(tr, u16, "uint16 (bf16/fp16 bit patterns)", U16),
+            _ => run!(tr, u8, "uint8 (fp8 codes)", U8),
         })
-    };
-    let (list, (rep, traffic)) = run().map_err(|e| transport_error(&mut tr, e))?;
-    Ok((
-        list,
-        report_to_dict(py, &torus.inner, &rep)?,
-        traffic_dict(py, &traffic)?,
-    ))
+    })
 }
 
 /// One process's part of an all-gather, all-to-all or send/recv spread over `procs` processes
@@ -478,11 +487,7 @@ pub fn collective_move_local<'py>(
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(&torus.inner, chips)?;
     let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
-    let mut tr = PyTransport {
-        exchange: &exchange,
-        error: None,
-    };
-    let mut run = || -> PyTrn2Result<_> {
+    run_local(py, &torus.inner, &exchange, |tr| {
         let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
         let ins = ro
             .iter()
@@ -491,7 +496,6 @@ pub fn collective_move_local<'py>(
         let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
         let out_lens =
             collective::local_output_plan(&g, &pl, process, c, None, elem_size, elements, &lens)?;
-        let tr = &mut tr;
         let (outs, rep) = fill_new_arrays::<u8, _>(
             py,
             &out_lens,
@@ -514,19 +518,8 @@ pub fn collective_move_local<'py>(
                 )
             },
         )?;
-        Ok((
-            outs.into_iter()
-                .map(|a| a.into_any().unbind())
-                .collect::<Vec<_>>(),
-            rep,
-        ))
-    };
-    let (list, (rep, traffic)) = run().map_err(|e| transport_error(&mut tr, e))?;
-    Ok((
-        list,
-        report_to_dict(py, &torus.inner, &rep)?,
-        traffic_dict(py, &traffic)?,
-    ))
+        Ok((unbind_all(outs), rep))
+    })
 }
 
 /// The machine and chips `nccom-test` runs `chips` chips on (`collective::machine_for_chips`):
