@@ -19,7 +19,9 @@ Every timing is the best of R runs (default 5) with time.perf_counter, on
   figure is printed beside it: numpy reports its data buffers to tracemalloc, so it sees the
   output array, but not memory the Rust core may allocate by itself;
 - the functional all-reduce of 16 x 64 MiB fp32 buffers on a trn2.48xlarge (every rank's output)
-  against numpy's ``np.sum(np.stack(bufs), 0)``, and costing an all-reduce on 2,048 chips;
+  against numpy's ``np.sum(np.stack(bufs), 0)``, the same all-reduce spread over 2 MPI
+  processes against one process in the same ``mpiexec`` job (benches/bench_distributed.py), and
+  costing an all-reduce on 2,048 chips;
 - the whole-core machine: small Vector instructions issued one by one from Python and from Rust
   (the ``machine_speed`` cargo example, when cargo is on the PATH), scheduling a recorded program
   of 1 million instructions, and ``tensor_tensor`` on large fp32 tiles against numpy's
@@ -357,7 +359,20 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
                for o in res.outputs)
     notes.append(f"all_reduce ({res.report.algorithm}): all 16 ranks bit-identical: {same}; "
                  f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}")
-    del res
+    del res, bufs
+    # The same all-reduce spread over 2 MPI processes, against one process in the same job.
+    import bench_distributed
+
+    d = bench_distributed.launch(2, 64, repeat, "auto")
+    ratio = d["single_s"] / d["distributed_s"]
+    task = "all_reduce 16 x 64 MiB fp32, 2 MPI processes"
+    rows.append([task, f"{d['distributed_s'] * 1e3:.0f} ms", "one process (same job)",
+                 f"{d['single_s'] * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 0.5x (within 2x)",
+                 verdict(ratio >= 0.5 and d["bits_equal"], task)])
+    notes.append(f"all_reduce over 2 MPI processes ({d['algorithm']}): bits equal to one "
+                 f"process: {d['bits_equal']}; {d['exchanged_bytes'] / MI:.0f} MiB exchanged, "
+                 f"{d['exchanged_bytes'] / d['least_bytes']:.2f}x the least any schedule needs "
+                 f"({d['least_bytes'] / MI:.0f} MiB)")
     uc = trn2core.UltraCluster(32)
     est = best_of(lambda: uc.estimate("all_reduce", 1 << 30), repeat)
     task = "estimate all_reduce 1 GiB on 2,048 chips"
