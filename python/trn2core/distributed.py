@@ -52,6 +52,8 @@ _MAGIC = 0x74726E32  # "trn2"
 _FIELDS = 16
 _TEXT = 1024
 _HEADER = _FIELDS * 8 + _TEXT
+#: Header field 15 holds a format's index in FORMATS, or this plus the bytes per element.
+_BYTES_CODE = 1 << 20
 _ERRORS = ("Trn2Error", "ShapeError", "FormatError", "Trn2ValueError", "CapacityError")
 
 
@@ -137,10 +139,10 @@ class Spread:
 
     # ------------------------------------------------------------------------------- agreement
 
-    def agree(self, what: dict[str, Any], error: BaseException | None) -> list[dict]:
-        """Every process's ``what`` (after an all-gather of a fixed-size header); raises the
-        same ``Trn2Error`` on every process when one of them failed its checks (``error``) or
-        the calls differ."""
+    def agree(self, what: dict[str, Any], error: BaseException | None) -> np.ndarray:
+        """Every process's header (after an all-gather of a fixed-size header, one row per
+        process: see :func:`_size_from`); raises the same ``Trn2Error`` on every process when
+        one of them failed its checks (``error``) or the calls differ."""
         self.channel.calls += 1
         fields = np.full(_FIELDS, -1, np.int64)
         fields[0], fields[1] = _MAGIC, self.channel.calls
@@ -148,6 +150,10 @@ class Spread:
         for i, k in enumerate(keys[:5]):
             fields[2 + i] = zlib.crc32(repr(what.get(k)).encode())
         fields[13] = zlib.crc32(repr(what.get("machine")).encode())
+        fmt = what.get("format")
+        if error is None and fmt is not None:  # for a process that holds none of the chips
+            fields[14] = what["elements"]
+            fields[15] = FORMATS.index(fmt) if isinstance(fmt, str) else _BYTES_CODE + fmt
         for i, k in enumerate(("dtype", "shape", "elements", "format")):
             if what.get(k) is not None:
                 fields[7 + i] = zlib.crc32(repr(what[k]).encode())
@@ -195,7 +201,7 @@ class Spread:
                     f"#{other[1]}: {texts[p]}. Every process must make the same collective "
                     "calls in the same order"
                 )
-        return texts
+        return heads
 
     # -------------------------------------------------------------------------------- messages
 
@@ -367,10 +373,10 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
             )  # fmt: skip
     except Exception as e:  # shared with every process, then raised
         error = e
-    texts = sp.agree(what, error)
+    heads = sp.agree(what, error)
     if what.get("elements") is None:
         # This process holds none of the chips: take the size from one that does.
-        what.update(_size_from(texts, sp, what))
+        what.update(_size_from(heads))
     try:
         exchange = sp.exchange
         t = machine.topology._t
@@ -441,17 +447,14 @@ def _out_bytes(collective: str, n: int, n_local: int, what: dict) -> int:
     return int(share.get(collective, n_local) * per)
 
 
-def _size_from(texts: list[str], sp: Spread, what: dict) -> dict:
-    """The element count and format of the buffers, from the description of a process that
-    holds some (every process sends one)."""
-    for text in texts:
-        for part in text.split(" "):
-            if part.startswith("elements="):
-                out = {"elements": int(part.split("=", 1)[1])}
-                fmt = [p for p in text.split(" ") if p.startswith("format=")]
-                value = fmt[0].split("=", 1)[1]
-                out["format"] = int(value) if value.isdigit() else value
-                return out
+def _size_from(heads: np.ndarray) -> dict:
+    """The element count and format of the buffers (a format's name, or bytes per element
+    for data movement), from the header of a process that holds some: fields 14 and 15."""
+    for head in heads:
+        if head[14] >= 0:
+            code = int(head[15])
+            fmt = FORMATS[code] if code < _BYTES_CODE else code - _BYTES_CODE
+            return {"elements": int(head[14]), "format": fmt}
     raise Trn2ValueError("buffers: no process passes any buffer to this collective")
 
 
