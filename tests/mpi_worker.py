@@ -187,6 +187,11 @@ def _error_cases() -> dict:
         if RANK < 3:
             errs["indivisible"] = _caught(lambda: Instance("trn2.48xlarge", comm=sub))
         sub.Free()
+    # Placements that do not fit the machine (refused before any message).
+    errs["short_placement"] = _caught(lambda: Instance("trn2.48xlarge", comm=WORLD, placement=[0]))
+    errs["placement_beyond"] = _caught(
+        lambda: Instance("trn2.48xlarge", comm=WORLD, placement=[P] * 16)
+    )
     inst = Instance("trn2.48xlarge", comm=WORLD)
     mine = [rng.standard_normal(40).astype(np.float32) for _ in inst.local_chips]
     # Wrong input on process 1 only: integers where the collective reduces floats; a buffer

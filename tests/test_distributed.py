@@ -122,6 +122,30 @@ def test_processes_that_do_not_divide_the_chips_are_refused(bits):
 
 
 @pytest.mark.parametrize("procs", [2, 4])
+def test_placements_that_do_not_fit_are_refused(bits, procs):
+    for o in bits[procs]:
+        e = o["errors"]
+        assert e["short_placement"].startswith("ShapeError: placement: got 1 entries"), e
+        assert e["placement_beyond"].startswith(
+            f"Trn2ValueError: placement: chip 0 is placed on process {procs}; the processes "
+            f"are 0..{procs}"
+        ), e
+
+
+def test_comm_and_placement_are_checked_without_mpi():
+    # No MPI needed: refused before anything touches a communicator.
+    from trn2core import Instance, Trn2ValueError, UltraServer
+
+    with pytest.raises(Trn2ValueError, match="comm: expected an mpi4py communicator"):
+        Instance("trn2.48xlarge", comm="world")
+    with pytest.raises(Trn2ValueError, match="comm: expected an mpi4py communicator"):
+        UltraServer(comm=object())
+    with pytest.raises(Trn2ValueError, match="placement: only with comm="):
+        Instance("trn2.48xlarge", placement=[0] * 16)
+    assert Instance("trn2.48xlarge").local_chips == tuple(range(16))
+
+
+@pytest.mark.parametrize("procs", [2, 4])
 def test_wrong_input_on_one_process_is_a_clear_error_on_every_process(bits, procs):
     for rank, o in enumerate(bits[procs]):
         e = o["errors"]
@@ -221,6 +245,14 @@ def test_nccom_test_check_runs_on_data_under_mpi(procs):
         spread = f"spread over {procs} MPI processes"
         assert all((spread in x) == (procs > 1) for x in lines), lines
         assert done.stdout.count("size(B)") == 1  # the table printed once
+
+
+def test_nccom_test_check_refuses_integer_reductions_naming_the_datatype():
+    cmd = [_trn2core_cli(), "nccom-test", "allr", "-r", "16", "-b", "4k", "-e", "4k",
+           "-d", "int32", "--check"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "FormatError: datatype: --check runs all_reduce on data" in done.stderr, done.stderr
 
 
 def test_nccom_test_check_refuses_processes_that_do_not_divide_the_chips():

@@ -20,7 +20,7 @@ import numpy as np
 from . import _core
 from .collectives import NCCOM_DATATYPES
 from .dtypes import FORMAT_DTYPES
-from .errors import Trn2ValueError
+from .errors import FormatError, Trn2ValueError
 from .topology import Instance, UltraCluster, UltraServer
 
 __all__ = ["check", "mpi_world", "run"]
@@ -33,6 +33,8 @@ _NP_DTYPES = {
     "fp8_e4m3": FORMAT_DTYPES["fp8_e4m3"], "fp8_e5m2": FORMAT_DTYPES["fp8_e5m2"],
 }  # fmt: skip
 assert set(_NP_DTYPES) == set(NCCOM_DATATYPES)
+#: The nccom-test data types a reduction takes (the floating-point ones).
+_REDUCED = tuple(d for d in NCCOM_DATATYPES if d.startswith(("fp", "bf")))
 
 #: Environment variables MPI launchers set in the processes they start (MPICH and Intel MPI's
 #: hydra, Open MPI, PMIx, Slurm's srun).
@@ -107,6 +109,11 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
     ``ranks`` logical cores span, and compares every output of this process's chips with the
     expected values. Returns ``(mismatched elements, chips, elements per chip, seconds)``,
     mismatches summed over every process when ``comm`` is given."""
+    if op in ("all_reduce", "reduce_scatter") and datatype not in _REDUCED:
+        raise FormatError(
+            f"datatype: --check runs {op} on data, and Trainium2's collectives reduce "
+            f"floating-point formats only ({', '.join(_REDUCED)}), not {datatype}"
+        )
     per_chip = 8 // lnc
     chips = max(1, -(-ranks // per_chip))
     machine, chosen = _machine(chips, comm)
