@@ -10,6 +10,7 @@ rust/trn2core/src/cancel.rs.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -118,6 +119,17 @@ CASES = {
     ),
 }
 
+
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT back to its default disposition.
+
+    A shell starts background jobs with SIGINT ignored, and an ignored signal stays ignored across
+    exec, so Python would not install its KeyboardInterrupt handler: every probe here would then
+    run to its end whatever the code under test does.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time, traceback
@@ -159,7 +171,11 @@ def test_ctrl_c_interrupts_within_a_second(name):
     for delay in (0.5, 0.63, 0.77):
         code = SCRIPT.format(setup=setup, check=check, delay=delay)
         r = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=_sigint_default,
         )
         assert r.returncode == 0, r.stderr
         res = json.loads(r.stdout.strip().splitlines()[-1])
@@ -199,7 +215,13 @@ def test_other_threads_are_not_interrupted():
         print(all((o.view(np.uint32) == want.view(np.uint32)).all() for o in got['out']))
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_sigint_default,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["interrupted", "True"], r.stdout
 
@@ -223,7 +245,13 @@ def test_a_custom_signal_handler_exception_propagates():
             print('timeout after', round(time.perf_counter() - start, 1))
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_sigint_default,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("timeout after 0.3") or r.stdout.startswith("timeout after 0.4")
 
@@ -238,7 +266,13 @@ def test_ignored_sigint_does_not_interrupt():
         print(t._core._busy_for_test(0.4) > 0)
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_sigint_default,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
 
@@ -253,7 +287,13 @@ def test_cli_nccom_test_ctrl_c_exits_130():
         sys.exit(cli.main(["nccom-test", "-r", "1048576", "allr", "-b", "1G", "-e", "1G"]))
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_sigint_default,
+    )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
 
@@ -268,6 +308,12 @@ def test_cli_ctrl_c_exits_130_without_a_traceback():
         sys.exit(cli.main(["gemm", "--m", "8192", "--k", "8192", "--n", "8192", "--run"]))
         """
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_sigint_default,
+    )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
