@@ -33,13 +33,14 @@ use std::collections::BTreeMap;
 use rayon::prelude::*;
 
 use super::exec::{
-    self, boundary, check_fp_env, check_storage, fold, fold_slice, load, output_lengths,
-    run_symbolic, stream_copy_f32, Buf, BufMut, OutPtr, Symbolic, BLOCK, LEAF, UNDEF,
+    self, boundary, check_fp_env, check_storage, encode_block, fold, fold_slice, load,
+    output_lengths, run_symbolic, stream_copy_f32, Buf, BufMut, OutPtr, Symbolic, BLOCK, LEAF,
+    UNDEF,
 };
 use super::ops::{Collective, ReduceOp};
 use super::schedule::{Group, Schedule};
 use crate::engine::CANONICAL_NAN;
-use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
+use crate::numerics::{fp8_lut, Format};
 use crate::{Error, Result};
 
 /// Which process holds each chip of a machine.
@@ -1178,28 +1179,7 @@ pub fn execute_reduce_local(
                                 as_bytes(result, len * 4)
                             }
                             _ => {
-                                let (dst, bytes): (CodesMut, *const u8) =
-                                    if format.code_bits() == 16 {
-                                        let c = &mut codes16[..len];
-                                        let p = c.as_ptr().cast::<u8>();
-                                        (CodesMut::U16(c), p)
-                                    } else {
-                                        let c = &mut codes8[..len];
-                                        let p = c.as_ptr();
-                                        (CodesMut::U8(c), p)
-                                    };
-                                encode_into(
-                                    &Source::F32(result),
-                                    &enc,
-                                    Rounding::NearestEven,
-                                    false,
-                                    &Random::None,
-                                    dst,
-                                )?;
-                                // SAFETY: `bytes` points at the `len` codes just encoded into
-                                // this task's scratch.
-                                let codes =
-                                    unsafe { std::slice::from_raw_parts(bytes, len * elem) };
+                                let codes = encode_block(result, &enc, codes16, codes8)?;
                                 for &(i, off) in local {
                                     // SAFETY: as above, in units of the element size.
                                     unsafe {

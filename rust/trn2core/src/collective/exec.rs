@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use super::ops::{Collective, ReduceOp};
 use super::schedule::Schedule;
 use crate::engine::CANONICAL_NAN;
-use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
+use crate::numerics::{encode_into, fp8_lut, CodesMut, Encoding, Format, Random, Rounding, Source};
 use crate::{Error, Result};
 
 impl ReduceOp {
@@ -658,23 +658,7 @@ pub fn execute_reduce(
                     }
                 }
                 _ => {
-                    let (dst, src): (CodesMut, *const u8) = if format.code_bits() == 16 {
-                        let c = &mut codes16[..len];
-                        let p = c.as_ptr().cast::<u8>();
-                        (CodesMut::U16(c), p)
-                    } else {
-                        let c = &mut codes8[..len];
-                        let p = c.as_ptr();
-                        (CodesMut::U8(c), p)
-                    };
-                    encode_into(
-                        &Source::F32(result),
-                        &enc,
-                        Rounding::NearestEven,
-                        false,
-                        &Random::None,
-                        dst,
-                    )?;
+                    let src = encode_block(result, &enc, codes16, codes8)?.as_ptr();
                     for &(r, off) in &tgt.receivers {
                         let (p, e) = ptrs[r as usize];
                         // SAFETY: as above, in units of the output's element size `e`; `src`
@@ -690,6 +674,43 @@ pub fn execute_reduce(
         },
     )?;
     Ok(sym)
+}
+
+/// Rounds the fp32 `result` once to nearest even into the codes of `enc`'s format, in a task's
+/// scratch (`codes16` for 16-bit codes, else `codes8`; each at least `result.len()` long), and
+/// returns those codes as bytes: what every rank receiving the value gets.
+pub(super) fn encode_block<'a>(
+    result: &[f32],
+    enc: &Encoding,
+    codes16: &'a mut [u16],
+    codes8: &'a mut [u8],
+) -> Result<&'a [u8]> {
+    let len = result.len();
+    let src = Source::F32(result);
+    if enc.format.code_bits() == 16 {
+        let c = &mut codes16[..len];
+        encode_into(
+            &src,
+            enc,
+            Rounding::NearestEven,
+            false,
+            &Random::None,
+            CodesMut::U16(c),
+        )?;
+        // SAFETY: `c` holds `len` initialised u16 codes, `2 len` bytes, borrowed for `'a`.
+        Ok(unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), len * 2) })
+    } else {
+        let c = &mut codes8[..len];
+        encode_into(
+            &src,
+            enc,
+            Rounding::NearestEven,
+            false,
+            &Random::None,
+            CodesMut::U8(c),
+        )?;
+        Ok(c)
+    }
 }
 
 /// Copies `src` to `dst` with non-temporal stores where the CPU has them (x86-64 SSE): the
