@@ -163,7 +163,11 @@ def mode_bits() -> dict:
             case["schedule_bytes"] = rep.schedule_bytes
             case["sent_bytes"] = rep.sent_bytes
             case["received_bytes"] = rep.received_bytes
-            case["text_ok"] = "emulated on" in str(rep) and "between processes" in str(rep)
+            case["text_ok"] = (
+                "emulated on" in str(rep)
+                and "between processes" in str(rep)
+                and repr(rep).startswith(f"DistributedReport({collective!r}")
+            )
             out["cases"].append(case)
     out["errors"] = _error_cases()
     return out

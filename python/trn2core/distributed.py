@@ -81,6 +81,13 @@ class DistributedReport(CollectiveReport):
         kw = {k: getattr(self, k) for k in names}
         return CollectiveReport(**kw)
 
+    def __repr__(self) -> str:
+        return (
+            f"DistributedReport({self.collective!r}, algorithm={self.algorithm!r}, "
+            f"seconds={self.seconds:.6g}, processes={self.processes}, "
+            f"exchanged_bytes={self.exchanged_bytes})"
+        )
+
     def _rows(self) -> list[tuple[str, str]]:
         return super()._rows() + [
             ("emulated on", f"{self.processes} processes, {_fmt_seconds(self.emulation_wall_s)}"),
