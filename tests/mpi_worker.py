@@ -13,6 +13,7 @@ Modes:
 - ``kill``: process 1 kills itself (SIGKILL) in the middle of an all-reduce's exchange.
 - ``raise``: process 1 fails inside the exchange (a MemoryError) while the others wait for it.
 - ``uncaught``: process 1 raises outside any collective while the others start one.
+- ``badinput``: process 1 passes integers to an all-reduce and no process catches the error.
 """
 
 from __future__ import annotations
@@ -292,6 +293,8 @@ def mode_fail(how: str) -> dict:
 
     if how == "uncaught" and RANK == 1:
         raise RuntimeError("simulated: process 1 failed before the collective")
+    if how == "badinput" and RANK == 1:  # nobody catches the error every process gets
+        mine = [m.astype(np.int64) for m in mine]
     _failing_exchange(inst, kill if how == "kill" else fail)
     print(f"process {RANK} entering the all-reduce", flush=True)
     inst.all_reduce(mine, algorithm="ring")

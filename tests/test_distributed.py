@@ -192,6 +192,7 @@ def test_ultraserver_all_reduce_larger_than_one_process_may_hold(tmp_path):
         ("kill", "Killed"),
         ("raise", "MemoryError: simulated: process 1 ran out of memory"),
         ("uncaught", "RuntimeError: simulated: process 1 failed before the collective"),
+        ("badinput", "FormatError: buffers: dtype int64 is not a Trainium2 number format"),
     ],
 )
 def test_a_failing_process_ends_the_job_quickly_with_its_error(tmp_path, mode, message):
