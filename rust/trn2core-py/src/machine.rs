@@ -146,6 +146,20 @@ impl PyTile {
         })
     }
 
+    /// An HBM tile whose first axis is `count` rows `step` elements apart (NKI's `.ap()` on
+    /// HBM; a step of 0 repeats one row).
+    fn rows(&self, count: u32, step: i64) -> PyTrn2Result<PyTile> {
+        Ok(PyTile {
+            tile: self.tile.with_rows(count, step)?,
+        })
+    }
+
+    /// Elements between consecutive rows of the first axis (HBM; 0 in SBUF/PSUM).
+    #[getter]
+    fn row_step(&self) -> i64 {
+        self.tile.partition_step
+    }
+
     fn __repr__(&self) -> String {
         let t = &self.tile;
         format!(
@@ -365,6 +379,31 @@ impl PyMachine {
         let t = tile_of(tile, "tile")?;
         let bytes = guard(py, || self.lock().read_tile(&t))?;
         Ok(to_numpy(py, bytes))
+    }
+
+    /// The byte ranges of an HBM tensor written so far (the whole buffer once fully written).
+    fn written_ranges(
+        &self,
+        py: Python<'_>,
+        tile: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<Vec<(u64, u64)>> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || self.lock().written_ranges(&t))?)
+    }
+
+    /// Loop-carried reads among the recorded instructions `iterations[0] .. end`: up to `limit`
+    /// pairs `(reader, writer)` where `reader` reads bytes last written in an earlier iteration.
+    #[pyo3(signature = (iterations, end, limit = 16))]
+    fn carried_reads(
+        &self,
+        py: Python<'_>,
+        iterations: Vec<usize>,
+        end: usize,
+        limit: usize,
+    ) -> PyTrn2Result<Vec<(u32, u32)>> {
+        Ok(guard(py, || {
+            self.lock().carried_reads(&iterations, end, limit)
+        })?)
     }
 
     /// Instructions recorded so far.

@@ -7,6 +7,8 @@
 //! - [`dtype`]: element types and the conversions on the way in and out of the engines.
 //! - [`isa`]: the instructions' values (VALUES): one method of [`Machine`] per NKI ISA
 //!   instruction, computed when issued, with the engine rules as errors.
+//! - [`loops`]: loop-carried reads of a recorded loop (for front ends that promise
+//!   independent iterations).
 //! - [`record`]: the recorded program (what `isa` writes and `cost`/`timeline` read).
 //! - [`cost`]: each instruction's duration from the published formulas (TIME).
 //! - [`timeline`]: the engines' queues run in parallel under the dependencies of the recorded
@@ -33,6 +35,7 @@
 pub mod cost;
 pub mod dtype;
 pub mod isa;
+pub mod loops;
 pub mod memory;
 pub mod record;
 pub(crate) mod simd;
@@ -193,6 +196,22 @@ impl Machine {
     /// [`Machine::run`] with options (trace events on or off).
     pub fn run_with(&self, options: &timeline::Options) -> Result<KernelReport> {
         timeline::schedule(&self.program, options)
+    }
+
+    /// The loop-carried reads of the recorded instructions `iterations[0] .. end` (see
+    /// [`loops::carried_reads`]).
+    pub fn carried_reads(
+        &self,
+        iterations: &[usize],
+        end: usize,
+        limit: usize,
+    ) -> Result<Vec<(u32, u32)>> {
+        loops::carried_reads(&self.program, iterations, end, limit)
+    }
+
+    /// The written byte ranges of an HBM tensor (see [`Memories::written_ranges`]).
+    pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
+        self.mem.written_ranges(tile)
     }
 
     /// Clears the matmul-written bits of a PSUM byte region.
