@@ -1,0 +1,72 @@
+"""Where errors point: the kernel's own ``file:line``.
+
+``api`` wraps every public ``nl``/``nisa`` function and tensor method: a ``Trn2Error`` raised
+inside gets the innermost caller outside trn2core in front of its message (same class, so
+``except CapacityError`` still works), and, inside a legacy ``affine_range``, the instructions
+the call issued remember that line (for loop-carried reports). ``STATE.core`` is the core the
+running kernel program issues to.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from ..errors import Trn2Error
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _State:
+    """The core the running kernel program issues to (one kernel runs at a time)."""
+
+    __slots__ = ("core",)
+
+    def __init__(self) -> None:
+        self.core = None
+
+
+STATE = _State()
+
+
+def user_location() -> tuple[str, int]:
+    """``(file, line)`` of the innermost caller outside trn2core (the kernel's own line)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
+    """The same error class with the kernel's ``file:line`` in front of the message."""
+    if getattr(e, "nki_location", None) is not None:
+        return e
+    loc = loc or user_location()
+    new = type(e)(f"{loc[0]}:{loc[1]}: {e}")
+    new.nki_location = loc  # type: ignore[attr-defined]
+    return new
+
+
+def api(fn):
+    """Wraps a public function (see the module doc)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        core = STATE.core
+        if core is not None and core.loops:
+            n0 = core.m.instructions
+            try:
+                out = fn(*args, **kwargs)
+            except Trn2Error as e:
+                raise relocate(e) from None
+            core.note_lines(n0)
+            return out
+        try:
+            return fn(*args, **kwargs)
+        except Trn2Error as e:
+            raise relocate(e) from None
+
+    return wrapper
