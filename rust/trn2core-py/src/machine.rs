@@ -242,17 +242,30 @@ impl PyMachine {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs one instruction: with the GIL held when small, released when large.
+    /// The machine with its queued matmuls settled (what every call but `nc_matmul` sees).
+    fn settled(&self) -> Result<MutexGuard<'_, Machine>, Error> {
+        let mut m = self.lock();
+        m.settle()?;
+        Ok(m)
+    }
+
+    /// Runs one instruction after settling the queued matmuls: with the GIL held when small,
+    /// released when large (or when queued matmuls are computed first).
     fn run_instr(
         &self,
         py: Python<'_>,
         elements: usize,
         f: impl FnOnce(&mut Machine) -> Result<(), Error> + Send,
     ) -> PyTrn2Result<()> {
-        if elements < GIL_HELD_ELEMENTS {
-            Ok(guard(py, || f(&mut self.lock()))?)
+        let queued = self.lock().queued_matmuls() > 0;
+        if elements < GIL_HELD_ELEMENTS && !queued {
+            Ok(guard(py, || f(&mut *self.settled()?))?)
         } else {
-            Ok(guard_work(py, elements as u64, || f(&mut self.lock()))?)
+            Ok(guard_work(
+                py,
+                elements as u64,
+                || f(&mut *self.settled()?),
+            )?)
         }
     }
 }
@@ -313,7 +326,7 @@ impl PyMachine {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
         let tile = guard(py, || {
-            self.lock()
+            self.settled()?
                 .alloc_at(sp, name, &shape, dt, start_partition, address)
         })?;
         Ok(PyTile { tile })
@@ -339,7 +352,7 @@ impl PyMachine {
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
-        Ok(guard(py, || self.lock().free(&t))?)
+        Ok(guard(py, || self.settled()?.free(&t))?)
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.
@@ -371,13 +384,13 @@ impl PyMachine {
         let t = tile_of(tile, "tile")?;
         let arr = borrow::<u8>(data, "data", "uint8")?;
         let bytes = slice(&arr, "data")?;
-        Ok(guard(py, || self.lock().write_tile(&t, bytes))?)
+        Ok(guard(py, || self.settled()?.write_tile(&t, bytes))?)
     }
 
     /// A tile's elements as packed little-endian bytes (logical order).
     fn read(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<Py<PyAny>> {
         let t = tile_of(tile, "tile")?;
-        let bytes = guard(py, || self.lock().read_tile(&t))?;
+        let bytes = guard(py, || self.settled()?.read_tile(&t))?;
         Ok(to_numpy(py, bytes))
     }
 
@@ -804,8 +817,18 @@ impl PyMachine {
             tile: PeTile::from_options(tile_position, tile_size)?,
             is_transpose,
         };
-        let work = s.elements() * mv.free_size();
-        self.run_instr(py, work, |m| m.nc_matmul(&d, &s, &mv, &opts))
+        // Queued: its arithmetic runs, in parallel with its neighbours', when the next call
+        // settles the queue (`settled`), in issue order.
+        let work = s.elements() + mv.elements();
+        if work < GIL_HELD_ELEMENTS {
+            Ok(guard(py, || {
+                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
+            })?)
+        } else {
+            Ok(guard_work(py, work as u64, || {
+                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
+            })?)
+        }
     }
 
     /// `nc_transpose` on `engine` ("tensor" or "vector").

@@ -78,6 +78,8 @@ pub struct Machine {
     /// One bit per PSUM fp32 slot: written by a matmul since the last other write (the
     /// condition for `accumulate=True`, and what `accumulate=None` infers from).
     pub(crate) psum_mm: Vec<u64>,
+    /// Matmuls checked and recorded whose arithmetic waits for [`Machine::settle`].
+    pub(crate) pe_queue: Vec<isa::pe::QueuedMatmul>,
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
@@ -95,6 +97,7 @@ impl Machine {
             act_regs: [0.0; SBUF_PARTITIONS],
             dve_regs: [0.0; SBUF_PARTITIONS],
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
+            pe_queue: Vec::new(),
             config,
             next_dma_queue: 0,
         })
@@ -216,12 +219,31 @@ impl Machine {
 
     /// Clears the matmul-written bits of a PSUM byte region.
     pub(crate) fn clear_psum_mm(&mut self, p0: u32, pn: u32, lo: u64, hi: u64) {
-        let (s0, s1) = ((lo / 4) as usize, hi.div_ceil(4) as usize);
-        for p in p0 as usize..(p0 + pn) as usize {
-            for s in s0..s1.min(PSUM_SLOTS) {
-                let bit = p * PSUM_SLOTS + s;
-                self.psum_mm[bit / 64] &= !(1u64 << (bit % 64));
-            }
+        let words = &mut self.psum_mm;
+        psum_words(p0, pn, lo, hi, |w, mask| words[w] &= !mask);
+    }
+}
+
+/// Calls `f(word, mask)` for the words of the PSUM slot bitmap (one bit per fp32 slot,
+/// `PSUM_SLOTS` per partition) covering bytes `lo..hi` of partitions `p0 .. p0 + pn`: a few
+/// words per partition instead of one step per slot.
+pub(crate) fn psum_words(p0: u32, pn: u32, lo: u64, hi: u64, mut f: impl FnMut(usize, u64)) {
+    let (s0, s1) = ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
+    if s0 >= s1 {
+        return;
+    }
+    for p in p0 as usize..(p0 + pn) as usize {
+        let (b0, b1) = (p * PSUM_SLOTS + s0, p * PSUM_SLOTS + s1);
+        let (w0, w1) = (b0 / 64, (b1 - 1) / 64);
+        for w in w0..=w1 {
+            let lo_bit = if w == w0 { b0 % 64 } else { 0 };
+            let hi_bit = if w == w1 { (b1 - 1) % 64 + 1 } else { 64 };
+            let mask = if hi_bit - lo_bit == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi_bit - lo_bit)) - 1) << lo_bit
+            };
+            f(w, mask);
         }
     }
 }
