@@ -27,7 +27,6 @@ from ._report import NkiReport
 from ._runtime import KernelError, LoopCarriedDependencyError
 from ._tensor import NkiTensor, OutOfBoundsError, PartitionDimError
 
-
 __all__ = [
     "Kernel",
     "KernelError",

@@ -57,18 +57,34 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
     }
     typing_ns = {k: getattr(_Typing, k) for k in ("tensor", "mutable_tensor", "scalar")}
     return {
-        "nki": ({**common_top, "jit": _kernel.jit, "simulate": _kernel.simulate,
-                 "Kernel": _kernel.Kernel}, True, types.ModuleType),  # fmt: skip
+        "nki": (
+            {
+                **common_top,
+                "jit": _kernel.jit,
+                "simulate": _kernel.simulate,
+                "Kernel": _kernel.Kernel,
+            },
+            True,
+            types.ModuleType,
+        ),  # fmt: skip
         "nki.language": (_public(language), False, types.ModuleType),
         "nki.isa": (_public(isa), False, types.ModuleType),
         "nki.typing": (typing_ns, False, types.ModuleType),
         "nki.jit": ({"jit": _kernel.jit}, False, _CallableModule),
         "neuronxcc": ({}, True, types.ModuleType),
-        "neuronxcc.nki": ({
-            **common_top, "jit": _kernel.jit_legacy, "simulate_kernel": _kernel.simulate_kernel,
-            "simulate": _kernel.simulate, "baremetal": _kernel.baremetal,
-            "benchmark": _kernel.benchmark, "profile": _kernel.profile,
-        }, True, types.ModuleType),  # fmt: skip
+        "neuronxcc.nki": (
+            {
+                **common_top,
+                "jit": _kernel.jit_legacy,
+                "simulate_kernel": _kernel.simulate_kernel,
+                "simulate": _kernel.simulate,
+                "baremetal": _kernel.baremetal,
+                "benchmark": _kernel.benchmark,
+                "profile": _kernel.profile,
+            },
+            True,
+            types.ModuleType,
+        ),  # fmt: skip
         "neuronxcc.nki.language": (_public(language_legacy), False, types.ModuleType),
         "neuronxcc.nki.isa": (_public(isa_legacy), False, types.ModuleType),
         "neuronxcc.nki.typing": (typing_ns, False, types.ModuleType),

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import Trn2ValueError
 from ..machine import KernelReport
-from ._runtime import KernelError, Launch
 from ._report import NkiReport
+from ._runtime import KernelError, Launch
 
 
 @dataclasses.dataclass(frozen=True)

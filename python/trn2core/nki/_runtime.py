@@ -411,7 +411,7 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             s = src.tile
             pat = [(0, shape[0])] + [(st, n) for st, n in s.pattern]
-            self.m.dma_copy(dst.tile, s.ap(pat[: 4], 0), None)
+            self.m.dma_copy(dst.tile, s.ap(pat[:4], 0), None)
 
         if len(shape) > 4:
             raise NotSupportedError("broadcast_to: partition broadcast of a 4-D free shape")
@@ -504,7 +504,10 @@ class Core:
                 raise NotSupportedError(f"nl.{func} is not supported by trn2core")
 
         if func not in ACTIVATION_FUNCTIONS and func not in (
-            "reciprocal", "negative", "invert", "logical_not"
+            "reciprocal",
+            "negative",
+            "invert",
+            "logical_not",
         ):
             raise NotSupportedError(
                 f"nl.{func}: the machine has no instruction for it (docs/nki.md lists the "
@@ -603,6 +606,7 @@ class Core:
 
     def matmul_pending(self, stationary: NkiTensor, moving: NkiTensor, shape, opts) -> NkiTensor:
         """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""
+
         def issue(dst: NkiTensor, accumulate=False) -> None:
             self.m.nc_matmul(dst.tile, stationary.tile, moving.tile, accumulate, *opts)
 

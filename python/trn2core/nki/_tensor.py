@@ -7,9 +7,9 @@ operators (``a + b``, ``t += x``) are instructions, issued by the tensor's core
 (``trn2core.nki._runtime.Core``), which this module never imports: every tensor carries its core.
 
 Layout: an SBUF/PSUM tensor of logical shape ``(B..., P, F...)`` (``P`` the partition axis,
-``nl.par_dim`` in the legacy dialect, else the first axis) is the machine tensor ``(P, B..., F...)``:
-the same bytes on each of ``P`` consecutive partitions. An HBM tensor is the machine's HBM
-buffer in C order (its first axis the DMA's row axis).
+``nl.par_dim`` in the legacy dialect, else the first axis) is the machine tensor
+``(P, B..., F...)``: the same bytes on each of ``P`` consecutive partitions. An HBM tensor is
+the machine's HBM buffer in C order (its first axis the DMA's row axis).
 """
 
 from __future__ import annotations
@@ -95,6 +95,16 @@ def _resolve_slice(s, size: int, axis: int) -> tuple[int, int, int]:
     return start, count, step
 
 
+class _Unresolved:
+    """The tile of a legacy indexed access that reaches outside its tensor: usable only with a
+    mask that keeps it inside (``nl.load(x[i, j], mask=(i < n))``)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
 class NkiTensor:
     """A tensor in HBM, SBUF or PSUM (see the module doc). ``shape``, ``dtype``, ``buffer``,
     ``ndim``, ``size``, ``itemsize``, ``name``; indexing and views make new handles."""
@@ -131,9 +141,13 @@ class NkiTensor:
     @property
     def tile(self):
         """The machine tile (issues a pending instruction first)."""
-        if self._t is None:
+        t = self._t
+        if t is None:
             self._core.flush()
-        return self._t
+            t = self._t
+        if type(t) is _Unresolved:
+            raise OutOfBoundsError(t.message)
+        return t
 
     def __repr__(self) -> str:
         return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer.name})"
@@ -190,7 +204,15 @@ class NkiTensor:
     def __getitem__(self, key) -> NkiTensor:
         key = self._normalize(key)
         if any(isinstance(k, IndexExpr) for k in key):
-            return self._advanced(key, None)
+            try:
+                return self._advanced(list(key), None)
+            except OutOfBoundsError as e:
+                # Out of range unless a mask restricts it: resolved again under the mask.
+                exprs = [k for k in key if isinstance(k, IndexExpr)]
+                v = self._view(_Unresolved(f"{e} (no mask= keeps the index inside the tensor)"),
+                               grid_of(exprs), None if self._pdim is None else 0)  # fmt: skip
+                v._access = (self, key)
+                return v
         return self._basic(key)
 
     def _basic(self, key: list) -> NkiTensor:
@@ -369,10 +391,8 @@ class NkiTensor:
                              for i, (st, _) in enumerate(t.pattern))  # fmt: skip
             fsize = math.prod(n for _, n in t.pattern)
             if not contiguous or (self.shape[0] > 1 and t.row_step != fsize):
-                raise NotSupportedError(
-                    "reshape: only a contiguous HBM view can be reshaped"
-                )
-            strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+                raise NotSupportedError("reshape: only a contiguous HBM view can be reshaped")
+            strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
             free = [(strides[i], shape[i]) for i in range(1, len(shape))] or [(1, 1)]
             tile = t.rows(shape[0], strides[0]).ap(free, 0)
             return self._view(tile, shape, None)
@@ -406,6 +426,79 @@ class NkiTensor:
         pat = list(t.pattern)
         pat.insert(self._machine_axis(axis) - 1 if axis > self._pdim else 0, (0, 1))
         return self._view(t.ap(pat, 0), shape, self._pdim)
+
+    def _axes(self) -> list[tuple[int, int]]:
+        """``(stride, count)`` per logical axis (the partition axis of an on-chip tile has
+        stride 0: partitions are not addressed by stride)."""
+        if self._pdim not in (0, None):
+            raise NotSupportedError("a view of a tensor whose partition axis is not the first")
+        t = self.tile
+        pat = list(t.pattern)
+        if len(pat) != self.ndim - 1:
+            pat = [(st, n) for st, n in pat if n != 1] if len(pat) > self.ndim - 1 else pat
+        if len(pat) != self.ndim - 1:
+            raise NotSupportedError(f"a view of shape {self.shape} over pattern {t.pattern}")
+        first = (t.row_step, self.shape[0]) if self._pdim is None else (0, self.shape[0])
+        return [first] + pat
+
+    def _from_axes(self, axes: list[tuple[int, int]]) -> NkiTensor:
+        t = self.tile
+        free = axes[1:] or [(1, 1)]
+        if self._pdim is None:
+            tile = t.rows(axes[0][1], axes[0][0]).ap(free, 0)
+        else:
+            tile = t.ap(free, 0)
+        return self._view(tile, [n for _, n in axes], self._pdim)
+
+    @api
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        """Axis ``dim`` (of size 1) repeated ``size`` times: a stride-0 view."""
+        axes = self._axes()
+        dim = _int(dim, "dim") % self.ndim
+        if axes[dim][1] != 1:
+            raise ShapeError(f"broadcast: axis {dim} has size {axes[dim][1]}, not 1")
+        if dim == 0 and self._pdim is not None:
+            raise PartitionDimError("broadcast: the partition axis of an on-chip tensor")
+        axes[dim] = (0, _int(size, "size"))
+        return self._from_axes(axes)
+
+    @api
+    def permute(self, dims) -> NkiTensor:
+        """The axes in the order ``dims`` (on chip the partition axis stays first)."""
+        dims = [_int(d, "dims") for d in dims]
+        if sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"permute: {dims} is not a permutation of {self.ndim} axes")
+        if self._pdim is not None and dims[0] != 0:
+            raise PartitionDimError("permute: an on-chip tensor keeps its partition axis first")
+        axes = self._axes()
+        return self._from_axes([axes[d] for d in dims])
+
+    @api
+    def expand_dim(self, dim: int) -> NkiTensor:
+        """A new size-1 axis at ``dim``."""
+        axes = self._axes()
+        dim = _int(dim, "dim")
+        if self._pdim is not None and dim == 0:
+            raise PartitionDimError("expand_dim: the new axis must be a free axis")
+        axes.insert(dim, (0, 1))
+        return self._from_axes(axes)
+
+    @api
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        """Axis ``dim`` (of size 1) removed."""
+        axes = self._axes()
+        dim = _int(dim, "dim") % self.ndim
+        if axes[dim][1] != 1 or (self._pdim is not None and dim == 0):
+            raise ShapeError(f"squeeze_dim: axis {dim} of {self.shape} cannot be removed")
+        del axes[dim]
+        return self._from_axes(axes)
+
+    @api
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        """``start:end:step`` along axis ``dim``."""
+        key: list = [slice(None)] * self.ndim
+        key[_int(dim, "dim")] = slice(start, end, step)
+        return self[tuple(key)]
 
     @api
     def ap(self, pattern, offset=None, **kwargs) -> NkiTensor:

@@ -79,6 +79,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     core.on_chip(moving, "moving")
     pos, size = _cur._pe_tile(tile_position, tile_size)
     if is_transpose:
+
         def issue(d):
             core.m.nc_matmul(d.tile, stationary.tile, moving.tile, None, "none", pos, size, True)
 
@@ -103,7 +104,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
 
 @api
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle, mask=None, dtype=None, **kwargs) -> NkiTensor:  # fmt: skip
+               reduce_cmd=reduce_cmd.idle, mask=None, dtype=None,
+               **kwargs) -> NkiTensor:  # fmt: skip
     """``op(data * scale + bias)`` into a new tile (Scalar engine)."""
     core = _core(data)
     core.on_chip(data, "data")
@@ -150,7 +152,8 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
 
 @api
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  *, dtype=None, mask=None, engine=engine.unknown, **kwargs) -> NkiTensor:  # fmt: skip
+                  *, dtype=None, mask=None, engine=engine.unknown,
+                  **kwargs) -> NkiTensor:  # fmt: skip
     """``(data <op0> operand0) <op1> operand1`` into a new tile."""
     core = _core(data)
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
