@@ -20,6 +20,7 @@ starts with the kernel's ``file:line``.
 from __future__ import annotations
 
 from . import isa, isa_legacy, language, language_legacy
+from ._api import UninitializedReadError
 from ._finder import install, installed, uninstall
 from ._index import NotSupportedError
 from ._kernel import Kernel, RunResult, jit, jit_legacy, run, simulate, simulate_kernel
@@ -37,6 +38,7 @@ __all__ = [
     "OutOfBoundsError",
     "PartitionDimError",
     "RunResult",
+    "UninitializedReadError",
     "install",
     "installed",
     "isa",

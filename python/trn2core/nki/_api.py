@@ -13,7 +13,7 @@ import functools
 import os
 import sys
 
-from ..errors import Trn2Error
+from ..errors import CapacityError, Trn2Error, Trn2ValueError
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,12 +40,34 @@ def user_location() -> tuple[str, int]:
     return (f.f_code.co_filename, f.f_lineno)
 
 
+class UninitializedReadError(Trn2ValueError):
+    """An instruction reads memory no instruction (or input) wrote."""
+
+
+def _classified(e: Trn2Error) -> tuple[type, str]:
+    """The class and message an error is reported with: the machine's capacity and
+    never-written errors get a rule name (and the never-written one its own subclass)."""
+    msg = str(e)
+    if isinstance(e, CapacityError) and "[rule" not in msg:
+        mem = "psum" if " psum " in f" {msg} " or "psum has" in msg else "sbuf"
+        return type(e), f"{msg} [rule {mem}_capacity]"
+    if isinstance(e, Trn2ValueError) and "never written" in msg:
+        msg = msg.replace(
+            'create the core with uninitialized="nan"',
+            'run the kernel with trn2core.nki.run(..., uninitialized="nan")',
+        )
+        return UninitializedReadError, f"{msg} [rule uninitialized_read]"
+    return type(e), msg
+
+
 def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
-    """The same error class with the kernel's ``file:line`` in front of the message."""
+    """The same error class (or a subclass) with the kernel's ``file:line`` in front of the
+    message; ``nki_location`` holds ``(file, line)``."""
     if getattr(e, "nki_location", None) is not None:
         return e
     loc = loc or user_location()
-    new = type(e)(f"{loc[0]}:{loc[1]}: {e}")
+    cls, msg = _classified(e)
+    new = cls(f"{loc[0]}:{loc[1]}: {msg}")
     new.nki_location = loc  # type: ignore[attr-defined]
     return new
 

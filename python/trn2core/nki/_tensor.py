@@ -87,7 +87,8 @@ def _resolve_slice(s, size: int, axis: int) -> tuple[int, int, int]:
         stop += size
     if not (0 <= start <= size) or not (0 <= stop <= size):
         raise OutOfBoundsError(
-            f"index: slice {s.start}:{s.stop} of axis {axis} is out of range for size {size}"
+            f"index: slice {s.start}:{s.stop} of axis {axis} is out of range for size {size} "
+            "[rule bounds]"
         )
     count = len(range(start, stop, step))
     if count == 0:
@@ -237,7 +238,7 @@ class NkiTensor:
                 if i < -size or i >= size:
                     raise OutOfBoundsError(
                         f"index: {i} is out of range for axis {a} of size {size} "
-                        f"(tensor {self.shape})"
+                        f"(tensor {self.shape}) [rule bounds]"
                     )
                 i %= size
                 mkey[self._machine_axis(a)] = i
@@ -307,7 +308,8 @@ class NkiTensor:
                 for x in [c, *lim]:
                     if not 0 <= x < self.shape[a]:
                         raise OutOfBoundsError(
-                            f"index: axis {a} reaches {x}, outside size {self.shape[a]}"
+                            f"index: axis {a} reaches {x}, outside size {self.shape[a]} "
+                            "[rule bounds]"
                         )
             steps = [sum(mstride[a] * coef(k, v) for a, k in enumerate(key)) for v in axis_var]
             rows = t.rows(sizes[0] if nd else 1, steps[0] if nd else 0)
