@@ -615,3 +615,48 @@ def test_errors_outside_a_kernel_and_bad_arguments():
 
     with pytest.raises(tn.KernelError, match="did not write every element"):
         half(np.ones((4, 4), np.float32))
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "nki"
+
+
+def test_cli_nki_run_prints_the_timeline_and_writes_a_trace(capsys, tmp_path):
+    from trn2core.cli import main
+
+    trace = tmp_path / "t.json"
+    rc = main(["nki", "run", f"{EXAMPLES}/matmul.py::matmul_hoisted", "--shapes",
+               "256x128:bf16", "256x512:bf16", "--trace", str(trace)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and "float32 [128, 512]" in out and "bottleneck" in out and "PE" in out
+    assert any(e.get("name") == "nc_matmul" for e in json.loads(trace.read_text())["traceEvents"])
+    rc = main(["nki", "run", f"{EXAMPLES}/layernorm.py::layernorm", "--shapes", "128x64",
+               "64", "64", "--arg", "eps=0.001"])  # fmt: skip
+    assert rc == 0 and "float32 [128, 64]" in capsys.readouterr().out
+
+
+def test_cli_nki_run_reports_bad_input_and_kernel_errors(capsys):
+    from trn2core.cli import main
+
+    assert main(["nki", "run", f"{EXAMPLES}/matmul.py::nope"]) == 2
+    assert "matmul_tiled" in capsys.readouterr().err
+    assert main(["nki", "run", f"{EXAMPLES}/matmul.py::matmul_tiled", "--shapes", "12y"]) == 2
+    assert "--shapes" in capsys.readouterr().err
+    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::too_big", "--shapes", "128x28672"]) == 2
+    err = capsys.readouterr().err
+    assert "CapacityError" in err and "mistakes.py:" in err and "[rule sbuf_capacity]" in err
+    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::half_written", "--shapes",
+                 "128x8"]) == 2  # fmt: skip
+    assert "did not write every element" in capsys.readouterr().err
+    assert main(["nki", "run", "no/such/file.py::k"]) == 2
+
+
+def test_demo_part_runs_the_matmul_stages(capsys):
+    from trn2core.cli import main
+
+    assert main(["demo", "--only", "nki"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("matmul_tiled", "matmul_hoisted", "matmul_blocked_free", "matmul_fully_blocked"):
+        assert stage in out
+    assert "= gemm" in out and "mistakes.py:" in out

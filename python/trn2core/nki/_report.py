@@ -14,15 +14,25 @@ from ..report import TimingReport, _fmt_seconds, _Trace
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
 
 
-def _bottleneck(engines: Mapping[str, Mapping[str, float]]) -> str:
-    """The busiest of PE, ACT, DVE, POOL and DMA (the busiest DMA queue stands for DMA)."""
-    best, busy = "none", 0.0
-    for name, e in engines.items():
-        key = name.split(" ", 1)[1] if name.startswith("nc") else name
-        label = "DMA" if key.startswith("DMA") else key
-        if e["busy_s"] > busy:
-            best, busy = (name.split(" ", 1)[0] + " " + label if name.startswith("nc") else
-                          label), e["busy_s"]  # fmt: skip
+def _dma_share(report: KernelReport, seconds: float) -> float:
+    """The share of a core's DMA bandwidth (16 engines x 23 GB/s) its transfers used."""
+    from .. import spec
+
+    return report.dma_bytes / (seconds * spec.dma_core_bytes_per_s) if seconds > 0 else 0.0
+
+
+def _bottleneck(reports, seconds: float) -> str:
+    """The busiest resource: PE, ACT, DVE or POOL by busy time, DMA by the larger of its
+    bandwidth share and its busiest queue's utilisation (prefixed ``nc<i>`` under LNC=2)."""
+    best, score = "none", 0.0
+    for i, r in enumerate(reports):
+        prefix = f"nc{i} " if len(reports) > 1 else ""
+        cands = {k: r.engines[k]["busy_s"] / seconds for k in _COMPUTE if seconds > 0}
+        queues = [v["busy_s"] / seconds for k, v in r.engines.items() if k.startswith("DMA")]
+        cands["DMA"] = max([_dma_share(r, seconds), *queues])
+        for k, v in cands.items():
+            if v > score:
+                best, score = prefix + k, v
     return best
 
 
@@ -31,7 +41,9 @@ class NkiReport(TimingReport):
     """How long Trainium2 takes to run the kernel: ``seconds`` (makespan over the launch's
     physical cores), ``engines`` (per engine and DMA queue, ``busy_s``, ``utilization``,
     ``instructions``; prefixed ``nc0``/``nc1`` under LNC=2), ``opcodes``, ``instructions``,
-    ``dma_bytes``, ``bottleneck`` (the busiest engine; ``DMA`` for the busiest DMA queue),
+    ``dma_bytes``, ``dma_utilization`` (the share of a core's DMA bandwidth, 368 GB/s, its
+    transfers used), ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA
+    by the larger of ``dma_utilization`` and its busiest queue's utilisation),
     ``critical_path`` (of the core that ends last), ``cores`` (each core's ``KernelReport``).
     Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace (one process
     per physical core, one track per engine and DMA queue)."""
@@ -42,6 +54,7 @@ class NkiReport(TimingReport):
     opcodes: Mapping[str, int]
     dma_bytes: int
     bottleneck: str
+    dma_utilization: float
     lnc: int
     cores: tuple[KernelReport, ...] = dataclasses.field(default=(), compare=False)
     _trace: _Trace = dataclasses.field(
@@ -86,7 +99,8 @@ class NkiReport(TimingReport):
             engines=engines,
             opcodes=opcodes,
             dma_bytes=sum(r.dma_bytes for r in reports),
-            bottleneck=_bottleneck(engines),
+            bottleneck=_bottleneck(reports, seconds),
+            dma_utilization=max(_dma_share(r, seconds) for r in reports),
             lnc=len(reports),
             cores=tuple(reports),
             _trace=_Trace(None, retrace),
@@ -111,6 +125,7 @@ class NkiReport(TimingReport):
             "opcodes": dict(self.opcodes),
             "dma_bytes": self.dma_bytes,
             "bottleneck": self.bottleneck,
+            "dma_utilization": self.dma_utilization,
             "lnc": self.lnc,
             "critical_path": [dict(s) for s in self.critical_path],
         }
@@ -131,7 +146,10 @@ class NkiReport(TimingReport):
             )
         ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
         lines.append(f"  opcodes: {ops or 'none'}")
-        lines.append(f"  DMA bytes: {self.dma_bytes:,}")
+        lines.append(
+            f"  DMA bytes: {self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
+            "bandwidth)"
+        )
         lines.append(f"  critical path: {len(self.critical_path):,} instructions")
         return "\n".join(lines)
 
@@ -139,5 +157,3 @@ class NkiReport(TimingReport):
         return (f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "
                 f"bottleneck={self.bottleneck!r})")  # fmt: skip
 
-
-_ = _COMPUTE
