@@ -156,4 +156,3 @@ class NkiReport(TimingReport):
     def __repr__(self) -> str:
         return (f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "
                 f"bottleneck={self.bottleneck!r})")  # fmt: skip
-
