@@ -42,8 +42,9 @@ build: $(STAMPS)/build ## Build the Rust core into the venv (release, via maturi
 # the tag. The guides are copied into the package first (pyproject.toml, [tool.maturin] include).
 # Rebuilt only when the Rust or Python sources, the docs or the packaging files change; the
 # clean-venv test in `make test` installs the wheel it leaves in dist/.
-$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) pyproject.toml README.md LICENSE
+$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
 	rm -rf python/trn2core/docs && mkdir -p python/trn2core/docs && cp docs/*.md python/trn2core/docs/
+	rm -rf python/trn2core/nki_examples && mkdir -p python/trn2core/nki_examples && cp examples/nki/*.py python/trn2core/nki_examples/
 	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
 	    --compatibility manylinux2014 --out $(DIST)
