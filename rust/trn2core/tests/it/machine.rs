@@ -1934,3 +1934,64 @@ fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
     assert_eq!(pairs, vec![(its[1] as u32, its[0] as u32)]);
     assert!(m.carried_reads(&[5, 2], 6, 1).is_err());
 }
+
+#[test]
+fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
+    // Two machines with the same data: one issues matmuls one at a time, the other queues them
+    // (an accumulation group of 4 into one PSUM tile, then one into another tile, then an
+    // overwrite of the first) and settles; PSUM and the recorded programs must agree.
+    let setup = || {
+        let mut m = core();
+        let st = alloc(&mut m, "st", &[128, 4, 96], Dtype::Bf16);
+        let mv = alloc(&mut m, "mv", &[128, 4, 200], Dtype::Fp16);
+        let s = codes(Dtype::Bf16, 128 * 4 * 96, 3);
+        let v = codes(Dtype::Fp16, 128 * 4 * 200, 4);
+        m.write_tile(&st, &to_bytes(Dtype::Bf16, &s)).expect("st");
+        m.write_tile(&mv, &to_bytes(Dtype::Fp16, &v)).expect("mv");
+        let p = m
+            .alloc(Space::Psum, "p", &[96, 200], Dtype::Fp32)
+            .expect("p");
+        let q = m
+            .alloc(Space::Psum, "q", &[96, 200], Dtype::Fp32)
+            .expect("q");
+        (m, st, mv, p, q)
+    };
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let ops = |st: &Tile, mv: &Tile, p: &Tile, q: &Tile| {
+        let mut v: Vec<(Tile, Tile, Tile, PeOptions)> = (0..4)
+            .map(|k| (*p, slice(st, k), slice(mv, k), PeOptions::default()))
+            .collect();
+        v.push((*q, slice(st, 1), slice(mv, 2), PeOptions::default()));
+        let overwrite = PeOptions {
+            accumulate: Some(false),
+            ..PeOptions::default()
+        };
+        v.push((*p, slice(st, 3), slice(mv, 0), overwrite));
+        v
+    };
+    let (mut a, sta, mva, pa, qa) = setup();
+    for (d, s, m, o) in ops(&sta, &mva, &pa, &qa) {
+        a.nc_matmul(&d, &s, &m, &o).expect("one at a time");
+    }
+    let (mut b, stb, mvb, pb, qb) = setup();
+    for (d, s, m, o) in ops(&stb, &mvb, &pb, &qb) {
+        b.nc_matmul_queued(&d, &s, &m, &o).expect("queued");
+    }
+    assert_eq!(b.queued_matmuls(), 6);
+    b.settle().expect("settle");
+    assert_eq!(b.queued_matmuls(), 0);
+    assert_eq!(get(&a, &pa), get(&b, &pb));
+    assert_eq!(get(&a, &qa), get(&b, &qb));
+    assert_eq!(a.program().instrs, b.program().instrs);
+    // An accumulation group continues across a settle.
+    let acc = PeOptions {
+        accumulate: Some(true),
+        ..PeOptions::default()
+    };
+    a.nc_matmul(&qa, &slice(&sta, 0), &slice(&mva, 0), &acc)
+        .expect("acc");
+    b.nc_matmul_queued(&qb, &slice(&stb, 0), &slice(&mvb, 0), &acc)
+        .expect("acc queued");
+    b.settle().expect("settle");
+    assert_eq!(get(&a, &qa), get(&b, &qb));
+}
