@@ -7,10 +7,13 @@ VENV       := .venv
 PY         := $(VENV)/bin/python
 STAMPS     := .stamps
 RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) Cargo.toml Cargo.lock
+# trn2core[mpi]: MPI from PyPI (MPICH's wheel with mpiexec, and mpi4py), for the distributed
+# mode's tests (tests/test_distributed.py launches mpiexec) and benches/bench_distributed.py.
+MPI_DEPS   := "mpi4py>=4" "mpich>=4"
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
               "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
               "mypy>=1.10" "ziglang>=0.13" "auditwheel>=6" \
-              "tomli>=2; python_version < '3.11'"
+              "tomli>=2; python_version < '3.11'" $(MPI_DEPS)
 PY_SRC     := $(shell find python -name '*.py' -o -name '*.pyi' -o -name 'py.typed' 2>/dev/null)
 DOCS       := $(wildcard docs/*.md)
 DIST       := dist
@@ -39,8 +42,9 @@ build: $(STAMPS)/build ## Build the Rust core into the venv (release, via maturi
 # the tag. The guides are copied into the package first (pyproject.toml, [tool.maturin] include).
 # Rebuilt only when the Rust or Python sources, the docs or the packaging files change; the
 # clean-venv test in `make test` installs the wheel it leaves in dist/.
-$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) pyproject.toml README.md LICENSE
+$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
 	rm -rf python/trn2core/docs && mkdir -p python/trn2core/docs && cp docs/*.md python/trn2core/docs/
+	rm -rf python/trn2core/nki_examples && mkdir -p python/trn2core/nki_examples && cp examples/nki/*.py python/trn2core/nki_examples/
 	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
 	    --compatibility manylinux2014 --out $(DIST)

@@ -1,7 +1,7 @@
 """trn2core numerics against its peers, measured in one process: a Markdown report.
 
     python benches/compare_peers.py [--elements N] [--repeat R]
-        [--only-dma | --only-collectives | --only-sparsity | --only-machine]
+        [--only-dma | --only-collectives | --only-sparsity | --only-machine | --only-nki]
 
 Every timing is the best of R runs (default 5) with time.perf_counter, on
 ``np.random.default_rng(0).standard_normal(N, dtype=np.float32)`` (default N = 16 Mi):
@@ -19,7 +19,9 @@ Every timing is the best of R runs (default 5) with time.perf_counter, on
   figure is printed beside it: numpy reports its data buffers to tracemalloc, so it sees the
   output array, but not memory the Rust core may allocate by itself;
 - the functional all-reduce of 16 x 64 MiB fp32 buffers on a trn2.48xlarge (every rank's output)
-  against numpy's ``np.sum(np.stack(bufs), 0)``, and costing an all-reduce on 2,048 chips;
+  against numpy's ``np.sum(np.stack(bufs), 0)``, the same all-reduce spread over 2 MPI
+  processes against one process in the same ``mpiexec`` job (benches/bench_distributed.py), and
+  costing an all-reduce on 2,048 chips;
 - the whole-core machine: small Vector instructions issued one by one from Python and from Rust
   (the ``machine_speed`` cargo example, when cargo is on the PATH), scheduling a recorded program
   of 1 million instructions, and ``tensor_tensor`` on large fp32 tiles against numpy's
@@ -358,6 +360,20 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     notes.append(f"all_reduce ({res.report.algorithm}): all 16 ranks bit-identical: {same}; "
                  f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}")
     del res
+    bufs.clear()  # 1 GiB the job below needs more
+    # The same all-reduce spread over 2 MPI processes, against one process in the same job.
+    import bench_distributed
+
+    d = bench_distributed.launch(2, 64, repeat, "auto")
+    ratio = d["single_s"] / d["distributed_s"]
+    task = "all_reduce 16 x 64 MiB fp32, 2 MPI processes"
+    rows.append([task, f"{d['distributed_s'] * 1e3:.0f} ms", "one process (same job)",
+                 f"{d['single_s'] * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 0.5x (within 2x)",
+                 verdict(ratio >= 0.5 and d["bits_equal"], task)])
+    notes.append(f"all_reduce over 2 MPI processes ({d['algorithm']}): bits equal to one "
+                 f"process: {d['bits_equal']}; {d['exchanged_bytes'] / MI:.0f} MiB exchanged, "
+                 f"{d['exchanged_bytes'] / d['least_bytes']:.2f}x the least any schedule needs "
+                 f"({d['least_bytes'] / MI:.0f} MiB)")
     uc = trn2core.UltraCluster(32)
     est = best_of(lambda: uc.estimate("all_reduce", 1 << 30), repeat)
     task = "estimate all_reduce 1 GiB on 2,048 chips"
@@ -376,6 +392,28 @@ def _schedule_million(repeat: int) -> float:
     for i in range(1_000_000):
         v.tensor_tensor(t[(i + 2) % 4], t[i % 4], t[(i + 1) % 4], "add")
     return best_of(lambda: core.run(trace_limit=0), repeat)
+
+
+def nki_rows(size: int, repeat: int, rows: list, notes: list, verdict) -> None:
+    """The NKI front end (benches/bench_nki.py): a fully blocked matmul kernel against
+    trn2core.gemm on the same operands, and the overhead of a Python-issued NKI instruction."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_nki
+
+    m = bench_nki.matmul_vs_gemm(size, min(repeat, 3))
+    task = f"NKI fully blocked matmul {size}^3 bf16 vs trn2core.gemm"
+    rows.append([task, f"{m['kernel_s'] * 1e3:.1f} ms", "trn2core.gemm (same operands)",
+                 f"{m['gemm_s'] * 1e3:.1f} ms", fmt_ratio(m["gemm_s"] / m["kernel_s"]),
+                 "≥ 0.5x (within 2x)",
+                 verdict(m["ratio"] <= bench_nki.TARGET_MATMUL_VS_GEMM, task)])  # fmt: skip
+    o = bench_nki.instruction_overhead(20000, repeat)
+    task = "Python-issued NKI instruction (tensor_tensor [128, 64] fp32)"
+    rows.append([task, f"{o['us_per_instruction']:.2f} us", "—", "—", "—",
+                 f"< {bench_nki.TARGET_INSTR_US:g} us",
+                 verdict(o["us_per_instruction"] < bench_nki.TARGET_INSTR_US, task)])  # fmt: skip
+    r = m["report"]
+    notes.append(f"NKI matmul {size}^3: emulated {r.seconds * 1e6:.1f} us, bottleneck "
+                 f"{r.bottleneck}, PE {100 * r.utilization('PE'):.1f}%")  # fmt: skip
 
 
 def machine_rows(repeat: int, rows: list, notes: list, verdict) -> None:
@@ -450,6 +488,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only-collectives", action="store_true", help="only the collective rows")
     ap.add_argument("--only-sparsity", action="store_true", help="only the sparsity rows")
     ap.add_argument("--only-machine", action="store_true", help="only the whole-core rows")
+    ap.add_argument("--only-nki", action="store_true", help="only the NKI front end rows")
     ap.add_argument("--child-peak-memory", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n, repeat = args.elements, max(1, args.repeat)
@@ -495,6 +534,10 @@ def main(argv=None) -> int:
     if args.only_machine:
         notes = []
         machine_rows(repeat, rows, notes, verdict)
+        return print_report(rows, notes, misses)
+    if args.only_nki:
+        notes = []
+        nki_rows(args.gemm_size, repeat, rows, notes, verdict)
         return print_report(rows, notes, misses)
 
     # RNE against ml_dtypes.
@@ -607,6 +650,7 @@ def main(argv=None) -> int:
     dma_rows(args.dma_mib, repeat, rows, notes, verdict)
     collectives_rows(repeat, rows, notes, verdict)
     machine_rows(repeat, rows, notes, verdict)
+    nki_rows(args.gemm_size, repeat, rows, notes, verdict)
 
     return print_report(rows, notes, misses)
 

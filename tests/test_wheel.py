@@ -168,3 +168,14 @@ def test_the_installed_command_line_and_guides(venv, tmp_path):
     r = _run([exe, "--version"], cwd=tmp_path)
     assert VERSION in r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written where it ran
+
+
+def test_the_wheel_carries_the_nki_examples_for_the_demo(built, venv, tmp_path):
+    whl, _ = built
+    examples = sorted(p.name for p in (ROOT / "examples" / "nki").glob("*.py"))
+    with zipfile.ZipFile(whl) as z:
+        for name in examples:  # byte for byte, as trn2core/nki_examples/
+            got = z.read(f"trn2core/nki_examples/{name}")
+            assert got == (ROOT / "examples" / "nki" / name).read_bytes(), name
+    r = _run([str(venv / "bin" / "trn2core"), "demo", "--only", "nki"], cwd=tmp_path)
+    assert "matmul_fully_blocked" in r.stdout and "LoopCarriedDependencyError" in r.stdout

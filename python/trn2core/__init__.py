@@ -7,9 +7,10 @@ See ``docs/`` and ``trn2core demo``.
 
 from __future__ import annotations
 
-from . import _core, dma, machine, memory, reference, spec
+from . import _core, distributed, dma, machine, memory, reference, spec
 from .chip import Chip, LogicalCore
 from .collectives import ALGORITHMS, CollectiveReport, CollectiveResult
+from .distributed import DistributedReport, DistributedResult
 from .engine import PERF_MODES, GemmResult, NeuronCore, estimate_gemm, gemm
 from .errors import (
     CapacityError,
@@ -72,6 +73,9 @@ __all__ = [
     "Torus",
     "CollectiveResult",
     "CollectiveReport",
+    "distributed",
+    "DistributedResult",
+    "DistributedReport",
     "ALGORITHMS",
     "reference",
     "Trn2Error",

@@ -4,6 +4,7 @@ Users call the facade in ``trn2core``; these functions expect already-normalised
 (flat C-contiguous native arrays, validated names).
 """
 
+from collections.abc import Callable
 from typing import final
 
 import numpy as np
@@ -31,7 +32,9 @@ __all__ = [
     "check_alloc",
     "collective_estimate",
     "collective_move",
+    "collective_move_local",
     "collective_reduce",
+    "collective_reduce_local",
     "decode",
     "dma_compress",
     "dma_copy_time",
@@ -49,6 +52,8 @@ __all__ = [
     "memory_footprint",
     "names",
     "nccom_estimate",
+    "nccom_machine",
+    "placement",
     "sparsity_compress",
     "sparsity_decompress",
     "sparsity_from_cutlass",
@@ -331,6 +336,36 @@ def collective_move(
     inputs: list[npt.NDArray[np.uint8]],
     peers: list[int] | None,
 ) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object]]: ...
+def placement(chips: int, procs: int, placement: list[int] | None = None) -> list[int]: ...
+def collective_reduce_local(
+    torus: Torus,
+    chips: list[int] | None,
+    collective: str,
+    op: str,
+    algorithm: str,
+    format: str,
+    procs: int,
+    process: int,
+    placement: list[int] | None,
+    elements: int,
+    inputs: list[npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.uint8]],
+    exchange: Callable[[int, list[tuple[int, memoryview]], list[tuple[int, memoryview]]], object],
+) -> tuple[list[np.ndarray], dict[str, object], dict[str, int]]: ...
+def collective_move_local(
+    torus: Torus,
+    chips: list[int] | None,
+    collective: str,
+    algorithm: str,
+    elem_size: int,
+    procs: int,
+    process: int,
+    placement: list[int] | None,
+    elements: int,
+    inputs: list[npt.NDArray[np.uint8]],
+    peers: list[int] | None,
+    exchange: Callable[[int, list[tuple[int, memoryview]], list[tuple[int, memoryview]]], object],
+) -> tuple[list[npt.NDArray[np.uint8]], dict[str, object], dict[str, int]]: ...
+def nccom_machine(chips: int) -> tuple[list[int], int, list[int]]: ...
 def nccom_estimate(
     collective: str, ranks: int, lnc: int, size_bytes: int, elem_bytes: int, algorithm: str
 ) -> dict[str, object]: ...
@@ -397,6 +432,9 @@ class Tile:
     def __getitem__(self, key: object, /) -> Tile: ...
     def reshape_free(self, shape: list[int]) -> Tile: ...
     def ap(self, pattern: list[tuple[int, int]], offset: int = 0) -> Tile: ...
+    def rows(self, count: int, step: int) -> Tile: ...
+    @property
+    def row_step(self) -> int: ...
 
 @final
 class KernelReport:
@@ -440,6 +478,10 @@ class Machine:
     def tensor_info(self, tile: object) -> tuple[str, str, list[int], str]: ...
     def write(self, tile: object, data: npt.NDArray[np.uint8]) -> None: ...
     def read(self, tile: object) -> npt.NDArray[np.uint8]: ...
+    def written_ranges(self, tile: object) -> list[tuple[int, int]]: ...
+    def carried_reads(
+        self, iterations: list[int], end: int, limit: int = 16
+    ) -> list[tuple[int, int]]: ...
     @property
     def instructions(self) -> int: ...
     def clear_program(self) -> None: ...

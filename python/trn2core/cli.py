@@ -19,6 +19,8 @@ from . import __version__, spec
 from .chip import Chip
 from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
+from .cli_nki import add_commands as add_nki_commands
+from .cli_nki import demo_nki
 from .errors import Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 from .sparsity import SPARSITY_PATTERNS
@@ -318,6 +320,7 @@ DEMO_PARTS = [
     ("sparsity", demo_sparsity),
     ("dma", demo_dma),
     ("collectives", demo_collectives),
+    ("nki", demo_nki),
 ]
 
 
@@ -473,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     g.set_defaults(func=cmd_gemm)
     add_collective_commands(sub)
+    add_nki_commands(sub)
     sub.add_parser("formats", help="the number formats").set_defaults(func=cmd_formats)
     sp = sub.add_parser(
         "spec",

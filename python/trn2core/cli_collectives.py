@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from . import _validate, spec
+from . import _validate, cli_check, spec
 from .collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
@@ -126,7 +126,13 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
         parse_size(args.stepbytes, "stepbytes") if args.stepbytes is not None else None,
     )
     rows = nccom_rows(op, args.nworkers, sizes, args.datatype, args.lnc, args.algorithm)
-    print(nccom_table(rows, args.datatype, args.show_algorithm))
+    world = cli_check.mpi_world() if args.check else None  # under mpiexec: spread the check
+    if world is None or world.Get_rank() == 0:
+        print(nccom_table(rows, args.datatype, args.show_algorithm))
+    if args.check:
+        return cli_check.run(
+            op, args.nworkers, sizes, args.datatype, args.lnc, args.algorithm, world
+        )
     return 0
 
 
@@ -167,6 +173,11 @@ def add_commands(sub) -> None:
     nc.add_argument("--lnc", type=int, default=2, choices=(1, 2, 4), help="Logical NeuronCore size")
     nc.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="collective algorithm")
     nc.add_argument("--show-algorithm", action="store_true", help="add an algorithm column")
+    nc.add_argument(
+        "-c", "--check", action="store_true",
+        help="also run each size on data and check every output (under mpiexec or srun, with "
+        "the chips spread over the MPI processes: docs/distributed.md)",
+    )  # fmt: skip
     nc.set_defaults(func=cmd_nccom_test)
 
 

@@ -74,6 +74,12 @@ class CollectiveReport(TimingReport):
     )
 
     def __str__(self) -> str:
+        rows = self._rows()
+        w = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+    def _rows(self) -> list[tuple[str, str]]:
+        """The report's lines as (label, text)."""
         rows = [
             ("what", self.description),
             ("algorithm", self.algorithm),
@@ -98,8 +104,7 @@ class CollectiveReport(TimingReport):
                     f"{_fmt_seconds(p['seconds'])} ({p['bound']}, max {p['max_hops']} hops)",
                 )
             )
-        w = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+        return rows
 
     def __repr__(self) -> str:
         return (

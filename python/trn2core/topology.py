@@ -17,6 +17,7 @@ import operator
 
 from . import _core, _validate, spec
 from . import collectives as _coll
+from . import distributed as _distributed
 from .chip import Chip, _cached, _check_lnc
 from .collectives import CollectiveReport, CollectiveResult, _is_sequence
 from .errors import ShapeError, Trn2ValueError
@@ -129,7 +130,9 @@ class Torus:
 
 
 class _Machine:
-    """Collectives over the chips of a machine; ``chips`` in rank order.
+    """Collectives over the chips of a machine; ``chips`` in rank order. With ``comm=`` (an
+    mpi4py communicator) the chips are spread over its processes: each passes and receives
+    only its ``local_chips``' buffers, with the bits of one process (docs/distributed.md).
 
     Threads: a machine holds no mutable state of its own (collectives are pure functions of
     their buffers), so threads may share one and call its collectives concurrently; each call
@@ -138,6 +141,19 @@ class _Machine:
     _torus: object
     _lnc: int
     name: str
+    _spread: _distributed.Spread | None = None
+
+    def _runner(self):
+        """Where the collectives run: in this process, or spread over MPI processes."""
+        return _coll if self._spread is None else _distributed
+
+    @property
+    def local_chips(self) -> tuple[int, ...]:
+        """The chips whose buffers this process passes and receives: every chip in one
+        process; under MPI (``comm=``) its share (docs/distributed.md)."""
+        if self._spread is None:
+            return tuple(range(self._torus.size))
+        return tuple(c for c, p in enumerate(self._spread.placement) if p == self._spread.process)
 
     @property
     def lnc(self) -> int:
@@ -176,29 +192,35 @@ class _Machine:
         dtype: float32, bfloat16, float16 or float8 (e4m3, e5m2, e3m4). Reduction is in fp32 in
         the order the algorithm fixes (docs/collectives.md), low-precision results rounded once
         to nearest even; every rank gets the same bits. Returns a ``CollectiveResult``."""
-        return _coll.run_reduce(self, "all_reduce", buffers, op, algorithm, self._chip_list(chips))
+        return self._runner().run_reduce(
+            self, "all_reduce", buffers, op, algorithm, self._chip_list(chips)
+        )
 
     def reduce_scatter(self, buffers, op: str = "sum", algorithm: str = "auto", *, chips=None):
         """Rank ``r`` ends with part ``r`` of the reduction: rows ``r * R / n`` to
         ``(r + 1) * R / n`` when the first axis (``R`` rows) divides by the rank count, else
         elements ``floor(r * L / n)`` to ``floor((r + 1) * L / n)`` of the flattened buffer."""
-        return _coll.run_reduce(
+        return self._runner().run_reduce(
             self, "reduce_scatter", buffers, op, algorithm, self._chip_list(chips)
         )
 
     def all_gather(self, buffers, algorithm: str = "auto", *, chips=None) -> CollectiveResult:
         """Every rank ends with ``np.stack(buffers)`` (any dtype; bits unchanged)."""
-        return _coll.run_move(self, "all_gather", buffers, algorithm, self._chip_list(chips))
+        return self._runner().run_move(
+            self, "all_gather", buffers, algorithm, self._chip_list(chips)
+        )
 
     def all_to_all(self, buffers, algorithm: str = "auto", *, chips=None) -> CollectiveResult:
         """Rank ``j`` ends with part ``j`` of every rank's buffer, in rank order (parts cut like
         ``reduce_scatter``'s)."""
-        return _coll.run_move(self, "all_to_all", buffers, algorithm, self._chip_list(chips))
+        return self._runner().run_move(
+            self, "all_to_all", buffers, algorithm, self._chip_list(chips)
+        )
 
     def send_recv(self, buffers, peers=None, *, chips=None) -> CollectiveResult:
         """Point to point: rank ``r`` sends its buffer to rank ``peers[r]`` (a permutation;
         default ``r + 1``, wrapping), which ends with it."""
-        return _coll.run_move(
+        return self._runner().run_move(
             self, "send_recv", buffers, "auto", self._chip_list(chips), peers=peers
         )
 
@@ -227,7 +249,9 @@ class Instance(_Machine):
     """An EC2 instance of Trainium2 chips: ``trn2.3xlarge`` (1 chip), ``trn2.48xlarge`` or
     ``trn2u.48xlarge`` (16 chips, 4 x 4 torus)."""
 
-    def __init__(self, instance_type: str = "trn2.48xlarge", lnc: int = 2) -> None:
+    def __init__(
+        self, instance_type: str = "trn2.48xlarge", lnc: int = 2, *, comm=None, placement=None
+    ) -> None:
         _validate.name(
             instance_type, "instance_type", INSTANCE_TYPES, cls=Trn2ValueError,
             what="instance type",
@@ -235,6 +259,7 @@ class Instance(_Machine):
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
         self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1)
+        self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property
     def instance_type(self) -> str:
@@ -244,22 +269,24 @@ class Instance(_Machine):
 class UltraServer(_Machine):
     """A Trn2 UltraServer: 4 trn2u.48xlarge joined along Z, a 4 x 4 x 4 torus of 64 chips."""
 
-    def __init__(self, lnc: int = 2) -> None:
+    def __init__(self, lnc: int = 2, *, comm=None, placement=None) -> None:
         self._lnc = _check_lnc(lnc)
         self.name = "Trn2 UltraServer"
         self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1)
+        self._spread = _distributed.spread(self._torus.size, comm, placement)
 
 
 class UltraCluster(_Machine):
     """``n_ultraservers`` UltraServers joined by EFA: every chip has a 200 Gbps NIC (~15 us)."""
 
-    def __init__(self, n_ultraservers: int, lnc: int = 2) -> None:
+    def __init__(self, n_ultraservers: int, lnc: int = 2, *, comm=None, placement=None) -> None:
         self._lnc = _check_lnc(lnc)
         n = _index(n_ultraservers, "n_ultraservers")
         if n < 1:
             raise Trn2ValueError(f"n_ultraservers: expected at least 1, got {n}")
         self.name = f"Trn2 UltraCluster of {n} UltraServers"
         self._torus = _core.Torus(_ULTRASERVER_SHAPE, n)
+        self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property
     def ultraservers(self) -> int:

@@ -269,3 +269,45 @@ macro_rules! with_codes {
     }};
 }
 pub(crate) use with_codes;
+
+/// CPython's `PyBUF_READ` / `PyBUF_WRITE` (part of the stable ABI; pyo3 leaves them out of its
+/// limited-API build).
+const PYBUF_READ: std::ffi::c_int = 0x100;
+const PYBUF_WRITE: std::ffi::c_int = 0x200;
+
+/// A memoryview of `bytes` (read-only) or of `bytes_mut` (writable) without a copy, for a
+/// Python callback that hands the memory to MPI (`distributed.py`). The view must not outlive
+/// the borrow: [`release`] it when the callback returns.
+pub fn memoryview<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the view is read-only (PyBUF_READ) over `bytes.len()` valid bytes; the caller
+    // releases it before the borrow ends.
+    unsafe {
+        let p = pyo3::ffi::PyMemoryView_FromMemory(
+            bytes.as_ptr() as *mut std::ffi::c_char,
+            bytes.len() as pyo3::ffi::Py_ssize_t,
+            PYBUF_READ,
+        );
+        Bound::from_owned_ptr_or_err(py, p)
+    }
+}
+
+/// The writable counterpart of [`memoryview`].
+pub fn memoryview_mut<'py>(py: Python<'py>, bytes: &mut [u8]) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: a writable view over `bytes.len()` bytes the caller lends exclusively until it
+    // releases the view.
+    unsafe {
+        let p = pyo3::ffi::PyMemoryView_FromMemory(
+            bytes.as_mut_ptr() as *mut std::ffi::c_char,
+            bytes.len() as pyo3::ffi::Py_ssize_t,
+            PYBUF_WRITE,
+        );
+        Bound::from_owned_ptr_or_err(py, p)
+    }
+}
+
+/// Releases a view made by [`memoryview`] or [`memoryview_mut`]: afterwards Python can no longer
+/// reach the memory through it. Fails (`BufferError`) while something still holds a buffer
+/// exported from it, such as a numpy array made with `numpy.frombuffer`.
+pub fn release(view: &Bound<'_, PyAny>) -> PyResult<()> {
+    view.call_method0("release").map(|_| ())
+}

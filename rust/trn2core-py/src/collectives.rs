@@ -1,17 +1,19 @@
 //! Bindings of the chip, the torus and the collectives (`trn2core::topology`), and of the GEMM
 //! split over several cores (`trn2core::engine::cost::split`). Conversion and error mapping only.
 
-use numpy::{Element, PyReadonlyArray1};
+use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use trn2core::collective::distributed::{Message, MessageMut};
 use trn2core::collective::{
-    self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming, ReduceOp,
+    self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming, Placement,
+    ReduceOp, Traffic, Transport,
 };
 use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
 use trn2core::topology::{self as topo, Torus};
 
-use crate::arrays::{borrow, fill_new_arrays, slice};
+use crate::arrays::{borrow, fill_new_arrays, memoryview, memoryview_mut, release, slice};
 use crate::errors::{guard_detached, PyTrn2Result};
 use crate::perf::uncertainty_dict;
 
@@ -242,12 +244,7 @@ pub fn collective_reduce<'py>(
                     collective::run_reduce(&g, c, o, a, f, &bufs, &mut outs)
                 },
             )?;
-            (
-                outs.into_iter()
-                    .map(|a| a.into_any().unbind())
-                    .collect::<Vec<_>>(),
-                rep,
-            )
+            (unbind_all(outs), rep)
         }};
     }
     let (list, rep) = match f.code_bits() {
@@ -291,8 +288,246 @@ pub fn collective_move<'py>(
         u64::MAX,
         |outs| collective::run_move(&g, c, a, elem_size, &ins, outs, peers.as_deref()),
     )?;
-    let list = outs.into_iter().map(|a| a.into_any().unbind()).collect();
+    let list = unbind_all(outs);
     Ok((list, report_to_dict(py, &torus.inner, &rep)?))
+}
+
+/// The process of every chip of a machine of `chips` chips shared by `procs` processes:
+/// `placement` checked, or the contiguous default.
+#[pyfunction]
+#[pyo3(signature = (chips, procs, placement = None))]
+pub fn placement(
+    chips: usize,
+    procs: usize,
+    placement: Option<Vec<usize>>,
+) -> PyTrn2Result<Vec<usize>> {
+    Ok(Placement::new(placement.as_deref(), procs, chips)?.of_chips())
+}
+
+/// A [`Transport`] that calls the Python function `exchange(round, sends, recvs)` with lists
+/// of `(peer, memoryview)` (read-only views of the messages to send, writable views of where
+/// the received ones land); the views are released when it returns. A Python exception is
+/// kept and raised when the call ends.
+struct PyTransport<'a> {
+    exchange: &'a Py<PyAny>,
+    error: Option<PyErr>,
+}
+
+impl Transport for PyTransport<'_> {
+    fn exchange(
+        &mut self,
+        round: usize,
+        sends: &[Message<'_>],
+        recvs: &mut [MessageMut<'_>],
+    ) -> trn2core::Result<()> {
+        let outcome = Python::attach(|py| -> PyResult<()> {
+            let s = sends
+                .iter()
+                .map(|m| Ok((m.peer, memoryview(py, m.bytes)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            let r = recvs
+                .iter_mut()
+                .map(|m| Ok((m.peer, memoryview_mut(py, m.bytes)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            let called = self
+                .exchange
+                .call1(py, (round, s.clone(), r.clone()))
+                .map(|_| ());
+            for (_, v) in s.iter().chain(&r) {
+                release(v)?;
+            }
+            called
+        });
+        outcome.map_err(|e| {
+            let msg = e.to_string();
+            self.error = Some(e);
+            trn2core::Error::value("exchange", msg)
+        })
+    }
+}
+
+fn traffic_dict<'py>(py: Python<'py>, t: &Traffic) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("rounds", t.rounds)?;
+    d.set_item("sent_bytes", t.sent)?;
+    d.set_item("received_bytes", t.received)?;
+    d.set_item("messages", t.messages)?;
+    d.set_item("exchanged_bytes", t.total)?;
+    d.set_item("schedule_bytes", t.schedule)?;
+    Ok(d)
+}
+
+/// A Python error the transport kept wins over the core error it caused.
+fn transport_error(t: &mut PyTransport, e: crate::errors::PyTrn2Err) -> crate::errors::PyTrn2Err {
+    match t.error.take() {
+        Some(py_err) => py_err.into(),
+        None => e,
+    }
+}
+
+/// What a process's part of a collective returns: its outputs, the report and the traffic.
+type LocalResult<'py> = (Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>);
+
+/// Runs one process's part of a collective (`body`, over a [`PyTransport`] calling `exchange`)
+/// and converts what it returns; a Python error the transport kept wins over the core error it
+/// caused.
+fn run_local<'py>(
+    py: Python<'py>,
+    torus: &Torus,
+    exchange: &Py<PyAny>,
+    body: impl FnOnce(&mut PyTransport<'_>) -> PyTrn2Result<LocalOutcome>,
+) -> PyTrn2Result<LocalResult<'py>> {
+    let mut tr = PyTransport {
+        exchange,
+        error: None,
+    };
+    let (list, (rep, traffic)) = body(&mut tr).map_err(|e| transport_error(&mut tr, e))?;
+    Ok((
+        list,
+        report_to_dict(py, torus, &rep)?,
+        traffic_dict(py, &traffic)?,
+    ))
+}
+
+/// A process's outputs (as Python objects), its report and the bytes it moved.
+type LocalOutcome = (Vec<Py<PyAny>>, (CollectiveReport, Traffic));
+
+/// The arrays as Python objects.
+fn unbind_all<T: Element>(arrays: Vec<Bound<'_, PyArray1<T>>>) -> Vec<Py<PyAny>> {
+    arrays.into_iter().map(|a| a.into_any().unbind()).collect()
+}
+
+/// One process's part of an all-reduce or reduce-scatter spread over `procs` processes
+/// (`collective::run_reduce_local`): `inputs` are the buffers of the ranks this process holds
+/// (ascending), each of `elements` elements; `exchange` moves each round's messages. Returns
+/// `(outputs, report dict, traffic dict)`.
+#[pyfunction]
+#[pyo3(signature = (torus, chips, collective, op, algorithm, format, procs, process, placement, elements, inputs, exchange))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_reduce_local<'py>(
+    py: Python<'py>,
+    torus: &PyTorus,
+    chips: Option<Vec<usize>>,
+    collective: &str,
+    op: &str,
+    algorithm: &str,
+    format: &str,
+    procs: usize,
+    process: usize,
+    placement: Option<Vec<usize>>,
+    elements: usize,
+    inputs: Vec<Bound<'py, PyAny>>,
+    exchange: Py<PyAny>,
+) -> PyTrn2Result<LocalResult<'py>> {
+    let c = Collective::parse("collective", collective)?;
+    let o = ReduceOp::parse("op", op)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
+    let f = Format::parse("dtype", format)?;
+    let g = group(&torus.inner, chips)?;
+    let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
+    macro_rules! run {
+        ($tr:ident, $t:ty, $what:expr, $buf:ident) => {{
+            let ro = borrow_all::<$t>(&inputs, $what)?;
+            let ins = ro
+                .iter()
+                .map(|a| slice(a, "buffers"))
+                .collect::<Result<Vec<&[$t]>, _>>()?;
+            let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
+            let out_lens =
+                collective::local_output_plan(&g, &pl, process, c, Some(f), 1, elements, &lens)?;
+            let tr = $tr;
+            let (outs, rep) = fill_new_arrays::<$t, _>(
+                py,
+                &out_lens,
+                "buffers",
+                "the collective's outputs",
+                0,
+                |outs| {
+                    let bufs: Vec<Buf> = ins.iter().map(|s| Buf::$buf(s)).collect();
+                    let mut outs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::$buf(o)).collect();
+                    collective::run_reduce_local(
+                        &g, &pl, process, c, o, a, f, elements, &bufs, &mut outs, tr,
+                    )
+                },
+            )?;
+            (unbind_all(outs), rep)
+        }};
+    }
+    run_local(py, &torus.inner, &exchange, |tr| {
+        Ok(match f.code_bits() {
+            32 => run!(tr, f32, "float32", F32),
+            16 => run!(tr, u16, "uint16 (bf16/fp16 bit patterns)", U16),
+            _ => run!(tr, u8, "uint8 (fp8 codes)", U8),
+        })
+    })
+}
+
+/// One process's part of an all-gather, all-to-all or send/recv spread over `procs` processes
+/// (`collective::run_move_local`), on raw bytes (flat uint8 views, `elem_size` bytes per
+/// element); see `collective_reduce_local`.
+#[pyfunction]
+#[pyo3(signature = (torus, chips, collective, algorithm, elem_size, procs, process, placement, elements, inputs, peers, exchange))]
+#[allow(clippy::too_many_arguments)]
+pub fn collective_move_local<'py>(
+    py: Python<'py>,
+    torus: &PyTorus,
+    chips: Option<Vec<usize>>,
+    collective: &str,
+    algorithm: &str,
+    elem_size: usize,
+    procs: usize,
+    process: usize,
+    placement: Option<Vec<usize>>,
+    elements: usize,
+    inputs: Vec<Bound<'py, PyAny>>,
+    peers: Option<Vec<usize>>,
+    exchange: Py<PyAny>,
+) -> PyTrn2Result<LocalResult<'py>> {
+    let c = Collective::parse("collective", collective)?;
+    let a = Algorithm::parse("algorithm", algorithm)?;
+    let g = group(&torus.inner, chips)?;
+    let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
+    run_local(py, &torus.inner, &exchange, |tr| {
+        let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
+        let ins = ro
+            .iter()
+            .map(|a| slice(a, "buffers"))
+            .collect::<Result<Vec<&[u8]>, _>>()?;
+        let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
+        let out_lens =
+            collective::local_output_plan(&g, &pl, process, c, None, elem_size, elements, &lens)?;
+        let (outs, rep) = fill_new_arrays::<u8, _>(
+            py,
+            &out_lens,
+            "buffers",
+            "the collective's outputs",
+            0,
+            |outs| {
+                collective::run_move_local(
+                    &g,
+                    &pl,
+                    process,
+                    c,
+                    a,
+                    elem_size,
+                    elements,
+                    &ins,
+                    outs,
+                    peers.as_deref(),
+                    tr,
+                )
+            },
+        )?;
+        Ok((unbind_all(outs), rep))
+    })
+}
+
+/// The machine and chips `nccom-test` runs `chips` chips on (`collective::machine_for_chips`):
+/// `(torus shape, ultraservers, chip indices in rank order)`, for its functional check.
+#[pyfunction]
+pub fn nccom_machine(chips: usize) -> PyTrn2Result<(Vec<usize>, usize, Vec<usize>)> {
+    let (torus, chosen) = collective::machine_for_chips(chips)?;
+    Ok((torus.torus_shape().to_vec(), torus.ultraservers(), chosen))
 }
 
 /// One `nccom-test` row.

@@ -64,7 +64,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_move, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::collective_reduce_local, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::collective_move_local, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::placement, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::nccom_estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::nccom_machine, m)?)?;
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;

@@ -146,6 +146,20 @@ impl PyTile {
         })
     }
 
+    /// An HBM tile whose first axis is `count` rows `step` elements apart (NKI's `.ap()` on
+    /// HBM; a step of 0 repeats one row).
+    fn rows(&self, count: u32, step: i64) -> PyTrn2Result<PyTile> {
+        Ok(PyTile {
+            tile: self.tile.with_rows(count, step)?,
+        })
+    }
+
+    /// Elements between consecutive rows of the first axis (HBM; 0 in SBUF/PSUM).
+    #[getter]
+    fn row_step(&self) -> i64 {
+        self.tile.partition_step
+    }
+
     fn __repr__(&self) -> String {
         let t = &self.tile;
         format!(
@@ -228,17 +242,30 @@ impl PyMachine {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs one instruction: with the GIL held when small, released when large.
+    /// The machine with its queued matmuls settled (what every call but `nc_matmul` sees).
+    fn settled(&self) -> Result<MutexGuard<'_, Machine>, Error> {
+        let mut m = self.lock();
+        m.settle()?;
+        Ok(m)
+    }
+
+    /// Runs one instruction after settling the queued matmuls: with the GIL held when small,
+    /// released when large (or when queued matmuls are computed first).
     fn run_instr(
         &self,
         py: Python<'_>,
         elements: usize,
         f: impl FnOnce(&mut Machine) -> Result<(), Error> + Send,
     ) -> PyTrn2Result<()> {
-        if elements < GIL_HELD_ELEMENTS {
-            Ok(guard(py, || f(&mut self.lock()))?)
+        let queued = self.lock().queued_matmuls() > 0;
+        if elements < GIL_HELD_ELEMENTS && !queued {
+            Ok(guard(py, || f(&mut *self.settled()?))?)
         } else {
-            Ok(guard_work(py, elements as u64, || f(&mut self.lock()))?)
+            Ok(guard_work(
+                py,
+                elements as u64,
+                || f(&mut *self.settled()?),
+            )?)
         }
     }
 }
@@ -299,7 +326,7 @@ impl PyMachine {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
         let tile = guard(py, || {
-            self.lock()
+            self.settled()?
                 .alloc_at(sp, name, &shape, dt, start_partition, address)
         })?;
         Ok(PyTile { tile })
@@ -325,7 +352,7 @@ impl PyMachine {
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
-        Ok(guard(py, || self.lock().free(&t))?)
+        Ok(guard(py, || self.settled()?.free(&t))?)
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.
@@ -357,14 +384,39 @@ impl PyMachine {
         let t = tile_of(tile, "tile")?;
         let arr = borrow::<u8>(data, "data", "uint8")?;
         let bytes = slice(&arr, "data")?;
-        Ok(guard(py, || self.lock().write_tile(&t, bytes))?)
+        Ok(guard(py, || self.settled()?.write_tile(&t, bytes))?)
     }
 
     /// A tile's elements as packed little-endian bytes (logical order).
     fn read(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<Py<PyAny>> {
         let t = tile_of(tile, "tile")?;
-        let bytes = guard(py, || self.lock().read_tile(&t))?;
+        let bytes = guard(py, || self.settled()?.read_tile(&t))?;
         Ok(to_numpy(py, bytes))
+    }
+
+    /// The byte ranges of an HBM tensor written so far (the whole buffer once fully written).
+    fn written_ranges(
+        &self,
+        py: Python<'_>,
+        tile: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<Vec<(u64, u64)>> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || self.lock().written_ranges(&t))?)
+    }
+
+    /// Loop-carried reads among the recorded instructions `iterations[0] .. end`: up to `limit`
+    /// pairs `(reader, writer)` where `reader` reads bytes last written in an earlier iteration.
+    #[pyo3(signature = (iterations, end, limit = 16))]
+    fn carried_reads(
+        &self,
+        py: Python<'_>,
+        iterations: Vec<usize>,
+        end: usize,
+        limit: usize,
+    ) -> PyTrn2Result<Vec<(u32, u32)>> {
+        Ok(guard(py, || {
+            self.lock().carried_reads(&iterations, end, limit)
+        })?)
     }
 
     /// Instructions recorded so far.
@@ -765,8 +817,18 @@ impl PyMachine {
             tile: PeTile::from_options(tile_position, tile_size)?,
             is_transpose,
         };
-        let work = s.elements() * mv.free_size();
-        self.run_instr(py, work, |m| m.nc_matmul(&d, &s, &mv, &opts))
+        // Queued: its arithmetic runs, in parallel with its neighbours', when the next call
+        // settles the queue (`settled`), in issue order.
+        let work = s.elements() + mv.elements();
+        if work < GIL_HELD_ELEMENTS {
+            Ok(guard(py, || {
+                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
+            })?)
+        } else {
+            Ok(guard_work(py, work as u64, || {
+                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
+            })?)
+        }
     }
 
     /// `nc_transpose` on `engine` ("tensor" or "vector").

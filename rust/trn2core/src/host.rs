@@ -271,6 +271,28 @@ fn cgroup_available() -> Option<u64> {
     Some(limit.saturating_sub(usage.saturating_sub(inactive)))
 }
 
+/// Asks the kernel to back `v` with transparent huge pages where its 2 MiB-aligned parts allow
+/// (Linux `MADV_HUGEPAGE`; elsewhere nothing): a fresh buffer of hundreds of MiB that is written
+/// once then costs 512 times fewer page faults. Advice only: nothing changes if it is refused.
+pub fn advise_huge_pages<T>(v: &mut [T]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let (p, len) = (v.as_mut_ptr() as usize, std::mem::size_of_val(v));
+        let start = p.next_multiple_of(HUGE);
+        let end = (p + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: madvise only changes how the kernel backs pages of this mapping, which
+            // `v` owns; the range lies inside `v`. Its result is advice and may be ignored.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

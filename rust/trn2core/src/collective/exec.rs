@@ -34,7 +34,7 @@ use rayon::prelude::*;
 use super::ops::{Collective, ReduceOp};
 use super::schedule::Schedule;
 use crate::engine::CANONICAL_NAN;
-use crate::numerics::{encode_into, fp8_lut, CodesMut, Format, Random, Rounding, Source};
+use crate::numerics::{encode_into, fp8_lut, CodesMut, Encoding, Format, Random, Rounding, Source};
 use crate::{Error, Result};
 
 impl ReduceOp {
@@ -307,12 +307,17 @@ pub enum Buf<'a> {
 }
 
 impl Buf<'_> {
-    fn len(&self) -> usize {
+    /// Elements.
+    pub fn len(&self) -> usize {
         match self {
             Buf::F32(x) => x.len(),
             Buf::U16(x) => x.len(),
             Buf::U8(x) => x.len(),
         }
+    }
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -328,14 +333,20 @@ pub enum BufMut<'a> {
 }
 
 impl BufMut<'_> {
-    fn len(&self) -> usize {
+    /// Elements.
+    pub fn len(&self) -> usize {
         match self {
             BufMut::F32(x) => x.len(),
             BufMut::U16(x) => x.len(),
             BufMut::U8(x) => x.len(),
         }
     }
-    fn raw(&mut self) -> (*mut u8, usize) {
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The buffer's first element and its element size in bytes.
+    pub(super) fn raw(&mut self) -> (*mut u8, usize) {
         match self {
             BufMut::F32(x) => (x.as_mut_ptr().cast(), 4),
             BufMut::U16(x) => (x.as_mut_ptr().cast(), 2),
@@ -362,6 +373,31 @@ pub fn check_reduce_format(format: Format) -> Result<()> {
             ),
         )),
     }
+}
+
+/// Checks that every buffer has `w` elements stored as `format`'s codes.
+pub(super) fn check_storage(format: Format, inputs: &[Buf], w: usize) -> Result<()> {
+    let storage_ok = |b: &Buf| match (b, format) {
+        (Buf::F32(_), Format::Fp32) => true,
+        (Buf::U16(_), Format::Bf16 | Format::Fp16) => true,
+        (Buf::U8(_), f) => f.code_bits() == 8,
+        _ => false,
+    };
+    for (r, b) in inputs.iter().enumerate() {
+        if b.len() != w {
+            return Err(Error::shape(
+                "buffers",
+                format!("buffer {r} has {} elements, buffer 0 has {w}", b.len()),
+            ));
+        }
+        if !storage_ok(b) {
+            return Err(Error::format(
+                "buffers",
+                format!("buffer {r} is not stored as {}", format.name()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A postfix program evaluating one expression over a block.
@@ -420,10 +456,10 @@ fn compile(sym: &Symbolic, id: u32) -> (Vec<Op>, usize) {
 }
 
 /// Elements per evaluation block (16 KiB of fp32 per stack level).
-const BLOCK: usize = 4096;
+pub(super) const BLOCK: usize = 4096;
 
 #[derive(Clone, Copy)]
-struct OutPtr(*mut u8);
+pub(super) struct OutPtr(pub(super) *mut u8);
 // SAFETY: the pointers are only written through in disjoint element ranges by different tasks
 // (see `execute_reduce`), and the buffers outlive the parallel section.
 unsafe impl Send for OutPtr {}
@@ -459,7 +495,7 @@ fn read(inp: &Buf, i: usize, lut: &[f32; 256], fmt: Format) -> f32 {
     }
 }
 
-fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format) {
+pub(super) fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format) {
     match inp {
         Buf::F32(x) => dst.copy_from_slice(&x[start..start + dst.len()]),
         _ => {
@@ -471,7 +507,7 @@ fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], fmt: Format)
 }
 
 #[inline(always)]
-fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
+pub(super) fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     match op {
         ReduceOp::Sum => acc.iter_mut().zip(other).for_each(|(a, &b)| *a += b),
         ReduceOp::Max => acc
@@ -485,7 +521,7 @@ fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     }
 }
 
-fn fold(
+pub(super) fn fold(
     acc: &mut [f32],
     inp: &Buf,
     start: usize,
@@ -534,26 +570,7 @@ pub fn execute_reduce(
     }
     let w = inputs[0].len();
     let want = output_lengths(s.collective, n, w);
-    let storage_ok = |b: &Buf| match (b, format) {
-        (Buf::F32(_), Format::Fp32) => true,
-        (Buf::U16(_), Format::Bf16 | Format::Fp16) => true,
-        (Buf::U8(_), f) => f.code_bits() == 8,
-        _ => false,
-    };
-    for (r, b) in inputs.iter().enumerate() {
-        if b.len() != w {
-            return Err(Error::shape(
-                "buffers",
-                format!("buffer {r} has {} elements, buffer 0 has {w}", b.len()),
-            ));
-        }
-        if !storage_ok(b) {
-            return Err(Error::format(
-                "buffers",
-                format!("buffer {r} is not stored as {}", format.name()),
-            ));
-        }
-    }
+    check_storage(format, inputs, w)?;
     for (r, o) in outputs.iter().enumerate() {
         if o.len() != want[r] {
             return Err(Error::shape(
@@ -696,23 +713,7 @@ pub fn execute_reduce(
                     }
                 }
                 _ => {
-                    let (dst, src): (CodesMut, *const u8) = if format.code_bits() == 16 {
-                        let c = &mut codes16[..len];
-                        let p = c.as_ptr().cast::<u8>();
-                        (CodesMut::U16(c), p)
-                    } else {
-                        let c = &mut codes8[..len];
-                        let p = c.as_ptr();
-                        (CodesMut::U8(c), p)
-                    };
-                    encode_into(
-                        &Source::F32(result),
-                        &enc,
-                        Rounding::NearestEven,
-                        false,
-                        &Random::None,
-                        dst,
-                    )?;
+                    let src = encode_block(result, &enc, codes16, codes8)?.as_ptr();
                     for &(r, off) in &tgt.receivers {
                         let (p, e) = ptrs[r as usize];
                         // SAFETY: as above, in units of the output's element size `e`; `src`
@@ -730,13 +731,50 @@ pub fn execute_reduce(
     Ok(sym)
 }
 
+/// Rounds the fp32 `result` once to nearest even into the codes of `enc`'s format, in a task's
+/// scratch (`codes16` for 16-bit codes, else `codes8`; each at least `result.len()` long), and
+/// returns those codes as bytes: what every rank receiving the value gets.
+pub(super) fn encode_block<'a>(
+    result: &[f32],
+    enc: &Encoding,
+    codes16: &'a mut [u16],
+    codes8: &'a mut [u8],
+) -> Result<&'a [u8]> {
+    let len = result.len();
+    let src = Source::F32(result);
+    if enc.format.code_bits() == 16 {
+        let c = &mut codes16[..len];
+        encode_into(
+            &src,
+            enc,
+            Rounding::NearestEven,
+            false,
+            &Random::None,
+            CodesMut::U16(c),
+        )?;
+        // SAFETY: `c` holds `len` initialised u16 codes, `2 len` bytes, borrowed for `'a`.
+        Ok(unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), len * 2) })
+    } else {
+        let c = &mut codes8[..len];
+        encode_into(
+            &src,
+            enc,
+            Rounding::NearestEven,
+            false,
+            &Random::None,
+            CodesMut::U8(c),
+        )?;
+        Ok(c)
+    }
+}
+
 /// Copies `src` to `dst` with non-temporal stores where the CPU has them (x86-64 SSE): the
 /// results go to every rank's fresh output once and are not read back, so streaming them past
 /// the caches saves the read-for-ownership of every output line (a third of the memory traffic).
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` writes and not overlap `src`.
-unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
+pub(super) unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_loadu_ps, _mm_sfence, _mm_stream_ps};
@@ -765,7 +803,7 @@ unsafe fn stream_copy_f32(src: &[f32], dst: *mut f32) {
 
 /// Refuses a host floating-point environment that flushes subnormals (a library built with
 /// fast-math can set it for a whole thread): the sums would silently differ.
-fn check_fp_env() -> Result<()> {
+pub(super) fn check_fp_env() -> Result<()> {
     let tiny = std::hint::black_box(f32::MIN_POSITIVE);
     let half = std::hint::black_box(0.5f32);
     let sub = std::hint::black_box(f32::from_bits(1));
@@ -900,7 +938,11 @@ const COPY_CHUNK: usize = 4 << 20;
 
 /// `dst.copy_from_slice(src)` in pieces of [`COPY_CHUNK`], checking `cancel` before each: a
 /// send/recv of a 1 GiB buffer stops within a piece's time of Ctrl-C.
-fn copy_checked(dst: &mut [u8], src: &[u8], cancel: &crate::cancel::Cancel) -> Result<()> {
+pub(super) fn copy_checked(
+    dst: &mut [u8],
+    src: &[u8],
+    cancel: &crate::cancel::Cancel,
+) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::shape(
             "outputs",

@@ -8,12 +8,14 @@
 //! - [`policy`]: the Neuron runtime's choice of algorithm (`auto`) by message size.
 //! - [`exec`]: the functional model, executing a schedule on the buffers (the bits).
 //! - [`cost`](mod@cost): the timing model, costing the same schedule over the links (the time).
+//! - [`distributed`]: the same bits with the ranks spread over several processes (MPI).
 //!
 //! [`estimate`] costs a collective without data; [`run_reduce`] and [`run_move`] also compute
 //! it. [`nccom_estimate`] is the model behind `trn2core nccom-test`.
 
 pub mod build;
 pub mod cost;
+pub mod distributed;
 pub mod exec;
 pub mod graph;
 pub mod ops;
@@ -22,6 +24,7 @@ pub mod schedule;
 
 pub use build::build;
 pub use cost::{cost, PhaseTiming, Timing};
+pub use distributed::{Placement, Traffic, Transport};
 pub use exec::{
     execute_move, execute_reduce, output_lengths, run_symbolic, Buf, BufMut, Symbolic,
     LEAF as LEAF_TAG, UNDEF,
@@ -256,6 +259,115 @@ pub fn run_move(
     let sched = build(group, collective, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
     report(&sched, group, None, elements, elem as u64, false)
+}
+
+/// Validates the buffers one process passes to a collective spread over processes
+/// ([`distributed`]) and returns the length of each of its ranks' outputs, in the units of
+/// `input_lens` (elements, or bytes of `elem_bytes`-byte elements): one buffer per rank the
+/// process holds, each of `elements` elements, and for a reduction (`format` given) a format
+/// Trainium2 reduces.
+#[allow(clippy::too_many_arguments)]
+pub fn local_output_plan(
+    group: &Group,
+    placement: &Placement,
+    process: usize,
+    collective: Collective,
+    format: Option<Format>,
+    elem_bytes: usize,
+    elements: usize,
+    input_lens: &[usize],
+) -> Result<Vec<usize>> {
+    if let Some(f) = format {
+        exec::check_reduce_format(f)?;
+        if !collective.reduces() {
+            return Err(Error::value(
+                "collective",
+                format!("{} does not reduce", collective.name()),
+            ));
+        }
+    }
+    if elem_bytes == 0 {
+        return Err(Error::value("buffers", "elements of zero bytes"));
+    }
+    let ranks = placement.local_ranks(group, process)?;
+    if input_lens.len() != ranks.len() {
+        return Err(Error::shape(
+            "buffers",
+            format!(
+                "got {} buffers; this process ({process}) holds {} ranks of the collective \
+                 (chips {:?}): pass one buffer per chip it holds",
+                input_lens.len(),
+                ranks.len(),
+                ranks.iter().map(|&r| group.chips[r]).collect::<Vec<_>>()
+            ),
+        ));
+    }
+    let unit = if format.is_some() { 1 } else { elem_bytes };
+    if let Some(i) = input_lens.iter().position(|&m| m != elements * unit) {
+        return Err(Error::shape(
+            "buffers",
+            format!(
+                "buffer {i} has {} {}, every rank's buffer must have {} (the size every \
+                 process agreed on)",
+                input_lens[i] / unit,
+                if unit == 1 { "elements" } else { "bytes" },
+                elements
+            ),
+        ));
+    }
+    let all = output_lengths(collective, group.n(), elements);
+    Ok(ranks.iter().map(|&r| all[r] * unit).collect())
+}
+
+/// [`run_reduce`] for one process of a collective spread over processes: `inputs` and
+/// `outputs` are the buffers of the ranks it holds (ascending), each input of `elements`
+/// elements; `transport` moves the messages. Returns the report (the same as one process's)
+/// and the bytes moved.
+#[allow(clippy::too_many_arguments)]
+pub fn run_reduce_local(
+    group: &Group,
+    placement: &Placement,
+    process: usize,
+    collective: Collective,
+    op: ReduceOp,
+    algorithm: Algorithm,
+    format: Format,
+    elements: usize,
+    inputs: &[Buf],
+    outputs: &mut [BufMut],
+    transport: &mut dyn Transport,
+) -> Result<(CollectiveReport, Traffic)> {
+    let elem = (format.code_bits() / 8) as usize;
+    let (sched, plan) = distributed::plan(
+        group, placement, process, collective, algorithm, elem, elements, None,
+    )?;
+    distributed::execute_reduce_local(&plan, op, format, inputs, outputs, transport)?;
+    let rep = report(&sched, group, Some(op), elements as u64, elem as u64, false)?;
+    Ok((rep, plan.traffic))
+}
+
+/// [`run_move`] for one process of a collective spread over processes (see
+/// [`run_reduce_local`]); `inputs` and `outputs` as bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn run_move_local(
+    group: &Group,
+    placement: &Placement,
+    process: usize,
+    collective: Collective,
+    algorithm: Algorithm,
+    elem: usize,
+    elements: usize,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    peers: Option<&[usize]>,
+    transport: &mut dyn Transport,
+) -> Result<(CollectiveReport, Traffic)> {
+    let (sched, plan) = distributed::plan(
+        group, placement, process, collective, algorithm, elem, elements, peers,
+    )?;
+    distributed::execute_move_local(&plan, inputs, outputs, transport)?;
+    let rep = report(&sched, group, None, elements as u64, elem as u64, false)?;
+    Ok((rep, plan.traffic))
 }
 
 /// The machine and chips `nccom-test` runs `chips` chips on: one chip, the first `chips` chips

@@ -930,6 +930,32 @@ impl Memories {
         }
     }
 
+    /// The byte ranges of an HBM tensor that have been written, in order (the whole buffer
+    /// when it is fully written). Under [`Uninitialized::Nan`] nothing is tracked and the whole
+    /// buffer counts as written.
+    pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
+        let t = self.tensor(tile.tensor)?;
+        if t.space != Space::Hbm {
+            return Err(Error::value(
+                "tile",
+                format!(
+                    "written_ranges reads an HBM tensor's map; tensor {} is in {}",
+                    t.name,
+                    t.space.name()
+                ),
+            ));
+        }
+        if t.fully_written || self.uninitialized == Uninitialized::Nan {
+            return Ok(vec![(0, t.bytes)]);
+        }
+        Ok(t.hbm_init
+            .segs
+            .iter()
+            .filter(|(_, &(_, m))| m & 1 != 0)
+            .map(|(&s, &(e, _))| (s, e))
+            .collect())
+    }
+
     /// Records that `tile`'s elements were written.
     pub fn mark_written(&mut self, tile: &Tile, range: (u64, u64)) {
         if self.uninitialized == Uninitialized::Nan {

@@ -7,6 +7,8 @@
 //! - [`dtype`]: element types and the conversions on the way in and out of the engines.
 //! - [`isa`]: the instructions' values (VALUES): one method of [`Machine`] per NKI ISA
 //!   instruction, computed when issued, with the engine rules as errors.
+//! - [`loops`]: loop-carried reads of a recorded loop (for front ends that promise
+//!   independent iterations).
 //! - [`record`]: the recorded program (what `isa` writes and `cost`/`timeline` read).
 //! - [`cost`]: each instruction's duration from the published formulas (TIME).
 //! - [`timeline`]: the engines' queues run in parallel under the dependencies of the recorded
@@ -33,6 +35,7 @@
 pub mod cost;
 pub mod dtype;
 pub mod isa;
+pub mod loops;
 pub mod memory;
 pub mod record;
 pub(crate) mod simd;
@@ -75,6 +78,8 @@ pub struct Machine {
     /// One bit per PSUM fp32 slot: written by a matmul since the last other write (the
     /// condition for `accumulate=True`, and what `accumulate=None` infers from).
     pub(crate) psum_mm: Vec<u64>,
+    /// Matmuls checked and recorded whose arithmetic waits for [`Machine::settle`].
+    pub(crate) pe_queue: Vec<isa::pe::QueuedMatmul>,
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
@@ -92,6 +97,7 @@ impl Machine {
             act_regs: [0.0; SBUF_PARTITIONS],
             dve_regs: [0.0; SBUF_PARTITIONS],
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
+            pe_queue: Vec::new(),
             config,
             next_dma_queue: 0,
         })
@@ -195,14 +201,49 @@ impl Machine {
         timeline::schedule(&self.program, options)
     }
 
+    /// The loop-carried reads of the recorded instructions `iterations[0] .. end` (see
+    /// [`loops::carried_reads`]).
+    pub fn carried_reads(
+        &self,
+        iterations: &[usize],
+        end: usize,
+        limit: usize,
+    ) -> Result<Vec<(u32, u32)>> {
+        loops::carried_reads(&self.program, iterations, end, limit)
+    }
+
+    /// The written byte ranges of an HBM tensor (see [`Memories::written_ranges`]).
+    pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
+        self.mem.written_ranges(tile)
+    }
+
     /// Clears the matmul-written bits of a PSUM byte region.
     pub(crate) fn clear_psum_mm(&mut self, p0: u32, pn: u32, lo: u64, hi: u64) {
-        let (s0, s1) = ((lo / 4) as usize, hi.div_ceil(4) as usize);
-        for p in p0 as usize..(p0 + pn) as usize {
-            for s in s0..s1.min(PSUM_SLOTS) {
-                let bit = p * PSUM_SLOTS + s;
-                self.psum_mm[bit / 64] &= !(1u64 << (bit % 64));
-            }
+        let words = &mut self.psum_mm;
+        psum_words(p0, pn, lo, hi, |w, mask| words[w] &= !mask);
+    }
+}
+
+/// Calls `f(word, mask)` for the words of the PSUM slot bitmap (one bit per fp32 slot,
+/// `PSUM_SLOTS` per partition) covering bytes `lo..hi` of partitions `p0 .. p0 + pn`: a few
+/// words per partition instead of one step per slot.
+pub(crate) fn psum_words(p0: u32, pn: u32, lo: u64, hi: u64, mut f: impl FnMut(usize, u64)) {
+    let (s0, s1) = ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
+    if s0 >= s1 {
+        return;
+    }
+    for p in p0 as usize..(p0 + pn) as usize {
+        let (b0, b1) = (p * PSUM_SLOTS + s0, p * PSUM_SLOTS + s1);
+        let (w0, w1) = (b0 / 64, (b1 - 1) / 64);
+        for w in w0..=w1 {
+            let lo_bit = if w == w0 { b0 % 64 } else { 0 };
+            let hi_bit = if w == w1 { (b1 - 1) % 64 + 1 } else { 64 };
+            let mask = if hi_bit - lo_bit == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi_bit - lo_bit)) - 1) << lo_bit
+            };
+            f(w, mask);
         }
     }
 }

@@ -351,6 +351,31 @@ impl Tile {
     }
 }
 
+impl Tile {
+    /// An HBM tile with its first axis set to `count` rows `step` elements apart (NKI's
+    /// `.ap()` on HBM, whose first `[step, count]` pair is free: HBM has no partitions). Used
+    /// for transposing and broadcasting DMA access patterns (a step of 0 repeats a row).
+    pub fn with_rows(&self, count: u32, step: i64) -> Result<Tile> {
+        if self.space != Space::Hbm {
+            return Err(Error::value(
+                "rows",
+                format!(
+                    "only an HBM tile has a free first axis; this tile is in {} (its partitions \
+                     are consecutive)",
+                    self.space.name()
+                ),
+            ));
+        }
+        if count == 0 {
+            return Err(Error::shape("rows", "a tile has at least one row"));
+        }
+        let mut t = *self;
+        t.partitions = count;
+        t.partition_step = step;
+        Ok(t)
+    }
+}
+
 /// The mask of partitions `start .. start + count` (count <= 128).
 pub fn partition_mask(start: u32, count: u32) -> u128 {
     let ones = if count >= 128 {

@@ -1814,3 +1814,184 @@ fn pe_tiles_overlap() {
     );
     assert_eq!(rep.ticks, 512 * 2);
 }
+
+// ------------------------------------------ additions for the NKI front end (issue 15)
+
+#[test]
+fn hbm_rows_transpose_and_broadcast_dma_patterns() {
+    let mut m = core();
+    let host: Vec<u32> = codes(Dtype::Fp32, 4 * 3, 7);
+    let h = m
+        .hbm_tensor(
+            "h",
+            &[4, 3],
+            Dtype::Fp32,
+            Some(&to_bytes(Dtype::Fp32, &host)),
+        )
+        .expect("hbm");
+    // Transposed: 3 rows one element apart, each of 4 elements 3 apart.
+    let t = h
+        .with_rows(3, 1)
+        .and_then(|t| t.with_pattern(&[(3, 4)], 0))
+        .expect("pattern");
+    let s = alloc(&mut m, "s", &[3, 4], Dtype::Fp32);
+    m.dma_copy(&s, &t, None).expect("transposing load");
+    let want: Vec<u32> = (0..3)
+        .flat_map(|c| (0..4).map(move |r| (r, c)))
+        .map(|(r, c)| host[r * 3 + c])
+        .collect();
+    assert_eq!(get(&m, &s), want);
+    // Broadcast: row 2 repeated on 5 partitions (a step of 0).
+    let row = h
+        .slice(&[Index::Range {
+            start: Some(2),
+            stop: Some(3),
+            step: 1,
+        }])
+        .expect("row");
+    let b = row.with_rows(5, 0).expect("broadcast");
+    let s5 = alloc(&mut m, "s5", &[5, 3], Dtype::Fp32);
+    m.dma_copy(&s5, &b, None).expect("broadcast load");
+    assert_eq!(get(&m, &s5), host[6..9].repeat(5));
+    let err = s5.with_rows(2, 0).expect_err("sbuf");
+    assert!(err.to_string().contains("HBM"), "{err}");
+}
+
+#[test]
+fn written_ranges_of_an_output() {
+    let mut m = core();
+    let out = m
+        .hbm_tensor("out", &[4, 8], Dtype::Bf16, None)
+        .expect("hbm");
+    assert!(m.written_ranges(&out).expect("ranges").is_empty());
+    let s = alloc(&mut m, "s", &[2, 8], Dtype::Bf16);
+    m.memset(Engine::Vector, &s, 1.0).expect("memset");
+    let rows = Index::Range {
+        start: Some(1),
+        stop: Some(3),
+        step: 1,
+    };
+    m.dma_copy(&out.slice(&[rows]).expect("rows"), &s, None)
+        .expect("store");
+    assert_eq!(m.written_ranges(&out).expect("ranges"), vec![(16, 48)]);
+    let err = m.written_ranges(&s).expect_err("sbuf");
+    assert!(err.to_string().contains("HBM"), "{err}");
+}
+
+#[test]
+fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
+    let mut m = core();
+    let acc = alloc(&mut m, "acc", &[128, 64], Dtype::Fp32);
+    let x = alloc(&mut m, "x", &[128, 4, 64], Dtype::Fp32);
+    m.memset(Engine::Vector, &acc, 0.0).expect("memset");
+    m.memset(Engine::Gpsimd, &x, 1.0).expect("memset");
+    let col = |i: i64| x.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    // Independent: iteration i reads x[:, i] (written before the loop), writes x[:, i].
+    let start = m.instructions();
+    let mut its = Vec::new();
+    for i in 0..4 {
+        its.push(m.instructions());
+        m.tensor_scalar(
+            Engine::Vector,
+            &col(i),
+            &col(i),
+            AluOp::Multiply,
+            &Scalar::Imm(2.0),
+            false,
+            None,
+        )
+        .expect("scale");
+    }
+    assert!(m
+        .carried_reads(&its, m.instructions(), 8)
+        .expect("ok")
+        .is_empty());
+    assert_eq!(its[0], start);
+    // Carried: iteration i reads x[:, i - 1], written by iteration i - 1.
+    let mut its = Vec::new();
+    for i in 0..4 {
+        its.push(m.instructions());
+        m.tensor_copy(Engine::Vector, &col(i), &col((i + 3) % 4))
+            .expect("copy");
+    }
+    let pairs = m.carried_reads(&its, m.instructions(), 8).expect("ok");
+    assert_eq!(
+        pairs,
+        vec![
+            (its[1] as u32, its[0] as u32),
+            (its[2] as u32, its[1] as u32),
+            (its[3] as u32, its[2] as u32)
+        ]
+    );
+    // An accumulation reads what the previous iteration wrote: reported (the caller decides).
+    let mut its = Vec::new();
+    for i in 0..3 {
+        its.push(m.instructions());
+        m.tensor_tensor(Engine::Vector, &acc, &acc, &col(i), AluOp::Add)
+            .expect("acc");
+    }
+    let pairs = m.carried_reads(&its, m.instructions(), 1).expect("ok");
+    assert_eq!(pairs, vec![(its[1] as u32, its[0] as u32)]);
+    assert!(m.carried_reads(&[5, 2], 6, 1).is_err());
+}
+
+#[test]
+fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
+    // Two machines with the same data: one issues matmuls one at a time, the other queues them
+    // (an accumulation group of 4 into one PSUM tile, then one into another tile, then an
+    // overwrite of the first) and settles; PSUM and the recorded programs must agree.
+    let setup = || {
+        let mut m = core();
+        let st = alloc(&mut m, "st", &[128, 4, 96], Dtype::Bf16);
+        let mv = alloc(&mut m, "mv", &[128, 4, 200], Dtype::Fp16);
+        let s = codes(Dtype::Bf16, 128 * 4 * 96, 3);
+        let v = codes(Dtype::Fp16, 128 * 4 * 200, 4);
+        m.write_tile(&st, &to_bytes(Dtype::Bf16, &s)).expect("st");
+        m.write_tile(&mv, &to_bytes(Dtype::Fp16, &v)).expect("mv");
+        let p = m
+            .alloc(Space::Psum, "p", &[96, 200], Dtype::Fp32)
+            .expect("p");
+        let q = m
+            .alloc(Space::Psum, "q", &[96, 200], Dtype::Fp32)
+            .expect("q");
+        (m, st, mv, p, q)
+    };
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let ops = |st: &Tile, mv: &Tile, p: &Tile, q: &Tile| {
+        let mut v: Vec<(Tile, Tile, Tile, PeOptions)> = (0..4)
+            .map(|k| (*p, slice(st, k), slice(mv, k), PeOptions::default()))
+            .collect();
+        v.push((*q, slice(st, 1), slice(mv, 2), PeOptions::default()));
+        let overwrite = PeOptions {
+            accumulate: Some(false),
+            ..PeOptions::default()
+        };
+        v.push((*p, slice(st, 3), slice(mv, 0), overwrite));
+        v
+    };
+    let (mut a, sta, mva, pa, qa) = setup();
+    for (d, s, m, o) in ops(&sta, &mva, &pa, &qa) {
+        a.nc_matmul(&d, &s, &m, &o).expect("one at a time");
+    }
+    let (mut b, stb, mvb, pb, qb) = setup();
+    for (d, s, m, o) in ops(&stb, &mvb, &pb, &qb) {
+        b.nc_matmul_queued(&d, &s, &m, &o).expect("queued");
+    }
+    assert_eq!(b.queued_matmuls(), 6);
+    b.settle().expect("settle");
+    assert_eq!(b.queued_matmuls(), 0);
+    assert_eq!(get(&a, &pa), get(&b, &pb));
+    assert_eq!(get(&a, &qa), get(&b, &qb));
+    assert_eq!(a.program().instrs, b.program().instrs);
+    // An accumulation group continues across a settle.
+    let acc = PeOptions {
+        accumulate: Some(true),
+        ..PeOptions::default()
+    };
+    a.nc_matmul(&qa, &slice(&sta, 0), &slice(&mva, 0), &acc)
+        .expect("acc");
+    b.nc_matmul_queued(&qb, &slice(&stb, 0), &slice(&mvb, 0), &acc)
+        .expect("acc queued");
+    b.settle().expect("settle");
+    assert_eq!(get(&a, &qa), get(&b, &qb));
+}

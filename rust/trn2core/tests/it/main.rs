@@ -2,6 +2,7 @@
 
 mod cancel;
 mod collectives;
+mod distributed;
 mod dma;
 mod engine;
 mod estimate_scale;

@@ -8,7 +8,9 @@
 //! non-matmul instruction wrote is undefined on v2/v3, \[S2\]\[S9\]); `accumulate=None`
 //! accumulates exactly when they all are (the compiler's "first write overwrites").
 
-use crate::engine::{self, Operand, PeTile, PerfMode};
+use rayon::prelude::*;
+
+use crate::engine::{self, Operand, PeTile, PerfMode, CANONICAL_NAN};
 use crate::memory::Space;
 use crate::numerics::Format;
 use crate::spec::{PE_TILE_QUARTER, VECTOR_TRANSPOSE_MAX};
@@ -16,7 +18,7 @@ use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
 use super::super::record::{flags, CostInput, Engine, Opcode, Queue};
-use super::super::{Machine, PSUM_SLOTS};
+use super::super::{psum_words, Machine};
 use super::{check_engine, dtype_rule, rule, shape_rule, Opnd};
 use crate::machine::tile::Tile;
 
@@ -45,6 +47,40 @@ fn format_of(arg: &str, t: &Tile) -> Result<Format> {
             ),
         )
     })
+}
+
+/// A checked `nc_matmul` whose arithmetic has not run yet: its destination, its operands'
+/// float32 values, shapes and formats, and whether it accumulates.
+#[derive(Debug, Clone)]
+pub(crate) struct QueuedMatmul {
+    dst: Opnd,
+    stationary: (Vec<f32>, Vec<usize>, Format),
+    moving: (Vec<f32>, Vec<usize>, Format),
+    perf_mode: PerfMode,
+    tile: PeTile,
+    accumulate: bool,
+}
+
+impl QueuedMatmul {
+    /// The tile's sums (`[M, N]`, row-major), each from +0.0 in the PE's order.
+    fn sums(&self) -> Result<Vec<f32>> {
+        let (sv, ss, sf) = &self.stationary;
+        let (mv, ms, mf) = &self.moving;
+        engine::matmul(
+            &Operand {
+                values: sv,
+                shape: ss,
+                format: *sf,
+            },
+            &Operand {
+                values: mv,
+                shape: ms,
+                format: *mf,
+            },
+            self.perf_mode,
+            self.tile,
+        )
+    }
 }
 
 /// The cost input of a tensor-engine instruction on PE tile `tile`.
@@ -82,33 +118,86 @@ impl Machine {
         Ok(o)
     }
 
-    /// The bits of PSUM slots `dst` covers: `(all set, any unset)`.
+    /// Whether every PSUM slot `dst` covers was last written by a matmul.
     fn psum_mm_state(&self, d: &Opnd) -> bool {
-        let (s0, s1) = ((d.range.0 / 4) as usize, d.range.1.div_ceil(4) as usize);
-        (d.tile.start_partition as usize..(d.tile.start_partition + d.tile.partitions) as usize)
-            .all(|p| {
-                (s0..s1).all(|s| {
-                    let bit = p * PSUM_SLOTS + s;
-                    self.psum_mm[bit / 64] >> (bit % 64) & 1 == 1
-                })
-            })
+        let mut all = true;
+        let (p0, pn) = (d.tile.start_partition, d.tile.partitions);
+        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| {
+            all &= self.psum_mm[w] & mask == mask
+        });
+        all
     }
 
     fn set_psum_mm(&mut self, d: &Opnd) {
-        let (s0, s1) = ((d.range.0 / 4) as usize, d.range.1.div_ceil(4) as usize);
-        for p in
-            d.tile.start_partition as usize..(d.tile.start_partition + d.tile.partitions) as usize
-        {
-            for s in s0..s1 {
-                let bit = p * PSUM_SLOTS + s;
-                self.psum_mm[bit / 64] |= 1 << (bit % 64);
+        let (p0, pn) = (d.tile.start_partition, d.tile.partitions);
+        let words = &mut self.psum_mm;
+        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| words[w] |= mask);
+    }
+
+    /// Writes a settled matmul's sums to PSUM (added to what is there when it accumulates;
+    /// NaN canonical). Dense float32 rows are updated in place.
+    fn apply_queued(&mut self, q: &QueuedMatmul, s: &[f32]) -> Result<()> {
+        let d = &q.dst;
+        let c = d.tile.canonical();
+        let dense = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
+        if d.tile.dtype == Dtype::Fp32 && dense {
+            let n = d.n();
+            let mem = self.mem.mem_mut(&d.tile);
+            let base = mem.at(d.tile.start_partition as usize, d.tile.offset as usize);
+            let stride = mem.stride;
+            let bytes = mem.bytes_mut();
+            for (i, row) in s.chunks_exact(n).enumerate() {
+                let off = base + i * stride;
+                for (b, &x) in bytes[off..off + 4 * n].chunks_exact_mut(4).zip(row) {
+                    let v = if q.accumulate {
+                        f32::from_le_bytes([b[0], b[1], b[2], b[3]]) + x
+                    } else {
+                        x
+                    };
+                    let v = if v.is_nan() { CANONICAL_NAN } else { v };
+                    b.copy_from_slice(&v.to_le_bytes());
+                }
             }
+            self.mem.mark_written(&d.tile, d.range);
+        } else {
+            let vals: Vec<f32> = if q.accumulate {
+                let mut acc = self.gather_f32(&d.tile);
+                for (a, &x) in acc.iter_mut().zip(s) {
+                    let v = *a + x;
+                    *a = if v.is_nan() { CANONICAL_NAN } else { v };
+                }
+                acc
+            } else {
+                s.iter()
+                    .map(|&v| if v.is_nan() { CANONICAL_NAN } else { v })
+                    .collect()
+            };
+            self.scatter_f32(d, &vals)?;
         }
+        // The write above is the matmul's own: its slots stay "written by a matmul".
+        self.set_psum_mm(d);
+        Ok(())
     }
 
     /// `nc_matmul`: `dst = stationary.T @ moving` into PSUM (or onto it, see
     /// [`PeOptions::accumulate`]); in transpose mode `dst = stationary.T` bit for bit.
     pub fn nc_matmul(
+        &mut self,
+        dst: &Tile,
+        stationary: &Tile,
+        moving: &Tile,
+        opts: &PeOptions,
+    ) -> Result<()> {
+        self.nc_matmul_queued(dst, stationary, moving, opts)?;
+        self.settle()
+    }
+
+    /// [`Machine::nc_matmul`] with its arithmetic left in the machine's matmul queue: checked,
+    /// recorded and its operands read now, its result written to PSUM by the next
+    /// [`Machine::settle`], which computes every queued matmul in parallel and writes them in
+    /// issue order (the same bits as one at a time). A front end that issues many matmuls in a
+    /// row (an NKI kernel) uses this and settles before anything else touches the memories.
+    pub fn nc_matmul_queued(
         &mut self,
         dst: &Tile,
         stationary: &Tile,
@@ -129,6 +218,7 @@ impl Machine {
         let sf = format_of("stationary", stationary)?;
         let mf = format_of("moving", moving)?;
         if opts.is_transpose {
+            self.settle()?;
             return self.pe_transpose(opc, &d, &st, Some(&mv), opts.tile);
         }
         if dst.dtype != Dtype::Fp32 {
@@ -178,25 +268,16 @@ impl Machine {
             }
             Some(a) => a,
         };
-        let (sv, mvv) = (self.gather_f32(stationary), self.gather_f32(moving));
-        let mut acc = if accumulate {
-            self.gather_f32(dst)
-        } else {
-            vec![0f32; shape.m * shape.n]
-        };
-        let so = Operand {
-            values: &sv,
-            shape: &ss,
-            format: sf,
-        };
-        let mo = Operand {
-            values: &mvv,
-            shape: &ms,
-            format: mf,
-        };
-        let r = engine::matmul_into_validated(&mut acc, shape.n, &so, &mo, shape, accumulate)
-            .and_then(|()| self.scatter_f32(&d, &acc));
-        r?;
+        // The arithmetic waits in the queue (see `QueuedMatmul`): the operands are read now,
+        // PSUM when the queue is settled, in issue order.
+        self.pe_queue.push(QueuedMatmul {
+            dst: d,
+            stationary: (self.gather_f32(stationary), ss, sf),
+            moving: (self.gather_f32(moving), ms, mf),
+            perf_mode: opts.perf_mode,
+            tile: opts.tile,
+            accumulate,
+        });
         self.set_psum_mm(&d);
         let f = if sf == Format::Fp32 || mf == Format::Fp32 {
             flags::FP32
@@ -211,6 +292,30 @@ impl Machine {
             &[d.region()],
             cost,
         );
+        Ok(())
+    }
+
+    /// Matmuls waiting in the queue (see [`Machine::nc_matmul_queued`]).
+    pub fn queued_matmuls(&self) -> usize {
+        self.pe_queue.len()
+    }
+
+    /// Computes every queued matmul (in parallel when there are several: each one's tile sums
+    /// are independent of the others') and writes them to PSUM in issue order, so an
+    /// accumulation group adds its tiles in order.
+    pub fn settle(&mut self) -> Result<()> {
+        if self.pe_queue.is_empty() {
+            return Ok(());
+        }
+        let queue = std::mem::take(&mut self.pe_queue);
+        let sums: Vec<Result<Vec<f32>>> = if queue.len() == 1 {
+            queue.iter().map(QueuedMatmul::sums).collect()
+        } else {
+            queue.par_iter().map(QueuedMatmul::sums).collect()
+        };
+        for (q, s) in queue.iter().zip(sums) {
+            self.apply_queued(q, &s?)?;
+        }
         Ok(())
     }
 

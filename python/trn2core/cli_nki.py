@@ -1,0 +1,178 @@
+"""The NKI parts of the ``trn2core`` CLI: ``trn2core nki run FILE.py::KERNEL --shapes ...``
+(run a kernel file written for AWS's NKI on random inputs: its outputs' summary, the emulated
+timeline, optionally a Perfetto trace) and the ``nki`` part of ``trn2core demo`` (the matmul
+tutorial's stages, their timelines and bottlenecks)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+import numpy as np
+
+from .errors import Trn2ValueError
+
+__all__ = ["add_commands", "demo_nki", "parse_shape"]
+
+_DTYPE_ALIASES = {
+    "fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16",
+    "f16": "float16", "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2",
+}  # fmt: skip
+
+
+def parse_shape(text: str) -> tuple[tuple[int, ...], str]:
+    """``"128x512:bf16"`` -> ``((128, 512), "bfloat16")`` (dtype fp32 by default)."""
+    m = re.fullmatch(r"\s*(\d+(?:x\d+)*)\s*(?::\s*([A-Za-z0-9_]+))?\s*", text)
+    if not m:
+        raise Trn2ValueError(
+            f"--shapes: {text!r} is not DIMSxDIMS[:DTYPE] (e.g. 128x512:bf16 or 1024x1024)"
+        )
+    dims = tuple(int(d) for d in m.group(1).split("x"))
+    dtype = m.group(2) or "float32"
+    return dims, _DTYPE_ALIASES.get(dtype, dtype)
+
+
+def _value(text: str):
+    """A ``--arg NAME=VALUE`` value: int, float, bool or the string itself."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def _random_input(shape, dtype_name: str, rng: np.random.Generator) -> np.ndarray:
+    from .nki import _dtypes as D
+
+    dt = D.as_dtype(dtype_name, "--shapes")
+    if D.is_float(dt):
+        host = D.HOST_DTYPE[D.machine_name(dt)]
+        return rng.standard_normal(shape, dtype=np.float32).astype(host)
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -100), min(info.max, 100), size=shape).astype(dt)
+
+
+def _summary(x) -> str:
+    if isinstance(x, np.ndarray):
+        v = x.astype(np.float64)
+        return (f"{x.dtype} {list(x.shape)}  min {np.nanmin(v):.4g}  max {np.nanmax(v):.4g}  "
+                f"mean {np.nanmean(v):.4g}")  # fmt: skip
+    if isinstance(x, (tuple, list)):
+        return "; ".join(_summary(v) for v in x)
+    return repr(x)
+
+
+def cmd_nki_run(args: argparse.Namespace) -> int:
+    from . import nki
+    from .nki._examples import load_file
+
+    path, _, name = args.kernel.rpartition("::")
+    if not path or not name:
+        raise Trn2ValueError(f"KERNEL: expected FILE.py::KERNEL, got {args.kernel!r}")
+    mod = load_file(path)
+    kernel = getattr(mod, name, None)
+    if kernel is None or not callable(kernel):
+        found = [k for k, v in vars(mod).items() if isinstance(v, nki.Kernel)]
+        raise Trn2ValueError(
+            f"KERNEL: {path} has no kernel {name!r}; its @nki.jit kernels: {', '.join(found)}"
+        )
+    rng = np.random.default_rng(args.seed)
+    inputs = [_random_input(*parse_shape(s), rng) for s in args.shapes or []]
+    kwargs = {}
+    for kv in args.arg or []:
+        key, sep, val = kv.partition("=")
+        if not sep:
+            raise Trn2ValueError(f"--arg: expected NAME=VALUE, got {kv!r}")
+        kwargs[key] = _value(val)
+    grid = None
+    if args.grid:
+        g = tuple(int(v) for v in args.grid.split(","))
+        grid = g[0] if len(g) == 1 else g
+    t0 = time.perf_counter()
+    res = nki.run(kernel, *inputs, grid=grid, uninitialized=args.uninitialized, **kwargs)
+    dt = time.perf_counter() - t0
+    print(f"{name}({', '.join(args.shapes or [])}): emulated on this CPU in {dt:.3f} s")
+    print(f"outputs: {_summary(res.outputs)}")
+    print(res.report)
+    if args.trace:
+        res.report.save_trace(args.trace)
+        print(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Adds ``trn2core nki ...`` to the CLI's subparsers."""
+    p = sub.add_parser("nki", help="run NKI kernels (files written for AWS's NKI) on the emulator")
+    nsub = p.add_subparsers(dest="nki_command", metavar="SUBCOMMAND")
+    r = nsub.add_parser(
+        "run",
+        help="run FILE.py::KERNEL on random inputs: outputs, timeline, bottleneck",
+        description="Imports FILE.py with trn2core's `nki` / `neuronxcc.nki` in place of AWS's, "
+        "calls KERNEL on random arrays of the given shapes and prints the emulated timeline.",
+    )
+    r.add_argument("kernel", metavar="FILE.py::KERNEL")
+    r.add_argument(
+        "--shapes", nargs="*", metavar="SHAPE",
+        help="one per array argument: DIMSxDIMS[:DTYPE], e.g. 1024x1024:bf16",
+    )  # fmt: skip
+    r.add_argument("--arg", action="append", metavar="NAME=VALUE",
+                   help="a keyword argument of the kernel (int, float, bool or text)")  # fmt: skip
+    r.add_argument("--grid", metavar="G[,G2...]",
+                   help="kernel[G] / kernel[G, G2]: the LNC degree (current dialect) or the "
+                   "launch grid (legacy)")  # fmt: skip
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.add_argument(
+        "--uninitialized", choices=("error", "nan"), default="error",
+        help="never-written memory: an error (default) or NaN as AWS's simulator",
+    )  # fmt: skip
+    r.add_argument("--trace", metavar="PATH", help="write a Perfetto trace of the timeline")
+    r.set_defaults(func=cmd_nki_run)
+    p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
+
+
+def demo_nki(out=sys.stdout, traces: list | None = None) -> None:
+    """The ``nki`` part of ``trn2core demo``: the matmul tutorial's four stages (examples/nki/
+    matmul.py, unmodified NKI) on 2048^3 bf16, their bits against ``trn2core.gemm`` and how
+    the timeline's bottleneck moves from the DMA queues to the tensor engine."""
+    import ml_dtypes
+
+    from . import gemm, nki
+    from .nki._examples import load
+
+    def p(*a):
+        print(*a, file=out)
+
+    p("== NKI kernels: examples/nki/matmul.py (plain NKI, `import nki`) on the emulator ==")
+    mm = load("matmul")
+    n = 2048
+    rng = np.random.default_rng(0)
+    lhsT = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    rhs = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    want = gemm(np.ascontiguousarray(lhsT.T), rhs).out
+    p(f"   [{n}, {n}] @ [{n}, {n}] bf16, the stages of NKI's matmul tutorial:")
+    p(f"   {'stage':<22} {'Trainium2':>10} {'PE busy':>8} {'DMA bw':>7}  bottleneck  "
+      f"{'bits':>14}  {'emulated in':>11}")  # fmt: skip
+    for stage in mm.STAGES:
+        t0 = time.perf_counter()
+        res = nki.run(stage, lhsT, rhs)
+        dt = time.perf_counter() - t0
+        r = res.report
+        same = "= gemm" if np.array_equal(res.outputs, want) else "K-block sums"
+        p(f"   {stage.__name__:<22} {r.seconds * 1e6:8.1f} us {100 * r.utilization('PE'):7.1f}% "
+          f"{100 * r.dma_utilization:6.1f}%  {r.bottleneck:<10}  {same:>14}  "
+          f"{dt:9.2f} s")  # fmt: skip
+        if traces is not None:
+            traces.append((f"nki {stage.__name__}", r))
+    p("   (the first three accumulate K in PSUM in order: trn2core.gemm's bits; the last adds")
+    p("   its K blocks' float32 partial sums in SBUF: another order, checked in the tests)")
+    p("   errors point at the kernel's own line (examples/nki/mistakes.py):")
+    bad = load("mistakes")
+    try:
+        nki.run(bad.carried_exp, np.zeros((128, 64), np.float32))
+    except nki.LoopCarriedDependencyError as e:
+        file, line = e.nki_location
+        p(f"   mistakes.py:{line}: {type(e).__name__}: iteration 1 of an affine_range reads "
+          "iteration 0's result")  # fmt: skip

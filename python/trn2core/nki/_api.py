@@ -1,0 +1,94 @@
+"""Where errors point: the kernel's own ``file:line``.
+
+``api`` wraps every public ``nl``/``nisa`` function and tensor method: a ``Trn2Error`` raised
+inside gets the innermost caller outside trn2core in front of its message (same class, so
+``except CapacityError`` still works), and, inside a legacy ``affine_range``, the instructions
+the call issued remember that line (for loop-carried reports). ``STATE.core`` is the core the
+running kernel program issues to.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from ..errors import CapacityError, Trn2Error, Trn2ValueError
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _State:
+    """The core the running kernel program issues to (one kernel runs at a time)."""
+
+    __slots__ = ("core",)
+
+    def __init__(self) -> None:
+        self.core = None
+
+
+STATE = _State()
+
+
+def user_location() -> tuple[str, int]:
+    """``(file, line)`` of the innermost caller outside trn2core (the kernel's own line)."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+class UninitializedReadError(Trn2ValueError):
+    """An instruction reads memory no instruction (or input) wrote."""
+
+
+def _classified(e: Trn2Error) -> tuple[type, str]:
+    """The class and message an error is reported with: the machine's capacity and
+    never-written errors get a rule name (and the never-written one its own subclass)."""
+    msg = str(e)
+    if isinstance(e, CapacityError) and "[rule" not in msg:
+        mem = "psum" if " psum " in f" {msg} " or "psum has" in msg else "sbuf"
+        return type(e), f"{msg} [rule {mem}_capacity]"
+    if isinstance(e, Trn2ValueError) and "never written" in msg:
+        msg = msg.replace(
+            'create the core with uninitialized="nan"',
+            'run the kernel with trn2core.nki.run(..., uninitialized="nan")',
+        )
+        return UninitializedReadError, f"{msg} [rule uninitialized_read]"
+    return type(e), msg
+
+
+def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
+    """The same error class (or a subclass) with the kernel's ``file:line`` in front of the
+    message; ``nki_location`` holds ``(file, line)``."""
+    if getattr(e, "nki_location", None) is not None:
+        return e
+    loc = loc or user_location()
+    cls, msg = _classified(e)
+    new = cls(f"{loc[0]}:{loc[1]}: {msg}")
+    new.nki_location = loc  # type: ignore[attr-defined]
+    return new
+
+
+def api(fn):
+    """Wraps a public function (see the module doc)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        core = STATE.core
+        if core is not None and core.loops:
+            n0 = core.m.instructions
+            try:
+                out = fn(*args, **kwargs)
+            except Trn2Error as e:
+                raise relocate(e) from None
+            core.note_lines(n0)
+            return out
+        try:
+            return fn(*args, **kwargs)
+        except Trn2Error as e:
+            raise relocate(e) from None
+
+    return wrapper

@@ -1,0 +1,56 @@
+"""The example kernels (examples/nki/*.py) and loading any kernel file with the import hook.
+
+The repository's examples/nki/ is their one source; ``make wheel`` copies it into the package
+as ``trn2core/nki_examples/`` (pyproject.toml, ``[tool.maturin] include``), so ``trn2core demo``
+finds them in a wheel too; a source checkout reads examples/nki/ itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from ..errors import Trn2ValueError
+from ._finder import install
+
+_PKG = Path(__file__).resolve().parent.parent  # python/trn2core
+
+
+def directory() -> Path:
+    """Where the example kernels are: the checkout's examples/nki/, else the package's copy."""
+    checkout = _PKG.parent.parent / "examples" / "nki"
+    if _PKG.parent.name == "python" and (checkout / "matmul.py").is_file():
+        return checkout
+    shipped = _PKG / "nki_examples"
+    if (shipped / "matmul.py").is_file():
+        return shipped
+    raise FileNotFoundError(
+        f"no example kernels in {shipped}: this trn2core was built without `make wheel` (which "
+        "copies examples/nki/ into the package); they are in examples/nki/ of the source tree"
+    )
+
+
+def load_file(path, name: str | None = None):
+    """Imports a kernel file (written for AWS's NKI) with the import hook in effect; the hook
+    is removed afterwards unless it was installed before."""
+    p = Path(path)
+    if not p.is_file():
+        raise Trn2ValueError(f"FILE: no such kernel file {str(p)!r}")
+    modname = name or f"nki_kernels_{p.stem}"
+    spec = importlib.util.spec_from_file_location(modname, p)
+    if spec is None or spec.loader is None:
+        raise Trn2ValueError(f"FILE: {str(p)!r} is not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    with install():
+        sys.modules[modname] = mod
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.modules.pop(modname, None)
+    return mod
+
+
+def load(name: str):
+    """Example ``name`` (``"matmul"``, ``"rmsnorm"``, ...) as a module."""
+    return load_file(directory() / f"{name}.py", f"trn2core_nki_example_{name}")

@@ -1,0 +1,176 @@
+"""Import redirection: after ``install()``, ``import nki``, ``nki.language``, ``nki.isa``,
+``nki.jit`` and the legacy ``neuronxcc.nki`` (``.language``, ``.isa``, ``.typing``) resolve to
+trn2core's implementation through a meta-path finder placed first on ``sys.meta_path``;
+``uninstall()`` removes the finder and every module it created from ``sys.modules``. Nothing is
+downloaded and none of AWS's code is involved.
+
+The modules handed out are fresh module objects whose namespace is copied from trn2core's
+(``trn2core.nki.language`` and so on), so importing them never renames or alters trn2core's own
+modules; a kernel file keeps working after ``uninstall()`` with the modules it imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import types
+
+from . import _kernel, isa, isa_legacy, language, language_legacy
+from ._runtime import KernelError, LoopCarriedDependencyError
+from ._tensor import NkiTensor
+
+_LOCK = threading.Lock()
+
+
+class _CallableModule(types.ModuleType):
+    """``nki.jit`` as a module that is also the decorator (``import nki.jit`` must not break
+    ``@nki.jit``)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.jit(*args, **kwargs)
+
+
+def _public(mod) -> dict:
+    return {k: v for k, v in vars(mod).items() if not k.startswith("__")}
+
+
+class _Typing:
+    """``neuronxcc.nki.typing``: ``nt.tensor[shape, dtype]`` annotations (no checks)."""
+
+    class _Ann:
+        def __class_getitem__(cls, item):
+            return cls
+
+    tensor = _Ann
+    mutable_tensor = _Ann
+    scalar = _Ann
+
+
+def _namespaces() -> dict[str, tuple[dict, bool, type]]:
+    """Module name -> (namespace, is a package, module class)."""
+    common_top = {
+        "tensor": NkiTensor,
+        "KernelError": KernelError,
+        "LoopCarriedDependencyError": LoopCarriedDependencyError,
+    }
+    typing_ns = {k: getattr(_Typing, k) for k in ("tensor", "mutable_tensor", "scalar")}
+    return {
+        "nki": (
+            {
+                **common_top,
+                "jit": _kernel.jit,
+                "simulate": _kernel.simulate,
+                "Kernel": _kernel.Kernel,
+            },
+            True,
+            types.ModuleType,
+        ),  # fmt: skip
+        "nki.language": (_public(language), False, types.ModuleType),
+        "nki.isa": (_public(isa), False, types.ModuleType),
+        "nki.typing": (typing_ns, False, types.ModuleType),
+        "nki.jit": ({"jit": _kernel.jit}, False, _CallableModule),
+        "neuronxcc": ({}, True, types.ModuleType),
+        "neuronxcc.nki": (
+            {
+                **common_top,
+                "jit": _kernel.jit_legacy,
+                "simulate_kernel": _kernel.simulate_kernel,
+                "simulate": _kernel.simulate,
+                "baremetal": _kernel.baremetal,
+                "benchmark": _kernel.benchmark,
+                "profile": _kernel.profile,
+            },
+            True,
+            types.ModuleType,
+        ),  # fmt: skip
+        "neuronxcc.nki.language": (_public(language_legacy), False, types.ModuleType),
+        "neuronxcc.nki.isa": (_public(isa_legacy), False, types.ModuleType),
+        "neuronxcc.nki.typing": (typing_ns, False, types.ModuleType),
+    }
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, finder: _Finder) -> None:
+        self.finder = finder
+
+    def create_module(self, spec):
+        ns, _, cls = self.finder.namespaces[spec.name]
+        mod = cls(spec.name)
+        return mod
+
+    def exec_module(self, module) -> None:
+        ns, _, _ = self.finder.namespaces[module.__name__]
+        module.__dict__.update(ns)
+        module.__doc__ = f"{module.__name__}: trn2core's emulation (trn2core.nki)"
+        self.finder.created.add(module.__name__)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self) -> None:
+        self.namespaces = _namespaces()
+        self.created: set[str] = set()
+        self.loader = _Loader(self)
+
+    def find_spec(self, fullname, path=None, target=None):
+        entry = self.namespaces.get(fullname)
+        if entry is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self.loader, is_package=entry[1])
+
+
+_FINDER: list[_Finder] = []
+
+
+class _Installed:
+    """What ``install()`` returns: as a context manager, ``uninstall()`` on exit (when this
+    call installed the hook)."""
+
+    def __init__(self, fresh: bool) -> None:
+        self.fresh = fresh
+
+    def __enter__(self) -> _Installed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fresh:
+            uninstall()
+
+    def __repr__(self) -> str:
+        return "<trn2core.nki import hook installed>"
+
+
+def install() -> _Installed:
+    """Makes ``import nki`` (and the legacy ``neuronxcc.nki``) resolve to trn2core. Modules of
+    those names already imported (for example AWS's own package) are set aside until
+    ``uninstall()``. Also a context manager: ``with trn2core.nki.install(): ...``."""
+    with _LOCK:
+        if _FINDER:
+            return _Installed(False)
+        f = _Finder()
+        f.saved = {k: sys.modules.pop(k) for k in list(sys.modules)  # type: ignore[attr-defined]
+                   if k in f.namespaces}  # fmt: skip
+        sys.meta_path.insert(0, f)
+        _FINDER.append(f)
+        return _Installed(True)
+
+
+def uninstall() -> None:
+    """Removes the finder and every module it created; restores modules set aside."""
+    with _LOCK:
+        if not _FINDER:
+            return
+        f = _FINDER.pop()
+        if f in sys.meta_path:
+            sys.meta_path.remove(f)
+        for name in list(sys.modules):
+            mod = sys.modules[name]
+            if name in f.created and isinstance(getattr(mod, "__loader__", None), _Loader):
+                del sys.modules[name]
+        sys.modules.update(getattr(f, "saved", {}))
+
+
+def installed() -> bool:
+    """Whether ``install()`` is in effect."""
+    return bool(_FINDER)

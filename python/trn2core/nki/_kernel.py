@@ -1,0 +1,145 @@
+"""``@nki.jit`` kernels and their launches: ``kernel(*arrays)``, ``kernel[...]``,
+``trn2core.nki.simulate`` and ``trn2core.nki.run``.
+
+``kernel[...]`` means what each dialect's documentation says: in the current dialect
+(``import nki``) ``kernel[n]`` runs on a logical core of ``n`` physical cores (LNC, 1 or 2;
+``nl.program_id(0)`` is the physical core); in the legacy one (``neuronxcc.nki``) it is an SPMD
+launch grid (``kernel[4, 2]``) whose programs run one after another on one NeuronCore, except
+along axes marked ``nl.nc(2)`` / ``nl.spmd_dim(..., nl.nc(2))``, spread over two physical
+cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from ..errors import Trn2ValueError
+from ..machine import KernelReport
+from ._report import NkiReport
+from ._runtime import KernelError, Launch
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """A kernel launch: ``outputs`` (what the kernel returns, as numpy arrays) and ``report``
+    (its timeline, an ``NkiReport``)."""
+
+    outputs: Any
+    report: NkiReport
+
+
+class Kernel:
+    """A kernel function decorated with ``@nki.jit``: call it with numpy / ml_dtypes arrays
+    to run it on the emulator (its outputs come back as numpy arrays)."""
+
+    def __init__(self, fn, dialect: str = "current", grid=(), nc_axes=(), lnc: int = 1,
+                 options: dict | None = None) -> None:  # fmt: skip
+        if not callable(fn):
+            raise Trn2ValueError(f"jit: expected a function, got {type(fn).__name__}")
+        self.fn = fn
+        self.dialect = dialect
+        self.grid = tuple(grid)
+        self.nc_axes = tuple(nc_axes)
+        self.lnc = lnc
+        self.options = dict(options or {})
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"<nki kernel {getattr(self.fn, '__name__', '?')} ({self.dialect})>"
+
+    def __getitem__(self, grid) -> Kernel:
+        g = grid if isinstance(grid, tuple) else (grid,)
+        for d in g:
+            if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+                raise Trn2ValueError(f"grid: dimensions are positive integers, got {grid!r}")
+        if self.dialect == "current":
+            if len(g) != 1 or g[0] not in (1, 2):
+                raise Trn2ValueError(
+                    f"kernel[{grid!r}]: in the current NKI dialect the brackets give the LNC "
+                    "degree, 1 or 2 on Trainium2 (kernel[2] runs on two physical cores)"
+                )
+            return Kernel(self.fn, self.dialect, g if g[0] > 1 else (), (), g[0], self.options)
+        nc_axes = tuple(i for i, d in enumerate(g) if getattr(d, "nc", False))
+        lnc = 2 if nc_axes else 1
+        return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)
+
+    def launch(self, args, kwargs, uninitialized: str = "error") -> Launch:
+        return Launch(self.fn, args, kwargs, grid=self.grid, nc_axes=self.nc_axes, lnc=self.lnc,
+                      dialect=self.dialect, uninitialized=uninitialized)  # fmt: skip
+
+    def __call__(self, *args, **kwargs):
+        return self.launch(args, kwargs).execute()
+
+
+def _as_kernel(kernel, grid=None) -> Kernel:
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    if grid is not None:
+        k = k[grid]
+    return k
+
+
+def jit(fn=None, mode: str = "auto", **kwargs):
+    """``@nki.jit`` (current dialect): the function becomes a ``Kernel`` that runs on the
+    emulator when called with numpy arrays. ``mode`` and other options are accepted and
+    ignored (every mode runs here)."""
+    if fn is None:
+        return lambda f: Kernel(f, "current", options=kwargs)
+    return Kernel(fn, "current", options=kwargs)
+
+
+def jit_legacy(fn=None, mode: str = "auto", **kwargs):
+    """``@neuronxcc.nki.jit``: as ``jit``, with the legacy meaning of ``kernel[grid]``."""
+    if fn is None:
+        return lambda f: Kernel(f, "legacy", options=kwargs)
+    return Kernel(fn, "legacy", options=kwargs)
+
+
+def simulate(kernel, *, uninitialized: str = "error"):
+    """The drop-in for ``nki.simulate(kernel)``: returns a callable that runs the kernel on
+    the emulator and returns its outputs as numpy arrays. ``uninitialized="nan"`` fills new
+    memory with NaN instead of refusing reads of never-written memory (what AWS's simulator
+    does)."""
+    k = _as_kernel(kernel)
+
+    def call(*args, **kwargs):
+        return k.launch(args, kwargs, uninitialized).execute()
+
+    return call
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """The legacy ``nki.simulate_kernel(kernel[grid], *args)``: runs it, returns its outputs."""
+    return _as_kernel(kernel).launch(args, kwargs).execute()
+
+
+def run(kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int = 1_000_000,
+        **kwargs) -> RunResult:  # fmt: skip
+    """Runs ``kernel`` (``@nki.jit``-decorated, or a plain kernel function) on ``args``
+    (numpy / ml_dtypes arrays and plain values; ``kwargs`` go to the kernel too) and returns
+    ``RunResult(outputs, report)``. ``grid`` is what ``kernel[grid]`` would be (the LNC degree
+    in the current dialect, the launch grid in the legacy one)."""
+    if uninitialized not in ("error", "nan"):
+        raise Trn2ValueError(f"uninitialized: expected 'error' or 'nan', got {uninitialized!r}")
+    k = _as_kernel(kernel, grid)
+    launch = k.launch(args, kwargs, uninitialized)
+    outputs = launch.execute()
+    reports = [KernelReport.from_core(c.m.run(trace_limit)) for c in launch.cores]
+    return RunResult(outputs, NkiReport.from_cores(reports))
+
+
+def _unsupported(name: str):
+    def f(*args, **kwargs):
+        raise KernelError(
+            f"nki.{name}: profiling on hardware is not available here; trn2core.nki.run(kernel, "
+            "*args) returns the outputs and the emulated timeline (report)"
+        )
+
+    f.__name__ = name
+    return f
+
+
+benchmark = _unsupported("benchmark")
+profile = _unsupported("profile")
+baremetal = jit_legacy

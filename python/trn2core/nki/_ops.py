@@ -1,0 +1,220 @@
+"""Operators as NKI passes them: ``nl.add``, ``nl.exp``, ... are callables (the language's
+element-wise functions) and, passed as ``op=``, name an ALU operator or an activation function;
+numpy's ufuncs (``np.add``, ``np.exp``, ...) are accepted where the legacy documentation accepts
+them. Also the ``nki.isa`` configuration enums (``engine``, ``reduce_cmd``, ...), shared by both
+dialects' ISA modules.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from .._names import ACTIVATION_FUNCTIONS, ALU_OPS
+from ..errors import Trn2ValueError
+
+
+class Op:
+    """An operator of ``nki.language``: callable (the element-wise function) and usable as
+    ``op=`` of ``nki.isa`` instructions (``alu``: the ALU operator it names; ``act``: the
+    activation function)."""
+
+    __slots__ = ("name", "alu", "act", "_fn", "doc")
+
+    def __init__(self, name: str, fn, *, alu: str | None = None, act: str | None = None,
+                 doc: str = "") -> None:  # fmt: skip
+        self.name = name
+        self.alu = alu
+        self.act = act
+        self._fn = fn
+        self.doc = doc or f"nki.language.{name}"
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"nki.language.{self.name}"
+
+
+_NUMPY: dict[object, tuple[str | None, str | None]] = {
+    np.add: ("add", None),
+    np.subtract: ("subtract", None),
+    np.multiply: ("multiply", None),
+    np.divide: ("divide", None),
+    np.maximum: ("maximum", None),
+    np.minimum: ("minimum", None),
+    np.max: ("maximum", None),
+    np.amax: ("maximum", None),
+    np.min: ("minimum", None),
+    np.amin: ("minimum", None),
+    np.sum: ("add", None),
+    np.prod: ("multiply", None),
+    np.power: ("power", None),
+    np.equal: ("equal", None),
+    np.not_equal: ("not_equal", None),
+    np.greater: ("greater", None),
+    np.greater_equal: ("greater_equal", None),
+    np.less: ("less", None),
+    np.less_equal: ("less_equal", None),
+    np.logical_and: ("logical_and", None),
+    np.logical_or: ("logical_or", None),
+    np.logical_xor: ("logical_xor", None),
+    np.bitwise_and: ("bitwise_and", None),
+    np.bitwise_or: ("bitwise_or", None),
+    np.bitwise_xor: ("bitwise_xor", None),
+    np.left_shift: ("left_shift", None),
+    np.right_shift: ("right_shift", None),
+    np.invert: ("invert", None),
+    np.abs: ("abs", "abs"),
+    np.square: ("square", "square"),
+    np.reciprocal: ("reciprocal", "reciprocal"),
+    np.exp: (None, "exp"),
+    np.log: (None, "log"),
+    np.tanh: (None, "tanh"),
+    np.sqrt: (None, "sqrt"),
+    np.sin: (None, "sin"),
+    np.arctan: (None, "arctan"),
+    np.sign: (None, "sign"),
+    np.copy: (None, "copy"),
+}
+
+
+def _show(op) -> str:
+    return getattr(op, "__name__", None) or repr(op)
+
+
+def alu_name(op, arg: str = "op") -> str:
+    """The ALU operator ``op`` names (an ``nl`` operator, a numpy ufunc, or a name)."""
+    if isinstance(op, Op):
+        if op.alu is None:
+            raise Trn2ValueError(
+                f"{arg}: {op!r} is not an ALU operator (it is an activation function); the ALU "
+                f"operators are {', '.join(ALU_OPS)}"
+            )
+        return op.alu
+    if isinstance(op, str) and op in ALU_OPS:
+        return op
+    try:
+        name = _NUMPY.get(op, (None, None))[0]
+    except TypeError:
+        name = None
+    if name is None:
+        raise Trn2ValueError(
+            f"{arg}: {_show(op)} is not an ALU operator; expected nl.add, nl.multiply, ... "
+            f"({', '.join(ALU_OPS)})"
+        )
+    return name
+
+
+def act_name(op, arg: str = "op") -> str:
+    """The activation function ``op`` names."""
+    if isinstance(op, Op):
+        if op.act is None:
+            raise Trn2ValueError(
+                f"{arg}: {op!r} is not an activation function of the Scalar engine; they are "
+                f"{', '.join(ACTIVATION_FUNCTIONS)}"
+            )
+        return op.act
+    if isinstance(op, str) and op in ACTIVATION_FUNCTIONS:
+        return op
+    try:
+        name = _NUMPY.get(op, (None, None))[1]
+    except TypeError:
+        name = None
+    if name is None:
+        raise Trn2ValueError(
+            f"{arg}: {_show(op)} is not an activation function; expected nl.exp, nl.tanh, ... "
+            f"({', '.join(ACTIVATION_FUNCTIONS)})"
+        )
+    return name
+
+
+class engine(enum.Enum):  # noqa: N801 - NKI's name
+    """Neuron Device engines (``engine=`` of ``nki.isa`` instructions)."""
+
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    dma = 4
+    vector = 5
+    sync = 6
+
+
+class reduce_cmd(enum.Enum):  # noqa: N801
+    """Accumulator-register commands of ``activation`` / ``tensor_scalar_reduce``."""
+
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+    load_reduce = 4
+
+
+class dge_mode(enum.Enum):  # noqa: N801
+    """Descriptor generation mode of a DMA (accepted; the machine's DMA model has one)."""
+
+    unknown = 0
+    swdge = 1
+    hwdge = 2
+    none = 3
+
+
+class oob_mode(enum.Enum):  # noqa: N801
+    """What an out-of-bounds DMA access does (only ``error`` is emulated)."""
+
+    error = 0
+    skip = 1
+
+
+class matmul_perf_mode(enum.Enum):  # noqa: N801
+    """The tensor engine's performance mode."""
+
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version(enum.Enum):  # noqa: N801
+    """NeuronCore versions (trn2core emulates ``gen3``, Trainium2's NeuronCore-v3)."""
+
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+class dma_engine(enum.Enum):  # noqa: N801
+    """DMA transfer engines."""
+
+    dma = 1
+    gpsimd_dma = 2
+
+
+#: ``engine`` member -> the machine's engine name.
+ENGINE_NAME = {
+    engine.tensor: "tensor",
+    engine.vector: "vector",
+    engine.scalar: "scalar",
+    engine.gpsimd: "gpsimd",
+}
+
+
+def engine_name(e, default: str, allowed: tuple[str, ...], what: str) -> str:
+    """The machine engine for ``engine=e`` of instruction ``what``."""
+    if e is None or e is engine.unknown:
+        return default
+    name = ENGINE_NAME.get(e) if isinstance(e, engine) else e if isinstance(e, str) else None
+    if name not in allowed:
+        raise Trn2ValueError(
+            f"engine: {what} runs on {' or '.join(allowed)}, got {e!r} [engine rule engine]"
+        )
+    return name
+
+
+def reduce_cmd_name(cmd) -> str:
+    """The machine's name of a ``reduce_cmd``."""
+    if isinstance(cmd, reduce_cmd):
+        return cmd.name
+    if isinstance(cmd, str) and cmd in reduce_cmd.__members__:
+        return cmd
+    raise Trn2ValueError(f"reduce_cmd: expected a nki.isa.reduce_cmd, got {cmd!r}")

@@ -1,0 +1,158 @@
+"""``NkiReport``: the timeline of one kernel launch (one or two physical cores)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..machine import KernelReport
+from ..report import TimingReport, _fmt_seconds, _Trace
+
+_COMPUTE = ("PE", "ACT", "DVE", "POOL")
+
+
+def _dma_share(report: KernelReport, seconds: float) -> float:
+    """The share of a core's DMA bandwidth (16 engines x 23 GB/s) its transfers used."""
+    from .. import spec
+
+    return report.dma_bytes / (seconds * spec.dma_core_bytes_per_s) if seconds > 0 else 0.0
+
+
+def _bottleneck(reports, seconds: float) -> str:
+    """The busiest resource: PE, ACT, DVE or POOL by busy time, DMA by the larger of its
+    bandwidth share and its busiest queue's utilisation (prefixed ``nc<i>`` under LNC=2)."""
+    best, score = "none", 0.0
+    for i, r in enumerate(reports):
+        prefix = f"nc{i} " if len(reports) > 1 else ""
+        cands = {k: r.engines[k]["busy_s"] / seconds for k in _COMPUTE if seconds > 0}
+        queues = [v["busy_s"] / seconds for k, v in r.engines.items() if k.startswith("DMA")]
+        cands["DMA"] = max([_dma_share(r, seconds), *queues])
+        for k, v in cands.items():
+            if v > score:
+                best, score = prefix + k, v
+    return best
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class NkiReport(TimingReport):
+    """How long Trainium2 takes to run the kernel: ``seconds`` (makespan over the launch's
+    physical cores), ``engines`` (per engine and DMA queue, ``busy_s``, ``utilization``,
+    ``instructions``; prefixed ``nc0``/``nc1`` under LNC=2), ``opcodes``, ``instructions``,
+    ``dma_bytes``, ``dma_utilization`` (the share of a core's DMA bandwidth, 368 GB/s, its
+    transfers used), ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA
+    by the larger of ``dma_utilization`` and its busiest queue's utilisation),
+    ``critical_path`` (of the core that ends last), ``cores`` (each core's ``KernelReport``).
+    Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace (one process
+    per physical core, one track per engine and DMA queue)."""
+
+    seconds: float
+    instructions: int
+    engines: Mapping[str, Mapping[str, float]]
+    opcodes: Mapping[str, int]
+    dma_bytes: int
+    bottleneck: str
+    dma_utilization: float
+    lnc: int
+    cores: tuple[KernelReport, ...] = dataclasses.field(default=(), compare=False)
+    _trace: _Trace = dataclasses.field(
+        default_factory=lambda: _Trace(None, None), compare=False, repr=False
+    )
+
+    @classmethod
+    def from_cores(cls, reports: list[KernelReport]) -> NkiReport:
+        """The launch's report from each physical core's."""
+        if len(reports) == 1:
+            r = reports[0]
+            engines = {k: dict(v) for k, v in r.engines.items()}
+        else:
+            engines = {f"nc{i} {k}": dict(v) for i, r in enumerate(reports)
+                       for k, v in r.engines.items()}  # fmt: skip
+        opcodes: dict[str, int] = {}
+        for r in reports:
+            for k, v in r.opcodes.items():
+                opcodes[k] = opcodes.get(k, 0) + v
+        seconds = max(r.seconds for r in reports)
+        if len(reports) > 1 and seconds > 0:
+            for i, r in enumerate(reports):
+                for k, v in r.engines.items():
+                    engines[f"nc{i} {k}"]["utilization"] = v["busy_s"] / seconds
+
+        def retrace() -> str:
+            if len(reports) == 1:
+                return reports[0].trace_json()
+            events: list[dict[str, Any]] = []
+            for pid, r in enumerate(reports):
+                for ev in json.loads(r.trace_json()).get("traceEvents", []):
+                    ev = dict(ev)
+                    ev["pid"] = pid
+                    if ev.get("ph") == "M" and ev.get("name") == "process_name":
+                        ev["args"] = {"name": f"NeuronCore {pid}"}
+                    events.append(ev)
+            return json.dumps({"displayTimeUnit": "ns", "traceEvents": events})
+
+        return cls(
+            seconds=seconds,
+            instructions=sum(r.instructions for r in reports),
+            engines=engines,
+            opcodes=opcodes,
+            dma_bytes=sum(r.dma_bytes for r in reports),
+            bottleneck=_bottleneck(reports, seconds),
+            dma_utilization=max(_dma_share(r, seconds) for r in reports),
+            lnc=len(reports),
+            cores=tuple(reports),
+            _trace=_Trace(None, retrace),
+        )
+
+    @functools.cached_property
+    def critical_path(self) -> tuple[Mapping[str, Any], ...]:
+        """The chain of instructions that ends last (on the core that ends last)."""
+        last = max(self.cores, key=lambda r: r.seconds)
+        return last.critical_path
+
+    def utilization(self, engine: str) -> float:
+        """Busy fraction of ``engine`` ("PE", "ACT", "DVE", "POOL", or a DMA queue's name)."""
+        return float(self.engines[engine]["utilization"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as plain Python data, the critical path included."""
+        return {
+            "seconds": self.seconds,
+            "instructions": self.instructions,
+            "engines": {k: dict(v) for k, v in self.engines.items()},
+            "opcodes": dict(self.opcodes),
+            "dma_bytes": self.dma_bytes,
+            "bottleneck": self.bottleneck,
+            "dma_utilization": self.dma_utilization,
+            "lnc": self.lnc,
+            "critical_path": [dict(s) for s in self.critical_path],
+        }
+
+    def __str__(self) -> str:
+        lines = [
+            f"NKI kernel on {self.lnc} NeuronCore{'s' if self.lnc > 1 else ''}: "
+            f"{_fmt_seconds(self.seconds)}, {self.instructions:,} instructions, bottleneck "
+            f"{self.bottleneck}",
+            f"  {'engine':<16} {'busy':>12} {'util':>7} {'instructions':>13}",
+        ]
+        for name, e in self.engines.items():
+            if e["instructions"] == 0 and "DMA" in name:
+                continue
+            lines.append(
+                f"  {name:<16} {_fmt_seconds(e['busy_s']):>12} "
+                f"{100 * e['utilization']:>6.1f}% {int(e['instructions']):>13,}"
+            )
+        ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
+        lines.append(f"  opcodes: {ops or 'none'}")
+        lines.append(
+            f"  DMA bytes: {self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
+            "bandwidth)"
+        )
+        lines.append(f"  critical path: {len(self.critical_path):,} instructions")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "
+                f"bottleneck={self.bottleneck!r})")  # fmt: skip

@@ -1,0 +1,822 @@
+"""Running an NKI kernel on the emulated NeuronCore(s): the launch (``Launch``: grid, LNC, HBM
+inputs and outputs), one physical core's state during it (``Core``: its machine, allocations,
+the pending result of the last language-level call, loop bookkeeping) and the lowering of the
+``nki.language`` operations onto machine instructions.
+
+Every ``nl``/``nisa`` call becomes calls on the current ``Core``; every instruction is one call
+into the Rust machine (``trn2core._core.Machine``), which computes its bits and records it for
+the timeline. Tensors are handles (``_tensor.NkiTensor``), never copies of device memory.
+
+Pending results: a language-level call (``nl.exp(x)``, ``nl.matmul(a, b)``, legacy ``nisa``
+calls that return a tile) does not issue at once; its instruction is kept as the core's one
+pending result and issued, into a fresh tile, before the next instruction or when the result is
+first read. An assignment ``t[...] = nl.exp(x)`` issues it straight into ``t``, and
+``psum += nl.matmul(a, b)`` becomes one ``nc_matmul`` accumulating into ``psum``, as the NKI
+compiler lowers them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .. import _core
+from .._names import ACTIVATION_FUNCTIONS
+from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
+from . import _dtypes as D
+from ._api import STATE, api, relocate, user_location
+from ._index import IndexExpr, Mask, NotSupportedError, var_axis
+from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Buffer, NkiTensor
+
+_PMAX = 128
+
+
+def current() -> Core:
+    """The core of the running kernel, or an error outside a kernel."""
+    c = STATE.core
+    if c is None:
+        raise KernelError(
+            "nki.language / nki.isa calls run inside a kernel: decorate the function with "
+            "@nki.jit and call it with numpy arrays (or use trn2core.nki.run)"
+        )
+    return c
+
+
+class LoopCarriedDependencyError(Trn2ValueError):
+    """An instruction in an ``affine_range`` iteration reads what an earlier iteration wrote."""
+
+
+class KernelError(Trn2ValueError):
+    """A kernel broke an NKI rule that is not one of the machine's (wrong arguments, outputs)."""
+
+
+class _Alloc:
+    """Owns one on-chip machine tensor; frees it when the last handle goes (Python's
+    reference counting stands for the compiler's liveness analysis)."""
+
+    __slots__ = ("m", "tile", "init", "__weakref__")
+
+    def __init__(self, m, tile, init=None) -> None:
+        self.m = m
+        self.tile = tile
+        self.init = init
+
+    def __del__(self) -> None:
+        try:
+            self.m.free(self.tile)
+        except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
+            pass
+
+
+def is_tensor(x) -> bool:
+    return isinstance(x, NkiTensor)
+
+
+def scalar_arg(x, arg: str):
+    """A scalar operand for the machine: a tile ([P, 1] fp32) or a float."""
+    if isinstance(x, NkiTensor):
+        return x.tile
+    if isinstance(x, (bool, np.bool_)):
+        return float(x)
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return float(x)
+    raise Trn2ValueError(f"{arg}: expected a number or a [P, 1] tile, got {type(x).__name__}")
+
+
+_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum", "bitwise_and", "bitwise_or",
+                "bitwise_xor", "logical_and", "logical_or", "logical_xor"}  # fmt: skip
+_COMPARE = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
+            "logical_and", "logical_or", "logical_xor"}  # fmt: skip
+
+
+class Loop:
+    """A legacy ``affine_range`` loop being run: its iterations' first instructions."""
+
+    __slots__ = ("core", "starts", "range")
+
+    def __init__(self, core: Core, rng: range) -> None:
+        self.core = core
+        self.range = rng
+        self.starts: list[int] = []
+
+    def __iter__(self):
+        core = self.core
+        core.loops.append(self)
+        try:
+            for i in self.range:
+                core.flush()
+                self.starts.append(core.m.instructions)
+                yield i
+            core.flush()
+        finally:
+            if core.loops and core.loops[-1] is self:
+                core.loops.pop()
+        core.check_loop(self)
+
+
+class Core:
+    """One physical NeuronCore while a kernel runs on it (see the module doc)."""
+
+    def __init__(self, launch: Launch, index: int) -> None:
+        self.launch = launch
+        self.index = index
+        self.m = _core.Machine(launch.uninitialized, "nearest_even", 0)
+        self.pending: NkiTensor | None = None
+        self.pend_fn = None
+        self.pend_kind: tuple | None = None
+        self.pend_loc: tuple[str, int] | None = None
+        self.names = itertools.count()
+        self.loops: list[Loop] = []
+        self.lines: dict[int, tuple[str, int]] = {}
+        self.accum: set[int] = set()
+        self.last_inplace: tuple[object, int] | None = None
+        self.program: tuple[int, ...] = ()
+        self.shared_seq = 0
+        self.hbm_inputs: list[NkiTensor] = []
+
+    # ------------------------------------------------------------ allocation
+    def name(self, name: str, prefix: str) -> str:
+        return name or f"{prefix}{next(self.names)}"
+
+    def alloc(self, shape, dtype, buffer: Buffer, pdim: int | None = 0, name: str = "",
+              init=None) -> NkiTensor:  # fmt: skip
+        """A new tensor (uninitialised)."""
+        shape = tuple(int(s) for s in shape)
+        if any(s <= 0 for s in shape):
+            raise ShapeError(f"shape: every dimension must be positive, got {shape}")
+        if buffer.space == "hbm":
+            if len(shape) > 5:
+                raise ShapeError(f"shape: at most 5 dimensions, got {shape}")
+            if buffer is SHARED_HBM:
+                return self._shared(shape, dtype, name)
+            tile = self.m.hbm_tensor(self.name(name, "hbm"), list(shape), D.machine_name(dtype),
+                                     None)  # fmt: skip
+            return NkiTensor(tile, shape, None, dtype, buffer, self, None, name)
+        pdim = 0 if pdim is None else pdim
+        if len(shape) < 2:
+            shape = (*shape, 1) if pdim == 0 else shape
+        p = shape[pdim]
+        if p > _PMAX:
+            from ._tensor import PartitionDimError
+
+            raise PartitionDimError(
+                f"shape: the partition dimension is {p}, over the {_PMAX} partitions of "
+                f"{buffer.name.upper()} (nl.tile_size.pmax) [rule partition_dim]"
+            )
+        mshape = [p] + [s for a, s in enumerate(shape) if a != pdim]
+        if len(mshape) > 5:
+            raise ShapeError(f"shape: at most 4 free dimensions, got {shape}")
+        tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space,
+                            self.name(name, buffer.space), 0, None)  # fmt: skip
+        owner = _Alloc(self.m, tile, init)
+        return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def _shared(self, shape, dtype, name) -> NkiTensor:
+        """The ``j``-th ``shared_hbm`` tensor of this program: the same tensor in every program
+        of the launch (shared HBM is "visible to all kernel instances")."""
+        j = self.shared_seq
+        self.shared_seq += 1
+        table = self.launch.shared[self.index]
+        if j < len(table):
+            t = table[j]
+            if t.shape != shape or t.dtype != dtype:
+                raise KernelError(
+                    f"shared_hbm tensor #{j}: program {self.program} declares {shape} "
+                    f"{dtype}, an earlier program {t.shape} {t.dtype}; every program must "
+                    "declare the same shared tensors in the same order"
+                )
+            return t
+        tile = self.m.hbm_tensor(self.name(name, "out"), list(shape), D.machine_name(dtype),
+                                 None)  # fmt: skip
+        t = NkiTensor(tile, shape, None, dtype, SHARED_HBM, self, None, name)
+        table.append(t)
+        return t
+
+    def constant(self, array: np.ndarray, name: str = "") -> NkiTensor:
+        """An HBM tensor holding host data (inputs, ``shared_constant``)."""
+        dt = D.as_dtype(array.dtype, "constant")
+        mname = D.machine_name(dt)
+        host = np.ascontiguousarray(array.astype(D.HOST_DTYPE[mname], copy=False))
+        shape = host.shape or (1,)
+        if len(shape) > 5:
+            raise ShapeError(f"an NKI tensor has at most 5 dimensions, got {host.shape}")
+        tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname,
+                                 host.reshape(-1).view(np.uint8))  # fmt: skip
+        return NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
+
+    # ------------------------------------------------------------ pending results
+    def pend(self, shape, dtype, buffer: Buffer, fn, kind=None) -> NkiTensor:
+        """A result whose instruction ``fn(dst)`` is issued later (module doc)."""
+        self.flush()
+        t = NkiTensor(None, tuple(shape), 0, dtype, buffer, self)
+        self.pending = t
+        self.pend_fn = fn
+        self.pend_kind = kind
+        self.pend_loc = user_location()
+        return t
+
+    def flush(self) -> None:
+        """Issues the pending result into a fresh tile."""
+        t = self.pending
+        if t is None:
+            return
+        fn, loc = self.pend_fn, self.pend_loc
+        self.pending = self.pend_fn = self.pend_kind = None
+        n0 = self.m.instructions
+        try:
+            fresh = self.alloc(t.shape, t.dtype, t.buffer, 0)
+            t._t, t._owner = fresh._t, fresh._owner
+            fn(t)
+        except Trn2Error as e:
+            raise relocate(e, loc) from None
+        if self.loops:
+            for i in range(n0, self.m.instructions):
+                self.lines.setdefault(i, loc)
+
+    def take(self, value: NkiTensor):
+        """If ``value`` is the pending result, un-pend it and return its issuing function."""
+        if value is self.pending:
+            fn, kind = self.pend_fn, self.pend_kind
+            self.pending = self.pend_fn = self.pend_kind = None
+            return fn, kind
+        return None, None
+
+    def assign(self, target: NkiTensor, value) -> None:
+        """``target[...] = value``: a pending result issues straight into ``target``."""
+        if isinstance(value, NkiTensor):
+            fn, _ = self.take(value) if value.dtype == target.dtype else (None, None)
+            if fn is not None and value.size == target.size:
+                fn(target)
+                value._t, value._owner = target._t, target._owner
+                value.shape, value._pdim = target.shape, target._pdim
+                return
+            if fn is not None:
+                self.pending, self.pend_fn = value, fn
+            self.flush()
+            self.copy_into(target, value)
+            return
+        self.flush()
+        self.m.memset("vector", target.tile, float(value))
+
+    def just_updated(self, value: NkiTensor) -> bool:
+        li = self.last_inplace
+        return li is not None and li[0] is value and li[1] == self.m.instructions
+
+    # ------------------------------------------------------------ loops
+    def note_lines(self, n0: int) -> None:
+        n = self.m.instructions
+        if n > n0:
+            loc = user_location()
+            for i in range(n0, n):
+                self.lines.setdefault(i, loc)
+
+    def check_loop(self, loop: Loop) -> None:
+        """Reports a read across iterations of an ``affine_range`` (module doc of
+        ``trn2core.machine.loops``); associative accumulations are allowed."""
+        if len(loop.starts) < 2:
+            return
+        pairs = self.m.carried_reads(loop.starts, self.m.instructions, 64)
+        for reader, writer in pairs:
+            if reader in self.accum and writer in self.accum:
+                continue
+            k = max(i for i, s in enumerate(loop.starts) if s <= reader)
+            j = max(i for i, s in enumerate(loop.starts) if s <= writer)
+            rloc = self.lines.get(reader, ("<unknown>", 0))
+            wloc = self.lines.get(writer, ("<unknown>", 0))
+            e = LoopCarriedDependencyError(
+                f"{rloc[0]}:{rloc[1]}: loop-carried dependency in affine_range: iteration "
+                f"{k} reads memory written by iteration {j} (at line {wloc[1]}); affine_range "
+                "promises independent iterations (the compiler may reorder or overlap them; "
+                "only associative accumulations such as `psum += matmul` may cross "
+                "iterations): use nl.sequential_range [rule affine_range]"
+            )
+            e.nki_location = rloc  # type: ignore[attr-defined]
+            raise e
+
+    def mark_accum(self) -> None:
+        """The last instruction is an associative accumulation (allowed across iterations)."""
+        if self.loops:
+            self.accum.add(self.m.instructions - 1)
+
+    # ------------------------------------------------------------ helpers for lowering
+    def is_int(self, t: NkiTensor) -> bool:
+        return not D.is_float(t.dtype)
+
+    def storage_row(self, t: NkiTensor) -> int:
+        """Elements per partition of an on-chip tensor's storage."""
+        _, _, shape, _ = self.m.tensor_info(t.tile)
+        return math.prod(shape[1:])
+
+    def mask_ranges(self, mask, ndim: int):
+        """``(variable ranges, grid-axis ranges)`` of a mask, or ``None`` if it is never
+        true; ``({}, {})`` without a mask."""
+        if mask is None:
+            return {}, {}
+        if not isinstance(mask, Mask):
+            raise Trn2ValueError(
+                f"mask: expected comparisons of nl.arange indices (e.g. i_p < n), got {mask!r}"
+            )
+        ranges = mask.intervals()
+        if ranges is None:
+            return None
+        return ranges, {var_axis(v, max(ndim, v.ndim)): r for v, r in ranges.items()}
+
+    def masked(self, t, ranges) -> NkiTensor:
+        if not ranges[0] and not ranges[1]:
+            return t
+        return t.restricted(ranges[0], ranges[1])
+
+    def free_size(self, t: NkiTensor) -> int:
+        return math.prod(t.shape) // t.shape[t._pdim or 0]
+
+    def on_chip(self, t, arg: str) -> NkiTensor:
+        if not isinstance(t, NkiTensor):
+            raise Trn2ValueError(f"{arg}: expected a tile, got {type(t).__name__}")
+        if t._pdim is None:
+            raise Trn2ValueError(
+                f"{arg}: the tensor is in HBM; compute engines read SBUF or PSUM (load it "
+                "first with nl.load or nisa.dma_copy) [engine rule engine_memory]"
+            )
+        if t._pdim != 0:
+            raise Trn2ValueError(
+                f"{arg}: a tensor whose partition axis is not the first (par_dim at axis "
+                f"{t._pdim}) is not a tile; index its block axes first (t[i])"
+            )
+        return t
+
+    # ------------------------------------------------------------ language lowering
+    def copy_into(self, dst: NkiTensor, src: NkiTensor) -> None:
+        """One copy instruction ``dst <- src`` (DMA between HBM and SBUF, else Vector)."""
+        if dst._pdim is None or src._pdim is None:
+            if src.buffer is PSUM:
+                src = self.evict(src)
+            self.m.dma_copy(dst.tile, src.tile, None)
+        else:
+            self.m.tensor_copy("vector", dst.tile, src.tile)
+
+    def evict(self, src: NkiTensor) -> NkiTensor:
+        """A PSUM tile copied to a new SBUF tile (DMA cannot read PSUM)."""
+        t = self.alloc(src.shape, src.dtype, SBUF, src._pdim)
+        self.m.tensor_copy("vector", t.tile, src.tile)
+        return t
+
+    def broadcast_view(self, x: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
+        """``x`` with size-1 free axes repeated by stride 0 (no data movement)."""
+        if x.shape == shape:
+            return x
+        if len(x.shape) != len(shape):
+            if x._pdim is None and len(x.shape) < len(shape):
+                x = x.reshape((1,) * (len(shape) - len(x.shape)) + tuple(x.shape))
+            else:
+                raise ShapeError(f"broadcast: cannot broadcast {x.shape} to {shape}")
+        t = x.tile
+        if x._pdim is None:
+            rows = t
+            if x.shape[0] != shape[0]:
+                if x.shape[0] != 1:
+                    raise ShapeError(f"broadcast: cannot broadcast {x.shape} to {shape}")
+                rows = t.rows(shape[0], 0)
+            pat = list(t.pattern) or [(1, 1)]
+            pat = [(0 if (n == 1 and s != 1) else st, s)
+                   for (st, n), s in zip(pat, shape[1:], strict=False)] or pat  # fmt: skip
+            return x._view(rows.ap(pat, 0), shape, None)
+        if x.shape[0] != shape[0]:
+            raise ShapeError(f"broadcast: partition axis {x.shape[0]} to {shape[0]}")
+        pat = list(t.pattern)
+        if len(pat) != len(shape) - 1:
+            pat = [(1, n) for n in x.shape[1:]]
+            t = t.reshape_free([n for _, n in pat])
+            pat = list(t.pattern)
+        new = []
+        for (st, n), want in zip(pat, shape[1:], strict=True):
+            if n == want:
+                new.append((st, n))
+            elif n == 1:
+                new.append((0, want))
+            else:
+                raise ShapeError(f"broadcast: cannot broadcast {x.shape} to {shape}")
+        return x._view(t.ap(new, 0), shape, 0)
+
+    def broadcast(self, x: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
+        """``x.broadcast_to(shape)``: free axes by view; a 1-partition tile to more
+        partitions by one DMA (SBUF to SBUF, the source row read with step 0)."""
+        if x._pdim is None or x.shape[0] == shape[0]:
+            return self.broadcast_view(x, shape)
+        if x.shape[0] != 1 or len(shape) != len(x.shape):
+            raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
+        src = self.broadcast_view(x, (1, *shape[1:]))
+
+        def issue(dst: NkiTensor) -> None:
+            s = src.tile
+            pat = [(0, shape[0])] + [(st, n) for st, n in s.pattern]
+            self.m.dma_copy(dst.tile, s.ap(pat[:4], 0), None)
+
+        if len(shape) > 4:
+            raise NotSupportedError("broadcast_to: partition broadcast of a 4-D free shape")
+        return self.pend(shape, x.dtype, SBUF, issue)
+
+    def arith(self, op: str, x, y, dtype=None, mask=None) -> NkiTensor:
+        """A binary element-wise ``nl`` operation (Vector engine; GpSimd for ``power`` and
+        32-bit integer add/multiply, as the ISA docs assign them)."""
+        xt, yt = isinstance(x, NkiTensor), isinstance(y, NkiTensor)
+        if not xt and not yt:
+            raise Trn2ValueError(f"{op}: at least one operand must be a tile")
+        dx = x.dtype if xt else D.weak_dtype(x)
+        dy = y.dtype if yt else D.weak_dtype(y)
+        if dtype is not None:
+            out_dt = D.as_dtype(dtype)
+        elif op in _COMPARE:
+            out_dt = D.uint8
+        else:
+            out_dt = D.promote(dx, dy)
+        if xt:
+            self.on_chip(x, "x")
+        if yt:
+            self.on_chip(y, "y")
+        if xt and yt:
+            shape = _broadcast_shapes(x.shape, y.shape)
+            if x.shape[0] != shape[0]:
+                x = self.broadcast(x, (shape[0], *x.shape[1:]))
+            if y.shape[0] != shape[0]:
+                y = self.broadcast(y, (shape[0], *y.shape[1:]))
+        else:
+            shape = (x if xt else y).shape
+        ranges = self.mask_ranges(mask, len(shape))
+        ints = not D.is_float(out_dt) and dx.itemsize == 4 and dy.itemsize == 4
+        eng = "gpsimd" if op == "power" or (ints and op in ("add", "multiply", "subtract")) \
+            else "vector"  # fmt: skip
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is None:
+                return
+            d = self.masked(dst, ranges)
+            if xt and yt:
+                a, b = self.masked(x, ranges), self.masked(y, ranges)
+                fa, fb = self.free_size(a), self.free_size(b)
+                fd = self.free_size(d)
+                if fb == 1 and fd > 1 and b.dtype == D.float32 and eng == "vector":
+                    self.m.tensor_scalar("vector", d.tile, a.tile, op, b.tile, False, None,
+                                         None, False)  # fmt: skip
+                    return
+                if fa == 1 and fd > 1 and a.dtype == D.float32 and eng == "vector":
+                    self.m.tensor_scalar("vector", d.tile, b.tile, op, a.tile, True, None,
+                                         None, False)  # fmt: skip
+                    return
+                a = self.broadcast_view(a, d.shape) if a.shape != d.shape else a
+                b = self.broadcast_view(b, d.shape) if b.shape != d.shape else b
+                self.m.tensor_tensor(eng, d.tile, a.tile, b.tile, op)
+            elif xt:
+                self.m.tensor_scalar("vector", d.tile, self.masked(x, ranges).tile, op,
+                                     float(y), False, None, None, False)  # fmt: skip
+            else:
+                self.m.tensor_scalar("vector", d.tile, self.masked(y, ranges).tile, op,
+                                     float(x), True, None, None, False)  # fmt: skip
+
+        return self.pend(shape, out_dt, SBUF, issue)
+
+    def unary(self, func: str, x, dtype=None, mask=None) -> NkiTensor:
+        """A unary ``nl`` function: activation functions on the Scalar engine, the reciprocal
+        on the Vector engine (IEEE, the precise one), ALU unary operators on Vector."""
+        x = self.on_chip(x, "x")
+        out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
+        ranges = self.mask_ranges(mask, x.ndim)
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is None:
+                return
+            d, a = self.masked(dst, ranges), self.masked(x, ranges)
+            if func == "reciprocal":
+                self.m.reciprocal(d.tile, a.tile)
+            elif func == "negative":
+                self.m.tensor_scalar("vector", d.tile, a.tile, "multiply", -1.0, False, None,
+                                     None, False)  # fmt: skip
+            elif func in ("invert",):
+                self.m.tensor_scalar("vector", d.tile, a.tile, func, 0.0, False, None, None,
+                                     False)  # fmt: skip
+            elif func == "logical_not":
+                self.m.tensor_scalar("vector", d.tile, a.tile, "equal", 0.0, False, None, None,
+                                     False)  # fmt: skip
+            elif func in ACTIVATION_FUNCTIONS:
+                self.m.activation(d.tile, func, a.tile, None, None, None, None, "idle")
+            else:
+                raise NotSupportedError(f"nl.{func} is not supported by trn2core")
+
+        if func not in ACTIVATION_FUNCTIONS and func not in (
+            "reciprocal",
+            "negative",
+            "invert",
+            "logical_not",
+        ):
+            raise NotSupportedError(
+                f"nl.{func}: the machine has no instruction for it (docs/nki.md lists the "
+                "supported functions)"
+            )
+        if func == "logical_not" and dtype is None:
+            out_dt = D.uint8
+        return self.pend(x.shape, out_dt, SBUF, issue)
+
+    def unary_copy(self, x, dtype=None, mask=None) -> NkiTensor:
+        """``nl.copy``: a Vector-engine ``tensor_copy`` into a new SBUF tile."""
+        x = self.on_chip(x, "x")
+        out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
+        ranges = self.mask_ranges(mask, x.ndim)
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is not None:
+                d, a = self.masked(dst, ranges), self.masked(x, ranges)
+                self.m.tensor_copy("vector", d.tile, a.tile)
+
+        return self.pend(x.shape, out_dt, SBUF, issue)
+
+    def reduce(self, op: str, x, axis, dtype=None, keepdims=False, mask=None, mean=False):
+        """``nl.sum``/``max``/``min``/``prod``/``mean``/``all`` over trailing free axes: one
+        Vector ``tensor_reduce`` (``mean``: then a divide by the count)."""
+        x = self.on_chip(x, "x")
+        axes = sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
+        if not axes or axes[0] == 0 or axes != list(range(x.ndim - len(axes), x.ndim)):
+            raise ShapeError(
+                f"axis: reductions run over the last free axes of a tile ([1], [1, 2], ...); "
+                f"got {axis} for a tile of shape {x.shape}"
+            )
+        kept = [s for a, s in enumerate(x.shape) if a not in axes]
+        shape = tuple(kept) if len(kept) > 1 else (x.shape[0], 1)
+        if keepdims:
+            shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape))
+        out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
+        ranges = self.mask_ranges(mask, x.ndim)
+        count = math.prod(x.shape[a] for a in axes)
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is None:
+                return
+            a = self.masked(x, ranges)
+            d = self.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
+            dt = d.tile
+            if mean:
+                tmp = self.alloc(d.shape, D.float32, SBUF, 0)
+                self.m.tensor_reduce(tmp.tile, op, a.tile, len(axes), False)
+                self.m.tensor_scalar("vector", dt, tmp.tile, "divide", float(count), False,
+                                     None, None, False)  # fmt: skip
+            else:
+                self.m.tensor_reduce(dt, op, a.tile, len(axes), False)
+
+        return self.pend(shape, out_dt, SBUF, issue)
+
+    def inplace(self, op: str, target: NkiTensor, value) -> None:
+        """``target op= value``: a pending matmul added into PSUM accumulates there (one
+        ``nc_matmul``); otherwise one Vector instruction updating ``target`` in place."""
+        self.on_chip(target, "target")
+        if isinstance(value, NkiTensor):
+            fn, kind = self.take(value)
+            if fn is not None and kind is not None and kind[0] == "matmul" and op == "add" \
+                    and target.buffer is PSUM:  # fmt: skip
+                owner = target._owner
+                if owner is not None and owner.init not in (None, 0.0):
+                    raise NotSupportedError(
+                        "+=: accumulating a matmul onto PSUM initialised with a non-zero value "
+                        "is undefined on Trainium2 (the NKI nc_matmul docs); zero it "
+                        "(nl.zeros) or let the first matmul overwrite it"
+                    )
+                kind[1](target, None)
+                self.mark_accum()
+                self.last_inplace = (target, self.m.instructions)
+                return
+            if fn is not None:
+                self.pending, self.pend_fn, self.pend_kind = value, fn, kind
+        self.flush()
+        if isinstance(value, NkiTensor):
+            v = self.on_chip(value, "value")
+            if v.shape != target.shape:
+                v = self.broadcast_view(v, target.shape) if v.shape[0] == target.shape[0] \
+                    else self.broadcast(v, target.shape)  # fmt: skip
+            fv = self.free_size(v)
+            if fv == 1 and self.free_size(target) > 1 and v.dtype == D.float32:
+                self.m.tensor_scalar("vector", target.tile, target.tile, op, v.tile, False,
+                                     None, None, False)  # fmt: skip
+            else:
+                self.m.tensor_tensor("vector", target.tile, target.tile, v.tile, op)
+        else:
+            self.m.tensor_scalar("vector", target.tile, target.tile, op, float(value), False,
+                                 None, None, False)  # fmt: skip
+        if op in _ASSOCIATIVE:
+            self.mark_accum()
+        self.last_inplace = (target, self.m.instructions)
+
+    def matmul_pending(self, stationary: NkiTensor, moving: NkiTensor, shape, opts) -> NkiTensor:
+        """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""
+
+        def issue(dst: NkiTensor, accumulate=False) -> None:
+            self.m.nc_matmul(dst.tile, stationary.tile, moving.tile, accumulate, *opts)
+
+        return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
+
+    def raw_ap(self, t: NkiTensor, pattern, offset, kwargs) -> NkiTensor:
+        """NKI's ``.ap()``: an explicit pattern over the tensor's storage."""
+        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
+            raise NotSupportedError("ap: dynamic offsets (scalar_offset, vector_offset)")
+        pattern = [(int(s), int(n)) for s, n in pattern]
+        if not pattern:
+            raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
+        base = t._owner.tile if t._owner is not None else None
+        if t._pdim is None:
+            off = int(offset) if offset is not None else 0
+            # The pattern addresses the storage from element 0: re-anchor at the tensor start.
+            root = _hbm_root(t)
+            (s0, n0), rest = pattern[0], pattern[1:] or [(1, 1)]
+            tile = root.rows(n0, s0).ap(rest, off)
+            return t._view(tile, [n0] + [n for _, n in rest], None)
+        row = self.storage_row(t)
+        (ps, pn), rest = pattern[0], pattern[1:] or [(1, 1)]
+        if ps != row:
+            raise Trn2ValueError(
+                f"ap: the partition step of an on-chip tensor is its storage's elements per "
+                f"partition ({row}), got {ps}"
+            )
+        off = int(offset) if offset is not None else 0
+        p0, f0 = divmod(off, row)
+        tile = base[p0 : p0 + pn].ap(rest, f0)
+        return t._view(tile, [pn] + [n for _, n in rest], 0)
+
+
+def _hbm_root(t: NkiTensor):
+    """The first element of an HBM tensor's storage as a one-row tile."""
+    tile = t.tile
+    # Step back to element 0: the tile's offset is in bytes from the buffer start.
+    return tile.rows(1, 0).ap([(1, 1)], -(tile.offset // t.dtype.itemsize))
+
+
+def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    if len(a) != len(b):
+        raise ShapeError(f"shapes {a} and {b} do not broadcast (NKI tiles have equal ranks)")
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(f"shapes {a} and {b} do not broadcast")
+        out.append(max(x, y))
+    return tuple(out)
+
+
+class Launch:
+    """One call of a kernel: its grid of programs on one or two physical cores."""
+
+    def __init__(self, fn, args, kwargs, *, grid=(), nc_axes=(), lnc=1, dialect="current",
+                 uninitialized="error") -> None:  # fmt: skip
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.grid = tuple(grid)
+        self.nc_axes = tuple(nc_axes)
+        self.lnc = lnc
+        self.dialect = dialect
+        self.uninitialized = uninitialized
+        self.shared: list[list[NkiTensor]] = [[] for _ in range(lnc)]
+        self.cores: list[Core] = []
+        self.program: tuple[int, ...] = ()
+
+    def core_of(self, pid: tuple[int, ...]) -> int:
+        if self.lnc == 1:
+            return 0
+        if self.nc_axes:
+            return sum(pid[a] for a in self.nc_axes) % self.lnc
+        return pid[0] % self.lnc if pid else 0
+
+    def execute(self):
+        """Runs every program; returns the kernel's outputs as numpy arrays."""
+        self.cores = [Core(self, i) for i in range(self.lnc)]
+        inputs = []
+        for core in self.cores:
+            inputs.append(_bind(core, self.args, self.kwargs))
+        grid = self.grid or ()
+        programs = list(itertools.product(*(range(g) for g in grid))) if grid else [()]
+        result = None
+        prev = STATE.core
+        try:
+            for pid in programs:
+                c = self.cores[self.core_of(pid)]
+                c.program = pid
+                c.shared_seq = 0
+                self.program = pid
+                args, kwargs = inputs[c.index]
+                STATE.core = c
+                out = self.fn(*args, **kwargs)
+                c.flush()
+                c.loops.clear()
+                if result is None:
+                    result = out
+        finally:
+            STATE.core = prev
+        return self._outputs(result)
+
+    def _outputs(self, result):
+        def conv(x):
+            if isinstance(x, NkiTensor):
+                return self.read_output(x)
+            if isinstance(x, tuple):
+                return tuple(conv(v) for v in x)
+            if isinstance(x, list):
+                return [conv(v) for v in x]
+            if isinstance(x, dict):
+                return {k: conv(v) for k, v in x.items()}
+            return x
+
+        return conv(result)
+
+    def read_output(self, t: NkiTensor) -> np.ndarray:
+        if t._pdim is not None:
+            raise KernelError(
+                f"a kernel returns HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); this "
+                f"output is in {t.buffer.name}"
+            )
+        mname = D.machine_name(t.dtype)
+        host = D.HOST_DTYPE[mname]
+        shared_j = None
+        owner = t._core
+        for j, s in enumerate(self.shared[owner.index]):
+            if s.tile is t.tile or (s.shape == t.shape and _same_tile(s.tile, t.tile)):
+                shared_j = j
+        if self.lnc == 1 or shared_j is None:
+            try:
+                raw = owner.m.read(t.tile)
+            except Trn2ValueError as e:
+                raise KernelError(
+                    f"output {t.name or 'tensor'} {t.shape}: {e} (the kernel did not write "
+                    "every element of its output)"
+                ) from None
+            out = raw.view(host).reshape(t.shape)
+            return out.astype(np.bool_) if t.dtype == D.bool_ else out
+        return self._merge(shared_j, t, host)
+
+    def _merge(self, j: int, t: NkiTensor, host) -> np.ndarray:
+        """An output written by the physical cores of an LNC=2 launch: each core's written
+        bytes; overlapping writes must agree (else a race)."""
+        nbytes = t.size * t.dtype.itemsize
+        out = np.zeros(nbytes, np.uint8)
+        seen = np.zeros(nbytes, bool)
+        for core in self.cores:
+            st = self.shared[core.index][j]
+            flat = st.tile.rows(1, 0).ap([(1, st.size)], 0)
+            es = t.dtype.itemsize
+            for lo, hi in core.m.written_ranges(st.tile):
+                part = core.m.read(flat.ap([(1, (hi - lo) // es)], lo // es)).view(np.uint8)
+                clash = seen[lo:hi] & (out[lo:hi] != part)
+                if clash.any():
+                    raise KernelError(
+                        f"output {t.name or j}: both physical cores wrote byte "
+                        f"{lo + int(np.argmax(clash))} with different values (a race on "
+                        "shared HBM)"
+                    )
+                out[lo:hi] = part
+                seen[lo:hi] = True
+        if not seen.all():
+            raise KernelError(
+                f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never written "
+                "by either physical core"
+            )
+        res = out.view(host).reshape(t.shape)
+        return res.astype(np.bool_) if t.dtype == D.bool_ else res
+
+
+def _same_tile(a, b) -> bool:
+    return (a.shape == b.shape and a.offset == b.offset and a.pattern == b.pattern
+            and a.space == b.space and a.start_partition == b.start_partition)  # fmt: skip
+
+
+def _bind(core: Core, args, kwargs):
+    """The kernel's arguments with numpy arrays as HBM tensors of ``core``."""
+
+    def conv(x, name):
+        if isinstance(x, np.ndarray) or (hasattr(x, "__array__") and hasattr(x, "dtype")
+                                         and hasattr(x, "shape")):  # fmt: skip
+            a = np.asarray(x)
+            if a.dtype == np.float64:
+                raise KernelError(
+                    f"{name}: float64 arrays are not an NKI dtype; convert to float32 (or "
+                    "bfloat16, float16, ...) first"
+                )
+            t = core.constant(a, name)
+            core.hbm_inputs.append(t)
+            return t
+        return x
+
+    a2 = [conv(a, f"arg{i}") for i, a in enumerate(args)]
+    k2 = {k: conv(v, k) for k, v in kwargs.items()}
+    return a2, k2
+
+
+__all__ = [
+    "HBM",
+    "PRIVATE_HBM",
+    "PSUM",
+    "SBUF",
+    "SHARED_HBM",
+    "CapacityError",
+    "Core",
+    "IndexExpr",
+    "KernelError",
+    "Launch",
+    "LoopCarriedDependencyError",
+    "api",
+    "current",
+]

@@ -1,0 +1,618 @@
+"""NKI tensors as handles: a machine access pattern (``trn2core._core.Tile``) plus the NKI view
+of it (logical shape, dtype, buffer, which logical axis is the partition axis).
+
+A tensor never holds a copy of device memory: slicing, ``nl.ds``, legacy ``arange`` indexing,
+``reshape`` and free-axis ``broadcast_to`` make new handles over the same bytes; arithmetic
+operators (``a + b``, ``t += x``) are instructions, issued by the tensor's core
+(``trn2core.nki._runtime.Core``), which this module never imports: every tensor carries its core.
+
+Layout: an SBUF/PSUM tensor of logical shape ``(B..., P, F...)`` (``P`` the partition axis,
+``nl.par_dim`` in the legacy dialect, else the first axis) is the machine tensor
+``(P, B..., F...)``: the same bytes on each of ``P`` consecutive partitions. An HBM tensor is
+the machine's HBM buffer in C order (its first axis the DMA's row axis).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ShapeError, Trn2ValueError
+from ._api import api
+from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
+
+
+class Buffer:
+    """A memory: ``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.private_hbm``, ``nl.shared_hbm``."""
+
+    __slots__ = ("name", "space")
+
+    def __init__(self, name: str, space: str) -> None:
+        self.name = name
+        self.space = space
+
+    def __repr__(self) -> str:
+        return f"nki.language.{self.name}"
+
+
+SBUF = Buffer("sbuf", "sbuf")
+PSUM = Buffer("psum", "psum")
+HBM = Buffer("hbm", "hbm")
+PRIVATE_HBM = Buffer("private_hbm", "hbm")
+SHARED_HBM = Buffer("shared_hbm", "hbm")
+
+
+class OutOfBoundsError(ShapeError):
+    """An index or slice reaches outside its tensor."""
+
+
+class PartitionDimError(ShapeError):
+    """A tile's partition dimension is over 128, or a view would move data across partitions."""
+
+
+class DS:
+    """``nl.ds(start, size)``: the slice ``start : start + size``."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start = start
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"ds({self.start}, {self.size})"
+
+
+def _int(v, what: str) -> int:
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    raise Trn2ValueError(f"index: {what} must be an integer, got {v!r}")
+
+
+def _resolve_slice(s, size: int, axis: int) -> tuple[int, int, int]:
+    """``(start, count, step)`` of a slice on an axis of ``size``; out of range is an error
+    (NKI checks bounds; numpy would clamp)."""
+    step = 1 if s.step is None else _int(s.step, "a slice step")
+    if step == 0:
+        raise Trn2ValueError(f"index: axis {axis}: slice step cannot be zero")
+    if step < 0:
+        start, stop, step = s.indices(size)
+        return start, len(range(start, stop, step)), step
+    start = 0 if s.start is None else _int(s.start, "a slice start")
+    stop = size if s.stop is None else _int(s.stop, "a slice stop")
+    if start < 0:
+        start += size
+    if stop < 0:
+        stop += size
+    if not (0 <= start <= size) or not (0 <= stop <= size):
+        raise OutOfBoundsError(
+            f"index: slice {s.start}:{s.stop} of axis {axis} is out of range for size {size} "
+            "[rule bounds]"
+        )
+    count = len(range(start, stop, step))
+    if count == 0:
+        raise OutOfBoundsError(f"index: slice {s.start}:{s.stop} of axis {axis} is empty")
+    return start, count, step
+
+
+class _Unresolved:
+    """The tile of a legacy indexed access that reaches outside its tensor: usable only with a
+    mask that keeps it inside (``nl.load(x[i, j], mask=(i < n))``)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class NkiTensor:
+    """A tensor in HBM, SBUF or PSUM (see the module doc). ``shape``, ``dtype``, ``buffer``,
+    ``ndim``, ``size``, ``itemsize``, ``name``; indexing and views make new handles."""
+
+    __slots__ = (
+        "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
+        "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
+        self._t = tile
+        self.shape = tuple(shape)
+        self._pdim = pdim
+        self.dtype = dtype
+        self.buffer = buffer
+        self._core = core
+        self._owner = owner
+        self._access = None
+        self.name = name
+
+    # -------------------------------------------------------------------- properties
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def tile(self):
+        """The machine tile (issues a pending instruction first)."""
+        t = self._t
+        if t is None:
+            self._core.flush()
+            t = self._t
+        if type(t) is _Unresolved:
+            raise OutOfBoundsError(t.message)
+        return t
+
+    def __repr__(self) -> str:
+        return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer.name})"
+
+    def __bool__(self) -> bool:
+        raise Trn2ValueError(
+            "a tensor has no Python truth value (its values are on the device); compare "
+            "shapes and dtypes, or use nl.where / nisa.affine_select on values"
+        )
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self):
+        raise Trn2ValueError("a tensor is not iterable; index it (t[i]) or loop over a range")
+
+    __hash__ = object.__hash__
+
+    # -------------------------------------------------------------------- views
+    def _view(self, tile, shape, pdim) -> NkiTensor:
+        t = NkiTensor(tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner,
+                      self.name)  # fmt: skip
+        return t
+
+    def _machine_axis(self, a: int) -> int:
+        """The machine axis of logical axis ``a`` (SBUF/PSUM: partition axis first)."""
+        p = self._pdim
+        if p is None or a == p:
+            return 0 if p is not None else a
+        return a + 1 if a < p else a
+
+    def _normalize(self, key) -> list:
+        key = list(key) if isinstance(key, tuple) else [key]
+        n_ell = sum(1 for k in key if k is Ellipsis)
+        if n_ell > 1:
+            raise Trn2ValueError("index: at most one '...' in an index")
+        if n_ell:
+            i = key.index(Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key[i : i + 1] = [slice(None)] * max(fill, 0)
+        if len(key) > self.ndim:
+            raise OutOfBoundsError(
+                f"index: {len(key)} indices for a tensor of {self.ndim} axes {self.shape}"
+            )
+        key += [slice(None)] * (self.ndim - len(key))
+        for i, k in enumerate(key):
+            if isinstance(k, DS):
+                key[i] = slice(k.start, k.start + k.size)
+            elif k is None:
+                raise NotSupportedError("index: None (a new axis) is not an NKI index")
+        return key
+
+    @api
+    def __getitem__(self, key) -> NkiTensor:
+        key = self._normalize(key)
+        if any(isinstance(k, IndexExpr) for k in key):
+            try:
+                return self._advanced(list(key), None)
+            except OutOfBoundsError as e:
+                # Out of range unless a mask restricts it: resolved again under the mask.
+                exprs = [k for k in key if isinstance(k, IndexExpr)]
+                v = self._view(_Unresolved(f"{e} (no mask= keeps the index inside the tensor)"),
+                               grid_of(exprs), None if self._pdim is None else 0)  # fmt: skip
+                v._access = (self, key)
+                return v
+        return self._basic(key)
+
+    def _basic(self, key: list) -> NkiTensor:
+        on_chip = self._pdim is not None
+        shape: list[int] = []
+        mkey: list = [None] * self.ndim
+        new_pdim = None
+        free_kept = 0
+        last_int = None
+        for a, k in enumerate(key):
+            size = self.shape[a]
+            if isinstance(k, slice):
+                _, count, _ = _resolve_slice(k, size, a)
+                mkey[self._machine_axis(a)] = k
+                if on_chip and a == self._pdim:
+                    new_pdim = len(shape)
+                elif on_chip and a > self._pdim:
+                    free_kept += 1
+                shape.append(count)
+            else:
+                i = _int(k, f"the index of axis {a}")
+                if i < -size or i >= size:
+                    raise OutOfBoundsError(
+                        f"index: {i} is out of range for axis {a} of size {size} "
+                        f"(tensor {self.shape}) [rule bounds]"
+                    )
+                i %= size
+                mkey[self._machine_axis(a)] = i
+                if on_chip and a == self._pdim:
+                    new_pdim = len(shape)
+                    shape.append(1)
+                    mkey[0] = slice(i, i + 1)
+                elif on_chip and a > self._pdim:
+                    last_int = (a, i, len(shape))
+        if on_chip and free_kept == 0 and last_int is not None:
+            # On-chip tensors stay at least 2-D: the last free axis is kept at size 1.
+            a, i, pos = last_int
+            mkey[self._machine_axis(a)] = slice(i, i + 1)
+            shape.insert(pos, 1)
+        if not shape:
+            shape = [1]
+        tile = self.tile[tuple(mkey)]
+        v = self._view(tile, shape, new_pdim)
+        return v
+
+    def _advanced(self, key: list, ranges) -> NkiTensor:
+        """Legacy indexing with ``arange``/``mgrid`` expressions (and ints / whole slices);
+        ``ranges`` restricts index variables (a mask)."""
+        exprs = [k for k in key if isinstance(k, IndexExpr)]
+        gshape = grid_of(exprs)
+        nd = len(gshape)
+        for a, k in enumerate(key):
+            if isinstance(k, slice):
+                if k != slice(None) or self.shape[a] != 1:
+                    raise NotSupportedError(
+                        "index: mixing index expressions (nl.arange) with slices is not "
+                        "supported in NKI (basic and advanced indexing cannot be mixed)"
+                    )
+                key[a] = 0
+        ranges = ranges or {}
+        # The variable of each grid axis.
+        axis_var: list = [None] * nd
+        for e in exprs:
+            for v in e.terms:
+                g = var_axis(v, nd)
+                if axis_var[g] is not None and axis_var[g] is not v:
+                    raise NotSupportedError(
+                        f"index: two different index variables on grid axis {g}"
+                    )
+                axis_var[g] = v
+        lo = [ranges.get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
+        sizes = [(ranges[v][1] - ranges[v][0]) if v in ranges else gshape[g]
+                 for g, v in enumerate(axis_var)]  # fmt: skip
+
+        def coef(k, v) -> int:
+            return k.terms.get(v, 0) if isinstance(k, IndexExpr) else 0
+
+        def const(k) -> int:
+            if isinstance(k, IndexExpr):
+                return k.const + sum(c * lo[var_axis(v, nd)] for v, c in k.terms.items())
+            return _int(k, "an index")
+
+        t = self.tile
+        pattern = [(st, n) for st, n in t.pattern]
+        if self._pdim is None:
+            mstride = [t.row_step] + [st for st, _ in pattern]
+            offset = sum(mstride[a] * const(k) for a, k in enumerate(key))
+            for a, k in enumerate(key):
+                c = const(k)
+                lim = [c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var)
+                       if v is not None]  # fmt: skip
+                for x in [c, *lim]:
+                    if not 0 <= x < self.shape[a]:
+                        raise OutOfBoundsError(
+                            f"index: axis {a} reaches {x}, outside size {self.shape[a]} "
+                            "[rule bounds]"
+                        )
+            steps = [sum(mstride[a] * coef(k, v) for a, k in enumerate(key)) for v in axis_var]
+            rows = t.rows(sizes[0] if nd else 1, steps[0] if nd else 0)
+            free = [(steps[g], sizes[g]) for g in range(1, nd)] or [(1, 1)]
+            tile = rows.ap(free, offset)
+            v = self._view(tile, gshape if not ranges else sizes, None)
+            v._access = (self, key)
+            return v
+        p = self._pdim
+        kp = key[p]
+        if nd == 0 or (isinstance(kp, IndexExpr) and (len(kp.terms) != 1 or
+                                                      coef(kp, axis_var[0]) != 1)):  # fmt: skip
+            raise PartitionDimError(
+                "index: the partition axis must be indexed by one index variable on the first "
+                "grid axis with step 1 (e.g. nl.arange(128)[:, None] + offset)"
+            )
+        p0 = const(kp)
+        pcount = sizes[0] if isinstance(kp, IndexExpr) else 1
+        if isinstance(kp, int) and axis_var[0] is not None and gshape[0] != 1:
+            raise PartitionDimError(
+                "index: the first grid axis varies but the partition index is constant"
+            )
+        if not (0 <= p0 and p0 + pcount <= self.shape[p]):
+            raise OutOfBoundsError(
+                f"index: partitions {p0}..{p0 + pcount} are outside the partition axis of "
+                f"size {self.shape[p]}"
+            )
+        free_axes = [a for a in range(self.ndim) if a != p]
+        fstride = {a: pattern[self._machine_axis(a) - 1][0] for a in free_axes}
+        for a in free_axes:
+            if coef(key[a], axis_var[0]):
+                raise PartitionDimError(
+                    "index: the partition index variable also moves along a free axis; an "
+                    "access pattern is the same on every partition"
+                )
+            c = const(key[a])
+            for x in [c] + [c + coef(key[a], v) * (sizes[g] - 1)
+                            for g, v in enumerate(axis_var) if v is not None]:  # fmt: skip
+                if not 0 <= x < self.shape[a]:
+                    raise OutOfBoundsError(
+                        f"index: axis {a} reaches {x}, outside size {self.shape[a]}"
+                    )
+        offset = sum(fstride[a] * const(key[a]) for a in free_axes)
+        free = [(sum(fstride[a] * coef(key[a], axis_var[g]) for a in free_axes), sizes[g])
+                for g in range(1, nd)] or [(1, 1)]  # fmt: skip
+        tile = t[p0 : p0 + pcount].ap(free, offset)
+        shape = [pcount, *sizes[1:]] if nd > 1 else [pcount, 1]
+        v = self._view(tile, shape, 0)
+        v._access = (self, key)
+        return v
+
+    def restricted(self, ranges, axis_ranges) -> NkiTensor:
+        """This view restricted by a mask: an indexed access re-resolved with the index
+        variables' ranges, or a plain tile sliced on the grid axes (``axis_ranges``)."""
+        if self._access is not None:
+            base, key = self._access
+            return base._advanced(list(key), ranges)
+        if not axis_ranges:
+            return self
+        key: list = [slice(None)] * self.ndim
+        for a, (lo, hi) in axis_ranges.items():
+            if a < self.ndim and self.shape[a] > 1:
+                key[a] = slice(lo, hi)
+        return self._basic(key)
+
+    @api
+    def __setitem__(self, key, value) -> None:
+        if isinstance(value, NkiTensor) and self._core.just_updated(value):
+            return  # `t[i] += x`: Python stores back the view `+=` already updated
+        self._core.assign(self[key], value)
+
+    @api
+    def reshape(self, shape) -> NkiTensor:
+        """The same elements in a new shape (a contiguous view; the partition axis stays)."""
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if math.prod(shape) != self.size:
+            raise ShapeError(f"reshape: cannot reshape {self.shape} to {shape}")
+        t = self.tile
+        if self._pdim is None:
+            contiguous = all(st == math.prod(n for _, n in t.pattern[i + 1:])
+                             for i, (st, _) in enumerate(t.pattern))  # fmt: skip
+            fsize = math.prod(n for _, n in t.pattern)
+            if not contiguous or (self.shape[0] > 1 and t.row_step != fsize):
+                raise NotSupportedError("reshape: only a contiguous HBM view can be reshaped")
+            strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+            free = [(strides[i], shape[i]) for i in range(1, len(shape))] or [(1, 1)]
+            tile = t.rows(shape[0], strides[0]).ap(free, 0)
+            return self._view(tile, shape, None)
+        if self._pdim != 0 or shape[0] != self.shape[0]:
+            raise PartitionDimError(
+                f"reshape: an on-chip tensor keeps its partition axis first and of size "
+                f"{self.shape[self._pdim]}; got {shape}"
+            )
+        tile = t.reshape_free(list(shape[1:]) or [1])
+        return self._view(tile, shape, 0)
+
+    @api
+    def broadcast_to(self, shape) -> NkiTensor:
+        """A view with size-1 axes repeated (free axes: a stride-0 view; the partition axis:
+        a DMA broadcast into a new tile)."""
+        return self._core.broadcast(self, tuple(int(s) for s in shape))
+
+    @api
+    def expand_dims(self, axis: int) -> NkiTensor:
+        """A view with a new size-1 axis at ``axis`` (a free axis)."""
+        axis = _int(axis, "axis")
+        shape = list(self.shape)
+        if axis < 0:
+            axis += len(shape) + 1
+        if self._pdim is not None and axis <= self._pdim:
+            raise PartitionDimError("expand_dims: the new axis must be a free axis")
+        shape.insert(axis, 1)
+        if self._pdim is None:
+            return self.reshape(shape)
+        t = self.tile
+        pat = list(t.pattern)
+        pat.insert(self._machine_axis(axis) - 1 if axis > self._pdim else 0, (0, 1))
+        return self._view(t.ap(pat, 0), shape, self._pdim)
+
+    def _axes(self) -> list[tuple[int, int]]:
+        """``(stride, count)`` per logical axis (the partition axis of an on-chip tile has
+        stride 0: partitions are not addressed by stride)."""
+        if self._pdim not in (0, None):
+            raise NotSupportedError("a view of a tensor whose partition axis is not the first")
+        t = self.tile
+        pat = list(t.pattern)
+        if len(pat) != self.ndim - 1:
+            pat = [(st, n) for st, n in pat if n != 1] if len(pat) > self.ndim - 1 else pat
+        if len(pat) != self.ndim - 1:
+            raise NotSupportedError(f"a view of shape {self.shape} over pattern {t.pattern}")
+        first = (t.row_step, self.shape[0]) if self._pdim is None else (0, self.shape[0])
+        return [first] + pat
+
+    def _from_axes(self, axes: list[tuple[int, int]]) -> NkiTensor:
+        t = self.tile
+        free = axes[1:] or [(1, 1)]
+        if self._pdim is None:
+            tile = t.rows(axes[0][1], axes[0][0]).ap(free, 0)
+        else:
+            tile = t.ap(free, 0)
+        return self._view(tile, [n for _, n in axes], self._pdim)
+
+    @api
+    def broadcast(self, dim: int, size: int) -> NkiTensor:
+        """Axis ``dim`` (of size 1) repeated ``size`` times: a stride-0 view."""
+        axes = self._axes()
+        dim = _int(dim, "dim") % self.ndim
+        if axes[dim][1] != 1:
+            raise ShapeError(f"broadcast: axis {dim} has size {axes[dim][1]}, not 1")
+        if dim == 0 and self._pdim is not None:
+            raise PartitionDimError("broadcast: the partition axis of an on-chip tensor")
+        axes[dim] = (0, _int(size, "size"))
+        return self._from_axes(axes)
+
+    @api
+    def permute(self, dims) -> NkiTensor:
+        """The axes in the order ``dims`` (on chip the partition axis stays first)."""
+        dims = [_int(d, "dims") for d in dims]
+        if sorted(dims) != list(range(self.ndim)):
+            raise ShapeError(f"permute: {dims} is not a permutation of {self.ndim} axes")
+        if self._pdim is not None and dims[0] != 0:
+            raise PartitionDimError("permute: an on-chip tensor keeps its partition axis first")
+        axes = self._axes()
+        return self._from_axes([axes[d] for d in dims])
+
+    @api
+    def expand_dim(self, dim: int) -> NkiTensor:
+        """A new size-1 axis at ``dim``."""
+        axes = self._axes()
+        dim = _int(dim, "dim")
+        if self._pdim is not None and dim == 0:
+            raise PartitionDimError("expand_dim: the new axis must be a free axis")
+        axes.insert(dim, (0, 1))
+        return self._from_axes(axes)
+
+    @api
+    def squeeze_dim(self, dim: int) -> NkiTensor:
+        """Axis ``dim`` (of size 1) removed."""
+        axes = self._axes()
+        dim = _int(dim, "dim") % self.ndim
+        if axes[dim][1] != 1 or (self._pdim is not None and dim == 0):
+            raise ShapeError(f"squeeze_dim: axis {dim} of {self.shape} cannot be removed")
+        del axes[dim]
+        return self._from_axes(axes)
+
+    @api
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> NkiTensor:
+        """``start:end:step`` along axis ``dim``."""
+        key: list = [slice(None)] * self.ndim
+        key[_int(dim, "dim")] = slice(start, end, step)
+        return self[tuple(key)]
+
+    @api
+    def ap(self, pattern, offset=None, **kwargs) -> NkiTensor:
+        """``[[step, count], ...]`` over the tensor's storage (NKI's ``.ap()``; the first pair
+        is the partition axis of an on-chip tensor: step = elements per partition)."""
+        return self._core.raw_ap(self, pattern, offset, kwargs)
+
+    def get_pattern(self) -> list[list[int]]:
+        """The view as ``[[step, count], ...]`` (partition axis first)."""
+        t = self.tile
+        per = self._core.storage_row(self)
+        first = [t.row_step, self.shape[0]] if self._pdim is None else [per, t.shape[0]]
+        return [first] + [[st, n] for st, n in t.pattern]
+
+    @api
+    def astype(self, dtype) -> NkiTensor:
+        """A copy converted to ``dtype`` (one instruction)."""
+        return self._core.unary_copy(self, dtype)
+
+    # -------------------------------------------------------------------- operators
+    @api
+    def _bin(self, op, other, reverse=False):
+        return self._core.arith(op, other, self) if reverse else self._core.arith(op, self, other)
+
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("subtract", o)
+
+    def __rsub__(self, o):
+        return self._bin("subtract", o, True)
+
+    def __mul__(self, o):
+        return self._bin("multiply", o)
+
+    def __rmul__(self, o):
+        return self._bin("multiply", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("divide", o)
+
+    def __rtruediv__(self, o):
+        return self._bin("divide", o, True)
+
+    def __pow__(self, o):
+        return self._bin("power", o)
+
+    def __rpow__(self, o):
+        return self._bin("power", o, True)
+
+    def __and__(self, o):
+        return self._bin("bitwise_and" if self._core.is_int(self) else "logical_and", o)
+
+    def __or__(self, o):
+        return self._bin("bitwise_or" if self._core.is_int(self) else "logical_or", o)
+
+    def __xor__(self, o):
+        return self._bin("bitwise_xor" if self._core.is_int(self) else "logical_xor", o)
+
+    def __lshift__(self, o):
+        return self._bin("left_shift", o)
+
+    def __rshift__(self, o):
+        return self._bin("right_shift", o)
+
+    def __lt__(self, o):
+        return self._bin("less", o)
+
+    def __le__(self, o):
+        return self._bin("less_equal", o)
+
+    def __gt__(self, o):
+        return self._bin("greater", o)
+
+    def __ge__(self, o):
+        return self._bin("greater_equal", o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return self._bin("equal", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._bin("not_equal", o)
+
+    @api
+    def __neg__(self):
+        return self._core.arith("multiply", self, -1.0)
+
+    @api
+    def __abs__(self):
+        return self._core.unary("abs", self)
+
+    @api
+    def __invert__(self):
+        return self._core.unary("invert", self)
+
+    @api
+    def _inplace_op(self, op, o):
+        self._core.inplace(op, self, o)
+        return self
+
+    def __iadd__(self, o):
+        return self._inplace_op("add", o)
+
+    def __isub__(self, o):
+        return self._inplace_op("subtract", o)
+
+    def __imul__(self, o):
+        return self._inplace_op("multiply", o)
+
+    def __itruediv__(self, o):
+        return self._inplace_op("divide", o)

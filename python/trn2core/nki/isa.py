@@ -1,0 +1,358 @@
+"""``nki.isa`` (``nisa``), the current dialect: every instruction takes its destination first
+(``dst=``) and is one instruction of the emulated NeuronCore (``trn2core._core.Machine``), which
+checks the engine rules, computes the bits and records it for the timeline.
+
+Semantics, engine rules and costs are the machine's (docs/machine.md); this module maps NKI's
+arguments onto it: operators (``nl.add``, ``np.add``, ...), ``engine=`` (``engine.unknown``
+picks the engine the NKI docs name as the default), ``reduce_cmd``, access patterns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import Trn2ValueError
+from . import _dtypes as D
+from ._index import NotSupportedError
+from ._ops import (
+    act_name,
+    alu_name,
+    dge_mode,
+    dma_engine,
+    engine,
+    engine_name,
+    matmul_perf_mode,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+    reduce_cmd_name,
+)
+from ._runtime import PSUM, api, current, scalar_arg
+from ._tensor import NkiTensor
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+
+
+class NkiValidationError(Trn2ValueError):
+    """A hardware constraint is violated (NKI's name; trn2core raises its own subclasses)."""
+
+
+def _t(x, arg: str):
+    if isinstance(x, NkiTensor):
+        return x.tile
+    raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
+
+
+def _m(*xs):
+    for x in xs:
+        if isinstance(x, NkiTensor):
+            c = x._core
+            c.flush()
+            return c.m
+    c = current()
+    c.flush()
+    return c.m
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore version emulated: ``nc_version.gen3`` (Trainium2)."""
+    return nc_version.gen3
+
+
+def get_nc_sub_version() -> int:
+    """The NeuronCore sub-version (0)."""
+    return 0
+
+
+@api
+def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
+             engine=engine.unknown, name=None, **kwargs) -> None:  # fmt: skip
+    """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue."""
+    m = _m(dst, src)
+    m.dma_copy(_t(dst, "dst"), _t(src, "src"), None)
+
+
+@api
+def dma_transpose(dst, src, axes=None, **kwargs) -> None:
+    """A 2-D transpose by DMA from HBM (``dst[j, i] = src[i, j]``)."""
+    if src._pdim is not None or src.ndim != 2:
+        raise NotSupportedError("dma_transpose: a 2-D HBM source (SBUF to SBUF is not emulated)")
+    m = _m(dst, src)
+    t = src.tile
+    col = t.pattern[0][0] if t.pattern else 1
+    m.dma_copy(_t(dst, "dst"), t.rows(src.shape[1], col).ap([(t.row_step, src.shape[0])], 0),
+               None)  # fmt: skip
+
+
+@api
+def tensor_copy(dst, src, engine=engine.unknown, name=None, **kwargs) -> None:
+    """``dst = src`` (bits when the dtypes agree, else through float32)."""
+    e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
+    _m(dst, src).tensor_copy(e, _t(dst, "dst"), _t(src, "src"))
+
+
+@api
+def memset(dst, value, engine=engine.unknown, name=None, **kwargs) -> None:
+    """Fills ``dst`` with ``value``."""
+    e = engine_name(engine, "vector", ("vector", "gpsimd"), "memset")
+    _m(dst).memset(e, _t(dst, "dst"), float(value))
+
+
+def _pe_tile(tile_position, tile_size):
+    pos = tuple(int(v) for v in tile_position) if tile_position else None
+    size = tuple(int(v) for v in tile_size) if tile_size else None
+    return pos, size
+
+
+@api
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
+              perf_mode=matmul_perf_mode.none, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = stationary.T @ moving`` into PSUM (float32). ``accumulate=None``: the first
+    matmul into memory not written by a matmul overwrites it, later ones accumulate."""
+    pos, size = _pe_tile(tile_position, tile_size)
+    pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
+    _m(dst, stationary, moving).nc_matmul(
+        _t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving"),
+        None if accumulate is None else bool(accumulate), pm, pos, size, bool(is_transpose),
+    )  # fmt: skip
+
+
+@api
+def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs) -> None:
+    """``dst = data.T`` on the tensor engine (SBUF to PSUM, up to 128 x 128) or the Vector
+    engine (up to 32 x 32); by default the tensor engine when ``dst`` is in PSUM."""
+    default = "tensor" if isinstance(dst, NkiTensor) and dst.buffer is PSUM else "vector"
+    e = engine_name(engine, default, ("tensor", "vector"), "nc_transpose")
+    _m(dst, data).nc_transpose(e, _t(dst, "dst"), _t(data, "data"))
+
+
+def _tt_engine(e, op: str, *tiles) -> str:
+    ints = all(isinstance(t, NkiTensor) and t.dtype in (D.int32, D.uint32) for t in tiles)
+    default = "gpsimd" if op == "power" or ints else "vector"
+    return engine_name(e, default, ("vector", "gpsimd"), "tensor_tensor")
+
+
+@api
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs) -> None:
+    """``dst = data1 <op> data2`` element-wise (Vector; GpSimd for int32 tiles and power)."""
+    o = alu_name(op)
+    e = _tt_engine(engine, o, dst, data1, data2)
+    _m(dst, data1, data2).tensor_tensor(e, _t(dst, "dst"), _t(data1, "data1"),
+                                        _t(data2, "data2"), o)  # fmt: skip
+
+
+@api
+def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                  reverse1=False, engine=engine.unknown, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
+    float32 tiles."""
+    e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
+    m = _m(dst, data, operand0, operand1)
+    m.tensor_scalar(
+        e, _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"),
+        scalar_arg(operand0, "operand0"), bool(reverse0),
+        None if op1 is None else alu_name(op1, "op1"),
+        None if operand1 is None else scalar_arg(operand1, "operand1"), bool(reverse1),
+    )  # fmt: skip
+
+
+def _axes(data: NkiTensor, axis) -> int:
+    axes = sorted({a % data.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
+    if not axes or axes[0] == 0 or axes != list(range(data.ndim - len(axes), data.ndim)):
+        raise Trn2ValueError(
+            f"axis: tensor_reduce reduces the last free axes ([1], [1, 2], ...); got {axis} "
+            f"for a tile of shape {data.shape}"
+        )
+    return len(axes)
+
+
+@api
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs) -> None:
+    """``dst = reduce(op, data, axis)`` over the last free axes (Vector engine)."""
+    _m(dst, data).tensor_reduce(_t(dst, "dst"), alu_name(op), _t(data, "data"),
+                                _axes(data, axis), bool(negate))  # fmt: skip
+
+
+def _scale(scale):
+    if scale is None or (not isinstance(scale, NkiTensor) and float(scale) == 1.0):
+        return None
+    return scalar_arg(scale, "scale")
+
+
+@api
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=reduce_cmd.idle, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = op(data * scale + bias)`` on the Scalar engine; with ``reduce_op`` (add) the
+    results are also added into ``reduce_res``. Transcendental functions follow trn2core's
+    float64 rule, not the chip's unpublished polynomials (docs/machine.md)."""
+    m = _m(dst, data, bias, scale)
+    cmd = reduce_cmd_name(reduce_cmd)
+    if reduce_res is not None and cmd == "idle":
+        cmd = "reset_reduce"
+    m.activation(
+        _t(dst, "dst"), act_name(op), _t(data, "data"),
+        None if bias is None else scalar_arg(bias, "bias"), _scale(scale),
+        None if reduce_op is None else alu_name(reduce_op, "reduce_op"),
+        None if reduce_res is None else _t(reduce_res, "reduce_res"), cmd,
+    )  # fmt: skip
+
+
+@api
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None,
+                      **kwargs) -> None:  # fmt: skip
+    """``activation`` whose results are also reduced (added) per partition into
+    ``reduce_res``."""
+    m = _m(dst, data, bias, scale)
+    m.activation_reduce(
+        _t(dst, "dst"), act_name(op), _t(data, "data"), alu_name(reduce_op, "reduce_op"),
+        _t(reduce_res, "reduce_res"), None if bias is None else scalar_arg(bias, "bias"),
+        _scale(scale),
+    )  # fmt: skip
+
+
+def _pattern(pattern) -> list[tuple[int, int]]:
+    return [(int(step), int(num)) for step, num in pattern]
+
+
+@api
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs) -> None:
+    """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (GpSimd)."""
+    _m(dst).iota(_t(dst, "dst"), _pattern(pattern), int(offset), int(channel_multiplier))
+
+
+@api
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value,
+                  cmp_op=None, offset=0, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = cmp_op(affine, 0) ? on_true_tile : on_false_value`` where ``affine`` is
+    ``offset + c * channel_multiplier + sum(index * step)`` (GpSimd)."""
+    cmp = "equal" if cmp_op is None else alu_name(cmp_op, "cmp_op")
+    _m(dst, on_true_tile).affine_select(
+        _t(dst, "dst"), _pattern(pattern), int(channel_multiplier),
+        _t(on_true_tile, "on_true_tile"), float(on_false_value), cmp, int(offset),
+    )  # fmt: skip
+
+
+@api
+def bn_stats(dst, data, name=None, **kwargs) -> None:
+    """Per-partition mean statistics of ``data`` (Vector; up to 512 elements)."""
+    _m(dst, data).bn_stats(_t(dst, "dst"), _t(data, "data"))
+
+
+@api
+def bn_aggr(dst, data, name=None, **kwargs) -> None:
+    """``[mean, variance]`` per partition from ``bn_stats`` results (Vector)."""
+    _m(dst, data).bn_aggr(_t(dst, "dst"), _t(data, "data"))
+
+
+@api
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
+                       name=None, **kwargs) -> None:  # fmt: skip
+    """``dst[i] = op1(op0(data0[i], dst[i - 1]), data1[i])`` from ``initial`` (Vector)."""
+    _m(dst, data0, data1, initial).tensor_tensor_scan(
+        _t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), scalar_arg(initial, "initial"),
+        alu_name(op0, "op0"), alu_name(op1, "op1"), bool(reverse0), bool(reverse1),
+    )  # fmt: skip
+
+
+@api
+def reciprocal(dst, data, name=None, **kwargs) -> None:
+    """``dst = 1 / data`` (Vector engine, IEEE float32)."""
+    _m(dst, data).reciprocal(_t(dst, "dst"), _t(data, "data"))
+
+
+@api
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
+                         reverse1=False, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile (Vector)."""
+    _m(dst, data, operand0, operand1).scalar_tensor_tensor(
+        _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
+        alu_name(op1, "op1"), _t(operand1, "operand1"), bool(reverse0), bool(reverse1),
+    )  # fmt: skip
+
+
+@api
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
+                         reduce_res_negate=False, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst = data <op0> operand0``, the results reduced with ``reduce_op`` into
+    ``reduce_res`` (Vector)."""
+    _m(dst, data, operand0).tensor_scalar_reduce(
+        _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
+        alu_name(reduce_op, "reduce_op"),
+        None if reduce_res is None else _t(reduce_res, "reduce_res"), bool(reverse0),
+        reduce_cmd_name(reduce_cmd),
+        None if reduce_init is None else scalar_arg(reduce_init, "reduce_init"),
+        bool(reduce_res_negate),
+    )  # fmt: skip
+
+
+@api
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, **kwargs) -> None:
+    """``dst = predicate ? src : dst`` (Vector ``select``; ``reverse_pred`` negates)."""
+    m = _m(dst, src, predicate)
+    if reverse_pred:
+        m.select(_t(dst, "dst"), _t(predicate, "predicate"), _t(dst, "dst"), _t(src, "src"))
+    elif isinstance(src, NkiTensor):
+        m.select(_t(dst, "dst"), _t(predicate, "predicate"), _t(src, "src"), _t(dst, "dst"))
+    else:
+        raise NotSupportedError("tensor_copy_predicated: a scalar src")
+
+
+def _unsupported(name: str):
+    def f(*args, **kwargs):
+        raise NotSupportedError(
+            f"nki.isa.{name} is not supported by trn2core (docs/nki.md lists the supported API)"
+        )
+
+    f.__name__ = name
+    return api(f)
+
+
+nc_matmul_mx = _unsupported("nc_matmul_mx")
+activate2 = _unsupported("activate2")
+tensor_partition_reduce = _unsupported("tensor_partition_reduce")
+tensor_scalar_cumulative = _unsupported("tensor_scalar_cumulative")
+exponential = _unsupported("exponential")
+quantize_mx = _unsupported("quantize_mx")
+dropout = _unsupported("dropout")
+range_select = _unsupported("range_select")
+select_reduce = _unsupported("select_reduce")
+sequence_bounds = _unsupported("sequence_bounds")
+local_gather = _unsupported("local_gather")
+nc_n_gather = _unsupported("nc_n_gather")
+dma_compute = _unsupported("dma_compute")
+max8 = _unsupported("max8")
+nc_find_index8 = _unsupported("nc_find_index8")
+nc_match_replace8 = _unsupported("nc_match_replace8")
+nc_stream_shuffle = _unsupported("nc_stream_shuffle")
+register_alloc = _unsupported("register_alloc")
+register_move = _unsupported("register_move")
+register_load = _unsupported("register_load")
+register_store = _unsupported("register_store")
+core_barrier = _unsupported("core_barrier")
+sendrecv = _unsupported("sendrecv")
+rng = _unsupported("rng")
+rand2 = _unsupported("rand2")
+rand_set_state = _unsupported("rand_set_state")
+rand_get_state = _unsupported("rand_get_state")
+set_rng_seed = _unsupported("set_rng_seed")
+nonzero_with_count = _unsupported("nonzero_with_count")
+topk = _unsupported("topk")
+tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
+tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
+
+__all__ = [
+    "dge_mode",
+    "dma_engine",
+    "engine",
+    "matmul_perf_mode",
+    "nc_version",
+    "oob_mode",
+    "reduce_cmd",
+    "np",
+]

@@ -1,0 +1,377 @@
+"""``neuronxcc.nki.isa``, the legacy dialect (NKI 0.1, Neuron 2.26 and earlier): instructions
+return their result as a new tile (``x = nisa.activation(op=nl.exp, data=t)``), accept
+``mask=`` predicates over ``nl.arange`` indices, and ``iota``/``affine_select`` take index
+expressions. Each call lowers onto the same machine instruction as the current dialect's
+(``trn2core.nki.isa``); the result is issued when first read, or straight into the target of an
+assignment (``t[...] = nisa.tensor_copy(x)``) or of ``psum += nisa.nc_matmul(a, b)``.
+"""
+
+from __future__ import annotations
+
+from . import _dtypes as D
+from . import isa as _cur
+from ._index import IndexExpr, Mask, NotSupportedError, grid_of, var_axis
+from ._ops import (
+    act_name,
+    alu_name,
+    dge_mode,
+    dma_engine,
+    engine,
+    engine_name,
+    matmul_perf_mode,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+    reduce_cmd_name,
+)
+from ._runtime import PSUM, SBUF, api, current, scalar_arg
+from ._tensor import NkiTensor
+
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
+get_nc_version = _cur.get_nc_version
+
+
+def _core(*xs):
+    for x in xs:
+        if isinstance(x, NkiTensor):
+            return x._core
+    return current()
+
+
+def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
+    """A pending result: ``issue(dst, *operands)`` on the mask's region of each."""
+    ranges = core.mask_ranges(mask, len(shape))
+    if len(shape) < 2:
+        shape = (*shape, 1)
+
+    def fn(dst):
+        if ranges is None:
+            return
+        d = core.masked(dst, ranges)
+        ops = [core.masked(o, ranges) if isinstance(o, NkiTensor) else o for o in operands]
+        issue(d, *ops)
+
+    return core.pend(shape, dtype, buffer, fn, kind)
+
+
+def _dt(dtype, default):
+    return default if dtype is None else D.as_dtype(dtype)
+
+
+def _sc(x, arg):
+    return None if x is None else scalar_arg(x, arg)
+
+
+@api
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, tile_position=(), tile_size=(), mask=None,
+              **kwargs) -> NkiTensor:  # fmt: skip
+    """``stationary.T @ moving`` into a new PSUM tile (float32); ``psum += nc_matmul(...)``
+    accumulates in place."""
+    core = _core(stationary, moving)
+    if mask is not None:
+        raise NotSupportedError("nc_matmul: operand masks are not emulated")
+    core.on_chip(stationary, "stationary")
+    core.on_chip(moving, "moving")
+    pos, size = _cur._pe_tile(tile_position, tile_size)
+    if is_transpose:
+
+        def issue(d):
+            core.m.nc_matmul(d.tile, stationary.tile, moving.tile, None, "none", pos, size, True)
+
+        return core.pend((stationary.shape[1], stationary.shape[0]), stationary.dtype, PSUM,
+                         issue)  # fmt: skip
+    return core.matmul_pending(stationary, moving, (stationary.shape[1], moving.shape[1]),
+                               ("none", pos, size, False))  # fmt: skip
+
+
+@api
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> NkiTensor:
+    """``data.T``: tensor engine into PSUM, or Vector engine (up to 32 x 32) into SBUF."""
+    core = _core(data)
+    core.on_chip(data, "data")
+    p, f = data.shape[0], core.free_size(data)
+    default = "vector" if p <= 32 and f <= 32 else "tensor"
+    e = engine_name(engine, default, ("tensor", "vector"), "nc_transpose")
+    buf = PSUM if e == "tensor" else SBUF
+    return _result(core, (f, p), _dt(dtype, data.dtype), buf, mask,
+                   lambda d, a: core.m.nc_transpose(e, d.tile, a.tile), data)  # fmt: skip
+
+
+@api
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+               reduce_cmd=reduce_cmd.idle, mask=None, dtype=None,
+               **kwargs) -> NkiTensor:  # fmt: skip
+    """``op(data * scale + bias)`` into a new tile (Scalar engine)."""
+    core = _core(data)
+    core.on_chip(data, "data")
+    f = act_name(op)
+    cmd = reduce_cmd_name(reduce_cmd)
+    if reduce_res is not None and cmd == "idle":
+        cmd = "reset_reduce"
+    rop = None if reduce_op is None else alu_name(reduce_op, "reduce_op")
+
+    def issue(d, a, b, s):
+        core.m.activation(d.tile, f, a.tile, _sc(b, "bias"), _cur._scale(s), rop,
+                          None if reduce_res is None else reduce_res.tile, cmd)  # fmt: skip
+
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
+                   scale)  # fmt: skip
+
+
+@api
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None,
+                      dtype=None, **kwargs) -> NkiTensor:  # fmt: skip
+    """``activation`` with the results also added per partition into ``reduce_res``."""
+    core = _core(data)
+    f, rop = act_name(op), alu_name(reduce_op, "reduce_op")
+
+    def issue(d, a, b, s):
+        core.m.activation_reduce(d.tile, f, a.tile, rop, reduce_res.tile, _sc(b, "bias"),
+                                 _cur._scale(s))  # fmt: skip
+
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
+                   scale)  # fmt: skip
+
+
+@api
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown,
+                  **kwargs) -> NkiTensor:  # fmt: skip
+    """``data1 <op> data2`` into a new tile."""
+    core = _core(data1, data2)
+    o = alu_name(op)
+    e = _cur._tt_engine(engine, o, data1, data2)
+    return _result(core, data1.shape, _dt(dtype, D.promote(data1.dtype, data2.dtype)), SBUF, mask,
+                   lambda d, a, b: core.m.tensor_tensor(e, d.tile, a.tile, b.tile, o),
+                   data1, data2, kind=("alu", o))  # fmt: skip
+
+
+@api
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  *, dtype=None, mask=None, engine=engine.unknown,
+                  **kwargs) -> NkiTensor:  # fmt: skip
+    """``(data <op0> operand0) <op1> operand1`` into a new tile."""
+    core = _core(data)
+    e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
+    o0 = alu_name(op0, "op0")
+    o1 = None if op1 is None else alu_name(op1, "op1")
+
+    def issue(d, a, s0, s1):
+        core.m.tensor_scalar(e, d.tile, a.tile, o0, scalar_arg(s0, "operand0"), bool(reverse0),
+                             o1, _sc(s1, "operand1"), bool(reverse1))  # fmt: skip
+
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
+                   operand1)  # fmt: skip
+
+
+@api
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+    """``(data <op0> operand0) <op1> operand1`` (``operand1`` a tile) into a new tile."""
+    core = _core(data)
+    o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
+
+    def issue(d, a, s0, b):
+        core.m.scalar_tensor_tensor(d.tile, a.tile, o0, scalar_arg(s0, "operand0"), o1, b.tile,
+                                    bool(reverse0), bool(reverse1))  # fmt: skip
+
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
+                   operand1)  # fmt: skip
+
+
+@api
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) -> NkiTensor:
+    """A copy of ``src`` in a new SBUF tile."""
+    core = _core(src)
+    e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
+    return _result(core, src.shape, _dt(dtype, src.dtype), SBUF, mask,
+                   lambda d, a: core.m.tensor_copy(e, d.tile, a.tile), src)  # fmt: skip
+
+
+@api
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
+                  **kwargs) -> NkiTensor:  # fmt: skip
+    """``reduce(op, data, axis)`` over the last free axes into a new tile."""
+    core = _core(data)
+    o = alu_name(op)
+    n = _cur._axes(data, axis)
+    kept = data.shape[: data.ndim - n]
+    shape = tuple(kept) + ((1,) * n if keepdims else ()) if len(kept) > 1 or keepdims \
+        else (data.shape[0], 1)  # fmt: skip
+    ranges = core.mask_ranges(mask, data.ndim)
+
+    def fn(dst):
+        if ranges is None:
+            return
+        d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
+        core.m.tensor_reduce(d.tile, o, core.masked(data, ranges).tile, n, bool(negate))
+
+    return core.pend(shape, _dt(dtype, data.dtype), SBUF, fn)
+
+
+@api
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
+                       dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+    """The scan ``r[i] = op1(op0(data0[i], r[i - 1]), data1[i])`` into a new tile."""
+    core = _core(data0, data1)
+    o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
+
+    def issue(d, a, b, init):
+        core.m.tensor_tensor_scan(d.tile, a.tile, b.tile, scalar_arg(init, "initial"), o0, o1,
+                                  bool(reverse0), bool(reverse1))  # fmt: skip
+
+    return _result(core, data0.shape, _dt(dtype, data0.dtype), SBUF, mask, issue, data0, data1,
+                   initial)  # fmt: skip
+
+
+@api
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
+                         dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+    """``data <op0> operand0`` into a new tile, reduced per partition into ``reduce_res``."""
+    core = _core(data)
+    o0, rop = alu_name(op0, "op0"), alu_name(reduce_op, "reduce_op")
+
+    def issue(d, a, s0):
+        core.m.tensor_scalar_reduce(d.tile, a.tile, o0, scalar_arg(s0, "operand0"), rop,
+                                    reduce_res.tile, bool(reverse0), "reset_reduce", None,
+                                    False)  # fmt: skip
+
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0)
+
+
+@api
+def reciprocal(data, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """``1 / data`` into a new tile (Vector engine)."""
+    core = _core(data)
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask,
+                   lambda d, a: core.m.reciprocal(d.tile, a.tile), data)  # fmt: skip
+
+
+@api
+def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """Per-partition ``bn_stats`` of ``data`` into a new ``[P, 6]`` tile."""
+    core = _core(data)
+    return _result(core, (data.shape[0], 6), _dt(dtype, D.float32), SBUF, mask,
+                   lambda d, a: core.m.bn_stats(d.tile, a.tile), data)  # fmt: skip
+
+
+@api
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """``[mean, variance]`` per partition from ``bn_stats`` results, into a new tile."""
+    core = _core(data)
+    ranges = core.mask_ranges(mask, data.ndim)
+
+    def fn(dst):
+        if ranges is not None:
+            core.m.bn_aggr(dst.tile, core.masked(data, ranges).tile)
+
+    return core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn)
+
+
+@api
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -> NkiTensor:
+    """A new tile of ``shape`` filled with ``value``."""
+    core = current()
+    e = engine_name(engine, "vector", ("vector", "gpsimd"), "memset")
+    return _result(core, tuple(shape), D.as_dtype(dtype), SBUF, mask,
+                   lambda d: core.m.memset(e, d.tile, float(value)))  # fmt: skip
+
+
+@api
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
+             dge_mode=dge_mode.unknown, **kwargs) -> None:  # fmt: skip
+    """Copies ``src`` into ``dst`` on a DMA queue."""
+    if dst_rmw_op is not None:
+        raise NotSupportedError("dma_copy: dst_rmw_op (accumulating DMA) is not emulated")
+    core = _core(dst, src)
+    ranges = core.mask_ranges(mask, dst.ndim)
+    core.flush()
+    if ranges is not None:
+        core.m.dma_copy(core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
+
+
+def _affine(expr: IndexExpr, what: str):
+    """``(pattern, offset, channel_multiplier, grid shape)`` of an affine index expression
+    over a ``[P, F...]`` grid (partition variable on grid axis 0)."""
+    if not isinstance(expr, IndexExpr):
+        raise NotSupportedError(f"{what}: expected an index expression of nl.arange indices")
+    shape = grid_of([expr])
+    nd = len(shape)
+    by_axis = {var_axis(v, nd): (v, c) for v, c in expr.terms.items()}
+    cm = by_axis.get(0, (None, 0))[1] if nd > 1 else by_axis.get(0, (None, 0))[1]
+    pattern = [(by_axis.get(g, (None, 0))[1], shape[g]) for g in range(1, nd)] or [(0, 1)]
+    return pattern, expr.const, cm, shape if nd > 1 else (shape[0], 1)
+
+
+@api
+def iota(expr, dtype, *, mask=None, **kwargs) -> NkiTensor:
+    """A new tile holding the values of an index expression (GpSimd ``iota``)."""
+    core = current()
+    pattern, offset, cm, shape = _affine(expr, "iota")
+    return _result(core, shape, D.as_dtype(dtype), SBUF, mask,
+                   lambda d: core.m.iota(d.tile, pattern, offset, cm))  # fmt: skip
+
+
+_CMP_OP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
+           "==": "equal", "!=": "not_equal"}  # fmt: skip
+
+
+@api
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
+                  **kwargs) -> NkiTensor:  # fmt: skip
+    """``pred ? on_true_tile : on_false_value`` where ``pred`` compares an affine expression of
+    the tile's indices with zero (GpSimd ``affine_select``)."""
+    if not isinstance(pred, Mask) or len(pred.conds) != 1:
+        raise NotSupportedError("affine_select: pred is one comparison of nl.arange indices")
+    ((expr, op),) = pred.conds
+    core = _core(on_true_tile)
+    pattern, offset, cm, _ = _affine(expr, "affine_select")
+    cmp = _CMP_OP[op]
+
+    def issue(d, t):
+        core.m.affine_select(d.tile, pattern, cm, t.tile, float(on_false_value), cmp, offset)
+
+    return _result(core, on_true_tile.shape, _dt(dtype, on_true_tile.dtype), SBUF, mask, issue,
+                   on_true_tile)  # fmt: skip
+
+
+def _unsupported(name: str):
+    def f(*args, **kwargs):
+        raise NotSupportedError(
+            f"neuronxcc.nki.isa.{name} is not supported by trn2core (docs/nki.md lists the "
+            "supported API)"
+        )
+
+    f.__name__ = name
+    return api(f)
+
+
+dma_transpose = _unsupported("dma_transpose")
+dropout = _unsupported("dropout")
+local_gather = _unsupported("local_gather")
+max8 = _unsupported("max8")
+nc_find_index8 = _unsupported("nc_find_index8")
+nc_match_replace8 = _unsupported("nc_match_replace8")
+nc_stream_shuffle = _unsupported("nc_stream_shuffle")
+range_select = _unsupported("range_select")
+select_reduce = _unsupported("select_reduce")
+sequence_bounds = _unsupported("sequence_bounds")
+tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
+tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
+tensor_copy_predicated = _unsupported("tensor_copy_predicated")
+tensor_partition_reduce = _unsupported("tensor_partition_reduce")
+builtin_custom_op = _unsupported("builtin_custom_op")
+
+__all__ = [
+    "dge_mode",
+    "dma_engine",
+    "engine",
+    "matmul_perf_mode",
+    "nc_version",
+    "oob_mode",
+    "reduce_cmd",
+]

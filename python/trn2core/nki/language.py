@@ -1,0 +1,672 @@
+"""``nki.language`` (``nl``) on the emulated NeuronCore: tensors, memories, dtypes, loops, the
+SPMD queries, and the element-wise, reduction and data-movement functions.
+
+After ``trn2core.nki.install()``, ``import nki.language as nl`` (and the legacy
+``neuronxcc.nki.language``) give this module. The functions lower onto the machine's
+instructions (``trn2core.nki._runtime.Core``): binary operators on the Vector engine
+(``tensor_tensor``, or ``tensor_scalar`` with a number or a ``[P, 1]`` float32 tile), activation
+functions on the Scalar engine, reductions with ``tensor_reduce``, ``load``/``store`` with DMA,
+``matmul``/``transpose`` on the tensor engine. Which engine each one uses is trn2core's choice
+where NKI leaves it to the compiler (docs/nki.md lists them).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import math
+
+import numpy as np
+
+from .. import spec as _spec
+from ..errors import ShapeError, Trn2ValueError
+from . import _dtypes as D
+from ._index import IndexExpr, Mask, NotSupportedError
+from ._index import arange as _arange
+from ._index import mgrid as _mgrid
+from ._ops import Op
+from ._runtime import (
+    HBM,
+    PRIVATE_HBM,
+    PSUM,
+    SBUF,
+    SHARED_HBM,
+    Core,
+    api,
+    current,
+)
+from ._tensor import DS, Buffer, NkiTensor, PartitionDimError
+
+# ----------------------------------------------------------------------------- dtypes
+bool_ = D.bool_
+int8 = D.int8
+int16 = D.int16
+int32 = D.int32
+uint8 = D.uint8
+uint16 = D.uint16
+uint32 = D.uint32
+float16 = D.float16
+float32 = D.float32
+bfloat16 = D.bfloat16
+tfloat32 = D.tfloat32
+float8_e4m3 = D.float8_e4m3
+float8_e5m2 = D.float8_e5m2
+
+# ----------------------------------------------------------------------------- memories
+sbuf = SBUF
+psum = PSUM
+hbm = HBM
+private_hbm = PRIVATE_HBM
+shared_hbm = SHARED_HBM
+
+#: NKI's tensor class.
+tensor = NkiTensor
+
+
+def is_hbm(buffer) -> bool:
+    """Whether ``buffer`` is an HBM memory."""
+    return isinstance(buffer, Buffer) and buffer.space == "hbm"
+
+
+def is_psum(buffer) -> bool:
+    """Whether ``buffer`` is PSUM."""
+    return buffer is PSUM
+
+
+def is_sbuf(buffer) -> bool:
+    """Whether ``buffer`` is SBUF."""
+    return buffer is SBUF
+
+
+def is_on_chip(buffer) -> bool:
+    """Whether ``buffer`` is SBUF or PSUM."""
+    return buffer is SBUF or buffer is PSUM
+
+
+class _TileSize:
+    """Hardware tile sizes (``nl.tile_size.pmax``, ...), from ``trn2core.spec``."""
+
+    pmax = _spec.sbuf_partitions
+    psum_fmax = _spec.psum_bank_fp32_elements
+    psum_bank_fmax = _spec.psum_bank_fp32_elements
+    psum_bank_fmax_bytes = _spec.psum_bank_bytes
+    psum_num_banks = _spec.psum_banks
+    gemm_stationary_fmax = _spec.matmul_stationary_free_max
+    gemm_moving_fmax = _spec.matmul_moving_free_max
+    bn_stats_fmax = _spec.bn_stats_fmax
+    total_available_sbuf_size = _spec.sbuf_usable_partition_bytes
+    sbuf_fmax_bytes = _spec.sbuf_usable_partition_bytes
+    sbuf_fmax = _spec.sbuf_usable_partition_bytes // 4
+    sbuf_size_bytes = _spec.sbuf_bytes
+
+    def __repr__(self) -> str:
+        return "nki.language.tile_size"
+
+
+tile_size = _TileSize()
+
+
+class _ParDim(int):
+    """``nl.par_dim(n)``: marks the partition axis in a shape (legacy dialect)."""
+
+    __slots__ = ()
+
+
+def par_dim(n: int) -> int:
+    """Marks a dimension of a shape as the partition dimension."""
+    return _ParDim(int(n))
+
+
+class _NC(int):
+    """``nl.nc(n)``: a launch-grid dimension spread over ``n`` physical cores (legacy)."""
+
+    __slots__ = ()
+    nc = True
+
+
+def nc(n: int) -> int:
+    """A logical NeuronCore dimension of ``n`` physical cores in a legacy launch grid."""
+    if n not in (1, 2):
+        raise Trn2ValueError(f"nc: a Trainium2 logical core has 1 or 2 physical cores, got {n}")
+    return _NC(n)
+
+
+def spmd_dim(*parts: int) -> int:
+    """A launch-grid dimension made of sub-dimensions; one of them may be ``nl.nc(2)``
+    (program ``i`` of it runs on physical core ``i % 2``)."""
+    n = math.prod(int(p) for p in parts)
+    return _NC(n) if any(isinstance(p, _NC) and int(p) > 1 for p in parts) else n
+
+
+def ds(start: int, size: int) -> DS:
+    """``nl.ds(start, size)``: the slice ``start : start + size`` of an axis."""
+    return DS(int(start), int(size))
+
+
+arange = _arange
+mgrid = _mgrid
+
+# ----------------------------------------------------------------------------- SPMD
+
+
+def program_id(axis: int = 0) -> int:
+    """This program's index along ``axis`` of the launch grid."""
+    c = current()
+    pid = c.program
+    if not pid:
+        return 0
+    if not 0 <= axis < len(pid):
+        raise Trn2ValueError(f"program_id: axis {axis} of a {len(pid)}-D launch grid")
+    return pid[axis]
+
+
+def num_programs(axes=None) -> int:
+    """Programs along ``axes`` of the launch grid (all of them when ``None``)."""
+    grid = current().launch.grid
+    if not grid:
+        return 1
+    if axes is None:
+        return math.prod(grid)
+    if isinstance(axes, int):
+        return grid[axes]
+    return math.prod(grid[a] for a in axes)
+
+
+def program_ndim() -> int:
+    """Dimensions of the launch grid (0 without one)."""
+    return len(current().launch.grid)
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def affine_range(*args, **kwargs) -> range:
+    """Loop iterator; in the current dialect an alias of ``range`` (NKI 0.2 and later)."""
+    return builtins.range(*args)
+
+
+def sequential_range(*args, **kwargs) -> range:
+    """Loop iterator for loops with carried dependencies (an alias of ``range``)."""
+    return builtins.range(*args)
+
+
+def static_range(*args, **kwargs) -> range:
+    """Fully unrolled loop iterator (an alias of ``range``)."""
+    return builtins.range(*args)
+
+
+def dynamic_range(*args, **kwargs) -> range:
+    """An on-device loop; with integer bounds it runs like ``range`` (registers are not
+    emulated)."""
+    for a in args:
+        if not isinstance(a, int):
+            raise NotSupportedError("dynamic_range: register bounds are not emulated")
+    return builtins.range(*args)
+
+
+def fori_loop(lower: int, upper: int, body_fun, step: int = 1) -> None:
+    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)`` (integer bounds only)."""
+    for i in dynamic_range(lower, upper, step):
+        body_fun(i)
+
+
+@contextlib.contextmanager
+def no_reorder():
+    """Accepted: the emulator issues in program order; the timeline still overlaps
+    independent instructions on different engines."""
+    yield
+
+
+# ----------------------------------------------------------------------------- creation
+
+
+def _shape_pdim(shape) -> tuple[tuple[int, ...], int]:
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    pd = [i for i, s in enumerate(shape) if isinstance(s, _ParDim)]
+    if len(pd) > 1:
+        raise ShapeError(f"shape: more than one par_dim in {shape}")
+    for s in shape:
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise ShapeError(f"shape: dimensions are integers, got {shape}")
+    return tuple(int(s) for s in shape), (pd[0] if pd else 0)
+
+
+def _buffer(buffer) -> Buffer:
+    if buffer is None:
+        return SBUF
+    if isinstance(buffer, Buffer):
+        return buffer
+    if isinstance(buffer, str):
+        for b in (SBUF, PSUM, HBM, PRIVATE_HBM, SHARED_HBM):
+            if b.name == buffer:
+                return b
+    raise Trn2ValueError(
+        f"buffer: expected nl.sbuf, nl.psum, nl.hbm, nl.private_hbm or nl.shared_hbm, got "
+        f"{buffer!r}"
+    )
+
+
+def _new(shape, dtype, buffer, name, init=None) -> NkiTensor:
+    shape, pdim = _shape_pdim(shape)
+    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init)
+
+
+@api
+def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
+    """A new tensor of ``shape`` and ``dtype`` in ``buffer`` (SBUF by default), uninitialised."""
+    if address is not None:
+        raise NotSupportedError("ndarray: explicit addresses (address=) are not emulated")
+    return _new(shape, dtype, buffer, name)
+
+
+def _filled(shape, value, dtype, buffer, name) -> NkiTensor:
+    t = _new(shape, dtype, buffer, name, init=float(value))
+    core = t._core
+    core.flush()
+    if t._pdim is None:
+        # HBM: one element set on chip, then one DMA reading it with step 0.
+        tmp = core.alloc((1, 1), t.dtype, SBUF, 0)
+        core.m.memset("vector", tmp.tile, float(value))
+        core.m.dma_copy(t.tile, tmp.tile.ap([(0, t.size)], 0), None)
+        return t
+    core.m.memset("vector", t.tile, float(value))
+    return t
+
+
+@api
+def zeros(shape, dtype, buffer=None, name="", **kwargs) -> NkiTensor:
+    """A new tensor filled with zeros (one ``memset``)."""
+    return _filled(shape, 0.0, dtype, buffer, name)
+
+
+@api
+def ones(shape, dtype, buffer=None, name="", **kwargs) -> NkiTensor:
+    """A new tensor filled with ones."""
+    return _filled(shape, 1.0, dtype, buffer, name)
+
+
+@api
+def full(shape, fill_value, dtype, buffer=None, name="", **kwargs) -> NkiTensor:
+    """A new tensor filled with ``fill_value``."""
+    return _filled(shape, fill_value, dtype, buffer, name)
+
+
+def _like(x: NkiTensor, dtype, buffer):
+    shape = list(x.shape)
+    if x._pdim is not None and x._pdim != 0:
+        shape[x._pdim] = _ParDim(shape[x._pdim])
+    return tuple(shape), (x.dtype if dtype is None else dtype), (x.buffer if buffer is None
+                                                                  else buffer)  # fmt: skip
+
+
+@api
+def zeros_like(x, dtype=None, buffer=None, name="", **kwargs) -> NkiTensor:
+    """A zero-filled tensor of ``x``'s shape (and dtype, buffer unless given)."""
+    shape, dt, buf = _like(x, dtype, buffer)
+    return _filled(shape, 0.0, dt, buf, name)
+
+
+@api
+def ones_like(x, dtype=None, buffer=None, name="", **kwargs) -> NkiTensor:
+    """A one-filled tensor of ``x``'s shape."""
+    shape, dt, buf = _like(x, dtype, buffer)
+    return _filled(shape, 1.0, dt, buf, name)
+
+
+@api
+def empty_like(x, dtype=None, buffer=None, name="", **kwargs) -> NkiTensor:
+    """An uninitialised tensor of ``x``'s shape."""
+    shape, dt, buf = _like(x, dtype, buffer)
+    return _new(shape, dt, buf, name)
+
+
+@api
+def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
+    """An HBM tensor holding ``constant`` (a numpy array, or the path of a ``.npy`` file)."""
+    if isinstance(constant, str):
+        constant = np.load(constant)
+    a = np.asarray(constant)
+    if dtype is not None:
+        a = a.astype(D.HOST_DTYPE[D.machine_name(D.as_dtype(dtype))])
+    return current().constant(a, "constant")
+
+
+@api
+def shared_identity_matrix(n: int, dtype=uint8, dst=None, **kwargs) -> NkiTensor:
+    """An ``n x n`` identity matrix in SBUF (loaded by one DMA from a constant)."""
+    dt = D.as_dtype(dtype)
+    const = current().constant(np.eye(n).astype(D.HOST_DTYPE[D.machine_name(dt)]), "identity")
+    core = const._core
+    core.flush()
+    t = dst if dst is not None else core.alloc((n, n), dt, SBUF, 0, "identity")
+    core.m.dma_copy(t.tile, const.tile, None)
+    return t
+
+
+# ----------------------------------------------------------------------------- movement
+
+
+def _core_of(*xs) -> Core:
+    for x in xs:
+        if isinstance(x, NkiTensor):
+            return x._core
+    return current()
+
+
+@api
+def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """A new SBUF tile with ``src``'s values (one DMA; ``dtype`` converts on the way)."""
+    if not isinstance(src, NkiTensor):
+        raise Trn2ValueError(f"src: expected an HBM tensor, got {type(src).__name__}")
+    core = src._core
+    ranges = core.mask_ranges(mask, src.ndim)
+    dt = src.dtype if dtype is None else D.as_dtype(dtype)
+    shape = src.shape if len(src.shape) >= 2 else (1, *src.shape)
+    if shape[0] > tile_size.pmax:
+        raise PartitionDimError(
+            f"load: the tile's partition dimension would be {shape[0]}, over "
+            f"{tile_size.pmax} (load at most 128 rows at a time) [rule partition_dim]"
+        )
+
+    def issue(dst: NkiTensor) -> None:
+        if ranges is None:
+            return
+        core.m.dma_copy(core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
+
+    return core.pend(shape, dt, SBUF, issue)
+
+
+@api
+def store(dst, value, *, mask=None, **kwargs) -> None:
+    """Writes ``value`` (an SBUF tile; PSUM is copied to SBUF first) into ``dst`` (DMA)."""
+    if not isinstance(dst, NkiTensor):
+        raise Trn2ValueError(f"dst: expected an HBM tensor, got {type(dst).__name__}")
+    core = dst._core
+    ranges = core.mask_ranges(mask, dst.ndim)
+    if not isinstance(value, NkiTensor):
+        raise Trn2ValueError(f"value: expected a tile, got {type(value).__name__}")
+    core.flush()
+    if ranges is None:
+        return
+    if value.buffer is PSUM:
+        value = core.evict(value)
+    core.m.dma_copy(core.masked(dst, ranges).tile, core.masked(value, ranges).tile, None)
+
+
+@api
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """``src`` ``[a, b]`` (HBM) loaded transposed into a new ``[b, a]`` SBUF tile (one DMA
+    whose source pattern walks the columns)."""
+    core = src._core
+    if src._pdim is not None or src.ndim != 2:
+        raise ShapeError("load_transpose2d: expected a 2-D HBM tensor")
+    a, b = src.shape
+    dt = src.dtype if dtype is None else D.as_dtype(dtype)
+    t = src.tile
+    col_step = t.pattern[0][0] if t.pattern else 1
+    view = t.rows(b, col_step).ap([(t.row_step, a)], 0)
+
+    def issue(dst: NkiTensor) -> None:
+        core.m.dma_copy(dst.tile, view, None)
+
+    if b > tile_size.pmax:
+        raise PartitionDimError(f"load_transpose2d: {b} partitions, over {tile_size.pmax}")
+    return core.pend((b, a), dt, SBUF, issue)
+
+
+def _copy_fn(x, *, dtype=None, mask=None, **kwargs):
+    return x._core.unary_copy(x, dtype, mask) if isinstance(x, NkiTensor) else x
+
+
+copy = Op("copy", api(_copy_fn), act="copy", doc="A copy of a tile (Vector tensor_copy).")
+
+
+@api
+def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> NkiTensor:
+    """``x @ y`` (``x.T @ y`` with ``transpose_x=True``) into a new PSUM tile (float32).
+    Without ``transpose_x`` the tensor engine transposes ``x`` first (``nc_transpose`` to
+    PSUM and a copy back to SBUF), as ``nl.matmul`` is documented to."""
+    core = _core_of(x, y)
+    core.on_chip(x, "x")
+    core.on_chip(y, "y")
+    core.flush()
+    if not transpose_x:
+        xt_ps = core.alloc((x.shape[1], x.shape[0]), x.dtype, PSUM, 0)
+        core.m.nc_transpose("tensor", xt_ps.tile, x.tile)
+        xt = core.alloc(xt_ps.shape, x.dtype, SBUF, 0)
+        core.m.tensor_copy("vector", xt.tile, xt_ps.tile)
+        x = xt
+    return core.matmul_pending(x, y, (x.shape[1], y.shape[1]), ("none", None, None, False))
+
+
+@api
+def transpose(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """``x`` ``[P, F]`` transposed into a new ``[F, P]`` PSUM tile (tensor engine, bit-exact)."""
+    core = _core_of(x)
+    core.on_chip(x, "x")
+    if x.ndim != 2:
+        raise ShapeError(f"transpose: a 2-D tile, got {x.shape}")
+    dt = x.dtype if dtype is None else D.as_dtype(dtype)
+
+    def issue(dst: NkiTensor) -> None:
+        if dst.dtype == x.dtype:
+            core.m.nc_transpose("tensor", dst.tile, x.tile)
+        else:
+            tmp = core.alloc(dst.shape, x.dtype, PSUM, 0)
+            core.m.nc_transpose("tensor", tmp.tile, x.tile)
+            core.m.tensor_copy("vector", dst.tile, tmp.tile)
+
+    return core.pend((x.shape[1], x.shape[0]), dt, PSUM, issue)
+
+
+@api
+def broadcast_to(x, shape=None, *, dtype=None, **kwargs) -> NkiTensor:
+    """``x`` with size-1 axes repeated to ``shape``."""
+    if shape is None:
+        shape = kwargs.get("shape")
+    return x.broadcast_to(shape)
+
+
+@api
+def expand_dims(x, axis) -> NkiTensor:
+    """``x`` with a new size-1 axis at ``axis``."""
+    return x.expand_dims(axis)
+
+
+@api
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """``condition ? x : y`` element-wise (Vector ``select``)."""
+    core = _core_of(condition, x, y)
+    core.on_chip(condition, "condition")
+    if not isinstance(x, NkiTensor):
+        raise NotSupportedError("where: x must be a tile (y may be a number)")
+    dt = x.dtype if dtype is None else D.as_dtype(dtype)
+    ranges = core.mask_ranges(mask, x.ndim)
+
+    def issue(dst: NkiTensor) -> None:
+        if ranges is None:
+            return
+        f = core.masked(y, ranges).tile if isinstance(y, NkiTensor) else float(y)
+        core.m.select(core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
+                      core.masked(x, ranges).tile, f)  # fmt: skip
+
+    return core.pend(x.shape, dt, SBUF, issue)
+
+
+@api
+def device_print(prefix, x, *, mask=None, **kwargs) -> None:
+    """Prints ``prefix`` and the tensor's values now (reads the machine's memory; no
+    instruction)."""
+    core = _core_of(x)
+    core.flush()
+    raw = core.m.read(x.tile)
+    mname = D.machine_name(x.dtype)
+    print(prefix, raw.view(D.HOST_DTYPE[mname]).reshape(x.shape))
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def _binary(name: str, doc: str) -> Op:
+    def f(x, y, *, dtype=None, mask=None, **kwargs):
+        return _core_of(x, y).arith(name, x, y, dtype=dtype, mask=mask)
+
+    f.__name__ = name
+    return Op(name, api(f), alu=name, doc=doc)
+
+
+def _unary(name: str, doc: str, *, act: str | None = None, alu: str | None = None) -> Op:
+    def f(x, *, dtype=None, mask=None, **kwargs):
+        return _core_of(x).unary(name, x, dtype=dtype, mask=mask)
+
+    f.__name__ = name
+    return Op(name, api(f), act=act, alu=alu, doc=doc)
+
+
+add = _binary("add", "x + y element-wise")
+subtract = _binary("subtract", "x - y element-wise")
+multiply = _binary("multiply", "x * y element-wise")
+divide = _binary("divide", "x / y element-wise")
+maximum = _binary("maximum", "the larger of x and y element-wise")
+minimum = _binary("minimum", "the smaller of x and y element-wise")
+abs_max = _binary("abs_max", "max(|x|, |y|) element-wise")
+abs_min = _binary("abs_min", "min(|x|, |y|) element-wise")
+power = _binary("power", "x ** y element-wise (GpSimd)")
+equal = _binary("equal", "x == y element-wise (1 or 0)")
+not_equal = _binary("not_equal", "x != y element-wise")
+greater = _binary("greater", "x > y element-wise")
+greater_equal = _binary("greater_equal", "x >= y element-wise")
+less = _binary("less", "x < y element-wise")
+less_equal = _binary("less_equal", "x <= y element-wise")
+logical_and = _binary("logical_and", "x and y element-wise")
+logical_or = _binary("logical_or", "x or y element-wise")
+logical_xor = _binary("logical_xor", "x xor y element-wise")
+bitwise_and = _binary("bitwise_and", "x & y on integer bits")
+bitwise_or = _binary("bitwise_or", "x | y on integer bits")
+bitwise_xor = _binary("bitwise_xor", "x ^ y on integer bits")
+left_shift = _binary("left_shift", "x << y on integer bits")
+right_shift = _binary("right_shift", "x >> y (logical) on integer bits")
+
+exp = _unary("exp", "e**x (Scalar engine)", act="exp")
+log = _unary("log", "natural logarithm (Scalar engine)", act="log")
+sqrt = _unary("sqrt", "square root (Scalar engine)", act="sqrt")
+rsqrt = _unary("rsqrt", "1/sqrt(x) (Scalar engine)", act="rsqrt", alu="rsqrt")
+tanh = _unary("tanh", "tanh (Scalar engine)", act="tanh")
+sigmoid = _unary("sigmoid", "logistic sigmoid (Scalar engine)", act="sigmoid")
+relu = _unary("relu", "max(x, 0) (Scalar engine)", act="relu", alu="relu")
+gelu = _unary("gelu", "GELU (Scalar engine)", act="gelu")
+gelu_dx = _unary("gelu_dx", "GELU derivative", act="gelu_dx")
+gelu_apprx_tanh = _unary("gelu_apprx_tanh", "GELU, tanh approximation", act="gelu_apprx_tanh")
+gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid", "GELU, sigmoid approximation",
+                            act="gelu_apprx_sigmoid")  # fmt: skip
+gelu_apprx_sigmoid_dx = _unary("gelu_apprx_sigmoid_dx", "its derivative",
+                               act="gelu_apprx_sigmoid_dx")  # fmt: skip
+silu = _unary("silu", "x * sigmoid(x)", act="silu")
+silu_dx = _unary("silu_dx", "SiLU derivative", act="silu_dx")
+softplus = _unary("softplus", "log(1 + e**x)", act="softplus")
+mish = _unary("mish", "x * tanh(softplus(x))", act="mish")
+erf = _unary("erf", "error function", act="erf")
+erf_dx = _unary("erf_dx", "erf derivative", act="erf_dx")
+sin = _unary("sin", "sine (valid on [-pi, pi])", act="sin")
+arctan = _unary("arctan", "arctangent", act="arctan")
+sign = _unary("sign", "-1, 0 or 1", act="sign")
+abs = _unary("abs", "|x| (Scalar engine)", act="abs", alu="abs")  # noqa: A001
+square = _unary("square", "x * x (Scalar engine)", act="square", alu="square")
+reciprocal = _unary("reciprocal", "1 / x (Vector engine, IEEE)", act="reciprocal",
+                    alu="reciprocal")  # fmt: skip
+negative = _unary("negative", "-x (Vector engine)")
+invert = _unary("invert", "~x on integer bits", alu="invert")
+logical_not = _unary("logical_not", "not x (1 or 0)")
+cos = _unary("cos", "cosine (not emulated)")
+tan = _unary("tan", "tangent (not emulated)")
+ceil = _unary("ceil", "ceiling (not emulated)")
+floor = _unary("floor", "floor (not emulated)")
+trunc = _unary("trunc", "truncation (not emulated)")
+
+#: Activation-function markers (``op=`` of ``nisa.activation``).
+prelu = Op("prelu", None, doc="parametric ReLU (not emulated)")
+bypass = Op("bypass", None, doc="no operation")
+
+
+def _reduction(name: str, alu: str, mean: bool = False):
+    def f(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+        return _core_of(x).reduce(alu, x, axis, dtype, keepdims, mask, mean)
+
+    f.__name__ = name
+    f.__doc__ = f"{name} over the given trailing free axes (Vector tensor_reduce)"
+    return api(f)
+
+
+sum = _reduction("sum", "add")  # noqa: A001
+max = _reduction("max", "maximum")  # noqa: A001
+min = _reduction("min", "minimum")  # noqa: A001
+prod = _reduction("prod", "multiply")
+mean = _reduction("mean", "add", mean=True)
+all = _reduction("all", "logical_and")  # noqa: A001
+
+
+@api
+def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """``exp(x - max) / sum(exp(x - max))`` over the last free axis: a max reduce, an
+    activation ``exp`` with the negated max as bias, a sum reduce, a reciprocal and a
+    multiply."""
+    core = _core_of(x)
+    x = core.on_chip(x, "x")
+    if x.ndim != 2 or axis not in (1, -1):
+        raise NotSupportedError("softmax: a 2-D tile over its free axis")
+    core.flush()
+    p = x.shape[0]
+    mx = core.alloc((p, 1), float32, SBUF, 0)
+    core.m.tensor_reduce(mx.tile, "maximum", x.tile, 1, True)
+    e = core.alloc(x.shape, float32, SBUF, 0)
+    s = core.alloc((p, 1), float32, SBUF, 0)
+    core.m.activation(e.tile, "exp", x.tile, mx.tile, None, "add", s.tile, "reset_reduce")
+    r = core.alloc((p, 1), float32, SBUF, 0)
+    core.m.reciprocal(r.tile, s.tile)
+    dt = x.dtype if dtype is None else D.as_dtype(dtype)
+
+    def issue(dst: NkiTensor) -> None:
+        core.m.tensor_scalar("vector", dst.tile, e.tile, "multiply", r.tile, False, None, None,
+                             False)  # fmt: skip
+
+    return core.pend(x.shape, dt, SBUF, issue)
+
+
+def _unsupported(name: str):
+    def f(*args, **kwargs):
+        raise NotSupportedError(
+            f"nki.language.{name} is not supported by trn2core (docs/nki.md lists the supported "
+            "API)"
+        )
+
+    f.__name__ = name
+    return api(f)
+
+
+rand = _unsupported("rand")
+random_seed = _unsupported("random_seed")
+dropout = _unsupported("dropout")
+gather_flattened = _unsupported("gather_flattened")
+var = _unsupported("var")
+rms_norm = _unsupported("rms_norm")
+while_loop = _unsupported("while_loop")
+loop_reduce = _unsupported("loop_reduce")
+all_reduce = _unsupported("all_reduce")
+atomic_rmw = _unsupported("atomic_rmw")
+fmod = _unsupported("fmod")
+mod = _unsupported("mod")
+
+
+class fp32:  # noqa: N801 - the legacy module's name
+    """float32 limits (legacy ``nl.fp32.min`` / ``nl.fp32.max``)."""
+
+    min = float(np.finfo(np.float32).min)
+    max = float(np.finfo(np.float32).max)
+
+
+def static_cast(x, dtype) -> NkiTensor:
+    """``x`` converted to ``dtype`` (a copy)."""
+    return copy(x, dtype=dtype)
+
+
+_ = (IndexExpr, Mask)

@@ -1,0 +1,662 @@
+"""trn2core.nki: the import hook, kernels in both dialects, SPMD grids and LNC=2, the report,
+and every error class raised from a kernel at the kernel's own line (contract section 8)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import types
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn2core
+import trn2core.nki as tn
+from trn2core import reference as ref
+from trn2core.errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
+
+nl, nisa = tn.language, tn.isa
+lnl, lisa = tn.language_legacy, tn.isa_legacy
+BF16 = ml_dtypes.bfloat16
+HOOK_NAMES = ("nki", "nki.language", "nki.isa", "nki.jit", "nki.typing", "neuronxcc",
+              "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa",
+              "neuronxcc.nki.typing")  # fmt: skip
+
+
+def _line_of(fn, text: str) -> int:
+    """The file line of the first source line of ``fn`` containing ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def _raises_at(cls, fn, marker: str, rule: str, *args, **kwargs):
+    with pytest.raises(cls) as info:
+        tn.run(tn.jit(fn), *args, **kwargs)
+    msg = str(info.value)
+    where = f"{__file__}:{_line_of(fn, marker)}:"
+    assert msg.startswith(where), (msg, where)
+    assert rule in msg, msg
+    assert info.value.nki_location == (__file__, _line_of(fn, marker))
+    return info.value
+
+
+# ----------------------------------------------------------------------------- the import hook
+
+
+def test_install_resolves_both_dialects_and_uninstall_leaves_nothing():
+    before_path = list(sys.meta_path)
+    assert not tn.installed()
+    with tn.install():
+        import neuronxcc.nki as legacy
+        import neuronxcc.nki.isa as lisa_
+        import neuronxcc.nki.language as lnl_
+        import neuronxcc.nki.typing as nt
+        import nki
+        import nki.isa as nisa_
+        import nki.language as nl_
+        from nki import jit
+
+        assert tn.installed()
+        assert nl_.add is nl.add and nisa_.tensor_tensor is nisa.tensor_tensor
+        assert lnl_.affine_range is lnl.affine_range and lisa_.nc_matmul is lisa.nc_matmul
+        assert jit is tn.jit and legacy.jit is tn.jit_legacy
+        assert nt.tensor[(128, 512), nl.float32] is nt.tensor
+        assert nki.language is nl_ and nl_.__name__ == "nki.language"
+        import nki.jit as jit_mod  # the decorator keeps working after `import nki.jit`
+
+        assert callable(nki.jit) and isinstance(jit_mod, types.ModuleType)
+        k = nki.jit(lambda x: x)
+        assert isinstance(k, tn.Kernel)
+    assert not tn.installed()
+    assert sys.meta_path == before_path
+    assert not [n for n in HOOK_NAMES if n in sys.modules]
+    assert nl.__name__ == "trn2core.nki.language"  # trn2core's own modules untouched
+    with pytest.raises(ImportError):
+        import nki  # noqa: F401
+
+
+def test_install_sets_aside_and_restores_a_module_named_nki():
+    fake = types.ModuleType("nki")
+    sys.modules["nki"] = fake
+    try:
+        tn.install()
+        import nki
+
+        assert nki is not fake and nki.jit is tn.jit
+        tn.uninstall()
+        assert sys.modules["nki"] is fake
+    finally:
+        tn.uninstall()
+        sys.modules.pop("nki", None)
+
+
+def test_a_kernel_keeps_working_after_uninstall():
+    with tn.install():
+        import nki
+        import nki.language as nl_
+
+        @nki.jit
+        def double(x):
+            out = nl_.ndarray(x.shape, dtype=x.dtype, buffer=nl_.shared_hbm)
+            nl_.store(out, value=nl_.load(x) * 2.0)
+            return out
+
+    x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    assert np.array_equal(double(x), x * 2)
+    assert np.array_equal(tn.simulate(double)(x), x * 2)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def _copy_kernel(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.uint8,
+                                   ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2])  # fmt: skip
+def test_copies_are_bit_exact_for_every_dtype(dtype):
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 256, size=(64, 48 * np.dtype(dtype).itemsize), dtype=np.uint8)
+    x = bits.view(dtype)
+    out = tn.jit(_copy_kernel)(x)
+    assert out.dtype == x.dtype and np.array_equal(out.view(np.uint8), x.view(np.uint8))
+    assert not np.shares_memory(out, x)
+
+
+def test_inputs_are_never_altered_and_outputs_do_not_alias():
+    x = np.ones((4, 8), np.float32)
+    keep = x.copy()
+
+    @tn.jit
+    def inc(x):
+        t = nl.load(x)
+        t += 1.0
+        nl.store(x, value=t)  # writes the kernel's HBM copy, not the caller's array
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=t)
+        return out
+
+    out = inc(x)
+    assert np.array_equal(x, keep) and np.array_equal(out, keep + 1)
+
+
+def test_pending_results_issue_into_their_targets():
+    @tn.jit
+    def k(x):
+        t = nl.load(x)  # one DMA
+        y = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        y[...] = nl.exp(t)  # one activation, straight into y
+        y[...] += 1.0  # one tensor_scalar in place
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=y)
+        return out
+
+    x = np.linspace(-2, 2, 4 * 32, dtype=np.float32).reshape(4, 32)
+    res = tn.run(k, x)
+    e, _ = ref.activation(x, "exp", "fp32")
+    assert np.array_equal(res.outputs, ref.tensor_scalar(e, "add", 1.0, "fp32"))
+    assert dict(res.report.opcodes) == {"dma_copy": 2, "activation": 1, "tensor_scalar": 1}
+
+
+def test_psum_accumulation_with_plus_equals_is_one_matmul_per_tile_and_equals_gemm():
+    @tn.jit_legacy
+    def k(lhsT, rhs):
+        out = lnl.ndarray((128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.zeros((128, 512), nl.float32, buffer=lnl.psum)
+        for kk in lnl.affine_range(lhsT.shape[0] // 128):
+            a = lnl.load(lhsT[kk * 128 : (kk + 1) * 128, :])
+            b = lnl.load(rhs[kk * 128 : (kk + 1) * 128, :])
+            acc += lisa.nc_matmul(a, b)
+        lnl.store(out, value=lnl.copy(acc))
+        return out
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((768, 128), dtype=np.float32).astype(BF16)
+    b = rng.standard_normal((768, 512), dtype=np.float32).astype(BF16)
+    res = tn.run(k, a, b)
+    want = trn2core.gemm(np.ascontiguousarray(a.T), b).out
+    assert np.array_equal(res.outputs.view(np.uint32), want.view(np.uint32))
+    assert res.report.opcodes["nc_matmul"] == 6
+
+
+def test_nl_matmul_transposes_x_on_the_tensor_engine():
+    @tn.jit
+    def k(x, y):
+        out = nl.ndarray((x.shape[0], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.matmul(nl.load(x), nl.load(y)))
+        return out
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 128), dtype=np.float32).astype(BF16)
+    y = rng.standard_normal((128, 256), dtype=np.float32).astype(BF16)
+    res = tn.run(k, x, y)
+    assert np.array_equal(res.outputs, ref.nc_matmul(np.ascontiguousarray(x.T), y))
+    assert res.report.opcodes["nc_transpose"] == 1 and res.report.opcodes["nc_matmul"] == 1
+
+
+def test_type_promotion_follows_the_nki_rules():
+    from trn2core.nki import _dtypes as D
+
+    assert D.promote(D.bfloat16, D.float16) == D.float32
+    assert D.promote(D.float8_e4m3, D.float8_e5m2) == D.bfloat16
+    assert D.promote(D.float8_e4m3, D.float16) == D.float16
+    assert D.promote(D.int8, D.uint8) == D.int16
+    assert D.promote(D.int32, D.uint32) == D.float32
+    assert D.promote(D.int32, D.float16) == D.float16
+    assert D.promote(D.float16, D.weak_dtype(1.5)) == D.float32
+
+    @tn.jit
+    def k(a, b):
+        c = nl.load(a) + nl.load(b)
+        out = nl.ndarray(a.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=c)
+        return out
+
+    a = np.full((2, 4), 1.5, BF16)
+    b = np.full((2, 4), 0.25, np.float16)
+    out = k(a, b)
+    assert out.dtype == np.float32 and np.all(out == 1.75)
+
+
+def test_spmd_queries_in_a_legacy_grid():
+    seen = []
+
+    @tn.jit_legacy
+    def k(x):
+        seen.append((lnl.program_id(0), lnl.program_id(1), lnl.num_programs(),
+                     lnl.num_programs(1), lnl.program_ndim()))  # fmt: skip
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        i, j = lnl.program_id(0), lnl.program_id(1)
+        lnl.store(out[i : i + 1, j : j + 1], value=lnl.load(x[i : i + 1, j : j + 1]))
+        return out
+
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    assert np.array_equal(k[3, 2](x), x)
+    assert seen == [(i, j, 6, 2, 2) for i in range(3) for j in range(2)]
+
+
+def test_lnc2_in_the_current_dialect_splits_work_over_two_cores():
+    seen = []
+
+    @tn.jit
+    def k(x):
+        seen.append((nl.program_id(0), nl.num_programs()))
+        cols = x.shape[1] // nl.num_programs()
+        c0 = nl.program_id(0) * cols
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((x.shape[0], cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[:, c0 : c0 + cols])
+        nisa.activation(dst=t, op=nl.relu, data=t)
+        nisa.dma_copy(dst=out[:, c0 : c0 + cols], src=t)
+        return out
+
+    x = np.random.default_rng(3).standard_normal((128, 8192), dtype=np.float32)
+    one = tn.run(k, x)
+    two = tn.run(k, x, grid=2)
+    assert seen == [(0, 1), (0, 2), (1, 2)]
+    assert np.array_equal(one.outputs, np.maximum(x, 0)) and np.array_equal(
+        two.outputs, one.outputs
+    )
+    assert two.report.lnc == 2 and two.report.seconds < one.report.seconds
+    assert "nc1 ACT" in two.report.engines
+    with pytest.raises(Trn2ValueError, match="LNC degree"):
+        k[3]
+
+
+def test_two_cores_writing_different_values_to_one_element_is_a_race():
+    @tn.jit
+    def k(x):
+        out = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.full((1, 4), float(nl.program_id(0)), nl.float32)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(tn.KernelError, match="race"):
+        k[2](np.zeros(1, np.float32))
+
+
+def test_masks_restrict_and_skip_instructions():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ip, jf = lnl.mgrid[0:128, 0:8]
+        t = lnl.zeros((128, 8), nl.float32)
+        t[ip, jf] = lnl.load(x[ip, jf], mask=(ip < 5) & (jf >= 2))
+        t[ip, jf] = lnl.exp(t, mask=(ip > 200))  # never true: no instruction
+        lnl.store(out[ip, jf], value=t)
+        return out
+
+    x = np.ones((128, 8), np.float32)
+    res = tn.run(k, x)
+    want = np.zeros((128, 8), np.float32)
+    want[:5, 2:] = 1
+    assert np.array_equal(res.outputs, want)
+    assert "activation" not in res.report.opcodes
+
+
+def test_iota_and_affine_select_from_index_expressions():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((64, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ip, jf = lnl.mgrid[0:64, 0:32]
+        io = lisa.iota(3 * ip + jf - 7, dtype=nl.int32)
+        t = lnl.load(x)
+        sel = lisa.affine_select(ip - jf >= 0, t, -1.0)
+        lnl.store(out, value=sel + lnl.copy(io, dtype=nl.float32))
+        return out
+
+    x = np.random.default_rng(4).standard_normal((64, 32), dtype=np.float32)
+    io = ref.iota((64, 32), [(1, 32)], -7, 3, "int32")
+    sel = ref.affine_select(x, [(-1, 32)], 1, -1.0, "greater_equal", 0, "fp32")
+    want = ref.tensor_tensor(sel, io.astype(np.float32), "add", "fp32")
+    assert np.array_equal(k(x), want)
+
+
+def test_isa_calls_of_the_current_dialect_against_the_reference():
+    @tn.jit
+    def k(x, y):
+        P, F = x.shape
+        a = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x)
+        nisa.dma_copy(dst=b, src=y)
+        res = nl.ndarray((5, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+        red = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.scalar_tensor_tensor(dst=t, data=a, op0=nl.multiply, operand0=2.0, op1=nl.subtract,
+                                  operand1=b)  # fmt: skip
+        nisa.dma_copy(dst=res[0], src=t)
+        nisa.tensor_tensor_scan(dst=t, data0=a, data1=b, initial=0.0, op0=nl.multiply,
+                                op1=nl.add)  # fmt: skip
+        nisa.dma_copy(dst=res[1], src=t)
+        nisa.tensor_scalar_reduce(dst=t, data=a, op0=nl.add, operand0=1.0, reduce_op=nl.maximum,
+                                  reduce_res=red)  # fmt: skip
+        nisa.dma_copy(dst=res[2], src=t)
+        nisa.tensor_reduce(dst=red, op=nl.add, data=b, axis=1, negate=True)
+        nisa.tensor_scalar(dst=t, data=a, op0=nl.maximum, operand0=red)
+        nisa.dma_copy(dst=res[3], src=t)
+        nisa.iota(dst=t, pattern=[[2, F]], offset=1, channel_multiplier=F)
+        nisa.dma_copy(dst=res[4], src=t)
+        return res
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((32, 16), dtype=np.float32)
+    y = rng.standard_normal((32, 16), dtype=np.float32)
+    out = k(x, y)
+    assert np.array_equal(out[0], ref.scalar_tensor_tensor(x, "multiply", 2.0, "subtract", y,
+                                                           "fp32"))  # fmt: skip
+    assert np.array_equal(out[1], ref.tensor_tensor_scan(x, y, 0.0, "multiply", "add", "fp32"))
+    assert np.array_equal(out[2], ref.tensor_scalar_reduce(x, "add", 1.0, "maximum", "fp32")[0])
+    red = ref.tensor_reduce(y, "add", 1, "fp32", negate=True).reshape(-1, 1)
+    assert np.array_equal(out[3], ref.tensor_scalar(x, "maximum", red, "fp32"))
+    assert np.array_equal(out[4], ref.iota((32, 16), [(2, 16)], 1, 16, "fp32"))
+
+
+def test_legacy_par_dim_block_tensors():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        blocks = lnl.ndarray((4, lnl.par_dim(32), 16), dtype=x.dtype, buffer=lnl.sbuf)
+        for i in lnl.affine_range(4):
+            blocks[i] = lnl.load(x[i])
+        for i in lnl.affine_range(4):
+            lnl.store(out[i], value=blocks[i] * 3.0)
+        return out
+
+    x = np.random.default_rng(6).standard_normal((4, 32, 16), dtype=np.float32)
+    assert np.array_equal(k(x), ref.tensor_scalar(x, "multiply", 3.0, "fp32"))
+
+
+def test_load_transpose2d_and_partition_broadcast():
+    @tn.jit
+    def k(x, g):
+        out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load_transpose2d(x)
+        gb = nl.load(g.reshape((1, g.shape[0]))).broadcast_to((x.shape[1], x.shape[0]))
+        nl.store(out, value=t * gb)
+        return out
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((96, 40), dtype=np.float32)
+    g = rng.standard_normal(96, dtype=np.float32)
+    assert np.array_equal(k(x, g), ref.tensor_tensor(x.T, np.broadcast_to(g, (40, 96)),
+                                                     "multiply", "fp32"))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _bound_kernel(x, engine):
+    t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    u = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    for _ in range(40):
+        if engine == "ACT":
+            nisa.activation(dst=u, op=nl.exp, data=t)
+        elif engine == "DVE":
+            nisa.tensor_tensor(dst=u, data1=t, data2=t, op=nl.multiply)
+        elif engine == "POOL":
+            nisa.tensor_copy(dst=u, src=t, engine=nisa.engine.gpsimd)
+        elif engine == "DMA":
+            nisa.dma_copy(dst=u, src=x)
+        else:
+            p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=p, stationary=t[:, 0:128], moving=t)
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@pytest.mark.parametrize("engine", ["ACT", "DVE", "POOL", "DMA", "PE"])
+def test_a_kernel_bound_by_one_engine_reports_it(engine):
+    x = np.ones((128, 512), np.float32)
+    rep = tn.run(_bound_kernel, x, engine=engine).report
+    assert rep.bottleneck == engine, rep
+    key = "DMA queue 0" if engine == "DMA" else engine
+    assert rep.engines[key]["instructions"] >= (3 if engine == "DMA" else 40)
+
+
+def test_report_table_dict_and_trace(tmp_path):
+    x = np.ones((128, 512), np.float32)
+    rep = tn.run(_bound_kernel, x, engine="ACT").report
+    text = str(rep)
+    assert "bottleneck ACT" in text and "ACT" in text and "DMA bytes" in text
+    d = rep.to_dict()
+    assert set(d) >= {"seconds", "engines", "opcodes", "dma_bytes", "critical_path", "bottleneck"}
+    assert d["dma_bytes"] == 2 * 128 * 512 * 4 and d["opcodes"]["activation"] == 40
+    assert d["critical_path"][-1]["end_s"] == pytest.approx(rep.seconds)
+    json.dumps(d)
+    path = rep.save_trace(tmp_path / "k.json")
+    ev = json.loads(open(path).read())["traceEvents"]
+    assert sum(1 for e in ev if e.get("ph") == "X" and e.get("name") == "activation") == 40
+    two = tn.run(tn.jit(_copy_kernel)[2], x).report
+    ev2 = json.loads(two.trace_json())["traceEvents"]
+    assert {e["pid"] for e in ev2} == {0, 1}
+
+
+def test_uninitialized_nan_mode_reads_nan_as_the_aws_simulator_does():
+    @tn.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.ones((2, 2), np.float32)
+    assert np.isnan(tn.simulate(k, uninitialized="nan")(x)).all()
+    with pytest.raises(tn.UninitializedReadError):
+        k(x)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_sbuf_over_capacity():
+    def k(x):
+        t = nl.ndarray((128, 60000), dtype=nl.float32, buffer=nl.sbuf)  # HERE
+        return t
+
+    e = _raises_at(CapacityError, k, "# HERE", "[rule sbuf_capacity]", np.ones(2, np.float32))
+    assert "212984 B" in str(e)
+
+
+def test_psum_over_capacity():
+    def k(x):
+        a = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
+        b = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
+        c = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # HERE
+        return a, b, c
+
+    _raises_at(CapacityError, k, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
+
+
+def test_partition_dim_over_128():
+    def k(x):
+        return nl.ndarray((256, 4), dtype=nl.float32, buffer=nl.sbuf)  # HERE
+
+    _raises_at(tn.PartitionDimError, k, "# HERE", "[rule partition_dim]", np.ones(2, np.float32))
+
+    def k2(x):
+        return nl.load(x)  # HERE
+
+    _raises_at(ShapeError, k2, "# HERE", "partition_dim", np.ones((200, 2), np.float32))
+
+
+def test_psum_tile_over_one_bank():
+    def k(x):
+        a = nl.zeros((128, 128), dtype=nl.bfloat16)
+        b = nl.zeros((128, 1024), dtype=nl.bfloat16)
+        p = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=p, stationary=a, moving=b)  # HERE
+        return p
+
+    _raises_at(ShapeError, k, "# HERE", "[engine rule psum_bank]", np.ones(2, np.float32))
+
+
+_RULE_CASES = {
+    "two_psum_inputs": lambda p, q, s: nisa.tensor_tensor(dst=s, data1=p, data2=q, op=nl.add),
+    "gpsimd_psum": lambda p, q, s: nisa.tensor_copy(dst=s, src=p, engine=nisa.engine.gpsimd),
+    "act_tensor_scalar_ops": lambda p, q, s: nisa.tensor_scalar(
+        dst=s, data=s, op0=nl.subtract, operand0=1.0, engine=nisa.engine.scalar
+    ),
+    "matmul_memory": lambda p, q, s: nisa.nc_matmul(dst=s, stationary=s, moving=s),
+    "accumulate": lambda p, q, s: nisa.nc_matmul(
+        dst=p[0:64, :], stationary=s, moving=s, accumulate=True
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_RULE_CASES))
+def test_engine_rule_violations(case):
+    def k(x):
+        p = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+        q = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.psum)
+        s = nl.zeros((128, 64), dtype=nl.float32)
+        _RULE_CASES[case](p, q, s)
+        return s
+
+    # The innermost line outside trn2core is the kernel's caller of the instruction: here the
+    # case's lambda (on its first line).
+    src = inspect.getsource(sys.modules[__name__])
+    want = next(i + 1 for i, ln in enumerate(src.splitlines()) if ln.startswith(f'    "{case}":'))
+    with pytest.raises(Trn2Error) as info:
+        tn.run(tn.jit(k), np.ones(2, np.float32))
+    assert str(info.value).startswith(f"{__file__}:{want}:"), str(info.value)
+    assert f"[engine rule {case}]" in str(info.value)
+
+
+def test_out_of_range_slices():
+    def k(x):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        return t[:, 32:96]  # HERE
+
+    _raises_at(tn.OutOfBoundsError, k, "# HERE", "[rule bounds]", np.ones(2, np.float32))
+
+    def k2(x):
+        return nl.load(x[3:9, :])  # HERE
+
+    _raises_at(tn.OutOfBoundsError, k2, "# HERE", "out of range", np.ones((8, 4), np.float32))
+
+
+def test_reading_memory_no_instruction_wrote():
+    def k(x):
+        t = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        u = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t[:, 0:4], value=1.0)
+        nisa.tensor_copy(dst=u, src=t)  # HERE
+        return u
+
+    e = _raises_at(tn.UninitializedReadError, k, "# HERE", "[rule uninitialized_read]",
+                   np.ones(2, np.float32))  # fmt: skip
+    assert isinstance(e, Trn2ValueError) and "never written" in str(e)
+
+
+def test_a_loop_carried_dependency_inside_affine_range():
+    def k(x):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.load(x)
+        for _ in lnl.affine_range(3):
+            acc[...] = lnl.exp(acc)  # HERE
+        lnl.store(out, value=acc)
+        return out
+
+    with pytest.raises(tn.LoopCarriedDependencyError) as info:
+        tn.run(tn.jit_legacy(k), np.ones((128, 64), np.float32))
+    assert str(info.value).startswith(f"{__file__}:{_line_of(k, '# HERE')}:")
+    assert "[rule affine_range]" in str(info.value) and "sequential_range" in str(info.value)
+
+    def ok(x):  # the same loop as a sequential_range, and associative accumulations
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.load(x)
+        for _ in lnl.sequential_range(3):
+            acc[...] = lnl.exp(acc)
+        s = lnl.zeros((128, 64), nl.float32)
+        for i in lnl.affine_range(4):
+            s += acc * float(i)
+        lnl.store(out, value=s)
+        return out
+
+    x = np.random.default_rng(8).standard_normal((128, 64), dtype=np.float32) / 4
+    out = tn.run(tn.jit_legacy(ok), x).outputs
+    acc = x
+    for _ in range(3):
+        acc, _ = ref.activation(acc, "exp", "fp32")
+    want = np.zeros_like(x)
+    for i in range(4):
+        want = ref.tensor_tensor(want, ref.tensor_scalar(acc, "multiply", float(i), "fp32"),
+                                 "add", "fp32")  # fmt: skip
+    assert np.array_equal(out, want)
+
+
+def test_errors_outside_a_kernel_and_bad_arguments():
+    with pytest.raises(tn.KernelError, match="inside a kernel"):
+        nl.ndarray((2, 2), nl.float32)
+    with pytest.raises(trn2core.FormatError):
+        tn.jit(_copy_kernel)(np.ones((2, 2), ml_dtypes.float8_e4m3fn))
+    with pytest.raises(tn.KernelError, match="float64"):
+        tn.jit(_copy_kernel)(np.ones((2, 2)))
+    with pytest.raises(Trn2ValueError, match="not an ALU operator"):
+        tn.run(lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
+               np.ones((2, 2), np.float32))  # fmt: skip
+    with pytest.raises(tn.NotSupportedError, match="register_alloc"):
+        tn.run(lambda x: nisa.register_alloc(0), np.ones((2, 2), np.float32))
+
+    @tn.jit
+    def half(x):
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:2, :], src=nl.load(x[0:2, :]))
+        return out
+
+    with pytest.raises(tn.KernelError, match="did not write every element"):
+        half(np.ones((4, 4), np.float32))
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+EXAMPLES = __import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "nki"
+
+
+def test_cli_nki_run_prints_the_timeline_and_writes_a_trace(capsys, tmp_path):
+    from trn2core.cli import main
+
+    trace = tmp_path / "t.json"
+    rc = main(["nki", "run", f"{EXAMPLES}/matmul.py::matmul_hoisted", "--shapes",
+               "256x128:bf16", "256x512:bf16", "--trace", str(trace)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0 and "float32 [128, 512]" in out and "bottleneck" in out and "PE" in out
+    assert any(e.get("name") == "nc_matmul" for e in json.loads(trace.read_text())["traceEvents"])
+    rc = main(["nki", "run", f"{EXAMPLES}/layernorm.py::layernorm", "--shapes", "128x64",
+               "64", "64", "--arg", "eps=0.001"])  # fmt: skip
+    assert rc == 0 and "float32 [128, 64]" in capsys.readouterr().out
+
+
+def test_cli_nki_run_reports_bad_input_and_kernel_errors(capsys):
+    from trn2core.cli import main
+
+    assert main(["nki", "run", f"{EXAMPLES}/matmul.py::nope"]) == 2
+    assert "matmul_tiled" in capsys.readouterr().err
+    assert main(["nki", "run", f"{EXAMPLES}/matmul.py::matmul_tiled", "--shapes", "12y"]) == 2
+    assert "--shapes" in capsys.readouterr().err
+    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::too_big", "--shapes", "128x28672"]) == 2
+    err = capsys.readouterr().err
+    assert "CapacityError" in err and "mistakes.py:" in err and "[rule sbuf_capacity]" in err
+    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::half_written", "--shapes",
+                 "128x8"]) == 2  # fmt: skip
+    assert "did not write every element" in capsys.readouterr().err
+    assert main(["nki", "run", "no/such/file.py::k"]) == 2
+
+
+def test_demo_part_runs_the_matmul_stages(capsys):
+    from trn2core.cli import main
+
+    assert main(["demo", "--only", "nki"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("matmul_tiled", "matmul_hoisted", "matmul_blocked_free", "matmul_fully_blocked"):
+        assert stage in out
+    assert "= gemm" in out and "mistakes.py:" in out
