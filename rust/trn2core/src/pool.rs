@@ -4,12 +4,17 @@
 //! using it (Python's `multiprocessing` with the `fork` start method, the default on Linux; a
 //! PyTorch data loader) leaves the child with the pool's bookkeeping but none of its threads
 //! (`fork` copies only the calling thread), so the child's first parallel section waits forever
-//! for workers that do not exist. So the binding runs every call through [`install`], on a pool
-//! that belongs to the current process: the pool remembers the process id it was started in, and
-//! a call from another process (a forked child) starts a fresh pool there. The parent's pool is
-//! left alone in the child (its memory is leaked on purpose: it has no threads to stop there).
+//! for workers that do not exist. So the binding runs every call through [`install`]: the first
+//! process to call it keeps rayon's global pool (the call runs on the calling thread, as
+//! before); a call from another process (a forked child) runs on a fresh pool of that process,
+//! which remembers the process id it was started in. The parent's pool is left alone in the
+//! child (its memory is leaked on purpose: it has no threads to stop there). Limitation: in a
+//! forked child the call runs on a pool worker, and a worker waiting for its own parallel
+//! section may pick up another thread's call; so several threads of one forked child calling
+//! into the *same* `NeuronCore` at once can deadlock on its lock. One thread per child (data
+//! loaders, `multiprocessing` workers) is unaffected, as is the parent.
 //!
-//! The pool has as many threads as rayon's global pool would (`RAYON_NUM_THREADS`, else one per
+//! A child's pool has as many threads as rayon's global pool would (`RAYON_NUM_THREADS`, else one per
 //! CPU), at most [`MAX_THREADS_PER_CPU`] per CPU or 64, whichever is more: more threads than
 //! that only cost memory (each has its own stack), and `RAYON_NUM_THREADS=100000` would otherwise
 //! exhaust an address-space limit. When the threads cannot all be started (a tight `ulimit -u`
@@ -19,7 +24,7 @@
 //! Code that runs outside [`install`] (the core's own tests, a Rust caller) uses rayon's global
 //! pool as before.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
@@ -101,10 +106,26 @@ fn build() -> Result<ThreadPool> {
     }
 }
 
-/// Runs `f` on this process's pool (every `par_iter` inside uses it), with the calling thread's
-/// cancellation token installed there (`crate::cancel`). A `CapacityError` on `threads` when no
-/// thread at all can be started.
+/// The process that first ran a call through [`install`] (0: none yet). That process keeps
+/// rayon's global pool; only a process forked from it gets a pool of its own.
+static FIRST_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `f` where its parallel sections have live threads: in the process that first called
+/// `install`, directly on the calling thread (every `par_iter` inside uses rayon's global pool,
+/// as before; `f` must not run *on* a pool worker there, because binding calls take a core's
+/// lock inside `f`, and a worker blocked on that lock starves the pool); in a forked child,
+/// whose copy of the global pool has no threads, on a fresh pool of the child's own (with the
+/// calling thread's cancellation token installed there, `crate::cancel`). A `CapacityError` on
+/// `threads` when no thread at all can be started.
 pub fn install<R: Send>(f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    let pid = std::process::id();
+    let first = match FIRST_PID.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => pid,
+        Err(first) => first,
+    };
+    if first == pid {
+        return f();
+    }
     let cancel = crate::cancel::current();
     let pool = pool()?;
     pool.install(|| cancel.install(f))
