@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from . import __version__, spec
+from . import __version__, _validate, spec
 from .chip import Chip
 from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
@@ -408,13 +408,22 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         sparsity=args.sparsity, throttle=not args.no_throttle, core=core,
     )  # fmt: skip
     if args.run:
+        # Refused before anything is made: the float32 data, its quantized copy and the result.
+        elems = args.m * args.k + args.k * args.n
+        _validate.check_alloc(
+            8 * elems + 4 * args.m * args.n, "--m/--k/--n",
+            f"--run on {args.m} x {args.k} x {args.n} random data",
+        )  # fmt: skip
         rng = np.random.default_rng(args.seed)
         a = quantize(rng.standard_normal((args.m, args.k), dtype=np.float32), args.dtype)
         b = quantize(rng.standard_normal((args.k, args.n), dtype=np.float32), args.dtype)
         if args.sparsity:
             a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
         t0 = time.perf_counter()
-        res = gemm(a, b, perf_mode=args.perf_mode, throttle=not args.no_throttle, core=core)
+        res = gemm(
+            a, b, dtype=None if args.sparsity else args.dtype, perf_mode=args.perf_mode,
+            throttle=not args.no_throttle, core=core,
+        )  # fmt: skip
         dt = time.perf_counter() - t0
         rep = res.report
         print(
@@ -433,6 +442,32 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print(f"roofline of this shape on one chip written to {args.plot}")
     return 0
+
+
+def _tensor_engine_formats() -> tuple[str, ...]:
+    """The formats the tensor engine accepts, as the core answers (OCP fp8_e4m3fn is refused by
+    Trainium2's engine, so `gemm --dtype` does not offer it)."""
+    from .engine import estimate_gemm
+
+    ok = []
+    for f in FORMATS:
+        try:
+            estimate_gemm(128, 128, 128, dtype=f)
+        except Trn2Error:
+            continue
+        ok.append(f)
+    return tuple(ok)
+
+
+def _seed(text: str) -> int:
+    """A seed for numpy's generator: a whole number >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {v}")
+    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -458,7 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--m", type=int, required=True, help="rows of a (and of the result)")
     g.add_argument("--k", type=int, required=True, help="contraction length")
     g.add_argument("--n", type=int, required=True, help="columns of b (and of the result)")
-    g.add_argument("--dtype", default="bf16", choices=FORMATS, help="operand format (default bf16)")
+    g.add_argument(
+        "--dtype", default="bf16", choices=_tensor_engine_formats(),
+        help="operand format (default bf16; the formats the Trn2 tensor engine takes)",
+    )  # fmt: skip
     g.add_argument("--perf-mode", default="none", choices=("none", "double_row"))
     g.add_argument(
         "--sparsity", choices=SPARSITY_PATTERNS, help="N:M-sparse stationary operand a (along K)"
@@ -469,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot", metavar="PNG", help="draw the shape's roofline on a chip (needs trn2core[plot])"
     )
     g.add_argument("--run", action="store_true", help="also compute it on random data")
-    g.add_argument("--seed", type=int, default=0, help="seed of the random data (--run)")
+    g.add_argument("--seed", type=_seed, default=0, help="seed of the random data (--run)")
     g.add_argument(
         "--lnc", type=int, choices=(1, 2, 4),
         help="run on one Logical NeuronCore of this size (its physical cores split the work)",

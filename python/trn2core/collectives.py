@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import fractions
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -372,6 +373,13 @@ def parse_size(text, arg: str = "size") -> int:
                 break
     else:
         raise Trn2ValueError(f"{arg}: expected a byte count like 32M or 1kb, got {text!r}")
+    m = re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)e([+-]?\d+)", s.strip())
+    if m and abs(int(m.group(2))) > 40:
+        # Exact arithmetic on 1e999999999 would build a billion-digit integer (a hang): any
+        # exponent this large is far beyond the limit, or far below one byte.
+        if int(m.group(2)) > 0 and float(m.group(1)) > 0:
+            raise CapacityError(f"{arg}: {text!r} is beyond the model's limit of 2**50 bytes")
+        raise Trn2ValueError(f"{arg}: {text!r} is not a positive whole number of bytes")
     try:
         # Exact arithmetic: "1.5G" is 1610612736 bytes, "1e30" is 10**30 (then too large).
         value = fractions.Fraction(s.strip()) * mult

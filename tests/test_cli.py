@@ -1,0 +1,67 @@
+"""The command line as a first-day user meets it (issues 17 and 19): the run agrees with the
+header, every offered choice works, bad values are one-line errors, oversized work is refused
+before anything is allocated, and no size text can hang the parser."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from trn2core import _core, cli
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _gemm_choices() -> tuple[str, ...]:
+    g = cli.build_parser()._subparsers._group_actions[0].choices["gemm"]
+    return next(a.choices for a in g._actions if a.dest == "dtype")
+
+
+def test_gemm_offers_exactly_the_formats_the_tensor_engine_takes():
+    assert _gemm_choices() == tuple(f for f in _core.names()["formats"] if f != "fp8_e4m3fn")
+
+
+@pytest.mark.parametrize("dtype", _gemm_choices())
+def test_every_offered_gemm_dtype_runs_in_that_format(dtype):
+    r = run_cli("gemm", "--m", "64", "--k", "64", "--n", "64", "--dtype", dtype, "--run")
+    assert r.returncode == 0, r.stderr
+    what = next(line for line in r.stdout.splitlines() if line.startswith("what"))
+    # tf32 was rounded to tf32 and then run (and reported) as fp32.
+    assert f" {dtype} perf_mode" in what, what
+
+
+def test_the_ocp_fp8_format_is_not_offered_to_the_tensor_engine():
+    r = run_cli("gemm", "--m", "64", "--k", "64", "--n", "64", "--dtype", "fp8_e4m3fn")
+    assert r.returncode == 2
+    assert "argument --dtype: invalid choice: 'fp8_e4m3fn'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_negative_seed_is_a_usage_error():
+    r = run_cli("gemm", "--m", "8", "--k", "8", "--n", "8", "--run", "--seed", "-1")
+    assert r.returncode == 2
+    assert "argument --seed: expected a whole number >= 0, got -1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_gemm_run_beyond_the_host_is_refused_before_allocating():
+    r = run_cli("gemm", "--m", "300000", "--k", "300000", "--n", "128", "--run", timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("trn2core gemm: CapacityError: --m/--k/--n:"), r.stderr
+    assert "nothing was allocated" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("size", "error"),
+    [("1e999999999", "CapacityError"), ("1e-999999999", "Trn2ValueError"),
+     ("0e999999999", "Trn2ValueError")],
+)  # fmt: skip
+def test_sizes_with_huge_exponents_are_refused_at_once(size, error):
+    r = run_cli("nccom-test", "-r", "2", "allr", "-b", size, "-e", size, timeout=20)
+    assert r.returncode == 2, r.stderr
+    assert f"{error}: minbytes:" in r.stderr and "Traceback" not in r.stderr
