@@ -194,3 +194,14 @@ def test_an_altered_stream_dtype_is_corrupt_data():
     forged = blob[:i] + b"<U1" + blob[i + 3 :]  # a 4-byte string dtype: not a number
     with pytest.raises(CorruptDataError):
         t.dma.decompress(t.dma.Compressed.from_bytes(forged))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"accumulate": True}, {"perf_mode": "double_row"}, {"tile_position": (0, 0)},
+     {"tile_size": (128, 128)}],
+)  # fmt: skip
+def test_transpose_mode_refuses_the_arguments_it_ignores(kwargs):
+    s = np.ones((128, 128), np.float32)
+    with pytest.raises(Trn2ValueError, match=f"{next(iter(kwargs))}: transpose mode"):
+        t.NeuronCore().matmul(s, s, is_transpose=True, **kwargs)
