@@ -167,16 +167,69 @@ pub(crate) fn run(
     if !fp_env_is_ieee() {
         return Err(fp_env_error());
     }
+    let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
+    run_tiles(&k_tiles(a, b, k, tiling, &orders), m, n, true, out)
+}
+
+/// The K tiles of one GEMM of contraction `k` (`orders`: a full tile's and the tail's).
+fn k_tiles<'r, 'a>(
+    a: &'r Reader<'a>,
+    b: &'r Reader<'a>,
+    k: usize,
+    tiling: Tiling,
+    orders: &'r [Vec<usize>; 2],
+) -> Vec<KTile<'r, 'a>> {
+    (0..k)
+        .step_by(tiling.tile)
+        .map(|k0| KTile {
+            a,
+            b,
+            k0,
+            order: &orders[usize::from(k - k0 < tiling.tile)],
+        })
+        .collect()
+}
+
+/// One K tile of a GEMM: products `k0 + order[..]` of `a` (`[m, ..]`) and `b` (`[.., n]`);
+/// `order.len() <= RUN`.
+pub(crate) struct KTile<'r, 'a> {
+    /// The rows' operand.
+    pub a: &'r Reader<'a>,
+    /// The columns' operand.
+    pub b: &'r Reader<'a>,
+    /// The tile's first product.
+    pub k0: usize,
+    /// The tile's product order, as offsets from `k0`.
+    pub order: &'r [usize],
+}
+
+/// The driver over an explicit list of K tiles, each from its own operands (a chain of
+/// `nc_matmul`s accumulating into one PSUM region is one call): `out += tile sums`, tile after
+/// tile, each with one fp32 rounding; the first tile writes `out` when `first` (else every tile
+/// adds to what `out` holds). NaN results are canonical. Shapes are the caller's to check.
+pub(crate) fn run_tiles(
+    tiles: &[KTile],
+    m: usize,
+    n: usize,
+    first: bool,
+    out: &mut [f32],
+) -> Result<()> {
+    if m == 0 || n == 0 || tiles.is_empty() {
+        return Ok(());
+    }
+    if !fp_env_is_ieee() {
+        return Err(fp_env_error());
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive(kernel, a, b, m, k, n, tiling, out);
+            return drive(kernel, tiles, m, n, first, out);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive(kernel, a, b, m, k, n, tiling, out);
+            return drive(kernel, tiles, m, n, first, out);
         }
     }
-    drive(Portable, a, b, m, k, n, tiling, out)
+    drive(Portable, tiles, m, n, first, out)
 }
 
 /// One task: an output block of whole rows' column segments.
@@ -210,15 +263,12 @@ impl Aligned {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn drive<K: MicroKernel>(
     kernel: K,
-    a: &Reader,
-    b: &Reader,
+    tiles: &[KTile],
     m: usize,
-    k: usize,
     n: usize,
-    tiling: Tiling,
+    first: bool,
     out: &mut [f32],
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
@@ -259,22 +309,16 @@ fn drive<K: MicroKernel>(
     // element takes its tile sums in order no matter which thread computes which block.
     let m_panels = m.div_ceil(K::MR);
     let n_panels = n.div_ceil(K::NR);
-    // A tile holds at most K products: a short K must not cost 128 times the operands' memory.
-    let kc_max = tiling.tile.min(k);
+    // A tile holds at most its products: a short K must not cost 128 times the operands' memory.
+    let kc_max = tiles.iter().map(|t| t.order.len()).max().unwrap_or(0);
     let mut apack = Aligned::new(m_panels * K::MR * kc_max, "the packed tile of a")?;
     let mut bpack = Aligned::new(n_panels * K::NR * kc_max, "the packed tile of b")?;
     let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
-    let full_order = tiling.order(tiling.tile);
-    let tail_order = tiling.order(k % tiling.tile);
     // Ctrl-C (crate::cancel): checked between K tiles and by every output block of a tile.
     let cancel = crate::cancel::current();
-    for (t, k0) in (0..k).step_by(tiling.tile).enumerate() {
+    for (t, tile) in tiles.iter().enumerate() {
         cancel.check()?;
-        let order = if k - k0 >= tiling.tile {
-            &full_order
-        } else {
-            &tail_order
-        };
+        let (a, b, k0, order) = (tile.a, tile.b, tile.k0, tile.order);
         let kc = order.len();
         let (apack, bpack) = (
             &mut apack[..m_panels * K::MR * kc],
@@ -302,7 +346,7 @@ fn drive<K: MicroKernel>(
             if !fp_env_is_ieee() {
                 return Err(fp_env_error());
             }
-            add_tile(kernel, kc, apack, bpack, t == 0, task);
+            add_tile(kernel, kc, apack, bpack, first && t == 0, task);
             Ok(())
         })?;
     }
@@ -436,7 +480,10 @@ mod tests {
         let a = f32_reader("a", a, [m, k]).expect("valid");
         let b = f32_reader("b", b, [k, n]).expect("valid");
         let mut out = vec![0f32; m * n];
-        drive(kernel, &a, &b, m, k, n, Tiling::gemm(mode), &mut out).expect("valid");
+        let tiling = Tiling::gemm(mode);
+        let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
+        let tiles = k_tiles(&a, &b, k, tiling, &orders);
+        drive(kernel, &tiles, m, n, true, &mut out).expect("valid");
         bits(&out)
     }
 

@@ -340,21 +340,31 @@ pub fn validate_operands(
     Ok(shape)
 }
 
-/// The tile sums of one instruction into `out` (`m x n`, row-major).
-fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f32]) -> Result<()> {
-    // Both operands are [contraction, free] once the [128, 2] dimensions are flattened, and the
-    // flattened order is the PE's product order, so the whole instruction is one tile.
+/// The GEMM readers of one instruction's float32 operand values: `[M, K]` and `[K, N]`.
+pub(crate) fn operand_readers<'a>(
+    stationary: &'a [f32],
+    moving: &'a [f32],
+    shape: MatmulShape,
+) -> Result<(Reader<'a>, Reader<'a>)> {
     let (k, m, n) = (shape.k, shape.m, shape.n);
     // `stationary` is [K, M]: element (i, kk) of the [M, K] operand is stationary[kk * M + i].
     let columns = Buffer::U32(f32_bits(stationary));
     let strides = [1, isize::try_from(m).unwrap_or(isize::MAX)];
     let a = Strided::new("stationary", columns, Dtype::F32, false, [m, k], 0, strides)?;
     let b = gemm::f32_reader("moving", moving, [k, n])?;
+    Ok((Reader::f32(a), b))
+}
+
+/// The tile sums of one instruction into `out` (`m x n`, row-major).
+fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f32]) -> Result<()> {
+    // Both operands are [contraction, free] once the [128, 2] dimensions are flattened, and the
+    // flattened order is the PE's product order, so the whole instruction is one tile.
+    let (a, b) = operand_readers(stationary, moving, shape)?;
     let tiling = Tiling {
-        tile: k,
+        tile: shape.k,
         interleave: false,
     };
-    gemm::run(&Reader::f32(a), &b, m, k, n, tiling, out)
+    gemm::run(&a, &b, shape.m, shape.k, shape.n, tiling, out)
 }
 
 /// One `nc_matmul`: `stationary.T @ moving`, `[M, N]` row-major, as the instruction writes it to

@@ -57,18 +57,20 @@ mod operand;
 mod sparse;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
+pub(crate) use gemm::{run_tiles, KTile};
+pub(crate) use matmul::operand_readers;
 pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,
     Operand, PeTile,
 };
 pub use operand::{Buffer, Matrix, Sparse, Strided};
+pub(crate) use operand::{Reader, RUN};
 pub use sparse::{gemm_skip_zeros_into, gemm_skip_zeros_into_with, Isa, SparseKernel};
 
 use crate::engine::cost::GemmPlan;
 use crate::numerics::{encode_into, CodesMut, Format, Random, Rounding, Source};
 use crate::perf::Report;
 use crate::{spec, Error, Result};
-use operand::Reader;
 
 named_enum! {
     /// The `perf_mode` of an `nc_matmul` (contract section 2).

@@ -86,6 +86,21 @@ impl ByteMem {
     pub fn at(&self, p: usize, address: usize) -> usize {
         p * self.stride + address
     }
+
+    /// All of the memory as native-order elements of `size` bytes (1, 2 or 4): how the tensor
+    /// engine's operand readers see it.
+    pub fn buffer(&self, size: usize) -> crate::engine::Buffer<'_> {
+        use crate::engine::Buffer;
+        match size {
+            1 => Buffer::U8(self.bytes()),
+            // SAFETY: `u32` words viewed as twice as many `u16`: same allocation, alignment 4
+            // suffices for 2, every bit pattern is a valid `u16`.
+            2 => Buffer::U16(unsafe {
+                std::slice::from_raw_parts(self.words.as_ptr().cast::<u16>(), self.words.len() * 2)
+            }),
+            _ => Buffer::U32(&self.words),
+        }
+    }
 }
 
 /// Which partitions of each byte range have been written.

@@ -130,6 +130,8 @@ impl Machine {
         start_partition: u32,
         address: Option<u64>,
     ) -> Result<Tile> {
+        // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
+        self.settle()?;
         let id = self
             .mem
             .alloc(space, name, shape, dtype, start_partition, address)?;
@@ -162,6 +164,7 @@ impl Machine {
 
     /// Frees a tensor (its tiles become invalid).
     pub fn free(&mut self, tile: &Tile) -> Result<()> {
+        self.settle()?;
         self.mem.free(tile.tensor)
     }
 

@@ -1995,3 +1995,120 @@ fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     b.settle().expect("settle");
     assert_eq!(get(&a, &qa), get(&b, &qb));
 }
+
+#[test]
+fn settled_chains_equal_a_scalar_fma_oracle() {
+    // Queued matmuls in random chains into three PSUM destinations (two of them overlapping),
+    // from operands the settle reads straight from SBUF (bf16, fp8, fp16 with a step of 2, K of
+    // 64 and 128) and from gathered values (tf32 with fp32), against an oracle written out
+    // here: each instruction's sums are FMAs from +0.0 in ascending k, then overwrite or one
+    // fp32 add onto PSUM, NaN canonical; accumulate=None follows the per-slot matmul bits.
+    let mut m = core();
+    let stb = alloc(&mut m, "stb", &[128, 4, 64], Dtype::Bf16);
+    let mv8 = alloc(&mut m, "mv8", &[128, 4, 96], Dtype::Fp8E4m3);
+    let mvh = alloc(&mut m, "mvh", &[128, 192], Dtype::Fp16);
+    let stf = alloc(&mut m, "stf", &[128, 2, 64], Dtype::Tf32);
+    let mvf = alloc(&mut m, "mvf", &[128, 2, 96], Dtype::Fp32);
+    for (i, t) in [stb, mv8, mvh, stf, mvf].iter().enumerate() {
+        put(&mut m, t, &codes(t.dtype, t.elements(), 70 + i as u64));
+    }
+    let p = m
+        .alloc(Space::Psum, "p", &[64, 96], Dtype::Fp32)
+        .expect("p");
+    let q = m
+        .alloc(Space::Psum, "q", &[64, 96], Dtype::Fp32)
+        .expect("q");
+    let r = |a: i64, b: i64, step: i64| Index::Range {
+        start: Some(a),
+        stop: Some(b),
+        step,
+    };
+    let sub = p.slice(&[r(0, 32, 1), r(0, 48, 1)]).expect("p_sub");
+    // Host oracle: PSUM values and matmul bits of p and q ([64, 96] each).
+    let mut host = [vec![0f32; 64 * 96], vec![0f32; 64 * 96]];
+    let mut mm = [vec![false; 64 * 96], vec![false; 64 * 96]];
+    let vals = |m: &Machine, t: &Tile| -> Vec<f32> {
+        get(m, t).iter().map(|&b| input(t.dtype, b)).collect()
+    };
+    let mut ops = Vec::new();
+    for i in 0..60u64 {
+        let h = mix64(i ^ 0x5eed);
+        let (dst, which, rows, cols) = match h % 3 {
+            0 => (p, 0, 64usize, 96usize),
+            1 => (q, 1, 64, 96),
+            _ => (sub, 0, 32, 48),
+        };
+        let k = ((h >> 8) % 4) as i64;
+        let kk: i64 = if (h >> 12).is_multiple_of(3) { 64 } else { 128 };
+        let (st, mv) = match (h >> 16) % 3 {
+            0 => (
+                stb.slice(&[r(0, kk, 1), Index::At(k), r(0, rows as i64, 1)]),
+                mv8.slice(&[r(0, kk, 1), Index::At(k), r(0, cols as i64, 1)]),
+            ),
+            1 => (
+                stb.slice(&[r(0, kk, 1), Index::At(k), r(0, rows as i64, 1)]),
+                mvh.slice(&[r(0, kk, 1), r(1, 1 + 2 * cols as i64, 2)]),
+            ),
+            _ => (
+                stf.slice(&[r(0, kk, 1), Index::At(k % 2), r(0, rows as i64, 1)]),
+                mvf.slice(&[r(0, kk, 1), Index::At(k % 2), r(0, cols as i64, 1)]),
+            ),
+        };
+        let (st, mv) = (st.expect("st"), mv.expect("mv"));
+        let acc_opt = if (h >> 20).is_multiple_of(6) {
+            Some(false)
+        } else {
+            None
+        };
+        let settle_after = (h >> 24).is_multiple_of(8);
+        let (sv, vv) = (vals(&m, &st), vals(&m, &mv));
+        ops.push((
+            dst,
+            which,
+            rows,
+            cols,
+            kk as usize,
+            st,
+            mv,
+            acc_opt,
+            settle_after,
+            sv,
+            vv,
+        ));
+    }
+    let mut longest = 0;
+    let mut run = 0;
+    for (dst, which, rows, cols, kk, st, mv, acc_opt, settle_after, sv, vv) in &ops {
+        let (which, rows, cols) = (*which, *rows, *cols);
+        let slots: Vec<usize> = (0..rows * cols)
+            .map(|e| (e / cols) * 96 + e % cols)
+            .collect();
+        let acc = acc_opt.unwrap_or_else(|| slots.iter().all(|&s| mm[which][s]));
+        for (e, &s) in slots.iter().enumerate() {
+            let (row, col) = (e / cols, e % cols);
+            let mut sum = 0f32;
+            for x in 0..*kk {
+                sum = sv[x * rows + row].mul_add(vv[x * cols + col], sum);
+            }
+            let v = if acc { host[which][s] + sum } else { sum };
+            host[which][s] = canon(v);
+            mm[which][s] = true;
+        }
+        let opts = PeOptions {
+            accumulate: *acc_opt,
+            ..PeOptions::default()
+        };
+        m.nc_matmul_queued(dst, st, mv, &opts).expect("queued");
+        run += 1;
+        longest = longest.max(run);
+        if *settle_after {
+            m.settle().expect("settle");
+            run = 0;
+        }
+    }
+    assert!(longest >= 8, "queues of {longest}");
+    m.settle().expect("settle");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_bits(&get(&m, &p), &bits(&host[0]), "p");
+    assert_bits(&get(&m, &q), &bits(&host[1]), "q");
+}

@@ -95,9 +95,7 @@ impl Machine {
                 format!("{} bytes for a tile of {} bytes", data.len(), want),
             ));
         }
-        let mut bits = vec![0u32; tile.elements()];
-        super::super::dtype::raw_bits(tile.dtype, data, &mut bits);
-        self.scatter_bits(&o, &bits);
+        self.scatter_raw(&o, data);
         Ok(())
     }
 
@@ -105,10 +103,7 @@ impl Machine {
     /// (no instruction; never-written memory is an error as for an engine).
     pub fn read_tile(&self, tile: &Tile) -> Result<Vec<u8>> {
         self.operand("tile", tile, None, false)?;
-        let bits = self.gather_bits(tile);
-        let mut out = vec![0u8; bits.len() * tile.dtype.size()];
-        super::super::dtype::pack_bits(tile.dtype, &bits, &mut out);
-        Ok(out)
+        Ok(self.gather_packed(tile))
     }
 
     /// A tile's elements widened to float32, in logical order.

@@ -314,8 +314,8 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
-            let x = self.gather_bits(&s.tile);
-            self.scatter_bits(d, &x);
+            let x = self.gather_packed(&s.tile);
+            self.scatter_raw(d, &x);
             Ok(())
         } else {
             let mut x = self.gather_f32(&s.tile);

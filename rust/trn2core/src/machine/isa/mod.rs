@@ -361,6 +361,14 @@ impl Machine {
         engine: Option<Engine>,
         write: bool,
     ) -> Result<Opnd> {
+        if !self.pe_queue.is_empty() && engine != Some(Engine::Tensor) {
+            // Queued matmuls read SBUF and write PSUM when settled (`nc_matmul_queued`).
+            return Err(Error::value(
+                arg,
+                "matmuls issued with nc_matmul_queued are waiting: call settle() before any \
+                 other instruction or read touches the memories",
+            ));
+        }
         let range = self.mem.check_tile(arg, tile)?;
         if let Some(engine) = engine {
             let name = self.mem.name(tile);
@@ -514,6 +522,36 @@ impl Machine {
             }
             k += len;
         });
+    }
+
+    /// A tile's elements as packed little-endian bytes of its dtype, in logical order (runs of
+    /// consecutive elements copied whole).
+    pub(crate) fn gather_packed(&self, tile: &Tile) -> Vec<u8> {
+        let mem = self.mem.mem(tile);
+        let bytes = mem.bytes();
+        let esize = tile.dtype.size();
+        let mut out = vec![0u8; tile.elements() * esize];
+        let mut k = 0;
+        for_each_run(mem.stride, tile, |off, len, stride| {
+            let dst = &mut out[k * esize..(k + len) * esize];
+            if stride == 1 {
+                dst.copy_from_slice(&bytes[off..off + len * esize]);
+            } else {
+                for (i, e) in dst.chunks_exact_mut(esize).enumerate() {
+                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    e.copy_from_slice(&bytes[at..at + esize]);
+                }
+            }
+            k += len;
+        });
+        out
+    }
+
+    /// Writes packed little-endian elements of the tile's dtype (logical order) as they stand;
+    /// marks them written.
+    pub(crate) fn scatter_raw(&mut self, o: &Opnd, packed: &[u8]) {
+        self.scatter_packed(&o.tile, packed);
+        self.after_write(o);
     }
 
     /// The rounding of the instruction about to be recorded.

@@ -10,9 +10,10 @@
 
 use rayon::prelude::*;
 
-use crate::engine::{self, Operand, PeTile, PerfMode, CANONICAL_NAN};
+use crate::engine::{self, KTile, MatmulShape, Matrix, PeTile, PerfMode, Reader, Strided, RUN};
 use crate::memory::Space;
-use crate::numerics::Format;
+use crate::numerics::{Format, Rounding};
+use crate::sparsity::Dtype as SDtype;
 use crate::spec::{PE_TILE_QUARTER, VECTOR_TRANSPOSE_MAX};
 use crate::{Error, Result};
 
@@ -49,38 +50,61 @@ fn format_of(arg: &str, t: &Tile) -> Result<Format> {
     })
 }
 
-/// A checked `nc_matmul` whose arithmetic has not run yet: its destination, its operands'
-/// float32 values, shapes and formats, and whether it accumulates.
+/// Where a queued matmul's operands (stationary, moving) are read from when the queue is
+/// settled.
+#[derive(Debug, Clone)]
+enum Operands {
+    /// Straight from SBUF: tiles with one run per partition in float dtypes the readers take
+    /// as stored (nothing writes memory before the queue is settled: every other instruction,
+    /// allocation and free settles it first).
+    Sbuf(Tile, Tile),
+    /// The operands' float32 values, gathered when the matmul was queued (other layouts,
+    /// tf32, `double_row`'s `[128, 2, F]`).
+    Values(Vec<f32>, Vec<f32>),
+}
+
+/// A checked `nc_matmul` whose arithmetic has not run yet: its destination, where its operands
+/// are, its geometry, and whether it accumulates.
 #[derive(Debug, Clone)]
 pub(crate) struct QueuedMatmul {
     dst: Opnd,
-    stationary: (Vec<f32>, Vec<usize>, Format),
-    moving: (Vec<f32>, Vec<usize>, Format),
-    perf_mode: PerfMode,
-    tile: PeTile,
+    operands: Operands,
+    shape: MatmulShape,
     accumulate: bool,
 }
 
-impl QueuedMatmul {
-    /// The tile's sums (`[M, N]`, row-major), each from +0.0 in the PE's order.
-    fn sums(&self) -> Result<Vec<f32>> {
-        let (sv, ss, sf) = &self.stationary;
-        let (mv, ms, mf) = &self.moving;
-        engine::matmul(
-            &Operand {
-                values: sv,
-                shape: ss,
-                format: *sf,
-            },
-            &Operand {
-                values: mv,
-                shape: ms,
-                format: *mf,
-            },
-            self.perf_mode,
-            self.tile,
-        )
-    }
+/// The element type the GEMM readers use for a tile read as stored (`None`: gather instead).
+fn reader_dtype(d: Dtype) -> Option<SDtype> {
+    Some(match d {
+        Dtype::Fp32 => SDtype::F32,
+        Dtype::Bf16 => SDtype::Bf16,
+        Dtype::Fp16 => SDtype::F16,
+        Dtype::Fp8E4m3 => SDtype::Fp8E4m3,
+        Dtype::Fp8E5m2 => SDtype::Fp8E5m2,
+        Dtype::Fp8E3m4 => SDtype::Fp8E3m4,
+        _ => return None,
+    })
+}
+
+/// Whether the GEMM readers can take `t` straight from SBUF: one run per partition (any
+/// element step), element-aligned partitions.
+fn direct(t: &Tile, stride: usize) -> bool {
+    let esize = t.dtype.size();
+    t.space == Space::Sbuf
+        && reader_dtype(t.dtype).is_some()
+        && t.canonical().n <= 1
+        && stride.is_multiple_of(esize)
+        && t.offset >= 0
+        && (t.offset as usize).is_multiple_of(esize)
+}
+
+/// Whether two PSUM destinations share a byte.
+fn overlaps(a: &Opnd, b: &Opnd) -> bool {
+    let (ap, bp) = (a.tile.start_partition, b.tile.start_partition);
+    ap < bp + b.tile.partitions
+        && bp < ap + a.tile.partitions
+        && a.range.0 < b.range.1
+        && b.range.0 < a.range.1
 }
 
 /// The cost input of a tensor-engine instruction on PE tile `tile`.
@@ -134,10 +158,80 @@ impl Machine {
         psum_words(p0, pn, d.range.0, d.range.1, |w, mask| words[w] |= mask);
     }
 
-    /// Writes a settled matmul's sums to PSUM (added to what is there when it accumulates;
-    /// NaN canonical). Dense float32 rows are updated in place.
-    fn apply_queued(&mut self, q: &QueuedMatmul, s: &[f32]) -> Result<()> {
-        let d = &q.dst;
+    /// The GEMM reader of a queued operand (`[M, K]` for the stationary, `[K, N]` for the
+    /// moving one) read straight from SBUF.
+    fn sbuf_reader<'a>(&'a self, arg: &str, t: &Tile, stationary: bool) -> Result<Reader<'a>> {
+        let mem = self.mem.mem(t);
+        let esize = t.dtype.size();
+        let pstride = (mem.stride / esize) as isize;
+        let c = t.canonical();
+        let step = if c.n == 0 { 1 } else { c.dims[0].1 as isize };
+        let (k, f) = (t.partitions as usize, t.free_size());
+        let origin = (t.start_partition as usize * mem.stride + t.offset as usize) / esize;
+        let (shape, strides) = if stationary {
+            ([f, k], [step, pstride])
+        } else {
+            ([k, f], [pstride, step])
+        };
+        let dtype = reader_dtype(t.dtype).unwrap_or(SDtype::F32);
+        let swapped = cfg!(target_endian = "big");
+        let matrix = Strided::new(
+            arg,
+            mem.buffer(esize),
+            dtype,
+            swapped,
+            shape,
+            origin,
+            strides,
+        )?;
+        Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
+    }
+
+    /// The readers of a queued matmul's operands.
+    fn readers<'a>(&'a self, q: &'a QueuedMatmul) -> Result<(Reader<'a>, Reader<'a>)> {
+        match &q.operands {
+            Operands::Sbuf(s, m) => Ok((
+                self.sbuf_reader("stationary", s, true)?,
+                self.sbuf_reader("moving", m, false)?,
+            )),
+            Operands::Values(s, m) => engine::operand_readers(s, m, q.shape),
+        }
+    }
+
+    /// The PSUM values a chain of queued matmuls into one destination leaves (its first
+    /// overwrites or accumulates; the others accumulate): one GEMM whose K tiles are the
+    /// instructions, each tile's sums from +0.0 in the PE's order, added with one fp32 rounding
+    /// each, in issue order; NaN canonical.
+    fn chain_sums(&self, chain: &[QueuedMatmul]) -> Result<Vec<f32>> {
+        let head = &chain[0];
+        let (m, n) = (head.shape.m, head.shape.n);
+        let mut out = if head.accumulate {
+            self.gather_f32(&head.dst.tile)
+        } else {
+            vec![0f32; m * n]
+        };
+        let readers = chain
+            .iter()
+            .map(|q| self.readers(q))
+            .collect::<Result<Vec<_>>>()?;
+        let order: Vec<usize> = (0..RUN).collect();
+        let tiles: Vec<KTile> = readers
+            .iter()
+            .zip(chain)
+            .map(|((a, b), q)| KTile {
+                a,
+                b,
+                k0: 0,
+                order: &order[..q.shape.k],
+            })
+            .collect();
+        engine::run_tiles(&tiles, m, n, !head.accumulate, &mut out)?;
+        Ok(out)
+    }
+
+    /// Writes a settled chain's final values to its PSUM destination (dense float32 rows in
+    /// place) and marks them written by a matmul.
+    fn write_chain(&mut self, d: &Opnd, vals: &[f32]) -> Result<()> {
         let c = d.tile.canonical();
         let dense = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
         if d.tile.dtype == Dtype::Fp32 && dense {
@@ -146,33 +240,15 @@ impl Machine {
             let base = mem.at(d.tile.start_partition as usize, d.tile.offset as usize);
             let stride = mem.stride;
             let bytes = mem.bytes_mut();
-            for (i, row) in s.chunks_exact(n).enumerate() {
+            for (i, row) in vals.chunks_exact(n).enumerate() {
                 let off = base + i * stride;
-                for (b, &x) in bytes[off..off + 4 * n].chunks_exact_mut(4).zip(row) {
-                    let v = if q.accumulate {
-                        f32::from_le_bytes([b[0], b[1], b[2], b[3]]) + x
-                    } else {
-                        x
-                    };
-                    let v = if v.is_nan() { CANONICAL_NAN } else { v };
+                for (b, &v) in bytes[off..off + 4 * n].chunks_exact_mut(4).zip(row) {
                     b.copy_from_slice(&v.to_le_bytes());
                 }
             }
             self.mem.mark_written(&d.tile, d.range);
         } else {
-            let vals: Vec<f32> = if q.accumulate {
-                let mut acc = self.gather_f32(&d.tile);
-                for (a, &x) in acc.iter_mut().zip(s) {
-                    let v = *a + x;
-                    *a = if v.is_nan() { CANONICAL_NAN } else { v };
-                }
-                acc
-            } else {
-                s.iter()
-                    .map(|&v| if v.is_nan() { CANONICAL_NAN } else { v })
-                    .collect()
-            };
-            self.scatter_f32(d, &vals)?;
+            self.scatter_f32(d, vals)?;
         }
         // The write above is the matmul's own: its slots stay "written by a matmul".
         self.set_psum_mm(d);
@@ -268,14 +344,21 @@ impl Machine {
             }
             Some(a) => a,
         };
-        // The arithmetic waits in the queue (see `QueuedMatmul`): the operands are read now,
-        // PSUM when the queue is settled, in issue order.
+        // The arithmetic waits in the queue (see `QueuedMatmul`); PSUM is written when the
+        // queue is settled, in issue order.
+        let stride = self.mem.mem(stationary).stride;
+        let from_sbuf = opts.perf_mode == PerfMode::None
+            && direct(stationary, stride)
+            && direct(moving, stride);
+        let operands = if from_sbuf {
+            Operands::Sbuf(*stationary, *moving)
+        } else {
+            Operands::Values(self.gather_f32(stationary), self.gather_f32(moving))
+        };
         self.pe_queue.push(QueuedMatmul {
             dst: d,
-            stationary: (self.gather_f32(stationary), ss, sf),
-            moving: (self.gather_f32(moving), ms, mf),
-            perf_mode: opts.perf_mode,
-            tile: opts.tile,
+            operands,
+            shape,
             accumulate,
         });
         self.set_psum_mm(&d);
@@ -300,21 +383,47 @@ impl Machine {
         self.pe_queue.len()
     }
 
-    /// Computes every queued matmul (in parallel when there are several: each one's tile sums
-    /// are independent of the others') and writes them to PSUM in issue order, so an
-    /// accumulation group adds its tiles in order.
+    /// Computes every queued matmul and writes PSUM as if they ran one at a time in issue
+    /// order. Consecutive matmuls accumulating into one destination form a chain computed as
+    /// one GEMM (its K tiles are the instructions); chains whose destinations do not overlap
+    /// are computed in parallel, and written in issue order.
     pub fn settle(&mut self) -> Result<()> {
         if self.pe_queue.is_empty() {
             return Ok(());
         }
         let queue = std::mem::take(&mut self.pe_queue);
-        let sums: Vec<Result<Vec<f32>>> = if queue.len() == 1 {
-            queue.iter().map(QueuedMatmul::sums).collect()
-        } else {
-            queue.par_iter().map(QueuedMatmul::sums).collect()
-        };
-        for (q, s) in queue.iter().zip(sums) {
-            self.apply_queued(q, &s?)?;
+        let mut chains: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, q) in queue.iter().enumerate() {
+            match chains.last_mut() {
+                Some(c) if q.accumulate && q.dst.tile == queue[c.start].dst.tile => c.end = i + 1,
+                _ => chains.push(i..i + 1),
+            }
+        }
+        let mut start = 0;
+        while start < chains.len() {
+            // A wave: chains none of whose destinations overlap (each reads only SBUF, and
+            // PSUM that no other chain of the wave writes).
+            let mut end = start + 1;
+            while end < chains.len()
+                && !chains[start..end]
+                    .iter()
+                    .any(|c| overlaps(&queue[c.start].dst, &queue[chains[end].start].dst))
+            {
+                end += 1;
+            }
+            let wave = &chains[start..end];
+            let this = &*self;
+            let sums: Vec<Result<Vec<f32>>> = if wave.len() == 1 {
+                vec![this.chain_sums(&queue[wave[0].clone()])]
+            } else {
+                wave.par_iter()
+                    .map(|c| this.chain_sums(&queue[c.clone()]))
+                    .collect()
+            };
+            for (c, s) in wave.iter().zip(sums) {
+                self.write_chain(&queue[c.start].dst, &s?)?;
+            }
+            start = end;
         }
         Ok(())
     }
@@ -325,6 +434,7 @@ impl Machine {
     pub fn nc_transpose(&mut self, engine: Engine, dst: &Tile, data: &Tile) -> Result<()> {
         let opc = Opcode::NcTranspose;
         check_engine(opc, engine, &[Engine::Tensor, Engine::Vector])?;
+        self.settle()?;
         if engine == Engine::Tensor {
             let x = self.pe_input("data", data)?;
             let d = self.operand("dst", dst, Some(engine), true)?;
