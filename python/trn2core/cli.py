@@ -438,9 +438,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 
         roofline(
             args.m, args.k, args.n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
-            sparsity=args.sparsity, lnc=args.lnc or 2,
+            sparsity=args.sparsity, lnc=args.lnc, throttle=not args.no_throttle,
         )  # fmt: skip
-        print(f"roofline of this shape on one chip written to {args.plot}")
+        where = f"one logical NeuronCore (LNC={args.lnc})" if args.lnc else "one NeuronCore"
+        print(f"roofline of this shape on {where} written to {args.plot}")
     return 0
 
 
@@ -504,7 +505,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument(
-        "--plot", metavar="PNG", help="draw the shape's roofline on a chip (needs trn2core[plot])"
+        "--plot",
+        metavar="PNG",
+        help="draw the shape's roofline on the core the table "
+        "describes: one NeuronCore, or one logical core with --lnc (needs trn2core[plot])",
     )
     g.add_argument("--run", action="store_true", help="also compute it on random data")
     g.add_argument("--seed", type=_seed, default=0, help="seed of the random data (--run)")
