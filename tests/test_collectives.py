@@ -488,7 +488,7 @@ def test_cli_nccom_test():
     out = run_cli("nccom-test", "-r", "64", "allr", "-b", "8", "-e", "1GB", "-f", "8",
                   "-d", "fp32", "--show-algorithm")  # fmt: skip
     lines = out.strip().splitlines()
-    assert lines[0].split() == ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)",
+    assert lines[0].split() == ["size(B)", "count(elems)", "type", "time:avg(us)", "algbw(GB/s)",
                                 "busbw(GB/s)", "algorithm"]  # fmt: skip
     rows = [line.split() for line in lines[1:-2]]
     assert [int(r[0]) for r in rows] == [8 * 8**i for i in range(10)]
