@@ -546,7 +546,7 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
         np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32)) for o in res.outputs
     )
     p(f"   all-reduce of 16 x {n:,} fp32 (integer values): equals numpy's sum: {exact}; "
-      f"all 16 ranks bit-identical: {same}")  # fmt: skip
+      f"all 16 chips bit-identical: {same}")  # fmt: skip
     floats = [rng.standard_normal(n, dtype=np.float32) for _ in range(16)]
     res = inst.all_reduce(floats, algorithm="ring")
     ref = np.sum(np.stack(floats).astype(np.float64), 0)

@@ -37,8 +37,10 @@ _CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
 class CollectiveReport(TimingReport):
     """Timing of a collective. Fields: ``seconds``, ``algbw`` and ``busbw`` (bytes/s;
     ``busbw = algbw x`` the collective's bus factor, as in nccom-test), ``algorithm`` (after
-    ``auto``), ``collective``, ``op`` (the reduction, or None), ``ranks``, ``elements`` and
-    ``elem_bytes`` (of one rank's input), ``size_bytes`` (nccom-test's ``size(B)``),
+    ``auto``), ``collective``, ``op`` (the reduction, or None), ``chips`` (the chips taking
+    part: a machine's collectives have one buffer per chip; ``ranks`` is an old alias of it,
+    while "rank" elsewhere, as in nccom-test, means a logical NeuronCore), ``elements`` and
+    ``elem_bytes`` (of one chip's input), ``size_bytes`` (nccom-test's ``size(B)``),
     ``chip_link_capacity`` (what one chip's links can send at once, bytes/s), ``bound``
     (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
     ``network_bytes``, ``channels``, ``phases`` (a list of dicts: steps, seconds and what bounds
@@ -50,7 +52,7 @@ class CollectiveReport(TimingReport):
     collective: str
     algorithm: str
     op: str | None
-    ranks: int
+    chips: int
     elements: int
     elem_bytes: int
     size_bytes: float
@@ -73,6 +75,23 @@ class CollectiveReport(TimingReport):
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
+
+    @classmethod
+    def from_fields(cls, fields, trace_json=None, retrace=None, **extra):
+        """As ``TimingReport.from_fields``; the core's ``ranks`` (one per chip) become ``chips``,
+        in the field and in the description."""
+        fields = dict(fields)
+        if "ranks" in fields:
+            fields.setdefault("chips", fields.pop("ranks"))
+        d = fields.get("description")
+        if isinstance(d, str):
+            fields["description"] = re.sub(r" over (\d+) ranks,", r" over \1 chips,", d)
+        return super().from_fields(fields, trace_json, retrace, **extra)
+
+    @property
+    def ranks(self) -> int:
+        """Old name of ``chips`` (kept so code written against it still runs)."""
+        return self.chips
 
     def __str__(self) -> str:
         rows = self._rows()
@@ -116,7 +135,8 @@ class CollectiveReport(TimingReport):
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveResult:
-    """``outputs``: one array per rank, in rank order; ``report``: the timing."""
+    """``outputs``: one array per chip, in the order of the machine's chips (or of
+    ``chips=[...]``); ``report``: the timing."""
 
     outputs: list[np.ndarray]
     report: CollectiveReport
@@ -135,7 +155,7 @@ def _is_sequence(value) -> bool:
 
 
 def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dtype]:
-    """Every rank's buffer as an ndarray (any byte order); all of one shape and dtype. Numbers
+    """Every chip's buffer as an ndarray (any byte order); all of one shape and dtype. Numbers
     only: ragged lists are ``ShapeError``; strings, objects, datetimes and structured arrays
     ``FormatError`` (``buffers[i]`` named); complex data is bits to move (not to reduce)."""
     if not _is_sequence(buffers):
@@ -144,18 +164,18 @@ def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dty
             f"{type(buffers).__name__} {_validate._show(buffers)}"
         )
     if len(buffers) != n:
-        raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} ranks; pass one per chip")
+        raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} chips; pass one per chip")
     arrays = [_validate.array(b, f"buffers[{i}]", complex_ok=True) for i, b in enumerate(buffers)]
     shape, dtype = arrays[0].shape, arrays[0].dtype
     for i, a in enumerate(arrays):
         if a.shape != shape:
             raise ShapeError(
-                f"buffers: buffer {i} has shape {a.shape}, buffer 0 has {shape}; every rank's "
+                f"buffers: buffer {i} has shape {a.shape}, buffer 0 has {shape}; every chip's "
                 "buffer must have the same shape"
             )
         if a.dtype != dtype:
             raise ShapeError(
-                f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every rank's "
+                f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every chip's "
                 "buffer must have the same dtype"
             )
     return arrays, shape, dtype
@@ -286,13 +306,14 @@ def run_move(
 
 
 def _peers(peers, n: int) -> list[int] | None:
-    """``None`` or a list of ``n`` rank numbers (``Trn2ValueError``; the core checks that it
-    is a permutation)."""
+    """``None`` or a list of ``n`` chip positions, ``peers[i]`` the position the ``i``-th chip
+    of the collective sends to (``Trn2ValueError``; the core checks that it is a
+    permutation)."""
     if peers is None:
         return None
     if not _is_sequence(peers):
         raise Trn2ValueError(
-            f"peers: expected a list of {n} rank numbers (a permutation of 0..{n - 1}), got "
+            f"peers: expected a list of {n} chip positions (a permutation of 0..{n - 1}), got "
             f"{_validate._show(peers)}"
         )
     return [_rank_arg(p, n, "peers") for p in peers]
@@ -300,14 +321,16 @@ def _peers(peers, n: int) -> list[int] | None:
 
 def _rank_arg(value, n: int, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise Trn2ValueError(f"{name}: expected rank numbers, got {_validate._show(value)}")
+        raise Trn2ValueError(f"{name}: expected chip positions, got {_validate._show(value)}")
     if not 0 <= value < n:
-        raise Trn2ValueError(f"{name}: rank {value} does not exist; ranks are 0..{n - 1}")
+        raise Trn2ValueError(
+            f"{name}: position {value} does not exist; the {n} chips are 0..{n - 1}"
+        )
     return int(value)
 
 
 def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, peers):
-    """Timing of a collective of ``nbytes`` per rank's input, without data."""
+    """Timing of a collective of ``nbytes`` per chip's input, without data."""
     _check_choice(collective, COLLECTIVES, "collective")
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
@@ -322,7 +345,7 @@ def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, pee
             f"nbytes: {nbytes} is not a whole number of {itemsize}-byte {dtype} elements"
         )
     if nbytes > 1 << 50:
-        raise CapacityError(f"nbytes: {nbytes} bytes per rank is beyond the model's 2**50")
+        raise CapacityError(f"nbytes: {nbytes} bytes per chip is beyond the model's 2**50")
     peers = _peers(peers, n)
     elements = int(nbytes) // itemsize
     t = machine.topology._t
