@@ -353,3 +353,12 @@ def test_no_progress_when_piped_or_non_interactive():
     assert g.returncode == 0 and g.stderr == ""
     _, tty = _on_a_terminal(*NCCOM_LONG, "--non-interactive")
     assert tty == b""
+
+
+def test_json_with_check_keeps_stdout_one_object():
+    r = run_cli("nccom-test", "-r", "16", "allr", "-b", "4k", "-e", "4k", "-d", "fp32", "-c",
+                "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["config"]["sizes"] == [4096]
+    assert "check all_reduce size 4096: 4 chips x 1024 fp32 elements: every output as " \
+        "expected" in r.stderr  # fmt: skip

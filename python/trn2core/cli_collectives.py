@@ -397,7 +397,7 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
     if args.check:
         return cli_check.run(
             op, args.nworkers, report["config"]["sizes"], args.datatype, report["config"]["lnc"],
-            args.algorithm, world,
+            args.algorithm, world, out=sys.stderr if args.json else None,
         )  # fmt: skip
     return 0
 
