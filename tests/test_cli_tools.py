@@ -121,6 +121,8 @@ def test_help_states_units_ranks_and_determinism():
     for flag in ("-N NNODES", "-n ITERS", "-w WARMUP_ITERS", "-t STAT", "--report-to-json-file",
                  "--custom-src-target-pairs", "--json", "-c, --check"):  # fmt: skip
         assert flag in text, flag
+    for flags, _, _ in _NCCOM_UNMODELLED_FLAGS:  # the flags it refuses are listed too
+        assert "/".join(flags) in text
 
 
 def test_nodes_divide_the_ranks_and_one_node_holds_one_instance():

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -402,6 +403,11 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fill(text: str) -> str:
+    """A paragraph wrapped for --help without breaking flags at their hyphens."""
+    return textwrap.fill(text, width=79, break_on_hyphens=False, break_long_words=False)
+
+
 def add_commands(sub) -> None:
     """Adds ``ls`` and ``nccom-test`` to the CLI's subparsers."""
     ls = sub.add_parser(
@@ -429,7 +435,8 @@ def add_commands(sub) -> None:
     nc = sub.add_parser(
         "nccom-test",
         help="predicted collective performance, in the columns of Neuron's nccom-test",
-        description=(
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_fill(
             "Predicts Neuron's nccom-test on Trainium2. A rank is a logical NeuronCore, as in "
             "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, "
             "else 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
@@ -442,13 +449,13 @@ def add_commands(sub) -> None:
             "line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool that "
             "cannot be modelled are refused by name."
         ),
-        epilog="Not modelled (refused with the reason): "
-        + ", ".join(
-            f[-1] if f[-1].startswith("--") else f[0] for f, _, _ in _NCCOM_UNMODELLED_FLAGS
-        )
-        + "; operations "
-        + ", ".join(_NCCOM_UNMODELLED_OPS)
-        + ".",
+        epilog=_fill(
+            "Flags of Neuron's nccom-test not modelled (refused with the reason): "
+            + ", ".join("/".join(f) for f, _, _ in _NCCOM_UNMODELLED_FLAGS)
+            + "; operations "
+            + ", ".join(_NCCOM_UNMODELLED_OPS)
+            + "."
+        ),
     )
     nc.add_argument(
         "operation", type=_operation, metavar="operation",
