@@ -364,3 +364,13 @@ def test_json_with_check_keeps_stdout_one_object():
     assert json.loads(r.stdout)["config"]["sizes"] == [4096]
     assert "check all_reduce size 4096: 4 chips x 1024 fp32 elements: every output as " \
         "expected" in r.stderr  # fmt: skip
+
+
+def test_the_tools_fp8_names_are_neurons_fp8_e4m3():
+    base = table(run_cli("nccom-test", "-r", "16", "allg", "-d", "fp8_e4m3").stdout)[1]
+    for name in ("fp8", "fp8e4"):
+        r = run_cli("nccom-test", "-r", "16", "allg", "-d", name)
+        assert r.returncode == 0, r.stderr
+        assert table(r.stdout)[1] == base and base[0][2] == "fp8_e4m3"
+    bad = run_cli("nccom-test", "-r", "16", "allg", "-d", "fp64")
+    assert bad.returncode == 2 and "argument -d/--datatype: invalid choice: 'fp64'" in bad.stderr

@@ -283,6 +283,19 @@ def _operation(text: str) -> str:
     )
 
 
+#: The names Neuron's nccom-test gives its FP8 type: Neuron's fp8_e4m3 (max 240).
+_NCCOM_DATATYPE_ALIASES = {"fp8": "fp8_e4m3", "fp8e4": "fp8_e4m3"}
+
+
+def _datatype(text: str) -> str:
+    t = _NCCOM_DATATYPE_ALIASES.get(text, text)
+    if t not in NCCOM_DATATYPES:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(NCCOM_DATATYPES)}, fp8, fp8e4)"
+        )
+    return t
+
+
 def _count(lo: int):
     def parse(text: str) -> int:
         try:
@@ -490,8 +503,9 @@ def add_commands(sub) -> None:
         "deterministic, so every percentile equals the average",
     )  # fmt: skip
     nc.add_argument(
-        "-d", "--datatype", default="uint8", choices=tuple(NCCOM_DATATYPES),
-        help="element type (default uint8)",
+        "-d", "--datatype", default="uint8", type=_datatype, metavar="DATATYPE",
+        help=f"element type: {', '.join(NCCOM_DATATYPES)} (default uint8; fp8 and fp8e4, the "
+        "tool's names, are fp8_e4m3)",
     )  # fmt: skip
     nc.add_argument(
         "--lnc", type=int, choices=(1, 2, 4),
