@@ -13,7 +13,7 @@ MI = 1 << 20
 
 
 class AllReduceFunctional:
-    """16 x 64 MiB fp32 buffers on a trn2.48xlarge: every rank's bits, against numpy's sum."""
+    """16 x 64 MiB fp32 buffers on a trn2.48xlarge: every chip's bits, against numpy's sum."""
 
     timeout = 600
 

@@ -18,7 +18,7 @@ Every timing is the best of R runs (default 5) with time.perf_counter, on
   cannot be reset), which sees every allocation, numpy's and the Rust core's alike. tracemalloc's
   figure is printed beside it: numpy reports its data buffers to tracemalloc, so it sees the
   output array, but not memory the Rust core may allocate by itself;
-- the functional all-reduce of 16 x 64 MiB fp32 buffers on a trn2.48xlarge (every rank's output)
+- the functional all-reduce of 16 x 64 MiB fp32 buffers on a trn2.48xlarge (every chip's output)
   against numpy's ``np.sum(np.stack(bufs), 0)``, the same all-reduce spread over 2 MPI
   processes against one process in the same ``mpiexec`` job (benches/bench_distributed.py), and
   costing an all-reduce on 2,048 chips;
@@ -341,7 +341,7 @@ def dma_rows(mib: int, repeat: int, rows: list, notes: list, verdict) -> None:
 
 def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     """Collective rows: the functional all-reduce of 16 x 64 MiB fp32 buffers (16 outputs, every
-    rank's) against numpy's np.sum(np.stack(bufs), 0) (one output), and the cost model on a
+    chip's) against numpy's np.sum(np.stack(bufs), 0) (one output), and the cost model on a
     2,048-chip UltraCluster."""
     inst = trn2core.Instance("trn2.48xlarge")
     rng = np.random.default_rng(5)
@@ -357,7 +357,7 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     ref = np.sum(np.stack(bufs).astype(np.float64), 0)
     same = all(np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32))
                for o in res.outputs)
-    notes.append(f"all_reduce ({res.report.algorithm}): all 16 ranks bit-identical: {same}; "
+    notes.append(f"all_reduce ({res.report.algorithm}): all 16 chips bit-identical: {same}; "
                  f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}")
     del res
     bufs.clear()  # 1 GiB the job below needs more

@@ -278,13 +278,15 @@ def test_ignored_sigint_does_not_interrupt():
 
 
 def test_cli_nccom_test_ctrl_c_exits_130():
-    # 1048576 ranks at LNC=2: 4096 UltraServers, seconds per size; interrupted in the cost walk.
+    # 1048576 ranks at LNC=2 on 16384 nodes: 4096 UltraServers, seconds per size; interrupted
+    # in the cost walk.
     code = textwrap.dedent(
         """
         import os, signal, sys, threading
         from trn2core import cli
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-        sys.exit(cli.main(["nccom-test", "-r", "1048576", "allr", "-b", "1G", "-e", "1G"]))
+        sys.exit(cli.main(["nccom-test", "-r", "1048576", "-N", "16384", "allr", "-b", "1G",
+                           "-e", "1G"]))
         """
     )
     r = subprocess.run(

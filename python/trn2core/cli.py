@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from . import __version__, _validate, spec
+from ._progress import Progress
 from .chip import Chip
 from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
@@ -115,32 +116,6 @@ def demo_numerics(out=sys.stdout, traces: list | None = None) -> None:
 
 def _best(fn, repeat: int = 5) -> float:
     return best_of(fn, repeat)
-
-
-class Progress:
-    """A one-line progress bar on stderr, for steps that take more than a second (shown only
-    when stderr is a terminal, so piped output and tests stay clean)."""
-
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, max(1, total), 0
-        self.live = sys.stderr.isatty()
-        self._draw()
-
-    def _draw(self) -> None:
-        if self.live:
-            filled = 30 * self.done // self.total
-            bar = "#" * filled + "." * (30 - filled)
-            sys.stderr.write(f"\r   [{bar}] {self.done}/{self.total} {self.label}")
-            sys.stderr.flush()
-
-    def step(self, n: int = 1) -> None:
-        self.done = min(self.total, self.done + n)
-        self._draw()
-
-    def close(self) -> None:
-        if self.live:
-            sys.stderr.write("\r" + " " * (42 + len(self.label)) + "\r")
-            sys.stderr.flush()
 
 
 def demo_tensor_engine(out=sys.stdout, traces: list | None = None) -> None:
@@ -399,14 +374,19 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_gemm(args: argparse.Namespace) -> int:
+    import json
+
     from .engine import estimate_gemm, gemm
     from .sparsity import compress, prune
 
     core = Chip(lnc=args.lnc).cores[0] if args.lnc else None
+    where = f"one logical NeuronCore (LNC={args.lnc})" if args.lnc else "one NeuronCore"
     rep = estimate_gemm(
         args.m, args.k, args.n, dtype=args.dtype, perf_mode=args.perf_mode,
         sparsity=args.sparsity, throttle=not args.no_throttle, core=core,
     )  # fmt: skip
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    run = None
     if args.run:
         # Refused before anything is made: the float32 data, its quantized copy and the result.
         elems = args.m * args.k + args.k * args.n
@@ -414,33 +394,44 @@ def cmd_gemm(args: argparse.Namespace) -> int:
             8 * elems + 4 * args.m * args.n, "--m/--k/--n",
             f"--run on {args.m} x {args.k} x {args.n} random data",
         )  # fmt: skip
-        rng = np.random.default_rng(args.seed)
-        a = quantize(rng.standard_normal((args.m, args.k), dtype=np.float32), args.dtype)
-        b = quantize(rng.standard_normal((args.k, args.n), dtype=np.float32), args.dtype)
-        if args.sparsity:
-            a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
-        t0 = time.perf_counter()
-        res = gemm(
-            a, b, dtype=None if args.sparsity else args.dtype, perf_mode=args.perf_mode,
-            throttle=not args.no_throttle, core=core,
-        )  # fmt: skip
-        dt = time.perf_counter() - t0
+        with Progress(f"emulating the {args.m}x{args.k}x{args.n} GEMM", 3) as bar:
+            rng = np.random.default_rng(args.seed)
+            a = quantize(rng.standard_normal((args.m, args.k), dtype=np.float32), args.dtype)
+            b = quantize(rng.standard_normal((args.k, args.n), dtype=np.float32), args.dtype)
+            if args.sparsity:
+                a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
+            bar.step()
+            t0 = time.perf_counter()
+            res = gemm(
+                a, b, dtype=None if args.sparsity else args.dtype, perf_mode=args.perf_mode,
+                throttle=not args.no_throttle, core=core,
+            )  # fmt: skip
+            dt = time.perf_counter() - t0
+            bar.step(2)
         rep = res.report
-        print(
-            f"emulated bit-exactly on this CPU in {dt:.3f} s ({rep.flops / dt / 1e9:.1f} GFLOP/s)"
-        )
-    print(rep)
+        run = {"emulated_s": dt, "gflop_per_s": rep.flops / dt / 1e9, "seed": args.seed}
+        say(f"emulated bit-exactly on this CPU in {dt:.3f} s ({rep.flops / dt / 1e9:.1f} GFLOP/s)")
+    if not args.json:
+        print(rep)
     if args.trace:
         rep.save_trace(args.trace)
-        print(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
+        say(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
     if args.plot:
         from .plot import roofline
 
         roofline(
             args.m, args.k, args.n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
-            sparsity=args.sparsity, lnc=args.lnc or 2,
+            sparsity=args.sparsity, lnc=args.lnc, throttle=not args.no_throttle,
         )  # fmt: skip
-        print(f"roofline of this shape on one chip written to {args.plot}")
+        say(f"roofline of this shape on {where} written to {args.plot}")
+    if args.json:
+        out = {
+            "m": args.m, "k": args.k, "n": args.n, "dtype": args.dtype,
+            "perf_mode": args.perf_mode, "sparsity": args.sparsity, "lnc": args.lnc,
+            "core": where, "report": rep.to_dict(), "run": run, "trace": args.trace,
+            "plot": args.plot,
+        }  # fmt: skip
+        print(json.dumps(out, indent=1))
     return 0
 
 
@@ -504,9 +495,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument(
-        "--plot", metavar="PNG", help="draw the shape's roofline on a chip (needs trn2core[plot])"
+        "--plot",
+        metavar="PNG",
+        help="draw the shape's roofline on the core the table "
+        "describes: one NeuronCore, or one logical core with --lnc (needs trn2core[plot])",
     )
     g.add_argument("--run", action="store_true", help="also compute it on random data")
+    g.add_argument(
+        "--json", action="store_true",
+        help="print one JSON object instead of the table: m, k, n, dtype, perf_mode, sparsity, "
+        "lnc, core, report (the table's fields), run (emulated_s, gflop_per_s, seed; null "
+        "without --run), trace, plot",
+    )  # fmt: skip
     g.add_argument("--seed", type=_seed, default=0, help="seed of the random data (--run)")
     g.add_argument(
         "--lnc", type=int, choices=(1, 2, 4),

@@ -157,9 +157,9 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
     return bad, n, count, seconds
 
 
-def run(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, comm) -> int:
-    """``nccom-test --check``: :func:`check` for every size, one line each (printed by process
-    0 under MPI); the exit status (1 when any output differs)."""
+def run(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, comm, out=None) -> int:
+    """``nccom-test --check``: :func:`check` for every size, one line each on ``out`` (stdout by
+    default; printed by process 0 under MPI); the exit status (1 when any output differs)."""
     failed = False
     for size in sizes:
         bad, chips, count, seconds = check(op, ranks, size, datatype, lnc, algorithm, comm)
@@ -169,6 +169,7 @@ def run(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, com
         if comm is None or comm.Get_rank() == 0:
             print(
                 f"check {op} size {size}: {chips} chips x {count} {datatype} elements"
-                f"{where}: {verdict} (emulated in {seconds:.3f} s)"
+                f"{where}: {verdict} (emulated in {seconds:.3f} s)",
+                file=out,
             )
     return 1 if failed else 0

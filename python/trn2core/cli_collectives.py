@@ -4,30 +4,40 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import textwrap
 import time
 
 import numpy as np
 
-from . import _validate, cli_check, spec
+from . import _core, _validate, cli_check, spec
+from ._progress import Progress
 from .collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
+    nccom_avg_busbw,
+    nccom_chips,
+    nccom_results,
     nccom_rows,
     nccom_sizes,
     nccom_table,
     parse_size,
+    parse_src_target_pairs,
+    parse_stats,
 )
+from .errors import Trn2ValueError
 from .topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
 
-__all__ = ["add_commands", "demo_collectives", "ls_text"]
+__all__ = ["add_commands", "demo_collectives", "ls_json", "ls_text", "nccom_lnc", "nccom_report"]
 
 _NCCOM_OPS = {
     "allr": "all_reduce", "all_reduce": "all_reduce",
     "allg": "all_gather", "all_gather": "all_gather",
     "redsct": "reduce_scatter", "reduce_scatter": "reduce_scatter",
     "alltoall": "all_to_all", "all_to_all": "all_to_all",
-    "sendrecv": "send_recv", "send_recv": "send_recv",
+    "sendrecv": "send_recv", "send_recv": "send_recv", "permute": "permute",
 }  # fmt: skip
 
 
@@ -47,11 +57,42 @@ def _box(rows: list[list[str]], head: list[list[str]]) -> str:
 
 
 def _machine(args: argparse.Namespace):
+    lnc = nccom_lnc(args.lnc)
     if getattr(args, "ultracluster", None) is not None:  # 0 is refused, not ignored
-        return UltraCluster(args.ultracluster, lnc=args.lnc)
+        return UltraCluster(args.ultracluster, lnc=lnc)
     if getattr(args, "ultraserver", False):
-        return UltraServer(lnc=args.lnc)
-    return Instance(args.instance, lnc=args.lnc)
+        return UltraServer(lnc=lnc)
+    return Instance(args.instance, lnc=lnc)
+
+
+def ls_json(machine) -> dict:
+    """The machine as one JSON object: ``instance_type``, ``logical_neuroncore_config``,
+    ``torus_shape``, ``ultraservers`` and ``neuron_devices``, a list with, per chip, the keys
+    ``neuron-ls -j`` uses where they apply (``neuron_device``, ``nc_count``: logical cores,
+    ``neuroncore_ids``, ``memory_size``: HBM bytes, ``connected_to``: NeuronLink neighbours,
+    ``logical_neuroncore_config``) and ``torus_coords``. Every chip of the machine is listed."""
+    topo = machine.topology
+    per_chip = spec.cores_per_chip // machine.lnc
+    devices = []
+    for i in range(topo.size):
+        devices.append(
+            {
+                "neuron_device": i,
+                "nc_count": per_chip,
+                "neuroncore_ids": list(range(i * per_chip, (i + 1) * per_chip)),
+                "memory_size": int(spec.hbm_chip_bytes),
+                "connected_to": [int(n) for n in topo.neighbors(i)],
+                "logical_neuroncore_config": machine.lnc,
+                "torus_coords": [int(c) for c in topo.coords(i)],
+            }
+        )
+    return {
+        "instance_type": machine.name,
+        "logical_neuroncore_config": machine.lnc,
+        "torus_shape": list(topo.torus_shape),
+        "ultraservers": topo.ultraservers,
+        "neuron_devices": devices,
+    }
 
 
 def ls_text(machine) -> str:
@@ -113,71 +154,398 @@ def ls_text(machine) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    print(ls_text(_machine(args)))
+    machine = _machine(args)
+    if args.json:
+        print(json.dumps(ls_json(machine), indent=1))
+    else:
+        print(ls_text(machine))
     return 0
 
 
-def cmd_nccom_test(args: argparse.Namespace) -> int:
+def nccom_permute_rows(pairs, ranks: int, sizes, datatype: str, lnc: int, nnodes: int = 1):
+    """nccom-test's ``permute``: rank ``src`` sends its ``size`` bytes to rank ``dst`` for every
+    pair, all at once. Modelled as the other nccom-test rows are: pairs within one chip are HBM
+    copies (read and write, at the chip's HBM bandwidth, one DMA fixed cost), pairs across
+    chips a send/recv between the two chips (all of a chip pair's ranks' bytes together; the
+    slowest chip pair sets the time, pairs of chips are costed separately, so links two chip
+    pairs share are not contended), the two stages overlapped, plus the runtime's fixed cost
+    of one operation. A rank sending to itself moves nothing. Rows as ``nccom_rows``
+    (``busbw = algbw``: the bus factor of a permute is 1)."""
+    if datatype not in NCCOM_DATATYPES:
+        raise Trn2ValueError(f"datatype: unknown nccom-test data type {datatype!r}")
+    chips = nccom_chips(ranks, nnodes, lnc)
+    per_chip = spec.cores_per_chip // lnc
+    elem = NCCOM_DATATYPES[datatype]
+    local: dict[int, int] = {}
+    cross: dict[tuple[int, int], int] = {}
+    for s, d in pairs:
+        if s == d:
+            continue
+        cs, cd = s // per_chip, d // per_chip
+        if cs == cd:
+            local[cs] = local.get(cs, 0) + 1
+        else:
+            cross[(cs, cd)] = cross.get((cs, cd), 0) + 1
+    machine, order = cli_check._machine(chips, None) if cross else (None, [])
+    intra_fixed = spec.dma_fixed_cost_s + spec.dma_hbm_read_latency_s
+    rows = []
+    for size in sizes:
+        size = max(elem, size - size % elem)
+        base = _core.nccom_estimate("send_recv", int(ranks), int(lnc), int(size), elem, "auto")
+        fixed = base["op_fixed_s"]
+        intra_bytes = 2.0 * size * max(local.values(), default=0)
+        cross_s, alg, phases = 0.0, "local", []
+        for (a, b), n in sorted(cross.items()):
+            r = machine.estimate(
+                "send_recv", n * size, dtype="fp32" if n * size % 4 == 0 else "fp8_e4m3",
+                chips=[order[a], order[b]], peers=[1, 0],
+            )  # fmt: skip
+            if r.seconds - r.op_fixed_s > cross_s:
+                cross_s, alg, phases = r.seconds - r.op_fixed_s, r.algorithm, list(r.phases)
+        intra_s = intra_fixed + intra_bytes / spec.hbm_chip_bytes_per_s if intra_bytes else 0.0
+        if intra_bytes:
+            seconds = fixed + max(cross_s, intra_bytes / spec.hbm_chip_bytes_per_s) + intra_fixed
+        else:
+            seconds = fixed + cross_s
+        algbw = size / seconds if seconds > 0 else 0.0
+        rows.append(
+            {
+                "size_bytes": size, "count": size // elem, "seconds": seconds, "algbw": algbw,
+                "busbw": algbw, "algorithm": alg, "chips": chips, "op_fixed_s": fixed,
+                "intra_chip_s": intra_s, "intra_chip_bytes": intra_bytes, "phases": phases,
+                "uncertainty": base["uncertainty"],
+            }
+        )  # fmt: skip
+    return rows
+
+
+#: Operations of Neuron's nccom-test that trn2core does not model, and why.
+_NCCOM_UNMODELLED_OPS = {
+    "allgv": "all-gatherv: variable counts per rank", "all_gatherv": "all-gatherv: variable "
+    "counts per rank", "alltoallv": "all-to-allv: variable counts per rank",
+}  # fmt: skip
+
+#: Flags of Neuron's nccom-test that trn2core cannot model: (flags, takes a value, why).
+_NCCOM_UNMODELLED_FLAGS = [
+    (("-I", "--neff_iters", "--neff-iters"), True, "there are no NEFFs to repeat"),
+    (("-W", "--neff_warmup_iters", "--neff-warmup-iters"), True, "there are no NEFFs to repeat"),
+    (("--seed",), True, "--check fills the buffers with a fixed pattern, not random data"),
+    (("--unique-buff",), False, "buffer reuse and its handshakes are not modelled"),
+    (("--coalesced-cc-size-ratio",), True, "coalesced operations are not modelled"),
+    (("--shared-output-buff",), False, "shared output buffers are not modelled"),
+    (("--variable-size-op-metadata",), True, "variable-size operations are not modelled"),
+    (("-s", "--hosts"), True, "nothing runs on hosts: use -N/--nnodes for the node count"),
+    (("--hosts-file",), True, "nothing runs on hosts: use -N/--nnodes for the node count"),
+    (("--mpi-log-dir",), True, "there are no per-node logs (for MPI, see docs/distributed.md)"),
+    (("-S", "--slurm-mode"), False, "run `srun trn2core nccom-test ... --check` instead"),
+    (("-u", "--slurm-vcpus-per-node"), True, "Slurm allocation is not part of the model"),
+    (("--slurm-setup-script",), True, "Slurm allocation is not part of the model"),
+    (("--slurm-job-id",), True, "Slurm allocation is not part of the model"),
+    (("--slurm-use-head-node-neuron-bench",), False, "there is no neuron-bench to copy"),
+    (("--sb2sb",), False, "collectives on SBUF buffers are not modelled"),
+    (("--input-shape",), True, "collectives on SBUF buffers are not modelled"),
+    (("--output-shape",), True, "collectives on SBUF buffers are not modelled"),
+    (("--cc-dim",), True, "collectives on SBUF buffers are not modelled"),
+    (("--data-parallel-dimension",), True, "concurrent sub-groups are not modelled"),
+    (("--custom-replica-groups",), True, "custom replica groups are not modelled"),
+    (("--streams-json",), True, "concurrent streams are not modelled"),
+    (("--show-input-output-size",), False, "per-rank input and output sizes are not printed"),
+    (("--vcpu-pin-mode",), False, "host threads are not modelled"),
+    (("--data-collector-port",), True, "there is no data collector"),
+    (("--data-collector-host",), True, "there is no data collector"),
+    (("--debug",), False, "there is no runtime to log"),
+]
+
+
+_WHY = {flags[0]: why for flags, _, why in _NCCOM_UNMODELLED_FLAGS}
+
+
+class _Unmodelled(argparse.Action):
+    """An AWS nccom-test flag trn2core cannot model: a usage error naming it and why."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        why = _WHY[self.option_strings[0]]
+        parser.error(
+            f"{option_string} is a flag of Neuron's nccom-test that trn2core cannot model ({why})"
+        )
+
+
+def _operation(text: str) -> str:
+    if text in _NCCOM_OPS:
+        return text
+    if text in _NCCOM_UNMODELLED_OPS:
+        raise argparse.ArgumentTypeError(
+            f"{text} ({_NCCOM_UNMODELLED_OPS[text]}) is an operation of Neuron's nccom-test "
+            f"that trn2core does not model; modelled: {', '.join(_NCCOM_OPS)}"
+        )
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(_NCCOM_OPS)})"
+    )
+
+
+#: The names Neuron's nccom-test gives its FP8 type: Neuron's fp8_e4m3 (max 240).
+_NCCOM_DATATYPE_ALIASES = {"fp8": "fp8_e4m3", "fp8e4": "fp8_e4m3"}
+
+
+def _datatype(text: str) -> str:
+    t = _NCCOM_DATATYPE_ALIASES.get(text, text)
+    if t not in NCCOM_DATATYPES:
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {', '.join(NCCOM_DATATYPES)}, fp8, fp8e4)"
+        )
+    return t
+
+
+def _count(lo: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number >= {lo}, got {text!r}"
+            ) from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lo}, got {v}")
+        return v
+
+    return parse
+
+
+def nccom_lnc(flag: int | None) -> int:
+    """The Logical NeuronCore size of a run: ``--lnc`` when given, else the environment's
+    ``NEURON_LOGICAL_NC_CONFIG`` (as Neuron's tools read it), else 2 (Trn2's default)."""
+    if flag is not None:
+        return flag
+    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+    if env is None or env.strip() == "":
+        return 2
+    if env.strip() not in ("1", "2", "4"):
+        raise Trn2ValueError(
+            f"NEURON_LOGICAL_NC_CONFIG: got {env!r}; Trainium2 takes 1 or 2 (and trn2core "
+            "also 4, a whole die)"
+        )
+    return int(env)
+
+
+def nccom_report(args: argparse.Namespace) -> tuple[list, dict]:
+    """The rows of an nccom-test run and its JSON report (``config`` and ``results``)."""
     op = _NCCOM_OPS[args.operation]
+    lnc = nccom_lnc(args.lnc)
+    stats = parse_stats(args.stats)
     sizes = nccom_sizes(
         parse_size(args.minbytes, "minbytes"),
         parse_size(args.maxbytes, "maxbytes"),
         args.stepfactor,
         parse_size(args.stepbytes, "stepbytes") if args.stepbytes is not None else None,
     )
-    rows = nccom_rows(op, args.nworkers, sizes, args.datatype, args.lnc, args.algorithm)
+    chips = nccom_chips(args.nworkers, args.nnodes, lnc)
+    pairs = None
+    if op == "permute":
+        if args.custom_src_target_pairs is None:
+            raise Trn2ValueError(
+                "custom_src_target_pairs: permute needs --custom-src-target-pairs FILE (JSON: "
+                '{"src_target_pairs": [[[0, 1], [1, 0], ...]]})'
+            )
+        with open(args.custom_src_target_pairs, encoding="utf-8") as f:
+            try:
+                data = json.load(f)
+            except ValueError as e:
+                raise Trn2ValueError(
+                    f"custom_src_target_pairs: {args.custom_src_target_pairs} is not JSON: {e}"
+                ) from None
+        pairs = parse_src_target_pairs(data, args.nworkers)
+    elif args.custom_src_target_pairs is not None:
+        raise Trn2ValueError("custom_src_target_pairs: only the permute operation takes pairs")
+    rows = []
+    with Progress(f"{op} sizes", len(sizes), live=not args.non_interactive) as bar:
+        for size in sizes:
+            if op == "permute":
+                rows += nccom_permute_rows(
+                    pairs, args.nworkers, [size], args.datatype, lnc, args.nnodes
+                )
+            else:
+                rows += nccom_rows(op, args.nworkers, [size], args.datatype, lnc, args.algorithm)
+            bar.step()
+    config = {
+        "operation": op, "nworkers": args.nworkers, "nnodes": args.nnodes, "lnc": lnc,
+        "chips": chips, "datatype": args.datatype, "sizes": [int(r["size_bytes"]) for r in rows],
+        "iters": args.iters, "warmup_iters": args.warmup_iters, "stats": stats,
+        "algorithm": args.algorithm, "deterministic": True,
+        "bandwidth_unit": "GB/s = 10^9 bytes/s", "time_unit": "us",
+    }  # fmt: skip
+    if pairs is not None:
+        config["src_target_pairs"] = [list(p) for p in pairs]
+    report = {
+        "config": config,
+        "results": nccom_results(rows, args.datatype, stats, show_algorithm=True),
+        "avg_busbw(GB/s)": nccom_avg_busbw(rows),
+        "uncertainty": dict(rows[0]["uncertainty"]) if rows else None,
+    }
+    return rows, report
+
+
+def cmd_nccom_test(args: argparse.Namespace) -> int:
+    op = _NCCOM_OPS[args.operation]
+    if args.check and op == "permute":
+        raise Trn2ValueError("check: --check does not run permute on data (its time is modelled)")
+    if args.stepfactor is None and args.stepbytes is None and not args.json:
+        lo, hi = parse_size(args.minbytes, "minbytes"), parse_size(args.maxbytes, "maxbytes")
+        if hi >= 1024 * lo:
+            print(
+                f"trn2core nccom-test: sizes step by (maxbytes - minbytes) / 10 = "
+                f"{max(1, (hi - lo) // 10)} bytes, nccom-test's default; -f 2 doubles the size "
+                "each row instead",
+                file=sys.stderr,
+            )
+    rows, report = nccom_report(args)
     world = cli_check.mpi_world() if args.check else None  # under mpiexec: spread the check
     if world is None or world.Get_rank() == 0:
-        print(nccom_table(rows, args.datatype, args.show_algorithm))
+        if args.json:
+            print(json.dumps(report, indent=1))
+        else:
+            print(nccom_table(rows, args.datatype, args.show_algorithm, report["config"]["stats"]))
+        if args.report_to_json_file:
+            with open(args.report_to_json_file, "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+                f.write("\n")
     if args.check:
         return cli_check.run(
-            op, args.nworkers, sizes, args.datatype, args.lnc, args.algorithm, world
-        )
+            op, args.nworkers, report["config"]["sizes"], args.datatype, report["config"]["lnc"],
+            args.algorithm, world, out=sys.stderr if args.json else None,
+        )  # fmt: skip
     return 0
+
+
+def _fill(text: str) -> str:
+    """A paragraph wrapped for --help without breaking flags at their hyphens."""
+    return textwrap.fill(text, width=79, break_on_hyphens=False, break_long_words=False)
 
 
 def add_commands(sub) -> None:
     """Adds ``ls`` and ``nccom-test`` to the CLI's subparsers."""
-    ls = sub.add_parser("ls", help="the chips, cores and links of a machine, like neuron-ls")
+    ls = sub.add_parser(
+        "ls",
+        help="the chips, cores and links of a machine, like neuron-ls",
+        description="The Neuron devices (chips) of a machine as neuron-ls lists them: device, "
+        "cores, core ids, memory and connected devices, plus each chip's torus coordinates. "
+        "The logical-core size is --lnc, else NEURON_LOGICAL_NC_CONFIG, else 2.",
+    )
     ls.add_argument(
         "--instance", default="trn2.48xlarge", choices=tuple(INSTANCE_TYPES),
         help="instance type (default trn2.48xlarge)",
     )  # fmt: skip
     ls.add_argument("--ultraserver", action="store_true", help="a Trn2 UltraServer (64 chips)")
     ls.add_argument("--ultracluster", type=int, metavar="N", help="N UltraServers joined by EFA")
-    ls.add_argument("--lnc", type=int, default=2, choices=(1, 2, 4), help="Logical NeuronCore size")
+    ls.add_argument(
+        "--lnc", type=int, choices=(1, 2, 4),
+        help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
+    )  # fmt: skip
+    ls.add_argument(
+        "-j", "--json", "--json-output", action="store_true", dest="json",
+        help="one JSON object: the machine and a list of devices (keys in docs/collectives.md)",
+    )  # fmt: skip
     ls.set_defaults(func=cmd_ls)
     nc = sub.add_parser(
         "nccom-test",
         help="predicted collective performance, in the columns of Neuron's nccom-test",
-        description=(
-            "Predicts Neuron's nccom-test on Trainium2: RANKS are logical NeuronCores "
-            "(8 / lnc per chip) on as many chips as they need (a trn2.48xlarge up to 16 chips, "
-            "an UltraServer up to 64, then whole UltraServers over EFA). Sizes take binary units "
-            "(32M, 1kb, 1GB). As nccom-test prints them (since 2025), algbw and busbw are "
-            "size / time in GB/s (10^9 bytes/s) and busbw = algbw x the collective's bus "
-            "factor. Times are calibrated on the nccom-test examples AWS publishes; the last "
-            "line gives the range those fell in (docs/fidelity.md)."
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_fill(
+            "Predicts Neuron's nccom-test on Trainium2. A rank is a logical NeuronCore, as in "
+            "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, "
+            "else 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
+            "binary units (32M, 1kb, 1GB); without -f or -i the size steps by (max - min) / 10, "
+            "as Neuron's tool does. Columns: size(B) count(elems) type time:avg(us) algbw(GB/s) "
+            "busbw(GB/s); GB/s = 10^9 bytes/s (size / time, as every nccom-test output "
+            "published since 2025 is), busbw = algbw x the collective's bus factor. The model is "
+            "deterministic: every iteration takes the same time, so -t percentiles equal the "
+            "average. Times are calibrated on the nccom-test examples AWS publishes; the last "
+            "line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool that "
+            "cannot be modelled are refused by name."
+        ),
+        epilog=_fill(
+            "Flags of Neuron's nccom-test not modelled (refused with the reason): "
+            + ", ".join("/".join(f) for f, _, _ in _NCCOM_UNMODELLED_FLAGS)
+            + "; operations "
+            + ", ".join(_NCCOM_UNMODELLED_OPS)
+            + "."
         ),
     )
-    nc.add_argument("operation", choices=tuple(_NCCOM_OPS), help="collective operation")
-    nc.add_argument("-r", "--nworkers", type=int, required=True, help="ranks (logical cores)")
+    nc.add_argument(
+        "operation", type=_operation, metavar="operation",
+        help=f"collective operation: {', '.join(_NCCOM_OPS)}",
+    )  # fmt: skip
+    nc.add_argument(
+        "-r", "--nworkers", type=int, required=True,
+        help="ranks: logical NeuronCores (8 / LNC per chip), over all nodes",
+    )  # fmt: skip
+    nc.add_argument(
+        "-N", "--nnodes", type=_count(1), default=1,
+        help="nodes (16-chip instances) the ranks are divided over (default 1; more than one: "
+        "whole trn2u.48xlarge instances of UltraServers)",
+    )  # fmt: skip
     nc.add_argument("-b", "--minbytes", default="32M", help="first size (default 32M)")
     nc.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
     nc.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this each row")
-    nc.add_argument("-i", "--stepbytes", help="add this to the size each row")
     nc.add_argument(
-        "-d", "--datatype", default="uint8", choices=tuple(NCCOM_DATATYPES),
-        help="element type (default uint8)",
+        "-i", "--stepbytes", help="add this to the size each row (default (max - min) / 10)"
+    )
+    nc.add_argument(
+        "-n", "--iters", type=_count(1), default=20,
+        help="measured operations per size (default 20; all take the same modelled time)",
     )  # fmt: skip
-    nc.add_argument("--lnc", type=int, default=2, choices=(1, 2, 4), help="Logical NeuronCore size")
-    nc.add_argument("--algorithm", default="auto", choices=ALGORITHMS, help="collective algorithm")
-    nc.add_argument("--show-algorithm", action="store_true", help="add an algorithm column")
+    nc.add_argument(
+        "-w", "--warmup_iters", "--warmup-iters", dest="warmup_iters", type=_count(0),
+        default=5, help="warm-up operations per size, not measured (default 5)",
+    )  # fmt: skip
+    nc.add_argument(
+        "-t", "--stats", nargs="+", default=["avg"], metavar="STAT",
+        help="time columns: avg and percentiles such as p50 p99 (default avg); the model is "
+        "deterministic, so every percentile equals the average",
+    )  # fmt: skip
+    nc.add_argument(
+        "-d", "--datatype", default="uint8", type=_datatype, metavar="DATATYPE",
+        help=f"element type: {', '.join(NCCOM_DATATYPES)} (default uint8; fp8 and fp8e4, the "
+        "tool's names, are fp8_e4m3)",
+    )  # fmt: skip
+    nc.add_argument(
+        "--lnc", type=int, choices=(1, 2, 4),
+        help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
+    )  # fmt: skip
+    nc.add_argument(
+        "--algorithm", default="auto", choices=ALGORITHMS,
+        help="collective algorithm (a trn2core extension; default auto, the runtime's choice)",
+    )  # fmt: skip
+    nc.add_argument(
+        "--show-algorithm", action="store_true",
+        help="add an algorithm column (hierarchical ones print as hier)",
+    )  # fmt: skip
+    nc.add_argument(
+        "--custom-src-target-pairs", metavar="FILE",
+        help='permute: JSON {"src_target_pairs": [[[src, dst], ...]]}, ranks as in -r',
+    )  # fmt: skip
+    nc.add_argument(
+        "--report-to-json-file", metavar="FILE",
+        help="also write the configuration and results as JSON to FILE",
+    )  # fmt: skip
+    nc.add_argument(
+        "--json", action="store_true",
+        help="print the JSON report (config, results, avg_busbw(GB/s), uncertainty) instead "
+        "of the table",
+    )  # fmt: skip
+    nc.add_argument(
+        "--non-interactive", action="store_true",
+        help="no progress bar (there is none anyway when stderr is not a terminal)",
+    )  # fmt: skip
     nc.add_argument(
         "-c", "--check", action="store_true",
         help="also run each size on data and check every output (under mpiexec or srun, with "
         "the chips spread over the MPI processes: docs/distributed.md)",
     )  # fmt: skip
+    for flags, takes_value, _why in _NCCOM_UNMODELLED_FLAGS:
+        nc.add_argument(
+            *flags, action=_Unmodelled, nargs="*" if takes_value else 0, help=argparse.SUPPRESS,
+            dest=f"_unmodelled_{flags[-1].lstrip('-')}",
+        )  # fmt: skip
     nc.set_defaults(func=cmd_nccom_test)
 
 
@@ -199,7 +567,7 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
         np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32)) for o in res.outputs
     )
     p(f"   all-reduce of 16 x {n:,} fp32 (integer values): equals numpy's sum: {exact}; "
-      f"all 16 ranks bit-identical: {same}")  # fmt: skip
+      f"all 16 chips bit-identical: {same}")  # fmt: skip
     floats = [rng.standard_normal(n, dtype=np.float32) for _ in range(16)]
     res = inst.all_reduce(floats, algorithm="ring")
     ref = np.sum(np.stack(floats).astype(np.float64), 0)

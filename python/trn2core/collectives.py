@@ -37,8 +37,10 @@ _CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
 class CollectiveReport(TimingReport):
     """Timing of a collective. Fields: ``seconds``, ``algbw`` and ``busbw`` (bytes/s;
     ``busbw = algbw x`` the collective's bus factor, as in nccom-test), ``algorithm`` (after
-    ``auto``), ``collective``, ``op`` (the reduction, or None), ``ranks``, ``elements`` and
-    ``elem_bytes`` (of one rank's input), ``size_bytes`` (nccom-test's ``size(B)``),
+    ``auto``), ``collective``, ``op`` (the reduction, or None), ``chips`` (the chips taking
+    part: a machine's collectives have one buffer per chip; ``ranks`` is an old alias of it,
+    while "rank" elsewhere, as in nccom-test, means a logical NeuronCore), ``elements`` and
+    ``elem_bytes`` (of one chip's input), ``size_bytes`` (nccom-test's ``size(B)``),
     ``chip_link_capacity`` (what one chip's links can send at once, bytes/s), ``bound``
     (``latency``, ``link``, ``efa``, ``hbm`` or ``reduce``), ``max_link_utilization`` (at most 1),
     ``network_bytes``, ``channels``, ``phases`` (a list of dicts: steps, seconds and what bounds
@@ -50,7 +52,7 @@ class CollectiveReport(TimingReport):
     collective: str
     algorithm: str
     op: str | None
-    ranks: int
+    chips: int
     elements: int
     elem_bytes: int
     size_bytes: float
@@ -73,6 +75,23 @@ class CollectiveReport(TimingReport):
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
+
+    @classmethod
+    def from_fields(cls, fields, trace_json=None, retrace=None, **extra):
+        """As ``TimingReport.from_fields``; the core's ``ranks`` (one per chip) become ``chips``,
+        in the field and in the description."""
+        fields = dict(fields)
+        if "ranks" in fields:
+            fields.setdefault("chips", fields.pop("ranks"))
+        d = fields.get("description")
+        if isinstance(d, str):
+            fields["description"] = re.sub(r" over (\d+) ranks,", r" over \1 chips,", d)
+        return super().from_fields(fields, trace_json, retrace, **extra)
+
+    @property
+    def ranks(self) -> int:
+        """Old name of ``chips`` (kept so code written against it still runs)."""
+        return self.chips
 
     def __str__(self) -> str:
         rows = self._rows()
@@ -116,7 +135,8 @@ class CollectiveReport(TimingReport):
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveResult:
-    """``outputs``: one array per rank, in rank order; ``report``: the timing."""
+    """``outputs``: one array per chip, in the order of the machine's chips (or of
+    ``chips=[...]``); ``report``: the timing."""
 
     outputs: list[np.ndarray]
     report: CollectiveReport
@@ -135,7 +155,7 @@ def _is_sequence(value) -> bool:
 
 
 def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dtype]:
-    """Every rank's buffer as an ndarray (any byte order); all of one shape and dtype. Numbers
+    """Every chip's buffer as an ndarray (any byte order); all of one shape and dtype. Numbers
     only: ragged lists are ``ShapeError``; strings, objects, datetimes and structured arrays
     ``FormatError`` (``buffers[i]`` named); complex data is bits to move (not to reduce)."""
     if not _is_sequence(buffers):
@@ -144,18 +164,18 @@ def _buffers(buffers, n: int) -> tuple[list[np.ndarray], tuple[int, ...], np.dty
             f"{type(buffers).__name__} {_validate._show(buffers)}"
         )
     if len(buffers) != n:
-        raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} ranks; pass one per chip")
+        raise ShapeError(f"buffers: got {len(buffers)} buffers for {n} chips; pass one per chip")
     arrays = [_validate.array(b, f"buffers[{i}]", complex_ok=True) for i, b in enumerate(buffers)]
     shape, dtype = arrays[0].shape, arrays[0].dtype
     for i, a in enumerate(arrays):
         if a.shape != shape:
             raise ShapeError(
-                f"buffers: buffer {i} has shape {a.shape}, buffer 0 has {shape}; every rank's "
+                f"buffers: buffer {i} has shape {a.shape}, buffer 0 has {shape}; every chip's "
                 "buffer must have the same shape"
             )
         if a.dtype != dtype:
             raise ShapeError(
-                f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every rank's "
+                f"buffers: buffer {i} has dtype {a.dtype}, buffer 0 has {dtype}; every chip's "
                 "buffer must have the same dtype"
             )
     return arrays, shape, dtype
@@ -286,13 +306,14 @@ def run_move(
 
 
 def _peers(peers, n: int) -> list[int] | None:
-    """``None`` or a list of ``n`` rank numbers (``Trn2ValueError``; the core checks that it
-    is a permutation)."""
+    """``None`` or a list of ``n`` chip positions, ``peers[i]`` the position the ``i``-th chip
+    of the collective sends to (``Trn2ValueError``; the core checks that it is a
+    permutation)."""
     if peers is None:
         return None
     if not _is_sequence(peers):
         raise Trn2ValueError(
-            f"peers: expected a list of {n} rank numbers (a permutation of 0..{n - 1}), got "
+            f"peers: expected a list of {n} chip positions (a permutation of 0..{n - 1}), got "
             f"{_validate._show(peers)}"
         )
     return [_rank_arg(p, n, "peers") for p in peers]
@@ -300,14 +321,16 @@ def _peers(peers, n: int) -> list[int] | None:
 
 def _rank_arg(value, n: int, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise Trn2ValueError(f"{name}: expected rank numbers, got {_validate._show(value)}")
+        raise Trn2ValueError(f"{name}: expected chip positions, got {_validate._show(value)}")
     if not 0 <= value < n:
-        raise Trn2ValueError(f"{name}: rank {value} does not exist; ranks are 0..{n - 1}")
+        raise Trn2ValueError(
+            f"{name}: position {value} does not exist; the {n} chips are 0..{n - 1}"
+        )
     return int(value)
 
 
 def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, peers):
-    """Timing of a collective of ``nbytes`` per rank's input, without data."""
+    """Timing of a collective of ``nbytes`` per chip's input, without data."""
     _check_choice(collective, COLLECTIVES, "collective")
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
@@ -322,7 +345,7 @@ def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, pee
             f"nbytes: {nbytes} is not a whole number of {itemsize}-byte {dtype} elements"
         )
     if nbytes > 1 << 50:
-        raise CapacityError(f"nbytes: {nbytes} bytes per rank is beyond the model's 2**50")
+        raise CapacityError(f"nbytes: {nbytes} bytes per chip is beyond the model's 2**50")
     peers = _peers(peers, n)
     elements = int(nbytes) // itemsize
     t = machine.topology._t
@@ -441,32 +464,166 @@ def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: s
     return rows
 
 
-def nccom_table(rows, datatype: str, show_algorithm: bool = False) -> str:
-    """The rows as nccom-test prints them: bandwidths are size / time in 10^9 B/s, as every
-    published output of Neuron's tool since 2025 is (its guide's text says GiB/s, which only
-    its 2023 examples were; docs/fidelity.md), then the range the published collective
-    measurements fell in."""
-    head = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)"]
+def nccom_algorithm(name: str) -> str:
+    """An algorithm as nccom-test prints it: hierarchical ones as ``hier``, without the
+    sub-algorithms (``hierarchical(torus+efa)`` is ``hier``; the Python report keeps them)."""
+    return "hier" if name.startswith("hierarchical") else name
+
+
+def parse_stats(stats) -> list[str]:
+    """nccom-test's ``--stats``: ``avg`` and percentiles ``p0`` .. ``p100`` (``p50``, ``p99.9``),
+    in the order given, each once. ``Trn2ValueError`` naming ``stats`` otherwise."""
+    out: list[str] = []
+    for st in stats:
+        t = str(st).strip().lower()
+        m = re.fullmatch(r"p(\d+(?:\.\d+)?)", t)
+        if t != "avg" and not (m and 0 <= float(m.group(1)) <= 100):
+            raise Trn2ValueError(
+                f"stats: {st!r} is not a statistic; use avg or a percentile p0..p100 (p50, p99)"
+            )
+        if t not in out:
+            out.append(t)
+    if not out:
+        raise Trn2ValueError("stats: give at least one statistic (avg, p50, ...)")
+    return out
+
+
+def _time_header(stat: str) -> str:
+    return f"time:{stat}(us)"
+
+
+def nccom_results(rows, datatype: str, stats=("avg",), show_algorithm: bool = False) -> list:
+    """The rows as the records of nccom-test's JSON report: ``size(B)``, ``count(elems)``,
+    ``type``, one ``time:<stat>(us)`` per statistic, ``algbw(GB/s)`` and ``busbw(GB/s)`` (10^9
+    bytes/s), and ``algorithm`` with ``show_algorithm``. The model is deterministic: every
+    iteration of a size takes the same time, so every statistic (average and any percentile
+    over the iterations) is that time."""
+    out = []
+    for r in rows:
+        rec: dict[str, Any] = {
+            "size(B)": int(r["size_bytes"]), "count(elems)": int(r["count"]), "type": datatype,
+        }  # fmt: skip
+        for st in stats:
+            rec[_time_header(st)] = r["seconds"] * 1e6
+        rec["algbw(GB/s)"] = r["algbw"] / _GB
+        rec["busbw(GB/s)"] = r["busbw"] / _GB
+        if show_algorithm:
+            rec["algorithm"] = nccom_algorithm(r["algorithm"])
+        out.append(rec)
+    return out
+
+
+def nccom_table(rows, datatype: str, show_algorithm: bool = False, stats=("avg",)) -> str:
+    """The rows as nccom-test prints them: ``size(B) count(elems) type time:avg(us) algbw(GB/s)
+    busbw(GB/s)`` (one ``time:<stat>(us)`` column per statistic of ``stats``; all equal, as the
+    model is deterministic), bandwidths as size / time in 10^9 B/s, as every published output
+    of Neuron's tool since 2025 is (its guide's text says GiB/s, which only its 2023 examples
+    were; docs/fidelity.md), then the average bus bandwidth and the range the published
+    collective measurements fell in."""
+    head = ["size(B)", "count(elems)", "type", *(_time_header(st) for st in stats)]
+    head += ["algbw(GB/s)", "busbw(GB/s)"]
     if show_algorithm:
         head.append("algorithm")
     lines = []
     for r in rows:
-        line = [
-            str(r["size_bytes"]),
-            str(r["count"]),
-            datatype,
-            f"{r['seconds'] * 1e6:.2f}",
-            f"{r['algbw'] / _GB:.2f}",
-            f"{r['busbw'] / _GB:.2f}",
-        ]
+        line = [str(r["size_bytes"]), str(r["count"]), datatype]
+        line += [f"{r['seconds'] * 1e6:.2f}"] * len(stats)
+        line += [f"{r['algbw'] / _GB:.2f}", f"{r['busbw'] / _GB:.2f}"]
         if show_algorithm:
-            line.append(r["algorithm"])
+            line.append(nccom_algorithm(r["algorithm"]))
         lines.append(line)
     widths = [max(len(h), *(len(x[i]) for x in lines)) for i, h in enumerate(head)]
     out = ["    ".join(h.rjust(w) for h, w in zip(head, widths, strict=True))]
     out += ["    ".join(v.rjust(w) for v, w in zip(x, widths, strict=True)) for x in lines]
-    avg = sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GB
-    out.append(f"Avg bus bandwidth:\t{avg:.4f}GB/s")
+    out.append(f"Avg bus bandwidth:\t{nccom_avg_busbw(rows):.4f}GB/s")
     if rows:
         out.append(f"Predicted times: {rows[0]['uncertainty']['text']} (docs/fidelity.md)")
     return "\n".join(out)
+
+
+def nccom_avg_busbw(rows) -> float:
+    """The average of the busbw column, GB/s (10^9 B/s)."""
+    return sum(r["busbw"] for r in rows) / max(1, len(rows)) / _GB
+
+
+def nccom_chips(ranks: int, nnodes: int, lnc: int) -> int:
+    """The chips ``ranks`` logical NeuronCores on ``nnodes`` nodes span, as nccom-test places
+    them: ``8 / lnc`` ranks per chip, the ranks divided equally over the nodes. A node is one
+    16-chip instance: one node holds at most 16 chips' ranks; several nodes are the
+    trn2u.48xlarge instances of UltraServers (four per UltraServer, NeuronLink between them,
+    EFA between UltraServers), each node used whole (the model places chips on whole instances
+    only). ``Trn2ValueError`` naming ``nworkers`` or ``nnodes`` otherwise."""
+    lnc = _validate.integer(lnc, "lnc", lo=1, hi=_validate.U64_MAX)
+    ranks = _validate.integer(ranks, "ranks", lo=1, hi=_validate.U64_MAX)
+    nnodes = _validate.integer(nnodes, "nnodes", lo=1, hi=_validate.U64_MAX)
+    from . import spec
+
+    per_chip = spec.cores_per_chip // lnc
+    per_node = spec.chips_per_instance * per_chip
+    if ranks % nnodes:
+        raise Trn2ValueError(
+            f"nnodes: {ranks} ranks do not divide equally over {nnodes} nodes (nccom-test puts "
+            f"nworkers / nnodes ranks on each node)"
+        )
+    here = ranks // nnodes
+    if nnodes == 1:
+        if here > per_node:
+            need = -(-ranks // per_node)
+            raise Trn2ValueError(
+                f"ranks: {ranks} ranks at LNC={lnc} need {-(-ranks // per_chip)} chips; one node "
+                f"(a 16-chip trn2 instance) holds {per_node} ranks: pass -N/--nnodes {need} or "
+                f"more"
+            )
+        return 1 if here <= per_chip else here // per_chip
+    if here != per_node:
+        raise Trn2ValueError(
+            f"nnodes: {ranks} ranks on {nnodes} nodes is {here} ranks per node; trn2core models "
+            f"several nodes only when each is used whole ({per_node} ranks per node at "
+            f"LNC={lnc}: -r {per_node * nnodes} -N {nnodes})"
+        )
+    per_us = spec.ultraserver_instances
+    if nnodes > per_us and nnodes % per_us:
+        raise Trn2ValueError(
+            f"nnodes: {nnodes} nodes span several UltraServers of {per_us} nodes; use at most "
+            f"{per_us} or a multiple of {per_us} (whole UltraServers, joined by EFA)"
+        )
+    return nnodes * spec.chips_per_instance
+
+
+def parse_src_target_pairs(data, ranks: int) -> list[tuple[int, int]]:
+    """The pairs of nccom-test's ``--custom-src-target-pairs`` file, read as JSON
+    (``{"src_target_pairs": [[[src, dst], ...]]}``: groups of ``[source, target]`` rank pairs;
+    every group's pairs are used together). A source sends at most once and a target receives
+    at most once; ranks are ``0 .. ranks - 1``. ``Trn2ValueError`` naming the file's key."""
+    key = "src_target_pairs"
+    if not isinstance(data, Mapping) or key not in data:
+        raise Trn2ValueError(f"{key}: expected a JSON object with a {key!r} list")
+    groups = data[key]
+    if not isinstance(groups, list) or not groups:
+        raise Trn2ValueError(f"{key}: expected a non-empty list of groups of [src, dst] pairs")
+    if all(isinstance(p, list) and len(p) == 2 and all(_is_rank(x) for x in p) for p in groups):
+        groups = [groups]  # one group written without its outer list
+    pairs: list[tuple[int, int]] = []
+    for g in groups:
+        if not isinstance(g, list):
+            raise Trn2ValueError(f"{key}: expected groups of [src, dst] pairs, got {g!r}")
+        for p in g:
+            if not (isinstance(p, list) and len(p) == 2 and all(_is_rank(x) for x in p)):
+                raise Trn2ValueError(f"{key}: expected a [src, dst] pair of ranks, got {p!r}")
+            for x in p:
+                if x >= ranks:
+                    raise Trn2ValueError(
+                        f"{key}: rank {x} does not exist; -r {ranks} has ranks 0..{ranks - 1}"
+                    )
+            pairs.append((p[0], p[1]))
+    for i, what in ((0, "sends"), (1, "receives")):
+        seen = set()
+        for p in pairs:
+            if p[i] in seen:
+                raise Trn2ValueError(f"{key}: rank {p[i]} {what} more than once")
+            seen.add(p[i])
+    return pairs
+
+
+def _is_rank(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0

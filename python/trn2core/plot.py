@@ -1,22 +1,33 @@
 """Roofline plots (optional: ``pip install trn2core[plot]`` brings matplotlib).
 
-``roofline(M, K, N, ...)`` draws the roofline of one Trainium2 chip (8 NeuronCores, 4 HBM stacks)
-for a GEMM shape: the compute ceilings of each operand type (fp32, bf16, fp8 double_row, 4x
-structured sparsity), HBM's bandwidth slope, and the shape's point, from ``estimate_gemm`` on a
-whole ``Chip`` (arithmetic intensity = FLOPs / HBM bytes of the schedule, height = modelled
-TFLOPS). Every number comes from ``trn2core.spec`` and the cost model.
+``roofline(M, K, N, path, ...)`` draws the roofline of the core a GEMM runs on, the same core
+``estimate_gemm`` and ``trn2core gemm`` describe: one NeuronCore by default, or one Logical
+NeuronCore of ``lnc`` physical cores. On it: each compute ceiling (fp32; bf16 / fp16 / tf32 /
+fp8; fp8 with double_row; 4x structured sparsity) as its own flat line, the core's share of HBM
+bandwidth as the slope they meet, and the shape's point (arithmetic intensity = FLOPs / HBM
+bytes of its schedule, height = the modelled TFLOPS, the number the table prints). Every number
+comes from the core (``LogicalCore.peak_tflops``, ``hbm_bandwidth``) and the cost model.
+``roofline_figure`` returns the matplotlib figure instead of writing it.
 """
 
 from __future__ import annotations
 
 import os
 
-from . import spec
 from .chip import Chip
 from .engine import estimate_gemm
 from .errors import Trn2Error
 
-__all__ = ["roofline"]
+__all__ = ["roofline", "roofline_figure"]
+
+#: One colour per line (matplotlib's tab10), so no two lines share one.
+_COLOURS = {
+    "hbm": "tab:gray",
+    "fp32": "tab:blue",
+    "bf16": "tab:orange",
+    "double_row": "tab:green",
+    "sparse": "tab:red",
+}
 
 
 def _pyplot():
@@ -32,6 +43,73 @@ def _pyplot():
     return plt
 
 
+def roofline_figure(
+    M: int,
+    K: int,
+    N: int,
+    *,
+    dtype: str = "bf16",
+    perf_mode: str = "none",
+    sparsity: str | None = None,
+    lnc: int | None = None,
+    throttle: bool = True,
+):
+    """``(figure, report)``: the roofline of ``[M, K] @ [K, N]`` on one NeuronCore
+    (``lnc=None``, as ``estimate_gemm`` without ``core``) or on one Logical NeuronCore of
+    ``lnc`` physical cores (as ``estimate_gemm(core=Chip(lnc=lnc).cores[0])``), and the report
+    its point is drawn from. The caller owns the figure (``matplotlib.pyplot.close`` it)."""
+    plt = _pyplot()
+    lc = Chip(lnc=1 if lnc is None else lnc).cores[0]
+    rep = estimate_gemm(
+        M, K, N, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity, throttle=throttle,
+        core=None if lnc is None else lc,
+    )  # fmt: skip
+    bw = lc.hbm_bandwidth  # bytes/s: the core's share of HBM
+    ceilings = [
+        ("fp32", "fp32", lc.peak_tflops("fp32")),
+        ("bf16", "bf16 / fp16 / tf32 / fp8", lc.peak_tflops("bf16")),
+        ("double_row", "fp8 double_row", lc.peak_tflops("fp8_e4m3", perf_mode="double_row")),
+        ("sparse", "4x structured sparsity", lc.peak_tflops("sparse")),
+    ]
+    intensity = rep.flops / rep.details["hbm_bytes"]
+    top = max(p for *_, p in ceilings)
+    lo = min(intensity / 10, min(p for *_, p in ceilings) * 1e12 / bw / 10, 1.0)
+    hi = max(intensity * 10, top * 1e12 / bw * 10, 1e4)
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    # The HBM slope: TFLOPS = intensity x bandwidth, up to the highest ceiling.
+    ax.plot(
+        [lo, top * 1e12 / bw], [lo * bw / 1e12, top], color=_COLOURS["hbm"], linestyle="--",
+        label=f"HBM {bw / 1e9:,.1f} GB/s (slope)", gid="hbm",
+    )  # fmt: skip
+    for key, label, peak in ceilings:
+        ridge = peak * 1e12 / bw  # where the slope reaches this ceiling
+        ax.plot(
+            [ridge, hi], [peak, peak], color=_COLOURS[key], gid=key,
+            label=f"{label}: {peak:,.1f} TFLOPS",
+        )  # fmt: skip
+    what = f"{M}x{K}x{N} {dtype}{' ' + sparsity if sparsity else ''}"
+    if perf_mode != "none":
+        what += f" {perf_mode}"
+    ax.plot(
+        [intensity], [rep.tflops], "o", color="black", markersize=8, gid="point",
+        label=f"{what}: {rep.tflops:,.1f} TFLOPS, {rep.bound}-bound",
+    )  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
+    ax.set_ylabel("TFLOPS")
+    where = (
+        "one NeuronCore"
+        if lnc is None
+        else f"one logical NeuronCore, LNC={lnc} ({lnc} physical cores)"
+    )
+    ax.set_title(f"Trainium2 roofline: {where}", fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig, rep
+
+
 def roofline(
     M: int,
     K: int,
@@ -41,44 +119,18 @@ def roofline(
     dtype: str = "bf16",
     perf_mode: str = "none",
     sparsity: str | None = None,
-    lnc: int = 2,
+    lnc: int | None = None,
+    throttle: bool = True,
 ):
-    """Writes the roofline of ``[M, K] @ [K, N]`` on one chip to ``path`` (PNG, SVG or PDF by
-    the suffix) and returns the shape's ``Report``."""
+    """Writes the roofline of ``[M, K] @ [K, N]`` (see ``roofline_figure``: one NeuronCore, or
+    one Logical NeuronCore of ``lnc`` cores) to ``path`` (PNG, SVG or PDF by the suffix) and
+    returns the shape's ``Report``, the one its point is drawn from."""
+    fig, rep = roofline_figure(
+        M, K, N, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity, lnc=lnc, throttle=throttle
+    )
     plt = _pyplot()
-    chip = Chip(lnc=lnc)
-    rep = estimate_gemm(M, K, N, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity, core=chip)
-    cores = len(chip.physical_cores)
-    bw = spec.hbm_chip_bytes_per_s
-    ceilings = [
-        ("fp32", spec.core_peak_fp32_flops_per_s),
-        ("bf16 / fp16 / fp8", spec.core_peak_bf16_flops_per_s),
-        ("fp8 double_row", spec.core_peak_fp8_double_row_flops_per_s),
-        ("4x sparse", spec.core_peak_sparse_flops_per_s),
-    ]
-    intensity = rep.flops / rep.details["hbm_bytes"]
-    lo = min(intensity / 10, 1.0)
-    hi = max(intensity * 10, 1e4)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    for label, peak in ceilings:
-        chip_peak = peak * cores
-        ax.plot(xs, [min(chip_peak, x * bw) / 1e12 for x in xs], label=f"{label}: "
-                f"{chip_peak / 1e12:,.0f} TFLOPS")  # fmt: skip
-    ax.plot([intensity], [rep.tflops], "o", color="black", markersize=8)
-    ax.annotate(
-        f"{M}x{K}x{N} {dtype}{' ' + sparsity if sparsity else ''}\n"
-        f"{rep.tflops:,.0f} TFLOPS, {rep.bound}-bound",
-        (intensity, rep.tflops), textcoords="offset points", xytext=(10, -30),
-    )  # fmt: skip
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
-    ax.set_ylabel("TFLOPS")
-    ax.set_title(f"Trainium2 chip roofline (8 NeuronCores, HBM {bw / 1e12:.1f} TB/s, LNC={lnc})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
     return rep
