@@ -6,6 +6,9 @@ as errors naming the rule and the operand; capacity and never-written memory; th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import ml_dtypes
 import numpy as np
@@ -610,3 +613,31 @@ def test_results_do_not_depend_on_the_schedule():
 
     (a, ta), (b, tb) = run([0, 1, 2, 3]), run([3, 1, 2, 0])
     assert all((x == y).all() for x, y in zip(a, b, strict=True)) and ta == tb
+
+
+def test_queued_matmuls_settle_in_a_forked_child():
+    # nc_matmul queues its arithmetic; a read settles it with parallel sections. In a child
+    # forked after the parent computed, those must run on the child's own threads (a GIL-held
+    # read used to wait for the parent's pool workers, which do not exist in the child).
+    code = textwrap.dedent(
+        """
+        import os, numpy as np, trn2core
+        def run():
+            core = trn2core.NeuronCore()
+            a = np.ones((128, 128), np.float32)
+            st = core.tile((128, 128), "fp32"); core.write(st, a)
+            outs = [core.tile((128, 128), "fp32", space="psum") for _ in range(2)]
+            for ps in outs:
+                core.pe.matmul(ps, st, st)
+            return [float(core.read(ps)[0, 0]) for ps in outs]
+        assert run() == [128.0, 128.0]
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if run() == [128.0, 128.0] else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0"], r.stdout

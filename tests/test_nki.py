@@ -613,8 +613,22 @@ def test_errors_outside_a_kernel_and_bad_arguments():
         nisa.dma_copy(dst=out[0:2, :], src=nl.load(x[0:2, :]))
         return out
 
-    with pytest.raises(tn.KernelError, match="did not write every element"):
+    # The error points at the line that created the output (the kernel's file and line).
+    with pytest.raises(tn.KernelError, match="did not write every element") as info:
         half(np.ones((4, 4), np.float32))
+    line = _line_of(test_errors_outside_a_kernel_and_bad_arguments, "out = nl.ndarray((4, 4)")
+    assert info.value.nki_location == (__file__, line), info.value.nki_location
+    assert f"{__file__}:{line}:" in str(info.value) and "[rule output_unwritten]" in str(info.value)
+
+    @tn.jit
+    def half_view(x):
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:2, :], src=nl.load(x[0:2, :]))
+        return out[0:4, :]
+
+    with pytest.raises(tn.KernelError, match="did not write every element") as info:
+        half_view(np.ones((4, 4), np.float32))
+    assert info.value.nki_location[0] == __file__
 
 
 # ----------------------------------------------------------------------------- the CLI

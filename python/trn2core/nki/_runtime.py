@@ -153,6 +153,7 @@ class Core:
                 return self._shared(shape, dtype, name)
             tile = self.m.hbm_tensor(self.name(name, "hbm"), list(shape), D.machine_name(dtype),
                                      None)  # fmt: skip
+            self.launch.created[id(tile)] = (tile, *user_location())
             return NkiTensor(tile, shape, None, dtype, buffer, self, None, name)
         pdim = 0 if pdim is None else pdim
         if len(shape) < 2:
@@ -190,6 +191,7 @@ class Core:
             return t
         tile = self.m.hbm_tensor(self.name(name, "out"), list(shape), D.machine_name(dtype),
                                  None)  # fmt: skip
+        self.launch.created[id(tile)] = (tile, *user_location())
         t = NkiTensor(tile, shape, None, dtype, SHARED_HBM, self, None, name)
         table.append(t)
         return t
@@ -672,6 +674,9 @@ class Launch:
         self.dialect = dialect
         self.uninitialized = uninitialized
         self.shared: list[list[NkiTensor]] = [[] for _ in range(lnc)]
+        # Where the kernel created each HBM tensor (``id`` of its tile -> (tile, file, line)):
+        # an output it did not fully write is reported at that line.
+        self.created: dict[int, tuple] = {}
         self.cores: list[Core] = []
         self.program: tuple[int, ...] = ()
 
@@ -740,13 +745,26 @@ class Launch:
             try:
                 raw = owner.m.read(t.tile)
             except Trn2ValueError as e:
-                raise KernelError(
-                    f"output {t.name or 'tensor'} {t.shape}: {e} (the kernel did not write "
+                raise self._unwritten(
+                    t, f"output {t.name or 'tensor'} {t.shape}: {e} (the kernel did not write "
                     "every element of its output)"
                 ) from None
             out = raw.view(host).reshape(t.shape)
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
         return self._merge(shared_j, t, host)
+
+    def _unwritten(self, t: NkiTensor, msg: str) -> KernelError:
+        """The error of an output the kernel left partly unwritten, at the line that created
+        it (the kernel's first line when it returned a view made elsewhere)."""
+        made = self.created.get(id(t.tile))
+        if made is not None and made[0] is t.tile:
+            loc = (made[1], made[2])
+        else:
+            code = getattr(self.fn, "__code__", None)
+            loc = (code.co_filename, code.co_firstlineno) if code else ("<unknown>", 0)
+        err = KernelError(f"{loc[0]}:{loc[1]}: {msg} [rule output_unwritten]")
+        err.nki_location = loc  # type: ignore[attr-defined]
+        return err
 
     def _merge(self, j: int, t: NkiTensor, host) -> np.ndarray:
         """An output written by the physical cores of an LNC=2 launch: each core's written
@@ -770,9 +788,9 @@ class Launch:
                 out[lo:hi] = part
                 seen[lo:hi] = True
         if not seen.all():
-            raise KernelError(
-                f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never written "
-                "by either physical core"
+            raise self._unwritten(
+                t, f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never "
+                "written by either physical core"
             )
         res = out.view(host).reshape(t.shape)
         return res.astype(np.bool_) if t.dtype == D.bool_ else res

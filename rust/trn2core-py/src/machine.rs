@@ -245,7 +245,11 @@ impl PyMachine {
     /// The machine with its queued matmuls settled (what every call but `nc_matmul` sees).
     fn settled(&self) -> Result<MutexGuard<'_, Machine>, Error> {
         let mut m = self.lock();
-        m.settle()?;
+        if m.queued_matmuls() > 0 {
+            // Settling runs parallel sections: on the fork-safe pool (GIL-held callers too).
+            let core = &mut *m;
+            trn2core::pool::install(|| core.settle())?;
+        }
         Ok(m)
     }
 

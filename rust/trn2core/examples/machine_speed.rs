@@ -46,9 +46,9 @@ fn issue(n: usize, free: usize, dtype: Dtype) -> trn2core::Result<(f64, Machine)
 /// `stride` floats apart (raw pointers: the rows of `d` never overlap those of `a`, `b`).
 ///
 /// # Safety
-/// All rows in bounds of `mem`; on x86-64 the CPU has AVX-512F (checked by the caller).
-#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f,avx2"))]
-unsafe fn plain(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize, free: usize) {
+/// All rows in bounds of `mem`.
+#[inline(always)]
+unsafe fn plain_body(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize, free: usize) {
     for p in 0..128 {
         // SAFETY: in bounds by the caller's contract.
         unsafe {
@@ -64,13 +64,43 @@ unsafe fn plain(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize, free
     }
 }
 
-/// The same arithmetic as [`issue`] as a plain AVX-512 loop over the machine's SBUF layout
-/// (224 KiB + 7744 B between partitions): this host's memory-traffic floor.
+/// [`plain_body`] compiled for AVX-512.
+///
+/// # Safety
+/// As [`plain_body`]; the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn plain_avx512(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize, free: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { plain_body(mem, a, b, d, stride, free) }
+}
+
+/// [`plain_body`] compiled for AVX2.
+///
+/// # Safety
+/// As [`plain_body`]; the CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn plain_avx2(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize, free: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { plain_body(mem, a, b, d, stride, free) }
+}
+
+/// The same arithmetic as [`issue`] as a plain SIMD loop (the widest this CPU has, as the
+/// machine's row kernels pick) over the machine's SBUF layout (224 KiB + 7744 B between
+/// partitions): this host's memory-traffic floor.
 fn floor(n: usize, free: usize) -> f64 {
+    type Plain = unsafe fn(*mut f32, usize, usize, usize, usize, usize);
     #[cfg(target_arch = "x86_64")]
-    if !std::arch::is_x86_feature_detected!("avx512f") {
-        return f64::NAN;
-    }
+    let kernel: Plain = if std::arch::is_x86_feature_detected!("avx512f") {
+        plain_avx512
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        plain_avx2
+    } else {
+        plain_body
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let kernel: Plain = plain_body;
     let stride = (229_376 + 7_744) / 4;
     let mut mem = vec![1.0f32; 128 * stride];
     let tiles = [0, free, 2 * free, 3 * free];
@@ -79,8 +109,8 @@ fn floor(n: usize, free: usize) -> f64 {
         for i in 0..n {
             let (a, b, d) = (tiles[i % 4], tiles[(i + 1) % 4], tiles[(i + 2) % 4]);
             // SAFETY: 128 rows of `free` floats from offsets below `4 * free` stay inside
-            // `mem`; AVX-512F was detected above.
-            unsafe { plain(mem.as_mut_ptr(), a, b, d, stride, free) };
+            // `mem`; the kernel's SIMD level was detected above.
+            unsafe { kernel(mem.as_mut_ptr(), a, b, d, stride, free) };
             black_box(&mem);
         }
         t0.elapsed().as_secs_f64()

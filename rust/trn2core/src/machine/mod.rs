@@ -191,7 +191,7 @@ impl Machine {
     /// Forgets the recorded program (memories keep their contents): the next [`Machine::run`]
     /// times only what is issued after this.
     pub fn clear_program(&mut self) {
-        self.program = Program::default();
+        self.program.clear();
     }
 
     /// Schedules every recorded instruction on the engines' queues (see [`timeline`]).

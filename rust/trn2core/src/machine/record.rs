@@ -257,6 +257,38 @@ impl Program {
         });
     }
 
+    /// [`Program::push`] of an instruction writing one region and reading `reads` then
+    /// `extra`, without staging its regions anywhere else.
+    pub(crate) fn push_one_write(
+        &mut self,
+        opcode: Opcode,
+        queue: Queue,
+        reads: impl ExactSizeIterator<Item = Region>,
+        extra: &[Region],
+        write: Region,
+        cost: CostInput,
+    ) {
+        let first_region = self.regions.len() as u32;
+        let n = reads.len() + extra.len();
+        self.regions.extend(reads);
+        self.regions.extend_from_slice(extra);
+        self.regions.push(write);
+        self.instrs.push(Instr {
+            opcode,
+            queue,
+            first_region,
+            reads: n as u8,
+            writes: 1,
+            cost,
+        });
+    }
+
+    /// Forgets every instruction, keeping the vectors' capacity for the next program.
+    pub(crate) fn clear(&mut self) {
+        self.instrs.clear();
+        self.regions.clear();
+    }
+
     /// The regions an instruction reads.
     pub fn reads(&self, i: &Instr) -> &[Region] {
         let s = i.first_region as usize;

@@ -756,10 +756,15 @@ impl Machine {
     ) {
         let main = inputs.first().copied().unwrap_or(d);
         let f = operand_flags(inputs, Some(d)) | flags;
-        let mut reads: Vec<Region> = inputs.iter().map(|o| o.region()).collect();
-        reads.extend_from_slice(extra);
         let cost = Self::cost_input(main.n(), main.p(), f);
-        self.record(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
+        self.program.push_one_write(
+            opc,
+            Queue::Engine(engine),
+            inputs.iter().map(|o| o.region()),
+            extra,
+            d.region(),
+            cost,
+        );
     }
 
     /// The usual cost input of an engine instruction on `n` elements per partition.
