@@ -746,8 +746,9 @@ class Launch:
                 raw = owner.m.read(t.tile)
             except Trn2ValueError as e:
                 raise self._unwritten(
-                    t, f"output {t.name or 'tensor'} {t.shape}: {e} (the kernel did not write "
-                    "every element of its output)"
+                    t,
+                    f"output {t.name or 'tensor'} {t.shape}: {e} (the kernel did not write "
+                    "every element of its output)",
                 ) from None
             out = raw.view(host).reshape(t.shape)
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
@@ -789,8 +790,9 @@ class Launch:
                 seen[lo:hi] = True
         if not seen.all():
             raise self._unwritten(
-                t, f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never "
-                "written by either physical core"
+                t,
+                f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never "
+                "written by either physical core",
             )
         res = out.view(host).reshape(t.shape)
         return res.astype(np.bool_) if t.dtype == D.bool_ else res
