@@ -186,6 +186,7 @@ fn k_tiles<'r, 'a>(
             b,
             k0,
             order: &orders[usize::from(k - k0 < tiling.tile)],
+            a_t: false,
         })
         .collect()
 }
@@ -201,6 +202,9 @@ pub(crate) struct KTile<'r, 'a> {
     pub k0: usize,
     /// The tile's product order, as offsets from `k0`.
     pub order: &'r [usize],
+    /// `a` is given transposed, `[.., m]` (K rows of M): its panels are packed from runs of
+    /// its rows, as `b`'s are (an `nc_matmul`'s stationary operand as it lies in SBUF).
+    pub a_t: bool,
 }
 
 /// The driver over an explicit list of K tiles, each from its own operands (a chain of
@@ -319,25 +323,37 @@ fn drive<K: MicroKernel>(
     for (t, tile) in tiles.iter().enumerate() {
         cancel.check()?;
         let (a, b, k0, order) = (tile.a, tile.b, tile.k0, tile.order);
+        let a_t = tile.a_t;
         let kc = order.len();
         let (apack, bpack) = (
             &mut apack[..m_panels * K::MR * kc],
             &mut bpack[..n_panels * K::NR * kc],
         );
-        apack
-            .par_chunks_mut(K::MR * kc)
-            .with_min_len(PACK_MIN_PANELS)
-            .enumerate()
-            .for_each_init(Scratch::new, |s, (ip, panel)| {
-                pack_a::<K>(a, m, ip, k0, order, panel, s)
-            });
+        if a_t {
+            // Panels of the transposed a are packed as b's are, a few at a time.
+            let group = (RUN / K::MR).max(1);
+            apack
+                .par_chunks_mut(group * K::MR * kc)
+                .enumerate()
+                .for_each_init(Scratch::new, |s, (g, panels)| {
+                    pack_cols(a, m, K::MR, g * group, k0, order, panels, s)
+                });
+        } else {
+            apack
+                .par_chunks_mut(K::MR * kc)
+                .with_min_len(PACK_MIN_PANELS)
+                .enumerate()
+                .for_each_init(Scratch::new, |s, (ip, panel)| {
+                    pack_a::<K>(a, m, ip, k0, order, panel, s)
+                });
+        }
         // Panels of b are packed a few at a time, so one run of a row of b fills several.
         let group = (RUN / K::NR).max(1);
         bpack
             .par_chunks_mut(group * K::NR * kc)
             .enumerate()
             .for_each_init(Scratch::new, |s, (g, panels)| {
-                pack_b::<K>(b, n, g * group, k0, order, panels, s)
+                pack_cols(b, n, K::NR, g * group, k0, order, panels, s)
             });
         let (apack, bpack) = (&*apack, &*bpack);
         tasks.par_iter_mut().try_for_each(|task| {
@@ -424,12 +440,15 @@ fn pack_a<K: MicroKernel>(
     }
 }
 
-/// Packs the micro-panels of `b` (`[k, n]`, read by rows) from `jp0` on into `panels` (whole
-/// panels of `NR * order.len()` each), products `k0 + order[..]`, k-major; columns past `n` are
-/// zero. The panels cover at most `RUN` columns.
-fn pack_b<K: MicroKernel>(
+/// Packs the `w`-column micro-panels of `b` (`[k, n]`, read by rows: `b` itself, or the
+/// transposed `a`) from `jp0` on into `panels` (whole panels of `w * order.len()` each),
+/// products `k0 + order[..]`, k-major; columns past `n` are zero. The panels cover at most
+/// `RUN` columns.
+#[allow(clippy::too_many_arguments)]
+fn pack_cols(
     b: &Reader,
     n: usize,
+    w: usize,
     jp0: usize,
     k0: usize,
     order: &[usize],
@@ -437,16 +456,16 @@ fn pack_b<K: MicroKernel>(
     s: &mut Scratch,
 ) {
     let kc = order.len();
-    let c0 = jp0 * K::NR;
+    let c0 = jp0 * w;
     let width = (panels.len() / kc).min(n - c0);
     let mut vals = [0f32; RUN];
     let vals = &mut vals[..width];
     for (p, &o) in order.iter().enumerate() {
         b.row_run(k0 + o, c0, vals, s);
-        for (q, panel) in panels.chunks_exact_mut(K::NR * kc).enumerate() {
-            let dst = &mut panel[p * K::NR..][..K::NR];
-            let src = vals.get(q * K::NR..).unwrap_or(&[]);
-            let cols = K::NR.min(src.len());
+        for (q, panel) in panels.chunks_exact_mut(w * kc).enumerate() {
+            let dst = &mut panel[p * w..][..w];
+            let src = vals.get(q * w..).unwrap_or(&[]);
+            let cols = w.min(src.len());
             dst[..cols].copy_from_slice(&src[..cols]);
             dst[cols..].fill(0.0);
         }
@@ -506,6 +525,83 @@ mod tests {
                 let public = gemm_f32(&a, &b, m, k, n, mode).expect("valid");
                 assert_eq!(bits(&public), portable, "{m}x{k}x{n} {mode:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_transposed_and_chained_tiles_give_the_same_bits() {
+        // The machine's chains: K tiles of different lengths, each from its own operands, `a`
+        // given as [K, M]; against one GEMM over the concatenated K with tiles of those lengths.
+        for (m, n, ks) in [
+            (13, 70, vec![128, 64, 5]),
+            (128, 512, vec![128, 128]),
+            (1, 1, vec![1]),
+        ] {
+            let k: usize = ks.iter().sum();
+            let a = values(3, m * k);
+            let b = values(4, k * n);
+            let mut want = vec![0f32; m * n];
+            let ra = f32_reader("a", &a, [m, k]).expect("valid");
+            let rb = f32_reader("b", &b, [k, n]).expect("valid");
+            let orders: Vec<Vec<usize>> = ks.iter().map(|&kc| (0..kc).collect()).collect();
+            let starts: Vec<usize> = ks
+                .iter()
+                .scan(0, |s, &kc| {
+                    *s += kc;
+                    Some(*s - kc)
+                })
+                .collect();
+            let whole: Vec<KTile> = starts
+                .iter()
+                .zip(&orders)
+                .map(|(&k0, o)| KTile {
+                    a: &ra,
+                    b: &rb,
+                    k0,
+                    order: o,
+                    a_t: false,
+                })
+                .collect();
+            run_tiles(&whole, m, n, true, &mut want).expect("whole");
+            // Per tile: a^T [kc, m] and b [kc, n] of its own.
+            let parts: Vec<(Vec<f32>, Vec<f32>)> = starts
+                .iter()
+                .zip(&ks)
+                .map(|(&k0, &kc)| {
+                    let at = (0..kc * m).map(|e| a[(e % m) * k + k0 + e / m]).collect();
+                    (at, b[k0 * n..(k0 + kc) * n].to_vec())
+                })
+                .collect();
+            let readers: Vec<(Reader, Reader)> = parts
+                .iter()
+                .zip(&ks)
+                .map(|((at, bb), &kc)| {
+                    (
+                        f32_reader("a", at, [kc, m]).expect("valid"),
+                        f32_reader("b", bb, [kc, n]).expect("valid"),
+                    )
+                })
+                .collect();
+            let tiles: Vec<KTile> = readers
+                .iter()
+                .zip(&orders)
+                .map(|((x, y), o)| KTile {
+                    a: x,
+                    b: y,
+                    k0: 0,
+                    order: o,
+                    a_t: true,
+                })
+                .collect();
+            let mut got = vec![0f32; m * n];
+            run_tiles(&tiles, m, n, true, &mut got).expect("chained");
+            assert_eq!(bits(&got), bits(&want), "{m}x{ks:?}x{n}");
+            // first = false adds onto what `out` holds.
+            let mut twice = want.clone();
+            run_tiles(&tiles, m, n, false, &mut twice).expect("accumulated");
+            let mut again = want.clone();
+            run_tiles(&whole, m, n, false, &mut again).expect("accumulated whole");
+            assert_eq!(bits(&twice), bits(&again));
         }
     }
 

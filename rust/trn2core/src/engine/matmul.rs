@@ -341,7 +341,7 @@ pub fn validate_operands(
 }
 
 /// The GEMM readers of one instruction's float32 operand values: `[M, K]` and `[K, N]`.
-pub(crate) fn operand_readers<'a>(
+fn operand_readers<'a>(
     stationary: &'a [f32],
     moving: &'a [f32],
     shape: MatmulShape,
@@ -353,6 +353,19 @@ pub(crate) fn operand_readers<'a>(
     let a = Strided::new("stationary", columns, Dtype::F32, false, [m, k], 0, strides)?;
     let b = gemm::f32_reader("moving", moving, [k, n])?;
     Ok((Reader::f32(a), b))
+}
+
+/// The GEMM readers of one instruction's float32 operand values as they lie: `[K, M]` (the
+/// driver's transposed `a`) and `[K, N]`.
+pub(crate) fn operand_readers_t<'a>(
+    stationary: &'a [f32],
+    moving: &'a [f32],
+    shape: MatmulShape,
+) -> Result<(Reader<'a>, Reader<'a>)> {
+    Ok((
+        gemm::f32_reader("stationary", stationary, [shape.k, shape.m])?,
+        gemm::f32_reader("moving", moving, [shape.k, shape.n])?,
+    ))
 }
 
 /// The tile sums of one instruction into `out` (`m x n`, row-major).

@@ -371,14 +371,16 @@ impl Machine {
         }
         let range = self.mem.check_tile(arg, tile)?;
         if let Some(engine) = engine {
-            let name = self.mem.name(tile);
+            // The tensor's name only for an error message.
+            let name = || self.mem.name(tile);
             if tile.space == Space::Hbm {
                 return Err(rule(
                     arg,
                     "engine_memory",
                     format!(
-                        "tile of {name} is in HBM; the {} engine reads and writes SBUF or PSUM \
+                        "tile of {} is in HBM; the {} engine reads and writes SBUF or PSUM \
                          only (move it with dma_copy)",
+                        name(),
                         engine.name()
                     ),
                 ));
@@ -387,7 +389,10 @@ impl Machine {
                 return Err(rule(
                     arg,
                     "gpsimd_psum",
-                    format!("tile of {name} is in PSUM, which the GpSimd engine cannot access"),
+                    format!(
+                        "tile of {} is in PSUM, which the GpSimd engine cannot access",
+                        name()
+                    ),
                 ));
             }
             let (p0, pn) = (tile.start_partition, tile.partitions);
@@ -405,9 +410,10 @@ impl Machine {
                     arg,
                     "start_partition",
                     format!(
-                        "{pn} partitions starting at partition {p0} of {name}; more than 64 \
+                        "{pn} partitions starting at partition {p0} of {}; more than 64 \
                          partitions must start at 0, 33 to 64 at 0 or 64, up to 32 at a \
-                         multiple of 32"
+                         multiple of 32",
+                        name()
                     ),
                 ));
             }
@@ -418,9 +424,10 @@ impl Machine {
                         arg,
                         "psum_bank",
                         format!(
-                            "the PSUM tile of {name} spans bytes {lo}..{hi} of each partition, \
+                            "the PSUM tile of {} spans bytes {lo}..{hi} of each partition, \
                              across a {PSUM_BANK_BYTES}-byte bank boundary; an instruction's \
-                             PSUM operand stays inside one bank"
+                             PSUM operand stays inside one bank",
+                            name()
                         ),
                     ));
                 }

@@ -158,9 +158,9 @@ impl Machine {
         psum_words(p0, pn, d.range.0, d.range.1, |w, mask| words[w] |= mask);
     }
 
-    /// The GEMM reader of a queued operand (`[M, K]` for the stationary, `[K, N]` for the
-    /// moving one) read straight from SBUF.
-    fn sbuf_reader<'a>(&'a self, arg: &str, t: &Tile, stationary: bool) -> Result<Reader<'a>> {
+    /// The GEMM reader of a queued operand read straight from SBUF: `[K, F]`, partitions by
+    /// free elements (the stationary one is the driver's transposed `a`).
+    fn sbuf_reader<'a>(&'a self, arg: &str, t: &Tile) -> Result<Reader<'a>> {
         let mem = self.mem.mem(t);
         let esize = t.dtype.size();
         let pstride = (mem.stride / esize) as isize;
@@ -168,11 +168,7 @@ impl Machine {
         let step = if c.n == 0 { 1 } else { c.dims[0].1 as isize };
         let (k, f) = (t.partitions as usize, t.free_size());
         let origin = (t.start_partition as usize * mem.stride + t.offset as usize) / esize;
-        let (shape, strides) = if stationary {
-            ([f, k], [step, pstride])
-        } else {
-            ([k, f], [pstride, step])
-        };
+        let (shape, strides) = ([k, f], [pstride, step]);
         let dtype = reader_dtype(t.dtype).unwrap_or(SDtype::F32);
         let swapped = cfg!(target_endian = "big");
         let matrix = Strided::new(
@@ -187,14 +183,15 @@ impl Machine {
         Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
     }
 
-    /// The readers of a queued matmul's operands.
+    /// The readers of a queued matmul's operands, both `[K, F]` (the stationary one the
+    /// driver's transposed `a`).
     fn readers<'a>(&'a self, q: &'a QueuedMatmul) -> Result<(Reader<'a>, Reader<'a>)> {
         match &q.operands {
             Operands::Sbuf(s, m) => Ok((
-                self.sbuf_reader("stationary", s, true)?,
-                self.sbuf_reader("moving", m, false)?,
+                self.sbuf_reader("stationary", s)?,
+                self.sbuf_reader("moving", m)?,
             )),
-            Operands::Values(s, m) => engine::operand_readers(s, m, q.shape),
+            Operands::Values(s, m) => engine::operand_readers_t(s, m, q.shape),
         }
     }
 
@@ -223,6 +220,7 @@ impl Machine {
                 b,
                 k0: 0,
                 order: &order[..q.shape.k],
+                a_t: true,
             })
             .collect();
         engine::run_tiles(&tiles, m, n, !head.accumulate, &mut out)?;
