@@ -56,7 +56,11 @@ pub(crate) struct ByteMem {
 
 impl ByteMem {
     fn new(arg: &str, what: &str, partitions: usize, stride: usize) -> Result<Self> {
-        let words = crate::host::zeroed_vec::<u32>(arg, what, (partitions * stride).div_ceil(4))?;
+        let mut words =
+            crate::host::zeroed_vec::<u32>(arg, what, (partitions * stride).div_ceil(4))?;
+        // SBUF's partitions lie about 232 KiB apart: every row an instruction touches is on
+        // its own 4 KiB page, and page translations, not bytes, bound small instructions.
+        crate::host::advise_huge_pages(&mut words);
         Ok(ByteMem { words, stride })
     }
 
