@@ -194,6 +194,13 @@ class DmaReport(Report):
     dst: str
     queue: int
 
+    def _rows(self) -> list[tuple[str, str]]:
+        return super()._rows() + [
+            ("bytes", f"{self.bytes:,} ({self.wire_bytes:,} over HBM)"),
+            ("bandwidth", f"{self.bandwidth / 1e9:.1f} GB/s achieved"),
+            ("path", f"{self.src} -> {self.dst}, queue {self.queue}, codec {self.codec}"),
+        ]
+
     def __str__(self) -> str:
         f = self.to_dict()
         u = f.get("uncertainty")
