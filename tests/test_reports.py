@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import html.parser
+import itertools
 import json
 
 import ml_dtypes
@@ -88,7 +89,8 @@ def things():
     return {
         "GemmResult": gemm,
         "Report": gemm.report,
-        "estimate": trn2core.estimate_gemm(4096, 4096, 4096, dtype="fp8_e4m3"),
+        # 262,144 instructions: traced by accumulation group ("matmul block").
+        "estimate": trn2core.estimate_gemm(16384, 8192, 16384, dtype="fp8_e4m3"),
         "DmaReport": trn2core.dma.dma_copy(np.ones((128, 256), np.float32)),
         "CollectiveResult": coll,
         "CollectiveReport": coll.report,
@@ -201,3 +203,153 @@ def test_bf16_result_dict_names_the_ml_dtypes_dtype():
     g = trn2core.gemm(np.ones((2, 2)), np.ones((2, 2)), out_dtype=ml_dtypes.bfloat16)
     assert g.to_dict()["out"]["dtype"] == "bfloat16"
 
+
+# --- Traces: args on every slice, bandwidth counters, dependency flows ----------------------
+
+
+def _events(rep) -> list[dict]:
+    return json.loads(rep.trace_json())["traceEvents"]
+
+
+def _counter(events, name: str) -> list[tuple[float, float]]:
+    """``(ts_us, GB/s)`` of counter ``name``, in time order."""
+    pts = [(e["ts"], e["args"]["GB/s"]) for e in events if e["ph"] == "C" and e["name"] == name]
+    assert pts == sorted(pts, key=lambda p: p[0]), name
+    return pts
+
+
+def _integral_bytes(points: list[tuple[float, float]]) -> float:
+    """Bytes under a piecewise-constant GB/s counter (ts in microseconds)."""
+    return sum(v * 1e9 * (t1 - t0) * 1e-6 for (t0, v), (t1, _) in itertools.pairwise(points))
+
+
+def _check_flows(events) -> list[tuple[dict, dict]]:
+    """Every flow start has exactly one end with its id, later or at the same time; each end
+    lands where a slice on its track starts, each start inside a slice on its track."""
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert len(starts) == sum(e["ph"] == "s" for e in events)
+    assert len(ends) == sum(e["ph"] == "f" for e in events)
+    assert starts.keys() == ends.keys()
+    slices = [e for e in events if e["ph"] == "X"]
+    pairs = []
+    for i, s in starts.items():
+        f = ends[i]
+        assert f["ts"] >= s["ts"] and f.get("bp") == "e" and f["cat"] == s["cat"]
+        assert any(x["tid"] == s["tid"] and x["pid"] == s["pid"]
+                   and x["ts"] <= s["ts"] <= x["ts"] + x["dur"] for x in slices)  # fmt: skip
+        assert any(x["tid"] == f["tid"] and x["pid"] == f["pid"] and x["ts"] == f["ts"]
+                   for x in slices)  # fmt: skip
+        pairs.append((s, f))
+    return pairs
+
+
+@pytest.mark.parametrize("name", ["Report", "estimate", "DmaReport", "CollectiveReport",
+                                  "estimate_collective", "KernelReport", "NkiReport"])  # fmt: skip
+def test_every_slice_carries_args(things, name):
+    events = _events(things[name])
+    slices = [e for e in events if e["ph"] == "X"]
+    assert slices
+    for e in slices:
+        assert isinstance(e.get("args"), dict) and e["args"], e
+        assert all(isinstance(v, (int, float, str)) for v in e["args"].values()), e
+
+
+def test_gemm_trace_names_bank_tile_instruction_and_hbm_bandwidth(things):
+    rep = things["Report"]  # 200 x 300 x 100: traced instruction by instruction
+    events = _events(rep)
+    mm = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "matmul"]
+    assert [a["instruction"] for a in mm] == list(range(rep.instructions))
+    assert {(a["m_tile"], a["k_tile"]) for a in mm} == {(m, k) for m in (0, 1) for k in (0, 1, 2)}
+    assert all(0 <= a["bank"] < 8 and a["cols"] == 100 for a in mm)
+    assert sorted({a["rows"] for a in mm}) == [72, 128]
+    ev = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "psum_to_sbuf"]
+    assert len(ev) == 2 and all(a["bytes"] == a["rows"] * a["cols"] * 4 for a in ev)
+    hbm = _counter(events, "HBM bandwidth")
+    assert hbm and hbm[-1][1] == 0 and max(v for _, v in hbm) > 0
+    assert max(v for _, v in hbm) <= trn2core.spec.hbm_chip_bytes_per_s / 1e9
+    # The counter carries exactly the HBM bytes of the DMA spans: the operand and result
+    # streams (the report's hbm_bytes) and the first a and b tiles, which the model moves
+    # ahead of the streams.
+    dma = [e for e in events if e["ph"] == "X" and "hbm_bytes" in e["args"]]
+    spans = sum(e["args"]["hbm_bytes"] for e in dma)
+    # Timestamps are written to 1 ps: on spans of about a microsecond that is 1e-6 relative.
+    assert _integral_bytes(hbm) == pytest.approx(spans, rel=1e-6)
+    streams = sum(e["args"]["hbm_bytes"] for e in dma
+                  if e["name"] in ("a tiles", "b tiles", "results"))  # fmt: skip
+    assert streams == pytest.approx(rep.details["hbm_bytes"], rel=1e-9)
+    first = sum(e["args"]["hbm_bytes"] for e in dma if e["name"].startswith("first"))
+    assert first == 128 * 128 * 2 + 128 * 100 * 2
+
+
+def test_estimate_trace_blocks_have_banks_and_tiles(things):
+    events = _events(things["estimate"])
+    blocks = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "matmul block"]
+    assert blocks and all(a["n_tiles"] <= 8 and 0 <= a["first_bank"] < 8 for a in blocks)
+    assert blocks[0]["instructions"] == blocks[0]["n_tiles"] * blocks[0]["k_tiles"]
+    assert _counter(events, "HBM bandwidth")
+
+
+def test_dma_trace_counts_its_bytes(things):
+    rep = things["DmaReport"]
+    events = _events(rep)
+    moved = [e["args"] for e in events if e["ph"] == "X" and e["name"] != "descriptor/semaphore"]
+    assert sum(a["bytes"] for a in moved) == pytest.approx(rep.bytes)
+    assert _integral_bytes(_counter(events, "HBM bandwidth")) == pytest.approx(rep.wire_bytes)
+
+
+def test_collective_trace_has_link_counters_and_phase_flows(things):
+    rep = things["CollectiveReport"]
+    events = _events(rep)
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    links = {t for t in tracks.values() if t != "collective"}
+    assert links and links <= set(rep.link_bytes)
+    for link in links:
+        pts = _counter(events, f"link {link} bandwidth")
+        assert pts[-1][1] == 0
+        assert _integral_bytes(pts) == pytest.approx(rep.link_bytes[link], rel=1e-6)
+    slices = [e for e in events if e["ph"] == "X"]
+    assert all("bytes" in e["args"] for e in slices if tracks[e["tid"]] != "collective")
+    phases = [e for e in slices if tracks[e["tid"]] == "collective"]
+    pairs = _check_flows(events)
+    assert len(pairs) == len(phases) - 1 and len(phases) >= 2
+
+
+def test_machine_trace_flows_follow_dependencies_and_the_critical_path(things):
+    rep = things["KernelReport"]
+    events = _events(rep)
+    slices = {e["args"]["index"]: e for e in events if e["ph"] == "X"}
+    deps = {
+        i: e["args"]["on"] for i, e in slices.items() if e["args"]["waited_for"] == "dependency"
+    }
+    pairs = _check_flows(events)
+    assert {f["id"]: s["tid"] for s, f in pairs} == {i: slices[j]["tid"] for i, j in deps.items()}
+    path = [s["index"] for s in rep.critical_path]
+    assert [i for i, e in slices.items() if e["args"]["critical_path"]] == sorted(path)
+    crit = sorted(f["id"] for s, f in pairs if s["cat"] == "critical_path")
+    assert crit == [b for a, b in itertools.pairwise(path) if deps.get(b) == a] and crit
+    dma = slices[0]["args"]
+    assert dma["bytes"] == 128 * 64 * 4 and dma["partitions"] == 128
+    assert _integral_bytes(_counter(events, "DMA bandwidth")) == pytest.approx(rep.dma_bytes)
+    assert _integral_bytes(_counter(events, "HBM bandwidth")) == pytest.approx(rep.dma_bytes)
+
+
+def test_matmul_slices_name_their_psum_bank_and_pe_tile():
+    core = trn2core.NeuronCore()
+    s = core.tile((128, 64), "bf16")
+    m = core.tile((128, 256), "bf16")
+    out = core.tile((64, 256), "fp32", space="psum")
+    core.gpsimd.memset(s, 1.0)
+    core.gpsimd.memset(m, 2.0)
+    core.pe.matmul(out, s, m)
+    events = _events(core.run())
+    (mm,) = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "nc_matmul"]
+    assert mm["bank"] == 0 and mm["tile_rows"] == 128 and mm["bytes"] == 64 * 256 * 4
+
+
+def test_merged_traces_keep_flow_ids_unique(tmp_path, things):
+    rep = things["KernelReport"]
+    path = trn2core.report.save_traces(tmp_path / "two.json", [("a", rep), ("b", rep)])
+    events = json.load(open(path))["traceEvents"]
+    pairs = _check_flows(events)
+    assert len(pairs) == 2 * len(_check_flows(_events(rep)))

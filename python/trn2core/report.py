@@ -158,7 +158,8 @@ class TimingReport:
         return self._trace.json()
 
     def save_trace(self, path: str | os.PathLike[str]) -> str:
-        """Writes a Chrome/Perfetto trace (one track per engine, DMA queue or link) to
+        """Writes a Chrome/Perfetto trace (one track per engine, DMA queue or link; ``args`` on
+        every slice, bandwidth counter tracks, dependency flows where the report has them) to
         ``path``; returns the path. Open it at https://ui.perfetto.dev or chrome://tracing."""
         from ._validate import path as _path
 
@@ -273,6 +274,16 @@ def _fmt_seconds(s: float) -> str:
     return f"{s * 1e9:.1f} ns"
 
 
+def moved_to_process(ev: Mapping[str, Any], pid: int) -> dict[str, Any]:
+    """A copy of trace event ``ev`` on process ``pid``; a flow event's ``id`` is made unique
+    across processes (each report numbers its flows from 0)."""
+    ev = dict(ev)
+    ev["pid"] = pid
+    if ev.get("ph") in ("s", "t", "f") and isinstance(ev.get("id"), int):
+        ev["id"] = (pid << 32) + ev["id"]
+    return ev
+
+
 def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]]) -> str:
     """Writes several reports into one Chrome/Perfetto trace, one process per report (named by
     its label), so they can be compared on one timeline; returns the path."""
@@ -286,8 +297,7 @@ def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]])
         except ValueError:
             raise Trn2ValueError(f"{label}: this report has no timeline to trace") from None
         for ev in json.loads(text).get("traceEvents", []):
-            ev = dict(ev)
-            ev["pid"] = pid
+            ev = moved_to_process(ev, pid)
             if ev.get("ph") == "M" and ev.get("name") == "process_name":
                 ev["args"] = {"name": label}
             events.append(ev)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..machine import KernelReport, engine_rows
-from ..report import TimingReport, _fmt_seconds, _Trace, plain
+from ..report import TimingReport, _fmt_seconds, _Trace, moved_to_process, plain
 
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
 
@@ -86,8 +86,7 @@ class NkiReport(TimingReport):
             events: list[dict[str, Any]] = []
             for pid, r in enumerate(reports):
                 for ev in json.loads(r.trace_json()).get("traceEvents", []):
-                    ev = dict(ev)
-                    ev["pid"] = pid
+                    ev = moved_to_process(ev, pid)
                     if ev.get("ph") == "M" and ev.get("name") == "process_name":
                         ev["args"] = {"name": f"NeuronCore {pid}"}
                     events.append(ev)
