@@ -7,6 +7,7 @@ import dataclasses
 import html.parser
 import itertools
 import json
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -353,3 +354,65 @@ def test_merged_traces_keep_flow_ids_unique(tmp_path, things):
     events = json.load(open(path))["traceEvents"]
     pairs = _check_flows(events)
     assert len(pairs) == 2 * len(_check_flows(_events(rep)))
+
+
+# --- Perfetto protobuf (the optional `perfetto` extra; `make test` installs it) -------------
+
+
+@pytest.mark.parametrize("name", ["Report", "CollectiveReport", "KernelReport"])
+def test_pftrace_holds_the_same_slices_counters_and_flows(tmp_path, things, name):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    rep = things[name]
+    events = _events(rep)
+    path = rep.save_trace(tmp_path / "t.pftrace")
+    trace = pb.Trace.FromString(open(path, "rb").read())
+    tev = [p.track_event for p in trace.packet if p.HasField("track_event")]
+    T = pb.TrackEvent
+    begins = [e for e in tev if e.type in (T.TYPE_SLICE_BEGIN, T.TYPE_INSTANT)]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert sorted(e.name for e in begins) == sorted(e["name"] for e in slices)
+    ends = [e for e in tev if e.type == T.TYPE_SLICE_END]
+    assert len(ends) == sum(e.type == T.TYPE_SLICE_BEGIN for e in begins)
+    # Every slice keeps its arguments, typed.
+    assert all(len(e.debug_annotations) > 0 for e in begins)
+    want = sorted(sorted(e["args"].items()) for e in slices)
+    got = []
+    for e in begins:
+        got.append(sorted((a.name, getattr(a, a.WhichOneof("value"))) for a in e.debug_annotations))
+    assert sorted(got) == want
+    # Counters: one counter track per JSON counter name, the same values.
+    tracks = [p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")]
+    names = {d.uuid: d.name for d in tracks if d.HasField("counter")}
+    assert set(names.values()) == {f"{e['name']} (GB/s)" for e in events if e["ph"] == "C"}
+    values = sorted(e.double_counter_value for e in tev if e.type == T.TYPE_COUNTER)
+    assert values == sorted(e["args"]["GB/s"] for e in events if e["ph"] == "C")
+    # Flows: each id starts on one slice and ends on another.
+    out = [i for e in begins for i in e.flow_ids]
+    into = [i for e in begins for i in e.terminating_flow_ids]
+    assert sorted(out) == sorted(into) == sorted(e["id"] for e in events if e["ph"] == "s")
+    # Packets are in time order.
+    ts = [p.timestamp for p in trace.packet if p.HasField("track_event")]
+    assert ts == sorted(ts)
+
+
+def test_pftrace_of_merged_reports(tmp_path, things):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    rep = things["KernelReport"]
+    path = trn2core.report.save_traces(tmp_path / "two.pftrace", [("a", rep), ("b", rep)])
+    trace = pb.Trace.FromString(open(path, "rb").read())
+    tracks = [p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")]
+    procs = [d.process for d in tracks if d.HasField("process")]
+    assert sorted(p.process_name for p in procs) == ["a", "b"]
+    ids = [i for p in trace.packet for i in p.track_event.flow_ids]
+    assert len(ids) == len(set(ids)) == 2 * sum(e["ph"] == "s" for e in _events(rep))
+
+
+def test_pftrace_without_the_perfetto_package_is_a_clear_error(tmp_path, monkeypatch, things):
+    monkeypatch.setitem(sys.modules, "perfetto", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "perfetto.trace_builder.proto_builder", None)
+    with pytest.raises(trn2core.Trn2ValueError, match=r"trn2core\[perfetto\]"):
+        things["Report"].save_trace(tmp_path / "t.pftrace")
+    assert not (tmp_path / "t.pftrace").exists()
+    assert things["Report"].save_trace(tmp_path / "t.json").endswith("t.json")  # JSON still
