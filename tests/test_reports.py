@@ -104,13 +104,17 @@ def things():
         "RunResult": run,
         "NkiReport": run.report,
         "FormatInfo": trn2core.format_info("fp8_e4m3"),
+        "SparseTensor": trn2core.compress(
+            trn2core.prune(np.arange(64, dtype=np.float32).reshape(4, 16), "2:4"), "2:4"
+        ),
+        "Compressed": trn2core.dma.compress(np.zeros(4096, np.float32)),
     }
 
 
 NAMES = [
     "GemmResult", "Report", "estimate", "DmaReport", "CollectiveResult", "CollectiveReport",
     "estimate_collective", "DistributedReport", "DistributedResult", "KernelReport",
-    "RunResult", "NkiReport", "FormatInfo",
+    "RunResult", "NkiReport", "FormatInfo", "SparseTensor", "Compressed",
 ]  # fmt: skip
 
 
@@ -133,6 +137,11 @@ def test_arrays_are_summarised_by_shape_and_dtype(things):
     assert c.to_dict()["outputs"] == [{"shape": [1024], "dtype": "float32"}] * 16
     assert things["FormatInfo"].to_dict()["dtype"] == "float8_e4m3"
     assert things["FormatInfo"].to_dict()["max"] == 240.0
+    sp = things["SparseTensor"].to_dict()
+    assert sp["values"] == {"shape": [4, 8], "dtype": "float32"} and sp["density"] == 0.5
+    assert sp["pattern"] == "2:4" and sp["shape"] == [4, 16]
+    c = things["Compressed"].to_dict()
+    assert c["codec"] == "zvc" and c["raw_nbytes"] == 4096 * 4 and c["ratio"] > 1
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -193,6 +202,7 @@ def test_every_public_result_class_has_the_three():
         trn2core.GemmResult, trn2core.Report, trn2core.dma.DmaReport, trn2core.CollectiveResult,
         trn2core.CollectiveReport, trn2core.DistributedResult, trn2core.DistributedReport,
         trn2core.KernelReport, tn.RunResult, tn.NkiReport, trn2core.FormatInfo,
+        trn2core.SparseTensor, trn2core.dma.Compressed,
     ]  # fmt: skip
     for cls in classes:
         assert callable(getattr(cls, "to_dict", None)), cls
