@@ -10,9 +10,10 @@ RUST_SRC   := $(shell find rust -name '*.rs' -o -name 'Cargo.toml' 2>/dev/null) 
 # trn2core[mpi]: MPI from PyPI (MPICH's wheel with mpiexec, and mpi4py), for the distributed
 # mode's tests (tests/test_distributed.py launches mpiexec) and benches/bench_distributed.py.
 MPI_DEPS   := "mpi4py>=4" "mpich>=4"
+# perfetto: the optional protobuf trace writer (trn2core[perfetto]; tests/test_reports.py).
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
               "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
-              "mypy>=1.10" "ziglang>=0.13" "auditwheel>=6" \
+              "mypy>=1.10" "ziglang>=0.13" "auditwheel>=6" "perfetto>=0.59" \
               "tomli>=2; python_version < '3.11'" $(MPI_DEPS)
 PY_SRC     := $(shell find python -name '*.py' -o -name '*.pyi' -o -name 'py.typed' 2>/dev/null)
 DOCS       := $(wildcard docs/*.md)

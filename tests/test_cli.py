@@ -42,6 +42,19 @@ def test_the_ocp_fp8_format_is_not_offered_to_the_tensor_engine():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    "alias, fmt", [("bfloat16", "bf16"), ("float16", "fp16"), ("float8_e4m3", "fp8_e4m3")]
+)
+def test_gemm_dtype_takes_the_numpy_jax_pytorch_names(alias, fmt):
+    r = run_cli("gemm", "--m", "64", "--k", "64", "--n", "64", "--dtype", alias, "--run")
+    assert r.returncode == 0, r.stderr
+    what = next(line for line in r.stdout.splitlines() if line.startswith("what"))
+    assert f" {fmt} perf_mode" in what, what
+    # OCP E4M3 by its PyTorch name is refused as its trn2core name is.
+    r = run_cli("gemm", "--m", "64", "--k", "64", "--n", "64", "--dtype", "torch.float8_e4m3fn")
+    assert r.returncode == 2 and "invalid choice: 'fp8_e4m3fn'" in r.stderr, r.stderr
+
+
 def test_a_negative_seed_is_a_usage_error():
     r = run_cli("gemm", "--m", "8", "--k", "8", "--n", "8", "--run", "--seed", "-1")
     assert r.returncode == 2

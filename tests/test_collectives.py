@@ -294,7 +294,7 @@ def test_subsets_of_chips(rng):
     assert all(np.array_equal(o, np.sum(np.stack(bufs), 0)) for o in res.outputs)
     assert res.report.chips == res.report.ranks == 5  # ranks: the old name of chips
     assert res.report.description.endswith(" over 5 chips, ring")
-    with pytest.raises(trn2core.Trn2Error, match="rdh"):
+    with pytest.raises(trn2core.Trn2Error, match="rdh needs a power-of-two number of chips, got 5"):
         us.all_reduce(bufs, chips=chips, algorithm="rdh")
     with pytest.raises(trn2core.Trn2Error, match="listed twice"):
         us.all_reduce(bufs, chips=[1, 1, 2, 3, 4])
@@ -337,8 +337,9 @@ def test_bad_buffers_raise_clear_errors(rng):
         inst.all_reduce(good, algorithm="tree")
     with pytest.raises(ValueError, match="kangaring"):
         UltraServer().all_reduce(ints(rng, 64, (4,)), algorithm="kangaring")
-    with pytest.raises(ValueError, match="hierarchical"):
+    with pytest.raises(ValueError, match="hierarchical") as e:
         inst.all_reduce(good, algorithm="hierarchical")
+    assert "this group has 16 chips on a machine" in str(e.value), e.value
     with pytest.raises(trn2core.ShapeError, match="sequence"):
         inst.all_reduce(np.zeros((16, 4), np.float32))
     with pytest.raises(ValueError, match="empty list"):
@@ -534,3 +535,21 @@ def test_demo_collectives_part():
     assert "equals numpy's sum: True" in text and "bit-identical: True" in text
     assert "kangaring" in text and "hierarchical" in text
     assert "are identical: True" in text
+
+
+def test_machine_collective_errors_count_chips_not_ranks():
+    # A machine's collective has one buffer per chip: its messages say chips (positions), as
+    # CollectiveReport.chips does; "rank" is nccom-test's logical NeuronCore.
+    inst = Instance("trn2.48xlarge")
+    bufs = [np.ones(8, np.float32)] * 6
+    msgs = []
+    for kw in ({"algorithm": "rdh"}, {"algorithm": "kangaring"}):
+        with pytest.raises(trn2core.Trn2Error) as e:
+            UltraCluster(2).all_reduce(bufs, chips=[0, 1, 2, 3, 64, 65], **kw)
+        msgs.append(str(e.value))
+    assert "rdh needs a power-of-two number of chips, got 6" in msgs[0]
+    assert "this group has 6 chips on a machine of 2 UltraServers" in msgs[1]
+    with pytest.raises(trn2core.ShapeError) as e:
+        inst.all_gather(bufs[:5], chips=[0, 1, 2, 3, 4, 5])
+    msgs.append(str(e.value))
+    assert all("rank" not in m for m in msgs), msgs

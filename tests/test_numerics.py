@@ -1418,7 +1418,7 @@ def test_error_hierarchy():
 X = np.array([1.0, 2.5], np.float32)
 
 
-@pytest.mark.parametrize("bad", ["fp7", "fp8", "FP32x", "float8_e4m3", ""])
+@pytest.mark.parametrize("bad", ["fp7", "fp8", "FP32x", "float8_e4m3fnuz", "float", ""])
 def test_unknown_format(bad):
     calls = [
         lambda: trn2core.quantize(X, bad),
@@ -1577,3 +1577,181 @@ def test_decode_rejects_codes_it_cannot_hold():
     with pytest.raises((ValueError, TypeError)) as excinfo:
         trn2core.decode(np.array([1.0, 2.0], np.float64), "fp16")
     assert "codes" in _no_panic(excinfo)
+
+
+# --- Formats as users write them (contract section 1) ---------------------------------------
+
+#: Each ml_dtypes float type trn2core maps, with the format it is by bit semantics.
+_ML_DTYPE_FORMATS = {
+    ml_dtypes.float8_e4m3: "fp8_e4m3",  # IEEE-style, max 240: Neuron's float8_e4m3
+    ml_dtypes.float8_e4m3fn: "fp8_e4m3fn",  # OCP E4M3, max 448
+    ml_dtypes.float8_e5m2: "fp8_e5m2",
+    ml_dtypes.float8_e3m4: "fp8_e3m4",
+    ml_dtypes.bfloat16: "bf16",
+}
+
+
+@pytest.mark.parametrize("ml_type", list(_ML_DTYPE_FORMATS), ids=lambda t: t.__name__)
+def test_ml_dtypes_map_by_bit_semantics_on_every_code(ml_type):
+    fmt = _ML_DTYPE_FORMATS[ml_type]
+    assert trn2core.dtypes.format_name(ml_type) == fmt
+    assert trn2core.dtypes.format_name(np.dtype(ml_type)) == fmt
+    assert trn2core.dtypes.format_name(ml_type.__name__) == fmt  # "float8_e4m3fn", ...
+    width = np.dtype(ml_type).itemsize
+    codes = np.arange(2 ** (8 * width), dtype={1: np.uint8, 2: np.uint16}[width])
+    ours = trn2core.decode(codes, dtype=ml_type)
+    theirs = codes.view(ml_type).astype(np.float32)
+    nan = np.isnan(theirs)
+    np.testing.assert_array_equal(np.isnan(ours), nan)
+    # Same values and the same sign of zero on every non-NaN code.
+    np.testing.assert_array_equal(ours[~nan].view(np.uint32), theirs[~nan].view(np.uint32))
+    finite = ours[np.isfinite(ours)]
+    assert (
+        float(finite.max())
+        == trn2core.format_info(ml_type).max
+        == float(ml_dtypes.finfo(ml_type).max)
+    )
+    assert trn2core.format_info(ml_type).max == {
+        "fp8_e4m3": 240.0, "fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0, "fp8_e3m4": 15.5,
+        "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+    }[fmt]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "ml_type",
+    [ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz],
+    ids=lambda t: t.__name__,
+)
+def test_fnuz_formats_are_refused_with_the_e4m3_note(ml_type):
+    x = np.ones(3, np.float32)
+    for spelling in (ml_type, np.dtype(ml_type), ml_type.__name__):
+        with pytest.raises(trn2core.FormatError, match="^dtype: ") as e:
+            trn2core.quantize(x, spelling)
+        assert "max 240" in str(e.value) and "max 448" in str(e.value)
+
+
+def _fake_torch_dtype(name: str):
+    """An object that looks like a ``torch.dtype`` (module ``torch``, class ``dtype``, ``str``
+    ``torch.<name>``): torch is not a dependency, and trn2core never imports it."""
+    cls = type("dtype", (), {"__module__": "torch", "__str__": lambda self: f"torch.{name}"})
+    return cls()
+
+
+_SPELLINGS = {
+    "fp32": ["float32", np.float32, np.dtype("float32"), "torch.float32", "torch.float"],
+    "bf16": ["bfloat16", ml_dtypes.bfloat16, np.dtype(ml_dtypes.bfloat16), "torch.bfloat16"],
+    "fp16": ["float16", np.float16, np.dtype(np.float16), "half", "torch.float16", "torch.half"],
+    "fp8_e4m3": ["float8_e4m3", ml_dtypes.float8_e4m3],
+    "fp8_e5m2": ["float8_e5m2", ml_dtypes.float8_e5m2, "torch.float8_e5m2"],
+    "fp8_e3m4": ["float8_e3m4", ml_dtypes.float8_e3m4],
+    "fp8_e4m3fn": ["float8_e4m3fn", ml_dtypes.float8_e4m3fn, "torch.float8_e4m3fn"],
+}
+
+
+@pytest.mark.parametrize("fmt", list(_SPELLINGS))
+def test_every_spelling_of_a_format_quantizes_the_same_bits(fmt):
+    x = np.random.default_rng(3).normal(scale=4.0, size=257)
+    want = trn2core.encode(x, fmt)
+    spellings = [*_SPELLINGS[fmt], _fake_torch_dtype(_SPELLINGS[fmt][0])]
+    if fmt in ("fp8_e4m3", "fp8_e3m4"):
+        spellings.pop()  # torch has no float8_e4m3 / float8_e3m4
+    for s in spellings:
+        assert trn2core.dtypes.format_name(s) == fmt, s
+        np.testing.assert_array_equal(trn2core.encode(x, s), want)
+        np.testing.assert_array_equal(trn2core.encode(x, dtype=s), want)
+        np.testing.assert_array_equal(trn2core.encode(x, fmt=s), want)
+        q = trn2core.quantize(x, dtype=s)
+        assert q.dtype == trn2core.dtypes.FORMAT_DTYPES[fmt]
+        np.testing.assert_array_equal(trn2core.decode(want, dtype=s), trn2core.decode(want, fmt))
+        assert trn2core.format_info(s) == trn2core.format_info(fmt=fmt)
+
+
+def test_the_aliases_come_from_the_core_and_name_formats():
+    from trn2core import _core
+
+    aliases = trn2core.dtypes.FORMAT_ALIASES
+    assert aliases == dict(_core.format_aliases())
+    assert set(aliases.values()) <= set(trn2core.FORMATS)
+    assert not set(aliases) & set(trn2core.FORMATS)
+    # Exactly the bit-semantics pairs: Neuron's fp8_e4m3 is ml_dtypes' float8_e4m3 (max 240).
+    assert aliases["float8_e4m3"] == "fp8_e4m3"
+    assert aliases["float8_e4m3fn"] == aliases["torch.float8_e4m3fn"] == "fp8_e4m3fn"
+    assert "float8_e4m3fnuz" not in aliases and "torch.float8_e4m3fnuz" not in aliases
+
+
+def test_real_torch_dtypes_when_torch_is_installed():
+    # torch is not a dependency: this checks the real objects only where torch happens to be.
+    try:
+        import torch  # type: ignore[import-not-found]
+    except ImportError:
+        torch = None
+    if torch is not None:
+        assert trn2core.dtypes.format_name(torch.bfloat16) == "bf16"
+        assert trn2core.dtypes.format_name(torch.float8_e4m3fn) == "fp8_e4m3fn"
+    assert "torch" not in sys.modules or torch is not None  # trn2core itself never imports it
+
+
+def test_dtype_and_fmt_together_or_neither_is_an_error():
+    x = np.ones(2)
+    with pytest.raises(trn2core.Trn2ValueError, match="^dtype: given twice"):
+        trn2core.quantize(x, "bf16", fmt="bf16")
+    with pytest.raises(trn2core.Trn2ValueError, match="^dtype: given twice"):
+        trn2core.decode(np.zeros(2, np.uint8), dtype="fp8_e4m3", fmt="fp8_e4m3")
+    with pytest.raises(trn2core.FormatError, match="^dtype: missing"):
+        trn2core.encode(x)
+    with pytest.raises(trn2core.FormatError, match="^dtype: missing"):
+        trn2core.format_info()
+
+
+@pytest.mark.parametrize(
+    "bad, text",
+    [
+        ("bfloat", "unknown format 'bfloat'"),
+        ("e4m3", "max 240"),
+        (np.float64, "dtype float64 is not a Trainium2 number format"),
+        (np.int8, "dtype int8 is not a Trainium2 number format"),
+        (3, "expected a format"),
+        (True, "expected a format"),
+        (object(), "neither a format name nor a dtype"),
+        (_fake_torch_dtype("float8_e4m3fnuz"), "max 448"),
+    ],
+)
+def test_bad_formats_are_format_errors_naming_the_argument(bad, text):
+    x = np.ones(2)
+    with pytest.raises(trn2core.FormatError, match="^dtype: ") as e:
+        trn2core.quantize(x, bad)
+    assert text in str(e.value)
+    with pytest.raises(trn2core.FormatError, match="^out_dtype: "):
+        trn2core.gemm(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), out_dtype=bad)
+
+
+def test_a_none_format_is_missing_not_float64():
+    # np.dtype(None) is float64; None here means "not given".
+    with pytest.raises(trn2core.FormatError, match="^dtype: missing"):
+        trn2core.quantize(np.ones(2), None)
+    with pytest.raises(trn2core.FormatError, match="^out_dtype: expected a format"):
+        trn2core.gemm(np.ones((2, 2)), np.ones((2, 2)), out_dtype=None)
+
+
+def test_engine_collectives_and_machine_take_the_same_spellings():
+    a = np.random.default_rng(1).normal(size=(8, 16))
+    b = np.random.default_rng(2).normal(size=(16, 4))
+    r1 = trn2core.gemm(a, b, dtype="bf16", out_dtype="bf16")
+    r2 = trn2core.gemm(a, b, dtype=ml_dtypes.bfloat16, out_dtype="torch.bfloat16")
+    assert r2.out.dtype == np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(r1.out.view(np.uint16), r2.out.view(np.uint16))
+    e1 = trn2core.estimate_gemm(512, 512, 512, dtype="fp8_e5m2")
+    e2 = trn2core.estimate_gemm(512, 512, 512, dtype=ml_dtypes.float8_e5m2)
+    assert e1.to_dict() == e2.to_dict()
+    inst = trn2core.Instance("trn2.48xlarge")
+    c1 = inst.estimate("all_reduce", 1 << 20, dtype="bf16")
+    c2 = inst.estimate("all_reduce", 1 << 20, dtype="bfloat16")
+    assert c1.seconds == c2.seconds
+    lc = trn2core.Chip().cores[0]
+    assert lc.peak_tflops(np.float16) == lc.peak_tflops("fp16") == lc.peak_tflops("half")
+    core = trn2core.NeuronCore()
+    assert core.tile((4, 8), "bfloat16").dtype == "bf16"
+    assert core.tile((4, 8), ml_dtypes.float8_e4m3).dtype == "fp8_e4m3"
+    assert core.tile((4, 8), np.int16).dtype == "int16"
+    with pytest.raises(trn2core.FormatError, match="OCP E4M3"):
+        core.tile((4, 8), ml_dtypes.float8_e4m3fn)  # OCP E4M3 is not a Trainium2 dtype

@@ -113,7 +113,7 @@ def bools(fn: str, arg: str, call) -> None:
 
 
 # -- numerics -------------------------------------------------------------------------------
-names("format_info", "fmt", lambda v: t.format_info(v))
+names("format_info", "dtype", lambda v: t.format_info(v))
 ints("format_info", "exponent_bias", lambda v: t.format_info("fp8_e4m3", exponent_bias=v),
      optional=True, extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)])  # fmt: skip
 case("format_info-exponent_bias-not-fp8", FormatError, "exponent_bias",
@@ -121,7 +121,7 @@ case("format_info-exponent_bias-not-fp8", FormatError, "exponent_bias",
 for fn, f in (("quantize", t.quantize), ("encode", t.encode)):
     arrays(fn, "x", lambda v, f=f: f(v, "bf16"))
     case(f"{fn}-x-bool", FormatError, "x", lambda f=f: f(np.array([True, False]), "bf16"))
-    names(fn, "fmt", lambda v, f=f: f(X, v))
+    names(fn, "dtype", lambda v, f=f: f(X, v))
     names(fn, "rounding", lambda v, f=f: f(X, "bf16", rounding=v))
     bools(fn, "saturate", lambda v, f=f: f(X, "bf16", saturate=v))
     ints(fn, "seed", lambda v, f=f: f(X, "bf16", rounding="stochastic", seed=v), optional=True,
@@ -165,7 +165,7 @@ case("decode-codes-width", FormatError, "codes",
      lambda: t.decode(np.zeros(3, np.uint16), "fp8_e4m3"))  # fmt: skip
 case("decode-codes-signed", FormatError, "codes",
      lambda: t.decode(np.zeros(3, np.int8), "fp8_e4m3"))  # fmt: skip
-names("decode", "fmt", lambda v: t.decode(np.zeros(3, np.uint8), v))
+names("decode", "dtype", lambda v: t.decode(np.zeros(3, np.uint8), v))
 ints("decode", "exponent_bias", lambda v: t.decode(np.zeros(3, np.uint8), "fp8_e4m3",
      exponent_bias=v), optional=True)  # fmt: skip
 ints("stochastic_bits", "shape", lambda v: t.stochastic_bits(v), err=ShapeError, skip=("list",),

@@ -9,6 +9,9 @@ _ALL: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in _core.names().items(
 
 #: Number formats (``trn2core.FORMATS``).
 FORMATS: tuple[str, ...] = _ALL["formats"]
+#: Other names users write for a format (numpy / ml_dtypes / JAX / PyTorch spellings) -> the
+#: format (``Format::ALIASES`` in the core).
+FORMAT_ALIASES: dict[str, str] = dict(_core.format_aliases())
 #: Rounding modes (``trn2core.ROUNDING_MODES``).
 ROUNDING_MODES: tuple[str, ...] = _ALL["rounding_modes"]
 #: ``perf_mode`` values of the tensor engine.

@@ -15,8 +15,9 @@ import functools
 import threading
 
 from . import _core, _validate, spec
+from .dtypes import format_name
 from .engine import PERF_MODES, NeuronCore
-from .errors import FormatError, Trn2ValueError
+from .errors import Trn2ValueError
 
 __all__ = ["Chip", "LogicalCore", "LNC_VALUES"]
 
@@ -122,8 +123,8 @@ class LogicalCore:
         bf16/fp16/tf32 (and fp8 without double_row), x 2 for fp8 e4m3/e5m2 with
         ``perf_mode="double_row"``, / 4 for fp32; ``dtype="sparse"`` gives the 4x sparse peak."""
         _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
-        if not isinstance(dtype, str):
-            raise FormatError(f"dtype: expected a format name or 'sparse', got {dtype!r}")
+        if not (isinstance(dtype, str) and dtype == "sparse"):
+            dtype = format_name(dtype, "dtype")
         return self._info.peak_flops(dtype, perf_mode) / 1e12
 
     def _gemm_cores(self) -> list[int]:

@@ -450,6 +450,17 @@ def _tensor_engine_formats() -> tuple[str, ...]:
     return tuple(ok)
 
 
+def _format(text: str) -> str:
+    """A format as users write it (``bfloat16``, ``float8_e5m2``, ``torch.float16``): its
+    trn2core name, which argparse's ``choices`` then checks."""
+    from .dtypes import format_name
+
+    try:
+        return format_name(text, "dtype")
+    except Trn2Error:
+        return text  # argparse reports it as an invalid choice, listing the choices
+
+
 def _seed(text: str) -> int:
     """A seed for numpy's generator: a whole number >= 0."""
     try:
@@ -485,8 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--k", type=int, required=True, help="contraction length")
     g.add_argument("--n", type=int, required=True, help="columns of b (and of the result)")
     g.add_argument(
-        "--dtype", default="bf16", choices=_tensor_engine_formats(),
-        help="operand format (default bf16; the formats the Trn2 tensor engine takes)",
+        "--dtype", default="bf16", type=_format, choices=_tensor_engine_formats(),
+        help="operand format (default bf16; the formats the Trn2 tensor engine takes, also by "
+             "their numpy/JAX/PyTorch names such as bfloat16, float16, float8_e4m3)",
     )  # fmt: skip
     g.add_argument("--perf-mode", default="none", choices=("none", "double_row"))
     g.add_argument(

@@ -18,9 +18,9 @@ import numpy as np
 
 from . import _core, _validate
 from ._names import ALGORITHMS, COLLECTIVES, REDUCE_OPS
-from .dtypes import FORMAT_DTYPES, format_of_dtype
+from .dtypes import FORMAT_DTYPES, format_name, format_of_dtype
 from .errors import CapacityError, ShapeError, Trn2ValueError
-from .report import TimingReport, _fmt_seconds, _fmt_time, _Trace
+from .report import Result, TimingReport, _fmt_seconds, _fmt_time, _Trace
 
 __all__ = [
     "ALGORITHMS",
@@ -133,10 +133,11 @@ class CollectiveReport(TimingReport):
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class CollectiveResult:
+@dataclasses.dataclass(frozen=True, repr=False)
+class CollectiveResult(Result):
     """``outputs``: one array per chip, in the order of the machine's chips (or of
-    ``chips=[...]``); ``report``: the timing."""
+    ``chips=[...]``); ``report``: the timing. ``to_dict()`` gives each output as its shape and
+    dtype; the repr never prints the arrays."""
 
     outputs: list[np.ndarray]
     report: CollectiveReport
@@ -334,7 +335,7 @@ def estimate(machine, collective: str, nbytes, dtype, algorithm: str, chips, pee
     _check_choice(collective, COLLECTIVES, "collective")
     _check_choice(algorithm, ALGORITHMS, "algorithm")
     n = machine._ranks(chips)
-    _validate.name(dtype, "dtype", FORMAT_DTYPES, what="format")
+    dtype = format_name(dtype, "dtype")
     itemsize = FORMAT_DTYPES[dtype].itemsize
     if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
         raise Trn2ValueError(f"nbytes: expected a byte count >= 0, got {_validate._show(nbytes)}")

@@ -104,7 +104,7 @@ def _human(n: int) -> str:
     return _validate.human_bytes(n, exact=False)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class DistributedResult(CollectiveResult):
     """``outputs``: the results of this process's ranks, in rank order; ``ranks`` and ``chips``:
     which they are; ``report``: a ``DistributedReport``."""

@@ -15,7 +15,7 @@ from . import _core, _validate, spec
 from ._names import CODECS, DMA_PLACES
 from .errors import CorruptDataError, FormatError, ShapeError, Trn2ValueError
 from .memory import Allocation, CoreMemory
-from .report import Report
+from .report import Report, html_table, plain
 
 __all__ = ["CODECS", "PLACES", "Compressed", "compress", "decompress", "DmaReport", "dma_copy"]
 
@@ -75,6 +75,16 @@ class Compressed:
             f"Compressed(codec={self.codec!r}, dtype={self.dtype}, shape={self.shape}, "
             f"nbytes={self.nbytes}, raw_nbytes={self.raw_nbytes}, ratio={self.ratio:.3f})"
         )
+
+    def to_dict(self) -> dict[str, object]:
+        """What it is, as plain JSON-serialisable data (not the stream: ``to_bytes()``)."""
+        return plain({
+            "codec": self.codec, "dtype": self.dtype, "shape": self.shape,
+            "nbytes": self.nbytes, "raw_nbytes": self.raw_nbytes, "ratio": self.ratio,
+        })  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        return html_table("Compressed", [(k, str(v)) for k, v in self.to_dict().items()])
 
 
 def _check_codec(codec) -> str:
@@ -193,6 +203,13 @@ class DmaReport(Report):
     src: str
     dst: str
     queue: int
+
+    def _rows(self) -> list[tuple[str, str]]:
+        return super()._rows() + [
+            ("bytes", f"{self.bytes:,} ({self.wire_bytes:,} over HBM)"),
+            ("bandwidth", f"{self.bandwidth / 1e9:.1f} GB/s achieved"),
+            ("path", f"{self.src} -> {self.dst}, queue {self.queue}, codec {self.codec}"),
+        ]
 
     def __str__(self) -> str:
         f = self.to_dict()

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 
 from . import _validate
-from ._names import FORMATS
-from .errors import FormatError
+from ._names import FORMAT_ALIASES, FORMATS
+from .errors import FormatError, Trn2ValueError
 
 #: numpy dtype of ``quantize``'s output for each format (contract section 1).
 FORMAT_DTYPES: dict[str, np.dtype] = {
@@ -46,6 +46,84 @@ def format_of_dtype(np_dtype: np.dtype, arg: str, *, advice: str = "") -> str:
             + (f"; {advice}" if advice else "")
         )
     return name
+
+
+#: Said wherever Neuron's fp8_e4m3 and OCP's E4M3 may be confused (docs/numerics.md).
+E4M3_NOTE = (
+    "fp8_e4m3 is Neuron's IEEE-style E4M3 (max 240; ml_dtypes.float8_e4m3), fp8_e4m3fn is OCP "
+    "E4M3 (max 448; ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn), and the fnuz formats "
+    "(ml_dtypes.float8_e4m3fnuz, float8_e5m2fnuz: bias 8/16, NaN at 0x80) are not Trainium2's"
+)
+
+
+def _torch_name(value: object) -> str | None:
+    """``str(value)`` ("torch.bfloat16") if ``value`` is a ``torch.dtype``, without importing
+    torch (it is not a dependency)."""
+    t = type(value)
+    if t.__module__ == "torch" and t.__name__ == "dtype":
+        return str(value)
+    return None
+
+
+def format_name(value: object, arg: str = "dtype", *, allowed: tuple[str, ...] = FORMATS) -> str:
+    """The trn2core format a user named, however they wrote it (contract section 1).
+
+    Accepted: a name of ``FORMATS`` (``"bf16"``), an alias from the core (``"bfloat16"``,
+    ``"float8_e4m3fn"``, ``"torch.bfloat16"``: ``trn2core.dtypes.FORMAT_ALIASES``), a numpy or
+    ml_dtypes dtype or scalar type (``np.float16``, ``np.dtype("float32")``,
+    ``ml_dtypes.float8_e5m2``) and a ``torch.dtype`` if torch is installed. Formats map by bit
+    semantics: ``float8_e4m3`` (max 240) is ``fp8_e4m3``, ``float8_e4m3fn`` (max 448) is
+    ``fp8_e4m3fn``. ``FormatError`` naming ``arg`` otherwise, or when the format is not in
+    ``allowed``.
+    """
+    name = _torch_name(value)
+    text = value if isinstance(value, str) else name
+    if text is not None:
+        fmt = text if text in FORMATS else FORMAT_ALIASES.get(text)
+        if fmt is None:
+            note = f"; {E4M3_NOTE}" if "e4m3" in text or "fnuz" in text else ""
+            raise FormatError(
+                f"{arg}: unknown format {text!r}; expected one of {FORMATS} or their other "
+                f"names {tuple(FORMAT_ALIASES)} (or a numpy / ml_dtypes dtype){note}"
+            )
+    elif value is None or isinstance(value, (bool, int, float)):
+        # np.dtype(None) is float64: a missing format is not a request for float64.
+        raise FormatError(
+            f"{arg}: expected a format (a name such as 'bf16' or a numpy / ml_dtypes dtype), "
+            f"got {_validate._show(value)}"
+        )
+    else:
+        try:
+            dt = np.dtype(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise FormatError(
+                f"{arg}: {_validate._show(value)} is neither a format name nor a dtype; "
+                f"expected one of {FORMATS}, their other names or a numpy / ml_dtypes dtype"
+            ) from None
+        fmt = _FORMAT_OF_DTYPE.get(dt.newbyteorder("="))
+        if fmt is None:
+            note = f"; {E4M3_NOTE}" if "e4m3" in dt.name or "fnuz" in dt.name else ""
+            raise FormatError(
+                f"{arg}: dtype {dt} is not a Trainium2 number format (float32, bfloat16, "
+                f"float16, float8_e4m3, float8_e5m2, float8_e3m4, float8_e4m3fn){note}"
+            )
+    if fmt not in allowed:
+        raise FormatError(f"{arg}: format {fmt} is not accepted here; expected one of {allowed}")
+    return fmt
+
+
+def format_arg(dtype: object, fmt: object, *, required: bool = True) -> object:
+    """The format argument of a function that takes ``dtype=`` and the older ``fmt=`` (an
+    alias): whichever was given; ``Trn2ValueError`` if both were, ``FormatError`` if neither
+    was (or ``None``) and it is ``required``."""
+    if dtype is not None and fmt is not None:
+        raise Trn2ValueError(
+            "dtype: given twice, as dtype= and as fmt= (fmt is the older name of dtype); "
+            "pass only dtype"
+        )
+    if dtype is None and fmt is None and required:
+        raise FormatError("dtype: missing; pass the number format, e.g. dtype='bf16'")
+    return fmt if dtype is None else dtype
 
 
 #: The unsigned dtype of each element width: a view of any array as codes, bits unchanged.

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from . import _core, _names, _validate
-from .dtypes import FORMAT_DTYPES
+from .dtypes import FORMAT_DTYPES, format_name
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import (
     CapacityError,
@@ -32,8 +32,8 @@ from .machine import (
     dtype_name,
     np_dtype_of,
 )
-from .numerics import FORMATS, ROUNDING_MODES, _env_seed
-from .report import Report
+from .numerics import ROUNDING_MODES, _env_seed
+from .report import Report, Result
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
 __all__ = ["NeuronCore", "GemmResult", "gemm", "estimate_gemm", "PERF_MODES"]
@@ -64,8 +64,7 @@ def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
     container holding tf32 values)."""
     fmt = _FORMAT_OF_DTYPE.get(x.dtype)
     if declared is not None:
-        if declared not in FORMATS:
-            raise FormatError(f"{arg}: unknown format {declared!r}; expected one of {FORMATS}")
+        declared = format_name(declared, arg)
         want = FORMAT_DTYPES[declared]
         if x.dtype != want:
             raise FormatError(f"{arg}: a {declared} operand must be a {want} array, got {x.dtype}")
@@ -376,9 +375,10 @@ def _perf_mode(perf_mode) -> str:
     return _validate.name(perf_mode, "perf_mode", PERF_MODES, what="perf_mode")
 
 
-@dataclasses.dataclass(frozen=True)
-class GemmResult:
-    """``out``: the result (fp32 PSUM values, or ``out_dtype``); ``report``: its timing."""
+@dataclasses.dataclass(frozen=True, repr=False)
+class GemmResult(Result):
+    """``out``: the result (fp32 PSUM values, or ``out_dtype``); ``report``: its timing.
+    ``to_dict()`` gives ``out`` as its shape and dtype; the repr never prints the array."""
 
     out: np.ndarray
     report: Report
@@ -448,7 +448,7 @@ def estimate_gemm(
         _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
         for name, v in (("M", M), ("K", K), ("N", N))
     )
-    dtype = _validate.name(dtype, "dtype", FORMATS, what="format")
+    dtype = format_name(dtype, "dtype")
     throttle = _validate.boolean(throttle, "throttle")
     fields = _estimate(cores, m, k, n, dtype, perf_mode, throttle, False, sparsity)[0]
     return _report(fields, cores, m, k, n, dtype, perf_mode, throttle, sparsity)
@@ -481,8 +481,8 @@ def gemm(
     cores = _gemm_cores(core)
     perf_mode = _perf_mode(perf_mode)
     if dtype is not None:
-        _validate.name(dtype, "dtype", FORMATS, what="format")
-    out_dtype = _validate.name(out_dtype, "out_dtype", FORMATS, what="format")
+        dtype = format_name(dtype, "dtype")
+    out_dtype = format_name(out_dtype, "out_dtype")
     rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if seed is not None:
         seed = _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from . import _core, _names
-from .dtypes import FORMAT_DTYPES
+from .dtypes import FORMAT_DTYPES, format_name
 from .errors import FormatError
-from .report import TimingReport, _fmt_seconds, _Trace
+from .report import TimingReport, _fmt_seconds, _Trace, plain
 
 __all__ = [
     "ACTIVATION_FUNCTIONS",
@@ -68,29 +68,25 @@ def np_dtype_of(dtype: str) -> np.dtype:
 
 
 def dtype_name(dtype: Any, arg: str = "dtype") -> str:
-    """A machine dtype name from a name or a numpy / ml_dtypes dtype."""
-    if isinstance(dtype, str):
-        if dtype in MACHINE_DTYPES or dtype == "fp8_e4m3fn":
-            return dtype
+    """A machine dtype name from a name, a format however written (``"bfloat16"``,
+    ``ml_dtypes.float8_e5m2``, ``torch.float16``: ``trn2core.dtypes.format_name``) or a numpy
+    integer / bool dtype."""
+    if isinstance(dtype, str) and dtype in MACHINE_DTYPES:
+        return dtype
+    if not isinstance(dtype, (str, bool, int, float)) and dtype is not None:
         try:
-            np_dtype = np.dtype(dtype)
-        except TypeError:
-            raise FormatError(
-                f"{arg}: unknown dtype {dtype!r}; expected one of {MACHINE_DTYPES}"
-            ) from None
-    else:
-        try:
-            np_dtype = np.dtype(dtype)
-        except TypeError:
-            raise FormatError(f"{arg}: {dtype!r} is not a dtype") from None
-    name = _NAME_OF.get(np_dtype)
-    if name is None:
+            name = _NAME_OF.get(np.dtype(dtype))
+        except (TypeError, ValueError):
+            name = None
+        if name is not None and name not in FORMAT_DTYPES:
+            return name  # an integer type (or bool, held as uint8)
+    try:
+        # fp8_e4m3fn passes: the core refuses it saying why (OCP E4M3 is not a Trainium2 dtype).
+        return format_name(dtype, arg)
+    except FormatError as e:
         raise FormatError(
-            f"{arg}: {np_dtype} is not a NeuronCore dtype; expected one of {MACHINE_DTYPES} "
-            "(numpy float32, float16, int8..uint32, ml_dtypes bfloat16 / float8_e4m3 / "
-            "float8_e5m2 / float8_e3m4)"
-        )
-    return name
+            f"{e}; a NeuronCore dtype is one of {MACHINE_DTYPES} (also numpy integer dtypes)"
+        ) from None
 
 
 class _Engine:
@@ -346,8 +342,18 @@ class KernelReport(TimingReport):
     def to_dict(self) -> dict[str, Any]:
         """All fields as plain Python data, the critical path included."""
         d = super().to_dict()
-        d["critical_path"] = [dict(s) for s in self.critical_path]
+        d["critical_path"] = plain(self.critical_path)
         return d
+
+    def _rows(self) -> list[tuple[str, str]]:
+        return [
+            ("time", _fmt_seconds(self.seconds)),
+            ("instructions", f"{self.instructions:,}"),
+            *engine_rows(self.engines),
+            ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
+            ("DMA bytes", f"{self.dma_bytes:,}"),
+            ("critical path", f"{self._core.critical_path_length:,} instructions"),
+        ]
 
     def __str__(self) -> str:
         lines = [
@@ -368,3 +374,14 @@ class KernelReport(TimingReport):
 
     def __repr__(self) -> str:
         return f"KernelReport(seconds={self.seconds:.6g}, instructions={self.instructions})"
+
+
+def engine_rows(engines: Mapping[str, Mapping[str, float]]) -> list[tuple[str, str]]:
+    """One ``(engine, "busy, utilisation, instructions")`` row per engine or DMA queue that
+    ran something (a report's table)."""
+    return [
+        (f"  {name}", f"{_fmt_seconds(e['busy_s'])} busy, {100 * e['utilization']:.1f}%, "
+                      f"{int(e['instructions']):,} instructions")
+        for name, e in engines.items()
+        if e["instructions"]
+    ]  # fmt: skip

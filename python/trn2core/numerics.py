@@ -13,8 +13,9 @@ import numpy as np
 
 from . import _core, _validate
 from ._names import FORMATS, ROUNDING_MODES
-from .dtypes import CODE_DTYPES, FORMAT_DTYPES, source_view
+from .dtypes import CODE_DTYPES, FORMAT_DTYPES, format_arg, format_name, source_view
 from .errors import FormatError, ShapeError, Trn2ValueError
+from .report import html_table, plain
 
 __all__ = [
     "FORMATS",
@@ -46,10 +47,20 @@ class FormatInfo:
     has_inf: bool
     dtype: np.dtype
 
+    def to_dict(self) -> dict[str, object]:
+        """The facts as plain, JSON-serialisable data (``dtype`` as its numpy name)."""
+        return plain({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
-def _check_format(fmt: object, arg: str = "fmt") -> str:
-    """``fmt`` if it is one of ``FORMATS`` (the list comes from the core)."""
-    return _validate.name(fmt, arg, FORMATS, what="format")
+    def _repr_html_(self) -> str:
+        return html_table(
+            f"FormatInfo {self.name}", [(k, str(v)) for k, v in self.to_dict().items()]
+        )
+
+
+def _check_format(dtype: object, fmt: object = None) -> str:
+    """The format of ``dtype=`` (or its older name ``fmt=``), however the user wrote it:
+    a name of ``FORMATS``, an alias (``"bfloat16"``), a numpy / ml_dtypes / torch dtype."""
+    return format_name(format_arg(dtype, fmt), "dtype")
 
 
 def _check_bias(exponent_bias: object) -> int | None:
@@ -59,9 +70,13 @@ def _check_bias(exponent_bias: object) -> int | None:
     return _validate.integer(exponent_bias, "exponent_bias", lo=-(2**63), hi=2**63 - 1)
 
 
-def format_info(fmt: str, *, exponent_bias: int | None = None) -> FormatInfo:
-    """The facts of format ``fmt`` (optionally with a non-standard fp8 ``exponent_bias``)."""
-    fmt = _check_format(fmt)
+def format_info(
+    dtype: object = None, *, exponent_bias: int | None = None, fmt: object = None
+) -> FormatInfo:
+    """The facts of format ``dtype`` (optionally with a non-standard fp8 ``exponent_bias``).
+    ``dtype`` is a format however written (``"bf16"``, ``"bfloat16"``, ``ml_dtypes.bfloat16``;
+    contract section 1); ``fmt=`` is its older name."""
+    fmt = _check_format(dtype, fmt)
     i = _core.format_info(fmt, _check_bias(exponent_bias))
     fields = {
         f.name: getattr(i, f.name) for f in dataclasses.fields(FormatInfo) if f.name != "dtype"
@@ -140,7 +155,7 @@ def _random_args(rounding, seed, random_bits, random_bit_count, shape):
 
 def encode(
     x,
-    fmt: str,
+    dtype: object = None,
     *,
     rounding: str = "nearest_even",
     saturate: bool = False,
@@ -148,13 +163,14 @@ def encode(
     random_bits=None,
     random_bit_count: int | None = None,
     exponent_bias: int | None = None,
+    fmt: object = None,
 ) -> np.ndarray:
-    """Rounds ``x`` once to ``fmt`` and returns the raw codes.
+    """Rounds ``x`` once to format ``dtype`` and returns the raw codes.
 
     Codes are uint8 for fp8, uint16 for bf16/fp16 and uint32 (the float32 container) for
-    tf32/fp32. See ``quantize`` for the rounding semantics.
+    tf32/fp32. See ``quantize`` for the rounding semantics and the ways to name a format.
     """
-    fmt = _check_format(fmt)
+    fmt = _check_format(dtype, fmt)
     bias = _check_bias(exponent_bias)
     saturate = _validate.boolean(saturate, "saturate")
     flat, source, shape = source_view(x, out_itemsize=CODE_DTYPES[fmt].itemsize)
@@ -165,15 +181,21 @@ def encode(
 
 def quantize(
     x,
-    fmt: str,
+    dtype: object = None,
     *,
     rounding: str = "nearest_even",
     saturate: bool = False,
     seed: int | None = None,
     random_bits=None,
     random_bit_count: int | None = None,
+    fmt: object = None,
 ) -> np.ndarray:
-    """Rounds ``x`` once to ``fmt``; returns an array of the format's numpy dtype.
+    """Rounds ``x`` once to format ``dtype``; returns an array of the format's numpy dtype.
+
+    ``dtype`` is a name of ``FORMATS`` (``"bf16"``), the name numpy, JAX or PyTorch uses
+    (``"bfloat16"``, ``"float8_e4m3fn"``, ``"torch.float16"``), or a numpy / ml_dtypes / torch
+    dtype (``ml_dtypes.float8_e5m2``); ``fmt=`` is its older name (contract section 1). Neuron's
+    ``fp8_e4m3`` (max 240) is ``ml_dtypes.float8_e4m3``, not OCP's ``float8_e4m3fn`` (max 448).
 
     The exact input value (float64 included, never pre-rounded to float32) is rounded once under
     ``rounding``; subnormals and the sign of zero are kept and NaN stays NaN. Overflow follows the
@@ -182,6 +204,7 @@ def quantize(
     ``random_bits``/``random_bit_count`` if given, else 32-bit words of the counter-based
     generator keyed by ``seed`` (default ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED``, else 0).
     """
+    fmt = _check_format(dtype, fmt)
     codes = encode(
         x,
         fmt,
@@ -194,10 +217,12 @@ def quantize(
     return codes.view(FORMAT_DTYPES[fmt])
 
 
-def decode(codes, fmt: str, *, exponent_bias: int | None = None) -> np.ndarray:
-    """Exact float32 values of raw ``codes`` of ``fmt`` (unsigned ints of the format's width, or
-    an array of the format's own dtype)."""
-    fmt = _check_format(fmt)
+def decode(
+    codes, dtype: object = None, *, exponent_bias: int | None = None, fmt: object = None
+) -> np.ndarray:
+    """Exact float32 values of raw ``codes`` of format ``dtype`` (unsigned ints of the format's
+    width, or an array of the format's own dtype); ``fmt=`` is the older name of ``dtype``."""
+    fmt = _check_format(dtype, fmt)
     bias = _check_bias(exponent_bias)
     c = _validate.array(codes, "codes")
     want = CODE_DTYPES[fmt]

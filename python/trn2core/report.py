@@ -1,8 +1,13 @@
-"""``Report``: how long the emulated hardware takes (contract section 6)."""
+"""``Report``: how long the emulated hardware takes (contract section 6).
+
+Every report and result also has ``to_dict()`` (plain, JSON-serialisable data), a one-line
+``repr`` (arrays appear as their shape and dtype, never their values) and ``_repr_html_`` (a
+small table in Jupyter)."""
 
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import os
 import threading
@@ -10,9 +15,92 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from .errors import Trn2ValueError
 
-__all__ = ["Report", "TimingReport", "save_traces"]
+__all__ = ["Report", "Result", "TimingReport", "save_traces"]
+
+
+def plain(v: Any) -> Any:
+    """``v`` as JSON-serialisable Python data: mappings as dicts, sequences as lists, numpy
+    scalars as Python numbers, dtypes as their names, arrays as ``{"shape", "dtype"}`` (a
+    summary: the values stay in the result object), reports and results as their ``to_dict()``."""
+    if isinstance(v, (str, bool, int, float)) or v is None:
+        return v
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return {"shape": list(v.shape), "dtype": v.dtype.name}
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, Mapping):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    to_dict = getattr(v, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    return str(v)
+
+
+def short(v: Any) -> str:
+    """A value in a few characters: an array as ``<bfloat16[128, 512]>``, a sequence of arrays
+    as ``[3 x <float32[1024]>]``, anything else by its ``repr``."""
+    if isinstance(v, np.ndarray):
+        return f"<{v.dtype.name}{list(v.shape)}>"
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, np.ndarray) for x in v):
+        kinds = {short(x) for x in v}
+        if len(kinds) == 1:
+            return f"[{len(v)} x {kinds.pop()}]"
+        return "[" + ", ".join(short(x) for x in v) + "]"
+    return repr(v)
+
+
+def html_table(title: str, rows: list[tuple[str, str]]) -> str:
+    """A small HTML table (Jupyter's ``_repr_html_``): a caption and one row per
+    ``(label, text)``; labels indented with spaces keep their indent."""
+    body = []
+    for k, v in rows:
+        indent = len(k) - len(k.lstrip(" "))
+        pad = f' style="padding-left:{indent}em"' if indent else ""
+        body.append(
+            f'<tr><th{pad} style="text-align:left">{html.escape(k.strip())}</th>'
+            f'<td style="text-align:left">{html.escape(str(v))}</td></tr>'
+        )
+    return (
+        f'<table class="trn2core"><caption>{html.escape(title)}</caption>'
+        + "".join(body)
+        + "</table>"
+    )
+
+
+class Result:
+    """What the result classes (``GemmResult``, ``CollectiveResult``, ``RunResult``, ...)
+    share: ``to_dict()`` (arrays as shape and dtype, the report as its ``to_dict()``), a short
+    ``repr`` and a Jupyter table. Subclasses are dataclasses declared with ``repr=False``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain, JSON-serialisable data (arrays summarised by shape and dtype)."""
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        inner = ", ".join(f"{f.name}={short(getattr(self, f.name))}" for f in fields)
+        return f"{type(self).__name__}({inner})"
+
+    def _repr_html_(self) -> str:
+        rows: list[tuple[str, str]] = []
+        report = None
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, TimingReport):
+                report = v
+            else:
+                rows.append((f.name, short(v)))
+        if report is not None:
+            rows += report._rows()
+        return html_table(type(self).__name__, rows)
 
 
 class TimingReport:
@@ -41,30 +129,46 @@ class TimingReport:
         return cls(**kw, _trace=_Trace(trace_json, retrace))
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields as plain Python data (mappings as dicts)."""
-        d = {}
-        for f in dataclasses.fields(self):
-            if f.name.startswith("_"):
+        """All fields as plain, JSON-serialisable Python data (mappings as dicts)."""
+        return {
+            f.name: plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if not f.name.startswith("_")
+        }
+
+    def _rows(self) -> list[tuple[str, str]]:
+        """The report's table as ``(label, text)`` rows (``str`` and the Jupyter table)."""
+        rows = []
+        for k, v in self.to_dict().items():
+            if isinstance(v, (dict, list)):
                 continue
-            v = getattr(self, f.name)
-            d[f.name] = dict(v) if isinstance(v, Mapping) else v
-        return d
+            rows.append((k, _fmt_seconds(v) if k.endswith("seconds") else str(v)))
+        return rows
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        w = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+    def _repr_html_(self) -> str:
+        return html_table(type(self).__name__, self._rows())
 
     def trace_json(self) -> str:
         """The Chrome/Perfetto trace as a JSON string (computed on first use)."""
         return self._trace.json()
 
     def save_trace(self, path: str | os.PathLike[str]) -> str:
-        """Writes a Chrome/Perfetto trace (one track per engine, DMA queue or link) to
-        ``path``; returns the path. Open it at https://ui.perfetto.dev or chrome://tracing."""
+        """Writes a Chrome/Perfetto trace (one track per engine, DMA queue or link; ``args`` on
+        every slice, bandwidth counter tracks, dependency flows where the report has them) to
+        ``path``; returns the path. Open it at https://ui.perfetto.dev or chrome://tracing. A
+        path ending in ``.pftrace`` gets Perfetto's protobuf format instead (typed arguments,
+        real counter tracks, flows attached to their slices; needs ``trn2core[perfetto]``)."""
         from ._validate import path as _path
 
         path = _path(path, "path")
         text = self.trace_json()
-        json.loads(text)  # fail here, not in the viewer, if it were malformed
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return path
+        doc = json.loads(text)  # fail here, not in the viewer, if it were malformed
+        return _write_trace(path, text, doc["traceEvents"])
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -102,7 +206,7 @@ class Report(TimingReport):
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
 
-    def __str__(self) -> str:
+    def _rows(self) -> list[tuple[str, str]]:
         rows = [("what", self.description or self.operation)]
         rows += [
             ("time", _fmt_time(self.seconds, self.uncertainty)),
@@ -116,8 +220,7 @@ class Report(TimingReport):
             ("bound", self.bound),
         ]
         rows += [(f"  {k}", _fmt_detail(k, v)) for k, v in self.details.items()]
-        w = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+        return rows
 
     def __repr__(self) -> str:
         return (
@@ -171,6 +274,16 @@ def _fmt_seconds(s: float) -> str:
     return f"{s * 1e9:.1f} ns"
 
 
+def moved_to_process(ev: Mapping[str, Any], pid: int) -> dict[str, Any]:
+    """A copy of trace event ``ev`` on process ``pid``; a flow event's ``id`` is made unique
+    across processes (each report numbers its flows from 0)."""
+    ev = dict(ev)
+    ev["pid"] = pid
+    if ev.get("ph") in ("s", "t", "f") and isinstance(ev.get("id"), int):
+        ev["id"] = (pid << 32) + ev["id"]
+    return ev
+
+
 def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]]) -> str:
     """Writes several reports into one Chrome/Perfetto trace, one process per report (named by
     its label), so they can be compared on one timeline; returns the path."""
@@ -184,11 +297,24 @@ def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]])
         except ValueError:
             raise Trn2ValueError(f"{label}: this report has no timeline to trace") from None
         for ev in json.loads(text).get("traceEvents", []):
-            ev = dict(ev)
-            ev["pid"] = pid
+            ev = moved_to_process(ev, pid)
             if ev.get("ph") == "M" and ev.get("name") == "process_name":
                 ev["args"] = {"name": label}
             events.append(ev)
+    text = json.dumps({"displayTimeUnit": "ns", "traceEvents": events})
+    return _write_trace(path, text, events)
+
+
+def _write_trace(path: str, text: str, events: list[dict[str, Any]]) -> str:
+    """Writes the trace to ``path``: Perfetto protobuf for a ``.pftrace`` or
+    ``.perfetto-trace`` file (the optional ``perfetto`` package), else the JSON ``text``."""
+    from . import _perfetto
+
+    if str(path).lower().endswith(_perfetto.PROTOBUF_SUFFIXES):
+        data = _perfetto.to_protobuf(events)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"displayTimeUnit": "ns", "traceEvents": events}, f)
+        f.write(text)
     return path

@@ -13,6 +13,7 @@ import numpy as np
 from . import _core, _names, _validate
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
+from .report import html_table, plain
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 
@@ -194,3 +195,14 @@ class SparseTensor:
             f"SparseTensor(pattern={self.pattern!r}, axis={self.axis}, shape={self.shape}, "
             f"dtype={self.dtype}, nbytes={self.nbytes})"
         )
+
+    def to_dict(self) -> dict[str, object]:
+        """What it is, as plain JSON-serialisable data (the arrays as shape and dtype)."""
+        return plain({
+            "pattern": self.pattern, "axis": self.axis, "shape": self.shape,
+            "dtype": self.dtype, "nbytes": self.nbytes, "density": self.density,
+            "values": self._values, "indices": self._indices,
+        })  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        return html_table("SparseTensor", [(k, str(v)) for k, v in self.to_dict().items()])

@@ -17,12 +17,13 @@ from typing import Any
 
 from ..errors import Trn2ValueError
 from ..machine import KernelReport
+from ..report import Result
 from ._report import NkiReport
 from ._runtime import KernelError, Launch
 
 
-@dataclasses.dataclass(frozen=True)
-class RunResult:
+@dataclasses.dataclass(frozen=True, repr=False)
+class RunResult(Result):
     """A kernel launch: ``outputs`` (what the kernel returns, as numpy arrays) and ``report``
     (its timeline, an ``NkiReport``)."""
 

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..machine import KernelReport
-from ..report import TimingReport, _fmt_seconds, _Trace
+from ..machine import KernelReport, engine_rows
+from ..report import TimingReport, _fmt_seconds, _Trace, moved_to_process, plain
 
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
 
@@ -86,8 +86,7 @@ class NkiReport(TimingReport):
             events: list[dict[str, Any]] = []
             for pid, r in enumerate(reports):
                 for ev in json.loads(r.trace_json()).get("traceEvents", []):
-                    ev = dict(ev)
-                    ev["pid"] = pid
+                    ev = moved_to_process(ev, pid)
                     if ev.get("ph") == "M" and ev.get("name") == "process_name":
                         ev["args"] = {"name": f"NeuronCore {pid}"}
                     events.append(ev)
@@ -117,18 +116,31 @@ class NkiReport(TimingReport):
         return float(self.engines[engine]["utilization"])
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields as plain Python data, the critical path included."""
-        return {
+        """All fields as plain, JSON-serialisable Python data, the critical path included."""
+        return plain({
             "seconds": self.seconds,
             "instructions": self.instructions,
-            "engines": {k: dict(v) for k, v in self.engines.items()},
-            "opcodes": dict(self.opcodes),
+            "engines": self.engines,
+            "opcodes": self.opcodes,
             "dma_bytes": self.dma_bytes,
             "bottleneck": self.bottleneck,
             "dma_utilization": self.dma_utilization,
             "lnc": self.lnc,
-            "critical_path": [dict(s) for s in self.critical_path],
-        }
+            "critical_path": self.critical_path,
+        })  # fmt: skip
+
+    def _rows(self) -> list[tuple[str, str]]:
+        return [
+            ("time", _fmt_seconds(self.seconds)),
+            ("NeuronCores", str(self.lnc)),
+            ("instructions", f"{self.instructions:,}"),
+            ("bottleneck", self.bottleneck),
+            *engine_rows(self.engines),
+            ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
+            ("DMA bytes", f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
+                          "bandwidth)"),
+            ("critical path", f"{len(self.critical_path):,} instructions"),
+        ]  # fmt: skip
 
     def __str__(self) -> str:
         lines = [

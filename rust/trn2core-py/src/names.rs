@@ -39,3 +39,13 @@ pub fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("reduce_cmds", ReduceCmd::NAMES.to_vec())?;
     Ok(d)
 }
+
+/// `[(alias, format name)]`: the other names users write for a format (numpy / ml_dtypes /
+/// JAX / PyTorch spellings), from [`Format::ALIASES`].
+#[pyfunction]
+pub fn format_aliases() -> Vec<(&'static str, &'static str)> {
+    Format::ALIASES
+        .iter()
+        .map(|(a, f)| (*a, f.name()))
+        .collect()
+}

@@ -625,7 +625,7 @@ pub fn build(
                 "algorithm",
                 format!(
                     "{what} runs on every chip of one instance or UltraServer; this group has {n} \
-                     ranks on a machine of shape {:?} (use ring, rdh or mesh, or hierarchical \
+                     chips on a machine of shape {:?} (use ring, rdh or mesh, or hierarchical \
                      across UltraServers)",
                     torus.shape()
                 ),
@@ -636,7 +636,7 @@ pub fn build(
         Algorithm::Rdh if !n.is_power_of_two() => {
             return Err(Error::value(
                 "algorithm",
-                format!("rdh needs a power-of-two number of ranks, got {n}"),
+                format!("rdh needs a power-of-two number of chips, got {n}"),
             ))
         }
         Algorithm::Mesh => check_mesh(n)?,
@@ -648,7 +648,8 @@ pub fn build(
             return Err(Error::value(
                 "algorithm",
                 format!(
-                    "kangaring runs within one instance or UltraServer; this group has {n} ranks                      on a machine of {} UltraServers (use ring, rdh or mesh)",
+                    "kangaring runs within one instance or UltraServer; this group has {n} chips \
+                     on a machine of {} UltraServers (use ring, rdh or mesh)",
                     torus.ultraservers()
                 ),
             ))
@@ -659,7 +660,7 @@ pub fn build(
                 "algorithm",
                 format!(
                     "hierarchical joins several UltraServers: it needs every chip of an \
-                     UltraCluster; this group has {n} ranks on a machine of shape {:?}",
+                     UltraCluster; this group has {n} chips on a machine of shape {:?}",
                     torus.shape()
                 ),
             ))
@@ -825,8 +826,8 @@ fn check_mesh(n: usize) -> Result<()> {
         return Err(Error::value(
             "algorithm",
             format!(
-                "mesh writes to every other rank directly; it is modelled up to {MESH_MAX_RANKS} \
-                 ranks, got {n} (use hierarchical, rdh or ring)"
+                "mesh writes to every other chip directly; it is modelled up to {MESH_MAX_RANKS} \
+                 chips, got {n} (use hierarchical, rdh or ring)"
             ),
         ));
     }
@@ -837,7 +838,7 @@ fn check_permutation(peers: &[usize], n: usize) -> Result<()> {
     if peers.len() != n {
         return Err(Error::shape(
             "peers",
-            format!("has {} entries; there are {n} ranks", peers.len()),
+            format!("has {} entries; there are {n} chips", peers.len()),
         ));
     }
     let mut seen = vec![false; n];
@@ -845,13 +846,13 @@ fn check_permutation(peers: &[usize], n: usize) -> Result<()> {
         if p >= n {
             return Err(Error::value(
                 "peers",
-                format!("rank {r} sends to {p}; ranks are 0..{n}"),
+                format!("position {r} sends to {p}; the positions are 0..{n}"),
             ));
         }
         if seen[p] {
             return Err(Error::value(
                 "peers",
-                format!("rank {p} would receive twice; peers must be a permutation"),
+                format!("position {p} would receive twice; peers must be a permutation"),
             ));
         }
         seen[p] = true;

@@ -38,6 +38,7 @@
 
 use super::ops::Collective;
 use super::schedule::{Group, Schedule};
+use crate::perf::{write_bandwidth_counter, write_json_args};
 use crate::spec::{
     COLLECTIVE_OP_FIXED_S, COLLECTIVE_REDUCE_OP_FIXED_S, COLLECTIVE_REDUCE_STEP_S,
     DMA_ACCUMULATE_EFFICIENCY, DMA_CHIP_BYTES_PER_S, EFA_LATENCY_S, HBM_CHIP_BYTES_PER_S,
@@ -149,7 +150,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
     let mut t = 0.0;
     let mut max_util: f64 = 0.0;
     let mut network_bytes = 0.0;
-    let mut events: Vec<(String, &'static str, f64, f64)> = Vec::new();
+    let mut events: Vec<TraceSpan> = Vec::new();
     let reduce_rate = DMA_CHIP_BYTES_PER_S * DMA_ACCUMULATE_EFFICIENCY;
     // What collectives achieve of each link: NeuronLink at the calibrated fraction of its
     // bandwidth, EFA at its nominal rate (no Trn2 measurement across UltraServers is published).
@@ -173,10 +174,11 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
             "runtime fixed cost",
             0.0,
             op_fixed_s,
+            vec![("phase", -1.0)],
         ));
     }
     t += op_fixed_s;
-    for phase in &s.phases {
+    for (phase_index, phase) in s.phases.iter().enumerate() {
         let mut latency: f64 = 0.0;
         let mut max_hops = 0;
         let mut efa = false;
@@ -242,15 +244,33 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
             }
             if trace && touched.len() <= TRACE_MAX_LINK_TRACKS {
                 let busy = repeat * load[l] / achieved(l);
-                events.push((torus.link_name(l), phase.name, t, busy));
+                let args = vec![
+                    ("phase", phase_index as f64),
+                    ("link", l as f64),
+                    ("bytes", repeat * load[l]),
+                    ("steps", repeat),
+                    ("bytes_per_step", load[l]),
+                    ("link_GBps", achieved(l) / 1e9),
+                ];
+                events.push((torus.link_name(l), phase.name, t, busy, args));
             }
         }
         if trace {
+            let args = vec![
+                ("phase", phase_index as f64),
+                ("steps", repeat),
+                ("step_s", step),
+                ("network_bytes", step_net * repeat),
+                ("max_hops", max_hops as f64),
+                ("reduce_steps", f64::from(phase.reduce_steps)),
+                ("links", touched.len() as f64),
+            ];
             events.push((
                 "collective".to_string(),
                 phase.name,
                 t,
                 repeat * step + sync_s,
+                args,
             ));
         }
         network_bytes += step_net * repeat;
@@ -308,8 +328,13 @@ pub fn op_fixed_cost_s(collective: Collective) -> f64 {
     }
 }
 
-/// A Chrome trace-event document: one thread per track, times in microseconds.
-fn trace_json(events: &[(String, &'static str, f64, f64)]) -> String {
+/// One span of a collective's trace: track, name, start and length (seconds), arguments.
+type TraceSpan = (String, &'static str, f64, f64, Vec<(&'static str, f64)>);
+
+/// A Chrome trace-event document: one thread per track, times in microseconds, every slice
+/// with its `args`; a bandwidth counter (GB/s) per link track; flow arrows from each phase of
+/// the "collective" track to the next (a phase starts when the one before it has ended).
+fn trace_json(events: &[TraceSpan]) -> String {
     let mut tracks: Vec<&str> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for (track, ..) in events {
@@ -326,12 +351,43 @@ fn trace_json(events: &[(String, &'static str, f64, f64)]) -> String {
             ",{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":{i},\"args\":{{\"name\":\"{t}\"}}}}"
         ));
     }
-    for (track, name, start, dur) in events {
+    for (track, name, start, dur, args) in events {
         let tid = index.get(track.as_str()).copied().unwrap_or(0);
         s.push_str(&format!(
-            ",{{\"ph\":\"X\",\"name\":\"{name}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6}}}",
+            ",{{\"ph\":\"X\",\"name\":\"{name}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6},",
             start * 1e6,
             dur * 1e6
+        ));
+        write_json_args(&mut s, args);
+        s.push('}');
+    }
+    // Each link's bandwidth over time (a phase moves its bytes over the link at a steady rate).
+    for t in &tracks {
+        if *t == "collective" {
+            continue;
+        }
+        let spans: Vec<(f64, f64, f64)> = events
+            .iter()
+            .filter(|e| e.0 == *t)
+            .map(|(_, _, start, dur, args)| {
+                let bytes = args.iter().find(|a| a.0 == "bytes").map_or(0.0, |a| a.1);
+                (*start, *dur, bytes)
+            })
+            .collect();
+        write_bandwidth_counter(&mut s, 0, &format!("link {t} bandwidth"), &spans);
+    }
+    // Phase order: phase p + 1 waits for phase p (and the first for the fixed cost).
+    let chain: Vec<&TraceSpan> = events.iter().filter(|e| e.0 == "collective").collect();
+    let tid = index.get("collective").copied().unwrap_or(0);
+    for (id, pair) in chain.windows(2).enumerate() {
+        let (a, b) = (pair[0], pair[1]);
+        s.push_str(&format!(
+            ",{{\"ph\":\"s\",\"name\":\"phase order\",\"cat\":\"dependency\",\"id\":{id},\"pid\":0,\"tid\":{tid},\"ts\":{:.6}}}",
+            (a.2 + a.3 / 2.0) * 1e6
+        ));
+        s.push_str(&format!(
+            ",{{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"phase order\",\"cat\":\"dependency\",\"id\":{id},\"pid\":0,\"tid\":{tid},\"ts\":{:.6}}}",
+            b.2 * 1e6
         ));
     }
     s.push_str("]}");

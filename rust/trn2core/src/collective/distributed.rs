@@ -849,7 +849,7 @@ pub fn plan_move(
                 for f in 0..g {
                     let id = sym.at(r, f);
                     if id == UNDEF || id & LEAF == 0 {
-                        return Err(internal("a rank misses a gathered chunk"));
+                        return Err(internal("a chip misses a gathered chunk"));
                     }
                     let src = (id & !LEAF) as usize;
                     let (c0, c1) = (boundary(f, g, w), boundary(f + 1, g, w));
@@ -1253,7 +1253,7 @@ fn check_local(plan: &LocalPlan, inputs: usize, outputs: usize) -> Result<()> {
         return Err(Error::shape(
             "buffers",
             format!(
-                "process {} holds {mine} ranks; got {inputs} buffers and {outputs} outputs",
+                "process {} holds {mine} chips; got {inputs} buffers and {outputs} outputs",
                 plan.process
             ),
         ));

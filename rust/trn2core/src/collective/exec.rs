@@ -161,7 +161,7 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
             Error::capacity(
                 "buffers",
                 format!(
-                    "{n} ranks x {g} chunks is beyond the {MAX_SYMBOLIC_CELLS} chunk cells the \
+                    "{n} chips x {g} chunks is beyond the {MAX_SYMBOLIC_CELLS} chunk cells the \
                      functional model tracks; cost it with estimate instead"
                 ),
             )
@@ -229,7 +229,7 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
                     return Err(Error::value(
                         "schedule",
                         format!(
-                            "internal: {} step {step} sends chunk {f} from rank {src}, which does \
+                            "internal: {} step {step} sends chunk {f} from position {src}, which does \
                              not hold it",
                             phase.name
                         ),
@@ -562,7 +562,7 @@ pub fn execute_reduce(
         return Err(Error::shape(
             "buffers",
             format!(
-                "{} inputs and {} outputs for {n} ranks",
+                "{} inputs and {} outputs for {n} chips",
                 inputs.len(),
                 outputs.len()
             ),
@@ -612,7 +612,7 @@ pub fn execute_reduce(
                         return Err(Error::value(
                             "schedule",
                             format!(
-                                "internal: {} leaves rank {r} with an incomplete reduction of \
+                                "internal: {} leaves position {r} with an incomplete reduction of \
                                  chunk {f}",
                                 s.algorithm_name()
                             ),
@@ -832,7 +832,7 @@ pub fn execute_move(
         return Err(Error::shape(
             "buffers",
             format!(
-                "{} inputs and {} outputs for {n} ranks",
+                "{} inputs and {} outputs for {n} chips",
                 inputs.len(),
                 outputs.len()
             ),
@@ -879,7 +879,7 @@ pub fn execute_move(
                     if id == UNDEF || id & LEAF == 0 {
                         return Err(Error::value(
                             "schedule",
-                            format!("internal: rank {r} misses gathered chunk {f}"),
+                            format!("internal: position {r} misses gathered chunk {f}"),
                         ));
                     }
                     let src = (id & !LEAF) as usize;

@@ -193,7 +193,7 @@ pub fn output_plan(
     if got != ranks {
         return Err(Error::shape(
             "buffers",
-            format!("got {got} buffers for {ranks} ranks; pass one buffer per chip"),
+            format!("got {got} buffers for {ranks} chips; pass one buffer per chip"),
         ));
     }
     let l = input_lens[0];
@@ -201,7 +201,7 @@ pub fn output_plan(
         return Err(Error::shape(
             "buffers",
             format!(
-                "buffer {i} has {} elements, buffer 0 has {l}; every rank's buffer must have the \
+                "buffer {i} has {} elements, buffer 0 has {l}; every chip's buffer must have the \
                  same shape",
                 input_lens[i]
             ),
@@ -294,7 +294,7 @@ pub fn local_output_plan(
         return Err(Error::shape(
             "buffers",
             format!(
-                "got {} buffers; this process ({process}) holds {} ranks of the collective \
+                "got {} buffers; this process ({process}) holds {} chips of the collective \
                  (chips {:?}): pass one buffer per chip it holds",
                 input_lens.len(),
                 ranks.len(),
@@ -307,7 +307,7 @@ pub fn local_output_plan(
         return Err(Error::shape(
             "buffers",
             format!(
-                "buffer {i} has {} {}, every rank's buffer must have {} (the size every \
+                "buffer {i} has {} {}, every chip's buffer must have {} (the size every \
                  process agreed on)",
                 input_lens[i] / unit,
                 if unit == 1 { "elements" } else { "bytes" },

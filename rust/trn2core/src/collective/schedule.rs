@@ -209,7 +209,7 @@ impl<'a> Group<'a> {
         if chips.is_empty() {
             return Err(Error::value(
                 "chips",
-                "a collective needs at least one rank",
+                "a collective needs at least one chip",
             ));
         }
         let mut seen = vec![false; torus.size()];

@@ -315,12 +315,17 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
             if let State::Fixed { start, until } = state[i] {
                 if until <= now {
                     for &(e, _) in &engines[i] {
-                        events.push(Event::new(
-                            queue_track(e, transfers[i].queue),
-                            "descriptor/semaphore",
-                            start,
-                            until - start,
-                        ));
+                        events.push(
+                            Event::new(
+                                queue_track(e, transfers[i].queue),
+                                "descriptor/semaphore",
+                                start,
+                                until - start,
+                            )
+                            .with("engine", e as f64)
+                            .with("queue", transfers[i].queue as f64)
+                            .with("bytes", 0.0),
+                        );
                     }
                     state[i] = State::Moving { since: until };
                     progressed = true;
@@ -427,13 +432,23 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
                     // `next - now`).
                     if r > 0.0 && prev + left[i][k] / r <= next {
                         left[i][k] = 0.0;
-                        let e = engines[i][k].0;
-                        events.push(Event::new(
-                            queue_track(e, transfers[i].queue),
-                            transfers[i].name,
-                            since,
-                            now - since,
-                        ));
+                        let (e, share) = engines[i][k];
+                        let tr = &transfers[i];
+                        // This engine's part of the transfer, and of its HBM traffic.
+                        let frac = if tr.bytes > 0 {
+                            share / tr.bytes as f64
+                        } else {
+                            0.0
+                        };
+                        let [local, remote] = tr.hbm_bytes();
+                        events.push(
+                            Event::new(queue_track(e, tr.queue), tr.name, since, now - since)
+                                .with("engine", e as f64)
+                                .with("queue", tr.queue as f64)
+                                .with("bytes", share)
+                                .with("hbm_bytes", (local + remote) * frac)
+                                .with("partitions", tr.partitions as f64),
+                        );
                     } else {
                         left[i][k] -= r * dt;
                     }

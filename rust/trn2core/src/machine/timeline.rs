@@ -32,11 +32,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::spec::{DMA_ENGINES_PER_CORE, DMA_QUEUES_PER_ENGINE, PE_COLS, PE_ROWS, PE_TILE_QUARTER};
+use crate::perf::write_bandwidth_counter;
+use crate::spec::{
+    DMA_ENGINES_PER_CORE, DMA_QUEUES_PER_ENGINE, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANK_BYTES,
+};
 use crate::{Error, Result};
 
 use super::cost::{self, seconds};
-use super::record::{Engine, Opcode, Program, Queue, Region};
+use super::record::{Engine, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM};
 use super::tile::partition_mask;
 
 /// No instruction.
@@ -278,6 +281,18 @@ pub struct Slice {
     pub dur_s: f64,
     /// What it waited for.
     pub wait: Wait,
+    /// Bytes it moves (DMA) or writes (compute: its output regions).
+    pub bytes: u64,
+    /// Partitions it spans.
+    pub partitions: u16,
+    /// Elements per partition of its main input (the cost formulas' N).
+    pub elements: u32,
+    /// The PSUM bank it writes, if it writes PSUM.
+    pub bank: Option<u8>,
+    /// `nc_matmul`: the PE tile `(row start, rows, column start, columns)` in units of 32.
+    pub pe_tile: Option<[u8; 4]>,
+    /// Whether a side of it is in HBM (a DMA from or to an HBM tensor).
+    pub touches_hbm: bool,
 }
 
 /// Busy time and counts of one queue.
@@ -503,13 +518,33 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         critical_path.reverse();
     }
     let slices = (0..n.min(options.trace_limit))
-        .map(|i| Slice {
-            index: i as u32,
-            opcode: program.instrs[i].opcode,
-            queue: program.instrs[i].queue,
-            start_s: seconds(start[i]),
-            dur_s: seconds(end[i] - start[i]),
-            wait: waits[i],
+        .map(|i| {
+            let ins = &program.instrs[i];
+            let writes = program.writes(ins);
+            let written: u64 = writes.iter().map(|r| (r.hi - r.lo) * u64::from(r.pn)).sum();
+            let is_dma = matches!(ins.queue, Queue::Dma(..));
+            let hbm = program
+                .reads(ins)
+                .iter()
+                .chain(writes)
+                .any(|r| r.mem >= MEM_HBM0);
+            Slice {
+                index: i as u32,
+                opcode: ins.opcode,
+                queue: ins.queue,
+                start_s: seconds(start[i]),
+                dur_s: seconds(end[i] - start[i]),
+                wait: waits[i],
+                bytes: if is_dma { ins.cost.bytes } else { written },
+                partitions: ins.cost.partitions,
+                elements: ins.cost.n,
+                bank: writes
+                    .iter()
+                    .find(|r| r.mem == MEM_PSUM)
+                    .map(|r| (r.lo / PSUM_BANK_BYTES).min(255) as u8),
+                pe_tile: (ins.opcode == Opcode::NcMatmul).then_some(ins.cost.pe_tile),
+                touches_hbm: is_dma && hbm,
+            }
         })
         .collect();
     Ok(KernelReport {
@@ -542,7 +577,11 @@ impl KernelReport {
     }
 
     /// The Chrome/Perfetto trace: one track per engine and DMA queue, one slice per
-    /// instruction named by its opcode, with its index and what it waited for as arguments.
+    /// instruction named by its opcode, with its index, what it waited for, bytes,
+    /// partitions, elements per partition, PSUM bank, PE tile and whether it is on the critical
+    /// path as arguments; a flow arrow from each instruction to the one that waited for its
+    /// result (category `critical_path` along the critical path, else `dependency`); counter
+    /// tracks of the DMA and HBM bandwidth (GB/s).
     pub fn chrome_trace_json(&self) -> String {
         let mut order: Vec<Queue> = Vec::new();
         for s in &self.slices {
@@ -564,6 +603,8 @@ impl KernelReport {
                 q.track()
             );
         }
+        let on_path: std::collections::HashSet<u32> =
+            self.critical_path.iter().map(|p| p.index).collect();
         for s in &self.slices {
             let (kind, on) = match s.wait {
                 Wait::Start => ("start", -1i64),
@@ -572,14 +613,78 @@ impl KernelReport {
             };
             let _ = write!(
                 out,
-                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{},\"ts\":{:.6},\"dur\":{:.6},\"args\":{{\"index\":{},\"waited_for\":\"{kind}\",\"on\":{on}}}}}",
+                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{},\"ts\":{:.6},\"dur\":{:.6},\"args\":{{\"index\":{},\"waited_for\":\"{kind}\",\"on\":{on},\"bytes\":{},\"partitions\":{},\"elements\":{},\"critical_path\":{}",
                 s.opcode.name(),
                 s.queue.index(),
                 s.start_s * 1e6,
                 s.dur_s * 1e6,
-                s.index
+                s.index,
+                s.bytes,
+                s.partitions,
+                s.elements,
+                u8::from(on_path.contains(&s.index)),
             );
+            if let Some(b) = s.bank {
+                let _ = write!(out, ",\"bank\":{b}");
+            }
+            if let Some([r0, rn, c0, cn]) = s.pe_tile {
+                let q = PE_TILE_QUARTER;
+                let _ = write!(
+                    out,
+                    ",\"tile_row\":{},\"tile_rows\":{},\"tile_col\":{},\"tile_cols\":{}",
+                    usize::from(r0) * q,
+                    usize::from(rn) * q,
+                    usize::from(c0) * q,
+                    usize::from(cn) * q
+                );
+            }
+            out.push_str("}}");
         }
+        // Dependencies: instruction j's result is what instruction i waited for. The arrow
+        // leaves j's slice in its middle and ends where i starts.
+        let traced = self.slices.len();
+        for s in &self.slices {
+            if let Wait::Dependency(j) = s.wait {
+                let j = j as usize;
+                if j >= traced {
+                    continue;
+                }
+                let from = &self.slices[j];
+                let cat = if on_path.contains(&s.index) && on_path.contains(&from.index) {
+                    "critical_path"
+                } else {
+                    "dependency"
+                };
+                let _ = write!(
+                    out,
+                    ",{{\"ph\":\"s\",\"name\":\"{cat}\",\"cat\":\"{cat}\",\"id\":{},\"pid\":0,\"tid\":{},\"ts\":{:.6}}}",
+                    s.index,
+                    from.queue.index(),
+                    (from.start_s + from.dur_s / 2.0) * 1e6
+                );
+                let _ = write!(
+                    out,
+                    ",{{\"ph\":\"f\",\"bp\":\"e\",\"name\":\"{cat}\",\"cat\":\"{cat}\",\"id\":{},\"pid\":0,\"tid\":{},\"ts\":{:.6}}}",
+                    s.index,
+                    s.queue.index(),
+                    s.start_s * 1e6
+                );
+            }
+        }
+        let dma: Vec<(f64, f64, f64)> = self
+            .slices
+            .iter()
+            .filter(|s| matches!(s.queue, Queue::Dma(..)))
+            .map(|s| (s.start_s, s.dur_s, s.bytes as f64))
+            .collect();
+        write_bandwidth_counter(&mut out, 0, "DMA bandwidth", &dma);
+        let hbm: Vec<(f64, f64, f64)> = self
+            .slices
+            .iter()
+            .filter(|s| s.touches_hbm)
+            .map(|s| (s.start_s, s.dur_s, s.bytes as f64))
+            .collect();
+        write_bandwidth_counter(&mut out, 0, "HBM bandwidth", &hbm);
         out.push_str("]}");
         out
     }

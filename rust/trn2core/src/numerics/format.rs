@@ -32,6 +32,47 @@ named_enum! {
 }
 
 impl Format {
+    /// Other names users write for a format: the numpy / ml_dtypes dtype names (which JAX and
+    /// NKI also use) and PyTorch's `str(torch.<dtype>)`. Each maps by bit semantics, not by
+    /// spelling: ml_dtypes' `float8_e4m3` (IEEE-style, max 240) is Neuron's `fp8_e4m3`, while
+    /// `float8_e4m3fn` (OCP E4M3, max 448) is `fp8_e4m3fn`. The `fnuz` formats (bias 8/16, NaN
+    /// at 0x80, no -0) are none of Trainium2's and have no alias.
+    pub const ALIASES: &'static [(&'static str, Format)] = &[
+        ("float32", Format::Fp32),
+        ("torch.float32", Format::Fp32),
+        ("torch.float", Format::Fp32),
+        ("bfloat16", Format::Bf16),
+        ("torch.bfloat16", Format::Bf16),
+        ("float16", Format::Fp16),
+        ("half", Format::Fp16),
+        ("torch.float16", Format::Fp16),
+        ("torch.half", Format::Fp16),
+        ("float8_e4m3", Format::Fp8E4m3),
+        ("float8_e5m2", Format::Fp8E5m2),
+        ("torch.float8_e5m2", Format::Fp8E5m2),
+        ("float8_e3m4", Format::Fp8E3m4),
+        ("float8_e4m3fn", Format::Fp8E4m3fn),
+        ("torch.float8_e4m3fn", Format::Fp8E4m3fn),
+    ];
+
+    /// The format named `name`: one of [`Self::NAMES`] or of [`Self::ALIASES`]; an error naming
+    /// the argument `arg` and listing both otherwise.
+    pub fn resolve(arg: &str, name: &str) -> Result<Format> {
+        if let Some(&(_, f)) = Self::ALIASES.iter().find(|(a, _)| *a == name) {
+            return Ok(f);
+        }
+        Self::parse(arg, name).map_err(|_| {
+            Error::format(
+                arg,
+                format!(
+                    "unknown format {name:?}; expected one of {:?} or one of the aliases {:?}",
+                    Self::NAMES,
+                    Self::ALIASES.iter().map(|(a, _)| *a).collect::<Vec<_>>()
+                ),
+            )
+        })
+    }
+
     /// Exponent field width in bits.
     pub const fn exponent_bits(self) -> u32 {
         match self {
@@ -266,5 +307,41 @@ mod tests {
         assert_eq!(b10.max_value(), std.max_value() * 2f64.powi(7 - 10));
         assert!(Format::Bf16.encoding_with_bias(Some(3)).is_err());
         assert!(Format::Fp8E5m2.encoding_with_bias(Some(128)).is_err());
+    }
+
+    #[test]
+    fn aliases_resolve_by_bit_semantics() {
+        for f in Format::ALL {
+            assert_eq!(Format::resolve("dtype", f.name()).ok(), Some(f));
+        }
+        for (alias, f) in Format::ALIASES {
+            assert_eq!(Format::resolve("dtype", alias).ok(), Some(*f));
+            assert!(
+                !Format::NAMES.contains(alias),
+                "{alias} is a name, not an alias"
+            );
+        }
+        // ml_dtypes' float8_e4m3 is IEEE-style (max 240) = Neuron's; float8_e4m3fn is OCP (448).
+        assert_eq!(
+            Format::resolve("d", "float8_e4m3").ok(),
+            Some(Format::Fp8E4m3)
+        );
+        assert_eq!(
+            Format::resolve("d", "float8_e4m3fn").ok(),
+            Some(Format::Fp8E4m3fn)
+        );
+        assert_eq!(
+            Format::resolve("d", "torch.bfloat16").ok(),
+            Some(Format::Bf16)
+        );
+        let err = Format::resolve("dtype", "float8_e4m3fnuz")
+            .err()
+            .map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(
+            err.starts_with("dtype: unknown format \"float8_e4m3fnuz\""),
+            "{err}"
+        );
+        assert!(err.contains("\"bfloat16\""), "{err}");
     }
 }

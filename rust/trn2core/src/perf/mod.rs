@@ -4,4 +4,5 @@
 
 pub mod report;
 
+pub(crate) use report::{write_bandwidth_counter, write_json_args};
 pub use report::{Event, Report, Uncertainty};

@@ -17,6 +17,9 @@ pub struct Event {
     pub start_s: f64,
     /// Length, seconds.
     pub dur_s: f64,
+    /// What a person clicks the span for (the trace's `args`): bytes, PSUM bank, tile indices,
+    /// instruction index, ... A key `hbm_bytes` also feeds the trace's HBM bandwidth counter.
+    pub args: Vec<(&'static str, f64)>,
 }
 
 impl Event {
@@ -27,7 +30,87 @@ impl Event {
             name,
             start_s,
             dur_s,
+            args: Vec::new(),
         }
+    }
+
+    /// The event with one more argument.
+    pub fn with(mut self, key: &'static str, value: f64) -> Self {
+        self.args.push((key, value));
+        self
+    }
+}
+
+/// Writes `value` as a JSON number: integral values without a fraction, non-finite as `null`.
+pub(crate) fn write_json_number(out: &mut String, value: f64) {
+    use std::fmt::Write as _;
+    if !value.is_finite() {
+        out.push_str("null");
+    } else if value.fract() == 0.0 && value.abs() < 9.0e15 {
+        let _ = write!(out, "{}", value as i64);
+    } else {
+        let _ = write!(out, "{value}");
+    }
+}
+
+/// Writes `"args":{...}` of numeric arguments.
+pub(crate) fn write_json_args(out: &mut String, args: &[(&str, f64)]) {
+    out.push_str("\"args\":{");
+    for (i, (k, v)) in args.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(k);
+        out.push_str("\":");
+        write_json_number(out, *v);
+    }
+    out.push('}');
+}
+
+/// Appends Chrome counter events (`"ph":"C"`) named `name` on process `pid`: the bandwidth, in
+/// GB/s (10^9 bytes/s), of the spans `(start_s, dur_s, bytes)` running at each moment, each
+/// moving its bytes at a constant rate. One event wherever the sum changes; the last is 0.
+pub(crate) fn write_bandwidth_counter(
+    out: &mut String,
+    pid: usize,
+    name: &str,
+    spans: &[(f64, f64, f64)],
+) {
+    use std::fmt::Write as _;
+    // (time, change of rate, change of the count of running spans)
+    let mut edges: Vec<(f64, f64, i64)> = Vec::with_capacity(2 * spans.len());
+    for &(start, dur, bytes) in spans {
+        if dur > 0.0 && bytes > 0.0 && start.is_finite() && dur.is_finite() {
+            let rate = bytes / dur / 1e9;
+            edges.push((start, rate, 1));
+            edges.push((start + dur, -rate, -1));
+        }
+    }
+    if edges.is_empty() {
+        return;
+    }
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut rate, mut running) = (0.0f64, 0i64);
+    let mut i = 0;
+    while i < edges.len() {
+        let t = edges[i].0;
+        while i < edges.len() && edges[i].0 == t {
+            rate += edges[i].1;
+            running += edges[i].2;
+            i += 1;
+        }
+        // Sums of floats drift: nothing running is exactly zero.
+        if running == 0 {
+            rate = 0.0;
+        }
+        let _ = write!(
+            out,
+            ",{{\"ph\":\"C\",\"name\":\"{name}\",\"pid\":{pid},\"ts\":{:.6},\"args\":{{\"GB/s\":",
+            t * 1e6
+        );
+        write_json_number(out, rate.max(0.0));
+        out.push_str("}}");
     }
 }
 
@@ -161,7 +244,8 @@ impl Report {
     }
 
     /// The events as a Chrome trace-event JSON document (opens in Perfetto and
-    /// chrome://tracing): one thread per track, times in microseconds.
+    /// chrome://tracing): one thread per track, times in microseconds, every slice with its
+    /// `args`, and an "HBM bandwidth" counter track (GB/s) from the spans' `hbm_bytes`.
     pub fn chrome_trace_json(&self) -> String {
         let mut tracks: Vec<&'static str> = Vec::new();
         for e in &self.events {
@@ -180,13 +264,67 @@ impl Report {
         for e in &self.events {
             let tid = tracks.iter().position(|t| *t == e.track).unwrap_or(0);
             s.push_str(&format!(
-                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6}}}",
+                ",{{\"ph\":\"X\",\"name\":\"{}\",\"pid\":0,\"tid\":{tid},\"ts\":{:.6},\"dur\":{:.6},",
                 e.name,
                 e.start_s * 1e6,
                 e.dur_s * 1e6
             ));
+            write_json_args(&mut s, &e.args);
+            s.push('}');
         }
+        // HBM bandwidth over time: the transfers that cross HBM, each at its average rate.
+        let hbm: Vec<(f64, f64, f64)> = self
+            .events
+            .iter()
+            .filter_map(|e| {
+                e.args
+                    .iter()
+                    .find(|(k, _)| *k == "hbm_bytes")
+                    .map(|&(_, b)| (e.start_s, e.dur_s, b))
+            })
+            .collect();
+        write_bandwidth_counter(&mut s, 0, "HBM bandwidth", &hbm);
         s.push_str("]}");
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `(ts, GB/s)` points of a counter written by [`write_bandwidth_counter`].
+    fn points(spans: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+        let mut s = String::new();
+        write_bandwidth_counter(&mut s, 0, "bw", spans);
+        s.split(",{")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let num = |key: &str| -> f64 {
+                    let at = e.find(key).map_or(0, |i| i + key.len());
+                    let end = e[at..].find(['}', ',']).map_or(e.len(), |j| at + j);
+                    e[at..end].parse().unwrap_or(f64::NAN)
+                };
+                (num("\"ts\":"), num("\"GB/s\":"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bandwidth_counter_sums_overlapping_spans_and_ends_at_zero() {
+        // 2 GB over [0, 1) s and 1 GB over [0.5, 1.5) s: 2, then 3, then 1, then 0 GB/s.
+        let p = points(&[(0.0, 1.0, 2e9), (0.5, 1.0, 1e9)]);
+        assert_eq!(
+            p,
+            vec![(0.0, 2.0), (0.5e6, 3.0), (1.0e6, 1.0), (1.5e6, 0.0)]
+        );
+        assert!(points(&[(0.0, 0.0, 5.0), (1.0, 1.0, 0.0)]).is_empty());
+    }
+
+    #[test]
+    fn args_are_json_numbers() {
+        let mut s = String::new();
+        write_json_args(&mut s, &[("bank", 3.0), ("bytes", 0.5), ("bad", f64::NAN)]);
+        assert_eq!(s, "\"args\":{\"bank\":3,\"bytes\":0.5,\"bad\":null}");
     }
 }

@@ -660,3 +660,47 @@ fn half_ring_ties_alternate_direction_by_parity() {
     assert_eq!(even, vec!["0->1 X+", "1->2 X+"]);
     assert_eq!(odd, vec!["1->0 X-", "0->3 X-"]);
 }
+
+#[test]
+fn chip_group_errors_count_chips_not_ranks() {
+    // A chip-level group has one member per chip; "rank" is nccom-test's logical NeuronCore.
+    let err = |r: trn2core::Result<_>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let t = Torus::instance();
+    let g = Group::new(&t, vec![0, 1, 2]).expect("valid");
+    let rdh = err(build(&g, Collective::AllReduce, Algorithm::Rdh, 1 << 20, None).map(|_| ()));
+    assert!(
+        rdh.contains("rdh needs a power-of-two number of chips, got 3"),
+        "{rdh}"
+    );
+    let hier = err(build(
+        &g,
+        Collective::AllReduce,
+        Algorithm::Hierarchical,
+        1 << 20,
+        None,
+    )
+    .map(|_| ()));
+    assert!(
+        hier.contains("this group has 3 chips on a machine"),
+        "{hier}"
+    );
+    let c2 = Torus::ultracluster(2).expect("valid");
+    let g2 = Group::new(&c2, vec![0, 1, 64, 65]).expect("valid");
+    let kr = err(build(
+        &g2,
+        Collective::AllReduce,
+        Algorithm::KangaRing,
+        1 << 20,
+        None,
+    )
+    .map(|_| ()));
+    assert!(
+        kr.contains("this group has 4 chips on a machine of 2 UltraServers"),
+        "{kr}"
+    );
+    let empty = err(Group::new(&t, vec![]).map(|_| ()));
+    assert!(empty.contains("at least one chip"), "{empty}");
+    for m in [rdh, hier, kr, empty] {
+        assert!(!m.contains("rank"), "{m}");
+    }
+}

@@ -170,13 +170,16 @@ impl Trace {
         }
     }
 
-    fn push(&mut self, track: &'static str, name: &'static str, start: u64, end: u64) {
-        self.events.push(Event::new(
-            track,
-            name,
-            ticks_to_s(start),
-            ticks_to_s(end - start),
-        ));
+    fn push(
+        &mut self,
+        track: &'static str,
+        name: &'static str,
+        (start, end): (u64, u64),
+        args: &[(&'static str, f64)],
+    ) {
+        let mut e = Event::new(track, name, ticks_to_s(start), ticks_to_s(end - start));
+        e.args.extend_from_slice(args);
+        self.events.push(e);
     }
 }
 
@@ -299,7 +302,9 @@ impl Sim {
         self.pe_cycles += cycles;
     }
 
-    /// One K tile of a group: a matmul per column tile, in order.
+    /// One K tile of a group: a matmul per column tile, in order. `at` is the group's
+    /// (row tile, first column tile), for the trace.
+    #[allow(clippy::too_many_arguments)]
     fn k_tile(
         &mut self,
         mt: usize,
@@ -307,6 +312,7 @@ impl Sim {
         group: Group,
         first_bank: usize,
         (first, last): (bool, bool),
+        at: (u64, u64),
         trace: &mut Trace,
     ) {
         for i in 0..group.tiles {
@@ -316,7 +322,8 @@ impl Sim {
             if last {
                 let (es, ee, act) = self.evict(end, nt, bank);
                 if trace.mode == TraceMode::Blocks && i == 0 {
-                    trace.push(evictor_track(act), "psum_to_sbuf", es, ee);
+                    let args = eviction_args(at.0, at.1, bank, mt, nt);
+                    trace.push(evictor_track(act), "psum_to_sbuf", (es, ee), &args);
                 }
             }
         }
@@ -327,7 +334,7 @@ impl Sim {
     fn group(
         &mut self,
         g: &Geometry,
-        mt: usize,
+        (mt, at): (usize, (u64, u64)),
         group: Group,
         trace: &mut Trace,
         cancel: &Cancel,
@@ -336,7 +343,15 @@ impl Sim {
         let first_bank = self.next_bank;
         self.next_bank = (first_bank + group.tiles) % PSUM_BANKS;
         let cycles = |i: usize| matmul_cycles(mt, group.cols(i), g.fp32);
-        self.k_tile(mt, g.fp32, group, first_bank, (true, g.k_tiles == 1), trace);
+        self.k_tile(
+            mt,
+            g.fp32,
+            group,
+            first_bank,
+            (true, g.k_tiles == 1),
+            at,
+            trace,
+        );
         if g.k_tiles >= 2 {
             let mut k_left = g.k_tiles - 2;
             let mut walked = 0u64;
@@ -360,10 +375,11 @@ impl Sim {
                 }
                 k_left -= 1;
             }
-            self.k_tile(mt, g.fp32, group, first_bank, (false, true), trace);
+            self.k_tile(mt, g.fp32, group, first_bank, (false, true), at, trace);
         }
         if trace.mode == TraceMode::Blocks {
-            trace.push("PE", "matmul block", block_start, self.t);
+            let args = block_args(g, at, group.tiles, first_bank);
+            trace.push("PE", "matmul block", (block_start, self.t), &args);
         }
         Ok(())
     }
@@ -461,10 +477,47 @@ impl Sim {
         let (full, last, groups) = groups(g);
         let mut off = Trace::new(TraceMode::Off);
         self.repeat(groups - 1, cancel, &mut |s: &mut Sim| {
-            s.group(g, mt, full, &mut off, cancel)
+            s.group(g, (mt, (0, 0)), full, &mut off, cancel)
         })?;
-        self.group(g, mt, last, &mut off, cancel)
+        self.group(g, (mt, (0, 0)), last, &mut off, cancel)
     }
+}
+
+/// The trace arguments of a PSUM-to-SBUF eviction of tile `(m_tile, n_tile)` from `bank`:
+/// `rows x cols` fp32 values read from PSUM.
+fn eviction_args(
+    m_tile: u64,
+    n_tile: u64,
+    bank: usize,
+    rows: usize,
+    cols: usize,
+) -> [(&'static str, f64); 6] {
+    [
+        ("m_tile", m_tile as f64),
+        ("n_tile", n_tile as f64),
+        ("bank", bank as f64),
+        ("rows", rows as f64),
+        ("cols", cols as f64),
+        ("bytes", (rows * cols * 4) as f64),
+    ]
+}
+
+/// The trace arguments of an accumulation group: row tile, first column tile, column tiles
+/// (one PSUM bank each, from `first_bank`), K tiles and matmul instructions.
+fn block_args(
+    g: &Geometry,
+    (m_tile, n_tile): (u64, u64),
+    tiles: usize,
+    first_bank: usize,
+) -> [(&'static str, f64); 6] {
+    [
+        ("m_tile", m_tile as f64),
+        ("n_tile", n_tile as f64),
+        ("n_tiles", tiles as f64),
+        ("first_bank", first_bank as f64),
+        ("k_tiles", g.k_tiles as f64),
+        ("instructions", (tiles as u64 * g.k_tiles) as f64),
+    ]
 }
 
 /// The full group, the last group, and the number of groups of a row tile.
@@ -486,6 +539,7 @@ fn groups(g: &Geometry) -> (Group, Group, u64) {
 pub fn walk(g: &Geometry, sim: &mut Sim, trace: &mut Trace) -> Result<()> {
     let cancel = crate::cancel::current();
     let banks = PSUM_BANKS as u64;
+    let mut index = 0u64;
     for mi in 0..g.m_tiles {
         let mt = g.rows_of(mi);
         let mut g0 = 0;
@@ -504,20 +558,32 @@ pub fn walk(g: &Geometry, sim: &mut Sim, trace: &mut Trace) -> Result<()> {
                     let bank = (first_bank + (nj - g0) as usize) % PSUM_BANKS;
                     let (start, end) = sim.matmul(matmul_cycles(mt, nt, g.fp32), bank, ki == 0);
                     if trace.mode == TraceMode::Instructions {
-                        trace.push("PE", "matmul", start, end);
+                        let args = [
+                            ("instruction", index as f64),
+                            ("m_tile", mi as f64),
+                            ("n_tile", nj as f64),
+                            ("k_tile", ki as f64),
+                            ("bank", bank as f64),
+                            ("rows", mt as f64),
+                            ("cols", nt as f64),
+                        ];
+                        trace.push("PE", "matmul", (start, end), &args);
                     }
+                    index += 1;
                     if ki == g.k_tiles - 1 {
                         let (es, ee, act) = sim.evict(end, nt, bank);
                         if trace.mode == TraceMode::Instructions
                             || (trace.mode == TraceMode::Blocks && nj == g0)
                         {
-                            trace.push(evictor_track(act), "psum_to_sbuf", es, ee);
+                            let args = eviction_args(mi, nj, bank, mt, nt);
+                            trace.push(evictor_track(act), "psum_to_sbuf", (es, ee), &args);
                         }
                     }
                 }
             }
             if trace.mode == TraceMode::Blocks {
-                trace.push("PE", "matmul block", block_start, sim.t);
+                let args = block_args(g, (mi, g0), (g1 - g0) as usize, first_bank);
+                trace.push("PE", "matmul block", (block_start, sim.t), &args);
             }
             g0 = g1;
         }
@@ -554,7 +620,8 @@ pub fn traced_prefix(
             }
             cancel.check()?;
             let group = if j + 1 == groups { last } else { full };
-            sim.group(g, mt, group, trace, &cancel)?;
+            let at = (mi, j * PSUM_BANKS as u64);
+            sim.group(g, (mt, at), group, trace, &cancel)?;
             done += 1;
         }
     }

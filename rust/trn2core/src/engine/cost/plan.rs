@@ -344,12 +344,16 @@ pub fn estimate_gemm(plan: &GemmPlan) -> Result<Report> {
         if sched::traced_prefix(&g, &mut traced, &mut trace, TRACE_GROUP_LIMIT)? {
             sched::fast(&g, &mut sim)?;
             let stop = traced.t;
-            trace.events.push(Event::new(
-                "PE",
-                "trace truncated: later matmul blocks not recorded",
-                ticks_to_s(stop),
-                ticks_to_s(sim.compute_end().max(stop) - stop),
-            ));
+            trace.events.push(
+                Event::new(
+                    "PE",
+                    "trace truncated: later matmul blocks not recorded",
+                    ticks_to_s(stop),
+                    ticks_to_s(sim.compute_end().max(stop) - stop),
+                )
+                .with("recorded_blocks", TRACE_GROUP_LIMIT as f64)
+                .with("instructions", total as f64),
+            );
         } else {
             sim = traced;
         }
@@ -404,12 +408,15 @@ fn report(
     let pe_cycles = sim.pe_cycles;
     let mut events = Vec::new();
     if plan.trace {
-        events.push(Event::new(
-            "PE LoadStationary",
-            "load_stationary",
-            0.0,
-            first_ls,
-        ));
+        let (rows, cols) = (kpi.min(k).min(PE_ROWS as u64), sf.min(m));
+        events.push(
+            Event::new("PE LoadStationary", "load_stationary", 0.0, first_ls)
+                .with("rows", rows as f64)
+                .with("cols", cols as f64)
+                .with("bytes", (rows * cols) as f64 * plan.a_elem_bytes)
+                .with("m_tile", 0.0)
+                .with("k_tile", 0.0),
+        );
         events.extend(pe_events);
     }
     // Memory side: operands come from HBM and results go back through the DMA engines, double

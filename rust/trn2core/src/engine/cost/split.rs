@@ -248,17 +248,21 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
         ("cores_used", used as f64),
     ];
     if plan.trace {
+        let core_hbm = detail(&sub, "hbm_bytes");
         for &c in &cores[..used as usize] {
-            rep.events
-                .push(Event::new(CORE_TRACKS[c], "gemm block", 0.0, core_s));
+            rep.events.push(
+                Event::new(CORE_TRACKS[c], "gemm block", 0.0, core_s)
+                    .with("core", c as f64)
+                    .with("hbm_bytes", core_hbm)
+                    .with("instructions", sub.instructions as f64),
+            );
         }
         if combine > 0.0 {
-            rep.events.push(Event::new(
-                CORE_TRACKS[cores[0]],
-                "combine K partials",
-                core_s,
-                combine,
-            ));
+            rep.events.push(
+                Event::new(CORE_TRACKS[cores[0]], "combine K partials", core_s, combine)
+                    .with("core", cores[0] as f64)
+                    .with("partials", used as f64),
+            );
         }
     }
     Ok(rep)
