@@ -227,13 +227,13 @@ pub(crate) fn run_tiles(
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive(kernel, tiles, m, n, first, out);
+            return drive(kernel, tiles, m, n, first, out, ONE_PASS_FLOATS);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive(kernel, tiles, m, n, first, out);
+            return drive(kernel, tiles, m, n, first, out, ONE_PASS_FLOATS);
         }
     }
-    drive(Portable, tiles, m, n, first, out)
+    drive(Portable, tiles, m, n, first, out, ONE_PASS_FLOATS)
 }
 
 /// One task: an output block of whole rows' column segments.
@@ -274,6 +274,7 @@ fn drive<K: MicroKernel>(
     n: usize,
     first: bool,
     out: &mut [f32],
+    one_pass_floats: usize,
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
     // Blocks: MC x NC by default; narrower column blocks when there would be too few tasks to
@@ -313,13 +314,18 @@ fn drive<K: MicroKernel>(
     // element takes its tile sums in order no matter which thread computes which block.
     let m_panels = m.div_ceil(K::MR);
     let n_panels = n.div_ceil(K::NR);
+    let (a_len, b_len) = (m_panels * K::MR, n_panels * K::NR);
+    let cancel = crate::cancel::current();
+    let total_k: usize = tiles.iter().map(|t| t.order.len()).sum();
+    if tiles.len() > 1 && (a_len + b_len).saturating_mul(total_k) <= one_pass_floats {
+        return drive_one_pass(kernel, tiles, m, n, first, &mut tasks, total_k);
+    }
     // A tile holds at most its products: a short K must not cost 128 times the operands' memory.
     let kc_max = tiles.iter().map(|t| t.order.len()).max().unwrap_or(0);
     let mut apack = Aligned::new(m_panels * K::MR * kc_max, "the packed tile of a")?;
     let mut bpack = Aligned::new(n_panels * K::NR * kc_max, "the packed tile of b")?;
     let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
     // Ctrl-C (crate::cancel): checked between K tiles and by every output block of a tile.
-    let cancel = crate::cancel::current();
     for (t, tile) in tiles.iter().enumerate() {
         cancel.check()?;
         let (a, b, k0, order) = (tile.a, tile.b, tile.k0, tile.order);
@@ -376,6 +382,81 @@ fn drive<K: MicroKernel>(
         }
     });
     Ok(())
+}
+
+/// Packed operands of all K tiles at once up to this many floats (16 MiB): then the driver
+/// packs every tile in one parallel pass and adds all of them in a second (two fork-joins in
+/// all instead of three per tile: a chain of `nc_matmul`s of 128 x 128 x 512 is mostly joins
+/// otherwise). Host blocking only: the bits are those of the tile-by-tile loop.
+const ONE_PASS_FLOATS: usize = 4 << 20;
+
+/// [`drive`] for K tiles whose packed operands all fit in [`ONE_PASS_FLOATS`]: every tile's
+/// panels packed in parallel (one job per tile), then every output block adds the tiles in
+/// order (and canonicalises its NaN).
+fn drive_one_pass<K: MicroKernel>(
+    kernel: K,
+    tiles: &[KTile],
+    m: usize,
+    n: usize,
+    first: bool,
+    tasks: &mut [Task],
+    total_k: usize,
+) -> Result<()> {
+    let (a_len, b_len) = (m.div_ceil(K::MR) * K::MR, n.div_ceil(K::NR) * K::NR);
+    let cancel = crate::cancel::current();
+    let mut apack = Aligned::new(a_len * total_k, "the packed tiles of a")?;
+    let mut bpack = Aligned::new(b_len * total_k, "the packed tiles of b")?;
+    // Each tile's share of both buffers.
+    let mut jobs: Vec<(&KTile, &mut [f32], &mut [f32])> = Vec::with_capacity(tiles.len());
+    let (mut ar, mut br) = (apack.as_mut_slice(), bpack.as_mut_slice());
+    for tile in tiles {
+        let kc = tile.order.len();
+        let (ap, arest) = std::mem::take(&mut ar).split_at_mut(a_len * kc);
+        let (bp, brest) = std::mem::take(&mut br).split_at_mut(b_len * kc);
+        jobs.push((tile, ap, bp));
+        (ar, br) = (arest, brest);
+    }
+    jobs.par_iter_mut()
+        .try_for_each_init(Scratch::new, |s, (tile, ap, bp)| {
+            cancel.check()?;
+            let (k0, order) = (tile.k0, tile.order);
+            let kc = order.len();
+            if tile.a_t {
+                let group = (RUN / K::MR).max(1);
+                for (g, panels) in ap.chunks_mut(group * K::MR * kc).enumerate() {
+                    pack_cols(tile.a, m, K::MR, g * group, k0, order, panels, s);
+                }
+            } else {
+                for (ip, panel) in ap.chunks_mut(K::MR * kc).enumerate() {
+                    pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
+                }
+            }
+            let group = (RUN / K::NR).max(1);
+            for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
+                pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
+            }
+            Ok::<(), Error>(())
+        })?;
+    let packed: Vec<(usize, &[f32], &[f32])> = jobs
+        .iter()
+        .map(|(tile, ap, bp)| (tile.order.len(), &**ap, &**bp))
+        .collect();
+    tasks.par_iter_mut().try_for_each(|task| {
+        // Worker threads have their own floating-point environment: check each.
+        if !fp_env_is_ieee() {
+            return Err(fp_env_error());
+        }
+        for (t, &(kc, ap, bp)) in packed.iter().enumerate() {
+            cancel.check()?;
+            add_tile(kernel, kc, ap, bp, first && t == 0, task);
+        }
+        for x in task.rows.iter_mut().flat_map(|r| r.iter_mut()) {
+            if x.is_nan() {
+                *x = CANONICAL_NAN;
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Adds one K tile of `kc` products into a task's block (writes it, for the `first` tile), from
@@ -502,7 +583,15 @@ mod tests {
         let tiling = Tiling::gemm(mode);
         let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
         let tiles = k_tiles(&a, &b, k, tiling, &orders);
-        drive(kernel, &tiles, m, n, true, &mut out).expect("valid");
+        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS).expect("valid");
+        // Tile by tile (no one-pass packing): the same bits.
+        let mut by_tile = vec![0f32; m * n];
+        drive(kernel, &tiles, m, n, true, &mut by_tile, 0).expect("valid");
+        assert_eq!(
+            bits(&by_tile),
+            bits(&out),
+            "{m}x{k}x{n} one pass vs tile by tile"
+        );
         bits(&out)
     }
 
