@@ -112,6 +112,32 @@ CASES = {
         "uc = t.UltraCluster(4096)\ncall = lambda: uc.estimate('all_reduce', 1 << 30)",
         "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20).seconds > 0",
     ),
+    # The largest machines (issue 19): 16,384 and 262,144 ranks on data, where the schedule
+    # builder, the symbolic run, the report and the Python-side buffer checks each take seconds.
+    "ultracluster-all_reduce": (
+        "uc = t.UltraCluster(256)\n"
+        "bufs = [np.full(4096, 1.0, np.float32)] * len(uc.chips)\n"
+        "call = lambda: uc.all_reduce(bufs)",
+        "assert t.UltraCluster(2).all_reduce([np.ones(3, np.float32)] * 128).outputs[5][0] == 128",
+    ),
+    "ultracluster-reduce_scatter": (
+        "uc = t.UltraCluster(256)\n"
+        "bufs = [np.full(16384, 1.0, np.float32)] * len(uc.chips)\n"
+        "call = lambda: uc.reduce_scatter(bufs)",
+        "assert t.UltraCluster(2).reduce_scatter([np.ones(128, np.float32)] * 128).outputs[0][0]"
+        " == 128",
+    ),
+    "ultracluster-send_recv": (
+        "uc = t.UltraCluster(4096)\n"
+        "bufs = [np.full(1, 1, np.uint8)] * len(uc.chips)\n"
+        "call = lambda: uc.send_recv(bufs)",
+        "assert t.UltraCluster(2).send_recv([np.ones(3, np.uint8)] * 128).outputs[0][0] == 1",
+    ),
+    "ultracluster-rdh-estimate": (
+        "uc = t.UltraCluster(1024)\n"
+        "call = lambda: uc.estimate('all_reduce', 1 << 30, algorithm='rdh')",
+        "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20, algorithm='rdh').seconds > 0",
+    ),
     "compress-zvc": (
         "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
         "call = lambda: t.dma.compress(x, 'zvc')",
@@ -153,7 +179,7 @@ SCRIPT = textwrap.dedent(
         frames = traceback.extract_tb(e.__traceback__)
         result["latency"] = now - sent[0]
         result["elapsed"] = now - start
-        result["innermost"] = frames[-1].filename
+        result["innermost"] = frames[-1].filename + ":" + str(frames[-1].lineno)
         result["depth"] = len(frames)
     {check}
     result["after_ok"] = True
@@ -317,3 +343,41 @@ def test_cli_ctrl_c_exits_130_without_a_traceback():
     )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
+
+
+LATE = ["ultracluster-all_reduce", "ultracluster-reduce_scatter", "ultracluster-rdh-estimate"]
+
+
+def _late(name: str, delay: float) -> dict:
+    setup, check = CASES[name]
+    code = SCRIPT.format(setup=setup, check=check, delay=delay)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_sigint_default,
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not res["finished"], res
+    print(
+        f"{name} at {delay} s: KeyboardInterrupt {res['latency'] * 1000:.0f} ms after SIGINT "
+        f"(in {res['innermost']})"
+    )
+    assert res["latency"] < 1.0, res
+    assert res["after_ok"]
+    return res
+
+
+def test_ctrl_c_late_in_the_largest_all_reduce():
+    # 2 s in: past the Python-side checks of 16,384 buffers, inside the schedule builder,
+    # the symbolic run or the reduction.
+    _late("ultracluster-all_reduce", 2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [1.2, 3.0, 6.0, 10.0])
+@pytest.mark.parametrize("name", LATE)
+def test_ctrl_c_at_any_point_of_the_largest_collectives(name, delay):
+    _late(name, delay)
