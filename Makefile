@@ -66,10 +66,30 @@ test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks nee
 test-python: $(STAMPS)/build $(STAMPS)/wheel ## pytest against the built extension (and the wheel, in a clean venv)
 	$(PY) -m pytest -q
 
-.PHONY: fuzz
-fuzz: $(STAMPS)/build ## Fuzz for longer: proptest (PROPTEST_CASES=200000) and hypothesis (TRN2CORE_FUZZ_EXAMPLES=20000)
+# Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
+# nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := dma_stream collective_schedule
+
+.PHONY: fuzz fuzz-adversarial fuzz-libfuzzer
+fuzz: $(STAMPS)/build ## Fuzz for longer: proptest, hypothesis, the slow adversarial probes, libFuzzer targets
 	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --release -p trn2core --test it fuzz::
 	time HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
+	$(MAKE) fuzz-adversarial fuzz-libfuzzer
+
+fuzz-adversarial: $(STAMPS)/build ## The whole adversarial suite: fast and `slow` probes (tests/adversarial, Ctrl-C)
+	time $(PY) -m pytest -q -m "slow or not slow" tests/adversarial tests/test_interrupts.py
+
+fuzz-libfuzzer: ## cargo-fuzz (libFuzzer) on the stream decoder and the collective schedule builder
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	@mkdir -p fuzz/corpus
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	    mkdir -p corpus/$$t && \
+	    RUSTC_BOOTSTRAP=1 cargo fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) \
+	        -rss_limit_mb=4096 -print_final_stats=1 2>&1 | tee ../.stamps/fuzz-$$t.log | \
+	        grep -E "^(#[0-9]+ +DONE|stat::|==[0-9]+==|SUMMARY|Done)" ; \
+	    test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
 
 lint: $(STAMPS)/build ## rustfmt, clippy -D warnings, ruff, no import cycles, _core.pyi == the module
 	cargo fmt --all -- --check

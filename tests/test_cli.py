@@ -78,3 +78,45 @@ def test_sizes_with_huge_exponents_are_refused_at_once(size, error):
     r = run_cli("nccom-test", "-r", "2", "allr", "-b", size, "-e", size, timeout=20)
     assert r.returncode == 2, r.stderr
     assert f"{error}: minbytes:" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("path", ["out.xyz", "", "out", ".png", "dir/"])
+def test_a_plot_path_without_a_plot_suffix_is_a_usage_error(path, tmp_path):
+    # A bad suffix was matplotlib's ValueError traceback after the report was printed; a path
+    # without a suffix was written as PATH.png while the CLI said PATH; "" drew nothing.
+    r = subprocess.run(
+        [sys.executable, "-m", "trn2core", "gemm", "--m", "8", "--k", "8", "--n", "8",
+         "--plot", path],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "argument --plot:" in r.stderr and ".png, .svg, .pdf" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_roofline_refuses_a_path_it_cannot_write_as_named(tmp_path):
+    from trn2core import Trn2ValueError
+    from trn2core.plot import roofline
+
+    for bad in (tmp_path / "r.xyz", tmp_path / "r", 3):
+        with pytest.raises(Trn2ValueError, match=r"path: .*\.png, \.svg, \.pdf|path: expected"):
+            roofline(128, 128, 128, bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nccom_check_is_refused_before_its_buffers_are_made():
+    # 64 chips x 16 MiB all-gathered: 64 GiB of outputs. The check built its 1 GiB of inputs
+    # (and 8 GiB of int64 patterns, one at a time) before the collective refused the outputs;
+    # under a 1 GiB address-space cap that was numpy's MemoryError traceback.
+    cap = 1 << 30
+    code = (
+        "import resource, sys\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))\n"
+        "from trn2core.cli import main\n"
+        "sys.exit(main(['nccom-test', '-r', '256', 'allg', '-c', '-b', '16M', '-e', '16M']))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "CapacityError: --check: the check of all_gather on 64 chips" in r.stderr, r.stderr
+    assert "nothing was allocated" in r.stderr and "Traceback" not in r.stderr

@@ -112,6 +112,32 @@ CASES = {
         "uc = t.UltraCluster(4096)\ncall = lambda: uc.estimate('all_reduce', 1 << 30)",
         "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20).seconds > 0",
     ),
+    # The largest machines (issue 19): 16,384 and 262,144 ranks on data, where the schedule
+    # builder, the symbolic run, the report and the Python-side buffer checks each take seconds.
+    "ultracluster-all_reduce": (
+        "uc = t.UltraCluster(256)\n"
+        "bufs = [np.full(4096, 1.0, np.float32)] * len(uc.chips)\n"
+        "call = lambda: uc.all_reduce(bufs)",
+        "assert t.UltraCluster(2).all_reduce([np.ones(3, np.float32)] * 128).outputs[5][0] == 128",
+    ),
+    "ultracluster-reduce_scatter": (
+        "uc = t.UltraCluster(256)\n"
+        "bufs = [np.full(16384, 1.0, np.float32)] * len(uc.chips)\n"
+        "call = lambda: uc.reduce_scatter(bufs)",
+        "assert t.UltraCluster(2).reduce_scatter([np.ones(128, np.float32)] * 128).outputs[0][0]"
+        " == 128",
+    ),
+    "ultracluster-send_recv": (
+        "uc = t.UltraCluster(4096)\n"
+        "bufs = [np.full(1, 1, np.uint8)] * len(uc.chips)\n"
+        "call = lambda: uc.send_recv(bufs)",
+        "assert t.UltraCluster(2).send_recv([np.ones(3, np.uint8)] * 128).outputs[0][0] == 1",
+    ),
+    "ultracluster-rdh-estimate": (
+        "uc = t.UltraCluster(1024)\n"
+        "call = lambda: uc.estimate('all_reduce', 1 << 30, algorithm='rdh')",
+        "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20, algorithm='rdh').seconds > 0",
+    ),
     "compress-zvc": (
         "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
         "call = lambda: t.dma.compress(x, 'zvc')",
@@ -132,15 +158,16 @@ def _sigint_default() -> None:
 
 SCRIPT = textwrap.dedent(
     """
-    import json, os, signal, sys, threading, time, traceback
+    import json, os, signal, subprocess, sys, threading, time, traceback
     import numpy as np
     import trn2core as t
     {setup}
-    sent = []
-    def fire():
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGINT)
-    threading.Timer({delay}, fire).start()
+    # SIGINT comes from another process, as a terminal's Ctrl-C does: a thread of this one
+    # needs the GIL to send it, which a call holding the GIL (building 262144 output arrays,
+    # say) would delay, hiding the latency under test. The send time is taken as the end of
+    # the sleep: the shell's own start-up only makes the measured latency larger.
+    sent = [time.perf_counter() + {delay}]
+    killer = subprocess.Popen(["sh", "-c", "sleep {delay}; kill -INT " + str(os.getpid())])
     start = time.perf_counter()
     result = {{"finished": False}}
     try:
@@ -153,8 +180,12 @@ SCRIPT = textwrap.dedent(
         frames = traceback.extract_tb(e.__traceback__)
         result["latency"] = now - sent[0]
         result["elapsed"] = now - start
-        result["innermost"] = frames[-1].filename
+        result["innermost"] = frames[-1].filename + ":" + str(frames[-1].lineno)
         result["depth"] = len(frames)
+        # Inside the call: a frame of the package on the way (the innermost may be Python code
+        # the binding called, such as threading.main_thread).
+        result["inside"] = any("trn2core" in f.filename for f in frames)
+    killer.wait()
     {check}
     result["after_ok"] = True
     print(json.dumps(result))
@@ -186,7 +217,7 @@ def test_ctrl_c_interrupts_within_a_second(name):
     # Raised inside the call (in its frame or deeper), not after it returned.
     assert res["depth"] > 1, res
     if name not in ("busy", "estimate-walk"):  # these call _core directly (no Python frame)
-        assert "trn2core" in res["innermost"], res
+        assert res["inside"], res
     assert res["latency"] < 1.0, res
     assert res["after_ok"]
 
@@ -319,3 +350,52 @@ def test_cli_ctrl_c_exits_130_without_a_traceback():
     )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
+
+
+# The reduce-scatter is not here: late in its run Ctrl-C took 1.1 to 1.5 s (a known limit,
+# docs/limitations.md).
+LATE = ["ultracluster-all_reduce", "ultracluster-rdh-estimate"]
+
+
+def _late(name: str, delay: float) -> dict:
+    setup, check = CASES[name]
+    code = SCRIPT.format(setup=setup, check=check, delay=delay)
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=_sigint_default,
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not res["finished"], res
+    print(
+        f"{name} at {delay} s: KeyboardInterrupt {res['latency'] * 1000:.0f} ms after SIGINT "
+        f"(in {res['innermost']})"
+    )
+    assert res["latency"] < 1.0, res
+    assert res["after_ok"]
+    return res
+
+
+def test_ctrl_c_late_in_the_largest_all_reduce():
+    # 2 s in: past the Python-side checks of 16,384 buffers, inside the schedule builder,
+    # the symbolic run or the reduction.
+    _late("ultracluster-all_reduce", 2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [1.2, 3.0, 6.0, 10.0])
+@pytest.mark.parametrize("name", LATE)
+def test_ctrl_c_at_any_point_of_the_largest_collectives(name, delay):
+    _late(name, delay)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.3, 0.6, 0.9, 1.2, 1.6])
+def test_ctrl_c_in_the_first_long_call_of_a_process_is_never_lost(delay):
+    # A 262144-rank send/recv holds the GIL for about a second while it borrows its buffers;
+    # a SIGINT then ran its handler in the first Python code the binding called (asking for the
+    # main thread, once per process), whose KeyboardInterrupt was dropped: the loop ran on.
+    _late("ultracluster-send_recv", delay)

@@ -461,6 +461,16 @@ def _format(text: str) -> str:
         return text  # argparse reports it as an invalid choice, listing the choices
 
 
+def _plot_path(text: str) -> str:
+    """``--plot``: a path ending in .png, .svg or .pdf (checked before any work is done)."""
+    from .plot import check_plot_path
+
+    try:
+        return check_plot_path(text, "PNG")
+    except Trn2Error as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("PNG: ")) from None
+
+
 def _seed(text: str) -> int:
     """A seed for numpy's generator: a whole number >= 0."""
     try:
@@ -507,11 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument(
-        "--plot",
-        metavar="PNG",
-        help="draw the shape's roofline on the core the table "
-        "describes: one NeuronCore, or one logical core with --lnc (needs trn2core[plot])",
-    )
+        "--plot", metavar="PNG", type=_plot_path,
+        help="draw the shape's roofline on the core the table describes: one NeuronCore, or "
+        "one logical core with --lnc, into PNG (.png, .svg or .pdf; needs trn2core[plot])",
+    )  # fmt: skip
     g.add_argument("--run", action="store_true", help="also compute it on random data")
     g.add_argument(
         "--json", action="store_true",

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from . import _core
+from . import _core, _validate
 from .collectives import NCCOM_DATATYPES
 from .dtypes import FORMAT_DTYPES
 from .errors import FormatError, Trn2ValueError
@@ -104,6 +104,19 @@ def _cut(length: int, n: int, r: int) -> slice:
     return slice(r * length // n, (r + 1) * length // n)
 
 
+def _check_host(op: str, n: int, local: int, nbytes: int) -> None:
+    """``CapacityError`` before any buffer is made when this process cannot hold the check of
+    ``op`` on ``n`` ranks (``local`` of them here) of ``nbytes`` each: the inputs, their int64
+    pattern while one is made, every local output and the expected values of one rank."""
+    outputs = {"all_gather": n * nbytes, "reduce_scatter": -(-nbytes // n)}.get(op, nbytes)
+    want = n * nbytes if op in ("all_gather", "all_to_all") else nbytes
+    need = local * (nbytes + outputs) + 8 * nbytes + 2 * want
+    _validate.check_alloc(
+        need, "--check", f"the check of {op} on {n} chips x {nbytes} bytes (inputs, outputs, "
+        "expected values)",
+    )  # fmt: skip
+
+
 def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorithm: str, comm):
     """Runs collective ``op`` on ``size_bytes`` of ``datatype`` per chip over the chips that
     ``ranks`` logical cores span, and compares every output of this process's chips with the
@@ -121,6 +134,7 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
     count = max(1, size_bytes // dtype.itemsize)
     n = len(chosen)
     local = [r for r, c in enumerate(chosen) if c in machine.local_chips]
+    _check_host(op, n, len(local), count * dtype.itemsize)
     bad = 0
     if op in ("all_reduce", "reduce_scatter"):
         bufs = [_reduce_input(r, count).astype(dtype) for r in local]

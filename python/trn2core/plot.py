@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 
+from . import _validate
 from .chip import Chip
 from .engine import estimate_gemm
-from .errors import Trn2Error
+from .errors import Trn2Error, Trn2ValueError
 
 __all__ = ["roofline", "roofline_figure"]
 
@@ -28,6 +29,24 @@ _COLOURS = {
     "double_row": "tab:green",
     "sparse": "tab:red",
 }
+
+#: The file formats ``roofline`` writes, by the path's suffix (any case).
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_plot_path(value: object, arg: str = "path") -> str:
+    """``value`` as a path whose suffix names a format ``roofline`` writes (``Trn2ValueError``
+    naming ``arg`` otherwise): matplotlib raises a bare ``ValueError`` for an unknown suffix,
+    and silently appends ``.png`` to a path without one (so the file named is not the file
+    written)."""
+    text = _validate.path(value, arg)
+    suffix = os.path.splitext(text)[1].lower()
+    if suffix not in PLOT_SUFFIXES or not os.path.basename(text)[: -len(suffix)]:
+        raise Trn2ValueError(
+            f"{arg}: {text!r} does not end in a file name with one of the suffixes "
+            f"{', '.join(PLOT_SUFFIXES)} (the plot's format)"
+        )
+    return text
 
 
 def _pyplot():
@@ -123,8 +142,10 @@ def roofline(
     throttle: bool = True,
 ):
     """Writes the roofline of ``[M, K] @ [K, N]`` (see ``roofline_figure``: one NeuronCore, or
-    one Logical NeuronCore of ``lnc`` cores) to ``path`` (PNG, SVG or PDF by the suffix) and
-    returns the shape's ``Report``, the one its point is drawn from."""
+    one Logical NeuronCore of ``lnc`` cores) to ``path`` (PNG, SVG or PDF by the suffix;
+    ``Trn2ValueError`` for any other) and returns the shape's ``Report``, the one its point is
+    drawn from."""
+    path = check_plot_path(path)
     fig, rep = roofline_figure(
         M, K, N, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity, lnc=lnc, throttle=throttle
     )

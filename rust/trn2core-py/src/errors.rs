@@ -138,7 +138,7 @@ pub fn guard_detached<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
-    if !on_main_thread(py) {
+    if !on_main_thread(py)? {
         return inline(py, f);
     }
     let token = Cancel::new();
@@ -219,19 +219,27 @@ fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) 
 }
 
 /// Whether this is Python's main thread, the only one that runs signal handlers.
-fn on_main_thread(py: Python<'_>) -> bool {
-    static MAIN: OnceLock<Option<c_ulong>> = OnceLock::new();
-    let main = *MAIN.get_or_init(|| {
-        py.import("threading")
-            .and_then(|t| t.call_method0("main_thread"))
-            .and_then(|t| t.getattr("ident"))
-            .and_then(|i| i.extract::<c_ulong>())
-            .ok()
-    });
+///
+/// The first call asks `threading.main_thread()`: Python code, so a signal that arrived while
+/// the binding held the GIL without running bytecode (borrowing 262144 buffers, say) has its
+/// handler run right there. Its exception (`KeyboardInterrupt`) is passed on, never dropped:
+/// `.ok()` here used to swallow a Ctrl-C that landed in the first long call of a process.
+fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
+    static MAIN: OnceLock<c_ulong> = OnceLock::new();
+    let main = match MAIN.get() {
+        Some(&m) => m,
+        None => {
+            let m = py
+                .import("threading")?
+                .call_method0("main_thread")?
+                .getattr("ident")?
+                .extract::<c_ulong>()?;
+            *MAIN.get_or_init(|| m)
+        }
+    };
     // SAFETY: PyThread_get_thread_ident has no preconditions (it reads the calling thread's id).
     let me = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
-    // Unknown main thread: take the interruptible path (correct everywhere, just slower).
-    main.is_none_or(|m| m == me)
+    Ok(main == me)
 }
 
 /// Panics inside the guard, so the test suite can check that a Rust panic reaches Python as

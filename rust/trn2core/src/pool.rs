@@ -21,6 +21,9 @@
 //! or `ulimit -v`), it tries half as many, down to one, and only when not even one can be started
 //! does [`install`] return an error. Results never depend on the thread count.
 //!
+//! The first process's global pool is started the same way (capped, halved on failure) by the
+//! first call through [`install`], unless a Rust caller started it before.
+//!
 //! Code that runs outside [`install`] (the core's own tests, a Rust caller) uses rayon's global
 //! pool as before.
 
@@ -124,11 +127,34 @@ pub fn install<R: Send>(f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
         Err(first) => first,
     };
     if first == pid {
+        init_global();
         return f();
     }
     let cancel = crate::cancel::current();
     let pool = pool()?;
     pool.install(|| cancel.install(f))
+}
+
+/// Starts rayon's global pool with [`wanted_threads`] threads (half as many, down to one, when
+/// they cannot all be started), once. Left to itself rayon would start exactly
+/// `RAYON_NUM_THREADS` threads: `RAYON_NUM_THREADS=100000` spent minutes starting threads
+/// before the first call returned (and an address-space limit made it panic). When a Rust
+/// caller started the global pool first, its pool is kept.
+fn init_global() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut threads = wanted_threads();
+        while ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .is_err()
+            && threads > 1
+        {
+            // Already started by someone else (then every retry fails the same way, quickly),
+            // or its threads could not all be started: try fewer.
+            threads /= 2;
+        }
+    });
 }
 
 /// Threads of this process's pool (0 if none can be started).

@@ -64,6 +64,29 @@ impl Ctx {
     }
 }
 
+/// An empty vector for `len` transfers, reserved through the host check: a step of a large
+/// machine's schedule is millions of transfers (an RDH step over 262144 ranks with 18 channels:
+/// 4.7 million, 280 MiB), and a failed allocation would abort the process.
+fn transfers_vec(len: usize) -> Result<Vec<Transfer>> {
+    let bytes = len as u128 * std::mem::size_of::<Transfer>() as u128;
+    crate::host::check_alloc(
+        "buffers",
+        "the collective's schedule (one step's transfers)",
+        bytes,
+    )?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Error::capacity(
+            "buffers",
+            format!(
+                "the collective's schedule (one step's transfers): the allocator refused {}",
+                crate::host::human(bytes)
+            ),
+        )
+    })?;
+    Ok(v)
+}
+
 /// A ring: `order[q]` is the rank at ring position `q`; ring position `q` stands for local chunk
 /// `perm[q]` (or `q` with [`IDENTITY`]).
 #[derive(Debug, Clone)]
@@ -76,12 +99,20 @@ struct Ring {
 
 /// Appends the `m - 1` steps of a ring reduce-scatter (`reduce`) or all-gather of every ring
 /// (all the same length) as one phase.
-fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64) -> Option<Phase> {
-    let m = rings.first()?.order.len();
+fn ring_phase(
+    name: &'static str,
+    rings: &[Ring],
+    reduce: bool,
+    hbm_factor: f64,
+) -> Result<Option<Phase>> {
+    let m = match rings.first() {
+        Some(r) => r.order.len(),
+        None => return Ok(None),
+    };
     if m < 2 {
-        return None;
+        return Ok(None);
     }
-    let mut transfers = Vec::with_capacity(rings.len() * m);
+    let mut transfers = transfers_vec(rings.len() * m)?;
     for ring in rings {
         debug_assert_eq!(ring.order.len(), m);
         for q in 0..m {
@@ -98,14 +129,14 @@ fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64)
             });
         }
     }
-    Some(Phase {
+    Ok(Some(Phase {
         name,
         repeat: (m - 1) as u32,
         reduce,
         transfers,
         hbm_factor,
         reduce_steps: if reduce { (m - 1) as u32 } else { 0 },
-    })
+    }))
 }
 
 /// Recursive halving (reduce-scatter, `reduce`) or doubling (all-gather) over `members`
@@ -117,13 +148,18 @@ fn ring_phase(name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64)
 /// torus's links, as the runtime's four per-chip RDH groups do (\[S16\]). Without it
 /// (the EFA stage of a hierarchical schedule, where every transfer leaves through the same NIC)
 /// all channels move together, high bit first.
-fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut Vec<Phase>) {
+fn rdh_phases(
+    groups: &[(Vec<u32>, Ctx)],
+    reduce: bool,
+    rotated: bool,
+    out: &mut Vec<Phase>,
+) -> Result<()> {
     let m = match groups.first() {
         Some((g, _)) => g.len(),
-        None => return,
+        None => return Ok(()),
     };
     if m < 2 {
-        return;
+        return Ok(());
     }
     debug_assert!(m.is_power_of_two());
     let p = m.trailing_zeros() as usize;
@@ -139,9 +175,9 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut
     let cancel = crate::cancel::current();
     for t in 0..p {
         if cancel.is_cancelled() {
-            return;
+            return Ok(());
         }
-        let mut transfers = Vec::with_capacity(groups.len() * m * channels.len());
+        let mut transfers = transfers_vec(groups.len() * m * channels.len())?;
         for (ci, &ch) in channels.iter().enumerate() {
             let ord = order(if rotated { ci } else { 0 });
             // Halving fixes ord[0..=t]; doubling frees the fixed bits in reverse, so at its step
@@ -181,6 +217,7 @@ fn rdh_phases(groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut
             reduce_steps: u32::from(reduce),
         });
     }
+    Ok(())
 }
 
 /// The local chunks whose bits outside `fixed` are free, as `(n1, nl, sl)`: `n1` consecutive
@@ -202,12 +239,15 @@ fn free_runs(p: usize, fixed: &[usize]) -> (u32, u32, u32) {
 /// The direct pattern over every group: each rank sends every other rank its chunk (reduce-
 /// scatter: the receiver's chunk; all-gather: its own). The receiver takes them in ascending
 /// rank order, so a reduction is `own, then the others in ascending rank order`.
-fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Option<Phase> {
-    let m = groups.first()?.0.len();
+fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Result<Option<Phase>> {
+    let m = match groups.first() {
+        Some((g, _)) => g.len(),
+        None => return Ok(None),
+    };
     if m < 2 {
-        return None;
+        return Ok(None);
     }
-    let mut transfers = Vec::with_capacity(groups.len() * m * (m - 1));
+    let mut transfers = transfers_vec(groups.len() * m * (m - 1))?;
     for (members, ctx) in groups {
         for d in 0..m {
             for s in 0..m {
@@ -223,7 +263,7 @@ fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Option<Phase> {
             }
         }
     }
-    Some(Phase {
+    Ok(Some(Phase {
         name: if reduce {
             "mesh reduce-scatter"
         } else {
@@ -234,7 +274,7 @@ fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Option<Phase> {
         transfers,
         hbm_factor: 1.0,
         reduce_steps: u32::from(reduce),
-    })
+    }))
 }
 
 /// KangaRing's duplication: 3 HBM accesses instead of 4 per chunk per two ranks for
@@ -295,7 +335,7 @@ impl Builder<'_> {
     /// A ring in `order` (server-local ranks), run in both directions at once: channel 0
     /// follows `order`, channel 1 the reverse (a link is full duplex, so the two directions
     /// use different link directions and do not contend).
-    fn ring(&mut self, order: &[u32], half: Half) -> Vec<Phase> {
+    fn ring(&mut self, order: &[u32], half: Half) -> Result<Vec<Phase>> {
         let ctx = self.server_ctx();
         let mut rev = vec![order[0]];
         rev.extend(order[1..].iter().rev());
@@ -317,11 +357,11 @@ impl Builder<'_> {
         } else {
             "ring all-gather"
         };
-        ring_phase(name, &rings, reduce, 1.0).into_iter().collect()
+        Ok(ring_phase(name, &rings, reduce, 1.0)?.into_iter().collect())
     }
 
     /// KangaRing: two Hamiltonian cycles, each in both directions: channels 0..4.
-    fn kangaring(&mut self, cycles: &[Vec<u32>; 2], half: Half) -> Vec<Phase> {
+    fn kangaring(&mut self, cycles: &[Vec<u32>; 2], half: Half) -> Result<Vec<Phase>> {
         let ctx = self.server_ctx();
         let mut rings = Vec::new();
         for (ci, cyc) in cycles.iter().enumerate() {
@@ -346,16 +386,16 @@ impl Builder<'_> {
         } else {
             "kangaring all-gather"
         };
-        self.kangaring_steps(ring_phase(name, &rings, reduce, factor))
+        Ok(self.kangaring_steps(ring_phase(name, &rings, reduce, factor)?))
     }
 
     /// KangaRing on a group that is not a whole 2-D torus: the ring through its chips in rank
     /// order, both directions, with KangaRing's HBM saving (its runtime cycle runs through the
     /// primary ranks of those chips).
-    fn kangaring_ring(&mut self, order: &[u32], half: Half) -> Vec<Phase> {
+    fn kangaring_ring(&mut self, order: &[u32], half: Half) -> Result<Vec<Phase>> {
         let reduce = half == Half::ReduceScatter;
         let factor = kangaring_hbm_factor(reduce);
-        let mut phases = self.ring(order, half);
+        let mut phases = self.ring(order, half)?;
         for p in &mut phases {
             p.hbm_factor = factor;
             p.name = if reduce {
@@ -364,7 +404,7 @@ impl Builder<'_> {
                 "kangaring all-gather"
             };
         }
-        self.kangaring_steps(phases.pop())
+        Ok(self.kangaring_steps(phases.pop()))
     }
 
     /// A KangaRing phase's synchronised reducing steps: the runtime's cycle visits every primary
@@ -384,7 +424,7 @@ impl Builder<'_> {
 
     /// Rings along each torus dimension (reduce-scatter X, Y, Z; all-gather Z, Y, X), the `+`
     /// ring on channel 0 and the `-` ring on channel 1.
-    fn torus(&mut self, half: Half) -> Vec<Phase> {
+    fn torus(&mut self, half: Half) -> Result<Vec<Phase>> {
         let shape = self.shape.to_vec();
         let dims: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] >= 2).collect();
         let mut strides = vec![1usize; shape.len() + 1];
@@ -449,31 +489,31 @@ impl Builder<'_> {
             // Lines of other dimensions hold only the chunks whose coordinates in the dimensions
             // already reduced match theirs: the ctx above. For the all-gather half the same
             // holds with the roles reversed, so the same rings serve.
-            if let Some(p) = ring_phase(name, &rings, reduce, 1.0) {
+            if let Some(p) = ring_phase(name, &rings, reduce, 1.0)? {
                 phases.push(p);
             }
         }
-        phases
+        Ok(phases)
     }
 
-    fn rdh(&mut self, half: Half) -> Vec<Phase> {
+    fn rdh(&mut self, half: Half) -> Result<Vec<Phase>> {
         let ctx = self.server_ctx();
         let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
             .map(|s| (self.members(s), ctx))
             .collect();
         let mut out = Vec::new();
-        rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out);
-        out
+        rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out)?;
+        Ok(out)
     }
 
-    fn mesh(&mut self, half: Half) -> Vec<Phase> {
+    fn mesh(&mut self, half: Half) -> Result<Vec<Phase>> {
         let ctx = self.server_ctx();
         let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
             .map(|s| (self.members(s), ctx))
             .collect();
-        mesh_phase(&groups, half == Half::ReduceScatter)
+        Ok(mesh_phase(&groups, half == Half::ReduceScatter)?
             .into_iter()
-            .collect()
+            .collect())
     }
 
     /// The channels an algorithm uses on groups of `p` ranks.
@@ -488,7 +528,7 @@ impl Builder<'_> {
     }
 
     fn half(&mut self, alg: Algorithm, half: Half, order: &[u32]) -> Result<Vec<Phase>> {
-        Ok(match alg {
+        match alg {
             Algorithm::Ring => self.ring(order, half),
             Algorithm::KangaRing if self.shape.len() < 2 => self.kangaring_ring(order, half),
             Algorithm::KangaRing => {
@@ -508,9 +548,9 @@ impl Builder<'_> {
             Algorithm::Rdh => self.rdh(half),
             Algorithm::Mesh => self.mesh(half),
             Algorithm::Auto | Algorithm::Hierarchical => {
-                return Err(Error::value("algorithm", "internal: unresolved algorithm"))
+                Err(Error::value("algorithm", "internal: unresolved algorithm"))
             }
-        })
+        }
     }
 }
 
@@ -589,7 +629,7 @@ pub fn build(
             }
             check_mesh(n)?;
             // Rank r sends its chunk j to rank j (its own chunk stays: a local copy).
-            let mut transfers = Vec::with_capacity(n * n);
+            let mut transfers = transfers_vec(n * n)?;
             for j in 0..n {
                 for r in 0..n {
                     transfers.push(Transfer {
@@ -749,7 +789,7 @@ fn hierarchical(
     let snake = snake_order(&shape);
     // Inter-server groups: chips at local position l of every server; local chunk s stands for
     // rank-chunk l + P * s.
-    let inter = |reduce: bool, out: &mut Vec<Phase>| {
+    let inter = |reduce: bool, out: &mut Vec<Phase>| -> Result<()> {
         let groups: Vec<(Vec<u32>, Ctx)> = (0..p)
             .map(|l| {
                 let members: Vec<u32> = (0..ultraservers).map(|s| (s * p + l) as u32).collect();
@@ -763,7 +803,7 @@ fn hierarchical(
             })
             .collect();
         if ultraservers.is_power_of_two() {
-            rdh_phases(&groups, reduce, false, out);
+            rdh_phases(&groups, reduce, false, out)
         } else {
             let rings: Vec<Ring> = groups
                 .iter()
@@ -779,7 +819,8 @@ fn hierarchical(
             } else {
                 "efa ring all-gather"
             };
-            out.extend(ring_phase(name, &rings, reduce, 1.0));
+            out.extend(ring_phase(name, &rings, reduce, 1.0)?);
+            Ok(())
         }
     };
     let mut phases = Vec::new();
@@ -789,19 +830,19 @@ fn hierarchical(
         Collective::AllReduce => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
             check()?;
-            inter(true, &mut phases);
+            inter(true, &mut phases)?;
             check()?;
-            inter(false, &mut phases);
+            inter(false, &mut phases)?;
             check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }
         Collective::ReduceScatter => {
             phases.extend(b.half(intra, Half::ReduceScatter, &snake)?);
             check()?;
-            inter(true, &mut phases);
+            inter(true, &mut phases)?;
         }
         Collective::AllGather => {
-            inter(false, &mut phases);
+            inter(false, &mut phases)?;
             check()?;
             phases.extend(b.half(intra, Half::AllGather, &snake)?);
         }

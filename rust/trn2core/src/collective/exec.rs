@@ -901,10 +901,22 @@ pub fn execute_move(
                 .first()
                 .ok_or_else(|| Error::value("schedule", "empty"))?;
             let mut by_dst: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
-            for t in &phase.transfers {
-                let mut chunks = Vec::new();
-                t.sel.for_each(0, s.k, &s.perms, |f| chunks.push(f));
-                let j = chunks.first().copied().unwrap_or(0);
+            for (i, t) in phase.transfers.iter().enumerate() {
+                if i % 4096 == 0 {
+                    cancel.check()?;
+                }
+                // A send/recv transfer carries the whole buffer (all n chunks): only an
+                // all-to-all's one chunk is needed. Listing the n chunks of each of n
+                // transfers was n^2 work: hours for an UltraCluster's 262144 ranks.
+                let j = if s.collective == Collective::SendRecv {
+                    0
+                } else {
+                    let mut first = None;
+                    t.sel.for_each(0, s.k, &s.perms, |f| {
+                        first.get_or_insert(f);
+                    });
+                    first.unwrap_or(0)
+                };
                 by_dst[t.dst as usize].push((t.src as usize, j));
             }
             outputs.par_iter_mut().enumerate().try_for_each(|(d, out)| {

@@ -219,6 +219,26 @@ pub fn output_plan(
         .collect())
 }
 
+/// Refuses at once a functional collective whose symbolic run could not track its chunks: a
+/// schedule has at least one fine chunk per rank, so `n` ranks need at least `n * n` cells
+/// ([`exec::MAX_SYMBOLIC_CELLS`]). Checked before the schedule is built, which for the largest
+/// UltraClusters takes a minute and gigabytes (the run would then be refused anyway).
+fn check_symbolic_cells(n: usize) -> Result<()> {
+    if n.checked_mul(n)
+        .is_none_or(|c| c > exec::MAX_SYMBOLIC_CELLS)
+    {
+        return Err(Error::capacity(
+            "buffers",
+            format!(
+                "{n} ranks x at least {n} chunks is beyond the {} chunk cells the functional \
+                 model tracks; cost it with estimate instead",
+                exec::MAX_SYMBOLIC_CELLS
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Computes an all-reduce or reduce-scatter on `inputs` (one per rank, in `format`) into
 /// `outputs` ([`output_lengths`]), and costs it.
 pub fn run_reduce(
@@ -238,6 +258,7 @@ pub fn run_reduce(
         None => return Err(Error::shape("buffers", "no buffers")),
     } as u64;
     let size = size_bytes(collective, group.n(), elements, elem);
+    check_symbolic_cells(group.n())?;
     let sched = build(group, collective, algorithm, size as u64, None)?;
     execute_reduce(&sched, op, format, inputs, outputs)?;
     report(&sched, group, Some(op), elements, elem, false)
@@ -256,6 +277,9 @@ pub fn run_move(
 ) -> Result<CollectiveReport> {
     let elements = (inputs.first().map_or(0, |b| b.len()) / elem.max(1)) as u64;
     let size = size_bytes(collective, group.n(), elements, elem as u64);
+    if collective == Collective::AllGather {
+        check_symbolic_cells(group.n())?;
+    }
     let sched = build(group, collective, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
     report(&sched, group, None, elements, elem as u64, false)

@@ -1,0 +1,156 @@
+"""Attack surface: the DMA stream format (dma.compress / decompress / Compressed.from_bytes):
+forged lengths, shapes, dtypes and checksums, streams declaring more than the host holds, and
+the zero-copy paths (fresh outputs)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import trn2core as t
+from trn2core import CorruptDataError
+
+from ._probe import check_outcomes, probe
+
+SETUP = """
+x = np.arange(4096, dtype=np.float32)
+z = t.dma.compress(x, 'zvc').to_bytes()
+"""
+
+CALLS = {
+    "round trip is fresh": ("fresh(t.dma.decompress(z), x)", "ok"),
+    "none codec is fresh": ("c = t.dma.compress(x, 'none'); fresh(t.dma.decompress(c), x)", "ok"),
+    "memoryview": ("t.dma.decompress(memoryview(z))", "ok"),
+    "bytearray": ("t.dma.decompress(bytearray(z))", "ok"),
+    "strided uint8 array": ("t.dma.decompress(np.frombuffer(z + z, np.uint8)[::2])", "any"),
+    "empty": ("t.dma.decompress(b'')", "CorruptDataError"),
+    "truncated": ("t.dma.decompress(z[:-5])", "CorruptDataError"),
+    "one byte longer": ("t.dma.decompress(z + b'\\0')", "CorruptDataError"),
+    "every byte flipped in turn": (
+        "bad = 0\n"
+        "for i in range(0, len(z), 7):\n"
+        "    f = bytearray(z); f[i] ^= 0x40\n"
+        "    try:\n"
+        "        t.dma.decompress(bytes(f)); bad += 1\n"
+        "    except t.CorruptDataError:\n"
+        "        pass\n"
+        "assert bad == 0, bad",
+        "ok",
+    ),
+    "int blob": ("t.dma.decompress(10**12)", "Trn2ValueError"),
+    "compress of a broadcast view": (
+        "t.dma.compress(np.broadcast_to(np.float32(0), (2**33,)), 'zvc')",
+        "CapacityError",
+    ),
+    "a forged dtype": (
+        "i = z.find(b'<f4')\n"
+        "t.dma.decompress(t.dma.Compressed.from_bytes(z[:i] + b'<U1' + z[i + 3 :]))",
+        "CorruptDataError",
+    ),
+    "from_bytes garbage": ("t.dma.Compressed.from_bytes(b'TRN2' + bytes(100))", "CorruptDataError"),
+}
+
+
+def test_dma_streams_surface():
+    check_outcomes(CALLS, setup=SETUP)
+
+
+def _zeros_stream(nbytes: int) -> bytes:
+    return t.dma.compress(np.zeros(nbytes // 4, np.float32), "zvc").to_bytes()
+
+
+def test_a_stream_declaring_more_than_the_host_limit_is_refused_before_allocating(tmp_path):
+    # A valid 128 KiB stream of all-zero blocks declares 64 MiB; under an 8 MiB host limit
+    # it is refused before the output is allocated (the child's peak RSS stays small).
+    path = tmp_path / "zeros.bin"
+    path.write_bytes(_zeros_stream(64 << 20))
+    r = probe(
+        f"""
+        import resource, numpy as np, trn2core as t
+        blob = open({str(path)!r}, "rb").read()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            t.dma.decompress(blob)
+            print("allowed")
+        except t.CapacityError as e:
+            grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+            print("CapacityError", "nothing was allocated" in str(e), grew < 16 * 1024)
+        """,
+        env={"TRN2CORE_HOST_MEMORY": "8MiB"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["CapacityError", "True", "True"], (r.stdout, r.stderr)
+
+
+def _forge_length(blob: bytes, factor: int) -> bytes:
+    """The stream with its shape and raw size multiplied by ``factor`` (varints re-encoded),
+    block table and checksum left as they were."""
+    i = blob.find(b"<f4") + 3
+    ndim = blob[i]
+    j, vals = i + 1, []
+    for _ in range(ndim + 1):  # the shape, then the raw size
+        v, s = 0, 0
+        while True:
+            b = blob[j]
+            j += 1
+            v |= (b & 0x7F) << s
+            s += 7
+            if b < 0x80:
+                break
+        vals.append(v)
+    out = bytearray(blob[: i + 1])
+    for v in [vals[0] * factor, *vals[1:-1], vals[-1] * factor]:
+        while v >= 0x80:
+            out.append((v & 0x7F) | 0x80)
+            v >>= 7
+        out.append(v)
+    return bytes(out) + blob[j:]
+
+
+@pytest.mark.parametrize("factor", [2, 1 << 20, 1 << 40])
+def test_a_forged_length_is_corrupt_data_before_allocating(factor, tmp_path):
+    # The length field claims up to 2**40 times the real array (far beyond
+    # TRN2CORE_HOST_MEMORY): refused from the header and table (CorruptDataError) or by the
+    # host check, never allocated.
+    blob = t.dma.compress(np.arange(1 << 16, dtype=np.float32), "zvc").to_bytes()
+    forged = _forge_length(blob, factor)
+    assert forged != blob
+    path = tmp_path / "forged.bin"
+    path.write_bytes(forged)
+    r = probe(
+        f"""
+        import trn2core as t
+        try:
+            t.dma.decompress(open({str(path)!r}, "rb").read())
+            print("allowed")
+        except (t.CorruptDataError, t.CapacityError) as e:
+            print(type(e).__name__)
+        """,
+        env={"TRN2CORE_HOST_MEMORY": "8MiB"},
+        cap=2 << 30,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() in ("CorruptDataError", "CapacityError"), (r.stdout, r.stderr)
+    with pytest.raises(CorruptDataError):
+        t.dma.Compressed.from_bytes(forged)
+
+
+def test_a_zero_stream_with_a_bad_checksum_is_corrupt_before_allocating(tmp_path):
+    # Declares 64 MiB from 128 KiB: the checksum is verified before the output is allocated.
+    blob = _zeros_stream(64 << 20)
+    path = tmp_path / "bad.bin"
+    path.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))
+    r = probe(
+        f"""
+        import resource, trn2core as t
+        blob = open({str(path)!r}, "rb").read()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            t.dma.decompress(blob)
+            print("allowed")
+        except t.CorruptDataError:
+            grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+            print("CorruptDataError", grew < 16 * 1024)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["CorruptDataError", "True"], (r.stdout, r.stderr)
