@@ -114,7 +114,8 @@ def test_nccom_check_is_refused_before_its_buffers_are_made():
         "import resource, sys\n"
         f"resource.setrlimit(resource.RLIMIT_AS, ({cap}, {cap}))\n"
         "from trn2core.cli import main\n"
-        "sys.exit(main(['nccom-test', '-N', '4', '-r', '256', 'allg', '-c', '-b', '16M', '-e', '16M']))\n"
+        "sys.exit(main(['nccom-test', '-N', '4', '-r', '256', 'allg', '-c', '-b', '16M',\n"
+        "               '-e', '16M']))\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
