@@ -185,6 +185,32 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
         }
     }
     let mut nodes: Vec<[u32; 2]> = Vec::new();
+    // Every reducing move adds one node: reserve them all at once (through the host check),
+    // so that the table never doubles by copying gigabytes, which no Ctrl-C can interrupt.
+    let reducing = s
+        .phases
+        .iter()
+        .filter(|p| p.reduce)
+        .try_fold(0usize, |acc, p| {
+            let per_step = p
+                .transfers
+                .iter()
+                .try_fold(0usize, |a, t| a.checked_add(t.sel.fine_chunks(k)))?;
+            acc.checked_add(per_step.checked_mul(p.repeat as usize)?)
+        });
+    if let Some(total) = reducing.filter(|&t| t > 0 && t < (LEAF - 1) as usize) {
+        let bytes = total as u128 * std::mem::size_of::<[u32; 2]>() as u128;
+        crate::host::check_alloc("buffers", "the functional model's partial sums", bytes)?;
+        nodes.try_reserve_exact(total).map_err(|_| {
+            Error::capacity(
+                "buffers",
+                format!(
+                    "the functional model's partial sums: the allocator refused {}",
+                    crate::host::human(bytes)
+                ),
+            )
+        })?;
+    }
     // One step's moves, `(cell, identity)`: every transfer of a step reads the state before the
     // step (they are concurrent), so they are gathered first. A step of a large machine moves
     // up to every cell (2^28 of them: 2 GiB of moves), so the vector is sized through the host
