@@ -218,6 +218,19 @@ pub fn zeroed_vec<T: Zeroable>(arg: &str, what: &str, len: usize) -> Result<Vec<
     Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
 }
 
+/// Reserves room in `v` for `additional` more elements (exactly) through the host check: a
+/// `CapacityError` naming `arg` and `what` instead of an abort when the host cannot hold them.
+pub fn reserve<T>(v: &mut Vec<T>, additional: usize, arg: &str, what: &str) -> Result<()> {
+    let bytes = (v.len() as u128 + additional as u128) * std::mem::size_of::<T>() as u128;
+    check_alloc(arg, what, bytes)?;
+    v.try_reserve_exact(additional).map_err(|_| {
+        Error::capacity(
+            arg,
+            format!("{what}: the allocator refused {}", human(bytes)),
+        )
+    })
+}
+
 /// A byte count for messages: "4.0 TiB".
 pub fn human(bytes: u128) -> String {
     const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -68,22 +68,13 @@ impl Ctx {
 /// machine's schedule is millions of transfers (an RDH step over 262144 ranks with 18 channels:
 /// 4.7 million, 280 MiB), and a failed allocation would abort the process.
 fn transfers_vec(len: usize) -> Result<Vec<Transfer>> {
-    let bytes = len as u128 * std::mem::size_of::<Transfer>() as u128;
-    crate::host::check_alloc(
+    let mut v = Vec::new();
+    crate::host::reserve(
+        &mut v,
+        len,
         "buffers",
         "the collective's schedule (one step's transfers)",
-        bytes,
     )?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| {
-        Error::capacity(
-            "buffers",
-            format!(
-                "the collective's schedule (one step's transfers): the allocator refused {}",
-                crate::host::human(bytes)
-            ),
-        )
-    })?;
     Ok(v)
 }
 

@@ -92,18 +92,11 @@ const CHECK_EVERY_MOVES: usize = 1 << 16;
 /// large machine adds one node per moved chunk: up to 2^31 of 8 bytes).
 fn grow_nodes(nodes: &mut Vec<[u32; 2]>) -> Result<()> {
     let more = nodes.capacity().max(1024);
-    let bytes = (nodes.capacity() + more) as u128 * std::mem::size_of::<[u32; 2]>() as u128;
-    crate::host::check_alloc("buffers", "the functional model's partial sums", bytes)?;
-    nodes.try_reserve_exact(more).map_err(|_| {
-        Error::capacity(
-            "buffers",
-            format!(
-                "the functional model's partial sums: the allocator refused {}",
-                crate::host::human(bytes)
-            ),
-        )
-    })
+    crate::host::reserve(nodes, more, "buffers", PARTIAL_SUMS)
 }
+
+/// What the node table is called in capacity errors.
+const PARTIAL_SUMS: &str = "the functional model's partial sums";
 
 /// The symbolic state after running a schedule.
 #[derive(Debug, Clone)]
@@ -199,17 +192,7 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
             acc.checked_add(per_step.checked_mul(p.repeat as usize)?)
         });
     if let Some(total) = reducing.filter(|&t| t > 0 && t < (LEAF - 1) as usize) {
-        let bytes = total as u128 * std::mem::size_of::<[u32; 2]>() as u128;
-        crate::host::check_alloc("buffers", "the functional model's partial sums", bytes)?;
-        nodes.try_reserve_exact(total).map_err(|_| {
-            Error::capacity(
-                "buffers",
-                format!(
-                    "the functional model's partial sums: the allocator refused {}",
-                    crate::host::human(bytes)
-                ),
-            )
-        })?;
+        crate::host::reserve(&mut nodes, total, "buffers", PARTIAL_SUMS)?;
     }
     // One step's moves, `(cell, identity)`: every transfer of a step reads the state before the
     // step (they are concurrent), so they are gathered first. A step of a large machine moves
@@ -223,18 +206,13 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
             .try_fold(0usize, |acc, t| acc.checked_add(t.sel.fine_chunks(k)))
             .ok_or_else(|| Error::capacity("buffers", "a step moves more chunks than exist"))?;
         if per_step > moves.capacity() {
-            let bytes = per_step as u128 * std::mem::size_of::<(u32, u32)>() as u128;
-            crate::host::check_alloc("buffers", "the functional model's moves of one step", bytes)?;
             moves = Vec::new();
-            moves.try_reserve_exact(per_step).map_err(|_| {
-                Error::capacity(
-                    "buffers",
-                    format!(
-                        "the functional model's moves of one step: the allocator refused {}",
-                        crate::host::human(bytes)
-                    ),
-                )
-            })?;
+            crate::host::reserve(
+                &mut moves,
+                per_step,
+                "buffers",
+                "the functional model's moves of one step",
+            )?;
         }
         for step in 0..phase.repeat {
             cancel.check()?;

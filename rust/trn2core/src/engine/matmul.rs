@@ -6,12 +6,11 @@
 //! that order, which is exactly the memory order of the `[128, 2]` leading dimensions
 //! (\[S1\]\[S9\]).
 
-use super::gemm::{self, Tiling};
+use super::gemm;
 use super::operand::check_len;
-use super::operand::{f32_bits, Buffer, Reader, Strided};
+use super::operand::Reader;
 use super::{PerfMode, CANONICAL_NAN};
 use crate::numerics::Format;
-use crate::sparsity::Dtype;
 use crate::{spec, Error, Result};
 
 /// An `nc_matmul` operand: the exact float32 values of an array of `format` (already decoded,
@@ -340,21 +339,6 @@ pub fn validate_operands(
     Ok(shape)
 }
 
-/// The GEMM readers of one instruction's float32 operand values: `[M, K]` and `[K, N]`.
-fn operand_readers<'a>(
-    stationary: &'a [f32],
-    moving: &'a [f32],
-    shape: MatmulShape,
-) -> Result<(Reader<'a>, Reader<'a>)> {
-    let (k, m, n) = (shape.k, shape.m, shape.n);
-    // `stationary` is [K, M]: element (i, kk) of the [M, K] operand is stationary[kk * M + i].
-    let columns = Buffer::U32(f32_bits(stationary));
-    let strides = [1, isize::try_from(m).unwrap_or(isize::MAX)];
-    let a = Strided::new("stationary", columns, Dtype::F32, false, [m, k], 0, strides)?;
-    let b = gemm::f32_reader("moving", moving, [k, n])?;
-    Ok((Reader::f32(a), b))
-}
-
 /// The GEMM readers of one instruction's float32 operand values as they lie: `[K, M]` (the
 /// driver's transposed `a`) and `[K, N]`.
 pub(crate) fn operand_readers_t<'a>(
@@ -371,13 +355,18 @@ pub(crate) fn operand_readers_t<'a>(
 /// The tile sums of one instruction into `out` (`m x n`, row-major).
 fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f32]) -> Result<()> {
     // Both operands are [contraction, free] once the [128, 2] dimensions are flattened, and the
-    // flattened order is the PE's product order, so the whole instruction is one tile.
-    let (a, b) = operand_readers(stationary, moving, shape)?;
-    let tiling = Tiling {
-        tile: shape.k,
-        interleave: false,
+    // flattened order is the PE's product order, so the whole instruction is one K tile, its
+    // stationary operand the driver's transposed `a` (as the machine's settle reads it).
+    let (a, b) = operand_readers_t(stationary, moving, shape)?;
+    let order: Vec<usize> = (0..shape.k).collect();
+    let tile = gemm::KTile {
+        a: &a,
+        b: &b,
+        k0: 0,
+        order: &order,
+        a_t: true,
     };
-    gemm::run(&a, &b, shape.m, shape.k, shape.n, tiling, out)
+    gemm::run_tiles(&[tile], shape.m, shape.n, true, out)
 }
 
 /// One `nc_matmul`: `stationary.T @ moving`, `[M, N]` row-major, as the instruction writes it to
