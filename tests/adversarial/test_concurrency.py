@@ -80,6 +80,41 @@ def test_a_fork_while_another_thread_computes():
     assert r.stdout.split() == ["0", "[True]"], r.stdout
 
 
+def test_forks_racing_another_threads_first_call():
+    # Forty children forked, without waiting, while another thread makes the process's first
+    # call. Everything built on first use (numpy's C API table and borrow-checking capsule,
+    # crossbeam-epoch's collector that rayon's workers start) is behind a once-cell; a child
+    # forked mid-build inherited it as "being built" and waited forever. Before these were
+    # built at import, 4 of 6 interpreters here had a hung child (numpy's table), and then 2
+    # of 30 (the collector). A hung child is killed by its alarm and counted.
+    code = """
+        import os, signal, sys, threading, numpy as np, trn2core as t
+        sys.setswitchinterval(1e-6)
+        a = np.ones((64, 64), np.float32)
+        def calls():
+            return (t.gemm(a, a).out[0, 0] == 64.0
+                    and t.decode(t.encode(a[0], "fp8_e4m3"), "fp8_e4m3")[0] == 1.0)
+        go = threading.Event()
+        th = threading.Thread(target=lambda: (go.wait(), calls()))
+        th.start()
+        go.set()
+        pids = []
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:
+                signal.alarm(10)
+                os._exit(0 if calls() else 3)
+            pids.append(pid)
+        th.join()
+        codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+        print(sum(c != 0 for c in codes))
+        """
+    for _ in range(6):
+        r = probe(code, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["0"], r.stdout
+
+
 def test_threads_sharing_a_core_and_memory_balance():
     r = probe(
         """

@@ -218,6 +218,11 @@ fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) 
     convert(py, r)
 }
 
+/// Asks for the main thread's id once, at import ([`on_main_thread`]; the crate's `warm_up`).
+pub fn warm_up(py: Python<'_>) -> PyResult<()> {
+    on_main_thread(py).map(drop)
+}
+
 /// Whether this is Python's main thread, the only one that runs signal handlers.
 ///
 /// The first call asks `threading.main_thread()`: Python code, so a signal that arrived while

@@ -73,5 +73,18 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
+    warm_up(m.py())
+}
+
+/// Builds, at import, everything otherwise built on first use: numpy's C API table and its
+/// borrow-checking capsule, the core's tables, the main thread's id. A process forked while
+/// another thread is inside its first call would otherwise wait forever for a build that no
+/// thread of it will finish (`trn2core::pool::warm_up`).
+fn warm_up(py: Python<'_>) -> PyResult<()> {
+    use numpy::PyArrayMethods;
+    let probe = numpy::PyArray1::<f32>::zeros(py, 1, false);
+    drop(probe.readonly());
+    errors::warm_up(py)?;
+    trn2core::pool::warm_up();
     Ok(())
 }

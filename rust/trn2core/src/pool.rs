@@ -157,6 +157,20 @@ fn init_global() {
     });
 }
 
+/// Builds now everything the core and its thread pool would build lazily on first use: the fp8
+/// decoding tables, the DMA track names, and crossbeam-epoch's global collector (which rayon's
+/// workers start on their first steal).
+///
+/// Each is behind a once-cell; a process forked while another thread is building one inherits
+/// the cell as "being built" by a thread it does not have, and its first use waits forever
+/// (a forked child's pool workers hung so). The binding calls this when the module is
+/// imported, before any thread of the user's can be inside a call.
+pub fn warm_up() {
+    let _ = crossbeam_epoch::default_collector();
+    crate::machine::dtype::warm_up();
+    let _ = crate::dma::cost::queue_track(0, 0);
+}
+
 /// Threads of this process's pool (0 if none can be started).
 pub fn threads() -> usize {
     pool().map_or(0, |p| p.current_num_threads())

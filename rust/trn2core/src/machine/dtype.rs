@@ -140,6 +140,13 @@ impl Dtype {
     }
 }
 
+/// Builds the fp8 tables of [`lut`] now ([`crate::pool::warm_up`]).
+pub(crate) fn warm_up() {
+    for dtype in [Dtype::Fp8E4m3, Dtype::Fp8E5m2, Dtype::Fp8E3m4] {
+        let _ = lut(dtype);
+    }
+}
+
 /// The float32 value of every code of an fp8 dtype (NaN codes give NaN).
 fn lut(dtype: Dtype) -> &'static [f32; 256] {
     static E4M3: OnceLock<[f32; 256]> = OnceLock::new();
