@@ -154,6 +154,10 @@ fn run(src: &Source, enc: &Encoding, mode: Rounding, sat: bool, random: &Random)
 
 /// All 2^32 float32 inputs, round to nearest even, against the oracle. Chunks of consecutive
 /// positive bit patterns are ascending in value, so the oracle walks the grid with a pointer.
+/// Within one grid interval `[t[i], t[i + 1])`, [`Oracle::expect_at`] in this mode depends only
+/// on where `|x|` lies against the interval's midpoint (below, on, above; or on `t[i]`), so each
+/// of those four answers (for `x` and `-x`) is asked of the oracle once per interval and
+/// remembered; every input is still compared with its own expected code.
 fn exhaustive_rne(format: Format) {
     let enc = format.encoding();
     let o = Oracle::new(format, enc.bias);
@@ -185,16 +189,38 @@ fn exhaustive_rne(format: Format) {
             } else {
                 0
             };
+            // The answers (for x, -x) of interval `i` by place: on t[i], below, on, above the
+            // midpoint.
+            let mut memo: [Option<(u32, u32)>; 4] = [None; 4];
+            let ask = |a: f64, i: usize| {
+                (
+                    o.expect_at(a, i, Rounding::NearestEven, false, 0, 1),
+                    o.expect_at(-a, i, Rounding::NearestEven, false, 0, 1),
+                )
+            };
             for (k, &v) in pos.iter().enumerate() {
                 let a = v as f64;
-                // Walk the pointer: t[i] <= a < t[i + 1] (or i at the extension).
-                if a.is_finite() {
+                let (want, want_n) = if a.is_finite() {
+                    // Walk the pointer: t[i] <= a < t[i + 1] (or i at the extension).
+                    let moved = i;
                     while i + 1 < o.t.len() && o.t[i + 1] <= a {
                         i += 1;
                     }
-                }
-                let want = o.expect_at(a, i, Rounding::NearestEven, false, 0, 1);
-                let want_n = o.expect_at(-a, i, Rounding::NearestEven, false, 0, 1);
+                    if i != moved {
+                        memo = [None; 4];
+                    }
+                    let place = match o.t.get(i + 1) {
+                        _ if a == o.t[i] => 0,
+                        Some(&hi) => {
+                            let mid = (o.t[i] + hi) / 2.0;
+                            1 + usize::from(a >= mid) + usize::from(a > mid)
+                        }
+                        None => 1,
+                    };
+                    *memo[place].get_or_insert_with(|| ask(a, i))
+                } else {
+                    ask(a, i)
+                };
                 if got_p[k] != want || got_n[k] != want_n {
                     if bad < 3 {
                         eprintln!(
@@ -523,6 +549,31 @@ fn every_code_round_trips() {
     }
 }
 
+/// Every format's encoding and oracle, built once for all cases of `f64_inputs_round_once`
+/// (tf32's grid alone has 2^19 values).
+fn f64_oracles() -> &'static [(Format, Encoding, Oracle)] {
+    static ORACLES: std::sync::OnceLock<Vec<(Format, Encoding, Oracle)>> =
+        std::sync::OnceLock::new();
+    ORACLES.get_or_init(|| {
+        [
+            Format::Tf32,
+            Format::Bf16,
+            Format::Fp16,
+            Format::Fp8E4m3,
+            Format::Fp8E5m2,
+            Format::Fp8E3m4,
+            Format::Fp8E4m3fn,
+        ]
+        .into_iter()
+        .map(|format| {
+            let enc = format.encoding();
+            let o = Oracle::new(format, enc.bias);
+            (format, enc, o)
+        })
+        .collect()
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -537,13 +588,12 @@ proptest! {
             f64::from_bits(bits)
         };
         let r = if n == 32 { r } else { r >> (32 - n) };
-        for format in [Format::Tf32, Format::Bf16, Format::Fp16, Format::Fp8E4m3, Format::Fp8E5m2, Format::Fp8E3m4, Format::Fp8E4m3fn] {
-            let enc = format.encoding();
-            let o = Oracle::new(format, enc.bias);
+        for (format, enc, o) in f64_oracles() {
+            let format = *format;
             for mode in Rounding::ALL {
                 let bits_arr = [r];
                 let random = if mode == Rounding::Stochastic { Random::Bits(&bits_arr, n) } else { Random::None };
-                let got = run(&Source::F64(&[x]), &enc, mode, sat, &random)[0];
+                let got = run(&Source::F64(&[x]), enc, mode, sat, &random)[0];
                 prop_assert_eq!(got, o.expect(x, mode, sat, r, n), "{:?} {:?} sat={} x={:e}", format, mode, sat, x);
             }
         }
