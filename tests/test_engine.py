@@ -334,6 +334,22 @@ def test_memory_side_decides_the_bound():
     assert f8.details["hbm_bytes"] == 4096 * 128 * 2 + 4096 * 4096 * 4
 
 
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((200, 300, 100), "bf16"), ((4096, 128, 4096), "bf16"), ((1000, 3000, 700), "fp8_e4m3"),
+     ((64, 64, 64), "fp32")],
+)  # fmt: skip
+def test_the_trace_moves_each_hbm_byte_once(shape, dtype):
+    # The first a and b tiles load in the prologue; the streams carry the rest. Both used to
+    # carry the first tiles (200x300x100 bf16: 318,368 B in the trace for 260,000 B of traffic).
+    rep = trn2core.estimate_gemm(*shape, dtype=dtype)
+    events = json.loads(rep.trace_json())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    moved = [e["args"] for e in events if e.get("ph") == "X" and "hbm_bytes" in e.get("args", {})]
+    assert len(moved) >= 5  # first a, first b tiles, a and b streams, results
+    assert sum(a["hbm_bytes"] for a in moved) == rep.details["hbm_bytes"]
+
+
 def test_blocking_fills_sbuf_as_a_well_written_kernel_does():
     """16384^3 bf16: a block of b 512 columns wide (16 MiB) fits in SBUF beside two streaming
     128-row tiles of a (8 MiB), so b is read once and a 32 times: compute-bound at full rate,

@@ -455,6 +455,16 @@ fn report(
         plan.b_wire_ratio,
     )?;
     let prologue = schedule(&[first_a.clone(), first_b.clone()])?.end_s;
+    // The streams carry the rest of each operand: its first tile came in the prologue.
+    let rest = |total: f64, first: u64| (total - first as f64).max(0.0);
+    let (a_raw, a_wire) = (
+        rest(traffic.a_raw, first_a.bytes),
+        rest(traffic.a_wire, first_a.wire_bytes),
+    );
+    let (b_raw, b_wire) = (
+        rest(traffic.b_raw, first_b.bytes),
+        rest(traffic.b_wire, first_b.wire_bytes),
+    );
     let stream = |name, queue, raw: f64, wire: f64, src, dst| Transfer {
         name,
         queue,
@@ -471,22 +481,8 @@ fn report(
     let memory = schedule(&[
         first_a,
         first_b,
-        stream(
-            "a tiles",
-            0,
-            traffic.a_raw,
-            traffic.a_wire,
-            Place::Hbm,
-            Place::Sbuf,
-        ),
-        stream(
-            "b tiles",
-            1,
-            traffic.b_raw,
-            traffic.b_wire,
-            Place::Hbm,
-            Place::Sbuf,
-        ),
+        stream("a tiles", 0, a_raw, a_wire, Place::Hbm, Place::Sbuf),
+        stream("b tiles", 1, b_raw, b_wire, Place::Hbm, Place::Sbuf),
         stream(
             "results",
             2,
