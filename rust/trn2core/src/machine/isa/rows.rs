@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use crate::numerics::kernels::round_f32_bf16_rne;
 
 use super::super::dtype::Dtype;
-use super::super::simd::{self, dispatch};
+use super::super::simd::dispatch;
 use super::alu::{apply, canon, maximum, minimum, per_op, AluOp};
 
 /// Elements per buffered chunk of `tensor_scalar` (4 KiB of float32: stays in L1).
@@ -202,99 +202,62 @@ impl Elem for u16 {
     }
 }
 
-/// Elements per step of [`binary_rows_body`] (two AVX2 vectors of float32: measured best of 8,
+/// Elements per step of [`binary_rows`] (two AVX2 vectors of float32: measured best of 8,
 /// 16 and 32 for both float32 and bf16 rows).
 const LANES: usize = 16;
 
-/// Every row of a `tensor_tensor`: `d[i] = f(a[i], b[i])`. Each step loads [`LANES`] elements
-/// of each input into locals before storing any result, which is right whether an input is the
-/// destination row itself or disjoint from it (`Plan`'s guarantee) and lets the compiler
-/// vectorise without proving the rows apart; the whole loop is one call per instruction.
-#[inline(always)]
-fn binary_rows_body<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32) {
-    let n = plan.g.n;
-    for p in 0..plan.g.rows {
-        let a = plan.in_row::<A>(0, p).map(|s| s.as_ptr());
-        let b = plan.in_row::<B>(1, p).map(|s| s.as_ptr());
-        let d = plan.dst_row::<D>(p).as_mut_ptr();
-        // An input that is the destination row has the destination's kind (`Plan::new`), so
-        // `A` (or `B`) and `D` are the same type there.
-        let a = a.unwrap_or(d.cast::<A>());
-        let b = b.unwrap_or(d.cast::<B>());
-        let mut i = 0;
-        while i + LANES <= n {
-            // SAFETY: `i + LANES <= n`: rows of `n` elements, in bounds and aligned (`Plan`).
-            let (x, y) = unsafe {
-                (
-                    std::array::from_fn::<f32, LANES, _>(|k| (*a.add(i + k)).get()),
-                    std::array::from_fn::<f32, LANES, _>(|k| (*b.add(i + k)).get()),
-                )
-            };
-            for k in 0..LANES {
-                // SAFETY: as above; every input element of this step was read above.
-                unsafe { *d.add(i + k) = D::put(f(x[k], y[k])) };
+dispatch! {
+    /// Every row of a `tensor_tensor` (kinds `A`, `B` into `D`): `d[i] = f(a[i], b[i])`. Each
+    /// step loads [`LANES`] elements of each input into locals before storing any result, which
+    /// is right whether an input is the destination row itself or disjoint from it (`Plan`'s
+    /// guarantee) and lets the compiler vectorise without proving the rows apart; the whole
+    /// loop is one call per instruction.
+    fn binary_rows<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32, _kinds: PhantomData<(A, B, D)>) {
+        let n = plan.g.n;
+        for p in 0..plan.g.rows {
+            let a = plan.in_row::<A>(0, p).map(|s| s.as_ptr());
+            let b = plan.in_row::<B>(1, p).map(|s| s.as_ptr());
+            let d = plan.dst_row::<D>(p).as_mut_ptr();
+            // An input that is the destination row has the destination's kind (`Plan::new`), so
+            // `A` (or `B`) and `D` are the same type there.
+            let a = a.unwrap_or(d.cast::<A>());
+            let b = b.unwrap_or(d.cast::<B>());
+            let mut i = 0;
+            while i + LANES <= n {
+                // SAFETY: `i + LANES <= n`: rows of `n` elements, in bounds and aligned (`Plan`).
+                let (x, y) = unsafe {
+                    (
+                        std::array::from_fn::<f32, LANES, _>(|k| (*a.add(i + k)).get()),
+                        std::array::from_fn::<f32, LANES, _>(|k| (*b.add(i + k)).get()),
+                    )
+                };
+                for k in 0..LANES {
+                    // SAFETY: as above; every input element of this step was read above.
+                    unsafe { *d.add(i + k) = D::put(f(x[k], y[k])) };
+                }
+                i += LANES;
             }
-            i += LANES;
+            for i in i..n {
+                // SAFETY: `i < n`, as above; the inputs are read before the store.
+                unsafe { *d.add(i) = D::put(f((*a.add(i)).get(), (*b.add(i)).get())) };
+            }
         }
-        for i in i..n {
-            // SAFETY: `i < n`, as above; the inputs are read before the store.
-            unsafe { *d.add(i) = D::put(f((*a.add(i)).get(), (*b.add(i)).get())) };
-        }
     }
-}
-
-/// [`binary_rows_body`] compiled for each SIMD level.
-mod row_fns {
-    use super::*;
-
-    #[inline(never)]
-    pub fn portable<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32) {
-        binary_rows_body::<A, B, D>(plan, f)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(never)]
-    #[target_feature(enable = "avx2,fma,bmi2")]
-    pub fn avx2<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32) {
-        binary_rows_body::<A, B, D>(plan, f)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(never)]
-    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi2")]
-    pub fn avx512<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32) {
-        binary_rows_body::<A, B, D>(plan, f)
-    }
-}
-
-/// Every row of a `tensor_tensor` for one operator and one combination of kinds, at this
-/// CPU's SIMD level.
-#[inline(always)]
-fn binary_rows<A: Elem, B: Elem, D: Elem>(plan: &mut Plan, f: impl Fn(f32, f32) -> f32 + Copy) {
-    #[cfg(target_arch = "x86_64")]
-    match simd::level() {
-        // SAFETY: the level is what this CPU reported, so it has the features.
-        simd::AVX512 => return unsafe { row_fns::avx512::<A, B, D>(plan, f) },
-        // SAFETY: as above.
-        simd::AVX2 => return unsafe { row_fns::avx2::<A, B, D>(plan, f) },
-        _ => {}
-    }
-    row_fns::portable::<A, B, D>(plan, f)
 }
 
 /// [`binary_rows`] for the kinds at hand.
 #[inline(always)]
-fn binary_kinds(plan: &mut Plan, f: impl Fn(f32, f32) -> f32 + Copy) {
+fn binary_kinds(plan: &mut Plan, f: impl Fn(f32, f32) -> f32) {
     use Kind::{Bf16 as H, F32 as S};
     match (plan.kinds[0], plan.kinds[1], plan.dkind) {
-        (S, S, S) => binary_rows::<f32, f32, f32>(plan, f),
-        (H, H, H) => binary_rows::<u16, u16, u16>(plan, f),
-        (S, S, H) => binary_rows::<f32, f32, u16>(plan, f),
-        (H, H, S) => binary_rows::<u16, u16, f32>(plan, f),
-        (S, H, S) => binary_rows::<f32, u16, f32>(plan, f),
-        (H, S, S) => binary_rows::<u16, f32, f32>(plan, f),
-        (S, H, H) => binary_rows::<f32, u16, u16>(plan, f),
-        (H, S, H) => binary_rows::<u16, f32, u16>(plan, f),
+        (S, S, S) => binary_rows::<f32, f32, f32>(plan, f, PhantomData),
+        (H, H, H) => binary_rows::<u16, u16, u16>(plan, f, PhantomData),
+        (S, S, H) => binary_rows::<f32, f32, u16>(plan, f, PhantomData),
+        (H, H, S) => binary_rows::<u16, u16, f32>(plan, f, PhantomData),
+        (S, H, S) => binary_rows::<f32, u16, f32>(plan, f, PhantomData),
+        (H, S, S) => binary_rows::<u16, f32, f32>(plan, f, PhantomData),
+        (S, H, H) => binary_rows::<f32, u16, u16>(plan, f, PhantomData),
+        (H, S, H) => binary_rows::<u16, f32, u16>(plan, f, PhantomData),
     }
 }
 
