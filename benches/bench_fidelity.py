@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location(
-    "fidelity", Path(__file__).resolve().parent / "fidelity.py"
+    "fidelity", Path(__file__).resolve().parent / "fidelity_table.py"
 )
 fidelity = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("fidelity", fidelity)

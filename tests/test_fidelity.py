@@ -1,5 +1,5 @@
 """The published Trainium2 measurements (benches/fidelity/published.toml) and the model's
-predictions of them (benches/fidelity.py): the table is complete and consistent, and every
+predictions of them (benches/fidelity_table.py): the table is complete and consistent, and every
 point compared with the model gets a prediction through the public API."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load_fidelity():
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benches" / "fidelity.py")
+    spec = importlib.util.spec_from_file_location(
+        "fidelity", ROOT / "benches" / "fidelity_table.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules["fidelity"] = mod
     spec.loader.exec_module(mod)

@@ -20,7 +20,7 @@
 //! One more status, **calibrated** (in [`STATUSES`]), with the tag `[F]`: a physically
 //! named term whose value was fitted to published Trainium2 measurements (the table
 //! `benches/fidelity/published.toml`, docs/fidelity.md). Its doc comment names the points it was
-//! fitted on; `python benches/fidelity.py --fit` recomputes it from them
+//! fitted on; `python benches/fidelity_table.py --fit` recomputes it from them
 //! (`tests/test_fidelity.py` checks that the value here is the fit's, rounded), and `--loo`
 //! predicts each point with the term refitted without it.
 //!
@@ -935,7 +935,7 @@ spec_table! {
     // Every report prints its time with the range the published cases of its kind fell in
     // (`perf::Uncertainty`): published / predicted, lowest and highest, over the points of
     // benches/fidelity/published.toml compared with the model (`use = "check"`, high and medium
-    // confidence). `python benches/fidelity.py --fit` prints them; tests/test_fidelity.py checks
+    // confidence). `python benches/fidelity_table.py --fit` prints them; tests/test_fidelity.py checks
     // these values against it.
 
     /// Lowest published / predicted time over the published collective cases (nccom-test rows).
@@ -1448,7 +1448,7 @@ pub const SOURCES: &[Source] = &[
                 its own public address)",
         url: "",
         also: &[],
-        read: "the fit itself is in this project: `python benches/fidelity.py --fit` recomputes \
+        read: "the fit itself is in this project: `python benches/fidelity_table.py --fit` recomputes \
                each calibrated value from the published points its note names",
     },
 ];

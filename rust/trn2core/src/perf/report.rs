@@ -116,7 +116,7 @@ pub(crate) fn write_bandwidth_counter(
 
 /// How far published Trainium2 measurements of this kind of operation were from the model's
 /// predictions of them: every published case's time lay between `low x` and `high x` the
-/// predicted time (the calibration residuals; benches/fidelity.py, docs/fidelity.md).
+/// predicted time (the calibration residuals; benches/fidelity_table.py, docs/fidelity.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Uncertainty {
     /// Smallest published / predicted ratio.

@@ -5,11 +5,11 @@ measured, and how sure we are that it was Trainium2); each is predicted here thr
 trn2core's public API only: ``nccom_rows`` (what ``trn2core nccom-test`` prints),
 ``NeuronCore.dma_copy`` and ``estimate_gemm``. Run it as a script::
 
-    python benches/fidelity.py            # the points compared with the model, and a summary
-    python benches/fidelity.py --all      # also the repeats, screenshot readings and curves
+    python benches/fidelity_table.py            # the points compared with the model, and a summary
+    python benches/fidelity_table.py --all      # also the repeats, screenshot readings and curves
 
-    python benches/fidelity.py --fit      # the calibrated constants, fitted on the points
-    python benches/fidelity.py --loo      # each point predicted with the fit done without it
+    python benches/fidelity_table.py --fit      # the calibrated constants, fitted on the points
+    python benches/fidelity_table.py --loo      # each point predicted with the fit done without it
 
 ``factor = max(predicted / published, published / predicted)``: 1 is a perfect prediction,
 2 means off by 2x either way. The summary gives the median and the worst factor over the

@@ -1,0 +1,34 @@
+"""The asv suites in benches/ stay discoverable (`make bench`): asv refuses the whole tree when a
+directory and a module share a name (``benches/fidelity/`` beside a ``fidelity.py`` once left
+``asv run`` running 0 benchmarks), so this runs asv's own tree check and its discovery script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from asv import runner as asv_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = ROOT / "benches"
+
+
+def test_asv_accepts_the_benchmark_tree():
+    from asv.benchmarks import Benchmarks
+
+    Benchmarks.check_tree(str(BENCHES))  # raises UserError on a name clash
+
+
+def test_asv_discovers_a_suite_in_every_bench_module(tmp_path):
+    out = tmp_path / "discovered.json"
+    cmd = [sys.executable, asv_runner.BENCHMARK_RUN_SCRIPT, "discover", str(BENCHES), str(out)]
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    found = json.loads(out.read_text())
+    modules = {b["name"].split(".")[0] for b in found}
+    expected = {p.stem for p in BENCHES.glob("bench_*.py")}
+    assert expected and modules == expected, sorted(expected ^ modules)
+    kinds = {b["type"] for b in found}
+    assert {"time", "track"} <= kinds, kinds
