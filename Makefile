@@ -32,26 +32,29 @@ $(STAMPS)/venv: pyproject.toml
 	$(PY) -m pip install --quiet $(PY_DEPS)
 	@touch $@
 
-$(STAMPS)/build: $(STAMPS)/venv $(RUST_SRC) pyproject.toml
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
-	@touch $@
-
-build: $(STAMPS)/build ## Build the Rust core into the venv (release, via maturin)
-
-# The wheel links with zig (PyPI `ziglang`, no container) against glibc 2.17, so it installs on
-# any Linux of manylinux2014 or later (Ubuntu 18.04+, Amazon Linux 2, RHEL 7+); auditwheel checks
-# the tag. The guides are copied into the package first (pyproject.toml, [tool.maturin] include).
-# Rebuilt only when the Rust or Python sources, the docs or the packaging files change; the
-# clean-venv test in `make test` installs the wheel it leaves in dist/.
+# The core is compiled once for Python: `make build` builds the manylinux2014 wheel (the one
+# users install) and installs that same wheel into .venv, so pytest, the demo and the clean-venv
+# wheel test all run the same binary. The wheel links with zig (PyPI `ziglang`, no container)
+# against glibc 2.17, so it installs on any Linux of manylinux2014 or later (Ubuntu 18.04+,
+# Amazon Linux 2, RHEL 7+); auditwheel checks the tag. The guides and the NKI example kernels
+# reach the package through the links python/trn2core/docs and python/trn2core/nki_examples
+# (pyproject.toml, [tool.maturin] include), so `pip install .`, the sdist and the wheel carry the
+# same files. Rebuilt only when a Rust or Python source, a guide or a packaging file changed.
+# .venv holds an installed copy, not links to python/: after editing Python, `make build` (a few
+# seconds when no Rust changed) or `make test` brings it up to date.
 $(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
-	rm -rf python/trn2core/docs && mkdir -p python/trn2core/docs && cp docs/*.md python/trn2core/docs/
-	rm -rf python/trn2core/nki_examples && mkdir -p python/trn2core/nki_examples && cp examples/nki/*.py python/trn2core/nki_examples/
 	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
 	    --compatibility manylinux2014 --out $(DIST)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin sdist --out $(DIST)
 	$(VENV)/bin/auditwheel show $(DIST)/trn2core-*.whl
 	@touch $@
+
+$(STAMPS)/build: $(STAMPS)/wheel
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $(DIST)/trn2core-*.whl
+	@touch $@
+
+build: $(STAMPS)/build ## Build the wheel (release, manylinux2014) and install it into .venv
 
 wheel: $(STAMPS)/wheel ## Build a manylinux2014 wheel and an sdist into dist/ (`pip install dist/*.whl`)
 
@@ -63,7 +66,7 @@ test: test-rust test-python ## Set up, then run cargo test and pytest
 test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks need optimised code)
 	cargo test --release --workspace
 
-test-python: $(STAMPS)/build $(STAMPS)/wheel ## pytest against the built extension (and the wheel, in a clean venv)
+test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
 	$(PY) -m pytest -q
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
@@ -109,4 +112,4 @@ docs: $(STAMPS)/venv ## Build the Rust API docs (target/doc) and list the guides
 	@ls docs/*.md
 
 clean: ## Remove build products and the venv
-	rm -rf target $(VENV) $(STAMPS) .asv $(DIST) python/trn2core/docs
+	rm -rf target $(VENV) $(STAMPS) .asv $(DIST)

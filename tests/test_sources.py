@@ -29,7 +29,7 @@ PROJECT_FILES = sorted(
     | set((ROOT / "docs").glob("*.md"))
     | {p for d in ("python", "rust", "tests", "benches") for p in (ROOT / d).rglob("*")
        if p.suffix in (".py", ".pyi", ".rs", ".md", ".toml") and "target" not in p.parts
-       and not p.is_relative_to(ROOT / "python" / "trn2core" / "docs")}  # make wheel's copy
+       and not p.is_relative_to(ROOT / "python" / "trn2core" / "docs")}  # the link to docs/
 )  # fmt: skip
 # A tag: `[S12]`, `[S3 current]`, `[S5: ...]`, `\[S1\]` (escaped in Rust docs), `[P]`.
 TAG = re.compile(r"\\?\[(S\d+)(?=[\]\s:;,\\])|\\?\[([PF])\\?\]")

@@ -1,4 +1,4 @@
-"""The package people install (issue 17): the manylinux2014 wheel and the sdist of `make wheel`.
+"""The package people install (issues 17, 29): the manylinux2014 wheel and sdist of `make wheel`.
 
 `make test` builds them first (the Makefile's `test-python` depends on the wheel, rebuilt only
 when a source, a guide or a packaging file changed); run alone, the fixture asks make for them,
@@ -177,5 +177,26 @@ def test_the_wheel_carries_the_nki_examples_for_the_demo(built, venv, tmp_path):
         for name in examples:  # byte for byte, as trn2core/nki_examples/
             got = z.read(f"trn2core/nki_examples/{name}")
             assert got == (ROOT / "examples" / "nki" / name).read_bytes(), name
-    r = _run([str(venv / "bin" / "trn2core"), "demo", "--only", "nki"], cwd=tmp_path)
+    r = _run([str(venv / "bin" / "trn2core"), "demo"], cwd=tmp_path)  # the whole tour
     assert "matmul_fully_blocked" in r.stdout and "LoopCarriedDependencyError" in r.stdout
+    assert "demo took" in r.stdout and "Traceback" not in r.stdout + r.stderr
+
+
+def test_every_install_path_carries_the_guides_and_examples():
+    """No copy step: python/trn2core/docs and python/trn2core/nki_examples are symbolic links
+    (git mode 120000) to the one source, so `pip install .`, `pip install git+...`, an editable
+    install, the sdist and the wheel all see the same files (pyproject.toml takes them in)."""
+    links = {
+        "python/trn2core/docs": "../../docs",
+        "python/trn2core/nki_examples": "../../examples/nki",
+    }
+    for link, target in links.items():
+        git = ["git", "ls-files", "-s", link]
+        staged = subprocess.run(git, cwd=ROOT, capture_output=True, text=True, check=True)
+        staged = staged.stdout.split()
+        assert staged and staged[0] == "120000", (link, staged)
+        p = ROOT / link
+        assert p.is_symlink() and str(p.readlink()) == target
+        assert p.resolve() == (p.parent / target).resolve() and p.resolve().is_dir()
+    assert (ROOT / "python/trn2core/docs").resolve() == (ROOT / "docs").resolve()
+    assert (ROOT / "python/trn2core/nki_examples").resolve() == (ROOT / "examples/nki").resolve()

@@ -1,9 +1,9 @@
 """The guides (docs/*.md) from an installed package: ``trn2core docs [GUIDE]``.
 
-The repository's docs/ is their one source. ``make wheel`` copies it into the package as
-``trn2core/docs/`` (pyproject.toml, ``[tool.maturin] include``), so a wheel or sdist carries
-them; a source checkout (``make build``, an editable install) reads docs/ itself, so an edited
-guide shows at once.
+The repository's docs/ is their one source; ``python/trn2core/docs`` is a symbolic link to it,
+which pyproject.toml's ``[tool.maturin] include`` takes into every wheel and sdist as
+``trn2core/docs/``. So every install path (``pip install .``, ``pip install git+...``, the
+sdist, the wheel, an editable install) carries the same guides, with no copy step to forget.
 """
 
 from __future__ import annotations
@@ -20,16 +20,13 @@ _HERE = Path(__file__).resolve().parent
 
 
 def directory() -> Path:
-    """Where the guides are: the checkout's docs/ when running from one, else the package's."""
-    checkout = _HERE.parent.parent / "docs"
-    if _HERE.parent.name == "python" and (checkout / "index.md").is_file():
-        return checkout
+    """Where the guides are: the package's ``docs/`` (in a checkout, the link to docs/)."""
     shipped = _HERE / "docs"
     if (shipped / "index.md").is_file():
         return shipped
     raise FileNotFoundError(
-        f"no guides in {shipped}: this trn2core was built without `make wheel` (which copies "
-        "docs/ into the package); read them in docs/ of the source tree"
+        f"no guides in {shipped}: this installation of trn2core is incomplete (every wheel "
+        "and sdist carries them); reinstall it"
     )
 
 

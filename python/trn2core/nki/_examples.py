@@ -1,8 +1,8 @@
 """The example kernels (examples/nki/*.py) and loading any kernel file with the import hook.
 
-The repository's examples/nki/ is their one source; ``make wheel`` copies it into the package
-as ``trn2core/nki_examples/`` (pyproject.toml, ``[tool.maturin] include``), so ``trn2core demo``
-finds them in a wheel too; a source checkout reads examples/nki/ itself.
+The repository's examples/nki/ is their one source; ``python/trn2core/nki_examples`` is a
+symbolic link to it, which pyproject.toml's ``[tool.maturin] include`` takes into every wheel and
+sdist, so ``trn2core demo`` finds them however trn2core was installed.
 """
 
 from __future__ import annotations
@@ -18,16 +18,14 @@ _PKG = Path(__file__).resolve().parent.parent  # python/trn2core
 
 
 def directory() -> Path:
-    """Where the example kernels are: the checkout's examples/nki/, else the package's copy."""
-    checkout = _PKG.parent.parent / "examples" / "nki"
-    if _PKG.parent.name == "python" and (checkout / "matmul.py").is_file():
-        return checkout
+    """Where the example kernels are: the package's ``nki_examples/`` (in a checkout, the link
+    to examples/nki/)."""
     shipped = _PKG / "nki_examples"
     if (shipped / "matmul.py").is_file():
         return shipped
     raise FileNotFoundError(
-        f"no example kernels in {shipped}: this trn2core was built without `make wheel` (which "
-        "copies examples/nki/ into the package); they are in examples/nki/ of the source tree"
+        f"no example kernels in {shipped}: this installation of trn2core is incomplete (every "
+        "wheel and sdist carries them); reinstall it"
     )
 
 
