@@ -12,7 +12,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn2core
-from trn2core import reference
+from trn2core import reference, spec
 
 BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3
@@ -237,6 +237,40 @@ def test_core_matmul_and_psum_accumulation():
     assert core.report().instructions == 2
 
 
+def test_one_psum_and_one_clock_for_host_matmuls_and_machine_instructions():
+    """A NeuronCore is one machine: a host-issued matmul writes the PSUM that tiles see and
+    engines read, and lands on the same timeline as every other instruction."""
+    rng = np.random.default_rng(21)
+    core = trn2core.NeuronCore()
+    acc = core.tile((128, 512), "fp32", space="psum", address=0)  # a tile over bank 0
+    s, m = rand((64, 128), "bf16", rng), rand((64, 512), "bf16", rng)
+    out = core.matmul(s, m, bank=0)
+    want = reference.nc_matmul(s, m)
+    np.testing.assert_array_equal(bits(out), bits(want))
+    # The tile reads the matmul's result...
+    np.testing.assert_array_equal(bits(core.read(acc)), bits(want))
+    # ...the Vector engine copies it out of PSUM as NKI kernels do...
+    sb = core.tile((128, 512), "fp32")
+    core.vector.tensor_copy(sb, acc)
+    np.testing.assert_array_equal(bits(core.read(sb)), bits(want))
+    # ...and what an engine writes into the bank is what read_psum returns.
+    core.vector.memset(acc, 2.5)
+    assert (core.read_psum(0, 128, 512) == 2.5).all()
+    # A memset is not a matmul: accumulating onto it is refused, as on the chip.
+    with pytest.raises(ValueError, match="accumulate"):
+        core.matmul(s, m, bank=0, accumulate=True)
+    rep = core.report()
+    assert rep.instructions == 3 and rep.opcodes == {
+        "nc_matmul": 1, "tensor_copy": 1, "memset": 1
+    }  # fmt: skip
+    assert rep.engines["PE"]["instructions"] == 1 and rep.engines["DVE"]["instructions"] == 2
+    # The operands' scratch SBUF is given back: all of SBUF is free again after a matmul.
+    fresh = trn2core.NeuronCore()
+    fresh.matmul(s, m, bank=7)
+    whole = fresh.tile((128, spec.sbuf_usable_partition_bytes), "uint8")
+    assert whole.shape == [128, spec.sbuf_usable_partition_bytes]
+
+
 def test_core_double_row_and_limits():
     rng = np.random.default_rng(2)
     core = trn2core.NeuronCore()
@@ -270,9 +304,15 @@ def test_row_tiles_run_in_parallel_in_the_cost_model():
         s, m = rand((32, 32), "bf16", rng), rand((32, 512), "bf16", rng)
         out = core.matmul(s, m, bank=r, tile_position=(32 * r, 0), tile_size=(32, 128))
         np.testing.assert_array_equal(bits(out), bits(reference.nc_matmul(s, m)))
-    rep = core.report()
-    assert rep.instructions == 4 and rep.pe_cycles == 4 * 512
-    assert rep.cycles == 512  # four disjoint row tiles overlap completely
+    rep = core.report()  # the core's one timeline (a KernelReport)
+    assert rep.instructions == 4 and rep.engines["PE"]["instructions"] == 4
+    assert round(rep.seconds * spec.pe_clock_hz) == 512  # four disjoint row tiles overlap
+    # The same four on one row tile run one after another: 512 PE cycles each.
+    serial = trn2core.NeuronCore()
+    for r in range(4):
+        s, m = rand((32, 32), "bf16", rng), rand((32, 512), "bf16", rng)
+        serial.matmul(s, m, bank=r, tile_position=(0, 0), tile_size=(32, 128))
+    assert round(serial.report().seconds * spec.pe_clock_hz) == 4 * 512
 
 
 def test_gemm_bad_inputs():
@@ -305,17 +345,18 @@ def test_transpose_mode_is_bit_exact(fmt):
     out = core.matmul(x, ident, bank=2, is_transpose=True)
     assert out.dtype == x.dtype and out.shape == (40, 96)
     np.testing.assert_array_equal(out.view(np.uint8), np.ascontiguousarray(x.T).view(np.uint8))
-    # PSUM holds the values, NaN and Inf included (a matmul with the identity would not).
-    psum = core.read_psum(2, 40, 96)
-    same = (psum == x.T.astype(np.float32)) | (np.isnan(psum) & np.isnan(x.T.astype(np.float32)))
-    assert same.all()
+    # PSUM holds the bits in the input's own dtype (the PE array writes 16-bit elements for
+    # 16-bit inputs), NaN and Inf included (a matmul with the identity would not).
+    psum = core.read_psum(2, 40, 96, dtype=fmt)
+    assert psum.dtype == x.dtype
+    np.testing.assert_array_equal(psum.view(np.uint8), np.ascontiguousarray(x.T).view(np.uint8))
     with pytest.raises(ValueError, match="accumulate"):
         core.matmul(rand((96, 40), "bf16", rng), rand((96, 96), "bf16", rng), bank=2,
                     accumulate=True)  # fmt: skip
     with pytest.raises(trn2core.ShapeError, match="identity"):
         core.matmul(x, trn2core.quantize(np.ones((96, 96)), fmt), is_transpose=True)
     cost = 96 * (2 if fmt == "fp32" else 1)
-    assert core.report().pe_cycles == cost
+    assert round(core.report().seconds * spec.pe_clock_hz) == cost
 
 
 def test_memory_side_decides_the_bound():

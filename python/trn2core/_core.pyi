@@ -20,7 +20,6 @@ __all__ = [
     "LogicalCoreInfo",
     "Machine",
     "MemoryUsage",
-    "NeuronCore",
     "StackPlacement",
     "StreamInfo",
     "Tile",
@@ -388,32 +387,7 @@ class LogicalCoreInfo:
 def logical_core_members(lnc: int, index: int) -> list[int]: ...
 def instance_types() -> list[tuple[str, int, list[int], bool]]: ...
 
-# The tensor engine (rust/trn2core-py/src/engine.rs).
-@final
-class NeuronCore:
-    def __new__(cls, index: int = 0) -> NeuronCore: ...
-    @property
-    def index(self) -> int: ...
-    def matmul(
-        self,
-        stationary: npt.NDArray[np.float32],
-        stationary_shape: list[int],
-        stationary_format: str,
-        moving: npt.NDArray[np.float32],
-        moving_shape: list[int],
-        moving_format: str,
-        bank: int,
-        accumulate: bool,
-        perf_mode: str,
-        tile_position: tuple[int, int] | None,
-        tile_size: tuple[int, int] | None,
-    ) -> npt.NDArray[np.float32]: ...
-    def transpose(
-        self, stationary: npt.NDArray[np.float32], k: int, m: int, format: str, bank: int
-    ) -> None: ...
-    def read_psum(self, bank: int, rows: int, cols: int) -> npt.NDArray[np.float32]: ...
-    def report(self) -> dict[str, object]: ...
-
+# The machine: tiles, the NeuronCore and its report (rust/trn2core-py/src/machine.rs).
 @final
 class Tile:
     @property
@@ -478,6 +452,31 @@ class Machine:
     ) -> Tile: ...
     def free(self, tile: object) -> None: ...
     def tensor_info(self, tile: object) -> tuple[str, str, list[int], str]: ...
+    def matmul(
+        self,
+        stationary: npt.NDArray[np.unsignedinteger],
+        stationary_shape: list[int],
+        stationary_format: str,
+        moving: npt.NDArray[np.unsignedinteger],
+        moving_shape: list[int],
+        moving_format: str,
+        bank: int,
+        accumulate: bool,
+        perf_mode: str,
+        tile_position: tuple[int, int] | None,
+        tile_size: tuple[int, int] | None,
+    ) -> npt.NDArray[np.float32]: ...
+    def transpose(
+        self,
+        stationary: npt.NDArray[np.unsignedinteger],
+        k: int,
+        m: int,
+        format: str,
+        identity: npt.NDArray[np.unsignedinteger],
+        identity_format: str,
+        bank: int,
+    ) -> None: ...
+    def read_psum(self, bank: int, rows: int, cols: int, dtype: str) -> npt.NDArray[np.uint8]: ...
     def write(self, tile: object, data: npt.NDArray[np.uint8]) -> None: ...
     def read(self, tile: object) -> npt.NDArray[np.uint8]: ...
     def written_ranges(self, tile: object) -> list[tuple[int, int]]: ...

@@ -87,8 +87,10 @@ def _codes(x: np.ndarray) -> np.ndarray:
 
 
 class NeuronCore:
-    """One physical NeuronCore-v3: PSUM (128 partitions x 8 banks x 2 KiB fp32), SBUF capacity
-    from ``trn2core.spec``, and a tensor engine that runs one ``nc_matmul`` at a time.
+    """One physical NeuronCore-v3: one machine (``trn2core.machine``) with SBUF, PSUM
+    (128 partitions x 8 banks x 2 KiB), the four engines, the DMA queues and one clock.
+    ``matmul`` and ``read_psum`` address its PSUM by bank, as NKI's instructions do; every
+    instruction, host-issued or not, lands on the same timeline (``run``/``report``).
 
     Memory (``trn2core.memory``): ``core.hbm``, ``core.sbuf``, ``core.psum`` (capacity, used,
     free), ``core.alloc(...)``, ``core.free(...)``. ``hbm`` shares an ``HbmStack`` with the
@@ -118,7 +120,7 @@ class NeuronCore:
         index = _validate.integer(index, "index", lo=0, hi=spec.cores_per_chip - 1)
         seed = _validate.integer(seed, "seed", lo=0, hi=_validate.U64_MAX)
         self.memory = CoreMemory(index, hbm)
-        self._core = _core.NeuronCore(index)
+        self._index = index
         self._m = _core.Machine(uninitialized, rounding, seed)
         #: The Vector engine (DVE).
         self.vector = VectorEngine(self._m)
@@ -238,7 +240,7 @@ class NeuronCore:
 
     @property
     def index(self) -> int:
-        return self._core.index
+        return self._index
 
     @property
     def sbuf_bytes(self) -> int:
@@ -265,7 +267,10 @@ class NeuronCore:
         formats: tuple[str | None, str | None] = (None, None),
         is_transpose: bool = False,
     ) -> np.ndarray:
-        """One ``nc_matmul``: ``stationary.T @ moving`` into PSUM ``bank`` (returned, float32).
+        """One ``nc_matmul``: ``stationary.T @ moving`` into PSUM ``bank`` (returned, float32),
+        issued on this core's machine: the operands go to SBUF as ``write`` puts them there (no
+        time), the instruction runs on the tensor engine's queue of the core's one timeline, and
+        a PSUM tile allocated over the bank sees the result.
 
         ``stationary`` is ``[K, M]`` and ``moving`` ``[K, N]`` (``K <= 128``, ``M <= 128``,
         ``N <= 512``), or ``[128, 2, M]`` / ``[128, 2, N]`` with ``perf_mode="double_row"`` (fp8
@@ -301,14 +306,14 @@ class NeuronCore:
                         f"{arg}: transpose mode passes the whole stationary tile through the PE "
                         f"array into a fresh bank region and takes no {arg}; got {given[arg]!r}"
                     )
-            return self._transpose(s, m, sf, bank)
-        out = self._core.matmul(
+            return self._transpose(s, m, sf, mf, bank)
+        out = self._m.matmul(
             _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
             _bank(bank), accumulate, perf_mode, pos, size,
         )  # fmt: skip
         return out.reshape(s.shape[-1], m.shape[-1])
 
-    def _transpose(self, s, m, sf, bank) -> np.ndarray:
+    def _transpose(self, s, m, sf, mf, bank) -> np.ndarray:
         # Transpose mode: `moving` must be the identity of size K (the kernel idiom); the PE
         # passes the stationary tile through bit for bit. The result keeps the input's dtype
         # (the hardware writes 16-bit PSUM elements for 16-bit inputs, fp8 in the low byte).
@@ -327,7 +332,7 @@ class NeuronCore:
                 f"moving: transpose mode needs the identity matrix [{k}, {k}] as moving, "
                 f"got shape {m.shape}"
             )
-        self._core.transpose(_codes(s), k, mm, sf, _bank(bank))
+        self._m.transpose(_codes(s), k, mm, sf, _codes(m), mf, _bank(bank))
         # A fresh array, never a view of the caller's (s.T of a Fortran-ordered s is
         # C-contiguous already, and ascontiguousarray would return it as is).
         return np.array(s.T, order="C", copy=True)
@@ -340,15 +345,18 @@ class NeuronCore:
 
         return dma_copy(x, src=src, dst=dst, codec=codec, queue=queue, memory=self.memory)
 
-    def read_psum(self, bank: int, rows: int, cols: int) -> np.ndarray:
-        """PSUM ``bank``, partitions ``0..rows``, fp32 elements ``0..cols``."""
+    def read_psum(self, bank: int, rows: int, cols: int, dtype="fp32") -> np.ndarray:
+        """PSUM ``bank``, partitions ``0..rows``, elements ``0..cols`` of ``dtype`` (fp32, as
+        matmuls write; a transpose of 16-bit or fp8 data leaves elements of its own dtype)."""
         rows = _validate.integer(rows, "rows", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
         cols = _validate.integer(cols, "cols", lo=0, hi=_validate.U64_MAX, cls=ShapeError)
-        return self._core.read_psum(_bank(bank), rows, cols).reshape(rows, cols)
+        dt = dtype_name(dtype, "dtype")
+        raw = self._m.read_psum(_bank(bank), rows, cols, dt)
+        return raw.view(np_dtype_of(dt)).reshape(rows, cols)
 
-    def report(self) -> Report:
-        """Timing of the instructions issued on this core so far."""
-        return Report.from_fields(self._core.report())
+    def report(self) -> KernelReport:
+        """The timeline of every instruction issued on this core so far (``run()``)."""
+        return self.run()
 
     def _gemm_cores(self) -> None:
         """``gemm(core=...)``: a NeuronCore is costed on its own (no split)."""

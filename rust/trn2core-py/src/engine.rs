@@ -1,147 +1,32 @@
-//! Bindings of the tensor engine: `NeuronCore` (one instruction at a time, with PSUM; operands
-//! arrive as flat float32 arrays of exact values plus their format) and `trn2core.gemm` (one
-//! call: operands as the caller holds them, see [`gemm`]).
+//! Bindings of the tensor engine's GEMM: `trn2core.gemm` (one call: operands as the caller
+//! holds them, see [`gemm`]), and [`Codes`], the flat operand codes the machine's host-issued
+//! instructions take (`Machine.matmul`).
 
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::sync::{Mutex, MutexGuard};
-use trn2core::engine::{
-    Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PeTile, PerfMode, Sparse, Strided,
-};
+use trn2core::engine::{Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PerfMode, Sparse, Strided};
 use trn2core::numerics::{CodesMut, CodesRef, Format, Rounding};
 use trn2core::sparsity::{Dtype, Pattern};
-use trn2core::topology::NeuronCore;
 use trn2core::Error;
 
-use crate::arrays::{borrow, borrow_any, fill_new_array, slice, strided, to_numpy};
-use crate::errors::{guard_work, PyTrn2Result};
+use crate::arrays::{borrow, borrow_any, fill_new_array, slice, strided};
+use crate::errors::PyTrn2Result;
 use crate::perf::report_dict;
 
-/// One physical NeuronCore-v3 (the facade's `trn2core.NeuronCore` wraps it).
-///
-/// Shareable between Python threads: the core's state (PSUM, the engine's clock) sits behind a
-/// mutex taken only with the GIL released, so concurrent instructions on one core run one at a
-/// time, each whole, as two queues feeding one engine would (docs/limitations.md).
-#[pyclass(name = "NeuronCore", module = "trn2core._core", frozen)]
-pub struct PyNeuronCore {
-    index: usize,
-    inner: Mutex<NeuronCore>,
-}
-
-impl PyNeuronCore {
-    /// The core's state. A panic while it was held (a bug, reported as `InternalError`) may
-    /// have left one PSUM region half written; the core stays usable.
-    fn lock(&self) -> MutexGuard<'_, NeuronCore> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-#[pymethods]
-impl PyNeuronCore {
-    #[new]
-    #[pyo3(signature = (index = 0))]
-    fn new(index: usize) -> Self {
-        PyNeuronCore {
-            index,
-            inner: Mutex::new(NeuronCore::new(index)),
-        }
-    }
-
-    #[getter]
-    fn index(&self) -> usize {
-        self.index
-    }
-
-    /// One `nc_matmul` on operands given as flat unsigned views of their codes (uint8 for
-    /// fp8, uint16 for bf16/fp16, uint32 for the float32 containers of fp32/tf32); returns the
-    /// PSUM region's new contents, flat `[M * N]`.
-    #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
-    #[allow(clippy::too_many_arguments)]
-    fn matmul(
-        &self,
-        py: Python<'_>,
-        stationary: &Bound<'_, PyAny>,
-        stationary_shape: Vec<usize>,
-        stationary_format: &str,
-        moving: &Bound<'_, PyAny>,
-        moving_shape: Vec<usize>,
-        moving_format: &str,
-        bank: usize,
-        accumulate: bool,
-        perf_mode: &str,
-        tile_position: Option<(usize, usize)>,
-        tile_size: Option<(usize, usize)>,
-    ) -> PyTrn2Result<Py<PyAny>> {
-        let sf = Format::parse("stationary", stationary_format)?;
-        let mf = Format::parse("moving", moving_format)?;
-        let mode = PerfMode::parse("perf_mode", perf_mode)?;
-        let tile = PeTile::from_options(tile_position, tile_size)?;
-        let sa = Codes::borrow(stationary, "stationary", sf)?;
-        let ma = Codes::borrow(moving, "moving", mf)?;
-        let (sv, mv) = (sa.codes("stationary")?, ma.codes("moving")?);
-        // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
-        let out = guard_work(py, 0, || {
-            self.lock().matmul_codes(
-                (sv, &stationary_shape, sf),
-                (mv, &moving_shape, mf),
-                bank,
-                accumulate,
-                mode,
-                tile,
-            )
-        })?;
-        Ok(to_numpy(py, out))
-    }
-
-    /// Transpose mode: writes `stationary.T` (flat codes of `format`) to PSUM `bank`, costed.
-    fn transpose(
-        &self,
-        py: Python<'_>,
-        stationary: &Bound<'_, PyAny>,
-        k: usize,
-        m: usize,
-        format: &str,
-        bank: usize,
-    ) -> PyTrn2Result<()> {
-        let f = Format::parse("stationary", format)?;
-        let sa = Codes::borrow(stationary, "stationary", f)?;
-        let sv = sa.codes("stationary")?;
-        Ok(guard_work(py, 0, || {
-            self.lock().transpose_codes(sv, k, m, f, bank)
-        })?)
-    }
-
-    /// PSUM `bank`, partitions `0..rows`, elements `0..cols`, flat.
-    fn read_psum(
-        &self,
-        py: Python<'_>,
-        bank: usize,
-        rows: usize,
-        cols: usize,
-    ) -> PyTrn2Result<Py<PyAny>> {
-        let out = guard_work(py, 0, || self.lock().read_psum(bank, rows, cols))?;
-        Ok(to_numpy(py, out))
-    }
-
-    /// Timing of the instructions issued so far.
-    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let rep = guard_work(py, 0, || Ok(self.lock().report()))?;
-        report_dict(py, &rep)
-    }
-}
-
 /// A borrowed flat array of one instruction operand's codes, in its format's width.
-enum Codes<'py> {
+pub(crate) enum Codes<'py> {
     U8(PyReadonlyArray1<'py, u8>),
     U16(PyReadonlyArray1<'py, u16>),
     U32(PyReadonlyArray1<'py, u32>),
 }
 
 impl<'py> Codes<'py> {
-    fn borrow(x: &Bound<'py, PyAny>, arg: &str, format: Format) -> Result<Codes<'py>, Error> {
+    pub(crate) fn borrow(
+        x: &Bound<'py, PyAny>,
+        arg: &str,
+        format: Format,
+    ) -> Result<Codes<'py>, Error> {
         Ok(match format.code_bits() {
             8 => Codes::U8(borrow(x, arg, "uint8 (fp8 codes)")?),
             16 => Codes::U16(borrow(x, arg, "uint16 (16-bit codes)")?),
@@ -149,7 +34,7 @@ impl<'py> Codes<'py> {
         })
     }
 
-    fn codes(&self, arg: &str) -> Result<CodesRef<'_>, Error> {
+    pub(crate) fn codes(&self, arg: &str) -> Result<CodesRef<'_>, Error> {
         Ok(match self {
             Codes::U8(a) => CodesRef::U8(slice(a, arg)?),
             Codes::U16(a) => CodesRef::U16(slice(a, arg)?),

@@ -35,7 +35,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
     m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
-    m.add_class::<engine::PyNeuronCore>()?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PyTile>()?;
     m.add_class::<machine::PyKernelReport>()?;

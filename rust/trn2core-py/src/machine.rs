@@ -17,13 +17,15 @@ use trn2core::machine::isa::scalar::ActivationArgs;
 use trn2core::machine::tile::Index;
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
-    ActFunc, AluOp, Dtype, Engine, Machine, MachineConfig, OutputRounding, PeOptions, ReduceCmd,
-    Scalar, Tile, Uninitialized,
+    ActFunc, AluOp, Dtype, Engine, HostOperand, Machine, MachineConfig, OutputRounding, PeOptions,
+    ReduceCmd, Scalar, Tile, Uninitialized,
 };
 use trn2core::memory::Space;
+use trn2core::numerics::Format;
 use trn2core::Error;
 
 use crate::arrays::{borrow, slice, to_numpy};
+use crate::engine::Codes;
 use crate::errors::{guard, guard_work, PyTrn2Result};
 
 /// Elements below which an instruction runs with the GIL held.
@@ -376,6 +378,98 @@ impl PyMachine {
                 info.space.name(),
             ))
         })?)
+    }
+
+    /// One `nc_matmul` issued from the host on operands given as flat unsigned views of their
+    /// codes (uint8 for fp8, uint16 for bf16/fp16, uint32 for the float32 containers of
+    /// fp32/tf32), into PSUM `bank`; returns the region's new contents, flat `[M * N]` fp32.
+    #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        py: Python<'_>,
+        stationary: &Bound<'_, PyAny>,
+        stationary_shape: Vec<usize>,
+        stationary_format: &str,
+        moving: &Bound<'_, PyAny>,
+        moving_shape: Vec<usize>,
+        moving_format: &str,
+        bank: usize,
+        accumulate: bool,
+        perf_mode: &str,
+        tile_position: Option<(usize, usize)>,
+        tile_size: Option<(usize, usize)>,
+    ) -> PyTrn2Result<Py<PyAny>> {
+        let sf = Format::parse("stationary", stationary_format)?;
+        let mf = Format::parse("moving", moving_format)?;
+        let mode = PerfMode::parse("perf_mode", perf_mode)?;
+        let tile = PeTile::from_options(tile_position, tile_size)?;
+        let sa = Codes::borrow(stationary, "stationary", sf)?;
+        let ma = Codes::borrow(moving, "moving", mf)?;
+        let st = HostOperand {
+            codes: sa.codes("stationary")?,
+            shape: &stationary_shape,
+            format: sf,
+        };
+        let mv = HostOperand {
+            codes: ma.codes("moving")?,
+            shape: &moving_shape,
+            format: mf,
+        };
+        // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
+        let out = guard_work(py, 0, || {
+            self.settled()?
+                .matmul_host(&st, &mv, bank, accumulate, mode, tile)
+        })?;
+        Ok(to_numpy(py, out))
+    }
+
+    /// Transpose mode issued from the host: PSUM `bank` receives `stationary.T` (flat codes of
+    /// `format`, shape `[k, m]`) in its own dtype; `identity` is the `[k, k]` moving operand.
+    #[allow(clippy::too_many_arguments)]
+    fn transpose(
+        &self,
+        py: Python<'_>,
+        stationary: &Bound<'_, PyAny>,
+        k: usize,
+        m: usize,
+        format: &str,
+        identity: &Bound<'_, PyAny>,
+        identity_format: &str,
+        bank: usize,
+    ) -> PyTrn2Result<()> {
+        let f = Format::parse("stationary", format)?;
+        let idf = Format::parse("moving", identity_format)?;
+        let sa = Codes::borrow(stationary, "stationary", f)?;
+        let ia = Codes::borrow(identity, "moving", idf)?;
+        let (shape, ishape) = ([k, m], [k, k]);
+        let st = HostOperand {
+            codes: sa.codes("stationary")?,
+            shape: &shape,
+            format: f,
+        };
+        let id = HostOperand {
+            codes: ia.codes("moving")?,
+            shape: &ishape,
+            format: idf,
+        };
+        Ok(guard_work(py, 0, || {
+            self.settled()?.transpose_host(&st, &id, bank)
+        })?)
+    }
+
+    /// PSUM `bank`, partitions `0..rows`, elements `0..cols` of `dtype`, as packed bytes.
+    fn read_psum(
+        &self,
+        py: Python<'_>,
+        bank: usize,
+        rows: usize,
+        cols: usize,
+        dtype: &str,
+    ) -> PyTrn2Result<Py<PyAny>> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let out = guard_work(py, 0, || self.settled()?.read_psum(bank, rows, cols, dt))?;
+        Ok(to_numpy(py, out))
     }
 
     /// Writes packed little-endian bytes (logical order) into a tile, outside any instruction.

@@ -349,6 +349,9 @@ pub struct Memories {
     pub uninitialized: Uninitialized,
     /// This machine's number (tiles carry it).
     machine: u32,
+    /// The view of the whole of PSUM that host-issued instructions address by bank
+    /// (`machine::host`), once made.
+    pub(crate) psum_view: Option<TensorId>,
 }
 
 /// The number of the next machine created in this process.
@@ -374,6 +377,7 @@ impl Memories {
             live_psum: Vec::new(),
             uninitialized,
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            psum_view: None,
         };
         if uninitialized == Uninitialized::Nan {
             m.sbuf.bytes_mut().fill(0xFF);
@@ -617,6 +621,35 @@ impl Memories {
             start_partition,
             partitions: p as u32,
             address,
+            bytes,
+            generation: self.generations[slot as usize],
+            hbm: None,
+            hbm_init: InitMap::default(),
+            fully_written: false,
+        });
+        Ok(self.id(slot))
+    }
+
+    /// A tensor over the whole of SBUF or PSUM (all partitions, every byte, as uint8) that the
+    /// allocator does not count: addressing memory as the hardware does (by partition and byte),
+    /// beside the allocations. Its bytes are those of the tensors it overlaps.
+    pub(crate) fn view_tensor(&mut self, space: Space, name: &str) -> Result<TensorId> {
+        let (partitions, bytes) = match space {
+            Space::Sbuf => (SBUF_PARTITIONS, SBUF_PARTITION_BYTES),
+            Space::Psum => (PSUM_PARTITIONS, PSUM_PARTITION_BYTES),
+            Space::Hbm => {
+                return Err(Error::value(name, "a view covers SBUF or PSUM, not HBM"));
+            }
+        };
+        let slot = self.new_slot();
+        self.tensors[slot as usize] = Some(TensorInfo {
+            name: name.to_string(),
+            space,
+            dtype: Dtype::Uint8,
+            shape: vec![partitions, bytes as usize],
+            start_partition: 0,
+            partitions: partitions as u32,
+            address: 0,
             bytes,
             generation: self.generations[slot as usize],
             hbm: None,

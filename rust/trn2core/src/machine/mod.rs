@@ -34,6 +34,7 @@
 
 pub mod cost;
 pub mod dtype;
+pub mod host;
 pub mod isa;
 pub mod loops;
 pub mod memory;
@@ -43,6 +44,7 @@ pub mod tile;
 pub mod timeline;
 
 pub use dtype::{Dtype, OutputRounding};
+pub use host::HostOperand;
 pub use isa::act::ActFunc;
 pub use isa::alu::AluOp;
 pub use isa::{PeOptions, ReduceCmd, Scalar};

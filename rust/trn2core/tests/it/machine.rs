@@ -1117,6 +1117,113 @@ fn iota_and_affine_select() {
 
 // ------------------------------------------------------------------------- tensor engine
 
+/// Host-issued matmuls (`NeuronCore.matmul`) run on the same machine: the same bits as the
+/// engine, in the PSUM a tile over the bank reads, on the one timeline, scratch SBUF returned.
+#[test]
+fn host_matmul_writes_the_machines_psum_on_its_clock() {
+    use trn2core::machine::HostOperand;
+    use trn2core::numerics::CodesRef;
+    let mut m = core();
+    let (k, mm, n) = (128, 64, 300);
+    let bank3 = m
+        .alloc_at(
+            Space::Psum,
+            "bank3",
+            &[mm, 512],
+            Dtype::Fp32,
+            0,
+            Some(3 * 2048),
+        )
+        .expect("psum tile over bank 3");
+    let sb: Vec<u16> = codes(Dtype::Bf16, k * mm, 201)
+        .iter()
+        .map(|&c| c as u16)
+        .collect();
+    let mb: Vec<u16> = codes(Dtype::Bf16, k * n, 202)
+        .iter()
+        .map(|&c| c as u16)
+        .collect();
+    let host = |c: &[u16]| {
+        c.iter()
+            .map(|&x| input(Dtype::Bf16, x as u32))
+            .collect::<Vec<f32>>()
+    };
+    let (sv, mvv) = (host(&sb), host(&mb));
+    let once = engine::matmul(
+        &Operand {
+            values: &sv,
+            shape: &[k, mm],
+            format: Format::Bf16,
+        },
+        &Operand {
+            values: &mvv,
+            shape: &[k, n],
+            format: Format::Bf16,
+        },
+        PerfMode::None,
+        PeTile::FULL,
+    )
+    .expect("engine");
+    let st = HostOperand {
+        codes: CodesRef::U16(&sb),
+        shape: &[k, mm],
+        format: Format::Bf16,
+    };
+    let mv = HostOperand {
+        codes: CodesRef::U16(&mb),
+        shape: &[k, n],
+        format: Format::Bf16,
+    };
+    let out = m
+        .matmul_host(&st, &mv, 3, false, PerfMode::None, PeTile::FULL)
+        .expect("host matmul");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&out), bits(&once));
+    // The tile allocated over bank 3 holds the result in its first n columns.
+    let all = m.read_f32(&bank3).err();
+    assert!(all.is_some(), "columns n..512 were never written");
+    let cols = bank3.slice(&[
+        Index::Range {
+            start: None,
+            stop: None,
+            step: 1,
+        },
+        Index::Range {
+            start: Some(0),
+            stop: Some(n as i64),
+            step: 1,
+        },
+    ]);
+    let seen = m.read_f32(&cols.expect("slice")).expect("read");
+    assert_eq!(bits(&seen), bits(&once));
+    // Accumulating onto it adds, as a second matmul of the group.
+    let twice = m
+        .matmul_host(&st, &mv, 3, true, PerfMode::None, PeTile::FULL)
+        .expect("accumulate");
+    let want: Vec<u32> = once.iter().map(|&v| canon(v + v).to_bits()).collect();
+    assert_eq!(bits(&twice), want);
+    // One timeline: two PE instructions; the scratch operands were freed.
+    let rep = m.run().expect("run");
+    assert_eq!(rep.instructions, 2);
+    let usable = trn2core::spec::SBUF_USABLE_PARTITION_BYTES as usize;
+    m.alloc(Space::Sbuf, "all", &[128, usable], Dtype::Uint8)
+        .expect("all of SBUF is free again");
+    // Bad banks and operands are errors naming the argument, with nothing recorded.
+    let err = m
+        .matmul_host(&st, &mv, 8, false, PerfMode::None, PeTile::FULL)
+        .expect_err("bank 8");
+    assert!(err.to_string().contains("bank"), "{err}");
+    let short = HostOperand {
+        codes: CodesRef::U16(&sb[1..]),
+        ..st
+    };
+    let err = m
+        .matmul_host(&short, &mv, 0, false, PerfMode::None, PeTile::FULL)
+        .expect_err("short codes");
+    assert!(err.to_string().contains("stationary"), "{err}");
+    assert_eq!(m.instructions(), 2);
+}
+
 #[test]
 fn nc_matmul_equals_the_engine_and_accumulates() {
     let mut m = core();
