@@ -258,7 +258,7 @@ class Instance(_Machine):
         )  # fmt: skip
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
-        self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1)
+        self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property
@@ -272,7 +272,7 @@ class UltraServer(_Machine):
     def __init__(self, lnc: int = 2, *, comm=None, placement=None) -> None:
         self._lnc = _check_lnc(lnc)
         self.name = "Trn2 UltraServer"
-        self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1)
+        self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
 
@@ -285,7 +285,7 @@ class UltraCluster(_Machine):
         if n < 1:
             raise Trn2ValueError(f"n_ultraservers: expected at least 1, got {n}")
         self.name = f"Trn2 UltraCluster of {n} UltraServers"
-        self._torus = _core.Torus(_ULTRASERVER_SHAPE, n)
+        self._torus = _core.Torus(_ULTRASERVER_SHAPE, n, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property
