@@ -328,8 +328,9 @@ def test_ls_topology_json_is_one_object_with_the_machine(flag):
 
 
 def test_gemm_json_is_one_object_with_the_tables_numbers(tmp_path):
+    # --lnc 1: one physical NeuronCore (the CLI's default became LNC=2 with issue 29).
     r = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256", "--run", "--json",
-                "--trace", str(tmp_path / "t.json"))  # fmt: skip
+                "--trace", str(tmp_path / "t.json"), "--lnc", "1")  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert set(d) == {"m", "k", "n", "dtype", "perf_mode", "sparsity", "lnc", "core", "report",
@@ -337,7 +338,7 @@ def test_gemm_json_is_one_object_with_the_tables_numbers(tmp_path):
     assert (d["m"], d["k"], d["n"], d["dtype"], d["core"]) == (512, 1024, 256, "bf16",
                                                                  "one NeuronCore")  # fmt: skip
     assert d["report"]["flops"] == 2 * 512 * 1024 * 256 and d["run"]["seed"] == 0
-    table_run = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256").stdout
+    table_run = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256", "--lnc", "1").stdout
     tf = float(next(x for x in table_run.splitlines() if x.startswith("TFLOPS (wall)")).split()[-1])
     assert f"{d['report']['tflops']:.2f}" == f"{tf:.2f}"
     assert "trace written to" in r.stderr and (tmp_path / "t.json").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import textwrap
 import time
@@ -14,6 +13,7 @@ import numpy as np
 
 from . import _core, _validate, cli_check, spec
 from ._progress import Progress
+from .chip import default_lnc
 from .collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
@@ -386,17 +386,7 @@ def _count(lo: int):
 def nccom_lnc(flag: int | None) -> int:
     """The Logical NeuronCore size of a run: ``--lnc`` when given, else the environment's
     ``NEURON_LOGICAL_NC_CONFIG`` (as Neuron's tools read it), else 2 (Trn2's default)."""
-    if flag is not None:
-        return flag
-    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
-    if env is None or env.strip() == "":
-        return 2
-    if env.strip() not in ("1", "2", "4"):
-        raise Trn2ValueError(
-            f"NEURON_LOGICAL_NC_CONFIG: got {env!r}; Trainium2 takes 1 or 2 (and trn2core "
-            "also 4, a whole die)"
-        )
-    return int(env)
+    return flag if flag is not None else default_lnc()
 
 
 def nccom_report(args: argparse.Namespace) -> tuple[list, dict]:
