@@ -157,3 +157,13 @@ def test_the_progress_bar_shows_elapsed_time_and_rate():
     with Progress("sizes", 4, stream=quiet) as bar:
         bar.step()
     assert quiet.getvalue() == ""
+
+
+def test_spec_finds_constants_by_part_of_their_name(capsys):
+    rc, out, _ = run(capsys, "spec", "hbm")
+    names = [x.split(" = ")[0] for x in out.splitlines() if " = " in x and not x.startswith(" ")]
+    assert rc == 0 and "hbm_chip_bytes" in names and "hbm_stacks_per_chip" in names
+    assert all("hbm" in n for n in names) and len(names) == 15
+    rc, out, _ = run(capsys, "spec", "hbm_chip_bytes")  # an exact name: that one alone
+    heads = [x for x in out.splitlines() if " = " in x and not x.startswith(" ")]
+    assert heads == [out.splitlines()[0]] and out.startswith("hbm_chip_bytes = 96 GiB")

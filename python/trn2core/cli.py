@@ -330,13 +330,17 @@ def cmd_spec(args: argparse.Namespace) -> int:
     import json
 
     known = {e.name: e for e in spec.entries()}
+    picked: list[str] = []
     for n in args.names:
-        if n not in known:
+        # An exact name, else every constant whose name contains it (`trn2core spec hbm`).
+        found = [n] if n in known else [k for k in known if n.lower() in k]
+        if not found:
             close = difflib.get_close_matches(n, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise Trn2ValueError(f"NAME: unknown constant {n!r}{hint}; `trn2core spec` lists "
-                                 f"all {len(known)}")  # fmt: skip
-    chosen = [known[n] for n in args.names] if args.names else list(known.values())
+            raise Trn2ValueError(f"NAME: unknown constant {n!r}, and no constant's name contains "
+                                 f"it{hint}; `trn2core spec` lists all {len(known)}")  # fmt: skip
+        picked += [k for k in found if k not in picked]
+    chosen = [known[n] for n in picked] if args.names else list(known.values())
     if args.sources:
         order = [s.tag for s in spec.sources()]
         tags = sorted({t for e in chosen for t in e.tags}, key=order.index) \
