@@ -167,3 +167,47 @@ def test_spec_finds_constants_by_part_of_their_name(capsys):
     rc, out, _ = run(capsys, "spec", "hbm_chip_bytes")  # an exact name: that one alone
     heads = [x for x in out.splitlines() if " = " in x and not x.startswith(" ")]
     assert heads == [out.splitlines()[0]] and out.startswith("hbm_chip_bytes = 96 GiB")
+
+
+# ------------------------------------------------------------------- traces that open
+
+
+def _nki_report():
+    a = np.ones((128, 512), np.float32)
+    return trn2core.gemm(a[:, :128].T.copy(), a, dtype="bf16").report
+
+
+def test_the_json_trace_is_chrome_trace_event_format(tmp_path):
+    """The structure of Chrome's Trace Event Format (the JSON Object Format): a traceEvents
+    list; every event a phase letter of the format, a name, integer pid/tid; timed events a
+    numeric ts, complete events (X) a dur >= 0, counters (C) numeric args."""
+    path = tmp_path / "t.json"
+    _nki_report().save_trace(str(path))
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    assert isinstance(events, list) and len(events) > 3
+    phases = set("BEXIiCbnesTtSFfPpONDMVvRc")
+    for ev in events:
+        assert ev["ph"] in phases and isinstance(ev["name"], str), ev
+        assert isinstance(ev["pid"], int), ev
+        if ev["ph"] != "M":
+            assert isinstance(ev["ts"], (int, float)) and isinstance(ev.get("tid", 0), int), ev
+        if ev["ph"] == "X":
+            assert ev["dur"] >= 0, ev
+        if ev["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in ev["args"].values()), ev
+    assert {ev["ph"] for ev in events} >= {"M", "X"}
+
+
+def test_the_pftrace_parses_as_a_perfetto_trace(tmp_path):
+    """Parsed with the perfetto package's own protobuf classes (its TraceProcessor needs a
+    binary downloaded at run time, which a test may not do)."""
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb  # a dev dependency
+
+    path = tmp_path / "t.pftrace"
+    _nki_report().save_trace(str(path))
+    trace = pb.Trace()
+    trace.ParseFromString(path.read_bytes())
+    names = {p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
+    slices = [p for p in trace.packet if p.HasField("track_event")]
+    assert len(slices) > 3 and any("PE" in n or "tensor" in n.lower() for n in names), names
