@@ -128,12 +128,14 @@ def test_gemm_run_prints_the_model_first_and_saves_the_bits(capsys, tmp_path):
 
 
 def test_optional_dependencies_are_checked_before_the_work(capsys, monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    for mod in ("matplotlib", "matplotlib.pyplot"):  # as if not installed, even if imported
+        monkeypatch.setitem(sys.modules, mod, None)
     rc, out, err = run(capsys, "gemm", "64x64x64", "--run", "--plot", str(tmp_path / "r.png"))
     assert rc == 2 and "pip install 'trn2core[plot]'" in err
     assert out == ""  # nothing printed, nothing emulated
-    monkeypatch.setitem(sys.modules, "perfetto", None)
-    monkeypatch.setitem(sys.modules, "perfetto.protos", None)
+    for mod in ("perfetto", "perfetto.protos", "perfetto.protos.perfetto.trace",
+                "perfetto.trace_builder", "perfetto.trace_builder.proto_builder"):  # fmt: skip
+        monkeypatch.setitem(sys.modules, mod, None)
     rc, out, err = run(capsys, "gemm", "64x64x64", "--run", "--trace", str(tmp_path / "t.pftrace"))
     assert rc == 2 and "trn2core[perfetto]" in err and out == ""
 
