@@ -262,8 +262,48 @@ def test_ls_prints_the_neuron_ls_columns_that_apply():
 
 
 @pytest.mark.parametrize("flag", ["-j", "--json", "--json-output"])
-def test_ls_json_is_one_object_with_neuron_ls_keys(flag):
+def test_ls_json_is_neuron_ls_list_of_devices(flag):
+    """Issue 29: scripts written for neuron-ls (`neuron-ls -j | jq '.[0].nc_count'`) work on
+    `trn2core ls -j`: a top-level list of devices with neuron-ls's keys, in its order; the
+    expressions below are those jq programs, on the parsed JSON."""
     r = run_cli("ls", flag)
+    assert r.returncode == 0, r.stderr
+    devs = json.loads(r.stdout)
+    assert isinstance(devs, list) and len(devs) == 16
+    assert list(devs[0]) == [
+        "neuron_device", "bdf", "cpu_affinity", "numa_node", "connected_to", "nc_count",
+        "logical_neuroncore_config", "memory_size", "neuroncore_ids", "neuron_processes",
+    ]  # fmt: skip
+    assert devs[0]["nc_count"] == 4  # jq '.[0].nc_count'
+    assert sum(d["nc_count"] for d in devs) == 64  # jq '[.[].nc_count] | add'
+    assert [d["neuron_device"] for d in devs] == list(range(16))  # jq '[.[].neuron_device]'
+    assert devs[5]["neuroncore_ids"] == [20, 21, 22, 23]  # jq '.[5].neuroncore_ids'
+    assert devs[0]["connected_to"] == [1, 3, 4, 12]  # jq '.[0].connected_to'
+    assert devs[0]["memory_size"] == 96 << 30  # jq '.[0].memory_size'
+    assert {d["logical_neuroncore_config"] for d in devs} == {2}
+    assert (devs[0]["bdf"], devs[0]["cpu_affinity"], devs[0]["numa_node"]) == (None,) * 3
+    assert devs[0]["neuron_processes"] == []  # jq '.[0].neuron_processes | length' is 0
+    lnc1 = json.loads(run_cli("ls", flag, env={"NEURON_LOGICAL_NC_CONFIG": "1"}).stdout)
+    assert lnc1[15]["nc_count"] == 8 and lnc1[15]["neuroncore_ids"] == list(range(120, 128))
+
+
+def test_ls_topology_draws_the_torus():
+    r = run_cli("ls", "-t")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("NeuronLink torus 4 x 4: every row (X) and column (Y) wraps")
+    assert lines[1:4] == ["   0 --  1 --  2 --  3", "   |     |     |     |",
+                          "   4 --  5 --  6 --  7"]  # fmt: skip
+    us = run_cli("ls", "--topology", "--ultraserver").stdout.splitlines()
+    assert "z = 3:" in us and "  48 -- 49 -- 50 -- 51" in us
+    one = run_cli("ls", "-t", "--instance", "trn2.3xlarge").stdout
+    assert one.strip() == "one chip: no NeuronLink torus (device 0)"
+
+
+@pytest.mark.parametrize("flag", ["-j", "--json", "--json-output"])
+def test_ls_topology_json_is_one_object_with_the_machine(flag):
+    # Was `ls -j` before issue 29 (the machine-level object); now `ls -t -j`.
+    r = run_cli("ls", "-t", flag)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["instance_type"], d["logical_neuroncore_config"], d["torus_shape"]) == (
@@ -280,7 +320,7 @@ def test_ls_json_is_one_object_with_neuron_ls_keys(flag):
     text = run_cli("ls").stdout.splitlines()
     row1 = next(x for x in text if x.startswith("| 1 "))
     assert ", ".join(map(str, one["connected_to"])) == row1.split("|")[5].strip()
-    lnc1 = json.loads(run_cli("ls", "-j", "--lnc", "1", "--ultraserver").stdout)
+    lnc1 = json.loads(run_cli("ls", "-t", "-j", "--lnc", "1", "--ultraserver").stdout)
     assert len(lnc1["neuron_devices"]) == 64 and lnc1["neuron_devices"][0]["nc_count"] == 8
 
 
@@ -288,8 +328,9 @@ def test_ls_json_is_one_object_with_neuron_ls_keys(flag):
 
 
 def test_gemm_json_is_one_object_with_the_tables_numbers(tmp_path):
+    # --lnc 1: one physical NeuronCore (the CLI's default became LNC=2 with issue 29).
     r = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256", "--run", "--json",
-                "--trace", str(tmp_path / "t.json"))  # fmt: skip
+                "--trace", str(tmp_path / "t.json"), "--lnc", "1")  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert set(d) == {"m", "k", "n", "dtype", "perf_mode", "sparsity", "lnc", "core", "report",
@@ -297,7 +338,7 @@ def test_gemm_json_is_one_object_with_the_tables_numbers(tmp_path):
     assert (d["m"], d["k"], d["n"], d["dtype"], d["core"]) == (512, 1024, 256, "bf16",
                                                                  "one NeuronCore")  # fmt: skip
     assert d["report"]["flops"] == 2 * 512 * 1024 * 256 and d["run"]["seed"] == 0
-    table_run = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256").stdout
+    table_run = run_cli("gemm", "--m", "512", "--k", "1024", "--n", "256", "--lnc", "1").stdout
     tf = float(next(x for x in table_run.splitlines() if x.startswith("TFLOPS (wall)")).split()[-1])
     assert f"{d['report']['tflops']:.2f}" == f"{tf:.2f}"
     assert "trace written to" in r.stderr and (tmp_path / "t.json").exists()

@@ -368,7 +368,9 @@ def test_report_fields_and_physics():
             r = inst.estimate("all_reduce", nbytes, algorithm=alg)
             assert r.seconds > 0
             assert r.algbw == pytest.approx(nbytes / r.seconds)
-            assert r.busbw == pytest.approx(r.algbw * 2 * 15 / 16)
+            # nccom-test's bus factor: 64 ranks, the Logical NeuronCores at LNC=2 (issue 29).
+            assert r.logical_ranks == 64
+            assert r.busbw == pytest.approx(r.algbw * 2 * 63 / 64)
             assert r.busbw <= r.chip_link_capacity * (1 + 1e-12)
             assert r.max_link_utilization <= 1 + 1e-12
             for name, b in r.link_bytes.items():
@@ -376,17 +378,19 @@ def test_report_fields_and_physics():
             d = r.to_dict()
             assert d["collective"] == "all_reduce" and d["chips"] == 16 and "ranks" not in d
             assert " over 16 chips, " in d["description"] and "rank" not in str(r)
-    for kind, factor in [("all_gather", 15 / 16), ("reduce_scatter", 15 / 16),
-                         ("all_to_all", 15 / 16), ("send_recv", 1.0)]:  # fmt: skip
+    for kind, factor in [("all_gather", 63 / 64), ("reduce_scatter", 63 / 64),
+                         ("all_to_all", 63 / 64), ("send_recv", 1.0)]:  # fmt: skip
         r = inst.estimate(kind, 1 << 20)
         assert r.busbw == pytest.approx(r.algbw * factor)
     assert inst.estimate("all_gather", 1 << 20).size_bytes == 16 << 20
 
 
 def _transfer_busbw(r):
-    """busbw over the time the transfers take: without the runtime's fixed costs."""
+    """The chips' bus bandwidth (the bus factor of one rank per chip, what the links carry)
+    over the time the transfers take: without the runtime's fixed costs."""
     fixed = r.op_fixed_s + sum(p["sync_s"] for p in r.phases)
-    return r.busbw * r.seconds / (r.seconds - fixed)
+    chip_busbw = r.busbw * (2 * 15 / 16) / r.bus_factor
+    return chip_busbw * r.seconds / (r.seconds - fixed)
 
 
 def test_large_messages_reach_the_links_and_small_ones_pay_per_hop_latency():
@@ -553,3 +557,27 @@ def test_machine_collective_errors_count_chips_not_ranks():
         inst.all_gather(bufs[:5], chips=[0, 1, 2, 3, 4, 5])
     msgs.append(str(e.value))
     assert all("rank" not in m for m in msgs), msgs
+
+
+def test_one_bus_bandwidth_definition_in_the_cli_and_the_api(capsys, monkeypatch):
+    """Issue 29: a rank is a Logical NeuronCore in `trn2core nccom-test` and in the API alike,
+    so the same all-reduce has the same bus factor (64 ranks on a trn2.48xlarge at LNC=2) and
+    the same busbw, up to the one DMA fixed cost of nccom-test's within-chip stage (its ranks
+    each hold a buffer; the API's chips hold one each: docs/collectives.md)."""
+    import json
+
+    from trn2core.cli import main
+
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    for lnc, ranks in ((2, 64), (1, 128)):
+        args = ["nccom-test", "-r", str(ranks), "allr", "-b", "256M", "-e", "256M", "-d", "bf16"]
+        assert main([*args, "--lnc", str(lnc), "--json"]) == 0
+        cli = json.loads(capsys.readouterr().out)["results"][0]
+        api = Instance("trn2.48xlarge", lnc=lnc).estimate("all_reduce", 256 << 20, dtype="bf16")
+        assert api.logical_ranks == ranks
+        assert api.bus_factor == pytest.approx(2 * (ranks - 1) / ranks)
+        assert cli["busbw(GB/s)"] == pytest.approx(api.busbw / 1e9, rel=2e-4)
+        assert cli["busbw(GB/s)"] / cli["algbw(GB/s)"] == pytest.approx(api.bus_factor)
+    # The number the issue quoted (50.09 GB/s with a chip as the rank) is now 52.6 in both.
+    api = Instance("trn2.48xlarge").estimate("all_reduce", 256 << 20, dtype="bf16")
+    assert f"{api.busbw / 1e9:.1f}" == "52.6"

@@ -202,7 +202,8 @@ def test_reports_print_their_uncertainty():
     from trn2core.collectives import nccom_rows, nccom_table
 
     spec = trn2core.spec
-    g = trn2core.estimate_gemm(1024, 1024, 1024)
+    # The published GEMM's kind (issue 29: a bf16 GEMM no longer gets its range, so fp32 here).
+    g = trn2core.estimate_gemm(1024, 1024, 1024, dtype="fp32")
     assert g.uncertainty["low"] == spec.gemm_published_ratio_low
     assert g.uncertainty["high"] == spec.gemm_published_ratio_high
     assert g.to_dict()["uncertainty"]["cases"] == spec.gemm_published_cases
@@ -224,6 +225,37 @@ def test_reports_print_their_uncertainty():
     core.matmul(np.zeros((128, 128), np.float32), np.zeros((128, 512), np.float32))
     rep = core.report()
     assert not hasattr(rep, "uncertainty") and "published" not in str(rep)
+
+
+def test_a_gemm_gets_the_range_of_published_cases_of_its_own_kind_only():
+    """The published GEMMs are dense fp32 compute-bound kernels on one NeuronCore: only a GEMM
+    of that kind prints their range; any other says there is no published case of its kind."""
+    import trn2core
+
+    def text(**kw):
+        m, k, n = kw.pop("shape", (4096, 8192, 8192))
+        return trn2core.estimate_gemm(m, k, n, **kw).uncertainty
+
+    same = text(dtype="fp32")
+    assert same["text"] == "published cases within +1%/+2% (1 gemm case)"
+    assert same["cases"] == 1
+    none = (
+        "no published case of this kind (the published GEMMs: dense fp32, compute-bound, "
+        "on one NeuronCore)"
+    )
+    lc = trn2core.Chip(lnc=2).cores[0]
+    for kw in (
+        {"dtype": "bf16"},
+        {"dtype": "fp8_e4m3", "perf_mode": "double_row"},
+        {"dtype": "bf16", "sparsity": "4:16"},
+        {"dtype": "fp32", "core": lc},
+        {"dtype": "fp32", "shape": (128, 128, 65536)},  # memory-bound
+    ):
+        u = text(**kw)
+        assert (u["text"], u["cases"], u["low"], u["high"]) == (none, 0, None, None), kw
+    assert trn2core.estimate_gemm(128, 128, 65536, dtype="fp32").bound == "memory"
+    rep = trn2core.estimate_gemm(4096, 4096, 4096, dtype="fp8_e4m3")
+    assert f"{rep.seconds * 1e3:.3f} ms, no published case of this kind" in str(rep)
 
 
 def test_leave_one_out_predicts_every_calibrated_point():

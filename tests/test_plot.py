@@ -110,7 +110,8 @@ def test_cli_plot_draws_the_table_s_core(tmp_path, capsys, monkeypatch, lnc):
 
     monkeypatch.setattr(plot, "roofline_figure", keep)
     args = ["gemm", "--m", "4096", "--k", "4096", "--n", "4096", "--plot", str(tmp_path / "r.png")]
-    assert cli.main(args + (["--lnc", lnc] if lnc else [])) == 0
+    # None: one physical NeuronCore, now `--lnc 1` (the CLI's default became LNC=2, issue 29).
+    assert cli.main(args + ["--lnc", lnc or "1"]) == 0
     out = capsys.readouterr().out
     table = float(next(x for x in out.splitlines() if x.startswith("TFLOPS (wall)")).split()[-1])
     title, y = figs[0]

@@ -33,6 +33,13 @@ def _modules():
     return pb, TraceProtoBuilder
 
 
+def require_for(path) -> None:
+    """Checks, before any work, that a trace to ``path`` can be written: a ``.pftrace`` needs
+    the optional perfetto package (``Trn2ValueError`` saying how to install it)."""
+    if str(path).lower().endswith(PROTOBUF_SUFFIXES):
+        _modules()
+
+
 def _ns(us: float) -> int:
     return round(us * 1000.0)
 

@@ -12,6 +12,7 @@ bandwidth share; ``trn2core.gemm(a, b, core=lc)`` splits the work over its physi
 from __future__ import annotations
 
 import functools
+import os
 import threading
 
 from . import _core, _validate, spec
@@ -19,7 +20,7 @@ from .dtypes import format_name
 from .engine import PERF_MODES, NeuronCore
 from .errors import Trn2ValueError
 
-__all__ = ["Chip", "LogicalCore", "LNC_VALUES"]
+__all__ = ["Chip", "LogicalCore", "LNC_VALUES", "default_lnc"]
 
 #: Logical NeuronCore sizes trn2core accepts (AWS documents 1 and 2).
 LNC_VALUES = (1, 2, 4)
@@ -51,7 +52,27 @@ def _cached(f):
     return functools.cached_property(once)
 
 
+def default_lnc() -> int:
+    """The Logical NeuronCore size when none is given: ``NEURON_LOGICAL_NC_CONFIG`` from the
+    environment (as Neuron's tools read it: 1 or 2, and trn2core's 4), else Trn2's default, 2
+    (``spec.lnc_default``). ``Trn2ValueError`` naming the variable for any other value. Read
+    by ``Chip``, ``Instance``, ``UltraServer``, ``UltraCluster`` and every command of the
+    CLI; ``gemm``/``estimate_gemm`` without ``core`` or ``lnc`` keep the contract's one
+    physical NeuronCore (docs/api.md)."""
+    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
+    if env is None or env.strip() == "":
+        return int(spec.lnc_default)
+    if env.strip() not in {str(v) for v in LNC_VALUES}:
+        raise Trn2ValueError(
+            f"NEURON_LOGICAL_NC_CONFIG: got {env!r}; Trainium2 takes 1 or 2 (and trn2core "
+            "also 4, a whole die)"
+        )
+    return int(env)
+
+
 def _check_lnc(lnc) -> int:
+    if lnc is None:
+        return default_lnc()
     lnc = _validate.integer(lnc, "lnc", lo=min(LNC_VALUES), hi=max(LNC_VALUES))
     if lnc not in LNC_VALUES:
         raise Trn2ValueError(
@@ -142,7 +163,7 @@ class Chip:
     """One Trainium2 chip: 8 physical NeuronCores (``physical_cores``) grouped into
     ``8 // lnc`` logical cores (``cores``), 96 GiB of HBM on four stacks."""
 
-    def __init__(self, lnc: int = 2, *, index: int = 0) -> None:
+    def __init__(self, lnc: int | None = None, *, index: int = 0) -> None:
         self._lnc = _check_lnc(lnc)
         self._index = _validate.integer(index, "index", lo=0, hi=MAX_CHIP_INDEX)
 

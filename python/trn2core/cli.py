@@ -17,12 +17,11 @@ import numpy as np
 
 from . import __version__, _validate, spec
 from ._progress import Progress
-from .chip import Chip
 from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
 from .cli_nki import add_commands as add_nki_commands
 from .cli_nki import demo_nki
-from .errors import Trn2Error, Trn2ValueError
+from .errors import CapacityError, Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 from .sparsity import SPARSITY_PATTERNS
 from .testing import best_of
@@ -331,13 +330,17 @@ def cmd_spec(args: argparse.Namespace) -> int:
     import json
 
     known = {e.name: e for e in spec.entries()}
+    picked: list[str] = []
     for n in args.names:
-        if n not in known:
+        # An exact name, else every constant whose name contains it (`trn2core spec hbm`).
+        found = [n] if n in known else [k for k in known if n.lower() in k]
+        if not found:
             close = difflib.get_close_matches(n, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise Trn2ValueError(f"NAME: unknown constant {n!r}{hint}; `trn2core spec` lists "
-                                 f"all {len(known)}")  # fmt: skip
-    chosen = [known[n] for n in args.names] if args.names else list(known.values())
+            raise Trn2ValueError(f"NAME: unknown constant {n!r}, and no constant's name contains "
+                                 f"it{hint}; `trn2core spec` lists all {len(known)}")  # fmt: skip
+        picked += [k for k in found if k not in picked]
+    chosen = [known[n] for n in picked] if args.names else list(known.values())
     if args.sources:
         order = [s.tag for s in spec.sources()]
         tags = sorted({t for e in chosen for t in e.tags}, key=order.index) \
@@ -373,46 +376,78 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gemm_shape(args: argparse.Namespace) -> tuple[int, int, int]:
+    """M, K, N from ``MxKxN`` or ``-m/-k/-n`` (one way, not both), each a whole number >= 1."""
+    flags = (args.m, args.k, args.n)
+    if args.shape is not None:
+        if any(v is not None for v in flags):
+            raise _Usage("give the shape as MxKxN or as -m M -k K -n N, not both")
+        return args.shape
+    missing = [f"-{x}" for x, v in zip("mkn", flags, strict=True) if v is None]
+    if missing:
+        raise _Usage(
+            f"the GEMM's shape is missing {', '.join(missing)}: give MxKxN (e.g. 4096x4096x4096) "
+            "or -m M -k K -n N"
+        )
+    return flags  # type: ignore[return-value]
+
+
 def cmd_gemm(args: argparse.Namespace) -> int:
     import json
 
+    from .chip import default_lnc
     from .engine import estimate_gemm, gemm
     from .sparsity import compress, prune
 
-    core = Chip(lnc=args.lnc).cores[0] if args.lnc else None
-    where = f"one logical NeuronCore (LNC={args.lnc})" if args.lnc else "one NeuronCore"
+    m, k, n = _gemm_shape(args)
+    lnc = args.lnc if args.lnc is not None else default_lnc()
+    where = "one NeuronCore" if lnc == 1 else f"one logical NeuronCore (LNC={lnc})"
+    # Optional dependencies are checked before any work (not after a long emulation).
+    if args.plot:
+        from .plot import _pyplot
+
+        _pyplot()
+    if args.trace:
+        from ._perfetto import require_for
+
+        require_for(args.trace)
     rep = estimate_gemm(
-        args.m, args.k, args.n, dtype=args.dtype, perf_mode=args.perf_mode,
-        sparsity=args.sparsity, throttle=not args.no_throttle, core=core,
+        m, k, n, dtype=args.dtype, perf_mode=args.perf_mode, sparsity=args.sparsity,
+        throttle=not args.no_throttle, lnc=lnc,
     )  # fmt: skip
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     run = None
+    if not args.json:
+        print(rep, flush=True)  # the model's answer at once; --run then computes the bits
     if args.run:
         # Refused before anything is made: the float32 data, its quantized copy and the result.
-        elems = args.m * args.k + args.k * args.n
+        elems = m * k + k * n
         _validate.check_alloc(
-            8 * elems + 4 * args.m * args.n, "--m/--k/--n",
-            f"--run on {args.m} x {args.k} x {args.n} random data",
+            8 * elems + 4 * m * n, "--m/--k/--n", f"--run on {m} x {k} x {n} random data",
         )  # fmt: skip
-        with Progress(f"emulating the {args.m}x{args.k}x{args.n} GEMM", 3) as bar:
+        with Progress(f"emulating the {m}x{k}x{n} GEMM", 3, unit="stage") as bar:
             rng = np.random.default_rng(args.seed)
-            a = quantize(rng.standard_normal((args.m, args.k), dtype=np.float32), args.dtype)
-            b = quantize(rng.standard_normal((args.k, args.n), dtype=np.float32), args.dtype)
+            a = quantize(rng.standard_normal((m, k), dtype=np.float32), args.dtype)
+            b = quantize(rng.standard_normal((k, n), dtype=np.float32), args.dtype)
             if args.sparsity:
                 a = compress(prune(a, args.sparsity, axis=1), args.sparsity, axis=1)
             bar.step()
             t0 = time.perf_counter()
             res = gemm(
                 a, b, dtype=None if args.sparsity else args.dtype, perf_mode=args.perf_mode,
-                throttle=not args.no_throttle, core=core,
+                throttle=not args.no_throttle, lnc=lnc,
             )  # fmt: skip
             dt = time.perf_counter() - t0
             bar.step(2)
         rep = res.report
         run = {"emulated_s": dt, "gflop_per_s": rep.flops / dt / 1e9, "seed": args.seed}
         say(f"emulated bit-exactly on this CPU in {dt:.3f} s ({rep.flops / dt / 1e9:.1f} GFLOP/s)")
-    if not args.json:
-        print(rep)
+        if args.out:
+            np.save(args.out, res.out)
+            run["out"] = args.out
+            say(f"the {m} x {n} fp32 result written to {args.out} (numpy .npy)")
+    elif args.out:
+        raise _Usage("--out saves the computed bits: add --run")
     if args.trace:
         rep.save_trace(args.trace)
         say(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
@@ -420,19 +455,55 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         from .plot import roofline
 
         roofline(
-            args.m, args.k, args.n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
-            sparsity=args.sparsity, lnc=args.lnc, throttle=not args.no_throttle,
+            m, k, n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
+            sparsity=args.sparsity, lnc=None if lnc == 1 else lnc, throttle=not args.no_throttle,
         )  # fmt: skip
         say(f"roofline of this shape on {where} written to {args.plot}")
     if args.json:
         out = {
-            "m": args.m, "k": args.k, "n": args.n, "dtype": args.dtype,
-            "perf_mode": args.perf_mode, "sparsity": args.sparsity, "lnc": args.lnc,
+            "m": m, "k": k, "n": n, "dtype": args.dtype,
+            "perf_mode": args.perf_mode, "sparsity": args.sparsity, "lnc": lnc,
             "core": where, "report": rep.to_dict(), "run": run, "trace": args.trace,
             "plot": args.plot,
         }  # fmt: skip
         print(json.dumps(out, indent=1))
     return 0
+
+
+class _Usage(Exception):
+    """A usage error found after parsing: printed with the subcommand's usage, exit status 2."""
+
+
+def _gemm_dims(text: str) -> tuple[int, int, int]:
+    """``MxKxN`` (``4096x4096x4096``; ``X`` and ``*`` also separate): three whole numbers >= 1."""
+    parts = text.lower().replace("*", "x").split("x")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(
+            f"expected MxKxN such as 4096x4096x4096 (rows of a, contraction, columns of b), "
+            f"got {text!r}"
+        )
+    return tuple(_dim(name)(p) for name, p in zip("MKN", parts, strict=True))  # type: ignore[return-value]
+
+
+def _dim(name: str):
+    """A GEMM dimension: a whole number from 1 to 2**64 - 1, refused in plain words."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text.strip().replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a whole number of at least 1, got {text!r}"
+            ) from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {v}")
+        if v > _validate.U64_MAX:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be at most {_validate.U64_MAX:,} (2**64 - 1), got {v:,}"
+            )
+        return v
+
+    return parse
 
 
 def _tensor_engine_formats() -> tuple[str, ...]:
@@ -500,11 +571,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.set_defaults(func=cmd_demo)
     g = sub.add_parser(
-        "gemm", help="how long a GEMM takes on one NeuronCore (and, with --run, its bits)"
+        "gemm",
+        help="how long a GEMM takes on one logical NeuronCore (and, with --run, its bits)",
+        description="How long [M, K] @ [K, N] takes on one Logical NeuronCore (--lnc, else "
+        "NEURON_LOGICAL_NC_CONFIG, else 2), and with --run its exact bits. Exit status: 0, 1 "
+        "when the model refuses (beyond the host's memory or the model's limits), 2 for a "
+        "usage error.",
     )
-    g.add_argument("--m", type=int, required=True, help="rows of a (and of the result)")
-    g.add_argument("--k", type=int, required=True, help="contraction length")
-    g.add_argument("--n", type=int, required=True, help="columns of b (and of the result)")
+    g.add_argument(
+        "shape", nargs="?", type=_gemm_dims, metavar="MxKxN",
+        help="the shape, e.g. 4096x4096x4096 (or -m, -k, -n)",
+    )  # fmt: skip
+    g.add_argument("-m", "--m", type=_dim("M"), help="rows of a (and of the result)")
+    g.add_argument("-k", "--k", type=_dim("K"), help="contraction length")
+    g.add_argument("-n", "--n", type=_dim("N"), help="columns of b (and of the result)")
     g.add_argument(
         "--dtype", default="bf16", type=_format, choices=_tensor_engine_formats(),
         help="operand format (default bf16; the formats the Trn2 tensor engine takes, also by "
@@ -521,7 +601,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw the shape's roofline on the core the table describes: one NeuronCore, or "
         "one logical core with --lnc, into PNG (.png, .svg or .pdf; needs trn2core[plot])",
     )  # fmt: skip
-    g.add_argument("--run", action="store_true", help="also compute it on random data")
+    g.add_argument(
+        "--run", action="store_true",
+        help="also compute it on random data (the model's answer is printed first)",
+    )  # fmt: skip
+    g.add_argument(
+        "--out", metavar="NPY",
+        help="with --run: save the computed fp32 result to NPY (numpy .npy, np.load reads it)",
+    )  # fmt: skip
     g.add_argument(
         "--json", action="store_true",
         help="print one JSON object instead of the table: m, k, n, dtype, perf_mode, sparsity, "
@@ -531,7 +618,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=_seed, default=0, help="seed of the random data (--run)")
     g.add_argument(
         "--lnc", type=int, choices=(1, 2, 4),
-        help="run on one Logical NeuronCore of this size (its physical cores split the work)",
+        help="run on one Logical NeuronCore of this size (its physical cores split the work; "
+        "default NEURON_LOGICAL_NC_CONFIG, else 2, Trn2's default; 1: one physical core)",
     )  # fmt: skip
     g.set_defaults(func=cmd_gemm)
     add_collective_commands(sub)
@@ -557,9 +645,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_status(e: Trn2Error) -> int:
+    """The CLI's exit status for ``e``: 1 when the model refuses well-formed input (a
+    ``CapacityError``: beyond the host's memory or the model's limits; a ``NotSupportedError``:
+    not modelled), 2 for a usage error (a bad value of a flag or argument)."""
+    refusal = isinstance(e, CapacityError) or type(e).__name__ == "NotSupportedError"
+    return 1 if refusal else 2
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the subcommand's usage, not the top level's (`trn2core ls -x`)
+        _subparser(parser, getattr(args, "command", None)).error(
+            f"unrecognized arguments: {' '.join(extra)}"
+        )
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -567,9 +674,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:  # e.g. `trn2core spec | head`
         return 0
+    except _Usage as e:
+        _subparser(parser, args.command).error(str(e))  # usage, message, exit status 2
+        return 2  # not reached
     except Trn2Error as e:
         print(f"trn2core {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+        return exit_status(e)
     except OSError as e:  # e.g. --trace into a directory that does not exist
         print(f"trn2core {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

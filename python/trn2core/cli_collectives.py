@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import textwrap
 import time
@@ -14,6 +13,7 @@ import numpy as np
 
 from . import _core, _validate, cli_check, spec
 from ._progress import Progress
+from .chip import default_lnc
 from .collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
@@ -30,7 +30,10 @@ from .collectives import (
 from .errors import Trn2ValueError
 from .topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
 
-__all__ = ["add_commands", "demo_collectives", "ls_json", "ls_text", "nccom_lnc", "nccom_report"]
+__all__ = [
+    "add_commands", "demo_collectives", "ls_devices", "ls_json", "ls_text", "ls_topology",
+    "nccom_lnc", "nccom_report",
+]  # fmt: skip
 
 _NCCOM_OPS = {
     "allr": "all_reduce", "all_reduce": "all_reduce",
@@ -65,12 +68,20 @@ def _machine(args: argparse.Namespace):
     return Instance(args.instance, lnc=lnc)
 
 
-def ls_json(machine) -> dict:
-    """The machine as one JSON object: ``instance_type``, ``logical_neuroncore_config``,
-    ``torus_shape``, ``ultraservers`` and ``neuron_devices``, a list with, per chip, the keys
-    ``neuron-ls -j`` uses where they apply (``neuron_device``, ``nc_count``: logical cores,
-    ``neuroncore_ids``, ``memory_size``: HBM bytes, ``connected_to``: NeuronLink neighbours,
-    ``logical_neuroncore_config``) and ``torus_coords``. Every chip of the machine is listed."""
+#: The keys of one device in ``neuron-ls --json-output``, in its order.
+NEURON_LS_KEYS = (
+    "neuron_device", "bdf", "cpu_affinity", "numa_node", "connected_to", "nc_count",
+    "logical_neuroncore_config", "memory_size", "neuroncore_ids", "neuron_processes",
+)  # fmt: skip
+
+
+def ls_devices(machine) -> list[dict]:
+    """The machine's chips as ``neuron-ls -j`` prints them: a list of devices, each with
+    ``NEURON_LS_KEYS``: ``nc_count`` logical cores, ``neuroncore_ids``, ``memory_size`` (HBM
+    bytes), ``connected_to`` (NeuronLink neighbours), ``logical_neuroncore_config``. The host
+    facts of a real machine (``bdf``, the PCI address; ``cpu_affinity``; ``numa_node``) are
+    ``null``: an emulated chip sits on no PCI bus; ``neuron_processes`` is empty (no process
+    holds an emulated device). Every chip of the machine is listed."""
     topo = machine.topology
     per_chip = spec.cores_per_chip // machine.lnc
     devices = []
@@ -78,14 +89,34 @@ def ls_json(machine) -> dict:
         devices.append(
             {
                 "neuron_device": i,
-                "nc_count": per_chip,
-                "neuroncore_ids": list(range(i * per_chip, (i + 1) * per_chip)),
-                "memory_size": int(spec.hbm_chip_bytes),
+                "bdf": None,
+                "cpu_affinity": None,
+                "numa_node": None,
                 "connected_to": [int(n) for n in topo.neighbors(i)],
+                "nc_count": per_chip,
                 "logical_neuroncore_config": machine.lnc,
-                "torus_coords": [int(c) for c in topo.coords(i)],
+                "memory_size": int(spec.hbm_chip_bytes),
+                "neuroncore_ids": list(range(i * per_chip, (i + 1) * per_chip)),
+                "neuron_processes": [],
             }
         )
+    return devices
+
+
+def ls_json(machine) -> dict:
+    """The machine as one JSON object (``ls --topology --json``): ``instance_type``,
+    ``logical_neuroncore_config``, ``torus_shape``, ``ultraservers`` and ``neuron_devices``, a
+    list with, per chip, the keys of ``neuron-ls -j`` that describe it (``neuron_device``,
+    ``nc_count``: logical cores, ``neuroncore_ids``, ``memory_size``: HBM bytes,
+    ``connected_to``: NeuronLink neighbours, ``logical_neuroncore_config``) and
+    ``torus_coords``. Every chip of the machine is listed."""
+    topo = machine.topology
+    keep = ("neuron_device", "nc_count", "neuroncore_ids", "memory_size", "connected_to",
+            "logical_neuroncore_config")  # fmt: skip
+    devices = [
+        {**{k: d[k] for k in keep}, "torus_coords": [int(c) for c in topo.coords(i)]}
+        for i, d in enumerate(ls_devices(machine))
+    ]
     return {
         "instance_type": machine.name,
         "logical_neuroncore_config": machine.lnc,
@@ -93,6 +124,43 @@ def ls_json(machine) -> dict:
         "ultraservers": topo.ultraservers,
         "neuron_devices": devices,
     }
+
+
+def ls_topology(machine) -> str:
+    """``ls --topology``: the NeuronLink torus drawn as a grid of device numbers (one grid per
+    Z plane of an UltraServer; device ``i`` at its torus coordinates), every row and column
+    wrapping around."""
+    topo = machine.topology
+    shape = list(topo.torus_shape)
+    if not shape:
+        return "one chip: no NeuronLink torus (device 0)"
+    x, y = shape[0], shape[1]
+    planes = shape[2] if len(shape) > 2 else 1
+    width = len(str(topo.size - 1))
+    lines = [
+        f"NeuronLink torus {' x '.join(map(str, shape))}: every row (X) and column (Y)"
+        + (" and Z line" if planes > 1 else "")
+        + " wraps around; X/Y links "
+        f"{spec.neuronlink_xy_link_bytes_per_s / 1e9:.0f} GB/s per direction"
+        + (f", Z {spec.neuronlink_z_link_bytes_per_s / 1e9:.0f} GB/s" if planes > 1 else "")
+    ]
+    per_server = topo.size // topo.ultraservers
+    for z in range(planes):
+        if planes > 1:
+            lines.append(f"z = {z}:")
+        for j in range(y):
+            extra = (z,) if planes > 1 else ()
+            extra += (0,) * (len(topo.shape) - len(shape))  # UltraServer 0 of a cluster
+            ids = [topo.index((i, j, *extra)) for i in range(x)]
+            lines.append("  " + " -- ".join(f"{d:>{width}}" for d in ids))
+            if j < y - 1:
+                lines.append("  " + "    ".join(" " * (width - 1) + "|" for _ in ids))
+    if topo.ultraservers > 1:
+        lines.append(
+            f"... and {topo.ultraservers - 1} more UltraServers of the same layout (device "
+            f"s*{per_server}+i is device i of UltraServer s), joined by EFA"
+        )
+    return "\n".join(lines)
 
 
 def ls_text(machine) -> str:
@@ -155,8 +223,12 @@ def ls_text(machine) -> str:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     machine = _machine(args)
-    if args.json:
+    if args.json and args.topology:
         print(json.dumps(ls_json(machine), indent=1))
+    elif args.json:
+        print(json.dumps(ls_devices(machine), indent=1))
+    elif args.topology:
+        print(ls_topology(machine))
     else:
         print(ls_text(machine))
     return 0
@@ -314,17 +386,7 @@ def _count(lo: int):
 def nccom_lnc(flag: int | None) -> int:
     """The Logical NeuronCore size of a run: ``--lnc`` when given, else the environment's
     ``NEURON_LOGICAL_NC_CONFIG`` (as Neuron's tools read it), else 2 (Trn2's default)."""
-    if flag is not None:
-        return flag
-    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG")
-    if env is None or env.strip() == "":
-        return 2
-    if env.strip() not in ("1", "2", "4"):
-        raise Trn2ValueError(
-            f"NEURON_LOGICAL_NC_CONFIG: got {env!r}; Trainium2 takes 1 or 2 (and trn2core "
-            "also 4, a whole die)"
-        )
-    return int(env)
+    return flag if flag is not None else default_lnc()
 
 
 def nccom_report(args: argparse.Namespace) -> tuple[list, dict]:
@@ -442,7 +504,14 @@ def add_commands(sub) -> None:
     )  # fmt: skip
     ls.add_argument(
         "-j", "--json", "--json-output", action="store_true", dest="json",
-        help="one JSON object: the machine and a list of devices (keys in docs/collectives.md)",
+        help="neuron-ls's JSON: a list of devices with its keys (neuron_device, bdf, "
+        "cpu_affinity, numa_node, connected_to, nc_count, logical_neuroncore_config, "
+        "memory_size, neuroncore_ids, neuron_processes; the host facts are null); with -t, "
+        "one object with the machine's facts (instance_type, torus_shape, ...)",
+    )  # fmt: skip
+    ls.add_argument(
+        "-t", "--topology", action="store_true",
+        help="the NeuronLink torus as a grid of devices (with -j: the machine as one object)",
     )  # fmt: skip
     ls.set_defaults(func=cmd_ls)
     nc = sub.add_parser(

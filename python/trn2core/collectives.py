@@ -36,7 +36,8 @@ _CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
 @dataclasses.dataclass(frozen=True, repr=False)
 class CollectiveReport(TimingReport):
     """Timing of a collective. Fields: ``seconds``, ``algbw`` and ``busbw`` (bytes/s;
-    ``busbw = algbw x`` the collective's bus factor, as in nccom-test), ``algorithm`` (after
+    ``busbw = algbw x`` the collective's bus factor for ``logical_ranks`` ranks, as in
+    nccom-test: a rank is a Logical NeuronCore, 8 / LNC per chip), ``algorithm`` (after
     ``auto``), ``collective``, ``op`` (the reduction, or None), ``chips`` (the chips taking
     part: a machine's collectives have one buffer per chip; ``ranks`` is an old alias of it,
     while "rank" elsewhere, as in nccom-test, means a logical NeuronCore), ``elements`` and
@@ -72,6 +73,7 @@ class CollectiveReport(TimingReport):
     link_bandwidth: Mapping[str, float]
     details: Mapping[str, float]
     uncertainty: Mapping[str, Any] | None = None
+    logical_ranks: int = 0
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
     )
@@ -106,7 +108,11 @@ class CollectiveReport(TimingReport):
             ("time", _fmt_time(self.seconds, self.uncertainty)),
             ("runtime fixed cost", _fmt_seconds(self.op_fixed_s)),
             ("algbw", f"{self.algbw / 1e9:.2f} GB/s"),
-            ("busbw", f"{self.busbw / 1e9:.2f} GB/s (x{self.bus_factor:.3f})"),
+            (
+                "busbw",
+                f"{self.busbw / 1e9:.2f} GB/s (x{self.bus_factor:.3f}, "
+                f"nccom-test's factor for {self.logical_ranks} logical cores)",
+            ),
             ("chip link capacity", f"{self.chip_link_capacity / 1e9:.0f} GB/s out of each chip"),
             ("bound", self.bound),
             ("busiest link use", f"{100 * self.max_link_utilization:.1f}% in its busiest step"),

@@ -444,14 +444,17 @@ def estimate_gemm(
     perf_mode: str = "none",
     sparsity: str | None = None,
     throttle: bool = True,
+    lnc: int | None = None,
 ) -> Report:
     """Timing of ``[M, K] @ [K, N]`` with ``dtype`` operands, walking the GEMM's tile schedule
     without data (shapes far beyond host memory cost milliseconds). ``throttle=False`` turns
-    off the dI/dt throttle model (on by default, as on the hardware)."""
+    off the dI/dt throttle model (on by default, as on the hardware). ``lnc=2`` (or 4) costs it
+    on one Logical NeuronCore of that many physical cores (``core=Chip(lnc=2).cores[0]``);
+    ``lnc=1`` and the default (neither ``core`` nor ``lnc``) on one physical NeuronCore."""
     perf_mode = _perf_mode(perf_mode)
     if sparsity is not None:
         sparsity = _sparsity_pattern(sparsity, perf_mode)
-    cores = _gemm_cores(core)
+    cores = _gemm_cores(core, lnc)
     m, k, n = (
         _validate.integer(v, name, lo=1, hi=_validate.U64_MAX, cls=ShapeError)
         for name, v in (("M", M), ("K", K), ("N", N))
@@ -473,6 +476,7 @@ def gemm(
     rounding: str = "nearest_even",
     seed: int | None = None,
     throttle: bool = True,
+    lnc: int | None = None,
 ) -> GemmResult:
     """``a @ b`` exactly as the tensor engine computes it, and how long it takes.
 
@@ -485,8 +489,12 @@ def gemm(
 
     One call into the core: the operands go in as they are (any dtype, layout and byte order,
     or a ``SparseTensor``'s compressed parts) and are quantized while the kernel packs them.
+
+    ``core`` (a NeuronCore, LogicalCore or Chip) or ``lnc`` (1, 2 or 4: one Logical NeuronCore
+    of that many physical cores) says where it runs; with neither, one physical NeuronCore (the
+    contract's default; the command line's default is ``NEURON_LOGICAL_NC_CONFIG``, else 2).
     """
-    cores = _gemm_cores(core)
+    cores = _gemm_cores(core, lnc)
     perf_mode = _perf_mode(perf_mode)
     if dtype is not None:
         dtype = format_name(dtype, "dtype")
@@ -521,9 +529,19 @@ def gemm(
     return GemmResult(out=out, report=report)
 
 
-def _gemm_cores(core) -> list[int] | None:
+def _gemm_cores(core, lnc=None) -> list[int] | None:
     """The physical cores ``core`` splits a GEMM over (``None``: one NeuronCore, costed on its
-    own). ``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``)."""
+    own). ``core`` must be None, a NeuronCore, or a LogicalCore or Chip (``trn2core.chip``);
+    ``lnc`` (instead of ``core``) names logical core 0 of a chip at that LNC (1: one physical
+    NeuronCore, the default)."""
+    if lnc is not None:
+        if core is not None:
+            raise Trn2ValueError(
+                "lnc: give core= or lnc=, not both (lnc=L means core=Chip(lnc=L).cores[0])"
+            )
+        lnc = _validate.integer(lnc, "lnc", lo=1, hi=4)
+        members = list(_core.logical_core_members(lnc, 0))
+        return None if len(members) == 1 else members
     if core is None:
         return None
     if not callable(getattr(type(core), "_gemm_cores", None)):

@@ -250,7 +250,12 @@ class Instance(_Machine):
     ``trn2u.48xlarge`` (16 chips, 4 x 4 torus)."""
 
     def __init__(
-        self, instance_type: str = "trn2.48xlarge", lnc: int = 2, *, comm=None, placement=None
+        self,
+        instance_type: str = "trn2.48xlarge",
+        lnc: int | None = None,
+        *,
+        comm=None,
+        placement=None,
     ) -> None:
         _validate.name(
             instance_type, "instance_type", INSTANCE_TYPES, cls=Trn2ValueError,
@@ -258,7 +263,7 @@ class Instance(_Machine):
         )  # fmt: skip
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
-        self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1)
+        self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property
@@ -269,23 +274,25 @@ class Instance(_Machine):
 class UltraServer(_Machine):
     """A Trn2 UltraServer: 4 trn2u.48xlarge joined along Z, a 4 x 4 x 4 torus of 64 chips."""
 
-    def __init__(self, lnc: int = 2, *, comm=None, placement=None) -> None:
+    def __init__(self, lnc: int | None = None, *, comm=None, placement=None) -> None:
         self._lnc = _check_lnc(lnc)
         self.name = "Trn2 UltraServer"
-        self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1)
+        self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
 
 class UltraCluster(_Machine):
     """``n_ultraservers`` UltraServers joined by EFA: every chip has a 200 Gbps NIC (~15 us)."""
 
-    def __init__(self, n_ultraservers: int, lnc: int = 2, *, comm=None, placement=None) -> None:
+    def __init__(
+        self, n_ultraservers: int, lnc: int | None = None, *, comm=None, placement=None
+    ) -> None:
         self._lnc = _check_lnc(lnc)
         n = _index(n_ultraservers, "n_ultraservers")
         if n < 1:
             raise Trn2ValueError(f"n_ultraservers: expected at least 1, got {n}")
         self.name = f"Trn2 UltraCluster of {n} UltraServers"
-        self._torus = _core.Torus(_ULTRASERVER_SHAPE, n)
+        self._torus = _core.Torus(_ULTRASERVER_SHAPE, n, self._lnc)
         self._spread = _distributed.spread(self._torus.size, comm, placement)
 
     @property

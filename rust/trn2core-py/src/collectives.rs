@@ -11,6 +11,7 @@ use trn2core::collective::{
 };
 use trn2core::engine::PerfMode;
 use trn2core::numerics::Format;
+use trn2core::spec::LNC_DEFAULT;
 use trn2core::topology::{self as topo, Torus};
 
 use crate::arrays::{borrow, fill_new_arrays, memoryview, memoryview_mut, release, slice};
@@ -22,16 +23,26 @@ use crate::perf::uncertainty_dict;
 #[pyclass(name = "Torus", module = "trn2core._core", frozen)]
 pub struct PyTorus {
     pub inner: Torus,
+    /// Physical cores per Logical NeuronCore of the machine the torus belongs to: its chips
+    /// stand for `8 / lnc` runtime ranks each.
+    pub lnc: usize,
 }
 
 #[pymethods]
 impl PyTorus {
     #[new]
-    #[pyo3(signature = (shape, ultraservers = 1))]
-    fn new(shape: Vec<usize>, ultraservers: usize) -> PyTrn2Result<Self> {
+    #[pyo3(signature = (shape, ultraservers = 1, lnc = LNC_DEFAULT))]
+    fn new(shape: Vec<usize>, ultraservers: usize, lnc: usize) -> PyTrn2Result<Self> {
+        topo::check_lnc(lnc)?;
         Ok(PyTorus {
             inner: Torus::new(&shape, ultraservers)?,
+            lnc,
         })
+    }
+
+    #[getter]
+    fn lnc(&self) -> usize {
+        self.lnc
     }
 
     #[getter]
@@ -75,11 +86,12 @@ impl PyTorus {
     }
 }
 
-fn group(t: &Torus, chips: Option<Vec<usize>>) -> PyTrn2Result<Group<'_>> {
-    Ok(match chips {
-        None => Group::all(t),
-        Some(c) => Group::new(t, c)?,
-    })
+fn group(t: &PyTorus, chips: Option<Vec<usize>>) -> PyTrn2Result<Group<'_>> {
+    let g = match chips {
+        None => Group::all(&t.inner),
+        Some(c) => Group::new(&t.inner, c)?,
+    };
+    Ok(g.with_ranks_per_chip(topo::logical_cores_per_chip(t.lnc)))
 }
 
 /// The phases of a collective's timing as a list of dicts.
@@ -122,6 +134,7 @@ fn report_to_dict<'py>(
     d.set_item("algorithm", &r.algorithm)?;
     d.set_item("op", r.op.map(|o| o.name()))?;
     d.set_item("ranks", r.ranks)?;
+    d.set_item("logical_ranks", r.logical_ranks)?;
     d.set_item("elements", r.elements)?;
     d.set_item("elem_bytes", r.elem_bytes)?;
     d.set_item("size_bytes", r.size_bytes)?;
@@ -183,7 +196,7 @@ pub fn collective_estimate<'py>(
 ) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
-    let g = group(&torus.inner, chips)?;
+    let g = group(torus, chips)?;
     let (_, rep) = guard_detached(py, || {
         collective::estimate(&g, c, a, elements, elem_bytes, peers.as_deref(), trace)
     })?;
@@ -222,7 +235,7 @@ pub fn collective_reduce<'py>(
     let o = ReduceOp::parse("op", op)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let f = Format::parse("dtype", format)?;
-    let g = group(&torus.inner, chips)?;
+    let g = group(torus, chips)?;
     macro_rules! run {
         ($t:ty, $what:expr, $buf:ident) => {{
             let ro = borrow_all::<$t>(&inputs, $what)?;
@@ -272,7 +285,7 @@ pub fn collective_move<'py>(
 ) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
-    let g = group(&torus.inner, chips)?;
+    let g = group(torus, chips)?;
     let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
     let ins = ro
         .iter()
@@ -423,7 +436,7 @@ pub fn collective_reduce_local<'py>(
     let o = ReduceOp::parse("op", op)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let f = Format::parse("dtype", format)?;
-    let g = group(&torus.inner, chips)?;
+    let g = group(torus, chips)?;
     let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
     macro_rules! run {
         ($tr:ident, $t:ty, $what:expr, $buf:ident) => {{
@@ -485,7 +498,7 @@ pub fn collective_move_local<'py>(
 ) -> PyTrn2Result<LocalResult<'py>> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
-    let g = group(&torus.inner, chips)?;
+    let g = group(torus, chips)?;
     let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
     run_local(py, &torus.inner, &exchange, |tr| {
         let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;

@@ -39,8 +39,8 @@ pub fn report_dict<'py>(py: Python<'py>, r: &Report) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
-/// An [`Uncertainty`] as a dict: `low`, `high` (published / predicted), `cases`, `basis`, and
-/// the printed `text`.
+/// An [`Uncertainty`] as a dict: `low`, `high` (published / predicted; None without published
+/// cases of this kind), `cases`, `basis`, and the printed `text`.
 pub fn uncertainty_dict<'py>(py: Python<'py>, u: &Uncertainty) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("low", u.low)?;

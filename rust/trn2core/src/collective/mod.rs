@@ -54,6 +54,9 @@ pub struct CollectiveReport {
     pub op: Option<ReduceOp>,
     /// Ranks of the group (one per chip).
     pub ranks: usize,
+    /// nccom-test's ranks: the group's Logical NeuronCores (chips x `8 / lnc`), the `n` of the
+    /// bus factor, so a collective has one busbw in the API and in `trn2core nccom-test`.
+    pub logical_ranks: usize,
     /// Elements of one rank's input.
     pub elements: u64,
     /// Bytes of one element in the buffers' format.
@@ -67,7 +70,8 @@ pub struct CollectiveReport {
     pub algbw: f64,
     /// `algbw` times the collective's bus factor, bytes/s.
     pub busbw: f64,
-    /// `busbw / algbw`: `nccom-test`'s bus factor for `ranks` ([`Collective::bus_factor`]).
+    /// `busbw / algbw`: `nccom-test`'s bus factor for `logical_ranks`
+    /// ([`Collective::bus_factor`]).
     pub bus_factor: f64,
     /// What one chip's links can send at once, bytes/s (NeuronLink, plus EFA across servers).
     pub chip_link_capacity: f64,
@@ -120,7 +124,10 @@ fn report(
     let fine = w * elem_bytes as f64 / sched.fine_chunks().max(1) as f64;
     let timing = cost(sched, group, fine, trace)?;
     let size = size_bytes(sched.collective, n, elements, elem_bytes);
-    let factor = sched.collective.bus_factor(n);
+    // nccom-test's definition: a rank is a Logical NeuronCore. One chip alone moves nothing
+    // over a bus (its factor stays that of one rank).
+    let logical_ranks = if n > 1 { group.runtime_ranks() } else { n };
+    let factor = sched.collective.bus_factor(logical_ranks);
     let (algbw, busbw) = if timing.seconds > 0.0 {
         (size / timing.seconds, size / timing.seconds * factor)
     } else {
@@ -131,6 +138,7 @@ fn report(
         algorithm: sched.algorithm_name(),
         op,
         ranks: n,
+        logical_ranks,
         elements,
         elem_bytes,
         size_bytes: size,

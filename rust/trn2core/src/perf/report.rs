@@ -116,39 +116,53 @@ pub(crate) fn write_bandwidth_counter(
 
 /// How far published Trainium2 measurements of this kind of operation were from the model's
 /// predictions of them: every published case's time lay between `low x` and `high x` the
-/// predicted time (the calibration residuals; benches/fidelity_table.py, docs/fidelity.md).
+/// predicted time (the calibration residuals; benches/fidelity_table.py, docs/fidelity.md). An
+/// operation of a kind no published case is of has `cases == 0` and no range.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Uncertainty {
-    /// Smallest published / predicted ratio.
-    pub low: f64,
-    /// Largest published / predicted ratio.
-    pub high: f64,
-    /// Published cases the range is taken over.
+    /// Smallest published / predicted ratio (`None` without published cases of this kind).
+    pub low: Option<f64>,
+    /// Largest published / predicted ratio (`None` without published cases of this kind).
+    pub high: Option<f64>,
+    /// Published cases the range is taken over (0: none of this kind).
     pub cases: usize,
     /// Which published cases: `"collective"`, `"dma"` or `"gemm"`.
     pub basis: &'static str,
 }
 
+/// The kind of GEMM the published GEMM cases are (benches/fidelity/published.toml, `kind =
+/// "gemm"`, `use = "check"`): dense fp32 operands, `perf_mode="none"`, compute-bound, on one
+/// physical NeuronCore. A GEMM of another format, sparse, double_row, memory-bound or split
+/// over several cores has no published case (docs/fidelity.md, "Guesses").
+pub const GEMM_PUBLISHED_KIND: &str = "dense fp32, compute-bound, on one NeuronCore";
+
 impl Uncertainty {
     /// The range of the published collective cases (nccom-test rows).
     pub const COLLECTIVE: Uncertainty = Uncertainty {
-        low: COLLECTIVE_PUBLISHED_RATIO_LOW,
-        high: COLLECTIVE_PUBLISHED_RATIO_HIGH,
+        low: Some(COLLECTIVE_PUBLISHED_RATIO_LOW),
+        high: Some(COLLECTIVE_PUBLISHED_RATIO_HIGH),
         cases: COLLECTIVE_PUBLISHED_CASES,
         basis: "collective",
     };
     /// The range of the published DMA transfers.
     pub const DMA: Uncertainty = Uncertainty {
-        low: DMA_PUBLISHED_RATIO_LOW,
-        high: DMA_PUBLISHED_RATIO_HIGH,
+        low: Some(DMA_PUBLISHED_RATIO_LOW),
+        high: Some(DMA_PUBLISHED_RATIO_HIGH),
         cases: DMA_PUBLISHED_CASES,
         basis: "dma",
     };
-    /// The range of the published GEMM kernels.
+    /// The range of the published GEMM kernels (all of [`GEMM_PUBLISHED_KIND`]).
     pub const GEMM: Uncertainty = Uncertainty {
-        low: GEMM_PUBLISHED_RATIO_LOW,
-        high: GEMM_PUBLISHED_RATIO_HIGH,
+        low: Some(GEMM_PUBLISHED_RATIO_LOW),
+        high: Some(GEMM_PUBLISHED_RATIO_HIGH),
         cases: GEMM_PUBLISHED_CASES,
+        basis: "gemm",
+    };
+    /// A GEMM of a kind no published case is of: no range.
+    pub const GEMM_UNPUBLISHED: Uncertainty = Uncertainty {
+        low: None,
+        high: None,
+        cases: 0,
         basis: "gemm",
     };
 
@@ -163,7 +177,27 @@ impl Uncertainty {
         }
     }
 
-    /// `"published cases within -12%/+8% (17 cases)"`.
+    /// The range for a GEMM of format `format` (its trn2core name), sparse or dense,
+    /// `double_row` or not, `bound` (`"compute"` or `"memory"`), on `physical_cores` cores: the
+    /// published GEMM range if it is of [`GEMM_PUBLISHED_KIND`], else none.
+    pub fn for_gemm(
+        format: &str,
+        sparse: bool,
+        double_row: bool,
+        bound: &str,
+        physical_cores: usize,
+    ) -> Uncertainty {
+        let published_kind =
+            format == "fp32" && !sparse && !double_row && bound == "compute" && physical_cores == 1;
+        if published_kind {
+            Uncertainty::GEMM
+        } else {
+            Uncertainty::GEMM_UNPUBLISHED
+        }
+    }
+
+    /// `"published cases within -12%/+8% (17 cases)"`, or, without cases of this kind,
+    /// `"no published case of this kind (...)"`.
     pub fn text(&self) -> String {
         let pct = |r: f64| {
             let p = (r - 1.0) * 100.0;
@@ -173,14 +207,20 @@ impl Uncertainty {
                 format!("{p:+.0}%")
             }
         };
-        format!(
-            "published cases within {}/{} ({} {} case{})",
-            pct(self.low),
-            pct(self.high),
-            self.cases,
-            self.basis,
-            if self.cases == 1 { "" } else { "s" }
-        )
+        match (self.low, self.high) {
+            (Some(low), Some(high)) if self.cases > 0 => format!(
+                "published cases within {}/{} ({} {} case{})",
+                pct(low),
+                pct(high),
+                self.cases,
+                self.basis,
+                if self.cases == 1 { "" } else { "s" }
+            ),
+            _ if self.basis == "gemm" => format!(
+                "no published case of this kind (the published GEMMs: {GEMM_PUBLISHED_KIND})"
+            ),
+            _ => "no published case of this kind".to_string(),
+        }
     }
 }
 

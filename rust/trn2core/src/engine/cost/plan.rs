@@ -15,7 +15,7 @@ use super::fast_forward::{
 use crate::dma::cost::{schedule, DmaPlan, Place, Transfer};
 use crate::engine::PerfMode;
 use crate::numerics::Format;
-use crate::perf::{Event, Report};
+use crate::perf::{Event, Report, Uncertainty};
 use crate::sparsity::Pattern;
 use crate::spec::{
     CORE_PEAK_BF16_FLOPS_PER_S, CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
@@ -524,6 +524,13 @@ fn report(
     } else {
         "compute"
     };
+    rep.uncertainty = Some(Uncertainty::for_gemm(
+        plan.format.name(),
+        plan.sparsity.is_some(),
+        plan.perf_mode == PerfMode::DoubleRow,
+        rep.bound,
+        1,
+    ));
     rep.details = vec![
         ("pe_busy_s", pe_seconds),
         ("compute_s", compute_end),
