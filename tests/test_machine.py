@@ -477,9 +477,29 @@ def test_engine_rules_raise_errors_naming_rule_and_operand():
             call()
         msg = str(e.value)
         assert f"[engine rule {rule}]" in msg and msg.startswith(f"{arg}:"), (rule, msg)
+        # The same facts as attributes, set by the core (no message to parse).
+        assert (e.value.rule, e.value.arg) == (rule, arg), (rule, msg)
     big = core.tile((128, 1024), "fp32", space="psum")
     with pytest.raises(trn2core.ShapeError, match=r"^src:.*engine rule psum_bank"):
         core.vector.tensor_copy(core.tile((128, 1024), "fp32"), big)
+
+
+def test_capacity_and_never_written_errors_carry_their_rule():
+    core = trn2core.NeuronCore()
+    with pytest.raises(trn2core.CapacityError) as e:
+        core.tile((128, 300_000), "uint8")
+    assert (e.value.rule, e.value.arg) == ("sbuf_capacity", "shape")
+    with pytest.raises(trn2core.CapacityError) as e:
+        core.tile((128, 5000), "fp32", space="psum")
+    assert e.value.rule == "psum_capacity"
+    t = core.tile((4, 4), "fp32")
+    with pytest.raises(trn2core.Trn2ValueError) as e:
+        core.read(t)
+    assert (e.value.rule, e.value.arg) == ("uninitialized_read", "tile")
+    # An error that breaks no documented rule still names its argument, with rule None.
+    with pytest.raises(trn2core.ShapeError) as e:
+        core.tile((129, 4), "fp32")
+    assert e.value.rule is None and e.value.arg == "shape"
 
 
 def test_bad_arguments_are_trn2_errors():

@@ -648,9 +648,11 @@ def build_parser() -> argparse.ArgumentParser:
 def exit_status(e: Trn2Error) -> int:
     """The CLI's exit status for ``e``: 1 when the model refuses well-formed input (a
     ``CapacityError``: beyond the host's memory or the model's limits; a ``NotSupportedError``:
-    not modelled), 2 for a usage error (a bad value of a flag or argument)."""
+    not modelled; an error a kernel raised at its own ``file:line``), 2 for a usage error (a
+    bad value of a flag or argument)."""
+    in_kernel = getattr(e, "nki_location", None) is not None
     refusal = isinstance(e, CapacityError) or type(e).__name__ == "NotSupportedError"
-    return 1 if refusal else 2
+    return 1 if refusal or in_kernel else 2
 
 
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:

@@ -20,7 +20,21 @@ __all__ = [
 
 
 class Trn2Error(Exception):
-    """Base class of every error trn2core raises on purpose."""
+    """Base class of every error trn2core raises on purpose.
+
+    ``arg``: the argument it names (as the caller spelled it), and ``rule``: the documented rule
+    broken (an engine rule such as ``"matmul_memory"``, ``"sbuf_capacity"``,
+    ``"uninitialized_read"``), when the core reports one; ``None`` otherwise."""
+
+    arg: str | None = None
+    rule: str | None = None
+
+    def __init__(self, *args: object, arg: str | None = None, rule: str | None = None) -> None:
+        super().__init__(*args)
+        if arg is not None:
+            self.arg = arg
+        if rule is not None:
+            self.rule = rule
 
 
 class ShapeError(Trn2Error, ValueError):

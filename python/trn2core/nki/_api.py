@@ -44,20 +44,22 @@ class UninitializedReadError(Trn2ValueError):
     """An instruction reads memory no instruction (or input) wrote."""
 
 
-def _classified(e: Trn2Error) -> tuple[type, str]:
-    """The class and message an error is reported with: the machine's capacity and
-    never-written errors get a rule name (and the never-written one its own subclass)."""
-    msg = str(e)
-    if isinstance(e, CapacityError) and "[rule" not in msg:
-        mem = "psum" if " psum " in f" {msg} " or "psum has" in msg else "sbuf"
-        return type(e), f"{msg} [rule {mem}_capacity]"
-    if isinstance(e, Trn2ValueError) and "never written" in msg:
+def _classified(e: Trn2Error) -> tuple[type, str, str | None]:
+    """The class, message and rule an error is reported with, from the rule the core set on it
+    (``e.rule``): capacity and never-written errors name their rule in the message (and the
+    never-written one gets its own subclass)."""
+    msg, rule = str(e), e.rule
+    if isinstance(e, CapacityError):
+        # A capacity error inside a kernel is the on-chip memory's (the machine names which).
+        rule = rule or "sbuf_capacity"
+        return type(e), f"{msg} [rule {rule}]", rule
+    if rule == "uninitialized_read":
         msg = msg.replace(
             'create the core with uninitialized="nan"',
             'run the kernel with trn2core.nki.run(..., uninitialized="nan")',
         )
-        return UninitializedReadError, f"{msg} [rule uninitialized_read]"
-    return type(e), msg
+        return UninitializedReadError, f"{msg} [rule uninitialized_read]", rule
+    return type(e), msg, rule
 
 
 def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
@@ -66,9 +68,10 @@ def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
     if getattr(e, "nki_location", None) is not None:
         return e
     loc = loc or user_location()
-    cls, msg = _classified(e)
+    cls, msg, rule = _classified(e)
     new = cls(f"{loc[0]}:{loc[1]}: {msg}")
     new.nki_location = loc  # type: ignore[attr-defined]
+    new.arg, new.rule = e.arg, rule
     return new
 
 

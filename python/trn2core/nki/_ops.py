@@ -206,7 +206,9 @@ def engine_name(e, default: str, allowed: tuple[str, ...], what: str) -> str:
     name = ENGINE_NAME.get(e) if isinstance(e, engine) else e if isinstance(e, str) else None
     if name not in allowed:
         raise Trn2ValueError(
-            f"engine: {what} runs on {' or '.join(allowed)}, got {e!r} [engine rule engine]"
+            f"engine: {what} runs on {' or '.join(allowed)}, got {e!r} [engine rule engine]",
+            arg="engine",
+            rule="engine",
         )
     return name
 

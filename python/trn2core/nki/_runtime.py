@@ -164,7 +164,9 @@ class Core:
 
             raise PartitionDimError(
                 f"shape: the partition dimension is {p}, over the {_PMAX} partitions of "
-                f"{buffer.name.upper()} (nl.tile_size.pmax) [rule partition_dim]"
+                f"{buffer.name.upper()} (nl.tile_size.pmax) [rule partition_dim]",
+                arg="shape",
+                rule="partition_dim",
             )
         mshape = [p] + [s for a, s in enumerate(shape) if a != pdim]
         if len(mshape) > 5:
@@ -292,7 +294,8 @@ class Core:
                 f"{k} reads memory written by iteration {j} (at line {wloc[1]}); affine_range "
                 "promises independent iterations (the compiler may reorder or overlap them; "
                 "only associative accumulations such as `psum += matmul` may cross "
-                "iterations): use nl.sequential_range [rule affine_range]"
+                "iterations): use nl.sequential_range [rule affine_range]",
+                rule="affine_range",
             )
             e.nki_location = rloc  # type: ignore[attr-defined]
             raise e
@@ -339,7 +342,9 @@ class Core:
         if t._pdim is None:
             raise Trn2ValueError(
                 f"{arg}: the tensor is in HBM; compute engines read SBUF or PSUM (load it "
-                "first with nl.load or nisa.dma_copy) [engine rule engine_memory]"
+                "first with nl.load or nisa.dma_copy) [engine rule engine_memory]",
+                arg=arg,
+                rule="engine_memory",
             )
         if t._pdim != 0:
             raise Trn2ValueError(
@@ -763,7 +768,9 @@ class Launch:
         else:
             code = getattr(self.fn, "__code__", None)
             loc = (code.co_filename, code.co_firstlineno) if code else ("<unknown>", 0)
-        err = KernelError(f"{loc[0]}:{loc[1]}: {msg} [rule output_unwritten]")
+        err = KernelError(
+            f"{loc[0]}:{loc[1]}: {msg} [rule output_unwritten]", rule="output_unwritten"
+        )
         err.nki_location = loc  # type: ignore[attr-defined]
         return err
 

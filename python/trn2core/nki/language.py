@@ -365,7 +365,9 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if shape[0] > tile_size.pmax:
         raise PartitionDimError(
             f"load: the tile's partition dimension would be {shape[0]}, over "
-            f"{tile_size.pmax} (load at most 128 rows at a time) [rule partition_dim]"
+            f"{tile_size.pmax} (load at most 128 rows at a time) [rule partition_dim]",
+            arg="src",
+            rule="partition_dim",
         )
 
     def issue(dst: NkiTensor) -> None:

@@ -70,9 +70,22 @@ impl From<PyTrn2Err> for PyErr {
     }
 }
 
-/// Builds the Python exception for a core error (classes live in `trn2core/errors.py`).
+/// Builds the Python exception for a core error (classes live in `trn2core/errors.py`), with
+/// the argument it names and the rule it reports as the attributes `arg` and `rule`.
 pub fn to_py(py: Python<'_>, err: Error) -> PyErr {
-    let (class, msg) = match &err {
+    let e = new_error(py, &err);
+    if err.arg().is_some() {
+        // Attributes of an exception object just made: setting them cannot fail in practice,
+        // and the exception is still right without them.
+        let v = e.value(py);
+        let _ = v.setattr("arg", err.arg());
+        let _ = v.setattr("rule", err.rule());
+    }
+    e
+}
+
+fn new_error(py: Python<'_>, err: &Error) -> PyErr {
+    let (class, msg) = match err {
         Error::Shape { .. } => ("ShapeError", err.to_string()),
         Error::Format { .. } => ("FormatError", err.to_string()),
         Error::Value { .. } => ("Trn2ValueError", err.to_string()),

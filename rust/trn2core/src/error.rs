@@ -15,6 +15,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// A number format, dtype or rounding mode is unknown or not allowed here (`FormatError`).
     #[error("{arg}: {message}")]
@@ -23,6 +26,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// A value is out of its allowed range (`ValueError`).
     #[error("{arg}: {message}")]
@@ -31,6 +37,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// A tensor does not follow the requested N:M sparsity pattern (`SparsityError`).
     #[error("{arg}: {message}")]
@@ -39,6 +48,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// A compressed stream is truncated or altered (`CorruptDataError`).
     #[error("{arg}: {message}")]
@@ -47,6 +59,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// A request exceeds a hardware or host capacity (`CapacityError`).
     #[error("{arg}: {message}")]
@@ -55,6 +70,9 @@ pub enum Error {
         arg: String,
         /// What is wrong: the value seen and the limit or the expected form.
         message: String,
+        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
+        /// act on it without reading the message (Python: the exception's `rule` attribute).
+        rule: Option<&'static str>,
     },
     /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in Python,
     /// where the binding raises `KeyboardInterrupt` instead).
@@ -68,6 +86,7 @@ impl Error {
         Error::Shape {
             arg: arg.into(),
             message: message.into(),
+            rule: None,
         }
     }
     /// A `FormatError` about argument `arg`.
@@ -75,6 +94,7 @@ impl Error {
         Error::Format {
             arg: arg.into(),
             message: message.into(),
+            rule: None,
         }
     }
     /// A `ValueError` about argument `arg`.
@@ -82,6 +102,7 @@ impl Error {
         Error::Value {
             arg: arg.into(),
             message: message.into(),
+            rule: None,
         }
     }
     /// A `CapacityError` about argument `arg`.
@@ -89,6 +110,47 @@ impl Error {
         Error::Capacity {
             arg: arg.into(),
             message: message.into(),
+            rule: None,
         }
+    }
+
+    /// The argument an error names (`None` for [`Error::Interrupted`]).
+    pub fn arg(&self) -> Option<&str> {
+        match self {
+            Error::Shape { arg, .. }
+            | Error::Format { arg, .. }
+            | Error::Value { arg, .. }
+            | Error::Sparsity { arg, .. }
+            | Error::CorruptData { arg, .. }
+            | Error::Capacity { arg, .. } => Some(arg),
+            Error::Interrupted => None,
+        }
+    }
+
+    /// The documented rule an error reports, if any.
+    pub fn rule(&self) -> Option<&'static str> {
+        match self {
+            Error::Shape { rule, .. }
+            | Error::Format { rule, .. }
+            | Error::Value { rule, .. }
+            | Error::Sparsity { rule, .. }
+            | Error::CorruptData { rule, .. }
+            | Error::Capacity { rule, .. } => *rule,
+            Error::Interrupted => None,
+        }
+    }
+
+    /// The same error, reporting `name` as the rule broken.
+    pub fn with_rule(mut self, name: &'static str) -> Self {
+        match &mut self {
+            Error::Shape { rule, .. }
+            | Error::Format { rule, .. }
+            | Error::Value { rule, .. }
+            | Error::Sparsity { rule, .. }
+            | Error::CorruptData { rule, .. }
+            | Error::Capacity { rule, .. } => *rule = Some(name),
+            Error::Interrupted => {}
+        }
+        self
     }
 }

@@ -445,6 +445,7 @@ pub fn inspect(stream: &[u8]) -> Result<StreamInfo> {
 pub(crate) fn corrupt(message: impl Into<String>) -> Error {
     Error::CorruptData {
         arg: "stream".to_string(),
+        rule: None,
         message: message.into(),
     }
 }
@@ -564,7 +565,7 @@ mod tests {
         }
         let err = Codec::parse("codec", "lz4").expect_err("unknown codec");
         assert!(
-            matches!(&err, Error::Format { arg, message } if arg == "codec" && message.contains("zvc"))
+            matches!(&err, Error::Format { arg, message, .. } if arg == "codec" && message.contains("zvc"))
         );
     }
 
@@ -598,7 +599,7 @@ mod tests {
 
     fn corrupt_err(r: Result<Decoded>) -> String {
         match r {
-            Err(Error::CorruptData { arg, message }) => {
+            Err(Error::CorruptData { arg, message, .. }) => {
                 assert_eq!(arg, "stream");
                 message
             }

@@ -740,6 +740,10 @@ impl Memories {
                 }
             ),
         )
+        .with_rule(match space {
+            Space::Sbuf => "sbuf_capacity",
+            _ => "psum_capacity",
+        })
     }
 
     /// Creates an HBM tensor holding `data` (little-endian packed elements of `dtype`, C order),
@@ -977,7 +981,8 @@ impl Memories {
                         tile.space.name(),
                         t.name
                     ),
-                ))
+                )
+                .with_rule("uninitialized_read"))
             }
         }
     }

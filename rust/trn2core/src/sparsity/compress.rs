@@ -76,6 +76,7 @@ fn violation_error(view: &AxisView, pattern: Pattern, v: Violation) -> Error {
     let (o, g) = (v.block / groups, v.block % groups);
     Error::Sparsity {
         arg: "x".into(),
+        rule: None,
         message: format!(
             "group {g} along axis {axis} (elements x{index}) has {count} stored elements but \
              pattern {pattern} allows at most {n} per group of {m}; an element counts as stored \
@@ -614,6 +615,7 @@ impl<T: Element> Compressed<T> {
             let (o, g) = (block / groups.max(1), block % groups.max(1));
             return Err(Error::Sparsity {
                 arg: "indices".into(),
+                rule: None,
                 message: format!(
                     "the positions {group:?} of group {g} along axis {} (elements x{}) are not \
                      strictly ascending within 0..{}",

@@ -239,6 +239,7 @@ pub fn to_cutlass<T: Element>(dense: &[T], rows: usize, cols: usize) -> Result<C
         let c0 = group * g.group;
         return Err(Error::Sparsity {
             arg: "x".into(),
+            rule: None,
             message: format!(
                 "row {r}, columns {c0}..{} hold {count} stored elements but the CUTLASS layout \
                  of {}-bit elements keeps at most {} per group of {}; an element counts as \

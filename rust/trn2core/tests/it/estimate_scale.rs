@@ -311,7 +311,7 @@ fn shapes_beyond_the_counters_are_refused() {
     ] {
         let p = plan(shape, configs()[0], true);
         match estimate_gemm(&p) {
-            Err(Error::Capacity { arg, message }) => {
+            Err(Error::Capacity { arg, message, .. }) => {
                 assert_eq!(arg, "shape");
                 assert!(message.contains(says), "{message}");
                 assert!(message.contains(&format!("M={}", shape[0])), "{message}");

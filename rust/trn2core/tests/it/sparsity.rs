@@ -307,7 +307,7 @@ fn a_non_conforming_group_is_a_sparsity_error_naming_the_first_one() {
     x[at(1, 6, 2)] = 0x7FC0_0001; // a NaN counts
     x[at(1, 7, 2)] = 5;
     let e = compress(&x, &shape, 1, Pattern::TWO_FOUR).expect_err("3 stored in one group");
-    let Error::Sparsity { arg, message } = &e else {
+    let Error::Sparsity { arg, message, .. } = &e else {
         panic!("expected a sparsity error, got {e:?}")
     };
     assert_eq!(arg, "x");
@@ -403,7 +403,7 @@ fn from_parts_rejects_bad_parts() {
     let e = Compressed::from_parts(vals.clone(), bad, &[8], 0, Pattern::TWO_FOUR)
         .expect_err("descending positions");
     assert!(
-        matches!(&e, Error::Sparsity { arg, message } if arg == "indices" && message.contains("x[0:4]")),
+        matches!(&e, Error::Sparsity { arg, message, .. } if arg == "indices" && message.contains("x[0:4]")),
         "{e}"
     );
     // Repeated positions.

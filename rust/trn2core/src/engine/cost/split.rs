@@ -205,11 +205,13 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     let core_s = total - combine;
     let mut rep = Report::new("gemm");
     rep.description = format!(
-        "GEMM M={} K={} N={} {} perf_mode={} on {} physical cores {:?}: split M x N x K = {} x {} x {}",
+        "GEMM M={} K={} N={} {}{} perf_mode={} on {} physical cores {:?}: split M x N x K = {} x {} x {}",
         plan.m,
         plan.k,
         plan.n,
         plan.format,
+        plan.sparsity
+            .map_or(String::new(), |p| format!(" sparse {p} stationary")),
         plan.perf_mode.name(),
         nc,
         cores,

@@ -90,18 +90,18 @@ named_enum! {
 }
 
 /// An engine-rule violation: names the operand, says what is wrong and which rule.
-pub(crate) fn rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
-    Error::value(arg, format!("{message} [engine rule {rule}]"))
+pub(crate) fn rule(arg: &str, rule: &'static str, message: impl std::fmt::Display) -> Error {
+    Error::value(arg, format!("{message} [engine rule {rule}]")).with_rule(rule)
 }
 
 /// A shape-type engine-rule violation (`ShapeError`).
-pub(crate) fn shape_rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
-    Error::shape(arg, format!("{message} [engine rule {rule}]"))
+pub(crate) fn shape_rule(arg: &str, rule: &'static str, message: impl std::fmt::Display) -> Error {
+    Error::shape(arg, format!("{message} [engine rule {rule}]")).with_rule(rule)
 }
 
 /// A dtype-type engine-rule violation (`FormatError`).
-pub(crate) fn dtype_rule(arg: &str, rule: &str, message: impl std::fmt::Display) -> Error {
-    Error::format(arg, format!("{message} [engine rule {rule}]"))
+pub(crate) fn dtype_rule(arg: &str, rule: &'static str, message: impl std::fmt::Display) -> Error {
+    Error::format(arg, format!("{message} [engine rule {rule}]")).with_rule(rule)
 }
 
 /// Checks that `engine` is one the instruction runs on.
