@@ -151,6 +151,20 @@ impl Uncertainty {
         cases: GEMM_PUBLISHED_CASES,
         basis: "gemm",
     };
+    /// The range of the published whole-model time-to-first-token cases.
+    pub const WORKLOAD_PREFILL: Uncertainty = Uncertainty {
+        low: crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW,
+        high: crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH,
+        cases: crate::spec::WORKLOAD_PREFILL_PUBLISHED_CASES,
+        basis: "workload_prefill",
+    };
+    /// The range of the published whole-model time-per-output-token cases.
+    pub const WORKLOAD_DECODE: Uncertainty = Uncertainty {
+        low: crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_LOW,
+        high: crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH,
+        cases: crate::spec::WORKLOAD_DECODE_PUBLISHED_CASES,
+        basis: "workload_decode",
+    };
 
     /// The range for a report of `operation` (`"gemm"`, `"dma"`, `"collective"`), if published
     /// cases of that kind of operation exist.

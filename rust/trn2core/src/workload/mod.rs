@@ -1,0 +1,27 @@
+//! Whole models on Trainium2 (api_contract section 10): a transformer's layers as ops, a
+//! parallel layout, a memory plan, and the time of a step composed from the project's own
+//! per-op models (GEMMs, DMA/HBM, in-graph collectives; docs/workload.md).
+//!
+//! - [`model`]: the model description (a Hugging Face `config.json`, or a preset).
+//! - [`inference`]: prefill (time to first token) and decode (time per output token).
+
+pub mod inference;
+pub mod model;
+
+pub use inference::{
+    decode, memory, prefill, Layout, Machine, MemoryItem, MemoryPlan, OpTime, Parts, Serving,
+    StepReport,
+};
+pub use model::{AttentionKind, ConfigValue, Model, Moe, PRESETS};
+
+/// The argument an error names (tests).
+#[cfg(test)]
+pub(crate) fn arg_of(e: &crate::Error) -> Option<&str> {
+    match e {
+        crate::Error::Value { arg, .. } | crate::Error::Capacity { arg, .. } => Some(arg.as_str()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;
