@@ -148,7 +148,7 @@ def test_source_and_describe():
     assert s.url.endswith("/about-neuron/arch/neuron-hardware/trainium2.html")
     assert spec.source("[S3]") == s
     assert spec.source("P").url == ""
-    for bad in ("S36", "", "s3", 3, None):
+    for bad in ("S38", "", "s3", 3, None):
         with pytest.raises(Trn2ValueError, match="tag: unknown source tag"):
             spec.source(bad)
     e = spec.describe("hbm_chip_bytes_per_s")

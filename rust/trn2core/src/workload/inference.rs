@@ -53,6 +53,20 @@ pub enum Serving {
     Vllm,
 }
 
+impl Serving {
+    /// `"native"` or `"vllm"`; `ValueError` on `serving` otherwise.
+    pub fn named(name: &str) -> Result<Serving> {
+        match name {
+            "native" => Ok(Serving::Native),
+            "vllm" => Ok(Serving::Vllm),
+            _ => Err(Error::value(
+                "serving",
+                format!("{name:?}: expected \"native\" or \"vllm\""),
+            )),
+        }
+    }
+}
+
 /// A machine: its name and chips.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {

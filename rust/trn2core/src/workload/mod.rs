@@ -1,4 +1,4 @@
-//! Whole models on Trainium2 (api_contract section 10): a transformer's layers as ops, a
+//! Whole models on Trainium2: a transformer's layers as ops, a
 //! parallel layout, a memory plan, and the time of a step composed from the project's own
 //! per-op models (GEMMs, DMA/HBM, in-graph collectives; docs/workload.md).
 //!
@@ -25,3 +25,12 @@ pub(crate) fn arg_of(e: &crate::Error) -> Option<&str> {
 
 #[cfg(test)]
 mod tests;
+
+/// The model a call names: the preset `name` when `config` is `None`, else the model of the
+/// config's fields (named `name`, or as the config names itself when `name` is empty).
+pub fn resolve_model(name: &str, config: Option<&[(String, ConfigValue)]>) -> crate::Result<Model> {
+    match config {
+        None => Model::preset(name),
+        Some(fields) => Model::from_config(name, fields),
+    }
+}
