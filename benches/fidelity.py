@@ -273,8 +273,10 @@ def _model_parts_seconds(p: dict, step: dict, k: dict[str, float]) -> float:
     cal_step = spec.collective_in_graph_reduce_step_s
     if p["quantity"] == "layer_collectives":
         n = step["layer_reduce_ops"]
-        return step["layer_collectives_s"] + n * (fixed - cal) + step["layer_reduce_steps"] * (
-            step_s - cal_step
+        return (
+            step["layer_collectives_s"]
+            + n * (fixed - cal)
+            + step["layer_reduce_steps"] * (step_s - cal_step)
         )
     return (
         step["other_s"]
@@ -402,9 +404,7 @@ def residual_ranges(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
         sel = [r for r in checked(rows, ("high", "medium")) if r.point["kind"] in kinds]
         if cat.startswith("workload"):
             phase = cat.split("_")[1]
-            sel = [
-                r for r in sel if r.point["phase"] == phase and r.point["quantity"] == "step"
-            ]
+            sel = [r for r in sel if r.point["phase"] == phase and r.point["quantity"] == "step"]
         ratios = [r.published / r.predicted for r in sel]
         out[cat] = (min(ratios), max(ratios), len(ratios))
     return out

@@ -54,7 +54,11 @@ def test_llama4_text_config_is_read():
 
 @pytest.mark.parametrize(
     ("drop", "field"),
-    [("hidden_size", "hidden_size"), ("vocab_size", "vocab_size"), ("intermediate_size", "intermediate_size")],
+    [
+        ("hidden_size", "hidden_size"),
+        ("vocab_size", "vocab_size"),
+        ("intermediate_size", "intermediate_size"),
+    ],
 )
 def test_a_config_missing_a_field_names_it(drop, field):
     cfg = {k: v for k, v in LLAMA_8B_CONFIG.items() if k != drop}
@@ -136,3 +140,17 @@ def test_fp8_weights_and_lnc1():
     assert fp8.seconds < bf16.seconds
     lnc1 = workload.Inference(m, tp=8, lnc=1).memory()
     assert lnc1["capacity_bytes"] == 12 << 30
+
+
+def test_cli_estimate_prints_ttft_and_tpot_as_json(capsys):
+    from trn2core.cli import main
+
+    argv = ["estimate", "llama-3.3-70b", "--instance", "trn2.48xlarge", "--tp", "64",
+            "--prefill", "10000", "--decode", "1500", "--lnc", "2", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    inf = workload.Inference("llama-3.3-70b", tp=64, seq_len=11500)
+    assert out["ttft_s"] == inf.prefill(10000).seconds
+    assert out["tpot_s"] == inf.decode(10750).seconds
+    assert main(argv[:5] + ["128"] + argv[6:]) == 2
+    assert "Trn2ValueError: tp: tp=128 needs 128 logical cores" in capsys.readouterr().err

@@ -65,6 +65,9 @@ __all__ = [
     "spec_sources",
     "spec_statuses",
     "stochastic_bits",
+    "workload_memory",
+    "workload_model",
+    "workload_step",
 ]
 
 def encode(

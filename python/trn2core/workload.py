@@ -113,7 +113,9 @@ def _machine(machine) -> tuple[str, int | None]:
         return "ultraserver", machine.lnc
     if isinstance(machine, UltraCluster):
         return f"ultracluster:{len(machine.chips) // 64}", machine.lnc
-    raise Trn2ValueError(f"machine: expected a name or an Instance/UltraServer/UltraCluster, got {machine!r}")
+    raise Trn2ValueError(
+        f"machine: expected a name or an Instance/UltraServer/UltraCluster, got {machine!r}"
+    )
 
 
 def _buckets(value, arg: str) -> list[int]:
@@ -193,7 +195,10 @@ class StepReport:
                 )
             )
         w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(v.ljust(w[i]) if i in (0, 1, 7) else v.rjust(w[i]) for i, v in enumerate(r)) for r in rows]
+        lines = [
+            "  ".join(v.ljust(w[i]) if i in (0, 1, 7) else v.rjust(w[i]) for i, v in enumerate(r))
+            for r in rows
+        ]
         lines.insert(1, "  ".join("-" * n for n in w))
         return "\n".join(line.rstrip() for line in lines)
 
