@@ -129,6 +129,13 @@ def predict(p: dict) -> Row:
         rate = s / _dma_seconds([128, s], "uint8", "hbm", "sbuf", "transfer")
         rate_ref = ref / _dma_seconds([128, ref], "uint8", "hbm", "sbuf", "transfer")
         return Row(p, p["relative_throughput"], rate / rate_ref, "x")
+    if kind == "model":
+        if p["use"] == "excluded":
+            return Row(p, p["time_us"], None, "us")
+        rep = _model_step(p)
+        if p["quantity"] == "layer_collectives":
+            return Row(p, p["time_us"], rep.parts["layer_collectives_s"] * 1e6, "us")
+        return Row(p, p["time_us"], rep.seconds * 1e6, "us")
     if kind in ("gemm", "bound"):
         if p["use"] == "excluded":
             return Row(p, p["time_us"], None, "us")
@@ -137,6 +144,19 @@ def predict(p: dict) -> Row:
         )
         return Row(p, p["time_us"], rep.seconds * 1e6, "us")
     return Row(p, p["time_us"], None, "us")
+
+
+def _model_step(p: dict, naive: bool = False):
+    """The whole-model step of point ``p`` through ``trn2core.workload``."""
+    from trn2core import workload
+
+    inf = workload.Inference(
+        p["model"], p["machine"], tp=p["tp"], lnc=p["lnc"], batch=p["batch"], dtype=p["dtype"],
+        seq_len=p["seq_len"], prefill_buckets=p.get("prefill_buckets"),
+        decode_buckets=p.get("decode_buckets"), sequence_parallel=p["sequence_parallel"],
+        serving=p["serving"], naive=naive,
+    )  # fmt: skip
+    return inf.prefill(p["tokens"]) if p["phase"] == "prefill" else inf.decode(p["tokens"])
 
 
 # ------------------------------------------------------------------------------- calibration
@@ -150,6 +170,7 @@ CALIBRATED = {
         "neuronlink_achieved_fraction",
     ),
     "dma": ("dma_fixed_cost_s", "dma_hbm_read_latency_s", "dma_row_overhead_s"),
+    "workload": ("collective_in_graph_reduce_op_fixed_s", "workload_op_fixed_s"),
 }
 
 #: Weight of a point's squared log error in the fit, by confidence.
@@ -170,6 +191,8 @@ def category(p: dict) -> str | None:
         return "collective"
     if p["kind"] == "dma":
         return "dma"
+    if p["kind"] == "model" and p.get("fit"):
+        return "workload"
     return None
 
 
@@ -180,6 +203,7 @@ class Parts:
 
     point: dict
     row: dict | None = None  # nccom_rows' row (collectives)
+    step: dict | None = None  # a whole-model step's parts (workload)
 
     def seconds(self, c: dict[str, float]) -> float:
         """The prediction with constants ``c`` (any subset overrides the calibrated ones)."""
@@ -208,6 +232,8 @@ class Parts:
             return op + chip
         if p["kind"] == "dma":
             return _dma_parts_seconds(p, k)
+        if p["kind"] == "model":
+            return _model_parts_seconds(p, self.step, k)
         raise ValueError(f"{p['id']}: no calibrated constants")
 
 
@@ -234,6 +260,32 @@ def _dma_parts_seconds(p: dict, k: dict[str, float]) -> float:
     return fixed + max(engines_s, hbm_s)
 
 
+def _model_parts_seconds(p: dict, step: dict, k: dict[str, float]) -> float:
+    """A whole-model step with constants ``k``: the in-graph reducing collectives pay the fixed
+    cost (and their steps the same fraction of the standalone step cost), every other op the
+    per-op fixed cost, as ``workload/inference.rs`` composes them."""
+    import trn2core
+
+    spec = trn2core.spec
+    fixed = k["collective_in_graph_reduce_op_fixed_s"]
+    step_s = spec.collective_reduce_step_s * fixed / spec.collective_reduce_op_fixed_s
+    cal = spec.collective_in_graph_reduce_op_fixed_s
+    cal_step = spec.collective_in_graph_reduce_step_s
+    if p["quantity"] == "layer_collectives":
+        n = step["layer_reduce_ops"]
+        return (
+            step["layer_collectives_s"]
+            + n * (fixed - cal)
+            + step["layer_reduce_steps"] * (step_s - cal_step)
+        )
+    return (
+        step["other_s"]
+        + step["reduce_ops"] * fixed
+        + step["reduce_steps"] * step_s
+        + step["fixed_ops"] * k["workload_op_fixed_s"]
+    )
+
+
 def parts(p: dict) -> Parts:
     """The parts of point ``p``'s prediction."""
     from trn2core.collectives import nccom_rows
@@ -241,6 +293,14 @@ def parts(p: dict) -> Parts:
     if p["kind"] == "nccom":
         r = nccom_rows(p["operation"], p["ranks"], [p["size_bytes"]], p["dtype"], p["lnc"], "auto")
         return Parts(p, r[0])
+    if p["kind"] == "model":
+        rep = _model_step(p)
+        step = rep.parts
+        layer = [o for o in rep.ops if o["kind"] == "collective" and o["scope"] != "step"]
+        step["layer_reduce_ops"] = sum(o["count"] for o in layer if o["name"] != "all_gather")
+        # Decode all-reduces are single-step Mesh: no reducing steps in the fitted point.
+        step["layer_reduce_steps"] = 0.0 if p["phase"] == "decode" else step["reduce_steps"]
+        return Parts(p, step=step)
     return Parts(p)
 
 
@@ -334,8 +394,17 @@ def residual_ranges(rows: list[Row]) -> dict[str, tuple[float, float, int]]:
     and medium) of each kind of report: ``collective``, ``dma``, ``gemm`` (the ``spec``
     constants ``*_PUBLISHED_RATIO_*`` every report prints)."""
     out = {}
-    for cat, kinds in (("collective", ("nccom",)), ("dma", ("dma",)), ("gemm", ("gemm",))):
+    for cat, kinds in (
+        ("collective", ("nccom",)),
+        ("dma", ("dma",)),
+        ("gemm", ("gemm",)),
+        ("workload_prefill", ("model",)),
+        ("workload_decode", ("model",)),
+    ):
         sel = [r for r in checked(rows, ("high", "medium")) if r.point["kind"] in kinds]
+        if cat.startswith("workload"):
+            phase = cat.split("_")[1]
+            sel = [r for r in sel if r.point["phase"] == phase and r.point["quantity"] == "step"]
         ratios = [r.published / r.predicted for r in sel]
         out[cat] = (min(ratios), max(ratios), len(ratios))
     return out

@@ -119,3 +119,15 @@ def test_estimate_gemm_and_one_instruction_cross_once(count_calls):
     out = core.matmul(s, m)
     assert proxy.calls == []  # no decode through numerics: the core widens the codes itself
     assert out.shape == (64, 32) and (out == 128.0).all()
+
+
+def test_workload_calls_cross_once(count_calls):
+    from trn2core import workload
+
+    proxy = count_calls(workload)
+    m = workload.Model("llama-3.1-8b")
+    inf = workload.Inference(m, "trn2.48xlarge", tp=8)
+    inf.prefill(1000)
+    inf.decode(1000)
+    inf.memory()
+    assert proxy.calls == ["workload_model", "workload_step", "workload_step", "workload_memory"]

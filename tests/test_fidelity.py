@@ -35,6 +35,7 @@ KIND_FIELDS = {
     "bound": ("m", "k", "n", "dtype", "time_us"),
     "kernel": ("time_us",),
     "input": ("time_us",),
+    "model": ("model", "phase", "quantity", "time_us"),
 }
 
 

@@ -4,8 +4,8 @@ Users call the facade in ``trn2core``; these functions expect already-normalised
 (flat C-contiguous native arrays, validated names).
 """
 
-from collections.abc import Callable
-from typing import final
+from collections.abc import Callable, Sequence
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,9 @@ __all__ = [
     "spec_sources",
     "spec_statuses",
     "stochastic_bits",
+    "workload_memory",
+    "workload_model",
+    "workload_step",
 ]
 
 def encode(
@@ -372,6 +375,37 @@ def nccom_machine(chips: int) -> tuple[list[int], int, list[int]]: ...
 def nccom_estimate(
     collective: str, ranks: int, lnc: int, size_bytes: int, elem_bytes: int, algorithm: str
 ) -> dict[str, object]: ...
+def workload_model(name: str, config: dict[str, object] | None = None) -> dict[str, Any]: ...
+def workload_step(
+    name: str,
+    config: dict[str, object] | None,
+    phase: str,
+    tokens: int,
+    machine: str,
+    tp: int,
+    ep: int,
+    lnc: int,
+    batch: int,
+    dtype: str,
+    sequence_parallel: bool,
+    seq_len: int,
+    prefill_buckets: Sequence[int],
+    decode_buckets: Sequence[int],
+    serving: str,
+    naive: bool,
+) -> dict[str, Any]: ...
+def workload_memory(
+    name: str,
+    config: dict[str, object] | None,
+    machine: str,
+    tp: int,
+    ep: int,
+    lnc: int,
+    batch: int,
+    dtype: str,
+    seq_len: int,
+    prefill_buckets: Sequence[int],
+) -> dict[str, Any]: ...
 
 @final
 class LogicalCoreInfo:

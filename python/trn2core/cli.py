@@ -21,6 +21,7 @@ from .cli_collectives import add_commands as add_collective_commands
 from .cli_collectives import demo_collectives
 from .cli_nki import add_commands as add_nki_commands
 from .cli_nki import demo_nki
+from .cli_workload import add_commands as add_workload_commands
 from .errors import CapacityError, Trn2Error, Trn2ValueError
 from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
 from .sparsity import SPARSITY_PATTERNS
@@ -624,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_gemm)
     add_collective_commands(sub)
     add_nki_commands(sub)
+    add_workload_commands(sub)
     sub.add_parser("formats", help="the number formats").set_defaults(func=cmd_formats)
     sp = sub.add_parser(
         "spec",

@@ -15,6 +15,7 @@ mod numerics;
 mod perf;
 mod sparsity;
 mod spec;
+mod workload;
 
 use pyo3::prelude::*;
 
@@ -72,6 +73,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::workload_model, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::workload_step, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::workload_memory, m)?)?;
     warm_up(m.py())
 }
 

@@ -49,6 +49,7 @@ pub mod pool;
 pub mod sparsity;
 pub mod spec;
 pub mod topology;
+pub mod workload;
 
 pub use error::{Error, Result};
 pub use numerics::{Format, FormatInfo, Rounding};

@@ -7,7 +7,7 @@
 //!
 //! # Sources and status tags
 //!
-//! Every constant names its sources by tag, `[S1]`…`[S35]` (public AWS documents and
+//! Every constant names its sources by tag, `[S1]`…`[S37]` (public AWS documents and
 //! repositories) and `[P]` (the product description trn2core was specified from, used only where
 //! no AWS document gives a number: the per-link NeuronLink bandwidths, the single-chip
 //! trn2.3xlarge, LNC=4). [`SOURCES`] gives each tag's title, address and the version read; the
@@ -915,6 +915,64 @@ spec_table! {
     #[spec(unit = "fraction", source = "[F] calibrated")]
     pub const NEURONLINK_ACHIEVED_FRACTION: f64 = 0.40;
 
+    /// Fraction of the nominal EFA bandwidth per chip that HBM-to-HBM RDMA achieves when every chip of an instance sends at once: 0.675.
+    ///
+    /// Measured on a trn2.48xlarge with a transfer engine writing Neuron HBM directly over EFA
+    /// `[S36]`: one chip sustains 19.3 GB/s (0.77 of its 25 GB/s), all 16 together about
+    /// 270 GB/s, 16.9 GB/s each (0.675). A collective drives every chip's NICs at once, so the
+    /// all-chips figure is the one used. Neither a fit nor a Neuron collective measurement: the
+    /// runtime's own EFA path may do better or worse.
+    #[spec(unit = "fraction", source = "[S36] I")]
+    pub const EFA_ACHIEVED_FRACTION: f64 = 270e9 / (CHIPS_PER_INSTANCE as f64 * EFA_CHIP_BYTES_PER_S);
+
+    /// The fixed cost of one all-reduce or reduce-scatter launched inside a compiled graph (a model's NEFF), not by itself.
+    ///
+    /// A standalone `nccom-test` all-reduce pays [`COLLECTIVE_REDUCE_OP_FIXED_S`] (291 us); the
+    /// DeepSeek-V3 decode profile of neuronx-distributed-inference's contrib README (TP=64,
+    /// LNC=2, trn2.48xlarge, `[S37]`) puts its ~122 all-reduces at ~3 ms, about 25 us each
+    /// including their transfers (the model's transfers, within-chip stage and DMA fixed cost
+    /// take ~13 us of each, so the fixed cost is ~11 us). Fitted on that point alone (`dsv3-tp64-decode-collectives`
+    /// in benches/fidelity/published.toml); the whole-model tutorial baselines are not fitted.
+    #[spec(unit = "s", source = "[F] calibrated")]
+    pub const COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S: f64 = 11.2e-6;
+
+    /// The fixed cost of each synchronised reducing step of a collective inside a compiled graph.
+    ///
+    /// No published point isolates it (the decode all-reduces are single-step Mesh). Taken as
+    /// the standalone step cost scaled by the same in-graph ratio as the operation's fixed cost
+    /// (234 us x 11.2 / 291 = 9 us): a guess, which the long prefills' reduce-scatters
+    /// (31 KangaRing steps at 64 ranks) depend on.
+    #[spec(unit = "s", source = "[F] I")]
+    pub const COLLECTIVE_IN_GRAPH_REDUCE_STEP_S: f64 = COLLECTIVE_REDUCE_STEP_S
+        * (COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S / COLLECTIVE_REDUCE_OP_FIXED_S);
+
+    /// The fixed cost of one dependent operation (kernel) of a compiled model step besides its own modelled time.
+    ///
+    /// Each op of a step (a norm, a projection, the attention kernel, an expert GEMM) starts
+    /// after the one before it has written its output: its DMA round trips, semaphore waits
+    /// and the slowest of the ranks at the next barrier (the DeepSeek-V3 profile `[S37]`
+    /// reports the straggler wait separately, ~1 ms of ~19). Fitted on the DeepSeek-V3 decode
+    /// step (`dsv3-tp64-tpot`: 20.5 ms at TP=64, bs=1), given the model's GEMMs, KV reads and
+    /// in-graph collectives; the tutorial baselines are not fitted.
+    #[spec(unit = "s", source = "[F] calibrated")]
+    pub const WORKLOAD_OP_FIXED_S: f64 = 14.6e-6;
+
+    /// What serving through vLLM adds to each output token over the model's own step: 1.6 ms.
+    ///
+    /// The DeepSeek-V3 contrib README `[S37]` measures 20.5 ms per token with NxD Inference's
+    /// own benchmark and 22.1 ms best (22.2 ms synchronous) inter-token latency through vLLM
+    /// at batch 1. The tutorials' LLMPerf runs go through vLLM.
+    #[spec(unit = "s", source = "[S37] I")]
+    pub const SERVING_VLLM_TOKEN_OVERHEAD_S: f64 = 22.1e-3 - 20.5e-3;
+
+    /// What serving through vLLM adds to the time to first token of a request: about 33 ms.
+    ///
+    /// The same README `[S37]`: 1,667 ms context encoding natively, "~1,700 ms" through vLLM at
+    /// every batch size. The published figure is rounded, so this is known to about +-50 ms: a
+    /// guess that matters only for short prompts.
+    #[spec(unit = "s", source = "[S37] I")]
+    pub const SERVING_VLLM_REQUEST_OVERHEAD_S: f64 = 1.700 - 1.667;
+
     /// HBM accesses for a chunk to traverse two ranks of a Ring AllGather (two 1R1W hops).
     #[spec(unit = "count", source = "[S16] D")]
     pub const RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS: usize = 4;
@@ -981,6 +1039,33 @@ spec_table! {
     /// Published GEMM cases the GEMM range is taken over.
     #[spec(unit = "count", source = "[F] calibrated")]
     pub const GEMM_PUBLISHED_CASES: usize = 1;
+
+    /// Lowest published / predicted time over the published whole-model time-to-first-token cases.
+    ///
+    /// The checked prefill points of benches/fidelity/published.toml (kind `model`), the
+    /// tutorial baselines among them (docs/workload.md).
+    #[spec(unit = "ratio", source = "[F] calibrated")]
+    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW: f64 = 0.86;
+
+    /// Highest published / predicted time over the published whole-model time-to-first-token cases.
+    #[spec(unit = "ratio", source = "[F] calibrated")]
+    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH: f64 = 1.29;
+
+    /// Published whole-model time-to-first-token cases the range is taken over.
+    #[spec(unit = "count", source = "[F] calibrated")]
+    pub const WORKLOAD_PREFILL_PUBLISHED_CASES: usize = 3;
+
+    /// Lowest published / predicted time over the published whole-model time-per-token cases.
+    #[spec(unit = "ratio", source = "[F] calibrated")]
+    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_LOW: f64 = 0.78;
+
+    /// Highest published / predicted time over the published whole-model time-per-token cases.
+    #[spec(unit = "ratio", source = "[F] calibrated")]
+    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH: f64 = 1.04;
+
+    /// Published whole-model time-per-token cases the range is taken over.
+    #[spec(unit = "count", source = "[F] calibrated")]
+    pub const WORKLOAD_DECODE_PUBLISHED_CASES: usize = 4;
 
     // ======================================= FP8 maxima =========================================
 
@@ -1170,7 +1255,7 @@ macro_rules! neuron_docs_read {
     };
 }
 
-/// Every source tag the project uses, in tag order: `[S1]`…`[S35]` (public documents and
+/// Every source tag the project uses, in tag order: `[S1]`…`[S37]` (public documents and
 /// repositories) and `[P]`.
 pub const SOURCES: &[Source] = &[
     Source {
@@ -1433,6 +1518,20 @@ pub const SOURCES: &[Source] = &[
         read: neuron_docs_read!(),
     },
     Source {
+        tag: "S36",
+        title: "Mooncake pull request 3888: move AWS Neuron (Trainium) HBM directly over EFA (trn2.48xlarge measurements)",
+        url: "https://github.com/kvcache-ai/Mooncake/pull/3888",
+        also: &[],
+        read: "kvcache-ai/Mooncake pull request 3888 (open), read 2026-09; third-party measurement, not AWS",
+    },
+    Source {
+        tag: "S37",
+        title: "neuronx-distributed-inference contrib model README: DeepSeek-V3 (Trn2 benchmarks and profile)",
+        url: "https://github.com/aws-neuron/neuronx-distributed-inference/blob/4bcdc54bf3b6ccdad490e5cd0680a3dc95270b8e/contrib/models/DeepSeek-V3/README.md",
+        also: &[],
+        read: "aws-neuron/neuronx-distributed-inference at 4bcdc54b (2026-07-28); measured with Neuron SDK 2.28",
+    },
+    Source {
         tag: "P",
         title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
                 article \"AWS Trainium 2\", last reviewed 2026-05-17)",
@@ -1631,7 +1730,7 @@ mod tests {
             source("[S3]").map(|s| s.title),
             Some("Trainium2 Architecture")
         );
-        assert!(source("S36").is_none() && source("").is_none());
+        assert!(source("S38").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1660,8 +1759,8 @@ mod tests {
                     s.tag
                 );
             }
-            if i < 35 {
-                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S35 in order");
+            if i < 37 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S37 in order");
             }
             assert!(
                 SOURCES[..i].iter().all(|t| t.tag != s.tag),
@@ -1669,7 +1768,7 @@ mod tests {
                 s.tag
             );
         }
-        assert_eq!(SOURCES.len(), 37);
+        assert_eq!(SOURCES.len(), 39);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }

@@ -17,7 +17,8 @@
 //!           EFA (the documented minimal inter-server RDMA latency, \[S15\])
 //! link    = the largest over links of (bytes every transfer of the step routes over that link)
 //!           / (the link's bandwidth per direction, times the 0.40 of it collectives achieve on
-//!           NeuronLink, spec::NEURONLINK_ACHIEVED_FRACTION; EFA at its nominal rate): transfers
+//!           NeuronLink, spec::NEURONLINK_ACHIEVED_FRACTION; EFA at spec::EFA_ACHIEVED_FRACTION
+//!           of its nominal rate, measured HBM to HBM): transfers
 //!           sharing a link share its bandwidth
 //! hbm     = the largest over chips of the HBM bytes the step reads and writes there (a copy
 //!           reads at the sender and writes at the receiver; a reduction also reads the
@@ -27,6 +28,9 @@
 //! reduce_steps x 234 us = the runtime's fixed cost of each synchronised reducing step
 //!           (spec::COLLECTIVE_REDUCE_STEP_S; the phase's `reduce_steps`, see `Phase`)
 //! ```
+//!
+//! A collective inside a compiled graph ([`Launch::InGraph`]) pays the in-graph fixed costs
+//! (spec::COLLECTIVE_IN_GRAPH_*) instead of the standalone ones; everything else is the same.
 //!
 //! The op and reducing-step costs are calibrated on the nccom-test examples of the Neuron
 //! documentation (docs/fidelity.md): no documented mechanism explains their size. Transfers,
@@ -40,10 +44,43 @@ use super::ops::Collective;
 use super::schedule::{Group, Schedule};
 use crate::perf::{write_bandwidth_counter, write_json_args};
 use crate::spec::{
+    COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S, COLLECTIVE_IN_GRAPH_REDUCE_STEP_S,
     COLLECTIVE_OP_FIXED_S, COLLECTIVE_REDUCE_OP_FIXED_S, COLLECTIVE_REDUCE_STEP_S,
-    DMA_ACCUMULATE_EFFICIENCY, DMA_CHIP_BYTES_PER_S, EFA_LATENCY_S, HBM_CHIP_BYTES_PER_S,
-    NEURONLINK_ACHIEVED_FRACTION, RING_HOP_LATENCY_S,
+    DMA_ACCUMULATE_EFFICIENCY, DMA_CHIP_BYTES_PER_S, EFA_ACHIEVED_FRACTION, EFA_LATENCY_S,
+    HBM_CHIP_BYTES_PER_S, NEURONLINK_ACHIEVED_FRACTION, RING_HOP_LATENCY_S,
 };
+
+/// How a collective is launched, which decides the runtime's fixed costs it pays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// By itself, as `nccom-test` launches it: the fixed costs fitted on nccom-test's runs
+    /// (spec `COLLECTIVE_REDUCE_OP_FIXED_S`, `COLLECTIVE_REDUCE_STEP_S`).
+    Standalone,
+    /// Inside a compiled graph (a model's step), where the runtime has set the collective up
+    /// ahead: spec `COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S` and `COLLECTIVE_IN_GRAPH_REDUCE_STEP_S`.
+    InGraph,
+}
+
+impl Launch {
+    /// The runtime's fixed cost of one operation of `collective` launched this way (a
+    /// collective that does not reduce pays `COLLECTIVE_OP_FIXED_S` either way: its
+    /// standalone floor is already small, and no in-graph measurement separates it).
+    pub fn op_fixed_s(self, collective: Collective) -> f64 {
+        match (self, collective.reduces()) {
+            (Launch::Standalone, true) => COLLECTIVE_REDUCE_OP_FIXED_S,
+            (Launch::InGraph, true) => COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S,
+            (_, false) => COLLECTIVE_OP_FIXED_S,
+        }
+    }
+
+    /// The runtime's fixed cost of each synchronised reducing step launched this way.
+    pub fn reduce_step_s(self) -> f64 {
+        match self {
+            Launch::Standalone => COLLECTIVE_REDUCE_STEP_S,
+            Launch::InGraph => COLLECTIVE_IN_GRAPH_REDUCE_STEP_S,
+        }
+    }
+}
 use crate::topology::{LinkKind, Torus};
 use crate::Result;
 
@@ -137,6 +174,18 @@ const TRACE_MAX_LINK_TRACKS: usize = 2048;
 /// cancellation token fires (checked per phase and every 4096 transfers: an UltraCluster of
 /// 4096 UltraServers has 262144 transfers a step and costs in seconds).
 pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> Result<Timing> {
+    cost_launch(s, group, fine_chunk_bytes, trace, Launch::Standalone)
+}
+
+/// [`cost`] for a collective launched as `launch` says (standalone or inside a compiled graph):
+/// only the runtime's fixed costs differ.
+pub fn cost_launch(
+    s: &Schedule,
+    group: &Group,
+    fine_chunk_bytes: f64,
+    trace: bool,
+    launch: Launch,
+) -> Result<Timing> {
     let cancel = crate::cancel::current();
     let torus: &Torus = group.torus;
     let nlinks = torus.size() * torus.links_per_chip();
@@ -153,11 +202,11 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
     let mut events: Vec<TraceSpan> = Vec::new();
     let reduce_rate = DMA_CHIP_BYTES_PER_S * DMA_ACCUMULATE_EFFICIENCY;
     // What collectives achieve of each link: NeuronLink at the calibrated fraction of its
-    // bandwidth, EFA at its nominal rate (no Trn2 measurement across UltraServers is published).
+    // bandwidth, EFA at the fraction HBM-to-HBM RDMA was measured to reach on a trn2.48xlarge.
     let achieved = |l: usize| {
         let bw = torus.link_id_bandwidth(l);
         if is_efa(torus, l) {
-            bw
+            bw * EFA_ACHIEVED_FRACTION
         } else {
             bw * NEURONLINK_ACHIEVED_FRACTION
         }
@@ -166,7 +215,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
     let op_fixed_s = if s.phases.is_empty() {
         0.0
     } else {
-        op_fixed_cost_s(s.collective)
+        launch.op_fixed_s(s.collective)
     };
     if trace && op_fixed_s > 0.0 {
         events.push((
@@ -236,7 +285,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
         }
         let step = latency + link_s.max(hbm_s).max(reduce_s);
         let repeat = f64::from(phase.repeat);
-        let sync_s = f64::from(phase.reduce_steps) * COLLECTIVE_REDUCE_STEP_S;
+        let sync_s = f64::from(phase.reduce_steps) * launch.reduce_step_s();
         for &l in &touched {
             total[l] += load[l] * repeat;
             if step > 0.0 {
@@ -321,11 +370,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
 /// The runtime's fixed cost of one operation of `collective`: reducing collectives pay
 /// [`COLLECTIVE_REDUCE_OP_FIXED_S`], the others [`COLLECTIVE_OP_FIXED_S`].
 pub fn op_fixed_cost_s(collective: Collective) -> f64 {
-    if collective.reduces() {
-        COLLECTIVE_REDUCE_OP_FIXED_S
-    } else {
-        COLLECTIVE_OP_FIXED_S
-    }
+    Launch::Standalone.op_fixed_s(collective)
 }
 
 /// One span of a collective's trace: track, name, start and length (seconds), arguments.

@@ -23,7 +23,7 @@ pub mod policy;
 pub mod schedule;
 
 pub use build::build;
-pub use cost::{cost, PhaseTiming, Timing};
+pub use cost::{cost, cost_launch, Launch, PhaseTiming, Timing};
 pub use distributed::{Placement, Traffic, Transport};
 pub use exec::{
     execute_move, execute_reduce, output_lengths, run_symbolic, Buf, BufMut, Symbolic,
@@ -40,7 +40,6 @@ use crate::perf::Uncertainty;
 use crate::spec::{CORES_PER_CHIP, HBM_CHIP_BYTES_PER_S, INSTANCE_TORUS_X, INSTANCE_TORUS_Y};
 use crate::topology::{check_lnc, Torus};
 use crate::{Error, Result};
-use cost::op_fixed_cost_s;
 
 /// Everything a collective's report says.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +102,11 @@ pub fn size_bytes(collective: Collective, n: usize, elements: u64, elem_bytes: u
     }
 }
 
+/// [`size_bytes`] as the whole number of bytes `build` takes.
+fn size_bytes_of(collective: Collective, n: usize, elements: u64, elem_bytes: u64) -> u64 {
+    size_bytes(collective, n, elements, elem_bytes) as u64
+}
+
 /// Elements of the working buffer the schedule's fine chunks split (see `schedule`).
 fn working_elements(collective: Collective, n: usize, elements: u64) -> f64 {
     match collective {
@@ -118,11 +122,12 @@ fn report(
     elements: u64,
     elem_bytes: u64,
     trace: bool,
+    launch: Launch,
 ) -> Result<CollectiveReport> {
     let n = group.n();
     let w = working_elements(sched.collective, n, elements);
     let fine = w * elem_bytes as f64 / sched.fine_chunks().max(1) as f64;
-    let timing = cost(sched, group, fine, trace)?;
+    let timing = cost_launch(sched, group, fine, trace, launch)?;
     let size = size_bytes(sched.collective, n, elements, elem_bytes);
     // nccom-test's definition: a rank is a Logical NeuronCore. One chip alone moves nothing
     // over a bus (its factor stays that of one rank).
@@ -169,7 +174,15 @@ pub fn estimate(
     }
     let size = size_bytes(collective, group.n(), elements, elem_bytes);
     let sched = build(group, collective, algorithm, size as u64, peers)?;
-    let rep = report(&sched, group, None, elements, elem_bytes, trace)?;
+    let rep = report(
+        &sched,
+        group,
+        None,
+        elements,
+        elem_bytes,
+        trace,
+        Launch::Standalone,
+    )?;
     Ok((sched, rep))
 }
 
@@ -269,7 +282,15 @@ pub fn run_reduce(
     check_symbolic_cells(group.n())?;
     let sched = build(group, collective, algorithm, size as u64, None)?;
     execute_reduce(&sched, op, format, inputs, outputs)?;
-    report(&sched, group, Some(op), elements, elem, false)
+    report(
+        &sched,
+        group,
+        Some(op),
+        elements,
+        elem,
+        false,
+        Launch::Standalone,
+    )
 }
 
 /// Computes an all-gather, all-to-all or send/recv on raw bytes (`elem` bytes per element) and
@@ -290,7 +311,15 @@ pub fn run_move(
     }
     let sched = build(group, collective, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
-    report(&sched, group, None, elements, elem as u64, false)
+    report(
+        &sched,
+        group,
+        None,
+        elements,
+        elem as u64,
+        false,
+        Launch::Standalone,
+    )
 }
 
 /// Validates the buffers one process passes to a collective spread over processes
@@ -374,7 +403,15 @@ pub fn run_reduce_local(
         group, placement, process, collective, algorithm, elem, elements, None,
     )?;
     distributed::execute_reduce_local(&plan, op, format, inputs, outputs, transport)?;
-    let rep = report(&sched, group, Some(op), elements as u64, elem as u64, false)?;
+    let rep = report(
+        &sched,
+        group,
+        Some(op),
+        elements as u64,
+        elem as u64,
+        false,
+        Launch::Standalone,
+    )?;
     Ok((rep, plan.traffic))
 }
 
@@ -398,7 +435,15 @@ pub fn run_move_local(
         group, placement, process, collective, algorithm, elem, elements, peers,
     )?;
     distributed::execute_move_local(&plan, inputs, outputs, transport)?;
-    let rep = report(&sched, group, None, elements as u64, elem as u64, false)?;
+    let rep = report(
+        &sched,
+        group,
+        None,
+        elements as u64,
+        elem as u64,
+        false,
+        Launch::Standalone,
+    )?;
     Ok((rep, plan.traffic))
 }
 
@@ -498,6 +543,29 @@ pub fn nccom_estimate(
     elem_bytes: u64,
     algorithm: Algorithm,
 ) -> Result<NccomRow> {
+    ranks_estimate(
+        collective,
+        ranks,
+        lnc,
+        size_bytes,
+        elem_bytes,
+        algorithm,
+        Launch::Standalone,
+    )
+}
+
+/// [`nccom_estimate`]'s model for a collective over `ranks` logical cores launched as `launch`
+/// says: standalone (what `nccom-test` measures) or inside a compiled graph (a model's tensor-
+/// parallel all-reduce); only the runtime's fixed costs differ.
+pub fn ranks_estimate(
+    collective: Collective,
+    ranks: usize,
+    lnc: usize,
+    size_bytes: u64,
+    elem_bytes: u64,
+    algorithm: Algorithm,
+    launch: Launch,
+) -> Result<NccomRow> {
     check_lnc(lnc)?;
     let per_chip = CORES_PER_CHIP / lnc;
     if ranks == 0 {
@@ -537,21 +605,23 @@ pub fn nccom_estimate(
     };
     let mut phases = Vec::new();
     let (chip_s, op_fixed_s, alg) = if chips > 1 {
-        let (_, rep) = estimate(
+        let size = size_bytes_of(collective, group.n(), chip_elements, elem_bytes);
+        let sched = build(&group, collective, algorithm, size, None)?;
+        let rep = report(
+            &sched,
             &group,
-            collective,
-            algorithm,
+            None,
             chip_elements,
             elem_bytes,
-            None,
             false,
+            launch,
         )?;
         let fixed = rep.timing.op_fixed_s;
         phases = rep.timing.phases;
         (rep.seconds - fixed, fixed, rep.algorithm)
     } else {
         let fixed = if local > 1 {
-            op_fixed_cost_s(collective)
+            launch.op_fixed_s(collective)
         } else {
             0.0
         };

@@ -165,6 +165,20 @@ impl Uncertainty {
         cases: 0,
         basis: "gemm",
     };
+    /// The range of the published whole-model time-to-first-token cases.
+    pub const WORKLOAD_PREFILL: Uncertainty = Uncertainty {
+        low: Some(crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW),
+        high: Some(crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH),
+        cases: crate::spec::WORKLOAD_PREFILL_PUBLISHED_CASES,
+        basis: "workload_prefill",
+    };
+    /// The range of the published whole-model time-per-output-token cases.
+    pub const WORKLOAD_DECODE: Uncertainty = Uncertainty {
+        low: Some(crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_LOW),
+        high: Some(crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH),
+        cases: crate::spec::WORKLOAD_DECODE_PUBLISHED_CASES,
+        basis: "workload_decode",
+    };
 
     /// The range for a report of `operation` (`"gemm"`, `"dma"`, `"collective"`), if published
     /// cases of that kind of operation exist.

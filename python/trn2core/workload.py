@@ -1,0 +1,283 @@
+"""Whole models on Trainium2: time to first token and time per
+output token of a transformer on a Trn2 machine, composed in the core from the project's own
+per-op models (``estimate_gemm``, the DMA/HBM model, collectives inside a compiled graph).
+
+::
+
+    from trn2core import workload
+    m = workload.Model("llama-3.3-70b")                  # or Model.from_hf_config("config.json")
+    inf = workload.Inference(m, "trn2.48xlarge", tp=64, lnc=2)
+    inf.prefill(10_000).seconds                          # time to first token
+    inf.decode(context=10_000).seconds                   # time per output token
+    inf.memory()                                         # bytes per logical core
+
+The facade only normalises arguments; every public call crosses into the core once. The model,
+its terms and the validation against AWS's published runs: docs/workload.md.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import _core, _validate
+from .errors import Trn2ValueError
+
+__all__ = ["PRESETS", "Inference", "Model", "StepReport"]
+
+#: The preset names (``Model(name)``), as the core knows them.
+PRESETS: tuple[str, ...] = (
+    "llama-3.1-8b",
+    "llama-3.3-70b",
+    "llama-3.1-405b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+    "deepseek-v3",
+    "llama-4-scout",
+    "llama-4-maverick",
+)
+
+_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
+
+
+def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's top-level fields, a nested ``text_config`` (Llama-4, multimodal models)
+    merged over them; nested objects and lists are dropped (the model reads none)."""
+    out = {k: v for k, v in config.items() if not isinstance(v, (Mapping, list))}
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        out.update({k: v for k, v in text.items() if not isinstance(v, (Mapping, list))})
+    return out
+
+
+class Model:
+    """A transformer: a preset (``Model("llama-3.3-70b")``, see ``PRESETS``) or the fields of
+    a Hugging Face ``config.json`` (``Model.from_hf_config(path_or_dict)``). A config missing a
+    required field, or with an inconsistent one, is a ``Trn2ValueError`` naming the field."""
+
+    def __init__(self, name: str, *, config: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(name, str):
+            raise Trn2ValueError(f"model: expected a preset name or a config, got {name!r}")
+        self._config = None if config is None else _flatten(config)
+        self._name = name
+        self._info = dict(_core.workload_model(name, self._config))
+
+    @classmethod
+    def from_hf_config(cls, config: Mapping[str, Any] | str | os.PathLike, name: str = "") -> Model:
+        """The model of a ``config.json``: a dict, or the path of the file (or of the
+        directory holding it)."""
+        if isinstance(config, (str, os.PathLike)):
+            path = os.fspath(config)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    config = json.load(f)
+            except OSError as e:
+                raise Trn2ValueError(f"config: cannot read {path!r}: {e.strerror}") from None
+            except json.JSONDecodeError as e:
+                raise Trn2ValueError(f"config: {path!r} is not JSON: {e.msg}") from None
+        if not isinstance(config, Mapping):
+            raise Trn2ValueError(f"config: expected a dict or a path, got {type(config).__name__}")
+        return cls(name, config=config)
+
+    @property
+    def name(self) -> str:
+        return self._info["name"]
+
+    @property
+    def parameters(self) -> int:
+        """Total parameters."""
+        return self._info["parameters"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields the model reads, and its parameter count."""
+        return dict(self._info)
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r}, {self.parameters / 1e9:.1f}B parameters)"
+
+
+def _machine(machine) -> tuple[str, int | None]:
+    """A machine's name for the core, and its LNC when it is a machine object."""
+    from .topology import Instance, UltraCluster, UltraServer
+
+    if isinstance(machine, str):
+        return machine, None
+    if isinstance(machine, Instance):
+        return machine.instance_type, machine.lnc
+    if isinstance(machine, UltraServer):
+        return "ultraserver", machine.lnc
+    if isinstance(machine, UltraCluster):
+        return f"ultracluster:{len(machine.chips) // 64}", machine.lnc
+    raise Trn2ValueError(
+        f"machine: expected a name or an Instance/UltraServer/UltraCluster, got {machine!r}"
+    )
+
+
+def _buckets(value, arg: str) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise Trn2ValueError(f"{arg}: expected a list of token counts, got {value!r}")
+    return [_validate.integer(b, arg, lo=1) for b in value]
+
+
+class StepReport:
+    """One step's time with its per-layer, per-op breakdown, memory plan and uncertainty."""
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    @property
+    def seconds(self) -> float:
+        return self._d["seconds"]
+
+    @property
+    def phase(self) -> str:
+        return self._d["phase"]
+
+    @property
+    def bucket(self) -> int:
+        """The compiled bucket the step ran in."""
+        return self._d["bucket"]
+
+    @property
+    def ops(self) -> list[dict]:
+        """Rows: name, scope (dense/moe layers or step), kind, count, seconds (one run),
+        fixed_s, total_s, hbm_bytes, flops, bound."""
+        return [dict(o) for o in self._d["ops"]]
+
+    @property
+    def memory(self) -> dict:
+        return self._d["memory"]
+
+    @property
+    def uncertainty(self) -> dict:
+        """The range the published whole-model cases of this phase fell in."""
+        return self._d["uncertainty"]
+
+    @property
+    def parts(self) -> dict:
+        """What the calibrated terms multiply (benches/fidelity.py refits with them)."""
+        return dict(self._d["parts"])
+
+    def by_kind(self) -> dict[str, float]:
+        """Seconds per kind of op over the step (gemm, attention, kv_read, norm, collective,
+        serving) and ``fixed`` (the per-op fixed costs)."""
+        out: dict[str, float] = {}
+        for o in self._d["ops"]:
+            out[o["kind"]] = out.get(o["kind"], 0.0) + o["count"] * o["seconds"]
+            out["fixed"] = out.get("fixed", 0.0) + o["count"] * o["fixed_s"]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._d))
+
+    def table(self) -> str:
+        """The breakdown as a text table (one row per op and layer kind)."""
+        rows = [("op", "layers", "x", "each us", "fixed us", "total ms", "share", "bound")]
+        total = self.seconds
+        for o in self._d["ops"]:
+            rows.append(
+                (
+                    o["name"],
+                    o["scope"],
+                    str(o["count"]),
+                    f"{o['seconds'] * 1e6:.2f}",
+                    f"{o['fixed_s'] * 1e6:.1f}",
+                    f"{o['total_s'] * 1e3:.3f}",
+                    f"{o['total_s'] / total:.1%}",
+                    o["bound"],
+                )
+            )
+        w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join(v.ljust(w[i]) if i in (0, 1, 7) else v.rjust(w[i]) for i, v in enumerate(r))
+            for r in rows
+        ]
+        lines.insert(1, "  ".join("-" * n for n in w))
+        return "\n".join(line.rstrip() for line in lines)
+
+    def __str__(self) -> str:
+        u = self.uncertainty["text"]
+        return f"{self._d['description']}: {self.seconds * 1e3:.3f} ms, {u}\n{self.table()}"
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(str(self)) + "</pre>"
+
+
+class Inference:
+    """A model compiled for inference on a machine, as NxD Inference runs it: ``tp`` ranks
+    (logical cores), ``ep`` expert-parallel groups for MoE layers, LNC 1 or 2, ``batch``
+    sequences, bf16 or fp8 weights, context-encoding and token-generation buckets (default:
+    powers of two from 128 up to ``seq_len``), optional sequence parallelism in prefill,
+    served natively or through vLLM. ``naive=True`` is the per-op sum before whole models were
+    composed (standalone collectives, no per-op or serving costs), for comparison."""
+
+    def __init__(
+        self,
+        model: Model | str,
+        machine="trn2.48xlarge",
+        *,
+        tp: int,
+        ep: int = 1,
+        lnc: int | None = None,
+        batch: int = 1,
+        dtype: str = "bf16",
+        seq_len: int = 4096,
+        prefill_buckets: Sequence[int] | None = None,
+        decode_buckets: Sequence[int] | None = None,
+        sequence_parallel: bool = False,
+        serving: str = "native",
+        naive: bool = False,
+    ) -> None:
+        self.model = model if isinstance(model, Model) else Model(model)
+        name, machine_lnc = _machine(machine)
+        if lnc is None:
+            lnc = 2 if machine_lnc is None else machine_lnc
+        if dtype not in _DTYPES:
+            raise Trn2ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+        self._args = dict(
+            machine=name,
+            tp=_validate.integer(tp, "tp", lo=1),
+            ep=_validate.integer(ep, "ep", lo=1),
+            lnc=_validate.integer(lnc, "lnc", lo=1),
+            batch=_validate.integer(batch, "batch", lo=1),
+            dtype=_DTYPES[dtype],
+            sequence_parallel=bool(sequence_parallel),
+            seq_len=_validate.integer(seq_len, "seq_len", lo=1),
+            prefill_buckets=_buckets(prefill_buckets, "prefill_buckets"),
+            decode_buckets=_buckets(decode_buckets, "decode_buckets"),
+            serving=serving,
+            naive=bool(naive),
+        )
+
+    def _step(self, phase: str, tokens) -> StepReport:
+        a = self._args
+        d = _core.workload_step(
+            self.model._name, self.model._config, phase, tokens, a["machine"], a["tp"],
+            a["ep"], a["lnc"], a["batch"], a["dtype"], a["sequence_parallel"], a["seq_len"],
+            a["prefill_buckets"], a["decode_buckets"], a["serving"], a["naive"],
+        )  # fmt: skip
+        return StepReport(d)
+
+    def prefill(self, tokens: int) -> StepReport:
+        """Time to first token of a prompt of ``tokens`` tokens (padded to its bucket)."""
+        return self._step("prefill", _validate.integer(tokens, "tokens", lo=1))
+
+    def decode(self, context: int) -> StepReport:
+        """Time per output token with ``context`` tokens already in the KV cache."""
+        return self._step("decode", _validate.integer(context, "context", lo=0))
+
+    def memory(self) -> dict:
+        """Bytes per logical core: weights, KV cache, activations, against its HBM
+        (``CapacityError`` naming the biggest item if they do not fit)."""
+        a = self._args
+        return _core.workload_memory(
+            self.model._name, self.model._config, a["machine"], a["tp"], a["ep"], a["lnc"],
+            a["batch"], a["dtype"], a["seq_len"], a["prefill_buckets"],
+        )  # fmt: skip

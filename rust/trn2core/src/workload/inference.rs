@@ -1,0 +1,1066 @@
+//! Inference of a [`Model`] with tensor parallelism, as NxD Inference compiles it: one step of
+//! context encoding (prefill: the time to first token) or of token generation (decode: the time
+//! per output token), composed from the project's per-op models.
+//!
+//! # What one step is (per rank: one logical core of `lnc` physical cores)
+//!
+//! ```text
+//! step = sum over layers of sum over the layer's ops of (op's modelled time + op fixed)
+//!      + lm_head + sampling gather (+ vLLM's serving overhead)
+//! ```
+//!
+//! - projections and MLP/expert GEMMs: `engine::estimate` (`estimate_gemm`) of the rank's
+//!   shard `[tokens, K] @ [K, N / tp]` on the logical core's physical cores (weights read from
+//!   HBM, so decode GEMMs are HBM-bound); fp8 weights are costed as fp8 GEMMs;
+//! - attention: in decode, the KV cache of the compiled bucket read through the DMA model
+//!   (`dma::cost::dma_time`); in prefill, the two score GEMMs' tensor-engine time
+//!   (`estimate_gemm`'s `compute_s`: a flash kernel keeps the scores on chip), halved for the
+//!   causal mask or limited to the sliding window;
+//! - norms: the activations read and written once through the DMA model;
+//! - collectives: `collective::ranks_estimate` over the `tp` ranks launched in a compiled graph
+//!   ([`Launch::InGraph`]): two all-reduces per layer, or with sequence parallelism a
+//!   reduce-scatter and an all-gather in their place;
+//! - every op besides the collectives pays `spec::WORKLOAD_OP_FIXED_S` (a compiled step's
+//!   per-op fixed cost, calibrated);
+//! - MoE: the router GEMM, and the experts the step's tokens touch (the expected number of
+//!   distinct experts for uniform routing), each a GEMM of its share of the tokens; shared
+//!   experts as a dense MLP.
+//!
+//! The ops of a layer run one after another (no overlap of collectives with compute). Layers of
+//! one kind (dense or MoE) cost the same, so each kind is costed once and multiplied: memory and
+//! time do not grow with the number of layers.
+
+use super::model::{add, mul, AttentionKind, Model};
+use crate::collective::{ranks_estimate, Algorithm, Collective, Launch};
+use crate::dma::cost::{dma_time, DmaPlan, Place};
+use crate::engine::PerfMode;
+use crate::engine::{estimate as estimate_gemm, EstimateRequest};
+use crate::numerics::Format;
+use crate::perf::Uncertainty;
+use crate::spec::{
+    CORES_PER_CHIP, SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S,
+    SERVING_VLLM_TOKEN_OVERHEAD_S, WORKLOAD_OP_FIXED_S,
+};
+use crate::topology::{check_lnc, instance_type, LogicalCoreInfo};
+use crate::{Error, Result};
+
+/// Where the model is served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serving {
+    /// NxD Inference's own loop (its `benchmark_sampling`).
+    Native,
+    /// Through vLLM (the tutorials' LLMPerf runs): spec `SERVING_VLLM_*` added.
+    Vllm,
+}
+
+impl Serving {
+    /// `"native"` or `"vllm"`; `ValueError` on `serving` otherwise.
+    pub fn named(name: &str) -> Result<Serving> {
+        match name {
+            "native" => Ok(Serving::Native),
+            "vllm" => Ok(Serving::Vllm),
+            _ => Err(Error::value(
+                "serving",
+                format!("{name:?}: expected \"native\" or \"vllm\""),
+            )),
+        }
+    }
+}
+
+/// A machine: its name and chips.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    /// `"trn2.48xlarge"`, `"ultraserver"`, `"ultracluster(N)"`, ...
+    pub name: String,
+    /// Trainium2 chips.
+    pub chips: usize,
+}
+
+impl Machine {
+    /// An EC2 instance type (`"trn2.48xlarge"`), `"ultraserver"` (4 trn2u.48xlarge) or
+    /// `"ultracluster:N"` (N UltraServers). `ValueError` on `machine` otherwise.
+    pub fn named(name: &str) -> Result<Machine> {
+        let lower = name.to_ascii_lowercase();
+        let per_us = crate::spec::CHIPS_PER_ULTRASERVER;
+        if lower == "ultraserver" {
+            return Ok(Machine {
+                name: "ultraserver".into(),
+                chips: per_us,
+            });
+        }
+        if let Some(n) = lower.strip_prefix("ultracluster:") {
+            let n: usize = n.parse().map_err(|_| {
+                Error::value("machine", format!("{name:?}: expected ultracluster:N"))
+            })?;
+            let chips = n
+                .checked_mul(per_us)
+                .filter(|_| n >= 1)
+                .ok_or_else(|| Error::value("machine", format!("{name:?}: bad size")))?;
+            return Ok(Machine {
+                name: format!("ultracluster({n})"),
+                chips,
+            });
+        }
+        let t = instance_type(&lower).map_err(|_| {
+            Error::value(
+                "machine",
+                format!(
+                    "unknown machine {name:?}; expected trn2.3xlarge, trn2.48xlarge, \
+                     trn2u.48xlarge, ultraserver or ultracluster:N"
+                ),
+            )
+        })?;
+        Ok(Machine {
+            name: t.name.into(),
+            chips: t.chips,
+        })
+    }
+}
+
+/// How the model is compiled and run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    /// The machine.
+    pub machine: Machine,
+    /// Tensor-parallel degree: ranks (logical cores) one copy of the model spans.
+    pub tp: usize,
+    /// Expert-parallel degree of the MoE layers (1: every rank holds a slice of every expert).
+    pub ep: usize,
+    /// Physical cores per logical core (1 or 2).
+    pub lnc: usize,
+    /// Sequences per step.
+    pub batch: u64,
+    /// Weights' format: bf16 or fp8 (e4m3, per-channel scales).
+    pub weights: Format,
+    /// Sequence parallelism in context encoding (reduce-scatter + all-gather in place of each
+    /// all-reduce).
+    pub sequence_parallel: bool,
+    /// Longest sequence (`seq_len`): the KV cache is allocated for it.
+    pub seq_len: u64,
+    /// Context-encoding buckets (empty: NxD Inference's default, powers of two from 128 up
+    /// to `seq_len`).
+    pub prefill_buckets: Vec<u64>,
+    /// Token-generation buckets (empty: the same default).
+    pub decode_buckets: Vec<u64>,
+    /// Where it is served from.
+    pub serving: Serving,
+    /// The per-op sum the project gave before whole models were composed: collectives as
+    /// standalone launches, no per-op fixed cost and no serving overhead (the "before" column
+    /// of docs/workload.md).
+    pub naive: bool,
+}
+
+/// One row of a step's breakdown: an op of a layer kind (or of the whole step).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpTime {
+    /// What runs: `"qkv_proj"`, `"attention"`, `"all_reduce"`, ...
+    pub name: String,
+    /// `"dense"` or `"moe"` layers, or `"step"` for once-per-step ops.
+    pub scope: &'static str,
+    /// `"gemm"`, `"attention"`, `"kv_read"`, `"norm"`, `"collective"`, `"serving"`.
+    pub kind: &'static str,
+    /// How often it runs per step (the layers of its kind, or 1).
+    pub count: u64,
+    /// Modelled seconds of one run (without the op fixed cost).
+    pub seconds: f64,
+    /// The compiled step's fixed cost of one run (spec `WORKLOAD_OP_FIXED_S`; 0 for
+    /// collectives, whose in-graph fixed cost is inside `seconds`).
+    pub fixed_s: f64,
+    /// HBM bytes one run reads or writes (weights, KV, activations; 0 for collectives).
+    pub hbm_bytes: f64,
+    /// FLOPs of one run.
+    pub flops: f64,
+    /// What bounds it (`"compute"`, `"memory"`, `"latency"`, `"link"`, ...).
+    pub bound: String,
+}
+
+impl OpTime {
+    /// Seconds over the step: `count x (seconds + fixed_s)`.
+    pub fn total_s(&self) -> f64 {
+        self.count as f64 * (self.seconds + self.fixed_s)
+    }
+}
+
+/// One item of the memory plan, bytes per rank (logical core).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryItem {
+    /// `"weights"`, `"kv_cache"`, `"activations"`.
+    pub name: &'static str,
+    /// Bytes per logical core.
+    pub bytes: u64,
+}
+
+/// The memory plan of a layout: what one rank holds, against its HBM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPlan {
+    /// Items, per rank.
+    pub items: Vec<MemoryItem>,
+    /// Their sum.
+    pub total_bytes: u64,
+    /// HBM a logical core owns.
+    pub capacity_bytes: u64,
+    /// Ranks per chip (`8 / lnc`, or `tp` when fewer).
+    pub ranks_per_chip: usize,
+}
+
+/// The counts the calibrated terms multiply (what `benches/fidelity.py` refits with).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Parts {
+    /// Seconds that no calibrated workload term multiplies.
+    pub other_s: f64,
+    /// In-graph reducing collectives (each pays `COLLECTIVE_IN_GRAPH_REDUCE_OP_FIXED_S`).
+    pub reduce_ops: f64,
+    /// Their synchronised reducing steps (each pays `COLLECTIVE_IN_GRAPH_REDUCE_STEP_S`).
+    pub reduce_steps: f64,
+    /// Ops paying `WORKLOAD_OP_FIXED_S`.
+    pub fixed_ops: f64,
+    /// Seconds of the layers' all-reduces (the DeepSeek-V3 profile's "collectives").
+    pub layer_collectives_s: f64,
+}
+
+/// One step's estimate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// `"prefill"` or `"decode"`.
+    pub phase: &'static str,
+    /// The model's name.
+    pub model: String,
+    /// Tokens asked for (prefill) or the context length (decode).
+    pub tokens: u64,
+    /// The compiled bucket the step runs in.
+    pub bucket: u64,
+    /// Seconds of the step.
+    pub seconds: f64,
+    /// The breakdown.
+    pub ops: Vec<OpTime>,
+    /// The memory plan (checked before anything was estimated).
+    pub memory: MemoryPlan,
+    /// What the calibrated terms multiply.
+    pub parts: Parts,
+    /// How far the published whole-model cases of this phase were from the model.
+    pub uncertainty: Uncertainty,
+    /// One line: model, machine, layout.
+    pub description: String,
+}
+
+/// NxD Inference's default buckets: powers of two from 128, and `max` itself.
+fn default_buckets(max: u64) -> Vec<u64> {
+    let mut b = Vec::new();
+    let mut x = 128u64;
+    while x < max {
+        b.push(x);
+        x = x.saturating_mul(2);
+    }
+    b.push(max);
+    b
+}
+
+/// The smallest bucket holding `n` tokens; `ValueError` on `arg` when none does.
+fn bucket_for(n: u64, buckets: &[u64], seq_len: u64, arg: &str) -> Result<u64> {
+    let owned;
+    let list = if buckets.is_empty() {
+        owned = default_buckets(seq_len);
+        &owned
+    } else {
+        buckets
+    };
+    list.iter()
+        .copied()
+        .filter(|&b| b >= n)
+        .min()
+        .ok_or_else(|| {
+            let largest = list.iter().copied().max().unwrap_or(0);
+            Error::value(
+                arg,
+                format!("{n} tokens exceed the largest compiled bucket ({largest})"),
+            )
+        })
+}
+
+/// The per-rank shapes of one layer kind.
+struct Shard {
+    heads: u64,
+    kv_heads: u64,
+}
+
+/// The layout checked against the model and machine, with the shard sizes.
+struct Plan<'a> {
+    model: &'a Model,
+    layout: &'a Layout,
+    shard: Shard,
+    cores: Vec<usize>,
+    act_bytes: u64,
+    weight_bytes: u64,
+}
+
+fn divides(what: &str, degree: usize, field: &str, value: u64) -> Result<()> {
+    if value.is_multiple_of(degree as u64) {
+        Ok(())
+    } else {
+        Err(Error::value(
+            what,
+            format!("{what}={degree} does not divide {field}={value}"),
+        ))
+    }
+}
+
+impl<'a> Plan<'a> {
+    fn new(model: &'a Model, layout: &'a Layout) -> Result<Plan<'a>> {
+        check_lnc(layout.lnc)?;
+        if layout.lnc > 2 {
+            return Err(Error::value(
+                "lnc",
+                format!("lnc={} : whole models run at LNC 1 or 2", layout.lnc),
+            ));
+        }
+        let (tp, ep) = (layout.tp, layout.ep);
+        if tp == 0 || ep == 0 || layout.batch == 0 || layout.seq_len == 0 {
+            return Err(Error::value(
+                if tp == 0 {
+                    "tp"
+                } else if ep == 0 {
+                    "ep"
+                } else if layout.batch == 0 {
+                    "batch"
+                } else {
+                    "seq_len"
+                },
+                "must be at least 1",
+            ));
+        }
+        let per_chip = CORES_PER_CHIP / layout.lnc;
+        let available = layout.machine.chips.saturating_mul(per_chip);
+        if tp > available {
+            return Err(Error::value(
+                "tp",
+                format!(
+                    "tp={tp} needs {tp} logical cores; a {} has {available} at LNC={}",
+                    layout.machine.name, layout.lnc
+                ),
+            ));
+        }
+        if tp > per_chip && !tp.is_multiple_of(per_chip) {
+            return Err(Error::value(
+                "tp",
+                format!(
+                    "tp={tp} with {per_chip} logical cores per chip at LNC={}: use at most \
+                     {per_chip} or a multiple of {per_chip}",
+                    layout.lnc
+                ),
+            ));
+        }
+        divides("tp", tp, "num_attention_heads", model.heads)?;
+        if !(model.kv_heads.is_multiple_of(tp as u64) || (tp as u64).is_multiple_of(model.kv_heads))
+        {
+            return Err(Error::value(
+                "tp",
+                format!(
+                    "tp={tp} and num_key_value_heads={}: one must divide the other",
+                    model.kv_heads
+                ),
+            ));
+        }
+        divides("tp", tp, "intermediate_size", model.intermediate)?;
+        divides(
+            "tp",
+            tp,
+            "vocab_size",
+            model.vocab.next_multiple_of(tp as u64),
+        )?;
+        if let Some(m) = &model.moe {
+            divides("ep", ep, "num_experts", m.experts)?;
+            if !tp.is_multiple_of(ep) {
+                return Err(Error::value(
+                    "ep",
+                    format!("ep={ep} does not divide tp={tp}"),
+                ));
+            }
+            divides("tp", tp / ep, "moe_intermediate_size", m.intermediate)?;
+        } else if ep != 1 {
+            return Err(Error::value(
+                "ep",
+                format!("ep={ep} needs an MoE model; {} is dense", model.name),
+            ));
+        }
+        if !matches!(layout.weights, Format::Bf16 | Format::Fp8E4m3) {
+            return Err(Error::value(
+                "dtype",
+                "weights are bf16 or fp8 (e4m3 with per-channel scales)",
+            ));
+        }
+        for (arg, list) in [
+            ("prefill_buckets", &layout.prefill_buckets),
+            ("decode_buckets", &layout.decode_buckets),
+        ] {
+            if list.iter().any(|&b| b == 0 || b > layout.seq_len) {
+                return Err(Error::value(
+                    arg,
+                    format!("buckets must be in 1..={} (seq_len)", layout.seq_len),
+                ));
+            }
+        }
+        let tpu = tp as u64;
+        let shard = Shard {
+            heads: model.heads / tpu,
+            kv_heads: (model.kv_heads / tpu).max(1),
+        };
+        let first = 0usize;
+        let cores: Vec<usize> = (first..first + layout.lnc).collect();
+        let weight_bytes = if layout.weights == Format::Fp8E4m3 {
+            1
+        } else {
+            2
+        };
+        Ok(Plan {
+            model,
+            layout,
+            shard,
+            cores,
+            act_bytes: 2,
+            weight_bytes,
+        })
+    }
+
+    /// The GEMMs of a layer kind, per rank: (name, K, N) with the weights `[K, N]`.
+    fn attention_gemms(&self) -> Vec<(&'static str, u64, u64)> {
+        let m = self.model;
+        let (h, heads) = (m.hidden, self.shard.heads);
+        let tpu = self.layout.tp as u64;
+        match m.attention {
+            AttentionKind::Gqa => vec![
+                (
+                    "qkv_proj",
+                    h,
+                    (heads + 2 * self.shard.kv_heads) * m.head_dim,
+                ),
+                ("o_proj", heads * m.head_dim, h),
+            ],
+            AttentionKind::Mla {
+                q_lora_rank,
+                kv_lora_rank,
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+            } => {
+                let qk = qk_nope_head_dim + qk_rope_head_dim;
+                let mut v = Vec::new();
+                if q_lora_rank > 0 {
+                    v.push(("q_a_proj", h, q_lora_rank.div_ceil(tpu)));
+                    v.push(("q_b_proj", q_lora_rank, heads * qk));
+                } else {
+                    v.push(("q_proj", h, heads * qk));
+                }
+                v.push((
+                    "kv_a_proj",
+                    h,
+                    (kv_lora_rank + qk_rope_head_dim).div_ceil(tpu),
+                ));
+                v.push((
+                    "kv_b_proj",
+                    kv_lora_rank,
+                    heads * (qk_nope_head_dim + v_head_dim),
+                ));
+                v.push(("o_proj", heads * v_head_dim, h));
+                v
+            }
+        }
+    }
+
+    /// Weights of one rank, bytes.
+    fn rank_weight_bytes(&self) -> Result<u64> {
+        let m = self.model;
+        let tpu = self.layout.tp as u64;
+        let attn: u64 = add(&self
+            .attention_gemms()
+            .iter()
+            .map(|&(_, k, n)| mul(&[k, n]))
+            .collect::<Result<Vec<_>>>()?)?;
+        let dense_mlp = mul(&[3, m.hidden, m.intermediate / tpu])?;
+        let moe_mlp = match &m.moe {
+            None => 0,
+            Some(e) => {
+                let per = mul(&[3, m.hidden, e.intermediate / (tpu / self.layout.ep as u64)])?;
+                add(&[
+                    mul(&[per, e.experts / self.layout.ep as u64])?,
+                    mul(&[3, m.hidden, e.intermediate, e.shared_experts])? / tpu,
+                    mul(&[m.hidden, e.experts])?,
+                ])?
+            }
+        };
+        let moe_layers = m.moe_layers();
+        let layers = add(&[
+            mul(&[m.layers, attn])?,
+            mul(&[m.layers - moe_layers, dense_mlp])?,
+            mul(&[moe_layers, moe_mlp])?,
+        ])?;
+        let vocab_shard = m.vocab.div_ceil(tpu);
+        let embed = mul(&[vocab_shard, m.hidden, if m.tied_embeddings { 1 } else { 2 }])?;
+        mul(&[add(&[layers, embed])?, self.weight_bytes])
+    }
+
+    /// The memory plan, and `CapacityError` naming the largest item if it does not fit.
+    fn memory(&self, max_tokens: u64) -> Result<MemoryPlan> {
+        let m = self.model;
+        let l = self.layout;
+        let weights = self.rank_weight_bytes()?;
+        let kv_per_token = match m.attention {
+            AttentionKind::Gqa => 2 * self.shard.kv_heads * m.head_dim,
+            AttentionKind::Mla { .. } => m.kv_elements_per_token(),
+        };
+        let kv = mul(&[l.batch, l.seq_len, m.layers, kv_per_token, self.act_bytes])?;
+        // Activations of the largest step: the hidden state, the rank's MLP intermediate and
+        // the residual, for every token of the largest context-encoding bucket of one
+        // sequence (context encoding runs one sequence at a time, NxD Inference's default
+        // ctx_batch_size): what a layer keeps live at once. A guess at the compiler's buffers.
+        let inter = (m.intermediate / l.tp as u64).max(1);
+        let acts = mul(&[
+            max_tokens,
+            add(&[mul(&[2, m.hidden])?, mul(&[2, inter])?])?,
+            self.act_bytes,
+        ])?;
+        let items = vec![
+            MemoryItem {
+                name: "weights",
+                bytes: weights,
+            },
+            MemoryItem {
+                name: "kv_cache",
+                bytes: kv,
+            },
+            MemoryItem {
+                name: "activations",
+                bytes: acts,
+            },
+        ];
+        let total = add(&[weights, kv, acts])?;
+        let capacity = LogicalCoreInfo::new(l.lnc)?.hbm_bytes;
+        if total > capacity {
+            let big = items
+                .iter()
+                .max_by_key(|i| i.bytes)
+                .map_or("weights", |i| i.name);
+            let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
+            return Err(Error::capacity(
+                big,
+                format!(
+                    "{} at tp={}, batch={}, seq_len={} needs {:.2} GiB per logical core \
+                     ({big} {:.2} GiB) of the {:.0} GiB an LNC={} core has",
+                    m.name,
+                    l.tp,
+                    l.batch,
+                    l.seq_len,
+                    total as f64 / (1u64 << 30) as f64,
+                    big_bytes as f64 / (1u64 << 30) as f64,
+                    capacity as f64 / (1u64 << 30) as f64,
+                    l.lnc
+                ),
+            ));
+        }
+        Ok(MemoryPlan {
+            items,
+            total_bytes: total,
+            capacity_bytes: capacity,
+            ranks_per_chip: (CORES_PER_CHIP / l.lnc).min(l.tp),
+        })
+    }
+
+    fn gemm(&self, m: u64, k: u64, n: u64, format: Format) -> Result<(f64, f64, f64, String)> {
+        let req = EstimateRequest {
+            m,
+            k,
+            n,
+            format,
+            perf_mode: PerfMode::None,
+            sparsity: None,
+            throttle: true,
+            trace: false,
+            cores: if self.cores.len() > 1 {
+                Some(self.cores.clone())
+            } else {
+                None
+            },
+        };
+        let r = estimate_gemm(&req)?;
+        let hbm = r
+            .details
+            .iter()
+            .find(|d| d.0 == "hbm_bytes")
+            .map_or(0.0, |d| d.1);
+        Ok((r.seconds, hbm, r.flops, r.bound.to_string()))
+    }
+
+    /// Tensor-engine time of a GEMM whose operands stay on chip (attention scores).
+    fn gemm_compute(&self, m: u64, k: u64, n: u64) -> Result<(f64, f64)> {
+        let req = EstimateRequest {
+            m,
+            k,
+            n,
+            format: Format::Bf16,
+            perf_mode: PerfMode::None,
+            sparsity: None,
+            throttle: true,
+            trace: false,
+            cores: if self.cores.len() > 1 {
+                Some(self.cores.clone())
+            } else {
+                None
+            },
+        };
+        let r = estimate_gemm(&req)?;
+        let c = r
+            .details
+            .iter()
+            .find(|d| d.0 == "compute_s")
+            .map_or(r.seconds, |d| d.1);
+        Ok((c, r.flops))
+    }
+
+    /// Reading (or writing) `bytes` of HBM on this rank through the DMA model: the logical
+    /// core's physical cores each move their share at once.
+    fn hbm_stream(&self, bytes: u64) -> Result<f64> {
+        let per_core = bytes.div_ceil(self.layout.lnc as u64).max(1);
+        let plan = DmaPlan {
+            bytes: per_core,
+            wire_bytes: per_core,
+            partitions: SBUF_PARTITIONS as u64,
+            src: Place::Hbm,
+            dst: Place::Sbuf,
+        };
+        Ok(dma_time(&plan)?.seconds)
+    }
+
+    fn launch(&self) -> Launch {
+        if self.layout.naive {
+            Launch::Standalone
+        } else {
+            Launch::InGraph
+        }
+    }
+
+    /// A collective over the tp ranks of `bytes` (nccom-test's size).
+    fn collective(&self, c: Collective, bytes: u64) -> Result<(f64, f64, String)> {
+        let tp = self.layout.tp;
+        let elem = 2u64;
+        let bytes = bytes.next_multiple_of(elem * tp as u64);
+        let row = ranks_estimate(
+            c,
+            tp,
+            self.layout.lnc,
+            bytes,
+            elem,
+            Algorithm::Auto,
+            self.launch(),
+        )?;
+        let steps: f64 = row.phases.iter().map(|p| f64::from(p.reduce_steps)).sum();
+        Ok((row.seconds, steps, row.algorithm))
+    }
+}
+
+/// Builds the step's ops.
+struct Step<'a> {
+    plan: &'a Plan<'a>,
+    ops: Vec<OpTime>,
+    parts: Parts,
+    fixed: f64,
+}
+
+impl Step<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        name: impl Into<String>,
+        scope: &'static str,
+        kind: &'static str,
+        count: u64,
+        seconds: f64,
+        hbm: f64,
+        flops: f64,
+        bound: String,
+    ) {
+        let fixed = if kind == "collective" || kind == "serving" {
+            0.0
+        } else {
+            self.fixed
+        };
+        if kind != "collective" && kind != "serving" {
+            self.parts.fixed_ops += count as f64;
+        }
+        self.ops.push(OpTime {
+            name: name.into(),
+            scope,
+            kind,
+            count,
+            seconds,
+            fixed_s: fixed,
+            hbm_bytes: hbm,
+            flops,
+            bound,
+        });
+    }
+
+    fn collective(
+        &mut self,
+        name: &str,
+        scope: &'static str,
+        count: u64,
+        c: Collective,
+        bytes: u64,
+    ) -> Result<()> {
+        if self.plan.layout.tp <= 1 {
+            return Ok(());
+        }
+        let (s, steps, alg) = self.plan.collective(c, bytes)?;
+        if c.reduces() {
+            self.parts.reduce_ops += count as f64;
+            self.parts.reduce_steps += count as f64 * steps;
+        }
+        if scope != "step" {
+            self.parts.layer_collectives_s += count as f64 * s;
+        }
+        self.push(name, scope, "collective", count, s, 0.0, 0.0, alg);
+        Ok(())
+    }
+
+    /// The ops of one layer kind for `tokens` tokens per sequence attending to `context`.
+    fn layer(
+        &mut self,
+        scope: &'static str,
+        count: u64,
+        tokens: u64,
+        context: u64,
+        prefill: bool,
+    ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let p = self.plan;
+        let m = p.model;
+        let l = p.layout;
+        let wf = l.weights;
+        let rows = mul(&[l.batch, tokens])?;
+        let tpu = l.tp as u64;
+        let sp = prefill && l.sequence_parallel && l.tp > 1;
+        let norm_rows = if sp { rows.div_ceil(tpu) } else { rows };
+        let norm_bytes = mul(&[2, norm_rows, m.hidden, p.act_bytes])?;
+        let norm_s = p.hbm_stream(norm_bytes)?;
+        let act = mul(&[rows, m.hidden, p.act_bytes])?;
+        self.push(
+            "input_norm",
+            scope,
+            "norm",
+            count,
+            norm_s,
+            norm_bytes as f64,
+            0.0,
+            "memory".into(),
+        );
+        if sp {
+            self.collective("all_gather", scope, count, Collective::AllGather, act)?;
+        }
+        let gemms = p.attention_gemms();
+        let (o_name, o_k, o_n) = gemms[gemms.len() - 1];
+        for &(name, k, n) in &gemms[..gemms.len() - 1] {
+            let (s, hbm, fl, b) = p.gemm(rows, k, n, wf)?;
+            self.push(name, scope, "gemm", count, s, hbm, fl, b);
+        }
+        // Attention.
+        let window = m.sliding_window.unwrap_or(u64::MAX);
+        let (qk, vd) = match m.attention {
+            AttentionKind::Gqa => (m.head_dim, m.head_dim),
+            AttentionKind::Mla {
+                qk_nope_head_dim,
+                qk_rope_head_dim,
+                v_head_dim,
+                ..
+            } => (qk_nope_head_dim + qk_rope_head_dim, v_head_dim),
+        };
+        if prefill {
+            let kv_len = context.min(window);
+            let (s1, f1) = p.gemm_compute(tokens, qk, kv_len)?;
+            let (s2, f2) = p.gemm_compute(tokens, kv_len, vd)?;
+            // Causal: a query attends to the keys before it (half the square), or its window.
+            let share = if kv_len >= context {
+                0.5
+            } else {
+                kv_len as f64 / context as f64
+            };
+            let per = (l.batch * p.shard.heads) as f64 * share;
+            self.push(
+                "attention",
+                scope,
+                "attention",
+                count,
+                (s1 + s2) * per,
+                0.0,
+                (f1 + f2) * per,
+                "compute".into(),
+            );
+        } else {
+            let kv_len = context.min(window);
+            let per_token = match m.attention {
+                AttentionKind::Gqa => 2 * p.shard.kv_heads * m.head_dim,
+                AttentionKind::Mla { .. } => m.kv_elements_per_token(),
+            };
+            let bytes = mul(&[l.batch, kv_len, per_token, p.act_bytes])?;
+            let s = p.hbm_stream(bytes)?;
+            self.push(
+                "kv_cache_read",
+                scope,
+                "kv_read",
+                count,
+                s,
+                bytes as f64,
+                0.0,
+                "memory".into(),
+            );
+        }
+        let (s, hbm, fl, b) = p.gemm(rows, o_k, o_n, wf)?;
+        self.push(o_name, scope, "gemm", count, s, hbm, fl, b);
+        if sp {
+            self.collective(
+                "reduce_scatter",
+                scope,
+                count,
+                Collective::ReduceScatter,
+                act,
+            )?;
+        } else {
+            self.collective("all_reduce", scope, count, Collective::AllReduce, act)?;
+        }
+        self.push(
+            "post_attention_norm",
+            scope,
+            "norm",
+            count,
+            norm_s,
+            norm_bytes as f64,
+            0.0,
+            "memory".into(),
+        );
+        if sp {
+            self.collective("all_gather", scope, count, Collective::AllGather, act)?;
+        }
+        match (&m.moe, scope) {
+            (Some(e), "moe") => {
+                let (s, hbm, fl, b) = p.gemm(rows, m.hidden, e.experts, Format::Bf16)?;
+                self.push("router", scope, "gemm", count, s, hbm, fl, b);
+                let ep = l.ep as u64;
+                let local = e.experts / ep;
+                let shard = e.intermediate / (tpu / ep);
+                // Expected distinct experts the step's tokens reach (uniform routing).
+                let miss = (1.0 - e.experts_per_token as f64 / e.experts as f64).powf(rows as f64);
+                let touched = ((local as f64) * (1.0 - miss)).ceil().max(1.0) as u64;
+                let routed = mul(&[rows, e.experts_per_token])?;
+                let per_expert = routed.div_ceil(e.experts).max(1);
+                let (s1, h1, f1, b1) = p.gemm(per_expert, m.hidden, 2 * shard, wf)?;
+                let (s2, h2, f2, _) = p.gemm(per_expert, shard, m.hidden, wf)?;
+                let t = touched as f64;
+                self.push(
+                    format!("experts_gate_up (x{touched})"),
+                    scope,
+                    "gemm",
+                    count,
+                    s1 * t,
+                    h1 * t,
+                    f1 * t,
+                    b1.clone(),
+                );
+                self.push(
+                    format!("experts_down (x{touched})"),
+                    scope,
+                    "gemm",
+                    count,
+                    s2 * t,
+                    h2 * t,
+                    f2 * t,
+                    b1,
+                );
+                if e.shared_experts > 0 {
+                    let si = mul(&[e.intermediate, e.shared_experts])? / tpu;
+                    let (s, hbm, fl, b) = p.gemm(rows, m.hidden, 2 * si.max(1), wf)?;
+                    self.push("shared_gate_up", scope, "gemm", count, s, hbm, fl, b);
+                    let (s, hbm, fl, b) = p.gemm(rows, si.max(1), m.hidden, wf)?;
+                    self.push("shared_down", scope, "gemm", count, s, hbm, fl, b);
+                }
+            }
+            _ => {
+                let i = m.intermediate / tpu;
+                let (s, hbm, fl, b) = p.gemm(rows, m.hidden, 2 * i, wf)?;
+                self.push("gate_up_proj", scope, "gemm", count, s, hbm, fl, b);
+                let (s, hbm, fl, b) = p.gemm(rows, i, m.hidden, wf)?;
+                self.push("down_proj", scope, "gemm", count, s, hbm, fl, b);
+            }
+        }
+        if sp {
+            self.collective(
+                "reduce_scatter",
+                scope,
+                count,
+                Collective::ReduceScatter,
+                act,
+            )?;
+        } else {
+            self.collective("all_reduce", scope, count, Collective::AllReduce, act)?;
+        }
+        Ok(())
+    }
+}
+
+/// Estimates one step: `tokens` new tokens per sequence attending to `context` positions
+/// (prefill: `tokens = context = bucket`; decode: one token, `context` = the bucket).
+fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<StepReport> {
+    let plan = Plan::new(model, layout)?;
+    let (bucket, tokens) = if prefill {
+        if asked == 0 {
+            return Err(Error::value("tokens", "must be at least 1"));
+        }
+        let b = bucket_for(asked, &layout.prefill_buckets, layout.seq_len, "tokens")?;
+        (b, b)
+    } else {
+        let next = asked
+            .checked_add(1)
+            .ok_or_else(|| Error::value("context", "too large"))?;
+        let b = bucket_for(next, &layout.decode_buckets, layout.seq_len, "context")?;
+        (b, 1)
+    };
+    let max_prefill =
+        bucket_for(1, &layout.prefill_buckets, layout.seq_len, "tokens").map(|_| {
+            if layout.prefill_buckets.is_empty() {
+                layout.seq_len
+            } else {
+                layout
+                    .prefill_buckets
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(layout.seq_len)
+            }
+        })?;
+    let memory = plan.memory(max_prefill)?;
+    let mut st = Step {
+        plan: &plan,
+        ops: Vec::new(),
+        parts: Parts::default(),
+        fixed: if layout.naive {
+            0.0
+        } else {
+            WORKLOAD_OP_FIXED_S
+        },
+    };
+    let moe_layers = model.moe_layers();
+    st.layer("dense", model.layers - moe_layers, tokens, bucket, prefill)?;
+    st.layer("moe", moe_layers, tokens, bucket, prefill)?;
+    // The last position's logits (NxD Inference computes only those), the final norm, and
+    // on-device sampling's gather of each rank's best candidates.
+    let rows = layout.batch;
+    let norm_bytes = mul(&[2, rows, model.hidden, plan.act_bytes])?;
+    let norm_s = plan.hbm_stream(norm_bytes)?;
+    st.push(
+        "final_norm",
+        "step",
+        "norm",
+        1,
+        norm_s,
+        norm_bytes as f64,
+        0.0,
+        "memory".into(),
+    );
+    let vocab_shard = model.vocab.div_ceil(layout.tp as u64);
+    let (s, hbm, fl, b) = plan.gemm(rows, model.hidden, vocab_shard, layout.weights)?;
+    st.push("lm_head", "step", "gemm", 1, s, hbm, fl, b);
+    let cand = mul(&[rows, 8, layout.tp as u64])?;
+    st.collective(
+        "sampling_all_gather",
+        "step",
+        1,
+        Collective::AllGather,
+        cand,
+    )?;
+    if layout.serving == Serving::Vllm && !layout.naive {
+        let s = if prefill {
+            SERVING_VLLM_REQUEST_OVERHEAD_S
+        } else {
+            SERVING_VLLM_TOKEN_OVERHEAD_S
+        };
+        st.push(
+            "vllm_serving",
+            "step",
+            "serving",
+            1,
+            s,
+            0.0,
+            0.0,
+            "host".into(),
+        );
+    }
+    let seconds: f64 = st.ops.iter().map(OpTime::total_s).sum();
+    let mut parts = st.parts;
+    let in_graph = !layout.naive;
+    let reduce_fixed = if in_graph {
+        parts.reduce_ops * Launch::InGraph.op_fixed_s(Collective::AllReduce)
+            + parts.reduce_steps * Launch::InGraph.reduce_step_s()
+    } else {
+        0.0
+    };
+    parts.other_s = seconds - reduce_fixed - parts.fixed_ops * st.fixed;
+    let description = format!(
+        "{} {} on {} tp={} ep={} lnc={} batch={} {} weights, bucket {}",
+        model.name,
+        if prefill { "prefill" } else { "decode" },
+        layout.machine.name,
+        layout.tp,
+        layout.ep,
+        layout.lnc,
+        layout.batch,
+        if layout.weights == Format::Bf16 {
+            "bf16"
+        } else {
+            "fp8"
+        },
+        bucket
+    );
+    Ok(StepReport {
+        phase: if prefill { "prefill" } else { "decode" },
+        model: model.name.clone(),
+        tokens: asked,
+        bucket,
+        seconds,
+        ops: st.ops,
+        memory,
+        parts,
+        uncertainty: if prefill {
+            Uncertainty::WORKLOAD_PREFILL
+        } else {
+            Uncertainty::WORKLOAD_DECODE
+        },
+        description,
+    })
+}
+
+/// The time to first token of a prompt of `tokens` tokens (per sequence of the batch): one
+/// context-encoding step in the smallest compiled bucket that holds it.
+pub fn prefill(model: &Model, layout: &Layout, tokens: u64) -> Result<StepReport> {
+    step(model, layout, true, tokens)
+}
+
+/// The time per output token with `context` tokens already in the KV cache: one
+/// token-generation step in the smallest bucket holding `context + 1`.
+pub fn decode(model: &Model, layout: &Layout, context: u64) -> Result<StepReport> {
+    step(model, layout, false, context)
+}
+
+/// The memory plan alone (`CapacityError` if it does not fit).
+pub fn memory(model: &Model, layout: &Layout) -> Result<MemoryPlan> {
+    let plan = Plan::new(model, layout)?;
+    let max_prefill = if layout.prefill_buckets.is_empty() {
+        layout.seq_len
+    } else {
+        layout
+            .prefill_buckets
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(layout.seq_len)
+    };
+    plan.memory(max_prefill)
+}

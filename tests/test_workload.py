@@ -1,0 +1,156 @@
+"""Whole models: models from presets and config.json, time to first
+token and time per output token composed from the per-op models, the memory plan, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trn2core
+from trn2core import workload
+from trn2core.errors import CapacityError, Trn2ValueError
+
+LLAMA_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "rope_scaling": {"factor": 8.0},
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_config_and_its_preset_are_the_same_model(tmp_path):
+    a = workload.Model("llama-3.1-8b")
+    b = workload.Model.from_hf_config(LLAMA_8B_CONFIG)
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B_CONFIG))
+    c = workload.Model.from_hf_config(tmp_path)  # the directory holding config.json
+    # Llama-3.1-8B has 8,030,261,248 parameters; the model leaves out the norms' 266,240.
+    assert a.parameters == b.parameters == c.parameters == 8_030_261_248 - 266_240
+    assert b.to_dict()["head_dim"] == 128
+    ia = workload.Inference(a, tp=8).decode(100).seconds
+    ib = workload.Inference(b, tp=8).decode(100).seconds
+    assert ia == ib > 0
+
+
+def test_llama4_text_config_is_read():
+    cfg = {
+        "model_type": "llama4",
+        "text_config": {
+            "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+            "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16,
+            "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+        },
+    }  # fmt: skip
+    m = workload.Model.from_hf_config(cfg)
+    assert m.parameters == workload.Model("llama-4-scout").parameters
+    assert m.to_dict()["moe_layers"] == 48
+
+
+@pytest.mark.parametrize(
+    ("drop", "field"),
+    [
+        ("hidden_size", "hidden_size"),
+        ("vocab_size", "vocab_size"),
+        ("intermediate_size", "intermediate_size"),
+    ],
+)
+def test_a_config_missing_a_field_names_it(drop, field):
+    cfg = {k: v for k, v in LLAMA_8B_CONFIG.items() if k != drop}
+    with pytest.raises(Trn2ValueError, match=field):
+        workload.Model.from_hf_config(cfg)
+    with pytest.raises(Trn2ValueError, match="num_key_value_heads"):
+        workload.Model.from_hf_config({**LLAMA_8B_CONFIG, "num_key_value_heads": 5})
+    with pytest.raises(Trn2ValueError, match="hidden_size"):
+        workload.Model.from_hf_config({**LLAMA_8B_CONFIG, "hidden_size": True})
+    with pytest.raises(Trn2ValueError, match="model"):
+        workload.Model("gpt-5")
+
+
+def test_bad_layouts_name_both_numbers():
+    m = workload.Model("llama-3.3-70b")
+    with pytest.raises(Trn2ValueError, match=r"tp=128.*64"):
+        workload.Inference(m, "trn2.48xlarge", tp=128).decode(10)
+    with pytest.raises(Trn2ValueError, match=r"tp=48.*num_attention_heads=64"):
+        workload.Inference(m, "ultraserver", tp=48).decode(10)
+    with pytest.raises(Trn2ValueError, match="ep"):
+        workload.Inference(m, tp=64, ep=2).decode(10)
+    with pytest.raises(Trn2ValueError, match="dtype"):
+        workload.Inference(m, tp=64, dtype="int4")
+    with pytest.raises(Trn2ValueError, match="tokens"):
+        workload.Inference(m, tp=64, seq_len=4096).prefill(5000)
+    with pytest.raises(Trn2ValueError, match="machine"):
+        workload.Inference(m, "p5.48xlarge", tp=8).decode(10)
+
+
+def test_a_plan_that_does_not_fit_is_a_capacity_error_naming_the_biggest_item():
+    m = workload.Model("llama-3.1-405b")
+    with pytest.raises(CapacityError, match="weights") as e:
+        workload.Inference(m, "trn2.3xlarge", tp=4).memory()
+    assert "GiB" in str(e.value)
+    with pytest.raises(CapacityError, match="weights"):  # before anything is estimated
+        workload.Inference(m, "trn2.3xlarge", tp=4).decode(10)
+    plan = workload.Inference(m, "trn2.48xlarge", tp=64, seq_len=12800).memory()
+    # A 64th of the weights, and the K/V projections of the rank's KV head, which 8 ranks share
+    # (8 KV heads over 64 ranks: each rank holds a whole head).
+    kv_replicated = (1 - 8 / 64) * 2 * 16384 * 128 * 126 * 2
+    assert plan["items"]["weights"] == pytest.approx(405.9e9 * 2 / 64 + kv_replicated, rel=0.01)
+    assert plan["total_bytes"] < plan["capacity_bytes"] == 24 << 30
+
+
+def test_decode_composes_the_per_op_models():
+    m = workload.Model("llama-3.3-70b")
+    inf = workload.Inference(m, trn2core.Instance("trn2.48xlarge"), tp=64, seq_len=12800)
+    d = inf.decode(10_000)
+    assert d.bucket == 12800
+    assert d.seconds == pytest.approx(sum(o["total_s"] for o in d.ops), rel=1e-12)
+    kinds = d.by_kind()
+    assert set(kinds) >= {"gemm", "kv_read", "norm", "collective", "fixed"}
+    # In-graph all-reduces: tens of microseconds, where a standalone launch costs ~300 us.
+    ar = [o for o in d.ops if o["name"] == "all_reduce"]
+    assert sum(o["count"] for o in ar) == 160
+    assert 10e-6 < ar[0]["seconds"] < 50e-6
+    naive = workload.Inference(m, tp=64, seq_len=12800, naive=True).decode(10_000)
+    assert naive.seconds > 2 * d.seconds
+    assert "published cases within" in str(d) and "all_reduce" in d.table()
+    assert d.to_dict()["uncertainty"]["basis"] == "workload_decode"
+    assert "<pre>" in d._repr_html_()
+
+
+def test_prefill_pads_to_the_bucket():
+    m = workload.Model("qwen3-32b")
+    inf = workload.Inference(m, tp=64, seq_len=6400)
+    a, b = inf.prefill(129), inf.prefill(256)
+    assert a.bucket == b.bucket == 256 and a.seconds == b.seconds
+    assert inf.prefill(128).seconds < a.seconds
+    vllm = workload.Inference(m, tp=64, seq_len=6400, serving="vllm")
+    extra = vllm.prefill(128).seconds - inf.prefill(128).seconds
+    assert extra == pytest.approx(trn2core.spec.serving_vllm_request_overhead_s)
+
+
+def test_fp8_weights_and_lnc1():
+    m = workload.Model("llama-3.1-8b")
+    bf16 = workload.Inference(m, tp=8).decode(2000)
+    fp8 = workload.Inference(m, tp=8, dtype="fp8").decode(2000)
+    assert fp8.seconds < bf16.seconds
+    lnc1 = workload.Inference(m, tp=8, lnc=1).memory()
+    assert lnc1["capacity_bytes"] == 12 << 30
+
+
+def test_cli_estimate_prints_ttft_and_tpot_as_json(capsys):
+    from trn2core.cli import main
+
+    argv = ["estimate", "llama-3.3-70b", "--instance", "trn2.48xlarge", "--tp", "64",
+            "--prefill", "10000", "--decode", "1500", "--lnc", "2", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    inf = workload.Inference("llama-3.3-70b", tp=64, seq_len=11500)
+    assert out["ttft_s"] == inf.prefill(10000).seconds
+    assert out["tpot_s"] == inf.decode(10750).seconds
+    assert main(argv[:5] + ["128"] + argv[6:]) == 2
+    assert "Trn2ValueError: tp: tp=128 needs 128 logical cores" in capsys.readouterr().err
