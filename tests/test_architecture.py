@@ -47,6 +47,12 @@ def test_name_lists_come_from_the_core():
 
     assert collectives.COLLECTIVES == tuple(names["collectives"])
     assert collectives.REDUCE_OPS == tuple(names["reduce_ops"])
+    # NKI's enums carry NKI's own values, but their member names are the core's.
+    from trn2core._names import REDUCE_CMDS
+    from trn2core.nki import isa
+
+    assert REDUCE_CMDS == tuple(names["reduce_cmds"])
+    assert set(isa.reduce_cmd.__members__) == set(REDUCE_CMDS)
 
 
 class _Counting:

@@ -1,8 +1,9 @@
-"""The tensor engine (contract section 2): ``NeuronCore.matmul``, ``gemm``, ``estimate_gemm``.
+"""``NeuronCore`` (contract sections 2 and 7: one physical core, which is the machine of
+``trn2core.machine``), ``gemm`` and ``estimate_gemm``.
 
-Numbers come from the Rust kernel (bit-exact to ``trn2core.reference``); timing from the Rust
-cost model, walking the same tile schedule. This module only maps dtypes to formats and
-arranges arguments.
+Numbers come from the Rust core (bit-exact to ``trn2core.reference``); timing from its cost
+models (the machine's timeline for a core's instructions; the GEMM planner's tile schedule for
+``gemm``). This module only validates and arranges arguments and maps dtypes to formats.
 """
 
 from __future__ import annotations

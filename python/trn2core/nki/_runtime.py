@@ -70,10 +70,6 @@ class _Alloc:
             pass
 
 
-def is_tensor(x) -> bool:
-    return isinstance(x, NkiTensor)
-
-
 def scalar_arg(x, arg: str):
     """A scalar operand for the machine: a tile ([P, 1] fp32) or a float."""
     if isinstance(x, NkiTensor):

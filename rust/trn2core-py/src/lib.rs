@@ -1,6 +1,7 @@
 //! `trn2core._core`: the PyO3 binding of the pure-Rust `trn2core` crate. Each function converts
-//! arrays, releases the GIL around the work, and maps errors (and panics) onto the
-//! `trn2core.Trn2Error` tree; there is no logic here.
+//! its arguments (names to the core's enums, arrays to slices), calls the core, releases the GIL
+//! around long work, and maps errors (and panics) onto the `trn2core.Trn2Error` tree. Decisions
+//! belong in the core.
 
 mod arrays;
 mod collectives;

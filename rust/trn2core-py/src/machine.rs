@@ -281,30 +281,8 @@ impl PyMachine {
     #[new]
     #[pyo3(signature = (uninitialized = "error", rounding = "nearest_even", seed = 0))]
     fn new(py: Python<'_>, uninitialized: &str, rounding: &str, seed: u64) -> PyTrn2Result<Self> {
-        let uninitialized = match uninitialized {
-            "error" => Uninitialized::Error,
-            "nan" => Uninitialized::Nan,
-            other => {
-                return Err(Error::value(
-                    "uninitialized",
-                    format!("got {other:?}; expected \"error\" or \"nan\""),
-                )
-                .into())
-            }
-        };
-        let rounding = match rounding {
-            "nearest_even" => OutputRounding::NearestEven,
-            "stochastic" => OutputRounding::Stochastic(seed),
-            other => {
-                return Err(Error::value(
-                    "rounding",
-                    format!(
-                        "got {other:?}; engine outputs round \"nearest_even\" or \"stochastic\""
-                    ),
-                )
-                .into())
-            }
-        };
+        let uninitialized = Uninitialized::parse("uninitialized", uninitialized)?;
+        let rounding = OutputRounding::new(rounding, seed)?;
         let m = guard(py, || {
             Machine::new(MachineConfig {
                 uninitialized,

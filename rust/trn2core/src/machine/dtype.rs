@@ -251,8 +251,28 @@ pub enum OutputRounding {
     #[default]
     NearestEven,
     /// Stochastic rounding with the counter-based generator of `numerics`, keyed by this seed
-    /// (the machine derives one per instruction, see `Machine::set_stochastic_rounding`).
+    /// (the machine derives one per instruction from it and the instruction's index).
     Stochastic(u64),
+}
+
+named_enum! {
+    /// How engine outputs round to narrower float dtypes, by name (`rounding=` of a core).
+    pub enum OutputRoundingMode("rounding", value) {
+        /// Round to nearest, ties to even.
+        NearestEven = "nearest_even",
+        /// Seeded stochastic rounding.
+        Stochastic = "stochastic",
+    }
+}
+
+impl OutputRounding {
+    /// The rounding named `mode` (`"nearest_even"` or `"stochastic"`), stochastic with `seed`.
+    pub fn new(mode: &str, seed: u64) -> Result<OutputRounding> {
+        Ok(match OutputRoundingMode::parse("rounding", mode)? {
+            OutputRoundingMode::NearestEven => OutputRounding::NearestEven,
+            OutputRoundingMode::Stochastic => OutputRounding::Stochastic(seed),
+        })
+    }
 }
 
 /// fp32 -> integer: round to nearest even, saturate, NaN -> 0 (\[S30\]).

@@ -16,53 +16,20 @@ use std::collections::BTreeMap;
 
 use crate::{Error, Result};
 
+use super::ranges::Ranges;
 use super::record::{Program, Region};
 use super::tile::partition_mask;
 
-/// Per memory: `start -> (end, [(partition mask, last writer)])`, disjoint byte ranges.
+/// Per memory: disjoint byte ranges, each with `[(partition mask, last writer)]`.
 #[derive(Debug, Default)]
 struct LastWriters {
-    segs: BTreeMap<u64, (u64, Vec<(u128, u32)>)>,
+    segs: Ranges<(u128, u32)>,
 }
 
 impl LastWriters {
-    fn split(&mut self, at: u64) {
-        let found = self
-            .segs
-            .range(..at)
-            .next_back()
-            .filter(|(_, (e, _))| *e > at)
-            .map(|(&s, (e, en))| (s, *e, en.clone()));
-        if let Some((s, e, en)) = found {
-            if let Some(v) = self.segs.get_mut(&s) {
-                v.0 = at;
-            }
-            self.segs.insert(at, (e, en));
-        }
-    }
-
     /// Records that `id` wrote `(mask, lo..hi)`.
     fn write(&mut self, mask: u128, lo: u64, hi: u64, id: u32) {
-        if lo >= hi {
-            return;
-        }
-        self.split(lo);
-        self.split(hi);
-        let mut cur = lo;
-        let mut gaps = Vec::new();
-        for (&s, (e, _)) in self.segs.range(lo..hi) {
-            if s > cur {
-                gaps.push((cur, s));
-            }
-            cur = *e;
-        }
-        if cur < hi {
-            gaps.push((cur, hi));
-        }
-        for (s, e) in gaps {
-            self.segs.insert(s, (e, Vec::new()));
-        }
-        for (_, (_, entries)) in self.segs.range_mut(lo..hi) {
+        for entries in self.segs.cover(lo, hi) {
             entries.retain_mut(|e| {
                 e.0 &= !mask;
                 e.0 != 0
@@ -73,14 +40,7 @@ impl LastWriters {
 
     /// Calls `f(writer)` for every last writer of `(mask, lo..hi)` issued before `before`.
     fn earlier(&self, mask: u128, lo: u64, hi: u64, before: u32, mut f: impl FnMut(u32)) {
-        let first = self
-            .segs
-            .range(..=lo)
-            .next_back()
-            .filter(|(_, (e, _))| *e > lo)
-            .map(|(&s, _)| s)
-            .unwrap_or(lo);
-        for (_, (_, entries)) in self.segs.range(first..hi) {
+        for entries in self.segs.overlapping(lo, hi) {
             for &(m, w) in entries {
                 if m & mask != 0 && w < before {
                     f(w);

@@ -232,15 +232,17 @@ impl InitMap {
     }
 }
 
-/// What the machine does with memory no instruction has written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Uninitialized {
-    /// Reading it is an error naming the tensor (the default).
-    #[default]
-    Error,
-    /// New memory is filled with 0xFF bytes (NaN in every float dtype), as AWS's simulator
-    /// fills new memory with NaN; reads are not checked.
-    Nan,
+named_enum! {
+    /// What the machine does with memory no instruction has written.
+    #[derive(Default)]
+    pub enum Uninitialized("uninitialized", value) {
+        /// Reading it is an error naming the tensor (the default).
+        #[default]
+        Error = "error",
+        /// New memory is filled with 0xFF bytes (NaN in every float dtype), as AWS's simulator
+        /// fills new memory with NaN; reads are not checked.
+        Nan = "nan",
+    }
 }
 
 /// One tensor: an allocation in SBUF or PSUM, or an HBM buffer.

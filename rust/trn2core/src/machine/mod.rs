@@ -38,6 +38,7 @@ pub mod host;
 pub mod isa;
 pub mod loops;
 pub mod memory;
+pub(crate) mod ranges;
 pub mod record;
 pub(crate) mod simd;
 pub mod tile;

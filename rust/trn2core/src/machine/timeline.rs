@@ -29,7 +29,6 @@
 //! instruction touching one tile looks up and updates O(log ranges) entries, so a million
 //! instructions schedule in well under a second.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::perf::write_bandwidth_counter;
@@ -39,6 +38,7 @@ use crate::spec::{
 use crate::{Error, Result};
 
 use super::cost::{self, seconds};
+use super::ranges::Ranges;
 use super::record::{Engine, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM};
 use super::tile::partition_mask;
 
@@ -73,24 +73,16 @@ struct Entry {
 /// A byte range's entries (disjoint masks).
 type Entries = Vec<Entry>;
 
-/// The history of one memory.
+/// The history of one memory: disjoint byte ranges with their entries.
 #[derive(Debug, Default)]
 struct MemTrack {
-    /// `start -> (end, entries)`, disjoint ranges.
-    segs: BTreeMap<u64, (u64, Entries)>,
+    segs: Ranges<Entry>,
 }
 
 impl MemTrack {
     /// The latest finish among instructions that `(mask, lo..hi)` must wait for, and which.
     fn wait(&self, mask: u128, lo: u64, hi: u64, write: bool, best: &mut (u64, u32)) {
-        let first = self
-            .segs
-            .range(..=lo)
-            .next_back()
-            .filter(|(_, (e, _))| *e > lo)
-            .map(|(&s, _)| s)
-            .unwrap_or(lo);
-        for (_, (_, entries)) in self.segs.range(first..hi) {
+        for entries in self.segs.overlapping(lo, hi) {
             for e in entries {
                 if e.mask & mask == 0 {
                     continue;
@@ -105,45 +97,12 @@ impl MemTrack {
         }
     }
 
-    /// Makes `at` a segment boundary.
-    fn split(&mut self, at: u64) {
-        let found = self
-            .segs
-            .range(..at)
-            .next_back()
-            .filter(|(_, (e, _))| *e > at)
-            .map(|(&s, (e, en))| (s, *e, en.clone()));
-        if let Some((s, e, en)) = found {
-            if let Some(v) = self.segs.get_mut(&s) {
-                v.0 = at;
-            }
-            self.segs.insert(at, (e, en));
-        }
-    }
-
     /// Applies an access of `(mask, lo..hi)` that finishes at `fin`.
     fn update(&mut self, mask: u128, lo: u64, hi: u64, write: bool, fin: u64, id: u32) {
         if lo >= hi {
             return;
         }
-        self.split(lo);
-        self.split(hi);
-        // Gaps inside [lo, hi) become empty segments first.
-        let mut cur = lo;
-        let mut gaps = Vec::new();
-        for (&s, (e, _)) in self.segs.range(lo..hi) {
-            if s > cur {
-                gaps.push((cur, s));
-            }
-            cur = *e;
-        }
-        if cur < hi {
-            gaps.push((cur, hi));
-        }
-        for (s, e) in gaps {
-            self.segs.insert(s, (e, Vec::new()));
-        }
-        for (_, (_, entries)) in self.segs.range_mut(lo..hi) {
+        for entries in self.segs.cover(lo, hi) {
             if write {
                 entries.retain_mut(|e| {
                     e.mask &= !mask;
@@ -191,29 +150,8 @@ impl MemTrack {
                 merge_entries(entries);
             }
         }
-        self.merge_at(lo);
-        self.merge_at(hi);
-    }
-
-    /// Merges the segment ending at `at` with the one starting there if their entries agree.
-    fn merge_at(&mut self, at: u64) {
-        let Some((&s, (e, en))) = self.segs.range(..at).next_back() else {
-            return;
-        };
-        if *e != at {
-            return;
-        }
-        let same = match self.segs.get(&at) {
-            Some((_, next)) => next == en,
-            None => false,
-        };
-        if same {
-            if let Some((end, _)) = self.segs.remove(&at) {
-                if let Some(v) = self.segs.get_mut(&s) {
-                    v.0 = end;
-                }
-            }
-        }
+        self.segs.merge_at(lo);
+        self.segs.merge_at(hi);
     }
 }
 
