@@ -117,6 +117,7 @@ macro_rules! spec_table {
                     unit: $unit,
                     source: $source,
                     doc: $summary.trim_ascii(),
+                    note: concat!($($more, "\n"),*),
                 },
             )*
         ];
@@ -1053,6 +1054,10 @@ pub struct SpecEntry {
     pub source: &'static str,
     /// One sentence saying what the number is.
     pub doc: &'static str,
+    /// The rest of the constant's doc comment, one source line per line (each with its
+    /// leading space): what a status `C` or `I` promises, the values that conflict or the
+    /// derivation, and why this one was chosen. Empty when the summary says it all.
+    pub note: &'static str,
 }
 
 /// Looks up an entry of [`ENTRIES`] by its lower_snake_case name.
@@ -1548,6 +1553,17 @@ mod tests {
         // The measured 32 KiB transfer supports the effective 23 B/ns (within 1 %).
         let measured = DMA_MEASURED_EXAMPLE_BYTES as f64 / DMA_MEASURED_EXAMPLE_S;
         assert!(close(measured, DMA_ENGINE_BYTES_PER_S, 0.01));
+    }
+
+    #[test]
+    fn every_conflict_carries_its_note() {
+        // Status C promises a note giving every value and why one was chosen.
+        for e in ENTRIES.iter().filter(|e| e.status() == "C") {
+            assert!(e.note.contains("onflict"), "{} has no conflict note", e.name);
+        }
+        let cc = entry("cc_cores_per_chip").expect("listed");
+        assert!(cc.note.contains("Chosen 16"), "{:?}", cc.note);
+        assert_eq!(entry("cores_per_chip").expect("listed").note, "");
     }
 
     #[test]
