@@ -435,6 +435,9 @@ spec_table! {
     pub const CHIP_MARKETING_BF16_TFLOPS: f64 = 667.0;
 
     /// Chip marketing structured-sparse peak (launch docs: 2,551); reports only.
+    ///
+    /// **Conflict:** 2,563 `[S3 current]` vs 2,551 `[S27]`. Chosen 2,563: the current chip page,
+    /// as for the dense peaks above.
     #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
     pub const CHIP_MARKETING_SPARSE_TFLOPS: f64 = 2563.0;
 
@@ -646,6 +649,10 @@ spec_table! {
     pub const DMA_ENGINE_BYTES_PER_S: f64 = 23e9;
 
     /// Theoretical bandwidth of one DMA engine: 27.2 GB/s (128 × 27.2 ≈ the chip's 3.5 TB/s).
+    ///
+    /// **Conflict:** 27.2 GB/s theoretical in the text `[S12]` vs 23 B/ns in its Trn2 tables;
+    /// this is the theoretical one, kept for the chip-level check; the timing model uses
+    /// [`DMA_ENGINE_BYTES_PER_S`].
     #[spec(unit = "B/s", source = "[S12] C")]
     pub const DMA_ENGINE_THEORETICAL_BYTES_PER_S: f64 = 27.2e9;
 
