@@ -113,7 +113,10 @@ def test_two_nodes_use_two_cycles_and_the_z_links_explain_the_dip():
     one, two, four = busbw(64), busbw(128), busbw(256)
     assert two == pytest.approx(26.36, abs=0.01)  # one ring through the chips gave 21.07
     assert two < one and two < four
-    z, xy = trn2core.spec.neuronlink_z_link_bytes_per_s, trn2core.spec.neuronlink_xy_link_bytes_per_s
+    z, xy = (
+        trn2core.spec.neuronlink_z_link_bytes_per_s,
+        trn2core.spec.neuronlink_xy_link_bytes_per_s,
+    )
     assert z == xy / 2
 
 
@@ -182,7 +185,7 @@ def test_unseeded_stochastic_rounding_repeats_and_seed_random_does_not():
     c = trn2core.quantize(x, "bf16", rounding="stochastic", seed="random")
     assert not np.array_equal(b, c)
     for doc in (trn2core.quantize.__doc__, trn2core.gemm.__doc__, trn2core.NeuronCore.__doc__):
-        assert "seed=\"random\"" in doc and "same" in doc
+        assert 'seed="random"' in doc and "same" in doc
     m = np.ones((4, 4), np.float32)
     r = trn2core.gemm(m, m, dtype="bf16", rounding="stochastic", seed="random")
     assert isinstance(r.seed, int) and 0 <= r.seed < 2**64

@@ -19,8 +19,7 @@ import numpy as np
 from . import __version__, _validate, spec
 from ._progress import Progress
 from .cli_collectives import add_commands as add_collective_commands
-from .cli_collectives import bare_check
-from .cli_collectives import demo_collectives
+from .cli_collectives import bare_check, demo_collectives
 from .cli_nki import add_commands as add_nki_commands
 from .cli_nki import demo_nki
 from .errors import CapacityError, Trn2Error, Trn2ValueError

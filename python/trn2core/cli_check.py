@@ -172,6 +172,7 @@ def check(
             part = want if op == "all_reduce" else want[_cut(count, n, r)]
             bad += int(np.count_nonzero(out.reshape(-1).view(np.uint8) != part.view(np.uint8)))
     else:
+
         def move(r: int) -> np.ndarray:
             return _move_input(r, count, dtype, mode, seed)
 

@@ -460,7 +460,9 @@ def bare_check(argv: list[str]) -> list[str]:
         if out[i] == "--":
             break
         nxt = out[i + 1] if i + 1 < len(out) else None
-        bare = nxt is None or nxt.startswith("-") or nxt in _NCCOM_OPS or nxt in _NCCOM_UNMODELLED_OPS
+        bare = (
+            nxt is None or nxt.startswith("-") or nxt in _NCCOM_OPS or nxt in _NCCOM_UNMODELLED_OPS
+        )
         if out[i] in ("-c", "--check") and bare:
             out.insert(i + 1, "random")
         i += 1
@@ -568,16 +570,16 @@ def add_commands(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_fill(
             "Predicts Neuron's nccom-test on Trainium2. A rank is a logical NeuronCore, as in "
-            "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, "
-            "else 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
-            "binary units (32M, 1kb, 1GB, 1MiB); without -f or -i the size steps by (max - min) / 10, "
-            "as Neuron's tool does. Columns: size(B) count(elems) type time:avg(us) algbw(GB/s) "
-            "busbw(GB/s); GB/s = 10^9 bytes/s (size / time, as every nccom-test output "
-            "published since 2025 is), busbw = algbw x the collective's bus factor. The model is "
-            "deterministic: every iteration takes the same time, so -t percentiles equal the "
-            "average. Times are calibrated on the nccom-test examples AWS publishes; the last "
-            "line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool that "
-            "cannot be modelled are refused by name."
+            "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, else"
+            " 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
+            "binary units (32M, 1kb, 1GB, 1MiB); without -f or -i the size steps by (max - min) /"
+            " 10, as Neuron's tool does. Columns: size(B) count(elems) type time:avg(us) "
+            "algbw(GB/s) busbw(GB/s); GB/s = 10^9 bytes/s (size / time, as every nccom-test "
+            "output published since 2025 is), busbw = algbw x the collective's bus factor. The "
+            "model is deterministic: every iteration takes the same time, so -t percentiles equal"
+            " the average. Times are calibrated on the nccom-test examples AWS publishes; the "
+            "last line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool "
+            "that cannot be modelled are refused by name."
         ),
         epilog=_fill(
             "Flags of Neuron's nccom-test not modelled (refused with the reason): "

@@ -6,10 +6,9 @@ This module only normalises arguments; every bit is computed by the Rust core
 
 from __future__ import annotations
 
-import secrets
-
 import dataclasses
 import os
+import secrets
 
 import numpy as np
 

@@ -58,7 +58,8 @@ def short(v: Any) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: ``"1 instruction"``, ``"1,024 instructions"``."""
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``"1 instruction"``,
+    ``"1,024 instructions"``."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 

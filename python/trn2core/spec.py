@@ -11,7 +11,6 @@ assigned.
 from __future__ import annotations
 
 import re
-
 import sys
 import types
 from typing import NamedTuple

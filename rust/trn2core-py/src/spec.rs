@@ -21,7 +21,9 @@ pub fn spec_entries() -> Vec<EntryRow> {
         .iter()
         .map(|e| {
             let (status, tags) = (e.status(), e.tags());
-            (e.name, e.value, e.unit, e.source, e.doc, status, tags, e.note)
+            (
+                e.name, e.value, e.unit, e.source, e.doc, status, tags, e.note,
+            )
         })
         .collect()
 }

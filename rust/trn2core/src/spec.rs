@@ -1566,7 +1566,11 @@ mod tests {
     fn every_conflict_carries_its_note() {
         // Status C promises a note giving every value and why one was chosen.
         for e in ENTRIES.iter().filter(|e| e.status() == "C") {
-            assert!(e.note.contains("onflict"), "{} has no conflict note", e.name);
+            assert!(
+                e.note.contains("onflict"),
+                "{} has no conflict note",
+                e.name
+            );
         }
         let cc = entry("cc_cores_per_chip").expect("listed");
         assert!(cc.note.contains("Chosen 16"), "{:?}", cc.note);

@@ -880,9 +880,8 @@ fn layered_cycles(group: &Group) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]>
         rank_of[c] = Some(r as u32);
     }
     let cycles = layered_hamiltonian_cycles(&shape[..2], layers)?;
-    let to_ranks = |cyc: &Vec<u32>| -> Option<Vec<u32>> {
-        cyc.iter().map(|&c| rank_of[c as usize]).collect()
-    };
+    let to_ranks =
+        |cyc: &Vec<u32>| -> Option<Vec<u32>> { cyc.iter().map(|&c| rank_of[c as usize]).collect() };
     Some([to_ranks(&cycles[0])?, to_ranks(&cycles[1])?])
 }
 

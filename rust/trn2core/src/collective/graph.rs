@@ -153,7 +153,11 @@ pub fn layered_hamiltonian_cycles(
         let (mut prev, mut at) = (0usize, adj[0][0]);
         while at != 0 && order.len() <= n {
             order.push(at as u32);
-            let nx = if adj[at][0] == prev { adj[at][1] } else { adj[at][0] };
+            let nx = if adj[at][0] == prev {
+                adj[at][1]
+            } else {
+                adj[at][0]
+            };
             prev = at;
             at = nx;
         }

@@ -511,7 +511,10 @@ pub fn dma_time_on_queue(plan: &DmaPlan, queue: usize) -> Result<Report> {
     r.description = format!(
         "DMA {} -> {}: {} B ({} B over HBM) across {} partitions, queue {queue}",
         plan.src.label(),
-        plan.dst.label(), plan.bytes, plan.wire_bytes, plan.partitions
+        plan.dst.label(),
+        plan.bytes,
+        plan.wire_bytes,
+        plan.partitions
     );
     r.seconds = seconds;
     r.cycles = seconds * crate::spec::PE_CLOCK_HZ;
