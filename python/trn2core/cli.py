@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from . import __version__, _validate, spec
 from ._progress import Progress
 from .cli_collectives import add_commands as add_collective_commands
-from .cli_collectives import demo_collectives
+from .cli_collectives import bare_check, demo_collectives
 from .cli_nki import add_commands as add_nki_commands
 from .cli_nki import demo_nki
 from .cli_workload import add_commands as add_workload_commands
@@ -359,6 +360,9 @@ def cmd_spec(args: argparse.Namespace) -> int:
             print(f"  {e.doc}")
             st = next(s for s in spec.statuses() if s.letter == e.status)
             print(f"  source {e.source}; {st.letter} = {st.name}: {st.meaning}")
+            if e.note:
+                print(textwrap.fill(e.note, 95, initial_indent="  note: ",
+                                    subsequent_indent="    ", break_on_hyphens=False))  # fmt: skip
             for s in e.sources:
                 print(f"  [{s.tag}] {s.title}: {s.url or '(no public address)'}")
     else:
@@ -666,6 +670,7 @@ def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = bare_check(sys.argv[1:] if argv is None else list(argv))
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand's usage, not the top level's (`trn2core ls -x`)
         _subparser(parser, getattr(args, "command", None)).error(

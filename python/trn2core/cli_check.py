@@ -1,18 +1,20 @@
 """``trn2core nccom-test --check``: the collective run on data, in one process or, under
 ``mpiexec``/``srun``, with its chips spread over the MPI processes (docs/distributed.md).
 
-Like Neuron's tool, every buffer is filled with a known pattern and every output compared with
-what the collective must produce. The check runs the chip-level collective (one buffer per chip
+Like Neuron's tool, every buffer is filled as the mode says (``random``: pseudo-random data from
+a seed, printed; ``all_ones``: every input 1) and every output compared with what the
+collective must produce. The check runs the chip-level collective (one buffer per chip
 the ranks span, ``count`` elements each, on the chips ``nccom-test`` places them on); the
 within-chip stage of several ranks per chip is timed by the model but not run on data.
-Reductions sum small integers (-1, 0 or 1 per element and chip), so the exact sum, rounded once
-to the format, is the expected value whatever the order of summation; data movement checks
-every byte.
+Reductions sum small integers (-1, 0 or 1 per element and chip, or 1), so the exact sum,
+rounded once to the format, is the expected value whatever the order of summation; data
+movement checks every byte.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 
 import numpy as np
@@ -82,21 +84,41 @@ def _machine(chips: int, comm):
     return make(comm=comm, placement=placement), chosen
 
 
-def _reduce_input(r: int, count: int) -> np.ndarray:
-    """Rank ``r``'s input to a reduction: -1, 0 or 1."""
-    return (((np.arange(count, dtype=np.int64) + r) % 3) - 1).astype(np.float32)
+def fresh_seed() -> int:
+    """A seed for ``--check random`` from the operating system's entropy (Neuron's tool
+    takes the time; either way a run is repeatable only with the seed it prints)."""
+    return secrets.randbits(63)
 
 
-def _exact_sum(n: int, count: int) -> np.ndarray:
-    """The sum of every rank's :func:`_reduce_input` (period 3 in the element index)."""
-    per = np.array([sum(((j + r) % 3) - 1 for r in range(n)) for j in range(3)], np.float32)
-    return per[np.arange(count) % 3]
+def _rng(seed: int, r: int) -> np.random.Generator:
+    """Rank ``r``'s generator: one stream per (seed, rank), the same in every process."""
+    return np.random.default_rng([seed, r])
 
 
-def _move_input(r: int, nbytes: int) -> np.ndarray:
-    """Rank ``r``'s input to a data-movement collective, as bytes (a different pattern per
-    rank)."""
-    return ((np.arange(nbytes, dtype=np.int64) + 131 * r) % 251).astype(np.uint8)
+def _reduce_input(r: int, count: int, mode: str = "random", seed: int = 0) -> np.ndarray:
+    """Rank ``r``'s input to a reduction: pseudo-random -1, 0 or 1 (``random``), or 1."""
+    if mode == "all_ones":
+        return np.ones(count, np.float32)
+    return _rng(seed, r).integers(-1, 2, count, dtype=np.int8).astype(np.float32)
+
+
+def _exact_sum(n: int, count: int, mode: str = "random", seed: int = 0) -> np.ndarray:
+    """The exact sum of every rank's :func:`_reduce_input` (``n`` everywhere for
+    ``all_ones``, the golden value Neuron's tool checks)."""
+    if mode == "all_ones":
+        return np.full(count, n, np.float32)
+    total = np.zeros(count, np.int64)
+    for r in range(n):
+        total += _rng(seed, r).integers(-1, 2, count, dtype=np.int8)
+    return total.astype(np.float32)
+
+
+def _move_input(r: int, count: int, dtype: np.dtype, mode: str = "random", seed: int = 0):
+    """Rank ``r``'s input to a data-movement collective, as bytes: pseudo-random bytes
+    (``random``), or ``count`` ones of ``dtype`` (``all_ones``)."""
+    if mode == "all_ones":
+        return np.ones(count, np.float32).astype(dtype).view(np.uint8)
+    return _rng(seed, r).integers(0, 256, count * dtype.itemsize, dtype=np.uint8)
 
 
 def _cut(length: int, n: int, r: int) -> slice:
@@ -117,11 +139,15 @@ def _check_host(op: str, n: int, local: int, nbytes: int) -> None:
     )  # fmt: skip
 
 
-def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorithm: str, comm):
+def check(
+    op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorithm: str, comm,
+    mode: str = "random", seed: int = 0,
+):  # fmt: skip
     """Runs collective ``op`` on ``size_bytes`` of ``datatype`` per chip over the chips that
-    ``ranks`` logical cores span, and compares every output of this process's chips with the
-    expected values. Returns ``(mismatched elements, chips, elements per chip, seconds)``,
-    mismatches summed over every process when ``comm`` is given."""
+    ``ranks`` logical cores span, its inputs filled as ``mode`` says (``random`` from ``seed``,
+    or ``all_ones``), and compares every output of this process's chips with the expected
+    values. Returns ``(mismatched elements, chips, elements per chip, seconds)``, mismatches
+    summed over every process when ``comm`` is given."""
     if op in ("all_reduce", "reduce_scatter") and datatype not in _REDUCED:
         raise FormatError(
             f"datatype: --check runs {op} on data, and Trainium2's collectives reduce "
@@ -137,17 +163,20 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
     _check_host(op, n, len(local), count * dtype.itemsize)
     bad = 0
     if op in ("all_reduce", "reduce_scatter"):
-        bufs = [_reduce_input(r, count).astype(dtype) for r in local]
+        bufs = [_reduce_input(r, count, mode, seed).astype(dtype) for r in local]
         t0 = time.perf_counter()
         res = getattr(machine, op)(bufs, algorithm=algorithm, chips=chosen)
         seconds = time.perf_counter() - t0
-        want = _exact_sum(n, count).astype(dtype)
+        want = _exact_sum(n, count, mode, seed).astype(dtype)
         for r, out in zip(local, res.outputs, strict=True):
             part = want if op == "all_reduce" else want[_cut(count, n, r)]
             bad += int(np.count_nonzero(out.reshape(-1).view(np.uint8) != part.view(np.uint8)))
     else:
-        nbytes = count * dtype.itemsize
-        bufs = [_move_input(r, nbytes).view(dtype) for r in local]
+
+        def move(r: int) -> np.ndarray:
+            return _move_input(r, count, dtype, mode, seed)
+
+        bufs = [move(r).view(dtype) for r in local]
         t0 = time.perf_counter()
         if op == "send_recv":
             res = machine.send_recv(bufs, chips=chosen)
@@ -156,14 +185,12 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
         seconds = time.perf_counter() - t0
         for r, out in zip(local, res.outputs, strict=True):
             if op == "all_gather":
-                want = np.concatenate([_move_input(s, nbytes) for s in range(n)])
+                want = np.concatenate([move(s) for s in range(n)])
             elif op == "all_to_all":
                 cut = _cut(count, n, r)
-                want = np.concatenate(
-                    [_move_input(s, nbytes).view(dtype)[cut].view(np.uint8) for s in range(n)]
-                )
+                want = np.concatenate([move(s).view(dtype)[cut].view(np.uint8) for s in range(n)])
             else:  # rank r receives from rank r - 1
-                want = _move_input((r - 1) % n, nbytes)
+                want = move((r - 1) % n)
             got = out.reshape(-1).view(np.uint8)
             bad += int(np.count_nonzero(got != want)) if got.size == want.size else want.size
     if comm is not None:
@@ -171,18 +198,30 @@ def check(op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorit
     return bad, n, count, seconds
 
 
-def run(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, comm, out=None) -> int:
-    """``nccom-test --check``: :func:`check` for every size, one line each on ``out`` (stdout by
-    default; printed by process 0 under MPI); the exit status (1 when any output differs)."""
+def run(
+    op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, comm, out=None,
+    mode: str = "random", seed: int | None = None,
+) -> int:  # fmt: skip
+    """``nccom-test --check [MODE]``: :func:`check` for every size, one line each on ``out``
+    (stdout by default; printed by process 0 under MPI); the exit status (1 when any output
+    differs). ``random`` without a ``seed`` draws one from the OS (process 0's, under MPI) and
+    prints it, so a failing run can be repeated with ``--seed``."""
+    if mode == "random" and seed is None:
+        seed = fresh_seed()
+        if comm is not None:
+            seed = comm.bcast(seed, root=0)
     failed = False
     for size in sizes:
-        bad, chips, count, seconds = check(op, ranks, size, datatype, lnc, algorithm, comm)
+        bad, chips, count, seconds = check(
+            op, ranks, size, datatype, lnc, algorithm, comm, mode, seed or 0
+        )
         failed = failed or bad > 0
         where = "" if comm is None else f", spread over {comm.Get_size()} MPI processes"
         verdict = "every output as expected" if bad == 0 else f"FAILED: {bad} elements differ"
+        fill = f"random, seed {seed}" if mode == "random" else mode
         if comm is None or comm.Get_rank() == 0:
             print(
-                f"check {op} size {size}: {chips} chips x {count} {datatype} elements"
+                f"check {op} size {size}: {chips} chips x {count} {datatype} elements ({fill})"
                 f"{where}: {verdict} (emulated in {seconds:.3f} s)",
                 file=out,
             )

@@ -301,13 +301,10 @@ _NCCOM_UNMODELLED_OPS = {
 _NCCOM_UNMODELLED_FLAGS = [
     (("-I", "--neff_iters", "--neff-iters"), True, "there are no NEFFs to repeat"),
     (("-W", "--neff_warmup_iters", "--neff-warmup-iters"), True, "there are no NEFFs to repeat"),
-    (("--seed",), True, "--check fills the buffers with a fixed pattern, not random data"),
     (("--unique-buff",), False, "buffer reuse and its handshakes are not modelled"),
     (("--coalesced-cc-size-ratio",), True, "coalesced operations are not modelled"),
     (("--shared-output-buff",), False, "shared output buffers are not modelled"),
     (("--variable-size-op-metadata",), True, "variable-size operations are not modelled"),
-    (("-s", "--hosts"), True, "nothing runs on hosts: use -N/--nnodes for the node count"),
-    (("--hosts-file",), True, "nothing runs on hosts: use -N/--nnodes for the node count"),
     (("--mpi-log-dir",), True, "there are no per-node logs (for MPI, see docs/distributed.md)"),
     (("-S", "--slurm-mode"), False, "run `srun trn2core nccom-test ... --check` instead"),
     (("-u", "--slurm-vcpus-per-node"), True, "Slurm allocation is not part of the model"),
@@ -446,8 +443,60 @@ def nccom_report(args: argparse.Namespace) -> tuple[list, dict]:
     return rows, report
 
 
+#: The modes of ``-c/--check``, as Neuron's nccom-test names them (``random`` is a bare -c's).
+CHECK_MODES = ("random", "all_ones")
+
+
+def bare_check(argv: list[str]) -> list[str]:
+    """``argv`` with ``random`` after every ``-c``/``--check`` of ``nccom-test`` not followed by
+    a mode, so a bare flag before the operation (``--check allg``, as in AWS's examples) still
+    leaves the operation to the operation."""
+    if "nccom-test" not in argv:
+        return argv
+    out = list(argv)
+    start = out.index("nccom-test")
+    i = start + 1
+    while i < len(out):
+        if out[i] == "--":
+            break
+        nxt = out[i + 1] if i + 1 < len(out) else None
+        bare = (
+            nxt is None or nxt.startswith("-") or nxt in _NCCOM_OPS or nxt in _NCCOM_UNMODELLED_OPS
+        )
+        if out[i] in ("-c", "--check") and bare:
+            out.insert(i + 1, "random")
+        i += 1
+    return out
+
+
+def nccom_nnodes(nnodes: int | None, hosts: list[str] | None, hosts_file: str | None) -> int:
+    """The node count of a run: ``-N`` when given, else the number of hosts (``--hosts`` or
+    ``--hosts-file``, one per non-blank line, as Neuron's tool reads them), else 1. A ``-N``
+    that disagrees with the hosts is a ``Trn2ValueError`` naming ``nnodes``."""
+    if hosts_file is not None:
+        try:
+            with open(hosts_file, encoding="utf-8") as f:
+                hosts = [line.strip() for line in f if line.strip()]
+        except OSError as e:
+            raise Trn2ValueError(f"hosts_file: cannot read {hosts_file}: {e.strerror}") from None
+        if not hosts:
+            raise Trn2ValueError(f"hosts_file: {hosts_file} lists no hosts")
+    if hosts is None:
+        return 1 if nnodes is None else nnodes
+    if nnodes is not None and nnodes != len(hosts):
+        raise Trn2ValueError(
+            f"nnodes: -N {nnodes} but {len(hosts)} host{'s are' if len(hosts) != 1 else ' is'} "
+            "given; the hosts are the nodes "
+            "(leave out -N, or give one host per node)"
+        )
+    return len(hosts)
+
+
 def cmd_nccom_test(args: argparse.Namespace) -> int:
     op = _NCCOM_OPS[args.operation]
+    args.nnodes = nccom_nnodes(args.nnodes, args.hosts, args.hosts_file)
+    if args.seed is not None and args.check != "random":
+        raise Trn2ValueError("seed: --seed seeds the inputs of --check random; add -c")
     if args.check and op == "permute":
         raise Trn2ValueError("check: --check does not run permute on data (its time is modelled)")
     if args.stepfactor is None and args.stepbytes is None and not args.json:
@@ -473,7 +522,8 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
     if args.check:
         return cli_check.run(
             op, args.nworkers, report["config"]["sizes"], args.datatype, report["config"]["lnc"],
-            args.algorithm, world, out=sys.stderr if args.json else None,
+            args.algorithm, world, out=sys.stderr if args.json else None, mode=args.check,
+            seed=args.seed,
         )  # fmt: skip
     return 0
 
@@ -520,16 +570,16 @@ def add_commands(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_fill(
             "Predicts Neuron's nccom-test on Trainium2. A rank is a logical NeuronCore, as in "
-            "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, "
-            "else 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
-            "binary units (32M, 1kb, 1GB); without -f or -i the size steps by (max - min) / 10, "
-            "as Neuron's tool does. Columns: size(B) count(elems) type time:avg(us) algbw(GB/s) "
-            "busbw(GB/s); GB/s = 10^9 bytes/s (size / time, as every nccom-test output "
-            "published since 2025 is), busbw = algbw x the collective's bus factor. The model is "
-            "deterministic: every iteration takes the same time, so -t percentiles equal the "
-            "average. Times are calibrated on the nccom-test examples AWS publishes; the last "
-            "line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool that "
-            "cannot be modelled are refused by name."
+            "Neuron's tool: 8 / LNC per chip (LNC from --lnc, else NEURON_LOGICAL_NC_CONFIG, else"
+            " 2), the -r ranks divided equally over -N nodes (16-chip instances). Sizes take "
+            "binary units (32M, 1kb, 1GB, 1MiB); without -f or -i the size steps by (max - min) /"
+            " 10, as Neuron's tool does. Columns: size(B) count(elems) type time:avg(us) "
+            "algbw(GB/s) busbw(GB/s); GB/s = 10^9 bytes/s (size / time, as every nccom-test "
+            "output published since 2025 is), busbw = algbw x the collective's bus factor. The "
+            "model is deterministic: every iteration takes the same time, so -t percentiles equal"
+            " the average. Times are calibrated on the nccom-test examples AWS publishes; the "
+            "last line gives the range those fell in (docs/fidelity.md). Flags of Neuron's tool "
+            "that cannot be modelled are refused by name."
         ),
         epilog=_fill(
             "Flags of Neuron's nccom-test not modelled (refused with the reason): "
@@ -548,9 +598,9 @@ def add_commands(sub) -> None:
         help="ranks: logical NeuronCores (8 / LNC per chip), over all nodes",
     )  # fmt: skip
     nc.add_argument(
-        "-N", "--nnodes", type=_count(1), default=1,
-        help="nodes (16-chip instances) the ranks are divided over (default 1; more than one: "
-        "whole trn2u.48xlarge instances of UltraServers)",
+        "-N", "--nnodes", type=_count(1), default=None,
+        help="nodes (16-chip instances) the ranks are divided over (default: the number of "
+        "--hosts, else 1; more than one: whole trn2u.48xlarge instances of UltraServers)",
     )  # fmt: skip
     nc.add_argument("-b", "--minbytes", default="32M", help="first size (default 32M)")
     nc.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
@@ -606,9 +656,25 @@ def add_commands(sub) -> None:
         help="no progress bar (there is none anyway when stderr is not a terminal)",
     )  # fmt: skip
     nc.add_argument(
-        "-c", "--check", action="store_true",
-        help="also run each size on data and check every output (under mpiexec or srun, with "
-        "the chips spread over the MPI processes: docs/distributed.md)",
+        "-c", "--check", nargs="?", const="random", choices=CHECK_MODES, metavar="MODE",
+        help="also run each size on data and check every output, as Neuron's tool does: random "
+        "(the default of a bare -c: pseudo-random inputs from --seed, else a fresh seed that is "
+        "printed) or all_ones (every input 1, so every reduced output is the rank count); under "
+        "mpiexec or srun the chips are spread over the MPI processes (docs/distributed.md)",
+    )  # fmt: skip
+    nc.add_argument(
+        "--seed", type=_count(0), metavar="SEED",
+        help="seed of --check random's inputs (default: a fresh one from the OS, printed)",
+    )  # fmt: skip
+    hosts = nc.add_mutually_exclusive_group()
+    hosts.add_argument(
+        "-s", "--hosts", nargs="+", metavar="HOST",
+        help="the nodes' hosts, as Neuron's tool takes them: nothing runs on them, their count "
+        "is -N/--nnodes",
+    )  # fmt: skip
+    hosts.add_argument(
+        "--hosts-file", metavar="FILE",
+        help="a file of hosts, one per line: their count is -N/--nnodes",
     )  # fmt: skip
     for flags, takes_value, _why in _NCCOM_UNMODELLED_FLAGS:
         nc.add_argument(

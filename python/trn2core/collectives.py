@@ -387,16 +387,18 @@ NCCOM_MAX_SIZES = 10_000
 
 def parse_size(text, arg: str = "size") -> int:
     """A size as nccom-test takes it: a whole number of bytes, or with a binary unit (``32M``,
-    ``1kb``, ``1GB``, ``1.5G``), from 1 byte to ``NCCOM_MAX_BYTES``. ``Trn2ValueError`` for
-    anything else (fractions of a byte, ``inf``, ``nan``, negative or zero sizes, unknown
-    units); ``CapacityError`` beyond the limit."""
+    ``1kb``, ``1GB``, ``1MiB``, ``1.5G``; K, M, G and T are powers of 1024 in every spelling),
+    from 1 byte to ``NCCOM_MAX_BYTES``. ``Trn2ValueError`` for anything else (fractions of a
+    byte, ``inf``, ``nan``, negative or zero sizes, unknown units); ``CapacityError`` beyond
+    the limit."""
     if isinstance(text, (int, np.integer)) and not isinstance(text, (bool, np.bool_)):
         s, mult = str(int(text)), 1
     elif isinstance(text, str):
         s = text.strip().lower()
         units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
         mult = 1
-        for suffix in ("kb", "mb", "gb", "tb", "k", "m", "g", "t", "b"):
+        # nccom-test's units are binary whichever way they are written: 1M = 1MB = 1MiB.
+        for suffix in ("kib", "mib", "gib", "tib", "kb", "mb", "gb", "tb", "k", "m", "g", "t", "b"):
             if s.endswith(suffix):
                 mult = units.get(suffix[0], 1)
                 s = s[: -len(suffix)]

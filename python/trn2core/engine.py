@@ -33,7 +33,7 @@ from .machine import (
     dtype_name,
     np_dtype_of,
 )
-from .numerics import ROUNDING_MODES, _env_seed
+from .numerics import ROUNDING_MODES, _check_seed, _env_seed
 from .report import Report, Result
 from .sparsity import SPARSITY_PATTERNS, SparseTensor
 
@@ -103,7 +103,9 @@ class NeuronCore:
     ``core.dma``, whose instructions compute their bits when issued, and ``core.run()``, the
     engine-parallel timeline of everything issued. ``uninitialized="nan"`` fills new memory
     with NaN instead of refusing reads of never-written bytes; ``rounding="stochastic"`` (with
-    ``seed``) rounds engine outputs stochastically.
+    ``seed``) rounds engine outputs stochastically. The default seed 0 is the Neuron runtime's:
+    every core made without a seed draws the same random bits; ``seed="random"`` takes a fresh
+    one from the operating system, kept as ``core.seed``.
     """
 
     def __init__(
@@ -113,13 +115,15 @@ class NeuronCore:
         hbm=None,
         uninitialized: str = "error",
         rounding: str = "nearest_even",
-        seed: int = 0,
+        seed: int | str = 0,
     ) -> None:
         from . import spec
         from .memory import CoreMemory
 
         index = _validate.integer(index, "index", lo=0, hi=spec.cores_per_chip - 1)
-        seed = _validate.integer(seed, "seed", lo=0, hi=_validate.U64_MAX)
+        seed = _check_seed(seed)
+        #: The stochastic-rounding seed of the core's engines (drawn for ``seed="random"``).
+        self.seed = seed
         self.memory = CoreMemory(index, hbm)
         self._index = index
         self._m = _core.Machine(uninitialized, rounding, seed)
@@ -391,6 +395,9 @@ class GemmResult(Result):
 
     out: np.ndarray
     report: Report
+    #: The stochastic-rounding seed used (``a``'s and the output's; ``b`` used ``seed + 1``):
+    #: the one drawn for ``seed="random"``; None when nothing was rounded stochastically.
+    seed: int | None = None
 
 
 def _operand(x, arg: str) -> tuple[np.ndarray, str, bool]:
@@ -475,7 +482,7 @@ def gemm(
     perf_mode: str = "none",
     out_dtype: str = "fp32",
     rounding: str = "nearest_even",
-    seed: int | None = None,
+    seed: int | str | None = None,
     throttle: bool = True,
     lnc: int | None = None,
 ) -> GemmResult:
@@ -486,7 +493,10 @@ def gemm(
     to the PSUM accumulator with one fp32 rounding (see docs/engine.md). With ``dtype``, float
     inputs are first quantized to it (``rounding``/``seed``; ``b`` uses ``seed + 1`` so the two
     operands draw different random bits). ``out_dtype`` other than fp32 quantizes the PSUM
-    result on the way out with the same ``rounding``.
+    result on the way out with the same ``rounding``. Unseeded, stochastic rounding draws the
+    same bits on every call (the Neuron runtime's default seed 0, or
+    ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED``); ``seed="random"`` takes a fresh seed from the
+    operating system each call, reported back as the result's ``seed``.
 
     One call into the core: the operands go in as they are (any dtype, layout and byte order,
     or a ``SparseTensor``'s compressed parts) and are quantized while the kernel packs them.
@@ -502,7 +512,7 @@ def gemm(
     out_dtype = format_name(out_dtype, "out_dtype")
     rounding = _validate.name(rounding, "rounding", ROUNDING_MODES, what="rounding mode")
     if seed is not None:
-        seed = _validate.integer(seed, "seed", lo=0, hi=2**64 - 1)
+        seed = _check_seed(seed)
     throttle = _validate.boolean(throttle, "throttle")
     sparsity = None
     if isinstance(a, SparseTensor):
@@ -521,13 +531,13 @@ def gemm(
         m, k = view.shape
     b_args = _operand(b, "b")
     n = b_args[0].shape[1]
+    seeds = _seeds(rounding, seed)
     out, fields, cost = _core.gemm(
-        *a_args, *b_args, dtype, rounding, _seeds(rounding, seed), perf_mode, out_dtype,
-        throttle, cores,
+        *a_args, *b_args, dtype, rounding, seeds, perf_mode, out_dtype, throttle, cores,
     )  # fmt: skip
     out = out.view(FORMAT_DTYPES[out_dtype]).reshape(m, n)
     report = _report(fields, cores, m, k, n, cost, perf_mode, throttle, sparsity)
-    return GemmResult(out=out, report=report)
+    return GemmResult(out=out, report=report, seed=seeds[0] if rounding == "stochastic" else None)
 
 
 def _gemm_cores(core, lnc=None) -> list[int] | None:

@@ -23,7 +23,7 @@ import numpy as np
 from . import _core, _names
 from .dtypes import FORMAT_DTYPES, format_name
 from .errors import FormatError
-from .report import TimingReport, _fmt_seconds, _Trace, plain
+from .report import TimingReport, _fmt_seconds, _Trace, count, plain
 
 __all__ = [
     "ACTIVATION_FUNCTIONS",
@@ -352,12 +352,12 @@ class KernelReport(TimingReport):
             *engine_rows(self.engines),
             ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
             ("DMA bytes", f"{self.dma_bytes:,}"),
-            ("critical path", f"{self._core.critical_path_length:,} instructions"),
+            ("critical path", count(self._core.critical_path_length, "instruction")),
         ]
 
     def __str__(self) -> str:
         lines = [
-            f"NeuronCore timeline: {self.instructions:,} instructions, "
+            f"NeuronCore timeline: {count(self.instructions, 'instruction')}, "
             f"{_fmt_seconds(self.seconds)}",
             f"  {'engine':<14} {'busy':>12} {'util':>7} {'instructions':>13}",
         ]
@@ -369,7 +369,7 @@ class KernelReport(TimingReport):
         ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
         lines.append(f"  opcodes: {ops or 'none'}")
         lines.append(f"  DMA bytes: {self.dma_bytes:,}")
-        lines.append(f"  critical path: {self._core.critical_path_length:,} instructions")
+        lines.append("  critical path: " + count(self._core.critical_path_length, "instruction"))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -381,7 +381,7 @@ def engine_rows(engines: Mapping[str, Mapping[str, float]]) -> list[tuple[str, s
     ran something (a report's table)."""
     return [
         (f"  {name}", f"{_fmt_seconds(e['busy_s'])} busy, {100 * e['utilization']:.1f}%, "
-                      f"{int(e['instructions']):,} instructions")
+                      f"{count(int(e['instructions']), 'instruction')}")
         for name, e in engines.items()
         if e["instructions"]
     ]  # fmt: skip

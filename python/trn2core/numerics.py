@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 
 import numpy as np
 
@@ -98,7 +99,16 @@ def _env_seed() -> int:
 
 
 def _check_seed(seed: object, arg: str = "seed") -> int:
+    if isinstance(seed, str) and seed == "random":
+        return fresh_seed()
     return _validate.integer(seed, arg, lo=0, hi=_validate.U64_MAX)
+
+
+def fresh_seed() -> int:
+    """A stochastic-rounding seed from the operating system's entropy (``seed="random"``):
+    different on every call, unlike the Neuron runtime's default seed 0, which repeats the
+    same random bits on every call."""
+    return secrets.randbits(64)
 
 
 def _random_args(rounding, seed, random_bits, random_bit_count, shape):
@@ -159,7 +169,7 @@ def encode(
     *,
     rounding: str = "nearest_even",
     saturate: bool = False,
-    seed: int | None = None,
+    seed: int | str | None = None,
     random_bits=None,
     random_bit_count: int | None = None,
     exponent_bias: int | None = None,
@@ -185,7 +195,7 @@ def quantize(
     *,
     rounding: str = "nearest_even",
     saturate: bool = False,
-    seed: int | None = None,
+    seed: int | str | None = None,
     random_bits=None,
     random_bit_count: int | None = None,
     fmt: object = None,
@@ -203,6 +213,11 @@ def quantize(
     rounds the magnitude up iff ``frac + r / 2**n >= 1`` with ``r`` the element's random bits:
     ``random_bits``/``random_bit_count`` if given, else 32-bit words of the counter-based
     generator keyed by ``seed`` (default ``$NEURON_RT_STOCHASTIC_ROUNDING_SEED``, else 0).
+
+    Unseeded, stochastic rounding draws the same bits on every call, as the Neuron runtime does
+    with its default seed 0: rounding the same array twice gives the same result, and repeated
+    accumulation can drift. Pass a different ``seed`` per call, or ``seed="random"`` for a fresh
+    one from the operating system each call.
     """
     fmt = _check_format(dtype, fmt)
     codes = encode(

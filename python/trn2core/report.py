@@ -57,15 +57,21 @@ def short(v: Any) -> str:
     return repr(v)
 
 
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``"1 instruction"``,
+    ``"1,024 instructions"``."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def html_table(title: str, rows: list[tuple[str, str]]) -> str:
     """A small HTML table (Jupyter's ``_repr_html_``): a caption and one row per
     ``(label, text)``; labels indented with spaces keep their indent."""
     body = []
     for k, v in rows:
         indent = len(k) - len(k.lstrip(" "))
-        pad = f' style="padding-left:{indent}em"' if indent else ""
+        pad = f"padding-left:{indent}em;" if indent else ""
         body.append(
-            f'<tr><th{pad} style="text-align:left">{html.escape(k.strip())}</th>'
+            f'<tr><th style="{pad}text-align:left">{html.escape(k.strip())}</th>'
             f'<td style="text-align:left">{html.escape(str(v))}</td></tr>'
         )
     return (

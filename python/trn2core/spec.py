@@ -10,6 +10,7 @@ assigned.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from typing import NamedTuple
@@ -62,6 +63,10 @@ class SpecEntry(NamedTuple):
     doc: str
     status: str
     tags: tuple[str, ...]
+    #: The rest of the constant's doc comment in ``spec.rs``, as one paragraph: for status C
+    #: every value the sources give and why this one was chosen; for I how it was derived
+    #: (empty when the one-line ``doc`` says it all).
+    note: str = ""
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -78,9 +83,16 @@ def _value(v: float, unit: str) -> float | int:
     return int(v) if unit not in _FLOAT_UNITS and float(v).is_integer() else v
 
 
+def _note(text: str) -> str:
+    """A doc comment's note as plain text: one paragraph, without Markdown's emphasis and
+    code marks, and ``[`CONSTANT`]`` links written as the constant's Python name."""
+    text = re.sub(r"\[`([A-Z][A-Z0-9_]*)`\]", lambda m: m.group(1).lower(), text)
+    return " ".join(text.replace("**", "").replace("`", "").split())
+
+
 _ENTRIES: tuple[SpecEntry, ...] = tuple(
-    SpecEntry(n, _value(v, u), u, s, d, st, tuple(tags))
-    for (n, v, u, s, d, st, tags) in _core.spec_entries()
+    SpecEntry(n, _value(v, u), u, s, d, st, tuple(tags), _note(note))
+    for (n, v, u, s, d, st, tags, note) in _core.spec_entries()
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
 _SOURCES = {

@@ -15,7 +15,18 @@ import sys
 
 from ..errors import CapacityError, Trn2Error, Trn2ValueError
 
-_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: The example kernels shipped inside the package (a link to examples/nki/ in a checkout):
+#: user code for error locations, not trn2core's own frames.
+_EXAMPLES = tuple(
+    {os.path.join(_PKG, "nki_examples") + os.sep,
+     os.path.realpath(os.path.join(_PKG, "nki_examples")) + os.sep}
+)  # fmt: skip
+
+
+def _own(filename: str) -> bool:
+    """Whether a frame of ``filename`` is trn2core's own code (skipped when locating errors)."""
+    return filename.startswith(_PKG) and not filename.startswith(_EXAMPLES)
 
 
 class _State:
@@ -33,7 +44,7 @@ STATE = _State()
 def user_location() -> tuple[str, int]:
     """``(file, line)`` of the innermost caller outside trn2core (the kernel's own line)."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG):
+    while f is not None and _own(f.f_code.co_filename):
         f = f.f_back
     if f is None:
         return ("<unknown>", 0)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..machine import KernelReport, engine_rows
-from ..report import TimingReport, _fmt_seconds, _Trace, moved_to_process, plain
+from ..report import TimingReport, _fmt_seconds, _Trace, count, moved_to_process, plain
 
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
 
@@ -139,13 +139,13 @@ class NkiReport(TimingReport):
             ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
             ("DMA bytes", f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
                           "bandwidth)"),
-            ("critical path", f"{len(self.critical_path):,} instructions"),
+            ("critical path", count(len(self.critical_path), "instruction")),
         ]  # fmt: skip
 
     def __str__(self) -> str:
         lines = [
             f"NKI kernel on {self.lnc} NeuronCore{'s' if self.lnc > 1 else ''}: "
-            f"{_fmt_seconds(self.seconds)}, {self.instructions:,} instructions, bottleneck "
+            f"{_fmt_seconds(self.seconds)}, {count(self.instructions, 'instruction')}, bottleneck "
             f"{self.bottleneck}",
             f"  {'engine':<16} {'busy':>12} {'util':>7} {'instructions':>13}",
         ]

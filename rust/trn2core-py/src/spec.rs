@@ -2,7 +2,7 @@
 
 use pyo3::prelude::*;
 
-/// One row of `trn2core::spec::ENTRIES`: `(name, value, unit, source, doc, status, tags)`.
+/// One row of `trn2core::spec::ENTRIES`: `(name, value, unit, source, doc, status, tags, note)`.
 type EntryRow = (
     &'static str,
     f64,
@@ -11,6 +11,7 @@ type EntryRow = (
     &'static str,
     &'static str,
     Vec<&'static str>,
+    &'static str,
 );
 
 /// Every constant of `trn2core::spec`, with its status letter and the tags it cites.
@@ -20,7 +21,9 @@ pub fn spec_entries() -> Vec<EntryRow> {
         .iter()
         .map(|e| {
             let (status, tags) = (e.status(), e.tags());
-            (e.name, e.value, e.unit, e.source, e.doc, status, tags)
+            (
+                e.name, e.value, e.unit, e.source, e.doc, status, tags, e.note,
+            )
         })
         .collect()
 }

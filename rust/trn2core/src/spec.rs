@@ -117,6 +117,7 @@ macro_rules! spec_table {
                     unit: $unit,
                     source: $source,
                     doc: $summary.trim_ascii(),
+                    note: concat!($($more, "\n"),*),
                 },
             )*
         ];
@@ -434,6 +435,9 @@ spec_table! {
     pub const CHIP_MARKETING_BF16_TFLOPS: f64 = 667.0;
 
     /// Chip marketing structured-sparse peak (launch docs: 2,551); reports only.
+    ///
+    /// **Conflict:** 2,563 `[S3 current]` vs 2,551 `[S27]`. Chosen 2,563: the current chip page,
+    /// as for the dense peaks above.
     #[spec(unit = "TFLOPS", source = "[S3][S27] C")]
     pub const CHIP_MARKETING_SPARSE_TFLOPS: f64 = 2563.0;
 
@@ -645,6 +649,10 @@ spec_table! {
     pub const DMA_ENGINE_BYTES_PER_S: f64 = 23e9;
 
     /// Theoretical bandwidth of one DMA engine: 27.2 GB/s (128 × 27.2 ≈ the chip's 3.5 TB/s).
+    ///
+    /// **Conflict:** 27.2 GB/s theoretical in the text `[S12]` vs 23 B/ns in its Trn2 tables;
+    /// this is the theoretical one, kept for the chip-level check; the timing model uses
+    /// [`DMA_ENGINE_BYTES_PER_S`].
     #[spec(unit = "B/s", source = "[S12] C")]
     pub const DMA_ENGINE_THEORETICAL_BYTES_PER_S: f64 = 27.2e9;
 
@@ -1138,6 +1146,10 @@ pub struct SpecEntry {
     pub source: &'static str,
     /// One sentence saying what the number is.
     pub doc: &'static str,
+    /// The rest of the constant's doc comment, one source line per line (each with its
+    /// leading space): what a status `C` or `I` promises, the values that conflict or the
+    /// derivation, and why this one was chosen. Empty when the summary says it all.
+    pub note: &'static str,
 }
 
 /// Looks up an entry of [`ENTRIES`] by its lower_snake_case name.
@@ -1647,6 +1659,21 @@ mod tests {
         // The measured 32 KiB transfer supports the effective 23 B/ns (within 1 %).
         let measured = DMA_MEASURED_EXAMPLE_BYTES as f64 / DMA_MEASURED_EXAMPLE_S;
         assert!(close(measured, DMA_ENGINE_BYTES_PER_S, 0.01));
+    }
+
+    #[test]
+    fn every_conflict_carries_its_note() {
+        // Status C promises a note giving every value and why one was chosen.
+        for e in ENTRIES.iter().filter(|e| e.status() == "C") {
+            assert!(
+                e.note.contains("onflict"),
+                "{} has no conflict note",
+                e.name
+            );
+        }
+        let cc = entry("cc_cores_per_chip").expect("listed");
+        assert!(cc.note.contains("Chosen 16"), "{:?}", cc.note);
+        assert_eq!(entry("cores_per_chip").expect("listed").note, "");
     }
 
     #[test]

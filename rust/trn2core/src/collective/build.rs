@@ -2,7 +2,7 @@
 //! halving/doubling, the direct (mesh) pattern and their hierarchical nesting (the chunk model is
 //! described in [`super::schedule`]).
 
-use super::graph::{hamiltonian_decomposition, snake_order};
+use super::graph::{hamiltonian_decomposition, layered_hamiltonian_cycles, snake_order};
 use super::ops::{Algorithm, Collective};
 use super::policy::{auto_algorithm, intra_algorithm};
 use super::schedule::{
@@ -724,17 +724,30 @@ pub fn build(
         perms: Vec::new(),
         primaries_per_chip: primaries_per_chip(group),
     };
-    sched.k = Builder::channels(alg, n, &flat_shape);
-    if matches!(
-        collective,
-        Collective::AllReduce | Collective::ReduceScatter
-    ) {
-        sched
-            .phases
-            .extend(b.half(alg, Half::ReduceScatter, &order)?);
-    }
-    if matches!(collective, Collective::AllReduce | Collective::AllGather) {
-        sched.phases.extend(b.half(alg, Half::AllGather, &order)?);
+    // KangaRing over whole instances of one UltraServer (but not all four): the instance's two
+    // Hamiltonian cycles joined through Z links, as on one instance (a single ring through the
+    // chips would leave half of every chip's links idle).
+    let layered = if alg == Algorithm::KangaRing && !whole {
+        layered_cycles(group)
+    } else {
+        None
+    };
+    sched.k = if layered.is_some() {
+        2 * TORUS_HAMILTONIAN_CYCLES
+    } else {
+        Builder::channels(alg, n, &flat_shape)
+    };
+    let halves: &[Half] = match collective {
+        Collective::AllReduce => &[Half::ReduceScatter, Half::AllGather],
+        Collective::ReduceScatter => &[Half::ReduceScatter],
+        _ => &[Half::AllGather],
+    };
+    for &h in halves {
+        let phases = match &layered {
+            Some(cycles) => b.kangaring(cycles, h)?,
+            None => b.half(alg, h, &order)?,
+        };
+        sched.phases.extend(phases);
     }
     // The runtime's single-step Mesh all-reduce for small buffers: every rank broadcasts its
     // buffer and receivers reduce locally, so its reduce-scatter is not a synchronised reducing
@@ -845,6 +858,31 @@ fn hierarchical(
     sched.phases = phases;
     sched.perms = b.perms;
     Ok(sched)
+}
+
+/// KangaRing's two cycles, in rank indices, when `group` is the first `k` (2 <= k < Z extent)
+/// instances of one UltraServer in any rank order ([`layered_hamiltonian_cycles`]); else
+/// `None`.
+fn layered_cycles(group: &Group) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]> {
+    let t = group.torus;
+    let shape = t.torus_shape();
+    if t.ultraservers() != 1 || shape.len() != 3 {
+        return None;
+    }
+    let per = shape[0] * shape[1];
+    let n = group.n();
+    let layers = n / per;
+    if !n.is_multiple_of(per) || layers < 2 || layers >= shape[2] {
+        return None;
+    }
+    let mut rank_of = vec![None; t.size()];
+    for (r, &c) in group.chips.iter().enumerate() {
+        rank_of[c] = Some(r as u32);
+    }
+    let cycles = layered_hamiltonian_cycles(&shape[..2], layers)?;
+    let to_ranks =
+        |cyc: &Vec<u32>| -> Option<Vec<u32>> { cyc.iter().map(|&c| rank_of[c as usize]).collect() };
+    Some([to_ranks(&cycles[0])?, to_ranks(&cycles[1])?])
 }
 
 /// KangaRing's primary ranks per chip: the chip's runtime ranks form pairs of a primary and a

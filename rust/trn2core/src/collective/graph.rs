@@ -87,6 +87,90 @@ pub fn hamiltonian_decomposition(shape: &[usize]) -> Option<[Vec<u32>; TORUS_HAM
     }
 }
 
+/// Two edge-disjoint Hamiltonian cycles through `layers` stacked copies of the 2-D torus
+/// `shape` (the first `layers` instances of an UltraServer, one Z link between a chip and the
+/// one above it): each copy of the instance's two cycles ([`hamiltonian_decomposition`]) is
+/// cut at one link per neighbouring layer and the cut ends joined through the two Z links
+/// there, so every cycle visits all `layers x X x Y` chips (index `layer x X x Y + x + X y`) on
+/// direct links only, and the two cycles never share a link. `None` for fewer than two layers,
+/// or a shape without a decomposition.
+pub fn layered_hamiltonian_cycles(
+    shape: &[usize],
+    layers: usize,
+) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]> {
+    if layers < 2 {
+        return None;
+    }
+    let base = hamiltonian_decomposition(shape)?;
+    let per = shape.iter().product::<usize>();
+    let n = per * layers;
+    let edge = |a: usize, b: usize| (a.min(b), a.max(b));
+    // The cut of each cycle between layer l and l + 1: a link (positions in the layer) of the
+    // cycle whose chips touch neither the cycle's other cuts nor the other cycle's cut there
+    // (so no Z link is used twice).
+    let mut cuts: Vec<Vec<(usize, usize)>> = Vec::new();
+    for cyc in &base {
+        let mut mine: Vec<(usize, usize)> = Vec::new();
+        for l in 0..layers - 1 {
+            let taken = |a: usize| {
+                mine.iter().any(|&(u, v)| u == a || v == a)
+                    || cuts.iter().any(|c| c[l].0 == a || c[l].1 == a)
+            };
+            let cut = (0..cyc.len())
+                .map(|q| (cyc[q] as usize, cyc[(q + 1) % cyc.len()] as usize))
+                .find(|&(u, v)| !taken(u) && !taken(v))?;
+            mine.push(cut);
+        }
+        cuts.push(mine);
+    }
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    for (cyc, cut) in base.iter().zip(&cuts) {
+        let cut_at = |l: usize, a: usize, b: usize| {
+            (l > 0 && edge(cut[l - 1].0, cut[l - 1].1) == edge(a, b))
+                || (l + 1 < layers && edge(cut[l].0, cut[l].1) == edge(a, b))
+        };
+        let mut adj: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for l in 0..layers {
+            for q in 0..cyc.len() {
+                let (a, b) = (cyc[q] as usize, cyc[(q + 1) % cyc.len()] as usize);
+                if !cut_at(l, a, b) {
+                    adj[l * per + a].push(l * per + b);
+                    adj[l * per + b].push(l * per + a);
+                }
+            }
+        }
+        for (l, &(u, v)) in cut.iter().enumerate() {
+            for p in [u, v] {
+                adj[l * per + p].push((l + 1) * per + p);
+                adj[(l + 1) * per + p].push(l * per + p);
+            }
+        }
+        if adj.iter().any(|a| a.len() != 2) {
+            return None;
+        }
+        // Walk the 2-regular graph from chip 0: one cycle through all chips, or none.
+        let mut order = vec![0u32];
+        let (mut prev, mut at) = (0usize, adj[0][0]);
+        while at != 0 && order.len() <= n {
+            order.push(at as u32);
+            let nx = if adj[at][0] == prev {
+                adj[at][1]
+            } else {
+                adj[at][0]
+            };
+            prev = at;
+            at = nx;
+        }
+        if order.len() != n {
+            return None;
+        }
+        out.push(order);
+    }
+    let second = out.pop()?;
+    let first = out.pop()?;
+    Some([first, second])
+}
+
 /// The edges of the torus not in `cycle`, as a cycle order from chip 0, if they form one
 /// Hamiltonian cycle.
 fn complement_cycle(nbrs: &[Vec<usize>], cycle: &[(usize, usize)]) -> Option<Vec<u32>> {
@@ -137,6 +221,30 @@ mod tests {
                 assert_eq!(t.hops(a, b).expect("ok"), 1, "{shape:?} {a}->{b}");
             }
         }
+    }
+
+    #[test]
+    fn two_and_three_instances_of_an_ultraserver_carry_two_link_disjoint_cycles() {
+        let t = Torus::ultraserver();
+        for layers in [2usize, 3] {
+            let [a, b] = layered_hamiltonian_cycles(&[4, 4], layers).expect("exists");
+            let n = 16 * layers;
+            let mut edges = Vec::new();
+            for cyc in [&a, &b] {
+                let mut sorted = cyc.clone();
+                sorted.sort();
+                assert_eq!(sorted, (0..n as u32).collect::<Vec<u32>>());
+                for q in 0..n {
+                    let (x, y) = (cyc[q] as usize, cyc[(q + 1) % n] as usize);
+                    assert_eq!(t.hops(x, y).expect("ok"), 1, "{layers} layers: {x}->{y}");
+                    edges.push((x.min(y), x.max(y)));
+                }
+            }
+            edges.sort();
+            edges.dedup();
+            assert_eq!(edges.len(), 2 * n, "{layers} layers: a link used twice");
+        }
+        assert!(layered_hamiltonian_cycles(&[4, 4], 1).is_none());
     }
 
     #[test]

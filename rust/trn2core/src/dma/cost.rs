@@ -50,6 +50,19 @@ named_enum! {
     }
 }
 
+impl Place {
+    /// The memory as Trainium's documentation writes it in a report: `HBM`, `remote HBM`
+    /// (the other die's, over the die-to-die link), `SBUF`, `PSUM`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Place::Hbm => "HBM",
+            Place::HbmRemote => "remote HBM",
+            Place::Sbuf => "SBUF",
+            Place::Psum => "PSUM",
+        }
+    }
+}
+
 /// A DMA transfer to cost.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DmaPlan {
@@ -496,8 +509,12 @@ pub fn dma_time_on_queue(plan: &DmaPlan, queue: usize) -> Result<Report> {
     let seconds = timeline.end_s;
     let mut r = Report::new("dma");
     r.description = format!(
-        "DMA {:?} -> {:?}: {} B ({} B over HBM) across {} partitions, queue {queue}",
-        plan.src, plan.dst, plan.bytes, plan.wire_bytes, plan.partitions
+        "DMA {} -> {}: {} B ({} B over HBM) across {} partitions, queue {queue}",
+        plan.src.label(),
+        plan.dst.label(),
+        plan.bytes,
+        plan.wire_bytes,
+        plan.partitions
     );
     r.seconds = seconds;
     r.cycles = seconds * crate::spec::PE_CLOCK_HZ;
@@ -545,6 +562,20 @@ mod tests {
             small.details[0].1 / small.seconds > 0.9,
             "fixed cost dominates"
         );
+    }
+
+    #[test]
+    fn reports_name_memories_as_trainium_writes_them() {
+        let r = dma_time(&plan(1 << 20, Place::HbmRemote)).expect("ok");
+        assert_eq!(
+            r.description,
+            "DMA remote HBM -> SBUF: 1048576 B (1048576 B over HBM) across 128 partitions, queue 0"
+        );
+        let labels: Vec<&str> = [Place::Hbm, Place::Sbuf, Place::Psum]
+            .iter()
+            .map(|p| p.label())
+            .collect();
+        assert_eq!(labels, ["HBM", "SBUF", "PSUM"]);
     }
 
     #[test]
