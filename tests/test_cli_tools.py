@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from trn2core import cli, spec
-from trn2core.cli_collectives import _NCCOM_UNMODELLED_FLAGS
+from trn2core.cli.nccom import _NCCOM_UNMODELLED_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
 

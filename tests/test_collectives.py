@@ -531,7 +531,7 @@ def test_cli_gemm_lnc():
 def test_demo_collectives_part():
     import io
 
-    from trn2core.cli_collectives import demo_collectives
+    from trn2core.cli.nccom import demo_collectives
 
     buf = io.StringIO()
     demo_collectives(buf)

@@ -42,7 +42,7 @@ def test_check_takes_awss_modes_and_a_bare_flag_is_random(capsys):
 
 
 def test_check_random_inputs_follow_the_seed():
-    from trn2core import cli_check
+    from trn2core.cli import check as cli_check
 
     a = cli_check._reduce_input(1, 64, "random", 7)
     assert np.array_equal(a, cli_check._reduce_input(1, 64, "random", 7))
@@ -104,7 +104,7 @@ def test_two_nodes_use_two_cycles_and_the_z_links_explain_the_dip():
     """Two instances of an UltraServer run KangaRing's two Hamiltonian cycles (joined through Z
     links), not one ring; each cycle still crosses Z links, half as fast as X/Y, so the bus
     bandwidth is below one instance's and below the whole UltraServer's torus rings."""
-    from trn2core.cli_collectives import nccom_rows
+    from trn2core.cli.nccom import nccom_rows
 
     def busbw(ranks: int) -> float:
         (row,) = nccom_rows("all_reduce", ranks, [256 << 20], "bf16", 2, "auto")

@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 
-from . import _core, _validate, cli_check, spec
-from ._progress import Progress
-from .chip import default_lnc
-from .collectives import (
+from .. import _core, _validate, spec
+from .._progress import Progress
+from ..chip import default_lnc
+from ..collectives import (
     ALGORITHMS,
     NCCOM_DATATYPES,
     nccom_avg_busbw,
@@ -27,8 +27,9 @@ from .collectives import (
     parse_src_target_pairs,
     parse_stats,
 )
-from .errors import Trn2ValueError
-from .topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
+from ..errors import Trn2ValueError
+from ..topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
+from . import check as cli_check
 
 __all__ = [
     "add_commands", "demo_collectives", "ls_devices", "ls_json", "ls_text", "ls_topology",
@@ -686,9 +687,9 @@ def add_commands(sub) -> None:
 
 def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
     """The chips-and-collectives part of the demo."""
-    from .chip import Chip
-    from .engine import gemm
-    from .numerics import quantize
+    from ..chip import Chip
+    from ..engine import gemm
+    from ..numerics import quantize
 
     p = lambda *a: print(*a, file=out)  # noqa: E731
     inst = Instance("trn2.48xlarge")
@@ -744,7 +745,7 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
         traces.append(("all_reduce 64 MiB, trn2.48xlarge", inst.estimate("all_reduce", 64 << 20)))
     p()
     p("== Logical NeuronCores: a 4096^3 bf16 GEMM on one logical core (timing only) ==")
-    from .engine import estimate_gemm
+    from ..engine import estimate_gemm
 
     rows = [("LNC", "physical cores", "time", "TFLOPS", "split M x N x K")]
     for lnc in (1, 2, 4):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import workload
+from .. import workload
 
 
 def cmd_estimate(args) -> int:

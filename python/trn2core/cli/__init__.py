@@ -2,8 +2,10 @@
 
 Subcommands: ``demo`` (the main job: a tour of what trn2core computes), ``formats`` (the number
 formats), ``spec`` (the hardware constants and their sources), ``docs`` (the guides), and
-``gemm``, ``ls`` and ``nccom-test`` in the manner of the Neuron tools (``ls`` and ``nccom-test``
-live in ``cli_collectives``).
+``gemm``, ``ls``, ``nccom-test``, ``nki run`` and ``estimate`` in the manner of the Neuron tools.
+The package's modules: ``nccom`` (``ls``, ``nccom-test``), ``check`` (``nccom-test --check`` on
+data), ``nki`` (``nki run``), ``workload`` (``estimate``); this module builds the parser and
+runs ``main``.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ import time
 
 import numpy as np
 
-from . import __version__, _validate, spec
-from ._progress import Progress
-from .cli_collectives import add_commands as add_collective_commands
-from .cli_collectives import bare_check, demo_collectives
-from .cli_nki import add_commands as add_nki_commands
-from .cli_nki import demo_nki
-from .cli_workload import add_commands as add_workload_commands
-from .errors import CapacityError, Trn2Error, Trn2ValueError
-from .numerics import FORMATS, ROUNDING_MODES, format_info, quantize
-from .sparsity import SPARSITY_PATTERNS
-from .testing import best_of
+from .. import __version__, _validate, spec
+from .._progress import Progress
+from ..errors import CapacityError, Trn2Error, Trn2ValueError
+from ..numerics import FORMATS, ROUNDING_MODES, format_info, quantize
+from ..sparsity import SPARSITY_PATTERNS
+from ..testing import best_of
+from .nccom import add_commands as add_collective_commands
+from .nccom import bare_check, demo_collectives
+from .nki import add_commands as add_nki_commands
+from .nki import demo_nki
+from .workload import add_commands as add_workload_commands
 
 
 def _formats_table() -> str:
@@ -121,8 +123,8 @@ def _best(fn, repeat: int = 5) -> float:
 
 def demo_tensor_engine(out=sys.stdout, traces: list | None = None) -> None:
     """The tensor-engine part of the demo."""
-    from . import reference
-    from .engine import estimate_gemm, gemm
+    from .. import reference
+    from ..engine import estimate_gemm, gemm
 
     p = lambda *a: print(*a, file=out)  # noqa: E731
     m, k, n = 512, 2048, 1024
@@ -170,8 +172,8 @@ def demo_tensor_engine(out=sys.stdout, traces: list | None = None) -> None:
 
 def demo_sparsity(out=sys.stdout, traces: list | None = None) -> None:
     """The structured-sparsity part of the demo."""
-    from .engine import gemm
-    from .sparsity import compress, prune
+    from ..engine import gemm
+    from ..sparsity import compress, prune
 
     p = lambda *a: print(*a, file=out)  # noqa: E731
     m, k, n = 512, 3072, 1024  # K a multiple of every M (4:12 too)
@@ -215,9 +217,9 @@ def demo_sparsity(out=sys.stdout, traces: list | None = None) -> None:
 
 def demo_dma(out=sys.stdout, traces: list | None = None) -> None:
     """The DMA / inline-compression / memory part of the demo."""
-    from . import dma
-    from .engine import NeuronCore
-    from .errors import CapacityError
+    from .. import dma
+    from ..engine import NeuronCore
+    from ..errors import CapacityError
 
     p = lambda *a: print(*a, file=out)  # noqa: E731
     rows_, cols = 128, 32768  # one SBUF tile: 128 partitions x 64 KiB of bf16 (8 MiB)
@@ -301,7 +303,7 @@ DEMO_PARTS = [
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .report import save_traces
+    from ..report import save_traces
 
     print(f"trn2core {__version__}: an AWS Trainium2 emulator on this CPU\n")
     t0 = time.perf_counter()
@@ -371,7 +373,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from . import _guides
+    from .. import _guides
 
     if not args.guide:
         print(_guides.listing())
@@ -400,20 +402,20 @@ def _gemm_shape(args: argparse.Namespace) -> tuple[int, int, int]:
 def cmd_gemm(args: argparse.Namespace) -> int:
     import json
 
-    from .chip import default_lnc
-    from .engine import estimate_gemm, gemm
-    from .sparsity import compress, prune
+    from ..chip import default_lnc
+    from ..engine import estimate_gemm, gemm
+    from ..sparsity import compress, prune
 
     m, k, n = _gemm_shape(args)
     lnc = args.lnc if args.lnc is not None else default_lnc()
     where = "one NeuronCore" if lnc == 1 else f"one logical NeuronCore (LNC={lnc})"
     # Optional dependencies are checked before any work (not after a long emulation).
     if args.plot:
-        from .plot import _pyplot
+        from ..plot import _pyplot
 
         _pyplot()
     if args.trace:
-        from ._perfetto import require_for
+        from .._perfetto import require_for
 
         require_for(args.trace)
     rep = estimate_gemm(
@@ -457,7 +459,7 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         rep.save_trace(args.trace)
         say(f"trace written to {args.trace} (open it at https://ui.perfetto.dev)")
     if args.plot:
-        from .plot import roofline
+        from ..plot import roofline
 
         roofline(
             m, k, n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
@@ -514,7 +516,7 @@ def _dim(name: str):
 def _tensor_engine_formats() -> tuple[str, ...]:
     """The formats the tensor engine accepts, as the core answers (OCP fp8_e4m3fn is refused by
     Trainium2's engine, so `gemm --dtype` does not offer it)."""
-    from .engine import estimate_gemm
+    from ..engine import estimate_gemm
 
     ok = []
     for f in FORMATS:
@@ -529,7 +531,7 @@ def _tensor_engine_formats() -> tuple[str, ...]:
 def _format(text: str) -> str:
     """A format as users write it (``bfloat16``, ``float8_e5m2``, ``torch.float16``): its
     trn2core name, which argparse's ``choices`` then checks."""
-    from .dtypes import format_name
+    from ..dtypes import format_name
 
     try:
         return format_name(text, "dtype")
@@ -539,7 +541,7 @@ def _format(text: str) -> str:
 
 def _plot_path(text: str) -> str:
     """``--plot``: a path ending in .png, .svg or .pdf (checked before any work is done)."""
-    from .plot import check_plot_path
+    from ..plot import check_plot_path
 
     try:
         return check_plot_path(text, "PNG")

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from .errors import Trn2ValueError
+from ..errors import Trn2ValueError
 
 __all__ = ["add_commands", "demo_nki", "parse_shape"]
 
@@ -45,7 +45,7 @@ def _value(text: str):
 
 
 def _random_input(shape, dtype_name: str, rng: np.random.Generator) -> np.ndarray:
-    from .nki import _dtypes as D
+    from ..nki import _dtypes as D
 
     dt = D.as_dtype(dtype_name, "--shapes")
     if D.is_float(dt):
@@ -66,8 +66,8 @@ def _summary(x) -> str:
 
 
 def cmd_nki_run(args: argparse.Namespace) -> int:
-    from . import nki
-    from .nki._examples import load_file
+    from .. import nki
+    from ..nki._examples import load_file
 
     path, _, name = args.kernel.rpartition("::")
     if not path or not name:
@@ -139,8 +139,8 @@ def demo_nki(out=sys.stdout, traces: list | None = None) -> None:
     the timeline's bottleneck moves from the DMA queues to the tensor engine."""
     import ml_dtypes
 
-    from . import gemm, nki
-    from .nki._examples import load
+    from .. import gemm, nki
+    from ..nki._examples import load
 
     def p(*a):
         print(*a, file=out)
