@@ -53,6 +53,9 @@ def test_name_lists_come_from_the_core():
 
     assert REDUCE_CMDS == tuple(names["reduce_cmds"])
     assert set(isa.reduce_cmd.__members__) == set(REDUCE_CMDS)
+    from trn2core import workload
+
+    assert workload.PRESETS == tuple(names["model_presets"])
 
 
 class _Counting:

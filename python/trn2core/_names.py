@@ -44,3 +44,5 @@ ENGINES: tuple[str, ...] = _ALL["engines"]
 OPCODES: tuple[str, ...] = _ALL["opcodes"]
 #: Accumulator-register commands (``reduce_cmd=``).
 REDUCE_CMDS: tuple[str, ...] = _ALL["reduce_cmds"]
+#: Whole-model presets (``workload.Model(name)``).
+MODEL_PRESETS: tuple[str, ...] = _ALL["model_presets"]

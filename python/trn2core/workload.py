@@ -24,21 +24,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _core, _validate
+from ._names import MODEL_PRESETS
 from .errors import Trn2ValueError
 
 __all__ = ["PRESETS", "Inference", "Model", "StepReport"]
 
-#: The preset names (``Model(name)``), as the core knows them.
-PRESETS: tuple[str, ...] = (
-    "llama-3.1-8b",
-    "llama-3.3-70b",
-    "llama-3.1-405b",
-    "qwen3-32b",
-    "qwen3-30b-a3b",
-    "deepseek-v3",
-    "llama-4-scout",
-    "llama-4-maverick",
-)
+#: The preset names (``Model(name)``), read from the core.
+PRESETS: tuple[str, ...] = MODEL_PRESETS
 
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
 

@@ -37,6 +37,7 @@ pub fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("engines", Engine::NAMES.to_vec())?;
     d.set_item("opcodes", Opcode::NAMES.to_vec())?;
     d.set_item("reduce_cmds", ReduceCmd::NAMES.to_vec())?;
+    d.set_item("model_presets", trn2core::workload::PRESETS.to_vec())?;
     Ok(d)
 }
 

@@ -184,14 +184,8 @@ impl Machine {
         tile: PeTile,
     ) -> Result<Vec<f32>> {
         check_bank(bank)?;
-        let shape = engine::validate_matmul(
-            stationary.shape,
-            stationary.format,
-            moving.shape,
-            moving.format,
-            perf_mode,
-            tile,
-        )?;
+        let (s, m) = (stationary, moving);
+        let shape = engine::validate_matmul(s.shape, s.format, m.shape, m.format, perf_mode, tile)?;
         let p0 = tile.position.1;
         if p0 + shape.m > PSUM_PARTITIONS {
             return Err(Error::shape(

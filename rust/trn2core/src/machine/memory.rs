@@ -615,20 +615,8 @@ impl Memories {
                 mem.bytes_mut()[o..o + bytes as usize].fill(0xFF);
             }
         }
-        self.tensors[slot as usize] = Some(TensorInfo {
-            name: name.to_string(),
-            space,
-            dtype,
-            shape: shape.to_vec(),
-            start_partition,
-            partitions: p as u32,
-            address,
-            bytes,
-            generation: self.generations[slot as usize],
-            hbm: None,
-            hbm_init: InitMap::default(),
-            fully_written: false,
-        });
+        let place = (start_partition, p as u32, address, bytes);
+        self.put_on_chip(slot, name, space, dtype, shape, place);
         Ok(self.id(slot))
     }
 
@@ -644,21 +632,37 @@ impl Memories {
             }
         };
         let slot = self.new_slot();
+        let shape = [partitions, bytes as usize];
+        let place = (0, partitions as u32, 0, bytes);
+        self.put_on_chip(slot, name, space, Dtype::Uint8, &shape, place);
+        Ok(self.id(slot))
+    }
+
+    /// Fills tensor slot `slot` with an SBUF/PSUM tensor at `(start partition, partitions,
+    /// byte address, bytes per partition)`.
+    fn put_on_chip(
+        &mut self,
+        slot: u32,
+        name: &str,
+        space: Space,
+        dtype: Dtype,
+        shape: &[usize],
+        (start_partition, partitions, address, bytes): (u32, u32, u64, u64),
+    ) {
         self.tensors[slot as usize] = Some(TensorInfo {
             name: name.to_string(),
             space,
-            dtype: Dtype::Uint8,
-            shape: vec![partitions, bytes as usize],
-            start_partition: 0,
-            partitions: partitions as u32,
-            address: 0,
+            dtype,
+            shape: shape.to_vec(),
+            start_partition,
+            partitions,
+            address,
             bytes,
             generation: self.generations[slot as usize],
             hbm: None,
             hbm_init: InitMap::default(),
             fully_written: false,
         });
-        Ok(self.id(slot))
     }
 
     #[allow(clippy::too_many_arguments)]
