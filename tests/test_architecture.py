@@ -58,6 +58,26 @@ def test_name_lists_come_from_the_core():
     assert workload.PRESETS == tuple(names["model_presets"])
 
 
+def test_every_dtype_map_is_built_from_the_cores_element_type_table():
+    from trn2core import dtypes
+    from trn2core.machine import MACHINE_DTYPES
+    from trn2core.nki import _dtypes as nki_dtypes
+
+    table = _core.element_types()
+    assert tuple(row[0] for row in table if row[4]) == t.FORMATS  # formats first, in order
+    assert tuple(dtypes.FORMAT_DTYPES) == t.FORMATS
+    assert set(dtypes.MACHINE_NP_DTYPES) == set(MACHINE_DTYPES)
+    for name, numpy, bits, kind, is_format, on_chip in table:
+        dt = np.dtype(numpy)
+        assert dt.itemsize * 8 == bits, name
+        assert (kind == "float") == (dt.kind in "fV" or "float" in dt.name), name
+        if is_format:
+            assert dtypes.FORMAT_DTYPES[name] == dt
+        if on_chip:
+            assert dtypes.MACHINE_NP_DTYPES[name] == dt == nki_dtypes.HOST_DTYPE[name]
+    assert "fp8_e4m3fn" in dtypes.FORMAT_DTYPES and "fp8_e4m3fn" not in MACHINE_DTYPES
+
+
 class _Counting:
     """Stands for ``_core`` in one facade module and counts the calls into it."""
 

@@ -12,6 +12,9 @@ FORMATS: tuple[str, ...] = _ALL["formats"]
 #: Other names users write for a format (numpy / ml_dtypes / JAX / PyTorch spellings) -> the
 #: format (``Format::ALIASES`` in the core).
 FORMAT_ALIASES: dict[str, str] = dict(_core.format_aliases())
+#: The core's table of element types: ``(name, numpy dtype, bits, kind, is a format, is a
+#: machine dtype)``, formats first in ``FORMATS`` order.
+ELEMENT_TYPES: tuple[tuple[str, str, int, str, bool, bool], ...] = tuple(_core.element_types())
 #: Rounding modes (``trn2core.ROUNDING_MODES``).
 ROUNDING_MODES: tuple[str, ...] = _ALL["rounding_modes"]
 #: ``perf_mode`` values of the tensor engine.

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import ml_dtypes
+import ml_dtypes  # noqa: F401  (registers bfloat16, float8_* with numpy)
 import numpy as np
 
 from . import _validate
-from ._names import FORMAT_ALIASES, FORMATS
+from ._names import ELEMENT_TYPES, FORMAT_ALIASES, FORMATS
 from .errors import FormatError, Trn2ValueError
 
-#: numpy dtype of ``quantize``'s output for each format (contract section 1).
+#: numpy dtype of ``quantize``'s output for each format (contract section 1), from the core's
+#: one table of element types (``ml_dtypes`` registers the names of its dtypes with numpy).
 FORMAT_DTYPES: dict[str, np.dtype] = {
-    "fp32": np.dtype(np.float32),
-    "tf32": np.dtype(np.float32),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "fp16": np.dtype(np.float16),
-    "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
-    "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "fp8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
-    "fp8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    name: np.dtype(numpy) for name, numpy, _, _, is_format, _ in ELEMENT_TYPES if is_format
+}
+#: numpy dtype holding each element type of the machine's memories (tf32 in float32).
+MACHINE_NP_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(numpy) for name, numpy, _, _, _, on_chip in ELEMENT_TYPES if on_chip
 }
 
 assert tuple(FORMAT_DTYPES) == FORMATS, "FORMAT_DTYPES must follow the core's format list"

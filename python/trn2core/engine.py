@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from . import _core, _names, _validate
-from .dtypes import FORMAT_DTYPES, format_name
+from .dtypes import _FORMAT_OF_DTYPE, FORMAT_DTYPES, format_name
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import (
     CapacityError,
@@ -41,11 +41,6 @@ __all__ = ["NeuronCore", "GemmResult", "gemm", "estimate_gemm", "PERF_MODES"]
 
 PERF_MODES = _names.PERF_MODES
 
-_FORMAT_OF_DTYPE = {
-    FORMAT_DTYPES[f]: f
-    for f in ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e3m4", "fp8_e4m3fn")
-}
-
 
 def _tile(x):
     """The tile of a Tile or of an Allocation with one."""
@@ -63,7 +58,7 @@ def _tile(x):
 def _format_of(x: np.ndarray, arg: str, declared: str | None = None) -> str:
     """The engine format of an array: from its dtype, or ``declared`` ("tf32" for a float32
     container holding tf32 values)."""
-    fmt = _FORMAT_OF_DTYPE.get(x.dtype)
+    fmt = _FORMAT_OF_DTYPE.get(x.dtype.newbyteorder("="))
     if declared is not None:
         declared = format_name(declared, arg)
         want = FORMAT_DTYPES[declared]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import _core, _names
-from .dtypes import FORMAT_DTYPES, format_name
+from .dtypes import FORMAT_DTYPES, MACHINE_NP_DTYPES, format_name
 from .errors import FormatError
 from .report import TimingReport, _fmt_seconds, _Trace, count, plain
 
@@ -49,15 +49,7 @@ ENGINES: tuple[str, ...] = _names.ENGINES
 #: The instructions the timeline counts.
 OPCODES: tuple[str, ...] = _names.OPCODES
 
-_NP_OF = {
-    "uint8": np.dtype(np.uint8),
-    "int8": np.dtype(np.int8),
-    "uint16": np.dtype(np.uint16),
-    "int16": np.dtype(np.int16),
-    "uint32": np.dtype(np.uint32),
-    "int32": np.dtype(np.int32),
-    **{k: v for k, v in FORMAT_DTYPES.items() if k != "fp8_e4m3fn"},
-}
+_NP_OF = MACHINE_NP_DTYPES
 _NAME_OF = {v: k for k, v in _NP_OF.items() if k != "tf32"}
 _NAME_OF[np.dtype(np.bool_)] = "uint8"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..dtypes import MACHINE_NP_DTYPES
 from ..errors import FormatError
 
 bool_ = np.dtype(np.bool_)
@@ -34,29 +35,19 @@ float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 float8_e3m4 = np.dtype(ml_dtypes.float8_e3m4)
 tfloat32 = np.dtype("V4")
 
-#: numpy dtype -> the machine's dtype name.
+#: numpy dtype -> the machine's dtype name (from the core's table of element types; NKI's
+#: tfloat32 is its own 4-byte dtype, and bool_ is held as uint8).
 MACHINE_NAME: dict[np.dtype, str] = {
-    bool_: "uint8",
-    int8: "int8",
-    int16: "int16",
-    int32: "int32",
-    uint8: "uint8",
-    uint16: "uint16",
-    uint32: "uint32",
-    float16: "fp16",
-    float32: "fp32",
-    bfloat16: "bf16",
-    float8_e4m3: "fp8_e4m3",
-    float8_e5m2: "fp8_e5m2",
-    float8_e3m4: "fp8_e3m4",
-    tfloat32: "tf32",
+    dt: name for name, dt in MACHINE_NP_DTYPES.items() if name != "tf32"
 }
+MACHINE_NAME[tfloat32] = "tf32"
+MACHINE_NAME[bool_] = "uint8"
 
 #: The machine's dtype name -> the NKI dtype of a tensor of it.
 NKI_DTYPE: dict[str, np.dtype] = {v: k for k, v in MACHINE_NAME.items() if k != bool_}
 
 #: numpy dtype of host arrays holding a machine dtype (tf32 in float32 containers).
-HOST_DTYPE: dict[str, np.dtype] = {**NKI_DTYPE, "tf32": float32}
+HOST_DTYPE: dict[str, np.dtype] = dict(MACHINE_NP_DTYPES)
 
 _FLOAT_RANK = {
     float8_e4m3: 1,

@@ -41,6 +41,19 @@ pub fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// `[(name, numpy dtype, bits, kind, is a format, is a machine dtype)]`: the core's one table of
+/// element types (`trn2core::dtype::ELEMENT_TYPES`), in its order.
+#[pyfunction]
+pub fn element_types() -> Vec<(&'static str, &'static str, u32, &'static str, bool, bool)> {
+    trn2core::dtype::ELEMENT_TYPES
+        .iter()
+        .map(|t| {
+            let (f, m) = (t.format.is_some(), t.machine.is_some());
+            (t.name, t.numpy, t.bits, t.kind.name(), f, m)
+        })
+        .collect()
+}
+
 /// `[(alias, format name)]`: the other names users write for a format (numpy / ml_dtypes /
 /// JAX / PyTorch spellings), from [`Format::ALIASES`].
 #[pyfunction]

@@ -12,6 +12,9 @@
 //! - [`numerics`]: the number formats (FP8 e4m3/e5m2/e3m4/e4m3fn with configurable exponent bias,
 //!   BF16, FP16, TF32, FP32), the six rounding modes including stochastic rounding, the
 //!   counter-based random generator, and fast vectorised encode/decode kernels.
+//! - [`dtype`]: the one table of element types (name, bits, kind, numpy dtype, format, machine
+//!   type); `numerics::Format` and `machine::Dtype` each name part of it (a test keeps them in
+//!   agreement), and Python builds its dtype maps from it.
 //! - [`error`]: the one [`Error`] type.
 //! - [`memory`]: HBM stacks, SBUF and PSUM as capacities (`CapacityError` before anything is
 //!   reserved); a chip shares each HBM stack between two cores.
@@ -21,7 +24,7 @@
 //! - [`sparsity`]: N:M pruning, compressed layouts, PyTorch's CUTLASS layout.
 //! - [`dma`]: the inline-compression codecs and their checksummed stream; [`dma::cost`]: DMA
 //!   queue timing.
-//! - [`topology`]: a physical NeuronCore with PSUM, chips and Logical NeuronCores, the torus.
+//! - [`topology`]: chips and Logical NeuronCores, the torus (one NeuronCore is [`machine`]).
 //! - [`collective`]: the five collectives as schedules, executed (bits) and costed (time).
 //! - [`perf`]: the [`perf::Report`] every cost model returns, and its trace.
 //! - [`machine`]: the whole NeuronCore (issue 14): SBUF/PSUM as byte memories, the four
@@ -38,6 +41,7 @@ pub mod names;
 pub mod cancel;
 pub mod collective;
 pub mod dma;
+pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod host;

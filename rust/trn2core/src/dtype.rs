@@ -1,0 +1,153 @@
+//! The one table of element types: every type trn2core names, with its bits, its kind, the
+//! numpy / ml_dtypes dtype that holds it, and which of the core's views it belongs to: a
+//! number format of `numerics` ([`Format`]) and/or an element type of the machine's memories
+//! ([`MachineDtype`]). Python builds its dtype maps from this table (`_core.element_types()`),
+//! so a type is spelled once. The other names users write for a format (numpy, JAX, PyTorch
+//! spellings) are [`Format::ALIASES`].
+
+use crate::machine::Dtype as MachineDtype;
+use crate::numerics::Format;
+
+/// What kind of number an element type holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A floating-point format.
+    Float,
+    /// Two's-complement signed integers.
+    Signed,
+    /// Unsigned integers.
+    Unsigned,
+}
+
+impl Kind {
+    /// `"float"`, `"signed"` or `"unsigned"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Float => "float",
+            Kind::Signed => "signed",
+            Kind::Unsigned => "unsigned",
+        }
+    }
+}
+
+/// One element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElementType {
+    /// trn2core's name (`"bf16"`, `"int8"`).
+    pub name: &'static str,
+    /// The numpy / ml_dtypes dtype of its container (`"bfloat16"`; tf32 lives in `"float32"`).
+    pub numpy: &'static str,
+    /// Bits of the container.
+    pub bits: u32,
+    /// Float or integer.
+    pub kind: Kind,
+    /// The number format, for the float types.
+    pub format: Option<Format>,
+    /// The machine's element type, for the types SBUF, PSUM and HBM tensors hold.
+    pub machine: Option<MachineDtype>,
+}
+
+const fn float(name: &'static str, numpy: &'static str, bits: u32, f: Format) -> ElementType {
+    ElementType {
+        name,
+        numpy,
+        bits,
+        kind: Kind::Float,
+        format: Some(f),
+        machine: None,
+    }
+}
+
+const fn int(name: &'static str, bits: u32, kind: Kind, m: MachineDtype) -> ElementType {
+    ElementType {
+        name,
+        numpy: name,
+        bits,
+        kind,
+        format: None,
+        machine: Some(m),
+    }
+}
+
+const fn on_chip(mut t: ElementType, m: MachineDtype) -> ElementType {
+    t.machine = Some(m);
+    t
+}
+
+/// Every element type: the formats in [`Format::ALL`]'s order, then the integer types.
+/// `fp8_e4m3fn` (OCP E4M3) converts, but no Trainium2 engine or memory type holds it.
+pub const ELEMENT_TYPES: [ElementType; 14] = [
+    on_chip(
+        float("fp32", "float32", 32, Format::Fp32),
+        MachineDtype::Fp32,
+    ),
+    on_chip(
+        float("tf32", "float32", 32, Format::Tf32),
+        MachineDtype::Tf32,
+    ),
+    on_chip(
+        float("bf16", "bfloat16", 16, Format::Bf16),
+        MachineDtype::Bf16,
+    ),
+    on_chip(
+        float("fp16", "float16", 16, Format::Fp16),
+        MachineDtype::Fp16,
+    ),
+    on_chip(
+        float("fp8_e4m3", "float8_e4m3", 8, Format::Fp8E4m3),
+        MachineDtype::Fp8E4m3,
+    ),
+    on_chip(
+        float("fp8_e5m2", "float8_e5m2", 8, Format::Fp8E5m2),
+        MachineDtype::Fp8E5m2,
+    ),
+    on_chip(
+        float("fp8_e3m4", "float8_e3m4", 8, Format::Fp8E3m4),
+        MachineDtype::Fp8E3m4,
+    ),
+    float("fp8_e4m3fn", "float8_e4m3fn", 8, Format::Fp8E4m3fn),
+    int("uint8", 8, Kind::Unsigned, MachineDtype::Uint8),
+    int("int8", 8, Kind::Signed, MachineDtype::Int8),
+    int("uint16", 16, Kind::Unsigned, MachineDtype::Uint16),
+    int("int16", 16, Kind::Signed, MachineDtype::Int16),
+    int("uint32", 32, Kind::Unsigned, MachineDtype::Uint32),
+    int("int32", 32, Kind::Signed, MachineDtype::Int32),
+];
+
+/// The element type named `name`, if there is one.
+pub fn element_type(name: &str) -> Option<&'static ElementType> {
+    ELEMENT_TYPES.iter().find(|t| t.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_agrees_with_both_views() {
+        let formats: Vec<Format> = ELEMENT_TYPES.iter().filter_map(|t| t.format).collect();
+        assert_eq!(
+            formats,
+            Format::ALL.to_vec(),
+            "formats in Format::ALL's order, once"
+        );
+        for f in Format::ALL {
+            let t = element_type(f.name()).expect("every format has a row");
+            assert_eq!(
+                (t.format, t.bits, t.kind),
+                (Some(f), f.code_bits(), Kind::Float)
+            );
+        }
+        let machine: Vec<MachineDtype> = ELEMENT_TYPES.iter().filter_map(|t| t.machine).collect();
+        assert_eq!(machine.len(), MachineDtype::ALL.len());
+        for d in MachineDtype::ALL {
+            let t = element_type(d.name()).expect("every machine dtype has a row");
+            assert_eq!(t.machine, Some(d));
+            assert_eq!(t.bits as usize, 8 * d.size(), "{}", d.name());
+            assert_eq!(t.format, d.format(), "{}", d.name());
+            assert_eq!(t.kind == Kind::Float, !d.is_int(), "{}", d.name());
+        }
+        assert_eq!(element_type("fp8_e4m3fn").and_then(|t| t.machine), None);
+        assert!(element_type("float64").is_none());
+    }
+}
