@@ -118,8 +118,8 @@ impl PyTile {
 
     /// Elements in the tile.
     #[getter]
-    fn size(&self) -> usize {
-        self.tile.elements()
+    fn size(&self) -> u128 {
+        self.tile.elements_u128()
     }
 
     fn __len__(&self) -> usize {
