@@ -121,7 +121,11 @@ class NeuronCore:
         seed = _validate.integer(seed, "seed", lo=0, hi=_validate.U64_MAX)
         self.memory = CoreMemory(index, hbm)
         self._index = index
-        self._m = _core.Machine(uninitialized, rounding, seed)
+        self._m = _core.Machine(
+            _validate.text(uninitialized, "uninitialized", cls=FormatError),
+            _validate.text(rounding, "rounding", cls=FormatError),
+            seed,
+        )
         #: The Vector engine (DVE).
         self.vector = VectorEngine(self._m)
         #: The Scalar engine (ACT).
@@ -138,9 +142,7 @@ class NeuronCore:
         if name is None:
             self._names += 1
             return f"t{self._names}"
-        if not isinstance(name, str):
-            raise Trn2ValueError(f"name: expected a str, got {type(name).__name__}")
-        return name
+        return _validate.text(name, "name")
 
     def tile(self, shape, dtype, *, space: str = "sbuf", name=None, start_partition: int = 0,
              address=None):  # fmt: skip
@@ -149,6 +151,10 @@ class NeuronCore:
         returns its tile. ``CapacityError`` when it does not fit (SBUF: 212,984 B usable per
         partition; PSUM: 16 KiB in banks of 2 KiB)."""
         shape = _validate.shape(shape, "shape")
+        space = _validate.text(space, "space")
+        start_partition = _validate.integer(start_partition, "start_partition", lo=0, hi=2**32 - 1)
+        if address is not None:
+            address = _validate.integer(address, "address", lo=0, hi=_validate.U64_MAX)
         return self._m.alloc(
             list(shape), dtype_name(dtype), space, self._name(name), start_partition, address
         )
