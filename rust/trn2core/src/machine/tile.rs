@@ -216,12 +216,16 @@ impl Index {
                 let (lo, hi) = if step > 0 { (0, size) } else { (-1, size - 1) };
                 let b = start.map_or(if step > 0 { 0 } else { size - 1 }, |v| norm(v, lo, hi));
                 let e = stop.map_or(if step > 0 { size } else { -1 }, |v| norm(v, lo, hi));
+                // In 128 bits: a step near i64::MAX (or i64::MIN, whose negation overflows)
+                // wrapped the count.
+                let (b1, e1, st) = (b as i128, e as i128, step as i128);
                 let count = if step > 0 {
-                    ((e - b).max(0) + step - 1) / step
+                    ((e1 - b1).max(0) + st - 1) / st
                 } else {
-                    ((b - e).max(0) + (-step) - 1) / (-step)
+                    ((b1 - e1).max(0) - st - 1) / -st
                 };
-                Ok((b, count, step, false))
+                // At most the axis's size.
+                Ok((b, count as i64, step, false))
             }
         }
     }

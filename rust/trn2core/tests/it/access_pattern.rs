@@ -30,7 +30,9 @@ struct View {
 
 impl View {
     fn elements(&self) -> i128 {
-        self.rows * self.dims.iter().map(|d| d.0).product::<i128>()
+        self.dims
+            .iter()
+            .fold(self.rows, |n, d| n.saturating_mul(d.0))
     }
 
     /// Lowest and one-past-highest byte reached.
@@ -122,7 +124,7 @@ fn model(v: &View, op: &Op) -> Option<View> {
             w.row_step = *step as i128;
         }
         Op::Reshape(shape) => {
-            let n: i128 = v.dims.iter().map(|d| d.0).product();
+            let n = v.dims.iter().fold(1i128, |n, d| n.saturating_mul(d.0));
             let m = shape
                 .iter()
                 .try_fold(1i128, |a, &s| a.checked_mul(s as i128));
@@ -134,7 +136,7 @@ fn model(v: &View, op: &Op) -> Option<View> {
                 if s > 1 && st != inner {
                     contiguous = false;
                 }
-                inner *= s;
+                inner = inner.saturating_mul(s);
             }
             if shape.is_empty() || shape.len() > 4 || m != Some(n) || !contiguous {
                 return None;
@@ -143,7 +145,7 @@ fn model(v: &View, op: &Op) -> Option<View> {
             let mut stride = 1i128;
             for &s in shape.iter().rev() {
                 dims.push((s as i128, stride));
-                stride *= s as i128;
+                stride = stride.saturating_mul(s as i128);
             }
             dims.reverse();
             w.dims = dims;
