@@ -6,6 +6,7 @@
 //! returns, element by element, the values the model addresses.
 
 use proptest::prelude::*;
+use trn2core::machine::tile::Index;
 use trn2core::machine::{Dtype, Machine, MachineConfig, Tile};
 use trn2core::memory::Space;
 use trn2core::Error;
@@ -298,6 +299,17 @@ fn access_patterns_at_the_64_bit_limits() {
     ] {
         check(hbm, &ops).expect("matches the model");
     }
+    // Slice steps at the i64 limits select one element (their counts wrapped before).
+    let (_, s, _) = setup(false);
+    let r = |step| Index::Range {
+        start: None,
+        stop: None,
+        step,
+    };
+    let first = s.slice(&[Index::ALL, r(i64::MAX)]).expect("first element");
+    assert_eq!((first.shape[0], first.offset), (1, 0));
+    let last = s.slice(&[Index::ALL, r(i64::MIN)]).expect("last element");
+    assert_eq!((last.shape[0], last.offset), (1, 60));
     // A wrapping product must not pass for the 64 elements of the HBM tensor.
     let (_, h, _) = setup(true);
     let h = h.reshape_free(&[64]).err();
