@@ -61,8 +61,10 @@ CALLS = {
     "op None": ("c.vector.tensor_tensor(a, a, a, op=None)", "Trn2ValueError"),
     "reverse0 yes": ("c.vector.tensor_scalar(a, a, 'add', 1.0, reverse0='yes')", "Trn2ValueError"),
     "memset str": ("c.vector.memset(a, 'x')", "Trn2ValueError"),
-    "axes -1": ("d = c.tile((128, 1), 'fp32'); c.vector.tensor_reduce(d, 'add', a, axes=-1)",
-                "ShapeError"),  # fmt: skip
+    "axes -1": (
+        "d = c.tile((128, 1), 'fp32'); c.vector.tensor_reduce(d, 'add', a, axes=-1)",
+        "ShapeError",
+    ),  # fmt: skip
     "iota pattern str": ("c.gpsimd.iota(c.tile((1, 4), 'int32'), 'ab')", "Trn2ValueError"),
     "dma queue -1": ("c.dma.copy(c.tile((8, 8), 'fp32'), h, queue=-1)", "Trn2ValueError"),
     "dma queue True": ("c.dma.copy(c.tile((8, 8), 'fp32'), h, queue=True)", "Trn2ValueError"),
@@ -178,8 +180,9 @@ METHODS = {
     ),
     "pe.matmul(is_transpose)": (
         "is_transpose",
-        lambda c, a, v: c.pe.matmul(c.tile((128, 4), "fp32", space="psum"), a, a,
-                                    is_transpose=v),  # fmt: skip
+        lambda c, a, v: c.pe.matmul(
+            c.tile((128, 4), "fp32", space="psum"), a, a, is_transpose=v
+        ),  # fmt: skip
     ),
     "dma.copy(queue)": ("queue", lambda c, a, v: c.dma.copy(a, a, queue=v)),
     "Tile.ap(pattern)": ("pattern", lambda c, a, v: a.ap(v)),
