@@ -31,6 +31,7 @@ from .machine import (
     VectorEngine,
     dtype_name,
     np_dtype_of,
+    to_machine,
 )
 from .numerics import ROUNDING_MODES, _env_seed
 from .report import Report, Result
@@ -170,7 +171,7 @@ class NeuronCore:
             return self._m.hbm_tensor(self._name(name), list(shape), dtype_name(dtype), None)
         a = _validate.array(data, "data")
         dt = dtype_name(a.dtype if dtype is None else dtype, "dtype")
-        packed = np.ascontiguousarray(a.astype(np_dtype_of(dt), copy=False))
+        packed = np.ascontiguousarray(to_machine(a, dt))
         shape = list(packed.shape) or [1]
         return self._m.hbm_tensor(self._name(name), shape, dt, packed.reshape(-1).view(np.uint8))
 
@@ -185,7 +186,7 @@ class NeuronCore:
         into ``tile``, outside any instruction (how inputs reach SBUF without a DMA)."""
         t = _tile(tile)
         a = _validate.array(data, "data")
-        packed = np.ascontiguousarray(a.astype(np_dtype_of(t.dtype), copy=False)).reshape(-1)
+        packed = np.ascontiguousarray(to_machine(a, t.dtype)).reshape(-1)
         self._m.write(t, packed.view(np.uint8))
 
     def run(self, *, trace_limit: int = 1_000_000) -> KernelReport:

@@ -67,6 +67,29 @@ def np_dtype_of(dtype: str) -> np.dtype:
     return _NP_OF[dtype]
 
 
+def to_machine(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` converted to machine ``dtype`` by the machine's rules, rounding once: floats are
+    rounded from their exact value (float64 included, not through float32 first) by the core's
+    encoder to nearest even, as ``quantize`` and the engines round; integers get the engines'
+    integer rule (nearest even, NaN to 0, saturated to the type's range), not numpy's casts
+    (which wrap 300 to 44 in int8). An array already of the dtype keeps its bits."""
+    want = np_dtype_of(dtype)
+    if a.dtype == want:  # its own bits (tf32 in a float32 container too)
+        return a
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8)
+    if dtype in FORMAT_DTYPES:
+        from .numerics import quantize
+
+        return quantize(a, dtype)
+    info = np.iinfo(want)
+    if a.dtype.kind in "iu":
+        src = np.iinfo(a.dtype)
+        return np.clip(a, max(info.min, src.min), min(info.max, src.max)).astype(want)
+    v = np.rint(a.astype(np.float64))
+    return np.nan_to_num(np.clip(v, info.min, info.max), nan=0.0).astype(want)
+
+
 def dtype_name(dtype: Any, arg: str = "dtype") -> str:
     """A machine dtype name from a name, a format however written (``"bfloat16"``,
     ``ml_dtypes.float8_e5m2``, ``torch.float16``: ``trn2core.dtypes.format_name``) or a numpy

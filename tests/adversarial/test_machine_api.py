@@ -217,3 +217,34 @@ def test_every_machine_method_names_a_hostile_argument(method, value):
     except BaseException as e:  # noqa: BLE001 - anything else breaks the contract
         pytest.fail(f"{method} with {value!r}: {type(e).__name__}: {e}")
     assert (arg, value) in LEGAL, f"{method} accepted {value!r}"
+
+
+@pytest.mark.parametrize("how", ["write", "hbm_tensor"])
+def test_host_data_is_converted_once_by_the_machines_rules(how):
+    c = t.NeuronCore()
+
+    def put(data, dtype):
+        data = np.asarray(data)
+        if how == "hbm_tensor":
+            return c.read(c.hbm_tensor(data, dtype=dtype))
+        tile = c.tile((1, data.size), dtype)
+        c.write(tile, data.reshape(1, -1))
+        return c.read(tile).reshape(-1)
+
+    # Rounded once from float64 (through float32 it was 1.0, a double rounding).
+    assert put([1 + 2**-8 + 2**-30], "bf16").astype(np.float64).tolist() == [1.0078125]
+    assert (
+        put([1 + 2**-8 + 2**-30], "bf16").tolist()
+        == t.quantize(np.array([1 + 2**-8 + 2**-30]), "bf16").tolist()
+    )
+    # Integers saturate, round to nearest even and take NaN to 0, as tensor_copy does (numpy's
+    # cast gave [44, 0, ...]).
+    got = put([300.0, -1e10, np.nan, 2.5, -3.5], "int8")
+    assert got.tolist() == [127, -128, 0, 2, -4]
+    src = c.tile((1, 5), "fp32")
+    c.write(src, np.array([[300.0, -1e10, np.nan, 2.5, -3.5]], np.float32))
+    dst = c.tile((1, 5), "int8")
+    c.vector.tensor_copy(dst, src)
+    assert c.read(dst).reshape(-1).tolist() == got.tolist()
+    assert put(np.array([300, -129, 5], np.int64), "int8").tolist() == [127, -128, 5]
+    assert put(np.array([2**63 + 5], np.uint64), "uint32").tolist() == [2**32 - 1]
