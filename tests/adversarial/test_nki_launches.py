@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from ._probe import _child_setup, probe
@@ -32,12 +33,27 @@ def test_threads_launch_kernels_each_on_its_own_core():
     r = probe(
         KERNEL
         + """
+import sys
+sys.setswitchinterval(1e-6)  # threads interleave inside launches, as under load
+
+@tn.jit
+def chain(x, y):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.load(x)
+    for _ in range(32):
+        zero = nl.zeros(x.shape, dtype=x.dtype)  # allocated on the running core
+        acc = acc + nl.load(y) + zero
+    nl.store(out, value=acc)
+    return out
+
 failures = []
+start = threading.Barrier(4)
 def work(k):
+    start.wait()
     for i in range(8):
         try:
-            got = add(x, np.full_like(x, k * 8 + i))
-            assert np.array_equal(got, x + (k * 8 + i)), "wrong values"
+            got = chain(x, np.full_like(x, k * 8 + i))
+            assert np.array_equal(got, x + 32 * (k * 8 + i)), "wrong values"
         except BaseException as e:
             failures.append(f"{type(e).__name__}: {e}")
 threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
@@ -107,6 +123,9 @@ one[10**6, 10**6](x)
         text=True,
         preexec_fn=_child_setup,
     )
+    # A launch that builds its grid first never prints: the timer ends it, the test fails.
+    timer = threading.Timer(30, p.kill)
+    timer.start()
     try:
         assert p.stdout is not None
         # The first program runs at once (no 10**12 tuples built first).
@@ -117,6 +136,7 @@ one[10**6, 10**6](x)
         assert time.monotonic() - t0 < 5
         assert "KeyboardInterrupt" in err, err[-2000:]
     finally:
+        timer.cancel()
         if p.poll() is None:
             p.kill()
             p.wait()
