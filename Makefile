@@ -76,7 +76,7 @@ test-python: $(STAMPS)/build ## pytest against the installed wheel (and that whe
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
 # nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := dma_stream collective_schedule
+FUZZ_TARGETS := dma_stream collective_schedule access_pattern
 
 .PHONY: fuzz fuzz-adversarial fuzz-libfuzzer
 fuzz: $(STAMPS)/build ## Fuzz for longer: proptest, hypothesis, the slow adversarial probes, libFuzzer targets
@@ -87,7 +87,7 @@ fuzz: $(STAMPS)/build ## Fuzz for longer: proptest, hypothesis, the slow adversa
 fuzz-adversarial: $(STAMPS)/build ## The whole adversarial suite: fast and `slow` probes (tests/adversarial, Ctrl-C)
 	time $(PY) -m pytest -q -m "slow or not slow" tests/adversarial tests/test_interrupts.py
 
-fuzz-libfuzzer: ## cargo-fuzz (libFuzzer) on the stream decoder and the collective schedule builder
+fuzz-libfuzzer: ## cargo-fuzz (libFuzzer): stream decoder, collective schedule builder, access patterns
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 	@mkdir -p fuzz/corpus
 	cd fuzz && for t in $(FUZZ_TARGETS); do \

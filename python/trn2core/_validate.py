@@ -33,6 +33,8 @@ __all__ = [
     "name",
     "integer",
     "boolean",
+    "text",
+    "number",
     "array",
     "shape",
     "pair",
@@ -45,6 +47,8 @@ __all__ = [
 
 #: Largest dimension or count accepted anywhere (u64 in the core).
 U64_MAX = 2**64 - 1
+#: The range of a signed 64-bit offset or stride in the core.
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 
 def human_bytes(n: int, *, exact: bool = True) -> str:
@@ -114,6 +118,31 @@ def boolean(value: object, arg: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise Trn2ValueError(f"{arg}: expected True or False, got {_show(value)}")
     return bool(value)
+
+
+def text(value: object, arg: str, *, cls: type[Trn2Error] = Trn2ValueError) -> str:
+    """``value`` if it is a ``str`` the core can read (UTF-8: no lone surrogates), else ``cls``
+    (never a ``TypeError`` or ``UnicodeEncodeError`` from the binding)."""
+    if not isinstance(value, str):
+        raise cls(f"{arg}: expected a str, got {_show(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise cls(f"{arg}: {value!r} is not valid text (a lone surrogate)") from None
+    return value
+
+
+def number(value: object, arg: str) -> float:
+    """``value`` as a ``float`` if it is a real Python or numpy number (an integer of any size
+    or a float, NaN and infinities included; not ``bool``, not a string), else
+    ``Trn2ValueError``."""
+    ok = isinstance(value, (int, float, np.integer, np.floating))
+    if isinstance(value, (bool, np.bool_)) or not ok:
+        raise Trn2ValueError(f"{arg}: expected a number, got {_show(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise Trn2ValueError(f"{arg}: {value} is beyond the float64 range") from None
 
 
 def array(x: object, arg: str, *, complex_ok: bool = False) -> np.ndarray:

@@ -32,6 +32,7 @@ from .machine import (
     VectorEngine,
     dtype_name,
     np_dtype_of,
+    to_machine,
 )
 from .numerics import ROUNDING_MODES, _check_seed, _env_seed
 from .report import Report, Result
@@ -121,7 +122,11 @@ class NeuronCore:
         self.seed = seed
         self.memory = CoreMemory(index, hbm)
         self._index = index
-        self._m = _core.Machine(uninitialized, rounding, seed)
+        self._m = _core.Machine(
+            _validate.text(uninitialized, "uninitialized", cls=FormatError),
+            _validate.text(rounding, "rounding", cls=FormatError),
+            seed,
+        )
         #: The Vector engine (DVE).
         self.vector = VectorEngine(self._m)
         #: The Scalar engine (ACT).
@@ -138,9 +143,7 @@ class NeuronCore:
         if name is None:
             self._names += 1
             return f"t{self._names}"
-        if not isinstance(name, str):
-            raise Trn2ValueError(f"name: expected a str, got {type(name).__name__}")
-        return name
+        return _validate.text(name, "name")
 
     def tile(self, shape, dtype, *, space: str = "sbuf", name=None, start_partition: int = 0,
              address=None):  # fmt: skip
@@ -149,6 +152,10 @@ class NeuronCore:
         returns its tile. ``CapacityError`` when it does not fit (SBUF: 212,984 B usable per
         partition; PSUM: 16 KiB in banks of 2 KiB)."""
         shape = _validate.shape(shape, "shape")
+        space = _validate.text(space, "space")
+        start_partition = _validate.integer(start_partition, "start_partition", lo=0, hi=2**32 - 1)
+        if address is not None:
+            address = _validate.integer(address, "address", lo=0, hi=_validate.U64_MAX)
         return self._m.alloc(
             list(shape), dtype_name(dtype), space, self._name(name), start_partition, address
         )
@@ -164,7 +171,7 @@ class NeuronCore:
             return self._m.hbm_tensor(self._name(name), list(shape), dtype_name(dtype), None)
         a = _validate.array(data, "data")
         dt = dtype_name(a.dtype if dtype is None else dtype, "dtype")
-        packed = np.ascontiguousarray(a.astype(np_dtype_of(dt), copy=False))
+        packed = np.ascontiguousarray(to_machine(a, dt))
         shape = list(packed.shape) or [1]
         return self._m.hbm_tensor(self._name(name), shape, dt, packed.reshape(-1).view(np.uint8))
 
@@ -179,7 +186,7 @@ class NeuronCore:
         into ``tile``, outside any instruction (how inputs reach SBUF without a DMA)."""
         t = _tile(tile)
         a = _validate.array(data, "data")
-        packed = np.ascontiguousarray(a.astype(np_dtype_of(t.dtype), copy=False)).reshape(-1)
+        packed = np.ascontiguousarray(to_machine(a, t.dtype)).reshape(-1)
         self._m.write(t, packed.view(np.uint8))
 
     def run(self, *, trace_limit: int = 1_000_000) -> KernelReport:

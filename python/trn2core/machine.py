@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _names
+from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES, MACHINE_NP_DTYPES, format_name
-from .errors import FormatError
+from .errors import FormatError, ShapeError, Trn2ValueError
 from .report import TimingReport, _fmt_seconds, _Trace, count, plain
 
 __all__ = [
@@ -59,6 +59,29 @@ def np_dtype_of(dtype: str) -> np.dtype:
     return _NP_OF[dtype]
 
 
+def to_machine(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` converted to machine ``dtype`` by the machine's rules, rounding once: floats are
+    rounded from their exact value (float64 included, not through float32 first) by the core's
+    encoder to nearest even, as ``quantize`` and the engines round; integers get the engines'
+    integer rule (nearest even, NaN to 0, saturated to the type's range), not numpy's casts
+    (which wrap 300 to 44 in int8). An array already of the dtype keeps its bits."""
+    want = np_dtype_of(dtype)
+    if a.dtype == want:  # its own bits (tf32 in a float32 container too)
+        return a
+    if a.dtype == np.bool_:
+        a = a.astype(np.uint8)
+    if dtype in FORMAT_DTYPES:
+        from .numerics import quantize
+
+        return quantize(a, dtype)
+    info = np.iinfo(want)
+    if a.dtype.kind in "iu":
+        src = np.iinfo(a.dtype)
+        return np.clip(a, max(info.min, src.min), min(info.max, src.max)).astype(want)
+    v = np.rint(a.astype(np.float64))
+    return np.nan_to_num(np.clip(v, info.min, info.max), nan=0.0).astype(want)
+
+
 def dtype_name(dtype: Any, arg: str = "dtype") -> str:
     """A machine dtype name from a name, a format however written (``"bfloat16"``,
     ``ml_dtypes.float8_e5m2``, ``torch.float16``: ``trn2core.dtypes.format_name``) or a numpy
@@ -81,6 +104,47 @@ def dtype_name(dtype: Any, arg: str = "dtype") -> str:
         ) from None
 
 
+# One check per kind of argument, before anything reaches the binding: a pyo3 conversion error
+# (TypeError, OverflowError, UnicodeEncodeError) must never reach a user (issue 28). Tiles and
+# scalar operands (a number or a [P, 1] tile) are converted by the binding, which names them;
+# names of operators, functions and commands are checked as text here and as names in the core.
+
+
+def _op(value, arg: str) -> str:
+    return _validate.text(value, arg)
+
+
+def _opt_op(value, arg: str) -> str | None:
+    return None if value is None else _validate.text(value, arg)
+
+
+def _flag(value, arg: str) -> bool:
+    return _validate.boolean(value, arg)
+
+
+def _opt_flag(value, arg: str) -> bool | None:
+    return None if value is None else _validate.boolean(value, arg)
+
+
+def _i64(value, arg: str) -> int:
+    return _validate.integer(value, arg, lo=_validate.I64_MIN, hi=_validate.I64_MAX)
+
+
+def _count(value, arg: str) -> int:
+    return _validate.integer(value, arg, lo=0, hi=_validate.U64_MAX, cls=ShapeError)
+
+
+def _queue(value) -> int | None:
+    if value is None:
+        return None
+    # Representable here (a byte in the core); the core refuses a queue it does not have.
+    return _validate.integer(value, "queue", lo=0, hi=255)
+
+
+def _pair_or_none(value, arg: str) -> tuple[int, int] | None:
+    return _validate.pair(value, arg)
+
+
 class _Engine:
     __slots__ = ("_m",)
 
@@ -95,20 +159,24 @@ class VectorEngine(_Engine):
 
     def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
         """``dst = data1 <op> data2`` element-wise."""
-        self._m.tensor_tensor("vector", dst, data1, data2, op)
+        self._m.tensor_tensor("vector", dst, data1, data2, _op(op, "op"))
 
     def tensor_scalar(
         self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False
     ) -> None:
         """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
         fp32 tiles."""
-        self._m.tensor_scalar("vector", dst, data, op0, operand0, reverse0, op1, operand1, reverse1)
+        _tensor_scalar(self._m, "vector", dst, data, op0, operand0, reverse0, op1, operand1,
+                       reverse1)  # fmt: skip
 
     def scalar_tensor_tensor(
         self, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False
     ) -> None:
         """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile."""
-        self._m.scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0, reverse1)
+        self._m.scalar_tensor_tensor(
+            dst, data, _op(op0, "op0"), operand0, _op(op1, "op1"), operand1,
+            _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
+        )  # fmt: skip
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` (bits when the dtypes agree, else through float32)."""
@@ -116,7 +184,7 @@ class VectorEngine(_Engine):
 
     def memset(self, dst, value) -> None:
         """Fills ``dst`` with ``value``."""
-        self._m.memset("vector", dst, value)
+        self._m.memset("vector", dst, _validate.number(value, "value"))
 
     def reciprocal(self, dst, data) -> None:
         """``dst = 1 / data`` (IEEE float32)."""
@@ -128,13 +196,18 @@ class VectorEngine(_Engine):
 
     def tensor_reduce(self, dst, op, data, axes: int = 1, negate: bool = False) -> None:
         """Reduces the last ``axes`` free axes of ``data`` with ``op`` into ``dst``."""
-        self._m.tensor_reduce(dst, op, data, axes, negate)
+        self._m.tensor_reduce(
+            dst, _op(op, "op"), data, _count(axes, "axes"), _flag(negate, "negate")
+        )
 
     def tensor_tensor_scan(
         self, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False
     ) -> None:
         """``dst[i] = op1(op0(data0[i], dst[i-1]), data1[i])`` from ``initial``."""
-        self._m.tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0, reverse1)
+        self._m.tensor_tensor_scan(
+            dst, data0, data1, initial, _op(op0, "op0"), _op(op1, "op1"),
+            _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
+        )  # fmt: skip
 
     def tensor_scalar_reduce(
         self,
@@ -151,8 +224,9 @@ class VectorEngine(_Engine):
     ) -> None:
         """``dst = data <op0> operand0`` and the results reduced into ``reduce_res``."""
         self._m.tensor_scalar_reduce(
-            dst, data, op0, operand0, reduce_op, reduce_res, reverse0, reduce_cmd, reduce_init,
-            negate,
+            dst, data, _op(op0, "op0"), operand0, _op(reduce_op, "reduce_op"), reduce_res,
+            _flag(reverse0, "reverse0"), _op(reduce_cmd, "reduce_cmd"), reduce_init,
+            _flag(negate, "negate"),
         )  # fmt: skip
 
     def bn_stats(self, dst, data) -> None:
@@ -166,6 +240,13 @@ class VectorEngine(_Engine):
     def transpose(self, dst, data) -> None:
         """``nc_transpose`` on the Vector engine (up to 32 x 32)."""
         self._m.nc_transpose("vector", dst, data)
+
+
+def _tensor_scalar(m, engine, dst, data, op0, operand0, reverse0, op1, operand1, reverse1):
+    m.tensor_scalar(
+        engine, dst, data, _op(op0, "op0"), operand0, _flag(reverse0, "reverse0"),
+        _opt_op(op1, "op1"), operand1, _flag(reverse1, "reverse1"),
+    )  # fmt: skip
 
 
 class ScalarEngine(_Engine):
@@ -189,16 +270,22 @@ class ScalarEngine(_Engine):
         added into the engine's per-partition registers, read out into ``reduce_res``.
         Transcendental functions follow a float64 rule, *not the chip's bits*
         (docs/machine.md)."""
-        self._m.activation(dst, func, data, bias, scale, reduce_op, reduce_res, reduce_cmd)
+        self._m.activation(
+            dst, _op(func, "func"), data, bias, scale, _opt_op(reduce_op, "reduce_op"),
+            reduce_res, _op(reduce_cmd, "reduce_cmd"),
+        )  # fmt: skip
 
     def activation_reduce(self, dst, data, func, reduce_op, reduce_res, *, scale=None, bias=None):
         """``activation`` with the sums of the results written into ``reduce_res``."""
-        self._m.activation_reduce(dst, func, data, reduce_op, reduce_res, bias, scale)
+        self._m.activation_reduce(
+            dst, _op(func, "func"), data, _op(reduce_op, "reduce_op"), reduce_res, bias, scale
+        )
 
     def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                       reverse1=False) -> None:  # fmt: skip
         """``tensor_scalar`` on the Scalar engine ((multiply, add), (multiply) or (add))."""
-        self._m.tensor_scalar("scalar", dst, data, op0, operand0, reverse0, op1, operand1, reverse1)
+        _tensor_scalar(self._m, "scalar", dst, data, op0, operand0, reverse0, op1, operand1,
+                       reverse1)  # fmt: skip
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` on the Scalar engine."""
@@ -212,23 +299,28 @@ class GpSimdEngine(_Engine):
 
     def iota(self, dst, pattern, offset: int = 0, channel_multiplier: int = 0) -> None:
         """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (int32)."""
-        self._m.iota(dst, _pattern(pattern), offset, channel_multiplier)
+        self._m.iota(
+            dst, _pattern(pattern), _i64(offset, "offset"),
+            _i64(channel_multiplier, "channel_multiplier"),
+        )  # fmt: skip
 
     def affine_select(
         self, dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op="equal", offset=0
     ) -> None:
         """``dst = cmp_op(affine, 0) ? on_true : on_false_value``."""
         self._m.affine_select(
-            dst, _pattern(pattern), channel_multiplier, on_true, on_false_value, cmp_op, offset
-        )
+            dst, _pattern(pattern), _i64(channel_multiplier, "channel_multiplier"), on_true,
+            _validate.number(on_false_value, "on_false_value"), _op(cmp_op, "cmp_op"),
+            _i64(offset, "offset"),
+        )  # fmt: skip
 
     def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
         """``tensor_tensor`` on GpSimd (native int32 arithmetic for int32 tiles)."""
-        self._m.tensor_tensor("gpsimd", dst, data1, data2, op)
+        self._m.tensor_tensor("gpsimd", dst, data1, data2, _op(op, "op"))
 
     def tensor_scalar(self, dst, data, op0, operand0=0.0, reverse0=False) -> None:
         """``tensor_scalar`` on GpSimd (``rsqrt`` only)."""
-        self._m.tensor_scalar("gpsimd", dst, data, op0, operand0, reverse0, None, None, False)
+        _tensor_scalar(self._m, "gpsimd", dst, data, op0, operand0, reverse0, None, None, False)
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` on GpSimd (SBUF only)."""
@@ -236,7 +328,7 @@ class GpSimdEngine(_Engine):
 
     def memset(self, dst, value) -> None:
         """Fills ``dst`` with ``value``."""
-        self._m.memset("gpsimd", dst, value)
+        self._m.memset("gpsimd", dst, _validate.number(value, "value"))
 
 
 class TensorEngine(_Engine):
@@ -259,8 +351,10 @@ class TensorEngine(_Engine):
         """``nc_matmul``: ``dst = stationary.T @ moving`` into fp32 PSUM; ``accumulate=None``
         accumulates exactly when ``dst`` holds a matmul's result."""
         self._m.nc_matmul(
-            dst, stationary, moving, accumulate, perf_mode, tile_position, tile_size, is_transpose
-        )
+            dst, stationary, moving, _opt_flag(accumulate, "accumulate"),
+            _op(perf_mode, "perf_mode"), _pair_or_none(tile_position, "tile_position"),
+            _pair_or_none(tile_size, "tile_size"), _flag(is_transpose, "is_transpose"),
+        )  # fmt: skip
 
     def transpose(self, dst, data) -> None:
         """``nc_transpose`` on the tensor engine (SBUF to PSUM, up to 128 x 128, bit-exact)."""
@@ -275,11 +369,20 @@ class DmaQueues(_Engine):
     def copy(self, dst, src, *, queue: int | None = None) -> None:
         """``dma_copy`` between HBM and SBUF tiles (same element count) on ``queue`` (0..15;
         ``None``: the queues in turn)."""
-        self._m.dma_copy(dst, src, queue)
+        self._m.dma_copy(dst, src, _queue(queue))
 
 
-def _pattern(pattern) -> list[tuple[int, int]]:
-    return [(int(step), int(num)) for step, num in pattern]
+def _pattern(pattern, arg: str = "pattern") -> list[tuple[int, int]]:
+    """``[[step, num], ...]``: integer steps (signed 64-bit) and counts (unsigned 64-bit)."""
+    if isinstance(pattern, (str, bytes)) or not isinstance(pattern, (list, tuple)):
+        raise Trn2ValueError(f"{arg}: expected a list of [step, num] pairs, got {pattern!r:.60}")
+    out = []
+    for pair in pattern:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise Trn2ValueError(f"{arg}: expected [step, num] pairs, got {pair!r:.60}")
+        out.append((_i64(pair[0], arg), _validate.integer(pair[1], arg, lo=0,
+                                                          hi=_validate.U64_MAX)))  # fmt: skip
+    return out
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

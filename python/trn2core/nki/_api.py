@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 
 from ..errors import CapacityError, Trn2Error, Trn2ValueError
 
@@ -29,10 +30,10 @@ def _own(filename: str) -> bool:
     return filename.startswith(_PKG) and not filename.startswith(_EXAMPLES)
 
 
-class _State:
-    """The core the running kernel program issues to (one kernel runs at a time)."""
-
-    __slots__ = ("core",)
+class _State(threading.local):
+    """The core the running kernel program issues to, per thread: each thread runs its own
+    launches on its own cores (a process-wide core made concurrent launches issue to each
+    other's machines, issue 28)."""
 
     def __init__(self) -> None:
         self.core = None

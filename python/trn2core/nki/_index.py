@@ -197,15 +197,45 @@ class Mask:
                 )
             ((v, c),) = expr.terms.items()
             lo, hi = out.get(v, (0, v.size))
-            vals = [i for i in range(lo, hi) if _CMP[op](c * i + expr.const, 0)]
-            if not vals:
-                return None
-            if vals[-1] - vals[0] + 1 != len(vals):
+            span = _solve(int(c), int(expr.const), op, lo, hi)
+            if span is _SPLIT:
                 raise NotSupportedError(
                     f"mask: {expr!r} {op} 0 selects a non-contiguous range of an index variable"
                 )
-            out[v] = (vals[0], vals[-1] + 1)
+            if span is None:
+                return None
+            out[v] = span
         return out
+
+
+_SPLIT = object()
+
+
+def _solve(c: int, k: int, op: str, lo: int, hi: int):
+    """The integers ``i`` in ``[lo, hi)`` with ``c * i + k <op> 0``, as ``(a, b)`` (``[a, b)``,
+    non-empty), ``None`` (none) or ``_SPLIT`` (two runs: ``!=`` inside the range). Arithmetic,
+    not a walk: an ``arange(10**12)`` costs what an ``arange(4)`` does (issue 28)."""
+    if c == 0:
+        return (lo, hi) if _CMP[op](k, 0) else None
+    if op in (">", ">="):  # c*i + k > 0  <=>  (-c)*i + (-k) < 0
+        c, k, op = -c, -k, "<" if op == ">" else "<="
+    if op in ("<", "<="):
+        t = -k + (1 if op == "<=" else 0)  # c*i < t
+        a, b = (lo, min(hi, -(-t // c))) if c > 0 else (max(lo, t // c + 1), hi)
+        return (a, b) if a < b else None
+    point = -k // c if -k % c == 0 else None  # the one i with c*i + k == 0
+    inside = point is not None and lo <= point < hi
+    if op == "==":
+        return (point, point + 1) if inside else None
+    if not inside:
+        return (lo, hi)
+    if hi - lo == 1:
+        return None
+    if point == lo:
+        return (lo + 1, hi)
+    if point == hi - 1:
+        return (lo, hi - 1)
+    return _SPLIT
 
 
 def arange(*args: int) -> IndexExpr:

@@ -132,6 +132,14 @@ class Core:
         self.shared_seq = 0
         self.hbm_inputs: list[NkiTensor] = []
 
+    def release(self) -> None:
+        """Drops what refers back to this core (see ``Launch._release``)."""
+        self.pending = self.pend_fn = self.pend_kind = None
+        self.hbm_inputs = []
+        self.loops = []
+        self.last_inplace = None
+        self.launch = None
+
     # ------------------------------------------------------------ allocation
     def name(self, name: str, prefix: str) -> str:
         return name or f"{prefix}{next(self.names)}"
@@ -695,7 +703,9 @@ class Launch:
         for core in self.cores:
             inputs.append(_bind(core, self.args, self.kwargs))
         grid = self.grid or ()
-        programs = list(itertools.product(*(range(g) for g in grid))) if grid else [()]
+        # Lazily: a grid of 10**12 programs must not build 10**12 tuples before the first runs
+        # (Python checks Ctrl-C between programs).
+        programs = itertools.product(*(range(g) for g in grid)) if grid else iter([()])
         result = None
         prev = STATE.core
         try:
@@ -713,21 +723,30 @@ class Launch:
                     result = out
         finally:
             STATE.core = prev
-        return self._outputs(result)
+        try:
+            return self._outputs(result)
+        finally:
+            self._release()
 
-    def _outputs(self, result):
-        def conv(x):
-            if isinstance(x, NkiTensor):
-                return self.read_output(x)
-            if isinstance(x, tuple):
-                return tuple(conv(v) for v in x)
-            if isinstance(x, list):
-                return [conv(v) for v in x]
-            if isinstance(x, dict):
-                return {k: conv(v) for k, v in x.items()}
-            return x
+    def _release(self) -> None:
+        """Breaks the launch's reference cycles (launch -> cores -> launch, core -> its tensors
+        -> core, pending closures) so its machines are freed when the launch ends, not when
+        the cyclic garbage collector next runs (each machine holds its memories: ~28 MB)."""
+        for core in self.cores:
+            core.release()
 
-        return conv(result)
+    def _outputs(self, x):
+        # A method, not a recursive closure: a closure that calls itself is a reference cycle
+        # (function -> cell -> function) that held the launch and its machines (issue 28).
+        if isinstance(x, NkiTensor):
+            return self.read_output(x)
+        if isinstance(x, tuple):
+            return tuple(self._outputs(v) for v in x)
+        if isinstance(x, list):
+            return [self._outputs(v) for v in x]
+        if isinstance(x, dict):
+            return {k: self._outputs(v) for k, v in x.items()}
+        return x
 
     def read_output(self, t: NkiTensor) -> np.ndarray:
         if t._pdim is not None:

@@ -118,8 +118,8 @@ impl PyTile {
 
     /// Elements in the tile.
     #[getter]
-    fn size(&self) -> usize {
-        self.tile.elements()
+    fn size(&self) -> u128 {
+        self.tile.elements_u128()
     }
 
     fn __len__(&self) -> usize {
@@ -133,7 +133,13 @@ impl PyTile {
     }
 
     /// The same elements with the free axes reshaped (a contiguous pattern only).
-    fn reshape_free(&self, shape: Vec<usize>) -> PyTrn2Result<PyTile> {
+    fn reshape_free(&self, shape: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {
+        let shape: Vec<usize> = shape.extract().map_err(|_| {
+            Error::shape(
+                "shape",
+                format!("expected a list of sizes (0..2**64), got {}", shown(shape)),
+            )
+        })?;
         Ok(PyTile {
             tile: self.tile.reshape_free(&shape)?,
         })
@@ -141,8 +147,31 @@ impl PyTile {
 
     /// An explicit free pattern `[(step, num), ...]` from `offset` elements past the first
     /// element (NKI's `.ap()`).
-    #[pyo3(signature = (pattern, offset = 0))]
-    fn ap(&self, pattern: Vec<(i64, u32)>, offset: i64) -> PyTrn2Result<PyTile> {
+    #[pyo3(signature = (pattern, offset = None))]
+    fn ap(
+        &self,
+        pattern: &Bound<'_, PyAny>,
+        offset: Option<&Bound<'_, PyAny>>,
+    ) -> PyTrn2Result<PyTile> {
+        let pattern: Vec<(i64, u32)> = pattern.extract().map_err(|_| {
+            Error::value(
+                "pattern",
+                format!(
+                    "expected a list of [step, num] pairs (step a signed 64-bit integer, num \
+                     1..2**32), got {}",
+                    shown(pattern)
+                ),
+            )
+        })?;
+        let offset: i64 = match offset {
+            None => 0,
+            Some(o) => no_bool(o, "offset")?.extract().map_err(|_| {
+                Error::value(
+                    "offset",
+                    format!("expected a signed 64-bit integer, got {}", shown(o)),
+                )
+            })?,
+        };
         Ok(PyTile {
             tile: self.tile.with_pattern(&pattern, offset)?,
         })
@@ -150,7 +179,19 @@ impl PyTile {
 
     /// An HBM tile whose first axis is `count` rows `step` elements apart (NKI's `.ap()` on
     /// HBM; a step of 0 repeats one row).
-    fn rows(&self, count: u32, step: i64) -> PyTrn2Result<PyTile> {
+    fn rows(&self, count: &Bound<'_, PyAny>, step: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {
+        let count: u32 = no_bool(count, "count")?.extract().map_err(|_| {
+            Error::shape(
+                "count",
+                format!("expected an integer in 1..2**32, got {}", shown(count)),
+            )
+        })?;
+        let step: i64 = no_bool(step, "step")?.extract().map_err(|_| {
+            Error::value(
+                "step",
+                format!("expected a signed 64-bit integer, got {}", shown(step)),
+            )
+        })?;
         Ok(PyTile {
             tile: self.tile.with_rows(count, step)?,
         })
@@ -178,6 +219,27 @@ impl PyTile {
 }
 
 /// The tile of a Python argument, or a `ValueError` naming it.
+/// `x` unless it is a `bool` (an integer to Python, but `True` must not silently mean 1).
+fn no_bool<'a, 'py>(x: &'a Bound<'py, PyAny>, arg: &str) -> PyTrn2Result<&'a Bound<'py, PyAny>> {
+    if x.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(Error::value(arg, "expected an integer, got a bool").into());
+    }
+    Ok(x)
+}
+
+/// A short description of a value for messages (its repr, cut; its type if that fails).
+fn shown(x: &Bound<'_, PyAny>) -> String {
+    let r = x.repr().map_or_else(
+        |_| x.get_type().name().map_or("?".into(), |n| n.to_string()),
+        |r| r.to_string(),
+    );
+    if r.chars().count() > 60 {
+        format!("{}...", r.chars().take(60).collect::<String>())
+    } else {
+        r
+    }
+}
+
 fn tile_of(x: &Bound<'_, PyAny>, arg: &str) -> PyTrn2Result<Tile> {
     if let Ok(t) = x.cast::<PyTile>() {
         return Ok(t.get().tile);

@@ -876,36 +876,36 @@ impl Memories {
                 format!("an empty tile of tensor {}", t.name),
             ));
         }
-        let esize = tile.dtype.size() as i64;
+        // Exact, in 128-bit arithmetic: no user size, stride or offset can wrap it.
+        let esize = tile.dtype.size() as i128;
         let (flo, fhi) = tile.free_extent();
+        let offset = tile.offset as i128;
         let (lo, hi) = match tile.space {
             Space::Hbm => {
-                let reach = (tile.partitions as i64 - 1) * tile.partition_step;
+                let reach = (tile.partitions as i128 - 1) * tile.partition_step as i128;
                 let (plo, phi) = if reach < 0 { (reach, 0) } else { (0, reach) };
                 (
-                    tile.offset + (flo + plo) * esize,
-                    tile.offset + (fhi + phi + 1) * esize,
+                    offset + (flo + plo) * esize,
+                    offset + (fhi + phi + 1) * esize,
                 )
             }
             _ => {
-                let p0 = tile.start_partition;
-                if p0 < t.start_partition || p0 + tile.partitions > t.start_partition + t.partitions
-                {
+                let p0 = tile.start_partition as u64;
+                let end = p0 + tile.partitions as u64;
+                let t_end = t.start_partition as u64 + t.partitions as u64;
+                if p0 < t.start_partition as u64 || end > t_end {
                     return Err(Error::shape(
                         arg,
                         format!(
-                            "partitions {p0}..{} are outside tensor {} (partitions {}..{})",
-                            p0 + tile.partitions,
-                            t.name,
-                            t.start_partition,
-                            t.start_partition + t.partitions
+                            "partitions {p0}..{end} are outside tensor {} (partitions {}..{t_end})",
+                            t.name, t.start_partition,
                         ),
                     ));
                 }
-                (tile.offset + flo * esize, tile.offset + (fhi + 1) * esize)
+                (offset + flo * esize, offset + (fhi + 1) * esize)
             }
         };
-        let (tlo, thi) = (t.address as i64, (t.address + t.bytes) as i64);
+        let (tlo, thi) = (t.address as i128, t.address as i128 + t.bytes as i128);
         if lo < tlo || hi > thi {
             return Err(Error::shape(
                 arg,
@@ -921,7 +921,7 @@ impl Memories {
                 ),
             ));
         }
-        if tile.offset % esize != 0 && tile.dtype.size() > 1 {
+        if offset % esize != 0 && tile.dtype.size() > 1 {
             return Err(Error::value(
                 arg,
                 format!(

@@ -165,6 +165,13 @@ impl Machine {
         Ok(self.mem.tensor(id)?.full_tile(id))
     }
 
+    /// Checks that `tile` is a view of a live tensor of this machine lying wholly inside it
+    /// (exactly: sizes, strides and offsets in 128-bit arithmetic), without reading it; returns
+    /// its byte range `[lo, hi)` within each partition (SBUF/PSUM) or the buffer (HBM).
+    pub fn check_tile(&self, arg: &str, tile: &Tile) -> Result<(u64, u64)> {
+        self.mem.check_tile(arg, tile)
+    }
+
     /// Frees a tensor (its tiles become invalid).
     pub fn free(&mut self, tile: &Tile) -> Result<()> {
         self.settle()?;

@@ -72,14 +72,33 @@ impl Tile {
             .collect()
     }
 
-    /// Elements per partition.
-    pub fn free_size(&self) -> usize {
-        self.dims().map(|(s, _)| s as usize).product()
+    /// The logical shape without narrowing (for messages about huge views).
+    pub fn logical_shape_u64(&self) -> Vec<u64> {
+        std::iter::once(self.partitions as u64)
+            .chain(self.dims().map(|(s, _)| s as u64))
+            .collect()
     }
 
-    /// All elements.
+    /// Elements per partition, exactly (four `u32` sizes can exceed `u64`: a stride-0 view
+    /// repeats memory without holding it).
+    pub fn free_size_u128(&self) -> u128 {
+        self.dims().map(|(s, _)| s as u128).product()
+    }
+
+    /// All elements, exactly.
+    pub fn elements_u128(&self) -> u128 {
+        self.partitions as u128 * self.free_size_u128()
+    }
+
+    /// Elements per partition, saturating at `usize::MAX` (exact for every tile an operand
+    /// check accepted: the machine refuses to gather more than the host holds).
+    pub fn free_size(&self) -> usize {
+        usize::try_from(self.free_size_u128()).unwrap_or(usize::MAX)
+    }
+
+    /// All elements, saturating at `usize::MAX` (exact for every checked operand).
     pub fn elements(&self) -> usize {
-        self.partitions as usize * self.free_size()
+        usize::try_from(self.elements_u128()).unwrap_or(usize::MAX)
     }
 
     /// The pattern with size-1 dimensions dropped and contiguous neighbours merged: the fewest
@@ -96,8 +115,13 @@ impl Tile {
             }
             if c.n > 0 {
                 let (ps, pst) = c.dims[c.n - 1];
-                if pst == stride * size as i64 {
-                    c.dims[c.n - 1] = (ps * size as u64, stride);
+                // Merged only when the products are exact (a huge stride or a repeated
+                // dimension could wrap them).
+                let merged = (stride as i128 * size as i128 == pst as i128)
+                    .then(|| ps.checked_mul(size as u64))
+                    .flatten();
+                if let Some(ps) = merged {
+                    c.dims[c.n - 1] = (ps, stride);
                     continue;
                 }
             }
@@ -108,11 +132,12 @@ impl Tile {
     }
 
     /// `(min, max)` element offset (relative to `offset`, in elements) the free pattern
-    /// reaches; `(0, 0)` when it has one element.
-    pub fn free_extent(&self) -> (i64, i64) {
-        let (mut lo, mut hi) = (0i64, 0i64);
+    /// reaches; `(0, 0)` when it has one element. In 128-bit arithmetic: four `u32 x i64`
+    /// reaches cannot overflow it, so the bounds check built on it is exact.
+    pub fn free_extent(&self) -> (i128, i128) {
+        let (mut lo, mut hi) = (0i128, 0i128);
         for (size, stride) in self.dims() {
-            let reach = (size as i64 - 1) * stride;
+            let reach = (size as i128 - 1) * stride as i128;
             if reach < 0 {
                 lo += reach;
             } else {
@@ -191,12 +216,16 @@ impl Index {
                 let (lo, hi) = if step > 0 { (0, size) } else { (-1, size - 1) };
                 let b = start.map_or(if step > 0 { 0 } else { size - 1 }, |v| norm(v, lo, hi));
                 let e = stop.map_or(if step > 0 { size } else { -1 }, |v| norm(v, lo, hi));
+                // In 128 bits: a step near i64::MAX (or i64::MIN, whose negation overflows)
+                // wrapped the count.
+                let (b1, e1, st) = (b as i128, e as i128, step as i128);
                 let count = if step > 0 {
-                    ((e - b).max(0) + step - 1) / step
+                    ((e1 - b1).max(0) + st - 1) / st
                 } else {
-                    ((b - e).max(0) + (-step) - 1) / (-step)
+                    ((b1 - e1).max(0) - st - 1) / -st
                 };
-                Ok((b, count, step, false))
+                // At most the axis's size.
+                Ok((b, count as i64, step, false))
             }
         }
     }
@@ -251,9 +280,15 @@ impl Tile {
                 out.push((count, 0, true));
                 continue;
             }
-            offset += b * ax.1 * esize;
+            offset = (b as i128 * ax.1 as i128 * esize as i128)
+                .checked_add(offset as i128)
+                .and_then(|o| i64::try_from(o).ok())
+                .ok_or_else(|| too_far("index", axis))?;
             if !drop {
-                out.push((count, ax.1 * step, ax.2));
+                let stride =
+                    ax.1.checked_mul(step)
+                        .ok_or_else(|| too_far("index", axis))?;
+                out.push((count, stride, ax.2));
             }
         }
         // HBM: if the first axis was dropped, the next axis becomes the partition axis.
@@ -290,8 +325,15 @@ impl Tile {
     /// The same elements with the free axes reshaped to `shape` (C order); the free pattern
     /// must be contiguous (one run of stride 1).
     pub fn reshape_free(&self, shape: &[usize]) -> Result<Tile> {
-        let n: usize = shape.iter().product();
-        if n != self.free_size() || shape.is_empty() || shape.len() > MAX_FREE_DIMS {
+        // Exact: a product that wraps must not match (2**62 + 1 by 4 is not 4 elements).
+        let n = shape
+            .iter()
+            .try_fold(1u128, |n, &s| n.checked_mul(s as u128));
+        if n != Some(self.free_size_u128())
+            || shape.is_empty()
+            || shape.len() > MAX_FREE_DIMS
+            || shape.iter().any(|&s| u32::try_from(s).is_err())
+        {
             return Err(Error::shape(
                 "shape",
                 format!(
@@ -336,7 +378,16 @@ impl Tile {
             ));
         }
         let mut t = *self;
-        t.offset += offset * self.dtype.size() as i64;
+        t.offset = i64::try_from(offset as i128 * self.dtype.size() as i128 + self.offset as i128)
+            .map_err(|_| {
+                Error::shape(
+                    "offset",
+                    format!(
+                        "offset {offset} elements from byte {} is beyond any tensor",
+                        self.offset
+                    ),
+                )
+            })?;
         t.ndim = pattern.len() as u8;
         t.shape = [1; MAX_FREE_DIMS];
         t.strides = [0; MAX_FREE_DIMS];
@@ -374,6 +425,14 @@ impl Tile {
         t.partition_step = step;
         Ok(t)
     }
+}
+
+/// The error of a slice whose offset or stride leaves the 64-bit address range.
+fn too_far(arg: &str, axis: usize) -> Error {
+    Error::shape(
+        arg,
+        format!("axis {axis}: the selection's offset or stride is beyond any tensor"),
+    )
 }
 
 /// The mask of partitions `start .. start + count` (count <= 128).

@@ -1,5 +1,6 @@
 //! The one integration-test binary of the core (one binary keeps link times down on 2 cores).
 
+mod access_pattern;
 mod cancel;
 mod collectives;
 mod distributed;

@@ -103,12 +103,12 @@ impl Machine {
     /// (no instruction; never-written memory is an error as for an engine).
     pub fn read_tile(&self, tile: &Tile) -> Result<Vec<u8>> {
         self.operand("tile", tile, None, false)?;
-        Ok(self.gather_packed(tile))
+        self.gather_packed(tile)
     }
 
     /// A tile's elements widened to float32, in logical order.
     pub fn read_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
         self.operand("tile", tile, None, false)?;
-        Ok(self.gather_f32(tile))
+        self.gather_f32(tile)
     }
 }

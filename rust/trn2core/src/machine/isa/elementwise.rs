@@ -101,8 +101,8 @@ impl Machine {
             && alu::int_native(op)
             && [data1, data2, dst].iter().all(|t| int32(t));
         if op.is_bitvec() || native {
-            let mut x = self.gather_bits(data1);
-            let y = self.gather_bits(data2);
+            let mut x = self.gather_bits(data1)?;
+            let y = self.gather_bits(data2)?;
             let (ta, tb) = (data1.dtype, data2.dtype);
             for (p, &q) in x.iter_mut().zip(&y) {
                 *p = if op.is_bitvec() {
@@ -111,9 +111,9 @@ impl Machine {
                     alu::apply_int(op, ta.int_value(*p), tb.int_value(q)) as u32
                 };
             }
-            self.scatter_bits(&d, &x);
+            self.scatter_bits(&d, &x)?;
         } else if !self.fast_binary(op, &a, &b, &d) {
-            let (x, y) = (self.gather_f32(data1), self.gather_f32(data2));
+            let (x, y) = (self.gather_f32(data1)?, self.gather_f32(data2)?);
             let mut z = vec![0f32; x.len()];
             alu::binary(op, &x, &y, &mut z);
             self.scatter_f32(&d, &z)?;
@@ -201,7 +201,7 @@ impl Machine {
                 }
                 None => Vec::new(),
             };
-            let mut x = self.gather_bits(data);
+            let mut x = self.gather_bits(data)?;
             for (row, chunk) in x.chunks_mut(n).enumerate() {
                 for v in chunk.iter_mut() {
                     let t = bits_op(op0, *v, s0[row], reverse0);
@@ -211,7 +211,7 @@ impl Machine {
                     };
                 }
             }
-            self.scatter_bits(&d, &x);
+            self.scatter_bits(&d, &x)?;
         } else {
             let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
             let s1 = match second {
@@ -222,7 +222,7 @@ impl Machine {
             };
             let second_f = second.map(|&(o1, _, rev1)| (o1, rev1, &s1[..]));
             if !self.fast_scalar((op0, reverse0, &s0), second_f, &a, &d) {
-                let mut z = per_partition(op0, &self.gather_f32(data), &s0, reverse0, n);
+                let mut z = per_partition(op0, &self.gather_f32(data)?, &s0, reverse0, n);
                 if let Some(&(o1, _, rev1)) = second {
                     z = per_partition(o1, &z, &s1, rev1, n);
                 }
@@ -270,8 +270,8 @@ impl Machine {
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
         let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
-        let t = per_partition(op0, &self.gather_f32(data), &s0, reverse0, n);
-        let y = self.gather_f32(operand1);
+        let t = per_partition(op0, &self.gather_f32(data)?, &s0, reverse0, n);
+        let y = self.gather_f32(operand1)?;
         let mut z = vec![0f32; t.len()];
         if op1.is_unary() {
             alu::with_scalar(op1, &t, 0.0, false, &mut z);
@@ -314,11 +314,11 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
-            let x = self.gather_packed(&s.tile);
+            let x = self.gather_packed(&s.tile)?;
             self.scatter_raw(d, &x);
             Ok(())
         } else {
-            let mut x = self.gather_f32(&s.tile);
+            let mut x = self.gather_f32(&s.tile)?;
             x.iter_mut().for_each(|v| *v = alu::canon(*v));
             self.scatter_f32(d, &x)
         }
@@ -337,7 +337,7 @@ impl Machine {
                 .dtype
                 .saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64),
         };
-        self.scatter_bits(&d, &vec![bits; d.tile.elements()]);
+        self.scatter_bits(&d, &vec![bits; d.tile.elements()])?;
         let f = if value == 0.0 { flags::ZERO_VALUE } else { 0 };
         self.record_engine(opc, engine, &[], &[], &d, f);
         Ok(())
@@ -350,7 +350,7 @@ impl Machine {
         let a = self.operand("data", data, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "data", &a, &[("dst", &d)])?;
-        let x = self.gather_f32(data);
+        let x = self.gather_f32(data)?;
         let mut z = vec![0f32; x.len()];
         alu::with_scalar(AluOp::Reciprocal, &x, 0.0, false, &mut z);
         self.scatter_f32(&d, &z)?;
@@ -396,22 +396,22 @@ impl Machine {
                 "select takes at most one input from PSUM",
             ));
         }
-        let pv = self.gather_f32(predicate);
+        let pv = self.gather_f32(predicate)?;
         match f_tile {
             Some(ft) if ft.dtype == dst.dtype && on_true.dtype == dst.dtype => {
-                let mut x = self.gather_bits(on_true);
-                let y = self.gather_bits(&ft);
+                let mut x = self.gather_bits(on_true)?;
+                let y = self.gather_bits(&ft)?;
                 for ((v, &w), &q) in x.iter_mut().zip(&y).zip(&pv) {
                     if q == 0.0 {
                         *v = w;
                     }
                 }
-                self.scatter_bits(&d, &x);
+                self.scatter_bits(&d, &x)?;
             }
             _ => {
-                let mut x = self.gather_f32(on_true);
+                let mut x = self.gather_f32(on_true)?;
                 let y = match (f_tile, on_false) {
-                    (Some(ft), _) => self.gather_f32(&ft),
+                    (Some(ft), _) => self.gather_f32(&ft)?,
                     (None, Scalar::Imm(v)) => vec![*v as f32; x.len()],
                     (None, Scalar::Tile(_)) => Vec::new(),
                 };

@@ -112,7 +112,7 @@ impl Machine {
                 .iter()
                 .map(|&v| dst.dtype.saturate_int(v as i64))
                 .collect();
-            self.scatter_bits(&d, &bits);
+            self.scatter_bits(&d, &bits)?;
         } else {
             let f: Vec<f32> = vals.iter().map(|&v| v as f32).collect();
             self.scatter_f32(&d, &f)?;
@@ -176,15 +176,15 @@ impl Machine {
                 )?,
                 None => dtype::f32_to_int_bits(dst.dtype, on_false_value as f32),
             };
-            let mut x = self.gather_bits(on_true);
+            let mut x = self.gather_bits(on_true)?;
             for (v, &a) in x.iter_mut().zip(&aff) {
                 if !pred(a) {
                     *v = false_bits;
                 }
             }
-            self.scatter_bits(&d, &x);
+            self.scatter_bits(&d, &x)?;
         } else {
-            let mut x = self.gather_f32(on_true);
+            let mut x = self.gather_f32(on_true)?;
             let fv = on_false_value as f32;
             for (v, &a) in x.iter_mut().zip(&aff) {
                 let r = if pred(a) { *v } else { fv };

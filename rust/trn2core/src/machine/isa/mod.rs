@@ -151,6 +151,42 @@ pub(crate) fn for_each_run(stride: usize, tile: &Tile, mut f: impl FnMut(usize, 
     }
 }
 
+/// Makes room in `out` for the elements of `tile` through the host check (a stride-0 view can
+/// name far more elements than any memory holds: a `CapacityError`, never an abort).
+fn gather_buffer<T>(out: &mut Vec<T>, tile: &Tile) -> Result<()> {
+    let n = tile.elements_u128();
+    let n = usize::try_from(n).map_err(|_| too_many(n))?;
+    out.clear();
+    if n > out.capacity() {
+        crate::host::reserve(out, n, "tile", &format!("gathering {n} elements"))?;
+    }
+    Ok(())
+}
+
+/// Bytes of `tile`'s elements packed in its dtype, if the host's address space can hold them.
+fn packed_len(tile: &Tile) -> Result<usize> {
+    let n = tile.elements_u128();
+    n.checked_mul(tile.dtype.size() as u128)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| too_many(n))
+}
+
+/// A zeroed staging buffer for `len` elements of `tile`'s dtype, through the host check.
+fn staging(len: usize, tile: &Tile) -> Result<Vec<u8>> {
+    let bytes = (len as u128)
+        .checked_mul(tile.dtype.size() as u128)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| too_many(len as u128))?;
+    crate::host::zeroed_vec("tile", "the staged elements", bytes)
+}
+
+fn too_many(n: u128) -> Error {
+    Error::capacity(
+        "tile",
+        format!("{n} elements are more than this host's address space"),
+    )
+}
+
 /// Raw bits of the element at host offset `o`.
 #[inline(always)]
 fn raw_at(bytes: &[u8], o: usize, size: usize) -> u32 {
@@ -370,6 +406,22 @@ impl Machine {
             ));
         }
         let range = self.mem.check_tile(arg, tile)?;
+        // A view may repeat memory (stride 0) without holding it; reading or writing it stages
+        // every element widened to 4 bytes, so the host must hold that first (named by the
+        // argument, before any engine or gather allocates).
+        let n = tile.elements_u128();
+        let staged = n.saturating_mul(4);
+        if staged >= crate::host::CHECK_FROM_BYTES as u128 {
+            crate::host::check_alloc(
+                arg,
+                &format!(
+                    "staging the {n} elements of {arg} ({:?} of {})",
+                    tile.logical_shape_u64(),
+                    self.mem.name(tile)
+                ),
+                staged,
+            )?;
+        }
         if let Some(engine) = engine {
             // The tensor's name only for an error message.
             let name = || self.mem.name(tile);
@@ -470,14 +522,15 @@ impl Machine {
     }
 
     /// A tile's elements, widened to float32, in logical order.
-    pub(crate) fn gather_f32(&self, tile: &Tile) -> Vec<f32> {
+    pub(crate) fn gather_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
         let mut out = Vec::new();
-        self.gather_f32_into(tile, &mut out);
-        out
+        self.gather_f32_into(tile, &mut out)?;
+        Ok(out)
     }
 
     /// [`Machine::gather_f32`] into `out`.
-    pub(crate) fn gather_f32_into(&self, tile: &Tile, out: &mut Vec<f32>) {
+    pub(crate) fn gather_f32_into(&self, tile: &Tile, out: &mut Vec<f32>) -> Result<()> {
+        gather_buffer(out, tile)?;
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let dt = tile.dtype;
@@ -495,17 +548,19 @@ impl Machine {
             }
             k += len;
         });
+        Ok(())
     }
 
     /// A tile's raw element bits (zero-extended) in logical order.
-    pub(crate) fn gather_bits(&self, tile: &Tile) -> Vec<u32> {
+    pub(crate) fn gather_bits(&self, tile: &Tile) -> Result<Vec<u32>> {
         let mut out = Vec::new();
-        self.gather_bits_into(tile, &mut out);
-        out
+        self.gather_bits_into(tile, &mut out)?;
+        Ok(out)
     }
 
     /// [`Machine::gather_bits`] into `out`.
-    pub(crate) fn gather_bits_into(&self, tile: &Tile, out: &mut Vec<u32>) {
+    pub(crate) fn gather_bits_into(&self, tile: &Tile, out: &mut Vec<u32>) -> Result<()> {
+        gather_buffer(out, tile)?;
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
@@ -529,15 +584,17 @@ impl Machine {
             }
             k += len;
         });
+        Ok(())
     }
 
     /// A tile's elements as packed little-endian bytes of its dtype, in logical order (runs of
     /// consecutive elements copied whole).
-    pub(crate) fn gather_packed(&self, tile: &Tile) -> Vec<u8> {
+    pub(crate) fn gather_packed(&self, tile: &Tile) -> Result<Vec<u8>> {
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
-        let mut out = vec![0u8; tile.elements() * esize];
+        let n = packed_len(tile)?;
+        let mut out = crate::host::zeroed_vec("tile", "the gathered elements", n)?;
         let mut k = 0;
         for_each_run(mem.stride, tile, |off, len, stride| {
             let dst = &mut out[k * esize..(k + len) * esize];
@@ -551,7 +608,7 @@ impl Machine {
             }
             k += len;
         });
-        out
+        Ok(out)
     }
 
     /// Writes packed little-endian elements of the tile's dtype (logical order) as they stand;
@@ -574,7 +631,7 @@ impl Machine {
     /// Writes float32 results, rounded to the tile's dtype, in logical order; marks them
     /// written.
     pub(crate) fn scatter_f32(&mut self, o: &Opnd, vals: &[f32]) -> Result<()> {
-        let mut staged = vec![0u8; vals.len() * o.tile.dtype.size()];
+        let mut staged = staging(vals.len(), &o.tile)?;
         dtype::narrow(
             o.tile.dtype,
             vals,
@@ -588,11 +645,12 @@ impl Machine {
     }
 
     /// Writes raw element bits (low bits of each word) in logical order; marks them written.
-    pub(crate) fn scatter_bits(&mut self, o: &Opnd, bits: &[u32]) {
-        let mut staged = vec![0u8; bits.len() * o.tile.dtype.size()];
+    pub(crate) fn scatter_bits(&mut self, o: &Opnd, bits: &[u32]) -> Result<()> {
+        let mut staged = staging(bits.len(), &o.tile)?;
         dtype::pack_bits(o.tile.dtype, bits, &mut staged);
         self.scatter_packed(&o.tile, &staged);
         self.after_write(o);
+        Ok(())
     }
 
     /// Copies packed elements (logical order) into the tile's places.
@@ -651,7 +709,7 @@ impl Machine {
                 let o = self.operand(arg, t, Some(engine), false)?;
                 self.check_vector_operand(arg, &o, partitions)?;
                 reads.push(o.region());
-                Ok(self.gather_f32(t))
+                self.gather_f32(t)
             }
         }
     }
@@ -692,7 +750,7 @@ impl Machine {
                     ));
                 }
                 reads.push(o.region());
-                Ok(self.gather_bits(t))
+                self.gather_bits(t)
             }
         }
     }

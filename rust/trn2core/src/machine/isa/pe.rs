@@ -203,7 +203,7 @@ impl Machine {
         let head = &chain[0];
         let (m, n) = (head.shape.m, head.shape.n);
         let mut out = if head.accumulate {
-            self.gather_f32(&head.dst.tile)
+            self.gather_f32(&head.dst.tile)?
         } else {
             vec![0f32; m * n]
         };
@@ -351,7 +351,7 @@ impl Machine {
         let operands = if from_sbuf {
             Operands::Sbuf(*stationary, *moving)
         } else {
-            Operands::Values(self.gather_f32(stationary), self.gather_f32(moving))
+            Operands::Values(self.gather_f32(stationary)?, self.gather_f32(moving)?)
         };
         self.pe_queue.push(QueuedMatmul {
             dst: d,
@@ -487,14 +487,14 @@ impl Machine {
                 ),
             ));
         }
-        let v = self.gather_bits(&x.tile);
+        let v = self.gather_bits(&x.tile)?;
         let mut t = vec![0u32; k * m];
         for i in 0..k {
             for j in 0..m {
                 t[j * k + i] = v[i * m + j];
             }
         }
-        self.scatter_bits(d, &t);
+        self.scatter_bits(d, &t)?;
         Ok(())
     }
 
@@ -523,7 +523,7 @@ impl Machine {
         let k = x.p() as usize;
         let mut reads = vec![x.region()];
         if let Some(id) = identity {
-            let v = self.gather_f32(&id.tile);
+            let v = self.gather_f32(&id.tile)?;
             let is_identity = id.p() as usize == k
                 && id.n() == k
                 && v.iter()

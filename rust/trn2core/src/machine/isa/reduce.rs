@@ -97,7 +97,7 @@ impl Machine {
         self.check_op_dtypes(op, "op", &[("data", data), ("dst", dst)])?;
         if op.is_bitvec() {
             let z: Vec<u32> = self
-                .gather_bits(data)
+                .gather_bits(data)?
                 .chunks(r)
                 .map(|c| {
                     c[1..]
@@ -105,10 +105,10 @@ impl Machine {
                         .fold(c[0], |acc, &v| alu::apply_bits(op, acc, v))
                 })
                 .collect();
-            self.scatter_bits(&d, &z);
+            self.scatter_bits(&d, &z)?;
         } else {
             let z: Vec<f32> = self
-                .gather_f32(data)
+                .gather_f32(data)?
                 .chunks(r)
                 .map(|c| {
                     let acc = c[1..]
@@ -166,8 +166,8 @@ impl Machine {
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
         let s0 = self.scalar_f32("initial", initial, p, engine, &mut extra)?;
-        let mut x = self.gather_f32(data0);
-        let y = self.gather_f32(data1);
+        let mut x = self.gather_f32(data0)?;
+        let y = self.gather_f32(data1)?;
         for (row, (xi, yi)) in x.chunks_mut(n).zip(y.chunks(n)).enumerate() {
             let mut state = canon(s0[row]);
             for (v, &w) in xi.iter_mut().zip(yi) {
@@ -252,7 +252,7 @@ impl Machine {
             Some(ri) => self.scalar_f32("reduce_init", ri, p, engine, &mut extra)?,
             None => Vec::new(),
         };
-        let x = self.gather_f32(data);
+        let x = self.gather_f32(data)?;
         let mut z = vec![0f32; x.len()];
         let rev0 = reverse0 && !op0.is_unary();
         let p0 = dst.start_partition as usize;
@@ -317,7 +317,7 @@ impl Machine {
             ));
         }
         let n = a.n();
-        let x = self.gather_f32(data);
+        let x = self.gather_f32(data)?;
         let mut z = Vec::with_capacity(6 * a.p() as usize);
         for row in x.chunks(n) {
             for parity in 0..2 {
@@ -370,7 +370,7 @@ impl Machine {
             ));
         }
         let n = a.n();
-        let x = self.gather_f32(data);
+        let x = self.gather_f32(data)?;
         let mut z = Vec::with_capacity(2 * a.p() as usize);
         for row in x.chunks(n) {
             let (total, sum) = row

@@ -135,10 +135,10 @@ impl Machine {
                     ));
                 }
                 reads.push(o.region());
-                self.gather_f32(t)
+                self.gather_f32(t)?
             }
         };
-        let mut x = self.gather_f32(data);
+        let mut x = self.gather_f32(data)?;
         let p0 = dst.start_partition as usize;
         for (row, xi) in x.chunks_mut(n).enumerate() {
             act::scale_bias(xi, scale[row], bias[row]);
