@@ -211,8 +211,8 @@ def test_search_cost_uses_the_price_and_training_fills_the_machine():
     best = r.best
     assert best["cost_per_mtok"] == pytest.approx(0.01 * 1e6 / best["tokens_per_s"])
     assert all(best["cost_per_mtok"] <= c["cost_per_mtok"] for c in r.layouts)
-    t = workload.search("llama-3.1-8b", objective="throughput", train=True,
-                        constraints={"tp": 8, "lnc": 2, "global_batch": 64, "seq": 2048})  # fmt: skip
+    space = {"tp": 8, "lnc": 2, "global_batch": 64, "seq": 2048}
+    t = workload.search("llama-3.1-8b", objective="throughput", train=True, constraints=space)
     assert t.layouts and all(c["tp"] * c["pp"] * c["dp"] == 64 for c in t.layouts)
     assert all(t.best["tokens_per_s"] >= c["tokens_per_s"] for c in t.layouts)
 

@@ -5,8 +5,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
 use trn2core::numerics::Format;
 use trn2core::workload::{
-    self, ConfigValue, Layout, Machine, MemoryPlan, Model, Objective, OpTime, Recompute, SearchSpace,
-    Serving, TrainLayout,
+    self, ConfigValue, Layout, Machine, MemoryPlan, Model, Objective, OpTime, Recompute,
+    SearchSpace, Serving, TrainLayout,
 };
 
 use crate::errors::{guard_detached, PyTrn2Result};

@@ -161,7 +161,11 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
     }
     if space.prompt == 0 || space.output == 0 {
         return Err(Error::value(
-            if space.prompt == 0 { "prompt" } else { "output" },
+            if space.prompt == 0 {
+                "prompt"
+            } else {
+                "output"
+            },
             "must be at least 1",
         ));
     }
@@ -179,7 +183,9 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
     let price_per_s = space.price_per_hour.map(|p| p / 3600.0);
     let record = |res: &mut SearchResult, r: Result<Candidate>| match r {
         Ok(c) => {
-            let over_ttft = space.max_ttft_s.is_some_and(|m| !space.train && c.ttft_s > m);
+            let over_ttft = space
+                .max_ttft_s
+                .is_some_and(|m| !space.train && c.ttft_s > m);
             let over_itl = space.max_itl_s.is_some_and(|m| !space.train && c.itl_s > m);
             if over_ttft || over_itl {
                 res.skipped_constraints += 1;
@@ -191,7 +197,10 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
         Err(_) => res.skipped_invalid += 1,
     };
     for &lnc in &lncs {
-        let ranks = space.machine.chips.saturating_mul(CORES_PER_CHIP / lnc.max(1));
+        let ranks = space
+            .machine
+            .chips
+            .saturating_mul(CORES_PER_CHIP / lnc.max(1));
         for &tp in &tps {
             let eps = match experts {
                 None => vec![1],
@@ -231,8 +240,10 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
                                 sequence_parallel: true,
                             };
                             let r = train_step(model, &t).map(|r| {
-                                let cost = price_per_s.map(|p| p * r.seconds * 1e6 / {
-                                    (space.global_batch as f64) * space.seq as f64
+                                let cost = price_per_s.map(|p| {
+                                    p * r.seconds * 1e6 / {
+                                        (space.global_batch as f64) * space.seq as f64
+                                    }
                                 });
                                 Candidate {
                                     tp,
@@ -355,7 +366,10 @@ mod tests {
         assert!(r.layouts.iter().all(|c| best.itl_s <= c.itl_s));
         // Throughput: the best has the most tokens per second.
         let t = search(&m, &space(Objective::Throughput)).expect("search");
-        assert!(t.layouts.iter().all(|c| t.layouts[0].tokens_per_s >= c.tokens_per_s));
+        assert!(t
+            .layouts
+            .iter()
+            .all(|c| t.layouts[0].tokens_per_s >= c.tokens_per_s));
     }
 
     #[test]
