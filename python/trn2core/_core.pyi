@@ -408,7 +408,6 @@ def workload_memory(
     seq_len: int,
     prefill_buckets: Sequence[int],
 ) -> dict[str, Any]: ...
-
 def workload_train(
     name: str,
     config: dict[str, object] | None,

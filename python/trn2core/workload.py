@@ -29,7 +29,16 @@ from . import _core, _validate
 from ._names import MODEL_PRESETS
 from .errors import Trn2ValueError
 
-__all__ = ["PRESETS", "Inference", "Model", "SearchResult", "StepReport", "Training", "TrainReport", "search"]
+__all__ = [
+    "PRESETS",
+    "Inference",
+    "Model",
+    "SearchResult",
+    "StepReport",
+    "Training",
+    "TrainReport",
+    "search",
+]
 
 #: The preset names (``Model(name)``), read from the core.
 PRESETS: tuple[str, ...] = MODEL_PRESETS
