@@ -246,3 +246,38 @@ def test_cli_estimate_train_and_plan():
     assert r.returncode == 2 and "invalid choice" in r.stderr
     r = _cli("plan", "llama-3.1-8b", "--objective", "cost")
     assert r.returncode == 2 and "price_per_hour" in r.stderr
+
+
+def test_decode_trace_has_a_track_per_component_and_sums_to_the_step(tmp_path):
+    inf = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, seq_len=2048)
+    d = inf.decode(1000)
+    path = d.save_trace(tmp_path / "decode.json")
+    events = json.loads(open(path).read())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert tracks == {o["kind"] for o in d.ops} | {"fixed"}
+    slices = [e for e in events if e["ph"] == "X"]
+    # Every layer's ops and the step's: 32 dense layers.
+    assert sum(1 for e in slices if e["name"] == "qkv_proj") == 32
+    end = max(e["ts"] + e["dur"] for e in slices)
+    assert end == pytest.approx(d.seconds * 1e6, rel=1e-9)
+    with pytest.raises(Trn2ValueError, match="path"):
+        d.save_trace(None)
+
+
+def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
+    from trn2core import plot
+
+    inf = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, seq_len=2048)
+    p, d = inf.prefill(1000), inf.decode(1000)
+    out = plot.breakdown([p, d], tmp_path / "b.png", labels=["prefill", "decode"])
+    assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(Trn2ValueError, match="labels"):
+        plot.breakdown([p, d], tmp_path / "c.png", labels=["one"])
+    with pytest.raises(Trn2ValueError, match="suffixes"):
+        plot.breakdown(d, tmp_path / "c.txt")
+    trace, png = tmp_path / "t.json", tmp_path / "p.svg"
+    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--trace", str(trace), "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(trace.read_text())["traceEvents"] and png.read_text().startswith("<?xml")
+    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--plot", str(tmp_path / "p.bmp"))
+    assert r.returncode == 2 and "--plot" in r.stderr

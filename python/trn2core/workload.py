@@ -180,6 +180,61 @@ class StepReport:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self._d))
 
+    def trace_events(self) -> list[dict[str, Any]]:
+        """The step as Chrome/Perfetto trace events: the ops one after another as the model
+        runs them (each layer of a kind in turn, then the once-per-step ops), one track per
+        component (gemm, attention, kv_read, norm, collective, ...; the per-op fixed costs on
+        their own track), times in microseconds."""
+        tracks: dict[str, int] = {}
+        events: list[dict[str, Any]] = []
+        now = 0.0
+
+        def slice_(track: str, name: str, dur_s: float, args: dict[str, Any]) -> None:
+            nonlocal now
+            tid = tracks.setdefault(track, len(tracks) + 1)
+            events.append(
+                {"ph": "X", "pid": 0, "tid": tid, "ts": now * 1e6, "dur": dur_s * 1e6,
+                 "name": name, "args": args}
+            )  # fmt: skip
+            now += dur_s
+
+        ops = self._d["ops"]
+        for scope in ("dense", "moe", "step"):
+            rows = [o for o in ops if o["scope"] == scope]
+            runs = max((o["count"] for o in rows), default=0) if scope != "step" else 1
+            for layer in range(runs):
+                for o in rows:
+                    reps = 1 if scope != "step" else o["count"]
+                    for _ in range(reps):
+                        args = {"layer": layer if scope != "step" else None, "scope": scope,
+                                "bound": o["bound"], "hbm_bytes": o["hbm_bytes"],
+                                "flops": o["flops"]}  # fmt: skip
+                        slice_(o["kind"], o["name"], o["seconds"], args)
+                        if o["fixed_s"] > 0:
+                            slice_("fixed", o["name"] + " (fixed)", o["fixed_s"], {})
+        meta: list[dict[str, Any]] = [
+            {"ph": "M", "pid": 0, "name": "process_name",
+             "args": {"name": self._d["description"]}}
+        ]  # fmt: skip
+        meta += [
+            {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
+            for track, tid in tracks.items()
+        ]
+        return meta + events
+
+    def save_trace(self, path: str | os.PathLike[str]) -> str:
+        """Writes one step as a Chrome/Perfetto trace (``trace_events``) to ``path`` through
+        the project's trace writer (``.pftrace``: Perfetto's protobuf, needs
+        ``trn2core[perfetto]``); returns the path. Open it at https://ui.perfetto.dev."""
+        from . import _perfetto
+        from .report import _write_trace
+
+        path = _validate.path(path, "path")
+        _perfetto.require_for(path)
+        events = self.trace_events()
+        text = json.dumps({"displayTimeUnit": "ns", "traceEvents": events})
+        return _write_trace(path, text, events)
+
     def table(self) -> str:
         """The breakdown as a text table (one row per op and layer kind)."""
         rows = [("op", "layers", "x", "each us", "fixed us", "total ms", "share", "bound")]

@@ -27,6 +27,7 @@ def _train(args, model: workload.Model) -> int:
         dtype=args.dtype, zero1=not args.no_zero1, recompute=args.recompute,
     )  # fmt: skip
     r = tr.step()
+    _save(args, r, [r], ["train step"])
     out = {
         "model": model.name,
         "machine": machine,
@@ -48,7 +49,31 @@ def _train(args, model: workload.Model) -> int:
     return 0
 
 
+def _outputs_ready(args) -> None:
+    """Checks, before any work, that --trace and --plot can be written (their optional
+    packages, their suffixes)."""
+    if args.trace:
+        from .. import _perfetto
+
+        _perfetto.require_for(args.trace)
+    if args.plot:
+        from .. import plot
+
+        plot.check_plot_path(args.plot, "--plot")
+        plot._pyplot()
+
+
+def _save(args, trace_step, plot_steps, labels) -> None:
+    if args.trace:
+        trace_step.save_trace(args.trace)
+    if args.plot:
+        from .. import plot
+
+        plot.breakdown(plot_steps, args.plot, labels=labels)
+
+
 def cmd_estimate(args) -> int:
+    _outputs_ready(args)
     model = _model(args.model)
     if args.train:
         return _train(args, model)
@@ -62,6 +87,7 @@ def cmd_estimate(args) -> int:
     )  # fmt: skip
     p = inf.prefill(args.prefill)
     d = inf.decode(args.prefill + args.decode // 2)
+    _save(args, d, [p, d], ["prefill", "decode"])
     out = {
         "model": model.name,
         "machine": args.instance,
@@ -126,6 +152,8 @@ def add_commands(sub) -> None:
     e.add_argument("--sequence-parallel", action="store_true")
     e.add_argument("--serving", default="native", help="native or vllm")
     e.add_argument("--json", action="store_true", help="one JSON object (ttft_s, tpot_s, ...)")
+    e.add_argument("--trace", default=None, help="a Perfetto trace of one decode (or train) step")
+    e.add_argument("--plot", default=None, help="a stacked time breakdown (.png/.svg/.pdf)")
     e.add_argument("--ultraserver", action="store_true", help="the machine is one UltraServer")
     t = e.add_argument_group("training (--train)")
     t.add_argument("--train", action="store_true", help="one training step instead")
