@@ -160,3 +160,7 @@ def test_workload_calls_cross_once(count_calls):
     inf.decode(1000)
     inf.memory()
     assert proxy.calls == ["workload_model", "workload_step", "workload_step", "workload_memory"]
+    proxy.calls.clear()
+    workload.Training(m, "trn2.48xlarge", tp=8, pp=2, dp=4, global_batch=32, seq=2048).step()
+    workload.search(m, "trn2.48xlarge", objective="itl", constraints={"tp": [8], "lnc": 2})
+    assert proxy.calls == ["workload_train", "workload_search"]

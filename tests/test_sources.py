@@ -142,6 +142,21 @@ def test_spec_md_lists_every_constant_as_the_code_has_it():
         assert rows[e.name][1:] == (e.text, e.unit, e.source), e.name
 
 
+def test_models_section_lists_every_preset_with_its_config():
+    # model.rs cites docs/sources.md "Models" for the presets' numbers: one row per preset,
+    # each with the address of the published config.json it was read from.
+    from trn2core import workload
+
+    text = SOURCES_MD.read_text(encoding="utf-8")
+    assert "\n## Models\n" in text
+    section = text.split("\n## Models\n", 1)[1]
+    rows = re.findall(r"^\| `([\w.-]+)` \| (\S+) \| <(https://\S+)> \|", section, re.M)
+    assert [r[0] for r in rows] == list(workload.PRESETS)
+    for _preset, repo, url in rows:
+        assert url == f"https://huggingface.co/{repo}/blob/main/config.json", url
+    assert "docs/sources.md" in (ROOT / "rust/trn2core/src/workload/model.rs").read_text()
+
+
 def test_source_and_describe():
     s = spec.source("S3")
     assert s.title == "Trainium2 Architecture"

@@ -4,6 +4,8 @@ token and time per output token composed from the per-op models, the memory plan
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import trn2core
@@ -154,3 +156,128 @@ def test_cli_estimate_prints_ttft_and_tpot_as_json(capsys):
     assert out["tpot_s"] == inf.decode(10750).seconds
     assert main(argv[:5] + ["128"] + argv[6:]) == 2
     assert "Trn2ValueError: tp: tp=128 needs 128 logical cores" in capsys.readouterr().err
+
+
+def test_training_step_reports_mfu_bubble_and_no_published_case():
+    tr = workload.Training(
+        "llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, global_batch=64, seq=4096
+    )
+    r = tr.step()
+    assert r.micro_batches == 16
+    assert r.bubble_fraction == pytest.approx(3 / 19)
+    assert 0.0 < r.mfu <= 1.0
+    assert r.tokens_per_s == pytest.approx(64 * 4096 / r.seconds)
+    assert sum(o["total_s"] for o in r.ops) == pytest.approx(r.seconds)
+    assert "no published case" in r.uncertainty["text"]
+    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations"}
+    assert "MFU" in str(r)
+
+
+def test_training_bad_layouts_name_both_numbers():
+    with pytest.raises(Trn2ValueError, match=r"tp\*pp\*dp = 16\*4\*4 = 256.*has 64"):
+        workload.Training("llama-3.3-70b", "trn2.48xlarge", tp=16, pp=4, dp=4,
+                          global_batch=64, seq=4096).step()  # fmt: skip
+    with pytest.raises(Trn2ValueError, match=r"global_batch=30 .* = 4"):
+        workload.Training("llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4,
+                          global_batch=30, seq=4096).step()  # fmt: skip
+    with pytest.raises(Trn2ValueError, match="recompute"):
+        workload.Training("llama-3.1-8b", tp=8, global_batch=8, seq=128, recompute="some")
+    with pytest.raises(CapacityError, match="optimizer_states"):
+        workload.Training("llama-3.3-70b", "trn2.48xlarge", tp=1, global_batch=1,
+                          seq=4096).step()  # fmt: skip
+
+
+def test_search_best_itl_is_no_slower_than_any_returned_layout():
+    r = workload.search("llama-3.3-70b", "trn2.48xlarge", objective="itl")
+    rows = r.layouts
+    assert len(rows) > 5
+    assert all(r.best["itl_s"] <= c["itl_s"] for c in rows)
+    assert r.tried == len(rows) + r.skipped_capacity + r.skipped_invalid + r.skipped_constraints
+    assert r.skipped_capacity > 0  # tp=1 cannot hold 70B in bf16
+    assert all(c["tp"] > 1 for c in rows)
+    capped = workload.search("llama-3.3-70b", "trn2.48xlarge", objective="ttft",
+                             constraints={"max_itl_s": r.best["itl_s"] * 1.5})  # fmt: skip
+    assert capped.skipped_constraints > 0
+    assert all(c["itl_s"] <= r.best["itl_s"] * 1.5 for c in capped.layouts)
+    with pytest.raises(Trn2ValueError, match="price_per_hour"):
+        workload.search("llama-3.1-8b", objective="cost")
+    with pytest.raises(Trn2ValueError, match="constraints: unknown keys"):
+        workload.search("llama-3.1-8b", constraints={"tensor_parallel": 8})
+
+
+def test_search_cost_uses_the_price_and_training_fills_the_machine():
+    r = workload.search("llama-3.1-8b", objective="cost", price_per_hour=36.0,
+                        constraints={"tp": [8, 16], "lnc": 2})  # fmt: skip
+    best = r.best
+    assert best["cost_per_mtok"] == pytest.approx(0.01 * 1e6 / best["tokens_per_s"])
+    assert all(best["cost_per_mtok"] <= c["cost_per_mtok"] for c in r.layouts)
+    space = {"tp": 8, "lnc": 2, "global_batch": 64, "seq": 2048}
+    t = workload.search("llama-3.1-8b", objective="throughput", train=True, constraints=space)
+    assert t.layouts and all(c["tp"] * c["pp"] * c["dp"] == 64 for c in t.layouts)
+    assert all(t.best["tokens_per_s"] >= c["tokens_per_s"] for c in t.layouts)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_estimate_train_and_plan():
+    r = _cli("estimate", "llama-3.3-70b", "--train", "--ultraserver", "--tp", "16", "--pp", "4",
+             "--dp", "4", "--global-batch", "64", "--seq", "4096", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["bubble_fraction"] == pytest.approx(3 / 19)
+    assert 0 < out["mfu"] <= 1 and out["step_s"] > 0
+    r = _cli("estimate", "llama-3.3-70b", "--train", "--tp", "16", "--pp", "4", "--dp", "4",
+             "--global-batch", "64")  # fmt: skip
+    assert r.returncode == 2 and "256" in r.stderr and "64" in r.stderr
+    r = _cli("estimate", "llama-3.3-70b", "--train", "--tp", "1", "--global-batch", "1")
+    assert r.returncode == 1 and "CapacityError" in r.stderr
+    r = _cli("plan", "llama-3.1-8b", "--instance", "trn2.48xlarge", "--objective", "cost",
+             "--price-per-hour", "36", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["objective"] == "cost" and plan["layouts"]
+    costs = [c["cost_per_mtok"] for c in plan["layouts"]]
+    assert costs == sorted(costs)
+    r = _cli("plan", "llama-3.1-8b", "--objective", "speed")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+    r = _cli("plan", "llama-3.1-8b", "--objective", "cost")
+    assert r.returncode == 2 and "price_per_hour" in r.stderr
+
+
+def test_decode_trace_has_a_track_per_component_and_sums_to_the_step(tmp_path):
+    inf = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, seq_len=2048)
+    d = inf.decode(1000)
+    path = d.save_trace(tmp_path / "decode.json")
+    events = json.loads(open(path).read())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert tracks == {o["kind"] for o in d.ops} | {"fixed"}
+    slices = [e for e in events if e["ph"] == "X"]
+    # Every layer's ops and the step's: 32 dense layers.
+    assert sum(1 for e in slices if e["name"] == "qkv_proj") == 32
+    end = max(e["ts"] + e["dur"] for e in slices)
+    assert end == pytest.approx(d.seconds * 1e6, rel=1e-9)
+    with pytest.raises(Trn2ValueError, match="path"):
+        d.save_trace(None)
+
+
+def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
+    from trn2core import plot
+
+    inf = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, seq_len=2048)
+    p, d = inf.prefill(1000), inf.decode(1000)
+    out = plot.breakdown([p, d], tmp_path / "b.png", labels=["prefill", "decode"])
+    assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(Trn2ValueError, match="labels"):
+        plot.breakdown([p, d], tmp_path / "c.png", labels=["one"])
+    with pytest.raises(Trn2ValueError, match="suffixes"):
+        plot.breakdown(d, tmp_path / "c.txt")
+    trace, png = tmp_path / "t.json", tmp_path / "p.svg"
+    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--trace", str(trace), "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(trace.read_text())["traceEvents"] and png.read_text().startswith("<?xml")
+    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--plot", str(tmp_path / "p.bmp"))
+    assert r.returncode == 2 and "--plot" in r.stderr

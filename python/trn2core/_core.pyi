@@ -67,7 +67,9 @@ __all__ = [
     "stochastic_bits",
     "workload_memory",
     "workload_model",
+    "workload_search",
     "workload_step",
+    "workload_train",
 ]
 
 def encode(
@@ -407,6 +409,43 @@ def workload_memory(
     dtype: str,
     seq_len: int,
     prefill_buckets: Sequence[int],
+) -> dict[str, Any]: ...
+def workload_train(
+    name: str,
+    config: dict[str, object] | None,
+    machine: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    ep: int,
+    lnc: int,
+    micro_batch: int,
+    global_batch: int,
+    seq: int,
+    dtype: str,
+    zero1: bool,
+    recompute: str,
+    sequence_parallel: bool,
+) -> dict[str, Any]: ...
+def workload_search(
+    name: str,
+    config: dict[str, object] | None,
+    machine: str,
+    objective: str,
+    price_per_hour: float | None,
+    train: bool,
+    prompt: int,
+    output: int,
+    tp: Sequence[int],
+    pp: Sequence[int],
+    ep: Sequence[int],
+    lnc: Sequence[int],
+    batch: Sequence[int],
+    dtype: str,
+    global_batch: int,
+    seq: int,
+    max_ttft_s: float | None,
+    max_itl_s: float | None,
 ) -> dict[str, Any]: ...
 
 @final

@@ -19,7 +19,7 @@ from .chip import Chip
 from .engine import estimate_gemm
 from .errors import Trn2Error, Trn2ValueError
 
-__all__ = ["roofline", "roofline_figure"]
+__all__ = ["breakdown", "roofline", "roofline_figure"]
 
 #: One colour per line (matplotlib's tab10), so no two lines share one.
 _COLOURS = {
@@ -155,3 +155,39 @@ def roofline(
     finally:
         plt.close(fig)
     return rep
+
+
+def breakdown(reports, path: str | os.PathLike[str], *, labels=None) -> str:
+    """Writes a stacked bar per whole-model step report (``trn2core.workload``: a prefill,
+    decode or training step, or a list of them) to ``path`` (PNG, SVG or PDF): the step's
+    seconds by component (``StepReport.by_kind``: gemm, attention, kv_read, norm, collective,
+    bubble, optimizer, serving, fixed). matplotlib is checked before anything is drawn;
+    returns the path."""
+    from .workload import StepReport
+
+    path = check_plot_path(path)
+    plt = _pyplot()
+    reps = [reports] if isinstance(reports, StepReport) else list(reports)
+    if not reps or not all(isinstance(r, StepReport) for r in reps):
+        raise Trn2ValueError("reports: expected a workload StepReport or a list of them")
+    if labels is None:
+        labels = [r.phase for r in reps]
+    if len(labels) != len(reps):
+        raise Trn2ValueError(f"labels: {len(labels)} labels for {len(reps)} reports")
+    parts = [r.by_kind() for r in reps]
+    kinds = sorted({k for p in parts for k in p}, key=lambda k: -max(p.get(k, 0) for p in parts))
+    fig, ax = plt.subplots(figsize=(2.0 + 1.2 * len(reps), 4.5))
+    try:
+        bottom = [0.0] * len(reps)
+        for i, kind in enumerate(kinds):
+            ms = [p.get(kind, 0.0) * 1e3 for p in parts]
+            ax.bar(labels, ms, bottom=bottom, label=kind, color=f"C{i % 10}")
+            bottom = [b + m for b, m in zip(bottom, ms, strict=True)]
+        ax.set_ylabel("ms per step")
+        ax.set_title(reps[0]._d.get("model", ""))
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

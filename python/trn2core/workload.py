@@ -10,6 +10,8 @@ per-op models (``estimate_gemm``, the DMA/HBM model, collectives inside a compil
     inf.prefill(10_000).seconds                          # time to first token
     inf.decode(context=10_000).seconds                   # time per output token
     inf.memory()                                         # bytes per logical core
+    workload.Training(m, "ultraserver", tp=16, pp=4, dp=4, global_batch=64, seq=8192).step()
+    workload.search(m, "trn2.48xlarge", objective="itl")  # ranked parallel layouts
 
 The facade only normalises arguments; every public call crosses into the core once. The model,
 its terms and the validation against AWS's published runs: docs/workload.md.
@@ -27,7 +29,16 @@ from . import _core, _validate
 from ._names import MODEL_PRESETS
 from .errors import Trn2ValueError
 
-__all__ = ["PRESETS", "Inference", "Model", "StepReport"]
+__all__ = [
+    "PRESETS",
+    "Inference",
+    "Model",
+    "SearchResult",
+    "StepReport",
+    "Training",
+    "TrainReport",
+    "search",
+]
 
 #: The preset names (``Model(name)``), read from the core.
 PRESETS: tuple[str, ...] = MODEL_PRESETS
@@ -169,6 +180,61 @@ class StepReport:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(self._d))
 
+    def trace_events(self) -> list[dict[str, Any]]:
+        """The step as Chrome/Perfetto trace events: the ops one after another as the model
+        runs them (each layer of a kind in turn, then the once-per-step ops), one track per
+        component (gemm, attention, kv_read, norm, collective, ...; the per-op fixed costs on
+        their own track), times in microseconds."""
+        tracks: dict[str, int] = {}
+        events: list[dict[str, Any]] = []
+        now = 0.0
+
+        def slice_(track: str, name: str, dur_s: float, args: dict[str, Any]) -> None:
+            nonlocal now
+            tid = tracks.setdefault(track, len(tracks) + 1)
+            events.append(
+                {"ph": "X", "pid": 0, "tid": tid, "ts": now * 1e6, "dur": dur_s * 1e6,
+                 "name": name, "args": args}
+            )  # fmt: skip
+            now += dur_s
+
+        ops = self._d["ops"]
+        for scope in ("dense", "moe", "step"):
+            rows = [o for o in ops if o["scope"] == scope]
+            runs = max((o["count"] for o in rows), default=0) if scope != "step" else 1
+            for layer in range(runs):
+                for o in rows:
+                    reps = 1 if scope != "step" else o["count"]
+                    for _ in range(reps):
+                        args = {"layer": layer if scope != "step" else None, "scope": scope,
+                                "bound": o["bound"], "hbm_bytes": o["hbm_bytes"],
+                                "flops": o["flops"]}  # fmt: skip
+                        slice_(o["kind"], o["name"], o["seconds"], args)
+                        if o["fixed_s"] > 0:
+                            slice_("fixed", o["name"] + " (fixed)", o["fixed_s"], {})
+        meta: list[dict[str, Any]] = [
+            {"ph": "M", "pid": 0, "name": "process_name",
+             "args": {"name": self._d["description"]}}
+        ]  # fmt: skip
+        meta += [
+            {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
+            for track, tid in tracks.items()
+        ]
+        return meta + events
+
+    def save_trace(self, path: str | os.PathLike[str]) -> str:
+        """Writes one step as a Chrome/Perfetto trace (``trace_events``) to ``path`` through
+        the project's trace writer (``.pftrace``: Perfetto's protobuf, needs
+        ``trn2core[perfetto]``); returns the path. Open it at https://ui.perfetto.dev."""
+        from . import _perfetto
+        from .report import _write_trace
+
+        path = _validate.path(path, "path")
+        _perfetto.require_for(path)
+        events = self.trace_events()
+        text = json.dumps({"displayTimeUnit": "ns", "traceEvents": events})
+        return _write_trace(path, text, events)
+
     def table(self) -> str:
         """The breakdown as a text table (one row per op and layer kind)."""
         rows = [("op", "layers", "x", "each us", "fixed us", "total ms", "share", "bound")]
@@ -273,3 +339,218 @@ class Inference:
             self.model._name, self.model._config, a["machine"], a["tp"], a["ep"], a["lnc"],
             a["batch"], a["dtype"], a["seq_len"], a["prefill_buckets"],
         )  # fmt: skip
+
+
+class TrainReport(StepReport):
+    """One training step: step time, tokens/s, MFU, the 1F1B bubble, the DP reduction and
+    how much of it the backward pass hides, the per-op breakdown (counts over the step) and
+    the memory plan (weights, gradients, optimizer states, activations per logical core)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self._d["tokens_per_s"]
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation against the bf16 peak of the cores the layout occupies."""
+        return self._d["mfu"]
+
+    @property
+    def bubble_fraction(self) -> float:
+        """The 1F1B pipeline bubble: (pp - 1) / (micro_batches + pp - 1)."""
+        return self._d["bubble_fraction"]
+
+    @property
+    def micro_batches(self) -> int:
+        return self._d["micro_batches"]
+
+    def __str__(self) -> str:
+        d = self._d
+        u = self.uncertainty["text"]
+        return (
+            f"{d['description']}: {self.seconds:.3f} s a step, {self.tokens_per_s:,.0f} tokens/s, "
+            f"MFU {self.mfu:.1%}, bubble {self.bubble_fraction:.1%}, {u}\n{self.table()}"
+        )
+
+
+class Training:
+    """A training layout: ``tp`` x ``pp`` x ``dp`` ranks (x ``ep`` inside the TP group for MoE
+    layers), ``micro_batch`` sequences per micro-batch, ``global_batch`` per optimizer step,
+    ``seq`` tokens each, bf16 (or fp8) GEMMs with fp32 master weights and Adam states (sharded
+    over DP with ``zero1``), activation recomputation ``"full"`` or ``"none"``, sequence
+    parallelism in the TP group. ``step()`` estimates one optimizer step (docs/workload.md)."""
+
+    def __init__(
+        self,
+        model: Model | str,
+        machine="ultraserver",
+        *,
+        tp: int,
+        pp: int = 1,
+        dp: int = 1,
+        ep: int = 1,
+        lnc: int | None = None,
+        micro_batch: int = 1,
+        global_batch: int,
+        seq: int,
+        dtype: str = "bf16",
+        zero1: bool = True,
+        recompute: str = "full",
+        sequence_parallel: bool = True,
+    ) -> None:
+        self.model = model if isinstance(model, Model) else Model(model)
+        name, machine_lnc = _machine(machine)
+        if lnc is None:
+            lnc = 2 if machine_lnc is None else machine_lnc
+        if dtype not in _DTYPES:
+            raise Trn2ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+        if recompute not in ("full", "none"):
+            raise Trn2ValueError(f"recompute: expected 'full' or 'none', got {recompute!r}")
+        self._args = dict(
+            machine=name,
+            tp=_validate.integer(tp, "tp", lo=1),
+            pp=_validate.integer(pp, "pp", lo=1),
+            dp=_validate.integer(dp, "dp", lo=1),
+            ep=_validate.integer(ep, "ep", lo=1),
+            lnc=_validate.integer(lnc, "lnc", lo=1),
+            micro_batch=_validate.integer(micro_batch, "micro_batch", lo=1),
+            global_batch=_validate.integer(global_batch, "global_batch", lo=1),
+            seq=_validate.integer(seq, "seq", lo=1),
+            dtype=_DTYPES[dtype],
+            zero1=bool(zero1),
+            recompute=recompute,
+            sequence_parallel=bool(sequence_parallel),
+        )
+
+    def step(self) -> TrainReport:
+        """One optimizer step (``CapacityError`` naming the biggest item if it does not fit;
+        ``Trn2ValueError`` naming both numbers of a layout the machine or model does not
+        allow)."""
+        a = self._args
+        return TrainReport(
+            _core.workload_train(
+                self.model._name, self.model._config, a["machine"], a["tp"], a["pp"], a["dp"],
+                a["ep"], a["lnc"], a["micro_batch"], a["global_batch"], a["seq"], a["dtype"],
+                a["zero1"], a["recompute"], a["sequence_parallel"],
+            )
+        )  # fmt: skip
+
+
+class SearchResult:
+    """Ranked layouts (``layouts``: dicts of tp, pp, dp, ep, lnc, batch, ttft_s, itl_s,
+    tokens_per_s, cost_per_mtok, mfu; best first) and the counts left out: ``tried``,
+    ``skipped_capacity`` (memory plan does not fit), ``skipped_invalid`` (degrees the model or
+    machine does not allow), ``skipped_constraints`` (over ``max_ttft_s``/``max_itl_s``)."""
+
+    def __init__(self, d: dict, objective: str) -> None:
+        self._d = d
+        self.objective = objective
+
+    @property
+    def layouts(self) -> list[dict]:
+        return [dict(c) for c in self._d["layouts"]]
+
+    @property
+    def best(self) -> dict | None:
+        rows = self._d["layouts"]
+        return dict(rows[0]) if rows else None
+
+    def __getattr__(self, name: str):
+        if name in ("tried", "skipped_capacity", "skipped_invalid", "skipped_constraints"):
+            return self._d[name]
+        raise AttributeError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"objective": self.objective, **json.loads(json.dumps(self._d))}
+
+    def table(self, limit: int = 10) -> str:
+        head = "  tp  pp   dp  ep lnc batch   ttft ms    itl ms    tokens/s   $/Mtok"
+        lines = [head]
+        for c in self._d["layouts"][:limit]:
+            cost = "-" if c["cost_per_mtok"] is None else f"{c['cost_per_mtok']:.3f}"
+            lines.append(
+                f"{c['tp']:4d}{c['pp']:4d}{c['dp']:5d}{c['ep']:4d}{c['lnc']:4d}{c['batch']:6d}"
+                f"{c['ttft_s'] * 1e3:10.2f}{c['itl_s'] * 1e3:10.3f}{c['tokens_per_s']:12.1f}"
+                f"{cost:>9}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        d = self._d
+        return (
+            f"{len(d['layouts'])} layouts by {self.objective} ({d['tried']} tried; skipped: "
+            f"{d['skipped_capacity']} do not fit, {d['skipped_invalid']} not allowed, "
+            f"{d['skipped_constraints']} over the constraints)\n{self.table()}"
+        )
+
+
+_SEARCH_KEYS = {
+    "prompt", "output", "tp", "pp", "ep", "lnc", "batch", "dtype", "global_batch", "seq",
+    "max_ttft_s", "max_itl_s",
+}  # fmt: skip
+
+
+def _int_list(value, arg: str) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise Trn2ValueError(f"constraints[{arg!r}]: expected an int or a list, got {value!r}")
+    return [_validate.integer(v, f"constraints[{arg!r}]", lo=1) for v in value]
+
+
+def _seconds(value, arg: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise Trn2ValueError(f"constraints[{arg!r}]: expected seconds > 0, got {value!r}")
+    return float(value)
+
+
+def search(
+    model: Model | str,
+    machine="trn2.48xlarge",
+    objective: str = "itl",
+    constraints: Mapping[str, Any] | None = None,
+    price_per_hour: float | None = None,
+    train: bool = False,
+) -> SearchResult:
+    """Ranks parallel layouts (TP, PP, DP, EP, batch, LNC) of ``model`` on ``machine`` by
+    ``objective``: ``"ttft"``, ``"itl"``, ``"throughput"`` or ``"cost"`` (per million tokens at
+    ``price_per_hour`` per instance-hour). ``constraints`` narrows the space: ``tp``, ``pp``,
+    ``ep``, ``lnc``, ``batch`` (an int or a list each), ``prompt`` and ``output`` tokens
+    (inference, default 1024 and 256), ``global_batch`` and ``seq`` (training, default 64 and
+    4096), ``dtype``, ``max_ttft_s``, ``max_itl_s``. ``train=True`` ranks training layouts
+    (throughput or cost). Layouts that do not fit are skipped and counted."""
+    m = model if isinstance(model, Model) else Model(model)
+    name, machine_lnc = _machine(machine)
+    c = dict(constraints or {})
+    unknown = sorted(set(c) - _SEARCH_KEYS)
+    if unknown:
+        raise Trn2ValueError(f"constraints: unknown keys {unknown}; known: {sorted(_SEARCH_KEYS)}")
+    if objective not in ("ttft", "itl", "throughput", "cost"):
+        raise Trn2ValueError(
+            f"objective: expected 'ttft', 'itl', 'throughput' or 'cost', got {objective!r}"
+        )
+    if price_per_hour is not None and (
+        isinstance(price_per_hour, bool)
+        or not isinstance(price_per_hour, (int, float))
+        or not price_per_hour > 0
+    ):
+        raise Trn2ValueError(f"price_per_hour: expected a price > 0, got {price_per_hour!r}")
+    dtype = c.get("dtype", "bf16")
+    if dtype not in _DTYPES:
+        raise Trn2ValueError(f"constraints['dtype']: expected one of {sorted(_DTYPES)}")
+    lnc = c.get("lnc", [] if machine_lnc is None else [machine_lnc])
+    d = _core.workload_search(
+        m._name, m._config, name, objective,
+        None if price_per_hour is None else float(price_per_hour), bool(train),
+        _validate.integer(c.get("prompt", 1024), "constraints['prompt']", lo=1),
+        _validate.integer(c.get("output", 256), "constraints['output']", lo=1),
+        _int_list(c.get("tp", []), "tp"), _int_list(c.get("pp", []), "pp"),
+        _int_list(c.get("ep", []), "ep"), _int_list(lnc, "lnc"),
+        _int_list(c.get("batch", []), "batch"), _DTYPES[dtype],
+        _validate.integer(c.get("global_batch", 64), "constraints['global_batch']", lo=1),
+        _validate.integer(c.get("seq", 4096), "constraints['seq']", lo=1),
+        _seconds(c.get("max_ttft_s"), "max_ttft_s"), _seconds(c.get("max_itl_s"), "max_itl_s"),
+    )  # fmt: skip
+    return SearchResult(d, objective)

@@ -78,6 +78,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload::workload_model, m)?)?;
     m.add_function(wrap_pyfunction!(workload::workload_step, m)?)?;
     m.add_function(wrap_pyfunction!(workload::workload_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::workload_train, m)?)?;
+    m.add_function(wrap_pyfunction!(workload::workload_search, m)?)?;
     warm_up(m.py())
 }
 

@@ -4,7 +4,10 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList};
 use trn2core::numerics::Format;
-use trn2core::workload::{self, ConfigValue, Layout, Machine, MemoryPlan, Model, Serving};
+use trn2core::workload::{
+    self, ConfigValue, Layout, Machine, MemoryPlan, Model, Objective, OpTime, Recompute,
+    SearchSpace, Serving, TrainLayout,
+};
 
 use crate::errors::{guard_detached, PyTrn2Result};
 use crate::perf::uncertainty_dict;
@@ -120,6 +123,25 @@ fn memory_dict<'py>(py: Python<'py>, m: &MemoryPlan) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+fn ops_list<'py>(py: Python<'py>, ops: &[OpTime]) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for o in ops {
+        let od = PyDict::new(py);
+        od.set_item("name", &o.name)?;
+        od.set_item("scope", o.scope)?;
+        od.set_item("kind", o.kind)?;
+        od.set_item("count", o.count)?;
+        od.set_item("seconds", o.seconds)?;
+        od.set_item("fixed_s", o.fixed_s)?;
+        od.set_item("total_s", o.total_s())?;
+        od.set_item("hbm_bytes", o.hbm_bytes)?;
+        od.set_item("flops", o.flops)?;
+        od.set_item("bound", &o.bound)?;
+        out.append(od)?;
+    }
+    Ok(out)
+}
+
 /// One step (`phase` "prefill" with `tokens` prompt tokens, or "decode" with `tokens` of
 /// context) of the model named by `name`/`config` in the layout: the report as a dict.
 #[pyfunction]
@@ -181,22 +203,7 @@ pub fn workload_step<'py>(
     d.set_item("bucket", r.bucket)?;
     d.set_item("seconds", r.seconds)?;
     d.set_item("description", &r.description)?;
-    let ops = PyList::empty(py);
-    for o in &r.ops {
-        let od = PyDict::new(py);
-        od.set_item("name", &o.name)?;
-        od.set_item("scope", o.scope)?;
-        od.set_item("kind", o.kind)?;
-        od.set_item("count", o.count)?;
-        od.set_item("seconds", o.seconds)?;
-        od.set_item("fixed_s", o.fixed_s)?;
-        od.set_item("total_s", o.total_s())?;
-        od.set_item("hbm_bytes", o.hbm_bytes)?;
-        od.set_item("flops", o.flops)?;
-        od.set_item("bound", &o.bound)?;
-        ops.append(od)?;
-    }
-    d.set_item("ops", ops)?;
+    d.set_item("ops", ops_list(py, &r.ops)?)?;
     d.set_item("memory", memory_dict(py, &r.memory)?)?;
     let p = PyDict::new(py);
     p.set_item("other_s", r.parts.other_s)?;
@@ -242,4 +249,138 @@ pub fn workload_memory<'py>(
         false,
     )?;
     Ok(memory_dict(py, &workload::memory(&m, &l)?)?)
+}
+
+/// One training step of the model named by `name`/`config`: the report as a dict.
+#[pyfunction]
+#[pyo3(signature = (name, config, machine, tp, pp, dp, ep, lnc, micro_batch, global_batch, seq,
+                    dtype, zero1, recompute, sequence_parallel))]
+#[allow(clippy::too_many_arguments)]
+pub fn workload_train<'py>(
+    py: Python<'py>,
+    name: &str,
+    config: Option<Bound<'py, PyDict>>,
+    machine: &str,
+    tp: usize,
+    pp: usize,
+    dp: usize,
+    ep: usize,
+    lnc: usize,
+    micro_batch: u64,
+    global_batch: u64,
+    seq: u64,
+    dtype: &str,
+    zero1: bool,
+    recompute: &str,
+    sequence_parallel: bool,
+) -> PyTrn2Result<Bound<'py, PyDict>> {
+    let m = model_of(name, config.as_ref())?;
+    let t = TrainLayout {
+        machine: Machine::named(machine)?,
+        tp,
+        pp,
+        dp,
+        ep,
+        lnc,
+        micro_batch,
+        global_batch,
+        seq,
+        dtype: Format::parse("dtype", dtype)?,
+        zero1,
+        recompute: Recompute::named(recompute)?,
+        sequence_parallel,
+    };
+    let r = guard_detached(py, || workload::train_step(&m, &t))?;
+    let d = PyDict::new(py);
+    d.set_item("phase", "train")?;
+    d.set_item("model", &r.model)?;
+    d.set_item("seconds", r.seconds)?;
+    d.set_item("tokens_per_s", r.tokens_per_s)?;
+    d.set_item("mfu", r.mfu)?;
+    d.set_item("model_flops", r.model_flops)?;
+    d.set_item("peak_flops_per_s", r.peak_flops_per_s)?;
+    d.set_item("micro_batches", r.micro_batches)?;
+    d.set_item("bubble_fraction", r.bubble_fraction)?;
+    d.set_item("stage_layers", r.stage_layers)?;
+    d.set_item("forward_s", r.forward_s)?;
+    d.set_item("backward_s", r.backward_s)?;
+    d.set_item("dp_reduce_s", r.dp_reduce_s)?;
+    d.set_item("dp_exposed_s", r.dp_exposed_s)?;
+    d.set_item("description", &r.description)?;
+    d.set_item("ops", ops_list(py, &r.ops)?)?;
+    d.set_item("memory", memory_dict(py, &r.memory)?)?;
+    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
+    Ok(d)
+}
+
+/// Ranks the parallel layouts of the model on the machine: the ranked layouts as dicts and the
+/// counts of those left out.
+#[pyfunction]
+#[pyo3(signature = (name, config, machine, objective, price_per_hour, train, prompt, output, tp,
+                    pp, ep, lnc, batch, dtype, global_batch, seq, max_ttft_s, max_itl_s))]
+#[allow(clippy::too_many_arguments)]
+pub fn workload_search<'py>(
+    py: Python<'py>,
+    name: &str,
+    config: Option<Bound<'py, PyDict>>,
+    machine: &str,
+    objective: &str,
+    price_per_hour: Option<f64>,
+    train: bool,
+    prompt: u64,
+    output: u64,
+    tp: Vec<usize>,
+    pp: Vec<usize>,
+    ep: Vec<usize>,
+    lnc: Vec<usize>,
+    batch: Vec<u64>,
+    dtype: &str,
+    global_batch: u64,
+    seq: u64,
+    max_ttft_s: Option<f64>,
+    max_itl_s: Option<f64>,
+) -> PyTrn2Result<Bound<'py, PyDict>> {
+    let m = model_of(name, config.as_ref())?;
+    let space = SearchSpace {
+        machine: Machine::named(machine)?,
+        objective: Objective::named(objective)?,
+        price_per_hour,
+        train,
+        prompt,
+        output,
+        tp,
+        pp,
+        ep,
+        lnc,
+        batch,
+        dtype: Format::parse("dtype", dtype)?,
+        global_batch,
+        seq,
+        max_ttft_s,
+        max_itl_s,
+    };
+    let r = guard_detached(py, || workload::search(&m, &space))?;
+    let d = PyDict::new(py);
+    let rows = PyList::empty(py);
+    for c in &r.layouts {
+        let cd = PyDict::new(py);
+        cd.set_item("tp", c.tp)?;
+        cd.set_item("pp", c.pp)?;
+        cd.set_item("dp", c.dp)?;
+        cd.set_item("ep", c.ep)?;
+        cd.set_item("lnc", c.lnc)?;
+        cd.set_item("batch", c.batch)?;
+        cd.set_item("ttft_s", c.ttft_s)?;
+        cd.set_item("itl_s", c.itl_s)?;
+        cd.set_item("tokens_per_s", c.tokens_per_s)?;
+        cd.set_item("cost_per_mtok", c.cost_per_mtok)?;
+        cd.set_item("mfu", c.mfu)?;
+        rows.append(cd)?;
+    }
+    d.set_item("layouts", rows)?;
+    d.set_item("tried", r.tried)?;
+    d.set_item("skipped_capacity", r.skipped_capacity)?;
+    d.set_item("skipped_invalid", r.skipped_invalid)?;
+    d.set_item("skipped_constraints", r.skipped_constraints)?;
+    Ok(d)
 }

@@ -180,6 +180,15 @@ impl Uncertainty {
         basis: "workload_decode",
     };
 
+    /// Whole-model training steps: no published Trainium2 training throughput is known, so
+    /// no range ("no published case").
+    pub const WORKLOAD_TRAINING: Uncertainty = Uncertainty {
+        low: None,
+        high: None,
+        cases: 0,
+        basis: "workload_training",
+    };
+
     /// The range for a report of `operation` (`"gemm"`, `"dma"`, `"collective"`), if published
     /// cases of that kind of operation exist.
     pub fn for_operation(operation: &str) -> Option<Uncertainty> {

@@ -278,19 +278,19 @@ fn bucket_for(n: u64, buckets: &[u64], seq_len: u64, arg: &str) -> Result<u64> {
 }
 
 /// The per-rank shapes of one layer kind.
-struct Shard {
+pub(super) struct Shard {
     heads: u64,
     kv_heads: u64,
 }
 
 /// The layout checked against the model and machine, with the shard sizes.
-struct Plan<'a> {
-    model: &'a Model,
-    layout: &'a Layout,
+pub(super) struct Plan<'a> {
+    pub(super) model: &'a Model,
+    pub(super) layout: &'a Layout,
     shard: Shard,
     cores: Vec<usize>,
-    act_bytes: u64,
-    weight_bytes: u64,
+    pub(super) act_bytes: u64,
+    pub(super) weight_bytes: u64,
 }
 
 fn divides(what: &str, degree: usize, field: &str, value: u64) -> Result<()> {
@@ -305,7 +305,7 @@ fn divides(what: &str, degree: usize, field: &str, value: u64) -> Result<()> {
 }
 
 impl<'a> Plan<'a> {
-    fn new(model: &'a Model, layout: &'a Layout) -> Result<Plan<'a>> {
+    pub(super) fn new(model: &'a Model, layout: &'a Layout) -> Result<Plan<'a>> {
         check_lnc(layout.lnc)?;
         if layout.lnc > 2 {
             return Err(Error::value(
@@ -467,7 +467,7 @@ impl<'a> Plan<'a> {
     }
 
     /// Weights of one rank, bytes.
-    fn rank_weight_bytes(&self) -> Result<u64> {
+    pub(super) fn rank_weight_bytes(&self) -> Result<u64> {
         let m = self.model;
         let tpu = self.layout.tp as u64;
         let attn: u64 = add(&self
@@ -564,7 +564,13 @@ impl<'a> Plan<'a> {
         })
     }
 
-    fn gemm(&self, m: u64, k: u64, n: u64, format: Format) -> Result<(f64, f64, f64, String)> {
+    pub(super) fn gemm(
+        &self,
+        m: u64,
+        k: u64,
+        n: u64,
+        format: Format,
+    ) -> Result<(f64, f64, f64, String)> {
         let req = EstimateRequest {
             m,
             k,
@@ -617,7 +623,7 @@ impl<'a> Plan<'a> {
 
     /// Reading (or writing) `bytes` of HBM on this rank through the DMA model: the logical
     /// core's physical cores each move their share at once.
-    fn hbm_stream(&self, bytes: u64) -> Result<f64> {
+    pub(super) fn hbm_stream(&self, bytes: u64) -> Result<f64> {
         let per_core = bytes.div_ceil(self.layout.lnc as u64).max(1);
         let plan = DmaPlan {
             bytes: per_core,
@@ -657,16 +663,16 @@ impl<'a> Plan<'a> {
 }
 
 /// Builds the step's ops.
-struct Step<'a> {
-    plan: &'a Plan<'a>,
-    ops: Vec<OpTime>,
-    parts: Parts,
-    fixed: f64,
+pub(super) struct Step<'a> {
+    pub(super) plan: &'a Plan<'a>,
+    pub(super) ops: Vec<OpTime>,
+    pub(super) parts: Parts,
+    pub(super) fixed: f64,
 }
 
 impl Step<'_> {
     #[allow(clippy::too_many_arguments)]
-    fn push(
+    pub(super) fn push(
         &mut self,
         name: impl Into<String>,
         scope: &'static str,
@@ -722,7 +728,7 @@ impl Step<'_> {
     }
 
     /// The ops of one layer kind for `tokens` tokens per sequence attending to `context`.
-    fn layer(
+    pub(super) fn layer(
         &mut self,
         scope: &'static str,
         count: u64,

@@ -4,15 +4,21 @@
 //!
 //! - [`model`]: the model description (a Hugging Face `config.json`, or a preset).
 //! - [`inference`]: prefill (time to first token) and decode (time per output token).
+//! - [`search`]: parallel layouts ranked by an objective.
+//! - [`training`]: one training step (TP x PP x DP x EP, 1F1B, ZeRO-1, recomputation).
 
 pub mod inference;
 pub mod model;
+pub mod search;
+pub mod training;
 
 pub use inference::{
     decode, memory, prefill, Layout, Machine, MemoryItem, MemoryPlan, OpTime, Parts, Serving,
     StepReport,
 };
 pub use model::{AttentionKind, ConfigValue, Model, Moe, PRESETS};
+pub use search::{search, Candidate, Objective, SearchResult, SearchSpace};
+pub use training::{train_step, Recompute, TrainLayout, TrainReport};
 
 /// The argument an error names (tests).
 #[cfg(test)]

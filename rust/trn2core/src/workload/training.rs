@@ -1,0 +1,677 @@
+//! One training step of a [`Model`] with tensor, pipeline, data (and expert) parallelism,
+//! composed from the same per-op models as inference (docs/workload.md, "Training").
+//!
+//! # What one step is (per rank of the slowest pipeline stage)
+//!
+//! ```text
+//! micro-batch  = forward of the stage's layers (inference's ops, a context-encoding pass of
+//!                micro_batch x seq tokens) + backward (2 x every op's compute, the TP
+//!                collectives once more) [+ the forward again under full recomputation]
+//!                + the pipeline's send/recv of the activations (forward and backward)
+//! pipeline     = (micro_batches + pp - 1) x micro-batch          (1F1B: the bubble is
+//!                (pp - 1) / (micro_batches + pp - 1) of it)
+//! step         = pipeline + the DP gradient reduction the last backward does not hide
+//!                + the optimizer step (Adam on the rank's shard) [+ ZeRO-1's all-gather]
+//! ```
+//!
+//! Mixed precision: bf16 (or fp8) GEMMs, bf16 weights, gradients and activations, fp32 master
+//! weights and Adam moments (12 bytes a parameter), sharded over the DP ranks with ZeRO-1.
+//! Every op's time comes from the functions inference uses ([`Step::layer`], `estimate_gemm`,
+//! the DMA model, the in-graph collective model): no formula is derived twice.
+
+use super::inference::{Layout, Machine, MemoryItem, MemoryPlan, OpTime, Plan, Serving, Step};
+use super::model::{add, mul, Model};
+use crate::collective::{ranks_estimate, Algorithm, Collective, Launch};
+use crate::numerics::Format;
+use crate::perf::Uncertainty;
+use crate::spec::{CORES_PER_CHIP, CORE_PEAK_BF16_FLOPS_PER_S, WORKLOAD_OP_FIXED_S};
+use crate::topology::LogicalCoreInfo;
+use crate::{Error, Result};
+
+/// Activation recomputation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recompute {
+    /// Every layer's activations are kept for the backward pass (the attention scores are
+    /// never stored: the flash kernel recomputes them).
+    None,
+    /// Only each layer's input is kept; the forward runs again in the backward pass.
+    Full,
+}
+
+impl Recompute {
+    /// `"none"` or `"full"`; `ValueError` on `recompute` otherwise.
+    pub fn named(name: &str) -> Result<Recompute> {
+        match name {
+            "none" => Ok(Recompute::None),
+            "full" => Ok(Recompute::Full),
+            _ => Err(Error::value(
+                "recompute",
+                format!("{name:?}: expected \"none\" or \"full\""),
+            )),
+        }
+    }
+}
+
+/// A training layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainLayout {
+    /// The machine.
+    pub machine: Machine,
+    /// Tensor-parallel degree (ranks of one layer).
+    pub tp: usize,
+    /// Pipeline-parallel degree (stages).
+    pub pp: usize,
+    /// Data-parallel degree (replicas).
+    pub dp: usize,
+    /// Expert-parallel degree of the MoE layers, inside the TP group.
+    pub ep: usize,
+    /// Physical cores per logical core (1 or 2).
+    pub lnc: usize,
+    /// Sequences per micro-batch.
+    pub micro_batch: u64,
+    /// Sequences per optimizer step, over all replicas.
+    pub global_batch: u64,
+    /// Tokens per sequence.
+    pub seq: u64,
+    /// The GEMMs' format: bf16 or fp8 (weights stored in bf16).
+    pub dtype: Format,
+    /// ZeRO-1: optimizer states sharded over the DP ranks (reduce-scatter of the gradients,
+    /// all-gather of the updated weights) instead of replicated (an all-reduce).
+    pub zero1: bool,
+    /// Activation recomputation.
+    pub recompute: Recompute,
+    /// Sequence parallelism in the TP group (norms and activations split over the ranks).
+    pub sequence_parallel: bool,
+}
+
+/// One training step's estimate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainReport {
+    /// The model's name.
+    pub model: String,
+    /// Seconds of one optimizer step.
+    pub seconds: f64,
+    /// Tokens trained per second (global batch x seq / step).
+    pub tokens_per_s: f64,
+    /// Model FLOPs utilisation: the model's forward and backward FLOPs (no recomputation)
+    /// over the step time and the bf16 peak of the physical cores the layout occupies.
+    pub mfu: f64,
+    /// The model's FLOPs in one step.
+    pub model_flops: f64,
+    /// Peak FLOP/s of the cores the layout occupies.
+    pub peak_flops_per_s: f64,
+    /// Micro-batches per replica and step.
+    pub micro_batches: u64,
+    /// The 1F1B bubble: `(pp - 1) / (micro_batches + pp - 1)` of the pipeline's time.
+    pub bubble_fraction: f64,
+    /// Layers of the slowest stage.
+    pub stage_layers: u64,
+    /// Seconds of one micro-batch's forward on a stage.
+    pub forward_s: f64,
+    /// Seconds of its backward (with recomputation if asked).
+    pub backward_s: f64,
+    /// Seconds of the DP gradient collective.
+    pub dp_reduce_s: f64,
+    /// The part of it the last micro-batch's backward does not hide.
+    pub dp_exposed_s: f64,
+    /// The breakdown (counts are over the whole step; `total_s` sums to `seconds`).
+    pub ops: Vec<OpTime>,
+    /// Per logical core: weights, gradients, optimizer states, activations.
+    pub memory: MemoryPlan,
+    /// No published Trainium2 training throughput is known: no range.
+    pub uncertainty: Uncertainty,
+    /// One line: model, machine, layout.
+    pub description: String,
+}
+
+/// The layout's sizes checked against the machine and the model: `ValueError` naming both
+/// numbers of any mismatch.
+fn check(model: &Model, t: &TrainLayout) -> Result<u64> {
+    for (arg, v) in [
+        ("tp", t.tp as u64),
+        ("pp", t.pp as u64),
+        ("dp", t.dp as u64),
+        ("ep", t.ep as u64),
+        ("micro_batch", t.micro_batch),
+        ("global_batch", t.global_batch),
+        ("seq", t.seq),
+    ] {
+        if v == 0 {
+            return Err(Error::value(arg, "must be at least 1"));
+        }
+    }
+    if t.lnc == 0 || t.lnc > 2 {
+        return Err(Error::value(
+            "lnc",
+            format!("lnc={}: whole models run at LNC 1 or 2", t.lnc),
+        ));
+    }
+    let per_chip = CORES_PER_CHIP / t.lnc;
+    let available = t.machine.chips.saturating_mul(per_chip);
+    let ranks =
+        t.tp.checked_mul(t.pp)
+            .and_then(|x| x.checked_mul(t.dp))
+            .unwrap_or(usize::MAX);
+    if ranks > available {
+        return Err(Error::value(
+            "tp*pp*dp",
+            format!(
+                "tp*pp*dp = {}*{}*{} = {ranks} logical cores; a {} has {available} at LNC={}",
+                t.tp, t.pp, t.dp, t.machine.name, t.lnc
+            ),
+        ));
+    }
+    if t.pp as u64 > model.layers {
+        return Err(Error::value(
+            "pp",
+            format!(
+                "pp={} stages for {} layers (num_hidden_layers): at most one stage a layer",
+                t.pp, model.layers
+            ),
+        ));
+    }
+    let per_step = mul(&[t.micro_batch, t.dp as u64])?;
+    if !t.global_batch.is_multiple_of(per_step) {
+        return Err(Error::value(
+            "global_batch",
+            format!(
+                "global_batch={} is not a multiple of micro_batch*dp = {}*{} = {per_step}",
+                t.global_batch, t.micro_batch, t.dp
+            ),
+        ));
+    }
+    if !matches!(t.dtype, Format::Bf16 | Format::Fp8E4m3) {
+        return Err(Error::value("dtype", "training runs bf16 or fp8 GEMMs"));
+    }
+    Ok(t.global_batch / per_step)
+}
+
+/// A collective of `bytes` per rank over `ranks` ranks inside the compiled graph.
+fn collective(c: Collective, ranks: usize, lnc: usize, bytes: u64) -> Result<(f64, String)> {
+    let bytes = bytes.max(2).next_multiple_of(2 * ranks as u64);
+    let row = ranks_estimate(c, ranks, lnc, bytes, 2, Algorithm::Auto, Launch::InGraph)?;
+    Ok((row.seconds, row.algorithm))
+}
+
+/// The ranks a group of `n` ranks spanning chips is costed over, and how many groups share a
+/// chip's links at once (`local`): the collective model places ranks consecutively, so a
+/// DP group (ranks `tp*pp` apart) is costed as `local` groups of the chip reducing together,
+/// `local` times the bytes over `n * local` ranks. Inter-chip bytes per chip match; the extra
+/// on-chip phase is small. A guess at placement (docs/workload.md).
+fn spread(n: usize, stride: usize, per_chip: usize) -> (usize, u64) {
+    let local = stride.min(per_chip).max(1);
+    let ranks = n.saturating_mul(local);
+    if ranks <= per_chip || ranks.is_multiple_of(per_chip) {
+        (ranks, local as u64)
+    } else {
+        (n.saturating_mul(per_chip), per_chip as u64)
+    }
+}
+
+/// The memory of one rank, and `CapacityError` naming the largest item if it does not fit.
+fn memory(
+    model: &Model,
+    t: &TrainLayout,
+    params: u64,
+    stage_layers: u64,
+    micro_batches: u64,
+) -> Result<MemoryPlan> {
+    let weights = mul(&[params, 2])?;
+    let grads = mul(&[params, 2])?;
+    // fp32 master weights and Adam's two moments.
+    let states = mul(&[params, 12])? / if t.zero1 { t.dp as u64 } else { 1 };
+    // Activations kept per layer and micro-batch, bytes (Korthikanti et al. 2022, "Reducing
+    // Activation Recomputation in Large Transformer Models", eq. 1-4 with the attention scores
+    // never stored: s*b*h*(10 + 24/t), or 34/t with sequence parallelism; full recomputation
+    // keeps the layer's 2-byte input). A model fact, not hardware; a guess for Llama-style MLPs.
+    let sbh = mul(&[t.seq, t.micro_batch, model.hidden])?;
+    let tpu = t.tp as u64;
+    let sp = t.sequence_parallel && t.tp > 1;
+    let per_layer = match (t.recompute, sp) {
+        (Recompute::Full, true) => mul(&[sbh, 2])?.div_ceil(tpu),
+        (Recompute::Full, false) => mul(&[sbh, 2])?,
+        (Recompute::None, true) => mul(&[sbh, 34])?.div_ceil(tpu),
+        (Recompute::None, false) => add(&[mul(&[sbh, 10])?, mul(&[sbh, 24])?.div_ceil(tpu)])?,
+    };
+    // 1F1B: the first stage holds up to pp micro-batches' activations at once.
+    let in_flight = micro_batches.min(t.pp as u64);
+    let acts = mul(&[per_layer, stage_layers, in_flight])?;
+    let items = vec![
+        MemoryItem {
+            name: "weights",
+            bytes: weights,
+        },
+        MemoryItem {
+            name: "gradients",
+            bytes: grads,
+        },
+        MemoryItem {
+            name: "optimizer_states",
+            bytes: states,
+        },
+        MemoryItem {
+            name: "activations",
+            bytes: acts,
+        },
+    ];
+    let total = add(&[weights, grads, states, acts])?;
+    let capacity = LogicalCoreInfo::new(t.lnc)?.hbm_bytes;
+    if total > capacity {
+        let big = items
+            .iter()
+            .max_by_key(|i| i.bytes)
+            .map_or("weights", |i| i.name);
+        let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        return Err(Error::capacity(
+            big,
+            format!(
+                "{} training at tp={} pp={} dp={} micro_batch={} seq={} needs {:.2} GiB per \
+                 logical core ({big} {:.2} GiB) of the {:.0} GiB an LNC={} core has",
+                model.name,
+                t.tp,
+                t.pp,
+                t.dp,
+                t.micro_batch,
+                t.seq,
+                gib(total),
+                gib(big_bytes),
+                gib(capacity),
+                t.lnc
+            ),
+        ));
+    }
+    Ok(MemoryPlan {
+        items,
+        total_bytes: total,
+        capacity_bytes: capacity,
+        ranks_per_chip: (CORES_PER_CHIP / t.lnc).min(t.tp * t.pp * t.dp),
+    })
+}
+
+/// Estimates one training step (`ValueError` on a bad layout, `CapacityError` if the memory
+/// plan does not fit; nothing is estimated on either).
+pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
+    let micro_batches = check(model, t)?;
+    let layout = Layout {
+        machine: t.machine.clone(),
+        tp: t.tp,
+        ep: t.ep,
+        lnc: t.lnc,
+        batch: t.micro_batch,
+        weights: t.dtype,
+        sequence_parallel: t.sequence_parallel,
+        seq_len: t.seq,
+        prefill_buckets: Vec::new(),
+        decode_buckets: Vec::new(),
+        serving: Serving::Native,
+        naive: false,
+    };
+    let plan = Plan::new(model, &layout)?;
+    let pp = t.pp as u64;
+    let stage_layers = model.layers.div_ceil(pp);
+    let moe_all = model.moe_layers();
+    let dense_all = model.layers - moe_all;
+    let moe_s = moe_all.div_ceil(pp).min(stage_layers);
+    let dense_s = (stage_layers - moe_s).min(dense_all);
+    // Parameters of one rank: the TP shard of the whole model, split over the stages.
+    let params = (plan.rank_weight_bytes()? / plan.weight_bytes).div_ceil(pp);
+    let memory = memory(model, t, params, dense_s + moe_s, micro_batches)?;
+
+    // The forward of one micro-batch on the slowest stage: inference's context-encoding ops.
+    let mut fwd = Step {
+        plan: &plan,
+        ops: Vec::new(),
+        parts: Default::default(),
+        fixed: WORKLOAD_OP_FIXED_S,
+    };
+    fwd.layer("dense", dense_s, t.seq, t.seq, true)?;
+    fwd.layer("moe", moe_s, t.seq, t.seq, true)?;
+    // The last stage's lm_head over every position, with the loss.
+    let rows = mul(&[t.micro_batch, t.seq])?;
+    let vocab_shard = model.vocab.div_ceil(t.tp as u64);
+    let (s, hbm, fl, b) = plan.gemm(rows, model.hidden, vocab_shard, t.dtype)?;
+    fwd.push("lm_head", "step", "gemm", 1, s, hbm, fl, b);
+    // The model's FLOPs of one micro-batch (all layers, one replica's tp ranks).
+    let per_layer = |scope: &str| -> f64 {
+        fwd.ops
+            .iter()
+            .filter(|o| o.scope == scope)
+            .map(|o| o.flops)
+            .sum()
+    };
+    let replica_fwd_flops =
+        (per_layer("dense") * dense_all as f64 + per_layer("moe") * moe_all as f64 + fl)
+            * t.tp as f64;
+    let forward_s: f64 = fwd.ops.iter().map(OpTime::total_s).sum();
+
+    let mut ops: Vec<OpTime> = Vec::new();
+    let mb = micro_batches;
+    let mut backward_s = 0.0;
+    for o in &fwd.ops {
+        let mut f = o.clone();
+        f.count = o.count * mb;
+        ops.push(f);
+        // Backward: the data and weight gradients, twice the forward's compute; a TP
+        // collective's conjugate runs once more.
+        let factor = if o.kind == "collective" { 1.0 } else { 2.0 };
+        let mut bw = o.clone();
+        bw.name = format!("{}.backward", o.name);
+        bw.seconds *= factor;
+        bw.fixed_s *= factor;
+        bw.flops *= factor;
+        bw.hbm_bytes *= factor;
+        bw.count = o.count * mb;
+        backward_s += o.total_s() * factor;
+        ops.push(bw);
+        if t.recompute == Recompute::Full && o.scope != "step" {
+            let mut rc = o.clone();
+            rc.name = format!("{}.recompute", o.name);
+            rc.count = o.count * mb;
+            backward_s += o.total_s();
+            ops.push(rc);
+        }
+    }
+    let per_chip = CORES_PER_CHIP / t.lnc;
+    let mut p2p_s = 0.0;
+    if t.pp > 1 {
+        // The stage boundary's activations, forward and backward (split over the TP ranks
+        // with sequence parallelism).
+        let act = mul(&[rows, model.hidden, 2])?;
+        let bytes = if t.sequence_parallel {
+            act.div_ceil(t.tp as u64)
+        } else {
+            act
+        };
+        let (ranks, _) = spread(2, t.tp, per_chip);
+        let (s, alg) = collective(Collective::SendRecv, ranks, t.lnc, bytes)?;
+        p2p_s = 2.0 * s;
+        ops.push(OpTime {
+            name: "pp_send_recv".into(),
+            scope: "step",
+            kind: "collective",
+            count: 2 * mb,
+            seconds: s,
+            fixed_s: 0.0,
+            hbm_bytes: 0.0,
+            flops: 0.0,
+            bound: alg,
+        });
+    }
+    let mb_s = forward_s + backward_s + p2p_s;
+    let bubble_s = (pp - 1) as f64 * mb_s;
+    if t.pp > 1 {
+        ops.push(OpTime {
+            name: "pipeline_bubble".into(),
+            scope: "step",
+            kind: "bubble",
+            count: 1,
+            seconds: bubble_s,
+            fixed_s: 0.0,
+            hbm_bytes: 0.0,
+            flops: 0.0,
+            bound: "schedule".into(),
+        });
+    }
+    let bubble_fraction = (pp - 1) as f64 / (mb + pp - 1) as f64;
+
+    // DP: the gradients reduced while the last micro-batch's backward runs.
+    let grad_bytes = mul(&[params, 2])?;
+    let (mut dp_reduce_s, mut dp_exposed_s, mut gather_s) = (0.0, 0.0, 0.0);
+    let mut dp_alg = String::new();
+    if t.dp > 1 {
+        let (ranks, local) = spread(t.dp, t.tp * t.pp, per_chip);
+        let c = if t.zero1 {
+            Collective::ReduceScatter
+        } else {
+            Collective::AllReduce
+        };
+        let (s, alg) = collective(c, ranks, t.lnc, mul(&[grad_bytes, local])?)?;
+        dp_reduce_s = s;
+        dp_exposed_s = (s - backward_s).max(0.0);
+        dp_alg = alg;
+        if t.zero1 {
+            let (s, _) = collective(
+                Collective::AllGather,
+                ranks,
+                t.lnc,
+                mul(&[grad_bytes, local])?,
+            )?;
+            gather_s = s;
+        }
+    }
+    if t.dp > 1 {
+        ops.push(OpTime {
+            name: if t.zero1 {
+                "dp_grad_reduce_scatter (exposed)".into()
+            } else {
+                "dp_grad_all_reduce (exposed)".into()
+            },
+            scope: "step",
+            kind: "collective",
+            count: 1,
+            seconds: dp_exposed_s,
+            fixed_s: 0.0,
+            hbm_bytes: 0.0,
+            flops: 0.0,
+            bound: dp_alg,
+        });
+    }
+    // Adam on the rank's shard: reads master weights, moments and the gradient, writes them
+    // and the bf16 weights back (28 bytes a parameter) through the DMA model.
+    let shard = params.div_ceil(if t.zero1 { t.dp as u64 } else { 1 });
+    let opt_bytes = mul(&[shard, 28])?;
+    let opt_s = plan.hbm_stream(opt_bytes)?;
+    ops.push(OpTime {
+        name: "optimizer_step".into(),
+        scope: "step",
+        kind: "optimizer",
+        count: 1,
+        seconds: opt_s,
+        fixed_s: WORKLOAD_OP_FIXED_S,
+        hbm_bytes: opt_bytes as f64,
+        flops: 0.0,
+        bound: "memory".into(),
+    });
+    if gather_s > 0.0 {
+        ops.push(OpTime {
+            name: "dp_param_all_gather".into(),
+            scope: "step",
+            kind: "collective",
+            count: 1,
+            seconds: gather_s,
+            fixed_s: 0.0,
+            hbm_bytes: 0.0,
+            flops: 0.0,
+            bound: "link".into(),
+        });
+    }
+    let seconds: f64 = ops.iter().map(OpTime::total_s).sum();
+    let ranks = (t.tp * t.pp * t.dp) as f64;
+    let peak = ranks * t.lnc as f64 * CORE_PEAK_BF16_FLOPS_PER_S;
+    let model_flops = 3.0 * replica_fwd_flops * mb as f64 * t.dp as f64;
+    let tokens = (t.global_batch as f64) * t.seq as f64;
+    let description = format!(
+        "{} training on {} tp={} pp={} dp={} ep={} lnc={} micro_batch={} global_batch={} \
+         seq={} {}{}{}",
+        model.name,
+        t.machine.name,
+        t.tp,
+        t.pp,
+        t.dp,
+        t.ep,
+        t.lnc,
+        t.micro_batch,
+        t.global_batch,
+        t.seq,
+        if t.dtype == Format::Bf16 {
+            "bf16"
+        } else {
+            "fp8"
+        },
+        if t.zero1 { ", ZeRO-1" } else { "" },
+        if t.recompute == Recompute::Full {
+            ", full recomputation"
+        } else {
+            ""
+        }
+    );
+    Ok(TrainReport {
+        model: model.name.clone(),
+        seconds,
+        tokens_per_s: tokens / seconds,
+        mfu: model_flops / (seconds * peak),
+        model_flops,
+        peak_flops_per_s: peak,
+        micro_batches: mb,
+        bubble_fraction,
+        stage_layers: dense_s + moe_s,
+        forward_s,
+        backward_s,
+        dp_reduce_s,
+        dp_exposed_s,
+        ops,
+        memory,
+        uncertainty: Uncertainty::WORKLOAD_TRAINING,
+        description,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::arg_of;
+
+    fn layout(machine: &str, tp: usize, pp: usize, dp: usize, global_batch: u64) -> TrainLayout {
+        TrainLayout {
+            machine: Machine::named(machine).expect("machine"),
+            tp,
+            pp,
+            dp,
+            ep: 1,
+            lnc: 2,
+            micro_batch: 1,
+            global_batch,
+            seq: 4096,
+            dtype: Format::Bf16,
+            zero1: true,
+            recompute: Recompute::Full,
+            sequence_parallel: true,
+        }
+    }
+
+    #[test]
+    fn the_step_is_its_ops_and_the_bubble_is_1f1b() {
+        let m = Model::preset("llama-3.3-70b").expect("preset");
+        let t = layout("ultraserver", 16, 4, 4, 64);
+        let r = train_step(&m, &t).expect("step");
+        let sum: f64 = r.ops.iter().map(OpTime::total_s).sum();
+        assert!((r.seconds - sum).abs() < 1e-9 * r.seconds);
+        // 64 sequences / (1 x 4 replicas) = 16 micro-batches: bubble 3/19.
+        assert_eq!(r.micro_batches, 16);
+        assert!((r.bubble_fraction - 3.0 / 19.0).abs() < 1e-12);
+        let bubble = r
+            .ops
+            .iter()
+            .find(|o| o.name == "pipeline_bubble")
+            .expect("bubble");
+        // The bubble is pp - 1 micro-batches of the stage.
+        let per_mb = bubble.seconds / 3.0;
+        assert!(per_mb > r.forward_s + r.backward_s && per_mb < 1.1 * (r.forward_s + r.backward_s));
+        // Backward = 2 x forward, plus the forward again under full recomputation (the
+        // lm_head is not recomputed), less the TP collectives that run once more, not twice.
+        let ratio = r.backward_s / r.forward_s;
+        assert!(ratio > 2.5 && ratio < 3.0, "{ratio}");
+        assert_eq!(r.stage_layers, 20);
+        assert!(r.mfu > 0.05 && r.mfu <= 1.0, "{}", r.mfu);
+        assert!(r.uncertainty.text().contains("no published case"));
+        let tokens = 64.0 * 4096.0;
+        assert!((r.tokens_per_s * r.seconds / tokens - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn recomputation_trades_memory_for_time() {
+        let m = Model::preset("llama-3.1-8b").expect("preset");
+        let mut t = layout("trn2.48xlarge", 8, 2, 4, 32);
+        let full = train_step(&m, &t).expect("full");
+        t.recompute = Recompute::None;
+        let none = train_step(&m, &t).expect("none");
+        let acts = |r: &TrainReport| r.memory.items[3].bytes;
+        // 2/t against 34/t bytes per s*b*h.
+        assert_eq!(acts(&none), acts(&full) * 17);
+        assert!(none.seconds < full.seconds);
+        assert!(none.mfu > full.mfu);
+        // ZeRO-1 shards the 12 bytes of optimizer state a parameter over the 4 DP ranks.
+        let states = |r: &TrainReport| r.memory.items[2].bytes;
+        t.zero1 = false;
+        let replicated = train_step(&m, &t).expect("replicated");
+        assert_eq!(states(&replicated), 4 * states(&none));
+    }
+
+    #[test]
+    fn dp_overlap_hides_the_reduce_when_the_backward_is_longer() {
+        let m = Model::preset("llama-3.1-8b").expect("preset");
+        // Long sequences: the backward of one micro-batch outlasts the gradient reduce.
+        let mut t = layout("ultraserver", 8, 1, 4, 16);
+        t.seq = 8192;
+        let r = train_step(&m, &t).expect("step");
+        assert!(r.dp_reduce_s > 0.0 && r.dp_reduce_s < r.backward_s);
+        assert_eq!(r.dp_exposed_s, 0.0);
+        // Short ones: the reduce sticks out by exactly what the backward does not cover.
+        t.seq = 128;
+        t.recompute = Recompute::None;
+        let s = train_step(&m, &t).expect("step");
+        assert!(
+            s.dp_reduce_s > s.backward_s,
+            "{} {}",
+            s.dp_reduce_s,
+            s.backward_s
+        );
+        assert!((s.dp_exposed_s - (s.dp_reduce_s - s.backward_s)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn doubling_dp_halves_the_work_of_a_replica() {
+        let m = Model::preset("llama-3.1-8b").expect("preset");
+        let a = train_step(&m, &layout("ultraserver", 8, 2, 4, 256)).expect("dp4");
+        let b = train_step(&m, &layout("ultraserver", 8, 2, 8, 256)).expect("dp8");
+        assert_eq!(a.micro_batches, 2 * b.micro_batches);
+        let compute = |r: &TrainReport| -> f64 {
+            r.ops
+                .iter()
+                .filter(|o| o.kind == "gemm")
+                .map(OpTime::total_s)
+                .sum()
+        };
+        assert!((compute(&a) / compute(&b) - 2.0).abs() < 1e-9);
+        assert!((a.model_flops - b.model_flops).abs() < 1e-6 * a.model_flops);
+        assert!(b.seconds < a.seconds);
+    }
+
+    #[test]
+    fn bad_layouts_name_both_numbers() {
+        let m = Model::preset("llama-3.3-70b").expect("preset");
+        let e = train_step(&m, &layout("trn2.48xlarge", 16, 4, 4, 64)).expect_err("256 > 64");
+        assert_eq!(arg_of(&e), Some("tp*pp*dp"));
+        assert!(
+            e.to_string().contains("256") && e.to_string().contains("64"),
+            "{e}"
+        );
+        let e = train_step(&m, &layout("ultracluster:2", 1, 81, 1, 1)).expect_err("81 > 80");
+        assert_eq!(arg_of(&e), Some("pp"));
+        assert!(
+            e.to_string().contains("81") && e.to_string().contains("80"),
+            "{e}"
+        );
+        let e = train_step(&m, &layout("ultraserver", 16, 4, 4, 30)).expect_err("30 % 4");
+        assert_eq!(arg_of(&e), Some("global_batch"));
+        assert!(
+            e.to_string().contains("30") && e.to_string().contains("= 4"),
+            "{e}"
+        );
+        // A 70B model's optimizer states at tp=1 do not fit a logical core.
+        let e = train_step(&m, &layout("trn2.48xlarge", 1, 1, 1, 1)).expect_err("capacity");
+        assert!(matches!(e, Error::Capacity { .. }));
+        assert_eq!(arg_of(&e), Some("optimizer_states"));
+    }
+}
