@@ -165,7 +165,7 @@ class StepReport:
 
     @property
     def parts(self) -> dict:
-        """What the calibrated terms multiply (benches/fidelity.py refits with them)."""
+        """What the calibrated terms multiply (benches/fidelity_table.py refits with them)."""
         return dict(self._d["parts"])
 
     def by_kind(self) -> dict[str, float]:

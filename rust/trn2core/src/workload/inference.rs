@@ -203,7 +203,7 @@ pub struct MemoryPlan {
     pub ranks_per_chip: usize,
 }
 
-/// The counts the calibrated terms multiply (what `benches/fidelity.py` refits with).
+/// The counts the calibrated terms multiply (what `benches/fidelity_table.py` refits with).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Parts {
     /// Seconds that no calibrated workload term multiplies.
@@ -571,6 +571,18 @@ impl<'a> Plan<'a> {
         n: u64,
         format: Format,
     ) -> Result<(f64, f64, f64, String)> {
+        let r = self.estimate(m, k, n, format)?;
+        let hbm = r
+            .details
+            .iter()
+            .find(|d| d.0 == "hbm_bytes")
+            .map_or(0.0, |d| d.1);
+        Ok((r.seconds, hbm, r.flops, r.bound.to_string()))
+    }
+
+    /// The project's GEMM estimate of `[m, k] x [k, n]` in `format` on this rank's physical
+    /// cores (split over them when the rank is a logical core).
+    fn estimate(&self, m: u64, k: u64, n: u64, format: Format) -> Result<crate::perf::Report> {
         let req = EstimateRequest {
             m,
             k,
@@ -580,39 +592,14 @@ impl<'a> Plan<'a> {
             sparsity: None,
             throttle: true,
             trace: false,
-            cores: if self.cores.len() > 1 {
-                Some(self.cores.clone())
-            } else {
-                None
-            },
+            cores: (self.cores.len() > 1).then(|| self.cores.clone()),
         };
-        let r = estimate_gemm(&req)?;
-        let hbm = r
-            .details
-            .iter()
-            .find(|d| d.0 == "hbm_bytes")
-            .map_or(0.0, |d| d.1);
-        Ok((r.seconds, hbm, r.flops, r.bound.to_string()))
+        estimate_gemm(&req)
     }
 
     /// Tensor-engine time of a GEMM whose operands stay on chip (attention scores).
     fn gemm_compute(&self, m: u64, k: u64, n: u64) -> Result<(f64, f64)> {
-        let req = EstimateRequest {
-            m,
-            k,
-            n,
-            format: Format::Bf16,
-            perf_mode: PerfMode::None,
-            sparsity: None,
-            throttle: true,
-            trace: false,
-            cores: if self.cores.len() > 1 {
-                Some(self.cores.clone())
-            } else {
-                None
-            },
-        };
-        let r = estimate_gemm(&req)?;
+        let r = self.estimate(m, k, n, Format::Bf16)?;
         let c = r
             .details
             .iter()
