@@ -57,7 +57,7 @@ def _pyplot():
         import matplotlib.pyplot as plt
     except ImportError:
         raise Trn2Error(
-            "plot: the roofline needs matplotlib, an optional extra: pip install 'trn2core[plot]'"
+            "plot: drawing needs matplotlib, an optional extra: pip install 'trn2core[plot]'"
         ) from None
     return plt
 
