@@ -658,6 +658,21 @@ pub(super) struct Step<'a> {
 }
 
 impl Step<'_> {
+    /// A norm: `bytes` of activations streamed through HBM in `seconds`, memory-bound.
+    fn norm(&mut self, name: &str, scope: &'static str, count: u64, seconds: f64, bytes: u64) {
+        let bound = "memory".to_string();
+        self.push(
+            name,
+            scope,
+            "norm",
+            count,
+            seconds,
+            bytes as f64,
+            0.0,
+            bound,
+        );
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push(
         &mut self,
@@ -737,16 +752,7 @@ impl Step<'_> {
         let norm_bytes = mul(&[2, norm_rows, m.hidden, p.act_bytes])?;
         let norm_s = p.hbm_stream(norm_bytes)?;
         let act = mul(&[rows, m.hidden, p.act_bytes])?;
-        self.push(
-            "input_norm",
-            scope,
-            "norm",
-            count,
-            norm_s,
-            norm_bytes as f64,
-            0.0,
-            "memory".into(),
-        );
+        self.norm("input_norm", scope, count, norm_s, norm_bytes);
         if sp {
             self.collective("all_gather", scope, count, Collective::AllGather, act)?;
         }
@@ -820,16 +826,7 @@ impl Step<'_> {
         } else {
             self.collective("all_reduce", scope, count, Collective::AllReduce, act)?;
         }
-        self.push(
-            "post_attention_norm",
-            scope,
-            "norm",
-            count,
-            norm_s,
-            norm_bytes as f64,
-            0.0,
-            "memory".into(),
-        );
+        self.norm("post_attention_norm", scope, count, norm_s, norm_bytes);
         if sp {
             self.collective("all_gather", scope, count, Collective::AllGather, act)?;
         }
@@ -948,16 +945,7 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
     let rows = layout.batch;
     let norm_bytes = mul(&[2, rows, model.hidden, plan.act_bytes])?;
     let norm_s = plan.hbm_stream(norm_bytes)?;
-    st.push(
-        "final_norm",
-        "step",
-        "norm",
-        1,
-        norm_s,
-        norm_bytes as f64,
-        0.0,
-        "memory".into(),
-    );
+    st.norm("final_norm", "step", 1, norm_s, norm_bytes);
     let vocab_shard = model.vocab.div_ceil(layout.tp as u64);
     let (s, hbm, fl, b) = plan.gemm(rows, model.hidden, vocab_shard, layout.weights)?;
     st.push("lm_head", "step", "gemm", 1, s, hbm, fl, b);
