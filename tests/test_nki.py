@@ -676,3 +676,19 @@ def test_demo_part_runs_the_matmul_stages(capsys):
     for stage in ("matmul_tiled", "matmul_hoisted", "matmul_blocked_free", "matmul_fully_blocked"):
         assert stage in out
     assert "= gemm" in out and "mistakes.py:" in out
+
+
+def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
+    table = trn2core._core.instruction_table()
+    core = trn2core.NeuronCore()
+    views = {"vector": core.vector, "scalar": core.scalar, "gpsimd": core.gpsimd}
+    for name, engines, *_ in table:
+        assert callable(getattr(nisa, name)), name
+        for e in engines:
+            if e in views:
+                assert callable(getattr(views[e], name)), (e, name)
+    a = core.tile((2, 16), "fp32")
+    core.write(a, np.arange(32, dtype=np.float32).reshape(2, 16))
+    r = core.tile((2, 16), "fp32")
+    core.vector.nc_transpose(r[:, :2], a[:, :2])  # no hand-written form: the table's view
+    assert np.array_equal(core.read(r[:, :2]), np.array([[0, 16], [1, 17]], np.float32))

@@ -42,6 +42,7 @@ __all__ = [
     "dma_describe",
     "dma_inspect",
     "element_types",
+    "instruction_table",
     "encode",
     "estimate_gemm",
     "format_aliases",
@@ -114,6 +115,9 @@ class FormatInfo:
 
 def format_info(format: str, exponent_bias: int | None) -> FormatInfo: ...
 def names() -> dict[str, list[str]]: ...
+def instruction_table() -> list[
+    tuple[str, list[str], str | None, list[tuple[str, str, bool, object]], str]
+]: ...
 def element_types() -> list[tuple[str, str, int, str, bool, bool]]: ...
 def format_aliases() -> list[tuple[str, str]]: ...
 def spec_entries() -> list[tuple[str, float, str, str, str, str, list[str], str]]: ...
@@ -564,110 +568,4 @@ class Machine:
     def instructions(self) -> int: ...
     def clear_program(self) -> None: ...
     def run(self, trace_limit: int = 1000000) -> KernelReport: ...
-    def tensor_tensor(
-        self, engine: str, dst: object, data1: object, data2: object, op: str
-    ) -> None: ...
-    def tensor_scalar(
-        self,
-        engine: str,
-        dst: object,
-        data: object,
-        op0: str,
-        operand0: object,
-        reverse0: bool = False,
-        op1: str | None = None,
-        operand1: object | None = None,
-        reverse1: bool = False,
-    ) -> None: ...
-    def scalar_tensor_tensor(
-        self,
-        dst: object,
-        data: object,
-        op0: str,
-        operand0: object,
-        op1: str,
-        operand1: object,
-        reverse0: bool = False,
-        reverse1: bool = False,
-    ) -> None: ...
-    def tensor_copy(self, engine: str, dst: object, src: object) -> None: ...
-    def memset(self, engine: str, dst: object, value: float) -> None: ...
-    def reciprocal(self, dst: object, data: object) -> None: ...
-    def select(self, dst: object, predicate: object, on_true: object, on_false: object) -> None: ...
-    def tensor_reduce(
-        self, dst: object, op: str, data: object, axes: int, negate: bool = False
-    ) -> None: ...
-    def tensor_tensor_scan(
-        self,
-        dst: object,
-        data0: object,
-        data1: object,
-        initial: object,
-        op0: str,
-        op1: str,
-        reverse0: bool = False,
-        reverse1: bool = False,
-    ) -> None: ...
-    def tensor_scalar_reduce(
-        self,
-        dst: object,
-        data: object,
-        op0: str,
-        operand0: object,
-        reduce_op: str,
-        reduce_res: object | None = None,
-        reverse0: bool = False,
-        reduce_cmd: str = "reset_reduce",
-        reduce_init: object | None = None,
-        negate: bool = False,
-    ) -> None: ...
-    def activation(
-        self,
-        dst: object,
-        func: str,
-        data: object,
-        bias: object | None = None,
-        scale: object | None = None,
-        reduce_op: str | None = None,
-        reduce_res: object | None = None,
-        reduce_cmd: str = "idle",
-    ) -> None: ...
-    def activation_reduce(
-        self,
-        dst: object,
-        func: str,
-        data: object,
-        reduce_op: str,
-        reduce_res: object,
-        bias: object | None = None,
-        scale: object | None = None,
-    ) -> None: ...
-    def iota(
-        self, dst: object, pattern: list[tuple[int, int]], offset: int = 0,
-        channel_multiplier: int = 0,
-    ) -> None: ...  # fmt: skip
-    def affine_select(
-        self,
-        dst: object,
-        pattern: list[tuple[int, int]],
-        channel_multiplier: int,
-        on_true: object,
-        on_false_value: float,
-        cmp_op: str = "equal",
-        offset: int = 0,
-    ) -> None: ...
-    def bn_stats(self, dst: object, data: object) -> None: ...
-    def bn_aggr(self, dst: object, data: object) -> None: ...
-    def nc_matmul(
-        self,
-        dst: object,
-        stationary: object,
-        moving: object,
-        accumulate: bool | None = None,
-        perf_mode: str = "none",
-        tile_position: tuple[int, int] | None = None,
-        tile_size: tuple[int, int] | None = None,
-        is_transpose: bool = False,
-    ) -> None: ...
-    def nc_transpose(self, engine: str, dst: object, data: object) -> None: ...
-    def dma_copy(self, dst: object, src: object, queue: int | None = None) -> None: ...
+    def issue(self, opcode: str, *args: object, **kwargs: object) -> None: ...

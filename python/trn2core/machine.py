@@ -49,6 +49,10 @@ ENGINES: tuple[str, ...] = _names.ENGINES
 #: The instructions the timeline counts.
 OPCODES: tuple[str, ...] = _names.OPCODES
 
+#: The core's instruction table by opcode: ``(opcode, engines, default engine, arguments,
+#: summary)``.
+_TABLE = {row[0]: row for row in _core.instruction_table()}
+
 _NP_OF = MACHINE_NP_DTYPES
 _NAME_OF = {v: k for k, v in _NP_OF.items() if k != "tf32"}
 _NAME_OF[np.dtype(np.bool_)] = "uint8"
@@ -146,20 +150,35 @@ def _pair_or_none(value, arg: str) -> tuple[int, int] | None:
 
 
 class _Engine:
+    """An engine's view of the core's instruction table: the methods below keep the contract's
+    argument names; every other instruction whose row lists the engine is
+    ``core.<engine>.<instruction>(dst, <the row's arguments>)`` (``_core.instruction_table()``)."""
+
     __slots__ = ("_m",)
+    _engine = ""
 
     def __init__(self, machine) -> None:
         self._m = machine
+
+    def __getattr__(self, name: str):
+        row = _TABLE.get(name)
+        if row is None or self._engine not in row[1]:
+            raise AttributeError(f"the {self._engine} engine has no instruction {name!r}")
+        m, engine = self._m, self._engine
+        if row[3] and row[3][0][0] == "engine":
+            return functools.partial(m.issue, name, engine)
+        return functools.partial(m.issue, name)
 
 
 class VectorEngine(_Engine):
     """The Vector engine (DVE): ``core.vector``."""
 
     __slots__ = ()
+    _engine = "vector"
 
     def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
         """``dst = data1 <op> data2`` element-wise."""
-        self._m.tensor_tensor("vector", dst, data1, data2, _op(op, "op"))
+        self._m.issue("tensor_tensor", "vector", dst, data1, data2, _op(op, "op"))
 
     def tensor_scalar(
         self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False
@@ -173,38 +192,38 @@ class VectorEngine(_Engine):
         self, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False
     ) -> None:
         """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile."""
-        self._m.scalar_tensor_tensor(
+        self._m.issue("scalar_tensor_tensor",
             dst, data, _op(op0, "op0"), operand0, _op(op1, "op1"), operand1,
             _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
         )  # fmt: skip
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` (bits when the dtypes agree, else through float32)."""
-        self._m.tensor_copy("vector", dst, src)
+        self._m.issue("tensor_copy", "vector", dst, src)
 
     def memset(self, dst, value) -> None:
         """Fills ``dst`` with ``value``."""
-        self._m.memset("vector", dst, _validate.number(value, "value"))
+        self._m.issue("memset", "vector", dst, _validate.number(value, "value"))
 
     def reciprocal(self, dst, data) -> None:
         """``dst = 1 / data`` (IEEE float32)."""
-        self._m.reciprocal(dst, data)
+        self._m.issue("reciprocal", dst, data)
 
     def select(self, dst, predicate, on_true, on_false) -> None:
         """``dst = predicate != 0 ? on_true : on_false`` (``on_false`` a tile or a number)."""
-        self._m.select(dst, predicate, on_true, on_false)
+        self._m.issue("select", dst, predicate, on_true, on_false)
 
     def tensor_reduce(self, dst, op, data, axes: int = 1, negate: bool = False) -> None:
         """Reduces the last ``axes`` free axes of ``data`` with ``op`` into ``dst``."""
-        self._m.tensor_reduce(
-            dst, _op(op, "op"), data, _count(axes, "axes"), _flag(negate, "negate")
+        self._m.issue(
+            "tensor_reduce", dst, _op(op, "op"), data, _count(axes, "axes"), _flag(negate, "negate")
         )
 
     def tensor_tensor_scan(
         self, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False
     ) -> None:
         """``dst[i] = op1(op0(data0[i], dst[i-1]), data1[i])`` from ``initial``."""
-        self._m.tensor_tensor_scan(
+        self._m.issue("tensor_tensor_scan",
             dst, data0, data1, initial, _op(op0, "op0"), _op(op1, "op1"),
             _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
         )  # fmt: skip
@@ -223,7 +242,7 @@ class VectorEngine(_Engine):
         negate=False,
     ) -> None:
         """``dst = data <op0> operand0`` and the results reduced into ``reduce_res``."""
-        self._m.tensor_scalar_reduce(
+        self._m.issue("tensor_scalar_reduce",
             dst, data, _op(op0, "op0"), operand0, _op(reduce_op, "reduce_op"), reduce_res,
             _flag(reverse0, "reverse0"), _op(reduce_cmd, "reduce_cmd"), reduce_init,
             _flag(negate, "negate"),
@@ -231,19 +250,19 @@ class VectorEngine(_Engine):
 
     def bn_stats(self, dst, data) -> None:
         """Per-partition ``[count, mean, m2]`` of the even and odd elements of ``data``."""
-        self._m.bn_stats(dst, data)
+        self._m.issue("bn_stats", dst, data)
 
     def bn_aggr(self, dst, data) -> None:
         """Per-partition ``[mean, variance]`` from ``bn_stats`` triples."""
-        self._m.bn_aggr(dst, data)
+        self._m.issue("bn_aggr", dst, data)
 
     def transpose(self, dst, data) -> None:
         """``nc_transpose`` on the Vector engine (up to 32 x 32)."""
-        self._m.nc_transpose("vector", dst, data)
+        self._m.issue("nc_transpose", "vector", dst, data)
 
 
 def _tensor_scalar(m, engine, dst, data, op0, operand0, reverse0, op1, operand1, reverse1):
-    m.tensor_scalar(
+    m.issue("tensor_scalar",
         engine, dst, data, _op(op0, "op0"), operand0, _flag(reverse0, "reverse0"),
         _opt_op(op1, "op1"), operand1, _flag(reverse1, "reverse1"),
     )  # fmt: skip
@@ -253,6 +272,7 @@ class ScalarEngine(_Engine):
     """The Scalar engine (ACT): ``core.scalar``."""
 
     __slots__ = ()
+    _engine = "scalar"
 
     def activation(
         self,
@@ -270,16 +290,14 @@ class ScalarEngine(_Engine):
         added into the engine's per-partition registers, read out into ``reduce_res``.
         Transcendental functions follow a float64 rule, *not the chip's bits*
         (docs/machine.md)."""
-        self._m.activation(
-            dst, _op(func, "func"), data, bias, scale, _opt_op(reduce_op, "reduce_op"),
-            reduce_res, _op(reduce_cmd, "reduce_cmd"),
-        )  # fmt: skip
+        m = self._m
+        m.issue("activation", dst, data=data, func=func, bias=bias, scale=scale,
+                reduce_op=reduce_op, reduce_res=reduce_res, reduce_cmd=reduce_cmd)  # fmt: skip
 
     def activation_reduce(self, dst, data, func, reduce_op, reduce_res, *, scale=None, bias=None):
         """``activation`` with the sums of the results written into ``reduce_res``."""
-        self._m.activation_reduce(
-            dst, _op(func, "func"), data, _op(reduce_op, "reduce_op"), reduce_res, bias, scale
-        )
+        self._m.issue("activation_reduce", dst, data=data, func=func, reduce_op=reduce_op,
+                      reduce_res=reduce_res, bias=bias, scale=scale)  # fmt: skip
 
     def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                       reverse1=False) -> None:  # fmt: skip
@@ -289,17 +307,18 @@ class ScalarEngine(_Engine):
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` on the Scalar engine."""
-        self._m.tensor_copy("scalar", dst, src)
+        self._m.issue("tensor_copy", "scalar", dst, src)
 
 
 class GpSimdEngine(_Engine):
     """The GpSimd engine (POOL): ``core.gpsimd``."""
 
     __slots__ = ()
+    _engine = "gpsimd"
 
     def iota(self, dst, pattern, offset: int = 0, channel_multiplier: int = 0) -> None:
         """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (int32)."""
-        self._m.iota(
+        self._m.issue("iota",
             dst, _pattern(pattern), _i64(offset, "offset"),
             _i64(channel_multiplier, "channel_multiplier"),
         )  # fmt: skip
@@ -308,7 +327,7 @@ class GpSimdEngine(_Engine):
         self, dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op="equal", offset=0
     ) -> None:
         """``dst = cmp_op(affine, 0) ? on_true : on_false_value``."""
-        self._m.affine_select(
+        self._m.issue("affine_select",
             dst, _pattern(pattern), _i64(channel_multiplier, "channel_multiplier"), on_true,
             _validate.number(on_false_value, "on_false_value"), _op(cmp_op, "cmp_op"),
             _i64(offset, "offset"),
@@ -316,7 +335,7 @@ class GpSimdEngine(_Engine):
 
     def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
         """``tensor_tensor`` on GpSimd (native int32 arithmetic for int32 tiles)."""
-        self._m.tensor_tensor("gpsimd", dst, data1, data2, _op(op, "op"))
+        self._m.issue("tensor_tensor", "gpsimd", dst, data1, data2, _op(op, "op"))
 
     def tensor_scalar(self, dst, data, op0, operand0=0.0, reverse0=False) -> None:
         """``tensor_scalar`` on GpSimd (``rsqrt`` only)."""
@@ -324,17 +343,18 @@ class GpSimdEngine(_Engine):
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` on GpSimd (SBUF only)."""
-        self._m.tensor_copy("gpsimd", dst, src)
+        self._m.issue("tensor_copy", "gpsimd", dst, src)
 
     def memset(self, dst, value) -> None:
         """Fills ``dst`` with ``value``."""
-        self._m.memset("gpsimd", dst, _validate.number(value, "value"))
+        self._m.issue("memset", "gpsimd", dst, _validate.number(value, "value"))
 
 
 class TensorEngine(_Engine):
     """The tensor engine (PE): ``core.pe``."""
 
     __slots__ = ()
+    _engine = "tensor"
 
     def matmul(
         self,
@@ -350,7 +370,7 @@ class TensorEngine(_Engine):
     ) -> None:
         """``nc_matmul``: ``dst = stationary.T @ moving`` into fp32 PSUM; ``accumulate=None``
         accumulates exactly when ``dst`` holds a matmul's result."""
-        self._m.nc_matmul(
+        self._m.issue("nc_matmul",
             dst, stationary, moving, _opt_flag(accumulate, "accumulate"),
             _op(perf_mode, "perf_mode"), _pair_or_none(tile_position, "tile_position"),
             _pair_or_none(tile_size, "tile_size"), _flag(is_transpose, "is_transpose"),
@@ -358,7 +378,7 @@ class TensorEngine(_Engine):
 
     def transpose(self, dst, data) -> None:
         """``nc_transpose`` on the tensor engine (SBUF to PSUM, up to 128 x 128, bit-exact)."""
-        self._m.nc_transpose("tensor", dst, data)
+        self._m.issue("nc_transpose", "tensor", dst, data)
 
 
 class DmaQueues(_Engine):
@@ -369,7 +389,7 @@ class DmaQueues(_Engine):
     def copy(self, dst, src, *, queue: int | None = None) -> None:
         """``dma_copy`` between HBM and SBUF tiles (same element count) on ``queue`` (0..15;
         ``None``: the queues in turn)."""
-        self._m.dma_copy(dst, src, _queue(queue))
+        self._m.issue("dma_copy", dst, src, _queue(queue))
 
 
 def _pattern(pattern, arg: str = "pattern") -> list[tuple[int, int]]:

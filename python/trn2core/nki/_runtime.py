@@ -266,7 +266,7 @@ class Core:
             self.copy_into(target, value)
             return
         self.flush()
-        self.m.memset("vector", target.tile, float(value))
+        self.m.issue("memset", "vector", target.tile, float(value))
 
     def just_updated(self, value: NkiTensor) -> bool:
         li = self.last_inplace
@@ -363,14 +363,14 @@ class Core:
         if dst._pdim is None or src._pdim is None:
             if src.buffer is PSUM:
                 src = self.evict(src)
-            self.m.dma_copy(dst.tile, src.tile, None)
+            self.m.issue("dma_copy", dst.tile, src.tile, None)
         else:
-            self.m.tensor_copy("vector", dst.tile, src.tile)
+            self.m.issue("tensor_copy", "vector", dst.tile, src.tile)
 
     def evict(self, src: NkiTensor) -> NkiTensor:
         """A PSUM tile copied to a new SBUF tile (DMA cannot read PSUM)."""
         t = self.alloc(src.shape, src.dtype, SBUF, src._pdim)
-        self.m.tensor_copy("vector", t.tile, src.tile)
+        self.m.issue("tensor_copy", "vector", t.tile, src.tile)
         return t
 
     def broadcast_view(self, x: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
@@ -422,7 +422,7 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             s = src.tile
             pat = [(0, shape[0])] + [(st, n) for st, n in s.pattern]
-            self.m.dma_copy(dst.tile, s.ap(pat[:4], 0), None)
+            self.m.issue("dma_copy", dst.tile, s.ap(pat[:4], 0), None)
 
         if len(shape) > 4:
             raise NotSupportedError("broadcast_to: partition broadcast of a 4-D free shape")
@@ -468,21 +468,21 @@ class Core:
                 fa, fb = self.free_size(a), self.free_size(b)
                 fd = self.free_size(d)
                 if fb == 1 and fd > 1 and b.dtype == D.float32 and eng == "vector":
-                    self.m.tensor_scalar("vector", d.tile, a.tile, op, b.tile, False, None,
+                    self.m.issue("tensor_scalar", "vector", d.tile, a.tile, op, b.tile, False, None,
                                          None, False)  # fmt: skip
                     return
                 if fa == 1 and fd > 1 and a.dtype == D.float32 and eng == "vector":
-                    self.m.tensor_scalar("vector", d.tile, b.tile, op, a.tile, True, None,
+                    self.m.issue("tensor_scalar", "vector", d.tile, b.tile, op, a.tile, True, None,
                                          None, False)  # fmt: skip
                     return
                 a = self.broadcast_view(a, d.shape) if a.shape != d.shape else a
                 b = self.broadcast_view(b, d.shape) if b.shape != d.shape else b
-                self.m.tensor_tensor(eng, d.tile, a.tile, b.tile, op)
+                self.m.issue("tensor_tensor", eng, d.tile, a.tile, b.tile, op)
             elif xt:
-                self.m.tensor_scalar("vector", d.tile, self.masked(x, ranges).tile, op,
+                self.m.issue("tensor_scalar", "vector", d.tile, self.masked(x, ranges).tile, op,
                                      float(y), False, None, None, False)  # fmt: skip
             else:
-                self.m.tensor_scalar("vector", d.tile, self.masked(y, ranges).tile, op,
+                self.m.issue("tensor_scalar", "vector", d.tile, self.masked(y, ranges).tile, op,
                                      float(x), True, None, None, False)  # fmt: skip
 
         return self.pend(shape, out_dt, SBUF, issue)
@@ -499,18 +499,15 @@ class Core:
                 return
             d, a = self.masked(dst, ranges), self.masked(x, ranges)
             if func == "reciprocal":
-                self.m.reciprocal(d.tile, a.tile)
+                self.m.issue("reciprocal", d.tile, a.tile)
             elif func == "negative":
-                self.m.tensor_scalar("vector", d.tile, a.tile, "multiply", -1.0, False, None,
-                                     None, False)  # fmt: skip
+                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, "multiply", -1.0)
             elif func in ("invert",):
-                self.m.tensor_scalar("vector", d.tile, a.tile, func, 0.0, False, None, None,
-                                     False)  # fmt: skip
+                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, func, 0.0)
             elif func == "logical_not":
-                self.m.tensor_scalar("vector", d.tile, a.tile, "equal", 0.0, False, None, None,
-                                     False)  # fmt: skip
+                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, "equal", 0.0)
             elif func in ACTIVATION_FUNCTIONS:
-                self.m.activation(d.tile, func, a.tile, None, None, None, None, "idle")
+                self.m.issue("activation", d.tile, func, a.tile, None, None, None, None, "idle")
             else:
                 raise NotSupportedError(f"nl.{func} is not supported by trn2core")
 
@@ -537,7 +534,7 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             if ranges is not None:
                 d, a = self.masked(dst, ranges), self.masked(x, ranges)
-                self.m.tensor_copy("vector", d.tile, a.tile)
+                self.m.issue("tensor_copy", "vector", d.tile, a.tile)
 
         return self.pend(x.shape, out_dt, SBUF, issue)
 
@@ -567,11 +564,11 @@ class Core:
             dt = d.tile
             if mean:
                 tmp = self.alloc(d.shape, D.float32, SBUF, 0)
-                self.m.tensor_reduce(tmp.tile, op, a.tile, len(axes), False)
-                self.m.tensor_scalar("vector", dt, tmp.tile, "divide", float(count), False,
+                self.m.issue("tensor_reduce", tmp.tile, op, a.tile, len(axes), False)
+                self.m.issue("tensor_scalar", "vector", dt, tmp.tile, "divide", float(count), False,
                                      None, None, False)  # fmt: skip
             else:
-                self.m.tensor_reduce(dt, op, a.tile, len(axes), False)
+                self.m.issue("tensor_reduce", dt, op, a.tile, len(axes), False)
 
         return self.pend(shape, out_dt, SBUF, issue)
 
@@ -604,13 +601,13 @@ class Core:
                     else self.broadcast(v, target.shape)  # fmt: skip
             fv = self.free_size(v)
             if fv == 1 and self.free_size(target) > 1 and v.dtype == D.float32:
-                self.m.tensor_scalar("vector", target.tile, target.tile, op, v.tile, False,
+                self.m.issue("tensor_scalar", "vector", target.tile, target.tile, op, v.tile, False,
                                      None, None, False)  # fmt: skip
             else:
-                self.m.tensor_tensor("vector", target.tile, target.tile, v.tile, op)
+                self.m.issue("tensor_tensor", "vector", target.tile, target.tile, v.tile, op)
         else:
-            self.m.tensor_scalar("vector", target.tile, target.tile, op, float(value), False,
-                                 None, None, False)  # fmt: skip
+            t = target.tile
+            self.m.issue("tensor_scalar", "vector", t, t, op, float(value))
         if op in _ASSOCIATIVE:
             self.mark_accum()
         self.last_inplace = (target, self.m.instructions)
@@ -619,7 +616,7 @@ class Core:
         """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""
 
         def issue(dst: NkiTensor, accumulate=False) -> None:
-            self.m.nc_matmul(dst.tile, stationary.tile, moving.tile, accumulate, *opts)
+            self.m.issue("nc_matmul", dst.tile, stationary.tile, moving.tile, accumulate, *opts)
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
 

@@ -31,6 +31,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(names::names, m)?)?;
     m.add_function(wrap_pyfunction!(names::format_aliases, m)?)?;
     m.add_function(wrap_pyfunction!(names::element_types, m)?)?;
+    m.add_function(wrap_pyfunction!(names::instruction_table, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_sources, m)?)?;
     m.add_function(wrap_pyfunction!(spec::spec_statuses, m)?)?;

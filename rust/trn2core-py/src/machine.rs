@@ -12,13 +12,11 @@ use std::sync::{Mutex, MutexGuard};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySlice, PyTuple};
 use trn2core::engine::{PeTile, PerfMode};
-use trn2core::machine::isa::elementwise::SecondOp;
-use trn2core::machine::isa::scalar::ActivationArgs;
+use trn2core::machine::isa::table::{self, Arg, ArgDefault, Kind, Value};
 use trn2core::machine::tile::Index;
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
-    ActFunc, AluOp, Dtype, Engine, HostOperand, Machine, MachineConfig, OutputRounding, PeOptions,
-    ReduceCmd, Scalar, Tile, Uninitialized,
+    Dtype, HostOperand, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
 };
 use trn2core::memory::Space;
 use trn2core::numerics::Format;
@@ -263,33 +261,6 @@ fn tile_of(x: &Bound<'_, PyAny>, arg: &str) -> PyTrn2Result<Tile> {
     }
 }
 
-/// A scalar operand: a Tile (`[P, 1]`) or a number.
-fn scalar_of(x: &Bound<'_, PyAny>, arg: &str) -> PyTrn2Result<Scalar> {
-    if let Ok(t) = x.cast::<PyTile>() {
-        return Ok(Scalar::Tile(t.get().tile));
-    }
-    if x.is_instance_of::<pyo3::types::PyBool>() {
-        return Err(Error::value(arg, "expected a number or a [P, 1] Tile, got a bool").into());
-    }
-    x.extract::<f64>().map(Scalar::Imm).map_err(|_| {
-        Error::value(
-            arg,
-            format!(
-                "expected a number or a [P, 1] Tile, got {}",
-                x.get_type().name().map_or("?".into(), |n| n.to_string())
-            ),
-        )
-        .into()
-    })
-}
-
-fn opt_scalar(x: Option<&Bound<'_, PyAny>>, arg: &str) -> PyTrn2Result<Option<Scalar>> {
-    match x {
-        Some(v) if !v.is_none() => Ok(Some(scalar_of(v, arg)?)),
-        _ => Ok(None),
-    }
-}
-
 /// One emulated NeuronCore-v3 with memories (the facade's `NeuronCore` holds one).
 ///
 /// Shareable between Python threads: the state sits behind a mutex, so concurrent
@@ -315,26 +286,6 @@ impl PyMachine {
             trn2core::pool::install(|| core.settle())?;
         }
         Ok(m)
-    }
-
-    /// Runs one instruction after settling the queued matmuls: with the GIL held when small,
-    /// released when large (or when queued matmuls are computed first).
-    fn run_instr(
-        &self,
-        py: Python<'_>,
-        elements: usize,
-        f: impl FnOnce(&mut Machine) -> Result<(), Error> + Send,
-    ) -> PyTrn2Result<()> {
-        let queued = self.lock().queued_matmuls() > 0;
-        if elements < GIL_HELD_ELEMENTS && !queued {
-            Ok(guard(py, || f(&mut *self.settled()?))?)
-        } else {
-            Ok(guard_work(
-                py,
-                elements as u64,
-                || f(&mut *self.settled()?),
-            )?)
-        }
     }
 }
 
@@ -580,420 +531,125 @@ impl PyMachine {
 
     // ------------------------------------------------------------------ instructions
 
-    /// `tensor_tensor` on `engine` ("vector" or "gpsimd").
-    fn tensor_tensor(
+    /// Issues instruction `opcode` (a row of the core's instruction table) with its arguments,
+    /// positional in the row's order or by name: each is converted by its kind, and the core
+    /// checks them against the row, settles queued matmuls and executes the instruction.
+    #[pyo3(signature = (opcode, *args, **kwargs))]
+    fn issue(
         &self,
         py: Python<'_>,
-        engine: &str,
-        dst: &Bound<'_, PyAny>,
-        data1: &Bound<'_, PyAny>,
-        data2: &Bound<'_, PyAny>,
-        op: &str,
+        opcode: &str,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
-        let e = Engine::parse("engine", engine)?;
-        let (d, a, b) = (
-            tile_of(dst, "dst")?,
-            tile_of(data1, "data1")?,
-            tile_of(data2, "data2")?,
-        );
-        let op = AluOp::parse("op", op)?;
-        self.run_instr(py, d.elements(), |m| m.tensor_tensor(e, &d, &a, &b, op))
-    }
-
-    /// `tensor_scalar`: `(data op0 operand0) op1 operand1`.
-    #[pyo3(signature = (engine, dst, data, op0, operand0, reverse0 = false, op1 = None, operand1 = None, reverse1 = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn tensor_scalar(
-        &self,
-        py: Python<'_>,
-        engine: &str,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        op0: &str,
-        operand0: &Bound<'_, PyAny>,
-        reverse0: bool,
-        op1: Option<&str>,
-        operand1: Option<&Bound<'_, PyAny>>,
-        reverse1: bool,
-    ) -> PyTrn2Result<()> {
-        let e = Engine::parse("engine", engine)?;
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        let op0 = AluOp::parse("op0", op0)?;
-        let s0 = scalar_of(operand0, "operand0")?;
-        let second: Option<SecondOp> = match op1 {
-            None => None,
-            Some(o) => {
-                let s1 = opt_scalar(operand1, "operand1")?
-                    .ok_or_else(|| Error::value("operand1", "op1 needs operand1"))?;
-                Some((AluOp::parse("op1", o)?, s1, reverse1))
+        let op = Opcode::parse("opcode", opcode)?;
+        let row = table::info(op);
+        let mut vals: Vec<Option<Value>> = vec![None; row.args.len().max(args.len())];
+        for (i, x) in args.iter().enumerate() {
+            if let Some(a) = row.args.get(i) {
+                vals[i] = value_of(&x, a, a.name)?;
+            } // too many: the core's check names the count
+        }
+        // Arguments given under an alias: errors name them as the caller wrote them.
+        let mut aliased: Option<(&'static str, String)> = None;
+        if let Some(kw) = kwargs {
+            for (k, x) in kw.iter() {
+                let k: String = k.extract()?;
+                let i = row.index(&k).ok_or_else(|| {
+                    Error::value(&k, format!("{} has no argument {k:?}", op.name()))
+                })?;
+                if vals[i].is_some() {
+                    return Err(Error::value(&k, "given twice (by position and by name)").into());
+                }
+                vals[i] = value_of(&x, &row.args[i], &k)?;
+                if row.args[i].name != k {
+                    aliased = Some((row.args[i].name, k));
+                }
             }
+        }
+        let rename = |e: Error| match &aliased {
+            Some((from, to)) => e.renamed(from, to),
+            None => e,
         };
-        self.run_instr(py, d.elements(), |m| {
-            m.tensor_scalar(e, &d, &a, op0, &s0, reverse0, second.as_ref())
-        })
-    }
-
-    /// `scalar_tensor_tensor` (Vector engine).
-    #[pyo3(signature = (dst, data, op0, operand0, op1, operand1, reverse0 = false, reverse1 = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn scalar_tensor_tensor(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        op0: &str,
-        operand0: &Bound<'_, PyAny>,
-        op1: &str,
-        operand1: &Bound<'_, PyAny>,
-        reverse0: bool,
-        reverse1: bool,
-    ) -> PyTrn2Result<()> {
-        let (d, a, b) = (
-            tile_of(dst, "dst")?,
-            tile_of(data, "data")?,
-            tile_of(operand1, "operand1")?,
-        );
-        let (op0, op1) = (AluOp::parse("op0", op0)?, AluOp::parse("op1", op1)?);
-        let s0 = scalar_of(operand0, "operand0")?;
-        self.run_instr(py, d.elements(), |m| {
-            m.scalar_tensor_tensor(&d, &a, op0, &s0, reverse0, op1, &b, reverse1)
-        })
-    }
-
-    /// `tensor_copy` on `engine`.
-    fn tensor_copy(
-        &self,
-        py: Python<'_>,
-        engine: &str,
-        dst: &Bound<'_, PyAny>,
-        src: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let e = Engine::parse("engine", engine)?;
-        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
-        self.run_instr(py, d.elements(), |m| m.tensor_copy(e, &d, &s))
-    }
-
-    /// `memset` on `engine`.
-    fn memset(
-        &self,
-        py: Python<'_>,
-        engine: &str,
-        dst: &Bound<'_, PyAny>,
-        value: f64,
-    ) -> PyTrn2Result<()> {
-        let e = Engine::parse("engine", engine)?;
-        let d = tile_of(dst, "dst")?;
-        self.run_instr(py, d.elements(), |m| m.memset(e, &d, value))
-    }
-
-    /// `reciprocal` (Vector engine).
-    fn reciprocal(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        self.run_instr(py, d.elements(), |m| m.reciprocal(&d, &a))
-    }
-
-    /// `select` (Vector engine).
-    fn select(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        predicate: &Bound<'_, PyAny>,
-        on_true: &Bound<'_, PyAny>,
-        on_false: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let (d, p, t) = (
-            tile_of(dst, "dst")?,
-            tile_of(predicate, "predicate")?,
-            tile_of(on_true, "on_true")?,
-        );
-        let f = scalar_of(on_false, "on_false")?;
-        self.run_instr(py, d.elements(), |m| m.select(&d, &p, &t, &f))
-    }
-
-    /// `tensor_reduce` (Vector engine) over the last `axes` free axes.
-    #[pyo3(signature = (dst, op, data, axes, negate = false))]
-    fn tensor_reduce(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        op: &str,
-        data: &Bound<'_, PyAny>,
-        axes: usize,
-        negate: bool,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        let op = AluOp::parse("op", op)?;
-        self.run_instr(py, a.elements(), |m| {
-            m.tensor_reduce(&d, op, &a, axes, negate)
-        })
-    }
-
-    /// `tensor_tensor_scan` (Vector engine).
-    #[pyo3(signature = (dst, data0, data1, initial, op0, op1, reverse0 = false, reverse1 = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn tensor_tensor_scan(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data0: &Bound<'_, PyAny>,
-        data1: &Bound<'_, PyAny>,
-        initial: &Bound<'_, PyAny>,
-        op0: &str,
-        op1: &str,
-        reverse0: bool,
-        reverse1: bool,
-    ) -> PyTrn2Result<()> {
-        let (d, a, b) = (
-            tile_of(dst, "dst")?,
-            tile_of(data0, "data0")?,
-            tile_of(data1, "data1")?,
-        );
-        let init = scalar_of(initial, "initial")?;
-        let (op0, op1) = (AluOp::parse("op0", op0)?, AluOp::parse("op1", op1)?);
-        self.run_instr(py, d.elements(), |m| {
-            m.tensor_tensor_scan(&d, &a, &b, &init, op0, op1, reverse0, reverse1)
-        })
-    }
-
-    /// `tensor_scalar_reduce` (Vector engine).
-    #[pyo3(signature = (dst, data, op0, operand0, reduce_op, reduce_res = None, reverse0 = false, reduce_cmd = "reset_reduce", reduce_init = None, negate = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn tensor_scalar_reduce(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-        op0: &str,
-        operand0: &Bound<'_, PyAny>,
-        reduce_op: &str,
-        reduce_res: Option<&Bound<'_, PyAny>>,
-        reverse0: bool,
-        reduce_cmd: &str,
-        reduce_init: Option<&Bound<'_, PyAny>>,
-        negate: bool,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        let op0 = AluOp::parse("op0", op0)?;
-        let rop = AluOp::parse("reduce_op", reduce_op)?;
-        let s0 = scalar_of(operand0, "operand0")?;
-        let res = reduce_res
-            .filter(|r| !r.is_none())
-            .map(|r| tile_of(r, "reduce_res"))
-            .transpose()?;
-        let cmd = ReduceCmd::parse("reduce_cmd", reduce_cmd)?;
-        let init = opt_scalar(reduce_init, "reduce_init")?;
-        self.run_instr(py, d.elements(), |m| {
-            m.tensor_scalar_reduce(
-                &d,
-                &a,
-                op0,
-                &s0,
-                reverse0,
-                rop,
-                res.as_ref(),
-                cmd,
-                init.as_ref(),
-                negate,
-            )
-        })
-    }
-
-    /// `activation` (Scalar engine): `func(data * scale + bias)`, optional reduction.
-    #[pyo3(signature = (dst, func, data, bias = None, scale = None, reduce_op = None, reduce_res = None, reduce_cmd = "idle"))]
-    #[allow(clippy::too_many_arguments)]
-    fn activation(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        func: &str,
-        data: &Bound<'_, PyAny>,
-        bias: Option<&Bound<'_, PyAny>>,
-        scale: Option<&Bound<'_, PyAny>>,
-        reduce_op: Option<&str>,
-        reduce_res: Option<&Bound<'_, PyAny>>,
-        reduce_cmd: &str,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        let f = ActFunc::parse("func", func)?;
-        let args = ActivationArgs {
-            bias: opt_scalar(bias, "bias")?,
-            scale: opt_scalar(scale, "scale")?,
-            reduce_op: reduce_op
-                .map(|o| AluOp::parse("reduce_op", o))
-                .transpose()?,
-            reduce_res: reduce_res
-                .filter(|r| !r.is_none())
-                .map(|r| tile_of(r, "reduce_res"))
-                .transpose()?,
-            reduce_cmd: ReduceCmd::parse("reduce_cmd", reduce_cmd)?,
-        };
-        self.run_instr(py, d.elements(), |m| m.activation(&d, f, &a, &args))
-    }
-
-    /// `activation_reduce` (Scalar engine).
-    #[pyo3(signature = (dst, func, data, reduce_op, reduce_res, bias = None, scale = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn activation_reduce(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        func: &str,
-        data: &Bound<'_, PyAny>,
-        reduce_op: &str,
-        reduce_res: &Bound<'_, PyAny>,
-        bias: Option<&Bound<'_, PyAny>>,
-        scale: Option<&Bound<'_, PyAny>>,
-    ) -> PyTrn2Result<()> {
-        let (d, a, r) = (
-            tile_of(dst, "dst")?,
-            tile_of(data, "data")?,
-            tile_of(reduce_res, "reduce_res")?,
-        );
-        let f = ActFunc::parse("func", func)?;
-        let rop = AluOp::parse("reduce_op", reduce_op)?;
-        let (b, s) = (opt_scalar(bias, "bias")?, opt_scalar(scale, "scale")?);
-        self.run_instr(py, d.elements(), |m| {
-            m.activation_reduce(&d, f, &a, rop, &r, b, s)
-        })
-    }
-
-    /// `iota` (GpSimd engine).
-    #[pyo3(signature = (dst, pattern, offset = 0, channel_multiplier = 0))]
-    fn iota(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        pattern: Vec<(i64, u64)>,
-        offset: i64,
-        channel_multiplier: i64,
-    ) -> PyTrn2Result<()> {
-        let d = tile_of(dst, "dst")?;
-        self.run_instr(py, d.elements(), |m| {
-            m.iota(&d, &pattern, offset, channel_multiplier)
-        })
-    }
-
-    /// `affine_select` (GpSimd engine).
-    #[pyo3(signature = (dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op = "equal", offset = 0))]
-    #[allow(clippy::too_many_arguments)]
-    fn affine_select(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        pattern: Vec<(i64, u64)>,
-        channel_multiplier: i64,
-        on_true: &Bound<'_, PyAny>,
-        on_false_value: f64,
-        cmp_op: &str,
-        offset: i64,
-    ) -> PyTrn2Result<()> {
-        let (d, t) = (tile_of(dst, "dst")?, tile_of(on_true, "on_true_tile")?);
-        let cmp = AluOp::parse("cmp_op", cmp_op)?;
-        self.run_instr(py, d.elements(), |m| {
-            m.affine_select(
-                &d,
-                &pattern,
-                channel_multiplier,
-                &t,
-                on_false_value,
-                cmp,
-                offset,
-            )
-        })
-    }
-
-    /// `bn_stats` (Vector engine).
-    fn bn_stats(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        self.run_instr(py, a.elements(), |m| m.bn_stats(&d, &a))
-    }
-
-    /// `bn_aggr` (Vector engine).
-    fn bn_aggr(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        self.run_instr(py, a.elements(), |m| m.bn_aggr(&d, &a))
-    }
-
-    /// `nc_matmul` (tensor engine).
-    #[pyo3(signature = (dst, stationary, moving, accumulate = None, perf_mode = "none", tile_position = None, tile_size = None, is_transpose = false))]
-    #[allow(clippy::too_many_arguments)]
-    fn nc_matmul(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        stationary: &Bound<'_, PyAny>,
-        moving: &Bound<'_, PyAny>,
-        accumulate: Option<bool>,
-        perf_mode: &str,
-        tile_position: Option<(usize, usize)>,
-        tile_size: Option<(usize, usize)>,
-        is_transpose: bool,
-    ) -> PyTrn2Result<()> {
-        let (d, s, mv) = (
-            tile_of(dst, "dst")?,
-            tile_of(stationary, "stationary")?,
-            tile_of(moving, "moving")?,
-        );
-        let opts = PeOptions {
-            accumulate,
-            perf_mode: PerfMode::parse("perf_mode", perf_mode)?,
-            tile: PeTile::from_options(tile_position, tile_size)?,
-            is_transpose,
-        };
-        // Queued: its arithmetic runs, in parallel with its neighbours', when the next call
-        // settles the queue (`settled`), in issue order.
-        let work = s.elements() + mv.elements();
-        if work < GIL_HELD_ELEMENTS {
-            Ok(guard(py, || {
-                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
-            })?)
+        let elements = vals.iter().flatten().map(Value::elements);
+        // nc_matmul is queued (its arithmetic runs, in parallel with its neighbours', when the
+        // next instruction or read settles the queue); the others settle it first.
+        let (work, queued) = if op == Opcode::NcMatmul {
+            (elements.sum::<usize>(), false)
         } else {
-            Ok(guard_work(py, work as u64, || {
-                self.lock().nc_matmul_queued(&d, &s, &mv, &opts)
-            })?)
+            (
+                elements.max().unwrap_or(0),
+                self.lock().queued_matmuls() > 0,
+            )
+        };
+        let run = || self.lock().issue(op, vals).map_err(rename);
+        if work < GIL_HELD_ELEMENTS && !queued {
+            Ok(guard(py, run)?)
+        } else {
+            Ok(guard_work(py, work as u64, run)?)
         }
     }
+}
 
-    /// `nc_transpose` on `engine` ("tensor" or "vector").
-    fn nc_transpose(
-        &self,
-        py: Python<'_>,
-        engine: &str,
-        dst: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
-    ) -> PyTrn2Result<()> {
-        let e = Engine::parse("engine", engine)?;
-        let (d, a) = (tile_of(dst, "dst")?, tile_of(data, "data")?);
-        self.run_instr(py, a.elements(), |m| m.nc_transpose(e, &d, &a))
+/// An argument converted by its kind in the instruction table (`None`: not given).
+fn value_of(x: &Bound<'_, PyAny>, a: &Arg, name: &str) -> PyTrn2Result<Option<Value>> {
+    let bad = || -> PyTrn2Result<Option<Value>> {
+        Err(Error::value(
+            name,
+            format!(
+                "expected {}, got {}",
+                table::kind_expected(a.kind),
+                shown(x)
+            ),
+        )
+        .into())
+    };
+    if x.is_none() {
+        // `None` is "not given" for an optional argument (and a required one, which the core
+        // then names); an argument with a default takes a value of its kind.
+        return match a.default {
+            ArgDefault::Absent | ArgDefault::Required => Ok(None),
+            _ => bad(),
+        };
     }
-
-    /// `dma_copy` on DMA queue `queue` (`None`: the queues in turn).
-    #[pyo3(signature = (dst, src, queue = None))]
-    fn dma_copy(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        src: &Bound<'_, PyAny>,
-        queue: Option<u8>,
-    ) -> PyTrn2Result<()> {
-        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
-        self.run_instr(py, d.elements(), |m| m.dma_copy(&d, &s, queue))
-    }
+    let is_bool = x.is_instance_of::<pyo3::types::PyBool>();
+    Ok(Some(match a.kind {
+        Kind::Tile => Value::Tile(tile_of(x, name)?),
+        Kind::Scalar => match x.cast::<PyTile>() {
+            Ok(t) => Value::Tile(t.get().tile),
+            Err(_) if is_bool => return bad(),
+            Err(_) => match x.extract::<f64>() {
+                Ok(v) => Value::Float(v),
+                Err(_) => return bad(),
+            },
+        },
+        Kind::Float => match x.extract::<f64>() {
+            Ok(v) if !is_bool => Value::Float(v),
+            _ => return bad(),
+        },
+        Kind::Int | Kind::Queue => match x.extract::<i64>() {
+            Ok(v) if !is_bool => Value::Int(v),
+            _ => return bad(),
+        },
+        Kind::Bool => match x.extract::<bool>() {
+            Ok(v) => Value::Bool(v),
+            _ => return bad(),
+        },
+        Kind::Pattern => match x.extract::<Vec<(i64, u64)>>() {
+            Ok(v) => Value::Pattern(v),
+            _ => return bad(),
+        },
+        Kind::Pair => match x.extract::<(usize, usize)>() {
+            Ok((p, q)) => Value::Pair(p, q),
+            _ => return bad(),
+        },
+        Kind::Alu | Kind::Act | Kind::Engine | Kind::ReduceCmd | Kind::PerfMode => {
+            match x.extract::<String>() {
+                Ok(v) => Value::Name(v),
+                _ => return bad(),
+            }
+        }
+    }))
 }
 
 /// The timeline of a recorded program (a value: frozen, read through getters).

@@ -63,3 +63,61 @@ pub fn format_aliases() -> Vec<(&'static str, &'static str)> {
         .map(|(a, f)| (*a, f.name()))
         .collect()
 }
+
+/// One instruction table argument: `(name, kind, required, default)` (`default` a bool, an
+/// integer, a name, or `None`).
+pub type ArgRow = (&'static str, &'static str, bool, Option<Py<PyAny>>);
+
+/// The result of an instruction's value-returning form: `(kind, detail, dtype)` (`("like",
+/// input)`, `("columns", n)` or `("own", "")`; `dtype` `None`: the first input's).
+pub type OutRow = (&'static str, String, Option<&'static str>);
+
+/// `[(opcode, engines, default engine, arguments, summary, result)]`: the core's instruction table
+/// (`trn2core::machine::isa::table::TABLE`), in opcode order.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn instruction_table(
+    py: Python<'_>,
+) -> PyResult<
+    Vec<(
+        &'static str,
+        Vec<&'static str>,
+        Option<&'static str>,
+        Vec<ArgRow>,
+        &'static str,
+        OutRow,
+    )>,
+> {
+    use trn2core::machine::isa::table::{ArgDefault, TABLE};
+    TABLE
+        .iter()
+        .map(|row| {
+            let args = row
+                .args
+                .iter()
+                .map(|a| {
+                    let d: Option<Py<PyAny>> = match a.default {
+                        ArgDefault::Required | ArgDefault::Absent => None,
+                        ArgDefault::Bool(b) => {
+                            Some(b.into_pyobject(py)?.to_owned().into_any().unbind())
+                        }
+                        ArgDefault::Int(i) => Some(i.into_pyobject(py)?.into_any().unbind()),
+                        ArgDefault::Name(s) => Some(s.into_pyobject(py)?.into_any().unbind()),
+                    };
+                    Ok((a.name, a.kind.name(), a.default == ArgDefault::Required, d))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok((
+                row.op.name(),
+                row.engines.iter().map(|e| e.name()).collect(),
+                row.default_engine.map(|e| e.name()),
+                args,
+                row.summary,
+                {
+                    let (kind, detail) = row.out.describe();
+                    (kind, detail, row.out_dtype.map(|d| d.name()))
+                },
+            ))
+        })
+        .collect()
+}

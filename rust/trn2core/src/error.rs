@@ -140,6 +140,25 @@ impl Error {
         }
     }
 
+    /// The same error naming argument `to` where it named `from` (a caller that took the
+    /// argument under another name reports the name its user wrote).
+    pub fn renamed(mut self, from: &str, to: &str) -> Self {
+        match &mut self {
+            Error::Shape { arg, .. }
+            | Error::Format { arg, .. }
+            | Error::Value { arg, .. }
+            | Error::Sparsity { arg, .. }
+            | Error::CorruptData { arg, .. }
+            | Error::Capacity { arg, .. } => {
+                if arg == from {
+                    *arg = to.to_string();
+                }
+            }
+            Error::Interrupted => {}
+        }
+        self
+    }
+
     /// The same error, reporting `name` as the rule broken.
     pub fn with_rule(mut self, name: &'static str) -> Self {
         match &mut self {

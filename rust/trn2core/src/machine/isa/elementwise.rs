@@ -72,7 +72,7 @@ impl Machine {
         op: AluOp,
     ) -> Result<()> {
         let opc = Opcode::TensorTensor;
-        check_engine(opc, engine, &[Engine::Vector, Engine::Gpsimd])?;
+        check_engine(opc, engine)?;
         if op.is_unary() {
             return Err(Error::value(
                 "op",
@@ -143,11 +143,7 @@ impl Machine {
         second: Option<&SecondOp>,
     ) -> Result<()> {
         let opc = Opcode::TensorScalar;
-        check_engine(
-            opc,
-            engine,
-            &[Engine::Vector, Engine::Scalar, Engine::Gpsimd],
-        )?;
+        check_engine(opc, engine)?;
         let op1 = second.map(|s| s.0);
         if engine == Engine::Scalar
             && !matches!(
@@ -294,11 +290,7 @@ impl Machine {
     /// through float32 (NaN becomes the canonical NaN).
     pub fn tensor_copy(&mut self, engine: Engine, dst: &Tile, src: &Tile) -> Result<()> {
         let opc = Opcode::TensorCopy;
-        check_engine(
-            opc,
-            engine,
-            &[Engine::Vector, Engine::Scalar, Engine::Gpsimd],
-        )?;
+        check_engine(opc, engine)?;
         let s = self.operand("src", src, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "src", &s, &[("dst", &d)])?;
@@ -328,7 +320,7 @@ impl Machine {
     /// dtype (nearest even; integers saturate, a fraction rounds to nearest even).
     pub fn memset(&mut self, engine: Engine, dst: &Tile, value: f64) -> Result<()> {
         let opc = Opcode::Memset;
-        check_engine(opc, engine, &[Engine::Vector, Engine::Gpsimd])?;
+        check_engine(opc, engine)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         let bits = match dst.dtype.format() {
             Some(f) => encode_scalar(value, &f.encoding(), Rounding::NearestEven, false, None)?,

@@ -43,6 +43,7 @@ pub mod pe;
 pub mod reduce;
 mod rows;
 pub mod scalar;
+pub mod table;
 
 use crate::memory::Space;
 use crate::numerics::mix64;
@@ -104,8 +105,9 @@ pub(crate) fn dtype_rule(arg: &str, rule: &'static str, message: impl std::fmt::
     Error::format(arg, format!("{message} [engine rule {rule}]")).with_rule(rule)
 }
 
-/// Checks that `engine` is one the instruction runs on.
-pub(crate) fn check_engine(op: Opcode, engine: Engine, allowed: &[Engine]) -> Result<()> {
+/// Checks that `engine` is one the instruction runs on (its row of the instruction table).
+pub(crate) fn check_engine(op: Opcode, engine: Engine) -> Result<()> {
+    let allowed = table::info(op).engines;
     if allowed.contains(&engine) {
         return Ok(());
     }

@@ -431,7 +431,7 @@ impl Machine {
     /// 32 x 32, SBUF or PSUM.
     pub fn nc_transpose(&mut self, engine: Engine, dst: &Tile, data: &Tile) -> Result<()> {
         let opc = Opcode::NcTranspose;
-        check_engine(opc, engine, &[Engine::Tensor, Engine::Vector])?;
+        check_engine(opc, engine)?;
         self.settle()?;
         if engine == Engine::Tensor {
             let x = self.pe_input("data", data)?;

@@ -18,7 +18,6 @@
 //! - `bn_aggr`, over the `(count, mean, m2)` triples in order, all float32: `n = sum count`,
 //!   `mean = (sum count * mean) / n`, `var = (sum m2 + count * ((mean_i - mean)^2)) / n`, each
 //!   sum from +0 in order, each product and difference rounded; output `[mean, var]`.
-
 use crate::{Error, Result};
 
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
@@ -400,3 +399,4 @@ pub(crate) fn check_reduce_res(o: &Opnd, p: u32) -> Result<()> {
     }
     Ok(())
 }
+
