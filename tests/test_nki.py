@@ -678,6 +678,62 @@ def test_demo_part_runs_the_matmul_stages(capsys):
     assert "= gemm" in out and "mistakes.py:" in out
 
 
+# --------------------------------------------------------------- max8 and nc_find_index8
+
+
+def _top8_reference(x):
+    """numpy: the 8 largest per row, descending (a stable sort of -x; ties keep index order),
+    and each value's k-th occurrence for its k-th repeat."""
+    order = np.argsort(-x, axis=1, kind="stable")[:, :8]
+    vals = np.take_along_axis(x, order, axis=1)
+    return vals, order.astype(np.uint32)
+
+
+def test_max8_and_nc_find_index8_in_both_dialects_match_numpy():
+    rng = np.random.default_rng(8)
+    x = rng.integers(-20, 20, size=(64, 300)).astype(np.float32)  # many ties
+    want_vals, want_idx = _top8_reference(x)
+
+    @tn.jit
+    def current(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        top = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.max8(dst=top, src=t)
+        idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.nc_find_index8(dst=idx, data=t, vals=top)
+        out = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=idx)
+        return out
+
+    @tn.jit_legacy
+    def legacy(a):
+        t = lnl.load(a)
+        top = lisa.max8(src=t)
+        out_v = lnl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out_v, value=top)
+        return out_v
+
+    res = tn.run(current, x)
+    assert np.array_equal(res.outputs, want_idx)
+    assert res.report.opcodes["max8"] == 1 and res.report.opcodes["nc_find_index8"] == 1
+    assert np.array_equal(tn.run(legacy, x).outputs, want_vals)
+
+
+def test_max8_rules_name_the_argument():
+    @tn.jit
+    def too_few(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        top = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.max8(dst=top, src=t)
+        return a
+
+    with pytest.raises(ShapeError, match="src: 7 elements per partition") as e:
+        tn.run(too_few, np.zeros((4, 7), np.float32))
+    assert e.value.rule == "max8_size"
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()
@@ -692,3 +748,6 @@ def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     r = core.tile((2, 16), "fp32")
     core.vector.nc_transpose(r[:, :2], a[:, :2])  # no hand-written form: the table's view
     assert np.array_equal(core.read(r[:, :2]), np.array([[0, 16], [1, 17]], np.float32))
+    top = core.tile((2, 8), "fp32")
+    core.vector.max8(top, a)
+    assert np.array_equal(core.read(top), np.arange(32, dtype=np.float32).reshape(2, 16)[:, :7:-1])

@@ -558,6 +558,14 @@ spec_table! {
     #[spec(unit = "elements", source = "[S9] D")]
     pub const BN_STATS_FMAX: usize = 512;
 
+    /// Fewest elements per partition `max8` and `nc_find_index8` read (NKI ISA reference).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const MAX8_MIN_ELEMENTS: usize = 8;
+
+    /// Most elements per partition `max8` and `nc_find_index8` read (NKI ISA reference).
+    #[spec(unit = "elements", source = "[S9] D")]
+    pub const MAX8_MAX_ELEMENTS: usize = 16384;
+
     /// Largest side of a Vector-engine `nc_transpose` (32 x 32; the tensor engine's is 128).
     #[spec(unit = "elements", source = "[S9] D")]
     pub const VECTOR_TRANSPOSE_MAX: usize = 32;

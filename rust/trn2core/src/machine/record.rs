@@ -125,6 +125,10 @@ named_enum! {
         BnAggr = "bn_aggr",
         /// `dma_copy`.
         DmaCopy = "dma_copy",
+        /// `max8` (Vector): the 8 largest values of each partition.
+        Max8 = "max8",
+        /// `nc_find_index8` (Vector): where 8 values first occur in each partition.
+        NcFindIndex8 = "nc_find_index8",
     }
 }
 

@@ -1,5 +1,6 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
-//! `tensor_scalar_reduce`, `bn_stats`, `bn_aggr`.
+//! `tensor_scalar_reduce`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
+//! `nc_find_index8`.
 //!
 //! # Orders (ours; the hardware's are not published)
 //!
@@ -18,15 +19,24 @@
 //! - `bn_aggr`, over the `(count, mean, m2)` triples in order, all float32: `n = sum count`,
 //!   `mean = (sum count * mean) / n`, `var = (sum m2 + count * ((mean_i - mean)^2)) / n`, each
 //!   sum from +0 in order, each product and difference rounded; output `[mean, var]`.
+//! - `max8` (the order is documented; NaN's place is ours): the elements widened to float32,
+//!   sorted descending, stably (equal values keep their index order; -0 and +0 are equal), NaN
+//!   above +Inf; the first 8, rounded to `dst`'s dtype.
+//! - `nc_find_index8` (documented: first occurrence, duplicates of a value advance through its
+//!   successive occurrences in ascending order, all ones when absent; NaN's match is ours): the
+//!   data and the 8 values widened to float32 and compared with `==`, except that a NaN value
+//!   matches a NaN element (so `max8`'s output is always found).
+
 use crate::{Error, Result};
 
+use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::alu::{self, canon, AluOp};
 use super::elementwise::two_psum_check;
 use super::{shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
-use crate::spec::BN_STATS_FMAX;
+use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
 
 /// The identity of a reduction operator (what `reset_reduce` loads).
 fn identity(op: AluOp) -> f32 {
@@ -388,6 +398,115 @@ impl Machine {
     }
 }
 
+/// `max8`'s order: descending, NaN first, stable.
+fn max8_order(a: &(usize, f32), b: &(usize, f32)) -> std::cmp::Ordering {
+    let key = |v: f32| if v.is_nan() { f32::INFINITY } else { v };
+    match (a.1.is_nan(), b.1.is_nan()) {
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        _ => key(b.1)
+            .partial_cmp(&key(a.1))
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.0.cmp(&b.0)),
+    }
+}
+
+impl Machine {
+    /// Checks the search input of `max8` / `nc_find_index8` (8 to 16,384 elements per
+    /// partition) and a `[P, 8]` destination.
+    fn top8_operands(&self, arg: &str, src: &Tile, dst: &Tile) -> Result<(Opnd, Opnd)> {
+        let engine = Engine::Vector;
+        let a = self.operand(arg, src, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if !(MAX8_MIN_ELEMENTS..=MAX8_MAX_ELEMENTS).contains(&a.n()) {
+            return Err(shape_rule(
+                arg,
+                "max8_size",
+                format!(
+                    "{} elements per partition; the search reads {MAX8_MIN_ELEMENTS} to \
+                     {MAX8_MAX_ELEMENTS}",
+                    a.n()
+                ),
+            ));
+        }
+        if d.p() != a.p() || d.n() != 8 {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "the search writes [{}, 8]; dst is {:?}",
+                    a.p(),
+                    dst.logical_shape()
+                ),
+            ));
+        }
+        Ok((a, d))
+    }
+
+    /// `max8` (Vector engine): the 8 largest values of each partition of `src` (8 to 16,384
+    /// elements), in descending order, into `dst` (`[P, 8]`). See the module doc for NaN.
+    pub fn max8(&mut self, dst: &Tile, src: &Tile) -> Result<()> {
+        let (a, d) = self.top8_operands("src", src, dst)?;
+        let x = self.gather_f32(src)?;
+        let mut z = Vec::with_capacity(8 * a.p() as usize);
+        let mut row_keys: Vec<(usize, f32)> = Vec::with_capacity(a.n());
+        for row in x.chunks(a.n()) {
+            row_keys.clear();
+            row_keys.extend(row.iter().copied().enumerate());
+            row_keys.sort_by(max8_order);
+            z.extend(row_keys[..8].iter().map(|&(_, v)| v));
+        }
+        self.scatter_f32(&d, &z)?;
+        self.record_engine(Opcode::Max8, Engine::Vector, &[&a], &[], &d, 0);
+        Ok(())
+    }
+
+    /// `nc_find_index8` (Vector engine): per partition, the index in `data` (8 to 16,384
+    /// elements) of the first occurrence of each of the 8 `vals`, a repeated value taking its
+    /// next occurrence; all ones where a value is absent. `dst` is `[P, 8]` uint16 or uint32.
+    pub fn nc_find_index8(&mut self, dst: &Tile, data: &Tile, vals: &Tile) -> Result<()> {
+        let engine = Engine::Vector;
+        let (a, d) = self.top8_operands("data", data, dst)?;
+        let v = self.operand("vals", vals, Some(engine), false)?;
+        if v.p() != a.p() || v.n() != 8 {
+            return Err(shape_rule(
+                "vals",
+                "shape",
+                format!(
+                    "expected 8 values in each of {} partitions, got {:?}",
+                    a.p(),
+                    vals.logical_shape()
+                ),
+            ));
+        }
+        let none = match dst.dtype {
+            Dtype::Uint32 => u32::MAX,
+            Dtype::Uint16 => u16::MAX as u32,
+            other => {
+                return Err(super::dtype_rule(
+                    "dst",
+                    "find_index_dtype",
+                    format!("nc_find_index8 writes uint16 or uint32 indices; dst is {other}"),
+                ))
+            }
+        };
+        let (x, want) = (self.gather_f32(data)?, self.gather_f32(vals)?);
+        let mut z = Vec::with_capacity(8 * a.p() as usize);
+        for (row, want) in x.chunks(a.n()).zip(want.chunks(8)) {
+            for (j, &w) in want.iter().enumerate() {
+                let same = |e: &f32| *e == w || e.is_nan() && w.is_nan();
+                // Earlier equal values took the earlier occurrences.
+                let skip = want[..j].iter().filter(|&&u| same(&u)).count();
+                let at = row.iter().enumerate().filter(|(_, e)| same(e)).nth(skip);
+                z.push(at.map_or(none, |(i, _)| i as u32));
+            }
+        }
+        self.scatter_bits(&d, &z)?;
+        self.record_engine(Opcode::NcFindIndex8, engine, &[&a, &v], &[], &d, 0);
+        Ok(())
+    }
+}
+
 /// Checks a `[P, 1]` accumulator-readout tile.
 pub(crate) fn check_reduce_res(o: &Opnd, p: u32) -> Result<()> {
     if o.p() != p || o.n() != 1 {
@@ -400,3 +519,126 @@ pub(crate) fn check_reduce_res(o: &Opnd, p: u32) -> Result<()> {
     Ok(())
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::MachineConfig;
+    use crate::memory::Space;
+
+    fn put(m: &mut Machine, t: &Tile, v: &[f32]) {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        m.write_tile(t, &b).expect("write");
+    }
+
+    fn words(m: &Machine, t: &Tile) -> Vec<u32> {
+        let b = m.read_tile(t).expect("read");
+        b.chunks(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// Rows with ties, signed zeros, infinities and NaN; the oracle selects the largest
+    /// remaining element eight times (first index among equals, NaN above everything).
+    #[test]
+    fn max8_and_find_index8_against_a_selection_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (4usize, 40usize);
+        let src = m
+            .alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32)
+            .expect("a");
+        let top = m
+            .alloc(Space::Sbuf, "top", &[p, 8], Dtype::Fp32)
+            .expect("t");
+        let idx = m
+            .alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint32)
+            .expect("i");
+        let special = [
+            0.0,
+            -0.0,
+            3.5,
+            3.5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -1.0,
+        ];
+        let mut x = vec![0f32; p * n];
+        for (k, v) in x.iter_mut().enumerate() {
+            let r = (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            *v = if r.is_multiple_of(5) {
+                special[(r as usize / 5) % special.len()]
+            } else {
+                (r % 17) as f32 - 8.0
+            };
+        }
+        put(&mut m, &src, &x);
+        m.max8(&top, &src).expect("max8");
+        m.nc_find_index8(&idx, &src, &top).expect("find");
+        let (got, at) = (words(&m, &top), words(&m, &idx));
+        for r in 0..p {
+            let row = &x[r * n..(r + 1) * n];
+            let mut taken = vec![false; n];
+            for j in 0..8 {
+                let mut best: Option<usize> = None;
+                for i in 0..n {
+                    if taken[i] {
+                        continue;
+                    }
+                    let better = match best {
+                        None => true,
+                        Some(b) => {
+                            let (u, v) = (row[i], row[b]);
+                            !v.is_nan() && (u.is_nan() || u > v)
+                        }
+                    };
+                    if better {
+                        best = Some(i);
+                    }
+                }
+                let b = best.expect("n >= 8");
+                taken[b] = true;
+                let want = if row[b].is_nan() {
+                    0x7FC0_0000
+                } else {
+                    row[b].to_bits()
+                };
+                let g = got[r * 8 + j];
+                let same = g == want || row[b] == 0.0 && f32::from_bits(g) == 0.0;
+                assert!(same, "row {r} slot {j}: {g:#x} vs {want:#x}");
+                // The equal value's occurrences are handed out in order.
+                let v = f32::from_bits(g);
+                let eq = |e: f32| e == v || e.is_nan() && v.is_nan();
+                let before = (0..j)
+                    .filter(|&q| eq(f32::from_bits(got[r * 8 + q])))
+                    .count();
+                let want_i = (0..n).filter(|&i| eq(row[i])).nth(before).expect("present");
+                assert_eq!(at[r * 8 + j], want_i as u32, "row {r} slot {j}");
+            }
+        }
+        // Absent values: all ones (uint16: 0xFFFF); sizes and dtypes by their rules.
+        let vals = m
+            .alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32)
+            .expect("v");
+        put(&mut m, &vals, &[1234.5; 32]);
+        let i16t = m
+            .alloc(Space::Sbuf, "i16", &[p, 8], Dtype::Uint16)
+            .expect("i16");
+        m.nc_find_index8(&i16t, &src, &vals).expect("find");
+        assert!(m.read_tile(&i16t).expect("r").iter().all(|&b| b == 0xFF));
+        let e = m.nc_find_index8(&top, &src, &vals).expect_err("refused");
+        assert_eq!(e.rule(), Some("find_index_dtype"));
+        let short = src.reshape_free(&[n]).expect("flat");
+        let short = short
+            .slice(&[
+                crate::machine::tile::Index::ALL,
+                crate::machine::tile::Index::Range {
+                    start: Some(0),
+                    stop: Some(7),
+                    step: 1,
+                },
+            ])
+            .expect("7");
+        let e = m.max8(&top, &short).expect_err("refused");
+        assert_eq!((e.arg(), e.rule()), (Some("src"), Some("max8_size")));
+    }
+}

@@ -249,7 +249,7 @@ const fn row(
     }
 }
 
-use Dtype::Fp32;
+use Dtype::{Fp32, Uint32};
 use Opcode as Op;
 use Out::{Columns, Like, Own};
 
@@ -345,6 +345,14 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
     row(Op::DmaCopy, &[], Own, None,
         "dst = src over a DMA queue (HBM and SBUF)",
         &[DST, req("src", K::Tile), opt("queue", K::Queue)],
+    ),
+    row(Op::Max8, &[Vector], Columns(8), None,
+        "dst = the 8 largest values of each partition of src, in descending order",
+        &[DST, req("src", K::Tile)],
+    ),
+    row(Op::NcFindIndex8, &[Vector], Columns(8), Some(Uint32),
+        "dst = where each of the 8 vals first occurs in its partition of data",
+        &[DST, req("data", K::Tile), req("vals", K::Tile)],
     ),
 ];
 
@@ -760,6 +768,8 @@ impl Machine {
             Opcode::BnStats => self.bn_stats(&dst, &a.tile("data")?),
             Opcode::BnAggr => self.bn_aggr(&dst, &a.tile("data")?),
             Opcode::DmaCopy => self.dma_copy(&dst, &a.tile("src")?, a.queue("queue")?),
+            Opcode::Max8 => self.max8(&dst, &a.tile("src")?),
+            Opcode::NcFindIndex8 => self.nc_find_index8(&dst, &a.tile("data")?, &a.tile("vals")?),
         }
     }
 }
