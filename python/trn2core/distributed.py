@@ -19,9 +19,8 @@ every call first agrees on what is called (collective, algorithm, op, dtype, sha
 placement) with a small all-gather, so a refused placement, a wrong buffer or a mismatched call
 on one process raises the same ``Trn2Error`` on every process. Any error after that point (a
 process out of memory, an MPI failure) prints the error, prefixed by the process, and aborts
-the whole MPI job
-(``MPI.COMM_WORLD.Abort``): the other processes would otherwise wait for it forever. A
-machine made with ``comm=`` also makes an uncaught exception abort the job, as
+the whole MPI job (``MPI.COMM_WORLD.Abort``): the other processes would otherwise wait for it
+forever. A machine made with ``comm=`` also makes an uncaught exception abort the job, as
 ``python -m mpi4py`` does.
 """
 
