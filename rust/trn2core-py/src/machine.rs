@@ -527,7 +527,9 @@ impl PyMachine {
         dtype: &str,
     ) -> PyTrn2Result<Py<PyAny>> {
         let dt = Dtype::parse_name("dtype", dtype)?;
-        let out = guard_work(py, self.queued_work(), || self.settled()?.read_psum(bank, rows, cols, dt))?;
+        let out = guard_work(py, self.queued_work(), || {
+            self.settled()?.read_psum(bank, rows, cols, dt)
+        })?;
         Ok(to_numpy(py, out))
     }
 

@@ -31,11 +31,11 @@
 
 use std::fmt::Write as _;
 
+use crate::cancel::Cancel;
 use crate::perf::write_bandwidth_counter_drained;
 use crate::spec::{
     DMA_ENGINES_PER_CORE, DMA_QUEUES_PER_ENGINE, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANK_BYTES,
 };
-use crate::cancel::Cancel;
 use crate::{Error, Result};
 
 use super::cost::{self, seconds};
