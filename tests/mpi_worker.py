@@ -14,6 +14,9 @@ Modes:
 - ``raise``: process 1 fails inside the exchange (a MemoryError) while the others wait for it.
 - ``uncaught``: process 1 raises outside any collective while the others start one.
 - ``badinput``: process 1 passes integers to an all-reduce and no process catches the error.
+- ``placement``: machines made with a placement refused on process 1 only, and with different
+  placements on processes 0 and 1: every process must raise (the agreement on making a machine),
+  none may wait forever; then a machine and an all-reduce that still line up.
 """
 
 from __future__ import annotations
@@ -301,12 +304,26 @@ def mode_fail(how: str) -> dict:
     return {"finished": True}  # must not be reached by any process
 
 
+def mode_placement() -> dict:
+    out: dict = {}
+    beyond = [P] * 16 if RANK == 1 else None  # refused on process 1 alone
+    out["one_refused"] = _caught(lambda: Instance("trn2.48xlarge", comm=WORLD, placement=beyond))
+    robin = [c % P for c in range(16)] if RANK == 0 else None  # a placement the others lack
+    out["differ"] = _caught(lambda: Instance("trn2.48xlarge", comm=WORLD, placement=robin))
+    inst = Instance("trn2.48xlarge", comm=WORLD)
+    res = inst.all_reduce([np.full(8, c, np.float32) for c in inst.local_chips])
+    out["after"] = [o.tolist() for o in res.outputs]
+    return out
+
+
 def main() -> None:
     mode, outdir = sys.argv[1], sys.argv[2]
     if mode == "bits":
         result = mode_bits()
     elif mode == "big":
         result = mode_big()
+    elif mode == "placement":
+        result = mode_placement()
     else:
         result = mode_fail(mode)
     with open(os.path.join(outdir, f"{mode}-{RANK}.json"), "w") as f:

@@ -138,6 +138,35 @@ CASES = {
         "call = lambda: uc.estimate('all_reduce', 1 << 30, algorithm='rdh')",
         "assert t.UltraCluster(2).estimate('all_reduce', 1 << 20, algorithm='rdh').seconds > 0",
     ),
+    # Settling 12,000 queued matmuls (one accumulation chain, ~3 s) inside `read`: the GIL
+    # used to be held throughout (issue 28).
+    "machine-read-settles-matmuls": (
+        "core = t.NeuronCore()\n"
+        "s = core.tile((128, 128), 'fp32'); core.vector.memset(s, 1.0)\n"
+        "m = core.tile((128, 512), 'fp32'); core.vector.memset(m, 1.0)\n"
+        "d = core.tile((128, 512), 'fp32', space='psum')\n"
+        "def call():\n"
+        "    for i in range(12000):\n"
+        "        core.pe.matmul(d, s, m, accumulate=i > 0)\n"
+        "    core.read(d)",
+        "core.pe.matmul(d, s, m, accumulate=False)\nassert core.read(d)[0, 0] == 128.0",
+    ),
+    # The JSON trace of 400,000 instructions (166 MB): it used to be parsed again "to check"
+    # (seconds in json.loads, not interruptible); now the core writes it piece by piece.
+    "machine-save-trace": (
+        "import tempfile\n"
+        "core = t.NeuronCore()\n"
+        "a = core.tile((128, 8), 'fp32'); core.vector.memset(a, 1.0)\n"
+        "b = core.tile((128, 8), 'fp32')\n"
+        "for _ in range(400000):\n"
+        "    core.vector.tensor_copy(b, a)\n"
+        "rep = core.run()\n"
+        "path = os.path.join(tempfile.mkdtemp(), 'trace.json')\n"
+        "call = lambda: rep.save_trace(path)",
+        "small = t.NeuronCore(); x = small.tile((1, 1), 'fp32'); small.vector.memset(x, 1.0)\n"
+        "small.run().save_trace(path)\n"
+        "assert len(json.load(open(path))['traceEvents']) >= 2",
+    ),
     "compress-zvc": (
         "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
         "call = lambda: t.dma.compress(x, 'zvc')",

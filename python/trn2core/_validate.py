@@ -208,9 +208,15 @@ def bytes_like(value: object, arg: str) -> bytes:
     ``Trn2ValueError``."""
     if isinstance(value, bytes):
         return value
-    if isinstance(value, (bytearray, memoryview)):
-        check_alloc(value.nbytes if isinstance(value, memoryview) else len(value), arg,
-                    f"a copy of the {type(value).__name__}")  # fmt: skip
+    if isinstance(value, memoryview):
+        try:
+            nbytes = value.nbytes
+        except ValueError:  # released: its buffer is gone
+            raise Trn2ValueError(f"{arg}: a released memoryview (no buffer left to read)") from None
+        check_alloc(nbytes, arg, "a copy of the memoryview")
+        return bytes(value)
+    if isinstance(value, bytearray):
+        check_alloc(len(value), arg, "a copy of the bytearray")
         return bytes(value)
     if isinstance(value, np.ndarray) and value.dtype == np.uint8:
         # A broadcast view may stand for far more bytes than back it.

@@ -14,12 +14,13 @@ single-process run. By default process ``p`` of ``P`` holds chips ``p N/P .. (p+
 (``P`` must divide the ``N`` chips); ``placement=[process of chip 0, ...]`` overrides it.
 See docs/distributed.md.
 
-Faults: every call first agrees on what is called (collective, algorithm, op, dtype, shape,
-chips) with a small all-gather, so a wrong buffer or a mismatched call on one process raises the
-same ``Trn2Error`` on every process. Any error after that point (a process out of memory, an
-MPI failure) prints the error, prefixed by the process, and aborts the whole MPI job
-(``MPI.COMM_WORLD.Abort``): the other processes would otherwise wait for it forever. A
-machine made with ``comm=`` also makes an uncaught exception abort the job, as
+Faults: making a machine with ``comm=`` agrees on the machine and its whole placement, and
+every call first agrees on what is called (collective, algorithm, op, dtype, shape, chips,
+placement) with a small all-gather, so a refused placement, a wrong buffer or a mismatched call
+on one process raises the same ``Trn2Error`` on every process. Any error after that point (a
+process out of memory, an MPI failure) prints the error, prefixed by the process, and aborts
+the whole MPI job (``MPI.COMM_WORLD.Abort``): the other processes would otherwise wait for it
+forever. A machine made with ``comm=`` also makes an uncaught exception abort the job, as
 ``python -m mpi4py`` does.
 """
 
@@ -49,7 +50,7 @@ __all__ = ["DistributedReport", "DistributedResult", "abort_on_exception"]
 MAX_PIECE = 1 << 30
 
 _MAGIC = 0x74726E32  # "trn2"
-_FIELDS = 16
+_FIELDS = 17
 _TEXT = 1024
 _HEADER = _FIELDS * 8 + _TEXT
 #: Header field 15 holds a format's index in FORMATS, or this plus the bytes per element.
@@ -114,9 +115,15 @@ class DistributedResult(CollectiveResult):
 
 
 class Spread:
-    """The processes a machine's chips are spread over (made by the machine from ``comm=``)."""
+    """The processes a machine's chips are spread over (made by the machine from ``comm=``).
 
-    def __init__(self, chips: int, comm, placement) -> None:
+    Making one is itself a collective step over ``comm``: every process checks its own
+    ``placement``, then the processes agree (over the machine's channel) on the machine and the
+    whole placement, so a placement refused on one process, or two processes placing the chips
+    differently, raise the same ``Trn2Error`` on every process instead of leaving the others
+    waiting in the first collective."""
+
+    def __init__(self, chips: int, comm, placement, machine: str) -> None:
         for method in ("Get_size", "Get_rank", "Dup", "Allgather", "Isend", "Irecv", "py2f"):
             if not hasattr(comm, method):
                 raise Trn2ValueError(
@@ -125,19 +132,26 @@ class Spread:
                 )
         self.procs = int(comm.Get_size())
         self.process = int(comm.Get_rank())
-        if placement is not None:
-            if not _coll._is_sequence(placement):
-                raise Trn2ValueError(
-                    f"placement: expected the process of every chip (a list of {chips} "
-                    f"integers), got {_validate._show(placement)}"
-                )
-            placement = [
-                _validate.integer(p, "placement", lo=0, hi=_validate.U64_MAX) for p in placement
-            ]
-        self.placement: tuple[int, ...] = tuple(_core.placement(chips, self.procs, placement))
         self.explicit = placement is not None
+        self.placement: tuple[int, ...] = ()
+        error = None
+        try:
+            if placement is not None:
+                if not _coll._is_sequence(placement):
+                    raise Trn2ValueError(
+                        f"placement: expected the process of every chip (a list of {chips} "
+                        f"integers), got {_validate._show(placement)}"
+                    )
+                placement = [
+                    _validate.integer(p, "placement", lo=0, hi=_validate.U64_MAX) for p in placement
+                ]
+            self.placement = tuple(_core.placement(chips, self.procs, placement))
+        except Exception as e:  # agreed on below, then raised on every process
+            error = e
+        # Every process reaches the channel's (collective) Dup and the agreement, refused or not.
         self.channel = _channel(comm)
         self.comm = self.channel.comm
+        self.agree({"collective": "making", "machine": machine, "placement": self.placement}, error)
         abort_on_exception(comm)
 
     def local_ranks(self, chips) -> list[int]:
@@ -157,6 +171,7 @@ class Spread:
         for i, k in enumerate(keys[:5]):
             fields[2 + i] = zlib.crc32(repr(what.get(k)).encode())
         fields[13] = zlib.crc32(repr(what.get("machine")).encode())
+        fields[16] = zlib.crc32(repr(what.get("placement")).encode())
         fmt = what.get("format")
         if error is None and fmt is not None:  # for a process that holds none of the chips
             fields[14] = what["elements"]
@@ -197,7 +212,12 @@ class Spread:
         mine = heads[self.process]
         for p in range(self.procs):
             other = heads[p]
-            same = other[1] == mine[1] and all(other[2:7] == mine[2:7]) and other[13] == mine[13]
+            same = (
+                other[1] == mine[1]
+                and all(other[2:7] == mine[2:7])
+                and other[13] == mine[13]
+                and other[16] == mine[16]
+            )
             for j in range(7, 11):
                 if other[j] >= 0 and mine[j] >= 0:
                     same = same and other[j] == mine[j]
@@ -282,6 +302,8 @@ def _abort(comm, e: BaseException, process: int, procs: int) -> None:
 
 
 def _describe(what: dict[str, Any]) -> str:
+    if what["collective"] == "making":  # a machine made with comm=: its whole placement
+        return f"making {what['machine']} placement={list(what['placement'])}"
     parts = [f"{what['collective']} on {what['machine']}"]
     for k in ("op", "algorithm", "dtype", "shape", "elements", "format", "chips", "peers"):
         if what.get(k) is not None:
@@ -344,7 +366,8 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
     local_chips = [group_chips[r] for r in local]
     what: dict[str, Any] = {
         "collective": collective, "op": op, "algorithm": algorithm, "chips": chips,
-        "peers": peers, "machine": f"{machine.name} ({machine.topology.size} chips)",
+        "peers": peers, "machine": _machine(machine.name, machine.topology.size),
+        "placement": sp.placement,
     }  # fmt: skip
     error = None
     arrays: list[np.ndarray] = []
@@ -479,10 +502,15 @@ def run_move(machine, collective: str, buffers, algorithm: str, chips, peers=Non
     return _call(machine, collective, buffers, chips, algorithm=algorithm, peers=peers)
 
 
-def spread(chips: int, comm, placement) -> Spread | None:
+def _machine(name: str, chips: int) -> str:
+    """How the agreement names a machine (its hash is compared, its text shown)."""
+    return f"{name} ({chips} chips)"
+
+
+def spread(chips: int, comm, placement, name: str = "") -> Spread | None:
     """The machine's processes for ``comm`` (None: one process)."""
     if comm is None:
         if placement is not None:
             raise Trn2ValueError("placement: only with comm= (the chips of one process)")
         return None
-    return Spread(chips, comm, placement)
+    return Spread(chips, comm, placement, _machine(name, chips))

@@ -171,9 +171,10 @@ class NeuronCore:
             return self._m.hbm_tensor(self._name(name), list(shape), dtype_name(dtype), None)
         a = _validate.array(data, "data")
         dt = dtype_name(a.dtype if dtype is None else dtype, "dtype")
-        packed = np.ascontiguousarray(to_machine(a, dt))
+        name = self._name(name)
+        packed = _packed(a, dt, "data")
         shape = list(packed.shape) or [1]
-        return self._m.hbm_tensor(self._name(name), shape, dt, packed.reshape(-1).view(np.uint8))
+        return self._m.hbm_tensor(name, shape, dt, packed.reshape(-1).view(np.uint8))
 
     def read(self, tile) -> np.ndarray:
         """A tile's elements as a fresh numpy array of its shape and dtype."""
@@ -186,7 +187,7 @@ class NeuronCore:
         into ``tile``, outside any instruction (how inputs reach SBUF without a DMA)."""
         t = _tile(tile)
         a = _validate.array(data, "data")
-        packed = np.ascontiguousarray(to_machine(a, t.dtype)).reshape(-1)
+        packed = _packed(a, t.dtype, "data").reshape(-1)
         self._m.write(t, packed.view(np.uint8))
 
     def run(self, *, trace_limit: int = 1_000_000) -> KernelReport:
@@ -223,6 +224,8 @@ class NeuronCore:
         ``.tile`` (and ``a[...]``) goes to the engines. Bytes the machine's allocator cannot
         place (its SBUF limit is the compiler's usable 212,984 B per partition) leave ``.tile``
         None."""
+        if name is not None:  # checked before anything is reserved
+            name = _validate.text(name, "name")
         a = self.memory.alloc(size, dtype, space=space)
         shape = a.shape
         if space != "hbm" and shape and len(shape) <= 5 and 0 < shape[0] <= 128:
@@ -234,6 +237,9 @@ class NeuronCore:
                 a.tile = self._m.alloc(list(shape), dt, space, self._name(name), 0, None)
             except CapacityError:
                 a.tile = None
+            except BaseException:  # refused (a dtype the machine lacks): nothing stays reserved
+                self.memory.free(a)
+                raise
         return a
 
     def free(self, allocation) -> None:
@@ -371,6 +377,21 @@ class NeuronCore:
 
     def __repr__(self) -> str:
         return f"NeuronCore(index={self.index})"
+
+
+def _packed(a: np.ndarray, dtype: str, arg: str) -> np.ndarray:
+    """``a`` converted to machine ``dtype``, C-contiguous: the host check of the copy (and of
+    the float64 temporaries of an integer conversion) first, so a broadcast view of 2**32
+    elements is a ``CapacityError`` naming ``arg``, not a 16 GiB copy."""
+    itemsize = np_dtype_of(dtype).itemsize
+    temporaries = 0 if a.dtype == np_dtype_of(dtype) or dtype in FORMAT_DTYPES else 16
+    n = int(a.size)
+    _validate.check_alloc(
+        n * (itemsize + temporaries),
+        arg,
+        f"the {dtype} copy of {arg} ({n} elements of shape {a.shape})",
+    )
+    return np.ascontiguousarray(to_machine(a, dtype))
 
 
 def _bank(bank) -> int:

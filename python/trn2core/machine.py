@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 from . import _core, _names, _validate
 from .dtypes import FORMAT_DTYPES, MACHINE_NP_DTYPES, format_name
 from .errors import FormatError, ShapeError, Trn2ValueError
-from .report import TimingReport, _fmt_seconds, _Trace, count, plain
+from .report import TimingReport, _fmt_seconds, _Trace, count, is_protobuf, plain
 
 __all__ = [
     "ACTIVATION_FUNCTIONS",
@@ -453,6 +454,15 @@ class KernelReport(TimingReport):
         and ``on`` (the instruction waited for, or -1)."""
         keys = ("index", "opcode", "engine", "start_s", "end_s", "waited_for", "on")
         return tuple(dict(zip(keys, step, strict=True)) for step in self._core.critical_path)
+
+    def save_trace(self, path: str | os.PathLike[str]) -> str:
+        """As ``TimingReport.save_trace``; a JSON trace is written by the core piece by piece
+        (a million instructions never make one string of hundreds of MB), Ctrl-C honoured."""
+        path = _validate.path(path, "path")
+        if self._core is None or is_protobuf(path):
+            return super().save_trace(path)
+        self._core.save_trace(path)
+        return path
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as plain Python data, the critical path included."""

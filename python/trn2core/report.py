@@ -172,9 +172,7 @@ class TimingReport:
         from ._validate import path as _path
 
         path = _path(path, "path")
-        text = self.trace_json()
-        doc = json.loads(text)  # fail here, not in the viewer, if it were malformed
-        return _write_trace(path, text, doc["traceEvents"])
+        return _write_trace(path, self.trace_json())
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -311,12 +309,24 @@ def save_traces(path: str | os.PathLike[str], reports: list[tuple[str, Report]])
     return _write_trace(path, text, events)
 
 
-def _write_trace(path: str, text: str, events: list[dict[str, Any]]) -> str:
-    """Writes the trace to ``path``: Perfetto protobuf for a ``.pftrace`` or
-    ``.perfetto-trace`` file (the optional ``perfetto`` package), else the JSON ``text``."""
+def is_protobuf(path: str) -> bool:
+    """Whether ``save_trace`` writes ``path`` as Perfetto protobuf (its suffix)."""
     from . import _perfetto
 
-    if str(path).lower().endswith(_perfetto.PROTOBUF_SUFFIXES):
+    return str(path).lower().endswith(_perfetto.PROTOBUF_SUFFIXES)
+
+
+def _write_trace(path: str, text: str, events: list[dict[str, Any]] | None = None) -> str:
+    """Writes the trace to ``path``: Perfetto protobuf for a ``.pftrace`` or
+    ``.perfetto-trace`` file (the optional ``perfetto`` package; from ``events``, else from
+    ``text`` parsed), else the JSON ``text`` as it is (never parsed again: a report's own
+    JSON is well formed by construction, and parsing a trace of a million instructions took
+    gigabytes and seconds)."""
+    from . import _perfetto
+
+    if is_protobuf(path):
+        if events is None:
+            events = json.loads(text)["traceEvents"]
         data = _perfetto.to_protobuf(events)
         with open(path, "wb") as f:
             f.write(data)

@@ -264,7 +264,7 @@ class Instance(_Machine):
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
         self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1, self._lnc)
-        self._spread = _distributed.spread(self._torus.size, comm, placement)
+        self._spread = _distributed.spread(self._torus.size, comm, placement, self.name)
 
     @property
     def instance_type(self) -> str:
@@ -278,7 +278,7 @@ class UltraServer(_Machine):
         self._lnc = _check_lnc(lnc)
         self.name = "Trn2 UltraServer"
         self._torus = _core.Torus(_ULTRASERVER_SHAPE, 1, self._lnc)
-        self._spread = _distributed.spread(self._torus.size, comm, placement)
+        self._spread = _distributed.spread(self._torus.size, comm, placement, self.name)
 
 
 class UltraCluster(_Machine):
@@ -293,7 +293,7 @@ class UltraCluster(_Machine):
             raise Trn2ValueError(f"n_ultraservers: expected at least 1, got {n}")
         self.name = f"Trn2 UltraCluster of {n} UltraServers"
         self._torus = _core.Torus(_ULTRASERVER_SHAPE, n, self._lnc)
-        self._spread = _distributed.spread(self._torus.size, comm, placement)
+        self._spread = _distributed.spread(self._torus.size, comm, placement, self.name)
 
     @property
     def ultraservers(self) -> int:

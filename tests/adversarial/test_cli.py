@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -72,3 +73,31 @@ def test_cli_bad_values_fast_subset(tmp_path):
 @pytest.mark.slow
 def test_cli_bad_values_every_subcommand(tmp_path):
     _check(list(_commands(BAD)) + EXTRA, tmp_path)
+
+
+NKI_KERNEL = (
+    str(Path(__file__).resolve().parents[2] / "examples" / "nki" / "tensor_add.py") + "::tensor_add"
+)
+NKI_RUN = [
+    # (options, exit status: 2 a usage error, 1 a refusal by the model or the host)
+    (["--shapes", "128x512", "128x512", "--grid", "abc"], 2),
+    (["--shapes", "128x512", "128x512", "--grid", "0"], 2),
+    (["--shapes", "128x512", "128x512", "--seed", "-1"], 2),
+    (["--shapes", "128x512"], 2),  # the kernel takes two arrays
+    (["--shapes", "128x512", "128x512", "128x512"], 2),
+    (["--shapes", "128x512", "128x512", "--arg", "nope=1"], 2),
+    (["--shapes", "99999999x99999999", "128x512"], 1),  # the host check, before allocating
+    (["--shapes", "99999999999999999999999x1", "128x512"], 1),
+    (["--shapes", "128x512:bool", "128x512:bool"], None),  # runs, or a one-line refusal
+]
+
+
+@pytest.mark.parametrize(("options", "status"), NKI_RUN)
+def test_nki_run_bad_options_are_one_line_errors(tmp_path, options, status):
+    rc, err = _run(["nki", "run", NKI_KERNEL, *options], tmp_path)
+    assert "Traceback" not in err, err
+    if status is None:
+        assert rc in (0, 1) and (rc == 0 or len(err.strip().splitlines()) == 1), (rc, err)
+    else:
+        assert rc == status, (rc, err)
+        assert err.strip().splitlines()[-1].startswith("trn2core nki"), err

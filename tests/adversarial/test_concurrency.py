@@ -140,3 +140,30 @@ def test_threads_sharing_a_core_and_memory_balance():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["[]", "0", "0"], r.stdout
+
+
+def test_threads_allocating_while_another_costs_a_dma_copy_on_the_same_core():
+    # A dma_copy costs with the GIL released; an alloc or free of another thread on the same
+    # core then raised pyo3's "RuntimeError: Already borrowed" (a `&mut self` method).
+    r = probe(
+        """
+        import threading, numpy as np, trn2core as t
+        core = t.NeuronCore()
+        x = np.ones(1 << 16, np.float32)
+        errors = []
+        def work():
+            try:
+                for _ in range(300):
+                    core.free(core.alloc((128, 64), np.float32))
+                    core.dma_copy(x)
+            except Exception as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        ths = [threading.Thread(target=work) for _ in range(4)]
+        for th in ths: th.start()
+        for th in ths: th.join()
+        print(repr(sorted(set(errors))), core.sbuf.used, core.sbuf.allocations)
+        """,
+        timeout=90,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["[]", "0", "0"], r.stdout

@@ -37,6 +37,25 @@ CALLS = {
         "ok",
     ),
     "int blob": ("t.dma.decompress(10**12)", "Trn2ValueError"),
+    # A released memoryview raised numpy's ValueError; an np.matrix or memoryview out= must
+    # be refused by name too.
+    "released memoryview blob": (
+        "m = memoryview(bytearray(z)); m.release(); t.dma.decompress(m)",
+        "Trn2ValueError",
+    ),
+    "released memoryview from_bytes": (
+        "m = memoryview(bytearray(z)); m.release(); t.dma.Compressed.from_bytes(m)",
+        "Trn2ValueError",
+    ),
+    "np.matrix out": (
+        "t.dma.decompress(z, out=np.asmatrix(np.zeros(4096, np.float32)))",
+        "ShapeError",
+    ),
+    "memoryview out": ("t.dma.decompress(z, out=memoryview(bytearray(16384)))", "ShapeError"),
+    "released memoryview out": (
+        "o = memoryview(bytearray(16384)); o.release(); t.dma.decompress(z, out=o)",
+        "ShapeError",
+    ),
     "compress of a broadcast view": (
         "t.dma.compress(np.broadcast_to(np.float32(0), (2**33,)), 'zvc')",
         "CapacityError",

@@ -97,3 +97,12 @@ def test_transpose_mode_refuses_the_arguments_it_ignores(kwargs):
     s = np.ones((128, 128), np.float32)
     with pytest.raises(Trn2ValueError, match=f"{next(iter(kwargs))}: transpose mode"):
         t.NeuronCore().matmul(s, s, is_transpose=True, **kwargs)
+
+
+@pytest.mark.parametrize("perf_mode", ["none", "double_row"])
+def test_estimate_gemm_names_the_dtype_it_was_given_not_operands(perf_mode):
+    # estimate_gemm has no operands: its format errors named `a`, an argument never passed.
+    dtype = "fp8_e4m3fn" if perf_mode == "none" else "bf16"
+    with pytest.raises(t.FormatError) as e:
+        t.estimate_gemm(128, 128, 128, dtype=dtype, perf_mode=perf_mode)
+    assert str(e.value).startswith(f"dtype: {'fp8_e4m3fn' if perf_mode == 'none' else 'perf_mode'}")

@@ -71,6 +71,61 @@ CALLS = {
     "dma queue 16": ("c.dma.copy(c.tile((8, 8), 'fp32'), h, queue=16)", "Trn2ValueError"),
 }
 
+# Host data a user passes: the host check of its machine copy comes before the copy (a
+# broadcast scalar of 2**32 elements used to be copied, 16 GiB, before any check).
+NAMED = "except t.CapacityError as e:\n    assert str(e).startswith('{arg}:'), e\n    raise"
+HOST_CALLS = {
+    "write a 2**32 broadcast": (
+        "big = np.broadcast_to(np.float32(1), (2**32,))\n"
+        "try:\n    c.write(a, big)\n" + NAMED.format(arg="data"),
+        "CapacityError",
+    ),
+    "write a 2**32 float64 broadcast into bf16": (
+        "big = np.broadcast_to(np.float64(1), (2**32,))\n"
+        "try:\n    c.write(c.tile((128, 4), 'bf16'), big)\n" + NAMED.format(arg="data"),
+        "CapacityError",
+    ),
+    "hbm_tensor of a 2**32 broadcast": (
+        "big = np.broadcast_to(np.float32(1), (2**32,))\n"
+        "try:\n    c.hbm_tensor(big)\n" + NAMED.format(arg="data"),
+        "CapacityError",
+    ),
+    "hbm_tensor of a 2**31 broadcast into int8": (
+        "big = np.broadcast_to(np.float64(1), (2**31,))\n"
+        "try:\n    c.hbm_tensor(big, dtype='int8')\n" + NAMED.format(arg="data"),
+        "CapacityError",
+    ),
+    "a small write still works": (
+        "c.write(a, np.broadcast_to(np.float32(3), (128, 4)))\nassert (c.read(a) == 3).all()",
+        "ok",
+    ),
+}
+
+
+def test_host_data_is_checked_before_it_is_copied():
+    # 2 GiB of address space: far below any of the copies, far above a small write.
+    check_outcomes(HOST_CALLS, setup=SETUP, cap=2 << 30)
+
+
+# Refused allocations leave every account as it was (the bytes of `alloc(..., name=5)` and of
+# a dtype the machine refuses used to stay counted).
+ACCOUNT_CALLS = {
+    "name 5": ("c.alloc((128, 4), np.float32, name=5)", "Trn2ValueError"),
+    "fp8_e4m3fn": ("c.alloc((128, 4), 'fp8_e4m3fn')", "FormatError"),
+    "fp8_e4m3fn in psum": ("c.alloc((128, 4), 'fp8_e4m3fn', space='psum')", "FormatError"),
+    "name surrogate": ("c.alloc((2, 4), np.float32, name='\\udc80')", "Trn2ValueError"),
+    "accounts unchanged": (
+        "now = [(m.used, m.allocations) for m in (c.sbuf, c.psum, c.hbm)]\n"
+        "assert now == before, (now, before)",
+        "ok",
+    ),
+}
+
+
+def test_refused_allocations_leave_the_accounts_unchanged():
+    setup = SETUP + "before = [(m.used, m.allocations) for m in (c.sbuf, c.psum, c.hbm)]\n"
+    check_outcomes(ACCOUNT_CALLS, setup=setup)
+
 
 def test_machine_api_refuses_hostile_patterns_and_values_by_name():
     check_outcomes(CALLS, setup=SETUP)

@@ -6,12 +6,15 @@ tutorial's stages, their timelines and bottlenecks)."""
 from __future__ import annotations
 
 import argparse
+import inspect
+import math
 import re
 import sys
 import time
 
 import numpy as np
 
+from .. import _validate
 from ..errors import Trn2ValueError
 
 __all__ = ["add_commands", "demo_nki", "parse_shape"]
@@ -34,6 +37,31 @@ def parse_shape(text: str) -> tuple[tuple[int, ...], str]:
     return dims, _DTYPE_ALIASES.get(dtype, dtype)
 
 
+def _seed(text: str) -> int:
+    """``--seed``: a whole number >= 0 (numpy's generator refuses negative seeds)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return v
+
+
+def _grid(text: str) -> int | tuple[int, ...]:
+    """``--grid G[,G2...]``: whole numbers >= 1 (checked against the kernel's dialect by
+    ``kernel[...]``)."""
+    try:
+        g = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        g = ()
+    if not g or any(v < 1 for v in g):
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers >= 1 separated by commas (e.g. 2 or 4,2), got {text!r}"
+        )
+    return g[0] if len(g) == 1 else g
+
+
 def _value(text: str):
     """A ``--arg NAME=VALUE`` value: int, float, bool or the string itself."""
     for conv in (int, float):
@@ -44,15 +72,46 @@ def _value(text: str):
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
-def _random_input(shape, dtype_name: str, rng: np.random.Generator) -> np.ndarray:
+def _input_plan(text: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """One ``--shapes`` entry: its shape, its dtype and the bytes making it takes (the host
+    check is made on every input's bytes before any is allocated)."""
     from ..nki import _dtypes as D
 
-    dt = D.as_dtype(dtype_name, "--shapes")
+    shape, name = parse_shape(text)
+    dt = D.as_dtype(name, "--shapes")
+    n = math.prod(shape)
+    if D.is_float(dt):  # drawn as float32, then converted
+        host = np.dtype(D.HOST_DTYPE[D.machine_name(dt)])
+        return shape, dt, n * (4 + host.itemsize)
+    return shape, dt, n * (8 + dt.itemsize)  # drawn as int64, then converted
+
+
+def _random_input(shape, dt: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    from ..nki import _dtypes as D
+
     if D.is_float(dt):
         host = D.HOST_DTYPE[D.machine_name(dt)]
         return rng.standard_normal(shape, dtype=np.float32).astype(host)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(dt)
     info = np.iinfo(dt)
     return rng.integers(max(info.min, -100), min(info.max, 100), size=shape).astype(dt)
+
+
+def _check_arity(kernel, name: str, inputs: list, kwargs: dict) -> None:
+    """A usage error, before the launch, when ``--shapes`` / ``--arg`` do not match the
+    kernel's parameters (the call would fail with Python's TypeError)."""
+    try:
+        sig = inspect.signature(kernel)
+    except (TypeError, ValueError):  # no signature to compare with: the launch says
+        return
+    try:
+        sig.bind(*inputs, **kwargs)
+    except TypeError as e:
+        raise Trn2ValueError(
+            f"--shapes: {len(inputs)} arrays and --arg {sorted(kwargs)} do not fit "
+            f"{name}{sig} ({e})"
+        ) from None
 
 
 def _summary(x) -> str:
@@ -79,18 +138,22 @@ def cmd_nki_run(args: argparse.Namespace) -> int:
         raise Trn2ValueError(
             f"KERNEL: {path} has no kernel {name!r}; its @nki.jit kernels: {', '.join(found)}"
         )
-    rng = np.random.default_rng(args.seed)
-    inputs = [_random_input(*parse_shape(s), rng) for s in args.shapes or []]
+    plans = [_input_plan(s) for s in args.shapes or []]
     kwargs = {}
     for kv in args.arg or []:
         key, sep, val = kv.partition("=")
         if not sep:
             raise Trn2ValueError(f"--arg: expected NAME=VALUE, got {kv!r}")
         kwargs[key] = _value(val)
-    grid = None
-    if args.grid:
-        g = tuple(int(v) for v in args.grid.split(","))
-        grid = g[0] if len(g) == 1 else g
+    _check_arity(kernel, name, [None] * len(plans), kwargs)
+    _validate.check_alloc(
+        sum(b for _, _, b in plans),
+        "--shapes",
+        f"the random inputs ({' '.join(args.shapes or [])})",
+    )
+    rng = np.random.default_rng(args.seed)
+    inputs = [_random_input(shape, dt, rng) for shape, dt, _ in plans]
+    grid = args.grid
     t0 = time.perf_counter()
     res = nki.run(kernel, *inputs, grid=grid, uninitialized=args.uninitialized, **kwargs)
     dt = time.perf_counter() - t0
@@ -120,10 +183,10 @@ def add_commands(sub) -> None:
     )  # fmt: skip
     r.add_argument("--arg", action="append", metavar="NAME=VALUE",
                    help="a keyword argument of the kernel (int, float, bool or text)")  # fmt: skip
-    r.add_argument("--grid", metavar="G[,G2...]",
+    r.add_argument("--grid", metavar="G[,G2...]", type=_grid,
                    help="kernel[G] / kernel[G, G2]: the LNC degree (current dialect) or the "
                    "launch grid (legacy)")  # fmt: skip
-    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (>= 0)")
     r.add_argument(
         "--uninitialized", choices=("error", "nan"), default="error",
         help="never-written memory: an error (default) or NaN as AWS's simulator",

@@ -287,7 +287,35 @@ impl PyMachine {
         }
         Ok(m)
     }
+
+    /// The work of settling the queued matmuls (for `guard_work`: long enough to be
+    /// interruptible when some wait).
+    fn queued_work(&self) -> u64 {
+        self.lock().queued_matmuls() as u64 * QUEUED_MATMUL_WORK
+    }
+
+    /// `f` on the machine with its queued matmuls settled: with the GIL held when `elements`
+    /// is small and no matmul waits, else with the GIL released and, for long work (queued
+    /// matmuls count as [`QUEUED_MATMUL_WORK`] each), Ctrl-C honoured (`guard_work`).
+    fn with_settled<T: Send>(
+        &self,
+        py: Python<'_>,
+        elements: usize,
+        f: impl FnOnce(&mut Machine) -> Result<T, Error> + Send,
+    ) -> PyTrn2Result<T> {
+        let queued = self.lock().queued_matmuls();
+        if elements < GIL_HELD_ELEMENTS && queued == 0 {
+            Ok(guard(py, || f(&mut *self.settled()?))?)
+        } else {
+            let work = (elements as u64).saturating_add(queued as u64 * QUEUED_MATMUL_WORK);
+            Ok(guard_work(py, work, || f(&mut *self.settled()?))?)
+        }
+    }
 }
+
+/// Work counted for one queued matmul when a call settles the queue first: up to 128 x 128 x
+/// 512 multiply-adds, so a few queued ones already go to the interruptible path.
+const QUEUED_MATMUL_WORK: u64 = 1 << 20;
 
 #[pymethods]
 impl PyMachine {
@@ -322,9 +350,8 @@ impl PyMachine {
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
-        let tile = guard(py, || {
-            self.settled()?
-                .alloc_at(sp, name, &shape, dt, start_partition, address)
+        let tile = self.with_settled(py, 0, |m| {
+            m.alloc_at(sp, name, &shape, dt, start_partition, address)
         })?;
         Ok(PyTile { tile })
     }
@@ -349,7 +376,7 @@ impl PyMachine {
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
-        Ok(guard(py, || self.settled()?.free(&t))?)
+        self.with_settled(py, 0, |m| m.free(&t))
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.
@@ -407,8 +434,9 @@ impl PyMachine {
             shape: &moving_shape,
             format: mf,
         };
-        // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): run it inline.
-        let out = guard_work(py, 0, || {
+        // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): inline, unless
+        // queued matmuls are settled first (then interruptible).
+        let out = guard_work(py, self.queued_work(), || {
             self.settled()?
                 .matmul_host(&st, &mv, bank, accumulate, mode, tile)
         })?;
@@ -444,7 +472,7 @@ impl PyMachine {
             shape: &ishape,
             format: idf,
         };
-        Ok(guard_work(py, 0, || {
+        Ok(guard_work(py, self.queued_work(), || {
             self.settled()?.transpose_host(&st, &id, bank)
         })?)
     }
@@ -459,7 +487,9 @@ impl PyMachine {
         dtype: &str,
     ) -> PyTrn2Result<Py<PyAny>> {
         let dt = Dtype::parse_name("dtype", dtype)?;
-        let out = guard_work(py, 0, || self.settled()?.read_psum(bank, rows, cols, dt))?;
+        let out = guard_work(py, self.queued_work(), || {
+            self.settled()?.read_psum(bank, rows, cols, dt)
+        })?;
         Ok(to_numpy(py, out))
     }
 
@@ -473,13 +503,13 @@ impl PyMachine {
         let t = tile_of(tile, "tile")?;
         let arr = borrow::<u8>(data, "data", "uint8")?;
         let bytes = slice(&arr, "data")?;
-        Ok(guard(py, || self.settled()?.write_tile(&t, bytes))?)
+        self.with_settled(py, bytes.len(), |m| m.write_tile(&t, bytes))
     }
 
     /// A tile's elements as packed little-endian bytes (logical order).
     fn read(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<Py<PyAny>> {
         let t = tile_of(tile, "tile")?;
-        let bytes = guard(py, || self.settled()?.read_tile(&t))?;
+        let bytes = self.with_settled(py, t.elements(), |m| m.read_tile(&t))?;
         Ok(to_numpy(py, bytes))
     }
 
@@ -572,22 +602,21 @@ impl PyMachine {
             None => e,
         };
         let elements = vals.iter().flatten().map(Value::elements);
-        // nc_matmul is queued (its arithmetic runs, in parallel with its neighbours', when the
-        // next instruction or read settles the queue); the others settle it first.
-        let (work, queued) = if op == Opcode::NcMatmul {
-            (elements.sum::<usize>(), false)
-        } else {
-            (
-                elements.max().unwrap_or(0),
-                self.lock().queued_matmuls() > 0,
-            )
-        };
-        let run = || self.lock().issue(op, vals).map_err(rename);
-        if work < GIL_HELD_ELEMENTS && !queued {
-            Ok(guard(py, run)?)
-        } else {
-            Ok(guard_work(py, work as u64, run)?)
+        if op == Opcode::NcMatmul {
+            // Queued: its arithmetic runs, in parallel with its neighbours', when the next
+            // instruction or read settles the queue.
+            let work = elements.sum::<usize>();
+            let run = || self.lock().issue(op, vals).map_err(rename);
+            return if work < GIL_HELD_ELEMENTS {
+                Ok(guard(py, run)?)
+            } else {
+                Ok(guard_work(py, work as u64, run)?)
+            };
         }
+        // The others settle the queue first (the core does, inside `issue`; the binding only
+        // decides whether the GIL is released and Ctrl-C honoured for that work).
+        let work = elements.max().unwrap_or(0);
+        self.with_settled(py, work, |m| m.issue(op, vals).map_err(rename))
     }
 }
 
@@ -753,6 +782,34 @@ impl PyKernelReport {
     /// The Chrome/Perfetto trace JSON.
     fn trace_json(&self) -> String {
         self.inner.chrome_trace_json()
+    }
+
+    /// Writes the Chrome/Perfetto trace JSON to the file `path` in pieces (never held whole),
+    /// with the GIL released and Ctrl-C honoured; `OSError` from the file system.
+    fn save_trace(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        use std::io::Write as _;
+        let file = std::fs::File::create(&path)?;
+        let mut w = std::io::BufWriter::with_capacity(timeline::TRACE_CHUNK, file);
+        let mut failed: Option<std::io::Error> = None;
+        let work = self.inner.slices.len() as u64 * 64;
+        let written = guard_work(py, work, || {
+            let cancel = trn2core::cancel::current();
+            self.inner.write_chrome_trace(&cancel, &mut |chunk| {
+                // An I/O error stops the writer; it is raised as the OSError it is.
+                w.write_all(chunk.as_bytes()).map_err(|e| {
+                    failed = Some(e);
+                    Error::Interrupted
+                })
+            })?;
+            w.flush().map_err(|e| {
+                failed = Some(e);
+                Error::Interrupted
+            })
+        });
+        match failed {
+            Some(e) => Err(e.into()),
+            None => written,
+        }
     }
 
     fn __str__(&self) -> String {

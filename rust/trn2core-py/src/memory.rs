@@ -2,6 +2,8 @@
 //! one core, and the allocations they hand out. Conversion and error mapping only; the facade
 //! is `trn2core/memory.py`.
 
+use std::sync::{Mutex, MutexGuard};
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::dma::copy::{self, Endpoint, Payload};
@@ -141,10 +143,21 @@ impl PyAllocation {
     }
 }
 
-/// The memories of one physical core: its HBM stack (shared), SBUF and PSUM.
-#[pyclass(name = "CoreMemory", module = "trn2core._core")]
+/// The memories of one physical core: its HBM stack (shared), SBUF and PSUM. Shareable
+/// between Python threads: the accounts sit behind a mutex (a `&mut self` method here made a
+/// second thread's `alloc` or `free` raise pyo3's "Already borrowed" while a `dma_copy` ran
+/// with the GIL released).
+#[pyclass(name = "CoreMemory", module = "trn2core._core", frozen)]
 pub struct PyCoreMemory {
-    inner: CoreMemory,
+    inner: Mutex<CoreMemory>,
+}
+
+impl PyCoreMemory {
+    fn lock(&self) -> MutexGuard<'_, CoreMemory> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// A footprint of an array of `shape` (`elem_size`-byte elements), or of `nbytes` spread over
@@ -165,20 +178,23 @@ impl PyCoreMemory {
             Some(h) => CoreMemory::with_hbm(core, h.inner.clone())?,
             None => CoreMemory::new(core)?,
         };
-        Ok(PyCoreMemory { inner })
+        Ok(PyCoreMemory {
+            inner: Mutex::new(inner),
+        })
     }
 
     /// The shared HBM stack object this core reaches.
     fn hbm_stack(&self) -> PyHbmStack {
         PyHbmStack {
-            inner: self.inner.hbm().clone(),
+            inner: self.lock().hbm().clone(),
         }
     }
 
     /// `(core, die, stack)`.
     fn placement(&self) -> (usize, usize, usize) {
-        let stack = memory::lock(self.inner.hbm()).index();
-        (self.inner.core(), self.inner.die(), stack)
+        let m = self.lock();
+        let stack = memory::lock(m.hbm()).index();
+        (m.core(), m.die(), stack)
     }
 
     /// How full `space` is.
@@ -186,10 +202,11 @@ impl PyCoreMemory {
         Ok(match Space::parse("space", space)? {
             Space::Hbm => self.hbm_stack().usage(),
             s => {
+                let core = self.lock();
                 let m = if s == Space::Sbuf {
-                    self.inner.sbuf()
+                    core.sbuf()
                 } else {
-                    self.inner.psum()
+                    core.psum()
                 };
                 PyMemoryUsage {
                     capacity: m.capacity(),
@@ -208,7 +225,7 @@ impl PyCoreMemory {
     /// bytes in `space`; `arg` names the request in errors.
     #[pyo3(signature = (arg, space, shape, elem_size, nbytes))]
     fn alloc(
-        &mut self,
+        &self,
         arg: &str,
         space: &str,
         shape: Option<Vec<u64>>,
@@ -218,13 +235,13 @@ impl PyCoreMemory {
         let s = Space::parse("space", space)?;
         let fp = footprint(shape, elem_size, nbytes)?;
         Ok(PyAllocation {
-            inner: self.inner.alloc(arg, s, fp)?,
+            inner: self.lock().alloc(arg, s, fp)?,
         })
     }
 
     /// Releases `allocation` (`ValueError` if another memory made it, or it was freed).
-    fn free(&mut self, allocation: PyRef<'_, PyAllocation>) -> PyTrn2Result<()> {
-        Ok(self.inner.free(&allocation.inner)?)
+    fn free(&self, allocation: PyRef<'_, PyAllocation>) -> PyTrn2Result<()> {
+        Ok(self.lock().free(&allocation.inner)?)
     }
 
     /// Costs one DMA transfer of an array (`raw`: its bytes, read only to size a compressed
@@ -254,9 +271,8 @@ impl PyCoreMemory {
             shape: &shape,
         };
         let work = payload.raw.len() as u64;
-        let mem = &self.inner;
         let c = guard_work(py, work, || {
-            copy::dma_copy(mem, payload, codec, s, d, queue)
+            copy::dma_copy(&self.lock(), payload, codec, s, d, queue)
         })?;
         Ok((
             report_dict(py, &c.report)?,
@@ -280,7 +296,7 @@ impl PyCoreMemory {
     ) -> PyTrn2Result<()> {
         let s = Space::parse("space", space)?;
         let fp = Footprint::of_shape(&shape, elem_size)?;
-        Ok(self.inner.check_transfer(arg, s, fp, hbm_bytes)?)
+        Ok(self.lock().check_transfer(arg, s, fp, hbm_bytes)?)
     }
 
     /// Refuses an array of `shape` that could never be held in `space` (`hbm_bytes`: what HBM
@@ -295,7 +311,7 @@ impl PyCoreMemory {
     ) -> PyTrn2Result<()> {
         let s = Space::parse("space", space)?;
         let fp = Footprint::of_shape(&shape, elem_size)?;
-        Ok(self.inner.check_capacity(arg, s, fp, hbm_bytes)?)
+        Ok(self.lock().check_capacity(arg, s, fp, hbm_bytes)?)
     }
 }
 

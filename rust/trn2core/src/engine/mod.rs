@@ -147,10 +147,11 @@ impl EstimateRequest {
     }
 }
 
-/// A GEMM's timing without data, in one call: the engine's format rule (errors name `a`/`b`
-/// as for `gemm`), the plan, and its evaluation on one core or split over `cores`.
+/// A GEMM's timing without data, in one call: the engine's format rule (errors name `dtype`,
+/// the one format the caller gave: there are no operands `a`/`b` here), the plan, and its
+/// evaluation on one core or split over `cores`.
 pub fn estimate(req: &EstimateRequest) -> Result<Report> {
-    check_gemm_formats(req.format, req.format, req.perf_mode)?;
+    matmul::check_format_pair(["dtype", "dtype"], [req.format, req.format], req.perf_mode)?;
     let mut plan = GemmPlan::new(req.m, req.k, req.n, req.format, req.perf_mode)?;
     if let Some(p) = req.sparsity {
         plan = plan.with_sparsity(p)?;

@@ -31,7 +31,8 @@
 
 use std::fmt::Write as _;
 
-use crate::perf::write_bandwidth_counter;
+use crate::cancel::Cancel;
+use crate::perf::write_bandwidth_counter_drained;
 use crate::spec::{
     DMA_ENGINES_PER_CORE, DMA_QUEUES_PER_ENGINE, PE_COLS, PE_ROWS, PE_TILE_QUARTER, PSUM_BANK_BYTES,
 };
@@ -508,6 +509,9 @@ fn region_mask(r: &Region) -> u128 {
     partition_mask(r.p0 as u32, r.pn as u32)
 }
 
+/// Bytes of trace text [`KernelReport::write_chrome_trace`] hands on at a time.
+pub const TRACE_CHUNK: usize = 1 << 20;
+
 impl KernelReport {
     /// The statistics of a queue.
     pub fn queue(&self, q: Queue) -> Option<&QueueStats> {
@@ -521,6 +525,32 @@ impl KernelReport {
     /// result (category `critical_path` along the critical path, else `dependency`); counter
     /// tracks of the DMA and HBM bandwidth (GB/s).
     pub fn chrome_trace_json(&self) -> String {
+        let mut text = String::with_capacity(256 + self.slices.len() * 140);
+        // Into a string, with no token: neither the sink nor a check can fail.
+        let _ = self.write_chrome_trace(&Cancel::none(), &mut |chunk| {
+            text.push_str(chunk);
+            Ok(())
+        });
+        text
+    }
+
+    /// [`KernelReport::chrome_trace_json`] handed to `sink` in pieces of about
+    /// [`TRACE_CHUNK`] bytes, checking `cancel` between pieces: a trace of a million
+    /// instructions is written to a file without ever being held whole (hundreds of MB).
+    /// Stops at the first error of `sink` or of the check.
+    pub fn write_chrome_trace(
+        &self,
+        cancel: &Cancel,
+        sink: &mut dyn FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        let mut drain = |out: &mut String| -> Result<()> {
+            if out.len() >= TRACE_CHUNK {
+                cancel.check()?;
+                sink(out.as_str())?;
+                out.clear();
+            }
+            Ok(())
+        };
         let mut order: Vec<Queue> = Vec::new();
         for s in &self.slices {
             if !order.contains(&s.queue) {
@@ -528,7 +558,7 @@ impl KernelReport {
             }
         }
         order.sort_by_key(|q| q.index());
-        let mut out = String::with_capacity(256 + self.slices.len() * 140);
+        let mut out = String::with_capacity(TRACE_CHUNK + 4096);
         out.push_str("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
         out.push_str(
             "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":0,\"args\":{\"name\":\"trn2core NeuronCore-v3 (machine)\"}}",
@@ -577,6 +607,7 @@ impl KernelReport {
                 );
             }
             out.push_str("}}");
+            drain(&mut out)?;
         }
         // Dependencies: instruction j's result is what instruction i waited for. The arrow
         // leaves j's slice in its middle and ends where i starts.
@@ -607,6 +638,7 @@ impl KernelReport {
                     s.queue.index(),
                     s.start_s * 1e6
                 );
+                drain(&mut out)?;
             }
         }
         let dma: Vec<(f64, f64, f64)> = self
@@ -615,16 +647,17 @@ impl KernelReport {
             .filter(|s| matches!(s.queue, Queue::Dma(..)))
             .map(|s| (s.start_s, s.dur_s, s.bytes as f64))
             .collect();
-        write_bandwidth_counter(&mut out, 0, "DMA bandwidth", &dma);
+        write_bandwidth_counter_drained(&mut out, 0, "DMA bandwidth", &dma, &mut drain)?;
         let hbm: Vec<(f64, f64, f64)> = self
             .slices
             .iter()
             .filter(|s| s.touches_hbm)
             .map(|s| (s.start_s, s.dur_s, s.bytes as f64))
             .collect();
-        write_bandwidth_counter(&mut out, 0, "HBM bandwidth", &hbm);
+        write_bandwidth_counter_drained(&mut out, 0, "HBM bandwidth", &hbm, &mut drain)?;
         out.push_str("]}");
-        out
+        cancel.check()?;
+        sink(out.as_str())
     }
 }
 

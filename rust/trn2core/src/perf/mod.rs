@@ -4,5 +4,7 @@
 
 pub mod report;
 
-pub(crate) use report::{write_bandwidth_counter, write_json_args};
+pub(crate) use report::{
+    write_bandwidth_counter, write_bandwidth_counter_drained, write_json_args,
+};
 pub use report::{Event, Report, Uncertainty, GEMM_PUBLISHED_KIND};

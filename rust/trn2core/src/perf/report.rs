@@ -77,6 +77,19 @@ pub(crate) fn write_bandwidth_counter(
     name: &str,
     spans: &[(f64, f64, f64)],
 ) {
+    // Appending to a string: the drain never fails.
+    let _ = write_bandwidth_counter_drained(out, pid, name, spans, &mut |_| Ok(()));
+}
+
+/// [`write_bandwidth_counter`] calling `drain(out)` after every event, so that a streaming
+/// writer can hand the text on (and check for cancellation) instead of holding it whole.
+pub(crate) fn write_bandwidth_counter_drained(
+    out: &mut String,
+    pid: usize,
+    name: &str,
+    spans: &[(f64, f64, f64)],
+    drain: &mut dyn FnMut(&mut String) -> crate::Result<()>,
+) -> crate::Result<()> {
     use std::fmt::Write as _;
     // (time, change of rate, change of the count of running spans)
     let mut edges: Vec<(f64, f64, i64)> = Vec::with_capacity(2 * spans.len());
@@ -88,7 +101,7 @@ pub(crate) fn write_bandwidth_counter(
         }
     }
     if edges.is_empty() {
-        return;
+        return Ok(());
     }
     edges.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (mut rate, mut running) = (0.0f64, 0i64);
@@ -111,7 +124,9 @@ pub(crate) fn write_bandwidth_counter(
         );
         write_json_number(out, rate.max(0.0));
         out.push_str("}}");
+        drain(out)?;
     }
+    Ok(())
 }
 
 /// How far published Trainium2 measurements of this kind of operation were from the model's

@@ -2219,3 +2219,50 @@ fn settled_chains_equal_a_scalar_fma_oracle() {
     assert_bits(&get(&m, &p), &bits(&host[0]), "p");
     assert_bits(&get(&m, &q), &bits(&host[1]), "q");
 }
+
+#[test]
+fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
+    use trn2core::cancel::Cancel;
+    use trn2core::machine::timeline::TRACE_CHUNK;
+    let mut m = core();
+    let h = m
+        .hbm_tensor("h", &[128, 8], Dtype::Fp32, Some(&vec![0u8; 128 * 8 * 4]))
+        .expect("hbm");
+    let a = alloc(&mut m, "a", &[128, 8], Dtype::Fp32);
+    let b = alloc(&mut m, "b", &[128, 8], Dtype::Fp32);
+    m.dma_copy(&a, &h, None).expect("dma");
+    // Enough instructions for several pieces (about 200 bytes of JSON each).
+    for _ in 0..20_000 {
+        m.tensor_copy(Engine::Vector, &b, &a).expect("copy");
+    }
+    let rep = m.run().expect("run");
+    let whole = rep.chrome_trace_json();
+    assert!(whole.len() > 3 * TRACE_CHUNK, "{}", whole.len());
+    let mut pieces: Vec<String> = Vec::new();
+    rep.write_chrome_trace(&Cancel::new(), &mut |p| {
+        pieces.push(p.to_owned());
+        Ok(())
+    })
+    .expect("write");
+    assert!(pieces.len() > 3, "{}", pieces.len());
+    // Each piece is handed on once it reaches TRACE_CHUNK: at most one event beyond it.
+    assert!(pieces.iter().all(|p| p.len() < TRACE_CHUNK + 4096));
+    assert_eq!(pieces.concat(), whole);
+    // A cancelled token stops the writer at its first check, before anything is handed on.
+    let cancelled = Cancel::new();
+    cancelled.cancel();
+    let mut handed = 0;
+    let r = rep.write_chrome_trace(&cancelled, &mut |_| {
+        handed += 1;
+        Ok(())
+    });
+    assert_eq!(r, Err(Error::Interrupted));
+    assert_eq!(handed, 0);
+    // The sink's own error ends the write at once.
+    let mut calls = 0;
+    let r = rep.write_chrome_trace(&Cancel::new(), &mut |_| {
+        calls += 1;
+        Err(Error::value("path", "disk full"))
+    });
+    assert!(matches!(r, Err(Error::Value { .. })) && calls == 1, "{r:?}");
+}

@@ -1,0 +1,46 @@
+"""Attack surface: the MPI layer. Calls that one process refuses, or that differ between
+processes, must raise a ``Trn2Error`` on every process: never a hang (mpiexec under a timeout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).resolve().parent.parent / "mpi_worker.py"
+
+
+def _launch(mode: str, procs: int, tmp: Path, timeout: float):
+    """``mpiexec -n procs`` of tests/mpi_worker.py; every process's JSON (None if missing)."""
+    beside = Path(sys.executable).with_name("mpiexec")
+    mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
+    assert mpiexec, "mpiexec not found: install the trn2core[mpi] extra (make build does)"
+    cmd = [mpiexec, "-n", str(procs), sys.executable, str(WORKER), mode, str(tmp)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=os.environ)
+    files = [tmp / f"{mode}-{r}.json" for r in range(procs)]
+    return done, [json.loads(f.read_text()) if f.exists() else None for f in files]
+
+
+@pytest.mark.parametrize("procs", [2, 4])
+def test_a_placement_refused_or_different_on_one_process_fails_every_process(tmp_path, procs):
+    try:
+        done, outs = _launch("placement", procs, tmp_path, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a process waited forever for the others (no agreement on the placement)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank, o in enumerate(outs):
+        refused = o["one_refused"]
+        prefix = "" if rank == 1 else f"process 1 of {procs}: "
+        assert refused and refused.startswith(
+            f"Trn2ValueError: {prefix}placement: chip 0 is placed on process {procs}"
+        ), (rank, refused)
+        differ = o["differ"]
+        assert differ and differ.startswith("Trn2ValueError: mismatched collective calls"), differ
+        assert "making trn2.48xlarge (16 chips) placement=[0, 1, " in differ, differ
+        # The calls line up again afterwards: the sum of chips 0..15 on every chip.
+        assert o["after"] and all(v == [120.0] * 8 for v in o["after"]), o["after"]
