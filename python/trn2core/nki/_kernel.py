@@ -15,6 +15,8 @@ import dataclasses
 import functools
 from typing import Any
 
+import numpy as np
+
 from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
@@ -53,7 +55,7 @@ class Kernel:
     def __getitem__(self, grid) -> Kernel:
         g = grid if isinstance(grid, tuple) else (grid,)
         for d in g:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+            if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)) or d < 1:
                 raise Trn2ValueError(f"grid: dimensions are positive integers, got {grid!r}")
         if self.dialect == "current":
             if len(g) != 1 or g[0] not in (1, 2):
@@ -61,7 +63,8 @@ class Kernel:
                     f"kernel[{grid!r}]: in the current NKI dialect the brackets give the LNC "
                     "degree, 1 or 2 on Trainium2 (kernel[2] runs on two physical cores)"
                 )
-            return Kernel(self.fn, self.dialect, g if g[0] > 1 else (), (), g[0], self.options)
+            return Kernel(self.fn, self.dialect, (int(g[0]),) if g[0] > 1 else (), (), int(g[0]),
+                          self.options)  # fmt: skip
         nc_axes = tuple(i for i, d in enumerate(g) if getattr(d, "nc", False))
         lnc = 2 if nc_axes else 1
         return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)

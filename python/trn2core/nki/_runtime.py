@@ -27,7 +27,7 @@ from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
-from ._index import IndexExpr, Mask, NotSupportedError, var_axis
+from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
 from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Buffer, NkiTensor
 
 _PMAX = 128
@@ -85,6 +85,10 @@ _ASSOCIATIVE = {"add", "multiply", "maximum", "minimum", "bitwise_and", "bitwise
                 "bitwise_xor", "logical_and", "logical_or", "logical_xor"}  # fmt: skip
 _COMPARE = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
             "logical_and", "logical_or", "logical_xor"}  # fmt: skip
+
+
+#: ``nl`` functions lowered to several instructions (``Core.composite``).
+_COMPOSITE = ("floor", "ceil", "trunc", "cos", "tan")
 
 
 class Loop:
@@ -265,6 +269,13 @@ class Core:
             self.flush()
             self.copy_into(target, value)
             return
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise Trn2ValueError(
+                f"value: a tile can be assigned a tile or a number; got "
+                f"{type(value).__name__} (host arrays reach a kernel only as its arguments or "
+                "through nl.shared_constant)",
+                arg="value",
+            )
         self.flush()
         self.m.memset("vector", target.tile, float(value))
 
@@ -323,6 +334,9 @@ class Core:
         true; ``({}, {})`` without a mask."""
         if mask is None:
             return {}, {}
+        if isinstance(mask, (bool, np.bool_)):
+            # A compile-time constant predicate: always (the instruction runs) or never.
+            return ({}, {}) if mask else None
         if not isinstance(mask, Mask):
             raise Trn2ValueError(
                 f"mask: expected comparisons of nl.arange indices (e.g. i_p < n), got {mask!r}"
@@ -511,15 +525,13 @@ class Core:
                                      False)  # fmt: skip
             elif func in ACTIVATION_FUNCTIONS:
                 self.m.activation(d.tile, func, a.tile, None, None, None, None, "idle")
+            elif func in _COMPOSITE:
+                self.composite(func, d, a)
             else:
                 raise NotSupportedError(f"nl.{func} is not supported by trn2core")
 
-        if func not in ACTIVATION_FUNCTIONS and func not in (
-            "reciprocal",
-            "negative",
-            "invert",
-            "logical_not",
-        ):
+        own = ("reciprocal", "negative", "invert", "logical_not", *_COMPOSITE)
+        if func not in ACTIVATION_FUNCTIONS and func not in own:
             raise NotSupportedError(
                 f"nl.{func}: the machine has no instruction for it (docs/nki.md lists the "
                 "supported functions)"
@@ -527,6 +539,56 @@ class Core:
         if func == "logical_not" and dtype is None:
             out_dt = D.uint8
         return self.pend(x.shape, out_dt, SBUF, issue)
+
+    def composite(self, func: str, d: NkiTensor, a: NkiTensor) -> None:
+        """``nl`` functions with no instruction of their own, as short instruction sequences
+        (trn2core's lowering; the values are exact for floor/ceil/trunc):
+
+        - ``floor``/``ceil``: ``r`` = x clamped to +-2^23 and converted to int32 and back
+          (round to nearest even), then ``r - (r > x)`` / ``r + (r < x)``; where
+          ``|x| >= 2^23`` (or NaN) x is already integral and is selected as it is;
+        - ``trunc``: ``floor(|x|) * sign(x)``;
+        - ``cos``: ``sin(pi/2 - |x|)`` on the Scalar engine (inside sin's valid range for x in
+          [-pi, pi]); ``tan``: ``sin(x) / cos(x)``."""
+        m, f32 = self.m, D.float32
+
+        def tmp(dtype=f32):
+            return self.alloc(d.shape, dtype, SBUF, 0).tile
+
+        def ts(dst, src, op0, c0, op1=None, c1=None):
+            m.tensor_scalar("vector", dst, src, op0, c0, False, op1, c1, False)
+
+        def floor_like(dst, x, up: bool):
+            big = float(2**23)
+            xc, ri, r, c, f, small = tmp(), tmp(D.int32), tmp(), tmp(), tmp(), tmp()
+            ts(xc, x, "maximum", -big, "minimum", big)
+            m.tensor_copy("vector", ri, xc)
+            m.tensor_copy("vector", r, ri)
+            m.tensor_tensor("vector", c, r, x, "less" if up else "greater")
+            m.tensor_tensor("vector", f, r, c, "add" if up else "subtract")
+            ts(small, x, "abs_max", 0.0, "less", big)
+            m.select(dst, small, f, x)
+
+        def cos(dst, x):
+            ax = tmp()
+            ts(ax, x, "abs_max", 0.0)
+            m.activation(dst, "sin", ax, math.pi / 2, -1.0, None, None, "idle")
+
+        if func in ("floor", "ceil"):
+            floor_like(d.tile, a.tile, func == "ceil")
+        elif func == "trunc":
+            ax, fl, sg = tmp(), tmp(), tmp()
+            ts(ax, a.tile, "abs_max", 0.0)
+            floor_like(fl, ax, False)
+            m.activation(sg, "sign", a.tile, None, None, None, None, "idle")
+            m.tensor_tensor("vector", d.tile, fl, sg, "multiply")
+        elif func == "cos":
+            cos(d.tile, a.tile)
+        elif func == "tan":
+            sn, cs = tmp(), tmp()
+            m.activation(sn, "sin", a.tile, None, None, None, None, "idle")
+            cos(cs, a.tile)
+            m.tensor_tensor("vector", d.tile, sn, cs, "divide")
 
     def unary_copy(self, x, dtype=None, mask=None) -> NkiTensor:
         """``nl.copy``: a Vector-engine ``tensor_copy`` into a new SBUF tile."""
@@ -545,12 +607,7 @@ class Core:
         """``nl.sum``/``max``/``min``/``prod``/``mean``/``all`` over trailing free axes: one
         Vector ``tensor_reduce`` (``mean``: then a divide by the count)."""
         x = self.on_chip(x, "x")
-        axes = sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
-        if not axes or axes[0] == 0 or axes != list(range(x.ndim - len(axes), x.ndim)):
-            raise ShapeError(
-                f"axis: reductions run over the last free axes of a tile ([1], [1, 2], ...); "
-                f"got {axis} for a tile of shape {x.shape}"
-            )
+        axes = reduce_axes(axis, x.shape)
         kept = [s for a, s in enumerate(x.shape) if a not in axes]
         shape = tuple(kept) if len(kept) > 1 else (x.shape[0], 1)
         if keepdims:
@@ -563,6 +620,10 @@ class Core:
             if ranges is None:
                 return
             a = self.masked(x, ranges)
+            if axes != list(range(x.ndim - len(axes), x.ndim)):
+                # Free axes in the middle: the same access pattern with the reduced axes
+                # last (a reordering of strides, no data movement).
+                a = a.permute([i for i in range(x.ndim) if i not in axes] + axes)
             d = self.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
             dt = d.tile
             if mean:
@@ -649,6 +710,23 @@ class Core:
         p0, f0 = divmod(off, row)
         tile = base[p0 : p0 + pn].ap(rest, f0)
         return t._view(tile, [pn] + [n for _, n in rest], 0)
+
+
+def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
+    """The sorted free axes an ``nl`` reduction's ``axis`` names (an int or a list of ints,
+    numpy integers too): any free axes of the tile, not the partition axis (0)."""
+    ndim = len(shape)
+    items = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    if isinstance(items, (tuple, list)) and items and all(is_int(a) for a in items):
+        axes = sorted({int(a) % ndim for a in items if -ndim <= int(a) < ndim})
+        if len(axes) == len(set(items)) and axes[0] != 0:
+            return axes
+    raise ShapeError(
+        f"axis: a reduction runs over free axes of a tile (1 to {ndim - 1}; the partition "
+        f"axis 0 cannot be reduced), given as an int or a list of ints; got {axis!r} for a "
+        f"tile of shape {shape}",
+        arg="axis",
+    )
 
 
 def _hbm_root(t: NkiTensor):

@@ -328,7 +328,7 @@ class NkiTensor:
             )
         p0 = const(kp)
         pcount = sizes[0] if isinstance(kp, IndexExpr) else 1
-        if isinstance(kp, int) and axis_var[0] is not None and gshape[0] != 1:
+        if not isinstance(kp, IndexExpr) and axis_var[0] is not None and gshape[0] != 1:
             raise PartitionDimError(
                 "index: the first grid axis varies but the partition index is constant"
             )

@@ -27,7 +27,8 @@ from ._ops import (
     reduce_cmd,
     reduce_cmd_name,
 )
-from ._runtime import PSUM, api, current, scalar_arg
+from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
+from ._surface import Unsupported
 from ._tensor import NkiTensor
 
 tensor_engine = engine.tensor
@@ -162,8 +163,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 def _axes(data: NkiTensor, axis) -> int:
-    axes = sorted({a % data.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
-    if not axes or axes[0] == 0 or axes != list(range(data.ndim - len(axes), data.ndim)):
+    axes = reduce_axes(axis, data.shape)
+    if axes != list(range(data.ndim - len(axes), data.ndim)):
         raise Trn2ValueError(
             f"axis: tensor_reduce reduces the last free axes ([1], [1, 2], ...); got {axis} "
             f"for a tile of shape {data.shape}"
@@ -345,6 +346,8 @@ nonzero_with_count = _unsupported("nonzero_with_count")
 topk = _unsupported("topk")
 tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
 tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
+VirtualRegister = Unsupported("nki.isa.VirtualRegister")
+NkiInstruction = Unsupported("nki.isa.NkiInstruction")
 
 __all__ = [
     "dge_mode",

@@ -1,0 +1,487 @@
+"""Runs public NKI kernels (AWS's tutorials, nki-samples, nki-library, ...) on trn2core.nki.
+
+    python benches/nki_corpus.py /tmp/nki_corpus [--only NAME ...] [--timeout-note]
+
+The argument is a directory holding checkouts (or ``git archive`` exports) of the public
+repositories, one sub-directory each, named as the repositories are:
+``aws-neuron-sdk``, ``nki-samples``, ``nki-library``, ``neuronx-distributed``,
+``neuronx-distributed-inference``. Nothing is fetched or copied: each kernel file is imported
+from that directory (with ``trn2core.nki.install()`` in effect, so its ``import nki`` /
+``import neuronxcc.nki`` resolve to trn2core), the kernel is run on small inputs, and its
+outputs are compared with this file's own numpy reference. The table printed has, per kernel:
+the source file, the result (``ok``, ``mismatch`` with the largest error, or the error's class
+and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
+or repository is reported and skipped. ``torch`` (imported by some kernel files for their own
+test drivers, never by the kernels) is replaced by an empty module when it is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import time
+import types
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+BF16 = ml_dtypes.bfloat16
+
+
+@dataclasses.dataclass
+class Case:
+    """One kernel: where it is, how to call it, and what it must return."""
+
+    name: str
+    repo: str
+    path: str  # relative to the repository
+    kernel: str  # attribute of the module (a @nki.jit kernel or a plain caller)
+    inputs: Callable[[np.random.Generator], tuple[tuple, dict]]
+    reference: Callable[..., object]
+    grid: object = None
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    package_root: str | None = None  # import as a package module from this directory
+    call: bool = False  # a plain Python caller of a kernel: called directly (no report)
+    uninitialized: str = "error"  # "nan": new memory holds NaN, as AWS's simulator
+
+
+# ----------------------------------------------------------------------------- references
+# Our own numpy formulations of what each kernel computes (from the kernels' documentation).
+
+
+def _f32(rng, *shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def ref_add(a, b, *_, **__):
+    return (a.astype(np.float32) + b.astype(np.float32)).astype(a.dtype)
+
+
+def ref_matmul(lhs_t, rhs, *_, **__):
+    return lhs_t.astype(np.float32).T @ rhs.astype(np.float32)
+
+
+def ref_transpose_rows(x, shape2D):  # noqa: N803 - the kernel's keyword
+    r, c = shape2D
+    return x.reshape(x.shape[0], r, c).transpose(0, 2, 1).reshape(x.shape[0], r * c)
+
+
+def ref_avgpool(x, pool_size):
+    c, h, w = x.shape
+    p = pool_size
+    v = x.astype(np.float32).reshape(c, h // p, p, w // p, p)
+    return v.mean(axis=(2, 4)).astype(x.dtype)
+
+
+def ref_maxpool_stride1(x, pool_size):
+    k = pool_size
+    h, w = x.shape
+    out = np.full((h - k + 1, w - k + 1), -np.inf, np.float32)
+    for di in range(k):
+        for dj in range(k):
+            out = np.maximum(out, x[di : di + h - k + 1, dj : dj + w - k + 1])
+    return out.astype(x.dtype)
+
+
+def ref_mamba(delta, u, a, b, c):
+    """The selective-scan recurrence: h_t = exp(delta_t * A) h_{t-1} + delta_t B_t u_t,
+    y_t = sum over the state of C_t h_t."""
+    delta, u, a, b, c = (np.asarray(v, np.float64) for v in (delta, u, a, b, c))
+    batch, ch, seq = delta.shape
+    out = np.zeros((batch, ch, seq))
+    for i in range(batch):
+        da = np.exp(delta[i][:, None, :] * a[:, :, None])  # [ch, state, seq]
+        dbu = delta[i][:, None, :] * b[i][None, :, :] * u[i][:, None, :]
+        h = np.zeros(da.shape[:2])
+        for t in range(seq):
+            h = da[:, :, t] * h + dbu[:, :, t]
+            out[i, :, t] = (h * c[i][None, :, t]).sum(axis=1)
+    return out.astype(np.float32)
+
+
+def ref_attention(q, k, v):
+    """softmax(q.T @ k) @ v.T for [d, s] operands (rows of the result: queries)."""
+    s = q.astype(np.float64).T @ k.astype(np.float64)
+    s = np.exp(s - s.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    return (s @ v.astype(np.float64).T).astype(np.float32)
+
+
+def ref_cumsum(x, axis=-1):
+    return np.cumsum(x.astype(np.float64), axis=-1).astype(x.dtype)
+
+
+def ref_depthwise(img, flt, **_):
+    n, c, _, w = img.shape
+    s = flt.shape[-1]
+    q = w - s + 1
+    out = np.zeros((n, c, 1, q), np.float64)
+    for j in range(s):
+        out[:, :, 0, :] += img[:, :, 0, j : j + q].astype(np.float64) * flt[None, :, 0, 0, j, None]
+    return out.astype(img.dtype)
+
+
+def ref_simulate_add(a, b):
+    return a + b
+
+
+# ----------------------------------------------------------------------------- the corpus
+SDK = "nki/examples"
+SAMPLES = "src/nki_samples/tutorials"
+
+
+def _mm_inputs(k, m, n, dtype=BF16):
+    def f(rng):
+        return (_f32(rng, k, m).astype(dtype), _f32(rng, k, n).astype(dtype)), {}
+
+    return f
+
+
+def _two(shape, dtype=np.float32):
+    def f(rng):
+        return (_f32(rng, *shape).astype(dtype), _f32(rng, *shape).astype(dtype)), {}
+
+    return f
+
+
+def _mamba_inputs(rng):
+    b, ch, seq, st = 1, 128, 512, 4
+    delta = rng.uniform(0.01, 0.1, (b, ch, seq)).astype(np.float32)
+    u = _f32(rng, b, ch, seq)
+    a = -rng.uniform(0.5, 1.5, (ch, st)).astype(np.float32)
+    bb = _f32(rng, b, st, seq)
+    c = _f32(rng, b, st, seq)
+    return (delta, u, a, bb, c), {}
+
+
+def _attn_inputs(seq):
+    def f(rng):
+        return tuple(_f32(rng, 128, seq) for _ in range(3)), {}
+
+    return f
+
+
+SDK_ADD = f"{SDK}/tensor_addition/tensor_addition_nki_kernels.py"
+SDK_MM = f"{SDK}/matrix_multiplication/matrix_multiplication_nki_kernels.py"
+SAMPLES_MM = f"{SAMPLES}/matrix_multiplication/matrix_multiplication_nki_kernels.py"
+ADD = f"{SAMPLES}/tensor_addition"
+ATTN = f"{SAMPLES}/attention_fwd_performance/attention_kernels.py"
+LIB = "src/nkilib_src"
+
+
+def _pool_in(r):
+    return (_f32(r, 64, 16, 16),), {"pool_size": 2}
+
+
+def _t2d_in(r):
+    return (_f32(r, 16, 32),), {"shape2D": (4, 8)}
+
+
+def _cases() -> list[Case]:
+    sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
+    exact = {"rtol": 0.0, "atol": 0.0}
+    bf16 = {"rtol": 1e-2, "atol": 1e-2}
+    cases = [
+        Case("sdk tensor_add", sdk, SDK_ADD, "nki_tensor_add", _two((128, 512)), ref_add),
+        Case(
+            "sdk getting_started",
+            sdk,
+            f"{SDK}/getting_started_baremetal.py",
+            "nki_tensor_add_kernel",
+            _two((128, 512)),
+            ref_add,
+        ),
+        Case(
+            "sdk simulate add",
+            sdk,
+            f"{SDK}/simulate/nki_simulate_example.py",
+            "add_kernel",
+            _two((128, 512)),
+            ref_simulate_add,
+        ),
+        Case(
+            "sdk transpose2d",
+            sdk,
+            f"{SDK}/transpose2d/transpose2d_nki_kernels.py",
+            "tensor_transpose2D_kernel_",
+            _t2d_in,
+            ref_transpose_rows,
+        ),
+        Case(
+            "sdk avgpool2d",
+            sdk,
+            f"{SDK}/average_pool2d/average_pool2d_nki_kernels.py",
+            "tensor_avgpool_kernel",
+            _pool_in,
+            ref_avgpool,
+            rtol=1e-6,
+            atol=1e-6,
+        ),
+    ]
+    for kern, shape in [
+        ("nki_matmul_basic_", (128, 64, 512)),
+        ("nki_matmul_tiled_", (256, 128, 1024)),
+        ("nki_matmul_hoist_load_", (256, 128, 1024)),
+        ("nki_matmul_block_free_dimension_", (256, 256, 1024)),
+        ("nki_matmul_fully_optimized_", (1024, 2048, 1024)),
+    ]:
+        name = kern.strip("_")
+        cases.append(Case(f"sdk {name}", sdk, SDK_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16))
+        cases.append(
+            Case(f"samples {name}", smp, SAMPLES_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16)
+        )
+    for v in ("v1", "v2", "v3"):
+        for who, repo, path in [
+            ("sdk", sdk, f"{SDK}/fused_mamba/mamba_nki_kernels.py"),
+            ("samples", smp, f"{SAMPLES}/fused_mamba/mamba_nki_kernels.py"),
+        ]:
+            cases.append(
+                Case(
+                    f"{who} mamba_{v}",
+                    repo,
+                    path,
+                    f"mamba_{v}",
+                    _mamba_inputs,
+                    ref_mamba,
+                    rtol=1e-3,
+                    atol=1e-3,
+                )
+            )
+    cases += [
+        Case(
+            "samples tensor_add",
+            smp,
+            f"{ADD}/tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            _two((256, 1024)),
+            ref_add,
+            call=True,
+        ),
+        Case(
+            "samples spmd tensor_add",
+            smp,
+            f"{ADD}/spmd_tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            _two((256, 1024)),
+            ref_add,
+            call=True,
+        ),
+        Case(
+            "samples spmd tensor_add nc2",
+            smp,
+            f"{ADD}/spmd_multiple_nc_tensor_addition_nki_kernels.py",
+            "nki_tensor_add_nc2",
+            _two((512, 1024), np.float16),
+            ref_add,
+            call=True,
+            rtol=1e-3,
+            atol=1e-3,
+        ),
+        Case(
+            "samples transpose2d",
+            smp,
+            f"{SAMPLES}/transpose2d/transpose2d_nki_kernels.py",
+            "tensor_transpose2D_kernel_",
+            _t2d_in,
+            ref_transpose_rows,
+        ),
+        Case(
+            "samples avgpool2d",
+            smp,
+            f"{SAMPLES}/average_pool2d/average_pool2d_nki_kernels.py",
+            "tensor_avgpool_kernel",
+            _pool_in,
+            ref_avgpool,
+            rtol=1e-6,
+            atol=1e-6,
+        ),
+        Case(
+            "samples maxpool stride 1",
+            smp,
+            "contributed/maxpooling.py",
+            "max_pooling_2d_stride_1",
+            lambda r: ((_f32(r, 200, 24),), {"pool_size": 3}),
+            ref_maxpool_stride1,
+            **exact,
+        ),
+        Case(
+            "samples maxpool stride 1 (nan)",
+            smp,
+            "contributed/maxpooling.py",
+            "max_pooling_2d_stride_1",
+            lambda r: ((_f32(r, 200, 24),), {"pool_size": 3}),
+            ref_maxpool_stride1,
+            uninitialized="nan",
+            **exact,
+        ),
+    ]
+    for v in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v8a", "v9", "v10", "v11"):
+        seq = 128 if v in ("v1", "v2") else 512
+        cases.append(
+            Case(
+                f"samples attn_fwd_{v}",
+                smp,
+                ATTN,
+                f"attn_fwd_{v}",
+                _attn_inputs(seq),
+                ref_attention,
+                rtol=2e-2,
+                atol=2e-3,
+            )
+        )
+    cases += [
+        Case(
+            "nkilib cumsum",
+            lib,
+            "nkilib.core.cumsum.cumsum",
+            "cumsum",
+            lambda r: ((_f32(r, 200, 640),), {}),
+            ref_cumsum,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib depthwise_conv1d",
+            lib,
+            "nkilib.experimental.conv.depthwise_conv1d",
+            "depthwise_conv1d_implicit_gemm",
+            lambda r: (
+                (_f32(r, 1, 128, 1, 64), _f32(r, 128, 1, 1, 3)),
+                {"feature_group_count": 128},
+            ),
+            ref_depthwise,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+    ]
+    return cases
+
+
+# ----------------------------------------------------------------------------- running
+class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``torch`` and its submodules as empty modules (only when torch is not installed)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "torch" or fullname.startswith(("torch.", "torch_xla", "torch_neuronx")):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return types.ModuleType(spec.name)
+
+    def exec_module(self, module) -> None:
+        module.__path__ = []  # type: ignore[attr-defined]
+
+
+def _load(root: str, case: Case):
+    if case.package_root:
+        top = os.path.join(root, case.repo, case.package_root)
+        if top not in sys.path:
+            sys.path.insert(0, top)
+        return importlib.import_module(case.path)
+    path = os.path.join(root, case.repo, case.path)
+    name = "nki_corpus_" + case.path.replace("/", "_").replace("-", "_").removesuffix(".py")
+    name = f"{case.repo.replace('-', '_')}_{name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    d = os.path.dirname(path)
+    sys.path.insert(0, d)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return mod
+    finally:
+        sys.path.remove(d)
+
+
+def _compare(out, ref, case: Case) -> str:
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        return f"mismatch: shape {out.shape}, expected {ref.shape}"
+    o, r = out.astype(np.float64), ref.astype(np.float64)
+    if np.allclose(o, r, rtol=case.rtol, atol=case.atol, equal_nan=True):
+        exact = np.array_equal(out.view(np.uint8), ref.astype(out.dtype).view(np.uint8))
+        return "ok (bit-exact)" if exact else "ok"
+    err = np.abs(o - r)
+    i = np.unravel_index(int(np.nanargmax(err)), err.shape)
+    return f"mismatch: max |err| {err[i]:.3g} at {tuple(int(v) for v in i)}"
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).splitlines()[0] if str(e) else ""
+    # Paths inside the corpus directory are shown relative to it.
+    return f"{type(e).__name__}: {msg}"[:220]
+
+
+def run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
+    t0 = time.perf_counter()
+    try:
+        mod = _load(root, case)
+        fn = getattr(mod, case.kernel)
+        args, kwargs = case.inputs(np.random.default_rng(0))
+        ref = case.reference(*args, **kwargs)
+        if case.call:
+            out, sim = fn(*args, **kwargs), None
+        else:
+            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized, **kwargs)
+            out, sim = res.outputs, res.report.seconds
+        return _compare(out, ref, case), sim, time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - every failure is a row of the table
+        return _short(e), None, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("root", help="directory holding the repositories (see the module doc)")
+    p.add_argument("--only", nargs="*", default=None, help="kernel names containing these")
+    a = p.parse_args(argv)
+    if not os.path.isdir(a.root):
+        print(f"nki_corpus: {a.root} does not exist; nothing to run (this harness fetches nothing)")
+        return 0
+    import trn2core.nki as nki
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.meta_path.append(_EmptyModules())
+    rows = []
+    with nki.install():
+        for case in _cases():
+            if a.only and not any(s in case.name for s in a.only):
+                continue
+            if not os.path.isdir(os.path.join(a.root, case.repo)):
+                rows.append((case.name, f"{case.repo}/{case.path}", "skipped: repository absent",
+                             None, 0.0))  # fmt: skip
+                continue
+            result, sim, wall = run_case(a.root, case, nki)
+            result = result.replace(os.path.abspath(a.root) + os.sep, "")
+            rows.append((case.name, f"{case.repo}/{case.path}", result, sim, wall))
+            print(f"{case.name:32s} {result[:90]}", file=sys.stderr, flush=True)
+    print("| kernel | source | result | simulated | emulation |")
+    print("|---|---|---|---|---|")
+    for name, src, result, sim, wall in rows:
+        s = f"{sim * 1e6:.1f} us" if sim is not None else "-"
+        print(f"| {name} | {src} | {result.replace('|', '/')} | {s} | {wall:.2f} s |")
+    ok = sum(1 for r in rows if r[2].startswith("ok"))
+    print(f"\n{ok} of {len(rows)} kernels ok")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
