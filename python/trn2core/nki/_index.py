@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..errors import Trn2ValueError
+from ._api import api
 
 
 class NotSupportedError(Trn2ValueError):
@@ -246,6 +247,7 @@ def _solve(c: int, k: int, op: str, lo: int, hi: int):
     return _SPLIT
 
 
+@api
 def arange(*args: int) -> IndexExpr:
     """``nl.arange(stop)`` / ``nl.arange(start, stop)``: a 1-D index expression."""
     if len(args) == 1:
@@ -295,6 +297,7 @@ class Grid(tuple):
 class _MGrid:
     """``nl.mgrid[0:128, 0:512]``: one index expression per axis, each of the full grid shape."""
 
+    @api
     def __getitem__(self, key) -> Grid | IndexExpr:
         keys = key if isinstance(key, tuple) else (key,)
         sizes = []

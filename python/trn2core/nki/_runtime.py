@@ -547,27 +547,39 @@ class Core:
         - ``floor``/``ceil``: ``r`` = x clamped to +-2^23 and converted to int32 and back
           (round to nearest even), then ``r - (r > x)`` / ``r + (r < x)``; where
           ``|x| >= 2^23`` (or NaN) x is already integral and is selected as it is;
-        - ``trunc``: ``floor(|x|) * sign(x)``;
+        - a zero result takes x's sign (``x * 0``), as IEEE's floor/ceil/trunc give it;
+        - ``trunc``: ``floor(|x|)``, negated where x < 0;
         - ``cos``: ``sin(pi/2 - |x|)`` on the Scalar engine (inside sin's valid range for x in
           [-pi, pi]); ``tan``: ``sin(x) / cos(x)``."""
         m, f32 = self.m, D.float32
 
+        keep: list[NkiTensor] = []  # the temporaries live until the sequence is issued
+
         def tmp(dtype=f32):
-            return self.alloc(d.shape, dtype, SBUF, 0).tile
+            keep.append(self.alloc(d.shape, dtype, SBUF, 0))
+            return keep[-1].tile
 
         def ts(dst, src, op0, c0, op1=None, c1=None):
             m.tensor_scalar("vector", dst, src, op0, c0, False, op1, c1, False)
 
+        def signed_zero(dst, x, f):
+            # A zero result has x's sign (IEEE: floor(-0.0) = ceil(-0.5) = trunc(-0.5) = -0.0).
+            zx, isz = tmp(), tmp()
+            ts(zx, x, "multiply", 0.0)
+            ts(isz, f, "equal", 0.0)
+            m.select(dst, isz, zx, f)
+
         def floor_like(dst, x, up: bool):
             big = float(2**23)
-            xc, ri, r, c, f, small = tmp(), tmp(D.int32), tmp(), tmp(), tmp(), tmp()
+            xc, ri, r, c, f, f2, small = tmp(), tmp(D.int32), tmp(), tmp(), tmp(), tmp(), tmp()
             ts(xc, x, "maximum", -big, "minimum", big)
             m.tensor_copy("vector", ri, xc)
             m.tensor_copy("vector", r, ri)
             m.tensor_tensor("vector", c, r, x, "less" if up else "greater")
             m.tensor_tensor("vector", f, r, c, "add" if up else "subtract")
+            signed_zero(f2, x, f)
             ts(small, x, "abs_max", 0.0, "less", big)
-            m.select(dst, small, f, x)
+            m.select(dst, small, f2, x)
 
         def cos(dst, x):
             ax = tmp()
@@ -577,11 +589,13 @@ class Core:
         if func in ("floor", "ceil"):
             floor_like(d.tile, a.tile, func == "ceil")
         elif func == "trunc":
-            ax, fl, sg = tmp(), tmp(), tmp()
+            ax, fl, neg, isneg, t = tmp(), tmp(), tmp(), tmp(), tmp()
             ts(ax, a.tile, "abs_max", 0.0)
             floor_like(fl, ax, False)
-            m.activation(sg, "sign", a.tile, None, None, None, None, "idle")
-            m.tensor_tensor("vector", d.tile, fl, sg, "multiply")
+            ts(neg, fl, "multiply", -1.0)
+            ts(isneg, a.tile, "less", 0.0)
+            m.select(t, isneg, neg, fl)
+            signed_zero(d.tile, a.tile, t)
         elif func == "cos":
             cos(d.tile, a.tile)
         elif func == "tan":
@@ -719,7 +733,7 @@ def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
     items = (axis,) if isinstance(axis, (int, np.integer)) else axis
     if isinstance(items, (tuple, list)) and items and all(is_int(a) for a in items):
         axes = sorted({int(a) % ndim for a in items if -ndim <= int(a) < ndim})
-        if len(axes) == len(set(items)) and axes[0] != 0:
+        if len(axes) == len(items) and axes[0] != 0:
             return axes
     raise ShapeError(
         f"axis: a reduction runs over free axes of a tile (1 to {ndim - 1}; the partition "

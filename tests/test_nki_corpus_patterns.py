@@ -1,0 +1,411 @@
+"""Patterns that public NKI kernels (AWS's tutorials, nki-samples, nki-library) rely on, each in
+a small kernel of our own, in both dialects where both have it (issue 26; the kernels
+themselves are run by benches/nki_corpus.py from a local checkout). Also the front-end
+argument errors of issue 28: a bad argument inside a kernel is a Trn2Error at its line."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn2core.nki as tn
+from trn2core.errors import FormatError, ShapeError, Trn2Error
+
+nl, nisa = tn.language, tn.isa
+lnl, lisa = tn.language_legacy, tn.isa_legacy
+
+
+def _line_of(fn, text: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def _at(info, fn, marker: str) -> None:
+    """The error names the kernel's own file:line."""
+    where = f"{__file__}:{_line_of(fn, marker)}:"
+    assert str(info.value).startswith(where), (str(info.value), where)
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-4, 4, shape).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def test_every_nki_dtype_name_exists_and_the_ones_trn2_lacks_fail_on_use():
+    names = ("float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4",
+             "float4_e2m1fn_x4")  # fmt: skip
+    dts = [getattr(nl, n) for n in names]
+    assert len({str(d) for d in dts}) == len(dts)  # five distinct dtypes
+    assert nl.float8_e4m3fn == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert all(getattr(lnl, n) == getattr(nl, n) for n in names)
+    assert nl.bool == nl.bool_ and nl.range is range
+
+    def k(x):
+        t = nl.ndarray((128, 4), dtype=nl.float8_e4m3fn, buffer=nl.sbuf)  # e4m3fn
+        return t
+
+    with pytest.raises(FormatError, match="float8_e4m3fn.*not a Trainium2 dtype") as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# e4m3fn")
+
+
+def test_import_surface_of_both_dialects_fails_only_on_use():
+    mods = ("nki.isa.constants", "nki.collectives", "neuronxcc.nki.compiler",
+            "neuronxcc.nki.isa.constants",
+            "neuronxcc.nki.compiler.backends.neuron.dimensions")  # fmt: skip
+    with tn.install():
+        import importlib
+
+        for m in mods:
+            importlib.import_module(m)
+        import nki
+        import nki.collectives as cc
+        from neuronxcc import nki as legacy
+        from neuronxcc.nki.compiler.backends.neuron.dimensions import VNC
+        from nki.isa import NkiInstruction, VirtualRegister
+        from nki.isa.constants import dge_mode, oob_mode
+
+        assert nki.dtype is np.dtype and isinstance(nl.bfloat16, nki.dtype)
+        assert oob_mode is nisa.oob_mode and dge_mode is nisa.dge_mode
+        assert VNC(2) == 2 and VNC(2).nc
+        # Package attributes without a submodule import, as kernels use them.
+        ncc = legacy.compiler
+        assert nki.language.add is nl.add and ncc.sbuf is not None
+
+        @ncc.skip_middle_end_transformations
+        def f(x):
+            return x + 1
+
+        @ncc.enable_stack_allocator(log_level=0)
+        def g(x):
+            return x * 2
+
+        assert f(1) == 2 and g(2) == 4
+
+        for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
+                    lambda: VirtualRegister(), lambda: NkiInstruction.x,
+                    lambda: ncc.sbuf.mod_alloc(base_addr=0),
+                    lambda: ncc.psum.alloc(lambda *a: 0)):  # fmt: skip
+            with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
+                use()
+        with pytest.raises(tn.NotSupportedError, match=r"neuronxcc\.nki\.compiler\.sbuf"):
+            ncc.sbuf.mod_alloc(base_addr=0)
+
+
+# ----------------------------------------------------------------------------- NKIObject
+
+
+class _Tiling(nl.NKIObject):
+    rows: int
+    scale: float = 2.0
+
+    def __post_init__(self):
+        self.cols = self.rows * 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen(nl.NKIObject):
+    bias: float = 1.0
+    use_bias: bool = True
+
+    def __post_init__(self):
+        if self.bias < 0:
+            raise ValueError("negative bias")
+
+
+def test_nki_object_configs_are_built_by_keyword_and_passed_into_kernels():
+    cfg = _Tiling(rows=8)
+    assert (cfg.rows, cfg.scale, cfg.cols) == (8, 2.0, 32)
+    assert _Tiling(8, 3.0).scale == 3.0
+    with pytest.raises(Trn2Error, match="no field 'colz'"):
+        _Tiling(rows=8, colz=1)
+    with pytest.raises(Trn2Error, match="'rows' has no value"):
+        _Tiling()
+    with pytest.raises(ValueError, match="negative bias"):
+        _Frozen(bias=-1.0)
+
+    @tn.jit
+    def k(x, cfg, fz):
+        out = nl.ndarray((cfg.rows, cfg.cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x[0 : cfg.rows, 0 : cfg.cols])
+        y = nl.multiply(t, cfg.scale)
+        if fz.use_bias:
+            y = nl.add(y, fz.bias)
+        nl.store(out, value=y)
+        return out
+
+    x = _rand(16, 64)
+    got = k(x, _Tiling(rows=8, scale=0.5), _Frozen(bias=3.0))
+    assert np.array_equal(got, x[:8, :32] * np.float32(0.5) + np.float32(3.0))
+
+
+# ----------------------------------------------------------------------------- indexing
+
+
+def test_mgrid_result_has_p_x_y_z_and_unpacks():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((64, 24), dtype=x.dtype, buffer=lnl.shared_hbm)
+        i = lnl.mgrid[0:64, 0:24]
+        t = lnl.load(x[i.p, i.x + 8])
+        lnl.store(out[i.p, i.x], value=t)
+        return out
+
+    x = _rand(64, 32)
+    assert np.array_equal(k(x), x[:, 8:])
+    g = lnl.mgrid[0:2, 0:3, 0:4, 0:5]
+    assert (g.p.shape, g.z.shape) == ((2, 3, 4, 5), (2, 3, 4, 5))
+    a, b, c, d = g
+    assert a is g.p and b is g.x and c is g.y and d is g.z
+    with pytest.raises(Trn2Error, match=r"\.y is axis 2 of a 2-D grid"):
+        _ = lnl.mgrid[0:2, 0:3].y
+
+
+def test_numpy_integers_work_where_python_ints_do():
+    n = np.int32(64)
+
+    @tn.jit_legacy
+    def legacy(x):
+        out = lnl.ndarray((n, np.int64(16)), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip = lnl.arange(np.int32(64))[:, None]
+        jf = lnl.arange(np.int16(16))[None, :]
+        i = lnl.mgrid[np.int32(0) : n, 0 : np.int64(16)]
+        t = lnl.load(x[ip, jf + np.int32(4)])
+        lnl.store(out[i.p, i.x], value=t)
+        return out
+
+    @tn.jit
+    def current(x):
+        out = nl.ndarray((n, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((np.int64(64), np.int32(16)), dtype=x.dtype, buffer=nl.sbuf)
+        for j in nl.affine_range(np.int32(2)):
+            nisa.dma_copy(dst=t[:, nl.ds(j * np.int32(8), np.int32(8))],
+                          src=x[np.int32(0) : n, nl.ds(np.int64(4) + 8 * j, 8)])  # fmt: skip
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(64, 32)
+    assert np.array_equal(legacy(x), x[:, 4:20])
+    assert np.array_equal(current(x), x[:, 4:20])
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+@pytest.mark.parametrize("name", ["max", "min", "sum"])
+def test_reductions_over_free_axes_that_are_not_the_last(name):
+    @tn.jit
+    def k(x):
+        out = nl.ndarray((32, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = getattr(nl, name)(t, axis=[1, 3])
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = np.round(_rand(32, 3, 5, 4) * 8)  # integers: sums exact in any order
+    want = getattr(np, name)(x, axis=(1, 3))
+    assert np.array_equal(k(x), want)
+
+
+def test_legacy_pooling_by_index_expressions_reduces_axes_2_and_4():
+    @tn.jit_legacy
+    def avgpool(x):
+        c, h, w = x.shape
+        out = lnl.ndarray((c, h // 2, w // 2), dtype=x.dtype, buffer=lnl.shared_hbm)
+        i0, i1, i2, i3, i4 = lnl.mgrid[0:c, 0 : h // 2, 0:2, 0 : w // 2, 0:2]
+        t = lnl.load(x)
+        s = lnl.sum(t[i0, 2 * i1 + i2, 2 * i3 + i4], axis=[2, 4])
+        lnl.store(out, value=s * 0.25)
+        return out
+
+    x = np.round(_rand(16, 8, 12) * 4)
+    want = x.reshape(16, 4, 2, 6, 2).sum(axis=(2, 4)) * np.float32(0.25)
+    assert np.array_equal(avgpool(x), want)
+
+
+def test_reduction_axes_are_checked():
+    def k(x, axis):
+        t = nl.load(x)
+        return nl.sum(t, axis=axis)  # reduce
+
+    for bad in (0, None, [0, 1], [1, 1], 7, "1"):
+        with pytest.raises(ShapeError, match="free axes") as info:
+            tn.run(tn.jit(k), np.ones((4, 8), np.float32), bad)
+        _at(info, k, "# reduce")
+
+
+def test_nl_reductions_and_numpy_functions_as_tensor_reduce_ops():
+    @tn.jit
+    def k(x):
+        out = nl.ndarray((64, 3), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((64, 3), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r[:, 0:1], op=nl.max, data=t, axis=1)
+        nisa.tensor_reduce(dst=r[:, 1:2], op=nl.min, data=t, axis=(1,))
+        nisa.tensor_reduce(dst=r[:, 2:3], op=np.max, data=t, axis=[np.int64(1)])
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x):
+        out = lnl.ndarray((64, 1), dtype=x.dtype, buffer=lnl.shared_hbm)
+        r = lisa.tensor_reduce(lnl.sum, lnl.load(x), axis=1)
+        lnl.store(out, value=r)
+        return out
+
+    x = np.round(_rand(64, 40) * 4)
+    want = np.stack([x.max(1), x.min(1), x.max(1)], axis=1)
+    assert np.array_equal(k(x), want)
+    assert np.array_equal(legacy(x), x.sum(1, keepdims=True))
+    with pytest.raises(Trn2Error, match="mean is not an ALU operator"):
+        tn.run(lambda x: nisa.tensor_reduce(dst=x, op=nl.mean, data=x, axis=1),
+               np.ones((2, 2), np.float32))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def test_a_constant_bool_is_a_mask():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((32, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x, mask=True)
+        t[...] = lnl.multiply(t, 2.0, mask=np.bool_(True))
+        t[...] = lnl.exp(t, mask=False)  # never: no instruction
+        lnl.store(out, value=t, mask=True)
+        return out
+
+    x = _rand(32, 8)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x * np.float32(2))
+    assert "activation" not in res.report.opcodes
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def _unary_kernel(fn, dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(x):
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        lang.store(out, value=fn(lang.load(x)))
+        return out
+
+    return tn.jit(k) if dialect == "current" else tn.jit_legacy(k)
+
+
+ROUNDING_INPUTS = np.array(
+    [-0.0, 0.0, -0.5, 0.5, 1.5, 2.5, -1.5, -2.5, 3.7, -3.7, 2.0**23, -(2.0**23),
+     2.0**22 + 0.5, -(2.0**22) - 0.5, 8388607.5, 1e30, -1e30, np.inf, -np.inf, np.nan, 1e-40,
+     -1e-40, 0.49999997, -0.99999994],
+    np.float32,
+).reshape(2, 12)  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+@pytest.mark.parametrize("name", ["floor", "ceil", "trunc"])
+def test_floor_ceil_trunc_are_exact(name, dialect):
+    x = np.concatenate([ROUNDING_INPUTS, _rand(2, 12) * 1000])
+    got = _unary_kernel(getattr(nl, name), dialect)(x)
+    want = getattr(np, name)(x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (x, got, want)
+
+
+@pytest.mark.parametrize("name", ["cos", "tan"])
+def test_cos_and_tan_on_their_valid_range(name):
+    x = np.linspace(-np.pi, np.pi, 256, dtype=np.float32).reshape(2, 128)
+    if name == "tan":
+        x = x[np.abs(np.cos(x)) > 1e-2].reshape(2, -1)
+    got = _unary_kernel(getattr(nl, name), "current")(x)
+    want = getattr(np, name)(x.astype(np.float64))
+    # cos is sin(pi/2 - |x|): the fp32 rounding of its argument is an absolute error of about
+    # 1e-7, which tan (sin / cos) divides by |cos| (>= 1e-2 here).
+    rtol, atol = (1e-5, 1e-7) if name == "tan" else (1e-6, 2e-7)
+    assert np.allclose(got, want, rtol=rtol, atol=atol)
+
+
+def test_mod_stays_unsupported_with_its_name():
+    def k(x):
+        return nl.mod(nl.load(x), 3.0)  # mod
+
+    with pytest.raises(tn.NotSupportedError, match="nki.language.mod") as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# mod")
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+
+def _k_full(x):
+    return nl.full((4, 4), "abc", dtype=nl.float32)  # bad
+
+
+def _k_assign(x):
+    t = nl.load(x)
+    t[...] = np.ones((4, 4), np.float32)  # bad
+    return t
+
+
+def _k_ds(x):
+    return nl.load(x[nl.ds("a", 4), :])  # bad
+
+
+def _k_sum(x):
+    return nl.sum(nl.load(x), axis=None)  # bad
+
+
+def _k_programs(x):
+    return nl.num_programs(5)  # bad
+
+
+def _k_program_id(x):
+    return nl.program_id("0")  # bad
+
+
+def _k_constant(x):
+    return nl.shared_constant("missing-file-of-a-test.npy")  # bad
+
+
+def _k_arange(x):
+    return lnl.arange(2.5)  # bad
+
+
+@pytest.mark.parametrize(
+    ("kernel", "arg"),
+    [(_k_full, "fill_value"), (_k_assign, "value"), (_k_ds, "start"), (_k_sum, "axis"),
+     (_k_programs, "axes"), (_k_program_id, "axis"), (_k_constant, "constant"),
+     (_k_arange, "arange")],
+)  # fmt: skip
+def test_bad_arguments_are_trn2_errors_at_the_kernel_line(kernel, arg):
+    with pytest.raises(Trn2Error) as info:
+        tn.run(tn.jit(kernel), np.ones((4, 4), np.float32))
+    _at(info, kernel, "# bad")
+    assert arg in str(info.value)
+    assert info.value.nki_location == (__file__, _line_of(kernel, "# bad"))
+
+
+def test_python_errors_inside_nl_calls_become_trn2_errors():
+    def k(x):
+        t = nl.load(x)
+        return t.reshape("x")  # bad
+
+    with pytest.raises(Trn2Error, match="reshape") as info:
+        tn.run(tn.jit(k), np.ones((4, 4), np.float32))
+    _at(info, k, "# bad")
+    assert isinstance(info.value.__cause__, (TypeError, ValueError))
+
+
+def test_unsupported_is_importable_via_sys_modules_only_while_installed():
+    with tn.install():
+        import nki.collectives  # noqa: F401
+
+        assert "nki.collectives" in sys.modules
+    assert "nki.collectives" not in sys.modules
