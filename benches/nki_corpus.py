@@ -11,8 +11,14 @@ from that directory (with ``trn2core.nki.install()`` in effect, so its ``import 
 outputs are compared with this file's own numpy reference. The table printed has, per kernel:
 the source file, the result (``ok``, ``mismatch`` with the largest error, or the error's class
 and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
-or repository is reported and skipped. ``torch`` (imported by some kernel files for their own
-test drivers, never by the kernels) is replaced by an empty module when it is not installed.
+or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
+files for their own test drivers, never by the kernels) are empty modules when not installed.
+
+Besides the repositories' newest snapshots, two older trees hold kernels since removed:
+``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
+legacy-dialect tutorials rmsnorm, layernorm, SD attention) and ``nki-samples-reference``
+(``src/nki_samples/reference`` of nki-samples before its removal in January 2026), e.g.
+``git archive <commit> general/nki/examples | tar -x -C ROOT/aws-neuron-sdk-2.26``.
 """
 
 from __future__ import annotations
@@ -132,6 +138,67 @@ def ref_simulate_add(a, b):
     return a + b
 
 
+def ref_rmsnorm(a, g):
+    a64 = a.astype(np.float64)
+    return (a64 / np.sqrt((a64 * a64).mean(axis=1, keepdims=True)) * g).astype(a.dtype)
+
+
+def ref_layernorm(x, eps, gamma, beta):
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(axis=1, keepdims=True)
+    return ((x64 - mu) / np.sqrt(var + eps) * gamma + beta).astype(x.dtype)
+
+
+def ref_sd_attention(q, k, v, **_):
+    s = (q.astype(np.float64) * 0.125) @ k.astype(np.float64).T
+    s = np.exp(s - s.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    return (s @ v.astype(np.float64)).astype(q.dtype)
+
+
+def ref_adaptive_avg_pool(x, output_size):
+    n, c, h, w = x.shape
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    out = np.zeros((n, c, oh, ow), np.float64)
+    for i in range(oh):
+        h0, h1 = i * h // oh, -(-(i + 1) * h // oh)
+        for j in range(ow):
+            w0, w1 = j * w // ow, -(-(j + 1) * w // ow)
+            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].astype(np.float64).mean(axis=(2, 3))
+    return out.astype(x.dtype)
+
+
+def ref_resize_nearest(x, out_shape):
+    b, ih, iw, c = x.shape
+    _, oh, ow, _ = out_shape
+    hi = np.floor(np.arange(oh, dtype=np.float32) * np.float32(ih / oh)).astype(int)
+    wi = np.floor(np.arange(ow, dtype=np.float32) * np.float32(iw / ow)).astype(int)
+    return x[:, hi][:, :, wi]
+
+
+def ref_select_and_scatter(operand, source):
+    """3x3 windows, stride 2, padding 1: each source value is added at the first maximum of
+    its window (padding never selected: the inputs are positive)."""
+    n, c, h, w = operand.shape
+    out = np.zeros(operand.shape, np.float64)
+    for i in range(source.shape[2]):
+        for j in range(source.shape[3]):
+            r0, c0 = max(2 * i - 1, 0), max(2 * j - 1, 0)
+            win = operand[:, :, r0 : 2 * i + 2, c0 : 2 * j + 2]
+            flat = win.reshape(n, c, -1)
+            am = flat.argmax(axis=2)
+            rr, cc = np.divmod(am, win.shape[3])
+            for a in range(n):
+                for b in range(c):
+                    out[a, b, r0 + rr[a, b], c0 + cc[a, b]] += source[a, b, i, j]
+    return out.astype(operand.dtype)
+
+
+def ref_add_n_elements(a, b, n_elements):
+    return a + b
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -174,6 +241,8 @@ SAMPLES_MM = f"{SAMPLES}/matrix_multiplication/matrix_multiplication_nki_kernels
 ADD = f"{SAMPLES}/tensor_addition"
 ATTN = f"{SAMPLES}/attention_fwd_performance/attention_kernels.py"
 LIB = "src/nkilib_src"
+OLD = "general/nki/examples"  # aws-neuron-sdk before Neuron 2.27 (legacy dialect tutorials)
+REF = "src/nki_samples/reference"  # nki-samples' reference kernels (removed in 2026)
 
 
 def _pool_in(r):
@@ -186,6 +255,7 @@ def _t2d_in(r):
 
 def _cases() -> list[Case]:
     sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
+    old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
     exact = {"rtol": 0.0, "atol": 0.0}
     bf16 = {"rtol": 1e-2, "atol": 1e-2}
     cases = [
@@ -363,15 +433,105 @@ def _cases() -> list[Case]:
             package_root=LIB,
         ),
     ]
+    cases += [
+        Case(
+            "sdk-2.26 rmsnorm 256 rows",
+            old,
+            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
+            "nki_rmsnorm_kernel",
+            lambda r: ((_f32(r, 256, 512), _f32(r, 512)), {}),
+            ref_rmsnorm,
+            rtol=1e-4,
+            atol=1e-5,
+        ),
+        Case(
+            "sdk-2.26 rmsnorm 300 rows",
+            old,
+            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
+            "nki_rmsnorm_kernel",
+            lambda r: ((_f32(r, 300, 512), _f32(r, 512)), {}),
+            ref_rmsnorm,
+            rtol=1e-4,
+            atol=1e-5,
+        ),
+    ]
+    for v in ("v1", "v2"):
+        for rows in (256, 300):
+            cases.append(
+                Case(
+                    f"sdk-2.26 layernorm_{v} {rows} rows",
+                    old,
+                    f"{OLD}/layernorm/layernorm_nki_kernel.py",
+                    f"nki_layernorm_kernel_{v}",
+                    lambda r, n=rows: ((_f32(r, n, 512), 1e-5, _f32(r, 512), _f32(r, 512)), {}),
+                    ref_layernorm,
+                    rtol=1e-4,
+                    atol=1e-4,
+                )
+            )
+    cases += [
+        Case(
+            "sdk-2.26 sd_attention",
+            old,
+            f"{OLD}/sd_attention/sd_attention_nki_kernels.py",
+            "fused_self_attn_for_SD_small_head_size",
+            lambda r: (tuple(_f32(r, 512, 64, lo=0.0) for _ in range(3)), {}),
+            ref_sd_attention,
+            rtol=2e-2,
+            atol=2e-3,
+        ),
+        Case(
+            "samples-ref add nx8x128x512",
+            ref,
+            f"{REF}/tutorial.py",
+            "add_kernel_nx8x128x512",
+            lambda r: ((_f32(r, 2, 8, 128, 512), _f32(r, 2, 8, 128, 512), 2 * 8 * 128 * 512), {}),
+            ref_add_n_elements,
+            grid=2,
+        ),
+        Case(
+            "samples-ref adaptive_avg_pool2d",
+            ref,
+            f"{REF}/vision.py",
+            "adaptive_avg_pool2d_kernel",
+            lambda r: ((_f32(r, 2, 8, 13, 11),), {"output_size": (4, 3)}),
+            ref_adaptive_avg_pool,
+            rtol=1e-5,
+            atol=1e-6,
+        ),
+        Case(
+            "samples-ref resize_nearest",
+            ref,
+            f"{REF}/vision.py",
+            "resize_nearest_fixed_dma_kernel",
+            lambda r: ((_f32(r, 1, 30, 20, 8),), {"out_shape": (1, 59, 38, 8)}),
+            ref_resize_nearest,
+            **exact,
+        ),
+        Case(
+            "samples-ref select_and_scatter",
+            ref,
+            f"{REF}/vision.py",
+            "select_and_scatter_kernel",
+            lambda r: ((_f32(r, 2, 64, 16, 16, lo=0.0), _f32(r, 2, 64, 8, 8, lo=0.0)), {}),
+            ref_select_and_scatter,
+            rtol=1e-5,
+            atol=1e-6,
+        ),
+    ]
     return cases
 
 
 # ----------------------------------------------------------------------------- running
 class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``torch`` and its submodules as empty modules (only when torch is not installed)."""
+    """Packages the kernel files import for their own test drivers (``torch``, ``scipy``) as
+    empty modules, when they are not installed."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname == "torch" or fullname.startswith(("torch.", "torch_xla", "torch_neuronx")):
+        if fullname.split(".")[0] in self.names:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -380,6 +540,10 @@ class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__path__ = []  # type: ignore[attr-defined]
+
+
+#: What kernel files import for their drivers and tests only (never used by a kernel).
+_DRIVER_PACKAGES = ("torch", "torch_xla", "torch_neuronx", "scipy", "jax")
 
 
 def _load(root: str, case: Case):
@@ -456,10 +620,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import trn2core.nki as nki
 
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        sys.meta_path.append(_EmptyModules())
+    absent = {n for n in _DRIVER_PACKAGES if importlib.util.find_spec(n) is None}
+    if absent:
+        sys.meta_path.append(_EmptyModules(absent))
     rows = []
     with nki.install():
         for case in _cases():

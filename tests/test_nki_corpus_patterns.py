@@ -409,3 +409,79 @@ def test_unsupported_is_importable_via_sys_modules_only_while_installed():
 
         assert "nki.collectives" in sys.modules
     assert "nki.collectives" not in sys.modules
+
+
+# ----------------------------------------------------------------------------- legacy idioms
+
+
+def test_a_mask_over_several_variables_that_holds_everywhere_or_nowhere():
+    @tn.jit_legacy
+    def k(x, n):
+        out = lnl.ndarray((2, 32, 16), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(32)[:, None], lnl.arange(16)[None, :]
+        for i in lnl.affine_range(2):
+            flat = i * 512 + 16 * ip + jf  # the element's index in the whole tensor
+            t = lnl.load(x[i, ip, jf], mask=flat < n)
+            t2 = lnl.multiply(t, 3.0, mask=(flat < n) & (flat >= 0))
+            lnl.store(out[i, ip, jf], value=t2, mask=flat < n)
+            lnl.store(out[i, ip, jf], value=t, mask=flat > n + 5)  # never: skipped
+        return out
+
+    x = _rand(2, 32, 16)
+    res = tn.run(k, x, 1024)
+    assert np.array_equal(res.outputs, x * np.float32(3))
+    assert res.report.opcodes.get("dma_copy", 0) == 4  # two loads, two stores
+
+    with pytest.raises(tn.NotSupportedError, match="rectangular"):
+        k(x, 1000)  # a ragged edge inside the grid: not a rectangle
+
+
+def test_legacy_column_of_an_hbm_matrix_is_a_partition_column():
+    @tn.jit_legacy
+    def k(x, a):
+        out = lnl.ndarray((128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        col = lnl.load(a[0:128, 2])  # [128, 1]: one value per partition
+        y = lisa.activation(op=lnl.copy, data=t, scale=col)
+        lnl.store(out, value=lnl.multiply(y, col))
+        return out
+
+    x, a = _rand(128, 64), _rand(128, 5, seed=1)
+    c = a[:, 2:3]
+    assert np.array_equal(k(x, a), (x * c) * c)
+
+
+def test_tensor_engine_results_assigned_to_sbuf_go_through_psum():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((64, 128), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        tt = lnl.ndarray((64, 128), dtype=x.dtype, buffer=lnl.sbuf)
+        tt[...] = lisa.nc_transpose(t)  # PE result, SBUF target
+        lnl.store(out, value=tt)
+        return out
+
+    @tn.jit_legacy
+    def mm(x, y):
+        out = lnl.ndarray((128, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+        xt = lnl.transpose(lnl.load(x))  # in PSUM
+        r = lnl.matmul(xt, lnl.load(y), transpose_x=True)
+        lnl.store(out, value=r)
+        return out
+
+    x = _rand(128, 64)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x.T)
+    assert res.report.opcodes.get("tensor_copy", 0) == 1
+    xr, y = np.round(x * 4), np.round(_rand(64, 32, seed=3))  # integers: exact products
+    assert np.array_equal(mm(xr, y), xr @ y)
+
+
+def test_finfo_and_iinfo():
+    assert lnl.finfo(nl.float32).min == np.finfo(np.float32).min
+    assert nl.finfo(nl.bfloat16).max == ml_dtypes.finfo(ml_dtypes.bfloat16).max
+    assert nl.iinfo(nl.int16).min == -32768
+    with pytest.raises(Trn2Error, match="not a floating-point"):
+        nl.finfo(nl.int32)
+    with pytest.raises(Trn2Error, match="not an integer"):
+        nl.iinfo(nl.float16)

@@ -194,12 +194,24 @@ class Mask:
         """Each constrained variable's range ``[lo, hi)``; ``None`` when the mask is never
         true (the instruction is skipped)."""
         out: dict[IndexVar, tuple[int, int]] = {}
-        for expr, op in self.conds:
+        # One-variable comparisons first: they narrow the ranges the others are judged on.
+        for expr, op in sorted(self.conds, key=lambda c: len(c[0].terms) > 1):
             if not expr.terms:
                 if not _CMP[op](expr.const, 0):
                     return None
                 continue
             if len(expr.terms) != 1:
+                # Several variables: fine when the comparison has one value over the whole
+                # grid (e.g. `offset < n_elements` with every offset inside).
+                lo_e, hi_e = expr.const, expr.const
+                for v, c in expr.terms.items():
+                    a, b = out.get(v, (0, v.size))
+                    lo_e += min(c * a, c * (b - 1))
+                    hi_e += max(c * a, c * (b - 1))
+                if _whole(op, lo_e, hi_e, True):
+                    continue
+                if _whole(op, lo_e, hi_e, False):
+                    return None
                 raise NotSupportedError(
                     "mask: each comparison must constrain one index variable (a rectangular "
                     f"region); got {expr!r} {op} 0 (use nisa.affine_select for triangles)"
@@ -218,6 +230,17 @@ class Mask:
 
 
 _SPLIT = object()
+
+
+def _whole(op: str, lo: int, hi: int, value: bool) -> bool:
+    """Whether ``e <op> 0`` is ``value`` for every ``e`` in ``[lo, hi]``."""
+    if op in ("<", "<="):
+        return _CMP[op](hi, 0) if value else not _CMP[op](lo, 0)
+    if op in (">", ">="):
+        return _CMP[op](lo, 0) if value else not _CMP[op](hi, 0)
+    outside = lo > 0 or hi < 0
+    zero = lo == hi == 0
+    return (zero if value else outside) if op == "==" else (outside if value else zero)
 
 
 def _solve(c: int, k: int, op: str, lo: int, hi: int):

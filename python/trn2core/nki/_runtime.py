@@ -259,6 +259,11 @@ class Core:
         """``target[...] = value``: a pending result issues straight into ``target``."""
         if isinstance(value, NkiTensor):
             fn, _ = self.take(value) if value.dtype == target.dtype else (None, None)
+            if fn is not None and value.buffer is PSUM and target.buffer is not PSUM:
+                # A tensor-engine result assigned to SBUF (legacy `t[...] = nisa.nc_transpose
+                # (x)`): the compiler places the result in PSUM and copies it over.
+                self.pending, self.pend_fn = value, fn
+                fn = None
             if fn is not None and value.size == target.size:
                 fn(target)
                 value._t, value._owner = target._t, target._owner

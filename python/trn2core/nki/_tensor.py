@@ -248,10 +248,19 @@ class NkiTensor:
                     mkey[0] = slice(i, i + 1)
                 elif on_chip and a > self._pdim:
                     last_int = (a, i, len(shape))
+                elif not on_chip and shape:
+                    last_int = (a, i, len(shape))  # an HBM axis indexed after a kept one
         if on_chip and free_kept == 0 and last_int is not None:
             # On-chip tensors stay at least 2-D: the last free axis is kept at size 1.
             a, i, pos = last_int
             mkey[self._machine_axis(a)] = slice(i, i + 1)
+            shape.insert(pos, 1)
+        if (not on_chip and len(shape) == 1 and last_int is not None
+                and self._core.launch.dialect == "legacy"):  # fmt: skip
+            # Legacy dialect: `a[0:128, j]` is a [128, 1] access (its first axis the
+            # partitions of the tile it loads into), as the legacy tutorials use it.
+            a, i, pos = last_int
+            mkey[a] = slice(i, i + 1)
             shape.insert(pos, 1)
         if not shape:
             shape = [1]

@@ -17,6 +17,7 @@ import contextlib
 import math
 import os
 
+import ml_dtypes
 import numpy as np
 
 from .. import spec as _spec
@@ -460,6 +461,10 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> NkiTensor:
     core.on_chip(x, "x")
     core.on_chip(y, "y")
     core.flush()
+    # An operand in PSUM (e.g. an nl.transpose result) is copied to SBUF first, as the
+    # compiler does: the tensor engine reads SBUF.
+    x = core.evict(x) if x.buffer is PSUM else x
+    y = core.evict(y) if y.buffer is PSUM else y
     if not transpose_x:
         xt_ps = core.alloc((x.shape[1], x.shape[0]), x.dtype, PSUM, 0)
         core.m.nc_transpose("tensor", xt_ps.tile, x.tile)
@@ -693,6 +698,25 @@ class fp32:  # noqa: N801 - the legacy module's name
 
     min = float(np.finfo(np.float32).min)
     max = float(np.finfo(np.float32).max)
+
+
+@api
+def finfo(dtype):
+    """Machine limits of a floating-point NKI dtype (``.min``, ``.max``, ``.eps``, ``.tiny``,
+    ``.bits``), as numpy's ``finfo`` (ml_dtypes' for bfloat16 and the fp8 types)."""
+    dt = D.as_dtype(dtype)
+    if not D.is_float(dt) or dt == D.tfloat32:
+        raise Trn2ValueError(f"finfo: {dt} is not a floating-point NKI dtype", arg="dtype")
+    return ml_dtypes.finfo(dt)
+
+
+@api
+def iinfo(dtype):
+    """Machine limits of an integer NKI dtype (``.min``, ``.max``, ``.bits``)."""
+    dt = D.as_dtype(dtype)
+    if D.is_float(dt) or dt == D.bool_:
+        raise Trn2ValueError(f"iinfo: {dt} is not an integer NKI dtype", arg="dtype")
+    return np.iinfo(dt)
 
 
 def static_cast(x, dtype) -> NkiTensor:
