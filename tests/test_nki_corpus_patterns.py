@@ -485,3 +485,37 @@ def test_finfo_and_iinfo():
         nl.finfo(nl.int32)
     with pytest.raises(Trn2Error, match="not an integer"):
         nl.iinfo(nl.float16)
+
+
+def test_a_mask_carries_through_the_uses_of_the_tile_it_made():
+    """Rows not a multiple of 128 (the legacy tutorials' idiom): the last tile is loaded
+    under a mask, then used without one; only its loaded rows are computed."""
+
+    @tn.jit_legacy
+    def k(x, g):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(x.shape[1])[None, :]
+        gt = lnl.load(g).broadcast_to((128, x.shape[1]))
+        for i in lnl.affine_range((x.shape[0] + 127) // 128):
+            t = lnl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < x.shape[0]))
+            ms = lnl.mean(lnl.square(t), axis=1)
+            y = lisa.tensor_scalar(t, np.multiply, lnl.rsqrt(ms), op1=np.add, operand1=1.0)
+            y2 = (y - 1.0) * gt
+            lnl.store(out[i * 128 + ip, jf], value=y2, mask=(i * 128 + ip < x.shape[0]))
+        return out
+
+    x, g = np.round(_rand(200, 64) * 4) + 0.5, _rand(1, 64, seed=5)
+    got = k(x, g)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True)) * g
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    @tn.jit_legacy
+    def unmasked_store(x):
+        out = lnl.ndarray((128, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(8)[None, :]
+        t = lnl.load(x[ip, jf], mask=(ip < 100))
+        lnl.store(out, value=lnl.exp(t))  # rows 100.. were never computed: an error
+        return out
+
+    with pytest.raises(tn.UninitializedReadError):
+        unmasked_store(_rand(128, 8))

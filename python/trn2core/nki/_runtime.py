@@ -17,6 +17,7 @@ compiler lowers them.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 
@@ -334,22 +335,48 @@ class Core:
         _, _, shape, _ = self.m.tensor_info(t.tile)
         return math.prod(shape[1:])
 
-    def mask_ranges(self, mask, ndim: int):
+    def mask_ranges(self, mask, ndim: int, *operands):
         """``(variable ranges, grid-axis ranges)`` of a mask, or ``None`` if it is never
-        true; ``({}, {})`` without a mask."""
+        true; ``({}, {})`` without a mask. ``operands`` made by a masked instruction
+        (``_valid``) restrict the ranges to the region they hold: the legacy compiler carries
+        a mask through a tile's uses (``t = nl.load(a[i], mask=m)``; ``nl.exp(t)`` computes
+        where ``m`` holds), as the tutorials' rows-not-a-multiple-of-128 idiom needs."""
         if mask is None:
-            return {}, {}
-        if isinstance(mask, (bool, np.bool_)):
+            ranges = ({}, {})
+        elif isinstance(mask, (bool, np.bool_)):
             # A compile-time constant predicate: always (the instruction runs) or never.
-            return ({}, {}) if mask else None
-        if not isinstance(mask, Mask):
+            ranges = ({}, {}) if mask else None
+        elif not isinstance(mask, Mask):
             raise Trn2ValueError(
                 f"mask: expected comparisons of nl.arange indices (e.g. i_p < n), got {mask!r}"
             )
-        ranges = mask.intervals()
+        else:
+            iv = mask.intervals()
+            if iv is None:
+                return None
+            ranges = iv, {var_axis(v, max(ndim, v.ndim)): r for v, r in iv.items()}
         if ranges is None:
             return None
-        return ranges, {var_axis(v, max(ndim, v.ndim)): r for v, r in ranges.items()}
+        axes = None
+        for o in operands:
+            valid = o._valid if isinstance(o, NkiTensor) else None
+            if not valid:
+                continue
+            axes = dict(ranges[1]) if axes is None else axes
+            for a, (lo, hi) in valid.items():
+                if a in axes:
+                    lo, hi = builtins.max(lo, axes[a][0]), builtins.min(hi, axes[a][1])
+                if lo >= hi:
+                    return None
+                axes[a] = (lo, hi)
+        return ranges if axes is None else (ranges[0], axes)
+
+    def pend_valid(self, t: NkiTensor, ranges, axes=None) -> NkiTensor:
+        """Marks a pending result made under ``ranges`` with the region it will hold (only
+        ``axes`` of the ranges when given: a reduction keeps the partition axis)."""
+        if ranges is not None and ranges[1]:
+            t._valid = {a: r for a, r in ranges[1].items() if axes is None or a in axes}
+        return t
 
     def masked(self, t, ranges) -> NkiTensor:
         if not ranges[0] and not ranges[1]:
@@ -473,7 +500,7 @@ class Core:
                 y = self.broadcast(y, (shape[0], *y.shape[1:]))
         else:
             shape = (x if xt else y).shape
-        ranges = self.mask_ranges(mask, len(shape))
+        ranges = self.mask_ranges(mask, len(shape), x, y)
         ints = not D.is_float(out_dt) and dx.itemsize == 4 and dy.itemsize == 4
         eng = "gpsimd" if op == "power" or (ints and op in ("add", "multiply", "subtract")) \
             else "vector"  # fmt: skip
@@ -504,14 +531,14 @@ class Core:
                 self.m.tensor_scalar("vector", d.tile, self.masked(y, ranges).tile, op,
                                      float(x), True, None, None, False)  # fmt: skip
 
-        return self.pend(shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
 
     def unary(self, func: str, x, dtype=None, mask=None) -> NkiTensor:
         """A unary ``nl`` function: activation functions on the Scalar engine, the reciprocal
         on the Vector engine (IEEE, the precise one), ALU unary operators on Vector."""
         x = self.on_chip(x, "x")
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
 
         def issue(dst: NkiTensor) -> None:
             if ranges is None:
@@ -543,7 +570,7 @@ class Core:
             )
         if func == "logical_not" and dtype is None:
             out_dt = D.uint8
-        return self.pend(x.shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(x.shape, out_dt, SBUF, issue), ranges)
 
     def composite(self, func: str, d: NkiTensor, a: NkiTensor) -> None:
         """``nl`` functions with no instruction of their own, as short instruction sequences
@@ -613,14 +640,14 @@ class Core:
         """``nl.copy``: a Vector-engine ``tensor_copy`` into a new SBUF tile."""
         x = self.on_chip(x, "x")
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
 
         def issue(dst: NkiTensor) -> None:
             if ranges is not None:
                 d, a = self.masked(dst, ranges), self.masked(x, ranges)
                 self.m.tensor_copy("vector", d.tile, a.tile)
 
-        return self.pend(x.shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(x.shape, out_dt, SBUF, issue), ranges)
 
     def reduce(self, op: str, x, axis, dtype=None, keepdims=False, mask=None, mean=False):
         """``nl.sum``/``max``/``min``/``prod``/``mean``/``all`` over trailing free axes: one
@@ -632,7 +659,7 @@ class Core:
         if keepdims:
             shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape))
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
         count = math.prod(x.shape[a] for a in axes)
 
         def issue(dst: NkiTensor) -> None:
@@ -653,7 +680,7 @@ class Core:
             else:
                 self.m.tensor_reduce(dt, op, a.tile, len(axes), False)
 
-        return self.pend(shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges, (0,))
 
     def inplace(self, op: str, target: NkiTensor, value) -> None:
         """``target op= value``: a pending matmul added into PSUM accumulates there (one

@@ -112,7 +112,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "__weakref__",
+        "_valid", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -125,6 +125,9 @@ class NkiTensor:
         self._owner = owner
         self._access = None
         self.name = name
+        # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
+        # tile's unmasked uses compute only there (the compiler propagates masks).
+        self._valid = None
 
     # -------------------------------------------------------------------- properties
     @property

@@ -44,7 +44,8 @@ def _core(*xs):
 
 def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
     """A pending result: ``issue(dst, *operands)`` on the mask's region of each."""
-    ranges = core.mask_ranges(mask, len(shape))
+    same = [o for o in operands if isinstance(o, NkiTensor) and o.shape == tuple(shape)]
+    ranges = core.mask_ranges(mask, len(shape), *same)
     if len(shape) < 2:
         shape = (*shape, 1)
 
@@ -55,7 +56,7 @@ def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
         ops = [core.masked(o, ranges) if isinstance(o, NkiTensor) else o for o in operands]
         issue(d, *ops)
 
-    return core.pend(shape, dtype, buffer, fn, kind)
+    return core.pend_valid(core.pend(shape, dtype, buffer, fn, kind), ranges)
 
 
 def _dt(dtype, default):

@@ -404,7 +404,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
             return
         core.m.dma_copy(core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
 
-    return core.pend(shape, dt, SBUF, issue)
+    return core.pend_valid(core.pend(shape, dt, SBUF, issue), ranges)
 
 
 @api
@@ -516,7 +516,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     if not isinstance(x, NkiTensor):
         raise NotSupportedError("where: x must be a tile (y may be a number)")
     dt = x.dtype if dtype is None else D.as_dtype(dtype)
-    ranges = core.mask_ranges(mask, x.ndim)
+    ranges = core.mask_ranges(mask, x.ndim, condition, x, y)
 
     def issue(dst: NkiTensor) -> None:
         if ranges is None:
@@ -525,7 +525,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
         core.m.select(core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
                       core.masked(x, ranges).tile, f)  # fmt: skip
 
-    return core.pend(x.shape, dt, SBUF, issue)
+    return core.pend_valid(core.pend(x.shape, dt, SBUF, issue), ranges)
 
 
 @api
