@@ -519,3 +519,62 @@ def test_a_mask_carries_through_the_uses_of_the_tile_it_made():
 
     with pytest.raises(tn.UninitializedReadError):
         unmasked_store(_rand(128, 8))
+
+
+def test_a_jit_helper_called_inside_a_kernel_is_inlined():
+    @tn.jit(mode="trace")
+    def helper(dst, src, factor):
+        nisa.tensor_scalar(dst=dst, data=src, op0=nl.multiply, operand0=factor)
+
+    @tn.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        helper(y, t, 3.0)
+        nisa.dma_copy(dst=out, src=y)
+        return out
+
+    @tn.jit_legacy
+    def lhelper(t):
+        return lnl.exp(t)
+
+    @tn.jit_legacy
+    def lk(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lhelper(lnl.load(x)))
+        return out
+
+    x = _rand(32, 16)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x * np.float32(3))
+    assert res.report.instructions == 3  # one program: load, multiply, store
+    # Transcendentals are float64 math rounded once (docs/machine.md).
+    assert np.array_equal(lk(x), np.exp(x.astype(np.float64)).astype(np.float32))
+
+
+def test_legacy_affine_select_reads_a_psum_tile_through_sbuf():
+    @tn.jit_legacy
+    def k(q, kk):
+        out = lnl.ndarray((64, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        s = lisa.nc_matmul(lnl.load(q), lnl.load(kk))  # [64, 64] in PSUM
+        ip, jf = lnl.mgrid[0:64, 0:64]
+        causal = lisa.affine_select(pred=(ip - jf >= 0), on_true_tile=s, on_false_value=-9.0)
+        lnl.store(out, value=causal)
+        return out
+
+    q, kk = np.round(_rand(32, 64)), np.round(_rand(32, 64, seed=2))
+    want = np.where(np.tril(np.ones((64, 64), bool)), q.T @ kk, np.float32(-9.0))
+    assert np.array_equal(k(q, kk), want)
+
+    def current(q):
+        s = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)
+        d = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.load(q)
+        nisa.nc_matmul(dst=s, stationary=t, moving=t)
+        nisa.affine_select(dst=d, pattern=[[-1, 64]], channel_multiplier=1, on_true_tile=s,
+                           on_false_value=0.0, cmp_op=nl.greater_equal, offset=0)  # PSUM
+        return d
+
+    with pytest.raises(Trn2Error, match="PSUM"):
+        tn.run(tn.jit(current), q)

@@ -21,6 +21,7 @@ from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
 from ._report import NkiReport
+from ._api import STATE
 from ._runtime import KernelError, Launch
 
 
@@ -74,6 +75,10 @@ class Kernel:
                       dialect=self.dialect, uninitialized=uninitialized)  # fmt: skip
 
     def __call__(self, *args, **kwargs):
+        if STATE.core is not None:
+            # Called from a running kernel (a `@nki.jit(mode='trace')` helper, or a kernel
+            # calling another): inlined into the caller's program, as the compiler traces it.
+            return self.fn(*args, **kwargs)
         return self.launch(args, kwargs).execute()
 
 

@@ -325,11 +325,17 @@ _CMP_OP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
                   **kwargs) -> NkiTensor:  # fmt: skip
     """``pred ? on_true_tile : on_false_value`` where ``pred`` compares an affine expression of
-    the tile's indices with zero (GpSimd ``affine_select``)."""
+    the tile's indices with zero (GpSimd ``affine_select``). An ``on_true_tile`` in PSUM
+    (which GpSimd cannot read) is first copied to SBUF by the Vector engine: the legacy
+    compiler places operands (AWS's flash-attention kernel selects straight from a matmul's
+    PSUM result); the current dialect requires SBUF, as its documentation says."""
     if not isinstance(pred, Mask) or len(pred.conds) != 1:
         raise NotSupportedError("affine_select: pred is one comparison of nl.arange indices")
     ((expr, op),) = pred.conds
     core = _core(on_true_tile)
+    if isinstance(on_true_tile, NkiTensor) and on_true_tile.buffer is PSUM:
+        core.flush()
+        on_true_tile = core.evict(on_true_tile)
     pattern, offset, cm, _ = _affine(expr, "affine_select")
     cmp = _CMP_OP[op]
 
