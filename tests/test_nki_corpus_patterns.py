@@ -572,8 +572,15 @@ def test_legacy_affine_select_reads_a_psum_tile_through_sbuf():
         d = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
         t = nl.load(q)
         nisa.nc_matmul(dst=s, stationary=t, moving=t)
-        nisa.affine_select(dst=d, pattern=[[-1, 64]], channel_multiplier=1, on_true_tile=s,
-                           on_false_value=0.0, cmp_op=nl.greater_equal, offset=0)  # PSUM
+        nisa.affine_select(
+            dst=d,
+            pattern=[[-1, 64]],
+            channel_multiplier=1,
+            on_true_tile=s,
+            on_false_value=0.0,
+            cmp_op=nl.greater_equal,
+            offset=0,
+        )  # PSUM
         return d
 
     with pytest.raises(Trn2Error, match="PSUM"):

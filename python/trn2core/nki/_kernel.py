@@ -20,8 +20,8 @@ import numpy as np
 from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
-from ._report import NkiReport
 from ._api import STATE
+from ._report import NkiReport
 from ._runtime import KernelError, Launch
 
 
