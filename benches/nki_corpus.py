@@ -216,6 +216,14 @@ def ref_flash_fwd(q, k, v, seed, **_):
     return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
 
 
+def ref_cross_entropy(logits, targets, **_):
+    """Per-position loss logsumexp(logits) - logits[target] (the first output)."""
+    x = logits.astype(np.float64)
+    m = x.max(axis=1)
+    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+    return (lse - x[np.arange(len(targets)), targets]).astype(np.float32)
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -433,6 +441,21 @@ def _cases() -> list[Case]:
             ref_cumsum,
             rtol=1e-4,
             atol=1e-4,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib cross_entropy_forward (LNC=2)",
+            lib,
+            "nkilib.experimental.loss.cross_entropy",
+            "cross_entropy_forward",
+            lambda r: (
+                (_f32(r, 64, 2048, lo=-4.0, hi=4.0), r.integers(0, 2048, 64).astype(np.int32)),
+                {"positions_per_batch": 32, "chunk_size": 1024, "dtype": np.dtype(np.float32)},
+            ),
+            ref_cross_entropy,
+            grid=2,
+            rtol=1e-5,
+            atol=1e-5,
             package_root=LIB,
         ),
         Case(

@@ -585,3 +585,49 @@ def test_legacy_affine_select_reads_a_psum_tile_through_sbuf():
 
     with pytest.raises(Trn2Error, match="PSUM"):
         tn.run(tn.jit(current), q)
+
+
+# ----------------------------------------------------------------------------- current dialect
+
+
+def test_dma_with_a_scalar_offset_read_from_sbuf():
+    @tn.jit
+    def gather_rows(x, idx):
+        out = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        it = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+        for p in range(4):
+            sel = it.ap(pattern=[[1, 1], [1, 1]], offset=p)  # the row number, in SBUF
+            src = x.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=sel, indirect_dim=0)
+            nisa.dma_copy(dst=t[p : p + 1, :], src=src)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(16, 8)
+    idx = np.array([[3], [0], [15], [7]], np.int32)
+    assert np.array_equal(gather_rows(x, idx), x[idx[:, 0]])
+
+    def vector(x, idx):
+        it = nl.load(idx)
+        return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)  # gather
+
+    with pytest.raises(tn.NotSupportedError, match="vector_offset"):
+        tn.run(tn.jit(vector), x, idx)
+
+
+def test_lnc2_outputs_of_one_shape_are_told_apart():
+    @tn.jit
+    def two(x):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        half = x.shape[0] // 2
+        rows = nl.ds(nl.program_id(0) * half, half)
+        t = nl.load(x[rows, :])
+        nl.store(a[rows, :], value=nl.multiply(t, 2.0))
+        nl.store(b[rows, :], value=nl.add(t, 1.0))
+        return a, b
+
+    x = _rand(64, 16)
+    a, b = tn.run(two, x, grid=2).outputs
+    assert np.array_equal(a, x * np.float32(2)) and np.array_equal(b, x + np.float32(1))

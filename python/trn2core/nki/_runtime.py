@@ -730,13 +730,33 @@ class Core:
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
 
+    def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
+        """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``
+        (read when the access pattern is made, i.e. in program order just before the DMA
+        that uses it) selects index ``s`` of pattern dimension ``d``: ``s * step_d``
+        elements. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
+        d = int(indirect_dim)
+        if not 0 <= d < len(pattern):
+            raise Trn2ValueError(
+                f"ap: indirect_dim {d} is not a dimension of the pattern {pattern}",
+                arg="indirect_dim",
+            )
+        return _scalar_value(self, scalar) * pattern[d][0]
+
     def raw_ap(self, t: NkiTensor, pattern, offset, kwargs) -> NkiTensor:
         """NKI's ``.ap()``: an explicit pattern over the tensor's storage."""
-        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
-            raise NotSupportedError("ap: dynamic offsets (scalar_offset, vector_offset)")
+        if kwargs.get("vector_offset") is not None:
+            raise NotSupportedError("ap: per-partition dynamic offsets (vector_offset)")
+        if kwargs.get("dtype") is not None and D.as_dtype(kwargs["dtype"]) != t.dtype:
+            raise NotSupportedError("ap: reinterpreting a tensor's bytes as another dtype")
         pattern = [(int(s), int(n)) for s, n in pattern]
         if not pattern:
             raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
+        scalar = kwargs.get("scalar_offset")
+        if scalar is not None:
+            offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
+                scalar, pattern, kwargs.get("indirect_dim", 0)
+            )
         base = t._owner.tile if t._owner is not None else None
         if t._pdim is None:
             off = int(offset) if offset is not None else 0
@@ -773,6 +793,17 @@ def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
         f"tile of shape {shape}",
         arg="axis",
     )
+
+
+def _scalar_value(core: Core, scalar) -> int:
+    if not isinstance(scalar, NkiTensor) or scalar._pdim is None or scalar.size != 1:
+        raise NotSupportedError(
+            "ap: scalar_offset is a 1x1 SBUF tensor here (registers are not emulated)"
+        )
+    core.flush()
+    raw = core.m.read(scalar.tile)
+    v = raw.view(D.HOST_DTYPE[D.machine_name(scalar.dtype)]).reshape(-1)[0]
+    return int(v)
 
 
 def _hbm_root(t: NkiTensor):
@@ -880,11 +911,21 @@ class Launch:
             )
         mname = D.machine_name(t.dtype)
         host = D.HOST_DTYPE[mname]
-        shared_j = None
         owner = t._core
-        for j, s in enumerate(self.shared[owner.index]):
-            if s.tile is t.tile or (s.shape == t.shape and _same_tile(s.tile, t.tile)):
-                shared_j = j
+        table = self.shared[owner.index]
+        # The shared tensor itself first: two outputs of one shape have equal-looking tiles
+        # (offset 0 of their own buffers), so the look-alike match is only the fallback.
+        same = [j for j, s in enumerate(table) if s is t or s.tile is t.tile]
+        if not same:
+            same = [j for j, s in enumerate(table)
+                    if s.shape == t.shape and _same_tile(s.tile, t.tile)]  # fmt: skip
+            if len(same) > 1:
+                raise KernelError(
+                    f"output {t.name or 'tensor'} {t.shape}: a view that could be any of "
+                    f"{len(same)} shared_hbm outputs of this shape; return the tensors "
+                    "nl.ndarray made"
+                )
+        shared_j = same[0] if same else None
         if self.lnc == 1 or shared_j is None:
             try:
                 raw = owner.m.read(t.tile)
