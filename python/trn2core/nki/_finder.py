@@ -112,6 +112,36 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
     }
 
 
+def _unsupported_in(ns: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in ns.items():
+        if not isinstance(v, type) and getattr(v, "nki_unsupported", False) is True:
+            out.append(prefix + k)
+        elif isinstance(v, _surface._Allocators):
+            out += _unsupported_in(vars(v), f"{k}.")
+    return sorted(out)
+
+
+def unsupported_api() -> dict[str, list[str]]:
+    """Module -> the documented names it has that trn2core does not emulate (importable;
+    ``NotSupportedError`` on use). docs/nki.md shows this table (``unsupported_markdown``)."""
+    out = {}
+    for name, (ns, _, _) in _namespaces().items():
+        names = _unsupported_in(ns)
+        if names:
+            out[name] = names
+    return out
+
+
+def unsupported_markdown() -> str:
+    """The table of ``unsupported_api()`` as docs/nki.md has it (a test keeps them equal)."""
+    rows = ["| module | not emulated: importable, `NotSupportedError` naming it on use |",
+            "|---|---|"]  # fmt: skip
+    for mod, names in unsupported_api().items():
+        rows.append(f"| `{mod}` | " + ", ".join(f"`{n}`" for n in names) + " |")
+    return "\n".join(rows)
+
+
 class _Loader(importlib.abc.Loader):
     def __init__(self, finder: _Finder) -> None:
         self.finder = finder

@@ -21,8 +21,9 @@ from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
 from ._api import STATE
+from ._index import NotSupportedError
 from ._report import NkiReport
-from ._runtime import KernelError, Launch
+from ._runtime import Launch
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -140,12 +141,13 @@ def run(kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int
 
 def _unsupported(name: str):
     def f(*args, **kwargs):
-        raise KernelError(
+        raise NotSupportedError(
             f"nki.{name}: profiling on hardware is not available here; trn2core.nki.run(kernel, "
             "*args) returns the outputs and the emulated timeline (report)"
         )
 
     f.__name__ = name
+    f.nki_unsupported = True  # type: ignore[attr-defined]
     return f
 
 

@@ -23,6 +23,7 @@ class Unsupported:
     an attribute or indexing it raises ``NotSupportedError`` naming it."""
 
     __slots__ = ("_qualname",)
+    nki_unsupported = True
 
     def __init__(self, qualname: str) -> None:
         self._qualname = qualname

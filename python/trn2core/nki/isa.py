@@ -28,7 +28,7 @@ from ._ops import (
     reduce_cmd_name,
 )
 from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
-from ._surface import Unsupported
+from ._surface import Unsupported as _Unsupported
 from ._tensor import NkiTensor
 
 tensor_engine = engine.tensor
@@ -311,7 +311,9 @@ def _unsupported(name: str):
         )
 
     f.__name__ = name
-    return api(f)
+    g = api(f)
+    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
+    return g
 
 
 nc_matmul_mx = _unsupported("nc_matmul_mx")
@@ -346,8 +348,8 @@ nonzero_with_count = _unsupported("nonzero_with_count")
 topk = _unsupported("topk")
 tensor_copy_dynamic_src = _unsupported("tensor_copy_dynamic_src")
 tensor_copy_dynamic_dst = _unsupported("tensor_copy_dynamic_dst")
-VirtualRegister = Unsupported("nki.isa.VirtualRegister")
-NkiInstruction = Unsupported("nki.isa.NkiInstruction")
+VirtualRegister = _Unsupported("nki.isa.VirtualRegister")
+NkiInstruction = _Unsupported("nki.isa.NkiInstruction")
 
 __all__ = [
     "dge_mode",

@@ -354,7 +354,9 @@ def _unsupported(name: str):
         )
 
     f.__name__ = name
-    return api(f)
+    g = api(f)
+    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
+    return g
 
 
 dma_transpose = _unsupported("dma_transpose")
