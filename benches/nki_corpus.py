@@ -687,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("root", help="directory holding the repositories (see the module doc)")
     p.add_argument("--only", nargs="*", default=None, help="kernel names containing these")
+    p.add_argument("--docs", action="store_true", help="the table as docs/nki.md has it")
     a = p.parse_args(argv)
     if not os.path.isdir(a.root):
         print(f"nki_corpus: {a.root} does not exist; nothing to run (this harness fetches nothing)")
@@ -709,14 +710,67 @@ def main(argv: list[str] | None = None) -> int:
             result = result.replace(os.path.abspath(a.root) + os.sep, "")
             rows.append((case.name, f"{case.repo}/{case.path}", result, sim, wall))
             print(f"{case.name:32s} {result[:90]}", file=sys.stderr, flush=True)
-    print("| kernel | source | result | simulated | emulation |")
-    print("|---|---|---|---|---|")
-    for name, src, result, sim, wall in rows:
-        s = f"{sim * 1e6:.1f} us" if sim is not None else "-"
-        print(f"| {name} | {src} | {result.replace('|', '/')} | {s} | {wall:.2f} s |")
+        imports = _library_imports(a.root) if not a.only else None
+    _print_table(rows, a.docs)
     ok = sum(1 for r in rows if r[2].startswith("ok"))
     print(f"\n{ok} of {len(rows)} kernels ok")
+    if imports:
+        print(f"nki-library: {imports[0]} of {imports[1]} kernel modules import")
     return 0
+
+
+_SHORT = {
+    "aws-neuron-sdk/nki/examples/": "sdk: examples/",
+    "nki-samples/src/nki_samples/tutorials/": "nki-samples: tutorials/",
+    "nki-samples/contributed/": "nki-samples: contributed/",
+    "aws-neuron-sdk-2.26/general/nki/examples/": "sdk 2.26: examples/",
+    "nki-samples-reference/src/nki_samples/reference/": "nki-samples (reference): ",
+    "nki-library/": "nki-library: ",
+}
+
+
+def _print_table(rows, docs: bool) -> None:
+    if not docs:
+        print("| kernel | source | result | simulated | emulation |")
+        print("|---|---|---|---|---|")
+    else:
+        print("| kernel | source | result | emulated time |")
+        print("|---|---|---|---|")
+    for name, src, result, sim, wall in rows:
+        s = f"{sim * 1e6:.1f} us" if sim is not None else "-"
+        result = result.replace("|", "/")
+        if not docs:
+            print(f"| {name} | {src} | {result} | {s} | {wall:.2f} s |")
+            continue
+        for k, v in _SHORT.items():
+            src = v + src[len(k) :] if src.startswith(k) else src
+        cls, _, msg = result.partition(": ")
+        if not result.startswith(("ok", "mismatch", "skipped")):
+            msg = msg.split(": ", 1)[1] if ".py:" in msg.split(": ", 1)[0] else msg
+            result = f"{cls}: {msg[:90]}"
+        print(f"| {name} | {src} | {result} | {s} |")
+
+
+def _library_imports(root: str) -> tuple[int, int] | None:
+    """How many of nki-library's kernel modules (not its ``*_torch.py`` references) import."""
+    top = os.path.join(root, "nki-library", "src", "nkilib_src")
+    if not os.path.isdir(top):
+        return None
+    if top not in sys.path:
+        sys.path.insert(0, top)
+    ok = total = 0
+    for d, _, files in sorted(os.walk(os.path.join(top, "nkilib"))):
+        for f in sorted(files):
+            if not f.endswith(".py") or f.endswith("_torch.py"):
+                continue
+            rel = os.path.relpath(os.path.join(d, f), top)[:-3]
+            total += 1
+            try:
+                importlib.import_module(rel.replace(os.sep, ".").removesuffix(".__init__"))
+                ok += 1
+            except Exception:  # noqa: BLE001, S112 - counted, not reported
+                continue
+    return ok, total
 
 
 if __name__ == "__main__":
