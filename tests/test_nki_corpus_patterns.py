@@ -735,3 +735,29 @@ def test_the_unsupported_table_in_the_docs_is_the_code_s():
                 f = _resolve(mod, n)
                 with pytest.raises(tn.NotSupportedError, match=n.split(".")[-1]):
                     tn.run(tn.jit(lambda x, f=f: f(x)), np.ones((2, 2), np.float32))
+
+
+def test_legacy_benchmark_and_profile_report_the_emulated_latency(tmp_path):
+    def exp_kernel(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.exp(lnl.load(x)))
+        return out
+
+    x = _rand(128, 64)
+    with tn.install():
+        from neuronxcc import nki
+        from neuronxcc.nki import benchmark, profile
+
+        bench = benchmark(warmup=5, iters=10)(nki.jit(exp_kernel))
+        out = bench(x)
+        want_us = tn.run(tn.jit_legacy(exp_kernel), x).report.seconds * 1e6
+        lat = bench.benchmark_result.nc_latency
+        assert lat.get_latency_percentile(50) == lat.get_latency_percentile(99) == want_us > 0
+        assert np.array_equal(out, np.exp(x.astype(np.float64)).astype(np.float32))
+
+        prof = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff")(exp_kernel)
+        prof(x)
+        trace = (tmp_path / "profile.ntff").read_text()
+        assert '"traceEvents"' in trace and prof.benchmark_result.report.instructions == 3
+        with pytest.raises(Trn2Error, match="iters"):
+            benchmark(iters=-1)
