@@ -746,7 +746,7 @@ def test_legacy_benchmark_and_profile_report_the_emulated_latency(tmp_path):
     x = _rand(128, 64)
     with tn.install():
         from neuronxcc import nki
-        from neuronxcc.nki import benchmark, profile
+        from neuronxcc.nki import benchmark
 
         bench = benchmark(warmup=5, iters=10)(nki.jit(exp_kernel))
         out = bench(x)
