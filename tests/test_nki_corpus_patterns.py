@@ -761,3 +761,58 @@ def test_legacy_benchmark_and_profile_report_the_emulated_latency(tmp_path):
         assert '"traceEvents"' in trace and prof.benchmark_result.report.instructions == 3
         with pytest.raises(Trn2Error, match="iters"):
             benchmark(iters=-1)
+
+
+SCRIPT = """
+import sys
+import numpy as np
+import nki
+import nki.language as nl
+import neuronxcc.nki.language as lnl
+from neuronxcc import nki as legacy
+
+
+@nki.jit
+def double(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.multiply(nl.load(x), 2.0))
+    return out
+
+
+@legacy.jit
+def inc(x):
+    out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+    lnl.store(out, value=lnl.add(lnl.load(x), 1.0))
+    return out
+
+
+if __name__ == "__main__":
+    x = np.full((4, 8), float(sys.argv[1]), np.float32)
+    print("double", double(x)[0, 0], "inc", inc(x)[0, 0])
+"""
+
+
+def test_python_m_trn2core_nki_runs_an_unmodified_script(tmp_path):
+    import os
+    import subprocess
+
+    script = tmp_path / "my_kernels.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_PLATFORM_TARGET_OVERRIDE"}
+    run = [sys.executable, "-m", "trn2core.nki", str(script), "3"]
+    out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["double", "6.0", "inc", "4.0"]
+
+    for target, ok in (("trn2", True), ("gen3", True), ("trn1", False), ("trn3", False)):
+        env["NEURON_PLATFORM_TARGET_OVERRIDE"] = target
+        out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+        assert (out.returncode == 0) == ok, (target, out.stderr)
+        if not ok:
+            assert "emulates Trainium2" in out.stderr and target in out.stderr
+
+
+def test_a_target_other_than_trn2_is_refused_at_launch(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(tn.KernelError, match="emulates Trainium2"):
+        tn.run(tn.jit(lambda x: x), np.ones((2, 2), np.float32))

@@ -23,7 +23,7 @@ from ..machine import KernelReport
 from ..report import Result
 from ._api import STATE
 from ._report import NkiReport
-from ._runtime import Launch
+from ._runtime import KernelError, Launch
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -72,6 +72,7 @@ class Kernel:
         return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)
 
     def launch(self, args, kwargs, uninitialized: str = "error") -> Launch:
+        check_target()
         return Launch(self.fn, args, kwargs, grid=self.grid, nc_axes=self.nc_axes, lnc=self.lnc,
                       dialect=self.dialect, uninitialized=uninitialized)  # fmt: skip
 
@@ -81,6 +82,23 @@ class Kernel:
             # calling another): inlined into the caller's program, as the compiler traces it.
             return self.fn(*args, **kwargs)
         return self.launch(args, kwargs).execute()
+
+
+#: ``NEURON_PLATFORM_TARGET_OVERRIDE`` values that name Trainium2 (AWS's simulator also
+#: takes trn1/gen2 and trn3/gen4, other chips).
+_TRN2_TARGETS = ("trn2", "gen3")
+
+
+def check_target() -> None:
+    """Refuses a ``NEURON_PLATFORM_TARGET_OVERRIDE`` naming another chip than Trainium2
+    (trn2core would otherwise emulate Trainium2 silently)."""
+    target = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "").strip().lower()
+    if target and target not in _TRN2_TARGETS:
+        raise KernelError(
+            f"NEURON_PLATFORM_TARGET_OVERRIDE={target}: trn2core emulates Trainium2 "
+            "(NeuronCore-v3) only; unset it or set it to trn2 (or gen3)",
+            arg="NEURON_PLATFORM_TARGET_OVERRIDE",
+        )
 
 
 def _as_kernel(kernel, grid=None) -> Kernel:
