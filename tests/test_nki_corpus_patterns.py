@@ -816,3 +816,25 @@ def test_a_target_other_than_trn2_is_refused_at_launch(monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
     with pytest.raises(tn.KernelError, match="emulates Trainium2"):
         tn.run(tn.jit(lambda x: x), np.ones((2, 2), np.float32))
+
+
+def test_a_mask_carries_through_an_index_expression_view_of_the_tile():
+    """Max pooling by index expressions, rows not a multiple of 128: the view
+    t[i_p, i_k, i_w + i_j] of a masked load holds the load's rows only."""
+
+    @tn.jit_legacy
+    def pool(x):
+        h, w = x.shape
+        out = lnl.ndarray((h - 1, w - 1), dtype=x.dtype, buffer=lnl.shared_hbm)
+        for i in lnl.affine_range((h + 127) // 128):
+            ip, ik, iw = lnl.mgrid[0:128, 0:2, 0:w]
+            t = lnl.load(x[i * 128 + ip + ik, iw], mask=(i * 128 + ip < h - 1))
+            ip, ik, iw, ij = lnl.mgrid[0:128, 0:2, 0 : w - 1, 0:2]
+            m = lnl.max(t[ip, ik, iw + ij], axis=[1, 3])  # no mask: the load's rows
+            op, ow = lnl.mgrid[0:128, 0 : w - 1]
+            lnl.store(out[i * 128 + op, ow], value=m, mask=(i * 128 + op < h - 1))
+        return out
+
+    x = _rand(150, 9)
+    want = np.maximum.reduce([x[:-1, :-1], x[1:, :-1], x[:-1, 1:], x[1:, 1:]])
+    assert np.array_equal(pool(x), want)

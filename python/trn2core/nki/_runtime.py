@@ -335,7 +335,7 @@ class Core:
         _, _, shape, _ = self.m.tensor_info(t.tile)
         return math.prod(shape[1:])
 
-    def mask_ranges(self, mask, ndim: int, *operands):
+    def mask_ranges(self, mask, ndim: int, *operands, rows=()):
         """``(variable ranges, grid-axis ranges)`` of a mask, or ``None`` if it is never
         true; ``({}, {})`` without a mask. ``operands`` made by a masked instruction
         (``_valid``) restrict the ranges to the region they hold: the legacy compiler carries
@@ -358,8 +358,11 @@ class Core:
         if ranges is None:
             return None
         axes = None
-        for o in operands:
+        # ``rows``: operands of another shape whose partition rows the result shares.
+        for o, row_only in (*((o, False) for o in operands), *((o, True) for o in rows)):
             valid = o._valid if isinstance(o, NkiTensor) else None
+            if valid and row_only:
+                valid = {0: valid[0]} if 0 in valid else None
             if not valid:
                 continue
             axes = dict(ranges[1]) if axes is None else axes

@@ -209,7 +209,9 @@ class NkiTensor:
         key = self._normalize(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
-                return self._advanced(list(key), None)
+                v = self._advanced(list(key), None)
+                v._valid = self._rows_valid(key)
+                return v
             except OutOfBoundsError as e:
                 # Out of range unless a mask restricts it: resolved again under the mask.
                 exprs = [k for k in key if isinstance(k, IndexExpr)]
@@ -373,11 +375,35 @@ class NkiTensor:
         v._access = (self, key)
         return v
 
+    def _rows_valid(self, key: list):
+        """The validity a legacy indexed view of a tile made under a mask inherits: its rows,
+        when the partition index is the first grid variable itself (``t[i_p, ...]``)."""
+        valid = self._valid
+        if not valid or 0 not in valid or self._pdim != 0:
+            return None
+        kp = key[0]
+        if not isinstance(kp, IndexExpr) or kp.const != 0 or len(kp.terms) != 1:
+            return None
+        ((v, c),) = kp.terms.items()
+        nd = len(grid_of([k for k in key if isinstance(k, IndexExpr)]))
+        return {0: valid[0]} if c == 1 and var_axis(v, nd) == 0 else None
+
     def restricted(self, ranges, axis_ranges) -> NkiTensor:
         """This view restricted by a mask: an indexed access re-resolved with the index
-        variables' ranges, or a plain tile sliced on the grid axes (``axis_ranges``)."""
+        variables' ranges (grid-axis ranges apply to the variable on that axis), or a plain
+        tile sliced on the grid axes (``axis_ranges``)."""
         if self._access is not None:
             base, key = self._access
+            if axis_ranges:
+                exprs = [k for k in key if isinstance(k, IndexExpr)]
+                nd = len(grid_of(exprs))
+                ranges = dict(ranges)
+                for e in exprs:
+                    for v in e.terms:
+                        r = axis_ranges.get(var_axis(v, nd))
+                        if r is not None:
+                            lo, hi = ranges.get(v, (0, v.size))
+                            ranges[v] = (max(lo, r[0]), min(hi, r[1]))
             return base._advanced(list(key), ranges)
         if not axis_ranges:
             return self

@@ -44,8 +44,10 @@ def _core(*xs):
 
 def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
     """A pending result: ``issue(dst, *operands)`` on the mask's region of each."""
-    same = [o for o in operands if isinstance(o, NkiTensor) and o.shape == tuple(shape)]
-    ranges = core.mask_ranges(mask, len(shape), *same)
+    tiles = [o for o in operands if isinstance(o, NkiTensor)]
+    same = [o for o in tiles if o.shape == tuple(shape)]
+    rows = [o for o in tiles if o.shape != tuple(shape) and o.shape[0] == shape[0]]
+    ranges = core.mask_ranges(mask, len(shape), *same, rows=rows)
     if len(shape) < 2:
         shape = (*shape, 1)
 
