@@ -667,6 +667,15 @@ def _short(e: BaseException) -> str:
 
 
 def run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
+    env = dict(os.environ)  # a kernel file may set variables (e.g. its target chip)
+    try:
+        return _run_case(root, case, nki)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
     t0 = time.perf_counter()
     try:
         mod = _load(root, case)
