@@ -838,3 +838,19 @@ def test_a_mask_carries_through_an_index_expression_view_of_the_tile():
     x = _rand(150, 9)
     want = np.maximum.reduce([x[:-1, :-1], x[1:, :-1], x[:-1, 1:], x[1:, 1:]])
     assert np.array_equal(pool(x), want)
+
+
+def test_an_unknown_name_is_a_not_supported_error_at_the_kernel_line():
+    with tn.install():
+        import nki.language as inl
+
+        def k(x):
+            return inl.frobnicate(x)  # unknown
+
+        with pytest.raises(tn.NotSupportedError, match="nki.language.frobnicate") as info:
+            tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+        _at(info, k, "# unknown")
+        assert isinstance(info.value, AttributeError)  # hasattr and `from` imports still work
+        assert not hasattr(inl, "frobnicate") and hasattr(inl, "add")
+        with pytest.raises(ImportError):
+            from nki.language import frobnicate  # noqa: F401

@@ -155,6 +155,7 @@ class _Loader(importlib.abc.Loader):
         name = module.__name__
         ns, is_pkg, _ = self.finder.namespaces[name]
         module.__dict__.update(ns)
+        module.__getattr__ = _surface.module_getattr(name)  # type: ignore[method-assign]
         module.__doc__ = f"{name}: trn2core's emulation (trn2core.nki)"
         self.finder.created.add(name)
         if is_pkg:

@@ -50,6 +50,28 @@ class Unsupported:
         return f"<{self._qualname}: not supported by trn2core>"
 
 
+class UnknownNameError(NotSupportedError, AttributeError):
+    """A name an NKI module does not have (not in the API reference, or newer than trn2core):
+    a ``NotSupportedError`` naming it at the kernel's line, and an ``AttributeError`` so that
+    ``hasattr`` and ``from ... import`` behave as for any module."""
+
+
+def module_getattr(module: str):
+    """The ``__getattr__`` of an installed NKI module: unknown names raise
+    ``UnknownNameError`` naming ``module.name``."""
+
+    def __getattr__(name: str):  # noqa: N807 - the module protocol's name
+        if name.startswith("__"):
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        raise relocate(UnknownNameError(
+            f"{module}.{name} is not an NKI name trn2core knows (docs/nki.md lists the "
+            "supported API)",
+            arg=f"{module}.{name}",
+        ))  # fmt: skip
+
+    return __getattr__
+
+
 def unsupported_names(module: str, names: tuple[str, ...]) -> dict[str, Unsupported]:
     return {n: Unsupported(f"{module}.{n}") for n in names}
 
