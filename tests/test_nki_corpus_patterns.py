@@ -854,3 +854,28 @@ def test_an_unknown_name_is_a_not_supported_error_at_the_kernel_line():
         assert not hasattr(inl, "frobnicate") and hasattr(inl, "add")
         with pytest.raises(ImportError):
             from nki.language import frobnicate  # noqa: F401
+
+
+def test_a_declared_tile_filled_by_masked_results_holds_their_rows():
+    """bn_stats of a masked load assigned block by block into a declared tile, then bn_aggr
+    of the whole tile (the layernorm tutorial's idiom at rows not a multiple of 128)."""
+
+    @tn.jit_legacy
+    def stats(x):
+        n, f = x.shape
+        out = lnl.ndarray((n, 2), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(f)[None, :]
+        jb, j6 = lnl.arange(f // 2)[None, :], lnl.arange(6)[None, :]
+        for i in lnl.affine_range((n + 127) // 128):
+            t = lnl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < n))
+            st = lnl.ndarray((128, 12), dtype=nl.float32, buffer=lnl.sbuf)
+            for j in lnl.affine_range(2):
+                st[ip, j * 6 + j6] = lisa.bn_stats(t[ip, j * (f // 2) + jb], dtype=nl.float32)
+            mv = lisa.bn_aggr(st)
+            lnl.store(out[i * 128 + ip, lnl.arange(2)[None, :]], value=mv, mask=(i * 128 + ip < n))
+        return out
+
+    x = np.round(_rand(200, 64) * 8) / 8  # exact in fp32 sums
+    got = stats(x)
+    assert np.allclose(got[:, 0], x.mean(axis=1), rtol=1e-6, atol=1e-6)
+    assert np.allclose(got[:, 1], x.var(axis=1), rtol=1e-5, atol=1e-5)

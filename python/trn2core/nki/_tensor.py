@@ -112,7 +112,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "__weakref__",
+        "_valid", "_written", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -128,6 +128,7 @@ class NkiTensor:
         # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
         # tile's unmasked uses compute only there (the compiler propagates masks).
         self._valid = None
+        self._written = False  # any assignment into it yet (legacy row tracking)
 
     # -------------------------------------------------------------------- properties
     @property
@@ -417,7 +418,29 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         if isinstance(value, NkiTensor) and self._core.just_updated(value):
             return  # `t[i] += x`: Python stores back the view `+=` already updated
-        self._core.assign(self[key], value)
+        target = self[key]
+        self._core.assign(target, value)
+        if self._pdim == 0 and self._owner is not None and target.shape[0] == self.shape[0]:
+            self._note_rows(value)
+
+    def _note_rows(self, value) -> None:
+        """Legacy dialect: the rows of this tile written so far through assignments of its
+        whole partition range, when each came from a masked result (``_valid``); reads of
+        the tile then compute only there, as for the masked result itself."""
+        if self._core.launch.dialect != "legacy":
+            return
+        valid = value._valid if isinstance(value, NkiTensor) else None
+        rows = valid.get(0) if valid else None
+        first = not self._written
+        self._written = True
+        if rows is None or (not first and self._valid is None):
+            self._valid = None  # a whole-rows write: the tile holds every row
+            return
+        if first:
+            self._valid = {0: rows}
+            return
+        lo, hi = self._valid[0] if 0 in self._valid else (0, self.shape[0])
+        self._valid = {0: (min(lo, rows[0]), max(hi, rows[1]))}
 
     @api
     def reshape(self, shape) -> NkiTensor:

@@ -205,7 +205,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     kept = data.shape[: data.ndim - n]
     shape = tuple(kept) + ((1,) * n if keepdims else ()) if len(kept) > 1 or keepdims \
         else (data.shape[0], 1)  # fmt: skip
-    ranges = core.mask_ranges(mask, data.ndim)
+    ranges = core.mask_ranges(mask, data.ndim, data)
 
     def fn(dst):
         if ranges is None:
@@ -213,7 +213,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
         core.m.tensor_reduce(d.tile, o, core.masked(data, ranges).tile, n, bool(negate))
 
-    return core.pend(shape, _dt(dtype, data.dtype), SBUF, fn)
+    return core.pend_valid(core.pend(shape, _dt(dtype, data.dtype), SBUF, fn), ranges, (0,))
 
 
 @api
@@ -266,13 +266,15 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
 def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """``[mean, variance]`` per partition from ``bn_stats`` results, into a new tile."""
     core = _core(data)
-    ranges = core.mask_ranges(mask, data.ndim)
+    ranges = core.mask_ranges(mask, data.ndim, data)
 
     def fn(dst):
         if ranges is not None:
-            core.m.bn_aggr(dst.tile, core.masked(data, ranges).tile)
+            d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
+            core.m.bn_aggr(d.tile, core.masked(data, ranges).tile)
 
-    return core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn)
+    return core.pend_valid(core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn),
+                           ranges, (0,))  # fmt: skip
 
 
 @api
