@@ -24,6 +24,7 @@ legacy-dialect tutorials rmsnorm, layernorm, SD attention) and ``nki-samples-ref
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.abc
 import importlib.machinery
@@ -56,6 +57,9 @@ class Case:
     package_root: str | None = None  # import as a package module from this directory
     call: bool = False  # a plain Python caller of a kernel: called directly (no report)
     uninitialized: str = "error"  # "nan": new memory holds NaN, as AWS's simulator
+    #: For sub-kernels (no @nki.jit, output in SBUF): makes this harness's own kernel around
+    #: ``kernel`` (called with the function; ``import nki`` resolves to trn2core then).
+    wrap: Callable | None = None
 
 
 # ----------------------------------------------------------------------------- references
@@ -222,6 +226,47 @@ def ref_cross_entropy(logits, targets, **_):
     m = x.max(axis=1)
     lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
     return (lse - x[np.arange(len(targets)), targets]).astype(np.float32)
+
+
+def _tkg_layout(y):
+    """[B, S, H] -> nki-library's token-generation layout [128, B*S, H/128] (LNC=1)."""
+    b, s, h = y.shape
+    return y.reshape(b * s, 128, h // 128).transpose(1, 0, 2)
+
+
+def ref_rmsnorm_tkg(x, g, **_):
+    x64 = x.astype(np.float64)
+    y = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * g.astype(np.float64)
+    return _tkg_layout(y).astype(x.dtype)
+
+
+def ref_layernorm_tkg(x, g, b, **_):
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=-1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = (x64 - mu) / np.sqrt(var + 1e-6) * g.astype(np.float64) + b.astype(np.float64)
+    return _tkg_layout(y).astype(x.dtype)
+
+
+def _tkg_wrapper(sub):
+    """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(x, g, *rest):
+        b, s, h = x.shape
+        o = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.sbuf)
+        if rest:
+            sub(x, g, o, beta=rest[0])
+        else:
+            sub(x, g, o)
+        out = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=o)
+        return out
+
+    return wrapped
 
 
 # ----------------------------------------------------------------------------- the corpus
@@ -459,6 +504,35 @@ def _cases() -> list[Case]:
             package_root=LIB,
         ),
         Case(
+            "nkilib rmsnorm_tkg (sub-kernel)",
+            lib,
+            "nkilib.core.subkernels.rmsnorm_tkg",
+            "rmsnorm_tkg",
+            lambda r: ((_f32(r, 1, 4, 512).astype(BF16), _f32(r, 1, 512).astype(BF16)), {}),
+            ref_rmsnorm_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+            wrap=_tkg_wrapper,
+        ),
+        Case(
+            "nkilib layernorm_tkg (sub-kernel)",
+            lib,
+            "nkilib.core.subkernels.layernorm_tkg",
+            "layernorm_tkg",
+            lambda r: (
+                tuple(
+                    a.astype(BF16) for a in (_f32(r, 1, 4, 512), _f32(r, 1, 512), _f32(r, 1, 512))
+                ),
+                {},
+            ),
+            ref_layernorm_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+            wrap=_tkg_wrapper,
+        ),
+        Case(
             "nkilib depthwise_conv1d",
             lib,
             "nkilib.experimental.conv.depthwise_conv1d",
@@ -669,7 +743,8 @@ def _short(e: BaseException) -> str:
 def run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
     env = dict(os.environ)  # a kernel file may set variables (e.g. its target chip)
     try:
-        return _run_case(root, case, nki)
+        with contextlib.redirect_stdout(sys.stderr):  # kernels' own prints and logs
+            return _run_case(root, case, nki)
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -680,6 +755,8 @@ def _run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
     try:
         mod = _load(root, case)
         fn = getattr(mod, case.kernel)
+        if case.wrap is not None:
+            fn = case.wrap(fn)
         args, kwargs = case.inputs(np.random.default_rng(0))
         ref = case.reference(*args, **kwargs)
         if case.call:
