@@ -18,6 +18,12 @@ from ._api import relocate
 from ._index import NotSupportedError
 
 
+class UnknownNameError(NotSupportedError, AttributeError):
+    """A name an NKI module does not have (not in the API reference, or newer than trn2core):
+    a ``NotSupportedError`` naming it at the kernel's line, and an ``AttributeError`` so that
+    ``hasattr`` and ``from ... import`` behave as for any module."""
+
+
 class Unsupported:
     """A documented NKI name trn2core does not emulate. Importing it works; calling it, taking
     an attribute or indexing it raises ``NotSupportedError`` naming it."""
@@ -28,8 +34,8 @@ class Unsupported:
     def __init__(self, qualname: str) -> None:
         self._qualname = qualname
 
-    def _refuse(self, how: str = "") -> NotSupportedError:
-        return relocate(NotSupportedError(  # type: ignore[return-value]
+    def _refuse(self, how: str = "", cls: type = NotSupportedError) -> NotSupportedError:
+        return relocate(cls(  # type: ignore[return-value]
             f"{self._qualname}{how} is not supported by trn2core (docs/nki.md lists the "
             "supported API)",
             arg=self._qualname,
@@ -41,19 +47,14 @@ class Unsupported:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise self._refuse(f".{name}")
+        # Also an AttributeError: getattr(x, name, default) and hasattr behave.
+        raise self._refuse(f".{name}", UnknownNameError)
 
     def __getitem__(self, key):
         raise self._refuse("[...]")
 
     def __repr__(self) -> str:
         return f"<{self._qualname}: not supported by trn2core>"
-
-
-class UnknownNameError(NotSupportedError, AttributeError):
-    """A name an NKI module does not have (not in the API reference, or newer than trn2core):
-    a ``NotSupportedError`` naming it at the kernel's line, and an ``AttributeError`` so that
-    ``hasattr`` and ``from ... import`` behave as for any module."""
 
 
 def module_getattr(module: str):
