@@ -87,6 +87,22 @@ def relocate(e: Trn2Error, loc: tuple[str, int] | None = None) -> Trn2Error:
     return new
 
 
+class KernelArgumentError(Trn2ValueError):
+    """An ``nl``/``nisa`` call got an argument of the wrong kind (a string for a number, ...)
+    that no specific check caught: Python's own TypeError/ValueError/IndexError/KeyError/
+    OSError, as the kernel's error at its line."""
+
+
+#: Python errors a bad argument raises deep inside an ``nl``/``nisa`` call.
+_PY_ERRORS = (TypeError, ValueError, IndexError, KeyError, OSError, AttributeError)
+
+
+def _as_trn2(fn, e: Exception) -> Trn2Error:
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "call"))
+    err = KernelArgumentError(f"{name}: {type(e).__name__}: {e} (check its arguments)")
+    return relocate(err)
+
+
 def api(fn):
     """Wraps a public function (see the module doc)."""
 
@@ -99,11 +115,15 @@ def api(fn):
                 out = fn(*args, **kwargs)
             except Trn2Error as e:
                 raise relocate(e) from None
+            except _PY_ERRORS as e:
+                raise _as_trn2(fn, e) from e
             core.note_lines(n0)
             return out
         try:
             return fn(*args, **kwargs)
         except Trn2Error as e:
             raise relocate(e) from None
+        except _PY_ERRORS as e:
+            raise _as_trn2(fn, e) from e
 
     return wrapper

@@ -34,6 +34,23 @@ float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 float8_e3m4 = np.dtype(ml_dtypes.float8_e3m4)
 tfloat32 = np.dtype("V4")
+# Named by NKI but held by no Trainium2 engine or memory: OCP fp8 E4M3 (NeuronCore-v4's fp8;
+# values convert) and the microscaling (MX) types of NeuronCore-v4, four elements packed in
+# 32 bits. They exist so that kernels naming them import; a tensor of one is a FormatError.
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+float8_e5m2_x4 = np.dtype([("float8_e5m2_x4", "V4")])
+float8_e4m3fn_x4 = np.dtype([("float8_e4m3fn_x4", "V4")])
+float4_e2m1fn_x4 = np.dtype([("float4_e2m1fn_x4", "V4")])
+#: NKI dtype names with no Trainium2 storage -> why.
+NOT_ON_TRN2: dict[np.dtype, str] = {
+    float8_e4m3fn: "float8_e4m3fn (OCP E4M3) is not a Trainium2 dtype (Trainium2's fp8 formats "
+    "are float8_e4m3 and float8_e5m2; NeuronCore-v4 has float8_e4m3fn)",
+    float8_e8m0fnu: "float8_e8m0fnu (an MX scale type) is not a Trainium2 dtype (NeuronCore-v4)",
+    float8_e5m2_x4: "float8_e5m2_x4 (MX, 4 packed) is not a Trainium2 dtype (NeuronCore-v4)",
+    float8_e4m3fn_x4: "float8_e4m3fn_x4 (MX, 4 packed) is not a Trainium2 dtype (NeuronCore-v4)",
+    float4_e2m1fn_x4: "float4_e2m1fn_x4 (MX, 4 packed) is not a Trainium2 dtype (NeuronCore-v4)",
+}
 
 #: numpy dtype -> the machine's dtype name (from the core's table of element types; NKI's
 #: tfloat32 is its own 4-byte dtype, and bool_ is held as uint8).
@@ -69,6 +86,8 @@ def as_dtype(dtype: object, arg: str = "dtype") -> np.dtype:
     """An NKI dtype from ``nl.*``, a numpy / ml_dtypes dtype or type, or a name."""
     if isinstance(dtype, np.dtype) and dtype in MACHINE_NAME:
         return dtype
+    if isinstance(dtype, np.dtype) and dtype in NOT_ON_TRN2:
+        raise FormatError(f"{arg}: {NOT_ON_TRN2[dtype]}")
     if isinstance(dtype, str) and dtype in NKI_DTYPE:
         return NKI_DTYPE[dtype]
     if isinstance(dtype, str) and dtype in ("tfloat32", "tf32"):
@@ -79,11 +98,8 @@ def as_dtype(dtype: object, arg: str = "dtype") -> np.dtype:
         raise FormatError(f"{arg}: {dtype!r} is not a dtype; NKI dtypes are nl.{_NAMES}") from None
     if dt in MACHINE_NAME:
         return dt
-    if dt == np.dtype(ml_dtypes.float8_e4m3fn):
-        raise FormatError(
-            f"{arg}: float8_e4m3fn is not a Trainium2 dtype (Trainium2's fp8 formats are "
-            "float8_e4m3 and float8_e5m2)"
-        )
+    if dt in NOT_ON_TRN2:
+        raise FormatError(f"{arg}: {NOT_ON_TRN2[dt]}")
     raise FormatError(f"{arg}: {dt} is not an NKI dtype; expected one of nl.{_NAMES}")
 
 
@@ -103,7 +119,7 @@ def weak_dtype(value: object) -> np.dtype:
         return as_dtype(value.dtype)
     if isinstance(value, bool):
         return uint8
-    if isinstance(value, int):
+    if isinstance(value, (int, np.integer)):
         return int32
     return float32
 

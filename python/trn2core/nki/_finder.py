@@ -11,13 +11,16 @@ modules; a kernel file keeps working after ``uninstall()`` with the modules it i
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
 import threading
 import types
 
-from . import _kernel, isa, isa_legacy, language, language_legacy
+import numpy as np
+
+from . import _kernel, _ops, _surface, isa, isa_legacy, language, language_legacy
 from ._runtime import KernelError, LoopCarriedDependencyError
 from ._tensor import NkiTensor
 
@@ -56,6 +59,14 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         "LoopCarriedDependencyError": LoopCarriedDependencyError,
     }
     typing_ns = {k: getattr(_Typing, k) for k in ("tensor", "mutable_tensor", "scalar")}
+    constants = {
+        c.__name__: c
+        for c in (_ops.engine, _ops.reduce_cmd, _ops.dge_mode, _ops.oob_mode,
+                  _ops.matmul_perf_mode, _ops.nc_version, _ops.dma_engine)
+    }  # fmt: skip
+    collectives = _surface.unsupported_names("nki.collectives", _surface.COLLECTIVES)
+    compiler = {**_surface.compiler_namespace(), "no_reorder": language.no_reorder}
+    dims = {"VNC": language.nc}  # ``kernel[VNC(2)]``: a grid axis over two physical cores
     return {
         "nki": (
             {
@@ -63,15 +74,24 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
                 "jit": _kernel.jit,
                 "simulate": _kernel.simulate,
                 "Kernel": _kernel.Kernel,
+                # ``nki.dtype`` annotates dtype arguments; NKI's dtypes are numpy dtypes here.
+                "dtype": np.dtype,
             },
             True,
             types.ModuleType,
         ),  # fmt: skip
         "nki.language": (_public(language), False, types.ModuleType),
-        "nki.isa": (_public(isa), False, types.ModuleType),
+        "nki.isa": (_public(isa), True, types.ModuleType),
+        "nki.isa.constants": (constants, False, types.ModuleType),
+        "nki.collectives": (collectives, False, types.ModuleType),
         "nki.typing": (typing_ns, False, types.ModuleType),
         "nki.jit": ({"jit": _kernel.jit}, False, _CallableModule),
         "neuronxcc": ({}, True, types.ModuleType),
+        "neuronxcc.nki.compiler": (compiler, True, types.ModuleType),
+        "neuronxcc.nki.compiler.backends": ({}, True, types.ModuleType),
+        "neuronxcc.nki.compiler.backends.neuron": ({}, True, types.ModuleType),
+        "neuronxcc.nki.compiler.backends.neuron.dimensions": (dims, False, types.ModuleType),
+        "neuronxcc.nki.isa.constants": (constants, False, types.ModuleType),
         "neuronxcc.nki": (
             {
                 **common_top,
@@ -81,14 +101,45 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
                 "baremetal": _kernel.baremetal,
                 "benchmark": _kernel.benchmark,
                 "profile": _kernel.profile,
+                "dtype": np.dtype,
             },
             True,
             types.ModuleType,
         ),  # fmt: skip
         "neuronxcc.nki.language": (_public(language_legacy), False, types.ModuleType),
-        "neuronxcc.nki.isa": (_public(isa_legacy), False, types.ModuleType),
+        "neuronxcc.nki.isa": (_public(isa_legacy), True, types.ModuleType),
         "neuronxcc.nki.typing": (typing_ns, False, types.ModuleType),
     }
+
+
+def _unsupported_in(ns: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in ns.items():
+        if not isinstance(v, type) and getattr(v, "nki_unsupported", False) is True:
+            out.append(prefix + k)
+        elif isinstance(v, _surface._Allocators):
+            out += _unsupported_in(vars(v), f"{k}.")
+    return sorted(out)
+
+
+def unsupported_api() -> dict[str, list[str]]:
+    """Module -> the documented names it has that trn2core does not emulate (importable;
+    ``NotSupportedError`` on use). docs/nki.md shows this table (``unsupported_markdown``)."""
+    out = {}
+    for name, (ns, _, _) in _namespaces().items():
+        names = _unsupported_in(ns)
+        if names:
+            out[name] = names
+    return out
+
+
+def unsupported_markdown() -> str:
+    """The table of ``unsupported_api()`` as docs/nki.md has it (a test keeps them equal)."""
+    rows = ["| module | not emulated: importable, `NotSupportedError` naming it on use |",
+            "|---|---|"]  # fmt: skip
+    for mod, names in unsupported_api().items():
+        rows.append(f"| `{mod}` | " + ", ".join(f"`{n}`" for n in names) + " |")
+    return "\n".join(rows)
 
 
 class _Loader(importlib.abc.Loader):
@@ -101,10 +152,19 @@ class _Loader(importlib.abc.Loader):
         return mod
 
     def exec_module(self, module) -> None:
-        ns, _, _ = self.finder.namespaces[module.__name__]
+        name = module.__name__
+        ns, is_pkg, _ = self.finder.namespaces[name]
         module.__dict__.update(ns)
-        module.__doc__ = f"{module.__name__}: trn2core's emulation (trn2core.nki)"
-        self.finder.created.add(module.__name__)
+        module.__getattr__ = _surface.module_getattr(name)  # type: ignore[method-assign]
+        module.__doc__ = f"{name}: trn2core's emulation (trn2core.nki)"
+        self.finder.created.add(name)
+        if is_pkg:
+            # As NKI's packages do, a package imports its submodules (``nki.language.x`` and
+            # ``nki.compiler.sbuf`` work after ``import nki`` / ``from neuronxcc import nki``).
+            for child in self.finder.namespaces:
+                parent, _, last = child.rpartition(".")
+                if parent == name and last not in ns:  # not ``nki.jit``: the decorator stays
+                    importlib.import_module(child)
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -14,11 +14,19 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 
+import numpy as np
+
 from ..errors import Trn2ValueError
+from ._api import api
 
 
 class NotSupportedError(Trn2ValueError):
     """An NKI construct trn2core does not emulate (docs/nki.md lists what is supported)."""
+
+
+def is_int(v) -> bool:
+    """Whether ``v`` is an integer as NKI takes one: a Python or numpy integer, not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
 
 class IndexVar:
@@ -92,8 +100,8 @@ class IndexExpr:
             return IndexExpr(
                 self.const + sign * other.const, terms, _broadcast(self.shape, other.shape)
             )
-        if isinstance(other, int) and not isinstance(other, bool):
-            return IndexExpr(self.const + sign * other, dict(self.terms), self.shape)
+        if is_int(other):
+            return IndexExpr(self.const + sign * int(other), dict(self.terms), self.shape)
         return NotImplemented
 
     def __add__(self, other):
@@ -112,7 +120,8 @@ class IndexExpr:
         return self * -1
 
     def __mul__(self, other):
-        if isinstance(other, int) and not isinstance(other, bool):
+        if is_int(other):
+            other = int(other)
             terms = {v: c * other for v, c in self.terms.items() if c * other != 0}
             return IndexExpr(self.const * other, terms, self.shape)
         if isinstance(other, IndexExpr):
@@ -185,12 +194,24 @@ class Mask:
         """Each constrained variable's range ``[lo, hi)``; ``None`` when the mask is never
         true (the instruction is skipped)."""
         out: dict[IndexVar, tuple[int, int]] = {}
-        for expr, op in self.conds:
+        # One-variable comparisons first: they narrow the ranges the others are judged on.
+        for expr, op in sorted(self.conds, key=lambda c: len(c[0].terms) > 1):
             if not expr.terms:
                 if not _CMP[op](expr.const, 0):
                     return None
                 continue
             if len(expr.terms) != 1:
+                # Several variables: fine when the comparison has one value over the whole
+                # grid (e.g. `offset < n_elements` with every offset inside).
+                lo_e, hi_e = expr.const, expr.const
+                for v, c in expr.terms.items():
+                    a, b = out.get(v, (0, v.size))
+                    lo_e += min(c * a, c * (b - 1))
+                    hi_e += max(c * a, c * (b - 1))
+                if _whole(op, lo_e, hi_e, True):
+                    continue
+                if _whole(op, lo_e, hi_e, False):
+                    return None
                 raise NotSupportedError(
                     "mask: each comparison must constrain one index variable (a rectangular "
                     f"region); got {expr!r} {op} 0 (use nisa.affine_select for triangles)"
@@ -209,6 +230,17 @@ class Mask:
 
 
 _SPLIT = object()
+
+
+def _whole(op: str, lo: int, hi: int, value: bool) -> bool:
+    """Whether ``e <op> 0`` is ``value`` for every ``e`` in ``[lo, hi]``."""
+    if op in ("<", "<="):
+        return _CMP[op](hi, 0) if value else not _CMP[op](lo, 0)
+    if op in (">", ">="):
+        return _CMP[op](lo, 0) if value else not _CMP[op](hi, 0)
+    outside = lo > 0 or hi < 0
+    zero = lo == hi == 0
+    return (zero if value else outside) if op == "==" else (outside if value else zero)
 
 
 def _solve(c: int, k: int, op: str, lo: int, hi: int):
@@ -238,6 +270,7 @@ def _solve(c: int, k: int, op: str, lo: int, hi: int):
     return _SPLIT
 
 
+@api
 def arange(*args: int) -> IndexExpr:
     """``nl.arange(stop)`` / ``nl.arange(start, stop)``: a 1-D index expression."""
     if len(args) == 1:
@@ -247,23 +280,57 @@ def arange(*args: int) -> IndexExpr:
     else:
         raise Trn2ValueError(f"arange: expected (stop) or (start, stop), got {args!r}")
     for a in (start, stop):
-        if not isinstance(a, int) or isinstance(a, bool):
-            raise Trn2ValueError(f"arange: bounds are integers, got {a!r}")
+        if not is_int(a):
+            raise Trn2ValueError(f"arange: bounds are integers, got {a!r}", arg="arange")
+    start, stop = int(start), int(stop)
     if stop <= start:
         raise Trn2ValueError(f"arange: an empty range [{start}, {stop})")
     v = IndexVar(stop - start, 0, 1)
     return IndexExpr(start, {v: 1}, (stop - start,))
 
 
+class Grid(tuple):
+    """What ``nl.mgrid[...]`` returns: the index expressions of each axis (unpack it, or take
+    ``.p`` for axis 0 and ``.x``, ``.y``, ``.z`` for axes 1 to 3)."""
+
+    __slots__ = ()
+
+    def _axis(self, i: int, name: str) -> IndexExpr:
+        if i >= len(self):
+            raise Trn2ValueError(f"mgrid: .{name} is axis {i} of a {len(self)}-D grid")
+        return self[i]
+
+    @property
+    def p(self) -> IndexExpr:
+        return self._axis(0, "p")
+
+    @property
+    def x(self) -> IndexExpr:
+        return self._axis(1, "x")
+
+    @property
+    def y(self) -> IndexExpr:
+        return self._axis(2, "y")
+
+    @property
+    def z(self) -> IndexExpr:
+        return self._axis(3, "z")
+
+
 class _MGrid:
     """``nl.mgrid[0:128, 0:512]``: one index expression per axis, each of the full grid shape."""
 
-    def __getitem__(self, key) -> tuple[IndexExpr, ...] | IndexExpr:
+    @api
+    def __getitem__(self, key) -> Grid | IndexExpr:
         keys = key if isinstance(key, tuple) else (key,)
         sizes = []
         for k in keys:
             if not isinstance(k, slice) or k.stop is None:
                 raise Trn2ValueError(f"mgrid: expected slices start:stop[:step], got {k!r}")
+            for v in (k.start, k.stop, k.step):
+                if v is not None and not is_int(v):
+                    raise Trn2ValueError(f"mgrid: slice bounds are integers, got {k!r}")
+            k = slice(*(None if v is None else int(v) for v in (k.start, k.stop, k.step)))
             start, step = k.start or 0, k.step or 1
             if step <= 0 or k.stop <= start:
                 raise Trn2ValueError(f"mgrid: an empty or descending range {k!r}")
@@ -273,7 +340,7 @@ class _MGrid:
             IndexExpr(start, {IndexVar(n, i, len(sizes)): step}, shape)
             for i, (start, step, n) in enumerate(sizes)
         )
-        return out if isinstance(key, tuple) else out[0]
+        return Grid(out) if isinstance(key, tuple) else out[0]
 
 
 mgrid = _MGrid()

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
+
+import numpy as np
 
 from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
+from ._api import STATE
 from ._report import NkiReport
 from ._runtime import KernelError, Launch
 
@@ -53,7 +57,7 @@ class Kernel:
     def __getitem__(self, grid) -> Kernel:
         g = grid if isinstance(grid, tuple) else (grid,)
         for d in g:
-            if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+            if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)) or d < 1:
                 raise Trn2ValueError(f"grid: dimensions are positive integers, got {grid!r}")
         if self.dialect == "current":
             if len(g) != 1 or g[0] not in (1, 2):
@@ -61,17 +65,40 @@ class Kernel:
                     f"kernel[{grid!r}]: in the current NKI dialect the brackets give the LNC "
                     "degree, 1 or 2 on Trainium2 (kernel[2] runs on two physical cores)"
                 )
-            return Kernel(self.fn, self.dialect, g if g[0] > 1 else (), (), g[0], self.options)
+            return Kernel(self.fn, self.dialect, (int(g[0]),) if g[0] > 1 else (), (), int(g[0]),
+                          self.options)  # fmt: skip
         nc_axes = tuple(i for i, d in enumerate(g) if getattr(d, "nc", False))
         lnc = 2 if nc_axes else 1
         return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)
 
     def launch(self, args, kwargs, uninitialized: str = "error") -> Launch:
+        check_target()
         return Launch(self.fn, args, kwargs, grid=self.grid, nc_axes=self.nc_axes, lnc=self.lnc,
                       dialect=self.dialect, uninitialized=uninitialized)  # fmt: skip
 
     def __call__(self, *args, **kwargs):
+        if STATE.core is not None:
+            # Called from a running kernel (a `@nki.jit(mode='trace')` helper, or a kernel
+            # calling another): inlined into the caller's program, as the compiler traces it.
+            return self.fn(*args, **kwargs)
         return self.launch(args, kwargs).execute()
+
+
+#: ``NEURON_PLATFORM_TARGET_OVERRIDE`` values that name Trainium2 (AWS's simulator also
+#: takes trn1/gen2 and trn3/gen4, other chips).
+_TRN2_TARGETS = ("trn2", "gen3")
+
+
+def check_target() -> None:
+    """Refuses a ``NEURON_PLATFORM_TARGET_OVERRIDE`` naming another chip than Trainium2
+    (trn2core would otherwise emulate Trainium2 silently)."""
+    target = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "").strip().lower()
+    if target and target not in _TRN2_TARGETS:
+        raise KernelError(
+            f"NEURON_PLATFORM_TARGET_OVERRIDE={target}: trn2core emulates Trainium2 "
+            "(NeuronCore-v3) only; unset it or set it to trn2 (or gen3)",
+            arg="NEURON_PLATFORM_TARGET_OVERRIDE",
+        )
 
 
 def _as_kernel(kernel, grid=None) -> Kernel:
@@ -130,17 +157,84 @@ def run(kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int
     return RunResult(outputs, NkiReport.from_cores(reports))
 
 
-def _unsupported(name: str):
-    def f(*args, **kwargs):
-        raise KernelError(
-            f"nki.{name}: profiling on hardware is not available here; trn2core.nki.run(kernel, "
-            "*args) returns the outputs and the emulated timeline (report)"
-        )
+class LatencyResult:
+    """``benchmark_result.nc_latency`` of AWS's ``nki.benchmark``: here one emulated run (the
+    emulator is deterministic: every iteration takes the same time), in microseconds."""
 
-    f.__name__ = name
-    return f
+    def __init__(self, microseconds: float) -> None:
+        self.microseconds = microseconds
+
+    def get_latency_percentile(self, percentile: float) -> float:
+        """The latency at ``percentile`` (0 to 100) in microseconds: the emulated time."""
+        if not 0 <= percentile <= 100:
+            raise Trn2ValueError(f"percentile: expected 0 to 100, got {percentile!r}")
+        return self.microseconds
+
+    def __repr__(self) -> str:
+        return f"LatencyResult({self.microseconds:.3f} us)"
 
 
-benchmark = _unsupported("benchmark")
-profile = _unsupported("profile")
+@dataclasses.dataclass(frozen=True)
+class BenchmarkResult:
+    """``kernel.benchmark_result`` after a benchmarked call."""
+
+    nc_latency: LatencyResult
+    report: NkiReport
+
+
+class Benchmarked:
+    """What ``nki.benchmark(...)`` / ``nki.profile(...)`` make of a kernel (legacy
+    ``neuronxcc.nki``): calling it with numpy arrays runs it once on the emulator (``warmup``
+    and ``iters`` are accepted: every run takes the same emulated time) and returns its
+    outputs; ``benchmark_result.nc_latency.get_latency_percentile(p)`` is the emulated time in
+    microseconds, ``benchmark_result.report`` the whole report. ``profile`` also writes the
+    Perfetto trace (JSON) to ``working_directory/save_trace_name`` when that name is given.
+    No NEFF is made: ``save_neff_name`` is ignored."""
+
+    def __init__(self, kernel: Kernel, trace: str | None) -> None:
+        self.kernel = kernel
+        self.trace = trace
+        self.benchmark_result: BenchmarkResult | None = None
+        functools.update_wrapper(self, kernel.fn)  # type: ignore[arg-type]
+
+    def __getitem__(self, grid) -> Benchmarked:
+        return Benchmarked(self.kernel[grid], self.trace)
+
+    def __call__(self, *args, **kwargs):
+        res = run(self.kernel, *args, **kwargs)
+        self.benchmark_result = BenchmarkResult(LatencyResult(res.report.seconds * 1e6),
+                                                res.report)  # fmt: skip
+        if self.trace:
+            res.report.save_trace(self.trace)
+        return res.outputs
+
+
+def _benchmarking(fn, trace: str | None):
+    def wrap(k):
+        kernel = k if isinstance(k, Kernel) else Kernel(k, "legacy")
+        return Benchmarked(kernel, trace)
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def benchmark(kernel=None, *, warmup: int = 2, iters: int = 10, save_neff_name=None,
+              save_trace_name=None, **kwargs):  # fmt: skip
+    """Legacy ``nki.benchmark``: the emulated latency instead of a hardware measurement
+    (``Benchmarked``). ``@nki.benchmark(...)`` or ``nki.benchmark(...)(kernel)``."""
+    for arg, v in (("warmup", warmup), ("iters", iters)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise Trn2ValueError(f"{arg}: expected a non-negative integer, got {v!r}", arg=arg)
+    return _benchmarking(kernel, None)
+
+
+def profile(kernel=None, *, working_directory=None, save_neff_name=None,
+            save_trace_name=None, profile_nth: int = 1, **kwargs):  # fmt: skip
+    """Legacy ``nki.profile``: as ``benchmark``, and the Perfetto trace of the run is written
+    to ``working_directory/save_trace_name`` (JSON, whatever the name's extension)."""
+    trace = None
+    if save_trace_name is not None:
+        trace = os.path.join(os.fspath(working_directory or "."), os.fspath(save_trace_name))
+    return _benchmarking(kernel, trace)
+
+
 baremetal = jit_legacy

@@ -17,6 +17,7 @@ compiler lowers them.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 
@@ -27,7 +28,7 @@ from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
-from ._index import IndexExpr, Mask, NotSupportedError, var_axis
+from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
 from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Buffer, NkiTensor
 
 _PMAX = 128
@@ -85,6 +86,10 @@ _ASSOCIATIVE = {"add", "multiply", "maximum", "minimum", "bitwise_and", "bitwise
                 "bitwise_xor", "logical_and", "logical_or", "logical_xor"}  # fmt: skip
 _COMPARE = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
             "logical_and", "logical_or", "logical_xor"}  # fmt: skip
+
+
+#: ``nl`` functions lowered to several instructions (``Core.composite``).
+_COMPOSITE = ("floor", "ceil", "trunc", "cos", "tan")
 
 
 class Loop:
@@ -255,6 +260,11 @@ class Core:
         """``target[...] = value``: a pending result issues straight into ``target``."""
         if isinstance(value, NkiTensor):
             fn, _ = self.take(value) if value.dtype == target.dtype else (None, None)
+            if fn is not None and value.buffer is PSUM and target.buffer is not PSUM:
+                # A tensor-engine result assigned to SBUF (legacy `t[...] = nisa.nc_transpose
+                # (x)`): the compiler places the result in PSUM and copies it over.
+                self.pending, self.pend_fn = value, fn
+                fn = None
             if fn is not None and value.size == target.size:
                 fn(target)
                 value._t, value._owner = target._t, target._owner
@@ -265,6 +275,13 @@ class Core:
             self.flush()
             self.copy_into(target, value)
             return
+        if not isinstance(value, (int, float, np.integer, np.floating)):
+            raise Trn2ValueError(
+                f"value: a tile can be assigned a tile or a number; got "
+                f"{type(value).__name__} (host arrays reach a kernel only as its arguments or "
+                "through nl.shared_constant)",
+                arg="value",
+            )
         self.flush()
         self.m.issue("memset", "vector", target.tile, float(value))
 
@@ -318,19 +335,51 @@ class Core:
         _, _, shape, _ = self.m.tensor_info(t.tile)
         return math.prod(shape[1:])
 
-    def mask_ranges(self, mask, ndim: int):
+    def mask_ranges(self, mask, ndim: int, *operands, rows=()):
         """``(variable ranges, grid-axis ranges)`` of a mask, or ``None`` if it is never
-        true; ``({}, {})`` without a mask."""
+        true; ``({}, {})`` without a mask. ``operands`` made by a masked instruction
+        (``_valid``) restrict the ranges to the region they hold: the legacy compiler carries
+        a mask through a tile's uses (``t = nl.load(a[i], mask=m)``; ``nl.exp(t)`` computes
+        where ``m`` holds), as the tutorials' rows-not-a-multiple-of-128 idiom needs."""
         if mask is None:
-            return {}, {}
-        if not isinstance(mask, Mask):
+            ranges = ({}, {})
+        elif isinstance(mask, (bool, np.bool_)):
+            # A compile-time constant predicate: always (the instruction runs) or never.
+            ranges = ({}, {}) if mask else None
+        elif not isinstance(mask, Mask):
             raise Trn2ValueError(
                 f"mask: expected comparisons of nl.arange indices (e.g. i_p < n), got {mask!r}"
             )
-        ranges = mask.intervals()
+        else:
+            iv = mask.intervals()
+            if iv is None:
+                return None
+            ranges = iv, {var_axis(v, max(ndim, v.ndim)): r for v, r in iv.items()}
         if ranges is None:
             return None
-        return ranges, {var_axis(v, max(ndim, v.ndim)): r for v, r in ranges.items()}
+        axes = None
+        # ``rows``: operands of another shape whose partition rows the result shares.
+        for o, row_only in (*((o, False) for o in operands), *((o, True) for o in rows)):
+            valid = o._valid if isinstance(o, NkiTensor) else None
+            if valid and row_only:
+                valid = {0: valid[0]} if 0 in valid else None
+            if not valid:
+                continue
+            axes = dict(ranges[1]) if axes is None else axes
+            for a, (lo, hi) in valid.items():
+                if a in axes:
+                    lo, hi = builtins.max(lo, axes[a][0]), builtins.min(hi, axes[a][1])
+                if lo >= hi:
+                    return None
+                axes[a] = (lo, hi)
+        return ranges if axes is None else (ranges[0], axes)
+
+    def pend_valid(self, t: NkiTensor, ranges, axes=None) -> NkiTensor:
+        """Marks a pending result made under ``ranges`` with the region it will hold (only
+        ``axes`` of the ranges when given: a reduction keeps the partition axis)."""
+        if ranges is not None and ranges[1]:
+            t._valid = {a: r for a, r in ranges[1].items() if axes is None or a in axes}
+        return t
 
     def masked(self, t, ranges) -> NkiTensor:
         if not ranges[0] and not ranges[1]:
@@ -454,7 +503,7 @@ class Core:
                 y = self.broadcast(y, (shape[0], *y.shape[1:]))
         else:
             shape = (x if xt else y).shape
-        ranges = self.mask_ranges(mask, len(shape))
+        ranges = self.mask_ranges(mask, len(shape), x, y)
         ints = not D.is_float(out_dt) and dx.itemsize == 4 and dy.itemsize == 4
         eng = "gpsimd" if op == "power" or (ints and op in ("add", "multiply", "subtract")) \
             else "vector"  # fmt: skip
@@ -485,14 +534,14 @@ class Core:
                 self.m.issue("tensor_scalar", "vector", d.tile, self.masked(y, ranges).tile, op,
                                      float(x), True, None, None, False)  # fmt: skip
 
-        return self.pend(shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
 
     def unary(self, func: str, x, dtype=None, mask=None) -> NkiTensor:
         """A unary ``nl`` function: activation functions on the Scalar engine, the reciprocal
         on the Vector engine (IEEE, the precise one), ALU unary operators on Vector."""
         x = self.on_chip(x, "x")
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
 
         def issue(dst: NkiTensor) -> None:
             if ranges is None:
@@ -507,59 +556,120 @@ class Core:
             elif func == "logical_not":
                 self.m.issue("tensor_scalar", "vector", d.tile, a.tile, "equal", 0.0)
             elif func in ACTIVATION_FUNCTIONS:
-                self.m.issue("activation", d.tile, func, a.tile, None, None, None, None, "idle")
+                self.m.issue("activation", d.tile, func, a.tile)
+            elif func in _COMPOSITE:
+                self.composite(func, d, a)
             else:
                 raise NotSupportedError(f"nl.{func} is not supported by trn2core")
 
-        if func not in ACTIVATION_FUNCTIONS and func not in (
-            "reciprocal",
-            "negative",
-            "invert",
-            "logical_not",
-        ):
+        own = ("reciprocal", "negative", "invert", "logical_not", *_COMPOSITE)
+        if func not in ACTIVATION_FUNCTIONS and func not in own:
             raise NotSupportedError(
                 f"nl.{func}: the machine has no instruction for it (docs/nki.md lists the "
                 "supported functions)"
             )
         if func == "logical_not" and dtype is None:
             out_dt = D.uint8
-        return self.pend(x.shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(x.shape, out_dt, SBUF, issue), ranges)
+
+    def composite(self, func: str, d: NkiTensor, a: NkiTensor) -> None:
+        """``nl`` functions with no instruction of their own, as short instruction sequences
+        (trn2core's lowering; the values are exact for floor/ceil/trunc):
+
+        - ``floor``/``ceil``: ``r`` = x clamped to +-2^23 and converted to int32 and back
+          (round to nearest even), then ``r - (r > x)`` / ``r + (r < x)``; where
+          ``|x| >= 2^23`` (or NaN) x is already integral and is selected as it is;
+        - a zero result takes x's sign (``x * 0``), as IEEE's floor/ceil/trunc give it;
+        - ``trunc``: ``floor(|x|)``, negated where x < 0;
+        - ``cos``: ``sin(pi/2 - |x|)`` on the Scalar engine (inside sin's valid range for x in
+          [-pi, pi]); ``tan``: ``sin(x) / cos(x)``."""
+        m, f32 = self.m, D.float32
+
+        keep: list[NkiTensor] = []  # the temporaries live until the sequence is issued
+
+        def tmp(dtype=f32):
+            keep.append(self.alloc(d.shape, dtype, SBUF, 0))
+            return keep[-1].tile
+
+        def ts(dst, src, op0, c0, op1=None, c1=None):
+            m.issue("tensor_scalar", "vector", dst, src, op0, c0, False, op1, c1, False)
+
+        def signed_zero(dst, x, f):
+            # A zero result has x's sign (IEEE: floor(-0.0) = ceil(-0.5) = trunc(-0.5) = -0.0).
+            zx, isz = tmp(), tmp()
+            ts(zx, x, "multiply", 0.0)
+            ts(isz, f, "equal", 0.0)
+            m.issue("select", dst, isz, zx, f)
+
+        def floor_like(dst, x, up: bool):
+            big = float(2**23)
+            xc, ri, r, c, f, f2, small = tmp(), tmp(D.int32), tmp(), tmp(), tmp(), tmp(), tmp()
+            ts(xc, x, "maximum", -big, "minimum", big)
+            m.issue("tensor_copy", "vector", ri, xc)
+            m.issue("tensor_copy", "vector", r, ri)
+            m.issue("tensor_tensor", "vector", c, r, x, "less" if up else "greater")
+            m.issue("tensor_tensor", "vector", f, r, c, "add" if up else "subtract")
+            signed_zero(f2, x, f)
+            ts(small, x, "abs_max", 0.0, "less", big)
+            m.issue("select", dst, small, f2, x)
+
+        def cos(dst, x):
+            ax = tmp()
+            ts(ax, x, "abs_max", 0.0)
+            m.issue("activation", dst, "sin", ax, math.pi / 2, -1.0, None, None, "idle")
+
+        if func in ("floor", "ceil"):
+            floor_like(d.tile, a.tile, func == "ceil")
+        elif func == "trunc":
+            ax, fl, neg, isneg, t = tmp(), tmp(), tmp(), tmp(), tmp()
+            ts(ax, a.tile, "abs_max", 0.0)
+            floor_like(fl, ax, False)
+            ts(neg, fl, "multiply", -1.0)
+            ts(isneg, a.tile, "less", 0.0)
+            m.issue("select", t, isneg, neg, fl)
+            signed_zero(d.tile, a.tile, t)
+        elif func == "cos":
+            cos(d.tile, a.tile)
+        elif func == "tan":
+            sn, cs = tmp(), tmp()
+            m.issue("activation", sn, "sin", a.tile, None, None, None, None, "idle")
+            cos(cs, a.tile)
+            m.issue("tensor_tensor", "vector", d.tile, sn, cs, "divide")
 
     def unary_copy(self, x, dtype=None, mask=None) -> NkiTensor:
         """``nl.copy``: a Vector-engine ``tensor_copy`` into a new SBUF tile."""
         x = self.on_chip(x, "x")
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
 
         def issue(dst: NkiTensor) -> None:
             if ranges is not None:
                 d, a = self.masked(dst, ranges), self.masked(x, ranges)
                 self.m.issue("tensor_copy", "vector", d.tile, a.tile)
 
-        return self.pend(x.shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(x.shape, out_dt, SBUF, issue), ranges)
 
     def reduce(self, op: str, x, axis, dtype=None, keepdims=False, mask=None, mean=False):
         """``nl.sum``/``max``/``min``/``prod``/``mean``/``all`` over trailing free axes: one
         Vector ``tensor_reduce`` (``mean``: then a divide by the count)."""
         x = self.on_chip(x, "x")
-        axes = sorted({a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
-        if not axes or axes[0] == 0 or axes != list(range(x.ndim - len(axes), x.ndim)):
-            raise ShapeError(
-                f"axis: reductions run over the last free axes of a tile ([1], [1, 2], ...); "
-                f"got {axis} for a tile of shape {x.shape}"
-            )
+        axes = reduce_axes(axis, x.shape)
         kept = [s for a, s in enumerate(x.shape) if a not in axes]
         shape = tuple(kept) if len(kept) > 1 else (x.shape[0], 1)
         if keepdims:
             shape = tuple(1 if a in axes else s for a, s in enumerate(x.shape))
         out_dt = D.as_dtype(dtype) if dtype is not None else x.dtype
-        ranges = self.mask_ranges(mask, x.ndim)
+        ranges = self.mask_ranges(mask, x.ndim, x)
         count = math.prod(x.shape[a] for a in axes)
 
         def issue(dst: NkiTensor) -> None:
             if ranges is None:
                 return
             a = self.masked(x, ranges)
+            if axes != list(range(x.ndim - len(axes), x.ndim)):
+                # Free axes in the middle: the same access pattern with the reduced axes
+                # last (a reordering of strides, no data movement).
+                a = a.permute([i for i in range(x.ndim) if i not in axes] + axes)
             d = self.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
             dt = d.tile
             if mean:
@@ -570,7 +680,7 @@ class Core:
             else:
                 self.m.issue("tensor_reduce", dt, op, a.tile, len(axes), False)
 
-        return self.pend(shape, out_dt, SBUF, issue)
+        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges, (0,))
 
     def inplace(self, op: str, target: NkiTensor, value) -> None:
         """``target op= value``: a pending matmul added into PSUM accumulates there (one
@@ -620,13 +730,33 @@ class Core:
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
 
+    def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
+        """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``
+        (read when the access pattern is made, i.e. in program order just before the DMA
+        that uses it) selects index ``s`` of pattern dimension ``d``: ``s * step_d``
+        elements. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
+        d = int(indirect_dim)
+        if not 0 <= d < len(pattern):
+            raise Trn2ValueError(
+                f"ap: indirect_dim {d} is not a dimension of the pattern {pattern}",
+                arg="indirect_dim",
+            )
+        return _scalar_value(self, scalar) * pattern[d][0]
+
     def raw_ap(self, t: NkiTensor, pattern, offset, kwargs) -> NkiTensor:
         """NKI's ``.ap()``: an explicit pattern over the tensor's storage."""
-        if kwargs.get("scalar_offset") is not None or kwargs.get("vector_offset") is not None:
-            raise NotSupportedError("ap: dynamic offsets (scalar_offset, vector_offset)")
+        if kwargs.get("vector_offset") is not None:
+            raise NotSupportedError("ap: per-partition dynamic offsets (vector_offset)")
+        if kwargs.get("dtype") is not None and D.as_dtype(kwargs["dtype"]) != t.dtype:
+            raise NotSupportedError("ap: reinterpreting a tensor's bytes as another dtype")
         pattern = [(int(s), int(n)) for s, n in pattern]
         if not pattern:
             raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
+        scalar = kwargs.get("scalar_offset")
+        if scalar is not None:
+            offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
+                scalar, pattern, kwargs.get("indirect_dim", 0)
+            )
         base = t._owner.tile if t._owner is not None else None
         if t._pdim is None:
             off = int(offset) if offset is not None else 0
@@ -646,6 +776,34 @@ class Core:
         p0, f0 = divmod(off, row)
         tile = base[p0 : p0 + pn].ap(rest, f0)
         return t._view(tile, [pn] + [n for _, n in rest], 0)
+
+
+def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
+    """The sorted free axes an ``nl`` reduction's ``axis`` names (an int or a list of ints,
+    numpy integers too): any free axes of the tile, not the partition axis (0)."""
+    ndim = len(shape)
+    items = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    if isinstance(items, (tuple, list)) and items and all(is_int(a) for a in items):
+        axes = sorted({int(a) % ndim for a in items if -ndim <= int(a) < ndim})
+        if len(axes) == len(items) and axes[0] != 0:
+            return axes
+    raise ShapeError(
+        f"axis: a reduction runs over free axes of a tile (1 to {ndim - 1}; the partition "
+        f"axis 0 cannot be reduced), given as an int or a list of ints; got {axis!r} for a "
+        f"tile of shape {shape}",
+        arg="axis",
+    )
+
+
+def _scalar_value(core: Core, scalar) -> int:
+    if not isinstance(scalar, NkiTensor) or scalar._pdim is None or scalar.size != 1:
+        raise NotSupportedError(
+            "ap: scalar_offset is a 1x1 SBUF tensor here (registers are not emulated)"
+        )
+    core.flush()
+    raw = core.m.read(scalar.tile)
+    v = raw.view(D.HOST_DTYPE[D.machine_name(scalar.dtype)]).reshape(-1)[0]
+    return int(v)
 
 
 def _hbm_root(t: NkiTensor):
@@ -753,11 +911,21 @@ class Launch:
             )
         mname = D.machine_name(t.dtype)
         host = D.HOST_DTYPE[mname]
-        shared_j = None
         owner = t._core
-        for j, s in enumerate(self.shared[owner.index]):
-            if s.tile is t.tile or (s.shape == t.shape and _same_tile(s.tile, t.tile)):
-                shared_j = j
+        table = self.shared[owner.index]
+        # The shared tensor itself first: two outputs of one shape have equal-looking tiles
+        # (offset 0 of their own buffers), so the look-alike match is only the fallback.
+        same = [j for j, s in enumerate(table) if s is t or s.tile is t.tile]
+        if not same:
+            same = [j for j, s in enumerate(table)
+                    if s.shape == t.shape and _same_tile(s.tile, t.tile)]  # fmt: skip
+            if len(same) > 1:
+                raise KernelError(
+                    f"output {t.name or 'tensor'} {t.shape}: a view that could be any of "
+                    f"{len(same)} shared_hbm outputs of this shape; return the tensors "
+                    "nl.ndarray made"
+                )
+        shared_j = same[0] if same else None
         if self.lnc == 1 or shared_j is None:
             try:
                 raw = owner.m.read(t.tile)

@@ -112,7 +112,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "__weakref__",
+        "_valid", "_written", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -125,6 +125,10 @@ class NkiTensor:
         self._owner = owner
         self._access = None
         self.name = name
+        # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
+        # tile's unmasked uses compute only there (the compiler propagates masks).
+        self._valid = None
+        self._written = False  # any assignment into it yet (legacy row tracking)
 
     # -------------------------------------------------------------------- properties
     @property
@@ -206,7 +210,9 @@ class NkiTensor:
         key = self._normalize(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
-                return self._advanced(list(key), None)
+                v = self._advanced(list(key), None)
+                v._valid = self._rows_valid(key)
+                return v
             except OutOfBoundsError as e:
                 # Out of range unless a mask restricts it: resolved again under the mask.
                 exprs = [k for k in key if isinstance(k, IndexExpr)]
@@ -248,10 +254,19 @@ class NkiTensor:
                     mkey[0] = slice(i, i + 1)
                 elif on_chip and a > self._pdim:
                     last_int = (a, i, len(shape))
+                elif not on_chip and shape:
+                    last_int = (a, i, len(shape))  # an HBM axis indexed after a kept one
         if on_chip and free_kept == 0 and last_int is not None:
             # On-chip tensors stay at least 2-D: the last free axis is kept at size 1.
             a, i, pos = last_int
             mkey[self._machine_axis(a)] = slice(i, i + 1)
+            shape.insert(pos, 1)
+        if (not on_chip and len(shape) == 1 and last_int is not None
+                and self._core.launch.dialect == "legacy"):  # fmt: skip
+            # Legacy dialect: `a[0:128, j]` is a [128, 1] access (its first axis the
+            # partitions of the tile it loads into), as the legacy tutorials use it.
+            a, i, pos = last_int
+            mkey[a] = slice(i, i + 1)
             shape.insert(pos, 1)
         if not shape:
             shape = [1]
@@ -328,7 +343,7 @@ class NkiTensor:
             )
         p0 = const(kp)
         pcount = sizes[0] if isinstance(kp, IndexExpr) else 1
-        if isinstance(kp, int) and axis_var[0] is not None and gshape[0] != 1:
+        if not isinstance(kp, IndexExpr) and axis_var[0] is not None and gshape[0] != 1:
             raise PartitionDimError(
                 "index: the first grid axis varies but the partition index is constant"
             )
@@ -361,11 +376,35 @@ class NkiTensor:
         v._access = (self, key)
         return v
 
+    def _rows_valid(self, key: list):
+        """The validity a legacy indexed view of a tile made under a mask inherits: its rows,
+        when the partition index is the first grid variable itself (``t[i_p, ...]``)."""
+        valid = self._valid
+        if not valid or 0 not in valid or self._pdim != 0:
+            return None
+        kp = key[0]
+        if not isinstance(kp, IndexExpr) or kp.const != 0 or len(kp.terms) != 1:
+            return None
+        ((v, c),) = kp.terms.items()
+        nd = len(grid_of([k for k in key if isinstance(k, IndexExpr)]))
+        return {0: valid[0]} if c == 1 and var_axis(v, nd) == 0 else None
+
     def restricted(self, ranges, axis_ranges) -> NkiTensor:
         """This view restricted by a mask: an indexed access re-resolved with the index
-        variables' ranges, or a plain tile sliced on the grid axes (``axis_ranges``)."""
+        variables' ranges (grid-axis ranges apply to the variable on that axis), or a plain
+        tile sliced on the grid axes (``axis_ranges``)."""
         if self._access is not None:
             base, key = self._access
+            if axis_ranges:
+                exprs = [k for k in key if isinstance(k, IndexExpr)]
+                nd = len(grid_of(exprs))
+                ranges = dict(ranges)
+                for e in exprs:
+                    for v in e.terms:
+                        r = axis_ranges.get(var_axis(v, nd))
+                        if r is not None:
+                            lo, hi = ranges.get(v, (0, v.size))
+                            ranges[v] = (max(lo, r[0]), min(hi, r[1]))
             return base._advanced(list(key), ranges)
         if not axis_ranges:
             return self
@@ -379,7 +418,29 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         if isinstance(value, NkiTensor) and self._core.just_updated(value):
             return  # `t[i] += x`: Python stores back the view `+=` already updated
-        self._core.assign(self[key], value)
+        target = self[key]
+        self._core.assign(target, value)
+        if self._pdim == 0 and self._owner is not None and target.shape[0] == self.shape[0]:
+            self._note_rows(value)
+
+    def _note_rows(self, value) -> None:
+        """Legacy dialect: the rows of this tile written so far through assignments of its
+        whole partition range, when each came from a masked result (``_valid``); reads of
+        the tile then compute only there, as for the masked result itself."""
+        if self._core.launch.dialect != "legacy":
+            return
+        valid = value._valid if isinstance(value, NkiTensor) else None
+        rows = valid.get(0) if valid else None
+        first = not self._written
+        self._written = True
+        if rows is None or (not first and self._valid is None):
+            self._valid = None  # a whole-rows write: the tile holds every row
+            return
+        if first:
+            self._valid = {0: rows}
+            return
+        lo, hi = self._valid[0] if 0 in self._valid else (0, self.shape[0])
+        self._valid = {0: (min(lo, rows[0]), max(hi, rows[1]))}
 
     @api
     def reshape(self, shape) -> NkiTensor:

@@ -28,7 +28,8 @@ from ._ops import (
     reduce_cmd,
     reduce_cmd_name,
 )
-from ._runtime import PSUM, api, current, scalar_arg
+from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
+from ._surface import Unsupported as _Unsupported
 from ._tensor import NkiTensor
 
 tensor_engine = engine.tensor
@@ -163,8 +164,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
 
 
 def _axes(data: NkiTensor, axis) -> int:
-    axes = sorted({a % data.ndim for a in ((axis,) if isinstance(axis, int) else axis)})
-    if not axes or axes[0] == 0 or axes != list(range(data.ndim - len(axes), data.ndim)):
+    axes = reduce_axes(axis, data.shape)
+    if axes != list(range(data.ndim - len(axes), data.ndim)):
         raise Trn2ValueError(
             f"axis: tensor_reduce reduces the last free axes ([1], [1, 2], ...); got {axis} "
             f"for a tile of shape {data.shape}"
@@ -315,7 +316,9 @@ def _unsupported(name: str):
         )
 
     f.__name__ = name
-    return api(f)
+    g = api(f)
+    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
+    return g
 
 
 # Documented instructions not emulated yet: each raises NotSupportedError naming itself. A
@@ -357,6 +360,8 @@ for _name in _UNSUPPORTED:
     if _name not in _IN_TABLE:
         globals()[_name] = _unsupported(_name)
 del _name
+VirtualRegister = _Unsupported("nki.isa.VirtualRegister")
+NkiInstruction = _Unsupported("nki.isa.NkiInstruction")
 
 
 def bind(op: str, names: list[str], pos: tuple, kw: dict) -> dict:

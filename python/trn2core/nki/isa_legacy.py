@@ -46,7 +46,10 @@ def _core(*xs):
 
 def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
     """A pending result: ``issue(dst, *operands)`` on the mask's region of each."""
-    ranges = core.mask_ranges(mask, len(shape))
+    tiles = [o for o in operands if isinstance(o, NkiTensor)]
+    same = [o for o in tiles if o.shape == tuple(shape)]
+    rows = [o for o in tiles if o.shape != tuple(shape) and o.shape[0] == shape[0]]
+    ranges = core.mask_ranges(mask, len(shape), *same, rows=rows)
     if len(shape) < 2:
         shape = (*shape, 1)
 
@@ -57,7 +60,7 @@ def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
         ops = [core.masked(o, ranges) if isinstance(o, NkiTensor) else o for o in operands]
         issue(d, *ops)
 
-    return core.pend(shape, dtype, buffer, fn, kind)
+    return core.pend_valid(core.pend(shape, dtype, buffer, fn, kind), ranges)
 
 
 def _dt(dtype, default):
@@ -206,7 +209,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     kept = data.shape[: data.ndim - n]
     shape = tuple(kept) + ((1,) * n if keepdims else ()) if len(kept) > 1 or keepdims \
         else (data.shape[0], 1)  # fmt: skip
-    ranges = core.mask_ranges(mask, data.ndim)
+    ranges = core.mask_ranges(mask, data.ndim, data)
 
     def fn(dst):
         if ranges is None:
@@ -214,7 +217,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
         core.m.issue("tensor_reduce", d.tile, o, core.masked(data, ranges).tile, n, bool(negate))
 
-    return core.pend(shape, _dt(dtype, data.dtype), SBUF, fn)
+    return core.pend_valid(core.pend(shape, _dt(dtype, data.dtype), SBUF, fn), ranges, (0,))
 
 
 @api
@@ -267,13 +270,15 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
 def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """``[mean, variance]`` per partition from ``bn_stats`` results, into a new tile."""
     core = _core(data)
-    ranges = core.mask_ranges(mask, data.ndim)
+    ranges = core.mask_ranges(mask, data.ndim, data)
 
     def fn(dst):
         if ranges is not None:
-            core.m.issue("bn_aggr", dst.tile, core.masked(data, ranges).tile)
+            d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
+            core.m.issue("bn_aggr", d.tile, core.masked(data, ranges).tile)
 
-    return core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn)
+    return core.pend_valid(core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn),
+                           ranges, (0,))  # fmt: skip
 
 
 @api
@@ -328,11 +333,17 @@ _CMP_OP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
                   **kwargs) -> NkiTensor:  # fmt: skip
     """``pred ? on_true_tile : on_false_value`` where ``pred`` compares an affine expression of
-    the tile's indices with zero (GpSimd ``affine_select``)."""
+    the tile's indices with zero (GpSimd ``affine_select``). An ``on_true_tile`` in PSUM
+    (which GpSimd cannot read) is first copied to SBUF by the Vector engine: the legacy
+    compiler places operands (AWS's flash-attention kernel selects straight from a matmul's
+    PSUM result); the current dialect requires SBUF, as its documentation says."""
     if not isinstance(pred, Mask) or len(pred.conds) != 1:
         raise NotSupportedError("affine_select: pred is one comparison of nl.arange indices")
     ((expr, op),) = pred.conds
     core = _core(on_true_tile)
+    if isinstance(on_true_tile, NkiTensor) and on_true_tile.buffer is PSUM:
+        core.flush()
+        on_true_tile = core.evict(on_true_tile)
     pattern, offset, cm, _ = _affine(expr, "affine_select")
     cmp = _CMP_OP[op]
 
@@ -353,7 +364,9 @@ def _unsupported(name: str):
         )
 
     f.__name__ = name
-    return api(f)
+    g = api(f)
+    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
+    return g
 
 
 # Documented instructions not emulated yet: each raises NotSupportedError naming itself. A

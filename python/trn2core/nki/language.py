@@ -15,13 +15,15 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import os
 
+import ml_dtypes
 import numpy as np
 
 from .. import spec as _spec
 from ..errors import ShapeError, Trn2ValueError
 from . import _dtypes as D
-from ._index import IndexExpr, Mask, NotSupportedError
+from ._index import IndexExpr, Mask, NotSupportedError, is_int
 from ._index import arange as _arange
 from ._index import mgrid as _mgrid
 from ._ops import Op
@@ -35,6 +37,7 @@ from ._runtime import (
     api,
     current,
 )
+from ._surface import NKIObject
 from ._tensor import DS, Buffer, NkiTensor, PartitionDimError
 
 # ----------------------------------------------------------------------------- dtypes
@@ -51,6 +54,11 @@ bfloat16 = D.bfloat16
 tfloat32 = D.tfloat32
 float8_e4m3 = D.float8_e4m3
 float8_e5m2 = D.float8_e5m2
+float8_e4m3fn = D.float8_e4m3fn
+float8_e8m0fnu = D.float8_e8m0fnu
+float8_e5m2_x4 = D.float8_e5m2_x4
+float8_e4m3fn_x4 = D.float8_e4m3fn_x4
+float4_e2m1fn_x4 = D.float4_e2m1fn_x4
 
 # ----------------------------------------------------------------------------- memories
 sbuf = SBUF
@@ -138,8 +146,14 @@ def spmd_dim(*parts: int) -> int:
     return _NC(n) if any(isinstance(p, _NC) and int(p) > 1 for p in parts) else n
 
 
+@api
 def ds(start: int, size: int) -> DS:
     """``nl.ds(start, size)``: the slice ``start : start + size`` of an axis."""
+    for arg, v in (("start", start), ("size", size)):
+        if not is_int(v):
+            raise Trn2ValueError(f"ds: {arg} must be an integer, got {v!r}", arg=arg)
+    if int(size) <= 0:
+        raise Trn2ValueError(f"ds: size must be positive, got {size}", arg="size")
     return DS(int(start), int(size))
 
 
@@ -149,27 +163,34 @@ mgrid = _mgrid
 # ----------------------------------------------------------------------------- SPMD
 
 
+def _grid_axis(axis, ndim: int, what: str, arg: str) -> int:
+    if not is_int(axis):
+        raise Trn2ValueError(f"{what}: {arg} must be an integer, got {axis!r}", arg=arg)
+    if not 0 <= int(axis) < builtins.max(ndim, 1):
+        raise Trn2ValueError(
+            f"{what}: {arg} {axis} is not an axis of the {ndim}-D launch grid", arg=arg
+        )
+    return int(axis)
+
+
+@api
 def program_id(axis: int = 0) -> int:
     """This program's index along ``axis`` of the launch grid."""
     c = current()
     pid = c.program
-    if not pid:
-        return 0
-    if not 0 <= axis < len(pid):
-        raise Trn2ValueError(f"program_id: axis {axis} of a {len(pid)}-D launch grid")
-    return pid[axis]
+    axis = _grid_axis(axis, len(pid), "program_id", "axis")
+    return pid[axis] if pid else 0
 
 
+@api
 def num_programs(axes=None) -> int:
     """Programs along ``axes`` of the launch grid (all of them when ``None``)."""
     grid = current().launch.grid
-    if not grid:
-        return 1
     if axes is None:
-        return math.prod(grid)
-    if isinstance(axes, int):
-        return grid[axes]
-    return math.prod(grid[a] for a in axes)
+        return math.prod(grid) if grid else 1
+    items = axes if isinstance(axes, (tuple, list)) else (axes,)
+    idx = [_grid_axis(a, len(grid), "num_programs", "axes") for a in items]
+    return math.prod(grid[a] for a in idx) if grid else 1
 
 
 def program_ndim() -> int:
@@ -199,7 +220,7 @@ def dynamic_range(*args, **kwargs) -> range:
     """An on-device loop; with integer bounds it runs like ``range`` (registers are not
     emulated)."""
     for a in args:
-        if not isinstance(a, int):
+        if not is_int(a):
             raise NotSupportedError("dynamic_range: register bounds are not emulated")
     return builtins.range(*args)
 
@@ -226,7 +247,7 @@ def _shape_pdim(shape) -> tuple[tuple[int, ...], int]:
     if len(pd) > 1:
         raise ShapeError(f"shape: more than one par_dim in {shape}")
     for s in shape:
-        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+        if not is_int(s):
             raise ShapeError(f"shape: dimensions are integers, got {shape}")
     return tuple(int(s) for s in shape), (pd[0] if pd else 0)
 
@@ -260,6 +281,8 @@ def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTe
 
 
 def _filled(shape, value, dtype, buffer, name) -> NkiTensor:
+    if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        raise Trn2ValueError(f"fill_value: expected a number, got {value!r}", arg="fill_value")
     t = _new(shape, dtype, buffer, name, init=float(value))
     core = t._core
     core.flush()
@@ -323,8 +346,14 @@ def empty_like(x, dtype=None, buffer=None, name="", **kwargs) -> NkiTensor:
 @api
 def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
     """An HBM tensor holding ``constant`` (a numpy array, or the path of a ``.npy`` file)."""
-    if isinstance(constant, str):
-        constant = np.load(constant)
+    if isinstance(constant, (str, os.PathLike)):
+        try:
+            constant = np.load(constant)
+        except (OSError, ValueError) as e:
+            raise Trn2ValueError(
+                f"constant: cannot read {os.fspath(constant)!r} as a .npy array ({e})",
+                arg="constant",
+            ) from None
     a = np.asarray(constant)
     if dtype is not None:
         a = a.astype(D.HOST_DTYPE[D.machine_name(D.as_dtype(dtype))])
@@ -375,7 +404,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
             return
         core.m.issue("dma_copy", core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
 
-    return core.pend(shape, dt, SBUF, issue)
+    return core.pend_valid(core.pend(shape, dt, SBUF, issue), ranges)
 
 
 @api
@@ -432,6 +461,10 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> NkiTensor:
     core.on_chip(x, "x")
     core.on_chip(y, "y")
     core.flush()
+    # An operand in PSUM (e.g. an nl.transpose result) is copied to SBUF first, as the
+    # compiler does: the tensor engine reads SBUF.
+    x = core.evict(x) if x.buffer is PSUM else x
+    y = core.evict(y) if y.buffer is PSUM else y
     if not transpose_x:
         xt_ps = core.alloc((x.shape[1], x.shape[0]), x.dtype, PSUM, 0)
         core.m.issue("nc_transpose", "tensor", xt_ps.tile, x.tile)
@@ -483,7 +516,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     if not isinstance(x, NkiTensor):
         raise NotSupportedError("where: x must be a tile (y may be a number)")
     dt = x.dtype if dtype is None else D.as_dtype(dtype)
-    ranges = core.mask_ranges(mask, x.ndim)
+    ranges = core.mask_ranges(mask, x.ndim, condition, x, y)
 
     def issue(dst: NkiTensor) -> None:
         if ranges is None:
@@ -492,7 +525,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
         core.m.issue("select", core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
                       core.masked(x, ranges).tile, f)  # fmt: skip
 
-    return core.pend(x.shape, dt, SBUF, issue)
+    return core.pend_valid(core.pend(x.shape, dt, SBUF, issue), ranges)
 
 
 @api
@@ -579,24 +612,25 @@ reciprocal = _unary("reciprocal", "1 / x (Vector engine, IEEE)", act="reciprocal
 negative = _unary("negative", "-x (Vector engine)")
 invert = _unary("invert", "~x on integer bits", alu="invert")
 logical_not = _unary("logical_not", "not x (1 or 0)")
-cos = _unary("cos", "cosine (not emulated)")
-tan = _unary("tan", "tangent (not emulated)")
-ceil = _unary("ceil", "ceiling (not emulated)")
-floor = _unary("floor", "floor (not emulated)")
-trunc = _unary("trunc", "truncation (not emulated)")
+cos = _unary("cos", "cosine: sin(pi/2 - |x|) on the Scalar engine (valid on [-pi, pi])")
+tan = _unary("tan", "tangent: sin(x) / cos(x)")
+ceil = _unary("ceil", "ceiling (exact; a Vector-engine sequence)")
+floor = _unary("floor", "floor (exact; a Vector-engine sequence)")
+trunc = _unary("trunc", "truncation toward zero (exact; a Vector-engine sequence)")
 
 #: Activation-function markers (``op=`` of ``nisa.activation``).
 prelu = Op("prelu", None, doc="parametric ReLU (not emulated)")
 bypass = Op("bypass", None, doc="no operation")
 
 
-def _reduction(name: str, alu: str, mean: bool = False):
+def _reduction(name: str, alu: str, mean: bool = False) -> Op:
     def f(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
         return _core_of(x).reduce(alu, x, axis, dtype, keepdims, mask, mean)
 
     f.__name__ = name
-    f.__doc__ = f"{name} over the given trailing free axes (Vector tensor_reduce)"
-    return api(f)
+    doc = f"{name} over the given free axes (Vector tensor_reduce)"
+    # Passed as ``op=`` (``nisa.tensor_reduce(nl.max, ...)``) a reduction names its ALU operator.
+    return Op(name, api(f), alu=None if mean else alu, doc=doc)
 
 
 sum = _reduction("sum", "add")  # noqa: A001
@@ -641,7 +675,9 @@ def _unsupported(name: str):
         )
 
     f.__name__ = name
-    return api(f)
+    g = api(f)
+    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
+    return g
 
 
 rand = _unsupported("rand")
@@ -665,9 +701,33 @@ class fp32:  # noqa: N801 - the legacy module's name
     max = float(np.finfo(np.float32).max)
 
 
+@api
+def finfo(dtype):
+    """Machine limits of a floating-point NKI dtype (``.min``, ``.max``, ``.eps``, ``.tiny``,
+    ``.bits``), as numpy's ``finfo`` (ml_dtypes' for bfloat16 and the fp8 types)."""
+    dt = D.as_dtype(dtype)
+    if not D.is_float(dt) or dt == D.tfloat32:
+        raise Trn2ValueError(f"finfo: {dt} is not a floating-point NKI dtype", arg="dtype")
+    return ml_dtypes.finfo(dt)
+
+
+@api
+def iinfo(dtype):
+    """Machine limits of an integer NKI dtype (``.min``, ``.max``, ``.bits``)."""
+    dt = D.as_dtype(dtype)
+    if D.is_float(dt) or dt == D.bool_:
+        raise Trn2ValueError(f"iinfo: {dt} is not an integer NKI dtype", arg="dtype")
+    return np.iinfo(dt)
+
+
 def static_cast(x, dtype) -> NkiTensor:
     """``x`` converted to ``dtype`` (a copy)."""
     return copy(x, dtype=dtype)
 
 
-_ = (IndexExpr, Mask)
+#: ``nl.range``: loops are Python ranges (NKI 0.2 and later; nki-library uses the name).
+range = builtins.range  # noqa: A001
+#: ``nl.bool``: the same dtype as ``nl.bool_`` (nki-library uses the name).
+bool = bool_  # noqa: A001
+
+_ = (IndexExpr, Mask, NKIObject)

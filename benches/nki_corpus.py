@@ -1,0 +1,863 @@
+"""Runs public NKI kernels (AWS's tutorials, nki-samples, nki-library, ...) on trn2core.nki.
+
+    python benches/nki_corpus.py /tmp/nki_corpus [--only NAME ...] [--timeout-note]
+
+The argument is a directory holding checkouts (or ``git archive`` exports) of the public
+repositories, one sub-directory each, named as the repositories are:
+``aws-neuron-sdk``, ``nki-samples``, ``nki-library``, ``neuronx-distributed``,
+``neuronx-distributed-inference``. Nothing is fetched or copied: each kernel file is imported
+from that directory (with ``trn2core.nki.install()`` in effect, so its ``import nki`` /
+``import neuronxcc.nki`` resolve to trn2core), the kernel is run on small inputs, and its
+outputs are compared with this file's own numpy reference. The table printed has, per kernel:
+the source file, the result (``ok``, ``mismatch`` with the largest error, or the error's class
+and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
+or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
+files for their own test drivers, never by the kernels) are empty modules when not installed.
+
+Besides the repositories' newest snapshots, two older trees hold kernels since removed:
+``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
+legacy-dialect tutorials rmsnorm, layernorm, SD attention) and ``nki-samples-reference``
+(``src/nki_samples/reference`` of nki-samples before its removal in January 2026), e.g.
+``git archive <commit> general/nki/examples | tar -x -C ROOT/aws-neuron-sdk-2.26``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import time
+import types
+from collections.abc import Callable
+
+import ml_dtypes
+import numpy as np
+
+BF16 = ml_dtypes.bfloat16
+
+
+@dataclasses.dataclass
+class Case:
+    """One kernel: where it is, how to call it, and what it must return."""
+
+    name: str
+    repo: str
+    path: str  # relative to the repository
+    kernel: str  # attribute of the module (a @nki.jit kernel or a plain caller)
+    inputs: Callable[[np.random.Generator], tuple[tuple, dict]]
+    reference: Callable[..., object]
+    grid: object = None
+    rtol: float = 1e-5
+    atol: float = 1e-5
+    package_root: str | None = None  # import as a package module from this directory
+    call: bool = False  # a plain Python caller of a kernel: called directly (no report)
+    uninitialized: str = "error"  # "nan": new memory holds NaN, as AWS's simulator
+    #: For sub-kernels (no @nki.jit, output in SBUF): makes this harness's own kernel around
+    #: ``kernel`` (called with the function; ``import nki`` resolves to trn2core then).
+    wrap: Callable | None = None
+
+
+# ----------------------------------------------------------------------------- references
+# Our own numpy formulations of what each kernel computes (from the kernels' documentation).
+
+
+def _f32(rng, *shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def ref_add(a, b, *_, **__):
+    return (a.astype(np.float32) + b.astype(np.float32)).astype(a.dtype)
+
+
+def ref_matmul(lhs_t, rhs, *_, **__):
+    return lhs_t.astype(np.float32).T @ rhs.astype(np.float32)
+
+
+def ref_transpose_rows(x, shape2D):  # noqa: N803 - the kernel's keyword
+    r, c = shape2D
+    return x.reshape(x.shape[0], r, c).transpose(0, 2, 1).reshape(x.shape[0], r * c)
+
+
+def ref_avgpool(x, pool_size):
+    c, h, w = x.shape
+    p = pool_size
+    v = x.astype(np.float32).reshape(c, h // p, p, w // p, p)
+    return v.mean(axis=(2, 4)).astype(x.dtype)
+
+
+def ref_maxpool_stride1(x, pool_size):
+    k = pool_size
+    h, w = x.shape
+    out = np.full((h - k + 1, w - k + 1), -np.inf, np.float32)
+    for di in range(k):
+        for dj in range(k):
+            out = np.maximum(out, x[di : di + h - k + 1, dj : dj + w - k + 1])
+    return out.astype(x.dtype)
+
+
+def ref_mamba(delta, u, a, b, c):
+    """The selective-scan recurrence: h_t = exp(delta_t * A) h_{t-1} + delta_t B_t u_t,
+    y_t = sum over the state of C_t h_t."""
+    delta, u, a, b, c = (np.asarray(v, np.float64) for v in (delta, u, a, b, c))
+    batch, ch, seq = delta.shape
+    out = np.zeros((batch, ch, seq))
+    for i in range(batch):
+        da = np.exp(delta[i][:, None, :] * a[:, :, None])  # [ch, state, seq]
+        dbu = delta[i][:, None, :] * b[i][None, :, :] * u[i][:, None, :]
+        h = np.zeros(da.shape[:2])
+        for t in range(seq):
+            h = da[:, :, t] * h + dbu[:, :, t]
+            out[i, :, t] = (h * c[i][None, :, t]).sum(axis=1)
+    return out.astype(np.float32)
+
+
+def ref_attention(q, k, v):
+    """softmax(q.T @ k) @ v.T for [d, s] operands (rows of the result: queries)."""
+    s = q.astype(np.float64).T @ k.astype(np.float64)
+    s = np.exp(s - s.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    return (s @ v.astype(np.float64).T).astype(np.float32)
+
+
+def ref_cumsum(x, axis=-1):
+    return np.cumsum(x.astype(np.float64), axis=-1).astype(x.dtype)
+
+
+def ref_depthwise(img, flt, **_):
+    n, c, _, w = img.shape
+    s = flt.shape[-1]
+    q = w - s + 1
+    out = np.zeros((n, c, 1, q), np.float64)
+    for j in range(s):
+        out[:, :, 0, :] += img[:, :, 0, j : j + q].astype(np.float64) * flt[None, :, 0, 0, j, None]
+    return out.astype(img.dtype)
+
+
+def ref_simulate_add(a, b):
+    return a + b
+
+
+def ref_rmsnorm(a, g):
+    a64 = a.astype(np.float64)
+    return (a64 / np.sqrt((a64 * a64).mean(axis=1, keepdims=True)) * g).astype(a.dtype)
+
+
+def ref_layernorm(x, eps, gamma, beta):
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(axis=1, keepdims=True)
+    return ((x64 - mu) / np.sqrt(var + eps) * gamma + beta).astype(x.dtype)
+
+
+def ref_sd_attention(q, k, v, **_):
+    s = (q.astype(np.float64) * 0.125) @ k.astype(np.float64).T
+    s = np.exp(s - s.max(axis=1, keepdims=True))
+    s /= s.sum(axis=1, keepdims=True)
+    return (s @ v.astype(np.float64)).astype(q.dtype)
+
+
+def ref_adaptive_avg_pool(x, output_size):
+    n, c, h, w = x.shape
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    out = np.zeros((n, c, oh, ow), np.float64)
+    for i in range(oh):
+        h0, h1 = i * h // oh, -(-(i + 1) * h // oh)
+        for j in range(ow):
+            w0, w1 = j * w // ow, -(-(j + 1) * w // ow)
+            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].astype(np.float64).mean(axis=(2, 3))
+    return out.astype(x.dtype)
+
+
+def ref_resize_nearest(x, out_shape):
+    b, ih, iw, c = x.shape
+    _, oh, ow, _ = out_shape
+    hi = np.floor(np.arange(oh, dtype=np.float32) * np.float32(ih / oh)).astype(int)
+    wi = np.floor(np.arange(ow, dtype=np.float32) * np.float32(iw / ow)).astype(int)
+    return x[:, hi][:, :, wi]
+
+
+def ref_select_and_scatter(operand, source):
+    """3x3 windows, stride 2, padding 1: each source value is added at the first maximum of
+    its window (padding never selected: the inputs are positive)."""
+    n, c, h, w = operand.shape
+    out = np.zeros(operand.shape, np.float64)
+    for i in range(source.shape[2]):
+        for j in range(source.shape[3]):
+            r0, c0 = max(2 * i - 1, 0), max(2 * j - 1, 0)
+            win = operand[:, :, r0 : 2 * i + 2, c0 : 2 * j + 2]
+            flat = win.reshape(n, c, -1)
+            am = flat.argmax(axis=2)
+            rr, cc = np.divmod(am, win.shape[3])
+            for a in range(n):
+                for b in range(c):
+                    out[a, b, r0 + rr[a, b], c0 + cc[a, b]] += source[a, b, i, j]
+    return out.astype(operand.dtype)
+
+
+def ref_add_n_elements(a, b, n_elements):
+    return a + b
+
+
+def ref_rms_norm_qkv(hidden, weights, **_):
+    h = hidden.astype(np.float64)
+    n = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)
+    return (n @ weights.astype(np.float64)).astype(hidden.dtype)
+
+
+def ref_flash_fwd(q, k, v, seed, **_):
+    """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d]."""
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    d, s = q.shape[2], q.shape[3]
+    sc = np.einsum("bhdq,bhdk->bhqk", q64, k64) / np.sqrt(d)
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
+
+
+def ref_cross_entropy(logits, targets, **_):
+    """Per-position loss logsumexp(logits) - logits[target] (the first output)."""
+    x = logits.astype(np.float64)
+    m = x.max(axis=1)
+    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+    return (lse - x[np.arange(len(targets)), targets]).astype(np.float32)
+
+
+def _tkg_layout(y):
+    """[B, S, H] -> nki-library's token-generation layout [128, B*S, H/128] (LNC=1)."""
+    b, s, h = y.shape
+    return y.reshape(b * s, 128, h // 128).transpose(1, 0, 2)
+
+
+def ref_rmsnorm_tkg(x, g, **_):
+    x64 = x.astype(np.float64)
+    y = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * g.astype(np.float64)
+    return _tkg_layout(y).astype(x.dtype)
+
+
+def ref_layernorm_tkg(x, g, b, **_):
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=-1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = (x64 - mu) / np.sqrt(var + 1e-6) * g.astype(np.float64) + b.astype(np.float64)
+    return _tkg_layout(y).astype(x.dtype)
+
+
+def _tkg_wrapper(sub):
+    """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(x, g, *rest):
+        b, s, h = x.shape
+        o = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.sbuf)
+        if rest:
+            sub(x, g, o, beta=rest[0])
+        else:
+            sub(x, g, o)
+        out = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=o)
+        return out
+
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- the corpus
+SDK = "nki/examples"
+SAMPLES = "src/nki_samples/tutorials"
+
+
+def _mm_inputs(k, m, n, dtype=BF16):
+    def f(rng):
+        return (_f32(rng, k, m).astype(dtype), _f32(rng, k, n).astype(dtype)), {}
+
+    return f
+
+
+def _two(shape, dtype=np.float32):
+    def f(rng):
+        return (_f32(rng, *shape).astype(dtype), _f32(rng, *shape).astype(dtype)), {}
+
+    return f
+
+
+def _mamba_inputs(rng):
+    b, ch, seq, st = 1, 128, 512, 4
+    delta = rng.uniform(0.01, 0.1, (b, ch, seq)).astype(np.float32)
+    u = _f32(rng, b, ch, seq)
+    a = -rng.uniform(0.5, 1.5, (ch, st)).astype(np.float32)
+    bb = _f32(rng, b, st, seq)
+    c = _f32(rng, b, st, seq)
+    return (delta, u, a, bb, c), {}
+
+
+def _attn_inputs(seq):
+    def f(rng):
+        return tuple(_f32(rng, 128, seq) for _ in range(3)), {}
+
+    return f
+
+
+SDK_ADD = f"{SDK}/tensor_addition/tensor_addition_nki_kernels.py"
+SDK_MM = f"{SDK}/matrix_multiplication/matrix_multiplication_nki_kernels.py"
+SAMPLES_MM = f"{SAMPLES}/matrix_multiplication/matrix_multiplication_nki_kernels.py"
+ADD = f"{SAMPLES}/tensor_addition"
+ATTN = f"{SAMPLES}/attention_fwd_performance/attention_kernels.py"
+LIB = "src/nkilib_src"
+OLD = "general/nki/examples"  # aws-neuron-sdk before Neuron 2.27 (legacy dialect tutorials)
+REF = "src/nki_samples/reference"  # nki-samples' reference kernels (removed in 2026)
+
+
+def _pool_in(r):
+    return (_f32(r, 64, 16, 16),), {"pool_size": 2}
+
+
+def _t2d_in(r):
+    return (_f32(r, 16, 32),), {"shape2D": (4, 8)}
+
+
+def _cases() -> list[Case]:
+    sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
+    old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
+    exact = {"rtol": 0.0, "atol": 0.0}
+    bf16 = {"rtol": 1e-2, "atol": 1e-2}
+    cases = [
+        Case("sdk tensor_add", sdk, SDK_ADD, "nki_tensor_add", _two((128, 512)), ref_add),
+        Case(
+            "sdk getting_started",
+            sdk,
+            f"{SDK}/getting_started_baremetal.py",
+            "nki_tensor_add_kernel",
+            _two((128, 512)),
+            ref_add,
+        ),
+        Case(
+            "sdk simulate add",
+            sdk,
+            f"{SDK}/simulate/nki_simulate_example.py",
+            "add_kernel",
+            _two((128, 512)),
+            ref_simulate_add,
+        ),
+        Case(
+            "sdk transpose2d",
+            sdk,
+            f"{SDK}/transpose2d/transpose2d_nki_kernels.py",
+            "tensor_transpose2D_kernel_",
+            _t2d_in,
+            ref_transpose_rows,
+        ),
+        Case(
+            "sdk avgpool2d",
+            sdk,
+            f"{SDK}/average_pool2d/average_pool2d_nki_kernels.py",
+            "tensor_avgpool_kernel",
+            _pool_in,
+            ref_avgpool,
+            rtol=1e-6,
+            atol=1e-6,
+        ),
+    ]
+    for kern, shape in [
+        ("nki_matmul_basic_", (128, 64, 512)),
+        ("nki_matmul_tiled_", (256, 128, 1024)),
+        ("nki_matmul_hoist_load_", (256, 128, 1024)),
+        ("nki_matmul_block_free_dimension_", (256, 256, 1024)),
+        ("nki_matmul_fully_optimized_", (1024, 2048, 1024)),
+    ]:
+        name = kern.strip("_")
+        cases.append(Case(f"sdk {name}", sdk, SDK_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16))
+        cases.append(
+            Case(f"samples {name}", smp, SAMPLES_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16)
+        )
+    for v in ("v1", "v2", "v3"):
+        for who, repo, path in [
+            ("sdk", sdk, f"{SDK}/fused_mamba/mamba_nki_kernels.py"),
+            ("samples", smp, f"{SAMPLES}/fused_mamba/mamba_nki_kernels.py"),
+        ]:
+            cases.append(
+                Case(
+                    f"{who} mamba_{v}",
+                    repo,
+                    path,
+                    f"mamba_{v}",
+                    _mamba_inputs,
+                    ref_mamba,
+                    rtol=1e-3,
+                    atol=1e-3,
+                )
+            )
+    cases += [
+        Case(
+            "samples tensor_add",
+            smp,
+            f"{ADD}/tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            _two((256, 1024)),
+            ref_add,
+            call=True,
+        ),
+        Case(
+            "samples spmd tensor_add",
+            smp,
+            f"{ADD}/spmd_tensor_addition_nki_kernels.py",
+            "nki_tensor_add",
+            _two((256, 1024)),
+            ref_add,
+            call=True,
+        ),
+        Case(
+            "samples spmd tensor_add nc2",
+            smp,
+            f"{ADD}/spmd_multiple_nc_tensor_addition_nki_kernels.py",
+            "nki_tensor_add_nc2",
+            _two((512, 1024), np.float16),
+            ref_add,
+            call=True,
+            rtol=1e-3,
+            atol=1e-3,
+        ),
+        Case(
+            "samples transpose2d",
+            smp,
+            f"{SAMPLES}/transpose2d/transpose2d_nki_kernels.py",
+            "tensor_transpose2D_kernel_",
+            _t2d_in,
+            ref_transpose_rows,
+        ),
+        Case(
+            "samples avgpool2d",
+            smp,
+            f"{SAMPLES}/average_pool2d/average_pool2d_nki_kernels.py",
+            "tensor_avgpool_kernel",
+            _pool_in,
+            ref_avgpool,
+            rtol=1e-6,
+            atol=1e-6,
+        ),
+        Case(
+            "samples maxpool stride 1",
+            smp,
+            "contributed/maxpooling.py",
+            "max_pooling_2d_stride_1",
+            lambda r: ((_f32(r, 200, 24),), {"pool_size": 3}),
+            ref_maxpool_stride1,
+            **exact,
+        ),
+        Case(
+            "samples maxpool stride 1 (nan)",
+            smp,
+            "contributed/maxpooling.py",
+            "max_pooling_2d_stride_1",
+            lambda r: ((_f32(r, 200, 24),), {"pool_size": 3}),
+            ref_maxpool_stride1,
+            uninitialized="nan",
+            **exact,
+        ),
+    ]
+    for v in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v8a", "v9", "v10", "v11"):
+        seq = 128 if v in ("v1", "v2") else 512
+        cases.append(
+            Case(
+                f"samples attn_fwd_{v}",
+                smp,
+                ATTN,
+                f"attn_fwd_{v}",
+                _attn_inputs(seq),
+                ref_attention,
+                rtol=2e-2,
+                atol=2e-3,
+            )
+        )
+    cases += [
+        Case(
+            "nkilib cumsum",
+            lib,
+            "nkilib.core.cumsum.cumsum",
+            "cumsum",
+            lambda r: ((_f32(r, 200, 640),), {}),
+            ref_cumsum,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib cross_entropy_forward (LNC=2)",
+            lib,
+            "nkilib.experimental.loss.cross_entropy",
+            "cross_entropy_forward",
+            lambda r: (
+                (_f32(r, 64, 2048, lo=-4.0, hi=4.0), r.integers(0, 2048, 64).astype(np.int32)),
+                {"positions_per_batch": 32, "chunk_size": 1024, "dtype": np.dtype(np.float32)},
+            ),
+            ref_cross_entropy,
+            grid=2,
+            rtol=1e-5,
+            atol=1e-5,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib rmsnorm_tkg (sub-kernel)",
+            lib,
+            "nkilib.core.subkernels.rmsnorm_tkg",
+            "rmsnorm_tkg",
+            lambda r: ((_f32(r, 1, 4, 512).astype(BF16), _f32(r, 1, 512).astype(BF16)), {}),
+            ref_rmsnorm_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+            wrap=_tkg_wrapper,
+        ),
+        Case(
+            "nkilib layernorm_tkg (sub-kernel)",
+            lib,
+            "nkilib.core.subkernels.layernorm_tkg",
+            "layernorm_tkg",
+            lambda r: (
+                tuple(
+                    a.astype(BF16) for a in (_f32(r, 1, 4, 512), _f32(r, 1, 512), _f32(r, 1, 512))
+                ),
+                {},
+            ),
+            ref_layernorm_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+            wrap=_tkg_wrapper,
+        ),
+        Case(
+            "nkilib depthwise_conv1d",
+            lib,
+            "nkilib.experimental.conv.depthwise_conv1d",
+            "depthwise_conv1d_implicit_gemm",
+            lambda r: (
+                (_f32(r, 1, 128, 1, 64), _f32(r, 128, 1, 1, 3)),
+                {"feature_group_count": 128},
+            ),
+            ref_depthwise,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+    ]
+    cases += [
+        Case(
+            "sdk-2.26 rmsnorm 256 rows",
+            old,
+            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
+            "nki_rmsnorm_kernel",
+            lambda r: ((_f32(r, 256, 512), _f32(r, 512)), {}),
+            ref_rmsnorm,
+            rtol=1e-4,
+            atol=1e-5,
+        ),
+        Case(
+            "sdk-2.26 rmsnorm 300 rows",
+            old,
+            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
+            "nki_rmsnorm_kernel",
+            lambda r: ((_f32(r, 300, 512), _f32(r, 512)), {}),
+            ref_rmsnorm,
+            rtol=1e-4,
+            atol=1e-5,
+        ),
+    ]
+    for v in ("v1", "v2"):
+        for rows in (256, 300):
+            cases.append(
+                Case(
+                    f"sdk-2.26 layernorm_{v} {rows} rows",
+                    old,
+                    f"{OLD}/layernorm/layernorm_nki_kernel.py",
+                    f"nki_layernorm_kernel_{v}",
+                    lambda r, n=rows: ((_f32(r, n, 512), 1e-5, _f32(r, 512), _f32(r, 512)), {}),
+                    ref_layernorm,
+                    rtol=1e-4,
+                    atol=1e-4,
+                )
+            )
+    cases += [
+        Case(
+            "sdk-2.26 sd_attention",
+            old,
+            f"{OLD}/sd_attention/sd_attention_nki_kernels.py",
+            "fused_self_attn_for_SD_small_head_size",
+            lambda r: (tuple(_f32(r, 512, 64, lo=0.0) for _ in range(3)), {}),
+            ref_sd_attention,
+            rtol=2e-2,
+            atol=2e-3,
+        ),
+        Case(
+            "samples-ref add nx8x128x512",
+            ref,
+            f"{REF}/tutorial.py",
+            "add_kernel_nx8x128x512",
+            lambda r: ((_f32(r, 2, 8, 128, 512), _f32(r, 2, 8, 128, 512), 2 * 8 * 128 * 512), {}),
+            ref_add_n_elements,
+            grid=2,
+        ),
+        Case(
+            "samples-ref adaptive_avg_pool2d",
+            ref,
+            f"{REF}/vision.py",
+            "adaptive_avg_pool2d_kernel",
+            lambda r: ((_f32(r, 2, 8, 13, 11),), {"output_size": (4, 3)}),
+            ref_adaptive_avg_pool,
+            rtol=1e-5,
+            atol=1e-6,
+        ),
+        Case(
+            "samples-ref resize_nearest",
+            ref,
+            f"{REF}/vision.py",
+            "resize_nearest_fixed_dma_kernel",
+            lambda r: ((_f32(r, 1, 30, 20, 8),), {"out_shape": (1, 59, 38, 8)}),
+            ref_resize_nearest,
+            **exact,
+        ),
+        Case(
+            "samples-ref select_and_scatter",
+            ref,
+            f"{REF}/vision.py",
+            "select_and_scatter_kernel",
+            lambda r: ((_f32(r, 2, 64, 16, 16, lo=0.0), _f32(r, 2, 64, 8, 8, lo=0.0)), {}),
+            ref_select_and_scatter,
+            rtol=1e-5,
+            atol=1e-6,
+        ),
+    ]
+    cases += [
+        Case(
+            "samples-ref allocated_fused_rms_norm_qkv",
+            ref,
+            f"{REF}/allocated_fused_linear.py",
+            "allocated_fused_rms_norm_qkv",
+            lambda r: ((_f32(r, 1, 128, 256).astype(BF16), _f32(r, 256, 128).astype(BF16)), {}),
+            ref_rms_norm_qkv,
+            rtol=2e-2,
+            atol=5e-2,
+        ),
+        Case(
+            "samples-ref flash_fwd",
+            ref,
+            f"{REF}/attention.py",
+            "flash_fwd",
+            lambda r: (
+                (
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 2048, 64).astype(BF16),
+                    np.zeros(1, np.int32),
+                ),
+                {},
+            ),
+            ref_flash_fwd,
+            grid=(1, 1),
+            rtol=2e-2,
+            atol=2e-2,
+        ),
+    ]
+    return cases
+
+
+# ----------------------------------------------------------------------------- running
+class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Packages the kernel files import for their own test drivers (``torch``, ``scipy``) as
+    empty modules, when they are not installed."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".")[0] in self.names:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return types.ModuleType(spec.name)
+
+    def exec_module(self, module) -> None:
+        module.__path__ = []  # type: ignore[attr-defined]
+
+
+#: What kernel files import for their drivers and tests only (never used by a kernel).
+_DRIVER_PACKAGES = ("torch", "torch_xla", "torch_neuronx", "scipy", "jax")
+
+
+def _load(root: str, case: Case):
+    if case.package_root:
+        top = os.path.join(root, case.repo, case.package_root)
+        if top not in sys.path:
+            sys.path.insert(0, top)
+        return importlib.import_module(case.path)
+    path = os.path.join(root, case.repo, case.path)
+    name = "nki_corpus_" + case.path.replace("/", "_").replace("-", "_").removesuffix(".py")
+    name = f"{case.repo.replace('-', '_')}_{name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    d = os.path.dirname(path)
+    sys.path.insert(0, d)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return mod
+    finally:
+        sys.path.remove(d)
+
+
+def _compare(out, ref, case: Case) -> str:
+    if isinstance(out, (tuple, list)) and not isinstance(ref, (tuple, list)):
+        out = out[0]  # the reference covers the first output (e.g. flash attention's o)
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        return f"mismatch: shape {out.shape}, expected {ref.shape}"
+    o, r = out.astype(np.float64), ref.astype(np.float64)
+    if np.allclose(o, r, rtol=case.rtol, atol=case.atol, equal_nan=True):
+        exact = np.array_equal(out.view(np.uint8), ref.astype(out.dtype).view(np.uint8))
+        return "ok (bit-exact)" if exact else "ok"
+    err = np.abs(o - r)
+    i = np.unravel_index(int(np.nanargmax(err)), err.shape)
+    return f"mismatch: max |err| {err[i]:.3g} at {tuple(int(v) for v in i)}"
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).splitlines()[0] if str(e) else ""
+    # Paths inside the corpus directory are shown relative to it.
+    return f"{type(e).__name__}: {msg}"[:220]
+
+
+def run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
+    env = dict(os.environ)  # a kernel file may set variables (e.g. its target chip)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # kernels' own prints and logs
+            return _run_case(root, case, nki)
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
+    t0 = time.perf_counter()
+    try:
+        mod = _load(root, case)
+        fn = getattr(mod, case.kernel)
+        if case.wrap is not None:
+            fn = case.wrap(fn)
+        args, kwargs = case.inputs(np.random.default_rng(0))
+        ref = case.reference(*args, **kwargs)
+        if case.call:
+            out, sim = fn(*args, **kwargs), None
+        else:
+            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized, **kwargs)
+            out, sim = res.outputs, res.report.seconds
+        return _compare(out, ref, case), sim, time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - every failure is a row of the table
+        return _short(e), None, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("root", help="directory holding the repositories (see the module doc)")
+    p.add_argument("--only", nargs="*", default=None, help="kernel names containing these")
+    p.add_argument("--docs", action="store_true", help="the table as docs/nki.md has it")
+    a = p.parse_args(argv)
+    if not os.path.isdir(a.root):
+        print(f"nki_corpus: {a.root} does not exist; nothing to run (this harness fetches nothing)")
+        return 0
+    import trn2core.nki as nki
+
+    absent = {n for n in _DRIVER_PACKAGES if importlib.util.find_spec(n) is None}
+    if absent:
+        sys.meta_path.append(_EmptyModules(absent))
+    rows = []
+    with nki.install():
+        for case in _cases():
+            if a.only and not any(s in case.name for s in a.only):
+                continue
+            if not os.path.isdir(os.path.join(a.root, case.repo)):
+                rows.append((case.name, f"{case.repo}/{case.path}", "skipped: repository absent",
+                             None, 0.0))  # fmt: skip
+                continue
+            result, sim, wall = run_case(a.root, case, nki)
+            result = result.replace(os.path.abspath(a.root) + os.sep, "")
+            rows.append((case.name, f"{case.repo}/{case.path}", result, sim, wall))
+            print(f"{case.name:32s} {result[:90]}", file=sys.stderr, flush=True)
+        imports = _library_imports(a.root) if not a.only else None
+    _print_table(rows, a.docs)
+    ok = sum(1 for r in rows if r[2].startswith("ok"))
+    print(f"\n{ok} of {len(rows)} kernels ok")
+    if imports:
+        print(f"nki-library: {imports[0]} of {imports[1]} kernel modules import")
+    return 0
+
+
+_SHORT = {
+    "aws-neuron-sdk/nki/examples/": "sdk: examples/",
+    "nki-samples/src/nki_samples/tutorials/": "nki-samples: tutorials/",
+    "nki-samples/contributed/": "nki-samples: contributed/",
+    "aws-neuron-sdk-2.26/general/nki/examples/": "sdk 2.26: examples/",
+    "nki-samples-reference/src/nki_samples/reference/": "nki-samples (reference): ",
+    "nki-library/": "nki-library: ",
+}
+
+
+def _print_table(rows, docs: bool) -> None:
+    if not docs:
+        print("| kernel | source | result | simulated | emulation |")
+        print("|---|---|---|---|---|")
+    else:
+        print("| kernel | source | result | emulated time |")
+        print("|---|---|---|---|")
+    for name, src, result, sim, wall in rows:
+        s = f"{sim * 1e6:.1f} us" if sim is not None else "-"
+        result = result.replace("|", "/")
+        if not docs:
+            print(f"| {name} | {src} | {result} | {s} | {wall:.2f} s |")
+            continue
+        for k, v in _SHORT.items():
+            src = v + src[len(k) :] if src.startswith(k) else src
+        cls, _, msg = result.partition(": ")
+        if not result.startswith(("ok", "mismatch", "skipped")):
+            msg = msg.split(": ", 1)[1] if ".py:" in msg.split(": ", 1)[0] else msg
+            result = f"{cls}: {msg[:90]}"
+        print(f"| {name} | {src} | {result} | {s} |")
+
+
+def _library_imports(root: str) -> tuple[int, int] | None:
+    """How many of nki-library's kernel modules (not its ``*_torch.py`` references) import."""
+    top = os.path.join(root, "nki-library", "src", "nkilib_src")
+    if not os.path.isdir(top):
+        return None
+    if top not in sys.path:
+        sys.path.insert(0, top)
+    ok = total = 0
+    for d, _, files in sorted(os.walk(os.path.join(top, "nkilib"))):
+        for f in sorted(files):
+            if not f.endswith(".py") or f.endswith("_torch.py"):
+                continue
+            rel = os.path.relpath(os.path.join(d, f), top)[:-3]
+            total += 1
+            try:
+                importlib.import_module(rel.replace(os.sep, ".").removesuffix(".__init__"))
+                ok += 1
+            except Exception:  # noqa: BLE001, S112 - counted, not reported
+                continue
+    return ok, total
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""The parts of NKI's documented API that trn2core does not emulate, importable all the same:
+a kernel file that imports them loads, and only a *use* raises ``NotSupportedError`` naming the
+API at the kernel's line (never an ``AttributeError`` or ``ImportError`` at import).
+
+Also what the modules need that is not an instruction: ``nl.NKIObject`` (the base class of
+configuration objects passed into kernels), the legacy ``neuronxcc.nki.compiler`` module (its
+scheduling decorators are no-ops here; its explicit allocators are not emulated) and
+``nki.isa.constants``. The names follow the NKI API reference's module listings (nki,
+nki.language, nki.isa, nki.collectives; neuronxcc.nki.compiler for the legacy dialect).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from ..errors import Trn2ValueError
+from ._api import relocate
+from ._index import NotSupportedError
+
+
+class UnknownNameError(NotSupportedError, AttributeError):
+    """A name an NKI module does not have (not in the API reference, or newer than trn2core):
+    a ``NotSupportedError`` naming it at the kernel's line, and an ``AttributeError`` so that
+    ``hasattr`` and ``from ... import`` behave as for any module."""
+
+
+class Unsupported:
+    """A documented NKI name trn2core does not emulate. Importing it works; calling it, taking
+    an attribute or indexing it raises ``NotSupportedError`` naming it."""
+
+    __slots__ = ("_qualname",)
+    nki_unsupported = True
+
+    def __init__(self, qualname: str) -> None:
+        self._qualname = qualname
+
+    def _refuse(self, how: str = "", cls: type = NotSupportedError) -> NotSupportedError:
+        return relocate(cls(  # type: ignore[return-value]
+            f"{self._qualname}{how} is not supported by trn2core (docs/nki.md lists the "
+            "supported API)",
+            arg=self._qualname,
+        ))  # fmt: skip
+
+    def __call__(self, *args, **kwargs):
+        raise self._refuse()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        # Also an AttributeError: getattr(x, name, default) and hasattr behave.
+        raise self._refuse(f".{name}", UnknownNameError)
+
+    def __getitem__(self, key):
+        raise self._refuse("[...]")
+
+    def __repr__(self) -> str:
+        return f"<{self._qualname}: not supported by trn2core>"
+
+
+def module_getattr(module: str):
+    """The ``__getattr__`` of an installed NKI module: unknown names raise
+    ``UnknownNameError`` naming ``module.name``."""
+
+    def __getattr__(name: str):  # noqa: N807 - the module protocol's name
+        if name.startswith("__"):
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        raise relocate(UnknownNameError(
+            f"{module}.{name} is not an NKI name trn2core knows (docs/nki.md lists the "
+            "supported API)",
+            arg=f"{module}.{name}",
+        ))  # fmt: skip
+
+    return __getattr__
+
+
+def unsupported_names(module: str, names: tuple[str, ...]) -> dict[str, Unsupported]:
+    return {n: Unsupported(f"{module}.{n}") for n in names}
+
+
+def _fields(cls: type) -> list[str]:
+    out: list[str] = []
+    for c in reversed(cls.__mro__):
+        if c is object or c is NKIObject:
+            continue
+        for name in inspect.get_annotations(c):
+            if name not in out:
+                out.append(name)
+    return out
+
+
+class NKIObject:
+    """``nl.NKIObject``: the base class of configuration objects a kernel builds and passes
+    around. A subclass decorated with ``@dataclass`` is an ordinary dataclass; one that is not
+    (and has no ``__init__`` of its own) is built the same way: positional or keyword values
+    for its annotated fields, class attributes as defaults, then ``__post_init__`` if it has
+    one."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        cls = type(self)
+        fields = _fields(cls)
+        if len(args) > len(fields):
+            raise Trn2ValueError(
+                f"{cls.__name__}: {len(args)} positional values for {len(fields)} fields {fields}"
+            )
+        values = dict(zip(fields, args, strict=False))
+        for k, v in kwargs.items():
+            if k not in fields:
+                raise Trn2ValueError(f"{cls.__name__}: no field {k!r} (fields: {fields})", arg=k)
+            if k in values:
+                raise Trn2ValueError(f"{cls.__name__}: field {k!r} given twice", arg=k)
+            values[k] = v
+        for f in fields:
+            if f in values:
+                object.__setattr__(self, f, values[f])
+            elif not hasattr(cls, f):
+                raise Trn2ValueError(f"{cls.__name__}: field {f!r} has no value", arg=f)
+        post = getattr(self, "__post_init__", None)
+        if post is not None:
+            post()
+
+    def __repr__(self) -> str:
+        fields = _fields(type(self))
+        inner = ", ".join(f"{f}={getattr(self, f, '?')!r}" for f in fields)
+        return f"{type(self).__name__}({inner})"
+
+
+# ----------------------------------------------------------------------------- nki.collectives
+COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all", "all_to_all_v",
+    "collective_permute", "collective_permute_implicit", "collective_permute_implicit_reduce",
+    "collective_permute_implicit_current_processing_rank_id", "rank_id", "ReplicaGroup",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- compiler
+def _decorator(name: str):
+    def deco(fn=None, *args, **kwargs):
+        # ``@skip_middle_end_transformations`` and ``@enable_stack_allocator(...)`` alike.
+        if callable(fn) and not args and not kwargs:
+            return fn
+        return lambda f: f
+
+    deco.__name__ = name
+    deco.__doc__ = (
+        f"``{name}``: a compiler directive; accepted and ignored (trn2core runs the "
+        "instructions as written)."
+    )
+    return deco
+
+
+class _Allocators:
+    """``ncc.sbuf`` / ``ncc.psum``: the explicit allocators (``alloc``, ``mod_alloc``,
+    ``auto_alloc``), not emulated."""
+
+    def __init__(self, space: str) -> None:
+        for n in ("alloc", "mod_alloc", "auto_alloc"):
+            setattr(self, n, Unsupported(f"neuronxcc.nki.compiler.{space}.{n}"))
+
+
+def compiler_namespace() -> dict:
+    """``neuronxcc.nki.compiler``."""
+    ns: dict = {
+        n: _decorator(n)
+        for n in ("skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc")
+    }
+    ns["sbuf"] = _Allocators("sbuf")
+    ns["psum"] = _Allocators("psum")
+    ns.update(unsupported_names("neuronxcc.nki.compiler", COLLECTIVES))
+    return ns

@@ -1,0 +1,881 @@
+"""Patterns that public NKI kernels (AWS's tutorials, nki-samples, nki-library) rely on, each in
+a small kernel of our own, in both dialects where both have it (issue 26; the kernels
+themselves are run by benches/nki_corpus.py from a local checkout). Also the front-end
+argument errors of issue 28: a bad argument inside a kernel is a Trn2Error at its line."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import trn2core.nki as tn
+from trn2core.errors import FormatError, ShapeError, Trn2Error
+
+nl, nisa = tn.language, tn.isa
+lnl, lisa = tn.language_legacy, tn.isa_legacy
+
+
+def _line_of(fn, text: str) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def _at(info, fn, marker: str) -> None:
+    """The error names the kernel's own file:line."""
+    where = f"{__file__}:{_line_of(fn, marker)}:"
+    assert str(info.value).startswith(where), (str(info.value), where)
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-4, 4, shape).astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def test_every_nki_dtype_name_exists_and_the_ones_trn2_lacks_fail_on_use():
+    names = ("float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4",
+             "float4_e2m1fn_x4")  # fmt: skip
+    dts = [getattr(nl, n) for n in names]
+    assert len({str(d) for d in dts}) == len(dts)  # five distinct dtypes
+    assert nl.float8_e4m3fn == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert all(getattr(lnl, n) == getattr(nl, n) for n in names)
+    assert nl.bool == nl.bool_ and nl.range is range
+
+    def k(x):
+        t = nl.ndarray((128, 4), dtype=nl.float8_e4m3fn, buffer=nl.sbuf)  # e4m3fn
+        return t
+
+    with pytest.raises(FormatError, match="float8_e4m3fn.*not a Trainium2 dtype") as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# e4m3fn")
+
+
+def test_import_surface_of_both_dialects_fails_only_on_use():
+    mods = ("nki.isa.constants", "nki.collectives", "neuronxcc.nki.compiler",
+            "neuronxcc.nki.isa.constants",
+            "neuronxcc.nki.compiler.backends.neuron.dimensions")  # fmt: skip
+    with tn.install():
+        import importlib
+
+        for m in mods:
+            importlib.import_module(m)
+        import nki
+        import nki.collectives as cc
+        from neuronxcc import nki as legacy
+        from neuronxcc.nki.compiler.backends.neuron.dimensions import VNC
+        from nki.isa import NkiInstruction, VirtualRegister
+        from nki.isa.constants import dge_mode, oob_mode
+
+        assert nki.dtype is np.dtype and isinstance(nl.bfloat16, nki.dtype)
+        assert oob_mode is nisa.oob_mode and dge_mode is nisa.dge_mode
+        assert VNC(2) == 2 and VNC(2).nc
+        # Package attributes without a submodule import, as kernels use them.
+        ncc = legacy.compiler
+        assert nki.language.add is nl.add and ncc.sbuf is not None
+
+        @ncc.skip_middle_end_transformations
+        def f(x):
+            return x + 1
+
+        @ncc.enable_stack_allocator(log_level=0)
+        def g(x):
+            return x * 2
+
+        assert f(1) == 2 and g(2) == 4
+
+        for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
+                    lambda: VirtualRegister(), lambda: NkiInstruction.x,
+                    lambda: ncc.sbuf.mod_alloc(base_addr=0),
+                    lambda: ncc.psum.alloc(lambda *a: 0)):  # fmt: skip
+            with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
+                use()
+        with pytest.raises(tn.NotSupportedError, match=r"neuronxcc\.nki\.compiler\.sbuf"):
+            ncc.sbuf.mod_alloc(base_addr=0)
+
+
+# ----------------------------------------------------------------------------- NKIObject
+
+
+class _Tiling(nl.NKIObject):
+    rows: int
+    scale: float = 2.0
+
+    def __post_init__(self):
+        self.cols = self.rows * 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen(nl.NKIObject):
+    bias: float = 1.0
+    use_bias: bool = True
+
+    def __post_init__(self):
+        if self.bias < 0:
+            raise ValueError("negative bias")
+
+
+def test_nki_object_configs_are_built_by_keyword_and_passed_into_kernels():
+    cfg = _Tiling(rows=8)
+    assert (cfg.rows, cfg.scale, cfg.cols) == (8, 2.0, 32)
+    assert _Tiling(8, 3.0).scale == 3.0
+    with pytest.raises(Trn2Error, match="no field 'colz'"):
+        _Tiling(rows=8, colz=1)
+    with pytest.raises(Trn2Error, match="'rows' has no value"):
+        _Tiling()
+    with pytest.raises(ValueError, match="negative bias"):
+        _Frozen(bias=-1.0)
+
+    @tn.jit
+    def k(x, cfg, fz):
+        out = nl.ndarray((cfg.rows, cfg.cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x[0 : cfg.rows, 0 : cfg.cols])
+        y = nl.multiply(t, cfg.scale)
+        if fz.use_bias:
+            y = nl.add(y, fz.bias)
+        nl.store(out, value=y)
+        return out
+
+    x = _rand(16, 64)
+    got = k(x, _Tiling(rows=8, scale=0.5), _Frozen(bias=3.0))
+    assert np.array_equal(got, x[:8, :32] * np.float32(0.5) + np.float32(3.0))
+
+
+# ----------------------------------------------------------------------------- indexing
+
+
+def test_mgrid_result_has_p_x_y_z_and_unpacks():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((64, 24), dtype=x.dtype, buffer=lnl.shared_hbm)
+        i = lnl.mgrid[0:64, 0:24]
+        t = lnl.load(x[i.p, i.x + 8])
+        lnl.store(out[i.p, i.x], value=t)
+        return out
+
+    x = _rand(64, 32)
+    assert np.array_equal(k(x), x[:, 8:])
+    g = lnl.mgrid[0:2, 0:3, 0:4, 0:5]
+    assert (g.p.shape, g.z.shape) == ((2, 3, 4, 5), (2, 3, 4, 5))
+    a, b, c, d = g
+    assert a is g.p and b is g.x and c is g.y and d is g.z
+    with pytest.raises(Trn2Error, match=r"\.y is axis 2 of a 2-D grid"):
+        _ = lnl.mgrid[0:2, 0:3].y
+
+
+def test_numpy_integers_work_where_python_ints_do():
+    n = np.int32(64)
+
+    @tn.jit_legacy
+    def legacy(x):
+        out = lnl.ndarray((n, np.int64(16)), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip = lnl.arange(np.int32(64))[:, None]
+        jf = lnl.arange(np.int16(16))[None, :]
+        i = lnl.mgrid[np.int32(0) : n, 0 : np.int64(16)]
+        t = lnl.load(x[ip, jf + np.int32(4)])
+        lnl.store(out[i.p, i.x], value=t)
+        return out
+
+    @tn.jit
+    def current(x):
+        out = nl.ndarray((n, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((np.int64(64), np.int32(16)), dtype=x.dtype, buffer=nl.sbuf)
+        for j in nl.affine_range(np.int32(2)):
+            nisa.dma_copy(dst=t[:, nl.ds(j * np.int32(8), np.int32(8))],
+                          src=x[np.int32(0) : n, nl.ds(np.int64(4) + 8 * j, 8)])  # fmt: skip
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(64, 32)
+    assert np.array_equal(legacy(x), x[:, 4:20])
+    assert np.array_equal(current(x), x[:, 4:20])
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+@pytest.mark.parametrize("name", ["max", "min", "sum"])
+def test_reductions_over_free_axes_that_are_not_the_last(name):
+    @tn.jit
+    def k(x):
+        out = nl.ndarray((32, 5), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = getattr(nl, name)(t, axis=[1, 3])
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = np.round(_rand(32, 3, 5, 4) * 8)  # integers: sums exact in any order
+    want = getattr(np, name)(x, axis=(1, 3))
+    assert np.array_equal(k(x), want)
+
+
+def test_legacy_pooling_by_index_expressions_reduces_axes_2_and_4():
+    @tn.jit_legacy
+    def avgpool(x):
+        c, h, w = x.shape
+        out = lnl.ndarray((c, h // 2, w // 2), dtype=x.dtype, buffer=lnl.shared_hbm)
+        i0, i1, i2, i3, i4 = lnl.mgrid[0:c, 0 : h // 2, 0:2, 0 : w // 2, 0:2]
+        t = lnl.load(x)
+        s = lnl.sum(t[i0, 2 * i1 + i2, 2 * i3 + i4], axis=[2, 4])
+        lnl.store(out, value=s * 0.25)
+        return out
+
+    x = np.round(_rand(16, 8, 12) * 4)
+    want = x.reshape(16, 4, 2, 6, 2).sum(axis=(2, 4)) * np.float32(0.25)
+    assert np.array_equal(avgpool(x), want)
+
+
+def test_reduction_axes_are_checked():
+    def k(x, axis):
+        t = nl.load(x)
+        return nl.sum(t, axis=axis)  # reduce
+
+    for bad in (0, None, [0, 1], [1, 1], 7, "1"):
+        with pytest.raises(ShapeError, match="free axes") as info:
+            tn.run(tn.jit(k), np.ones((4, 8), np.float32), bad)
+        _at(info, k, "# reduce")
+
+
+def test_nl_reductions_and_numpy_functions_as_tensor_reduce_ops():
+    @tn.jit
+    def k(x):
+        out = nl.ndarray((64, 3), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        r = nl.ndarray((64, 3), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r[:, 0:1], op=nl.max, data=t, axis=1)
+        nisa.tensor_reduce(dst=r[:, 1:2], op=nl.min, data=t, axis=(1,))
+        nisa.tensor_reduce(dst=r[:, 2:3], op=np.max, data=t, axis=[np.int64(1)])
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x):
+        out = lnl.ndarray((64, 1), dtype=x.dtype, buffer=lnl.shared_hbm)
+        r = lisa.tensor_reduce(lnl.sum, lnl.load(x), axis=1)
+        lnl.store(out, value=r)
+        return out
+
+    x = np.round(_rand(64, 40) * 4)
+    want = np.stack([x.max(1), x.min(1), x.max(1)], axis=1)
+    assert np.array_equal(k(x), want)
+    assert np.array_equal(legacy(x), x.sum(1, keepdims=True))
+    with pytest.raises(Trn2Error, match="mean is not an ALU operator"):
+        tn.run(lambda x: nisa.tensor_reduce(dst=x, op=nl.mean, data=x, axis=1),
+               np.ones((2, 2), np.float32))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def test_a_constant_bool_is_a_mask():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((32, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x, mask=True)
+        t[...] = lnl.multiply(t, 2.0, mask=np.bool_(True))
+        t[...] = lnl.exp(t, mask=False)  # never: no instruction
+        lnl.store(out, value=t, mask=True)
+        return out
+
+    x = _rand(32, 8)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x * np.float32(2))
+    assert "activation" not in res.report.opcodes
+
+
+# ----------------------------------------------------------------------------- math
+
+
+def _unary_kernel(fn, dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(x):
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        lang.store(out, value=fn(lang.load(x)))
+        return out
+
+    return tn.jit(k) if dialect == "current" else tn.jit_legacy(k)
+
+
+ROUNDING_INPUTS = np.array(
+    [-0.0, 0.0, -0.5, 0.5, 1.5, 2.5, -1.5, -2.5, 3.7, -3.7, 2.0**23, -(2.0**23),
+     2.0**22 + 0.5, -(2.0**22) - 0.5, 8388607.5, 1e30, -1e30, np.inf, -np.inf, np.nan, 1e-40,
+     -1e-40, 0.49999997, -0.99999994],
+    np.float32,
+).reshape(2, 12)  # fmt: skip
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+@pytest.mark.parametrize("name", ["floor", "ceil", "trunc"])
+def test_floor_ceil_trunc_are_exact(name, dialect):
+    x = np.concatenate([ROUNDING_INPUTS, _rand(2, 12) * 1000])
+    got = _unary_kernel(getattr(nl, name), dialect)(x)
+    want = getattr(np, name)(x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (x, got, want)
+
+
+@pytest.mark.parametrize("name", ["cos", "tan"])
+def test_cos_and_tan_on_their_valid_range(name):
+    x = np.linspace(-np.pi, np.pi, 256, dtype=np.float32).reshape(2, 128)
+    if name == "tan":
+        x = x[np.abs(np.cos(x)) > 1e-2].reshape(2, -1)
+    got = _unary_kernel(getattr(nl, name), "current")(x)
+    want = getattr(np, name)(x.astype(np.float64))
+    # cos is sin(pi/2 - |x|): the fp32 rounding of its argument is an absolute error of about
+    # 1e-7, which tan (sin / cos) divides by |cos| (>= 1e-2 here).
+    rtol, atol = (1e-5, 1e-7) if name == "tan" else (1e-6, 2e-7)
+    assert np.allclose(got, want, rtol=rtol, atol=atol)
+
+
+def test_mod_stays_unsupported_with_its_name():
+    def k(x):
+        return nl.mod(nl.load(x), 3.0)  # mod
+
+    with pytest.raises(tn.NotSupportedError, match="nki.language.mod") as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# mod")
+
+
+# ----------------------------------------------------------------------------- bad arguments
+
+
+def _k_full(x):
+    return nl.full((4, 4), "abc", dtype=nl.float32)  # bad
+
+
+def _k_assign(x):
+    t = nl.load(x)
+    t[...] = np.ones((4, 4), np.float32)  # bad
+    return t
+
+
+def _k_ds(x):
+    return nl.load(x[nl.ds("a", 4), :])  # bad
+
+
+def _k_sum(x):
+    return nl.sum(nl.load(x), axis=None)  # bad
+
+
+def _k_programs(x):
+    return nl.num_programs(5)  # bad
+
+
+def _k_program_id(x):
+    return nl.program_id("0")  # bad
+
+
+def _k_constant(x):
+    return nl.shared_constant("missing-file-of-a-test.npy")  # bad
+
+
+def _k_arange(x):
+    return lnl.arange(2.5)  # bad
+
+
+@pytest.mark.parametrize(
+    ("kernel", "arg"),
+    [(_k_full, "fill_value"), (_k_assign, "value"), (_k_ds, "start"), (_k_sum, "axis"),
+     (_k_programs, "axes"), (_k_program_id, "axis"), (_k_constant, "constant"),
+     (_k_arange, "arange")],
+)  # fmt: skip
+def test_bad_arguments_are_trn2_errors_at_the_kernel_line(kernel, arg):
+    with pytest.raises(Trn2Error) as info:
+        tn.run(tn.jit(kernel), np.ones((4, 4), np.float32))
+    _at(info, kernel, "# bad")
+    assert arg in str(info.value)
+    assert info.value.nki_location == (__file__, _line_of(kernel, "# bad"))
+
+
+def test_python_errors_inside_nl_calls_become_trn2_errors():
+    def k(x):
+        t = nl.load(x)
+        return t.reshape("x")  # bad
+
+    with pytest.raises(Trn2Error, match="reshape") as info:
+        tn.run(tn.jit(k), np.ones((4, 4), np.float32))
+    _at(info, k, "# bad")
+    assert isinstance(info.value.__cause__, (TypeError, ValueError))
+
+
+def test_unsupported_is_importable_via_sys_modules_only_while_installed():
+    with tn.install():
+        import nki.collectives  # noqa: F401
+
+        assert "nki.collectives" in sys.modules
+    assert "nki.collectives" not in sys.modules
+
+
+# ----------------------------------------------------------------------------- legacy idioms
+
+
+def test_a_mask_over_several_variables_that_holds_everywhere_or_nowhere():
+    @tn.jit_legacy
+    def k(x, n):
+        out = lnl.ndarray((2, 32, 16), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(32)[:, None], lnl.arange(16)[None, :]
+        for i in lnl.affine_range(2):
+            flat = i * 512 + 16 * ip + jf  # the element's index in the whole tensor
+            t = lnl.load(x[i, ip, jf], mask=flat < n)
+            t2 = lnl.multiply(t, 3.0, mask=(flat < n) & (flat >= 0))
+            lnl.store(out[i, ip, jf], value=t2, mask=flat < n)
+            lnl.store(out[i, ip, jf], value=t, mask=flat > n + 5)  # never: skipped
+        return out
+
+    x = _rand(2, 32, 16)
+    res = tn.run(k, x, 1024)
+    assert np.array_equal(res.outputs, x * np.float32(3))
+    assert res.report.opcodes.get("dma_copy", 0) == 4  # two loads, two stores
+
+    with pytest.raises(tn.NotSupportedError, match="rectangular"):
+        k(x, 1000)  # a ragged edge inside the grid: not a rectangle
+
+
+def test_legacy_column_of_an_hbm_matrix_is_a_partition_column():
+    @tn.jit_legacy
+    def k(x, a):
+        out = lnl.ndarray((128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        col = lnl.load(a[0:128, 2])  # [128, 1]: one value per partition
+        y = lisa.activation(op=lnl.copy, data=t, scale=col)
+        lnl.store(out, value=lnl.multiply(y, col))
+        return out
+
+    x, a = _rand(128, 64), _rand(128, 5, seed=1)
+    c = a[:, 2:3]
+    assert np.array_equal(k(x, a), (x * c) * c)
+
+
+def test_tensor_engine_results_assigned_to_sbuf_go_through_psum():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((64, 128), dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        tt = lnl.ndarray((64, 128), dtype=x.dtype, buffer=lnl.sbuf)
+        tt[...] = lisa.nc_transpose(t)  # PE result, SBUF target
+        lnl.store(out, value=tt)
+        return out
+
+    @tn.jit_legacy
+    def mm(x, y):
+        out = lnl.ndarray((128, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+        xt = lnl.transpose(lnl.load(x))  # in PSUM
+        r = lnl.matmul(xt, lnl.load(y), transpose_x=True)
+        lnl.store(out, value=r)
+        return out
+
+    x = _rand(128, 64)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x.T)
+    assert res.report.opcodes.get("tensor_copy", 0) == 1
+    xr, y = np.round(x * 4), np.round(_rand(64, 32, seed=3))  # integers: exact products
+    assert np.array_equal(mm(xr, y), xr @ y)
+
+
+def test_finfo_and_iinfo():
+    assert lnl.finfo(nl.float32).min == np.finfo(np.float32).min
+    assert nl.finfo(nl.bfloat16).max == ml_dtypes.finfo(ml_dtypes.bfloat16).max
+    assert nl.iinfo(nl.int16).min == -32768
+    with pytest.raises(Trn2Error, match="not a floating-point"):
+        nl.finfo(nl.int32)
+    with pytest.raises(Trn2Error, match="not an integer"):
+        nl.iinfo(nl.float16)
+
+
+def test_a_mask_carries_through_the_uses_of_the_tile_it_made():
+    """Rows not a multiple of 128 (the legacy tutorials' idiom): the last tile is loaded
+    under a mask, then used without one; only its loaded rows are computed."""
+
+    @tn.jit_legacy
+    def k(x, g):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(x.shape[1])[None, :]
+        gt = lnl.load(g).broadcast_to((128, x.shape[1]))
+        for i in lnl.affine_range((x.shape[0] + 127) // 128):
+            t = lnl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < x.shape[0]))
+            ms = lnl.mean(lnl.square(t), axis=1)
+            y = lisa.tensor_scalar(t, np.multiply, lnl.rsqrt(ms), op1=np.add, operand1=1.0)
+            y2 = (y - 1.0) * gt
+            lnl.store(out[i * 128 + ip, jf], value=y2, mask=(i * 128 + ip < x.shape[0]))
+        return out
+
+    x, g = np.round(_rand(200, 64) * 4) + 0.5, _rand(1, 64, seed=5)
+    got = k(x, g)
+    want = x / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True)) * g
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+    @tn.jit_legacy
+    def unmasked_store(x):
+        out = lnl.ndarray((128, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(8)[None, :]
+        t = lnl.load(x[ip, jf], mask=(ip < 100))
+        lnl.store(out, value=lnl.exp(t))  # rows 100.. were never computed: an error
+        return out
+
+    with pytest.raises(tn.UninitializedReadError):
+        unmasked_store(_rand(128, 8))
+
+
+def test_a_jit_helper_called_inside_a_kernel_is_inlined():
+    @tn.jit(mode="trace")
+    def helper(dst, src, factor):
+        nisa.tensor_scalar(dst=dst, data=src, op0=nl.multiply, operand0=factor)
+
+    @tn.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        helper(y, t, 3.0)
+        nisa.dma_copy(dst=out, src=y)
+        return out
+
+    @tn.jit_legacy
+    def lhelper(t):
+        return lnl.exp(t)
+
+    @tn.jit_legacy
+    def lk(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lhelper(lnl.load(x)))
+        return out
+
+    x = _rand(32, 16)
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, x * np.float32(3))
+    assert res.report.instructions == 3  # one program: load, multiply, store
+    # Transcendentals are float64 math rounded once (docs/machine.md).
+    assert np.array_equal(lk(x), np.exp(x.astype(np.float64)).astype(np.float32))
+
+
+def test_legacy_affine_select_reads_a_psum_tile_through_sbuf():
+    @tn.jit_legacy
+    def k(q, kk):
+        out = lnl.ndarray((64, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        s = lisa.nc_matmul(lnl.load(q), lnl.load(kk))  # [64, 64] in PSUM
+        ip, jf = lnl.mgrid[0:64, 0:64]
+        causal = lisa.affine_select(pred=(ip - jf >= 0), on_true_tile=s, on_false_value=-9.0)
+        lnl.store(out, value=causal)
+        return out
+
+    q, kk = np.round(_rand(32, 64)), np.round(_rand(32, 64, seed=2))
+    want = np.where(np.tril(np.ones((64, 64), bool)), q.T @ kk, np.float32(-9.0))
+    assert np.array_equal(k(q, kk), want)
+
+    def current(q):
+        s = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.psum)
+        d = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.load(q)
+        nisa.nc_matmul(dst=s, stationary=t, moving=t)
+        nisa.affine_select(
+            dst=d,
+            pattern=[[-1, 64]],
+            channel_multiplier=1,
+            on_true_tile=s,
+            on_false_value=0.0,
+            cmp_op=nl.greater_equal,
+            offset=0,
+        )  # PSUM
+        return d
+
+    with pytest.raises(Trn2Error, match="PSUM"):
+        tn.run(tn.jit(current), q)
+
+
+# ----------------------------------------------------------------------------- current dialect
+
+
+def test_dma_with_a_scalar_offset_read_from_sbuf():
+    @tn.jit
+    def gather_rows(x, idx):
+        out = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        it = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        t = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.sbuf)
+        for p in range(4):
+            sel = it.ap(pattern=[[1, 1], [1, 1]], offset=p)  # the row number, in SBUF
+            src = x.ap(pattern=[[8, 1], [1, 8]], offset=0, scalar_offset=sel, indirect_dim=0)
+            nisa.dma_copy(dst=t[p : p + 1, :], src=src)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(16, 8)
+    idx = np.array([[3], [0], [15], [7]], np.int32)
+    assert np.array_equal(gather_rows(x, idx), x[idx[:, 0]])
+
+    def vector(x, idx):
+        it = nl.load(idx)
+        return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)  # gather
+
+    with pytest.raises(tn.NotSupportedError, match="vector_offset"):
+        tn.run(tn.jit(vector), x, idx)
+
+
+def test_lnc2_outputs_of_one_shape_are_told_apart():
+    @tn.jit
+    def two(x):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        half = x.shape[0] // 2
+        rows = nl.ds(nl.program_id(0) * half, half)
+        t = nl.load(x[rows, :])
+        nl.store(a[rows, :], value=nl.multiply(t, 2.0))
+        nl.store(b[rows, :], value=nl.add(t, 1.0))
+        return a, b
+
+    x = _rand(64, 16)
+    a, b = tn.run(two, x, grid=2).outputs
+    assert np.array_equal(a, x * np.float32(2)) and np.array_equal(b, x + np.float32(1))
+
+
+# ----------------------------------------------------------------------------- the API surface
+
+# The names of NKI's API reference (module listings of nki, nki.language, nki.isa,
+# nki.collectives; the legacy reference of Neuron 2.26 for neuronxcc.nki).
+DOCUMENTED = {
+    "nki": "jit simulate",
+    "nki.language": """ndarray zeros ones full zeros_like empty_like shared_constant
+        shared_identity_matrix rand random_seed NkiTensor load load_transpose2d store copy matmul
+        transpose abs abs_max abs_min add arctan ceil cos exp floor log maximum minimum multiply
+        negative power reciprocal rsqrt sign sin sqrt square subtract tan tanh trunc relu sigmoid
+        silu silu_dx gelu gelu_dx gelu_apprx_sigmoid gelu_apprx_sigmoid_dx gelu_apprx_tanh mish
+        softplus softmax erf erf_dx dropout rms_norm all max mean min prod sum var equal not_equal
+        less less_equal greater greater_equal logical_and logical_or logical_xor logical_not
+        bitwise_and bitwise_or bitwise_xor invert left_shift right_shift broadcast_to ds
+        expand_dims where gather_flattened affine_range dynamic_range sequential_range
+        static_range fori_loop while_loop psum sbuf hbm private_hbm shared_hbm is_psum is_sbuf
+        is_hbm is_on_chip device_print no_reorder program_id num_programs program_ndim bool_ int8
+        int16 int32 uint8 uint16 uint32 float16 float32 bfloat16 tfloat32 float8_e4m3
+        float8_e5m2 float8_e4m3fn float8_e8m0fnu float8_e5m2_x4 float8_e4m3fn_x4
+        float4_e2m1fn_x4 tile_size prelu bypass""",
+    "nki.isa": """nc_matmul nc_matmul_mx nc_transpose activation activation_reduce activate2
+        tensor_reduce tensor_partition_reduce tensor_tensor tensor_tensor_scan
+        scalar_tensor_tensor tensor_scalar tensor_scalar_reduce tensor_scalar_cumulative
+        tensor_copy tensor_copy_predicated exponential reciprocal quantize_mx iota dropout
+        affine_select range_select select_reduce sequence_bounds memset bn_stats bn_aggr
+        local_gather nc_n_gather dma_copy dma_transpose dma_compute max8 nc_find_index8
+        nc_match_replace8 nc_stream_shuffle register_alloc register_load register_move
+        register_store core_barrier sendrecv rng rand2 rand_set_state rand_get_state
+        set_rng_seed nonzero_with_count topk engine dma_engine reduce_cmd dge_mode oob_mode
+        matmul_perf_mode nc_version get_nc_version VirtualRegister NkiInstruction""",
+    "nki.collectives": """all_reduce all_gather all_gather_v reduce_scatter all_to_all
+        all_to_all_v collective_permute collective_permute_implicit
+        collective_permute_implicit_reduce collective_permute_implicit_current_processing_rank_id
+        rank_id ReplicaGroup""",
+    "neuronxcc.nki": "jit benchmark profile baremetal simulate_kernel tensor",
+    "neuronxcc.nki.language": """load store load_transpose2d atomic_rmw copy broadcast_to
+        ndarray empty_like zeros zeros_like ones full rand random_seed shared_constant
+        shared_identity_matrix add subtract multiply divide power maximum minimum max min mean
+        var sum prod all abs negative sign trunc floor ceil mod fmod exp log cos sin tan tanh
+        arctan sqrt rsqrt sigmoid relu gelu gelu_dx gelu_apprx_tanh gelu_apprx_sigmoid silu
+        silu_dx erf erf_dx softplus mish square softmax rms_norm dropout matmul transpose
+        reciprocal bitwise_and bitwise_or bitwise_xor invert left_shift right_shift equal
+        not_equal greater greater_equal less less_equal logical_and logical_or logical_xor
+        logical_not ds arange mgrid expand_dims where gather_flattened all_reduce static_range
+        affine_range sequential_range par_dim psum sbuf hbm private_hbm shared_hbm program_id
+        num_programs program_ndim spmd_dim nc device_print loop_reduce tfloat32 bfloat16
+        float8_e4m3 float8_e5m2 tile_size fp32""",
+    "neuronxcc.nki.isa": """nc_matmul nc_transpose activation activation_reduce tensor_reduce
+        tensor_partition_reduce tensor_tensor tensor_tensor_scan scalar_tensor_tensor
+        tensor_scalar tensor_scalar_reduce tensor_copy tensor_copy_dynamic_src
+        tensor_copy_dynamic_dst tensor_copy_predicated reciprocal iota dropout affine_select
+        range_select select_reduce sequence_bounds memset bn_stats bn_aggr local_gather dma_copy
+        dma_transpose max8 nc_find_index8 nc_match_replace8 nc_stream_shuffle engine reduce_cmd
+        dge_mode nc_version get_nc_version""",
+    "neuronxcc.nki.compiler": """sbuf.alloc sbuf.mod_alloc sbuf.auto_alloc psum.alloc
+        psum.mod_alloc psum.auto_alloc skip_middle_end_transformations enable_stack_allocator
+        force_auto_alloc""",
+}
+
+
+def _resolve(mod, dotted: str):
+    obj = mod
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_documented_name_imports_in_both_dialects():
+    import importlib
+
+    with tn.install():
+        for modname, names in DOCUMENTED.items():
+            mod = importlib.import_module(modname)
+            missing = [n for n in names.split() if not _has(mod, n)]
+            assert not missing, (modname, missing)
+
+
+def _has(mod, dotted: str) -> bool:
+    try:
+        _resolve(mod, dotted)
+    except AttributeError:
+        return False
+    return True
+
+
+def test_the_unsupported_table_in_the_docs_is_the_code_s():
+    import pathlib
+
+    from trn2core.nki._finder import unsupported_api, unsupported_markdown
+
+    doc = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "nki.md").read_text()
+    inner = doc.split("<!-- unsupported-api:begin -->\n")[1].split("\n<!-- unsupported-api:end")[0]
+    assert inner == unsupported_markdown()
+    import importlib
+
+    with tn.install():
+        for modname, names in unsupported_api().items():
+            mod = importlib.import_module(modname)
+            for n in names:
+                f = _resolve(mod, n)
+                with pytest.raises(tn.NotSupportedError, match=n.split(".")[-1]):
+                    tn.run(tn.jit(lambda x, f=f: f(x)), np.ones((2, 2), np.float32))
+
+
+def test_legacy_benchmark_and_profile_report_the_emulated_latency(tmp_path):
+    def exp_kernel(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.exp(lnl.load(x)))
+        return out
+
+    x = _rand(128, 64)
+    with tn.install():
+        from neuronxcc import nki
+        from neuronxcc.nki import benchmark
+
+        bench = benchmark(warmup=5, iters=10)(nki.jit(exp_kernel))
+        out = bench(x)
+        want_us = tn.run(tn.jit_legacy(exp_kernel), x).report.seconds * 1e6
+        lat = bench.benchmark_result.nc_latency
+        assert lat.get_latency_percentile(50) == lat.get_latency_percentile(99) == want_us > 0
+        assert np.array_equal(out, np.exp(x.astype(np.float64)).astype(np.float32))
+
+        prof = nki.profile(working_directory=tmp_path, save_trace_name="profile.ntff")(exp_kernel)
+        prof(x)
+        trace = (tmp_path / "profile.ntff").read_text()
+        assert '"traceEvents"' in trace and prof.benchmark_result.report.instructions == 3
+        with pytest.raises(Trn2Error, match="iters"):
+            benchmark(iters=-1)
+
+
+SCRIPT = """
+import sys
+import numpy as np
+import nki
+import nki.language as nl
+import neuronxcc.nki.language as lnl
+from neuronxcc import nki as legacy
+
+
+@nki.jit
+def double(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.multiply(nl.load(x), 2.0))
+    return out
+
+
+@legacy.jit
+def inc(x):
+    out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+    lnl.store(out, value=lnl.add(lnl.load(x), 1.0))
+    return out
+
+
+if __name__ == "__main__":
+    x = np.full((4, 8), float(sys.argv[1]), np.float32)
+    print("double", double(x)[0, 0], "inc", inc(x)[0, 0])
+"""
+
+
+def test_python_m_trn2core_nki_runs_an_unmodified_script(tmp_path):
+    import os
+    import subprocess
+
+    script = tmp_path / "my_kernels.py"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_PLATFORM_TARGET_OVERRIDE"}
+    run = [sys.executable, "-m", "trn2core.nki", str(script), "3"]
+    out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["double", "6.0", "inc", "4.0"]
+
+    for target, ok in (("trn2", True), ("gen3", True), ("trn1", False), ("trn3", False)):
+        env["NEURON_PLATFORM_TARGET_OVERRIDE"] = target
+        out = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
+        assert (out.returncode == 0) == ok, (target, out.stderr)
+        if not ok:
+            assert "emulates Trainium2" in out.stderr and target in out.stderr
+
+
+def test_a_target_other_than_trn2_is_refused_at_launch(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with pytest.raises(tn.KernelError, match="emulates Trainium2"):
+        tn.run(tn.jit(lambda x: x), np.ones((2, 2), np.float32))
+
+
+def test_a_mask_carries_through_an_index_expression_view_of_the_tile():
+    """Max pooling by index expressions, rows not a multiple of 128: the view
+    t[i_p, i_k, i_w + i_j] of a masked load holds the load's rows only."""
+
+    @tn.jit_legacy
+    def pool(x):
+        h, w = x.shape
+        out = lnl.ndarray((h - 1, w - 1), dtype=x.dtype, buffer=lnl.shared_hbm)
+        for i in lnl.affine_range((h + 127) // 128):
+            ip, ik, iw = lnl.mgrid[0:128, 0:2, 0:w]
+            t = lnl.load(x[i * 128 + ip + ik, iw], mask=(i * 128 + ip < h - 1))
+            ip, ik, iw, ij = lnl.mgrid[0:128, 0:2, 0 : w - 1, 0:2]
+            m = lnl.max(t[ip, ik, iw + ij], axis=[1, 3])  # no mask: the load's rows
+            op, ow = lnl.mgrid[0:128, 0 : w - 1]
+            lnl.store(out[i * 128 + op, ow], value=m, mask=(i * 128 + op < h - 1))
+        return out
+
+    x = _rand(150, 9)
+    want = np.maximum.reduce([x[:-1, :-1], x[1:, :-1], x[:-1, 1:], x[1:, 1:]])
+    assert np.array_equal(pool(x), want)
+
+
+def test_an_unknown_name_is_a_not_supported_error_at_the_kernel_line():
+    with tn.install():
+        import nki.language as inl
+
+        def k(x):
+            return inl.frobnicate(x)  # unknown
+
+        with pytest.raises(tn.NotSupportedError, match="nki.language.frobnicate") as info:
+            tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+        _at(info, k, "# unknown")
+        assert isinstance(info.value, AttributeError)  # hasattr and `from` imports still work
+        assert not hasattr(inl, "frobnicate") and hasattr(inl, "add")
+        with pytest.raises(ImportError):
+            from nki.language import frobnicate  # noqa: F401
+
+
+def test_a_declared_tile_filled_by_masked_results_holds_their_rows():
+    """bn_stats of a masked load assigned block by block into a declared tile, then bn_aggr
+    of the whole tile (the layernorm tutorial's idiom at rows not a multiple of 128)."""
+
+    @tn.jit_legacy
+    def stats(x):
+        n, f = x.shape
+        out = lnl.ndarray((n, 2), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(128)[:, None], lnl.arange(f)[None, :]
+        jb, j6 = lnl.arange(f // 2)[None, :], lnl.arange(6)[None, :]
+        for i in lnl.affine_range((n + 127) // 128):
+            t = lnl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < n))
+            st = lnl.ndarray((128, 12), dtype=nl.float32, buffer=lnl.sbuf)
+            for j in lnl.affine_range(2):
+                st[ip, j * 6 + j6] = lisa.bn_stats(t[ip, j * (f // 2) + jb], dtype=nl.float32)
+            mv = lisa.bn_aggr(st)
+            lnl.store(out[i * 128 + ip, lnl.arange(2)[None, :]], value=mv, mask=(i * 128 + ip < n))
+        return out
+
+    x = np.round(_rand(200, 64) * 8) / 8  # exact in fp32 sums
+    got = stats(x)
+    assert np.allclose(got[:, 0], x.mean(axis=1), rtol=1e-6, atol=1e-6)
+    assert np.allclose(got[:, 1], x.var(axis=1), rtol=1e-5, atol=1e-5)
