@@ -150,6 +150,10 @@ def _pair_or_none(value, arg: str) -> tuple[int, int] | None:
     return _validate.pair(value, arg)
 
 
+class UnknownInstructionError(Trn2ValueError, AttributeError):
+    """An engine view has no instruction of that name (none, or its row lists other engines)."""
+
+
 class _Engine:
     """An engine's view of the core's instruction table: the methods below keep the contract's
     argument names; every other instruction whose row lists the engine is
@@ -164,7 +168,12 @@ class _Engine:
     def __getattr__(self, name: str):
         row = _TABLE.get(name)
         if row is None or self._engine not in row[1]:
-            raise AttributeError(f"the {self._engine} engine has no instruction {name!r}")
+            runs = f" (it runs on {' or '.join(row[1])})" if row is not None else ""
+            raise UnknownInstructionError(
+                f"{name}: the {self._engine} engine has no instruction {name!r}{runs}",
+                arg=name,
+                rule="engine" if row is not None else None,
+            )
         m, engine = self._m, self._engine
         if row[3] and row[3][0][0] == "engine":
             return functools.partial(m.issue, name, engine)

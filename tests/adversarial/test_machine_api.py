@@ -303,3 +303,95 @@ def test_host_data_is_converted_once_by_the_machines_rules(how):
     assert c.read(dst).reshape(-1).tolist() == got.tolist()
     assert put(np.array([300, -129, 5], np.int64), "int8").tolist() == [127, -128, 5]
     assert put(np.array([2**63 + 5], np.uint64), "uint32").tolist() == [2**32 - 1]
+
+
+# The instruction table's one entry (`_core.Machine.issue`) and the forms generated from its
+# rows: every argument is checked against the row, so no conversion error escapes and every
+# refusal names the argument the caller wrote.
+ISSUE_SETUP = (
+    SETUP
+    + """
+m = c._m
+d = c.tile((128, 4), "fp32")
+top = c.tile((128, 8), "fp32")
+wide = c.tile((128, 16), "fp32")
+c.vector.memset(wide, 1.0)
+import trn2core.nki as tn
+"""
+)
+
+
+def _names(arg: str) -> str:
+    return "except t.Trn2Error as e:\n    assert e.arg == %r, (e.arg, str(e))\n    raise" % arg
+
+
+ISSUE_CALLS = {
+    "unknown opcode": ("try:\n    m.issue('max9', d, a)\n" + _names("opcode"), "Trn2ValueError"),
+    "opcode not a str": ("try:\n    m.issue(5, d, a)\n" + _names("opcode"), "Trn2ValueError"),
+    "opcode surrogate": ("m.issue('\\udc80', d, a)", "Trn2ValueError"),
+    "keyword surrogate": ("m.issue('reciprocal', d, a, **{'\\udc80': 1})", "Trn2ValueError"),
+    "too many arguments": (
+        "try:\n    m.issue('reciprocal', d, a, a)\n" + _names("args"),
+        "Trn2ValueError",
+    ),
+    "missing argument": ("try:\n    m.issue('reciprocal', d)\n" + _names("data"), "Trn2ValueError"),
+    "unknown keyword": (
+        "try:\n    m.issue('reciprocal', d, a, bogus=1)\n" + _names("bogus"),
+        "Trn2ValueError",
+    ),
+    "given twice": (
+        "try:\n    m.issue('reciprocal', d, a, data=a)\n" + _names("data"),
+        "Trn2ValueError",
+    ),
+    "a number for a tile": (
+        "try:\n    m.issue('reciprocal', d, 1.0)\n" + _names("data"),
+        "Trn2ValueError",
+    ),
+    "a tile for an operator": (
+        "try:\n    m.issue('tensor_tensor', 'vector', d, a, a, a)\n" + _names("op"),
+        "Trn2ValueError",
+    ),
+    "None for a defaulted flag": (
+        "try:\n    m.issue('tensor_reduce', c.tile((128, 1), 'fp32'), 'add', a, 1, None)\n"
+        + _names("negate"),
+        "Trn2ValueError",
+    ),
+    "2**70 for an integer": (
+        "try:\n    m.issue('iota', c.tile((1, 4), 'int32'), [(1, 4)], 2**70)\n" + _names("offset"),
+        "Trn2ValueError",
+    ),
+    "a negative pattern size": (
+        "try:\n    m.issue('iota', c.tile((1, 4), 'int32'), [(1, -4)])\n" + _names("pattern"),
+        "Trn2ValueError",
+    ),
+    "queue 300": (
+        "try:\n    m.issue('dma_copy', c.tile((8, 8), 'fp32'), h, 300)\n" + _names("queue"),
+        "Trn2ValueError",
+    ),
+    "an engine the row does not list": (
+        "try:\n    m.issue('tensor_tensor', 'scalar', d, a, a, 'add')\n" + _names("engine"),
+        "Trn2ValueError",
+    ),
+    "the machine API's func alias is named as written": (
+        "try:\n    c.scalar.activation(d, a, func='nope')\n" + _names("func"),
+        "Trn2ValueError",
+    ),
+    "a NaN float is a value": ("m.issue('memset', 'vector', d, float('nan'))", "ok"),
+    "a generated view refuses a wrong kind": (
+        "try:\n    c.vector.max8(top, 'x')\n" + _names("src"),
+        "Trn2ValueError",
+    ),
+    "an engine without the instruction": (
+        "try:\n    c.gpsimd.max8(top, wide)\n" + _names("max8"),
+        "UnknownInstructionError",
+    ),
+    "hasattr still works": ("assert not hasattr(c.gpsimd, 'max8')", "ok"),
+    "max8 through the view works": (
+        "c.vector.max8(top, wide)\nassert (c.read(top) == 1).all()",
+        "ok",
+    ),
+}
+
+
+def test_the_instruction_table_entry_names_every_bad_argument():
+    check_outcomes(ISSUE_CALLS, setup=ISSUE_SETUP)

@@ -568,11 +568,17 @@ impl PyMachine {
     fn issue(
         &self,
         py: Python<'_>,
-        opcode: &str,
+        opcode: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
-        let op = Opcode::parse("opcode", opcode)?;
+        let name: String = opcode.extract().map_err(|_| {
+            Error::value(
+                "opcode",
+                format!("expected an instruction's name, got {}", shown(opcode)),
+            )
+        })?;
+        let op = Opcode::parse("opcode", &name)?;
         let row = table::info(op);
         let mut vals: Vec<Option<Value>> = vec![None; row.args.len().max(args.len())];
         for (i, x) in args.iter().enumerate() {
@@ -584,7 +590,12 @@ impl PyMachine {
         let mut aliased: Option<(&'static str, String)> = None;
         if let Some(kw) = kwargs {
             for (k, x) in kw.iter() {
-                let k: String = k.extract()?;
+                let k: String = k.extract().map_err(|_| {
+                    Error::value(
+                        "kwargs",
+                        format!("a keyword that is not text: {}", shown(&k)),
+                    )
+                })?;
                 let i = row.index(&k).ok_or_else(|| {
                     Error::value(&k, format!("{} has no argument {k:?}", op.name()))
                 })?;
