@@ -322,7 +322,7 @@ import trn2core.nki as tn
 
 
 def _names(arg: str) -> str:
-    return "except t.Trn2Error as e:\n    assert e.arg == %r, (e.arg, str(e))\n    raise" % arg
+    return f"except t.Trn2Error as e:\n    assert e.arg == {arg!r}, (e.arg, str(e))\n    raise"
 
 
 ISSUE_CALLS = {
