@@ -309,10 +309,10 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, *
         raise NotSupportedError("tensor_copy_predicated: a scalar src")
 
 
-def _unsupported(name: str):
+def _unsupported(module: str, name: str):
     def f(*args, **kwargs):
         raise NotSupportedError(
-            f"nki.isa.{name} is not supported by trn2core (docs/nki.md lists the supported API)"
+            f"{module}.{name} is not supported by trn2core (docs/nki.md lists the supported API)"
         )
 
     f.__name__ = name
@@ -321,45 +321,52 @@ def _unsupported(name: str):
     return g
 
 
-# Documented instructions not emulated yet: each raises NotSupportedError naming itself. A
-# name the core's table gains is defined from its row instead (below).
-_UNSUPPORTED = (
-    "nc_matmul_mx",
-    "activate2",
-    "tensor_partition_reduce",
-    "tensor_scalar_cumulative",
-    "exponential",
-    "quantize_mx",
-    "dropout",
-    "range_select",
-    "select_reduce",
-    "sequence_bounds",
-    "local_gather",
-    "nc_n_gather",
-    "dma_compute",
-    "nc_match_replace8",
-    "nc_stream_shuffle",
-    "register_alloc",
-    "register_move",
-    "register_load",
-    "register_store",
-    "core_barrier",
-    "sendrecv",
-    "rng",
-    "rand2",
-    "rand_set_state",
-    "rand_get_state",
-    "set_rng_seed",
-    "nonzero_with_count",
-    "topk",
-    "tensor_copy_dynamic_src",
-    "tensor_copy_dynamic_dst",
+def define_unsupported(namespace: dict, module: str, names: tuple[str, ...]) -> None:
+    """Documented instructions not emulated yet: a stub in ``namespace`` for each of ``names``
+    that raises ``NotSupportedError`` naming it, unless the core's table has a row for it (then
+    the module defines it from the row)."""
+    in_table = {row[0] for row in _core.instruction_table()}
+    for name in names:
+        if name not in in_table:
+            namespace[name] = _unsupported(module, name)
+
+
+define_unsupported(
+    globals(),
+    "nki.isa",
+    (
+        "nc_matmul_mx",
+        "activate2",
+        "tensor_partition_reduce",
+        "tensor_scalar_cumulative",
+        "exponential",
+        "quantize_mx",
+        "dropout",
+        "range_select",
+        "select_reduce",
+        "sequence_bounds",
+        "local_gather",
+        "nc_n_gather",
+        "dma_compute",
+        "nc_match_replace8",
+        "nc_stream_shuffle",
+        "register_alloc",
+        "register_move",
+        "register_load",
+        "register_store",
+        "core_barrier",
+        "sendrecv",
+        "rng",
+        "rand2",
+        "rand_set_state",
+        "rand_get_state",
+        "set_rng_seed",
+        "nonzero_with_count",
+        "topk",
+        "tensor_copy_dynamic_src",
+        "tensor_copy_dynamic_dst",
+    ),
 )
-_IN_TABLE = {row[0] for row in _core.instruction_table()}
-for _name in _UNSUPPORTED:
-    if _name not in _IN_TABLE:
-        globals()[_name] = _unsupported(_name)
-del _name
 VirtualRegister = _Unsupported("nki.isa.VirtualRegister")
 NkiInstruction = _Unsupported("nki.isa.NkiInstruction")
 

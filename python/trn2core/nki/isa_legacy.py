@@ -356,41 +356,25 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
                    on_true_tile)  # fmt: skip
 
 
-def _unsupported(name: str):
-    def f(*args, **kwargs):
-        raise NotSupportedError(
-            f"neuronxcc.nki.isa.{name} is not supported by trn2core (docs/nki.md lists the "
-            "supported API)"
-        )
-
-    f.__name__ = name
-    g = api(f)
-    g.nki_unsupported = True  # type: ignore[attr-defined]  (docs/nki.md lists these)
-    return g
-
-
-# Documented instructions not emulated yet: each raises NotSupportedError naming itself. A
-# name the core's table gains is defined from its row instead (below).
-_UNSUPPORTED = (
-    "dma_transpose",
-    "dropout",
-    "local_gather",
-    "nc_match_replace8",
-    "nc_stream_shuffle",
-    "range_select",
-    "select_reduce",
-    "sequence_bounds",
-    "tensor_copy_dynamic_dst",
-    "tensor_copy_dynamic_src",
-    "tensor_copy_predicated",
-    "tensor_partition_reduce",
-    "builtin_custom_op",
+_cur.define_unsupported(
+    globals(),
+    "neuronxcc.nki.isa",
+    (
+        "dma_transpose",
+        "dropout",
+        "local_gather",
+        "nc_match_replace8",
+        "nc_stream_shuffle",
+        "range_select",
+        "select_reduce",
+        "sequence_bounds",
+        "tensor_copy_dynamic_dst",
+        "tensor_copy_dynamic_src",
+        "tensor_copy_predicated",
+        "tensor_partition_reduce",
+        "builtin_custom_op",
+    ),
 )
-_IN_TABLE = {row[0] for row in _core_module.instruction_table()}
-for _name in _UNSUPPORTED:
-    if _name not in _IN_TABLE:
-        globals()[_name] = _unsupported(_name)
-del _name
 
 
 def _from_table(row):
