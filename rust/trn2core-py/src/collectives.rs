@@ -147,17 +147,7 @@ fn report_to_dict<'py>(
     d.set_item("network_bytes", r.timing.network_bytes)?;
     d.set_item("channels", r.channels)?;
     d.set_item("bound", r.bound())?;
-    d.set_item(
-        "description",
-        format!(
-            "{} of {} x {} B over {} ranks, {}",
-            r.collective.name(),
-            r.elements,
-            r.elem_bytes,
-            r.ranks,
-            r.algorithm
-        ),
-    )?;
+    d.set_item("description", r.description())?;
     d.set_item("op_fixed_s", r.timing.op_fixed_s)?;
     d.set_item("phases", phase_list(py, t, &r.timing.phases)?)?;
     d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;

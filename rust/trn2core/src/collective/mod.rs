@@ -91,6 +91,18 @@ impl CollectiveReport {
             .max_by(|a, b| a.seconds().total_cmp(&b.seconds()))
             .map_or("latency", |p| p.bound())
     }
+
+    /// One line naming what ran: `"all_reduce of 1024 x 4 B over 16 ranks, kangaring"`.
+    pub fn description(&self) -> String {
+        format!(
+            "{} of {} x {} B over {} ranks, {}",
+            self.collective.name(),
+            self.elements,
+            self.elem_bytes,
+            self.ranks,
+            self.algorithm
+        )
+    }
 }
 
 /// `nccom-test`'s `size(B)` for `elements` per rank of `elem_bytes`.

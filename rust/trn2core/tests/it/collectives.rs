@@ -423,6 +423,10 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
         false,
     )
     .expect("ok");
+    assert_eq!(
+        ring.description(),
+        "all_reduce of 268435456 x 4 B over 16 ranks, ring"
+    );
     // One ring in both directions uses two of the chip's four outgoing links.
     assert!(
         links(&ring) >= 0.9 * achieved / 2.0 && links(&ring) <= achieved / 2.0,
