@@ -164,3 +164,41 @@ def test_workload_calls_cross_once(count_calls):
     workload.Training(m, "trn2.48xlarge", tp=8, pp=2, dp=4, global_batch=32, seq=2048).step()
     workload.search(m, "trn2.48xlarge", objective="itl", constraints={"tp": [8], "lnc": 2})
     assert proxy.calls == ["workload_train", "workload_search"]
+
+
+def test_every_machine_instruction_crosses_once_through_the_table():
+    """Each engine view's instruction is one ``Machine.issue`` call (the binding has no
+    per-instruction method), and every instruction of the core's table is reachable by it."""
+    core = t.NeuronCore()
+    calls = []
+
+    class Recording:
+        def __init__(self, m):
+            self._inner = m
+
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(self._inner, name)
+
+    a = core.tile((128, 8), "fp32")
+    core.vector.memset(a, 2.0)
+    d = core.tile((128, 8), "fp32")
+    col = core.tile((128, 1), "fp32")
+    for view in (core.vector, core.scalar, core.gpsimd, core.pe, core.dma):
+        view._m = Recording(view._m)
+    issued = [
+        lambda: core.vector.tensor_tensor(d, a, a, "add"),
+        lambda: core.vector.tensor_scalar(d, a, "multiply", 2.0),
+        lambda: core.vector.tensor_reduce(col, "add", a),
+        lambda: core.vector.max8(d, a),
+        lambda: core.scalar.activation(d, a, "exp"),
+        lambda: core.gpsimd.tensor_copy(d, a),
+        lambda: core.dma.copy(d, a),
+    ]
+    for f in issued:
+        calls.clear()
+        f()
+        assert calls == ["issue"], calls
+    table = {row[0] for row in t._core.instruction_table()}
+    assert {"max8", "nc_find_index8", "tensor_tensor", "dma_copy"} <= table
+    assert not [n for n in dir(t._core.Machine) if n in table]  # no per-instruction methods
