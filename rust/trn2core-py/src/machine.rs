@@ -572,13 +572,17 @@ impl PyMachine {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
-        let name: String = opcode.extract().map_err(|_| {
-            Error::value(
-                "opcode",
-                format!("expected an instruction's name, got {}", shown(opcode)),
-            )
-        })?;
-        let op = Opcode::parse("opcode", &name)?;
+        let name = opcode
+            .cast::<pyo3::types::PyString>()
+            .ok()
+            .and_then(|n| n.to_str().ok())
+            .ok_or_else(|| {
+                Error::value(
+                    "opcode",
+                    format!("expected an instruction's name, got {}", shown(opcode)),
+                )
+            })?;
+        let op = Opcode::parse("opcode", name)?;
         let row = table::info(op);
         let mut vals: Vec<Option<Value>> = vec![None; row.args.len().max(args.len())];
         for (i, x) in args.iter().enumerate() {
@@ -684,9 +688,12 @@ fn value_of(x: &Bound<'_, PyAny>, a: &Arg, name: &str) -> PyTrn2Result<Option<Va
             _ => return bad(),
         },
         Kind::Alu | Kind::Act | Kind::Engine | Kind::ReduceCmd | Kind::PerfMode => {
-            match x.extract::<String>() {
-                Ok(v) => Value::Name(v),
-                _ => return bad(),
+            match x.cast::<pyo3::types::PyString>() {
+                Ok(v) => match v.to_str() {
+                    Ok(v) => Value::name(a.kind, name, v)?,
+                    Err(_) => return bad(),
+                },
+                Err(_) => return bad(),
             }
         }
     }))

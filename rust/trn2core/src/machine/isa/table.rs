@@ -372,8 +372,9 @@ pub enum Value {
     Int(i64),
     /// A bool.
     Bool(bool),
-    /// An operator, function, engine, command or mode, by name.
-    Name(String),
+    /// An operator, function, engine, command or mode, by its canonical name
+    /// ([`Value::name`] parses it).
+    Name(&'static str),
     /// An affine pattern.
     Pattern(Vec<(i64, u64)>),
     /// A pair of sizes.
@@ -381,6 +382,25 @@ pub enum Value {
 }
 
 impl Value {
+    /// The value of a name argument of kind `kind` (an operator, function, engine, command or
+    /// mode): parsed here, so an unknown name is an error naming `arg` before the call, and
+    /// kept as the canonical `&'static str` (no allocation per call).
+    pub fn name(kind: Kind, arg: &str, s: &str) -> Result<Value> {
+        Ok(Value::Name(match kind {
+            K::Alu => AluOp::parse(arg, s)?.name(),
+            K::Act => ActFunc::parse(arg, s)?.name(),
+            K::Engine => Engine::parse(arg, s)?.name(),
+            K::ReduceCmd => ReduceCmd::parse(arg, s)?.name(),
+            K::PerfMode => PerfMode::parse(arg, s)?.name(),
+            other => {
+                return Err(Error::value(
+                    arg,
+                    format!("expected {}, got the name {s:?}", kind_expected(other)),
+                ))
+            }
+        }))
+    }
+
     /// Elements of a tile value (0 otherwise): the binding's measure of an instruction's work.
     pub fn elements(&self) -> usize {
         match self {
@@ -444,7 +464,7 @@ impl Args {
                         ArgDefault::Absent => None,
                         ArgDefault::Bool(b) => Some(Value::Bool(b)),
                         ArgDefault::Int(i) => Some(Value::Int(i)),
-                        ArgDefault::Name(s) => Some(Value::Name(s.to_string())),
+                        ArgDefault::Name(s) => Some(Value::Name(s)),
                     }
                 }
                 Some(x) => check_kind(a, x)?,
@@ -499,7 +519,7 @@ impl Args {
 
     fn name_of(&self, name: &str) -> Option<(&'static str, &str)> {
         match self.slot(name) {
-            (arg, Some(Value::Name(s))) => Some((arg, s.as_str())),
+            (arg, Some(Value::Name(s))) => Some((arg, *s)),
             _ => None,
         }
     }
@@ -784,6 +804,10 @@ mod tests {
             assert_eq!(TABLE[i].op, *op, "row {i}");
             let d = TABLE[i].default_engine;
             assert_eq!(d.is_some(), !TABLE[i].engines.is_empty());
+            assert!(
+                TABLE[i].args.len() <= 10,
+                "the binding's issue takes ten positional slots"
+            );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
             assert_eq!(
                 TABLE[i].args[0].name,
