@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn2core.nki as tn
-from trn2core.errors import FormatError, ShapeError, Trn2Error
+from trn2core.errors import CapacityError, FormatError, ShapeError, Trn2Error
 
 nl, nisa = tn.language, tn.isa
 lnl, lisa = tn.language_legacy, tn.isa_legacy
@@ -90,12 +90,13 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
 
         for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
                     lambda: VirtualRegister(), lambda: NkiInstruction.x,
-                    lambda: ncc.sbuf.mod_alloc(base_addr=0),
+                    lambda: ncc.sbuf.alloc(lambda *a: (0, 0)),
                     lambda: ncc.psum.alloc(lambda *a: 0)):  # fmt: skip
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
                 use()
         with pytest.raises(tn.NotSupportedError, match=r"neuronxcc\.nki\.compiler\.sbuf"):
-            ncc.sbuf.mod_alloc(base_addr=0)
+            ncc.sbuf.alloc(lambda *a: (0, 0))
+        assert ncc.sbuf.auto_alloc() is nl.sbuf and ncc.psum.auto_alloc() is nl.psum
 
 
 # ----------------------------------------------------------------------------- NKIObject
@@ -286,6 +287,20 @@ def test_a_constant_bool_is_a_mask():
     res = tn.run(k, x)
     assert np.array_equal(res.outputs, x * np.float32(2))
     assert "activation" not in res.report.opcodes
+
+
+def test_a_constant_bool_joins_a_mask():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((32, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(32)[:, None], lnl.arange(8)[None, :]
+        t = lnl.load(x)
+        lnl.store(out[ip, jf], value=t, mask=(jf < 8) & (2 * 3 < 7))
+        lnl.store(out[ip, jf], value=lnl.multiply(t, 2.0), mask=(2 * 3 > 7) & (jf < 4))
+        return out
+
+    x = _rand(32, 8)
+    assert np.array_equal(k(x), x)
 
 
 # ----------------------------------------------------------------------------- math
@@ -879,3 +894,147 @@ def test_a_declared_tile_filled_by_masked_results_holds_their_rows():
     got = stats(x)
     assert np.allclose(got[:, 0], x.mean(axis=1), rtol=1e-6, atol=1e-6)
     assert np.allclose(got[:, 1], x.var(axis=1), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- explicit allocation
+
+
+def _ncc():
+    with tn.install():
+        import neuronxcc.nki.compiler as ncc
+    return ncc
+
+
+def test_sbuf_mod_alloc_maps_blocks_onto_physical_tiles_modulo_their_count():
+    """Four blocks on two physical tiles: block i lives in tile i % 2, and a second tensor
+    placed at tile 1's address reads the bytes block 3 left there (the same SBUF bytes)."""
+    ncc = _ncc()
+
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((4, 128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        seen = lnl.ndarray((128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        bufs = lnl.ndarray(
+            (4, lnl.par_dim(128), 64),
+            dtype=x.dtype,
+            buffer=ncc.sbuf.mod_alloc(base_addr=512, num_free_tiles=(2,)),
+        )
+        for i in lnl.sequential_range(4):
+            bufs[i] = lnl.load(x[i])
+            bufs[i] = lisa.tensor_scalar(bufs[i], np.multiply, float(i + 1))
+            lnl.store(out[i], value=bufs[i])
+        alias = lnl.ndarray(
+            (lnl.par_dim(128), 64), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=512 + 64 * 4)
+        )
+        lnl.store(seen, value=alias)
+        return out, seen
+
+    x = _rand(4, 128, 64)
+    out, seen = k(x)
+    assert np.array_equal(out, x * np.arange(1, 5, dtype=np.float32)[:, None, None])
+    assert np.array_equal(seen, x[3] * 4)  # block 3 is physical tile 1
+
+
+def test_psum_mod_alloc_blocks_sharing_a_bank_each_start_their_own_accumulation():
+    ncc = _ncc()
+
+    @tn.jit_legacy
+    def k(a, b):
+        q_n, k_n = a.shape[0], a.shape[1]
+        out = lnl.ndarray((q_n, 128, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.ndarray(
+            (q_n, lnl.par_dim(128), 256),
+            dtype=nl.float32,
+            buffer=ncc.psum.mod_alloc(base_bank=3, num_bank_tiles=(1,)),
+        )
+        for q in lnl.sequential_range(q_n):
+            for j in lnl.affine_range(k_n):
+                acc[q] += lisa.nc_matmul(lnl.load(a[q, j]), lnl.load(b[q, j]))
+            lnl.store(out[q], value=lnl.copy(acc[q]))
+        return out
+
+    @tn.jit_legacy
+    def redeclared(a, b):
+        q_n, k_n = a.shape[0], a.shape[1]
+        out = lnl.ndarray((q_n, 128, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        for q in lnl.sequential_range(q_n):
+            # A new tensor on the same bank each time: its first matmul starts afresh.
+            acc = lnl.ndarray(
+                (lnl.par_dim(128), 256), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=5)
+            )
+            for j in lnl.affine_range(k_n):
+                acc += lisa.nc_matmul(lnl.load(a[q, j]), lnl.load(b[q, j]))
+            lnl.store(out[q], value=lnl.copy(acc))
+        return out
+
+    a = np.round(_rand(3, 2, 128, 128, seed=1))  # integers: exact sums
+    b = np.round(_rand(3, 2, 128, 256, seed=2))
+    want = np.einsum("qjkm,qjkn->qmn", a.astype(np.float64), b).astype(np.float32)
+    assert np.array_equal(k(a, b), want)
+    assert np.array_equal(redeclared(a, b), want)
+
+
+def test_ndarray_at_an_address_shares_bytes_with_what_overlaps_it():
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        low = nl.ndarray((64, 64), dtype=x.dtype, buffer=nl.sbuf, address=(32, 1024))
+        high = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.sbuf, address=(64, 1024 + 128))
+        nisa.dma_copy(dst=low, src=x)
+        nisa.memset(dst=high, value=7.0)  # partitions 64..95, bytes of low[32:64, 32:64]
+        nisa.dma_copy(dst=out, src=low)
+        return out
+
+    x = _rand(64, 64)
+    want = x.copy()
+    want[32:, 32:] = 7.0
+    assert np.array_equal(tn.jit(k)(x), want)
+
+
+def test_explicit_allocation_errors_name_the_argument_at_the_kernel_line():
+    ncc = _ncc()
+
+    def over(x):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf, address=(0, 212_900))  # cap
+        return t
+
+    with pytest.raises(CapacityError) as info:
+        tn.run(tn.jit(over), np.ones((2, 2), np.float32))
+    _at(info, over, "# cap")
+
+    def bad(x):
+        t = lnl.ndarray((128, 4), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr="a"))  # ba
+        return t
+
+    with pytest.raises(Trn2Error, match="base_addr") as info:
+        tn.run(tn.jit_legacy(bad), np.ones((2, 2), np.float32))
+    _at(info, bad, "# ba")
+
+    def blocks(x):
+        alloc = ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2, 2))
+        t = lnl.ndarray((4, lnl.par_dim(128), 4), dtype=x.dtype, buffer=alloc)  # nf
+        return t
+
+    with pytest.raises(Trn2Error, match="num_free_tiles") as info:
+        tn.run(tn.jit_legacy(blocks), np.ones((2, 2), np.float32))
+    _at(info, blocks, "# nf")
+
+
+def test_nc_versions_are_ordered():
+    for isa in (nisa, lisa):
+        assert isa.get_nc_version() >= isa.nc_version.gen3 > isa.nc_version.gen2
+        assert isa.get_nc_version() < isa.nc_version.gen4
+
+
+def test_legacy_matmul_under_a_constant_mask_runs_or_is_left_out():
+    @tn.jit_legacy
+    def k(a, b):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.zeros((128, 64), dtype=nl.float32, buffer=lnl.psum)
+        for j in lnl.sequential_range(3):
+            acc += lisa.nc_matmul(lnl.load(a[j]), lnl.load(b[j]), mask=(j * 128 < 256))
+        lnl.store(out, value=lnl.copy(acc))
+        return out
+
+    a, b = np.round(_rand(3, 128, 128, seed=4)), np.round(_rand(3, 128, 64, seed=5))
+    want = a[0].T.astype(np.float64) @ b[0] + a[1].T.astype(np.float64) @ b[1]
+    assert np.array_equal(k(a, b), want.astype(np.float32))

@@ -29,7 +29,7 @@ from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
 from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
-from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Buffer, NkiTensor
+from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Blocks, Buffer, NkiTensor, Placement
 
 _PMAX = 128
 
@@ -136,6 +136,8 @@ class Core:
         self.program: tuple[int, ...] = ()
         self.shared_seq = 0
         self.hbm_inputs: list[NkiTensor] = []
+        #: Explicitly placed PSUM regions -> the tensor block that last wrote a matmul there.
+        self.holders: dict = {}
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -150,8 +152,9 @@ class Core:
         return name or f"{prefix}{next(self.names)}"
 
     def alloc(self, shape, dtype, buffer: Buffer, pdim: int | None = 0, name: str = "",
-              init=None) -> NkiTensor:  # fmt: skip
-        """A new tensor (uninitialised)."""
+              init=None, place: Placement | None = None) -> NkiTensor:  # fmt: skip
+        """A new tensor (uninitialised); ``place``: where the kernel put it (explicit
+        allocation), else the allocator's first fit."""
         shape = tuple(int(s) for s in shape)
         if any(s <= 0 for s in shape):
             raise ShapeError(f"shape: every dimension must be positive, got {shape}")
@@ -180,10 +183,80 @@ class Core:
         mshape = [p] + [s for a, s in enumerate(shape) if a != pdim]
         if len(mshape) > 5:
             raise ShapeError(f"shape: at most 4 free dimensions, got {shape}")
+        if place is not None:
+            return self._placed(shape, dtype, buffer, pdim, name, place)
         tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space,
                             self.name(name, buffer.space), 0, None)  # fmt: skip
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def _placed(self, shape, dtype, buffer: Buffer, pdim: int, name: str,
+                place: Placement) -> NkiTensor:  # fmt: skip
+        """A tensor where the kernel placed it (``Placement``): the block axes (those before
+        the partition axis) on their physical tiles, ``tiles[k]`` for axis ``k`` (block ``i``
+        in tile ``i % tiles[k]``), tiles one after another from the address (PSUM
+        ``mod_alloc``: one bank apart). The machine tensor is an overlay: placements that
+        share bytes are the same memory, as on the chip."""
+        nblock = pdim
+        blocks, tile_dims = shape[:pdim], shape[pdim + 1 :]
+        tiles = place.tiles
+        if nblock == 0:
+            tiles = ()  # one tile: the whole tensor (a count given for it is its own)
+        elif not tiles:
+            tiles = (1,) * nblock
+        elif len(tiles) != nblock:
+            raise Trn2ValueError(
+                f"num_free_tiles: {len(tiles)} tile counts for the {nblock} block axes of "
+                f"{shape} (one per axis before the partition axis, or none)",
+                arg="num_free_tiles",
+            )
+        n = [min(t, b) for t, b in zip(tiles, blocks, strict=True)]
+        free = math.prod(tile_dims)
+        esize = dtype.itemsize
+        step = free
+        if place.bank_tiles and nblock:
+            bank = 2048 // esize
+            step = -(-free // bank) * bank
+        count = math.prod(n)
+        total = step * (count - 1) + free if count else free
+        name = self.name(name, buffer.space)
+        tile = self.m.alloc([shape[pdim], total], D.machine_name(dtype), buffer.space, name,
+                            place.partition, place.address, True)  # fmt: skip
+        dims = [*n, *tile_dims]
+        if step != free:  # PSUM tiles one bank apart
+            pattern, st = [], free
+            for d in reversed(tile_dims):
+                st //= d
+                pattern.insert(0, (st, d))
+            bpat, st = [], step * count
+            for k in n:
+                st //= k
+                bpat.append((st, k))
+            tile = tile.ap(bpat + pattern, 0)
+        elif len(dims) > 1:
+            tile = tile.reshape_free(dims)
+        owner = _Alloc(self.m, tile, None)
+        t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+        t._blocks = Blocks(n, place.address)
+        return t
+
+    def block_fresh(self, target: NkiTensor) -> bool:
+        """For a matmul into ``target``, a PSUM tile (or block) of an explicitly placed
+        tensor: whether its bytes last held a matmul result of another tensor or block (the
+        tile then starts its own accumulation: accumulate=False, as the compiler begins each
+        tile's accumulation group); notes ``target`` as their holder. Placed tensors share
+        bytes, so the machine's record of matmul-written PSUM is not enough."""
+        b = target._blocks
+        if b is None or target.buffer is not PSUM:
+            return False
+        blocks, logical = (b, ()) if type(b) is Blocks else b
+        t = target.tile
+        at = blocks.address + t.offset * target.dtype.itemsize
+        key = (t.start_partition, t.shape[0], at, tuple(t.pattern))
+        mine = (blocks.uid, logical)
+        before = self.holders.get(key)
+        self.holders[key] = mine
+        return before != mine
 
     def _shared(self, shape, dtype, name) -> NkiTensor:
         """The ``j``-th ``shared_hbm`` tensor of this program: the same tensor in every program
@@ -266,6 +339,7 @@ class Core:
                 self.pending, self.pend_fn = value, fn
                 fn = None
             if fn is not None and value.size == target.size:
+                self.block_fresh(target)
                 fn(target)
                 value._t, value._owner = target._t, target._owner
                 value.shape, value._pdim = target.shape, target._pdim
@@ -697,7 +771,7 @@ class Core:
                         "is undefined on Trainium2 (the NKI nc_matmul docs); zero it "
                         "(nl.zeros) or let the first matmul overwrite it"
                     )
-                kind[1](target, None)
+                kind[1](target, False if self.block_fresh(target) else None)
                 self.mark_accum()
                 self.last_inplace = (target, self.m.instructions)
                 return

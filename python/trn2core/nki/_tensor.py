@@ -14,6 +14,7 @@ the machine's HBM buffer in C order (its first axis the DMA's row axis).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -41,6 +42,64 @@ PSUM = Buffer("psum", "psum")
 HBM = Buffer("hbm", "hbm")
 PRIVATE_HBM = Buffer("private_hbm", "hbm")
 SHARED_HBM = Buffer("shared_hbm", "hbm")
+
+
+class Placement:
+    """Where the kernel puts a tensor (NKI's explicit allocation): ``ncc.sbuf.mod_alloc(...)``,
+    ``ncc.psum.mod_alloc(...)`` (``buffer=``) or ``nl.ndarray(address=(partition, byte))``.
+    ``address`` is the byte within each partition (PSUM: from bank 0); ``tiles`` the physical
+    tiles of each leading block axis (block ``i`` of axis ``k`` lives in tile ``i % tiles[k]``;
+    empty: one); ``bank_tiles`` whether those tiles are one PSUM bank apart."""
+
+    __slots__ = ("buffer", "partition", "address", "tiles", "bank_tiles", "what")
+
+    def __init__(self, buffer, partition, address, tiles=(), bank_tiles=False, what="") -> None:
+        self.buffer = buffer
+        self.partition = partition
+        self.address = address
+        self.tiles = tuple(tiles)
+        self.bank_tiles = bank_tiles
+        self.what = what
+
+    def __repr__(self) -> str:
+        return f"{self.what or 'Placement'}(partition={self.partition}, address={self.address})"
+
+
+class Blocks:
+    """An explicitly placed tensor's leading block axes: ``n[k]`` physical tiles for axis
+    ``k`` (at most its size; none without block axes); ``address`` its first byte in each
+    partition, so that a block's region is known across tensors (``Core.block_fresh``)."""
+
+    __slots__ = ("n", "address", "uid")
+    _serial = itertools.count()
+
+    def __init__(self, n, address: int) -> None:
+        self.n = tuple(n)
+        self.address = address
+        self.uid = next(Blocks._serial)  # unlike id(), never reused by a later tensor
+
+    def physical(self, key: list, shape) -> tuple | None:
+        """Maps integer block indices of ``key`` onto their physical tiles (in place); the
+        logical block, when every block axis has an integer index."""
+        logical = []
+        for a, n in enumerate(self.n):
+            k, size = key[a], shape[a]
+            if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+                i = int(k)
+                if i < -size or i >= size:
+                    raise OutOfBoundsError(
+                        f"index: {i} is out of range for axis {a} of size {size} "
+                        f"(tensor {tuple(shape)}) [rule bounds]"
+                    )
+                i %= size
+                key[a] = i % n
+                logical.append(i)
+            elif n < size:
+                raise NotSupportedError(
+                    f"index: axis {a} has {size} blocks on {n} physical tiles (mod_alloc): "
+                    "index a block axis of such a tensor with an integer"
+                )
+        return tuple(logical) if len(logical) == len(self.n) else None
 
 
 class OutOfBoundsError(ShapeError):
@@ -112,7 +171,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "_written", "__weakref__",
+        "_valid", "_written", "_blocks", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -129,6 +188,9 @@ class NkiTensor:
         # tile's unmasked uses compute only there (the compiler propagates masks).
         self._valid = None
         self._written = False  # any assignment into it yet (legacy row tracking)
+        # Explicit placement with block axes: ``Blocks`` on the tensor itself; on a view of
+        # one block, ``(Blocks, logical block)``.
+        self._blocks = None
 
     # -------------------------------------------------------------------- properties
     @property
@@ -208,6 +270,16 @@ class NkiTensor:
     @api
     def __getitem__(self, key) -> NkiTensor:
         key = self._normalize(key)
+        blocks = self._blocks
+        if type(blocks) is Blocks:
+            logical = blocks.physical(key, self.shape)
+            v = self._getitem(key)
+            if logical is not None:
+                v._blocks = (blocks, logical)
+            return v
+        return self._getitem(key)
+
+    def _getitem(self, key: list) -> NkiTensor:
         if any(isinstance(k, IndexExpr) for k in key):
             try:
                 v = self._advanced(list(key), None)

@@ -38,7 +38,7 @@ from ._runtime import (
     current,
 )
 from ._surface import NKIObject
-from ._tensor import DS, Buffer, NkiTensor, PartitionDimError
+from ._tensor import DS, Buffer, NkiTensor, PartitionDimError, Placement
 
 # ----------------------------------------------------------------------------- dtypes
 bool_ = D.bool_
@@ -269,14 +269,41 @@ def _buffer(buffer) -> Buffer:
 
 def _new(shape, dtype, buffer, name, init=None) -> NkiTensor:
     shape, pdim = _shape_pdim(shape)
-    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init)
+    place = None
+    if isinstance(buffer, Placement):
+        place, buffer = buffer, buffer.buffer
+    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init,
+                           place)  # fmt: skip
+
+
+def _address(address, buffer) -> Placement:
+    """``address=(partition, byte)``: the tensor's first partition and its byte within each
+    partition (PSUM: from the start of bank 0)."""
+    ok = isinstance(address, (tuple, list)) and len(address) == 2
+    ok = ok and builtins.all(is_int(a) and int(a) >= 0 for a in address)
+    if not ok:
+        raise Trn2ValueError(
+            f"address: expected (start partition, byte address), two non-negative integers; "
+            f"got {address!r}",
+            arg="address",
+        )
+    if isinstance(buffer, Placement):
+        raise Trn2ValueError("address: the buffer is already a placement (mod_alloc)",
+                             arg="address")  # fmt: skip
+    b = _buffer(buffer)
+    if b.space == "hbm":
+        raise Trn2ValueError(f"address: an {b.name} tensor has no on-chip address; address= "
+                             "places SBUF and PSUM tensors", arg="address")  # fmt: skip
+    return Placement(b, int(address[0]), int(address[1]), what="address")
 
 
 @api
 def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
-    """A new tensor of ``shape`` and ``dtype`` in ``buffer`` (SBUF by default), uninitialised."""
+    """A new tensor of ``shape`` and ``dtype`` in ``buffer`` (SBUF by default), uninitialised;
+    ``address=(partition, byte)`` places it there (its bytes are whatever is there: tensors
+    placed on the same bytes share them)."""
     if address is not None:
-        raise NotSupportedError("ndarray: explicit addresses (address=) are not emulated")
+        buffer = _address(address, buffer)
     return _new(shape, dtype, buffer, name)
 
 
