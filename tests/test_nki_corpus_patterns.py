@@ -1038,3 +1038,70 @@ def test_legacy_matmul_under_a_constant_mask_runs_or_is_left_out():
     a, b = np.round(_rand(3, 128, 128, seed=4)), np.round(_rand(3, 128, 64, seed=5))
     want = a[0].T.astype(np.float64) @ b[0] + a[1].T.astype(np.float64) @ b[1]
     assert np.array_equal(k(a, b), want.astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- legacy liveness
+
+
+def test_legacy_block_array_larger_than_psum_gets_storage_block_by_block():
+    """16 PSUM banks' worth of blocks (PSUM has 8), each live for one iteration: the compiler
+    reuses the memory of dead blocks, and so does trn2core."""
+
+    @tn.jit_legacy
+    def k(a, b):
+        n = a.shape[0]
+        out = lnl.ndarray((n, 128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((n, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        for i in lnl.affine_range(n):
+            ps[i] = lisa.nc_matmul(lnl.load(a[i]), lnl.load(b[i]))
+            lnl.store(out[i], value=lnl.copy(ps[i]))
+        return out
+
+    a, b = np.round(_rand(16, 128, 128, seed=6)), np.round(_rand(16, 128, 512, seed=7))
+    want = np.einsum("ikm,ikn->imn", a.astype(np.float64), b).astype(np.float32)
+    assert np.array_equal(k(a, b), want)
+
+
+def test_legacy_block_array_read_after_its_block_was_released_is_a_capacity_error():
+    def k(a):
+        out = lnl.ndarray((128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((16, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        t = lnl.load(a)
+        for i in lnl.sequential_range(16):
+            ps[i] = lisa.nc_matmul(t[:, 0:128], t)
+        lnl.store(out, value=lnl.copy(ps[0]))  # block 0 released
+        return out
+
+    with pytest.raises(CapacityError, match="released") as info:
+        tn.run(tn.jit_legacy(k), np.ones((128, 512), np.float32))
+    _at(info, k, "# block 0 released")
+
+    def whole(a):
+        ps = lnl.ndarray((16, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        ps[0] = 0.0  # block 0 gets storage of its own
+        ps[...] = 0.0  # whole
+        return a
+
+    with pytest.raises(CapacityError, match="spans several blocks") as info:
+        tn.run(tn.jit_legacy(whole), np.ones((128, 512), np.float32))
+    _at(info, whole, "# whole")
+
+    @tn.jit_legacy
+    def whole_first(a):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((2, lnl.par_dim(128), 64), dtype=nl.float32, buffer=lnl.psum)
+        ps[...] = 3.0  # before any block has storage: the array whole
+        lnl.store(out, value=lnl.copy(ps[1]))
+        return out
+
+    assert np.array_equal(whole_first(np.ones((2, 2), np.float32)), np.full((128, 64), 3.0))
+
+
+def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
+    def k(a):
+        t = nl.ndarray((128, 4, 15_000), dtype=nl.float32, buffer=nl.sbuf)  # cap
+        return t
+
+    with pytest.raises(CapacityError) as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# cap")

@@ -18,6 +18,7 @@ compiler lowers them.
 from __future__ import annotations
 
 import builtins
+import collections
 import itertools
 import math
 
@@ -29,7 +30,19 @@ from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
 from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
-from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Blocks, Buffer, NkiTensor, Placement
+from ._tensor import (
+    HBM,
+    PRIVATE_HBM,
+    PSUM,
+    SBUF,
+    SHARED_HBM,
+    Blocks,
+    Buffer,
+    LazyBlocks,
+    NkiTensor,
+    Placement,
+    _Whole,
+)
 
 _PMAX = 128
 
@@ -64,9 +77,16 @@ class _Alloc:
         self.tile = tile
         self.init = init
 
+    def release(self) -> None:
+        """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
+        m, self.m = self.m, None
+        if m is not None:
+            m.free(self.tile)
+
     def __del__(self) -> None:
         try:
-            self.m.free(self.tile)
+            if self.m is not None:
+                self.m.free(self.tile)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
             pass
 
@@ -138,6 +158,8 @@ class Core:
         self.hbm_inputs: list[NkiTensor] = []
         #: Explicitly placed PSUM regions -> the tensor block that last wrote a matmul there.
         self.holders: dict = {}
+        #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
+        self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -145,6 +167,7 @@ class Core:
         self.hbm_inputs = []
         self.loops = []
         self.last_inplace = None
+        self.lazy_lru = collections.OrderedDict()
         self.launch = None
 
     # ------------------------------------------------------------ allocation
@@ -185,10 +208,74 @@ class Core:
             raise ShapeError(f"shape: at most 4 free dimensions, got {shape}")
         if place is not None:
             return self._placed(shape, dtype, buffer, pdim, name, place)
-        tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space,
-                            self.name(name, buffer.space), 0, None)  # fmt: skip
+        mname = self.name(name, buffer.space)
+        # Legacy block arrays (axes before the partition axis) in PSUM, and in SBUF when they
+        # do not fit whole: the compiler gives each block storage while it is live.
+        lazy_ok = pdim > 0 and init is None and self.launch.dialect == "legacy"
+        if lazy_ok and buffer is PSUM:
+            return self._lazy(shape, dtype, buffer, pdim, mname, name, None)
+        try:
+            tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
+        except CapacityError as e:
+            if not lazy_ok:
+                raise
+            return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def _lazy(self, shape, dtype, buffer, pdim, mname, name, error) -> NkiTensor:
+        p = shape[pdim]
+        mshape = [p, *shape[pdim + 1 :]] if len(shape) > pdim + 1 else [p, 1]
+        lazy = LazyBlocks(self, pdim, mshape, dtype, buffer, mname, error)
+        t = NkiTensor(_Whole(lazy), shape, pdim, dtype, buffer, self, None, name)
+        t._blocks = lazy
+        return t
+
+    def lazy_whole(self, t: NkiTensor) -> None:
+        """A ``LazyBlocks`` array accessed across blocks before any block had storage: the
+        whole array, allocated now (``CapacityError`` if it does not fit)."""
+        lazy = t._blocks
+        p = t._pdim
+        mshape = [t.shape[p]] + [s for a, s in enumerate(t.shape) if a != p]
+        tile = self.m.alloc(mshape, D.machine_name(t.dtype), t.buffer.space, lazy.name, 0, None)
+        t._t, t._owner, t._blocks = tile, _Alloc(self.m, tile, None), None
+
+    def lazy_block(self, lazy: LazyBlocks, idx: tuple) -> NkiTensor:
+        """Block ``idx`` of a ``LazyBlocks`` array (a ``(P, F...)`` tensor): its storage, made
+        when first used; when memory is short, the least recently used block of such arrays
+        in the same memory is released first (the compiler reuses a tile's memory once it is
+        dead; reading a released block again is a ``CapacityError``)."""
+        key = (lazy.uid, idx)
+        owner = lazy.live.get(idx)
+        if owner is None:
+            if idx in lazy.released and not lazy.writing:
+                raise CapacityError(
+                    f"{lazy.name}: block {idx} was released to make room for other blocks "
+                    "and is read again: the blocks live at once need more "
+                    f"{lazy.buffer.space.upper()} than there is (the compiler would spill to "
+                    "HBM; not modelled: docs/nki.md, legacy liveness)"
+                )
+            while True:
+                try:
+                    tile = self.m.alloc(lazy.mshape, D.machine_name(lazy.dtype),
+                                        lazy.buffer.space, f"{lazy.name}{list(idx)}", 0,
+                                        None)  # fmt: skip
+                    break
+                except CapacityError:
+                    victim = next((k for k, other in self.lazy_lru.items()
+                                   if other.buffer is lazy.buffer), None)  # fmt: skip
+                    if victim is None:
+                        raise
+                    other = self.lazy_lru.pop(victim)
+                    other.live.pop(victim[1]).release()
+                    other.released.add(victim[1])
+            owner = _Alloc(self.m, tile, None)
+            lazy.live[idx] = owner
+            lazy.released.discard(idx)
+        self.lazy_lru[key] = lazy
+        self.lazy_lru.move_to_end(key)
+        shape = (lazy.mshape[0], *lazy.mshape[1:]) if len(lazy.mshape) > 1 else lazy.mshape
+        return NkiTensor(owner.tile, shape, 0, lazy.dtype, lazy.buffer, self, owner, lazy.name)
 
     def _placed(self, shape, dtype, buffer: Buffer, pdim: int, name: str,
                 place: Placement) -> NkiTensor:  # fmt: skip

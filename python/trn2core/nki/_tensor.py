@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..errors import ShapeError, Trn2ValueError
+from ..errors import CapacityError, ShapeError, Trn2ValueError
 from ._api import api
 from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
 
@@ -100,6 +100,52 @@ class Blocks:
                     "index a block axis of such a tensor with an integer"
                 )
         return tuple(logical) if len(logical) == len(self.n) else None
+
+
+class LazyBlocks:
+    """A legacy on-chip array with leading block axes that does not fit whole: each block
+    (indexed by integers on every block axis) gets its own storage when first used, and when
+    memory runs out the least recently used block of such an array is released
+    (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
+
+    __slots__ = ("core", "nblock", "mshape", "dtype", "buffer", "name", "error", "live",
+                 "released", "uid", "writing")  # fmt: skip
+    _serial = itertools.count()
+
+    def __init__(self, core, nblock, mshape, dtype, buffer, name, error) -> None:
+        self.core = core
+        self.nblock = nblock
+        self.mshape = mshape
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.error = error  # the CapacityError of the whole array, for accesses of several
+        self.live: dict = {}  # block -> its _Alloc
+        self.released: set = set()
+        self.uid = next(LazyBlocks._serial)
+        self.writing = False
+
+
+class _Whole:
+    """The tile of a ``LazyBlocks`` array as a whole: an access spanning several blocks. Before
+    any block has storage, the array is allocated whole then (``CapacityError`` if it does not
+    fit); afterwards that is a ``CapacityError``."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, blocks: LazyBlocks) -> None:
+        self.blocks = blocks
+
+    def resolve(self, t: NkiTensor):
+        b = self.blocks
+        if not b.live and not b.released:
+            b.core.lazy_whole(t)
+            return t._t
+        e = b.error or CapacityError(f"{b.name}: the array's blocks have storage of their own")
+        raise type(e)(
+            f"{e} (its blocks are given storage one at a time, each when first indexed with "
+            "integers on every block axis; this access spans several blocks)"
+        )
 
 
 class OutOfBoundsError(ShapeError):
@@ -214,6 +260,8 @@ class NkiTensor:
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
+        if type(t) is _Whole:
+            t = t.resolve(self)
         return t
 
     def __repr__(self) -> str:
@@ -271,6 +319,22 @@ class NkiTensor:
     def __getitem__(self, key) -> NkiTensor:
         key = self._normalize(key)
         blocks = self._blocks
+        if type(blocks) is LazyBlocks:
+            n = blocks.nblock
+            if all(isinstance(k, (int, np.integer)) for k in key[:n]):
+                idx = []
+                for a, k in enumerate(key[:n]):
+                    i, size = int(k), self.shape[a]
+                    if i < -size or i >= size:
+                        raise OutOfBoundsError(
+                            f"index: {i} is out of range for axis {a} of size {size} "
+                            f"(tensor {self.shape}) [rule bounds]"
+                        )
+                    idx.append(i % size)
+                block = self._core.lazy_block(blocks, tuple(idx))
+                return block[tuple(key[n:])]
+            self.tile  # noqa: B018 - allocates the array whole, or raises
+            return self._getitem(key)
         if type(blocks) is Blocks:
             logical = blocks.physical(key, self.shape)
             v = self._getitem(key)
@@ -490,7 +554,14 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         if isinstance(value, NkiTensor) and self._core.just_updated(value):
             return  # `t[i] += x`: Python stores back the view `+=` already updated
-        target = self[key]
+        lazy = self._blocks if type(self._blocks) is LazyBlocks else None
+        if lazy is not None:
+            lazy.writing = True  # a released block may be given storage again
+        try:
+            target = self[key]
+        finally:
+            if lazy is not None:
+                lazy.writing = False
         self._core.assign(target, value)
         if self._pdim == 0 and self._owner is not None and target.shape[0] == self.shape[0]:
             self._note_rows(value)
