@@ -347,13 +347,27 @@ def test_cos_and_tan_on_their_valid_range(name):
     assert np.allclose(got, want, rtol=rtol, atol=atol)
 
 
-def test_mod_stays_unsupported_with_its_name():
-    def k(x):
-        return nl.mod(nl.load(x), 3.0)  # mod
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+def test_mod_and_fmod_of_integers_are_exact(name, dialect):
+    lang = nl if dialect == "current" else lnl
+    want_fn = np.mod if name == "mod" else np.fmod
 
-    with pytest.raises(tn.NotSupportedError, match="nki.language.mod") as info:
-        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
-    _at(info, k, "# mod")
+    def k(x, xi):
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        outi = lang.ndarray(xi.shape, dtype=xi.dtype, buffer=lang.shared_hbm)
+        fn = getattr(lang, name)
+        lang.store(out, value=fn(lang.load(x), 3.0))
+        lang.store(outi, value=fn(lang.load(xi), 7, dtype=nl.int32))
+        return out, outi
+
+    rng = np.random.default_rng(8)
+    x = rng.integers(-10_000_000, 10_000_000, (128, 64)).astype(np.float32)
+    xi = rng.integers(-1_000_000, 1_000_000, (128, 64)).astype(np.int32)
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    got, goti = jit(k)(x, xi)
+    assert np.array_equal(got, want_fn(x, np.float32(3.0)))
+    assert np.array_equal(goti, want_fn(xi, 7))
 
 
 # ----------------------------------------------------------------------------- bad arguments
@@ -1105,3 +1119,51 @@ def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
     with pytest.raises(CapacityError) as info:
         tn.run(tn.jit(k), np.ones((2, 2), np.float32))
     _at(info, k, "# cap")
+
+
+# ----------------------------------------------------------------------------- indirect DMA
+
+
+def test_load_with_an_index_tile_gathers_rows():
+    @tn.jit_legacy
+    def k(table, idx):
+        n = 100
+        out = lnl.ndarray((n, 8), dtype=table.dtype, buffer=lnl.shared_hbm)
+        i_p, i_f = lnl.arange(128)[:, None], lnl.arange(8)[None, :]
+        ix = lnl.load(idx)
+        g = lnl.load(table[1, ix, i_f], mask=(i_p < n))  # gather
+        lnl.store(out[i_p, i_f], value=g, mask=(i_p < n))
+        return out
+
+    table = _rand(2, 40, 8)
+    idx = np.floor(np.arange(128) * 0.3).astype(np.int32)[:, None]  # runs and repeats
+    idx[50:60, 0] = [39, 3, 17, 17, 17, 0, 5, 10, 15, 20]
+    assert np.array_equal(k(table, idx), table[1, idx[:100, 0]])
+
+    bad = idx.copy()
+    bad[7, 0] = 40
+
+    with pytest.raises(tn.OutOfBoundsError, match="holds 40 at partition 7") as info:
+        k(table, bad)
+    _at(info, k.fn, "# gather")
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_integer_division_is_true_division(dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(xi):
+        out = lang.ndarray(xi.shape, dtype=nl.float32, buffer=lang.shared_hbm)
+        outi = lang.ndarray(xi.shape, dtype=nl.int32, buffer=lang.shared_hbm)
+        t = lang.load(xi)
+        q = t / 38
+        assert q.dtype == nl.float32
+        lang.store(out, value=q)
+        lang.store(outi, value=lang.floor(lang.divide(t, 38), dtype=nl.int32))
+        return out, outi
+
+    xi = np.arange(128 * 20, dtype=np.int32).reshape(128, 20) - 1000
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    q, fl = jit(k)(xi)
+    assert np.array_equal(q, xi.astype(np.float32) / np.float32(38))
+    assert np.array_equal(fl, xi // 38)

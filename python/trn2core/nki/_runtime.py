@@ -29,7 +29,7 @@ from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
-from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
+from ._index import IndexExpr, Mask, NotSupportedError, grid_of, is_int, var_axis
 from ._tensor import (
     HBM,
     PRIVATE_HBM,
@@ -40,6 +40,7 @@ from ._tensor import (
     Buffer,
     LazyBlocks,
     NkiTensor,
+    OutOfBoundsError,
     Placement,
     _Whole,
 )
@@ -650,6 +651,10 @@ class Core:
             out_dt = D.as_dtype(dtype)
         elif op in _COMPARE:
             out_dt = D.uint8
+        elif op == "divide" and not D.is_float(dx) and not D.is_float(dy):
+            # True division, as numpy.divide (which nl.divide follows): integers give float32
+            # (AWS's resize kernel floors `int32 tile / int`, which needs the fraction).
+            out_dt = D.float32
         else:
             out_dt = D.promote(dx, dy)
         if xt:
@@ -890,6 +895,81 @@ class Core:
             self.m.issue("nc_matmul", dst.tile, stationary.tile, moving.tile, accumulate, *opts)
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
+
+    def gather(self, src: NkiTensor, ranges, dtype) -> NkiTensor:
+        """``nl.load(a[idx, j])``: an indirect DMA, partition ``p`` of the new tile reading
+        index ``idx[p]`` of the indexed axis. trn2core reads the index values when the load
+        is issued (in program order) and issues one ``dma_copy`` per run of partitions whose
+        indices step evenly (one DMA per descriptor run; the DMA's wait on the instruction
+        that wrote ``idx`` is not modelled). Index values outside the axis are an
+        ``OutOfBoundsError``; a mask limits the partitions (and free indices) read."""
+        acc = src._access
+        base, key, axis, idx = acc.base, list(acc.key), acc.axis, acc.idx
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is None:
+                return
+            plo, phi = ranges[1].get(0, (0, dst.shape[0]))
+            d = self.masked(dst, ranges)
+            raw = self.m.read(idx.tile[plo:phi])
+            vals = raw.view(D.HOST_DTYPE[D.machine_name(idx.dtype)]).reshape(-1).astype(np.int64)
+            size = base.shape[axis]
+            bad = np.flatnonzero((vals < 0) | (vals >= size))
+            if bad.size:
+                p = int(bad[0])
+                raise OutOfBoundsError(
+                    f"index: the index tile holds {int(vals[p])} at partition {plo + p}, outside "
+                    f"axis {axis} of size {size} (tensor {base.shape}) [rule bounds]"
+                )
+            t = base.tile
+            mstride = [t.row_step] + [st for st, _ in t.pattern]
+            exprs = [k for k in key if isinstance(k, IndexExpr)]
+            gshape = grid_of(exprs) if exprs else (1, 1)
+            nd = len(gshape)
+            axis_var: list = [None] * nd
+            for e in exprs:
+                for v in e.terms:
+                    axis_var[var_axis(v, nd)] = v
+            lo = [ranges[0].get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
+            sizes = [ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
+                     for g, v in enumerate(axis_var)]  # fmt: skip
+
+            def coef(k, v) -> int:
+                return k.terms.get(v, 0) if isinstance(k, IndexExpr) and v is not None else 0
+
+            def const(k) -> int:
+                if isinstance(k, IndexExpr):
+                    return k.const + sum(c * lo[var_axis(v, nd)] for v, c in k.terms.items())
+                return int(k)
+
+            for a, k in enumerate(key):
+                if a == axis:
+                    continue
+                c = const(k)
+                for x in [c, *(c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var)
+                               if v is not None)]:  # fmt: skip
+                    if not 0 <= x < base.shape[a]:
+                        raise OutOfBoundsError(
+                            f"index: axis {a} reaches {x}, outside size {base.shape[a]} "
+                            "[rule bounds]"
+                        )
+            offset0 = sum(mstride[a] * const(k) for a, k in enumerate(key) if a != axis)
+            free = [(sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)),
+                     sizes[g]) for g in range(1, nd)] or [(1, 1)]  # fmt: skip
+            n, p = len(vals), 0
+            while p < n:
+                q = p + 1
+                step = int(vals[q] - vals[p]) if q < n else 0
+                while q + 1 <= n - 1 and int(vals[q + 1] - vals[q]) == step:
+                    q += 1
+                count = q - p + 1 if q < n else 1
+                run = t.rows(count, mstride[axis] * step).ap(
+                    free, offset0 + mstride[axis] * int(vals[p])
+                )
+                self.m.issue("dma_copy", d.tile[p : p + count], run, None)
+                p += count
+
+        return self.pend_valid(self.pend(src.shape, dtype, SBUF, issue), ranges)
 
     def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
         """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``

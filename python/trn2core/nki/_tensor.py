@@ -148,6 +148,15 @@ class _Whole:
         )
 
 
+class Indirect:
+    """An HBM access whose axis ``axis`` is indexed by the values of the tile ``idx``."""
+
+    __slots__ = ("base", "key", "axis", "idx")
+
+    def __init__(self, base, key, axis, idx) -> None:
+        self.base, self.key, self.axis, self.idx = base, key, axis, idx
+
+
 class OutOfBoundsError(ShapeError):
     """An index or slice reaches outside its tensor."""
 
@@ -344,6 +353,8 @@ class NkiTensor:
         return self._getitem(key)
 
     def _getitem(self, key: list) -> NkiTensor:
+        if any(isinstance(k, NkiTensor) for k in key):
+            return self._indirect(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
                 v = self._advanced(list(key), None)
@@ -357,6 +368,39 @@ class NkiTensor:
                 v._access = (self, key)
                 return v
         return self._basic(key)
+
+    def _indirect(self, key: list) -> NkiTensor:
+        """``a[idx, j]`` of an HBM tensor with a ``[P, 1]`` integer tile ``idx`` on one axis:
+        partition ``p`` reads index ``idx[p]`` of that axis (indirect DMA; ``nl.load`` reads
+        it: ``Core.gather``). The other indices: integers, and index expressions over the
+        free grid axes."""
+        at = [a for a, k in enumerate(key) if isinstance(k, NkiTensor)]
+        idx = key[at[0]]
+        if self._pdim is not None or len(at) != 1:
+            raise NotSupportedError(
+                "index: a tile as an index (indirect DMA) works on an HBM tensor, one index "
+                "tile per access"
+            )
+        if idx._pdim != 0 or idx.size != idx.shape[0] or np.dtype(idx.dtype).kind not in "iu":
+            raise Trn2ValueError(
+                f"index: an index tile is a [P, 1] integer tile in SBUF, got {idx.shape} "
+                f"{idx.dtype}",
+                arg="index",
+            )
+        for k in key:
+            if isinstance(k, slice) and k != slice(None):
+                raise NotSupportedError("index: slices beside an index tile (use nl.arange)")
+        exprs = [k for k in key if isinstance(k, IndexExpr)]
+        gshape = grid_of(exprs) if exprs else (1, 1)
+        if gshape[0] != 1:
+            raise NotSupportedError(
+                "index: beside an index tile (the partitions), index expressions vary along "
+                "the free grid axes only"
+            )
+        shape = (idx.shape[0], *gshape[1:]) if len(gshape) > 1 else (idx.shape[0], 1)
+        v = self._view(_Unresolved("index: an indirect access is read by nl.load"), shape, None)
+        v._access = Indirect(self, key, at[0], idx)
+        return v
 
     def _basic(self, key: list) -> NkiTensor:
         on_chip = self._pdim is not None
@@ -529,6 +573,8 @@ class NkiTensor:
         """This view restricted by a mask: an indexed access re-resolved with the index
         variables' ranges (grid-axis ranges apply to the variable on that axis), or a plain
         tile sliced on the grid axes (``axis_ranges``)."""
+        if type(self._access) is Indirect:
+            raise NotSupportedError("an indirect (index-tile) access is read by nl.load only")
         if self._access is not None:
             base, key = self._access
             if axis_ranges:

@@ -38,7 +38,7 @@ from ._runtime import (
     current,
 )
 from ._surface import NKIObject
-from ._tensor import DS, Buffer, NkiTensor, PartitionDimError, Placement
+from ._tensor import DS, Buffer, Indirect, NkiTensor, PartitionDimError, Placement
 
 # ----------------------------------------------------------------------------- dtypes
 bool_ = D.bool_
@@ -417,6 +417,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     core = src._core
     ranges = core.mask_ranges(mask, src.ndim)
     dt = src.dtype if dtype is None else D.as_dtype(dtype)
+    if type(src._access) is Indirect:
+        return core.gather(src, ranges, dt)
     shape = src.shape if len(src.shape) >= 2 else (1, *src.shape)
     if shape[0] > tile_size.pmax:
         raise PartitionDimError(
@@ -717,8 +719,31 @@ while_loop = _unsupported("while_loop")
 loop_reduce = _unsupported("loop_reduce")
 all_reduce = _unsupported("all_reduce")
 atomic_rmw = _unsupported("atomic_rmw")
-fmod = _unsupported("fmod")
-mod = _unsupported("mod")
+
+
+def _remainder(name: str, rounding: str, doc: str) -> Op:
+    def f(x, y, *, dtype=None, mask=None, **kwargs):
+        # No instruction computes it: x - y * round(x / y) in fp32 (four nl operations; exact
+        # for integer values below 2**24, where x / y rounds no quotient across an integer).
+        core = _core_of(x, y)
+        if not isinstance(x, NkiTensor) and not isinstance(y, NkiTensor):
+            raise Trn2ValueError(f"{name}: at least one operand must be a tile", arg="x")
+        f32 = D.float32
+        q = core.arith("divide", x, y, dtype=f32, mask=mask)
+        r = core.unary(rounding, q, dtype=f32, mask=mask)
+        p = core.arith("multiply", r, y, dtype=f32, mask=mask)
+        if dtype is None:
+            dx = x.dtype if isinstance(x, NkiTensor) else D.weak_dtype(x)
+            dy = y.dtype if isinstance(y, NkiTensor) else D.weak_dtype(y)
+            dtype = D.promote(dx, dy)
+        return core.arith("subtract", x, p, dtype=dtype, mask=mask)
+
+    f.__name__ = name
+    return Op(name, api(f), doc=doc)
+
+
+mod = _remainder("mod", "floor", "x - y * floor(x / y) element-wise (the sign of y, as np.mod)")
+fmod = _remainder("fmod", "trunc", "x - y * trunc(x / y) element-wise (the sign of x, as np.fmod)")
 
 
 class fp32:  # noqa: N801 - the legacy module's name
