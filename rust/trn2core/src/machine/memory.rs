@@ -1195,21 +1195,24 @@ mod tests {
     }
 
     #[test]
-    fn overlay_tensors_share_bytes_with_each_other_only() {
-        let mut m = Memories::new(Uninitialized::Error).unwrap();
+    fn overlay_tensors_share_bytes_with_each_other_only() -> Result<()> {
+        let mut m = Memories::new(Uninitialized::Error)?;
         let (sb, f32) = (Space::Sbuf, Dtype::Fp32);
-        let a = m.alloc_placed(sb, "a", &[128, 64], f32, 0, Some(1024), true).unwrap();
+        let a = m.alloc_placed(sb, "a", &[128, 64], f32, 0, Some(1024), true)?;
         // Another overlay on a's bytes is the same memory; a first-fit tensor avoids both.
-        m.alloc_placed(sb, "b", &[64, 32], f32, 32, Some(1100), true).unwrap();
-        let c = m.alloc(sb, "c", &[128, 512], f32, 0, None).unwrap();
-        assert_eq!(m.tensor(c).unwrap().address, 1024 + 256);
-        let d = m.alloc(sb, "d", &[128, 8], f32, 0, None).unwrap();
-        assert_eq!(m.tensor(d).unwrap().address, 0);
+        m.alloc_placed(sb, "b", &[64, 32], f32, 32, Some(1100), true)?;
+        let c = m.alloc(sb, "c", &[128, 512], f32, 0, None)?;
+        assert_eq!(m.tensor(c)?.address, 1024 + 256);
+        let d = m.alloc(sb, "d", &[128, 8], f32, 0, None)?;
+        assert_eq!(m.tensor(d)?.address, 0);
         // An overlay may not land on a first-fit tensor, nor a plain placement on an overlay.
-        assert!(m.alloc_placed(sb, "e", &[1, 4], f32, 0, Some(1300), true).is_err());
+        let e = m.alloc_placed(sb, "e", &[1, 4], f32, 0, Some(1300), true);
+        assert!(e.is_err());
         assert!(m.alloc(sb, "f", &[1, 4], f32, 0, Some(1024)).is_err());
-        assert!(m.alloc_placed(sb, "g", &[1, 4], f32, 0, None, true).is_err());
-        m.free(a).unwrap();
+        assert!(m
+            .alloc_placed(sb, "g", &[1, 4], f32, 0, None, true)
+            .is_err());
+        m.free(a)
     }
 
     #[test]

@@ -151,15 +151,9 @@ impl Machine {
     ) -> Result<Tile> {
         // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
         self.settle()?;
-        let id = self.mem.alloc_placed(
-            space,
-            name,
-            shape,
-            dtype,
-            start_partition,
-            address,
-            overlay,
-        )?;
+        let id =
+            self.mem
+                .alloc_placed(space, name, shape, dtype, start_partition, address, overlay)?;
         let t = self.mem.tensor(id)?;
         let (p0, pn, lo, hi) = (
             t.start_partition,
