@@ -161,6 +161,12 @@ def ref_sd_attention(q, k, v, **_):
     return (s @ v.astype(np.float64)).astype(q.dtype)
 
 
+def ref_sd_attention_t(q, k, v, **_):
+    """(softmax(q.T k / 8) v).T per batch: q, k [b, d, s]; v [b, s, d] -> [b, d, s]."""
+    out = [ref_sd_attention(q[i].T, k[i].T, v[i]).T for i in range(q.shape[0])]
+    return np.ascontiguousarray(np.stack(out).astype(q.dtype))
+
+
 def ref_adaptive_avg_pool(x, output_size):
     n, c, h, w = x.shape
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
@@ -648,6 +654,20 @@ def _cases() -> list[Case]:
             ref_rms_norm_qkv,
             rtol=2e-2,
             atol=5e-2,
+        ),
+        Case(
+            "samples-ref allocated_fused_self_attn (SD)",
+            ref,
+            f"{REF}/allocated_attention.py",
+            "allocated_fused_self_attn_for_SD_small_head_size",
+            lambda r: (
+                (_f32(r, 1, 128, 1024, lo=0.0), _f32(r, 1, 128, 1024, lo=0.0),
+                 _f32(r, 1, 1024, 128, lo=0.0)),
+                {},
+            ),  # fmt: skip
+            ref_sd_attention_t,
+            rtol=2e-2,
+            atol=2e-3,
         ),
         Case(
             "samples-ref flash_fwd",

@@ -6,6 +6,7 @@ argument errors of issue 28: a bad argument inside a kernel is a Trn2Error at it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 
@@ -90,12 +91,9 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
 
         for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
                     lambda: VirtualRegister(), lambda: NkiInstruction.x,
-                    lambda: ncc.sbuf.alloc(lambda *a: (0, 0)),
-                    lambda: ncc.psum.alloc(lambda *a: 0)):  # fmt: skip
+                    ):  # fmt: skip
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
                 use()
-        with pytest.raises(tn.NotSupportedError, match=r"neuronxcc\.nki\.compiler\.sbuf"):
-            ncc.sbuf.alloc(lambda *a: (0, 0))
         assert ncc.sbuf.auto_alloc() is nl.sbuf and ncc.psum.auto_alloc() is nl.psum
 
 
@@ -986,6 +984,58 @@ def test_psum_mod_alloc_blocks_sharing_a_bank_each_start_their_own_accumulation(
     want = np.einsum("qjkm,qjkn->qmn", a.astype(np.float64), b).astype(np.float32)
     assert np.array_equal(k(a, b), want)
     assert np.array_equal(redeclared(a, b), want)
+
+
+def test_alloc_places_each_block_where_its_function_says():
+    """PSUM blocks on banks 6 and 2 (a function of the block), SBUF blocks on partitions 64
+    and 0; a second tensor at block 1's SBUF place reads its bytes."""
+    ncc = _ncc()
+
+    def bank(banks, idx, pdim_size, fdim_size):  # called by keyword: partial binds banks
+        assert pdim_size == 64 and fdim_size == 256 * 4
+        return (banks[idx], 0, 0)
+
+    def sbuf_at(idx, pdim_size, fdim_size):
+        return (64 * (1 - idx[0]), 4096)
+
+    @tn.jit_legacy
+    def k(a, b):
+        out = lnl.ndarray((2, 64, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        seen = lnl.ndarray((64, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray(
+            (2, lnl.par_dim(64), 256),
+            dtype=nl.float32,
+            buffer=ncc.psum.alloc(functools.partial(bank, {(0,): 6, (1,): 2})),
+        )
+        sb = lnl.ndarray(
+            (2, lnl.par_dim(64), 256), dtype=nl.float32, buffer=ncc.sbuf.alloc(sbuf_at)
+        )
+        for i in lnl.sequential_range(2):
+            for j in lnl.sequential_range(2):
+                ps[i] += lisa.nc_matmul(lnl.load(a[i, j]), lnl.load(b[i, j]))
+            sb[i] = lnl.copy(ps[i])
+            lnl.store(out[i], value=sb[i])
+        alias = lnl.ndarray((lnl.par_dim(64), 256), dtype=nl.float32,
+                            buffer=ncc.sbuf.alloc(lambda **kw: (0, 4096)))  # fmt: skip
+        lnl.store(seen, value=alias)
+        return out, seen
+
+    a = np.round(_rand(2, 2, 128, 64, seed=9))
+    b = np.round(_rand(2, 2, 128, 256, seed=10))
+    want = np.einsum("ijkm,ijkn->imn", a.astype(np.float64), b).astype(np.float32)
+    out, seen = k(a, b)
+    assert np.array_equal(out, want)
+    assert np.array_equal(seen, want[1])
+
+    def bad(x):
+        t = lnl.ndarray((2, lnl.par_dim(64), 8), dtype=x.dtype,
+                        buffer=ncc.psum.alloc(lambda **kw: (9, 0, 0)))  # fmt: skip
+        t[0] = 0.0  # bank 9
+        return x
+
+    with pytest.raises(Trn2Error, match="bank 9") as info:
+        tn.run(tn.jit_legacy(bad), np.ones((2, 2), np.float32))
+    _at(info, bad, "# bank 9")
 
 
 def test_ndarray_at_an_address_shares_bytes_with_what_overlaps_it():

@@ -38,6 +38,7 @@ from ._tensor import (
     SHARED_HBM,
     Blocks,
     Buffer,
+    FuncBlocks,
     LazyBlocks,
     NkiTensor,
     OutOfBoundsError,
@@ -287,6 +288,15 @@ class Core:
         share bytes are the same memory, as on the chip."""
         nblock = pdim
         blocks, tile_dims = shape[:pdim], shape[pdim + 1 :]
+        if place.func is not None:
+            bshape = (shape[pdim], *tile_dims)
+            name = self.name(name, buffer.space)
+            fb = FuncBlocks(nblock, bshape, dtype, buffer, name, place)
+            if nblock == 0:
+                return self.func_block(fb, ())
+            t = NkiTensor(fb, shape, pdim, dtype, buffer, self, None, name)
+            t._blocks = fb
+            return t
         tiles = place.tiles
         if nblock == 0:
             tiles = ()  # one tile: the whole tensor (a count given for it is its own)
@@ -326,6 +336,48 @@ class Core:
         owner = _Alloc(self.m, tile, None)
         t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
         t._blocks = Blocks(n, place.address)
+        return t
+
+    def func_block(self, fb: FuncBlocks, idx: tuple) -> NkiTensor:
+        """Block ``idx`` of a tensor placed by ``alloc(func)``: a placed tensor at
+        ``func(idx=, pdim_size=, fdim_size=)`` (its partitions and bytes per partition; called
+        by keyword, as kernels bind the function's other parameters with functools.partial)
+        (SBUF: ``(start partition, byte)``;
+        PSUM: ``(bank, start partition, byte in the bank)``), made on first use."""
+        t = fb.cache.get(idx)
+        if t is not None:
+            return t
+        p = fb.shape[0]
+        nbytes = math.prod(fb.shape[1:]) * fb.dtype.itemsize
+        what = fb.place.what
+        try:
+            at = fb.place.func(idx=idx, pdim_size=p, fdim_size=nbytes)
+        except Trn2Error:
+            raise
+        except Exception as e:
+            raise Trn2ValueError(f"{what}: the placement function failed for block {idx}: "
+                                 f"{type(e).__name__}: {e}", arg="func") from e  # fmt: skip
+        want = 3 if fb.buffer is PSUM else 2
+        ok = isinstance(at, (tuple, list)) and len(at) == want
+        ok = ok and all(is_int(v) and int(v) >= 0 for v in at)
+        if not ok:
+            form = "(bank, start partition, byte)" if want == 3 else "(start partition, byte)"
+            raise Trn2ValueError(
+                f"{what}: the placement function returned {at!r} for block {idx}; expected "
+                f"{form}, non-negative integers",
+                arg="func",
+            )
+        if want == 3:
+            bank, part, byte = (int(v) for v in at)
+            if bank >= 8:
+                raise Trn2ValueError(f"{what}: bank {bank} for block {idx}; PSUM has banks "
+                                     "0..7", arg="func")  # fmt: skip
+            address = bank * 2048 + byte
+        else:
+            part, address = (int(v) for v in at)
+        place = Placement(fb.buffer, part, address, (), False, what)
+        t = self._placed(fb.shape, fb.dtype, fb.buffer, 0, f"{fb.name}{list(idx)}", place)
+        fb.cache[idx] = t
         return t
 
     def block_fresh(self, target: NkiTensor) -> bool:

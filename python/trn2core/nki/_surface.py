@@ -4,8 +4,8 @@ API at the kernel's line (never an ``AttributeError`` or ``ImportError`` at impo
 
 Also what the modules need that is not an instruction: ``nl.NKIObject`` (the base class of
 configuration objects passed into kernels), the legacy ``neuronxcc.nki.compiler`` module (its
-scheduling decorators are no-ops here; its ``sbuf``/``psum`` ``mod_alloc`` place tensors,
-``auto_alloc`` leaves them to the allocator, ``alloc`` is not emulated) and
+scheduling decorators are no-ops here; its ``sbuf``/``psum`` ``mod_alloc`` and ``alloc`` place
+tensors, ``auto_alloc`` leaves them to the allocator) and
 ``nki.isa.constants``. The names follow the NKI API reference's module listings (nki,
 nki.language, nki.isa, nki.collectives; neuronxcc.nki.compiler for the legacy dialect).
 """
@@ -175,12 +175,23 @@ def _one_par_tile(num_par_tiles, space: str) -> None:
 
 class _Allocators:
     """``ncc.sbuf`` / ``ncc.psum``: the explicit allocators. ``mod_alloc`` places a tensor
-    (its blocks modulo their physical tiles: ``_tensor.Placement``); ``auto_alloc`` leaves it
-    to the allocator; ``alloc`` (a placement function per block) is not emulated."""
+    (its blocks modulo their physical tiles: ``_tensor.Placement``); ``alloc`` places each
+    block by a function; ``auto_alloc`` leaves it to the allocator."""
 
     def __init__(self, space: str) -> None:
         self._space = space
-        self.alloc = Unsupported(f"neuronxcc.nki.compiler.{space}.alloc")
+
+    def alloc(self, func, *args, **kwargs):
+        """Places each block where ``func(block, partitions, bytes)`` says (SBUF: ``(start
+        partition, byte)``; PSUM: ``(bank, start partition, byte)``)."""
+        from ._tensor import PSUM, SBUF, Placement
+
+        if not callable(func) or args or kwargs:
+            raise relocate(Trn2ValueError(
+                f"func: neuronxcc.nki.compiler.{self._space}.alloc takes one placement "
+                f"function, got {func!r}", arg="func"))  # fmt: skip
+        buf = SBUF if self._space == "sbuf" else PSUM
+        return Placement(buf, 0, 0, (), False, f"{self._space}.alloc", func)
 
     def auto_alloc(self, *args, **kwargs):
         """The compiler's own placement: the plain buffer."""

@@ -51,15 +51,19 @@ class Placement:
     tiles of each leading block axis (block ``i`` of axis ``k`` lives in tile ``i % tiles[k]``;
     empty: one); ``bank_tiles`` whether those tiles are one PSUM bank apart."""
 
-    __slots__ = ("buffer", "partition", "address", "tiles", "bank_tiles", "what")
+    __slots__ = ("buffer", "partition", "address", "tiles", "bank_tiles", "what", "func")
 
-    def __init__(self, buffer, partition, address, tiles=(), bank_tiles=False, what="") -> None:
+    def __init__(self, buffer, partition, address, tiles=(), bank_tiles=False, what="",
+                 func=None) -> None:  # fmt: skip
         self.buffer = buffer
         self.partition = partition
         self.address = address
         self.tiles = tuple(tiles)
         self.bank_tiles = bank_tiles
         self.what = what
+        # ``ncc.sbuf.alloc(func)`` / ``psum.alloc(func)``: ``func(block, partitions, bytes)``
+        # places each block (``Core.func_block``).
+        self.func = func
 
     def __repr__(self) -> str:
         return f"{self.what or 'Placement'}(partition={self.partition}, address={self.address})"
@@ -124,6 +128,22 @@ class LazyBlocks:
         self.released: set = set()
         self.uid = next(LazyBlocks._serial)
         self.writing = False
+
+
+class FuncBlocks:
+    """A tensor whose blocks ``alloc(func)`` places one by one: each block is its own placed
+    tensor, made when first indexed with integers on every block axis."""
+
+    __slots__ = ("nblock", "shape", "dtype", "buffer", "name", "place", "cache")
+
+    def __init__(self, nblock, shape, dtype, buffer, name, place) -> None:
+        self.nblock = nblock
+        self.shape = shape  # a block's logical shape (P, F...)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.place = place
+        self.cache: dict = {}
 
 
 class _Whole:
@@ -271,6 +291,11 @@ class NkiTensor:
             raise OutOfBoundsError(t.message)
         if type(t) is _Whole:
             t = t.resolve(self)
+        elif type(t) is FuncBlocks:
+            raise NotSupportedError(
+                f"{t.name}: an access spanning blocks of a tensor placed block by block "
+                f"({t.place.what}); index every block axis with an integer"
+            )
         return t
 
     def __repr__(self) -> str:
@@ -328,7 +353,7 @@ class NkiTensor:
     def __getitem__(self, key) -> NkiTensor:
         key = self._normalize(key)
         blocks = self._blocks
-        if type(blocks) is LazyBlocks:
+        if type(blocks) in (LazyBlocks, FuncBlocks):
             n = blocks.nblock
             if all(isinstance(k, (int, np.integer)) for k in key[:n]):
                 idx = []
@@ -340,7 +365,10 @@ class NkiTensor:
                             f"(tensor {self.shape}) [rule bounds]"
                         )
                     idx.append(i % size)
-                block = self._core.lazy_block(blocks, tuple(idx))
+                if type(blocks) is FuncBlocks:
+                    block = self._core.func_block(blocks, tuple(idx))
+                else:
+                    block = self._core.lazy_block(blocks, tuple(idx))
                 return block[tuple(key[n:])]
             self.tile  # noqa: B018 - allocates the array whole, or raises
             return self._getitem(key)
