@@ -1217,3 +1217,24 @@ def test_integer_division_is_true_division(dialect):
     q, fl = jit(k)(xi)
     assert np.array_equal(q, xi.astype(np.float32) / np.float32(38))
     assert np.array_equal(fl, xi // 38)
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_var_is_the_population_variance(dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(x, x3):
+        out = lang.ndarray((128, 1), dtype=x.dtype, buffer=lang.shared_hbm)
+        out3 = lang.ndarray((128, 1, 1), dtype=x.dtype, buffer=lang.shared_hbm)
+        lang.store(out, value=lang.var(lang.load(x), axis=1))
+        v3 = lang.var(lang.load(x3), axis=[1, 2])
+        lang.store(out3, value=v3.reshape((128, 1, 1)) if v3.ndim == 2 else v3)
+        return out, out3
+
+    x = _rand(128, 64, seed=11)
+    x3 = _rand(128, 4, 16, seed=12)
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    got, got3 = jit(k)(x, x3)
+    assert np.allclose(got, x.astype(np.float64).var(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    want3 = x3.astype(np.float64).var(axis=(1, 2)).reshape(128, 1, 1)
+    assert np.allclose(got3, want3, rtol=1e-5, atol=1e-6)

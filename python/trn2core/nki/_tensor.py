@@ -381,8 +381,9 @@ class NkiTensor:
         return self._getitem(key)
 
     def _getitem(self, key: list) -> NkiTensor:
-        if any(isinstance(k, NkiTensor) for k in key):
-            return self._indirect(key)
+        for k in key:
+            if type(k) is NkiTensor:
+                return self._indirect(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
                 v = self._advanced(list(key), None)

@@ -713,7 +713,20 @@ rand = _unsupported("rand")
 random_seed = _unsupported("random_seed")
 dropout = _unsupported("dropout")
 gather_flattened = _unsupported("gather_flattened")
-var = _unsupported("var")
+
+
+@api
+def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Variance over free axes (the population variance, as ``numpy.var``): the mean of
+    ``(x - mean(x))**2``, in float32 (a mean, a subtraction, a square, a mean)."""
+    core = _core_of(x)
+    f32 = D.float32
+    m = core.reduce("add", x, axis, f32, True, mask, True)
+    d = core.arith("subtract", x, m, dtype=f32, mask=mask)
+    sq = core.arith("multiply", d, d, dtype=f32, mask=mask)
+    out_dt = dtype if dtype is not None else x.dtype
+    return core.reduce("add", sq, axis, out_dt, False, mask, True)
+
 rms_norm = _unsupported("rms_norm")
 while_loop = _unsupported("while_loop")
 loop_reduce = _unsupported("loop_reduce")
