@@ -61,8 +61,8 @@ class Placement:
         self.tiles = tuple(tiles)
         self.bank_tiles = bank_tiles
         self.what = what
-        # ``ncc.sbuf.alloc(func)`` / ``psum.alloc(func)``: ``func(block, partitions, bytes)``
-        # places each block (``Core.func_block``).
+        # ``ncc.sbuf.alloc(func)`` / ``psum.alloc(func)``: ``func(idx=, pdim_size=,
+        # fdim_size=)`` places each block (``Core.func_block``).
         self.func = func
 
     def __repr__(self) -> str:
@@ -107,10 +107,10 @@ class Blocks:
 
 
 class LazyBlocks:
-    """A legacy on-chip array with leading block axes that does not fit whole: each block
-    (indexed by integers on every block axis) gets its own storage when first used, and when
-    memory runs out the least recently used block of such an array is released
-    (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
+    """A legacy on-chip array with leading block axes (in PSUM; in SBUF when it does not fit
+    whole): each block (indexed by integers on every block axis) gets its own storage when
+    first used, and when memory runs out the least recently used block of such arrays is
+    released (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
 
     __slots__ = ("core", "nblock", "mshape", "dtype", "buffer", "name", "error", "live",
                  "released", "uid", "writing")  # fmt: skip
@@ -123,7 +123,7 @@ class LazyBlocks:
         self.dtype = dtype
         self.buffer = buffer
         self.name = name
-        self.error = error  # the CapacityError of the whole array, for accesses of several
+        self.error = error  # the whole array's CapacityError (None in PSUM: not tried)
         self.live: dict = {}  # block -> its _Alloc
         self.released: set = set()
         self.uid = next(LazyBlocks._serial)
