@@ -727,6 +727,7 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     out_dt = dtype if dtype is not None else x.dtype
     return core.reduce("add", sq, axis, out_dt, False, mask, True)
 
+
 rms_norm = _unsupported("rms_norm")
 while_loop = _unsupported("while_loop")
 loop_reduce = _unsupported("loop_reduce")
