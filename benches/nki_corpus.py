@@ -161,6 +161,12 @@ def ref_sd_attention(q, k, v, **_):
     return (s @ v.astype(np.float64)).astype(q.dtype)
 
 
+def ref_sd_attention_t(q, k, v, **_):
+    """(softmax(q.T k / 8) v).T per batch: q, k [b, d, s]; v [b, s, d] -> [b, d, s]."""
+    out = [ref_sd_attention(q[i].T, k[i].T, v[i]).T for i in range(q.shape[0])]
+    return np.ascontiguousarray(np.stack(out).astype(q.dtype))
+
+
 def ref_adaptive_avg_pool(x, output_size):
     n, c, h, w = x.shape
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
@@ -206,6 +212,9 @@ def ref_add_n_elements(a, b, n_elements):
 def ref_rms_norm_qkv(hidden, weights, **_):
     h = hidden.astype(np.float64)
     n = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)
+    # The normalised rows are the matmul's operand in the weights' dtype (the kernel's own
+    # rounding; without it a 512-term sum near zero is off by more than the output's ulp).
+    n = n.astype(weights.dtype).astype(np.float64)
     return (n @ weights.astype(np.float64)).astype(hidden.dtype)
 
 
@@ -639,10 +648,26 @@ def _cases() -> list[Case]:
             ref,
             f"{REF}/allocated_fused_linear.py",
             "allocated_fused_rms_norm_qkv",
-            lambda r: ((_f32(r, 1, 128, 256).astype(BF16), _f32(r, 256, 128).astype(BF16)), {}),
+            # dim a multiple of 512: the kernel transposes 512 columns at a time (its assert
+            # asks only 128, but a smaller dim indexes past its SBUF tile).
+            lambda r: ((_f32(r, 1, 256, 512).astype(BF16), _f32(r, 512, 512).astype(BF16)), {}),
             ref_rms_norm_qkv,
             rtol=2e-2,
             atol=5e-2,
+        ),
+        Case(
+            "samples-ref allocated_fused_self_attn (SD)",
+            ref,
+            f"{REF}/allocated_attention.py",
+            "allocated_fused_self_attn_for_SD_small_head_size",
+            lambda r: (
+                (_f32(r, 1, 128, 1024, lo=0.0), _f32(r, 1, 128, 1024, lo=0.0),
+                 _f32(r, 1, 1024, 128, lo=0.0)),
+                {},
+            ),  # fmt: skip
+            ref_sd_attention_t,
+            rtol=2e-2,
+            atol=2e-3,
         ),
         Case(
             "samples-ref flash_fwd",

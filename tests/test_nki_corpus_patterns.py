@@ -6,6 +6,7 @@ argument errors of issue 28: a bad argument inside a kernel is a Trn2Error at it
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 
@@ -13,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn2core.nki as tn
-from trn2core.errors import FormatError, ShapeError, Trn2Error
+from trn2core.errors import CapacityError, FormatError, ShapeError, Trn2Error
 
 nl, nisa = tn.language, tn.isa
 lnl, lisa = tn.language_legacy, tn.isa_legacy
@@ -90,12 +91,10 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
 
         for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
                     lambda: VirtualRegister(), lambda: NkiInstruction.x,
-                    lambda: ncc.sbuf.mod_alloc(base_addr=0),
-                    lambda: ncc.psum.alloc(lambda *a: 0)):  # fmt: skip
+                    ):  # fmt: skip
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
                 use()
-        with pytest.raises(tn.NotSupportedError, match=r"neuronxcc\.nki\.compiler\.sbuf"):
-            ncc.sbuf.mod_alloc(base_addr=0)
+        assert ncc.sbuf.auto_alloc() is nl.sbuf and ncc.psum.auto_alloc() is nl.psum
 
 
 # ----------------------------------------------------------------------------- NKIObject
@@ -288,6 +287,20 @@ def test_a_constant_bool_is_a_mask():
     assert "activation" not in res.report.opcodes
 
 
+def test_a_constant_bool_joins_a_mask():
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((32, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jf = lnl.arange(32)[:, None], lnl.arange(8)[None, :]
+        t = lnl.load(x)
+        lnl.store(out[ip, jf], value=t, mask=(jf < 8) & (2 * 3 < 7))
+        lnl.store(out[ip, jf], value=lnl.multiply(t, 2.0), mask=(2 * 3 > 7) & (jf < 4))
+        return out
+
+    x = _rand(32, 8)
+    assert np.array_equal(k(x), x)
+
+
 # ----------------------------------------------------------------------------- math
 
 
@@ -332,13 +345,27 @@ def test_cos_and_tan_on_their_valid_range(name):
     assert np.allclose(got, want, rtol=rtol, atol=atol)
 
 
-def test_mod_stays_unsupported_with_its_name():
-    def k(x):
-        return nl.mod(nl.load(x), 3.0)  # mod
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+@pytest.mark.parametrize("name", ["mod", "fmod"])
+def test_mod_and_fmod_of_integers_are_exact(name, dialect):
+    lang = nl if dialect == "current" else lnl
+    want_fn = np.mod if name == "mod" else np.fmod
 
-    with pytest.raises(tn.NotSupportedError, match="nki.language.mod") as info:
-        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
-    _at(info, k, "# mod")
+    def k(x, xi):
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        outi = lang.ndarray(xi.shape, dtype=xi.dtype, buffer=lang.shared_hbm)
+        fn = getattr(lang, name)
+        lang.store(out, value=fn(lang.load(x), 3.0))
+        lang.store(outi, value=fn(lang.load(xi), 7, dtype=nl.int32))
+        return out, outi
+
+    rng = np.random.default_rng(8)
+    x = rng.integers(-10_000_000, 10_000_000, (128, 64)).astype(np.float32)
+    xi = rng.integers(-1_000_000, 1_000_000, (128, 64)).astype(np.int32)
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    got, goti = jit(k)(x, xi)
+    assert np.array_equal(got, want_fn(x, np.float32(3.0)))
+    assert np.array_equal(goti, want_fn(xi, 7))
 
 
 # ----------------------------------------------------------------------------- bad arguments
@@ -879,3 +906,335 @@ def test_a_declared_tile_filled_by_masked_results_holds_their_rows():
     got = stats(x)
     assert np.allclose(got[:, 0], x.mean(axis=1), rtol=1e-6, atol=1e-6)
     assert np.allclose(got[:, 1], x.var(axis=1), rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- explicit allocation
+
+
+def _ncc():
+    with tn.install():
+        import neuronxcc.nki.compiler as ncc
+    return ncc
+
+
+def test_sbuf_mod_alloc_maps_blocks_onto_physical_tiles_modulo_their_count():
+    """Four blocks on two physical tiles: block i lives in tile i % 2, and a second tensor
+    placed at tile 1's address reads the bytes block 3 left there (the same SBUF bytes)."""
+    ncc = _ncc()
+
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((4, 128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        seen = lnl.ndarray((128, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        bufs = lnl.ndarray(
+            (4, lnl.par_dim(128), 64),
+            dtype=x.dtype,
+            buffer=ncc.sbuf.mod_alloc(base_addr=512, num_free_tiles=(2,)),
+        )
+        for i in lnl.sequential_range(4):
+            bufs[i] = lnl.load(x[i])
+            bufs[i] = lisa.tensor_scalar(bufs[i], np.multiply, float(i + 1))
+            lnl.store(out[i], value=bufs[i])
+        alias = lnl.ndarray(
+            (lnl.par_dim(128), 64), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=512 + 64 * 4)
+        )
+        lnl.store(seen, value=alias)
+        return out, seen
+
+    x = _rand(4, 128, 64)
+    out, seen = k(x)
+    assert np.array_equal(out, x * np.arange(1, 5, dtype=np.float32)[:, None, None])
+    assert np.array_equal(seen, x[3] * 4)  # block 3 is physical tile 1
+
+
+def test_psum_mod_alloc_blocks_sharing_a_bank_each_start_their_own_accumulation():
+    ncc = _ncc()
+
+    @tn.jit_legacy
+    def k(a, b):
+        q_n, k_n = a.shape[0], a.shape[1]
+        out = lnl.ndarray((q_n, 128, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.ndarray(
+            (q_n, lnl.par_dim(128), 256),
+            dtype=nl.float32,
+            buffer=ncc.psum.mod_alloc(base_bank=3, num_bank_tiles=(1,)),
+        )
+        for q in lnl.sequential_range(q_n):
+            for j in lnl.affine_range(k_n):
+                acc[q] += lisa.nc_matmul(lnl.load(a[q, j]), lnl.load(b[q, j]))
+            lnl.store(out[q], value=lnl.copy(acc[q]))
+        return out
+
+    @tn.jit_legacy
+    def redeclared(a, b):
+        q_n, k_n = a.shape[0], a.shape[1]
+        out = lnl.ndarray((q_n, 128, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        for q in lnl.sequential_range(q_n):
+            # A new tensor on the same bank each time: its first matmul starts afresh.
+            acc = lnl.ndarray(
+                (lnl.par_dim(128), 256), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=5)
+            )
+            for j in lnl.affine_range(k_n):
+                acc += lisa.nc_matmul(lnl.load(a[q, j]), lnl.load(b[q, j]))
+            lnl.store(out[q], value=lnl.copy(acc))
+        return out
+
+    a = np.round(_rand(3, 2, 128, 128, seed=1))  # integers: exact sums
+    b = np.round(_rand(3, 2, 128, 256, seed=2))
+    want = np.einsum("qjkm,qjkn->qmn", a.astype(np.float64), b).astype(np.float32)
+    assert np.array_equal(k(a, b), want)
+    assert np.array_equal(redeclared(a, b), want)
+
+
+def test_alloc_places_each_block_where_its_function_says():
+    """PSUM blocks on banks 6 and 2 (a function of the block), SBUF blocks on partitions 64
+    and 0; a second tensor at block 1's SBUF place reads its bytes."""
+    ncc = _ncc()
+
+    def bank(banks, idx, pdim_size, fdim_size):  # called by keyword: partial binds banks
+        assert pdim_size == 64 and fdim_size == 256 * 4
+        return (banks[idx], 0, 0)
+
+    def sbuf_at(idx, pdim_size, fdim_size):
+        return (64 * (1 - idx[0]), 4096)
+
+    @tn.jit_legacy
+    def k(a, b):
+        out = lnl.ndarray((2, 64, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        seen = lnl.ndarray((64, 256), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray(
+            (2, lnl.par_dim(64), 256),
+            dtype=nl.float32,
+            buffer=ncc.psum.alloc(functools.partial(bank, {(0,): 6, (1,): 2})),
+        )
+        sb = lnl.ndarray(
+            (2, lnl.par_dim(64), 256), dtype=nl.float32, buffer=ncc.sbuf.alloc(sbuf_at)
+        )
+        for i in lnl.sequential_range(2):
+            for j in lnl.sequential_range(2):
+                ps[i] += lisa.nc_matmul(lnl.load(a[i, j]), lnl.load(b[i, j]))
+            sb[i] = lnl.copy(ps[i])
+            lnl.store(out[i], value=sb[i])
+        alias = lnl.ndarray((lnl.par_dim(64), 256), dtype=nl.float32,
+                            buffer=ncc.sbuf.alloc(lambda **kw: (0, 4096)))  # fmt: skip
+        lnl.store(seen, value=alias)
+        return out, seen
+
+    a = np.round(_rand(2, 2, 128, 64, seed=9))
+    b = np.round(_rand(2, 2, 128, 256, seed=10))
+    want = np.einsum("ijkm,ijkn->imn", a.astype(np.float64), b).astype(np.float32)
+    out, seen = k(a, b)
+    assert np.array_equal(out, want)
+    assert np.array_equal(seen, want[1])
+
+    def bad(x):
+        t = lnl.ndarray((2, lnl.par_dim(64), 8), dtype=x.dtype,
+                        buffer=ncc.psum.alloc(lambda **kw: (9, 0, 0)))  # fmt: skip
+        t[0] = 0.0  # bank 9
+        return x
+
+    with pytest.raises(Trn2Error, match="bank 9") as info:
+        tn.run(tn.jit_legacy(bad), np.ones((2, 2), np.float32))
+    _at(info, bad, "# bank 9")
+
+
+def test_ndarray_at_an_address_shares_bytes_with_what_overlaps_it():
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        low = nl.ndarray((64, 64), dtype=x.dtype, buffer=nl.sbuf, address=(32, 1024))
+        high = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.sbuf, address=(64, 1024 + 128))
+        nisa.dma_copy(dst=low, src=x)
+        nisa.memset(dst=high, value=7.0)  # partitions 64..95, bytes of low[32:64, 32:64]
+        nisa.dma_copy(dst=out, src=low)
+        return out
+
+    x = _rand(64, 64)
+    want = x.copy()
+    want[32:, 32:] = 7.0
+    assert np.array_equal(tn.jit(k)(x), want)
+
+
+def test_explicit_allocation_errors_name_the_argument_at_the_kernel_line():
+    ncc = _ncc()
+
+    def over(x):
+        t = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf, address=(0, 212_900))  # cap
+        return t
+
+    with pytest.raises(CapacityError) as info:
+        tn.run(tn.jit(over), np.ones((2, 2), np.float32))
+    _at(info, over, "# cap")
+
+    def bad(x):
+        t = lnl.ndarray((128, 4), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr="a"))  # ba
+        return t
+
+    with pytest.raises(Trn2Error, match="base_addr") as info:
+        tn.run(tn.jit_legacy(bad), np.ones((2, 2), np.float32))
+    _at(info, bad, "# ba")
+
+    def blocks(x):
+        alloc = ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2, 2))
+        t = lnl.ndarray((4, lnl.par_dim(128), 4), dtype=x.dtype, buffer=alloc)  # nf
+        return t
+
+    with pytest.raises(Trn2Error, match="num_free_tiles") as info:
+        tn.run(tn.jit_legacy(blocks), np.ones((2, 2), np.float32))
+    _at(info, blocks, "# nf")
+
+
+def test_nc_versions_are_ordered():
+    for isa in (nisa, lisa):
+        assert isa.get_nc_version() >= isa.nc_version.gen3 > isa.nc_version.gen2
+        assert isa.get_nc_version() < isa.nc_version.gen4
+
+
+def test_legacy_matmul_under_a_constant_mask_runs_or_is_left_out():
+    @tn.jit_legacy
+    def k(a, b):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.zeros((128, 64), dtype=nl.float32, buffer=lnl.psum)
+        for j in lnl.sequential_range(3):
+            acc += lisa.nc_matmul(lnl.load(a[j]), lnl.load(b[j]), mask=(j * 128 < 256))
+        lnl.store(out, value=lnl.copy(acc))
+        return out
+
+    a, b = np.round(_rand(3, 128, 128, seed=4)), np.round(_rand(3, 128, 64, seed=5))
+    want = a[0].T.astype(np.float64) @ b[0] + a[1].T.astype(np.float64) @ b[1]
+    assert np.array_equal(k(a, b), want.astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- legacy liveness
+
+
+def test_legacy_block_array_larger_than_psum_gets_storage_block_by_block():
+    """16 PSUM banks' worth of blocks (PSUM has 8), each live for one iteration: the compiler
+    reuses the memory of dead blocks, and so does trn2core."""
+
+    @tn.jit_legacy
+    def k(a, b):
+        n = a.shape[0]
+        out = lnl.ndarray((n, 128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((n, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        for i in lnl.affine_range(n):
+            ps[i] = lisa.nc_matmul(lnl.load(a[i]), lnl.load(b[i]))
+            lnl.store(out[i], value=lnl.copy(ps[i]))
+        return out
+
+    a, b = np.round(_rand(16, 128, 128, seed=6)), np.round(_rand(16, 128, 512, seed=7))
+    want = np.einsum("ikm,ikn->imn", a.astype(np.float64), b).astype(np.float32)
+    assert np.array_equal(k(a, b), want)
+
+
+def test_legacy_block_array_read_after_its_block_was_released_is_a_capacity_error():
+    def k(a):
+        out = lnl.ndarray((128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((16, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        t = lnl.load(a)
+        for i in lnl.sequential_range(16):
+            ps[i] = lisa.nc_matmul(t[:, 0:128], t)
+        lnl.store(out, value=lnl.copy(ps[0]))  # block 0 released
+        return out
+
+    with pytest.raises(CapacityError, match="released") as info:
+        tn.run(tn.jit_legacy(k), np.ones((128, 512), np.float32))
+    _at(info, k, "# block 0 released")
+
+    def whole(a):
+        ps = lnl.ndarray((16, lnl.par_dim(128), 512), dtype=nl.float32, buffer=lnl.psum)
+        ps[0] = 0.0  # block 0 gets storage of its own
+        ps[...] = 0.0  # whole
+        return a
+
+    with pytest.raises(CapacityError, match="spans several blocks") as info:
+        tn.run(tn.jit_legacy(whole), np.ones((128, 512), np.float32))
+    _at(info, whole, "# whole")
+
+    @tn.jit_legacy
+    def whole_first(a):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        ps = lnl.ndarray((2, lnl.par_dim(128), 64), dtype=nl.float32, buffer=lnl.psum)
+        ps[...] = 3.0  # before any block has storage: the array whole
+        lnl.store(out, value=lnl.copy(ps[1]))
+        return out
+
+    assert np.array_equal(whole_first(np.ones((2, 2), np.float32)), np.full((128, 64), 3.0))
+
+
+def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
+    def k(a):
+        t = nl.ndarray((128, 4, 15_000), dtype=nl.float32, buffer=nl.sbuf)  # cap
+        return t
+
+    with pytest.raises(CapacityError) as info:
+        tn.run(tn.jit(k), np.ones((2, 2), np.float32))
+    _at(info, k, "# cap")
+
+
+# ----------------------------------------------------------------------------- indirect DMA
+
+
+def test_load_with_an_index_tile_gathers_rows():
+    @tn.jit_legacy
+    def k(table, idx):
+        n = 100
+        out = lnl.ndarray((n, 8), dtype=table.dtype, buffer=lnl.shared_hbm)
+        i_p, i_f = lnl.arange(128)[:, None], lnl.arange(8)[None, :]
+        ix = lnl.load(idx)
+        g = lnl.load(table[1, ix, i_f], mask=(i_p < n))  # gather
+        lnl.store(out[i_p, i_f], value=g, mask=(i_p < n))
+        return out
+
+    table = _rand(2, 40, 8)
+    idx = np.floor(np.arange(128) * 0.3).astype(np.int32)[:, None]  # runs and repeats
+    idx[50:60, 0] = [39, 3, 17, 17, 17, 0, 5, 10, 15, 20]
+    assert np.array_equal(k(table, idx), table[1, idx[:100, 0]])
+
+    bad = idx.copy()
+    bad[7, 0] = 40
+
+    with pytest.raises(tn.OutOfBoundsError, match="holds 40 at partition 7") as info:
+        k(table, bad)
+    _at(info, k.fn, "# gather")
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_integer_division_is_true_division(dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(xi):
+        out = lang.ndarray(xi.shape, dtype=nl.float32, buffer=lang.shared_hbm)
+        outi = lang.ndarray(xi.shape, dtype=nl.int32, buffer=lang.shared_hbm)
+        t = lang.load(xi)
+        q = t / 38
+        assert q.dtype == nl.float32
+        lang.store(out, value=q)
+        lang.store(outi, value=lang.floor(lang.divide(t, 38), dtype=nl.int32))
+        return out, outi
+
+    xi = np.arange(128 * 20, dtype=np.int32).reshape(128, 20) - 1000
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    q, fl = jit(k)(xi)
+    assert np.array_equal(q, xi.astype(np.float32) / np.float32(38))
+    assert np.array_equal(fl, xi // 38)
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_var_is_the_population_variance(dialect):
+    lang = nl if dialect == "current" else lnl
+
+    def k(x, x3):
+        out = lang.ndarray((128, 1), dtype=x.dtype, buffer=lang.shared_hbm)
+        out3 = lang.ndarray((128, 1, 1), dtype=x.dtype, buffer=lang.shared_hbm)
+        lang.store(out, value=lang.var(lang.load(x), axis=1))
+        v3 = lang.var(lang.load(x3), axis=[1, 2])
+        lang.store(out3, value=v3.reshape((128, 1, 1)) if v3.ndim == 2 else v3)
+        return out, out3
+
+    x = _rand(128, 64, seed=11)
+    x3 = _rand(128, 4, 16, seed=12)
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    got, got3 = jit(k)(x, x3)
+    assert np.allclose(got, x.astype(np.float64).var(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    want3 = x3.astype(np.float64).var(axis=(1, 2)).reshape(128, 1, 1)
+    assert np.allclose(got3, want3, rtol=1e-5, atol=1e-6)

@@ -528,6 +528,7 @@ class Machine:
         name: str,
         start_partition: int = 0,
         address: int | None = None,
+        overlay: bool = False,
     ) -> Tile: ...
     def hbm_tensor(
         self, name: str, shape: list[int], dtype: str, data: npt.NDArray[np.uint8] | None = None

@@ -180,9 +180,15 @@ class Mask:
         self.conds = conds
 
     def __and__(self, other) -> Mask:
+        if isinstance(other, (bool, np.bool_)):
+            # A compile-time constant joined in (``(i < n) & (j * 128 < size)``): `0 == 0` is
+            # always true, `0 < 0` never.
+            return Mask(self.conds + ((IndexExpr(0, {}, ()), "==" if other else "<"),))
         if not isinstance(other, Mask):
             return NotImplemented
         return Mask(self.conds + other.conds)
+
+    __rand__ = __and__
 
     def __bool__(self) -> bool:
         raise Trn2ValueError(

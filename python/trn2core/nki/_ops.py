@@ -175,8 +175,9 @@ class matmul_perf_mode(enum.Enum):  # noqa: N801
     double_row = "double_row"
 
 
-class nc_version(enum.Enum):  # noqa: N801
-    """NeuronCore versions (trn2core emulates ``gen3``, Trainium2's NeuronCore-v3)."""
+class nc_version(enum.IntEnum):  # noqa: N801
+    """NeuronCore versions (trn2core emulates ``gen3``, Trainium2's NeuronCore-v3); ordered,
+    as kernels compare them (``get_nc_version() >= nc_version.gen3``)."""
 
     gen2 = 2
     gen3 = 3

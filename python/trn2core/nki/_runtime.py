@@ -18,6 +18,7 @@ compiler lowers them.
 from __future__ import annotations
 
 import builtins
+import collections
 import itertools
 import math
 
@@ -28,8 +29,22 @@ from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
-from ._index import IndexExpr, Mask, NotSupportedError, is_int, var_axis
-from ._tensor import HBM, PRIVATE_HBM, PSUM, SBUF, SHARED_HBM, Buffer, NkiTensor
+from ._index import IndexExpr, Mask, NotSupportedError, grid_of, is_int, var_axis
+from ._tensor import (
+    HBM,
+    PRIVATE_HBM,
+    PSUM,
+    SBUF,
+    SHARED_HBM,
+    Blocks,
+    Buffer,
+    FuncBlocks,
+    LazyBlocks,
+    NkiTensor,
+    OutOfBoundsError,
+    Placement,
+    _Whole,
+)
 
 _PMAX = 128
 
@@ -64,9 +79,16 @@ class _Alloc:
         self.tile = tile
         self.init = init
 
+    def release(self) -> None:
+        """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
+        m, self.m = self.m, None
+        if m is not None:
+            m.free(self.tile)
+
     def __del__(self) -> None:
         try:
-            self.m.free(self.tile)
+            if self.m is not None:
+                self.m.free(self.tile)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
             pass
 
@@ -136,6 +158,10 @@ class Core:
         self.program: tuple[int, ...] = ()
         self.shared_seq = 0
         self.hbm_inputs: list[NkiTensor] = []
+        #: Explicitly placed PSUM regions -> the tensor block that last wrote a matmul there.
+        self.holders: dict = {}
+        #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
+        self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -143,6 +169,7 @@ class Core:
         self.hbm_inputs = []
         self.loops = []
         self.last_inplace = None
+        self.lazy_lru = collections.OrderedDict()
         self.launch = None
 
     # ------------------------------------------------------------ allocation
@@ -150,8 +177,9 @@ class Core:
         return name or f"{prefix}{next(self.names)}"
 
     def alloc(self, shape, dtype, buffer: Buffer, pdim: int | None = 0, name: str = "",
-              init=None) -> NkiTensor:  # fmt: skip
-        """A new tensor (uninitialised)."""
+              init=None, place: Placement | None = None) -> NkiTensor:  # fmt: skip
+        """A new tensor (uninitialised); ``place``: where the kernel put it (explicit
+        allocation), else the allocator's first fit."""
         shape = tuple(int(s) for s in shape)
         if any(s <= 0 for s in shape):
             raise ShapeError(f"shape: every dimension must be positive, got {shape}")
@@ -180,10 +208,195 @@ class Core:
         mshape = [p] + [s for a, s in enumerate(shape) if a != pdim]
         if len(mshape) > 5:
             raise ShapeError(f"shape: at most 4 free dimensions, got {shape}")
-        tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space,
-                            self.name(name, buffer.space), 0, None)  # fmt: skip
+        if place is not None:
+            return self._placed(shape, dtype, buffer, pdim, name, place)
+        mname = self.name(name, buffer.space)
+        # Legacy block arrays (axes before the partition axis) in PSUM, and in SBUF when they
+        # do not fit whole: the compiler gives each block storage while it is live.
+        lazy_ok = pdim > 0 and init is None and self.launch.dialect == "legacy"
+        if lazy_ok and buffer is PSUM:
+            return self._lazy(shape, dtype, buffer, pdim, mname, name, None)
+        try:
+            tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
+        except CapacityError as e:
+            if not lazy_ok:
+                raise
+            return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def _lazy(self, shape, dtype, buffer, pdim, mname, name, error) -> NkiTensor:
+        p = shape[pdim]
+        mshape = [p, *shape[pdim + 1 :]] if len(shape) > pdim + 1 else [p, 1]
+        lazy = LazyBlocks(self, pdim, mshape, dtype, buffer, mname, error)
+        t = NkiTensor(_Whole(lazy), shape, pdim, dtype, buffer, self, None, name)
+        t._blocks = lazy
+        return t
+
+    def lazy_whole(self, t: NkiTensor) -> None:
+        """A ``LazyBlocks`` array accessed across blocks before any block had storage: the
+        whole array, allocated now (``CapacityError`` if it does not fit)."""
+        lazy = t._blocks
+        p = t._pdim
+        mshape = [t.shape[p]] + [s for a, s in enumerate(t.shape) if a != p]
+        tile = self.m.alloc(mshape, D.machine_name(t.dtype), t.buffer.space, lazy.name, 0, None)
+        t._t, t._owner, t._blocks = tile, _Alloc(self.m, tile, None), None
+
+    def lazy_block(self, lazy: LazyBlocks, idx: tuple) -> NkiTensor:
+        """Block ``idx`` of a ``LazyBlocks`` array (a ``(P, F...)`` tensor): its storage, made
+        when first used; when memory is short, the least recently used block of such arrays
+        in the same memory is released first (the compiler reuses a tile's memory once it is
+        dead; reading a released block again is a ``CapacityError``)."""
+        key = (lazy.uid, idx)
+        owner = lazy.live.get(idx)
+        if owner is None:
+            if idx in lazy.released and not lazy.writing:
+                raise CapacityError(
+                    f"{lazy.name}: block {idx} was released to make room for other blocks "
+                    "and is read again: the blocks live at once need more "
+                    f"{lazy.buffer.space.upper()} than there is (the compiler would spill to "
+                    "HBM; not modelled: docs/nki.md, legacy liveness)"
+                )
+            while True:
+                try:
+                    tile = self.m.alloc(lazy.mshape, D.machine_name(lazy.dtype),
+                                        lazy.buffer.space, f"{lazy.name}{list(idx)}", 0,
+                                        None)  # fmt: skip
+                    break
+                except CapacityError:
+                    victim = next((k for k, other in self.lazy_lru.items()
+                                   if other.buffer is lazy.buffer), None)  # fmt: skip
+                    if victim is None:
+                        raise
+                    other = self.lazy_lru.pop(victim)
+                    other.live.pop(victim[1]).release()
+                    other.released.add(victim[1])
+            owner = _Alloc(self.m, tile, None)
+            lazy.live[idx] = owner
+            lazy.released.discard(idx)
+        self.lazy_lru[key] = lazy
+        self.lazy_lru.move_to_end(key)
+        shape = (lazy.mshape[0], *lazy.mshape[1:]) if len(lazy.mshape) > 1 else lazy.mshape
+        return NkiTensor(owner.tile, shape, 0, lazy.dtype, lazy.buffer, self, owner, lazy.name)
+
+    def _placed(self, shape, dtype, buffer: Buffer, pdim: int, name: str,
+                place: Placement) -> NkiTensor:  # fmt: skip
+        """A tensor where the kernel placed it (``Placement``): the block axes (those before
+        the partition axis) on their physical tiles, ``tiles[k]`` for axis ``k`` (block ``i``
+        in tile ``i % tiles[k]``), tiles one after another from the address (PSUM
+        ``mod_alloc``: one bank apart). The machine tensor is an overlay: placements that
+        share bytes are the same memory, as on the chip."""
+        nblock = pdim
+        blocks, tile_dims = shape[:pdim], shape[pdim + 1 :]
+        if place.func is not None:
+            bshape = (shape[pdim], *tile_dims)
+            name = self.name(name, buffer.space)
+            fb = FuncBlocks(nblock, bshape, dtype, buffer, name, place)
+            if nblock == 0:
+                return self.func_block(fb, ())
+            t = NkiTensor(fb, shape, pdim, dtype, buffer, self, None, name)
+            t._blocks = fb
+            return t
+        tiles = place.tiles
+        if nblock == 0:
+            tiles = ()  # one tile: the whole tensor (a count given for it is its own)
+        elif not tiles:
+            tiles = (1,) * nblock
+        elif len(tiles) != nblock:
+            raise Trn2ValueError(
+                f"num_free_tiles: {len(tiles)} tile counts for the {nblock} block axes of "
+                f"{shape} (one per axis before the partition axis, or none)",
+                arg="num_free_tiles",
+            )
+        n = [min(t, b) for t, b in zip(tiles, blocks, strict=True)]
+        free = math.prod(tile_dims)
+        esize = dtype.itemsize
+        step = free
+        if place.bank_tiles and nblock:
+            bank = 2048 // esize
+            step = -(-free // bank) * bank
+        count = math.prod(n)
+        total = step * (count - 1) + free if count else free
+        name = self.name(name, buffer.space)
+        tile = self.m.alloc([shape[pdim], total], D.machine_name(dtype), buffer.space, name,
+                            place.partition, place.address, True)  # fmt: skip
+        dims = [*n, *tile_dims]
+        if step != free:  # PSUM tiles one bank apart
+            pattern, st = [], free
+            for d in reversed(tile_dims):
+                st //= d
+                pattern.insert(0, (st, d))
+            bpat, st = [], step * count
+            for k in n:
+                st //= k
+                bpat.append((st, k))
+            tile = tile.ap(bpat + pattern, 0)
+        elif len(dims) > 1:
+            tile = tile.reshape_free(dims)
+        owner = _Alloc(self.m, tile, None)
+        t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+        t._blocks = Blocks(n, place.address)
+        return t
+
+    def func_block(self, fb: FuncBlocks, idx: tuple) -> NkiTensor:
+        """Block ``idx`` of a tensor placed by ``alloc(func)``: a placed tensor at
+        ``func(idx=, pdim_size=, fdim_size=)`` (its partitions and bytes per partition; called
+        by keyword, as kernels bind the function's other parameters with functools.partial)
+        (SBUF: ``(start partition, byte)``;
+        PSUM: ``(bank, start partition, byte in the bank)``), made on first use."""
+        t = fb.cache.get(idx)
+        if t is not None:
+            return t
+        p = fb.shape[0]
+        nbytes = math.prod(fb.shape[1:]) * fb.dtype.itemsize
+        what = fb.place.what
+        try:
+            at = fb.place.func(idx=idx, pdim_size=p, fdim_size=nbytes)
+        except Trn2Error:
+            raise
+        except Exception as e:
+            raise Trn2ValueError(f"{what}: the placement function failed for block {idx}: "
+                                 f"{type(e).__name__}: {e}", arg="func") from e  # fmt: skip
+        want = 3 if fb.buffer is PSUM else 2
+        ok = isinstance(at, (tuple, list)) and len(at) == want
+        ok = ok and all(is_int(v) and int(v) >= 0 for v in at)
+        if not ok:
+            form = "(bank, start partition, byte)" if want == 3 else "(start partition, byte)"
+            raise Trn2ValueError(
+                f"{what}: the placement function returned {at!r} for block {idx}; expected "
+                f"{form}, non-negative integers",
+                arg="func",
+            )
+        if want == 3:
+            bank, part, byte = (int(v) for v in at)
+            if bank >= 8:
+                raise Trn2ValueError(f"{what}: bank {bank} for block {idx}; PSUM has banks "
+                                     "0..7", arg="func")  # fmt: skip
+            address = bank * 2048 + byte
+        else:
+            part, address = (int(v) for v in at)
+        place = Placement(fb.buffer, part, address, (), False, what)
+        t = self._placed(fb.shape, fb.dtype, fb.buffer, 0, f"{fb.name}{list(idx)}", place)
+        fb.cache[idx] = t
+        return t
+
+    def block_fresh(self, target: NkiTensor) -> bool:
+        """For a matmul into ``target``, a PSUM tile (or block) of an explicitly placed
+        tensor: whether its bytes last held a matmul result of another tensor or block (the
+        tile then starts its own accumulation: accumulate=False, as the compiler begins each
+        tile's accumulation group); notes ``target`` as their holder. Placed tensors share
+        bytes, so the machine's record of matmul-written PSUM is not enough."""
+        b = target._blocks
+        if b is None or target.buffer is not PSUM:
+            return False
+        blocks, logical = (b, ()) if type(b) is Blocks else b
+        t = target.tile
+        at = blocks.address + t.offset * target.dtype.itemsize
+        key = (t.start_partition, t.shape[0], at, tuple(t.pattern))
+        mine = (blocks.uid, logical)
+        before = self.holders.get(key)
+        self.holders[key] = mine
+        return before != mine
 
     def _shared(self, shape, dtype, name) -> NkiTensor:
         """The ``j``-th ``shared_hbm`` tensor of this program: the same tensor in every program
@@ -266,6 +479,7 @@ class Core:
                 self.pending, self.pend_fn = value, fn
                 fn = None
             if fn is not None and value.size == target.size:
+                self.block_fresh(target)
                 fn(target)
                 value._t, value._owner = target._t, target._owner
                 value.shape, value._pdim = target.shape, target._pdim
@@ -489,6 +703,10 @@ class Core:
             out_dt = D.as_dtype(dtype)
         elif op in _COMPARE:
             out_dt = D.uint8
+        elif op == "divide" and not D.is_float(dx) and not D.is_float(dy):
+            # True division, as numpy.divide (which nl.divide follows): integers give float32
+            # (AWS's resize kernel floors `int32 tile / int`, which needs the fraction).
+            out_dt = D.float32
         else:
             out_dt = D.promote(dx, dy)
         if xt:
@@ -697,7 +915,7 @@ class Core:
                         "is undefined on Trainium2 (the NKI nc_matmul docs); zero it "
                         "(nl.zeros) or let the first matmul overwrite it"
                     )
-                kind[1](target, None)
+                kind[1](target, False if self.block_fresh(target) else None)
                 self.mark_accum()
                 self.last_inplace = (target, self.m.instructions)
                 return
@@ -729,6 +947,81 @@ class Core:
             self.m.issue("nc_matmul", dst.tile, stationary.tile, moving.tile, accumulate, *opts)
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
+
+    def gather(self, src: NkiTensor, ranges, dtype) -> NkiTensor:
+        """``nl.load(a[idx, j])``: an indirect DMA, partition ``p`` of the new tile reading
+        index ``idx[p]`` of the indexed axis. trn2core reads the index values when the load
+        is issued (in program order) and issues one ``dma_copy`` per run of partitions whose
+        indices step evenly (one DMA per descriptor run; the DMA's wait on the instruction
+        that wrote ``idx`` is not modelled). Index values outside the axis are an
+        ``OutOfBoundsError``; a mask limits the partitions (and free indices) read."""
+        acc = src._access
+        base, key, axis, idx = acc.base, list(acc.key), acc.axis, acc.idx
+
+        def issue(dst: NkiTensor) -> None:
+            if ranges is None:
+                return
+            plo, phi = ranges[1].get(0, (0, dst.shape[0]))
+            d = self.masked(dst, ranges)
+            raw = self.m.read(idx.tile[plo:phi])
+            vals = raw.view(D.HOST_DTYPE[D.machine_name(idx.dtype)]).reshape(-1).astype(np.int64)
+            size = base.shape[axis]
+            bad = np.flatnonzero((vals < 0) | (vals >= size))
+            if bad.size:
+                p = int(bad[0])
+                raise OutOfBoundsError(
+                    f"index: the index tile holds {int(vals[p])} at partition {plo + p}, outside "
+                    f"axis {axis} of size {size} (tensor {base.shape}) [rule bounds]"
+                )
+            t = base.tile
+            mstride = [t.row_step] + [st for st, _ in t.pattern]
+            exprs = [k for k in key if isinstance(k, IndexExpr)]
+            gshape = grid_of(exprs) if exprs else (1, 1)
+            nd = len(gshape)
+            axis_var: list = [None] * nd
+            for e in exprs:
+                for v in e.terms:
+                    axis_var[var_axis(v, nd)] = v
+            lo = [ranges[0].get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
+            sizes = [ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
+                     for g, v in enumerate(axis_var)]  # fmt: skip
+
+            def coef(k, v) -> int:
+                return k.terms.get(v, 0) if isinstance(k, IndexExpr) and v is not None else 0
+
+            def const(k) -> int:
+                if isinstance(k, IndexExpr):
+                    return k.const + sum(c * lo[var_axis(v, nd)] for v, c in k.terms.items())
+                return int(k)
+
+            for a, k in enumerate(key):
+                if a == axis:
+                    continue
+                c = const(k)
+                for x in [c, *(c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var)
+                               if v is not None)]:  # fmt: skip
+                    if not 0 <= x < base.shape[a]:
+                        raise OutOfBoundsError(
+                            f"index: axis {a} reaches {x}, outside size {base.shape[a]} "
+                            "[rule bounds]"
+                        )
+            offset0 = sum(mstride[a] * const(k) for a, k in enumerate(key) if a != axis)
+            free = [(sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)),
+                     sizes[g]) for g in range(1, nd)] or [(1, 1)]  # fmt: skip
+            n, p = len(vals), 0
+            while p < n:
+                q = p + 1
+                step = int(vals[q] - vals[p]) if q < n else 0
+                while q + 1 <= n - 1 and int(vals[q + 1] - vals[q]) == step:
+                    q += 1
+                count = q - p + 1 if q < n else 1
+                run = t.rows(count, mstride[axis] * step).ap(
+                    free, offset0 + mstride[axis] * int(vals[p])
+                )
+                self.m.issue("dma_copy", d.tile[p : p + count], run, None)
+                p += count
+
+        return self.pend_valid(self.pend(src.shape, dtype, SBUF, issue), ranges)
 
     def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
         """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``

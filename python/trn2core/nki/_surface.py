@@ -4,7 +4,8 @@ API at the kernel's line (never an ``AttributeError`` or ``ImportError`` at impo
 
 Also what the modules need that is not an instruction: ``nl.NKIObject`` (the base class of
 configuration objects passed into kernels), the legacy ``neuronxcc.nki.compiler`` module (its
-scheduling decorators are no-ops here; its explicit allocators are not emulated) and
+scheduling decorators are no-ops here; its ``sbuf``/``psum`` ``mod_alloc`` and ``alloc`` place
+tensors, ``auto_alloc`` leaves them to the allocator) and
 ``nki.isa.constants``. The names follow the NKI API reference's module listings (nki,
 nki.language, nki.isa, nki.collectives; neuronxcc.nki.compiler for the legacy dialect).
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import inspect
 
-from ..errors import Trn2ValueError
+import numpy as np
+
+from ..errors import Trn2Error, Trn2ValueError
 from ._api import relocate
 from ._index import NotSupportedError
 
@@ -148,13 +151,85 @@ def _decorator(name: str):
     return deco
 
 
+def _count(v, arg: str, lo: int = 0) -> int:
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= lo:
+        return int(v)
+    raise Trn2ValueError(f"{arg}: expected an integer >= {lo}, got {v!r}", arg=arg)
+
+
+def _counts(v, arg: str) -> tuple[int, ...]:
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        v = (v,)
+    if not isinstance(v, (tuple, list)):
+        raise Trn2ValueError(f"{arg}: expected a tuple of tile counts, got {v!r}", arg=arg)
+    return tuple(_count(x, arg, 1) for x in v)
+
+
+def _one_par_tile(num_par_tiles, space: str) -> None:
+    if any(n != 1 for n in _counts(num_par_tiles, "num_par_tiles")):
+        raise NotSupportedError(
+            f"neuronxcc.nki.compiler.{space}.mod_alloc: num_par_tiles other than 1 (blocks "
+            "on several partition ranges) is not emulated"
+        )
+
+
 class _Allocators:
-    """``ncc.sbuf`` / ``ncc.psum``: the explicit allocators (``alloc``, ``mod_alloc``,
-    ``auto_alloc``), not emulated."""
+    """``ncc.sbuf`` / ``ncc.psum``: the explicit allocators. ``mod_alloc`` places a tensor
+    (its blocks modulo their physical tiles: ``_tensor.Placement``); ``alloc`` places each
+    block by a function; ``auto_alloc`` leaves it to the allocator."""
 
     def __init__(self, space: str) -> None:
-        for n in ("alloc", "mod_alloc", "auto_alloc"):
-            setattr(self, n, Unsupported(f"neuronxcc.nki.compiler.{space}.{n}"))
+        self._space = space
+
+    def alloc(self, func, *args, **kwargs):
+        """Places each block where ``func(block, partitions, bytes)`` says (SBUF: ``(start
+        partition, byte)``; PSUM: ``(bank, start partition, byte)``)."""
+        from ._tensor import PSUM, SBUF, Placement
+
+        if not callable(func) or args or kwargs:
+            raise relocate(Trn2ValueError(
+                f"func: neuronxcc.nki.compiler.{self._space}.alloc takes one placement "
+                f"function, got {func!r}", arg="func"))  # fmt: skip
+        buf = SBUF if self._space == "sbuf" else PSUM
+        return Placement(buf, 0, 0, (), False, f"{self._space}.alloc", func)
+
+    def auto_alloc(self, *args, **kwargs):
+        """The compiler's own placement: the plain buffer."""
+        from ._tensor import PSUM, SBUF
+
+        return SBUF if self._space == "sbuf" else PSUM
+
+    def mod_alloc(self, *args, **kwargs):
+        try:
+            return self._mod_alloc(*args, **kwargs)
+        except Trn2Error as e:
+            raise relocate(e) from None
+
+    def _mod_alloc(self, *, base_addr=0, base_partition=0, num_par_tiles=(),
+                   num_free_tiles=(), base_bank=None, num_bank_tiles=()):  # fmt: skip
+        from ._tensor import PSUM, SBUF, Placement
+
+        part = _count(base_partition, "base_partition")
+        _one_par_tile(num_par_tiles, self._space)
+        if self._space == "sbuf":
+            if base_bank is not None or num_bank_tiles:
+                raise Trn2ValueError("base_bank: SBUF has no banks (psum.mod_alloc takes it)",
+                                     arg="base_bank")  # fmt: skip
+            addr = _count(base_addr, "base_addr")
+            tiles = _counts(num_free_tiles, "num_free_tiles")
+            return Placement(SBUF, part, addr, tiles, False, "sbuf.mod_alloc")
+        bank = _count(0 if base_bank is None else base_bank, "base_bank")
+        if bank >= 8:
+            raise Trn2ValueError(f"base_bank: PSUM has 8 banks (0..7), got {bank}",
+                                 arg="base_bank")  # fmt: skip
+        if any(n != 1 for n in _counts(num_free_tiles, "num_free_tiles")):
+            raise NotSupportedError(
+                "neuronxcc.nki.compiler.psum.mod_alloc: num_free_tiles other than 1 (several "
+                "tiles inside a bank) is not emulated"
+            )
+        addr = bank * 2048 + _count(base_addr, "base_addr")
+        tiles = _counts(num_bank_tiles, "num_bank_tiles")
+        return Placement(PSUM, part, addr, tiles, True, "psum.mod_alloc")
 
 
 def compiler_namespace() -> dict:

@@ -14,11 +14,12 @@ the machine's HBM buffer in C order (its first axis the DMA's row axis).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from ..errors import ShapeError, Trn2ValueError
+from ..errors import CapacityError, ShapeError, Trn2ValueError
 from ._api import api
 from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
 
@@ -41,6 +42,139 @@ PSUM = Buffer("psum", "psum")
 HBM = Buffer("hbm", "hbm")
 PRIVATE_HBM = Buffer("private_hbm", "hbm")
 SHARED_HBM = Buffer("shared_hbm", "hbm")
+
+
+class Placement:
+    """Where the kernel puts a tensor (NKI's explicit allocation): ``ncc.sbuf.mod_alloc(...)``,
+    ``ncc.psum.mod_alloc(...)`` (``buffer=``) or ``nl.ndarray(address=(partition, byte))``.
+    ``address`` is the byte within each partition (PSUM: from bank 0); ``tiles`` the physical
+    tiles of each leading block axis (block ``i`` of axis ``k`` lives in tile ``i % tiles[k]``;
+    empty: one); ``bank_tiles`` whether those tiles are one PSUM bank apart."""
+
+    __slots__ = ("buffer", "partition", "address", "tiles", "bank_tiles", "what", "func")
+
+    def __init__(self, buffer, partition, address, tiles=(), bank_tiles=False, what="",
+                 func=None) -> None:  # fmt: skip
+        self.buffer = buffer
+        self.partition = partition
+        self.address = address
+        self.tiles = tuple(tiles)
+        self.bank_tiles = bank_tiles
+        self.what = what
+        # ``ncc.sbuf.alloc(func)`` / ``psum.alloc(func)``: ``func(idx=, pdim_size=,
+        # fdim_size=)`` places each block (``Core.func_block``).
+        self.func = func
+
+    def __repr__(self) -> str:
+        return f"{self.what or 'Placement'}(partition={self.partition}, address={self.address})"
+
+
+class Blocks:
+    """An explicitly placed tensor's leading block axes: ``n[k]`` physical tiles for axis
+    ``k`` (at most its size; none without block axes); ``address`` its first byte in each
+    partition, so that a block's region is known across tensors (``Core.block_fresh``)."""
+
+    __slots__ = ("n", "address", "uid")
+    _serial = itertools.count()
+
+    def __init__(self, n, address: int) -> None:
+        self.n = tuple(n)
+        self.address = address
+        self.uid = next(Blocks._serial)  # unlike id(), never reused by a later tensor
+
+    def physical(self, key: list, shape) -> tuple | None:
+        """Maps integer block indices of ``key`` onto their physical tiles (in place); the
+        logical block, when every block axis has an integer index."""
+        logical = []
+        for a, n in enumerate(self.n):
+            k, size = key[a], shape[a]
+            if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+                i = int(k)
+                if i < -size or i >= size:
+                    raise OutOfBoundsError(
+                        f"index: {i} is out of range for axis {a} of size {size} "
+                        f"(tensor {tuple(shape)}) [rule bounds]"
+                    )
+                i %= size
+                key[a] = i % n
+                logical.append(i)
+            elif n < size:
+                raise NotSupportedError(
+                    f"index: axis {a} has {size} blocks on {n} physical tiles (mod_alloc): "
+                    "index a block axis of such a tensor with an integer"
+                )
+        return tuple(logical) if len(logical) == len(self.n) else None
+
+
+class LazyBlocks:
+    """A legacy on-chip array with leading block axes (in PSUM; in SBUF when it does not fit
+    whole): each block (indexed by integers on every block axis) gets its own storage when
+    first used, and when memory runs out the least recently used block of such arrays is
+    released (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
+
+    __slots__ = ("core", "nblock", "mshape", "dtype", "buffer", "name", "error", "live",
+                 "released", "uid", "writing")  # fmt: skip
+    _serial = itertools.count()
+
+    def __init__(self, core, nblock, mshape, dtype, buffer, name, error) -> None:
+        self.core = core
+        self.nblock = nblock
+        self.mshape = mshape
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.error = error  # the whole array's CapacityError (None in PSUM: not tried)
+        self.live: dict = {}  # block -> its _Alloc
+        self.released: set = set()
+        self.uid = next(LazyBlocks._serial)
+        self.writing = False
+
+
+class FuncBlocks:
+    """A tensor whose blocks ``alloc(func)`` places one by one: each block is its own placed
+    tensor, made when first indexed with integers on every block axis."""
+
+    __slots__ = ("nblock", "shape", "dtype", "buffer", "name", "place", "cache")
+
+    def __init__(self, nblock, shape, dtype, buffer, name, place) -> None:
+        self.nblock = nblock
+        self.shape = shape  # a block's logical shape (P, F...)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.name = name
+        self.place = place
+        self.cache: dict = {}
+
+
+class _Whole:
+    """The tile of a ``LazyBlocks`` array as a whole: an access spanning several blocks. Before
+    any block has storage, the array is allocated whole then (``CapacityError`` if it does not
+    fit); afterwards that is a ``CapacityError``."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, blocks: LazyBlocks) -> None:
+        self.blocks = blocks
+
+    def resolve(self, t: NkiTensor):
+        b = self.blocks
+        if not b.live and not b.released:
+            b.core.lazy_whole(t)
+            return t._t
+        e = b.error or CapacityError(f"{b.name}: the array's blocks have storage of their own")
+        raise type(e)(
+            f"{e} (its blocks are given storage one at a time, each when first indexed with "
+            "integers on every block axis; this access spans several blocks)"
+        )
+
+
+class Indirect:
+    """An HBM access whose axis ``axis`` is indexed by the values of the tile ``idx``."""
+
+    __slots__ = ("base", "key", "axis", "idx")
+
+    def __init__(self, base, key, axis, idx) -> None:
+        self.base, self.key, self.axis, self.idx = base, key, axis, idx
 
 
 class OutOfBoundsError(ShapeError):
@@ -112,7 +246,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "_written", "__weakref__",
+        "_valid", "_written", "_blocks", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -129,6 +263,9 @@ class NkiTensor:
         # tile's unmasked uses compute only there (the compiler propagates masks).
         self._valid = None
         self._written = False  # any assignment into it yet (legacy row tracking)
+        # Explicit placement with block axes: ``Blocks`` on the tensor itself; on a view of
+        # one block, ``(Blocks, logical block)``.
+        self._blocks = None
 
     # -------------------------------------------------------------------- properties
     @property
@@ -152,6 +289,13 @@ class NkiTensor:
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
+        if type(t) is _Whole:
+            t = t.resolve(self)
+        elif type(t) is FuncBlocks:
+            raise NotSupportedError(
+                f"{t.name}: an access spanning blocks of a tensor placed block by block "
+                f"({t.place.what}); index every block axis with an integer"
+            )
         return t
 
     def __repr__(self) -> str:
@@ -208,6 +352,38 @@ class NkiTensor:
     @api
     def __getitem__(self, key) -> NkiTensor:
         key = self._normalize(key)
+        blocks = self._blocks
+        if type(blocks) in (LazyBlocks, FuncBlocks):
+            n = blocks.nblock
+            if all(isinstance(k, (int, np.integer)) for k in key[:n]):
+                idx = []
+                for a, k in enumerate(key[:n]):
+                    i, size = int(k), self.shape[a]
+                    if i < -size or i >= size:
+                        raise OutOfBoundsError(
+                            f"index: {i} is out of range for axis {a} of size {size} "
+                            f"(tensor {self.shape}) [rule bounds]"
+                        )
+                    idx.append(i % size)
+                if type(blocks) is FuncBlocks:
+                    block = self._core.func_block(blocks, tuple(idx))
+                else:
+                    block = self._core.lazy_block(blocks, tuple(idx))
+                return block[tuple(key[n:])]
+            self.tile  # noqa: B018 - allocates the array whole, or raises
+            return self._getitem(key)
+        if type(blocks) is Blocks:
+            logical = blocks.physical(key, self.shape)
+            v = self._getitem(key)
+            if logical is not None:
+                v._blocks = (blocks, logical)
+            return v
+        return self._getitem(key)
+
+    def _getitem(self, key: list) -> NkiTensor:
+        for k in key:
+            if type(k) is NkiTensor:
+                return self._indirect(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
                 v = self._advanced(list(key), None)
@@ -221,6 +397,39 @@ class NkiTensor:
                 v._access = (self, key)
                 return v
         return self._basic(key)
+
+    def _indirect(self, key: list) -> NkiTensor:
+        """``a[idx, j]`` of an HBM tensor with a ``[P, 1]`` integer tile ``idx`` on one axis:
+        partition ``p`` reads index ``idx[p]`` of that axis (indirect DMA; ``nl.load`` reads
+        it: ``Core.gather``). The other indices: integers, and index expressions over the
+        free grid axes."""
+        at = [a for a, k in enumerate(key) if isinstance(k, NkiTensor)]
+        idx = key[at[0]]
+        if self._pdim is not None or len(at) != 1:
+            raise NotSupportedError(
+                "index: a tile as an index (indirect DMA) works on an HBM tensor, one index "
+                "tile per access"
+            )
+        if idx._pdim != 0 or idx.size != idx.shape[0] or np.dtype(idx.dtype).kind not in "iu":
+            raise Trn2ValueError(
+                f"index: an index tile is a [P, 1] integer tile in SBUF, got {idx.shape} "
+                f"{idx.dtype}",
+                arg="index",
+            )
+        for k in key:
+            if isinstance(k, slice) and k != slice(None):
+                raise NotSupportedError("index: slices beside an index tile (use nl.arange)")
+        exprs = [k for k in key if isinstance(k, IndexExpr)]
+        gshape = grid_of(exprs) if exprs else (1, 1)
+        if gshape[0] != 1:
+            raise NotSupportedError(
+                "index: beside an index tile (the partitions), index expressions vary along "
+                "the free grid axes only"
+            )
+        shape = (idx.shape[0], *gshape[1:]) if len(gshape) > 1 else (idx.shape[0], 1)
+        v = self._view(_Unresolved("index: an indirect access is read by nl.load"), shape, None)
+        v._access = Indirect(self, key, at[0], idx)
+        return v
 
     def _basic(self, key: list) -> NkiTensor:
         on_chip = self._pdim is not None
@@ -393,6 +602,8 @@ class NkiTensor:
         """This view restricted by a mask: an indexed access re-resolved with the index
         variables' ranges (grid-axis ranges apply to the variable on that axis), or a plain
         tile sliced on the grid axes (``axis_ranges``)."""
+        if type(self._access) is Indirect:
+            raise NotSupportedError("an indirect (index-tile) access is read by nl.load only")
         if self._access is not None:
             base, key = self._access
             if axis_ranges:
@@ -418,7 +629,14 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         if isinstance(value, NkiTensor) and self._core.just_updated(value):
             return  # `t[i] += x`: Python stores back the view `+=` already updated
-        target = self[key]
+        lazy = self._blocks if type(self._blocks) is LazyBlocks else None
+        if lazy is not None:
+            lazy.writing = True  # a released block may be given storage again
+        try:
+            target = self[key]
+        finally:
+            if lazy is not None:
+                lazy.writing = False
         self._core.assign(target, value)
         if self._pdim == 0 and self._owner is not None and target.shape[0] == self.shape[0]:
             self._note_rows(value)

@@ -8,6 +8,8 @@ assignment (``t[...] = nisa.tensor_copy(x)``) or of ``psum += nisa.nc_matmul(a, 
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _core as _core_module
 from ..errors import Trn2ValueError
 from . import _dtypes as D
@@ -78,11 +80,22 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """``stationary.T @ moving`` into a new PSUM tile (float32); ``psum += nc_matmul(...)``
     accumulates in place."""
     core = _core(stationary, moving)
-    if mask is not None:
+    if isinstance(mask, (bool, np.bool_)):
+        # A compile-time constant: the matmul runs (True) or is left out (False).
+        mask = None if mask else False
+    elif mask is not None:
         raise NotSupportedError("nc_matmul: operand masks are not emulated")
     core.on_chip(stationary, "stationary")
     core.on_chip(moving, "moving")
     pos, size = _cur._pe_tile(tile_position, tile_size)
+    if mask is False:
+        shape = (stationary.shape[1], stationary.shape[0] if is_transpose else moving.shape[1])
+        dt = stationary.dtype if is_transpose else D.float32
+
+        def nothing(*_):
+            pass
+
+        return core.pend(shape, dt, PSUM, nothing, ("matmul", nothing))
     if is_transpose:
 
         def issue(d):

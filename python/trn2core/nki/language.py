@@ -38,7 +38,7 @@ from ._runtime import (
     current,
 )
 from ._surface import NKIObject
-from ._tensor import DS, Buffer, NkiTensor, PartitionDimError
+from ._tensor import DS, Buffer, Indirect, NkiTensor, PartitionDimError, Placement
 
 # ----------------------------------------------------------------------------- dtypes
 bool_ = D.bool_
@@ -269,14 +269,41 @@ def _buffer(buffer) -> Buffer:
 
 def _new(shape, dtype, buffer, name, init=None) -> NkiTensor:
     shape, pdim = _shape_pdim(shape)
-    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init)
+    place = None
+    if isinstance(buffer, Placement):
+        place, buffer = buffer, buffer.buffer
+    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init,
+                           place)  # fmt: skip
+
+
+def _address(address, buffer) -> Placement:
+    """``address=(partition, byte)``: the tensor's first partition and its byte within each
+    partition (PSUM: from the start of bank 0)."""
+    ok = isinstance(address, (tuple, list)) and len(address) == 2
+    ok = ok and builtins.all(is_int(a) and int(a) >= 0 for a in address)
+    if not ok:
+        raise Trn2ValueError(
+            f"address: expected (start partition, byte address), two non-negative integers; "
+            f"got {address!r}",
+            arg="address",
+        )
+    if isinstance(buffer, Placement):
+        raise Trn2ValueError("address: the buffer is already a placement (mod_alloc)",
+                             arg="address")  # fmt: skip
+    b = _buffer(buffer)
+    if b.space == "hbm":
+        raise Trn2ValueError(f"address: an {b.name} tensor has no on-chip address; address= "
+                             "places SBUF and PSUM tensors", arg="address")  # fmt: skip
+    return Placement(b, int(address[0]), int(address[1]), what="address")
 
 
 @api
 def ndarray(shape, dtype, buffer=None, name="", address=None, **kwargs) -> NkiTensor:
-    """A new tensor of ``shape`` and ``dtype`` in ``buffer`` (SBUF by default), uninitialised."""
+    """A new tensor of ``shape`` and ``dtype`` in ``buffer`` (SBUF by default), uninitialised;
+    ``address=(partition, byte)`` places it there (its bytes are whatever is there: tensors
+    placed on the same bytes share them)."""
     if address is not None:
-        raise NotSupportedError("ndarray: explicit addresses (address=) are not emulated")
+        buffer = _address(address, buffer)
     return _new(shape, dtype, buffer, name)
 
 
@@ -390,6 +417,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     core = src._core
     ranges = core.mask_ranges(mask, src.ndim)
     dt = src.dtype if dtype is None else D.as_dtype(dtype)
+    if type(src._access) is Indirect:
+        return core.gather(src, ranges, dt)
     shape = src.shape if len(src.shape) >= 2 else (1, *src.shape)
     if shape[0] > tile_size.pmax:
         raise PartitionDimError(
@@ -684,14 +713,51 @@ rand = _unsupported("rand")
 random_seed = _unsupported("random_seed")
 dropout = _unsupported("dropout")
 gather_flattened = _unsupported("gather_flattened")
-var = _unsupported("var")
+
+
+@api
+def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Variance over free axes (the population variance, as ``numpy.var``): the mean of
+    ``(x - mean(x))**2``, in float32 (a mean, a subtraction, a square, a mean)."""
+    core = _core_of(x)
+    f32 = D.float32
+    m = core.reduce("add", x, axis, f32, True, mask, True)
+    d = core.arith("subtract", x, m, dtype=f32, mask=mask)
+    sq = core.arith("multiply", d, d, dtype=f32, mask=mask)
+    out_dt = dtype if dtype is not None else x.dtype
+    return core.reduce("add", sq, axis, out_dt, False, mask, True)
+
+
 rms_norm = _unsupported("rms_norm")
 while_loop = _unsupported("while_loop")
 loop_reduce = _unsupported("loop_reduce")
 all_reduce = _unsupported("all_reduce")
 atomic_rmw = _unsupported("atomic_rmw")
-fmod = _unsupported("fmod")
-mod = _unsupported("mod")
+
+
+def _remainder(name: str, rounding: str, doc: str) -> Op:
+    def f(x, y, *, dtype=None, mask=None, **kwargs):
+        # No instruction computes it: x - y * round(x / y) in fp32 (four nl operations; exact
+        # for integer values below 2**24, where x / y rounds no quotient across an integer).
+        core = _core_of(x, y)
+        if not isinstance(x, NkiTensor) and not isinstance(y, NkiTensor):
+            raise Trn2ValueError(f"{name}: at least one operand must be a tile", arg="x")
+        f32 = D.float32
+        q = core.arith("divide", x, y, dtype=f32, mask=mask)
+        r = core.unary(rounding, q, dtype=f32, mask=mask)
+        p = core.arith("multiply", r, y, dtype=f32, mask=mask)
+        if dtype is None:
+            dx = x.dtype if isinstance(x, NkiTensor) else D.weak_dtype(x)
+            dy = y.dtype if isinstance(y, NkiTensor) else D.weak_dtype(y)
+            dtype = D.promote(dx, dy)
+        return core.arith("subtract", x, p, dtype=dtype, mask=mask)
+
+    f.__name__ = name
+    return Op(name, api(f), doc=doc)
+
+
+mod = _remainder("mod", "floor", "x - y * floor(x / y) element-wise (the sign of y, as np.mod)")
+fmod = _remainder("fmod", "trunc", "x - y * trunc(x / y) element-wise (the sign of x, as np.fmod)")
 
 
 class fp32:  # noqa: N801 - the legacy module's name

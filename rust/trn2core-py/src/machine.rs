@@ -335,8 +335,9 @@ impl PyMachine {
         })
     }
 
-    /// Allocates a tensor in SBUF or PSUM; returns its full tile.
-    #[pyo3(signature = (shape, dtype, space, name, start_partition = 0, address = None))]
+    /// Allocates a tensor in SBUF or PSUM; returns its full tile. `overlay`: an explicit
+    /// placement that may share bytes with other overlay tensors (NKI's explicit allocation).
+    #[pyo3(signature = (shape, dtype, space, name, start_partition = 0, address = None, overlay = false))]
     #[allow(clippy::too_many_arguments)]
     fn alloc(
         &self,
@@ -347,11 +348,12 @@ impl PyMachine {
         name: &str,
         start_partition: u32,
         address: Option<u64>,
+        overlay: bool,
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
         let tile = self.with_settled(py, 0, |m| {
-            m.alloc_at(sp, name, &shape, dt, start_partition, address)
+            m.alloc_placed(sp, name, &shape, dt, start_partition, address, overlay)
         })?;
         Ok(PyTile { tile })
     }

@@ -332,6 +332,9 @@ struct Live {
     partitions: u32,
     address: u64,
     bytes: u64,
+    /// Placed by the kernel (NKI's explicit allocation): may share bytes with other such
+    /// tensors, as the kernel's placements do on the chip.
+    overlay: bool,
 }
 
 /// The machine's memories and tensor table.
@@ -494,6 +497,30 @@ impl Memories {
         start_partition: u32,
         address: Option<u64>,
     ) -> Result<TensorId> {
+        self.alloc_placed(space, name, shape, dtype, start_partition, address, false)
+    }
+
+    /// [`Memories::alloc`]; with `overlay` (an explicit `address` only) the tensor may overlap
+    /// other overlay tensors and holds the bytes already there (they keep their written state):
+    /// NKI's explicit allocations, where two tensors placed on the same bytes are the same
+    /// memory. It still may not overlap a first-fit tensor, and must fit (`CapacityError`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_placed(
+        &mut self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        start_partition: u32,
+        address: Option<u64>,
+        overlay: bool,
+    ) -> Result<TensorId> {
+        if overlay && address.is_none() {
+            return Err(Error::value(
+                "address",
+                format!("{name}: an overlay tensor needs an explicit address"),
+            ));
+        }
         let (limit, parts) = match space {
             Space::Sbuf => (SBUF_USABLE_PARTITION_BYTES, SBUF_PARTITIONS),
             Space::Psum => (PSUM_PARTITION_BYTES, PSUM_PARTITIONS),
@@ -527,7 +554,8 @@ impl Memories {
             Some(a) => {
                 let end = a.saturating_add(bytes);
                 let clash = live.iter().find(|l| {
-                    overlaps(l.start_partition, l.partitions, start_partition, p as u32)
+                    !(overlay && l.overlay)
+                        && overlaps(l.start_partition, l.partitions, start_partition, p as u32)
                         && l.address < end
                         && a < l.address + l.bytes
                 });
@@ -593,19 +621,25 @@ impl Memories {
             partitions: p as u32,
             address,
             bytes,
+            overlay,
         };
         let mask = partition_mask(start_partition, p as u32);
+        // An overlay tensor's bytes are those already there: no fresh (unwritten) state.
         match space {
             Space::Sbuf => {
                 self.live_sbuf.push(live);
-                self.sbuf_init.clear(mask, address, address + bytes);
+                if !overlay {
+                    self.sbuf_init.clear(mask, address, address + bytes);
+                }
             }
             _ => {
                 self.live_psum.push(live);
-                self.psum_init.clear(mask, address, address + bytes);
+                if !overlay {
+                    self.psum_init.clear(mask, address, address + bytes);
+                }
             }
         }
-        if self.uninitialized == Uninitialized::Nan {
+        if self.uninitialized == Uninitialized::Nan && !overlay {
             let mem = match space {
                 Space::Sbuf => &mut self.sbuf,
                 _ => &mut self.psum,
@@ -1161,6 +1195,27 @@ mod tests {
     }
 
     #[test]
+    fn overlay_tensors_share_bytes_with_each_other_only() -> Result<()> {
+        let mut m = Memories::new(Uninitialized::Error)?;
+        let (sb, f32) = (Space::Sbuf, Dtype::Fp32);
+        let a = m.alloc_placed(sb, "a", &[128, 64], f32, 0, Some(1024), true)?;
+        // Another overlay on a's bytes is the same memory; a first-fit tensor avoids both.
+        m.alloc_placed(sb, "b", &[64, 32], f32, 32, Some(1100), true)?;
+        let c = m.alloc(sb, "c", &[128, 512], f32, 0, None)?;
+        assert_eq!(m.tensor(c)?.address, 1024 + 256);
+        let d = m.alloc(sb, "d", &[128, 8], f32, 0, None)?;
+        assert_eq!(m.tensor(d)?.address, 0);
+        // An overlay may not land on a first-fit tensor, nor a plain placement on an overlay.
+        let e = m.alloc_placed(sb, "e", &[1, 4], f32, 0, Some(1300), true);
+        assert!(e.is_err());
+        assert!(m.alloc(sb, "f", &[1, 4], f32, 0, Some(1024)).is_err());
+        assert!(m
+            .alloc_placed(sb, "g", &[1, 4], f32, 0, None, true)
+            .is_err());
+        m.free(a)
+    }
+
+    #[test]
     fn first_fit_and_psum_banks() {
         let live = vec![Live {
             slot: 0,
@@ -1168,6 +1223,7 @@ mod tests {
             partitions: 128,
             address: 0,
             bytes: 100,
+            overlay: false,
         }];
         assert_eq!(first_fit(&live, Space::Sbuf, 0, 128, 64, 1000), Some(128));
         assert_eq!(

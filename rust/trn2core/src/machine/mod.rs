@@ -133,11 +133,27 @@ impl Machine {
         start_partition: u32,
         address: Option<u64>,
     ) -> Result<Tile> {
+        self.alloc_placed(space, name, shape, dtype, start_partition, address, false)
+    }
+
+    /// [`Machine::alloc_at`]; `overlay`: a kernel's explicit placement, which may share bytes
+    /// with other such tensors and holds what is there ([`Memories::alloc_placed`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn alloc_placed(
+        &mut self,
+        space: Space,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+        start_partition: u32,
+        address: Option<u64>,
+        overlay: bool,
+    ) -> Result<Tile> {
         // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
         self.settle()?;
-        let id = self
-            .mem
-            .alloc(space, name, shape, dtype, start_partition, address)?;
+        let id =
+            self.mem
+                .alloc_placed(space, name, shape, dtype, start_partition, address, overlay)?;
         let t = self.mem.tensor(id)?;
         let (p0, pn, lo, hi) = (
             t.start_partition,
@@ -146,7 +162,7 @@ impl Machine {
             t.address + t.bytes,
         );
         let tile = t.full_tile(id);
-        if space == Space::Psum {
+        if space == Space::Psum && !overlay {
             self.clear_psum_mm(p0, pn, lo, hi);
         }
         Ok(tile)
