@@ -734,6 +734,75 @@ def test_max8_rules_name_the_argument():
     assert e.value.rule == "max8_size"
 
 
+# --------------------------------------------------------------- nc_match_replace8
+
+
+def _match_replace8_reference(x, vals, imm):
+    """numpy, as documented: for i = 7 .. 0 the first element of the (partly replaced) row equal
+    to vals[i] becomes imm, its index going to column i (all ones when absent)."""
+    out = x.copy()
+    idx = np.full(vals.shape, 0xFFFFFFFF, np.uint32)
+    for r in range(x.shape[0]):
+        for i in range(7, -1, -1):
+            hit = np.flatnonzero(out[r] == vals[r, i])
+            if hit.size:
+                out[r, hit[0]] = imm
+                idx[r, i] = hit[0]
+    return out, idx
+
+
+def test_nc_match_replace8_in_both_dialects_matches_numpy():
+    rng = np.random.default_rng(88)
+    x = rng.integers(-6, 6, size=(32, 40)).astype(np.float32)  # every value repeated
+    vals = rng.integers(-7, 7, size=(32, 8)).astype(np.float32)  # repeats; -7, 6 absent
+    vals[0] = [3, 8, 8, 8, 8, 8, 8, 8]
+    x[0, :11] = [1, 2, 3, 4, 8, 8, 8, 8, 8, 8, 8]
+    x[0, 11:] = 0
+    want, want_idx = _match_replace8_reference(x, vals, -100.0)
+    assert list(want_idx[0]) == [2, 10, 9, 8, 7, 6, 5, 4]  # the documentation's example
+
+    @tn.jit
+    def current(a, v):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        w = nl.ndarray(v.shape, dtype=v.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=w, src=v)
+        idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=t, data=t, vals=w, imm=-100.0, dst_idx=idx)  # in place
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        out_idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out_idx, src=idx)
+        return out, out_idx
+
+    @tn.jit_legacy
+    def legacy(a, v):
+        r = lisa.nc_match_replace8(data=lnl.load(a), vals=lnl.load(v), imm=-100.0)
+        out = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        return out
+
+    res = tn.run(current, x, vals)
+    got, got_idx = res.outputs
+    assert np.array_equal(got, want) and np.array_equal(got_idx, want_idx)
+    assert res.report.opcodes["nc_match_replace8"] == 1
+    assert np.array_equal(tn.run(legacy, x, vals).outputs, want)
+
+
+def test_nc_match_replace8_rules_name_the_argument():
+    @tn.jit
+    def bad_idx(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        idx = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_match_replace8(dst=t, data=t, vals=t[:, :8], imm=0.0, dst_idx=idx)
+        return a
+
+    with pytest.raises(Trn2Error, match="dst_idx: nc_match_replace8 writes uint16") as e:
+        tn.run(bad_idx, np.zeros((4, 16), np.float32))
+    assert e.value.rule == "find_index_dtype"
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

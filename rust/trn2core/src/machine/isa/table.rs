@@ -354,6 +354,12 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         "dst = where each of the 8 vals first occurs in its partition of data",
         &[DST, req("data", K::Tile), req("vals", K::Tile)],
     ),
+    row(Op::NcMatchReplace8, &[Vector], Like("data"), None,
+        "dst = data with the first occurrence of each of the 8 vals replaced by imm; \
+         their indices into dst_idx",
+        &[DST, req("data", K::Tile), req("vals", K::Tile), req("imm", K::Float),
+            opt("dst_idx", K::Tile)],
+    ),
 ];
 
 /// The row of `op`.
@@ -770,6 +776,13 @@ impl Machine {
             Opcode::DmaCopy => self.dma_copy(&dst, &a.tile("src")?, a.queue("queue")?),
             Opcode::Max8 => self.max8(&dst, &a.tile("src")?),
             Opcode::NcFindIndex8 => self.nc_find_index8(&dst, &a.tile("data")?, &a.tile("vals")?),
+            Opcode::NcMatchReplace8 => self.nc_match_replace8(
+                &dst,
+                &a.tile("data")?,
+                &a.tile("vals")?,
+                a.float("imm")?,
+                a.opt_tile("dst_idx")?.as_ref(),
+            ),
         }
     }
 }
