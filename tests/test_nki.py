@@ -803,6 +803,74 @@ def test_nc_match_replace8_rules_name_the_argument():
     assert e.value.rule == "find_index_dtype"
 
 
+# --------------------------------------------------------------- nc_stream_shuffle
+
+
+def _shuffle_reference(src, dst, mask):
+    """numpy, as documented: in each quadrant of 32 partitions, dst row i = src row mask[i]
+    (255: dst's row unmodified)."""
+    out = dst.copy()
+    for i in range(dst.shape[0]):
+        if mask[i % 32] != 255:
+            out[i] = src[i // 32 * 32 + mask[i % 32]]
+    return out
+
+
+def test_nc_stream_shuffle_in_both_dialects_matches_numpy():
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal((64, 24)).astype(np.float32)
+    y = rng.standard_normal((64, 24)).astype(np.float32)
+    mask = [int(v) for v in rng.permutation(32)]
+    mask[3] = mask[17] = 255
+    want = _shuffle_reference(x, y, mask)
+
+    @tn.jit
+    def current(a, b):
+        s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        d = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d, src=b)
+        nisa.nc_stream_shuffle(dst=d, src=s, shuffle_mask=mask)
+        out = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    @tn.jit_legacy
+    def legacy(a, b):
+        s = lnl.load(a)
+        d = lnl.load(b)
+        lisa.nc_stream_shuffle(s, d, mask)  # the legacy order: src, dst
+        out = lnl.ndarray(b.shape, dtype=b.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=d)
+        return out
+
+    res = tn.run(current, x, y)
+    assert np.array_equal(res.outputs, want)
+    assert res.report.opcodes["nc_stream_shuffle"] == 1
+    assert np.array_equal(tn.run(legacy, x, y).outputs, want)
+
+
+def test_nc_stream_shuffle_rules_name_the_argument():
+    def kernel(mask):
+        @tn.jit
+        def k(a):
+            s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=a)
+            nisa.nc_stream_shuffle(dst=s, src=s, shuffle_mask=mask)
+            return a
+
+        return k
+
+    x = np.zeros((32, 4), np.float32)
+    with pytest.raises(Trn2ValueError, match="shuffle_mask: 31 elements") as e:
+        tn.run(kernel(list(range(31))), x)
+    assert e.value.rule == "shuffle_mask"
+    with pytest.raises(Trn2ValueError, match="shuffle_mask: element 0 is 32"):
+        tn.run(kernel([32] + list(range(31))), x)
+    with pytest.raises(Trn2ValueError, match="shuffle_mask: expected a list of integers"):
+        tn.run(kernel("0123"), x)
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

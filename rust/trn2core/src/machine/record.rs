@@ -131,6 +131,8 @@ named_enum! {
         NcFindIndex8 = "nc_find_index8",
         /// `nc_match_replace8` (Vector): the first occurrences of 8 values replaced by `imm`.
         NcMatchReplace8 = "nc_match_replace8",
+        /// `nc_stream_shuffle` (Vector): partitions moved within each quadrant by a mask.
+        NcStreamShuffle = "nc_stream_shuffle",
     }
 }
 

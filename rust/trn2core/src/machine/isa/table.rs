@@ -56,6 +56,8 @@ pub enum Kind {
     Pair,
     /// A DMA queue `0..16`.
     Queue,
+    /// A list of integers.
+    Ints,
 }
 
 impl Kind {
@@ -75,6 +77,7 @@ impl Kind {
             Kind::PerfMode => "perf_mode",
             Kind::Pair => "pair",
             Kind::Queue => "queue",
+            Kind::Ints => "ints",
         }
     }
 
@@ -360,6 +363,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         &[DST, req("data", K::Tile), req("vals", K::Tile), req("imm", K::Float),
             opt("dst_idx", K::Tile)],
     ),
+    row(Op::NcStreamShuffle, &[Vector], Own, None,
+        "dst partition i of each 32-partition quadrant = src partition shuffle_mask[i] of it \
+         (255: unmodified)",
+        &[DST, req("src", K::Tile), req("shuffle_mask", K::Ints)],
+    ),
 ];
 
 /// The row of `op`.
@@ -384,6 +392,8 @@ pub enum Value {
     Pattern(Vec<(i64, u64)>),
     /// A pair of sizes.
     Pair(usize, usize),
+    /// A list of integers.
+    Ints(Vec<i64>),
 }
 
 impl Value {
@@ -404,6 +414,7 @@ impl Value {
             Value::Name(_) => "a name",
             Value::Pattern(_) => "a pattern",
             Value::Pair(..) => "a pair",
+            Value::Ints(_) => "a list of integers",
         }
     }
 }
@@ -572,6 +583,13 @@ impl Args {
         }
     }
 
+    fn ints(&self, name: &str) -> Result<&[i64]> {
+        match self.need(name)? {
+            Value::Ints(v) => Ok(v),
+            _ => unreachable!("checked kind"),
+        }
+    }
+
     fn opt_pair(&self, name: &str) -> Option<(usize, usize)> {
         match self.slot(name).1 {
             Some(Value::Pair(a, b)) => Some((*a, *b)),
@@ -600,6 +618,7 @@ fn check_kind(a: &Arg, v: &Value) -> Result<()> {
         K::Bool => matches!(v, Value::Bool(_)),
         K::Pattern => matches!(v, Value::Pattern(_)),
         K::Pair => matches!(v, Value::Pair(..)),
+        K::Ints => matches!(v, Value::Ints(_)),
         K::Alu | K::Act | K::Engine | K::ReduceCmd | K::PerfMode => matches!(v, Value::Name(_)),
     };
     if ok {
@@ -623,6 +642,7 @@ pub fn kind_expected(k: Kind) -> &'static str {
         K::Bool => "True or False",
         K::Pattern => "a list of [step, num] pairs",
         K::Pair => "a pair of sizes",
+        K::Ints => "a list of integers",
         K::Alu => "an ALU operator's name",
         K::Act => "an activation function's name",
         K::Engine => "an engine's name",
@@ -783,6 +803,9 @@ impl Machine {
                 a.float("imm")?,
                 a.opt_tile("dst_idx")?.as_ref(),
             ),
+            Opcode::NcStreamShuffle => {
+                self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
+            }
         }
     }
 }
