@@ -32,7 +32,12 @@ impl Machine {
     /// `nc_stream_shuffle` (Vector engine): partition `i` of `dst` copies partition
     /// `shuffle_mask[i % 32]` of the same quadrant of `src`, bit for bit (255: unmodified).
     /// See the module doc.
-    pub fn nc_stream_shuffle(&mut self, dst: &Tile, src: &Tile, shuffle_mask: &[i64]) -> Result<()> {
+    pub fn nc_stream_shuffle(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        shuffle_mask: &[i64],
+    ) -> Result<()> {
         let opc = Opcode::NcStreamShuffle;
         let engine = Engine::Vector;
         let a = self.operand("src", src, Some(engine), false)?;
@@ -537,7 +542,9 @@ mod tests {
 
     fn bits16(m: &Machine, t: &Tile) -> Vec<u16> {
         let b = m.read_tile(t).expect("read");
-        b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
+        b.chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect()
     }
 
     /// The oracle moves rows of a copy of the whole SBUF view partition by partition, from the
@@ -567,7 +574,12 @@ mod tests {
         mask[5] = 255;
         mask[30] = 255;
         // (src start, src partitions, dst start, dst partitions)
-        let cases = [(0, 128, 0, 128), (32, 32, 96, 32), (64, 64, 0, 64), (0, 64, 0, 64)];
+        let cases = [
+            (0, 128, 0, 128),
+            (32, 32, 96, 32),
+            (64, 64, 0, 64),
+            (0, 64, 0, 64),
+        ];
         let mut want = init.clone();
         for &(s0, sp, d0, dp) in &cases {
             let (src, dst) = (part(&all, s0, sp), part(&all, d0, dp));
@@ -588,11 +600,17 @@ mod tests {
         let e = m
             .nc_stream_shuffle(&all, &all, &mask[..31])
             .expect_err("31");
-        assert_eq!((e.arg(), e.rule()), (Some("shuffle_mask"), Some("shuffle_mask")));
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("shuffle_mask"), Some("shuffle_mask"))
+        );
         let mut wide = mask.clone();
         wide[2] = 40;
         let e = m.nc_stream_shuffle(&all, &all, &wide).expect_err("40");
-        assert_eq!((e.arg(), e.rule()), (Some("shuffle_mask"), Some("shuffle_mask")));
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("shuffle_mask"), Some("shuffle_mask"))
+        );
         let e = m
             .nc_stream_shuffle(&part(&all, 0, 16), &part(&all, 0, 16), &mask)
             .expect_err("src partition 20 of 16");

@@ -744,21 +744,34 @@ mod tests {
         // The documentation's example first.
         let data = m.alloc(Space::Sbuf, "d", &[1, 11], Dtype::Fp32).expect("d");
         let vals = m.alloc(Space::Sbuf, "v", &[1, 8], Dtype::Fp32).expect("v");
-        let idx = m.alloc(Space::Sbuf, "i", &[1, 8], Dtype::Uint32).expect("i");
+        let idx = m
+            .alloc(Space::Sbuf, "i", &[1, 8], Dtype::Uint32)
+            .expect("i");
         put(&mut m, &data, &[1., 2., 3., 4., 8., 8., 8., 8., 8., 8., 8.]);
         put(&mut m, &vals, &[3., 8., 8., 8., 8., 8., 8., 8.]);
         m.nc_match_replace8(&data, &data, &vals, -1.0, Some(&idx))
             .expect("in place");
         assert_eq!(words(&m, &idx), vec![2, 10, 9, 8, 7, 6, 5, 4]);
         let got: Vec<f32> = words(&m, &data).into_iter().map(f32::from_bits).collect();
-        assert_eq!(got, vec![1., 2., -1., 4., -1., -1., -1., -1., -1., -1., -1.]);
+        assert_eq!(
+            got,
+            vec![1., 2., -1., 4., -1., -1., -1., -1., -1., -1., -1.]
+        );
 
         // Rows of a few values (repeats, absent values, -0 vs +0, NaN), uint16 indices.
         let (p, n) = (8usize, 24usize);
-        let src = m.alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32).expect("s");
-        let vals = m.alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32).expect("v");
-        let dst = m.alloc(Space::Sbuf, "dst", &[p, n], Dtype::Fp32).expect("o");
-        let idx = m.alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint16).expect("i");
+        let src = m
+            .alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32)
+            .expect("s");
+        let vals = m
+            .alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32)
+            .expect("v");
+        let dst = m
+            .alloc(Space::Sbuf, "dst", &[p, n], Dtype::Fp32)
+            .expect("o");
+        let idx = m
+            .alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint16)
+            .expect("i");
         let pool = [0.0, -0.0, 1.5, 2.0, f32::NAN, -3.0, 7.0];
         let pick = |k: usize, salt: u64| {
             let r = (k as u64 ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
@@ -799,7 +812,8 @@ mod tests {
             }
         }
         // Without dst_idx; the rules name their argument.
-        m.nc_match_replace8(&dst, &src, &vals, 0.0, None).expect("no idx");
+        m.nc_match_replace8(&dst, &src, &vals, 0.0, None)
+            .expect("no idx");
         let e = m
             .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&dst))
             .expect_err("refused");
@@ -807,7 +821,10 @@ mod tests {
         let e = m
             .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&vals))
             .expect_err("refused");
-        assert_eq!((e.arg(), e.rule()), (Some("dst_idx"), Some("find_index_dtype")));
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("dst_idx"), Some("find_index_dtype"))
+        );
         let e = m
             .nc_match_replace8(&idx, &src, &vals, 0.0, None)
             .expect_err("refused");
