@@ -423,9 +423,9 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
+            // Both halves check the cancellation token (a 1 GiB HBM copy takes seconds).
             let x = self.gather_packed(&s.tile)?;
-            self.scatter_raw(d, &x);
-            Ok(())
+            self.scatter_raw(d, &x)
         } else {
             let mut x = self.gather_f32(&s.tile)?;
             x.iter_mut().for_each(|v| *v = alu::canon(*v));
