@@ -167,6 +167,33 @@ CASES = {
         "small.run().save_trace(path)\n"
         "assert len(json.load(open(path))['traceEvents']) >= 2",
     ),
+    # A 1 GiB HBM-to-HBM dma_copy: the gathers and the scatter of isa/mod.rs used to copy in
+    # one piece without looking at the token (issue 28). Read backwards and rounded to bf16
+    # (element by element, 2 to 3.5 s here) so that a copy outlasts the signal by more than a
+    # second on this host; the plain copy takes 0.9 s here and goes through the same pieces.
+    "machine-dma-copy-1gib": (
+        "core = t.NeuronCore()\n"
+        "a = core.hbm_tensor(np.ones((1 << 14, 1 << 14), np.float32))\n"
+        "b = core.hbm_tensor(shape=(1 << 14, 1 << 14), dtype='bf16')\n"
+        "backwards = a.ap([(-1, 1 << 14)], (1 << 14) - 1)\n"
+        "call = lambda: core.dma.copy(b, backwards)",
+        "core.dma.copy(b[:2, :3], a[:2, :3])\n"
+        "assert (core.read(b[:2, :3]).astype(np.float32) == 1.0).all()",
+    ),
+    # Eight accumulation chains, one per PSUM bank, settle as one wave on rayon's workers,
+    # which did not see the caller's token (isa/pe.rs `settle`, issue 28). Queued in the setup:
+    # the call is the settling alone.
+    "machine-settle-8-banks": (
+        "core = t.NeuronCore()\n"
+        "s = core.tile((128, 128), 'fp32'); core.vector.memset(s, 1.0)\n"
+        "m = core.tile((128, 512), 'fp32'); core.vector.memset(m, 1.0)\n"
+        "ds = [core.tile((128, 512), 'fp32', space='psum') for _ in range(8)]\n"
+        "for d in ds:\n"
+        "    for i in range(3000):\n"
+        "        core.pe.matmul(d, s, m, accumulate=i > 0)\n"
+        "call = lambda: core.read(ds[0])",
+        "core.pe.matmul(ds[1], s, m, accumulate=False)\nassert core.read(ds[1])[0, 0] == 128.0",
+    ),
     "compress-zvc": (
         "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
         "call = lambda: t.dma.compress(x, 'zvc')",

@@ -689,6 +689,10 @@ fn value_of(x: &Bound<'_, PyAny>, a: &Arg, name: &str) -> PyTrn2Result<Option<Va
             Ok((p, q)) => Value::Pair(p, q),
             _ => return bad(),
         },
+        Kind::Ints => match x.extract::<Vec<i64>>() {
+            Ok(v) if !x.is_instance_of::<pyo3::types::PyString>() => Value::Ints(v),
+            _ => return bad(),
+        },
         Kind::Alu | Kind::Act | Kind::Engine | Kind::ReduceCmd | Kind::PerfMode => {
             match x.cast::<pyo3::types::PyString>() {
                 Ok(v) => match v.to_str() {

@@ -129,6 +129,10 @@ named_enum! {
         Max8 = "max8",
         /// `nc_find_index8` (Vector): where 8 values first occur in each partition.
         NcFindIndex8 = "nc_find_index8",
+        /// `nc_match_replace8` (Vector): the first occurrences of 8 values replaced by `imm`.
+        NcMatchReplace8 = "nc_match_replace8",
+        /// `nc_stream_shuffle` (Vector): partitions moved within each quadrant by a mask.
+        NcStreamShuffle = "nc_stream_shuffle",
     }
 }
 

@@ -95,8 +95,7 @@ impl Machine {
                 format!("{} bytes for a tile of {} bytes", data.len(), want),
             ));
         }
-        self.scatter_raw(&o, data);
-        Ok(())
+        self.scatter_raw(&o, data)
     }
 
     /// Reads a tile's elements as packed little-endian bytes of its dtype, in logical order

@@ -1,7 +1,17 @@
 //! Element-wise instructions of the Vector, Scalar and GpSimd engines: `tensor_tensor`,
-//! `tensor_scalar`, `scalar_tensor_tensor`, `tensor_copy`, `memset`, `reciprocal`, `select`.
+//! `tensor_scalar`, `scalar_tensor_tensor`, `tensor_copy`, `memset`, `reciprocal`, `select`,
+//! and the Vector engine's partition shuffle `nc_stream_shuffle`.
 //! Semantics from the NKI ISA documentation (\[S9\]); the arithmetic of each operator is
 //! [`super::alu`]'s rule.
+//!
+//! `nc_stream_shuffle` (documented: within each quadrant of 32 partitions, output partition
+//! `i` copies input partition `shuffle_mask[i]`, 255 leaves it unmodified, the same mask for
+//! every quadrant; same dtype and elements per partition; the start partitions follow the
+//! active partitions `ceil(max(P_src, P_dst) / 32) * 32`). Ours, where the documentation is
+//! silent: partitions count from each tile's own start (dst partition `i` reads src partition
+//! `32 * (i / 32) + shuffle_mask[i % 32]`), a mask naming a src partition the tile does not
+//! have is refused (`shuffle_mask`), as are elements outside 0..=31 and 255; the elements
+//! move bit for bit.
 
 use crate::memory::Space;
 use crate::numerics::{encode_scalar, Rounding};
@@ -13,6 +23,113 @@ use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{check_engine, rule, Opnd, Scalar};
 use crate::machine::tile::Tile;
+use crate::spec::SBUF_QUADRANT_PARTITIONS;
+
+/// `nc_stream_shuffle`'s mask value leaving a partition unmodified.
+const SHUFFLE_KEEP: i64 = 255;
+
+impl Machine {
+    /// `nc_stream_shuffle` (Vector engine): partition `i` of `dst` copies partition
+    /// `shuffle_mask[i % 32]` of the same quadrant of `src`, bit for bit (255: unmodified).
+    /// See the module doc.
+    pub fn nc_stream_shuffle(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        shuffle_mask: &[i64],
+    ) -> Result<()> {
+        let opc = Opcode::NcStreamShuffle;
+        let engine = Engine::Vector;
+        let a = self.operand("src", src, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if dst.dtype != src.dtype {
+            return Err(super::dtype_rule(
+                "dst",
+                "shuffle_dtype",
+                format!(
+                    "dst is {} and src {}; nc_stream_shuffle keeps the dtype",
+                    dst.dtype, src.dtype
+                ),
+            ));
+        }
+        if d.n() != a.n() {
+            return Err(super::shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "{} elements per partition and src {}; nc_stream_shuffle moves whole \
+                     partitions",
+                    d.n(),
+                    a.n()
+                ),
+            ));
+        }
+        let q = SBUF_QUADRANT_PARTITIONS as u32;
+        let active = a.p().max(d.p()).div_ceil(q) * q;
+        for (arg, o) in [("src", &a), ("dst", &d)] {
+            if !super::partition_start_ok(o.tile.start_partition, active) {
+                return Err(super::shape_rule(
+                    arg,
+                    "start_partition",
+                    format!(
+                        "{arg} starts at partition {} with {active} active partitions \
+                         (ceil(max(src, dst partitions) / 32) * 32); 96 or 128 start at 0, 64 \
+                         at 0 or 64, 32 at 0, 32, 64 or 96",
+                        o.tile.start_partition
+                    ),
+                ));
+            }
+        }
+        let bad = |m: String| rule("shuffle_mask", "shuffle_mask", m);
+        if shuffle_mask.len() != q as usize {
+            return Err(bad(format!(
+                "{} elements; the mask has {q}, one per partition of a quadrant",
+                shuffle_mask.len()
+            )));
+        }
+        if let Some((i, m)) = shuffle_mask
+            .iter()
+            .enumerate()
+            .find(|(_, &m)| !(0..q as i64).contains(&m) && m != SHUFFLE_KEEP)
+        {
+            return Err(bad(format!(
+                "element {i} is {m}; each is a partition of the quadrant (0..=31) or 255 \
+                 (unmodified)"
+            )));
+        }
+        // (dst partition, src partition) pairs, all checked before anything is written.
+        let mut moves = Vec::with_capacity(d.p() as usize);
+        for i in 0..d.p() {
+            let m = shuffle_mask[(i % q) as usize];
+            if m == SHUFFLE_KEEP {
+                continue;
+            }
+            let s = i / q * q + m as u32;
+            if s >= a.p() {
+                return Err(bad(format!(
+                    "dst partition {i} would copy src partition {s}; src has {} partitions",
+                    a.p()
+                )));
+            }
+            moves.push((i, s));
+        }
+        let x = self.gather_bits(src)?;
+        let n = a.n();
+        for (i, s) in moves {
+            let row = Opnd {
+                tile: Tile {
+                    start_partition: dst.start_partition + i,
+                    partitions: 1,
+                    ..*dst
+                },
+                range: d.range,
+            };
+            self.scatter_bits(&row, &x[s as usize * n..(s as usize + 1) * n])?;
+        }
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
+        Ok(())
+    }
+}
 
 /// The second operator of `tensor_scalar`: `(op1, operand1, reverse1)`.
 pub type SecondOp = (AluOp, Scalar, bool);
@@ -306,9 +423,9 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
+            // Both halves check the cancellation token (a 1 GiB HBM copy takes seconds).
             let x = self.gather_packed(&s.tile)?;
-            self.scatter_raw(d, &x);
-            Ok(())
+            self.scatter_raw(d, &x)
         } else {
             let mut x = self.gather_f32(&s.tile)?;
             x.iter_mut().for_each(|v| *v = alu::canon(*v));
@@ -415,5 +532,97 @@ impl Machine {
         }
         self.record_engine(opc, engine, &[&t, &pr], &extra, &d, 0);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::MachineConfig;
+
+    fn bits16(m: &Machine, t: &Tile) -> Vec<u16> {
+        let b = m.read_tile(t).expect("read");
+        b.chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect()
+    }
+
+    /// The oracle moves rows of a copy of the whole SBUF view partition by partition, from the
+    /// documented rule; bf16 elements include NaN payloads and -0 (bits must survive).
+    #[test]
+    fn stream_shuffle_against_a_row_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let n = 6usize;
+        let all = m
+            .alloc(Space::Sbuf, "all", &[128, n], Dtype::Bf16)
+            .expect("a");
+        let init: Vec<u16> = (0..128 * n)
+            .map(|k| match k % 7 {
+                0 => 0x7FC1,
+                1 => 0x8000,
+                _ => (k as u16).wrapping_mul(0x9E37),
+            })
+            .collect();
+        let bytes: Vec<u8> = init.iter().flat_map(|v| v.to_le_bytes()).collect();
+        m.write_tile(&all, &bytes).expect("write");
+        let part = |t: &Tile, p0: u32, pn: u32| Tile {
+            start_partition: t.start_partition + p0,
+            partitions: pn,
+            ..*t
+        };
+        let mut mask: Vec<i64> = (0..32).map(|i| (i * 7 + 3) % 32).collect();
+        mask[5] = 255;
+        mask[30] = 255;
+        // (src start, src partitions, dst start, dst partitions)
+        let cases = [
+            (0, 128, 0, 128),
+            (32, 32, 96, 32),
+            (64, 64, 0, 64),
+            (0, 64, 0, 64),
+        ];
+        let mut want = init.clone();
+        for &(s0, sp, d0, dp) in &cases {
+            let (src, dst) = (part(&all, s0, sp), part(&all, d0, dp));
+            let snapshot = want.clone();
+            for i in 0..dp as usize {
+                let mi = mask[i % 32];
+                if mi == 255 {
+                    continue;
+                }
+                let s = s0 as usize + i / 32 * 32 + mi as usize;
+                let d = d0 as usize + i;
+                want[d * n..(d + 1) * n].copy_from_slice(&snapshot[s * n..(s + 1) * n]);
+            }
+            m.nc_stream_shuffle(&dst, &src, &mask).expect("shuffle");
+            assert_eq!(bits16(&m, &all), want, "case {s0} {sp} {d0} {dp}");
+        }
+        // The rules, each naming its argument.
+        let e = m
+            .nc_stream_shuffle(&all, &all, &mask[..31])
+            .expect_err("31");
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("shuffle_mask"), Some("shuffle_mask"))
+        );
+        let mut wide = mask.clone();
+        wide[2] = 40;
+        let e = m.nc_stream_shuffle(&all, &all, &wide).expect_err("40");
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("shuffle_mask"), Some("shuffle_mask"))
+        );
+        let e = m
+            .nc_stream_shuffle(&part(&all, 0, 16), &part(&all, 0, 16), &mask)
+            .expect_err("src partition 20 of 16");
+        assert_eq!(e.rule(), Some("shuffle_mask"));
+        let e = m
+            .nc_stream_shuffle(&part(&all, 32, 32), &part(&all, 0, 64), &mask)
+            .expect_err("64 active partitions start at 0 or 64");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("start_partition")));
+        let f = m
+            .alloc(Space::Sbuf, "f", &[128, n], Dtype::Fp32)
+            .expect("f");
+        let e = m.nc_stream_shuffle(&f, &all, &mask).expect_err("dtype");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shuffle_dtype")));
     }
 }

@@ -182,6 +182,38 @@ fn staging(len: usize, tile: &Tile) -> Result<Vec<u8>> {
     crate::host::zeroed_vec("tile", "the staged elements", bytes)
 }
 
+/// Elements a long gather or scatter copies between checks of the cancellation token
+/// (`crate::cancel`): 1 Mi elements, about a millisecond of copying, so that Ctrl-C during a
+/// 1 GiB `dma_copy` acts within the binding's second (issue 28).
+const CANCEL_CHUNK: usize = 1 << 20;
+
+/// Calls `f(k, i, l)` for pieces `i .. i + l` of a run of `len` elements whose first element is
+/// element `k` in logical order, checking `cancel` every [`CANCEL_CHUNK`] elements (counted in
+/// `done` across runs); `false` once cancelled (nothing more is copied).
+#[inline]
+fn in_pieces(
+    cancel: &crate::cancel::Cancel,
+    done: &mut usize,
+    k: usize,
+    len: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) -> bool {
+    let mut i = 0;
+    while i < len {
+        let l = (len - i).min(CANCEL_CHUNK - *done);
+        f(k + i, i, l);
+        i += l;
+        *done += l;
+        if *done == CANCEL_CHUNK {
+            *done = 0;
+            if cancel.is_cancelled() {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 fn too_many(n: u128) -> Error {
     Error::capacity(
         "tile",
@@ -538,19 +570,28 @@ impl Machine {
         let dt = tile.dtype;
         let esize = dt.size();
         out.resize(tile.elements(), 0.0);
+        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
         let mut k = 0;
         for_each_run(mem.stride, tile, |off, len, stride| {
-            if stride == 1 {
-                dtype::widen(dt, &bytes[off..off + len * esize], &mut out[k..k + len]);
-            } else {
-                for (i, o) in out[k..k + len].iter_mut().enumerate() {
-                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    *o = dtype::widen_one(dt, raw_at(bytes, at, esize));
-                }
-            }
+            live = live
+                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
+                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    if stride == 1 {
+                        dtype::widen(dt, &bytes[off..off + l * esize], &mut out[k..k + l]);
+                    } else {
+                        for (j, o) in out[k..k + l].iter_mut().enumerate() {
+                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
+                            *o = dtype::widen_one(dt, raw_at(bytes, at, esize));
+                        }
+                    }
+                });
             k += len;
         });
-        Ok(())
+        if live {
+            Ok(())
+        } else {
+            Err(Error::Interrupted)
+        }
     }
 
     /// A tile's raw element bits (zero-extended) in logical order.
@@ -567,26 +608,32 @@ impl Machine {
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
         out.resize(tile.elements(), 0);
+        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
         let mut k = 0;
         for_each_run(mem.stride, tile, |off, len, stride| {
-            if stride == 1 {
-                dtype::raw_bits(
-                    tile.dtype,
-                    &bytes[off..off + len * esize],
-                    &mut out[k..k + len],
-                );
-            } else {
-                for (i, o) in out[k..k + len].iter_mut().enumerate() {
-                    *o = raw_at(
-                        bytes,
-                        (off as i64 + i as i64 * stride * esize as i64) as usize,
-                        esize,
-                    );
-                }
-            }
+            live = live
+                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
+                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    if stride == 1 {
+                        dtype::raw_bits(
+                            tile.dtype,
+                            &bytes[off..off + l * esize],
+                            &mut out[k..k + l],
+                        );
+                    } else {
+                        for (j, o) in out[k..k + l].iter_mut().enumerate() {
+                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
+                            *o = raw_at(bytes, at, esize);
+                        }
+                    }
+                });
             k += len;
         });
-        Ok(())
+        if live {
+            Ok(())
+        } else {
+            Err(Error::Interrupted)
+        }
     }
 
     /// A tile's elements as packed little-endian bytes of its dtype, in logical order (runs of
@@ -597,27 +644,36 @@ impl Machine {
         let esize = tile.dtype.size();
         let n = packed_len(tile)?;
         let mut out = crate::host::zeroed_vec("tile", "the gathered elements", n)?;
+        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
         let mut k = 0;
         for_each_run(mem.stride, tile, |off, len, stride| {
-            let dst = &mut out[k * esize..(k + len) * esize];
-            if stride == 1 {
-                dst.copy_from_slice(&bytes[off..off + len * esize]);
-            } else {
-                for (i, e) in dst.chunks_exact_mut(esize).enumerate() {
-                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    e.copy_from_slice(&bytes[at..at + esize]);
-                }
-            }
+            live = live
+                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
+                    let dst = &mut out[k * esize..(k + l) * esize];
+                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    if stride == 1 {
+                        dst.copy_from_slice(&bytes[off..off + l * esize]);
+                    } else {
+                        for (j, e) in dst.chunks_exact_mut(esize).enumerate() {
+                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
+                            e.copy_from_slice(&bytes[at..at + esize]);
+                        }
+                    }
+                });
             k += len;
         });
+        if !live {
+            return Err(Error::Interrupted);
+        }
         Ok(out)
     }
 
     /// Writes packed little-endian elements of the tile's dtype (logical order) as they stand;
     /// marks them written.
-    pub(crate) fn scatter_raw(&mut self, o: &Opnd, packed: &[u8]) {
-        self.scatter_packed(&o.tile, packed);
+    pub(crate) fn scatter_raw(&mut self, o: &Opnd, packed: &[u8]) -> Result<()> {
+        self.scatter_packed(&o.tile, packed)?;
         self.after_write(o);
+        Ok(())
     }
 
     /// The rounding of the instruction about to be recorded.
@@ -641,7 +697,7 @@ impl Machine {
             &mut staged,
             &mut Vec::new(),
         )?;
-        self.scatter_packed(&o.tile, &staged);
+        self.scatter_packed(&o.tile, &staged)?;
         self.after_write(o);
         Ok(())
     }
@@ -650,30 +706,42 @@ impl Machine {
     pub(crate) fn scatter_bits(&mut self, o: &Opnd, bits: &[u32]) -> Result<()> {
         let mut staged = staging(bits.len(), &o.tile)?;
         dtype::pack_bits(o.tile.dtype, bits, &mut staged);
-        self.scatter_packed(&o.tile, &staged);
+        self.scatter_packed(&o.tile, &staged)?;
         self.after_write(o);
         Ok(())
     }
 
-    /// Copies packed elements (logical order) into the tile's places.
-    fn scatter_packed(&mut self, tile: &Tile, staged: &[u8]) {
+    /// Copies packed elements (logical order) into the tile's places. Interruptible
+    /// ([`CANCEL_CHUNK`]): a cancelled scatter leaves the tile partly written, not marked
+    /// written, and the instruction unrecorded.
+    fn scatter_packed(&mut self, tile: &Tile, staged: &[u8]) -> Result<()> {
         let esize = tile.dtype.size();
         let mem: &mut ByteMem = self.mem.mem_mut(tile);
         let stride_p = mem.stride;
         let bytes = mem.bytes_mut();
+        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
         let mut k = 0;
         for_each_run(stride_p, tile, |off, len, stride| {
-            let src = &staged[k * esize..(k + len) * esize];
-            if stride == 1 {
-                bytes[off..off + len * esize].copy_from_slice(src);
-            } else {
-                for (i, e) in src.chunks_exact(esize).enumerate() {
-                    let at = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    bytes[at..at + esize].copy_from_slice(e);
-                }
-            }
+            live = live
+                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
+                    let src = &staged[k * esize..(k + l) * esize];
+                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
+                    if stride == 1 {
+                        bytes[off..off + l * esize].copy_from_slice(src);
+                    } else {
+                        for (j, e) in src.chunks_exact(esize).enumerate() {
+                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
+                            bytes[at..at + esize].copy_from_slice(e);
+                        }
+                    }
+                });
             k += len;
         });
+        if live {
+            Ok(())
+        } else {
+            Err(Error::Interrupted)
+        }
     }
 
     /// Bookkeeping after a non-matmul write: initialisation, and PSUM's matmul bits.
@@ -848,6 +916,39 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A long gather or scatter stops at a cancelled token (Ctrl-C); a short one (below one
+    /// check's worth of elements) finishes.
+    #[test]
+    fn long_copies_stop_at_a_cancelled_token() {
+        use crate::machine::MachineConfig;
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let shape = [4usize, CANCEL_CHUNK / 2 + 3];
+        let bytes = vec![0u8; shape[0] * shape[1] * 4];
+        let a = m
+            .hbm_tensor("a", &shape, Dtype::Fp32, Some(&bytes))
+            .expect("a");
+        let b = m.hbm_tensor("b", &shape, Dtype::Bf16, None).expect("b");
+        let c = m.hbm_tensor("c", &shape, Dtype::Fp32, None).expect("c");
+        let token = crate::cancel::Cancel::new();
+        token.cancel();
+        token.install(|| {
+            for dst in [&b, &c] {
+                let e = m.dma_copy(dst, &a, None).expect_err("interrupted");
+                assert!(matches!(e, Error::Interrupted), "{e}");
+            }
+            let e = m.write_tile(&a, &bytes).expect_err("interrupted");
+            assert!(matches!(e, Error::Interrupted), "{e}");
+            let row = [crate::machine::tile::Index::Range {
+                start: Some(0),
+                stop: Some(1),
+                step: 1,
+            }];
+            let (s, d) = (a.slice(&row).expect("row"), c.slice(&row).expect("row"));
+            m.dma_copy(&d, &s, None).expect("below one check");
+        });
+        m.dma_copy(&c, &a, None).expect("no token");
+    }
 
     #[test]
     fn start_partition_rule() {

@@ -390,6 +390,8 @@ impl Machine {
             return Ok(());
         }
         let queue = std::mem::take(&mut self.pe_queue);
+        // Ctrl-C (crate::cancel): checked between waves, and by each chain's GEMM.
+        let cancel = crate::cancel::current();
         let mut chains: Vec<std::ops::Range<usize>> = Vec::new();
         for (i, q) in queue.iter().enumerate() {
             match chains.last_mut() {
@@ -410,12 +412,14 @@ impl Machine {
                 end += 1;
             }
             let wave = &chains[start..end];
+            cancel.check()?;
             let this = &*self;
             let sums: Vec<Result<Vec<f32>>> = if wave.len() == 1 {
                 vec![this.chain_sums(&queue[wave[0].clone()])]
             } else {
+                // rayon's workers do not inherit the caller's token: each chain installs it.
                 wave.par_iter()
-                    .map(|c| this.chain_sums(&queue[c.clone()]))
+                    .map(|c| cancel.install(|| this.chain_sums(&queue[c.clone()])))
                     .collect()
             };
             for (c, s) in wave.iter().zip(sums) {

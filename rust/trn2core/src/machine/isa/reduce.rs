@@ -1,6 +1,6 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
 //! `tensor_scalar_reduce`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
-//! `nc_find_index8`.
+//! `nc_find_index8` / `nc_match_replace8`.
 //!
 //! # Orders (ours; the hardware's are not published)
 //!
@@ -26,6 +26,12 @@
 //!   successive occurrences in ascending order, all ones when absent; NaN's match is ours): the
 //!   data and the 8 values widened to float32 and compared with `==`, except that a NaN value
 //!   matches a NaN element (so `max8`'s output is always found).
+//! - `nc_match_replace8` (documented: the first occurrence of each value is replaced, the
+//!   values taken in reverse order `vals[7]` .. `vals[0]`, so repeated values pair with
+//!   successive occurrences in descending slot order): compared as `nc_find_index8` does;
+//!   ours: each data position pairs with at most one value (a value equal to `imm` does not
+//!   match a position already replaced), an absent value leaves `dst_idx` all ones (as
+//!   `nc_find_index8`), `imm` is rounded to float32 then to `dst`'s dtype like every element.
 
 use crate::{Error, Result};
 
@@ -416,8 +422,16 @@ impl Machine {
     /// partition) and a `[P, 8]` destination.
     fn top8_operands(&self, arg: &str, src: &Tile, dst: &Tile) -> Result<(Opnd, Opnd)> {
         let engine = Engine::Vector;
-        let a = self.operand(arg, src, Some(engine), false)?;
+        let a = self.top8_data(arg, src)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
+        check_eight("dst", &d, a.p())?;
+        Ok((a, d))
+    }
+
+    /// Checks the searched input of `max8` / `nc_find_index8` / `nc_match_replace8`: 8 to
+    /// 16,384 elements per partition.
+    fn top8_data(&self, arg: &str, src: &Tile) -> Result<Opnd> {
+        let a = self.operand(arg, src, Some(Engine::Vector), false)?;
         if !(MAX8_MIN_ELEMENTS..=MAX8_MAX_ELEMENTS).contains(&a.n()) {
             return Err(shape_rule(
                 arg,
@@ -429,18 +443,23 @@ impl Machine {
                 ),
             ));
         }
-        if d.p() != a.p() || d.n() != 8 {
+        Ok(a)
+    }
+
+    /// Checks the 8 values per partition (`vals`) of `nc_find_index8` / `nc_match_replace8`.
+    fn top8_vals(&self, vals: &Tile, p: u32) -> Result<Opnd> {
+        let v = self.operand("vals", vals, Some(Engine::Vector), false)?;
+        if v.p() != p || v.n() != 8 {
             return Err(shape_rule(
-                "dst",
+                "vals",
                 "shape",
                 format!(
-                    "the search writes [{}, 8]; dst is {:?}",
-                    a.p(),
-                    dst.logical_shape()
+                    "expected 8 values in each of {p} partitions, got {:?}",
+                    vals.logical_shape()
                 ),
             ));
         }
-        Ok((a, d))
+        Ok(v)
     }
 
     /// `max8` (Vector engine): the 8 largest values of each partition of `src` (8 to 16,384
@@ -467,29 +486,8 @@ impl Machine {
     pub fn nc_find_index8(&mut self, dst: &Tile, data: &Tile, vals: &Tile) -> Result<()> {
         let engine = Engine::Vector;
         let (a, d) = self.top8_operands("data", data, dst)?;
-        let v = self.operand("vals", vals, Some(engine), false)?;
-        if v.p() != a.p() || v.n() != 8 {
-            return Err(shape_rule(
-                "vals",
-                "shape",
-                format!(
-                    "expected 8 values in each of {} partitions, got {:?}",
-                    a.p(),
-                    vals.logical_shape()
-                ),
-            ));
-        }
-        let none = match dst.dtype {
-            Dtype::Uint32 => u32::MAX,
-            Dtype::Uint16 => u16::MAX as u32,
-            other => {
-                return Err(super::dtype_rule(
-                    "dst",
-                    "find_index_dtype",
-                    format!("nc_find_index8 writes uint16 or uint32 indices; dst is {other}"),
-                ))
-            }
-        };
+        let v = self.top8_vals(vals, a.p())?;
+        let none = index_sentinel("dst", "nc_find_index8", dst.dtype)?;
         let (x, want) = (self.gather_f32(data)?, self.gather_f32(vals)?);
         let mut z = Vec::with_capacity(8 * a.p() as usize);
         for (row, want) in x.chunks(a.n()).zip(want.chunks(8)) {
@@ -504,6 +502,101 @@ impl Machine {
         self.scatter_bits(&d, &z)?;
         self.record_engine(Opcode::NcFindIndex8, engine, &[&a, &v], &[], &d, 0);
         Ok(())
+    }
+}
+
+impl Machine {
+    /// `nc_match_replace8` (Vector engine): `dst` = `data` (8 to 16,384 elements per
+    /// partition) with the first occurrence of each of the 8 `vals` replaced by `imm`; the
+    /// values are taken in reverse order (`vals[7]` first), each pairing with the first data
+    /// position no later value took; `dst_idx` (`[P, 8]` uint16 or uint32), if given, receives
+    /// the positions (all ones where a value is absent). See the module doc.
+    pub fn nc_match_replace8(
+        &mut self,
+        dst: &Tile,
+        data: &Tile,
+        vals: &Tile,
+        imm: f64,
+        dst_idx: Option<&Tile>,
+    ) -> Result<()> {
+        let opc = Opcode::NcMatchReplace8;
+        let engine = Engine::Vector;
+        let a = self.top8_data("data", data)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let v = self.top8_vals(vals, a.p())?;
+        let idx = match dst_idx {
+            Some(t) => {
+                let o = self.operand("dst_idx", t, Some(engine), true)?;
+                check_eight("dst_idx", &o, a.p())?;
+                Some((o, index_sentinel("dst_idx", "nc_match_replace8", t.dtype)?))
+            }
+            None => None,
+        };
+        let (mut x, want) = (self.gather_f32(data)?, self.gather_f32(vals)?);
+        let imm = imm as f32;
+        let none = idx.as_ref().map_or(u32::MAX, |i| i.1);
+        let mut at = Vec::with_capacity(8 * a.p() as usize);
+        for (row, want) in x.chunks_mut(a.n()).zip(want.chunks(8)) {
+            let mut slots = [none; 8];
+            let mut taken: Vec<usize> = Vec::with_capacity(8);
+            for j in (0..8).rev() {
+                let w = want[j];
+                let same = |e: f32| e == w || e.is_nan() && w.is_nan();
+                let hit = (0..row.len()).find(|&i| same(row[i]) && !taken.contains(&i));
+                if let Some(i) = hit {
+                    taken.push(i);
+                    slots[j] = i as u32;
+                }
+            }
+            for &i in &taken {
+                row[i] = imm;
+            }
+            at.extend_from_slice(&slots);
+        }
+        self.scatter_f32(&d, &x)?;
+        let mut writes = vec![d.region()];
+        if let Some((o, _)) = &idx {
+            self.scatter_bits(o, &at)?;
+            writes.push(o.region());
+        }
+        let cost = Self::cost_input(a.n(), a.p(), super::operand_flags(&[&a, &v], Some(&d)));
+        self.record(
+            opc,
+            Queue::Engine(engine),
+            &[a.region(), v.region()],
+            &writes,
+            cost,
+        );
+        Ok(())
+    }
+}
+
+/// Checks a `[p, 8]` output of the top-8 instructions.
+fn check_eight(arg: &str, o: &Opnd, p: u32) -> Result<()> {
+    if o.p() != p || o.n() != 8 {
+        return Err(shape_rule(
+            arg,
+            "shape",
+            format!(
+                "the search writes [{p}, 8]; {arg} is {:?}",
+                o.tile.logical_shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The all-ones "absent" index of an index output (`find_index_dtype`: uint16 or uint32).
+fn index_sentinel(arg: &str, op: &str, dtype: Dtype) -> Result<u32> {
+    match dtype {
+        Dtype::Uint32 => Ok(u32::MAX),
+        Dtype::Uint16 => Ok(u16::MAX as u32),
+        other => Err(super::dtype_rule(
+            arg,
+            "find_index_dtype",
+            format!("{op} writes uint16 or uint32 indices; {arg} is {other}"),
+        )),
     }
 }
 
@@ -640,5 +733,101 @@ mod tests {
             .expect("7");
         let e = m.max8(&top, &short).expect_err("refused");
         assert_eq!((e.arg(), e.rule()), (Some("src"), Some("max8_size")));
+    }
+
+    /// The oracle follows the documentation literally: for `i = 7 .. 0`, the first element of
+    /// the (already partly replaced) row equal to `vals[i]` becomes `imm` and its position
+    /// goes to slot `i` (an `imm` that no value equals, so the two readings agree).
+    #[test]
+    fn match_replace8_against_the_documented_reverse_order() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        // The documentation's example first.
+        let data = m.alloc(Space::Sbuf, "d", &[1, 11], Dtype::Fp32).expect("d");
+        let vals = m.alloc(Space::Sbuf, "v", &[1, 8], Dtype::Fp32).expect("v");
+        let idx = m
+            .alloc(Space::Sbuf, "i", &[1, 8], Dtype::Uint32)
+            .expect("i");
+        put(&mut m, &data, &[1., 2., 3., 4., 8., 8., 8., 8., 8., 8., 8.]);
+        put(&mut m, &vals, &[3., 8., 8., 8., 8., 8., 8., 8.]);
+        m.nc_match_replace8(&data, &data, &vals, -1.0, Some(&idx))
+            .expect("in place");
+        assert_eq!(words(&m, &idx), vec![2, 10, 9, 8, 7, 6, 5, 4]);
+        let got: Vec<f32> = words(&m, &data).into_iter().map(f32::from_bits).collect();
+        assert_eq!(
+            got,
+            vec![1., 2., -1., 4., -1., -1., -1., -1., -1., -1., -1.]
+        );
+
+        // Rows of a few values (repeats, absent values, -0 vs +0, NaN), uint16 indices.
+        let (p, n) = (8usize, 24usize);
+        let src = m
+            .alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32)
+            .expect("s");
+        let vals = m
+            .alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32)
+            .expect("v");
+        let dst = m
+            .alloc(Space::Sbuf, "dst", &[p, n], Dtype::Fp32)
+            .expect("o");
+        let idx = m
+            .alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint16)
+            .expect("i");
+        let pool = [0.0, -0.0, 1.5, 2.0, f32::NAN, -3.0, 7.0];
+        let pick = |k: usize, salt: u64| {
+            let r = (k as u64 ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            pool[r as usize % pool.len()]
+        };
+        let x: Vec<f32> = (0..p * n).map(|k| pick(k, 1)).collect();
+        let mut w: Vec<f32> = (0..p * 8).map(|k| pick(k, 77)).collect();
+        w[3] = 99.0; // absent from every row
+        put(&mut m, &src, &x);
+        put(&mut m, &vals, &w);
+        let imm = 1234.5f32;
+        m.nc_match_replace8(&dst, &src, &vals, imm as f64, Some(&idx))
+            .expect("replace");
+        let got = words(&m, &dst);
+        let b = m.read_tile(&idx).expect("idx");
+        let at: Vec<u32> = b
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .collect();
+        for r in 0..p {
+            let mut row = x[r * n..(r + 1) * n].to_vec();
+            let mut want_at = [0xFFFFu32; 8];
+            for i in (0..8).rev() {
+                let v = w[r * 8 + i];
+                let hit = row
+                    .iter()
+                    .position(|&e| e == v || (e.is_nan() && v.is_nan()));
+                if let Some(k) = hit {
+                    row[k] = imm;
+                    want_at[i] = k as u32;
+                }
+            }
+            assert_eq!(&at[r * 8..(r + 1) * 8], &want_at, "row {r}");
+            for (k, e) in row.iter().enumerate() {
+                let g = got[r * n + k];
+                let same = g == e.to_bits() || e.is_nan() && f32::from_bits(g).is_nan();
+                assert!(same, "row {r} element {k}: {g:#x} vs {e}");
+            }
+        }
+        // Without dst_idx; the rules name their argument.
+        m.nc_match_replace8(&dst, &src, &vals, 0.0, None)
+            .expect("no idx");
+        let e = m
+            .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&dst))
+            .expect_err("refused");
+        assert_eq!((e.arg(), e.rule()), (Some("dst_idx"), Some("shape")));
+        let e = m
+            .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&vals))
+            .expect_err("refused");
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("dst_idx"), Some("find_index_dtype"))
+        );
+        let e = m
+            .nc_match_replace8(&idx, &src, &vals, 0.0, None)
+            .expect_err("refused");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
     }
 }

@@ -56,6 +56,8 @@ pub enum Kind {
     Pair,
     /// A DMA queue `0..16`.
     Queue,
+    /// A list of integers.
+    Ints,
 }
 
 impl Kind {
@@ -75,6 +77,7 @@ impl Kind {
             Kind::PerfMode => "perf_mode",
             Kind::Pair => "pair",
             Kind::Queue => "queue",
+            Kind::Ints => "ints",
         }
     }
 
@@ -354,6 +357,17 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         "dst = where each of the 8 vals first occurs in its partition of data",
         &[DST, req("data", K::Tile), req("vals", K::Tile)],
     ),
+    row(Op::NcMatchReplace8, &[Vector], Like("data"), None,
+        "dst = data with the first occurrence of each of the 8 vals replaced by imm; \
+         their indices into dst_idx",
+        &[DST, req("data", K::Tile), req("vals", K::Tile), req("imm", K::Float),
+            opt("dst_idx", K::Tile)],
+    ),
+    row(Op::NcStreamShuffle, &[Vector], Own, None,
+        "dst partition i of each 32-partition quadrant = src partition shuffle_mask[i] of it \
+         (255: unmodified)",
+        &[DST, req("src", K::Tile), req("shuffle_mask", K::Ints)],
+    ),
 ];
 
 /// The row of `op`.
@@ -379,6 +393,8 @@ pub enum Value {
     Pattern(Vec<(i64, u64)>),
     /// A pair of sizes.
     Pair(usize, usize),
+    /// A list of integers.
+    Ints(Vec<i64>),
 }
 
 impl Value {
@@ -418,6 +434,7 @@ impl Value {
             Value::Name(_) => "a name",
             Value::Pattern(_) => "a pattern",
             Value::Pair(..) => "a pair",
+            Value::Ints(_) => "a list of integers",
         }
     }
 }
@@ -586,6 +603,13 @@ impl Args {
         }
     }
 
+    fn ints(&self, name: &str) -> Result<&[i64]> {
+        match self.need(name)? {
+            Value::Ints(v) => Ok(v),
+            _ => unreachable!("checked kind"),
+        }
+    }
+
     fn opt_pair(&self, name: &str) -> Option<(usize, usize)> {
         match self.slot(name).1 {
             Some(Value::Pair(a, b)) => Some((*a, *b)),
@@ -614,6 +638,7 @@ fn check_kind(a: &Arg, v: &Value) -> Result<()> {
         K::Bool => matches!(v, Value::Bool(_)),
         K::Pattern => matches!(v, Value::Pattern(_)),
         K::Pair => matches!(v, Value::Pair(..)),
+        K::Ints => matches!(v, Value::Ints(_)),
         K::Alu | K::Act | K::Engine | K::ReduceCmd | K::PerfMode => matches!(v, Value::Name(_)),
     };
     if ok {
@@ -637,6 +662,7 @@ pub fn kind_expected(k: Kind) -> &'static str {
         K::Bool => "True or False",
         K::Pattern => "a list of [step, num] pairs",
         K::Pair => "a pair of sizes",
+        K::Ints => "a list of integers",
         K::Alu => "an ALU operator's name",
         K::Act => "an activation function's name",
         K::Engine => "an engine's name",
@@ -790,6 +816,16 @@ impl Machine {
             Opcode::DmaCopy => self.dma_copy(&dst, &a.tile("src")?, a.queue("queue")?),
             Opcode::Max8 => self.max8(&dst, &a.tile("src")?),
             Opcode::NcFindIndex8 => self.nc_find_index8(&dst, &a.tile("data")?, &a.tile("vals")?),
+            Opcode::NcMatchReplace8 => self.nc_match_replace8(
+                &dst,
+                &a.tile("data")?,
+                &a.tile("vals")?,
+                a.float("imm")?,
+                a.opt_tile("dst_idx")?.as_ref(),
+            ),
+            Opcode::NcStreamShuffle => {
+                self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
+            }
         }
     }
 }
