@@ -124,7 +124,8 @@ class Spread:
     waiting in the first collective."""
 
     def __init__(self, chips: int, comm, placement, machine: str) -> None:
-        for method in ("Get_size", "Get_rank", "Dup", "Allgather", "Isend", "Irecv", "Get_attr"):
+        methods = "Get_size Get_rank Dup Allgather Isend Irecv Get_attr Set_attr".split()
+        for method in methods:
             if not hasattr(comm, method):
                 raise Trn2ValueError(
                     f"comm: expected an mpi4py communicator such as MPI.COMM_WORLD, got "
