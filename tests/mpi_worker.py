@@ -17,6 +17,11 @@ Modes:
 - ``placement``: machines made with a placement refused on process 1 only, and with different
   placements on processes 0 and 1: every process must raise (the agreement on making a machine),
   none may wait forever; then a machine and an all-reduce that still line up.
+- ``reuse``: a communicator used by a machine, freed, and a new one (another grouping or order)
+  that MPI gives the same handle: the new machine's all-reduce must run over the new
+  communicator's processes; a machine whose communicator was freed must refuse calls; then 50
+  cycles of make, use and free, whose handles must stay few (the duplicate trn2core keeps of a
+  communicator is freed with it).
 """
 
 from __future__ import annotations
@@ -316,6 +321,63 @@ def mode_placement() -> dict:
     return out
 
 
+def _sum_over(comm) -> tuple[list[int], list[float], int]:
+    """A machine over ``comm``, all-reducing chip ``c``'s ``(world rank + 1) * (c + 1)`` on the
+    processes of ``comm``: the members in rank order (by mpi4py, without trn2core), the values
+    the outputs hold and the report's process count."""
+    inst = Instance("trn2.48xlarge", comm=comm)
+    res = inst.all_reduce([np.full(4, (RANK + 1) * (c + 1), np.float32) for c in inst.local_chips])
+    values = sorted({float(v) for o in res.outputs for v in o})
+    return comm.allgather(RANK), values, res.report.processes
+
+
+def mode_reuse() -> dict:
+    out: dict = {"cases": []}
+    # Two groupings of the same sizes, then one of another size: {0,2},{1,3}; {0,1},{2,3};
+    # all. Under 2 processes: both, both in the other order, each alone.
+    if P == 4:
+        groupings = [(RANK % 2, RANK), (RANK // 2, RANK), (0, RANK)]
+    else:
+        groupings = [(0, RANK), (0, -RANK), (RANK, 0)]
+    for color, key in groupings:
+        sub = WORLD.Split(color, key)
+        handle = int(sub.py2f())
+        members, values, procs = _sum_over(sub)
+        per = 16 // len(members)  # chips per process (the default placement)
+        chips = [range(i * per + 1, (i + 1) * per + 1) for i in range(len(members))]
+        expected = sum((m + 1) * sum(cs) for m, cs in zip(members, chips, strict=True))
+        out["cases"].append(
+            {
+                "handle": handle,
+                "members": members,
+                "values": values,
+                "expected": expected,
+                "processes": procs,
+            }
+        )
+        sub.Free()
+    # A machine whose communicator was freed: a Trn2Error on every process, not an MPI error.
+    sub = WORLD.Split(0, RANK)
+    inst = Instance("trn2.48xlarge", comm=sub)
+    sub.Free()
+    out["after_free"] = _caught(
+        lambda: inst.all_reduce([np.ones(4, np.float32) for _ in inst.local_chips])
+    )
+    # Make, use and free 50 times, with a probe communicator made (and freed) while each is in
+    # use: MPI hands the same few handles out again if nothing is left behind, and a new one
+    # every cycle if each cycle leaves a communicator (a duplicate not freed) alive.
+    handles = set()
+    for i in range(50):
+        sub = WORLD.Split(RANK % 2 if i % 2 else 0, RANK)
+        _sum_over(sub)
+        probe = WORLD.Dup()
+        handles.add(int(probe.py2f()))
+        probe.Free()
+        sub.Free()
+    out["cycle_handles"] = len(handles)
+    return out
+
+
 def main() -> None:
     mode, outdir = sys.argv[1], sys.argv[2]
     if mode == "bits":
@@ -324,6 +386,8 @@ def main() -> None:
         result = mode_big()
     elif mode == "placement":
         result = mode_placement()
+    elif mode == "reuse":
+        result = mode_reuse()
     else:
         result = mode_fail(mode)
     with open(os.path.join(outdir, f"{mode}-{RANK}.json"), "w") as f:

@@ -124,7 +124,8 @@ class Spread:
     waiting in the first collective."""
 
     def __init__(self, chips: int, comm, placement, machine: str) -> None:
-        for method in ("Get_size", "Get_rank", "Dup", "Allgather", "Isend", "Irecv", "py2f"):
+        methods = "Get_size Get_rank Dup Allgather Isend Irecv Get_attr Set_attr".split()
+        for method in methods:
             if not hasattr(comm, method):
                 raise Trn2ValueError(
                     f"comm: expected an mpi4py communicator such as MPI.COMM_WORLD, got "
@@ -164,6 +165,11 @@ class Spread:
         """Every process's header (after an all-gather of a fixed-size header, one row per
         process: see :func:`_size_from`); raises the same ``Trn2Error`` on every process when
         one of them failed its checks (``error``) or the calls differ."""
+        if self.channel.freed:  # comm.Free() is collective: every process raises this
+            raise Trn2ValueError(
+                "comm: the communicator this machine was made with has been freed (comm.Free()); "
+                "make a machine with a live communicator"
+            )
         self.channel.calls += 1
         fields = np.full(_FIELDS, -1, np.int64)
         fields[0], fields[1] = _MAGIC, self.channel.calls
@@ -255,17 +261,46 @@ class _Channel:
     def __init__(self, comm) -> None:
         self.comm = comm.Dup()
         self.calls = 0
+        self.freed = False
+
+    def free(self) -> None:
+        """Frees the duplicate (when the user's communicator is freed: every process does)."""
+        if not self.freed:
+            self.freed = True
+            self.comm.Free()
 
 
-_CHANNELS: dict[int, _Channel] = {}
+#: The MPI attribute key under which a communicator holds its channel (made on first use).
+_KEYVAL: int | None = None
+
+
+def _delete_channel(comm, keyval, channel: _Channel) -> None:
+    """MPI's delete callback for ``_KEYVAL``: the user's communicator is being freed (or MPI
+    finalized), so its duplicate goes with it."""
+    from mpi4py import MPI
+
+    if not MPI.Is_finalized():
+        channel.free()
 
 
 def _channel(comm) -> _Channel:
-    """The channel of ``comm`` (made, with a collective ``Dup``, by its first machine)."""
-    key = int(comm.py2f())
-    if key not in _CHANNELS:
-        _CHANNELS[key] = _Channel(comm)
-    return _CHANNELS[key]
+    """The channel of ``comm`` (made, with a collective ``Dup``, by its first machine).
+
+    It is cached on the communicator itself, as an MPI attribute (not in a table keyed by the
+    communicator's handle, which MPI reuses once a communicator is freed: a new communicator
+    would then get a freed one's duplicate, its processes and its calls). The attribute is not
+    copied by ``comm.Dup()`` (a duplicate is another communicator: it gets its own channel), and
+    its delete callback frees the duplicate when ``comm`` is freed."""
+    global _KEYVAL
+    from mpi4py import MPI
+
+    if _KEYVAL is None:
+        _KEYVAL = MPI.Comm.Create_keyval(delete_fn=_delete_channel)
+    channel = comm.Get_attr(_KEYVAL)
+    if channel is None:
+        channel = _Channel(comm)
+        comm.Set_attr(_KEYVAL, channel)
+    return channel
 
 
 def _move(comm, round_: int, sends, recvs) -> None:

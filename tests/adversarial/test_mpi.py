@@ -44,3 +44,28 @@ def test_a_placement_refused_or_different_on_one_process_fails_every_process(tmp
         assert "making trn2.48xlarge (16 chips) placement=[0, 1, " in differ, differ
         # The calls line up again afterwards: the sum of chips 0..15 on every chip.
         assert o["after"] and all(v == [120.0] * 8 for v in o["after"]), o["after"]
+
+
+@pytest.mark.parametrize("procs", [2, 4])
+def test_a_freed_communicators_handle_reused_by_another_runs_on_the_other(tmp_path, procs):
+    # trn2core keeps a duplicate of each communicator it is given; keyed by the handle
+    # (py2f), a new communicator that MPI gives a freed one's handle would run on the freed
+    # one's duplicate: other processes, other values, or a wait forever.
+    try:
+        done, outs = _launch("reuse", procs, tmp_path, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a collective waited forever (it ran on a freed communicator's duplicate)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank, o in enumerate(outs):
+        cases = o["cases"]
+        # MPI did reuse the handle (else this test proves nothing).
+        assert len({c["handle"] for c in cases}) < len(cases), (rank, cases)
+        for c in cases:
+            assert rank in c["members"], (rank, c)
+            assert c["processes"] == len(c["members"]), (rank, c)
+            assert c["values"] == [c["expected"]], (rank, c)
+        after = o["after_free"]
+        assert after and "freed" in after, (rank, after)
+        # No duplicate left behind per cycle: MPI hands out the same few handles again (a
+        # duplicate leaked per cycle makes it 26 of 50 under 2 processes, 50 under 4).
+        assert o["cycle_handles"] <= 5, (rank, o["cycle_handles"])
