@@ -353,7 +353,7 @@ impl PyMachine {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
         let tile = self.with_settled(py, 0, |m| {
-            m.alloc_placed(sp, name, &shape, dt, start_partition, address, overlay)
+            m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
         })?;
         Ok(PyTile { tile })
     }

@@ -487,25 +487,12 @@ impl Memories {
 
     /// Allocates a tensor of `shape` (partitions first) in SBUF or PSUM, at `address` if given
     /// (bytes within each partition), else first-fit. Errors: `CapacityError` with the bytes
-    /// asked, the free bytes per partition and the largest live allocations.
-    pub fn alloc(
-        &mut self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        start_partition: u32,
-        address: Option<u64>,
-    ) -> Result<TensorId> {
-        self.alloc_placed(space, name, shape, dtype, start_partition, address, false)
-    }
-
-    /// [`Memories::alloc`]; with `overlay` (an explicit `address` only) the tensor may overlap
-    /// other overlay tensors and holds the bytes already there (they keep their written state):
-    /// NKI's explicit allocations, where two tensors placed on the same bytes are the same
+    /// asked, the free bytes per partition and the largest live allocations. With `overlay`
+    /// (an explicit `address` only) the tensor may overlap other overlay tensors and holds the
+    /// bytes already there (they keep their written state): NKI's explicit allocations, where two tensors placed on the same bytes are the same
     /// memory. It still may not overlap a first-fit tensor, and must fit (`CapacityError`).
     #[allow(clippy::too_many_arguments)]
-    pub fn alloc_placed(
+    pub fn alloc(
         &mut self,
         space: Space,
         name: &str,
@@ -1198,20 +1185,20 @@ mod tests {
     fn overlay_tensors_share_bytes_with_each_other_only() -> Result<()> {
         let mut m = Memories::new(Uninitialized::Error)?;
         let (sb, f32) = (Space::Sbuf, Dtype::Fp32);
-        let a = m.alloc_placed(sb, "a", &[128, 64], f32, 0, Some(1024), true)?;
+        let a = m.alloc(sb, "a", &[128, 64], f32, 0, Some(1024), true)?;
         // Another overlay on a's bytes is the same memory; a first-fit tensor avoids both.
-        m.alloc_placed(sb, "b", &[64, 32], f32, 32, Some(1100), true)?;
-        let c = m.alloc(sb, "c", &[128, 512], f32, 0, None)?;
+        m.alloc(sb, "b", &[64, 32], f32, 32, Some(1100), true)?;
+        let c = m.alloc(sb, "c", &[128, 512], f32, 0, None, false)?;
         assert_eq!(m.tensor(c)?.address, 1024 + 256);
-        let d = m.alloc(sb, "d", &[128, 8], f32, 0, None)?;
+        let d = m.alloc(sb, "d", &[128, 8], f32, 0, None, false)?;
         assert_eq!(m.tensor(d)?.address, 0);
         // An overlay may not land on a first-fit tensor, nor a plain placement on an overlay.
-        let e = m.alloc_placed(sb, "e", &[1, 4], f32, 0, Some(1300), true);
+        let e = m.alloc(sb, "e", &[1, 4], f32, 0, Some(1300), true);
         assert!(e.is_err());
-        assert!(m.alloc(sb, "f", &[1, 4], f32, 0, Some(1024)).is_err());
         assert!(m
-            .alloc_placed(sb, "g", &[1, 4], f32, 0, None, true)
+            .alloc(sb, "f", &[1, 4], f32, 0, Some(1024), false)
             .is_err());
+        assert!(m.alloc(sb, "g", &[1, 4], f32, 0, None, true).is_err());
         m.free(a)
     }
 

@@ -120,26 +120,14 @@ impl Machine {
         shape: &[usize],
         dtype: Dtype,
     ) -> Result<Tile> {
-        self.alloc_at(space, name, shape, dtype, 0, None)
+        self.alloc_at(space, name, shape, dtype, 0, None, false)
     }
 
-    /// [`Machine::alloc`] with an explicit first partition and, optionally, byte address.
-    pub fn alloc_at(
-        &mut self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        start_partition: u32,
-        address: Option<u64>,
-    ) -> Result<Tile> {
-        self.alloc_placed(space, name, shape, dtype, start_partition, address, false)
-    }
-
-    /// [`Machine::alloc_at`]; `overlay`: a kernel's explicit placement, which may share bytes
-    /// with other such tensors and holds what is there ([`Memories::alloc_placed`]).
+    /// [`Machine::alloc`] with an explicit first partition and, optionally, byte address;
+    /// `overlay`: a kernel's explicit placement, which may share bytes with other such tensors
+    /// and holds what is there ([`Memories::alloc`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn alloc_placed(
+    pub fn alloc_at(
         &mut self,
         space: Space,
         name: &str,
@@ -151,9 +139,9 @@ impl Machine {
     ) -> Result<Tile> {
         // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
         self.settle()?;
-        let id =
-            self.mem
-                .alloc_placed(space, name, shape, dtype, start_partition, address, overlay)?;
+        let id = self
+            .mem
+            .alloc(space, name, shape, dtype, start_partition, address, overlay)?;
         let t = self.mem.tensor(id)?;
         let (p0, pn, lo, hi) = (
             t.start_partition,

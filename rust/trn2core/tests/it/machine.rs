@@ -1133,6 +1133,7 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
             Dtype::Fp32,
             0,
             Some(3 * 2048),
+            false,
         )
         .expect("psum tile over bank 3");
     let sb: Vec<u16> = codes(Dtype::Bf16, k * mm, 201)
