@@ -80,14 +80,10 @@ class CollectiveReport(TimingReport):
 
     @classmethod
     def from_fields(cls, fields, trace_json=None, retrace=None, **extra):
-        """As ``TimingReport.from_fields``; the core's ``ranks`` (one per chip) become ``chips``,
-        in the field and in the description."""
+        """As ``TimingReport.from_fields``; the core's ``ranks`` (one per chip) become ``chips``."""
         fields = dict(fields)
         if "ranks" in fields:
             fields.setdefault("chips", fields.pop("ranks"))
-        d = fields.get("description")
-        if isinstance(d, str):
-            fields["description"] = re.sub(r" over (\d+) ranks,", r" over \1 chips,", d)
         return super().from_fields(fields, trace_json, retrace, **extra)
 
     @property

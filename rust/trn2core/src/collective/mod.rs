@@ -92,10 +92,11 @@ impl CollectiveReport {
             .map_or("latency", |p| p.bound())
     }
 
-    /// One line naming what ran: `"all_reduce of 1024 x 4 B over 16 ranks, kangaring"`.
+    /// One line naming what ran: `"all_reduce of 1024 x 4 B over 16 chips, kangaring"` (a
+    /// rank of the group is a chip).
     pub fn description(&self) -> String {
         format!(
-            "{} of {} x {} B over {} ranks, {}",
+            "{} of {} x {} B over {} chips, {}",
             self.collective.name(),
             self.elements,
             self.elem_bytes,

@@ -425,7 +425,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     .expect("ok");
     assert_eq!(
         ring.description(),
-        "all_reduce of 268435456 x 4 B over 16 ranks, ring"
+        "all_reduce of 268435456 x 4 B over 16 chips, ring"
     );
     // One ring in both directions uses two of the chip's four outgoing links.
     assert!(
