@@ -268,6 +268,17 @@ class StepReport:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
+def _machine_lnc_dtype(machine, lnc, dtype) -> tuple[str, int, str]:
+    """The machine's name, the Logical NeuronCore size (the machine's, else 2, unless given)
+    and the core's name of ``dtype``: what an inference and a training run both check first."""
+    name, machine_lnc = _machine(machine)
+    if lnc is None:
+        lnc = 2 if machine_lnc is None else machine_lnc
+    if dtype not in _DTYPES:
+        raise Trn2ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+    return name, _validate.integer(lnc, "lnc", lo=1), _DTYPES[dtype]
+
+
 class Inference:
     """A model compiled for inference on a machine, as NxD Inference runs it: ``tp`` ranks
     (logical cores), ``ep`` expert-parallel groups for MoE layers, LNC 1 or 2, ``batch``
@@ -294,18 +305,14 @@ class Inference:
         naive: bool = False,
     ) -> None:
         self.model = model if isinstance(model, Model) else Model(model)
-        name, machine_lnc = _machine(machine)
-        if lnc is None:
-            lnc = 2 if machine_lnc is None else machine_lnc
-        if dtype not in _DTYPES:
-            raise Trn2ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+        name, lnc, dt = _machine_lnc_dtype(machine, lnc, dtype)
         self._args = dict(
             machine=name,
             tp=_validate.integer(tp, "tp", lo=1),
             ep=_validate.integer(ep, "ep", lo=1),
-            lnc=_validate.integer(lnc, "lnc", lo=1),
+            lnc=lnc,
             batch=_validate.integer(batch, "batch", lo=1),
-            dtype=_DTYPES[dtype],
+            dtype=dt,
             sequence_parallel=bool(sequence_parallel),
             seq_len=_validate.integer(seq_len, "seq_len", lo=1),
             prefill_buckets=_buckets(prefill_buckets, "prefill_buckets"),
@@ -399,11 +406,7 @@ class Training:
         sequence_parallel: bool = True,
     ) -> None:
         self.model = model if isinstance(model, Model) else Model(model)
-        name, machine_lnc = _machine(machine)
-        if lnc is None:
-            lnc = 2 if machine_lnc is None else machine_lnc
-        if dtype not in _DTYPES:
-            raise Trn2ValueError(f"dtype: expected one of {sorted(_DTYPES)}, got {dtype!r}")
+        name, lnc, dt = _machine_lnc_dtype(machine, lnc, dtype)
         if recompute not in ("full", "none"):
             raise Trn2ValueError(f"recompute: expected 'full' or 'none', got {recompute!r}")
         self._args = dict(
@@ -412,11 +415,11 @@ class Training:
             pp=_validate.integer(pp, "pp", lo=1),
             dp=_validate.integer(dp, "dp", lo=1),
             ep=_validate.integer(ep, "ep", lo=1),
-            lnc=_validate.integer(lnc, "lnc", lo=1),
+            lnc=lnc,
             micro_batch=_validate.integer(micro_batch, "micro_batch", lo=1),
             global_batch=_validate.integer(global_batch, "global_batch", lo=1),
             seq=_validate.integer(seq, "seq", lo=1),
-            dtype=_DTYPES[dtype],
+            dtype=dt,
             zero1=bool(zero1),
             recompute=recompute,
             sequence_parallel=bool(sequence_parallel),
