@@ -129,7 +129,9 @@ def test_copies_are_bit_exact_for_every_dtype(dtype):
     assert not np.shares_memory(out, x)
 
 
-def test_inputs_are_never_altered_and_outputs_do_not_alias():
+def test_arguments_the_kernel_stores_into_are_written_back_and_outputs_do_not_alias():
+    # An argument is the device memory the kernel works on, as in AWS's simulator: what the
+    # kernel stores into it reaches the caller's array (issue 26, item 11).
     x = np.ones((4, 8), np.float32)
     keep = x.copy()
 
@@ -137,13 +139,66 @@ def test_inputs_are_never_altered_and_outputs_do_not_alias():
     def inc(x):
         t = nl.load(x)
         t += 1.0
-        nl.store(x, value=t)  # writes the kernel's HBM copy, not the caller's array
+        nl.store(x, value=t)
         out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
         nl.store(out, value=t)
         return out
 
     out = inc(x)
-    assert np.array_equal(x, keep) and np.array_equal(out, keep + 1)
+    assert np.array_equal(x, keep + 1) and np.array_equal(out, keep + 1)
+    assert not np.shares_memory(out, x)
+    # Arguments it only reads are left alone: a read-only array is fine.
+    y = np.full((4, 8), 2.0, np.float32)
+    y.setflags(write=False)
+
+    @tn.jit
+    def double(y):
+        out = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(y), 2.0))
+        return out
+
+    assert np.array_equal(double(y), np.full((4, 8), 4.0, np.float32))
+    # A read-only array the kernel stores into cannot take its results: said, naming it.
+    x.setflags(write=False)
+    with pytest.raises(tn.KernelError, match=r"^x: the kernel stored into this argument"):
+        inc(x)
+    assert np.array_equal(x, keep + 1)
+
+
+def test_a_legacy_sub_kernel_fills_its_output_argument():
+    # nki-library's sub-kernels take their output as an argument and return nothing.
+    a = np.linspace(-3, 3, 128 * 8, dtype=np.float32).reshape(128, 8)
+    out = np.zeros((128, 8), np.float32)
+
+    def exp_into(a, out):
+        i, j = lnl.arange(128)[:, None], lnl.arange(8)[None, :]
+        lnl.store(out[i, j], value=lnl.exp(lnl.load(a[i, j])))
+
+    assert tn.simulate_kernel(tn.jit_legacy(exp_into), a, out) is None
+    want, _ = ref.activation(a, "exp", "fp32")
+    assert np.array_equal(out, want)
+
+
+def test_under_lnc2_each_cores_stores_into_an_argument_are_written_back():
+    x = np.arange(256 * 4, dtype=np.float32).reshape(256, 4).astype(ml_dtypes.bfloat16)
+    keep = x.copy()
+
+    @tn.jit
+    def halves(x):
+        c = nl.program_id(0)  # each physical core negates its own half of the rows
+        rows = x[c * 128 : c * 128 + 128, :]
+        nl.store(rows, value=nl.negative(nl.load(rows)))
+
+    halves[2](x)
+    assert x.dtype == ml_dtypes.bfloat16 and np.array_equal(x, -keep)
+
+    @tn.jit
+    def clash(x):
+        c = nl.program_id(0)  # both cores store different values into the same rows
+        nl.store(x[0:128, :], value=nl.add(nl.load(x[0:128, :]), c + 1.0))
+
+    with pytest.raises(tn.KernelError, match=r"x: both physical cores wrote element 0 \(flat index\)"):
+        clash[2](x)
 
 
 def test_pending_results_issue_into_their_targets():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import inspect
 import itertools
 import math
 
@@ -158,6 +159,8 @@ class Core:
         self.program: tuple[int, ...] = ()
         self.shared_seq = 0
         self.hbm_inputs: list[NkiTensor] = []
+        #: id of each host-data HBM tensor -> (tensor, the bytes it was made with).
+        self.packed: dict[int, tuple[NkiTensor, np.ndarray]] = {}
         #: Explicitly placed PSUM regions -> the tensor block that last wrote a matmul there.
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
@@ -167,6 +170,7 @@ class Core:
         """Drops what refers back to this core (see ``Launch._release``)."""
         self.pending = self.pend_fn = self.pend_kind = None
         self.hbm_inputs = []
+        self.packed = {}
         self.loops = []
         self.last_inplace = None
         self.lazy_lru = collections.OrderedDict()
@@ -428,9 +432,11 @@ class Core:
         shape = host.shape or (1,)
         if len(shape) > 5:
             raise ShapeError(f"an NKI tensor has at most 5 dimensions, got {host.shape}")
-        tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname,
-                                 host.reshape(-1).view(np.uint8))  # fmt: skip
-        return NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
+        packed = host.reshape(-1).view(np.uint8)
+        tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname, packed)
+        t = NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
+        self.packed[id(t)] = (t, packed)  # the bytes it started with (``Launch._write_back``)
+        return t
 
     # ------------------------------------------------------------ pending results
     def pend(self, shape, dtype, buffer: Buffer, fn, kind=None) -> NkiTensor:
@@ -1147,9 +1153,7 @@ class Launch:
     def execute(self):
         """Runs every program; returns the kernel's outputs as numpy arrays."""
         self.cores = [Core(self, i) for i in range(self.lnc)]
-        inputs = []
-        for core in self.cores:
-            inputs.append(_bind(core, self.args, self.kwargs))
+        inputs = [_bind(core, self.args, self.kwargs) for core in self.cores]
         grid = self.grid or ()
         # Lazily: a grid of 10**12 programs must not build 10**12 tuples before the first runs
         # (Python checks Ctrl-C between programs).
@@ -1172,9 +1176,62 @@ class Launch:
         finally:
             STATE.core = prev
         try:
+            self._write_back(inputs)
             return self._outputs(result)
         finally:
             self._release()
+
+    def _write_back(self, inputs) -> None:
+        """Copies what the kernel stored into its array arguments back into the caller's
+        arrays, as AWS's simulator does (an argument is the device memory the kernel writes:
+        nki-library's sub-kernels take their outputs as arguments). Arguments the kernel only
+        read are left alone. Under LNC=2 each physical core's changed bytes are taken;
+        both cores changing a byte to different values is a race."""
+        keys = [*range(len(self.args)), *self.kwargs]
+        try:
+            params = list(inspect.signature(self.fn).parameters)
+        except (TypeError, ValueError):  # a builtin or an object without a signature
+            params = []
+        for key in keys:
+            caller = self.args[key] if isinstance(key, int) else self.kwargs[key]
+            bound = [(a[key] if isinstance(key, int) else k[key]) for a, k in inputs]
+            if not all(isinstance(t, NkiTensor) and id(t) in t._core.packed for t in bound):
+                continue
+            name = params[key] if isinstance(key, int) and key < len(params) else str(key)
+            # Compared element by element (as raw codes: a stored NaN is a change too).
+            codes = np.dtype(f"u{bound[0].dtype.itemsize}")
+            before = bound[0]._core.packed[id(bound[0])][1].view(codes)
+            after = None
+            for t in bound:
+                now = t._core.m.read(t.tile).view(codes).reshape(-1)
+                changed = now != before
+                if not changed.any():
+                    continue
+                if after is None:
+                    after = before.copy()
+                    done = np.zeros(before.size, bool)
+                clash = changed & done & (after != now)
+                if clash.any():
+                    raise KernelError(
+                        f"{name}: both physical cores wrote element {int(np.argmax(clash))} "
+                        "(flat index) of this argument with different values (a race on "
+                        "shared HBM)",
+                        arg=name,
+                    )
+                after[changed] = now[changed]
+                done |= changed
+            if after is None:
+                continue
+            arr = np.asarray(caller)
+            if not arr.flags.writeable:
+                raise KernelError(
+                    f"{name}: the kernel stored into this argument, but the array passed is "
+                    "read-only, so its results cannot be written back (pass a writeable array)",
+                    arg=name,
+                )
+            t = bound[0]
+            res = after.view(D.HOST_DTYPE[D.machine_name(t.dtype)]).reshape(arr.shape)
+            np.copyto(arr, res.astype(np.bool_) if t.dtype == D.bool_ else res, casting="unsafe")
 
     def _release(self) -> None:
         """Breaks the launch's reference cycles (launch -> cores -> launch, core -> its tensors
