@@ -20,8 +20,10 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
 def test_capacities_come_from_the_spec():
     core = trn2core.NeuronCore()
-    assert core.sbuf.capacity == spec.sbuf_bytes == 28 * MIB == core.sbuf_bytes
-    assert (core.sbuf.partitions, core.sbuf.partition_bytes) == (128, 224 * KIB)
+    # SBUF is the machine's account: the compiler's usable 212,984 B of each 224 KiB partition.
+    assert spec.sbuf_bytes == 28 * MIB == core.sbuf_bytes
+    assert core.sbuf.capacity == 128 * spec.sbuf_usable_partition_bytes == 128 * 212_984
+    assert (core.sbuf.partitions, core.sbuf.partition_bytes) == (128, 212_984)
     assert core.psum.capacity == spec.psum_bytes == 2 * MIB == core.psum_bytes
     assert (core.psum.partitions, core.psum.partition_bytes) == (128, 16 * KIB)
     assert core.hbm.capacity == spec.hbm_stack_bytes == 24 * GIB
@@ -36,7 +38,7 @@ def test_capacities_come_from_the_spec():
 
 def test_absurd_requests_are_refused_at_once_before_anything_is_reserved():
     core = trn2core.NeuronCore()
-    for space, limit in (("sbuf", "229376 B"), ("psum", "16384 B"), ("hbm", "25769803776 B")):
+    for space, limit in (("sbuf", "212984 B"), ("psum", "16384 B"), ("hbm", "25769803776 B")):
         t0 = time.perf_counter()
         with pytest.raises(trn2core.CapacityError) as e:
             core.alloc(10**15, space=space)
@@ -54,13 +56,13 @@ def test_absurd_requests_are_refused_at_once_before_anything_is_reserved():
 
 def test_a_transfer_that_does_not_fit_its_destination_is_refused_before_any_copy():
     core = trn2core.NeuronCore()
-    # 40 MiB into SBUF: 320 KiB per partition against 224 KiB.
+    # 40 MiB into SBUF: 320 KiB per partition against 212,984 B usable of 224 KiB.
     x = np.zeros((128, 80 * KIB), np.float32)
     with pytest.raises(trn2core.CapacityError) as e:
         core.dma_copy(x)
     msg = str(e.value)
     assert msg.startswith("x: ") and "41943040 B" in msg and "327680 B" in msg
-    assert "229376 B" in msg
+    assert "212984 B" in msg and "229376 B" in msg
     # A 10**15-byte view (no memory behind it): refused without numpy or the codec ever
     # materialising it, into SBUF, into HBM, and by the codec itself.
     huge = np.broadcast_to(np.float32(1.0), (250_000, 10**9))
@@ -83,14 +85,14 @@ def test_a_transfer_that_does_not_fit_its_destination_is_refused_before_any_copy
 
 def test_per_partition_capacity():
     core = trn2core.NeuronCore()
-    # One row of 225 KiB on one partition does not fit; 224 KiB does.
-    with pytest.raises(trn2core.CapacityError, match="230400 B"):
-        core.dma_copy(np.zeros((1, 225 * KIB), np.uint8))
-    core.dma_copy(np.zeros((1, 224 * KIB), np.uint8))
+    # One row of 212,985 B on one partition does not fit; 212,984 B (the usable bytes) does.
+    with pytest.raises(trn2core.CapacityError, match="212985 B"):
+        core.dma_copy(np.zeros((1, 212_985), np.uint8))
+    core.dma_copy(np.zeros((1, 212_984), np.uint8))
     with pytest.raises(trn2core.CapacityError):
-        core.alloc((1, 225 * KIB), np.uint8)
-    # All of SBUF at once fits exactly.
-    core.dma_copy(np.zeros((128, 56 * KIB), np.float32))
+        core.alloc((1, 212_985), np.uint8)
+    # All of the usable SBUF at once fits exactly.
+    core.dma_copy(np.zeros((128, 212_984 // 4), np.float32))
     # A first axis longer than 128 is folded onto the partitions: (256, 100) fp32 takes
     # 800 B on each of 128 partitions.
     a = core.alloc((256, 100), np.float32)
@@ -108,11 +110,11 @@ def test_allocations_are_accounted_and_freed():
     core = trn2core.NeuronCore()
     a = core.alloc((128, 20 * KIB), np.float32)  # 10 MiB, 80 KiB per partition
     assert a.space == "sbuf" and a.nbytes == 10 * MIB and a.partition_start == 0
-    assert core.sbuf.used == 10 * MIB and core.sbuf.free == 18 * MIB
-    assert core.sbuf.partition_free == 144 * KIB and core.sbuf.allocations == 1
+    assert core.sbuf.used == 10 * MIB and core.sbuf.free == 128 * 212_984 - 10 * MIB
+    assert core.sbuf.partition_free == 212_984 - 80 * KIB and core.sbuf.allocations == 1
     # 20 MiB more does not fit now (it would on an empty SBUF); the copy reserves nothing.
     y = np.zeros((128, 40 * KIB), np.float32)
-    with pytest.raises(trn2core.CapacityError, match="at most 147456 B"):
+    with pytest.raises(trn2core.CapacityError, match="at most 131064 B"):
         core.dma_copy(y)
     core.free(a)
     assert not a.live and core.sbuf.used == 0
@@ -121,7 +123,7 @@ def test_allocations_are_accounted_and_freed():
     with pytest.raises(Trn2ValueError, match="already freed"):
         core.free(a)
     # A full partition pushes a one-partition tensor to the next one.
-    row = core.alloc((1, 224 * KIB), np.uint8)
+    row = core.alloc((1, 212_984), np.uint8)
     nxt = core.alloc((1, KIB), np.uint8)
     assert (row.partition_start, nxt.partition_start) == (0, 1)
     with pytest.raises(trn2core.CapacityError):
@@ -248,3 +250,40 @@ def test_an_allocation_is_freed_only_by_the_core_that_made_it():
         c0.free(mine)
         c1.free(theirs)
         assert getattr(c0, space).allocations == 0 and getattr(c1, space).allocations == 0
+
+
+def test_one_account_of_sbuf_and_psum_tiles_allocations_and_dma_checks():
+    # Issue 25: `core.tile` left `core.sbuf.used == 0` and `core.alloc` reserved twice (a
+    # CoreMemory account and a machine tensor). Now the machine's allocator is the one account.
+    core = trn2core.NeuronCore()
+    t = core.tile((128, 1024), "fp32")
+    assert (core.sbuf.used, core.sbuf.allocations) == (128 * 4096, 1)
+    assert core.memory.sbuf.used == core.sbuf.used  # the core's CoreMemory reads the same
+    a = core.alloc((128, 1024), "fp32")
+    assert (a.partition_start, a.partition_bytes, a.tile.shape) == (0, 4096, [128, 1024])
+    assert (core.sbuf.used, core.sbuf.allocations) == (2 * 128 * 4096, 2)
+    # Both are engine operands and never share bytes.
+    core.vector.memset(t, 1.0)
+    core.vector.memset(a, 2.0)
+    assert (core.read(t) == 1.0).all() and (core.read(a) == 2.0).all()
+    # A byte reservation is placed beside them and counted; a DMA sees what is left.
+    b = core.alloc(128 * 200_000)
+    assert (b.tile, b.partition_bytes) == (None, 200_000)
+    # Tiles at bytes 0 and 4096, the reservation at 8192..208192: 4,792 B left of 212,984.
+    assert core.sbuf.partition_free == 212_984 - 208_192 == 4792
+    with pytest.raises(trn2core.CapacityError, match="x: .* at most 4792 B .*free on every"):
+        core.dma_copy(np.zeros((128, 4793), np.uint8))
+    core.dma_copy(np.zeros((128, 4792), np.uint8))
+    core.free(b)
+    core.free(t)
+    assert (core.sbuf.used, core.sbuf.allocations) == (128 * 4096, 1)
+    # PSUM too: a PSUM tile and a PSUM reservation share the one account.
+    core.tile((128, 512), "fp32", space="psum")
+    core.alloc((128, 512), "fp32", space="psum")
+    assert (core.psum.used, core.psum.allocations) == (2 * 128 * 2048, 2)
+    # A standalone CoreMemory (no machine) keeps its own per-partition account of the
+    # physical 224 KiB.
+    m = trn2core.memory.CoreMemory()
+    assert m.sbuf.partition_bytes == 224 * KIB
+    m.alloc((1, 224 * KIB), np.uint8)
+    assert m.sbuf.used == 224 * KIB

@@ -530,6 +530,31 @@ class Machine:
         address: int | None = None,
         overlay: bool = False,
     ) -> Tile: ...
+    def reserve(
+        self,
+        arg: str,
+        space: str,
+        name: str,
+        shape: list[int] | None,
+        elem_size: int,
+        nbytes: int,
+        dtype: str | None,
+        stack: int,
+    ) -> tuple[Allocation, Tile]: ...
+    def release(self, allocation: Allocation) -> None: ...
+    def usage(self, space: str) -> MemoryUsage: ...
+    def dma_copy(
+        self,
+        memory: CoreMemory,
+        raw: npt.NDArray[np.uint8],
+        dtype: str,
+        elem_size: int,
+        shape: list[int],
+        codec: str,
+        src: str | Allocation,
+        dst: str | Allocation,
+        queue: int,
+    ) -> tuple[dict[str, object], str, int, int, str, str]: ...
     def hbm_tensor(
         self, name: str, shape: list[int], dtype: str, data: npt.NDArray[np.uint8] | None = None
     ) -> Tile: ...

@@ -269,10 +269,12 @@ def dma_copy(
         raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
     else:
         raw = np.empty(0, np.uint8)
-    fields, trace, nbytes, wire, s, d = mem._native.dma_copy(
-        raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
-        src_end, dst_end, int(queue),
-    )  # fmt: skip
+    call = [raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
+            src_end, dst_end, int(queue)]  # fmt: skip
+    if mem._machine is not None:  # a NeuronCore's: SBUF and PSUM are its machine's account
+        fields, trace, nbytes, wire, s, d = mem._machine.dma_copy(mem._native, *call)
+    else:
+        fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call)
     bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
     return DmaReport.from_fields(
         fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,

@@ -16,7 +16,6 @@ from . import _core, _names, _validate
 from .dtypes import _FORMAT_OF_DTYPE, FORMAT_DTYPES, format_name
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import (
-    CapacityError,
     FormatError,
     ShapeError,
     SparsityError,
@@ -127,6 +126,9 @@ class NeuronCore:
             _validate.text(rounding, "rounding", cls=FormatError),
             seed,
         )
+        # One account of SBUF and PSUM: the machine's allocator (tiles, ``alloc``, DMA checks).
+        self.memory._machine = self._m
+        self.memory._reserve = self._reserve
         #: The Vector engine (DVE).
         self.vector = VectorEngine(self._m)
         #: The Scalar engine (ACT).
@@ -219,27 +221,33 @@ class NeuronCore:
     def alloc(self, size, dtype=None, *, space: str = "sbuf", name=None):
         """Reserves ``size`` bytes, or an array of shape ``size`` and ``dtype``, in ``space``
         ("hbm", "sbuf", "psum"); ``CapacityError`` if it does not fit (see
-        ``trn2core.memory.CoreMemory.alloc``). An SBUF/PSUM allocation by shape (partition
-        axis first, at most 128) of a NeuronCore dtype also gets a machine tensor: its
-        ``.tile`` (and ``a[...]``) goes to the engines. Bytes the machine's allocator cannot
-        place (its SBUF limit is the compiler's usable 212,984 B per partition) leave ``.tile``
-        None."""
-        if name is not None:  # checked before anything is reserved
-            name = _validate.text(name, "name")
-        a = self.memory.alloc(size, dtype, space=space)
-        shape = a.shape
-        if space != "hbm" and shape and len(shape) <= 5 and 0 < shape[0] <= 128:
+        ``trn2core.memory.CoreMemory.alloc``). SBUF and PSUM are the machine's: its allocator
+        places the reservation (within the compiler's usable 212,984 B per SBUF partition),
+        beside the tiles of ``tile``, and ``core.sbuf``/``core.psum`` count both. An
+        allocation by shape (partition axis first, at most 128, at most 5 axes) of a
+        NeuronCore dtype is a machine tensor: its ``.tile`` (and ``a[...]``) goes to the
+        engines; other reservations are bytes over the partitions, ``.tile`` None."""
+        return self.memory.alloc(size, dtype, space=space, name=name)
+
+    def _reserve(self, space: str, name, shape, dt, nbytes: int):
+        """``CoreMemory.alloc`` of SBUF/PSUM on this core: one reservation in the machine."""
+        from .memory import Allocation
+
+        machine_dtype = None
+        if shape is not None and 0 < len(shape) <= 5 and 0 < shape[0] <= 128 and all(
+            0 < d < 2**32 for d in shape
+        ):
             try:
-                dt = dtype_name(a.dtype)
+                machine_dtype = dtype_name(dt)
             except FormatError:
-                return a
-            try:
-                a.tile = self._m.alloc(list(shape), dt, space, self._name(name), 0, None)
-            except CapacityError:
-                a.tile = None
-            except BaseException:  # refused (a dtype the machine lacks): nothing stays reserved
-                self.memory.free(a)
-                raise
+                machine_dtype = None  # bytes of a dtype the engines do not take (float64, ...)
+        stack = self.memory._native.placement()[2]
+        info, tile = self._m.reserve(
+            "size", space, self._name(name), None if shape is None else list(shape),
+            1 if dt is None else dt.itemsize, nbytes, machine_dtype, stack,
+        )  # fmt: skip
+        a = Allocation(self.memory, info, shape, dt)
+        a.tile = tile if machine_dtype is not None else None
         return a
 
     def free(self, allocation) -> None:
@@ -248,8 +256,6 @@ class NeuronCore:
             self._m.free(allocation)
             return
         self.memory.free(allocation)
-        if getattr(allocation, "tile", None) is not None:
-            self._m.free(allocation.tile)
 
     @property
     def index(self) -> int:

@@ -93,7 +93,7 @@ class MemorySpace:
         self.name = name
 
     def _usage(self):
-        return self._memory._native.usage(self.name)
+        return self._memory._usage(self.name)
 
     capacity = property(lambda self: self._usage().capacity)
     used = property(lambda self: self._usage().used)
@@ -199,6 +199,10 @@ class CoreMemory:
             raise Trn2ValueError(f"hbm: expected a trn2core.memory.HbmStack, got {type(hbm)}")
         native_hbm = None if hbm is None else hbm._native
         self._native = _core.CoreMemory(_index(core, "index"), native_hbm)
+        # A NeuronCore's memory: its machine is the one account of SBUF and PSUM (the core's
+        # allocator places every tile, ``alloc`` and DMA check there); None when standalone.
+        self._machine = None
+        self._reserve = None
         self.hbm = MemorySpace(self, "hbm")
         self.sbuf = MemorySpace(self, "sbuf")
         self.psum = MemorySpace(self, "psum")
@@ -217,12 +221,19 @@ class CoreMemory:
         """The HBM stack this core reaches (shared with its neighbour on a chip)."""
         return HbmStack(_native=self._native.hbm_stack())
 
-    def alloc(self, size, dtype=None, *, space: str = "sbuf") -> Allocation:
+    def _usage(self, space: str):
+        if self._machine is not None and space != "hbm":
+            return self._machine.usage(space)
+        return self._native.usage(space)
+
+    def alloc(self, size, dtype=None, *, space: str = "sbuf", name=None) -> Allocation:
         """Reserves ``size`` bytes (an int) or an array of shape ``size`` (a tuple) and
         ``dtype`` (a numpy/ml_dtypes dtype or a format name such as ``"bf16"``) in ``space``
         ("hbm", "sbuf" or "psum"). Raises ``CapacityError`` when it does not fit, before
-        anything is reserved."""
+        anything is reserved. ``name``: the tensor's name on a NeuronCore's machine."""
         space = _space(space)
+        if name is not None:  # checked before anything is reserved
+            name = _validate.text(name, "name")
         if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
             if dtype is not None:
                 raise Trn2ValueError(
@@ -232,6 +243,8 @@ class CoreMemory:
             if nbytes < 0:
                 raise Trn2ValueError(f"size: expected a byte count >= 0, got {nbytes}")
             self._refuse_beyond_u64("size", nbytes, space)
+            if self._reserve is not None and space != "hbm":
+                return self._reserve(space, name, None, None, nbytes)
             info = self._native.alloc("size", space, None, 1, nbytes)
             return Allocation(self, info, None, None)
         if isinstance(size, (tuple, list)):
@@ -244,6 +257,8 @@ class CoreMemory:
             self._refuse_beyond_u64("size", nbytes, space)
             if any(d >= _U64 for d in shape):  # only possible with a zero elsewhere
                 raise ShapeError(f"size: dimension beyond 2**64 in {shape}")
+            if self._reserve is not None and space != "hbm":
+                return self._reserve(space, name, shape, dt, nbytes)
             info = self._native.alloc("size", space, list(shape), dt.itemsize, 0)
             return Allocation(self, info, shape, dt)
         raise Trn2ValueError(
@@ -266,7 +281,10 @@ class CoreMemory:
                 f"allocation: expected an Allocation from core.alloc, got {type(allocation)}"
             )
         # The core refuses an allocation another memory made (it carries its owner).
-        self._native.free(allocation._native)
+        if self._machine is not None and allocation.space != "hbm":
+            self._machine.release(allocation._native)
+        else:
+            self._native.free(allocation._native)
         allocation.live = False
 
     def __repr__(self) -> str:

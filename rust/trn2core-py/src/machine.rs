@@ -25,6 +25,9 @@ use trn2core::Error;
 use crate::arrays::{borrow, slice, to_numpy};
 use crate::engine::Codes;
 use crate::errors::{guard, guard_work, PyTrn2Result};
+use crate::memory::{
+    footprint, CopyResult, PyAllocation, PyCoreMemory, PyEndpoint, PyMemoryUsage, Transfer,
+};
 
 /// Elements below which an instruction runs with the GIL held.
 const GIL_HELD_ELEMENTS: usize = 1 << 16;
@@ -271,7 +274,7 @@ pub struct PyMachine {
 }
 
 impl PyMachine {
-    fn lock(&self) -> MutexGuard<'_, Machine> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Machine> {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -356,6 +359,84 @@ impl PyMachine {
             m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
         })?;
         Ok(PyTile { tile })
+    }
+
+    /// `core.alloc` in SBUF/PSUM: a tensor of `shape` and `dtype` when `dtype` is given, else
+    /// `nbytes` (or an array of `shape` with `elem_size`-byte elements) as bytes over the
+    /// partitions; returns the reservation and its tensor's tile.
+    #[pyo3(signature = (arg, space, name, shape, elem_size, nbytes, dtype, stack))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        arg: &str,
+        space: &str,
+        name: &str,
+        shape: Option<Vec<u64>>,
+        elem_size: u64,
+        nbytes: u64,
+        dtype: Option<&str>,
+        stack: usize,
+    ) -> PyTrn2Result<(PyAllocation, PyTile)> {
+        let sp = Space::parse("space", space)?;
+        let dt = dtype.map(|d| Dtype::parse_name("dtype", d)).transpose()?;
+        let typed: Option<Vec<usize>> = match (dt, &shape) {
+            (Some(_), Some(s)) => Some(s.iter().map(|&d| d as usize).collect()),
+            _ => None,
+        };
+        let fp = footprint(shape, elem_size, nbytes)?;
+        let (inner, tile) = self.with_settled(py, 0, |m| {
+            m.reserve(arg, sp, name, fp, typed.as_deref().zip(dt), stack)
+        })?;
+        Ok((PyAllocation { inner }, PyTile { tile }))
+    }
+
+    /// Releases a reservation of `reserve`.
+    fn release(&self, py: Python<'_>, allocation: PyRef<'_, PyAllocation>) -> PyTrn2Result<()> {
+        let a = allocation.inner;
+        self.with_settled(py, 0, |m| m.release(&a))
+    }
+
+    /// How full SBUF or PSUM is, as the machine's allocator places tensors.
+    fn usage(&self, space: &str) -> PyTrn2Result<PyMemoryUsage> {
+        let sp = Space::parse("space", space)?;
+        if sp == Space::Hbm {
+            return Err(Error::value(
+                "space",
+                "the machine holds SBUF and PSUM; HBM is the stack's",
+            )
+            .into());
+        }
+        Ok(self.lock().memories().usage(sp).into())
+    }
+
+    /// `CoreMemory.dma_copy` on this core: HBM from `memory`, SBUF/PSUM from this machine.
+    #[pyo3(signature = (memory, raw, dtype, elem_size, shape, codec, src, dst, queue))]
+    #[allow(clippy::too_many_arguments)]
+    fn dma_copy<'py>(
+        &self,
+        py: Python<'py>,
+        memory: PyRef<'py, PyCoreMemory>,
+        raw: &Bound<'py, PyAny>,
+        dtype: &str,
+        elem_size: usize,
+        shape: Vec<u64>,
+        codec: &str,
+        src: PyEndpoint<'py>,
+        dst: PyEndpoint<'py>,
+        queue: usize,
+    ) -> PyTrn2Result<CopyResult<'py>> {
+        let transfer = Transfer {
+            raw,
+            dtype,
+            elem_size,
+            shape,
+            codec,
+            src,
+            dst,
+            queue,
+        };
+        transfer.cost(py, &memory, Some(self))
     }
 
     /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).

@@ -9,7 +9,9 @@ use pyo3::types::PyDict;
 use trn2core::dma::copy::{self, Endpoint, Payload};
 use trn2core::dma::cost::Place;
 use trn2core::dma::Codec;
-use trn2core::memory::{self, Allocation, CoreMemory, Footprint, HbmStack, SharedHbm, Space};
+use trn2core::memory::{
+    self, Allocation, CoreMemory, Footprint, HbmStack, SharedHbm, Space, Usage,
+};
 
 use crate::arrays::{borrow, slice};
 use crate::errors::{guard_work, PyTrn2Result};
@@ -34,7 +36,7 @@ impl PyEndpoint<'_> {
 }
 
 /// `(report fields, trace JSON, bytes, wire bytes, src place, dst place)` of a DMA transfer.
-type CopyResult<'py> = (
+pub type CopyResult<'py> = (
     Bound<'py, PyDict>,
     String,
     u64,
@@ -59,6 +61,20 @@ pub struct PyMemoryUsage {
     partition_bytes: u64,
     partition_free: u64,
     allocations: usize,
+}
+
+impl From<Usage> for PyMemoryUsage {
+    fn from(u: Usage) -> Self {
+        PyMemoryUsage {
+            capacity: u.capacity,
+            used: u.used,
+            free: u.free,
+            partitions: u.partitions,
+            partition_bytes: u.partition_bytes,
+            partition_free: u.partition_free,
+            allocations: u.allocations,
+        }
+    }
 }
 
 /// Where an HBM stack sits: `index`, `die`, `cores` it serves.
@@ -91,16 +107,7 @@ impl PyHbmStack {
 
     /// How full it is.
     fn usage(&self) -> PyMemoryUsage {
-        let h = memory::lock(&self.inner);
-        PyMemoryUsage {
-            capacity: h.capacity(),
-            used: h.used(),
-            free: h.free_bytes(),
-            partitions: 0,
-            partition_bytes: 0,
-            partition_free: 0,
-            allocations: h.allocations(),
-        }
+        memory::lock(&self.inner).usage().into()
     }
 }
 
@@ -108,7 +115,7 @@ impl PyHbmStack {
 /// can free it.
 #[pyclass(name = "Allocation", module = "trn2core._core", frozen)]
 pub struct PyAllocation {
-    inner: Allocation,
+    pub(crate) inner: Allocation,
 }
 
 #[pymethods]
@@ -153,7 +160,7 @@ pub struct PyCoreMemory {
 }
 
 impl PyCoreMemory {
-    fn lock(&self) -> MutexGuard<'_, CoreMemory> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, CoreMemory> {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -162,7 +169,11 @@ impl PyCoreMemory {
 
 /// A footprint of an array of `shape` (`elem_size`-byte elements), or of `nbytes` spread over
 /// every partition when `shape` is `None`.
-fn footprint(shape: Option<Vec<u64>>, elem_size: u64, nbytes: u64) -> trn2core::Result<Footprint> {
+pub(crate) fn footprint(
+    shape: Option<Vec<u64>>,
+    elem_size: u64,
+    nbytes: u64,
+) -> trn2core::Result<Footprint> {
     match shape {
         Some(s) => Footprint::of_shape(&s, elem_size),
         None => Ok(Footprint::of_bytes(nbytes)),
@@ -201,23 +212,8 @@ impl PyCoreMemory {
     fn usage(&self, space: &str) -> PyTrn2Result<PyMemoryUsage> {
         Ok(match Space::parse("space", space)? {
             Space::Hbm => self.hbm_stack().usage(),
-            s => {
-                let core = self.lock();
-                let m = if s == Space::Sbuf {
-                    core.sbuf()
-                } else {
-                    core.psum()
-                };
-                PyMemoryUsage {
-                    capacity: m.capacity(),
-                    used: m.used(),
-                    free: m.free_bytes(),
-                    partitions: m.partitions(),
-                    partition_bytes: m.partition_capacity(),
-                    partition_free: m.partition_free(),
-                    allocations: m.allocations(),
-                }
-            }
+            Space::Sbuf => self.lock().sbuf().usage().into(),
+            Space::Psum => self.lock().psum().usage().into(),
         })
     }
 
@@ -261,27 +257,17 @@ impl PyCoreMemory {
         dst: PyEndpoint<'py>,
         queue: usize,
     ) -> PyTrn2Result<CopyResult<'py>> {
-        let codec = Codec::parse("codec", codec)?;
-        let (s, d) = (src.resolve("src")?, dst.resolve("dst")?);
-        let a = borrow::<u8>(raw, "x", "uint8 (raw bytes)")?;
-        let payload = Payload {
-            raw: slice(&a, "x")?,
+        let transfer = Transfer {
+            raw,
             dtype,
             elem_size,
-            shape: &shape,
+            shape,
+            codec,
+            src,
+            dst,
+            queue,
         };
-        let work = payload.raw.len() as u64;
-        let c = guard_work(py, work, || {
-            copy::dma_copy(&self.lock(), payload, codec, s, d, queue)
-        })?;
-        Ok((
-            report_dict(py, &c.report)?,
-            c.report.chrome_trace_json(),
-            c.bytes,
-            c.wire_bytes,
-            c.src.name(),
-            c.dst.name(),
-        ))
+        transfer.cost(py, self, None)
     }
 
     /// Refuses a transfer of an array of `shape` into `space` that does not fit in its free
@@ -312,6 +298,60 @@ impl PyCoreMemory {
         let s = Space::parse("space", space)?;
         let fp = Footprint::of_shape(&shape, elem_size)?;
         Ok(self.lock().check_capacity(arg, s, fp, hbm_bytes)?)
+    }
+}
+
+/// One `dma_copy` request as Python gives it.
+pub struct Transfer<'a, 'py> {
+    pub raw: &'a Bound<'py, PyAny>,
+    pub dtype: &'a str,
+    pub elem_size: usize,
+    pub shape: Vec<u64>,
+    pub codec: &'a str,
+    pub src: PyEndpoint<'py>,
+    pub dst: PyEndpoint<'py>,
+    pub queue: usize,
+}
+
+impl<'py> Transfer<'_, 'py> {
+    /// Costs it on the core whose HBM is `mem`'s and whose SBUF/PSUM are `machine`'s (`mem`'s
+    /// own when `None`): `trn2core::dma::copy::dma_copy`. Both are locked only while the GIL
+    /// is released (a thread holding the GIL may be waiting for either).
+    pub fn cost(
+        self,
+        py: Python<'py>,
+        mem: &PyCoreMemory,
+        machine: Option<&crate::machine::PyMachine>,
+    ) -> PyTrn2Result<CopyResult<'py>> {
+        let codec = Codec::parse("codec", self.codec)?;
+        let (s, d) = (self.src.resolve("src")?, self.dst.resolve("dst")?);
+        let a = borrow::<u8>(self.raw, "x", "uint8 (raw bytes)")?;
+        let payload = Payload {
+            raw: slice(&a, "x")?,
+            dtype: self.dtype,
+            elem_size: self.elem_size,
+            shape: &self.shape,
+        };
+        let work = payload.raw.len() as u64;
+        let queue = self.queue;
+        let c = guard_work(py, work, || {
+            let core = mem.lock();
+            match machine {
+                Some(m) => {
+                    let m = m.lock();
+                    copy::dma_copy(&core, m.memories(), payload, codec, s, d, queue)
+                }
+                None => copy::dma_copy(&core, &*core, payload, codec, s, d, queue),
+            }
+        })?;
+        Ok((
+            report_dict(py, &c.report)?,
+            c.report.chrome_trace_json(),
+            c.bytes,
+            c.wire_bytes,
+            c.src.name(),
+            c.dst.name(),
+        ))
     }
 }
 

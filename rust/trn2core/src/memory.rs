@@ -142,6 +142,39 @@ fn foreign(a: &Allocation, here: &str) -> Error {
     )
 }
 
+/// How full one memory is, in bytes (`partitions`, `partition_bytes` and `partition_free` are 0
+/// for HBM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes it can hold (SBUF in a NeuronCore: the compiler's usable bytes per partition).
+    pub capacity: u64,
+    /// Bytes reserved.
+    pub used: u64,
+    /// `capacity - used`.
+    pub free: u64,
+    /// Partitions (128 on chip).
+    pub partitions: u64,
+    /// Capacity of one partition.
+    pub partition_bytes: u64,
+    /// The most bytes a tensor spanning every partition could still take in each.
+    pub partition_free: u64,
+    /// Live allocations.
+    pub allocations: usize,
+}
+
+/// SBUF and PSUM as a DMA transfer sees them: whether an array's footprint fits now or could
+/// ever fit, and whether an allocation is theirs. A standalone [`CoreMemory`] answers with its
+/// own per-partition accounts; a NeuronCore's machine with its allocator
+/// (`machine::Memories`), so a core has one account of its on-chip memory.
+pub trait OnChip {
+    /// Refuses `fp` in `space` (SBUF or PSUM) when it does not fit in the free space now.
+    fn fits_now(&self, arg: &str, space: Space, fp: Footprint) -> Result<()>;
+    /// Refuses `fp` in `space` when it could never fit, whatever is allocated.
+    fn fits_ever(&self, arg: &str, space: Space, fp: Footprint) -> Result<()>;
+    /// Whether `a` is a live SBUF/PSUM allocation made here.
+    fn holds_on_chip(&self, a: &Allocation) -> bool;
+}
+
 /// Formats a byte count for error messages: exact bytes plus a binary-prefixed size.
 pub fn fmt_bytes(b: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
@@ -232,6 +265,19 @@ impl HbmStack {
     /// Live allocations.
     pub fn allocations(&self) -> usize {
         self.live.len()
+    }
+
+    /// How full it is.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            capacity: self.capacity,
+            used: self.used,
+            free: self.free_bytes(),
+            partitions: 0,
+            partition_bytes: 0,
+            partition_free: 0,
+            allocations: self.live.len(),
+        }
     }
 
     /// Refuses `bytes` that do not fit in the free space; `arg` names the request.
@@ -373,6 +419,19 @@ impl PartitionedMemory {
     /// Live allocations.
     pub fn allocations(&self) -> usize {
         self.live.len()
+    }
+
+    /// How full it is.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            capacity: self.capacity(),
+            used: self.used(),
+            free: self.free_bytes(),
+            partitions: self.partitions(),
+            partition_bytes: self.partition_capacity,
+            partition_free: self.partition_free(),
+            allocations: self.live.len(),
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -686,6 +745,20 @@ impl CoreMemory {
             Space::Sbuf => self.sbuf.check_capacity(arg, fp),
             Space::Psum => self.psum.check_capacity(arg, fp),
         }
+    }
+}
+
+impl OnChip for CoreMemory {
+    fn fits_now(&self, arg: &str, space: Space, fp: Footprint) -> Result<()> {
+        self.check_transfer(arg, space, fp, fp.bytes)
+    }
+
+    fn fits_ever(&self, arg: &str, space: Space, fp: Footprint) -> Result<()> {
+        self.check_capacity(arg, space, fp, fp.bytes)
+    }
+
+    fn holds_on_chip(&self, a: &Allocation) -> bool {
+        a.space != Space::Hbm && self.holds(a)
     }
 }
 

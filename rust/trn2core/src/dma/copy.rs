@@ -6,7 +6,7 @@
 
 use super::cost::{dma_time_on_queue, DmaPlan, Place};
 use super::{plan_compress, Codec};
-use crate::memory::{fmt_bytes, Allocation, CoreMemory, Footprint, Space};
+use crate::memory::{fmt_bytes, Allocation, CoreMemory, Footprint, OnChip, Space};
 use crate::perf::Report;
 use crate::spec::HBM_STACKS_PER_DIE;
 use crate::{Error, Result};
@@ -50,7 +50,9 @@ pub struct Copied {
 }
 
 /// Costs moving `payload` from `src` to `dst` on DMA queue `queue` of the core whose memories
-/// are `mem`, with inline compression `codec`. Nothing is reserved or written.
+/// are `mem` (its HBM) and `on_chip` (its SBUF and PSUM: `mem` itself for a standalone core, the
+/// machine's allocator for a NeuronCore), with inline compression `codec`. Nothing is reserved
+/// or written.
 ///
 /// Capacity (`CapacityError` before the data is read): the destination must have room now (its
 /// free space, or the allocation given), the source must be able to hold the array at all;
@@ -59,6 +61,7 @@ pub struct Copied {
 /// die's stacks cost as `hbm_remote`); `ValueError` otherwise.
 pub fn dma_copy(
     mem: &CoreMemory,
+    on_chip: &dyn OnChip,
     payload: Payload,
     codec: Codec,
     src: Endpoint,
@@ -66,11 +69,14 @@ pub fn dma_copy(
     queue: usize,
 ) -> Result<Copied> {
     let fp = Footprint::of_shape(payload.shape, payload.elem_size as u64)?;
-    let (s, d) = (place(mem, "src", src)?, place(mem, "dst", dst)?);
+    let (s, d) = (
+        place(mem, on_chip, "src", src)?,
+        place(mem, on_chip, "dst", dst)?,
+    );
     // On-chip sides first: nothing has been read yet.
     for (p, end, is_dst) in [(s, src, false), (d, dst, true)] {
         if matches!(p, Place::Sbuf | Place::Psum) {
-            check_side(mem, p, end, is_dst, fp, fp.bytes)?;
+            check_side(mem, on_chip, p, end, is_dst, fp, fp.bytes)?;
         }
     }
     let wire = match codec {
@@ -89,7 +95,7 @@ pub fn dma_copy(
     };
     for (p, end, is_dst) in [(s, src, false), (d, dst, true)] {
         if matches!(p, Place::Hbm | Place::HbmRemote) {
-            check_side(mem, p, end, is_dst, fp, wire)?;
+            check_side(mem, on_chip, p, end, is_dst, fp, wire)?;
         }
     }
     let plan = DmaPlan {
@@ -109,7 +115,7 @@ pub fn dma_copy(
 }
 
 /// The place an endpoint stands for, after checking an allocation is this core's and live.
-fn place(mem: &CoreMemory, arg: &str, end: Endpoint) -> Result<Place> {
+fn place(mem: &CoreMemory, on_chip: &dyn OnChip, arg: &str, end: Endpoint) -> Result<Place> {
     let a = match end {
         Endpoint::Place(p) => return Ok(p),
         Endpoint::Allocation(a) => a,
@@ -121,7 +127,7 @@ fn place(mem: &CoreMemory, arg: &str, end: Endpoint) -> Result<Place> {
         } else {
             Place::HbmRemote
         }),
-        space if mem.holds(a) => Ok(if space == Space::Sbuf {
+        space if on_chip.holds_on_chip(a) => Ok(if space == Space::Sbuf {
             Place::Sbuf
         } else {
             Place::Psum
@@ -142,6 +148,7 @@ fn place(mem: &CoreMemory, arg: &str, end: Endpoint) -> Result<Place> {
 /// Refuses a side that cannot hold the array (`held` bytes of it in that memory).
 fn check_side(
     mem: &CoreMemory,
+    on_chip: &dyn OnChip,
     p: Place,
     end: Endpoint,
     is_dst: bool,
@@ -152,16 +159,17 @@ fn check_side(
     if let Endpoint::Allocation(a) = end {
         return fits_allocation(arg, a, fp, held);
     }
-    let space = match p {
-        Place::Hbm | Place::HbmRemote => Space::Hbm,
-        Place::Sbuf => Space::Sbuf,
-        Place::Psum => Space::Psum,
+    let on = match p {
+        Place::Hbm | Place::HbmRemote => None,
+        Place::Sbuf => Some(Space::Sbuf),
+        Place::Psum => Some(Space::Psum),
     };
     // The other die's stacks are not tracked by one core: only whether any stack could hold it.
-    if is_dst && p != Place::HbmRemote {
-        mem.check_transfer("x", space, fp, held)
-    } else {
-        mem.check_capacity("x", space, fp, held)
+    match (on, is_dst && p != Place::HbmRemote) {
+        (Some(space), true) => on_chip.fits_now("x", space, fp),
+        (Some(space), false) => on_chip.fits_ever("x", space, fp),
+        (None, true) => mem.check_transfer("x", Space::Hbm, fp, held),
+        (None, false) => mem.check_capacity("x", Space::Hbm, fp, held),
     }
 }
 

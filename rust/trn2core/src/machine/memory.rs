@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::memory::{fmt_bytes, Space};
+use crate::memory::{fmt_bytes, Allocation, Footprint, OnChip, Space, Usage};
 use crate::spec::{
     PSUM_BANK_BYTES, PSUM_PARTITIONS, PSUM_PARTITION_BYTES, SBUF_PARTITIONS, SBUF_PARTITION_BYTES,
     SBUF_USABLE_PARTITION_BYTES,
@@ -641,6 +641,103 @@ impl Memories {
         Ok(self.id(slot))
     }
 
+    /// The usable bytes per partition and the partitions of SBUF or PSUM.
+    fn limits(space: Space) -> (u64, usize) {
+        match space {
+            Space::Psum => (PSUM_PARTITION_BYTES, PSUM_PARTITIONS),
+            _ => (SBUF_USABLE_PARTITION_BYTES, SBUF_PARTITIONS),
+        }
+    }
+
+    fn live(&self, space: Space) -> &[Live] {
+        match space {
+            Space::Psum => &self.live_psum,
+            _ => &self.live_sbuf,
+        }
+    }
+
+    /// How full SBUF or PSUM is, as this allocator places tensors: capacity the usable bytes
+    /// (SBUF: the compiler's 212,984 B of each 224 KiB partition), used the bytes of the live
+    /// tensors (overlay tensors each count), `partition_free` the largest first-fit size a
+    /// tensor over every partition could still take.
+    pub fn usage(&self, space: Space) -> Usage {
+        let (limit, parts) = Self::limits(space);
+        let live = self.live(space);
+        let capacity = limit * parts as u64;
+        let used: u64 = live.iter().map(|l| l.bytes * l.partitions as u64).sum();
+        Usage {
+            capacity,
+            used,
+            free: capacity.saturating_sub(used),
+            partitions: parts as u64,
+            partition_bytes: limit,
+            partition_free: largest_gap(live, space, parts as u32, limit),
+            allocations: live.len(),
+        }
+    }
+
+    /// The lowest first partition from which `fp` fits now (first fit over the partitions,
+    /// then over the bytes), if any.
+    pub(crate) fn lowest_fit(&self, space: Space, fp: Footprint) -> Option<u32> {
+        let (limit, parts) = Self::limits(space);
+        let p = u32::try_from(fp.partitions).ok()?;
+        let live = self.live(space);
+        (0..=(parts as u32).checked_sub(p)?)
+            .find(|&s| first_fit(live, space, s, p, fp.partition_bytes, limit).is_some())
+    }
+
+    /// The owner tag of this machine's reservations (`memory::Allocation::owner`): apart from
+    /// every `CoreMemory`'s (those count up from 1 below 2^63).
+    pub(crate) fn owner(&self) -> u64 {
+        (1 << 63) | self.machine as u64
+    }
+
+    /// The reservation a live SBUF/PSUM tensor stands for (`core.alloc`'s handle).
+    pub(crate) fn allocation(&self, id: TensorId, stack: usize) -> Result<Allocation> {
+        let t = self.tensor(id)?;
+        Ok(Allocation {
+            space: t.space,
+            id: (id.generation as u64) << 32 | id.slot as u64,
+            bytes: t.bytes * t.partitions as u64,
+            partition_start: t.start_partition as u64,
+            partitions: t.partitions as u64,
+            partition_bytes: t.bytes,
+            stack,
+            owner: self.owner(),
+        })
+    }
+
+    /// The tensor of a reservation made here, if it is live; `ValueError` naming `allocation`
+    /// when another memory made it or it was freed.
+    pub(crate) fn reserved(&self, a: &Allocation) -> Result<TensorId> {
+        if a.owner != self.owner() || a.space == Space::Hbm {
+            return Err(Error::value(
+                "allocation",
+                format!(
+                    "{} allocation {} was made by another core's memory, not this core's; free                      it on the core that allocated it",
+                    a.space.name(),
+                    a.id
+                ),
+            ));
+        }
+        let id = TensorId {
+            machine: self.machine,
+            slot: a.id as u32,
+            generation: (a.id >> 32) as u32,
+        };
+        match self.tensor(id) {
+            Ok(t) if t.space == a.space => Ok(id),
+            _ => Err(Error::value(
+                "allocation",
+                format!(
+                    "{} allocation {} is not live (already freed?)",
+                    a.space.name().to_uppercase(),
+                    a.id
+                ),
+            )),
+        }
+    }
+
     /// A tensor over the whole of SBUF or PSUM (all partitions, every byte, as uint8) that the
     /// allocator does not count: addressing memory as the hardware does (by partition and byte),
     /// beside the allocations. Its bytes are those of the tensors it overlaps.
@@ -1111,6 +1208,88 @@ impl Memories {
     }
 }
 
+impl OnChip for Memories {
+    fn fits_ever(&self, arg: &str, space: Space, fp: Footprint) -> Result<()> {
+        let (limit, parts) = Self::limits(space);
+        if fp.partitions > parts as u64 || fp.partition_bytes > limit {
+            let name = space.name().to_uppercase();
+            let usable = if space == Space::Sbuf {
+                format!(
+                    " usable (of the physical {})",
+                    fmt_bytes(SBUF_PARTITION_BYTES)
+                )
+            } else {
+                String::new()
+            };
+            return Err(Error::capacity(
+                arg,
+                format!(
+                    "{} over {} partitions needs {} per partition; {name} has {parts} \
+                     partitions of {}{usable}",
+                    fmt_bytes(fp.bytes),
+                    fp.partitions,
+                    fmt_bytes(fp.partition_bytes),
+                    fmt_bytes(limit)
+                ),
+            )
+            .with_rule(if space == Space::Sbuf {
+                "sbuf_capacity"
+            } else {
+                "psum_capacity"
+            }));
+        }
+        Ok(())
+    }
+
+    fn fits_now(&self, arg: &str, space: Space, fp: Footprint) -> Result<()> {
+        self.fits_ever(arg, space, fp)?;
+        if self.lowest_fit(space, fp).is_some() {
+            return Ok(());
+        }
+        let u = self.usage(space);
+        Err(Error::capacity(
+            arg,
+            format!(
+                "{} over {} partitions needs {} free on {} consecutive partitions; {} has at \
+                 most {} free on every partition ({} used of {} in {} allocations)",
+                fmt_bytes(fp.bytes),
+                fp.partitions,
+                fmt_bytes(fp.partition_bytes),
+                fp.partitions,
+                space.name().to_uppercase(),
+                fmt_bytes(u.partition_free),
+                fmt_bytes(u.used),
+                fmt_bytes(u.capacity),
+                u.allocations
+            ),
+        )
+        .with_rule(if space == Space::Sbuf {
+            "sbuf_capacity"
+        } else {
+            "psum_capacity"
+        }))
+    }
+
+    fn holds_on_chip(&self, a: &Allocation) -> bool {
+        self.reserved(a).is_ok()
+    }
+}
+
+/// The largest size (bytes per partition) a first-fit tensor over every partition could take.
+fn largest_gap(live: &[Live], space: Space, parts: u32, limit: u64) -> u64 {
+    // The sizes that could fit are monotone: search the largest by bisection.
+    let (mut lo, mut hi) = (0u64, limit);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if first_fit(live, space, 0, parts, mid, limit).is_some() {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 /// Whether partition ranges `[a, a + n)` and `[b, b + m)` overlap.
 fn overlaps(a: u32, n: u32, b: u32, m: u32) -> bool {
     a < b + m && b < a + n
@@ -1224,5 +1403,48 @@ mod tests {
         assert_eq!(first_fit(&live, Space::Psum, 0, 128, 1990, 2048), None);
         assert!(psum_placement_ok(2048, 4096));
         assert!(!psum_placement_ok(1024, 2048));
+    }
+
+    #[test]
+    fn reservations_and_tensors_share_one_account() -> Result<()> {
+        use crate::machine::{Machine, MachineConfig};
+        let mut m = Machine::new(MachineConfig::default())?;
+        let sb = Space::Sbuf;
+        let t = m.alloc(sb, "t", &[128, 1024], Dtype::Fp32)?;
+        let fp = Footprint::of_bytes(128 * 200_000);
+        let (a, _) = m.reserve("size", sb, "a", fp, None, 0)?;
+        assert_eq!(
+            (a.partitions, a.partition_bytes, a.bytes),
+            (128, 200_000, 128 * 200_000)
+        );
+        let u = m.memories().usage(sb);
+        assert_eq!((u.used, u.allocations), (128 * (4096 + 200_000), 2));
+        // 4096..204096 taken; 204096..212984 left.
+        assert_eq!(u.partition_free, SBUF_USABLE_PARTITION_BYTES - 204_096);
+        let left = Footprint::of_shape(&[128, u.partition_free], 1)?;
+        assert!(m.memories().fits_now("x", sb, left).is_ok());
+        let over = Footprint::of_shape(&[128, u.partition_free + 1], 1)?;
+        let e = m
+            .memories()
+            .fits_now("x", sb, over)
+            .expect_err("one byte too many");
+        assert_eq!((e.arg(), e.rule()), (Some("x"), Some("sbuf_capacity")));
+        // A one-partition tensor goes to the lowest partition where it fits.
+        let row = Footprint::of_shape(&[1, 8_000], 1)?;
+        let (b, _) = m.reserve("size", sb, "b", row, Some((&[1, 8_000], Dtype::Uint8)), 0)?;
+        assert_eq!(b.partition_start, 0);
+        let (c, _) = m.reserve("size", sb, "c", row, Some((&[1, 8_000], Dtype::Uint8)), 0)?;
+        assert_eq!(c.partition_start, 1);
+        m.release(&a)?;
+        assert!(m.release(&a).is_err(), "a second release is refused");
+        assert!(!m.memories().holds_on_chip(&a));
+        assert!(m.memories().holds_on_chip(&b));
+        // Another machine's reservation is not this one's.
+        let mut other = Machine::new(MachineConfig::default())?;
+        let (o, _) = other.reserve("size", sb, "o", Footprint::of_bytes(128), None, 0)?;
+        assert!(m.release(&o).is_err() && !m.memories().holds_on_chip(&o));
+        m.free(&t)?;
+        assert_eq!(m.memories().usage(sb).allocations, 2);
+        Ok(())
     }
 }

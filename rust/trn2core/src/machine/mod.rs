@@ -54,7 +54,7 @@ pub use record::{Engine, Opcode, Program, Queue};
 pub use tile::{TensorId, Tile, MAX_FREE_DIMS};
 pub use timeline::KernelReport;
 
-use crate::memory::Space;
+use crate::memory::{Allocation, Footprint, Space};
 use crate::spec::{PSUM_PARTITIONS, PSUM_PARTITION_BYTES, SBUF_PARTITIONS};
 use crate::Result;
 
@@ -154,6 +154,57 @@ impl Machine {
             self.clear_psum_mm(p0, pn, lo, hi);
         }
         Ok(tile)
+    }
+
+    /// `core.alloc` in SBUF or PSUM: reserves a tensor of `typed = (shape, dtype)` (partition
+    /// axis first) when given, else `fp` as bytes (`fp.partition_bytes` on `fp.partitions`
+    /// partitions, at least one byte each); `arg` names the request in a `CapacityError`.
+    /// Returns the reservation (`stack`: the core's HBM stack, recorded in it) and the tile of
+    /// its tensor. The machine's allocator is the core's one account of SBUF and PSUM.
+    pub fn reserve(
+        &mut self,
+        arg: &str,
+        space: Space,
+        name: &str,
+        fp: Footprint,
+        typed: Option<(&[usize], Dtype)>,
+        stack: usize,
+    ) -> Result<(Allocation, Tile)> {
+        use crate::memory::OnChip;
+        // A typed tensor lies as the machine lays it: its first axis on the partitions.
+        let fp = match typed {
+            Some((shape, dtype)) => {
+                let per = shape
+                    .get(1..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64));
+                let partitions = shape.first().map_or(1, |&p| p as u64);
+                match per.and_then(|b| b.checked_mul(partitions).map(|t| (b, t))) {
+                    Some((partition_bytes, bytes)) => Footprint {
+                        bytes,
+                        partitions,
+                        partition_bytes,
+                    },
+                    None => fp,
+                }
+            }
+            None => fp,
+        };
+        self.mem.fits_now(arg, space, fp)?;
+        let start = self.mem.lowest_fit(space, fp).unwrap_or(0);
+        let bytes = [fp.partitions as usize, fp.partition_bytes.max(1) as usize];
+        let (shape, dtype) = typed.unwrap_or((&bytes, Dtype::Uint8));
+        let tile = self.alloc_at(space, name, shape, dtype, start, None, false)?;
+        Ok((self.mem.allocation(tile.tensor, stack)?, tile))
+    }
+
+    /// Releases a reservation of [`Machine::reserve`] (`ValueError` naming `allocation` when
+    /// another memory made it or it was freed).
+    pub fn release(&mut self, a: &Allocation) -> Result<()> {
+        self.settle()?;
+        let id = self.mem.reserved(a)?;
+        self.mem.free(id)
     }
 
     /// Creates an HBM tensor from host data (packed little-endian elements of `dtype`, C
