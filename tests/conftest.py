@@ -7,6 +7,8 @@ Hypothesis profiles: ``default`` keeps the suite fast enough for every commit; `
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -39,3 +41,40 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A numpy generator seeded from the test's id, so every failure reproduces exactly."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def host_limited():
+    """Runs ``call`` in a fresh interpreter whose host memory limit (TRN2CORE_HOST_MEMORY) is
+    8 MiB, printing ``refused <message>`` if it raises ``CapacityError``; ``setup`` runs before
+    it and ``then`` after (``np`` and ``t`` imported). Returns the stdout (exit status 0)."""
+
+    def run(setup: str, call: str, then: str = "") -> str:
+        code = (
+            f"import numpy as np, trn2core as t\n{setup}\n"
+            f"try:\n    {call}\nexcept t.CapacityError as e:\n    print('refused', e)\n{then}\n"
+        )
+        env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    return run
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Runs ``trn2core *argv`` in this process: (exit status, stdout, stderr); argparse's usage
+    errors exit with their own status."""
+
+    from trn2core import cli
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run
