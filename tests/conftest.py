@@ -78,3 +78,20 @@ def run_cli(capsys):
         return rc, out.out, out.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def copy_kernel():
+    """An NKI kernel (not jitted): ``x`` through an SBUF tile into a new shared-HBM tensor."""
+    import trn2core.nki as tn
+
+    nl, nisa = tn.language, tn.isa
+
+    def copy(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    return copy
