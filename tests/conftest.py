@@ -95,3 +95,38 @@ def copy_kernel():
         return out
 
     return copy
+
+
+class _CountingCore:
+    """Stands for ``trn2core._core`` in facade modules: records the name of every function
+    called through it in ``calls``."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+
+        def call(*a, **kw):
+            self.calls.append(name)
+            return attr(*a, **kw)
+
+        return call
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """``count_calls(*modules)`` puts one counting stand-in for ``trn2core._core`` into each
+    module for the test and returns it (its ``calls``: the names called into the core)."""
+    from trn2core import _core
+
+    def install(*modules):
+        proxy = _CountingCore(_core)
+        for m in modules:
+            monkeypatch.setattr(m, "_core", proxy)
+        return proxy
+
+    return install
