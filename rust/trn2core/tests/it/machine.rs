@@ -36,6 +36,27 @@ fn alloc(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
     m.alloc(Space::Sbuf, name, shape, dtype).expect("alloc")
 }
 
+/// An SBUF tile holding `codes(dtype, its element count, seed)`: the tile and those codes.
+fn random_tile(
+    m: &mut Machine,
+    name: &str,
+    shape: &[usize],
+    dtype: Dtype,
+    seed: u64,
+) -> (Tile, Vec<u32>) {
+    let t = alloc(m, name, shape, dtype);
+    let bits = codes(dtype, shape.iter().product(), seed);
+    put(m, &t, &bits);
+    (t, bits)
+}
+
+/// An SBUF tile the vector engine set to `value` everywhere.
+fn filled(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype, value: f64) -> Tile {
+    let t = alloc(m, name, shape, dtype);
+    m.memset(Engine::Vector, &t, value).expect("memset");
+    t
+}
+
 /// A PSUM tile.
 fn psum(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
     m.alloc(Space::Psum, name, shape, dtype).expect("psum")
@@ -245,10 +266,18 @@ fn codes(dtype: Dtype, n: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// An fp32 HBM tensor `name` of `shape` holding the codes `host`.
-fn hbm_fp32(m: &mut Machine, name: &str, shape: &[usize], host: &[u32]) -> Tile {
-    m.hbm_tensor(name, shape, Dtype::Fp32, Some(&to_bytes(Dtype::Fp32, host)))
-        .expect("hbm")
+/// An fp32 HBM tensor holding `codes(Fp32, its element count, seed)`: the tensor and those codes.
+fn random_hbm(m: &mut Machine, name: &str, shape: &[usize], seed: u64) -> (Tile, Vec<u32>) {
+    let host = codes(Dtype::Fp32, shape.iter().product(), seed);
+    let h = m
+        .hbm_tensor(
+            name,
+            shape,
+            Dtype::Fp32,
+            Some(&to_bytes(Dtype::Fp32, &host)),
+        )
+        .expect("hbm");
+    (h, host)
 }
 
 fn to_bytes(dtype: Dtype, bits: &[u32]) -> Vec<u8> {
@@ -403,9 +432,7 @@ fn tensor_tensor_in_place_reads_before_writing() {
         assert_bits(&get(&m, &a), &want(&a1, &a1), "a = a - a");
         // A shifted overlap (dst one element right of the input) goes through the general
         // path and still reads before writing.
-        let full = alloc(&mut m, "full", &[128, 301], dt);
-        let init = codes(dt, 128 * 301, 7);
-        put(&mut m, &full, &init);
+        let (full, _) = random_tile(&mut m, "full", &[128, 301], dt, 7);
         let src = full.slice(&[Index::ALL, range(0, 300)]).expect("src");
         let dst = full.slice(&[Index::ALL, range(1, 301)]).expect("dst");
         let before = get(&m, &src);
@@ -552,28 +579,15 @@ fn tensor_scalar_one_and_two_operators() {
                     &s0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 );
                 let second: SecondOp = (op1, Scalar::Imm(s1 as f64), rev);
-                m.tensor_scalar(
-                    Engine::Vector,
-                    &d,
-                    &a,
-                    *op0,
-                    &Scalar::Tile(sv),
-                    rev,
-                    Some(&second),
-                )
-                .expect("tensor_scalar");
+                let sv = Scalar::Tile(sv);
+                // a through both operators (the scalar tile first) into `dst`.
+                let ts = |m: &mut Machine, dst: &Tile| {
+                    m.tensor_scalar(Engine::Vector, dst, &a, *op0, &sv, rev, Some(&second))
+                };
+                ts(&mut m, &d).expect("tensor_scalar");
                 assert_bits(&get(&m, &d), &want, &format!("{op0},{op1} rev={rev} {dt}"));
                 // In place, and on a strided view: the same bits.
-                m.tensor_scalar(
-                    Engine::Vector,
-                    &a,
-                    &a,
-                    *op0,
-                    &Scalar::Tile(sv),
-                    rev,
-                    Some(&second),
-                )
-                .expect("in place");
+                ts(&mut m, &a).expect("in place");
                 assert_bits(&get(&m, &a), &want, &format!("{op0},{op1} in place {dt}"));
             }
         }
@@ -709,9 +723,7 @@ fn memset_rounds_once_and_saturates() {
 fn tensor_reduce_orders_and_axes() {
     let dt = Dtype::Fp32;
     let mut m = core();
-    let a = alloc(&mut m, "a", &[16, 3, 8], dt);
-    let ab = codes(dt, 16 * 24, 51);
-    put(&mut m, &a, &ab);
+    let (a, ab) = random_tile(&mut m, "a", &[16, 3, 8], dt, 51);
     for op in [
         AluOp::Add,
         AluOp::Maximum,
@@ -744,9 +756,7 @@ fn tensor_reduce_orders_and_axes() {
         }
     }
     // Bitvec reductions on integers.
-    let i = alloc(&mut m, "i", &[4, 8], Dtype::Uint16);
-    let ib = codes(Dtype::Uint16, 32, 52);
-    put(&mut m, &i, &ib);
+    let (i, ib) = random_tile(&mut m, "i", &[4, 8], Dtype::Uint16, 52);
     let d = alloc(&mut m, "di", &[4, 1], Dtype::Uint16);
     m.tensor_reduce(&d, AluOp::BitwiseXor, &i, 1, false)
         .expect("xor");
@@ -895,11 +905,9 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
 #[test]
 fn tensor_scalar_reduce_uses_the_vector_registers() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 10], Dtype::Fp32);
+    let (a, ab) = random_tile(&mut m, "a", &[128, 10], Dtype::Fp32, 81);
     let d = alloc(&mut m, "d", &[128, 10], Dtype::Fp32);
     let r = alloc(&mut m, "r", &[128, 1], Dtype::Fp32);
-    let ab = codes(Dtype::Fp32, 1280, 81);
-    put(&mut m, &a, &ab);
     for op in [AluOp::Add, AluOp::Maximum, AluOp::Minimum, AluOp::Multiply] {
         m.tensor_scalar_reduce(
             &d,
@@ -1282,8 +1290,7 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
         .nc_matmul(&ps, &sbuf, &mv, &opts)
         .expect_err("fp32 with bf16");
     assert!(matches!(err, Error::Format { .. }), "{err}");
-    let ints = alloc(&mut m, "ints", &[k, n], Dtype::Int8);
-    m.memset(Engine::Vector, &ints, 1.0).expect("memset");
+    let ints = filled(&mut m, "ints", &[k, n], Dtype::Int8, 1.0);
     let err = m.nc_matmul(&ps, &st, &ints, &opts).expect_err("int");
     assert!(err.to_string().contains("no integer datapath"), "{err}");
 }
@@ -1291,19 +1298,22 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
 #[test]
 fn transposes_are_bit_exact() {
     let mut m = core();
-    let x = alloc(&mut m, "x", &[100, 70], Dtype::Bf16);
-    let xb = codes(Dtype::Bf16, 7000, 111);
-    put(&mut m, &x, &xb);
+    let (x, xb) = random_tile(&mut m, "x", &[100, 70], Dtype::Bf16, 111);
     let t = psum(&mut m, "t", &[70, 100], Dtype::Bf16);
     m.nc_transpose(Engine::Tensor, &t, &x)
         .expect("pe transpose");
-    let want: Vec<u32> = (0..7000).map(|i| xb[(i % 100) * 70 + i / 100]).collect();
+    // The codes of a row-major [rows, cols] array, transposed.
+    let transposed = |b: &[u32], rows: usize, cols: usize| -> Vec<u32> {
+        (0..rows * cols)
+            .map(|i| b[(i % rows) * cols + i / rows])
+            .collect()
+    };
+    let want = transposed(&xb, 100, 70);
     assert_eq!(get(&m, &t), want);
     // Through nc_matmul(is_transpose=True) with the identity.
     let id = alloc(&mut m, "id", &[100, 100], Dtype::Bf16);
     m.iota(&id, &[(-1, 100)], 0, 1).expect("iota");
-    let ones = alloc(&mut m, "ones", &[100, 100], Dtype::Bf16);
-    m.memset(Engine::Vector, &ones, 1.0).expect("ones");
+    let ones = filled(&mut m, "ones", &[100, 100], Dtype::Bf16, 1.0);
     m.affine_select(&id, &[(-1, 100)], 1, &ones, 0.0, AluOp::Equal, 0)
         .expect("identity");
     let t2 = psum(&mut m, "t2", &[70, 100], Dtype::Bf16);
@@ -1318,14 +1328,11 @@ fn transposes_are_bit_exact() {
         .expect_err("not identity");
     assert!(err.to_string().contains("identity"), "{err}");
     // Vector engine: up to 32 x 32.
-    let v = alloc(&mut m, "v", &[32, 20], Dtype::Fp8E4m3);
-    let vb = codes(Dtype::Fp8E4m3, 640, 112);
-    put(&mut m, &v, &vb);
+    let (v, vb) = random_tile(&mut m, "v", &[32, 20], Dtype::Fp8E4m3, 112);
     let vt = alloc(&mut m, "vt", &[20, 32], Dtype::Fp8E4m3);
     m.nc_transpose(Engine::Vector, &vt, &v)
         .expect("dve transpose");
-    let want: Vec<u32> = (0..640).map(|i| vb[(i % 32) * 20 + i / 32]).collect();
-    assert_eq!(get(&m, &vt), want);
+    assert_eq!(get(&m, &vt), transposed(&vb, 32, 20));
     let err = m.nc_transpose(Engine::Vector, &t, &x).expect_err("too big");
     assert!(err.to_string().contains("transpose_size"), "{err}");
 }
@@ -1335,8 +1342,7 @@ fn transposes_are_bit_exact() {
 #[test]
 fn dma_copies_between_hbm_and_sbuf_with_casts() {
     let mut m = core();
-    let host: Vec<u32> = codes(Dtype::Fp32, 256 * 64, 121);
-    let h = hbm_fp32(&mut m, "in", &[256, 64], &host);
+    let (h, host) = random_hbm(&mut m, "in", &[256, 64], 121);
     let out = m
         .hbm_tensor("out", &[128, 64], Dtype::Bf16, None)
         .expect("hbm out");
@@ -1381,14 +1387,13 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
 #[test]
 fn every_engine_rule_is_an_error_naming_rule_and_operand() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 64], Dtype::Fp32);
-    let b = alloc(&mut m, "b", &[128, 64], Dtype::Fp32);
-    m.memset(Engine::Vector, &a, 1.0).expect("memset");
-    m.memset(Engine::Vector, &b, 1.0).expect("memset");
-    let p1 = psum(&mut m, "p1", &[128, 64], Dtype::Fp32);
-    let p2 = psum(&mut m, "p2", &[128, 64], Dtype::Fp32);
-    m.memset(Engine::Vector, &p1, 0.0).expect("memset");
-    m.memset(Engine::Vector, &p2, 0.0).expect("memset");
+    let a = filled(&mut m, "a", &[128, 64], Dtype::Fp32, 1.0);
+    let b = filled(&mut m, "b", &[128, 64], Dtype::Fp32, 1.0);
+    let [p1, p2] = ["p1", "p2"].map(|name| {
+        let p = psum(&mut m, name, &[128, 64], Dtype::Fp32);
+        m.memset(Engine::Vector, &p, 0.0).expect("memset");
+        p
+    });
     let h = m
         .hbm_tensor("h", &[128, 64], Dtype::Fp32, Some(&vec![0u8; 128 * 64 * 4]))
         .expect("hbm");
@@ -1401,31 +1406,17 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
             "{rule} should name {arg}: {s}"
         );
     };
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &p1, &p2, AluOp::Add),
-        "two_psum_inputs",
-        "data2",
-    );
-    rule(
-        m.tensor_tensor(Engine::Gpsimd, &a, &p1, &b, AluOp::Add),
-        "gpsimd_psum",
-        "data1",
-    );
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &h, &b, AluOp::Add),
-        "engine_memory",
-        "data1",
-    );
-    rule(
-        m.tensor_tensor(Engine::Scalar, &a, &a, &b, AluOp::Add),
-        "engine",
-        "engine",
-    );
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Power),
-        "engine",
-        "op",
-    );
+    // tensor_tensor(engine, a, data1, data2, op), refused by rule `name` naming `arg`.
+    let add = AluOp::Add;
+    for (engine, data1, data2, op, name, arg) in [
+        (Engine::Vector, &p1, &p2, add, "two_psum_inputs", "data2"),
+        (Engine::Gpsimd, &p1, &b, add, "gpsimd_psum", "data1"),
+        (Engine::Vector, &h, &b, add, "engine_memory", "data1"),
+        (Engine::Scalar, &a, &b, add, "engine", "engine"),
+        (Engine::Vector, &a, &b, AluOp::Power, "engine", "op"),
+    ] {
+        rule(m.tensor_tensor(engine, &a, data1, data2, op), name, arg);
+    }
     let sub = |t: &Tile, s: i64, e: i64| t.slice(&[range(s, e)]).expect("slice");
     rule(
         m.tensor_copy(Engine::Vector, &sub(&a, 32, 128), &sub(&b, 32, 128)),
@@ -1444,74 +1435,36 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
         "shape",
         "dst",
     );
-    let act = |op0, op1: Option<AluOp>| {
-        let second = op1.map(|o| (o, Scalar::Imm(1.0), false));
-        (op0, second)
+    // tensor_scalar of b into a on `engine`: `op0` with `operand0`, then `op1` with 1.0 if any.
+    let ts = |m: &mut Machine, engine, op0, operand0: Scalar, op1: Option<AluOp>| {
+        let second: Option<SecondOp> = op1.map(|o| (o, Scalar::Imm(1.0), false));
+        m.tensor_scalar(engine, &a, &b, op0, &operand0, false, second.as_ref())
     };
-    let (o0, s) = act(AluOp::Add, Some(AluOp::Multiply));
     let mut m2 = m.clone();
+    let mul = AluOp::Multiply;
+    let one = || Scalar::Imm(1.0);
     rule(
-        m2.tensor_scalar(
-            Engine::Scalar,
-            &a,
-            &b,
-            o0,
-            &Scalar::Imm(1.0),
-            false,
-            s.as_ref(),
-        ),
+        ts(&mut m2, Engine::Scalar, add, one(), Some(mul)),
         "act_tensor_scalar_ops",
         "op0",
     );
-    let (o0, s) = act(AluOp::Multiply, Some(AluOp::Add));
-    m2.tensor_scalar(
-        Engine::Scalar,
-        &a,
-        &b,
-        o0,
-        &Scalar::Imm(1.0),
-        false,
-        s.as_ref(),
-    )
-    .expect("mult+add on ACT");
+    ts(&mut m2, Engine::Scalar, mul, one(), Some(add)).expect("mult+add on ACT");
     rule(
-        m2.tensor_scalar(
-            Engine::Gpsimd,
-            &a,
-            &b,
-            AluOp::Add,
-            &Scalar::Imm(1.0),
-            false,
-            None,
-        ),
+        ts(&mut m2, Engine::Gpsimd, add, one(), None),
         "engine",
         "engine",
     );
-    m2.tensor_scalar(
+    ts(
+        &mut m2,
         Engine::Gpsimd,
-        &a,
-        &b,
         AluOp::Rsqrt,
-        &Scalar::Imm(0.0),
-        false,
+        Scalar::Imm(0.0),
         None,
     )
     .expect("rsqrt on pool");
-    let bf = alloc(&mut m2, "bf", &[128, 1], Dtype::Bf16);
-    m2.memset(Engine::Vector, &bf, 1.0).expect("memset");
-    rule(
-        m2.tensor_scalar(
-            Engine::Vector,
-            &a,
-            &b,
-            AluOp::Add,
-            &Scalar::Tile(bf),
-            false,
-            None,
-        ),
-        "fp32_operand",
-        "operand0",
-    );
+    let bf = filled(&mut m2, "bf", &[128, 1], Dtype::Bf16, 1.0);
+    let bf_operand = ts(&mut m2, Engine::Vector, add, Scalar::Tile(bf), None);
+    rule(bf_operand, "fp32_operand", "operand0");
     rule(
         m2.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::BitwiseAnd),
         "bitvec_dtype",
@@ -1524,8 +1477,7 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
         "psum_bank",
         "src",
     );
-    let wide = alloc(&mut m2, "wide", &[128, 600], Dtype::Fp32);
-    m2.memset(Engine::Vector, &wide, 0.5).expect("memset");
+    let wide = filled(&mut m2, "wide", &[128, 600], Dtype::Fp32, 0.5);
     let st = alloc(&mut m2, "st", &[128, 6], Dtype::Fp32);
     rule(m2.bn_stats(&st, &wide), "bn_stats_fmax", "data");
     let ps = psum(&mut m2, "ps", &[64, 64], Dtype::Fp32);
@@ -1646,9 +1598,7 @@ fn stochastic_rounding_is_seeded_and_schedule_independent() {
 #[test]
 fn independent_engines_overlap_and_dependent_ones_wait() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 512], Dtype::Fp32);
-    let b = alloc(&mut m, "b", &[128, 512], Dtype::Fp32);
-    let c = alloc(&mut m, "c", &[128, 512], Dtype::Fp32);
+    let [a, b, c] = ["a", "b", "c"].map(|name| alloc(&mut m, name, &[128, 512], Dtype::Fp32));
     m.memset(Engine::Vector, &a, 1.0).expect("0: DVE writes a");
     m.memset(Engine::Gpsimd, &b, 2.0).expect("1: POOL writes b");
     m.activation(&c, ActFunc::Exp, &a, &ActivationArgs::default())
@@ -1689,8 +1639,7 @@ fn independent_engines_overlap_and_dependent_ones_wait() {
 #[test]
 fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 256], Dtype::Bf16);
-    m.memset(Engine::Vector, &a, 1.0).expect("init");
+    let a = filled(&mut m, "a", &[128, 256], Dtype::Bf16, 1.0);
     let engines = [Engine::Vector, Engine::Scalar, Engine::Gpsimd];
     for i in 0..30 {
         m.tensor_copy(engines[i % 3], &a, &a).expect("chain link");
@@ -1791,10 +1740,8 @@ fn dma_queues_overlap_fixed_costs_and_share_engines() {
 #[test]
 fn pe_tiles_overlap() {
     let mut m = core();
-    let st = alloc(&mut m, "st", &[32, 32], Dtype::Bf16);
-    let mv = alloc(&mut m, "mv", &[32, 512], Dtype::Bf16);
-    m.memset(Engine::Vector, &st, 1.0).expect("st");
-    m.memset(Engine::Vector, &mv, 1.0).expect("mv");
+    let st = filled(&mut m, "st", &[32, 32], Dtype::Bf16, 1.0);
+    let mv = filled(&mut m, "mv", &[32, 512], Dtype::Bf16, 1.0);
     let p0 = psum(&mut m, "p0", &[32, 512], Dtype::Fp32);
     let p1 = psum(&mut m, "p1", &[32, 512], Dtype::Fp32);
     let quarter = |r| PeOptions {
@@ -1818,8 +1765,7 @@ fn pe_tiles_overlap() {
 #[test]
 fn hbm_rows_transpose_and_broadcast_dma_patterns() {
     let mut m = core();
-    let host: Vec<u32> = codes(Dtype::Fp32, 4 * 3, 7);
-    let h = hbm_fp32(&mut m, "h", &[4, 3], &host);
+    let (h, host) = random_hbm(&mut m, "h", &[4, 3], 7);
     // Transposed: 3 rows one element apart, each of 4 elements 3 apart.
     let t = h
         .with_rows(3, 1)
@@ -1849,8 +1795,7 @@ fn written_ranges_of_an_output() {
         .hbm_tensor("out", &[4, 8], Dtype::Bf16, None)
         .expect("hbm");
     assert!(m.written_ranges(&out).expect("ranges").is_empty());
-    let s = alloc(&mut m, "s", &[2, 8], Dtype::Bf16);
-    m.memset(Engine::Vector, &s, 1.0).expect("memset");
+    let s = filled(&mut m, "s", &[2, 8], Dtype::Bf16, 1.0);
     let rows = range(1, 3);
     m.dma_copy(&out.slice(&[rows]).expect("rows"), &s, None)
         .expect("store");
