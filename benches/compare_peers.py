@@ -519,26 +519,20 @@ def main(argv=None) -> int:
             return "**BELOW TARGET**"
         return "pass"
 
-    if args.only_dma:
-        notes = []
-        dma_rows(args.dma_mib, repeat, rows, notes, verdict)
-        return print_report(rows, notes, misses)
-    if args.only_collectives:
-        notes = []
-        collectives_rows(repeat, rows, notes, verdict)
-        return print_report(rows, notes, misses)
-    if args.only_sparsity:
-        notes = []
-        sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
-        return print_report(rows, notes, misses)
-    if args.only_machine:
-        notes = []
-        machine_rows(repeat, rows, notes, verdict)
-        return print_report(rows, notes, misses)
-    if args.only_nki:
-        notes = []
-        nki_rows(args.gemm_size, repeat, rows, notes, verdict)
-        return print_report(rows, notes, misses)
+    # --only-X: that section's rows alone (the first one asked for).
+    sections = [
+        (args.only_dma, lambda notes: dma_rows(args.dma_mib, repeat, rows, notes, verdict)),
+        (args.only_collectives, lambda notes: collectives_rows(repeat, rows, notes, verdict)),
+        (args.only_sparsity,
+         lambda notes: sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)),
+        (args.only_machine, lambda notes: machine_rows(repeat, rows, notes, verdict)),
+        (args.only_nki, lambda notes: nki_rows(args.gemm_size, repeat, rows, notes, verdict)),
+    ]
+    for only, section in sections:
+        if only:
+            notes = []
+            section(notes)
+            return print_report(rows, notes, misses)
 
     # RNE against ml_dtypes.
     for fmt, target in (("fp8_e4m3", TARGET_FP8_VS_ML), ("bf16", TARGET_BF16_VS_ML)):

@@ -485,6 +485,8 @@ def _cases() -> list[Case]:
                 atol=2e-3,
             )
         )
+    # The token-generation sub-kernels: bf16 tolerances, run through _tkg_wrapper.
+    tkg = {"rtol": 2e-2, "atol": 2e-2, "package_root": LIB, "wrap": _tkg_wrapper}
     cases += [
         Case(
             "nkilib cumsum",
@@ -519,10 +521,7 @@ def _cases() -> list[Case]:
             "rmsnorm_tkg",
             lambda r: ((_f32(r, 1, 4, 512).astype(BF16), _f32(r, 1, 512).astype(BF16)), {}),
             ref_rmsnorm_tkg,
-            rtol=2e-2,
-            atol=2e-2,
-            package_root=LIB,
-            wrap=_tkg_wrapper,
+            **tkg,
         ),
         Case(
             "nkilib layernorm_tkg (sub-kernel)",
@@ -536,10 +535,7 @@ def _cases() -> list[Case]:
                 {},
             ),
             ref_layernorm_tkg,
-            rtol=2e-2,
-            atol=2e-2,
-            package_root=LIB,
-            wrap=_tkg_wrapper,
+            **tkg,
         ),
         Case(
             "nkilib depthwise_conv1d",
@@ -556,28 +552,19 @@ def _cases() -> list[Case]:
             package_root=LIB,
         ),
     ]
-    cases += [
-        Case(
-            "sdk-2.26 rmsnorm 256 rows",
-            old,
-            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
-            "nki_rmsnorm_kernel",
-            lambda r: ((_f32(r, 256, 512), _f32(r, 512)), {}),
-            ref_rmsnorm,
-            rtol=1e-4,
-            atol=1e-5,
-        ),
-        Case(
-            "sdk-2.26 rmsnorm 300 rows",
-            old,
-            f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
-            "nki_rmsnorm_kernel",
-            lambda r: ((_f32(r, 300, 512), _f32(r, 512)), {}),
-            ref_rmsnorm,
-            rtol=1e-4,
-            atol=1e-5,
-        ),
-    ]
+    for rows in (256, 300):
+        cases.append(
+            Case(
+                f"sdk-2.26 rmsnorm {rows} rows",
+                old,
+                f"{OLD}/rmsnorm/rmsnorm_nki_kernels.py",
+                "nki_rmsnorm_kernel",
+                lambda r, n=rows: ((_f32(r, n, 512), _f32(r, 512)), {}),
+                ref_rmsnorm,
+                rtol=1e-4,
+                atol=1e-5,
+            )
+        )
     for v in ("v1", "v2"):
         for rows in (256, 300):
             cases.append(

@@ -7,6 +7,8 @@ Hypothesis profiles: ``default`` keeps the suite fast enough for every commit; `
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -39,3 +41,92 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A numpy generator seeded from the test's id, so every failure reproduces exactly."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def host_limited():
+    """Runs ``call`` in a fresh interpreter whose host memory limit (TRN2CORE_HOST_MEMORY) is
+    8 MiB, printing ``refused <message>`` if it raises ``CapacityError``; ``setup`` runs before
+    it and ``then`` after (``np`` and ``t`` imported). Returns the stdout (exit status 0)."""
+
+    def run(setup: str, call: str, then: str = "") -> str:
+        code = (
+            f"import numpy as np, trn2core as t\n{setup}\n"
+            f"try:\n    {call}\nexcept t.CapacityError as e:\n    print('refused', e)\n{then}\n"
+        )
+        env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    return run
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Runs ``trn2core *argv`` in this process: (exit status, stdout, stderr); argparse's usage
+    errors exit with their own status."""
+
+    from trn2core import cli
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            rc = cli.main(list(argv))
+        except SystemExit as e:  # argparse's usage errors
+            rc = e.code
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def copy_kernel():
+    """An NKI kernel (not jitted): ``x`` through an SBUF tile into a new shared-HBM tensor."""
+    import trn2core.nki as tn
+
+    nl, nisa = tn.language, tn.isa
+
+    def copy(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    return copy
+
+
+class _CountingCore:
+    """Stands for ``trn2core._core`` in facade modules: records the name of every function
+    called through it in ``calls``."""
+
+    def __init__(self, real) -> None:
+        self._real = real
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if not callable(attr) or isinstance(attr, type):
+            return attr
+
+        def call(*a, **kw):
+            self.calls.append(name)
+            return attr(*a, **kw)
+
+        return call
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """``count_calls(*modules)`` puts one counting stand-in for ``trn2core._core`` into each
+    module for the test and returns it (its ``calls``: the names called into the core)."""
+    from trn2core import _core
+
+    def install(*modules):
+        proxy = _CountingCore(_core)
+        for m in modules:
+            monkeypatch.setattr(m, "_core", proxy)
+        return proxy
+
+    return install

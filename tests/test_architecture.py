@@ -78,36 +78,6 @@ def test_every_dtype_map_is_built_from_the_cores_element_type_table():
     assert "fp8_e4m3fn" in dtypes.FORMAT_DTYPES and "fp8_e4m3fn" not in MACHINE_DTYPES
 
 
-class _Counting:
-    """Stands for ``_core`` in one facade module and counts the calls into it."""
-
-    def __init__(self, real) -> None:
-        self._real = real
-        self.calls: list[str] = []
-
-    def __getattr__(self, name):
-        attr = getattr(self._real, name)
-        if not callable(attr) or isinstance(attr, type):
-            return attr
-
-        def call(*a, **kw):
-            self.calls.append(name)
-            return attr(*a, **kw)
-
-        return call
-
-
-@pytest.fixture
-def count_calls(monkeypatch):
-    def install(*modules):
-        proxy = _Counting(_core)
-        for m in modules:
-            monkeypatch.setattr(m, "_core", proxy)
-        return proxy
-
-    return install
-
-
 def test_dma_copy_crosses_once(count_calls):
     from trn2core import dma, memory
 

@@ -13,16 +13,6 @@ import trn2core
 from trn2core import cli
 from trn2core._progress import Progress
 
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = cli.main(list(argv))
-    except SystemExit as e:  # argparse's usage errors
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 # ---------------------------------------------------------------------------- one LNC default
 
 
@@ -56,15 +46,15 @@ def test_estimate_gemm_and_gemm_take_lnc():
         trn2core.estimate_gemm(128, 128, 128, lnc=3)
 
 
-def test_the_gemm_command_answers_for_the_default_logical_core(capsys, monkeypatch):
+def test_the_gemm_command_answers_for_the_default_logical_core(run_cli, monkeypatch):
     monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
-    rc, out, _ = run(capsys, "gemm", "2048x2048x2048", "--json")
+    rc, out, _ = run_cli("gemm", "2048x2048x2048", "--json")
     d = json.loads(out)
     assert rc == 0 and (d["lnc"], d["core"]) == (2, "one logical NeuronCore (LNC=2)")
     want = trn2core.estimate_gemm(2048, 2048, 2048, lnc=2).seconds
     assert d["report"]["seconds"] == want
     monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
-    d = json.loads(run(capsys, "gemm", "2048x2048x2048", "--json")[1])
+    d = json.loads(run_cli("gemm", "2048x2048x2048", "--json")[1])
     assert (d["lnc"], d["core"]) == (1, "one NeuronCore")
     assert d["report"]["seconds"] == trn2core.estimate_gemm(2048, 2048, 2048).seconds
 
@@ -72,9 +62,9 @@ def test_the_gemm_command_answers_for_the_default_logical_core(capsys, monkeypat
 # ---------------------------------------------------------------------- the gemm command
 
 
-def test_gemm_takes_its_shape_three_ways(capsys):
+def test_gemm_takes_its_shape_three_ways(run_cli):
     outs = [
-        json.loads(run(capsys, "gemm", *args, "--json")[1])["report"]["seconds"]
+        json.loads(run_cli("gemm", *args, "--json")[1])["report"]["seconds"]
         for args in (["512x1024x256"], ["-m", "512", "-k", "1024", "-n", "256"],
                      ["--m", "512", "--k", "1024", "--n", "256"])
     ]  # fmt: skip
@@ -93,29 +83,29 @@ def test_gemm_takes_its_shape_three_ways(capsys):
         (["4x4x4", "--out", "x.npy"], "--out saves the computed bits: add --run"),
     ],
 )
-def test_gemm_usage_errors_name_the_flag_in_plain_words(capsys, argv, message):
-    rc, out, err = run(capsys, "gemm", *argv)
+def test_gemm_usage_errors_name_the_flag_in_plain_words(run_cli, argv, message):
+    rc, out, err = run_cli("gemm", *argv)
     assert rc == 2 and message in err, err
     assert err.startswith("usage: trn2core gemm") and "1..=" not in err and "Traceback" not in err
 
 
-def test_an_unknown_flag_gets_the_subcommands_usage(capsys):
-    rc, _, err = run(capsys, "ls", "--frobnicate")
+def test_an_unknown_flag_gets_the_subcommands_usage(run_cli):
+    rc, _, err = run_cli("ls", "--frobnicate")
     assert rc == 2 and err.startswith("usage: trn2core ls")
     assert "trn2core ls: error: unrecognized arguments: --frobnicate" in err
 
 
-def test_usage_errors_exit_2_and_refusals_1(capsys):
-    assert run(capsys, "gemm", "--m", "0", "--k", "1", "--n", "1")[0] == 2
-    rc, _, err = run(capsys, "gemm", "300000x300000x128", "--run")
+def test_usage_errors_exit_2_and_refusals_1(run_cli):
+    assert run_cli("gemm", "--m", "0", "--k", "1", "--n", "1")[0] == 2
+    rc, _, err = run_cli("gemm", "300000x300000x128", "--run")
     assert rc == 1 and "CapacityError" in err  # well-formed, refused by the model
     assert cli.exit_status(trn2core.CapacityError("x")) == 1
     assert cli.exit_status(trn2core.Trn2ValueError("x")) == 2
 
 
-def test_gemm_run_prints_the_model_first_and_saves_the_bits(capsys, tmp_path):
+def test_gemm_run_prints_the_model_first_and_saves_the_bits(run_cli, tmp_path):
     path = tmp_path / "c.npy"
-    rc, out, _ = run(capsys, "gemm", "128x256x64", "--run", "--out", str(path), "--lnc", "1")
+    rc, out, _ = run_cli("gemm", "128x256x64", "--run", "--out", str(path), "--lnc", "1")
     assert rc == 0
     lines = out.splitlines()
     assert lines[0].startswith("what") and "emulated bit-exactly" in out
@@ -127,16 +117,16 @@ def test_gemm_run_prints_the_model_first_and_saves_the_bits(capsys, tmp_path):
     assert c.dtype == np.float32 and np.array_equal(c, trn2core.gemm(a, b).out)
 
 
-def test_optional_dependencies_are_checked_before_the_work(capsys, monkeypatch, tmp_path):
+def test_optional_dependencies_are_checked_before_the_work(run_cli, monkeypatch, tmp_path):
     for mod in ("matplotlib", "matplotlib.pyplot"):  # as if not installed, even if imported
         monkeypatch.setitem(sys.modules, mod, None)
-    rc, out, err = run(capsys, "gemm", "64x64x64", "--run", "--plot", str(tmp_path / "r.png"))
+    rc, out, err = run_cli("gemm", "64x64x64", "--run", "--plot", str(tmp_path / "r.png"))
     assert rc == 2 and "pip install 'trn2core[plot]'" in err
     assert out == ""  # nothing printed, nothing emulated
     for mod in ("perfetto", "perfetto.protos", "perfetto.protos.perfetto.trace",
                 "perfetto.trace_builder", "perfetto.trace_builder.proto_builder"):  # fmt: skip
         monkeypatch.setitem(sys.modules, mod, None)
-    rc, out, err = run(capsys, "gemm", "64x64x64", "--run", "--trace", str(tmp_path / "t.pftrace"))
+    rc, out, err = run_cli("gemm", "64x64x64", "--run", "--trace", str(tmp_path / "t.pftrace"))
     assert rc == 2 and "trn2core[perfetto]" in err and out == ""
 
 
@@ -161,12 +151,12 @@ def test_the_progress_bar_shows_elapsed_time_and_rate():
     assert quiet.getvalue() == ""
 
 
-def test_spec_finds_constants_by_part_of_their_name(capsys):
-    rc, out, _ = run(capsys, "spec", "hbm")
+def test_spec_finds_constants_by_part_of_their_name(run_cli):
+    rc, out, _ = run_cli("spec", "hbm")
     names = [x.split(" = ")[0] for x in out.splitlines() if " = " in x and not x.startswith(" ")]
     assert rc == 0 and "hbm_chip_bytes" in names and "hbm_stacks_per_chip" in names
     assert all("hbm" in n for n in names) and len(names) == 15
-    rc, out, _ = run(capsys, "spec", "hbm_chip_bytes")  # an exact name: that one alone
+    rc, out, _ = run_cli("spec", "hbm_chip_bytes")  # an exact name: that one alone
     heads = [x for x in out.splitlines() if " = " in x and not x.startswith(" ")]
     assert heads == [out.splitlines()[0]] and out.startswith("hbm_chip_bytes = 96 GiB")
 

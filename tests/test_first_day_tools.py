@@ -9,35 +9,24 @@ import re
 import numpy as np
 import pytest
 import trn2core
-from trn2core import cli
 from trn2core.collectives import parse_size
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        rc = cli.main(list(argv))
-    except SystemExit as e:  # argparse's usage errors
-        rc = e.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
 
 # ------------------------------------------------------------------------- nccom-test -c MODE
 
 
-def test_check_takes_awss_modes_and_a_bare_flag_is_random(capsys):
-    rc, out, _ = run(capsys, "nccom-test", "-r", "8", "-c", "all_ones", "allr", "-b", "1K",
+def test_check_takes_awss_modes_and_a_bare_flag_is_random(run_cli):
+    rc, out, _ = run_cli("nccom-test", "-r", "8", "-c", "all_ones", "allr", "-b", "1K",
                      "-e", "1K", "-d", "fp32")  # fmt: skip
     assert rc == 0
     assert "2 chips x 256 fp32 elements (all_ones): every output as expected" in out
     # A bare flag before the operation, as in AWS's examples (`--check allg`): random mode.
-    rc, out, _ = run(capsys, "nccom-test", "-r", "8", "--check", "allg", "-b", "1K", "-e", "1K")
+    rc, out, _ = run_cli("nccom-test", "-r", "8", "--check", "allg", "-b", "1K", "-e", "1K")
     assert rc == 0
     assert re.search(r"\(random, seed \d+\): every output as expected", out), out
-    rc, out, _ = run(capsys, "nccom-test", "-r", "8", "allr", "-d", "bf16", "-b", "1K", "-e",
+    rc, out, _ = run_cli("nccom-test", "-r", "8", "allr", "-d", "bf16", "-b", "1K", "-e",
                      "1K", "-c", "random", "--seed", "7")  # fmt: skip
     assert rc == 0 and "(random, seed 7): every output as expected" in out
-    rc, _, err = run(capsys, "nccom-test", "-r", "8", "allr", "-c", "zeros")
+    rc, _, err = run_cli("nccom-test", "-r", "8", "allr", "-c", "zeros")
     assert rc == 2 and "invalid choice: 'zeros'" in err
 
 
@@ -53,16 +42,16 @@ def test_check_random_inputs_follow_the_seed():
     assert np.array_equal(cli_check._exact_sum(4, 8, "all_ones"), np.full(8, 4.0, np.float32))
 
 
-def test_seed_needs_the_random_check(capsys):
-    rc, _, err = run(capsys, "nccom-test", "-r", "8", "allr", "--seed", "3")
+def test_seed_needs_the_random_check(run_cli):
+    rc, _, err = run_cli("nccom-test", "-r", "8", "allr", "--seed", "3")
     assert rc == 2 and "seed: --seed seeds the inputs of --check random" in err
 
 
 # ------------------------------------------------------------------------------ --hosts gives -N
 
 
-def test_hosts_give_the_node_count(capsys, tmp_path):
-    rc, out, _ = run(capsys, "nccom-test", "-r", "128", "allr", "--json", "--hosts", "10.0.0.1",
+def test_hosts_give_the_node_count(run_cli, tmp_path):
+    rc, out, _ = run_cli("nccom-test", "-r", "128", "allr", "--json", "--hosts", "10.0.0.1",
                      "10.0.0.2")  # fmt: skip
     assert rc == 0
     import json
@@ -71,10 +60,10 @@ def test_hosts_give_the_node_count(capsys, tmp_path):
     assert cfg["nnodes"] == 2 and cfg["chips"] == 32
     hosts = tmp_path / "hosts"
     hosts.write_text("a\n\nb\nc\nd\n")
-    rc, out, _ = run(capsys, "nccom-test", "-r", "256", "allr", "--json", "--hosts-file",
+    rc, out, _ = run_cli("nccom-test", "-r", "256", "allr", "--json", "--hosts-file",
                      str(hosts))  # fmt: skip
     assert rc == 0 and json.loads(out)["config"]["nnodes"] == 4
-    rc, _, err = run(capsys, "nccom-test", "-r", "128", "-N", "4", "allr", "-s", "a", "b")
+    rc, _, err = run_cli("nccom-test", "-r", "128", "-N", "4", "allr", "-s", "a", "b")
     assert rc == 2 and "nnodes: -N 4 but 2 hosts are given" in err
 
 
@@ -90,10 +79,10 @@ def test_sizes_take_iec_units(text, want):
     assert parse_size(text, "minbytes") == want
 
 
-def test_nccom_test_takes_mib(capsys):
-    rc, out, _ = run(capsys, "nccom-test", "-r", "8", "allg", "-b", "1MiB", "-e", "1MiB")
+def test_nccom_test_takes_mib(run_cli):
+    rc, out, _ = run_cli("nccom-test", "-r", "8", "allg", "-b", "1MiB", "-e", "1MiB")
     assert rc == 0 and out.split("\n")[1].split()[0] == "1048576"
-    rc, _, err = run(capsys, "nccom-test", "-r", "8", "allg", "-b", "1MiX")
+    rc, _, err = run_cli("nccom-test", "-r", "8", "allg", "-b", "1MiX")
     assert rc == 2 and "minbytes" in err
 
 
@@ -123,8 +112,8 @@ def test_two_nodes_use_two_cycles_and_the_z_links_explain_the_dip():
 # ------------------------------------------------------------------------------ spec notes
 
 
-def test_spec_prints_the_note_status_c_promises(capsys):
-    rc, out, _ = run(capsys, "spec", "cc_cores_per_chip")
+def test_spec_prints_the_note_status_c_promises(run_cli):
+    rc, out, _ = run_cli("spec", "cc_cores_per_chip")
     assert rc == 0
     assert "C = conflict" in out
     assert "note: Conflict: 16 [S3 current][S17: two per physical core] vs 20" in out

@@ -212,6 +212,27 @@ def _sigint_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
+    """Runs ``code`` (dedented) in a fresh interpreter with SIGINT at its default."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_sigint_default,
+    )
+
+
+def _interrupted(name: str, delay: float, timeout: float) -> dict:
+    """Runs case ``name`` with SIGINT sent after ``delay`` s; its report (the call was cut)."""
+    setup, check = CASES[name]
+    r = _python(SCRIPT.format(setup=setup, check=check, delay=delay), timeout)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not res["finished"], res
+    return res
+
+
 SCRIPT = textwrap.dedent(
     """
     import json, os, signal, subprocess, sys, threading, time, traceback
@@ -251,22 +272,11 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_ctrl_c_interrupts_within_a_second(name):
-    setup, check = CASES[name]
     # The call runs in a loop; a signal can land in the instant between two calls (then the
     # script's own frame gets it). Retry with the signal sent at another moment: one of three
     # must land inside a call.
     for delay in (0.5, 0.63, 0.77):
-        code = SCRIPT.format(setup=setup, check=check, delay=delay)
-        r = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            preexec_fn=_sigint_default,
-        )
-        assert r.returncode == 0, r.stderr
-        res = json.loads(r.stdout.strip().splitlines()[-1])
-        assert not res["finished"], res
+        res = _interrupted(name, delay, timeout=120)
         if res["depth"] > 1:
             break
     print(f"{name}: KeyboardInterrupt {res['latency'] * 1000:.0f} ms after SIGINT")
@@ -281,7 +291,7 @@ def test_ctrl_c_interrupts_within_a_second(name):
 def test_other_threads_are_not_interrupted():
     # Ctrl-C interrupts the main thread's call only; a gemm running in another thread finishes
     # with the right bits.
-    code = textwrap.dedent(
+    r = _python(
         """
         import os, signal, threading, time
         import numpy as np, trn2core as t
@@ -300,14 +310,8 @@ def test_other_threads_are_not_interrupted():
             print('interrupted')
         th.join()
         print(all((o.view(np.uint32) == want.view(np.uint32)).all() for o in got['out']))
-        """
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
+        """,
         timeout=120,
-        preexec_fn=_sigint_default,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["interrupted", "True"], r.stdout
@@ -315,7 +319,7 @@ def test_other_threads_are_not_interrupted():
 
 def test_a_custom_signal_handler_exception_propagates():
     # A handler that raises something else (a timeout, say) interrupts the call the same way.
-    code = textwrap.dedent(
+    r = _python(
         """
         import signal, time
         import trn2core as t
@@ -330,35 +334,23 @@ def test_a_custom_signal_handler_exception_propagates():
             t._core._busy_for_test(60.0)
         except Timeout:
             print('timeout after', round(time.perf_counter() - start, 1))
-        """
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
+        """,
         timeout=120,
-        preexec_fn=_sigint_default,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("timeout after 0.3") or r.stdout.startswith("timeout after 0.4")
 
 
 def test_ignored_sigint_does_not_interrupt():
-    code = textwrap.dedent(
+    r = _python(
         """
         import os, signal, threading
         import trn2core as t
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         print(t._core._busy_for_test(0.4) > 0)
-        """
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
+        """,
         timeout=60,
-        preexec_fn=_sigint_default,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
@@ -367,42 +359,30 @@ def test_ignored_sigint_does_not_interrupt():
 def test_cli_nccom_test_ctrl_c_exits_130():
     # 1048576 ranks at LNC=2 on 16384 nodes: 4096 UltraServers, seconds per size; interrupted
     # in the cost walk.
-    code = textwrap.dedent(
+    r = _python(
         """
         import os, signal, sys, threading
         from trn2core import cli
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         sys.exit(cli.main(["nccom-test", "-r", "1048576", "-N", "16384", "allr", "-b", "1G",
                            "-e", "1G"]))
-        """
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
+        """,
         timeout=60,
-        preexec_fn=_sigint_default,
     )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
 
 
 def test_cli_ctrl_c_exits_130_without_a_traceback():
-    code = textwrap.dedent(
+    r = _python(
         """
         import os, signal, sys, threading
         from trn2core import cli
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         # (estimate_gemm alone is too fast now: the emulated run on random data is the long part)
         sys.exit(cli.main(["gemm", "--m", "8192", "--k", "8192", "--n", "8192", "--run"]))
-        """
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
+        """,
         timeout=60,
-        preexec_fn=_sigint_default,
     )
     assert r.returncode == 130, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "interrupted" in r.stderr, r.stderr
@@ -414,18 +394,7 @@ LATE = ["ultracluster-all_reduce", "ultracluster-reduce_scatter", "ultracluster-
 
 
 def _late(name: str, delay: float) -> dict:
-    setup, check = CASES[name]
-    code = SCRIPT.format(setup=setup, check=check, delay=delay)
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        preexec_fn=_sigint_default,
-    )
-    assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert not res["finished"], res
+    res = _interrupted(name, delay, timeout=180)
     print(
         f"{name} at {delay} s: KeyboardInterrupt {res['latency'] * 1000:.0f} ms after SIGINT "
         f"(in {res['innermost']})"

@@ -110,21 +110,13 @@ def test_a_kernel_keeps_working_after_uninstall():
 # ----------------------------------------------------------------------------- kernels
 
 
-def _copy_kernel(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
-
-
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.uint8,
                                    ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2])  # fmt: skip
-def test_copies_are_bit_exact_for_every_dtype(dtype):
+def test_copies_are_bit_exact_for_every_dtype(dtype, copy_kernel):
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 256, size=(64, 48 * np.dtype(dtype).itemsize), dtype=np.uint8)
     x = bits.view(dtype)
-    out = tn.jit(_copy_kernel)(x)
+    out = tn.jit(copy_kernel)(x)
     assert out.dtype == x.dtype and np.array_equal(out.view(np.uint8), x.view(np.uint8))
     assert not np.shares_memory(out, x)
 
@@ -477,7 +469,7 @@ def test_a_kernel_bound_by_one_engine_reports_it(engine):
     assert rep.engines[key]["instructions"] >= (3 if engine == "DMA" else 40)
 
 
-def test_report_table_dict_and_trace(tmp_path):
+def test_report_table_dict_and_trace(tmp_path, copy_kernel):
     x = np.ones((128, 512), np.float32)
     rep = tn.run(_bound_kernel, x, engine="ACT").report
     text = str(rep)
@@ -490,7 +482,7 @@ def test_report_table_dict_and_trace(tmp_path):
     path = rep.save_trace(tmp_path / "k.json")
     ev = json.loads(open(path).read())["traceEvents"]
     assert sum(1 for e in ev if e.get("ph") == "X" and e.get("name") == "activation") == 40
-    two = tn.run(tn.jit(_copy_kernel)[2], x).report
+    two = tn.run(tn.jit(copy_kernel)[2], x).report
     ev2 = json.loads(two.trace_json())["traceEvents"]
     assert {e["pid"] for e in ev2} == {0, 1}
 
@@ -650,13 +642,13 @@ def test_a_loop_carried_dependency_inside_affine_range():
     assert np.array_equal(out, want)
 
 
-def test_errors_outside_a_kernel_and_bad_arguments():
+def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
     with pytest.raises(tn.KernelError, match="inside a kernel"):
         nl.ndarray((2, 2), nl.float32)
     with pytest.raises(trn2core.FormatError):
-        tn.jit(_copy_kernel)(np.ones((2, 2), ml_dtypes.float8_e4m3fn))
+        tn.jit(copy_kernel)(np.ones((2, 2), ml_dtypes.float8_e4m3fn))
     with pytest.raises(tn.KernelError, match="float64"):
-        tn.jit(_copy_kernel)(np.ones((2, 2)))
+        tn.jit(copy_kernel)(np.ones((2, 2)))
     with pytest.raises(Trn2ValueError, match="not an ALU operator"):
         tn.run(lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
                np.ones((2, 2), np.float32))  # fmt: skip

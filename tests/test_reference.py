@@ -342,14 +342,21 @@ def test_gemm_tile_boundary_at_128_changes_the_result() -> None:
     assert_bits_equal(ref.gemm(a, b), slow_gemm(a, b))
 
 
+def _pairing_operands(k: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+    """fp8_e4m3 operands 1 x k and k x 1, zero but for products 2**14 at ``j``, -2**14 at
+    ``j + 128`` and 2**-18 at ``j + 1``."""
+    a = np.zeros((1, k), dtype=E4M3)
+    b = np.zeros((k, 1), dtype=E4M3)
+    a[0, j], b[j, 0] = 128, 128
+    a[0, j + 128], b[j + 128, 0] = -128, 128
+    a[0, j + 1], b[j + 1, 0] = 2**-9, 2**-9
+    return a, b
+
+
 def test_gemm_double_row_pairs_k_with_k_plus_128() -> None:
     # fp8_e4m3, K = 256: products 2**14 at j=0, -2**14 at j=128, 2**-18 at j=1.
     # double_row order 0, 128, 1, ...: 2**-18. Plain tiles (0..127 then 128..255): 0.
-    a = np.zeros((1, 256), dtype=E4M3)
-    b = np.zeros((256, 1), dtype=E4M3)
-    a[0, 0], b[0, 0] = 128, 128
-    a[0, 128], b[128, 0] = -128, 128
-    a[0, 1], b[1, 0] = 2**-9, 2**-9
+    a, b = _pairing_operands(256, 0)
     assert ref.gemm(a, b, perf_mode="double_row")[0, 0] == 2**-18
     assert ref.gemm(a, b)[0, 0] == 0.0
 
@@ -358,11 +365,7 @@ def test_gemm_double_row_short_tile_keeps_k_plus_128_pairing() -> None:
     # K = 256 + 130: the second tile has 130 elements; its order is 0, 128, 1, 129, 2, 3, ...
     # (local indices). Products 2**14 at local 0, -2**14 at local 128, 2**-18 at local 1 give
     # 2**-18; pairing the halves of a short tile differently (e.g. j and j + 65) gives 0.
-    a = np.zeros((1, 386), dtype=E4M3)
-    b = np.zeros((386, 1), dtype=E4M3)
-    a[0, 256], b[256, 0] = 128, 128
-    a[0, 384], b[384, 0] = -128, 128
-    a[0, 257], b[257, 0] = 2**-9, 2**-9
+    a, b = _pairing_operands(386, 256)
     assert ref.gemm(a, b, perf_mode="double_row")[0, 0] == 2**-18
     assert_bits_equal(ref.gemm(a, b, perf_mode="double_row"), slow_gemm(a, b, "double_row"))
 

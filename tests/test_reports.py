@@ -16,8 +16,6 @@ import trn2core
 import trn2core.nki as tn
 from trn2core.distributed import DistributedReport, DistributedResult
 
-nl, nisa = tn.language, tn.isa
-
 
 class _Table(html.parser.HTMLParser):
     """Parses a ``_repr_html_`` table: its caption and ``(th, td)`` rows; fails on tags that
@@ -60,16 +58,8 @@ def _table(obj) -> _Table:
     return t
 
 
-def _kernel(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
-
-
 @pytest.fixture(scope="module")
-def things():
+def things(copy_kernel):
     """One of each result and report a public function returns."""
     a = np.random.default_rng(0).normal(size=(200, 300)).astype(np.float32)
     b = np.random.default_rng(1).normal(size=(300, 100)).astype(np.float32)
@@ -83,7 +73,7 @@ def things():
     core.dma.copy(t, x)
     core.scalar.activation(t, t, "exp")
     kernel = core.run()
-    run = tn.run(_kernel, np.ones((128, 64), np.float32))
+    run = tn.run(copy_kernel, np.ones((128, 64), np.float32))
     dist_rep = DistributedReport.from_fields(
         {**coll.report.to_dict(), "processes": 2, "exchanged_bytes": 4096, "rounds": 3}
     )

@@ -604,43 +604,28 @@ def test_read_only_and_strided_inputs_are_not_modified():
     np.testing.assert_array_equal(x, before)
 
 
-def test_host_memory_limit_is_honoured_before_allocating():
+def test_host_memory_limit_is_honoured_before_allocating(host_limited):
     # With TRN2CORE_HOST_MEMORY at 8 MiB, a 16 MiB result is refused; a small one is computed.
-    code = (
-        "import numpy as np, trn2core as t\n"
-        "a = np.ones((2048, 1), np.float32)\n"
-        "try:\n"
-        "    t.gemm(a, np.ones((1, 2048), np.float32))\n"
-        "except t.CapacityError as e:\n"
-        "    print('refused', e)\n"
-        "print(t.gemm(a[:8], np.ones((1, 8), np.float32)).out.sum())\n"
+    out = host_limited(
+        "a = np.ones((2048, 1), np.float32)",
+        "t.gemm(a, np.ones((1, 2048), np.float32))",
+        "print(t.gemm(a[:8], np.ones((1, 8), np.float32)).out.sum())",
     )
-    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "refused out: the 2048 x 2048 float32 result needs 16.0 MiB" in r.stdout, r.stdout
-    assert "TRN2CORE_HOST_MEMORY" in r.stdout
-    assert r.stdout.strip().endswith("64.0"), r.stdout
+    assert "refused out: the 2048 x 2048 float32 result needs 16.0 MiB" in out, out
+    assert "TRN2CORE_HOST_MEMORY" in out
+    assert out.strip().endswith("64.0"), out
 
 
-def test_collective_outputs_beyond_the_host_limit_are_refused():
+def test_collective_outputs_beyond_the_host_limit_are_refused(host_limited):
     # 16 ranks x 1 MiB all-reduce: 16 MiB of outputs under an 8 MiB limit; 16 x 64 KiB is fine.
-    code = (
-        "import numpy as np, trn2core as t\n"
-        "inst = t.Instance()\n"
-        "bufs = [np.ones(1 << 18, np.float32)] * 16\n"
-        "try:\n"
-        "    inst.all_reduce(bufs)\n"
-        "except t.CapacityError as e:\n"
-        "    print('refused', e)\n"
-        "print(inst.all_reduce([b[: 1 << 14] for b in bufs]).outputs[3].sum())\n"
+    out = host_limited(
+        "inst = t.Instance()\nbufs = [np.ones(1 << 18, np.float32)] * 16",
+        "inst.all_reduce(bufs)",
+        "print(inst.all_reduce([b[: 1 << 14] for b in bufs]).outputs[3].sum())",
     )
-    env = dict(os.environ, TRN2CORE_HOST_MEMORY=str(8 << 20))
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    assert "refused buffers: the all_reduce of 16 buffers of 1048576 bytes" in r.stdout, r.stdout
-    assert "TRN2CORE_HOST_MEMORY" in r.stdout
-    assert r.stdout.strip().endswith(str(16.0 * (1 << 14))), r.stdout
+    assert "refused buffers: the all_reduce of 16 buffers of 1048576 bytes" in out, out
+    assert "TRN2CORE_HOST_MEMORY" in out
+    assert out.strip().endswith(str(16.0 * (1 << 14))), out
 
 
 def test_collectives_take_nan_inf_empty_and_0_d_buffers():

@@ -14,16 +14,9 @@ from trn2core import reference
 
 PATTERNS = ("1:2", "2:4", "1:4", "2:8", "4:8", "4:12", "4:16")
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-FLOAT_DTYPES = [
-    np.dtype(np.float64),
-    np.dtype(np.float32),
-    np.dtype(np.float16),
-    np.dtype(ml_dtypes.bfloat16),
-    np.dtype(ml_dtypes.float8_e4m3),
-    np.dtype(ml_dtypes.float8_e5m2),
-    np.dtype(ml_dtypes.float8_e3m4),
-    np.dtype(ml_dtypes.float8_e4m3fn),
-]
+FLOAT_DTYPES = [np.dtype(d) for d in (np.float64, np.float32, np.float16, ml_dtypes.bfloat16,
+                ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2, ml_dtypes.float8_e3m4,
+                ml_dtypes.float8_e4m3fn)]  # fmt: skip
 INT_DTYPES = [np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32)]
 
 

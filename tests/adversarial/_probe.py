@@ -86,9 +86,11 @@ def outcomes(
     return got
 
 
-def check_outcomes(calls: dict[str, tuple[str, str]], **kw) -> None:
+def check_outcomes(calls: dict[str, str | tuple[str, str]], **kw) -> None:
     """``calls``: name -> (code, expected outcome: "ok", an error class name, or "any" for ok
-    or any Trn2Error). Fails listing every call whose outcome differs."""
+    or any Trn2Error), or name -> code alone when the outcome expected is "ok". Fails listing
+    every call whose outcome differs."""
+    calls = {n: (c, "ok") if isinstance(c, str) else c for n, c in calls.items()}
     got = outcomes({n: c for n, (c, _) in calls.items()}, **kw)
     wrong = {
         n: (got[n], want)

@@ -26,14 +26,21 @@ def _launch(mode: str, procs: int, tmp: Path, timeout: float):
     return done, [json.loads(f.read_text()) if f.exists() else None for f in files]
 
 
+def _every_process(mode: str, procs: int, tmp: Path, hang: str) -> list:
+    """``_launch`` under a 60 s timeout (a timeout fails the test with ``hang``): every
+    process's JSON, the launch having exited 0."""
+    try:
+        done, outs = _launch(mode, procs, tmp, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(hang)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return outs
+
+
 @pytest.mark.parametrize("procs", [2, 4])
 def test_a_placement_refused_or_different_on_one_process_fails_every_process(tmp_path, procs):
-    try:
-        done, outs = _launch("placement", procs, tmp_path, timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a process waited forever for the others (no agreement on the placement)")
-    assert done.returncode == 0, done.stdout + done.stderr
-    for rank, o in enumerate(outs):
+    hang = "a process waited forever for the others (no agreement on the placement)"
+    for rank, o in enumerate(_every_process("placement", procs, tmp_path, hang)):
         refused = o["one_refused"]
         prefix = "" if rank == 1 else f"process 1 of {procs}: "
         assert refused and refused.startswith(
@@ -51,12 +58,8 @@ def test_a_freed_communicators_handle_reused_by_another_runs_on_the_other(tmp_pa
     # trn2core keeps a duplicate of each communicator it is given; keyed by the handle
     # (py2f), a new communicator that MPI gives a freed one's handle would run on the freed
     # one's duplicate: other processes, other values, or a wait forever.
-    try:
-        done, outs = _launch("reuse", procs, tmp_path, timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a collective waited forever (it ran on a freed communicator's duplicate)")
-    assert done.returncode == 0, done.stdout + done.stderr
-    for rank, o in enumerate(outs):
+    hang = "a collective waited forever (it ran on a freed communicator's duplicate)"
+    for rank, o in enumerate(_every_process("reuse", procs, tmp_path, hang)):
         cases = o["cases"]
         # MPI did reuse the handle (else this test proves nothing).
         assert len({c["handle"] for c in cases}) < len(cases), (rank, cases)

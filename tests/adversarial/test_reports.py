@@ -20,30 +20,24 @@ d = tempfile.mkdtemp()
 """
 
 CALLS = {
-    "gemm report round trips": ("json.loads(g.trace_json()); str(g); g.to_dict()", "ok"),
+    "gemm report round trips": "json.loads(g.trace_json()); str(g); g.to_dict()",
     "huge collective report": (
-        "json.loads(big.trace_json()); assert len(str(big)) < 10000; big.to_dict()",
-        "ok",
+        "json.loads(big.trace_json()); assert len(str(big)) < 10000; big.to_dict()"
     ),
     "trace of an empty collective": (
         "r = t.Instance().all_reduce([np.zeros(0, np.float32)] * 16).report\n"
-        "json.loads(r.trace_json())",
-        "ok",
+        "json.loads(r.trace_json())"
     ),
     # The file system's own OSError, passed on as documented (limitations.md, "Errors").
     "save into a directory that is a file": (
         "open(os.path.join(d, 'f'), 'w').close()\n"
         "try:\n    g.save_trace(os.path.join(d, 'f', 'x.json'))\n"
-        "except NotADirectoryError:\n    pass",
-        "ok",
+        "except NotADirectoryError:\n    pass"
     ),
     "save to bytes path": ("g.save_trace(os.path.join(d, 'x.json').encode())", "Trn2ValueError"),
     "save to an int": ("g.save_trace(1)", "Trn2ValueError"),
     "save to a path with NUL": ("g.save_trace(os.path.join(d, 'a\\0b.json'))", "Trn2ValueError"),
-    "estimate of a huge gemm reports": (
-        "str(t.estimate_gemm(10**6, 10**6, 10**6, core=t.Chip()))",
-        "ok",
-    ),
+    "estimate of a huge gemm reports": "str(t.estimate_gemm(10**6, 10**6, 10**6, core=t.Chip()))",
 }
 
 

@@ -14,7 +14,8 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use trn2core::numerics::{
-    encode_into, stochastic_words, CodesMut, Format, Random, Rounding, Source, StochasticBits,
+    encode_into, stochastic_words, CodesMut, Encoding, Format, Random, Rounding, Source,
+    StochasticBits,
 };
 
 fn best(runs: usize, mut f: impl FnMut()) -> f64 {
@@ -26,6 +27,11 @@ fn best(runs: usize, mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// `x` encoded by `enc` with `rounding` and `random` into `out` (no saturation).
+fn encode(x: &[f32], enc: &Encoding, rounding: Rounding, random: &Random, out: CodesMut) {
+    encode_into(&Source::F32(x), enc, rounding, false, random, out).expect("ok")
 }
 
 fn main() {
@@ -77,24 +83,25 @@ fn main() {
     one("generator words (portable)", &mut || g.fill(0, &mut wk, !0));
     let (xk, rk) = (&x[..k], &words[..k]);
     one("SR fp8_e4m3, explicit words", &mut || {
-        let out = CodesMut::U8(&mut o8[..k]);
-        encode_into(&Source::F32(xk), &e4, sr, false, &Random::Bits(rk, 32), out).expect("ok")
+        encode(
+            xk,
+            &e4,
+            sr,
+            &Random::Bits(rk, 32),
+            CodesMut::U8(&mut o8[..k]),
+        )
     });
     one("SR fp8_e4m3, seeded", &mut || {
-        let out = CodesMut::U8(&mut o8[..k]);
-        encode_into(&Source::F32(xk), &e4, sr, false, &seeded, out).expect("ok")
+        encode(xk, &e4, sr, &seeded, CodesMut::U8(&mut o8[..k]))
     });
     one("SR bf16, seeded", &mut || {
-        let out = CodesMut::U16(&mut o16[..k]);
-        encode_into(&Source::F32(xk), &bf, sr, false, &seeded, out).expect("ok")
+        encode(xk, &bf, sr, &seeded, CodesMut::U16(&mut o16[..k]))
     });
     one("RNE fp8_e4m3", &mut || {
-        let out = CodesMut::U8(&mut o8[..k]);
-        encode_into(&Source::F32(xk), &e4, rne, false, &Random::None, out).expect("ok")
+        encode(xk, &e4, rne, &Random::None, CodesMut::U8(&mut o8[..k]))
     });
     one("RNE bf16", &mut || {
-        let out = CodesMut::U16(&mut o16[..k]);
-        encode_into(&Source::F32(xk), &bf, rne, false, &Random::None, out).expect("ok")
+        encode(xk, &bf, rne, &Random::None, CodesMut::U16(&mut o16[..k]))
     });
 
     // Whole array, all threads, output already faulted in.
@@ -118,41 +125,22 @@ fn main() {
         report(&format!("all threads, memory: {name}"), n, best(9, f));
     };
     all("SR fp8_e4m3, seeded", &mut || {
-        encode_into(
-            &Source::F32(&x),
-            &e4,
-            sr,
-            false,
-            &seeded,
-            CodesMut::U8(&mut o8),
-        )
-        .expect("ok")
+        encode(&x, &e4, sr, &seeded, CodesMut::U8(&mut o8))
     });
     all("RNE fp8_e4m3", &mut || {
-        let out = CodesMut::U8(&mut o8);
-        encode_into(&Source::F32(&x), &e4, rne, false, &Random::None, out).expect("ok")
+        encode(&x, &e4, rne, &Random::None, CodesMut::U8(&mut o8))
     });
     all("RNE bf16", &mut || {
-        let out = CodesMut::U16(&mut o16);
-        encode_into(&Source::F32(&x), &bf, rne, false, &Random::None, out).expect("ok")
+        encode(&x, &bf, rne, &Random::None, CodesMut::U16(&mut o16))
     });
     all("SR fp8_e4m3, seeded, fresh output", &mut || {
         let mut o = vec![0u8; n];
-        encode_into(
-            &Source::F32(&x),
-            &e4,
-            sr,
-            false,
-            &seeded,
-            CodesMut::U8(&mut o),
-        )
-        .expect("ok");
+        encode(&x, &e4, sr, &seeded, CodesMut::U8(&mut o));
         black_box(o);
     });
     all("RNE bf16, fresh output", &mut || {
         let mut o = vec![0u16; n];
-        let out = CodesMut::U16(&mut o);
-        encode_into(&Source::F32(&x), &bf, rne, false, &Random::None, out).expect("ok");
+        encode(&x, &bf, rne, &Random::None, CodesMut::U16(&mut o));
         black_box(o);
     });
 }

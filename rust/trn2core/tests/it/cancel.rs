@@ -88,7 +88,7 @@ fn cancelled_data_movement_is_interrupted() {
 fn a_cancelled_cost_walk_is_interrupted() {
     let t = Torus::ultracluster(2).expect("two UltraServers");
     let g = Group::all(&t);
-    let r = cancelled().install(|| {
+    let walk = || {
         estimate(
             &g,
             Collective::AllReduce,
@@ -98,31 +98,11 @@ fn a_cancelled_cost_walk_is_interrupted() {
             None,
             false,
         )
-    });
+    };
+    let r = cancelled().install(walk);
     assert_eq!(r.err(), Some(Error::Interrupted));
-    let a = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Auto,
-        1 << 20,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
-    let b = Cancel::new()
-        .install(|| {
-            estimate(
-                &g,
-                Collective::AllReduce,
-                Algorithm::Auto,
-                1 << 20,
-                4,
-                None,
-                false,
-            )
-        })
-        .expect("ok");
+    let a = walk().expect("ok");
+    let b = Cancel::new().install(walk).expect("ok");
     assert_eq!(a.1, b.1);
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use trn2core::collective::{
     build, estimate, execute_move, execute_reduce, nccom_estimate, output_lengths, run_symbolic,
-    Algorithm, Buf, BufMut, Collective, Group, ReduceOp, LEAF_TAG,
+    Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, ReduceOp, Symbolic, LEAF_TAG,
 };
 use trn2core::numerics::Format;
 use trn2core::spec::{
@@ -25,7 +25,7 @@ fn machines() -> Vec<(&'static str, Torus)> {
 }
 
 /// Every (machine, algorithm) pair that applies to the whole machine.
-fn applicable(t: &Torus) -> Vec<Algorithm> {
+pub(crate) fn applicable(t: &Torus) -> Vec<Algorithm> {
     let mut v = vec![Algorithm::Ring, Algorithm::Mesh];
     let n = t.size();
     if n.is_power_of_two() {
@@ -40,6 +40,13 @@ fn applicable(t: &Torus) -> Vec<Algorithm> {
         v.push(Algorithm::Hierarchical);
     }
     v
+}
+
+/// The estimate of an all-reduce over `g` by `alg` of `elems` fp32 elements per rank.
+fn all_reduce(g: &Group, alg: Algorithm, elems: u64) -> CollectiveReport {
+    estimate(g, Collective::AllReduce, alg, elems, 4, None, false)
+        .expect("ok")
+        .1
 }
 
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
@@ -145,15 +152,21 @@ fn subsets_of_a_machine_run_flat_algorithms() {
     assert!(Group::new(&t, vec![64]).is_err());
 }
 
+/// The symbolic run of a 1 MiB all-reduce by `alg` over chips 0 to 3 of the instance, which
+/// has two channels.
+fn four_chips_all_reduce(alg: Algorithm) -> Symbolic {
+    let t = Torus::instance();
+    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
+    let s = build(&g, Collective::AllReduce, alg, 1 << 20, None).expect("builds");
+    assert_eq!(s.k, 2);
+    run_symbolic(&s).expect("runs")
+}
+
 #[test]
 fn a_ring_adds_the_ranks_in_ring_order_after_the_owner() {
     // 4 chips in a row of the instance: ring order 0 -> 1 -> 2 -> 3 on channel 0, and
     // 0 -> 3 -> 2 -> 1 on channel 1 (the same ring the other way round).
-    let t = Torus::instance();
-    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
-    let s = build(&g, Collective::AllReduce, Algorithm::Ring, 1 << 20, None).expect("builds");
-    assert_eq!(s.k, 2);
-    let sym = run_symbolic(&s).expect("runs");
+    let sym = four_chips_all_reduce(Algorithm::Ring);
     // Channel 0 of chunk c is reduced starting at rank c + 1: ((r[c+1] + r[c+2]) + r[c+3]) + r[c];
     // channel 1 starting at rank c - 1 and going down.
     for c in 0..4u32 {
@@ -164,21 +177,21 @@ fn a_ring_adds_the_ranks_in_ring_order_after_the_owner() {
     }
 }
 
+/// `n` buffers (one per rank) of `l` elements, element `i` of rank `r`'s being `f(r, i)` (called
+/// in rank order, then element order).
+pub(crate) fn buffers<T>(n: usize, l: usize, mut f: impl FnMut(usize, usize) -> T) -> Vec<Vec<T>> {
+    (0..n).map(|r| (0..l).map(|i| f(r, i)).collect()).collect()
+}
+
 /// Deterministic pseudo-random small integers (exact in every format below).
 fn ints(n: usize, l: usize, seed: u64, lim: i64) -> Vec<Vec<f32>> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            (0..l)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    ((x % (2 * lim as u64 + 1)) as i64 - lim) as f32
-                })
-                .collect()
-        })
-        .collect()
+    buffers(n, l, |_, _| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x % (2 * lim as u64 + 1)) as i64 - lim) as f32
+    })
 }
 
 fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
@@ -195,7 +208,8 @@ fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
     out
 }
 
-fn run_f32(
+/// The single-process run of `collective` over `g` by `alg` on fp32 `bufs`: every rank's output.
+pub(crate) fn run_f32(
     g: &Group,
     collective: Collective,
     op: ReduceOp,
@@ -383,23 +397,13 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     let g = Group::all(&t);
     let cap = t.chip_egress_bytes_per_s();
     assert_eq!(cap, 512e9);
-    let (_, kr) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::KangaRing,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let kr = all_reduce(&g, Algorithm::KangaRing, 1 << 28);
     // The runtime's fixed costs aside, the transfers move at the fraction of the links that
     // collectives achieve (calibrated; the published 16-rank run reached 104 GB/s of busbw).
     // The links carry the chips' traffic: the bus factor over chips, not over the logical
     // ranks the report's busbw counts (nccom-test's definition).
-    let chip_busbw =
-        |r: &trn2core::collective::CollectiveReport| r.algbw * r.collective.bus_factor(r.ranks);
-    let links = |r: &trn2core::collective::CollectiveReport| {
+    let chip_busbw = |r: &CollectiveReport| r.algbw * r.collective.bus_factor(r.ranks);
+    let links = |r: &CollectiveReport| {
         let fixed: f64 =
             r.timing.op_fixed_s + r.timing.phases.iter().map(|p| p.sync_s).sum::<f64>();
         chip_busbw(r) * r.seconds / (r.seconds - fixed)
@@ -413,16 +417,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     assert!(chip_busbw(&kr) < links(&kr));
     assert_eq!(kr.logical_ranks, 64); // 16 chips at LNC=2
     assert!((kr.busbw / chip_busbw(&kr) - (63.0 / 64.0) / (15.0 / 16.0)).abs() < 1e-12);
-    let (_, ring) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let ring = all_reduce(&g, Algorithm::Ring, 1 << 28);
     assert_eq!(
         ring.description(),
         "all_reduce of 268435456 x 4 B over 16 chips, ring"
@@ -435,30 +430,12 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     );
     // 8 bytes: the hops' latency and the runtime's fixed costs. Ring: 2 x 15 steps of one hop
     // each, 15 of them reducing.
-    let (_, tiny) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        2,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let tiny = all_reduce(&g, Algorithm::Ring, 2);
     let want = COLLECTIVE_REDUCE_OP_FIXED_S + 30.0 * 1.5e-6 + 15.0 * COLLECTIVE_REDUCE_STEP_S;
     assert!((tiny.seconds - want).abs() < 1e-9, "{}", tiny.seconds);
     // Mesh: two steps, the farthest chip 4 hops away; 8 bytes run as the single-step mesh (no
     // synchronised reducing step).
-    let (_, mesh) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Mesh,
-        2,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let mesh = all_reduce(&g, Algorithm::Mesh, 2);
     assert!(
         (mesh.seconds - COLLECTIVE_REDUCE_OP_FIXED_S - 2.0 * 4.0 * 1.5e-6).abs() < 1e-8,
         "{}",
@@ -466,16 +443,11 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     );
     assert_eq!(mesh.bound(), "latency");
     // Above the single-step size the mesh all-reduce pays one reducing step.
-    let (_, mesh2) = estimate(
+    let mesh2 = all_reduce(
         &g,
-        Collective::AllReduce,
         Algorithm::Mesh,
         COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES / 4 + 1,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    );
     assert_eq!(mesh2.timing.phases[0].reduce_steps, 1);
     // auto: mesh below 1 MB, rdh to 56 MB, kangaring above.
     for (bytes, want) in [
@@ -483,16 +455,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
         (1 << 24, "rdh"),
         (1 << 28, "kangaring"),
     ] {
-        let (_, r) = estimate(
-            &g,
-            Collective::AllReduce,
-            Algorithm::Auto,
-            bytes / 4,
-            4,
-            None,
-            false,
-        )
-        .expect("ok");
+        let r = all_reduce(&g, Algorithm::Auto, bytes / 4);
         assert_eq!(r.algorithm, want);
     }
 }
@@ -501,16 +464,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
 fn across_ultraservers_efa_sets_the_pace() {
     let t = Torus::ultracluster(4).expect("valid");
     let g = Group::all(&t);
-    let (_, h) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Auto,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let h = all_reduce(&g, Algorithm::Auto, 1 << 28);
     assert!(h.algorithm.starts_with("hierarchical"), "{}", h.algorithm);
     let efa: Vec<_> = h.timing.phases.iter().filter(|p| p.efa).collect();
     assert!(!efa.is_empty());
@@ -523,16 +477,7 @@ fn across_ultraservers_efa_sets_the_pace() {
         assert!(p.latency_s >= 15e-6);
     }
     // A flat ring crosses EFA at every UltraServer boundary: its busbw cannot beat the NICs.
-    let (_, ring) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let ring = all_reduce(&g, Algorithm::Ring, 1 << 28);
     // Each direction of the ring gets one NIC direction at every UltraServer boundary, at the
     // achieved EFA rate (the links carry the chips' traffic: the bus factor over chips).
     let efa = 25e9 * trn2core::spec::EFA_ACHIEVED_FRACTION;
@@ -545,16 +490,7 @@ fn across_ultraservers_efa_sets_the_pace() {
     let transfers = chip_busbw * ring.seconds / (ring.seconds - fixed);
     assert!(transfers >= 0.8 * 2.0 * efa, "{}", transfers);
     // Small messages: at least one 15 us EFA latency per inter-server step (2 log2 4 steps).
-    let (_, tiny) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Auto,
-        2,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let tiny = all_reduce(&g, Algorithm::Auto, 2);
     assert!(tiny.seconds >= 4.0 * 15e-6, "{}", tiny.seconds);
 }
 
@@ -563,31 +499,13 @@ fn costing_a_2048_chip_all_reduce_is_fast() {
     let t = Torus::ultracluster(32).expect("valid");
     let g = Group::all(&t);
     let start = Instant::now();
-    let (_, r) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Auto,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let r = all_reduce(&g, Algorithm::Auto, 1 << 28);
     let took = start.elapsed().as_secs_f64();
     assert!(r.seconds > 0.0);
     // The release build takes a few milliseconds; the unoptimised test build is allowed more.
     assert!(took < 1.0, "{took} s");
     let start = Instant::now();
-    let (_, r) = estimate(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        1 << 28,
-        4,
-        None,
-        false,
-    )
-    .expect("ok");
+    let r = all_reduce(&g, Algorithm::Ring, 1 << 28);
     assert!(r.seconds > 0.0);
     assert!(start.elapsed().as_secs_f64() < 1.0);
 }
@@ -652,11 +570,7 @@ fn send_recv_crosses_with_one_rank_per_chip() {
 fn rdh_channels_walk_the_hypercube_in_rotated_orders() {
     // Four chips: two channels. Channel 0 halves along bit 1 then bit 0, channel 1 along bit 0
     // then bit 1, so the pairwise sums differ: ((3 + 1) + (2 + 0)) and ((3 + 2) + (1 + 0)).
-    let t = Torus::instance();
-    let g = Group::new(&t, vec![0, 1, 2, 3]).expect("valid");
-    let s = build(&g, Collective::AllReduce, Algorithm::Rdh, 1 << 20, None).expect("builds");
-    assert_eq!(s.k, 2);
-    let sym = run_symbolic(&s).expect("runs");
+    let sym = four_chips_all_reduce(Algorithm::Rdh);
     assert_eq!(sym.leaves(sym.at(0, 0)), vec![3, 1, 2, 0]);
     assert_eq!(sym.leaves(sym.at(0, 1)), vec![3, 2, 1, 0]);
     for r in 1..4 {
@@ -678,36 +592,25 @@ fn half_ring_ties_alternate_direction_by_parity() {
 #[test]
 fn chip_group_errors_count_chips_not_ranks() {
     // A chip-level group has one member per chip; "rank" is nccom-test's logical NeuronCore.
-    let err = |r: trn2core::Result<_>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let err = |r: trn2core::Result<()>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    // The message refusing a 1 MiB all-reduce over `g` by `alg`.
+    let refused =
+        |g: &Group, alg| err(build(g, Collective::AllReduce, alg, 1 << 20, None).map(|_| ()));
     let t = Torus::instance();
     let g = Group::new(&t, vec![0, 1, 2]).expect("valid");
-    let rdh = err(build(&g, Collective::AllReduce, Algorithm::Rdh, 1 << 20, None).map(|_| ()));
+    let rdh = refused(&g, Algorithm::Rdh);
     assert!(
         rdh.contains("rdh needs a power-of-two number of chips, got 3"),
         "{rdh}"
     );
-    let hier = err(build(
-        &g,
-        Collective::AllReduce,
-        Algorithm::Hierarchical,
-        1 << 20,
-        None,
-    )
-    .map(|_| ()));
+    let hier = refused(&g, Algorithm::Hierarchical);
     assert!(
         hier.contains("this group has 3 chips on a machine"),
         "{hier}"
     );
     let c2 = Torus::ultracluster(2).expect("valid");
     let g2 = Group::new(&c2, vec![0, 1, 64, 65]).expect("valid");
-    let kr = err(build(
-        &g2,
-        Collective::AllReduce,
-        Algorithm::KangaRing,
-        1 << 20,
-        None,
-    )
-    .map(|_| ()));
+    let kr = refused(&g2, Algorithm::KangaRing);
     assert!(
         kr.contains("this group has 4 chips on a machine of 2 UltraServers"),
         "{kr}"

@@ -8,6 +8,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 /// codes, fp8 codes).
 type ProcessOutputs = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<u8>>);
 
+use super::collectives::{applicable, buffers, run_f32};
 use trn2core::collective::distributed::{
     execute_move_local, execute_reduce_local, plan, Message, MessageMut, Placement,
 };
@@ -75,6 +76,23 @@ fn transports(procs: usize) -> Vec<Threads> {
         .collect()
 }
 
+/// Runs `work(p, transport)` for every process `p` of `placement`, each on its own thread;
+/// their results in process order.
+fn per_process<T: Send>(
+    placement: &Placement,
+    work: impl Fn(usize, Threads) -> T + Sync,
+) -> Vec<T> {
+    let work = &work;
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = transports(placement.procs())
+            .into_iter()
+            .enumerate()
+            .map(|(p, tr)| sc.spawn(move || work(p, tr)))
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    })
+}
+
 fn placements(chips: usize) -> Vec<(String, Placement)> {
     let mut v = Vec::new();
     for procs in [1, 2, 4] {
@@ -95,22 +113,16 @@ fn placements(chips: usize) -> Vec<(String, Placement)> {
 fn values(n: usize, l: usize, seed: u32) -> Vec<Vec<f32>> {
     // Wide-ranging floats (so the order of additions shows), with zeros, a NaN and infinities.
     let mut x = seed.wrapping_mul(2654435761) | 1;
-    (0..n)
-        .map(|_| {
-            (0..l)
-                .map(|i| {
-                    x ^= x << 13;
-                    x ^= x >> 17;
-                    x ^= x << 5;
-                    match i % 97 {
-                        5 => 0.0,
-                        6 => -0.0,
-                        _ => f32::from_bits((x & 0x807f_ffff) | ((100 + x % 56) << 23)),
-                    }
-                })
-                .collect()
-        })
-        .collect()
+    buffers(n, l, |_, i| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        match i % 97 {
+            5 => 0.0,
+            6 => -0.0,
+            _ => f32::from_bits((x & 0x807f_ffff) | ((100 + x % 56) << 23)),
+        }
+    })
 }
 
 /// Runs `group`'s collective on `inputs` spread by `placement`, one thread per process;
@@ -130,27 +142,13 @@ fn spread_reduce(
         .iter()
         .map(|&m| vec![f32::NAN; m])
         .collect();
-    let results: Vec<(Vec<usize>, Vec<Vec<f32>>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = transports(placement.procs())
-            .into_iter()
-            .enumerate()
-            .map(|(p, mut tr)| {
-                s.spawn(move || {
-                    let (_, pl) =
-                        plan(group, placement, p, collective, alg, 4, l, None).expect("plan");
-                    let ins: Vec<Buf> = pl.ranks.iter().map(|&r| Buf::F32(&inputs[r])).collect();
-                    let mut mine: Vec<Vec<f32>> =
-                        pl.output_lens.iter().map(|&m| vec![0f32; m]).collect();
-                    let mut bm: Vec<BufMut> = mine.iter_mut().map(|o| BufMut::F32(o)).collect();
-                    execute_reduce_local(&pl, op, format, &ins, &mut bm, &mut tr).expect("run");
-                    (pl.ranks.clone(), mine)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("thread"))
-            .collect()
+    let results = per_process(placement, |p, mut tr| {
+        let (_, pl) = plan(group, placement, p, collective, alg, 4, l, None).expect("plan");
+        let ins: Vec<Buf> = pl.ranks.iter().map(|&r| Buf::F32(&inputs[r])).collect();
+        let mut mine: Vec<Vec<f32>> = pl.output_lens.iter().map(|&m| vec![0f32; m]).collect();
+        let mut bm: Vec<BufMut> = mine.iter_mut().map(|o| BufMut::F32(o)).collect();
+        execute_reduce_local(&pl, op, format, &ins, &mut bm, &mut tr).expect("run");
+        (pl.ranks.clone(), mine)
     });
     for (ranks, mine) in results {
         for (r, o) in ranks.into_iter().zip(mine) {
@@ -164,19 +162,10 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// Every algorithm that applies to the whole of `t`, and `Auto`.
 fn algorithms(t: &Torus) -> Vec<Algorithm> {
-    let mut v = vec![Algorithm::Ring, Algorithm::Mesh, Algorithm::Auto];
-    if t.size().is_power_of_two() {
-        v.push(Algorithm::Rdh);
-    }
-    if t.ultraservers() == 1 {
-        v.push(Algorithm::Torus);
-        if t.torus_shape().len() == 2 {
-            v.push(Algorithm::KangaRing);
-        }
-    } else {
-        v.push(Algorithm::Hierarchical);
-    }
+    let mut v = applicable(t);
+    v.push(Algorithm::Auto);
     v
 }
 
@@ -193,14 +182,7 @@ fn every_placement_gives_the_single_process_bits_of_every_reduction() {
                     (3, ReduceOp::Sum),
                 ] {
                     let inputs = values(n, l, l as u32);
-                    let ins: Vec<Buf> = inputs.iter().map(|x| Buf::F32(x)).collect();
-                    let mut want: Vec<Vec<f32>> = output_lengths(collective, n, l)
-                        .iter()
-                        .map(|&m| vec![0f32; m])
-                        .collect();
-                    let mut wm: Vec<BufMut> = want.iter_mut().map(|o| BufMut::F32(o)).collect();
-                    let s = build(&g, collective, alg, (l * 4) as u64, None).expect("build");
-                    execute_reduce(&s, op, Format::Fp32, &ins, &mut wm).expect("exec");
+                    let want = run_f32(&g, collective, op, alg, &inputs);
                     for (name, pl) in placements(n) {
                         let got =
                             spread_reduce(&g, &pl, collective, op, alg, Format::Fp32, &inputs);
@@ -226,20 +208,14 @@ fn low_precision_formats_round_once_wherever_the_sum_ends() {
     let l = 300;
     for format in [Format::Bf16, Format::Fp8E4m3] {
         // Codes with small exponents, so sums stay finite; stored one per u16 / u8.
-        let codes: Vec<Vec<u16>> = (0..n)
-            .map(|r| {
-                (0..l)
-                    .map(|i| {
-                        let c = ((r * 131 + i * 71) % 200) as u16;
-                        if format == Format::Bf16 {
-                            0x3c00 + c + (((r + i) % 2) as u16) * 0x8000
-                        } else {
-                            c % 0x70 + (((r + i) % 2) as u16) * 0x80
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        let codes: Vec<Vec<u16>> = buffers(n, l, |r, i| {
+            let c = ((r * 131 + i * 71) % 200) as u16;
+            if format == Format::Bf16 {
+                0x3c00 + c + (((r + i) % 2) as u16) * 0x8000
+            } else {
+                c % 0x70 + (((r + i) % 2) as u16) * 0x80
+            }
+        });
         let bytes: Vec<Vec<u8>> = codes
             .iter()
             .map(|c| c.iter().map(|&x| x as u8).collect())
@@ -261,46 +237,20 @@ fn low_precision_formats_round_once_wherever_the_sum_ends() {
             };
             execute_reduce(&s, ReduceOp::Sum, format, &ins, &mut wm).expect("exec");
             for (name, placement) in placements(n) {
-                let outs: Vec<ProcessOutputs> = std::thread::scope(|sc| {
-                    let hs: Vec<_> = transports(placement.procs())
-                        .into_iter()
-                        .enumerate()
-                        .map(|(p, mut tr)| {
-                            let (placement, g, ins) = (&placement, &g, &ins);
-                            sc.spawn(move || {
-                                let (_, pl) = plan(
-                                    g,
-                                    placement,
-                                    p,
-                                    Collective::AllReduce,
-                                    alg,
-                                    elem,
-                                    l,
-                                    None,
-                                )
-                                .expect("plan");
-                                let mine: Vec<Buf> = pl.ranks.iter().map(|&r| ins[r]).collect();
-                                let mut o16 = vec![vec![0u16; l]; pl.ranks.len()];
-                                let mut o8 = vec![vec![0u8; l]; pl.ranks.len()];
-                                let mut om: Vec<BufMut> = if format == Format::Bf16 {
-                                    o16.iter_mut().map(|o| BufMut::U16(o)).collect()
-                                } else {
-                                    o8.iter_mut().map(|o| BufMut::U8(o)).collect()
-                                };
-                                execute_reduce_local(
-                                    &pl,
-                                    ReduceOp::Sum,
-                                    format,
-                                    &mine,
-                                    &mut om,
-                                    &mut tr,
-                                )
-                                .expect("run");
-                                (pl.ranks.clone(), o16, o8)
-                            })
-                        })
-                        .collect();
-                    hs.into_iter().map(|h| h.join().expect("thread")).collect()
+                let outs: Vec<ProcessOutputs> = per_process(&placement, |p, mut tr| {
+                    let all = Collective::AllReduce;
+                    let (_, pl) = plan(&g, &placement, p, all, alg, elem, l, None).expect("plan");
+                    let mine: Vec<Buf> = pl.ranks.iter().map(|&r| ins[r]).collect();
+                    let mut o16 = vec![vec![0u16; l]; pl.ranks.len()];
+                    let mut o8 = vec![vec![0u8; l]; pl.ranks.len()];
+                    let mut om: Vec<BufMut> = if format == Format::Bf16 {
+                        o16.iter_mut().map(|o| BufMut::U16(o)).collect()
+                    } else {
+                        o8.iter_mut().map(|o| BufMut::U8(o)).collect()
+                    };
+                    execute_reduce_local(&pl, ReduceOp::Sum, format, &mine, &mut om, &mut tr)
+                        .expect("run");
+                    (pl.ranks.clone(), o16, o8)
                 });
                 for (ranks, o16, o8) in outs {
                     for (i, r) in ranks.into_iter().enumerate() {
@@ -322,9 +272,7 @@ fn every_placement_moves_data_like_one_process() {
     let g = Group::all(&t);
     let n = g.n();
     for (l, elem) in [(10usize, 4usize), (33, 2), (1, 1)] {
-        let inputs: Vec<Vec<u8>> = (0..n)
-            .map(|r| (0..l * elem).map(|i| (r * 37 + i * 11) as u8).collect())
-            .collect();
+        let inputs: Vec<Vec<u8>> = buffers(n, l * elem, |r, i| (r * 37 + i * 11) as u8);
         let ins: Vec<&[u8]> = inputs.iter().map(|x| x.as_slice()).collect();
         for collective in [
             Collective::AllGather,
@@ -357,28 +305,16 @@ fn every_placement_moves_data_like_one_process() {
                 let mut wm: Vec<&mut [u8]> = want.iter_mut().map(|o| o.as_mut_slice()).collect();
                 execute_move(&s, elem, &ins, &mut wm).expect("exec");
                 for (name, placement) in placements(n) {
-                    let outs: Vec<(Vec<usize>, Vec<Vec<u8>>)> = std::thread::scope(|sc| {
-                        let hs: Vec<_> = transports(placement.procs())
-                            .into_iter()
-                            .enumerate()
-                            .map(|(p, mut tr)| {
-                                let (placement, g, ins) = (&placement, &g, &ins);
-                                sc.spawn(move || {
-                                    let (_, pl) =
-                                        plan(g, placement, p, collective, alg, elem, l, peers)
-                                            .expect("plan");
-                                    let mine: Vec<&[u8]> =
-                                        pl.ranks.iter().map(|&r| ins[r]).collect();
-                                    let mut o: Vec<Vec<u8>> =
-                                        pl.output_lens.iter().map(|&m| vec![0u8; m]).collect();
-                                    let mut om: Vec<&mut [u8]> =
-                                        o.iter_mut().map(|x| x.as_mut_slice()).collect();
-                                    execute_move_local(&pl, &mine, &mut om, &mut tr).expect("run");
-                                    (pl.ranks.clone(), o)
-                                })
-                            })
-                            .collect();
-                        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+                    let outs = per_process(&placement, |p, mut tr| {
+                        let (_, pl) =
+                            plan(&g, &placement, p, collective, alg, elem, l, peers).expect("plan");
+                        let mine: Vec<&[u8]> = pl.ranks.iter().map(|&r| ins[r]).collect();
+                        let mut o: Vec<Vec<u8>> =
+                            pl.output_lens.iter().map(|&m| vec![0u8; m]).collect();
+                        let mut om: Vec<&mut [u8]> =
+                            o.iter_mut().map(|x| x.as_mut_slice()).collect();
+                        execute_move_local(&pl, &mine, &mut om, &mut tr).expect("run");
+                        (pl.ranks.clone(), o)
                     });
                     for (ranks, o) in outs {
                         for (i, r) in ranks.into_iter().enumerate() {

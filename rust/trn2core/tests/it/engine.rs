@@ -170,6 +170,14 @@ fn check_gemm(
     assert_bits_eq(&got, &want, what);
 }
 
+/// [`check_gemm`] in every perf mode against the float64-step oracle; a failure is named by
+/// `what` and the mode.
+fn check_gemm_modes(a: &[f32], b: &[f32], dims: (usize, usize, usize), what: &str) {
+    for mode in PerfMode::ALL {
+        check_gemm(a, b, dims, mode, Step::F64, &format!("{what} {mode:?}"));
+    }
+}
+
 const SHAPES: [(usize, usize, usize); 9] = [
     (1, 1, 1),
     (1, 300, 1),
@@ -187,16 +195,7 @@ fn bf16_values_match_the_oracle() {
     for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
         let a = bf16_values(10 + s as u64, m * k, 117..=137);
         let b = bf16_values(20 + s as u64, k * n, 117..=137);
-        for mode in PerfMode::ALL {
-            check_gemm(
-                &a,
-                &b,
-                (m, k, n),
-                mode,
-                Step::F64,
-                &format!("bf16 {m}x{k}x{n} {mode:?}"),
-            );
-        }
+        check_gemm_modes(&a, &b, (m, k, n), &format!("bf16 {m}x{k}x{n}"));
     }
 }
 
@@ -226,16 +225,7 @@ fn fp8_values_match_the_oracle() {
             let seed = 100 * f as u64 + s as u64;
             let a = fp8_values(seed, m * k, format);
             let b = fp8_values(seed + 50, k * n, format);
-            for mode in PerfMode::ALL {
-                check_gemm(
-                    &a,
-                    &b,
-                    (m, k, n),
-                    mode,
-                    Step::F64,
-                    &format!("{format:?} {m}x{k}x{n} {mode:?}"),
-                );
-            }
+            check_gemm_modes(&a, &b, (m, k, n), &format!("{format:?} {m}x{k}x{n}"));
         }
     }
 }
@@ -312,15 +302,8 @@ fn overflowing_products_cancel_like_the_oracle() {
             two(64) * (1.0 + scale as f32 * two(-7))
         })
         .collect();
+    check_gemm_modes(&a, &b, (m, k, n), "overflow");
     for mode in PerfMode::ALL {
-        check_gemm(
-            &a,
-            &b,
-            (m, k, n),
-            mode,
-            Step::F64,
-            &format!("overflow {mode:?}"),
-        );
         let got = gemm_f32(&a, &b, m, k, n, mode).expect("valid");
         assert_eq!(
             got[..n],
@@ -351,16 +334,7 @@ fn underflowing_products_match_the_oracle() {
     for (s, (what, ea, eb)) in cases.into_iter().enumerate() {
         let a = bf16_values(200 + s as u64, m * k, ea);
         let b = bf16_values(300 + s as u64, k * n, eb);
-        for mode in PerfMode::ALL {
-            check_gemm(
-                &a,
-                &b,
-                (m, k, n),
-                mode,
-                Step::F64,
-                &format!("{what} {mode:?}"),
-            );
-        }
+        check_gemm_modes(&a, &b, (m, k, n), what);
         let unfused = unfused_differences(&a, &b, (m, k, n), PerfMode::None);
         assert!(
             unfused > 0,
@@ -403,16 +377,7 @@ fn special_values_match_the_oracle() {
             ),
         ];
         for (what, a, b) in &cases {
-            for mode in PerfMode::ALL {
-                check_gemm(
-                    a,
-                    b,
-                    (m, k, n),
-                    mode,
-                    Step::F64,
-                    &format!("{what} k={k} {mode:?}"),
-                );
-            }
+            check_gemm_modes(a, b, (m, k, n), &format!("{what} k={k}"));
         }
         let got = gemm_f32(&cases[0].1, &cases[0].2, m, k, n, PerfMode::None).expect("valid");
         assert!(got.iter().any(|x| x.is_nan()), "k={k}: no NaN result");
@@ -440,18 +405,11 @@ fn cancellation_matches_the_oracle() {
             b[kk * n + j] = -f32::from_bits(y.to_bits() ^ (nudge << 16));
         }
     }
-    let mut results = Vec::new();
-    for mode in PerfMode::ALL {
-        check_gemm(
-            &a,
-            &b,
-            (m, k, n),
-            mode,
-            Step::F64,
-            &format!("cancellation {mode:?}"),
-        );
-        results.push(gemm_f32(&a, &b, m, k, n, mode).expect("valid"));
-    }
+    check_gemm_modes(&a, &b, (m, k, n), "cancellation");
+    let results: Vec<Vec<f32>> = PerfMode::ALL
+        .into_iter()
+        .map(|mode| gemm_f32(&a, &b, m, k, n, mode).expect("valid"))
+        .collect();
     let nonzero = results[0].iter().filter(|&&x| x != 0.0).count();
     assert!(
         nonzero > m * n / 2,
@@ -556,22 +514,23 @@ fn matmul_double_row_layout_is_the_product_order() {
     assert_eq!(out, vec![0.0]);
 }
 
+/// A bf16 operand of `shape` holding `values`.
+pub(crate) fn bf16_operand<'a>(values: &'a [f32], shape: &'a [usize]) -> Operand<'a> {
+    Operand {
+        values,
+        shape,
+        format: Format::Bf16,
+    }
+}
+
 #[test]
 fn matmul_equals_gemm_of_the_transpose() {
     let (k, m, n) = (128, 100, 512);
     let st = bf16_values(50, k * m, 100..=150);
     let mv = bf16_values(51, k * n, 100..=150);
     let out = matmul(
-        &Operand {
-            values: &st,
-            shape: &[k, m],
-            format: Format::Bf16,
-        },
-        &Operand {
-            values: &mv,
-            shape: &[k, n],
-            format: Format::Bf16,
-        },
+        &bf16_operand(&st, &[k, m]),
+        &bf16_operand(&mv, &[k, n]),
         PerfMode::None,
         PeTile::FULL,
     )
@@ -601,18 +560,10 @@ fn psum_accumulate_adds_with_one_rounding() {
         input: &'a (Vec<f32>, Vec<f32>),
         shapes: &'a ([usize; 2], [usize; 2]),
     ) -> (Operand<'a>, Operand<'a>) {
-        let bf = Format::Bf16;
-        let st = Operand {
-            values: &input.0,
-            shape: &shapes.0,
-            format: bf,
-        };
-        let mv = Operand {
-            values: &input.1,
-            shape: &shapes.1,
-            format: bf,
-        };
-        (st, mv)
+        (
+            bf16_operand(&input.0, &shapes.0),
+            bf16_operand(&input.1, &shapes.1),
+        )
     }
     let shapes = (st_shape, mv_shape);
     let mut psum = vec![7.0f32; m * stride];

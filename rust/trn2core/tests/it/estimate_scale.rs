@@ -321,25 +321,37 @@ fn shapes_beyond_the_counters_are_refused() {
     }
 }
 
+/// A GEMM shape `[M, K, N]`, a configuration number (of `configs()`) and the throttle.
+type Case = ([u64; 3], usize, bool);
+
+/// Cases whose M, K and N each come from `1..small` or `1..large` (half the time each), with
+/// every configuration, throttle on and off.
+fn cases(small: [u64; 3], large: [u64; 3]) -> impl Strategy<Value = Case> {
+    let dim = |i: usize| prop_oneof![1..small[i], 1..large[i]];
+    ([dim(0), dim(1), dim(2)], 0usize..14, any::<bool>())
+}
+
+/// The fast report of the case's GEMM is the walk's, bit for bit; schedules of more than `max`
+/// instructions are rejected as cases.
+fn fast_equals_walk(case: Case, max: u64) -> Result<(), TestCaseError> {
+    let (mkn, cfg, throttle) = case;
+    let cfg = configs()[cfg];
+    let p = plan(mkn, cfg, throttle);
+    prop_assume!(p.instructions() <= max);
+    let fast = estimate_gemm(&p).expect("fast");
+    let walk = estimate_gemm_walk(&p).expect("walk");
+    assert_identical(&fast, &walk, &format!("{mkn:?} {cfg:?} {throttle}"));
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     /// Random shapes up to a few thousand instructions, every configuration, throttle on and
     /// off: the fast report is the walk's, bit for bit.
     #[test]
-    fn fast_equals_walk_on_random_shapes(
-        m in prop_oneof![1u64..300, 1u64..4000],
-        k in prop_oneof![1u64..600, 1u64..20_000],
-        n in prop_oneof![1u64..1100, 1u64..40_000],
-        cfg in 0usize..14,
-        throttle in any::<bool>(),
-    ) {
-        let cfg = configs()[cfg];
-        let p = plan([m, k, n], cfg, throttle);
-        prop_assume!(p.instructions() <= 20_000);
-        let fast = estimate_gemm(&p).expect("fast");
-        let walk = estimate_gemm_walk(&p).expect("walk");
-        assert_identical(&fast, &walk, &format!("{:?} {cfg:?} {throttle}", [m, k, n]));
+    fn fast_equals_walk_on_random_shapes(case in cases([300, 600, 1100], [4000, 20_000, 40_000])) {
+        fast_equals_walk(case, 20_000)?;
     }
 
     /// Larger schedules (up to 300000 instructions), biased to short K (every group waits for
@@ -347,17 +359,8 @@ proptest! {
     /// many groups and rows).
     #[test]
     fn fast_equals_walk_on_larger_memory_bound_shapes(
-        m in prop_oneof![1u64..64, 1u64..40_000],
-        k in prop_oneof![1u64..400, 1u64..3000],
-        n in prop_oneof![1u64..200, 1u64..60_000],
-        cfg in 0usize..14,
-        throttle in any::<bool>(),
+        case in cases([64, 400, 200], [40_000, 3000, 60_000])
     ) {
-        let cfg = configs()[cfg];
-        let p = plan([m, k, n], cfg, throttle);
-        prop_assume!(p.instructions() <= 300_000);
-        let fast = estimate_gemm(&p).expect("fast");
-        let walk = estimate_gemm_walk(&p).expect("walk");
-        assert_identical(&fast, &walk, &format!("{:?} {cfg:?} {throttle}", [m, k, n]));
+        fast_equals_walk(case, 300_000)?;
     }
 }

@@ -375,44 +375,23 @@ fn out_codes(values: &[f32], opts: &GemmOptions) -> Vec<u32> {
     let enc = opts.out_format.encoding();
     let n = values.len();
     let src = Source::F32(values);
+    let into = |o: CodesMut| {
+        encode_into(&src, &enc, opts.rounding, false, &random, o).expect("ok");
+    };
     match opts.out_format.code_bits() {
         8 => {
             let mut o = vec![0u8; n];
-            encode_into(
-                &src,
-                &enc,
-                opts.rounding,
-                false,
-                &random,
-                CodesMut::U8(&mut o),
-            )
-            .expect("ok");
+            into(CodesMut::U8(&mut o));
             o.into_iter().map(u32::from).collect()
         }
         16 => {
             let mut o = vec![0u16; n];
-            encode_into(
-                &src,
-                &enc,
-                opts.rounding,
-                false,
-                &random,
-                CodesMut::U16(&mut o),
-            )
-            .expect("ok");
+            into(CodesMut::U16(&mut o));
             o.into_iter().map(u32::from).collect()
         }
         _ => {
             let mut o = vec![0u32; n];
-            encode_into(
-                &src,
-                &enc,
-                opts.rounding,
-                false,
-                &random,
-                CodesMut::U32(&mut o),
-            )
-            .expect("ok");
+            into(CodesMut::U32(&mut o));
             o
         }
     }
@@ -705,33 +684,26 @@ fn bad_calls_are_errors_naming_the_argument() {
     );
     // A layout reaching outside its buffer, a buffer of the wrong width.
     let buf = [0u32; 12];
-    let err = Strided::new("a", Buffer::U32(&buf), Dtype::F32, false, [3, 4], 1, [4, 1])
-        .expect_err("outside");
+    // A 3 x 4 fp32 view of `buf` from element `offset` by `strides`.
+    let view = |offset: usize, strides: [isize; 2]| {
+        Strided::new(
+            "a",
+            Buffer::U32(&buf),
+            Dtype::F32,
+            false,
+            [3, 4],
+            offset,
+            strides,
+        )
+    };
+    let err = view(1, [4, 1]).expect_err("outside");
     assert!(
         matches!(err, Error::Shape { .. }) && err.to_string().starts_with("a: the layout"),
         "{err}"
     );
-    let err = Strided::new(
-        "a",
-        Buffer::U32(&buf),
-        Dtype::F32,
-        false,
-        [3, 4],
-        11,
-        [-4, 1],
-    )
-    .expect_err("outside");
+    let err = view(11, [-4, 1]).expect_err("outside");
     assert!(matches!(err, Error::Shape { .. }), "{err}");
-    assert!(Strided::new(
-        "a",
-        Buffer::U32(&buf),
-        Dtype::F32,
-        false,
-        [3, 4],
-        11,
-        [-4, -1]
-    )
-    .is_ok());
+    assert!(view(11, [-4, -1]).is_ok());
     let err = Strided::row_major("a", Buffer::U32(&buf), Dtype::F64, [3, 4]).expect_err("width");
     assert!(matches!(err, Error::Format { .. }), "{err}");
     // Compressed parts of the wrong length.

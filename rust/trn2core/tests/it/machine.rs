@@ -3,7 +3,8 @@
 //! fast and the general paths on the same data, every engine rule as an error naming the rule
 //! and the operand, capacity and never-written-memory errors, and the timeline's properties.
 
-use trn2core::engine::{self, Operand, PeTile, PerfMode};
+use super::engine::bf16_operand;
+use trn2core::engine::{self, PeTile, PerfMode};
 use trn2core::machine::isa::elementwise::SecondOp;
 use trn2core::machine::isa::scalar::ActivationArgs;
 use trn2core::machine::tile::Index;
@@ -21,8 +22,44 @@ fn core() -> Machine {
     Machine::new(MachineConfig::default()).expect("machine")
 }
 
+/// The index `start:stop`.
+fn range(start: i64, stop: i64) -> Index {
+    ix(Some(start), Some(stop), 1)
+}
+
+/// The index `start:stop:step`, either end left out as `None`.
+fn ix(start: Option<i64>, stop: Option<i64>, step: i64) -> Index {
+    Index::Range { start, stop, step }
+}
+
 fn alloc(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
     m.alloc(Space::Sbuf, name, shape, dtype).expect("alloc")
+}
+
+/// An SBUF tile holding `codes(dtype, its element count, seed)`: the tile and those codes.
+fn random_tile(
+    m: &mut Machine,
+    name: &str,
+    shape: &[usize],
+    dtype: Dtype,
+    seed: u64,
+) -> (Tile, Vec<u32>) {
+    let t = alloc(m, name, shape, dtype);
+    let bits = codes(dtype, shape.iter().product(), seed);
+    put(m, &t, &bits);
+    (t, bits)
+}
+
+/// An SBUF tile the vector engine set to `value` everywhere.
+fn filled(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype, value: f64) -> Tile {
+    let t = alloc(m, name, shape, dtype);
+    m.memset(Engine::Vector, &t, value).expect("memset");
+    t
+}
+
+/// A PSUM tile.
+fn psum(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
+    m.alloc(Space::Psum, name, shape, dtype).expect("psum")
 }
 
 // ------------------------------------------------------------------------------ the oracle
@@ -229,6 +266,20 @@ fn codes(dtype: Dtype, n: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// An fp32 HBM tensor holding `codes(Fp32, its element count, seed)`: the tensor and those codes.
+fn random_hbm(m: &mut Machine, name: &str, shape: &[usize], seed: u64) -> (Tile, Vec<u32>) {
+    let host = codes(Dtype::Fp32, shape.iter().product(), seed);
+    let h = m
+        .hbm_tensor(
+            name,
+            shape,
+            Dtype::Fp32,
+            Some(&to_bytes(Dtype::Fp32, &host)),
+        )
+        .expect("hbm");
+    (h, host)
+}
+
 fn to_bytes(dtype: Dtype, bits: &[u32]) -> Vec<u8> {
     bits.iter()
         .flat_map(|&b| b.to_le_bytes()[..dtype.size()].to_vec())
@@ -313,15 +364,7 @@ fn check_tensor_tensor(da: Dtype, db: Dtype, dd: Dtype, op: AluOp, engine: Engin
     // General path: strided views.
     let wide = |m: &mut Machine, name: &str, dt: Dtype| {
         let t = alloc(m, name, &[128, 2 * n], dt);
-        t.slice(&[
-            Index::ALL,
-            Index::Range {
-                start: None,
-                stop: None,
-                step: 2,
-            },
-        ])
-        .expect("slice")
+        t.slice(&[Index::ALL, ix(None, None, 2)]).expect("slice")
     };
     let (a2, b2, d2) = (
         wide(&mut m, "a2", da),
@@ -389,16 +432,9 @@ fn tensor_tensor_in_place_reads_before_writing() {
         assert_bits(&get(&m, &a), &want(&a1, &a1), "a = a - a");
         // A shifted overlap (dst one element right of the input) goes through the general
         // path and still reads before writing.
-        let full = alloc(&mut m, "full", &[128, 301], dt);
-        let init = codes(dt, 128 * 301, 7);
-        put(&mut m, &full, &init);
-        let r = |s: i64, e: i64| Index::Range {
-            start: Some(s),
-            stop: Some(e),
-            step: 1,
-        };
-        let src = full.slice(&[Index::ALL, r(0, 300)]).expect("src");
-        let dst = full.slice(&[Index::ALL, r(1, 301)]).expect("dst");
+        let (full, _) = random_tile(&mut m, "full", &[128, 301], dt, 7);
+        let src = full.slice(&[Index::ALL, range(0, 300)]).expect("src");
+        let dst = full.slice(&[Index::ALL, range(1, 301)]).expect("dst");
         let before = get(&m, &src);
         m.tensor_tensor(Engine::Vector, &dst, &src, &src, AluOp::Add)
             .expect("shifted");
@@ -543,28 +579,15 @@ fn tensor_scalar_one_and_two_operators() {
                     &s0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 );
                 let second: SecondOp = (op1, Scalar::Imm(s1 as f64), rev);
-                m.tensor_scalar(
-                    Engine::Vector,
-                    &d,
-                    &a,
-                    *op0,
-                    &Scalar::Tile(sv),
-                    rev,
-                    Some(&second),
-                )
-                .expect("tensor_scalar");
+                let sv = Scalar::Tile(sv);
+                // a through both operators (the scalar tile first) into `dst`.
+                let ts = |m: &mut Machine, dst: &Tile| {
+                    m.tensor_scalar(Engine::Vector, dst, &a, *op0, &sv, rev, Some(&second))
+                };
+                ts(&mut m, &d).expect("tensor_scalar");
                 assert_bits(&get(&m, &d), &want, &format!("{op0},{op1} rev={rev} {dt}"));
                 // In place, and on a strided view: the same bits.
-                m.tensor_scalar(
-                    Engine::Vector,
-                    &a,
-                    &a,
-                    *op0,
-                    &Scalar::Tile(sv),
-                    rev,
-                    Some(&second),
-                )
-                .expect("in place");
+                ts(&mut m, &a).expect("in place");
                 assert_bits(&get(&m, &a), &want, &format!("{op0},{op1} in place {dt}"));
             }
         }
@@ -700,9 +723,7 @@ fn memset_rounds_once_and_saturates() {
 fn tensor_reduce_orders_and_axes() {
     let dt = Dtype::Fp32;
     let mut m = core();
-    let a = alloc(&mut m, "a", &[16, 3, 8], dt);
-    let ab = codes(dt, 16 * 24, 51);
-    put(&mut m, &a, &ab);
+    let (a, ab) = random_tile(&mut m, "a", &[16, 3, 8], dt, 51);
     for op in [
         AluOp::Add,
         AluOp::Maximum,
@@ -735,9 +756,7 @@ fn tensor_reduce_orders_and_axes() {
         }
     }
     // Bitvec reductions on integers.
-    let i = alloc(&mut m, "i", &[4, 8], Dtype::Uint16);
-    let ib = codes(Dtype::Uint16, 32, 52);
-    put(&mut m, &i, &ib);
+    let (i, ib) = random_tile(&mut m, "i", &[4, 8], Dtype::Uint16, 52);
     let d = alloc(&mut m, "di", &[4, 1], Dtype::Uint16);
     m.tensor_reduce(&d, AluOp::BitwiseXor, &i, 1, false)
         .expect("xor");
@@ -807,15 +826,13 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
     put(&mut m, &a, &ab);
     let st = alloc(&mut m, "st", &[128, 2, 6], Dtype::Fp32);
     let half = |i: i64| st.slice(&[Index::ALL, Index::At(i)]).expect("slice");
-    let r = |s, e| Index::Range {
-        start: Some(s),
-        stop: Some(e),
-        step: 1,
-    };
-    m.bn_stats(&half(0), &a.slice(&[Index::ALL, r(0, 50)]).expect("lo"))
+    m.bn_stats(&half(0), &a.slice(&[Index::ALL, range(0, 50)]).expect("lo"))
         .expect("stats");
-    m.bn_stats(&half(1), &a.slice(&[Index::ALL, r(50, 100)]).expect("hi"))
-        .expect("stats");
+    m.bn_stats(
+        &half(1),
+        &a.slice(&[Index::ALL, range(50, 100)]).expect("hi"),
+    )
+    .expect("stats");
     let agg = alloc(&mut m, "agg", &[128, 2], Dtype::Fp32);
     m.bn_aggr(&agg, &st.reshape_free(&[12]).expect("flat"))
         .expect("aggr");
@@ -888,11 +905,9 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
 #[test]
 fn tensor_scalar_reduce_uses_the_vector_registers() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 10], Dtype::Fp32);
+    let (a, ab) = random_tile(&mut m, "a", &[128, 10], Dtype::Fp32, 81);
     let d = alloc(&mut m, "d", &[128, 10], Dtype::Fp32);
     let r = alloc(&mut m, "r", &[128, 1], Dtype::Fp32);
-    let ab = codes(Dtype::Fp32, 1280, 81);
-    put(&mut m, &a, &ab);
     for op in [AluOp::Add, AluOp::Maximum, AluOp::Minimum, AluOp::Multiply] {
         m.tensor_scalar_reduce(
             &d,
@@ -1151,16 +1166,8 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
     };
     let (sv, mvv) = (host(&sb), host(&mb));
     let once = engine::matmul(
-        &Operand {
-            values: &sv,
-            shape: &[k, mm],
-            format: Format::Bf16,
-        },
-        &Operand {
-            values: &mvv,
-            shape: &[k, n],
-            format: Format::Bf16,
-        },
+        &bf16_operand(&sv, &[k, mm]),
+        &bf16_operand(&mvv, &[k, n]),
         PerfMode::None,
         PeTile::FULL,
     )
@@ -1183,18 +1190,7 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
     // The tile allocated over bank 3 holds the result in its first n columns.
     let all = m.read_f32(&bank3).err();
     assert!(all.is_some(), "columns n..512 were never written");
-    let cols = bank3.slice(&[
-        Index::Range {
-            start: None,
-            stop: None,
-            step: 1,
-        },
-        Index::Range {
-            start: Some(0),
-            stop: Some(n as i64),
-            step: 1,
-        },
-    ]);
+    let cols = bank3.slice(&[ix(None, None, 1), range(0, n as i64)]);
     let seen = m.read_f32(&cols.expect("slice")).expect("read");
     assert_eq!(bits(&seen), bits(&once));
     // Accumulating onto it adds, as a second matmul of the group.
@@ -1231,25 +1227,15 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
     let (k, mm, n) = (128, 96, 200);
     let st = alloc(&mut m, "st", &[k, mm], Dtype::Bf16);
     let mv = alloc(&mut m, "mv", &[k, n], Dtype::Bf16);
-    let ps = m
-        .alloc(Space::Psum, "ps", &[mm, n], Dtype::Fp32)
-        .expect("psum");
+    let ps = psum(&mut m, "ps", &[mm, n], Dtype::Fp32);
     let sb = codes(Dtype::Bf16, k * mm, 101);
     let mb = codes(Dtype::Bf16, k * n, 102);
     put(&mut m, &st, &sb);
     put(&mut m, &mv, &mb);
     let sv: Vec<f32> = sb.iter().map(|&x| input(Dtype::Bf16, x)).collect();
     let mvv: Vec<f32> = mb.iter().map(|&x| input(Dtype::Bf16, x)).collect();
-    let so = Operand {
-        values: &sv,
-        shape: &[k, mm],
-        format: Format::Bf16,
-    };
-    let mo = Operand {
-        values: &mvv,
-        shape: &[k, n],
-        format: Format::Bf16,
-    };
+    let shapes = ([k, mm], [k, n]);
+    let (so, mo) = (bf16_operand(&sv, &shapes.0), bf16_operand(&mvv, &shapes.1));
     let once = engine::matmul(&so, &mo, PerfMode::None, PeTile::FULL).expect("engine");
     // accumulate=None: the first write overwrites, the second accumulates.
     let opts = PeOptions::default();
@@ -1288,9 +1274,7 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
         "{err}"
     );
     // fp32 PSUM only; SBUF inputs only.
-    let bad = m
-        .alloc(Space::Psum, "bad", &[mm, n], Dtype::Bf16)
-        .expect("psum bf16");
+    let bad = psum(&mut m, "bad", &[mm, n], Dtype::Bf16);
     let err = m.nc_matmul(&bad, &st, &mv, &opts).expect_err("bf16 dst");
     assert!(
         err.to_string().contains("matmul_dst_fp32")
@@ -1306,8 +1290,7 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
         .nc_matmul(&ps, &sbuf, &mv, &opts)
         .expect_err("fp32 with bf16");
     assert!(matches!(err, Error::Format { .. }), "{err}");
-    let ints = alloc(&mut m, "ints", &[k, n], Dtype::Int8);
-    m.memset(Engine::Vector, &ints, 1.0).expect("memset");
+    let ints = filled(&mut m, "ints", &[k, n], Dtype::Int8, 1.0);
     let err = m.nc_matmul(&ps, &st, &ints, &opts).expect_err("int");
     assert!(err.to_string().contains("no integer datapath"), "{err}");
 }
@@ -1315,26 +1298,25 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
 #[test]
 fn transposes_are_bit_exact() {
     let mut m = core();
-    let x = alloc(&mut m, "x", &[100, 70], Dtype::Bf16);
-    let xb = codes(Dtype::Bf16, 7000, 111);
-    put(&mut m, &x, &xb);
-    let t = m
-        .alloc(Space::Psum, "t", &[70, 100], Dtype::Bf16)
-        .expect("psum");
+    let (x, xb) = random_tile(&mut m, "x", &[100, 70], Dtype::Bf16, 111);
+    let t = psum(&mut m, "t", &[70, 100], Dtype::Bf16);
     m.nc_transpose(Engine::Tensor, &t, &x)
         .expect("pe transpose");
-    let want: Vec<u32> = (0..7000).map(|i| xb[(i % 100) * 70 + i / 100]).collect();
+    // The codes of a row-major [rows, cols] array, transposed.
+    let transposed = |b: &[u32], rows: usize, cols: usize| -> Vec<u32> {
+        (0..rows * cols)
+            .map(|i| b[(i % rows) * cols + i / rows])
+            .collect()
+    };
+    let want = transposed(&xb, 100, 70);
     assert_eq!(get(&m, &t), want);
     // Through nc_matmul(is_transpose=True) with the identity.
     let id = alloc(&mut m, "id", &[100, 100], Dtype::Bf16);
     m.iota(&id, &[(-1, 100)], 0, 1).expect("iota");
-    let ones = alloc(&mut m, "ones", &[100, 100], Dtype::Bf16);
-    m.memset(Engine::Vector, &ones, 1.0).expect("ones");
+    let ones = filled(&mut m, "ones", &[100, 100], Dtype::Bf16, 1.0);
     m.affine_select(&id, &[(-1, 100)], 1, &ones, 0.0, AluOp::Equal, 0)
         .expect("identity");
-    let t2 = m
-        .alloc(Space::Psum, "t2", &[70, 100], Dtype::Bf16)
-        .expect("psum");
+    let t2 = psum(&mut m, "t2", &[70, 100], Dtype::Bf16);
     let opts = PeOptions {
         is_transpose: true,
         ..PeOptions::default()
@@ -1346,14 +1328,11 @@ fn transposes_are_bit_exact() {
         .expect_err("not identity");
     assert!(err.to_string().contains("identity"), "{err}");
     // Vector engine: up to 32 x 32.
-    let v = alloc(&mut m, "v", &[32, 20], Dtype::Fp8E4m3);
-    let vb = codes(Dtype::Fp8E4m3, 640, 112);
-    put(&mut m, &v, &vb);
+    let (v, vb) = random_tile(&mut m, "v", &[32, 20], Dtype::Fp8E4m3, 112);
     let vt = alloc(&mut m, "vt", &[20, 32], Dtype::Fp8E4m3);
     m.nc_transpose(Engine::Vector, &vt, &v)
         .expect("dve transpose");
-    let want: Vec<u32> = (0..640).map(|i| vb[(i % 32) * 20 + i / 32]).collect();
-    assert_eq!(get(&m, &vt), want);
+    assert_eq!(get(&m, &vt), transposed(&vb, 32, 20));
     let err = m.nc_transpose(Engine::Vector, &t, &x).expect_err("too big");
     assert!(err.to_string().contains("transpose_size"), "{err}");
 }
@@ -1363,25 +1342,12 @@ fn transposes_are_bit_exact() {
 #[test]
 fn dma_copies_between_hbm_and_sbuf_with_casts() {
     let mut m = core();
-    let host: Vec<u32> = codes(Dtype::Fp32, 256 * 64, 121);
-    let h = m
-        .hbm_tensor(
-            "in",
-            &[256, 64],
-            Dtype::Fp32,
-            Some(&to_bytes(Dtype::Fp32, &host)),
-        )
-        .expect("hbm");
+    let (h, host) = random_hbm(&mut m, "in", &[256, 64], 121);
     let out = m
         .hbm_tensor("out", &[128, 64], Dtype::Bf16, None)
         .expect("hbm out");
     let s = alloc(&mut m, "s", &[128, 64], Dtype::Fp32);
-    let rows = |a, b| Index::Range {
-        start: Some(a),
-        stop: Some(b),
-        step: 1,
-    };
-    m.dma_copy(&s, &h.slice(&[rows(128, 256)]).expect("rows"), None)
+    m.dma_copy(&s, &h.slice(&[range(128, 256)]).expect("rows"), None)
         .expect("load");
     assert_eq!(get(&m, &s), host[128 * 64..].to_vec());
     m.dma_copy(&out, &s, Some(3)).expect("store");
@@ -1393,14 +1359,7 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
     // A column slice of HBM (strided) into a narrower tile.
     let s2 = alloc(&mut m, "s2", &[128, 8], Dtype::Fp32);
     let cols = h
-        .slice(&[
-            rows(0, 128),
-            Index::Range {
-                start: Some(3),
-                stop: None,
-                step: 8,
-            },
-        ])
+        .slice(&[range(0, 128), ix(Some(3), None, 8)])
         .expect("cols");
     m.dma_copy(&s2, &cols, None).expect("strided load");
     let want: Vec<u32> = (0..128)
@@ -1408,11 +1367,9 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
         .map(|(r, c)| host[r * 64 + c])
         .collect();
     assert_eq!(get(&m, &s2), want);
-    let ps = m
-        .alloc(Space::Psum, "ps", &[128, 64], Dtype::Fp32)
-        .expect("psum");
+    let ps = psum(&mut m, "ps", &[128, 64], Dtype::Fp32);
     let err = m
-        .dma_copy(&ps, &h.slice(&[rows(0, 128)]).expect("rows"), None)
+        .dma_copy(&ps, &h.slice(&[range(0, 128)]).expect("rows"), None)
         .expect_err("psum");
     assert!(
         err.to_string().contains("[engine rule dma_memory]"),
@@ -1430,18 +1387,13 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
 #[test]
 fn every_engine_rule_is_an_error_naming_rule_and_operand() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 64], Dtype::Fp32);
-    let b = alloc(&mut m, "b", &[128, 64], Dtype::Fp32);
-    m.memset(Engine::Vector, &a, 1.0).expect("memset");
-    m.memset(Engine::Vector, &b, 1.0).expect("memset");
-    let p1 = m
-        .alloc(Space::Psum, "p1", &[128, 64], Dtype::Fp32)
-        .expect("psum");
-    let p2 = m
-        .alloc(Space::Psum, "p2", &[128, 64], Dtype::Fp32)
-        .expect("psum");
-    m.memset(Engine::Vector, &p1, 0.0).expect("memset");
-    m.memset(Engine::Vector, &p2, 0.0).expect("memset");
+    let a = filled(&mut m, "a", &[128, 64], Dtype::Fp32, 1.0);
+    let b = filled(&mut m, "b", &[128, 64], Dtype::Fp32, 1.0);
+    let [p1, p2] = ["p1", "p2"].map(|name| {
+        let p = psum(&mut m, name, &[128, 64], Dtype::Fp32);
+        m.memset(Engine::Vector, &p, 0.0).expect("memset");
+        p
+    });
     let h = m
         .hbm_tensor("h", &[128, 64], Dtype::Fp32, Some(&vec![0u8; 128 * 64 * 4]))
         .expect("hbm");
@@ -1454,39 +1406,18 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
             "{rule} should name {arg}: {s}"
         );
     };
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &p1, &p2, AluOp::Add),
-        "two_psum_inputs",
-        "data2",
-    );
-    rule(
-        m.tensor_tensor(Engine::Gpsimd, &a, &p1, &b, AluOp::Add),
-        "gpsimd_psum",
-        "data1",
-    );
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &h, &b, AluOp::Add),
-        "engine_memory",
-        "data1",
-    );
-    rule(
-        m.tensor_tensor(Engine::Scalar, &a, &a, &b, AluOp::Add),
-        "engine",
-        "engine",
-    );
-    rule(
-        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Power),
-        "engine",
-        "op",
-    );
-    let sub = |t: &Tile, s: i64, e: i64| {
-        t.slice(&[Index::Range {
-            start: Some(s),
-            stop: Some(e),
-            step: 1,
-        }])
-        .expect("slice")
-    };
+    // tensor_tensor(engine, a, data1, data2, op), refused by rule `name` naming `arg`.
+    let add = AluOp::Add;
+    for (engine, data1, data2, op, name, arg) in [
+        (Engine::Vector, &p1, &p2, add, "two_psum_inputs", "data2"),
+        (Engine::Gpsimd, &p1, &b, add, "gpsimd_psum", "data1"),
+        (Engine::Vector, &h, &b, add, "engine_memory", "data1"),
+        (Engine::Scalar, &a, &b, add, "engine", "engine"),
+        (Engine::Vector, &a, &b, AluOp::Power, "engine", "op"),
+    ] {
+        rule(m.tensor_tensor(engine, &a, data1, data2, op), name, arg);
+    }
+    let sub = |t: &Tile, s: i64, e: i64| t.slice(&[range(s, e)]).expect("slice");
     rule(
         m.tensor_copy(Engine::Vector, &sub(&a, 32, 128), &sub(&b, 32, 128)),
         "start_partition",
@@ -1504,104 +1435,56 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
         "shape",
         "dst",
     );
-    let act = |op0, op1: Option<AluOp>| {
-        let second = op1.map(|o| (o, Scalar::Imm(1.0), false));
-        (op0, second)
+    // tensor_scalar of b into a on `engine`: `op0` with `operand0`, then `op1` with 1.0 if any.
+    let ts = |m: &mut Machine, engine, op0, operand0: Scalar, op1: Option<AluOp>| {
+        let second: Option<SecondOp> = op1.map(|o| (o, Scalar::Imm(1.0), false));
+        m.tensor_scalar(engine, &a, &b, op0, &operand0, false, second.as_ref())
     };
-    let (o0, s) = act(AluOp::Add, Some(AluOp::Multiply));
     let mut m2 = m.clone();
+    let mul = AluOp::Multiply;
+    let one = || Scalar::Imm(1.0);
     rule(
-        m2.tensor_scalar(
-            Engine::Scalar,
-            &a,
-            &b,
-            o0,
-            &Scalar::Imm(1.0),
-            false,
-            s.as_ref(),
-        ),
+        ts(&mut m2, Engine::Scalar, add, one(), Some(mul)),
         "act_tensor_scalar_ops",
         "op0",
     );
-    let (o0, s) = act(AluOp::Multiply, Some(AluOp::Add));
-    m2.tensor_scalar(
-        Engine::Scalar,
-        &a,
-        &b,
-        o0,
-        &Scalar::Imm(1.0),
-        false,
-        s.as_ref(),
-    )
-    .expect("mult+add on ACT");
+    ts(&mut m2, Engine::Scalar, mul, one(), Some(add)).expect("mult+add on ACT");
     rule(
-        m2.tensor_scalar(
-            Engine::Gpsimd,
-            &a,
-            &b,
-            AluOp::Add,
-            &Scalar::Imm(1.0),
-            false,
-            None,
-        ),
+        ts(&mut m2, Engine::Gpsimd, add, one(), None),
         "engine",
         "engine",
     );
-    m2.tensor_scalar(
+    ts(
+        &mut m2,
         Engine::Gpsimd,
-        &a,
-        &b,
         AluOp::Rsqrt,
-        &Scalar::Imm(0.0),
-        false,
+        Scalar::Imm(0.0),
         None,
     )
     .expect("rsqrt on pool");
-    let bf = alloc(&mut m2, "bf", &[128, 1], Dtype::Bf16);
-    m2.memset(Engine::Vector, &bf, 1.0).expect("memset");
-    rule(
-        m2.tensor_scalar(
-            Engine::Vector,
-            &a,
-            &b,
-            AluOp::Add,
-            &Scalar::Tile(bf),
-            false,
-            None,
-        ),
-        "fp32_operand",
-        "operand0",
-    );
+    let bf = filled(&mut m2, "bf", &[128, 1], Dtype::Bf16, 1.0);
+    let bf_operand = ts(&mut m2, Engine::Vector, add, Scalar::Tile(bf), None);
+    rule(bf_operand, "fp32_operand", "operand0");
     rule(
         m2.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::BitwiseAnd),
         "bitvec_dtype",
         "data1",
     );
-    let big = m2
-        .alloc(Space::Psum, "big", &[128, 1024], Dtype::Fp32)
-        .expect("2 banks");
+    let big = psum(&mut m2, "big", &[128, 1024], Dtype::Fp32);
     let sb = alloc(&mut m2, "sb", &[128, 1024], Dtype::Fp32);
     rule(
         m2.tensor_copy(Engine::Vector, &sb, &big),
         "psum_bank",
         "src",
     );
-    let wide = alloc(&mut m2, "wide", &[128, 600], Dtype::Fp32);
-    m2.memset(Engine::Vector, &wide, 0.5).expect("memset");
+    let wide = filled(&mut m2, "wide", &[128, 600], Dtype::Fp32, 0.5);
     let st = alloc(&mut m2, "st", &[128, 6], Dtype::Fp32);
     rule(m2.bn_stats(&st, &wide), "bn_stats_fmax", "data");
-    let ps = m2
-        .alloc(Space::Psum, "ps", &[64, 64], Dtype::Fp32)
-        .expect("psum");
+    let ps = psum(&mut m2, "ps", &[64, 64], Dtype::Fp32);
     rule(
         m2.nc_matmul(
             &ps,
-            &p1.slice(&[Index::Range {
-                start: None,
-                stop: None,
-                step: 1,
-            }])
-            .expect("p"),
+            &p1.slice(&[ix(None, None, 1)]).expect("p"),
             &b,
             &PeOptions::default(),
         ),
@@ -1638,28 +1521,11 @@ fn capacity_and_never_written_memory() {
     let mut m = core();
     let a = alloc(&mut m, "unwritten", &[16, 8], Dtype::Fp32);
     let d = alloc(&mut m, "d", &[16, 8], Dtype::Fp32);
-    let half = a
-        .slice(&[
-            Index::ALL,
-            Index::Range {
-                start: None,
-                stop: Some(4),
-                step: 1,
-            },
-        ])
-        .expect("half");
+    let half = a.slice(&[Index::ALL, ix(None, Some(4), 1)]).expect("half");
     m.memset(Engine::Vector, &half, 2.0).expect("memset");
     m.tensor_copy(
         Engine::Vector,
-        &d.slice(&[
-            Index::ALL,
-            Index::Range {
-                start: None,
-                stop: Some(4),
-                step: 1,
-            },
-        ])
-        .expect("d"),
+        &d.slice(&[Index::ALL, ix(None, Some(4), 1)]).expect("d"),
         &half,
     )
     .expect("written half");
@@ -1674,16 +1540,7 @@ fn capacity_and_never_written_memory() {
         "{s}"
     );
     // Every other element written: reading exactly those is fine.
-    let even = a
-        .slice(&[
-            Index::ALL,
-            Index::Range {
-                start: None,
-                stop: None,
-                step: 2,
-            },
-        ])
-        .expect("even");
+    let even = a.slice(&[Index::ALL, ix(None, None, 2)]).expect("even");
     m.memset(Engine::Vector, &even, 3.0).expect("even");
     let d4 = alloc(&mut m, "d4", &[16, 4], Dtype::Fp32);
     m.tensor_copy(Engine::Vector, &d4, &even)
@@ -1741,9 +1598,7 @@ fn stochastic_rounding_is_seeded_and_schedule_independent() {
 #[test]
 fn independent_engines_overlap_and_dependent_ones_wait() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 512], Dtype::Fp32);
-    let b = alloc(&mut m, "b", &[128, 512], Dtype::Fp32);
-    let c = alloc(&mut m, "c", &[128, 512], Dtype::Fp32);
+    let [a, b, c] = ["a", "b", "c"].map(|name| alloc(&mut m, name, &[128, 512], Dtype::Fp32));
     m.memset(Engine::Vector, &a, 1.0).expect("0: DVE writes a");
     m.memset(Engine::Gpsimd, &b, 2.0).expect("1: POOL writes b");
     m.activation(&c, ActFunc::Exp, &a, &ActivationArgs::default())
@@ -1784,8 +1639,7 @@ fn independent_engines_overlap_and_dependent_ones_wait() {
 #[test]
 fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
     let mut m = core();
-    let a = alloc(&mut m, "a", &[128, 256], Dtype::Bf16);
-    m.memset(Engine::Vector, &a, 1.0).expect("init");
+    let a = filled(&mut m, "a", &[128, 256], Dtype::Bf16, 1.0);
     let engines = [Engine::Vector, Engine::Scalar, Engine::Gpsimd];
     for i in 0..30 {
         m.tensor_copy(engines[i % 3], &a, &a).expect("chain link");
@@ -1797,14 +1651,7 @@ fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
     // Two tiles on disjoint partitions of one tensor: no dependency.
     let mut m = core();
     let t = alloc(&mut m, "t", &[128, 64], Dtype::Fp32);
-    let half = |s: i64| {
-        t.slice(&[Index::Range {
-            start: Some(s),
-            stop: Some(s + 64),
-            step: 1,
-        }])
-        .expect("half")
-    };
+    let half = |s: i64| t.slice(&[range(s, s + 64)]).expect("half");
     m.memset(Engine::Vector, &half(0), 1.0).expect("top");
     m.memset(Engine::Gpsimd, &half(64), 1.0).expect("bottom");
     m.tensor_copy(Engine::Scalar, &half(64), &half(0))
@@ -1859,11 +1706,7 @@ fn dma_queues_overlap_fixed_costs_and_share_engines() {
         )
         .expect("hbm");
     let s = alloc(&mut m, "s", &[128, 4096], Dtype::Fp32);
-    let cols = |c: i64| Index::Range {
-        start: Some(c * 1024),
-        stop: Some(c * 1024 + 1024),
-        step: 1,
-    };
+    let cols = |c: i64| range(c * 1024, c * 1024 + 1024);
     for c in 0..4 {
         m.dma_copy(
             &s.slice(&[Index::ALL, cols(c)]).expect("s"),
@@ -1897,16 +1740,10 @@ fn dma_queues_overlap_fixed_costs_and_share_engines() {
 #[test]
 fn pe_tiles_overlap() {
     let mut m = core();
-    let st = alloc(&mut m, "st", &[32, 32], Dtype::Bf16);
-    let mv = alloc(&mut m, "mv", &[32, 512], Dtype::Bf16);
-    m.memset(Engine::Vector, &st, 1.0).expect("st");
-    m.memset(Engine::Vector, &mv, 1.0).expect("mv");
-    let p0 = m
-        .alloc(Space::Psum, "p0", &[32, 512], Dtype::Fp32)
-        .expect("psum");
-    let p1 = m
-        .alloc(Space::Psum, "p1", &[32, 512], Dtype::Fp32)
-        .expect("psum");
+    let st = filled(&mut m, "st", &[32, 32], Dtype::Bf16, 1.0);
+    let mv = filled(&mut m, "mv", &[32, 512], Dtype::Bf16, 1.0);
+    let p0 = psum(&mut m, "p0", &[32, 512], Dtype::Fp32);
+    let p1 = psum(&mut m, "p1", &[32, 512], Dtype::Fp32);
     let quarter = |r| PeOptions {
         tile: PeTile::from_options(Some((r, 0)), Some((32, 32))).expect("tile"),
         ..PeOptions::default()
@@ -1928,15 +1765,7 @@ fn pe_tiles_overlap() {
 #[test]
 fn hbm_rows_transpose_and_broadcast_dma_patterns() {
     let mut m = core();
-    let host: Vec<u32> = codes(Dtype::Fp32, 4 * 3, 7);
-    let h = m
-        .hbm_tensor(
-            "h",
-            &[4, 3],
-            Dtype::Fp32,
-            Some(&to_bytes(Dtype::Fp32, &host)),
-        )
-        .expect("hbm");
+    let (h, host) = random_hbm(&mut m, "h", &[4, 3], 7);
     // Transposed: 3 rows one element apart, each of 4 elements 3 apart.
     let t = h
         .with_rows(3, 1)
@@ -1950,13 +1779,7 @@ fn hbm_rows_transpose_and_broadcast_dma_patterns() {
         .collect();
     assert_eq!(get(&m, &s), want);
     // Broadcast: row 2 repeated on 5 partitions (a step of 0).
-    let row = h
-        .slice(&[Index::Range {
-            start: Some(2),
-            stop: Some(3),
-            step: 1,
-        }])
-        .expect("row");
+    let row = h.slice(&[range(2, 3)]).expect("row");
     let b = row.with_rows(5, 0).expect("broadcast");
     let s5 = alloc(&mut m, "s5", &[5, 3], Dtype::Fp32);
     m.dma_copy(&s5, &b, None).expect("broadcast load");
@@ -1972,13 +1795,8 @@ fn written_ranges_of_an_output() {
         .hbm_tensor("out", &[4, 8], Dtype::Bf16, None)
         .expect("hbm");
     assert!(m.written_ranges(&out).expect("ranges").is_empty());
-    let s = alloc(&mut m, "s", &[2, 8], Dtype::Bf16);
-    m.memset(Engine::Vector, &s, 1.0).expect("memset");
-    let rows = Index::Range {
-        start: Some(1),
-        stop: Some(3),
-        step: 1,
-    };
+    let s = filled(&mut m, "s", &[2, 8], Dtype::Bf16, 1.0);
+    let rows = range(1, 3);
     m.dma_copy(&out.slice(&[rows]).expect("rows"), &s, None)
         .expect("store");
     assert_eq!(m.written_ranges(&out).expect("ranges"), vec![(16, 48)]);
@@ -2056,12 +1874,8 @@ fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
         let v = codes(Dtype::Fp16, 128 * 4 * 200, 4);
         m.write_tile(&st, &to_bytes(Dtype::Bf16, &s)).expect("st");
         m.write_tile(&mv, &to_bytes(Dtype::Fp16, &v)).expect("mv");
-        let p = m
-            .alloc(Space::Psum, "p", &[96, 200], Dtype::Fp32)
-            .expect("p");
-        let q = m
-            .alloc(Space::Psum, "q", &[96, 200], Dtype::Fp32)
-            .expect("q");
+        let p = psum(&mut m, "p", &[96, 200], Dtype::Fp32);
+        let q = psum(&mut m, "q", &[96, 200], Dtype::Fp32);
         (m, st, mv, p, q)
     };
     let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
@@ -2120,17 +1934,9 @@ fn settled_chains_equal_a_scalar_fma_oracle() {
     for (i, t) in [stb, mv8, mvh, stf, mvf].iter().enumerate() {
         put(&mut m, t, &codes(t.dtype, t.elements(), 70 + i as u64));
     }
-    let p = m
-        .alloc(Space::Psum, "p", &[64, 96], Dtype::Fp32)
-        .expect("p");
-    let q = m
-        .alloc(Space::Psum, "q", &[64, 96], Dtype::Fp32)
-        .expect("q");
-    let r = |a: i64, b: i64, step: i64| Index::Range {
-        start: Some(a),
-        stop: Some(b),
-        step,
-    };
+    let p = psum(&mut m, "p", &[64, 96], Dtype::Fp32);
+    let q = psum(&mut m, "q", &[64, 96], Dtype::Fp32);
+    let r = |a: i64, b: i64, step: i64| ix(Some(a), Some(b), step);
     let sub = p.slice(&[r(0, 32, 1), r(0, 48, 1)]).expect("p_sub");
     // Host oracle: PSUM values and matmul bits of p and q ([64, 96] each).
     let mut host = [vec![0f32; 64 * 96], vec![0f32; 64 * 96]];

@@ -152,6 +152,55 @@ fn run(src: &Source, enc: &Encoding, mode: Rounding, sat: bool, random: &Random)
     codes_u32(encode(src, enc, mode, sat, random).expect("valid arguments"))
 }
 
+/// [`run`] rounding to nearest even, saturation off, no random words.
+fn run_rne(src: &Source, enc: &Encoding) -> Vec<u32> {
+    run(src, enc, Rounding::NearestEven, false, &Random::None)
+}
+
+/// One `#[test]` per format: `name => Format` calls `check(Format::Format)`.
+macro_rules! per_format {
+    ($check:expr; $($name:ident => $format:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                ($check)(Format::$format);
+            }
+        )*
+    };
+}
+
+/// How many of `got` differ from the oracle's code for the same input of `x` (rounded with
+/// random word `r[k]` of `n` bits); the first three are printed after `what`.
+#[allow(clippy::too_many_arguments)]
+fn count_wrong(
+    o: &Oracle,
+    x: &[f32],
+    got: &[u32],
+    r: &[u32],
+    n: u32,
+    mode: Rounding,
+    sat: bool,
+    what: &str,
+) -> usize {
+    let mut bad = 0;
+    for k in 0..x.len() {
+        let want = o.expect(x[k] as f64, mode, sat, r[k], n);
+        if got[k] != want {
+            if bad < 3 {
+                eprintln!(
+                    "{what} r={}: x = {:e} ({:#010x}): got {:#x}, want {want:#x}",
+                    r[k],
+                    x[k],
+                    x[k].to_bits(),
+                    got[k]
+                );
+            }
+            bad += 1;
+        }
+    }
+    bad
+}
+
 /// All 2^32 float32 inputs, round to nearest even, against the oracle. Chunks of consecutive
 /// positive bit patterns are ascending in value, so the oracle walks the grid with a pointer.
 /// Within one grid interval `[t[i], t[i + 1])`, [`Oracle::expect_at`] in this mode depends only
@@ -168,20 +217,8 @@ fn exhaustive_rne(format: Format) {
             let start = c * CH;
             let pos: Vec<f32> = (start..start + CH).map(f32::from_bits).collect();
             let negs: Vec<f32> = pos.iter().map(|v| -v).collect();
-            let got_p = run(
-                &Source::F32(&pos),
-                &enc,
-                Rounding::NearestEven,
-                false,
-                &Random::None,
-            );
-            let got_n = run(
-                &Source::F32(&negs),
-                &enc,
-                Rounding::NearestEven,
-                false,
-                &Random::None,
-            );
+            let got_p = run_rne(&Source::F32(&pos), &enc);
+            let got_n = run_rne(&Source::F32(&negs), &enc);
             let mut bad = 0;
             let first = f32::from_bits(start) as f64;
             let mut i = if first.is_finite() {
@@ -246,26 +283,13 @@ fn exhaustive_rne(format: Format) {
     );
 }
 
-#[test]
-fn exhaustive_rne_fp8_e4m3() {
-    exhaustive_rne(Format::Fp8E4m3);
-}
-#[test]
-fn exhaustive_rne_fp8_e5m2() {
-    exhaustive_rne(Format::Fp8E5m2);
-}
-#[test]
-fn exhaustive_rne_fp8_e3m4() {
-    exhaustive_rne(Format::Fp8E3m4);
-}
-#[test]
-fn exhaustive_rne_fp8_e4m3fn() {
-    exhaustive_rne(Format::Fp8E4m3fn);
-}
-#[test]
-fn exhaustive_rne_bf16() {
-    exhaustive_rne(Format::Bf16);
-}
+per_format!(exhaustive_rne;
+    exhaustive_rne_fp8_e4m3 => Fp8E4m3,
+    exhaustive_rne_fp8_e5m2 => Fp8E5m2,
+    exhaustive_rne_fp8_e3m4 => Fp8E3m4,
+    exhaustive_rne_fp8_e4m3fn => Fp8E4m3fn,
+    exhaustive_rne_bf16 => Bf16,
+);
 
 /// A small, fast generator for test inputs (xorshift64*).
 struct Xs(u64);
@@ -275,6 +299,13 @@ impl Xs {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// `len` random words of `n` bits.
+    fn words(&mut self, len: usize, n: u32) -> Vec<u32> {
+        (0..len)
+            .map(|_| ((self.next() >> 32) as u32) >> (32 - n))
+            .collect()
     }
 }
 
@@ -293,56 +324,29 @@ fn sampled_all_modes(format: Format, bias: Option<i64>) {
             let mode = Rounding::ALL[(c % 6) as usize];
             let sat = (c / 6) % 2 == 1;
             let n = 1 + (c as u32 * 7) % 32;
-            let r: Vec<u32> = (0..CH).map(|_| ((g.next() >> 32) as u32) >> (32 - n)).collect();
-            let random = if mode == Rounding::Stochastic { Random::Bits(&r, n) } else { Random::None };
+            let r = g.words(CH, n);
+            let random = if mode == Rounding::Stochastic {
+                Random::Bits(&r, n)
+            } else {
+                Random::None
+            };
             let got = run(&Source::F32(&x), &enc, mode, sat, &random);
-            let mut bad = 0;
-            for k in 0..CH {
-                let want = o.expect(x[k] as f64, mode, sat, r[k], n);
-                if got[k] != want {
-                    if bad < 3 {
-                        eprintln!(
-                            "{format:?} bias {bias:?} {mode:?} sat={sat} n={n} r={}: x = {:e} ({:#010x}): got {:#x}, want {want:#x}",
-                            r[k], x[k], x[k].to_bits(), got[k]
-                        );
-                    }
-                    bad += 1;
-                }
-            }
-            bad
+            let what = format!("{format:?} bias {bias:?} {mode:?} sat={sat} n={n}");
+            count_wrong(&o, &x, &got, &r, n, mode, sat, &what)
         })
         .sum();
     assert_eq!(failures, 0, "{format:?}: {failures} inputs rounded wrongly");
 }
 
-#[test]
-fn sampled_fp8_e4m3() {
-    sampled_all_modes(Format::Fp8E4m3, None);
-}
-#[test]
-fn sampled_fp8_e5m2() {
-    sampled_all_modes(Format::Fp8E5m2, None);
-}
-#[test]
-fn sampled_fp8_e3m4() {
-    sampled_all_modes(Format::Fp8E3m4, None);
-}
-#[test]
-fn sampled_fp8_e4m3fn() {
-    sampled_all_modes(Format::Fp8E4m3fn, None);
-}
-#[test]
-fn sampled_bf16() {
-    sampled_all_modes(Format::Bf16, None);
-}
-#[test]
-fn sampled_fp16() {
-    sampled_all_modes(Format::Fp16, None);
-}
-#[test]
-fn sampled_tf32() {
-    sampled_all_modes(Format::Tf32, None);
-}
+per_format!(|f| sampled_all_modes(f, None);
+    sampled_fp8_e4m3 => Fp8E4m3,
+    sampled_fp8_e5m2 => Fp8E5m2,
+    sampled_fp8_e3m4 => Fp8E3m4,
+    sampled_fp8_e4m3fn => Fp8E4m3fn,
+    sampled_bf16 => Bf16,
+    sampled_fp16 => Fp16,
+    sampled_tf32 => Tf32,
+);
 #[test]
 fn sampled_fp8_nonstandard_biases() {
     // Trainium2's configurable FP8 exponent bias: a shifted grid, same rules.
@@ -382,24 +386,16 @@ fn sampled_stochastic_in_range(format: Format, bias: Option<i64>) {
                 stochastic_words(seed, &mut w);
                 w.iter().map(|w| w >> (32 - n)).collect()
             } else {
-                (0..CH).map(|_| ((g.next() >> 32) as u32) >> (32 - n)).collect()
+                g.words(CH, n)
             };
-            let random = if seeded { Random::Seed(seed, n) } else { Random::Bits(&r, n) };
+            let random = if seeded {
+                Random::Seed(seed, n)
+            } else {
+                Random::Bits(&r, n)
+            };
             let got = run(&Source::F32(&x), &enc, Rounding::Stochastic, sat, &random);
-            let mut bad = 0;
-            for k in 0..CH {
-                let want = o.expect(x[k] as f64, Rounding::Stochastic, sat, r[k], n);
-                if got[k] != want {
-                    if bad < 3 {
-                        eprintln!(
-                            "{format:?} bias {bias:?} seeded={seeded} sat={sat} n={n} r={}: x = {:e} ({:#010x}): got {:#x}, want {want:#x}",
-                            r[k], x[k], x[k].to_bits(), got[k]
-                        );
-                    }
-                    bad += 1;
-                }
-            }
-            bad
+            let what = format!("{format:?} bias {bias:?} seeded={seeded} sat={sat} n={n}");
+            count_wrong(&o, &x, &got, &r, n, Rounding::Stochastic, sat, &what)
         })
         .sum();
     assert_eq!(failures, 0, "{format:?}: {failures} inputs rounded wrongly");
@@ -435,13 +431,7 @@ fn fp32_from_f64_all_modes() {
             }
         })
         .collect();
-    let rne = run(
-        &Source::F64(&x),
-        &enc,
-        Rounding::NearestEven,
-        false,
-        &Random::None,
-    );
+    let rne = run_rne(&Source::F64(&x), &enc);
     for (k, &v) in x.iter().enumerate() {
         let want = v as f32;
         if want.is_nan() {
@@ -525,13 +515,7 @@ fn every_code_round_trips() {
             let c: Vec<u16> = (0..=65535).collect();
             decode(CodesRef::U16(&c), &enc)
         };
-        let again = run(
-            &Source::F32(&vals),
-            &enc,
-            Rounding::NearestEven,
-            false,
-            &Random::None,
-        );
+        let again = run_rne(&Source::F32(&vals), &enc);
         for code in 0..n as u32 {
             let mag = code & (o.sign_bit - 1);
             let v = vals[code as usize] as f64;

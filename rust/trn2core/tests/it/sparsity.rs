@@ -184,25 +184,24 @@ fn prune_and_round_trip<T: Element>() {
     }
 }
 
-#[test]
-fn prune_matches_the_oracle_and_round_trips_8_bit() {
-    prune_and_round_trip::<u8>();
+/// One `#[test]` per element width: `name: T` runs `prune_and_round_trip::<T>`.
+macro_rules! prune_round_trip_tests {
+    ($($name:ident: $t:ty),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                prune_and_round_trip::<$t>();
+            }
+        )*
+    };
 }
 
-#[test]
-fn prune_matches_the_oracle_and_round_trips_16_bit() {
-    prune_and_round_trip::<u16>();
-}
-
-#[test]
-fn prune_matches_the_oracle_and_round_trips_32_bit() {
-    prune_and_round_trip::<u32>();
-}
-
-#[test]
-fn prune_matches_the_oracle_and_round_trips_64_bit() {
-    prune_and_round_trip::<u64>();
-}
+prune_round_trip_tests!(
+    prune_matches_the_oracle_and_round_trips_8_bit: u8,
+    prune_matches_the_oracle_and_round_trips_16_bit: u16,
+    prune_matches_the_oracle_and_round_trips_32_bit: u32,
+    prune_matches_the_oracle_and_round_trips_64_bit: u64,
+);
 
 #[test]
 fn prune_on_large_arrays_spanning_many_tasks() {
@@ -472,28 +471,30 @@ fn round_trip_prop<T: Element>(seed: u64, dims: &[usize], axis_pos: usize, pi: u
     }
 }
 
+/// One proptest per element width: `name: T` runs `round_trip_prop::<T>`.
+macro_rules! round_trip_props {
+    ($($name:ident: $t:ty),* $(,)?) => {
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            $(
+                #[test]
+                fn $name(seed in any::<u64>(), dims in prop::collection::vec(1usize..5, 1..4), axis in 0usize..4, pi in 0usize..7) {
+                    round_trip_prop::<$t>(seed, &dims, axis, pi);
+                }
+            )*
+        }
+    };
+}
+
+round_trip_props!(
+    prop_round_trip_u8: u8,
+    prop_round_trip_u16: u16,
+    prop_round_trip_u32: u32,
+    prop_round_trip_u64: u64,
+);
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
-
-    #[test]
-    fn prop_round_trip_u8(seed in any::<u64>(), dims in prop::collection::vec(1usize..5, 1..4), axis in 0usize..4, pi in 0usize..7) {
-        round_trip_prop::<u8>(seed, &dims, axis, pi);
-    }
-
-    #[test]
-    fn prop_round_trip_u16(seed in any::<u64>(), dims in prop::collection::vec(1usize..5, 1..4), axis in 0usize..4, pi in 0usize..7) {
-        round_trip_prop::<u16>(seed, &dims, axis, pi);
-    }
-
-    #[test]
-    fn prop_round_trip_u32(seed in any::<u64>(), dims in prop::collection::vec(1usize..5, 1..4), axis in 0usize..4, pi in 0usize..7) {
-        round_trip_prop::<u32>(seed, &dims, axis, pi);
-    }
-
-    #[test]
-    fn prop_round_trip_u64(seed in any::<u64>(), dims in prop::collection::vec(1usize..5, 1..4), axis in 0usize..4, pi in 0usize..7) {
-        round_trip_prop::<u64>(seed, &dims, axis, pi);
-    }
 
     #[test]
     fn prop_any_conforming_array_round_trips(seed in any::<u64>(), groups in 1usize..40, pi in 0usize..7) {
