@@ -942,3 +942,22 @@ def test_every_table_instruction_exists_in_both_dialects():
     # name in neuronxcc.nki.isa (NotSupportedError on use), never an AttributeError.
     for name, *_ in trn2core._core.instruction_table():
         assert callable(getattr(nisa, name)) and callable(getattr(lisa, name)), name
+
+
+def test_a_launch_checks_the_host_before_copying_its_inputs(host_limited):
+    # Issue 28: a launch converted and copied its inputs before any host check. A broadcast
+    # view of 2**31 float16 elements (no memory behind it) must be refused naming the
+    # argument, before the float32 -> bf16 conversion or the device copy is made.
+    out = host_limited(
+        "import time, ml_dtypes, trn2core.nki as tn\n"
+        "nl = tn.language\n"
+        "def k(x):\n"
+        "    return x\n"
+        "big = np.broadcast_to(np.float16(1), (1 << 21, 1024))\n"
+        "t0 = time.perf_counter()",
+        "tn.run(k, big)",
+        "print('seconds', time.perf_counter() - t0 < 1.0)",
+    )
+    # 4 GiB held: its contiguous copy, the device copy and two read-backs.
+    assert out.startswith("refused x: the kernel's inputs (17179869184 B (16 GiB)"), out
+    assert out.endswith("seconds True\n"), out

@@ -1152,6 +1152,7 @@ class Launch:
 
     def execute(self):
         """Runs every program; returns the kernel's outputs as numpy arrays."""
+        _check_host(self.fn, self.args, self.kwargs, self.lnc)
         self.cores = [Core(self, i) for i in range(self.lnc)]
         inputs = [_bind(core, self.args, self.kwargs) for core in self.cores]
         grid = self.grid or ()
@@ -1188,16 +1189,12 @@ class Launch:
         read are left alone. Under LNC=2 each physical core's changed bytes are taken;
         both cores changing a byte to different values is a race."""
         keys = [*range(len(self.args)), *self.kwargs]
-        try:
-            params = list(inspect.signature(self.fn).parameters)
-        except (TypeError, ValueError):  # a builtin or an object without a signature
-            params = []
         for key in keys:
             caller = self.args[key] if isinstance(key, int) else self.kwargs[key]
             bound = [(a[key] if isinstance(key, int) else k[key]) for a, k in inputs]
             if not all(isinstance(t, NkiTensor) and id(t) in t._core.packed for t in bound):
                 continue
-            name = params[key] if isinstance(key, int) and key < len(params) else str(key)
+            name = _arg_name(self.fn, key) if isinstance(key, int) else key
             # Compared element by element (as raw codes: a stored NaN is a change too).
             codes = np.dtype(f"u{bound[0].dtype.itemsize}")
             before = bound[0]._core.packed[id(bound[0])][1].view(codes)
@@ -1340,12 +1337,56 @@ def _same_tile(a, b) -> bool:
             and a.space == b.space and a.start_partition == b.start_partition)  # fmt: skip
 
 
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray) or (
+        hasattr(x, "__array__") and hasattr(x, "dtype") and hasattr(x, "shape")
+    )
+
+
+def _arg_name(fn, i: int) -> str:
+    """The kernel's name for its ``i``-th positional argument (``arg{i}`` without one)."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin or an object without a signature
+        params = []
+    return params[i] if i < len(params) else f"arg{i}"
+
+
+def _check_host(fn, args, kwargs, lnc: int) -> None:
+    """The host check of a launch's inputs, before any is copied (issue 28): per array
+    argument a converted contiguous copy when it needs one, the machine's HBM copy on each
+    physical core, and the read-back of each copy and the merged result after the run
+    (``Launch._write_back``). ``CapacityError`` naming the argument; nothing is allocated."""
+    from .. import _validate
+
+    total, largest = 0, None
+    items = [*((_arg_name(fn, i), a) for i, a in enumerate(args)), *kwargs.items()]
+    for name, x in items:
+        if not _is_array(x):
+            continue
+        a = np.asarray(x)
+        try:
+            host = D.HOST_DTYPE[D.machine_name(D.as_dtype(a.dtype, name))]
+        except Trn2Error:
+            continue  # refused with its own message when bound
+        held = int(a.size) * host.itemsize
+        copy = 0 if (a.dtype == host and a.flags.c_contiguous) else held
+        need = copy + lnc * held + (lnc + 1) * held
+        total += need
+        if largest is None or need > largest[1]:
+            largest = (name, need)
+    if largest is not None:
+        _validate.check_alloc(
+            total, largest[0], f"the kernel's inputs ({_validate.human_bytes(total)} with their "
+            "device copies and read-back)",
+        )  # fmt: skip
+
+
 def _bind(core: Core, args, kwargs):
     """The kernel's arguments with numpy arrays as HBM tensors of ``core``."""
 
     def conv(x, name):
-        if isinstance(x, np.ndarray) or (hasattr(x, "__array__") and hasattr(x, "dtype")
-                                         and hasattr(x, "shape")):  # fmt: skip
+        if _is_array(x):
             a = np.asarray(x)
             if a.dtype == np.float64:
                 raise KernelError(
