@@ -165,13 +165,14 @@ RELEASED = 0.15
 @pytest.mark.parametrize(
     "name",
     ["gemm", "quantize", "compress", "prune", "estimate", "sparse-gemm", "all_reduce",
-     "all_to_all", "chip-gemm", "cluster-estimate"],
+     "all_to_all", "chip-gemm", "cluster-estimate", "hbm-tensor"],
 )  # fmt: skip
 def test_long_calls_release_the_gil(name, rng):
     a = t.quantize(rng.standard_normal((1024, 1024)), "bf16")
     sp = t.compress(t.prune(a, "2:4"), "2:4")
     x = rng.standard_normal(1 << 22)
     bufs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in range(16)]
+    core, big = t.NeuronCore(), np.ones(1 << 24, np.float32)
     calls = {
         "gemm": lambda: t.gemm(a, a),
         "quantize": lambda: t.quantize(x, "bf16", rounding="stochastic"),
@@ -183,6 +184,8 @@ def test_long_calls_release_the_gil(name, rng):
         "all_to_all": lambda: INST.all_to_all(bufs),
         "chip-gemm": lambda: t.gemm(a, a, core=t.Chip(lnc=1)),
         "cluster-estimate": lambda: CLUSTER.estimate("all_reduce", 1 << 30),
+        # 64 MiB of host data copied into a machine's HBM tensor (issue 28).
+        "hbm-tensor": lambda: core.free(core.hbm_tensor(big)),
     }
     frac, dt = _progress(calls[name])
     print(f"{name}: the loop ran at {frac:.0%} of its idle rate for {dt:.2f} s")

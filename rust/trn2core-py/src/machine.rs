@@ -452,7 +452,9 @@ impl PyMachine {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let arr = data.map(|d| borrow::<u8>(d, "data", "uint8")).transpose()?;
         let bytes = arr.as_ref().map(|a| slice(a, "data")).transpose()?;
-        let tile = guard(py, || self.lock().hbm_tensor(name, &shape, dt, bytes))?;
+        // A large tensor's bytes are copied with the GIL released (Ctrl-C and other threads).
+        let work = bytes.map_or(0, <[u8]>::len);
+        let tile = self.with_settled(py, work, |m| m.hbm_tensor(name, &shape, dt, bytes))?;
         Ok(PyTile { tile })
     }
 
