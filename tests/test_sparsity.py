@@ -344,6 +344,10 @@ def test_cutlass_layout_equals_pytorchs(dtype, shape):
     assert np.array_equal(bits(values), bits(want_values))
     back = t.SparseTensor.from_cutlass(values, meta)
     assert back.pattern == pattern and np.array_equal(bits(back.decompress()), bits(x))
+    # Metadata words in big-endian order (as read from a big-endian file) are the same words.
+    swapped = meta.astype(meta.dtype.newbyteorder(">"))
+    again = t.SparseTensor.from_cutlass(values, swapped)
+    assert np.array_equal(bits(again.decompress()), bits(x))
 
 
 def test_cutlass_refuses_other_layouts():

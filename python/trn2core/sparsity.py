@@ -182,9 +182,10 @@ class SparseTensor:
         if v.ndim != 2:
             raise ShapeError(f"values: expected a 2-D [rows, cols / 2] matrix, got {v.shape}")
         mt = _validate.array(meta, "meta")
-        if mt.dtype not in (np.dtype(np.int16), np.dtype(np.int32)):
+        native = mt.dtype.newbyteorder("=")  # either byte order: the words' values count
+        if native not in (np.dtype(np.int16), np.dtype(np.int32)):
             raise FormatError(f"meta: expected int16 or int32 words, got dtype {mt.dtype}")
-        mt = _validate.contiguous(mt, "meta").reshape(-1)
+        mt = _validate.contiguous(mt, "meta", dtype=native).reshape(-1)
         rows, cols = v.shape[0], v.shape[1] * 2
         dense = _core.sparsity_from_cutlass(codes, mt, rows, cols)
         pattern = "1:2" if v.dtype.itemsize == 4 else "2:4"
