@@ -428,7 +428,11 @@ impl Machine {
             self.scatter_raw(d, &x)
         } else {
             let mut x = self.gather_f32(&s.tile)?;
-            x.iter_mut().for_each(|v| *v = alu::canon(*v));
+            // In pieces with the token checked between them, as the gather and scatter are.
+            for piece in x.chunks_mut(1 << 20) {
+                crate::cancel::check()?;
+                piece.iter_mut().for_each(|v| *v = alu::canon(*v));
+            }
             self.scatter_f32(d, &x)
         }
     }
