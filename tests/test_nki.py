@@ -961,3 +961,20 @@ def test_a_launch_checks_the_host_before_copying_its_inputs(host_limited):
     # 4 GiB held: its contiguous copy, the device copy and two read-backs.
     assert out.startswith("refused x: the kernel's inputs (17179869184 B (16 GiB)"), out
     assert out.endswith("seconds True\n"), out
+
+
+def test_byte_swapped_arrays_are_inputs_and_take_their_results_back():
+    # Issue 28: a launch refused a big-endian array ("constant: >f4 is not an NKI dtype").
+    x = np.arange(8, dtype=">f4").reshape(2, 4)
+
+    @tn.jit
+    def neg(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.negative(nl.load(x)))
+        nl.store(x, value=nl.load(out))
+        return out
+
+    out = neg(x)
+    want = -np.arange(8, dtype=np.float32).reshape(2, 4)
+    assert out.dtype == np.float32 and np.array_equal(out, want)
+    assert x.dtype == np.dtype(">f4") and np.array_equal(x, want)

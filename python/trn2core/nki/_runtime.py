@@ -426,7 +426,8 @@ class Core:
 
     def constant(self, array: np.ndarray, name: str = "") -> NkiTensor:
         """An HBM tensor holding host data (inputs, ``shared_constant``)."""
-        dt = D.as_dtype(array.dtype, "constant")
+        # Either byte order: the values count (contract section 8 accepts byte-swapped arrays).
+        dt = D.as_dtype(array.dtype.newbyteorder("="), name or "constant")
         mname = D.machine_name(dt)
         host = np.ascontiguousarray(array.astype(D.HOST_DTYPE[mname], copy=False))
         shape = host.shape or (1,)
@@ -1366,7 +1367,7 @@ def _check_host(fn, args, kwargs, lnc: int) -> None:
             continue
         a = np.asarray(x)
         try:
-            host = D.HOST_DTYPE[D.machine_name(D.as_dtype(a.dtype, name))]
+            host = D.HOST_DTYPE[D.machine_name(D.as_dtype(a.dtype.newbyteorder("="), name))]
         except Trn2Error:
             continue  # refused with its own message when bound
         held = int(a.size) * host.itemsize
