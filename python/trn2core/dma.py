@@ -272,7 +272,7 @@ def dma_copy(
     call = [raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
             src_end, dst_end, int(queue)]  # fmt: skip
     if mem._machine is not None:  # a NeuronCore's: SBUF and PSUM are its machine's account
-        fields, trace, nbytes, wire, s, d = mem._machine.dma_copy(mem._native, *call)
+        fields, trace, nbytes, wire, s, d = mem._machine.cost_dma(mem._native, *call)
     else:
         fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call)
     bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0

@@ -206,8 +206,68 @@ fn borrow_all<'py, T: Element>(
         .collect::<Result<_, _>>()?)
 }
 
-/// All-reduce or reduce-scatter of `inputs` (flat contiguous arrays: float32 for fp32, uint16
-/// for bf16/fp16, uint8 for fp8) in `format`; returns `(outputs, report dict)`.
+/// Every chip's buffer (any numpy array: strided or byte-swapped too) as flat C-contiguous
+/// native-order words of numpy dtype `code` (`word` bytes each) and their word counts. The
+/// buffers that are not C-contiguous in native order are copied, after one host check of those
+/// copies plus `out_bytes(word counts)` (the outputs the call makes next): `CapacityError` on
+/// `buffers` before anything is allocated. The facade passes the buffers as it holds them.
+fn held<'py>(
+    py: Python<'py>,
+    collective: Collective,
+    inputs: &[Bound<'py, PyAny>],
+    code: &str,
+    word: usize,
+    out_bytes: impl FnOnce(&[usize]) -> trn2core::Result<u128>,
+) -> PyTrn2Result<(Vec<Bound<'py, PyAny>>, Vec<usize>)> {
+    let (mut lens, mut copy, mut copies) = (Vec::new(), Vec::new(), 0u128);
+    for b in inputs {
+        let nbytes: usize = b.getattr("nbytes")?.extract()?;
+        let contiguous: bool = b.getattr("flags")?.getattr("c_contiguous")?.extract()?;
+        let native: bool = b.getattr("dtype")?.getattr("isnative")?.extract()?;
+        lens.push(nbytes / word);
+        copy.push(!(contiguous && native));
+        if !(contiguous && native) {
+            copies = copies.saturating_add(nbytes as u128);
+        }
+    }
+    let outs = out_bytes(&lens)?;
+    trn2core::host::check_alloc(
+        "buffers",
+        &format!(
+            "the {} of {} buffers ({outs} bytes of outputs, {copies} of input copies)",
+            collective.name(),
+            inputs.len()
+        ),
+        copies.saturating_add(outs),
+    )?;
+    let np = py.import("numpy")?;
+    let words = inputs
+        .iter()
+        .zip(copy)
+        .map(|(b, copy)| {
+            let b = if copy {
+                let dt = b.getattr("dtype")?.call_method1("newbyteorder", ("=",))?;
+                np.call_method1("ascontiguousarray", (b.call_method1("astype", (dt,))?,))?
+            } else {
+                b.clone()
+            };
+            b.call_method1("reshape", (-1,))?
+                .call_method1("view", (code,))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((words, lens))
+}
+
+/// Bytes of the arrays of `lens` elements of `size` bytes.
+fn bytes_of(lens: &[usize], size: usize) -> u128 {
+    lens.iter()
+        .fold(0u128, |a, &n| a.saturating_add(n as u128))
+        .saturating_mul(size as u128)
+}
+
+/// All-reduce or reduce-scatter of `inputs` (every chip's buffer as the caller holds it: any
+/// layout or byte order of a `format` dtype) in `format`; returns `(outputs as flat arrays of
+/// the format's words, report dict)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, inputs))]
 #[allow(clippy::too_many_arguments)]
@@ -227,14 +287,18 @@ pub fn collective_reduce<'py>(
     let f = Format::parse("dtype", format)?;
     let g = group(torus, chips)?;
     macro_rules! run {
-        ($t:ty, $what:expr, $buf:ident) => {{
-            let ro = borrow_all::<$t>(&inputs, $what)?;
+        ($t:ty, $code:expr, $what:expr, $buf:ident) => {{
+            let size = std::mem::size_of::<$t>();
+            let plan = |lens: &[usize]| collective::output_plan(&g, c, Some(f), 1, lens);
+            let (words, lens) = held(py, c, &inputs, $code, size, |l| {
+                Ok(bytes_of(&plan(l)?, size))
+            })?;
+            let ro = borrow_all::<$t>(&words, $what)?;
             let ins = ro
                 .iter()
                 .map(|a| slice(a, "buffers"))
                 .collect::<Result<Vec<&[$t]>, _>>()?;
-            let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
-            let out_lens = collective::output_plan(&g, c, Some(f), 1, &lens)?;
+            let out_lens = plan(&lens)?;
             let (outs, rep) = fill_new_arrays::<$t, _>(
                 py,
                 &out_lens,
@@ -251,9 +315,9 @@ pub fn collective_reduce<'py>(
         }};
     }
     let (list, rep) = match f.code_bits() {
-        32 => run!(f32, "float32", F32),
-        16 => run!(u16, "uint16 (bf16/fp16 bit patterns)", U16),
-        _ => run!(u8, "uint8 (fp8 codes)", U8),
+        32 => run!(f32, "float32", "float32", F32),
+        16 => run!(u16, "uint16", "uint16 (bf16/fp16 bit patterns)", U16),
+        _ => run!(u8, "uint8", "uint8 (fp8 codes)", U8),
     };
     Ok((list, report_to_dict(py, &torus.inner, &rep)?))
 }
@@ -276,13 +340,14 @@ pub fn collective_move<'py>(
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(torus, chips)?;
-    let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
+    let plan = |lens: &[usize]| collective::output_plan(&g, c, None, elem_size, lens);
+    let (words, lens) = held(py, c, &inputs, "uint8", 1, |l| Ok(bytes_of(&plan(l)?, 1)))?;
+    let ro = borrow_all::<u8>(&words, "uint8 (raw bytes)")?;
     let ins = ro
         .iter()
         .map(|a| slice(a, "buffers"))
         .collect::<Result<Vec<&[u8]>, _>>()?;
-    let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
-    let out_lens = collective::output_plan(&g, c, None, elem_size, &lens)?;
+    let out_lens = plan(&lens)?;
     let (outs, rep) = fill_new_arrays::<u8, _>(
         py,
         &out_lens,

@@ -413,7 +413,7 @@ impl PyMachine {
     /// `CoreMemory.dma_copy` on this core: HBM from `memory`, SBUF/PSUM from this machine.
     #[pyo3(signature = (memory, raw, dtype, elem_size, shape, codec, src, dst, queue))]
     #[allow(clippy::too_many_arguments)]
-    fn dma_copy<'py>(
+    fn cost_dma<'py>(
         &self,
         py: Python<'py>,
         memory: PyRef<'py, PyCoreMemory>,
