@@ -234,8 +234,11 @@ class NeuronCore:
         from .memory import Allocation
 
         machine_dtype = None
-        if shape is not None and 0 < len(shape) <= 5 and 0 < shape[0] <= 128 and all(
-            0 < d < 2**32 for d in shape
+        if (
+            shape is not None
+            and 0 < len(shape) <= 5
+            and 0 < shape[0] <= 128
+            and all(0 < d < 2**32 for d in shape)
         ):
             try:
                 machine_dtype = dtype_name(dt)
