@@ -43,9 +43,14 @@ class NkiValidationError(Trn2ValueError):
     """A hardware constraint is violated (NKI's name; trn2core raises its own subclasses)."""
 
 
+_TILE = _core.Tile
+
+
 def _t(x, arg: str):
     if isinstance(x, NkiTensor):
-        return x.tile
+        t = x._t
+        # The common case (a resolved machine tile) without the property's checks.
+        return t if type(t) is _TILE else x.tile
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
 
@@ -53,7 +58,8 @@ def _m(*xs):
     for x in xs:
         if isinstance(x, NkiTensor):
             c = x._core
-            c.flush()
+            if c.pending is not None:
+                c.flush()
             return c.m
     c = current()
     c.flush()
@@ -133,8 +139,15 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs) -> None:
     _m(dst, data).issue("nc_transpose", e, _t(dst, "dst"), _t(data, "data"))
 
 
+_INT32 = (D.int32, D.uint32)
+
+
 def _tt_engine(e, op: str, *tiles) -> str:
-    ints = all(isinstance(t, NkiTensor) and t.dtype in (D.int32, D.uint32) for t in tiles)
+    ints = True
+    for t in tiles:
+        if not (isinstance(t, NkiTensor) and t.dtype in _INT32):
+            ints = False
+            break
     default = "gpsimd" if op == "power" or ints else "vector"
     return engine_name(e, default, ("vector", "gpsimd"), "tensor_tensor")
 
