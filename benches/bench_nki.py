@@ -1,4 +1,4 @@
-"""trn2core.nki speed (issues 15, 26): the front end's cost next to the arithmetic, ratios in one run.
+"""trn2core.nki speed (issues 15, 26): the front end's cost next to the arithmetic, in one run.
 
 - A fully blocked NKI matmul kernel (``examples/nki/matmul.py``, stage 4) on 2048 x 2048 x 2048
   bf16 against ``trn2core.gemm`` on the same operands (issue 26's target: within 1.5x).
