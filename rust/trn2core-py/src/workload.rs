@@ -66,9 +66,19 @@ pub struct PyModelInfo {
 }
 
 impl PyModelInfo {
-    fn of(m: Model) -> PyTrn2Result<Self> {
+    fn of(m: &Model) -> PyTrn2Result<Self> {
         let moe = m.moe.as_ref();
         Ok(PyModelInfo {
+            name: m.name.clone(),
+            hidden_size: m.hidden,
+            num_hidden_layers: m.layers,
+            num_attention_heads: m.heads,
+            num_key_value_heads: m.kv_heads,
+            head_dim: m.head_dim,
+            intermediate_size: m.intermediate,
+            vocab_size: m.vocab,
+            tie_word_embeddings: m.tied_embeddings,
+            sliding_window: m.sliding_window,
             parameters: m.parameters()?,
             moe_layers: m.moe_layers(),
             num_experts: moe.map(|e| e.experts),
@@ -79,16 +89,6 @@ impl PyModelInfo {
                 workload::AttentionKind::Gqa => "gqa",
                 workload::AttentionKind::Mla { .. } => "mla",
             },
-            hidden_size: m.hidden,
-            num_hidden_layers: m.layers,
-            num_attention_heads: m.heads,
-            num_key_value_heads: m.kv_heads,
-            head_dim: m.head_dim,
-            intermediate_size: m.intermediate,
-            vocab_size: m.vocab,
-            tie_word_embeddings: m.tied_embeddings,
-            sliding_window: m.sliding_window,
-            name: m.name,
         })
     }
 }
@@ -111,14 +111,15 @@ pub struct PyOpTime {
 
 impl From<OpTime> for PyOpTime {
     fn from(o: OpTime) -> Self {
+        let total_s = o.total_s();
         PyOpTime {
-            total_s: o.total_s(),
             name: o.name,
             scope: o.scope,
             kind: o.kind,
             count: o.count,
             seconds: o.seconds,
             fixed_s: o.fixed_s,
+            total_s,
             hbm_bytes: o.hbm_bytes,
             flops: o.flops,
             bound: o.bound,
@@ -306,7 +307,7 @@ pub struct PySearchResult {
 #[pyfunction]
 #[pyo3(signature = (name, config = None))]
 pub fn workload_model(name: &str, config: Option<Bound<'_, PyDict>>) -> PyTrn2Result<PyModelInfo> {
-    PyModelInfo::of(model_of(name, config.as_ref())?)
+    PyModelInfo::of(&model_of(name, config.as_ref())?)
 }
 
 /// The layout of a call, converted.
