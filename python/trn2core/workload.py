@@ -23,7 +23,6 @@ import html
 import json
 import os
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
 from . import _core, _validate
@@ -68,7 +67,9 @@ _MOE_FIELDS = ("num_experts", "num_experts_per_tok", "shared_experts", "moe_inte
 
 def _plain(value: Any) -> Any:
     """A report of the core (or a list of them) as the dicts the facade gives: its getters in
-    ``_FIELDS`` order, nested reports likewise, a memory plan's ``items`` as bytes by name."""
+    ``_FIELDS`` order, nested reports likewise, a memory plan's ``items`` as bytes by name. The
+    facade keeps these, not the core's objects: its models and reports stay plain data (they
+    pickle and copy)."""
     if isinstance(value, list):
         return [_plain(v) for v in value]
     names = _FIELDS.get(type(value))
@@ -102,7 +103,7 @@ class Model:
             raise Trn2ValueError(f"model: expected a preset name or a config, got {name!r}")
         self._config = None if config is None else _flatten(config)
         self._name = name
-        self._info = _core.workload_model(name, self._config)
+        self._info = _plain(_core.workload_model(name, self._config))
 
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any] | str | os.PathLike, name: str = "") -> Model:
@@ -125,16 +126,16 @@ class Model:
 
     @property
     def name(self) -> str:
-        return self._info.name
+        return self._info["name"]
 
     @property
     def parameters(self) -> int:
         """Total parameters."""
-        return self._info.parameters
+        return self._info["parameters"]
 
     def to_dict(self) -> dict[str, Any]:
         """The fields the model reads, and its parameter count."""
-        return _plain(self._info)
+        return dict(self._info)
 
     def __repr__(self) -> str:
         return f"Model({self.name!r}, {self.parameters / 1e9:.1f}B parameters)"
@@ -169,20 +170,15 @@ class StepReport:
     """One step's time with its per-layer, per-op breakdown, memory plan and uncertainty."""
 
     def __init__(self, r: _core.Step) -> None:
-        self._r = r
-
-    @cached_property
-    def _d(self) -> dict[str, Any]:
-        """The report as the dict ``to_dict`` copies."""
-        return _plain(self._r)
+        self._d = _plain(r)
 
     @property
     def seconds(self) -> float:
-        return self._r.seconds
+        return self._d["seconds"]
 
     @property
     def phase(self) -> str:
-        return self._r.phase
+        return self._d["phase"]
 
     @property
     def bucket(self) -> int:
@@ -396,21 +392,21 @@ class TrainReport(StepReport):
 
     @property
     def tokens_per_s(self) -> float:
-        return self._r.tokens_per_s
+        return self._d["tokens_per_s"]
 
     @property
     def mfu(self) -> float:
         """Model FLOPs utilisation against the bf16 peak of the cores the layout occupies."""
-        return self._r.mfu
+        return self._d["mfu"]
 
     @property
     def bubble_fraction(self) -> float:
         """The 1F1B pipeline bubble: (pp - 1) / (micro_batches + pp - 1)."""
-        return self._r.bubble_fraction
+        return self._d["bubble_fraction"]
 
     @property
     def micro_batches(self) -> int:
-        return self._r.micro_batches
+        return self._d["micro_batches"]
 
     def __str__(self) -> str:
         d = self._d
@@ -487,12 +483,8 @@ class SearchResult:
     machine does not allow), ``skipped_constraints`` (over ``max_ttft_s``/``max_itl_s``)."""
 
     def __init__(self, r: _core.SearchResult, objective: str) -> None:
-        self._r = r
+        self._d = _plain(r)
         self.objective = objective
-
-    @cached_property
-    def _d(self) -> dict[str, Any]:
-        return _plain(self._r)
 
     @property
     def layouts(self) -> list[dict]:
@@ -505,7 +497,7 @@ class SearchResult:
 
     def __getattr__(self, name: str):
         if name in ("tried", "skipped_capacity", "skipped_invalid", "skipped_constraints"):
-            return getattr(self._r, name)
+            return self._d[name]
         raise AttributeError(name)
 
     def to_dict(self) -> dict[str, Any]:
