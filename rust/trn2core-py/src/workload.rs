@@ -303,6 +303,22 @@ pub struct PySearchResult {
     skipped_constraints: usize,
 }
 
+impl PySearchResult {
+    fn of(py: Python<'_>, r: &SearchResult) -> PyResult<Self> {
+        Ok(PySearchResult {
+            layouts: r
+                .layouts
+                .iter()
+                .map(|c| Py::new(py, PyCandidate::from(c)))
+                .collect::<PyResult<_>>()?,
+            tried: r.tried,
+            skipped_capacity: r.skipped_capacity,
+            skipped_invalid: r.skipped_invalid,
+            skipped_constraints: r.skipped_constraints,
+        })
+    }
+}
+
 /// The model's description: its fields and parameter count.
 #[pyfunction]
 #[pyo3(signature = (name, config = None))]
@@ -522,17 +538,6 @@ pub fn workload_search<'py>(
         max_ttft_s,
         max_itl_s,
     };
-    let r: SearchResult = guard_detached(py, || workload::search(&m, &space))?;
-    let layouts = r
-        .layouts
-        .iter()
-        .map(|c| Py::new(py, PyCandidate::from(c)))
-        .collect::<PyResult<_>>()?;
-    Ok(PySearchResult {
-        layouts,
-        tried: r.tried,
-        skipped_capacity: r.skipped_capacity,
-        skipped_invalid: r.skipped_invalid,
-        skipped_constraints: r.skipped_constraints,
-    })
+    let r = guard_detached(py, || workload::search(&m, &space))?;
+    Ok(PySearchResult::of(py, &r)?)
 }
