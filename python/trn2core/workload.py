@@ -46,6 +46,43 @@ PRESETS: tuple[str, ...] = MODEL_PRESETS
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3"}
 
 
+#: The getters of each report class of the core, in the order of the facade's dicts.
+_FIELDS: dict[type, str] = {
+    _core.ModelInfo: "name hidden_size num_hidden_layers num_attention_heads num_key_value_heads "
+    "head_dim intermediate_size vocab_size tie_word_embeddings sliding_window parameters "
+    "moe_layers num_experts num_experts_per_tok shared_experts moe_intermediate_size attention",
+    _core.OpTime: "name scope kind count seconds fixed_s total_s hbm_bytes flops bound",
+    _core.MemoryPlan: "items total_bytes capacity_bytes ranks_per_chip",
+    _core.StepParts: "other_s reduce_ops reduce_steps fixed_ops layer_collectives_s",
+    _core.StepReport: "phase model tokens bucket seconds description ops memory parts uncertainty",
+    _core.TrainReport: "phase model seconds tokens_per_s mfu model_flops peak_flops_per_s "
+    "micro_batches bubble_fraction stage_layers forward_s backward_s dp_reduce_s dp_exposed_s "
+    "description ops memory uncertainty",
+    _core.Candidate: "tp pp dp ep lnc batch ttft_s itl_s tokens_per_s cost_per_mtok mfu",
+    _core.SearchResult: "layouts tried skipped_capacity skipped_invalid skipped_constraints",
+}
+#: The MoE fields, which a dense model's dict leaves out.
+_MOE_FIELDS = ("num_experts", "num_experts_per_tok", "shared_experts", "moe_intermediate_size")
+
+
+def _plain(value: Any) -> Any:
+    """A report of the core (or a list of them) as the dicts the facade gives: its getters in
+    ``_FIELDS`` order, nested reports likewise, a memory plan's ``items`` as bytes by name. The
+    facade keeps these, not the core's objects: its models and reports stay plain data (they
+    pickle and copy)."""
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    names = _FIELDS.get(type(value))
+    if names is None:
+        return value
+    out = {k: _plain(getattr(value, k)) for k in names.split()}
+    if isinstance(value, _core.MemoryPlan):
+        out["items"] = dict(value.items)
+    if isinstance(value, _core.ModelInfo) and value.num_experts is None:
+        out = {k: v for k, v in out.items() if k not in _MOE_FIELDS}
+    return out
+
+
 def _flatten(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config's top-level fields, a nested ``text_config`` (Llama-4, multimodal models)
     merged over them; nested objects and lists are dropped (the model reads none)."""
@@ -66,7 +103,7 @@ class Model:
             raise Trn2ValueError(f"model: expected a preset name or a config, got {name!r}")
         self._config = None if config is None else _flatten(config)
         self._name = name
-        self._info = dict(_core.workload_model(name, self._config))
+        self._info = _plain(_core.workload_model(name, self._config))
 
     @classmethod
     def from_hf_config(cls, config: Mapping[str, Any] | str | os.PathLike, name: str = "") -> Model:
@@ -132,8 +169,8 @@ def _buckets(value, arg: str) -> list[int]:
 class StepReport:
     """One step's time with its per-layer, per-op breakdown, memory plan and uncertainty."""
 
-    def __init__(self, d: dict) -> None:
-        self._d = d
+    def __init__(self, r: _core.Step) -> None:
+        self._d = _plain(r)
 
     @property
     def seconds(self) -> float:
@@ -323,12 +360,12 @@ class Inference:
 
     def _step(self, phase: str, tokens) -> StepReport:
         a = self._args
-        d = _core.workload_step(
+        r = _core.workload_step(
             self.model._name, self.model._config, phase, tokens, a["machine"], a["tp"],
             a["ep"], a["lnc"], a["batch"], a["dtype"], a["sequence_parallel"], a["seq_len"],
             a["prefill_buckets"], a["decode_buckets"], a["serving"], a["naive"],
         )  # fmt: skip
-        return StepReport(d)
+        return StepReport(r)
 
     def prefill(self, tokens: int) -> StepReport:
         """Time to first token of a prompt of ``tokens`` tokens (padded to its bucket)."""
@@ -342,10 +379,10 @@ class Inference:
         """Bytes per logical core: weights, KV cache, activations, against its HBM
         (``CapacityError`` naming the biggest item if they do not fit)."""
         a = self._args
-        return _core.workload_memory(
+        return _plain(_core.workload_memory(
             self.model._name, self.model._config, a["machine"], a["tp"], a["ep"], a["lnc"],
             a["batch"], a["dtype"], a["seq_len"], a["prefill_buckets"],
-        )  # fmt: skip
+        ))  # fmt: skip
 
 
 class TrainReport(StepReport):
@@ -445,8 +482,8 @@ class SearchResult:
     ``skipped_capacity`` (memory plan does not fit), ``skipped_invalid`` (degrees the model or
     machine does not allow), ``skipped_constraints`` (over ``max_ttft_s``/``max_itl_s``)."""
 
-    def __init__(self, d: dict, objective: str) -> None:
-        self._d = d
+    def __init__(self, r: _core.SearchResult, objective: str) -> None:
+        self._d = _plain(r)
         self.objective = objective
 
     @property
@@ -544,7 +581,7 @@ def search(
     if dtype not in _DTYPES:
         raise Trn2ValueError(f"constraints['dtype']: expected one of {sorted(_DTYPES)}")
     lnc = c.get("lnc", [] if machine_lnc is None else [machine_lnc])
-    d = _core.workload_search(
+    r = _core.workload_search(
         m._name, m._config, name, objective,
         None if price_per_hour is None else float(price_per_hour), bool(train),
         _validate.integer(c.get("prompt", 1024), "constraints['prompt']", lo=1),
@@ -556,4 +593,4 @@ def search(
         _validate.integer(c.get("seq", 4096), "constraints['seq']", lo=1),
         _seconds(c.get("max_ttft_s"), "max_ttft_s"), _seconds(c.get("max_itl_s"), "max_itl_s"),
     )  # fmt: skip
-    return SearchResult(d, objective)
+    return SearchResult(r, objective)

@@ -81,6 +81,15 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(workload::workload_memory, m)?)?;
     m.add_function(wrap_pyfunction!(workload::workload_train, m)?)?;
     m.add_function(wrap_pyfunction!(workload::workload_search, m)?)?;
+    m.add_class::<workload::PyModelInfo>()?;
+    m.add_class::<workload::PyOpTime>()?;
+    m.add_class::<workload::PyMemoryPlan>()?;
+    m.add_class::<workload::PyStepParts>()?;
+    m.add_class::<workload::PyStep>()?;
+    m.add_class::<workload::PyStepReport>()?;
+    m.add_class::<workload::PyTrainReport>()?;
+    m.add_class::<workload::PyCandidate>()?;
+    m.add_class::<workload::PySearchResult>()?;
     warm_up(m.py())
 }
 

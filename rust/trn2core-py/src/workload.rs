@@ -1,12 +1,14 @@
 //! Binding of whole-model estimates (`trn2core::workload`): converts the config and the layout,
-//! calls one core function, maps errors. No logic.
+//! calls one core function, maps errors, and returns the core's report as frozen classes with
+//! one getter a field (`trn2core.workload` wraps them). No logic.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList};
+use pyo3::types::{PyBool, PyDict};
+use pyo3::PyClassInitializer;
 use trn2core::numerics::Format;
 use trn2core::workload::{
-    self, ConfigValue, Layout, Machine, MemoryPlan, Model, Objective, OpTime, Recompute,
-    SearchSpace, Serving, TrainLayout,
+    self, Candidate, ConfigValue, Layout, Machine, MemoryPlan, Model, Objective, OpTime, Parts,
+    Recompute, SearchResult, SearchSpace, Serving, StepReport, TrainLayout, TrainReport,
 };
 
 use crate::errors::{guard_detached, PyTrn2Result};
@@ -40,42 +42,288 @@ fn model_of(name: &str, config: Option<&Bound<'_, PyDict>>) -> PyTrn2Result<Mode
     Ok(workload::resolve_model(name, f.as_deref())?)
 }
 
+/// A model's fields under their `config.json` names and its parameter count (`trn2core.workload`
+/// builds `Model.to_dict()` from these; the four MoE fields are `None` for a dense model).
+#[pyclass(name = "ModelInfo", module = "trn2core._core", frozen, get_all)]
+pub struct PyModelInfo {
+    name: String,
+    hidden_size: u64,
+    num_hidden_layers: u64,
+    num_attention_heads: u64,
+    num_key_value_heads: u64,
+    head_dim: u64,
+    intermediate_size: u64,
+    vocab_size: u64,
+    tie_word_embeddings: bool,
+    sliding_window: Option<u64>,
+    parameters: u64,
+    moe_layers: u64,
+    num_experts: Option<u64>,
+    num_experts_per_tok: Option<u64>,
+    shared_experts: Option<u64>,
+    moe_intermediate_size: Option<u64>,
+    attention: &'static str,
+}
+
+impl PyModelInfo {
+    fn of(m: &Model) -> PyTrn2Result<Self> {
+        let moe = m.moe.as_ref();
+        Ok(PyModelInfo {
+            name: m.name.clone(),
+            hidden_size: m.hidden,
+            num_hidden_layers: m.layers,
+            num_attention_heads: m.heads,
+            num_key_value_heads: m.kv_heads,
+            head_dim: m.head_dim,
+            intermediate_size: m.intermediate,
+            vocab_size: m.vocab,
+            tie_word_embeddings: m.tied_embeddings,
+            sliding_window: m.sliding_window,
+            parameters: m.parameters()?,
+            moe_layers: m.moe_layers(),
+            num_experts: moe.map(|e| e.experts),
+            num_experts_per_tok: moe.map(|e| e.experts_per_token),
+            shared_experts: moe.map(|e| e.shared_experts),
+            moe_intermediate_size: moe.map(|e| e.intermediate),
+            attention: match m.attention {
+                workload::AttentionKind::Gqa => "gqa",
+                workload::AttentionKind::Mla { .. } => "mla",
+            },
+        })
+    }
+}
+
+/// One op of a step ([`OpTime`]): `seconds` is one run, `total_s` all `count` runs with their
+/// fixed costs.
+#[pyclass(name = "OpTime", module = "trn2core._core", frozen, get_all)]
+pub struct PyOpTime {
+    name: String,
+    scope: &'static str,
+    kind: &'static str,
+    count: u64,
+    seconds: f64,
+    fixed_s: f64,
+    total_s: f64,
+    hbm_bytes: f64,
+    flops: f64,
+    bound: String,
+}
+
+impl From<OpTime> for PyOpTime {
+    fn from(o: OpTime) -> Self {
+        let total_s = o.total_s();
+        PyOpTime {
+            name: o.name,
+            scope: o.scope,
+            kind: o.kind,
+            count: o.count,
+            seconds: o.seconds,
+            fixed_s: o.fixed_s,
+            total_s,
+            hbm_bytes: o.hbm_bytes,
+            flops: o.flops,
+            bound: o.bound,
+        }
+    }
+}
+
+/// Bytes per logical core ([`MemoryPlan`]): `items` as `(name, bytes)` pairs in the plan's order.
+#[pyclass(name = "MemoryPlan", module = "trn2core._core", frozen, get_all)]
+pub struct PyMemoryPlan {
+    items: Vec<(&'static str, u64)>,
+    total_bytes: u64,
+    capacity_bytes: u64,
+    ranks_per_chip: usize,
+}
+
+impl From<MemoryPlan> for PyMemoryPlan {
+    fn from(m: MemoryPlan) -> Self {
+        PyMemoryPlan {
+            items: m.items.iter().map(|i| (i.name, i.bytes)).collect(),
+            total_bytes: m.total_bytes,
+            capacity_bytes: m.capacity_bytes,
+            ranks_per_chip: m.ranks_per_chip,
+        }
+    }
+}
+
+/// What the calibrated terms of a step multiply ([`Parts`]).
+#[pyclass(name = "StepParts", module = "trn2core._core", frozen, get_all)]
+pub struct PyStepParts {
+    other_s: f64,
+    reduce_ops: f64,
+    reduce_steps: f64,
+    fixed_ops: f64,
+    layer_collectives_s: f64,
+}
+
+impl From<Parts> for PyStepParts {
+    fn from(p: Parts) -> Self {
+        PyStepParts {
+            other_s: p.other_s,
+            reduce_ops: p.reduce_ops,
+            reduce_steps: p.reduce_steps,
+            fixed_ops: p.fixed_ops,
+            layer_collectives_s: p.layer_collectives_s,
+        }
+    }
+}
+
+/// What every step report carries: the base class of `StepReport` and `TrainReport` (the per-op
+/// rows, the memory plan, the uncertainty as the dict every report of the package gives).
+#[pyclass(name = "Step", module = "trn2core._core", subclass, frozen, get_all)]
+pub struct PyStep {
+    phase: &'static str,
+    model: String,
+    seconds: f64,
+    description: String,
+    ops: Vec<Py<PyOpTime>>,
+    memory: Py<PyMemoryPlan>,
+    uncertainty: Py<PyDict>,
+}
+
+/// The [`PyStep`] of a core report `$r` (a [`StepReport`] or a [`TrainReport`]: the fields they
+/// share), inside a function returning `PyResult`.
+macro_rules! step_of {
+    ($py:expr, $phase:expr, $r:ident) => {
+        PyStep {
+            phase: $phase,
+            model: $r.model,
+            seconds: $r.seconds,
+            description: $r.description,
+            ops: $r
+                .ops
+                .into_iter()
+                .map(|o| Py::new($py, PyOpTime::from(o)))
+                .collect::<PyResult<_>>()?,
+            memory: Py::new($py, PyMemoryPlan::from($r.memory))?,
+            uncertainty: uncertainty_dict($py, &$r.uncertainty)?.unbind(),
+        }
+    };
+}
+
+/// One inference step ([`StepReport`]).
+#[pyclass(name = "StepReport", module = "trn2core._core", extends = PyStep, frozen, get_all)]
+pub struct PyStepReport {
+    tokens: u64,
+    bucket: u64,
+    parts: Py<PyStepParts>,
+}
+
+impl PyStepReport {
+    fn of(py: Python<'_>, r: StepReport) -> PyResult<Py<Self>> {
+        let step = step_of!(py, r.phase, r);
+        let report = PyStepReport {
+            tokens: r.tokens,
+            bucket: r.bucket,
+            parts: Py::new(py, PyStepParts::from(r.parts))?,
+        };
+        Py::new(py, PyClassInitializer::from(step).add_subclass(report))
+    }
+}
+
+/// One training step ([`TrainReport`]); its `phase` is `"train"`.
+#[pyclass(name = "TrainReport", module = "trn2core._core", extends = PyStep, frozen, get_all)]
+pub struct PyTrainReport {
+    tokens_per_s: f64,
+    mfu: f64,
+    model_flops: f64,
+    peak_flops_per_s: f64,
+    micro_batches: u64,
+    bubble_fraction: f64,
+    stage_layers: u64,
+    forward_s: f64,
+    backward_s: f64,
+    dp_reduce_s: f64,
+    dp_exposed_s: f64,
+}
+
+impl PyTrainReport {
+    fn of(py: Python<'_>, r: TrainReport) -> PyResult<Py<Self>> {
+        let step = step_of!(py, "train", r);
+        let report = PyTrainReport {
+            tokens_per_s: r.tokens_per_s,
+            mfu: r.mfu,
+            model_flops: r.model_flops,
+            peak_flops_per_s: r.peak_flops_per_s,
+            micro_batches: r.micro_batches,
+            bubble_fraction: r.bubble_fraction,
+            stage_layers: r.stage_layers,
+            forward_s: r.forward_s,
+            backward_s: r.backward_s,
+            dp_reduce_s: r.dp_reduce_s,
+            dp_exposed_s: r.dp_exposed_s,
+        };
+        Py::new(py, PyClassInitializer::from(step).add_subclass(report))
+    }
+}
+
+/// One ranked layout of a search ([`Candidate`]; `cost_per_mtok` `None` without a price).
+#[pyclass(name = "Candidate", module = "trn2core._core", frozen, get_all)]
+pub struct PyCandidate {
+    tp: usize,
+    pp: usize,
+    dp: usize,
+    ep: usize,
+    lnc: usize,
+    batch: u64,
+    ttft_s: f64,
+    itl_s: f64,
+    tokens_per_s: f64,
+    cost_per_mtok: Option<f64>,
+    mfu: f64,
+}
+
+impl From<&Candidate> for PyCandidate {
+    fn from(c: &Candidate) -> Self {
+        PyCandidate {
+            tp: c.tp,
+            pp: c.pp,
+            dp: c.dp,
+            ep: c.ep,
+            lnc: c.lnc,
+            batch: c.batch,
+            ttft_s: c.ttft_s,
+            itl_s: c.itl_s,
+            tokens_per_s: c.tokens_per_s,
+            cost_per_mtok: c.cost_per_mtok,
+            mfu: c.mfu,
+        }
+    }
+}
+
+/// The ranked layouts of a search, best first, and the counts of those left out
+/// ([`SearchResult`]).
+#[pyclass(name = "SearchResult", module = "trn2core._core", frozen, get_all)]
+pub struct PySearchResult {
+    layouts: Vec<Py<PyCandidate>>,
+    tried: usize,
+    skipped_capacity: usize,
+    skipped_invalid: usize,
+    skipped_constraints: usize,
+}
+
+impl PySearchResult {
+    fn of(py: Python<'_>, r: &SearchResult) -> PyResult<Self> {
+        Ok(PySearchResult {
+            layouts: r
+                .layouts
+                .iter()
+                .map(|c| Py::new(py, PyCandidate::from(c)))
+                .collect::<PyResult<_>>()?,
+            tried: r.tried,
+            skipped_capacity: r.skipped_capacity,
+            skipped_invalid: r.skipped_invalid,
+            skipped_constraints: r.skipped_constraints,
+        })
+    }
+}
+
 /// The model's description: its fields and parameter count.
 #[pyfunction]
 #[pyo3(signature = (name, config = None))]
-pub fn workload_model<'py>(
-    py: Python<'py>,
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
-    let m = model_of(name, config.as_ref())?;
-    let d = PyDict::new(py);
-    d.set_item("name", &m.name)?;
-    d.set_item("hidden_size", m.hidden)?;
-    d.set_item("num_hidden_layers", m.layers)?;
-    d.set_item("num_attention_heads", m.heads)?;
-    d.set_item("num_key_value_heads", m.kv_heads)?;
-    d.set_item("head_dim", m.head_dim)?;
-    d.set_item("intermediate_size", m.intermediate)?;
-    d.set_item("vocab_size", m.vocab)?;
-    d.set_item("tie_word_embeddings", m.tied_embeddings)?;
-    d.set_item("sliding_window", m.sliding_window)?;
-    d.set_item("parameters", m.parameters()?)?;
-    d.set_item("moe_layers", m.moe_layers())?;
-    if let Some(e) = &m.moe {
-        d.set_item("num_experts", e.experts)?;
-        d.set_item("num_experts_per_tok", e.experts_per_token)?;
-        d.set_item("shared_experts", e.shared_experts)?;
-        d.set_item("moe_intermediate_size", e.intermediate)?;
-    }
-    d.set_item(
-        "attention",
-        match m.attention {
-            workload::AttentionKind::Gqa => "gqa",
-            workload::AttentionKind::Mla { .. } => "mla",
-        },
-    )?;
-    Ok(d)
+pub fn workload_model(name: &str, config: Option<Bound<'_, PyDict>>) -> PyTrn2Result<PyModelInfo> {
+    PyModelInfo::of(&model_of(name, config.as_ref())?)
 }
 
 /// The layout of a call, converted.
@@ -110,40 +358,8 @@ fn layout_of(
     })
 }
 
-fn memory_dict<'py>(py: Python<'py>, m: &MemoryPlan) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let items = PyDict::new(py);
-    for i in &m.items {
-        items.set_item(i.name, i.bytes)?;
-    }
-    d.set_item("items", items)?;
-    d.set_item("total_bytes", m.total_bytes)?;
-    d.set_item("capacity_bytes", m.capacity_bytes)?;
-    d.set_item("ranks_per_chip", m.ranks_per_chip)?;
-    Ok(d)
-}
-
-fn ops_list<'py>(py: Python<'py>, ops: &[OpTime]) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    for o in ops {
-        let od = PyDict::new(py);
-        od.set_item("name", &o.name)?;
-        od.set_item("scope", o.scope)?;
-        od.set_item("kind", o.kind)?;
-        od.set_item("count", o.count)?;
-        od.set_item("seconds", o.seconds)?;
-        od.set_item("fixed_s", o.fixed_s)?;
-        od.set_item("total_s", o.total_s())?;
-        od.set_item("hbm_bytes", o.hbm_bytes)?;
-        od.set_item("flops", o.flops)?;
-        od.set_item("bound", &o.bound)?;
-        out.append(od)?;
-    }
-    Ok(out)
-}
-
 /// One step (`phase` "prefill" with `tokens` prompt tokens, or "decode" with `tokens` of
-/// context) of the model named by `name`/`config` in the layout: the report as a dict.
+/// context) of the model named by `name`/`config` in the layout.
 #[pyfunction]
 #[pyo3(signature = (name, config, phase, tokens, machine, tp, ep, lnc, batch, dtype,
                     sequence_parallel, seq_len, prefill_buckets, decode_buckets, serving, naive))]
@@ -166,7 +382,7 @@ pub fn workload_step<'py>(
     decode_buckets: Vec<u64>,
     serving: &str,
     naive: bool,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
+) -> PyTrn2Result<Py<PyStepReport>> {
     let m = model_of(name, config.as_ref())?;
     let l = layout_of(
         machine,
@@ -196,24 +412,7 @@ pub fn workload_step<'py>(
             workload::decode(&m, &l, tokens)
         }
     })?;
-    let d = PyDict::new(py);
-    d.set_item("phase", r.phase)?;
-    d.set_item("model", &r.model)?;
-    d.set_item("tokens", r.tokens)?;
-    d.set_item("bucket", r.bucket)?;
-    d.set_item("seconds", r.seconds)?;
-    d.set_item("description", &r.description)?;
-    d.set_item("ops", ops_list(py, &r.ops)?)?;
-    d.set_item("memory", memory_dict(py, &r.memory)?)?;
-    let p = PyDict::new(py);
-    p.set_item("other_s", r.parts.other_s)?;
-    p.set_item("reduce_ops", r.parts.reduce_ops)?;
-    p.set_item("reduce_steps", r.parts.reduce_steps)?;
-    p.set_item("fixed_ops", r.parts.fixed_ops)?;
-    p.set_item("layer_collectives_s", r.parts.layer_collectives_s)?;
-    d.set_item("parts", p)?;
-    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
-    Ok(d)
+    Ok(PyStepReport::of(py, r)?)
 }
 
 /// The memory plan of the layout (`CapacityError` if it does not fit).
@@ -221,7 +420,6 @@ pub fn workload_step<'py>(
 #[pyo3(signature = (name, config, machine, tp, ep, lnc, batch, dtype, seq_len, prefill_buckets))]
 #[allow(clippy::too_many_arguments)]
 pub fn workload_memory<'py>(
-    py: Python<'py>,
     name: &str,
     config: Option<Bound<'py, PyDict>>,
     machine: &str,
@@ -232,7 +430,7 @@ pub fn workload_memory<'py>(
     dtype: &str,
     seq_len: u64,
     prefill_buckets: Vec<u64>,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
+) -> PyTrn2Result<PyMemoryPlan> {
     let m = model_of(name, config.as_ref())?;
     let l = layout_of(
         machine,
@@ -248,10 +446,10 @@ pub fn workload_memory<'py>(
         "native",
         false,
     )?;
-    Ok(memory_dict(py, &workload::memory(&m, &l)?)?)
+    Ok(workload::memory(&m, &l)?.into())
 }
 
-/// One training step of the model named by `name`/`config`: the report as a dict.
+/// One training step of the model named by `name`/`config`.
 #[pyfunction]
 #[pyo3(signature = (name, config, machine, tp, pp, dp, ep, lnc, micro_batch, global_batch, seq,
                     dtype, zero1, recompute, sequence_parallel))]
@@ -273,7 +471,7 @@ pub fn workload_train<'py>(
     zero1: bool,
     recompute: &str,
     sequence_parallel: bool,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
+) -> PyTrn2Result<Py<PyTrainReport>> {
     let m = model_of(name, config.as_ref())?;
     let t = TrainLayout {
         machine: Machine::named(machine)?,
@@ -291,30 +489,11 @@ pub fn workload_train<'py>(
         sequence_parallel,
     };
     let r = guard_detached(py, || workload::train_step(&m, &t))?;
-    let d = PyDict::new(py);
-    d.set_item("phase", "train")?;
-    d.set_item("model", &r.model)?;
-    d.set_item("seconds", r.seconds)?;
-    d.set_item("tokens_per_s", r.tokens_per_s)?;
-    d.set_item("mfu", r.mfu)?;
-    d.set_item("model_flops", r.model_flops)?;
-    d.set_item("peak_flops_per_s", r.peak_flops_per_s)?;
-    d.set_item("micro_batches", r.micro_batches)?;
-    d.set_item("bubble_fraction", r.bubble_fraction)?;
-    d.set_item("stage_layers", r.stage_layers)?;
-    d.set_item("forward_s", r.forward_s)?;
-    d.set_item("backward_s", r.backward_s)?;
-    d.set_item("dp_reduce_s", r.dp_reduce_s)?;
-    d.set_item("dp_exposed_s", r.dp_exposed_s)?;
-    d.set_item("description", &r.description)?;
-    d.set_item("ops", ops_list(py, &r.ops)?)?;
-    d.set_item("memory", memory_dict(py, &r.memory)?)?;
-    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
-    Ok(d)
+    Ok(PyTrainReport::of(py, r)?)
 }
 
-/// Ranks the parallel layouts of the model on the machine: the ranked layouts as dicts and the
-/// counts of those left out.
+/// Ranks the parallel layouts of the model on the machine: the ranked layouts and the counts of
+/// those left out.
 #[pyfunction]
 #[pyo3(signature = (name, config, machine, objective, price_per_hour, train, prompt, output, tp,
                     pp, ep, lnc, batch, dtype, global_batch, seq, max_ttft_s, max_itl_s))]
@@ -339,7 +518,7 @@ pub fn workload_search<'py>(
     seq: u64,
     max_ttft_s: Option<f64>,
     max_itl_s: Option<f64>,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
+) -> PyTrn2Result<PySearchResult> {
     let m = model_of(name, config.as_ref())?;
     let space = SearchSpace {
         machine: Machine::named(machine)?,
@@ -360,27 +539,5 @@ pub fn workload_search<'py>(
         max_itl_s,
     };
     let r = guard_detached(py, || workload::search(&m, &space))?;
-    let d = PyDict::new(py);
-    let rows = PyList::empty(py);
-    for c in &r.layouts {
-        let cd = PyDict::new(py);
-        cd.set_item("tp", c.tp)?;
-        cd.set_item("pp", c.pp)?;
-        cd.set_item("dp", c.dp)?;
-        cd.set_item("ep", c.ep)?;
-        cd.set_item("lnc", c.lnc)?;
-        cd.set_item("batch", c.batch)?;
-        cd.set_item("ttft_s", c.ttft_s)?;
-        cd.set_item("itl_s", c.itl_s)?;
-        cd.set_item("tokens_per_s", c.tokens_per_s)?;
-        cd.set_item("cost_per_mtok", c.cost_per_mtok)?;
-        cd.set_item("mfu", c.mfu)?;
-        rows.append(cd)?;
-    }
-    d.set_item("layouts", rows)?;
-    d.set_item("tried", r.tried)?;
-    d.set_item("skipped_capacity", r.skipped_capacity)?;
-    d.set_item("skipped_invalid", r.skipped_invalid)?;
-    d.set_item("skipped_constraints", r.skipped_constraints)?;
-    Ok(d)
+    Ok(PySearchResult::of(py, &r)?)
 }
