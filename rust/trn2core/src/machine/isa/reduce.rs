@@ -39,7 +39,7 @@ use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::alu::{self, canon, AluOp};
-use super::elementwise::two_psum_check;
+use super::elementwise::check_op_pair;
 use super::{shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
 use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
@@ -165,19 +165,12 @@ impl Machine {
     ) -> Result<()> {
         let opc = Opcode::TensorTensorScan;
         let engine = Engine::Vector;
-        for (arg, op) in [("op0", op0), ("op1", op1)] {
-            if op.is_bitvec() || op.is_unary() {
-                return Err(Error::value(
-                    arg,
-                    format!("tensor_tensor_scan takes binary arithmetic operators; got {op}"),
-                ));
-            }
-        }
-        let a = self.operand("data0", data0, Some(engine), false)?;
-        let b = self.operand("data1", data1, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        two_psum_check(opc, ("data0", &a), ("data1", &b))?;
-        self.same_shape(opc, "data0", &a, &[("data1", &b), ("dst", &d)])?;
+        check_op_pair(op0, op1, |op| {
+            (op.is_bitvec() || op.is_unary())
+                .then(|| format!("tensor_tensor_scan takes binary arithmetic operators; got {op}"))
+        })?;
+        let (a, b, d) =
+            self.two_tensor_operands(opc, engine, ("data0", data0), ("data1", data1), dst)?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
         let s0 = self.scalar_f32("initial", initial, p, engine, &mut extra)?;
