@@ -20,6 +20,20 @@ use crate::machine::tile::{Tile, MAX_FREE_DIMS};
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
 
+/// `ValueError` unless an affine pattern's `offset` and `channel_multiplier` are 32-bit integers
+/// (what the instruction holds).
+fn check_i32_coefficients(offset: i64, channel_multiplier: i64) -> Result<()> {
+    for (arg, v) in [
+        ("offset", offset),
+        ("channel_multiplier", channel_multiplier),
+    ] {
+        if i32::try_from(v).is_err() {
+            return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
+        }
+    }
+    Ok(())
+}
+
 /// The 32-bit affine values of `pattern` for `partitions` channels, in logical order.
 fn affine_values(
     pattern: Pattern,
@@ -95,14 +109,7 @@ impl Machine {
     ) -> Result<()> {
         let opc = Opcode::Iota;
         let engine = Engine::Gpsimd;
-        for (arg, v) in [
-            ("offset", offset),
-            ("channel_multiplier", channel_multiplier),
-        ] {
-            if i32::try_from(v).is_err() {
-                return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
-            }
-        }
+        check_i32_coefficients(offset, channel_multiplier)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.check_pattern(&d, pattern)?;
         let mut vals = Vec::new();
@@ -150,14 +157,7 @@ impl Machine {
                 format!("{cmp_op} is not a comparison (equal, not_equal, greater, greater_equal, less, less_equal)"),
             ));
         }
-        for (arg, v) in [
-            ("offset", offset),
-            ("channel_multiplier", channel_multiplier),
-        ] {
-            if i32::try_from(v).is_err() {
-                return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
-            }
-        }
+        check_i32_coefficients(offset, channel_multiplier)?;
         let t = self.operand("on_true_tile", on_true, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "on_true_tile", &t, &[("dst", &d)])?;

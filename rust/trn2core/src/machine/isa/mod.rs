@@ -834,18 +834,6 @@ impl Machine {
         Ok(())
     }
 
-    /// Appends an instruction to the recorded program.
-    pub(crate) fn record(
-        &mut self,
-        opcode: Opcode,
-        queue: Queue,
-        reads: &[Region],
-        writes: &[Region],
-        cost: CostInput,
-    ) {
-        self.program.push(opcode, queue, reads, writes, cost);
-    }
-
     /// Records an engine instruction that reads `inputs` (and `extra` regions: scalar
     /// operands) and writes `d`; its cost input is the first input's elements per partition
     /// (the destination's without inputs) and the operands' flags plus `flags`.

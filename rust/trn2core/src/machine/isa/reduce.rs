@@ -291,7 +291,8 @@ impl Machine {
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
-        self.record(opc, Queue::Engine(engine), &reads, &writes, cost);
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
     }
 
@@ -299,35 +300,20 @@ impl Machine {
     /// of the odd-indexed elements of `data` (at most 512 per partition) into 6 elements of
     /// `dst`. See the module doc for the order.
     pub fn bn_stats(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
-        let opc = Opcode::BnStats;
-        let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if a.n() > BN_STATS_FMAX {
-            return Err(shape_rule(
-                "data",
-                "bn_stats_fmax",
-                format!(
-                    "{} elements per partition; bn_stats reads at most {BN_STATS_FMAX}",
-                    a.n()
-                ),
-            ));
-        }
-        if d.p() != a.p() || d.n() != 6 {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "bn_stats writes [{}, 6]; dst is {:?}",
-                    a.p(),
-                    dst.logical_shape()
-                ),
-            ));
-        }
-        let n = a.n();
-        let x = self.gather_f32(data)?;
-        let mut z = Vec::with_capacity(6 * a.p() as usize);
-        for row in x.chunks(n) {
+        let check = |a: &Opnd| {
+            if a.n() > BN_STATS_FMAX {
+                return Err(shape_rule(
+                    "data",
+                    "bn_stats_fmax",
+                    format!(
+                        "{} elements per partition; bn_stats reads at most {BN_STATS_FMAX}",
+                        a.n()
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        self.partition_stats(Opcode::BnStats, dst, data, 6, check, |row, z| {
             for parity in 0..2 {
                 let vals = row.iter().skip(parity).step_by(2);
                 let count = vals.clone().count() as f32;
@@ -343,44 +329,26 @@ impl Machine {
                 });
                 z.extend([count, mean, canon(m2)]);
             }
-        }
-        self.scatter_f32(&d, &z)?;
-        self.record_engine(opc, engine, &[&a], &[], &d, 0);
-        Ok(())
+        })
     }
 
     /// `bn_aggr` (Vector engine): the mean and variance per partition from `bn_stats` triples
     /// (`data` has a multiple of 3 elements per partition) into 2 elements of `dst`.
     pub fn bn_aggr(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
-        let opc = Opcode::BnAggr;
-        let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if !a.n().is_multiple_of(3) {
-            return Err(shape_rule(
-                "data",
-                "shape",
-                format!(
-                    "{} elements per partition; bn_aggr reads (count, mean, m2) triples",
-                    a.n()
-                ),
-            ));
-        }
-        if d.p() != a.p() || d.n() != 2 {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "bn_aggr writes [{}, 2]; dst is {:?}",
-                    a.p(),
-                    dst.logical_shape()
-                ),
-            ));
-        }
-        let n = a.n();
-        let x = self.gather_f32(data)?;
-        let mut z = Vec::with_capacity(2 * a.p() as usize);
-        for row in x.chunks(n) {
+        let check = |a: &Opnd| {
+            if !a.n().is_multiple_of(3) {
+                return Err(shape_rule(
+                    "data",
+                    "shape",
+                    format!(
+                        "{} elements per partition; bn_aggr reads (count, mean, m2) triples",
+                        a.n()
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        self.partition_stats(Opcode::BnAggr, dst, data, 2, check, |row, z| {
             let (total, sum) = row
                 .chunks(3)
                 .fold((0.0f32, 0.0f32), |(t, s), c| (t + c[0], s + c[0] * c[1]));
@@ -390,6 +358,41 @@ impl Machine {
                 q + (c[2] + c[0] * (dlt * dlt))
             });
             z.extend([canon(mean), canon(q / total)]);
+        })
+    }
+
+    /// A per-partition statistic `opc` (Vector engine) of `data` into `outputs` elements per
+    /// partition of `dst`: `check` vets the data operand, `row` appends one partition's
+    /// results to `z`.
+    fn partition_stats(
+        &mut self,
+        opc: Opcode,
+        dst: &Tile,
+        data: &Tile,
+        outputs: usize,
+        check: impl FnOnce(&Opnd) -> Result<()>,
+        mut row: impl FnMut(&[f32], &mut Vec<f32>),
+    ) -> Result<()> {
+        let engine = Engine::Vector;
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        check(&a)?;
+        if d.p() != a.p() || d.n() != outputs {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "{} writes [{}, {outputs}]; dst is {:?}",
+                    opc.name(),
+                    a.p(),
+                    dst.logical_shape()
+                ),
+            ));
+        }
+        let x = self.gather_f32(data)?;
+        let mut z = Vec::with_capacity(outputs * a.p() as usize);
+        for r in x.chunks(a.n()) {
+            row(r, &mut z);
         }
         self.scatter_f32(&d, &z)?;
         self.record_engine(opc, engine, &[&a], &[], &d, 0);
@@ -554,7 +557,7 @@ impl Machine {
             writes.push(o.region());
         }
         let cost = Self::cost_input(a.n(), a.p(), super::operand_flags(&[&a, &v], Some(&d)));
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(engine),
             &[a.region(), v.region()],

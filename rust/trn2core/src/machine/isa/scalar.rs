@@ -163,7 +163,7 @@ impl Machine {
             writes.push(o.region());
             f |= flags::READ_ACCUMULATOR;
         }
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(engine),
             &reads,
