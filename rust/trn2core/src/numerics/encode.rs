@@ -577,14 +577,20 @@ pub(crate) const SIMD_AVX2: u8 = 1;
 pub(crate) const SIMD_AVX512: u8 = 2;
 const SIMD_BEST: u8 = SIMD_AVX512;
 
-/// The widest SIMD level this CPU offers (feature detection caches its answers).
+/// Whether this CPU has AVX-512F with the BW, VL and DQ subsets (what the explicit AVX-512
+/// code of the core needs).
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn simd_level() -> u8 {
-    if std::arch::is_x86_feature_detected!("avx512f")
+pub(crate) fn has_avx512_bw_vl_dq() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vl")
         && std::arch::is_x86_feature_detected!("avx512dq")
-    {
+}
+
+/// The widest SIMD level this CPU offers (feature detection caches its answers).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn simd_level() -> u8 {
+    if has_avx512_bw_vl_dq() {
         SIMD_AVX512
     } else if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("bmi2")

@@ -289,14 +289,14 @@ pub struct StepReport {
 
 /// NxD Inference's default buckets: powers of two from 128, and `max` itself.
 fn default_buckets(max: u64) -> Vec<u64> {
-    let mut b = Vec::new();
-    let mut x = 128u64;
-    while x < max {
-        b.push(x);
-        x = x.saturating_mul(2);
-    }
+    let mut b: Vec<u64> = doublings(128).take_while(|&x| x < max).collect();
     b.push(max);
     b
+}
+
+/// `x`, `2x`, `4x`, ... (saturating).
+pub(super) fn doublings(x: u64) -> impl Iterator<Item = u64> {
+    std::iter::successors(Some(x), |&x| Some(x.saturating_mul(2)))
 }
 
 /// The smallest bucket holding `n` tokens; `ValueError` on `arg` when none does.

@@ -199,6 +199,21 @@ impl Machine {
         self.same_shape(opc, a.0, &oa, &[(b.0, &ob), ("dst", &d)])?;
         Ok((oa, ob, d))
     }
+
+    /// The operands of an element-wise instruction from `data` into `dst`: checked each, and
+    /// of equal shapes.
+    pub(crate) fn data_dst_operands(
+        &self,
+        opc: Opcode,
+        engine: Engine,
+        data: &Tile,
+        dst: &Tile,
+    ) -> Result<(Opnd, Opnd)> {
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        Ok((a, d))
+    }
 }
 
 impl Machine {
@@ -325,9 +340,7 @@ impl Machine {
                 "bitvec tensor_scalar runs on the Vector engine",
             ));
         }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         self.check_op_dtypes(op0, "op0", &[("data", data), ("dst", dst)])?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
@@ -474,9 +487,7 @@ impl Machine {
     pub fn reciprocal(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
         let opc = Opcode::Reciprocal;
         let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let x = self.gather_f32(data)?;
         let mut z = vec![0f32; x.len()];
         alu::with_scalar(AluOp::Reciprocal, &x, 0.0, false, &mut z);

@@ -246,6 +246,21 @@ fn piece_at(off: usize, j: usize, stride: i64, esize: usize) -> usize {
     (off as i64 + j as i64 * stride * esize as i64) as usize
 }
 
+/// A `ShapeError` (rule `shape`) on `arg` unless operand `o` is `[p, n]`, its message
+/// `message(o's logical shape)`.
+pub(crate) fn check_p_n(
+    arg: &str,
+    o: &Opnd,
+    p: u32,
+    n: usize,
+    message: impl FnOnce(&[usize]) -> String,
+) -> Result<()> {
+    if o.p() != p || o.n() != n {
+        return Err(shape_rule(arg, "shape", message(&o.tile.logical_shape())));
+    }
+    Ok(())
+}
+
 fn too_many(n: u128) -> Error {
     Error::capacity(
         "tile",
@@ -796,17 +811,9 @@ impl Machine {
 
     /// A `[P, 1]` operand: `partitions` partitions, one element each.
     fn check_vector_operand(&self, arg: &str, o: &Opnd, partitions: u32) -> Result<()> {
-        if o.p() != partitions || o.n() != 1 {
-            return Err(shape_rule(
-                arg,
-                "shape",
-                format!(
-                    "expected a [{partitions}, 1] tile (one value per partition), got {:?}",
-                    o.tile.logical_shape()
-                ),
-            ));
-        }
-        Ok(())
+        check_p_n(arg, o, partitions, 1, |shape| {
+            format!("expected a [{partitions}, 1] tile (one value per partition), got {shape:?}")
+        })
     }
 
     /// Checks the operator's kind against the operands' dtypes.

@@ -40,7 +40,7 @@ use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::alu::{self, canon, AluOp};
 use super::elementwise::check_op_pair;
-use super::{shape_rule, Opnd, ReduceCmd, Scalar};
+use super::{check_p_n, shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
 use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
 
@@ -242,9 +242,7 @@ impl Machine {
                 "reduce_init is given exactly when reduce_cmd is load_reduce",
             ));
         }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let (p, n) = (a.p(), a.n());
         let res = match reduce_res {
             Some(t) => {
@@ -377,18 +375,13 @@ impl Machine {
         let a = self.operand("data", data, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         check(&a)?;
-        if d.p() != a.p() || d.n() != outputs {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "{} writes [{}, {outputs}]; dst is {:?}",
-                    opc.name(),
-                    a.p(),
-                    dst.logical_shape()
-                ),
-            ));
-        }
+        check_p_n("dst", &d, a.p(), outputs, |shape| {
+            format!(
+                "{} writes [{}, {outputs}]; dst is {shape:?}",
+                opc.name(),
+                a.p()
+            )
+        })?;
         let x = self.gather_f32(data)?;
         let mut z = Vec::with_capacity(outputs * a.p() as usize);
         for r in x.chunks(a.n()) {
@@ -570,17 +563,9 @@ impl Machine {
 
 /// Checks a `[p, 8]` output of the top-8 instructions.
 fn check_eight(arg: &str, o: &Opnd, p: u32) -> Result<()> {
-    if o.p() != p || o.n() != 8 {
-        return Err(shape_rule(
-            arg,
-            "shape",
-            format!(
-                "the search writes [{p}, 8]; {arg} is {:?}",
-                o.tile.logical_shape()
-            ),
-        ));
-    }
-    Ok(())
+    check_p_n(arg, o, p, 8, |shape| {
+        format!("the search writes [{p}, 8]; {arg} is {shape:?}")
+    })
 }
 
 /// The all-ones "absent" index of an index output (`find_index_dtype`: uint16 or uint32).
