@@ -15,7 +15,7 @@ use super::super::record::{Engine, Opcode};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
-use crate::machine::tile::{Tile, MAX_FREE_DIMS};
+use crate::machine::tile::{check_pattern_len, Tile, MAX_FREE_DIMS};
 
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
@@ -68,15 +68,7 @@ fn affine_values(
 
 impl Machine {
     fn check_pattern(&self, d: &Opnd, pattern: Pattern) -> Result<()> {
-        if pattern.is_empty() || pattern.len() > MAX_FREE_DIMS {
-            return Err(Error::value(
-                "pattern",
-                format!(
-                    "{} [step, num] pairs; a pattern has 1 to {MAX_FREE_DIMS}",
-                    pattern.len()
-                ),
-            ));
-        }
+        check_pattern_len(pattern.len(), Error::value)?;
         let per: u128 = pattern.iter().map(|&(_, n)| n as u128).product();
         if per != d.n() as u128 {
             return Err(shape_rule(
