@@ -47,14 +47,20 @@ pub struct ElementType {
     pub machine: Option<MachineDtype>,
 }
 
-const fn float(name: &'static str, numpy: &'static str, bits: u32, f: Format) -> ElementType {
+const fn float(
+    name: &'static str,
+    numpy: &'static str,
+    bits: u32,
+    f: Format,
+    m: Option<MachineDtype>,
+) -> ElementType {
     ElementType {
         name,
         numpy,
         bits,
         kind: Kind::Float,
         format: Some(f),
-        machine: None,
+        machine: m,
     }
 }
 
@@ -69,43 +75,18 @@ const fn int(name: &'static str, bits: u32, kind: Kind, m: MachineDtype) -> Elem
     }
 }
 
-const fn on_chip(mut t: ElementType, m: MachineDtype) -> ElementType {
-    t.machine = Some(m);
-    t
-}
-
 /// Every element type: the formats in [`Format::ALL`]'s order, then the integer types.
 /// `fp8_e4m3fn` (OCP E4M3) converts, but no Trainium2 engine or memory type holds it.
+#[rustfmt::skip]
 pub const ELEMENT_TYPES: [ElementType; 14] = [
-    on_chip(
-        float("fp32", "float32", 32, Format::Fp32),
-        MachineDtype::Fp32,
-    ),
-    on_chip(
-        float("tf32", "float32", 32, Format::Tf32),
-        MachineDtype::Tf32,
-    ),
-    on_chip(
-        float("bf16", "bfloat16", 16, Format::Bf16),
-        MachineDtype::Bf16,
-    ),
-    on_chip(
-        float("fp16", "float16", 16, Format::Fp16),
-        MachineDtype::Fp16,
-    ),
-    on_chip(
-        float("fp8_e4m3", "float8_e4m3", 8, Format::Fp8E4m3),
-        MachineDtype::Fp8E4m3,
-    ),
-    on_chip(
-        float("fp8_e5m2", "float8_e5m2", 8, Format::Fp8E5m2),
-        MachineDtype::Fp8E5m2,
-    ),
-    on_chip(
-        float("fp8_e3m4", "float8_e3m4", 8, Format::Fp8E3m4),
-        MachineDtype::Fp8E3m4,
-    ),
-    float("fp8_e4m3fn", "float8_e4m3fn", 8, Format::Fp8E4m3fn),
+    float("fp32", "float32", 32, Format::Fp32, Some(MachineDtype::Fp32)),
+    float("tf32", "float32", 32, Format::Tf32, Some(MachineDtype::Tf32)),
+    float("bf16", "bfloat16", 16, Format::Bf16, Some(MachineDtype::Bf16)),
+    float("fp16", "float16", 16, Format::Fp16, Some(MachineDtype::Fp16)),
+    float("fp8_e4m3", "float8_e4m3", 8, Format::Fp8E4m3, Some(MachineDtype::Fp8E4m3)),
+    float("fp8_e5m2", "float8_e5m2", 8, Format::Fp8E5m2, Some(MachineDtype::Fp8E5m2)),
+    float("fp8_e3m4", "float8_e3m4", 8, Format::Fp8E3m4, Some(MachineDtype::Fp8E3m4)),
+    float("fp8_e4m3fn", "float8_e4m3fn", 8, Format::Fp8E4m3fn, None),
     int("uint8", 8, Kind::Unsigned, MachineDtype::Uint8),
     int("int8", 8, Kind::Signed, MachineDtype::Int8),
     int("uint16", 16, Kind::Unsigned, MachineDtype::Uint16),

@@ -5,170 +5,107 @@
 /// Result alias used throughout the core.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Everything that can go wrong in trn2core, with structured fields.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Error {
+/// Declares [`Error`]: every variant but `Interrupted` is an argument error with the same
+/// fields (`arg`, `message`, `rule`); `=> ctor` gives a variant a constructor of that name.
+/// Also [`Error::parts`] and [`Error::parts_mut`], the fields every argument error has.
+macro_rules! argument_errors {
+    ($( $(#[$doc:meta])* $Variant:ident $(=> $ctor:ident)? ),+ $(,)?) => {
+        /// Everything that can go wrong in trn2core, with structured fields.
+        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+        pub enum Error {
+            $(
+                $(#[$doc])*
+                #[error("{arg}: {message}")]
+                $Variant {
+                    /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
+                    arg: String,
+                    /// What is wrong: the value seen and the limit or the expected form.
+                    message: String,
+                    /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for
+                    /// callers that act on it without reading the message (Python: the
+                    /// exception's `rule` attribute).
+                    rule: Option<&'static str>,
+                },
+            )+
+            /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in
+            /// Python, where the binding raises `KeyboardInterrupt` instead).
+            #[error("interrupted: the call was cancelled before it finished")]
+            Interrupted,
+        }
+
+        impl Error {
+            $($(
+                #[doc = concat!("An [`Error::", stringify!($Variant), "`] about argument `arg`.")]
+                pub fn $ctor(arg: impl Into<String>, message: impl Into<String>) -> Self {
+                    Error::$Variant {
+                        arg: arg.into(),
+                        message: message.into(),
+                        rule: None,
+                    }
+                }
+            )?)+
+
+            /// The argument and rule of an argument error (`None` for
+            /// [`Error::Interrupted`]).
+            fn parts(&self) -> Option<(&String, Option<&'static str>)> {
+                match self {
+                    $(Error::$Variant { arg, rule, .. })|+ => Some((arg, *rule)),
+                    Error::Interrupted => None,
+                }
+            }
+
+            /// [`Error::parts`], to change.
+            fn parts_mut(&mut self) -> Option<(&mut String, &mut Option<&'static str>)> {
+                match self {
+                    $(Error::$Variant { arg, rule, .. })|+ => Some((arg, rule)),
+                    Error::Interrupted => None,
+                }
+            }
+        }
+    };
+}
+
+argument_errors! {
     /// An array has the wrong shape or size for the operation (`ShapeError`).
-    #[error("{arg}: {message}")]
-    Shape {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
+    Shape => shape,
     /// A number format, dtype or rounding mode is unknown or not allowed here (`FormatError`).
-    #[error("{arg}: {message}")]
-    Format {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
+    Format => format,
     /// A value is out of its allowed range (`ValueError`).
-    #[error("{arg}: {message}")]
-    Value {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
+    Value => value,
     /// A tensor does not follow the requested N:M sparsity pattern (`SparsityError`).
-    #[error("{arg}: {message}")]
-    Sparsity {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
+    Sparsity,
     /// A compressed stream is truncated or altered (`CorruptDataError`).
-    #[error("{arg}: {message}")]
-    CorruptData {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
+    CorruptData,
     /// A request exceeds a hardware or host capacity (`CapacityError`).
-    #[error("{arg}: {message}")]
-    Capacity {
-        /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
-        arg: String,
-        /// What is wrong: the value seen and the limit or the expected form.
-        message: String,
-        /// The documented rule broken, when one is (e.g. `"matmul_memory"`), for callers that
-        /// act on it without reading the message (Python: the exception's `rule` attribute).
-        rule: Option<&'static str>,
-    },
-    /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in Python,
-    /// where the binding raises `KeyboardInterrupt` instead).
-    #[error("interrupted: the call was cancelled before it finished")]
-    Interrupted,
+    Capacity => capacity,
 }
 
 impl Error {
-    /// A `ShapeError` about argument `arg`.
-    pub fn shape(arg: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Shape {
-            arg: arg.into(),
-            message: message.into(),
-            rule: None,
-        }
-    }
-    /// A `FormatError` about argument `arg`.
-    pub fn format(arg: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Format {
-            arg: arg.into(),
-            message: message.into(),
-            rule: None,
-        }
-    }
-    /// A `ValueError` about argument `arg`.
-    pub fn value(arg: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Value {
-            arg: arg.into(),
-            message: message.into(),
-            rule: None,
-        }
-    }
-    /// A `CapacityError` about argument `arg`.
-    pub fn capacity(arg: impl Into<String>, message: impl Into<String>) -> Self {
-        Error::Capacity {
-            arg: arg.into(),
-            message: message.into(),
-            rule: None,
-        }
-    }
-
     /// The argument an error names (`None` for [`Error::Interrupted`]).
     pub fn arg(&self) -> Option<&str> {
-        match self {
-            Error::Shape { arg, .. }
-            | Error::Format { arg, .. }
-            | Error::Value { arg, .. }
-            | Error::Sparsity { arg, .. }
-            | Error::CorruptData { arg, .. }
-            | Error::Capacity { arg, .. } => Some(arg),
-            Error::Interrupted => None,
-        }
+        self.parts().map(|(arg, _)| arg.as_str())
     }
 
     /// The documented rule an error reports, if any.
     pub fn rule(&self) -> Option<&'static str> {
-        match self {
-            Error::Shape { rule, .. }
-            | Error::Format { rule, .. }
-            | Error::Value { rule, .. }
-            | Error::Sparsity { rule, .. }
-            | Error::CorruptData { rule, .. }
-            | Error::Capacity { rule, .. } => *rule,
-            Error::Interrupted => None,
-        }
+        self.parts().and_then(|(_, rule)| rule)
     }
 
     /// The same error naming argument `to` where it named `from` (a caller that took the
     /// argument under another name reports the name its user wrote).
     pub fn renamed(mut self, from: &str, to: &str) -> Self {
-        match &mut self {
-            Error::Shape { arg, .. }
-            | Error::Format { arg, .. }
-            | Error::Value { arg, .. }
-            | Error::Sparsity { arg, .. }
-            | Error::CorruptData { arg, .. }
-            | Error::Capacity { arg, .. } => {
-                if arg == from {
-                    *arg = to.to_string();
-                }
+        if let Some((arg, _)) = self.parts_mut() {
+            if arg == from {
+                *arg = to.to_string();
             }
-            Error::Interrupted => {}
         }
         self
     }
 
     /// The same error, reporting `name` as the rule broken.
     pub fn with_rule(mut self, name: &'static str) -> Self {
-        match &mut self {
-            Error::Shape { rule, .. }
-            | Error::Format { rule, .. }
-            | Error::Value { rule, .. }
-            | Error::Sparsity { rule, .. }
-            | Error::CorruptData { rule, .. }
-            | Error::Capacity { rule, .. } => *rule = Some(name),
-            Error::Interrupted => {}
+        if let Some((_, rule)) = self.parts_mut() {
+            *rule = Some(name);
         }
         self
     }

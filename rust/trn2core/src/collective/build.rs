@@ -323,25 +323,39 @@ impl Builder<'_> {
         (0..self.p).map(|l| (s * self.p + l) as u32).collect()
     }
 
-    /// A ring in `order` (server-local ranks), run in both directions at once: channel 0
-    /// follows `order`, channel 1 the reverse (a link is full duplex, so the two directions
-    /// use different link directions and do not contend).
-    fn ring(&mut self, order: &[u32], half: Half) -> Result<Vec<Phase>> {
+    /// Every UltraServer's members, each with [`Self::server_ctx`].
+    fn server_groups(&self) -> Vec<(Vec<u32>, Ctx)> {
+        let ctx = self.server_ctx();
+        (0..self.ultraservers)
+            .map(|s| (self.members(s), ctx))
+            .collect()
+    }
+
+    /// Rings along server-local `order` (channel `channel`) and its reverse (`channel + 1`), one
+    /// of each per UltraServer, onto `rings`.
+    fn rings_both_ways(&mut self, order: &[u32], channel: u32, rings: &mut Vec<Ring>) {
         let ctx = self.server_ctx();
         let mut rev = vec![order[0]];
         rev.extend(order[1..].iter().rev());
-        let mut rings = Vec::new();
-        for (ch, dir) in [order.to_vec(), rev].into_iter().enumerate() {
+        for (d, dir) in [order.to_vec(), rev].into_iter().enumerate() {
             let perm = self.perm(dir.clone());
             for s in 0..self.ultraservers {
                 rings.push(Ring {
                     order: dir.iter().map(|&l| l + (s * self.p) as u32).collect(),
                     perm,
                     ctx,
-                    channel: ch as u32,
+                    channel: channel + d as u32,
                 });
             }
         }
+    }
+
+    /// A ring in `order` (server-local ranks), run in both directions at once: channel 0
+    /// follows `order`, channel 1 the reverse (a link is full duplex, so the two directions
+    /// use different link directions and do not contend).
+    fn ring(&mut self, order: &[u32], half: Half) -> Result<Vec<Phase>> {
+        let mut rings = Vec::new();
+        self.rings_both_ways(order, 0, &mut rings);
         let reduce = half == Half::ReduceScatter;
         let name = if reduce {
             "ring reduce-scatter"
@@ -353,22 +367,9 @@ impl Builder<'_> {
 
     /// KangaRing: two Hamiltonian cycles, each in both directions: channels 0..4.
     fn kangaring(&mut self, cycles: &[Vec<u32>; 2], half: Half) -> Result<Vec<Phase>> {
-        let ctx = self.server_ctx();
         let mut rings = Vec::new();
         for (ci, cyc) in cycles.iter().enumerate() {
-            let mut rev = vec![cyc[0]];
-            rev.extend(cyc[1..].iter().rev());
-            for (di, order) in [cyc.clone(), rev].into_iter().enumerate() {
-                let perm = self.perm(order.clone());
-                for s in 0..self.ultraservers {
-                    rings.push(Ring {
-                        order: order.iter().map(|&l| l + (s * self.p) as u32).collect(),
-                        perm,
-                        ctx,
-                        channel: (2 * ci + di) as u32,
-                    });
-                }
-            }
+            self.rings_both_ways(cyc, 2 * ci as u32, &mut rings);
         }
         let reduce = half == Half::ReduceScatter;
         let factor = kangaring_hbm_factor(reduce);
@@ -488,20 +489,14 @@ impl Builder<'_> {
     }
 
     fn rdh(&mut self, half: Half) -> Result<Vec<Phase>> {
-        let ctx = self.server_ctx();
-        let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
-            .map(|s| (self.members(s), ctx))
-            .collect();
+        let groups = self.server_groups();
         let mut out = Vec::new();
         rdh_phases(&groups, half == Half::ReduceScatter, true, &mut out)?;
         Ok(out)
     }
 
     fn mesh(&mut self, half: Half) -> Result<Vec<Phase>> {
-        let ctx = self.server_ctx();
-        let groups: Vec<(Vec<u32>, Ctx)> = (0..self.ultraservers)
-            .map(|s| (self.members(s), ctx))
-            .collect();
+        let groups = self.server_groups();
         Ok(mesh_phase(&groups, half == Half::ReduceScatter)?
             .into_iter()
             .collect())
@@ -582,15 +577,7 @@ pub fn build(
                 None => (0..n).map(|r| (r + 1) % n).collect(),
             };
             check_permutation(&peers, n)?;
-            if alg != Algorithm::Mesh {
-                return Err(Error::value(
-                    "algorithm",
-                    format!(
-                        "send_recv is a direct transfer; got algorithm {:?}",
-                        alg.name()
-                    ),
-                ));
-            }
+            mesh_only(alg, "send_recv is a direct transfer; got algorithm")?;
             sched.phases.push(Phase {
                 name: "send/recv",
                 repeat: 1,
@@ -609,15 +596,10 @@ pub fn build(
             return Ok(sched);
         }
         Collective::AllToAll => {
-            if alg != Algorithm::Mesh {
-                return Err(Error::value(
-                    "algorithm",
-                    format!(
-                        "all_to_all is modelled with the direct (mesh) pattern only; got {:?}",
-                        alg.name()
-                    ),
-                ));
-            }
+            mesh_only(
+                alg,
+                "all_to_all is modelled with the direct (mesh) pattern only; got",
+            )?;
             check_mesh(n)?;
             // Rank r sends its chunk j to rank j (its own chunk stays: a local copy).
             let mut transfers = transfers_vec(n * n)?;
@@ -858,6 +840,18 @@ fn hierarchical(
     sched.phases = phases;
     sched.perms = b.perms;
     Ok(sched)
+}
+
+/// `ValueError` on `algorithm` unless `alg` is the direct pattern (mesh), the only one a direct
+/// collective has: the message is `what` then the algorithm's name.
+fn mesh_only(alg: Algorithm, what: &str) -> Result<()> {
+    if alg != Algorithm::Mesh {
+        return Err(Error::value(
+            "algorithm",
+            format!("{what} {:?}", alg.name()),
+        ));
+    }
+    Ok(())
 }
 
 /// KangaRing's two cycles, in rank indices, when `group` is the first `k` (2 <= k < Z extent)

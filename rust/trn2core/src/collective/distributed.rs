@@ -1054,14 +1054,7 @@ pub fn execute_reduce_local(
     if let Some(b) = inputs.first() {
         check_storage(format, inputs, b.len())?;
     }
-    for (o, &want) in outputs.iter().zip(&plan.output_lens) {
-        if o.len() != want {
-            return Err(Error::shape(
-                "outputs",
-                format!("an output has {} elements, expected {want}", o.len()),
-            ));
-        }
-    }
+    check_output_lens(plan, outputs.iter().map(|o| o.len()), "elements")?;
     let mut bufs = Buffers::new(plan)?;
     let lut = if format.code_bits() == 8 {
         fp8_lut(&format.encoding())
@@ -1261,6 +1254,23 @@ fn check_local(plan: &LocalPlan, inputs: usize, outputs: usize) -> Result<()> {
     Ok(())
 }
 
+/// `ShapeError` on `outputs` unless each has the plan's length (`lens`, in `unit`).
+fn check_output_lens(
+    plan: &LocalPlan,
+    lens: impl Iterator<Item = usize>,
+    unit: &str,
+) -> Result<()> {
+    for (len, &want) in lens.zip(&plan.output_lens) {
+        if len != want {
+            return Err(Error::shape(
+                "outputs",
+                format!("an output has {len} {unit}, expected {want}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Runs this process's part of a data-movement collective planned by [`plan_move`]: `inputs`
 /// and `outputs` are its ranks' buffers as bytes (in `plan.ranks` order).
 pub fn execute_move_local(
@@ -1270,14 +1280,7 @@ pub fn execute_move_local(
     transport: &mut dyn Transport,
 ) -> Result<()> {
     check_local(plan, inputs.len(), outputs.len())?;
-    for (o, &want) in outputs.iter().zip(&plan.output_lens) {
-        if o.len() != want {
-            return Err(Error::shape(
-                "outputs",
-                format!("an output has {} bytes, expected {want}", o.len()),
-            ));
-        }
-    }
+    check_output_lens(plan, outputs.iter().map(|o| o.len()), "bytes")?;
     let mut bufs = Buffers::new(plan)?;
     let cancel = crate::cancel::current();
     let copy = |p: &Piece,

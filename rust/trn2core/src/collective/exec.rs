@@ -562,16 +562,7 @@ pub fn execute_reduce(
         ));
     }
     let n = s.n;
-    if inputs.len() != n || outputs.len() != n {
-        return Err(Error::shape(
-            "buffers",
-            format!(
-                "{} inputs and {} outputs for {n} chips",
-                inputs.len(),
-                outputs.len()
-            ),
-        ));
-    }
+    check_buffer_counts(n, inputs.len(), outputs.len())?;
     let w = inputs[0].len();
     let want = output_lengths(s.collective, n, w);
     check_storage(format, inputs, w)?;
@@ -745,29 +736,24 @@ pub(super) fn encode_block<'a>(
     codes8: &'a mut [u8],
 ) -> Result<&'a [u8]> {
     let len = result.len();
-    let src = Source::F32(result);
-    if enc.format.code_bits() == 16 {
-        let c = &mut codes16[..len];
+    let rne = |out| {
         encode_into(
-            &src,
+            &Source::F32(result),
             enc,
             Rounding::NearestEven,
             false,
             &Random::None,
-            CodesMut::U16(c),
-        )?;
+            out,
+        )
+    };
+    if enc.format.code_bits() == 16 {
+        let c = &mut codes16[..len];
+        rne(CodesMut::U16(c))?;
         // SAFETY: `c` holds `len` initialised u16 codes, `2 len` bytes, borrowed for `'a`.
         Ok(unsafe { std::slice::from_raw_parts(c.as_ptr().cast::<u8>(), len * 2) })
     } else {
         let c = &mut codes8[..len];
-        encode_into(
-            &src,
-            enc,
-            Rounding::NearestEven,
-            false,
-            &Random::None,
-            CodesMut::U8(c),
-        )?;
+        rne(CodesMut::U8(c))?;
         Ok(c)
     }
 }
@@ -821,6 +807,17 @@ pub(super) fn check_fp_env() -> Result<()> {
     Ok(())
 }
 
+/// One input and one output buffer per chip of `n`.
+fn check_buffer_counts(n: usize, inputs: usize, outputs: usize) -> Result<()> {
+    if inputs != n || outputs != n {
+        return Err(Error::shape(
+            "buffers",
+            format!("{inputs} inputs and {outputs} outputs for {n} chips"),
+        ));
+    }
+    Ok(())
+}
+
 /// Executes a data-movement schedule on raw bytes (`elem` bytes per element): all-gather
 /// (symbolically, then one copy per received chunk), all-to-all and send/recv (whose schedules
 /// are single direct steps: each transfer is one copy). `inputs` all have one length;
@@ -832,16 +829,7 @@ pub fn execute_move(
     outputs: &mut [&mut [u8]],
 ) -> Result<()> {
     let n = s.n;
-    if inputs.len() != n || outputs.len() != n {
-        return Err(Error::shape(
-            "buffers",
-            format!(
-                "{} inputs and {} outputs for {n} chips",
-                inputs.len(),
-                outputs.len()
-            ),
-        ));
-    }
+    check_buffer_counts(n, inputs.len(), outputs.len())?;
     if elem == 0 || !inputs[0].len().is_multiple_of(elem) {
         return Err(Error::shape(
             "buffers",

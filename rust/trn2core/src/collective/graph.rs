@@ -148,23 +148,7 @@ pub fn layered_hamiltonian_cycles(
         if adj.iter().any(|a| a.len() != 2) {
             return None;
         }
-        // Walk the 2-regular graph from chip 0: one cycle through all chips, or none.
-        let mut order = vec![0u32];
-        let (mut prev, mut at) = (0usize, adj[0][0]);
-        while at != 0 && order.len() <= n {
-            order.push(at as u32);
-            let nx = if adj[at][0] == prev {
-                adj[at][1]
-            } else {
-                adj[at][0]
-            };
-            prev = at;
-            at = nx;
-        }
-        if order.len() != n {
-            return None;
-        }
-        out.push(order);
+        out.push(cycle_from_0(&adj)?);
     }
     let second = out.pop()?;
     let first = out.pop()?;
@@ -188,20 +172,24 @@ fn complement_cycle(nbrs: &[Vec<usize>], cycle: &[(usize, usize)]) -> Option<Vec
     if rest.iter().any(|r| r.len() != 2) {
         return None;
     }
+    cycle_from_0(&rest)
+}
+
+/// Walks a 2-regular graph (`adj[a]`: the two neighbours of `a`) from chip 0: the order of one
+/// cycle through all chips, or none.
+fn cycle_from_0(adj: &[Vec<usize>]) -> Option<Vec<u32>> {
+    let n = adj.len();
     let mut order = vec![0u32];
-    let (mut prev, mut at) = (0usize, rest[0][0]);
-    while at != 0 {
+    let (mut prev, mut at) = (0usize, adj[0][0]);
+    while at != 0 && order.len() <= n {
         order.push(at as u32);
-        let nx = if rest[at][0] == prev {
-            rest[at][1]
+        let nx = if adj[at][0] == prev {
+            adj[at][1]
         } else {
-            rest[at][0]
+            adj[at][0]
         };
         prev = at;
         at = nx;
-        if order.len() > n {
-            return None;
-        }
     }
     (order.len() == n).then_some(order)
 }

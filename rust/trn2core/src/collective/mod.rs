@@ -171,6 +171,39 @@ fn report(
     })
 }
 
+/// [`report`] of a collective launched standalone, untraced.
+fn standalone_report(
+    sched: &Schedule,
+    group: &Group,
+    op: Option<ReduceOp>,
+    elements: u64,
+    elem_bytes: u64,
+) -> Result<CollectiveReport> {
+    report(
+        sched,
+        group,
+        op,
+        elements,
+        elem_bytes,
+        false,
+        Launch::Standalone,
+    )
+}
+
+/// [`standalone_report`] of one process's part of a collective spread over processes, and the
+/// bytes its `plan` moves.
+fn local_report(
+    sched: &Schedule,
+    plan: distributed::LocalPlan,
+    group: &Group,
+    op: Option<ReduceOp>,
+    elements: usize,
+    elem: usize,
+) -> Result<(CollectiveReport, Traffic)> {
+    let rep = standalone_report(sched, group, op, elements as u64, elem as u64)?;
+    Ok((rep, plan.traffic))
+}
+
 /// Costs collective `collective` over `group` for `elements` per rank of `elem_bytes` each, without
 /// data. `peers` is send/recv's permutation (default: rank `r` sends to `r + 1`).
 pub fn estimate(
@@ -199,18 +232,13 @@ pub fn estimate(
     Ok((sched, rep))
 }
 
-/// Validates the buffers of a functional collective before anything is allocated, and returns
-/// the length of each rank's output in the units of `input_lens` (elements, or bytes of
-/// `elem_bytes`-byte elements): one buffer per rank of `group`, all of one length (a whole
-/// number of elements), and for a reduction (`format` given) a format Trainium2 reduces.
-/// `ShapeError` / `FormatError` / `ValueError` on `buffers` otherwise.
-pub fn output_plan(
-    group: &Group,
+/// The checks every output plan starts with: a reduction (`format` given) needs a collective
+/// that reduces and a format Trainium2 reduces; elements have bytes.
+fn check_plan_args(
     collective: Collective,
     format: Option<Format>,
     elem_bytes: usize,
-    input_lens: &[usize],
-) -> Result<Vec<usize>> {
+) -> Result<()> {
     if let Some(f) = format {
         exec::check_reduce_format(f)?;
         if !collective.reduces() {
@@ -223,6 +251,22 @@ pub fn output_plan(
     if elem_bytes == 0 {
         return Err(Error::value("buffers", "elements of zero bytes"));
     }
+    Ok(())
+}
+
+/// Validates the buffers of a functional collective before anything is allocated, and returns
+/// the length of each rank's output in the units of `input_lens` (elements, or bytes of
+/// `elem_bytes`-byte elements): one buffer per rank of `group`, all of one length (a whole
+/// number of elements), and for a reduction (`format` given) a format Trainium2 reduces.
+/// `ShapeError` / `FormatError` / `ValueError` on `buffers` otherwise.
+pub fn output_plan(
+    group: &Group,
+    collective: Collective,
+    format: Option<Format>,
+    elem_bytes: usize,
+    input_lens: &[usize],
+) -> Result<Vec<usize>> {
+    check_plan_args(collective, format, elem_bytes)?;
     let (got, ranks) = (input_lens.len(), group.n());
     if got != ranks {
         return Err(Error::shape(
@@ -295,15 +339,7 @@ pub fn run_reduce(
     check_symbolic_cells(group.n())?;
     let sched = build(group, collective, algorithm, size as u64, None)?;
     execute_reduce(&sched, op, format, inputs, outputs)?;
-    report(
-        &sched,
-        group,
-        Some(op),
-        elements,
-        elem,
-        false,
-        Launch::Standalone,
-    )
+    standalone_report(&sched, group, Some(op), elements, elem)
 }
 
 /// Computes an all-gather, all-to-all or send/recv on raw bytes (`elem` bytes per element) and
@@ -324,15 +360,7 @@ pub fn run_move(
     }
     let sched = build(group, collective, algorithm, size as u64, peers)?;
     execute_move(&sched, elem, inputs, outputs)?;
-    report(
-        &sched,
-        group,
-        None,
-        elements,
-        elem as u64,
-        false,
-        Launch::Standalone,
-    )
+    standalone_report(&sched, group, None, elements, elem as u64)
 }
 
 /// Validates the buffers one process passes to a collective spread over processes
@@ -351,18 +379,7 @@ pub fn local_output_plan(
     elements: usize,
     input_lens: &[usize],
 ) -> Result<Vec<usize>> {
-    if let Some(f) = format {
-        exec::check_reduce_format(f)?;
-        if !collective.reduces() {
-            return Err(Error::value(
-                "collective",
-                format!("{} does not reduce", collective.name()),
-            ));
-        }
-    }
-    if elem_bytes == 0 {
-        return Err(Error::value("buffers", "elements of zero bytes"));
-    }
+    check_plan_args(collective, format, elem_bytes)?;
     let ranks = placement.local_ranks(group, process)?;
     if input_lens.len() != ranks.len() {
         return Err(Error::shape(
@@ -416,16 +433,7 @@ pub fn run_reduce_local(
         group, placement, process, collective, algorithm, elem, elements, None,
     )?;
     distributed::execute_reduce_local(&plan, op, format, inputs, outputs, transport)?;
-    let rep = report(
-        &sched,
-        group,
-        Some(op),
-        elements as u64,
-        elem as u64,
-        false,
-        Launch::Standalone,
-    )?;
-    Ok((rep, plan.traffic))
+    local_report(&sched, plan, group, Some(op), elements, elem)
 }
 
 /// [`run_move`] for one process of a collective spread over processes (see
@@ -448,16 +456,7 @@ pub fn run_move_local(
         group, placement, process, collective, algorithm, elem, elements, peers,
     )?;
     distributed::execute_move_local(&plan, inputs, outputs, transport)?;
-    let rep = report(
-        &sched,
-        group,
-        None,
-        elements as u64,
-        elem as u64,
-        false,
-        Launch::Standalone,
-    )?;
-    Ok((rep, plan.traffic))
+    local_report(&sched, plan, group, None, elements, elem)
 }
 
 /// The machine and chips `nccom-test` runs `chips` chips on: one chip, the first `chips` chips

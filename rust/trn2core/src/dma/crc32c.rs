@@ -53,26 +53,12 @@ pub(super) fn update_raw_tables(mut crc: u32, data: &[u8]) -> u32 {
     let t = &TABLES;
     let mut chunks = data.chunks_exact(16);
     for c in &mut chunks {
-        let w0 = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
-        let w1 = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-        let w2 = u32::from_le_bytes([c[8], c[9], c[10], c[11]]);
-        let w3 = u32::from_le_bytes([c[12], c[13], c[14], c[15]]);
-        crc = t[15][(w0 & 0xFF) as usize]
-            ^ t[14][((w0 >> 8) & 0xFF) as usize]
-            ^ t[13][((w0 >> 16) & 0xFF) as usize]
-            ^ t[12][(w0 >> 24) as usize]
-            ^ t[11][(w1 & 0xFF) as usize]
-            ^ t[10][((w1 >> 8) & 0xFF) as usize]
-            ^ t[9][((w1 >> 16) & 0xFF) as usize]
-            ^ t[8][(w1 >> 24) as usize]
-            ^ t[7][(w2 & 0xFF) as usize]
-            ^ t[6][((w2 >> 8) & 0xFF) as usize]
-            ^ t[5][((w2 >> 16) & 0xFF) as usize]
-            ^ t[4][(w2 >> 24) as usize]
-            ^ t[3][(w3 & 0xFF) as usize]
-            ^ t[2][((w3 >> 8) & 0xFF) as usize]
-            ^ t[1][((w3 >> 16) & 0xFF) as usize]
-            ^ t[0][(w3 >> 24) as usize];
+        // Byte j of the 16 (the first four XORed with the register) is followed by 15 - j more.
+        let head = (crc ^ u32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes();
+        crc = c.iter().enumerate().fold(0, |x, (j, &b)| {
+            let b = if j < 4 { head[j] } else { b };
+            x ^ t[15 - j][b as usize]
+        });
     }
     for &b in chunks.remainder() {
         crc = (crc >> 8) ^ t[0][((crc ^ b as u32) & 0xFF) as usize];

@@ -234,8 +234,17 @@ pub fn compress_into(
     shape: &[u64],
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    validate(bytes, elem_size, dtype, shape)?;
-    stream::encode(bytes, elem_size, codec, dtype, shape, out)
+    let planned = plan_compress(bytes, elem_size, codec, dtype, shape)?;
+    let total = planned.len();
+    if out.capacity() >= total {
+        out.clear();
+        out.resize(total, 0);
+    } else {
+        // Zeroed by the allocator (fresh pages); each task then writes its own slice, so the
+        // pages are first touched in parallel rather than by a memset here.
+        *out = vec![0u8; total];
+    }
+    planned.write(out)
 }
 
 /// The first pass of [`compress`]: validates the arguments and sizes every block, so the

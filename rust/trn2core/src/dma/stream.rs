@@ -256,28 +256,6 @@ impl<'a> Encoder<'a> {
     }
 }
 
-/// Writes the whole stream into `out` (arguments validated by [`super::compress`]).
-pub(super) fn encode(
-    bytes: &[u8],
-    elem_size: usize,
-    codec: Codec,
-    dtype: &str,
-    shape: &[u64],
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    let enc = Encoder::plan(bytes, elem_size, codec, dtype, shape)?;
-    let total = enc.len();
-    if out.capacity() >= total {
-        out.clear();
-        out.resize(total, 0);
-    } else {
-        // Zeroed by the allocator (fresh pages); each task then writes its own slice, so the
-        // pages are first touched in parallel rather than by a memset here.
-        *out = vec![0u8; total];
-    }
-    enc.write(out)
-}
-
 /// A parsed and bounds-checked stream: everything but the payload's content is known valid.
 pub(super) struct Layout {
     /// The header's description of the array.

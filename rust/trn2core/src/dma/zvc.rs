@@ -20,44 +20,30 @@ pub(super) const BLOCK_ELEMS: usize = 512;
 
 /// `SELECT[m][r]`: position of the `r`-th set bit of mask byte `m` (the encoder's gather
 /// pattern); entries past the population count are 0 (their writes are overwritten or dropped).
-static SELECT: [[u8; 8]; 256] = build_select();
+static SELECT: [[u8; 8]; 256] = build_tables().0;
 
 /// `RANK[m][k]`: for a set bit `k` of `m`, how many set bits precede it (the decoder's source
 /// slot); for a clear bit, 8 (a slot holding zero).
-static RANK: [[u8; 8]; 256] = build_rank();
+static RANK: [[u8; 8]; 256] = build_tables().1;
 
-const fn build_select() -> [[u8; 8]; 256] {
-    let mut t = [[0u8; 8]; 256];
+/// `(SELECT, RANK)`: set bit `k` of mask `m` is the `r`-th, so `SELECT[m][r] = k` and
+/// `RANK[m][k] = r`.
+const fn build_tables() -> ([[u8; 8]; 256], [[u8; 8]; 256]) {
+    let (mut select, mut rank) = ([[0u8; 8]; 256], [[8u8; 8]; 256]);
     let mut m = 0;
     while m < 256 {
         let (mut k, mut r) = (0, 0);
         while k < 8 {
             if m >> k & 1 != 0 {
-                t[m][r] = k as u8;
+                select[m][r] = k as u8;
+                rank[m][k] = r as u8;
                 r += 1;
             }
             k += 1;
         }
         m += 1;
     }
-    t
-}
-
-const fn build_rank() -> [[u8; 8]; 256] {
-    let mut t = [[8u8; 8]; 256];
-    let mut m = 0;
-    while m < 256 {
-        let (mut k, mut r) = (0, 0);
-        while k < 8 {
-            if m >> k & 1 != 0 {
-                t[m][k] = r;
-                r += 1;
-            }
-            k += 1;
-        }
-        m += 1;
-    }
-    t
+    (select, rank)
 }
 
 /// The mode and payload length of `block` (a whole number of `W` elements) under zvc: counts

@@ -267,6 +267,27 @@ impl Aligned {
     }
 }
 
+/// The rows (of `n`) of an output `block` cut into `ranges` column ranges of `nc`: element `c`
+/// holds range `c` of every row (room for `rows` rows).
+pub(super) fn column_segments(
+    block: &mut [f32],
+    n: usize,
+    nc: usize,
+    ranges: usize,
+    rows: usize,
+) -> Vec<Vec<&mut [f32]>> {
+    let mut cols: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(rows)).collect();
+    for row in block.chunks_mut(n) {
+        let mut rest = row;
+        for segs in cols.iter_mut() {
+            let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
+            segs.push(seg);
+            rest = tail;
+        }
+    }
+    cols
+}
+
 fn drive<K: MicroKernel>(
     kernel: K,
     tiles: &[KTile],
@@ -290,16 +311,7 @@ fn drive<K: MicroKernel>(
 
     let mut tasks = Vec::with_capacity(row_blocks * col_blocks);
     for (rb, block) in out.chunks_mut(mc * n).enumerate() {
-        let mut cols: Vec<Vec<&mut [f32]>> =
-            (0..col_blocks).map(|_| Vec::with_capacity(mc)).collect();
-        for row in block.chunks_mut(n) {
-            let mut rest = row;
-            for segs in cols.iter_mut() {
-                let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
-                segs.push(seg);
-                rest = tail;
-            }
-        }
+        let cols = column_segments(block, n, nc, col_blocks, mc);
         for (cb, rows) in cols.into_iter().enumerate() {
             tasks.push(Task {
                 row0: rb * mc,

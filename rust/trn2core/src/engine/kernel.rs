@@ -39,7 +39,36 @@ pub(crate) trait MicroKernel: Copy + Send + Sync {
         c: &[*mut f32; MAX_MR],
         cols: usize,
         first: bool,
-    );
+    ) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            self.run_tile(KTile {
+                kc,
+                a,
+                b,
+                c,
+                cols,
+                first,
+            })
+        }
+    }
+
+    /// [`MicroKernel::run`] with its operands in one value.
+    ///
+    /// # Safety
+    /// As [`MicroKernel::run`].
+    unsafe fn run_tile(self, t: KTile<'_>);
+}
+
+/// The operands of one K tile (see [`MicroKernel::run`]).
+#[derive(Clone, Copy)]
+pub(crate) struct KTile<'a> {
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: &'a [*mut f32; MAX_MR],
+    cols: usize,
+    first: bool,
 }
 
 /// The portable kernel: `f32::mul_add` is IEEE `fusedMultiplyAdd` on every target (a hardware
@@ -54,15 +83,15 @@ impl MicroKernel for Portable {
     const MR: usize = PORTABLE_MR;
     const NR: usize = PORTABLE_NR;
 
-    unsafe fn run(
-        self,
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: &[*mut f32; MAX_MR],
-        cols: usize,
-        first: bool,
-    ) {
+    unsafe fn run_tile(self, t: KTile<'_>) {
+        let KTile {
+            kc,
+            a,
+            b,
+            c,
+            cols,
+            first,
+        } = t;
         // SAFETY: the caller's contract covers `kc * MR` and `kc * NR` reads.
         let (a, b) = unsafe {
             (
@@ -99,7 +128,7 @@ pub(crate) use x86::{Avx2, Avx512};
 #[cfg(target_arch = "x86_64")]
 #[clippy::msrv = "1.89"]
 mod x86 {
-    use super::{MicroKernel, MAX_MR};
+    use super::{KTile, MicroKernel};
     use std::arch::x86_64::*;
 
     /// AVX-512 kernel: 6 rows x 4 vectors of 16 columns. 24 accumulators, 4 B vectors and one
@@ -134,154 +163,204 @@ mod x86 {
         }
     }
 
-    impl MicroKernel for Avx512 {
-        const MR: usize = AVX512_MR;
-        const NR: usize = AVX512_NV * 16;
+    /// `MicroKernel` for `$kernel`: `$mr` rows of `$nv` registers of `$lanes`, the tile compiled
+    /// with the target features `$features`.
+    macro_rules! simd_kernel {
+        ($kernel:ident, $lanes:ty, $mr:expr, $nv:expr, $features:literal) => {
+            impl MicroKernel for $kernel {
+                const MR: usize = $mr;
+                const NR: usize = $nv * <$lanes as Lanes>::W;
 
-        unsafe fn run(
-            self,
-            kc: usize,
-            a: *const f32,
-            b: *const f32,
-            c: &[*mut f32; MAX_MR],
-            cols: usize,
-            first: bool,
-        ) {
-            // SAFETY: holding `self` proves AVX-512F and FMA; the rest is the caller's contract.
-            unsafe { tile_avx512::<AVX512_MR, AVX512_NV>(kc, a, b, c, cols, first) }
-        }
+                unsafe fn run_tile(self, t: KTile<'_>) {
+                    /// # Safety
+                    /// The CPU must have the features; the rest as [`tile`].
+                    #[target_feature(enable = $features)]
+                    unsafe fn compiled(t: KTile<'_>) {
+                        // SAFETY: this function enables the features; the rest is the
+                        // caller's contract.
+                        unsafe { tile::<$lanes, { $mr }, { $nv }>(t) }
+                    }
+                    // SAFETY: holding `self` proves the CPU has the features; the rest is the
+                    // caller's contract.
+                    unsafe { compiled(t) }
+                }
+            }
+        };
     }
 
-    impl MicroKernel for Avx2 {
-        const MR: usize = AVX2_MR;
-        const NR: usize = AVX2_NV * 8;
+    simd_kernel!(Avx512, Zmm, AVX512_MR, AVX512_NV, "avx512f,avx2,fma");
+    simd_kernel!(Avx2, Ymm, AVX2_MR, AVX2_NV, "avx2,fma");
 
-        unsafe fn run(
-            self,
-            kc: usize,
-            a: *const f32,
-            b: *const f32,
-            c: &[*mut f32; MAX_MR],
-            cols: usize,
-            first: bool,
-        ) {
-            // SAFETY: holding `self` proves AVX2 and FMA; the rest is the caller's contract.
-            unsafe { tile_avx2::<AVX2_MR, AVX2_NV>(kc, a, b, c, cols, first) }
-        }
+    /// The vector operations a register-blocked tile needs, in one instruction set's registers.
+    ///
+    /// Every method is `#[inline(always)]` and must only run inlined into a function that
+    /// enables the instruction set (the `# Safety` of each).
+    trait Lanes {
+        /// A register of `W` f32 lanes.
+        type V: Copy;
+        /// A mask of a register's first lanes.
+        type M: Copy;
+        /// Lanes per register.
+        const W: usize;
+        /// Whether the output block is prefetched before the K loop of a later K tile.
+        const PREFETCH: bool;
+        unsafe fn zero() -> Self::V;
+        unsafe fn load(p: *const f32) -> Self::V;
+        unsafe fn splat(x: f32) -> Self::V;
+        /// `a * b + c` with one rounding.
+        unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+        unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
+        /// The mask of the first `valid` (`1..=W`) lanes.
+        unsafe fn mask(valid: usize) -> Self::M;
+        unsafe fn load_masked(p: *const f32, m: Self::M) -> Self::V;
+        unsafe fn store_masked(p: *mut f32, m: Self::M, v: Self::V);
     }
 
+    /// `Lanes` for `$regs` from its intrinsics: five that map one to one, and the mask, masked
+    /// load and masked store written out (their operands differ in order between the sets).
+    macro_rules! lanes {
+        (
+            $regs:ident: $v:ty, $m:ty, $w:expr, prefetch $prefetch:expr;
+            $zero:ident, $load:ident, $splat:ident, $fma:ident, $add:ident;
+            mask($valid:ident) $mask:expr;
+            load_masked($lp:ident, $lm:ident) $load_masked:expr;
+            store_masked($sp:ident, $sm:ident, $sv:ident) $store_masked:expr;
+        ) => {
+            impl Lanes for $regs {
+                type V = $v;
+                type M = $m;
+                const W: usize = $w;
+                const PREFETCH: bool = $prefetch;
+                // SAFETY (every block): inlined where the instruction set is enabled (the
+                // trait's contract); pointers as the caller says.
+                #[inline(always)]
+                unsafe fn zero() -> $v {
+                    unsafe { $zero() }
+                }
+                #[inline(always)]
+                unsafe fn load(p: *const f32) -> $v {
+                    unsafe { $load(p) }
+                }
+                #[inline(always)]
+                unsafe fn splat(x: f32) -> $v {
+                    unsafe { $splat(x) }
+                }
+                #[inline(always)]
+                unsafe fn fma(a: $v, b: $v, c: $v) -> $v {
+                    unsafe { $fma(a, b, c) }
+                }
+                #[inline(always)]
+                unsafe fn add(a: $v, b: $v) -> $v {
+                    unsafe { $add(a, b) }
+                }
+                #[inline(always)]
+                unsafe fn mask($valid: usize) -> $m {
+                    #[allow(unused_unsafe)]
+                    unsafe {
+                        $mask
+                    }
+                }
+                #[inline(always)]
+                unsafe fn load_masked($lp: *const f32, $lm: $m) -> $v {
+                    unsafe { $load_masked }
+                }
+                #[inline(always)]
+                unsafe fn store_masked($sp: *mut f32, $sm: $m, $sv: $v) {
+                    unsafe { $store_masked }
+                }
+            }
+        };
+    }
+
+    /// AVX-512F registers.
+    struct Zmm;
+
+    /// AVX2 registers.
+    struct Ymm;
+
+    lanes! {
+        Zmm: __m512, __mmask16, 16, prefetch true;
+        _mm512_setzero_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps;
+        mask(valid) ((1u32 << valid) - 1) as u16;
+        load_masked(p, m) _mm512_maskz_loadu_ps(m, p);
+        store_masked(p, m, v) _mm512_mask_storeu_ps(p, m, v);
+    }
+
+    lanes! {
+        Ymm: __m256, __m256i, 8, prefetch false;
+        _mm256_setzero_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps;
+        // Lanes below `valid` are all ones: maskload/maskstore touch only those.
+        mask(valid) _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(valid as i32),
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+        );
+        load_masked(p, m) _mm256_maskload_ps(p, m);
+        store_masked(p, m, v) _mm256_maskstore_ps(p, m, v);
+    }
+
+    /// One K tile of an `MR x NV * L::W` block in `L`'s registers: `MR x NV` accumulators, `NV`
+    /// B registers and one broadcast A element per k.
+    ///
     /// # Safety
-    /// AVX-512F and FMA must be available; pointers as in [`MicroKernel::run`] with
-    /// `MR` rows and `NV * 16` columns.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn tile_avx512<const MR: usize, const NV: usize>(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: &[*mut f32; MAX_MR],
-        cols: usize,
-        first: bool,
-    ) {
-        if !first {
+    /// Inlined into a function that enables `L`'s instruction set (as [`Lanes`] says); pointers
+    /// as in [`MicroKernel::run`] with `MR` rows and `NV * L::W` columns.
+    #[inline(always)]
+    unsafe fn tile<L: Lanes, const MR: usize, const NV: usize>(t: KTile<'_>) {
+        let KTile {
+            kc,
+            a,
+            b,
+            c,
+            cols,
+            first,
+        } = t;
+        if L::PREFETCH && !first {
             // The output block is read only after the K loop: start fetching it now.
             for &p in c.iter().take(MR).filter(|p| !p.is_null()) {
                 for j in 0..NV {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(16 * j) as *const i8);
+                    // SAFETY: a prefetch never faults; SSE is part of x86-64.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(L::W * j) as *const i8) };
                 }
             }
         }
-        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        // SAFETY (every block below): `L`'s instructions are enabled (this function's contract).
+        let mut acc = [[unsafe { L::zero() }; NV]; MR];
         for k in 0..kc {
-            // SAFETY: k < kc, so the panels hold these MR and NV * 16 elements.
-            let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * 16)) };
-            let mut bv = [_mm512_setzero_ps(); NV];
+            // SAFETY: k < kc, so the panels hold these MR and NV * W elements.
+            let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * L::W)) };
+            let mut bv = [unsafe { L::zero() }; NV];
             for (j, v) in bv.iter_mut().enumerate() {
                 // SAFETY: within the B panel row (see above).
-                *v = unsafe { _mm512_loadu_ps(bk.add(16 * j)) };
+                *v = unsafe { L::load(bk.add(L::W * j)) };
             }
             for (i, row) in acc.iter_mut().enumerate() {
                 // SAFETY: within the A panel row (see above).
-                let x = _mm512_set1_ps(unsafe { *ak.add(i) });
+                let x = unsafe { L::splat(*ak.add(i)) };
                 for (s, &y) in row.iter_mut().zip(&bv) {
                     // One fused multiply-add: the PE step, exactly.
-                    *s = _mm512_fmadd_ps(x, y, *s);
+                    *s = unsafe { L::fma(x, y, *s) };
                 }
             }
         }
         for j in 0..NV {
-            let valid = cols.saturating_sub(16 * j).min(16);
+            let valid = cols.saturating_sub(L::W * j).min(L::W);
             if valid == 0 {
                 break;
             }
-            let mask: __mmask16 = ((1u32 << valid) - 1) as u16;
+            let mask = unsafe { L::mask(valid) };
             for (row, &p) in acc.iter().zip(c) {
                 if p.is_null() {
                     continue;
                 }
                 // SAFETY: the row holds `cols` elements and the mask covers only those.
                 unsafe {
-                    let p = p.add(16 * j);
+                    let p = p.add(L::W * j);
                     let v = if first {
                         row[j]
                     } else {
-                        _mm512_add_ps(_mm512_maskz_loadu_ps(mask, p), row[j])
+                        L::add(L::load_masked(p, mask), row[j])
                     };
-                    _mm512_mask_storeu_ps(p, mask, v);
-                }
-            }
-        }
-    }
-
-    /// # Safety
-    /// AVX2 and FMA must be available; pointers as in [`MicroKernel::run`] with `MR` rows and
-    /// `NV * 8` columns.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_avx2<const MR: usize, const NV: usize>(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: &[*mut f32; MAX_MR],
-        cols: usize,
-        first: bool,
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        for k in 0..kc {
-            // SAFETY: k < kc, so the panels hold these MR and NV * 8 elements.
-            let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * 8)) };
-            let mut bv = [_mm256_setzero_ps(); NV];
-            for (j, v) in bv.iter_mut().enumerate() {
-                // SAFETY: within the B panel row (see above).
-                *v = unsafe { _mm256_loadu_ps(bk.add(8 * j)) };
-            }
-            for (i, row) in acc.iter_mut().enumerate() {
-                // SAFETY: within the A panel row (see above).
-                let x = _mm256_set1_ps(unsafe { *ak.add(i) });
-                for (s, &y) in row.iter_mut().zip(&bv) {
-                    *s = _mm256_fmadd_ps(x, y, *s);
-                }
-            }
-        }
-        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        for j in 0..NV {
-            let valid = cols.saturating_sub(8 * j).min(8);
-            if valid == 0 {
-                break;
-            }
-            // Lanes below `valid` are all ones: maskload/maskstore touch only those.
-            let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid as i32), lane);
-            for (row, &p) in acc.iter().zip(c) {
-                if p.is_null() {
-                    continue;
-                }
-                // SAFETY: the row holds `cols` elements and the mask covers only those.
-                unsafe {
-                    let p = p.add(8 * j);
-                    let v = if first {
-                        row[j]
-                    } else {
-                        _mm256_add_ps(_mm256_maskload_ps(p, mask), row[j])
-                    };
-                    _mm256_maskstore_ps(p, mask, v);
+                    L::store_masked(p, mask, v);
                 }
             }
         }

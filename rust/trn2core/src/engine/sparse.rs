@@ -159,15 +159,7 @@ pub(crate) fn skip_zeros(
     let nc = NC_BLOCKS * W;
     for (rb, blk) in out.chunks_mut(MC * n).enumerate() {
         let ranges = n.div_ceil(nc);
-        let mut segs: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(MC)).collect();
-        for row in blk.chunks_mut(n) {
-            let mut rest = row;
-            for s in segs.iter_mut() {
-                let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
-                s.push(seg);
-                rest = tail;
-            }
-        }
+        let segs = super::gemm::column_segments(blk, n, nc, ranges, MC);
         for (cr, s) in segs.into_iter().enumerate() {
             tasks.push((rb * MC, cr * NC_BLOCKS, s));
         }

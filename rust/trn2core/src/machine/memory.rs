@@ -537,6 +537,8 @@ impl Memories {
             Space::Sbuf => &self.live_sbuf,
             _ => &self.live_psum,
         };
+        let too_big =
+            || self.capacity_error(space, name, shape, dtype, bytes, start_partition, p, limit);
         let address = match address {
             Some(a) => {
                 let end = a.saturating_add(bytes);
@@ -547,16 +549,7 @@ impl Memories {
                         && a < l.address + l.bytes
                 });
                 if end > limit {
-                    return Err(self.capacity_error(
-                        space,
-                        name,
-                        shape,
-                        dtype,
-                        bytes,
-                        start_partition,
-                        p,
-                        limit,
-                    ));
+                    return Err(too_big());
                 }
                 if let Some(l) = clash {
                     let other = self.tensors[l.slot as usize]
@@ -587,18 +580,7 @@ impl Memories {
             }
             None => match first_fit(live, space, start_partition, p as u32, bytes, limit) {
                 Some(a) => a,
-                None => {
-                    return Err(self.capacity_error(
-                        space,
-                        name,
-                        shape,
-                        dtype,
-                        bytes,
-                        start_partition,
-                        p,
-                        limit,
-                    ))
-                }
+                None => return Err(too_big()),
             },
         };
         let slot = self.new_slot();

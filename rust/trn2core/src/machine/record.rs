@@ -252,16 +252,10 @@ impl Program {
         writes: &[Region],
         cost: CostInput,
     ) {
-        let first_region = self.regions.len() as u32;
-        self.regions.extend_from_slice(reads);
-        self.regions.extend_from_slice(writes);
-        self.instrs.push(Instr {
-            opcode,
-            queue,
-            first_region,
-            reads: reads.len() as u8,
-            writes: writes.len() as u8,
-            cost,
+        self.push_with(opcode, queue, cost, |regions| {
+            regions.extend_from_slice(reads);
+            regions.extend_from_slice(writes);
+            (reads.len(), writes.len())
         });
     }
 
@@ -276,17 +270,32 @@ impl Program {
         write: Region,
         cost: CostInput,
     ) {
-        let first_region = self.regions.len() as u32;
         let n = reads.len() + extra.len();
-        self.regions.extend(reads);
-        self.regions.extend_from_slice(extra);
-        self.regions.push(write);
+        self.push_with(opcode, queue, cost, |regions| {
+            regions.extend(reads);
+            regions.extend_from_slice(extra);
+            regions.push(write);
+            (n, 1)
+        });
+    }
+
+    /// Appends an instruction whose regions `add` appends (its reads, then its writes),
+    /// returning how many it read and wrote.
+    fn push_with(
+        &mut self,
+        opcode: Opcode,
+        queue: Queue,
+        cost: CostInput,
+        add: impl FnOnce(&mut Vec<Region>) -> (usize, usize),
+    ) {
+        let first_region = self.regions.len() as u32;
+        let (reads, writes) = add(&mut self.regions);
         self.instrs.push(Instr {
             opcode,
             queue,
             first_region,
-            reads: n as u8,
-            writes: 1,
+            reads: reads as u8,
+            writes: writes as u8,
             cost,
         });
     }

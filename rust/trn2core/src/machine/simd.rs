@@ -32,11 +32,7 @@ pub(crate) fn level() -> u8 {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> u8 {
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx512dq")
-    {
+    if crate::numerics::has_avx512_bw_vl_dq() {
         AVX512
     } else if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")

@@ -20,6 +20,21 @@ use super::dtype::Dtype;
 /// Free dimensions of a tile (the engines' access patterns are up to 4-D, \[S2\]\[S33\]).
 pub const MAX_FREE_DIMS: usize = 4;
 
+/// `error("pattern", ..)` unless an explicit free pattern has 1 to [`MAX_FREE_DIMS`] pairs
+/// (`len`).
+pub(crate) fn check_pattern_len(
+    len: usize,
+    error: fn(&'static str, String) -> Error,
+) -> Result<()> {
+    if len == 0 || len > MAX_FREE_DIMS {
+        return Err(error(
+            "pattern",
+            format!("{len} [step, num] pairs; a pattern has 1 to {MAX_FREE_DIMS}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A tensor of one machine: which machine, the slot in its tensor table, and the slot's
 /// generation (a freed slot is reused with a new generation, so an old tile is refused instead
 /// of reaching the new tensor).
@@ -368,15 +383,7 @@ impl Tile {
     /// in elements, outermost first, from `offset` elements past this tile's first element
     /// (NKI's `.ap()`; the machine checks it stays inside the tensor).
     pub fn with_pattern(&self, pattern: &[(i64, u32)], offset: i64) -> Result<Tile> {
-        if pattern.is_empty() || pattern.len() > MAX_FREE_DIMS {
-            return Err(Error::shape(
-                "pattern",
-                format!(
-                    "{} [step, num] pairs; a pattern has 1 to {MAX_FREE_DIMS}",
-                    pattern.len()
-                ),
-            ));
-        }
+        check_pattern_len(pattern.len(), Error::shape)?;
         let mut t = *self;
         t.offset = i64::try_from(offset as i128 * self.dtype.size() as i128 + self.offset as i128)
             .map_err(|_| {

@@ -41,15 +41,8 @@ fn tail_mask(len: usize) -> __mmask16 {
 /// `StochasticBits::fill`, 16 words (eight SplitMix64 outputs) per step.
 #[target_feature(enable = "avx512f,avx512dq")]
 pub fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32], mask: u32) {
-    let mut k = start;
     // An odd start begins with the high half of an output: done by the portable code.
-    let out = if k & 1 == 1 && !out.is_empty() {
-        out[0] = g.word(k) & mask;
-        k += 1;
-        &mut out[1..]
-    } else {
-        out
-    };
+    let (k, out) = g.odd_head(start, out, mask);
     let mut state = pair_states(g, k >> 1);
     let step = _mm512_set1_epi64(GAMMA.wrapping_mul(8) as i64);
     let maskv = _mm512_set1_epi32(mask as i32);

@@ -100,36 +100,22 @@ pub trait Code: Copy + Default + Send + Sync + 'static {
     /// The code widened to 32 bits.
     fn to_u32(self) -> u32;
 }
-impl Code for u8 {
-    #[inline(always)]
-    fn from_u32(v: u32) -> Self {
-        v as u8
-    }
-    #[inline(always)]
-    fn to_u32(self) -> u32 {
-        self as u32
-    }
+/// [`Code`] for unsigned integer words: truncation and zero-extension.
+macro_rules! code_words {
+    ($($t:ty),*) => {$(
+        impl Code for $t {
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn to_u32(self) -> u32 {
+                self as u32
+            }
+        }
+    )*};
 }
-impl Code for u16 {
-    #[inline(always)]
-    fn from_u32(v: u32) -> Self {
-        v as u16
-    }
-    #[inline(always)]
-    fn to_u32(self) -> u32 {
-        self as u32
-    }
-}
-impl Code for u32 {
-    #[inline(always)]
-    fn from_u32(v: u32) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn to_u32(self) -> u32 {
-        self
-    }
-}
+code_words!(u8, u16, u32);
 
 /// Rounds every element of `src` once into `enc` and returns the codes.
 ///
@@ -550,50 +536,38 @@ mod simd {
         g.fill(start, out, mask)
     }
 
-    /// # Safety
-    /// The CPU must support AVX-512F/BW/DQ/VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2")]
-    pub unsafe fn f32_avx512<const MODE: u8, O: Code>(
-        x: &[f32],
-        r: &[u32],
-        out: &mut [O],
-        p: &Params,
-    ) {
-        f32_loop::<MODE, O>(x, r, out, p)
+    /// `$name`: the loop `$body` compiled with the target features `$features` (so that it
+    /// vectorises for them).
+    macro_rules! compiled_for {
+        ($name:ident, $features:literal, $x:ty, $body:ident) => {
+            /// # Safety
+            #[doc = concat!("The CPU must support ", $features, ".")]
+            #[target_feature(enable = $features)]
+            pub unsafe fn $name<const MODE: u8, O: Code>(
+                x: &[$x],
+                r: &[u32],
+                out: &mut [O],
+                p: &Params,
+            ) {
+                $body::<MODE, O>(x, r, out, p)
+            }
+        };
     }
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2,bmi2")]
-    pub unsafe fn f32_avx2<const MODE: u8, O: Code>(
-        x: &[f32],
-        r: &[u32],
-        out: &mut [O],
-        p: &Params,
-    ) {
-        f32_loop::<MODE, O>(x, r, out, p)
-    }
-    /// # Safety
-    /// The CPU must support AVX-512F/BW/DQ/VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2")]
-    pub unsafe fn f64_avx512<const MODE: u8, O: Code>(
-        x: &[f64],
-        r: &[u32],
-        out: &mut [O],
-        p: &Params,
-    ) {
-        f64_loop::<MODE, O>(x, r, out, p)
-    }
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2,bmi2")]
-    pub unsafe fn f64_avx2<const MODE: u8, O: Code>(
-        x: &[f64],
-        r: &[u32],
-        out: &mut [O],
-        p: &Params,
-    ) {
-        f64_loop::<MODE, O>(x, r, out, p)
-    }
+
+    compiled_for!(
+        f32_avx512,
+        "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2",
+        f32,
+        f32_loop
+    );
+    compiled_for!(f32_avx2, "avx2,bmi2", f32, f32_loop);
+    compiled_for!(
+        f64_avx512,
+        "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2",
+        f64,
+        f64_loop
+    );
+    compiled_for!(f64_avx2, "avx2,bmi2", f64, f64_loop);
 }
 
 /// SIMD levels: portable Rust, AVX2 (auto-vectorised), AVX-512 (explicit where it pays).
@@ -603,14 +577,20 @@ pub(crate) const SIMD_AVX2: u8 = 1;
 pub(crate) const SIMD_AVX512: u8 = 2;
 const SIMD_BEST: u8 = SIMD_AVX512;
 
-/// The widest SIMD level this CPU offers (feature detection caches its answers).
+/// Whether this CPU has AVX-512F with the BW, VL and DQ subsets (what the explicit AVX-512
+/// code of the core needs).
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn simd_level() -> u8 {
-    if std::arch::is_x86_feature_detected!("avx512f")
+pub(crate) fn has_avx512_bw_vl_dq() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vl")
         && std::arch::is_x86_feature_detected!("avx512dq")
-    {
+}
+
+/// The widest SIMD level this CPU offers (feature detection caches its answers).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn simd_level() -> u8 {
+    if has_avx512_bw_vl_dq() {
         SIMD_AVX512
     } else if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("bmi2")

@@ -166,19 +166,8 @@ pub fn round_f32<const MODE: u8>(bits: u32, r: u32, p: &Params) -> u32 {
     };
     let q = s >> sh.min(31);
     let mag = (((te - p.emin_b32) as u32) << p.m) + q + up as u32;
-    // Bitwise select: an `if` here makes LLVM select between two addresses and gather.
-    let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & sign.wrapping_neg());
-    let mag = if mag > p.max_code { ovf } else { mag };
-    let mag = if abs >= 0x7F80_0000 {
-        if abs == 0x7F80_0000 {
-            p.inf_code
-        } else {
-            p.nan_code
-        }
-    } else {
-        mag
-    };
-    ((sign << p.sign_shift) | mag) << p.out_shift
+    let (inf, special) = (abs == 0x7F80_0000, abs >= 0x7F80_0000);
+    finish(p, sign, mag, mag > p.max_code, special, inf)
 }
 
 /// float32 -> bf16, round to nearest even, no saturation. bf16 has float32's exponent range, so
@@ -225,15 +214,20 @@ pub fn round_f64<const MODE: u8>(bits: u64, r: u32, p: &Params) -> u32 {
     };
     let q = s >> sh.min(63);
     let mag = (((te - p.emin_b64) as u64) << p.m) + q + up as u64;
+    let (inf, special) = (abs == 0x7FF0_0000_0000_0000, abs >= 0x7FF0_0000_0000_0000);
+    finish(p, sign, mag as u32, mag > p.max_code as u64, special, inf)
+}
+
+/// The code of rounded magnitude `mag` with sign `sign`: the overflow code of the sign where
+/// `overflow`, Inf's or NaN's code for a non-finite input (`special`; `inf` for an infinity),
+/// shifted into place.
+#[inline(always)]
+fn finish(p: &Params, sign: u32, mag: u32, overflow: bool, special: bool, inf: bool) -> u32 {
     // Bitwise select: an `if` here makes LLVM select between two addresses and gather.
     let ovf = p.ovf_pos ^ ((p.ovf_pos ^ p.ovf_neg) & sign.wrapping_neg());
-    let mag = if mag > p.max_code as u64 {
-        ovf
-    } else {
-        mag as u32
-    };
-    let mag = if abs >= 0x7FF0_0000_0000_0000 {
-        if abs == 0x7FF0_0000_0000_0000 {
+    let mag = if overflow { ovf } else { mag };
+    let mag = if special {
+        if inf {
             p.inf_code
         } else {
             p.nan_code

@@ -22,6 +22,8 @@ mod rng;
 mod simd_tests;
 
 pub use decode::{decode, decode_into, fp8_lut, CodesRef};
+#[cfg(target_arch = "x86_64")]
+pub(crate) use encode::has_avx512_bw_vl_dq;
 pub use encode::{
     encode, encode_into, random_words_into, random_words_len, stochastic_words, Code, Codes,
     CodesMut, EncodeScratch, Random, RunEncoder, Source, MAX_RANDOM_WORDS,

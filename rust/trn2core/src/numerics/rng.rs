@@ -57,18 +57,23 @@ impl StochasticBits {
         (self.pair(index >> 1) >> (32 * (index & 1))) as u32
     }
 
+    /// The first word of a fill from an odd `start` (the high half of an output), written to
+    /// `out[0]`: the even index and the part of `out` that remain (all of it for an even start).
+    #[inline(always)]
+    pub fn odd_head<'a>(&self, start: u64, out: &'a mut [u32], mask: u32) -> (u64, &'a mut [u32]) {
+        if start & 1 == 1 && !out.is_empty() {
+            out[0] = self.word(start) & mask;
+            (start + 1, &mut out[1..])
+        } else {
+            (start, out)
+        }
+    }
+
     /// Fills `out` with the words for indices `start..start + out.len()`, each ANDed with
     /// `mask` (the portable definition; `encode.rs` has the SIMD versions, tested equal).
     #[inline(always)]
     pub fn fill(&self, start: u64, out: &mut [u32], mask: u32) {
-        let mut k = start;
-        let out = if k & 1 == 1 && !out.is_empty() {
-            out[0] = self.word(k) & mask;
-            k += 1;
-            &mut out[1..]
-        } else {
-            out
-        };
+        let (k, out) = self.odd_head(start, out, mask);
         let mut state = self.state(k >> 1);
         let mut pairs = out.chunks_exact_mut(2);
         for o in &mut pairs {

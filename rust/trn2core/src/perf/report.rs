@@ -152,27 +152,37 @@ pub struct Uncertainty {
 pub const GEMM_PUBLISHED_KIND: &str = "dense fp32, compute-bound, on one NeuronCore";
 
 impl Uncertainty {
+    /// The range `low..high` of `cases` published cases of kind `basis`.
+    const fn published(low: f64, high: f64, cases: usize, basis: &'static str) -> Uncertainty {
+        Uncertainty {
+            low: Some(low),
+            high: Some(high),
+            cases,
+            basis,
+        }
+    }
+
     /// The range of the published collective cases (nccom-test rows).
-    pub const COLLECTIVE: Uncertainty = Uncertainty {
-        low: Some(COLLECTIVE_PUBLISHED_RATIO_LOW),
-        high: Some(COLLECTIVE_PUBLISHED_RATIO_HIGH),
-        cases: COLLECTIVE_PUBLISHED_CASES,
-        basis: "collective",
-    };
+    pub const COLLECTIVE: Uncertainty = Uncertainty::published(
+        COLLECTIVE_PUBLISHED_RATIO_LOW,
+        COLLECTIVE_PUBLISHED_RATIO_HIGH,
+        COLLECTIVE_PUBLISHED_CASES,
+        "collective",
+    );
     /// The range of the published DMA transfers.
-    pub const DMA: Uncertainty = Uncertainty {
-        low: Some(DMA_PUBLISHED_RATIO_LOW),
-        high: Some(DMA_PUBLISHED_RATIO_HIGH),
-        cases: DMA_PUBLISHED_CASES,
-        basis: "dma",
-    };
+    pub const DMA: Uncertainty = Uncertainty::published(
+        DMA_PUBLISHED_RATIO_LOW,
+        DMA_PUBLISHED_RATIO_HIGH,
+        DMA_PUBLISHED_CASES,
+        "dma",
+    );
     /// The range of the published GEMM kernels (all of [`GEMM_PUBLISHED_KIND`]).
-    pub const GEMM: Uncertainty = Uncertainty {
-        low: Some(GEMM_PUBLISHED_RATIO_LOW),
-        high: Some(GEMM_PUBLISHED_RATIO_HIGH),
-        cases: GEMM_PUBLISHED_CASES,
-        basis: "gemm",
-    };
+    pub const GEMM: Uncertainty = Uncertainty::published(
+        GEMM_PUBLISHED_RATIO_LOW,
+        GEMM_PUBLISHED_RATIO_HIGH,
+        GEMM_PUBLISHED_CASES,
+        "gemm",
+    );
     /// A GEMM of a kind no published case is of: no range.
     pub const GEMM_UNPUBLISHED: Uncertainty = Uncertainty {
         low: None,
@@ -181,19 +191,19 @@ impl Uncertainty {
         basis: "gemm",
     };
     /// The range of the published whole-model time-to-first-token cases.
-    pub const WORKLOAD_PREFILL: Uncertainty = Uncertainty {
-        low: Some(crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW),
-        high: Some(crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH),
-        cases: crate::spec::WORKLOAD_PREFILL_PUBLISHED_CASES,
-        basis: "workload_prefill",
-    };
+    pub const WORKLOAD_PREFILL: Uncertainty = Uncertainty::published(
+        crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW,
+        crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH,
+        crate::spec::WORKLOAD_PREFILL_PUBLISHED_CASES,
+        "workload_prefill",
+    );
     /// The range of the published whole-model time-per-output-token cases.
-    pub const WORKLOAD_DECODE: Uncertainty = Uncertainty {
-        low: Some(crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_LOW),
-        high: Some(crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH),
-        cases: crate::spec::WORKLOAD_DECODE_PUBLISHED_CASES,
-        basis: "workload_decode",
-    };
+    pub const WORKLOAD_DECODE: Uncertainty = Uncertainty::published(
+        crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_LOW,
+        crate::spec::WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH,
+        crate::spec::WORKLOAD_DECODE_PUBLISHED_CASES,
+        "workload_decode",
+    );
 
     /// Whole-model training steps: no published Trainium2 training throughput is known, so
     /// no range ("no published case").

@@ -203,6 +203,50 @@ pub struct MemoryPlan {
     pub ranks_per_chip: usize,
 }
 
+impl MemoryPlan {
+    /// The plan of `items` (name, bytes per rank) on a logical core of `lnc` physical cores,
+    /// `ranks_per_chip` ranks to a chip. `CapacityError` on the largest item when they do not
+    /// fit, its message starting with `what()` (the workload and its layout).
+    pub(super) fn fit(
+        items: &[(&'static str, u64)],
+        lnc: usize,
+        ranks_per_chip: usize,
+        what: impl FnOnce() -> String,
+    ) -> Result<MemoryPlan> {
+        let items: Vec<MemoryItem> = items
+            .iter()
+            .map(|&(name, bytes)| MemoryItem { name, bytes })
+            .collect();
+        let total = add(&items.iter().map(|i| i.bytes).collect::<Vec<_>>())?;
+        let capacity = LogicalCoreInfo::new(lnc)?.hbm_bytes;
+        if total > capacity {
+            let big = items
+                .iter()
+                .max_by_key(|i| i.bytes)
+                .map_or("weights", |i| i.name);
+            let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            return Err(Error::capacity(
+                big,
+                format!(
+                    "{} needs {:.2} GiB per logical core ({big} {:.2} GiB) of the {:.0} GiB an \
+                     LNC={lnc} core has",
+                    what(),
+                    gib(total),
+                    gib(big_bytes),
+                    gib(capacity)
+                ),
+            ));
+        }
+        Ok(MemoryPlan {
+            items,
+            total_bytes: total,
+            capacity_bytes: capacity,
+            ranks_per_chip,
+        })
+    }
+}
+
 /// The counts the calibrated terms multiply (what `benches/fidelity_table.py` refits with).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Parts {
@@ -245,14 +289,14 @@ pub struct StepReport {
 
 /// NxD Inference's default buckets: powers of two from 128, and `max` itself.
 fn default_buckets(max: u64) -> Vec<u64> {
-    let mut b = Vec::new();
-    let mut x = 128u64;
-    while x < max {
-        b.push(x);
-        x = x.saturating_mul(2);
-    }
+    let mut b: Vec<u64> = doublings(128).take_while(|&x| x < max).collect();
     b.push(max);
     b
+}
+
+/// `x`, `2x`, `4x`, ... (saturating).
+pub(super) fn doublings(x: u64) -> impl Iterator<Item = u64> {
+    std::iter::successors(Some(x), |&x| Some(x.saturating_mul(2)))
 }
 
 /// The smallest bucket holding `n` tokens; `ValueError` on `arg` when none does.
@@ -518,49 +562,16 @@ impl<'a> Plan<'a> {
             add(&[mul(&[2, m.hidden])?, mul(&[2, inter])?])?,
             self.act_bytes,
         ])?;
-        let items = vec![
-            MemoryItem {
-                name: "weights",
-                bytes: weights,
-            },
-            MemoryItem {
-                name: "kv_cache",
-                bytes: kv,
-            },
-            MemoryItem {
-                name: "activations",
-                bytes: acts,
-            },
+        let items = [
+            ("weights", weights),
+            ("kv_cache", kv),
+            ("activations", acts),
         ];
-        let total = add(&[weights, kv, acts])?;
-        let capacity = LogicalCoreInfo::new(l.lnc)?.hbm_bytes;
-        if total > capacity {
-            let big = items
-                .iter()
-                .max_by_key(|i| i.bytes)
-                .map_or("weights", |i| i.name);
-            let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
-            return Err(Error::capacity(
-                big,
-                format!(
-                    "{} at tp={}, batch={}, seq_len={} needs {:.2} GiB per logical core \
-                     ({big} {:.2} GiB) of the {:.0} GiB an LNC={} core has",
-                    m.name,
-                    l.tp,
-                    l.batch,
-                    l.seq_len,
-                    total as f64 / (1u64 << 30) as f64,
-                    big_bytes as f64 / (1u64 << 30) as f64,
-                    capacity as f64 / (1u64 << 30) as f64,
-                    l.lnc
-                ),
-            ));
-        }
-        Ok(MemoryPlan {
-            items,
-            total_bytes: total,
-            capacity_bytes: capacity,
-            ranks_per_chip: (CORES_PER_CHIP / l.lnc).min(l.tp),
+        MemoryPlan::fit(&items, l.lnc, (CORES_PER_CHIP / l.lnc).min(l.tp), || {
+            format!(
+                "{} at tp={}, batch={}, seq_len={}",
+                m.name, l.tp, l.batch, l.seq_len
+            )
         })
     }
 
@@ -729,6 +740,39 @@ impl Step<'_> {
         Ok(())
     }
 
+    /// A GEMM of `m x k` by `k x n` with weights in `weights` ([`Plan::gemm`]).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        name: &str,
+        scope: &'static str,
+        count: u64,
+        m: u64,
+        k: u64,
+        n: u64,
+        weights: Format,
+    ) -> Result<()> {
+        let (s, hbm, fl, b) = self.plan.gemm(m, k, n, weights)?;
+        self.push(name, scope, "gemm", count, s, hbm, fl, b);
+        Ok(())
+    }
+
+    /// The reduction of a row-parallel GEMM's partial sums over the tp ranks: a reduce-scatter
+    /// under sequence parallelism (`sp`), else an all-reduce.
+    fn tp_reduce(&mut self, scope: &'static str, count: u64, sp: bool, act: u64) -> Result<()> {
+        if sp {
+            self.collective(
+                "reduce_scatter",
+                scope,
+                count,
+                Collective::ReduceScatter,
+                act,
+            )
+        } else {
+            self.collective("all_reduce", scope, count, Collective::AllReduce, act)
+        }
+    }
+
     /// The ops of one layer kind for `tokens` tokens per sequence attending to `context`.
     pub(super) fn layer(
         &mut self,
@@ -759,8 +803,7 @@ impl Step<'_> {
         let gemms = p.attention_gemms();
         let (o_name, o_k, o_n) = gemms[gemms.len() - 1];
         for &(name, k, n) in &gemms[..gemms.len() - 1] {
-            let (s, hbm, fl, b) = p.gemm(rows, k, n, wf)?;
-            self.push(name, scope, "gemm", count, s, hbm, fl, b);
+            self.gemm(name, scope, count, rows, k, n, wf)?;
         }
         // Attention.
         let window = m.sliding_window.unwrap_or(u64::MAX);
@@ -813,27 +856,23 @@ impl Step<'_> {
                 "memory".into(),
             );
         }
-        let (s, hbm, fl, b) = p.gemm(rows, o_k, o_n, wf)?;
-        self.push(o_name, scope, "gemm", count, s, hbm, fl, b);
-        if sp {
-            self.collective(
-                "reduce_scatter",
-                scope,
-                count,
-                Collective::ReduceScatter,
-                act,
-            )?;
-        } else {
-            self.collective("all_reduce", scope, count, Collective::AllReduce, act)?;
-        }
+        self.gemm(o_name, scope, count, rows, o_k, o_n, wf)?;
+        self.tp_reduce(scope, count, sp, act)?;
         self.norm("post_attention_norm", scope, count, norm_s, norm_bytes);
         if sp {
             self.collective("all_gather", scope, count, Collective::AllGather, act)?;
         }
         match (&m.moe, scope) {
             (Some(e), "moe") => {
-                let (s, hbm, fl, b) = p.gemm(rows, m.hidden, e.experts, Format::Bf16)?;
-                self.push("router", scope, "gemm", count, s, hbm, fl, b);
+                self.gemm(
+                    "router",
+                    scope,
+                    count,
+                    rows,
+                    m.hidden,
+                    e.experts,
+                    Format::Bf16,
+                )?;
                 let ep = l.ep as u64;
                 let local = e.experts / ep;
                 let shard = e.intermediate / (tpu / ep);
@@ -867,31 +906,25 @@ impl Step<'_> {
                 );
                 if e.shared_experts > 0 {
                     let si = mul(&[e.intermediate, e.shared_experts])? / tpu;
-                    let (s, hbm, fl, b) = p.gemm(rows, m.hidden, 2 * si.max(1), wf)?;
-                    self.push("shared_gate_up", scope, "gemm", count, s, hbm, fl, b);
-                    let (s, hbm, fl, b) = p.gemm(rows, si.max(1), m.hidden, wf)?;
-                    self.push("shared_down", scope, "gemm", count, s, hbm, fl, b);
+                    self.gemm(
+                        "shared_gate_up",
+                        scope,
+                        count,
+                        rows,
+                        m.hidden,
+                        2 * si.max(1),
+                        wf,
+                    )?;
+                    self.gemm("shared_down", scope, count, rows, si.max(1), m.hidden, wf)?;
                 }
             }
             _ => {
                 let i = m.intermediate / tpu;
-                let (s, hbm, fl, b) = p.gemm(rows, m.hidden, 2 * i, wf)?;
-                self.push("gate_up_proj", scope, "gemm", count, s, hbm, fl, b);
-                let (s, hbm, fl, b) = p.gemm(rows, i, m.hidden, wf)?;
-                self.push("down_proj", scope, "gemm", count, s, hbm, fl, b);
+                self.gemm("gate_up_proj", scope, count, rows, m.hidden, 2 * i, wf)?;
+                self.gemm("down_proj", scope, count, rows, i, m.hidden, wf)?;
             }
         }
-        if sp {
-            self.collective(
-                "reduce_scatter",
-                scope,
-                count,
-                Collective::ReduceScatter,
-                act,
-            )?;
-        } else {
-            self.collective("all_reduce", scope, count, Collective::AllReduce, act)?;
-        }
+        self.tp_reduce(scope, count, sp, act)?;
         Ok(())
     }
 }
@@ -913,19 +946,8 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
         let b = bucket_for(next, &layout.decode_buckets, layout.seq_len, "context")?;
         (b, 1)
     };
-    let max_prefill =
-        bucket_for(1, &layout.prefill_buckets, layout.seq_len, "tokens").map(|_| {
-            if layout.prefill_buckets.is_empty() {
-                layout.seq_len
-            } else {
-                layout
-                    .prefill_buckets
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(layout.seq_len)
-            }
-        })?;
+    let max_prefill = bucket_for(1, &layout.prefill_buckets, layout.seq_len, "tokens")
+        .map(|_| max_prefill(layout))?;
     let memory = plan.memory(max_prefill)?;
     let mut st = Step {
         plan: &plan,
@@ -947,8 +969,15 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
     let norm_s = plan.hbm_stream(norm_bytes)?;
     st.norm("final_norm", "step", 1, norm_s, norm_bytes);
     let vocab_shard = model.vocab.div_ceil(layout.tp as u64);
-    let (s, hbm, fl, b) = plan.gemm(rows, model.hidden, vocab_shard, layout.weights)?;
-    st.push("lm_head", "step", "gemm", 1, s, hbm, fl, b);
+    st.gemm(
+        "lm_head",
+        "step",
+        1,
+        rows,
+        model.hidden,
+        vocab_shard,
+        layout.weights,
+    )?;
     let cand = mul(&[rows, 8, layout.tp as u64])?;
     st.collective(
         "sampling_all_gather",
@@ -993,11 +1022,7 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
         layout.ep,
         layout.lnc,
         layout.batch,
-        if layout.weights == Format::Bf16 {
-            "bf16"
-        } else {
-            "fp8"
-        },
+        width_name(layout.weights),
         bucket
     );
     Ok(StepReport {
@@ -1030,10 +1055,18 @@ pub fn decode(model: &Model, layout: &Layout, context: u64) -> Result<StepReport
     step(model, layout, false, context)
 }
 
-/// The memory plan alone (`CapacityError` if it does not fit).
-pub fn memory(model: &Model, layout: &Layout) -> Result<MemoryPlan> {
-    let plan = Plan::new(model, layout)?;
-    let max_prefill = if layout.prefill_buckets.is_empty() {
+/// `"bf16"` or `"fp8"`: how a description names the weights' (or training's) format.
+pub(super) fn width_name(f: Format) -> &'static str {
+    if f == Format::Bf16 {
+        "bf16"
+    } else {
+        "fp8"
+    }
+}
+
+/// Tokens of the largest context-encoding bucket (`seq_len` without buckets).
+fn max_prefill(layout: &Layout) -> u64 {
+    if layout.prefill_buckets.is_empty() {
         layout.seq_len
     } else {
         layout
@@ -1042,6 +1075,11 @@ pub fn memory(model: &Model, layout: &Layout) -> Result<MemoryPlan> {
             .copied()
             .max()
             .unwrap_or(layout.seq_len)
-    };
-    plan.memory(max_prefill)
+    }
+}
+
+/// The memory plan alone (`CapacityError` if it does not fit).
+pub fn memory(model: &Model, layout: &Layout) -> Result<MemoryPlan> {
+    let plan = Plan::new(model, layout)?;
+    plan.memory(max_prefill(layout))
 }

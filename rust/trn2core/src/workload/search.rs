@@ -3,7 +3,7 @@
 //! do not fit or do not divide the model are skipped and counted, and the rest are sorted by
 //! the objective (docs/workload.md, "Search").
 
-use super::inference::{decode, prefill, Layout, Machine, Serving};
+use super::inference::{decode, doublings, prefill, Layout, Machine, Serving};
 use super::model::Model;
 use super::training::{train_step, Recompute, TrainLayout};
 use crate::numerics::Format;
@@ -122,13 +122,10 @@ pub struct SearchResult {
 }
 
 fn powers_of_two(max: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut x = 1usize;
-    while x <= max {
-        v.push(x);
-        x = x.saturating_mul(2);
-    }
-    v
+    doublings(1)
+        .take_while(|&x| x <= max as u64)
+        .map(|x| x as usize)
+        .collect()
 }
 
 fn or_default<T: Clone>(given: &[T], default: Vec<T>) -> Vec<T> {

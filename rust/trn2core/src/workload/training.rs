@@ -19,13 +19,12 @@
 //! Every op's time comes from the functions inference uses ([`Step::layer`], `estimate_gemm`,
 //! the DMA model, the in-graph collective model): no formula is derived twice.
 
-use super::inference::{Layout, Machine, MemoryItem, MemoryPlan, OpTime, Plan, Serving, Step};
+use super::inference::{width_name, Layout, Machine, MemoryPlan, OpTime, Plan, Serving, Step};
 use super::model::{add, mul, Model};
 use crate::collective::{ranks_estimate, Algorithm, Collective, Launch};
 use crate::numerics::Format;
 use crate::perf::Uncertainty;
 use crate::spec::{CORES_PER_CHIP, CORE_PEAK_BF16_FLOPS_PER_S, WORKLOAD_OP_FIXED_S};
-use crate::topology::LogicalCoreInfo;
 use crate::{Error, Result};
 
 /// Activation recomputation.
@@ -236,56 +235,18 @@ fn memory(
     // 1F1B: the first stage holds up to pp micro-batches' activations at once.
     let in_flight = micro_batches.min(t.pp as u64);
     let acts = mul(&[per_layer, stage_layers, in_flight])?;
-    let items = vec![
-        MemoryItem {
-            name: "weights",
-            bytes: weights,
-        },
-        MemoryItem {
-            name: "gradients",
-            bytes: grads,
-        },
-        MemoryItem {
-            name: "optimizer_states",
-            bytes: states,
-        },
-        MemoryItem {
-            name: "activations",
-            bytes: acts,
-        },
+    let items = [
+        ("weights", weights),
+        ("gradients", grads),
+        ("optimizer_states", states),
+        ("activations", acts),
     ];
-    let total = add(&[weights, grads, states, acts])?;
-    let capacity = LogicalCoreInfo::new(t.lnc)?.hbm_bytes;
-    if total > capacity {
-        let big = items
-            .iter()
-            .max_by_key(|i| i.bytes)
-            .map_or("weights", |i| i.name);
-        let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
-        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        return Err(Error::capacity(
-            big,
-            format!(
-                "{} training at tp={} pp={} dp={} micro_batch={} seq={} needs {:.2} GiB per \
-                 logical core ({big} {:.2} GiB) of the {:.0} GiB an LNC={} core has",
-                model.name,
-                t.tp,
-                t.pp,
-                t.dp,
-                t.micro_batch,
-                t.seq,
-                gib(total),
-                gib(big_bytes),
-                gib(capacity),
-                t.lnc
-            ),
-        ));
-    }
-    Ok(MemoryPlan {
-        items,
-        total_bytes: total,
-        capacity_bytes: capacity,
-        ranks_per_chip: (CORES_PER_CHIP / t.lnc).min(t.tp * t.pp * t.dp),
+    let ranks_per_chip = (CORES_PER_CHIP / t.lnc).min(t.tp * t.pp * t.dp);
+    MemoryPlan::fit(&items, t.lnc, ranks_per_chip, || {
+        format!(
+            "{} training at tp={} pp={} dp={} micro_batch={} seq={}",
+            model.name, t.tp, t.pp, t.dp, t.micro_batch, t.seq
+        )
     })
 }
 
@@ -504,11 +465,7 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         t.micro_batch,
         t.global_batch,
         t.seq,
-        if t.dtype == Format::Bf16 {
-            "bf16"
-        } else {
-            "fp8"
-        },
+        width_name(t.dtype),
         if t.zero1 { ", ZeRO-1" } else { "" },
         if t.recompute == Recompute::Full {
             ", full recomputation"

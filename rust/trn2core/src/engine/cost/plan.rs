@@ -389,6 +389,19 @@ pub fn estimate_gemm_walk(plan: &GemmPlan) -> Result<Report> {
     report(plan, &g, total, &sim, trace.events)
 }
 
+/// Sets `rep`'s bound (`"memory"` when `memory_bound`, else `"compute"`) and the uncertainty
+/// of `plan`'s GEMM so bound over `cores` cores.
+pub(super) fn set_bound(rep: &mut Report, plan: &GemmPlan, memory_bound: bool, cores: usize) {
+    rep.bound = if memory_bound { "memory" } else { "compute" };
+    rep.uncertainty = Some(Uncertainty::for_gemm(
+        plan.format.name(),
+        plan.sparsity.is_some(),
+        plan.perf_mode == PerfMode::DoubleRow,
+        rep.bound,
+        cores,
+    ));
+}
+
 /// The report of a GEMM whose PE side ended in `sim`, with the memory side and `pe_events`
 /// (times from the PE's start).
 fn report(
@@ -519,18 +532,7 @@ fn report(
     rep.pe_tflops = flops / pe_seconds / 1e12;
     rep.utilization = (flops / end / plan.peak_flops_per_s).min(1.0);
     rep.peak_tflops = plan.peak_flops_per_s / 1e12;
-    rep.bound = if memory_s > compute_end {
-        "memory"
-    } else {
-        "compute"
-    };
-    rep.uncertainty = Some(Uncertainty::for_gemm(
-        plan.format.name(),
-        plan.sparsity.is_some(),
-        plan.perf_mode == PerfMode::DoubleRow,
-        rep.bound,
-        1,
-    ));
+    set_bound(&mut rep, plan, memory_s > compute_end, 1);
     rep.details = vec![
         ("pe_busy_s", pe_seconds),
         ("compute_s", compute_end),

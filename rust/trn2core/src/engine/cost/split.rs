@@ -29,8 +29,8 @@
 
 use super::plan::{estimate_gemm, estimate_gemm_walk, GemmPlan};
 use crate::dma::cost::{dma_efficiency, engines_bytes_per_s};
-use crate::engine::PerfMode;
-use crate::perf::{Event, Report, Uncertainty};
+
+use crate::perf::{Event, Report};
 use crate::spec::{
     CORES_PER_CHIP, CORES_PER_HBM_STACK, DMA_FIXED_COST_S, DMA_FULL_RATE_PARTITION_BYTES,
     HBM_STACK_BYTES_PER_S, MATMUL_MOVING_FREE_MAX, MATMUL_STATIONARY_FREE_MAX, MIN_II_CYCLES,
@@ -229,18 +229,12 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     rep.pe_tflops = rep.flops / (pe_seconds * used as f64) / 1e12;
     rep.peak_tflops = plan.peak_flops_per_s * nc as f64 / 1e12;
     rep.utilization = (rep.flops / total / (plan.peak_flops_per_s * nc as f64)).min(1.0);
-    rep.bound = if memory > detail(&sub, "compute_s") {
-        "memory"
-    } else {
-        "compute"
-    };
-    rep.uncertainty = Some(Uncertainty::for_gemm(
-        plan.format.name(),
-        plan.sparsity.is_some(),
-        plan.perf_mode == PerfMode::DoubleRow,
-        rep.bound,
+    super::plan::set_bound(
+        &mut rep,
+        plan,
+        memory > detail(&sub, "compute_s"),
         nc as usize,
-    ));
+    );
     rep.details = vec![
         ("cores", nc as f64),
         ("split_m", split.pm as f64),

@@ -80,7 +80,8 @@ impl Machine {
             bytes: bytes as u64,
             ..CostInput::default()
         };
-        self.record(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
+        self.program
+            .push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
         Ok(())
     }
 

@@ -156,21 +156,64 @@ fn per_partition(op: AluOp, x: &[f32], s: &[f32], reverse: bool, n: usize) -> Ve
     out
 }
 
-/// The two-inputs-from-PSUM rule.
-pub(crate) fn two_psum_check(opc: Opcode, a: (&str, &Opnd), b: (&str, &Opnd)) -> Result<()> {
-    if a.1.tile.space == Space::Psum && b.1.tile.space == Space::Psum {
-        return Err(rule(
-            b.0,
-            "two_psum_inputs",
-            format!(
-                "{} and {} are both in PSUM; {} takes at most one input from PSUM",
-                a.0,
-                b.0,
-                opc.name()
-            ),
-        ));
+/// Refuses `op0`, then `op1`, where `why(op)` gives a reason: a `ValueError` on that argument.
+pub(crate) fn check_op_pair(
+    op0: AluOp,
+    op1: AluOp,
+    why: impl Fn(AluOp) -> Option<String>,
+) -> Result<()> {
+    for (arg, op) in [("op0", op0), ("op1", op1)] {
+        if let Some(msg) = why(op) {
+            return Err(Error::value(arg, msg));
+        }
     }
     Ok(())
+}
+
+impl Machine {
+    /// The operands of an element-wise instruction of two tensor inputs `a` and `b` (name,
+    /// tile) and `dst`: checked each, then the two-inputs-from-PSUM rule and equal shapes.
+    pub(crate) fn two_tensor_operands(
+        &self,
+        opc: Opcode,
+        engine: Engine,
+        a: (&str, &Tile),
+        b: (&str, &Tile),
+        dst: &Tile,
+    ) -> Result<(Opnd, Opnd, Opnd)> {
+        let oa = self.operand(a.0, a.1, Some(engine), false)?;
+        let ob = self.operand(b.0, b.1, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if oa.tile.space == Space::Psum && ob.tile.space == Space::Psum {
+            return Err(rule(
+                b.0,
+                "two_psum_inputs",
+                format!(
+                    "{} and {} are both in PSUM; {} takes at most one input from PSUM",
+                    a.0,
+                    b.0,
+                    opc.name()
+                ),
+            ));
+        }
+        self.same_shape(opc, a.0, &oa, &[(b.0, &ob), ("dst", &d)])?;
+        Ok((oa, ob, d))
+    }
+
+    /// The operands of an element-wise instruction from `data` into `dst`: checked each, and
+    /// of equal shapes.
+    pub(crate) fn data_dst_operands(
+        &self,
+        opc: Opcode,
+        engine: Engine,
+        data: &Tile,
+        dst: &Tile,
+    ) -> Result<(Opnd, Opnd)> {
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        Ok((a, d))
+    }
 }
 
 impl Machine {
@@ -203,11 +246,8 @@ impl Machine {
                 "tensor_tensor with power runs on the GpSimd engine",
             ));
         }
-        let a = self.operand("data1", data1, Some(engine), false)?;
-        let b = self.operand("data2", data2, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        two_psum_check(opc, ("data1", &a), ("data2", &b))?;
-        self.same_shape(opc, "data1", &a, &[("data2", &b), ("dst", &d)])?;
+        let (a, b, d) =
+            self.two_tensor_operands(opc, engine, ("data1", data1), ("data2", data2), dst)?;
         self.check_op_dtypes(
             op,
             "op",
@@ -300,9 +340,7 @@ impl Machine {
                 "bitvec tensor_scalar runs on the Vector engine",
             ));
         }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         self.check_op_dtypes(op0, "op0", &[("data", data), ("dst", dst)])?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
@@ -367,19 +405,12 @@ impl Machine {
     ) -> Result<()> {
         let opc = Opcode::ScalarTensorTensor;
         let engine = Engine::Vector;
-        for (arg, op) in [("op0", op0), ("op1", op1)] {
-            if op.is_bitvec() {
-                return Err(Error::value(
-                    arg,
-                    format!("scalar_tensor_tensor takes arithmetic operators; {op} is bitvec"),
-                ));
-            }
-        }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let b = self.operand("operand1", operand1, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        two_psum_check(opc, ("data", &a), ("operand1", &b))?;
-        self.same_shape(opc, "data", &a, &[("operand1", &b), ("dst", &d)])?;
+        check_op_pair(op0, op1, |op| {
+            op.is_bitvec()
+                .then(|| format!("scalar_tensor_tensor takes arithmetic operators; {op} is bitvec"))
+        })?;
+        let (a, b, d) =
+            self.two_tensor_operands(opc, engine, ("data", data), ("operand1", operand1), dst)?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
         let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
@@ -460,9 +491,7 @@ impl Machine {
     pub fn reciprocal(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
         let opc = Opcode::Reciprocal;
         let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let x = self.gather_f32(data)?;
         let mut z = vec![0f32; x.len()];
         alu::with_scalar(AluOp::Reciprocal, &x, 0.0, false, &mut z);

@@ -15,10 +15,24 @@ use super::super::record::{Engine, Opcode};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
-use crate::machine::tile::{Tile, MAX_FREE_DIMS};
+use crate::machine::tile::{check_pattern_len, Tile, MAX_FREE_DIMS};
 
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
+
+/// `ValueError` unless an affine pattern's `offset` and `channel_multiplier` are 32-bit integers
+/// (what the instruction holds).
+fn check_i32_coefficients(offset: i64, channel_multiplier: i64) -> Result<()> {
+    for (arg, v) in [
+        ("offset", offset),
+        ("channel_multiplier", channel_multiplier),
+    ] {
+        if i32::try_from(v).is_err() {
+            return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
+        }
+    }
+    Ok(())
+}
 
 /// The 32-bit affine values of `pattern` for `partitions` channels, in logical order.
 fn affine_values(
@@ -54,15 +68,7 @@ fn affine_values(
 
 impl Machine {
     fn check_pattern(&self, d: &Opnd, pattern: Pattern) -> Result<()> {
-        if pattern.is_empty() || pattern.len() > MAX_FREE_DIMS {
-            return Err(Error::value(
-                "pattern",
-                format!(
-                    "{} [step, num] pairs; a pattern has 1 to {MAX_FREE_DIMS}",
-                    pattern.len()
-                ),
-            ));
-        }
+        check_pattern_len(pattern.len(), Error::value)?;
         let per: u128 = pattern.iter().map(|&(_, n)| n as u128).product();
         if per != d.n() as u128 {
             return Err(shape_rule(
@@ -95,14 +101,7 @@ impl Machine {
     ) -> Result<()> {
         let opc = Opcode::Iota;
         let engine = Engine::Gpsimd;
-        for (arg, v) in [
-            ("offset", offset),
-            ("channel_multiplier", channel_multiplier),
-        ] {
-            if i32::try_from(v).is_err() {
-                return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
-            }
-        }
+        check_i32_coefficients(offset, channel_multiplier)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.check_pattern(&d, pattern)?;
         let mut vals = Vec::new();
@@ -150,14 +149,7 @@ impl Machine {
                 format!("{cmp_op} is not a comparison (equal, not_equal, greater, greater_equal, less, less_equal)"),
             ));
         }
-        for (arg, v) in [
-            ("offset", offset),
-            ("channel_multiplier", channel_multiplier),
-        ] {
-            if i32::try_from(v).is_err() {
-                return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
-            }
-        }
+        check_i32_coefficients(offset, channel_multiplier)?;
         let t = self.operand("on_true_tile", on_true, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         self.same_shape(opc, "on_true_tile", &t, &[("dst", &d)])?;

@@ -214,6 +214,53 @@ fn in_pieces(
     true
 }
 
+/// Walks `tile`'s elements in logical order in pieces, checking for cancellation as
+/// [`in_pieces`] does: `f(k, off, l, stride)` gets `l` elements from element `k` in logical
+/// order, the first at host byte offset `off` and the next ones `stride` elements apart (see
+/// [`piece_at`]). `Interrupted` once cancelled.
+fn for_each_piece(
+    stride_p: usize,
+    tile: &Tile,
+    mut f: impl FnMut(usize, usize, usize, i64),
+) -> Result<()> {
+    let esize = tile.dtype.size();
+    let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
+    let mut k = 0;
+    for_each_run(stride_p, tile, |off, len, stride| {
+        live = live
+            && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
+                f(k, piece_at(off, i, stride, esize), l, stride)
+            });
+        k += len;
+    });
+    if live {
+        Ok(())
+    } else {
+        Err(Error::Interrupted)
+    }
+}
+
+/// Host byte offset of element `j` of a piece whose element 0 is at `off` ([`for_each_piece`]).
+#[inline]
+fn piece_at(off: usize, j: usize, stride: i64, esize: usize) -> usize {
+    (off as i64 + j as i64 * stride * esize as i64) as usize
+}
+
+/// A `ShapeError` (rule `shape`) on `arg` unless operand `o` is `[p, n]`, its message
+/// `message(o's logical shape)`.
+pub(crate) fn check_p_n(
+    arg: &str,
+    o: &Opnd,
+    p: u32,
+    n: usize,
+    message: impl FnOnce(&[usize]) -> String,
+) -> Result<()> {
+    if o.p() != p || o.n() != n {
+        return Err(shape_rule(arg, "shape", message(&o.tile.logical_shape())));
+    }
+    Ok(())
+}
+
 fn too_many(n: u128) -> Error {
     Error::capacity(
         "tile",
@@ -557,83 +604,42 @@ impl Machine {
 
     /// A tile's elements, widened to float32, in logical order.
     pub(crate) fn gather_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
-        let mut out = Vec::new();
-        self.gather_f32_into(tile, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Machine::gather_f32`] into `out`.
-    pub(crate) fn gather_f32_into(&self, tile: &Tile, out: &mut Vec<f32>) -> Result<()> {
-        gather_buffer(out, tile)?;
-        let mem = self.mem.mem(tile);
-        let bytes = mem.bytes();
-        let dt = tile.dtype;
-        let esize = dt.size();
-        out.resize(tile.elements(), 0.0);
-        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
-        let mut k = 0;
-        for_each_run(mem.stride, tile, |off, len, stride| {
-            live = live
-                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
-                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    if stride == 1 {
-                        dtype::widen(dt, &bytes[off..off + l * esize], &mut out[k..k + l]);
-                    } else {
-                        for (j, o) in out[k..k + l].iter_mut().enumerate() {
-                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
-                            *o = dtype::widen_one(dt, raw_at(bytes, at, esize));
-                        }
-                    }
-                });
-            k += len;
-        });
-        if live {
-            Ok(())
-        } else {
-            Err(Error::Interrupted)
-        }
+        self.gather(
+            tile,
+            |run, o| dtype::widen(tile.dtype, run, o),
+            |bits| dtype::widen_one(tile.dtype, bits),
+        )
     }
 
     /// A tile's raw element bits (zero-extended) in logical order.
     pub(crate) fn gather_bits(&self, tile: &Tile) -> Result<Vec<u32>> {
-        let mut out = Vec::new();
-        self.gather_bits_into(tile, &mut out)?;
-        Ok(out)
+        self.gather(tile, |run, o| dtype::raw_bits(tile.dtype, run, o), |b| b)
     }
 
-    /// [`Machine::gather_bits`] into `out`.
-    pub(crate) fn gather_bits_into(&self, tile: &Tile, out: &mut Vec<u32>) -> Result<()> {
-        gather_buffer(out, tile)?;
+    /// A tile's elements in logical order: `run` converts the packed bytes of consecutive
+    /// elements, `one` the raw bits of one element.
+    fn gather<T: Copy + Default>(
+        &self,
+        tile: &Tile,
+        mut run: impl FnMut(&[u8], &mut [T]),
+        one: impl Fn(u32) -> T,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::new();
+        gather_buffer(&mut out, tile)?;
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
-        out.resize(tile.elements(), 0);
-        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
-        let mut k = 0;
-        for_each_run(mem.stride, tile, |off, len, stride| {
-            live = live
-                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
-                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    if stride == 1 {
-                        dtype::raw_bits(
-                            tile.dtype,
-                            &bytes[off..off + l * esize],
-                            &mut out[k..k + l],
-                        );
-                    } else {
-                        for (j, o) in out[k..k + l].iter_mut().enumerate() {
-                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
-                            *o = raw_at(bytes, at, esize);
-                        }
-                    }
-                });
-            k += len;
-        });
-        if live {
-            Ok(())
-        } else {
-            Err(Error::Interrupted)
-        }
+        out.resize(tile.elements(), T::default());
+        for_each_piece(mem.stride, tile, |k, off, l, stride| {
+            if stride == 1 {
+                run(&bytes[off..off + l * esize], &mut out[k..k + l]);
+            } else {
+                for (j, o) in out[k..k + l].iter_mut().enumerate() {
+                    *o = one(raw_at(bytes, piece_at(off, j, stride, esize), esize));
+                }
+            }
+        })?;
+        Ok(out)
     }
 
     /// A tile's elements as packed little-endian bytes of its dtype, in logical order (runs of
@@ -644,27 +650,17 @@ impl Machine {
         let esize = tile.dtype.size();
         let n = packed_len(tile)?;
         let mut out = crate::host::zeroed_vec("tile", "the gathered elements", n)?;
-        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
-        let mut k = 0;
-        for_each_run(mem.stride, tile, |off, len, stride| {
-            live = live
-                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
-                    let dst = &mut out[k * esize..(k + l) * esize];
-                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    if stride == 1 {
-                        dst.copy_from_slice(&bytes[off..off + l * esize]);
-                    } else {
-                        for (j, e) in dst.chunks_exact_mut(esize).enumerate() {
-                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
-                            e.copy_from_slice(&bytes[at..at + esize]);
-                        }
-                    }
-                });
-            k += len;
-        });
-        if !live {
-            return Err(Error::Interrupted);
-        }
+        for_each_piece(mem.stride, tile, |k, off, l, stride| {
+            let dst = &mut out[k * esize..(k + l) * esize];
+            if stride == 1 {
+                dst.copy_from_slice(&bytes[off..off + l * esize]);
+            } else {
+                for (j, e) in dst.chunks_exact_mut(esize).enumerate() {
+                    let at = piece_at(off, j, stride, esize);
+                    e.copy_from_slice(&bytes[at..at + esize]);
+                }
+            }
+        })?;
         Ok(out)
     }
 
@@ -719,29 +715,17 @@ impl Machine {
         let mem: &mut ByteMem = self.mem.mem_mut(tile);
         let stride_p = mem.stride;
         let bytes = mem.bytes_mut();
-        let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
-        let mut k = 0;
-        for_each_run(stride_p, tile, |off, len, stride| {
-            live = live
-                && in_pieces(&cancel, &mut done, k, len, |k, i, l| {
-                    let src = &staged[k * esize..(k + l) * esize];
-                    let off = (off as i64 + i as i64 * stride * esize as i64) as usize;
-                    if stride == 1 {
-                        bytes[off..off + l * esize].copy_from_slice(src);
-                    } else {
-                        for (j, e) in src.chunks_exact(esize).enumerate() {
-                            let at = (off as i64 + j as i64 * stride * esize as i64) as usize;
-                            bytes[at..at + esize].copy_from_slice(e);
-                        }
-                    }
-                });
-            k += len;
-        });
-        if live {
-            Ok(())
-        } else {
-            Err(Error::Interrupted)
-        }
+        for_each_piece(stride_p, tile, |k, off, l, stride| {
+            let src = &staged[k * esize..(k + l) * esize];
+            if stride == 1 {
+                bytes[off..off + l * esize].copy_from_slice(src);
+            } else {
+                for (j, e) in src.chunks_exact(esize).enumerate() {
+                    let at = piece_at(off, j, stride, esize);
+                    bytes[at..at + esize].copy_from_slice(e);
+                }
+            }
+        })
     }
 
     /// Bookkeeping after a non-matmul write: initialisation, and PSUM's matmul bits.
@@ -827,17 +811,9 @@ impl Machine {
 
     /// A `[P, 1]` operand: `partitions` partitions, one element each.
     fn check_vector_operand(&self, arg: &str, o: &Opnd, partitions: u32) -> Result<()> {
-        if o.p() != partitions || o.n() != 1 {
-            return Err(shape_rule(
-                arg,
-                "shape",
-                format!(
-                    "expected a [{partitions}, 1] tile (one value per partition), got {:?}",
-                    o.tile.logical_shape()
-                ),
-            ));
-        }
-        Ok(())
+        check_p_n(arg, o, partitions, 1, |shape| {
+            format!("expected a [{partitions}, 1] tile (one value per partition), got {shape:?}")
+        })
     }
 
     /// Checks the operator's kind against the operands' dtypes.
@@ -863,18 +839,6 @@ impl Machine {
             }
         }
         Ok(())
-    }
-
-    /// Appends an instruction to the recorded program.
-    pub(crate) fn record(
-        &mut self,
-        opcode: Opcode,
-        queue: Queue,
-        reads: &[Region],
-        writes: &[Region],
-        cost: CostInput,
-    ) {
-        self.program.push(opcode, queue, reads, writes, cost);
     }
 
     /// Records an engine instruction that reads `inputs` (and `extra` regions: scalar

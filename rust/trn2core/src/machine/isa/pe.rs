@@ -366,7 +366,7 @@ impl Machine {
             0
         };
         let cost = pe_cost(shape.partitions, shape.m, shape.n, opts.tile, f);
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(Engine::Tensor),
             &[st.region(), mv.region()],
@@ -548,7 +548,7 @@ impl Machine {
         }
         // The transpose formula reads `m` as the input's partitions and `k` as its free size.
         let cost = pe_cost(x.p() as usize, x.p() as usize, x.n(), tile, f);
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(Engine::Tensor),
             &reads,

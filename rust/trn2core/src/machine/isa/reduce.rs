@@ -39,8 +39,8 @@ use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::alu::{self, canon, AluOp};
-use super::elementwise::two_psum_check;
-use super::{shape_rule, Opnd, ReduceCmd, Scalar};
+use super::elementwise::check_op_pair;
+use super::{check_p_n, shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
 use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
 
@@ -165,19 +165,12 @@ impl Machine {
     ) -> Result<()> {
         let opc = Opcode::TensorTensorScan;
         let engine = Engine::Vector;
-        for (arg, op) in [("op0", op0), ("op1", op1)] {
-            if op.is_bitvec() || op.is_unary() {
-                return Err(Error::value(
-                    arg,
-                    format!("tensor_tensor_scan takes binary arithmetic operators; got {op}"),
-                ));
-            }
-        }
-        let a = self.operand("data0", data0, Some(engine), false)?;
-        let b = self.operand("data1", data1, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        two_psum_check(opc, ("data0", &a), ("data1", &b))?;
-        self.same_shape(opc, "data0", &a, &[("data1", &b), ("dst", &d)])?;
+        check_op_pair(op0, op1, |op| {
+            (op.is_bitvec() || op.is_unary())
+                .then(|| format!("tensor_tensor_scan takes binary arithmetic operators; got {op}"))
+        })?;
+        let (a, b, d) =
+            self.two_tensor_operands(opc, engine, ("data0", data0), ("data1", data1), dst)?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
         let s0 = self.scalar_f32("initial", initial, p, engine, &mut extra)?;
@@ -249,9 +242,7 @@ impl Machine {
                 "reduce_init is given exactly when reduce_cmd is load_reduce",
             ));
         }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let (p, n) = (a.p(), a.n());
         let res = match reduce_res {
             Some(t) => {
@@ -298,7 +289,8 @@ impl Machine {
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
-        self.record(opc, Queue::Engine(engine), &reads, &writes, cost);
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
     }
 
@@ -306,35 +298,20 @@ impl Machine {
     /// of the odd-indexed elements of `data` (at most 512 per partition) into 6 elements of
     /// `dst`. See the module doc for the order.
     pub fn bn_stats(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
-        let opc = Opcode::BnStats;
-        let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if a.n() > BN_STATS_FMAX {
-            return Err(shape_rule(
-                "data",
-                "bn_stats_fmax",
-                format!(
-                    "{} elements per partition; bn_stats reads at most {BN_STATS_FMAX}",
-                    a.n()
-                ),
-            ));
-        }
-        if d.p() != a.p() || d.n() != 6 {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "bn_stats writes [{}, 6]; dst is {:?}",
-                    a.p(),
-                    dst.logical_shape()
-                ),
-            ));
-        }
-        let n = a.n();
-        let x = self.gather_f32(data)?;
-        let mut z = Vec::with_capacity(6 * a.p() as usize);
-        for row in x.chunks(n) {
+        let check = |a: &Opnd| {
+            if a.n() > BN_STATS_FMAX {
+                return Err(shape_rule(
+                    "data",
+                    "bn_stats_fmax",
+                    format!(
+                        "{} elements per partition; bn_stats reads at most {BN_STATS_FMAX}",
+                        a.n()
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        self.partition_stats(Opcode::BnStats, dst, data, 6, check, |row, z| {
             for parity in 0..2 {
                 let vals = row.iter().skip(parity).step_by(2);
                 let count = vals.clone().count() as f32;
@@ -350,44 +327,26 @@ impl Machine {
                 });
                 z.extend([count, mean, canon(m2)]);
             }
-        }
-        self.scatter_f32(&d, &z)?;
-        self.record_engine(opc, engine, &[&a], &[], &d, 0);
-        Ok(())
+        })
     }
 
     /// `bn_aggr` (Vector engine): the mean and variance per partition from `bn_stats` triples
     /// (`data` has a multiple of 3 elements per partition) into 2 elements of `dst`.
     pub fn bn_aggr(&mut self, dst: &Tile, data: &Tile) -> Result<()> {
-        let opc = Opcode::BnAggr;
-        let engine = Engine::Vector;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if !a.n().is_multiple_of(3) {
-            return Err(shape_rule(
-                "data",
-                "shape",
-                format!(
-                    "{} elements per partition; bn_aggr reads (count, mean, m2) triples",
-                    a.n()
-                ),
-            ));
-        }
-        if d.p() != a.p() || d.n() != 2 {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "bn_aggr writes [{}, 2]; dst is {:?}",
-                    a.p(),
-                    dst.logical_shape()
-                ),
-            ));
-        }
-        let n = a.n();
-        let x = self.gather_f32(data)?;
-        let mut z = Vec::with_capacity(2 * a.p() as usize);
-        for row in x.chunks(n) {
+        let check = |a: &Opnd| {
+            if !a.n().is_multiple_of(3) {
+                return Err(shape_rule(
+                    "data",
+                    "shape",
+                    format!(
+                        "{} elements per partition; bn_aggr reads (count, mean, m2) triples",
+                        a.n()
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        self.partition_stats(Opcode::BnAggr, dst, data, 2, check, |row, z| {
             let (total, sum) = row
                 .chunks(3)
                 .fold((0.0f32, 0.0f32), |(t, s), c| (t + c[0], s + c[0] * c[1]));
@@ -397,6 +356,36 @@ impl Machine {
                 q + (c[2] + c[0] * (dlt * dlt))
             });
             z.extend([canon(mean), canon(q / total)]);
+        })
+    }
+
+    /// A per-partition statistic `opc` (Vector engine) of `data` into `outputs` elements per
+    /// partition of `dst`: `check` vets the data operand, `row` appends one partition's
+    /// results to `z`.
+    fn partition_stats(
+        &mut self,
+        opc: Opcode,
+        dst: &Tile,
+        data: &Tile,
+        outputs: usize,
+        check: impl FnOnce(&Opnd) -> Result<()>,
+        mut row: impl FnMut(&[f32], &mut Vec<f32>),
+    ) -> Result<()> {
+        let engine = Engine::Vector;
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        check(&a)?;
+        check_p_n("dst", &d, a.p(), outputs, |shape| {
+            format!(
+                "{} writes [{}, {outputs}]; dst is {shape:?}",
+                opc.name(),
+                a.p()
+            )
+        })?;
+        let x = self.gather_f32(data)?;
+        let mut z = Vec::with_capacity(outputs * a.p() as usize);
+        for r in x.chunks(a.n()) {
+            row(r, &mut z);
         }
         self.scatter_f32(&d, &z)?;
         self.record_engine(opc, engine, &[&a], &[], &d, 0);
@@ -561,7 +550,7 @@ impl Machine {
             writes.push(o.region());
         }
         let cost = Self::cost_input(a.n(), a.p(), super::operand_flags(&[&a, &v], Some(&d)));
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(engine),
             &[a.region(), v.region()],
@@ -574,17 +563,9 @@ impl Machine {
 
 /// Checks a `[p, 8]` output of the top-8 instructions.
 fn check_eight(arg: &str, o: &Opnd, p: u32) -> Result<()> {
-    if o.p() != p || o.n() != 8 {
-        return Err(shape_rule(
-            arg,
-            "shape",
-            format!(
-                "the search writes [{p}, 8]; {arg} is {:?}",
-                o.tile.logical_shape()
-            ),
-        ));
-    }
-    Ok(())
+    check_p_n(arg, o, p, 8, |shape| {
+        format!("the search writes [{p}, 8]; {arg} is {shape:?}")
+    })
 }
 
 /// The all-ones "absent" index of an index output (`find_index_dtype`: uint16 or uint32).

@@ -98,9 +98,7 @@ impl Machine {
                 "activation takes idle, reset, reduce or reset_reduce",
             ));
         }
-        let a = self.operand("data", data, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let (p, n) = (a.p(), a.n());
         let res = match &args.reduce_res {
             Some(t) => {
@@ -163,7 +161,7 @@ impl Machine {
             writes.push(o.region());
             f |= flags::READ_ACCUMULATOR;
         }
-        self.record(
+        self.program.push(
             opc,
             Queue::Engine(engine),
             &reads,
