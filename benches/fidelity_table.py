@@ -113,7 +113,7 @@ def predict(p: dict) -> Row:
     """The model's prediction of point ``p`` (``predicted`` is None where nothing in trn2core
     predicts it)."""
     import trn2core
-    from trn2core.collectives import nccom_rows
+    from trn2core.nccom import nccom_rows
 
     kind = p["kind"]
     if kind == "nccom":
@@ -288,7 +288,7 @@ def _model_parts_seconds(p: dict, step: dict, k: dict[str, float]) -> float:
 
 def parts(p: dict) -> Parts:
     """The parts of point ``p``'s prediction."""
-    from trn2core.collectives import nccom_rows
+    from trn2core.nccom import nccom_rows
 
     if p["kind"] == "nccom":
         r = nccom_rows(p["operation"], p["ranks"], [p["size_bytes"]], p["dtype"], p["lnc"], "auto")

@@ -581,3 +581,18 @@ def test_one_bus_bandwidth_definition_in_the_cli_and_the_api(capsys, monkeypatch
     # The number the issue quoted (50.09 GB/s with a chip as the rank) is now 52.6 in both.
     api = Instance("trn2.48xlarge").estimate("all_reduce", 256 << 20, dtype="bf16")
     assert f"{api.busbw / 1e9:.1f}" == "52.6"
+
+
+def test_nccom_rank_placement_is_the_cores():
+    # nccom-test's -r/-N placement is the core's rule beside its estimate (issue 25 item 5).
+    from trn2core import nccom
+
+    assert nccom.nccom_chips(4, 1, 2) == 1 and nccom.nccom_chips(64, 1, 2) == 16
+    assert nccom.nccom_chips(256, 4, 2) == 64 and nccom.nccom_chips(1024, 8, 1) == 128
+    with pytest.raises(trn2core.Trn2ValueError, match="^nnodes: 100 ranks do not divide"):
+        nccom.nccom_chips(100, 3, 2)
+    with pytest.raises(trn2core.Trn2ValueError, match="^nnodes: 6 nodes span several"):
+        nccom.nccom_chips(384, 6, 2)
+    # More physical cores than a chip has: a ZeroDivisionError in the old Python rule.
+    with pytest.raises(trn2core.Trn2ValueError, match="^lnc: got 16"):
+        nccom.nccom_chips(8, 1, 16)

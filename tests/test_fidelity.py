@@ -116,7 +116,7 @@ def test_summary_counts_only_trn2_checks(rows):
 
 def test_predictions_come_from_the_public_api(rows):
     import trn2core
-    from trn2core.collectives import nccom_rows
+    from trn2core.nccom import nccom_rows
 
     by_id = {r.id: r for r in rows}
     r = by_id["allr-r16-512MiB"]
@@ -200,7 +200,7 @@ def test_every_report_carries_the_published_range(rows):
 def test_reports_print_their_uncertainty():
     import numpy as np
     import trn2core
-    from trn2core.collectives import nccom_rows, nccom_table
+    from trn2core.nccom import nccom_rows, nccom_table
 
     spec = trn2core.spec
     # The published GEMM's kind (issue 29: a bf16 GEMM no longer gets its range, so fp32 here).

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import trn2core
-from trn2core.collectives import parse_size
+from trn2core.nccom import parse_size
 
 # ------------------------------------------------------------------------- nccom-test -c MODE
 

@@ -20,9 +20,9 @@ import time
 import numpy as np
 
 from .. import _core, _validate
-from ..collectives import NCCOM_DATATYPES
 from ..dtypes import FORMAT_DTYPES
 from ..errors import FormatError, Trn2ValueError
+from ..nccom import NCCOM_DATATYPES
 from ..topology import Instance, UltraCluster, UltraServer
 
 __all__ = ["check", "mpi_world", "run"]

@@ -12,10 +12,11 @@ import time
 import numpy as np
 
 from .. import _core, _validate, spec
+from .._names import ALGORITHMS
 from .._progress import Progress
 from ..chip import default_lnc
-from ..collectives import (
-    ALGORITHMS,
+from ..errors import Trn2ValueError
+from ..nccom import (
     NCCOM_DATATYPES,
     nccom_avg_busbw,
     nccom_chips,
@@ -27,7 +28,6 @@ from ..collectives import (
     parse_src_target_pairs,
     parse_stats,
 )
-from ..errors import Trn2ValueError
 from ..topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
 from . import check as cli_check
 

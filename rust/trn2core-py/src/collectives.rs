@@ -234,9 +234,11 @@ fn held<'py>(
     trn2core::host::check_alloc(
         "buffers",
         &format!(
-            "the {} of {} buffers ({outs} bytes of outputs, {copies} of input copies)",
+            "the {} of {} buffers of {} bytes ({outs} bytes of outputs, {copies} of input \
+             copies)",
             collective.name(),
-            inputs.len()
+            inputs.len(),
+            lens.first().map_or(0, |n| n * word)
         ),
         copies.saturating_add(outs),
     )?;
@@ -596,6 +598,12 @@ pub fn collective_move_local<'py>(
 pub fn nccom_machine(chips: usize) -> PyTrn2Result<(Vec<usize>, usize, Vec<usize>)> {
     let (torus, chosen) = collective::machine_for_chips(chips)?;
     Ok((torus.torus_shape().to_vec(), torus.ultraservers(), chosen))
+}
+
+/// The chips `nccom-test -r ranks -N nnodes` spans at `lnc` (`collective::nccom_chips`).
+#[pyfunction]
+pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> PyTrn2Result<usize> {
+    Ok(collective::nccom_chips(ranks, nnodes, lnc)?)
 }
 
 /// One `nccom-test` row.

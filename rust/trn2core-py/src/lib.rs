@@ -72,6 +72,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(collectives::collective_move_local, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::placement, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::nccom_estimate, m)?)?;
+    m.add_function(wrap_pyfunction!(collectives::nccom_chips, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::nccom_machine, m)?)?;
     m.add_class::<collectives::PyLogicalCoreInfo>()?;
     m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;

@@ -566,6 +566,74 @@ pub fn nccom_estimate(
     )
 }
 
+/// The chips `ranks` logical NeuronCores on `nnodes` nodes span, as `nccom-test -r RANKS -N
+/// NNODES` places them: `8 / lnc` ranks per chip, the ranks divided equally over the nodes. A
+/// node is one 16-chip instance: one node holds at most 16 chips' ranks; several nodes are the
+/// trn2u.48xlarge instances of UltraServers (four per UltraServer, NeuronLink between them, EFA
+/// between UltraServers), each node used whole (the model places chips on whole instances
+/// only). `ValueError` naming `lnc`, `ranks` or `nnodes` otherwise.
+pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> Result<usize> {
+    use crate::spec::{CHIPS_PER_INSTANCE, ULTRASERVER_INSTANCES};
+    let per_chip = CORES_PER_CHIP.checked_div(lnc).unwrap_or(0);
+    if per_chip == 0 {
+        return Err(Error::value(
+            "lnc",
+            format!("got {lnc}; a logical core groups 1 to {CORES_PER_CHIP} physical cores"),
+        ));
+    }
+    if ranks == 0 || nnodes == 0 {
+        let arg = if ranks == 0 { "ranks" } else { "nnodes" };
+        return Err(Error::value(arg, "need at least one"));
+    }
+    let per_node = CHIPS_PER_INSTANCE * per_chip;
+    if !ranks.is_multiple_of(nnodes) {
+        return Err(Error::value(
+            "nnodes",
+            format!(
+                "{ranks} ranks do not divide equally over {nnodes} nodes (nccom-test puts \
+                 nworkers / nnodes ranks on each node)"
+            ),
+        ));
+    }
+    let here = ranks / nnodes;
+    if nnodes == 1 {
+        if here > per_node {
+            return Err(Error::value(
+                "ranks",
+                format!(
+                    "{ranks} ranks at LNC={lnc} need {} chips; one node (a 16-chip trn2 \
+                     instance) holds {per_node} ranks: pass -N/--nnodes {} or more",
+                    ranks.div_ceil(per_chip),
+                    ranks.div_ceil(per_node)
+                ),
+            ));
+        }
+        return Ok(if here <= per_chip { 1 } else { here / per_chip });
+    }
+    if here != per_node {
+        return Err(Error::value(
+            "nnodes",
+            format!(
+                "{ranks} ranks on {nnodes} nodes is {here} ranks per node; trn2core models \
+                 several nodes only when each is used whole ({per_node} ranks per node at \
+                 LNC={lnc}: -r {} -N {nnodes})",
+                per_node * nnodes
+            ),
+        ));
+    }
+    if nnodes > ULTRASERVER_INSTANCES && !nnodes.is_multiple_of(ULTRASERVER_INSTANCES) {
+        return Err(Error::value(
+            "nnodes",
+            format!(
+                "{nnodes} nodes span several UltraServers of {ULTRASERVER_INSTANCES} nodes; use \
+                 at most {ULTRASERVER_INSTANCES} or a multiple of {ULTRASERVER_INSTANCES} (whole \
+                 UltraServers, joined by EFA)"
+            ),
+        ));
+    }
+    Ok(nnodes * CHIPS_PER_INSTANCE)
+}
+
 /// [`nccom_estimate`]'s model for a collective over `ranks` logical cores launched as `launch`
 /// says: standalone (what `nccom-test` measures) or inside a compiled graph (a model's tensor-
 /// parallel all-reduce); only the runtime's fixed costs differ.
