@@ -298,6 +298,7 @@ class CoreMemory:
         src: str | Allocation,
         dst: str | Allocation,
         queue: int,
+        machine: Machine | None = None,
     ) -> tuple[dict[str, object], str, int, int, str, str]: ...
     def check_transfer(
         self, arg: str, space: str, shape: list[int], elem_size: int, hbm_bytes: int
@@ -729,18 +730,6 @@ class Machine:
     ) -> tuple[Allocation, Tile]: ...
     def release(self, allocation: Allocation) -> None: ...
     def usage(self, space: str) -> MemoryUsage: ...
-    def cost_dma(
-        self,
-        memory: CoreMemory,
-        raw: npt.NDArray[np.uint8],
-        dtype: str,
-        elem_size: int,
-        shape: list[int],
-        codec: str,
-        src: str | Allocation,
-        dst: str | Allocation,
-        queue: int,
-    ) -> tuple[dict[str, object], str, int, int, str, str]: ...
     def hbm_tensor(
         self, name: str, shape: list[int], dtype: str, data: npt.NDArray[np.uint8] | None = None
     ) -> Tile: ...

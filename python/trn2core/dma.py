@@ -271,10 +271,8 @@ def dma_copy(
         raw = np.empty(0, np.uint8)
     call = [raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
             src_end, dst_end, int(queue)]  # fmt: skip
-    if mem._machine is not None:  # a NeuronCore's: SBUF and PSUM are its machine's account
-        fields, trace, nbytes, wire, s, d = mem._machine.cost_dma(mem._native, *call)
-    else:
-        fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call)
+    # A NeuronCore's memory passes its machine: SBUF and PSUM are the machine's account.
+    fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call, mem._machine)
     bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
     return DmaReport.from_fields(
         fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,

@@ -25,9 +25,7 @@ use trn2core::Error;
 use crate::arrays::{borrow, slice, to_numpy};
 use crate::engine::Codes;
 use crate::errors::{guard, guard_work, PyTrn2Result};
-use crate::memory::{
-    footprint, CopyResult, PyAllocation, PyCoreMemory, PyEndpoint, PyMemoryUsage, Transfer,
-};
+use crate::memory::{footprint, PyAllocation, PyMemoryUsage};
 
 /// Elements below which an instruction runs with the GIL held.
 const GIL_HELD_ELEMENTS: usize = 1 << 16;
@@ -408,35 +406,6 @@ impl PyMachine {
             .into());
         }
         Ok(self.lock().memories().usage(sp).into())
-    }
-
-    /// `CoreMemory.dma_copy` on this core: HBM from `memory`, SBUF/PSUM from this machine.
-    #[pyo3(signature = (memory, raw, dtype, elem_size, shape, codec, src, dst, queue))]
-    #[allow(clippy::too_many_arguments)]
-    fn cost_dma<'py>(
-        &self,
-        py: Python<'py>,
-        memory: PyRef<'py, PyCoreMemory>,
-        raw: &Bound<'py, PyAny>,
-        dtype: &str,
-        elem_size: usize,
-        shape: Vec<u64>,
-        codec: &str,
-        src: PyEndpoint<'py>,
-        dst: PyEndpoint<'py>,
-        queue: usize,
-    ) -> PyTrn2Result<CopyResult<'py>> {
-        let transfer = Transfer {
-            raw,
-            dtype,
-            elem_size,
-            shape,
-            codec,
-            src,
-            dst,
-            queue,
-        };
-        transfer.cost(py, &memory, Some(self))
     }
 
     /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).

@@ -242,8 +242,10 @@ impl PyCoreMemory {
 
     /// Costs one DMA transfer of an array (`raw`: its bytes, read only to size a compressed
     /// stream) from `src` to `dst` on DMA queue `queue` with inline compression `codec`,
-    /// checking that both sides can hold it (`trn2core::dma::copy::dma_copy`).
-    #[pyo3(signature = (raw, dtype, elem_size, shape, codec, src, dst, queue))]
+    /// checking that both sides can hold it (`trn2core::dma::copy::dma_copy`). `machine`: the
+    /// NeuronCore's machine, whose allocator is the account of SBUF and PSUM (else this
+    /// memory's own).
+    #[pyo3(signature = (raw, dtype, elem_size, shape, codec, src, dst, queue, machine = None))]
     #[allow(clippy::too_many_arguments)]
     fn dma_copy<'py>(
         &self,
@@ -256,6 +258,7 @@ impl PyCoreMemory {
         src: PyEndpoint<'py>,
         dst: PyEndpoint<'py>,
         queue: usize,
+        machine: Option<PyRef<'py, crate::machine::PyMachine>>,
     ) -> PyTrn2Result<CopyResult<'py>> {
         let transfer = Transfer {
             raw,
@@ -267,7 +270,7 @@ impl PyCoreMemory {
             dst,
             queue,
         };
-        transfer.cost(py, self, None)
+        transfer.cost(py, self, machine.as_deref())
     }
 
     /// Refuses a transfer of an array of `shape` into `space` that does not fit in its free
