@@ -89,7 +89,8 @@ class NeuronCore:
     instruction, host-issued or not, lands on the same timeline (``run``/``report``).
 
     Memory (``trn2core.memory``): ``core.hbm``, ``core.sbuf``, ``core.psum`` (capacity, used,
-    free), ``core.alloc(...)``, ``core.free(...)``. ``hbm`` shares an ``HbmStack`` with the
+    free), ``core.alloc(...)``, ``core.free(...)``; SBUF and PSUM have one account, the
+    machine's allocator, which places ``tile``, ``alloc`` and NKI tensors alike. ``hbm`` shares an ``HbmStack`` with the
     neighbouring core (stack ``index // 2``); by default the core gets a stack of its own.
 
     The whole core (contract section 7, docs/machine.md): SBUF/PSUM tiles (``core.tile``, or
@@ -209,13 +210,14 @@ class NeuronCore:
 
     @property
     def sbuf(self):
-        """SBUF, 128 partitions x 224 KiB: a live view (capacity, used, free, ...)."""
+        """SBUF, 128 partitions x 224 KiB of which 212,984 B each are usable (the compiler's
+        limit): a live view of the machine's allocator (capacity, used, free, ...)."""
         return self.memory.sbuf
 
     @property
     def psum(self):
-        """PSUM, 128 partitions x 16 KiB: a live view of its allocations (the tensor engine's
-        bank contents are read with ``read_psum``)."""
+        """PSUM, 128 partitions x 16 KiB: a live view of the machine's allocator (the tensor
+        engine's bank contents are read with ``read_psum``)."""
         return self.memory.psum
 
     def alloc(self, size, dtype=None, *, space: str = "sbuf", name=None):
