@@ -905,7 +905,7 @@ pub fn plan_move(
 }
 
 /// The plan for process `process` of a collective over `group` placed by `placement`: builds the
-/// schedule (as [`build`](super::super::build) does for one process) and plans this process's
+/// schedule (as [`build`](fn@super::super::build) does for one process) and plans this process's
 /// part. `elem` is the element size in bytes; `l` the elements of one rank's input.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
