@@ -2,7 +2,8 @@
 //! an allocator, HBM tensors, the instruction sets of the four compute engines and DMA, and a
 //! clock that runs the engines in parallel.
 //!
-//! - [`memory`]: the bytes, the allocator, initialisation tracking ([`Memories`]).
+//! - [`memory`]: the bytes, the tensor table, initialisation tracking ([`Memories`]).
+//! - `alloc`: the allocator (placement of SBUF/PSUM tensors; more methods of [`Memories`]).
 //! - [`tile`]: access patterns ([`Tile`]) into the memories, as NKI tiles are.
 //! - [`dtype`]: element types and the conversions on the way in and out of the engines.
 //! - [`isa`]: the instructions' values (VALUES): one method of [`Machine`] per NKI ISA
@@ -32,6 +33,7 @@
 //! assert_eq!(rep.instructions, 3);
 //! ```
 
+mod alloc;
 pub mod cost;
 pub mod dtype;
 pub mod host;
