@@ -233,7 +233,8 @@ impl Memories {
             return Err(Error::value(
                 "allocation",
                 format!(
-                    "{} allocation {} was made by another core's memory, not this core's; free                      it on the core that allocated it",
+                    "{} allocation {} was made by another core's memory, not this core's; free \
+                     it on the core that allocated it",
                     a.space.name(),
                     a.id
                 ),
