@@ -1238,3 +1238,37 @@ def test_var_is_the_population_variance(dialect):
     assert np.allclose(got, x.astype(np.float64).var(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
     want3 = x3.astype(np.float64).var(axis=(1, 2)).reshape(128, 1, 1)
     assert np.allclose(got3, want3, rtol=1e-5, atol=1e-6)
+
+
+def test_ap_with_dtype_views_a_tensors_bytes_as_another_dtype():
+    # nki-library's rmsnorm-quant stores an fp32 scale as four fp8 bytes: `.ap(pattern=...,
+    # dtype=...)` reads a tensor's storage as elements of another dtype (pattern and offset
+    # in those elements). Both an SBUF tile and an HBM tensor, against numpy's view.
+    x = np.linspace(-3, 3, 128 * 4, dtype=np.float32).reshape(128, 4)
+
+    @tn.jit
+    def as_bytes(x):
+        t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray((128, 16), dtype=nl.uint8, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t.ap(pattern=[[16, 128], [1, 16]], dtype=nl.uint8))
+        halves = nl.ndarray((128, 8), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=halves, src=x.ap(pattern=[[8, 128], [1, 8]], dtype=nl.bfloat16))
+        return out, halves
+
+    out, halves = as_bytes(x)
+    assert np.array_equal(out, x.view(np.uint8))
+    assert np.array_equal(halves.view(np.uint16), x.view(np.uint16))
+    # Bytes that do not split into whole elements are refused, naming dtype.
+    y = np.ones((128, 3), np.uint8)
+
+    @tn.jit
+    def odd(y):
+        t = nl.ndarray((128, 3), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=y)
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t.ap(pattern=[[1, 128], [1, 1]], dtype=nl.float32))
+        return out
+
+    with pytest.raises(ShapeError, match="dtype: cannot view uint8 as fp32"):
+        odd(y)

@@ -90,8 +90,9 @@ class NeuronCore:
 
     Memory (``trn2core.memory``): ``core.hbm``, ``core.sbuf``, ``core.psum`` (capacity, used,
     free), ``core.alloc(...)``, ``core.free(...)``; SBUF and PSUM have one account, the
-    machine's allocator, which places ``tile``, ``alloc`` and NKI tensors alike. ``hbm`` shares an ``HbmStack`` with the
-    neighbouring core (stack ``index // 2``); by default the core gets a stack of its own.
+    machine's allocator, which places ``tile``, ``alloc`` and NKI tensors alike. ``hbm``
+    shares an ``HbmStack`` with the neighbouring core (stack ``index // 2``); by default the
+    core gets a stack of its own.
 
     The whole core (contract section 7, docs/machine.md): SBUF/PSUM tiles (``core.tile``, or
     ``core.alloc(shape, dtype)``'s ``.tile``), HBM tensors (``core.hbm_tensor``), the engines

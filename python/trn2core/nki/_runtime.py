@@ -1047,8 +1047,9 @@ class Core:
         """NKI's ``.ap()``: an explicit pattern over the tensor's storage."""
         if kwargs.get("vector_offset") is not None:
             raise NotSupportedError("ap: per-partition dynamic offsets (vector_offset)")
-        if kwargs.get("dtype") is not None and D.as_dtype(kwargs["dtype"]) != t.dtype:
-            raise NotSupportedError("ap: reinterpreting a tensor's bytes as another dtype")
+        # ``dtype=``: the storage's bytes as elements of another dtype (the pattern and offset
+        # then count those elements), e.g. an fp32 scale stored as four fp8 bytes.
+        dt = t.dtype if kwargs.get("dtype") is None else D.as_dtype(kwargs["dtype"], "dtype")
         pattern = [(int(s), int(n)) for s, n in pattern]
         if not pattern:
             raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
@@ -1058,14 +1059,20 @@ class Core:
                 scalar, pattern, kwargs.get("indirect_dim", 0)
             )
         base = t._owner.tile if t._owner is not None else None
+        cast = dt != t.dtype
         if t._pdim is None:
             off = int(offset) if offset is not None else 0
             # The pattern addresses the storage from element 0: re-anchor at the tensor start.
             root = _hbm_root(t)
+            if cast:
+                root = root.view_as(D.machine_name(dt))
             (s0, n0), rest = pattern[0], pattern[1:] or [(1, 1)]
             tile = root.rows(n0, s0).ap(rest, off)
-            return t._view(tile, [n0] + [n for _, n in rest], None)
+            return _retyped(t._view(tile, [n0] + [n for _, n in rest], None), dt)
         row = self.storage_row(t)
+        if cast:
+            base = base.view_as(D.machine_name(dt))
+            row = row * t.dtype.itemsize // dt.itemsize
         (ps, pn), rest = pattern[0], pattern[1:] or [(1, 1)]
         if ps != row:
             raise Trn2ValueError(
@@ -1075,7 +1082,7 @@ class Core:
         off = int(offset) if offset is not None else 0
         p0, f0 = divmod(off, row)
         tile = base[p0 : p0 + pn].ap(rest, f0)
-        return t._view(tile, [pn] + [n for _, n in rest], 0)
+        return _retyped(t._view(tile, [pn] + [n for _, n in rest], 0), dt)
 
 
 def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
@@ -1104,6 +1111,12 @@ def _scalar_value(core: Core, scalar) -> int:
     raw = core.m.read(scalar.tile)
     v = raw.view(D.HOST_DTYPE[D.machine_name(scalar.dtype)]).reshape(-1)[0]
     return int(v)
+
+
+def _retyped(v: NkiTensor, dtype) -> NkiTensor:
+    """A view whose elements are of ``dtype`` (``.ap(dtype=)``)."""
+    v.dtype = dtype
+    return v
 
 
 def _hbm_root(t: NkiTensor):

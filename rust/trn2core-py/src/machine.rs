@@ -144,6 +144,14 @@ impl PyTile {
         })
     }
 
+    /// The same bytes as elements of `dtype` (one contiguous free axis).
+    fn view_as(&self, dtype: &str) -> PyTrn2Result<PyTile> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        Ok(PyTile {
+            tile: self.tile.view_as(dt)?,
+        })
+    }
+
     /// An explicit free pattern `[(step, num), ...]` from `offset` elements past the first
     /// element (NKI's `.ap()`).
     #[pyo3(signature = (pattern, offset = None))]

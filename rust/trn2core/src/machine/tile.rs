@@ -379,6 +379,49 @@ impl Tile {
         Ok(t)
     }
 
+    /// The same bytes as elements of `dtype` (NKI's `.ap(..., dtype=)`: an fp32 scale stored
+    /// as four fp8 bytes): one free axis over the tile's bytes. The free pattern must be
+    /// contiguous, its bytes (and an HBM tile's row step) a whole number of `dtype`'s
+    /// elements, and the offset aligned to one; `ShapeError` naming `dtype` otherwise.
+    pub fn view_as(&self, dtype: Dtype) -> Result<Tile> {
+        let (old, new) = (self.dtype.size() as u128, dtype.size() as u128);
+        let c = self.canonical();
+        let bytes = self.free_size_u128() * old;
+        let step = self.partition_step as i128 * old as i128;
+        let refuse = |why: String| {
+            Error::shape(
+                "dtype",
+                format!(
+                    "cannot view {} as {}: {why}",
+                    self.dtype.name(),
+                    dtype.name()
+                ),
+            )
+        };
+        if !(c.n == 0 || c.n == 1 && c.dims[0].1 == 1) {
+            return Err(refuse(
+                "only a contiguous free pattern can be viewed".into(),
+            ));
+        }
+        let whole = |x: i128| x % new as i128 == 0;
+        if !bytes.is_multiple_of(new) || !whole(step) || !whole(self.offset as i128) {
+            return Err(refuse(format!(
+                "{bytes} bytes per row at byte {} are not whole {new}-byte elements",
+                self.offset
+            )));
+        }
+        let n = u32::try_from(bytes / new).map_err(|_| refuse("too many elements".into()))?;
+        let mut t = *self;
+        t.dtype = dtype;
+        t.partition_step = (step / new as i128) as i64;
+        t.ndim = 1;
+        t.shape = [1; MAX_FREE_DIMS];
+        t.strides = [0; MAX_FREE_DIMS];
+        t.shape[0] = n;
+        t.strides[0] = 1;
+        Ok(t)
+    }
+
     /// A tile of the same place and dtype with an explicit free pattern: `(step, num)` pairs
     /// in elements, outermost first, from `offset` elements past this tile's first element
     /// (NKI's `.ap()`; the machine checks it stays inside the tensor).
