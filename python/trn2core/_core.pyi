@@ -66,6 +66,7 @@ __all__ = [
     "logical_core_members",
     "memory_footprint",
     "names",
+    "nccom_chips",
     "nccom_estimate",
     "nccom_machine",
     "placement",
