@@ -215,7 +215,7 @@ impl PyCollectiveReport {
     }
 }
 
-/// Costs a collective without data; returns the report dict and, with `trace`, its trace JSON.
+/// Costs a collective without data; returns the report and, with `trace`, its trace JSON.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, algorithm, elements, elem_bytes, peers, trace))]
 #[allow(clippy::too_many_arguments)]
@@ -315,7 +315,7 @@ fn bytes_of(lens: &[usize], size: usize) -> u128 {
 
 /// All-reduce or reduce-scatter of `inputs` (every chip's buffer as the caller holds it: any
 /// layout or byte order of a `format` dtype) in `format`; returns `(outputs as flat arrays of
-/// the format's words, report dict)`.
+/// the format's words, report)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, inputs))]
 #[allow(clippy::too_many_arguments)]
@@ -371,7 +371,7 @@ pub fn collective_reduce<'py>(
 }
 
 /// All-gather, all-to-all or send/recv on raw bytes (flat uint8 views, `elem_size` bytes per
-/// element); returns `(outputs as flat uint8 arrays, report dict)`.
+/// element); returns `(outputs as flat uint8 arrays, report)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, algorithm, elem_size, inputs, peers))]
 #[allow(clippy::too_many_arguments)]
@@ -529,7 +529,7 @@ fn unbind_all<T: Element>(arrays: Vec<Bound<'_, PyArray1<T>>>) -> Vec<Py<PyAny>>
 /// One process's part of an all-reduce or reduce-scatter spread over `procs` processes
 /// (`collective::run_reduce_local`): `inputs` are the buffers of the ranks this process holds
 /// (ascending), each of `elements` elements; `exchange` moves each round's messages. Returns
-/// `(outputs, report dict, traffic dict)`.
+/// `(outputs, report, traffic)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, procs, process, placement, elements, inputs, exchange))]
 #[allow(clippy::too_many_arguments)]
@@ -665,7 +665,8 @@ pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> PyTrn2Result<usiz
     Ok(collective::nccom_chips(ranks, nnodes, lnc)?)
 }
 
-/// One `nccom-test` row.
+/// One `nccom-test` row: a dict (`trn2core.cli.nccom` reads it by key), its `phases` the
+/// [`PyPhaseTiming`]s `trn2core.nccom` makes dicts of.
 #[pyfunction]
 pub fn nccom_estimate<'py>(
     py: Python<'py>,
