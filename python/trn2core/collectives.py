@@ -30,6 +30,24 @@ __all__ = [
 
 _CODE_DTYPE = {4: np.float32, 2: np.uint16, 1: np.uint8}
 
+# The getters of the core's collective classes, in the order of the facade's dicts.
+_FIELDS: dict[type, str] = {
+    _core.CollectiveReport: "collective algorithm op ranks logical_ranks elements elem_bytes "
+    "size_bytes seconds algbw busbw bus_factor chip_link_capacity max_link_utilization "
+    "network_bytes channels bound description op_fixed_s phases uncertainty link_bytes "
+    "link_bandwidth",
+    _core.PhaseTiming: "name steps seconds step_s latency_s link_s hbm_s reduce_s reduce_steps "
+    "sync_s start_s efa max_hops bound busiest_link busiest_link_step_bytes",
+}
+
+
+def _plain(value: Any) -> Any:
+    """A collective report or phase of the core (or a list of them) as the facade's dicts: its
+    getters in ``_FIELDS`` order, nested ones likewise; anything else as it is."""
+    if type(value) in _FIELDS:
+        return {k: _plain(getattr(value, k)) for k in _FIELDS[type(value)].split()}
+    return [_plain(v) for v in value] if isinstance(value, list) else value
+
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class CollectiveReport(TimingReport):
@@ -78,8 +96,9 @@ class CollectiveReport(TimingReport):
 
     @classmethod
     def from_fields(cls, fields, trace_json=None, retrace=None, **extra):
-        """As ``TimingReport.from_fields``; the core's ``ranks`` (one per chip) become ``chips``."""
-        fields = dict(fields)
+        """As ``TimingReport.from_fields``, from the core's report or its fields; the core's
+        ``ranks`` (one per chip) become ``chips``; ``details`` is empty."""
+        fields = {"details": {}, **_plain(fields)}
         if "ranks" in fields:
             fields.setdefault("chips", fields.pop("ranks"))
         return super().from_fields(fields, trace_json, retrace, **extra)
@@ -216,7 +235,7 @@ def _share_shape(shape: tuple[int, ...], n: int) -> tuple[int, ...] | None:
     return None
 
 
-def _report(fields: dict[str, Any], retrace) -> CollectiveReport:
+def _report(fields, retrace) -> CollectiveReport:
     return CollectiveReport.from_fields(fields, retrace=retrace)
 
 

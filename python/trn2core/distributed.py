@@ -490,11 +490,11 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
         retrace=retrace,
         processes=sp.procs,
         emulation_wall_s=wall,
-        exchanged_bytes=traffic["exchanged_bytes"],
-        schedule_bytes=traffic["schedule_bytes"],
-        sent_bytes=traffic["sent_bytes"],
-        received_bytes=traffic["received_bytes"],
-        rounds=traffic["rounds"],
+        exchanged_bytes=traffic.exchanged_bytes,
+        schedule_bytes=traffic.schedule_bytes,
+        sent_bytes=traffic.sent_bytes,
+        received_bytes=traffic.received_bytes,
+        rounds=traffic.rounds,
     )
     return DistributedResult(results, report, ranks=tuple(local), chips=tuple(local_chips))
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _core, _validate
 from ._names import ALGORITHMS, COLLECTIVES
-from .collectives import _check_choice
+from .collectives import _check_choice, _plain
 from .errors import CapacityError, Trn2ValueError
 
 #: nccom-test's data types and their sizes in bytes.
@@ -117,7 +117,8 @@ def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: s
     rows = []
     for size in sizes:
         size = max(elem, size - size % elem)
-        rows.append(_core.nccom_estimate(op, int(ranks), int(lnc), int(size), elem, algorithm))
+        row = _core.nccom_estimate(op, int(ranks), int(lnc), int(size), elem, algorithm)
+        rows.append({**row, "phases": _plain(row["phases"])})
     return rows
 
 

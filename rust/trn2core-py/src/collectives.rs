@@ -3,7 +3,7 @@
 
 use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use trn2core::collective::distributed::{Message, MessageMut};
 use trn2core::collective::{
     self, Algorithm, Buf, BufMut, Collective, CollectiveReport, Group, PhaseTiming, Placement,
@@ -94,82 +94,128 @@ fn group(t: &PyTorus, chips: Option<Vec<usize>>) -> PyTrn2Result<Group<'_>> {
     Ok(g.with_ranks_per_chip(topo::logical_cores_per_chip(t.lnc)))
 }
 
-/// The phases of a collective's timing as a list of dicts.
-fn phase_list<'py>(
-    py: Python<'py>,
-    t: &Torus,
-    phases: &[PhaseTiming],
-) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    for p in phases {
-        let pd = PyDict::new(py);
-        pd.set_item("name", p.name)?;
-        pd.set_item("steps", p.repeat)?;
-        pd.set_item("seconds", p.seconds())?;
-        pd.set_item("step_s", p.step_s)?;
-        pd.set_item("latency_s", p.latency_s)?;
-        pd.set_item("link_s", p.link_s)?;
-        pd.set_item("hbm_s", p.hbm_s)?;
-        pd.set_item("reduce_s", p.reduce_s)?;
-        pd.set_item("reduce_steps", p.reduce_steps)?;
-        pd.set_item("sync_s", p.sync_s)?;
-        pd.set_item("start_s", p.start_s)?;
-        pd.set_item("efa", p.efa)?;
-        pd.set_item("max_hops", p.max_hops)?;
-        pd.set_item("bound", p.bound())?;
-        pd.set_item("busiest_link", p.busiest_link.map(|l| t.link_name(l)))?;
-        pd.set_item("busiest_link_step_bytes", p.busiest_link_bytes)?;
-        out.append(pd)?;
-    }
-    Ok(out)
+/// One phase of a collective's timing ([`PhaseTiming`]): `steps` of `step_s` each, `seconds`
+/// the whole phase, its `bound`, and its busiest link by name.
+#[pyclass(name = "PhaseTiming", module = "trn2core._core", frozen, get_all)]
+pub struct PyPhaseTiming {
+    name: &'static str,
+    steps: u32,
+    seconds: f64,
+    step_s: f64,
+    latency_s: f64,
+    link_s: f64,
+    hbm_s: f64,
+    reduce_s: f64,
+    reduce_steps: u32,
+    sync_s: f64,
+    start_s: f64,
+    efa: bool,
+    max_hops: usize,
+    bound: &'static str,
+    busiest_link: Option<String>,
+    busiest_link_step_bytes: f64,
 }
 
-fn report_to_dict<'py>(
-    py: Python<'py>,
-    t: &Torus,
-    r: &CollectiveReport,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("collective", r.collective.name())?;
-    d.set_item("algorithm", &r.algorithm)?;
-    d.set_item("op", r.op.map(|o| o.name()))?;
-    d.set_item("ranks", r.ranks)?;
-    d.set_item("logical_ranks", r.logical_ranks)?;
-    d.set_item("elements", r.elements)?;
-    d.set_item("elem_bytes", r.elem_bytes)?;
-    d.set_item("size_bytes", r.size_bytes)?;
-    d.set_item("seconds", r.seconds)?;
-    d.set_item("algbw", r.algbw)?;
-    d.set_item("busbw", r.busbw)?;
-    d.set_item("bus_factor", r.bus_factor)?;
-    d.set_item("chip_link_capacity", r.chip_link_capacity)?;
-    d.set_item("max_link_utilization", r.timing.max_link_utilization)?;
-    d.set_item("network_bytes", r.timing.network_bytes)?;
-    d.set_item("channels", r.channels)?;
-    d.set_item("bound", r.bound())?;
-    d.set_item("description", r.description())?;
-    d.set_item("op_fixed_s", r.timing.op_fixed_s)?;
-    d.set_item("phases", phase_list(py, t, &r.timing.phases)?)?;
-    d.set_item("uncertainty", uncertainty_dict(py, &r.uncertainty)?)?;
-    let links = PyDict::new(py);
-    let bws = PyDict::new(py);
-    for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
-        // An UltraCluster's report names millions of links (seconds of work with the GIL
-        // held): let Ctrl-C in every 65536 of them.
-        if i % 65536 == 65535 {
-            py.check_signals()?;
+impl PyPhaseTiming {
+    /// The phases of a collective on `t` (whose links name the busiest).
+    fn all(py: Python<'_>, t: &Torus, phases: &[PhaseTiming]) -> PyResult<Vec<Py<Self>>> {
+        let of = |p: &PhaseTiming| PyPhaseTiming {
+            name: p.name,
+            steps: p.repeat,
+            seconds: p.seconds(),
+            step_s: p.step_s,
+            latency_s: p.latency_s,
+            link_s: p.link_s,
+            hbm_s: p.hbm_s,
+            reduce_s: p.reduce_s,
+            reduce_steps: p.reduce_steps,
+            sync_s: p.sync_s,
+            start_s: p.start_s,
+            efa: p.efa,
+            max_hops: p.max_hops,
+            bound: p.bound(),
+            busiest_link: p.busiest_link.map(|l| t.link_name(l)),
+            busiest_link_step_bytes: p.busiest_link_bytes,
+        };
+        phases.iter().map(|p| Py::new(py, of(p))).collect()
+    }
+}
+
+/// A collective's report ([`CollectiveReport`]; `trn2core.CollectiveReport` wraps it): `ranks`
+/// are its chips, `link_bytes` and `link_bandwidth` every used link by name, `uncertainty` the
+/// dict every report of the package gives.
+#[pyclass(name = "CollectiveReport", module = "trn2core._core", frozen, get_all)]
+pub struct PyCollectiveReport {
+    collective: &'static str,
+    algorithm: String,
+    op: Option<&'static str>,
+    ranks: usize,
+    logical_ranks: usize,
+    elements: u64,
+    elem_bytes: u64,
+    size_bytes: f64,
+    seconds: f64,
+    algbw: f64,
+    busbw: f64,
+    bus_factor: f64,
+    chip_link_capacity: f64,
+    max_link_utilization: f64,
+    network_bytes: f64,
+    channels: usize,
+    bound: &'static str,
+    description: String,
+    op_fixed_s: f64,
+    phases: Vec<Py<PyPhaseTiming>>,
+    uncertainty: Py<PyDict>,
+    link_bytes: Py<PyDict>,
+    link_bandwidth: Py<PyDict>,
+}
+
+impl PyCollectiveReport {
+    /// The report of a collective on `t` (whose links name those of the report).
+    fn of(py: Python<'_>, t: &Torus, r: CollectiveReport) -> PyResult<Py<Self>> {
+        let links = PyDict::new(py);
+        let bws = PyDict::new(py);
+        for (i, &(l, b)) in r.timing.link_bytes.iter().enumerate() {
+            // An UltraCluster's report names millions of links (seconds of work with the GIL
+            // held): let Ctrl-C in every 65536 of them.
+            if i % 65536 == 65535 {
+                py.check_signals()?;
+            }
+            let name = t.link_name(l);
+            bws.set_item(&name, t.link_id_bandwidth(l))?;
+            links.set_item(name, b)?;
         }
-        let name = t.link_name(l);
-        bws.set_item(&name, t.link_id_bandwidth(l))?;
-        links.set_item(name, b)?;
+        let report = PyCollectiveReport {
+            collective: r.collective.name(),
+            op: r.op.map(|o| o.name()),
+            ranks: r.ranks,
+            logical_ranks: r.logical_ranks,
+            elements: r.elements,
+            elem_bytes: r.elem_bytes,
+            size_bytes: r.size_bytes,
+            seconds: r.seconds,
+            algbw: r.algbw,
+            busbw: r.busbw,
+            bus_factor: r.bus_factor,
+            chip_link_capacity: r.chip_link_capacity,
+            max_link_utilization: r.timing.max_link_utilization,
+            network_bytes: r.timing.network_bytes,
+            channels: r.channels,
+            bound: r.bound(),
+            description: r.description(),
+            op_fixed_s: r.timing.op_fixed_s,
+            phases: PyPhaseTiming::all(py, t, &r.timing.phases)?,
+            uncertainty: uncertainty_dict(py, &r.uncertainty)?.unbind(),
+            link_bytes: links.unbind(),
+            link_bandwidth: bws.unbind(),
+            algorithm: r.algorithm,
+        };
+        Py::new(py, report)
     }
-    d.set_item("link_bytes", links)?;
-    d.set_item("link_bandwidth", bws)?;
-    d.set_item("details", PyDict::new(py))?;
-    Ok(d)
 }
 
-/// Costs a collective without data; returns the report dict and, with `trace`, its trace JSON.
+/// Costs a collective without data; returns the report and, with `trace`, its trace JSON.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, algorithm, elements, elem_bytes, peers, trace))]
 #[allow(clippy::too_many_arguments)]
@@ -183,7 +229,7 @@ pub fn collective_estimate<'py>(
     elem_bytes: u64,
     peers: Option<Vec<usize>>,
     trace: bool,
-) -> PyTrn2Result<(Bound<'py, PyDict>, Option<String>)> {
+) -> PyTrn2Result<(Py<PyCollectiveReport>, Option<String>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(torus, chips)?;
@@ -191,7 +237,7 @@ pub fn collective_estimate<'py>(
         collective::estimate(&g, c, a, elements, elem_bytes, peers.as_deref(), trace)
     })?;
     let json = rep.timing.trace.clone();
-    Ok((report_to_dict(py, &torus.inner, &rep)?, json))
+    Ok((PyCollectiveReport::of(py, &torus.inner, rep)?, json))
 }
 
 /// Borrows every rank's buffer as a contiguous slice of `T`.
@@ -269,7 +315,7 @@ fn bytes_of(lens: &[usize], size: usize) -> u128 {
 
 /// All-reduce or reduce-scatter of `inputs` (every chip's buffer as the caller holds it: any
 /// layout or byte order of a `format` dtype) in `format`; returns `(outputs as flat arrays of
-/// the format's words, report dict)`.
+/// the format's words, report)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, inputs))]
 #[allow(clippy::too_many_arguments)]
@@ -282,7 +328,7 @@ pub fn collective_reduce<'py>(
     algorithm: &str,
     format: &str,
     inputs: Vec<Bound<'py, PyAny>>,
-) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
+) -> PyTrn2Result<(Vec<Py<PyAny>>, Py<PyCollectiveReport>)> {
     let c = Collective::parse("collective", collective)?;
     let o = ReduceOp::parse("op", op)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -321,11 +367,11 @@ pub fn collective_reduce<'py>(
         16 => run!(u16, "uint16", "uint16 (bf16/fp16 bit patterns)", U16),
         _ => run!(u8, "uint8", "uint8 (fp8 codes)", U8),
     };
-    Ok((list, report_to_dict(py, &torus.inner, &rep)?))
+    Ok((list, PyCollectiveReport::of(py, &torus.inner, rep)?))
 }
 
 /// All-gather, all-to-all or send/recv on raw bytes (flat uint8 views, `elem_size` bytes per
-/// element); returns `(outputs as flat uint8 arrays, report dict)`.
+/// element); returns `(outputs as flat uint8 arrays, report)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, algorithm, elem_size, inputs, peers))]
 #[allow(clippy::too_many_arguments)]
@@ -338,7 +384,7 @@ pub fn collective_move<'py>(
     elem_size: usize,
     inputs: Vec<Bound<'py, PyAny>>,
     peers: Option<Vec<usize>>,
-) -> PyTrn2Result<(Vec<Py<PyAny>>, Bound<'py, PyDict>)> {
+) -> PyTrn2Result<(Vec<Py<PyAny>>, Py<PyCollectiveReport>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(torus, chips)?;
@@ -359,7 +405,7 @@ pub fn collective_move<'py>(
         |outs| collective::run_move(&g, c, a, elem_size, &ins, outs, peers.as_deref()),
     )?;
     let list = unbind_all(outs);
-    Ok((list, report_to_dict(py, &torus.inner, &rep)?))
+    Ok((list, PyCollectiveReport::of(py, &torus.inner, rep)?))
 }
 
 /// The process of every chip of a machine of `chips` chips shared by `procs` processes:
@@ -416,15 +462,28 @@ impl Transport for PyTransport<'_> {
     }
 }
 
-fn traffic_dict<'py>(py: Python<'py>, t: &Traffic) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("rounds", t.rounds)?;
-    d.set_item("sent_bytes", t.sent)?;
-    d.set_item("received_bytes", t.received)?;
-    d.set_item("messages", t.messages)?;
-    d.set_item("exchanged_bytes", t.total)?;
-    d.set_item("schedule_bytes", t.schedule)?;
-    Ok(d)
+/// The bytes one process of a collective spread over processes moved ([`Traffic`]).
+#[pyclass(name = "Traffic", module = "trn2core._core", frozen, get_all)]
+pub struct PyTraffic {
+    rounds: usize,
+    sent_bytes: u64,
+    received_bytes: u64,
+    messages: u64,
+    exchanged_bytes: u64,
+    schedule_bytes: u64,
+}
+
+impl From<Traffic> for PyTraffic {
+    fn from(t: Traffic) -> Self {
+        PyTraffic {
+            rounds: t.rounds,
+            sent_bytes: t.sent,
+            received_bytes: t.received,
+            messages: t.messages,
+            exchanged_bytes: t.total,
+            schedule_bytes: t.schedule,
+        }
+    }
 }
 
 /// A Python error the transport kept wins over the core error it caused.
@@ -436,17 +495,17 @@ fn transport_error(t: &mut PyTransport, e: crate::errors::PyTrn2Err) -> crate::e
 }
 
 /// What a process's part of a collective returns: its outputs, the report and the traffic.
-type LocalResult<'py> = (Vec<Py<PyAny>>, Bound<'py, PyDict>, Bound<'py, PyDict>);
+type LocalResult = (Vec<Py<PyAny>>, Py<PyCollectiveReport>, PyTraffic);
 
 /// Runs one process's part of a collective (`body`, over a [`PyTransport`] calling `exchange`)
 /// and converts what it returns; a Python error the transport kept wins over the core error it
 /// caused.
-fn run_local<'py>(
-    py: Python<'py>,
+fn run_local(
+    py: Python<'_>,
     torus: &Torus,
     exchange: &Py<PyAny>,
     body: impl FnOnce(&mut PyTransport<'_>) -> PyTrn2Result<LocalOutcome>,
-) -> PyTrn2Result<LocalResult<'py>> {
+) -> PyTrn2Result<LocalResult> {
     let mut tr = PyTransport {
         exchange,
         error: None,
@@ -454,8 +513,8 @@ fn run_local<'py>(
     let (list, (rep, traffic)) = body(&mut tr).map_err(|e| transport_error(&mut tr, e))?;
     Ok((
         list,
-        report_to_dict(py, torus, &rep)?,
-        traffic_dict(py, &traffic)?,
+        PyCollectiveReport::of(py, torus, rep)?,
+        traffic.into(),
     ))
 }
 
@@ -470,7 +529,7 @@ fn unbind_all<T: Element>(arrays: Vec<Bound<'_, PyArray1<T>>>) -> Vec<Py<PyAny>>
 /// One process's part of an all-reduce or reduce-scatter spread over `procs` processes
 /// (`collective::run_reduce_local`): `inputs` are the buffers of the ranks this process holds
 /// (ascending), each of `elements` elements; `exchange` moves each round's messages. Returns
-/// `(outputs, report dict, traffic dict)`.
+/// `(outputs, report, traffic)`.
 #[pyfunction]
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, procs, process, placement, elements, inputs, exchange))]
 #[allow(clippy::too_many_arguments)]
@@ -488,7 +547,7 @@ pub fn collective_reduce_local<'py>(
     elements: usize,
     inputs: Vec<Bound<'py, PyAny>>,
     exchange: Py<PyAny>,
-) -> PyTrn2Result<LocalResult<'py>> {
+) -> PyTrn2Result<LocalResult> {
     let c = Collective::parse("collective", collective)?;
     let o = ReduceOp::parse("op", op)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -552,7 +611,7 @@ pub fn collective_move_local<'py>(
     inputs: Vec<Bound<'py, PyAny>>,
     peers: Option<Vec<usize>>,
     exchange: Py<PyAny>,
-) -> PyTrn2Result<LocalResult<'py>> {
+) -> PyTrn2Result<LocalResult> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let g = group(torus, chips)?;
@@ -606,7 +665,8 @@ pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> PyTrn2Result<usiz
     Ok(collective::nccom_chips(ranks, nnodes, lnc)?)
 }
 
-/// One `nccom-test` row.
+/// One `nccom-test` row: a dict (`trn2core.cli.nccom` reads it by key), its `phases` the
+/// [`PyPhaseTiming`]s `trn2core.nccom` makes dicts of.
 #[pyfunction]
 pub fn nccom_estimate<'py>(
     py: Python<'py>,
@@ -633,7 +693,7 @@ pub fn nccom_estimate<'py>(
     d.set_item("intra_chip_bytes", row.intra_chip_bytes)?;
     d.set_item("chips", row.chips)?;
     d.set_item("op_fixed_s", row.op_fixed_s)?;
-    d.set_item("phases", phase_list(py, &row.torus, &row.phases)?)?;
+    d.set_item("phases", PyPhaseTiming::all(py, &row.torus, &row.phases)?)?;
     d.set_item("uncertainty", uncertainty_dict(py, &row.uncertainty)?)?;
     Ok(d)
 }

@@ -65,6 +65,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::PyStackPlacement>()?;
     m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;
     m.add_class::<collectives::PyTorus>()?;
+    m.add_class::<collectives::PyPhaseTiming>()?;
+    m.add_class::<collectives::PyCollectiveReport>()?;
+    m.add_class::<collectives::PyTraffic>()?;
     m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;
     m.add_function(wrap_pyfunction!(collectives::collective_move, m)?)?;
