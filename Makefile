@@ -14,7 +14,7 @@ MPI_DEPS   := "mpi4py>=4" "mpich>=4"
 PY_DEPS    := "numpy>=2" "ml_dtypes>=0.5" "maturin>=1.9,<2" "pytest>=8" "hypothesis>=6" \
               "gfloat>=0.5" "asv>=0.6" "threadpoolctl>=3" "ruff>=0.6" "matplotlib>=3.7" \
               "mypy>=1.10" "ziglang>=0.13" "auditwheel>=6" "perfetto>=0.59" \
-              "tomli>=2; python_version < '3.11'" $(MPI_DEPS)
+              "tomli>=2; python_version < '3.11'" "pytest-xdist>=3" $(MPI_DEPS)
 PY_SRC     := $(shell find python -name '*.py' -o -name '*.pyi' -o -name 'py.typed' 2>/dev/null)
 DOCS       := $(wildcard docs/*.md)
 DIST       := dist
@@ -25,7 +25,7 @@ DIST       := dist
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMPS)/venv: pyproject.toml
+$(STAMPS)/venv: pyproject.toml Makefile
 	@mkdir -p $(STAMPS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -61,17 +61,35 @@ wheel: $(STAMPS)/wheel ## Build a manylinux2014 wheel and an sdist into dist/ (`
 demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 	$(VENV)/bin/trn2core demo
 
-test: test-rust test-python ## Set up, then run cargo test and pytest
+# On two cores, in three steps that keep both busy: the venv (pip, one core) beside the Rust
+# tests' compile; the Rust tests beside the wheel's compile (the two builds share nothing: the
+# wheel is the zig manylinux2014 build users install, the tests use the `release-tests`
+# profile); then pytest. `-Otarget` prints each target's output in one piece.
+test: ## Set up, then run cargo test and pytest
+	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-tests-built
+	$(MAKE) --no-print-directory -j2 -Otarget test-rust $(STAMPS)/build
+	$(MAKE) --no-print-directory test-python
 
 # Unit, integration and doc tests of the workspace; the examples are compiled by `make lint`
-# (clippy --all-targets), not linked again here. Run one after the other: each half's compile
-# keeps both cores busy (make -j2 measured slower, 7m41s, than this order on a quiet machine).
-test-rust: $(STAMPS)/venv ## cargo test (release: the exhaustive 2^32 checks need optimised code)
-	cargo test --release --workspace --tests
-	cargo test --release --workspace --doc
+# (clippy --all-targets), not linked again here. The `release-tests` profile (Cargo.toml) is
+# the release code without cross-crate LTO: the exhaustive 2^32 checks need optimised code.
+RUST_TESTS := cargo test --profile release-tests --workspace
 
+.PHONY: rust-tests-built
+rust-tests-built:
+	$(RUST_TESTS) --tests --no-run
+
+test-rust: ## cargo test (optimised: the exhaustive 2^32 checks need it)
+	$(RUST_TESTS) --tests
+	$(RUST_TESTS) --doc
+
+# pytest in two parts: the suite on two workers (pytest-xdist, one test file per worker at a
+# time, so a module's fixtures are built once), then the `serial` files alone: their probes time
+# Ctrl-C latency and GIL release, which another worker's load would distort. Plain `pytest` (no
+# options) runs everything in one process, as before.
 test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not serial"
+	$(PY) -m pytest -q -m "serial and not slow"
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
 # nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
@@ -80,7 +98,7 @@ FUZZ_TARGETS := dma_stream collective_schedule access_pattern
 
 .PHONY: fuzz fuzz-adversarial fuzz-libfuzzer
 fuzz: $(STAMPS)/build ## Fuzz for longer: proptest, hypothesis, the slow adversarial probes, libFuzzer targets
-	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --release -p trn2core --test it fuzz::
+	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --profile release-tests -p trn2core --test it fuzz::
 	time HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 	$(MAKE) fuzz-adversarial fuzz-libfuzzer
 

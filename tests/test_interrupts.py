@@ -17,6 +17,9 @@ import textwrap
 
 import pytest
 
+# Timing probes: `make test` runs this file alone, after the parallel part (pyproject.toml).
+pytestmark = pytest.mark.serial
+
 # Each case: the setup (builds `call`, a zero-argument function), and a check after the
 # interruption that the same objects still work.
 CASES = {

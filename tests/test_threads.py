@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import trn2core as t
 
+# Timing probes: `make test` runs this file alone, after the parallel part (pyproject.toml).
+pytestmark = pytest.mark.serial
+
 THREADS = 6
 INST = t.Instance()
 CLUSTER = t.UltraCluster(64)
