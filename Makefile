@@ -64,7 +64,8 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 # On two cores, in three steps that keep both busy: the venv (pip, one core) beside the Rust
 # tests' compile; the Rust tests beside the wheel's compile (the two builds share nothing: the
 # wheel is the zig manylinux2014 build users install, the tests use the `release-tests`
-# profile); then pytest. `-Otarget` prints each target's output in one piece.
+# profile); then pytest. `-Otarget` prints each target's output in one piece; the `+` lines
+# hand make's job slots to cargo, so the two jobs of a step share the two cores.
 test: ## Set up, then run cargo test and pytest
 	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-tests-built
 	$(MAKE) --no-print-directory -j2 -Otarget test-rust $(STAMPS)/build
@@ -77,11 +78,11 @@ RUST_TESTS := cargo test --profile release-tests --workspace
 
 .PHONY: rust-tests-built
 rust-tests-built:
-	$(RUST_TESTS) --tests --no-run
+	+$(RUST_TESTS) --tests --no-run
 
 test-rust: ## cargo test (optimised: the exhaustive 2^32 checks need it)
-	$(RUST_TESTS) --tests
-	$(RUST_TESTS) --doc
+	+$(RUST_TESTS) --tests
+	+$(RUST_TESTS) --doc
 
 # pytest in two parts: the suite on two workers (pytest-xdist, one test file per worker at a
 # time, so a module's fixtures are built once), then the `serial` files alone: their probes time
