@@ -78,7 +78,8 @@ def test_bad_layouts_name_both_numbers():
     m = workload.Model("llama-3.3-70b")
     with pytest.raises(Trn2ValueError, match=r"tp=128.*64"):
         workload.Inference(m, "trn2.48xlarge", tp=128).decode(10)
-    with pytest.raises(Trn2ValueError, match=r"tp=48.*num_attention_heads=64"):
+    # Heads need not divide (padded, below); the MLP's columns must.
+    with pytest.raises(Trn2ValueError, match=r"tp=48.*intermediate_size=28672"):
         workload.Inference(m, "ultraserver", tp=48).decode(10)
     with pytest.raises(Trn2ValueError, match="ep"):
         workload.Inference(m, tp=64, ep=2).decode(10)
@@ -281,3 +282,45 @@ def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
     assert json.loads(trace.read_text())["traceEvents"] and png.read_text().startswith("<?xml")
     r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--plot", str(tmp_path / "p.bmp"))
     assert r.returncode == 2 and "--plot" in r.stderr
+
+
+def test_attention_heads_are_padded_to_tp_as_nxd_inference_pads_them():
+    # NxD Inference runs Trinity-Large's 48 heads at TP=64, one (padded) head per rank: the
+    # step costs what 64 heads cost at TP=64, and more than 48 heads at TP=48 would per rank.
+    cfg = {"hidden_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 48,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+           "vocab_size": 200192}  # fmt: skip
+    step = {}
+    for heads in (48, 64):
+        m = workload.Model.from_hf_config({**cfg, "num_attention_heads": heads})
+        step[heads] = workload.Inference(m, "trn2.48xlarge", tp=64).decode(100).seconds
+    assert step[48] == step[64] > 0
+    large = workload.Model("trinity-large")
+    d = large.to_dict()
+    assert (d["num_attention_heads"], d["num_experts"]) == (48, 256)
+    r = workload.Inference(large, "trn2.48xlarge", tp=64, seq_len=2048).decode(64)
+    assert r.seconds > 0
+
+
+def test_trinity_presets_are_their_configs_field_names():
+    # The presets read Trinity's own config names (`num_dense_layers`, `num_shared_experts`),
+    # as a user's config.json of the model would give them.
+    mini = workload.Model("trinity-mini")
+    d = mini.to_dict()
+    assert (d["hidden_size"], d["num_hidden_layers"], d["moe_intermediate_size"]) == (
+        2048,
+        32,
+        1024,
+    )
+    assert (d["shared_experts"], d["moe_layers"]) == (1, 30)
+    assert round(mini.parameters / 1e9, 1) == 25.9
+    cfg = {"hidden_size": 2048, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+           "moe_intermediate_size": 1024, "num_experts": 128, "num_experts_per_tok": 8,
+           "num_shared_experts": 1, "num_dense_layers": 2, "vocab_size": 200192,
+           "tie_word_embeddings": False}  # fmt: skip
+    mine = workload.Model.from_hf_config(cfg).to_dict()
+    assert mine == {**d, "name": mine["name"]}
+    # A config's fields go straight into an estimate too.
+    step = workload.Inference(cfg, "trn2.3xlarge", tp=4, seq_len=2048).decode(64).seconds
+    assert step == workload.Inference(mini, "trn2.3xlarge", tp=4, seq_len=2048).decode(64).seconds

@@ -141,6 +141,15 @@ class Model:
         return f"Model({self.name!r}, {self.parameters / 1e9:.1f}B parameters)"
 
 
+def _model(model) -> Model:
+    """A model argument: a ``Model``, a preset name, or the fields of a ``config.json``."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, Mapping):
+        return Model.from_hf_config(model)
+    return Model(model)
+
+
 def _machine(machine) -> tuple[str, int | None]:
     """A machine's name for the core, and its LNC when it is a machine object."""
     from .topology import Instance, UltraCluster, UltraServer
@@ -326,7 +335,7 @@ class Inference:
 
     def __init__(
         self,
-        model: Model | str,
+        model: Model | str | Mapping[str, Any],
         machine="trn2.48xlarge",
         *,
         tp: int,
@@ -341,7 +350,7 @@ class Inference:
         serving: str = "native",
         naive: bool = False,
     ) -> None:
-        self.model = model if isinstance(model, Model) else Model(model)
+        self.model = _model(model)
         name, lnc, dt = _machine_lnc_dtype(machine, lnc, dtype)
         self._args = dict(
             machine=name,
@@ -426,7 +435,7 @@ class Training:
 
     def __init__(
         self,
-        model: Model | str,
+        model: Model | str | Mapping[str, Any],
         machine="ultraserver",
         *,
         tp: int,
@@ -442,7 +451,7 @@ class Training:
         recompute: str = "full",
         sequence_parallel: bool = True,
     ) -> None:
-        self.model = model if isinstance(model, Model) else Model(model)
+        self.model = _model(model)
         name, lnc, dt = _machine_lnc_dtype(machine, lnc, dtype)
         if recompute not in ("full", "none"):
             raise Trn2ValueError(f"recompute: expected 'full' or 'none', got {recompute!r}")
@@ -547,7 +556,7 @@ def _seconds(value, arg: str) -> float | None:
 
 
 def search(
-    model: Model | str,
+    model: Model | str | Mapping[str, Any],
     machine="trn2.48xlarge",
     objective: str = "itl",
     constraints: Mapping[str, Any] | None = None,
@@ -561,7 +570,7 @@ def search(
     (inference, default 1024 and 256), ``global_batch`` and ``seq`` (training, default 64 and
     4096), ``dtype``, ``max_ttft_s``, ``max_itl_s``. ``train=True`` ranks training layouts
     (throughput or cost). Layouts that do not fit are skipped and counted."""
-    m = model if isinstance(model, Model) else Model(model)
+    m = _model(model)
     name, machine_lnc = _machine(machine)
     c = dict(constraints or {})
     unknown = sorted(set(c) - _SEARCH_KEYS)

@@ -323,6 +323,7 @@ fn bucket_for(n: u64, buckets: &[u64], seq_len: u64, arg: &str) -> Result<u64> {
 
 /// The per-rank shapes of one layer kind.
 pub(super) struct Shard {
+    /// Attention heads per rank, padded up when tp does not divide them.
     heads: u64,
     kv_heads: u64,
 }
@@ -393,7 +394,9 @@ impl<'a> Plan<'a> {
                 ),
             ));
         }
-        divides("tp", tp, "num_attention_heads", model.heads)?;
+        // Attention heads need not divide: NxD Inference pads them to ceil(heads / tp) per rank
+        // (Trinity-Large's 48 heads run at TP=64, contrib modeling code [S38]); the padded
+        // heads are computed and cost their share (`Shard::heads`).
         if !(model.kv_heads.is_multiple_of(tp as u64) || (tp as u64).is_multiple_of(model.kv_heads))
         {
             return Err(Error::value(
@@ -445,7 +448,7 @@ impl<'a> Plan<'a> {
         }
         let tpu = tp as u64;
         let shard = Shard {
-            heads: model.heads / tpu,
+            heads: model.heads.div_ceil(tpu),
             kv_heads: (model.kv_heads / tpu).max(1),
         };
         let first = 0usize;
