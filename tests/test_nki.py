@@ -736,6 +736,28 @@ def _top8_reference(x):
     return vals, order.astype(np.uint32)
 
 
+def _sbuf_copy(a):
+    """Kernel code: a new SBUF tile holding ``a``."""
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    return t
+
+
+def _hbm_copy(t):
+    """Kernel code: a new shared-HBM tensor (an output) holding ``t``."""
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def _sbuf_max8(a):
+    """Kernel code: ``a`` copied into SBUF, and ``max8`` of it (the 8 largest of each row)."""
+    t = _sbuf_copy(a)
+    top = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=top, src=t)
+    return t, top
+
+
 def test_max8_and_nc_find_index8_in_both_dialects_match_numpy():
     rng = np.random.default_rng(8)
     x = rng.integers(-20, 20, size=(64, 300)).astype(np.float32)  # many ties
@@ -743,14 +765,10 @@ def test_max8_and_nc_find_index8_in_both_dialects_match_numpy():
 
     @tn.jit
     def current(a):
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
-        top = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.max8(dst=top, src=t)
+        t, top = _sbuf_max8(a)
         idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.sbuf)
         nisa.nc_find_index8(dst=idx, data=t, vals=top)
-        out = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=idx)
+        out = _hbm_copy(idx)
         return out
 
     @tn.jit_legacy
@@ -770,10 +788,7 @@ def test_max8_and_nc_find_index8_in_both_dialects_match_numpy():
 def test_max8_rules_name_the_argument():
     @tn.jit
     def too_few(a):
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
-        top = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.max8(dst=top, src=t)
+        _sbuf_max8(a)
         return a
 
     with pytest.raises(ShapeError, match="src: 7 elements per partition") as e:
@@ -810,16 +825,12 @@ def test_nc_match_replace8_in_both_dialects_matches_numpy():
 
     @tn.jit
     def current(a, v):
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
-        w = nl.ndarray(v.shape, dtype=v.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=w, src=v)
+        t = _sbuf_copy(a)
+        w = _sbuf_copy(v)
         idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.sbuf)
         nisa.nc_match_replace8(dst=t, data=t, vals=w, imm=-100.0, dst_idx=idx)  # in place
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=t)
-        out_idx = nl.ndarray((a.shape[0], 8), dtype=nl.uint32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out_idx, src=idx)
+        out = _hbm_copy(t)
+        out_idx = _hbm_copy(idx)
         return out, out_idx
 
     @tn.jit_legacy
@@ -839,8 +850,7 @@ def test_nc_match_replace8_in_both_dialects_matches_numpy():
 def test_nc_match_replace8_rules_name_the_argument():
     @tn.jit
     def bad_idx(a):
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a)
+        t = _sbuf_copy(a)
         idx = nl.ndarray((a.shape[0], 8), dtype=nl.float32, buffer=nl.sbuf)
         nisa.nc_match_replace8(dst=t, data=t, vals=t[:, :8], imm=0.0, dst_idx=idx)
         return a
@@ -873,13 +883,10 @@ def test_nc_stream_shuffle_in_both_dialects_matches_numpy():
 
     @tn.jit
     def current(a, b):
-        s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=s, src=a)
-        d = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=d, src=b)
+        s = _sbuf_copy(a)
+        d = _sbuf_copy(b)
         nisa.nc_stream_shuffle(dst=d, src=s, shuffle_mask=mask)
-        out = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=d)
+        out = _hbm_copy(d)
         return out
 
     @tn.jit_legacy
@@ -901,8 +908,7 @@ def test_nc_stream_shuffle_rules_name_the_argument():
     def kernel(mask):
         @tn.jit
         def k(a):
-            s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=s, src=a)
+            s = _sbuf_copy(a)
             nisa.nc_stream_shuffle(dst=s, src=s, shuffle_mask=mask)
             return a
 

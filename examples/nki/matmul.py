@@ -38,6 +38,13 @@ TK = 128  # contraction per instruction (nl.tile_size.pmax)
 TN = 512  # moving free size (nl.tile_size.gemm_moving_fmax)
 
 
+def _product(lhsT, rhs):
+    """The sizes K, M, N of ``lhsT.T @ rhs`` and its float32 result tensor in HBM."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    return K, M, N, nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+
+
 def _evict(result, res_psum, m: int, n: int) -> None:
     """PSUM -> SBUF (Vector copy) -> HBM (DMA) of output tile (m, n)."""
     res_sb = nl.ndarray((TM, TN), dtype=result.dtype, buffer=nl.sbuf)
@@ -45,19 +52,34 @@ def _evict(result, res_psum, m: int, n: int) -> None:
     nisa.dma_copy(dst=result[m * TM : (m + 1) * TM, n * TN : (n + 1) * TN], src=res_sb)
 
 
+def _load_tile(src, k: int, col: int, width: int):
+    """K tile ``k`` of the columns ``col * width .. (col + 1) * width`` of ``src`` ([K, *] in
+    HBM) as an SBUF tile [TK, width]."""
+    t = nl.ndarray((TK, width), dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src[k * TK : (k + 1) * TK, col * width : (col + 1) * width])
+    return t
+
+
+def _load_block(src, k_first: int, k_tiles: int, col: int, width: int):
+    """K tiles ``k_first .. k_first + k_tiles`` of the columns ``col * width .. (col + 1) *
+    width`` of ``src`` ([K, *] in HBM) as one SBUF tensor [TK, k_tiles, width]: a DMA per K
+    tile."""
+    blk = nl.ndarray((TK, k_tiles, width), dtype=src.dtype, buffer=nl.sbuf)
+    for k in nl.affine_range(k_tiles):
+        k0 = (k_first + k) * TK
+        nisa.dma_copy(dst=blk[:, k, :], src=src[k0 : k0 + TK, col * width : (col + 1) * width])
+    return blk
+
+
 @nki.jit
 def matmul_tiled(lhsT, rhs):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    K, M, N, result = _product(lhsT, rhs)
     for m in nl.affine_range(M // TM):
         for n in nl.affine_range(N // TN):
             res_psum = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for k in nl.affine_range(K // TK):
-                a = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
-                b = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=a, src=lhsT[k * TK : (k + 1) * TK, m * TM : (m + 1) * TM])
-                nisa.dma_copy(dst=b, src=rhs[k * TK : (k + 1) * TK, n * TN : (n + 1) * TN])
+                a = _load_tile(lhsT, k, m, TM)
+                b = _load_tile(rhs, k, n, TN)
                 nisa.nc_matmul(dst=res_psum, stationary=a, moving=b)
             _evict(result, res_psum, m, n)
     return result
@@ -65,21 +87,11 @@ def matmul_tiled(lhsT, rhs):
 
 @nki.jit
 def matmul_hoisted(lhsT, rhs):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    K, M, N, result = _product(lhsT, rhs)
     for m in nl.affine_range(M // TM):
-        a_col = []
-        for k in nl.affine_range(K // TK):
-            a = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=a, src=lhsT[k * TK : (k + 1) * TK, m * TM : (m + 1) * TM])
-            a_col.append(a)
+        a_col = [_load_tile(lhsT, k, m, TM) for k in nl.affine_range(K // TK)]
         for n in nl.affine_range(N // TN):
-            b_col = []
-            for k in nl.affine_range(K // TK):
-                b = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=b, src=rhs[k * TK : (k + 1) * TK, n * TN : (n + 1) * TN])
-                b_col.append(b)
+            b_col = [_load_tile(rhs, k, n, TN) for k in nl.affine_range(K // TK)]
             res_psum = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for k in nl.affine_range(K // TK):
                 nisa.nc_matmul(dst=res_psum, stationary=a_col[k], moving=b_col[k])
@@ -89,25 +101,13 @@ def matmul_hoisted(lhsT, rhs):
 
 @nki.jit
 def matmul_blocked_free(lhsT, rhs, BM=2, BN=2):
-    K, M = lhsT.shape
-    _, N = rhs.shape
+    K, M, N, result = _product(lhsT, rhs)
     BM, BN = min(BM, M // TM), min(BN, N // TN)
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     for mb in nl.affine_range(M // (TM * BM)):
         # One SBUF tensor per block: [TK, K/TK, BM*TM] holds BM column tiles of lhsT.
-        a_blk = nl.ndarray((TK, K // TK, BM * TM), dtype=lhsT.dtype, buffer=nl.sbuf)
-        for k in nl.affine_range(K // TK):
-            nisa.dma_copy(
-                dst=a_blk[:, k, :],
-                src=lhsT[k * TK : (k + 1) * TK, mb * BM * TM : (mb + 1) * BM * TM],
-            )
+        a_blk = _load_block(lhsT, 0, K // TK, mb, BM * TM)
         for nb in nl.affine_range(N // (TN * BN)):
-            b_blk = nl.ndarray((TK, K // TK, BN * TN), dtype=rhs.dtype, buffer=nl.sbuf)
-            for k in nl.affine_range(K // TK):
-                nisa.dma_copy(
-                    dst=b_blk[:, k, :],
-                    src=rhs[k * TK : (k + 1) * TK, nb * BN * TN : (nb + 1) * BN * TN],
-                )
+            b_blk = _load_block(rhs, 0, K // TK, nb, BN * TN)
             for i in nl.affine_range(BM):
                 for j in nl.affine_range(BN):
                     res_psum = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
@@ -123,10 +123,8 @@ def matmul_blocked_free(lhsT, rhs, BM=2, BN=2):
 
 @nki.jit
 def matmul_fully_blocked(lhsT, rhs, BM=16, BN=2, BK=8):
-    K, M = lhsT.shape
-    _, N = rhs.shape
+    K, M, N, result = _product(lhsT, rhs)
     BM, BN, BK = min(BM, M // TM), min(BN, N // TN), min(BK, K // TK)
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     for nb in nl.affine_range(N // (TN * BN)):
         # A float32 accumulator per output row tile of this N block: [TM, BN*TN].
         acc = []
@@ -135,20 +133,9 @@ def matmul_fully_blocked(lhsT, rhs, BM=16, BN=2, BK=8):
             nisa.memset(dst=t, value=0.0)
             acc.append(t)
         for kb in nl.sequential_range(K // (TK * BK)):
-            b_blk = nl.ndarray((TK, BK, BN * TN), dtype=rhs.dtype, buffer=nl.sbuf)
-            for k in nl.affine_range(BK):
-                k0 = (kb * BK + k) * TK
-                nisa.dma_copy(
-                    dst=b_blk[:, k, :], src=rhs[k0 : k0 + TK, nb * BN * TN : (nb + 1) * BN * TN]
-                )
+            b_blk = _load_block(rhs, kb * BK, BK, nb, BN * TN)
             for mb in nl.affine_range(M // (TM * BM)):
-                a_blk = nl.ndarray((TK, BK, BM * TM), dtype=lhsT.dtype, buffer=nl.sbuf)
-                for k in nl.affine_range(BK):
-                    k0 = (kb * BK + k) * TK
-                    nisa.dma_copy(
-                        dst=a_blk[:, k, :],
-                        src=lhsT[k0 : k0 + TK, mb * BM * TM : (mb + 1) * BM * TM],
-                    )
+                a_blk = _load_block(lhsT, kb * BK, BK, mb, BM * TM)
                 for i in nl.affine_range(BM):
                     for j in nl.affine_range(BN):
                         part = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)

@@ -19,15 +19,22 @@ __all__ = ["directory", "names", "title", "read", "listing"]
 _HERE = Path(__file__).resolve().parent
 
 
-def directory() -> Path:
-    """Where the guides are: the package's ``docs/`` (in a checkout, the link to docs/)."""
-    shipped = _HERE / "docs"
-    if (shipped / "index.md").is_file():
-        return shipped
+def shipped(link: str, marker: str, what: str) -> Path:
+    """The package's directory ``link`` (a link into the repository, which every wheel and sdist
+    carries as a directory), checked by its file ``marker``; ``FileNotFoundError`` naming
+    ``what`` it holds when the installation lacks it."""
+    found = _HERE / link
+    if (found / marker).is_file():
+        return found
     raise FileNotFoundError(
-        f"no guides in {shipped}: this installation of trn2core is incomplete (every wheel "
+        f"no {what} in {found}: this installation of trn2core is incomplete (every wheel "
         "and sdist carries them); reinstall it"
     )
+
+
+def directory() -> Path:
+    """Where the guides are: the package's ``docs/`` (in a checkout, the link to docs/)."""
+    return shipped("docs", "index.md", "guides")
 
 
 def names() -> list[str]:

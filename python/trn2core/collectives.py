@@ -239,6 +239,20 @@ def _report(fields, retrace) -> CollectiveReport:
     return CollectiveReport.from_fields(fields, retrace=retrace)
 
 
+def _result(machine, outs, fields, dtype, shape, estimate) -> CollectiveResult:
+    """The core's outputs as arrays of ``dtype`` (native order) and ``shape``, with the report
+    of ``fields``; its trace is made on request by estimating the same collective again
+    (``estimate``: the arguments of ``_core.collective_estimate`` after the torus, up to the
+    trace flag)."""
+    results = [o.view(dtype).reshape(shape) for o in outs]
+    t = machine.topology._t
+
+    def retrace() -> str:
+        return _core.collective_estimate(t, *estimate, True)[1]
+
+    return CollectiveResult(results, _report(fields, retrace))
+
+
 def run_reduce(
     machine, collective: str, buffers, op: str, algorithm: str, chips
 ) -> CollectiveResult:
@@ -262,23 +276,9 @@ def run_reduce(
     outs, fields = _core.collective_reduce(
         machine.topology._t, chips, collective, op, algorithm, fmt, arrays
     )
-    results = []
-    for o in outs:
-        o = o.view(dtype)
-        if collective == "all_reduce":
-            o = o.reshape(shape)
-        else:
-            o = o.reshape(_share_shape(shape, n) or (-1,))
-        results.append(o)
-    t = machine.topology._t
-    elements = length
-
-    def retrace() -> str:
-        return _core.collective_estimate(
-            t, chips, collective, algorithm, elements, itemsize, None, True
-        )[1]
-
-    return CollectiveResult(results, _report(fields, retrace))
+    out_shape = shape if collective == "all_reduce" else _share_shape(shape, n) or (-1,)
+    estimate = (chips, collective, algorithm, length, itemsize, None)
+    return _result(machine, outs, fields, dtype, out_shape, estimate)
 
 
 def run_move(
@@ -295,26 +295,16 @@ def run_move(
     outs, fields = _core.collective_move(
         machine.topology._t, chips, collective, algorithm, itemsize, arrays, peers
     )
-    results = []
-    for o in outs:
-        o = o.view(dtype)
-        if collective == "all_gather":
-            o = o.reshape((n, *shape))
-        elif collective == "all_to_all":
-            # Rank r receives block r of every rank: the input's shape when the first axis
-            # divides by the rank count, else a flat array.
-            o = o.reshape(shape if _share_shape(shape, n) else (-1,))
-        else:
-            o = o.reshape(shape)
-        results.append(o)
-    t = machine.topology._t
-
-    def retrace() -> str:
-        return _core.collective_estimate(
-            t, chips, collective, algorithm, length, itemsize, peers, True
-        )[1]
-
-    return CollectiveResult(results, _report(fields, retrace))
+    if collective == "all_gather":
+        out_shape = (n, *shape)
+    elif collective == "all_to_all":
+        # Rank r receives block r of every rank: the input's shape when the first axis
+        # divides by the rank count, else a flat array.
+        out_shape = shape if _share_shape(shape, n) else (-1,)
+    else:
+        out_shape = shape
+    estimate = (chips, collective, algorithm, length, itemsize, peers)
+    return _result(machine, outs, fields, dtype, out_shape, estimate)
 
 
 def _peers(peers, n: int) -> list[int] | None:

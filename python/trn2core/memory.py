@@ -46,33 +46,14 @@ class HbmStack:
             _native = _core.HbmStack(_index(index, "index"))
         self._native = _native
 
-    @property
-    def index(self) -> int:
-        return self._native.placement().index
-
-    @property
-    def die(self) -> int:
-        return self._native.placement().die
-
-    @property
-    def cores(self) -> tuple[int, ...]:
-        return tuple(self._native.placement().cores)
-
-    @property
-    def capacity(self) -> int:
-        return self._native.usage().capacity
-
-    @property
-    def used(self) -> int:
-        return self._native.usage().used
-
-    @property
-    def free(self) -> int:
-        return self._native.usage().free
-
-    @property
-    def allocations(self) -> int:
-        return self._native.usage().allocations
+    # Live attributes, read from the core on each access (as MemorySpace's).
+    index = property(lambda self: self._native.placement().index)
+    die = property(lambda self: self._native.placement().die)
+    cores = property(lambda self: tuple(self._native.placement().cores))
+    capacity = property(lambda self: self._native.usage().capacity)
+    used = property(lambda self: self._native.usage().used)
+    free = property(lambda self: self._native.usage().free)
+    allocations = property(lambda self: self._native.usage().allocations)
 
     def __repr__(self) -> str:
         p, u = self._native.placement(), self._native.usage()

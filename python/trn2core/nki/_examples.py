@@ -11,22 +11,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from .._guides import shipped
 from ..errors import Trn2ValueError
 from ._finder import install
-
-_PKG = Path(__file__).resolve().parent.parent  # python/trn2core
 
 
 def directory() -> Path:
     """Where the example kernels are: the package's ``nki_examples/`` (in a checkout, the link
     to examples/nki/)."""
-    shipped = _PKG / "nki_examples"
-    if (shipped / "matmul.py").is_file():
-        return shipped
-    raise FileNotFoundError(
-        f"no example kernels in {shipped}: this installation of trn2core is incomplete (every "
-        "wheel and sdist carries them); reinstall it"
-    )
+    return shipped("nki_examples", "matmul.py", "example kernels")
 
 
 def load_file(path, name: str | None = None):

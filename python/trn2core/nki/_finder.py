@@ -57,6 +57,16 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         "tensor": NkiTensor,
         "KernelError": KernelError,
         "LoopCarriedDependencyError": LoopCarriedDependencyError,
+        "simulate": _kernel.simulate,
+        # ``nki.dtype`` annotates dtype arguments; NKI's dtypes are numpy dtypes here.
+        "dtype": np.dtype,
+    }
+    legacy_top = {
+        "jit": _kernel.jit_legacy,
+        "simulate_kernel": _kernel.simulate_kernel,
+        "baremetal": _kernel.baremetal,
+        "benchmark": _kernel.benchmark,
+        "profile": _kernel.profile,
     }
     typing_ns = {k: getattr(_Typing, k) for k in ("tensor", "mutable_tensor", "scalar")}
     constants = {
@@ -67,48 +77,28 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
     collectives = _surface.unsupported_names("nki.collectives", _surface.COLLECTIVES)
     compiler = {**_surface.compiler_namespace(), "no_reorder": language.no_reorder}
     dims = {"VNC": language.nc}  # ``kernel[VNC(2)]``: a grid axis over two physical cores
+
+    def dialect(package: str, top: dict, language, isa) -> dict:
+        """The modules both dialects have: the package (``top`` besides the common names), its
+        language, its isa with the constants, and typing."""
+        return {
+            package: ({**common_top, **top}, True, types.ModuleType),
+            f"{package}.language": (_public(language), False, types.ModuleType),
+            f"{package}.isa": (_public(isa), True, types.ModuleType),
+            f"{package}.isa.constants": (constants, False, types.ModuleType),
+            f"{package}.typing": (typing_ns, False, types.ModuleType),
+        }
+
     return {
-        "nki": (
-            {
-                **common_top,
-                "jit": _kernel.jit,
-                "simulate": _kernel.simulate,
-                "Kernel": _kernel.Kernel,
-                # ``nki.dtype`` annotates dtype arguments; NKI's dtypes are numpy dtypes here.
-                "dtype": np.dtype,
-            },
-            True,
-            types.ModuleType,
-        ),  # fmt: skip
-        "nki.language": (_public(language), False, types.ModuleType),
-        "nki.isa": (_public(isa), True, types.ModuleType),
-        "nki.isa.constants": (constants, False, types.ModuleType),
+        **dialect("nki", {"jit": _kernel.jit, "Kernel": _kernel.Kernel}, language, isa),
         "nki.collectives": (collectives, False, types.ModuleType),
-        "nki.typing": (typing_ns, False, types.ModuleType),
         "nki.jit": ({"jit": _kernel.jit}, False, _CallableModule),
         "neuronxcc": ({}, True, types.ModuleType),
         "neuronxcc.nki.compiler": (compiler, True, types.ModuleType),
         "neuronxcc.nki.compiler.backends": ({}, True, types.ModuleType),
         "neuronxcc.nki.compiler.backends.neuron": ({}, True, types.ModuleType),
         "neuronxcc.nki.compiler.backends.neuron.dimensions": (dims, False, types.ModuleType),
-        "neuronxcc.nki.isa.constants": (constants, False, types.ModuleType),
-        "neuronxcc.nki": (
-            {
-                **common_top,
-                "jit": _kernel.jit_legacy,
-                "simulate_kernel": _kernel.simulate_kernel,
-                "simulate": _kernel.simulate,
-                "baremetal": _kernel.baremetal,
-                "benchmark": _kernel.benchmark,
-                "profile": _kernel.profile,
-                "dtype": np.dtype,
-            },
-            True,
-            types.ModuleType,
-        ),  # fmt: skip
-        "neuronxcc.nki.language": (_public(language_legacy), False, types.ModuleType),
-        "neuronxcc.nki.isa": (_public(isa_legacy), True, types.ModuleType),
-        "neuronxcc.nki.typing": (typing_ns, False, types.ModuleType),
+        **dialect("neuronxcc.nki", legacy_top, language_legacy, isa_legacy),
     }
 
 

@@ -44,16 +44,24 @@ class IndexVar:
         return f"IndexVar(size={self.size}, axis={self.axis}/{self.ndim})"
 
 
+def broadcast_equal_ranks(
+    a: tuple[int, ...], b: tuple[int, ...], error, what: str
+) -> tuple[int, ...]:
+    """The shape two shapes of equal rank broadcast to; ``error`` (an exception class) when an
+    axis differs and neither is 1, its message starting with ``what`` (naming the shapes)."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            raise error(f"{what} {a} and {b} do not broadcast")
+        out.append(max(x, y))
+    return tuple(out)
+
+
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     n = max(len(a), len(b))
     a = (1,) * (n - len(a)) + a
     b = (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            raise Trn2ValueError(f"index: index shapes {a} and {b} do not broadcast")
-        out.append(max(x, y))
-    return tuple(out)
+    return broadcast_equal_ranks(a, b, Trn2ValueError, "index: index shapes")
 
 
 class IndexExpr:
@@ -295,32 +303,33 @@ def arange(*args: int) -> IndexExpr:
     return IndexExpr(start, {v: 1}, (stop - start,))
 
 
+class _GridAxis:
+    """A named axis of a ``Grid`` (``.p``, ``.x``, ...): its index expression, read-only."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, grid, owner=None):
+        if grid is None:
+            return self
+        if self.i >= len(grid):
+            raise Trn2ValueError(f"mgrid: .{self.name} is axis {self.i} of a {len(grid)}-D grid")
+        return grid[self.i]
+
+
 class Grid(tuple):
     """What ``nl.mgrid[...]`` returns: the index expressions of each axis (unpack it, or take
     ``.p`` for axis 0 and ``.x``, ``.y``, ``.z`` for axes 1 to 3)."""
 
     __slots__ = ()
 
-    def _axis(self, i: int, name: str) -> IndexExpr:
-        if i >= len(self):
-            raise Trn2ValueError(f"mgrid: .{name} is axis {i} of a {len(self)}-D grid")
-        return self[i]
-
-    @property
-    def p(self) -> IndexExpr:
-        return self._axis(0, "p")
-
-    @property
-    def x(self) -> IndexExpr:
-        return self._axis(1, "x")
-
-    @property
-    def y(self) -> IndexExpr:
-        return self._axis(2, "y")
-
-    @property
-    def z(self) -> IndexExpr:
-        return self._axis(3, "z")
+    p = _GridAxis(0)
+    x = _GridAxis(1)
+    y = _GridAxis(2)
+    z = _GridAxis(3)
 
 
 class _MGrid:

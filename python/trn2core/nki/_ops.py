@@ -84,50 +84,41 @@ def _show(op) -> str:
     return getattr(op, "__name__", None) or repr(op)
 
 
-def alu_name(op, arg: str = "op") -> str:
-    """The ALU operator ``op`` names (an ``nl`` operator, a numpy ufunc, or a name)."""
+def _op_name(op, arg: str, slot: int, names, what: str, other: str, examples: str) -> str:
+    """What ``op`` names in one family of operators: ``slot`` 0 (ALU operators, ``Op.alu``) or
+    1 (activation functions, ``Op.act``) of ``_NUMPY``'s pairs, ``names`` the family's names.
+    Errors name ``arg``: ``what`` the family, ``other`` what follows it for an ``Op`` of the
+    other family, ``examples`` the ``nl`` operators suggested for anything else."""
     if isinstance(op, Op):
-        if op.alu is None:
-            raise Trn2ValueError(
-                f"{arg}: {op!r} is not an ALU operator (it is an activation function); the ALU "
-                f"operators are {', '.join(ALU_OPS)}"
-            )
-        return op.alu
-    if isinstance(op, str) and op in ALU_OPS:
+        name = (op.alu, op.act)[slot]
+        if name is None:
+            raise Trn2ValueError(f"{arg}: {op!r} is not {what}{other}{', '.join(names)}")
+        return name
+    if isinstance(op, str) and op in names:
         return op
     try:
-        name = _NUMPY.get(op, (None, None))[0]
+        name = _NUMPY.get(op, (None, None))[slot]
     except TypeError:
         name = None
     if name is None:
         raise Trn2ValueError(
-            f"{arg}: {_show(op)} is not an ALU operator; expected nl.add, nl.multiply, ... "
-            f"({', '.join(ALU_OPS)})"
+            f"{arg}: {_show(op)} is not {what}; expected {examples}, ... ({', '.join(names)})"
         )
     return name
+
+
+def alu_name(op, arg: str = "op") -> str:
+    """The ALU operator ``op`` names (an ``nl`` operator, a numpy ufunc, or a name)."""
+    other = " (it is an activation function); the ALU operators are "
+    return _op_name(op, arg, 0, ALU_OPS, "an ALU operator", other, "nl.add, nl.multiply")
 
 
 def act_name(op, arg: str = "op") -> str:
     """The activation function ``op`` names."""
-    if isinstance(op, Op):
-        if op.act is None:
-            raise Trn2ValueError(
-                f"{arg}: {op!r} is not an activation function of the Scalar engine; they are "
-                f"{', '.join(ACTIVATION_FUNCTIONS)}"
-            )
-        return op.act
-    if isinstance(op, str) and op in ACTIVATION_FUNCTIONS:
-        return op
-    try:
-        name = _NUMPY.get(op, (None, None))[1]
-    except TypeError:
-        name = None
-    if name is None:
-        raise Trn2ValueError(
-            f"{arg}: {_show(op)} is not an activation function; expected nl.exp, nl.tanh, ... "
-            f"({', '.join(ACTIVATION_FUNCTIONS)})"
-        )
-    return name
+    other = " of the Scalar engine; they are "
+    return _op_name(
+        op, arg, 1, ACTIVATION_FUNCTIONS, "an activation function", other, "nl.exp, nl.tanh"
+    )
 
 
 class engine(enum.Enum):  # noqa: N801 - NKI's name
@@ -190,6 +181,13 @@ class dma_engine(enum.Enum):  # noqa: N801
     dma = 1
     gpsimd_dma = 2
 
+
+# The engines' module-level names of both dialects' ``nki.isa``.
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+unknown_engine = engine.unknown
 
 #: ``engine`` member -> the machine's engine name.
 ENGINE_NAME = {

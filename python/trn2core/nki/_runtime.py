@@ -30,7 +30,15 @@ from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
 from ._api import STATE, api, relocate, user_location
-from ._index import IndexExpr, Mask, NotSupportedError, grid_of, is_int, var_axis
+from ._index import (
+    IndexExpr,
+    Mask,
+    NotSupportedError,
+    broadcast_equal_ranks,
+    grid_of,
+    is_int,
+    var_axis,
+)
 from ._tensor import (
     HBM,
     PRIVATE_HBM,
@@ -1129,12 +1137,7 @@ def _hbm_root(t: NkiTensor):
 def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if len(a) != len(b):
         raise ShapeError(f"shapes {a} and {b} do not broadcast (NKI tiles have equal ranks)")
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            raise ShapeError(f"shapes {a} and {b} do not broadcast")
-        out.append(max(x, y))
-    return tuple(out)
+    return broadcast_equal_ranks(a, b, ShapeError, "shapes")
 
 
 class Launch:

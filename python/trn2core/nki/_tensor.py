@@ -240,6 +240,25 @@ class _Unresolved:
         self.message = message
 
 
+def _binary(op: str, reverse: bool = False):
+    """An operator method of ``NkiTensor``: the element-wise ALU ``op`` with the other operand
+    (``reverse``: the other operand on the left, as ``__radd__`` and the like have it)."""
+
+    def method(self, o):
+        return self._bin(op, o, reverse)
+
+    return method
+
+
+def _inplace(op: str):
+    """An in-place operator method of ``NkiTensor`` (``+=`` and the like): ``op`` into ``self``."""
+
+    def method(self, o):
+        return self._inplace_op(op, o)
+
+    return method
+
+
 class NkiTensor:
     """A tensor in HBM, SBUF or PSUM (see the module doc). ``shape``, ``dtype``, ``buffer``,
     ``ndim``, ``size``, ``itemsize``, ``name``; indexing and views make new handles."""
@@ -804,35 +823,11 @@ class NkiTensor:
     def _bin(self, op, other, reverse=False):
         return self._core.arith(op, other, self) if reverse else self._core.arith(op, self, other)
 
-    def __add__(self, o):
-        return self._bin("add", o)
-
-    def __radd__(self, o):
-        return self._bin("add", o, True)
-
-    def __sub__(self, o):
-        return self._bin("subtract", o)
-
-    def __rsub__(self, o):
-        return self._bin("subtract", o, True)
-
-    def __mul__(self, o):
-        return self._bin("multiply", o)
-
-    def __rmul__(self, o):
-        return self._bin("multiply", o, True)
-
-    def __truediv__(self, o):
-        return self._bin("divide", o)
-
-    def __rtruediv__(self, o):
-        return self._bin("divide", o, True)
-
-    def __pow__(self, o):
-        return self._bin("power", o)
-
-    def __rpow__(self, o):
-        return self._bin("power", o, True)
+    __add__, __radd__ = _binary("add"), _binary("add", True)
+    __sub__, __rsub__ = _binary("subtract"), _binary("subtract", True)
+    __mul__, __rmul__ = _binary("multiply"), _binary("multiply", True)
+    __truediv__, __rtruediv__ = _binary("divide"), _binary("divide", True)
+    __pow__, __rpow__ = _binary("power"), _binary("power", True)
 
     def __and__(self, o):
         return self._bin("bitwise_and" if self._core.is_int(self) else "logical_and", o)
@@ -843,29 +838,10 @@ class NkiTensor:
     def __xor__(self, o):
         return self._bin("bitwise_xor" if self._core.is_int(self) else "logical_xor", o)
 
-    def __lshift__(self, o):
-        return self._bin("left_shift", o)
-
-    def __rshift__(self, o):
-        return self._bin("right_shift", o)
-
-    def __lt__(self, o):
-        return self._bin("less", o)
-
-    def __le__(self, o):
-        return self._bin("less_equal", o)
-
-    def __gt__(self, o):
-        return self._bin("greater", o)
-
-    def __ge__(self, o):
-        return self._bin("greater_equal", o)
-
-    def __eq__(self, o):  # type: ignore[override]
-        return self._bin("equal", o)
-
-    def __ne__(self, o):  # type: ignore[override]
-        return self._bin("not_equal", o)
+    __lshift__, __rshift__ = _binary("left_shift"), _binary("right_shift")
+    __lt__, __le__ = _binary("less"), _binary("less_equal")
+    __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
+    __eq__, __ne__ = _binary("equal"), _binary("not_equal")
 
     @api
     def __neg__(self):
@@ -884,14 +860,5 @@ class NkiTensor:
         self._core.inplace(op, self, o)
         return self
 
-    def __iadd__(self, o):
-        return self._inplace_op("add", o)
-
-    def __isub__(self, o):
-        return self._inplace_op("subtract", o)
-
-    def __imul__(self, o):
-        return self._inplace_op("multiply", o)
-
-    def __itruediv__(self, o):
-        return self._inplace_op("divide", o)
+    __iadd__, __isub__ = _inplace("add"), _inplace("subtract")
+    __imul__, __itruediv__ = _inplace("multiply"), _inplace("divide")

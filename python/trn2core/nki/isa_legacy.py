@@ -22,20 +22,20 @@ from ._ops import (
     dma_engine,
     engine,
     engine_name,
+    gpsimd_engine,
     matmul_perf_mode,
     nc_version,
     oob_mode,
     reduce_cmd,
     reduce_cmd_name,
+    scalar_engine,
+    tensor_engine,
+    unknown_engine,
+    vector_engine,
 )
 from ._runtime import PSUM, SBUF, api, current, scalar_arg
 from ._tensor import NkiTensor
 
-tensor_engine = engine.tensor
-vector_engine = engine.vector
-scalar_engine = engine.scalar
-gpsimd_engine = engine.gpsimd
-unknown_engine = engine.unknown
 get_nc_version = _cur.get_nc_version
 
 
@@ -453,6 +453,11 @@ __all__ = [
     "dge_mode",
     "dma_engine",
     "engine",
+    "tensor_engine",
+    "vector_engine",
+    "scalar_engine",
+    "gpsimd_engine",
+    "unknown_engine",
     "matmul_perf_mode",
     "nc_version",
     "oob_mode",

@@ -235,38 +235,27 @@ macro_rules! with_codes {
             .getattr("dtype")?
             .getattr("itemsize")?
             .extract::<usize>()?;
-        match width {
-            1 => {
-                type $t = u8;
-                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint8 codes")?;
+        $crate::arrays::with_codes!(@width width, $x, $arg, |$s: $t| $body,
+            1 => u8 "uint8 codes", 2 => u16 "uint16 codes", 4 => u32 "uint32 codes",
+            8 => u64 "uint64 codes")
+    }};
+    // One arm per width: `$s` borrows the codes as a slice of `$t`, the width's unsigned type.
+    (@width $w:ident, $x:expr, $arg:expr, |$s:ident: $t:ident| $body:expr,
+        $($bytes:literal => $u:ident $what:literal),+) => {
+        match $w {
+            $($bytes => {
+                type $t = $u;
+                let a = $crate::arrays::borrow::<$t>($x, $arg, $what)?;
                 let $s = $crate::arrays::slice(&a, $arg)?;
                 $body
-            }
-            2 => {
-                type $t = u16;
-                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint16 codes")?;
-                let $s = $crate::arrays::slice(&a, $arg)?;
-                $body
-            }
-            4 => {
-                type $t = u32;
-                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint32 codes")?;
-                let $s = $crate::arrays::slice(&a, $arg)?;
-                $body
-            }
-            8 => {
-                type $t = u64;
-                let a = $crate::arrays::borrow::<$t>($x, $arg, "uint64 codes")?;
-                let $s = $crate::arrays::slice(&a, $arg)?;
-                $body
-            }
+            })+
             w => Err(trn2core::Error::format(
                 $arg,
                 format!("elements of {w} bytes are not supported (1, 2, 4 or 8)"),
             )
             .into()),
         }
-    }};
+    };
 }
 pub(crate) use with_codes;
 
@@ -281,25 +270,33 @@ const PYBUF_WRITE: std::ffi::c_int = 0x200;
 pub fn memoryview<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: the view is read-only (PyBUF_READ) over `bytes.len()` valid bytes; the caller
     // releases it before the borrow ends.
-    unsafe {
-        let p = pyo3::ffi::PyMemoryView_FromMemory(
-            bytes.as_ptr() as *mut std::ffi::c_char,
-            bytes.len() as pyo3::ffi::Py_ssize_t,
-            PYBUF_READ,
-        );
-        Bound::from_owned_ptr_or_err(py, p)
-    }
+    unsafe { raw_memoryview(py, bytes.as_ptr().cast_mut(), bytes.len(), PYBUF_READ) }
 }
 
 /// The writable counterpart of [`memoryview`].
 pub fn memoryview_mut<'py>(py: Python<'py>, bytes: &mut [u8]) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: a writable view over `bytes.len()` bytes the caller lends exclusively until it
     // releases the view.
+    unsafe { raw_memoryview(py, bytes.as_mut_ptr(), bytes.len(), PYBUF_WRITE) }
+}
+
+/// A memoryview of the `len` bytes at `ptr`, read-only or writable by `flags`.
+///
+/// # Safety
+/// The bytes stay valid (and, for a writable view, lent exclusively) until the view is
+/// released.
+unsafe fn raw_memoryview<'py>(
+    py: Python<'py>,
+    ptr: *mut u8,
+    len: usize,
+    flags: std::ffi::c_int,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the caller's contract.
     unsafe {
         let p = pyo3::ffi::PyMemoryView_FromMemory(
-            bytes.as_mut_ptr() as *mut std::ffi::c_char,
-            bytes.len() as pyo3::ffi::Py_ssize_t,
-            PYBUF_WRITE,
+            ptr.cast::<std::ffi::c_char>(),
+            len as pyo3::ffi::Py_ssize_t,
+            flags,
         );
         Bound::from_owned_ptr_or_err(py, p)
     }

@@ -704,34 +704,20 @@ pub struct PyLogicalCoreInfo {
     inner: topo::LogicalCoreInfo,
 }
 
-#[pymethods]
-impl PyLogicalCoreInfo {
-    #[new]
-    fn new(lnc: usize) -> PyTrn2Result<Self> {
-        Ok(PyLogicalCoreInfo {
-            inner: topo::LogicalCoreInfo::new(lnc)?,
-        })
-    }
-    #[getter]
-    fn lnc(&self) -> usize {
-        self.inner.lnc
-    }
-    #[getter]
-    fn sbuf_bytes(&self) -> u64 {
-        self.inner.sbuf_bytes
-    }
-    #[getter]
-    fn hbm_bytes(&self) -> u64 {
-        self.inner.hbm_bytes
-    }
-    #[getter]
-    fn hbm_bandwidth(&self) -> f64 {
-        self.inner.hbm_bytes_per_s
-    }
-    /// Dense peak FLOP/s for `dtype` operands (or `"sparse"`) in `perf_mode`.
-    fn peak_flops(&self, dtype: &str, perf_mode: &str) -> PyTrn2Result<f64> {
-        let mode = PerfMode::parse("perf_mode", perf_mode)?;
-        Ok(self.inner.peak_flops_named(dtype, mode)?)
+view_pymethods! {
+    impl PyLogicalCoreInfo {
+        get { lnc: usize, sbuf_bytes: u64, hbm_bytes: u64, hbm_bandwidth: f64 = hbm_bytes_per_s }
+        #[new]
+        fn new(lnc: usize) -> PyTrn2Result<Self> {
+            Ok(PyLogicalCoreInfo {
+                inner: topo::LogicalCoreInfo::new(lnc)?,
+            })
+        }
+        /// Dense peak FLOP/s for `dtype` operands (or `"sparse"`) in `perf_mode`.
+        fn peak_flops(&self, dtype: &str, perf_mode: &str) -> PyTrn2Result<f64> {
+            let mode = PerfMode::parse("perf_mode", perf_mode)?;
+            Ok(self.inner.peak_flops_named(dtype, mode)?)
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use trn2core::engine::{Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PerfMode, Sparse, Strided};
+use trn2core::machine::HostOperand;
 use trn2core::numerics::{CodesMut, CodesRef, Format, Rounding};
 use trn2core::sparsity::{Dtype, Pattern};
 use trn2core::Error;
@@ -34,11 +35,22 @@ impl<'py> Codes<'py> {
         })
     }
 
-    pub(crate) fn codes(&self, arg: &str) -> Result<CodesRef<'_>, Error> {
-        Ok(match self {
+    /// The codes as the host operand `arg` of the array `shape` in `format`.
+    pub(crate) fn operand<'s>(
+        &'s self,
+        arg: &str,
+        shape: &'s [usize],
+        format: Format,
+    ) -> Result<HostOperand<'s>, Error> {
+        let codes = match self {
             Codes::U8(a) => CodesRef::U8(slice(a, arg)?),
             Codes::U16(a) => CodesRef::U16(slice(a, arg)?),
             Codes::U32(a) => CodesRef::U32(slice(a, arg)?),
+        };
+        Ok(HostOperand {
+            codes,
+            shape,
+            format,
         })
     }
 }

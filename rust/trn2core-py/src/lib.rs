@@ -3,6 +3,34 @@
 //! around long work, and maps errors (and panics) onto the `trn2core.Trn2Error` tree. Decisions
 //! belong in the core.
 
+/// The `#[pymethods]` of a frozen Python view of a core struct held in `self.inner`: a getter
+/// per listed field (`name: Type` returns `inner.name`, `name: Type = field` returns
+/// `inner.field`), then the methods written out.
+macro_rules! view_pymethods {
+    (impl $Class:ident {
+        get { $($(#[$doc:meta])* $name:ident: $ty:ty $(= $field:ident)?),+ $(,)? }
+        $($methods:tt)*
+    }) => {
+        #[pymethods]
+        impl $Class {
+            $(
+                $(#[$doc])*
+                #[getter]
+                fn $name(&self) -> $ty {
+                    view_pymethods!(@field self.inner, $name $(, $field)?)
+                }
+            )+
+            $($methods)*
+        }
+    };
+    (@field $view:expr, $name:ident) => {
+        $view.$name
+    };
+    (@field $view:expr, $name:ident, $field:ident) => {
+        $view.$field
+    };
+}
+
 mod arrays;
 mod collectives;
 mod dma;
@@ -20,80 +48,50 @@ mod workload;
 
 use pyo3::prelude::*;
 
+/// Adds one binding module's functions and classes to the extension module `m`:
+/// `export!(m, module { fn f, g; class C; })` (either list may be left out).
+macro_rules! export {
+    ($m:ident, $module:ident { $(fn $($f:ident),+;)? $(class $($c:ident),+;)? }) => {
+        $($($m.add_function(wrap_pyfunction!($module::$f, $m)?)?;)+)?
+        $($($m.add_class::<$module::$c>()?;)+)?
+    };
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_function(wrap_pyfunction!(numerics::encode, m)?)?;
-    m.add_function(wrap_pyfunction!(numerics::decode, m)?)?;
-    m.add_function(wrap_pyfunction!(numerics::stochastic_bits, m)?)?;
-    m.add_function(wrap_pyfunction!(numerics::format_info, m)?)?;
-    m.add_class::<numerics::PyFormatInfo>()?;
-    m.add_function(wrap_pyfunction!(names::names, m)?)?;
-    m.add_function(wrap_pyfunction!(names::format_aliases, m)?)?;
-    m.add_function(wrap_pyfunction!(names::element_types, m)?)?;
-    m.add_function(wrap_pyfunction!(names::instruction_table, m)?)?;
-    m.add_function(wrap_pyfunction!(spec::spec_entries, m)?)?;
-    m.add_function(wrap_pyfunction!(spec::spec_sources, m)?)?;
-    m.add_function(wrap_pyfunction!(spec::spec_statuses, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::_panic_for_test, m)?)?;
-    m.add_function(wrap_pyfunction!(errors::_busy_for_test, m)?)?;
-    m.add_function(wrap_pyfunction!(host::host_memory, m)?)?;
-    m.add_function(wrap_pyfunction!(host::check_alloc, m)?)?;
-    m.add_class::<machine::PyMachine>()?;
-    m.add_class::<machine::PyTile>()?;
-    m.add_class::<machine::PyKernelReport>()?;
-    m.add_function(wrap_pyfunction!(engine::gemm, m)?)?;
-    m.add_function(wrap_pyfunction!(perf::estimate_gemm, m)?)?;
-    m.add_function(wrap_pyfunction!(perf::_estimate_gemm_walk, m)?)?;
-    m.add_class::<dma::PyStreamInfo>()?;
-    m.add_function(wrap_pyfunction!(dma::dma_compress, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_describe, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_decompress, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_decompress_into, m)?)?;
-    m.add_function(wrap_pyfunction!(dma::dma_copy_time, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_prune, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_compress, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_decompress, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_positions, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_to_cutlass, m)?)?;
-    m.add_function(wrap_pyfunction!(sparsity::sparsity_from_cutlass, m)?)?;
-    m.add_class::<memory::PyHbmStack>()?;
-    m.add_class::<memory::PyCoreMemory>()?;
-    m.add_class::<memory::PyAllocation>()?;
-    m.add_class::<memory::PyMemoryUsage>()?;
-    m.add_class::<memory::PyStackPlacement>()?;
-    m.add_function(wrap_pyfunction!(memory::memory_footprint, m)?)?;
-    m.add_class::<collectives::PyTorus>()?;
-    m.add_class::<collectives::PyPhaseTiming>()?;
-    m.add_class::<collectives::PyCollectiveReport>()?;
-    m.add_class::<collectives::PyTraffic>()?;
-    m.add_function(wrap_pyfunction!(collectives::collective_estimate, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::collective_reduce, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::collective_move, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::collective_reduce_local, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::collective_move_local, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::placement, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::nccom_estimate, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::nccom_chips, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::nccom_machine, m)?)?;
-    m.add_class::<collectives::PyLogicalCoreInfo>()?;
-    m.add_function(wrap_pyfunction!(collectives::logical_core_members, m)?)?;
-    m.add_function(wrap_pyfunction!(collectives::instance_types, m)?)?;
-    m.add_function(wrap_pyfunction!(workload::workload_model, m)?)?;
-    m.add_function(wrap_pyfunction!(workload::workload_step, m)?)?;
-    m.add_function(wrap_pyfunction!(workload::workload_memory, m)?)?;
-    m.add_function(wrap_pyfunction!(workload::workload_train, m)?)?;
-    m.add_function(wrap_pyfunction!(workload::workload_search, m)?)?;
-    m.add_class::<workload::PyModelInfo>()?;
-    m.add_class::<workload::PyOpTime>()?;
-    m.add_class::<workload::PyMemoryPlan>()?;
-    m.add_class::<workload::PyStepParts>()?;
-    m.add_class::<workload::PyStep>()?;
-    m.add_class::<workload::PyStepReport>()?;
-    m.add_class::<workload::PyTrainReport>()?;
-    m.add_class::<workload::PyCandidate>()?;
-    m.add_class::<workload::PySearchResult>()?;
+    export!(m, numerics { fn encode, decode, stochastic_bits, format_info; class PyFormatInfo; });
+    export!(m, names { fn names, format_aliases, element_types, instruction_table; });
+    export!(m, spec { fn spec_entries, spec_sources, spec_statuses; });
+    export!(m, errors { fn _panic_for_test, _busy_for_test; });
+    export!(m, host { fn host_memory, check_alloc; });
+    export!(m, machine { class PyMachine, PyTile, PyKernelReport; });
+    export!(m, engine { fn gemm; });
+    export!(m, perf { fn estimate_gemm, _estimate_gemm_walk; });
+    export!(m, dma {
+        fn dma_compress, dma_inspect, dma_describe, dma_decompress, dma_decompress_into,
+            dma_copy_time;
+        class PyStreamInfo;
+    });
+    export!(m, sparsity {
+        fn sparsity_prune, sparsity_compress, sparsity_decompress, sparsity_positions,
+            sparsity_to_cutlass, sparsity_from_cutlass;
+    });
+    export!(m, memory {
+        fn memory_footprint;
+        class PyHbmStack, PyCoreMemory, PyAllocation, PyMemoryUsage, PyStackPlacement;
+    });
+    export!(m, collectives {
+        fn collective_estimate, collective_reduce, collective_move, collective_reduce_local,
+            collective_move_local, placement, nccom_estimate, nccom_chips, nccom_machine,
+            logical_core_members, instance_types;
+        class PyTorus, PyPhaseTiming, PyCollectiveReport, PyTraffic, PyLogicalCoreInfo;
+    });
+    export!(m, workload {
+        fn workload_model, workload_step, workload_memory, workload_train, workload_search;
+        class PyModelInfo, PyOpTime, PyMemoryPlan, PyStepParts, PyStep, PyStepReport, PyTrainReport,
+            PyCandidate, PySearchResult;
+    });
     warm_up(m.py())
 }
 

@@ -16,7 +16,7 @@ use trn2core::machine::isa::table::{self, Arg, ArgDefault, Kind, Value};
 use trn2core::machine::tile::Index;
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
-    Dtype, HostOperand, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
+    Dtype, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
 };
 use trn2core::memory::Space;
 use trn2core::numerics::Format;
@@ -486,16 +486,8 @@ impl PyMachine {
         let tile = PeTile::from_options(tile_position, tile_size)?;
         let sa = Codes::borrow(stationary, "stationary", sf)?;
         let ma = Codes::borrow(moving, "moving", mf)?;
-        let st = HostOperand {
-            codes: sa.codes("stationary")?,
-            shape: &stationary_shape,
-            format: sf,
-        };
-        let mv = HostOperand {
-            codes: ma.codes("moving")?,
-            shape: &moving_shape,
-            format: mf,
-        };
+        let st = sa.operand("stationary", &stationary_shape, sf)?;
+        let mv = ma.operand("moving", &moving_shape, mf)?;
         // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): inline, unless
         // queued matmuls are settled first (then interruptible).
         let out = guard_work(py, self.queued_work(), || {
@@ -524,16 +516,8 @@ impl PyMachine {
         let sa = Codes::borrow(stationary, "stationary", f)?;
         let ia = Codes::borrow(identity, "moving", idf)?;
         let (shape, ishape) = ([k, m], [k, k]);
-        let st = HostOperand {
-            codes: sa.codes("stationary")?,
-            shape: &shape,
-            format: f,
-        };
-        let id = HostOperand {
-            codes: ia.codes("moving")?,
-            shape: &ishape,
-            format: idf,
-        };
+        let st = sa.operand("stationary", &shape, f)?;
+        let id = ia.operand("moving", &ishape, idf)?;
         Ok(guard_work(py, self.queued_work(), || {
             self.settled()?.transpose_host(&st, &id, bank)
         })?)
@@ -771,132 +755,119 @@ pub struct PyKernelReport {
     inner: KernelReport,
 }
 
-#[pymethods]
-impl PyKernelReport {
-    /// Makespan, seconds.
-    #[getter]
-    fn seconds(&self) -> f64 {
-        self.inner.seconds
-    }
-
-    /// Makespan in ticks of 4.8 GHz.
-    #[getter]
-    fn ticks(&self) -> u64 {
-        self.inner.ticks
-    }
-
-    /// Instructions scheduled.
-    #[getter]
-    fn instructions(&self) -> u64 {
-        self.inner.instructions
-    }
-
-    /// Bytes moved by DMA.
-    #[getter]
-    fn dma_bytes(&self) -> u64 {
-        self.inner.dma_bytes
-    }
-
-    /// Per queue: `(name, busy seconds, utilization, instructions)`.
-    #[getter]
-    fn queues(&self) -> Vec<(&'static str, f64, f64, u64)> {
-        self.inner
-            .queues
-            .iter()
-            .map(|q| (q.name, q.busy_s, q.utilization, q.instructions))
-            .collect()
-    }
-
-    /// `(opcode, count)` for every opcode that ran.
-    #[getter]
-    fn opcodes(&self) -> Vec<(&'static str, u64)> {
-        self.inner
-            .opcodes
-            .iter()
-            .map(|(o, c)| (o.name(), *c))
-            .collect()
-    }
-
-    /// The critical path: `(index, opcode, queue, start_s, end_s, waited_for, on)` with
-    /// `waited_for` one of "start", "dependency", "queue" and `on` the instruction (or -1).
-    #[getter]
-    #[allow(clippy::type_complexity)]
-    fn critical_path(&self) -> Vec<(u32, &'static str, &'static str, f64, f64, &'static str, i64)> {
-        self.inner
-            .critical_path
-            .iter()
-            .map(|s| {
-                let (w, on) = match s.wait {
-                    Wait::Start => ("start", -1),
-                    Wait::Dependency(j) => ("dependency", j as i64),
-                    Wait::Queue(j) => ("queue", j as i64),
-                };
-                (
-                    s.index,
-                    s.opcode.name(),
-                    s.queue.track(),
-                    s.start_s,
-                    s.end_s,
-                    w,
-                    on,
-                )
-            })
-            .collect()
-    }
-
-    /// Instructions on the critical path.
-    #[getter]
-    fn critical_path_length(&self) -> usize {
-        self.inner.critical_path.len()
-    }
-
-    /// Start and end of every instruction, seconds (two lists in issue order).
-    fn times<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        let s = |t: &[u64]| -> Vec<f64> {
-            t.iter()
-                .map(|&x| trn2core::machine::cost::seconds(x))
+view_pymethods! {
+    impl PyKernelReport {
+        get {
+            /// Makespan, seconds.
+            seconds: f64,
+            /// Makespan in ticks of 4.8 GHz.
+            ticks: u64,
+            /// Instructions scheduled.
+            instructions: u64,
+            /// Bytes moved by DMA.
+            dma_bytes: u64,
+        }
+        /// Per queue: `(name, busy seconds, utilization, instructions)`.
+        #[getter]
+        fn queues(&self) -> Vec<(&'static str, f64, f64, u64)> {
+            self.inner
+                .queues
+                .iter()
+                .map(|q| (q.name, q.busy_s, q.utilization, q.instructions))
                 .collect()
-        };
-        d.set_item("start", PyList::new(py, s(&self.inner.start_ticks))?)?;
-        d.set_item("end", PyList::new(py, s(&self.inner.end_ticks))?)?;
-        Ok(d)
-    }
+        }
 
-    /// The Chrome/Perfetto trace JSON.
-    fn trace_json(&self) -> String {
-        self.inner.chrome_trace_json()
-    }
+        /// `(opcode, count)` for every opcode that ran.
+        #[getter]
+        fn opcodes(&self) -> Vec<(&'static str, u64)> {
+            self.inner
+                .opcodes
+                .iter()
+                .map(|(o, c)| (o.name(), *c))
+                .collect()
+        }
 
-    /// Writes the Chrome/Perfetto trace JSON to the file `path` in pieces (never held whole),
-    /// with the GIL released and Ctrl-C honoured; `OSError` from the file system.
-    fn save_trace(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
-        use std::io::Write as _;
-        let file = std::fs::File::create(&path)?;
-        let mut w = std::io::BufWriter::with_capacity(timeline::TRACE_CHUNK, file);
-        let mut failed: Option<std::io::Error> = None;
-        let work = self.inner.slices.len() as u64 * 64;
-        let written = guard_work(py, work, || {
-            let cancel = trn2core::cancel::current();
-            self.inner.write_chrome_trace(&cancel, &mut |chunk| {
-                // An I/O error stops the writer; it is raised as the OSError it is.
-                w.write_all(chunk.as_bytes()).map_err(|e| {
+        /// The critical path: `(index, opcode, queue, start_s, end_s, waited_for, on)` with
+        /// `waited_for` one of "start", "dependency", "queue" and `on` the instruction (or -1).
+        #[getter]
+        #[allow(clippy::type_complexity)]
+        fn critical_path(&self) -> Vec<(u32, &'static str, &'static str, f64, f64, &'static str, i64)> {
+            self.inner
+                .critical_path
+                .iter()
+                .map(|s| {
+                    let (w, on) = match s.wait {
+                        Wait::Start => ("start", -1),
+                        Wait::Dependency(j) => ("dependency", j as i64),
+                        Wait::Queue(j) => ("queue", j as i64),
+                    };
+                    (
+                        s.index,
+                        s.opcode.name(),
+                        s.queue.track(),
+                        s.start_s,
+                        s.end_s,
+                        w,
+                        on,
+                    )
+                })
+                .collect()
+        }
+
+        /// Instructions on the critical path.
+        #[getter]
+        fn critical_path_length(&self) -> usize {
+            self.inner.critical_path.len()
+        }
+
+        /// Start and end of every instruction, seconds (two lists in issue order).
+        fn times<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            let s = |t: &[u64]| -> Vec<f64> {
+                t.iter()
+                    .map(|&x| trn2core::machine::cost::seconds(x))
+                    .collect()
+            };
+            d.set_item("start", PyList::new(py, s(&self.inner.start_ticks))?)?;
+            d.set_item("end", PyList::new(py, s(&self.inner.end_ticks))?)?;
+            Ok(d)
+        }
+
+        /// The Chrome/Perfetto trace JSON.
+        fn trace_json(&self) -> String {
+            self.inner.chrome_trace_json()
+        }
+
+        /// Writes the Chrome/Perfetto trace JSON to the file `path` in pieces (never held whole),
+        /// with the GIL released and Ctrl-C honoured; `OSError` from the file system.
+        fn save_trace(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+            use std::io::Write as _;
+            let file = std::fs::File::create(&path)?;
+            let mut w = std::io::BufWriter::with_capacity(timeline::TRACE_CHUNK, file);
+            let mut failed: Option<std::io::Error> = None;
+            let work = self.inner.slices.len() as u64 * 64;
+            let written = guard_work(py, work, || {
+                let cancel = trn2core::cancel::current();
+                self.inner.write_chrome_trace(&cancel, &mut |chunk| {
+                    // An I/O error stops the writer; it is raised as the OSError it is.
+                    w.write_all(chunk.as_bytes()).map_err(|e| {
+                        failed = Some(e);
+                        Error::Interrupted
+                    })
+                })?;
+                w.flush().map_err(|e| {
                     failed = Some(e);
                     Error::Interrupted
                 })
-            })?;
-            w.flush().map_err(|e| {
-                failed = Some(e);
-                Error::Interrupted
-            })
-        });
-        match failed {
-            Some(e) => Err(e.into()),
-            None => written,
+            });
+            match failed {
+                Some(e) => Err(e.into()),
+                None => written,
+            }
         }
-    }
 
-    fn __str__(&self) -> String {
-        self.inner.to_string()
+        fn __str__(&self) -> String {
+            self.inner.to_string()
+        }
     }
 }

@@ -118,35 +118,20 @@ pub struct PyAllocation {
     pub(crate) inner: Allocation,
 }
 
-#[pymethods]
-impl PyAllocation {
-    #[getter]
-    fn space(&self) -> &'static str {
-        self.inner.space.name()
-    }
-    #[getter]
-    fn id(&self) -> u64 {
-        self.inner.id
-    }
-    #[getter]
-    fn nbytes(&self) -> u64 {
-        self.inner.bytes
-    }
-    #[getter]
-    fn partition_start(&self) -> u64 {
-        self.inner.partition_start
-    }
-    #[getter]
-    fn partitions(&self) -> u64 {
-        self.inner.partitions
-    }
-    #[getter]
-    fn partition_bytes(&self) -> u64 {
-        self.inner.partition_bytes
-    }
-    #[getter]
-    fn stack(&self) -> usize {
-        self.inner.stack
+view_pymethods! {
+    impl PyAllocation {
+        get {
+            id: u64,
+            nbytes: u64 = bytes,
+            partition_start: u64,
+            partitions: u64,
+            partition_bytes: u64,
+            stack: usize,
+        }
+        #[getter]
+        fn space(&self) -> &'static str {
+            self.inner.space.name()
+        }
     }
 }
 

@@ -81,31 +81,50 @@ macro_rules! named_enum {
 
 #[cfg(test)]
 mod tests {
-    named_enum! {
-        /// A test enum.
-        #[derive(Default)]
-        pub enum Colour("colour", value) {
-            /// Red.
-            #[default]
-            Red = "red",
-            /// Green.
-            Green = "green",
-        }
-    }
+    use crate::engine::PerfMode;
 
+    /// What the macro declares, on one of its enums with a `#[default]` variant.
     #[test]
     fn lists_names_and_parses_them_back() {
-        assert_eq!(Colour::ALL, [Colour::Red, Colour::Green]);
-        assert_eq!(Colour::NAMES, ["red", "green"]);
-        assert_eq!(Colour::default(), Colour::Red);
-        for c in Colour::ALL {
-            assert_eq!(Colour::parse("c", c.name()).ok(), Some(c));
+        assert_eq!(PerfMode::ALL, [PerfMode::None, PerfMode::DoubleRow]);
+        assert_eq!(PerfMode::NAMES, ["none", "double_row"]);
+        assert_eq!(PerfMode::default(), PerfMode::None);
+        for c in PerfMode::ALL {
+            assert_eq!(PerfMode::parse("c", c.name()).ok(), Some(c));
             assert_eq!(c.to_string(), c.name());
         }
-        let err = Colour::parse("c", "blue").err().map(|e| e.to_string());
+        let err = PerfMode::parse("c", "blue").err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
-            Some("c: unknown colour \"blue\"; expected one of [\"red\", \"green\"]")
+            Some("c: unknown perf_mode \"blue\"; expected one of [\"none\", \"double_row\"]")
         );
+    }
+
+    /// Every named enum of the crate: each value parses back from its name (under the argument
+    /// name its callers use), and each listed unknown name is refused with an error that lists
+    /// every accepted name.
+    #[test]
+    fn every_named_enum_parses_its_names_back() {
+        macro_rules! round_trip {
+            ($($Enum:ty, $arg:literal, [$($unknown:literal),*];)+) => {$(
+                for v in <$Enum>::ALL {
+                    assert_eq!(<$Enum>::parse($arg, v.name()), Ok(v));
+                }
+                $(
+                    let err = <$Enum>::parse($arg, $unknown).expect_err($unknown);
+                    for name in <$Enum>::NAMES {
+                        assert!(err.to_string().contains(name), "{err}");
+                    }
+                )*
+            )+};
+        }
+        round_trip! {
+            crate::machine::ActFunc, "op", ["prelu"];
+            crate::machine::AluOp, "op", ["mod"];
+            crate::machine::Dtype, "dtype", ["float64"];
+            crate::machine::ReduceCmd, "reduce_cmd", [];
+            crate::engine::PerfMode, "perf_mode", ["fast"];
+            crate::sparsity::Dtype, "dtype", ["complex64"];
+        }
     }
 }

@@ -525,6 +525,16 @@ pub(super) fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     }
 }
 
+/// `Op::Merge` of a block's reduction program: folds the top of the stack (`top` slots of
+/// [`BLOCK`] floats, the first `len` of each in use) into the slot below it, and pops it.
+#[inline(always)]
+pub(super) fn merge_top(stack: &mut [f32], top: &mut usize, len: usize, op: ReduceOp) {
+    let (lo, hi) = stack.split_at_mut((*top - 1) * BLOCK);
+    let acc = &mut lo[(*top - 2) * BLOCK..(*top - 2) * BLOCK + len];
+    fold_slice(acc, &hi[..len], op);
+    *top -= 1;
+}
+
 pub(super) fn fold(
     acc: &mut [f32],
     inp: &Buf,
@@ -679,12 +689,7 @@ pub fn execute_reduce(
                         let acc = &mut stack_buf[(top - 1) * BLOCK..(top - 1) * BLOCK + len];
                         fold(acc, &inputs[r as usize], task.start, op, &lut, format, tmp);
                     }
-                    Op::Merge => {
-                        let (lo, hi) = stack_buf.split_at_mut((top - 1) * BLOCK);
-                        let acc = &mut lo[(top - 2) * BLOCK..(top - 2) * BLOCK + len];
-                        fold_slice(acc, &hi[..len], op);
-                        top -= 1;
-                    }
+                    Op::Merge => merge_top(stack_buf, &mut top, len, op),
                 }
             }
             let result = &mut stack_buf[..len];

@@ -268,7 +268,7 @@ pub fn plan_compress<'a>(
         raw_nbytes: bytes.len() as u64,
         nbytes: 0,
     };
-    let encoder = stream::Encoder::plan(bytes, elem_size, codec, dtype, shape)?;
+    let encoder = stream::Encoder::plan(bytes, &info)?;
     let info = StreamInfo {
         nbytes: encoder.len() as u64,
         ..info

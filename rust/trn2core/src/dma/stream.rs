@@ -147,15 +147,12 @@ pub(super) struct Encoder<'a> {
 }
 
 impl<'a> Encoder<'a> {
-    /// First pass (arguments validated by [`super::plan_compress`]). `Error::Interrupted` if
-    /// the installed cancellation token fires (checked per 256 KiB task).
-    pub(super) fn plan(
-        bytes: &'a [u8],
-        elem_size: usize,
-        codec: Codec,
-        dtype: &str,
-        shape: &[u64],
-    ) -> Result<Encoder<'a>> {
+    /// First pass over `bytes`, the array `info` describes (arguments validated by
+    /// [`super::plan_compress`]). `Error::Interrupted` if the installed cancellation token fires
+    /// (checked per 256 KiB task).
+    pub(super) fn plan(bytes: &'a [u8], info: &StreamInfo) -> Result<Encoder<'a>> {
+        let (codec, elem_size, dtype, shape) =
+            (info.codec, info.elem_size, &info.dtype, &info.shape);
         let block_elems = codec.block_elems();
         let mut head = Vec::with_capacity(32 + dtype.len() + 10 * shape.len());
         head.extend_from_slice(&MAGIC);

@@ -344,12 +344,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn perf_mode_names_round_trip() {
-        for p in PerfMode::ALL {
-            assert_eq!(PerfMode::parse("perf_mode", p.name()), Ok(p));
-        }
-        let err = PerfMode::parse("perf_mode", "fast").expect_err("unknown mode");
-        assert!(err.to_string().contains("double_row"), "{err}");
+    fn perf_mode_contraction() {
         assert_eq!(PerfMode::None.contraction_max(), 128);
         assert_eq!(PerfMode::DoubleRow.contraction_max(), 256);
     }

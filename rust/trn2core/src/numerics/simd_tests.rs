@@ -26,6 +26,18 @@ fn levels() -> Vec<u8> {
 }
 
 /// `src` rounded at `level`, as u32 codes.
+/// [`codes`] of float32 inputs with stochastic rounding.
+fn stochastic(x: &[f32], enc: &Encoding, sat: bool, random: &Random, level: u8) -> Vec<u32> {
+    codes(
+        &Source::F32(x),
+        enc,
+        Rounding::Stochastic,
+        sat,
+        random,
+        level,
+    )
+}
+
 fn codes(
     src: &Source,
     enc: &Encoding,
@@ -192,17 +204,7 @@ const COUNTS: [u32; 12] = [1, 2, 3, 7, 8, 12, 13, 16, 20, 23, 31, 32];
 /// word does): rounding up is monotone in the word, so a bisection over whole arrays finds it.
 fn thresholds(x: &[f32], enc: &Encoding, sat: bool, n: u32) -> Vec<u64> {
     let zero = vec![0u32; x.len()];
-    let src = Source::F32(x);
-    let rnd = |w: &[u32]| {
-        codes(
-            &src,
-            enc,
-            Rounding::Stochastic,
-            sat,
-            &Random::Bits(w, n),
-            SIMD_PORTABLE,
-        )
-    };
+    let rnd = |w: &[u32]| stochastic(x, enc, sat, &Random::Bits(w, n), SIMD_PORTABLE);
     let down = rnd(&zero);
     let (mut lo, mut hi) = (vec![0u64; x.len()], vec![1u64 << n; x.len()]);
     // Invariant: lo rounds down (or lo = 0), hi rounds up or hi = 2^n.
@@ -255,39 +257,16 @@ fn stochastic_explicit_bits_equal_across_levels() {
                     ];
                     for w in &words {
                         let rnd = Random::Bits(w, n);
-                        let want = codes(
-                            &Source::F32(&x),
-                            &enc,
-                            Rounding::Stochastic,
-                            sat,
-                            &rnd,
-                            SIMD_PORTABLE,
-                        );
+                        let want = stochastic(&x, &enc, sat, &rnd, SIMD_PORTABLE);
                         for &l in &lv[1..] {
-                            let got =
-                                codes(&Source::F32(&x), &enc, Rounding::Stochastic, sat, &rnd, l);
+                            let got = stochastic(&x, &enc, sat, &rnd, l);
                             assert_same(&x, &got, &want, &enc, l, &format!("n={n} sat={sat}"));
                         }
                     }
                     // The threshold words do split the decision (a check on the test itself).
-                    let src = Source::F32(&x);
                     let w_up: Vec<u32> = th.iter().map(|&t| t.min(top as u64) as u32).collect();
-                    let up = codes(
-                        &src,
-                        &enc,
-                        Rounding::Stochastic,
-                        sat,
-                        &Random::Bits(&w_up, n),
-                        SIMD_PORTABLE,
-                    );
-                    let dn = codes(
-                        &src,
-                        &enc,
-                        Rounding::Stochastic,
-                        sat,
-                        &Random::Bits(&words[0], n),
-                        SIMD_PORTABLE,
-                    );
+                    let up = stochastic(&x, &enc, sat, &Random::Bits(&w_up, n), SIMD_PORTABLE);
+                    let dn = stochastic(&x, &enc, sat, &Random::Bits(&words[0], n), SIMD_PORTABLE);
                     let split = (0..x.len())
                         .filter(|&i| th[i] < (1u64 << n) && up[i] != dn[i])
                         .count();
@@ -313,41 +292,20 @@ fn stochastic_seeded_equal_across_levels_and_lengths() {
         for n in COUNTS {
             for (xs, seed) in [(&x, 0u64), (&xn, 0xDEAD_BEEF_u64 + n as u64)] {
                 let rnd = Random::Seed(seed, n);
-                let want = codes(
-                    &Source::F32(xs),
-                    &enc,
-                    Rounding::Stochastic,
-                    false,
-                    &rnd,
-                    SIMD_PORTABLE,
-                );
+                let want = stochastic(xs, &enc, false, &rnd, SIMD_PORTABLE);
                 for &l in &lv[1..] {
-                    let got = codes(&Source::F32(xs), &enc, Rounding::Stochastic, false, &rnd, l);
+                    let got = stochastic(xs, &enc, false, &rnd, l);
                     assert_same(xs, &got, &want, &enc, l, &format!("seed n={n}"));
                 }
             }
         }
         // Prefixes of every length around the vector sizes: the masked tails.
         let rnd = Random::Seed(7, 32);
-        let full = codes(
-            &Source::F32(&x),
-            &enc,
-            Rounding::Stochastic,
-            true,
-            &rnd,
-            SIMD_PORTABLE,
-        );
+        let full = stochastic(&x, &enc, true, &rnd, SIMD_PORTABLE);
         for len in (0..200).chain([1023, 1024, 1025, 4097]) {
             let len = len.min(x.len());
             for &l in &lv {
-                let got = codes(
-                    &Source::F32(&x[..len]),
-                    &enc,
-                    Rounding::Stochastic,
-                    true,
-                    &rnd,
-                    l,
-                );
+                let got = stochastic(&x[..len], &enc, true, &rnd, l);
                 assert_eq!(got, full[..len], "{:?} level {l} len {len}", enc.format);
             }
         }

@@ -150,6 +150,35 @@ pub struct Layout {
     pub naive: bool,
 }
 
+impl Layout {
+    /// A layout served natively with NxD Inference's default buckets, without sequence
+    /// parallelism, the model composed (not [`Layout::naive`]).
+    pub fn native(
+        machine: Machine,
+        tp: usize,
+        ep: usize,
+        lnc: usize,
+        batch: u64,
+        weights: Format,
+        seq_len: u64,
+    ) -> Layout {
+        Layout {
+            machine,
+            tp,
+            ep,
+            lnc,
+            batch,
+            weights,
+            sequence_parallel: false,
+            seq_len,
+            prefill_buckets: Vec::new(),
+            decode_buckets: Vec::new(),
+            serving: Serving::Native,
+            naive: false,
+        }
+    }
+}
+
 /// One row of a step's breakdown: an op of a layer kind (or of the whole step).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpTime {

@@ -3,7 +3,7 @@
 //! do not fit or do not divide the model are skipped and counted, and the rest are sorted by
 //! the objective (docs/workload.md, "Search").
 
-use super::inference::{decode, doublings, prefill, Layout, Machine, Serving};
+use super::inference::{decode, doublings, prefill, Layout, Machine};
 use super::model::Model;
 use super::training::{train_step, Recompute, TrainLayout};
 use crate::numerics::Format;
@@ -269,20 +269,8 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
                 for &batch in &batches {
                     res.tried += 1;
                     let seq_len = space.prompt.saturating_add(space.output).max(128);
-                    let l = Layout {
-                        machine: space.machine.clone(),
-                        tp,
-                        ep,
-                        lnc,
-                        batch,
-                        weights: space.dtype,
-                        sequence_parallel: false,
-                        seq_len,
-                        prefill_buckets: Vec::new(),
-                        decode_buckets: Vec::new(),
-                        serving: Serving::Native,
-                        naive: false,
-                    };
+                    let machine = space.machine.clone();
+                    let l = Layout::native(machine, tp, ep, lnc, batch, space.dtype, seq_len);
                     let r = (|| {
                         let p = prefill(model, &l, space.prompt)?;
                         let d = decode(model, &l, space.prompt + space.output / 2)?;

@@ -2,20 +2,8 @@ use super::*;
 use crate::numerics::Format;
 
 fn layout(machine: &str, tp: usize, seq_len: u64) -> Layout {
-    Layout {
-        machine: Machine::named(machine).expect("machine"),
-        tp,
-        ep: 1,
-        lnc: 2,
-        batch: 1,
-        weights: Format::Bf16,
-        sequence_parallel: false,
-        seq_len,
-        prefill_buckets: Vec::new(),
-        decode_buckets: Vec::new(),
-        serving: Serving::Native,
-        naive: false,
-    }
+    let machine = Machine::named(machine).expect("machine");
+    Layout::native(machine, tp, 1, 2, 1, Format::Bf16, seq_len)
 }
 
 #[test]

@@ -19,7 +19,7 @@
 //! Every op's time comes from the functions inference uses ([`Step::layer`], `estimate_gemm`,
 //! the DMA model, the in-graph collective model): no formula is derived twice.
 
-use super::inference::{width_name, Layout, Machine, MemoryPlan, OpTime, Plan, Serving, Step};
+use super::inference::{width_name, Layout, Machine, MemoryPlan, OpTime, Plan, Step};
 use super::model::{add, mul, Model};
 use crate::collective::{ranks_estimate, Algorithm, Collective, Launch};
 use crate::numerics::Format;
@@ -255,18 +255,16 @@ fn memory(
 pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
     let micro_batches = check(model, t)?;
     let layout = Layout {
-        machine: t.machine.clone(),
-        tp: t.tp,
-        ep: t.ep,
-        lnc: t.lnc,
-        batch: t.micro_batch,
-        weights: t.dtype,
         sequence_parallel: t.sequence_parallel,
-        seq_len: t.seq,
-        prefill_buckets: Vec::new(),
-        decode_buckets: Vec::new(),
-        serving: Serving::Native,
-        naive: false,
+        ..Layout::native(
+            t.machine.clone(),
+            t.tp,
+            t.ep,
+            t.lnc,
+            t.micro_batch,
+            t.dtype,
+            t.seq,
+        )
     };
     let plan = Plan::new(model, &layout)?;
     let pp = t.pp as u64;
@@ -608,24 +606,26 @@ mod tests {
     #[test]
     fn bad_layouts_name_both_numbers() {
         let m = Model::preset("llama-3.3-70b").expect("preset");
-        let e = train_step(&m, &layout("trn2.48xlarge", 16, 4, 4, 64)).expect_err("256 > 64");
-        assert_eq!(arg_of(&e), Some("tp*pp*dp"));
-        assert!(
-            e.to_string().contains("256") && e.to_string().contains("64"),
-            "{e}"
-        );
-        let e = train_step(&m, &layout("ultracluster:2", 1, 81, 1, 1)).expect_err("81 > 80");
-        assert_eq!(arg_of(&e), Some("pp"));
-        assert!(
-            e.to_string().contains("81") && e.to_string().contains("80"),
-            "{e}"
-        );
-        let e = train_step(&m, &layout("ultraserver", 16, 4, 4, 30)).expect_err("30 % 4");
-        assert_eq!(arg_of(&e), Some("global_batch"));
-        assert!(
-            e.to_string().contains("30") && e.to_string().contains("= 4"),
-            "{e}"
-        );
+        // (layout, the argument named, the numbers the message gives)
+        for (t, arg, numbers) in [
+            (
+                layout("trn2.48xlarge", 16, 4, 4, 64),
+                "tp*pp*dp",
+                ["256", "64"],
+            ),
+            (layout("ultracluster:2", 1, 81, 1, 1), "pp", ["81", "80"]),
+            (
+                layout("ultraserver", 16, 4, 4, 30),
+                "global_batch",
+                ["30", "= 4"],
+            ),
+        ] {
+            let e = train_step(&m, &t).expect_err(arg);
+            assert_eq!(arg_of(&e), Some(arg));
+            for n in numbers {
+                assert!(e.to_string().contains(n), "{e}");
+            }
+        }
         // A 70B model's optimizer states at tp=1 do not fit a logical core.
         let e = train_step(&m, &layout("trn2.48xlarge", 1, 1, 1, 1)).expect_err("capacity");
         assert!(matches!(e, Error::Capacity { .. }));

@@ -208,6 +208,15 @@ fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
     out
 }
 
+/// Every rank's output buffer of `collective` over `n` ranks of `l` elements each, NaN-filled
+/// (an element the run does not write shows).
+pub(crate) fn nan_outputs(collective: Collective, n: usize, l: usize) -> Vec<Vec<f32>> {
+    output_lengths(collective, n, l)
+        .iter()
+        .map(|&m| vec![f32::NAN; m])
+        .collect()
+}
+
 /// The single-process run of `collective` over `g` by `alg` on fp32 `bufs`: every rank's output.
 pub(crate) fn run_f32(
     g: &Group,
@@ -219,8 +228,7 @@ pub(crate) fn run_f32(
     let n = g.n();
     let l = bufs[0].len();
     let s = build(g, collective, alg, (l * 4) as u64, None).expect("builds");
-    let lens = output_lengths(collective, n, l);
-    let mut outs: Vec<Vec<f32>> = lens.iter().map(|&m| vec![f32::NAN; m]).collect();
+    let mut outs = nan_outputs(collective, n, l);
     let inputs: Vec<Buf> = bufs.iter().map(|b| Buf::F32(b)).collect();
     let mut outputs: Vec<BufMut> = outs.iter_mut().map(|o| BufMut::F32(o)).collect();
     execute_reduce(&s, op, Format::Fp32, &inputs, &mut outputs).expect("executes");

@@ -8,7 +8,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 /// codes, fp8 codes).
 type ProcessOutputs = (Vec<usize>, Vec<Vec<u16>>, Vec<Vec<u8>>);
 
-use super::collectives::{applicable, buffers, run_f32};
+use super::collectives::{applicable, buffers, nan_outputs, run_f32};
 use trn2core::collective::distributed::{
     execute_move_local, execute_reduce_local, plan, Message, MessageMut, Placement,
 };
@@ -138,10 +138,7 @@ fn spread_reduce(
 ) -> Vec<Vec<f32>> {
     let n = group.n();
     let l = inputs[0].len();
-    let mut outs: Vec<Vec<f32>> = output_lengths(collective, n, l)
-        .iter()
-        .map(|&m| vec![f32::NAN; m])
-        .collect();
+    let mut outs = nan_outputs(collective, n, l);
     let results = per_process(placement, |p, mut tr| {
         let (_, pl) = plan(group, placement, p, collective, alg, 4, l, None).expect("plan");
         let ins: Vec<Buf> = pl.ranks.iter().map(|&r| Buf::F32(&inputs[r])).collect();

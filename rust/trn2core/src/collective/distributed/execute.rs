@@ -5,8 +5,8 @@
 use rayon::prelude::*;
 
 use super::super::exec::{
-    self, check_fp_env, check_storage, encode_block, fold, fold_slice, load, stream_copy_f32, Buf,
-    BufMut, OutPtr, BLOCK,
+    self, check_fp_env, check_storage, encode_block, fold, fold_slice, load, merge_top,
+    stream_copy_f32, Buf, BufMut, OutPtr, BLOCK,
 };
 use super::super::ops::ReduceOp;
 use super::plan::{internal, words, Dest, From, LocalPlan, MsgSpec, Op, Piece, Src, To};
@@ -204,12 +204,7 @@ pub fn execute_reduce_local(
                                 Src::Recv { msg, at } => fold_slice(acc, received(msg, at)?, op),
                             }
                         }
-                        Op::Merge => {
-                            let (lo, hi) = stack_buf.split_at_mut((top - 1) * BLOCK);
-                            let acc = &mut lo[(top - 2) * BLOCK..(top - 2) * BLOCK + len];
-                            fold_slice(acc, &hi[..len], op);
-                            top -= 1;
-                        }
+                        Op::Merge => merge_top(stack_buf, &mut top, len, op),
                     }
                 }
                 let result = &mut stack_buf[..len];

@@ -924,11 +924,4 @@ mod tests {
         assert!(!partition_start_ok(5, 1));
         assert!(partition_start_ok(0, 1));
     }
-
-    #[test]
-    fn reduce_cmd_names() {
-        for c in ReduceCmd::ALL {
-            assert_eq!(ReduceCmd::parse("reduce_cmd", c.name()), Ok(c));
-        }
-    }
 }

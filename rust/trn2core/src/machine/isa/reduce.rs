@@ -604,6 +604,10 @@ mod tests {
         m.write_tile(t, &b).expect("write");
     }
 
+    fn sbuf(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
+        m.alloc(Space::Sbuf, name, shape, dtype).expect(name)
+    }
+
     fn words(m: &Machine, t: &Tile) -> Vec<u32> {
         let b = m.read_tile(t).expect("read");
         b.chunks(4)
@@ -617,15 +621,9 @@ mod tests {
     fn max8_and_find_index8_against_a_selection_oracle() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let (p, n) = (4usize, 40usize);
-        let src = m
-            .alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32)
-            .expect("a");
-        let top = m
-            .alloc(Space::Sbuf, "top", &[p, 8], Dtype::Fp32)
-            .expect("t");
-        let idx = m
-            .alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint32)
-            .expect("i");
+        let src = sbuf(&mut m, "src", &[p, n], Dtype::Fp32);
+        let top = sbuf(&mut m, "top", &[p, 8], Dtype::Fp32);
+        let idx = sbuf(&mut m, "idx", &[p, 8], Dtype::Uint32);
         let special = [
             0.0,
             -0.0,
@@ -690,13 +688,9 @@ mod tests {
             }
         }
         // Absent values: all ones (uint16: 0xFFFF); sizes and dtypes by their rules.
-        let vals = m
-            .alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32)
-            .expect("v");
+        let vals = sbuf(&mut m, "vals", &[p, 8], Dtype::Fp32);
         put(&mut m, &vals, &[1234.5; 32]);
-        let i16t = m
-            .alloc(Space::Sbuf, "i16", &[p, 8], Dtype::Uint16)
-            .expect("i16");
+        let i16t = sbuf(&mut m, "i16", &[p, 8], Dtype::Uint16);
         m.nc_find_index8(&i16t, &src, &vals).expect("find");
         assert!(m.read_tile(&i16t).expect("r").iter().all(|&b| b == 0xFF));
         let e = m.nc_find_index8(&top, &src, &vals).expect_err("refused");
@@ -723,11 +717,9 @@ mod tests {
     fn match_replace8_against_the_documented_reverse_order() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         // The documentation's example first.
-        let data = m.alloc(Space::Sbuf, "d", &[1, 11], Dtype::Fp32).expect("d");
-        let vals = m.alloc(Space::Sbuf, "v", &[1, 8], Dtype::Fp32).expect("v");
-        let idx = m
-            .alloc(Space::Sbuf, "i", &[1, 8], Dtype::Uint32)
-            .expect("i");
+        let data = sbuf(&mut m, "d", &[1, 11], Dtype::Fp32);
+        let vals = sbuf(&mut m, "v", &[1, 8], Dtype::Fp32);
+        let idx = sbuf(&mut m, "i", &[1, 8], Dtype::Uint32);
         put(&mut m, &data, &[1., 2., 3., 4., 8., 8., 8., 8., 8., 8., 8.]);
         put(&mut m, &vals, &[3., 8., 8., 8., 8., 8., 8., 8.]);
         m.nc_match_replace8(&data, &data, &vals, -1.0, Some(&idx))
@@ -741,18 +733,10 @@ mod tests {
 
         // Rows of a few values (repeats, absent values, -0 vs +0, NaN), uint16 indices.
         let (p, n) = (8usize, 24usize);
-        let src = m
-            .alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32)
-            .expect("s");
-        let vals = m
-            .alloc(Space::Sbuf, "vals", &[p, 8], Dtype::Fp32)
-            .expect("v");
-        let dst = m
-            .alloc(Space::Sbuf, "dst", &[p, n], Dtype::Fp32)
-            .expect("o");
-        let idx = m
-            .alloc(Space::Sbuf, "idx", &[p, 8], Dtype::Uint16)
-            .expect("i");
+        let src = sbuf(&mut m, "src", &[p, n], Dtype::Fp32);
+        let vals = sbuf(&mut m, "vals", &[p, 8], Dtype::Fp32);
+        let dst = sbuf(&mut m, "dst", &[p, n], Dtype::Fp32);
+        let idx = sbuf(&mut m, "idx", &[p, 8], Dtype::Uint16);
         let pool = [0.0, -0.0, 1.5, 2.0, f32::NAN, -3.0, 7.0];
         let pick = |k: usize, salt: u64| {
             let r = (k as u64 ^ salt).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
