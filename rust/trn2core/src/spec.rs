@@ -1772,7 +1772,7 @@ mod tests {
             source("[S3]").map(|s| s.title),
             Some("Trainium2 Architecture")
         );
-        assert!(source("S38").is_none() && source("").is_none());
+        assert!(source("S39").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1810,7 +1810,7 @@ mod tests {
                 s.tag
             );
         }
-        assert_eq!(SOURCES.len(), 39);
+        assert_eq!(SOURCES.len(), 40);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }
