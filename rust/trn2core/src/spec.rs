@@ -7,7 +7,7 @@
 //!
 //! # Sources and status tags
 //!
-//! Every constant names its sources by tag, `[S1]`…`[S38]` (public AWS documents and
+//! Every constant names its sources by tag, `[S1]`…`[S39]` (public AWS documents and
 //! repositories) and `[P]` (the product description trn2core was specified from, used only where
 //! no AWS document gives a number: the per-link NeuronLink bandwidths, the single-chip
 //! trn2.3xlarge, LNC=4). [`SOURCES`] gives each tag's title, address and the version read; the
@@ -973,6 +973,15 @@ spec_table! {
     #[spec(unit = "s", source = "[F] calibrated")]
     pub const WORKLOAD_OP_FIXED_S: f64 = 14.6e-6;
 
+    /// Tokens in one block of NxD's blockwise MoE matmul (context encoding): 512.
+    ///
+    /// The expert MLPs of a context-encoding step run as blocks of this many token rows, each
+    /// block one expert's: `ceil((T * top_k - (E - 1)) / B) + E - 1` blocks (at most
+    /// `T * top_k`), the worst case of any routing, computed whatever the routing (`[S39]`,
+    /// `DEFAULT_BLOCK_SIZE`).
+    #[spec(unit = "count", source = "[S39] D")]
+    pub const WORKLOAD_MOE_BLOCK_TOKENS: usize = 512;
+
     /// What serving through vLLM adds to each output token over the model's own step: 1.6 ms.
     ///
     /// The DeepSeek-V3 contrib README `[S37]` measures 20.5 ms per token with NxD Inference's
@@ -1061,7 +1070,7 @@ spec_table! {
     /// The checked prefill points of benches/fidelity/published.toml (kind `model`), the
     /// tutorial baselines among them (docs/workload.md).
     #[spec(unit = "ratio", source = "[F] calibrated")]
-    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW: f64 = 0.86;
+    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW: f64 = 0.70;
 
     /// Highest published / predicted time over the published whole-model time-to-first-token cases.
     #[spec(unit = "ratio", source = "[F] calibrated")]
@@ -1069,7 +1078,7 @@ spec_table! {
 
     /// Published whole-model time-to-first-token cases the range is taken over.
     #[spec(unit = "count", source = "[F] calibrated")]
-    pub const WORKLOAD_PREFILL_PUBLISHED_CASES: usize = 3;
+    pub const WORKLOAD_PREFILL_PUBLISHED_CASES: usize = 16;
 
     /// Lowest published / predicted time over the published whole-model time-per-token cases.
     #[spec(unit = "ratio", source = "[F] calibrated")]
@@ -1275,7 +1284,7 @@ macro_rules! neuron_docs_read {
     };
 }
 
-/// Every source tag the project uses, in tag order: `[S1]`…`[S38]` (public documents and
+/// Every source tag the project uses, in tag order: `[S1]`…`[S39]` (public documents and
 /// repositories) and `[P]`.
 pub const SOURCES: &[Source] = &[
     Source {
@@ -1559,6 +1568,13 @@ pub const SOURCES: &[Source] = &[
         read: "aws-neuron/neuronx-distributed-inference at 4bcdc54b (2026-07-28); README benchmarked with Neuron SDK 2.28 (2026-03)",
     },
     Source {
+        tag: "S39",
+        title: "neuronx-distributed: the MoE expert MLPs' blockwise matmul (worst-case block count, default block size)",
+        url: "https://github.com/aws-neuron/neuronx-distributed/blob/fbac349b61a3adbb123c2983835af692840ff62f/src/neuronx_distributed/modules/moe/expert_mlps_v2.py",
+        also: &["https://github.com/aws-neuron/neuronx-distributed/blob/fbac349b61a3adbb123c2983835af692840ff62f/src/neuronx_distributed/modules/moe/model_utils.py"],
+        read: "aws-neuron/neuronx-distributed at fbac349b (2026-04-09)",
+    },
+    Source {
         tag: "P",
         title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
                 article \"AWS Trainium 2\", last reviewed 2026-05-17)",
@@ -1772,7 +1788,7 @@ mod tests {
             source("[S3]").map(|s| s.title),
             Some("Trainium2 Architecture")
         );
-        assert!(source("S39").is_none() && source("").is_none());
+        assert!(source("S40").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1801,8 +1817,8 @@ mod tests {
                     s.tag
                 );
             }
-            if i < 38 {
-                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S38 in order");
+            if i < 39 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S39 in order");
             }
             assert!(
                 SOURCES[..i].iter().all(|t| t.tag != s.tag),
@@ -1810,7 +1826,7 @@ mod tests {
                 s.tag
             );
         }
-        assert_eq!(SOURCES.len(), 40);
+        assert_eq!(SOURCES.len(), 41);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }

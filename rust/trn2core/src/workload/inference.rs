@@ -22,9 +22,11 @@
 //!   reduce-scatter and an all-gather in their place;
 //! - every op besides the collectives pays `spec::WORKLOAD_OP_FIXED_S` (a compiled step's
 //!   per-op fixed cost, calibrated);
-//! - MoE: the router GEMM, and the experts the step's tokens touch (the expected number of
-//!   distinct experts for uniform routing), each a GEMM of its share of the tokens; shared
-//!   experts as a dense MLP.
+//! - MoE: the router GEMM; in decode the experts the step's tokens touch (the expected number
+//!   of distinct experts for uniform routing), each a GEMM of its share of the tokens; in
+//!   prefill NxD's blockwise matmul: the worst-case number of 512-token blocks whatever the
+//!   routing, each block's token gather, gate/up and down GEMMs and float32 add-back an op of
+//!   the step (`spec::WORKLOAD_MOE_BLOCK_TOKENS`); shared experts as a dense MLP.
 //!
 //! The ops of a layer run one after another (no overlap of collectives with compute). Layers of
 //! one kind (dense or MoE) cost the same, so each kind is costed once and multiplied: memory and
@@ -39,7 +41,7 @@ use crate::numerics::Format;
 use crate::perf::Uncertainty;
 use crate::spec::{
     CORES_PER_CHIP, SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S,
-    SERVING_VLLM_TOKEN_OVERHEAD_S, WORKLOAD_OP_FIXED_S,
+    SERVING_VLLM_TOKEN_OVERHEAD_S, WORKLOAD_MOE_BLOCK_TOKENS, WORKLOAD_OP_FIXED_S,
 };
 use crate::topology::{check_lnc, instance_type, LogicalCoreInfo};
 use crate::{Error, Result};
@@ -186,7 +188,8 @@ pub struct OpTime {
     pub name: String,
     /// `"dense"` or `"moe"` layers, or `"step"` for once-per-step ops.
     pub scope: &'static str,
-    /// `"gemm"`, `"attention"`, `"kv_read"`, `"norm"`, `"collective"`, `"serving"`.
+    /// `"gemm"`, `"attention"`, `"kv_read"`, `"dma"` (an MoE block's token rows), `"norm"`,
+    /// `"collective"`, `"serving"`.
     pub kind: &'static str,
     /// How often it runs per step (the layers of its kind, or 1).
     pub count: u64,
@@ -908,34 +911,11 @@ impl Step<'_> {
                 let ep = l.ep as u64;
                 let local = e.experts / ep;
                 let shard = e.intermediate / (tpu / ep);
-                // Expected distinct experts the step's tokens reach (uniform routing).
-                let miss = (1.0 - e.experts_per_token as f64 / e.experts as f64).powf(rows as f64);
-                let touched = ((local as f64) * (1.0 - miss)).ceil().max(1.0) as u64;
-                let routed = mul(&[rows, e.experts_per_token])?;
-                let per_expert = routed.div_ceil(e.experts).max(1);
-                let (s1, h1, f1, b1) = p.gemm(per_expert, m.hidden, 2 * shard, wf)?;
-                let (s2, h2, f2, _) = p.gemm(per_expert, shard, m.hidden, wf)?;
-                let t = touched as f64;
-                self.push(
-                    format!("experts_gate_up (x{touched})"),
-                    scope,
-                    "gemm",
-                    count,
-                    s1 * t,
-                    h1 * t,
-                    f1 * t,
-                    b1.clone(),
-                );
-                self.push(
-                    format!("experts_down (x{touched})"),
-                    scope,
-                    "gemm",
-                    count,
-                    s2 * t,
-                    h2 * t,
-                    f2 * t,
-                    b1,
-                );
+                if prefill {
+                    self.moe_blocks(scope, count, rows, local, e.experts_per_token, shard)?;
+                } else {
+                    self.moe_touched(scope, count, rows, local, e, shard)?;
+                }
                 if e.shared_experts > 0 {
                     let si = mul(&[e.intermediate, e.shared_experts])? / tpu;
                     self.gemm(
@@ -957,6 +937,99 @@ impl Step<'_> {
             }
         }
         self.tp_reduce(scope, count, sp, act)?;
+        Ok(())
+    }
+
+    /// Token generation's routed experts: the experts the step's tokens reach (the expected
+    /// number of distinct ones for uniform routing), each a GEMM of its share of the tokens.
+    fn moe_touched(
+        &mut self,
+        scope: &'static str,
+        count: u64,
+        rows: u64,
+        local: u64,
+        e: &super::model::Moe,
+        shard: u64,
+    ) -> Result<()> {
+        let p = self.plan;
+        let (m, wf) = (p.model, p.layout.weights);
+        let miss = (1.0 - e.experts_per_token as f64 / e.experts as f64).powf(rows as f64);
+        let touched = ((local as f64) * (1.0 - miss)).ceil().max(1.0) as u64;
+        let routed = mul(&[rows, e.experts_per_token])?;
+        let per_expert = routed.div_ceil(e.experts).max(1);
+        let (s1, h1, f1, b1) = p.gemm(per_expert, m.hidden, 2 * shard, wf)?;
+        let (s2, h2, f2, _) = p.gemm(per_expert, shard, m.hidden, wf)?;
+        let t = touched as f64;
+        self.push(
+            format!("experts_gate_up (x{touched})"),
+            scope,
+            "gemm",
+            count,
+            s1 * t,
+            h1 * t,
+            f1 * t,
+            b1.clone(),
+        );
+        self.push(
+            format!("experts_down (x{touched})"),
+            scope,
+            "gemm",
+            count,
+            s2 * t,
+            h2 * t,
+            f2 * t,
+            b1,
+        );
+        Ok(())
+    }
+
+    /// Context encoding's routed experts as NxD's blockwise matmul runs them (`[S39]`): the
+    /// worst-case number of blocks of [`WORKLOAD_MOE_BLOCK_TOKENS`] token rows, whatever the
+    /// routing, each one expert's: its token rows gathered, the gate/up and down GEMMs with that
+    /// expert's weights read for the block, and the rows added back (float32), every one an op
+    /// of the step with its fixed cost.
+    fn moe_blocks(
+        &mut self,
+        scope: &'static str,
+        count: u64,
+        rows: u64,
+        local: u64,
+        top_k: u64,
+        shard: u64,
+    ) -> Result<()> {
+        let p = self.plan;
+        let (m, wf) = (p.model, p.layout.weights);
+        let b = WORKLOAD_MOE_BLOCK_TOKENS as u64;
+        let routed = mul(&[rows, top_k])?;
+        let spare = local - 1;
+        let blocks = (routed.saturating_sub(spare).div_ceil(b) + spare).clamp(1, routed.max(1));
+        let n = mul(&[count, blocks])?;
+        let gather = mul(&[b, m.hidden, p.act_bytes])?;
+        let g_s = p.hbm_stream(gather)?;
+        self.push(
+            "expert_block_gather",
+            scope,
+            "dma",
+            n,
+            g_s,
+            gather as f64,
+            0.0,
+            "memory".into(),
+        );
+        self.gemm("expert_block_gate_up", scope, n, b, m.hidden, 2 * shard, wf)?;
+        self.gemm("expert_block_down", scope, n, b, shard, m.hidden, wf)?;
+        let add = mul(&[2, b, m.hidden, 4])?;
+        let a_s = p.hbm_stream(add)?;
+        self.push(
+            "expert_block_add",
+            scope,
+            "dma",
+            n,
+            a_s,
+            add as f64,
+            0.0,
+            "memory".into(),
+        );
         Ok(())
     }
 }

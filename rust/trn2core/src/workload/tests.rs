@@ -1,5 +1,6 @@
 use super::*;
 use crate::numerics::Format;
+use crate::spec::WORKLOAD_OP_FIXED_S;
 
 fn layout(machine: &str, tp: usize, seq_len: u64) -> Layout {
     let machine = Machine::named(machine).expect("machine");
@@ -102,12 +103,36 @@ fn moe_touches_the_experts_its_tokens_route_to() {
         .find(|o| o.name.starts_with("experts_gate_up"))
         .expect("experts");
     assert_eq!(up.name, "experts_gate_up (x8)");
+    // Prefill is NxD's blockwise matmul: ceil((4096 * 8 - 127) / 512) + 127 = 191 blocks of
+    // 512 tokens in each of the 48 layers (95 with 32 experts a rank at ep=4), each block's
+    // four ops with their fixed cost.
+    let blocks = |r: &StepReport, name: &str| {
+        r.ops
+            .iter()
+            .find(|o| o.name == name)
+            .map(|o| (o.count, o.fixed_s))
+    };
     let p = prefill(&m, &l, 4096).expect("prefill");
-    assert!(p.ops.iter().any(|o| o.name == "experts_gate_up (x128)"));
+    for op in [
+        "expert_block_gather",
+        "expert_block_gate_up",
+        "expert_block_down",
+        "expert_block_add",
+    ] {
+        assert_eq!(
+            blocks(&p, op),
+            Some((48 * 191, WORKLOAD_OP_FIXED_S)),
+            "{op}"
+        );
+    }
+    assert!(!p.ops.iter().any(|o| o.name.starts_with("experts_gate_up")));
     let mut ep = l.clone();
     ep.ep = 4;
     let pe = prefill(&m, &ep, 4096).expect("prefill");
-    assert!(pe.ops.iter().any(|o| o.name == "experts_gate_up (x32)"));
+    assert_eq!(
+        blocks(&pe, "expert_block_down"),
+        Some((48 * 95, WORKLOAD_OP_FIXED_S))
+    );
 }
 
 #[test]
