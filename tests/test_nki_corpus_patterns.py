@@ -660,6 +660,45 @@ def test_lnc2_outputs_of_one_shape_are_told_apart():
     assert np.array_equal(a, x * np.float32(2)) and np.array_equal(b, x + np.float32(1))
 
 
+def test_lnc2_output_returned_as_a_view_merges_both_cores():
+    # nki-library's cascaded max: each core writes its half of a [1, N] shared_hbm tensor
+    # through `.ap(..., offset=)`, and the kernel returns `.reshape(...)` views of it.
+    @tn.jit
+    def halves(x):
+        n = x.shape[0]
+        half = n // 2
+        pid = nl.program_id(0)
+        out = nl.ndarray((1, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        col = nl.ndarray((1, n), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((half, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * half : (pid + 1) * half, :])
+        m = nl.ndarray((half, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=m, op=nl.maximum, data=t, axis=1)
+        row = m.ap([[1, half], [1, 1]])  # the column as one row
+        nisa.dma_copy(dst=out.ap([[n, 1], [1, half]], offset=pid * half), src=row)
+        ids = nl.ndarray((1, half), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=ids, pattern=[[1, half]], offset=pid * half)
+        nisa.dma_copy(dst=col.ap([[n, 1], [1, half]], offset=pid * half), src=ids)
+        return out.reshape((2, half, 1)), col.reshape((n,))
+
+    x = _rand(16, 4)
+    v, c = tn.run(halves, x, grid=2).outputs
+    assert np.array_equal(v, x.max(axis=1).reshape(2, 8, 1))
+    assert np.array_equal(c, np.arange(16, dtype=np.int32))
+
+    @tn.jit
+    def one_half(x):
+        out = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[0:1, :])
+        nisa.dma_copy(dst=out[0:1, 0:4], src=t)  # the same quarter from both cores
+        return out.reshape((2, 8))  # unwritten
+
+    with pytest.raises(tn.KernelError, match=r"byte 16 was never written") as info:
+        tn.run(one_half, x, grid=2)
+    assert f"{__file__}:{_line_of(one_half, 'out = nl.ndarray')}:" in str(info.value)
+
+
 # ----------------------------------------------------------------------------- the API surface
 
 # The names of NKI's API reference (module listings of nki, nki.language, nki.isa,

@@ -246,7 +246,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "_written", "_blocks", "__weakref__",
+        "_valid", "_written", "_blocks", "_shared", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -266,6 +266,9 @@ class NkiTensor:
         # Explicit placement with block axes: ``Blocks`` on the tensor itself; on a view of
         # one block, ``(Blocks, logical block)``.
         self._blocks = None
+        # A view of the launch's ``j``-th shared_hbm tensor (kept by every view of it): under
+        # LNC=2 its bytes are merged from both physical cores when it is returned.
+        self._shared: int | None = None
 
     # -------------------------------------------------------------------- properties
     @property
@@ -319,6 +322,7 @@ class NkiTensor:
     def _view(self, tile, shape, pdim) -> NkiTensor:
         t = NkiTensor(tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner,
                       self.name)  # fmt: skip
+        t._shared = self._shared
         return t
 
     def _machine_axis(self, a: int) -> int:
