@@ -62,6 +62,8 @@ class Case:
     wrap: Callable | None = None
     #: What of the output is compared (e.g. fp8 values with their scale bytes, dequantized).
     decode: Callable | None = None
+    #: Packages the kernel's own (host-side) code needs beyond numpy: skipped when absent.
+    needs: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -305,6 +307,12 @@ def ref_rope(x, cos, sin, contiguous_layout=True, **_):
 def ref_max_index(x):
     """The maximum of the last axis and its index (the last one on ties: none in the inputs)."""
     return x.max(axis=-1, keepdims=True), x.argmax(axis=-1)[..., None].astype(np.uint32)
+
+
+def ref_topk(x, k, **_):
+    """The k largest of the last axis, descending, and their indices (no ties in the inputs)."""
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.uint32)
 
 
 def _tkg_wrapper(sub):
@@ -660,6 +668,24 @@ def _cases() -> list[Case]:
                 package_root=LIB,
             )
         )
+    # A host-side caller (topk[lnc](x, k)) of the @nki.jit kernel; scipy builds its rotation
+    # matrix. One stage (V=2048: the scanning fallback) and eight (the rotational algorithm).
+    for v, k in ((2048, 8), (32768, 64)):
+        cases.append(
+            Case(
+                f"nkilib topk V={v} k={k} (LNC=2)",
+                lib,
+                "nkilib.core.topk.rotational_topk",
+                "topk",
+                lambda r, n=v, kk=k: ((_f32(r, 2, 4, n), kk), {}),
+                ref_topk,
+                **exact,
+                package_root=LIB,
+                call=True,
+                wrap=lambda f: f[2],
+                needs=("scipy",),
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
@@ -924,6 +950,11 @@ def main(argv: list[str] | None = None) -> int:
             if not os.path.isdir(os.path.join(a.root, case.repo)):
                 rows.append((case.name, f"{case.repo}/{case.path}", "skipped: repository absent",
                              None, 0.0))  # fmt: skip
+                continue
+            missing = [n for n in case.needs if n in absent]
+            if missing:
+                why = f"skipped: needs {', '.join(missing)} (not installed)"
+                rows.append((case.name, f"{case.repo}/{case.path}", why, None, 0.0))
                 continue
             result, sim, wall = run_case(a.root, case, nki)
             result = result.replace(os.path.abspath(a.root) + os.sep, "")

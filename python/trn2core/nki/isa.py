@@ -359,7 +359,6 @@ define_unsupported(
         "select_reduce",
         "sequence_bounds",
         "local_gather",
-        "nc_n_gather",
         "dma_compute",
         "nc_match_replace8",
         "nc_stream_shuffle",
