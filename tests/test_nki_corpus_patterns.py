@@ -118,13 +118,56 @@ class _Frozen(nl.NKIObject):
             raise ValueError("negative bias")
 
 
+@dataclasses.dataclass
+class _Sections(nl.NKIObject):
+    # Plain class attributes, no annotations: @dataclass alone would make an __init__ without
+    # parameters; NKI builds every NKIObject alike (nki-library's attention_cte does this).
+    index = None
+    offset = 0
+
+    def end(self, length):
+        return self.offset + length
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape(nl.NKIObject):
+    rows: int
+    tags: list = dataclasses.field(default_factory=list)
+    cols = 4
+
+
+def test_nki_objects_take_their_fields_by_keyword_with_or_without_dataclass():
+    s = _Sections(index=3, offset=512)
+    assert (s.index, s.offset, s.end(128)) == (3, 512, 640)
+    t = _Sections()
+    assert (t.index, t.offset) == (None, 0)
+    assert _Sections(7).index == 7
+    with pytest.raises(Trn2Error, match="no field 'length'"):
+        _Sections(length=1)
+    a, b = _Shape(2), _Shape(rows=3, cols=8)
+    assert (a.rows, a.tags, a.cols, b.rows, b.cols) == (2, [], 4, 3, 8)
+    assert a.tags is not _Shape(2).tags  # a fresh default per instance
+    assert _Shape().rows is None  # NKI's default for a field without one
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.rows = 5
+
+    @tn.jit
+    def k(x, sec):
+        out = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x[0:8, sec.offset : sec.end(4)]))
+        return out
+
+    x = _rand(8, 16)
+    assert np.array_equal(tn.run(k, x, _Sections(index=1, offset=8)).outputs, x[:, 8:12])
+
+
 def test_nki_object_configs_are_built_by_keyword_and_passed_into_kernels():
     cfg = _Tiling(rows=8)
     assert (cfg.rows, cfg.scale, cfg.cols) == (8, 2.0, 32)
     assert _Tiling(8, 3.0).scale == 3.0
     with pytest.raises(Trn2Error, match="no field 'colz'"):
         _Tiling(rows=8, colz=1)
-    with pytest.raises(Trn2Error, match="'rows' has no value"):
+    with pytest.raises(TypeError):  # rows defaults to None (NKI's rule): None * 4 fails
         _Tiling()
     with pytest.raises(ValueError, match="negative bias"):
         _Frozen(bias=-1.0)
