@@ -315,6 +315,45 @@ def ref_topk(x, k, **_):
     return np.take_along_axis(x, order, axis=-1), order.astype(np.uint32)
 
 
+def ref_conv1d(x, w, **_):
+    """y[b, o, l] = sum over taps j and channels c of x[b, c, l + j] w[j, c, o] (stride 1)."""
+    k = w.shape[0]
+    n = x.shape[2] - k + 1
+    y = sum(
+        np.einsum("bcl,co->bol", x[:, :, j : j + n].astype(np.float64), w[j].astype(np.float64))
+        for j in range(k)
+    )
+    return y.astype(x.dtype)
+
+
+def _rope_hf_inputs(r):
+    q, k = _f32(r, 1, 2, 256, 64), _f32(r, 1, 1, 256, 64)
+    ang = r.uniform(0.0, 6.0, (256, 32))
+    cos = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(np.float32)
+    sin = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(np.float32)
+    return (q, k, np.zeros_like(q), np.zeros_like(k)), {"cos": cos, "sin": sin}
+
+
+def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):
+    """HuggingFace rotary embedding: x cos + rotate_half(x) sin over [b, heads, s, d]."""
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+
+
+def ref_attention_cte(q, k, v, scale=1.0, **_):
+    """Causal softmax(q k * scale) v: q [b, s, d], k [b, d, s], v [b, s, d] -> [b, s, d]."""
+    sc = np.einsum("bqd,bdk->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    s = sc.shape[-1]
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
+
+
 def _tkg_wrapper(sub):
     """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
     import nki
@@ -668,6 +707,48 @@ def _cases() -> list[Case]:
                 package_root=LIB,
             )
         )
+    cases += [
+        Case(
+            "nkilib conv1d",
+            lib,
+            "nkilib.experimental.conv.conv1d",
+            "conv1d",
+            lambda r: ((_f32(r, 1, 64, 100), _f32(r, 3, 64, 96)), {}),
+            ref_conv1d,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib rope_hf",
+            lib,
+            "nkilib.core.embeddings.rope_hf",
+            "rope_hf",
+            _rope_hf_inputs,
+            ref_rope_hf,
+            rtol=1e-5,
+            atol=1e-6,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib attention_cte (causal)",
+            lib,
+            "nkilib.core.attention.attention_cte",
+            "attention_cte",
+            lambda r: (
+                (
+                    _f32(r, 1, 512, 64).astype(BF16),
+                    _f32(r, 1, 64, 512).astype(BF16),
+                    _f32(r, 1, 512, 64).astype(BF16),
+                ),
+                {"scale": 0.125},
+            ),  # fmt: skip
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        ),
+    ]
     # A host-side caller (topk[lnc](x, k)) of the @nki.jit kernel; scipy builds its rotation
     # matrix. One stage (V=2048: the scanning fallback) and eight (the rotational algorithm).
     for v, k in ((2048, 8), (32768, 64)):

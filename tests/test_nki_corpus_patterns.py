@@ -1354,3 +1354,70 @@ def test_ap_with_dtype_views_a_tensors_bytes_as_another_dtype():
 
     with pytest.raises(ShapeError, match="dtype: cannot view uint8 as fp32"):
         odd(y)
+
+
+def test_dma_transpose_permutes_2d_3d_and_4d_hbm_sources():
+    # NKI's permutations: [1, 0], [2, 1, 0], [3, 1, 2, 0]; nki-library's attention_cte loads
+    # q transposed through a 4-D `.ap` with two unit axes.
+    x = np.arange(6 * 16, dtype=np.float32).reshape(6, 16).astype(ml_dtypes.bfloat16)
+
+    @tn.jit
+    def four(x):
+        n, d = x.shape
+        t = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.sbuf)
+        src = x.ap([[d, n], [1, 1], [1, 1], [1, d]], offset=0)  # [n, 1, 1, d]
+        nisa.dma_transpose(dst=t.ap([[n, d], [1, 1], [1, 1], [1, n]]), src=src)
+        out = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(tn.run(four, x).outputs, x.T)
+
+    y = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8).astype(ml_dtypes.bfloat16)
+
+    @tn.jit
+    def three(y):
+        t = nl.ndarray((8, 3, 2), dtype=y.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t, src=y)
+        out = nl.ndarray((8, 3, 2), dtype=y.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(tn.run(three, y).outputs, y.transpose(2, 1, 0))
+
+
+def test_a_tensor_compared_with_none_is_a_python_bool():
+    # Optional tensor arguments tested as `t != None` / `t == None` (nki-library's rope_hf).
+    @tn.jit
+    def k(x, extra=None):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        assert (x == None) is False and (x != None) is True  # noqa: E711
+        if extra != None:  # noqa: E711
+            e = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=e, src=extra)
+            nisa.tensor_tensor(dst=t, data1=t, data2=e, op=nl.add)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x, y = _rand(8, 4), _rand(8, 4, seed=1)
+    assert np.array_equal(tn.run(k, x).outputs, x)
+    assert np.array_equal(tn.run(k, x, y).outputs, x + y)
+
+
+def test_numpy_scalar_arguments_are_python_constants():
+    # `scale=1 / np.sqrt(d)` is a numpy float64: a constant of the kernel, not an HBM tensor.
+    @tn.jit
+    def k(x, scale, n):
+        assert isinstance(scale, float) and isinstance(n, int)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=scale * n)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(8, 4)
+    out = tn.run(k, x, 1 / np.sqrt(16.0), np.int64(2)).outputs
+    assert np.array_equal(out, x * np.float32(0.5))

@@ -1422,6 +1422,9 @@ def _bind(core: Core, args, kwargs):
     """The kernel's arguments with numpy arrays as HBM tensors of ``core``."""
 
     def conv(x, name):
+        if isinstance(x, np.generic) and not isinstance(x, np.void):
+            # A numpy scalar (``scale=1 / np.sqrt(d)`` is a float64) is a Python constant.
+            return x.item()
         if _is_array(x):
             a = np.asarray(x)
             if a.dtype == np.float64:

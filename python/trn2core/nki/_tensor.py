@@ -865,11 +865,13 @@ class NkiTensor:
     def __ge__(self, o):
         return self._bin("greater_equal", o)
 
+    # Against None a tensor is a Python value, not an operand: ``t != None`` is True (kernels
+    # test optional tensor arguments so, e.g. nki-library's rope_hf ``rope_cache != None``).
     def __eq__(self, o):  # type: ignore[override]
-        return self._bin("equal", o)
+        return False if o is None else self._bin("equal", o)
 
     def __ne__(self, o):  # type: ignore[override]
-        return self._bin("not_equal", o)
+        return True if o is None else self._bin("not_equal", o)
 
     @api
     def __neg__(self):

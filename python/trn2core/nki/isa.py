@@ -86,13 +86,21 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
 
 @api
 def dma_transpose(dst, src, axes=None, **kwargs) -> None:
-    """A 2-D transpose by DMA from HBM (``dst[j, i] = src[i, j]``)."""
-    if src._pdim is not None or src.ndim != 2:
-        raise NotSupportedError("dma_transpose: a 2-D HBM source (SBUF to SBUF is not emulated)")
+    """A transpose by DMA from HBM: NKI's permutation of the source's axes, ``[1, 0]`` for a
+    2-D source, ``[2, 1, 0]`` for 3-D, ``[3, 1, 2, 0]`` for 4-D (``dst[j, i] = src[i, j]`` in
+    2-D)."""
+    if src._pdim is not None or not 2 <= src.ndim <= 4:
+        raise NotSupportedError(
+            "dma_transpose: a 2-D to 4-D HBM source (SBUF to SBUF is not emulated)"
+        )
     m = _m(dst, src)
     t = src.tile
-    col = t.pattern[0][0] if t.pattern else 1
-    view = t.rows(src.shape[1], col).ap([(t.row_step, src.shape[0])], 0)
+    axes_ = [(t.row_step, src.shape[0])] + [(st, n) for st, n in t.pattern]
+    if len(axes_) != src.ndim:  # an HBM view's free pattern is its axes after the first
+        raise NotSupportedError(f"dma_transpose: a source view of shape {src.shape}")
+    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[src.ndim]
+    (s0, n0), *rest = [axes_[a] for a in perm]
+    view = t.rows(n0, s0).ap(rest, 0)
     m.issue("dma_copy", _t(dst, "dst"), view)
 
 
