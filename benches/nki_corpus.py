@@ -12,7 +12,9 @@ outputs are compared with this file's own numpy reference. The table printed has
 the source file, the result (``ok``, ``mismatch`` with the largest error, or the error's class
 and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
-files for their own test drivers, never by the kernels) are empty modules when not installed.
+files for their own test drivers, never by the kernels) are empty modules when not installed;
+a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy)
+is skipped then.
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the

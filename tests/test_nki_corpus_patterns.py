@@ -1421,3 +1421,18 @@ def test_numpy_scalar_arguments_are_python_constants():
     x = _rand(8, 4)
     out = tn.run(k, x, 1 / np.sqrt(16.0), np.int64(2)).outputs
     assert np.array_equal(out, x * np.float32(0.5))
+
+
+def test_dma_transpose_of_an_sbuf_source_is_refused_by_name():
+    @tn.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        u = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=u, src=t)  # SBUF to SBUF
+        return x
+
+    x = _rand(16, 8).astype(ml_dtypes.bfloat16)
+    with pytest.raises(tn.NotSupportedError, match="SBUF-to-SBUF DMA transpose") as info:
+        tn.run(k, x)
+    _at(info, k, "# SBUF to SBUF")

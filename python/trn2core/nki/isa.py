@@ -89,10 +89,13 @@ def dma_transpose(dst, src, axes=None, **kwargs) -> None:
     """A transpose by DMA from HBM: NKI's permutation of the source's axes, ``[1, 0]`` for a
     2-D source, ``[2, 1, 0]`` for 3-D, ``[3, 1, 2, 0]`` for 4-D (``dst[j, i] = src[i, j]`` in
     2-D)."""
-    if src._pdim is not None or not 2 <= src.ndim <= 4:
+    if src._pdim is not None:
         raise NotSupportedError(
-            "dma_transpose: a 2-D to 4-D HBM source (SBUF to SBUF is not emulated)"
+            "dma_transpose: an on-chip source (SBUF-to-SBUF DMA transpose is not emulated; "
+            "HBM sources of 2 to 4 axes are)"
         )
+    if not 2 <= src.ndim <= 4:
+        raise NotSupportedError(f"dma_transpose: a source of {src.ndim} axes (2 to 4 are)")
     m = _m(dst, src)
     t = src.tile
     axes_ = [(t.row_step, src.shape[0])] + [(st, n) for st, n in t.pattern]
