@@ -1436,3 +1436,31 @@ def test_dma_transpose_of_an_sbuf_source_is_refused_by_name():
     with pytest.raises(tn.NotSupportedError, match="SBUF-to-SBUF DMA transpose") as info:
         tn.run(k, x)
     _at(info, k, "# SBUF to SBUF")
+
+
+def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes():
+    # nki-library's attention_cte declares each query group's PSUM tile with address= at the
+    # same bank: "first write overwrites, later ones accumulate" is per tensor, not per byte.
+    a = _rand(32, 16)
+    b = _rand(32, 8, seed=1)
+
+    @tn.jit
+    def k(a, b):
+        sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sa, src=a)
+        nisa.dma_copy(dst=sb, src=b)
+        out = nl.ndarray((2, 16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        for g in range(2):
+            p = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+            for _ in range(g + 1):  # group g accumulates g + 1 products
+                nisa.nc_matmul(dst=p[:, :], stationary=sa, moving=sb)
+            s = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=s, src=p)
+            nisa.dma_copy(dst=out[g], src=s)
+        return out
+
+    got = tn.run(k, a, b).outputs
+    one = a.T.astype(np.float64) @ b.astype(np.float64)
+    assert np.allclose(got[0], one, rtol=1e-5, atol=1e-5)
+    assert np.allclose(got[1], 2 * one, rtol=1e-5, atol=1e-5)  # not 3x: a fresh start

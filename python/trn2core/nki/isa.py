@@ -135,9 +135,15 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     matmul into memory not written by a matmul overwrites it, later ones accumulate."""
     pos, size = _pe_tile(tile_position, tile_size)
     pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
-    _m(dst, stationary, moving).issue("nc_matmul",
+    m = _m(dst, stationary, moving)
+    acc = None if accumulate is None else bool(accumulate)
+    # accumulate=None: "first write overwrites" per tensor, as the compiler infers it. A tensor
+    # placed (address=) on bytes that last held another tensor's matmul result starts anew.
+    if isinstance(dst, NkiTensor) and dst._core.block_fresh(dst) and acc is None:
+        acc = False
+    m.issue("nc_matmul",
         _t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving"),
-        None if accumulate is None else bool(accumulate), pm, pos, size, bool(is_transpose),
+        acc, pm, pos, size, bool(is_transpose),
     )  # fmt: skip
 
 
