@@ -12,7 +12,9 @@ outputs are compared with this file's own numpy reference. The table printed has
 the source file, the result (``ok``, ``mismatch`` with the largest error, or the error's class
 and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
-files for their own test drivers, never by the kernels) are empty modules when not installed.
+files for their own test drivers, never by the kernels) are empty modules when not installed;
+a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy)
+is skipped then.
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
@@ -60,6 +62,10 @@ class Case:
     #: For sub-kernels (no @nki.jit, output in SBUF): makes this harness's own kernel around
     #: ``kernel`` (called with the function; ``import nki`` resolves to trn2core then).
     wrap: Callable | None = None
+    #: What of the output is compared (e.g. fp8 values with their scale bytes, dequantized).
+    decode: Callable | None = None
+    #: Packages the kernel's own (host-side) code needs beyond numpy: skipped when absent.
+    needs: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -257,6 +263,99 @@ def ref_layernorm_tkg(x, g, b, **_):
     return _tkg_layout(y).astype(x.dtype)
 
 
+def _bf16(x):
+    return np.asarray(x, np.float32).astype(BF16).astype(np.float32)
+
+
+def ref_rmsnorm_quant(hidden, ln_w, kargs=None, **_):
+    """RMS norm (fp32 statistics, the normalised rows in bf16), then per-row fp8 (e4m3, range
+    240) quantization; compared dequantized: values times the row's fp32 scale."""
+    x = hidden.astype(np.float32).reshape(-1, hidden.shape[-1])
+    h = x.shape[1]
+    inv = 1.0 / np.sqrt((x.astype(np.float64) ** 2).sum(axis=1, keepdims=True) / h + 1e-6)
+    y = _bf16(x * inv.astype(np.float32) * ln_w.astype(np.float32).reshape(1, h))
+    dq = np.maximum(np.abs(y).max(axis=1, keepdims=True) * np.float32(1 / 240), 1e-6)
+    q = (y * (1.0 / dq).astype(np.float32)).astype(ml_dtypes.float8_e4m3)
+    return (q.astype(np.float32) * dq).reshape(hidden.shape)
+
+
+def decode_row_quant(out):
+    """[..., H + 4] fp8 (the last 4 bytes of a row: its fp32 dequantization scale) -> the
+    dequantized [..., H] in fp32."""
+    o = np.ascontiguousarray(out).reshape(-1, out.shape[-1])
+    scale = o[:, -4:].copy().view(np.float32)  # [rows, 1]
+    return (o[:, :-4].astype(np.float32) * scale).reshape(*out.shape[:-1], out.shape[-1] - 4)
+
+
+def ref_rope(x, cos, sin, contiguous_layout=True, **_):
+    """x [d, B, heads, S]; cos, sin [d/2, B, S]. Contiguous layout: the first half of d pairs
+    with the second; interleaved: even rows pair with odd rows."""
+    d = x.shape[0]
+    x64 = x.astype(np.float64)
+    if contiguous_layout:
+        a, b = x64[: d // 2], x64[d // 2 :]
+    else:
+        a, b = x64[0::2], x64[1::2]
+    c, s = cos.astype(np.float64)[:, :, None, :], sin.astype(np.float64)[:, :, None, :]
+    lo, hi = a * c - b * s, b * c + a * s
+    out = np.empty_like(x64)
+    if contiguous_layout:
+        out[: d // 2], out[d // 2 :] = lo, hi
+    else:
+        out[0::2], out[1::2] = lo, hi
+    return out.astype(x.dtype)
+
+
+def ref_max_index(x):
+    """The maximum of the last axis and its index (the last one on ties: none in the inputs)."""
+    return x.max(axis=-1, keepdims=True), x.argmax(axis=-1)[..., None].astype(np.uint32)
+
+
+def ref_topk(x, k, **_):
+    """The k largest of the last axis, descending, and their indices (no ties in the inputs)."""
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.uint32)
+
+
+def ref_conv1d(x, w, **_):
+    """y[b, o, l] = sum over taps j and channels c of x[b, c, l + j] w[j, c, o] (stride 1)."""
+    k = w.shape[0]
+    n = x.shape[2] - k + 1
+    y = sum(
+        np.einsum("bcl,co->bol", x[:, :, j : j + n].astype(np.float64), w[j].astype(np.float64))
+        for j in range(k)
+    )
+    return y.astype(x.dtype)
+
+
+def _rope_hf_inputs(r):
+    q, k = _f32(r, 1, 2, 256, 64), _f32(r, 1, 1, 256, 64)
+    ang = r.uniform(0.0, 6.0, (256, 32))
+    cos = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(np.float32)
+    sin = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(np.float32)
+    return (q, k, np.zeros_like(q), np.zeros_like(k)), {"cos": cos, "sin": sin}
+
+
+def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):
+    """HuggingFace rotary embedding: x cos + rotate_half(x) sin over [b, heads, s, d]."""
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+
+    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+
+
+def ref_attention_cte(q, k, v, scale=1.0, **_):
+    """Causal softmax(q k * scale) v: q [b, s, d], k [b, d, s], v [b, s, d] -> [b, s, d]."""
+    sc = np.einsum("bqd,bdk->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
+    s = sc.shape[-1]
+    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
+
+
 def _tkg_wrapper(sub):
     """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
     import nki
@@ -330,6 +429,14 @@ def _pool_in(r):
 
 def _t2d_in(r):
     return (_f32(r, 16, 32),), {"shape2D": (4, 8)}
+
+
+RMSQ = "nkilib.core.rmsnorm.rmsnorm_quant"
+
+
+def _lib_attr(module: str, name: str):
+    """An attribute of an nki-library module (imported by then: the case's kernel module)."""
+    return getattr(importlib.import_module(module), name)
 
 
 def _cases() -> list[Case]:
@@ -551,7 +658,117 @@ def _cases() -> list[Case]:
             atol=1e-4,
             package_root=LIB,
         ),
+        Case(
+            "nkilib rmsnorm_quant (row fp8)",
+            lib,
+            RMSQ,
+            "rmsnorm_quant_kernel",
+            lambda r: (
+                (_f32(r, 2, 100, 640, lo=-3.0, hi=3.0).astype(BF16), _f32(r, 640).astype(BF16)),
+                {"kargs": _lib_attr(RMSQ, "RmsNormQuantKernelArgs")()},
+            ),
+            ref_rmsnorm_quant,
+            rtol=0.07,  # one fp8 (3 mantissa bits) rounding apart at most
+            atol=1e-3,
+            package_root=LIB,
+            decode=decode_row_quant,
+        ),
     ]
+    for layout, extra in (
+        ("contiguous", {}),
+        ("interleaved, DMA", {"contiguous_layout": False}),
+        ("interleaved, SBUF matmul", {"contiguous_layout": False, "relayout_in_sbuf": True}),
+    ):
+        cases.append(
+            Case(
+                f"nkilib RoPE ({layout})",
+                lib,
+                "nkilib.core.embeddings.rope",
+                "RoPE",
+                lambda r, kw=extra: (
+                    (_f32(r, 64, 2, 4, 32), _f32(r, 32, 2, 32), _f32(r, 32, 2, 32)),
+                    dict(kw),
+                ),
+                ref_rope,
+                rtol=1e-5 if "SBUF" not in layout else 1e-2,
+                atol=1e-6 if "SBUF" not in layout else 1e-2,
+                package_root=LIB,
+            )
+        )
+    for v in (2048, 2000):
+        cases.append(
+            Case(
+                f"nkilib cascaded_max V={v} (LNC=2)",
+                lib,
+                "nkilib.core.max.cascaded_max",
+                "cascaded_max",
+                lambda r, n=v: ((_f32(r, 2, 4, n),), {}),
+                ref_max_index,
+                grid=2,
+                **exact,
+                package_root=LIB,
+            )
+        )
+    cases += [
+        Case(
+            "nkilib conv1d",
+            lib,
+            "nkilib.experimental.conv.conv1d",
+            "conv1d",
+            lambda r: ((_f32(r, 1, 64, 100), _f32(r, 3, 64, 96)), {}),
+            ref_conv1d,
+            rtol=1e-4,
+            atol=1e-4,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib rope_hf",
+            lib,
+            "nkilib.core.embeddings.rope_hf",
+            "rope_hf",
+            _rope_hf_inputs,
+            ref_rope_hf,
+            rtol=1e-5,
+            atol=1e-6,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib attention_cte (causal)",
+            lib,
+            "nkilib.core.attention.attention_cte",
+            "attention_cte",
+            lambda r: (
+                (
+                    _f32(r, 1, 512, 64).astype(BF16),
+                    _f32(r, 1, 64, 512).astype(BF16),
+                    _f32(r, 1, 512, 64).astype(BF16),
+                ),
+                {"scale": 0.125},
+            ),  # fmt: skip
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        ),
+    ]
+    # A host-side caller (topk[lnc](x, k)) of the @nki.jit kernel; scipy builds its rotation
+    # matrix. One stage (V=2048: the scanning fallback) and eight (the rotational algorithm).
+    for v, k in ((2048, 8), (32768, 64)):
+        cases.append(
+            Case(
+                f"nkilib topk V={v} k={k} (LNC=2)",
+                lib,
+                "nkilib.core.topk.rotational_topk",
+                "topk",
+                lambda r, n=v, kk=k: ((_f32(r, 2, 4, n), kk), {}),
+                ref_topk,
+                **exact,
+                package_root=LIB,
+                call=True,
+                wrap=lambda f: f[2],
+                needs=("scipy",),
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
@@ -648,8 +865,11 @@ def _cases() -> list[Case]:
             f"{REF}/allocated_attention.py",
             "allocated_fused_self_attn_for_SD_small_head_size",
             lambda r: (
-                (_f32(r, 1, 128, 1024, lo=0.0), _f32(r, 1, 128, 1024, lo=0.0),
-                 _f32(r, 1, 1024, 128, lo=0.0)),
+                (
+                    _f32(r, 1, 128, 1024, lo=0.0),
+                    _f32(r, 1, 128, 1024, lo=0.0),
+                    _f32(r, 1, 1024, 128, lo=0.0),
+                ),
                 {},
             ),  # fmt: skip
             ref_sd_attention_t,
@@ -731,8 +951,18 @@ def _load(root: str, case: Case):
 
 
 def _compare(out, ref, case: Case) -> str:
-    if isinstance(out, (tuple, list)) and not isinstance(ref, (tuple, list)):
+    if isinstance(ref, tuple):  # one reference per output: each compared, the first failure
+        if not isinstance(out, (tuple, list)) or len(out) < len(ref):
+            return f"mismatch: {len(ref)} outputs expected"
+        results = [_compare(o, r, case) for o, r in zip(out, ref, strict=False)]
+        bad = [r for r in results if not r.startswith("ok")]
+        if bad:
+            return bad[0]
+        return "ok (bit-exact)" if all(r == "ok (bit-exact)" for r in results) else "ok"
+    if isinstance(out, (tuple, list)):
         out = out[0]  # the reference covers the first output (e.g. flash attention's o)
+    if case.decode is not None:
+        out = case.decode(np.asarray(out))
     out = np.asarray(out)
     ref = np.asarray(ref)
     if out.shape != ref.shape:
@@ -803,6 +1033,11 @@ def main(argv: list[str] | None = None) -> int:
             if not os.path.isdir(os.path.join(a.root, case.repo)):
                 rows.append((case.name, f"{case.repo}/{case.path}", "skipped: repository absent",
                              None, 0.0))  # fmt: skip
+                continue
+            missing = [n for n in case.needs if n in absent]
+            if missing:
+                why = f"skipped: needs {', '.join(missing)} (not installed)"
+                rows.append((case.name, f"{case.repo}/{case.path}", why, None, 0.0))
                 continue
             result, sim, wall = run_case(a.root, case, nki)
             result = result.replace(os.path.abspath(a.root) + os.sep, "")

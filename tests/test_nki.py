@@ -924,6 +924,45 @@ def test_nc_stream_shuffle_rules_name_the_argument():
         tn.run(kernel("0123"), x)
 
 
+def test_nc_n_gather_in_both_dialects_matches_numpy():
+    # nki-library's rotational top-k maps each partition's local top-k positions to global
+    # indices with nc_n_gather (data's free axes flattened, uint32 indices per partition).
+    rng = np.random.default_rng(33)
+    x = rng.standard_normal((48, 3, 10)).astype(ml_dtypes.bfloat16)
+    idx = rng.integers(0, 30, (48, 9)).astype(np.uint32)
+    idx[0, :] = 29  # one element repeated; the last of the row
+    want = np.take_along_axis(x.reshape(48, 30), idx.astype(np.int64), axis=1)
+
+    @tn.jit
+    def current(a, i):
+        s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        t = nl.ndarray(i.shape, dtype=i.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=i)
+        d = nl.ndarray(i.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.nc_n_gather(dst=d, data=s, indices=t)
+        out = nl.ndarray(i.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    @tn.jit_legacy
+    def legacy(a, i):
+        g = lisa.nc_n_gather(lnl.load(a), lnl.load(i))
+        out = lnl.ndarray(i.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=g)
+        return out
+
+    res = tn.run(current, x, idx)
+    assert np.array_equal(res.outputs.view(np.uint16), want.view(np.uint16))
+    assert res.report.opcodes["nc_n_gather"] == 1
+    assert np.array_equal(tn.run(legacy, x, idx).outputs.view(np.uint16), want.view(np.uint16))
+    idx[5, 2] = 30  # past the row: the documented range
+    with pytest.raises(Trn2ValueError, match="index 30 at partition 5, element 2") as e:
+        tn.run(current, x, idx)
+    assert e.value.rule == "gather_index"
+    assert str(e.value).startswith(f"{__file__}:{_line_of(current, 'nisa.nc_n_gather')}:")
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

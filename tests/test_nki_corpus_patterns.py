@@ -118,13 +118,56 @@ class _Frozen(nl.NKIObject):
             raise ValueError("negative bias")
 
 
+@dataclasses.dataclass
+class _Sections(nl.NKIObject):
+    # Plain class attributes, no annotations: @dataclass alone would make an __init__ without
+    # parameters; NKI builds every NKIObject alike (nki-library's attention_cte does this).
+    index = None
+    offset = 0
+
+    def end(self, length):
+        return self.offset + length
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape(nl.NKIObject):
+    rows: int
+    tags: list = dataclasses.field(default_factory=list)
+    cols = 4
+
+
+def test_nki_objects_take_their_fields_by_keyword_with_or_without_dataclass():
+    s = _Sections(index=3, offset=512)
+    assert (s.index, s.offset, s.end(128)) == (3, 512, 640)
+    t = _Sections()
+    assert (t.index, t.offset) == (None, 0)
+    assert _Sections(7).index == 7
+    with pytest.raises(Trn2Error, match="no field 'length'"):
+        _Sections(length=1)
+    a, b = _Shape(2), _Shape(rows=3, cols=8)
+    assert (a.rows, a.tags, a.cols, b.rows, b.cols) == (2, [], 4, 3, 8)
+    assert a.tags is not _Shape(2).tags  # a fresh default per instance
+    assert _Shape().rows is None  # NKI's default for a field without one
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.rows = 5
+
+    @tn.jit
+    def k(x, sec):
+        out = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x[0:8, sec.offset : sec.end(4)]))
+        return out
+
+    x = _rand(8, 16)
+    assert np.array_equal(tn.run(k, x, _Sections(index=1, offset=8)).outputs, x[:, 8:12])
+
+
 def test_nki_object_configs_are_built_by_keyword_and_passed_into_kernels():
     cfg = _Tiling(rows=8)
     assert (cfg.rows, cfg.scale, cfg.cols) == (8, 2.0, 32)
     assert _Tiling(8, 3.0).scale == 3.0
     with pytest.raises(Trn2Error, match="no field 'colz'"):
         _Tiling(rows=8, colz=1)
-    with pytest.raises(Trn2Error, match="'rows' has no value"):
+    with pytest.raises(TypeError):  # rows defaults to None (NKI's rule): None * 4 fails
         _Tiling()
     with pytest.raises(ValueError, match="negative bias"):
         _Frozen(bias=-1.0)
@@ -658,6 +701,45 @@ def test_lnc2_outputs_of_one_shape_are_told_apart():
     x = _rand(64, 16)
     a, b = tn.run(two, x, grid=2).outputs
     assert np.array_equal(a, x * np.float32(2)) and np.array_equal(b, x + np.float32(1))
+
+
+def test_lnc2_output_returned_as_a_view_merges_both_cores():
+    # nki-library's cascaded max: each core writes its half of a [1, N] shared_hbm tensor
+    # through `.ap(..., offset=)`, and the kernel returns `.reshape(...)` views of it.
+    @tn.jit
+    def halves(x):
+        n = x.shape[0]
+        half = n // 2
+        pid = nl.program_id(0)
+        out = nl.ndarray((1, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        col = nl.ndarray((1, n), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((half, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * half : (pid + 1) * half, :])
+        m = nl.ndarray((half, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=m, op=nl.maximum, data=t, axis=1)
+        row = m.ap([[1, half], [1, 1]])  # the column as one row
+        nisa.dma_copy(dst=out.ap([[n, 1], [1, half]], offset=pid * half), src=row)
+        ids = nl.ndarray((1, half), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=ids, pattern=[[1, half]], offset=pid * half)
+        nisa.dma_copy(dst=col.ap([[n, 1], [1, half]], offset=pid * half), src=ids)
+        return out.reshape((2, half, 1)), col.reshape((n,))
+
+    x = _rand(16, 4)
+    v, c = tn.run(halves, x, grid=2).outputs
+    assert np.array_equal(v, x.max(axis=1).reshape(2, 8, 1))
+    assert np.array_equal(c, np.arange(16, dtype=np.int32))
+
+    @tn.jit
+    def one_half(x):
+        out = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[0:1, :])
+        nisa.dma_copy(dst=out[0:1, 0:4], src=t)  # the same quarter from both cores
+        return out.reshape((2, 8))  # unwritten
+
+    with pytest.raises(tn.KernelError, match=r"byte 16 was never written") as info:
+        tn.run(one_half, x, grid=2)
+    assert f"{__file__}:{_line_of(one_half, 'out = nl.ndarray')}:" in str(info.value)
 
 
 # ----------------------------------------------------------------------------- the API surface
@@ -1272,3 +1354,113 @@ def test_ap_with_dtype_views_a_tensors_bytes_as_another_dtype():
 
     with pytest.raises(ShapeError, match="dtype: cannot view uint8 as fp32"):
         odd(y)
+
+
+def test_dma_transpose_permutes_2d_3d_and_4d_hbm_sources():
+    # NKI's permutations: [1, 0], [2, 1, 0], [3, 1, 2, 0]; nki-library's attention_cte loads
+    # q transposed through a 4-D `.ap` with two unit axes.
+    x = np.arange(6 * 16, dtype=np.float32).reshape(6, 16).astype(ml_dtypes.bfloat16)
+
+    @tn.jit
+    def four(x):
+        n, d = x.shape
+        t = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.sbuf)
+        src = x.ap([[d, n], [1, 1], [1, 1], [1, d]], offset=0)  # [n, 1, 1, d]
+        nisa.dma_transpose(dst=t.ap([[n, d], [1, 1], [1, 1], [1, n]]), src=src)
+        out = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(tn.run(four, x).outputs, x.T)
+
+    y = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8).astype(ml_dtypes.bfloat16)
+
+    @tn.jit
+    def three(y):
+        t = nl.ndarray((8, 3, 2), dtype=y.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t, src=y)
+        out = nl.ndarray((8, 3, 2), dtype=y.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(tn.run(three, y).outputs, y.transpose(2, 1, 0))
+
+
+def test_a_tensor_compared_with_none_is_a_python_bool():
+    # Optional tensor arguments tested as `t != None` / `t == None` (nki-library's rope_hf).
+    @tn.jit
+    def k(x, extra=None):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        assert (x == None) is False and (x != None) is True  # noqa: E711
+        if extra != None:  # noqa: E711
+            e = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=e, src=extra)
+            nisa.tensor_tensor(dst=t, data1=t, data2=e, op=nl.add)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x, y = _rand(8, 4), _rand(8, 4, seed=1)
+    assert np.array_equal(tn.run(k, x).outputs, x)
+    assert np.array_equal(tn.run(k, x, y).outputs, x + y)
+
+
+def test_numpy_scalar_arguments_are_python_constants():
+    # `scale=1 / np.sqrt(d)` is a numpy float64: a constant of the kernel, not an HBM tensor.
+    @tn.jit
+    def k(x, scale, n):
+        assert isinstance(scale, float) and isinstance(n, int)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=scale * n)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(8, 4)
+    out = tn.run(k, x, 1 / np.sqrt(16.0), np.int64(2)).outputs
+    assert np.array_equal(out, x * np.float32(0.5))
+
+
+def test_dma_transpose_of_an_sbuf_source_is_refused_by_name():
+    @tn.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        u = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=u, src=t)  # SBUF to SBUF
+        return x
+
+    x = _rand(16, 8).astype(ml_dtypes.bfloat16)
+    with pytest.raises(tn.NotSupportedError, match="SBUF-to-SBUF DMA transpose") as info:
+        tn.run(k, x)
+    _at(info, k, "# SBUF to SBUF")
+
+
+def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes():
+    # nki-library's attention_cte declares each query group's PSUM tile with address= at the
+    # same bank: "first write overwrites, later ones accumulate" is per tensor, not per byte.
+    a = _rand(32, 16)
+    b = _rand(32, 8, seed=1)
+
+    @tn.jit
+    def k(a, b):
+        sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=sa, src=a)
+        nisa.dma_copy(dst=sb, src=b)
+        out = nl.ndarray((2, 16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        for g in range(2):
+            p = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+            for _ in range(g + 1):  # group g accumulates g + 1 products
+                nisa.nc_matmul(dst=p[:, :], stationary=sa, moving=sb)
+            s = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=s, src=p)
+            nisa.dma_copy(dst=out[g], src=s)
+        return out
+
+    got = tn.run(k, a, b).outputs
+    one = a.T.astype(np.float64) @ b.astype(np.float64)
+    assert np.allclose(got[0], one, rtol=1e-5, atol=1e-5)
+    assert np.allclose(got[1], 2 * one, rtol=1e-5, atol=1e-5)  # not 3x: a fresh start

@@ -429,6 +429,7 @@ class Core:
                                  None)  # fmt: skip
         self.launch.created[id(tile)] = (tile, *user_location())
         t = NkiTensor(tile, shape, None, dtype, SHARED_HBM, self, None, name)
+        t._shared = j
         table.append(t)
         return t
 
@@ -1289,7 +1290,7 @@ class Launch:
                     f"{len(same)} shared_hbm outputs of this shape; return the tensors "
                     "nl.ndarray made"
                 )
-        shared_j = same[0] if same else None
+        shared_j = same[0] if same else t._shared
         if self.lnc == 1 or shared_j is None:
             try:
                 raw = owner.m.read(t.tile)
@@ -1303,11 +1304,13 @@ class Launch:
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
         return self._merge(shared_j, t, host)
 
-    def _unwritten(self, t: NkiTensor, msg: str) -> KernelError:
+    def _unwritten(self, t: NkiTensor, msg: str, base: NkiTensor | None = None) -> KernelError:
         """The error of an output the kernel left partly unwritten, at the line that created
-        it (the kernel's first line when it returned a view made elsewhere)."""
-        made = self.created.get(id(t.tile))
-        if made is not None and made[0] is t.tile:
+        it (of ``base``, the tensor it views, when given; the kernel's first line when it
+        returned a view made elsewhere)."""
+        src = t if base is None else base
+        made = self.created.get(id(src.tile))
+        if made is not None and made[0] is src.tile:
             loc = (made[1], made[2])
         else:
             code = getattr(self.fn, "__code__", None)
@@ -1320,14 +1323,17 @@ class Launch:
 
     def _merge(self, j: int, t: NkiTensor, host) -> np.ndarray:
         """An output written by the physical cores of an LNC=2 launch: each core's written
-        bytes; overlapping writes must agree (else a race)."""
-        nbytes = t.size * t.dtype.itemsize
+        bytes of the ``j``-th shared tensor; overlapping writes must agree (else a race).
+        ``t`` is that tensor or a view of it (a reshape, an ``.ap``): its elements are then
+        taken from the merged storage."""
+        base = self.shared[self.cores[0].index][j]
+        nbytes = base.size * base.dtype.itemsize
         out = np.zeros(nbytes, np.uint8)
         seen = np.zeros(nbytes, bool)
         for core in self.cores:
             st = self.shared[core.index][j]
             flat = st.tile.rows(1, 0).ap([(1, st.size)], 0)
-            es = t.dtype.itemsize
+            es = st.dtype.itemsize
             for lo, hi in core.m.written_ranges(st.tile):
                 part = core.m.read(flat.ap([(1, (hi - lo) // es)], lo // es)).view(np.uint8)
                 clash = seen[lo:hi] & (out[lo:hi] != part)
@@ -1339,14 +1345,30 @@ class Launch:
                     )
                 out[lo:hi] = part
                 seen[lo:hi] = True
-        if not seen.all():
+        # The view's bytes in the storage (the storage itself: all of them, in order).
+        es = t.dtype.itemsize
+        idx = _view_elements(t.tile, es)
+        cols = (idx[..., None] * es + np.arange(es)).reshape(-1)
+        if not seen[cols].all():
             raise self._unwritten(
                 t,
-                f"output {t.name or j} {t.shape}: byte {int(np.argmin(seen))} was never "
-                "written by either physical core",
+                f"output {t.name or j} {t.shape}: byte {int(cols[np.argmin(seen[cols])])} "
+                "was never written by either physical core",
+                base,
             )
-        res = out.view(host).reshape(t.shape)
+        res = out[cols].view(host).reshape(t.shape)
         return res.astype(np.bool_) if t.dtype == D.bool_ else res
+
+
+def _view_elements(tile, itemsize: int) -> np.ndarray:
+    """The storage element indices (of ``itemsize`` bytes) an HBM tile reads, in its order."""
+    idx = np.asarray(tile.offset // itemsize, np.int64)
+    steps = [tile.row_step, *(st for st, _ in tile.pattern)]
+    for ax, (st, n) in enumerate(zip(steps, tile.shape, strict=True)):
+        shape = [1] * len(steps)
+        shape[ax] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return idx
 
 
 def _same_tile(a, b) -> bool:
@@ -1403,6 +1425,9 @@ def _bind(core: Core, args, kwargs):
     """The kernel's arguments with numpy arrays as HBM tensors of ``core``."""
 
     def conv(x, name):
+        if isinstance(x, np.generic) and not isinstance(x, np.void):
+            # A numpy scalar (``scale=1 / np.sqrt(d)`` is a float64) is a Python constant.
+            return x.item()
         if _is_array(x):
             a = np.asarray(x)
             if a.dtype == np.float64:

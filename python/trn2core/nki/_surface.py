@@ -12,6 +12,7 @@ nki.language, nki.isa, nki.collectives; neuronxcc.nki.compiler for the legacy di
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -80,7 +81,19 @@ def unsupported_names(module: str, names: tuple[str, ...]) -> dict[str, Unsuppor
     return {n: Unsupported(f"{module}.{n}") for n in names}
 
 
+def _is_field_value(name: str, v) -> bool:
+    """A class attribute NKI takes as a field: a plain value (not a method, property, class or
+    static method, nested class or dunder)."""
+    return not (
+        name.startswith("__")
+        or callable(v)
+        or isinstance(v, (property, classmethod, staticmethod, type))
+    )
+
+
 def _fields(cls: type) -> list[str]:
+    """NKI's fields of a class: its annotated names over the MRO, then the names of its plain
+    class attributes (``section_idx = None``: nki-library builds such classes by keyword)."""
     out: list[str] = []
     for c in reversed(cls.__mro__):
         if c is object or c is NKIObject:
@@ -88,38 +101,63 @@ def _fields(cls: type) -> list[str]:
         for name in inspect.get_annotations(c):
             if name not in out:
                 out.append(name)
+    for c in reversed(cls.__mro__):
+        if c is object or c is NKIObject:
+            continue
+        for name, v in vars(c).items():
+            if name not in out and _is_field_value(name, v):
+                out.append(name)
     return out
+
+
+def _nki_init(self, *args, **kwargs) -> None:
+    """NKI's generated initializer (the NKI language guide, "Class Support"): each field by
+    position or keyword, else its class default, else a dataclass ``default_factory``, else
+    None; then ``__post_init__``."""
+    cls = type(self)
+    fields = _fields(cls)
+    if len(args) > len(fields):
+        raise Trn2ValueError(
+            f"{cls.__name__}: {len(args)} positional values for {len(fields)} fields {fields}"
+        )
+    values = dict(zip(fields, args, strict=False))
+    for k, v in kwargs.items():
+        if k not in fields:
+            raise Trn2ValueError(f"{cls.__name__}: no field {k!r} (fields: {fields})", arg=k)
+        if k in values:
+            raise Trn2ValueError(f"{cls.__name__}: field {k!r} given twice", arg=k)
+        values[k] = v
+    declared = getattr(cls, "__dataclass_fields__", {})
+    for f in fields:
+        if f in values:
+            v = values[f]
+        elif hasattr(cls, f):
+            continue  # the class attribute is the default
+        elif f in declared and declared[f].default_factory is not dataclasses.MISSING:
+            v = declared[f].default_factory()
+        else:
+            v = None
+        object.__setattr__(self, f, v)  # frozen dataclasses too
+    post = getattr(self, "__post_init__", None)
+    if post is not None:
+        post()
 
 
 class NKIObject:
     """``nl.NKIObject``: the base class of configuration objects a kernel builds and passes
-    around. A subclass decorated with ``@dataclass`` is an ordinary dataclass; one that is not
-    (and has no ``__init__`` of its own) is built the same way: positional or keyword values
-    for its annotated fields, class attributes as defaults, then ``__post_init__`` if it has
-    one."""
+    around. As NKI's language guide has it, a subclass is built the same way with or without
+    ``@dataclass``: unless its class body defines ``__init__``, NKI's initializer takes each
+    field (its annotated names, then its plain class attributes) by position or keyword,
+    defaulting to the class value or None, then calls ``__post_init__`` if it has one (the
+    initializer is set on the subclass itself, so ``@dataclass`` keeps it)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in vars(cls):
+            cls.__init__ = _nki_init  # type: ignore[method-assign]
 
     def __init__(self, *args, **kwargs) -> None:
-        cls = type(self)
-        fields = _fields(cls)
-        if len(args) > len(fields):
-            raise Trn2ValueError(
-                f"{cls.__name__}: {len(args)} positional values for {len(fields)} fields {fields}"
-            )
-        values = dict(zip(fields, args, strict=False))
-        for k, v in kwargs.items():
-            if k not in fields:
-                raise Trn2ValueError(f"{cls.__name__}: no field {k!r} (fields: {fields})", arg=k)
-            if k in values:
-                raise Trn2ValueError(f"{cls.__name__}: field {k!r} given twice", arg=k)
-            values[k] = v
-        for f in fields:
-            if f in values:
-                object.__setattr__(self, f, values[f])
-            elif not hasattr(cls, f):
-                raise Trn2ValueError(f"{cls.__name__}: field {f!r} has no value", arg=f)
-        post = getattr(self, "__post_init__", None)
-        if post is not None:
-            post()
+        _nki_init(self, *args, **kwargs)
 
     def __repr__(self) -> str:
         fields = _fields(type(self))

@@ -265,7 +265,7 @@ class NkiTensor:
 
     __slots__ = (
         "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "_written", "_blocks", "__weakref__",
+        "_valid", "_written", "_blocks", "_shared", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
@@ -285,6 +285,9 @@ class NkiTensor:
         # Explicit placement with block axes: ``Blocks`` on the tensor itself; on a view of
         # one block, ``(Blocks, logical block)``.
         self._blocks = None
+        # A view of the launch's ``j``-th shared_hbm tensor (kept by every view of it): under
+        # LNC=2 its bytes are merged from both physical cores when it is returned.
+        self._shared: int | None = None
 
     # -------------------------------------------------------------------- properties
     @property
@@ -338,6 +341,7 @@ class NkiTensor:
     def _view(self, tile, shape, pdim) -> NkiTensor:
         t = NkiTensor(tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner,
                       self.name)  # fmt: skip
+        t._shared = self._shared
         return t
 
     def _machine_axis(self, a: int) -> int:
@@ -841,7 +845,14 @@ class NkiTensor:
     __lshift__, __rshift__ = _binary("left_shift"), _binary("right_shift")
     __lt__, __le__ = _binary("less"), _binary("less_equal")
     __gt__, __ge__ = _binary("greater"), _binary("greater_equal")
-    __eq__, __ne__ = _binary("equal"), _binary("not_equal")
+
+    # Against None a tensor is a Python value, not an operand: ``t != None`` is True (kernels
+    # test optional tensor arguments so, e.g. nki-library's rope_hf ``rope_cache != None``).
+    def __eq__(self, o):  # type: ignore[override]
+        return False if o is None else self._bin("equal", o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return True if o is None else self._bin("not_equal", o)
 
     @api
     def __neg__(self):

@@ -85,13 +85,24 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
 
 @api
 def dma_transpose(dst, src, axes=None, **kwargs) -> None:
-    """A 2-D transpose by DMA from HBM (``dst[j, i] = src[i, j]``)."""
-    if src._pdim is not None or src.ndim != 2:
-        raise NotSupportedError("dma_transpose: a 2-D HBM source (SBUF to SBUF is not emulated)")
+    """A transpose by DMA from HBM: NKI's permutation of the source's axes, ``[1, 0]`` for a
+    2-D source, ``[2, 1, 0]`` for 3-D, ``[3, 1, 2, 0]`` for 4-D (``dst[j, i] = src[i, j]`` in
+    2-D)."""
+    if src._pdim is not None:
+        raise NotSupportedError(
+            "dma_transpose: an on-chip source (SBUF-to-SBUF DMA transpose is not emulated; "
+            "HBM sources of 2 to 4 axes are)"
+        )
+    if not 2 <= src.ndim <= 4:
+        raise NotSupportedError(f"dma_transpose: a source of {src.ndim} axes (2 to 4 are)")
     m = _m(dst, src)
     t = src.tile
-    col = t.pattern[0][0] if t.pattern else 1
-    view = t.rows(src.shape[1], col).ap([(t.row_step, src.shape[0])], 0)
+    axes_ = [(t.row_step, src.shape[0])] + [(st, n) for st, n in t.pattern]
+    if len(axes_) != src.ndim:  # an HBM view's free pattern is its axes after the first
+        raise NotSupportedError(f"dma_transpose: a source view of shape {src.shape}")
+    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[src.ndim]
+    (s0, n0), *rest = [axes_[a] for a in perm]
+    view = t.rows(n0, s0).ap(rest, 0)
     m.issue("dma_copy", _t(dst, "dst"), view)
 
 
@@ -123,9 +134,15 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     matmul into memory not written by a matmul overwrites it, later ones accumulate."""
     pos, size = _pe_tile(tile_position, tile_size)
     pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
-    _m(dst, stationary, moving).issue("nc_matmul",
+    m = _m(dst, stationary, moving)
+    acc = None if accumulate is None else bool(accumulate)
+    # accumulate=None: "first write overwrites" per tensor, as the compiler infers it. A tensor
+    # placed (address=) on bytes that last held another tensor's matmul result starts anew.
+    if isinstance(dst, NkiTensor) and dst._core.block_fresh(dst) and acc is None:
+        acc = False
+    m.issue("nc_matmul",
         _t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving"),
-        None if accumulate is None else bool(accumulate), pm, pos, size, bool(is_transpose),
+        acc, pm, pos, size, bool(is_transpose),
     )  # fmt: skip
 
 
@@ -358,7 +375,6 @@ define_unsupported(
         "select_reduce",
         "sequence_bounds",
         "local_gather",
-        "nc_n_gather",
         "dma_compute",
         "nc_match_replace8",
         "nc_stream_shuffle",

@@ -133,6 +133,8 @@ named_enum! {
         NcMatchReplace8 = "nc_match_replace8",
         /// `nc_stream_shuffle` (Vector): partitions moved within each quadrant by a mask.
         NcStreamShuffle = "nc_stream_shuffle",
+        /// `nc_n_gather` (GpSimd): elements of each partition picked by uint32 indices.
+        NcNGather = "nc_n_gather",
     }
 }
 

@@ -368,6 +368,10 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          (255: unmodified)",
         &[DST, req("src", K::Tile), req("shuffle_mask", K::Ints)],
     ),
+    row(Op::NcNGather, &[Gpsimd], Like("indices"), None,
+        "dst[p, j] = data[p, indices[p, j]] (data's free axes flattened; uint32 indices)",
+        &[DST, req("data", K::Tile), req("indices", K::Tile)],
+    ),
 ];
 
 /// The row of `op`.
@@ -826,6 +830,7 @@ impl Machine {
             Opcode::NcStreamShuffle => {
                 self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
             }
+            Opcode::NcNGather => self.nc_n_gather(&dst, &a.tile("data")?, &a.tile("indices")?),
         }
     }
 }
