@@ -29,6 +29,8 @@
 //! 2-core AVX-512 host (Zen 4): a 2048^3 GEMM at about 0.8 to 0.85 times numpy's OpenBLAS sgemm,
 //! which is free to reorder its sums.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use super::kernel::{fp_env_is_ieee, MicroKernel, Portable, MAX_MR};
@@ -247,23 +249,108 @@ struct Task<'o> {
 }
 
 /// A float32 buffer whose data starts on a 64-byte boundary (one cache line, one zmm load).
+#[derive(Default)]
 pub(crate) struct Aligned {
+    /// The allocation: `LANES` floats more than the longest slice it serves, so that the data
+    /// can start on a 64-byte boundary within the first `LANES`.
     buf: Vec<f32>,
+    /// Where the data starts in `buf` (fixed: the allocation never moves).
     offset: usize,
+    /// The length of the slice handed out.
+    len: usize,
 }
 
 impl Aligned {
     const LANES: usize = 16;
 
+    /// `len` zeros (a `CapacityError` naming `what` when the host cannot hold them).
     pub(crate) fn new(len: usize, what: &str) -> Result<Aligned> {
-        let buf: Vec<f32> = crate::host::zeroed_vec("a, b", what, len + Self::LANES)?;
+        let total = len.saturating_add(Self::LANES);
+        let buf: Vec<f32> = crate::host::zeroed_vec("a, b", what, total)?;
         let offset = buf.as_ptr().align_offset(64).min(Self::LANES);
-        Ok(Aligned { buf, offset })
+        Ok(Aligned { buf, offset, len })
+    }
+
+    /// The longest slice this allocation can serve from its aligned start.
+    fn room(&self) -> usize {
+        self.buf.len().saturating_sub(self.offset)
     }
 
     pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
-        let len = self.buf.len() - Self::LANES;
-        &mut self.buf[self.offset..self.offset + len]
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+}
+
+/// Packing buffers a thread keeps for its next GEMM call: a chain of `nc_matmul`s settles as
+/// one driver call of a few MiB of packed panels, and an NKI kernel settles hundreds of them;
+/// zeroing fresh buffers (and faulting their pages in) for each cost more than a tenth of the
+/// arithmetic. At most [`SPARES`] per thread, each of at most [`SPARE_MAX_FLOATS`].
+const SPARES: usize = 2;
+/// The largest packing buffer kept for reuse, in floats (8 MiB).
+const SPARE_MAX_FLOATS: usize = 2 << 20;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Aligned>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A packing buffer of `len` floats, 64-byte aligned, of **unspecified contents** (what an
+/// earlier call packed into it): the packers write every element a kernel reads, padding
+/// included. Taken from the calling thread's spares when one is long enough (a call that runs
+/// while another waits on the same thread, as rayon's work stealing allows, finds the spares
+/// already taken and allocates its own), otherwise new (through the host check); given back to
+/// the thread's spares when dropped.
+pub(crate) struct PackBuf(Aligned);
+
+impl PackBuf {
+    pub(crate) fn take(len: usize, what: &str) -> Result<PackBuf> {
+        let spare = SPARE
+            .try_with(|spares| {
+                let mut spares = spares.try_borrow_mut().ok()?;
+                // The shortest spare that is long enough.
+                let (i, _) = spares
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.room() >= len)
+                    .min_by_key(|(_, b)| b.room())?;
+                Some(spares.swap_remove(i))
+            })
+            .ok()
+            .flatten();
+        let buf = match spare {
+            Some(mut buf) => {
+                buf.len = len;
+                buf
+            }
+            None => Aligned::new(len, what)?,
+        };
+        Ok(PackBuf(buf))
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [f32] {
+        self.0.as_mut_slice()
+    }
+}
+
+impl Drop for PackBuf {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        if buf.room() == 0 || buf.room() > SPARE_MAX_FLOATS {
+            return;
+        }
+        // During the thread's exit the spares may be gone: the buffer is then simply freed.
+        let _ = SPARE.try_with(|spares| {
+            let Ok(mut spares) = spares.try_borrow_mut() else {
+                return;
+            };
+            if spares.len() < SPARES {
+                spares.push(buf);
+            } else if let Some(short) = spares.iter_mut().min_by_key(|b| b.room()) {
+                // Keep the longer buffers: they serve more calls.
+                if short.room() < buf.room() {
+                    *short = buf;
+                }
+            }
+        });
     }
 }
 
@@ -334,8 +421,8 @@ fn drive<K: MicroKernel>(
     }
     // A tile holds at most its products: a short K must not cost 128 times the operands' memory.
     let kc_max = tiles.iter().map(|t| t.order.len()).max().unwrap_or(0);
-    let mut apack = Aligned::new(m_panels * K::MR * kc_max, "the packed tile of a")?;
-    let mut bpack = Aligned::new(n_panels * K::NR * kc_max, "the packed tile of b")?;
+    let mut apack = PackBuf::take(m_panels * K::MR * kc_max, "the packed tile of a")?;
+    let mut bpack = PackBuf::take(n_panels * K::NR * kc_max, "the packed tile of b")?;
     let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
     // Ctrl-C (crate::cancel): checked between K tiles and by every output block of a tile.
     for (t, tile) in tiles.iter().enumerate() {
@@ -416,8 +503,8 @@ fn drive_one_pass<K: MicroKernel>(
 ) -> Result<()> {
     let (a_len, b_len) = (m.div_ceil(K::MR) * K::MR, n.div_ceil(K::NR) * K::NR);
     let cancel = crate::cancel::current();
-    let mut apack = Aligned::new(a_len * total_k, "the packed tiles of a")?;
-    let mut bpack = Aligned::new(b_len * total_k, "the packed tiles of b")?;
+    let mut apack = PackBuf::take(a_len * total_k, "the packed tiles of a")?;
+    let mut bpack = PackBuf::take(b_len * total_k, "the packed tiles of b")?;
     // Each tile's share of both buffers.
     let mut jobs: Vec<(&KTile, &mut [f32], &mut [f32])> = Vec::with_capacity(tiles.len());
     let (mut ar, mut br) = (apack.as_mut_slice(), bpack.as_mut_slice());
@@ -704,6 +791,160 @@ mod tests {
             run_tiles(&whole, m, n, false, &mut again).expect("accumulated whole");
             assert_eq!(bits(&twice), bits(&again));
         }
+    }
+
+    /// This thread's spare packing buffers, as (address, room).
+    fn spares() -> Vec<(usize, usize)> {
+        SPARE.with(|s| {
+            s.borrow()
+                .iter()
+                .map(|b| (b.buf.as_ptr() as usize, b.room()))
+                .collect()
+        })
+    }
+
+    /// Fills every float of this thread's spare packing buffers with garbage: NaN, Inf,
+    /// subnormals, huge values.
+    fn poison_spares() {
+        SPARE.with(|s| {
+            for (i, b) in s.borrow_mut().iter_mut().enumerate() {
+                let junk = values(77 + i as u64, b.buf.len());
+                b.buf.copy_from_slice(&junk);
+            }
+        });
+    }
+
+    /// One GEMM through `drive` as a chain of K tiles (`a_t`: `a` given transposed, as the
+    /// machine's chains give it), written into an output that starts as garbage.
+    fn chain_bits<K: MicroKernel>(
+        kernel: K,
+        a: &[f32],
+        b: &[f32],
+        dims: (usize, usize, usize),
+        mode: PerfMode,
+        a_t: bool,
+        one_pass_floats: usize,
+    ) -> Vec<u32> {
+        let (m, k, n) = dims;
+        let at: Vec<f32> = (0..k * m).map(|e| a[(e % m) * k + e / m]).collect();
+        let ra = if a_t {
+            f32_reader("a", &at, [k, m])
+        } else {
+            f32_reader("a", a, [m, k])
+        }
+        .expect("valid");
+        let rb = f32_reader("b", b, [k, n]).expect("valid");
+        let tiling = Tiling::gemm(mode);
+        let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
+        let mut tiles = k_tiles(&ra, &rb, k, tiling, &orders);
+        for t in tiles.iter_mut() {
+            t.a_t = a_t;
+        }
+        let mut out = values(99, m * n);
+        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats).expect("valid");
+        bits(&out)
+    }
+
+    /// Reused packing buffers hold what an earlier call left; every bit must come out as from
+    /// fresh (zeroed) ones.
+    fn dirty_spares_give_the_same_bits_with<K: MicroKernel + Send + 'static>(kernel: K) {
+        // m and n are multiples of no kernel's MR (4, 6) or NR (8, 16, 64): the panels carry
+        // padding rows and columns; k has a tail tile.
+        let shapes = [(13, 300, 70), (7, 130, 129), (1, 5, 1)];
+        for (m, k, n) in shapes {
+            let a = values(5, m * k);
+            let b = values(6, k * n);
+            for mode in PerfMode::ALL {
+                for a_t in [false, true] {
+                    for one_pass in [ONE_PASS_FLOATS, 0] {
+                        let case = format!("{m}x{k}x{n} {mode:?} a_t={a_t} one_pass={one_pass}");
+                        // A fresh thread starts with no spares: zeroed buffers.
+                        let fresh = {
+                            let (a, b) = (a.clone(), b.clone());
+                            std::thread::spawn(move || {
+                                assert!(spares().is_empty());
+                                chain_bits(kernel, &a, &b, (m, k, n), mode, a_t, one_pass)
+                            })
+                            .join()
+                            .expect("fresh thread")
+                        };
+                        // Here: a larger GEMM of other operands leaves its panels in this
+                        // thread's spares, then garbage overwrites every float of them.
+                        let (bm, bk, bn) = (40, 520, 150);
+                        let big_a = values(7, bm * bk);
+                        let big_b = values(8, bk * bn);
+                        chain_bits(kernel, &big_a, &big_b, (bm, bk, bn), mode, a_t, one_pass);
+                        for _ in 0..2 {
+                            poison_spares();
+                            let before = spares();
+                            assert_eq!(before.len(), SPARES, "{case}");
+                            let got = chain_bits(kernel, &a, &b, (m, k, n), mode, a_t, one_pass);
+                            assert_eq!(got, fresh, "{case}: reused buffers changed bits");
+                            // The call took the dirty buffers and gave them back.
+                            let mut after = spares();
+                            let mut before = before;
+                            after.sort_unstable();
+                            before.sort_unstable();
+                            assert_eq!(after, before, "{case}: spares not reused");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dirty_packing_buffers_give_the_same_bits() {
+        dirty_spares_give_the_same_bits_with(Portable);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(kernel) = crate::engine::kernel::Avx2::detect() {
+                dirty_spares_give_the_same_bits_with(kernel);
+            }
+            if let Some(kernel) = crate::engine::kernel::Avx512::detect() {
+                dirty_spares_give_the_same_bits_with(kernel);
+            }
+        }
+    }
+
+    #[test]
+    fn packing_buffers_are_kept_per_thread_within_limits() {
+        std::thread::spawn(|| {
+            // Exactly the length asked for, aligned.
+            for len in [0, 1, 100, 1000] {
+                let mut p = PackBuf::take(len, "x").expect("small");
+                let s = p.as_mut_slice();
+                assert_eq!(s.len(), len);
+                assert_eq!(s.as_ptr() as usize % 64, 0);
+            }
+            // The longest kept; at most SPARES of them.
+            assert_eq!(spares().len(), SPARES);
+            assert!(spares().iter().all(|&(_, room)| room >= 100));
+            // A shorter request reuses a longer spare and still sees only its own length.
+            let addrs: Vec<usize> = spares().iter().map(|s| s.0).collect();
+            {
+                let mut p = PackBuf::take(10, "x").expect("small");
+                assert_eq!(p.as_mut_slice().len(), 10);
+                assert_eq!(spares().len(), SPARES - 1);
+                // Nested takes (work stealing on this thread) never share a buffer.
+                let mut q = PackBuf::take(10, "x").expect("small");
+                let mut r = PackBuf::take(10, "x").expect("small");
+                assert!(spares().is_empty());
+                let (pp, qp, rp) = (
+                    p.as_mut_slice().as_ptr(),
+                    q.as_mut_slice().as_ptr(),
+                    r.as_mut_slice().as_ptr(),
+                );
+                assert!(pp != qp && qp != rp && pp != rp);
+            }
+            assert_eq!(spares().len(), SPARES);
+            assert!(spares().iter().all(|s| addrs.contains(&s.0)));
+            // Beyond the cap: freed, not kept.
+            drop(PackBuf::take(SPARE_MAX_FLOATS + 1, "x").expect("fits"));
+            assert!(spares().iter().all(|&(_, room)| room <= SPARE_MAX_FLOATS));
+        })
+        .join()
+        .expect("thread");
     }
 
     #[test]
