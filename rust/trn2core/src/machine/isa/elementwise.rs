@@ -42,16 +42,12 @@ impl Machine {
         let engine = Engine::Vector;
         let a = self.operand("src", src, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
-        if dst.dtype != src.dtype {
-            return Err(super::dtype_rule(
-                "dst",
-                "shuffle_dtype",
-                format!(
-                    "dst is {} and src {}; nc_stream_shuffle keeps the dtype",
-                    dst.dtype, src.dtype
-                ),
-            ));
-        }
+        super::keeps_dtype(
+            "shuffle_dtype",
+            dst,
+            ("src", src),
+            "nc_stream_shuffle keeps the dtype",
+        )?;
         if d.n() != a.n() {
             return Err(super::shape_rule(
                 "dst",

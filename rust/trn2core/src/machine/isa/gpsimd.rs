@@ -213,16 +213,12 @@ impl Machine {
                 ),
             ));
         }
-        if dst.dtype != data.dtype {
-            return Err(super::dtype_rule(
-                "dst",
-                "gather_dtype",
-                format!(
-                    "dst is {} and data {}; nc_n_gather keeps data's dtype",
-                    dst.dtype, data.dtype
-                ),
-            ));
-        }
+        super::keeps_dtype(
+            "gather_dtype",
+            dst,
+            ("data", data),
+            "nc_n_gather keeps data's dtype",
+        )?;
         if i.p() != a.p() || d.p() != a.p() || d.n() != i.n() {
             return Err(shape_rule(
                 "dst",

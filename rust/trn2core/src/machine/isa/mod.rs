@@ -105,6 +105,21 @@ pub(crate) fn dtype_rule(arg: &str, rule: &'static str, message: impl std::fmt::
     Error::format(arg, format!("{message} [engine rule {rule}]")).with_rule(rule)
 }
 
+/// The dtype rule `rule` of an instruction whose `dst` keeps its source's dtype: `src` is the
+/// source operand's argument name, `why` the message's tail.
+pub(crate) fn keeps_dtype(
+    rule: &'static str,
+    dst: &Tile,
+    src: (&str, &Tile),
+    why: &str,
+) -> Result<()> {
+    if dst.dtype == src.1.dtype {
+        return Ok(());
+    }
+    let message = format!("dst is {} and {} {}; {why}", dst.dtype, src.0, src.1.dtype);
+    Err(dtype_rule("dst", rule, message))
+}
+
 /// Checks that `engine` is one the instruction runs on (its row of the instruction table).
 pub(crate) fn check_engine(op: Opcode, engine: Engine) -> Result<()> {
     let allowed = table::info(op).engines;
