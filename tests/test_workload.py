@@ -284,6 +284,38 @@ def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
     assert r.returncode == 2 and "--plot" in r.stderr
 
 
+def test_the_search_has_a_pareto_front_and_its_plot(tmp_path):
+    from trn2core import plot
+
+    r = workload.search("llama-3.1-8b", "trn2.48xlarge", objective="itl")
+    rows, front = r.layouts, r.pareto()
+    assert 1 < len(front) < len(rows)
+    # Fastest first, throughput rising along the front; no layout beats a front member on both.
+    assert [c["itl_s"] for c in front] == sorted(c["itl_s"] for c in front)
+    assert all(a["tokens_per_s"] < b["tokens_per_s"] for a, b in zip(front, front[1:]))
+    for f in front:
+        assert not any(
+            c["itl_s"] <= f["itl_s"] and c["tokens_per_s"] > f["tokens_per_s"] for c in rows
+        )
+    # Every other layout is beaten (or matched) on both by one on the front.
+    for c in rows:
+        assert any(
+            f["itl_s"] <= c["itl_s"] and f["tokens_per_s"] >= c["tokens_per_s"] for f in front
+        )
+    assert front[0]["itl_s"] == min(c["itl_s"] for c in rows)
+    assert front[-1]["tokens_per_s"] == max(c["tokens_per_s"] for c in rows)
+    out = plot.pareto(r, tmp_path / "front.png")
+    assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(Trn2ValueError, match="result"):
+        plot.pareto(rows, tmp_path / "x.png")
+    with pytest.raises(Trn2ValueError, match="suffixes"):
+        plot.pareto(r, tmp_path / "x.txt")
+    none = workload.search("llama-3.1-8b", "trn2.48xlarge", constraints={"max_itl_s": 1e-9})
+    assert none.pareto() == []
+    with pytest.raises(Trn2ValueError, match="no layouts"):
+        plot.pareto(none, tmp_path / "y.png")
+
+
 def test_attention_heads_are_padded_to_tp_as_nxd_inference_pads_them():
     # NxD Inference runs Trinity-Large's 48 heads at TP=64, one (padded) head per rank: the
     # step costs what 64 heads cost at TP=64, and more than 48 heads at TP=48 would per rank.

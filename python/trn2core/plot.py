@@ -19,7 +19,7 @@ from .chip import Chip
 from .engine import estimate_gemm
 from .errors import Trn2Error, Trn2ValueError
 
-__all__ = ["breakdown", "roofline", "roofline_figure"]
+__all__ = ["breakdown", "pareto", "roofline", "roofline_figure"]
 
 #: One colour per line (matplotlib's tab10), so no two lines share one.
 _COLOURS = {
@@ -185,6 +185,49 @@ def breakdown(reports, path: str | os.PathLike[str], *, labels=None) -> str:
             bottom = [b + m for b, m in zip(bottom, ms, strict=True)]
         ax.set_ylabel("ms per step")
         ax.set_title(reps[0]._d.get("model", ""))
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def pareto(result, path: str | os.PathLike[str]) -> str:
+    """Writes a layout search's result (``trn2core.workload.search``) to ``path`` (PNG, SVG or
+    PDF): every layout's time per token (a training search: its step time) against its
+    throughput, log-log, with the Pareto front (``SearchResult.pareto``) drawn and labelled.
+    matplotlib is checked before anything is drawn; returns the path."""
+    from .workload import SearchResult
+
+    path = check_plot_path(path)
+    if not isinstance(result, SearchResult):
+        raise Trn2ValueError(f"result: expected a workload SearchResult, got {result!r}")
+    rows = result.layouts
+    if not rows:
+        raise Trn2ValueError("result: no layouts to draw (every layout was skipped)")
+    plt = _pyplot()
+    front = result.pareto()
+    fig, ax = plt.subplots(figsize=(7.0, 4.8))
+    try:
+        ax.scatter(
+            [c["itl_s"] * 1e3 for c in rows],
+            [c["tokens_per_s"] for c in rows],
+            s=10,
+            color="tab:gray",
+            label=f"{len(rows)} layouts",
+        )
+        fx = [c["itl_s"] * 1e3 for c in front]
+        fy = [c["tokens_per_s"] for c in front]
+        ax.plot(fx, fy, marker="o", color="tab:red", label=f"Pareto front ({len(front)})")
+        for c, x, y in zip(front, fx, fy, strict=True):
+            tag = f"tp{c['tp']} pp{c['pp']} dp{c['dp']} ep{c['ep']} b{c['batch']}"
+            ax.annotate(tag, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("ms per output token (training: per step)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"layouts by {result.objective}")
         ax.legend(fontsize="small")
         fig.tight_layout()
         fig.savefig(path)

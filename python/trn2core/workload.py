@@ -512,6 +512,15 @@ class SearchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"objective": self.objective, **json.loads(json.dumps(self._d))}
 
+    def pareto(self) -> list[dict]:
+        """The Pareto front of the layouts: those no other layout beats on both time per token
+        (``itl_s``; a training step's time) and throughput (``tokens_per_s``), fastest first."""
+        front: list[dict] = []
+        for c in sorted(self.layouts, key=lambda c: (c["itl_s"], -c["tokens_per_s"])):
+            if not front or c["tokens_per_s"] > front[-1]["tokens_per_s"]:
+                front.append(c)
+        return front
+
     def table(self, limit: int = 10) -> str:
         head = "  tp  pp   dp  ep lnc batch   ttft ms    itl ms    tokens/s   $/Mtok"
         lines = [head]
