@@ -183,14 +183,21 @@ def breakdown(reports, path: str | os.PathLike[str], *, labels=None) -> str:
             ms = [p.get(kind, 0.0) * 1e3 for p in parts]
             ax.bar(labels, ms, bottom=bottom, label=kind, color=f"C{i % 10}")
             bottom = [b + m for b, m in zip(bottom, ms, strict=True)]
-        ax.set_ylabel("ms per step")
-        ax.set_title(reps[0]._d.get("model", ""))
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        fig.savefig(path)
+        _finish(fig, ax, path, "", "ms per step", reps[0]._d.get("model", ""))
     finally:
         plt.close(fig)
     return path
+
+
+def _finish(fig, ax, path: str, xlabel: str, ylabel: str, title: str) -> None:
+    """Labels ``ax``, adds its legend and writes ``fig`` to ``path``."""
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
 
 
 def pareto(result, path: str | os.PathLike[str]) -> str:
@@ -225,12 +232,8 @@ def pareto(result, path: str | os.PathLike[str]) -> str:
             ax.annotate(tag, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("ms per output token (training: per step)")
-        ax.set_ylabel("tokens/s")
-        ax.set_title(f"layouts by {result.objective}")
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        fig.savefig(path)
+        xlabel = "ms per output token (training: per step)"
+        _finish(fig, ax, path, xlabel, "tokens/s", f"layouts by {result.objective}")
     finally:
         plt.close(fig)
     return path
