@@ -326,6 +326,44 @@ def test_two_cores_writing_different_values_to_one_element_is_a_race():
 
     with pytest.raises(tn.KernelError, match="race"):
         k[2](np.zeros(1, np.float32))
+    # The same under uninitialized="nan" (which checks no read): the race is still found.
+    with pytest.raises(tn.KernelError, match="race"):
+        tn.run(k, np.zeros(1, np.float32), grid=2, uninitialized="nan")
+
+
+def test_lnc2_halves_merge_under_every_uninitialized_mode():
+    # Each physical core writes its half of a shared output: no race, whatever the mode (under
+    # "nan" every HBM byte used to count as written by both cores).
+    @tn.jit
+    def k(x):
+        c = nl.program_id(0)
+        out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[c * 128 : (c + 1) * 128, :])
+        nisa.dma_copy(dst=out[c * 128 : (c + 1) * 128, :], src=t)
+        return out
+
+    x = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
+    for mode in ("error", "nan"):
+        r = tn.run(k, x, grid=2, uninitialized=mode)
+        assert np.array_equal(r.outputs, x), mode
+
+    # Rows neither core wrote: an error, or under "nan" the NaN fill one core's read-back gives.
+    @tn.jit
+    def half(x):
+        c = nl.program_id(0)
+        out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[c * 64 : (c + 1) * 64, :])
+        nisa.dma_copy(dst=out[c * 64 : (c + 1) * 64, :], src=t)
+        return out
+
+    with pytest.raises(Trn2Error, match="never written"):
+        tn.run(half, x, grid=2)
+    got = tn.run(half, x, grid=2, uninitialized="nan").outputs
+    assert np.array_equal(got[:128], x[:128]) and np.isnan(got[128:]).all()
+    one = tn.run(half, x, uninitialized="nan").outputs
+    assert np.array_equal(one[:64], x[:64]) and np.isnan(one[64:]).all()
 
 
 def test_masks_restrict_and_skip_instructions():

@@ -747,8 +747,8 @@ impl Memories {
     }
 
     /// The byte ranges of an HBM tensor that have been written, in order (the whole buffer
-    /// when it is fully written). Under [`Uninitialized::Nan`] nothing is tracked and the whole
-    /// buffer counts as written.
+    /// when it is fully written). HBM tensors keep this map under [`Uninitialized::Nan`] too:
+    /// an LNC=2 launch merges each physical core's written bytes of a shared output.
     pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
         let t = self.tensor(tile.tensor)?;
         if t.space != Space::Hbm {
@@ -761,7 +761,7 @@ impl Memories {
                 ),
             ));
         }
-        if t.fully_written || self.uninitialized == Uninitialized::Nan {
+        if t.fully_written {
             return Ok(vec![(0, t.bytes)]);
         }
         Ok(t.hbm_init
@@ -774,7 +774,9 @@ impl Memories {
 
     /// Records that `tile`'s elements were written.
     pub fn mark_written(&mut self, tile: &Tile, range: (u64, u64)) {
-        if self.uninitialized == Uninitialized::Nan {
+        // Reads are not checked under `Nan`, so on-chip writes need no record; HBM tensors
+        // keep theirs (`written_ranges`).
+        if self.uninitialized == Uninitialized::Nan && tile.space != Space::Hbm {
             return;
         }
         let Ok(t) = self.tensor(tile.tensor) else {
