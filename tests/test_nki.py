@@ -332,32 +332,26 @@ def test_two_cores_writing_different_values_to_one_element_is_a_race():
 
 
 def test_lnc2_halves_merge_under_every_uninitialized_mode():
-    # Each physical core writes its half of a shared output: no race, whatever the mode (under
-    # "nan" every HBM byte used to count as written by both cores).
-    @tn.jit
-    def k(x):
-        c = nl.program_id(0)
-        out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
-        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[c * 128 : (c + 1) * 128, :])
-        nisa.dma_copy(dst=out[c * 128 : (c + 1) * 128, :], src=t)
-        return out
+    # Each physical core writes `rows` rows of a shared output: no race, whatever the mode
+    # (under "nan" every HBM byte used to count as written by both cores).
+    def writing(rows):
+        @tn.jit
+        def k(x):
+            c = nl.program_id(0)
+            out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((rows, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[c * rows : (c + 1) * rows, :])
+            nisa.dma_copy(dst=out[c * rows : (c + 1) * rows, :], src=t)
+            return out
+
+        return k
 
     x = np.arange(256 * 64, dtype=np.float32).reshape(256, 64)
     for mode in ("error", "nan"):
-        r = tn.run(k, x, grid=2, uninitialized=mode)
+        r = tn.run(writing(128), x, grid=2, uninitialized=mode)
         assert np.array_equal(r.outputs, x), mode
-
     # Rows neither core wrote: an error, or under "nan" the NaN fill one core's read-back gives.
-    @tn.jit
-    def half(x):
-        c = nl.program_id(0)
-        out = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.shared_hbm)
-        t = nl.ndarray((64, 64), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[c * 64 : (c + 1) * 64, :])
-        nisa.dma_copy(dst=out[c * 64 : (c + 1) * 64, :], src=t)
-        return out
-
+    half = writing(64)
     with pytest.raises(Trn2Error, match="never written"):
         tn.run(half, x, grid=2)
     got = tn.run(half, x, grid=2, uninitialized="nan").outputs
