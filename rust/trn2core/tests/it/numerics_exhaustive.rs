@@ -201,78 +201,101 @@ fn count_wrong(
     bad
 }
 
-/// All 2^32 float32 inputs, round to nearest even, against the oracle. Chunks of consecutive
-/// positive bit patterns are ascending in value, so the oracle walks the grid with a pointer.
-/// Within one grid interval `[t[i], t[i + 1])`, [`Oracle::expect_at`] in this mode depends only
-/// on where `|x|` lies against the interval's midpoint (below, on, above; or on `t[i]`), so each
-/// of those four answers (for `x` and `-x`) is asked of the oracle once per interval and
-/// remembered; every input is still compared with its own expected code.
+/// How many of `got[k0..k1]` differ from `want` (one run of inputs with the same expected code).
+fn count_run(got: &Codes, k0: usize, k1: usize, want: u32) -> usize {
+    match got {
+        Codes::U8(v) => v[k0..k1].iter().filter(|&&g| u32::from(g) != want).count(),
+        Codes::U16(v) => v[k0..k1].iter().filter(|&&g| u32::from(g) != want).count(),
+        Codes::U32(v) => v[k0..k1].iter().filter(|&&g| g != want).count(),
+    }
+}
+
+/// The code at `k` of `got`.
+fn code_at(got: &Codes, k: usize) -> u32 {
+    match got {
+        Codes::U8(v) => u32::from(v[k]),
+        Codes::U16(v) => u32::from(v[k]),
+        Codes::U32(v) => v[k],
+    }
+}
+
+/// All 2^32 float32 inputs, round to nearest even, against the oracle. Consecutive positive bit
+/// patterns are ascending in value, so a chunk of them splits into runs on which
+/// [`Oracle::expect_at`] in this mode is constant: within a grid interval `[t[i], t[i + 1])`
+/// the answer depends only on where `|x|` lies against the interval's midpoint (on `t[i]`,
+/// below, on, above), and past the grid, among the infinities and among the NaNs, it is one
+/// answer. Each run's ends are found by comparing the inputs' values with the grid (binary
+/// search over the sorted chunk), the oracle is asked once per run for `x` and for `-x`, and
+/// every input's code (of `x` and of `-x`) is compared with that answer.
 fn exhaustive_rne(format: Format) {
     let enc = format.encoding();
     let o = Oracle::new(format, enc.bias);
-    const CH: u32 = 1 << 22;
+    // Small chunks: the buffers are reused by the allocator instead of faulted in afresh.
+    const CH: u32 = 1 << 16;
     let failures: usize = (0..(1u32 << 31) / CH)
         .into_par_iter()
         .map(|c| {
             let start = c * CH;
             let pos: Vec<f32> = (start..start + CH).map(f32::from_bits).collect();
             let negs: Vec<f32> = pos.iter().map(|v| -v).collect();
-            let got_p = run_rne(&Source::F32(&pos), &enc);
-            let got_n = run_rne(&Source::F32(&negs), &enc);
-            let mut bad = 0;
-            let first = f32::from_bits(start) as f64;
-            let mut i = if first.is_finite() {
-                o.t.partition_point(|&v| v <= first) - 1
-            } else {
-                0
+            let rne = |x: &[f32]| {
+                encode(&Source::F32(x), &enc, Rounding::NearestEven, false, &Random::None)
+                    .expect("valid arguments")
             };
-            // The answers (for x, -x) of interval `i` by place: on t[i], below, on, above the
-            // midpoint.
-            let mut memo: [Option<(u32, u32)>; 4] = [None; 4];
+            let (got_p, got_n) = (rne(&pos), rne(&negs));
             let ask = |a: f64, i: usize| {
                 (
                     o.expect_at(a, i, Rounding::NearestEven, false, 0, 1),
                     o.expect_at(-a, i, Rounding::NearestEven, false, 0, 1),
                 )
             };
-            for (k, &v) in pos.iter().enumerate() {
-                let a = v as f64;
-                let (want, want_n) = if a.is_finite() {
-                    // Walk the pointer: t[i] <= a < t[i + 1] (or i at the extension).
-                    let moved = i;
-                    while i + 1 < o.t.len() && o.t[i + 1] <= a {
-                        i += 1;
-                    }
-                    if i != moved {
-                        memo = [None; 4];
-                    }
-                    let place = match o.t.get(i + 1) {
-                        _ if a == o.t[i] => 0,
+            // The end of the run from `k` on which `same` holds (`same(pos[k])` is true).
+            let run_end = |k: usize, same: &dyn Fn(f64) -> bool| {
+                k + pos[k..].partition_point(|&v| same(v as f64))
+            };
+            let mut bad = 0;
+            let mut k = 0;
+            while k < pos.len() {
+                let a = pos[k] as f64;
+                let (k1, i) = if a.is_nan() {
+                    (run_end(k, &|v| v.is_nan()), 0)
+                } else if a.is_infinite() {
+                    (k + 1, 0)
+                } else {
+                    let i = o.t.partition_point(|&v| v <= a) - 1;
+                    let k1 = match o.t.get(i + 1) {
+                        _ if a == o.t[i] => k + 1,
+                        // Past the grid: every finite input overflows alike.
+                        None => run_end(k, &|v| v.is_finite()),
                         Some(&hi) => {
                             let mid = (o.t[i] + hi) / 2.0;
-                            1 + usize::from(a >= mid) + usize::from(a > mid)
+                            if a < mid {
+                                run_end(k, &|v| v < mid)
+                            } else if a == mid {
+                                k + 1
+                            } else {
+                                run_end(k, &|v| v < hi)
+                            }
                         }
-                        None => 1,
                     };
-                    *memo[place].get_or_insert_with(|| ask(a, i))
-                } else {
-                    ask(a, i)
+                    (k1, i)
                 };
-                if got_p[k] != want || got_n[k] != want_n {
-                    if bad < 3 {
-                        eprintln!(
-                            "{:?}: x = {:e} ({:#010x}): got {:#x}/{:#x}, want {:#x}/{:#x}",
-                            format,
-                            v,
-                            v.to_bits(),
-                            got_p[k],
-                            got_n[k],
-                            want,
-                            want_n
-                        );
-                    }
-                    bad += 1;
+                let (want, want_n) = ask(a, i);
+                let wrong = count_run(&got_p, k, k1, want) + count_run(&got_n, k, k1, want_n);
+                if wrong > 0 && bad < 3 {
+                    let j = (k..k1)
+                        .find(|&j| code_at(&got_p, j) != want || code_at(&got_n, j) != want_n)
+                        .expect("a wrong code in the run");
+                    eprintln!(
+                        "{format:?}: x = {:e} ({:#010x}): got {:#x}/{:#x}, want {want:#x}/{want_n:#x}",
+                        pos[j],
+                        pos[j].to_bits(),
+                        code_at(&got_p, j),
+                        code_at(&got_n, j),
+                    );
                 }
+                bad += wrong;
+                k = k1;
             }
             bad
         })
