@@ -333,12 +333,15 @@ mod x86 {
                 // SAFETY: within the B panel row (see above).
                 *v = unsafe { L::load(bk.add(L::W * j)) };
             }
-            for (i, row) in acc.iter_mut().enumerate() {
+            // Index loops over the fixed-size arrays: they unroll and inline in any build
+            // (an iterator adapter such as `zip` may be left as a call when the crate is
+            // compiled in several units without LTO, as `make test`'s profile does).
+            for i in 0..MR {
                 // SAFETY: within the A panel row (see above).
                 let x = unsafe { L::splat(*ak.add(i)) };
-                for (s, &y) in row.iter_mut().zip(&bv) {
+                for j in 0..NV {
                     // One fused multiply-add: the PE step, exactly.
-                    *s = unsafe { L::fma(x, y, *s) };
+                    acc[i][j] = unsafe { L::fma(x, bv[j], acc[i][j]) };
                 }
             }
         }
@@ -348,7 +351,8 @@ mod x86 {
                 break;
             }
             let mask = unsafe { L::mask(valid) };
-            for (row, &p) in acc.iter().zip(c) {
+            for i in 0..MR {
+                let (row, p) = (&acc[i], c[i]);
                 if p.is_null() {
                     continue;
                 }
