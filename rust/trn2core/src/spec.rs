@@ -1074,7 +1074,7 @@ spec_table! {
 
     /// Highest published / predicted time over the published whole-model time-to-first-token cases.
     #[spec(unit = "ratio", source = "[F] calibrated")]
-    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH: f64 = 1.29;
+    pub const WORKLOAD_PREFILL_PUBLISHED_RATIO_HIGH: f64 = 1.12;
 
     /// Published whole-model time-to-first-token cases the range is taken over.
     #[spec(unit = "count", source = "[F] calibrated")]
@@ -1082,11 +1082,11 @@ spec_table! {
 
     /// Lowest published / predicted time over the published whole-model time-per-token cases.
     #[spec(unit = "ratio", source = "[F] calibrated")]
-    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_LOW: f64 = 0.70;
+    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_LOW: f64 = 0.66;
 
     /// Highest published / predicted time over the published whole-model time-per-token cases.
     #[spec(unit = "ratio", source = "[F] calibrated")]
-    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH: f64 = 1.56;
+    pub const WORKLOAD_DECODE_PUBLISHED_RATIO_HIGH: f64 = 1.46;
 
     /// Published whole-model time-per-token cases the range is taken over.
     #[spec(unit = "count", source = "[F] calibrated")]
