@@ -12,11 +12,14 @@
 //! - projections and MLP/expert GEMMs: `engine::estimate` (`estimate_gemm`) of the rank's
 //!   shard `[tokens, K] @ [K, N / tp]` on the logical core's physical cores (weights read from
 //!   HBM, so decode GEMMs are HBM-bound); fp8 weights are costed as fp8 GEMMs;
-//! - attention: in decode, the KV cache of the compiled bucket read through the DMA model
-//!   (`dma::cost::dma_time`); in prefill, the two score GEMMs' tensor-engine time
-//!   (`estimate_gemm`'s `compute_s`: a flash kernel keeps the scores on chip), halved for the
-//!   causal mask or limited to the sliding window;
-//! - norms: the activations read and written once through the DMA model;
+//! - attention: the machine's flash-attention kernel ([`kernels::attention_run`]) timed per
+//!   shape: `fixed + (query tiles x per query tile + blocks x per block) / lnc` in prefill
+//!   (128-row query tiles of every head against the 512-key tiles the causal mask or the
+//!   sliding window leaves), and in decode one query tile per sequence and KV head (the query
+//!   heads sharing it as rows; MLA: every head against the latent cache) whose blocks run in
+//!   turn on one physical core; its DMA reads the KV cache;
+//! - norms: the machine's rmsnorm kernel ([`kernels::rmsnorm_run`]) timed per shape: its
+//!   fixed part plus each 128-row tile's steady-state time, tiles dealt to the physical cores;
 //! - collectives: `collective::ranks_estimate` over the `tp` ranks launched in a compiled graph
 //!   ([`Launch::InGraph`]): two all-reduces per layer, or with sequence parallelism a
 //!   reduce-scatter and an all-gather in their place;
@@ -189,8 +192,8 @@ pub struct OpTime {
     pub name: String,
     /// `"dense"` or `"moe"` layers, or `"step"` for once-per-step ops.
     pub scope: &'static str,
-    /// `"gemm"`, `"attention"`, `"kv_read"`, `"dma"` (an MoE block's token rows), `"norm"`,
-    /// `"collective"`, `"serving"`.
+    /// `"gemm"`, `"attention"` (in decode also reading the KV cache), `"dma"` (an MoE
+    /// block's token rows), `"norm"`, `"collective"`, `"serving"`.
     pub kind: &'static str,
     /// How often it runs per step (the layers of its kind, or 1).
     pub count: u64,
@@ -734,7 +737,8 @@ impl<'a> Plan<'a> {
             // A query tile's blocks run in turn on one physical core.
             let per_core = q.div_ceil(lnc) as f64;
             let s = t.fixed_s + per_core * (t.per_q_tile_s + k as f64 * t.per_block_s);
-            let flops = 2.0 * mul(&[q, k])? as f64 * (group.min(tile) * kv_tile * (d_qk + d_v)) as f64;
+            let flops =
+                2.0 * mul(&[q, k])? as f64 * (group.min(tile) * kv_tile * (d_qk + d_v)) as f64;
             Ok((s, flops))
         }
     }
@@ -1100,7 +1104,7 @@ fn to_usize(arg: &str, x: u64) -> Result<usize> {
 /// each query tile the tiles up to its last query (at most those covering a window of
 /// `window` keys): `sum_i min(floor(i * tile / kv_tile) + 1, ceil(window / kv_tile) + 1)`,
 /// in closed form.
-fn causal_blocks(q_tiles: u64, window: u64, tile: u64, kv_tile: u64) -> Result<u64> {
+pub(super) fn causal_blocks(q_tiles: u64, window: u64, tile: u64, kv_tile: u64) -> Result<u64> {
     let per = kv_tile / tile; // query tiles per key tile (4)
     let cap = window.div_ceil(kv_tile).saturating_add(1);
     let (groups, rest) = (q_tiles / per, q_tiles % per);

@@ -31,11 +31,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use crate::machine::isa::scalar::ActivationArgs;
+use crate::machine::tile::Index;
 use crate::machine::{
     ActFunc, AluOp, Dtype, Engine, KernelReport, Machine, MachineConfig, PeOptions, ReduceCmd,
     Scalar, Tile, Uninitialized,
 };
-use crate::machine::tile::Index;
 use crate::memory::Space;
 use crate::spec::{PSUM_BANK_BYTES, SBUF_PARTITIONS, SBUF_USABLE_PARTITION_BYTES};
 use crate::{Error, Result};
@@ -250,7 +250,15 @@ pub fn attention_run(
             m.tensor_reduce(&bmax, AluOp::Maximum, &b.s, 1, false)?;
             m.tensor_tensor(Engine::Vector, &new, &old, &bmax, AluOp::Maximum)?;
             let neg_scale = Scalar::Imm(-scale);
-            m.tensor_scalar(Engine::Vector, &neg, &new, AluOp::Multiply, &neg_scale, false, None)?;
+            m.tensor_scalar(
+                Engine::Vector,
+                &neg,
+                &new,
+                AluOp::Multiply,
+                &neg_scale,
+                false,
+                None,
+            )?;
             let exp = |bias: Tile, reduce: Option<Tile>| ActivationArgs {
                 bias: Some(Scalar::Tile(bias)),
                 scale: Some(Scalar::Imm(scale)),
@@ -276,7 +284,8 @@ pub fn attention_run(
                 false,
             )?;
             for c in 0..KV_TILE / Q_TILE {
-                let cols = b.p.slice(&[Index::ALL, range(c * Q_TILE, (c + 1) * Q_TILE)])?;
+                let cols =
+                    b.p.slice(&[Index::ALL, range(c * Q_TILE, (c + 1) * Q_TILE)])?;
                 m.nc_transpose(Engine::Tensor, &b.p_t_ps, &cols)?;
                 m.tensor_copy(Engine::Vector, &b.p_t, &b.p_t_ps)?;
                 let v = b.v.slice(&[Index::ALL, Index::At(c as i64), Index::ALL])?;
@@ -296,7 +305,15 @@ pub fn attention_run(
         }
         m.reciprocal(&inv, &run_sum)?;
         let inv_s = Scalar::Tile(inv);
-        m.tensor_scalar(Engine::Vector, &o_sb, &o_acc, AluOp::Multiply, &inv_s, false, None)?;
+        m.tensor_scalar(
+            Engine::Vector,
+            &o_sb,
+            &o_acc,
+            AluOp::Multiply,
+            &inv_s,
+            false,
+            None,
+        )?;
         m.dma_copy(&out.slice(&[rows])?, &o_sb, None)?;
     }
     m.run()
@@ -450,9 +467,7 @@ fn cached<K: std::hash::Hash + Eq + Copy, V: Copy>(
         return Ok(*v);
     }
     let v = compute()?;
-    map.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, v);
+    map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v);
     Ok(v)
 }
 
@@ -498,29 +513,90 @@ pub fn rmsnorm_times(rows: usize, hidden: usize) -> Result<NormTimes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::cost::{seconds, ticks_per_cycle};
+    use crate::machine::Queue;
+    use crate::spec::{ACT_READ_ACCUMULATOR_CYCLES, MIN_II_CYCLES, TENSOR_ACCESS_INIT_CYCLES};
+
+    const HEAD: AttentionShape = AttentionShape {
+        q_rows: 128,
+        d_qk: 128,
+        d_v: 128,
+    };
 
     #[test]
-    fn print_kernel_times() {
-        for shape in [
-            AttentionShape { q_rows: 128, d_qk: 128, d_v: 128 },
-            AttentionShape { q_rows: 1, d_qk: 128, d_v: 128 },
-            AttentionShape { q_rows: 2, d_qk: 576, d_v: 512 },
-        ] {
-            let t0 = std::time::Instant::now();
-            let t = attention_times(&shape).expect("times");
-            eprintln!("{shape:?} {t:?} in {:?}", t0.elapsed());
+    fn the_three_terms_predict_a_run_they_were_not_taken_from() {
+        let t = attention_times(&HEAD).expect("times");
+        let model = |q: usize, k: usize| {
+            t.fixed_s + q as f64 * t.per_q_tile_s + (q * k) as f64 * t.per_block_s
+        };
+        // The runs the terms come from, exactly.
+        let n = ATTENTION_RUN_BLOCKS;
+        for (q, k) in [(1, n), (1, 2 * n), (2, n)] {
+            let run = attention_run(&HEAD, q, k).expect("run").seconds;
+            assert!((model(q, k) - run).abs() < 1e-12, "{q} {k}");
         }
-        for (r, h) in [(128, 8192), (1, 8192), (4, 8192), (128, 16384), (1, 16384)] {
-            let t0 = std::time::Instant::now();
-            let t = rmsnorm_times(r, h).expect("times");
-            eprintln!("{r} {h} {t:?} in {:?}", t0.elapsed());
-        }
-        let rep = rmsnorm_run(1, 8192, 8).expect("run");
-        eprintln!("{rep}");
-        for s in rep.slices.iter().take(4) {
-            eprintln!("{:?} {:?} {:.3} {:.3} {:?}", s.opcode, s.queue, s.start_s * 1e6, s.dur_s * 1e6, s.wait);
-        }
-        let rep = attention_run(&AttentionShape { q_rows: 128, d_qk: 128, d_v: 128 }, 1, 8).expect("run");
-        eprintln!("{rep}");
+        // One they are not: 3 query tiles of 6 blocks.
+        let run = attention_run(&HEAD, 3, 6).expect("run").seconds;
+        assert!(
+            (model(3, 6) / run - 1.0).abs() < 0.03,
+            "{} {run}",
+            model(3, 6)
+        );
+        assert!(t.per_block_s > 0.0 && t.per_q_tile_s > 0.0 && t.fixed_s >= 0.0);
+    }
+
+    #[test]
+    fn a_block_takes_at_least_what_its_activations_cost_the_scalar_engine() {
+        // Per block the Scalar engine runs exp over the 512 scores with its row sums and exp
+        // of the one correction value: the machine's activation cost of each.
+        let n = ATTENTION_RUN_BLOCKS;
+        let busy = |k: usize| {
+            let r = attention_run(&HEAD, 1, k).expect("run");
+            r.queue(Queue::Engine(Engine::Scalar)).expect("ACT").busy_s
+        };
+        let act = (busy(2 * n) - busy(n)) / n as f64;
+        let cyc = |work: usize| (work.max(MIN_II_CYCLES) + TENSOR_ACCESS_INIT_CYCLES) as u64;
+        let want = seconds(
+            (cyc(KV_TILE) + ACT_READ_ACCUMULATOR_CYCLES as u64 + cyc(1))
+                * ticks_per_cycle(Engine::Scalar),
+        );
+        assert!((act - want).abs() < 1e-12, "{act} {want}");
+        let t = attention_times(&HEAD).expect("times");
+        assert!(t.per_block_s >= act, "{} {act}", t.per_block_s);
+    }
+
+    #[test]
+    fn norm_tiles_scale_with_the_hidden_size() {
+        let a = rmsnorm_times(128, 4096).expect("4096");
+        let b = rmsnorm_times(128, 8192).expect("8192");
+        let r = b.per_tile_s / a.per_tile_s;
+        assert!(r > 1.8 && r < 2.05, "{r}");
+        // T(t) = fixed + t x per_tile holds on a run it was not taken from.
+        let run = rmsnorm_run(128, 4096, 6).expect("run").seconds;
+        let model = a.fixed_s + 6.0 * a.per_tile_s;
+        assert!((model / run - 1.0).abs() < 0.03, "{model} {run}");
+        // A decode step's single row is folded onto 128 partitions.
+        assert_eq!(rmsnorm_fold(1, 8192), 128);
+        assert_eq!(rmsnorm_fold(3, 8192), 32);
+        assert_eq!(rmsnorm_fold(128, 8192), 1);
+        assert_eq!(rmsnorm_fold(1, 7), 7);
+    }
+
+    #[test]
+    fn shapes_out_of_range_name_their_argument() {
+        let bad = |shape: AttentionShape| {
+            let e = attention_times(&shape).expect_err("bad");
+            crate::workload::arg_of(&e).map(str::to_owned)
+        };
+        let v = AttentionShape { d_v: 513, ..HEAD };
+        assert_eq!(bad(v).as_deref(), Some("v_head_dim"));
+        let q = AttentionShape {
+            q_rows: 129,
+            ..HEAD
+        };
+        assert_eq!(bad(q).as_deref(), Some("q_rows"));
+        let e = rmsnorm_times(128, 1 << 20).expect_err("too wide");
+        assert!(matches!(e, Error::Capacity { .. }));
+        assert_eq!(crate::workload::arg_of(&e), Some("hidden"));
     }
 }
