@@ -495,7 +495,18 @@ pub fn attention_times(shape: &AttentionShape) -> Result<AttentionTimes> {
 
 /// The rmsnorm kernel's time for tiles of `rows` rows of `hidden` columns, from runs of
 /// [`NORM_RUN_TILES`] and twice as many tiles of [`rmsnorm_run`], cached for the process.
+/// A short tile is timed as one of the next power of two rows: the same columns per
+/// partition after [`rmsnorm_fold`] (so the same engine time), at most twice the DMA bytes;
+/// it keeps the cache to 8 shapes per hidden size, where a search over batch sizes would
+/// otherwise time up to 128.
 pub fn rmsnorm_times(rows: usize, hidden: usize) -> Result<NormTimes> {
+    if rows == 0 || rows > Q_TILE {
+        return Err(Error::value(
+            "rows",
+            format!("{rows}: a row tile has 1 to {Q_TILE} rows"),
+        ));
+    }
+    let rows = rows.next_power_of_two();
     cached(&NORM, (rows, hidden), || {
         let cancel = crate::cancel::current();
         let n = NORM_RUN_TILES;
