@@ -160,7 +160,7 @@ def roofline(
 def breakdown(reports, path: str | os.PathLike[str], *, labels=None) -> str:
     """Writes a stacked bar per whole-model step report (``trn2core.workload``: a prefill,
     decode or training step, or a list of them) to ``path`` (PNG, SVG or PDF): the step's
-    seconds by component (``StepReport.by_kind``: gemm, attention, kv_read, norm, collective,
+    seconds by component (``StepReport.by_kind``: gemm, attention, norm, collective,
     bubble, optimizer, serving, fixed). matplotlib is checked before anything is drawn;
     returns the path."""
     from .workload import StepReport

@@ -215,7 +215,7 @@ class StepReport:
         return dict(self._d["parts"])
 
     def by_kind(self) -> dict[str, float]:
-        """Seconds per kind of op over the step (gemm, attention, kv_read, norm, collective,
+        """Seconds per kind of op over the step (gemm, attention, norm, collective,
         serving) and ``fixed`` (the per-op fixed costs)."""
         out: dict[str, float] = {}
         for o in self._d["ops"]:
@@ -229,7 +229,7 @@ class StepReport:
     def trace_events(self) -> list[dict[str, Any]]:
         """The step as Chrome/Perfetto trace events: the ops one after another as the model
         runs them (each layer of a kind in turn, then the once-per-step ops), one track per
-        component (gemm, attention, kv_read, norm, collective, ...; the per-op fixed costs on
+        component (gemm, attention, norm, collective, ...; the per-op fixed costs on
         their own track), times in microseconds."""
         tracks: dict[str, int] = {}
         events: list[dict[str, Any]] = []

@@ -12,11 +12,14 @@
 //! - projections and MLP/expert GEMMs: `engine::estimate` (`estimate_gemm`) of the rank's
 //!   shard `[tokens, K] @ [K, N / tp]` on the logical core's physical cores (weights read from
 //!   HBM, so decode GEMMs are HBM-bound); fp8 weights are costed as fp8 GEMMs;
-//! - attention: in decode, the KV cache of the compiled bucket read through the DMA model
-//!   (`dma::cost::dma_time`); in prefill, the two score GEMMs' tensor-engine time
-//!   (`estimate_gemm`'s `compute_s`: a flash kernel keeps the scores on chip), halved for the
-//!   causal mask or limited to the sliding window;
-//! - norms: the activations read and written once through the DMA model;
+//! - attention: the machine's flash-attention kernel ([`kernels::attention_run`]) timed per
+//!   shape: `fixed + (query tiles x per query tile + blocks x per block) / lnc` in prefill
+//!   (128-row query tiles of every head against the 512-key tiles the causal mask or the
+//!   sliding window leaves), and in decode one query tile per sequence and KV head (the query
+//!   heads sharing it as rows; MLA: every head against the latent cache) whose blocks run in
+//!   turn on one physical core; its DMA reads the KV cache;
+//! - norms: the machine's rmsnorm kernel ([`kernels::rmsnorm_run`]) timed per shape: its
+//!   fixed part plus each 128-row tile's steady-state time, tiles dealt to the physical cores;
 //! - collectives: `collective::ranks_estimate` over the `tp` ranks launched in a compiled graph
 //!   ([`Launch::InGraph`]): two all-reduces per layer, or with sequence parallelism a
 //!   reduce-scatter and an all-gather in their place;
@@ -32,6 +35,7 @@
 //! one kind (dense or MoE) cost the same, so each kind is costed once and multiplied: memory and
 //! time do not grow with the number of layers.
 
+use super::kernels::{self, AttentionShape, KV_TILE, Q_TILE};
 use super::model::{add, mul, AttentionKind, Model};
 use crate::collective::{ranks_estimate, Algorithm, Collective, Launch};
 use crate::dma::cost::{dma_time, DmaPlan, Place};
@@ -188,8 +192,8 @@ pub struct OpTime {
     pub name: String,
     /// `"dense"` or `"moe"` layers, or `"step"` for once-per-step ops.
     pub scope: &'static str,
-    /// `"gemm"`, `"attention"`, `"kv_read"`, `"dma"` (an MoE block's token rows), `"norm"`,
-    /// `"collective"`, `"serving"`.
+    /// `"gemm"`, `"attention"` (in decode also reading the KV cache), `"dma"` (an MoE
+    /// block's token rows), `"norm"`, `"collective"`, `"serving"`.
     pub kind: &'static str,
     /// How often it runs per step (the layers of its kind, or 1).
     pub count: u64,
@@ -643,15 +647,100 @@ impl<'a> Plan<'a> {
         estimate_gemm(&req)
     }
 
-    /// Tensor-engine time of a GEMM whose operands stay on chip (attention scores).
-    fn gemm_compute(&self, m: u64, k: u64, n: u64) -> Result<(f64, f64)> {
-        let r = self.estimate(m, k, n, Format::Bf16)?;
-        let c = r
-            .details
-            .iter()
-            .find(|d| d.0 == "compute_s")
-            .map_or(r.seconds, |d| d.1);
-        Ok((c, r.flops))
+    /// The rmsnorm kernel ([`kernels::rmsnorm_run`]) over `rows` rows of the model's hidden
+    /// size on this rank: 128-row tiles (the last one shorter) dealt round-robin to the logical
+    /// core's physical cores, each tile its steady-state time, plus the kernel's fixed part
+    /// once.
+    pub(super) fn norm_seconds(&self, rows: u64) -> Result<f64> {
+        let hidden = to_usize("hidden_size", self.model.hidden)?;
+        let tile = Q_TILE as u64;
+        let (full, rem) = (rows / tile, rows % tile);
+        let big = if full > 0 {
+            Some(kernels::rmsnorm_times(Q_TILE, hidden)?)
+        } else {
+            None
+        };
+        let small = if rem > 0 {
+            Some(kernels::rmsnorm_times(rem as usize, hidden)?)
+        } else {
+            None
+        };
+        let lnc = self.layout.lnc as u64;
+        let mut slowest = 0f64;
+        for core in 0..lnc.min(full + u64::from(rem > 0)) {
+            // Full tiles core, core + lnc, ...; the short tile is tile `full`.
+            let mine = (full + lnc - 1 - core) / lnc;
+            let mut s = big.map_or(0.0, |t| mine as f64 * t.per_tile_s);
+            if let Some(t) = small.filter(|_| full % lnc == core) {
+                s += t.per_tile_s;
+            }
+            slowest = slowest.max(s);
+        }
+        let fixed = big.or(small).map_or(0.0, |t| t.fixed_s);
+        Ok(fixed + slowest)
+    }
+
+    /// The attention kernel's time ([`kernels::attention_run`]) for one layer of this rank:
+    /// `heads` query heads of `tokens` new tokens per sequence against `context` positions
+    /// (the causal mask and the sliding window skip whole key tiles): its seconds and FLOPs.
+    fn attention_seconds(&self, tokens: u64, context: u64, prefill: bool) -> Result<(f64, f64)> {
+        let m = self.model;
+        let l = self.layout;
+        let window = m.sliding_window.unwrap_or(u64::MAX);
+        let kv_len = context.min(window);
+        let lnc = l.lnc as u64;
+        let (tile, kv_tile) = (Q_TILE as u64, KV_TILE as u64);
+        if prefill {
+            let (qk, vd) = match m.attention {
+                AttentionKind::Gqa => (m.head_dim, m.head_dim),
+                AttentionKind::Mla {
+                    qk_nope_head_dim,
+                    qk_rope_head_dim,
+                    v_head_dim,
+                    ..
+                } => (qk_nope_head_dim + qk_rope_head_dim, v_head_dim),
+            };
+            let shape = AttentionShape {
+                q_rows: to_usize("tokens", tokens.min(tile))?,
+                d_qk: to_usize("head_dim", qk)?,
+                d_v: to_usize("v_head_dim", vd)?,
+            };
+            let t = kernels::attention_times(&shape)?;
+            let heads = mul(&[l.batch, self.shard.heads])?;
+            let q_tiles = tokens.div_ceil(tile);
+            let blocks = causal_blocks(q_tiles, kv_len, tile, kv_tile)?;
+            let (q, n) = (mul(&[heads, q_tiles])?, mul(&[heads, blocks])?);
+            // The query tiles of all heads are spread evenly over the physical cores.
+            let s = t.fixed_s + (q as f64 * t.per_q_tile_s + n as f64 * t.per_block_s) / lnc as f64;
+            let flops = 2.0 * n as f64 * (tile * kv_tile * (qk + vd)) as f64;
+            Ok((s, flops))
+        } else {
+            // One token per sequence: the query heads that share a key/value head form one
+            // query tile (MLA: every head, against the compressed latent cache).
+            let (d_qk, d_v, kv_heads) = match m.attention {
+                AttentionKind::Gqa => (m.head_dim, m.head_dim, self.shard.kv_heads),
+                AttentionKind::Mla {
+                    kv_lora_rank,
+                    qk_rope_head_dim,
+                    ..
+                } => (kv_lora_rank + qk_rope_head_dim, kv_lora_rank, 1),
+            };
+            let group = self.shard.heads.div_ceil(kv_heads);
+            let shape = AttentionShape {
+                q_rows: to_usize("heads", group.min(tile))?,
+                d_qk: to_usize("head_dim", d_qk)?,
+                d_v: to_usize("v_head_dim", d_v)?,
+            };
+            let t = kernels::attention_times(&shape)?;
+            let q = mul(&[l.batch, kv_heads, group.div_ceil(tile)])?;
+            let k = kv_len.div_ceil(kv_tile);
+            // A query tile's blocks run in turn on one physical core.
+            let per_core = q.div_ceil(lnc) as f64;
+            let s = t.fixed_s + per_core * (t.per_q_tile_s + k as f64 * t.per_block_s);
+            let flops =
+                2.0 * mul(&[q, k])? as f64 * (group.min(tile) * kv_tile * (d_qk + d_v)) as f64;
+            Ok((s, flops))
+        }
     }
 
     /// Reading (or writing) `bytes` of HBM on this rank through the DMA model: the logical
@@ -829,7 +918,7 @@ impl Step<'_> {
         let sp = prefill && l.sequence_parallel && l.tp > 1;
         let norm_rows = if sp { rows.div_ceil(tpu) } else { rows };
         let norm_bytes = mul(&[2, norm_rows, m.hidden, p.act_bytes])?;
-        let norm_s = p.hbm_stream(norm_bytes)?;
+        let norm_s = p.norm_seconds(norm_rows)?;
         let act = mul(&[rows, m.hidden, p.act_bytes])?;
         self.norm("input_norm", scope, count, norm_s, norm_bytes);
         if sp {
@@ -840,57 +929,29 @@ impl Step<'_> {
         for &(name, k, n) in &gemms[..gemms.len() - 1] {
             self.gemm(name, scope, count, rows, k, n, wf)?;
         }
-        // Attention.
-        let window = m.sliding_window.unwrap_or(u64::MAX);
-        let (qk, vd) = match m.attention {
-            AttentionKind::Gqa => (m.head_dim, m.head_dim),
-            AttentionKind::Mla {
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-                ..
-            } => (qk_nope_head_dim + qk_rope_head_dim, v_head_dim),
-        };
-        if prefill {
-            let kv_len = context.min(window);
-            let (s1, f1) = p.gemm_compute(tokens, qk, kv_len)?;
-            let (s2, f2) = p.gemm_compute(tokens, kv_len, vd)?;
-            // Causal: a query attends to the keys before it (half the square), or its window.
-            let share = if kv_len >= context {
-                0.5
-            } else {
-                kv_len as f64 / context as f64
-            };
-            let per = (l.batch * p.shard.heads) as f64 * share;
-            self.push(
-                "attention",
-                scope,
-                "attention",
-                count,
-                (s1 + s2) * per,
-                0.0,
-                (f1 + f2) * per,
-                "compute".into(),
-            );
+        // Attention: the attention kernel, which also reads the KV cache in decode.
+        let kv_len = context.min(m.sliding_window.unwrap_or(u64::MAX));
+        let kv_bytes = if prefill {
+            0.0
         } else {
-            let kv_len = context.min(window);
             let per_token = match m.attention {
                 AttentionKind::Gqa => 2 * p.shard.kv_heads * m.head_dim,
                 AttentionKind::Mla { .. } => m.kv_elements_per_token(),
             };
-            let bytes = mul(&[l.batch, kv_len, per_token, p.act_bytes])?;
-            let s = p.hbm_stream(bytes)?;
-            self.push(
-                "kv_cache_read",
-                scope,
-                "kv_read",
-                count,
-                s,
-                bytes as f64,
-                0.0,
-                "memory".into(),
-            );
-        }
+            mul(&[l.batch, kv_len, per_token, p.act_bytes])? as f64
+        };
+        let (s, flops) = p.attention_seconds(tokens, context, prefill)?;
+        let bound = if prefill { "compute" } else { "memory" };
+        self.push(
+            "attention",
+            scope,
+            "attention",
+            count,
+            s,
+            kv_bytes,
+            flops,
+            bound.into(),
+        );
         self.gemm(o_name, scope, count, rows, o_k, o_n, wf)?;
         self.tp_reduce(scope, count, sp, act)?;
         self.norm("post_attention_norm", scope, count, norm_s, norm_bytes);
@@ -1034,6 +1095,29 @@ impl Step<'_> {
     }
 }
 
+/// `x` as a `usize`, or `ValueError` naming `arg`.
+fn to_usize(arg: &str, x: u64) -> Result<usize> {
+    usize::try_from(x).map_err(|_| Error::value(arg, format!("{x} is too large")))
+}
+
+/// Key/value tiles of `kv_tile` keys that `q_tiles` causal query tiles of `tile` rows visit,
+/// each query tile the tiles up to its last query (at most those covering a window of
+/// `window` keys): `sum_i min(floor(i * tile / kv_tile) + 1, ceil(window / kv_tile) + 1)`,
+/// in closed form.
+pub(super) fn causal_blocks(q_tiles: u64, window: u64, tile: u64, kv_tile: u64) -> Result<u64> {
+    let per = kv_tile / tile; // query tiles per key tile (4)
+    let cap = window.div_ceil(kv_tile).saturating_add(1);
+    let (groups, rest) = (q_tiles / per, q_tiles % per);
+    // Groups g = 0 .. groups-1 of `per` query tiles visit min(g + 1, cap) key tiles each.
+    let tri = |n: u64| -> Result<u64> { Ok(mul(&[n, n + 1])? / 2) };
+    let full = if groups <= cap {
+        tri(groups)?
+    } else {
+        add(&[tri(cap)?, mul(&[groups - cap, cap])?])?
+    };
+    add(&[mul(&[per, full])?, mul(&[rest, (groups + 1).min(cap)])?])
+}
+
 /// Estimates one step: `tokens` new tokens per sequence attending to `context` positions
 /// (prefill: `tokens = context = bucket`; decode: one token, `context` = the bucket).
 fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<StepReport> {
@@ -1071,7 +1155,7 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
     // on-device sampling's gather of each rank's best candidates.
     let rows = layout.batch;
     let norm_bytes = mul(&[2, rows, model.hidden, plan.act_bytes])?;
-    let norm_s = plan.hbm_stream(norm_bytes)?;
+    let norm_s = plan.norm_seconds(rows)?;
     st.norm("final_norm", "step", 1, norm_s, norm_bytes);
     let vocab_shard = model.vocab.div_ceil(layout.tp as u64);
     st.gemm(

@@ -3,11 +3,14 @@
 //! per-op models (GEMMs, DMA/HBM, in-graph collectives; docs/workload.md).
 //!
 //! - [`model`]: the model description (a Hugging Face `config.json`, or a preset).
+//! - [`kernels`]: the attention and rmsnorm kernels a step's attention and norms run, timed
+//!   on the machine (cached per shape).
 //! - [`inference`]: prefill (time to first token) and decode (time per output token).
 //! - [`search`]: parallel layouts ranked by an objective.
 //! - [`training`]: one training step (TP x PP x DP x EP, 1F1B, ZeRO-1, recomputation).
 
 pub mod inference;
+pub mod kernels;
 pub mod model;
 pub mod search;
 pub mod training;

@@ -198,3 +198,100 @@ fn layers_of_one_kind_are_costed_once() {
     };
     assert!((per_layer(&b) / per_layer(&a) - 4.0).abs() < 1e-9);
 }
+
+#[test]
+fn decode_attention_is_the_kernels_blocks_and_doubles_with_the_context() {
+    use super::kernels::{attention_run, attention_times, AttentionShape};
+    let m = Model::preset("llama-3.1-8b").expect("preset");
+    let l = layout("trn2.3xlarge", 4, 32768);
+    let attn = |ctx: u64| -> f64 {
+        let d = decode(&m, &l, ctx).expect("decode");
+        assert!(
+            !d.ops.iter().any(|o| o.kind == "kv_read"),
+            "read by the kernel"
+        );
+        d.ops
+            .iter()
+            .find(|o| o.name == "attention" && o.scope == "dense")
+            .expect("attention")
+            .seconds
+    };
+    // 32 heads and 8 KV heads over tp=4: 2 KV heads a rank, each a query tile of its 4
+    // query heads, one per physical core (LNC=2), against ceil(bucket / 512) key tiles.
+    let shape = AttentionShape {
+        q_rows: 4,
+        d_qk: 128,
+        d_v: 128,
+    };
+    let t = attention_times(&shape).expect("times");
+    let want = |blocks: f64| t.fixed_s + t.per_q_tile_s + blocks * t.per_block_s;
+    assert!(
+        (attn(1000) - want(2.0)).abs() < 1e-12,
+        "{} {}",
+        attn(1000),
+        want(2.0)
+    );
+    assert!((attn(2000) - want(4.0)).abs() < 1e-12);
+    assert!((attn(4000) - want(8.0)).abs() < 1e-12);
+    // Doubling the context (bucket 1024 -> 2048 -> 4096) doubles the blocks.
+    let (a, b, c) = (attn(1000), attn(2000), attn(4000));
+    assert!(((c - b) / (b - a) - 2.0).abs() < 1e-9);
+    // The per-block time is the machine's timeline of the kernel, read off directly.
+    let run = |k| attention_run(&shape, 1, k).expect("run").seconds;
+    assert!(((run(8) - run(4)) / 4.0 - t.per_block_s).abs() < 1e-15);
+}
+
+#[test]
+fn prefill_attention_and_norms_are_the_kernels_tiles() {
+    use super::inference::causal_blocks;
+    use super::kernels::{attention_times, rmsnorm_times, AttentionShape};
+    let m = Model::preset("llama-3.1-8b").expect("preset");
+    let l = layout("trn2.3xlarge", 4, 4096);
+    let p = prefill(&m, &l, 4096).expect("prefill");
+    let op = |name: &str| p.ops.iter().find(|o| o.name == name).expect("op").seconds;
+    // 32 tiles of 128 rows of the hidden size (4096), 16 on each physical core.
+    let n = rmsnorm_times(128, 4096).expect("norm");
+    let want = n.fixed_s + 16.0 * n.per_tile_s;
+    assert!(
+        (op("input_norm") - want).abs() < 1e-12,
+        "{} {want}",
+        op("input_norm")
+    );
+    assert_eq!(op("input_norm"), op("post_attention_norm"));
+    // 8 heads a rank, 32 query tiles each; causal: tiles 4g..4g+3 visit g + 1 key tiles.
+    let t = attention_times(&AttentionShape {
+        q_rows: 128,
+        d_qk: 128,
+        d_v: 128,
+    })
+    .expect("attention");
+    let blocks = 4 * (1..=8).sum::<u64>();
+    assert_eq!(causal_blocks(32, 4096, 128, 512).expect("blocks"), blocks);
+    let want = t.fixed_s + 8.0 * (32.0 * t.per_q_tile_s + blocks as f64 * t.per_block_s) / 2.0;
+    assert!((op("attention") - want).abs() < 1e-12 * want.max(1.0));
+    // Norms scale with the hidden size: a row twice as wide takes about twice as long.
+    let w = rmsnorm_times(128, 8192).expect("norm");
+    assert!(w.per_tile_s / n.per_tile_s > 1.8);
+}
+
+#[test]
+fn causal_blocks_match_counting_them() {
+    use super::inference::causal_blocks;
+    for q_tiles in 0..40u64 {
+        for window in [1, 100, 512, 513, 1500, 4096, u64::MAX] {
+            let count: u64 = (0..q_tiles)
+                .map(|i| {
+                    let last = (i + 1) * 128 - 1;
+                    let first = (i * 128).saturating_sub(window.saturating_sub(1));
+                    // Key tiles holding a key some query of the tile sees, at most the cap.
+                    (last / 512 - first / 512 + 1).min(window.div_ceil(512).saturating_add(1))
+                })
+                .sum();
+            let closed = causal_blocks(q_tiles, window, 128, 512).expect("blocks");
+            assert!(closed >= count, "{q_tiles} {window}: {closed} < {count}");
+            if window >= q_tiles * 128 {
+                assert_eq!(closed, count, "{q_tiles} {window}");
+            }
+        }
+    }
+}

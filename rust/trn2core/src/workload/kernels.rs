@@ -1,0 +1,613 @@
+//! The kernels a whole model's attention and norms run, built from the machine's own
+//! instructions and timed on its timeline (TIME only: their values are computed on data nobody
+//! reads, and only the [`KernelReport`] is kept).
+//!
+//! - [`attention_run`]: flash attention shaped like the project's `examples/nki/attention.py`,
+//!   one 128-row (or fewer) query tile at a time against key/value tiles of one PSUM bank of
+//!   scores (512 keys), with a running max and sum: per block the score `nc_matmul`, the row
+//!   max (`tensor_reduce`), the new running max (`tensor_tensor`), its negated scale
+//!   (`tensor_scalar`), the correction `exp` of the old max and `p = exp(scale * s - scale *
+//!   max)` with its row sums (`activation`), the running sum (`scalar_tensor_tensor`), `p`
+//!   transposed 128 keys at a time (`nc_transpose`, `tensor_copy`), `p @ v` accumulated in PSUM
+//!   (`nc_matmul`) and the running output rescaled and added (`scalar_tensor_tensor`); per
+//!   query tile the load of `q`, the initial running values (`memset`), `1 / sum`
+//!   (`reciprocal`), the scaling (`tensor_scalar`) and the store.
+//! - [`rmsnorm_run`]: `examples/nki/rmsnorm.py`: per tile of up to 128 rows a load, `square`
+//!   (Scalar), the row sum (`tensor_reduce`), `* (1/D) + eps` (`tensor_scalar`), `rsqrt`
+//!   (Scalar), the row scaling in place (`tensor_scalar`), the weight (`tensor_tensor`, broadcast to the
+//!   rows once by a DMA) and a store.
+//!
+//! Both keep two sets of buffers (double buffering) so that one tile's loads overlap the
+//! previous tile's compute, as a compiled kernel's rotating buffers do.
+//!
+//! A model step needs their time for shapes of thousands of blocks; it takes it from a few
+//! short runs: [`attention_times`] runs 1 query tile against `n` and `2n` key/value tiles and 2
+//! query tiles against `n`, so that `T(q, k) = fixed + q * per_q_tile + q * k * per_block`
+//! holds on the three runs; [`rmsnorm_times`] runs `n` and `2n` row tiles. Both are cached per
+//! shape for the process ([`OnceLock`] of a `Mutex<HashMap>`), so a search over thousands of
+//! layouts runs each kernel once per shape.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use crate::machine::isa::scalar::ActivationArgs;
+use crate::machine::tile::Index;
+use crate::machine::{
+    ActFunc, AluOp, Dtype, Engine, KernelReport, Machine, MachineConfig, PeOptions, ReduceCmd,
+    Scalar, Tile, Uninitialized,
+};
+use crate::memory::Space;
+use crate::spec::{PSUM_BANK_BYTES, SBUF_PARTITIONS, SBUF_USABLE_PARTITION_BYTES};
+use crate::{Error, Result};
+
+/// Query rows of a full query tile (the partitions).
+pub const Q_TILE: usize = SBUF_PARTITIONS;
+
+/// Keys of one key/value tile: one PSUM bank of float32 scores per query row (512).
+pub const KV_TILE: usize = (PSUM_BANK_BYTES / 4) as usize;
+
+/// Key/value tiles of the shortest timed run ([`attention_times`]).
+const ATTENTION_RUN_BLOCKS: usize = 4;
+
+/// Row tiles of the shortest timed run ([`rmsnorm_times`]).
+const NORM_RUN_TILES: usize = 4;
+
+/// The shape of one attention block: a query tile of `q_rows` rows (one head, or the query
+/// heads sharing a key/value head in decode) against [`KV_TILE`] keys, bf16 operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AttentionShape {
+    /// Query rows of the tile (1..=128).
+    pub q_rows: usize,
+    /// Query/key head dimension (the scores' contraction; over 128 in several passes).
+    pub d_qk: usize,
+    /// Value head dimension (the output's columns, at most 512).
+    pub d_v: usize,
+}
+
+/// The time of the attention kernel of one shape: `T(q, k) = fixed_s + q * per_q_tile_s + q *
+/// k * per_block_s` for `q` query tiles each against `k` key/value tiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionTimes {
+    /// Seconds paid once (the pipeline's fill and drain).
+    pub fixed_s: f64,
+    /// Seconds of one query tile besides its blocks (its load, initial values, scaling, store).
+    pub per_q_tile_s: f64,
+    /// Seconds of one block in steady state.
+    pub per_block_s: f64,
+}
+
+/// The time of the rmsnorm kernel of one shape: `T(t) = fixed_s + t * per_tile_s` for `t`
+/// row tiles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NormTimes {
+    /// Seconds paid once (the weight's broadcast load, the pipeline's fill and drain).
+    pub fixed_s: f64,
+    /// Seconds of one row tile in steady state.
+    pub per_tile_s: f64,
+}
+
+fn machine() -> Result<Machine> {
+    // The values are never read: new memory is filled with NaN instead of being checked.
+    Machine::new(MachineConfig {
+        uninitialized: Uninitialized::Nan,
+        ..MachineConfig::default()
+    })
+}
+
+fn range(start: usize, stop: usize) -> Index {
+    Index::Range {
+        start: Some(start as i64),
+        stop: Some(stop as i64),
+        step: 1,
+    }
+}
+
+fn sbuf(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Result<Tile> {
+    m.alloc(Space::Sbuf, name, shape, dtype)
+}
+
+fn psum(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Result<Tile> {
+    m.alloc(Space::Psum, name, shape, dtype)
+}
+
+impl AttentionShape {
+    /// `ValueError` naming the dimension out of the kernel's range.
+    fn check(&self) -> Result<()> {
+        if self.q_rows == 0 || self.q_rows > Q_TILE {
+            return Err(Error::value(
+                "q_rows",
+                format!("{}: a query tile has 1 to {Q_TILE} rows", self.q_rows),
+            ));
+        }
+        if self.d_qk == 0 {
+            return Err(Error::value("head_dim", "must be at least 1"));
+        }
+        if self.d_v == 0 || self.d_v > KV_TILE {
+            return Err(Error::value(
+                "v_head_dim",
+                format!(
+                    "{}: the attention kernel keeps a query tile's output in one PSUM bank \
+                     (1 to {KV_TILE} columns)",
+                    self.d_v
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Buffers of one key/value block (double-buffered).
+struct BlockBufs {
+    k: Vec<Tile>,
+    v: Tile,
+    s: Tile,
+    p: Tile,
+    p_t_ps: Tile,
+    p_t: Tile,
+    o_ps: Tile,
+}
+
+/// Runs the attention kernel (see the module doc) for `q_tiles` query tiles each against
+/// `kv_tiles` key/value tiles of `shape`, and returns the machine's report.
+pub fn attention_run(
+    shape: &AttentionShape,
+    q_tiles: usize,
+    kv_tiles: usize,
+) -> Result<KernelReport> {
+    shape.check()?;
+    let AttentionShape { q_rows, d_qk, d_v } = *shape;
+    let bf = Dtype::Bf16;
+    let f32_ = Dtype::Fp32;
+    let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
+        .map(|c| (c * Q_TILE, ((c + 1) * Q_TILE).min(d_qk)))
+        .collect();
+    let keys = kv_tiles * KV_TILE;
+    let mut m = machine()?;
+    let q_hbm = m.hbm_tensor("qT", &[d_qk, q_tiles * q_rows], bf, None)?;
+    let k_hbm = m.hbm_tensor("kT", &[d_qk, keys], bf, None)?;
+    let v_hbm = m.hbm_tensor("v", &[keys, d_v], bf, None)?;
+    let out = m.hbm_tensor("out", &[q_tiles * q_rows, d_v], bf, None)?;
+    let scale = 1.0 / (d_qk as f64).sqrt();
+    // PSUM first, so each score tile lies in one bank.
+    let mut bufs = Vec::new();
+    for b in 0..2 {
+        let s = psum(&mut m, &format!("s{b}"), &[q_rows, KV_TILE], f32_)?;
+        bufs.push(s);
+    }
+    let mut o_pss = Vec::new();
+    for b in 0..2 {
+        o_pss.push(psum(&mut m, &format!("o_ps{b}"), &[q_rows, d_v], f32_)?);
+    }
+    let mut blocks = Vec::new();
+    for (b, s) in bufs.into_iter().enumerate() {
+        let k = chunks
+            .iter()
+            .enumerate()
+            .map(|(c, &(lo, hi))| sbuf(&mut m, &format!("k{b}_{c}"), &[hi - lo, KV_TILE], bf))
+            .collect::<Result<Vec<_>>>()?;
+        let per = KV_TILE / Q_TILE;
+        blocks.push(BlockBufs {
+            k,
+            v: sbuf(&mut m, &format!("v{b}"), &[Q_TILE, per, d_v], bf)?,
+            s,
+            p: sbuf(&mut m, &format!("p{b}"), &[q_rows, KV_TILE], bf)?,
+            p_t_ps: psum(&mut m, &format!("pT_ps{b}"), &[Q_TILE, q_rows], bf)?,
+            p_t: sbuf(&mut m, &format!("pT{b}"), &[Q_TILE, q_rows], bf)?,
+            o_ps: o_pss[b],
+        });
+    }
+    let stat = |m: &mut Machine, name: &str| sbuf(m, name, &[q_rows, 1], f32_);
+    let mut run_max = Vec::new();
+    let mut stats = Vec::new();
+    for b in 0..2 {
+        run_max.push(stat(&mut m, &format!("max{b}"))?);
+        // block max, negated scaled max, correction, row sum
+        stats.push([
+            stat(&mut m, &format!("bmax{b}"))?,
+            stat(&mut m, &format!("neg{b}"))?,
+            stat(&mut m, &format!("corr{b}"))?,
+            stat(&mut m, &format!("rowsum{b}"))?,
+        ]);
+    }
+    let run_sum = stat(&mut m, "sum")?;
+    let inv = stat(&mut m, "inv")?;
+    let o_acc = sbuf(&mut m, "o_acc", &[q_rows, d_v], f32_)?;
+    let o_sb = sbuf(&mut m, "o_sb", &[q_rows, d_v], bf)?;
+    let q_sb = chunks
+        .iter()
+        .enumerate()
+        .map(|(c, &(lo, hi))| sbuf(&mut m, &format!("q{c}"), &[hi - lo, q_rows], bf))
+        .collect::<Result<Vec<_>>>()?;
+    let pe = |accumulate: bool| PeOptions {
+        accumulate: Some(accumulate),
+        ..PeOptions::default()
+    };
+    let mut n = 0usize;
+    for i in 0..q_tiles {
+        let rows = range(i * q_rows, (i + 1) * q_rows);
+        for (c, &(lo, hi)) in chunks.iter().enumerate() {
+            m.dma_copy(&q_sb[c], &q_hbm.slice(&[range(lo, hi), rows])?, None)?;
+        }
+        m.memset(Engine::Vector, &run_max[n % 2], -1e30)?;
+        m.memset(Engine::Vector, &run_sum, 0.0)?;
+        m.memset(Engine::Vector, &o_acc, 0.0)?;
+        for j in 0..kv_tiles {
+            let (b, old, new) = (&blocks[n % 2], run_max[n % 2], run_max[(n + 1) % 2]);
+            let [bmax, neg, corr, rowsum] = stats[n % 2];
+            let keys = range(j * KV_TILE, (j + 1) * KV_TILE);
+            for (c, &(lo, hi)) in chunks.iter().enumerate() {
+                m.dma_copy(&b.k[c], &k_hbm.slice(&[range(lo, hi), keys])?, None)?;
+            }
+            for c in 0..KV_TILE / Q_TILE {
+                let r0 = j * KV_TILE + c * Q_TILE;
+                let dst = b.v.slice(&[Index::ALL, Index::At(c as i64), Index::ALL])?;
+                m.dma_copy(&dst, &v_hbm.slice(&[range(r0, r0 + Q_TILE)])?, None)?;
+            }
+            for (c, k) in b.k.iter().enumerate() {
+                m.nc_matmul_queued(&b.s, &q_sb[c], k, &pe(c > 0))?;
+            }
+            m.settle()?;
+            m.tensor_reduce(&bmax, AluOp::Maximum, &b.s, 1, false)?;
+            m.tensor_tensor(Engine::Vector, &new, &old, &bmax, AluOp::Maximum)?;
+            let neg_scale = Scalar::Imm(-scale);
+            m.tensor_scalar(
+                Engine::Vector,
+                &neg,
+                &new,
+                AluOp::Multiply,
+                &neg_scale,
+                false,
+                None,
+            )?;
+            let exp = |bias: Tile, reduce: Option<Tile>| ActivationArgs {
+                bias: Some(Scalar::Tile(bias)),
+                scale: Some(Scalar::Imm(scale)),
+                reduce_op: reduce.map(|_| AluOp::Add),
+                reduce_res: reduce,
+                reduce_cmd: if reduce.is_some() {
+                    ReduceCmd::ResetReduce
+                } else {
+                    ReduceCmd::Idle
+                },
+            };
+            m.activation(&corr, ActFunc::Exp, &old, &exp(neg, None))?;
+            m.activation(&b.p, ActFunc::Exp, &b.s, &exp(neg, Some(rowsum)))?;
+            let corr_s = Scalar::Tile(corr);
+            m.scalar_tensor_tensor(
+                &run_sum,
+                &run_sum,
+                AluOp::Multiply,
+                &corr_s,
+                false,
+                AluOp::Add,
+                &rowsum,
+                false,
+            )?;
+            for c in 0..KV_TILE / Q_TILE {
+                let cols =
+                    b.p.slice(&[Index::ALL, range(c * Q_TILE, (c + 1) * Q_TILE)])?;
+                m.nc_transpose(Engine::Tensor, &b.p_t_ps, &cols)?;
+                m.tensor_copy(Engine::Vector, &b.p_t, &b.p_t_ps)?;
+                let v = b.v.slice(&[Index::ALL, Index::At(c as i64), Index::ALL])?;
+                m.nc_matmul(&b.o_ps, &b.p_t, &v, &pe(c > 0))?;
+            }
+            m.scalar_tensor_tensor(
+                &o_acc,
+                &o_acc,
+                AluOp::Multiply,
+                &corr_s,
+                false,
+                AluOp::Add,
+                &b.o_ps,
+                false,
+            )?;
+            n += 1;
+        }
+        m.reciprocal(&inv, &run_sum)?;
+        let inv_s = Scalar::Tile(inv);
+        m.tensor_scalar(
+            Engine::Vector,
+            &o_sb,
+            &o_acc,
+            AluOp::Multiply,
+            &inv_s,
+            false,
+            None,
+        )?;
+        m.dma_copy(&out.slice(&[rows])?, &o_sb, None)?;
+    }
+    m.run()
+}
+
+/// Partitions each row takes in the rmsnorm kernel: with fewer than 128 rows a row's `hidden`
+/// columns are folded onto `f` partitions (the largest divisor of `hidden` up to `128 / rows`),
+/// so a decode step's few rows still use the engines' lanes.
+pub fn rmsnorm_fold(rows: usize, hidden: usize) -> usize {
+    let most = (Q_TILE / rows.max(1)).max(1);
+    (1..=most.min(hidden))
+        .rev()
+        .find(|f| hidden.is_multiple_of(*f))
+        .unwrap_or(1)
+}
+
+/// Runs the rmsnorm kernel (see the module doc) over `tiles` tiles of `rows` rows (1..=128) of
+/// `hidden` bf16 columns. With fewer than 128 rows each row lies on [`rmsnorm_fold`]
+/// partitions and the partial sums of squares are added across them by one `nc_matmul` with
+/// a block-diagonal matrix of ones (PE), which also hands each partition its row's sum.
+pub fn rmsnorm_run(rows: usize, hidden: usize, tiles: usize) -> Result<KernelReport> {
+    if rows == 0 || rows > Q_TILE {
+        return Err(Error::value(
+            "rows",
+            format!("{rows}: a row tile has 1 to {Q_TILE} rows"),
+        ));
+    }
+    if hidden == 0 {
+        return Err(Error::value("hidden", "must be at least 1"));
+    }
+    if tiles == 0 {
+        return Err(Error::value("tiles", "must be at least 1"));
+    }
+    let bf = Dtype::Bf16;
+    let fold = rmsnorm_fold(rows, hidden);
+    let (parts, cols) = (rows * fold, hidden / fold);
+    // Per partition: the weight, and per buffer set x (scaled in place) and sq (reused for
+    // the output).
+    let row = 2 * cols as u64;
+    let sets = if 5 * row <= SBUF_USABLE_PARTITION_BYTES {
+        2
+    } else if 3 * row <= SBUF_USABLE_PARTITION_BYTES {
+        1
+    } else {
+        return Err(Error::capacity(
+            "hidden",
+            format!(
+                "hidden_size={hidden}: the rmsnorm kernel keeps three bf16 rows of {cols} \
+                 columns per partition ({} B of the {SBUF_USABLE_PARTITION_BYTES} B an SBUF \
+                 partition has)",
+                3 * row
+            ),
+        ));
+    };
+    let mut m = machine()?;
+    let x_hbm = m.hbm_tensor("x", &[tiles * parts, cols], bf, None)?;
+    // The weight as the tile lays it out (a broadcast read of the same bytes).
+    let g_hbm = m.hbm_tensor("g", &[parts, cols], bf, None)?;
+    let out = m.hbm_tensor("out", &[tiles * parts, cols], bf, None)?;
+    let g = sbuf(&mut m, "g", &[parts, cols], bf)?;
+    m.dma_copy(&g, &g_hbm, None)?;
+    let ones = if fold > 1 {
+        let t = sbuf(&mut m, "ones", &[parts, parts], Dtype::Fp32)?;
+        m.memset(Engine::Vector, &t, 1.0)?;
+        Some(t)
+    } else {
+        None
+    };
+    let mut set = Vec::new();
+    for b in 0..sets {
+        set.push([
+            sbuf(&mut m, &format!("x{b}"), &[parts, cols], bf)?,
+            sbuf(&mut m, &format!("sq{b}"), &[parts, cols], bf)?,
+        ]);
+    }
+    let mut stats = Vec::new();
+    for b in 0..2 {
+        stats.push([
+            sbuf(&mut m, &format!("ss{b}"), &[parts, 1], Dtype::Fp32)?,
+            psum(&mut m, &format!("tot{b}"), &[parts, 1], Dtype::Fp32)?,
+            sbuf(&mut m, &format!("ms{b}"), &[parts, 1], Dtype::Fp32)?,
+            sbuf(&mut m, &format!("r{b}"), &[parts, 1], Dtype::Fp32)?,
+        ]);
+    }
+    let eps = 1e-6;
+    let load = |m: &mut Machine, t: usize| -> Result<()> {
+        let hbm_rows = range(t * parts, (t + 1) * parts);
+        m.dma_copy(&set[t % sets][0], &x_hbm.slice(&[hbm_rows])?, None)
+    };
+    load(&mut m, 0)?;
+    for t in 0..tiles {
+        // The next tile's load is issued first, so it overlaps this tile's compute.
+        if t + 1 < tiles {
+            load(&mut m, t + 1)?;
+        }
+        let [x, sq] = set[t % sets];
+        let [ss, tot, ms, r] = stats[t % 2];
+        m.activation(&sq, ActFunc::Square, &x, &ActivationArgs::default())?;
+        m.tensor_reduce(&ss, AluOp::Add, &sq, 1, false)?;
+        let sum = match &ones {
+            Some(ones) => {
+                let opts = PeOptions {
+                    accumulate: Some(false),
+                    ..PeOptions::default()
+                };
+                m.nc_matmul(&tot, ones, &ss, &opts)?;
+                tot
+            }
+            None => ss,
+        };
+        let second = (AluOp::Add, Scalar::Imm(eps), false);
+        m.tensor_scalar(
+            Engine::Vector,
+            &ms,
+            &sum,
+            AluOp::Multiply,
+            &Scalar::Imm(1.0 / hidden as f64),
+            false,
+            Some(&second),
+        )?;
+        m.activation(&r, ActFunc::Rsqrt, &ms, &ActivationArgs::default())?;
+        m.tensor_scalar(
+            Engine::Vector,
+            &x,
+            &x,
+            AluOp::Multiply,
+            &Scalar::Tile(r),
+            false,
+            None,
+        )?;
+        m.tensor_tensor(Engine::Vector, &sq, &x, &g, AluOp::Multiply)?;
+        let hbm_rows = range(t * parts, (t + 1) * parts);
+        m.dma_copy(&out.slice(&[hbm_rows])?, &sq, None)?;
+    }
+    m.run()
+}
+
+type Cache<K, V> = OnceLock<Mutex<HashMap<K, V>>>;
+
+static ATTENTION: Cache<AttentionShape, AttentionTimes> = OnceLock::new();
+static NORM: Cache<(usize, usize), NormTimes> = OnceLock::new();
+
+/// Looks `key` up in `cache`, else computes it (outside the lock) and keeps it.
+fn cached<K: std::hash::Hash + Eq + Copy, V: Copy>(
+    cache: &Cache<K, V>,
+    key: K,
+    compute: impl FnOnce() -> Result<V>,
+) -> Result<V> {
+    let map = cache.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(v) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(*v);
+    }
+    let v = compute()?;
+    map.lock().unwrap_or_else(|e| e.into_inner()).insert(key, v);
+    Ok(v)
+}
+
+/// The attention kernel's time for `shape` (see the module doc), from three runs of
+/// [`attention_run`], cached for the process.
+pub fn attention_times(shape: &AttentionShape) -> Result<AttentionTimes> {
+    shape.check()?;
+    cached(&ATTENTION, *shape, || {
+        let cancel = crate::cancel::current();
+        let n = ATTENTION_RUN_BLOCKS;
+        let t1 = attention_run(shape, 1, n)?.seconds;
+        cancel.check()?;
+        let t2 = attention_run(shape, 1, 2 * n)?.seconds;
+        cancel.check()?;
+        let q2 = attention_run(shape, 2, n)?.seconds;
+        let per_block_s = (t2 - t1) / n as f64;
+        let per_q_tile_s = q2 - t1 - n as f64 * per_block_s;
+        Ok(AttentionTimes {
+            fixed_s: t1 - per_q_tile_s - n as f64 * per_block_s,
+            per_q_tile_s,
+            per_block_s,
+        })
+    })
+}
+
+/// The rmsnorm kernel's time for tiles of `rows` rows of `hidden` columns, from runs of
+/// [`NORM_RUN_TILES`] and twice as many tiles of [`rmsnorm_run`], cached for the process.
+/// A short tile is timed as one of the next power of two rows: the same columns per
+/// partition after [`rmsnorm_fold`] (so the same engine time), at most twice the DMA bytes;
+/// it keeps the cache to 8 shapes per hidden size, where a search over batch sizes would
+/// otherwise time up to 128.
+pub fn rmsnorm_times(rows: usize, hidden: usize) -> Result<NormTimes> {
+    if rows == 0 || rows > Q_TILE {
+        return Err(Error::value(
+            "rows",
+            format!("{rows}: a row tile has 1 to {Q_TILE} rows"),
+        ));
+    }
+    let rows = rows.next_power_of_two();
+    cached(&NORM, (rows, hidden), || {
+        let cancel = crate::cancel::current();
+        let n = NORM_RUN_TILES;
+        let t1 = rmsnorm_run(rows, hidden, n)?.seconds;
+        cancel.check()?;
+        let t2 = rmsnorm_run(rows, hidden, 2 * n)?.seconds;
+        let per_tile_s = (t2 - t1) / n as f64;
+        Ok(NormTimes {
+            fixed_s: t1 - n as f64 * per_tile_s,
+            per_tile_s,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::cost::{seconds, ticks_per_cycle};
+    use crate::machine::Queue;
+    use crate::spec::{ACT_READ_ACCUMULATOR_CYCLES, MIN_II_CYCLES, TENSOR_ACCESS_INIT_CYCLES};
+
+    const HEAD: AttentionShape = AttentionShape {
+        q_rows: 128,
+        d_qk: 128,
+        d_v: 128,
+    };
+
+    #[test]
+    fn the_three_terms_predict_a_run_they_were_not_taken_from() {
+        let t = attention_times(&HEAD).expect("times");
+        let model = |q: usize, k: usize| {
+            t.fixed_s + q as f64 * t.per_q_tile_s + (q * k) as f64 * t.per_block_s
+        };
+        // The runs the terms come from, exactly.
+        let n = ATTENTION_RUN_BLOCKS;
+        for (q, k) in [(1, n), (1, 2 * n), (2, n)] {
+            let run = attention_run(&HEAD, q, k).expect("run").seconds;
+            assert!((model(q, k) - run).abs() < 1e-12, "{q} {k}");
+        }
+        // One they are not: 3 query tiles of 6 blocks.
+        let run = attention_run(&HEAD, 3, 6).expect("run").seconds;
+        assert!(
+            (model(3, 6) / run - 1.0).abs() < 0.03,
+            "{} {run}",
+            model(3, 6)
+        );
+        assert!(t.per_block_s > 0.0 && t.per_q_tile_s > 0.0 && t.fixed_s >= 0.0);
+    }
+
+    #[test]
+    fn a_block_takes_at_least_what_its_activations_cost_the_scalar_engine() {
+        // Per block the Scalar engine runs exp over the 512 scores with its row sums and exp
+        // of the one correction value: the machine's activation cost of each.
+        let n = ATTENTION_RUN_BLOCKS;
+        let busy = |k: usize| {
+            let r = attention_run(&HEAD, 1, k).expect("run");
+            r.queue(Queue::Engine(Engine::Scalar)).expect("ACT").busy_s
+        };
+        let act = (busy(2 * n) - busy(n)) / n as f64;
+        let cyc = |work: usize| (work.max(MIN_II_CYCLES) + TENSOR_ACCESS_INIT_CYCLES) as u64;
+        let want = seconds(
+            (cyc(KV_TILE) + ACT_READ_ACCUMULATOR_CYCLES as u64 + cyc(1))
+                * ticks_per_cycle(Engine::Scalar),
+        );
+        assert!((act - want).abs() < 1e-12, "{act} {want}");
+        let t = attention_times(&HEAD).expect("times");
+        assert!(t.per_block_s >= act, "{} {act}", t.per_block_s);
+    }
+
+    #[test]
+    fn norm_tiles_scale_with_the_hidden_size() {
+        let a = rmsnorm_times(128, 4096).expect("4096");
+        let b = rmsnorm_times(128, 8192).expect("8192");
+        let r = b.per_tile_s / a.per_tile_s;
+        assert!(r > 1.8 && r < 2.05, "{r}");
+        // T(t) = fixed + t x per_tile holds on a run it was not taken from.
+        let run = rmsnorm_run(128, 4096, 6).expect("run").seconds;
+        let model = a.fixed_s + 6.0 * a.per_tile_s;
+        assert!((model / run - 1.0).abs() < 0.03, "{model} {run}");
+        // A decode step's single row is folded onto 128 partitions.
+        assert_eq!(rmsnorm_fold(1, 8192), 128);
+        assert_eq!(rmsnorm_fold(3, 8192), 32);
+        assert_eq!(rmsnorm_fold(128, 8192), 1);
+        assert_eq!(rmsnorm_fold(1, 7), 7);
+    }
+
+    #[test]
+    fn shapes_out_of_range_name_their_argument() {
+        let bad = |shape: AttentionShape| {
+            let e = attention_times(&shape).expect_err("bad");
+            crate::workload::arg_of(&e).map(str::to_owned)
+        };
+        let v = AttentionShape { d_v: 513, ..HEAD };
+        assert_eq!(bad(v).as_deref(), Some("v_head_dim"));
+        let q = AttentionShape {
+            q_rows: 129,
+            ..HEAD
+        };
+        assert_eq!(bad(q).as_deref(), Some("q_rows"));
+        let e = rmsnorm_times(128, 1 << 20).expect_err("too wide");
+        assert!(matches!(e, Error::Capacity { .. }));
+        assert_eq!(crate::workload::arg_of(&e), Some("hidden"));
+    }
+}
