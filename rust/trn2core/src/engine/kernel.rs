@@ -305,6 +305,7 @@ mod x86 {
     /// Inlined into a function that enables `L`'s instruction set (as [`Lanes`] says); pointers
     /// as in [`MicroKernel::run`] with `MR` rows and `NV * L::W` columns.
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // index loops on purpose (see the FMA loop)
     unsafe fn tile<L: Lanes, const MR: usize, const NV: usize>(t: KTile<'_>) {
         let KTile {
             kc,
