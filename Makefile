@@ -25,26 +25,39 @@ DIST       := dist
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMPS)/venv: pyproject.toml Makefile
+# zig first (PyPI `ziglang`): tools/zigcc, the linker of every Rust build below, runs it from
+# .venv, so the Rust compile can start while pip installs the rest.
+$(STAMPS)/zig:
 	@mkdir -p $(STAMPS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "ziglang>=0.13"
+	@touch $@
+
+$(STAMPS)/venv: $(STAMPS)/zig pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(PY_DEPS)
 	@touch $@
 
-# The core is compiled once for Python: `make build` builds the manylinux2014 wheel (the one
-# users install) and installs that same wheel into .venv, so pytest, the demo and the clean-venv
-# wheel test all run the same binary. The wheel links with zig (PyPI `ziglang`, no container)
-# against glibc 2.17, so it installs on any Linux of manylinux2014 or later (Ubuntu 18.04+,
-# Amazon Linux 2, RHEL 7+); auditwheel checks the tag. The guides and the NKI example kernels
-# reach the package through the links python/trn2core/docs and python/trn2core/nki_examples
-# (pyproject.toml, [tool.maturin] include), so `pip install .`, the sdist and the wheel carry the
-# same files. Rebuilt only when a Rust or Python source, a guide or a packaging file changed.
-# .venv holds an installed copy, not links to python/: after editing Python, `make build` (a few
-# seconds when no Rust changed) or `make test` brings it up to date.
+# Every Rust build links with tools/zigcc (zig's cc against glibc 2.17). Named the same way for
+# `cargo test` and for maturin, it gives both the same flags, so the wheel reuses the tests'
+# compile of the core and its dependencies (the `release` profile, Cargo.toml) instead of
+# compiling them again.
+HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+RUST_ENV   := CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_LINKER=$(abspath tools/zigcc)
+
+# The core is compiled once: `make build` builds the manylinux2014 wheel (the one users install)
+# and installs that same wheel into .venv, so pytest, the demo and the clean-venv wheel test all
+# run the same binary, and the Rust tests link the same compile of the core. Linked by zig
+# (tools/zigcc) against glibc 2.17, the wheel installs on any Linux of manylinux2014 or later
+# (Ubuntu 18.04+, Amazon Linux 2, RHEL 7+); maturin and auditwheel check the tag. The guides and
+# the NKI example kernels reach the package through the links python/trn2core/docs and
+# python/trn2core/nki_examples (pyproject.toml, [tool.maturin] include), so `pip install .`, the
+# sdist and the wheel carry the same files. Rebuilt only when a Rust or Python source, a guide or
+# a packaging file changed. .venv holds an installed copy, not links to python/: after editing
+# Python, `make build` (a few seconds when no Rust changed) or `make test` brings it up to date.
 $(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
 	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release --quiet --zig \
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(RUST_ENV) $(VENV)/bin/maturin build --release --quiet \
 	    --compatibility manylinux2014 --out $(DIST)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin sdist --out $(DIST)
 	$(VENV)/bin/auditwheel show $(DIST)/trn2core-*.whl
@@ -62,35 +75,35 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 	$(VENV)/bin/trn2core demo
 
 # On two cores, in three steps that keep both busy: the venv (pip, one core) beside the Rust
-# tests' compile; the Rust tests beside the wheel's compile (the two builds share nothing: the
-# wheel is the zig manylinux2014 build users install, the tests use the `release-tests`
-# profile); then pytest. `-Otarget` prints each target's output in one piece; the `+` lines
-# hand make's job slots to cargo, so the two jobs of a step share the two cores.
+# compile; the Rust tests beside the wheel (which reuses that compile: only pyo3, numpy and the
+# binding crate are left to build); then pytest. `-Otarget` prints each target's output in one
+# piece; the `+` lines hand make's job slots to cargo, so the two jobs of a step share the cores.
 test: ## Set up, then run cargo test and pytest
 	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-tests-built
 	$(MAKE) --no-print-directory -j2 -Otarget test-rust $(STAMPS)/build
 	$(MAKE) --no-print-directory test-python
 
-# Unit, integration and doc tests of the workspace; the examples are compiled by `make lint`
-# (clippy --all-targets), not linked again here. The `release-tests` profile (Cargo.toml) is
-# the release code without cross-crate LTO: the exhaustive 2^32 checks need optimised code.
-RUST_TESTS := cargo test --profile release-tests --workspace
+# Unit, integration and doc tests of the workspace, optimised (the exhaustive 2^32 checks need
+# it) in the wheel's `release` profile; the examples are compiled by `make lint` (clippy
+# --all-targets), not linked again here.
+RUST_TESTS := $(RUST_ENV) cargo test --release --workspace
 
 .PHONY: rust-tests-built
-rust-tests-built:
+rust-tests-built: $(STAMPS)/zig
 	+$(RUST_TESTS) --tests --no-run
 
-test-rust: ## cargo test (optimised: the exhaustive 2^32 checks need it)
+test-rust: $(STAMPS)/zig ## cargo test (optimised: the exhaustive 2^32 checks need it)
 	+$(RUST_TESTS) --tests
 	+$(RUST_TESTS) --doc
 
 # pytest in two parts: the suite on two workers (pytest-xdist, one test file per worker at a
-# time, so a module's fixtures are built once), then the `serial` files alone: their probes time
-# Ctrl-C latency and GIL release, which another worker's load would distort. Plain `pytest` (no
-# options) runs everything in one process, as before.
+# time, so a module's fixtures are built once), then the `serial` files, on two workers among
+# themselves: their probes time Ctrl-C latency and GIL release, which the main suite's load (its
+# subprocesses and thread-count sweeps) would distort. Plain `pytest` runs everything in one
+# process.
 test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not serial"
-	$(PY) -m pytest -q -m "serial and not slow"
+	$(PY) -m pytest -q -n 2 -m "serial and not slow"
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
 # nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.
@@ -99,7 +112,7 @@ FUZZ_TARGETS := dma_stream collective_schedule access_pattern
 
 .PHONY: fuzz fuzz-adversarial fuzz-libfuzzer
 fuzz: $(STAMPS)/build ## Fuzz for longer: proptest, hypothesis, the slow adversarial probes, libFuzzer targets
-	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} cargo test --profile release-tests -p trn2core --test it fuzz::
+	time PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(RUST_ENV) cargo test --release -p trn2core --test it fuzz::
 	time HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -q tests/test_fuzz.py --hypothesis-show-statistics
 	$(MAKE) fuzz-adversarial fuzz-libfuzzer
 
