@@ -138,8 +138,10 @@ lint: $(STAMPS)/build ## rustfmt, clippy -D warnings, ruff, no import cycles, _c
 	$(PY) tools/check_cycles.py
 	$(PY) -m mypy.stubtest trn2core._core
 
+# compare_peers.py runs a cargo example (machine_speed): with $(RUST_ENV) it links as the other
+# builds do, so it reuses their compile instead of rebuilding the core with other flags.
 bench: $(STAMPS)/build ## Ratios against peers in one process, then the asv suites on this env
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benches/compare_peers.py
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(RUST_ENV) $(PY) benches/compare_peers.py
 	$(VENV)/bin/asv machine --yes >/dev/null
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(VENV)/bin/asv run --python=same --quick --show-stderr --set-commit-hash=$$(git rev-parse HEAD)
 
