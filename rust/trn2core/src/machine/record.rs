@@ -135,6 +135,8 @@ named_enum! {
         NcStreamShuffle = "nc_stream_shuffle",
         /// `nc_n_gather` (GpSimd): elements of each partition picked by uint32 indices.
         NcNGather = "nc_n_gather",
+        /// `dma_transpose`: HBM or SBUF to SBUF with the source's axes permuted.
+        DmaTranspose = "dma_transpose",
     }
 }
 
@@ -195,6 +197,8 @@ pub mod flags {
     pub const DMA_TO_HBM: u32 = 1 << 13;
     /// GpSimd `tensor_scalar` with `rsqrt` (4x lower throughput, \[S11\]).
     pub const RSQRT: u32 = 1 << 14;
+    /// A DMA transposes (`dma_transpose`: a fraction of the copy throughput).
+    pub const DMA_TRANSPOSE: u32 = 1 << 15;
 }
 
 /// What an instruction's cost formula needs.

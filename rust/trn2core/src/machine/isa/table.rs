@@ -372,6 +372,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         "dst[p, j] = data[p, indices[p, j]] (data's free axes flattened; uint32 indices)",
         &[DST, req("data", K::Tile), req("indices", K::Tile)],
     ),
+    row(Op::DmaTranspose, &[], Own, None,
+        "dst = src with its axes permuted ([1,0], [2,1,0] or [3,1,2,0]) over a DMA queue \
+         (HBM or SBUF to SBUF, 2- or 4-byte elements)",
+        &[DST, req("src", K::Tile), opt("axes", K::Ints), flag("hwdge"), opt("queue", K::Queue)],
+    ),
 ];
 
 /// The row of `op`.
@@ -831,6 +836,14 @@ impl Machine {
                 self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
             }
             Opcode::NcNGather => self.nc_n_gather(&dst, &a.tile("data")?, &a.tile("indices")?),
+            Opcode::DmaTranspose => {
+                let axes = match a.slot("axes").1 {
+                    Some(Value::Ints(v)) => Some(v.as_slice()),
+                    _ => None,
+                };
+                let (src, hwdge) = (a.tile("src")?, a.flag("hwdge"));
+                self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
+            }
         }
     }
 }
