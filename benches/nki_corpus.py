@@ -346,11 +346,13 @@ def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):
     return q * cos + rot(q) * sin, k * cos + rot(k) * sin
 
 
-def ref_attention_cte(q, k, v, scale=1.0, **_):
-    """Causal softmax(q k * scale) v: q [b, s, d], k [b, d, s], v [b, s, d] -> [b, s, d]."""
+def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, **_):
+    """softmax(q k * scale) v, causal or not: q [b, s, d], k [b, d, s], v [b, s, d] ->
+    [b, s, d]."""
     sc = np.einsum("bqd,bdk->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
     s = sc.shape[-1]
-    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    if causal_mask:
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
@@ -744,6 +746,24 @@ def _cases() -> list[Case]:
                     _f32(r, 1, 512, 64).astype(BF16),
                 ),
                 {"scale": 0.125},
+            ),  # fmt: skip
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib attention_cte (not causal, 1024)",
+            lib,
+            "nkilib.core.attention.attention_cte",
+            "attention_cte",
+            lambda r: (
+                (
+                    _f32(r, 1, 1024, 64).astype(BF16),
+                    _f32(r, 1, 64, 1024).astype(BF16),
+                    _f32(r, 1, 1024, 64).astype(BF16),
+                ),
+                {"scale": 0.125, "causal_mask": False},
             ),  # fmt: skip
             ref_attention_cte,
             rtol=2e-2,
