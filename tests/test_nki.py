@@ -995,6 +995,102 @@ def test_nc_n_gather_in_both_dialects_matches_numpy():
     assert str(e.value).startswith(f"{__file__}:{_line_of(current, 'nisa.nc_n_gather')}:")
 
 
+def _range_select_ref(x, start, lo, hi, op0, op1):
+    """The documented numpy equivalent: the float32 free index against each partition's
+    bounds, float32's lowest where either comparison fails; the max per partition."""
+    idx = (start + np.arange(x.shape[1])).astype(np.float32)
+    mask = op0(idx[None, :], lo) & op1(idx[None, :], hi)
+    sel = np.where(mask, x.astype(np.float32), np.finfo(np.float32).min)
+    return sel, sel.max(axis=1, keepdims=True)
+
+
+def test_range_select_masks_by_free_index_and_max_reduces_like_numpy():
+    # nki-library attention_cte's dynamic masks (prior KV cache, sequence packing) and
+    # attention_bwd: on_true_tile read from PSUM, bounds per partition, range_start the key
+    # tile's offset. Partial tiles (20 of the 128 partitions), a NaN bound, -0.0 and +-inf.
+    rng = np.random.default_rng(7)
+    p, n, start = 20, 96, 256
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9], x[4, 11] = -0.0, np.inf, -np.inf, np.inf
+    lo = rng.integers(start - 8, start + n, (p, 1)).astype(np.float32)
+    hi = (lo + rng.integers(-4, 40, (p, 1))).astype(np.float32)
+    lo[6, 0] = np.nan  # a NaN bound: every comparison false, the row all fill
+    hi[7, 0] = lo[7, 0]  # an empty range
+
+    @tn.jit
+    def k(x, lo, hi):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        b = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=b[:, 0:1], src=lo)
+        nisa.dma_copy(dst=b[:, 1:2], src=hi)
+        d = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        res = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.range_select(
+            d, on_true_tile=ps, comp_op0=nl.greater_equal, comp_op1=nl.less,
+            bound0=b[:, 0:1], bound1=b[:, 1:2], reduce_op=nl.maximum, reduce_res=res,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce, range_start=start,
+            on_false_value=-3.4028235e38,
+        )  # fmt: skip
+        out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        m = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=m, src=res)
+        return out, m
+
+    sel, mx = _range_select_ref(x, start, lo, hi, np.greater_equal, np.less)
+    res = tn.run(k, x, lo, hi)
+    out, m = res.outputs
+    # bf16 of float32's lowest is -inf (nearest even), as the documentation's note says.
+    assert np.array_equal(out.view(np.uint16), sel.astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.all(np.isneginf(out[6].astype(np.float32))) and np.all(m[6:8] == sel.min())
+    assert np.array_equal(m.view(np.uint32), mx.view(np.uint32))
+    assert res.report.opcodes["range_select"] == 1
+
+
+def test_range_select_rules_name_the_argument_at_the_kernels_line():
+    x = np.ones((8, 16), np.float32)
+
+    def kern(case):
+        def f(x):
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            b = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=b, value=3.0)
+            b16 = nl.ndarray((8, 1), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.memset(dst=b16, value=3.0)
+            i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=i, value=1)
+            kw = dict(comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b, bound1=b)
+            if case == "comp_op0":
+                kw["comp_op0"] = nl.add
+            elif case == "reduce_op":
+                kw["reduce_op"] = nl.add
+            elif case == "on_false_value":
+                kw["on_false_value"] = 0.0
+            elif case == "range_start":
+                kw["range_start"] = 2**24
+            elif case == "bound1":
+                kw["bound1"] = b16
+            elif case == "reduce_cmd":
+                kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+            src = i if case == "on_true_tile" else t
+            nisa.range_select(t, on_true_tile=src, **kw)  # the call
+            return x
+
+        return f
+
+    for case in ("comp_op0", "reduce_op", "on_false_value", "range_start", "bound1",
+                 "reduce_cmd", "on_true_tile"):  # fmt: skip
+        f = kern(case)
+        with pytest.raises(Trn2Error) as e:
+            tn.run(tn.jit(f), x)
+        assert e.value.arg == case, (case, str(e.value))
+        assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

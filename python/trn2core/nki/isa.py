@@ -376,7 +376,6 @@ define_unsupported(
         "exponential",
         "quantize_mx",
         "dropout",
-        "range_select",
         "select_reduce",
         "sequence_bounds",
         "local_gather",
@@ -438,6 +437,8 @@ def _from_table(row):
                 out[k] = alu_name(v, k)
             elif kind == "engine":
                 out[k] = engine_name(v, _default, tuple(engines), op)
+            elif kind == "reduce_cmd" and v is not None:
+                out[k] = reduce_cmd_name(v)
             elif isinstance(v, NkiTensor):
                 out[k] = scalar_arg(v, k)
             else:

@@ -137,6 +137,8 @@ named_enum! {
         NcNGather = "nc_n_gather",
         /// `dma_transpose`: HBM or SBUF to SBUF with the source's axes permuted.
         DmaTranspose = "dma_transpose",
+        /// `range_select` (Vector): elements kept by their free index's range, max-reduced.
+        RangeSelect = "range_select",
     }
 }
 

@@ -377,6 +377,15 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          (HBM or SBUF to SBUF, 2- or 4-byte elements)",
         &[DST, req("src", K::Tile), opt("axes", K::Ints), flag("hwdge"), opt("queue", K::Queue)],
     ),
+    row(Op::RangeSelect, &[Vector], Own, None,
+        "dst = on_true_tile where comp_op0(range_start + j, bound0) and comp_op1(range_start + j, \
+         bound1) for free index j, else on_false_value; max-reduced into reduce_res",
+        &[DST, req("on_true_tile", K::Tile), req("comp_op0", K::Alu), req("comp_op1", K::Alu),
+            req("bound0", K::Scalar), req("bound1", K::Scalar),
+            named("reduce_cmd", K::ReduceCmd, "reset_reduce"), opt("reduce_res", K::Tile),
+            named("reduce_op", K::Alu, "maximum"), int("range_start", 0),
+            opt("on_false_value", K::Float)],
+    ),
 ];
 
 /// The row of `op`.
@@ -836,6 +845,21 @@ impl Machine {
                 self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
             }
             Opcode::NcNGather => self.nc_n_gather(&dst, &a.tile("data")?, &a.tile("indices")?),
+            Opcode::RangeSelect => self.range_select(
+                &dst,
+                &a.tile("on_true_tile")?,
+                [a.alu("comp_op0")?, a.alu("comp_op1")?],
+                [&a.scalar("bound0")?, &a.scalar("bound1")?],
+                a.reduce_cmd("reduce_cmd")?,
+                a.opt_tile("reduce_res")?.as_ref(),
+                a.alu("reduce_op")?,
+                a.int("range_start")?,
+                match a.slot("on_false_value").1 {
+                    Some(Value::Float(v)) => Some(*v),
+                    Some(Value::Int(i)) => Some(*i as f64),
+                    _ => None,
+                },
+            ),
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
                     Some(Value::Ints(v)) => Some(v.as_slice()),
@@ -859,8 +883,9 @@ mod tests {
             let d = TABLE[i].default_engine;
             assert_eq!(d.is_some(), !TABLE[i].engines.is_empty());
             assert!(
-                TABLE[i].args.len() <= 10,
-                "the binding's issue takes ten positional slots"
+                TABLE[i].args.len() <= 12,
+                "a row of at most 12 arguments (range_select has 11; the binding's issue takes \
+                 *args, any count)"
             );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
             assert_eq!(
