@@ -1091,6 +1091,110 @@ def test_range_select_rules_name_the_argument_at_the_kernels_line():
         assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
 
 
+def _partition_sum(x):
+    """Our oracle: float32 additions down the partitions, in partition order."""
+    acc = x[0].astype(np.float32)
+    for row in x[1:]:
+        acc = (acc + row.astype(np.float32)).astype(np.float32)
+    return acc[None]
+
+
+def test_tensor_partition_reduce_in_both_dialects_matches_numpy():
+    # nki-library attention_bwd sums its sink gradients across partitions (current dialect,
+    # dst first, a 3-D [1, heads, sinks] result); the legacy flash-attention backward of
+    # nki-samples' reference kernels returns the [1, ...] tile. Values where the order shows:
+    # 1e8 absorbs each +1 before -1e8 cancels it; -0.0 sums stay -0.0; NaN and inf propagate.
+    rng = np.random.default_rng(11)
+    x = np.round(rng.uniform(-50, 50, (100, 4, 6))).astype(np.float32)
+    x[:, 0, 0] = 1.0
+    x[0, 0, 0], x[99, 0, 0] = 1e8, -1e8
+    x[:, 0, 1] = -0.0
+    x[17, 1, 1], x[30, 2, 2], x[31, 2, 3] = np.nan, np.inf, -np.inf
+    want = _partition_sum(x)
+    assert want[0, 0, 0] == 0.0 and np.signbit(want[0, 0, 1])
+
+    @tn.jit
+    def current(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        r = nl.ndarray((1, *a.shape[1:]), dtype=a.dtype)
+        nisa.tensor_partition_reduce(r, nl.add, t)
+        m = nl.ndarray((1, *a.shape[1:]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=m, op=nl.maximum, data=t)
+        out = nl.ndarray(r.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        mo = nl.ndarray(m.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=mo, src=m)
+        return out, mo
+
+    @tn.jit_legacy
+    def legacy(a):
+        r = lisa.tensor_partition_reduce(np.add, lnl.load(a))
+        out = lnl.ndarray((1, *a.shape[1:]), dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        return out
+
+    res = tn.run(current, x)
+    got, mx = res.outputs
+    assert np.array_equal(got, want, equal_nan=True) and np.signbit(got[0, 0, 1])
+    want_max = np.max(x, axis=0, keepdims=True).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(mx.view(np.uint16) & 0x7FC0 == 0x7FC0, np.isnan(want_max))
+    ok = ~np.isnan(want_max)
+    assert np.array_equal(mx[ok].view(np.uint16), want_max[ok].view(np.uint16))
+    assert res.report.opcodes["tensor_partition_reduce"] == 2
+    assert np.array_equal(tn.run(legacy, x).outputs, want, equal_nan=True)
+
+    i = rng.integers(-(2**31), 2**31, (8, 5), dtype=np.int64).astype(np.int32)
+
+    @tn.jit
+    def bits(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        o = nl.ndarray((1, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        n = nl.ndarray((1, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(o, nl.bitwise_or, t)
+        nisa.tensor_partition_reduce(n, nl.bitwise_and, t)
+        out = nl.ndarray((2, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:1, :], src=o)
+        nisa.dma_copy(dst=out[1:2, :], src=n)
+        return out
+
+    got = tn.run(bits, i).outputs
+    assert np.array_equal(got[0], np.bitwise_or.reduce(i, axis=0))
+    assert np.array_equal(got[1], np.bitwise_and.reduce(i, axis=0))
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("op", "op", None), ("dst", "dst", "shape"), ("bits", "data", "bitvec_dtype"),
+     ("psum", "data", "gpsimd_psum")],
+)  # fmt: skip
+def test_tensor_partition_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        ps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        d = nl.ndarray((2, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        dst, op, data = r, nl.add, t
+        if case == "op":
+            op = nl.subtract
+        elif case == "dst":
+            dst = d
+        elif case == "bits":
+            op = nl.bitwise_or
+        elif case == "psum":
+            data = ps
+        nisa.tensor_partition_reduce(dst, op, data)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 4), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

@@ -139,6 +139,8 @@ named_enum! {
         DmaTranspose = "dma_transpose",
         /// `range_select` (Vector): elements kept by their free index's range, max-reduced.
         RangeSelect = "range_select",
+        /// `tensor_partition_reduce` (GpSimd): a reduction across partitions.
+        TensorPartitionReduce = "tensor_partition_reduce",
     }
 }
 

@@ -1,5 +1,6 @@
-//! GpSimd instructions: the pattern instructions `iota` and `affine_select`, and the
-//! per-partition gather `nc_n_gather`.
+//! GpSimd instructions: the pattern instructions `iota` and `affine_select`, the
+//! per-partition gather `nc_n_gather`, and the reduction across partitions
+//! `tensor_partition_reduce`.
 //!
 //! Both evaluate, for partition `c` (counted from the tile's first partition) and free index
 //! `(w, z, y, x)` of the pattern `[[step_w, num_w], ..., [step_x, num_x]]` (outermost first, up
@@ -254,6 +255,82 @@ impl Machine {
         self.record_engine(opc, engine, &[&a, &i], &[], &d, 0);
         Ok(())
     }
+
+    /// `tensor_partition_reduce` (GpSimd engine): `dst[0, j] = op` over the partitions `p` of
+    /// `data[p, j]` (\[S9\]: "a reduction operation across partitions"; add, max, bitwise_or,
+    /// bitwise_and). `dst` has one partition and `data`'s elements per partition. Arithmetic
+    /// operators widen to float32 and reduce in partition order, `acc = x[0]`, `acc = op(acc,
+    /// x[p])` (the order is ours: the hardware's is not published), the result rounded once to
+    /// `dst`'s dtype; bitwise operators combine the raw bits of integer tiles of one dtype.
+    pub fn tensor_partition_reduce(&mut self, dst: &Tile, op: AluOp, data: &Tile) -> Result<()> {
+        let opc = Opcode::TensorPartitionReduce;
+        let engine = Engine::Gpsimd;
+        if !matches!(
+            op,
+            AluOp::Add | AluOp::Maximum | AluOp::BitwiseOr | AluOp::BitwiseAnd
+        ) {
+            return Err(Error::value(
+                "op",
+                format!(
+                    "got {op}; tensor_partition_reduce reduces with add, maximum, bitwise_or \
+                     or bitwise_and"
+                ),
+            ));
+        }
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if d.p() != 1 || d.n() != a.n() {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "dst is {:?}; the reduction of data {:?} across its partitions is one \
+                     partition of {} elements",
+                    dst.logical_shape(),
+                    data.logical_shape(),
+                    a.n()
+                ),
+            ));
+        }
+        let (p, n) = (a.p() as usize, a.n());
+        if op.is_bitvec() {
+            for (arg, t) in [("data", data), ("dst", dst)] {
+                if !t.dtype.is_int() {
+                    return Err(super::dtype_rule(
+                        arg,
+                        "bitvec_dtype",
+                        format!("bitvec operators take integer dtypes; {arg} is {}", t.dtype),
+                    ));
+                }
+            }
+            super::keeps_dtype(
+                "bitvec_dtype",
+                dst,
+                ("data", data),
+                "a bitwise reduction keeps the bits' dtype",
+            )?;
+            let x = self.gather_bits(data)?;
+            let mut z = x[..n].to_vec();
+            for row in x.chunks(n.max(1)).skip(1).take(p - 1) {
+                for (acc, &v) in z.iter_mut().zip(row) {
+                    *acc = alu::apply_bits(op, *acc, v);
+                }
+            }
+            self.scatter_bits(&d, &z)?;
+        } else {
+            let x = self.gather_f32(data)?;
+            let mut z = x[..n].to_vec();
+            for row in x.chunks(n.max(1)).skip(1).take(p - 1) {
+                for (acc, &v) in z.iter_mut().zip(row) {
+                    *acc = alu::apply(op, *acc, v);
+                }
+            }
+            z.iter_mut().for_each(|v| *v = alu::canon(*v)); // one partition: NaN canonical too
+            self.scatter_f32(&d, &z)?;
+        }
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -317,5 +394,144 @@ mod tests {
         put(&mut m, &fidx, &[0; 21], 4);
         let err = m.nc_n_gather(&dst, &data, &fidx).expect_err("dtype");
         assert!(err.to_string().contains("uint32"), "{err}");
+    }
+
+    /// tensor_partition_reduce against a column-by-column oracle: float32 sums and maxima in
+    /// partition order (NaN, -0, inf and an overflow to inf among the inputs), a bf16 result
+    /// rounded once, bitwise or/and on int32 bits, and each rule naming its argument.
+    #[test]
+    fn tensor_partition_reduce_against_a_column_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (5usize, 6usize);
+        let data = m
+            .alloc(Space::Sbuf, "data", &[p, 2, 3], Dtype::Fp32)
+            .expect("d");
+        let x: Vec<f32> = vec![
+            1.0,
+            -0.0,
+            f32::MAX,
+            1e8,
+            2.5,
+            f32::NAN, //
+            2.0,
+            -0.0,
+            f32::MAX,
+            1.0,
+            -2.5,
+            0.0, //
+            -3.0,
+            -0.0,
+            0.0,
+            1.0,
+            1.0,
+            0.0, //
+            0.5,
+            -0.0,
+            0.0,
+            1.0,
+            f32::INFINITY,
+            0.0, //
+            0.25,
+            -0.0,
+            0.0,
+            -1e8,
+            7.0,
+            0.0,
+        ];
+        put(
+            &mut m,
+            &data,
+            &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            4,
+        );
+        let sum = m
+            .alloc(Space::Sbuf, "sum", &[1, n], Dtype::Fp32)
+            .expect("s");
+        let mx = m.alloc(Space::Sbuf, "mx", &[1, n], Dtype::Bf16).expect("m");
+        m.tensor_partition_reduce(&sum, AluOp::Add, &data)
+            .expect("add");
+        m.tensor_partition_reduce(&mx, AluOp::Maximum, &data)
+            .expect("max");
+        let got = m.read_f32(&sum).expect("read");
+        for j in 0..n {
+            let mut acc = x[j];
+            for r in 1..p {
+                acc += x[r * n + j]; // float32 additions in partition order
+            }
+            let want = if acc.is_nan() {
+                f32::from_bits(0x7FC0_0000)
+            } else {
+                acc
+            };
+            assert_eq!(got[j].to_bits(), want.to_bits(), "column {j}");
+        }
+        // Column 1: -0 + -0 ... = -0; column 2: MAX + MAX overflows to inf; column 3: each
+        // 1e8 + 1 rounds back to 1e8 before -1e8 cancels it: 0, not the exact 3 (the order
+        // is visible).
+        assert_eq!(got[1].to_bits(), (-0.0f32).to_bits());
+        assert_eq!(got[2], f32::INFINITY);
+        assert_eq!(got[3], 0.0);
+        let b = m.read_tile(&mx).expect("read");
+        let b16: Vec<u16> = b
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        // max: 2.0, -0 (all -0), MAX (rounds to inf in bf16), 1e8 (rounded), inf, NaN.
+        assert_eq!(b16[0], 0x4000);
+        assert_eq!(b16[1], 0x8000);
+        assert_eq!(b16[2], 0x7F80);
+        assert_eq!(b16[3], 0x4CBF); // 1e8 = 0x4CBEBC20 -> nearest even bf16 0x4CBF
+        assert_eq!(b16[4], 0x7F80);
+        assert_eq!(b16[5] & 0x7FC0, 0x7FC0);
+        // Bitwise, on int32 bits.
+        let ints = m
+            .alloc(Space::Sbuf, "ints", &[3, 2], Dtype::Int32)
+            .expect("i");
+        put(
+            &mut m,
+            &ints,
+            &[0x0F, 0xFFFF_FFFF, 0xF0, 0x8000_0000, 0x100, 0x7FFF_FFFF],
+            4,
+        );
+        let or = m
+            .alloc(Space::Sbuf, "or", &[1, 2], Dtype::Int32)
+            .expect("o");
+        m.tensor_partition_reduce(&or, AluOp::BitwiseOr, &ints)
+            .expect("or");
+        assert_eq!(
+            m.read_tile(&or).expect("r"),
+            [0xFF, 1, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]
+        );
+        m.tensor_partition_reduce(&or, AluOp::BitwiseAnd, &ints)
+            .expect("and");
+        assert_eq!(m.read_tile(&or).expect("r"), [0, 0, 0, 0, 0, 0, 0, 0]);
+        // The rules.
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::Subtract, &data)
+            .expect_err("op");
+        assert_eq!(e.arg(), Some("op"));
+        let two = m
+            .alloc(Space::Sbuf, "two", &[2, n], Dtype::Fp32)
+            .expect("t");
+        let e = m
+            .tensor_partition_reduce(&two, AluOp::Add, &data)
+            .expect_err("shape");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::BitwiseOr, &data)
+            .expect_err("float bits");
+        assert_eq!((e.arg(), e.rule()), (Some("data"), Some("bitvec_dtype")));
+        let u = m
+            .alloc(Space::Sbuf, "u", &[1, 2], Dtype::Uint32)
+            .expect("u");
+        let e = m
+            .tensor_partition_reduce(&u, AluOp::BitwiseOr, &ints)
+            .expect_err("dtype");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("bitvec_dtype")));
+        let ps = m.alloc(Space::Psum, "ps", &[p, n], Dtype::Fp32).expect("p");
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::Add, &ps)
+            .expect_err("psum");
+        assert_eq!(e.arg(), Some("data"));
     }
 }

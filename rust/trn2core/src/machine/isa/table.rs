@@ -180,6 +180,8 @@ pub enum Out {
     Like(&'static str),
     /// `[P, n]`: the first input's partitions, `n` elements each.
     Columns(usize),
+    /// `[1, ...]`: the named input's shape with one partition (a reduction across them).
+    Partition(&'static str),
     /// Its own rule (a hand-written form: matmul, transpose, reductions, iota, memset, DMA).
     Own,
 }
@@ -190,6 +192,7 @@ impl Out {
         match self {
             Out::Like(a) => ("like", a.to_string()),
             Out::Columns(n) => ("columns", n.to_string()),
+            Out::Partition(a) => ("partition", a.to_string()),
             Out::Own => ("own", String::new()),
         }
     }
@@ -254,7 +257,7 @@ const fn row(
 
 use Dtype::{Fp32, Uint32};
 use Opcode as Op;
-use Out::{Columns, Like, Own};
+use Out::{Columns, Like, Own, Partition};
 
 /// The table, in [`Opcode::ALL`]'s order (a test checks): opcode, engines, the result of its
 /// value-returning form and that result's dtype, what it computes, its arguments.
@@ -385,6 +388,10 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             named("reduce_cmd", K::ReduceCmd, "reset_reduce"), opt("reduce_res", K::Tile),
             named("reduce_op", K::Alu, "maximum"), int("range_start", 0),
             opt("on_false_value", K::Float)],
+    ),
+    row(Op::TensorPartitionReduce, &[Gpsimd], Partition("data"), None,
+        "dst[0, j] = op over the partitions p of data[p, j]",
+        &[DST, req("op", K::Alu), req("data", K::Tile)],
     ),
 ];
 
@@ -860,6 +867,9 @@ impl Machine {
                     _ => None,
                 },
             ),
+            Opcode::TensorPartitionReduce => {
+                self.tensor_partition_reduce(&dst, a.alu("op")?, &a.tile("data")?)
+            }
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
                     Some(Value::Ints(v)) => Some(v.as_slice()),
