@@ -1195,6 +1195,74 @@ def test_tensor_partition_reduce_rules_name_the_argument_at_the_kernels_line(cas
     assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
 
 
+def _nonzero_ref(row, offset, pad):
+    """Our transcription of the documented pseudocode for one partition."""
+    idx = [i + offset for i, v in enumerate(row) if v != 0 or np.isnan(v)]
+    return np.array(idx + [pad] * (len(row) - len(idx)) + [len(idx)], np.int32)
+
+
+def test_nonzero_with_count_writes_the_gpsimd_cores_partitions_like_the_pseudocode():
+    # nki-library's find_nonzero_indices and MoE token routing: fp32 rows on partitions 0, 16,
+    # .., 112 (one per GpSimd core); the other partitions of dst keep what they held.
+    rng = np.random.default_rng(5)
+    x = (rng.random((128, 40)) < 0.3).astype(np.float32) * rng.uniform(-2, 2, (128, 40))
+    x = x.astype(np.float32)
+    x[0, :] = 0.0  # no nonzero: all padding, count 0
+    x[16, :] = 1.0  # all nonzero
+    x[32, 3], x[32, 4], x[32, 5] = -0.0, np.nan, 1e-45  # -0 is zero; NaN, a denormal nonzero
+
+    @tn.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        d = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=7)
+        nisa.nonzero_with_count(dst=d, src=t, index_offset=100, padding_val=-5)
+        out = nl.ndarray(d.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    res = tn.run(k, x)
+    got = res.outputs
+    for p in range(128):
+        want = _nonzero_ref(x[p], 100, -5) if p % 16 == 0 else np.full(41, 7, np.int32)
+        assert np.array_equal(got[p], want), p
+    assert got[0, -1] == 0 and got[16, -1] == 40 and got[16, 0] == 100
+    assert res.report.opcodes["nonzero_with_count"] == 1
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("src", "src", "nonzero_dtype"), ("dst", "dst", "nonzero_dtype"), ("shape", "dst", "shape"),
+     ("padding_val", "padding_val", None), ("unwritten", "src", "uninitialized_read")],
+)  # fmt: skip
+def test_nonzero_with_count_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        if case != "unwritten":
+            nisa.dma_copy(dst=t, src=x)
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=1.0)
+        d = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.sbuf)
+        df = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.float32, buffer=nl.sbuf)
+        src, dst, pad = t, d, -1
+        if case == "src":
+            src = b
+        elif case == "dst":
+            dst = df
+        elif case == "shape":
+            dst = d[:, : x.shape[1]]
+        elif case == "padding_val":
+            pad = 2**40
+        nisa.nonzero_with_count(dst=dst, src=src, padding_val=pad)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((32, 8), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

@@ -141,6 +141,8 @@ named_enum! {
         RangeSelect = "range_select",
         /// `tensor_partition_reduce` (GpSimd): a reduction across partitions.
         TensorPartitionReduce = "tensor_partition_reduce",
+        /// `nonzero_with_count` (GpSimd): positions of nonzero elements and their count.
+        NonzeroWithCount = "nonzero_with_count",
     }
 }
 

@@ -1,6 +1,6 @@
 //! GpSimd instructions: the pattern instructions `iota` and `affine_select`, the
-//! per-partition gather `nc_n_gather`, and the reduction across partitions
-//! `tensor_partition_reduce`.
+//! per-partition gather `nc_n_gather`, the reduction across partitions
+//! `tensor_partition_reduce`, and `nonzero_with_count`.
 //!
 //! Both evaluate, for partition `c` (counted from the tile's first partition) and free index
 //! `(w, z, y, x)` of the pattern `[[step_w, num_w], ..., [step_x, num_x]]` (outermost first, up
@@ -13,11 +13,16 @@ use crate::numerics::encode_scalar;
 use crate::{Error, Result};
 
 use super::super::dtype;
-use super::super::record::{Engine, Opcode};
+use super::super::record::{Engine, Opcode, Queue};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
 use crate::machine::tile::{check_pattern_len, Tile, MAX_FREE_DIMS};
+use crate::spec::{GPSIMD_PROCESSORS, SBUF_PARTITIONS};
+
+/// SBUF partitions each GpSimd core is connected to (16: core `c` to `16c .. 16c + 16`,
+/// \[S2\]; the nonzero_with_count documentation says the same, \[S9\]).
+const PARTITIONS_PER_CORE: u32 = (SBUF_PARTITIONS / GPSIMD_PROCESSORS) as u32;
 
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
@@ -333,6 +338,109 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// `nonzero_with_count` (GpSimd engine; \[S9\], whose pseudocode this follows): in each
+    /// partition a GpSimd core reads (the first of its 16, hardware partitions 0, 16, .., 112),
+    /// `dst` gets the positions `i + index_offset` of `src`'s nonzero elements (free axes
+    /// flattened, ascending), then `padding_val` up to `src`'s element count, then the count;
+    /// `dst`'s other partitions are not written. `src` fp32 (a NaN is nonzero, -0.0 is zero)
+    /// or int32; `dst` int32 with one element more per partition; both SBUF, on the same
+    /// partitions.
+    pub fn nonzero_with_count(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        index_offset: i64,
+        padding_val: i64,
+    ) -> Result<()> {
+        let opc = Opcode::NonzeroWithCount;
+        let engine = Engine::Gpsimd;
+        // Only the cores' partitions are read, so the others may hold nothing yet: the tiles'
+        // engine rules here, the written check per core partition below.
+        let a = self.operand("src", src, Some(engine), true)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if !matches!(src.dtype, dtype::Dtype::Fp32 | dtype::Dtype::Int32) {
+            return Err(super::dtype_rule(
+                "src",
+                "nonzero_dtype",
+                format!(
+                    "src is {}; nonzero_with_count reads fp32 or int32",
+                    src.dtype
+                ),
+            ));
+        }
+        if dst.dtype != dtype::Dtype::Int32 {
+            return Err(super::dtype_rule(
+                "dst",
+                "nonzero_dtype",
+                format!("dst is {}; nonzero_with_count writes int32", dst.dtype),
+            ));
+        }
+        let n = a.n();
+        if d.p() != a.p() || dst.start_partition != src.start_partition || d.n() != n + 1 {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "src is {:?} from partition {}, dst {:?} from partition {}; dst has src's \
+                     partitions and one element more per partition (the count)",
+                    src.logical_shape(),
+                    src.start_partition,
+                    dst.logical_shape(),
+                    dst.start_partition
+                ),
+            ));
+        }
+        let last = index_offset.saturating_add(n as i64 - 1);
+        if i32::try_from(index_offset).is_err() || i32::try_from(last).is_err() {
+            return Err(Error::value(
+                "index_offset",
+                format!(
+                    "{index_offset}: the indices it gives ({index_offset} .. {last}) are not all \
+                     int32"
+                ),
+            ));
+        }
+        let pad = i32::try_from(padding_val)
+            .map_err(|_| Error::value("padding_val", format!("{padding_val} is not an int32")))?;
+        let float = src.dtype == dtype::Dtype::Fp32;
+        for p in 0..a.p() {
+            let hw = src.start_partition + p;
+            if hw % PARTITIONS_PER_CORE != 0 {
+                continue;
+            }
+            let (mut s1, mut d1) = (*src, *dst);
+            (s1.start_partition, s1.partitions) = (hw, 1);
+            (d1.start_partition, d1.partitions) = (hw, 1);
+            self.operand("src", &s1, None, false)?;
+            let x = self.gather_bits(&s1)?;
+            let mut z: Vec<u32> = x
+                .iter()
+                .enumerate()
+                .filter(|(_, &b)| if float { b & 0x7FFF_FFFF != 0 } else { b != 0 })
+                .map(|(i, _)| (i as i64 + index_offset) as i32 as u32)
+                .collect();
+            let count = z.len() as u32;
+            z.resize(n, pad as u32);
+            z.push(count);
+            let row = Opnd {
+                tile: d1,
+                range: d.range,
+            };
+            self.scatter_bits(&row, &z)?;
+        }
+        let cost = Self::cost_input(n, a.p(), 0);
+        self.program.push(
+            opc,
+            Queue::Engine(engine),
+            &[a.region()],
+            &[d.region()],
+            cost,
+        );
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,5 +641,113 @@ mod tests {
             .tensor_partition_reduce(&sum, AluOp::Add, &ps)
             .expect_err("psum");
         assert_eq!(e.arg(), Some("data"));
+    }
+
+    /// nonzero_with_count against the documented pseudocode on the cores' partitions (0, 16,
+    /// 32 of a 40-partition tile): -0.0 is zero, NaN and denormals nonzero, an all-zero and an
+    /// all-nonzero row; the other partitions of dst keep what they held, and src's other
+    /// partitions may never have been written.
+    #[test]
+    fn nonzero_with_count_against_the_documented_pseudocode() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (40usize, 6usize);
+        let src = m
+            .alloc(Space::Sbuf, "src", &[p, 2, 3], Dtype::Fp32)
+            .expect("s");
+        let dst = m
+            .alloc(Space::Sbuf, "dst", &[p, n + 1], Dtype::Int32)
+            .expect("d");
+        put(&mut m, &dst, &vec![0xAAAA_AAAA; p * (n + 1)], 4);
+        let rows: [[u32; 6]; 3] = [
+            [0, 0x3F80_0000, 0x8000_0000, 0x7FC0_0000, 0, 1], // 0, 1.0, -0.0, NaN, 0, denormal
+            [0; 6],
+            [0x4000_0000; 6],
+        ];
+        for (k, row) in rows.iter().enumerate() {
+            let mut one = src;
+            (one.start_partition, one.partitions) = (16 * k as u32, 1);
+            put(&mut m, &one, row, 4);
+        }
+        m.nonzero_with_count(&dst, &src, 16, -1).expect("nonzero");
+        let got: Vec<i32> = m
+            .read_tile(&dst)
+            .expect("read")
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for r in 0..p {
+            let out = &got[r * (n + 1)..(r + 1) * (n + 1)];
+            if r % 16 != 0 {
+                assert!(
+                    out.iter().all(|&v| v == 0xAAAA_AAAAu32 as i32),
+                    "row {r} untouched"
+                );
+                continue;
+            }
+            // The documented pseudocode, on the row's values.
+            let x = rows[r / 16];
+            let mut want: Vec<i32> = (0..n)
+                .filter(|&i| f32::from_bits(x[i]) != 0.0 || f32::from_bits(x[i]).is_nan())
+                .map(|i| i as i32 + 16)
+                .collect();
+            let c = want.len() as i32;
+            want.resize(n, -1);
+            want.push(c);
+            assert_eq!(out, &want[..], "row {r}");
+        }
+        assert_eq!(&got[..7], &[17, 19, 21, -1, -1, -1, 3]);
+        // int32: bits; the rules.
+        let ints = m
+            .alloc(Space::Sbuf, "ints", &[1, 3], Dtype::Int32)
+            .expect("i");
+        put(&mut m, &ints, &[0, 0x8000_0000, 7], 4);
+        let o = m.alloc(Space::Sbuf, "o", &[1, 4], Dtype::Int32).expect("o");
+        m.nonzero_with_count(&o, &ints, 0, 9).expect("int32");
+        assert_eq!(
+            m.read_tile(&o).expect("r"),
+            [1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 2, 0, 0, 0]
+        );
+        let check = |r: Result<()>, arg: &str, rule: Option<&str>| {
+            let e = r.expect_err(arg);
+            assert_eq!((e.arg(), e.rule()), (Some(arg), rule), "{e}");
+        };
+        let bf = m.alloc(Space::Sbuf, "bf", &[1, 3], Dtype::Bf16).expect("b");
+        check(
+            m.nonzero_with_count(&o, &bf, 0, -1),
+            "src",
+            Some("nonzero_dtype"),
+        );
+        let of = m.alloc(Space::Sbuf, "of", &[1, 4], Dtype::Fp32).expect("f");
+        check(
+            m.nonzero_with_count(&of, &ints, 0, -1),
+            "dst",
+            Some("nonzero_dtype"),
+        );
+        let o3 = m
+            .alloc(Space::Sbuf, "o3", &[1, 3], Dtype::Int32)
+            .expect("o");
+        check(
+            m.nonzero_with_count(&o3, &ints, 0, -1),
+            "dst",
+            Some("shape"),
+        );
+        check(
+            m.nonzero_with_count(&o, &ints, i32::MAX as i64 - 1, -1),
+            "index_offset",
+            None,
+        );
+        check(
+            m.nonzero_with_count(&o, &ints, 0, 1 << 40),
+            "padding_val",
+            None,
+        );
+        let ps = m
+            .alloc(Space::Psum, "ps", &[1, 3], Dtype::Int32)
+            .expect("p");
+        check(
+            m.nonzero_with_count(&o, &ps, 0, -1),
+            "src",
+            Some("gpsimd_psum"),
+        );
     }
 }

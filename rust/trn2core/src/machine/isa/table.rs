@@ -393,6 +393,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         "dst[0, j] = op over the partitions p of data[p, j]",
         &[DST, req("op", K::Alu), req("data", K::Tile)],
     ),
+    row(Op::NonzeroWithCount, &[Gpsimd], Own, None,
+        "dst = positions + index_offset of src's nonzero elements, padding_val, then their \
+         count (partitions 0, 16, .., 112 only)",
+        &[DST, req("src", K::Tile), int("index_offset", 0), int("padding_val", -1)],
+    ),
 ];
 
 /// The row of `op`.
@@ -870,6 +875,12 @@ impl Machine {
             Opcode::TensorPartitionReduce => {
                 self.tensor_partition_reduce(&dst, a.alu("op")?, &a.tile("data")?)
             }
+            Opcode::NonzeroWithCount => self.nonzero_with_count(
+                &dst,
+                &a.tile("src")?,
+                a.int("index_offset")?,
+                a.int("padding_val")?,
+            ),
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
                     Some(Value::Ints(v)) => Some(v.as_slice()),
