@@ -371,7 +371,6 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "activate2",
-        "tensor_partition_reduce",
         "tensor_scalar_cumulative",
         "exponential",
         "quantize_mx",
@@ -393,7 +392,6 @@ define_unsupported(
         "rand_set_state",
         "rand_get_state",
         "set_rng_seed",
-        "nonzero_with_count",
         "topk",
         "tensor_copy_dynamic_src",
         "tensor_copy_dynamic_dst",

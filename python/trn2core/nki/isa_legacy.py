@@ -395,7 +395,6 @@ _cur.define_unsupported(
         "tensor_copy_dynamic_dst",
         "tensor_copy_dynamic_src",
         "tensor_copy_predicated",
-        "tensor_partition_reduce",
         "builtin_custom_op",
     ),
 )
