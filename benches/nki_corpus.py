@@ -311,6 +311,23 @@ def ref_max_index(x):
     return x.max(axis=-1, keepdims=True), x.argmax(axis=-1)[..., None].astype(np.uint32)
 
 
+def ref_nonzero_indices(x, **_):
+    """Per column c of x [T, C]: the rows t with x[t, c] != 0 ascending, -1 up to T; and the
+    counts."""
+    t, c = x.shape
+    idx = np.full((c, t), -1, np.int32)
+    counts = np.zeros(c, np.int32)
+    for j in range(c):
+        nz = np.flatnonzero(x[:, j])
+        idx[j, : len(nz)] = nz
+        counts[j] = len(nz)
+    return idx, counts
+
+
+def _sparse(r, *shape, density=0.3):
+    return np.where(r.random(shape) < density, _f32(r, *shape), np.float32(0))
+
+
 def ref_topk(x, k, **_):
     """The k largest of the last axis, descending, and their indices (no ties in the inputs)."""
     order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
@@ -697,6 +714,22 @@ def _cases() -> list[Case]:
                 package_root=LIB,
             )
         )
+    cases.append(
+        Case(
+            "nkilib find_nonzero_indices (LNC=2)",
+            lib,
+            "nkilib.core.subkernels.find_nonzero_indices",
+            "find_nonzero_indices",
+            lambda r: ((_sparse(r, 256, 16),), {"chunk_size": 128}),
+            ref_nonzero_indices,
+            grid=2,
+            **exact,
+            package_root=LIB,
+            # It transposes a whole [128, 128] tile of which it wrote only the GpSimd cores'
+            # columns; the rest lands on partitions nonzero_with_count does not read.
+            uninitialized="nan",
+        )
+    )
     for v in (2048, 2000):
         cases.append(
             Case(
