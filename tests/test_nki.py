@@ -1263,6 +1263,96 @@ def test_nonzero_with_count_rules_name_the_argument_at_the_kernels_line(case, ar
     assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
 
 
+def _cumulative_ref(x, op0, imm0, op1, init):
+    """The documented pseudocode, per partition, in float32: reg = op1(op0(x[i], imm0), reg)."""
+    out = np.empty(x.shape, np.float32)
+    for p in range(x.shape[0]):
+        reg = np.float32(init[p])
+        for i in range(x.shape[1]):
+            reg = np.float32(op1(np.float32(op0(np.float32(x[p, i]), np.float32(imm0[p]))), reg))
+            out[p, i] = reg
+    return out
+
+
+def test_tensor_scalar_cumulative_follows_the_documented_pseudocode():
+    # A running sum split over two calls (reset_reduce, then reduce continues the register),
+    # a per-partition imm0 tile, load_reduce from an imm1 tile, subtract's literal operand
+    # order (op0(x) - reg), bf16 in and out; NaN and infinities carried along.
+    rng = np.random.default_rng(3)
+    p, n = 24, 40
+    x = np.round(rng.uniform(-4, 4, (p, n)) * 4).astype(ml_dtypes.bfloat16)
+    x[1, 3], x[2, 5], x[3, 0] = np.nan, np.inf, -np.inf
+    scale = rng.uniform(0.5, 2, (p, 1)).astype(np.float32)
+    init = rng.uniform(-8, 8, (p, 1)).astype(np.float32)
+
+    @tn.jit
+    def k(x, scale, init):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        s = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s[:, 0:1], src=scale)
+        nisa.dma_copy(dst=s[:, 1:2], src=init)
+        h = x.shape[1] // 2
+        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=a[:, :h], src=t[:, :h], op0=nl.multiply,
+                                      op1=nl.add, imm0=s[:, 0:1])  # fmt: skip
+        nisa.tensor_scalar_cumulative(dst=a[:, h:], src=t[:, h:], op0=nl.multiply,
+                                      op1=nl.add, imm0=s[:, 0:1],
+                                      reduce_cmd=nisa.reduce_cmd.reduce)  # fmt: skip
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(b, t, nl.add, nl.subtract, 1.0, s[:, 1:2],
+                                      nisa.reduce_cmd.load_reduce)  # fmt: skip
+        oa = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=oa, src=a)
+        ob = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=ob, src=b)
+        return oa, ob
+
+    res = tn.run(k, x, scale, init)
+    a, b = res.outputs
+    want_a = _cumulative_ref(x, np.multiply, scale[:, 0], np.add, np.zeros(p))
+    want_b = _cumulative_ref(x, np.add, np.ones(p), np.subtract, init[:, 0])
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(a, want_a, equal_nan=True)
+        assert np.array_equal(
+            b.astype(np.float32), want_b.astype(ml_dtypes.bfloat16).astype(np.float32),
+            equal_nan=True,
+        )  # fmt: skip
+    assert res.report.opcodes["tensor_scalar_cumulative"] == 3
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("op1", "op1", None), ("reduce_cmd", "reduce_cmd", None), ("imm1", "imm1", None),
+     ("dst", "dst", "cumulative_dtype"), ("imm0", "imm0", "fp32_operand")],
+)  # fmt: skip
+def test_tensor_scalar_cumulative_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+        b16 = nl.ndarray((x.shape[0], 1), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=b16, value=1.0)
+        kw = dict(dst=t, src=t, op0=nl.add, op1=nl.add, imm0=1.0)
+        if case == "op1":
+            kw["op1"] = nl.divide
+        elif case == "reduce_cmd":
+            kw["reduce_cmd"] = nisa.reduce_cmd.idle
+        elif case == "imm1":
+            kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+        elif case == "dst":
+            kw["dst"] = i
+        else:
+            kw["imm0"] = b16
+        nisa.tensor_scalar_cumulative(**kw)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 4), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

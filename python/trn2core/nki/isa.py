@@ -371,7 +371,6 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "activate2",
-        "tensor_scalar_cumulative",
         "exponential",
         "quantize_mx",
         "dropout",

@@ -1,5 +1,5 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
-//! `tensor_scalar_reduce`, `range_select`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
+//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
 //! `nc_find_index8` / `nc_match_replace8`.
 //!
 //! # Orders (ours; the hardware's are not published)
@@ -19,6 +19,12 @@
 //!   widened to float32, a NaN canonical; the register takes the float32 results in order,
 //!   `reg = max(reg, r[j])`, before they are rounded to `dst`'s dtype (so a bf16 `dst` holds
 //!   -inf where `reduce_res` holds float32's lowest, as the documentation's note describes).
+//! - `tensor_scalar_cumulative` (the documented pseudocode, taken literally): per partition,
+//!   the register set by `reduce_cmd` (`reset_reduce`: 0 for add and subtract, 1 for multiply,
+//!   -Inf for maximum, +Inf for minimum; `load_reduce`: `imm1`; `reduce`: as it is), then for
+//!   each element in order `reg = op1(op0(x[i], imm0), reg)` in float32 (so subtract gives
+//!   `op0(x[i]) - reg`, the pseudocode's operand order) and `dst[i] = reg` rounded to `dst`'s
+//!   dtype; the register keeps the last value for a following `reduce`.
 //! - `bn_stats`: for the even-indexed and the odd-indexed elements of each partition:
 //!   `count`; `mean = sum / count` with `sum` from +0 in order; `m2 = sum of (x - mean)^2` from
 //!   +0 in order (each difference, square and sum rounded to float32); count 0 gives mean 0 and
@@ -298,6 +304,108 @@ impl Machine {
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
         self.program
             .push(opc, Queue::Engine(engine), &reads, &writes, cost);
+        Ok(())
+    }
+
+    /// `tensor_scalar_cumulative` (Vector engine): `dst[i] = reg = op1(op0(src[i], imm0), reg)`
+    /// along each partition's elements, the register set by `reduce_cmd` first. See the module
+    /// doc for the order; int32/uint32 tiles are refused (the documentation: "not supported
+    /// as input/output dtypes (ISA limitation)").
+    #[allow(clippy::too_many_arguments)]
+    pub fn tensor_scalar_cumulative(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        op0: AluOp,
+        op1: AluOp,
+        imm0: &Scalar,
+        imm1: Option<&Scalar>,
+        reduce_cmd: ReduceCmd,
+    ) -> Result<()> {
+        let opc = Opcode::TensorScalarCumulative;
+        let engine = Engine::Vector;
+        if op0.is_bitvec() {
+            return Err(Error::value(
+                "op0",
+                format!("got {op0}; tensor_scalar_cumulative's op0 is an arithmetic operator"),
+            ));
+        }
+        if !matches!(
+            op1,
+            AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Maximum | AluOp::Minimum
+        ) {
+            return Err(Error::value(
+                "op1",
+                format!(
+                    "got {op1}; tensor_scalar_cumulative accumulates with add, subtract, \
+                     multiply, maximum or minimum"
+                ),
+            ));
+        }
+        if !matches!(
+            reduce_cmd,
+            ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce
+        ) {
+            return Err(Error::value(
+                "reduce_cmd",
+                format!(
+                    "got {}; tensor_scalar_cumulative takes reset_reduce, reduce or load_reduce",
+                    reduce_cmd.name()
+                ),
+            ));
+        }
+        if reduce_cmd == ReduceCmd::LoadReduce && imm1.is_none() {
+            return Err(Error::value(
+                "imm1",
+                "reduce_cmd load_reduce loads the register from imm1; give imm1",
+            ));
+        }
+        for (arg, t) in [("src", src), ("dst", dst)] {
+            if matches!(t.dtype, Dtype::Int32 | Dtype::Uint32) {
+                return Err(super::dtype_rule(
+                    arg,
+                    "cumulative_dtype",
+                    format!(
+                        "{arg} is {}; tensor_scalar_cumulative does not take int32/uint32 tiles \
+                         (an ISA limitation, as documented)",
+                        t.dtype
+                    ),
+                ));
+            }
+        }
+        let a = self.operand("src", src, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "src", &a, &[("dst", &d)])?;
+        let (p, n) = (a.p(), a.n());
+        let mut extra = Vec::new();
+        let s0 = self.scalar_f32("imm0", imm0, p, engine, &mut extra)?;
+        let init = match (reduce_cmd, imm1) {
+            (ReduceCmd::LoadReduce, Some(s1)) => {
+                self.scalar_f32("imm1", s1, p, engine, &mut extra)?
+            }
+            _ => Vec::new(),
+        };
+        let x = self.gather_f32(src)?;
+        let mut z = vec![0f32; x.len()];
+        let p0 = dst.start_partition as usize;
+        for (row, (xi, zi)) in x.chunks(n.max(1)).zip(z.chunks_mut(n.max(1))).enumerate() {
+            let reg = &mut self.dve_regs[p0 + row];
+            *reg = match reduce_cmd {
+                ReduceCmd::ResetReduce => identity(op1),
+                ReduceCmd::LoadReduce => canon(init[row]),
+                _ => *reg,
+            };
+            for (&v, out) in xi.iter().zip(zi.iter_mut()) {
+                *reg = alu::apply(op1, alu::apply(op0, v, s0[row]), *reg);
+                *out = *reg;
+            }
+        }
+        self.scatter_f32(&d, &z)?;
+        let mut reads: Vec<Region> = vec![a.region()];
+        reads.extend_from_slice(&extra);
+        let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
         Ok(())
     }
 
@@ -1093,5 +1201,163 @@ mod tests {
             )
             .expect_err("bf16 bound");
         assert_eq!((e.arg(), e.rule()), (Some("bound0"), Some("fp32_operand")));
+    }
+
+    /// tensor_scalar_cumulative against the documented pseudocode, literally: each op1 with
+    /// its identity (subtract's running `v - reg` alternates), load_reduce from a per-partition
+    /// imm1, reduce continuing the register of the previous call, NaN and infinities carried,
+    /// a bf16 dst rounded once per element; and each rule naming its argument.
+    #[test]
+    fn tensor_scalar_cumulative_against_the_documented_pseudocode() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (3usize, 7usize);
+        let src = sbuf(&mut m, "src", &[p, n], Dtype::Fp32);
+        let dst = sbuf(&mut m, "dst", &[p, n], Dtype::Fp32);
+        let x: Vec<f32> = vec![
+            1.0,
+            2.0,
+            -3.0,
+            0.5,
+            f32::INFINITY,
+            4.0,
+            -0.0, //
+            1e8,
+            1.0,
+            1.0,
+            1.0,
+            -1e8,
+            2.0,
+            0.25, //
+            f32::NAN,
+            1.0,
+            2.0,
+            3.0,
+            4.0,
+            5.0,
+            6.0,
+        ];
+        put(&mut m, &src, &x);
+        let imm1 = sbuf(&mut m, "imm1", &[p, 1], Dtype::Fp32);
+        put(&mut m, &imm1, &[10.0, -1.0, 0.5]);
+        let oracle = |op0: AluOp, imm0: f32, op1: AluOp, init: &[f32]| -> Vec<f32> {
+            let mut out = Vec::new();
+            for r in 0..p {
+                let mut reg = init[r];
+                for &v in &x[r * n..(r + 1) * n] {
+                    let a = alu::apply(op0, v, imm0);
+                    reg = match op1 {
+                        AluOp::Add => a + reg,
+                        AluOp::Subtract => a - reg,
+                        AluOp::Multiply => a * reg,
+                        AluOp::Maximum => alu::apply(AluOp::Maximum, a, reg),
+                        _ => alu::apply(AluOp::Minimum, a, reg),
+                    };
+                    out.push(canon(reg));
+                }
+            }
+            out
+        };
+        let cases = [
+            (AluOp::Multiply, 2.0, AluOp::Add, [0.0; 3]),
+            (AluOp::Add, 1.0, AluOp::Subtract, [0.0; 3]),
+            (AluOp::Multiply, 0.5, AluOp::Multiply, [1.0; 3]),
+            (AluOp::Subtract, 1.0, AluOp::Maximum, [f32::NEG_INFINITY; 3]),
+            (AluOp::Add, 0.0, AluOp::Minimum, [f32::INFINITY; 3]),
+        ];
+        for (op0, imm0, op1, init) in cases {
+            m.tensor_scalar_cumulative(
+                &dst,
+                &src,
+                op0,
+                op1,
+                &Scalar::Imm(imm0 as f64),
+                None,
+                ReduceCmd::ResetReduce,
+            )
+            .expect("cumulative");
+            let got = m.read_f32(&dst).expect("read");
+            let want = oracle(op0, imm0, op1, &init);
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{op0} {op1} element {k}");
+            }
+        }
+        // load_reduce from imm1, then reduce continuing from the last values.
+        let add = AluOp::Add;
+        let one = Scalar::Imm(1.0);
+        m.tensor_scalar_cumulative(
+            &dst,
+            &src,
+            AluOp::Multiply,
+            add,
+            &one,
+            Some(&Scalar::Tile(imm1)),
+            ReduceCmd::LoadReduce,
+        )
+        .expect("load");
+        let first = m.read_f32(&dst).expect("read");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&first),
+            bits(&oracle(AluOp::Multiply, 1.0, add, &[10.0, -1.0, 0.5]))
+        );
+        let bf = sbuf(&mut m, "bf", &[p, n], Dtype::Bf16);
+        m.tensor_scalar_cumulative(
+            &bf,
+            &src,
+            AluOp::Multiply,
+            add,
+            &one,
+            None,
+            ReduceCmd::Reduce,
+        )
+        .expect("reduce");
+        let last: Vec<f32> = (0..p).map(|r| first[r * n + n - 1]).collect();
+        let cont = oracle(AluOp::Multiply, 1.0, add, &last);
+        let got = m.read_tile(&bf).expect("read");
+        for (k, w) in cont.iter().enumerate() {
+            let g = u16::from_le_bytes([got[2 * k], got[2 * k + 1]]);
+            // bf16 nearest even of the float32 value (a NaN quieted).
+            let b = w.to_bits();
+            let want = if w.is_nan() {
+                0x7FC0
+            } else {
+                ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+            };
+            assert_eq!(g, want, "element {k}");
+        }
+        // The rules.
+        let imm = Scalar::Imm(1.0);
+        let rc = ReduceCmd::ResetReduce;
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, AluOp::BitwiseAnd, add, &imm, None, rc)
+            .expect_err("op0");
+        assert_eq!(e.arg(), Some("op0"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, AluOp::Divide, &imm, None, rc)
+            .expect_err("op1");
+        assert_eq!(e.arg(), Some("op1"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &imm, None, ReduceCmd::Idle)
+            .expect_err("cmd");
+        assert_eq!(e.arg(), Some("reduce_cmd"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &imm, None, ReduceCmd::LoadReduce)
+            .expect_err("imm1");
+        assert_eq!(e.arg(), Some("imm1"));
+        let ints = sbuf(&mut m, "ints", &[p, n], Dtype::Int32);
+        let e = m
+            .tensor_scalar_cumulative(&ints, &src, add, add, &imm, None, rc)
+            .expect_err("int32");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("cumulative_dtype")));
+        let short = sbuf(&mut m, "short", &[p, n - 1], Dtype::Fp32);
+        let e = m
+            .tensor_scalar_cumulative(&short, &src, add, add, &imm, None, rc)
+            .expect_err("shape");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let bf1 = sbuf(&mut m, "bf1", &[p, 1], Dtype::Bf16);
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &Scalar::Tile(bf1), None, rc)
+            .expect_err("imm0 dtype");
+        assert_eq!((e.arg(), e.rule()), (Some("imm0"), Some("fp32_operand")));
     }
 }

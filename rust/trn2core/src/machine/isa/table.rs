@@ -398,6 +398,12 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          count (partitions 0, 16, .., 112 only)",
         &[DST, req("src", K::Tile), int("index_offset", 0), int("padding_val", -1)],
     ),
+    row(Op::TensorScalarCumulative, &[Vector], Own, None,
+        "dst[i] = reg = op1(op0(src[i], imm0), reg) along the free axis, reg set by reduce_cmd",
+        &[DST, req("src", K::Tile), req("op0", K::Alu), req("op1", K::Alu),
+            req("imm0", K::Scalar), opt("imm1", K::Scalar),
+            named("reduce_cmd", K::ReduceCmd, "reset_reduce")],
+    ),
 ];
 
 /// The row of `op`.
@@ -880,6 +886,15 @@ impl Machine {
                 &a.tile("src")?,
                 a.int("index_offset")?,
                 a.int("padding_val")?,
+            ),
+            Opcode::TensorScalarCumulative => self.tensor_scalar_cumulative(
+                &dst,
+                &a.tile("src")?,
+                a.alu("op0")?,
+                a.alu("op1")?,
+                &a.scalar("imm0")?,
+                a.opt_scalar("imm1")?.as_ref(),
+                a.reduce_cmd("reduce_cmd")?,
             ),
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
