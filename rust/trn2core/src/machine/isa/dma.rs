@@ -268,7 +268,7 @@ fn check_hwdge_shape(shape: &[usize]) -> Result<()> {
     let ok_first = if shape.len() == 2 {
         first == 16
     } else {
-        [1, 2, 4, 8, 16].contains(&first) && (first * shape[shape.len() - 2]) % 16 == 0
+        [1, 2, 4, 8, 16].contains(&first) && (first * shape[shape.len() - 2]).is_multiple_of(16)
     };
     if !ok_first || last > 128 {
         return Err(shape_rule(

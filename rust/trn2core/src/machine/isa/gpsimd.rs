@@ -406,7 +406,7 @@ impl Machine {
         let float = src.dtype == dtype::Dtype::Fp32;
         for p in 0..a.p() {
             let hw = src.start_partition + p;
-            if hw % PARTITIONS_PER_CORE != 0 {
+            if !hw.is_multiple_of(PARTITIONS_PER_CORE) {
                 continue;
             }
             let (mut s1, mut d1) = (*src, *dst);
