@@ -311,6 +311,23 @@ def ref_max_index(x):
     return x.max(axis=-1, keepdims=True), x.argmax(axis=-1)[..., None].astype(np.uint32)
 
 
+def ref_nonzero_indices(x, **_):
+    """Per column c of x [T, C]: the rows t with x[t, c] != 0 ascending, -1 up to T; and the
+    counts."""
+    t, c = x.shape
+    idx = np.full((c, t), -1, np.int32)
+    counts = np.zeros(c, np.int32)
+    for j in range(c):
+        nz = np.flatnonzero(x[:, j])
+        idx[j, : len(nz)] = nz
+        counts[j] = len(nz)
+    return idx, counts
+
+
+def _sparse(r, *shape, density=0.3):
+    return np.where(r.random(shape) < density, _f32(r, *shape), np.float32(0))
+
+
 def ref_topk(x, k, **_):
     """The k largest of the last axis, descending, and their indices (no ties in the inputs)."""
     order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
@@ -346,11 +363,13 @@ def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):
     return q * cos + rot(q) * sin, k * cos + rot(k) * sin
 
 
-def ref_attention_cte(q, k, v, scale=1.0, **_):
-    """Causal softmax(q k * scale) v: q [b, s, d], k [b, d, s], v [b, s, d] -> [b, s, d]."""
+def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, **_):
+    """softmax(q k * scale) v, causal or not: q [b, s, d], k [b, d, s], v [b, s, d] ->
+    [b, s, d]."""
     sc = np.einsum("bqd,bdk->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
     s = sc.shape[-1]
-    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    if causal_mask:
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
@@ -695,6 +714,22 @@ def _cases() -> list[Case]:
                 package_root=LIB,
             )
         )
+    cases.append(
+        Case(
+            "nkilib find_nonzero_indices (LNC=2)",
+            lib,
+            "nkilib.core.subkernels.find_nonzero_indices",
+            "find_nonzero_indices",
+            lambda r: ((_sparse(r, 256, 16),), {"chunk_size": 128}),
+            ref_nonzero_indices,
+            grid=2,
+            **exact,
+            package_root=LIB,
+            # It transposes a whole [128, 128] tile of which it wrote only the GpSimd cores'
+            # columns; the rest lands on partitions nonzero_with_count does not read.
+            uninitialized="nan",
+        )
+    )
     for v in (2048, 2000):
         cases.append(
             Case(
@@ -744,6 +779,24 @@ def _cases() -> list[Case]:
                     _f32(r, 1, 512, 64).astype(BF16),
                 ),
                 {"scale": 0.125},
+            ),  # fmt: skip
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        ),
+        Case(
+            "nkilib attention_cte (not causal, 1024)",
+            lib,
+            "nkilib.core.attention.attention_cte",
+            "attention_cte",
+            lambda r: (
+                (
+                    _f32(r, 1, 1024, 64).astype(BF16),
+                    _f32(r, 1, 64, 1024).astype(BF16),
+                    _f32(r, 1, 1024, 64).astype(BF16),
+                ),
+                {"scale": 0.125, "causal_mask": False},
             ),  # fmt: skip
             ref_attention_cte,
             rtol=2e-2,

@@ -995,6 +995,364 @@ def test_nc_n_gather_in_both_dialects_matches_numpy():
     assert str(e.value).startswith(f"{__file__}:{_line_of(current, 'nisa.nc_n_gather')}:")
 
 
+def _range_select_ref(x, start, lo, hi, op0, op1):
+    """The documented numpy equivalent: the float32 free index against each partition's
+    bounds, float32's lowest where either comparison fails; the max per partition."""
+    idx = (start + np.arange(x.shape[1])).astype(np.float32)
+    mask = op0(idx[None, :], lo) & op1(idx[None, :], hi)
+    sel = np.where(mask, x.astype(np.float32), np.finfo(np.float32).min)
+    return sel, sel.max(axis=1, keepdims=True)
+
+
+def test_range_select_masks_by_free_index_and_max_reduces_like_numpy():
+    # nki-library attention_cte's dynamic masks (prior KV cache, sequence packing) and
+    # attention_bwd: on_true_tile read from PSUM, bounds per partition, range_start the key
+    # tile's offset. Partial tiles (20 of the 128 partitions), a NaN bound, -0.0 and +-inf.
+    rng = np.random.default_rng(7)
+    p, n, start = 20, 96, 256
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9], x[4, 11] = -0.0, np.inf, -np.inf, np.inf
+    lo = rng.integers(start - 8, start + n, (p, 1)).astype(np.float32)
+    hi = (lo + rng.integers(-4, 40, (p, 1))).astype(np.float32)
+    lo[6, 0] = np.nan  # a NaN bound: every comparison false, the row all fill
+    hi[7, 0] = lo[7, 0]  # an empty range
+
+    @tn.jit
+    def k(x, lo, hi):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        b = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=b[:, 0:1], src=lo)
+        nisa.dma_copy(dst=b[:, 1:2], src=hi)
+        d = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        res = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.range_select(
+            d, on_true_tile=ps, comp_op0=nl.greater_equal, comp_op1=nl.less,
+            bound0=b[:, 0:1], bound1=b[:, 1:2], reduce_op=nl.maximum, reduce_res=res,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce, range_start=start,
+            on_false_value=-3.4028235e38,
+        )  # fmt: skip
+        out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        m = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=m, src=res)
+        return out, m
+
+    sel, mx = _range_select_ref(x, start, lo, hi, np.greater_equal, np.less)
+    res = tn.run(k, x, lo, hi)
+    out, m = res.outputs
+    # bf16 of float32's lowest is -inf (nearest even), as the documentation's note says.
+    assert np.array_equal(out.view(np.uint16), sel.astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.all(np.isneginf(out[6].astype(np.float32))) and np.all(m[6:8] == sel.min())
+    assert np.array_equal(m.view(np.uint32), mx.view(np.uint32))
+    assert res.report.opcodes["range_select"] == 1
+
+
+def test_range_select_rules_name_the_argument_at_the_kernels_line():
+    x = np.ones((8, 16), np.float32)
+
+    def kern(case):
+        def f(x):
+            t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            b = nl.ndarray((8, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=b, value=3.0)
+            b16 = nl.ndarray((8, 1), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.memset(dst=b16, value=3.0)
+            i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=i, value=1)
+            kw = dict(comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b, bound1=b)
+            if case == "comp_op0":
+                kw["comp_op0"] = nl.add
+            elif case == "reduce_op":
+                kw["reduce_op"] = nl.add
+            elif case == "on_false_value":
+                kw["on_false_value"] = 0.0
+            elif case == "range_start":
+                kw["range_start"] = 2**24
+            elif case == "bound1":
+                kw["bound1"] = b16
+            elif case == "reduce_cmd":
+                kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+            src = i if case == "on_true_tile" else t
+            nisa.range_select(t, on_true_tile=src, **kw)  # the call
+            return x
+
+        return f
+
+    for case in ("comp_op0", "reduce_op", "on_false_value", "range_start", "bound1",
+                 "reduce_cmd", "on_true_tile"):  # fmt: skip
+        f = kern(case)
+        with pytest.raises(Trn2Error) as e:
+            tn.run(tn.jit(f), x)
+        assert e.value.arg == case, (case, str(e.value))
+        assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
+def _partition_sum(x):
+    """Our oracle: float32 additions down the partitions, in partition order."""
+    acc = x[0].astype(np.float32)
+    for row in x[1:]:
+        acc = (acc + row.astype(np.float32)).astype(np.float32)
+    return acc[None]
+
+
+def test_tensor_partition_reduce_in_both_dialects_matches_numpy():
+    # nki-library attention_bwd sums its sink gradients across partitions (current dialect,
+    # dst first, a 3-D [1, heads, sinks] result); the legacy flash-attention backward of
+    # nki-samples' reference kernels returns the [1, ...] tile. Values where the order shows:
+    # 1e8 absorbs each +1 before -1e8 cancels it; -0.0 sums stay -0.0; NaN and inf propagate.
+    rng = np.random.default_rng(11)
+    x = np.round(rng.uniform(-50, 50, (100, 4, 6))).astype(np.float32)
+    x[:, 0, 0] = 1.0
+    x[0, 0, 0], x[99, 0, 0] = 1e8, -1e8
+    x[:, 0, 1] = -0.0
+    x[17, 1, 1], x[30, 2, 2], x[31, 2, 3] = np.nan, np.inf, -np.inf
+    want = _partition_sum(x)
+    assert want[0, 0, 0] == 0.0 and np.signbit(want[0, 0, 1])
+
+    @tn.jit
+    def current(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        r = nl.ndarray((1, *a.shape[1:]), dtype=a.dtype)
+        nisa.tensor_partition_reduce(r, nl.add, t)
+        m = nl.ndarray((1, *a.shape[1:]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=m, op=nl.maximum, data=t)
+        out = nl.ndarray(r.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        mo = nl.ndarray(m.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=mo, src=m)
+        return out, mo
+
+    @tn.jit_legacy
+    def legacy(a):
+        r = lisa.tensor_partition_reduce(np.add, lnl.load(a))
+        out = lnl.ndarray((1, *a.shape[1:]), dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        return out
+
+    res = tn.run(current, x)
+    got, mx = res.outputs
+    assert np.array_equal(got, want, equal_nan=True) and np.signbit(got[0, 0, 1])
+    want_max = np.max(x, axis=0, keepdims=True).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(mx.view(np.uint16) & 0x7FC0 == 0x7FC0, np.isnan(want_max))
+    ok = ~np.isnan(want_max)
+    assert np.array_equal(mx[ok].view(np.uint16), want_max[ok].view(np.uint16))
+    assert res.report.opcodes["tensor_partition_reduce"] == 2
+    assert np.array_equal(tn.run(legacy, x).outputs, want, equal_nan=True)
+
+    i = rng.integers(-(2**31), 2**31, (8, 5), dtype=np.int64).astype(np.int32)
+
+    @tn.jit
+    def bits(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        o = nl.ndarray((1, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        n = nl.ndarray((1, a.shape[1]), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(o, nl.bitwise_or, t)
+        nisa.tensor_partition_reduce(n, nl.bitwise_and, t)
+        out = nl.ndarray((2, a.shape[1]), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:1, :], src=o)
+        nisa.dma_copy(dst=out[1:2, :], src=n)
+        return out
+
+    got = tn.run(bits, i).outputs
+    assert np.array_equal(got[0], np.bitwise_or.reduce(i, axis=0))
+    assert np.array_equal(got[1], np.bitwise_and.reduce(i, axis=0))
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("op", "op", None), ("dst", "dst", "shape"), ("bits", "data", "bitvec_dtype"),
+     ("psum", "data", "gpsimd_psum")],
+)  # fmt: skip
+def test_tensor_partition_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        ps = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        d = nl.ndarray((2, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        dst, op, data = r, nl.add, t
+        if case == "op":
+            op = nl.subtract
+        elif case == "dst":
+            dst = d
+        elif case == "bits":
+            op = nl.bitwise_or
+        elif case == "psum":
+            data = ps
+        nisa.tensor_partition_reduce(dst, op, data)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 4), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
+def _nonzero_ref(row, offset, pad):
+    """Our transcription of the documented pseudocode for one partition."""
+    idx = [i + offset for i, v in enumerate(row) if v != 0 or np.isnan(v)]
+    return np.array(idx + [pad] * (len(row) - len(idx)) + [len(idx)], np.int32)
+
+
+def test_nonzero_with_count_writes_the_gpsimd_cores_partitions_like_the_pseudocode():
+    # nki-library's find_nonzero_indices and MoE token routing: fp32 rows on partitions 0, 16,
+    # .., 112 (one per GpSimd core); the other partitions of dst keep what they held.
+    rng = np.random.default_rng(5)
+    x = (rng.random((128, 40)) < 0.3).astype(np.float32) * rng.uniform(-2, 2, (128, 40))
+    x = x.astype(np.float32)
+    x[0, :] = 0.0  # no nonzero: all padding, count 0
+    x[16, :] = 1.0  # all nonzero
+    x[32, 3], x[32, 4], x[32, 5] = -0.0, np.nan, 1e-45  # -0 is zero; NaN, a denormal nonzero
+
+    @tn.jit
+    def k(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        d = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=7)
+        nisa.nonzero_with_count(dst=d, src=t, index_offset=100, padding_val=-5)
+        out = nl.ndarray(d.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    res = tn.run(k, x)
+    got = res.outputs
+    for p in range(128):
+        want = _nonzero_ref(x[p], 100, -5) if p % 16 == 0 else np.full(41, 7, np.int32)
+        assert np.array_equal(got[p], want), p
+    assert got[0, -1] == 0 and got[16, -1] == 40 and got[16, 0] == 100
+    assert res.report.opcodes["nonzero_with_count"] == 1
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("src", "src", "nonzero_dtype"), ("dst", "dst", "nonzero_dtype"), ("shape", "dst", "shape"),
+     ("padding_val", "padding_val", None), ("unwritten", "src", "uninitialized_read")],
+)  # fmt: skip
+def test_nonzero_with_count_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        if case != "unwritten":
+            nisa.dma_copy(dst=t, src=x)
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=b, value=1.0)
+        d = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.int32, buffer=nl.sbuf)
+        df = nl.ndarray((x.shape[0], x.shape[1] + 1), dtype=nl.float32, buffer=nl.sbuf)
+        src, dst, pad = t, d, -1
+        if case == "src":
+            src = b
+        elif case == "dst":
+            dst = df
+        elif case == "shape":
+            dst = d[:, : x.shape[1]]
+        elif case == "padding_val":
+            pad = 2**40
+        nisa.nonzero_with_count(dst=dst, src=src, padding_val=pad)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((32, 8), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
+def _cumulative_ref(x, op0, imm0, op1, init):
+    """The documented pseudocode, per partition, in float32: reg = op1(op0(x[i], imm0), reg)."""
+    out = np.empty(x.shape, np.float32)
+    for p in range(x.shape[0]):
+        reg = np.float32(init[p])
+        for i in range(x.shape[1]):
+            reg = np.float32(op1(np.float32(op0(np.float32(x[p, i]), np.float32(imm0[p]))), reg))
+            out[p, i] = reg
+    return out
+
+
+def test_tensor_scalar_cumulative_follows_the_documented_pseudocode():
+    # A running sum split over two calls (reset_reduce, then reduce continues the register),
+    # a per-partition imm0 tile, load_reduce from an imm1 tile, subtract's literal operand
+    # order (op0(x) - reg), bf16 in and out; NaN and infinities carried along.
+    rng = np.random.default_rng(3)
+    p, n = 24, 40
+    x = np.round(rng.uniform(-4, 4, (p, n)) * 4).astype(ml_dtypes.bfloat16)
+    x[1, 3], x[2, 5], x[3, 0] = np.nan, np.inf, -np.inf
+    scale = rng.uniform(0.5, 2, (p, 1)).astype(np.float32)
+    init = rng.uniform(-8, 8, (p, 1)).astype(np.float32)
+
+    @tn.jit
+    def k(x, scale, init):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        s = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s[:, 0:1], src=scale)
+        nisa.dma_copy(dst=s[:, 1:2], src=init)
+        h = x.shape[1] // 2
+        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=a[:, :h], src=t[:, :h], op0=nl.multiply,
+                                      op1=nl.add, imm0=s[:, 0:1])  # fmt: skip
+        nisa.tensor_scalar_cumulative(dst=a[:, h:], src=t[:, h:], op0=nl.multiply,
+                                      op1=nl.add, imm0=s[:, 0:1],
+                                      reduce_cmd=nisa.reduce_cmd.reduce)  # fmt: skip
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(b, t, nl.add, nl.subtract, 1.0, s[:, 1:2],
+                                      nisa.reduce_cmd.load_reduce)  # fmt: skip
+        oa = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=oa, src=a)
+        ob = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=ob, src=b)
+        return oa, ob
+
+    res = tn.run(k, x, scale, init)
+    a, b = res.outputs
+    want_a = _cumulative_ref(x, np.multiply, scale[:, 0], np.add, np.zeros(p))
+    want_b = _cumulative_ref(x, np.add, np.ones(p), np.subtract, init[:, 0])
+    with np.errstate(invalid="ignore"):
+        assert np.array_equal(a, want_a, equal_nan=True)
+        assert np.array_equal(
+            b.astype(np.float32), want_b.astype(ml_dtypes.bfloat16).astype(np.float32),
+            equal_nan=True,
+        )  # fmt: skip
+    assert res.report.opcodes["tensor_scalar_cumulative"] == 3
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("op1", "op1", None), ("reduce_cmd", "reduce_cmd", None), ("imm1", "imm1", None),
+     ("dst", "dst", "cumulative_dtype"), ("imm0", "imm0", "fp32_operand")],
+)  # fmt: skip
+def test_tensor_scalar_cumulative_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+        b16 = nl.ndarray((x.shape[0], 1), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.memset(dst=b16, value=1.0)
+        kw = dict(dst=t, src=t, op0=nl.add, op1=nl.add, imm0=1.0)
+        if case == "op1":
+            kw["op1"] = nl.divide
+        elif case == "reduce_cmd":
+            kw["reduce_cmd"] = nisa.reduce_cmd.idle
+        elif case == "imm1":
+            kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+        elif case == "dst":
+            kw["dst"] = i
+        else:
+            kw["imm0"] = b16
+        nisa.tensor_scalar_cumulative(**kw)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 4), np.float32))
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

@@ -83,27 +83,32 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     m.issue("dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
 
+def _as_shaped(x, arg: str):
+    """``x``'s tile with one machine axis per logical axis of ``x`` (unit axes kept): the
+    machine checks a transpose's shapes on it."""
+    t = _t(x, arg)
+    if list(t.shape) == list(x.shape):
+        return t
+    return x._from_axes(x._axes()).tile
+
+
 @api
-def dma_transpose(dst, src, axes=None, **kwargs) -> None:
-    """A transpose by DMA from HBM: NKI's permutation of the source's axes, ``[1, 0]`` for a
-    2-D source, ``[2, 1, 0]`` for 3-D, ``[3, 1, 2, 0]`` for 4-D (``dst[j, i] = src[i, j]`` in
-    2-D)."""
-    if src._pdim is not None:
-        raise NotSupportedError(
-            "dma_transpose: an on-chip source (SBUF-to-SBUF DMA transpose is not emulated; "
-            "HBM sources of 2 to 4 axes are)"
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
+                  oob_mode=oob_mode.error, name=None, **kwargs) -> None:  # fmt: skip
+    """``dst`` (SBUF) = ``src`` (HBM or SBUF, 2 to 4 axes, 2- or 4-byte elements) with its axes
+    permuted by NKI's rule, ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (``dst[j, i] =
+    src[i, j]`` in 2-D), bit for bit, on a DMA queue; ``dge_mode=hwdge`` adds the hardware
+    DGE's limits."""
+    mode = getattr(dge_mode, "name", dge_mode)
+    if mode not in ("unknown", "hwdge"):
+        raise Trn2ValueError(
+            f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
+            arg="dge_mode",
         )
-    if not 2 <= src.ndim <= 4:
-        raise NotSupportedError(f"dma_transpose: a source of {src.ndim} axes (2 to 4 are)")
     m = _m(dst, src)
-    t = src.tile
-    axes_ = [(t.row_step, src.shape[0])] + [(st, n) for st, n in t.pattern]
-    if len(axes_) != src.ndim:  # an HBM view's free pattern is its axes after the first
-        raise NotSupportedError(f"dma_transpose: a source view of shape {src.shape}")
-    perm = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}[src.ndim]
-    (s0, n0), *rest = [axes_[a] for a in perm]
-    view = t.rows(n0, s0).ap(rest, 0)
-    m.issue("dma_copy", _t(dst, "dst"), view)
+    perm = None if axes is None else [int(a) for a in axes]
+    m.issue("dma_transpose", _as_shaped(dst, "dst"), _as_shaped(src, "src"), perm,
+            mode == "hwdge")  # fmt: skip
 
 
 @api
@@ -366,12 +371,9 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "activate2",
-        "tensor_partition_reduce",
-        "tensor_scalar_cumulative",
         "exponential",
         "quantize_mx",
         "dropout",
-        "range_select",
         "select_reduce",
         "sequence_bounds",
         "local_gather",
@@ -389,7 +391,6 @@ define_unsupported(
         "rand_set_state",
         "rand_get_state",
         "set_rng_seed",
-        "nonzero_with_count",
         "topk",
         "tensor_copy_dynamic_src",
         "tensor_copy_dynamic_dst",
@@ -433,6 +434,8 @@ def _from_table(row):
                 out[k] = alu_name(v, k)
             elif kind == "engine":
                 out[k] = engine_name(v, _default, tuple(engines), op)
+            elif kind == "reduce_cmd" and v is not None:
+                out[k] = reduce_cmd_name(v)
             elif isinstance(v, NkiTensor):
                 out[k] = scalar_arg(v, k)
             else:

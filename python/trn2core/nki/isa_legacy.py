@@ -395,7 +395,6 @@ _cur.define_unsupported(
         "tensor_copy_dynamic_dst",
         "tensor_copy_dynamic_src",
         "tensor_copy_predicated",
-        "tensor_partition_reduce",
         "builtin_custom_op",
     ),
 )
@@ -403,8 +402,9 @@ _cur.define_unsupported(
 
 def _from_table(row):
     """The legacy form of an instruction of the core's table whose result tile its row
-    describes (``("like", input)`` or ``("columns", n)``): ``x = f(<inputs>, dtype=, mask=,
-    engine=)`` allocates the result and issues the instruction into it."""
+    describes (``("like", input)``, ``("columns", n)`` or ``("partition", input)``: the input's
+    shape with one partition): ``x = f(<inputs>, dtype=, mask=, engine=)`` allocates the result
+    and issues the instruction into it."""
     op, engines, default, args, summary, (kind, detail, out_dtype) = row
     names = [a[0] for a in args if a[0] not in ("dst", "engine")]
     kinds = {a[0]: a[1] for a in args}
@@ -416,7 +416,11 @@ def _from_table(row):
             raise Trn2ValueError(f"{names[0]}: {op} needs its input tensors")
         first = given[tiles[0]]
         core = _core(*(given[k] for k in tiles))
-        shape = given[detail].shape if kind == "like" else (first.shape[0], int(detail))
+        if kind == "columns":
+            shape = (first.shape[0], int(detail))
+        else:
+            shape = given[detail].shape
+            shape = (1, *shape[1:]) if kind == "partition" else shape
         dt = _dt(dtype, first.dtype if out_dtype is None else D.as_dtype(out_dtype))
         rest = {}
         for k, v in given.items():

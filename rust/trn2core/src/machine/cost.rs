@@ -35,7 +35,9 @@
 //!   the DMA engines serving the SBUF partitions (engine `e` serves partitions `8e..8e+8`; all
 //!   16 for HBM to HBM): each engine's share at 23 GB/s times `dma::cost::dma_efficiency` of
 //!   the bytes per partition row, or the HBM stack's bandwidth if slower. Transfers on
-//!   different queues overlap their fixed costs and share the engines.
+//!   different queues overlap their fixed costs and share the engines. A `dma_transpose`
+//!   moves its bytes at 90% of that rate from HBM and 50% SBUF to SBUF (the upper bounds the
+//!   Trn2 architecture guide gives, \[S1\]\[S14\]).
 //!
 //! Time is counted in ticks of 4.8 GHz, the least common multiple of the engine clocks (PE
 //! 2.4 GHz: 2 ticks per cycle, ACT and POOL 1.2 GHz: 4, DVE 0.96 GHz: 5), so every duration and
@@ -44,11 +46,12 @@
 use crate::dma::cost::{dma_efficiency, fixed_cost_s, Place};
 use crate::spec::{
     ACT_READ_ACCUMULATOR_CYCLES, DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S,
-    DMA_PARTITIONS_PER_ENGINE, DVE_BN_AGGR_CYCLES_PER_TRIPLE, DVE_PERF_MODE, DVE_PERF_MODE_FAST,
-    DVE_RECIPROCAL_CYCLES_PER_ELEMENT, DVE_TWO_INPUT_CYCLES_PER_ELEMENT, GPSIMD_CLOCK_HZ,
-    GPSIMD_CYCLES_PER_ELEMENT, GPSIMD_RSQRT_CYCLES_PER_ELEMENT, GPSIMD_START_CYCLES,
-    HBM_STACK_BYTES_PER_S, MIN_II_CYCLES, MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, SCALAR_CLOCK_HZ,
-    TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+    DMA_PARTITIONS_PER_ENGINE, DMA_TRANSPOSE_HBM_TO_SBUF_EFFICIENCY,
+    DMA_TRANSPOSE_SBUF_TO_SBUF_EFFICIENCY, DVE_BN_AGGR_CYCLES_PER_TRIPLE, DVE_PERF_MODE,
+    DVE_PERF_MODE_FAST, DVE_RECIPROCAL_CYCLES_PER_ELEMENT, DVE_TWO_INPUT_CYCLES_PER_ELEMENT,
+    GPSIMD_CLOCK_HZ, GPSIMD_CYCLES_PER_ELEMENT, GPSIMD_RSQRT_CYCLES_PER_ELEMENT,
+    GPSIMD_START_CYCLES, HBM_STACK_BYTES_PER_S, MIN_II_CYCLES, MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ,
+    SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
 };
 
 use super::record::{flags as fl, CostInput, Engine, Instr, Opcode, Queue};
@@ -205,7 +208,17 @@ pub fn dma_cost(c: &CostInput) -> Cost {
     let last = (p0 + pn - 1) / per;
     let mut engines = 0u16;
     let mut engines_s = 0f64;
-    let eff = dma_efficiency(c.bytes as f64 / pn as f64).max(1e-9);
+    // A DMA transpose reaches a fraction of the copy's throughput ([S1][S14]: up to 90% from
+    // HBM, 50% SBUF to SBUF); applied to every engine's share.
+    let transpose = match (
+        c.flags & fl::DMA_TRANSPOSE != 0,
+        c.flags & fl::DMA_FROM_HBM != 0,
+    ) {
+        (false, _) => 1.0,
+        (true, true) => DMA_TRANSPOSE_HBM_TO_SBUF_EFFICIENCY,
+        (true, false) => DMA_TRANSPOSE_SBUF_TO_SBUF_EFFICIENCY,
+    };
+    let eff = (dma_efficiency(c.bytes as f64 / pn as f64) * transpose).max(1e-9);
     for e in first..=last.min(DMA_ENGINES_PER_CORE as u64 - 1) {
         engines |= 1 << e;
         let lo = (e * per).max(p0);

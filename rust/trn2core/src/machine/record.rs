@@ -135,6 +135,17 @@ named_enum! {
         NcStreamShuffle = "nc_stream_shuffle",
         /// `nc_n_gather` (GpSimd): elements of each partition picked by uint32 indices.
         NcNGather = "nc_n_gather",
+        /// `dma_transpose`: HBM or SBUF to SBUF with the source's axes permuted.
+        DmaTranspose = "dma_transpose",
+        /// `range_select` (Vector): elements kept by their free index's range, max-reduced.
+        RangeSelect = "range_select",
+        /// `tensor_partition_reduce` (GpSimd): a reduction across partitions.
+        TensorPartitionReduce = "tensor_partition_reduce",
+        /// `nonzero_with_count` (GpSimd): positions of nonzero elements and their count.
+        NonzeroWithCount = "nonzero_with_count",
+        /// `tensor_scalar_cumulative` (Vector): a running op1 of op0's results along each
+        /// partition.
+        TensorScalarCumulative = "tensor_scalar_cumulative",
     }
 }
 
@@ -195,6 +206,8 @@ pub mod flags {
     pub const DMA_TO_HBM: u32 = 1 << 13;
     /// GpSimd `tensor_scalar` with `rsqrt` (4x lower throughput, \[S11\]).
     pub const RSQRT: u32 = 1 << 14;
+    /// A DMA transposes (`dma_transpose`: a fraction of the copy throughput).
+    pub const DMA_TRANSPOSE: u32 = 1 << 15;
 }
 
 /// What an instruction's cost formula needs.

@@ -3,6 +3,13 @@
 //! must match); equal dtypes copy bits, different ones convert through float32
 //! ("DMA casts via FP32", \[S9\]). PSUM is not a DMA endpoint (NKI 0.3: "dma_copy cannot
 //! read PSUM"; the docs list HBM and SBUF).
+//!
+//! `dma_transpose`: the same move with the source's axes permuted, HBM or SBUF to SBUF (the
+//! NKI ISA reference: "dst ... must be a tile in SBUF", "src ... must be a tile in HBM or
+//! SBUF", `src.dtype == dst.dtype`, the permutations `[1, 0]`, `[2, 1, 0]`, `[3, 1, 2, 0]` of
+//! 2-, 3- and 4-axis sources; the Trn2 architecture guide: "bit-accurate transposition for both
+//! 2-byte and 4-byte data types"; the migration guide: `dst.shape` must be the transposed
+//! `src.shape` exactly, rank included). Bits move unchanged.
 
 use crate::memory::Space;
 use crate::spec::DMA_QUEUES_PER_ENGINE;
@@ -10,27 +17,14 @@ use crate::{Error, Result};
 
 use super::super::record::{flags, CostInput, Opcode, Queue};
 use super::super::Machine;
-use super::{rule, shape_rule};
+use super::{dtype_rule, keeps_dtype, rule, shape_rule};
 use crate::machine::tile::Tile;
 
 impl Machine {
     /// `dma_copy` on DMA queue `queue` (`None`: the queues in turn).
     pub fn dma_copy(&mut self, dst: &Tile, src: &Tile, queue: Option<u8>) -> Result<()> {
         let opc = Opcode::DmaCopy;
-        let q = match queue {
-            Some(q) if q as usize >= DMA_QUEUES_PER_ENGINE => {
-                return Err(Error::value(
-                    "queue",
-                    format!("got {q}; the DMA queues are 0..{DMA_QUEUES_PER_ENGINE}"),
-                ))
-            }
-            Some(q) => q,
-            None => {
-                let q = self.next_dma_queue;
-                self.next_dma_queue = ((q as usize + 1) % DMA_QUEUES_PER_ENGINE) as u8;
-                q
-            }
-        };
+        let q = self.dma_queue(queue)?;
         for (arg, t) in [("src", src), ("dst", dst)] {
             if t.space == Space::Psum {
                 return Err(rule(
@@ -85,6 +79,149 @@ impl Machine {
         Ok(())
     }
 
+    /// The next DMA queue: `queue`, checked, or (`None`) the queues in turn.
+    fn dma_queue(&mut self, queue: Option<u8>) -> Result<u8> {
+        Ok(match queue {
+            Some(q) if q as usize >= DMA_QUEUES_PER_ENGINE => {
+                return Err(Error::value(
+                    "queue",
+                    format!("got {q}; the DMA queues are 0..{DMA_QUEUES_PER_ENGINE}"),
+                ))
+            }
+            Some(q) => q,
+            None => {
+                let q = self.next_dma_queue;
+                self.next_dma_queue = ((q as usize + 1) % DMA_QUEUES_PER_ENGINE) as u8;
+                q
+            }
+        })
+    }
+
+    /// `dma_transpose` on DMA queue `queue` (`None`: the queues in turn): `dst` (SBUF) receives
+    /// `src` (HBM or SBUF, 2 to 4 logical axes) with its axes permuted by NKI's rule
+    /// ([`transpose_axes`]; `axes`, when given, must be that permutation). `hwdge`: the
+    /// hardware-DGE form, with its extra limits (2-byte dtypes; `src.shape[0]` 16 in 2-D, or
+    /// 1, 2, 4, 8 or 16 with `src.shape[0] * src.shape[-2]` a multiple of 16 in 3-D and 4-D;
+    /// `src.shape[-1] <= 128`). An SBUF source overlapping `dst` is refused: the DMA engines
+    /// move the elements in pieces, in no documented order.
+    pub fn dma_transpose(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        axes: Option<&[i64]>,
+        hwdge: bool,
+        queue: Option<u8>,
+    ) -> Result<()> {
+        let opc = Opcode::DmaTranspose;
+        let q = self.dma_queue(queue)?;
+        if dst.space != Space::Sbuf {
+            return Err(rule(
+                "dst",
+                "dma_transpose_memory",
+                format!("dma_transpose writes SBUF; dst is in {}", dst.space.name()),
+            ));
+        }
+        if src.space == Space::Psum {
+            return Err(rule(
+                "src",
+                "dma_transpose_memory",
+                "dma_transpose reads HBM or SBUF; src is in PSUM (tensor_copy it to SBUF first)",
+            ));
+        }
+        let shape = src.logical_shape();
+        let perm = transpose_axes(shape.len()).ok_or_else(|| {
+            shape_rule(
+                "src",
+                "dma_transpose_shape",
+                format!(
+                    "dma_transpose permutes a source of 2, 3 or 4 axes; src has shape {shape:?}"
+                ),
+            )
+        })?;
+        if let Some(axes) = axes {
+            if axes.len() != perm.len() || axes.iter().zip(perm).any(|(&a, &p)| a != p as i64) {
+                return Err(rule(
+                    "axes",
+                    "dma_transpose_axes",
+                    format!(
+                        "got {axes:?}; a source of {} axes is transposed by {perm:?} (the only \
+                         permutations dma_transpose has: [1, 0], [2, 1, 0], [3, 1, 2, 0])",
+                        perm.len()
+                    ),
+                ));
+            }
+        }
+        keeps_dtype(
+            "dma_transpose_dtype",
+            dst,
+            ("src", src),
+            "dma_transpose moves bits (src.dtype == dst.dtype)",
+        )?;
+        let esize = src.dtype.size();
+        let widths: &[usize] = if hwdge { &[2] } else { &[2, 4] };
+        if !widths.contains(&esize) {
+            return Err(dtype_rule(
+                "src",
+                "dma_transpose_dtype",
+                format!(
+                    "src is {} ({esize}-byte elements); DMA transpose{} moves {} elements",
+                    src.dtype,
+                    if hwdge { " by the hardware DGE" } else { "" },
+                    if hwdge { "2-byte" } else { "2- and 4-byte" }
+                ),
+            ));
+        }
+        if hwdge {
+            check_hwdge_shape(&shape)?;
+        }
+        let want: Vec<usize> = perm.iter().map(|&a| shape[a]).collect();
+        if dst.logical_shape() != want {
+            return Err(shape_rule(
+                "dst",
+                "dma_transpose_shape",
+                format!(
+                    "dst has shape {:?}; the transpose of src {shape:?} by {perm:?} is {want:?}",
+                    dst.logical_shape()
+                ),
+            ));
+        }
+        let s = self.operand("src", src, None, false)?;
+        let d = self.operand("dst", dst, None, true)?;
+        let (rs, rd) = (s.region(), d.region());
+        if rs.mem == rd.mem
+            && rs.p0 < rd.p0 + rd.pn
+            && rd.p0 < rs.p0 + rs.pn
+            && rs.lo < rd.hi
+            && rd.lo < rs.hi
+        {
+            return Err(rule(
+                "dst",
+                "dma_transpose_overlap",
+                "dst overlaps src; a DMA transpose moves its elements in pieces in no \
+                 documented order, so in place it has no defined result (transpose into \
+                 another tile)",
+            ));
+        }
+        let x = self.gather_packed(&s.tile)?;
+        let y = permute_packed(&x, &shape, perm, esize)?;
+        self.scatter_raw(&d, &y)?;
+        let bytes = x.len();
+        let mut f = flags::DMA_TRANSPOSE;
+        if src.space == Space::Hbm {
+            f |= flags::DMA_FROM_HBM;
+        }
+        let cost = CostInput {
+            n: 0,
+            partitions: dst.partitions as u16,
+            start_partition: dst.start_partition as u16,
+            flags: f,
+            bytes: bytes as u64,
+            ..CostInput::default()
+        };
+        self.program.push(opc, Queue::Dma(q), &[rs], &[rd], cost);
+        Ok(())
+    }
+
     /// Writes host data (packed little-endian elements of the tile's dtype, logical order)
     /// into a tile without an instruction: how inputs reach the machine outside a kernel.
     pub fn write_tile(&mut self, tile: &Tile, data: &[u8]) -> Result<()> {
@@ -110,5 +247,330 @@ impl Machine {
     pub fn read_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
         self.operand("tile", tile, None, false)?;
         self.gather_f32(tile)
+    }
+}
+
+/// NKI's permutation of a `rank`-axis source (`dst` axis `i` is `src` axis `perm[i]`), `None`
+/// for other ranks.
+pub(crate) fn transpose_axes(rank: usize) -> Option<&'static [usize]> {
+    match rank {
+        2 => Some(&[1, 0]),
+        3 => Some(&[2, 1, 0]),
+        4 => Some(&[3, 1, 2, 0]),
+        _ => None,
+    }
+}
+
+/// The hardware DGE's limits on a transposed source's shape (the NKI ISA reference's "DMA
+/// Direct Transpose Constraints").
+fn check_hwdge_shape(shape: &[usize]) -> Result<()> {
+    let (first, last) = (shape[0], shape[shape.len() - 1]);
+    let ok_first = if shape.len() == 2 {
+        first == 16
+    } else {
+        [1, 2, 4, 8, 16].contains(&first) && (first * shape[shape.len() - 2]).is_multiple_of(16)
+    };
+    if !ok_first || last > 128 {
+        return Err(shape_rule(
+            "src",
+            "dma_transpose_hwdge",
+            format!(
+                "src has shape {shape:?}; a hardware-DGE transpose needs src.shape[0] == 16 \
+                 (2-D) or in {{1, 2, 4, 8, 16}} with src.shape[0] * src.shape[-2] a multiple of \
+                 16 (3-D, 4-D), and src.shape[-1] <= 128"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `x` (packed elements of `esize` bytes of a C-order array of `shape`) with its axes
+/// permuted: element `[i_0, .., i_k]` of the result is `x[i_perm^-1 ...]`, i.e. result axis `a`
+/// runs over source axis `perm[a]`.
+fn permute_packed(x: &[u8], shape: &[usize], perm: &[usize], esize: usize) -> Result<Vec<u8>> {
+    let rank = shape.len();
+    let mut stride = vec![1usize; rank];
+    for a in (0..rank.saturating_sub(1)).rev() {
+        stride[a] = stride[a + 1] * shape[a + 1];
+    }
+    // The source stride and extent of each result axis, innermost last.
+    let dims: Vec<(usize, usize)> = perm.iter().map(|&a| (shape[a], stride[a])).collect();
+    let mut out = crate::host::zeroed_vec("dst", "the transposed elements", x.len())?;
+    let (inner_n, inner_s) = dims[rank - 1];
+    let mut idx = vec![0usize; rank - 1];
+    let (mut k, mut since_check) = (0, 0);
+    'rows: loop {
+        // Ctrl-C between pieces of about 1 Mi elements, as the machine's other long copies.
+        since_check += inner_n;
+        if since_check >= 1 << 20 {
+            crate::cancel::check()?;
+            since_check = 0;
+        }
+        let base: usize = idx.iter().zip(&dims).map(|(&i, &(_, s))| i * s).sum();
+        for j in 0..inner_n {
+            let at = (base + j * inner_s) * esize;
+            out[k * esize..(k + 1) * esize].copy_from_slice(&x[at..at + esize]);
+            k += 1;
+        }
+        for a in (0..rank - 1).rev() {
+            idx[a] += 1;
+            if idx[a] < dims[a].0 {
+                continue 'rows;
+            }
+            idx[a] = 0;
+        }
+        break;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::cost::cost;
+    use crate::machine::dtype::Dtype;
+    use crate::machine::record::Instr;
+    use crate::machine::MachineConfig;
+
+    fn put(m: &mut Machine, t: &Tile, words: &[u32], esize: usize) {
+        let b: Vec<u8> = words
+            .iter()
+            .flat_map(|w| w.to_le_bytes()[..esize].to_vec())
+            .collect();
+        m.write_tile(t, &b).expect("write");
+    }
+
+    fn words(m: &Machine, t: &Tile, esize: usize) -> Vec<u32> {
+        let b = m.read_tile(t).expect("read");
+        b.chunks_exact(esize)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..esize].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect()
+    }
+
+    /// Element codes with the awkward ones: a NaN with a payload, -0, infinity.
+    fn codes(n: usize, esize: usize) -> Vec<u32> {
+        (0..n as u32)
+            .map(|e| match (e % 7, esize) {
+                (3, 2) => 0x7fc1,
+                (3, _) => 0x7fc0_0001,
+                (5, 2) => 0x8000,
+                (5, _) => 0x8000_0000,
+                (6, 2) => 0x7f80,
+                _ => 0x3f80 + e,
+            })
+            .collect()
+    }
+
+    /// Each rank's documented permutation, checked against an oracle that indexes the source
+    /// by NKI's rule (2-D `dst[j, i] = src[i, j]`, 3-D `dst[k, j, i] = src[i, j, k]`, 4-D
+    /// `dst[l, j, k, i] = src[i, j, k, l]`), bit for bit, SBUF and HBM sources, bf16 and fp32.
+    #[test]
+    fn dma_transpose_against_an_indexing_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        // 2-D fp32 SBUF -> SBUF.
+        let (a, b) = (5usize, 7usize);
+        let src = m.alloc(Space::Sbuf, "s2", &[a, b], Dtype::Fp32).expect("s");
+        let dst = m.alloc(Space::Sbuf, "d2", &[b, a], Dtype::Fp32).expect("d");
+        let x = codes(a * b, 4);
+        put(&mut m, &src, &x, 4);
+        m.dma_transpose(&dst, &src, Some(&[1, 0]), false, None)
+            .expect("2-D");
+        let y = words(&m, &dst, 4);
+        for i in 0..a {
+            for j in 0..b {
+                assert_eq!(y[j * a + i], x[i * b + j], "({i}, {j})");
+            }
+        }
+        // 3-D bf16 SBUF -> SBUF.
+        let (a, b, c) = (3usize, 2usize, 4usize);
+        let src = m
+            .alloc(Space::Sbuf, "s3", &[a, b, c], Dtype::Bf16)
+            .expect("s");
+        let dst = m
+            .alloc(Space::Sbuf, "d3", &[c, b, a], Dtype::Bf16)
+            .expect("d");
+        let x = codes(a * b * c, 2);
+        put(&mut m, &src, &x, 2);
+        m.dma_transpose(&dst, &src, None, false, Some(3))
+            .expect("3-D");
+        let y = words(&m, &dst, 2);
+        for i in 0..a {
+            for j in 0..b {
+                for k in 0..c {
+                    assert_eq!(y[(k * b + j) * a + i], x[(i * b + j) * c + k]);
+                }
+            }
+        }
+        // 4-D bf16 from HBM, and a 4-D SBUF view (a `.ap` pattern with a unit axis).
+        let (a, b, c, d) = (2usize, 3usize, 2usize, 5usize);
+        let x = codes(a * b * c * d, 2);
+        let packed: Vec<u8> = x
+            .iter()
+            .flat_map(|w| w.to_le_bytes()[..2].to_vec())
+            .collect();
+        let src = m
+            .hbm_tensor("s4", &[a, b, c, d], Dtype::Bf16, Some(&packed))
+            .expect("s");
+        let dst = m
+            .alloc(Space::Sbuf, "d4", &[d, b, c, a], Dtype::Bf16)
+            .expect("d");
+        m.dma_transpose(&dst, &src, Some(&[3, 1, 2, 0]), false, None)
+            .expect("4-D");
+        let y = words(&m, &dst, 2);
+        let oracle = |x: &[u32], y: &[u32], (a, b, c, d): (usize, usize, usize, usize)| {
+            for i in 0..a {
+                for j in 0..b {
+                    for k in 0..c {
+                        for l in 0..d {
+                            let got = y[((l * b + j) * c + k) * a + i];
+                            assert_eq!(got, x[((i * b + j) * c + k) * d + l], "{i} {j} {k} {l}");
+                        }
+                    }
+                }
+            }
+        };
+        oracle(&x, &y, (a, b, c, d));
+        let flat = m
+            .alloc(Space::Sbuf, "s4s", &[a, c * d], Dtype::Bf16)
+            .expect("s");
+        let xs = codes(a * c * d, 2);
+        put(&mut m, &flat, &xs, 2);
+        let view = flat.with_pattern(&[(0, 1), (d as i64, c as u32), (1, d as u32)], 0);
+        let out = m
+            .alloc(Space::Sbuf, "d4s", &[d, c * a], Dtype::Bf16)
+            .expect("d");
+        let out_view = out.with_pattern(&[(0, 1), (a as i64, c as u32), (1, a as u32)], 0);
+        m.dma_transpose(&out_view.expect("v"), &view.expect("v"), None, false, None)
+            .expect("4-D view");
+        oracle(&xs, &words(&m, &out, 2), (a, 1, c, d));
+        // Its time: the copy's DMA model at 50% (SBUF to SBUF) or 90% (from HBM) of the rate.
+        let last = m.program.instrs.last().expect("recorded");
+        assert_ne!(last.cost.flags & flags::DMA_TRANSPOSE, 0);
+        let as_copy = Instr {
+            cost: CostInput {
+                flags: last.cost.flags & !flags::DMA_TRANSPOSE,
+                ..last.cost
+            },
+            ..*last
+        };
+        let (t, c) = (cost(last), cost(&as_copy));
+        assert_eq!(t.fixed, c.fixed);
+        assert!(t.data > c.data, "{} vs {}", t.data, c.data);
+    }
+
+    /// Each documented limit is an error naming its argument.
+    #[test]
+    fn dma_transpose_rules() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let src = m.alloc(Space::Sbuf, "s", &[16, 8], Dtype::Fp32).expect("s");
+        let dst = m.alloc(Space::Sbuf, "d", &[8, 16], Dtype::Fp32).expect("d");
+        put(&mut m, &src, &codes(128, 4), 4);
+        let check = |r: Result<()>, arg: &str, rule: &str| {
+            let e = r.expect_err(rule);
+            assert_eq!(e.arg(), Some(arg), "{e}");
+            assert!(e.to_string().contains(rule), "{e}");
+        };
+        let bf = m.alloc(Space::Sbuf, "b", &[8, 16], Dtype::Bf16).expect("b");
+        check(
+            m.dma_transpose(&bf, &src, None, false, None),
+            "dst",
+            "dma_transpose_dtype",
+        );
+        let f8 = m
+            .alloc(Space::Sbuf, "f8", &[16, 8], Dtype::Fp8E4m3)
+            .expect("f");
+        let g8 = m
+            .alloc(Space::Sbuf, "g8", &[8, 16], Dtype::Fp8E4m3)
+            .expect("g");
+        put(&mut m, &f8, &[0; 128], 1);
+        check(
+            m.dma_transpose(&g8, &f8, None, false, None),
+            "src",
+            "dma_transpose_dtype",
+        );
+        check(
+            m.dma_transpose(&dst, &src, None, true, None),
+            "src",
+            "dma_transpose_dtype",
+        );
+        let sq = m
+            .alloc(Space::Sbuf, "sq", &[16, 8], Dtype::Fp32)
+            .expect("q");
+        check(
+            m.dma_transpose(&sq, &src, None, false, None),
+            "dst",
+            "dma_transpose_shape",
+        );
+        check(
+            m.dma_transpose(&dst, &src, Some(&[0, 1]), false, None),
+            "axes",
+            "dma_transpose_axes",
+        );
+        check(
+            m.dma_transpose(&dst, &src, Some(&[2, 1, 0]), false, None),
+            "axes",
+            "dma_transpose_axes",
+        );
+        let one = src
+            .with_pattern(&[(1, 2), (2, 2), (4, 2), (0, 1)], 0)
+            .expect("5-D");
+        check(
+            m.dma_transpose(&dst, &one, None, false, None),
+            "src",
+            "dma_transpose_shape",
+        );
+        let hbm = m.hbm_tensor("h", &[8, 16], Dtype::Fp32, None).expect("h");
+        check(
+            m.dma_transpose(&hbm, &src, None, false, None),
+            "dst",
+            "dma_transpose_memory",
+        );
+        let ps = m.alloc(Space::Psum, "p", &[16, 8], Dtype::Fp32).expect("p");
+        check(
+            m.dma_transpose(&dst, &ps, None, false, None),
+            "src",
+            "dma_transpose_memory",
+        );
+        // In place (a square tile onto itself) is refused: no defined order.
+        let sq2 = m
+            .alloc(Space::Sbuf, "sq2", &[8, 8], Dtype::Fp32)
+            .expect("q");
+        put(&mut m, &sq2, &codes(64, 4), 4);
+        check(
+            m.dma_transpose(&sq2, &sq2, None, false, None),
+            "dst",
+            "dma_transpose_overlap",
+        );
+        // The hardware DGE: 2-byte, src.shape[0] == 16 in 2-D, src.shape[-1] <= 128.
+        let h16 = m
+            .alloc(Space::Sbuf, "h16", &[16, 8], Dtype::Bf16)
+            .expect("h");
+        let h16t = m
+            .alloc(Space::Sbuf, "h16t", &[8, 16], Dtype::Bf16)
+            .expect("h");
+        put(&mut m, &h16, &codes(128, 2), 2);
+        m.dma_transpose(&h16t, &h16, None, true, None)
+            .expect("hwdge 16 x 8");
+        let h8 = m
+            .alloc(Space::Sbuf, "h8", &[8, 16], Dtype::Bf16)
+            .expect("h");
+        let h8t = m
+            .alloc(Space::Sbuf, "h8t", &[16, 8], Dtype::Bf16)
+            .expect("h");
+        put(&mut m, &h8, &codes(128, 2), 2);
+        check(
+            m.dma_transpose(&h8t, &h8, None, true, None),
+            "src",
+            "dma_transpose_hwdge",
+        );
+        check(
+            m.dma_transpose(&h8t, &h8, None, false, Some(16)),
+            "queue",
+            "DMA queues",
+        );
     }
 }

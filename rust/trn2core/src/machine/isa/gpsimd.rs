@@ -1,5 +1,6 @@
-//! GpSimd instructions: the pattern instructions `iota` and `affine_select`, and the
-//! per-partition gather `nc_n_gather`.
+//! GpSimd instructions: the pattern instructions `iota` and `affine_select`, the
+//! per-partition gather `nc_n_gather`, the reduction across partitions
+//! `tensor_partition_reduce`, and `nonzero_with_count`.
 //!
 //! Both evaluate, for partition `c` (counted from the tile's first partition) and free index
 //! `(w, z, y, x)` of the pattern `[[step_w, num_w], ..., [step_x, num_x]]` (outermost first, up
@@ -12,11 +13,16 @@ use crate::numerics::encode_scalar;
 use crate::{Error, Result};
 
 use super::super::dtype;
-use super::super::record::{Engine, Opcode};
+use super::super::record::{Engine, Opcode, Queue};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{shape_rule, Opnd};
 use crate::machine::tile::{check_pattern_len, Tile, MAX_FREE_DIMS};
+use crate::spec::{GPSIMD_PROCESSORS, SBUF_PARTITIONS};
+
+/// SBUF partitions each GpSimd core is connected to (16: core `c` to `16c .. 16c + 16`,
+/// \[S2\]; the nonzero_with_count documentation says the same, \[S9\]).
+const PARTITIONS_PER_CORE: u32 = (SBUF_PARTITIONS / GPSIMD_PROCESSORS) as u32;
 
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
@@ -254,6 +260,185 @@ impl Machine {
         self.record_engine(opc, engine, &[&a, &i], &[], &d, 0);
         Ok(())
     }
+
+    /// `tensor_partition_reduce` (GpSimd engine): `dst[0, j] = op` over the partitions `p` of
+    /// `data[p, j]` (\[S9\]: "a reduction operation across partitions"; add, max, bitwise_or,
+    /// bitwise_and). `dst` has one partition and `data`'s elements per partition. Arithmetic
+    /// operators widen to float32 and reduce in partition order, `acc = x[0]`, `acc = op(acc,
+    /// x[p])` (the order is ours: the hardware's is not published), the result rounded once to
+    /// `dst`'s dtype; bitwise operators combine the raw bits of integer tiles of one dtype.
+    pub fn tensor_partition_reduce(&mut self, dst: &Tile, op: AluOp, data: &Tile) -> Result<()> {
+        let opc = Opcode::TensorPartitionReduce;
+        let engine = Engine::Gpsimd;
+        if !matches!(
+            op,
+            AluOp::Add | AluOp::Maximum | AluOp::BitwiseOr | AluOp::BitwiseAnd
+        ) {
+            return Err(Error::value(
+                "op",
+                format!(
+                    "got {op}; tensor_partition_reduce reduces with add, maximum, bitwise_or \
+                     or bitwise_and"
+                ),
+            ));
+        }
+        let a = self.operand("data", data, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if d.p() != 1 || d.n() != a.n() {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "dst is {:?}; the reduction of data {:?} across its partitions is one \
+                     partition of {} elements",
+                    dst.logical_shape(),
+                    data.logical_shape(),
+                    a.n()
+                ),
+            ));
+        }
+        let (p, n) = (a.p() as usize, a.n());
+        if op.is_bitvec() {
+            for (arg, t) in [("data", data), ("dst", dst)] {
+                if !t.dtype.is_int() {
+                    return Err(super::dtype_rule(
+                        arg,
+                        "bitvec_dtype",
+                        format!("bitvec operators take integer dtypes; {arg} is {}", t.dtype),
+                    ));
+                }
+            }
+            super::keeps_dtype(
+                "bitvec_dtype",
+                dst,
+                ("data", data),
+                "a bitwise reduction keeps the bits' dtype",
+            )?;
+            let x = self.gather_bits(data)?;
+            let mut z = x[..n].to_vec();
+            for row in x.chunks(n.max(1)).skip(1).take(p - 1) {
+                for (acc, &v) in z.iter_mut().zip(row) {
+                    *acc = alu::apply_bits(op, *acc, v);
+                }
+            }
+            self.scatter_bits(&d, &z)?;
+        } else {
+            let x = self.gather_f32(data)?;
+            let mut z = x[..n].to_vec();
+            for row in x.chunks(n.max(1)).skip(1).take(p - 1) {
+                for (acc, &v) in z.iter_mut().zip(row) {
+                    *acc = alu::apply(op, *acc, v);
+                }
+            }
+            z.iter_mut().for_each(|v| *v = alu::canon(*v)); // one partition: NaN canonical too
+            self.scatter_f32(&d, &z)?;
+        }
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
+        Ok(())
+    }
+}
+
+impl Machine {
+    /// `nonzero_with_count` (GpSimd engine; \[S9\], whose pseudocode this follows): in each
+    /// partition a GpSimd core reads (the first of its 16, hardware partitions 0, 16, .., 112),
+    /// `dst` gets the positions `i + index_offset` of `src`'s nonzero elements (free axes
+    /// flattened, ascending), then `padding_val` up to `src`'s element count, then the count;
+    /// `dst`'s other partitions are not written. `src` fp32 (a NaN is nonzero, -0.0 is zero)
+    /// or int32; `dst` int32 with one element more per partition; both SBUF, on the same
+    /// partitions.
+    pub fn nonzero_with_count(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        index_offset: i64,
+        padding_val: i64,
+    ) -> Result<()> {
+        let opc = Opcode::NonzeroWithCount;
+        let engine = Engine::Gpsimd;
+        // Only the cores' partitions are read, so the others may hold nothing yet: the tiles'
+        // engine rules here, the written check per core partition below.
+        let a = self.operand("src", src, Some(engine), true)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if !matches!(src.dtype, dtype::Dtype::Fp32 | dtype::Dtype::Int32) {
+            return Err(super::dtype_rule(
+                "src",
+                "nonzero_dtype",
+                format!(
+                    "src is {}; nonzero_with_count reads fp32 or int32",
+                    src.dtype
+                ),
+            ));
+        }
+        if dst.dtype != dtype::Dtype::Int32 {
+            return Err(super::dtype_rule(
+                "dst",
+                "nonzero_dtype",
+                format!("dst is {}; nonzero_with_count writes int32", dst.dtype),
+            ));
+        }
+        let n = a.n();
+        if d.p() != a.p() || dst.start_partition != src.start_partition || d.n() != n + 1 {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "src is {:?} from partition {}, dst {:?} from partition {}; dst has src's \
+                     partitions and one element more per partition (the count)",
+                    src.logical_shape(),
+                    src.start_partition,
+                    dst.logical_shape(),
+                    dst.start_partition
+                ),
+            ));
+        }
+        let last = index_offset.saturating_add(n as i64 - 1);
+        if i32::try_from(index_offset).is_err() || i32::try_from(last).is_err() {
+            return Err(Error::value(
+                "index_offset",
+                format!(
+                    "{index_offset}: the indices it gives ({index_offset} .. {last}) are not all \
+                     int32"
+                ),
+            ));
+        }
+        let pad = i32::try_from(padding_val)
+            .map_err(|_| Error::value("padding_val", format!("{padding_val} is not an int32")))?;
+        let float = src.dtype == dtype::Dtype::Fp32;
+        for p in 0..a.p() {
+            let hw = src.start_partition + p;
+            if !hw.is_multiple_of(PARTITIONS_PER_CORE) {
+                continue;
+            }
+            let (mut s1, mut d1) = (*src, *dst);
+            (s1.start_partition, s1.partitions) = (hw, 1);
+            (d1.start_partition, d1.partitions) = (hw, 1);
+            self.operand("src", &s1, None, false)?;
+            let x = self.gather_bits(&s1)?;
+            let mut z: Vec<u32> = x
+                .iter()
+                .enumerate()
+                .filter(|(_, &b)| if float { b & 0x7FFF_FFFF != 0 } else { b != 0 })
+                .map(|(i, _)| (i as i64 + index_offset) as i32 as u32)
+                .collect();
+            let count = z.len() as u32;
+            z.resize(n, pad as u32);
+            z.push(count);
+            let row = Opnd {
+                tile: d1,
+                range: d.range,
+            };
+            self.scatter_bits(&row, &z)?;
+        }
+        let cost = Self::cost_input(n, a.p(), 0);
+        self.program.push(
+            opc,
+            Queue::Engine(engine),
+            &[a.region()],
+            &[d.region()],
+            cost,
+        );
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -317,5 +502,252 @@ mod tests {
         put(&mut m, &fidx, &[0; 21], 4);
         let err = m.nc_n_gather(&dst, &data, &fidx).expect_err("dtype");
         assert!(err.to_string().contains("uint32"), "{err}");
+    }
+
+    /// tensor_partition_reduce against a column-by-column oracle: float32 sums and maxima in
+    /// partition order (NaN, -0, inf and an overflow to inf among the inputs), a bf16 result
+    /// rounded once, bitwise or/and on int32 bits, and each rule naming its argument.
+    #[test]
+    fn tensor_partition_reduce_against_a_column_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (5usize, 6usize);
+        let data = m
+            .alloc(Space::Sbuf, "data", &[p, 2, 3], Dtype::Fp32)
+            .expect("d");
+        let x: Vec<f32> = vec![
+            1.0,
+            -0.0,
+            f32::MAX,
+            1e8,
+            2.5,
+            f32::NAN, //
+            2.0,
+            -0.0,
+            f32::MAX,
+            1.0,
+            -2.5,
+            0.0, //
+            -3.0,
+            -0.0,
+            0.0,
+            1.0,
+            1.0,
+            0.0, //
+            0.5,
+            -0.0,
+            0.0,
+            1.0,
+            f32::INFINITY,
+            0.0, //
+            0.25,
+            -0.0,
+            0.0,
+            -1e8,
+            7.0,
+            0.0,
+        ];
+        put(
+            &mut m,
+            &data,
+            &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            4,
+        );
+        let sum = m
+            .alloc(Space::Sbuf, "sum", &[1, n], Dtype::Fp32)
+            .expect("s");
+        let mx = m.alloc(Space::Sbuf, "mx", &[1, n], Dtype::Bf16).expect("m");
+        m.tensor_partition_reduce(&sum, AluOp::Add, &data)
+            .expect("add");
+        m.tensor_partition_reduce(&mx, AluOp::Maximum, &data)
+            .expect("max");
+        let got = m.read_f32(&sum).expect("read");
+        for j in 0..n {
+            let mut acc = x[j];
+            for r in 1..p {
+                acc += x[r * n + j]; // float32 additions in partition order
+            }
+            let want = if acc.is_nan() {
+                f32::from_bits(0x7FC0_0000)
+            } else {
+                acc
+            };
+            assert_eq!(got[j].to_bits(), want.to_bits(), "column {j}");
+        }
+        // Column 1: -0 + -0 ... = -0; column 2: MAX + MAX overflows to inf; column 3: each
+        // 1e8 + 1 rounds back to 1e8 before -1e8 cancels it: 0, not the exact 3 (the order
+        // is visible).
+        assert_eq!(got[1].to_bits(), (-0.0f32).to_bits());
+        assert_eq!(got[2], f32::INFINITY);
+        assert_eq!(got[3], 0.0);
+        let b = m.read_tile(&mx).expect("read");
+        let b16: Vec<u16> = b
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        // max: 2.0, -0 (all -0), MAX (rounds to inf in bf16), 1e8 (rounded), inf, NaN.
+        assert_eq!(b16[0], 0x4000);
+        assert_eq!(b16[1], 0x8000);
+        assert_eq!(b16[2], 0x7F80);
+        assert_eq!(b16[3], 0x4CBF); // 1e8 = 0x4CBEBC20 -> nearest even bf16 0x4CBF
+        assert_eq!(b16[4], 0x7F80);
+        assert_eq!(b16[5] & 0x7FC0, 0x7FC0);
+        // Bitwise, on int32 bits.
+        let ints = m
+            .alloc(Space::Sbuf, "ints", &[3, 2], Dtype::Int32)
+            .expect("i");
+        put(
+            &mut m,
+            &ints,
+            &[0x0F, 0xFFFF_FFFF, 0xF0, 0x8000_0000, 0x100, 0x7FFF_FFFF],
+            4,
+        );
+        let or = m
+            .alloc(Space::Sbuf, "or", &[1, 2], Dtype::Int32)
+            .expect("o");
+        m.tensor_partition_reduce(&or, AluOp::BitwiseOr, &ints)
+            .expect("or");
+        assert_eq!(
+            m.read_tile(&or).expect("r"),
+            [0xFF, 1, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]
+        );
+        m.tensor_partition_reduce(&or, AluOp::BitwiseAnd, &ints)
+            .expect("and");
+        assert_eq!(m.read_tile(&or).expect("r"), [0, 0, 0, 0, 0, 0, 0, 0]);
+        // The rules.
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::Subtract, &data)
+            .expect_err("op");
+        assert_eq!(e.arg(), Some("op"));
+        let two = m
+            .alloc(Space::Sbuf, "two", &[2, n], Dtype::Fp32)
+            .expect("t");
+        let e = m
+            .tensor_partition_reduce(&two, AluOp::Add, &data)
+            .expect_err("shape");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::BitwiseOr, &data)
+            .expect_err("float bits");
+        assert_eq!((e.arg(), e.rule()), (Some("data"), Some("bitvec_dtype")));
+        let u = m
+            .alloc(Space::Sbuf, "u", &[1, 2], Dtype::Uint32)
+            .expect("u");
+        let e = m
+            .tensor_partition_reduce(&u, AluOp::BitwiseOr, &ints)
+            .expect_err("dtype");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("bitvec_dtype")));
+        let ps = m.alloc(Space::Psum, "ps", &[p, n], Dtype::Fp32).expect("p");
+        let e = m
+            .tensor_partition_reduce(&sum, AluOp::Add, &ps)
+            .expect_err("psum");
+        assert_eq!(e.arg(), Some("data"));
+    }
+
+    /// nonzero_with_count against the documented pseudocode on the cores' partitions (0, 16,
+    /// 32 of a 40-partition tile): -0.0 is zero, NaN and denormals nonzero, an all-zero and an
+    /// all-nonzero row; the other partitions of dst keep what they held, and src's other
+    /// partitions may never have been written.
+    #[test]
+    fn nonzero_with_count_against_the_documented_pseudocode() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (40usize, 6usize);
+        let src = m
+            .alloc(Space::Sbuf, "src", &[p, 2, 3], Dtype::Fp32)
+            .expect("s");
+        let dst = m
+            .alloc(Space::Sbuf, "dst", &[p, n + 1], Dtype::Int32)
+            .expect("d");
+        put(&mut m, &dst, &vec![0xAAAA_AAAA; p * (n + 1)], 4);
+        let rows: [[u32; 6]; 3] = [
+            [0, 0x3F80_0000, 0x8000_0000, 0x7FC0_0000, 0, 1], // 0, 1.0, -0.0, NaN, 0, denormal
+            [0; 6],
+            [0x4000_0000; 6],
+        ];
+        for (k, row) in rows.iter().enumerate() {
+            let mut one = src;
+            (one.start_partition, one.partitions) = (16 * k as u32, 1);
+            put(&mut m, &one, row, 4);
+        }
+        m.nonzero_with_count(&dst, &src, 16, -1).expect("nonzero");
+        let got: Vec<i32> = m
+            .read_tile(&dst)
+            .expect("read")
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for r in 0..p {
+            let out = &got[r * (n + 1)..(r + 1) * (n + 1)];
+            if r % 16 != 0 {
+                assert!(
+                    out.iter().all(|&v| v == 0xAAAA_AAAAu32 as i32),
+                    "row {r} untouched"
+                );
+                continue;
+            }
+            // The documented pseudocode, on the row's values.
+            let x = rows[r / 16];
+            let mut want: Vec<i32> = (0..n)
+                .filter(|&i| f32::from_bits(x[i]) != 0.0 || f32::from_bits(x[i]).is_nan())
+                .map(|i| i as i32 + 16)
+                .collect();
+            let c = want.len() as i32;
+            want.resize(n, -1);
+            want.push(c);
+            assert_eq!(out, &want[..], "row {r}");
+        }
+        assert_eq!(&got[..7], &[17, 19, 21, -1, -1, -1, 3]);
+        // int32: bits; the rules.
+        let ints = m
+            .alloc(Space::Sbuf, "ints", &[1, 3], Dtype::Int32)
+            .expect("i");
+        put(&mut m, &ints, &[0, 0x8000_0000, 7], 4);
+        let o = m.alloc(Space::Sbuf, "o", &[1, 4], Dtype::Int32).expect("o");
+        m.nonzero_with_count(&o, &ints, 0, 9).expect("int32");
+        assert_eq!(
+            m.read_tile(&o).expect("r"),
+            [1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 2, 0, 0, 0]
+        );
+        let check = |r: Result<()>, arg: &str, rule: Option<&str>| {
+            let e = r.expect_err(arg);
+            assert_eq!((e.arg(), e.rule()), (Some(arg), rule), "{e}");
+        };
+        let bf = m.alloc(Space::Sbuf, "bf", &[1, 3], Dtype::Bf16).expect("b");
+        check(
+            m.nonzero_with_count(&o, &bf, 0, -1),
+            "src",
+            Some("nonzero_dtype"),
+        );
+        let of = m.alloc(Space::Sbuf, "of", &[1, 4], Dtype::Fp32).expect("f");
+        check(
+            m.nonzero_with_count(&of, &ints, 0, -1),
+            "dst",
+            Some("nonzero_dtype"),
+        );
+        let o3 = m
+            .alloc(Space::Sbuf, "o3", &[1, 3], Dtype::Int32)
+            .expect("o");
+        check(
+            m.nonzero_with_count(&o3, &ints, 0, -1),
+            "dst",
+            Some("shape"),
+        );
+        check(
+            m.nonzero_with_count(&o, &ints, i32::MAX as i64 - 1, -1),
+            "index_offset",
+            None,
+        );
+        check(
+            m.nonzero_with_count(&o, &ints, 0, 1 << 40),
+            "padding_val",
+            None,
+        );
+        let ps = m
+            .alloc(Space::Psum, "ps", &[1, 3], Dtype::Int32)
+            .expect("p");
+        check(
+            m.nonzero_with_count(&o, &ps, 0, -1),
+            "src",
+            Some("gpsimd_psum"),
+        );
     }
 }

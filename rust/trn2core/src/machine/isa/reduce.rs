@@ -1,5 +1,5 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
-//! `tensor_scalar_reduce`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
+//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
 //! `nc_find_index8` / `nc_match_replace8`.
 //!
 //! # Orders (ours; the hardware's are not published)
@@ -12,6 +12,19 @@
 //! - `tensor_scalar_reduce`: the per-partition register takes `op0`'s float32 results in order:
 //!   `reg = reduce_op(reg, r[i])`, after `reset_reduce` (the operator's identity: 0, 1, -Inf,
 //!   +Inf), `load_reduce` (`reduce_init`) or `reduce` (the register as it is).
+//! - `range_select` (the select and the index comparison in float32 are documented; the rest
+//!   is ours): element `j` of a partition (its free axes flattened) is kept when
+//!   `comp_op0(f32(range_start + j), bound0) and comp_op1(f32(range_start + j), bound1)`, else it
+//!   becomes `on_false_value` (the documented only value, float32's lowest); the kept values
+//!   widened to float32, a NaN canonical; the register takes the float32 results in order,
+//!   `reg = max(reg, r[j])`, before they are rounded to `dst`'s dtype (so a bf16 `dst` holds
+//!   -inf where `reduce_res` holds float32's lowest, as the documentation's note describes).
+//! - `tensor_scalar_cumulative` (the documented pseudocode, taken literally): per partition,
+//!   the register set by `reduce_cmd` (`reset_reduce`: 0 for add and subtract, 1 for multiply,
+//!   -Inf for maximum, +Inf for minimum; `load_reduce`: `imm1`; `reduce`: as it is), then for
+//!   each element in order `reg = op1(op0(x[i], imm0), reg)` in float32 (so subtract gives
+//!   `op0(x[i]) - reg`, the pseudocode's operand order) and `dst[i] = reg` rounded to `dst`'s
+//!   dtype; the register keeps the last value for a following `reduce`.
 //! - `bn_stats`: for the even-indexed and the odd-indexed elements of each partition:
 //!   `count`; `mean = sum / count` with `sum` from +0 in order; `m2 = sum of (x - mean)^2` from
 //!   +0 in order (each difference, square and sum rounded to float32); count 0 gives mean 0 and
@@ -289,6 +302,249 @@ impl Machine {
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
+        Ok(())
+    }
+
+    /// `tensor_scalar_cumulative` (Vector engine): `dst[i] = reg = op1(op0(src[i], imm0), reg)`
+    /// along each partition's elements, the register set by `reduce_cmd` first. See the module
+    /// doc for the order; int32/uint32 tiles are refused (the documentation: "not supported
+    /// as input/output dtypes (ISA limitation)").
+    #[allow(clippy::too_many_arguments)]
+    pub fn tensor_scalar_cumulative(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        op0: AluOp,
+        op1: AluOp,
+        imm0: &Scalar,
+        imm1: Option<&Scalar>,
+        reduce_cmd: ReduceCmd,
+    ) -> Result<()> {
+        let opc = Opcode::TensorScalarCumulative;
+        let engine = Engine::Vector;
+        if op0.is_bitvec() {
+            return Err(Error::value(
+                "op0",
+                format!("got {op0}; tensor_scalar_cumulative's op0 is an arithmetic operator"),
+            ));
+        }
+        if !matches!(
+            op1,
+            AluOp::Add | AluOp::Subtract | AluOp::Multiply | AluOp::Maximum | AluOp::Minimum
+        ) {
+            return Err(Error::value(
+                "op1",
+                format!(
+                    "got {op1}; tensor_scalar_cumulative accumulates with add, subtract, \
+                     multiply, maximum or minimum"
+                ),
+            ));
+        }
+        if !matches!(
+            reduce_cmd,
+            ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce
+        ) {
+            return Err(Error::value(
+                "reduce_cmd",
+                format!(
+                    "got {}; tensor_scalar_cumulative takes reset_reduce, reduce or load_reduce",
+                    reduce_cmd.name()
+                ),
+            ));
+        }
+        if reduce_cmd == ReduceCmd::LoadReduce && imm1.is_none() {
+            return Err(Error::value(
+                "imm1",
+                "reduce_cmd load_reduce loads the register from imm1; give imm1",
+            ));
+        }
+        for (arg, t) in [("src", src), ("dst", dst)] {
+            if matches!(t.dtype, Dtype::Int32 | Dtype::Uint32) {
+                return Err(super::dtype_rule(
+                    arg,
+                    "cumulative_dtype",
+                    format!(
+                        "{arg} is {}; tensor_scalar_cumulative does not take int32/uint32 tiles \
+                         (an ISA limitation, as documented)",
+                        t.dtype
+                    ),
+                ));
+            }
+        }
+        let a = self.operand("src", src, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "src", &a, &[("dst", &d)])?;
+        let (p, n) = (a.p(), a.n());
+        let mut extra = Vec::new();
+        let s0 = self.scalar_f32("imm0", imm0, p, engine, &mut extra)?;
+        let init = match (reduce_cmd, imm1) {
+            (ReduceCmd::LoadReduce, Some(s1)) => {
+                self.scalar_f32("imm1", s1, p, engine, &mut extra)?
+            }
+            _ => Vec::new(),
+        };
+        let x = self.gather_f32(src)?;
+        let mut z = vec![0f32; x.len()];
+        let p0 = dst.start_partition as usize;
+        for (row, (xi, zi)) in x.chunks(n.max(1)).zip(z.chunks_mut(n.max(1))).enumerate() {
+            let reg = &mut self.dve_regs[p0 + row];
+            *reg = match reduce_cmd {
+                ReduceCmd::ResetReduce => identity(op1),
+                ReduceCmd::LoadReduce => canon(init[row]),
+                _ => *reg,
+            };
+            for (&v, out) in xi.iter().zip(zi.iter_mut()) {
+                *reg = alu::apply(op1, alu::apply(op0, v, s0[row]), *reg);
+                *out = *reg;
+            }
+        }
+        self.scatter_f32(&d, &z)?;
+        let mut reads: Vec<Region> = vec![a.region()];
+        reads.extend_from_slice(&extra);
+        let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
+        Ok(())
+    }
+
+    /// `range_select` (Vector engine): `dst = on_true_tile` where the element's free index
+    /// plus `range_start` passes both comparisons with the partition's bounds, else
+    /// `on_false_value`; the results max-reduced into the Vector registers by `reduce_cmd` and,
+    /// with `reduce_res`, written there. See the module doc for the order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn range_select(
+        &mut self,
+        dst: &Tile,
+        on_true_tile: &Tile,
+        comp: [AluOp; 2],
+        bounds: [&Scalar; 2],
+        reduce_cmd: ReduceCmd,
+        reduce_res: Option<&Tile>,
+        reduce_op: AluOp,
+        range_start: i64,
+        on_false_value: Option<f64>,
+    ) -> Result<()> {
+        let opc = Opcode::RangeSelect;
+        let engine = Engine::Vector;
+        for (arg, op) in [("comp_op0", comp[0]), ("comp_op1", comp[1])] {
+            if !matches!(
+                op,
+                AluOp::Equal
+                    | AluOp::Less
+                    | AluOp::LessEqual
+                    | AluOp::Greater
+                    | AluOp::GreaterEqual
+            ) {
+                return Err(Error::value(
+                    arg,
+                    format!(
+                        "got {op}; range_select compares with equal, less, less_equal, greater \
+                         or greater_equal"
+                    ),
+                ));
+            }
+        }
+        if reduce_op != AluOp::Maximum {
+            return Err(Error::value(
+                "reduce_op",
+                format!("got {reduce_op}; range_select reduces with maximum only"),
+            ));
+        }
+        if reduce_cmd == ReduceCmd::LoadReduce {
+            return Err(Error::value(
+                "reduce_cmd",
+                "range_select has no initial value to load (load_reduce); use reset_reduce, \
+                 reduce, reset or idle",
+            ));
+        }
+        let fill = f32::MIN;
+        if let Some(v) = on_false_value {
+            // The constant as float32 (kernels write -3.4028235e+38, which rounds to it).
+            if v as f32 != fill {
+                return Err(Error::value(
+                    "on_false_value",
+                    format!(
+                        "got {v}; range_select's on_false_value must be float32's lowest \
+                         value, -3.4028235e+38 (a hardware constraint the documentation states)"
+                    ),
+                ));
+            }
+        }
+        if on_true_tile.dtype.format().is_none() {
+            return Err(super::dtype_rule(
+                "on_true_tile",
+                "range_select_dtype",
+                format!(
+                    "on_true_tile is {}; range_select selects floating-point elements",
+                    on_true_tile.dtype
+                ),
+            ));
+        }
+        let a = self.operand("on_true_tile", on_true_tile, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "on_true_tile", &a, &[("dst", &d)])?;
+        let (p, n) = (a.p(), a.n());
+        // The index is compared in float32: exact up to 2^24 (the documented range).
+        const EXACT: i64 = 1 << 24;
+        let last = range_start.saturating_add(n as i64 - 1);
+        if range_start < -EXACT || last > EXACT {
+            return Err(Error::value(
+                "range_start",
+                format!(
+                    "range_start {range_start} + the free index (up to {}) leaves [-2^24, 2^24], \
+                     where float32 holds every integer (range_select compares in float32)",
+                    n - 1
+                ),
+            ));
+        }
+        let res = match reduce_res {
+            Some(t) => {
+                let o = self.operand("reduce_res", t, Some(engine), true)?;
+                check_reduce_res(&o, p)?;
+                Some(o)
+            }
+            None => None,
+        };
+        let mut extra = Vec::new();
+        let b0 = self.scalar_f32("bound0", bounds[0], p, engine, &mut extra)?;
+        let b1 = self.scalar_f32("bound1", bounds[1], p, engine, &mut extra)?;
+        let x = self.gather_f32(on_true_tile)?;
+        let mut z = vec![0f32; x.len()];
+        let p0 = dst.start_partition as usize;
+        for (row, (xi, zi)) in x.chunks(n.max(1)).zip(z.chunks_mut(n.max(1))).enumerate() {
+            for (j, (&v, out)) in xi.iter().zip(zi.iter_mut()).enumerate() {
+                let idx = (range_start + j as i64) as f32;
+                let keep = alu::apply(comp[0], idx, b0[row]) != 0.0
+                    && alu::apply(comp[1], idx, b1[row]) != 0.0;
+                *out = if keep { canon(v) } else { fill };
+            }
+            let reg = &mut self.dve_regs[p0 + row];
+            match reduce_cmd {
+                ReduceCmd::Idle => {}
+                ReduceCmd::Reset => *reg = identity(reduce_op),
+                _ => {
+                    if reduce_cmd == ReduceCmd::ResetReduce {
+                        *reg = identity(reduce_op);
+                    }
+                    for &v in zi.iter() {
+                        *reg = alu::apply(reduce_op, *reg, v);
+                    }
+                }
+            }
+        }
+        self.scatter_f32(&d, &z)?;
+        let mut writes = vec![d.region()];
+        if let Some(o) = &res {
+            let vals = self.dve_regs[p0..p0 + p as usize].to_vec();
+            self.scatter_f32(o, &vals)?;
+            writes.push(o.region());
+        }
+        let mut reads: Vec<Region> = vec![a.region()];
+        reads.extend_from_slice(&extra);
+        // The published cost is max(MIN_II, N) [S10], reduce_res included.
+        let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
         self.program
             .push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
@@ -794,5 +1050,314 @@ mod tests {
             .nc_match_replace8(&idx, &src, &vals, 0.0, None)
             .expect_err("refused");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+    }
+
+    /// range_select against an oracle of the documented numpy equivalent: each partition's
+    /// bounds (a NaN bound selects nothing), both comparisons on the float32 index, the fill
+    /// float32's lowest (-inf once rounded to bf16), NaN kept (canonical), -0 kept, and the
+    /// register's max over the float32 results, continued by `reduce` on a second call.
+    #[test]
+    fn range_select_against_the_documented_numpy_equivalent() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (5usize, 12usize);
+        let data = sbuf(&mut m, "data", &[p, 3, 4], Dtype::Fp32);
+        let dst = sbuf(&mut m, "dst", &[p, n], Dtype::Bf16);
+        let dst32 = sbuf(&mut m, "dst32", &[p, n], Dtype::Fp32);
+        let (lo, hi) = (
+            sbuf(&mut m, "lo", &[p, 1], Dtype::Fp32),
+            sbuf(&mut m, "hi", &[p, 1], Dtype::Fp32),
+        );
+        let res = sbuf(&mut m, "res", &[p, 1], Dtype::Fp32);
+        let special = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 2.5, 2.5];
+        let x: Vec<f32> = (0..p * n)
+            .map(|k| {
+                if k % 5 == 2 {
+                    special[(k / 5) % special.len()]
+                } else {
+                    (k % 9) as f32 - 4.0
+                }
+            })
+            .collect();
+        put(&mut m, &data, &x);
+        let start = 100i64;
+        let b0 = [100.0, 103.0, 98.0, f32::NAN, 111.0];
+        let b1 = [111.0, 105.5, 104.0, 110.0, 111.0];
+        put(&mut m, &lo, &b0);
+        put(&mut m, &hi, &b1);
+        let (lo_s, hi_s) = (Scalar::Tile(lo), Scalar::Tile(hi));
+        let cmp = [AluOp::GreaterEqual, AluOp::Less];
+        for (d, cmd) in [(&dst32, ReduceCmd::ResetReduce), (&dst, ReduceCmd::Reduce)] {
+            m.range_select(
+                d,
+                &data,
+                cmp,
+                [&lo_s, &hi_s],
+                cmd,
+                Some(&res),
+                AluOp::Maximum,
+                start,
+                Some(f32::MIN as f64),
+            )
+            .expect("range_select");
+        }
+        let got32 = words(&m, &dst32);
+        let got16 = m.read_tile(&dst).expect("read");
+        let reg = m.read_f32(&res).expect("res");
+        for r in 0..p {
+            let mut want_max = f32::NEG_INFINITY;
+            for j in 0..n {
+                let i = (start + j as i64) as f32;
+                let v = x[r * n + j];
+                let want = if i >= b0[r] && i < b1[r] {
+                    if v.is_nan() {
+                        f32::from_bits(0x7FC0_0000)
+                    } else {
+                        v
+                    }
+                } else {
+                    f32::MIN
+                };
+                // Twice over the same values: max(max(x)) = max(x).
+                want_max = if want.is_nan() || want_max.is_nan() {
+                    f32::NAN
+                } else {
+                    want_max.max(want)
+                };
+                assert_eq!(got32[r * n + j], want.to_bits(), "fp32 ({r}, {j})");
+                let b16 = u16::from_le_bytes([got16[2 * (r * n + j)], got16[2 * (r * n + j) + 1]]);
+                let want16 = if want == f32::MIN {
+                    0xFF80 // float32's lowest rounds to -inf in bf16 (nearest even)
+                } else {
+                    (want.to_bits() >> 16) as u16 // exact in bf16 (small integers, specials)
+                };
+                assert_eq!(b16, want16, "bf16 ({r}, {j})");
+            }
+            assert_eq!(
+                reg[r].to_bits() | (reg[r].is_nan() as u32 * 0x0040_0000),
+                want_max.to_bits() | (want_max.is_nan() as u32 * 0x0040_0000),
+                "register {r}"
+            );
+        }
+        // A NaN bound compares false: partition 3 is all fill, its maximum the fill.
+        assert_eq!(reg[3], f32::MIN);
+        // The rules, each naming its argument.
+        let call = |m: &mut Machine, cmp: [AluOp; 2], cmd, red, start, fill, on: &Tile| {
+            m.range_select(&dst, on, cmp, [&lo_s, &hi_s], cmd, None, red, start, fill)
+        };
+        let rr = ReduceCmd::ResetReduce;
+        let mx = AluOp::Maximum;
+        let fill = Some(f32::MIN as f64);
+        let bad = [
+            (
+                call(&mut m, [AluOp::Add, cmp[1]], rr, mx, 0, fill, &data),
+                "comp_op0",
+            ),
+            (
+                call(&mut m, [cmp[0], AluOp::NotEqual], rr, mx, 0, fill, &data),
+                "comp_op1",
+            ),
+            (
+                call(&mut m, cmp, rr, AluOp::Add, 0, fill, &data),
+                "reduce_op",
+            ),
+            (
+                call(&mut m, cmp, ReduceCmd::LoadReduce, mx, 0, fill, &data),
+                "reduce_cmd",
+            ),
+            (
+                call(&mut m, cmp, rr, mx, 0, Some(0.0), &data),
+                "on_false_value",
+            ),
+            (
+                call(&mut m, cmp, rr, mx, 1 << 24, fill, &data),
+                "range_start",
+            ),
+        ];
+        for (r, arg) in bad {
+            assert_eq!(r.expect_err(arg).arg(), Some(arg));
+        }
+        let ints = sbuf(&mut m, "ints", &[p, n], Dtype::Int32);
+        let e = call(&mut m, cmp, rr, mx, 0, fill, &ints).expect_err("int");
+        assert_eq!(
+            (e.arg(), e.rule()),
+            (Some("on_true_tile"), Some("range_select_dtype"))
+        );
+        let short = sbuf(&mut m, "short", &[p, n - 1], Dtype::Fp32);
+        put(&mut m, &short, &vec![0.0; p * (n - 1)]);
+        let e = call(&mut m, cmp, rr, mx, 0, fill, &short).expect_err("shape");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let lo16 = sbuf(&mut m, "lo16", &[p, 1], Dtype::Bf16);
+        let e = m
+            .range_select(
+                &dst,
+                &data,
+                cmp,
+                [&Scalar::Tile(lo16), &hi_s],
+                rr,
+                None,
+                mx,
+                0,
+                fill,
+            )
+            .expect_err("bf16 bound");
+        assert_eq!((e.arg(), e.rule()), (Some("bound0"), Some("fp32_operand")));
+    }
+
+    /// tensor_scalar_cumulative against the documented pseudocode, literally: each op1 with
+    /// its identity (subtract's running `v - reg` alternates), load_reduce from a per-partition
+    /// imm1, reduce continuing the register of the previous call, NaN and infinities carried,
+    /// a bf16 dst rounded once per element; and each rule naming its argument.
+    #[test]
+    fn tensor_scalar_cumulative_against_the_documented_pseudocode() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (3usize, 7usize);
+        let src = sbuf(&mut m, "src", &[p, n], Dtype::Fp32);
+        let dst = sbuf(&mut m, "dst", &[p, n], Dtype::Fp32);
+        let x: Vec<f32> = vec![
+            1.0,
+            2.0,
+            -3.0,
+            0.5,
+            f32::INFINITY,
+            4.0,
+            -0.0, //
+            1e8,
+            1.0,
+            1.0,
+            1.0,
+            -1e8,
+            2.0,
+            0.25, //
+            f32::NAN,
+            1.0,
+            2.0,
+            3.0,
+            4.0,
+            5.0,
+            6.0,
+        ];
+        put(&mut m, &src, &x);
+        let imm1 = sbuf(&mut m, "imm1", &[p, 1], Dtype::Fp32);
+        put(&mut m, &imm1, &[10.0, -1.0, 0.5]);
+        let oracle = |op0: AluOp, imm0: f32, op1: AluOp, init: &[f32]| -> Vec<f32> {
+            let mut out = Vec::new();
+            for r in 0..p {
+                let mut reg = init[r];
+                for &v in &x[r * n..(r + 1) * n] {
+                    let a = alu::apply(op0, v, imm0);
+                    reg = match op1 {
+                        AluOp::Add => a + reg,
+                        AluOp::Subtract => a - reg,
+                        AluOp::Multiply => a * reg,
+                        AluOp::Maximum => alu::apply(AluOp::Maximum, a, reg),
+                        _ => alu::apply(AluOp::Minimum, a, reg),
+                    };
+                    out.push(canon(reg));
+                }
+            }
+            out
+        };
+        let cases = [
+            (AluOp::Multiply, 2.0, AluOp::Add, [0.0; 3]),
+            (AluOp::Add, 1.0, AluOp::Subtract, [0.0; 3]),
+            (AluOp::Multiply, 0.5, AluOp::Multiply, [1.0; 3]),
+            (AluOp::Subtract, 1.0, AluOp::Maximum, [f32::NEG_INFINITY; 3]),
+            (AluOp::Add, 0.0, AluOp::Minimum, [f32::INFINITY; 3]),
+        ];
+        for (op0, imm0, op1, init) in cases {
+            m.tensor_scalar_cumulative(
+                &dst,
+                &src,
+                op0,
+                op1,
+                &Scalar::Imm(imm0 as f64),
+                None,
+                ReduceCmd::ResetReduce,
+            )
+            .expect("cumulative");
+            let got = m.read_f32(&dst).expect("read");
+            let want = oracle(op0, imm0, op1, &init);
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{op0} {op1} element {k}");
+            }
+        }
+        // load_reduce from imm1, then reduce continuing from the last values.
+        let add = AluOp::Add;
+        let one = Scalar::Imm(1.0);
+        m.tensor_scalar_cumulative(
+            &dst,
+            &src,
+            AluOp::Multiply,
+            add,
+            &one,
+            Some(&Scalar::Tile(imm1)),
+            ReduceCmd::LoadReduce,
+        )
+        .expect("load");
+        let first = m.read_f32(&dst).expect("read");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&first),
+            bits(&oracle(AluOp::Multiply, 1.0, add, &[10.0, -1.0, 0.5]))
+        );
+        let bf = sbuf(&mut m, "bf", &[p, n], Dtype::Bf16);
+        m.tensor_scalar_cumulative(
+            &bf,
+            &src,
+            AluOp::Multiply,
+            add,
+            &one,
+            None,
+            ReduceCmd::Reduce,
+        )
+        .expect("reduce");
+        let last: Vec<f32> = (0..p).map(|r| first[r * n + n - 1]).collect();
+        let cont = oracle(AluOp::Multiply, 1.0, add, &last);
+        let got = m.read_tile(&bf).expect("read");
+        for (k, w) in cont.iter().enumerate() {
+            let g = u16::from_le_bytes([got[2 * k], got[2 * k + 1]]);
+            // bf16 nearest even of the float32 value (a NaN quieted).
+            let b = w.to_bits();
+            let want = if w.is_nan() {
+                0x7FC0
+            } else {
+                ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+            };
+            assert_eq!(g, want, "element {k}");
+        }
+        // The rules.
+        let imm = Scalar::Imm(1.0);
+        let rc = ReduceCmd::ResetReduce;
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, AluOp::BitwiseAnd, add, &imm, None, rc)
+            .expect_err("op0");
+        assert_eq!(e.arg(), Some("op0"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, AluOp::Divide, &imm, None, rc)
+            .expect_err("op1");
+        assert_eq!(e.arg(), Some("op1"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &imm, None, ReduceCmd::Idle)
+            .expect_err("cmd");
+        assert_eq!(e.arg(), Some("reduce_cmd"));
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &imm, None, ReduceCmd::LoadReduce)
+            .expect_err("imm1");
+        assert_eq!(e.arg(), Some("imm1"));
+        let ints = sbuf(&mut m, "ints", &[p, n], Dtype::Int32);
+        let e = m
+            .tensor_scalar_cumulative(&ints, &src, add, add, &imm, None, rc)
+            .expect_err("int32");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("cumulative_dtype")));
+        let short = sbuf(&mut m, "short", &[p, n - 1], Dtype::Fp32);
+        let e = m
+            .tensor_scalar_cumulative(&short, &src, add, add, &imm, None, rc)
+            .expect_err("shape");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let bf1 = sbuf(&mut m, "bf1", &[p, 1], Dtype::Bf16);
+        let e = m
+            .tensor_scalar_cumulative(&dst, &src, add, add, &Scalar::Tile(bf1), None, rc)
+            .expect_err("imm0 dtype");
+        assert_eq!((e.arg(), e.rule()), (Some("imm0"), Some("fp32_operand")));
     }
 }

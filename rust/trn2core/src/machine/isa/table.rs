@@ -180,6 +180,8 @@ pub enum Out {
     Like(&'static str),
     /// `[P, n]`: the first input's partitions, `n` elements each.
     Columns(usize),
+    /// `[1, ...]`: the named input's shape with one partition (a reduction across them).
+    Partition(&'static str),
     /// Its own rule (a hand-written form: matmul, transpose, reductions, iota, memset, DMA).
     Own,
 }
@@ -190,6 +192,7 @@ impl Out {
         match self {
             Out::Like(a) => ("like", a.to_string()),
             Out::Columns(n) => ("columns", n.to_string()),
+            Out::Partition(a) => ("partition", a.to_string()),
             Out::Own => ("own", String::new()),
         }
     }
@@ -254,7 +257,7 @@ const fn row(
 
 use Dtype::{Fp32, Uint32};
 use Opcode as Op;
-use Out::{Columns, Like, Own};
+use Out::{Columns, Like, Own, Partition};
 
 /// The table, in [`Opcode::ALL`]'s order (a test checks): opcode, engines, the result of its
 /// value-returning form and that result's dtype, what it computes, its arguments.
@@ -371,6 +374,35 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
     row(Op::NcNGather, &[Gpsimd], Like("indices"), None,
         "dst[p, j] = data[p, indices[p, j]] (data's free axes flattened; uint32 indices)",
         &[DST, req("data", K::Tile), req("indices", K::Tile)],
+    ),
+    row(Op::DmaTranspose, &[], Own, None,
+        "dst = src with its axes permuted ([1,0], [2,1,0] or [3,1,2,0]) over a DMA queue \
+         (HBM or SBUF to SBUF, 2- or 4-byte elements)",
+        &[DST, req("src", K::Tile), opt("axes", K::Ints), flag("hwdge"), opt("queue", K::Queue)],
+    ),
+    row(Op::RangeSelect, &[Vector], Own, None,
+        "dst = on_true_tile where comp_op0(range_start + j, bound0) and comp_op1(range_start + j, \
+         bound1) for free index j, else on_false_value; max-reduced into reduce_res",
+        &[DST, req("on_true_tile", K::Tile), req("comp_op0", K::Alu), req("comp_op1", K::Alu),
+            req("bound0", K::Scalar), req("bound1", K::Scalar),
+            named("reduce_cmd", K::ReduceCmd, "reset_reduce"), opt("reduce_res", K::Tile),
+            named("reduce_op", K::Alu, "maximum"), int("range_start", 0),
+            opt("on_false_value", K::Float)],
+    ),
+    row(Op::TensorPartitionReduce, &[Gpsimd], Partition("data"), None,
+        "dst[0, j] = op over the partitions p of data[p, j]",
+        &[DST, req("op", K::Alu), req("data", K::Tile)],
+    ),
+    row(Op::NonzeroWithCount, &[Gpsimd], Own, None,
+        "dst = positions + index_offset of src's nonzero elements, padding_val, then their \
+         count (partitions 0, 16, .., 112 only)",
+        &[DST, req("src", K::Tile), int("index_offset", 0), int("padding_val", -1)],
+    ),
+    row(Op::TensorScalarCumulative, &[Vector], Own, None,
+        "dst[i] = reg = op1(op0(src[i], imm0), reg) along the free axis, reg set by reduce_cmd",
+        &[DST, req("src", K::Tile), req("op0", K::Alu), req("op1", K::Alu),
+            req("imm0", K::Scalar), opt("imm1", K::Scalar),
+            named("reduce_cmd", K::ReduceCmd, "reset_reduce")],
     ),
 ];
 
@@ -831,6 +863,47 @@ impl Machine {
                 self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
             }
             Opcode::NcNGather => self.nc_n_gather(&dst, &a.tile("data")?, &a.tile("indices")?),
+            Opcode::RangeSelect => self.range_select(
+                &dst,
+                &a.tile("on_true_tile")?,
+                [a.alu("comp_op0")?, a.alu("comp_op1")?],
+                [&a.scalar("bound0")?, &a.scalar("bound1")?],
+                a.reduce_cmd("reduce_cmd")?,
+                a.opt_tile("reduce_res")?.as_ref(),
+                a.alu("reduce_op")?,
+                a.int("range_start")?,
+                match a.slot("on_false_value").1 {
+                    Some(Value::Float(v)) => Some(*v),
+                    Some(Value::Int(i)) => Some(*i as f64),
+                    _ => None,
+                },
+            ),
+            Opcode::TensorPartitionReduce => {
+                self.tensor_partition_reduce(&dst, a.alu("op")?, &a.tile("data")?)
+            }
+            Opcode::NonzeroWithCount => self.nonzero_with_count(
+                &dst,
+                &a.tile("src")?,
+                a.int("index_offset")?,
+                a.int("padding_val")?,
+            ),
+            Opcode::TensorScalarCumulative => self.tensor_scalar_cumulative(
+                &dst,
+                &a.tile("src")?,
+                a.alu("op0")?,
+                a.alu("op1")?,
+                &a.scalar("imm0")?,
+                a.opt_scalar("imm1")?.as_ref(),
+                a.reduce_cmd("reduce_cmd")?,
+            ),
+            Opcode::DmaTranspose => {
+                let axes = match a.slot("axes").1 {
+                    Some(Value::Ints(v)) => Some(v.as_slice()),
+                    _ => None,
+                };
+                let (src, hwdge) = (a.tile("src")?, a.flag("hwdge"));
+                self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
+            }
         }
     }
 }
@@ -846,8 +919,9 @@ mod tests {
             let d = TABLE[i].default_engine;
             assert_eq!(d.is_some(), !TABLE[i].engines.is_empty());
             assert!(
-                TABLE[i].args.len() <= 10,
-                "the binding's issue takes ten positional slots"
+                TABLE[i].args.len() <= 12,
+                "a row of at most 12 arguments (range_select has 11; the binding's issue takes \
+                 *args, any count)"
             );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
             assert_eq!(
