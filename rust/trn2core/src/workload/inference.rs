@@ -15,9 +15,11 @@
 //! - attention: the machine's flash-attention kernel ([`kernels::attention_run`]) timed per
 //!   shape: `fixed + (query tiles x per query tile + blocks x per block) / lnc` in prefill
 //!   (128-row query tiles of every head against the 512-key tiles the causal mask or the
-//!   sliding window leaves), and in decode one query tile per sequence and KV head (the query
-//!   heads sharing it as rows; MLA: every head against the latent cache) whose blocks run in
-//!   turn on one physical core; its DMA reads the KV cache;
+//!   sliding window leaves); in decode the token-generation kernel
+//!   ([`kernels::attention_tkg_run`]: keys on the partitions) with one query tile per sequence
+//!   and KV head (the query heads sharing it; MLA: every head against the latent cache), the
+//!   tiles dealt to the physical cores or, with fewer tiles than cores, each tile's cache
+//!   split between them; its DMAs read the KV cache;
 //! - norms: the machine's rmsnorm kernel ([`kernels::rmsnorm_run`]) timed per shape: its
 //!   fixed part plus each 128-row tile's steady-state time, tiles dealt to the physical cores;
 //! - collectives: `collective::ranks_estimate` over the `tp` ranks launched in a compiled graph
@@ -731,14 +733,20 @@ impl<'a> Plan<'a> {
                 d_qk: to_usize("head_dim", d_qk)?,
                 d_v: to_usize("v_head_dim", d_v)?,
             };
-            let t = kernels::attention_times(&shape)?;
+            let t = kernels::attention_tkg_times(&shape)?;
             let q = mul(&[l.batch, kv_heads, group.div_ceil(tile)])?;
-            let k = kv_len.div_ceil(kv_tile);
-            // A query tile's blocks run in turn on one physical core.
+            // Query tiles are dealt to the physical cores; with fewer tiles than cores each
+            // tile's cache is split between them (NxD's sequence sharding; the exchange of
+            // their partial results is not timed). A core's keys are whole 128-key chunks; a
+            // short last block costs its share of a block (the blocks are DMA-bound).
+            let split = lnc / q.min(lnc);
+            let chunks = kv_len.div_ceil(tile).div_ceil(split);
+            let per_block = (kernels::tkg_block_keys(shape.q_rows) / Q_TILE) as f64;
+            let blocks = chunks as f64 / per_block;
             let per_core = q.div_ceil(lnc) as f64;
-            let s = t.fixed_s + per_core * (t.per_q_tile_s + k as f64 * t.per_block_s);
-            let flops =
-                2.0 * mul(&[q, k])? as f64 * (group.min(tile) * kv_tile * (d_qk + d_v)) as f64;
+            let s = t.fixed_s + per_core * (t.per_q_tile_s + blocks * t.per_block_s);
+            let keys = mul(&[q, kv_len.div_ceil(tile), tile])? as f64;
+            let flops = 2.0 * keys * (group.min(tile) * (d_qk + d_v)) as f64;
             Ok((s, flops))
         }
     }

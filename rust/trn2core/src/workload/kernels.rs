@@ -12,6 +12,21 @@
 //!   (`nc_matmul`) and the running output rescaled and added (`scalar_tensor_tensor`); per
 //!   query tile the load of `q`, the initial running values (`memset`), `1 / sum`
 //!   (`reciprocal`), the scaling (`tensor_scalar`) and the store.
+//! - [`attention_tkg_run`]: token generation (decode), the keys on the partitions as NxD
+//!   Inference's token-generation kernels lay them: per block of [`tkg_block_keys`] keys (up to
+//!   16 chunks of 128) the loads of `K^T` and `V`, per chunk a score `nc_matmul` giving
+//!   `scores^T` (`[128 keys, q rows]`, all chunks in one PSUM bank); the block max per
+//!   partition (`tensor_reduce`), across the partitions by a PE transpose and a
+//!   `tensor_reduce`, the running max (`tensor_tensor`, `tensor_scalar`) and the correction
+//!   `exp` (`activation`); `-scale * max` and the correction transposed to a row and broadcast
+//!   to the 128 partitions by a matmul with a row of ones (`nc_transpose`, `tensor_copy`,
+//!   `nc_matmul`); `p = exp(scale * s - scale * max)` on all 128 partitions (`activation`; with
+//!   more than one row the shift first, `scalar_tensor_tensor`); per chunk `v^T p` with V
+//!   stationary and the sums of `p` (a matmul with a column of ones), accumulated in PSUM;
+//!   the running sum and the transposed running output rescaled (`scalar_tensor_tensor`, or
+//!   two `tensor_tensor` with several rows). Per query tile the load of `q`, `1 / sum`
+//!   broadcast the same way, the scaling and the transposed store. A block's loads and scores
+//!   are issued a block ahead (software pipelining), so its time is its cache read.
 //! - [`rmsnorm_run`]: `examples/nki/rmsnorm.py`: per tile of up to 128 rows a load, `square`
 //!   (Scalar), the row sum (`tensor_reduce`), `* (1/D) + eps` (`tensor_scalar`), `rsqrt`
 //!   (Scalar), the row scaling in place (`tensor_scalar`), the weight (`tensor_tensor`, broadcast to the
@@ -23,7 +38,7 @@
 //! A model step needs their time for shapes of thousands of blocks; it takes it from a few
 //! short runs: [`attention_times`] runs 1 query tile against `n` and `2n` key/value tiles and 2
 //! query tiles against `n`, so that `T(q, k) = fixed + q * per_q_tile + q * k * per_block`
-//! holds on the three runs; [`rmsnorm_times`] runs `n` and `2n` row tiles. Both are cached per
+//! holds on the three runs ([`attention_tkg_times`] the same); [`rmsnorm_times`] runs `n` and `2n` row tiles. Both are cached per
 //! shape for the process ([`OnceLock`] of a `Mutex<HashMap>`), so a search over thousands of
 //! layouts runs each kernel once per shape.
 
@@ -319,6 +334,341 @@ pub fn attention_run(
     m.run()
 }
 
+/// Keys of one token-generation block for a query tile of `q_rows` rows: [`TKG_CHUNKS`]
+/// chunks of 128 keys, fewer when the block's scores (`chunks x q_rows` float32 columns a
+/// partition) would not fit one PSUM bank: 2048 keys up to 32 rows, 512 at 128.
+pub fn tkg_block_keys(q_rows: usize) -> usize {
+    Q_TILE * TKG_CHUNKS.min(KV_TILE / q_rows.clamp(1, Q_TILE))
+}
+
+/// Chunks of 128 keys a token-generation block holds at most (2048 keys).
+pub const TKG_CHUNKS: usize = 16;
+
+/// Buffers of one token-generation block (double-buffered).
+struct TkgBufs {
+    k: Vec<Tile>,
+    v: Tile,
+    s: Tile,
+    pmax: Tile,
+    pmax_t: Tile,
+    row_ps: Tile,
+    row: Tile,
+    bc_ps: Tile,
+    bc: Tile,
+    x: Tile,
+    p: Tile,
+    o_ps: Tile,
+    sum_ps: Tile,
+    // block max, [negated scaled running max, correction]
+    bmax: Tile,
+    stats: Tile,
+}
+
+/// Shapes of the token-generation kernel: the query rows, 128-key chunks and keys a block.
+struct TkgDims {
+    q: usize,
+    c: usize,
+    block: usize,
+}
+
+/// One block's loads and scores (issued a block ahead, so that the tensor engine computes
+/// block `j + 1`'s scores while the other engines work on block `j`).
+fn tkg_front(
+    m: &mut Machine,
+    b: &TkgBufs,
+    dims: &TkgDims,
+    chunks: &[(usize, usize)],
+    q_sb: &[Tile],
+    hbm: (&Tile, &Tile),
+    k0: usize,
+) -> Result<()> {
+    let TkgDims { q, c, block } = *dims;
+    let (k_hbm, v_hbm) = hbm;
+    // The cache: K^T with the head dimension on the partitions, V with the keys.
+    for (ci, &(lo, hi)) in chunks.iter().enumerate() {
+        let src = k_hbm.slice(&[range(lo, hi), range(k0, k0 + block)])?;
+        m.dma_copy(&b.k[ci], &src, None)?;
+    }
+    let d_v = v_hbm.logical_shape()[1];
+    let v_src = v_hbm
+        .slice(&[range(k0, k0 + Q_TILE)])?
+        .with_pattern(&[((Q_TILE * d_v) as i64, c as u32), (1, d_v as u32)], 0)?;
+    m.dma_copy(&b.v, &v_src, None)?;
+    // scores^T: 128 keys on the partitions by the tile's rows, per chunk.
+    for t in 0..c {
+        let dst = b.s.slice(&[Index::ALL, range(t * q, (t + 1) * q)])?;
+        for (ci, k) in b.k.iter().enumerate() {
+            let kt = k.slice(&[Index::ALL, range(t * Q_TILE, (t + 1) * Q_TILE)])?;
+            m.nc_matmul_queued(&dst, &kt, &q_sb[ci], &pe(ci > 0))?;
+        }
+    }
+    m.settle()
+}
+
+fn pe(accumulate: bool) -> PeOptions {
+    PeOptions {
+        accumulate: Some(accumulate),
+        ..PeOptions::default()
+    }
+}
+
+/// Copies `row` (`[1, n]` in PSUM) to SBUF and broadcasts it to the 128 partitions (a matmul
+/// with a row of ones), into `bc` (SBUF).
+fn broadcast_row(
+    m: &mut Machine,
+    row_ps: &Tile,
+    row: &Tile,
+    ones_row: &Tile,
+    bc_ps: &Tile,
+    bc: &Tile,
+) -> Result<()> {
+    m.tensor_copy(Engine::Scalar, row, row_ps)?;
+    m.nc_matmul(bc_ps, ones_row, row, &pe(false))?;
+    m.tensor_copy(Engine::Scalar, bc, bc_ps)
+}
+
+/// Runs the token-generation attention kernel (see the module doc) for `q_tiles` query tiles
+/// (a sequence's query heads sharing one key/value head each) against `blocks` blocks of
+/// [`tkg_block_keys`] keys, and returns the machine's report.
+pub fn attention_tkg_run(
+    shape: &AttentionShape,
+    q_tiles: usize,
+    blocks: usize,
+) -> Result<KernelReport> {
+    shape.check()?;
+    let AttentionShape { q_rows, d_qk, d_v } = *shape;
+    let q = q_rows;
+    let bf = Dtype::Bf16;
+    let f32_ = Dtype::Fp32;
+    let block = tkg_block_keys(q);
+    let c = block / Q_TILE;
+    let (nv, dvc) = (d_v.div_ceil(Q_TILE), d_v.min(Q_TILE));
+    if d_v > Q_TILE && !d_v.is_multiple_of(Q_TILE) {
+        return Err(Error::value(
+            "v_head_dim",
+            format!("{d_v}: the token-generation kernel takes up to 128 or a multiple of 128"),
+        ));
+    }
+    let dims = TkgDims { q, c, block };
+    let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
+        .map(|i| (i * Q_TILE, ((i + 1) * Q_TILE).min(d_qk)))
+        .collect();
+    let keys = blocks * block;
+    let mut m = machine()?;
+    // Each query tile its own cache (a sequence and key/value head): K^T and V. The output is
+    // written transposed (`[d_v, rows]`), as the value-stationary matmul leaves it.
+    let q_hbm = m.hbm_tensor("qT", &[d_qk, q_tiles * q], bf, None)?;
+    let k_hbm = m.hbm_tensor("kT", &[d_qk, q_tiles * keys], bf, None)?;
+    let v_hbm = m.hbm_tensor("v", &[q_tiles * keys, d_v], bf, None)?;
+    let out = m.hbm_tensor("outT", &[d_v, q_tiles * q], bf, None)?;
+    let scale = 1.0 / (d_qk as f64).sqrt();
+    // PSUM, largest first so that each tile lies in one bank.
+    let mut ps = Vec::new();
+    for b in 0..2 {
+        ps.push([
+            psum(&mut m, &format!("s{b}"), &[Q_TILE, c * q], f32_)?,
+            psum(&mut m, &format!("o_ps{b}"), &[dvc, nv * q], f32_)?,
+        ]);
+    }
+    let mut small_ps = Vec::new();
+    for b in 0..2 {
+        small_ps.push([
+            psum(&mut m, &format!("pmaxT{b}"), &[q, Q_TILE], f32_)?,
+            psum(&mut m, &format!("bc_ps{b}"), &[Q_TILE, 2 * q], f32_)?,
+            psum(&mut m, &format!("row_ps{b}"), &[1, 2 * q], f32_)?,
+            psum(&mut m, &format!("sum_ps{b}"), &[q, 1], f32_)?,
+        ]);
+    }
+    let mut sets = Vec::new();
+    for b in 0..2 {
+        let [s, o_ps] = ps[b];
+        let [pmax_t, bc_ps, row_ps, sum_ps] = small_ps[b];
+        let k = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, &(lo, hi))| sbuf(&mut m, &format!("k{b}_{i}"), &[hi - lo, block], bf))
+            .collect::<Result<Vec<_>>>()?;
+        sets.push(TkgBufs {
+            k,
+            v: sbuf(&mut m, &format!("v{b}"), &[Q_TILE, c, d_v], bf)?,
+            s,
+            pmax: sbuf(&mut m, &format!("pmax{b}"), &[Q_TILE, q], f32_)?,
+            pmax_t,
+            row_ps,
+            row: sbuf(&mut m, &format!("row{b}"), &[1, 2 * q], f32_)?,
+            bc_ps,
+            bc: sbuf(&mut m, &format!("bc{b}"), &[Q_TILE, 2 * q], f32_)?,
+            x: sbuf(&mut m, &format!("x{b}"), &[Q_TILE, c * q], f32_)?,
+            p: sbuf(&mut m, &format!("p{b}"), &[Q_TILE, c * q], bf)?,
+            o_ps,
+            sum_ps,
+            bmax: sbuf(&mut m, &format!("bmax{b}"), &[q, 1], f32_)?,
+            stats: sbuf(&mut m, &format!("stats{b}"), &[q, 2], f32_)?,
+        });
+    }
+    let mut run_max = Vec::new();
+    for b in 0..2 {
+        run_max.push(sbuf(&mut m, &format!("max{b}"), &[q, 1], f32_)?);
+    }
+    let run_sum = sbuf(&mut m, "sum", &[q, 1], f32_)?;
+    let inv = sbuf(&mut m, "inv", &[q, 1], f32_)?;
+    let o_acc = sbuf(&mut m, "o_accT", &[dvc, nv, q], f32_)?;
+    let o_sb = sbuf(&mut m, "o_sbT", &[dvc, nv, q], bf)?;
+    // Ones: a row that broadcasts a value to the 128 partitions, a column that sums them.
+    let ones_row = sbuf(&mut m, "ones_row", &[1, Q_TILE], f32_)?;
+    let ones_col = sbuf(&mut m, "ones_col", &[Q_TILE, 1], bf)?;
+    m.memset(Engine::Vector, &ones_row, 1.0)?;
+    m.memset(Engine::Vector, &ones_col, 1.0)?;
+    let q_sb = chunks
+        .iter()
+        .enumerate()
+        .map(|(i, &(lo, hi))| sbuf(&mut m, &format!("q{i}"), &[hi - lo, q], bf))
+        .collect::<Result<Vec<_>>>()?;
+    // The scores of chunk t for row r lie at column t * q + r.
+    let by_row = [(1i64, q as u32), (q as i64, c as u32)];
+    let over_chunks = |n: usize| [(0i64, n as u32), (1i64, q as u32)];
+    let mut n = 0usize;
+    for i in 0..q_tiles {
+        let rows = range(i * q, (i + 1) * q);
+        for (ci, &(lo, hi)) in chunks.iter().enumerate() {
+            m.dma_copy(&q_sb[ci], &q_hbm.slice(&[range(lo, hi), rows])?, None)?;
+        }
+        m.memset(Engine::Vector, &run_max[n % 2], -1e30)?;
+        m.memset(Engine::Vector, &run_sum, 0.0)?;
+        m.memset(Engine::Vector, &o_acc, 0.0)?;
+        let hbm = (&k_hbm, &v_hbm);
+        if blocks > 0 {
+            tkg_front(&mut m, &sets[n % 2], &dims, &chunks, &q_sb, hbm, i * keys)?;
+        }
+        for j in 0..blocks {
+            if j + 1 < blocks {
+                let k0 = i * keys + (j + 1) * block;
+                tkg_front(&mut m, &sets[(n + 1) % 2], &dims, &chunks, &q_sb, hbm, k0)?;
+            }
+            let (b, old, new) = (&sets[n % 2], run_max[n % 2], run_max[(n + 1) % 2]);
+            let neg = b.stats.slice(&[Index::ALL, range(0, 1)])?;
+            let corr = b.stats.slice(&[Index::ALL, range(1, 2)])?;
+            // The block max: each partition's over its chunks, then across the partitions
+            // (a PE transpose and a reduction along the free axis).
+            let s_rows = b.s.with_pattern(&by_row, 0)?;
+            m.tensor_reduce(&b.pmax, AluOp::Maximum, &s_rows, 1, false)?;
+            m.nc_transpose(Engine::Tensor, &b.pmax_t, &b.pmax)?;
+            m.tensor_reduce(&b.bmax, AluOp::Maximum, &b.pmax_t, 1, false)?;
+            m.tensor_tensor(Engine::Vector, &new, &old, &b.bmax, AluOp::Maximum)?;
+            m.tensor_scalar(
+                Engine::Vector,
+                &neg,
+                &new,
+                AluOp::Multiply,
+                &Scalar::Imm(-scale),
+                false,
+                None,
+            )?;
+            let corr_args = ActivationArgs {
+                bias: Some(Scalar::Tile(neg)),
+                scale: Some(Scalar::Imm(scale)),
+                ..ActivationArgs::default()
+            };
+            m.activation(&corr, ActFunc::Exp, &old, &corr_args)?;
+            // -scale * max and the correction to the 128 partitions: each transposed to a
+            // row, then times a row of ones.
+            for (col, t) in [neg, corr].iter().enumerate() {
+                let dst = b
+                    .row_ps
+                    .slice(&[Index::ALL, range(col * q, (col + 1) * q)])?;
+                m.nc_transpose(Engine::Tensor, &dst, t)?;
+            }
+            broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
+            let neg_bc = b.bc.slice(&[Index::ALL, range(0, q)])?;
+            let corr_bc = b.bc.slice(&[Index::ALL, range(q, 2 * q)])?;
+            // p = exp(scale * s - scale * max) on all 128 partitions.
+            if q == 1 {
+                let args = ActivationArgs {
+                    bias: Some(Scalar::Tile(neg_bc)),
+                    scale: Some(Scalar::Imm(scale)),
+                    ..ActivationArgs::default()
+                };
+                m.activation(&b.p, ActFunc::Exp, &b.s, &args)?;
+            } else {
+                let nb = neg_bc.with_pattern(&over_chunks(c), 0)?;
+                let x3 = b.x.reshape_free(&[c, q])?;
+                let s3 = b.s.reshape_free(&[c, q])?;
+                m.scalar_tensor_tensor(
+                    &x3,
+                    &s3,
+                    AluOp::Multiply,
+                    &Scalar::Imm(scale),
+                    false,
+                    AluOp::Add,
+                    &nb,
+                    false,
+                )?;
+                m.activation(&b.p, ActFunc::Exp, &b.x, &ActivationArgs::default())?;
+            }
+            // (p^T v)^T = v^T p with V stationary, and the sums of p over the keys (a matmul
+            // with a column of ones), accumulated over the chunks in PSUM.
+            for t in 0..c {
+                let pt = b.p.slice(&[Index::ALL, range(t * q, (t + 1) * q)])?;
+                for vi in 0..nv {
+                    let dst = b.o_ps.slice(&[Index::ALL, range(vi * q, (vi + 1) * q)])?;
+                    let v = b.v.slice(&[
+                        Index::ALL,
+                        Index::At(t as i64),
+                        range(vi * dvc, (vi + 1) * dvc),
+                    ])?;
+                    m.nc_matmul_queued(&dst, &v, &pt, &pe(t > 0))?;
+                }
+                m.nc_matmul_queued(&b.sum_ps, &pt, &ones_col, &pe(t > 0))?;
+            }
+            m.settle()?;
+            m.scalar_tensor_tensor(
+                &run_sum,
+                &run_sum,
+                AluOp::Multiply,
+                &Scalar::Tile(corr),
+                false,
+                AluOp::Add,
+                &b.sum_ps,
+                false,
+            )?;
+            let o_ps = b.o_ps.reshape_free(&[nv, q])?;
+            if q == 1 {
+                m.scalar_tensor_tensor(
+                    &o_acc,
+                    &o_acc,
+                    AluOp::Multiply,
+                    &Scalar::Tile(corr_bc),
+                    false,
+                    AluOp::Add,
+                    &o_ps,
+                    false,
+                )?;
+            } else {
+                let cb = corr_bc.with_pattern(&over_chunks(nv), 0)?;
+                m.tensor_tensor(Engine::Vector, &o_acc, &o_acc, &cb, AluOp::Multiply)?;
+                m.tensor_tensor(Engine::Vector, &o_acc, &o_acc, &o_ps, AluOp::Add)?;
+            }
+            n += 1;
+        }
+        // 1 / sum to the value head's partitions, the scaling and the (transposed) store.
+        let b = &sets[n % 2];
+        m.reciprocal(&inv, &run_sum)?;
+        let dst = b.row_ps.slice(&[Index::ALL, range(0, q)])?;
+        m.nc_transpose(Engine::Tensor, &dst, &inv)?;
+        broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
+        let inv_bc =
+            b.bc.slice(&[Index::ALL, range(0, q)])?
+                .with_pattern(&over_chunks(nv), 0)?;
+        m.tensor_tensor(Engine::Vector, &o_sb, &o_acc, &inv_bc, AluOp::Multiply)?;
+        for vi in 0..nv {
+            let src = o_sb.slice(&[Index::ALL, Index::At(vi as i64), Index::ALL])?;
+            let dst = out.slice(&[range(vi * dvc, (vi + 1) * dvc), rows])?;
+            m.dma_copy(&dst, &src, None)?;
+        }
+    }
+    m.run()
+}
+
 /// Partitions each row takes in the rmsnorm kernel: with fewer than 128 rows a row's `hidden`
 /// columns are folded onto `f` partitions (the largest divisor of `hidden` up to `128 / rows`),
 /// so a decode step's few rows still use the engines' lanes.
@@ -454,6 +804,7 @@ pub fn rmsnorm_run(rows: usize, hidden: usize, tiles: usize) -> Result<KernelRep
 type Cache<K, V> = OnceLock<Mutex<HashMap<K, V>>>;
 
 static ATTENTION: Cache<AttentionShape, AttentionTimes> = OnceLock::new();
+static ATTENTION_TKG: Cache<AttentionShape, AttentionTimes> = OnceLock::new();
 static NORM: Cache<(usize, usize), NormTimes> = OnceLock::new();
 
 /// Looks `key` up in `cache`, else computes it (outside the lock) and keeps it.
@@ -471,25 +822,42 @@ fn cached<K: std::hash::Hash + Eq + Copy, V: Copy>(
     Ok(v)
 }
 
+/// `T(q, k) = fixed + q x per_q_tile + q x k x per_block` from three runs of `run`: 1 query
+/// tile against `n` and `2n` blocks and 2 query tiles against `n`.
+fn three_runs(
+    shape: &AttentionShape,
+    run: fn(&AttentionShape, usize, usize) -> Result<KernelReport>,
+) -> Result<AttentionTimes> {
+    let cancel = crate::cancel::current();
+    let n = ATTENTION_RUN_BLOCKS;
+    let t1 = run(shape, 1, n)?.seconds;
+    cancel.check()?;
+    let t2 = run(shape, 1, 2 * n)?.seconds;
+    cancel.check()?;
+    let q2 = run(shape, 2, n)?.seconds;
+    let per_block_s = (t2 - t1) / n as f64;
+    let per_q_tile_s = q2 - t1 - n as f64 * per_block_s;
+    Ok(AttentionTimes {
+        fixed_s: t1 - per_q_tile_s - n as f64 * per_block_s,
+        per_q_tile_s,
+        per_block_s,
+    })
+}
+
 /// The attention kernel's time for `shape` (see the module doc), from three runs of
 /// [`attention_run`], cached for the process.
 pub fn attention_times(shape: &AttentionShape) -> Result<AttentionTimes> {
     shape.check()?;
-    cached(&ATTENTION, *shape, || {
-        let cancel = crate::cancel::current();
-        let n = ATTENTION_RUN_BLOCKS;
-        let t1 = attention_run(shape, 1, n)?.seconds;
-        cancel.check()?;
-        let t2 = attention_run(shape, 1, 2 * n)?.seconds;
-        cancel.check()?;
-        let q2 = attention_run(shape, 2, n)?.seconds;
-        let per_block_s = (t2 - t1) / n as f64;
-        let per_q_tile_s = q2 - t1 - n as f64 * per_block_s;
-        Ok(AttentionTimes {
-            fixed_s: t1 - per_q_tile_s - n as f64 * per_block_s,
-            per_q_tile_s,
-            per_block_s,
-        })
+    cached(&ATTENTION, *shape, || three_runs(shape, attention_run))
+}
+
+/// The token-generation attention kernel's time for `shape` (blocks of
+/// [`tkg_block_keys`]`(shape.q_rows)` keys), from three runs of [`attention_tkg_run`] as
+/// [`attention_times`] takes its own, cached for the process.
+pub fn attention_tkg_times(shape: &AttentionShape) -> Result<AttentionTimes> {
+    shape.check()?;
+    cached(&ATTENTION_TKG, *shape, || {
+        three_runs(shape, attention_tkg_run)
     })
 }
 
@@ -526,7 +894,10 @@ mod tests {
     use super::*;
     use crate::machine::cost::{seconds, ticks_per_cycle};
     use crate::machine::Queue;
-    use crate::spec::{ACT_READ_ACCUMULATOR_CYCLES, MIN_II_CYCLES, TENSOR_ACCESS_INIT_CYCLES};
+    use crate::spec::{
+        ACT_READ_ACCUMULATOR_CYCLES, DMA_ENGINES_PER_CORE, DMA_ENGINE_BYTES_PER_S, MIN_II_CYCLES,
+        TENSOR_ACCESS_INIT_CYCLES,
+    };
 
     const HEAD: AttentionShape = AttentionShape {
         q_rows: 128,
@@ -574,6 +945,45 @@ mod tests {
         assert!((act - want).abs() < 1e-12, "{act} {want}");
         let t = attention_times(&HEAD).expect("times");
         assert!(t.per_block_s >= act, "{} {act}", t.per_block_s);
+    }
+
+    #[test]
+    fn the_token_generation_kernel_keeps_the_keys_on_the_partitions() {
+        // One query row (Llama at TP=64): the prefill layout runs its softmax on 1 of 128
+        // partitions; the token-generation kernel on all of them.
+        let one = AttentionShape { q_rows: 1, ..HEAD };
+        let t = attention_tkg_times(&one).expect("tkg");
+        // T(q, k) holds on a run its terms were not taken from.
+        let run = attention_tkg_run(&one, 3, 6).expect("run").seconds;
+        let model = t.fixed_s + 3.0 * t.per_q_tile_s + 18.0 * t.per_block_s;
+        assert!((model / run - 1.0).abs() < 0.03, "{model} {run}");
+        let block = tkg_block_keys(1);
+        assert_eq!(block, 2048);
+        assert_eq!(tkg_block_keys(128), 512);
+        let busy = |r: &KernelReport, e: Engine| r.queue(Queue::Engine(e)).expect("q").busy_s;
+        let n = ATTENTION_RUN_BLOCKS;
+        let per_key = |run: fn(&AttentionShape, usize, usize) -> Result<KernelReport>,
+                       keys: usize| {
+            let (a, b) = (run(&one, 1, n).expect("a"), run(&one, 1, 2 * n).expect("b"));
+            let d = |e| (busy(&b, e) - busy(&a, e)) / (n * keys) as f64;
+            (d(Engine::Vector), d(Engine::Scalar))
+        };
+        let (dve_p, act_p) = per_key(attention_run, KV_TILE);
+        let (dve_t, act_t) = per_key(attention_tkg_run, block);
+        assert!(dve_p > 8.0 * dve_t, "{dve_p} {dve_t}");
+        assert!(act_p > 4.0 * act_t, "{act_p} {act_t}");
+        // A block's time is then its cache read: no faster than the DMA engines' peak for
+        // its K and V bytes, within 25 % of it, and far below the prefill layout's per key.
+        let bytes = (block * (HEAD.d_qk + HEAD.d_v) * 2) as f64;
+        let peak = bytes / (DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S);
+        assert!(
+            t.per_block_s >= peak && t.per_block_s < 1.25 * peak,
+            "{} {peak}",
+            t.per_block_s
+        );
+        let prefill = attention_times(&one).expect("prefill");
+        let ratio = (prefill.per_block_s / KV_TILE as f64) / (t.per_block_s / block as f64);
+        assert!(ratio > 3.0, "{ratio}");
     }
 
     #[test]

@@ -201,11 +201,9 @@ fn layers_of_one_kind_are_costed_once() {
 
 #[test]
 fn decode_attention_is_the_kernels_blocks_and_doubles_with_the_context() {
-    use super::kernels::{attention_run, attention_times, AttentionShape};
-    let m = Model::preset("llama-3.1-8b").expect("preset");
-    let l = layout("trn2.3xlarge", 4, 32768);
-    let attn = |ctx: u64| -> f64 {
-        let d = decode(&m, &l, ctx).expect("decode");
+    use super::kernels::{attention_tkg_run, attention_tkg_times, tkg_block_keys, AttentionShape};
+    let attn = |m: &Model, l: &Layout, ctx: u64| -> f64 {
+        let d = decode(m, l, ctx).expect("decode");
         assert!(
             !d.ops.iter().any(|o| o.kind == "kv_read"),
             "read by the kernel"
@@ -217,28 +215,38 @@ fn decode_attention_is_the_kernels_blocks_and_doubles_with_the_context() {
             .seconds
     };
     // 32 heads and 8 KV heads over tp=4: 2 KV heads a rank, each a query tile of its 4
-    // query heads, one per physical core (LNC=2), against ceil(bucket / 512) key tiles.
+    // query heads, one per physical core (LNC=2), against ceil(bucket / 128) chunks of 128
+    // keys, 16 chunks a block.
+    let m = Model::preset("llama-3.1-8b").expect("preset");
+    let l = layout("trn2.3xlarge", 4, 32768);
     let shape = AttentionShape {
         q_rows: 4,
         d_qk: 128,
         d_v: 128,
     };
-    let t = attention_times(&shape).expect("times");
+    assert_eq!(tkg_block_keys(4), 2048);
+    let t = attention_tkg_times(&shape).expect("times");
     let want = |blocks: f64| t.fixed_s + t.per_q_tile_s + blocks * t.per_block_s;
-    assert!(
-        (attn(1000) - want(2.0)).abs() < 1e-12,
-        "{} {}",
-        attn(1000),
-        want(2.0)
-    );
-    assert!((attn(2000) - want(4.0)).abs() < 1e-12);
-    assert!((attn(4000) - want(8.0)).abs() < 1e-12);
+    let (a, b, c) = (attn(&m, &l, 1000), attn(&m, &l, 2000), attn(&m, &l, 4000));
+    assert!((a - want(0.5)).abs() < 1e-12, "{a} {}", want(0.5));
+    assert!((b - want(1.0)).abs() < 1e-12);
+    assert!((c - want(2.0)).abs() < 1e-12);
     // Doubling the context (bucket 1024 -> 2048 -> 4096) doubles the blocks.
-    let (a, b, c) = (attn(1000), attn(2000), attn(4000));
     assert!(((c - b) / (b - a) - 2.0).abs() < 1e-9);
     // The per-block time is the machine's timeline of the kernel, read off directly.
-    let run = |k| attention_run(&shape, 1, k).expect("run").seconds;
+    let run = |k| attention_tkg_run(&shape, 1, k).expect("run").seconds;
     assert!(((run(8) - run(4)) / 4.0 - t.per_block_s).abs() < 1e-15);
+    // Llama-3.3-70B at TP=64: one query row a rank, one query tile; its cache (bucket
+    // 12800: 100 chunks) is split between the two physical cores, 50 chunks each.
+    let m = Model::preset("llama-3.3-70b").expect("preset");
+    let l = layout("trn2.48xlarge", 64, 12800);
+    let one = AttentionShape { q_rows: 1, ..shape };
+    let t = attention_tkg_times(&one).expect("times");
+    let want = t.fixed_s + t.per_q_tile_s + 50.0 / 16.0 * t.per_block_s;
+    let got = attn(&m, &l, 10_000);
+    assert!((got - want).abs() < 1e-12, "{got} {want}");
+    // Far below the prefill layout's 70 us a layer, above the cache read alone.
+    assert!(got < 15e-6, "{got}");
 }
 
 #[test]
