@@ -997,10 +997,9 @@ mod tests {
         let model = a.fixed_s + 6.0 * a.per_tile_s;
         assert!((model / run - 1.0).abs() < 0.03, "{model} {run}");
         // A decode step's single row is folded onto 128 partitions.
-        assert_eq!(rmsnorm_fold(1, 8192), 128);
-        assert_eq!(rmsnorm_fold(3, 8192), 32);
-        assert_eq!(rmsnorm_fold(128, 8192), 1);
-        assert_eq!(rmsnorm_fold(1, 7), 7);
+        for (rows, hidden, fold) in [(1, 8192, 128), (3, 8192, 32), (128, 8192, 1), (1, 7, 7)] {
+            assert_eq!(rmsnorm_fold(rows, hidden), fold, "{rows} x {hidden}");
+        }
     }
 
     #[test]
