@@ -332,13 +332,7 @@ mod tests {
     use crate::machine::record::Instr;
     use crate::machine::MachineConfig;
 
-    fn put(m: &mut Machine, t: &Tile, words: &[u32], esize: usize) {
-        let b: Vec<u8> = words
-            .iter()
-            .flat_map(|w| w.to_le_bytes()[..esize].to_vec())
-            .collect();
-        m.write_tile(t, &b).expect("write");
-    }
+    use crate::machine::isa::test_util::put_words as put;
 
     fn words(m: &Machine, t: &Tile, esize: usize) -> Vec<u32> {
         let b = m.read_tile(t).expect("read");

@@ -448,13 +448,7 @@ mod tests {
     use crate::memory::Space;
     use dtype::Dtype;
 
-    fn put(m: &mut Machine, t: &Tile, words: &[u32], esize: usize) {
-        let b: Vec<u8> = words
-            .iter()
-            .flat_map(|w| w.to_le_bytes()[..esize].to_vec())
-            .collect();
-        m.write_tile(t, &b).expect("write");
-    }
+    use crate::machine::isa::test_util::put_words as put;
 
     /// Each partition gathers from its own row, repeats and reverses included, bit for bit (a
     /// bf16 NaN payload and -0 survive); the oracle indexes the flattened rows.

@@ -940,3 +940,18 @@ mod tests {
         assert!(partition_start_ok(0, 1));
     }
 }
+
+/// Helpers the engines' unit tests share.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::machine::{Machine, Tile};
+
+    /// Writes `words` into `t`, each cut to its low `esize` bytes (little-endian).
+    pub(crate) fn put_words(m: &mut Machine, t: &Tile, words: &[u32], esize: usize) {
+        let b: Vec<u8> = words
+            .iter()
+            .flat_map(|w| w.to_le_bytes()[..esize].to_vec())
+            .collect();
+        m.write_tile(t, &b).expect("write");
+    }
+}
