@@ -17,8 +17,10 @@ import textwrap
 
 import pytest
 
-# Timing probes: `make test` runs this file alone, after the parallel part (pyproject.toml).
-pytestmark = pytest.mark.serial
+# The latency probes are `serial`: `make test` runs them alone, after the parallel part
+# (pyproject.toml). The tests that check behaviour, not time (exit codes, bits, an ignored
+# signal), run with the rest.
+timing_probe = pytest.mark.serial
 
 # Each case: the setup (builds `call`, a zero-argument function), and a check after the
 # interruption that the same objects still work.
@@ -273,6 +275,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@timing_probe
 @pytest.mark.parametrize("name", list(CASES))
 def test_ctrl_c_interrupts_within_a_second(name):
     # The call runs in a loop; a signal can land in the instant between two calls (then the
@@ -320,6 +323,7 @@ def test_other_threads_are_not_interrupted():
     assert r.stdout.split() == ["interrupted", "True"], r.stdout
 
 
+@timing_probe
 def test_a_custom_signal_handler_exception_propagates():
     # A handler that raises something else (a timeout, say) interrupts the call the same way.
     r = _python(
@@ -407,12 +411,14 @@ def _late(name: str, delay: float) -> dict:
     return res
 
 
+@timing_probe
 def test_ctrl_c_late_in_the_largest_all_reduce():
     # 2 s in: past the Python-side checks of 16,384 buffers, inside the schedule builder,
     # the symbolic run or the reduction.
     _late("ultracluster-all_reduce", 2.0)
 
 
+@timing_probe
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [1.2, 3.0, 6.0, 10.0])
 @pytest.mark.parametrize("name", LATE)
@@ -420,6 +426,7 @@ def test_ctrl_c_at_any_point_of_the_largest_collectives(name, delay):
     _late(name, delay)
 
 
+@timing_probe
 @pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.3, 0.6, 0.9, 1.2, 1.6])
 def test_ctrl_c_in_the_first_long_call_of_a_process_is_never_lost(delay):

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import trn2core as t
 
-# Timing probes: `make test` runs this file alone, after the parallel part (pyproject.toml).
-pytestmark = pytest.mark.serial
+# The GIL-release probes are `serial`: `make test` runs them alone, after the parallel part
+# (pyproject.toml); the concurrency tests (same bits, whole instructions) run with the rest.
+timing_probe = pytest.mark.serial
 
 THREADS = 6
 INST = t.Instance()
@@ -165,6 +166,7 @@ def _progress(call) -> tuple[float, float]:
 RELEASED = 0.15
 
 
+@timing_probe
 @pytest.mark.parametrize(
     "name",
     ["gemm", "quantize", "compress", "prune", "estimate", "sparse-gemm", "all_reduce",
@@ -195,6 +197,7 @@ def test_long_calls_release_the_gil(name, rng):
     assert frac > RELEASED, (name, frac)
 
 
+@timing_probe
 def test_the_probe_sees_a_held_gil():
     # The same probe on a C call that keeps the GIL (the regex engine backtracking for about
     # half a second): the loop barely moves. So the test above can fail.

@@ -492,7 +492,7 @@ fn read(inp: &Buf, i: usize, lut: &[f32; 256], fmt: Format) -> f32 {
             if fmt == Format::Bf16 {
                 f32::from_bits((x[i] as u32) << 16)
             } else {
-                half::f16::from_bits(x[i]).to_f32()
+                crate::numerics::f16_to_f32(x[i])
             }
         }
         Buf::U8(x) => lut[x[i] as usize],

@@ -587,9 +587,7 @@ fn widen<T: Raw>(dtype: Dtype, raw: &[T], out: &mut [f32], lut: &[f32; 256]) {
     match dtype {
         Dtype::F32 => pairs.for_each(|(o, &x)| *o = f32::from_bits(x.bits64() as u32)),
         Dtype::Bf16 => pairs.for_each(|(o, &x)| *o = f32::from_bits((x.bits64() as u32) << 16)),
-        Dtype::F16 => {
-            pairs.for_each(|(o, &x)| *o = half::f16::from_bits(x.bits64() as u16).to_f32())
-        }
+        Dtype::F16 => pairs.for_each(|(o, &x)| *o = crate::numerics::f16_to_f32(x.bits64() as u16)),
         _ => pairs.for_each(|(o, &x)| *o = lut[x.bits64() as u8 as usize]),
     }
 }

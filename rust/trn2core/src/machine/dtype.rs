@@ -167,7 +167,7 @@ pub(crate) fn widen_one(dtype: Dtype, bits: u32) -> f32 {
         Dtype::Fp32 => f32::from_bits(bits),
         Dtype::Tf32 => f32::from_bits(bits & 0xFFFF_E000),
         Dtype::Bf16 => f32::from_bits(bits << 16),
-        Dtype::Fp16 => half::f16::from_bits(bits as u16).to_f32(),
+        Dtype::Fp16 => crate::numerics::f16_to_f32(bits as u16),
         Dtype::Fp8E4m3 | Dtype::Fp8E5m2 | Dtype::Fp8E3m4 => lut(dtype)[(bits & 0xFF) as usize],
         Dtype::Uint8 | Dtype::Uint16 | Dtype::Uint32 => bits as f32,
         Dtype::Int8 | Dtype::Int16 | Dtype::Int32 => dtype.int_value(bits) as f32,

@@ -16,6 +16,32 @@ pub fn fp8_lut(enc: &Encoding) -> [f32; 256] {
     lut
 }
 
+/// The exact float32 value of one IEEE binary16 code (every fp16 value is a float32 value).
+/// Infinities keep their sign; a NaN keeps its sign and payload (shifted into float32's
+/// mantissa) with the quiet bit set, as x86's `vcvtph2ps` converts it. Branch-free selects, so
+/// the loops over codes vectorise.
+#[inline(always)]
+pub fn f16_to_f32(code: u16) -> f32 {
+    let h = code as u32;
+    let sign = (h & 0x8000) << 16;
+    let e = (h >> 10) & 0x1F;
+    let m = h & 0x3FF;
+    // Exponent 1..=30: rebias by 127 - 15 = 112, widen the mantissa.
+    let normal = ((e + 112) << 23) | (m << 13);
+    // Exponent 0 (zero and subnormals): m * 2^-24, exact in float32.
+    let subnormal = (m as f32 * (1.0 / 16_777_216.0)).to_bits();
+    let quiet = if m != 0 { 0x0040_0000 } else { 0 };
+    let special = 0x7F80_0000 | (m << 13) | quiet;
+    let mag = if e == 0 {
+        subnormal
+    } else if e == 0x1F {
+        special
+    } else {
+        normal
+    };
+    f32::from_bits(sign | mag)
+}
+
 /// Borrowed raw codes.
 #[derive(Debug, Clone, Copy)]
 pub enum CodesRef<'a> {
@@ -61,7 +87,7 @@ pub fn decode(codes: CodesRef, enc: &Encoding) -> Vec<f32> {
             map_par(c, |b| lut[b as usize])
         }
         (CodesRef::U16(c), Format::Bf16) => map_par(c, |b| f32::from_bits((b as u32) << 16)),
-        (CodesRef::U16(c), _) => map_par(c, |b| half::f16::from_bits(b).to_f32()),
+        (CodesRef::U16(c), _) => map_par(c, f16_to_f32),
         (CodesRef::U32(c), Format::Tf32) => map_par(c, |b| f32::from_bits(b & 0xFFFF_E000)),
         (CodesRef::U32(c), _) => map_par(c, f32::from_bits),
     }
@@ -100,11 +126,49 @@ pub fn decode_into(codes: CodesRef, enc: &Encoding, out: &mut [f32]) -> Result<(
         (CodesRef::U16(c), Format::Bf16) => {
             map_par_into(c, out, |b| f32::from_bits((b as u32) << 16))
         }
-        (CodesRef::U16(c), _) => map_par_into(c, out, |b| half::f16::from_bits(b).to_f32()),
+        (CodesRef::U16(c), _) => map_par_into(c, out, f16_to_f32),
         (CodesRef::U32(c), Format::Tf32) => {
             map_par_into(c, out, |b| f32::from_bits(b & 0xFFFF_E000))
         }
         (CodesRef::U32(c), _) => map_par_into(c, out, f32::from_bits),
     }
     crate::cancel::check()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::f16_to_f32;
+
+    /// The value of a binary16 code from its definition, in f64 (an independent reference).
+    fn reference(code: u16) -> f64 {
+        let sign = if code & 0x8000 != 0 { -1.0 } else { 1.0 };
+        let e = i32::from((code >> 10) & 0x1F);
+        let m = f64::from(code & 0x3FF);
+        match e {
+            0 => sign * m * 2f64.powi(-24),
+            0x1F if m == 0.0 => sign * f64::INFINITY,
+            0x1F => f64::NAN,
+            _ => sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+        }
+    }
+
+    #[test]
+    fn every_fp16_code_widens_to_its_exact_value() {
+        for code in 0..=u16::MAX {
+            let got = f16_to_f32(code);
+            let want = reference(code);
+            if want.is_nan() {
+                // Sign and payload kept, quiet bit set.
+                let payload = u32::from(code & 0x3FF) << 13;
+                let sign = u32::from(code & 0x8000) << 16;
+                assert_eq!(got.to_bits(), sign | 0x7FC0_0000 | payload, "{code:#06x}");
+            } else {
+                assert_eq!(f64::from(got), want, "{code:#06x}");
+                assert_eq!(got.is_sign_negative(), code & 0x8000 != 0, "{code:#06x}");
+            }
+        }
+        assert_eq!(f16_to_f32(0x7C01).to_bits(), 0x7FC0_2000);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert_eq!(f16_to_f32(0x7BFF), 65504.0);
+    }
 }

@@ -455,7 +455,7 @@ fn chunk<const MODE: u8, O: Code + Store>(
             }
             Source::F16(x) => {
                 for (d, &b) in xbuf.iter_mut().zip(&x[s..s + len]) {
-                    *d = half::f16::from_bits(b).to_f32();
+                    *d = super::f16_to_f32(b);
                 }
                 &xbuf[..len]
             }

@@ -21,7 +21,7 @@ mod rng;
 #[cfg(test)]
 mod simd_tests;
 
-pub use decode::{decode, decode_into, fp8_lut, CodesRef};
+pub use decode::{decode, decode_into, f16_to_f32, fp8_lut, CodesRef};
 #[cfg(target_arch = "x86_64")]
 pub(crate) use encode::has_avx512_bw_vl_dq;
 pub use encode::{

@@ -277,7 +277,7 @@ fn small_streams() -> Vec<(Codec, Vec<u8>)> {
         } else {
             (0.02 * rng.normal()) as f32
         };
-        vals.extend_from_slice(&half::bf16::from_f32(x).to_bits().to_ne_bytes());
+        vals.extend_from_slice(&crate::reference::bf16_rne(x).to_ne_bytes());
     }
     let out: Vec<(Codec, Vec<u8>)> = Codec::ALL
         .iter()
@@ -438,7 +438,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 fn bf16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter()
-        .flat_map(|&x| half::bf16::from_f32(x).to_bits().to_ne_bytes())
+        .flat_map(|&x| crate::reference::bf16_rne(x).to_ne_bytes())
         .collect()
 }
 

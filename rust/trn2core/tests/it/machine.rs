@@ -65,13 +65,13 @@ fn psum(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
 // ------------------------------------------------------------------------------ the oracle
 
 /// The exact value of raw bits of `dtype` (independent of the machine's widening: the float
-/// formats decode through `fp8_lut` / half / shifts, integers by sign extension).
+/// formats decode through `fp8_lut` / the binary16 definition / shifts, integers by sign extension).
 fn value(dtype: Dtype, bits: u32) -> f64 {
     match dtype {
         Dtype::Fp32 => f32::from_bits(bits) as f64,
         Dtype::Tf32 => f32::from_bits(bits & !0x1FFF) as f64,
         Dtype::Bf16 => f32::from_bits(bits << 16) as f64,
-        Dtype::Fp16 => half::f16::from_bits(bits as u16).to_f64(),
+        Dtype::Fp16 => crate::reference::f16_value(bits as u16),
         Dtype::Fp8E4m3 => fp8_lut(&Format::Fp8E4m3.encoding())[bits as usize & 0xFF] as f64,
         Dtype::Fp8E5m2 => fp8_lut(&Format::Fp8E5m2.encoding())[bits as usize & 0xFF] as f64,
         Dtype::Fp8E3m4 => fp8_lut(&Format::Fp8E3m4.encoding())[bits as usize & 0xFF] as f64,

@@ -29,8 +29,8 @@ fn magnitude(dtype: Dtype, code: u64) -> Mag {
     match dtype {
         Dtype::F64 => float(f64::from_bits(code)),
         Dtype::F32 => float(f32::from_bits(code as u32) as f64),
-        Dtype::F16 => float(half::f16::from_bits(code as u16).to_f64()),
-        Dtype::Bf16 => float(half::bf16::from_bits(code as u16).to_f64()),
+        Dtype::F16 => float(crate::reference::f16_value(code as u16)),
+        Dtype::Bf16 => float(f64::from(f32::from_bits((code as u32) << 16))),
         Dtype::Fp8E4m3 => fp8(Format::Fp8E4m3),
         Dtype::Fp8E5m2 => fp8(Format::Fp8E5m2),
         Dtype::Fp8E3m4 => fp8(Format::Fp8E3m4),
