@@ -42,8 +42,13 @@ $(STAMPS)/venv: $(STAMPS)/zig pyproject.toml Makefile
 # `cargo test` and for maturin, it gives both the same flags, so the wheel reuses the tests'
 # compile of the core and its dependencies (the `release` profile, Cargo.toml) instead of
 # compiling them again.
+# pyo3's configuration for the abi3 extension (CPython >= 3.10) is tools/pyo3-abi3.txt, in the
+# format maturin writes: named in PYO3_CONFIG_FILE, maturin passes the environment through
+# unchanged, so a plain `cargo build` of the binding (step 1 of `make test`) is the very compile
+# `maturin build` then finds fresh and packages.
 HOST_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-RUST_ENV   := CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_LINKER=$(abspath tools/zigcc)
+RUST_ENV   := CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_LINKER=$(abspath tools/zigcc) \
+              PYO3_CONFIG_FILE=$(abspath tools/pyo3-abi3.txt) PYO3_BUILD_EXTENSION_MODULE=1
 
 # The core is compiled once: `make build` builds the manylinux2014 wheel (the one users install)
 # and installs that same wheel into .venv, so pytest, the demo and the clean-venv wheel test all
@@ -55,7 +60,7 @@ RUST_ENV   := CARGO_TARGET_$(shell echo '$(HOST_TRIPLE)' | tr 'a-z-' 'A-Z_')_LIN
 # sdist and the wheel carry the same files. Rebuilt only when a Rust or Python source, a guide or
 # a packaging file changed. .venv holds an installed copy, not links to python/: after editing
 # Python, `make build` (a few seconds when no Rust changed) or `make test` brings it up to date.
-$(STAMPS)/wheel: $(STAMPS)/venv $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
+$(STAMPS)/wheel: $(STAMPS)/venv tools/pyo3-abi3.txt $(RUST_SRC) $(PY_SRC) $(DOCS) $(wildcard examples/nki/*.py) pyproject.toml README.md LICENSE
 	rm -f $(DIST)/trn2core-*.whl $(DIST)/trn2core-*.tar.gz
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(RUST_ENV) $(VENV)/bin/maturin build --release --quiet \
 	    --compatibility manylinux2014 --out $(DIST)
@@ -74,35 +79,40 @@ wheel: $(STAMPS)/wheel ## Build a manylinux2014 wheel and an sdist into dist/ (`
 demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 	$(VENV)/bin/trn2core demo
 
-# On two cores, in three steps that keep both busy: the venv (pip, one core) beside the Rust
-# compile; the Rust tests beside the wheel (which reuses that compile: only pyo3, numpy and the
-# binding crate are left to build); then pytest. `-Otarget` prints each target's output in one
-# piece; the `+` lines hand make's job slots to cargo, so the two jobs of a step share the cores.
+# On two cores, in two steps. (1) The venv (pip, one core) beside one cargo build of everything
+# Rust: the core, its unit and integration test binaries, and the binding the wheel packages.
+# (2) The wheel (maturin finds that build fresh: packaging only), pytest on two workers, then the
+# `serial` probes alone; beside them, at the lowest CPU priority, the Rust tests: they run in the
+# gaps pytest leaves (its last files, the serial part's idle core) without taking time from the
+# probes, which would lose to any other job at the same priority. `-Otarget` prints each target's
+# output in one piece; the `+` lines hand make's job slots to cargo.
 test: ## Set up, then run cargo test and pytest
-	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-tests-built
-	$(MAKE) --no-print-directory -j2 -Otarget test-rust $(STAMPS)/build
-	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built
+	$(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
 
 # Unit, integration and doc tests of the workspace, optimised (the exhaustive 2^32 checks need
 # it) in the wheel's `release` profile; the examples are compiled by `make lint` (clippy
 # --all-targets), not linked again here.
 RUST_TESTS := $(RUST_ENV) cargo test --release --workspace
 
-.PHONY: rust-tests-built
-rust-tests-built: $(STAMPS)/zig
-	+$(RUST_TESTS) --tests --no-run
+.PHONY: rust-built test-rust-idle
+rust-built: $(STAMPS)/zig
+	+$(RUST_ENV) cargo build --release --workspace --lib --tests
 
 test-rust: $(STAMPS)/zig ## cargo test (optimised: the exhaustive 2^32 checks need it)
 	+$(RUST_TESTS) --tests
 	+$(RUST_TESTS) --doc
 
+test-rust-idle: rust-built
+	+nice -n 19 $(MAKE) --no-print-directory test-rust
+
 # pytest in two parts: the suite on two workers (pytest-xdist, one test file per worker at a
-# time, so a module's fixtures are built once), then the `serial` files alone: their probes time
-# Ctrl-C latency and GIL release, which another worker's load would distort (on two workers among
+# time, so a module's fixtures are built once; the longest files first, tests/conftest.py), then the `serial` tests alone: they time Ctrl-C
+# latency and GIL release, which another worker's load would distort (on two workers among
 # themselves, a 1 s bound was missed on a loaded host). Plain `pytest` runs everything in one
 # process.
 test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not serial"
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"
 	$(PY) -m pytest -q -m "serial and not slow"
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs

@@ -8,10 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from cli_inprocess import run_cli
 from trn2core import _core, cli
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_child(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m trn2core *args`` in a child, for the tests whose point is that it ends in
+    time (a hang would otherwise hold the suite)."""
     return subprocess.run(
         [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True, timeout=timeout
     )
@@ -63,7 +66,7 @@ def test_a_negative_seed_is_a_usage_error():
 
 
 def test_gemm_run_beyond_the_host_is_refused_before_allocating():
-    r = run_cli("gemm", "--m", "300000", "--k", "300000", "--n", "128", "--run", timeout=30)
+    r = run_child("gemm", "--m", "300000", "--k", "300000", "--n", "128", "--run", timeout=30)
     assert r.returncode == 1, r.stderr  # a refusal by the model (was 2 before issue 29)
     assert r.stderr.startswith("trn2core gemm: CapacityError: --m/--k/--n:"), r.stderr
     assert "nothing was allocated" in r.stderr and "Traceback" not in r.stderr
@@ -75,7 +78,7 @@ def test_gemm_run_beyond_the_host_is_refused_before_allocating():
      ("0e999999999", "Trn2ValueError")],
 )  # fmt: skip
 def test_sizes_with_huge_exponents_are_refused_at_once(size, error):
-    r = run_cli("nccom-test", "-r", "2", "allr", "-b", size, "-e", size, timeout=20)
+    r = run_child("nccom-test", "-r", "2", "allr", "-b", size, "-e", size, timeout=20)
     # Beyond the model's limit is a refusal (1), a size below one byte a usage error (2).
     assert r.returncode == (1 if error == "CapacityError" else 2), r.stderr
     assert f"{error}: minbytes:" in r.stderr and "Traceback" not in r.stderr

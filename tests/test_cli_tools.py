@@ -13,20 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from trn2core import cli, spec
 from trn2core.cli.nccom import _NCCOM_UNMODELLED_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 120):
-    e = dict(os.environ)
-    e.pop("NEURON_LOGICAL_NC_CONFIG", None)
-    e.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True,
-        timeout=timeout, env=e,
-    )  # fmt: skip
 
 
 def table(out: str) -> tuple[list[str], list[list[str]]]:
