@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trn2core
@@ -106,6 +107,50 @@ def test_a_plan_that_does_not_fit_is_a_capacity_error_naming_the_biggest_item():
     assert plan["total_bytes"] < plan["capacity_bytes"] == 24 << 30
 
 
+def test_the_runtime_reserve_is_its_own_item_and_trinity_large_needs_tp64():
+    # Trinity-Large's contrib README: TP=32 does not fit ("no room for scratchpad/KV cache"),
+    # TP=64 runs. 96 MiB of runtime micro-code and a 512 MiB scratchpad page on each of the
+    # logical core's two physical cores, the activations inside the pages.
+    mib = 1 << 20
+    m = workload.Model("trinity-large")
+    with pytest.raises(CapacityError, match="weights") as e:
+        workload.Inference(m, "trn2.48xlarge", tp=32, seq_len=2048,
+                           prefill_buckets=[2048]).memory()  # fmt: skip
+    assert e.value.arg == "weights" and "24 GiB" in str(e.value)
+    plan = workload.Inference(m, "trn2.48xlarge", tp=64, seq_len=2048,
+                              prefill_buckets=[2048]).memory()  # fmt: skip
+    items = plan["items"]
+    assert list(items) == ["weights", "kv_cache", "activations", "runtime_reserve"]
+    assert items["runtime_reserve"] == 2 * 96 * mib + 2 * 512 * mib - items["activations"]
+    assert plan["total_bytes"] == sum(items.values())
+    assert trn2core.spec.runtime_microcode_bytes_per_core == 96 * mib
+    assert trn2core.spec.runtime_scratchpad_page_bytes == 512 * mib
+    # Without the reserve TP=32 would fit: weights, KV cache and activations alone are 23.4 GiB.
+    lnc1 = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, lnc=1).memory()
+    assert lnc1["items"]["runtime_reserve"] == 96 * mib + 512 * mib - lnc1["items"]["activations"]
+
+
+def test_every_published_configuration_fits():
+    # Every model configuration of benches/fidelity/published.toml ran on Trainium2: each
+    # memory plan, runtime reserve included, must fit.
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    table = Path(__file__).resolve().parents[1] / "benches" / "fidelity" / "published.toml"
+    points = tomllib.loads(table.read_text(encoding="utf-8"))["point"]
+    rows = [p for p in points if p["kind"] == "model" and p["use"] != "excluded"]
+    assert len(rows) >= 30
+    for p in rows:
+        plan = workload.Inference(
+            p["model"], p["machine"], tp=p["tp"], lnc=p["lnc"], batch=p["batch"],
+            dtype=p["dtype"], seq_len=p["seq_len"], prefill_buckets=p.get("prefill_buckets"),
+        ).memory()  # fmt: skip
+        assert plan["total_bytes"] <= plan["capacity_bytes"], p["id"]
+        assert plan["items"]["runtime_reserve"] >= 2 * 96 << 20, p["id"]
+
+
 def test_decode_composes_the_per_op_models():
     m = workload.Model("llama-3.3-70b")
     inf = workload.Inference(m, trn2core.Instance("trn2.48xlarge"), tp=64, seq_len=12800)
@@ -171,7 +216,8 @@ def test_training_step_reports_mfu_bubble_and_no_published_case():
     assert r.tokens_per_s == pytest.approx(64 * 4096 / r.seconds)
     assert sum(o["total_s"] for o in r.ops) == pytest.approx(r.seconds)
     assert "no published case" in r.uncertainty["text"]
-    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations"}
+    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations",
+                                      "runtime_reserve"}  # fmt: skip
     assert "MFU" in str(r)
 
 

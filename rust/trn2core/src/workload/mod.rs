@@ -16,8 +16,8 @@ pub mod search;
 pub mod training;
 
 pub use inference::{
-    decode, memory, prefill, Layout, Machine, MemoryItem, MemoryPlan, OpTime, Parts, Serving,
-    StepReport,
+    decode, memory, prefill, runtime_reserve, Layout, Machine, MemoryItem, MemoryPlan, OpTime,
+    Parts, Serving, StepReport,
 };
 pub use model::{AttentionKind, ConfigValue, Model, Moe, PRESETS};
 pub use search::{search, Candidate, Objective, SearchResult, SearchSpace};
