@@ -47,8 +47,8 @@ use crate::numerics::Format;
 use crate::perf::Uncertainty;
 use crate::spec::{
     CORES_PER_CHIP, RUNTIME_MICROCODE_BYTES_PER_CORE, RUNTIME_SCRATCHPAD_PAGE_BYTES,
-    SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S,
-    SERVING_VLLM_TOKEN_OVERHEAD_S, WORKLOAD_MOE_BLOCK_TOKENS, WORKLOAD_OP_FIXED_S,
+    SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S, SERVING_VLLM_TOKEN_OVERHEAD_S,
+    WORKLOAD_MOE_BLOCK_TOKENS, WORKLOAD_OP_FIXED_S,
 };
 use crate::topology::{check_lnc, instance_type, LogicalCoreInfo};
 use crate::{Error, Result};
@@ -733,6 +733,7 @@ impl<'a> Plan<'a> {
                 q_rows: to_usize("tokens", tokens.min(tile))?,
                 d_qk: to_usize("head_dim", qk)?,
                 d_v: to_usize("v_head_dim", vd)?,
+                shared_kv: false,
             };
             let t = kernels::attention_times(&shape)?;
             let heads = mul(&[l.batch, self.shard.heads])?;
@@ -755,10 +756,12 @@ impl<'a> Plan<'a> {
                 } => (kv_lora_rank + qk_rope_head_dim, kv_lora_rank, 1),
             };
             let group = self.shard.heads.div_ceil(kv_heads);
+            // MLA reads its latent cache once: the values are its first `kv_lora_rank` columns.
             let shape = AttentionShape {
                 q_rows: to_usize("heads", group.min(tile))?,
                 d_qk: to_usize("head_dim", d_qk)?,
                 d_v: to_usize("v_head_dim", d_v)?,
+                shared_kv: matches!(m.attention, AttentionKind::Mla { .. }),
             };
             let t = kernels::attention_tkg_times(&shape)?;
             let q = mul(&[l.batch, kv_heads, group.div_ceil(tile)])?;
