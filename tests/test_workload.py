@@ -312,6 +312,60 @@ def test_decode_trace_has_a_track_per_component_and_sums_to_the_step(tmp_path):
         d.save_trace(None)
 
 
+def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
+    # PP=4, 8 micro-batches (64 sequences, micro-batch 2, DP=4) on an UltraServer.
+    tr = workload.Training("llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, micro_batch=2,
+                           global_batch=64, seq=4096)  # fmt: skip
+    r = tr.step()
+    assert r.micro_batches == 8
+    path = r.save_trace(tmp_path / "train.json")
+    events = json.loads(open(path).read())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert sorted(names.values()) == ["dp", "stage 0", "stage 1", "stage 2", "stage 3", "step"]
+    slices = [e for e in events if e["ph"] == "X"]
+    d = r.to_dict()
+    mb_s = d["forward_s"] + d["backward_s"]  # and the stage boundary's transfers
+    for s in range(4):
+        row = sorted((e for e in slices if names[e["tid"]] == f"stage {s}"),
+                     key=lambda e: e["ts"])  # fmt: skip
+        work = [e["name"] for e in row if e["name"] != "bubble"]
+        assert sum(n.startswith("F") for n in work) == 8
+        assert sum(n.startswith("B") for n in work) == 8
+        # 1F1B: 3 - s forwards, then one forward and one backward in turn, then backwards.
+        warm = 3 - s
+        want = [f"F{i}" for i in range(warm)]
+        for i in range(8 - warm):
+            want += [f"F{warm + i}", f"B{i}"]
+        want += [f"B{i}" for i in range(8 - warm, 8)]
+        assert work == want, s
+        # The bubble: each stage idles 3 micro-batch times of the 11 the pipeline takes.
+        idle = sum(e["dur"] for e in row if e["name"] == "bubble") / 1e6
+        busy = sum(e["dur"] for e in row if e["name"] != "bubble") / 1e6
+        assert idle / (idle + busy) == pytest.approx(r.bubble_fraction, rel=1e-9)
+        assert busy / 8 == pytest.approx(mb_s, rel=0.05)
+    end = max(e["ts"] + e["dur"] for e in slices)
+    assert end == pytest.approx(r.seconds * 1e6, rel=1e-9)
+    # The DP gradient reduce-scatter runs beside stage 0's last backward.
+    (dp,) = [e for e in slices if names[e["tid"]] == "dp"]
+    last_b = max((e for e in slices if names[e["tid"]] == "stage 0"), key=lambda e: e["ts"])
+    assert last_b["name"] == "B7"
+    assert dp["ts"] > last_b["ts"] and dp["ts"] < last_b["ts"] + last_b["dur"]
+    assert dp["dur"] / 1e6 == pytest.approx(d["dp_reduce_s"], rel=1e-9)
+    first = r.schedule[0]
+    assert (first["stage"], first["name"], first["micro_batch"], first["start_s"]) == (
+        0, "forward", 0, 0.0)  # fmt: skip
+    assert d["forward_s"] <= first["seconds"] < 1.1 * d["forward_s"]  # and its send onwards
+    with pytest.raises(Trn2ValueError, match="path"):
+        r.save_trace(None)
+    # The CLI writes the same trace.
+    trace = tmp_path / "cli.json"
+    args = ["--tp", "16", "--pp", "4", "--dp", "4", "--micro-batch", "2", "--global-batch", "64"]
+    c = _cli("estimate", "llama-3.3-70b", "--train", "--ultraserver", *args, "--trace", str(trace))
+    assert c.returncode == 0, c.stderr
+    cli_events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in cli_events) == len(slices)
+
+
 def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
     from trn2core import plot
 

@@ -21,7 +21,7 @@ pub use inference::{
 };
 pub use model::{AttentionKind, ConfigValue, Model, Moe, PRESETS};
 pub use search::{search, Candidate, Objective, SearchResult, SearchSpace};
-pub use training::{train_step, Recompute, TrainLayout, TrainReport};
+pub use training::{schedule_1f1b, train_step, Recompute, ScheduleSlice, TrainLayout, TrainReport};
 
 /// The argument an error names (tests).
 #[cfg(test)]
