@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trn2core
@@ -106,6 +107,50 @@ def test_a_plan_that_does_not_fit_is_a_capacity_error_naming_the_biggest_item():
     assert plan["total_bytes"] < plan["capacity_bytes"] == 24 << 30
 
 
+def test_the_runtime_reserve_is_its_own_item_and_trinity_large_needs_tp64():
+    # Trinity-Large's contrib README: TP=32 does not fit ("no room for scratchpad/KV cache"),
+    # TP=64 runs. 96 MiB of runtime micro-code and a 512 MiB scratchpad page on each of the
+    # logical core's two physical cores, the activations inside the pages.
+    mib = 1 << 20
+    m = workload.Model("trinity-large")
+    with pytest.raises(CapacityError, match="weights") as e:
+        workload.Inference(m, "trn2.48xlarge", tp=32, seq_len=2048,
+                           prefill_buckets=[2048]).memory()  # fmt: skip
+    assert e.value.arg == "weights" and "24 GiB" in str(e.value)
+    plan = workload.Inference(m, "trn2.48xlarge", tp=64, seq_len=2048,
+                              prefill_buckets=[2048]).memory()  # fmt: skip
+    items = plan["items"]
+    assert list(items) == ["weights", "kv_cache", "activations", "runtime_reserve"]
+    assert items["runtime_reserve"] == 2 * 96 * mib + 2 * 512 * mib - items["activations"]
+    assert plan["total_bytes"] == sum(items.values())
+    assert trn2core.spec.runtime_microcode_bytes_per_core == 96 * mib
+    assert trn2core.spec.runtime_scratchpad_page_bytes == 512 * mib
+    # Without the reserve TP=32 would fit: weights, KV cache and activations alone are 23.4 GiB.
+    lnc1 = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, lnc=1).memory()
+    assert lnc1["items"]["runtime_reserve"] == 96 * mib + 512 * mib - lnc1["items"]["activations"]
+
+
+def test_every_published_configuration_fits():
+    # Every model configuration of benches/fidelity/published.toml ran on Trainium2: each
+    # memory plan, runtime reserve included, must fit.
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    table = Path(__file__).resolve().parents[1] / "benches" / "fidelity" / "published.toml"
+    points = tomllib.loads(table.read_text(encoding="utf-8"))["point"]
+    rows = [p for p in points if p["kind"] == "model" and p["use"] != "excluded"]
+    assert len(rows) >= 30
+    for p in rows:
+        plan = workload.Inference(
+            p["model"], p["machine"], tp=p["tp"], lnc=p["lnc"], batch=p["batch"],
+            dtype=p["dtype"], seq_len=p["seq_len"], prefill_buckets=p.get("prefill_buckets"),
+        ).memory()  # fmt: skip
+        assert plan["total_bytes"] <= plan["capacity_bytes"], p["id"]
+        assert plan["items"]["runtime_reserve"] >= 2 * 96 << 20, p["id"]
+
+
 def test_decode_composes_the_per_op_models():
     m = workload.Model("llama-3.3-70b")
     inf = workload.Inference(m, trn2core.Instance("trn2.48xlarge"), tp=64, seq_len=12800)
@@ -171,7 +216,8 @@ def test_training_step_reports_mfu_bubble_and_no_published_case():
     assert r.tokens_per_s == pytest.approx(64 * 4096 / r.seconds)
     assert sum(o["total_s"] for o in r.ops) == pytest.approx(r.seconds)
     assert "no published case" in r.uncertainty["text"]
-    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations"}
+    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations",
+                                      "runtime_reserve"}  # fmt: skip
     assert "MFU" in str(r)
 
 
@@ -264,6 +310,60 @@ def test_decode_trace_has_a_track_per_component_and_sums_to_the_step(tmp_path):
     assert end == pytest.approx(d.seconds * 1e6, rel=1e-9)
     with pytest.raises(Trn2ValueError, match="path"):
         d.save_trace(None)
+
+
+def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
+    # PP=4, 8 micro-batches (64 sequences, micro-batch 2, DP=4) on an UltraServer.
+    tr = workload.Training("llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, micro_batch=2,
+                           global_batch=64, seq=4096)  # fmt: skip
+    r = tr.step()
+    assert r.micro_batches == 8
+    path = r.save_trace(tmp_path / "train.json")
+    events = json.loads(open(path).read())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert sorted(names.values()) == ["dp", "stage 0", "stage 1", "stage 2", "stage 3", "step"]
+    slices = [e for e in events if e["ph"] == "X"]
+    d = r.to_dict()
+    mb_s = d["forward_s"] + d["backward_s"]  # and the stage boundary's transfers
+    for s in range(4):
+        row = sorted((e for e in slices if names[e["tid"]] == f"stage {s}"),
+                     key=lambda e: e["ts"])  # fmt: skip
+        work = [e["name"] for e in row if e["name"] != "bubble"]
+        assert sum(n.startswith("F") for n in work) == 8
+        assert sum(n.startswith("B") for n in work) == 8
+        # 1F1B: 3 - s forwards, then one forward and one backward in turn, then backwards.
+        warm = 3 - s
+        want = [f"F{i}" for i in range(warm)]
+        for i in range(8 - warm):
+            want += [f"F{warm + i}", f"B{i}"]
+        want += [f"B{i}" for i in range(8 - warm, 8)]
+        assert work == want, s
+        # The bubble: each stage idles 3 micro-batch times of the 11 the pipeline takes.
+        idle = sum(e["dur"] for e in row if e["name"] == "bubble") / 1e6
+        busy = sum(e["dur"] for e in row if e["name"] != "bubble") / 1e6
+        assert idle / (idle + busy) == pytest.approx(r.bubble_fraction, rel=1e-9)
+        assert busy / 8 == pytest.approx(mb_s, rel=0.05)
+    end = max(e["ts"] + e["dur"] for e in slices)
+    assert end == pytest.approx(r.seconds * 1e6, rel=1e-9)
+    # The DP gradient reduce-scatter runs beside stage 0's last backward.
+    (dp,) = [e for e in slices if names[e["tid"]] == "dp"]
+    last_b = max((e for e in slices if names[e["tid"]] == "stage 0"), key=lambda e: e["ts"])
+    assert last_b["name"] == "B7"
+    assert dp["ts"] > last_b["ts"] and dp["ts"] < last_b["ts"] + last_b["dur"]
+    assert dp["dur"] / 1e6 == pytest.approx(d["dp_reduce_s"], rel=1e-9)
+    first = r.schedule[0]
+    assert (first["stage"], first["name"], first["micro_batch"], first["start_s"]) == (
+        0, "forward", 0, 0.0)  # fmt: skip
+    assert d["forward_s"] <= first["seconds"] < 1.1 * d["forward_s"]  # and its send onwards
+    with pytest.raises(Trn2ValueError, match="path"):
+        r.save_trace(None)
+    # The CLI writes the same trace.
+    trace = tmp_path / "cli.json"
+    args = ["--tp", "16", "--pp", "4", "--dp", "4", "--micro-batch", "2", "--global-batch", "64"]
+    c = _cli("estimate", "llama-3.3-70b", "--train", "--ultraserver", *args, "--trace", str(trace))
+    assert c.returncode == 0, c.stderr
+    cli_events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in cli_events) == len(slices)
 
 
 def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):

@@ -57,7 +57,7 @@ _FIELDS: dict[type, str] = {
     _core.StepReport: "phase model tokens bucket seconds description ops memory parts uncertainty",
     _core.TrainReport: "phase model seconds tokens_per_s mfu model_flops peak_flops_per_s "
     "micro_batches bubble_fraction stage_layers forward_s backward_s dp_reduce_s dp_exposed_s "
-    "description ops memory uncertainty",
+    "description ops memory uncertainty schedule",
     _core.Candidate: "tp pp dp ep lnc batch ttft_s itl_s tokens_per_s cost_per_mtok mfu",
     _core.SearchResult: "layouts tried skipped_capacity skipped_invalid skipped_constraints",
 }
@@ -78,6 +78,9 @@ def _plain(value: Any) -> Any:
     out = {k: _plain(getattr(value, k)) for k in names.split()}
     if isinstance(value, _core.MemoryPlan):
         out["items"] = dict(value.items)
+    if isinstance(value, _core.TrainReport):
+        keys = ("stage", "name", "micro_batch", "start_s", "seconds")
+        out["schedule"] = [dict(zip(keys, x, strict=True)) for x in value.schedule]
     if isinstance(value, _core.ModelInfo) and value.num_experts is None:
         out = {k: v for k, v in out.items() if k not in _MOE_FIELDS}
     return out
@@ -416,6 +419,51 @@ class TrainReport(StepReport):
     @property
     def micro_batches(self) -> int:
         return self._d["micro_batches"]
+
+    @property
+    def schedule(self) -> list[dict]:
+        """The step as the core schedules it: rows of stage (``None`` for the DP collective
+        and the optimizer), name (``forward``, ``backward``, ``bubble``, ``dp_grad_reduce``,
+        ``optimizer``, ``dp_param_all_gather``), micro_batch, start_s and seconds; every
+        stage's forward and backward micro-batches in 1F1B order, the last ending at
+        ``seconds``."""
+        return [dict(x) for x in self._d["schedule"]]
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """The step's 1F1B pipeline schedule as Chrome/Perfetto trace events: one track per
+        pipeline stage with its forward (``F<i>``) and backward (``B<i>``) micro-batches and
+        its idle time (``bubble``), a ``dp`` track with the gradient collective beside the
+        last backward, and a ``step`` track with the optimizer (and ZeRO-1's all-gather);
+        times in microseconds."""
+        rows = self._d["schedule"]
+        stages = sorted({r["stage"] for r in rows if r["stage"] is not None})
+        tracks = {f"stage {s}": i + 1 for i, s in enumerate(stages)}
+        tracks["dp"] = len(tracks) + 1
+        tracks["step"] = len(tracks) + 1
+        events: list[dict[str, Any]] = []
+        for r in rows:
+            if r["stage"] is not None:
+                track = f"stage {r['stage']}"
+                mb = r["micro_batch"]
+                name = r["name"] if mb is None else f"{r['name'][0].upper()}{mb}"
+            else:
+                track = "dp" if r["name"] == "dp_grad_reduce" else "step"
+                name = r["name"]
+            events.append(
+                {"ph": "X", "pid": 0, "tid": tracks[track], "ts": r["start_s"] * 1e6,
+                 "dur": r["seconds"] * 1e6, "name": name,
+                 "args": {"stage": r["stage"], "kind": r["name"],
+                          "micro_batch": r["micro_batch"]}}
+            )  # fmt: skip
+        meta: list[dict[str, Any]] = [
+            {"ph": "M", "pid": 0, "name": "process_name",
+             "args": {"name": self._d["description"]}}
+        ]  # fmt: skip
+        meta += [
+            {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
+            for track, tid in tracks.items()
+        ]
+        return meta + events
 
     def __str__(self) -> str:
         d = self._d

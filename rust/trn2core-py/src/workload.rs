@@ -222,6 +222,10 @@ impl PyStepReport {
     }
 }
 
+/// One slice of a training step's schedule: `(stage or None, name, micro-batch or None,
+/// start_s, seconds)` ([`trn2core::workload::ScheduleSlice`]).
+type ScheduleRow = (Option<usize>, &'static str, Option<u64>, f64, f64);
+
 /// One training step ([`TrainReport`]); its `phase` is `"train"`.
 #[pyclass(name = "TrainReport", module = "trn2core._core", extends = PyStep, frozen, get_all)]
 pub struct PyTrainReport {
@@ -236,6 +240,8 @@ pub struct PyTrainReport {
     backward_s: f64,
     dp_reduce_s: f64,
     dp_exposed_s: f64,
+    /// The step's schedule: `(stage or None, name, micro-batch or None, start_s, seconds)`.
+    schedule: Vec<ScheduleRow>,
 }
 
 impl PyTrainReport {
@@ -253,6 +259,11 @@ impl PyTrainReport {
             backward_s: r.backward_s,
             dp_reduce_s: r.dp_reduce_s,
             dp_exposed_s: r.dp_exposed_s,
+            schedule: r
+                .schedule
+                .iter()
+                .map(|x| (x.stage, x.name, x.micro_batch, x.start_s, x.seconds))
+                .collect(),
         };
         Py::new(py, PyClassInitializer::from(step).add_subclass(report))
     }

@@ -7,7 +7,7 @@
 //!
 //! # Sources and status tags
 //!
-//! Every constant names its sources by tag, `[S1]`…`[S39]` (public AWS documents and
+//! Every constant names its sources by tag, `[S1]`…`[S40]` (public AWS documents and
 //! repositories) and `[P]` (the product description trn2core was specified from, used only where
 //! no AWS document gives a number: the per-link NeuronLink bandwidths, the single-chip
 //! trn2.3xlarge, LNC=4). [`SOURCES`] gives each tag's title, address and the version read; the
@@ -998,6 +998,29 @@ spec_table! {
     #[spec(unit = "s", source = "[S37] I")]
     pub const SERVING_VLLM_REQUEST_OVERHEAD_S: f64 = 1.700 - 1.667;
 
+    /// HBM the Neuron runtime's micro-code takes on each physical core: 96 MiB.
+    ///
+    /// The runtime's device-memory guide `[S40]` counts "a micro-code overhead of 96MB per
+    /// physical Neuron Core" in every core's model code (its OOM table prints 96.065MB for a
+    /// core with two tiny NEFFs loaded; the runtime's tables count in binary units). A memory
+    /// plan reserves it per physical core of a logical core (`runtime_reserve`).
+    #[spec(unit = "B", source = "[S40] D")]
+    pub const RUNTIME_MICROCODE_BYTES_PER_CORE: u64 = 96 << 20;
+
+    /// The Neuron runtime's default scratchpad page: 512 MiB, the unit a NEFF's scratchpad (its spilled intermediates) is allocated in.
+    ///
+    /// The device-memory guide `[S40]`: a NEFF's scratchpad variables live in shared pages of
+    /// `NEURON_SCRATCHPAD_PAGE_SIZE` (default 512 MB) on each core, shared by the NEFFs loaded
+    /// there; an LNC=2 NEFF has a subgraph (`sg00`, `sg01`) per physical core. The DeepSeek-V3
+    /// contrib README `[S37]` names a "CTE scratchpad (512MB)" as what did not fit beside the
+    /// token-generation model at seq_len 1024. A memory plan rounds the activations up to whole
+    /// pages, at least one per physical core (that each physical core holds its own page is our
+    /// reading of the per-core subgraphs and of NxD Inference's long-context option
+    /// `NEURON_RT_DBG_SCRATCHPAD_ON_SINGLE_CORE`); Runtime 2.33's contiguous scratchpad (64 MB
+    /// steps) is newer than every published run.
+    #[spec(unit = "B", source = "[S40][S37] D")]
+    pub const RUNTIME_SCRATCHPAD_PAGE_BYTES: u64 = 512 << 20;
+
     /// HBM accesses for a chunk to traverse two ranks of a Ring AllGather (two 1R1W hops).
     #[spec(unit = "count", source = "[S16] D")]
     pub const RING_ALLGATHER_HBM_ACCESSES_PER_TWO_RANKS: usize = 4;
@@ -1284,7 +1307,7 @@ macro_rules! neuron_docs_read {
     };
 }
 
-/// Every source tag the project uses, in tag order: `[S1]`…`[S39]` (public documents and
+/// Every source tag the project uses, in tag order: `[S1]`…`[S40]` (public documents and
 /// repositories) and `[P]`.
 pub const SOURCES: &[Source] = &[
     Source {
@@ -1575,6 +1598,13 @@ pub const SOURCES: &[Source] = &[
         read: "aws-neuron/neuronx-distributed at fbac349b (2026-04-09)",
     },
     Source {
+        tag: "S40",
+        title: "Neuron device memory (the runtime's HBM categories: model code, scratchpad pages, DMA rings, collectives)",
+        url: neuron_doc!("neuron-runtime/explore/device-memory"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
         tag: "P",
         title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
                 article \"AWS Trainium 2\", last reviewed 2026-05-17)",
@@ -1788,7 +1818,7 @@ mod tests {
             source("[S3]").map(|s| s.title),
             Some("Trainium2 Architecture")
         );
-        assert!(source("S40").is_none() && source("").is_none());
+        assert!(source("S41").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1817,8 +1847,8 @@ mod tests {
                     s.tag
                 );
             }
-            if i < 39 {
-                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S39 in order");
+            if i < 40 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S40 in order");
             }
             assert!(
                 SOURCES[..i].iter().all(|t| t.tag != s.tag),
@@ -1826,7 +1856,7 @@ mod tests {
                 s.tag
             );
         }
-        assert_eq!(SOURCES.len(), 41);
+        assert_eq!(SOURCES.len(), 42);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }

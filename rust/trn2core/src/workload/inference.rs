@@ -46,8 +46,9 @@ use crate::engine::{estimate as estimate_gemm, EstimateRequest};
 use crate::numerics::Format;
 use crate::perf::Uncertainty;
 use crate::spec::{
-    CORES_PER_CHIP, SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S,
-    SERVING_VLLM_TOKEN_OVERHEAD_S, WORKLOAD_MOE_BLOCK_TOKENS, WORKLOAD_OP_FIXED_S,
+    CORES_PER_CHIP, RUNTIME_MICROCODE_BYTES_PER_CORE, RUNTIME_SCRATCHPAD_PAGE_BYTES,
+    SBUF_PARTITIONS, SERVING_VLLM_REQUEST_OVERHEAD_S, SERVING_VLLM_TOKEN_OVERHEAD_S,
+    WORKLOAD_MOE_BLOCK_TOKENS, WORKLOAD_OP_FIXED_S,
 };
 use crate::topology::{check_lnc, instance_type, LogicalCoreInfo};
 use crate::{Error, Result};
@@ -222,7 +223,8 @@ impl OpTime {
 /// One item of the memory plan, bytes per rank (logical core).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryItem {
-    /// `"weights"`, `"kv_cache"`, `"activations"`.
+    /// `"weights"`, `"kv_cache"`, `"activations"`, `"runtime_reserve"` (inference; training's
+    /// items are its own, with the same reserve).
     pub name: &'static str,
     /// Bytes per logical core.
     pub bytes: u64,
@@ -243,16 +245,23 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     /// The plan of `items` (name, bytes per rank) on a logical core of `lnc` physical cores,
-    /// `ranks_per_chip` ranks to a chip. `CapacityError` on the largest item when they do not
-    /// fit, its message starting with `what()` (the workload and its layout).
+    /// `ranks_per_chip` ranks to a chip, with the runtime's own HBM added as one more item
+    /// ([`runtime_reserve`]). `CapacityError` on the largest item when they do not fit, its
+    /// message starting with `what()` (the workload and its layout).
     pub(super) fn fit(
         items: &[(&'static str, u64)],
         lnc: usize,
         ranks_per_chip: usize,
         what: impl FnOnce() -> String,
     ) -> Result<MemoryPlan> {
+        let acts = items
+            .iter()
+            .find(|i| i.0 == "activations")
+            .map_or(0, |i| i.1);
+        let reserve = ("runtime_reserve", runtime_reserve(lnc, acts)?);
         let items: Vec<MemoryItem> = items
             .iter()
+            .chain(std::iter::once(&reserve))
             .map(|&(name, bytes)| MemoryItem { name, bytes })
             .collect();
         let total = add(&items.iter().map(|i| i.bytes).collect::<Vec<_>>())?;
@@ -283,6 +292,24 @@ impl MemoryPlan {
             ranks_per_chip,
         })
     }
+}
+
+/// HBM of a logical core of `lnc` physical cores that the Neuron runtime takes besides the
+/// model's tensors, when the step's `activations` (bytes a logical core) live in its
+/// scratchpad: the micro-code of each physical core (spec `RUNTIME_MICROCODE_BYTES_PER_CORE`)
+/// and what the scratchpad's whole pages (spec `RUNTIME_SCRATCHPAD_PAGE_BYTES`, at least one a
+/// physical core, each holding its share of the activations) add to the activations. Not
+/// counted (a guess that they are small beside these): DMA rings, collectives' buffers, the
+/// NEFFs' code and I/O tensors.
+pub fn runtime_reserve(lnc: usize, activations: u64) -> Result<u64> {
+    let cores = lnc.max(1) as u64;
+    let page = RUNTIME_SCRATCHPAD_PAGE_BYTES;
+    let pages_per_core = activations.div_ceil(cores).div_ceil(page).max(1);
+    let scratchpad = mul(&[cores, pages_per_core, page])?;
+    add(&[
+        mul(&[cores, RUNTIME_MICROCODE_BYTES_PER_CORE])?,
+        scratchpad.saturating_sub(activations),
+    ])
 }
 
 /// The counts the calibrated terms multiply (what `benches/fidelity_table.py` refits with).
@@ -706,6 +733,7 @@ impl<'a> Plan<'a> {
                 q_rows: to_usize("tokens", tokens.min(tile))?,
                 d_qk: to_usize("head_dim", qk)?,
                 d_v: to_usize("v_head_dim", vd)?,
+                shared_kv: false,
             };
             let t = kernels::attention_times(&shape)?;
             let heads = mul(&[l.batch, self.shard.heads])?;
@@ -728,10 +756,12 @@ impl<'a> Plan<'a> {
                 } => (kv_lora_rank + qk_rope_head_dim, kv_lora_rank, 1),
             };
             let group = self.shard.heads.div_ceil(kv_heads);
+            // MLA reads its latent cache once: the values are its first `kv_lora_rank` columns.
             let shape = AttentionShape {
                 q_rows: to_usize("heads", group.min(tile))?,
                 d_qk: to_usize("head_dim", d_qk)?,
                 d_v: to_usize("v_head_dim", d_v)?,
+                shared_kv: matches!(m.attention, AttentionKind::Mla { .. }),
             };
             let t = kernels::attention_tkg_times(&shape)?;
             let q = mul(&[l.batch, kv_heads, group.div_ceil(tile)])?;

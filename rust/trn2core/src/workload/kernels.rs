@@ -26,7 +26,10 @@
 //!   the running sum and the transposed running output rescaled (`scalar_tensor_tensor`, or
 //!   two `tensor_tensor` with several rows). Per query tile the load of `q`, `1 / sum`
 //!   broadcast the same way, the scaling and the transposed store. A block's loads and scores
-//!   are issued a block ahead (software pipelining), so its time is its cache read.
+//!   are issued a block ahead (software pipelining), so its time is its cache read. With a
+//!   shared cache ([`AttentionShape::shared_kv`], MLA's latent cache) the block's rows are
+//!   read once, keys on the partitions (V), and `K^T` is made from them on chip: PE
+//!   `nc_transpose`s into PSUM banks, each copied to SBUF (`tensor_copy`).
 //! - [`rmsnorm_run`]: `examples/nki/rmsnorm.py`: per tile of up to 128 rows a load, `square`
 //!   (Scalar), the row sum (`tensor_reduce`), `* (1/D) + eps` (`tensor_scalar`), `rsqrt`
 //!   (Scalar), the row scaling in place (`tensor_scalar`), the weight (`tensor_tensor`, broadcast to the
@@ -77,6 +80,10 @@ pub struct AttentionShape {
     pub d_qk: usize,
     /// Value head dimension (the output's columns, at most 512).
     pub d_v: usize,
+    /// The values are the first `d_v` columns of the keys (MLA's latent cache: keys `[c_kv |
+    /// k_pe]`, values `c_kv`), so the token-generation kernel reads the cache once
+    /// ([`attention_tkg_run`]); the prefill kernel takes separate K and V only.
+    pub shared_kv: bool,
 }
 
 /// The time of the attention kernel of one shape: `T(q, k) = fixed_s + q * per_q_tile_s + q *
@@ -137,13 +144,14 @@ impl AttentionShape {
         if self.d_qk == 0 {
             return Err(Error::value("head_dim", "must be at least 1"));
         }
-        if self.d_v == 0 || self.d_v > KV_TILE {
+        if self.d_v == 0 || self.d_v > KV_TILE || (self.shared_kv && self.d_v > self.d_qk) {
             return Err(Error::value(
                 "v_head_dim",
                 format!(
                     "{}: the attention kernel keeps a query tile's output in one PSUM bank \
-                     (1 to {KV_TILE} columns)",
-                    self.d_v
+                     (1 to {KV_TILE} columns), and values shared with the keys are at most \
+                     the {} key columns",
+                    self.d_v, self.d_qk
                 ),
             ));
         }
@@ -170,7 +178,19 @@ pub fn attention_run(
     kv_tiles: usize,
 ) -> Result<KernelReport> {
     shape.check()?;
-    let AttentionShape { q_rows, d_qk, d_v } = *shape;
+    let AttentionShape {
+        q_rows,
+        d_qk,
+        d_v,
+        shared_kv,
+    } = *shape;
+    if shared_kv {
+        return Err(Error::value(
+            "shared_kv",
+            "the prefill attention kernel loads K and V apart; only the token-generation \
+             kernel reads a shared latent cache",
+        ));
+    }
     let bf = Dtype::Bf16;
     let f32_ = Dtype::Fp32;
     let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
@@ -344,10 +364,16 @@ pub fn tkg_block_keys(q_rows: usize) -> usize {
 /// Chunks of 128 keys a token-generation block holds at most (2048 keys).
 pub const TKG_CHUNKS: usize = 16;
 
-/// Buffers of one token-generation block (double-buffered).
+/// 128-key chunks of transposed bf16 keys one PSUM bank holds (1024 columns).
+const KT_BANK_CHUNKS: usize = (PSUM_BANK_BYTES / 2) as usize / Q_TILE;
+
+/// Buffers of one token-generation block (double-buffered). With a shared cache `v` holds
+/// the block's whole cache rows (`[128 keys, c, d_qk]`) and `k` views of one `K^T` tile made
+/// from it by PE transposes through `kt_ps`.
 struct TkgBufs {
     k: Vec<Tile>,
     v: Tile,
+    kt_ps: Vec<Tile>,
     s: Tile,
     pmax: Tile,
     pmax_t: Tile,
@@ -364,11 +390,13 @@ struct TkgBufs {
     stats: Tile,
 }
 
-/// Shapes of the token-generation kernel: the query rows, 128-key chunks and keys a block.
+/// Shapes of the token-generation kernel: the query rows, 128-key chunks and keys a block,
+/// and whether the values are the keys' first columns (read once).
 struct TkgDims {
     q: usize,
     c: usize,
     block: usize,
+    shared: bool,
 }
 
 /// One block's loads and scores (issued a block ahead, so that the tensor engine computes
@@ -382,23 +410,70 @@ fn tkg_front(
     hbm: (&Tile, &Tile),
     k0: usize,
 ) -> Result<()> {
-    let TkgDims { q, c, block } = *dims;
+    let TkgDims {
+        q,
+        c,
+        block,
+        shared,
+    } = *dims;
     let (k_hbm, v_hbm) = hbm;
-    // The cache: K^T with the head dimension on the partitions, V with the keys.
-    for (ci, &(lo, hi)) in chunks.iter().enumerate() {
-        let src = k_hbm.slice(&[range(lo, hi), range(k0, k0 + block)])?;
-        m.dma_copy(&b.k[ci], &src, None)?;
+    if !shared {
+        // The cache: K^T with the head dimension on the partitions, V with the keys.
+        for (ci, &(lo, hi)) in chunks.iter().enumerate() {
+            let src = k_hbm.slice(&[range(lo, hi), range(k0, k0 + block)])?;
+            m.dma_copy(&b.k[ci], &src, None)?;
+        }
     }
+    // V with the keys on the partitions.
     let d_v = v_hbm.logical_shape()[1];
-    let v_src = v_hbm
-        .slice(&[range(k0, k0 + Q_TILE)])?
-        .with_pattern(&[((Q_TILE * d_v) as i64, c as u32), (1, d_v as u32)], 0)?;
-    m.dma_copy(&b.v, &v_src, None)?;
+    if !shared {
+        let v_src = v_hbm
+            .slice(&[range(k0, k0 + Q_TILE)])?
+            .with_pattern(&[((Q_TILE * d_v) as i64, c as u32), (1, d_v as u32)], 0)?;
+        m.dma_copy(&b.v, &v_src, None)?;
+    } else {
+        // The whole cache rows once, a 128-key chunk a transfer (so that the transposes start
+        // as chunks arrive); K^T from them by PE transposes of 128 keys x up to 128 head
+        // columns, up to 8 chunks' transposes of one column range filling a PSUM bank (1024
+        // bf16 columns), each bank copied to SBUF (two by the Vector engine, one by the
+        // Scalar engine, in turn: the Vector engine reads PSUM at twice its element rate).
+        for t in 0..c {
+            let rows = range(k0 + t * Q_TILE, k0 + (t + 1) * Q_TILE);
+            let dst = b.v.slice(&[Index::ALL, Index::At(t as i64), Index::ALL])?;
+            m.dma_copy(&dst, &v_hbm.slice(&[rows])?, None)?;
+        }
+        let group = KT_BANK_CHUNKS.min(c);
+        let mut u = 0;
+        for g0 in (0..c).step_by(group) {
+            let g1 = (g0 + group).min(c);
+            for (ci, &(lo, hi)) in chunks.iter().enumerate() {
+                let kt_ps = &b.kt_ps[u % b.kt_ps.len()];
+                for t in g0..g1 {
+                    let src =
+                        b.v.slice(&[Index::ALL, Index::At(t as i64), range(lo, hi)])?;
+                    let cols = range((t - g0) * Q_TILE, (t - g0 + 1) * Q_TILE);
+                    let dst = kt_ps.slice(&[range(0, hi - lo), cols])?;
+                    m.nc_transpose(Engine::Tensor, &dst, &src)?;
+                }
+                let engine = [Engine::Vector, Engine::Vector, Engine::Scalar][u % 3];
+                let src = kt_ps.slice(&[range(0, hi - lo), range(0, (g1 - g0) * Q_TILE)])?;
+                let keys = range(g0 * Q_TILE, g1 * Q_TILE);
+                let kt = b.k[0].slice(&[range(0, hi - lo), Index::At(ci as i64), keys])?;
+                m.tensor_copy(engine, &kt, &src)?;
+                u += 1;
+            }
+        }
+    }
     // scores^T: 128 keys on the partitions by the tile's rows, per chunk.
     for t in 0..c {
         let dst = b.s.slice(&[Index::ALL, range(t * q, (t + 1) * q)])?;
-        for (ci, k) in b.k.iter().enumerate() {
-            let kt = k.slice(&[Index::ALL, range(t * Q_TILE, (t + 1) * Q_TILE)])?;
+        for (ci, &(lo, hi)) in chunks.iter().enumerate() {
+            let keys = range(t * Q_TILE, (t + 1) * Q_TILE);
+            let kt = if shared {
+                b.k[0].slice(&[range(0, hi - lo), Index::At(ci as i64), keys])?
+            } else {
+                b.k[ci].slice(&[Index::ALL, keys])?
+            };
             m.nc_matmul_queued(&dst, &kt, &q_sb[ci], &pe(ci > 0))?;
         }
     }
@@ -436,7 +511,12 @@ pub fn attention_tkg_run(
     blocks: usize,
 ) -> Result<KernelReport> {
     shape.check()?;
-    let AttentionShape { q_rows, d_qk, d_v } = *shape;
+    let AttentionShape {
+        q_rows,
+        d_qk,
+        d_v,
+        shared_kv: shared,
+    } = *shape;
     let q = q_rows;
     let bf = Dtype::Bf16;
     let f32_ = Dtype::Fp32;
@@ -449,20 +529,51 @@ pub fn attention_tkg_run(
             format!("{d_v}: the token-generation kernel takes up to 128 or a multiple of 128"),
         ));
     }
-    let dims = TkgDims { q, c, block };
+    let dims = TkgDims {
+        q,
+        c,
+        block,
+        shared,
+    };
     let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
         .map(|i| (i * Q_TILE, ((i + 1) * Q_TILE).min(d_qk)))
         .collect();
     let keys = blocks * block;
     let mut m = machine()?;
-    // Each query tile its own cache (a sequence and key/value head): K^T and V. The output is
-    // written transposed (`[d_v, rows]`), as the value-stationary matmul leaves it.
+    // Each query tile its own cache (a sequence and key/value head): K^T and V, or one shared
+    // cache of `d_qk` columns whose first `d_v` are V. The output is written transposed
+    // (`[d_v, rows]`), as the value-stationary matmul leaves it.
     let q_hbm = m.hbm_tensor("qT", &[d_qk, q_tiles * q], bf, None)?;
-    let k_hbm = m.hbm_tensor("kT", &[d_qk, q_tiles * keys], bf, None)?;
-    let v_hbm = m.hbm_tensor("v", &[q_tiles * keys, d_v], bf, None)?;
+    let (k_hbm, v_hbm) = if shared {
+        let kv = m.hbm_tensor("kv", &[q_tiles * keys, d_qk], bf, None)?;
+        (kv, kv)
+    } else {
+        (
+            m.hbm_tensor("kT", &[d_qk, q_tiles * keys], bf, None)?,
+            m.hbm_tensor("v", &[q_tiles * keys, d_v], bf, None)?,
+        )
+    };
+    let v_cols = if shared { d_qk } else { d_v };
     let out = m.hbm_tensor("outT", &[d_v, q_tiles * q], bf, None)?;
     let scale = 1.0 / (d_qk as f64).sqrt();
-    // PSUM, largest first so that each tile lies in one bank.
+    // PSUM, largest first so that each tile lies in one bank: with a shared cache first the
+    // banks of transposed keys (`[128, 1024]` bf16), four while the block's scores and
+    // output take little PSUM (up to 32 query rows), else one.
+    let n_chunks = d_qk.div_ceil(Q_TILE);
+    let kt_banks = match (shared, q <= 32) {
+        (false, _) => 0,
+        (true, true) => 4,
+        (true, false) => 1,
+    };
+    let mut kt_ps = Vec::new();
+    for b in 0..kt_banks {
+        kt_ps.push(psum(
+            &mut m,
+            &format!("kT_ps{b}"),
+            &[Q_TILE, KT_BANK_CHUNKS * Q_TILE],
+            bf,
+        )?);
+    }
     let mut ps = Vec::new();
     for b in 0..2 {
         ps.push([
@@ -483,14 +594,24 @@ pub fn attention_tkg_run(
     for b in 0..2 {
         let [s, o_ps] = ps[b];
         let [pmax_t, bc_ps, row_ps, sum_ps] = small_ps[b];
-        let k = chunks
-            .iter()
-            .enumerate()
-            .map(|(i, &(lo, hi))| sbuf(&mut m, &format!("k{b}_{i}"), &[hi - lo, block], bf))
-            .collect::<Result<Vec<_>>>()?;
+        let k = if shared {
+            vec![sbuf(
+                &mut m,
+                &format!("kT{b}"),
+                &[Q_TILE, n_chunks, block],
+                bf,
+            )?]
+        } else {
+            chunks
+                .iter()
+                .enumerate()
+                .map(|(i, &(lo, hi))| sbuf(&mut m, &format!("k{b}_{i}"), &[hi - lo, block], bf))
+                .collect::<Result<Vec<_>>>()?
+        };
         sets.push(TkgBufs {
             k,
-            v: sbuf(&mut m, &format!("v{b}"), &[Q_TILE, c, d_v], bf)?,
+            v: sbuf(&mut m, &format!("v{b}"), &[Q_TILE, c, v_cols], bf)?,
+            kt_ps: kt_ps.clone(),
             s,
             pmax: sbuf(&mut m, &format!("pmax{b}"), &[Q_TILE, q], f32_)?,
             pmax_t,
@@ -541,8 +662,12 @@ pub fn attention_tkg_run(
             tkg_front(&mut m, &sets[n % 2], &dims, &chunks, &q_sb, hbm, i * keys)?;
         }
         for j in 0..blocks {
-            if j + 1 < blocks {
-                let k0 = i * keys + (j + 1) * block;
+            // The next block's loads and scores: issued first, or with a shared cache (whose
+            // transposes would hold the engines' in-order queues until its cache arrives)
+            // after this block's work; its transfers start when their buffers are free either
+            // way.
+            let k0 = i * keys + (j + 1) * block;
+            if j + 1 < blocks && !shared {
                 tkg_front(&mut m, &sets[(n + 1) % 2], &dims, &chunks, &q_sb, hbm, k0)?;
             }
             let (b, old, new) = (&sets[n % 2], run_max[n % 2], run_max[(n + 1) % 2]);
@@ -647,6 +772,9 @@ pub fn attention_tkg_run(
                 let cb = corr_bc.with_pattern(&over_chunks(nv), 0)?;
                 m.tensor_tensor(Engine::Vector, &o_acc, &o_acc, &cb, AluOp::Multiply)?;
                 m.tensor_tensor(Engine::Vector, &o_acc, &o_acc, &o_ps, AluOp::Add)?;
+            }
+            if j + 1 < blocks && shared {
+                tkg_front(&mut m, &sets[(n + 1) % 2], &dims, &chunks, &q_sb, hbm, k0)?;
             }
             n += 1;
         }
@@ -903,6 +1031,16 @@ mod tests {
         q_rows: 128,
         d_qk: 128,
         d_v: 128,
+        shared_kv: false,
+    };
+
+    /// DeepSeek-V3's decode at TP=64: 2 heads a rank against the latent cache (512 latent and
+    /// 64 rope columns).
+    const MLA: AttentionShape = AttentionShape {
+        q_rows: 2,
+        d_qk: 576,
+        d_v: 512,
+        shared_kv: true,
     };
 
     #[test]
@@ -984,6 +1122,75 @@ mod tests {
         let prefill = attention_times(&one).expect("prefill");
         let ratio = (prefill.per_block_s / KV_TILE as f64) / (t.per_block_s / block as f64);
         assert!(ratio > 3.0, "{ratio}");
+    }
+
+    #[test]
+    fn a_shared_latent_cache_is_read_once() {
+        let block = tkg_block_keys(MLA.q_rows);
+        assert_eq!(block, 2048);
+        let apart = AttentionShape {
+            shared_kv: false,
+            ..MLA
+        };
+        let n = ATTENTION_RUN_BLOCKS;
+        let bytes = |shape: &AttentionShape, k: usize| {
+            attention_tkg_run(shape, 1, k).expect("run").dma_bytes as f64
+        };
+        // Per block the DMA moves the cache's 576 columns once (2048 x 576 x 2 bytes), where
+        // apart it moved K^T (576 rows) and V (512 columns).
+        let once = (bytes(&MLA, 2 * n) - bytes(&MLA, n)) / n as f64;
+        let twice = (bytes(&apart, 2 * n) - bytes(&apart, n)) / n as f64;
+        assert_eq!(once, (block * 576 * 2) as f64);
+        assert_eq!(twice, (block * (576 + 512) * 2) as f64);
+        // K^T is made on chip: per 128-key chunk 5 PE transposes (4 x 128 + 64 columns), in 2
+        // banks of 8 chunks per column range: 10 PSUM-to-SBUF copies.
+        let r = attention_tkg_run(&MLA, 1, 1).expect("run");
+        let count = |op| r.opcodes.iter().find(|(o, _)| *o == op).map_or(0, |x| x.1);
+        let r_apart = attention_tkg_run(&apart, 1, 1).expect("run");
+        let count_apart = |op| {
+            r_apart
+                .opcodes
+                .iter()
+                .find(|(o, _)| *o == op)
+                .map_or(0, |x| x.1)
+        };
+        use crate::machine::Opcode;
+        assert_eq!(
+            count(Opcode::NcTranspose) - count_apart(Opcode::NcTranspose),
+            16 * 5
+        );
+        assert_eq!(
+            count(Opcode::TensorCopy) - count_apart(Opcode::TensorCopy),
+            2 * 5
+        );
+        // A block costs at least its single read at the DMA engines' peak, and about three
+        // quarters of what the separate loads did (now the tensor engine's transposes and
+        // matmuls bound it: 9.4 us against 12.9 us).
+        let t = attention_tkg_times(&MLA).expect("times");
+        let t_apart = attention_tkg_times(&apart).expect("times");
+        let peak = once / (DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S);
+        assert!(t.per_block_s >= peak, "{} {peak}", t.per_block_s);
+        assert!(
+            t.per_block_s < 0.8 * t_apart.per_block_s && t.per_block_s > 0.6 * t_apart.per_block_s,
+            "{} {}",
+            t.per_block_s,
+            t_apart.per_block_s
+        );
+        // T(q, k) holds on a run its terms were not taken from.
+        let run = attention_tkg_run(&MLA, 3, 6).expect("run").seconds;
+        let model = t.fixed_s + 3.0 * t.per_q_tile_s + 18.0 * t.per_block_s;
+        assert!((model / run - 1.0).abs() < 0.03, "{model} {run}");
+        // Query tiles of up to 128 rows (a small MLA model at TP=1) keep one bank of keys.
+        for q_rows in [32, 33, 128] {
+            let shape = AttentionShape { q_rows, ..MLA };
+            attention_tkg_run(&shape, 1, 2).expect("fits PSUM");
+        }
+        // The prefill kernel takes K and V apart only; values wider than the keys are refused.
+        let e = attention_run(&MLA, 1, 1).expect_err("prefill");
+        assert_eq!(crate::workload::arg_of(&e), Some("shared_kv"));
+        let wide = AttentionShape { d_v: 640, ..MLA };
+        let e = attention_tkg_times(&wide).expect_err("wide");
+        assert_eq!(crate::workload::arg_of(&e), Some("v_head_dim"));
     }
 
     #[test]

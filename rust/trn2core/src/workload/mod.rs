@@ -16,12 +16,12 @@ pub mod search;
 pub mod training;
 
 pub use inference::{
-    decode, memory, prefill, Layout, Machine, MemoryItem, MemoryPlan, OpTime, Parts, Serving,
-    StepReport,
+    decode, memory, prefill, runtime_reserve, Layout, Machine, MemoryItem, MemoryPlan, OpTime,
+    Parts, Serving, StepReport,
 };
 pub use model::{AttentionKind, ConfigValue, Model, Moe, PRESETS};
 pub use search::{search, Candidate, Objective, SearchResult, SearchSpace};
-pub use training::{train_step, Recompute, TrainLayout, TrainReport};
+pub use training::{schedule_1f1b, train_step, Recompute, ScheduleSlice, TrainLayout, TrainReport};
 
 /// The argument an error names (tests).
 #[cfg(test)]

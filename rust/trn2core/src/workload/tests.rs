@@ -180,6 +180,48 @@ fn a_plan_that_does_not_fit_names_its_biggest_item() {
 }
 
 #[test]
+fn the_runtime_reserve_is_microcode_and_whole_scratchpad_pages() {
+    const MIB: u64 = 1 << 20;
+    // LNC=2: 96 MiB of micro-code and a 512 MiB scratchpad page on each physical core, the
+    // activations inside the pages.
+    assert_eq!(runtime_reserve(2, 0).expect("r"), 2 * 96 * MIB + 1024 * MIB);
+    assert_eq!(
+        runtime_reserve(2, 30 * MIB).expect("r"),
+        2 * 96 * MIB + 994 * MIB
+    );
+    assert_eq!(runtime_reserve(1, 0).expect("r"), 96 * MIB + 512 * MIB);
+    // 1.5 GiB of activations a core fill three pages each, 1 MiB more takes a fourth.
+    assert_eq!(runtime_reserve(2, 3 << 30).expect("r"), 2 * 96 * MIB);
+    let acts = (3 << 30) + 2 * MIB;
+    assert_eq!(
+        runtime_reserve(2, acts).expect("r"),
+        2 * 96 * MIB + (4 << 30) - acts
+    );
+    assert_eq!(runtime_reserve(1, 1024 * MIB).expect("r"), 96 * MIB);
+    // Trinity-Large at TP=32 (its contrib README: does not fit, no room for the scratchpad):
+    // 23.4 GiB of weights, KV cache and activations, and 1.16 GiB of runtime.
+    let m = Model::preset("trinity-large").expect("preset");
+    let mut l = layout("trn2.48xlarge", 32, 2048);
+    l.prefill_buckets = vec![2048];
+    let e = memory(&m, &l).expect_err("does not fit");
+    assert!(matches!(e, crate::Error::Capacity { .. }));
+    assert_eq!(arg_of(&e), Some("weights"));
+    l.tp = 64;
+    let plan = memory(&m, &l).expect("fits at TP=64");
+    let names: Vec<_> = plan.items.iter().map(|i| i.name).collect();
+    assert_eq!(
+        names,
+        ["weights", "kv_cache", "activations", "runtime_reserve"]
+    );
+    let reserve = plan.items[3].bytes;
+    assert_eq!(reserve, 2 * 96 * MIB + 1024 * MIB - plan.items[2].bytes);
+    assert_eq!(
+        plan.total_bytes,
+        plan.items.iter().map(|i| i.bytes).sum::<u64>()
+    );
+}
+
+#[test]
 fn layers_of_one_kind_are_costed_once() {
     // Time grows linearly with layers; the breakdown has one row per op and layer kind.
     let small = Model::preset("llama-3.1-8b").expect("preset");
@@ -223,6 +265,7 @@ fn decode_attention_is_the_kernels_blocks_and_doubles_with_the_context() {
         q_rows: 4,
         d_qk: 128,
         d_v: 128,
+        shared_kv: false,
     };
     assert_eq!(tkg_block_keys(4), 2048);
     let t = attention_tkg_times(&shape).expect("times");
@@ -271,6 +314,7 @@ fn prefill_attention_and_norms_are_the_kernels_tiles() {
         q_rows: 128,
         d_qk: 128,
         d_v: 128,
+        shared_kv: false,
     })
     .expect("attention");
     let blocks = 4 * (1..=8).sum::<u64>();

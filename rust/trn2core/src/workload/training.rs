@@ -115,12 +115,129 @@ pub struct TrainReport {
     pub dp_exposed_s: f64,
     /// The breakdown (counts are over the whole step; `total_s` sums to `seconds`).
     pub ops: Vec<OpTime>,
+    /// The step as a schedule ([`schedule_1f1b`]): every stage's forward and backward
+    /// micro-batches in 1F1B order, its idle time, the DP gradient collective and the
+    /// optimizer; the last slice ends at `seconds`.
+    pub schedule: Vec<ScheduleSlice>,
     /// Per logical core: weights, gradients, optimizer states, activations.
     pub memory: MemoryPlan,
     /// No published Trainium2 training throughput is known: no range.
     pub uncertainty: Uncertainty,
     /// One line: model, machine, layout.
     pub description: String,
+}
+
+/// One slice of a training step's schedule (a row of its trace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSlice {
+    /// The pipeline stage (`None`: once per step, after or beside the pipeline).
+    pub stage: Option<usize>,
+    /// `"forward"`, `"backward"`, `"bubble"` (a stage idle inside the pipeline),
+    /// `"dp_grad_reduce"`, `"optimizer"`, `"dp_param_all_gather"`.
+    pub name: &'static str,
+    /// The micro-batch of a forward or backward.
+    pub micro_batch: Option<u64>,
+    /// Start, seconds from the step's start.
+    pub start_s: f64,
+    /// Duration, seconds.
+    pub seconds: f64,
+}
+
+/// The 1F1B schedule of `micro_batches` micro-batches over `pp` stages, each stage's
+/// forward taking `forward_s` and backward `backward_s` (stage boundaries' transfers
+/// included): stage `s` runs `min(pp - s - 1, micro_batches)` forwards, then one forward and
+/// one backward in turn, then the remaining backwards; a forward waits for the previous
+/// stage's forward of its micro-batch, a backward for the next stage's backward. Returns each
+/// stage's forwards, backwards and idle gaps (`"bubble"`) up to the pipeline's end, in start
+/// order per stage, and that end: `(micro_batches + pp - 1) x (forward_s + backward_s)`.
+pub fn schedule_1f1b(
+    pp: usize,
+    micro_batches: u64,
+    forward_s: f64,
+    backward_s: f64,
+) -> (Vec<ScheduleSlice>, f64) {
+    let m = micro_batches;
+    // Each stage's order: (is backward, micro-batch).
+    let order: Vec<Vec<(bool, u64)>> = (0..pp)
+        .map(|s| {
+            let warm = ((pp - s - 1) as u64).min(m);
+            let mut o: Vec<(bool, u64)> = (0..warm).map(|i| (false, i)).collect();
+            for i in 0..m - warm {
+                o.push((false, warm + i));
+                o.push((true, i));
+            }
+            o.extend((m - warm..m).map(|i| (true, i)));
+            o
+        })
+        .collect();
+    // End times of each stage's forwards and backwards, by micro-batch.
+    let n = m as usize;
+    let mut f_end = vec![vec![f64::NAN; n]; pp];
+    let mut b_end = vec![vec![f64::NAN; n]; pp];
+    let mut next = vec![0usize; pp];
+    let mut free = vec![0f64; pp];
+    let mut runs: Vec<Vec<ScheduleSlice>> = vec![Vec::new(); pp];
+    let total = 2 * n * pp;
+    let mut done = 0;
+    while done < total {
+        let before = done;
+        for s in 0..pp {
+            while let Some(&(bwd, i)) = order[s].get(next[s]) {
+                let iu = i as usize;
+                let dep = match (bwd, s) {
+                    (false, 0) => 0.0,
+                    (false, _) => f_end[s - 1][iu],
+                    (true, _) if s + 1 == pp => f_end[s][iu],
+                    (true, _) => b_end[s + 1][iu],
+                };
+                if dep.is_nan() {
+                    break;
+                }
+                let start = free[s].max(dep);
+                let dur = if bwd { backward_s } else { forward_s };
+                if start > free[s] {
+                    runs[s].push(ScheduleSlice {
+                        stage: Some(s),
+                        name: "bubble",
+                        micro_batch: None,
+                        start_s: free[s],
+                        seconds: start - free[s],
+                    });
+                }
+                free[s] = start + dur;
+                if bwd {
+                    b_end[s][iu] = free[s];
+                } else {
+                    f_end[s][iu] = free[s];
+                }
+                runs[s].push(ScheduleSlice {
+                    stage: Some(s),
+                    name: if bwd { "backward" } else { "forward" },
+                    micro_batch: Some(i),
+                    start_s: start,
+                    seconds: dur,
+                });
+                next[s] += 1;
+                done += 1;
+            }
+        }
+        if done == before {
+            break; // not reached: 1F1B never waits on itself
+        }
+    }
+    let end = free.iter().copied().fold(0.0, f64::max);
+    for (s, run) in runs.iter_mut().enumerate() {
+        if end > free[s] {
+            run.push(ScheduleSlice {
+                stage: Some(s),
+                name: "bubble",
+                micro_batch: None,
+                start_s: free[s],
+                seconds: end - free[s],
+            });
+        }
+    }
+    (runs.into_iter().flatten().collect(), end)
 }
 
 /// The layout's sizes checked against the machine and the model: `ValueError` naming both
@@ -446,6 +563,35 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         });
     }
     let seconds: f64 = ops.iter().map(OpTime::total_s).sum();
+    // The schedule: each direction's stage-boundary transfer with its pass; the DP collective
+    // starts with the compute of the last backward (stage 0's, the pipeline's last slice);
+    // the optimizer after both, ZeRO-1's all-gather last.
+    let (mut schedule, pipe_end) =
+        schedule_1f1b(t.pp, mb, forward_s + p2p_s / 2.0, backward_s + p2p_s / 2.0);
+    let step_slice = |name, start_s, seconds| ScheduleSlice {
+        stage: None,
+        name,
+        micro_batch: None,
+        start_s,
+        seconds,
+    };
+    if t.dp > 1 {
+        schedule.push(step_slice(
+            "dp_grad_reduce",
+            pipe_end - backward_s,
+            dp_reduce_s,
+        ));
+    }
+    let opt_start = pipe_end + dp_exposed_s;
+    let opt_total = opt_s + WORKLOAD_OP_FIXED_S;
+    schedule.push(step_slice("optimizer", opt_start, opt_total));
+    if gather_s > 0.0 {
+        schedule.push(step_slice(
+            "dp_param_all_gather",
+            opt_start + opt_total,
+            gather_s,
+        ));
+    }
     let ranks = (t.tp * t.pp * t.dp) as f64;
     let peak = ranks * t.lnc as f64 * CORE_PEAK_BF16_FLOPS_PER_S;
     let model_flops = 3.0 * replica_fwd_flops * mb as f64 * t.dp as f64;
@@ -486,6 +632,7 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         dp_reduce_s,
         dp_exposed_s,
         ops,
+        schedule,
         memory,
         uncertainty: Uncertainty::WORKLOAD_TRAINING,
         description,
@@ -496,6 +643,86 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
 mod tests {
     use super::*;
     use crate::workload::arg_of;
+
+    #[test]
+    fn the_schedule_is_1f1b_and_ends_at_the_step() {
+        // UltraServer, tp=16 pp=4 dp=4, micro_batch 2: 64 / (2 x 4) = 8 micro-batches.
+        let m = Model::preset("llama-3.3-70b").expect("preset");
+        let mut t = layout("ultraserver", 16, 4, 4, 64);
+        t.micro_batch = 2;
+        let r = train_step(&m, &t).expect("step");
+        assert_eq!(r.micro_batches, 8);
+        let stage = |s: usize, name: &str| -> Vec<&ScheduleSlice> {
+            r.schedule
+                .iter()
+                .filter(|x| x.stage == Some(s) && x.name == name)
+                .collect()
+        };
+        for s in 0..4 {
+            assert_eq!(stage(s, "forward").len(), 8, "stage {s}");
+            assert_eq!(stage(s, "backward").len(), 8, "stage {s}");
+            // 1F1B order: 3 - s forwards first, then one of each in turn, then the backwards.
+            let order: Vec<String> = r
+                .schedule
+                .iter()
+                .filter(|x| x.stage == Some(s) && x.name != "bubble")
+                .map(|x| format!("{}{}", &x.name[..1], x.micro_batch.expect("mb")))
+                .collect();
+            let warm = 3 - s as u64;
+            let mut want: Vec<String> = (0..warm).map(|i| format!("f{i}")).collect();
+            for i in 0..8 - warm {
+                want.push(format!("f{}", warm + i));
+                want.push(format!("b{i}"));
+            }
+            want.extend((8 - warm..8).map(|i| format!("b{i}")));
+            assert_eq!(order, want, "stage {s}");
+            // Slices never overlap on a stage, bubbles included, and fill it to the end.
+            let mut rows: Vec<&ScheduleSlice> =
+                r.schedule.iter().filter(|x| x.stage == Some(s)).collect();
+            rows.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+            let mut at = 0.0;
+            for x in &rows {
+                assert!((x.start_s - at).abs() < 1e-9, "stage {s} gap at {at}");
+                at = x.start_s + x.seconds;
+            }
+        }
+        // Each stage idles (pp - 1) micro-batches' forward and backward: the 1F1B bubble.
+        let mb_s = stage(0, "forward")[0].seconds + stage(0, "backward")[0].seconds;
+        for s in 0..4 {
+            let idle: f64 = stage(s, "bubble").iter().map(|x| x.seconds).sum();
+            assert!(
+                (idle / (3.0 * mb_s) - 1.0).abs() < 1e-9,
+                "stage {s}: {idle}"
+            );
+        }
+        // The pipeline is 11 micro-batch times; the DP reduction starts with the last
+        // backward's compute, the optimizer (and ZeRO-1's all-gather) end the step.
+        let pipe = 11.0 * mb_s;
+        let end = r
+            .schedule
+            .iter()
+            .map(|x| x.start_s + x.seconds)
+            .fold(0.0, f64::max);
+        assert!((end / r.seconds - 1.0).abs() < 1e-9, "{end} {}", r.seconds);
+        let dp = r
+            .schedule
+            .iter()
+            .find(|x| x.name == "dp_grad_reduce")
+            .expect("dp");
+        assert!((dp.start_s - (pipe - r.backward_s)).abs() < 1e-9 * pipe);
+        assert!((dp.seconds - r.dp_reduce_s).abs() < 1e-15);
+        let opt = r
+            .schedule
+            .iter()
+            .find(|x| x.name == "optimizer")
+            .expect("opt");
+        assert!((opt.start_s - (pipe + r.dp_exposed_s)).abs() < 1e-9 * pipe);
+        // One stage: no bubble, forward and backward in turn.
+        let (one, end) = schedule_1f1b(1, 3, 1.0, 2.0);
+        assert_eq!(one.len(), 6);
+        assert!(one.iter().all(|x| x.name != "bubble"));
+        assert_eq!(end, 9.0);
+    }
 
     fn layout(machine: &str, tp: usize, pp: usize, dp: usize, global_batch: u64) -> TrainLayout {
         TrainLayout {
