@@ -590,6 +590,24 @@ impl PyMachine {
         self.lock().instructions()
     }
 
+    /// The id of the kernel source line `file:line` (the same id for the same pair), for
+    /// `set_location`.
+    fn locate(&self, file: &str, line: u32) -> PyTrn2Result<u32> {
+        Ok(self.lock().locate(file, line)?)
+    }
+
+    /// The source location (an id from `locate`, or `None`) stamped on the instructions issued
+    /// from now on.
+    #[pyo3(signature = (location))]
+    fn set_location(&self, location: Option<u32>) -> PyTrn2Result<()> {
+        Ok(self.lock().set_location(location)?)
+    }
+
+    /// The location id of recorded instruction `index` (`None`: issued with none).
+    fn instruction_location(&self, index: usize) -> Option<u32> {
+        self.lock().instruction_location(index)
+    }
+
     /// Forgets the recorded program (memories keep their contents).
     fn clear_program(&self) {
         self.lock().clear_program();
@@ -774,6 +792,28 @@ view_pymethods! {
                 .queues
                 .iter()
                 .map(|q| (q.name, q.busy_s, q.utilization, q.instructions))
+                .collect()
+        }
+
+        /// Busy time per source line and queue: `(file, line, queue, busy seconds,
+        /// instructions)`, `file` and `line` `None` for instructions issued with no location.
+        #[getter]
+        #[allow(clippy::type_complexity)]
+        fn lines(&self) -> Vec<(Option<String>, Option<u32>, &'static str, f64, u64)> {
+            let locs = &self.inner.locations;
+            self.inner
+                .lines
+                .iter()
+                .map(|l| {
+                    let at = locs.get(l.location as usize);
+                    (
+                        at.map(|a| a.file.clone()),
+                        at.map(|a| a.line),
+                        l.queue.track(),
+                        l.busy_s,
+                        l.instructions,
+                    )
+                })
                 .collect()
         }
 
