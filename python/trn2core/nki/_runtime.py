@@ -29,7 +29,7 @@ from .. import _core
 from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
-from ._api import STATE, api, relocate, user_location
+from ._api import STATE, _own, api, relocate, user_location
 from ._index import (
     IndexExpr,
     Mask,
@@ -159,9 +159,19 @@ class Core:
         self.pend_fn = None
         self.pend_kind: tuple | None = None
         self.pend_loc: tuple[str, int] | None = None
+        self.pend_at: int | None = None
         self.names = itertools.count()
         self.loops: list[Loop] = []
-        self.lines: dict[int, tuple[str, int]] = {}
+        #: The machine's location id stamped on instructions now (``here``), ``None``: none.
+        self.loc: int | None = None
+        #: Each location id's ``(file, line)``.
+        self.locs: list[tuple[str, int]] = []
+        #: ``id`` of each code object met -> (the code, kept alive so its ``id`` stays its
+        #: own; ``None`` for trn2core's own code, else its location id per bytecode offset).
+        self.codes: dict[int, tuple[object, dict[int, int] | None]] = {}
+        #: The user code ``here`` last found, and its location ids by bytecode offset.
+        self.code: object = None
+        self.at: dict[int, int] = {}
         self.accum: set[int] = set()
         self.last_inplace: tuple[object, int] | None = None
         self.program: tuple[int, ...] = ()
@@ -456,7 +466,9 @@ class Core:
         self.pending = t
         self.pend_fn = fn
         self.pend_kind = kind
-        self.pend_loc = user_location()
+        # The line ``here`` stamped for the call making it (the same frame user_location finds).
+        self.pend_at = self.loc
+        self.pend_loc = user_location() if self.loc is None else self.locs[self.loc]
         return t
 
     def flush(self) -> None:
@@ -464,18 +476,20 @@ class Core:
         t = self.pending
         if t is None:
             return
-        fn, loc = self.pend_fn, self.pend_loc
+        fn, loc, at = self.pend_fn, self.pend_loc, self.pend_at
         self.pending = self.pend_fn = self.pend_kind = None
-        n0 = self.m.instructions
+        now = self.loc
+        if at != now:  # its instruction is the line that made it, not the one flushing it
+            self.stamp(at)
         try:
             fresh = self.alloc(t.shape, t.dtype, t.buffer, 0)
             t._t, t._owner = fresh._t, fresh._owner
             fn(t)
         except Trn2Error as e:
             raise relocate(e, loc) from None
-        if self.loops:
-            for i in range(n0, self.m.instructions):
-                self.lines.setdefault(i, loc)
+        finally:
+            if at != now:
+                self.stamp(now)
 
     def take(self, value: NkiTensor):
         """If ``value`` is the pending result, un-pend it and return its issuing function."""
@@ -519,13 +533,52 @@ class Core:
         li = self.last_inplace
         return li is not None and li[0] is value and li[1] == self.m.instructions
 
+    # ------------------------------------------------------------ source lines
+    def here(self, f) -> None:
+        """Stamps the kernel line of frame ``f`` (the innermost frame from there outward that
+        is not trn2core's own: a helper function's line, not its caller's) on the
+        instructions issued from now on. Per call of an ``nl``/``nisa`` function, so cheap:
+        code objects and bytecode offsets are looked up in dicts (a frame's ``f_lineno``
+        scans its code's line table) and the machine is told only when the line changes."""
+        codes, first = self.codes, f
+        while f is not None:
+            code = f.f_code
+            known = codes.get(id(code))
+            if known is None:
+                known = codes[id(code)] = (code, None if _own(code.co_filename) else {})
+            at = known[1]
+            if at is not None:
+                break
+            f = f.f_back
+        else:
+            return
+        loc = at.get(f.f_lasti)
+        if loc is None:
+            loc = at[f.f_lasti] = self.location_id(code.co_filename, f.f_lineno or 0)
+        if f is first:  # the api wrapper's shortcut applies to direct callers only
+            self.code, self.at = code, at
+        if loc != self.loc:
+            self.loc = loc
+            self.m.set_location(loc)
+
+    def stamp(self, loc: int | None) -> None:
+        """The machine's location for the next instructions (an id of ``location_id``)."""
+        self.loc = loc
+        self.m.set_location(loc)
+
+    def location_id(self, file: str, line: int) -> int:
+        """The machine's id of ``file:line`` (``self.locs[id]`` is the pair)."""
+        loc = self.m.locate(file, line)
+        if loc == len(self.locs):
+            self.locs.append((file, line))
+        return loc
+
+    def line_of(self, index: int) -> tuple[str, int]:
+        """``(file, line)`` of recorded instruction ``index`` (``("<unknown>", 0)``: none)."""
+        loc = self.m.instruction_location(index)
+        return self.locs[loc] if loc is not None else ("<unknown>", 0)
+
     # ------------------------------------------------------------ loops
-    def note_lines(self, n0: int) -> None:
-        n = self.m.instructions
-        if n > n0:
-            loc = user_location()
-            for i in range(n0, n):
-                self.lines.setdefault(i, loc)
 
     def check_loop(self, loop: Loop) -> None:
         """Reports a read across iterations of an ``affine_range`` (module doc of
@@ -538,8 +591,7 @@ class Core:
                 continue
             k = max(i for i, s in enumerate(loop.starts) if s <= reader)
             j = max(i for i, s in enumerate(loop.starts) if s <= writer)
-            rloc = self.lines.get(reader, ("<unknown>", 0))
-            wloc = self.lines.get(writer, ("<unknown>", 0))
+            rloc, wloc = self.line_of(reader), self.line_of(writer)
             e = LoopCarriedDependencyError(
                 f"{rloc[0]}:{rloc[1]}: loop-carried dependency in affine_range: iteration "
                 f"{k} reads memory written by iteration {j} (at line {wloc[1]}); affine_range "
