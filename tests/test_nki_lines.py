@@ -146,7 +146,7 @@ def test_lnc2_sums_a_line_over_both_physical_cores():
         c0 = nl.program_id(0) * cols
         out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
         t = nl.ndarray((x.shape[0], cols), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=x[:, c0 : c0 + cols])
+        nisa.dma_copy(dst=t, src=x[:, c0 : c0 + cols])  # L:load
         nisa.activation(dst=t, op=nl.relu, data=t)  # L:act
         nisa.dma_copy(dst=out[:, c0 : c0 + cols], src=t)
         return out
@@ -161,6 +161,9 @@ def test_lnc2_sums_a_line_over_both_physical_cores():
         rep.engines["nc0 ACT"]["busy_s"] + rep.engines["nc1 ACT"]["busy_s"])  # fmt: skip
     assert row["busy_s"] == pytest.approx(sum(r["busy_s"] for r in per_core))
     assert sum(r["instructions"] for r in rep.by_line()) == rep.instructions == 6
+    # The bottleneck is one core's; its busiest line is that core's (the load: its DMA from
+    # HBM takes longer than the store's).
+    assert rep.bottleneck == "nc0 DMA" and rep.bottleneck_line == f"{HERE}:{_line(k, '# L:load')}"
     # Each core's trace events carry the line too.
     ev = json.loads(rep.trace_json())["traceEvents"]
     acts = [e for e in ev if e.get("name") == "activation"]
