@@ -114,12 +114,13 @@ def api(fn):
             # Core.here, its common case inline (this runs for every call in a kernel): the
             # caller is the code the last call came from, at an offset seen before.
             f = _getframe(1)
-            loc = core.at.get(f.f_lasti) if f.f_code is core.code else None
-            if loc is None:
+            if f.f_code is core.code and f.f_lasti in core.at:
+                loc = core.at[f.f_lasti]
+                if loc != core.loc:
+                    core.loc = loc
+                    core.m.set_location(loc)
+            else:
                 core.here(f)
-            elif loc != core.loc:
-                core.loc = loc
-                core.m.set_location(loc)
         try:
             return fn(*args, **kwargs)
         except Trn2Error as e:
