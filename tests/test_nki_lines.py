@@ -233,3 +233,32 @@ def test_the_machine_refuses_an_unknown_location_naming_it():
     assert info.value.arg == "location"
     m.set_location(1)
     m.set_location(None)
+
+
+def test_every_instruction_of_a_kernel_has_a_line_whatever_issued_it():
+    """Language-level results (pending, assigned, composite: ``nl.cos`` is several
+    instructions), a memset by assignment, legacy ``nisa`` calls and tensor operators: no
+    instruction is left without its line."""
+    lnl, lisa = tn.language_legacy, tn.isa_legacy
+
+    def k(x):
+        out = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.shared_hbm)
+        a = lnl.load(x)
+        b = lnl.cos(a)
+        c = lnl.ndarray((128, 64), dtype=nl.float32, buffer=lnl.sbuf)
+        c[...] = 1.0
+        d = lisa.tensor_tensor(b, c, op=nl.add)
+        e = d * 2.0 + a
+        lnl.store(out, value=e)
+        return out
+
+    x = np.linspace(-1, 1, 128 * 64, dtype=np.float32).reshape(128, 64)
+    res = tn.run(tn.jit_legacy(k), x)
+    assert np.allclose(res.outputs, (np.cos(x) + 1.0) * 2.0 + x, atol=1e-5)
+    rows = res.report.by_line()
+    assert all(r["file"] == HERE for r in rows), rows
+    cos = _line(k, "lnl.cos(a)")
+    assert _by_line(res.report)[cos]["instructions"] >= 2  # the composite's instructions
+    assert {r["line"] for r in rows} == {_line(k, t) for t in (
+        "lnl.load(x)", "lnl.cos(a)", "c[...] = 1.0", "lisa.tensor_tensor", "d * 2.0",
+        "lnl.store(out")}  # fmt: skip

@@ -2,9 +2,10 @@
 
 ``api`` wraps every public ``nl``/``nisa`` function and tensor method: a ``Trn2Error`` raised
 inside gets the innermost caller outside trn2core in front of its message (same class, so
-``except CapacityError`` still works), and the machine stamps that line on the instructions the
-call issues (``Core.here``: the report's busy time per line, the trace's ``line``, and the lines
-of loop-carried reads). ``STATE.core`` is the core the running kernel program issues to.
+``except CapacityError`` still works), and that line is stamped on the instructions the call
+issues (``Core.here``; each instruction takes it to the machine: ``Machine.issue_at``): the
+report's busy time per line, the trace's ``line``, and the lines of loop-carried reads.
+``STATE.core`` is the core the running kernel program issues to.
 """
 
 from __future__ import annotations
@@ -115,10 +116,7 @@ def api(fn):
             # caller is the code the last call came from, at an offset seen before.
             f = _getframe(1)
             if f.f_code is core.code and f.f_lasti in core.at:
-                loc = core.at[f.f_lasti]
-                if loc != core.loc:
-                    core.loc = loc
-                    core.m.set_location(loc)
+                core.loc = core.at[f.f_lasti]
             else:
                 core.here(f)
         try:

@@ -636,6 +636,34 @@ impl PyMachine {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
+        self.issue_with(py, None, opcode, args, kwargs)
+    }
+
+    /// `issue` with the source `location` (an id from `locate`, or `None`) stamped on this
+    /// instruction: a kernel front end's line in the same crossing as the instruction.
+    #[pyo3(signature = (location, opcode, *args, **kwargs))]
+    fn issue_at(
+        &self,
+        py: Python<'_>,
+        location: Option<u32>,
+        opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyTrn2Result<()> {
+        self.issue_with(py, Some(location), opcode, args, kwargs)
+    }
+}
+
+impl PyMachine {
+    /// `issue` / `issue_at` (`at`: the location, when given).
+    fn issue_with(
+        &self,
+        py: Python<'_>,
+        at: Option<Option<u32>>,
+        opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyTrn2Result<()> {
         let name = opcode
             .cast::<pyo3::types::PyString>()
             .ok()
@@ -685,7 +713,14 @@ impl PyMachine {
             // Queued: its arithmetic runs, in parallel with its neighbours', when the next
             // instruction or read settles the queue.
             let work = elements.sum::<usize>();
-            let run = || self.lock().issue(op, vals).map_err(rename);
+            let run = || {
+                let mut m = self.lock();
+                match at {
+                    Some(loc) => m.issue_at(op, vals, loc),
+                    None => m.issue(op, vals),
+                }
+                .map_err(rename)
+            };
             return if work < GIL_HELD_ELEMENTS {
                 Ok(guard(py, run)?)
             } else {
@@ -695,7 +730,13 @@ impl PyMachine {
         // The others settle the queue first (the core does, inside `issue`; the binding only
         // decides whether the GIL is released and Ctrl-C honoured for that work).
         let work = elements.max().unwrap_or(0);
-        self.with_settled(py, work, |m| m.issue(op, vals).map_err(rename))
+        self.with_settled(py, work, |m| {
+            match at {
+                Some(loc) => m.issue_at(op, vals, loc),
+                None => m.issue(op, vals),
+            }
+            .map_err(rename)
+        })
     }
 }
 

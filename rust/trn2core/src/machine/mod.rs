@@ -268,6 +268,23 @@ impl Machine {
         self.program.set_location(location)
     }
 
+    /// [`Machine::issue`] with `location` (an id of [`Machine::locate`], `None` for none)
+    /// stamped on this instruction only: a front end's line travels with its instruction.
+    /// `ValueError` naming `location` for an unknown id (nothing issued).
+    pub fn issue_at(
+        &mut self,
+        op: Opcode,
+        vals: Vec<Option<isa::table::Value>>,
+        location: Option<u32>,
+    ) -> Result<()> {
+        let before = self.program.location();
+        self.program.set_location(location)?;
+        let issued = self.issue(op, vals);
+        // `before` was valid when set: restoring it cannot fail.
+        let _ = self.program.set_location(before);
+        issued
+    }
+
     /// The location id of recorded instruction `index` (`None`: issued with none, or no such
     /// instruction).
     pub fn instruction_location(&self, index: usize) -> Option<u32> {
