@@ -233,6 +233,13 @@ def test_the_machine_refuses_an_unknown_location_naming_it():
     assert info.value.arg == "location"
     m.set_location(1)
     m.set_location(None)
+    t = m.alloc([128, 8], "fp32", "sbuf", "t", 0, None)
+    with pytest.raises(Trn2ValueError, match="location") as info:
+        m.issue_at(5, "memset", "vector", t, 1.0)
+    assert info.value.arg == "location" and m.instructions == 0  # nothing issued
+    m.issue_at(0, "memset", "vector", t, 1.0)  # this instruction only
+    m.issue("memset", "vector", t, 2.0)
+    assert [m.instruction_location(i) for i in range(2)] == [0, None]
 
 
 def test_every_instruction_of_a_kernel_has_a_line_whatever_issued_it():
