@@ -421,8 +421,10 @@ class KernelReport(TimingReport):
     (per engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes``
     (instructions per opcode), ``dma_bytes``, ``critical_path`` (the chain of instructions that
     ends last, each with what it waited for; built on first use), ``instructions``, ``ticks``
-    (4.8 GHz). Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
-    with one track per engine and DMA queue and one slice per instruction."""
+    (4.8 GHz), ``by_line()`` (busy time per kernel source line, for instructions an NKI kernel
+    issued). Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
+    with one track per engine and DMA queue and one slice per instruction (its kernel line as
+    ``args.line``)."""
 
     seconds: float
     ticks: int
@@ -464,6 +466,18 @@ class KernelReport(TimingReport):
         keys = ("index", "opcode", "engine", "start_s", "end_s", "waited_for", "on")
         return tuple(dict(zip(keys, step, strict=True)) for step in self._core.critical_path)
 
+    def by_line(self) -> tuple[Mapping[str, Any], ...]:
+        """Busy time per kernel source line, busiest first (see ``lines_by_source``): ``file``,
+        ``line``, ``engines`` (engine -> busy seconds; the DMA queues together as ``"DMA"``),
+        ``busy_s``, ``instructions``, ``share`` (of the busy time of all engines and queues).
+        Instructions issued outside a kernel (the machine used directly) are one row with
+        ``file`` and ``line`` ``None``."""
+        return self._lines
+
+    @functools.cached_property
+    def _lines(self) -> tuple[Mapping[str, Any], ...]:
+        return lines_by_source([self])
+
     def save_trace(self, path: str | os.PathLike[str]) -> str:
         """As ``TimingReport.save_trace``; a JSON trace is written by the core piece by piece
         (a million instructions never make one string of hundreds of MB), Ctrl-C honoured."""
@@ -474,9 +488,10 @@ class KernelReport(TimingReport):
         return path
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields as plain Python data, the critical path included."""
+        """All fields as plain Python data, the critical path and ``by_line()`` included."""
         d = super().to_dict()
         d["critical_path"] = plain(self.critical_path)
+        d["lines"] = plain(self.by_line())
         return d
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -504,10 +519,75 @@ class KernelReport(TimingReport):
         lines.append(f"  opcodes: {ops or 'none'}")
         lines.append(f"  DMA bytes: {self.dma_bytes:,}")
         lines.append("  critical path: " + count(self._core.critical_path_length, "instruction"))
+        lines.extend(line_table(self.by_line()))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"KernelReport(seconds={self.seconds:.6g}, instructions={self.instructions})"
+
+
+def _engine_of(queue: str) -> str:
+    """The engine a per-line row counts a queue under: the DMA queues together."""
+    return "DMA" if queue.startswith("DMA") else queue
+
+
+def lines_by_source(reports) -> tuple[Mapping[str, Any], ...]:
+    """Busy time per kernel source line over ``reports`` (one core's, or the physical cores of
+    one launch: a line's time is then summed over them), busiest first (ties by file and
+    line). Each row: ``file``, ``line`` (``None`` for instructions issued outside a kernel),
+    ``engines`` (engine -> busy seconds, the DMA queues together as ``"DMA"``), ``busy_s``
+    (their sum), ``instructions``, ``share`` (of all the engines' and queues' busy time).
+    Per engine, the rows sum to its busy time (``engines[...]["busy_s"]``): each instruction
+    counts what it added to its queue's busy time."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for r in reports:
+        core = r._core
+        if core is None:
+            continue
+        for file, line, queue, busy, n in core.lines:
+            row = rows.get((file, line))
+            if row is None:
+                row = rows[(file, line)] = {"file": file, "line": line, "engines": {},
+                                            "busy_s": 0.0, "instructions": 0}  # fmt: skip
+            eng = _engine_of(queue)
+            row["engines"][eng] = row["engines"].get(eng, 0.0) + busy
+            row["busy_s"] += busy
+            row["instructions"] += n
+    total = sum(row["busy_s"] for row in rows.values())
+    out = []
+    for row in rows.values():
+        row["share"] = row["busy_s"] / total if total > 0 else 0.0
+        row["engines"] = dict(sorted(row["engines"].items(), key=lambda kv: -kv[1]))
+        out.append(row)
+    out.sort(key=lambda row: (-row["busy_s"], row["file"] is None, row["file"] or "",
+                              row["line"] or 0))  # fmt: skip
+    return tuple(out)
+
+
+def line_label(row: Mapping[str, Any], short: bool = False) -> str:
+    """``file:line`` of a ``by_line()`` row (``short``: the file's base name), or
+    ``(outside a kernel)``."""
+    if row["file"] is None:
+        return "(outside a kernel)"
+    file = os.path.basename(row["file"]) or row["file"] if short else row["file"]
+    return f"{file}:{row['line']}"
+
+
+def line_table(rows, top: int = 5) -> list[str]:
+    """The busiest ``top`` lines of ``by_line()`` rows as a report's closing lines (none when
+    no instruction has a line)."""
+    if not any(row["file"] is not None for row in rows):
+        return []
+    shown = rows[:top]
+    out = [f"  busiest lines ({len(shown)} of {len(rows)}):"]
+    for row in shown:
+        engines = ", ".join(f"{k} {_fmt_seconds(v)}" for k, v in row["engines"].items() if v > 0)
+        out.append(
+            f"    {line_label(row, short=True):<24} {_fmt_seconds(row['busy_s']):>10} "
+            f"{100 * row['share']:>5.1f}%  {count(row['instructions'], 'instruction')}"
+            + (f" ({engines})" if engines else "")
+        )
+    return out
 
 
 def engine_rows(engines: Mapping[str, Mapping[str, float]]) -> list[tuple[str, str]]:

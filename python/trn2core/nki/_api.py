@@ -2,9 +2,10 @@
 
 ``api`` wraps every public ``nl``/``nisa`` function and tensor method: a ``Trn2Error`` raised
 inside gets the innermost caller outside trn2core in front of its message (same class, so
-``except CapacityError`` still works), and, inside a legacy ``affine_range``, the instructions
-the call issued remember that line (for loop-carried reports). ``STATE.core`` is the core the
-running kernel program issues to.
+``except CapacityError`` still works), and that line is stamped on the instructions the call
+issues (``Core.here``; each instruction takes it to the machine: ``Machine.issue_at``): the
+report's busy time per line, the trace's ``line``, and the lines of loop-carried reads.
+``STATE.core`` is the core the running kernel program issues to.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import functools
 import os
 import sys
 import threading
+from sys import _getframe
 
 from ..errors import CapacityError, Trn2Error, Trn2ValueError
 
@@ -109,16 +111,14 @@ def api(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         core = STATE.core
-        if core is not None and core.loops:
-            n0 = core.m.instructions
-            try:
-                out = fn(*args, **kwargs)
-            except Trn2Error as e:
-                raise relocate(e) from None
-            except _PY_ERRORS as e:
-                raise _as_trn2(fn, e) from e
-            core.note_lines(n0)
-            return out
+        if core is not None:
+            # Core.here, its common case inline (this runs for every call in a kernel): the
+            # caller is the code the last call came from, at an offset seen before.
+            f = _getframe(1)
+            if f.f_code is core.code and f.f_lasti in core.at:
+                core.loc = core.at[f.f_lasti]
+            else:
+                core.here(f)
         try:
             return fn(*args, **kwargs)
         except Trn2Error as e:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..machine import KernelReport, engine_rows
+from ..machine import KernelReport, engine_rows, line_label, line_table, lines_by_source
 from ..report import TimingReport, _fmt_seconds, _Trace, count, moved_to_process, plain
 
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
@@ -36,6 +37,20 @@ def _bottleneck(reports, seconds: float) -> str:
     return best
 
 
+def _bottleneck_line(reports, bottleneck: str) -> str | None:
+    """``file:line`` of the line busiest on the bottleneck (its core's, under LNC=2), or
+    ``None`` when no instruction there has a line."""
+    if bottleneck == "none":
+        return None
+    core, _, engine = bottleneck.rpartition(" ")
+    rs = [reports[int(core[2:])]] if core else reports
+    rows = [row for row in lines_by_source(rs) if row["file"] is not None]
+    best = max(rows, key=lambda row: row["engines"].get(engine, 0.0), default=None)
+    if best is None or best["engines"].get(engine, 0.0) <= 0:
+        return None
+    return line_label(best)
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class NkiReport(TimingReport):
     """How long Trainium2 takes to run the kernel: ``seconds`` (makespan over the launch's
@@ -44,9 +59,12 @@ class NkiReport(TimingReport):
     ``dma_bytes``, ``dma_utilization`` (the share of a core's DMA bandwidth, 368 GB/s, its
     transfers used), ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA
     by the larger of ``dma_utilization`` and its busiest queue's utilisation),
-    ``critical_path`` (of the core that ends last), ``cores`` (each core's ``KernelReport``).
-    Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace (one process
-    per physical core, one track per engine and DMA queue)."""
+    ``bottleneck_line`` (``file:line`` of the kernel line busiest on that engine, DMA queues
+    together), ``by_line()`` (busy time per kernel line, summed over the physical cores under
+    LNC=2; ``cores[i].by_line()`` is one core's), ``critical_path`` (of the core that ends
+    last), ``cores`` (each core's ``KernelReport``). Prints as a table with the busiest lines;
+    ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace (one process per physical core,
+    one track per engine and DMA queue, each instruction's kernel line as ``args.line``)."""
 
     seconds: float
     instructions: int
@@ -56,6 +74,7 @@ class NkiReport(TimingReport):
     bottleneck: str
     dma_utilization: float
     lnc: int
+    bottleneck_line: str | None = None
     cores: tuple[KernelReport, ...] = dataclasses.field(default=(), compare=False)
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
@@ -92,13 +111,15 @@ class NkiReport(TimingReport):
                     events.append(ev)
             return json.dumps({"displayTimeUnit": "ns", "traceEvents": events})
 
+        bottleneck = _bottleneck(reports, seconds)
         return cls(
             seconds=seconds,
             instructions=sum(r.instructions for r in reports),
             engines=engines,
             opcodes=opcodes,
             dma_bytes=sum(r.dma_bytes for r in reports),
-            bottleneck=_bottleneck(reports, seconds),
+            bottleneck=bottleneck,
+            bottleneck_line=_bottleneck_line(reports, bottleneck),
             dma_utilization=max(_dma_share(r, seconds) for r in reports),
             lnc=len(reports),
             cores=tuple(reports),
@@ -110,6 +131,18 @@ class NkiReport(TimingReport):
         """The chain of instructions that ends last (on the core that ends last)."""
         last = max(self.cores, key=lambda r: r.seconds)
         return last.critical_path
+
+    def by_line(self) -> tuple[Mapping[str, Any], ...]:
+        """Busy time per kernel source line, busiest first: ``file``, ``line``, ``engines``
+        (engine -> busy seconds, the DMA queues together as ``"DMA"``), ``busy_s``,
+        ``instructions``, ``share`` (of all engines' busy time). Under LNC=2 a line's time is
+        summed over both physical cores (engines named without ``nc0``/``nc1``; one core's:
+        ``cores[i].by_line()``)."""
+        return self._lines
+
+    @functools.cached_property
+    def _lines(self) -> tuple[Mapping[str, Any], ...]:
+        return lines_by_source(self.cores)
 
     def utilization(self, engine: str) -> float:
         """Busy fraction of ``engine`` ("PE", "ACT", "DVE", "POOL", or a DMA queue's name)."""
@@ -124,9 +157,11 @@ class NkiReport(TimingReport):
             "opcodes": self.opcodes,
             "dma_bytes": self.dma_bytes,
             "bottleneck": self.bottleneck,
+            "bottleneck_line": self.bottleneck_line,
             "dma_utilization": self.dma_utilization,
             "lnc": self.lnc,
             "critical_path": self.critical_path,
+            "lines": self.by_line(),
         })  # fmt: skip
 
     def _rows(self) -> list[tuple[str, str]]:
@@ -134,7 +169,7 @@ class NkiReport(TimingReport):
             ("time", _fmt_seconds(self.seconds)),
             ("NeuronCores", str(self.lnc)),
             ("instructions", f"{self.instructions:,}"),
-            ("bottleneck", self.bottleneck),
+            ("bottleneck", self._bottleneck_text()),
             *engine_rows(self.engines),
             ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
             ("DMA bytes", f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
@@ -146,7 +181,7 @@ class NkiReport(TimingReport):
         lines = [
             f"NKI kernel on {self.lnc} NeuronCore{'s' if self.lnc > 1 else ''}: "
             f"{_fmt_seconds(self.seconds)}, {count(self.instructions, 'instruction')}, bottleneck "
-            f"{self.bottleneck}",
+            f"{self._bottleneck_text()}",
             f"  {'engine':<16} {'busy':>12} {'util':>7} {'instructions':>13}",
         ]
         for name, e in self.engines.items():
@@ -163,7 +198,14 @@ class NkiReport(TimingReport):
             "bandwidth)"
         )
         lines.append(f"  critical path: {len(self.critical_path):,} instructions")
+        lines.extend(line_table(self.by_line()))
         return "\n".join(lines)
+
+    def _bottleneck_text(self) -> str:
+        at = self.bottleneck_line
+        if at is None:
+            return self.bottleneck
+        return f"{self.bottleneck} (busiest line {os.path.basename(at) or at})"
 
     def __repr__(self) -> str:
         return (f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "

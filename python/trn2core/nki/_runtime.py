@@ -29,7 +29,7 @@ from .. import _core
 from .._names import ACTIVATION_FUNCTIONS
 from ..errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 from . import _dtypes as D
-from ._api import STATE, api, relocate, user_location
+from ._api import STATE, _own, api, relocate, user_location
 from ._index import (
     IndexExpr,
     Mask,
@@ -159,9 +159,19 @@ class Core:
         self.pend_fn = None
         self.pend_kind: tuple | None = None
         self.pend_loc: tuple[str, int] | None = None
+        self.pend_at: int | None = None
         self.names = itertools.count()
         self.loops: list[Loop] = []
-        self.lines: dict[int, tuple[str, int]] = {}
+        #: The location id ``issue`` stamps on instructions now (``here``), ``None``: none.
+        self.loc: int | None = None
+        #: Each location id's ``(file, line)``.
+        self.locs: list[tuple[str, int]] = []
+        #: ``id`` of each code object met -> (the code, kept alive so its ``id`` stays its
+        #: own; ``None`` for trn2core's own code, else its location id per bytecode offset).
+        self.codes: dict[int, tuple[object, dict[int, int] | None]] = {}
+        #: The user code ``here`` last found, and its location ids by bytecode offset.
+        self.code: object = None
+        self.at: dict[int, int] = {}
         self.accum: set[int] = set()
         self.last_inplace: tuple[object, int] | None = None
         self.program: tuple[int, ...] = ()
@@ -456,7 +466,9 @@ class Core:
         self.pending = t
         self.pend_fn = fn
         self.pend_kind = kind
-        self.pend_loc = user_location()
+        # The line ``here`` stamped for the call making it (the same frame user_location finds).
+        self.pend_at = self.loc
+        self.pend_loc = user_location() if self.loc is None else self.locs[self.loc]
         return t
 
     def flush(self) -> None:
@@ -464,18 +476,18 @@ class Core:
         t = self.pending
         if t is None:
             return
-        fn, loc = self.pend_fn, self.pend_loc
+        fn, loc, at = self.pend_fn, self.pend_loc, self.pend_at
         self.pending = self.pend_fn = self.pend_kind = None
-        n0 = self.m.instructions
+        now = self.loc
+        self.loc = at  # its instruction is the line that made it, not the one flushing it
         try:
             fresh = self.alloc(t.shape, t.dtype, t.buffer, 0)
             t._t, t._owner = fresh._t, fresh._owner
             fn(t)
         except Trn2Error as e:
             raise relocate(e, loc) from None
-        if self.loops:
-            for i in range(n0, self.m.instructions):
-                self.lines.setdefault(i, loc)
+        finally:
+            self.loc = now
 
     def take(self, value: NkiTensor):
         """If ``value`` is the pending result, un-pend it and return its issuing function."""
@@ -513,19 +525,57 @@ class Core:
                 arg="value",
             )
         self.flush()
-        self.m.issue("memset", "vector", target.tile, float(value))
+        self.issue("memset", "vector", target.tile, float(value))
 
     def just_updated(self, value: NkiTensor) -> bool:
         li = self.last_inplace
         return li is not None and li[0] is value and li[1] == self.m.instructions
 
+    # ------------------------------------------------------------ source lines
+    def here(self, f) -> None:
+        """Stamps the kernel line of frame ``f`` (the innermost frame from there outward that
+        is not trn2core's own: a helper function's line, not its caller's) on the
+        instructions issued from now on. Per call of an ``nl``/``nisa`` function, so cheap:
+        code objects and bytecode offsets are looked up in dicts (a frame's ``f_lineno``
+        scans its code's line table), and the line reaches the machine with each instruction
+        (``issue``), not in a crossing of its own."""
+        codes, first = self.codes, f
+        while f is not None:
+            code = f.f_code
+            known = codes.get(id(code))
+            if known is None:
+                known = codes[id(code)] = (code, None if _own(code.co_filename) else {})
+            at = known[1]
+            if at is not None:
+                break
+            f = f.f_back
+        else:
+            return
+        loc = at.get(f.f_lasti)
+        if loc is None:
+            loc = at[f.f_lasti] = self.location_id(code.co_filename, f.f_lineno or 0)
+        if f is first:  # the api wrapper's shortcut applies to direct callers only
+            self.code, self.at = code, at
+        self.loc = loc
+
+    def issue(self, *args, **kwargs) -> None:
+        """``Machine.issue`` with the current kernel line (``loc``) stamped on the instruction,
+        in the same crossing (``nisa`` calls, the hot path, make that call themselves)."""
+        self.m.issue_at(self.loc, *args, **kwargs)
+
+    def location_id(self, file: str, line: int) -> int:
+        """The machine's id of ``file:line`` (``self.locs[id]`` is the pair)."""
+        loc = self.m.locate(file, line)
+        if loc == len(self.locs):
+            self.locs.append((file, line))
+        return loc
+
+    def line_of(self, index: int) -> tuple[str, int]:
+        """``(file, line)`` of recorded instruction ``index`` (``("<unknown>", 0)``: none)."""
+        loc = self.m.instruction_location(index)
+        return self.locs[loc] if loc is not None else ("<unknown>", 0)
+
     # ------------------------------------------------------------ loops
-    def note_lines(self, n0: int) -> None:
-        n = self.m.instructions
-        if n > n0:
-            loc = user_location()
-            for i in range(n0, n):
-                self.lines.setdefault(i, loc)
 
     def check_loop(self, loop: Loop) -> None:
         """Reports a read across iterations of an ``affine_range`` (module doc of
@@ -538,8 +588,7 @@ class Core:
                 continue
             k = max(i for i, s in enumerate(loop.starts) if s <= reader)
             j = max(i for i, s in enumerate(loop.starts) if s <= writer)
-            rloc = self.lines.get(reader, ("<unknown>", 0))
-            wloc = self.lines.get(writer, ("<unknown>", 0))
+            rloc, wloc = self.line_of(reader), self.line_of(writer)
             e = LoopCarriedDependencyError(
                 f"{rloc[0]}:{rloc[1]}: loop-carried dependency in affine_range: iteration "
                 f"{k} reads memory written by iteration {j} (at line {wloc[1]}); affine_range "
@@ -642,14 +691,14 @@ class Core:
         if dst._pdim is None or src._pdim is None:
             if src.buffer is PSUM:
                 src = self.evict(src)
-            self.m.issue("dma_copy", dst.tile, src.tile, None)
+            self.issue("dma_copy", dst.tile, src.tile, None)
         else:
-            self.m.issue("tensor_copy", "vector", dst.tile, src.tile)
+            self.issue("tensor_copy", "vector", dst.tile, src.tile)
 
     def evict(self, src: NkiTensor) -> NkiTensor:
         """A PSUM tile copied to a new SBUF tile (DMA cannot read PSUM)."""
         t = self.alloc(src.shape, src.dtype, SBUF, src._pdim)
-        self.m.issue("tensor_copy", "vector", t.tile, src.tile)
+        self.issue("tensor_copy", "vector", t.tile, src.tile)
         return t
 
     def broadcast_view(self, x: NkiTensor, shape: tuple[int, ...]) -> NkiTensor:
@@ -701,7 +750,7 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             s = src.tile
             pat = [(0, shape[0])] + [(st, n) for st, n in s.pattern]
-            self.m.issue("dma_copy", dst.tile, s.ap(pat[:4], 0), None)
+            self.issue("dma_copy", dst.tile, s.ap(pat[:4], 0), None)
 
         if len(shape) > 4:
             raise NotSupportedError("broadcast_to: partition broadcast of a 4-D free shape")
@@ -751,21 +800,21 @@ class Core:
                 fa, fb = self.free_size(a), self.free_size(b)
                 fd = self.free_size(d)
                 if fb == 1 and fd > 1 and b.dtype == D.float32 and eng == "vector":
-                    self.m.issue("tensor_scalar", "vector", d.tile, a.tile, op, b.tile, False, None,
+                    self.issue("tensor_scalar", "vector", d.tile, a.tile, op, b.tile, False, None,
                                          None, False)  # fmt: skip
                     return
                 if fa == 1 and fd > 1 and a.dtype == D.float32 and eng == "vector":
-                    self.m.issue("tensor_scalar", "vector", d.tile, b.tile, op, a.tile, True, None,
+                    self.issue("tensor_scalar", "vector", d.tile, b.tile, op, a.tile, True, None,
                                          None, False)  # fmt: skip
                     return
                 a = self.broadcast_view(a, d.shape) if a.shape != d.shape else a
                 b = self.broadcast_view(b, d.shape) if b.shape != d.shape else b
-                self.m.issue("tensor_tensor", eng, d.tile, a.tile, b.tile, op)
+                self.issue("tensor_tensor", eng, d.tile, a.tile, b.tile, op)
             elif xt:
-                self.m.issue("tensor_scalar", "vector", d.tile, self.masked(x, ranges).tile, op,
+                self.issue("tensor_scalar", "vector", d.tile, self.masked(x, ranges).tile, op,
                                      float(y), False, None, None, False)  # fmt: skip
             else:
-                self.m.issue("tensor_scalar", "vector", d.tile, self.masked(y, ranges).tile, op,
+                self.issue("tensor_scalar", "vector", d.tile, self.masked(y, ranges).tile, op,
                                      float(x), True, None, None, False)  # fmt: skip
 
         return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
@@ -782,15 +831,17 @@ class Core:
                 return
             d, a = self.masked(dst, ranges), self.masked(x, ranges)
             if func == "reciprocal":
-                self.m.issue("reciprocal", d.tile, a.tile)
+                self.issue("reciprocal", d.tile, a.tile)
             elif func == "negative":
-                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, "multiply", -1.0)
+                self.m.issue_at(
+                    self.loc, "tensor_scalar", "vector", d.tile, a.tile, "multiply", -1.0
+                )
             elif func in ("invert",):
-                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, func, 0.0)
+                self.issue("tensor_scalar", "vector", d.tile, a.tile, func, 0.0)
             elif func == "logical_not":
-                self.m.issue("tensor_scalar", "vector", d.tile, a.tile, "equal", 0.0)
+                self.issue("tensor_scalar", "vector", d.tile, a.tile, "equal", 0.0)
             elif func in ACTIVATION_FUNCTIONS:
-                self.m.issue("activation", d.tile, func, a.tile)
+                self.issue("activation", d.tile, func, a.tile)
             elif func in _COMPOSITE:
                 self.composite(func, d, a)
             else:
@@ -817,7 +868,7 @@ class Core:
         - ``trunc``: ``floor(|x|)``, negated where x < 0;
         - ``cos``: ``sin(pi/2 - |x|)`` on the Scalar engine (inside sin's valid range for x in
           [-pi, pi]); ``tan``: ``sin(x) / cos(x)``."""
-        m, f32 = self.m, D.float32
+        m, f32 = self, D.float32
 
         keep: list[NkiTensor] = []  # the temporaries live until the sequence is issued
 
@@ -879,7 +930,7 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             if ranges is not None:
                 d, a = self.masked(dst, ranges), self.masked(x, ranges)
-                self.m.issue("tensor_copy", "vector", d.tile, a.tile)
+                self.issue("tensor_copy", "vector", d.tile, a.tile)
 
         return self.pend_valid(self.pend(x.shape, out_dt, SBUF, issue), ranges)
 
@@ -908,11 +959,11 @@ class Core:
             dt = d.tile
             if mean:
                 tmp = self.alloc(d.shape, D.float32, SBUF, 0)
-                self.m.issue("tensor_reduce", tmp.tile, op, a.tile, len(axes), False)
-                self.m.issue("tensor_scalar", "vector", dt, tmp.tile, "divide", float(count), False,
+                self.issue("tensor_reduce", tmp.tile, op, a.tile, len(axes), False)
+                self.issue("tensor_scalar", "vector", dt, tmp.tile, "divide", float(count), False,
                                      None, None, False)  # fmt: skip
             else:
-                self.m.issue("tensor_reduce", dt, op, a.tile, len(axes), False)
+                self.issue("tensor_reduce", dt, op, a.tile, len(axes), False)
 
         return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges, (0,))
 
@@ -945,13 +996,15 @@ class Core:
                     else self.broadcast(v, target.shape)  # fmt: skip
             fv = self.free_size(v)
             if fv == 1 and self.free_size(target) > 1 and v.dtype == D.float32:
-                self.m.issue("tensor_scalar", "vector", target.tile, target.tile, op, v.tile, False,
+                self.issue("tensor_scalar", "vector", target.tile, target.tile, op, v.tile, False,
                                      None, None, False)  # fmt: skip
             else:
-                self.m.issue("tensor_tensor", "vector", target.tile, target.tile, v.tile, op)
+                self.m.issue_at(
+                    self.loc, "tensor_tensor", "vector", target.tile, target.tile, v.tile, op
+                )
         else:
             t = target.tile
-            self.m.issue("tensor_scalar", "vector", t, t, op, float(value))
+            self.issue("tensor_scalar", "vector", t, t, op, float(value))
         if op in _ASSOCIATIVE:
             self.mark_accum()
         self.last_inplace = (target, self.m.instructions)
@@ -960,7 +1013,9 @@ class Core:
         """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""
 
         def issue(dst: NkiTensor, accumulate=False) -> None:
-            self.m.issue("nc_matmul", dst.tile, stationary.tile, moving.tile, accumulate, *opts)
+            self.m.issue_at(
+                self.loc, "nc_matmul", dst.tile, stationary.tile, moving.tile, accumulate, *opts
+            )
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
 
@@ -1034,7 +1089,7 @@ class Core:
                 run = t.rows(count, mstride[axis] * step).ap(
                     free, offset0 + mstride[axis] * int(vals[p])
                 )
-                self.m.issue("dma_copy", d.tile[p : p + count], run, None)
+                self.issue("dma_copy", d.tile[p : p + count], run, None)
                 p += count
 
         return self.pend_valid(self.pend(src.shape, dtype, SBUF, issue), ranges)

@@ -53,16 +53,20 @@ def _t(x, arg: str):
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
 
-def _m(*xs):
+def _core_of(*xs):
+    """The core of the first tensor of ``xs`` (or the running kernel's), its pending result
+    issued. Each ``nisa`` instruction then goes out as ``c.m.issue_at(c.loc, ...)``: the
+    kernel's line in the instruction's own crossing, without a Python frame between (this is
+    every ``nisa`` instruction's path)."""
     for x in xs:
         if isinstance(x, NkiTensor):
             c = x._core
             if c.pending is not None:
                 c.flush()
-            return c.m
+            return c
     c = current()
     c.flush()
-    return c.m
+    return c
 
 
 def get_nc_version() -> nc_version:
@@ -79,8 +83,8 @@ def get_nc_sub_version() -> int:
 def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              engine=engine.unknown, name=None, **kwargs) -> None:  # fmt: skip
     """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue."""
-    m = _m(dst, src)
-    m.issue("dma_copy", _t(dst, "dst"), _t(src, "src"), None)
+    c = _core_of(dst, src)
+    c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
 
 def _as_shaped(x, arg: str):
@@ -105,9 +109,9 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
             f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
             arg="dge_mode",
         )
-    m = _m(dst, src)
+    c = _core_of(dst, src)
     perm = None if axes is None else [int(a) for a in axes]
-    m.issue("dma_transpose", _as_shaped(dst, "dst"), _as_shaped(src, "src"), perm,
+    c.m.issue_at(c.loc, "dma_transpose", _as_shaped(dst, "dst"), _as_shaped(src, "src"), perm,
             mode == "hwdge")  # fmt: skip
 
 
@@ -115,14 +119,16 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
 def tensor_copy(dst, src, engine=engine.unknown, name=None, **kwargs) -> None:
     """``dst = src`` (bits when the dtypes agree, else through float32)."""
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
-    _m(dst, src).issue("tensor_copy", e, _t(dst, "dst"), _t(src, "src"))
+    c = _core_of(dst, src)
+    c.m.issue_at(c.loc, "tensor_copy", e, _t(dst, "dst"), _t(src, "src"))
 
 
 @api
 def memset(dst, value, engine=engine.unknown, name=None, **kwargs) -> None:
     """Fills ``dst`` with ``value``."""
     e = engine_name(engine, "vector", ("vector", "gpsimd"), "memset")
-    _m(dst).issue("memset", e, _t(dst, "dst"), float(value))
+    c = _core_of(dst)
+    c.m.issue_at(c.loc, "memset", e, _t(dst, "dst"), float(value))
 
 
 def _pe_tile(tile_position, tile_size):
@@ -139,13 +145,13 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     matmul into memory not written by a matmul overwrites it, later ones accumulate."""
     pos, size = _pe_tile(tile_position, tile_size)
     pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
-    m = _m(dst, stationary, moving)
+    c = _core_of(dst, stationary, moving)
     acc = None if accumulate is None else bool(accumulate)
     # accumulate=None: "first write overwrites" per tensor, as the compiler infers it. A tensor
     # placed (address=) on bytes that last held another tensor's matmul result starts anew.
     if isinstance(dst, NkiTensor) and dst._core.block_fresh(dst) and acc is None:
         acc = False
-    m.issue("nc_matmul",
+    c.m.issue_at(c.loc, "nc_matmul",
         _t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving"),
         acc, pm, pos, size, bool(is_transpose),
     )  # fmt: skip
@@ -157,7 +163,8 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs) -> None:
     engine (up to 32 x 32); by default the tensor engine when ``dst`` is in PSUM."""
     default = "tensor" if isinstance(dst, NkiTensor) and dst.buffer is PSUM else "vector"
     e = engine_name(engine, default, ("tensor", "vector"), "nc_transpose")
-    _m(dst, data).issue("nc_transpose", e, _t(dst, "dst"), _t(data, "data"))
+    c = _core_of(dst, data)
+    c.m.issue_at(c.loc, "nc_transpose", e, _t(dst, "dst"), _t(data, "data"))
 
 
 _INT32 = (D.int32, D.uint32)
@@ -178,7 +185,8 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
     """``dst = data1 <op> data2`` element-wise (Vector; GpSimd for int32 tiles and power)."""
     o = alu_name(op)
     e = _tt_engine(engine, o, dst, data1, data2)
-    _m(dst, data1, data2).issue("tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"),
+    c = _core_of(dst, data1, data2)
+    c.m.issue_at(c.loc, "tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"),
                                         _t(data2, "data2"), o)  # fmt: skip
 
 
@@ -188,8 +196,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
     float32 tiles."""
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
-    m = _m(dst, data, operand0, operand1)
-    m.issue("tensor_scalar",
+    c = _core_of(dst, data, operand0, operand1)
+    c.m.issue_at(c.loc, "tensor_scalar",
         e, _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"),
         scalar_arg(operand0, "operand0"), bool(reverse0),
         None if op1 is None else alu_name(op1, "op1"),
@@ -210,7 +218,8 @@ def _axes(data: NkiTensor, axis) -> int:
 @api
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs) -> None:
     """``dst = reduce(op, data, axis)`` over the last free axes (Vector engine)."""
-    _m(dst, data).issue("tensor_reduce", _t(dst, "dst"), alu_name(op), _t(data, "data"),
+    c = _core_of(dst, data)
+    c.m.issue_at(c.loc, "tensor_reduce", _t(dst, "dst"), alu_name(op), _t(data, "data"),
                                 _axes(data, axis), bool(negate))  # fmt: skip
 
 
@@ -226,11 +235,11 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     """``dst = op(data * scale + bias)`` on the Scalar engine; with ``reduce_op`` (add) the
     results are also added into ``reduce_res``. Transcendental functions follow trn2core's
     float64 rule, not the chip's unpublished polynomials (docs/machine.md)."""
-    m = _m(dst, data, bias, scale)
+    c = _core_of(dst, data, bias, scale)
     cmd = reduce_cmd_name(reduce_cmd)
     if reduce_res is not None and cmd == "idle":
         cmd = "reset_reduce"
-    m.issue("activation",
+    c.m.issue_at(c.loc, "activation",
         _t(dst, "dst"), act_name(op), _t(data, "data"),
         None if bias is None else scalar_arg(bias, "bias"), _scale(scale),
         None if reduce_op is None else alu_name(reduce_op, "reduce_op"),
@@ -243,8 +252,8 @@ def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0
                       **kwargs) -> None:  # fmt: skip
     """``activation`` whose results are also reduced (added) per partition into
     ``reduce_res``."""
-    m = _m(dst, data, bias, scale)
-    m.issue("activation_reduce",
+    c = _core_of(dst, data, bias, scale)
+    c.m.issue_at(c.loc, "activation_reduce",
         _t(dst, "dst"), act_name(op), _t(data, "data"), alu_name(reduce_op, "reduce_op"),
         _t(reduce_res, "reduce_res"), None if bias is None else scalar_arg(bias, "bias"),
         _scale(scale),
@@ -258,7 +267,10 @@ def _pattern(pattern) -> list[tuple[int, int]]:
 @api
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs) -> None:
     """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (GpSimd)."""
-    _m(dst).issue("iota", _t(dst, "dst"), _pattern(pattern), int(offset), int(channel_multiplier))
+    c = _core_of(dst)
+    c.m.issue_at(
+        c.loc, "iota", _t(dst, "dst"), _pattern(pattern), int(offset), int(channel_multiplier)
+    )
 
 
 @api
@@ -267,7 +279,8 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     """``dst = cmp_op(affine, 0) ? on_true_tile : on_false_value`` where ``affine`` is
     ``offset + c * channel_multiplier + sum(index * step)`` (GpSimd)."""
     cmp = "equal" if cmp_op is None else alu_name(cmp_op, "cmp_op")
-    _m(dst, on_true_tile).issue("affine_select",
+    c = _core_of(dst, on_true_tile)
+    c.m.issue_at(c.loc, "affine_select",
         _t(dst, "dst"), _pattern(pattern), int(channel_multiplier),
         _t(on_true_tile, "on_true_tile"), float(on_false_value), cmp, int(offset),
     )  # fmt: skip
@@ -276,20 +289,23 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 @api
 def bn_stats(dst, data, name=None, **kwargs) -> None:
     """Per-partition mean statistics of ``data`` (Vector; up to 512 elements)."""
-    _m(dst, data).issue("bn_stats", _t(dst, "dst"), _t(data, "data"))
+    c = _core_of(dst, data)
+    c.m.issue_at(c.loc, "bn_stats", _t(dst, "dst"), _t(data, "data"))
 
 
 @api
 def bn_aggr(dst, data, name=None, **kwargs) -> None:
     """``[mean, variance]`` per partition from ``bn_stats`` results (Vector)."""
-    _m(dst, data).issue("bn_aggr", _t(dst, "dst"), _t(data, "data"))
+    c = _core_of(dst, data)
+    c.m.issue_at(c.loc, "bn_aggr", _t(dst, "dst"), _t(data, "data"))
 
 
 @api
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
                        name=None, **kwargs) -> None:  # fmt: skip
     """``dst[i] = op1(op0(data0[i], dst[i - 1]), data1[i])`` from ``initial`` (Vector)."""
-    _m(dst, data0, data1, initial).issue("tensor_tensor_scan",
+    c = _core_of(dst, data0, data1, initial)
+    c.m.issue_at(c.loc, "tensor_tensor_scan",
         _t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), scalar_arg(initial, "initial"),
         alu_name(op0, "op0"), alu_name(op1, "op1"), bool(reverse0), bool(reverse1),
     )  # fmt: skip
@@ -298,14 +314,16 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 @api
 def reciprocal(dst, data, name=None, **kwargs) -> None:
     """``dst = 1 / data`` (Vector engine, IEEE float32)."""
-    _m(dst, data).issue("reciprocal", _t(dst, "dst"), _t(data, "data"))
+    c = _core_of(dst, data)
+    c.m.issue_at(c.loc, "reciprocal", _t(dst, "dst"), _t(data, "data"))
 
 
 @api
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
                          reverse1=False, name=None, **kwargs) -> None:  # fmt: skip
     """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile (Vector)."""
-    _m(dst, data, operand0, operand1).issue("scalar_tensor_tensor",
+    c = _core_of(dst, data, operand0, operand1)
+    c.m.issue_at(c.loc, "scalar_tensor_tensor",
         _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
         alu_name(op1, "op1"), _t(operand1, "operand1"), bool(reverse0), bool(reverse1),
     )  # fmt: skip
@@ -317,7 +335,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          reduce_res_negate=False, name=None, **kwargs) -> None:  # fmt: skip
     """``dst = data <op0> operand0``, the results reduced with ``reduce_op`` into
     ``reduce_res`` (Vector)."""
-    _m(dst, data, operand0).issue("tensor_scalar_reduce",
+    c = _core_of(dst, data, operand0)
+    c.m.issue_at(c.loc, "tensor_scalar_reduce",
         _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
         alu_name(reduce_op, "reduce_op"),
         None if reduce_res is None else _t(reduce_res, "reduce_res"), bool(reverse0),
@@ -330,14 +349,24 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 @api
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, **kwargs) -> None:
     """``dst = predicate ? src : dst`` (Vector ``select``; ``reverse_pred`` negates)."""
-    m = _m(dst, src, predicate)
+    c = _core_of(dst, src, predicate)
     if reverse_pred:
-        m.issue(
-            "select", _t(dst, "dst"), _t(predicate, "predicate"), _t(dst, "dst"), _t(src, "src")
+        c.m.issue_at(
+            c.loc,
+            "select",
+            _t(dst, "dst"),
+            _t(predicate, "predicate"),
+            _t(dst, "dst"),
+            _t(src, "src"),
         )
     elif isinstance(src, NkiTensor):
-        m.issue(
-            "select", _t(dst, "dst"), _t(predicate, "predicate"), _t(src, "src"), _t(dst, "dst")
+        c.m.issue_at(
+            c.loc,
+            "select",
+            _t(dst, "dst"),
+            _t(predicate, "predicate"),
+            _t(src, "src"),
+            _t(dst, "dst"),
         )
     else:
         raise NotSupportedError("tensor_copy_predicated: a scalar src")
@@ -440,7 +469,8 @@ def _from_table(row):
                 out[k] = scalar_arg(v, k)
             else:
                 out[k] = v
-        _m(*tensors).issue(op, **out)
+        c = _core_of(*tensors)
+        c.m.issue_at(c.loc, op, **out)
 
     f.__name__ = f.__qualname__ = op
     f.__doc__ = f"``{summary}`` (the core's instruction table; docs/machine.md)."

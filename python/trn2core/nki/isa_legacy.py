@@ -99,8 +99,17 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if is_transpose:
 
         def issue(d):
-            core.m.issue(
-                "nc_matmul", d.tile, stationary.tile, moving.tile, None, "none", pos, size, True
+            core.m.issue_at(
+                core.loc,
+                "nc_matmul",
+                d.tile,
+                stationary.tile,
+                moving.tile,
+                None,
+                "none",
+                pos,
+                size,
+                True,
             )
 
         return core.pend((stationary.shape[1], stationary.shape[0]), stationary.dtype, PSUM,
@@ -119,7 +128,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     e = engine_name(engine, default, ("tensor", "vector"), "nc_transpose")
     buf = PSUM if e == "tensor" else SBUF
     return _result(core, (f, p), _dt(dtype, data.dtype), buf, mask,
-                   lambda d, a: core.m.issue("nc_transpose", e, d.tile, a.tile), data)  # fmt: skip
+                   lambda d, a: core.issue("nc_transpose", e, d.tile, a.tile), data)  # fmt: skip
 
 
 @api
@@ -136,7 +145,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     rop = None if reduce_op is None else alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, b, s):
-        core.m.issue("activation", d.tile, f, a.tile, _sc(b, "bias"), _cur._scale(s), rop,
+        core.issue("activation", d.tile, f, a.tile, _sc(b, "bias"), _cur._scale(s), rop,
                           None if reduce_res is None else reduce_res.tile, cmd)  # fmt: skip
 
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
@@ -151,7 +160,7 @@ def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, 
     f, rop = act_name(op), alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, b, s):
-        core.m.issue("activation_reduce", d.tile, f, a.tile, rop, reduce_res.tile, _sc(b, "bias"),
+        core.issue("activation_reduce", d.tile, f, a.tile, rop, reduce_res.tile, _sc(b, "bias"),
                                  _cur._scale(s))  # fmt: skip
 
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
@@ -166,7 +175,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
     o = alu_name(op)
     e = _cur._tt_engine(engine, o, data1, data2)
     return _result(core, data1.shape, _dt(dtype, D.promote(data1.dtype, data2.dtype)), SBUF, mask,
-                   lambda d, a, b: core.m.issue("tensor_tensor", e, d.tile, a.tile, b.tile, o),
+                   lambda d, a, b: core.issue("tensor_tensor", e, d.tile, a.tile, b.tile, o),
                    data1, data2, kind=("alu", o))  # fmt: skip
 
 
@@ -181,7 +190,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     o1 = None if op1 is None else alu_name(op1, "op1")
 
     def issue(d, a, s0, s1):
-        core.m.issue("tensor_scalar", e, d.tile, a.tile, o0, scalar_arg(s0, "operand0"),
+        core.issue("tensor_scalar", e, d.tile, a.tile, o0, scalar_arg(s0, "operand0"),
                      bool(reverse0), o1, _sc(s1, "operand1"), bool(reverse1))  # fmt: skip
 
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
@@ -196,7 +205,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
 
     def issue(d, a, s0, b):
-        core.m.issue("scalar_tensor_tensor", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), o1,
+        core.issue("scalar_tensor_tensor", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), o1,
                      b.tile, bool(reverse0), bool(reverse1))  # fmt: skip
 
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
@@ -209,7 +218,7 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) 
     core = _core(src)
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
     return _result(core, src.shape, _dt(dtype, src.dtype), SBUF, mask,
-                   lambda d, a: core.m.issue("tensor_copy", e, d.tile, a.tile), src)  # fmt: skip
+                   lambda d, a: core.issue("tensor_copy", e, d.tile, a.tile), src)  # fmt: skip
 
 
 @api
@@ -228,7 +237,9 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
         if ranges is None:
             return
         d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
-        core.m.issue("tensor_reduce", d.tile, o, core.masked(data, ranges).tile, n, bool(negate))
+        core.m.issue_at(
+            core.loc, "tensor_reduce", d.tile, o, core.masked(data, ranges).tile, n, bool(negate)
+        )
 
     return core.pend_valid(core.pend(shape, _dt(dtype, data.dtype), SBUF, fn), ranges, (0,))
 
@@ -241,7 +252,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
 
     def issue(d, a, b, init):
-        core.m.issue("tensor_tensor_scan", d.tile, a.tile, b.tile, scalar_arg(init, "initial"),
+        core.issue("tensor_tensor_scan", d.tile, a.tile, b.tile, scalar_arg(init, "initial"),
                      o0, o1, bool(reverse0), bool(reverse1))  # fmt: skip
 
     return _result(core, data0.shape, _dt(dtype, data0.dtype), SBUF, mask, issue, data0, data1,
@@ -256,7 +267,7 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     o0, rop = alu_name(op0, "op0"), alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, s0):
-        core.m.issue("tensor_scalar_reduce", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), rop,
+        core.issue("tensor_scalar_reduce", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), rop,
                                     reduce_res.tile, bool(reverse0), "reset_reduce", None,
                                     False)  # fmt: skip
 
@@ -268,7 +279,7 @@ def reciprocal(data, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """``1 / data`` into a new tile (Vector engine)."""
     core = _core(data)
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask,
-                   lambda d, a: core.m.issue("reciprocal", d.tile, a.tile), data)  # fmt: skip
+                   lambda d, a: core.issue("reciprocal", d.tile, a.tile), data)  # fmt: skip
 
 
 @api
@@ -276,7 +287,7 @@ def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """Per-partition ``bn_stats`` of ``data`` into a new ``[P, 6]`` tile."""
     core = _core(data)
     return _result(core, (data.shape[0], 6), _dt(dtype, D.float32), SBUF, mask,
-                   lambda d, a: core.m.issue("bn_stats", d.tile, a.tile), data)  # fmt: skip
+                   lambda d, a: core.issue("bn_stats", d.tile, a.tile), data)  # fmt: skip
 
 
 @api
@@ -288,7 +299,7 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     def fn(dst):
         if ranges is not None:
             d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
-            core.m.issue("bn_aggr", d.tile, core.masked(data, ranges).tile)
+            core.issue("bn_aggr", d.tile, core.masked(data, ranges).tile)
 
     return core.pend_valid(core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn),
                            ranges, (0,))  # fmt: skip
@@ -300,7 +311,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -
     core = current()
     e = engine_name(engine, "vector", ("vector", "gpsimd"), "memset")
     return _result(core, tuple(shape), D.as_dtype(dtype), SBUF, mask,
-                   lambda d: core.m.issue("memset", e, d.tile, float(value)))  # fmt: skip
+                   lambda d: core.issue("memset", e, d.tile, float(value)))  # fmt: skip
 
 
 @api
@@ -313,7 +324,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
     ranges = core.mask_ranges(mask, dst.ndim)
     core.flush()
     if ranges is not None:
-        core.m.issue("dma_copy", core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
+        core.m.issue_at(
+            core.loc, "dma_copy", core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None
+        )
 
 
 @api
@@ -324,7 +337,7 @@ def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, **kwargs
         raise NotSupportedError("nc_stream_shuffle: mask (a dst predicate) is not emulated")
     core = _core(dst, src)
     core.flush()
-    core.m.issue("nc_stream_shuffle", dst.tile, src.tile, shuffle_mask)
+    core.issue("nc_stream_shuffle", dst.tile, src.tile, shuffle_mask)
 
 
 def _affine(expr: IndexExpr, what: str):
@@ -346,7 +359,7 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> NkiTensor:
     core = current()
     pattern, offset, cm, shape = _affine(expr, "iota")
     return _result(core, shape, D.as_dtype(dtype), SBUF, mask,
-                   lambda d: core.m.issue("iota", d.tile, pattern, offset, cm))  # fmt: skip
+                   lambda d: core.issue("iota", d.tile, pattern, offset, cm))  # fmt: skip
 
 
 _CMP_OP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
@@ -372,8 +385,16 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
     cmp = _CMP_OP[op]
 
     def issue(d, t):
-        core.m.issue(
-            "affine_select", d.tile, pattern, cm, t.tile, float(on_false_value), cmp, offset
+        core.m.issue_at(
+            core.loc,
+            "affine_select",
+            d.tile,
+            pattern,
+            cm,
+            t.tile,
+            float(on_false_value),
+            cmp,
+            offset,
         )
 
     return _result(core, on_true_tile.shape, _dt(dtype, on_true_tile.dtype), SBUF, mask, issue,
@@ -431,8 +452,12 @@ def _from_table(row):
             rest["engine"] = engine_name(engine, default, tuple(engines), op)
 
         def issue(d, *ops):
-            core.m.issue(
-                op, dst=d.tile, **rest, **{k: o.tile for k, o in zip(tiles, ops, strict=True)}
+            core.m.issue_at(
+                core.loc,
+                op,
+                dst=d.tile,
+                **rest,
+                **{k: o.tile for k, o in zip(tiles, ops, strict=True)},
             )
 
         return _result(core, shape, dt, SBUF, mask, issue, *(given[k] for k in tiles))

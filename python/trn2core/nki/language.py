@@ -316,10 +316,10 @@ def _filled(shape, value, dtype, buffer, name) -> NkiTensor:
     if t._pdim is None:
         # HBM: one element set on chip, then one DMA reading it with step 0.
         tmp = core.alloc((1, 1), t.dtype, SBUF, 0)
-        core.m.issue("memset", "vector", tmp.tile, float(value))
-        core.m.issue("dma_copy", t.tile, tmp.tile.ap([(0, t.size)], 0), None)
+        core.issue("memset", "vector", tmp.tile, float(value))
+        core.issue("dma_copy", t.tile, tmp.tile.ap([(0, t.size)], 0), None)
         return t
-    core.m.issue("memset", "vector", t.tile, float(value))
+    core.issue("memset", "vector", t.tile, float(value))
     return t
 
 
@@ -395,7 +395,7 @@ def shared_identity_matrix(n: int, dtype=uint8, dst=None, **kwargs) -> NkiTensor
     core = const._core
     core.flush()
     t = dst if dst is not None else core.alloc((n, n), dt, SBUF, 0, "identity")
-    core.m.issue("dma_copy", t.tile, const.tile, None)
+    core.issue("dma_copy", t.tile, const.tile, None)
     return t
 
 
@@ -431,7 +431,9 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     def issue(dst: NkiTensor) -> None:
         if ranges is None:
             return
-        core.m.issue("dma_copy", core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None)
+        core.m.issue_at(
+            core.loc, "dma_copy", core.masked(dst, ranges).tile, core.masked(src, ranges).tile, None
+        )
 
     return core.pend_valid(core.pend(shape, dt, SBUF, issue), ranges)
 
@@ -450,7 +452,9 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
         return
     if value.buffer is PSUM:
         value = core.evict(value)
-    core.m.issue("dma_copy", core.masked(dst, ranges).tile, core.masked(value, ranges).tile, None)
+    core.m.issue_at(
+        core.loc, "dma_copy", core.masked(dst, ranges).tile, core.masked(value, ranges).tile, None
+    )
 
 
 @api
@@ -467,7 +471,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     view = t.rows(b, col_step).ap([(t.row_step, a)], 0)
 
     def issue(dst: NkiTensor) -> None:
-        core.m.issue("dma_copy", dst.tile, view, None)
+        core.issue("dma_copy", dst.tile, view, None)
 
     if b > tile_size.pmax:
         raise PartitionDimError(f"load_transpose2d: {b} partitions, over {tile_size.pmax}")
@@ -496,9 +500,9 @@ def matmul(x, y, *, transpose_x=False, mask=None, **kwargs) -> NkiTensor:
     y = core.evict(y) if y.buffer is PSUM else y
     if not transpose_x:
         xt_ps = core.alloc((x.shape[1], x.shape[0]), x.dtype, PSUM, 0)
-        core.m.issue("nc_transpose", "tensor", xt_ps.tile, x.tile)
+        core.issue("nc_transpose", "tensor", xt_ps.tile, x.tile)
         xt = core.alloc(xt_ps.shape, x.dtype, SBUF, 0)
-        core.m.issue("tensor_copy", "vector", xt.tile, xt_ps.tile)
+        core.issue("tensor_copy", "vector", xt.tile, xt_ps.tile)
         x = xt
     return core.matmul_pending(x, y, (x.shape[1], y.shape[1]), ("none", None, None, False))
 
@@ -514,11 +518,11 @@ def transpose(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 
     def issue(dst: NkiTensor) -> None:
         if dst.dtype == x.dtype:
-            core.m.issue("nc_transpose", "tensor", dst.tile, x.tile)
+            core.issue("nc_transpose", "tensor", dst.tile, x.tile)
         else:
             tmp = core.alloc(dst.shape, x.dtype, PSUM, 0)
-            core.m.issue("nc_transpose", "tensor", tmp.tile, x.tile)
-            core.m.issue("tensor_copy", "vector", dst.tile, tmp.tile)
+            core.issue("nc_transpose", "tensor", tmp.tile, x.tile)
+            core.issue("tensor_copy", "vector", dst.tile, tmp.tile)
 
     return core.pend((x.shape[1], x.shape[0]), dt, PSUM, issue)
 
@@ -551,7 +555,7 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
         if ranges is None:
             return
         f = core.masked(y, ranges).tile if isinstance(y, NkiTensor) else float(y)
-        core.m.issue("select", core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
+        core.issue("select", core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
                       core.masked(x, ranges).tile, f)  # fmt: skip
 
     return core.pend_valid(core.pend(x.shape, dt, SBUF, issue), ranges)
@@ -682,16 +686,18 @@ def softmax(x, axis=-1, *, dtype=None, compute_dtype=None, mask=None, **kwargs) 
     core.flush()
     p = x.shape[0]
     mx = core.alloc((p, 1), float32, SBUF, 0)
-    core.m.issue("tensor_reduce", mx.tile, "maximum", x.tile, 1, True)
+    core.issue("tensor_reduce", mx.tile, "maximum", x.tile, 1, True)
     e = core.alloc(x.shape, float32, SBUF, 0)
     s = core.alloc((p, 1), float32, SBUF, 0)
-    core.m.issue("activation", e.tile, "exp", x.tile, mx.tile, None, "add", s.tile, "reset_reduce")
+    core.m.issue_at(
+        core.loc, "activation", e.tile, "exp", x.tile, mx.tile, None, "add", s.tile, "reset_reduce"
+    )
     r = core.alloc((p, 1), float32, SBUF, 0)
-    core.m.issue("reciprocal", r.tile, s.tile)
+    core.issue("reciprocal", r.tile, s.tile)
     dt = x.dtype if dtype is None else D.as_dtype(dtype)
 
     def issue(dst: NkiTensor) -> None:
-        core.m.issue("tensor_scalar", "vector", dst.tile, e.tile, "multiply", r.tile)
+        core.issue("tensor_scalar", "vector", dst.tile, e.tile, "multiply", r.tile)
 
     return core.pend(x.shape, dt, SBUF, issue)
 

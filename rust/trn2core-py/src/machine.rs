@@ -590,6 +590,24 @@ impl PyMachine {
         self.lock().instructions()
     }
 
+    /// The id of the kernel source line `file:line` (the same id for the same pair), for
+    /// `set_location`.
+    fn locate(&self, file: &str, line: u32) -> PyTrn2Result<u32> {
+        Ok(self.lock().locate(file, line)?)
+    }
+
+    /// The source location (an id from `locate`, or `None`) stamped on the instructions issued
+    /// from now on.
+    #[pyo3(signature = (location))]
+    fn set_location(&self, location: Option<u32>) -> PyTrn2Result<()> {
+        Ok(self.lock().set_location(location)?)
+    }
+
+    /// The location id of recorded instruction `index` (`None`: issued with none).
+    fn instruction_location(&self, index: usize) -> Option<u32> {
+        self.lock().instruction_location(index)
+    }
+
     /// Forgets the recorded program (memories keep their contents).
     fn clear_program(&self) {
         self.lock().clear_program();
@@ -614,6 +632,34 @@ impl PyMachine {
     fn issue(
         &self,
         py: Python<'_>,
+        opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyTrn2Result<()> {
+        self.issue_with(py, None, opcode, args, kwargs)
+    }
+
+    /// `issue` with the source `location` (an id from `locate`, or `None`) stamped on this
+    /// instruction: a kernel front end's line in the same crossing as the instruction.
+    #[pyo3(signature = (location, opcode, *args, **kwargs))]
+    fn issue_at(
+        &self,
+        py: Python<'_>,
+        location: Option<u32>,
+        opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyTrn2Result<()> {
+        self.issue_with(py, Some(location), opcode, args, kwargs)
+    }
+}
+
+impl PyMachine {
+    /// `issue` / `issue_at` (`at`: the location, when given).
+    fn issue_with(
+        &self,
+        py: Python<'_>,
+        at: Option<Option<u32>>,
         opcode: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
@@ -667,7 +713,14 @@ impl PyMachine {
             // Queued: its arithmetic runs, in parallel with its neighbours', when the next
             // instruction or read settles the queue.
             let work = elements.sum::<usize>();
-            let run = || self.lock().issue(op, vals).map_err(rename);
+            let run = || {
+                let mut m = self.lock();
+                match at {
+                    Some(loc) => m.issue_at(op, vals, loc),
+                    None => m.issue(op, vals),
+                }
+                .map_err(rename)
+            };
             return if work < GIL_HELD_ELEMENTS {
                 Ok(guard(py, run)?)
             } else {
@@ -677,7 +730,13 @@ impl PyMachine {
         // The others settle the queue first (the core does, inside `issue`; the binding only
         // decides whether the GIL is released and Ctrl-C honoured for that work).
         let work = elements.max().unwrap_or(0);
-        self.with_settled(py, work, |m| m.issue(op, vals).map_err(rename))
+        self.with_settled(py, work, |m| {
+            match at {
+                Some(loc) => m.issue_at(op, vals, loc),
+                None => m.issue(op, vals),
+            }
+            .map_err(rename)
+        })
     }
 }
 
@@ -774,6 +833,28 @@ view_pymethods! {
                 .queues
                 .iter()
                 .map(|q| (q.name, q.busy_s, q.utilization, q.instructions))
+                .collect()
+        }
+
+        /// Busy time per source line and queue: `(file, line, queue, busy seconds,
+        /// instructions)`, `file` and `line` `None` for instructions issued with no location.
+        #[getter]
+        #[allow(clippy::type_complexity)]
+        fn lines(&self) -> Vec<(Option<String>, Option<u32>, &'static str, f64, u64)> {
+            let locs = &self.inner.locations;
+            self.inner
+                .lines
+                .iter()
+                .map(|l| {
+                    let at = locs.get(l.location as usize);
+                    (
+                        at.map(|a| a.file.clone()),
+                        at.map(|a| a.line),
+                        l.queue.track(),
+                        l.busy_s,
+                        l.instructions,
+                    )
+                })
                 .collect()
         }
 

@@ -280,6 +280,7 @@ mod tests {
             first_region: 0,
             reads: 0,
             writes: 0,
+            location: crate::machine::record::NO_LOCATION,
             cost: CostInput {
                 n,
                 partitions: 128,

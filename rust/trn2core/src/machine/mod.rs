@@ -52,7 +52,7 @@ pub use isa::act::ActFunc;
 pub use isa::alu::AluOp;
 pub use isa::{PeOptions, ReduceCmd, Scalar};
 pub use memory::{Memories, TensorInfo, Uninitialized};
-pub use record::{Engine, Opcode, Program, Queue};
+pub use record::{Engine, Location, Opcode, Program, Queue, NO_LOCATION};
 pub use tile::{TensorId, Tile, MAX_FREE_DIMS};
 pub use timeline::KernelReport;
 
@@ -253,6 +253,46 @@ impl Machine {
     /// Instructions issued so far.
     pub fn instructions(&self) -> usize {
         self.program.instrs.len()
+    }
+
+    /// The id of the kernel source line `file:line` (see [`Program::locate`]), for
+    /// [`Machine::set_location`].
+    pub fn locate(&mut self, file: &str, line: u32) -> Result<u32> {
+        self.program.locate(file, line)
+    }
+
+    /// The source location (an id of [`Machine::locate`], `None` for none) of the
+    /// instructions issued from now on: the timeline sums busy time per location and the trace
+    /// names it on each slice. `ValueError` naming `location` for an unknown id.
+    pub fn set_location(&mut self, location: Option<u32>) -> Result<()> {
+        self.program.set_location(location)
+    }
+
+    /// [`Machine::issue`] with `location` (an id of [`Machine::locate`], `None` for none)
+    /// stamped on this instruction only: a front end's line travels with its instruction.
+    /// `ValueError` naming `location` for an unknown id (nothing issued).
+    pub fn issue_at(
+        &mut self,
+        op: Opcode,
+        vals: Vec<Option<isa::table::Value>>,
+        location: Option<u32>,
+    ) -> Result<()> {
+        let before = self.program.location();
+        self.program.set_location(location)?;
+        let issued = self.issue(op, vals);
+        // `before` was valid when set: restoring it cannot fail.
+        let _ = self.program.set_location(before);
+        issued
+    }
+
+    /// The location id of recorded instruction `index` (`None`: issued with none, or no such
+    /// instruction).
+    pub fn instruction_location(&self, index: usize) -> Option<u32> {
+        self.program
+            .instrs
+            .get(index)
+            .map(|i| i.location)
+            .filter(|&l| l != NO_LOCATION)
     }
 
     /// Forgets the recorded program (memories keep their contents): the next [`Machine::run`]

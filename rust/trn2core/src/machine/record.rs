@@ -3,7 +3,10 @@
 //! the numbers its cost formula needs; the timing side (`cost`, `timeline`) reads them. Neither
 //! side imports the other: this module is all they share.
 
+use std::collections::HashMap;
+
 use crate::spec::DMA_QUEUES_PER_ENGINE;
+use crate::{Error, Result};
 
 named_enum! {
     /// A compute engine of the NeuronCore (the `engine=` of NKI's ISA calls).
@@ -246,18 +249,107 @@ pub struct Instr {
     pub writes: u8,
     /// Cost-formula inputs.
     pub cost: CostInput,
+    /// Where in a kernel's source it was issued: an index into [`Program::locations`], or
+    /// [`NO_LOCATION`].
+    pub location: u32,
+}
+
+/// The location of an instruction issued with none set (the machine used directly, outside
+/// any kernel).
+pub const NO_LOCATION: u32 = u32::MAX;
+
+/// A line of a kernel's source: what a front end names as the issuer of instructions (for
+/// NKI, the innermost frame of the user's code). Opaque to the machine: it only carries it
+/// into the timeline's per-line sums and the trace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Location {
+    /// The source file (`"<string>"` for code without a file).
+    pub file: String,
+    /// The line in it (1-based).
+    pub line: u32,
 }
 
 /// The recorded program: instructions in issue order and their regions.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Program {
     /// Instructions in issue order.
     pub instrs: Vec<Instr>,
     /// Regions of all instructions, each instruction's reads then writes.
     pub regions: Vec<Region>,
+    /// The source locations instructions name, each once ([`Program::locate`]).
+    pub locations: Vec<Location>,
+    /// The location stamped on instructions pushed from now on.
+    location: u32,
+    /// Each location's index in `locations`.
+    location_ids: HashMap<Location, u32>,
+}
+
+impl Default for Program {
+    fn default() -> Self {
+        Program {
+            instrs: Vec::new(),
+            regions: Vec::new(),
+            locations: Vec::new(),
+            location: NO_LOCATION,
+            location_ids: HashMap::new(),
+        }
+    }
 }
 
 impl Program {
+    /// The id of `file:line` in [`Program::locations`] (added when new).
+    pub fn locate(&mut self, file: &str, line: u32) -> Result<u32> {
+        let key = Location {
+            file: file.to_owned(),
+            line,
+        };
+        if let Some(&id) = self.location_ids.get(&key) {
+            return Ok(id);
+        }
+        let id = self.locations.len();
+        if id >= NO_LOCATION as usize {
+            return Err(Error::capacity(
+                "location",
+                format!("{id} source locations; a program names fewer than 2**32 - 1"),
+            ));
+        }
+        self.locations.push(key.clone());
+        self.location_ids.insert(key, id as u32);
+        Ok(id as u32)
+    }
+
+    /// Stamps `location` (an id of [`Program::locate`], or `None` for no location) on the
+    /// instructions pushed from now on; `ValueError` naming `location` for an unknown id.
+    pub fn set_location(&mut self, location: Option<u32>) -> Result<()> {
+        self.location = match location {
+            None => NO_LOCATION,
+            Some(id) if (id as usize) < self.locations.len() => id,
+            Some(id) => {
+                return Err(Error::value(
+                    "location",
+                    format!(
+                        "{id} is not a location of this machine (it has {}; ids come from \
+                         locate)",
+                        self.locations.len()
+                    ),
+                ))
+            }
+        };
+        Ok(())
+    }
+
+    /// The location stamped on instructions pushed now (`None`: no location).
+    pub fn location(&self) -> Option<u32> {
+        (self.location != NO_LOCATION).then_some(self.location)
+    }
+
+    /// The location of instruction `index` (`None`: issued with none, or no such
+    /// instruction).
+    pub fn location_of(&self, index: usize) -> Option<&Location> {
+        let id = self.instrs.get(index)?.location;
+        self.locations.get(id as usize)
+    }
+
     /// Appends an instruction with its regions.
     pub fn push(
         &mut self,
@@ -312,10 +404,12 @@ impl Program {
             reads: reads as u8,
             writes: writes as u8,
             cost,
+            location: self.location,
         });
     }
 
-    /// Forgets every instruction, keeping the vectors' capacity for the next program.
+    /// Forgets every instruction, keeping the vectors' capacity for the next program (and the
+    /// locations, whose ids a front end may hold).
     pub(crate) fn clear(&mut self) {
         self.instrs.clear();
         self.regions.clear();

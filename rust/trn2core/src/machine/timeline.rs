@@ -40,7 +40,9 @@ use crate::{Error, Result};
 
 use super::cost::{self, seconds};
 use super::ranges::Ranges;
-use super::record::{Engine, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM};
+use super::record::{
+    Engine, Location, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM, NO_LOCATION,
+};
 use super::tile::partition_mask;
 
 /// No instruction.
@@ -232,6 +234,25 @@ pub struct Slice {
     pub pe_tile: Option<[u8; 4]>,
     /// Whether a side of it is in HBM (a DMA from or to an HBM tensor).
     pub touches_hbm: bool,
+    /// Its source location (an index into [`KernelReport::locations`], or
+    /// [`NO_LOCATION`]).
+    pub location: u32,
+}
+
+/// Busy time one source location gave one queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineStats {
+    /// The location (an index into [`KernelReport::locations`], or [`NO_LOCATION`] for the
+    /// instructions issued with none).
+    pub location: u32,
+    /// The queue.
+    pub queue: Queue,
+    /// Seconds of the queue's busy time its instructions account for: each instruction's
+    /// share of [`QueueStats::busy_s`] (PE: what it added to the union of PE intervals; DMA:
+    /// from taking its queue to its end), so a queue's rows sum to its busy time.
+    pub busy_s: f64,
+    /// Its instructions on the queue.
+    pub instructions: u64,
 }
 
 /// Busy time and counts of one queue.
@@ -272,6 +293,12 @@ pub struct KernelReport {
     pub end_ticks: Vec<u64>,
     /// Trace slices (up to the trace limit).
     pub slices: Vec<Slice>,
+    /// Busy time per source location and queue (pairs that ran something), by location id
+    /// then queue; the instructions issued with no location last.
+    pub lines: Vec<LineStats>,
+    /// The source locations of the program (what [`LineStats::location`] and
+    /// [`Slice::location`] index).
+    pub locations: Vec<Location>,
 }
 
 /// Schedules `program` (see the module doc).
@@ -300,6 +327,9 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
     let mut waits = vec![Wait::Start; n];
     let mut opcodes = vec![0u64; Opcode::ALL.len()];
     let mut dma_bytes = 0u64;
+    // Busy ticks and instructions per (location, queue); row `nloc` holds "no location".
+    let nloc = program.locations.len();
+    let mut line_busy = vec![(0u64, 0u64); (nloc + 1) * nq];
 
     for (i, ins) in program.instrs.iter().enumerate() {
         let id = i as u32;
@@ -324,7 +354,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
             Wait::Dependency(dep.1)
         };
         let mut ready = dep.0;
-        let (s, e) = match ins.queue {
+        let (s, e, busy) = match ins.queue {
             Queue::Engine(Engine::Tensor) => {
                 let t = ins.cost.pe_tile;
                 let rows = t[0] as usize..(t[0] + t[1].max(1)) as usize;
@@ -354,9 +384,9 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                 }
                 pe_last_start = ready;
                 // Busy time is the union of PE intervals (tiles may overlap in time).
-                queue_busy[q] += e.saturating_sub(ready.max(pe_busy_until));
+                let busy = e.saturating_sub(ready.max(pe_busy_until));
                 pe_busy_until = pe_busy_until.max(e);
-                (ready, e)
+                (ready, e, busy)
             }
             Queue::Dma(_) => {
                 if queue_free[q] > ready {
@@ -377,8 +407,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                     }
                 }
                 dma_bytes += ins.cost.bytes;
-                queue_busy[q] += e - ready;
-                (ready, e)
+                (ready, e, e - ready)
             }
             Queue::Engine(_) => {
                 if queue_free[q] > ready {
@@ -386,10 +415,14 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                     wait = Wait::Queue(queue_last[q]);
                 }
                 let e = ready + c.ticks;
-                queue_busy[q] += c.ticks;
-                (ready, e)
+                (ready, e, c.ticks)
             }
         };
+        queue_busy[q] += busy;
+        let row = (ins.location as usize).min(nloc);
+        let cell = &mut line_busy[row * nq + q];
+        cell.0 += busy;
+        cell.1 += 1;
         queue_free[q] = queue_free[q].max(e);
         queue_last[q] = id;
         queue_count[q] += 1;
@@ -483,7 +516,30 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                     .map(|r| (r.lo / PSUM_BANK_BYTES).min(255) as u8),
                 pe_tile: (ins.opcode == Opcode::NcMatmul).then_some(ins.cost.pe_tile),
                 touches_hbm: is_dma && hbm,
+                location: if (ins.location as usize) < nloc {
+                    ins.location
+                } else {
+                    NO_LOCATION
+                },
             }
+        })
+        .collect();
+    let lines = line_busy
+        .iter()
+        .enumerate()
+        .filter(|(_, cell)| cell.1 > 0)
+        .filter_map(|(k, &(busy, count))| {
+            let queue = Queue::all().nth(k % nq)?;
+            Some(LineStats {
+                location: if k / nq < nloc {
+                    (k / nq) as u32
+                } else {
+                    NO_LOCATION
+                },
+                queue,
+                busy_s: seconds(busy),
+                instructions: count,
+            })
         })
         .collect();
     Ok(KernelReport {
@@ -501,7 +557,26 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         start_ticks: start,
         end_ticks: end,
         slices,
+        lines,
+        locations: program.locations.clone(),
     })
+}
+
+/// Appends `text` as a JSON string (quoted; quotes, backslashes and control characters escaped):
+/// a file name may hold any of them.
+fn write_json_string(out: &mut String, text: &str) {
+    out.push('"');
+    for ch in text.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The partition mask of a region.
@@ -594,6 +669,10 @@ impl KernelReport {
             );
             if let Some(b) = s.bank {
                 let _ = write!(out, ",\"bank\":{b}");
+            }
+            if let Some(loc) = self.locations.get(s.location as usize) {
+                out.push_str(",\"line\":");
+                write_json_string(&mut out, &format!("{}:{}", loc.file, loc.line));
             }
             if let Some([r0, rn, c0, cn]) = s.pe_tile {
                 let q = PE_TILE_QUARTER;
@@ -696,5 +775,66 @@ impl std::fmt::Display for KernelReport {
             "  critical path: {} instructions",
             self.critical_path.len()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::{AluOp, Dtype, Machine, MachineConfig};
+    use crate::memory::Space;
+
+    /// Busy time per source line: each queue's rows sum to its busy time, instructions issued
+    /// with no location get their own row, and the trace names each slice's line.
+    #[test]
+    fn lines_sum_to_the_queues_busy_time() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let a = m
+            .alloc(Space::Sbuf, "a", &[128, 512], Dtype::Fp32)
+            .expect("a");
+        let b = m
+            .alloc(Space::Sbuf, "b", &[128, 512], Dtype::Fp32)
+            .expect("b");
+        m.memset(Engine::Vector, &a, 1.0).expect("unlocated");
+        let one = m.locate("k\"\\.py", 3).expect("locate");
+        let two = m.locate("k.py", 4).expect("locate");
+        assert_eq!(m.locate("k.py", 4).expect("again"), two);
+        m.set_location(Some(one)).expect("set");
+        m.memset(Engine::Gpsimd, &b, 2.0).expect("memset");
+        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Add)
+            .expect("tt");
+        m.set_location(Some(two)).expect("set");
+        for _ in 0..3 {
+            m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Multiply)
+                .expect("tt");
+        }
+        assert_eq!(m.instruction_location(0), None);
+        assert_eq!(m.instruction_location(2), Some(one));
+        assert_eq!(m.instruction_location(5), Some(two));
+        let err = m.set_location(Some(7)).expect_err("unknown id");
+        assert_eq!(err.arg(), Some("location"));
+        let rep = m.run().expect("run");
+        let dve = rep.queue(Queue::Engine(Engine::Vector)).expect("dve");
+        let rows: Vec<_> = rep
+            .lines
+            .iter()
+            .filter(|l| l.queue == Queue::Engine(Engine::Vector))
+            .collect();
+        assert_eq!(
+            rows.iter()
+                .map(|l| (l.location, l.instructions))
+                .collect::<Vec<_>>(),
+            vec![(one, 1), (two, 3), (NO_LOCATION, 1)]
+        );
+        let sum: f64 = rows.iter().map(|l| l.busy_s).sum();
+        assert!(
+            (sum - dve.busy_s).abs() <= 1e-15 * dve.busy_s.max(1.0),
+            "{sum} {dve:?}"
+        );
+        assert!(rows[1].busy_s > rows[0].busy_s);
+        let trace = rep.chrome_trace_json();
+        assert_eq!(trace.matches("\"line\":\"k.py:4\"").count(), 3);
+        assert_eq!(trace.matches(r#""line":"k\"\\.py:3""#).count(), 2);
+        assert_eq!(trace.matches("\"line\"").count(), 5);
     }
 }
