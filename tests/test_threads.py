@@ -173,26 +173,52 @@ RELEASED = 0.15
      "all_to_all", "chip-gemm", "cluster-estimate", "hbm-tensor"],
 )  # fmt: skip
 def test_long_calls_release_the_gil(name, rng):
-    a = t.quantize(rng.standard_normal((1024, 1024)), "bf16")
-    sp = t.compress(t.prune(a, "2:4"), "2:4")
-    x = rng.standard_normal(1 << 22)
-    bufs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in range(16)]
-    core, big = t.NeuronCore(), np.ones(1 << 24, np.float32)
-    calls = {
-        "gemm": lambda: t.gemm(a, a),
-        "quantize": lambda: t.quantize(x, "bf16", rounding="stochastic"),
-        "compress": lambda: t.dma.compress(x, "byteplane"),
-        "prune": lambda: t.prune(x.reshape(-1, 16), "4:16"),
-        "estimate": lambda: t.estimate_gemm(50_000, 50_000, 50_000),
-        "sparse-gemm": lambda: t.gemm(sp, a),
-        "all_reduce": lambda: INST.all_reduce(bufs),
-        "all_to_all": lambda: INST.all_to_all(bufs),
-        "chip-gemm": lambda: t.gemm(a, a, core=t.Chip(lnc=1)),
-        "cluster-estimate": lambda: CLUSTER.estimate("all_reduce", 1 << 30),
+    # Each case builds only its own inputs (the probe times the call, not the set-up).
+    def dense():
+        return t.quantize(rng.standard_normal((1024, 1024)), "bf16")
+
+    def vector():
+        return rng.standard_normal(1 << 22)
+
+    def bufs():
+        return [rng.standard_normal(1 << 20).astype(np.float32) for _ in range(16)]
+
+    def call(name):
+        if name == "gemm":
+            a = dense()
+            return lambda: t.gemm(a, a)
+        if name == "quantize":
+            x = vector()
+            return lambda: t.quantize(x, "bf16", rounding="stochastic")
+        if name == "compress":
+            x = vector()
+            return lambda: t.dma.compress(x, "byteplane")
+        if name == "prune":
+            x = vector().reshape(-1, 16)
+            return lambda: t.prune(x, "4:16")
+        if name == "estimate":
+            return lambda: t.estimate_gemm(50_000, 50_000, 50_000)
+        if name == "sparse-gemm":
+            a = dense()
+            sp = t.compress(t.prune(a, "2:4"), "2:4")
+            return lambda: t.gemm(sp, a)
+        if name == "all_reduce":
+            b = bufs()
+            return lambda: INST.all_reduce(b)
+        if name == "all_to_all":
+            b = bufs()
+            return lambda: INST.all_to_all(b)
+        if name == "chip-gemm":
+            a = dense()
+            return lambda: t.gemm(a, a, core=t.Chip(lnc=1))
+        if name == "cluster-estimate":
+            return lambda: CLUSTER.estimate("all_reduce", 1 << 30)
+        assert name == "hbm-tensor"
         # 64 MiB of host data copied into a machine's HBM tensor (issue 28).
-        "hbm-tensor": lambda: core.free(core.hbm_tensor(big)),
-    }
-    frac, dt = _progress(calls[name])
+        core, big = t.NeuronCore(), np.ones(1 << 24, np.float32)
+        return lambda: core.free(core.hbm_tensor(big))
+
+    frac, dt = _progress(call(name))
     print(f"{name}: the loop ran at {frac:.0%} of its idle rate for {dt:.2f} s")
     assert frac > RELEASED, (name, frac)
 

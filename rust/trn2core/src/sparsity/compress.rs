@@ -257,6 +257,29 @@ fn compress_all<T: Element, const M: usize>(
     plan: Plan,
 ) -> Option<Violation> {
     let table = group_codes(plan.n, M, plan.bits);
+    let kernel = |src: &[T], vals: &mut [T], packed: &mut [u8], block0: usize| {
+        if plan.inner == 1 {
+            compress_rows::<T, M>(src, vals, packed, plan, &table, block0)
+        } else {
+            compress_blocks::<T, M>(src, vals, packed, plan, block0)
+        }
+    };
+    in_tasks(x, values, indices, plan, &kernel)
+}
+
+/// One task's compression: its dense elements, values and packed indices, and its first block.
+type TaskKernel<'k, T> = dyn Fn(&[T], &mut [T], &mut [u8], usize) -> Option<Violation> + Sync + 'k;
+
+/// Runs `kernel` on the pool over the tasks of `plan`: the first violation, if any. The kernel
+/// comes as a trait object (one indirect call per task), so the parallel loop is compiled once
+/// per element type, not once per group size.
+fn in_tasks<T: Element>(
+    x: &[T],
+    values: &mut [T],
+    indices: &mut [u8],
+    plan: Plan,
+    kernel: &TaskKernel<'_, T>,
+) -> Option<Violation> {
     let cancel = crate::cancel::current();
     x.par_chunks(plan.dense_chunk())
         .zip(values.par_chunks_mut(plan.value_chunk()))
@@ -264,12 +287,7 @@ fn compress_all<T: Element, const M: usize>(
         .enumerate()
         .filter(|_| !cancel.is_cancelled())
         .filter_map(|(t, ((src, vals), packed))| {
-            let block0 = t * plan.blocks_per_task;
-            if plan.inner == 1 {
-                compress_rows::<T, M>(src, vals, packed, plan, &table, block0)
-            } else {
-                compress_blocks::<T, M>(src, vals, packed, plan, block0)
-            }
+            kernel(src, vals, packed, t * plan.blocks_per_task)
         })
         .min()
 }

@@ -103,27 +103,38 @@ fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
     inner: usize,
     key: &F,
 ) {
-    let block = M * inner;
-    let chunk = blocks_per_task(M, inner) * block;
     #[cfg(target_arch = "x86_64")]
     let wide = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
     #[cfg(not(target_arch = "x86_64"))]
     let wide = false;
+    let kernel = |src: &[T], dst: &mut [T]| {
+        if wide {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F and AVX-512BW were detected above.
+            unsafe {
+                task_avx512::<T, F, N, M>(src, dst, inner, key)
+            };
+        } else {
+            task::<T, F, N, M>(src, dst, inner, key);
+        }
+    };
+    in_tasks(x, out, blocks_per_task(M, inner) * M * inner, &kernel);
+}
+
+/// Runs `kernel` on the pool over tasks of `chunk` elements of `x` and `out`. The kernel comes
+/// as a trait object (one indirect call per task): the parallel loop is then compiled once per
+/// element type instead of once per pattern, key rule and instruction set.
+fn in_tasks<T: Element>(
+    x: &[T],
+    out: &mut [T],
+    chunk: usize,
+    kernel: &(dyn Fn(&[T], &mut [T]) + Sync),
+) {
     let cancel = crate::cancel::current();
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .filter(|_| !cancel.is_cancelled())
-        .for_each(|(dst, src)| {
-            if wide {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: AVX-512F and AVX-512BW were detected above.
-                unsafe {
-                    task_avx512::<T, F, N, M>(src, dst, inner, key)
-                };
-            } else {
-                task::<T, F, N, M>(src, dst, inner, key);
-            }
-        });
+        .for_each(|(dst, src)| kernel(src, dst));
 }
 
 /// [`task`] compiled for AVX-512 (the same loops, 512-bit lanes: one group per 8- to 64-bit
