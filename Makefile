@@ -111,9 +111,12 @@ test-rust-idle: rust-built
 # latency and GIL release, which another worker's load would distort (on two workers among
 # themselves, a 1 s bound was missed on a loaded host). Plain `pytest` runs everything in one
 # process.
+# The serial part collects only the files that mark tests `serial` (collecting the whole suite
+# again to select 38 tests took seconds).
+SERIAL_FILES = $(shell grep -rlE "pytest\.mark\.serial" tests --include='*.py' | sort)
 test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"
-	$(PY) -m pytest -q -m "serial and not slow"
+	$(PY) -m pytest -q -m "serial and not slow" $(SERIAL_FILES)
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
 # nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.

@@ -85,14 +85,11 @@ def test_sizes_with_huge_exponents_are_refused_at_once(size, error):
 
 
 @pytest.mark.parametrize("path", ["out.xyz", "", "out", ".png", "dir/"])
-def test_a_plot_path_without_a_plot_suffix_is_a_usage_error(path, tmp_path):
+def test_a_plot_path_without_a_plot_suffix_is_a_usage_error(path, tmp_path, monkeypatch):
     # A bad suffix was matplotlib's ValueError traceback after the report was printed; a path
     # without a suffix was written as PATH.png while the CLI said PATH; "" drew nothing.
-    r = subprocess.run(
-        [sys.executable, "-m", "trn2core", "gemm", "--m", "8", "--k", "8", "--n", "8",
-         "--plot", path],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("gemm", "--m", "8", "--k", "8", "--n", "8", "--plot", path)
     assert r.returncode == 2, r.stderr
     assert "argument --plot:" in r.stderr and ".png, .svg, .pdf" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from trn2core._names import ALGORITHMS
 
 WORKER = Path(__file__).with_name("mpi_worker.py")
@@ -237,8 +238,11 @@ def test_nccom_test_check_runs_on_data_under_mpi(procs):
         cmd = [_trn2core_cli(), "nccom-test", op, "-r", "32", "-b", "4k", "-e", "1M", "-f", "16",
                "-d", dtype, "--check"]  # fmt: skip
         if procs > 1:
-            cmd = [_mpiexec(), "-n", str(procs), *cmd]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [_mpiexec(), "-n", str(procs), *cmd], capture_output=True, text=True, timeout=300
+            )
+        else:  # one process, no launcher: the command line in this process
+            done = run_cli(*cmd[1:])
         assert done.returncode == 0, done.stdout + done.stderr
         lines = [x for x in done.stdout.splitlines() if x.startswith("check ")]
         assert len(lines) == 3, done.stdout  # 4k, 64k, 1M
