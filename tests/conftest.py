@@ -42,15 +42,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 # --no-loadscope-reorder`), and a long file dealt last keeps one worker busy while the other
 # idles. Longest first, the short files even out the end.
 LONGEST_FIRST = (
-    "test_wheel.py",
-    "test_cli_tools.py",
     "test_distributed.py",
+    "test_wheel.py",
     "test_numerics.py",
-    "test_fuzz.py",
-    "test_cli.py",
     "test_engine.py",
-    "adversarial/test_cli.py",
-    "adversarial/test_environment.py",
+    "test_fuzz.py",
+    "adversarial/test_machine_api.py",
+    "adversarial/test_collectives.py",
+    "test_determinism.py",
 )
 
 
