@@ -80,14 +80,15 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 	$(VENV)/bin/trn2core demo
 
 # On two cores, in two steps. (1) The venv (pip, one core) beside one cargo build of everything
-# Rust: the core, its unit and integration test binaries, and the binding the wheel packages.
+# Rust: the core, its unit and integration test binaries, and the binding the wheel packages
+# (it starts before zig is installed; tools/zigcc waits for it).
 # (2) The wheel (maturin finds that build fresh: packaging only), pytest on two workers, then the
 # `serial` probes alone; beside them, at the lowest CPU priority, the Rust tests: they run in the
 # gaps pytest leaves (its last files, the serial part's idle core) without taking time from the
 # probes, which would lose to any other job at the same priority. `-Otarget` prints each target's
 # output in one piece; the `+` lines hand make's job slots to cargo.
 test: ## Set up, then run cargo test and pytest
-	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built
+	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built-eager
 	$(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
 
 # Unit, integration and doc tests of the workspace, optimised (the exhaustive 2^32 checks need
@@ -95,9 +96,15 @@ test: ## Set up, then run cargo test and pytest
 # --all-targets), not linked again here.
 RUST_TESTS := $(RUST_ENV) cargo test --release --workspace
 
-.PHONY: rust-built test-rust-idle
+.PHONY: rust-built rust-built-eager test-rust-idle
+RUST_BUILD := $(RUST_ENV) cargo build --release --workspace --lib --tests
 rust-built: $(STAMPS)/zig
-	+$(RUST_ENV) cargo build --release --workspace --lib --tests
+	+$(RUST_BUILD)
+
+# The same build for `make test`, which installs zig beside it: compiling starts at once, and
+# the first link waits in tools/zigcc for zig's stamp.
+rust-built-eager:
+	+$(RUST_BUILD)
 
 test-rust: $(STAMPS)/zig ## cargo test (optimised: the exhaustive 2^32 checks need it)
 	+$(RUST_TESTS) --tests
