@@ -415,3 +415,28 @@ def test_pftrace_without_the_perfetto_package_is_a_clear_error(tmp_path, monkeyp
         things["Report"].save_trace(tmp_path / "t.pftrace")
     assert not (tmp_path / "t.pftrace").exists()
     assert things["Report"].save_trace(tmp_path / "t.json").endswith("t.json")  # JSON still
+
+
+def test_the_core_returns_cost_reports_as_frozen_classes_the_facade_reads_whole():
+    # rust/trn2core-py/src/perf.rs: a field the binding adds and the facade does not name
+    # would be left out of the facade's reports.
+    import types
+
+    from trn2core import _core
+    from trn2core import report as rep_mod
+
+    kinds = (types.GetSetDescriptorType, types.MemberDescriptorType)
+    for cls, names in rep_mod.CORE_FIELDS.items():
+        assert {n for n, v in vars(cls).items() if isinstance(v, kinds)} == set(names)
+    core, _ = _core.estimate_gemm(128, 128, 512, "fp32", "none", True, False)
+    assert type(core) is _core.Report and type(core.uncertainty) is _core.Uncertainty
+    for obj in (core, core.uncertainty):
+        with pytest.raises(AttributeError):
+            obj.seconds = 0.0
+    fields = rep_mod.core_fields(core)
+    assert list(fields) == list(rep_mod.CORE_FIELDS[_core.Report])
+    assert fields["details"] == dict(core.details) and fields["uncertainty"] == core.uncertainty
+    assert (
+        trn2core.Report.from_fields(core).to_dict()
+        == trn2core.estimate_gemm(128, 128, 512, dtype="fp32").to_dict()
+    )

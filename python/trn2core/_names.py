@@ -13,7 +13,8 @@ FORMATS: tuple[str, ...] = _ALL["formats"]
 #: format (``Format::ALIASES`` in the core).
 FORMAT_ALIASES: dict[str, str] = dict(_core.format_aliases())
 #: The core's table of element types: ``(name, numpy dtype, bits, kind, is a format, is a
-#: machine dtype)``, formats first in ``FORMATS`` order.
+#: machine dtype)``, formats first in ``FORMATS`` order, then the integer types, then the numpy
+#: dtypes only arrays have (float64, int64, uint64, bool: neither a format nor a machine dtype).
 ELEMENT_TYPES: tuple[tuple[str, str, int, str, bool, bool], ...] = tuple(_core.element_types())
 #: Rounding modes (``trn2core.ROUNDING_MODES``).
 ROUNDING_MODES: tuple[str, ...] = _ALL["rounding_modes"]

@@ -18,7 +18,7 @@ from . import _core, _validate
 from ._names import ALGORITHMS, COLLECTIVES, REDUCE_OPS
 from .dtypes import FORMAT_DTYPES, format_name, format_of_dtype
 from .errors import CapacityError, ShapeError, Trn2ValueError
-from .report import Result, TimingReport, _fmt_seconds, _fmt_time, _Trace
+from .report import Result, TimingReport, _fmt_seconds, _fmt_time, _Trace, core_fields
 
 __all__ = [
     "ALGORITHMS",
@@ -38,15 +38,18 @@ _FIELDS: dict[type, str] = {
     "link_bandwidth",
     _core.PhaseTiming: "name steps seconds step_s latency_s link_s hbm_s reduce_s reduce_steps "
     "sync_s start_s efa max_hops bound busiest_link busiest_link_step_bytes",
+    _core.NccomRow: "size_bytes count seconds algbw busbw algorithm intra_chip_s intra_chip_bytes "
+    "chips op_fixed_s phases uncertainty",
 }
 
 
 def _plain(value: Any) -> Any:
-    """A collective report or phase of the core (or a list of them) as the facade's dicts: its
-    getters in ``_FIELDS`` order, nested ones likewise; anything else as it is."""
+    """A collective report, nccom-test row or phase of the core (or a list of them) as the
+    facade's dicts: its getters in ``_FIELDS`` order, nested ones likewise (an uncertainty as
+    ``core_fields`` makes it); anything else as it is."""
     if type(value) in _FIELDS:
         return {k: _plain(getattr(value, k)) for k in _FIELDS[type(value)].split()}
-    return [_plain(v) for v in value] if isinstance(value, list) else value
+    return [_plain(v) for v in value] if isinstance(value, list) else core_fields(value)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)

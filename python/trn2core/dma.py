@@ -273,7 +273,7 @@ def dma_copy(
             src_end, dst_end, int(queue)]  # fmt: skip
     # A NeuronCore's memory passes its machine: SBUF and PSUM are the machine's account.
     fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call, mem._machine)
-    bandwidth = nbytes / fields["seconds"] if fields["seconds"] > 0 else 0.0
+    bandwidth = nbytes / fields.seconds if fields.seconds > 0 else 0.0
     return DmaReport.from_fields(
         fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,
         src=s, dst=d, queue=int(queue),

@@ -118,7 +118,7 @@ def nccom_rows(op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: s
     for size in sizes:
         size = max(elem, size - size % elem)
         row = _core.nccom_estimate(op, int(ranks), int(lnc), int(size), elem, algorithm)
-        rows.append({**row, "phases": _plain(row["phases"])})
+        rows.append(_plain(row))
     return rows
 
 

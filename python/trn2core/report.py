@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _core
 from .errors import Trn2ValueError
 
 __all__ = ["Report", "Result", "TimingReport", "save_traces"]
@@ -42,6 +43,30 @@ def plain(v: Any) -> Any:
     if callable(to_dict):
         return to_dict()
     return str(v)
+
+
+#: The getters of the core's ``Report`` and ``Uncertainty`` (rust/trn2core-py/src/perf.rs), in
+#: the order of the facade's dicts.
+CORE_FIELDS: dict[type, tuple[str, ...]] = {
+    _core.Report: (
+        "operation", "description", "instructions", "pe_cycles", "cycles", "seconds", "flops",
+        "tflops", "pe_tflops", "peak_tflops", "utilization", "bound", "details", "uncertainty",
+    ),
+    _core.Uncertainty: ("low", "high", "cases", "basis", "text"),
+}  # fmt: skip
+
+
+def core_fields(v: Any) -> Any:
+    """A ``Report`` or ``Uncertainty`` of the core as the facade's dict: its getters in
+    ``CORE_FIELDS`` order, ``details`` (pairs) as a dict, the uncertainty likewise; anything
+    else (None, a dict of fields) as it is."""
+    names = CORE_FIELDS.get(type(v))
+    if names is None:
+        return v
+    out = {k: core_fields(getattr(v, k)) for k in names}
+    if "details" in out:
+        out["details"] = dict(out["details"])
+    return out
 
 
 def short(v: Any) -> str:
@@ -125,8 +150,9 @@ class TimingReport:
         retrace: Callable[[], str] | None = None,
         **extra: Any,
     ):
-        """A report from the core's ``fields`` (unknown keys ignored) and ``extra`` ones;
-        mappings (``details``) are frozen read-only."""
+        """A report from the core's ``fields`` (a ``_core.Report``, or a mapping; unknown keys
+        ignored) and ``extra`` ones; mappings (``details``) are frozen read-only."""
+        fields = core_fields(fields)
         names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
         kw = {k: v for k, v in {**fields, **extra}.items() if k in names}
         for k, v in kw.items():

@@ -28,6 +28,7 @@ from typing import Any
 from . import _core, _validate
 from ._names import MODEL_PRESETS
 from .errors import Trn2ValueError
+from .report import core_fields
 
 __all__ = [
     "PRESETS",
@@ -74,7 +75,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     names = _FIELDS.get(type(value))
     if names is None:
-        return value
+        return core_fields(value)
     out = {k: _plain(getattr(value, k)) for k in names.split()}
     if isinstance(value, _core.MemoryPlan):
         out["items"] = dict(value.items)

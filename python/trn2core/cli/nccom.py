@@ -28,6 +28,7 @@ from ..nccom import (
     parse_src_target_pairs,
     parse_stats,
 )
+from ..report import core_fields
 from ..topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
 from . import check as cli_check
 
@@ -265,7 +266,7 @@ def nccom_permute_rows(pairs, ranks: int, sizes, datatype: str, lnc: int, nnodes
     for size in sizes:
         size = max(elem, size - size % elem)
         base = _core.nccom_estimate("send_recv", int(ranks), int(lnc), int(size), elem, "auto")
-        fixed = base["op_fixed_s"]
+        fixed = base.op_fixed_s
         intra_bytes = 2.0 * size * max(local.values(), default=0)
         cross_s, alg, phases = 0.0, "local", []
         for (a, b), n in sorted(cross.items()):
@@ -286,7 +287,7 @@ def nccom_permute_rows(pairs, ranks: int, sizes, datatype: str, lnc: int, nnodes
                 "size_bytes": size, "count": size // elem, "seconds": seconds, "algbw": algbw,
                 "busbw": algbw, "algorithm": alg, "chips": chips, "op_fixed_s": fixed,
                 "intra_chip_s": intra_s, "intra_chip_bytes": intra_bytes, "phases": phases,
-                "uncertainty": base["uncertainty"],
+                "uncertainty": core_fields(base.uncertainty),
             }
         )  # fmt: skip
     return rows

@@ -16,7 +16,7 @@ use trn2core::topology::{self as topo, Torus};
 
 use crate::arrays::{borrow, fill_new_arrays, memoryview, memoryview_mut, release, slice};
 use crate::errors::{guard_detached, PyTrn2Result};
-use crate::perf::uncertainty_dict;
+use crate::perf::PyUncertainty;
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
 /// `trn2core.Torus`).
@@ -166,7 +166,7 @@ pub struct PyCollectiveReport {
     description: String,
     op_fixed_s: f64,
     phases: Vec<Py<PyPhaseTiming>>,
-    uncertainty: Py<PyDict>,
+    uncertainty: Py<PyUncertainty>,
     link_bytes: Py<PyDict>,
     link_bandwidth: Py<PyDict>,
 }
@@ -206,7 +206,7 @@ impl PyCollectiveReport {
             description: r.description(),
             op_fixed_s: r.timing.op_fixed_s,
             phases: PyPhaseTiming::all(py, t, &r.timing.phases)?,
-            uncertainty: uncertainty_dict(py, &r.uncertainty)?.unbind(),
+            uncertainty: PyUncertainty::of(py, &r.uncertainty)?,
             link_bytes: links.unbind(),
             link_bandwidth: bws.unbind(),
             algorithm: r.algorithm,
@@ -665,37 +665,53 @@ pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> PyTrn2Result<usiz
     Ok(collective::nccom_chips(ranks, nnodes, lnc)?)
 }
 
-/// One `nccom-test` row: a dict (`trn2core.cli.nccom` reads it by key), its `phases` the
-/// [`PyPhaseTiming`]s `trn2core.nccom` makes dicts of.
+/// One `nccom-test` row ([`NccomRow`]); `trn2core.nccom` makes a dict of its getters.
+#[pyclass(name = "NccomRow", module = "trn2core._core", frozen, get_all)]
+pub struct PyNccomRow {
+    size_bytes: u64,
+    count: u64,
+    seconds: f64,
+    algbw: f64,
+    busbw: f64,
+    algorithm: String,
+    intra_chip_s: f64,
+    intra_chip_bytes: f64,
+    chips: usize,
+    op_fixed_s: f64,
+    phases: Vec<Py<PyPhaseTiming>>,
+    uncertainty: Py<PyUncertainty>,
+}
+
+/// One `nccom-test` row of `ranks` ranks at `lnc` and `size_bytes`.
 #[pyfunction]
-pub fn nccom_estimate<'py>(
-    py: Python<'py>,
+pub fn nccom_estimate(
+    py: Python<'_>,
     collective: &str,
     ranks: usize,
     lnc: usize,
     size_bytes: u64,
     elem_bytes: u64,
     algorithm: &str,
-) -> PyTrn2Result<Bound<'py, PyDict>> {
+) -> PyTrn2Result<PyNccomRow> {
     let c = Collective::parse("operation", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
     let row = guard_detached(py, || {
         collective::nccom_estimate(c, ranks, lnc, size_bytes, elem_bytes, a)
     })?;
-    let d = PyDict::new(py);
-    d.set_item("size_bytes", row.size_bytes)?;
-    d.set_item("count", row.count)?;
-    d.set_item("seconds", row.seconds)?;
-    d.set_item("algbw", row.algbw)?;
-    d.set_item("busbw", row.busbw)?;
-    d.set_item("algorithm", row.algorithm)?;
-    d.set_item("intra_chip_s", row.intra_chip_s)?;
-    d.set_item("intra_chip_bytes", row.intra_chip_bytes)?;
-    d.set_item("chips", row.chips)?;
-    d.set_item("op_fixed_s", row.op_fixed_s)?;
-    d.set_item("phases", PyPhaseTiming::all(py, &row.torus, &row.phases)?)?;
-    d.set_item("uncertainty", uncertainty_dict(py, &row.uncertainty)?)?;
-    Ok(d)
+    Ok(PyNccomRow {
+        phases: PyPhaseTiming::all(py, &row.torus, &row.phases)?,
+        uncertainty: PyUncertainty::of(py, &row.uncertainty)?,
+        size_bytes: row.size_bytes,
+        count: row.count,
+        seconds: row.seconds,
+        algbw: row.algbw,
+        busbw: row.busbw,
+        algorithm: row.algorithm,
+        intra_chip_s: row.intra_chip_s,
+        intra_chip_bytes: row.intra_chip_bytes,
+        chips: row.chips,
+        op_fixed_s: row.op_fixed_s,
+    })
 }
 
 /// The resources of a logical core of `lnc` physical cores.

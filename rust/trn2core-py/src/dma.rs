@@ -2,14 +2,13 @@
 
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use trn2core::dma::cost::{dma_time_on_queue, DmaPlan, Place};
 use trn2core::dma::{self, Codec, StreamInfo};
 use trn2core::Error;
 
 use crate::arrays::{borrow, fill_new_array, slice};
 use crate::errors::{guard_detached, guard_work, PyTrn2Result};
-use crate::perf::report_dict;
+use crate::perf::PyReport;
 
 /// What a stream's header says.
 #[pyclass(name = "StreamInfo", module = "trn2core._core", frozen, get_all)]
@@ -124,18 +123,18 @@ pub fn dma_decompress_into<'py>(
     Ok(())
 }
 
-/// Costs one DMA transfer on DMA queue `queue`; returns the report dict and its trace JSON.
+/// Costs one DMA transfer on DMA queue `queue`; returns the report and its trace JSON.
 #[pyfunction]
 #[pyo3(signature = (bytes, wire_bytes, partitions, src, dst, queue = 0))]
-pub fn dma_copy_time<'py>(
-    py: Python<'py>,
+pub fn dma_copy_time(
+    py: Python<'_>,
     bytes: u64,
     wire_bytes: u64,
     partitions: u64,
     src: &str,
     dst: &str,
     queue: usize,
-) -> PyTrn2Result<(Bound<'py, PyDict>, String)> {
+) -> PyTrn2Result<(PyReport, String)> {
     let plan = DmaPlan {
         bytes,
         wire_bytes,
@@ -144,5 +143,5 @@ pub fn dma_copy_time<'py>(
         dst: Place::parse("dst", dst)?,
     };
     let r = dma_time_on_queue(&plan, queue)?;
-    Ok((report_dict(py, &r)?, r.chrome_trace_json()))
+    Ok((PyReport::of(py, &r)?, r.chrome_trace_json()))
 }

@@ -4,7 +4,6 @@
 
 use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use trn2core::engine::{Buffer, GemmCall, GemmOptions, GemmOut, Matrix, PerfMode, Sparse, Strided};
 use trn2core::machine::HostOperand;
 use trn2core::numerics::{CodesMut, CodesRef, Format, Rounding};
@@ -13,7 +12,7 @@ use trn2core::Error;
 
 use crate::arrays::{borrow, borrow_any, fill_new_array, slice, strided};
 use crate::errors::PyTrn2Result;
-use crate::perf::report_dict;
+use crate::perf::PyReport;
 
 /// A borrowed flat array of one instruction operand's codes, in its format's width.
 pub(crate) enum Codes<'py> {
@@ -124,7 +123,7 @@ type SparseParts<'py> = (Bound<'py, PyAny>, String, (usize, usize));
 /// parts of a compressed `a`), rounded into their formats while the kernel packs them (no
 /// float32 copy), the result rounded into `out_dtype`, and the timing on one NeuronCore or split
 /// over the physical cores `cores`. Returns the flat result (float32, or the codes of
-/// `out_dtype`), the report's dict and the format the timing was costed at.
+/// `out_dtype`), the report and the format the timing was costed at.
 #[pyfunction]
 #[pyo3(signature = (a, a_dtype, a_swapped, a_sparse, b, b_dtype, b_swapped, dtype, rounding, seeds, perf_mode, out_dtype, throttle, cores))]
 #[allow(clippy::too_many_arguments)]
@@ -144,7 +143,7 @@ pub fn gemm<'py>(
     out_dtype: &str,
     throttle: bool,
     cores: Option<Vec<usize>>,
-) -> PyTrn2Result<(Py<PyAny>, Bound<'py, PyDict>, String)> {
+) -> PyTrn2Result<(Py<PyAny>, PyReport, String)> {
     let options = GemmOptions {
         dtype: dtype.map(|d| Format::parse("dtype", d)).transpose()?,
         rounding: Rounding::parse("rounding", rounding)?,
@@ -205,7 +204,7 @@ pub fn gemm<'py>(
     };
     Ok((
         out,
-        report_dict(py, &report)?,
+        PyReport::of(py, &report)?,
         call.cost_format().to_string(),
     ))
 }

@@ -67,7 +67,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     export!(m, host { fn host_memory, check_alloc; });
     export!(m, machine { class PyMachine, PyTile, PyKernelReport; });
     export!(m, engine { fn gemm; });
-    export!(m, perf { fn estimate_gemm, _estimate_gemm_walk; });
+    export!(m, perf { fn estimate_gemm, _estimate_gemm_walk; class PyReport, PyUncertainty; });
     export!(m, dma {
         fn dma_compress, dma_inspect, dma_describe, dma_decompress, dma_decompress_into,
             dma_copy_time;
@@ -85,7 +85,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         fn collective_estimate, collective_reduce, collective_move, collective_reduce_local,
             collective_move_local, placement, nccom_estimate, nccom_chips, nccom_machine,
             logical_core_members, instance_types;
-        class PyTorus, PyPhaseTiming, PyCollectiveReport, PyTraffic, PyLogicalCoreInfo;
+        class PyTorus, PyPhaseTiming, PyCollectiveReport, PyNccomRow, PyTraffic,
+            PyLogicalCoreInfo;
     });
     export!(m, workload {
         fn workload_model, workload_step, workload_memory, workload_train, workload_search;

@@ -5,7 +5,6 @@
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use trn2core::dma::copy::{self, Endpoint, Payload};
 use trn2core::dma::cost::Place;
 use trn2core::dma::Codec;
@@ -15,7 +14,7 @@ use trn2core::memory::{
 
 use crate::arrays::{borrow, slice};
 use crate::errors::{guard_work, PyTrn2Result};
-use crate::perf::report_dict;
+use crate::perf::PyReport;
 
 /// A transfer's end as Python gives it: a memory name or an `Allocation`.
 #[derive(FromPyObject)]
@@ -35,15 +34,8 @@ impl PyEndpoint<'_> {
     }
 }
 
-/// `(report fields, trace JSON, bytes, wire bytes, src place, dst place)` of a DMA transfer.
-pub type CopyResult<'py> = (
-    Bound<'py, PyDict>,
-    String,
-    u64,
-    u64,
-    &'static str,
-    &'static str,
-);
+/// `(report, trace JSON, bytes, wire bytes, src place, dst place)` of a DMA transfer.
+pub type CopyResult = (PyReport, String, u64, u64, &'static str, &'static str);
 
 /// One HBM stack (24 GiB), shareable between the two cores it serves.
 #[pyclass(name = "HbmStack", module = "trn2core._core", frozen)]
@@ -244,7 +236,7 @@ impl PyCoreMemory {
         dst: PyEndpoint<'py>,
         queue: usize,
         machine: Option<PyRef<'py, crate::machine::PyMachine>>,
-    ) -> PyTrn2Result<CopyResult<'py>> {
+    ) -> PyTrn2Result<CopyResult> {
         let transfer = Transfer {
             raw,
             dtype,
@@ -310,7 +302,7 @@ impl<'py> Transfer<'_, 'py> {
         py: Python<'py>,
         mem: &PyCoreMemory,
         machine: Option<&crate::machine::PyMachine>,
-    ) -> PyTrn2Result<CopyResult<'py>> {
+    ) -> PyTrn2Result<CopyResult> {
         let codec = Codec::parse("codec", self.codec)?;
         let (s, d) = (self.src.resolve("src")?, self.dst.resolve("dst")?);
         let a = borrow::<u8>(self.raw, "x", "uint8 (raw bytes)")?;
@@ -333,7 +325,7 @@ impl<'py> Transfer<'_, 'py> {
             }
         })?;
         Ok((
-            report_dict(py, &c.report)?,
+            PyReport::of(py, &c.report)?,
             c.report.chrome_trace_json(),
             c.bytes,
             c.wire_bytes,

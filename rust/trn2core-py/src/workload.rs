@@ -12,7 +12,7 @@ use trn2core::workload::{
 };
 
 use crate::errors::{guard_detached, PyTrn2Result};
-use crate::perf::uncertainty_dict;
+use crate::perf::PyUncertainty;
 
 /// A `config.json` dict as the core's fields (a bool before an int: Python's bool is an int).
 fn fields(config: &Bound<'_, PyDict>) -> PyResult<Vec<(String, ConfigValue)>> {
@@ -170,7 +170,7 @@ impl From<Parts> for PyStepParts {
 }
 
 /// What every step report carries: the base class of `StepReport` and `TrainReport` (the per-op
-/// rows, the memory plan, the uncertainty as the dict every report of the package gives).
+/// rows, the memory plan, the uncertainty).
 #[pyclass(name = "Step", module = "trn2core._core", subclass, frozen, get_all)]
 pub struct PyStep {
     phase: &'static str,
@@ -179,7 +179,7 @@ pub struct PyStep {
     description: String,
     ops: Vec<Py<PyOpTime>>,
     memory: Py<PyMemoryPlan>,
-    uncertainty: Py<PyDict>,
+    uncertainty: Py<PyUncertainty>,
 }
 
 /// The [`PyStep`] of a core report `$r` (a [`StepReport`] or a [`TrainReport`]: the fields they
@@ -197,7 +197,7 @@ macro_rules! step_of {
                 .map(|o| Py::new($py, PyOpTime::from(o)))
                 .collect::<PyResult<_>>()?,
             memory: Py::new($py, PyMemoryPlan::from($r.memory))?,
-            uncertainty: uncertainty_dict($py, &$r.uncertainty)?.unbind(),
+            uncertainty: PyUncertainty::of($py, &$r.uncertainty)?,
         }
     };
 }

@@ -79,6 +79,7 @@ pub use compress::{
 pub use cutlass::{from_cutlass, to_cutlass, Cutlass, CutlassMeta};
 pub use prune::{prune, prune_to};
 
+use crate::dtype::{array_type, ElementType, Kind, ELEMENT_TYPES};
 use crate::numerics::Format;
 use crate::{spec, Error, Result};
 
@@ -234,7 +235,9 @@ element!(u8, i8; u16, i16; u32, i32; u64, i64);
 
 named_enum! {
     /// What the codes of an array mean, for the magnitude order of [`prune()`]: the numpy /
-    /// ml_dtypes dtypes the Python API accepts.
+    /// ml_dtypes dtypes the Python API accepts. A view of the element-type table
+    /// ([`crate::dtype::ELEMENT_TYPES`], its `array` rows, by numpy name): bits and kind are read
+    /// from there.
     pub enum Dtype("dtype", format) {
         /// IEEE binary64.
         F64 = "float64",
@@ -286,14 +289,34 @@ pub(crate) enum KeyRule {
 }
 
 impl Dtype {
+    /// Each dtype's row of the element-type table, in [`Self::ALL`]'s order (a dtype without
+    /// one does not compile).
+    const ROWS: [ElementType; Dtype::ALL.len()] = {
+        let mut rows = [ELEMENT_TYPES[0]; Dtype::ALL.len()];
+        let mut i = 0;
+        while i < rows.len() {
+            rows[i] = match array_type(Dtype::ALL[i].name()) {
+                Some(t) => t,
+                None => panic!("a sparsity dtype without a row in dtype::ELEMENT_TYPES"),
+            };
+            i += 1;
+        }
+        rows
+    };
+
+    /// Its row of the element-type table.
+    pub const fn element(self) -> ElementType {
+        Dtype::ROWS[self as usize]
+    }
+
     /// Width of one code in bits.
     pub const fn bits(self) -> u32 {
-        match self {
-            Dtype::F64 | Dtype::I64 | Dtype::U64 => 64,
-            Dtype::F32 | Dtype::I32 | Dtype::U32 => 32,
-            Dtype::F16 | Dtype::Bf16 | Dtype::I16 | Dtype::U16 => 16,
-            _ => 8,
-        }
+        self.element().bits
+    }
+
+    /// Float, signed, unsigned or bool.
+    pub const fn kind(self) -> Kind {
+        self.element().kind
     }
 
     pub(crate) const fn key_rule(self) -> KeyRule {
@@ -305,19 +328,24 @@ impl Dtype {
                 nan_above,
             }
         }
-        match self {
-            Dtype::F64 => float(64, 0x7FF0_0000_0000_0000),
-            Dtype::F32 => float(32, 0x7F80_0000),
-            Dtype::F16 => float(16, 0x7C00),
-            Dtype::Bf16 => float(16, 0x7F80),
-            Dtype::Fp8E4m3 => float(8, 0x78),
-            Dtype::Fp8E5m2 => float(8, 0x7C),
-            Dtype::Fp8E3m4 => float(8, 0x70),
-            Dtype::Fp8E4m3fn => float(8, 0x7E),
-            Dtype::I8 | Dtype::I16 | Dtype::I32 | Dtype::I64 => {
-                KeyRule::Signed { bits: self.bits() }
-            }
-            Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 | Dtype::Bool => KeyRule::Unsigned,
+        let bits = self.bits();
+        match self.kind() {
+            Kind::Float => float(
+                bits,
+                match self {
+                    Dtype::F64 => 0x7FF0_0000_0000_0000,
+                    Dtype::F32 => 0x7F80_0000,
+                    Dtype::F16 => 0x7C00,
+                    Dtype::Bf16 => 0x7F80,
+                    Dtype::Fp8E4m3 => 0x78,
+                    Dtype::Fp8E5m2 => 0x7C,
+                    Dtype::Fp8E3m4 => 0x70,
+                    Dtype::Fp8E4m3fn => 0x7E,
+                    _ => panic!("a float row for an integer dtype"),
+                },
+            ),
+            Kind::Signed => KeyRule::Signed { bits },
+            Kind::Unsigned | Kind::Bool => KeyRule::Unsigned,
         }
     }
 
@@ -327,6 +355,16 @@ impl Dtype {
         self.key_rule().key(code)
     }
 }
+
+// Every dtype's key rule is evaluated at compile time: a float row of the table for a dtype
+// without a NaN bound above does not compile.
+const _: () = {
+    let mut i = 0;
+    while i < Dtype::ALL.len() {
+        Dtype::ALL[i].key_rule();
+        i += 1;
+    }
+};
 
 impl KeyRule {
     #[inline(always)]
