@@ -147,10 +147,16 @@ def mode_bits() -> dict:
             group = list(range(n)) if chips is None else chips
             local = [r for r, c in enumerate(group) if c in m.local_chips]
             case = {
-                "machine": mname, "collective": collective, "algorithm": algorithm,
-                "dtype": np.dtype(dtype).name, "shape": list(shape), "op": op,
-                "placement": pk, "chips": chips, "procs": procs,
-            }  # fmt: skip
+                "machine": mname,
+                "collective": collective,
+                "algorithm": algorithm,
+                "dtype": np.dtype(dtype).name,
+                "shape": list(shape),
+                "op": op,
+                "placement": pk,
+                "chips": chips,
+                "procs": procs,
+            }
             try:
                 res = _call(m, collective, [bufs[r] for r in local], algorithm, op, chips, peers)
             except Trn2Error as e:

@@ -79,12 +79,15 @@ def test_bad_lnc_is_refused_with_its_value(bad):
     assert isinstance(e.value, ValueError)
 
 
-@pytest.mark.parametrize("core_of", [
-    lambda: Chip(lnc=1).cores[3],
-    lambda: Chip(lnc=2).cores[1],
-    lambda: Chip(lnc=4).cores[1],
-    lambda: Chip(lnc=2),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "core_of",
+    [
+        lambda: Chip(lnc=1).cores[3],
+        lambda: Chip(lnc=2).cores[1],
+        lambda: Chip(lnc=4).cores[1],
+        lambda: Chip(lnc=2),
+    ],
+)
 def test_gemm_on_logical_cores_has_the_same_bits(core_of, rng):
     a = trn2core.quantize(rng.standard_normal((300, 700)), "bf16")
     b = trn2core.quantize(rng.standard_normal((700, 530)), "bf16")

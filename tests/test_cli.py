@@ -74,9 +74,12 @@ def test_gemm_run_beyond_the_host_is_refused_before_allocating():
 
 @pytest.mark.parametrize(
     ("size", "error"),
-    [("1e999999999", "CapacityError"), ("1e-999999999", "Trn2ValueError"),
-     ("0e999999999", "Trn2ValueError")],
-)  # fmt: skip
+    [
+        ("1e999999999", "CapacityError"),
+        ("1e-999999999", "Trn2ValueError"),
+        ("0e999999999", "Trn2ValueError"),
+    ],
+)
 def test_sizes_with_huge_exponents_are_refused_at_once(size, error):
     r = run_child("nccom-test", "-r", "2", "allr", "-b", size, "-e", size, timeout=20)
     # Beyond the model's limit is a refusal (1), a size below one byte a usage error (2).

@@ -133,8 +133,10 @@ def test_ring_order_is_the_documented_one(rng):
     An independent float32 oracle of that order gives the same bits."""
     inst = Instance("trn2.48xlarge")
     n, length = 4, 1003
-    bufs = [(rng.standard_normal(length) * 10 ** rng.uniform(-3, 3, length)).astype(np.float32)
-            for _ in range(n)]  # fmt: skip
+    bufs = [
+        (rng.standard_normal(length) * 10 ** rng.uniform(-3, 3, length)).astype(np.float32)
+        for _ in range(n)
+    ]
     res = inst.all_reduce(bufs, algorithm="ring", chips=[0, 1, 2, 3])
     g = 2 * n
     want = np.empty(length, np.float32)
@@ -218,8 +220,10 @@ def test_reduce_scatter(alg, shape, rng):
             assert np.array_equal(o, flat[lo:hi])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int16, np.uint8, np.bool_,
-                                   ml_dtypes.bfloat16, np.complex64])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.float64, np.int16, np.uint8, np.bool_, ml_dtypes.bfloat16, np.complex64],
+)
 @pytest.mark.parametrize("alg", ["auto", "ring", "kangaring", "rdh", "mesh", "torus"])
 def test_all_gather_is_stack(dtype, alg, rng):
     bufs = [rng.integers(0, 2, (3, 5)).astype(dtype) for _ in range(16)]
@@ -378,8 +382,12 @@ def test_report_fields_and_physics():
             d = r.to_dict()
             assert d["collective"] == "all_reduce" and d["chips"] == 16 and "ranks" not in d
             assert " over 16 chips, " in d["description"] and "rank" not in str(r)
-    for kind, factor in [("all_gather", 63 / 64), ("reduce_scatter", 63 / 64),
-                         ("all_to_all", 63 / 64), ("send_recv", 1.0)]:  # fmt: skip
+    for kind, factor in [
+        ("all_gather", 63 / 64),
+        ("reduce_scatter", 63 / 64),
+        ("all_to_all", 63 / 64),
+        ("send_recv", 1.0),
+    ]:
         r = inst.estimate(kind, 1 << 20)
         assert r.busbw == pytest.approx(r.algbw * factor)
     assert inst.estimate("all_gather", 1 << 20).size_bytes == 16 << 20
@@ -492,11 +500,31 @@ def test_cli_ls():
 
 
 def test_cli_nccom_test():
-    out = run_cli("nccom-test", "-r", "64", "allr", "-b", "8", "-e", "1GB", "-f", "8",
-                  "-d", "fp32", "--show-algorithm")  # fmt: skip
+    out = run_cli(
+        "nccom-test",
+        "-r",
+        "64",
+        "allr",
+        "-b",
+        "8",
+        "-e",
+        "1GB",
+        "-f",
+        "8",
+        "-d",
+        "fp32",
+        "--show-algorithm",
+    )
     lines = out.strip().splitlines()
-    assert lines[0].split() == ["size(B)", "count(elems)", "type", "time:avg(us)", "algbw(GB/s)",
-                                "busbw(GB/s)", "algorithm"]  # fmt: skip
+    assert lines[0].split() == [
+        "size(B)",
+        "count(elems)",
+        "type",
+        "time:avg(us)",
+        "algbw(GB/s)",
+        "busbw(GB/s)",
+        "algorithm",
+    ]
     rows = [line.split() for line in lines[1:-2]]
     assert [int(r[0]) for r in rows] == [8 * 8**i for i in range(10)]
     assert all(int(r[1]) * 4 == int(r[0]) and r[2] == "fp32" for r in rows)
@@ -518,8 +546,10 @@ def test_cli_nccom_test():
 def test_cli_nccom_test_errors():
     out = subprocess.run(
         [sys.executable, "-m", "trn2core", "nccom-test", "-r", "6", "allr"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 2 and "ranks" in out.stderr
 
 

@@ -37,9 +37,13 @@ def digests() -> dict[str, str]:
     out["stochastic_bits"] = t.stochastic_bits((301, 1000), seed=99).tobytes()
     out["gemm"] = t.gemm(a, b).out.tobytes()
     out["gemm-quantized"] = t.gemm(
-        np.asarray(a, np.float32), b, dtype="fp8_e4m3", rounding="stochastic", seed=5,
+        np.asarray(a, np.float32),
+        b,
+        dtype="fp8_e4m3",
+        rounding="stochastic",
+        seed=5,
         out_dtype="bf16",
-    ).out.tobytes()  # fmt: skip
+    ).out.tobytes()
     out["gemm-double_row"] = t.gemm(a8, b8, perf_mode="double_row").out.tobytes()
     sp = t.compress(t.prune(s, "4:16"), "4:16")
     out["sparse-gemm"] = t.gemm(sp, s.T[:, :200].copy()).out.tobytes()
@@ -113,11 +117,21 @@ def test_same_bits_in_any_chunking(rng):
     for cut in (1, 65_535, 65_536, 100_000, 299_999):
         flat, w = x.reshape(-1), words.reshape(-1)
         parts = [
-            t.quantize(flat[:cut], "fp8_e5m2", rounding="stochastic", random_bits=w[:cut],
-                       random_bit_count=32),
-            t.quantize(flat[cut:], "fp8_e5m2", rounding="stochastic", random_bits=w[cut:],
-                       random_bit_count=32),
-        ]  # fmt: skip
+            t.quantize(
+                flat[:cut],
+                "fp8_e5m2",
+                rounding="stochastic",
+                random_bits=w[:cut],
+                random_bit_count=32,
+            ),
+            t.quantize(
+                flat[cut:],
+                "fp8_e5m2",
+                rounding="stochastic",
+                random_bits=w[cut:],
+                random_bit_count=32,
+            ),
+        ]
         np.testing.assert_array_equal(
             np.concatenate(parts).view(np.uint8), whole.reshape(-1).view(np.uint8)
         )

@@ -175,9 +175,11 @@ def test_ultraserver_all_reduce_larger_than_one_process_may_hold(tmp_path):
     elements = 1 << 20  # 4 MiB per chip: 512 MiB of inputs and outputs for 64 chips
     limit = 200 << 20
     done, _, outs = _launch(
-        "big", 4, tmp_path,
+        "big",
+        4,
+        tmp_path,
         env={"TRN2CORE_HOST_MEMORY": str(limit), "TRN2CORE_TEST_ELEMENTS": str(elements)},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert outs[0]["total_buffer_bytes"] > limit
     # One process alone is refused before allocating; four complete.
@@ -220,8 +222,10 @@ def test_the_guides_mpi_example_runs_under_mpiexec(tmp_path):
         script.write_text(code)
         done = subprocess.run(
             [_mpiexec(), "-n", "2", sys.executable, str(script)],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "2 processes" in done.stdout and "between processes" in done.stdout, done.stdout
 
@@ -232,11 +236,30 @@ def _trn2core_cli() -> str:
 
 @pytest.mark.parametrize("procs", [1, 2, 4])
 def test_nccom_test_check_runs_on_data_under_mpi(procs):
-    ops = [("allr", "fp32"), ("redsct", "bf16"), ("allg", "fp16"), ("alltoall", "int8"),
-           ("sendrecv", "uint32")]  # fmt: skip
+    ops = [
+        ("allr", "fp32"),
+        ("redsct", "bf16"),
+        ("allg", "fp16"),
+        ("alltoall", "int8"),
+        ("sendrecv", "uint32"),
+    ]
     for op, dtype in ops:
-        cmd = [_trn2core_cli(), "nccom-test", op, "-r", "32", "-b", "4k", "-e", "1M", "-f", "16",
-               "-d", dtype, "--check"]  # fmt: skip
+        cmd = [
+            _trn2core_cli(),
+            "nccom-test",
+            op,
+            "-r",
+            "32",
+            "-b",
+            "4k",
+            "-e",
+            "1M",
+            "-f",
+            "16",
+            "-d",
+            dtype,
+            "--check",
+        ]
         if procs > 1:
             done = subprocess.run(
                 [_mpiexec(), "-n", str(procs), *cmd], capture_output=True, text=True, timeout=300
@@ -253,16 +276,43 @@ def test_nccom_test_check_runs_on_data_under_mpi(procs):
 
 
 def test_nccom_test_check_refuses_integer_reductions_naming_the_datatype():
-    cmd = [_trn2core_cli(), "nccom-test", "allr", "-r", "16", "-b", "4k", "-e", "4k",
-           "-d", "int32", "--check"]  # fmt: skip
+    cmd = [
+        _trn2core_cli(),
+        "nccom-test",
+        "allr",
+        "-r",
+        "16",
+        "-b",
+        "4k",
+        "-e",
+        "4k",
+        "-d",
+        "int32",
+        "--check",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "FormatError: datatype: --check runs all_reduce on data" in done.stderr, done.stderr
 
 
 def test_nccom_test_check_refuses_processes_that_do_not_divide_the_chips():
-    cmd = [_mpiexec(), "-n", "3", _trn2core_cli(), "nccom-test", "allr", "-r", "32",
-           "-b", "4k", "-e", "4k", "-d", "fp32", "--check"]  # fmt: skip
+    cmd = [
+        _mpiexec(),
+        "-n",
+        "3",
+        _trn2core_cli(),
+        "nccom-test",
+        "allr",
+        "-r",
+        "32",
+        "-b",
+        "4k",
+        "-e",
+        "4k",
+        "-d",
+        "fp32",
+        "--check",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "3 processes cannot share the 8 chips" in done.stdout + done.stderr

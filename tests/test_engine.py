@@ -46,9 +46,21 @@ def adversarial(shape, fmt, rng):
     """Cancellation, huge and tiny magnitudes, subnormals, zeros of both signs, some Inf/NaN."""
     info = trn2core.format_info(fmt)
     choices = np.array(
-        [info.max, -info.max, info.min_subnormal, -info.min_subnormal, info.min_normal,
-         0.0, -0.0, 1.0, -1.0, 3.0, 1e-3, info.max / 3]
-    )  # fmt: skip
+        [
+            info.max,
+            -info.max,
+            info.min_subnormal,
+            -info.min_subnormal,
+            info.min_normal,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            3.0,
+            1e-3,
+            info.max / 3,
+        ]
+    )
     x = choices[rng.integers(0, len(choices), size=shape)] * rng.choice([1, -1], size=shape)
     x = np.where(rng.random(shape) < 0.5, rng.standard_normal(shape) * 10, x)
     return trn2core.quantize(x, fmt, saturate=True)
@@ -232,8 +244,9 @@ def test_core_matmul_and_psum_accumulation():
     np.testing.assert_array_equal(bits(core.read_psum(3, 64, 300)), bits(want))
     # A region larger than what was written cannot be accumulated onto.
     with pytest.raises(ValueError, match="accumulate"):
-        core.matmul(rand((128, 64), "bf16", rng), rand((128, 301), "bf16", rng), bank=3,
-                    accumulate=True)  # fmt: skip
+        core.matmul(
+            rand((128, 64), "bf16", rng), rand((128, 301), "bf16", rng), bank=3, accumulate=True
+        )
     assert core.report().instructions == 2
 
 
@@ -260,9 +273,7 @@ def test_one_psum_and_one_clock_for_host_matmuls_and_machine_instructions():
     with pytest.raises(ValueError, match="accumulate"):
         core.matmul(s, m, bank=0, accumulate=True)
     rep = core.report()
-    assert rep.instructions == 3 and rep.opcodes == {
-        "nc_matmul": 1, "tensor_copy": 1, "memset": 1
-    }  # fmt: skip
+    assert rep.instructions == 3 and rep.opcodes == {"nc_matmul": 1, "tensor_copy": 1, "memset": 1}
     assert rep.engines["PE"]["instructions"] == 1 and rep.engines["DVE"]["instructions"] == 2
     # The operands' scratch SBUF is given back: all of SBUF is free again after a matmul.
     fresh = trn2core.NeuronCore()
@@ -363,8 +374,9 @@ def test_transpose_mode_is_bit_exact(fmt):
     assert psum.dtype == x.dtype
     np.testing.assert_array_equal(psum.view(np.uint8), np.ascontiguousarray(x.T).view(np.uint8))
     with pytest.raises(ValueError, match="accumulate"):
-        core.matmul(rand((96, 40), "bf16", rng), rand((96, 96), "bf16", rng), bank=2,
-                    accumulate=True)  # fmt: skip
+        core.matmul(
+            rand((96, 40), "bf16", rng), rand((96, 96), "bf16", rng), bank=2, accumulate=True
+        )
     with pytest.raises(trn2core.ShapeError, match="identity"):
         core.matmul(x, trn2core.quantize(np.ones((96, 96)), fmt), is_transpose=True)
     cost = 96 * (2 if fmt == "fp32" else 1)
@@ -389,9 +401,13 @@ def test_memory_side_decides_the_bound():
 
 @pytest.mark.parametrize(
     ("shape", "dtype"),
-    [((200, 300, 100), "bf16"), ((4096, 128, 4096), "bf16"), ((1000, 3000, 700), "fp8_e4m3"),
-     ((64, 64, 64), "fp32")],
-)  # fmt: skip
+    [
+        ((200, 300, 100), "bf16"),
+        ((4096, 128, 4096), "bf16"),
+        ((1000, 3000, 700), "fp8_e4m3"),
+        ((64, 64, 64), "fp32"),
+    ],
+)
 def test_the_trace_moves_each_hbm_byte_once(shape, dtype):
     # The first a and b tiles load in the prologue; the streams carry the rest. Both used to
     # carry the first tiles (200x300x100 bf16: 318,368 B in the trace for 260,000 B of traffic).
@@ -426,9 +442,22 @@ def test_blocking_fills_sbuf_as_a_well_written_kernel_does():
 
 FORMATS = list(trn2core.FORMATS)
 ROUNDINGS = list(trn2core.ROUNDING_MODES)
-INPUT_DTYPES = ["float64", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2",
-                "float8_e3m4", "float8_e4m3fn", "int8", "int16", "int32", "int64", "uint8",
-                "uint64"]  # fmt: skip
+INPUT_DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float8_e4m3",
+    "float8_e5m2",
+    "float8_e3m4",
+    "float8_e4m3fn",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint64",
+]
 
 
 def boundary(shape, rng, specials=True):
@@ -471,13 +500,19 @@ def as_input(x, dtype: str):
     if dtype in ("float64", "float32", "float16"):
         with np.errstate(over="ignore"):
             return x.astype(dtype)
-    fmt = {"bfloat16": "bf16", "float8_e4m3": "fp8_e4m3", "float8_e5m2": "fp8_e5m2",
-           "float8_e3m4": "fp8_e3m4", "float8_e4m3fn": "fp8_e4m3fn"}[dtype]  # fmt: skip
+    fmt = {
+        "bfloat16": "bf16",
+        "float8_e4m3": "fp8_e4m3",
+        "float8_e5m2": "fp8_e5m2",
+        "float8_e3m4": "fp8_e3m4",
+        "float8_e4m3fn": "fp8_e4m3fn",
+    }[dtype]
     return trn2core.quantize(x, fmt)
 
 
-def old_path(a, b, *, dtype=None, rounding="nearest_even", seed=None, perf_mode="none",
-             out_dtype="fp32"):  # fmt: skip
+def old_path(
+    a, b, *, dtype=None, rounding="nearest_even", seed=None, perf_mode="none", out_dtype="fp32"
+):
     """What gemm did before it took operands as they are: quantize each operand whole (``b``
     with ``seed + 1``; float64 and integers to fp32 without ``dtype``), multiply the values
     (``trn2core.reference``, pure numpy), quantize the result."""
@@ -505,8 +540,9 @@ def same_bits(got, want, what=""):
     if g.dtype.itemsize == 4:
         np.testing.assert_array_equal(bits(g), bits(w), err_msg=what)
     else:
-        np.testing.assert_array_equal(g.view(f"u{g.dtype.itemsize}"),
-                                      w.view(f"u{w.dtype.itemsize}"), err_msg=what)  # fmt: skip
+        np.testing.assert_array_equal(
+            g.view(f"u{g.dtype.itemsize}"), w.view(f"u{w.dtype.itemsize}"), err_msg=what
+        )
 
 
 @pytest.mark.parametrize("src", INPUT_DTYPES)
@@ -532,8 +568,9 @@ def test_gemm_perf_modes_and_outputs_give_the_old_paths_bits(target, perf_mode, 
     a, b = boundary((9, 600), rng), boundary((600, 70), rng, specials=False).astype(np.float32)
     for out_dtype in FORMATS:
         for rounding, seed in (("nearest_even", None), ("stochastic", 3), ("toward_zero", None)):
-            kw = dict(dtype=target, rounding=rounding, seed=seed, perf_mode=perf_mode,
-                      out_dtype=out_dtype)  # fmt: skip
+            kw = dict(
+                dtype=target, rounding=rounding, seed=seed, perf_mode=perf_mode, out_dtype=out_dtype
+            )
             if perf_mode == "double_row" and target == "bf16":
                 with pytest.raises(trn2core.FormatError, match="^a: .*double_row"):
                     trn2core.gemm(a, b, **kw)
@@ -577,13 +614,17 @@ def layouts(x):
         yield "misaligned", misaligned
 
 
-@pytest.mark.parametrize("src", ["float64", "float32", "float16", "bfloat16", "float8_e5m2",
-                                 "int16", "uint64"])  # fmt: skip
+@pytest.mark.parametrize(
+    "src", ["float64", "float32", "float16", "bfloat16", "float8_e5m2", "int16", "uint64"]
+)
 def test_gemm_reads_every_layout_and_byte_order_without_changing_a_bit(src, rng):
     a0 = as_input(boundary((7, 260), rng), src)
     b0 = as_input(boundary((260, 33), rng, specials=False), src)
-    for target, rounding in ((None, "nearest_even"), ("bf16", "stochastic"),
-                             ("fp8_e4m3", "toward_positive")):  # fmt: skip
+    for target, rounding in (
+        (None, "nearest_even"),
+        ("bf16", "stochastic"),
+        ("fp8_e4m3", "toward_positive"),
+    ):
         want = old_path(a0, b0, dtype=target, rounding=rounding, seed=11)
         for (la, a), (lb, b) in zip(layouts(a0), list(layouts(b0))[::-1], strict=True):
             before = (a.copy(), b.copy())
@@ -599,8 +640,11 @@ def test_gemm_of_a_sparse_tensor_quantizes_the_compressed_values(rng, monkeypatc
     for pattern in trn2core.SPARSITY_PATTERNS:
         dense = trn2core.prune(boundary((33, 192), rng, specials=False), pattern, axis=1)
         sp = trn2core.compress(dense, pattern, axis=1)
-        for target, rounding, seed in ((None, "nearest_even", None), ("bf16", "stochastic", 4),
-                                       ("fp8_e4m3", "toward_negative", None)):  # fmt: skip
+        for target, rounding, seed in (
+            (None, "nearest_even", None),
+            ("bf16", "stochastic", 4),
+            ("fp8_e4m3", "toward_negative", None),
+        ):
             want = old_path(dense, b, dtype=target, rounding=rounding, seed=seed)
             got = trn2core.gemm(sp, b, dtype=target, rounding=rounding, seed=seed).out
             same_bits(got, want, f"{pattern} {target} {rounding}")
@@ -680,8 +724,9 @@ def test_transpose_mode_returns_a_fresh_array_for_a_fortran_ordered_stationary()
     # writing it changed the caller's input.
     s = np.asfortranarray(trn2core.quantize(np.arange(32 * 16).reshape(32, 16), "bf16"))
     keep = s.copy()
-    out = trn2core.NeuronCore().matmul(s, np.eye(32, dtype=np.float32).astype(s.dtype),
-                                       is_transpose=True)  # fmt: skip
+    out = trn2core.NeuronCore().matmul(
+        s, np.eye(32, dtype=np.float32).astype(s.dtype), is_transpose=True
+    )
     assert not np.shares_memory(out, s) and out.flags.c_contiguous
     assert np.array_equal(out.view(np.uint16), keep.T.view(np.uint16))
     out[...] = 0

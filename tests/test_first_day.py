@@ -65,9 +65,12 @@ def test_the_gemm_command_answers_for_the_default_logical_core(run_cli, monkeypa
 def test_gemm_takes_its_shape_three_ways(run_cli):
     outs = [
         json.loads(run_cli("gemm", *args, "--json")[1])["report"]["seconds"]
-        for args in (["512x1024x256"], ["-m", "512", "-k", "1024", "-n", "256"],
-                     ["--m", "512", "--k", "1024", "--n", "256"])
-    ]  # fmt: skip
+        for args in (
+            ["512x1024x256"],
+            ["-m", "512", "-k", "1024", "-n", "256"],
+            ["--m", "512", "--k", "1024", "--n", "256"],
+        )
+    ]
     assert outs[0] == outs[1] == outs[2] > 0
 
 
@@ -123,8 +126,13 @@ def test_optional_dependencies_are_checked_before_the_work(run_cli, monkeypatch,
     rc, out, err = run_cli("gemm", "64x64x64", "--run", "--plot", str(tmp_path / "r.png"))
     assert rc == 2 and "pip install 'trn2core[plot]'" in err
     assert out == ""  # nothing printed, nothing emulated
-    for mod in ("perfetto", "perfetto.protos", "perfetto.protos.perfetto.trace",
-                "perfetto.trace_builder", "perfetto.trace_builder.proto_builder"):  # fmt: skip
+    for mod in (
+        "perfetto",
+        "perfetto.protos",
+        "perfetto.protos.perfetto.trace",
+        "perfetto.trace_builder",
+        "perfetto.trace_builder.proto_builder",
+    ):
         monkeypatch.setitem(sys.modules, mod, None)
     rc, out, err = run_cli("gemm", "64x64x64", "--run", "--trace", str(tmp_path / "t.pftrace"))
     assert rc == 2 and "trn2core[perfetto]" in err and out == ""

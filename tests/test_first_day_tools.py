@@ -15,16 +15,31 @@ from trn2core.nccom import parse_size
 
 
 def test_check_takes_awss_modes_and_a_bare_flag_is_random(run_cli):
-    rc, out, _ = run_cli("nccom-test", "-r", "8", "-c", "all_ones", "allr", "-b", "1K",
-                     "-e", "1K", "-d", "fp32")  # fmt: skip
+    rc, out, _ = run_cli(
+        "nccom-test", "-r", "8", "-c", "all_ones", "allr", "-b", "1K", "-e", "1K", "-d", "fp32"
+    )
     assert rc == 0
     assert "2 chips x 256 fp32 elements (all_ones): every output as expected" in out
     # A bare flag before the operation, as in AWS's examples (`--check allg`): random mode.
     rc, out, _ = run_cli("nccom-test", "-r", "8", "--check", "allg", "-b", "1K", "-e", "1K")
     assert rc == 0
     assert re.search(r"\(random, seed \d+\): every output as expected", out), out
-    rc, out, _ = run_cli("nccom-test", "-r", "8", "allr", "-d", "bf16", "-b", "1K", "-e",
-                     "1K", "-c", "random", "--seed", "7")  # fmt: skip
+    rc, out, _ = run_cli(
+        "nccom-test",
+        "-r",
+        "8",
+        "allr",
+        "-d",
+        "bf16",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-c",
+        "random",
+        "--seed",
+        "7",
+    )
     assert rc == 0 and "(random, seed 7): every output as expected" in out
     rc, _, err = run_cli("nccom-test", "-r", "8", "allr", "-c", "zeros")
     assert rc == 2 and "invalid choice: 'zeros'" in err
@@ -51,8 +66,9 @@ def test_seed_needs_the_random_check(run_cli):
 
 
 def test_hosts_give_the_node_count(run_cli, tmp_path):
-    rc, out, _ = run_cli("nccom-test", "-r", "128", "allr", "--json", "--hosts", "10.0.0.1",
-                     "10.0.0.2")  # fmt: skip
+    rc, out, _ = run_cli(
+        "nccom-test", "-r", "128", "allr", "--json", "--hosts", "10.0.0.1", "10.0.0.2"
+    )
     assert rc == 0
     import json
 
@@ -60,8 +76,7 @@ def test_hosts_give_the_node_count(run_cli, tmp_path):
     assert cfg["nnodes"] == 2 and cfg["chips"] == 32
     hosts = tmp_path / "hosts"
     hosts.write_text("a\n\nb\nc\nd\n")
-    rc, out, _ = run_cli("nccom-test", "-r", "256", "allr", "--json", "--hosts-file",
-                     str(hosts))  # fmt: skip
+    rc, out, _ = run_cli("nccom-test", "-r", "256", "allr", "--json", "--hosts-file", str(hosts))
     assert rc == 0 and json.loads(out)["config"]["nnodes"] == 4
     rc, _, err = run_cli("nccom-test", "-r", "128", "-N", "4", "allr", "-s", "a", "b")
     assert rc == 2 and "nnodes: -N 4 but 2 hosts are given" in err
@@ -72,9 +87,16 @@ def test_hosts_give_the_node_count(run_cli, tmp_path):
 
 @pytest.mark.parametrize(
     "text, want",
-    [("1MiB", 1 << 20), ("4KiB", 4096), ("2GiB", 2 << 30), ("1M", 1 << 20), ("1G", 1 << 30),
-     ("1mib", 1 << 20), ("1kb", 1024)],
-)  # fmt: skip
+    [
+        ("1MiB", 1 << 20),
+        ("4KiB", 4096),
+        ("2GiB", 2 << 30),
+        ("1M", 1 << 20),
+        ("1G", 1 << 30),
+        ("1mib", 1 << 20),
+        ("1kb", 1024),
+    ],
+)
 def test_sizes_take_iec_units(text, want):
     assert parse_size(text, "minbytes") == want
 

@@ -24,10 +24,29 @@ from hypothesis.extra import numpy as hnp
 from trn2core import CorruptDataError, Trn2Error
 from trn2core.dtypes import CODE_DTYPES, FORMAT_DTYPES
 
-ML = [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2, ml_dtypes.float8_e3m4,
-      ml_dtypes.float8_e4m3fn]  # fmt: skip
-NUMPY = ["<f8", ">f8", "<f4", ">f4", "<f2", "<i1", "<i2", ">i4", "<i8", "<u1", "<u2", "<u4",
-         "<u8", "?"]  # fmt: skip
+ML = [
+    ml_dtypes.bfloat16,
+    ml_dtypes.float8_e4m3,
+    ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e3m4,
+    ml_dtypes.float8_e4m3fn,
+]
+NUMPY = [
+    "<f8",
+    ">f8",
+    "<f4",
+    ">f4",
+    "<f2",
+    "<i1",
+    "<i2",
+    ">i4",
+    "<i8",
+    "<u1",
+    "<u2",
+    "<u4",
+    "<u8",
+    "?",
+]
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=9)
 
 
@@ -90,18 +109,28 @@ def ints(lo, hi):
     bits, or not an integer. (Never a large valid size: a valid 10**9 would make the property
     allocate gigabytes or walk for minutes, legitimately.)"""
     junk = st.one_of(
-        st.integers(max_value=lo - 1), st.integers(hi + 1, hi + 10), st.integers(min_value=2**64),
-        st.none(), st.floats(), st.text(max_size=3), st.booleans(),
-    )  # fmt: skip
+        st.integers(max_value=lo - 1),
+        st.integers(hi + 1, hi + 10),
+        st.integers(min_value=2**64),
+        st.none(),
+        st.floats(),
+        st.text(max_size=3),
+        st.booleans(),
+    )
     return mostly(st.integers(lo, hi), junk)
 
 
 BOOLS = mostly(st.booleans(), st.one_of(st.integers(0, 1), st.text(max_size=2), st.none()))
 
 #: The engine's input formats and a dtype holding each.
-ENGINE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
-          "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
-          "fp8_e3m4": ml_dtypes.float8_e3m4}  # fmt: skip
+ENGINE = {
+    "fp32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp8_e3m4": ml_dtypes.float8_e3m4,
+}
 
 
 @st.composite
@@ -173,9 +202,11 @@ def test_numerics(x, fmt, rounding, saturate, seed, bias):
     codes = contract(t.encode, x, fmt, exponent_bias=bias, **kw)
     # Junk is refused, never silently taken (a seed is checked even where it is unused).
     junk = (
-        bad_name(fmt, t.FORMATS) or bad_name(rounding, t.ROUNDING_MODES) or bad_bool(saturate)
+        bad_name(fmt, t.FORMATS)
+        or bad_name(rounding, t.ROUNDING_MODES)
+        or bad_bool(saturate)
         or (seed is not None and bad_int(seed, 0, 2**64 - 1))
-    )  # fmt: skip
+    )
     if junk:
         assert q is None and codes is None
     if q is not None:
@@ -211,8 +242,9 @@ def test_decode(codes, fmt, bias):
         assert v.shape == np.shape(codes) and v.dtype == np.float32
 
 
-@given(shape=st.one_of(SHAPES, ints(0, 100), st.lists(ints(0, 5), max_size=3)),
-       seed=ints(0, 2**64 - 1))  # fmt: skip
+@given(
+    shape=st.one_of(SHAPES, ints(0, 100), st.lists(ints(0, 5), max_size=3)), seed=ints(0, 2**64 - 1)
+)
 def test_stochastic_bits(shape, seed):
     w = contract(t.stochastic_bits, shape, seed=seed)
     if w is not None:
@@ -236,9 +268,11 @@ def test_gemm(ab, dtype, perf_mode, out_dtype, seed):
     a, b = ab
     res = contract(t.gemm, a, b, dtype=dtype, perf_mode=perf_mode, out_dtype=out_dtype, seed=seed)
     junk = (
-        (dtype is not None and bad_name(dtype, t.FORMATS)) or bad_name(perf_mode, t.PERF_MODES)
-        or bad_name(out_dtype, t.FORMATS) or (seed is not None and bad_int(seed, 0, 2**64 - 1))
-    )  # fmt: skip
+        (dtype is not None and bad_name(dtype, t.FORMATS))
+        or bad_name(perf_mode, t.PERF_MODES)
+        or bad_name(out_dtype, t.FORMATS)
+        or (seed is not None and bad_int(seed, 0, 2**64 - 1))
+    )
     if junk:
         assert res is None
     if res is None:
@@ -258,17 +292,21 @@ def test_gemm(ab, dtype, perf_mode, out_dtype, seed):
 
 
 @given(
-    m=ints(1, 3000), k=ints(1, 3000), n=ints(1, 3000),
-    dtype=names(t.FORMATS), perf_mode=names(t.PERF_MODES),
+    m=ints(1, 3000),
+    k=ints(1, 3000),
+    n=ints(1, 3000),
+    dtype=names(t.FORMATS),
+    perf_mode=names(t.PERF_MODES),
     sparsity=mostly(st.none(), names(t.SPARSITY_PATTERNS), 2),
-)  # fmt: skip
+)
 def test_estimate_gemm(m, k, n, dtype, perf_mode, sparsity):
     rep = contract(t.estimate_gemm, m, k, n, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity)
     junk = (
-        any(bad_int(v, 1, 2**64 - 1) for v in (m, k, n)) or bad_name(dtype, t.FORMATS)
+        any(bad_int(v, 1, 2**64 - 1) for v in (m, k, n))
+        or bad_name(dtype, t.FORMATS)
         or bad_name(perf_mode, t.PERF_MODES)
         or (sparsity is not None and bad_name(sparsity, t.SPARSITY_PATTERNS))
-    )  # fmt: skip
+    )
     if junk:
         assert rep is None
     if rep is not None:
@@ -300,16 +338,30 @@ def matmul_operands(draw):
     bank=ints(0, 7),
     accumulate=mostly(st.just(False), BOOLS, 2),
     perf_mode=names(t.PERF_MODES),
-    tile=mostly(st.none(), st.one_of(st.tuples(ints(0, 96), ints(0, 96)),
-                                     st.sampled_from([(0, 0), (64, 0), (0, 32)])), 2),
-    size=st.one_of(st.none(), st.tuples(ints(32, 128), ints(32, 128)),
-                   st.sampled_from([(64, 64), (32, 128), (128, 128)])),
-)  # fmt: skip
+    tile=mostly(
+        st.none(),
+        st.one_of(st.tuples(ints(0, 96), ints(0, 96)), st.sampled_from([(0, 0), (64, 0), (0, 32)])),
+        2,
+    ),
+    size=st.one_of(
+        st.none(),
+        st.tuples(ints(32, 128), ints(32, 128)),
+        st.sampled_from([(64, 64), (32, 128), (128, 128)]),
+    ),
+)
 def test_matmul(ops, bank, accumulate, perf_mode, tile, size):
     s, mv = ops
     core = t.NeuronCore()
-    out = contract(core.matmul, s, mv, bank=bank, accumulate=accumulate, perf_mode=perf_mode,
-                   tile_position=tile, tile_size=size)  # fmt: skip
+    out = contract(
+        core.matmul,
+        s,
+        mv,
+        bank=bank,
+        accumulate=accumulate,
+        perf_mode=perf_mode,
+        tile_position=tile,
+        tile_size=size,
+    )
     if bad_int(bank, 0, 7) or bad_bool(accumulate) or bad_name(perf_mode, t.PERF_MODES):
         assert out is None
     if out is not None:
@@ -440,8 +492,9 @@ def cutlass_parts(draw):
     assume(contract(t.prune, x, pattern, axis=1) is not None)
     values, meta = t.compress(t.prune(x, pattern, axis=1), pattern, axis=1).to_cutlass()
     meta = meta.copy()
-    for at, w in draw(st.lists(st.tuples(st.integers(0, 10**6), st.integers(-(2**15), 2**15 - 1)),
-                               max_size=2)):  # fmt: skip
+    for at, w in draw(
+        st.lists(st.tuples(st.integers(0, 10**6), st.integers(-(2**15), 2**15 - 1)), max_size=2)
+    ):
         meta.reshape(-1)[at % meta.size] = w
     return values, meta
 
@@ -450,13 +503,20 @@ def cutlass_parts(draw):
     parts=mostly(
         cutlass_parts(),
         st.tuples(
-            st.one_of(numeric_arrays(hnp.array_shapes(min_dims=2, max_dims=2, max_side=70)),
-                      ANY_ARRAY),
-            st.one_of(hnp.arrays(st.sampled_from([np.int16, np.int32, np.uint16]),
-                                 hnp.array_shapes(max_dims=2, max_side=70)), ANY_ARRAY),
-        ), 2
+            st.one_of(
+                numeric_arrays(hnp.array_shapes(min_dims=2, max_dims=2, max_side=70)), ANY_ARRAY
+            ),
+            st.one_of(
+                hnp.arrays(
+                    st.sampled_from([np.int16, np.int32, np.uint16]),
+                    hnp.array_shapes(max_dims=2, max_side=70),
+                ),
+                ANY_ARRAY,
+            ),
+        ),
+        2,
     )
-)  # fmt: skip
+)
 def test_from_cutlass(parts):
     values, meta = parts
     sp = contract(t.SparseTensor.from_cutlass, values, meta)
@@ -469,9 +529,14 @@ def test_from_cutlass(parts):
 # -- chips and collectives --------------------------------------------------------------------
 
 #: The collectives' reduction formats and a dtype holding each.
-REDUCE = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16,
-          "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e5m2": ml_dtypes.float8_e5m2,
-          "fp8_e3m4": ml_dtypes.float8_e3m4}  # fmt: skip
+REDUCE = {
+    "fp32": np.float32,
+    "bf16": ml_dtypes.bfloat16,
+    "fp16": np.float16,
+    "fp8_e4m3": ml_dtypes.float8_e4m3,
+    "fp8_e5m2": ml_dtypes.float8_e5m2,
+    "fp8_e3m4": ml_dtypes.float8_e3m4,
+}
 INSTANCE = t.Instance()
 ONE_CHIP = t.Instance("trn2.3xlarge")
 REDUCE_OPS = ("sum", "max", "min")
@@ -517,12 +582,19 @@ def value_equal(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @given(
-    call=mostly(collective_call(), st.tuples(st.just(INSTANCE), st.none(), st.none(),
-                                              st.none(), st.one_of(ANY_ARRAY, st.lists(
-                                                  ANY_ARRAY, min_size=16, max_size=16)))),
+    call=mostly(
+        collective_call(),
+        st.tuples(
+            st.just(INSTANCE),
+            st.none(),
+            st.none(),
+            st.none(),
+            st.one_of(ANY_ARRAY, st.lists(ANY_ARRAY, min_size=16, max_size=16)),
+        ),
+    ),
     op=names(REDUCE_OPS),
     algorithm=names(t.ALGORITHMS),
-)  # fmt: skip
+)
 def test_collectives(call, op, algorithm):
     machine, chips, fmt, exact, bufs = call
     ar = contract(machine.all_reduce, bufs, op=op, algorithm=algorithm, chips=chips)
@@ -603,9 +675,11 @@ def test_chip_gemm(ab, lnc, which, perf_mode):
 def test_collective_estimate(machine, collective, nbytes, dtype, algorithm):
     rep = contract(machine.estimate, collective, nbytes, dtype=dtype, algorithm=algorithm)
     junk = (
-        bad_name(collective, t.collectives.COLLECTIVES) or bad_int(nbytes, 0, 2**50)
-        or bad_name(dtype, t.FORMATS) or bad_name(algorithm, t.ALGORITHMS)
-    )  # fmt: skip
+        bad_name(collective, t.collectives.COLLECTIVES)
+        or bad_int(nbytes, 0, 2**50)
+        or bad_name(dtype, t.FORMATS)
+        or bad_name(algorithm, t.ALGORITHMS)
+    )
     if junk:
         assert rep is None
     if rep is not None:

@@ -27,12 +27,54 @@ BITVEC = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
 _SPECIAL = {
-    4: [0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x00800000, 0x3F800000, 0xBF800000,
-        0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FA00001, 0xFFC01234,
-        0x3F808000, 0x3F807FFF, 0x4B800000, 0x3F7FFFFF, 0x40490FDB, 0xC1200000],
-    2: [0, 0x8000, 1, 0x8001, 0x007F, 0x0080, 0x3F80, 0xBF80, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80,
-        0x7FC0, 0x7FA1, 0xFFC1, 0x03FF, 0x0400, 0x3C00, 0x7BFF, 0x7C00, 0x7E00, 0x7C01],
-}  # fmt: skip
+    4: [
+        0,
+        0x80000000,
+        1,
+        0x80000001,
+        0x007FFFFF,
+        0x00800000,
+        0x3F800000,
+        0xBF800000,
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F800000,
+        0xFF800000,
+        0x7FC00000,
+        0x7FA00001,
+        0xFFC01234,
+        0x3F808000,
+        0x3F807FFF,
+        0x4B800000,
+        0x3F7FFFFF,
+        0x40490FDB,
+        0xC1200000,
+    ],
+    2: [
+        0,
+        0x8000,
+        1,
+        0x8001,
+        0x007F,
+        0x0080,
+        0x3F80,
+        0xBF80,
+        0x7F7F,
+        0xFF7F,
+        0x7F80,
+        0xFF80,
+        0x7FC0,
+        0x7FA1,
+        0xFFC1,
+        0x03FF,
+        0x0400,
+        0x3C00,
+        0x7BFF,
+        0x7C00,
+        0x7E00,
+        0x7C01,
+    ],
+}
 
 
 def codes(dtype: str, shape, seed: int = 0) -> np.ndarray:
@@ -107,9 +149,15 @@ def test_tensor_tensor_matches_the_oracle(op, dtype):
 
 @pytest.mark.parametrize(
     "da,db,dd",
-    [("fp32", "bf16", "bf16"), ("bf16", "fp32", "fp32"), ("fp32", "fp32", "fp8_e4m3"),
-     ("int32", "fp16", "bf16"), ("fp8_e5m2", "uint8", "int16"), ("tf32", "fp32", "tf32")],
-)  # fmt: skip
+    [
+        ("fp32", "bf16", "bf16"),
+        ("bf16", "fp32", "fp32"),
+        ("fp32", "fp32", "fp8_e4m3"),
+        ("int32", "fp16", "bf16"),
+        ("fp8_e5m2", "uint8", "int16"),
+        ("tf32", "fp32", "tf32"),
+    ],
+)
 def test_tensor_tensor_mixed_dtypes_and_strided_views(da, db, dd):
     core = trn2core.NeuronCore()
     a, b = codes(da, (96, 64), 3), codes(db, (96, 64), 4)
@@ -208,8 +256,11 @@ def test_scalar_tensor_tensor_reciprocal_select():
     core = trn2core.NeuronCore()
     a, b = codes("bf16", (128, 50), 13), codes("fp32", (128, 50), 14)
     ta, tb, d = put(core, a, "bf16"), put(core, b, "fp32"), out(core, (128, 50), "bf16")
-    for op0, op1, r0, r1 in [("subtract", "multiply", False, False), ("divide", "maximum", True,
-                             True), ("abs", "add", False, True)]:  # fmt: skip
+    for op0, op1, r0, r1 in [
+        ("subtract", "multiply", False, False),
+        ("divide", "maximum", True, True),
+        ("abs", "add", False, True),
+    ]:
         core.vector.scalar_tensor_tensor(d, ta, op0, 0.75, op1, tb, r0, r1)
         want = ref.scalar_tensor_tensor(a, op0, 0.75, op1, b, "bf16", reverse0=r0, reverse1=r1)
         assert_bits(core.read(d), want, f"stt {op0} {op1}")
@@ -248,8 +299,21 @@ def test_tensor_copy_every_dtype_pair(src):
 def test_memset_rounds_once(dtype):
     core = trn2core.NeuronCore()
     t = out(core, (16, 5), dtype)
-    for v in (0.0, -0.0, 1.0, 1 + 2**-8, 1 + 2**-8 + 2**-30, -2.5, 300.0, 1e9, -1e40,
-              16_777_217.0, float("inf"), float("nan"), 3.0e-45):  # fmt: skip
+    for v in (
+        0.0,
+        -0.0,
+        1.0,
+        1 + 2**-8,
+        1 + 2**-8 + 2**-30,
+        -2.5,
+        300.0,
+        1e9,
+        -1e40,
+        16_777_217.0,
+        float("inf"),
+        float("nan"),
+        3.0e-45,
+    ):
         core.gpsimd.memset(t, v)
         assert_bits(core.read(t), ref.memset((16, 5), v, dtype), f"memset {dtype} {v}")
 
@@ -257,8 +321,9 @@ def test_memset_rounds_once(dtype):
 # --------------------------------------------------------------------- reductions and scans
 
 
-@pytest.mark.parametrize("op", ["add", "maximum", "minimum", "multiply", "subtract",
-                                "logical_or", "logical_xor"])  # fmt: skip
+@pytest.mark.parametrize(
+    "op", ["add", "maximum", "minimum", "multiply", "subtract", "logical_or", "logical_xor"]
+)
 def test_tensor_reduce(op):
     core = trn2core.NeuronCore()
     a = codes("fp32", (16, 3, 8), 21)
@@ -285,10 +350,17 @@ def test_tensor_tensor_scan():
     core = trn2core.NeuronCore()
     a, b = codes("bf16", (128, 37), 23), codes("bf16", (128, 37), 24)
     init = (np.arange(128, dtype=np.float32) * 0.25).reshape(128, 1)
-    ta, tb, ti, d = (put(core, a, "bf16"), put(core, b, "bf16"), put(core, init, "fp32"),
-                     out(core, (128, 37), "bf16"))  # fmt: skip
-    for op0, op1, r0, r1 in [("multiply", "add", False, False), ("subtract", "maximum", True,
-                             True), ("add", "multiply", True, False)]:  # fmt: skip
+    ta, tb, ti, d = (
+        put(core, a, "bf16"),
+        put(core, b, "bf16"),
+        put(core, init, "fp32"),
+        out(core, (128, 37), "bf16"),
+    )
+    for op0, op1, r0, r1 in [
+        ("multiply", "add", False, False),
+        ("subtract", "maximum", True, True),
+        ("add", "multiply", True, False),
+    ]:
         core.vector.tensor_tensor_scan(d, ta, tb, ti, op0, op1, r0, r1)
         want = ref.tensor_tensor_scan(a, b, init, op0, op1, "bf16", reverse0=r0, reverse1=r1)
         assert_bits(core.read(d), want, f"scan {op0} {op1}")
@@ -340,9 +412,15 @@ def test_activation_matches_the_float64_rule(func, dtype):
     ta, tbias = put(core, a, dtype), put(core, bias, "bf16")
     d, acc = out(core, (128, 48), "bf16"), out(core, (128, 1), "fp32")
     core.scalar.activation(
-        d, ta, func, scale=0.5, bias=tbias, reduce_op="add", reduce_res=acc,
+        d,
+        ta,
+        func,
+        scale=0.5,
+        bias=tbias,
+        reduce_op="add",
+        reduce_res=acc,
         reduce_cmd="reset_reduce",
-    )  # fmt: skip
+    )
     want, sums = ref.activation(a, func, "bf16", scale=0.5, bias=bias, dtype=dtype)
     assert_bits(core.read(d), want, f"{func} {dtype}")
     assert_bits(core.read(acc).reshape(-1), sums, f"{func} sums")
@@ -384,8 +462,9 @@ def test_iota(dtype):
     assert_bits(core.read(d), ref.iota((8, 2, 5), pattern, 7, -300, dtype), dtype)
 
 
-@pytest.mark.parametrize("cmp", ("equal", "not_equal", "greater", "greater_equal", "less",
-                                 "less_equal"))  # fmt: skip
+@pytest.mark.parametrize(
+    "cmp", ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+)
 def test_affine_select_causal_masks(cmp):
     core = trn2core.NeuronCore()
     x = codes("bf16", (128, 64), 41)
@@ -449,29 +528,60 @@ def test_engine_rules_raise_errors_naming_rule_and_operand():
     p2 = put(core, np.zeros((128, 64), np.float32), "fp32", space="psum")
     h = core.hbm_tensor(np.zeros((128, 64), np.float32))
     cases = [
-        (lambda: core.vector.tensor_tensor(a, p1, p2), "two_psum_inputs", "data2",
-         trn2core.Trn2ValueError),
-        (lambda: core.gpsimd.tensor_tensor(a, p1, b), "gpsimd_psum", "data1",
-         trn2core.Trn2ValueError),
-        (lambda: core.vector.tensor_tensor(a, h, b), "engine_memory", "data1",
-         trn2core.Trn2ValueError),
-        (lambda: core.vector.tensor_copy(a[32:128], b[32:128]), "start_partition", "src",
-         trn2core.ShapeError),
+        (
+            lambda: core.vector.tensor_tensor(a, p1, p2),
+            "two_psum_inputs",
+            "data2",
+            trn2core.Trn2ValueError,
+        ),
+        (
+            lambda: core.gpsimd.tensor_tensor(a, p1, b),
+            "gpsimd_psum",
+            "data1",
+            trn2core.Trn2ValueError,
+        ),
+        (
+            lambda: core.vector.tensor_tensor(a, h, b),
+            "engine_memory",
+            "data1",
+            trn2core.Trn2ValueError,
+        ),
+        (
+            lambda: core.vector.tensor_copy(a[32:128], b[32:128]),
+            "start_partition",
+            "src",
+            trn2core.ShapeError,
+        ),
         (lambda: core.vector.tensor_copy(a, b[0:64]), "shape", "dst", trn2core.ShapeError),
-        (lambda: core.scalar.tensor_scalar(a, b, "add", 1.0, op1="multiply", operand1=2.0),
-         "act_tensor_scalar_ops", "op0", trn2core.Trn2ValueError),
-        (lambda: core.vector.tensor_scalar(a, b, "add", core.tile((128, 1), "bf16")),
-         "fp32_operand", "operand0", trn2core.FormatError),
-        (lambda: core.vector.tensor_tensor(a, a, b, op="bitwise_or"), "bitvec_dtype", "data1",
-         trn2core.FormatError),
-        (lambda: core.vector.tensor_tensor(a, a, b, op="power"), "engine", "op",
-         trn2core.Trn2ValueError),
+        (
+            lambda: core.scalar.tensor_scalar(a, b, "add", 1.0, op1="multiply", operand1=2.0),
+            "act_tensor_scalar_ops",
+            "op0",
+            trn2core.Trn2ValueError,
+        ),
+        (
+            lambda: core.vector.tensor_scalar(a, b, "add", core.tile((128, 1), "bf16")),
+            "fp32_operand",
+            "operand0",
+            trn2core.FormatError,
+        ),
+        (
+            lambda: core.vector.tensor_tensor(a, a, b, op="bitwise_or"),
+            "bitvec_dtype",
+            "data1",
+            trn2core.FormatError,
+        ),
+        (
+            lambda: core.vector.tensor_tensor(a, a, b, op="power"),
+            "engine",
+            "op",
+            trn2core.Trn2ValueError,
+        ),
         (lambda: core.gpsimd.iota(p1, [(1, 64)]), "gpsimd_psum", "dst", trn2core.Trn2ValueError),
-        (lambda: core.pe.matmul(p1, p2, b), "matmul_memory", "stationary",
-         trn2core.Trn2ValueError),
+        (lambda: core.pe.matmul(p1, p2, b), "matmul_memory", "stationary", trn2core.Trn2ValueError),
         (lambda: core.pe.matmul(p1[:, 0:32], a, b), "shape", "dst", trn2core.ShapeError),
         (lambda: core.dma.copy(p1, h), "dma_memory", "dst", trn2core.Trn2ValueError),
-    ]  # fmt: skip
+    ]
     for call, rule, arg, cls in cases:
         with pytest.raises(cls) as e:
             call()

@@ -1611,10 +1611,16 @@ def test_ml_dtypes_map_by_bit_semantics_on_every_code(ml_type):
         == trn2core.format_info(ml_type).max
         == float(ml_dtypes.finfo(ml_type).max)
     )
-    assert trn2core.format_info(ml_type).max == {
-        "fp8_e4m3": 240.0, "fp8_e4m3fn": 448.0, "fp8_e5m2": 57344.0, "fp8_e3m4": 15.5,
-        "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
-    }[fmt]  # fmt: skip
+    assert (
+        trn2core.format_info(ml_type).max
+        == {
+            "fp8_e4m3": 240.0,
+            "fp8_e4m3fn": 448.0,
+            "fp8_e5m2": 57344.0,
+            "fp8_e3m4": 15.5,
+            "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+        }[fmt]
+    )
 
 
 @pytest.mark.parametrize(

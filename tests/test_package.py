@@ -74,8 +74,11 @@ def test_spec_is_read_only():
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "trn2core", *args],
-        capture_output=True, text=True, timeout=300, cwd=cwd,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
 def test_cli_demo_writes_its_trace_where_asked(tmp_path):

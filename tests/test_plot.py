@@ -70,9 +70,11 @@ def test_each_ceiling_is_its_own_flat_line_meeting_the_hbm_slope():
         legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
         assert legend[0] == f"HBM {bw / 1e9:,.1f} GB/s (slope)" == "HBM 725.0 GB/s (slope)"
         assert legend[1:5] == [
-            "fp32: 39.3 TFLOPS", "bf16 / fp16 / tf32 / fp8: 157.3 TFLOPS",
-            "fp8 double_row: 314.6 TFLOPS", "4x structured sparsity: 629.1 TFLOPS",
-        ]  # fmt: skip
+            "fp32: 39.3 TFLOPS",
+            "bf16 / fp16 / tf32 / fp8: 157.3 TFLOPS",
+            "fp8 double_row: 314.6 TFLOPS",
+            "4x structured sparsity: 629.1 TFLOPS",
+        ]
         assert legend[5].startswith("1024x1024x1024 bf16: ")
     finally:
         plt.close(fig)
@@ -88,10 +90,26 @@ def test_without_matplotlib_the_error_says_how_to_install(tmp_path, monkeypatch)
 def test_cli_gemm_plot(tmp_path):
     path = tmp_path / "r.png"
     r = subprocess.run(
-        [sys.executable, "-m", "trn2core", "gemm", "--m", "1024", "--k", "4096", "--n", "1024",
-         "--sparsity", "4:16", "--plot", str(path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trn2core",
+            "gemm",
+            "--m",
+            "1024",
+            "--k",
+            "4096",
+            "--n",
+            "1024",
+            "--sparsity",
+            "4:16",
+            "--plot",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "roofline" in r.stdout and path.stat().st_size > 10_000
 

@@ -102,10 +102,22 @@ def things(copy_kernel):
 
 
 NAMES = [
-    "GemmResult", "Report", "estimate", "DmaReport", "CollectiveResult", "CollectiveReport",
-    "estimate_collective", "DistributedReport", "DistributedResult", "KernelReport",
-    "RunResult", "NkiReport", "FormatInfo", "SparseTensor", "Compressed",
-]  # fmt: skip
+    "GemmResult",
+    "Report",
+    "estimate",
+    "DmaReport",
+    "CollectiveResult",
+    "CollectiveReport",
+    "estimate_collective",
+    "DistributedReport",
+    "DistributedResult",
+    "KernelReport",
+    "RunResult",
+    "NkiReport",
+    "FormatInfo",
+    "SparseTensor",
+    "Compressed",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -189,11 +201,20 @@ def test_html_escapes_what_it_shows():
 
 def test_every_public_result_class_has_the_three():
     classes = [
-        trn2core.GemmResult, trn2core.Report, trn2core.dma.DmaReport, trn2core.CollectiveResult,
-        trn2core.CollectiveReport, trn2core.DistributedResult, trn2core.DistributedReport,
-        trn2core.KernelReport, tn.RunResult, tn.NkiReport, trn2core.FormatInfo,
-        trn2core.SparseTensor, trn2core.dma.Compressed,
-    ]  # fmt: skip
+        trn2core.GemmResult,
+        trn2core.Report,
+        trn2core.dma.DmaReport,
+        trn2core.CollectiveResult,
+        trn2core.CollectiveReport,
+        trn2core.DistributedResult,
+        trn2core.DistributedReport,
+        trn2core.KernelReport,
+        tn.RunResult,
+        tn.NkiReport,
+        trn2core.FormatInfo,
+        trn2core.SparseTensor,
+        trn2core.dma.Compressed,
+    ]
     for cls in classes:
         assert callable(getattr(cls, "to_dict", None)), cls
         assert callable(getattr(cls, "_repr_html_", None)), cls
@@ -237,16 +258,31 @@ def _check_flows(events) -> list[tuple[dict, dict]]:
     for i, s in starts.items():
         f = ends[i]
         assert f["ts"] >= s["ts"] and f.get("bp") == "e" and f["cat"] == s["cat"]
-        assert any(x["tid"] == s["tid"] and x["pid"] == s["pid"]
-                   and x["ts"] <= s["ts"] <= x["ts"] + x["dur"] for x in slices)  # fmt: skip
-        assert any(x["tid"] == f["tid"] and x["pid"] == f["pid"] and x["ts"] == f["ts"]
-                   for x in slices)  # fmt: skip
+        assert any(
+            x["tid"] == s["tid"]
+            and x["pid"] == s["pid"]
+            and x["ts"] <= s["ts"] <= x["ts"] + x["dur"]
+            for x in slices
+        )
+        assert any(
+            x["tid"] == f["tid"] and x["pid"] == f["pid"] and x["ts"] == f["ts"] for x in slices
+        )
         pairs.append((s, f))
     return pairs
 
 
-@pytest.mark.parametrize("name", ["Report", "estimate", "DmaReport", "CollectiveReport",
-                                  "estimate_collective", "KernelReport", "NkiReport"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Report",
+        "estimate",
+        "DmaReport",
+        "CollectiveReport",
+        "estimate_collective",
+        "KernelReport",
+        "NkiReport",
+    ],
+)
 def test_every_slice_carries_args(things, name):
     events = _events(things[name])
     slices = [e for e in events if e["ph"] == "X"]

@@ -60,12 +60,26 @@ BAD_ARRAYS = [
 ]
 
 #: Scalars of the wrong type for any integer argument.
-BAD_INTS = [("str", "3"), ("float", 1.5), ("integral-float", 2.0),
-            ("nan", float("nan")), ("inf", float("inf")), ("list", [1]), ("complex", 1j),
-            ("bool", True)]  # fmt: skip
+BAD_INTS = [
+    ("str", "3"),
+    ("float", 1.5),
+    ("integral-float", 2.0),
+    ("nan", float("nan")),
+    ("inf", float("inf")),
+    ("list", [1]),
+    ("complex", 1j),
+    ("bool", True),
+]
 #: Values that are not one of a set of names.
-BAD_NAMES = [("unknown", "nope"), ("int", 3), ("none", None), ("bytes", b"bf16"),
-             ("padded", " bf16"), ("upper", "BF16"), ("object", Opaque())]  # fmt: skip
+BAD_NAMES = [
+    ("unknown", "nope"),
+    ("int", 3),
+    ("none", None),
+    ("bytes", b"bf16"),
+    ("padded", " bf16"),
+    ("upper", "BF16"),
+    ("object", Opaque()),
+]
 #: Values that are not booleans.
 BAD_BOOLS = [("str", "no"), ("int", 1), ("none", None), ("float", 0.0), ("list", [])]
 
@@ -114,21 +128,40 @@ def bools(fn: str, arg: str, call) -> None:
 
 # -- numerics -------------------------------------------------------------------------------
 names("format_info", "dtype", lambda v: t.format_info(v))
-ints("format_info", "exponent_bias", lambda v: t.format_info("fp8_e4m3", exponent_bias=v),
-     optional=True, extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)])  # fmt: skip
-case("format_info-exponent_bias-not-fp8", FormatError, "exponent_bias",
-     lambda: t.format_info("bf16", exponent_bias=3))  # fmt: skip
+ints(
+    "format_info",
+    "exponent_bias",
+    lambda v: t.format_info("fp8_e4m3", exponent_bias=v),
+    optional=True,
+    extra=[("negative", -1), ("too-big", 128), ("huge", 2**70)],
+)
+case(
+    "format_info-exponent_bias-not-fp8",
+    FormatError,
+    "exponent_bias",
+    lambda: t.format_info("bf16", exponent_bias=3),
+)
 for fn, f in (("quantize", t.quantize), ("encode", t.encode)):
     arrays(fn, "x", lambda v, f=f: f(v, "bf16"))
     case(f"{fn}-x-bool", FormatError, "x", lambda f=f: f(np.array([True, False]), "bf16"))
     names(fn, "dtype", lambda v, f=f: f(X, v))
     names(fn, "rounding", lambda v, f=f: f(X, "bf16", rounding=v))
     bools(fn, "saturate", lambda v, f=f: f(X, "bf16", saturate=v))
-    ints(fn, "seed", lambda v, f=f: f(X, "bf16", rounding="stochastic", seed=v), optional=True,
-         extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
-    ints(fn, "random_bit_count", lambda v, f=f: f(X, "bf16", rounding="stochastic",
-         random_bits=np.zeros(4, np.uint32), random_bit_count=v),
-         extra=[("zero", 0), ("too-big", 33)])  # fmt: skip
+    ints(
+        fn,
+        "seed",
+        lambda v, f=f: f(X, "bf16", rounding="stochastic", seed=v),
+        optional=True,
+        extra=[("negative", -1), ("too-big", 2**64)],
+    )
+    ints(
+        fn,
+        "random_bit_count",
+        lambda v, f=f: f(
+            X, "bf16", rounding="stochastic", random_bits=np.zeros(4, np.uint32), random_bit_count=v
+        ),
+        extra=[("zero", 0), ("too-big", 33)],
+    )
     for name, bad in [
         ("float", np.zeros(4)),
         ("negative", np.array([-1, 0, 0, 0])),
@@ -140,49 +173,97 @@ for fn, f in (("quantize", t.quantize), ("encode", t.encode)):
         bits = np.zeros(4, np.uint32) if name == "none-count" else bad
         err = Trn2ValueError
         arg = "random_bit_count" if name == "none-count" else "random_bits"
-        case(f"{fn}-random_bits-{name}", err, arg,
-             lambda f=f, b=bits, c=count: f(X, "bf16", rounding="stochastic", random_bits=b,
-                                           random_bit_count=c))  # fmt: skip
-    case(f"{fn}-random_bits-shape", ShapeError, "random_bits",
-         lambda f=f: f(X, "bf16", rounding="stochastic", random_bits=np.zeros(3, np.uint32),
-                       random_bit_count=8))  # fmt: skip
+        case(
+            f"{fn}-random_bits-{name}",
+            err,
+            arg,
+            lambda f=f, b=bits, c=count: f(
+                X, "bf16", rounding="stochastic", random_bits=b, random_bit_count=c
+            ),
+        )
+    case(
+        f"{fn}-random_bits-shape",
+        ShapeError,
+        "random_bits",
+        lambda f=f: f(
+            X, "bf16", rounding="stochastic", random_bits=np.zeros(3, np.uint32), random_bit_count=8
+        ),
+    )
     case(
         f"{fn}-random_bits-not-stochastic",
         Trn2ValueError,
         "random_bits",
         lambda f=f: f(X, "bf16", random_bits=np.zeros(4, np.uint32), random_bit_count=8),
     )
-    case(f"{fn}-seed-and-bits", Trn2ValueError, "random_bits",
-         lambda f=f: f(X, "bf16", rounding="stochastic", seed=1,
-                       random_bits=np.zeros(4, np.uint32), random_bit_count=8))  # fmt: skip
-ints("encode", "exponent_bias", lambda v: t.encode(X, "fp8_e4m3", exponent_bias=v), optional=True,
-     extra=[("negative", -1), ("too-big", 128)])  # fmt: skip
-case("encode-exponent_bias-not-fp8", FormatError, "exponent_bias",
-     lambda: t.encode(X, "bf16", exponent_bias=3))  # fmt: skip
+    case(
+        f"{fn}-seed-and-bits",
+        Trn2ValueError,
+        "random_bits",
+        lambda f=f: f(
+            X,
+            "bf16",
+            rounding="stochastic",
+            seed=1,
+            random_bits=np.zeros(4, np.uint32),
+            random_bit_count=8,
+        ),
+    )
+ints(
+    "encode",
+    "exponent_bias",
+    lambda v: t.encode(X, "fp8_e4m3", exponent_bias=v),
+    optional=True,
+    extra=[("negative", -1), ("too-big", 128)],
+)
+case(
+    "encode-exponent_bias-not-fp8",
+    FormatError,
+    "exponent_bias",
+    lambda: t.encode(X, "bf16", exponent_bias=3),
+)
 arrays("decode", "codes", lambda v: t.decode(v, "fp8_e4m3"))
 case("decode-codes-float", FormatError, "codes", lambda: t.decode(X, "fp8_e4m3"))
-case("decode-codes-width", FormatError, "codes",
-     lambda: t.decode(np.zeros(3, np.uint16), "fp8_e4m3"))  # fmt: skip
-case("decode-codes-signed", FormatError, "codes",
-     lambda: t.decode(np.zeros(3, np.int8), "fp8_e4m3"))  # fmt: skip
+case(
+    "decode-codes-width", FormatError, "codes", lambda: t.decode(np.zeros(3, np.uint16), "fp8_e4m3")
+)
+case(
+    "decode-codes-signed", FormatError, "codes", lambda: t.decode(np.zeros(3, np.int8), "fp8_e4m3")
+)
 names("decode", "dtype", lambda v: t.decode(np.zeros(3, np.uint8), v))
-ints("decode", "exponent_bias", lambda v: t.decode(np.zeros(3, np.uint8), "fp8_e4m3",
-     exponent_bias=v), optional=True)  # fmt: skip
-ints("stochastic_bits", "shape", lambda v: t.stochastic_bits(v), err=ShapeError, skip=("list",),
-     extra=[("negative", -1), ("negative-dim", (3, -1)), ("ragged", [[1, 2], 3])])  # fmt: skip
+ints(
+    "decode",
+    "exponent_bias",
+    lambda v: t.decode(np.zeros(3, np.uint8), "fp8_e4m3", exponent_bias=v),
+    optional=True,
+)
+ints(
+    "stochastic_bits",
+    "shape",
+    lambda v: t.stochastic_bits(v),
+    err=ShapeError,
+    skip=("list",),
+    extra=[("negative", -1), ("negative-dim", (3, -1)), ("ragged", [[1, 2], 3])],
+)
 case("stochastic_bits-shape-huge", CapacityError, "shape", lambda: t.stochastic_bits((2**40,)))
-case("stochastic_bits-shape-overflow", ShapeError, "shape",
-     lambda: t.stochastic_bits((2**40, 2**40)))  # fmt: skip
-case("stochastic_bits-shape-empty-but-huge", ShapeError, "shape",
-     lambda: t.stochastic_bits((0, 2**61)))  # fmt: skip
-case("stochastic_bits-shape-beyond-u64", ShapeError, "shape",
-     lambda: t.stochastic_bits(2**70))  # fmt: skip
-ints("stochastic_bits", "seed", lambda v: t.stochastic_bits(3, seed=v),
-     extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+case(
+    "stochastic_bits-shape-overflow", ShapeError, "shape", lambda: t.stochastic_bits((2**40, 2**40))
+)
+case(
+    "stochastic_bits-shape-empty-but-huge",
+    ShapeError,
+    "shape",
+    lambda: t.stochastic_bits((0, 2**61)),
+)
+case("stochastic_bits-shape-beyond-u64", ShapeError, "shape", lambda: t.stochastic_bits(2**70))
+ints(
+    "stochastic_bits",
+    "seed",
+    lambda v: t.stochastic_bits(3, seed=v),
+    extra=[("negative", -1), ("too-big", 2**64)],
+)
 
 # -- tensor engine --------------------------------------------------------------------------
-ints("NeuronCore", "index", lambda v: t.NeuronCore(v),
-     extra=[("negative", -1), ("huge", 2**70)])  # fmt: skip
+ints("NeuronCore", "index", lambda v: t.NeuronCore(v), extra=[("negative", -1), ("huge", 2**70)])
 CORE = t.NeuronCore()
 arrays("matmul", "stationary", lambda v: CORE.matmul(v, BF))
 arrays("matmul", "moving", lambda v: CORE.matmul(BF, v))
@@ -195,8 +276,12 @@ for name, bad, err in [
     ("e4m3fn", t.quantize(np.ones((4, 4)), "fp8_e4m3fn"), FormatError),
 ]:
     case(f"matmul-stationary-{name}", err, "stationary", lambda b=bad: CORE.matmul(b, F32))
-ints("matmul", "bank", lambda v: CORE.matmul(BF, BF, bank=v),
-     extra=[("negative", -1), ("too-big", 8), ("huge", 2**70)])  # fmt: skip
+ints(
+    "matmul",
+    "bank",
+    lambda v: CORE.matmul(BF, BF, bank=v),
+    extra=[("negative", -1), ("too-big", 8), ("huge", 2**70)],
+)
 bools("matmul", "accumulate", lambda v: CORE.matmul(BF, BF, accumulate=v))
 names("matmul", "perf_mode", lambda v: CORE.matmul(BF, BF, perf_mode=v))
 for arg in ("tile_position", "tile_size"):
@@ -210,18 +295,33 @@ for arg in ("tile_position", "tile_size"):
     ]:
         kw = {"tile_position": (0, 0), "tile_size": (64, 64)}
         kw[arg] = bad
-        case(f"matmul-{arg}-{name}", Trn2ValueError, arg,
-             lambda kw=kw: CORE.matmul(BF, BF, **kw))  # fmt: skip
-case("matmul-tile_size-not-a-size", Trn2ValueError, "tile_size",
-     lambda: CORE.matmul(BF, BF, tile_position=(0, 0), tile_size=(48, 48)))  # fmt: skip
-case("matmul-formats-unknown", FormatError, "stationary",
-     lambda: CORE.matmul(F32, F32, formats=("fp7", None)))  # fmt: skip
+        case(f"matmul-{arg}-{name}", Trn2ValueError, arg, lambda kw=kw: CORE.matmul(BF, BF, **kw))
+case(
+    "matmul-tile_size-not-a-size",
+    Trn2ValueError,
+    "tile_size",
+    lambda: CORE.matmul(BF, BF, tile_position=(0, 0), tile_size=(48, 48)),
+)
+case(
+    "matmul-formats-unknown",
+    FormatError,
+    "stationary",
+    lambda: CORE.matmul(F32, F32, formats=("fp7", None)),
+)
 case("matmul-formats-type", Trn2ValueError, "formats", lambda: CORE.matmul(F32, F32, formats=3))
 bools("matmul", "is_transpose", lambda v: CORE.matmul(BF, BF, is_transpose=v))
-case("matmul-transpose-huge", ShapeError, "stationary",
-     lambda: CORE.matmul(np.ones((10**6, 1), np.float32), F32, is_transpose=True))  # fmt: skip
-case("matmul-accumulate-unwritten", Trn2ValueError, "accumulate",
-     lambda: t.NeuronCore().matmul(BF, BF, bank=5, accumulate=True))  # fmt: skip
+case(
+    "matmul-transpose-huge",
+    ShapeError,
+    "stationary",
+    lambda: CORE.matmul(np.ones((10**6, 1), np.float32), F32, is_transpose=True),
+)
+case(
+    "matmul-accumulate-unwritten",
+    Trn2ValueError,
+    "accumulate",
+    lambda: t.NeuronCore().matmul(BF, BF, bank=5, accumulate=True),
+)
 for arg, pos in (("bank", 0), ("rows", 1), ("cols", 2)):
 
     def read(v, pos=pos):
@@ -244,20 +344,32 @@ for name, bad, err in [
     ("bool", np.ones((4, 4), bool), FormatError),
     ("K-mismatch", np.ones((4, 5)), ShapeError),
 ]:
-    case(f"gemm-a-{name}", err, "a" if name != "K-mismatch" else "b",
-         lambda b=bad: t.gemm(b, F32))  # fmt: skip
-case("gemm-a-sparse-wrong-axis", SparsityError, "a",
-     lambda: t.gemm(t.compress(SPARSE.T.copy(), "2:4", axis=0), np.ones((1, 3))))  # fmt: skip
+    case(f"gemm-a-{name}", err, "a" if name != "K-mismatch" else "b", lambda b=bad: t.gemm(b, F32))
+case(
+    "gemm-a-sparse-wrong-axis",
+    SparsityError,
+    "a",
+    lambda: t.gemm(t.compress(SPARSE.T.copy(), "2:4", axis=0), np.ones((1, 3))),
+)
 case("gemm-core-type", Trn2ValueError, "core", lambda: t.gemm(F32, F32, core="core0"))
 names("gemm", "dtype", lambda v: t.gemm(F32, F32, dtype=v), optional=True)
 names("gemm", "out_dtype", lambda v: t.gemm(F32, F32, out_dtype=v))
 names("gemm", "perf_mode", lambda v: t.gemm(F32, F32, perf_mode=v))
 names("gemm", "rounding", lambda v: t.gemm(F32, F32, rounding=v))
-ints("gemm", "seed", lambda v: t.gemm(F32, F32, dtype="bf16", rounding="stochastic", seed=v),
-     optional=True, extra=[("negative", -1), ("too-big", 2**64)])  # fmt: skip
+ints(
+    "gemm",
+    "seed",
+    lambda v: t.gemm(F32, F32, dtype="bf16", rounding="stochastic", seed=v),
+    optional=True,
+    extra=[("negative", -1), ("too-big", 2**64)],
+)
 bools("gemm", "throttle", lambda v: t.gemm(F32, F32, throttle=v))
-case("gemm-double_row-bf16", FormatError, "double_row",
-     lambda: t.gemm(BF, BF, perf_mode="double_row"))  # fmt: skip
+case(
+    "gemm-double_row-bf16",
+    FormatError,
+    "double_row",
+    lambda: t.gemm(BF, BF, perf_mode="double_row"),
+)
 # A 4 TiB result from two 4 MiB operands: refused before anything is allocated.
 case(
     "gemm-out-beyond-host",
@@ -272,14 +384,28 @@ for arg, pos in (("M", 0), ("K", 1), ("N", 2)):
         dims[pos] = v
         return t.estimate_gemm(*dims)
 
-    ints("estimate_gemm", arg, est, err=ShapeError,
-         extra=[("zero", 0), ("negative", -5), ("beyond-u64", 2**64)])  # fmt: skip
-case("estimate_gemm-too-many-instructions", CapacityError, "shape",
-     lambda: t.estimate_gemm(2**62, 2**62, 2**62))  # fmt: skip
+    ints(
+        "estimate_gemm",
+        arg,
+        est,
+        err=ShapeError,
+        extra=[("zero", 0), ("negative", -5), ("beyond-u64", 2**64)],
+    )
+case(
+    "estimate_gemm-too-many-instructions",
+    CapacityError,
+    "shape",
+    lambda: t.estimate_gemm(2**62, 2**62, 2**62),
+)
 names("estimate_gemm", "dtype", lambda v: t.estimate_gemm(4, 4, 4, dtype=v))
 names("estimate_gemm", "perf_mode", lambda v: t.estimate_gemm(4, 4, 4, perf_mode=v))
-names("estimate_gemm", "sparsity", lambda v: t.estimate_gemm(4, 4, 4, sparsity=v),
-      err=Trn2ValueError, optional=True)  # fmt: skip
+names(
+    "estimate_gemm",
+    "sparsity",
+    lambda v: t.estimate_gemm(4, 4, 4, sparsity=v),
+    err=Trn2ValueError,
+    optional=True,
+)
 case("estimate_gemm-core-type", Trn2ValueError, "core", lambda: t.estimate_gemm(4, 4, 4, core=1))
 bools("estimate_gemm", "throttle", lambda v: t.estimate_gemm(4, 4, 4, throttle=v))
 
@@ -322,8 +448,9 @@ case(
     "values",
     lambda: t.SparseTensor.from_cutlass(np.ones(8, np.float16), np.zeros(8, np.int16)),
 )
-_CUT_VALUES, _CUT_META = t.compress(np.tile([1, 0, 2, 0], (64, 8)).astype(np.float16), "2:4",
-                                    axis=1).to_cutlass()  # fmt: skip
+_CUT_VALUES, _CUT_META = t.compress(
+    np.tile([1, 0, 2, 0], (64, 8)).astype(np.float16), "2:4", axis=1
+).to_cutlass()
 case(
     "from_cutlass-meta-codes",
     Trn2ValueError,
@@ -348,8 +475,12 @@ for fn, f in (("dma.decompress", t.dma.decompress), ("from_bytes", t.dma.Compres
         ("list", [1, 2]),
         ("float-array", np.zeros(4)),
     ]:
-        case(f"{fn}-{name}", Trn2ValueError, "blob" if fn == "dma.decompress" else "b",
-             lambda bad=bad, f=f: f(bad))  # fmt: skip
+        case(
+            f"{fn}-{name}",
+            Trn2ValueError,
+            "blob" if fn == "dma.decompress" else "b",
+            lambda bad=bad, f=f: f(bad),
+        )
     for name, bad in [
         ("empty", b""),
         ("truncated", STREAM[:-1]),
@@ -365,25 +496,43 @@ names("core.dma_copy", "src", lambda v: CORE.dma_copy(X, src=v), err=Trn2ValueEr
 
 # -- chips, logical cores, machines, torus ----------------------------------------------------
 # lnc=None is the default since issue 29 (NEURON_LOGICAL_NC_CONFIG, else 2), not a bad value.
-ints("Chip", "lnc", lambda v: t.Chip(lnc=v), optional=True,
-     extra=[("zero", 0), ("three", 3), ("eight", 8), ("negative", -1),
-            ("huge", 2**70)])  # fmt: skip
+ints(
+    "Chip",
+    "lnc",
+    lambda v: t.Chip(lnc=v),
+    optional=True,
+    extra=[("zero", 0), ("three", 3), ("eight", 8), ("negative", -1), ("huge", 2**70)],
+)
 ints("Chip", "index", lambda v: t.Chip(index=v), extra=[("negative", -1), ("huge", 2**70)])
 CHIP = t.Chip()
 case("LogicalCore-chip-type", Trn2ValueError, "chip", lambda: t.LogicalCore("chip0", 0))
-ints("LogicalCore", "index", lambda v: t.LogicalCore(CHIP, v),
-     extra=[("negative", -1), ("out-of-range", 4), ("huge", 2**70)])  # fmt: skip
+ints(
+    "LogicalCore",
+    "index",
+    lambda v: t.LogicalCore(CHIP, v),
+    extra=[("negative", -1), ("out-of-range", 4), ("huge", 2**70)],
+)
 names("peak_tflops", "dtype", lambda v: CHIP.cores[0].peak_tflops(v))
 names("peak_tflops", "perf_mode", lambda v: CHIP.peak_tflops("bf16", perf_mode=v))
 case("peak_tflops-dtype-list", FormatError, "dtype", lambda: CHIP.peak_tflops(["bf16"]))
 names("Instance", "instance_type", lambda v: t.Instance(v), err=Trn2ValueError)
-case("Instance-instance_type-list", Trn2ValueError, "instance_type",
-     lambda: t.Instance(["trn2.48xlarge"]))  # fmt: skip
-for fn, make in (("Instance", lambda v: t.Instance(lnc=v)), ("UltraServer",
-                 lambda v: t.UltraServer(lnc=v))):  # fmt: skip
+case(
+    "Instance-instance_type-list",
+    Trn2ValueError,
+    "instance_type",
+    lambda: t.Instance(["trn2.48xlarge"]),
+)
+for fn, make in (
+    ("Instance", lambda v: t.Instance(lnc=v)),
+    ("UltraServer", lambda v: t.UltraServer(lnc=v)),
+):
     ints(fn, "lnc", make, optional=True, extra=[("zero", 0), ("three", 3), ("huge", 2**70)])
-ints("UltraCluster", "n_ultraservers", lambda v: t.UltraCluster(v),
-     extra=[("zero", 0), ("negative", -1), ("too-big", 4097), ("huge", 2**70)])  # fmt: skip
+ints(
+    "UltraCluster",
+    "n_ultraservers",
+    lambda v: t.UltraCluster(v),
+    extra=[("zero", 0), ("negative", -1), ("too-big", 4097), ("huge", 2**70)],
+)
 for name, bad, err in [
     ("int", 3, ShapeError),
     ("none", None, ShapeError),
@@ -394,20 +543,32 @@ for name, bad, err in [
     ("float", (4.0, 4), Trn2ValueError),
     ("huge", (2**70,), Trn2ValueError),
 ]:
-    case(f"Torus-shape-{name}", err, "shape", lambda bad=bad: t.Torus(bad))  # fmt: skip
+    case(f"Torus-shape-{name}", err, "shape", lambda bad=bad: t.Torus(bad))
+# (the message says n_ultraservers)
 ints(
     "Torus", "ultraservers", lambda v: t.Torus((4, 4, 4), v), extra=[("zero", 0), ("too-big", 4097)]
-)  # fmt: skip  (the message says n_ultraservers)
+)
 TORUS = t.Instance().topology
-ints("Torus.coords", "i", lambda v: TORUS.coords(v),
-     extra=[("negative", -1), ("out-of-range", 16), ("huge", 2**70)])  # fmt: skip
+ints(
+    "Torus.coords",
+    "i",
+    lambda v: TORUS.coords(v),
+    extra=[("negative", -1), ("out-of-range", 16), ("huge", 2**70)],
+)
 for fn in ("hops", "link_bandwidth", "route", "neighbors"):
-    call = (lambda v, fn=fn: getattr(TORUS, fn)(v)) if fn == "neighbors" else (
-        lambda v, fn=fn: getattr(TORUS, fn)(0, v))  # fmt: skip
+    call = (
+        (lambda v, fn=fn: getattr(TORUS, fn)(v))
+        if fn == "neighbors"
+        else (lambda v, fn=fn: getattr(TORUS, fn)(0, v))
+    )
     arg = "i" if fn == "neighbors" else "j"
     ints(f"Torus.{fn}", arg, call, extra=[("negative", -1), ("out-of-range", 16)])
-case("Torus.link_bandwidth-j-not-linked", Trn2ValueError, "not directly linked",
-     lambda: TORUS.link_bandwidth(0, 5))  # fmt: skip
+case(
+    "Torus.link_bandwidth-j-not-linked",
+    Trn2ValueError,
+    "not directly linked",
+    lambda: TORUS.link_bandwidth(0, 5),
+)
 for name, bad, err in [
     ("none", None, ShapeError),
     ("int", 3, ShapeError),
@@ -415,15 +576,20 @@ for name, bad, err in [
     ("out-of-range", (4, 0), Trn2ValueError),
     ("str-item", ("a", 0), Trn2ValueError),
 ]:
-    case(f"Torus.index-coords-{name}", err, "coords", lambda bad=bad: TORUS.index(bad))  # fmt: skip
+    case(f"Torus.index-coords-{name}", err, "coords", lambda bad=bad: TORUS.index(bad))
 
 # -- collectives ------------------------------------------------------------------------------
 INST = t.Instance()
 GOOD = [np.full(8, r, np.float32) for r in range(16)]
-NOT_SEQUENCES = [("str", "abc"), ("none", None), ("object", Opaque()), ("int", 3),
-                 ("ndarray", np.zeros((16, 4), np.float32)),
-                 ("dict", {i: GOOD[i] for i in range(16)}),
-                 ("generator", (b for b in GOOD))]  # fmt: skip
+NOT_SEQUENCES = [
+    ("str", "abc"),
+    ("none", None),
+    ("object", Opaque()),
+    ("int", 3),
+    ("ndarray", np.zeros((16, 4), np.float32)),
+    ("dict", {i: GOOD[i] for i in range(16)}),
+    ("generator", (b for b in GOOD)),
+]
 COLLECTIVE_CALLS = {
     "all_reduce": lambda b, **kw: INST.all_reduce(b, **kw),
     "reduce_scatter": lambda b, **kw: INST.reduce_scatter(b, **kw),
@@ -439,32 +605,66 @@ for fn, f in COLLECTIVE_CALLS.items():
     for name, bad, err in BAD_ARRAYS:
         if name.startswith("complex"):
             continue  # data movement moves any bits, complex included; reductions: below
-        case(f"{fn}-buffers[5]-{name}", err, "buffers[5]",
-             lambda f=f, bad=bad: f(GOOD[:5] + [bad] + GOOD[6:]))  # fmt: skip
+        case(
+            f"{fn}-buffers[5]-{name}",
+            err,
+            "buffers[5]",
+            lambda f=f, bad=bad: f(GOOD[:5] + [bad] + GOOD[6:]),
+        )
     case(f"{fn}-buffers-count", ShapeError, "buffers", lambda f=f: f(GOOD[:3]))
-    case(f"{fn}-buffers-mixed-shapes", ShapeError, "buffers",
-         lambda f=f: f(GOOD[:15] + [np.ones(9, np.float32)]))  # fmt: skip
-    case(f"{fn}-buffers-mixed-dtypes", ShapeError, "buffers",
-         lambda f=f: f(GOOD[:15] + [np.ones(8, np.float16)]))  # fmt: skip
+    case(
+        f"{fn}-buffers-mixed-shapes",
+        ShapeError,
+        "buffers",
+        lambda f=f: f(GOOD[:15] + [np.ones(9, np.float32)]),
+    )
+    case(
+        f"{fn}-buffers-mixed-dtypes",
+        ShapeError,
+        "buffers",
+        lambda f=f: f(GOOD[:15] + [np.ones(8, np.float16)]),
+    )
     if reduces:
-        for name, dt in [("float64", np.float64), ("int32", np.int32), ("bool", np.bool_),
-                         ("complex", np.complex64),
-                         ("e4m3fn", ml_dtypes.float8_e4m3fn)]:  # fmt: skip
-            case(f"{fn}-buffers-{name}", FormatError, "buffers",
-                 lambda f=f, dt=dt: f([np.ones(8, dt)] * 16))  # fmt: skip
+        for name, dt in [
+            ("float64", np.float64),
+            ("int32", np.int32),
+            ("bool", np.bool_),
+            ("complex", np.complex64),
+            ("e4m3fn", ml_dtypes.float8_e4m3fn),
+        ]:
+            case(
+                f"{fn}-buffers-{name}",
+                FormatError,
+                "buffers",
+                lambda f=f, dt=dt: f([np.ones(8, dt)] * 16),
+            )
         names(fn, "op", lambda v, f=f: f(GOOD, op=v), err=Trn2ValueError)
     if fn != "send_recv":
         names(fn, "algorithm", lambda v, f=f: f(GOOD, algorithm=v), err=Trn2ValueError)
-    for name, bad in [("int", 3), ("str", "0,1"), ("empty", []), ("twice", [0, 0]),
-                      ("negative", [-1, 0]), ("out-of-range", [0, 16]), ("float", [0, 1.5]),
-                      ("bool", [True, 0])]:  # fmt: skip
-        case(f"{fn}-chips-{name}", Trn2ValueError, "chips",
-             lambda f=f, bad=bad: f(GOOD[:2], chips=bad))  # fmt: skip
-for name, bad, err in [("int", 3, Trn2ValueError), ("str", "abc", Trn2ValueError),
-                       ("not-a-permutation", [0] * 16, Trn2ValueError),
-                       ("short", list(range(15)), ShapeError),
-                       ("out-of-range", [16] + list(range(1, 16)), Trn2ValueError),
-                       ("float", [1.0] * 16, Trn2ValueError)]:  # fmt: skip
+    for name, bad in [
+        ("int", 3),
+        ("str", "0,1"),
+        ("empty", []),
+        ("twice", [0, 0]),
+        ("negative", [-1, 0]),
+        ("out-of-range", [0, 16]),
+        ("float", [0, 1.5]),
+        ("bool", [True, 0]),
+    ]:
+        case(
+            f"{fn}-chips-{name}",
+            Trn2ValueError,
+            "chips",
+            lambda f=f, bad=bad: f(GOOD[:2], chips=bad),
+        )
+for name, bad, err in [
+    ("int", 3, Trn2ValueError),
+    ("str", "abc", Trn2ValueError),
+    ("not-a-permutation", [0] * 16, Trn2ValueError),
+    ("short", list(range(15)), ShapeError),
+    ("out-of-range", [16] + list(range(1, 16)), Trn2ValueError),
+    ("float", [1.0] * 16, Trn2ValueError),
+]:
     case(f"send_recv-peers-{name}", err, "peers", lambda bad=bad: INST.send_recv(GOOD, peers=bad))
 # Outputs the host cannot hold, from inputs that take no memory (broadcast views): refused
 # before the outputs or the contiguous copies are allocated.
@@ -479,56 +679,106 @@ case(
 )
 names("estimate", "collective", lambda v: INST.estimate(v, 1024), err=Trn2ValueError)
 names("estimate", "dtype", lambda v: INST.estimate("all_reduce", 1024, dtype=v))
-names("estimate", "algorithm", lambda v: INST.estimate("all_reduce", 1024, algorithm=v),
-      err=Trn2ValueError)  # fmt: skip
-ints("estimate", "nbytes", lambda v: INST.estimate("all_reduce", v),
-     extra=[("negative", -4), ("not-whole-elements", 3)])  # fmt: skip
-case("estimate-nbytes-beyond-model", CapacityError, "nbytes",
-     lambda: INST.estimate("all_reduce", 2**64))  # fmt: skip
+names(
+    "estimate",
+    "algorithm",
+    lambda v: INST.estimate("all_reduce", 1024, algorithm=v),
+    err=Trn2ValueError,
+)
+ints(
+    "estimate",
+    "nbytes",
+    lambda v: INST.estimate("all_reduce", v),
+    extra=[("negative", -4), ("not-whole-elements", 3)],
+)
+case(
+    "estimate-nbytes-beyond-model",
+    CapacityError,
+    "nbytes",
+    lambda: INST.estimate("all_reduce", 2**64),
+)
 case("estimate-peers-int", Trn2ValueError, "peers", lambda: INST.estimate("send_recv", 64, peers=3))
 
 # -- memory and DMA queues --------------------------------------------------------------------
 MEMCORE = t.NeuronCore(2)
-for name, bad, err in [("str", "16", Trn2ValueError), ("float", 1.5, Trn2ValueError),
-                       ("none", None, Trn2ValueError), ("bool", True, Trn2ValueError),
-                       ("object", Opaque(), Trn2ValueError), ("negative", -1, Trn2ValueError),
-                       ("beyond-sbuf", 10**15, CapacityError),
-                       ("beyond-u64", 2**70, CapacityError)]:  # fmt: skip
+for name, bad, err in [
+    ("str", "16", Trn2ValueError),
+    ("float", 1.5, Trn2ValueError),
+    ("none", None, Trn2ValueError),
+    ("bool", True, Trn2ValueError),
+    ("object", Opaque(), Trn2ValueError),
+    ("negative", -1, Trn2ValueError),
+    ("beyond-sbuf", 10**15, CapacityError),
+    ("beyond-u64", 2**70, CapacityError),
+]:
     case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad))
-for name, bad, err in [("huge-shape", (2**40, 2**40), CapacityError),
-                       ("negative-dim", (4, -1), Trn2ValueError),
-                       ("str-dim", (4, "a"), Trn2ValueError),
-                       ("float-dim", (4, 2.0), Trn2ValueError),
-                       ("beyond-u64-empty", (2**64, 0), ShapeError)]:  # fmt: skip
+for name, bad, err in [
+    ("huge-shape", (2**40, 2**40), CapacityError),
+    ("negative-dim", (4, -1), Trn2ValueError),
+    ("str-dim", (4, "a"), Trn2ValueError),
+    ("float-dim", (4, 2.0), Trn2ValueError),
+    ("beyond-u64-empty", (2**64, 0), ShapeError),
+]:
     case(f"alloc-size-{name}", err, "size", lambda bad=bad: MEMCORE.alloc(bad, "bf16"))
 names("alloc", "space", lambda v: MEMCORE.alloc(16, space=v), err=Trn2ValueError)
-for name, bad in [("unknown", "nope"), ("int", 3), ("object", Opaque()), ("str-dtype", "U3"),
-                  ("datetime", "M8[s]"), ("structured", np.dtype([("a", "<f4")])),
-                  ("object-dtype", object), ("void", "V0")]:  # fmt: skip
+for name, bad in [
+    ("unknown", "nope"),
+    ("int", 3),
+    ("object", Opaque()),
+    ("str-dtype", "U3"),
+    ("datetime", "M8[s]"),
+    ("structured", np.dtype([("a", "<f4")])),
+    ("object-dtype", object),
+    ("void", "V0"),
+]:
     case(f"alloc-dtype-{name}", FormatError, "dtype", lambda bad=bad: MEMCORE.alloc((4,), bad))
 case("alloc-dtype-none-with-shape", Trn2ValueError, "dtype", lambda: MEMCORE.alloc((4,)))
 case("alloc-dtype-with-bytes", Trn2ValueError, "dtype", lambda: MEMCORE.alloc(16, "bf16"))
-case("alloc-size-beyond-partition", CapacityError, "size",
-     lambda: MEMCORE.alloc((128, 230 * 1024), np.uint8))  # fmt: skip
+case(
+    "alloc-size-beyond-partition",
+    CapacityError,
+    "size",
+    lambda: MEMCORE.alloc((128, 230 * 1024), np.uint8),
+)
 for name, bad in [("none", None), ("int", 3), ("str", "a"), ("object", Opaque())]:
     case(f"free-allocation-{name}", Trn2ValueError, "allocation", lambda bad=bad: MEMCORE.free(bad))
 _FREED = MEMCORE.alloc(16)
 MEMCORE.free(_FREED)
 case("free-allocation-twice", Trn2ValueError, "allocation", lambda: MEMCORE.free(_FREED))
-case("free-allocation-other-core", Trn2ValueError, "allocation",
-     lambda: MEMCORE.free(t.NeuronCore(3).alloc(16)))  # fmt: skip
+case(
+    "free-allocation-other-core",
+    Trn2ValueError,
+    "allocation",
+    lambda: MEMCORE.free(t.NeuronCore(3).alloc(16)),
+)
 for fn, f in (("dma_copy", t.dma.dma_copy), ("core.dma_copy", MEMCORE.dma_copy)):
-    ints(fn, "queue", lambda v, f=f: f(X, queue=v),
-         extra=[("negative", -1), ("too-big", 16), ("huge", 2**70)])  # fmt: skip
+    ints(
+        fn,
+        "queue",
+        lambda v, f=f: f(X, queue=v),
+        extra=[("negative", -1), ("too-big", 16), ("huge", 2**70)],
+    )
 case("core.dma_copy-dst-freed", Trn2ValueError, "dst", lambda: MEMCORE.dma_copy(X, dst=_FREED))
-case("core.dma_copy-dst-too-small", CapacityError, "dst",
-     lambda: MEMCORE.dma_copy(np.ones(4096), dst=MEMCORE.alloc(16)))  # fmt: skip
+case(
+    "core.dma_copy-dst-too-small",
+    CapacityError,
+    "dst",
+    lambda: MEMCORE.dma_copy(np.ones(4096), dst=MEMCORE.alloc(16)),
+)
 case("dma_copy-memory-type", Trn2ValueError, "memory", lambda: t.dma.dma_copy(X, memory="core0"))
-ints("HbmStack", "index", lambda v: t.memory.HbmStack(v),
-     extra=[("negative", -1), ("out-of-range", 4)])  # fmt: skip
+ints(
+    "HbmStack",
+    "index",
+    lambda v: t.memory.HbmStack(v),
+    extra=[("negative", -1), ("out-of-range", 4)],
+)
 case("NeuronCore-hbm-type", Trn2ValueError, "hbm", lambda: t.NeuronCore(hbm="stack0"))
-case("NeuronCore-hbm-other-pair", Trn2ValueError, "hbm",
-     lambda: t.NeuronCore(3, hbm=t.memory.HbmStack(0)))  # fmt: skip
+case(
+    "NeuronCore-hbm-other-pair",
+    Trn2ValueError,
+    "hbm",
+    lambda: t.NeuronCore(3, hbm=t.memory.HbmStack(0)),
+)
 
 # -- reports --------------------------------------------------------------------------------
 REPORT = t.estimate_gemm(4, 4, 4)
@@ -570,10 +820,15 @@ def test_objects_still_work_after_bad_calls():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: np.float32(1.5), lambda: np.array(2.0), lambda: np.zeros((0,)),
-     lambda: np.zeros((3, 0)), lambda: np.zeros((0, 0, 0), ml_dtypes.bfloat16)],
+    [
+        lambda: np.float32(1.5),
+        lambda: np.array(2.0),
+        lambda: np.zeros((0,)),
+        lambda: np.zeros((3, 0)),
+        lambda: np.zeros((0, 0, 0), ml_dtypes.bfloat16),
+    ],
     ids=["np-scalar", "0-d", "empty", "empty-2d", "empty-3d-bf16"],
-)  # fmt: skip
+)
 def test_zero_d_and_empty_arrays_round_trip(make):
     x = make()
     q = t.quantize(x, "fp8_e4m3")
@@ -634,8 +889,11 @@ def test_collectives_take_nan_inf_empty_and_0_d_buffers():
     x[3, 0] = np.nan  # NaN anywhere: NaN in the sum, max and min (IEEE, canonical quiet NaN)
     x[5, 1], x[6, 1] = np.inf, -np.inf  # inf + -inf = NaN; max inf; min -inf
     x[7, 2] = np.inf  # inf + finite = inf
-    for op, want in [("sum", [np.nan, np.nan, np.inf, 0.0]), ("max", [np.nan, np.inf, np.inf, 0.0]),
-                     ("min", [np.nan, -np.inf, 0.0, 0.0])]:  # fmt: skip
+    for op, want in [
+        ("sum", [np.nan, np.nan, np.inf, 0.0]),
+        ("max", [np.nan, np.inf, np.inf, 0.0]),
+        ("min", [np.nan, -np.inf, 0.0, 0.0]),
+    ]:
         outs = inst.all_reduce(list(x), op=op).outputs
         np.testing.assert_array_equal(outs[0], np.array(want, np.float32))
         assert all(o.tobytes() == outs[0].tobytes() for o in outs)
@@ -684,9 +942,11 @@ def test_cli_bad_input_is_an_error_message_not_a_traceback(tmp_path):
     cmds = [
         (["gemm", "--m", "0", "--k", "4", "--n", "4"], "M"),
         (["gemm", "--m", str(2**64), "--k", "4", "--n", "4"], "M"),
-        (["gemm", "--m", "4", "--k", "4", "--n", "4", "--trace", str(tmp_path / "no" / "x")],
-         str(tmp_path / "no" / "x")),
-    ]  # fmt: skip
+        (
+            ["gemm", "--m", "4", "--k", "4", "--n", "4", "--trace", str(tmp_path / "no" / "x")],
+            str(tmp_path / "no" / "x"),
+        ),
+    ]
     for argv, word in cmds:
         r = subprocess.run(
             [sys.executable, "-m", "trn2core", *argv], capture_output=True, text=True

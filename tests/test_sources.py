@@ -27,10 +27,15 @@ END = "<!-- sources:end -->"
 PROJECT_FILES = sorted(
     {ROOT / "README.md", ROOT / "pyproject.toml", ROOT / "Makefile"}
     | set((ROOT / "docs").glob("*.md"))
-    | {p for d in ("python", "rust", "tests", "benches") for p in (ROOT / d).rglob("*")
-       if p.suffix in (".py", ".pyi", ".rs", ".md", ".toml") and "target" not in p.parts
-       and not p.is_relative_to(ROOT / "python" / "trn2core" / "docs")}  # the link to docs/
-)  # fmt: skip
+    | {
+        p
+        for d in ("python", "rust", "tests", "benches")
+        for p in (ROOT / d).rglob("*")
+        if p.suffix in (".py", ".pyi", ".rs", ".md", ".toml")
+        and "target" not in p.parts
+        and not p.is_relative_to(ROOT / "python" / "trn2core" / "docs")
+    }  # the link to docs/
+)
 # A tag: `[S12]`, `[S3 current]`, `[S5: ...]`, `\[S1\]` (escaped in Rust docs), `[P]`.
 TAG = re.compile(r"\\?\[(S\d+)(?=[\]\s:;,\\])|\\?\[([PF])\\?\]")
 
@@ -62,8 +67,14 @@ def test_spec_entries_cite_known_sources_with_a_defined_status():
 
 
 def test_no_file_points_at_notes_users_do_not_have():
-    banned = ["trn2" + "_facts", "facts" + " sheet", "facts-" + "sheet", "shared/" + "docs",
-              "shared/" + "seeds", "facts " + "§"]  # fmt: skip
+    banned = [
+        "trn2" + "_facts",
+        "facts" + " sheet",
+        "facts-" + "sheet",
+        "shared/" + "docs",
+        "shared/" + "seeds",
+        "facts " + "§",
+    ]
     hits = [
         f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
         for path in PROJECT_FILES
@@ -172,8 +183,10 @@ def test_source_and_describe():
             spec.source(bad)
     e = spec.describe("hbm_chip_bytes_per_s")
     assert (e.value, e.unit, e.status, e.tags) == (2.9e12, "B/s", "C", ("S3", "S5", "S27"))
-    assert [x.title for x in e.sources][:2] == ["Trainium2 Architecture",
-                                                "Amazon EC2 Trn2 Architecture"]  # fmt: skip
+    assert [x.title for x in e.sources][:2] == [
+        "Trainium2 Architecture",
+        "Amazon EC2 Trn2 Architecture",
+    ]
     assert e.text == "2.9 TB/s"
     assert spec.describe("neuronlink_xy_link_bytes_per_s").tags == ("P", "S5")
 

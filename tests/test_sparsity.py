@@ -14,9 +14,19 @@ from trn2core import reference
 
 PATTERNS = ("1:2", "2:4", "1:4", "2:8", "4:8", "4:12", "4:16")
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-FLOAT_DTYPES = [np.dtype(d) for d in (np.float64, np.float32, np.float16, ml_dtypes.bfloat16,
-                ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2, ml_dtypes.float8_e3m4,
-                ml_dtypes.float8_e4m3fn)]  # fmt: skip
+FLOAT_DTYPES = [
+    np.dtype(d)
+    for d in (
+        np.float64,
+        np.float32,
+        np.float16,
+        ml_dtypes.bfloat16,
+        ml_dtypes.float8_e4m3,
+        ml_dtypes.float8_e5m2,
+        ml_dtypes.float8_e3m4,
+        ml_dtypes.float8_e4m3fn,
+    )
+]
 INT_DTYPES = [np.dtype(d) for d in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32)]
 
 
@@ -335,8 +345,11 @@ def test_cutlass_layout_equals_pytorchs(dtype, shape):
             x = np.where(np.isnan(x.astype(np.float64)), dtype.type(1.5), x).astype(dtype)
     x = t.prune(x, pattern)
     x[rng.random(shape) < 0.3] = 0  # groups with 0 or 1 stored elements
-    x = np.where(bits(x) == bits(np.array(-0.0, dtype=dtype)) if dtype.kind == "f" else False,
-                 dtype.type(0), x)  # fmt: skip
+    x = np.where(
+        bits(x) == bits(np.array(-0.0, dtype=dtype)) if dtype.kind == "f" else False,
+        dtype.type(0),
+        x,
+    )
     values, meta = t.compress(x, pattern, axis=1).to_cutlass()
     want_values, want_meta = torch_cutlass_from_dense(x)
     assert meta.dtype == want_meta.dtype and meta.shape == want_meta.shape
@@ -429,8 +442,11 @@ def test_sparse_gemm_with_quantization_and_out_dtype():
     a = t.prune(finite_matrix((64, 256), 3, np.float32), "2:4", axis=1)
     b = finite_matrix((256, 96), 4, np.float32)
     sp = t.compress(a, "2:4", axis=1)
-    for kw in ({"dtype": "fp8_e4m3"}, {"dtype": "bf16", "rounding": "stochastic", "seed": 7},
-               {"dtype": "fp16", "out_dtype": "bf16"}):  # fmt: skip
+    for kw in (
+        {"dtype": "fp8_e4m3"},
+        {"dtype": "bf16", "rounding": "stochastic", "seed": 7},
+        {"dtype": "fp16", "out_dtype": "bf16"},
+    ):
         s, d = t.gemm(sp, b, **kw), t.gemm(a, b, **kw)
         assert np.array_equal(s.out.astype(np.float32), d.out.astype(np.float32)), kw
 
@@ -461,8 +477,12 @@ def test_sparse_gemm_refusals():
         t.gemm(t.compress(t.prune(a, "2:4", axis=0), "2:4", axis=0), b)
     fp8 = t.quantize(a.astype(np.float32), "fp8_e4m3")
     with pytest.raises(t.Trn2Error, match="double_row"):
-        t.gemm(t.compress(fp8, "2:4", axis=1), b.astype(np.float32), dtype="fp8_e4m3",
-               perf_mode="double_row")  # fmt: skip
+        t.gemm(
+            t.compress(fp8, "2:4", axis=1),
+            b.astype(np.float32),
+            dtype="fp8_e4m3",
+            perf_mode="double_row",
+        )
     with pytest.raises(t.Trn2Error, match="double_row"):
         t.estimate_gemm(256, 512, 512, dtype="fp8_e4m3", perf_mode="double_row", sparsity="2:4")
     with pytest.raises(t.Trn2Error, match="unknown sparsity pattern"):

@@ -169,9 +169,20 @@ RELEASED = 0.15
 @timing_probe
 @pytest.mark.parametrize(
     "name",
-    ["gemm", "quantize", "compress", "prune", "estimate", "sparse-gemm", "all_reduce",
-     "all_to_all", "chip-gemm", "cluster-estimate", "hbm-tensor"],
-)  # fmt: skip
+    [
+        "gemm",
+        "quantize",
+        "compress",
+        "prune",
+        "estimate",
+        "sparse-gemm",
+        "all_reduce",
+        "all_to_all",
+        "chip-gemm",
+        "cluster-estimate",
+        "hbm-tensor",
+    ],
+)
 def test_long_calls_release_the_gil(name, rng):
     # Each case builds only its own inputs (the probe times the call, not the set-up).
     def dense():

@@ -74,9 +74,13 @@ def test_the_wheel_carries_license_metadata_and_guides(built):
     assert meta["License-Expression"] == "Apache-2.0"
     assert meta.get_all("License-File") == ["LICENSE"]
     classifiers = meta.get_all("Classifier")
-    for c in ("Programming Language :: Python :: 3.10", "Programming Language :: Python :: 3.13",
-              "Operating System :: POSIX :: Linux", "Intended Audience :: Science/Research",
-              "Topic :: System :: Emulators"):  # fmt: skip
+    for c in (
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.13",
+        "Operating System :: POSIX :: Linux",
+        "Intended Audience :: Science/Research",
+        "Topic :: System :: Emulators",
+    ):
         assert c in classifiers, c
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
     assert {"Homepage", "Repository", "Documentation", "Issues", "Sources"} <= set(urls)
@@ -100,8 +104,14 @@ def test_the_sdist_carries_license_guides_and_sources(built):
         for g in GUIDES:  # the repository's docs/, and the copy a wheel built from it will carry
             assert read(f"docs/{g}") == read(f"python/trn2core/docs/{g}")
             assert read(f"docs/{g}") == (ROOT / "docs" / g).read_bytes()
-    for f in ("pyproject.toml", "Cargo.toml", "Cargo.lock", "rust/trn2core/src/spec.rs",
-              "rust/trn2core-py/src/lib.rs", "python/trn2core/__init__.py"):  # fmt: skip
+    for f in (
+        "pyproject.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+        "rust/trn2core/src/spec.rs",
+        "rust/trn2core-py/src/lib.rs",
+        "python/trn2core/__init__.py",
+    ):
         assert f"{top}/{f}" in names, f
 
 
@@ -113,8 +123,19 @@ def venv(built, tmp_path_factory) -> Path:
     # Without a pip of its own (seeding one is most of a venv's set-up time): this pip installs
     # into it through `--python`, resolving the wheel's dependencies as a user's pip would.
     _run([sys.executable, "-m", "venv", "--without-pip", str(env)])
-    _run([sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install",
-          "--quiet", "--disable-pip-version-check", str(whl)])  # fmt: skip
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(env / "bin" / "python"),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(whl),
+        ]
+    )
     return env
 
 

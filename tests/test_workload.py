@@ -44,12 +44,20 @@ def test_llama4_text_config_is_read():
     cfg = {
         "model_type": "llama4",
         "text_config": {
-            "model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
-            "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
-            "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16,
-            "num_experts_per_tok": 1, "interleave_moe_layer_step": 1, "vocab_size": 202048,
+            "model_type": "llama4_text",
+            "hidden_size": 5120,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 40,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "intermediate_size": 8192,
+            "intermediate_size_mlp": 16384,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": 1,
+            "vocab_size": 202048,
         },
-    }  # fmt: skip
+    }
     m = workload.Model.from_hf_config(cfg)
     assert m.parameters == workload.Model("llama-4-scout").parameters
     assert m.to_dict()["moe_layers"] == 48
@@ -114,11 +122,11 @@ def test_the_runtime_reserve_is_its_own_item_and_trinity_large_needs_tp64():
     mib = 1 << 20
     m = workload.Model("trinity-large")
     with pytest.raises(CapacityError, match="weights") as e:
-        workload.Inference(m, "trn2.48xlarge", tp=32, seq_len=2048,
-                           prefill_buckets=[2048]).memory()  # fmt: skip
+        workload.Inference(m, "trn2.48xlarge", tp=32, seq_len=2048, prefill_buckets=[2048]).memory()
     assert e.value.arg == "weights" and "24 GiB" in str(e.value)
-    plan = workload.Inference(m, "trn2.48xlarge", tp=64, seq_len=2048,
-                              prefill_buckets=[2048]).memory()  # fmt: skip
+    plan = workload.Inference(
+        m, "trn2.48xlarge", tp=64, seq_len=2048, prefill_buckets=[2048]
+    ).memory()
     items = plan["items"]
     assert list(items) == ["weights", "kv_cache", "activations", "runtime_reserve"]
     assert items["runtime_reserve"] == 2 * 96 * mib + 2 * 512 * mib - items["activations"]
@@ -144,9 +152,15 @@ def test_every_published_configuration_fits():
     assert len(rows) >= 30
     for p in rows:
         plan = workload.Inference(
-            p["model"], p["machine"], tp=p["tp"], lnc=p["lnc"], batch=p["batch"],
-            dtype=p["dtype"], seq_len=p["seq_len"], prefill_buckets=p.get("prefill_buckets"),
-        ).memory()  # fmt: skip
+            p["model"],
+            p["machine"],
+            tp=p["tp"],
+            lnc=p["lnc"],
+            batch=p["batch"],
+            dtype=p["dtype"],
+            seq_len=p["seq_len"],
+            prefill_buckets=p.get("prefill_buckets"),
+        ).memory()
         assert plan["total_bytes"] <= plan["capacity_bytes"], p["id"]
         assert plan["items"]["runtime_reserve"] >= 2 * 96 << 20, p["id"]
 
@@ -194,8 +208,21 @@ def test_fp8_weights_and_lnc1():
 def test_cli_estimate_prints_ttft_and_tpot_as_json(capsys):
     from trn2core.cli import main
 
-    argv = ["estimate", "llama-3.3-70b", "--instance", "trn2.48xlarge", "--tp", "64",
-            "--prefill", "10000", "--decode", "1500", "--lnc", "2", "--json"]  # fmt: skip
+    argv = [
+        "estimate",
+        "llama-3.3-70b",
+        "--instance",
+        "trn2.48xlarge",
+        "--tp",
+        "64",
+        "--prefill",
+        "10000",
+        "--decode",
+        "1500",
+        "--lnc",
+        "2",
+        "--json",
+    ]
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     inf = workload.Inference("llama-3.3-70b", tp=64, seq_len=11500)
@@ -216,23 +243,29 @@ def test_training_step_reports_mfu_bubble_and_no_published_case():
     assert r.tokens_per_s == pytest.approx(64 * 4096 / r.seconds)
     assert sum(o["total_s"] for o in r.ops) == pytest.approx(r.seconds)
     assert "no published case" in r.uncertainty["text"]
-    assert set(r.memory["items"]) == {"weights", "gradients", "optimizer_states", "activations",
-                                      "runtime_reserve"}  # fmt: skip
+    assert set(r.memory["items"]) == {
+        "weights",
+        "gradients",
+        "optimizer_states",
+        "activations",
+        "runtime_reserve",
+    }
     assert "MFU" in str(r)
 
 
 def test_training_bad_layouts_name_both_numbers():
     with pytest.raises(Trn2ValueError, match=r"tp\*pp\*dp = 16\*4\*4 = 256.*has 64"):
-        workload.Training("llama-3.3-70b", "trn2.48xlarge", tp=16, pp=4, dp=4,
-                          global_batch=64, seq=4096).step()  # fmt: skip
+        workload.Training(
+            "llama-3.3-70b", "trn2.48xlarge", tp=16, pp=4, dp=4, global_batch=64, seq=4096
+        ).step()
     with pytest.raises(Trn2ValueError, match=r"global_batch=30 .* = 4"):
-        workload.Training("llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4,
-                          global_batch=30, seq=4096).step()  # fmt: skip
+        workload.Training(
+            "llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, global_batch=30, seq=4096
+        ).step()
     with pytest.raises(Trn2ValueError, match="recompute"):
         workload.Training("llama-3.1-8b", tp=8, global_batch=8, seq=128, recompute="some")
     with pytest.raises(CapacityError, match="optimizer_states"):
-        workload.Training("llama-3.3-70b", "trn2.48xlarge", tp=1, global_batch=1,
-                          seq=4096).step()  # fmt: skip
+        workload.Training("llama-3.3-70b", "trn2.48xlarge", tp=1, global_batch=1, seq=4096).step()
 
 
 def test_search_best_itl_is_no_slower_than_any_returned_layout():
@@ -243,8 +276,12 @@ def test_search_best_itl_is_no_slower_than_any_returned_layout():
     assert r.tried == len(rows) + r.skipped_capacity + r.skipped_invalid + r.skipped_constraints
     assert r.skipped_capacity > 0  # tp=1 cannot hold 70B in bf16
     assert all(c["tp"] > 1 for c in rows)
-    capped = workload.search("llama-3.3-70b", "trn2.48xlarge", objective="ttft",
-                             constraints={"max_itl_s": r.best["itl_s"] * 1.5})  # fmt: skip
+    capped = workload.search(
+        "llama-3.3-70b",
+        "trn2.48xlarge",
+        objective="ttft",
+        constraints={"max_itl_s": r.best["itl_s"] * 1.5},
+    )
     assert capped.skipped_constraints > 0
     assert all(c["itl_s"] <= r.best["itl_s"] * 1.5 for c in capped.layouts)
     with pytest.raises(Trn2ValueError, match="price_per_hour"):
@@ -254,8 +291,9 @@ def test_search_best_itl_is_no_slower_than_any_returned_layout():
 
 
 def test_search_cost_uses_the_price_and_training_fills_the_machine():
-    r = workload.search("llama-3.1-8b", objective="cost", price_per_hour=36.0,
-                        constraints={"tp": [8, 16], "lnc": 2})  # fmt: skip
+    r = workload.search(
+        "llama-3.1-8b", objective="cost", price_per_hour=36.0, constraints={"tp": [8, 16], "lnc": 2}
+    )
     best = r.best
     assert best["cost_per_mtok"] == pytest.approx(0.01 * 1e6 / best["tokens_per_s"])
     assert all(best["cost_per_mtok"] <= c["cost_per_mtok"] for c in r.layouts)
@@ -272,19 +310,54 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_estimate_train_and_plan():
-    r = _cli("estimate", "llama-3.3-70b", "--train", "--ultraserver", "--tp", "16", "--pp", "4",
-             "--dp", "4", "--global-batch", "64", "--seq", "4096", "--json")  # fmt: skip
+    r = _cli(
+        "estimate",
+        "llama-3.3-70b",
+        "--train",
+        "--ultraserver",
+        "--tp",
+        "16",
+        "--pp",
+        "4",
+        "--dp",
+        "4",
+        "--global-batch",
+        "64",
+        "--seq",
+        "4096",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["bubble_fraction"] == pytest.approx(3 / 19)
     assert 0 < out["mfu"] <= 1 and out["step_s"] > 0
-    r = _cli("estimate", "llama-3.3-70b", "--train", "--tp", "16", "--pp", "4", "--dp", "4",
-             "--global-batch", "64")  # fmt: skip
+    r = _cli(
+        "estimate",
+        "llama-3.3-70b",
+        "--train",
+        "--tp",
+        "16",
+        "--pp",
+        "4",
+        "--dp",
+        "4",
+        "--global-batch",
+        "64",
+    )
     assert r.returncode == 2 and "256" in r.stderr and "64" in r.stderr
     r = _cli("estimate", "llama-3.3-70b", "--train", "--tp", "1", "--global-batch", "1")
     assert r.returncode == 1 and "CapacityError" in r.stderr
-    r = _cli("plan", "llama-3.1-8b", "--instance", "trn2.48xlarge", "--objective", "cost",
-             "--price-per-hour", "36", "--json")  # fmt: skip
+    r = _cli(
+        "plan",
+        "llama-3.1-8b",
+        "--instance",
+        "trn2.48xlarge",
+        "--objective",
+        "cost",
+        "--price-per-hour",
+        "36",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["objective"] == "cost" and plan["layouts"]
@@ -314,8 +387,9 @@ def test_decode_trace_has_a_track_per_component_and_sums_to_the_step(tmp_path):
 
 def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
     # PP=4, 8 micro-batches (64 sequences, micro-batch 2, DP=4) on an UltraServer.
-    tr = workload.Training("llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, micro_batch=2,
-                           global_batch=64, seq=4096)  # fmt: skip
+    tr = workload.Training(
+        "llama-3.3-70b", "ultraserver", tp=16, pp=4, dp=4, micro_batch=2, global_batch=64, seq=4096
+    )
     r = tr.step()
     assert r.micro_batches == 8
     path = r.save_trace(tmp_path / "train.json")
@@ -326,8 +400,7 @@ def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
     d = r.to_dict()
     mb_s = d["forward_s"] + d["backward_s"]  # and the stage boundary's transfers
     for s in range(4):
-        row = sorted((e for e in slices if names[e["tid"]] == f"stage {s}"),
-                     key=lambda e: e["ts"])  # fmt: skip
+        row = sorted((e for e in slices if names[e["tid"]] == f"stage {s}"), key=lambda e: e["ts"])
         work = [e["name"] for e in row if e["name"] != "bubble"]
         assert sum(n.startswith("F") for n in work) == 8
         assert sum(n.startswith("B") for n in work) == 8
@@ -353,7 +426,11 @@ def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
     assert dp["dur"] / 1e6 == pytest.approx(d["dp_reduce_s"], rel=1e-9)
     first = r.schedule[0]
     assert (first["stage"], first["name"], first["micro_batch"], first["start_s"]) == (
-        0, "forward", 0, 0.0)  # fmt: skip
+        0,
+        "forward",
+        0,
+        0.0,
+    )
     assert d["forward_s"] <= first["seconds"] < 1.1 * d["forward_s"]  # and its send onwards
     with pytest.raises(Trn2ValueError, match="path"):
         r.save_trace(None)
@@ -422,9 +499,15 @@ def test_the_search_has_a_pareto_front_and_its_plot(tmp_path):
 def test_attention_heads_are_padded_to_tp_as_nxd_inference_pads_them():
     # NxD Inference runs Trinity-Large's 48 heads at TP=64, one (padded) head per rank: the
     # step costs what 64 heads cost at TP=64, and more than 48 heads at TP=48 would per rank.
-    cfg = {"hidden_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 48,
-           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
-           "vocab_size": 200192}  # fmt: skip
+    cfg = {
+        "hidden_size": 3072,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 200192,
+    }
     step = {}
     for heads in (48, 64):
         m = workload.Model.from_hf_config({**cfg, "num_attention_heads": heads})
@@ -449,11 +532,21 @@ def test_trinity_presets_are_their_configs_field_names():
     )
     assert (d["shared_experts"], d["moe_layers"]) == (1, 30)
     assert round(mini.parameters / 1e9, 1) == 25.9
-    cfg = {"hidden_size": 2048, "num_hidden_layers": 32, "num_attention_heads": 32,
-           "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
-           "moe_intermediate_size": 1024, "num_experts": 128, "num_experts_per_tok": 8,
-           "num_shared_experts": 1, "num_dense_layers": 2, "vocab_size": 200192,
-           "tie_word_embeddings": False}  # fmt: skip
+    cfg = {
+        "hidden_size": 2048,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 1024,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "num_shared_experts": 1,
+        "num_dense_layers": 2,
+        "vocab_size": 200192,
+        "tie_word_embeddings": False,
+    }
     mine = workload.Model.from_hf_config(cfg).to_dict()
     assert mine == {**d, "name": mine["name"]}
     # A config's fields go straight into an estimate too.

@@ -18,10 +18,25 @@ def reports():
     step = _core.workload_step(m._name, m._config, "prefill", 1000, **inf._args)
     tr = workload.Training(m, "trn2.48xlarge", tp=8, pp=2, dp=4, global_batch=32, seq=2048)
     found = _core.workload_search(
-        m._name, m._config, "trn2.48xlarge", "itl", price_per_hour=None, train=False,
-        prompt=1024, output=256, tp=[8], pp=[], ep=[], lnc=[2], batch=[], dtype="bf16",
-        global_batch=64, seq=4096, max_ttft_s=None, max_itl_s=None,
-    )  # fmt: skip
+        m._name,
+        m._config,
+        "trn2.48xlarge",
+        "itl",
+        price_per_hour=None,
+        train=False,
+        prompt=1024,
+        output=256,
+        tp=[8],
+        pp=[],
+        ep=[],
+        lnc=[2],
+        batch=[],
+        dtype="bf16",
+        global_batch=64,
+        seq=4096,
+        max_ttft_s=None,
+        max_itl_s=None,
+    )
     return {
         "ModelInfo": _core.workload_model("llama-3.1-8b"),
         "StepReport": step,
@@ -36,9 +51,17 @@ def reports():
 
 @pytest.mark.parametrize(
     "name",
-    ["ModelInfo", "StepReport", "OpTime", "MemoryPlan", "StepParts", "TrainReport", "Candidate",
-     "SearchResult"],
-)  # fmt: skip
+    [
+        "ModelInfo",
+        "StepReport",
+        "OpTime",
+        "MemoryPlan",
+        "StepParts",
+        "TrainReport",
+        "Candidate",
+        "SearchResult",
+    ],
+)
 def test_the_reports_of_the_core_are_frozen(reports, name):
     r = reports[name]
     assert type(r) is getattr(_core, name)

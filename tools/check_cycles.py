@@ -34,8 +34,10 @@ def _rust_module_of(path: Path) -> list[str]:
 def _rust_file_of(parts: list[str]) -> Path | None:
     """The deepest file that defines a prefix of ``parts``."""
     for n in range(len(parts), 0, -1):
-        for cand in (RUST_SRC.joinpath(*parts[:n]).with_suffix(".rs"),
-                     RUST_SRC.joinpath(*parts[:n], "mod.rs")):  # fmt: skip
+        for cand in (
+            RUST_SRC.joinpath(*parts[:n]).with_suffix(".rs"),
+            RUST_SRC.joinpath(*parts[:n], "mod.rs"),
+        ):
             if cand.exists():
                 return cand
     return None

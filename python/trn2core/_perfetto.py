@@ -91,8 +91,9 @@ def to_protobuf(events: list[dict[str, Any]]) -> bytes:
     def counter(pid: int, name: str) -> int:
         if (pid, name) not in tracks:
             tracks[(pid, name)] = next(uuid)
-            descriptor(tracks[(pid, name)], parent_uuid=process(pid), name=f"{name} (GB/s)",
-                       counter=True)  # fmt: skip
+            descriptor(
+                tracks[(pid, name)], parent_uuid=process(pid), name=f"{name} (GB/s)", counter=True
+            )
         return tracks[(pid, name)]
 
     slices = [e for e in events if e.get("ph") == "X"]

@@ -41,8 +41,9 @@ class Progress:
             except ImportError:
                 tqdm = None
             if tqdm is not None:
-                self._tqdm = tqdm(total=self.total, desc=label, unit=unit, file=self.stream,
-                                  leave=False)  # fmt: skip
+                self._tqdm = tqdm(
+                    total=self.total, desc=label, unit=unit, file=self.stream, leave=False
+                )
                 return
             threading.Thread(target=self._tick, daemon=True).start()
         self._draw()

@@ -73,8 +73,12 @@ def _show(value: Any, limit: int = 60) -> str:
 
 def _bound(v: int | None, none: str) -> str:
     """A range bound for messages: powers of two near 2**63 and 2**64 as such."""
-    named = {2**64 - 1: "2**64 - 1", 2**63 - 1: "2**63 - 1", -(2**63): "-2**63",
-             2**62 - 1: "2**62 - 1"}  # fmt: skip
+    named = {
+        2**64 - 1: "2**64 - 1",
+        2**63 - 1: "2**63 - 1",
+        -(2**63): "-2**63",
+        2**62 - 1: "2**62 - 1",
+    }
     return none if v is None else named.get(v, str(v))
 
 

@@ -400,10 +400,14 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
     group_chips = list(range(n)) if chips is None else chips
     local_chips = [group_chips[r] for r in local]
     what: dict[str, Any] = {
-        "collective": collective, "op": op, "algorithm": algorithm, "chips": chips,
-        "peers": peers, "machine": _machine(machine.name, machine.topology.size),
+        "collective": collective,
+        "op": op,
+        "algorithm": algorithm,
+        "chips": chips,
+        "peers": peers,
+        "machine": _machine(machine.name, machine.topology.size),
         "placement": sp.placement,
-    }  # fmt: skip
+    }
     error = None
     arrays: list[np.ndarray] = []
     shape = dtype = fmt = None
@@ -433,9 +437,15 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
             # What the schedule refuses (an algorithm the machine lacks, peers that are no
             # permutation) is refused here, before any message, on every process alike.
             _core.collective_estimate(
-                machine.topology._t, chips, collective, algorithm, what["elements"],
-                _itemsize(what["format"]), peers, False,
-            )  # fmt: skip
+                machine.topology._t,
+                chips,
+                collective,
+                algorithm,
+                what["elements"],
+                _itemsize(what["format"]),
+                peers,
+                False,
+            )
     except Exception as e:  # shared with every process, then raised
         error = e
     heads = sp.agree(what, error)
@@ -449,17 +459,37 @@ def _call(machine, collective: str, buffers, chips, *, op=None, algorithm="auto"
             code = _coll._CODE_DTYPE[FORMATS_ITEMSIZE[what["format"]]]
             flats = _coll._native_contiguous(arrays, code)
             outs, fields, traffic = _core.collective_reduce_local(
-                t, chips, collective, op, algorithm, what["format"], sp.procs, sp.process,
-                list(sp.placement), what["elements"], flats, exchange,
-            )  # fmt: skip
+                t,
+                chips,
+                collective,
+                op,
+                algorithm,
+                what["format"],
+                sp.procs,
+                sp.process,
+                list(sp.placement),
+                what["elements"],
+                flats,
+                exchange,
+            )
             itemsize = FORMATS_ITEMSIZE[what["format"]]
         else:
             itemsize = what["format"]
             flats = _coll._native_contiguous(arrays, np.uint8)
             outs, fields, traffic = _core.collective_move_local(
-                t, chips, collective, algorithm, itemsize, sp.procs, sp.process,
-                list(sp.placement), what["elements"], flats, peers, exchange,
-            )  # fmt: skip
+                t,
+                chips,
+                collective,
+                algorithm,
+                itemsize,
+                sp.procs,
+                sp.process,
+                list(sp.placement),
+                what["elements"],
+                flats,
+                peers,
+                exchange,
+            )
     except BaseException as e:  # the others wait for this process: end the job
         sp.abort(e)
         raise

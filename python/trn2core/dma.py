@@ -78,10 +78,16 @@ class Compressed:
 
     def to_dict(self) -> dict[str, object]:
         """What it is, as plain JSON-serialisable data (not the stream: ``to_bytes()``)."""
-        return plain({
-            "codec": self.codec, "dtype": self.dtype, "shape": self.shape,
-            "nbytes": self.nbytes, "raw_nbytes": self.raw_nbytes, "ratio": self.ratio,
-        })  # fmt: skip
+        return plain(
+            {
+                "codec": self.codec,
+                "dtype": self.dtype,
+                "shape": self.shape,
+                "nbytes": self.nbytes,
+                "raw_nbytes": self.raw_nbytes,
+                "ratio": self.ratio,
+            }
+        )
 
     def _repr_html_(self) -> str:
         return html_table("Compressed", [(k, str(v)) for k, v in self.to_dict().items()])
@@ -269,12 +275,27 @@ def dma_copy(
         raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
     else:
         raw = np.empty(0, np.uint8)
-    call = [raw, _dtype_name(a.dtype), a.dtype.itemsize, [int(v) for v in a.shape], codec,
-            src_end, dst_end, int(queue)]  # fmt: skip
+    call = [
+        raw,
+        _dtype_name(a.dtype),
+        a.dtype.itemsize,
+        [int(v) for v in a.shape],
+        codec,
+        src_end,
+        dst_end,
+        int(queue),
+    ]
     # A NeuronCore's memory passes its machine: SBUF and PSUM are the machine's account.
     fields, trace, nbytes, wire, s, d = mem._native.dma_copy(*call, mem._machine)
     bandwidth = nbytes / fields.seconds if fields.seconds > 0 else 0.0
     return DmaReport.from_fields(
-        fields, trace, bytes=nbytes, wire_bytes=wire, bandwidth=bandwidth, codec=codec,
-        src=s, dst=d, queue=int(queue),
-    )  # fmt: skip
+        fields,
+        trace,
+        bytes=nbytes,
+        wire_bytes=wire,
+        bandwidth=bandwidth,
+        codec=codec,
+        src=s,
+        dst=d,
+        queue=int(queue),
+    )

@@ -149,8 +149,16 @@ class NeuronCore:
             return f"t{self._names}"
         return _validate.text(name, "name")
 
-    def tile(self, shape, dtype, *, space: str = "sbuf", name=None, start_partition: int = 0,
-             address=None):  # fmt: skip
+    def tile(
+        self,
+        shape,
+        dtype,
+        *,
+        space: str = "sbuf",
+        name=None,
+        start_partition: int = 0,
+        address=None,
+    ):
         """A tensor of ``shape`` (partition axis first, at most 128) and ``dtype`` in SBUF or
         PSUM (first fit from ``start_partition``, or at byte ``address`` of each partition);
         returns its tile. ``CapacityError`` when it does not fit (SBUF: 212,984 B usable per
@@ -249,9 +257,15 @@ class NeuronCore:
                 machine_dtype = None  # bytes of a dtype the engines do not take (float64, ...)
         stack = self.memory._native.placement()[2]
         info, tile = self._m.reserve(
-            "size", space, self._name(name), None if shape is None else list(shape),
-            1 if dt is None else dt.itemsize, nbytes, machine_dtype, stack,
-        )  # fmt: skip
+            "size",
+            space,
+            self._name(name),
+            None if shape is None else list(shape),
+            1 if dt is None else dt.itemsize,
+            nbytes,
+            machine_dtype,
+            stack,
+        )
         a = Allocation(self.memory, info, shape, dt)
         a.tile = tile if machine_dtype is not None else None
         return a
@@ -321,10 +335,18 @@ class NeuronCore:
         if is_transpose:
             # Every argument is checked above, then refused here if transpose mode has no use
             # for it (junk was silently ignored before).
-            unused = {"perf_mode": perf_mode != "none", "tile_position": pos is not None,
-                      "tile_size": size is not None, "accumulate": accumulate}  # fmt: skip
-            given = {"perf_mode": perf_mode, "tile_position": pos, "tile_size": size,
-                     "accumulate": accumulate}  # fmt: skip
+            unused = {
+                "perf_mode": perf_mode != "none",
+                "tile_position": pos is not None,
+                "tile_size": size is not None,
+                "accumulate": accumulate,
+            }
+            given = {
+                "perf_mode": perf_mode,
+                "tile_position": pos,
+                "tile_size": size,
+                "accumulate": accumulate,
+            }
             for arg, bad in unused.items():
                 if bad:
                     raise Trn2ValueError(
@@ -333,9 +355,18 @@ class NeuronCore:
                     )
             return self._transpose(s, m, sf, mf, bank)
         out = self._m.matmul(
-            _codes(s), list(s.shape), sf, _codes(m), list(m.shape), mf,
-            _bank(bank), accumulate, perf_mode, pos, size,
-        )  # fmt: skip
+            _codes(s),
+            list(s.shape),
+            sf,
+            _codes(m),
+            list(m.shape),
+            mf,
+            _bank(bank),
+            accumulate,
+            perf_mode,
+            pos,
+            size,
+        )
         return out.reshape(s.shape[-1], m.shape[-1])
 
     def _transpose(self, s, m, sf, mf, bank) -> np.ndarray:
@@ -568,8 +599,16 @@ def gemm(
     n = b_args[0].shape[1]
     seeds = _seeds(rounding, seed)
     out, fields, cost = _core.gemm(
-        *a_args, *b_args, dtype, rounding, seeds, perf_mode, out_dtype, throttle, cores,
-    )  # fmt: skip
+        *a_args,
+        *b_args,
+        dtype,
+        rounding,
+        seeds,
+        perf_mode,
+        out_dtype,
+        throttle,
+        cores,
+    )
     out = out.view(FORMAT_DTYPES[out_dtype]).reshape(m, n)
     report = _report(fields, cores, m, k, n, cost, perf_mode, throttle, sparsity)
     return GemmResult(out=out, report=report, seed=seeds[0] if rounding == "stochastic" else None)

@@ -195,17 +195,25 @@ class VectorEngine(_Engine):
     ) -> None:
         """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
         fp32 tiles."""
-        _tensor_scalar(self._m, "vector", dst, data, op0, operand0, reverse0, op1, operand1,
-                       reverse1)  # fmt: skip
+        _tensor_scalar(
+            self._m, "vector", dst, data, op0, operand0, reverse0, op1, operand1, reverse1
+        )
 
     def scalar_tensor_tensor(
         self, dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False
     ) -> None:
         """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile."""
-        self._m.issue("scalar_tensor_tensor",
-            dst, data, _op(op0, "op0"), operand0, _op(op1, "op1"), operand1,
-            _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
-        )  # fmt: skip
+        self._m.issue(
+            "scalar_tensor_tensor",
+            dst,
+            data,
+            _op(op0, "op0"),
+            operand0,
+            _op(op1, "op1"),
+            operand1,
+            _flag(reverse0, "reverse0"),
+            _flag(reverse1, "reverse1"),
+        )
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` (bits when the dtypes agree, else through float32)."""
@@ -233,10 +241,17 @@ class VectorEngine(_Engine):
         self, dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False
     ) -> None:
         """``dst[i] = op1(op0(data0[i], dst[i-1]), data1[i])`` from ``initial``."""
-        self._m.issue("tensor_tensor_scan",
-            dst, data0, data1, initial, _op(op0, "op0"), _op(op1, "op1"),
-            _flag(reverse0, "reverse0"), _flag(reverse1, "reverse1"),
-        )  # fmt: skip
+        self._m.issue(
+            "tensor_tensor_scan",
+            dst,
+            data0,
+            data1,
+            initial,
+            _op(op0, "op0"),
+            _op(op1, "op1"),
+            _flag(reverse0, "reverse0"),
+            _flag(reverse1, "reverse1"),
+        )
 
     def tensor_scalar_reduce(
         self,
@@ -252,11 +267,19 @@ class VectorEngine(_Engine):
         negate=False,
     ) -> None:
         """``dst = data <op0> operand0`` and the results reduced into ``reduce_res``."""
-        self._m.issue("tensor_scalar_reduce",
-            dst, data, _op(op0, "op0"), operand0, _op(reduce_op, "reduce_op"), reduce_res,
-            _flag(reverse0, "reverse0"), _op(reduce_cmd, "reduce_cmd"), reduce_init,
+        self._m.issue(
+            "tensor_scalar_reduce",
+            dst,
+            data,
+            _op(op0, "op0"),
+            operand0,
+            _op(reduce_op, "reduce_op"),
+            reduce_res,
+            _flag(reverse0, "reverse0"),
+            _op(reduce_cmd, "reduce_cmd"),
+            reduce_init,
             _flag(negate, "negate"),
-        )  # fmt: skip
+        )
 
     def bn_stats(self, dst, data) -> None:
         """Per-partition ``[count, mean, m2]`` of the even and odd elements of ``data``."""
@@ -272,10 +295,18 @@ class VectorEngine(_Engine):
 
 
 def _tensor_scalar(m, engine, dst, data, op0, operand0, reverse0, op1, operand1, reverse1):
-    m.issue("tensor_scalar",
-        engine, dst, data, _op(op0, "op0"), operand0, _flag(reverse0, "reverse0"),
-        _opt_op(op1, "op1"), operand1, _flag(reverse1, "reverse1"),
-    )  # fmt: skip
+    m.issue(
+        "tensor_scalar",
+        engine,
+        dst,
+        data,
+        _op(op0, "op0"),
+        operand0,
+        _flag(reverse0, "reverse0"),
+        _opt_op(op1, "op1"),
+        operand1,
+        _flag(reverse1, "reverse1"),
+    )
 
 
 class ScalarEngine(_Engine):
@@ -301,19 +332,38 @@ class ScalarEngine(_Engine):
         Transcendental functions follow a float64 rule, *not the chip's bits*
         (docs/machine.md)."""
         m = self._m
-        m.issue("activation", dst, data=data, func=func, bias=bias, scale=scale,
-                reduce_op=reduce_op, reduce_res=reduce_res, reduce_cmd=reduce_cmd)  # fmt: skip
+        m.issue(
+            "activation",
+            dst,
+            data=data,
+            func=func,
+            bias=bias,
+            scale=scale,
+            reduce_op=reduce_op,
+            reduce_res=reduce_res,
+            reduce_cmd=reduce_cmd,
+        )
 
     def activation_reduce(self, dst, data, func, reduce_op, reduce_res, *, scale=None, bias=None):
         """``activation`` with the sums of the results written into ``reduce_res``."""
-        self._m.issue("activation_reduce", dst, data=data, func=func, reduce_op=reduce_op,
-                      reduce_res=reduce_res, bias=bias, scale=scale)  # fmt: skip
+        self._m.issue(
+            "activation_reduce",
+            dst,
+            data=data,
+            func=func,
+            reduce_op=reduce_op,
+            reduce_res=reduce_res,
+            bias=bias,
+            scale=scale,
+        )
 
-    def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                      reverse1=False) -> None:  # fmt: skip
+    def tensor_scalar(
+        self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False
+    ) -> None:
         """``tensor_scalar`` on the Scalar engine ((multiply, add), (multiply) or (add))."""
-        _tensor_scalar(self._m, "scalar", dst, data, op0, operand0, reverse0, op1, operand1,
-                       reverse1)  # fmt: skip
+        _tensor_scalar(
+            self._m, "scalar", dst, data, op0, operand0, reverse0, op1, operand1, reverse1
+        )
 
     def tensor_copy(self, dst, src) -> None:
         """``dst = src`` on the Scalar engine."""
@@ -328,20 +378,28 @@ class GpSimdEngine(_Engine):
 
     def iota(self, dst, pattern, offset: int = 0, channel_multiplier: int = 0) -> None:
         """``dst[c, ...] = offset + c * channel_multiplier + sum(index * step)`` (int32)."""
-        self._m.issue("iota",
-            dst, _pattern(pattern), _i64(offset, "offset"),
+        self._m.issue(
+            "iota",
+            dst,
+            _pattern(pattern),
+            _i64(offset, "offset"),
             _i64(channel_multiplier, "channel_multiplier"),
-        )  # fmt: skip
+        )
 
     def affine_select(
         self, dst, pattern, channel_multiplier, on_true, on_false_value, cmp_op="equal", offset=0
     ) -> None:
         """``dst = cmp_op(affine, 0) ? on_true : on_false_value``."""
-        self._m.issue("affine_select",
-            dst, _pattern(pattern), _i64(channel_multiplier, "channel_multiplier"), on_true,
-            _validate.number(on_false_value, "on_false_value"), _op(cmp_op, "cmp_op"),
+        self._m.issue(
+            "affine_select",
+            dst,
+            _pattern(pattern),
+            _i64(channel_multiplier, "channel_multiplier"),
+            on_true,
+            _validate.number(on_false_value, "on_false_value"),
+            _op(cmp_op, "cmp_op"),
             _i64(offset, "offset"),
-        )  # fmt: skip
+        )
 
     def tensor_tensor(self, dst, data1, data2, op: str = "add") -> None:
         """``tensor_tensor`` on GpSimd (native int32 arithmetic for int32 tiles)."""
@@ -380,11 +438,17 @@ class TensorEngine(_Engine):
     ) -> None:
         """``nc_matmul``: ``dst = stationary.T @ moving`` into fp32 PSUM; ``accumulate=None``
         accumulates exactly when ``dst`` holds a matmul's result."""
-        self._m.issue("nc_matmul",
-            dst, stationary, moving, _opt_flag(accumulate, "accumulate"),
-            _op(perf_mode, "perf_mode"), _pair_or_none(tile_position, "tile_position"),
-            _pair_or_none(tile_size, "tile_size"), _flag(is_transpose, "is_transpose"),
-        )  # fmt: skip
+        self._m.issue(
+            "nc_matmul",
+            dst,
+            stationary,
+            moving,
+            _opt_flag(accumulate, "accumulate"),
+            _op(perf_mode, "perf_mode"),
+            _pair_or_none(tile_position, "tile_position"),
+            _pair_or_none(tile_size, "tile_size"),
+            _flag(is_transpose, "is_transpose"),
+        )
 
     def transpose(self, dst, data) -> None:
         """``nc_transpose`` on the tensor engine (SBUF to PSUM, up to 128 x 128, bit-exact)."""
@@ -410,8 +474,9 @@ def _pattern(pattern, arg: str = "pattern") -> list[tuple[int, int]]:
     for pair in pattern:
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
             raise Trn2ValueError(f"{arg}: expected [step, num] pairs, got {pair!r:.60}")
-        out.append((_i64(pair[0], arg), _validate.integer(pair[1], arg, lo=0,
-                                                          hi=_validate.U64_MAX)))  # fmt: skip
+        out.append(
+            (_i64(pair[0], arg), _validate.integer(pair[1], arg, lo=0, hi=_validate.U64_MAX))
+        )
     return out
 
 
@@ -547,8 +612,13 @@ def lines_by_source(reports) -> tuple[Mapping[str, Any], ...]:
         for file, line, queue, busy, n in core.lines:
             row = rows.get((file, line))
             if row is None:
-                row = rows[(file, line)] = {"file": file, "line": line, "engines": {},
-                                            "busy_s": 0.0, "instructions": 0}  # fmt: skip
+                row = rows[(file, line)] = {
+                    "file": file,
+                    "line": line,
+                    "engines": {},
+                    "busy_s": 0.0,
+                    "instructions": 0,
+                }
             eng = _engine_of(queue)
             row["engines"][eng] = row["engines"].get(eng, 0.0) + busy
             row["busy_s"] += busy
@@ -559,8 +629,9 @@ def lines_by_source(reports) -> tuple[Mapping[str, Any], ...]:
         row["share"] = row["busy_s"] / total if total > 0 else 0.0
         row["engines"] = dict(sorted(row["engines"].items(), key=lambda kv: -kv[1]))
         out.append(row)
-    out.sort(key=lambda row: (-row["busy_s"], row["file"] is None, row["file"] or "",
-                              row["line"] or 0))  # fmt: skip
+    out.sort(
+        key=lambda row: (-row["busy_s"], row["file"] is None, row["file"] or "", row["line"] or 0)
+    )
     return tuple(out)
 
 
@@ -594,8 +665,11 @@ def engine_rows(engines: Mapping[str, Mapping[str, float]]) -> list[tuple[str, s
     """One ``(engine, "busy, utilisation, instructions")`` row per engine or DMA queue that
     ran something (a report's table)."""
     return [
-        (f"  {name}", f"{_fmt_seconds(e['busy_s'])} busy, {100 * e['utilization']:.1f}%, "
-                      f"{count(int(e['instructions']), 'instruction')}")
+        (
+            f"  {name}",
+            f"{_fmt_seconds(e['busy_s'])} busy, {100 * e['utilization']:.1f}%, "
+            f"{count(int(e['instructions']), 'instruction')}",
+        )
         for name, e in engines.items()
         if e["instructions"]
-    ]  # fmt: skip
+    ]

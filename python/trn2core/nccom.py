@@ -20,9 +20,18 @@ from .errors import CapacityError, Trn2ValueError
 
 #: nccom-test's data types and their sizes in bytes.
 NCCOM_DATATYPES = {
-    "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "fp16": 2, "bf16": 2,
-    "uint32": 4, "int32": 4, "fp32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1,
-}  # fmt: skip
+    "uint8": 1,
+    "int8": 1,
+    "uint16": 2,
+    "int16": 2,
+    "fp16": 2,
+    "bf16": 2,
+    "uint32": 4,
+    "int32": 4,
+    "fp32": 4,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 
 _GB = 1e9
 
@@ -159,8 +168,10 @@ def nccom_results(rows, datatype: str, stats=("avg",), show_algorithm: bool = Fa
     out = []
     for r in rows:
         rec: dict[str, Any] = {
-            "size(B)": int(r["size_bytes"]), "count(elems)": int(r["count"]), "type": datatype,
-        }  # fmt: skip
+            "size(B)": int(r["size_bytes"]),
+            "count(elems)": int(r["count"]),
+            "type": datatype,
+        }
         for st in stats:
             rec[_time_header(st)] = r["seconds"] * 1e6
         rec["algbw(GB/s)"] = r["algbw"] / _GB

@@ -80,9 +80,15 @@ def roofline_figure(
     plt = _pyplot()
     lc = Chip(lnc=1 if lnc is None else lnc).cores[0]
     rep = estimate_gemm(
-        M, K, N, dtype=dtype, perf_mode=perf_mode, sparsity=sparsity, throttle=throttle,
+        M,
+        K,
+        N,
+        dtype=dtype,
+        perf_mode=perf_mode,
+        sparsity=sparsity,
+        throttle=throttle,
         core=None if lnc is None else lc,
-    )  # fmt: skip
+    )
     bw = lc.hbm_bandwidth  # bytes/s: the core's share of HBM
     ceilings = [
         ("fp32", "fp32", lc.peak_tflops("fp32")),
@@ -97,22 +103,34 @@ def roofline_figure(
     fig, ax = plt.subplots(figsize=(7.5, 5))
     # The HBM slope: TFLOPS = intensity x bandwidth, up to the highest ceiling.
     ax.plot(
-        [lo, top * 1e12 / bw], [lo * bw / 1e12, top], color=_COLOURS["hbm"], linestyle="--",
-        label=f"HBM {bw / 1e9:,.1f} GB/s (slope)", gid="hbm",
-    )  # fmt: skip
+        [lo, top * 1e12 / bw],
+        [lo * bw / 1e12, top],
+        color=_COLOURS["hbm"],
+        linestyle="--",
+        label=f"HBM {bw / 1e9:,.1f} GB/s (slope)",
+        gid="hbm",
+    )
     for key, label, peak in ceilings:
         ridge = peak * 1e12 / bw  # where the slope reaches this ceiling
         ax.plot(
-            [ridge, hi], [peak, peak], color=_COLOURS[key], gid=key,
+            [ridge, hi],
+            [peak, peak],
+            color=_COLOURS[key],
+            gid=key,
             label=f"{label}: {peak:,.1f} TFLOPS",
-        )  # fmt: skip
+        )
     what = f"{M}x{K}x{N} {dtype}{' ' + sparsity if sparsity else ''}"
     if perf_mode != "none":
         what += f" {perf_mode}"
     ax.plot(
-        [intensity], [rep.tflops], "o", color="black", markersize=8, gid="point",
+        [intensity],
+        [rep.tflops],
+        "o",
+        color="black",
+        markersize=8,
+        gid="point",
         label=f"{what}: {rep.tflops:,.1f} TFLOPS, {rep.bound}-bound",
-    )  # fmt: skip
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")

@@ -375,10 +375,25 @@ MACHINE_DTYPES: dict[str, np.dtype] = {
 CANONICAL_NAN_BITS = 0x7FC00000
 
 _ARITH_BINARY = (
-    "add", "subtract", "multiply", "divide", "maximum", "minimum", "abs_max", "abs_min", "power",
-    "equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
-    "logical_or", "logical_xor",
-)  # fmt: skip
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "maximum",
+    "minimum",
+    "abs_max",
+    "abs_min",
+    "power",
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+)
 _ARITH_UNARY = ("abs", "square", "relu", "rsqrt", "reciprocal")
 _BITVEC = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "invert")
 
@@ -523,13 +538,21 @@ def alu(op: str, a: object, b: object = 0.0) -> np.ndarray:
         elif op == "power":
             r = _elementwise(_c_pow, x, y).astype(np.float32)
         elif op in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal"):
-            cmp = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
-                   "greater_equal": np.greater_equal, "less": np.less,
-                   "less_equal": np.less_equal}[op]  # fmt: skip
+            cmp = {
+                "equal": np.equal,
+                "not_equal": np.not_equal,
+                "greater": np.greater,
+                "greater_equal": np.greater_equal,
+                "less": np.less,
+                "less_equal": np.less_equal,
+            }[op]
             r = np.where(cmp(x, y), one, zero)
         elif op in ("logical_and", "logical_or", "logical_xor"):
-            f = {"logical_and": np.logical_and, "logical_or": np.logical_or,
-                 "logical_xor": np.logical_xor}[op]  # fmt: skip
+            f = {
+                "logical_and": np.logical_and,
+                "logical_or": np.logical_or,
+                "logical_xor": np.logical_xor,
+            }[op]
             r = np.where(f(x != 0, y != 0), one, zero)
         elif op == "abs":
             r = np.abs(x)
@@ -608,13 +631,34 @@ def tensor_tensor(
     if op in _BITVEC:
         return _from_bits(alu_bits(op, _bits(a), _bits(b)), out_dtype).reshape(a.shape)
     ints = {"int32", "uint32"}
-    native = ("add", "subtract", "multiply", "maximum", "minimum", "equal", "not_equal",
-              "greater", "greater_equal", "less", "less_equal")  # fmt: skip
+    native = (
+        "add",
+        "subtract",
+        "multiply",
+        "maximum",
+        "minimum",
+        "equal",
+        "not_equal",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+    )
     if engine == "gpsimd" and op in native and {na, nb, out_dtype} <= ints:
         x, y = a.astype(np.int64), b.astype(np.int64)
-        r = {"add": x + y, "subtract": x - y, "multiply": (x * y), "maximum": np.maximum(x, y),
-             "minimum": np.minimum(x, y), "equal": x == y, "not_equal": x != y, "greater": x > y,
-             "greater_equal": x >= y, "less": x < y, "less_equal": x <= y}[op]  # fmt: skip
+        r = {
+            "add": x + y,
+            "subtract": x - y,
+            "multiply": (x * y),
+            "maximum": np.maximum(x, y),
+            "minimum": np.minimum(x, y),
+            "equal": x == y,
+            "not_equal": x != y,
+            "greater": x > y,
+            "greater_equal": x >= y,
+            "less": x < y,
+            "less_equal": x <= y,
+        }[op]
         return _from_bits((np.asarray(r, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32), out_dtype)
     return engine_output(alu(op, engine_input(a, na), engine_input(b, nb)), out_dtype)
 
@@ -850,10 +894,32 @@ def _div(a: float, b: float) -> float:
 
 #: the activation functions the oracle knows (docs/machine.md).
 ACTIVATION_FUNCTIONS = (
-    "copy", "square", "relu", "sigmoid", "tanh", "gelu", "gelu_dx", "gelu_apprx_tanh",
-    "gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "silu", "silu_dx", "softplus", "mish", "erf",
-    "erf_dx", "exp", "log", "sin", "arctan", "sqrt", "rsqrt", "reciprocal", "sign", "abs",
-)  # fmt: skip
+    "copy",
+    "square",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "gelu_dx",
+    "gelu_apprx_tanh",
+    "gelu_apprx_sigmoid",
+    "gelu_apprx_sigmoid_dx",
+    "silu",
+    "silu_dx",
+    "softplus",
+    "mish",
+    "erf",
+    "erf_dx",
+    "exp",
+    "log",
+    "sin",
+    "arctan",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sign",
+    "abs",
+)
 
 
 def activation_values(func: str, x: object) -> np.ndarray:
@@ -956,9 +1022,14 @@ def affine_select(
     ``on_true`` has the destination's dtype, else float32."""
     t = np.asarray(on_true)
     v = _affine(pattern, offset, channel_multiplier, t.shape[0]).reshape(t.shape)
-    cmp = {"equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
-           "greater_equal": np.greater_equal, "less": np.less,
-           "less_equal": np.less_equal}[cmp_op]  # fmt: skip
+    cmp = {
+        "equal": np.equal,
+        "not_equal": np.not_equal,
+        "greater": np.greater,
+        "greater_equal": np.greater_equal,
+        "less": np.less,
+        "less_equal": np.less_equal,
+    }[cmp_op]
     pred = cmp(v, 0)
     if t.dtype == MACHINE_DTYPES[out_dtype]:
         false = engine_output(np.float32(on_false_value), out_dtype)

@@ -49,11 +49,23 @@ def plain(v: Any) -> Any:
 #: the order of the facade's dicts.
 CORE_FIELDS: dict[type, tuple[str, ...]] = {
     _core.Report: (
-        "operation", "description", "instructions", "pe_cycles", "cycles", "seconds", "flops",
-        "tflops", "pe_tflops", "peak_tflops", "utilization", "bound", "details", "uncertainty",
+        "operation",
+        "description",
+        "instructions",
+        "pe_cycles",
+        "cycles",
+        "seconds",
+        "flops",
+        "tflops",
+        "pe_tflops",
+        "peak_tflops",
+        "utilization",
+        "bound",
+        "details",
+        "uncertainty",
     ),
     _core.Uncertainty: ("low", "high", "cases", "basis", "text"),
-}  # fmt: skip
+}
 
 
 def core_fields(v: Any) -> Any:

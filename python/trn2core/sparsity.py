@@ -199,11 +199,18 @@ class SparseTensor:
 
     def to_dict(self) -> dict[str, object]:
         """What it is, as plain JSON-serialisable data (the arrays as shape and dtype)."""
-        return plain({
-            "pattern": self.pattern, "axis": self.axis, "shape": self.shape,
-            "dtype": self.dtype, "nbytes": self.nbytes, "density": self.density,
-            "values": self._values, "indices": self._indices,
-        })  # fmt: skip
+        return plain(
+            {
+                "pattern": self.pattern,
+                "axis": self.axis,
+                "shape": self.shape,
+                "dtype": self.dtype,
+                "nbytes": self.nbytes,
+                "density": self.density,
+                "values": self._values,
+                "indices": self._indices,
+            }
+        )
 
     def _repr_html_(self) -> str:
         return html_table("SparseTensor", [(k, str(v)) for k, v in self.to_dict().items()])

@@ -146,8 +146,14 @@ _SCALED = {
     "FLOP/s": ([(1e12, "T"), (1e9, "G"), (1.0, "")], "FLOPS"),
     "s": (_SUBUNIT, "s"),
 }
-_WORDS = {"cycles": "cycles", "elements": "elements", "elements/cycle": "elements/cycle",
-          "FLOP": "FLOP", "TFLOPS": "TFLOPS", "bit": "bits"}  # fmt: skip
+_WORDS = {
+    "cycles": "cycles",
+    "elements": "elements",
+    "elements/cycle": "elements/cycle",
+    "FLOP": "FLOP",
+    "TFLOPS": "TFLOPS",
+    "bit": "bits",
+}
 
 
 def _num(x: float) -> str:
@@ -199,8 +205,10 @@ def table() -> str:
     lines += [f"{n:<{w0}}  {v:>{w1}}  {s}" for n, v, s in rows]
     lines.append("")
     lines += [f"{s.letter} = {s.name}: {s.meaning}" for s in _STATUSES]
-    lines.append("Sources: `trn2core spec --sources` (and docs/sources.md) give each tag's "
-                 "title and address.")  # fmt: skip
+    lines.append(
+        "Sources: `trn2core spec --sources` (and docs/sources.md) give each tag's "
+        "title and address."
+    )
     return "\n".join(lines)
 
 

@@ -258,9 +258,12 @@ class Instance(_Machine):
         placement=None,
     ) -> None:
         _validate.name(
-            instance_type, "instance_type", INSTANCE_TYPES, cls=Trn2ValueError,
+            instance_type,
+            "instance_type",
+            INSTANCE_TYPES,
+            cls=Trn2ValueError,
             what="instance type",
-        )  # fmt: skip
+        )
         self._lnc = _check_lnc(lnc)
         self.name = instance_type
         self._torus = _core.Torus(list(INSTANCE_TYPES[instance_type][1]), 1, self._lnc)

@@ -243,9 +243,16 @@ class StepReport:
             nonlocal now
             tid = tracks.setdefault(track, len(tracks) + 1)
             events.append(
-                {"ph": "X", "pid": 0, "tid": tid, "ts": now * 1e6, "dur": dur_s * 1e6,
-                 "name": name, "args": args}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": tid,
+                    "ts": now * 1e6,
+                    "dur": dur_s * 1e6,
+                    "name": name,
+                    "args": args,
+                }
+            )
             now += dur_s
 
         ops = self._d["ops"]
@@ -256,16 +263,19 @@ class StepReport:
                 for o in rows:
                     reps = 1 if scope != "step" else o["count"]
                     for _ in range(reps):
-                        args = {"layer": layer if scope != "step" else None, "scope": scope,
-                                "bound": o["bound"], "hbm_bytes": o["hbm_bytes"],
-                                "flops": o["flops"]}  # fmt: skip
+                        args = {
+                            "layer": layer if scope != "step" else None,
+                            "scope": scope,
+                            "bound": o["bound"],
+                            "hbm_bytes": o["hbm_bytes"],
+                            "flops": o["flops"],
+                        }
                         slice_(o["kind"], o["name"], o["seconds"], args)
                         if o["fixed_s"] > 0:
                             slice_("fixed", o["name"] + " (fixed)", o["fixed_s"], {})
         meta: list[dict[str, Any]] = [
-            {"ph": "M", "pid": 0, "name": "process_name",
-             "args": {"name": self._d["description"]}}
-        ]  # fmt: skip
+            {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": self._d["description"]}}
+        ]
         meta += [
             {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
             for track, tid in tracks.items()
@@ -374,10 +384,23 @@ class Inference:
     def _step(self, phase: str, tokens) -> StepReport:
         a = self._args
         r = _core.workload_step(
-            self.model._name, self.model._config, phase, tokens, a["machine"], a["tp"],
-            a["ep"], a["lnc"], a["batch"], a["dtype"], a["sequence_parallel"], a["seq_len"],
-            a["prefill_buckets"], a["decode_buckets"], a["serving"], a["naive"],
-        )  # fmt: skip
+            self.model._name,
+            self.model._config,
+            phase,
+            tokens,
+            a["machine"],
+            a["tp"],
+            a["ep"],
+            a["lnc"],
+            a["batch"],
+            a["dtype"],
+            a["sequence_parallel"],
+            a["seq_len"],
+            a["prefill_buckets"],
+            a["decode_buckets"],
+            a["serving"],
+            a["naive"],
+        )
         return StepReport(r)
 
     def prefill(self, tokens: int) -> StepReport:
@@ -392,10 +415,20 @@ class Inference:
         """Bytes per logical core: weights, KV cache, activations, against its HBM
         (``CapacityError`` naming the biggest item if they do not fit)."""
         a = self._args
-        return _plain(_core.workload_memory(
-            self.model._name, self.model._config, a["machine"], a["tp"], a["ep"], a["lnc"],
-            a["batch"], a["dtype"], a["seq_len"], a["prefill_buckets"],
-        ))  # fmt: skip
+        return _plain(
+            _core.workload_memory(
+                self.model._name,
+                self.model._config,
+                a["machine"],
+                a["tp"],
+                a["ep"],
+                a["lnc"],
+                a["batch"],
+                a["dtype"],
+                a["seq_len"],
+                a["prefill_buckets"],
+            )
+        )
 
 
 class TrainReport(StepReport):
@@ -451,15 +484,23 @@ class TrainReport(StepReport):
                 track = "dp" if r["name"] == "dp_grad_reduce" else "step"
                 name = r["name"]
             events.append(
-                {"ph": "X", "pid": 0, "tid": tracks[track], "ts": r["start_s"] * 1e6,
-                 "dur": r["seconds"] * 1e6, "name": name,
-                 "args": {"stage": r["stage"], "kind": r["name"],
-                          "micro_batch": r["micro_batch"]}}
-            )  # fmt: skip
+                {
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": tracks[track],
+                    "ts": r["start_s"] * 1e6,
+                    "dur": r["seconds"] * 1e6,
+                    "name": name,
+                    "args": {
+                        "stage": r["stage"],
+                        "kind": r["name"],
+                        "micro_batch": r["micro_batch"],
+                    },
+                }
+            )
         meta: list[dict[str, Any]] = [
-            {"ph": "M", "pid": 0, "name": "process_name",
-             "args": {"name": self._d["description"]}}
-        ]  # fmt: skip
+            {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": self._d["description"]}}
+        ]
         meta += [
             {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
             for track, tid in tracks.items()
@@ -527,11 +568,23 @@ class Training:
         a = self._args
         return TrainReport(
             _core.workload_train(
-                self.model._name, self.model._config, a["machine"], a["tp"], a["pp"], a["dp"],
-                a["ep"], a["lnc"], a["micro_batch"], a["global_batch"], a["seq"], a["dtype"],
-                a["zero1"], a["recompute"], a["sequence_parallel"],
+                self.model._name,
+                self.model._config,
+                a["machine"],
+                a["tp"],
+                a["pp"],
+                a["dp"],
+                a["ep"],
+                a["lnc"],
+                a["micro_batch"],
+                a["global_batch"],
+                a["seq"],
+                a["dtype"],
+                a["zero1"],
+                a["recompute"],
+                a["sequence_parallel"],
             )
-        )  # fmt: skip
+        )
 
 
 class SearchResult:
@@ -592,9 +645,19 @@ class SearchResult:
 
 
 _SEARCH_KEYS = {
-    "prompt", "output", "tp", "pp", "ep", "lnc", "batch", "dtype", "global_batch", "seq",
-    "max_ttft_s", "max_itl_s",
-}  # fmt: skip
+    "prompt",
+    "output",
+    "tp",
+    "pp",
+    "ep",
+    "lnc",
+    "batch",
+    "dtype",
+    "global_batch",
+    "seq",
+    "max_ttft_s",
+    "max_itl_s",
+}
 
 
 def _int_list(value, arg: str) -> list[int]:
@@ -649,15 +712,23 @@ def search(
         raise Trn2ValueError(f"constraints['dtype']: expected one of {sorted(_DTYPES)}")
     lnc = c.get("lnc", [] if machine_lnc is None else [machine_lnc])
     r = _core.workload_search(
-        m._name, m._config, name, objective,
-        None if price_per_hour is None else float(price_per_hour), bool(train),
+        m._name,
+        m._config,
+        name,
+        objective,
+        None if price_per_hour is None else float(price_per_hour),
+        bool(train),
         _validate.integer(c.get("prompt", 1024), "constraints['prompt']", lo=1),
         _validate.integer(c.get("output", 256), "constraints['output']", lo=1),
-        _int_list(c.get("tp", []), "tp"), _int_list(c.get("pp", []), "pp"),
-        _int_list(c.get("ep", []), "ep"), _int_list(lnc, "lnc"),
-        _int_list(c.get("batch", []), "batch"), _DTYPES[dtype],
+        _int_list(c.get("tp", []), "tp"),
+        _int_list(c.get("pp", []), "pp"),
+        _int_list(c.get("ep", []), "ep"),
+        _int_list(lnc, "lnc"),
+        _int_list(c.get("batch", []), "batch"),
+        _DTYPES[dtype],
         _validate.integer(c.get("global_batch", 64), "constraints['global_batch']", lo=1),
         _validate.integer(c.get("seq", 4096), "constraints['seq']", lo=1),
-        _seconds(c.get("max_ttft_s"), "max_ttft_s"), _seconds(c.get("max_itl_s"), "max_itl_s"),
-    )  # fmt: skip
+        _seconds(c.get("max_ttft_s"), "max_ttft_s"),
+        _seconds(c.get("max_itl_s"), "max_itl_s"),
+    )
     return SearchResult(r, objective)

@@ -10,8 +10,25 @@ from pathlib import Path
 
 import pytest
 
-BAD = ["", "-1", "0", "abc", "1e999", "nan", "inf", "2**64", "18446744073709551616", "1.5",
-       "\x01", "é", "-", "/nonexistent/x", "/", " ", "99999999999999999999999"]  # fmt: skip
+BAD = [
+    "",
+    "-1",
+    "0",
+    "abc",
+    "1e999",
+    "nan",
+    "inf",
+    "2**64",
+    "18446744073709551616",
+    "1.5",
+    "\x01",
+    "é",
+    "-",
+    "/nonexistent/x",
+    "/",
+    " ",
+    "99999999999999999999999",
+]
 
 
 def _commands(values):
@@ -49,9 +66,12 @@ EXTRA = [
 def _run(args, cwd):
     r = subprocess.run(
         [sys.executable, "-m", "trn2core", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
         env={**os.environ, "MPLBACKEND": "Agg"},
-    )  # fmt: skip
+    )
     return r.returncode, r.stderr
 
 

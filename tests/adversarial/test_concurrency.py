@@ -35,8 +35,9 @@ def test_a_forked_child_runs_parallel_work_after_the_parent_did():
 def test_multiprocessing_workers_compute_after_the_parent(method, tmp_path):
     # A script file: forkserver and spawn re-import the main module in their workers.
     script = tmp_path / "workers.py"
-    script.write_text(textwrap.dedent(
-        f"""
+    script.write_text(
+        textwrap.dedent(
+            f"""
         import multiprocessing as mp, numpy as np, trn2core as t
 
         def work(n):
@@ -50,7 +51,8 @@ def test_multiprocessing_workers_compute_after_the_parent(method, tmp_path):
             with mp.get_context("{method}").Pool(2) as pool:
                 print(pool.map(work, [1, 2, 3]))
         """
-    ))  # fmt: skip
+        )
+    )
     r = probe(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", timeout=90)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[257.0, 1026.0, 2307.0]", r.stdout

@@ -87,9 +87,13 @@ def test_numpy_integer_seeds_give_the_same_bits():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"accumulate": True}, {"perf_mode": "double_row"}, {"tile_position": (0, 0)},
-     {"tile_size": (128, 128)}],
-)  # fmt: skip
+    [
+        {"accumulate": True},
+        {"perf_mode": "double_row"},
+        {"tile_position": (0, 0)},
+        {"tile_size": (128, 128)},
+    ],
+)
 def test_transpose_mode_refuses_the_arguments_it_ignores(kwargs):
     s = np.ones((128, 128), np.float32)
     with pytest.raises(Trn2ValueError, match=f"{next(iter(kwargs))}: transpose mode"):

@@ -67,9 +67,15 @@ def test_any_rayon_thread_count_computes_promptly(value):
 
 @pytest.mark.parametrize(
     ("value", "want"),
-    [("abc", "Trn2ValueError"), ("-1", "Trn2ValueError"), ("99999999999999999999999",
-     "Trn2ValueError"), ("", "ok"), ("0x10", "ok"), ("16", "ok")],
-)  # fmt: skip
+    [
+        ("abc", "Trn2ValueError"),
+        ("-1", "Trn2ValueError"),
+        ("99999999999999999999999", "Trn2ValueError"),
+        ("", "ok"),
+        ("0x10", "ok"),
+        ("16", "ok"),
+    ],
+)
 def test_the_runtime_seed_variable(value, want):
     r = probe(
         """

@@ -60,7 +60,7 @@ CALLS = {
     "axes -1": (
         "d = c.tile((128, 1), 'fp32'); c.vector.tensor_reduce(d, 'add', a, axes=-1)",
         "ShapeError",
-    ),  # fmt: skip
+    ),
     "iota pattern str": ("c.gpsimd.iota(c.tile((1, 4), 'int32'), 'ab')", "Trn2ValueError"),
     "dma queue -1": ("c.dma.copy(c.tile((8, 8), 'fp32'), h, queue=-1)", "Trn2ValueError"),
     "dma queue True": ("c.dma.copy(c.tile((8, 8), 'fp32'), h, queue=True)", "Trn2ValueError"),
@@ -229,9 +229,7 @@ METHODS = {
     ),
     "pe.matmul(is_transpose)": (
         "is_transpose",
-        lambda c, a, v: c.pe.matmul(
-            c.tile((128, 4), "fp32", space="psum"), a, a, is_transpose=v
-        ),  # fmt: skip
+        lambda c, a, v: c.pe.matmul(c.tile((128, 4), "fp32", space="psum"), a, a, is_transpose=v),
     ),
     "dma.copy(queue)": ("queue", lambda c, a, v: c.dma.copy(a, a, queue=v)),
     "Tile.ap(pattern)": ("pattern", lambda c, a, v: a.ap(v)),
@@ -244,12 +242,27 @@ METHODS = {
 # Values that are legal for an argument (they must not raise at all, or raise for another
 # reason a Trn2Error covers): a number for a number, nan for memset, None for optionals.
 LEGAL = {
-    ("value", 1.5), ("value", math.nan), ("value", -1), ("value", 2**64),
-    ("on_false_value", 1.5), ("on_false_value", math.nan), ("on_false_value", -1),
-    ("on_false_value", 2**64), ("op1", None), ("address", None), ("name", None),
-    ("queue", None), ("offset", -1), ("offset", None), ("step", -1), ("seed", None),
-    ("negate", True), ("reverse0", True), ("is_transpose", True), ("name", "x"),
-}  # fmt: skip
+    ("value", 1.5),
+    ("value", math.nan),
+    ("value", -1),
+    ("value", 2**64),
+    ("on_false_value", 1.5),
+    ("on_false_value", math.nan),
+    ("on_false_value", -1),
+    ("on_false_value", 2**64),
+    ("op1", None),
+    ("address", None),
+    ("name", None),
+    ("queue", None),
+    ("offset", -1),
+    ("offset", None),
+    ("step", -1),
+    ("seed", None),
+    ("negate", True),
+    ("reverse0", True),
+    ("is_transpose", True),
+    ("name", "x"),
+}
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

@@ -182,12 +182,30 @@ def demo_sparsity(out=sys.stdout, traces: list | None = None) -> None:
     w = quantize(rng.standard_normal((m, k)), "bf16")
     x = quantize(rng.standard_normal((k, n)), "bf16")
     dense = gemm(w, x)
-    rows = [("pattern", "nbytes", "of dense", "PE cycles", "Trn2 time", "speed-up", "bound",
-             "same bits")]  # fmt: skip
+    rows = [
+        (
+            "pattern",
+            "nbytes",
+            "of dense",
+            "PE cycles",
+            "Trn2 time",
+            "speed-up",
+            "bound",
+            "same bits",
+        )
+    ]
     rows.append(
-        ("dense", f"{w.nbytes:,}", "100%", f"{dense.report.pe_cycles:,}",
-         f"{dense.report.seconds * 1e6:.2f} us", "1.00x", dense.report.bound, "-")
-    )  # fmt: skip
+        (
+            "dense",
+            f"{w.nbytes:,}",
+            "100%",
+            f"{dense.report.pe_cycles:,}",
+            f"{dense.report.seconds * 1e6:.2f} us",
+            "1.00x",
+            dense.report.bound,
+            "-",
+        )
+    )
     bar = Progress("sparse GEMMs", len(SPARSITY_PATTERNS))
     for pat in SPARSITY_PATTERNS:
         bar.step()
@@ -199,10 +217,17 @@ def demo_sparsity(out=sys.stdout, traces: list | None = None) -> None:
             if traces is not None:
                 traces.append((f"4:16-sparse GEMM {m}x{k}x{n}", res.report))
         rows.append(
-            (pat, f"{sp.nbytes:,}", f"{sp.nbytes / w.nbytes:.0%}", f"{res.report.pe_cycles:,}",
-             f"{res.report.seconds * 1e6:.2f} us",
-             f"{dense.report.seconds / res.report.seconds:.2f}x", res.report.bound, str(same))
-        )  # fmt: skip
+            (
+                pat,
+                f"{sp.nbytes:,}",
+                f"{sp.nbytes / w.nbytes:.0%}",
+                f"{res.report.pe_cycles:,}",
+                f"{res.report.seconds * 1e6:.2f} us",
+                f"{dense.report.seconds / res.report.seconds:.2f}x",
+                res.report.bound,
+                str(same),
+            )
+        )
     bar.close()
     p(_table(rows))
     p("   nbytes = stored values + packed positions (ceil(log2 M) bits each; docs/sparsity.md)")
@@ -319,8 +344,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print("   open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing;")
         print("   each emulated operation is a process, each engine / DMA queue / link a track.")
     elif traces:
-        print(f"(`trn2core demo --trace PATH` writes these {len(traces)} timelines as one "
-              "Perfetto trace)")  # fmt: skip
+        print(
+            f"(`trn2core demo --trace PATH` writes these {len(traces)} timelines as one "
+            "Perfetto trace)"
+        )
     print(f"\n(demo took {time.perf_counter() - t0:.1f} s)")
     return 0
 
@@ -341,14 +368,15 @@ def cmd_spec(args: argparse.Namespace) -> int:
         if not found:
             close = difflib.get_close_matches(n, known, n=3)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise Trn2ValueError(f"NAME: unknown constant {n!r}, and no constant's name contains "
-                                 f"it{hint}; `trn2core spec` lists all {len(known)}")  # fmt: skip
+            raise Trn2ValueError(
+                f"NAME: unknown constant {n!r}, and no constant's name contains "
+                f"it{hint}; `trn2core spec` lists all {len(known)}"
+            )
         picked += [k for k in found if k not in picked]
     chosen = [known[n] for n in picked] if args.names else list(known.values())
     if args.sources:
         order = [s.tag for s in spec.sources()]
-        tags = sorted({t for e in chosen for t in e.tags}, key=order.index) \
-            if args.names else None  # fmt: skip
+        tags = sorted({t for e in chosen for t in e.tags}, key=order.index) if args.names else None
         picked = [spec.source(t) for t in tags] if tags else spec.sources()
         if args.json:
             print(json.dumps([s._asdict() for s in picked], indent=1))
@@ -363,8 +391,15 @@ def cmd_spec(args: argparse.Namespace) -> int:
             st = next(s for s in spec.statuses() if s.letter == e.status)
             print(f"  source {e.source}; {st.letter} = {st.name}: {st.meaning}")
             if e.note:
-                print(textwrap.fill(e.note, 95, initial_indent="  note: ",
-                                    subsequent_indent="    ", break_on_hyphens=False))  # fmt: skip
+                print(
+                    textwrap.fill(
+                        e.note,
+                        95,
+                        initial_indent="  note: ",
+                        subsequent_indent="    ",
+                        break_on_hyphens=False,
+                    )
+                )
             for s in e.sources:
                 print(f"  [{s.tag}] {s.title}: {s.url or '(no public address)'}")
     else:
@@ -419,9 +454,15 @@ def cmd_gemm(args: argparse.Namespace) -> int:
 
         require_for(args.trace)
     rep = estimate_gemm(
-        m, k, n, dtype=args.dtype, perf_mode=args.perf_mode, sparsity=args.sparsity,
-        throttle=not args.no_throttle, lnc=lnc,
-    )  # fmt: skip
+        m,
+        k,
+        n,
+        dtype=args.dtype,
+        perf_mode=args.perf_mode,
+        sparsity=args.sparsity,
+        throttle=not args.no_throttle,
+        lnc=lnc,
+    )
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     run = None
     if not args.json:
@@ -430,8 +471,10 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         # Refused before anything is made: the float32 data, its quantized copy and the result.
         elems = m * k + k * n
         _validate.check_alloc(
-            8 * elems + 4 * m * n, "--m/--k/--n", f"--run on {m} x {k} x {n} random data",
-        )  # fmt: skip
+            8 * elems + 4 * m * n,
+            "--m/--k/--n",
+            f"--run on {m} x {k} x {n} random data",
+        )
         with Progress(f"emulating the {m}x{k}x{n} GEMM", 3, unit="stage") as bar:
             rng = np.random.default_rng(args.seed)
             a = quantize(rng.standard_normal((m, k), dtype=np.float32), args.dtype)
@@ -441,9 +484,13 @@ def cmd_gemm(args: argparse.Namespace) -> int:
             bar.step()
             t0 = time.perf_counter()
             res = gemm(
-                a, b, dtype=None if args.sparsity else args.dtype, perf_mode=args.perf_mode,
-                throttle=not args.no_throttle, lnc=lnc,
-            )  # fmt: skip
+                a,
+                b,
+                dtype=None if args.sparsity else args.dtype,
+                perf_mode=args.perf_mode,
+                throttle=not args.no_throttle,
+                lnc=lnc,
+            )
             dt = time.perf_counter() - t0
             bar.step(2)
         rep = res.report
@@ -462,17 +509,32 @@ def cmd_gemm(args: argparse.Namespace) -> int:
         from ..plot import roofline
 
         roofline(
-            m, k, n, args.plot, dtype=args.dtype, perf_mode=args.perf_mode,
-            sparsity=args.sparsity, lnc=None if lnc == 1 else lnc, throttle=not args.no_throttle,
-        )  # fmt: skip
+            m,
+            k,
+            n,
+            args.plot,
+            dtype=args.dtype,
+            perf_mode=args.perf_mode,
+            sparsity=args.sparsity,
+            lnc=None if lnc == 1 else lnc,
+            throttle=not args.no_throttle,
+        )
         say(f"roofline of this shape on {where} written to {args.plot}")
     if args.json:
         out = {
-            "m": m, "k": k, "n": n, "dtype": args.dtype,
-            "perf_mode": args.perf_mode, "sparsity": args.sparsity, "lnc": lnc,
-            "core": where, "report": rep.to_dict(), "run": run, "trace": args.trace,
+            "m": m,
+            "k": k,
+            "n": n,
+            "dtype": args.dtype,
+            "perf_mode": args.perf_mode,
+            "sparsity": args.sparsity,
+            "lnc": lnc,
+            "core": where,
+            "report": rep.to_dict(),
+            "run": run,
+            "trace": args.trace,
             "plot": args.plot,
-        }  # fmt: skip
+        }
         print(json.dumps(out, indent=1))
     return 0
 
@@ -586,17 +648,23 @@ def build_parser() -> argparse.ArgumentParser:
         "usage error.",
     )
     g.add_argument(
-        "shape", nargs="?", type=_gemm_dims, metavar="MxKxN",
+        "shape",
+        nargs="?",
+        type=_gemm_dims,
+        metavar="MxKxN",
         help="the shape, e.g. 4096x4096x4096 (or -m, -k, -n)",
-    )  # fmt: skip
+    )
     g.add_argument("-m", "--m", type=_dim("M"), help="rows of a (and of the result)")
     g.add_argument("-k", "--k", type=_dim("K"), help="contraction length")
     g.add_argument("-n", "--n", type=_dim("N"), help="columns of b (and of the result)")
     g.add_argument(
-        "--dtype", default="bf16", type=_format, choices=_tensor_engine_formats(),
+        "--dtype",
+        default="bf16",
+        type=_format,
+        choices=_tensor_engine_formats(),
         help="operand format (default bf16; the formats the Trn2 tensor engine takes, also by "
-             "their numpy/JAX/PyTorch names such as bfloat16, float16, float8_e4m3)",
-    )  # fmt: skip
+        "their numpy/JAX/PyTorch names such as bfloat16, float16, float8_e4m3)",
+    )
     g.add_argument("--perf-mode", default="none", choices=("none", "double_row"))
     g.add_argument(
         "--sparsity", choices=SPARSITY_PATTERNS, help="N:M-sparse stationary operand a (along K)"
@@ -604,30 +672,37 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-throttle", action="store_true", help="leave out the dI/dt throttle ramp")
     g.add_argument("--trace", metavar="PATH", help="write a Perfetto/Chrome trace")
     g.add_argument(
-        "--plot", metavar="PNG", type=_plot_path,
+        "--plot",
+        metavar="PNG",
+        type=_plot_path,
         help="draw the shape's roofline on the core the table describes: one NeuronCore, or "
         "one logical core with --lnc, into PNG (.png, .svg or .pdf; needs trn2core[plot])",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--run", action="store_true",
+        "--run",
+        action="store_true",
         help="also compute it on random data (the model's answer is printed first)",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--out", metavar="NPY",
+        "--out",
+        metavar="NPY",
         help="with --run: save the computed fp32 result to NPY (numpy .npy, np.load reads it)",
-    )  # fmt: skip
+    )
     g.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print one JSON object instead of the table: m, k, n, dtype, perf_mode, sparsity, "
         "lnc, core, report (the table's fields), run (emulated_s, gflop_per_s, seed; null "
         "without --run), trace, plot",
-    )  # fmt: skip
+    )
     g.add_argument("--seed", type=_seed, default=0, help="seed of the random data (--run)")
     g.add_argument(
-        "--lnc", type=int, choices=(1, 2, 4),
+        "--lnc",
+        type=int,
+        choices=(1, 2, 4),
         help="run on one Logical NeuronCore of this size (its physical cores split the work; "
         "default NEURON_LOGICAL_NC_CONFIG, else 2, Trn2's default; 1: one physical core)",
-    )  # fmt: skip
+    )
     g.set_defaults(func=cmd_gemm)
     add_collective_commands(sub)
     add_nki_commands(sub)
@@ -639,10 +714,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every Trainium2 constant trn2core uses, with its value for people, its "
         "source tags and status letter (D documented, I inferred, C sources conflict).",
     )
-    sp.add_argument("names", nargs="*", metavar="NAME", help="show only these constants, "
-                    "with their sources resolved (e.g. hbm_chip_bytes_per_s)")  # fmt: skip
-    sp.add_argument("--sources", action="store_true", help="list the sources the tags name "
-                    "(title, address, version read); with NAMEs, only theirs")  # fmt: skip
+    sp.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="show only these constants, with their sources resolved (e.g. hbm_chip_bytes_per_s)",
+    )
+    sp.add_argument(
+        "--sources",
+        action="store_true",
+        help="list the sources the tags name "
+        "(title, address, version read); with NAMEs, only theirs",
+    )
     sp.add_argument("--json", action="store_true", help="raw numbers (and tags) as JSON")
     sp.set_defaults(func=cmd_spec)
     dp = sub.add_parser(

@@ -29,11 +29,18 @@ __all__ = ["check", "mpi_world", "run"]
 
 #: nccom-test's data types as numpy dtypes (the floating-point ones are trn2core formats).
 _NP_DTYPES = {
-    "uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8), "uint16": np.dtype(np.uint16),
-    "int16": np.dtype(np.int16), "uint32": np.dtype(np.uint32), "int32": np.dtype(np.int32),
-    "fp16": FORMAT_DTYPES["fp16"], "bf16": FORMAT_DTYPES["bf16"], "fp32": FORMAT_DTYPES["fp32"],
-    "fp8_e4m3": FORMAT_DTYPES["fp8_e4m3"], "fp8_e5m2": FORMAT_DTYPES["fp8_e5m2"],
-}  # fmt: skip
+    "uint8": np.dtype(np.uint8),
+    "int8": np.dtype(np.int8),
+    "uint16": np.dtype(np.uint16),
+    "int16": np.dtype(np.int16),
+    "uint32": np.dtype(np.uint32),
+    "int32": np.dtype(np.int32),
+    "fp16": FORMAT_DTYPES["fp16"],
+    "bf16": FORMAT_DTYPES["bf16"],
+    "fp32": FORMAT_DTYPES["fp32"],
+    "fp8_e4m3": FORMAT_DTYPES["fp8_e4m3"],
+    "fp8_e5m2": FORMAT_DTYPES["fp8_e5m2"],
+}
 assert set(_NP_DTYPES) == set(NCCOM_DATATYPES)
 #: The nccom-test data types a reduction takes (the floating-point ones).
 _REDUCED = tuple(d for d in NCCOM_DATATYPES if d.startswith(("fp", "bf")))
@@ -134,15 +141,23 @@ def _check_host(op: str, n: int, local: int, nbytes: int) -> None:
     want = n * nbytes if op in ("all_gather", "all_to_all") else nbytes
     need = local * (nbytes + outputs) + 8 * nbytes + 2 * want
     _validate.check_alloc(
-        need, "--check", f"the check of {op} on {n} chips x {nbytes} bytes (inputs, outputs, "
-        "expected values)",
-    )  # fmt: skip
+        need,
+        "--check",
+        f"the check of {op} on {n} chips x {nbytes} bytes (inputs, outputs, expected values)",
+    )
 
 
 def check(
-    op: str, ranks: int, size_bytes: int, datatype: str, lnc: int, algorithm: str, comm,
-    mode: str = "random", seed: int = 0,
-):  # fmt: skip
+    op: str,
+    ranks: int,
+    size_bytes: int,
+    datatype: str,
+    lnc: int,
+    algorithm: str,
+    comm,
+    mode: str = "random",
+    seed: int = 0,
+):
     """Runs collective ``op`` on ``size_bytes`` of ``datatype`` per chip over the chips that
     ``ranks`` logical cores span, its inputs filled as ``mode`` says (``random`` from ``seed``,
     or ``all_ones``), and compares every output of this process's chips with the expected
@@ -199,9 +214,17 @@ def check(
 
 
 def run(
-    op: str, ranks: int, sizes, datatype: str, lnc: int, algorithm: str, comm, out=None,
-    mode: str = "random", seed: int | None = None,
-) -> int:  # fmt: skip
+    op: str,
+    ranks: int,
+    sizes,
+    datatype: str,
+    lnc: int,
+    algorithm: str,
+    comm,
+    out=None,
+    mode: str = "random",
+    seed: int | None = None,
+) -> int:
     """``nccom-test --check [MODE]``: :func:`check` for every size, one line each on ``out``
     (stdout by default; printed by process 0 under MPI); the exit status (1 when any output
     differs). ``random`` without a ``seed`` draws one from the OS (process 0's, under MPI) and

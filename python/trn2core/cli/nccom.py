@@ -33,17 +33,29 @@ from ..topology import INSTANCE_TYPES, Instance, UltraCluster, UltraServer
 from . import check as cli_check
 
 __all__ = [
-    "add_commands", "demo_collectives", "ls_devices", "ls_json", "ls_text", "ls_topology",
-    "nccom_lnc", "nccom_report",
-]  # fmt: skip
+    "add_commands",
+    "demo_collectives",
+    "ls_devices",
+    "ls_json",
+    "ls_text",
+    "ls_topology",
+    "nccom_lnc",
+    "nccom_report",
+]
 
 _NCCOM_OPS = {
-    "allr": "all_reduce", "all_reduce": "all_reduce",
-    "allg": "all_gather", "all_gather": "all_gather",
-    "redsct": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "alltoall": "all_to_all", "all_to_all": "all_to_all",
-    "sendrecv": "send_recv", "send_recv": "send_recv", "permute": "permute",
-}  # fmt: skip
+    "allr": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allg": "all_gather",
+    "all_gather": "all_gather",
+    "redsct": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "sendrecv": "send_recv",
+    "send_recv": "send_recv",
+    "permute": "permute",
+}
 
 
 def _box(rows: list[list[str]], head: list[list[str]]) -> str:
@@ -72,9 +84,17 @@ def _machine(args: argparse.Namespace):
 
 #: The keys of one device in ``neuron-ls --json-output``, in its order.
 NEURON_LS_KEYS = (
-    "neuron_device", "bdf", "cpu_affinity", "numa_node", "connected_to", "nc_count",
-    "logical_neuroncore_config", "memory_size", "neuroncore_ids", "neuron_processes",
-)  # fmt: skip
+    "neuron_device",
+    "bdf",
+    "cpu_affinity",
+    "numa_node",
+    "connected_to",
+    "nc_count",
+    "logical_neuroncore_config",
+    "memory_size",
+    "neuroncore_ids",
+    "neuron_processes",
+)
 
 
 def ls_devices(machine) -> list[dict]:
@@ -113,8 +133,14 @@ def ls_json(machine) -> dict:
     ``connected_to``: NeuronLink neighbours, ``logical_neuroncore_config``) and
     ``torus_coords``. Every chip of the machine is listed."""
     topo = machine.topology
-    keep = ("neuron_device", "nc_count", "neuroncore_ids", "memory_size", "connected_to",
-            "logical_neuroncore_config")  # fmt: skip
+    keep = (
+        "neuron_device",
+        "nc_count",
+        "neuroncore_ids",
+        "memory_size",
+        "connected_to",
+        "logical_neuroncore_config",
+    )
     devices = [
         {**{k: d[k] for k in keep}, "torus_coords": [int(c) for c in topo.coords(i)]}
         for i, d in enumerate(ls_devices(machine))
@@ -271,9 +297,12 @@ def nccom_permute_rows(pairs, ranks: int, sizes, datatype: str, lnc: int, nnodes
         cross_s, alg, phases = 0.0, "local", []
         for (a, b), n in sorted(cross.items()):
             r = machine.estimate(
-                "send_recv", n * size, dtype="fp32" if n * size % 4 == 0 else "fp8_e4m3",
-                chips=[order[a], order[b]], peers=[1, 0],
-            )  # fmt: skip
+                "send_recv",
+                n * size,
+                dtype="fp32" if n * size % 4 == 0 else "fp8_e4m3",
+                chips=[order[a], order[b]],
+                peers=[1, 0],
+            )
             if r.seconds - r.op_fixed_s > cross_s:
                 cross_s, alg, phases = r.seconds - r.op_fixed_s, r.algorithm, list(r.phases)
         intra_s = intra_fixed + intra_bytes / spec.hbm_chip_bytes_per_s if intra_bytes else 0.0
@@ -284,20 +313,29 @@ def nccom_permute_rows(pairs, ranks: int, sizes, datatype: str, lnc: int, nnodes
         algbw = size / seconds if seconds > 0 else 0.0
         rows.append(
             {
-                "size_bytes": size, "count": size // elem, "seconds": seconds, "algbw": algbw,
-                "busbw": algbw, "algorithm": alg, "chips": chips, "op_fixed_s": fixed,
-                "intra_chip_s": intra_s, "intra_chip_bytes": intra_bytes, "phases": phases,
+                "size_bytes": size,
+                "count": size // elem,
+                "seconds": seconds,
+                "algbw": algbw,
+                "busbw": algbw,
+                "algorithm": alg,
+                "chips": chips,
+                "op_fixed_s": fixed,
+                "intra_chip_s": intra_s,
+                "intra_chip_bytes": intra_bytes,
+                "phases": phases,
                 "uncertainty": core_fields(base.uncertainty),
             }
-        )  # fmt: skip
+        )
     return rows
 
 
 #: Operations of Neuron's nccom-test that trn2core does not model, and why.
 _NCCOM_UNMODELLED_OPS = {
-    "allgv": "all-gatherv: variable counts per rank", "all_gatherv": "all-gatherv: variable "
-    "counts per rank", "alltoallv": "all-to-allv: variable counts per rank",
-}  # fmt: skip
+    "allgv": "all-gatherv: variable counts per rank",
+    "all_gatherv": "all-gatherv: variable counts per rank",
+    "alltoallv": "all-to-allv: variable counts per rank",
+}
 
 #: Flags of Neuron's nccom-test that trn2core cannot model: (flags, takes a value, why).
 _NCCOM_UNMODELLED_FLAGS = [
@@ -428,12 +466,21 @@ def nccom_report(args: argparse.Namespace) -> tuple[list, dict]:
                 rows += nccom_rows(op, args.nworkers, [size], args.datatype, lnc, args.algorithm)
             bar.step()
     config = {
-        "operation": op, "nworkers": args.nworkers, "nnodes": args.nnodes, "lnc": lnc,
-        "chips": chips, "datatype": args.datatype, "sizes": [int(r["size_bytes"]) for r in rows],
-        "iters": args.iters, "warmup_iters": args.warmup_iters, "stats": stats,
-        "algorithm": args.algorithm, "deterministic": True,
-        "bandwidth_unit": "GB/s = 10^9 bytes/s", "time_unit": "us",
-    }  # fmt: skip
+        "operation": op,
+        "nworkers": args.nworkers,
+        "nnodes": args.nnodes,
+        "lnc": lnc,
+        "chips": chips,
+        "datatype": args.datatype,
+        "sizes": [int(r["size_bytes"]) for r in rows],
+        "iters": args.iters,
+        "warmup_iters": args.warmup_iters,
+        "stats": stats,
+        "algorithm": args.algorithm,
+        "deterministic": True,
+        "bandwidth_unit": "GB/s = 10^9 bytes/s",
+        "time_unit": "us",
+    }
     if pairs is not None:
         config["src_target_pairs"] = [list(p) for p in pairs]
     report = {
@@ -523,10 +570,17 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
                 f.write("\n")
     if args.check:
         return cli_check.run(
-            op, args.nworkers, report["config"]["sizes"], args.datatype, report["config"]["lnc"],
-            args.algorithm, world, out=sys.stderr if args.json else None, mode=args.check,
+            op,
+            args.nworkers,
+            report["config"]["sizes"],
+            args.datatype,
+            report["config"]["lnc"],
+            args.algorithm,
+            world,
+            out=sys.stderr if args.json else None,
+            mode=args.check,
             seed=args.seed,
-        )  # fmt: skip
+        )
     return 0
 
 
@@ -545,26 +599,36 @@ def add_commands(sub) -> None:
         "The logical-core size is --lnc, else NEURON_LOGICAL_NC_CONFIG, else 2.",
     )
     ls.add_argument(
-        "--instance", default="trn2.48xlarge", choices=tuple(INSTANCE_TYPES),
+        "--instance",
+        default="trn2.48xlarge",
+        choices=tuple(INSTANCE_TYPES),
         help="instance type (default trn2.48xlarge)",
-    )  # fmt: skip
+    )
     ls.add_argument("--ultraserver", action="store_true", help="a Trn2 UltraServer (64 chips)")
     ls.add_argument("--ultracluster", type=int, metavar="N", help="N UltraServers joined by EFA")
     ls.add_argument(
-        "--lnc", type=int, choices=(1, 2, 4),
+        "--lnc",
+        type=int,
+        choices=(1, 2, 4),
         help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
-    )  # fmt: skip
+    )
     ls.add_argument(
-        "-j", "--json", "--json-output", action="store_true", dest="json",
+        "-j",
+        "--json",
+        "--json-output",
+        action="store_true",
+        dest="json",
         help="neuron-ls's JSON: a list of devices with its keys (neuron_device, bdf, "
         "cpu_affinity, numa_node, connected_to, nc_count, logical_neuroncore_config, "
         "memory_size, neuroncore_ids, neuron_processes; the host facts are null); with -t, "
         "one object with the machine's facts (instance_type, torus_shape, ...)",
-    )  # fmt: skip
+    )
     ls.add_argument(
-        "-t", "--topology", action="store_true",
+        "-t",
+        "--topology",
+        action="store_true",
         help="the NeuronLink torus as a grid of devices (with -j: the machine as one object)",
-    )  # fmt: skip
+    )
     ls.set_defaults(func=cmd_ls)
     nc = sub.add_parser(
         "nccom-test",
@@ -592,18 +656,26 @@ def add_commands(sub) -> None:
         ),
     )
     nc.add_argument(
-        "operation", type=_operation, metavar="operation",
+        "operation",
+        type=_operation,
+        metavar="operation",
         help=f"collective operation: {', '.join(_NCCOM_OPS)}",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "-r", "--nworkers", type=int, required=True,
+        "-r",
+        "--nworkers",
+        type=int,
+        required=True,
         help="ranks: logical NeuronCores (8 / LNC per chip), over all nodes",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "-N", "--nnodes", type=_count(1), default=None,
+        "-N",
+        "--nnodes",
+        type=_count(1),
+        default=None,
         help="nodes (16-chip instances) the ranks are divided over (default: the number of "
         "--hosts, else 1; more than one: whole trn2u.48xlarge instances of UltraServers)",
-    )  # fmt: skip
+    )
     nc.add_argument("-b", "--minbytes", default="32M", help="first size (default 32M)")
     nc.add_argument("-e", "--maxbytes", default="32M", help="last size (default 32M)")
     nc.add_argument("-f", "--stepfactor", type=int, help="multiply the size by this each row")
@@ -611,78 +683,117 @@ def add_commands(sub) -> None:
         "-i", "--stepbytes", help="add this to the size each row (default (max - min) / 10)"
     )
     nc.add_argument(
-        "-n", "--iters", type=_count(1), default=20,
+        "-n",
+        "--iters",
+        type=_count(1),
+        default=20,
         help="measured operations per size (default 20; all take the same modelled time)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "-w", "--warmup_iters", "--warmup-iters", dest="warmup_iters", type=_count(0),
-        default=5, help="warm-up operations per size, not measured (default 5)",
-    )  # fmt: skip
+        "-w",
+        "--warmup_iters",
+        "--warmup-iters",
+        dest="warmup_iters",
+        type=_count(0),
+        default=5,
+        help="warm-up operations per size, not measured (default 5)",
+    )
     nc.add_argument(
-        "-t", "--stats", nargs="+", default=["avg"], metavar="STAT",
+        "-t",
+        "--stats",
+        nargs="+",
+        default=["avg"],
+        metavar="STAT",
         help="time columns: avg and percentiles such as p50 p99 (default avg); the model is "
         "deterministic, so every percentile equals the average",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "-d", "--datatype", default="uint8", type=_datatype, metavar="DATATYPE",
+        "-d",
+        "--datatype",
+        default="uint8",
+        type=_datatype,
+        metavar="DATATYPE",
         help=f"element type: {', '.join(NCCOM_DATATYPES)} (default uint8; fp8 and fp8e4, the "
         "tool's names, are fp8_e4m3)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--lnc", type=int, choices=(1, 2, 4),
+        "--lnc",
+        type=int,
+        choices=(1, 2, 4),
         help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--algorithm", default="auto", choices=ALGORITHMS,
+        "--algorithm",
+        default="auto",
+        choices=ALGORITHMS,
         help="collective algorithm (a trn2core extension; default auto, the runtime's choice)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--show-algorithm", action="store_true",
+        "--show-algorithm",
+        action="store_true",
         help="add an algorithm column (hierarchical ones print as hier)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--custom-src-target-pairs", metavar="FILE",
+        "--custom-src-target-pairs",
+        metavar="FILE",
         help='permute: JSON {"src_target_pairs": [[[src, dst], ...]]}, ranks as in -r',
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--report-to-json-file", metavar="FILE",
+        "--report-to-json-file",
+        metavar="FILE",
         help="also write the configuration and results as JSON to FILE",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--json", action="store_true",
+        "--json",
+        action="store_true",
         help="print the JSON report (config, results, avg_busbw(GB/s), uncertainty) instead "
         "of the table",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--non-interactive", action="store_true",
+        "--non-interactive",
+        action="store_true",
         help="no progress bar (there is none anyway when stderr is not a terminal)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "-c", "--check", nargs="?", const="random", choices=CHECK_MODES, metavar="MODE",
+        "-c",
+        "--check",
+        nargs="?",
+        const="random",
+        choices=CHECK_MODES,
+        metavar="MODE",
         help="also run each size on data and check every output, as Neuron's tool does: random "
         "(the default of a bare -c: pseudo-random inputs from --seed, else a fresh seed that is "
         "printed) or all_ones (every input 1, so every reduced output is the rank count); under "
         "mpiexec or srun the chips are spread over the MPI processes (docs/distributed.md)",
-    )  # fmt: skip
+    )
     nc.add_argument(
-        "--seed", type=_count(0), metavar="SEED",
+        "--seed",
+        type=_count(0),
+        metavar="SEED",
         help="seed of --check random's inputs (default: a fresh one from the OS, printed)",
-    )  # fmt: skip
+    )
     hosts = nc.add_mutually_exclusive_group()
     hosts.add_argument(
-        "-s", "--hosts", nargs="+", metavar="HOST",
+        "-s",
+        "--hosts",
+        nargs="+",
+        metavar="HOST",
         help="the nodes' hosts, as Neuron's tool takes them: nothing runs on them, their count "
         "is -N/--nnodes",
-    )  # fmt: skip
+    )
     hosts.add_argument(
-        "--hosts-file", metavar="FILE",
+        "--hosts-file",
+        metavar="FILE",
         help="a file of hosts, one per line: their count is -N/--nnodes",
-    )  # fmt: skip
+    )
     for flags, takes_value, _why in _NCCOM_UNMODELLED_FLAGS:
         nc.add_argument(
-            *flags, action=_Unmodelled, nargs="*" if takes_value else 0, help=argparse.SUPPRESS,
+            *flags,
+            action=_Unmodelled,
+            nargs="*" if takes_value else 0,
+            help=argparse.SUPPRESS,
             dest=f"_unmodelled_{flags[-1].lstrip('-')}",
-        )  # fmt: skip
+        )
     nc.set_defaults(func=cmd_nccom_test)
 
 
@@ -703,19 +814,25 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
     same = all(
         np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32)) for o in res.outputs
     )
-    p(f"   all-reduce of 16 x {n:,} fp32 (integer values): equals numpy's sum: {exact}; "
-      f"all 16 chips bit-identical: {same}")  # fmt: skip
+    p(
+        f"   all-reduce of 16 x {n:,} fp32 (integer values): equals numpy's sum: {exact}; "
+        f"all 16 chips bit-identical: {same}"
+    )
     floats = [rng.standard_normal(n, dtype=np.float32) for _ in range(16)]
     res = inst.all_reduce(floats, algorithm="ring")
     ref = np.sum(np.stack(floats).astype(np.float64), 0)
     err = np.abs(res.outputs[0] - ref).max()
-    p(f"   random floats, ring order: max |result - float64 sum| = {err:.2e} "
-      "(fp32 reduction, order fixed by the ring)")  # fmt: skip
+    p(
+        f"   random floats, ring order: max |result - float64 sum| = {err:.2e} "
+        "(fp32 reduction, order fixed by the ring)"
+    )
     big = [rng.standard_normal(4 << 20, dtype=np.float32) for _ in range(16)]
     t_np = min(_timed(lambda: np.sum(np.stack(big), 0)) for _ in range(2))
     t_us = min(_timed(lambda: inst.all_reduce(big)) for _ in range(2))
-    p(f"   emulation speed, 16 x 16 MiB fp32: trn2core {t_us * 1e3:.0f} ms (16 outputs), "
-      f"np.sum(np.stack(bufs), 0) {t_np * 1e3:.0f} ms (one output)")  # fmt: skip
+    p(
+        f"   emulation speed, 16 x 16 MiB fp32: trn2core {t_us * 1e3:.0f} ms (16 outputs), "
+        f"np.sum(np.stack(bufs), 0) {t_np * 1e3:.0f} ms (one output)"
+    )
     p()
     p("== Predicted all-reduce busbw (GB/s) on a trn2.48xlarge, by size and algorithm ==")
     algs = ("mesh", "rdh", "ring", "torus", "kangaring", "auto")
@@ -727,11 +844,15 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
             cells.append(f"{r.busbw / 1e9:.1f}" + (f" ({r.algorithm})" if a == "auto" else ""))
         rows.append(tuple(cells))
     p(_table(rows))
-    p(f"   each chip can send {inst.topology.chip_link_capacity / 1e9:.0f} GB/s over its four "
-      "X/Y links; only KangaRing's four rings use them all at once")  # fmt: skip
-    p(f"   collectives achieve {100 * spec.neuronlink_achieved_fraction:.0f}% of a link and pay "
-      "the runtime's fixed costs, as calibrated on AWS's published nccom-test runs "
-      "(docs/fidelity.md)")  # fmt: skip
+    p(
+        f"   each chip can send {inst.topology.chip_link_capacity / 1e9:.0f} GB/s over its four "
+        "X/Y links; only KangaRing's four rings use them all at once"
+    )
+    p(
+        f"   collectives achieve {100 * spec.neuronlink_achieved_fraction:.0f}% of a link and pay "
+        "the runtime's fixed costs, as calibrated on AWS's published nccom-test runs "
+        "(docs/fidelity.md)"
+    )
     p()
     p("== Bigger machines: 1 GiB all-reduce ==")
     rows = [("machine", "chips", "algorithm", "time", "busbw GB/s", "bound", "costed in")]
@@ -739,8 +860,17 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
         t0 = time.perf_counter()
         r = m.estimate("all_reduce", 1 << 30)
         dt = time.perf_counter() - t0
-        rows.append((m.name, str(m.topology.size), r.algorithm, f"{r.seconds * 1e3:.2f} ms",
-                     f"{r.busbw / 1e9:.1f}", r.bound, f"{dt * 1e3:.1f} ms"))  # fmt: skip
+        rows.append(
+            (
+                m.name,
+                str(m.topology.size),
+                r.algorithm,
+                f"{r.seconds * 1e3:.2f} ms",
+                f"{r.busbw / 1e9:.1f}",
+                r.bound,
+                f"{dt * 1e3:.1f} ms",
+            )
+        )
     p(_table(rows))
     if traces is not None:  # the demo's merged Perfetto trace: one track per link
         traces.append(("all_reduce 64 MiB, trn2.48xlarge", inst.estimate("all_reduce", 64 << 20)))
@@ -753,9 +883,15 @@ def demo_collectives(out=sys.stdout, traces: list | None = None) -> None:
         lc = Chip(lnc=lnc).cores[0]
         r = estimate_gemm(4096, 4096, 4096, dtype="bf16", core=lc)
         d = r.details
-        rows.append((str(lnc), str(list(lc.physical_core_indices)), f"{r.seconds * 1e6:.0f} us",
-                     f"{r.tflops:.0f}", f"{d['split_m']:.0f} x {d['split_n']:.0f} x "
-                     f"{d['split_k']:.0f}"))  # fmt: skip
+        rows.append(
+            (
+                str(lnc),
+                str(list(lc.physical_core_indices)),
+                f"{r.seconds * 1e6:.0f} us",
+                f"{r.tflops:.0f}",
+                f"{d['split_m']:.0f} x {d['split_n']:.0f} x {d['split_k']:.0f}",
+            )
+        )
     p(_table(rows))
     a = quantize(rng.standard_normal((256, 1024)), "bf16")
     b = quantize(rng.standard_normal((1024, 512)), "bf16")

@@ -20,9 +20,14 @@ from ..errors import Trn2ValueError
 __all__ = ["add_commands", "demo_nki", "parse_shape"]
 
 _DTYPE_ALIASES = {
-    "fp32": "float32", "f32": "float32", "bf16": "bfloat16", "fp16": "float16",
-    "f16": "float16", "fp8_e4m3": "float8_e4m3", "fp8_e5m2": "float8_e5m2",
-}  # fmt: skip
+    "fp32": "float32",
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "f16": "float16",
+    "fp8_e4m3": "float8_e4m3",
+    "fp8_e5m2": "float8_e5m2",
+}
 
 
 def parse_shape(text: str) -> tuple[tuple[int, ...], str]:
@@ -117,8 +122,10 @@ def _check_arity(kernel, name: str, inputs: list, kwargs: dict) -> None:
 def _summary(x) -> str:
     if isinstance(x, np.ndarray):
         v = x.astype(np.float64)
-        return (f"{x.dtype} {list(x.shape)}  min {np.nanmin(v):.4g}  max {np.nanmax(v):.4g}  "
-                f"mean {np.nanmean(v):.4g}")  # fmt: skip
+        return (
+            f"{x.dtype} {list(x.shape)}  min {np.nanmin(v):.4g}  max {np.nanmax(v):.4g}  "
+            f"mean {np.nanmean(v):.4g}"
+        )
     if isinstance(x, (tuple, list)):
         return "; ".join(_summary(v) for v in x)
     return repr(x)
@@ -178,19 +185,31 @@ def add_commands(sub) -> None:
     )
     r.add_argument("kernel", metavar="FILE.py::KERNEL")
     r.add_argument(
-        "--shapes", nargs="*", metavar="SHAPE",
+        "--shapes",
+        nargs="*",
+        metavar="SHAPE",
         help="one per array argument: DIMSxDIMS[:DTYPE], e.g. 1024x1024:bf16",
-    )  # fmt: skip
-    r.add_argument("--arg", action="append", metavar="NAME=VALUE",
-                   help="a keyword argument of the kernel (int, float, bool or text)")  # fmt: skip
-    r.add_argument("--grid", metavar="G[,G2...]", type=_grid,
-                   help="kernel[G] / kernel[G, G2]: the LNC degree (current dialect) or the "
-                   "launch grid (legacy)")  # fmt: skip
+    )
+    r.add_argument(
+        "--arg",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a keyword argument of the kernel (int, float, bool or text)",
+    )
+    r.add_argument(
+        "--grid",
+        metavar="G[,G2...]",
+        type=_grid,
+        help="kernel[G] / kernel[G, G2]: the LNC degree (current dialect) or the "
+        "launch grid (legacy)",
+    )
     r.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (>= 0)")
     r.add_argument(
-        "--uninitialized", choices=("error", "nan"), default="error",
+        "--uninitialized",
+        choices=("error", "nan"),
+        default="error",
         help="never-written memory: an error (default) or NaN as AWS's simulator",
-    )  # fmt: skip
+    )
     r.add_argument("--trace", metavar="PATH", help="write a Perfetto trace of the timeline")
     r.set_defaults(func=cmd_nki_run)
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
@@ -216,17 +235,21 @@ def demo_nki(out=sys.stdout, traces: list | None = None) -> None:
     rhs = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16)
     want = gemm(np.ascontiguousarray(lhsT.T), rhs).out
     p(f"   [{n}, {n}] @ [{n}, {n}] bf16, the stages of NKI's matmul tutorial:")
-    p(f"   {'stage':<22} {'Trainium2':>10} {'PE busy':>8} {'DMA bw':>7}  bottleneck  "
-      f"{'bits':>14}  {'emulated in':>11}")  # fmt: skip
+    p(
+        f"   {'stage':<22} {'Trainium2':>10} {'PE busy':>8} {'DMA bw':>7}  bottleneck  "
+        f"{'bits':>14}  {'emulated in':>11}"
+    )
     for stage in mm.STAGES:
         t0 = time.perf_counter()
         res = nki.run(stage, lhsT, rhs)
         dt = time.perf_counter() - t0
         r = res.report
         same = "= gemm" if np.array_equal(res.outputs, want) else "K-block sums"
-        p(f"   {stage.__name__:<22} {r.seconds * 1e6:8.1f} us {100 * r.utilization('PE'):7.1f}% "
-          f"{100 * r.dma_utilization:6.1f}%  {r.bottleneck:<10}  {same:>14}  "
-          f"{dt:9.2f} s")  # fmt: skip
+        p(
+            f"   {stage.__name__:<22} {r.seconds * 1e6:8.1f} us {100 * r.utilization('PE'):7.1f}% "
+            f"{100 * r.dma_utilization:6.1f}%  {r.bottleneck:<10}  {same:>14}  "
+            f"{dt:9.2f} s"
+        )
         if traces is not None:
             traces.append((f"nki {stage.__name__}", r))
     p("   (the first three accumulate K in PSUM in order: trn2core.gemm's bits; the last adds")
@@ -237,5 +260,7 @@ def demo_nki(out=sys.stdout, traces: list | None = None) -> None:
         nki.run(bad.carried_exp, np.zeros((128, 64), np.float32))
     except nki.LoopCarriedDependencyError as e:
         file, line = e.nki_location
-        p(f"   mistakes.py:{line}: {type(e).__name__}: iteration 1 of an affine_range reads "
-          "iteration 0's result")  # fmt: skip
+        p(
+            f"   mistakes.py:{line}: {type(e).__name__}: iteration 1 of an affine_range reads "
+            "iteration 0's result"
+        )

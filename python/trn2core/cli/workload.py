@@ -22,10 +22,20 @@ def _train(args, model: workload.Model) -> int:
     if args.global_batch is None:
         raise Trn2ValueError("--global-batch: needed with --train")
     tr = workload.Training(
-        model, machine, tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, lnc=args.lnc,
-        micro_batch=args.micro_batch, global_batch=args.global_batch, seq=args.seq,
-        dtype=args.dtype, zero1=not args.no_zero1, recompute=args.recompute,
-    )  # fmt: skip
+        model,
+        machine,
+        tp=args.tp,
+        pp=args.pp,
+        dp=args.dp,
+        ep=args.ep,
+        lnc=args.lnc,
+        micro_batch=args.micro_batch,
+        global_batch=args.global_batch,
+        seq=args.seq,
+        dtype=args.dtype,
+        zero1=not args.no_zero1,
+        recompute=args.recompute,
+    )
     r = tr.step()
     _save(args, r, [r], ["train step"])
     out = {
@@ -81,10 +91,17 @@ def cmd_estimate(args) -> int:
         args.instance = "ultraserver"
     seq_len = args.seq_len or max(args.prefill + args.decode, 128)
     inf = workload.Inference(
-        model, args.instance, tp=args.tp, ep=args.ep, lnc=args.lnc, batch=args.batch,
-        dtype=args.dtype, seq_len=seq_len, sequence_parallel=args.sequence_parallel,
+        model,
+        args.instance,
+        tp=args.tp,
+        ep=args.ep,
+        lnc=args.lnc,
+        batch=args.batch,
+        dtype=args.dtype,
+        seq_len=seq_len,
+        sequence_parallel=args.sequence_parallel,
         serving=args.serving,
-    )  # fmt: skip
+    )
     p = inf.prefill(args.prefill)
     d = inf.decode(args.prefill + args.decode // 2)
     _save(args, d, [p, d], ["prefill", "decode"])
@@ -126,9 +143,13 @@ def cmd_plan(args) -> int:
     if args.lnc is not None:
         constraints["lnc"] = args.lnc
     r = workload.search(
-        model, args.instance, objective=args.objective, constraints=constraints,
-        price_per_hour=args.price_per_hour, train=args.train,
-    )  # fmt: skip
+        model,
+        args.instance,
+        objective=args.objective,
+        constraints=constraints,
+        price_per_hour=args.price_per_hour,
+        train=args.train,
+    )
     if args.json:
         print(json.dumps(r.to_dict()))
     else:
