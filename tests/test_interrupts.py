@@ -228,51 +228,27 @@ def _python(code: str, timeout: float) -> subprocess.CompletedProcess:
     )
 
 
-def _interrupted(name: str, delay: float, timeout: float) -> dict:
-    """Runs case ``name`` with SIGINT sent after ``delay`` s; its report (the call was cut)."""
-    setup, check = CASES[name]
-    r = _python(SCRIPT.format(setup=setup, check=check, delay=delay), timeout)
+def _run_cases(names: list[str], delays: tuple[float, ...], timeout: float) -> dict:
+    """The reports of the cases ``names``, run one after another in one child (ALL_SCRIPT),
+    each with SIGINT sent ``delays[0]`` s into its loop (then the next delay if it landed
+    between two calls)."""
+    cases = {n: CASES[n] for n in names}
+    r = _python(ALL_SCRIPT.format(cases=json.dumps(cases), delays=delays), timeout)
     assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    out: dict = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("{"):
+            out.update(json.loads(line))
+    return out
+
+
+def _interrupted(name: str, delay: float, timeout: float) -> dict:
+    """Runs case ``name`` alone in a child with SIGINT sent after ``delay`` s; its report (the
+    call was cut)."""
+    res = _run_cases([name], (delay,), timeout)[name]
+    assert "error" not in res, res.get("error")
     assert not res["finished"], res
     return res
-
-
-SCRIPT = textwrap.dedent(
-    """
-    import json, os, signal, subprocess, sys, threading, time, traceback
-    import numpy as np
-    import trn2core as t
-    {setup}
-    # SIGINT comes from another process, as a terminal's Ctrl-C does: a thread of this one
-    # needs the GIL to send it, which a call holding the GIL (building 262144 output arrays,
-    # say) would delay, hiding the latency under test. The send time is taken as the end of
-    # the sleep: the shell's own start-up only makes the measured latency larger.
-    sent = [time.perf_counter() + {delay}]
-    killer = subprocess.Popen(["sh", "-c", "sleep {delay}; kill -INT " + str(os.getpid())])
-    start = time.perf_counter()
-    result = {{"finished": False}}
-    try:
-        # Repeated, so that a host much faster than this one still has a call running.
-        while time.perf_counter() - start < 30:
-            call()
-        result["finished"] = True
-    except KeyboardInterrupt as e:
-        now = time.perf_counter()
-        frames = traceback.extract_tb(e.__traceback__)
-        result["latency"] = now - sent[0]
-        result["elapsed"] = now - start
-        result["innermost"] = frames[-1].filename + ":" + str(frames[-1].lineno)
-        result["depth"] = len(frames)
-        # Inside the call: a frame of the package on the way (the innermost may be Python code
-        # the binding called, such as threading.main_thread).
-        result["inside"] = any("trn2core" in f.filename for f in frames)
-    killer.wait()
-    {check}
-    result["after_ok"] = True
-    print(json.dumps(result))
-    """
-)
 
 
 # Every case of CASES in one child, one after the other (a fresh interpreter per case cost a
@@ -285,17 +261,21 @@ ALL_SCRIPT = textwrap.dedent(
     import numpy as np
     import trn2core as t
 
-    # The names each case's code finds, as at the top level of SCRIPT.
+    # The names each case's code finds.
     NAMES = dict(json=json, os=os, signal=signal, subprocess=subprocess, sys=sys,
                  threading=threading, time=time, traceback=traceback, np=np, t=t)
 
     def attempt(call, delay):
-        # As SCRIPT: SIGINT from another process, the send time the end of the sleep.
+        # SIGINT comes from another process, as a terminal's Ctrl-C does: a thread of this one
+        # needs the GIL to send it, which a call holding the GIL (building 262144 output
+        # arrays, say) would delay, hiding the latency under test. The send time is taken as
+        # the end of the sleep: the shell's own start-up only makes the measured latency larger.
         sent = time.perf_counter() + delay
         killer = subprocess.Popen(["sh", "-c", f"sleep {{delay}}; kill -INT {{os.getpid()}}"])
         start = time.perf_counter()
         result = {{"finished": False}}
         try:
+            # Repeated, so that a host much faster than this one still has a call running.
             while time.perf_counter() - start < 30:
                 call()
             result["finished"] = True
@@ -314,7 +294,7 @@ ALL_SCRIPT = textwrap.dedent(
         try:
             ns = dict(NAMES)
             exec(setup, ns)
-            for delay in (0.5, 0.63, 0.77):
+            for delay in {delays!r}:
                 result = attempt(ns["call"], delay)
                 if result["finished"] or result["depth"] > 1:
                     break
@@ -331,13 +311,7 @@ ALL_SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def interrupted_cases() -> dict:
     """The report of every case of CASES, from one child."""
-    r = _python(ALL_SCRIPT.format(cases=json.dumps(CASES)), timeout=900)
-    assert r.returncode == 0, r.stderr
-    out: dict = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("{"):
-            out.update(json.loads(line))
-    return out
+    return _run_cases(list(CASES), (0.5, 0.63, 0.77), timeout=900)
 
 
 @timing_probe

@@ -606,3 +606,24 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn every_fp16_code_widens_to_its_exact_value() {
+    use trn2core::numerics::f16_to_f32;
+    for code in 0..=u16::MAX {
+        let got = f16_to_f32(code);
+        let want = crate::reference::f16_value(code);
+        if want.is_nan() {
+            // Sign and payload kept, quiet bit set (as x86's vcvtph2ps).
+            let payload = u32::from(code & 0x3FF) << 13;
+            let sign = u32::from(code & 0x8000) << 16;
+            assert_eq!(got.to_bits(), sign | 0x7FC0_0000 | payload, "{code:#06x}");
+        } else {
+            assert_eq!(f64::from(got), want, "{code:#06x}");
+            assert_eq!(got.is_sign_negative(), code & 0x8000 != 0, "{code:#06x}");
+        }
+    }
+    assert_eq!(f16_to_f32(0x7C01).to_bits(), 0x7FC0_2000);
+    assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+    assert_eq!(f16_to_f32(0x7BFF), 65504.0);
+}
