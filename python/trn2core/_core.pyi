@@ -5,7 +5,7 @@ Users call the facade in ``trn2core``; these functions expect already-normalised
 """
 
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import ClassVar, final
 
 import numpy as np
 import numpy.typing as npt
@@ -146,6 +146,7 @@ def _busy_for_test(seconds: float) -> int: ...
 # Cost-model reports (rust/trn2core-py/src/perf.rs).
 @final
 class Uncertainty:
+    FIELDS: ClassVar[list[str]]
     @property
     def low(self) -> float | None: ...
     @property
@@ -160,6 +161,7 @@ class Uncertainty:
 
 @final
 class Report:
+    FIELDS: ClassVar[list[str]]
     @property
     def operation(self) -> str: ...
     @property

@@ -45,26 +45,10 @@ def plain(v: Any) -> Any:
     return str(v)
 
 
-#: The getters of the core's ``Report`` and ``Uncertainty`` (rust/trn2core-py/src/perf.rs), in
-#: the order of the facade's dicts.
+#: The getters of the core's ``Report`` and ``Uncertainty`` in the order of the facade's dicts:
+#: their ``FIELDS`` (rust/trn2core-py/src/perf.rs).
 CORE_FIELDS: dict[type, tuple[str, ...]] = {
-    _core.Report: (
-        "operation",
-        "description",
-        "instructions",
-        "pe_cycles",
-        "cycles",
-        "seconds",
-        "flops",
-        "tflops",
-        "pe_tflops",
-        "peak_tflops",
-        "utilization",
-        "bound",
-        "details",
-        "uncertainty",
-    ),
-    _core.Uncertainty: ("low", "high", "cases", "basis", "text"),
+    cls: tuple(cls.FIELDS) for cls in (_core.Report, _core.Uncertainty)
 }
 
 

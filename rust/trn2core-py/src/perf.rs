@@ -31,6 +31,16 @@ pub struct PyReport {
     uncertainty: Option<Py<PyUncertainty>>,
 }
 
+#[pymethods]
+impl PyReport {
+    /// Its getters, in the order of the facade's dicts (`report.core_fields`).
+    #[classattr]
+    #[pyo3(name = "FIELDS")]
+    fn fields() -> [&'static str; 14] {
+        REPORT_FIELDS
+    }
+}
+
 impl PyReport {
     /// The class of `r` (its trace events stay in the core: the trace is its own JSON).
     pub fn of(py: Python<'_>, r: &Report) -> PyResult<Self> {
@@ -85,8 +95,18 @@ impl PyUncertainty {
     }
 }
 
+/// The getters of [`PyUncertainty`], in the order of the facade's dicts.
+const UNCERTAINTY_FIELDS: [&str; 5] = ["low", "high", "cases", "basis", "text"];
+
 #[pymethods]
 impl PyUncertainty {
+    /// Its getters, in the order of the facade's dicts (`report.core_fields`).
+    #[classattr]
+    #[pyo3(name = "FIELDS")]
+    fn fields() -> [&'static str; 5] {
+        UNCERTAINTY_FIELDS
+    }
+
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         if let Ok(o) = other.cast::<PyUncertainty>() {
             return Ok(self == o.get());
@@ -149,7 +169,7 @@ pub fn estimate_gemm(
     Ok((PyReport::of(py, &rep)?, json))
 }
 
-/// The getters of [`PyReport`], for [`_estimate_gemm_walk`]'s dict.
+/// The getters of [`PyReport`] (its `FIELDS`), for [`_estimate_gemm_walk`]'s dict.
 const REPORT_FIELDS: [&str; 14] = [
     "operation",
     "description",
