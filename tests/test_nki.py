@@ -1091,6 +1091,168 @@ def test_range_select_rules_name_the_argument_at_the_kernels_line():
         assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
 
 
+def _ieee_max_rows(v):
+    """IEEE maximum down each row (NaN propagates; +0 above -0), from -inf."""
+    out = np.full((v.shape[0], 1), -np.inf, np.float32)
+    for r, row in enumerate(v):
+        acc = np.float32(-np.inf)
+        for x in row:
+            if np.isnan(acc) or np.isnan(x):
+                acc = np.float32(np.nan)
+            elif x == acc:
+                acc = x if not np.signbit(x) else acc
+            elif x > acc:
+                acc = x
+        out[r, 0] = acc
+    return out
+
+
+def _select_reduce_ref(pred, x, on_false, reverse):
+    """The documented numpy equivalent, the predicate true when nonzero (reverse_pred a logical
+    not: ours, where numpy's ``~`` on an integer tile would be bitwise)."""
+    keep = (pred != 0) != reverse
+    return np.where(keep, x.astype(np.float32), np.float32(on_false)).astype(np.float32)
+
+
+def _bits_equal(a, b):
+    na, nb = np.isnan(a), np.isnan(b)
+    return np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32))
+
+
+def test_select_reduce_in_both_dialects_matches_numpy():
+    # A partial tile (20 of 128 partitions), int16 predicates (negative, zero, positive),
+    # NaN/-0/+-inf values, on_true read from PSUM, a per-partition on_false tile with a NaN and
+    # -0, then reverse_pred with float32's lowest as the scalar, the reduction continuing.
+    rng = np.random.default_rng(26)
+    p, n = 20, 48
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9], x[4, 11], x[5, 0] = -0.0, np.inf, -np.inf, np.nan, 0.0
+    x[6] = -0.0  # a row of -0 only
+    pred = rng.choice(np.array([0, 1, -1, 300], np.int16), (p, n))
+    pred[6] = 1
+    fill = rng.uniform(-20, -10, (p, 1)).astype(np.float32)
+    fill[8, 0], fill[9, 0] = np.nan, -0.0
+    lowest = float(np.finfo(np.float32).min)
+
+    @tn.jit
+    def k(x, pred, fill):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        q = nl.ndarray(pred.shape, dtype=pred.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q, src=pred)
+        f = nl.ndarray(fill.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=f, src=fill)
+        d1 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        r1 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(
+            dst=d1,
+            predicate=q,
+            on_true=ps,
+            on_false=f,
+            reduce_res=r1,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            reduce_op=nl.maximum,
+        )
+        nisa.select_reduce(d2, q, t, lowest, r2, nisa.reduce_cmd.reduce, nl.maximum, True)
+        outs = []
+        for v in (d1, d2, r1, r2):
+            o = nl.ndarray(v.shape, dtype=v.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=v)
+            outs.append(o)
+        return tuple(outs)
+
+    s1 = _select_reduce_ref(pred, x, fill, False)
+    s2 = _select_reduce_ref(pred, x, lowest, True)
+    m1 = _ieee_max_rows(s1)
+    m2 = _ieee_max_rows(np.concatenate([m1, s2], axis=1))
+    res = tn.run(k, x, pred, fill)
+    d1, d2, r1, r2 = res.outputs
+    assert _bits_equal(d1, s1) and _bits_equal(r1, m1) and _bits_equal(r2, m2)
+    want2 = s2.astype(ml_dtypes.bfloat16)  # float32's lowest rounds to -inf (nearest even)
+    n2 = np.isnan(want2.astype(np.float32))
+    assert np.array_equal(np.isnan(d2.astype(np.float32)), n2)
+    assert np.array_equal(d2[~n2].view(np.uint16), want2[~n2].view(np.uint16))
+    assert np.isnan(d1[8][pred[8] == 0]).all() and np.signbit(m1[6, 0]) and np.isnan(m1[4, 0])
+    assert res.report.opcodes["select_reduce"] == 2
+
+    @tn.jit_legacy
+    def legacy(x, pred, fill):
+        t = lnl.load(x)
+        q = lnl.load(pred)
+        f = lnl.load(fill)
+        d = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.sbuf)
+        r = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.sbuf)
+        lisa.select_reduce(
+            dst=d,
+            predicate=q,
+            on_true=t,
+            on_false=f,
+            reduce_res=r,
+            reduce_cmd=lisa.reduce_cmd.reset_reduce,
+            reduce_op=np.max,
+        )
+        out = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out, value=d)
+        mo = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(mo, value=r)
+        return out, mo
+
+    ld, lr = tn.run(legacy, x, pred, fill).outputs
+    assert _bits_equal(ld, s1) and _bits_equal(lr, m1)
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("predicate", "predicate", "select_reduce_dtype"),
+     ("on_true", "on_true", "select_reduce_dtype"),
+     ("reduce_op", "reduce_op", None), ("reduce_cmd", "reduce_cmd", None),
+     ("on_false", "on_false", "shape"), ("reduce_res", "reduce_res", "shape"),
+     ("dst", "predicate", "shape"), ("psum", "on_true", "two_psum_inputs")],
+)  # fmt: skip
+def test_select_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        q = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.memset(dst=q, value=1)
+        kw = dict(dst=t, predicate=q, on_true=t, on_false=0.0)
+        if case == "predicate":
+            kw["predicate"] = t
+        elif case == "on_true":
+            i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=i, value=1)
+            kw["on_true"] = i
+        elif case == "reduce_op":
+            kw["reduce_op"] = nl.add
+        elif case == "reduce_cmd":
+            kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+        elif case == "on_false":
+            kw["on_false"] = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=kw["on_false"], value=0.0)
+        elif case == "reduce_res":
+            kw["reduce_res"] = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        elif case == "dst":
+            kw["predicate"] = q[:, 0:8]
+        elif case == "psum":
+            ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+            pq = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.psum)
+            nisa.tensor_copy(dst=ps, src=t)
+            nisa.memset(dst=pq, value=1)
+            kw["on_true"], kw["predicate"] = ps, pq
+        nisa.select_reduce(**kw)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 16), np.float32))
+    assert e.value.arg == arg, (case, str(e.value))
+    assert rule is None or e.value.rule == rule, (case, str(e.value))
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
 def _partition_sum(x):
     """Our oracle: float32 additions down the partitions, in partition order."""
     acc = x[0].astype(np.float32)

@@ -401,6 +401,30 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
                    on_true_tile)  # fmt: skip
 
 
+@api
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
+                  dtype=None, **kwargs) -> None:  # fmt: skip
+    """``dst = predicate ? on_true : on_false`` (Vector), max-reduced into ``reduce_res``; the
+    legacy form also writes its ``dst`` (keywords only)."""
+    if mask is not None:
+        raise NotSupportedError("select_reduce: mask (a dst predicate) is not emulated")
+    core = _core(dst, predicate, on_true)
+    core.flush()
+    core.m.issue_at(
+        core.loc,
+        "select_reduce",
+        dst.tile,
+        predicate.tile,
+        on_true.tile,
+        scalar_arg(on_false, "on_false"),
+        None if reduce_res is None else reduce_res.tile,
+        reduce_cmd_name(reduce_cmd),
+        alu_name(reduce_op, "reduce_op"),
+        bool(reverse_pred),
+    )
+
+
 _cur.define_unsupported(
     globals(),
     "neuronxcc.nki.isa",
@@ -411,7 +435,6 @@ _cur.define_unsupported(
         "nc_match_replace8",
         "nc_stream_shuffle",
         "range_select",
-        "select_reduce",
         "sequence_bounds",
         "tensor_copy_dynamic_dst",
         "tensor_copy_dynamic_src",

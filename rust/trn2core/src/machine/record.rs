@@ -142,6 +142,8 @@ named_enum! {
         DmaTranspose = "dma_transpose",
         /// `range_select` (Vector): elements kept by their free index's range, max-reduced.
         RangeSelect = "range_select",
+        /// `select_reduce` (Vector): `predicate ? on_true : on_false`, max-reduced.
+        SelectReduce = "select_reduce",
         /// `tensor_partition_reduce` (GpSimd): a reduction across partitions.
         TensorPartitionReduce = "tensor_partition_reduce",
         /// `nonzero_with_count` (GpSimd): positions of nonzero elements and their count.
