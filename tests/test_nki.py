@@ -1050,6 +1050,39 @@ def test_range_select_masks_by_free_index_and_max_reduces_like_numpy():
     assert res.report.opcodes["range_select"] == 1
 
 
+def test_range_select_legacy_form_returns_the_selected_tile():
+    # Neuron 2.26's keyword-only form: the result a new tile, reduce_cmd idle by default (so
+    # reset_reduce given here), on_false_value float32's lowest by default; numpy comparison
+    # operators. A partial tile with a NaN bound, -0.0 and +-inf.
+    rng = np.random.default_rng(8)
+    p, n, start = 20, 64, 32
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9] = -0.0, np.inf, -np.inf
+    lo = rng.integers(start - 8, start + n, (p, 1)).astype(np.float32)
+    hi = (lo + rng.integers(-4, 40, (p, 1))).astype(np.float32)
+    lo[6, 0] = np.nan
+
+    @tn.jit_legacy
+    def k(x, lo, hi):
+        t = lnl.load(x)
+        b0 = lnl.load(lo)
+        b1 = lnl.load(hi)
+        res = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.sbuf)
+        r = lisa.range_select(on_true_tile=t, comp_op0=np.greater, comp_op1=np.less_equal,
+                              bound0=b0, bound1=b1, reduce_cmd=lisa.reduce_cmd.reset_reduce,
+                              reduce_res=res, range_start=start)  # fmt: skip
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        m = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(m, value=res)
+        return out, m
+
+    sel, mx = _range_select_ref(x, start, lo, hi, np.greater, np.less_equal)
+    out, m = tn.run(k, x, lo, hi).outputs
+    assert np.array_equal(out.view(np.uint32), sel.view(np.uint32))
+    assert np.array_equal(m.view(np.uint32), mx.view(np.uint32))
+
+
 def test_range_select_rules_name_the_argument_at_the_kernels_line():
     x = np.ones((8, 16), np.float32)
 
