@@ -1286,6 +1286,79 @@ def test_select_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, ru
     assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
 
 
+def _sequence_bounds_ref(seq):
+    """The documented numpy loops: a run of equal nonzero ids spans [start, end); id 0 is
+    padding (n, -1)."""
+    n = len(seq)
+    lo, hi = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        lo[i] = n if seq[i] == 0 else lo[i - 1] if i and seq[i] == seq[i - 1] else i
+    for i in range(n - 1, -1, -1):
+        last = i == n - 1
+        hi[i] = -1 if seq[i] == 0 else hi[i + 1] if not last and seq[i] == seq[i + 1] else i + 1
+    return np.stack([lo, hi])[None]
+
+
+def test_sequence_bounds_in_both_dialects_matches_the_documented_loops():
+    # The documentation's example (padding inside and at the ends), sorted random ids as its
+    # test draws them (float32), -0.0 as padding, int32 ids into a float32 result.
+    seq = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], np.float32)
+    rng = np.random.default_rng(3)
+    ids = np.sort(rng.integers(0, 40, 64)).astype(np.float32)[None]
+    ids[0, 5] = -0.0 if ids[0, 5] == 0 else ids[0, 5]
+
+    @tn.jit
+    def cur(s, dt):
+        t = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=s)
+        d = nl.ndarray((1, 2, s.shape[1]), dtype=dt, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=t)
+        out = nl.ndarray(d.shape, dtype=dt, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    @tn.jit_legacy
+    def legacy(s):
+        b = lisa.sequence_bounds(segment_ids=lnl.load(s))
+        out = lnl.ndarray((1, 2, s.shape[1]), dtype=s.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=b)
+        return out
+
+    for s in (seq, ids, ids.astype(np.int32)):
+        want = _sequence_bounds_ref(s[0])
+        for dt in (nl.float32, nl.int32):
+            got = tn.run(cur, s, dt).outputs
+            assert np.array_equal(got, want.astype(got.dtype)), (s, dt)
+        got = tn.run(legacy, s).outputs
+        assert got.dtype == s.dtype and np.array_equal(got, want.astype(s.dtype))
+    assert tn.run(cur, seq, nl.int32).outputs[0, :, 0].tolist() == [9, -1]
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("dtype", "segment_ids", "sequence_bounds_dtype"),
+     ("ids", "segment_ids", "sequence_bounds_ids"),
+     ("rows", "segment_ids", "shape"), ("dst", "dst", "shape")],
+)  # fmt: skip
+def test_sequence_bounds_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    x = np.array([[1.0, 1.0, -2.0 if case == "ids" else 2.0, 0.0]], np.float32)
+
+    def f(x):
+        rows = 2 if case == "rows" else 1
+        t = nl.ndarray((rows, 4), dtype=nl.bfloat16 if case == "dtype" else x.dtype,
+                       buffer=nl.sbuf)  # fmt: skip
+        for r in range(rows):
+            nisa.dma_copy(dst=t[r : r + 1, :], src=x)
+        d = nl.ndarray((1, 2, 3 if case == "dst" else 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=t)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), x)
+    assert e.value.arg == arg and e.value.rule == rule, (case, str(e.value))
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
 def _partition_sum(x):
     """Our oracle: float32 additions down the partitions, in partition order."""
     acc = x[0].astype(np.float32)

@@ -403,7 +403,6 @@ define_unsupported(
         "exponential",
         "quantize_mx",
         "dropout",
-        "sequence_bounds",
         "local_gather",
         "dma_compute",
         "nc_match_replace8",

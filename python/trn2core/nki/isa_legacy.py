@@ -463,6 +463,19 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1,
 
 
 @api
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs) -> NkiTensor:
+    """A new ``[1, 2, n]`` tile: each element's segment start and end (exclusive), ``n`` and
+    -1 for padding (id 0) (GpSimd ``sequence_bounds``; float32 or int32)."""
+    core = _core(segment_ids)
+    shape = (segment_ids.shape[0], 2, *segment_ids.shape[1:])
+
+    def issue(d):
+        core.m.issue_at(core.loc, "sequence_bounds", d.tile, segment_ids.tile)
+
+    return _result(core, shape, _dt(dtype, segment_ids.dtype), SBUF, None, issue)
+
+
+@api
 def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
                   reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
                   dtype=None, **kwargs) -> None:  # fmt: skip
@@ -494,7 +507,6 @@ _cur.define_unsupported(
         "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
-        "sequence_bounds",
         "tensor_copy_dynamic_dst",
         "tensor_copy_dynamic_src",
         "tensor_copy_predicated",

@@ -148,6 +148,8 @@ named_enum! {
         TensorPartitionReduce = "tensor_partition_reduce",
         /// `nonzero_with_count` (GpSimd): positions of nonzero elements and their count.
         NonzeroWithCount = "nonzero_with_count",
+        /// `sequence_bounds` (GpSimd): each element's segment start and end.
+        SequenceBounds = "sequence_bounds",
         /// `tensor_scalar_cumulative` (Vector): a running op1 of op0's results along each
         /// partition.
         TensorScalarCumulative = "tensor_scalar_cumulative",

@@ -404,6 +404,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          count (partitions 0, 16, .., 112 only)",
         &[DST, req("src", K::Tile), int("index_offset", 0), int("padding_val", -1)],
     ),
+    row(Op::SequenceBounds, &[Gpsimd], Own, None,
+        "dst[0, 0, i] / dst[0, 1, i] = the start / end (exclusive) of the run of equal \
+         segment_ids around i (n / -1 for padding id 0)",
+        &[DST, req("segment_ids", K::Tile)],
+    ),
     row(Op::TensorScalarCumulative, &[Vector], Own, None,
         "dst[i] = reg = op1(op0(src[i], imm0), reg) along the free axis, reg set by reduce_cmd",
         &[DST, req("src", K::Tile), req("op0", K::Alu), req("op1", K::Alu),
@@ -887,6 +892,7 @@ impl Machine {
             Opcode::TensorPartitionReduce => {
                 self.tensor_partition_reduce(&dst, a.alu("op")?, &a.tile("data")?)
             }
+            Opcode::SequenceBounds => self.sequence_bounds(&dst, &a.tile("segment_ids")?),
             Opcode::NonzeroWithCount => self.nonzero_with_count(
                 &dst,
                 &a.tile("src")?,
