@@ -1050,6 +1050,39 @@ def test_range_select_masks_by_free_index_and_max_reduces_like_numpy():
     assert res.report.opcodes["range_select"] == 1
 
 
+def test_range_select_legacy_form_returns_the_selected_tile():
+    # Neuron 2.26's keyword-only form: the result a new tile, reduce_cmd idle by default (so
+    # reset_reduce given here), on_false_value float32's lowest by default; numpy comparison
+    # operators. A partial tile with a NaN bound, -0.0 and +-inf.
+    rng = np.random.default_rng(8)
+    p, n, start = 20, 64, 32
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9] = -0.0, np.inf, -np.inf
+    lo = rng.integers(start - 8, start + n, (p, 1)).astype(np.float32)
+    hi = (lo + rng.integers(-4, 40, (p, 1))).astype(np.float32)
+    lo[6, 0] = np.nan
+
+    @tn.jit_legacy
+    def k(x, lo, hi):
+        t = lnl.load(x)
+        b0 = lnl.load(lo)
+        b1 = lnl.load(hi)
+        res = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.sbuf)
+        r = lisa.range_select(on_true_tile=t, comp_op0=np.greater, comp_op1=np.less_equal,
+                              bound0=b0, bound1=b1, reduce_cmd=lisa.reduce_cmd.reset_reduce,
+                              reduce_res=res, range_start=start)  # fmt: skip
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        m = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(m, value=res)
+        return out, m
+
+    sel, mx = _range_select_ref(x, start, lo, hi, np.greater, np.less_equal)
+    out, m = tn.run(k, x, lo, hi).outputs
+    assert np.array_equal(out.view(np.uint32), sel.view(np.uint32))
+    assert np.array_equal(m.view(np.uint32), mx.view(np.uint32))
+
+
 def test_range_select_rules_name_the_argument_at_the_kernels_line():
     x = np.ones((8, 16), np.float32)
 
@@ -1089,6 +1122,241 @@ def test_range_select_rules_name_the_argument_at_the_kernels_line():
             tn.run(tn.jit(f), x)
         assert e.value.arg == case, (case, str(e.value))
         assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
+def _ieee_max_rows(v):
+    """IEEE maximum down each row (NaN propagates; +0 above -0), from -inf."""
+    out = np.full((v.shape[0], 1), -np.inf, np.float32)
+    for r, row in enumerate(v):
+        acc = np.float32(-np.inf)
+        for x in row:
+            if np.isnan(acc) or np.isnan(x):
+                acc = np.float32(np.nan)
+            elif x == acc:
+                acc = x if not np.signbit(x) else acc
+            elif x > acc:
+                acc = x
+        out[r, 0] = acc
+    return out
+
+
+def _select_reduce_ref(pred, x, on_false, reverse):
+    """The documented numpy equivalent, the predicate true when nonzero (reverse_pred a logical
+    not: ours, where numpy's ``~`` on an integer tile would be bitwise)."""
+    keep = (pred != 0) != reverse
+    return np.where(keep, x.astype(np.float32), np.float32(on_false)).astype(np.float32)
+
+
+def _bits_equal(a, b):
+    na, nb = np.isnan(a), np.isnan(b)
+    return np.array_equal(na, nb) and np.array_equal(a[~na].view(np.uint32), b[~nb].view(np.uint32))
+
+
+def test_select_reduce_in_both_dialects_matches_numpy():
+    # A partial tile (20 of 128 partitions), int16 predicates (negative, zero, positive),
+    # NaN/-0/+-inf values, on_true read from PSUM, a per-partition on_false tile with a NaN and
+    # -0, then reverse_pred with float32's lowest as the scalar, the reduction continuing.
+    rng = np.random.default_rng(26)
+    p, n = 20, 48
+    x = np.round(rng.uniform(-8, 8, (p, n))).astype(np.float32)
+    x[1, 5], x[2, 7], x[3, 9], x[4, 11], x[5, 0] = -0.0, np.inf, -np.inf, np.nan, 0.0
+    x[6] = -0.0  # a row of -0 only
+    pred = rng.choice(np.array([0, 1, -1, 300], np.int16), (p, n))
+    pred[6] = 1
+    fill = rng.uniform(-20, -10, (p, 1)).astype(np.float32)
+    fill[8, 0], fill[9, 0] = np.nan, -0.0
+    lowest = float(np.finfo(np.float32).min)
+
+    @tn.jit
+    def k(x, pred, fill):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_copy(dst=ps, src=t)
+        q = nl.ndarray(pred.shape, dtype=pred.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q, src=pred)
+        f = nl.ndarray(fill.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=f, src=fill)
+        d1 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        d2 = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        r1 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(
+            dst=d1,
+            predicate=q,
+            on_true=ps,
+            on_false=f,
+            reduce_res=r1,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            reduce_op=nl.maximum,
+        )
+        nisa.select_reduce(d2, q, t, lowest, r2, nisa.reduce_cmd.reduce, nl.maximum, True)
+        outs = []
+        for v in (d1, d2, r1, r2):
+            o = nl.ndarray(v.shape, dtype=v.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=v)
+            outs.append(o)
+        return tuple(outs)
+
+    s1 = _select_reduce_ref(pred, x, fill, False)
+    s2 = _select_reduce_ref(pred, x, lowest, True)
+    m1 = _ieee_max_rows(s1)
+    m2 = _ieee_max_rows(np.concatenate([m1, s2], axis=1))
+    res = tn.run(k, x, pred, fill)
+    d1, d2, r1, r2 = res.outputs
+    assert _bits_equal(d1, s1) and _bits_equal(r1, m1) and _bits_equal(r2, m2)
+    want2 = s2.astype(ml_dtypes.bfloat16)  # float32's lowest rounds to -inf (nearest even)
+    n2 = np.isnan(want2.astype(np.float32))
+    assert np.array_equal(np.isnan(d2.astype(np.float32)), n2)
+    assert np.array_equal(d2[~n2].view(np.uint16), want2[~n2].view(np.uint16))
+    assert np.isnan(d1[8][pred[8] == 0]).all() and np.signbit(m1[6, 0]) and np.isnan(m1[4, 0])
+    assert res.report.opcodes["select_reduce"] == 2
+
+    @tn.jit_legacy
+    def legacy(x, pred, fill):
+        t = lnl.load(x)
+        q = lnl.load(pred)
+        f = lnl.load(fill)
+        d = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.sbuf)
+        r = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.sbuf)
+        lisa.select_reduce(
+            dst=d,
+            predicate=q,
+            on_true=t,
+            on_false=f,
+            reduce_res=r,
+            reduce_cmd=lisa.reduce_cmd.reset_reduce,
+            reduce_op=np.max,
+        )
+        out = lnl.ndarray(x.shape, dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out, value=d)
+        mo = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(mo, value=r)
+        return out, mo
+
+    ld, lr = tn.run(legacy, x, pred, fill).outputs
+    assert _bits_equal(ld, s1) and _bits_equal(lr, m1)
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("predicate", "predicate", "select_reduce_dtype"),
+     ("on_true", "on_true", "select_reduce_dtype"),
+     ("reduce_op", "reduce_op", None), ("reduce_cmd", "reduce_cmd", None),
+     ("on_false", "on_false", "shape"), ("reduce_res", "reduce_res", "shape"),
+     ("dst", "predicate", "shape"), ("psum", "on_true", "two_psum_inputs")],
+)  # fmt: skip
+def test_select_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    def f(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        q = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.memset(dst=q, value=1)
+        kw = dict(dst=t, predicate=q, on_true=t, on_false=0.0)
+        if case == "predicate":
+            kw["predicate"] = t
+        elif case == "on_true":
+            i = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(dst=i, value=1)
+            kw["on_true"] = i
+        elif case == "reduce_op":
+            kw["reduce_op"] = nl.add
+        elif case == "reduce_cmd":
+            kw["reduce_cmd"] = nisa.reduce_cmd.load_reduce
+        elif case == "on_false":
+            kw["on_false"] = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=kw["on_false"], value=0.0)
+        elif case == "reduce_res":
+            kw["reduce_res"] = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        elif case == "dst":
+            kw["predicate"] = q[:, 0:8]
+        elif case == "psum":
+            ps = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+            pq = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.psum)
+            nisa.tensor_copy(dst=ps, src=t)
+            nisa.memset(dst=pq, value=1)
+            kw["on_true"], kw["predicate"] = ps, pq
+        nisa.select_reduce(**kw)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), np.ones((8, 16), np.float32))
+    assert e.value.arg == arg, (case, str(e.value))
+    assert rule is None or e.value.rule == rule, (case, str(e.value))
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
+
+
+def _sequence_bounds_ref(seq):
+    """The documented numpy loops: a run of equal nonzero ids spans [start, end); id 0 is
+    padding (n, -1)."""
+    n = len(seq)
+    lo, hi = np.zeros(n), np.zeros(n)
+    for i in range(n):
+        lo[i] = n if seq[i] == 0 else lo[i - 1] if i and seq[i] == seq[i - 1] else i
+    for i in range(n - 1, -1, -1):
+        last = i == n - 1
+        hi[i] = -1 if seq[i] == 0 else hi[i + 1] if not last and seq[i] == seq[i + 1] else i + 1
+    return np.stack([lo, hi])[None]
+
+
+def test_sequence_bounds_in_both_dialects_matches_the_documented_loops():
+    # The documentation's example (padding inside and at the ends), sorted random ids as its
+    # test draws them (float32), -0.0 as padding, int32 ids into a float32 result.
+    seq = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3]], np.float32)
+    rng = np.random.default_rng(3)
+    ids = np.sort(rng.integers(0, 40, 64)).astype(np.float32)[None]
+    ids[0, 5] = -0.0 if ids[0, 5] == 0 else ids[0, 5]
+
+    @tn.jit
+    def cur(s, dt):
+        t = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=s)
+        d = nl.ndarray((1, 2, s.shape[1]), dtype=dt, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=t)
+        out = nl.ndarray(d.shape, dtype=dt, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    @tn.jit_legacy
+    def legacy(s):
+        b = lisa.sequence_bounds(segment_ids=lnl.load(s))
+        out = lnl.ndarray((1, 2, s.shape[1]), dtype=s.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=b)
+        return out
+
+    for s in (seq, ids, ids.astype(np.int32)):
+        want = _sequence_bounds_ref(s[0])
+        for dt in (nl.float32, nl.int32):
+            got = tn.run(cur, s, dt).outputs
+            assert np.array_equal(got, want.astype(got.dtype)), (s, dt)
+        got = tn.run(legacy, s).outputs
+        assert got.dtype == s.dtype and np.array_equal(got, want.astype(s.dtype))
+    assert tn.run(cur, seq, nl.int32).outputs[0, :, 0].tolist() == [9, -1]
+
+
+@pytest.mark.parametrize(
+    "case, arg, rule",
+    [("dtype", "segment_ids", "sequence_bounds_dtype"),
+     ("ids", "segment_ids", "sequence_bounds_ids"),
+     ("rows", "segment_ids", "shape"), ("dst", "dst", "shape")],
+)  # fmt: skip
+def test_sequence_bounds_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
+    x = np.array([[1.0, 1.0, -2.0 if case == "ids" else 2.0, 0.0]], np.float32)
+
+    def f(x):
+        rows = 2 if case == "rows" else 1
+        t = nl.ndarray((rows, 4), dtype=nl.bfloat16 if case == "dtype" else x.dtype,
+                       buffer=nl.sbuf)  # fmt: skip
+        for r in range(rows):
+            nisa.dma_copy(dst=t[r : r + 1, :], src=x)
+        d = nl.ndarray((1, 2, 3 if case == "dst" else 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.sequence_bounds(dst=d, segment_ids=t)  # the call
+        return x
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), x)
+    assert e.value.arg == arg and e.value.rule == rule, (case, str(e.value))
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call")), case
 
 
 def _partition_sum(x):

@@ -1386,6 +1386,30 @@ def test_dma_transpose_permutes_2d_3d_and_4d_hbm_sources():
     assert np.array_equal(tn.run(three, y).outputs, y.transpose(2, 1, 0))
 
 
+def test_dma_transpose_legacy_form_returns_the_permuted_tile():
+    # Neuron 2.26's value-returning form: an HBM 2-D source (bf16 NaN payloads, -0, inf kept
+    # bit for bit) and an SBUF 3-D tile, the result a new SBUF tile of the permuted shape.
+    x = np.arange(16 * 6, dtype=np.float32).reshape(16, 6).astype(ml_dtypes.bfloat16)
+    xb = x.view(np.uint16)
+    xb[0, 1], xb[3, 2], xb[5, 5] = 0x7FC1, 0x8000, 0x7F80
+    y = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    y[1, 2, 7] = np.nan
+
+    @tn.jit_legacy
+    def k(x, y):
+        a = lisa.dma_transpose(x)
+        b = lisa.dma_transpose(lnl.load(y), axes=(2, 1, 0))
+        oa = lnl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(oa, value=a)
+        ob = lnl.ndarray((8, 3, 2), dtype=y.dtype, buffer=lnl.shared_hbm)
+        lnl.store(ob, value=b)
+        return oa, ob
+
+    a, b = tn.run(k, x, y).outputs
+    assert np.array_equal(a.view(np.uint16), xb.T)
+    assert np.array_equal(b.view(np.uint32), y.transpose(2, 1, 0).view(np.uint32))
+
+
 def test_a_tensor_compared_with_none_is_a_python_bool():
     # Optional tensor arguments tested as `t != None` / `t == None` (nki-library's rope_hf).
     @tn.jit

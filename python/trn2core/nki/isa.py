@@ -403,8 +403,6 @@ define_unsupported(
         "exponential",
         "quantize_mx",
         "dropout",
-        "select_reduce",
-        "sequence_bounds",
         "local_gather",
         "dma_compute",
         "nc_match_replace8",

@@ -401,18 +401,112 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
                    on_true_tile)  # fmt: skip
 
 
+_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+@api
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown,
+                  **kwargs) -> NkiTensor:  # fmt: skip
+    """A new SBUF tile holding ``src`` (HBM or SBUF) with its axes permuted by NKI's rule,
+    ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (or ``axes``), bit for bit, on a DMA queue."""
+    if mask is not None:
+        raise NotSupportedError("dma_transpose: mask (a dst predicate) is not emulated")
+    mode = getattr(dge_mode, "name", dge_mode)
+    if mode not in ("unknown", "hwdge"):
+        raise Trn2ValueError(
+            f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
+            arg="dge_mode",
+        )
+    core = _core(src)
+    perm = None if axes is None else [int(a) for a in axes]
+    order = perm or _TRANSPOSE_AXES.get(src.ndim) or tuple(range(src.ndim))[::-1]
+    shape = tuple(src.shape[a] if 0 <= a < src.ndim else 1 for a in order)
+
+    def issue(d):
+        core.m.issue_at(core.loc, "dma_transpose", _cur._as_shaped(d, "dst"),
+                        _cur._as_shaped(src, "src"), perm, mode == "hwdge")  # fmt: skip
+
+    return _result(core, shape, _dt(dtype, src.dtype), SBUF, None, issue)
+
+
+@api
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1,
+                 reduce_cmd=reduce_cmd.idle, reduce_res=None, reduce_op=np.amax, range_start=0,
+                 on_false_value=None, mask=None, dtype=None, **kwargs) -> NkiTensor:  # fmt: skip
+    """A new tile: ``on_true_tile`` where ``comp_op0(range_start + j, bound0)`` and
+    ``comp_op1(range_start + j, bound1)`` for free index ``j``, else ``on_false_value``
+    (float32's lowest), max-reduced into ``reduce_res`` (Vector ``range_select``; the legacy
+    default ``reduce_cmd`` is idle)."""
+    if mask is not None:
+        raise NotSupportedError("range_select: mask (a dst predicate) is not emulated")
+    core = _core(on_true_tile, bound0, bound1)
+    fill = float(np.finfo(np.float32).min) if on_false_value is None else float(on_false_value)
+
+    def issue(d):
+        core.m.issue_at(
+            core.loc,
+            "range_select",
+            d.tile,
+            on_true_tile.tile,
+            alu_name(comp_op0, "comp_op0"),
+            alu_name(comp_op1, "comp_op1"),
+            scalar_arg(bound0, "bound0"),
+            scalar_arg(bound1, "bound1"),
+            reduce_cmd_name(reduce_cmd),
+            None if reduce_res is None else reduce_res.tile,
+            alu_name(reduce_op, "reduce_op"),
+            int(range_start),
+            fill,
+        )
+
+    return _result(core, on_true_tile.shape, _dt(dtype, on_true_tile.dtype), SBUF, None, issue)
+
+
+@api
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs) -> NkiTensor:
+    """A new ``[1, 2, n]`` tile: each element's segment start and end (exclusive), ``n`` and
+    -1 for padding (id 0) (GpSimd ``sequence_bounds``; float32 or int32)."""
+    core = _core(segment_ids)
+    shape = (segment_ids.shape[0], 2, *segment_ids.shape[1:])
+
+    def issue(d):
+        core.m.issue_at(core.loc, "sequence_bounds", d.tile, segment_ids.tile)
+
+    return _result(core, shape, _dt(dtype, segment_ids.dtype), SBUF, None, issue)
+
+
+@api
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
+                  reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
+                  dtype=None, **kwargs) -> None:  # fmt: skip
+    """``dst = predicate ? on_true : on_false`` (Vector), max-reduced into ``reduce_res``; the
+    legacy form also writes its ``dst`` (keywords only)."""
+    if mask is not None:
+        raise NotSupportedError("select_reduce: mask (a dst predicate) is not emulated")
+    core = _core(dst, predicate, on_true)
+    core.flush()
+    core.m.issue_at(
+        core.loc,
+        "select_reduce",
+        dst.tile,
+        predicate.tile,
+        on_true.tile,
+        scalar_arg(on_false, "on_false"),
+        None if reduce_res is None else reduce_res.tile,
+        reduce_cmd_name(reduce_cmd),
+        alu_name(reduce_op, "reduce_op"),
+        bool(reverse_pred),
+    )
+
+
 _cur.define_unsupported(
     globals(),
     "neuronxcc.nki.isa",
     (
-        "dma_transpose",
         "dropout",
         "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
-        "range_select",
-        "select_reduce",
-        "sequence_bounds",
         "tensor_copy_dynamic_dst",
         "tensor_copy_dynamic_src",
         "tensor_copy_predicated",

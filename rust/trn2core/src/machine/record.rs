@@ -142,10 +142,14 @@ named_enum! {
         DmaTranspose = "dma_transpose",
         /// `range_select` (Vector): elements kept by their free index's range, max-reduced.
         RangeSelect = "range_select",
+        /// `select_reduce` (Vector): `predicate ? on_true : on_false`, max-reduced.
+        SelectReduce = "select_reduce",
         /// `tensor_partition_reduce` (GpSimd): a reduction across partitions.
         TensorPartitionReduce = "tensor_partition_reduce",
         /// `nonzero_with_count` (GpSimd): positions of nonzero elements and their count.
         NonzeroWithCount = "nonzero_with_count",
+        /// `sequence_bounds` (GpSimd): each element's segment start and end.
+        SequenceBounds = "sequence_bounds",
         /// `tensor_scalar_cumulative` (Vector): a running op1 of op0's results along each
         /// partition.
         TensorScalarCumulative = "tensor_scalar_cumulative",

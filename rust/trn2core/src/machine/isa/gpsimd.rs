@@ -1,6 +1,6 @@
 //! GpSimd instructions: the pattern instructions `iota` and `affine_select`, the
 //! per-partition gather `nc_n_gather`, the reduction across partitions
-//! `tensor_partition_reduce`, and `nonzero_with_count`.
+//! `tensor_partition_reduce`, `nonzero_with_count` and `sequence_bounds`.
 //!
 //! Both evaluate, for partition `c` (counted from the tile's first partition) and free index
 //! `(w, z, y, x)` of the pattern `[[step_w, num_w], ..., [step_x, num_x]]` (outermost first, up
@@ -339,6 +339,98 @@ impl Machine {
 }
 
 impl Machine {
+    /// `sequence_bounds` (GpSimd engine; \[S9\], whose numpy equivalent this follows): for
+    /// one partition of `n` segment ids (fp32 or int32, non-negative integers), element `i` of
+    /// a run of equal nonzero ids gets the run's first index (`dst[0, 0, i]`) and one past its
+    /// last (`dst[0, 1, i]`); an id 0 (padding; -0.0 too) gets `n` and -1. `dst` `[1, 2, n]`
+    /// (or any one-partition tile of `2n` elements: the starts, then the ends), fp32 or int32.
+    pub fn sequence_bounds(&mut self, dst: &Tile, segment_ids: &Tile) -> Result<()> {
+        let opc = Opcode::SequenceBounds;
+        let engine = Engine::Gpsimd;
+        for (arg, t) in [("segment_ids", segment_ids), ("dst", dst)] {
+            if !matches!(t.dtype, dtype::Dtype::Fp32 | dtype::Dtype::Int32) {
+                return Err(super::dtype_rule(
+                    arg,
+                    "sequence_bounds_dtype",
+                    format!(
+                        "{arg} is {}; sequence_bounds takes float32 or int32",
+                        t.dtype
+                    ),
+                ));
+            }
+        }
+        let a = self.operand("segment_ids", segment_ids, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        if a.p() != 1 {
+            return Err(shape_rule(
+                "segment_ids",
+                "shape",
+                format!(
+                    "segment_ids is {:?}; sequence_bounds reads one partition",
+                    segment_ids.logical_shape()
+                ),
+            ));
+        }
+        let n = a.n();
+        if d.p() != 1 || d.n() != 2 * n {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "dst is {:?}; sequence_bounds of {n} ids writes [1, 2, {n}]",
+                    dst.logical_shape()
+                ),
+            ));
+        }
+        // int32 ids compared as integers (exact in f64), float32 ids as float32.
+        let ids: Vec<f64> = if segment_ids.dtype == dtype::Dtype::Int32 {
+            let b = self.gather_bits(segment_ids)?;
+            b.iter().map(|&w| w as i32 as f64).collect()
+        } else {
+            let x = self.gather_f32(segment_ids)?;
+            x.iter().map(|&v| v as f64).collect()
+        };
+        if let Some((i, v)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0))
+        {
+            return Err(super::rule(
+                "segment_ids",
+                "sequence_bounds_ids",
+                format!(
+                    "segment_ids[0, {i}] is {v}; segment ids are non-negative integers (the \
+                     documented rule)"
+                ),
+            ));
+        }
+        let mut z = vec![0f32; 2 * n];
+        let (starts, ends) = z.split_at_mut(n);
+        for i in 0..n {
+            starts[i] = if ids[i] == 0.0 {
+                n as f32
+            } else if i > 0 && ids[i] == ids[i - 1] {
+                starts[i - 1]
+            } else {
+                i as f32
+            };
+        }
+        for i in (0..n).rev() {
+            ends[i] = if ids[i] == 0.0 {
+                -1.0
+            } else if i + 1 < n && ids[i] == ids[i + 1] {
+                ends[i + 1]
+            } else {
+                (i + 1) as f32
+            };
+        }
+        self.scatter_f32(&d, &z)?;
+        self.record_engine(opc, engine, &[&a], &[], &d, 0);
+        Ok(())
+    }
+}
+
+impl Machine {
     /// `nonzero_with_count` (GpSimd engine; \[S9\], whose pseudocode this follows): in each
     /// partition a GpSimd core reads (the first of its 16, hardware partitions 0, 16, .., 112),
     /// `dst` gets the positions `i + index_offset` of `src`'s nonzero elements (free axes
@@ -641,6 +733,108 @@ mod tests {
     /// 32 of a 40-partition tile): -0.0 is zero, NaN and denormals nonzero, an all-zero and an
     /// all-nonzero row; the other partitions of dst keep what they held, and src's other
     /// partitions may never have been written.
+    /// sequence_bounds against the documented numpy loops: runs of equal ids, padding (0 and
+    /// -0.0) inside and at both ends, a run of one, int32 ids above 2^24 kept distinct.
+    #[test]
+    fn sequence_bounds_against_the_documented_loops() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let oracle = |seq: &[f64]| {
+            let n = seq.len();
+            let (mut lo, mut hi) = (vec![0f64; n], vec![0f64; n]);
+            for i in 0..n {
+                lo[i] = if seq[i] == 0.0 {
+                    n as f64
+                } else if i > 0 && seq[i] == seq[i - 1] {
+                    lo[i - 1]
+                } else {
+                    i as f64
+                };
+            }
+            for i in (0..n).rev() {
+                hi[i] = if seq[i] == 0.0 {
+                    -1.0
+                } else if i + 1 < n && seq[i] == seq[i + 1] {
+                    hi[i + 1]
+                } else {
+                    (i + 1) as f64
+                };
+            }
+            [lo, hi].concat()
+        };
+        let f: Vec<f32> = vec![0.0, 1.0, 1.0, 2.0, 2.0, 2.0, -0.0, 3.0, 3.0, 5.0, 4.0, 4.0];
+        let n = f.len();
+        let ids = m
+            .alloc(Space::Sbuf, "ids", &[1, n], Dtype::Fp32)
+            .expect("ids");
+        let d = m
+            .alloc(Space::Sbuf, "d", &[1, 2, n], Dtype::Int32)
+            .expect("d");
+        put(
+            &mut m,
+            &ids,
+            &f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            4,
+        );
+        m.sequence_bounds(&d, &ids).expect("fp32");
+        let got: Vec<f64> = m
+            .read_tile(&d)
+            .expect("read")
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect();
+        assert_eq!(
+            got,
+            oracle(&f.iter().map(|&v| v as f64).collect::<Vec<_>>())
+        );
+        assert_eq!(&got[..3], &[12.0, 1.0, 1.0]);
+        let big: Vec<i32> = vec![16_777_217, 16_777_216, 16_777_216, 0, 7];
+        let ids = m
+            .alloc(Space::Sbuf, "ids32", &[1, 5], Dtype::Int32)
+            .expect("ids");
+        let d = m
+            .alloc(Space::Sbuf, "d32", &[1, 2, 5], Dtype::Fp32)
+            .expect("d");
+        put(
+            &mut m,
+            &ids,
+            &big.iter().map(|&v| v as u32).collect::<Vec<_>>(),
+            4,
+        );
+        m.sequence_bounds(&d, &ids).expect("int32");
+        let got: Vec<f64> = m
+            .read_tile(&d)
+            .expect("read")
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect();
+        assert_eq!(
+            got,
+            oracle(&big.iter().map(|&v| v as f64).collect::<Vec<_>>())
+        );
+        let bad = m
+            .alloc(Space::Sbuf, "bad", &[1, 2], Dtype::Fp32)
+            .expect("bad");
+        put(&mut m, &bad, &[1.5f32.to_bits(), 1.0f32.to_bits()], 4);
+        let e = m
+            .sequence_bounds(&d, &bad)
+            .expect_err("shape first? no: ids");
+        assert!(e.to_string().contains("segment_ids") || e.to_string().contains("dst"));
+        let d2 = m
+            .alloc(Space::Sbuf, "d2", &[1, 2, 2], Dtype::Fp32)
+            .expect("d2");
+        let e = m.sequence_bounds(&d2, &bad).expect_err("1.5");
+        assert_eq!(e.rule(), Some("sequence_bounds_ids"));
+        let two = m
+            .alloc(Space::Sbuf, "two", &[2, 2], Dtype::Fp32)
+            .expect("two");
+        put(&mut m, &two, &[0, 0, 0, 0], 4);
+        let e = m.sequence_bounds(&d2, &two).expect_err("two partitions");
+        assert_eq!(e.rule(), Some("shape"));
+        let h = m.alloc(Space::Sbuf, "h", &[1, 2], Dtype::Bf16).expect("h");
+        let e = m.sequence_bounds(&d2, &h).expect_err("bf16");
+        assert_eq!(e.rule(), Some("sequence_bounds_dtype"));
+    }
+
     #[test]
     fn nonzero_with_count_against_the_documented_pseudocode() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");

@@ -1,5 +1,5 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
-//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
+//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `select_reduce`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
 //! `nc_find_index8` / `nc_match_replace8`.
 //!
 //! # Orders (ours; the hardware's are not published)
@@ -19,6 +19,13 @@
 //!   widened to float32, a NaN canonical; the register takes the float32 results in order,
 //!   `reg = max(reg, r[j])`, before they are rounded to `dst`'s dtype (so a bf16 `dst` holds
 //!   -inf where `reduce_res` holds float32's lowest, as the documentation's note describes).
+//! - `select_reduce` (the select and the maximum are documented; the rest is ours): element
+//!   `i` is `on_true[i]` where `predicate[i] != 0` (negated by `reverse_pred`: a logical not,
+//!   where the documentation's numpy `~` on an integer tile would be bitwise), else the
+//!   partition's `on_false` value; both widened to float32, a NaN canonical; with `reduce_cmd`
+//!   `reset_reduce` (the register from -Inf) or `reduce`, `reg = max(reg, r[i])` over the
+//!   float32 results in order, before they are rounded to `dst`'s dtype; `idle` leaves the
+//!   register as it is; `reduce_res`, when given, receives the register.
 //! - `tensor_scalar_cumulative` (the documented pseudocode, taken literally): per partition,
 //!   the register set by `reduce_cmd` (`reset_reduce`: 0 for add and subtract, 1 for multiply,
 //!   -Inf for maximum, +Inf for minimum; `load_reduce`: `imm1`; `reduce`: as it is), then for
@@ -49,7 +56,7 @@
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
-use super::super::record::{flags, Engine, Opcode, Queue, Region};
+use super::super::record::{flags, Engine, Opcode, Queue, Region, MEM_PSUM};
 use super::super::Machine;
 use super::alu::{self, canon, AluOp};
 use super::elementwise::check_op_pair;
@@ -545,6 +552,138 @@ impl Machine {
         reads.extend_from_slice(&extra);
         // The published cost is max(MIN_II, N) [S10], reduce_res included.
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
+        self.program
+            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
+        Ok(())
+    }
+
+    /// `select_reduce` (Vector engine): `dst = predicate ? on_true : on_false` element-wise
+    /// (`predicate` an 8- or 16-bit integer tile, true when nonzero, `reverse_pred` negating it;
+    /// `on_false` a float32 immediate or a `[P, 1]` tile, one value per partition), the results
+    /// max-reduced into the Vector registers. See the module doc for the order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn select_reduce(
+        &mut self,
+        dst: &Tile,
+        predicate: &Tile,
+        on_true: &Tile,
+        on_false: &Scalar,
+        reduce_res: Option<&Tile>,
+        reduce_cmd: ReduceCmd,
+        reduce_op: AluOp,
+        reverse_pred: bool,
+    ) -> Result<()> {
+        let opc = Opcode::SelectReduce;
+        let engine = Engine::Vector;
+        if reduce_op != AluOp::Maximum {
+            return Err(Error::value(
+                "reduce_op",
+                format!("got {reduce_op}; select_reduce reduces with maximum only"),
+            ));
+        }
+        if !matches!(
+            reduce_cmd,
+            ReduceCmd::Idle | ReduceCmd::ResetReduce | ReduceCmd::Reduce
+        ) {
+            return Err(Error::value(
+                "reduce_cmd",
+                format!("got {reduce_cmd}; select_reduce documents idle, reset_reduce and reduce"),
+            ));
+        }
+        if !matches!(
+            predicate.dtype,
+            Dtype::Int8 | Dtype::Uint8 | Dtype::Int16 | Dtype::Uint16
+        ) {
+            return Err(super::dtype_rule(
+                "predicate",
+                "select_reduce_dtype",
+                format!(
+                    "predicate is {}; select_reduce's predicate is int8, uint8, int16 or uint16",
+                    predicate.dtype
+                ),
+            ));
+        }
+        if matches!(on_true.dtype, Dtype::Int32 | Dtype::Uint32 | Dtype::Tf32) {
+            return Err(super::dtype_rule(
+                "on_true",
+                "select_reduce_dtype",
+                format!(
+                    "on_true is {}; select_reduce takes any dtype but tfloat32, int32 and uint32",
+                    on_true.dtype
+                ),
+            ));
+        }
+        let pr = self.operand("predicate", predicate, Some(engine), false)?;
+        let t = self.operand("on_true", on_true, Some(engine), false)?;
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        self.same_shape(opc, "on_true", &t, &[("predicate", &pr), ("dst", &d)])?;
+        if pr.region().mem == MEM_PSUM && t.region().mem == MEM_PSUM {
+            return Err(super::rule(
+                "on_true",
+                "two_psum_inputs",
+                "select_reduce takes on_true or predicate from PSUM, not both",
+            ));
+        }
+        let (p, n) = (t.p(), t.n());
+        let res = match reduce_res {
+            Some(r) => {
+                if r.dtype.format().is_none() {
+                    return Err(super::dtype_rule(
+                        "reduce_res",
+                        "select_reduce_dtype",
+                        format!("reduce_res is {}; it must be a float type", r.dtype),
+                    ));
+                }
+                let o = self.operand("reduce_res", r, Some(engine), true)?;
+                check_reduce_res(&o, p)?;
+                Some(o)
+            }
+            None => None,
+        };
+        let mut extra: Vec<Region> = Vec::new();
+        let fill: Vec<f32> = match on_false {
+            Scalar::Imm(v) => vec![*v as f32; p as usize],
+            Scalar::Tile(ft) => {
+                let fo = self.operand("on_false", ft, Some(engine), false)?;
+                self.check_vector_operand("on_false", &fo, p)?;
+                extra.push(fo.region());
+                self.gather_f32(ft)?
+            }
+        };
+        let pv = self.gather_f32(predicate)?;
+        let x = self.gather_f32(on_true)?;
+        let mut z = vec![0f32; x.len()];
+        let p0 = dst.start_partition as usize;
+        let rows = x.chunks(n.max(1)).zip(pv.chunks(n.max(1)));
+        for (row, ((xi, qi), zi)) in rows.zip(z.chunks_mut(n.max(1))).enumerate() {
+            for ((&v, &q), out) in xi.iter().zip(qi).zip(zi.iter_mut()) {
+                *out = if (q != 0.0) != reverse_pred {
+                    canon(v)
+                } else {
+                    canon(fill[row])
+                };
+            }
+            let reg = &mut self.dve_regs[p0 + row];
+            if reduce_cmd != ReduceCmd::Idle {
+                if reduce_cmd == ReduceCmd::ResetReduce {
+                    *reg = identity(reduce_op);
+                }
+                for &v in zi.iter() {
+                    *reg = alu::apply(reduce_op, *reg, v);
+                }
+            }
+        }
+        self.scatter_f32(&d, &z)?;
+        let mut writes = vec![d.region()];
+        if let Some(o) = &res {
+            let vals = self.dve_regs[p0..p0 + p as usize].to_vec();
+            self.scatter_f32(o, &vals)?;
+            writes.push(o.region());
+        }
+        let mut reads: Vec<Region> = vec![t.region(), pr.region()];
+        reads.extend_from_slice(&extra);
+        // No published formula: the Vector engine's one pass, max(MIN_II, N) (inferred).
+        let cost = Self::cost_input(n, p, super::operand_flags(&[&t, &pr], Some(&d)));
         self.program
             .push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
@@ -1056,6 +1195,136 @@ mod tests {
     /// bounds (a NaN bound selects nothing), both comparisons on the float32 index, the fill
     /// float32's lowest (-inf once rounded to bf16), NaN kept (canonical), -0 kept, and the
     /// register's max over the float32 results, continued by `reduce` on a second call.
+    /// select_reduce against `where(pred, on_true, on_false)` and an IEEE maximum fold: int16
+    /// predicates (negative, zero, positive), NaN/-0/+-inf values, a per-partition on_false tile
+    /// holding a NaN, reverse_pred, reduce continuing, idle leaving the register, bf16 rounding.
+    #[test]
+    fn select_reduce_against_where_and_a_maximum_fold() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (5usize, 9usize);
+        let data = sbuf(&mut m, "data", &[p, n], Dtype::Fp32);
+        let pred = sbuf(&mut m, "pred", &[p, n], Dtype::Int16);
+        let fill = sbuf(&mut m, "fill", &[p, 1], Dtype::Fp32);
+        let d32 = sbuf(&mut m, "d32", &[p, n], Dtype::Fp32);
+        let d16 = sbuf(&mut m, "d16", &[p, n], Dtype::Bf16);
+        let res = sbuf(&mut m, "res", &[p, 1], Dtype::Fp32);
+        let special = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 0.0, 1.5];
+        let x: Vec<f32> = (0..p * n)
+            .map(|k| {
+                if k % 4 == 1 {
+                    special[(k / 4) % 6]
+                } else {
+                    (k % 7) as f32 - 3.0
+                }
+            })
+            .collect();
+        put(&mut m, &data, &x);
+        let q: Vec<i16> = (0..p * n).map(|k| [0, 1, -1, 0, 300][k % 5]).collect();
+        let qw: Vec<u32> = q.iter().map(|&v| v as u16 as u32).collect();
+        crate::machine::isa::test_util::put_words(&mut m, &pred, &qw, 2);
+        let f = [-100.0, f32::NAN, -0.0, 7.0, f32::NEG_INFINITY];
+        put(&mut m, &fill, &f);
+        let ft = Scalar::Tile(fill);
+        let imm = Scalar::Imm(-2.0);
+        let calls: [(&Tile, &Scalar, ReduceCmd, bool); 3] = [
+            (&d32, &ft, ReduceCmd::ResetReduce, false),
+            (&d16, &imm, ReduceCmd::Reduce, true),
+            (&d32, &ft, ReduceCmd::Idle, false),
+        ];
+        let mut reg = [f32::NEG_INFINITY; 5];
+        for (k, &(d, on_false, cmd, rev)) in calls.iter().enumerate() {
+            m.select_reduce(
+                d,
+                &pred,
+                &data,
+                on_false,
+                Some(&res),
+                cmd,
+                AluOp::Maximum,
+                rev,
+            )
+            .expect("select_reduce");
+            let got: Vec<u32> = if d.dtype == Dtype::Fp32 {
+                words(&m, d)
+            } else {
+                let b = m.read_tile(d).expect("read");
+                b.chunks(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+                    .collect()
+            };
+            for r in 0..p {
+                for j in 0..n {
+                    let i = r * n + j;
+                    let other = match on_false {
+                        Scalar::Imm(v) => *v as f32,
+                        Scalar::Tile(_) => f[r],
+                    };
+                    let v = if (q[i] != 0) != rev { x[i] } else { other };
+                    let v = if v.is_nan() {
+                        f32::from_bits(0x7FC0_0000)
+                    } else {
+                        v
+                    };
+                    if cmd != ReduceCmd::Idle {
+                        reg[r] = alu::maximum(reg[r], v);
+                    }
+                    let want = if d.dtype == Dtype::Fp32 {
+                        v.to_bits()
+                    } else {
+                        v.to_bits() >> 16 // exact in bf16 (small integers, specials)
+                    };
+                    assert_eq!(got[i], want, "call {k} ({r}, {j})");
+                }
+            }
+            let got_res = words(&m, &res);
+            for r in 0..p {
+                assert_eq!(got_res[r], reg[r].to_bits(), "call {k} register {r}");
+            }
+        }
+        // A NaN in the row makes the register NaN; the -0/+0 row keeps +0 (IEEE maximum).
+        assert!(reg[1].is_nan());
+        let bad = sbuf(&mut m, "bad", &[p, n], Dtype::Fp32);
+        let e = m
+            .select_reduce(
+                &d32,
+                &bad,
+                &data,
+                &imm,
+                None,
+                ReduceCmd::Idle,
+                AluOp::Maximum,
+                false,
+            )
+            .expect_err("fp32 predicate");
+        assert_eq!(e.rule(), Some("select_reduce_dtype"));
+        let e = m
+            .select_reduce(
+                &d32,
+                &pred,
+                &data,
+                &imm,
+                None,
+                ReduceCmd::LoadReduce,
+                AluOp::Maximum,
+                false,
+            )
+            .expect_err("load_reduce");
+        assert!(e.to_string().contains("reduce_cmd"));
+        let e = m
+            .select_reduce(
+                &d32,
+                &pred,
+                &data,
+                &imm,
+                None,
+                ReduceCmd::Idle,
+                AluOp::Add,
+                false,
+            )
+            .expect_err("add");
+        assert!(e.to_string().contains("reduce_op"));
+    }
+
     #[test]
     fn range_select_against_the_documented_numpy_equivalent() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");

@@ -389,6 +389,12 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             named("reduce_op", K::Alu, "maximum"), int("range_start", 0),
             opt("on_false_value", K::Float)],
     ),
+    row(Op::SelectReduce, &[Vector], Own, None,
+        "dst = predicate ? on_true : on_false (reverse_pred negates), max-reduced into reduce_res",
+        &[DST, req("predicate", K::Tile), req("on_true", K::Tile), req("on_false", K::Scalar),
+            opt("reduce_res", K::Tile), named("reduce_cmd", K::ReduceCmd, "idle"),
+            named("reduce_op", K::Alu, "maximum"), flag("reverse_pred")],
+    ),
     row(Op::TensorPartitionReduce, &[Gpsimd], Partition("data"), None,
         "dst[0, j] = op over the partitions p of data[p, j]",
         &[DST, req("op", K::Alu), req("data", K::Tile)],
@@ -397,6 +403,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         "dst = positions + index_offset of src's nonzero elements, padding_val, then their \
          count (partitions 0, 16, .., 112 only)",
         &[DST, req("src", K::Tile), int("index_offset", 0), int("padding_val", -1)],
+    ),
+    row(Op::SequenceBounds, &[Gpsimd], Own, None,
+        "dst[0, 0, i] / dst[0, 1, i] = the start / end (exclusive) of the run of equal \
+         segment_ids around i (n / -1 for padding id 0)",
+        &[DST, req("segment_ids", K::Tile)],
     ),
     row(Op::TensorScalarCumulative, &[Vector], Own, None,
         "dst[i] = reg = op1(op0(src[i], imm0), reg) along the free axis, reg set by reduce_cmd",
@@ -881,6 +892,7 @@ impl Machine {
             Opcode::TensorPartitionReduce => {
                 self.tensor_partition_reduce(&dst, a.alu("op")?, &a.tile("data")?)
             }
+            Opcode::SequenceBounds => self.sequence_bounds(&dst, &a.tile("segment_ids")?),
             Opcode::NonzeroWithCount => self.nonzero_with_count(
                 &dst,
                 &a.tile("src")?,
@@ -895,6 +907,16 @@ impl Machine {
                 &a.scalar("imm0")?,
                 a.opt_scalar("imm1")?.as_ref(),
                 a.reduce_cmd("reduce_cmd")?,
+            ),
+            Opcode::SelectReduce => self.select_reduce(
+                &dst,
+                &a.tile("predicate")?,
+                &a.tile("on_true")?,
+                &a.scalar("on_false")?,
+                a.opt_tile("reduce_res")?.as_ref(),
+                a.reduce_cmd("reduce_cmd")?,
+                a.alu("reduce_op")?,
+                a.flag("reverse_pred"),
             ),
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
