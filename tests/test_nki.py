@@ -19,9 +19,18 @@ from trn2core.errors import CapacityError, ShapeError, Trn2Error, Trn2ValueError
 nl, nisa = tn.language, tn.isa
 lnl, lisa = tn.language_legacy, tn.isa_legacy
 BF16 = ml_dtypes.bfloat16
-HOOK_NAMES = ("nki", "nki.language", "nki.isa", "nki.jit", "nki.typing", "neuronxcc",
-              "neuronxcc.nki", "neuronxcc.nki.language", "neuronxcc.nki.isa",
-              "neuronxcc.nki.typing")  # fmt: skip
+HOOK_NAMES = (
+    "nki",
+    "nki.language",
+    "nki.isa",
+    "nki.jit",
+    "nki.typing",
+    "neuronxcc",
+    "neuronxcc.nki",
+    "neuronxcc.nki.language",
+    "neuronxcc.nki.isa",
+    "neuronxcc.nki.typing",
+)
 
 
 def _line_of(fn, text: str) -> int:
@@ -110,8 +119,18 @@ def test_a_kernel_keeps_working_after_uninstall():
 # ----------------------------------------------------------------------------- kernels
 
 
-@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.int32, np.uint8,
-                                   ml_dtypes.float8_e4m3, ml_dtypes.float8_e5m2])  # fmt: skip
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.float32,
+        BF16,
+        np.float16,
+        np.int32,
+        np.uint8,
+        ml_dtypes.float8_e4m3,
+        ml_dtypes.float8_e5m2,
+    ],
+)
 def test_copies_are_bit_exact_for_every_dtype(dtype, copy_kernel):
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 256, size=(64, 48 * np.dtype(dtype).itemsize), dtype=np.uint8)
@@ -276,8 +295,15 @@ def test_spmd_queries_in_a_legacy_grid():
 
     @tn.jit_legacy
     def k(x):
-        seen.append((lnl.program_id(0), lnl.program_id(1), lnl.num_programs(),
-                     lnl.num_programs(1), lnl.program_ndim()))  # fmt: skip
+        seen.append(
+            (
+                lnl.program_id(0),
+                lnl.program_id(1),
+                lnl.num_programs(),
+                lnl.num_programs(1),
+                lnl.program_ndim(),
+            )
+        )
         out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
         i, j = lnl.program_id(0), lnl.program_id(1)
         lnl.store(out[i : i + 1, j : j + 1], value=lnl.load(x[i : i + 1, j : j + 1]))
@@ -408,14 +434,15 @@ def test_isa_calls_of_the_current_dialect_against_the_reference():
         res = nl.ndarray((5, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
         red = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.scalar_tensor_tensor(dst=t, data=a, op0=nl.multiply, operand0=2.0, op1=nl.subtract,
-                                  operand1=b)  # fmt: skip
+        nisa.scalar_tensor_tensor(
+            dst=t, data=a, op0=nl.multiply, operand0=2.0, op1=nl.subtract, operand1=b
+        )
         nisa.dma_copy(dst=res[0], src=t)
-        nisa.tensor_tensor_scan(dst=t, data0=a, data1=b, initial=0.0, op0=nl.multiply,
-                                op1=nl.add)  # fmt: skip
+        nisa.tensor_tensor_scan(dst=t, data0=a, data1=b, initial=0.0, op0=nl.multiply, op1=nl.add)
         nisa.dma_copy(dst=res[1], src=t)
-        nisa.tensor_scalar_reduce(dst=t, data=a, op0=nl.add, operand0=1.0, reduce_op=nl.maximum,
-                                  reduce_res=red)  # fmt: skip
+        nisa.tensor_scalar_reduce(
+            dst=t, data=a, op0=nl.add, operand0=1.0, reduce_op=nl.maximum, reduce_res=red
+        )
         nisa.dma_copy(dst=res[2], src=t)
         nisa.tensor_reduce(dst=red, op=nl.add, data=b, axis=1, negate=True)
         nisa.tensor_scalar(dst=t, data=a, op0=nl.maximum, operand0=red)
@@ -428,8 +455,9 @@ def test_isa_calls_of_the_current_dialect_against_the_reference():
     x = rng.standard_normal((32, 16), dtype=np.float32)
     y = rng.standard_normal((32, 16), dtype=np.float32)
     out = k(x, y)
-    assert np.array_equal(out[0], ref.scalar_tensor_tensor(x, "multiply", 2.0, "subtract", y,
-                                                           "fp32"))  # fmt: skip
+    assert np.array_equal(
+        out[0], ref.scalar_tensor_tensor(x, "multiply", 2.0, "subtract", y, "fp32")
+    )
     assert np.array_equal(out[1], ref.tensor_tensor_scan(x, y, 0.0, "multiply", "add", "fp32"))
     assert np.array_equal(out[2], ref.tensor_scalar_reduce(x, "add", 1.0, "maximum", "fp32")[0])
     red = ref.tensor_reduce(y, "add", 1, "fp32", negate=True).reshape(-1, 1)
@@ -464,8 +492,9 @@ def test_load_transpose2d_and_partition_broadcast():
     rng = np.random.default_rng(7)
     x = rng.standard_normal((96, 40), dtype=np.float32)
     g = rng.standard_normal(96, dtype=np.float32)
-    assert np.array_equal(k(x, g), ref.tensor_tensor(x.T, np.broadcast_to(g, (40, 96)),
-                                                     "multiply", "fp32"))  # fmt: skip
+    assert np.array_equal(
+        k(x, g), ref.tensor_tensor(x.T, np.broadcast_to(g, (40, 96)), "multiply", "fp32")
+    )
 
 
 # ----------------------------------------------------------------------------- the report
@@ -632,8 +661,9 @@ def test_reading_memory_no_instruction_wrote():
         nisa.tensor_copy(dst=u, src=t)  # HERE
         return u
 
-    e = _raises_at(tn.UninitializedReadError, k, "# HERE", "[rule uninitialized_read]",
-                   np.ones(2, np.float32))  # fmt: skip
+    e = _raises_at(
+        tn.UninitializedReadError, k, "# HERE", "[rule uninitialized_read]", np.ones(2, np.float32)
+    )
     assert isinstance(e, Trn2ValueError) and "never written" in str(e)
 
 
@@ -669,8 +699,9 @@ def test_a_loop_carried_dependency_inside_affine_range():
         acc, _ = ref.activation(acc, "exp", "fp32")
     want = np.zeros_like(x)
     for i in range(4):
-        want = ref.tensor_tensor(want, ref.tensor_scalar(acc, "multiply", float(i), "fp32"),
-                                 "add", "fp32")  # fmt: skip
+        want = ref.tensor_tensor(
+            want, ref.tensor_scalar(acc, "multiply", float(i), "fp32"), "add", "fp32"
+        )
     assert np.array_equal(out, want)
 
 
@@ -682,8 +713,10 @@ def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
     with pytest.raises(tn.KernelError, match="float64"):
         tn.jit(copy_kernel)(np.ones((2, 2)))
     with pytest.raises(Trn2ValueError, match="not an ALU operator"):
-        tn.run(lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
-               np.ones((2, 2), np.float32))  # fmt: skip
+        tn.run(
+            lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
+            np.ones((2, 2), np.float32),
+        )
     with pytest.raises(tn.NotSupportedError, match="register_alloc"):
         tn.run(lambda x: nisa.register_alloc(0), np.ones((2, 2), np.float32))
 
@@ -720,13 +753,34 @@ def test_cli_nki_run_prints_the_timeline_and_writes_a_trace(capsys, tmp_path):
     from trn2core.cli import main
 
     trace = tmp_path / "t.json"
-    rc = main(["nki", "run", f"{EXAMPLES}/matmul.py::matmul_hoisted", "--shapes",
-               "256x128:bf16", "256x512:bf16", "--trace", str(trace)])  # fmt: skip
+    rc = main(
+        [
+            "nki",
+            "run",
+            f"{EXAMPLES}/matmul.py::matmul_hoisted",
+            "--shapes",
+            "256x128:bf16",
+            "256x512:bf16",
+            "--trace",
+            str(trace),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "float32 [128, 512]" in out and "bottleneck" in out and "PE" in out
     assert any(e.get("name") == "nc_matmul" for e in json.loads(trace.read_text())["traceEvents"])
-    rc = main(["nki", "run", f"{EXAMPLES}/layernorm.py::layernorm", "--shapes", "128x64",
-               "64", "64", "--arg", "eps=0.001"])  # fmt: skip
+    rc = main(
+        [
+            "nki",
+            "run",
+            f"{EXAMPLES}/layernorm.py::layernorm",
+            "--shapes",
+            "128x64",
+            "64",
+            "64",
+            "--arg",
+            "eps=0.001",
+        ]
+    )
     assert rc == 0 and "float32 [128, 64]" in capsys.readouterr().out
 
 
@@ -741,8 +795,7 @@ def test_cli_nki_run_reports_bad_input_and_kernel_errors(capsys):
     assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::too_big", "--shapes", "128x28672"]) == 1
     err = capsys.readouterr().err
     assert "CapacityError" in err and "mistakes.py:" in err and "[rule sbuf_capacity]" in err
-    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::half_written", "--shapes",
-                 "128x8"]) == 1  # fmt: skip
+    assert main(["nki", "run", f"{EXAMPLES}/mistakes.py::half_written", "--shapes", "128x8"]) == 1
     assert "did not write every element" in capsys.readouterr().err
     assert main(["nki", "run", "no/such/file.py::k"]) == 2
 
@@ -1029,11 +1082,18 @@ def test_range_select_masks_by_free_index_and_max_reduces_like_numpy():
         d = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
         res = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.range_select(
-            d, on_true_tile=ps, comp_op0=nl.greater_equal, comp_op1=nl.less,
-            bound0=b[:, 0:1], bound1=b[:, 1:2], reduce_op=nl.maximum, reduce_res=res,
-            reduce_cmd=nisa.reduce_cmd.reset_reduce, range_start=start,
+            d,
+            on_true_tile=ps,
+            comp_op0=nl.greater_equal,
+            comp_op1=nl.less,
+            bound0=b[:, 0:1],
+            bound1=b[:, 1:2],
+            reduce_op=nl.maximum,
+            reduce_res=res,
+            reduce_cmd=nisa.reduce_cmd.reset_reduce,
+            range_start=start,
             on_false_value=-3.4028235e38,
-        )  # fmt: skip
+        )
         out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=d)
         m = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -1068,9 +1128,16 @@ def test_range_select_legacy_form_returns_the_selected_tile():
         b0 = lnl.load(lo)
         b1 = lnl.load(hi)
         res = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.sbuf)
-        r = lisa.range_select(on_true_tile=t, comp_op0=np.greater, comp_op1=np.less_equal,
-                              bound0=b0, bound1=b1, reduce_cmd=lisa.reduce_cmd.reset_reduce,
-                              reduce_res=res, range_start=start)  # fmt: skip
+        r = lisa.range_select(
+            on_true_tile=t,
+            comp_op0=np.greater,
+            comp_op1=np.less_equal,
+            bound0=b0,
+            bound1=b1,
+            reduce_cmd=lisa.reduce_cmd.reset_reduce,
+            reduce_res=res,
+            range_start=start,
+        )
         out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
         lnl.store(out, value=r)
         m = lnl.ndarray((x.shape[0], 1), dtype=lnl.float32, buffer=lnl.shared_hbm)
@@ -1115,8 +1182,15 @@ def test_range_select_rules_name_the_argument_at_the_kernels_line():
 
         return f
 
-    for case in ("comp_op0", "reduce_op", "on_false_value", "range_start", "bound1",
-                 "reduce_cmd", "on_true_tile"):  # fmt: skip
+    for case in (
+        "comp_op0",
+        "reduce_op",
+        "on_false_value",
+        "range_start",
+        "bound1",
+        "reduce_cmd",
+        "on_true_tile",
+    ):
         f = kern(case)
         with pytest.raises(Trn2Error) as e:
             tn.run(tn.jit(f), x)
@@ -1240,12 +1314,17 @@ def test_select_reduce_in_both_dialects_matches_numpy():
 
 @pytest.mark.parametrize(
     "case, arg, rule",
-    [("predicate", "predicate", "select_reduce_dtype"),
-     ("on_true", "on_true", "select_reduce_dtype"),
-     ("reduce_op", "reduce_op", None), ("reduce_cmd", "reduce_cmd", None),
-     ("on_false", "on_false", "shape"), ("reduce_res", "reduce_res", "shape"),
-     ("dst", "predicate", "shape"), ("psum", "on_true", "two_psum_inputs")],
-)  # fmt: skip
+    [
+        ("predicate", "predicate", "select_reduce_dtype"),
+        ("on_true", "on_true", "select_reduce_dtype"),
+        ("reduce_op", "reduce_op", None),
+        ("reduce_cmd", "reduce_cmd", None),
+        ("on_false", "on_false", "shape"),
+        ("reduce_res", "reduce_res", "shape"),
+        ("dst", "predicate", "shape"),
+        ("psum", "on_true", "two_psum_inputs"),
+    ],
+)
 def test_select_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
     def f(x):
         t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
@@ -1336,17 +1415,19 @@ def test_sequence_bounds_in_both_dialects_matches_the_documented_loops():
 
 @pytest.mark.parametrize(
     "case, arg, rule",
-    [("dtype", "segment_ids", "sequence_bounds_dtype"),
-     ("ids", "segment_ids", "sequence_bounds_ids"),
-     ("rows", "segment_ids", "shape"), ("dst", "dst", "shape")],
-)  # fmt: skip
+    [
+        ("dtype", "segment_ids", "sequence_bounds_dtype"),
+        ("ids", "segment_ids", "sequence_bounds_ids"),
+        ("rows", "segment_ids", "shape"),
+        ("dst", "dst", "shape"),
+    ],
+)
 def test_sequence_bounds_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
     x = np.array([[1.0, 1.0, -2.0 if case == "ids" else 2.0, 0.0]], np.float32)
 
     def f(x):
         rows = 2 if case == "rows" else 1
-        t = nl.ndarray((rows, 4), dtype=nl.bfloat16 if case == "dtype" else x.dtype,
-                       buffer=nl.sbuf)  # fmt: skip
+        t = nl.ndarray((rows, 4), dtype=nl.bfloat16 if case == "dtype" else x.dtype, buffer=nl.sbuf)
         for r in range(rows):
             nisa.dma_copy(dst=t[r : r + 1, :], src=x)
         d = nl.ndarray((1, 2, 3 if case == "dst" else 4), dtype=nl.float32, buffer=nl.sbuf)
@@ -1434,9 +1515,13 @@ def test_tensor_partition_reduce_in_both_dialects_matches_numpy():
 
 @pytest.mark.parametrize(
     "case, arg, rule",
-    [("op", "op", None), ("dst", "dst", "shape"), ("bits", "data", "bitvec_dtype"),
-     ("psum", "data", "gpsimd_psum")],
-)  # fmt: skip
+    [
+        ("op", "op", None),
+        ("dst", "dst", "shape"),
+        ("bits", "data", "bitvec_dtype"),
+        ("psum", "data", "gpsimd_psum"),
+    ],
+)
 def test_tensor_partition_reduce_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
     def f(x):
         t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
@@ -1501,9 +1586,14 @@ def test_nonzero_with_count_writes_the_gpsimd_cores_partitions_like_the_pseudoco
 
 @pytest.mark.parametrize(
     "case, arg, rule",
-    [("src", "src", "nonzero_dtype"), ("dst", "dst", "nonzero_dtype"), ("shape", "dst", "shape"),
-     ("padding_val", "padding_val", None), ("unwritten", "src", "uninitialized_read")],
-)  # fmt: skip
+    [
+        ("src", "src", "nonzero_dtype"),
+        ("dst", "dst", "nonzero_dtype"),
+        ("shape", "dst", "shape"),
+        ("padding_val", "padding_val", None),
+        ("unwritten", "src", "uninitialized_read"),
+    ],
+)
 def test_nonzero_with_count_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
     def f(x):
         t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
@@ -1562,14 +1652,21 @@ def test_tensor_scalar_cumulative_follows_the_documented_pseudocode():
         nisa.dma_copy(dst=s[:, 1:2], src=init)
         h = x.shape[1] // 2
         a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar_cumulative(dst=a[:, :h], src=t[:, :h], op0=nl.multiply,
-                                      op1=nl.add, imm0=s[:, 0:1])  # fmt: skip
-        nisa.tensor_scalar_cumulative(dst=a[:, h:], src=t[:, h:], op0=nl.multiply,
-                                      op1=nl.add, imm0=s[:, 0:1],
-                                      reduce_cmd=nisa.reduce_cmd.reduce)  # fmt: skip
+        nisa.tensor_scalar_cumulative(
+            dst=a[:, :h], src=t[:, :h], op0=nl.multiply, op1=nl.add, imm0=s[:, 0:1]
+        )
+        nisa.tensor_scalar_cumulative(
+            dst=a[:, h:],
+            src=t[:, h:],
+            op0=nl.multiply,
+            op1=nl.add,
+            imm0=s[:, 0:1],
+            reduce_cmd=nisa.reduce_cmd.reduce,
+        )
         b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
-        nisa.tensor_scalar_cumulative(b, t, nl.add, nl.subtract, 1.0, s[:, 1:2],
-                                      nisa.reduce_cmd.load_reduce)  # fmt: skip
+        nisa.tensor_scalar_cumulative(
+            b, t, nl.add, nl.subtract, 1.0, s[:, 1:2], nisa.reduce_cmd.load_reduce
+        )
         oa = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=oa, src=a)
         ob = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
@@ -1583,17 +1680,23 @@ def test_tensor_scalar_cumulative_follows_the_documented_pseudocode():
     with np.errstate(invalid="ignore"):
         assert np.array_equal(a, want_a, equal_nan=True)
         assert np.array_equal(
-            b.astype(np.float32), want_b.astype(ml_dtypes.bfloat16).astype(np.float32),
+            b.astype(np.float32),
+            want_b.astype(ml_dtypes.bfloat16).astype(np.float32),
             equal_nan=True,
-        )  # fmt: skip
+        )
     assert res.report.opcodes["tensor_scalar_cumulative"] == 3
 
 
 @pytest.mark.parametrize(
     "case, arg, rule",
-    [("op1", "op1", None), ("reduce_cmd", "reduce_cmd", None), ("imm1", "imm1", None),
-     ("dst", "dst", "cumulative_dtype"), ("imm0", "imm0", "fp32_operand")],
-)  # fmt: skip
+    [
+        ("op1", "op1", None),
+        ("reduce_cmd", "reduce_cmd", None),
+        ("imm1", "imm1", None),
+        ("dst", "dst", "cumulative_dtype"),
+        ("imm0", "imm0", "fp32_operand"),
+    ],
+)
 def test_tensor_scalar_cumulative_rules_name_the_argument_at_the_kernels_line(case, arg, rule):
     def f(x):
         t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)

@@ -39,8 +39,13 @@ def _rand(*shape, seed=0):
 
 
 def test_every_nki_dtype_name_exists_and_the_ones_trn2_lacks_fail_on_use():
-    names = ("float8_e4m3fn", "float8_e8m0fnu", "float8_e5m2_x4", "float8_e4m3fn_x4",
-             "float4_e2m1fn_x4")  # fmt: skip
+    names = (
+        "float8_e4m3fn",
+        "float8_e8m0fnu",
+        "float8_e5m2_x4",
+        "float8_e4m3fn_x4",
+        "float4_e2m1fn_x4",
+    )
     dts = [getattr(nl, n) for n in names]
     assert len({str(d) for d in dts}) == len(dts)  # five distinct dtypes
     assert nl.float8_e4m3fn == np.dtype(ml_dtypes.float8_e4m3fn)
@@ -57,9 +62,13 @@ def test_every_nki_dtype_name_exists_and_the_ones_trn2_lacks_fail_on_use():
 
 
 def test_import_surface_of_both_dialects_fails_only_on_use():
-    mods = ("nki.isa.constants", "nki.collectives", "neuronxcc.nki.compiler",
-            "neuronxcc.nki.isa.constants",
-            "neuronxcc.nki.compiler.backends.neuron.dimensions")  # fmt: skip
+    mods = (
+        "nki.isa.constants",
+        "nki.collectives",
+        "neuronxcc.nki.compiler",
+        "neuronxcc.nki.isa.constants",
+        "neuronxcc.nki.compiler.backends.neuron.dimensions",
+    )
     with tn.install():
         import importlib
 
@@ -89,9 +98,12 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
 
         assert f(1) == 2 and g(2) == 4
 
-        for use in (lambda: cc.all_reduce(1), lambda: cc.ReplicaGroup([0, 1]),
-                    lambda: VirtualRegister(), lambda: NkiInstruction.x,
-                    ):  # fmt: skip
+        for use in (
+            lambda: cc.all_reduce(1),
+            lambda: cc.ReplicaGroup([0, 1]),
+            lambda: VirtualRegister(),
+            lambda: NkiInstruction.x,
+        ):
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
                 use()
         assert ncc.sbuf.auto_alloc() is nl.sbuf and ncc.psum.auto_alloc() is nl.psum
@@ -227,8 +239,10 @@ def test_numpy_integers_work_where_python_ints_do():
         out = nl.ndarray((n, 16), dtype=x.dtype, buffer=nl.shared_hbm)
         t = nl.ndarray((np.int64(64), np.int32(16)), dtype=x.dtype, buffer=nl.sbuf)
         for j in nl.affine_range(np.int32(2)):
-            nisa.dma_copy(dst=t[:, nl.ds(j * np.int32(8), np.int32(8))],
-                          src=x[np.int32(0) : n, nl.ds(np.int64(4) + 8 * j, 8)])  # fmt: skip
+            nisa.dma_copy(
+                dst=t[:, nl.ds(j * np.int32(8), np.int32(8))],
+                src=x[np.int32(0) : n, nl.ds(np.int64(4) + 8 * j, 8)],
+            )
         nisa.dma_copy(dst=out, src=t)
         return out
 
@@ -307,8 +321,10 @@ def test_nl_reductions_and_numpy_functions_as_tensor_reduce_ops():
     assert np.array_equal(k(x), want)
     assert np.array_equal(legacy(x), x.sum(1, keepdims=True))
     with pytest.raises(Trn2Error, match="mean is not an ALU operator"):
-        tn.run(lambda x: nisa.tensor_reduce(dst=x, op=nl.mean, data=x, axis=1),
-               np.ones((2, 2), np.float32))  # fmt: skip
+        tn.run(
+            lambda x: nisa.tensor_reduce(dst=x, op=nl.mean, data=x, axis=1),
+            np.ones((2, 2), np.float32),
+        )
 
 
 # ----------------------------------------------------------------------------- masks
@@ -359,11 +375,34 @@ def _unary_kernel(fn, dialect):
 
 
 ROUNDING_INPUTS = np.array(
-    [-0.0, 0.0, -0.5, 0.5, 1.5, 2.5, -1.5, -2.5, 3.7, -3.7, 2.0**23, -(2.0**23),
-     2.0**22 + 0.5, -(2.0**22) - 0.5, 8388607.5, 1e30, -1e30, np.inf, -np.inf, np.nan, 1e-40,
-     -1e-40, 0.49999997, -0.99999994],
+    [
+        -0.0,
+        0.0,
+        -0.5,
+        0.5,
+        1.5,
+        2.5,
+        -1.5,
+        -2.5,
+        3.7,
+        -3.7,
+        2.0**23,
+        -(2.0**23),
+        2.0**22 + 0.5,
+        -(2.0**22) - 0.5,
+        8388607.5,
+        1e30,
+        -1e30,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1e-40,
+        -1e-40,
+        0.49999997,
+        -0.99999994,
+    ],
     np.float32,
-).reshape(2, 12)  # fmt: skip
+).reshape(2, 12)
 
 
 @pytest.mark.parametrize("dialect", ["current", "legacy"])
@@ -450,10 +489,17 @@ def _k_arange(x):
 
 @pytest.mark.parametrize(
     ("kernel", "arg"),
-    [(_k_full, "fill_value"), (_k_assign, "value"), (_k_ds, "start"), (_k_sum, "axis"),
-     (_k_programs, "axes"), (_k_program_id, "axis"), (_k_constant, "constant"),
-     (_k_arange, "arange")],
-)  # fmt: skip
+    [
+        (_k_full, "fill_value"),
+        (_k_assign, "value"),
+        (_k_ds, "start"),
+        (_k_sum, "axis"),
+        (_k_programs, "axes"),
+        (_k_program_id, "axis"),
+        (_k_constant, "constant"),
+        (_k_arange, "arange"),
+    ],
+)
 def test_bad_arguments_are_trn2_errors_at_the_kernel_line(kernel, arg):
     with pytest.raises(Trn2Error) as info:
         tn.run(tn.jit(kernel), np.ones((4, 4), np.float32))
@@ -1097,8 +1143,9 @@ def test_alloc_places_each_block_where_its_function_says():
                 ps[i] += lisa.nc_matmul(lnl.load(a[i, j]), lnl.load(b[i, j]))
             sb[i] = lnl.copy(ps[i])
             lnl.store(out[i], value=sb[i])
-        alias = lnl.ndarray((lnl.par_dim(64), 256), dtype=nl.float32,
-                            buffer=ncc.sbuf.alloc(lambda **kw: (0, 4096)))  # fmt: skip
+        alias = lnl.ndarray(
+            (lnl.par_dim(64), 256), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda **kw: (0, 4096))
+        )
         lnl.store(seen, value=alias)
         return out, seen
 
@@ -1110,8 +1157,9 @@ def test_alloc_places_each_block_where_its_function_says():
     assert np.array_equal(seen, want[1])
 
     def bad(x):
-        t = lnl.ndarray((2, lnl.par_dim(64), 8), dtype=x.dtype,
-                        buffer=ncc.psum.alloc(lambda **kw: (9, 0, 0)))  # fmt: skip
+        t = lnl.ndarray(
+            (2, lnl.par_dim(64), 8), dtype=x.dtype, buffer=ncc.psum.alloc(lambda **kw: (9, 0, 0))
+        )
         t[0] = 0.0  # bank 9
         return x
 

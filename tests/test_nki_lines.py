@@ -47,9 +47,10 @@ def _kernel(x, w):
 
 
 def _lines():
-    return {k: _line(_kernel, f"# L:{k}") for k in ("load-x", "load-w", "matmul", "call",
-                                                      "pending", "store")} | {
-        "helper": _line(_exp_into, "# L:helper")}  # fmt: skip
+    return {
+        k: _line(_kernel, f"# L:{k}")
+        for k in ("load-x", "load-w", "matmul", "call", "pending", "store")
+    } | {"helper": _line(_exp_into, "# L:helper")}
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +71,16 @@ def test_each_instruction_is_attributed_to_the_line_that_issued_it(run):
     assert {row["file"] for row in run.report.by_line()} == {HERE}
     # The helper's line, not its call; the pending `nl.multiply` at its own line, though
     # issued when the store on the next line needed it.
-    assert set(rows) == {L["load-x"], L["load-w"], L["matmul"], L["helper"], L["pending"],
-                         L["store"]}  # fmt: skip
-    assert rows[L["matmul"]]["instructions"] == 24 and set(rows[L["matmul"]]["engines"]) == {
-        "PE"}  # fmt: skip
-    assert rows[L["helper"]]["instructions"] == 1 and set(rows[L["helper"]]["engines"]) == {
-        "ACT"}  # fmt: skip
+    assert set(rows) == {
+        L["load-x"],
+        L["load-w"],
+        L["matmul"],
+        L["helper"],
+        L["pending"],
+        L["store"],
+    }
+    assert rows[L["matmul"]]["instructions"] == 24 and set(rows[L["matmul"]]["engines"]) == {"PE"}
+    assert rows[L["helper"]]["instructions"] == 1 and set(rows[L["helper"]]["engines"]) == {"ACT"}
     assert rows[L["pending"]]["instructions"] == 1
     assert set(rows[L["pending"]]["engines"]) <= {"DVE", "ACT", "POOL"}
     for k in ("load-x", "load-w", "store"):
@@ -92,8 +97,7 @@ def test_per_line_busy_sums_to_each_engines_busy_time(run):
     dma = sum(v["busy_s"] for k, v in rep.engines.items() if k.startswith("DMA"))
     assert dma > 0
     assert sum(row["engines"].get("DMA", 0.0) for row in rows) == pytest.approx(dma, rel=1e-12)
-    assert [row["busy_s"] for row in rows] == sorted((row["busy_s"] for row in rows),
-                                                     reverse=True)  # fmt: skip
+    assert [row["busy_s"] for row in rows] == sorted((row["busy_s"] for row in rows), reverse=True)
     assert sum(row["share"] for row in rows) == pytest.approx(1.0)
     for row in rows:
         assert row["busy_s"] == pytest.approx(sum(row["engines"].values()))
@@ -115,7 +119,8 @@ def test_the_bottleneck_names_its_busiest_line_and_the_table_the_top_lines(run):
     json.dumps(d)
     assert d["bottleneck_line"] == rep.bottleneck_line
     assert [(r["file"], r["line"]) for r in d["lines"]] == [
-        (r["file"], r["line"]) for r in rep.by_line()]  # fmt: skip
+        (r["file"], r["line"]) for r in rep.by_line()
+    ]
 
 
 def test_the_trace_carries_each_instructions_line(run, tmp_path):
@@ -131,11 +136,17 @@ def test_the_trace_carries_each_instructions_line(run, tmp_path):
     # The file the core writes piece by piece, and Perfetto's protobuf.
     saved = json.loads(open(run.report.save_trace(tmp_path / "k.json")).read())["traceEvents"]
     assert [e["args"].get("line") for e in saved if e["ph"] == "X"] == [
-        e["args"]["line"] for e in ev]  # fmt: skip
+        e["args"]["line"] for e in ev
+    ]
     pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
     trace = pb.Trace.FromString(open(run.report.save_trace(tmp_path / "k.pftrace"), "rb").read())
-    got = [a.string_value for p in trace.packet if p.HasField("track_event")
-           for a in p.track_event.debug_annotations if a.name == "line"]  # fmt: skip
+    got = [
+        a.string_value
+        for p in trace.packet
+        if p.HasField("track_event")
+        for a in p.track_event.debug_annotations
+        if a.name == "line"
+    ]
     assert sorted(got) == sorted(e["args"]["line"] for e in ev)
 
 
@@ -158,7 +169,8 @@ def test_lnc2_sums_a_line_over_both_physical_cores():
     per_core = [_by_line(c)[act] for c in rep.cores]
     assert row["instructions"] == 2 and [r["instructions"] for r in per_core] == [1, 1]
     assert row["engines"]["ACT"] == pytest.approx(
-        rep.engines["nc0 ACT"]["busy_s"] + rep.engines["nc1 ACT"]["busy_s"])  # fmt: skip
+        rep.engines["nc0 ACT"]["busy_s"] + rep.engines["nc1 ACT"]["busy_s"]
+    )
     assert row["busy_s"] == pytest.approx(sum(r["busy_s"] for r in per_core))
     assert sum(r["instructions"] for r in rep.by_line()) == rep.instructions == 6
     # The bottleneck is one core's; its busiest line is that core's (the load: its DMA from
@@ -183,9 +195,10 @@ def test_a_kernel_without_a_file_is_named_string_and_line():
     scope = {"nl": nl, "nisa": nisa}
     exec(src, scope)  # noqa: S102 - the point of the test
     rep = tn.run(scope["k"], np.ones((128, 64), np.float32)).report
-    assert [(r["file"], r["line"], r["instructions"]) for r in
-            sorted(rep.by_line(), key=lambda r: r["line"])] == [
-        ("<string>", 3, 1), ("<string>", 5, 1)]  # fmt: skip
+    assert [
+        (r["file"], r["line"], r["instructions"])
+        for r in sorted(rep.by_line(), key=lambda r: r["line"])
+    ] == [("<string>", 3, 1), ("<string>", 5, 1)]
     assert "<string>:3" in str(rep) and "<string>:5" in str(rep)
 
 
@@ -201,8 +214,7 @@ def test_instructions_issued_outside_a_kernel_have_no_line():
     assert set(rows[0]["engines"]) == {"DVE", "ACT"} and rows[0]["share"] == 1.0
     assert "busiest lines" not in str(rep)
     json.dumps(rep.to_dict())
-    assert all("line" not in e.get("args", {}) for e in json.loads(rep.trace_json())[
-        "traceEvents"])  # fmt: skip
+    assert all("line" not in e.get("args", {}) for e in json.loads(rep.trace_json())["traceEvents"])
 
 
 def test_a_loop_carried_read_still_names_both_lines():
@@ -266,6 +278,14 @@ def test_every_instruction_of_a_kernel_has_a_line_whatever_issued_it():
     assert all(r["file"] == HERE for r in rows), rows
     cos = _line(k, "lnl.cos(a)")
     assert _by_line(res.report)[cos]["instructions"] >= 2  # the composite's instructions
-    assert {r["line"] for r in rows} == {_line(k, t) for t in (
-        "lnl.load(x)", "lnl.cos(a)", "c[...] = 1.0", "lisa.tensor_tensor", "d * 2.0",
-        "lnl.store(out")}  # fmt: skip
+    assert {r["line"] for r in rows} == {
+        _line(k, t)
+        for t in (
+            "lnl.load(x)",
+            "lnl.cos(a)",
+            "c[...] = 1.0",
+            "lisa.tensor_tensor",
+            "d * 2.0",
+            "lnl.store(out",
+        )
+    }

@@ -22,9 +22,11 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: The example kernels shipped inside the package (a link to examples/nki/ in a checkout):
 #: user code for error locations, not trn2core's own frames.
 _EXAMPLES = tuple(
-    {os.path.join(_PKG, "nki_examples") + os.sep,
-     os.path.realpath(os.path.join(_PKG, "nki_examples")) + os.sep}
-)  # fmt: skip
+    {
+        os.path.join(_PKG, "nki_examples") + os.sep,
+        os.path.realpath(os.path.join(_PKG, "nki_examples")) + os.sep,
+    }
+)
 
 
 def _own(filename: str) -> bool:

@@ -77,9 +77,22 @@ _FLOAT_RANK = {
 }
 
 _NAMES = ", ".join(
-    ("bool_", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32",
-     "bfloat16", "tfloat32", "float8_e4m3", "float8_e5m2")
-)  # fmt: skip
+    (
+        "bool_",
+        "int8",
+        "int16",
+        "int32",
+        "uint8",
+        "uint16",
+        "uint32",
+        "float16",
+        "float32",
+        "bfloat16",
+        "tfloat32",
+        "float8_e4m3",
+        "float8_e5m2",
+    )
+)
 
 
 def as_dtype(dtype: object, arg: str = "dtype") -> np.dtype:

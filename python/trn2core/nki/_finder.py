@@ -71,9 +71,16 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
     typing_ns = {k: getattr(_Typing, k) for k in ("tensor", "mutable_tensor", "scalar")}
     constants = {
         c.__name__: c
-        for c in (_ops.engine, _ops.reduce_cmd, _ops.dge_mode, _ops.oob_mode,
-                  _ops.matmul_perf_mode, _ops.nc_version, _ops.dma_engine)
-    }  # fmt: skip
+        for c in (
+            _ops.engine,
+            _ops.reduce_cmd,
+            _ops.dge_mode,
+            _ops.oob_mode,
+            _ops.matmul_perf_mode,
+            _ops.nc_version,
+            _ops.dma_engine,
+        )
+    }
     collectives = _surface.unsupported_names("nki.collectives", _surface.COLLECTIVES)
     compiler = {**_surface.compiler_namespace(), "no_reorder": language.no_reorder}
     dims = {"VNC": language.nc}  # ``kernel[VNC(2)]``: a grid axis over two physical cores
@@ -125,8 +132,10 @@ def unsupported_api() -> dict[str, list[str]]:
 
 def unsupported_markdown() -> str:
     """The table of ``unsupported_api()`` as docs/nki.md has it (a test keeps them equal)."""
-    rows = ["| module | not emulated: importable, `NotSupportedError` naming it on use |",
-            "|---|---|"]  # fmt: skip
+    rows = [
+        "| module | not emulated: importable, `NotSupportedError` naming it on use |",
+        "|---|---|",
+    ]
     for mod, names in unsupported_api().items():
         rows.append(f"| `{mod}` | " + ", ".join(f"`{n}`" for n in names) + " |")
     return "\n".join(rows)
@@ -199,8 +208,11 @@ def install() -> _Installed:
         if _FINDER:
             return _Installed(False)
         f = _Finder()
-        f.saved = {k: sys.modules.pop(k) for k in list(sys.modules)  # type: ignore[attr-defined]
-                   if k in f.namespaces}  # fmt: skip
+        f.saved = {
+            k: sys.modules.pop(k)
+            for k in list(sys.modules)  # type: ignore[attr-defined]
+            if k in f.namespaces
+        }
         sys.meta_path.insert(0, f)
         _FINDER.append(f)
         return _Installed(True)

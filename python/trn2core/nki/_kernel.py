@@ -39,8 +39,15 @@ class Kernel:
     """A kernel function decorated with ``@nki.jit``: call it with numpy / ml_dtypes arrays
     to run it on the emulator (its outputs come back as numpy arrays)."""
 
-    def __init__(self, fn, dialect: str = "current", grid=(), nc_axes=(), lnc: int = 1,
-                 options: dict | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fn,
+        dialect: str = "current",
+        grid=(),
+        nc_axes=(),
+        lnc: int = 1,
+        options: dict | None = None,
+    ) -> None:
         if not callable(fn):
             raise Trn2ValueError(f"jit: expected a function, got {type(fn).__name__}")
         self.fn = fn
@@ -65,16 +72,25 @@ class Kernel:
                     f"kernel[{grid!r}]: in the current NKI dialect the brackets give the LNC "
                     "degree, 1 or 2 on Trainium2 (kernel[2] runs on two physical cores)"
                 )
-            return Kernel(self.fn, self.dialect, (int(g[0]),) if g[0] > 1 else (), (), int(g[0]),
-                          self.options)  # fmt: skip
+            return Kernel(
+                self.fn, self.dialect, (int(g[0]),) if g[0] > 1 else (), (), int(g[0]), self.options
+            )
         nc_axes = tuple(i for i, d in enumerate(g) if getattr(d, "nc", False))
         lnc = 2 if nc_axes else 1
         return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)
 
     def launch(self, args, kwargs, uninitialized: str = "error") -> Launch:
         check_target()
-        return Launch(self.fn, args, kwargs, grid=self.grid, nc_axes=self.nc_axes, lnc=self.lnc,
-                      dialect=self.dialect, uninitialized=uninitialized)  # fmt: skip
+        return Launch(
+            self.fn,
+            args,
+            kwargs,
+            grid=self.grid,
+            nc_axes=self.nc_axes,
+            lnc=self.lnc,
+            dialect=self.dialect,
+            uninitialized=uninitialized,
+        )
 
     def __call__(self, *args, **kwargs):
         if STATE.core is not None:
@@ -142,8 +158,9 @@ def simulate_kernel(kernel, *args, **kwargs):
     return _as_kernel(kernel).launch(args, kwargs).execute()
 
 
-def run(kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int = 1_000_000,
-        **kwargs) -> RunResult:  # fmt: skip
+def run(
+    kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int = 1_000_000, **kwargs
+) -> RunResult:
     """Runs ``kernel`` (``@nki.jit``-decorated, or a plain kernel function) on ``args``
     (numpy / ml_dtypes arrays and plain values; ``kwargs`` go to the kernel too) and returns
     ``RunResult(outputs, report)``. ``grid`` is what ``kernel[grid]`` would be (the LNC degree
@@ -202,8 +219,7 @@ class Benchmarked:
 
     def __call__(self, *args, **kwargs):
         res = run(self.kernel, *args, **kwargs)
-        self.benchmark_result = BenchmarkResult(LatencyResult(res.report.seconds * 1e6),
-                                                res.report)  # fmt: skip
+        self.benchmark_result = BenchmarkResult(LatencyResult(res.report.seconds * 1e6), res.report)
         if self.trace:
             res.report.save_trace(self.trace)
         return res.outputs
@@ -217,8 +233,15 @@ def _benchmarking(fn, trace: str | None):
     return wrap(fn) if fn is not None else wrap
 
 
-def benchmark(kernel=None, *, warmup: int = 2, iters: int = 10, save_neff_name=None,
-              save_trace_name=None, **kwargs):  # fmt: skip
+def benchmark(
+    kernel=None,
+    *,
+    warmup: int = 2,
+    iters: int = 10,
+    save_neff_name=None,
+    save_trace_name=None,
+    **kwargs,
+):
     """Legacy ``nki.benchmark``: the emulated latency instead of a hardware measurement
     (``Benchmarked``). ``@nki.benchmark(...)`` or ``nki.benchmark(...)(kernel)``."""
     for arg, v in (("warmup", warmup), ("iters", iters)):
@@ -227,8 +250,15 @@ def benchmark(kernel=None, *, warmup: int = 2, iters: int = 10, save_neff_name=N
     return _benchmarking(kernel, None)
 
 
-def profile(kernel=None, *, working_directory=None, save_neff_name=None,
-            save_trace_name=None, profile_nth: int = 1, **kwargs):  # fmt: skip
+def profile(
+    kernel=None,
+    *,
+    working_directory=None,
+    save_neff_name=None,
+    save_trace_name=None,
+    profile_nth: int = 1,
+    **kwargs,
+):
     """Legacy ``nki.profile``: as ``benchmark``, and the Perfetto trace of the run is written
     to ``working_directory/save_trace_name`` (JSON, whatever the name's extension)."""
     trace = None

@@ -22,8 +22,9 @@ class Op:
 
     __slots__ = ("name", "alu", "act", "_fn", "doc")
 
-    def __init__(self, name: str, fn, *, alu: str | None = None, act: str | None = None,
-                 doc: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, name: str, fn, *, alu: str | None = None, act: str | None = None, doc: str = ""
+    ) -> None:
         self.name = name
         self.alu = alu
         self.act = act

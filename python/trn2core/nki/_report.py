@@ -87,8 +87,9 @@ class NkiReport(TimingReport):
             r = reports[0]
             engines = {k: dict(v) for k, v in r.engines.items()}
         else:
-            engines = {f"nc{i} {k}": dict(v) for i, r in enumerate(reports)
-                       for k, v in r.engines.items()}  # fmt: skip
+            engines = {
+                f"nc{i} {k}": dict(v) for i, r in enumerate(reports) for k, v in r.engines.items()
+            }
         opcodes: dict[str, int] = {}
         for r in reports:
             for k, v in r.opcodes.items():
@@ -150,19 +151,21 @@ class NkiReport(TimingReport):
 
     def to_dict(self) -> dict[str, Any]:
         """All fields as plain, JSON-serialisable Python data, the critical path included."""
-        return plain({
-            "seconds": self.seconds,
-            "instructions": self.instructions,
-            "engines": self.engines,
-            "opcodes": self.opcodes,
-            "dma_bytes": self.dma_bytes,
-            "bottleneck": self.bottleneck,
-            "bottleneck_line": self.bottleneck_line,
-            "dma_utilization": self.dma_utilization,
-            "lnc": self.lnc,
-            "critical_path": self.critical_path,
-            "lines": self.by_line(),
-        })  # fmt: skip
+        return plain(
+            {
+                "seconds": self.seconds,
+                "instructions": self.instructions,
+                "engines": self.engines,
+                "opcodes": self.opcodes,
+                "dma_bytes": self.dma_bytes,
+                "bottleneck": self.bottleneck,
+                "bottleneck_line": self.bottleneck_line,
+                "dma_utilization": self.dma_utilization,
+                "lnc": self.lnc,
+                "critical_path": self.critical_path,
+                "lines": self.by_line(),
+            }
+        )
 
     def _rows(self) -> list[tuple[str, str]]:
         return [
@@ -172,10 +175,12 @@ class NkiReport(TimingReport):
             ("bottleneck", self._bottleneck_text()),
             *engine_rows(self.engines),
             ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
-            ("DMA bytes", f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
-                          "bandwidth)"),
+            (
+                "DMA bytes",
+                f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA bandwidth)",
+            ),
             ("critical path", count(len(self.critical_path), "instruction")),
-        ]  # fmt: skip
+        ]
 
     def __str__(self) -> str:
         lines = [
@@ -208,5 +213,7 @@ class NkiReport(TimingReport):
         return f"{self.bottleneck} (busiest line {os.path.basename(at) or at})"
 
     def __repr__(self) -> str:
-        return (f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "
-                f"bottleneck={self.bottleneck!r})")  # fmt: skip
+        return (
+            f"NkiReport(seconds={self.seconds:.6g}, instructions={self.instructions}, "
+            f"bottleneck={self.bottleneck!r})"
+        )

@@ -113,10 +113,29 @@ def scalar_arg(x, arg: str):
     raise Trn2ValueError(f"{arg}: expected a number or a [P, 1] tile, got {type(x).__name__}")
 
 
-_ASSOCIATIVE = {"add", "multiply", "maximum", "minimum", "bitwise_and", "bitwise_or",
-                "bitwise_xor", "logical_and", "logical_or", "logical_xor"}  # fmt: skip
-_COMPARE = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-            "logical_and", "logical_or", "logical_xor"}  # fmt: skip
+_ASSOCIATIVE = {
+    "add",
+    "multiply",
+    "maximum",
+    "minimum",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+}
+_COMPARE = {
+    "equal",
+    "not_equal",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+}
 
 
 #: ``nl`` functions lowered to several instructions (``Core.composite``).
@@ -198,8 +217,16 @@ class Core:
     def name(self, name: str, prefix: str) -> str:
         return name or f"{prefix}{next(self.names)}"
 
-    def alloc(self, shape, dtype, buffer: Buffer, pdim: int | None = 0, name: str = "",
-              init=None, place: Placement | None = None) -> NkiTensor:  # fmt: skip
+    def alloc(
+        self,
+        shape,
+        dtype,
+        buffer: Buffer,
+        pdim: int | None = 0,
+        name: str = "",
+        init=None,
+        place: Placement | None = None,
+    ) -> NkiTensor:
         """A new tensor (uninitialised); ``place``: where the kernel put it (explicit
         allocation), else the allocator's first fit."""
         shape = tuple(int(s) for s in shape)
@@ -210,8 +237,9 @@ class Core:
                 raise ShapeError(f"shape: at most 5 dimensions, got {shape}")
             if buffer is SHARED_HBM:
                 return self._shared(shape, dtype, name)
-            tile = self.m.hbm_tensor(self.name(name, "hbm"), list(shape), D.machine_name(dtype),
-                                     None)  # fmt: skip
+            tile = self.m.hbm_tensor(
+                self.name(name, "hbm"), list(shape), D.machine_name(dtype), None
+            )
             self.launch.created[id(tile)] = (tile, *user_location())
             return NkiTensor(tile, shape, None, dtype, buffer, self, None, name)
         pdim = 0 if pdim is None else pdim
@@ -281,13 +309,20 @@ class Core:
                 )
             while True:
                 try:
-                    tile = self.m.alloc(lazy.mshape, D.machine_name(lazy.dtype),
-                                        lazy.buffer.space, f"{lazy.name}{list(idx)}", 0,
-                                        None)  # fmt: skip
+                    tile = self.m.alloc(
+                        lazy.mshape,
+                        D.machine_name(lazy.dtype),
+                        lazy.buffer.space,
+                        f"{lazy.name}{list(idx)}",
+                        0,
+                        None,
+                    )
                     break
                 except CapacityError:
-                    victim = next((k for k, other in self.lazy_lru.items()
-                                   if other.buffer is lazy.buffer), None)  # fmt: skip
+                    victim = next(
+                        (k for k, other in self.lazy_lru.items() if other.buffer is lazy.buffer),
+                        None,
+                    )
                     if victim is None:
                         raise
                     other = self.lazy_lru.pop(victim)
@@ -301,8 +336,9 @@ class Core:
         shape = (lazy.mshape[0], *lazy.mshape[1:]) if len(lazy.mshape) > 1 else lazy.mshape
         return NkiTensor(owner.tile, shape, 0, lazy.dtype, lazy.buffer, self, owner, lazy.name)
 
-    def _placed(self, shape, dtype, buffer: Buffer, pdim: int, name: str,
-                place: Placement) -> NkiTensor:  # fmt: skip
+    def _placed(
+        self, shape, dtype, buffer: Buffer, pdim: int, name: str, place: Placement
+    ) -> NkiTensor:
         """A tensor where the kernel placed it (``Placement``): the block axes (those before
         the partition axis) on their physical tiles, ``tiles[k]`` for axis ``k`` (block ``i``
         in tile ``i % tiles[k]``), tiles one after another from the address (PSUM
@@ -340,8 +376,15 @@ class Core:
         count = math.prod(n)
         total = step * (count - 1) + free if count else free
         name = self.name(name, buffer.space)
-        tile = self.m.alloc([shape[pdim], total], D.machine_name(dtype), buffer.space, name,
-                            place.partition, place.address, True)  # fmt: skip
+        tile = self.m.alloc(
+            [shape[pdim], total],
+            D.machine_name(dtype),
+            buffer.space,
+            name,
+            place.partition,
+            place.address,
+            True,
+        )
         dims = [*n, *tile_dims]
         if step != free:  # PSUM tiles one bank apart
             pattern, st = [], free
@@ -377,8 +420,10 @@ class Core:
         except Trn2Error:
             raise
         except Exception as e:
-            raise Trn2ValueError(f"{what}: the placement function failed for block {idx}: "
-                                 f"{type(e).__name__}: {e}", arg="func") from e  # fmt: skip
+            raise Trn2ValueError(
+                f"{what}: the placement function failed for block {idx}: {type(e).__name__}: {e}",
+                arg="func",
+            ) from e
         want = 3 if fb.buffer is PSUM else 2
         ok = isinstance(at, (tuple, list)) and len(at) == want
         ok = ok and all(is_int(v) and int(v) >= 0 for v in at)
@@ -392,8 +437,9 @@ class Core:
         if want == 3:
             bank, part, byte = (int(v) for v in at)
             if bank >= 8:
-                raise Trn2ValueError(f"{what}: bank {bank} for block {idx}; PSUM has banks "
-                                     "0..7", arg="func")  # fmt: skip
+                raise Trn2ValueError(
+                    f"{what}: bank {bank} for block {idx}; PSUM has banks 0..7", arg="func"
+                )
             address = bank * 2048 + byte
         else:
             part, address = (int(v) for v in at)
@@ -435,8 +481,7 @@ class Core:
                     "declare the same shared tensors in the same order"
                 )
             return t
-        tile = self.m.hbm_tensor(self.name(name, "out"), list(shape), D.machine_name(dtype),
-                                 None)  # fmt: skip
+        tile = self.m.hbm_tensor(self.name(name, "out"), list(shape), D.machine_name(dtype), None)
         self.launch.created[id(tile)] = (tile, *user_location())
         t = NkiTensor(tile, shape, None, dtype, SHARED_HBM, self, None, name)
         t._shared = j
@@ -718,8 +763,10 @@ class Core:
                     raise ShapeError(f"broadcast: cannot broadcast {x.shape} to {shape}")
                 rows = t.rows(shape[0], 0)
             pat = list(t.pattern) or [(1, 1)]
-            pat = [(0 if (n == 1 and s != 1) else st, s)
-                   for (st, n), s in zip(pat, shape[1:], strict=False)] or pat  # fmt: skip
+            pat = [
+                (0 if (n == 1 and s != 1) else st, s)
+                for (st, n), s in zip(pat, shape[1:], strict=False)
+            ] or pat
             return x._view(rows.ap(pat, 0), shape, None)
         if x.shape[0] != shape[0]:
             raise ShapeError(f"broadcast: partition axis {x.shape[0]} to {shape[0]}")
@@ -788,8 +835,11 @@ class Core:
             shape = (x if xt else y).shape
         ranges = self.mask_ranges(mask, len(shape), x, y)
         ints = not D.is_float(out_dt) and dx.itemsize == 4 and dy.itemsize == 4
-        eng = "gpsimd" if op == "power" or (ints and op in ("add", "multiply", "subtract")) \
-            else "vector"  # fmt: skip
+        eng = (
+            "gpsimd"
+            if op == "power" or (ints and op in ("add", "multiply", "subtract"))
+            else "vector"
+        )
 
         def issue(dst: NkiTensor) -> None:
             if ranges is None:
@@ -800,22 +850,62 @@ class Core:
                 fa, fb = self.free_size(a), self.free_size(b)
                 fd = self.free_size(d)
                 if fb == 1 and fd > 1 and b.dtype == D.float32 and eng == "vector":
-                    self.issue("tensor_scalar", "vector", d.tile, a.tile, op, b.tile, False, None,
-                                         None, False)  # fmt: skip
+                    self.issue(
+                        "tensor_scalar",
+                        "vector",
+                        d.tile,
+                        a.tile,
+                        op,
+                        b.tile,
+                        False,
+                        None,
+                        None,
+                        False,
+                    )
                     return
                 if fa == 1 and fd > 1 and a.dtype == D.float32 and eng == "vector":
-                    self.issue("tensor_scalar", "vector", d.tile, b.tile, op, a.tile, True, None,
-                                         None, False)  # fmt: skip
+                    self.issue(
+                        "tensor_scalar",
+                        "vector",
+                        d.tile,
+                        b.tile,
+                        op,
+                        a.tile,
+                        True,
+                        None,
+                        None,
+                        False,
+                    )
                     return
                 a = self.broadcast_view(a, d.shape) if a.shape != d.shape else a
                 b = self.broadcast_view(b, d.shape) if b.shape != d.shape else b
                 self.issue("tensor_tensor", eng, d.tile, a.tile, b.tile, op)
             elif xt:
-                self.issue("tensor_scalar", "vector", d.tile, self.masked(x, ranges).tile, op,
-                                     float(y), False, None, None, False)  # fmt: skip
+                self.issue(
+                    "tensor_scalar",
+                    "vector",
+                    d.tile,
+                    self.masked(x, ranges).tile,
+                    op,
+                    float(y),
+                    False,
+                    None,
+                    None,
+                    False,
+                )
             else:
-                self.issue("tensor_scalar", "vector", d.tile, self.masked(y, ranges).tile, op,
-                                     float(x), True, None, None, False)  # fmt: skip
+                self.issue(
+                    "tensor_scalar",
+                    "vector",
+                    d.tile,
+                    self.masked(y, ranges).tile,
+                    op,
+                    float(x),
+                    True,
+                    None,
+                    None,
+                    False,
+                )
 
         return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
 
@@ -960,8 +1050,18 @@ class Core:
             if mean:
                 tmp = self.alloc(d.shape, D.float32, SBUF, 0)
                 self.issue("tensor_reduce", tmp.tile, op, a.tile, len(axes), False)
-                self.issue("tensor_scalar", "vector", dt, tmp.tile, "divide", float(count), False,
-                                     None, None, False)  # fmt: skip
+                self.issue(
+                    "tensor_scalar",
+                    "vector",
+                    dt,
+                    tmp.tile,
+                    "divide",
+                    float(count),
+                    False,
+                    None,
+                    None,
+                    False,
+                )
             else:
                 self.issue("tensor_reduce", dt, op, a.tile, len(axes), False)
 
@@ -973,8 +1073,13 @@ class Core:
         self.on_chip(target, "target")
         if isinstance(value, NkiTensor):
             fn, kind = self.take(value)
-            if fn is not None and kind is not None and kind[0] == "matmul" and op == "add" \
-                    and target.buffer is PSUM:  # fmt: skip
+            if (
+                fn is not None
+                and kind is not None
+                and kind[0] == "matmul"
+                and op == "add"
+                and target.buffer is PSUM
+            ):
                 owner = target._owner
                 if owner is not None and owner.init not in (None, 0.0):
                     raise NotSupportedError(
@@ -992,12 +1097,25 @@ class Core:
         if isinstance(value, NkiTensor):
             v = self.on_chip(value, "value")
             if v.shape != target.shape:
-                v = self.broadcast_view(v, target.shape) if v.shape[0] == target.shape[0] \
-                    else self.broadcast(v, target.shape)  # fmt: skip
+                v = (
+                    self.broadcast_view(v, target.shape)
+                    if v.shape[0] == target.shape[0]
+                    else self.broadcast(v, target.shape)
+                )
             fv = self.free_size(v)
             if fv == 1 and self.free_size(target) > 1 and v.dtype == D.float32:
-                self.issue("tensor_scalar", "vector", target.tile, target.tile, op, v.tile, False,
-                                     None, None, False)  # fmt: skip
+                self.issue(
+                    "tensor_scalar",
+                    "vector",
+                    target.tile,
+                    target.tile,
+                    op,
+                    v.tile,
+                    False,
+                    None,
+                    None,
+                    False,
+                )
             else:
                 self.m.issue_at(
                     self.loc, "tensor_tensor", "vector", target.tile, target.tile, v.tile, op
@@ -1054,8 +1172,10 @@ class Core:
                 for v in e.terms:
                     axis_var[var_axis(v, nd)] = v
             lo = [ranges[0].get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
-            sizes = [ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
-                     for g, v in enumerate(axis_var)]  # fmt: skip
+            sizes = [
+                ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
+                for g, v in enumerate(axis_var)
+            ]
 
             def coef(k, v) -> int:
                 return k.terms.get(v, 0) if isinstance(k, IndexExpr) and v is not None else 0
@@ -1069,16 +1189,24 @@ class Core:
                 if a == axis:
                     continue
                 c = const(k)
-                for x in [c, *(c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var)
-                               if v is not None)]:  # fmt: skip
+                for x in [
+                    c,
+                    *(
+                        c + coef(k, v) * (sizes[g] - 1)
+                        for g, v in enumerate(axis_var)
+                        if v is not None
+                    ),
+                ]:
                     if not 0 <= x < base.shape[a]:
                         raise OutOfBoundsError(
                             f"index: axis {a} reaches {x}, outside size {base.shape[a]} "
                             "[rule bounds]"
                         )
             offset0 = sum(mstride[a] * const(k) for a, k in enumerate(key) if a != axis)
-            free = [(sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)),
-                     sizes[g]) for g in range(1, nd)] or [(1, 1)]  # fmt: skip
+            free = [
+                (sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)), sizes[g])
+                for g in range(1, nd)
+            ] or [(1, 1)]
             n, p = len(vals), 0
             while p < n:
                 q = p + 1
@@ -1199,8 +1327,18 @@ def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]
 class Launch:
     """One call of a kernel: its grid of programs on one or two physical cores."""
 
-    def __init__(self, fn, args, kwargs, *, grid=(), nc_axes=(), lnc=1, dialect="current",
-                 uninitialized="error") -> None:  # fmt: skip
+    def __init__(
+        self,
+        fn,
+        args,
+        kwargs,
+        *,
+        grid=(),
+        nc_axes=(),
+        lnc=1,
+        dialect="current",
+        uninitialized="error",
+    ) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
@@ -1337,8 +1475,9 @@ class Launch:
         # (offset 0 of their own buffers), so the look-alike match is only the fallback.
         same = [j for j, s in enumerate(table) if s is t or s.tile is t.tile]
         if not same:
-            same = [j for j, s in enumerate(table)
-                    if s.shape == t.shape and _same_tile(s.tile, t.tile)]  # fmt: skip
+            same = [
+                j for j, s in enumerate(table) if s.shape == t.shape and _same_tile(s.tile, t.tile)
+            ]
             if len(same) > 1:
                 raise KernelError(
                     f"output {t.name or 'tensor'} {t.shape}: a view that could be any of "
@@ -1433,8 +1572,13 @@ def _view_elements(tile, itemsize: int) -> np.ndarray:
 
 
 def _same_tile(a, b) -> bool:
-    return (a.shape == b.shape and a.offset == b.offset and a.pattern == b.pattern
-            and a.space == b.space and a.start_partition == b.start_partition)  # fmt: skip
+    return (
+        a.shape == b.shape
+        and a.offset == b.offset
+        and a.pattern == b.pattern
+        and a.space == b.space
+        and a.start_partition == b.start_partition
+    )
 
 
 def _is_array(x) -> bool:
@@ -1477,9 +1621,11 @@ def _check_host(fn, args, kwargs, lnc: int) -> None:
             largest = (name, need)
     if largest is not None:
         _validate.check_alloc(
-            total, largest[0], f"the kernel's inputs ({_validate.human_bytes(total)} with their "
+            total,
+            largest[0],
+            f"the kernel's inputs ({_validate.human_bytes(total)} with their "
             "device copies and read-back)",
-        )  # fmt: skip
+        )
 
 
 def _bind(core: Core, args, kwargs):

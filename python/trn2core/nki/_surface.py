@@ -39,11 +39,13 @@ class Unsupported:
         self._qualname = qualname
 
     def _refuse(self, how: str = "", cls: type = NotSupportedError) -> NotSupportedError:
-        return relocate(cls(  # type: ignore[return-value]
-            f"{self._qualname}{how} is not supported by trn2core (docs/nki.md lists the "
-            "supported API)",
-            arg=self._qualname,
-        ))  # fmt: skip
+        return relocate(
+            cls(  # type: ignore[return-value]
+                f"{self._qualname}{how} is not supported by trn2core (docs/nki.md lists the "
+                "supported API)",
+                arg=self._qualname,
+            )
+        )
 
     def __call__(self, *args, **kwargs):
         raise self._refuse()
@@ -68,11 +70,13 @@ def module_getattr(module: str):
     def __getattr__(name: str):  # noqa: N807 - the module protocol's name
         if name.startswith("__"):
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        raise relocate(UnknownNameError(
-            f"{module}.{name} is not an NKI name trn2core knows (docs/nki.md lists the "
-            "supported API)",
-            arg=f"{module}.{name}",
-        ))  # fmt: skip
+        raise relocate(
+            UnknownNameError(
+                f"{module}.{name} is not an NKI name trn2core knows (docs/nki.md lists the "
+                "supported API)",
+                arg=f"{module}.{name}",
+            )
+        )
 
     return __getattr__
 
@@ -167,10 +171,19 @@ class NKIObject:
 
 # ----------------------------------------------------------------------------- nki.collectives
 COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_v", "reduce_scatter", "all_to_all", "all_to_all_v",
-    "collective_permute", "collective_permute_implicit", "collective_permute_implicit_reduce",
-    "collective_permute_implicit_current_processing_rank_id", "rank_id", "ReplicaGroup",
-)  # fmt: skip
+    "all_reduce",
+    "all_gather",
+    "all_gather_v",
+    "reduce_scatter",
+    "all_to_all",
+    "all_to_all_v",
+    "collective_permute",
+    "collective_permute_implicit",
+    "collective_permute_implicit_reduce",
+    "collective_permute_implicit_current_processing_rank_id",
+    "rank_id",
+    "ReplicaGroup",
+)
 
 
 # ----------------------------------------------------------------------------- compiler
@@ -225,9 +238,13 @@ class _Allocators:
         from ._tensor import PSUM, SBUF, Placement
 
         if not callable(func) or args or kwargs:
-            raise relocate(Trn2ValueError(
-                f"func: neuronxcc.nki.compiler.{self._space}.alloc takes one placement "
-                f"function, got {func!r}", arg="func"))  # fmt: skip
+            raise relocate(
+                Trn2ValueError(
+                    f"func: neuronxcc.nki.compiler.{self._space}.alloc takes one placement "
+                    f"function, got {func!r}",
+                    arg="func",
+                )
+            )
         buf = SBUF if self._space == "sbuf" else PSUM
         return Placement(buf, 0, 0, (), False, f"{self._space}.alloc", func)
 
@@ -243,23 +260,31 @@ class _Allocators:
         except Trn2Error as e:
             raise relocate(e) from None
 
-    def _mod_alloc(self, *, base_addr=0, base_partition=0, num_par_tiles=(),
-                   num_free_tiles=(), base_bank=None, num_bank_tiles=()):  # fmt: skip
+    def _mod_alloc(
+        self,
+        *,
+        base_addr=0,
+        base_partition=0,
+        num_par_tiles=(),
+        num_free_tiles=(),
+        base_bank=None,
+        num_bank_tiles=(),
+    ):
         from ._tensor import PSUM, SBUF, Placement
 
         part = _count(base_partition, "base_partition")
         _one_par_tile(num_par_tiles, self._space)
         if self._space == "sbuf":
             if base_bank is not None or num_bank_tiles:
-                raise Trn2ValueError("base_bank: SBUF has no banks (psum.mod_alloc takes it)",
-                                     arg="base_bank")  # fmt: skip
+                raise Trn2ValueError(
+                    "base_bank: SBUF has no banks (psum.mod_alloc takes it)", arg="base_bank"
+                )
             addr = _count(base_addr, "base_addr")
             tiles = _counts(num_free_tiles, "num_free_tiles")
             return Placement(SBUF, part, addr, tiles, False, "sbuf.mod_alloc")
         bank = _count(0 if base_bank is None else base_bank, "base_bank")
         if bank >= 8:
-            raise Trn2ValueError(f"base_bank: PSUM has 8 banks (0..7), got {bank}",
-                                 arg="base_bank")  # fmt: skip
+            raise Trn2ValueError(f"base_bank: PSUM has 8 banks (0..7), got {bank}", arg="base_bank")
         if any(n != 1 for n in _counts(num_free_tiles, "num_free_tiles")):
             raise NotSupportedError(
                 "neuronxcc.nki.compiler.psum.mod_alloc: num_free_tiles other than 1 (several "

@@ -53,8 +53,9 @@ class Placement:
 
     __slots__ = ("buffer", "partition", "address", "tiles", "bank_tiles", "what", "func")
 
-    def __init__(self, buffer, partition, address, tiles=(), bank_tiles=False, what="",
-                 func=None) -> None:  # fmt: skip
+    def __init__(
+        self, buffer, partition, address, tiles=(), bank_tiles=False, what="", func=None
+    ) -> None:
         self.buffer = buffer
         self.partition = partition
         self.address = address
@@ -112,8 +113,19 @@ class LazyBlocks:
     first used, and when memory runs out the least recently used block of such arrays is
     released (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
 
-    __slots__ = ("core", "nblock", "mshape", "dtype", "buffer", "name", "error", "live",
-                 "released", "uid", "writing")  # fmt: skip
+    __slots__ = (
+        "core",
+        "nblock",
+        "mshape",
+        "dtype",
+        "buffer",
+        "name",
+        "error",
+        "live",
+        "released",
+        "uid",
+        "writing",
+    )
     _serial = itertools.count()
 
     def __init__(self, core, nblock, mshape, dtype, buffer, name, error) -> None:
@@ -264,9 +276,21 @@ class NkiTensor:
     ``ndim``, ``size``, ``itemsize``, ``name``; indexing and views make new handles."""
 
     __slots__ = (
-        "_t", "shape", "_pdim", "dtype", "buffer", "_core", "_owner", "_access", "name",
-        "_valid", "_written", "_blocks", "_shared", "__weakref__",
-    )  # fmt: skip
+        "_t",
+        "shape",
+        "_pdim",
+        "dtype",
+        "buffer",
+        "_core",
+        "_owner",
+        "_access",
+        "name",
+        "_valid",
+        "_written",
+        "_blocks",
+        "_shared",
+        "__weakref__",
+    )
 
     def __init__(self, tile, shape, pdim, dtype, buffer, core, owner=None, name="") -> None:
         self._t = tile
@@ -339,8 +363,9 @@ class NkiTensor:
 
     # -------------------------------------------------------------------- views
     def _view(self, tile, shape, pdim) -> NkiTensor:
-        t = NkiTensor(tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner,
-                      self.name)  # fmt: skip
+        t = NkiTensor(
+            tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner, self.name
+        )
         t._shared = self._shared
         return t
 
@@ -415,8 +440,11 @@ class NkiTensor:
             except OutOfBoundsError as e:
                 # Out of range unless a mask restricts it: resolved again under the mask.
                 exprs = [k for k in key if isinstance(k, IndexExpr)]
-                v = self._view(_Unresolved(f"{e} (no mask= keeps the index inside the tensor)"),
-                               grid_of(exprs), None if self._pdim is None else 0)  # fmt: skip
+                v = self._view(
+                    _Unresolved(f"{e} (no mask= keeps the index inside the tensor)"),
+                    grid_of(exprs),
+                    None if self._pdim is None else 0,
+                )
                 v._access = (self, key)
                 return v
         return self._basic(key)
@@ -493,8 +521,12 @@ class NkiTensor:
             a, i, pos = last_int
             mkey[self._machine_axis(a)] = slice(i, i + 1)
             shape.insert(pos, 1)
-        if (not on_chip and len(shape) == 1 and last_int is not None
-                and self._core.launch.dialect == "legacy"):  # fmt: skip
+        if (
+            not on_chip
+            and len(shape) == 1
+            and last_int is not None
+            and self._core.launch.dialect == "legacy"
+        ):
             # Legacy dialect: `a[0:128, j]` is a [128, 1] access (its first axis the
             # partitions of the tile it loads into), as the legacy tutorials use it.
             a, i, pos = last_int
@@ -532,8 +564,10 @@ class NkiTensor:
                     )
                 axis_var[g] = v
         lo = [ranges.get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
-        sizes = [(ranges[v][1] - ranges[v][0]) if v in ranges else gshape[g]
-                 for g, v in enumerate(axis_var)]  # fmt: skip
+        sizes = [
+            (ranges[v][1] - ranges[v][0]) if v in ranges else gshape[g]
+            for g, v in enumerate(axis_var)
+        ]
 
         def coef(k, v) -> int:
             return k.terms.get(v, 0) if isinstance(k, IndexExpr) else 0
@@ -550,8 +584,9 @@ class NkiTensor:
             offset = sum(mstride[a] * const(k) for a, k in enumerate(key))
             for a, k in enumerate(key):
                 c = const(k)
-                lim = [c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var)
-                       if v is not None]  # fmt: skip
+                lim = [
+                    c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var) if v is not None
+                ]
                 for x in [c, *lim]:
                     if not 0 <= x < self.shape[a]:
                         raise OutOfBoundsError(
@@ -567,8 +602,9 @@ class NkiTensor:
             return v
         p = self._pdim
         kp = key[p]
-        if nd == 0 or (isinstance(kp, IndexExpr) and (len(kp.terms) != 1 or
-                                                      coef(kp, axis_var[0]) != 1)):  # fmt: skip
+        if nd == 0 or (
+            isinstance(kp, IndexExpr) and (len(kp.terms) != 1 or coef(kp, axis_var[0]) != 1)
+        ):
             raise PartitionDimError(
                 "index: the partition axis must be indexed by one index variable on the first "
                 "grid axis with step 1 (e.g. nl.arange(128)[:, None] + offset)"
@@ -593,15 +629,20 @@ class NkiTensor:
                     "access pattern is the same on every partition"
                 )
             c = const(key[a])
-            for x in [c] + [c + coef(key[a], v) * (sizes[g] - 1)
-                            for g, v in enumerate(axis_var) if v is not None]:  # fmt: skip
+            for x in [c] + [
+                c + coef(key[a], v) * (sizes[g] - 1)
+                for g, v in enumerate(axis_var)
+                if v is not None
+            ]:
                 if not 0 <= x < self.shape[a]:
                     raise OutOfBoundsError(
                         f"index: axis {a} reaches {x}, outside size {self.shape[a]}"
                     )
         offset = sum(fstride[a] * const(key[a]) for a in free_axes)
-        free = [(sum(fstride[a] * coef(key[a], axis_var[g]) for a in free_axes), sizes[g])
-                for g in range(1, nd)] or [(1, 1)]  # fmt: skip
+        free = [
+            (sum(fstride[a] * coef(key[a], axis_var[g]) for a in free_axes), sizes[g])
+            for g in range(1, nd)
+        ] or [(1, 1)]
         tile = t[p0 : p0 + pcount].ap(free, offset)
         shape = [pcount, *sizes[1:]] if nd > 1 else [pcount, 1]
         v = self._view(tile, shape, 0)
@@ -691,8 +732,10 @@ class NkiTensor:
             raise ShapeError(f"reshape: cannot reshape {self.shape} to {shape}")
         t = self.tile
         if self._pdim is None:
-            contiguous = all(st == math.prod(n for _, n in t.pattern[i + 1:])
-                             for i, (st, _) in enumerate(t.pattern))  # fmt: skip
+            contiguous = all(
+                st == math.prod(n for _, n in t.pattern[i + 1 :])
+                for i, (st, _) in enumerate(t.pattern)
+            )
             fsize = math.prod(n for _, n in t.pattern)
             if not contiguous or (self.shape[0] > 1 and t.row_step != fsize):
                 raise NotSupportedError("reshape: only a contiguous HBM view can be reshaped")

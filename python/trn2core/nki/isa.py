@@ -80,8 +80,16 @@ def get_nc_sub_version() -> int:
 
 
 @api
-def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
-             engine=engine.unknown, name=None, **kwargs) -> None:  # fmt: skip
+def dma_copy(
+    dst,
+    src,
+    priority=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    engine=engine.unknown,
+    name=None,
+    **kwargs,
+) -> None:
     """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue."""
     c = _core_of(dst, src)
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
@@ -97,8 +105,16 @@ def _as_shaped(x, arg: str):
 
 
 @api
-def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
-                  oob_mode=oob_mode.error, name=None, **kwargs) -> None:  # fmt: skip
+def dma_transpose(
+    dst,
+    src,
+    axes=None,
+    priority=None,
+    dge_mode=dge_mode.unknown,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst`` (SBUF) = ``src`` (HBM or SBUF, 2 to 4 axes, 2- or 4-byte elements) with its axes
     permuted by NKI's rule, ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (``dst[j, i] =
     src[i, j]`` in 2-D), bit for bit, on a DMA queue; ``dge_mode=hwdge`` adds the hardware
@@ -111,8 +127,14 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
         )
     c = _core_of(dst, src)
     perm = None if axes is None else [int(a) for a in axes]
-    c.m.issue_at(c.loc, "dma_transpose", _as_shaped(dst, "dst"), _as_shaped(src, "src"), perm,
-            mode == "hwdge")  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "dma_transpose",
+        _as_shaped(dst, "dst"),
+        _as_shaped(src, "src"),
+        perm,
+        mode == "hwdge",
+    )
 
 
 @api
@@ -138,9 +160,20 @@ def _pe_tile(tile_position, tile_size):
 
 
 @api
-def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, accumulate=None, tile_position=(), tile_size=(),
-              perf_mode=matmul_perf_mode.none, name=None, **kwargs) -> None:  # fmt: skip
+def nc_matmul(
+    dst,
+    stationary,
+    moving,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    accumulate=None,
+    tile_position=(),
+    tile_size=(),
+    perf_mode=matmul_perf_mode.none,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst = stationary.T @ moving`` into PSUM (float32). ``accumulate=None``: the first
     matmul into memory not written by a matmul overwrites it, later ones accumulate."""
     pos, size = _pe_tile(tile_position, tile_size)
@@ -151,10 +184,18 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     # placed (address=) on bytes that last held another tensor's matmul result starts anew.
     if isinstance(dst, NkiTensor) and dst._core.block_fresh(dst) and acc is None:
         acc = False
-    c.m.issue_at(c.loc, "nc_matmul",
-        _t(dst, "dst"), _t(stationary, "stationary"), _t(moving, "moving"),
-        acc, pm, pos, size, bool(is_transpose),
-    )  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "nc_matmul",
+        _t(dst, "dst"),
+        _t(stationary, "stationary"),
+        _t(moving, "moving"),
+        acc,
+        pm,
+        pos,
+        size,
+        bool(is_transpose),
+    )
 
 
 @api
@@ -186,23 +227,42 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
     o = alu_name(op)
     e = _tt_engine(engine, o, dst, data1, data2)
     c = _core_of(dst, data1, data2)
-    c.m.issue_at(c.loc, "tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"),
-                                        _t(data2, "data2"), o)  # fmt: skip
+    c.m.issue_at(
+        c.loc, "tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2"), o
+    )
 
 
 @api
-def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                  reverse1=False, engine=engine.unknown, name=None, **kwargs) -> None:  # fmt: skip
+def tensor_scalar(
+    dst,
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    engine=engine.unknown,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst = (data <op0> operand0) <op1> operand1``; operands are numbers or ``[P, 1]``
     float32 tiles."""
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
     c = _core_of(dst, data, operand0, operand1)
-    c.m.issue_at(c.loc, "tensor_scalar",
-        e, _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"),
-        scalar_arg(operand0, "operand0"), bool(reverse0),
+    c.m.issue_at(
+        c.loc,
+        "tensor_scalar",
+        e,
+        _t(dst, "dst"),
+        _t(data, "data"),
+        alu_name(op0, "op0"),
+        scalar_arg(operand0, "operand0"),
+        bool(reverse0),
         None if op1 is None else alu_name(op1, "op1"),
-        None if operand1 is None else scalar_arg(operand1, "operand1"), bool(reverse1),
-    )  # fmt: skip
+        None if operand1 is None else scalar_arg(operand1, "operand1"),
+        bool(reverse1),
+    )
 
 
 def _axes(data: NkiTensor, axis) -> int:
@@ -219,8 +279,15 @@ def _axes(data: NkiTensor, axis) -> int:
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **kwargs) -> None:
     """``dst = reduce(op, data, axis)`` over the last free axes (Vector engine)."""
     c = _core_of(dst, data)
-    c.m.issue_at(c.loc, "tensor_reduce", _t(dst, "dst"), alu_name(op), _t(data, "data"),
-                                _axes(data, axis), bool(negate))  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "tensor_reduce",
+        _t(dst, "dst"),
+        alu_name(op),
+        _t(data, "data"),
+        _axes(data, axis),
+        bool(negate),
+    )
 
 
 def _scale(scale):
@@ -230,8 +297,18 @@ def _scale(scale):
 
 
 @api
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle, name=None, **kwargs) -> None:  # fmt: skip
+def activation(
+    dst,
+    op,
+    data,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst = op(data * scale + bias)`` on the Scalar engine; with ``reduce_op`` (add) the
     results are also added into ``reduce_res``. Transcendental functions follow trn2core's
     float64 rule, not the chip's unpublished polynomials (docs/machine.md)."""
@@ -239,25 +316,38 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     cmd = reduce_cmd_name(reduce_cmd)
     if reduce_res is not None and cmd == "idle":
         cmd = "reset_reduce"
-    c.m.issue_at(c.loc, "activation",
-        _t(dst, "dst"), act_name(op), _t(data, "data"),
-        None if bias is None else scalar_arg(bias, "bias"), _scale(scale),
+    c.m.issue_at(
+        c.loc,
+        "activation",
+        _t(dst, "dst"),
+        act_name(op),
+        _t(data, "data"),
+        None if bias is None else scalar_arg(bias, "bias"),
+        _scale(scale),
         None if reduce_op is None else alu_name(reduce_op, "reduce_op"),
-        None if reduce_res is None else _t(reduce_res, "reduce_res"), cmd,
-    )  # fmt: skip
+        None if reduce_res is None else _t(reduce_res, "reduce_res"),
+        cmd,
+    )
 
 
 @api
-def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None,
-                      **kwargs) -> None:  # fmt: skip
+def activation_reduce(
+    dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **kwargs
+) -> None:
     """``activation`` whose results are also reduced (added) per partition into
     ``reduce_res``."""
     c = _core_of(dst, data, bias, scale)
-    c.m.issue_at(c.loc, "activation_reduce",
-        _t(dst, "dst"), act_name(op), _t(data, "data"), alu_name(reduce_op, "reduce_op"),
-        _t(reduce_res, "reduce_res"), None if bias is None else scalar_arg(bias, "bias"),
+    c.m.issue_at(
+        c.loc,
+        "activation_reduce",
+        _t(dst, "dst"),
+        act_name(op),
+        _t(data, "data"),
+        alu_name(reduce_op, "reduce_op"),
+        _t(reduce_res, "reduce_res"),
+        None if bias is None else scalar_arg(bias, "bias"),
         _scale(scale),
-    )  # fmt: skip
+    )
 
 
 def _pattern(pattern) -> list[tuple[int, int]]:
@@ -274,16 +364,32 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **kwargs) -> N
 
 
 @api
-def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value,
-                  cmp_op=None, offset=0, name=None, **kwargs) -> None:  # fmt: skip
+def affine_select(
+    dst,
+    pattern,
+    channel_multiplier,
+    on_true_tile,
+    on_false_value,
+    cmp_op=None,
+    offset=0,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst = cmp_op(affine, 0) ? on_true_tile : on_false_value`` where ``affine`` is
     ``offset + c * channel_multiplier + sum(index * step)`` (GpSimd)."""
     cmp = "equal" if cmp_op is None else alu_name(cmp_op, "cmp_op")
     c = _core_of(dst, on_true_tile)
-    c.m.issue_at(c.loc, "affine_select",
-        _t(dst, "dst"), _pattern(pattern), int(channel_multiplier),
-        _t(on_true_tile, "on_true_tile"), float(on_false_value), cmp, int(offset),
-    )  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "affine_select",
+        _t(dst, "dst"),
+        _pattern(pattern),
+        int(channel_multiplier),
+        _t(on_true_tile, "on_true_tile"),
+        float(on_false_value),
+        cmp,
+        int(offset),
+    )
 
 
 @api
@@ -301,14 +407,23 @@ def bn_aggr(dst, data, name=None, **kwargs) -> None:
 
 
 @api
-def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False,
-                       name=None, **kwargs) -> None:  # fmt: skip
+def tensor_tensor_scan(
+    dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None, **kwargs
+) -> None:
     """``dst[i] = op1(op0(data0[i], dst[i - 1]), data1[i])`` from ``initial`` (Vector)."""
     c = _core_of(dst, data0, data1, initial)
-    c.m.issue_at(c.loc, "tensor_tensor_scan",
-        _t(dst, "dst"), _t(data0, "data0"), _t(data1, "data1"), scalar_arg(initial, "initial"),
-        alu_name(op0, "op0"), alu_name(op1, "op1"), bool(reverse0), bool(reverse1),
-    )  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "tensor_tensor_scan",
+        _t(dst, "dst"),
+        _t(data0, "data0"),
+        _t(data1, "data1"),
+        scalar_arg(initial, "initial"),
+        alu_name(op0, "op0"),
+        alu_name(op1, "op1"),
+        bool(reverse0),
+        bool(reverse1),
+    )
 
 
 @api
@@ -319,31 +434,57 @@ def reciprocal(dst, data, name=None, **kwargs) -> None:
 
 
 @api
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False,
-                         reverse1=False, name=None, **kwargs) -> None:  # fmt: skip
+def scalar_tensor_tensor(
+    dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None, **kwargs
+) -> None:
     """``dst = (data <op0> operand0) <op1> operand1`` with ``operand1`` a tile (Vector)."""
     c = _core_of(dst, data, operand0, operand1)
-    c.m.issue_at(c.loc, "scalar_tensor_tensor",
-        _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
-        alu_name(op1, "op1"), _t(operand1, "operand1"), bool(reverse0), bool(reverse1),
-    )  # fmt: skip
+    c.m.issue_at(
+        c.loc,
+        "scalar_tensor_tensor",
+        _t(dst, "dst"),
+        _t(data, "data"),
+        alu_name(op0, "op0"),
+        scalar_arg(operand0, "operand0"),
+        alu_name(op1, "op1"),
+        _t(operand1, "operand1"),
+        bool(reverse0),
+        bool(reverse1),
+    )
 
 
 @api
-def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
-                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None,
-                         reduce_res_negate=False, name=None, **kwargs) -> None:  # fmt: skip
+def tensor_scalar_reduce(
+    dst,
+    data,
+    op0,
+    operand0,
+    reduce_op,
+    reduce_res=None,
+    reverse0=False,
+    reduce_cmd=reduce_cmd.reset_reduce,
+    reduce_init=None,
+    reduce_res_negate=False,
+    name=None,
+    **kwargs,
+) -> None:
     """``dst = data <op0> operand0``, the results reduced with ``reduce_op`` into
     ``reduce_res`` (Vector)."""
     c = _core_of(dst, data, operand0)
-    c.m.issue_at(c.loc, "tensor_scalar_reduce",
-        _t(dst, "dst"), _t(data, "data"), alu_name(op0, "op0"), scalar_arg(operand0, "operand0"),
+    c.m.issue_at(
+        c.loc,
+        "tensor_scalar_reduce",
+        _t(dst, "dst"),
+        _t(data, "data"),
+        alu_name(op0, "op0"),
+        scalar_arg(operand0, "operand0"),
         alu_name(reduce_op, "reduce_op"),
-        None if reduce_res is None else _t(reduce_res, "reduce_res"), bool(reverse0),
+        None if reduce_res is None else _t(reduce_res, "reduce_res"),
+        bool(reverse0),
         reduce_cmd_name(reduce_cmd),
         None if reduce_init is None else scalar_arg(reduce_init, "reduce_init"),
         bool(reduce_res_negate),
-    )  # fmt: skip
+    )
 
 
 @api

@@ -74,9 +74,18 @@ def _sc(x, arg):
 
 
 @api
-def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, tile_position=(), tile_size=(), mask=None,
-              **kwargs) -> NkiTensor:  # fmt: skip
+def nc_matmul(
+    stationary,
+    moving,
+    *,
+    is_stationary_onezero=False,
+    is_moving_onezero=False,
+    is_transpose=False,
+    tile_position=(),
+    tile_size=(),
+    mask=None,
+    **kwargs,
+) -> NkiTensor:
     """``stationary.T @ moving`` into a new PSUM tile (float32); ``psum += nc_matmul(...)``
     accumulates in place."""
     core = _core(stationary, moving)
@@ -112,10 +121,10 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                 True,
             )
 
-        return core.pend((stationary.shape[1], stationary.shape[0]), stationary.dtype, PSUM,
-                         issue)  # fmt: skip
-    return core.matmul_pending(stationary, moving, (stationary.shape[1], moving.shape[1]),
-                               ("none", pos, size, False))  # fmt: skip
+        return core.pend((stationary.shape[1], stationary.shape[0]), stationary.dtype, PSUM, issue)
+    return core.matmul_pending(
+        stationary, moving, (stationary.shape[1], moving.shape[1]), ("none", pos, size, False)
+    )
 
 
 @api
@@ -127,14 +136,31 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
     default = "vector" if p <= 32 and f <= 32 else "tensor"
     e = engine_name(engine, default, ("tensor", "vector"), "nc_transpose")
     buf = PSUM if e == "tensor" else SBUF
-    return _result(core, (f, p), _dt(dtype, data.dtype), buf, mask,
-                   lambda d, a: core.issue("nc_transpose", e, d.tile, a.tile), data)  # fmt: skip
+    return _result(
+        core,
+        (f, p),
+        _dt(dtype, data.dtype),
+        buf,
+        mask,
+        lambda d, a: core.issue("nc_transpose", e, d.tile, a.tile),
+        data,
+    )
 
 
 @api
-def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-               reduce_cmd=reduce_cmd.idle, mask=None, dtype=None,
-               **kwargs) -> NkiTensor:  # fmt: skip
+def activation(
+    op,
+    data,
+    *,
+    bias=None,
+    scale=1.0,
+    reduce_op=None,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> NkiTensor:
     """``op(data * scale + bias)`` into a new tile (Scalar engine)."""
     core = _core(data)
     core.on_chip(data, "data")
@@ -145,44 +171,80 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     rop = None if reduce_op is None else alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, b, s):
-        core.issue("activation", d.tile, f, a.tile, _sc(b, "bias"), _cur._scale(s), rop,
-                          None if reduce_res is None else reduce_res.tile, cmd)  # fmt: skip
+        core.issue(
+            "activation",
+            d.tile,
+            f,
+            a.tile,
+            _sc(b, "bias"),
+            _cur._scale(s),
+            rop,
+            None if reduce_res is None else reduce_res.tile,
+            cmd,
+        )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
-                   scale)  # fmt: skip
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias, scale)
 
 
 @api
-def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None,
-                      dtype=None, **kwargs) -> NkiTensor:  # fmt: skip
+def activation_reduce(
+    op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs
+) -> NkiTensor:
     """``activation`` with the results also added per partition into ``reduce_res``."""
     core = _core(data)
     f, rop = act_name(op), alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, b, s):
-        core.issue("activation_reduce", d.tile, f, a.tile, rop, reduce_res.tile, _sc(b, "bias"),
-                                 _cur._scale(s))  # fmt: skip
+        core.issue(
+            "activation_reduce",
+            d.tile,
+            f,
+            a.tile,
+            rop,
+            reduce_res.tile,
+            _sc(b, "bias"),
+            _cur._scale(s),
+        )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias,
-                   scale)  # fmt: skip
+    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias, scale)
 
 
 @api
-def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown,
-                  **kwargs) -> NkiTensor:  # fmt: skip
+def tensor_tensor(
+    data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs
+) -> NkiTensor:
     """``data1 <op> data2`` into a new tile."""
     core = _core(data1, data2)
     o = alu_name(op)
     e = _cur._tt_engine(engine, o, data1, data2)
-    return _result(core, data1.shape, _dt(dtype, D.promote(data1.dtype, data2.dtype)), SBUF, mask,
-                   lambda d, a, b: core.issue("tensor_tensor", e, d.tile, a.tile, b.tile, o),
-                   data1, data2, kind=("alu", o))  # fmt: skip
+    return _result(
+        core,
+        data1.shape,
+        _dt(dtype, D.promote(data1.dtype, data2.dtype)),
+        SBUF,
+        mask,
+        lambda d, a, b: core.issue("tensor_tensor", e, d.tile, a.tile, b.tile, o),
+        data1,
+        data2,
+        kind=("alu", o),
+    )
 
 
 @api
-def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  *, dtype=None, mask=None, engine=engine.unknown,
-                  **kwargs) -> NkiTensor:  # fmt: skip
+def tensor_scalar(
+    data,
+    op0,
+    operand0,
+    reverse0=False,
+    op1=None,
+    operand1=None,
+    reverse1=False,
+    *,
+    dtype=None,
+    mask=None,
+    engine=engine.unknown,
+    **kwargs,
+) -> NkiTensor:
     """``(data <op0> operand0) <op1> operand1`` into a new tile."""
     core = _core(data)
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_scalar")
@@ -190,26 +252,58 @@ def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, 
     o1 = None if op1 is None else alu_name(op1, "op1")
 
     def issue(d, a, s0, s1):
-        core.issue("tensor_scalar", e, d.tile, a.tile, o0, scalar_arg(s0, "operand0"),
-                     bool(reverse0), o1, _sc(s1, "operand1"), bool(reverse1))  # fmt: skip
+        core.issue(
+            "tensor_scalar",
+            e,
+            d.tile,
+            a.tile,
+            o0,
+            scalar_arg(s0, "operand0"),
+            bool(reverse0),
+            o1,
+            _sc(s1, "operand1"),
+            bool(reverse1),
+        )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
-                   operand1)  # fmt: skip
+    return _result(
+        core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0, operand1
+    )
 
 
 @api
-def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
-                         dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+def scalar_tensor_tensor(
+    *,
+    data,
+    op0,
+    operand0,
+    op1,
+    operand1,
+    reverse0=False,
+    reverse1=False,
+    dtype=None,
+    mask=None,
+    **kwargs,
+) -> NkiTensor:
     """``(data <op0> operand0) <op1> operand1`` (``operand1`` a tile) into a new tile."""
     core = _core(data)
     o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
 
     def issue(d, a, s0, b):
-        core.issue("scalar_tensor_tensor", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), o1,
-                     b.tile, bool(reverse0), bool(reverse1))  # fmt: skip
+        core.issue(
+            "scalar_tensor_tensor",
+            d.tile,
+            a.tile,
+            o0,
+            scalar_arg(s0, "operand0"),
+            o1,
+            b.tile,
+            bool(reverse0),
+            bool(reverse1),
+        )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0,
-                   operand1)  # fmt: skip
+    return _result(
+        core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0, operand1
+    )
 
 
 @api
@@ -217,20 +311,31 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs) 
     """A copy of ``src`` in a new SBUF tile."""
     core = _core(src)
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
-    return _result(core, src.shape, _dt(dtype, src.dtype), SBUF, mask,
-                   lambda d, a: core.issue("tensor_copy", e, d.tile, a.tile), src)  # fmt: skip
+    return _result(
+        core,
+        src.shape,
+        _dt(dtype, src.dtype),
+        SBUF,
+        mask,
+        lambda d, a: core.issue("tensor_copy", e, d.tile, a.tile),
+        src,
+    )
 
 
 @api
-def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False,
-                  **kwargs) -> NkiTensor:  # fmt: skip
+def tensor_reduce(
+    op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs
+) -> NkiTensor:
     """``reduce(op, data, axis)`` over the last free axes into a new tile."""
     core = _core(data)
     o = alu_name(op)
     n = _cur._axes(data, axis)
     kept = data.shape[: data.ndim - n]
-    shape = tuple(kept) + ((1,) * n if keepdims else ()) if len(kept) > 1 or keepdims \
-        else (data.shape[0], 1)  # fmt: skip
+    shape = (
+        tuple(kept) + ((1,) * n if keepdims else ())
+        if len(kept) > 1 or keepdims
+        else (data.shape[0], 1)
+    )
     ranges = core.mask_ranges(mask, data.ndim, data)
 
     def fn(dst):
@@ -245,31 +350,63 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 
 
 @api
-def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *,
-                       dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+def tensor_tensor_scan(
+    data0,
+    data1,
+    initial,
+    op0,
+    op1,
+    reverse0=False,
+    reverse1=False,
+    *,
+    dtype=None,
+    mask=None,
+    **kwargs,
+) -> NkiTensor:
     """The scan ``r[i] = op1(op0(data0[i], r[i - 1]), data1[i])`` into a new tile."""
     core = _core(data0, data1)
     o0, o1 = alu_name(op0, "op0"), alu_name(op1, "op1")
 
     def issue(d, a, b, init):
-        core.issue("tensor_tensor_scan", d.tile, a.tile, b.tile, scalar_arg(init, "initial"),
-                     o0, o1, bool(reverse0), bool(reverse1))  # fmt: skip
+        core.issue(
+            "tensor_tensor_scan",
+            d.tile,
+            a.tile,
+            b.tile,
+            scalar_arg(init, "initial"),
+            o0,
+            o1,
+            bool(reverse0),
+            bool(reverse1),
+        )
 
-    return _result(core, data0.shape, _dt(dtype, data0.dtype), SBUF, mask, issue, data0, data1,
-                   initial)  # fmt: skip
+    return _result(
+        core, data0.shape, _dt(dtype, data0.dtype), SBUF, mask, issue, data0, data1, initial
+    )
 
 
 @api
-def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False,
-                         dtype=None, mask=None, **kwargs) -> NkiTensor:  # fmt: skip
+def tensor_scalar_reduce(
+    *, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None, **kwargs
+) -> NkiTensor:
     """``data <op0> operand0`` into a new tile, reduced per partition into ``reduce_res``."""
     core = _core(data)
     o0, rop = alu_name(op0, "op0"), alu_name(reduce_op, "reduce_op")
 
     def issue(d, a, s0):
-        core.issue("tensor_scalar_reduce", d.tile, a.tile, o0, scalar_arg(s0, "operand0"), rop,
-                                    reduce_res.tile, bool(reverse0), "reset_reduce", None,
-                                    False)  # fmt: skip
+        core.issue(
+            "tensor_scalar_reduce",
+            d.tile,
+            a.tile,
+            o0,
+            scalar_arg(s0, "operand0"),
+            rop,
+            reduce_res.tile,
+            bool(reverse0),
+            "reset_reduce",
+            None,
+            False,
+        )
 
     return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0)
 
@@ -278,16 +415,30 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
 def reciprocal(data, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """``1 / data`` into a new tile (Vector engine)."""
     core = _core(data)
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask,
-                   lambda d, a: core.issue("reciprocal", d.tile, a.tile), data)  # fmt: skip
+    return _result(
+        core,
+        data.shape,
+        _dt(dtype, data.dtype),
+        SBUF,
+        mask,
+        lambda d, a: core.issue("reciprocal", d.tile, a.tile),
+        data,
+    )
 
 
 @api
 def bn_stats(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     """Per-partition ``bn_stats`` of ``data`` into a new ``[P, 6]`` tile."""
     core = _core(data)
-    return _result(core, (data.shape[0], 6), _dt(dtype, D.float32), SBUF, mask,
-                   lambda d, a: core.issue("bn_stats", d.tile, a.tile), data)  # fmt: skip
+    return _result(
+        core,
+        (data.shape[0], 6),
+        _dt(dtype, D.float32),
+        SBUF,
+        mask,
+        lambda d, a: core.issue("bn_stats", d.tile, a.tile),
+        data,
+    )
 
 
 @api
@@ -301,8 +452,9 @@ def bn_aggr(data, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
             d = core.masked(dst, (ranges[0], {g: r for g, r in ranges[1].items() if g == 0}))
             core.issue("bn_aggr", d.tile, core.masked(data, ranges).tile)
 
-    return core.pend_valid(core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn),
-                           ranges, (0,))  # fmt: skip
+    return core.pend_valid(
+        core.pend((data.shape[0], 2), _dt(dtype, D.float32), SBUF, fn), ranges, (0,)
+    )
 
 
 @api
@@ -310,13 +462,27 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs) -
     """A new tile of ``shape`` filled with ``value``."""
     core = current()
     e = engine_name(engine, "vector", ("vector", "gpsimd"), "memset")
-    return _result(core, tuple(shape), D.as_dtype(dtype), SBUF, mask,
-                   lambda d: core.issue("memset", e, d.tile, float(value)))  # fmt: skip
+    return _result(
+        core,
+        tuple(shape),
+        D.as_dtype(dtype),
+        SBUF,
+        mask,
+        lambda d: core.issue("memset", e, d.tile, float(value)),
+    )
 
 
 @api
-def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
-             dge_mode=dge_mode.unknown, **kwargs) -> None:  # fmt: skip
+def dma_copy(
+    *,
+    dst,
+    src,
+    mask=None,
+    dst_rmw_op=None,
+    oob_mode=oob_mode.error,
+    dge_mode=dge_mode.unknown,
+    **kwargs,
+) -> None:
     """Copies ``src`` into ``dst`` on a DMA queue."""
     if dst_rmw_op is not None:
         raise NotSupportedError("dma_copy: dst_rmw_op (accumulating DMA) is not emulated")
@@ -358,17 +524,30 @@ def iota(expr, dtype, *, mask=None, **kwargs) -> NkiTensor:
     """A new tile holding the values of an index expression (GpSimd ``iota``)."""
     core = current()
     pattern, offset, cm, shape = _affine(expr, "iota")
-    return _result(core, shape, D.as_dtype(dtype), SBUF, mask,
-                   lambda d: core.issue("iota", d.tile, pattern, offset, cm))  # fmt: skip
+    return _result(
+        core,
+        shape,
+        D.as_dtype(dtype),
+        SBUF,
+        mask,
+        lambda d: core.issue("iota", d.tile, pattern, offset, cm),
+    )
 
 
-_CMP_OP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
-           "==": "equal", "!=": "not_equal"}  # fmt: skip
+_CMP_OP = {
+    "<": "less",
+    "<=": "less_equal",
+    ">": "greater",
+    ">=": "greater_equal",
+    "==": "equal",
+    "!=": "not_equal",
+}
 
 
 @api
-def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
-                  **kwargs) -> NkiTensor:  # fmt: skip
+def affine_select(
+    pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs
+) -> NkiTensor:
     """``pred ? on_true_tile : on_false_value`` where ``pred`` compares an affine expression of
     the tile's indices with zero (GpSimd ``affine_select``). An ``on_true_tile`` in PSUM
     (which GpSimd cannot read) is first copied to SBUF by the Vector engine: the legacy
@@ -397,16 +576,18 @@ def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None,
             offset,
         )
 
-    return _result(core, on_true_tile.shape, _dt(dtype, on_true_tile.dtype), SBUF, mask, issue,
-                   on_true_tile)  # fmt: skip
+    return _result(
+        core, on_true_tile.shape, _dt(dtype, on_true_tile.dtype), SBUF, mask, issue, on_true_tile
+    )
 
 
 _TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
 
 
 @api
-def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown,
-                  **kwargs) -> NkiTensor:  # fmt: skip
+def dma_transpose(
+    src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown, **kwargs
+) -> NkiTensor:
     """A new SBUF tile holding ``src`` (HBM or SBUF) with its axes permuted by NKI's rule,
     ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (or ``axes``), bit for bit, on a DMA queue."""
     if mask is not None:
@@ -423,16 +604,35 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.un
     shape = tuple(src.shape[a] if 0 <= a < src.ndim else 1 for a in order)
 
     def issue(d):
-        core.m.issue_at(core.loc, "dma_transpose", _cur._as_shaped(d, "dst"),
-                        _cur._as_shaped(src, "src"), perm, mode == "hwdge")  # fmt: skip
+        core.m.issue_at(
+            core.loc,
+            "dma_transpose",
+            _cur._as_shaped(d, "dst"),
+            _cur._as_shaped(src, "src"),
+            perm,
+            mode == "hwdge",
+        )
 
     return _result(core, shape, _dt(dtype, src.dtype), SBUF, None, issue)
 
 
 @api
-def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1,
-                 reduce_cmd=reduce_cmd.idle, reduce_res=None, reduce_op=np.amax, range_start=0,
-                 on_false_value=None, mask=None, dtype=None, **kwargs) -> NkiTensor:  # fmt: skip
+def range_select(
+    *,
+    on_true_tile,
+    comp_op0,
+    comp_op1,
+    bound0,
+    bound1,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_res=None,
+    reduce_op=np.amax,
+    range_start=0,
+    on_false_value=None,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> NkiTensor:
     """A new tile: ``on_true_tile`` where ``comp_op0(range_start + j, bound0)`` and
     ``comp_op1(range_start + j, bound1)`` for free index ``j``, else ``on_false_value``
     (float32's lowest), max-reduced into ``reduce_res`` (Vector ``range_select``; the legacy
@@ -476,9 +676,20 @@ def sequence_bounds(*, segment_ids, dtype=None, **kwargs) -> NkiTensor:
 
 
 @api
-def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None,
-                  reduce_cmd=reduce_cmd.idle, reduce_op=np.amax, reverse_pred=False, mask=None,
-                  dtype=None, **kwargs) -> None:  # fmt: skip
+def select_reduce(
+    *,
+    dst,
+    predicate,
+    on_true,
+    on_false,
+    reduce_res=None,
+    reduce_cmd=reduce_cmd.idle,
+    reduce_op=np.amax,
+    reverse_pred=False,
+    mask=None,
+    dtype=None,
+    **kwargs,
+) -> None:
     """``dst = predicate ? on_true : on_false`` (Vector), max-reduced into ``reduce_res``; the
     legacy form also writes its ``dst`` (keywords only)."""
     if mask is not None:

@@ -272,8 +272,7 @@ def _new(shape, dtype, buffer, name, init=None) -> NkiTensor:
     place = None
     if isinstance(buffer, Placement):
         place, buffer = buffer, buffer.buffer
-    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init,
-                           place)  # fmt: skip
+    return current().alloc(shape, D.as_dtype(dtype), _buffer(buffer), pdim, name or "", init, place)
 
 
 def _address(address, buffer) -> Placement:
@@ -288,12 +287,16 @@ def _address(address, buffer) -> Placement:
             arg="address",
         )
     if isinstance(buffer, Placement):
-        raise Trn2ValueError("address: the buffer is already a placement (mod_alloc)",
-                             arg="address")  # fmt: skip
+        raise Trn2ValueError(
+            "address: the buffer is already a placement (mod_alloc)", arg="address"
+        )
     b = _buffer(buffer)
     if b.space == "hbm":
-        raise Trn2ValueError(f"address: an {b.name} tensor has no on-chip address; address= "
-                             "places SBUF and PSUM tensors", arg="address")  # fmt: skip
+        raise Trn2ValueError(
+            f"address: an {b.name} tensor has no on-chip address; address= "
+            "places SBUF and PSUM tensors",
+            arg="address",
+        )
     return Placement(b, int(address[0]), int(address[1]), what="address")
 
 
@@ -345,8 +348,11 @@ def _like(x: NkiTensor, dtype, buffer):
     shape = list(x.shape)
     if x._pdim is not None and x._pdim != 0:
         shape[x._pdim] = _ParDim(shape[x._pdim])
-    return tuple(shape), (x.dtype if dtype is None else dtype), (x.buffer if buffer is None
-                                                                  else buffer)  # fmt: skip
+    return (
+        tuple(shape),
+        (x.dtype if dtype is None else dtype),
+        (x.buffer if buffer is None else buffer),
+    )
 
 
 @api
@@ -555,8 +561,13 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
         if ranges is None:
             return
         f = core.masked(y, ranges).tile if isinstance(y, NkiTensor) else float(y)
-        core.issue("select", core.masked(dst, ranges).tile, core.masked(condition, ranges).tile,
-                      core.masked(x, ranges).tile, f)  # fmt: skip
+        core.issue(
+            "select",
+            core.masked(dst, ranges).tile,
+            core.masked(condition, ranges).tile,
+            core.masked(x, ranges).tile,
+            f,
+        )
 
     return core.pend_valid(core.pend(x.shape, dt, SBUF, issue), ranges)
 
@@ -625,10 +636,12 @@ relu = _unary("relu", "max(x, 0) (Scalar engine)", act="relu", alu="relu")
 gelu = _unary("gelu", "GELU (Scalar engine)", act="gelu")
 gelu_dx = _unary("gelu_dx", "GELU derivative", act="gelu_dx")
 gelu_apprx_tanh = _unary("gelu_apprx_tanh", "GELU, tanh approximation", act="gelu_apprx_tanh")
-gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid", "GELU, sigmoid approximation",
-                            act="gelu_apprx_sigmoid")  # fmt: skip
-gelu_apprx_sigmoid_dx = _unary("gelu_apprx_sigmoid_dx", "its derivative",
-                               act="gelu_apprx_sigmoid_dx")  # fmt: skip
+gelu_apprx_sigmoid = _unary(
+    "gelu_apprx_sigmoid", "GELU, sigmoid approximation", act="gelu_apprx_sigmoid"
+)
+gelu_apprx_sigmoid_dx = _unary(
+    "gelu_apprx_sigmoid_dx", "its derivative", act="gelu_apprx_sigmoid_dx"
+)
 silu = _unary("silu", "x * sigmoid(x)", act="silu")
 silu_dx = _unary("silu_dx", "SiLU derivative", act="silu_dx")
 softplus = _unary("softplus", "log(1 + e**x)", act="softplus")
@@ -640,8 +653,7 @@ arctan = _unary("arctan", "arctangent", act="arctan")
 sign = _unary("sign", "-1, 0 or 1", act="sign")
 abs = _unary("abs", "|x| (Scalar engine)", act="abs", alu="abs")  # noqa: A001
 square = _unary("square", "x * x (Scalar engine)", act="square", alu="square")
-reciprocal = _unary("reciprocal", "1 / x (Vector engine, IEEE)", act="reciprocal",
-                    alu="reciprocal")  # fmt: skip
+reciprocal = _unary("reciprocal", "1 / x (Vector engine, IEEE)", act="reciprocal", alu="reciprocal")
 negative = _unary("negative", "-x (Vector engine)")
 invert = _unary("invert", "~x on integer bits", alu="invert")
 logical_not = _unary("logical_not", "not x (1 or 0)")
