@@ -527,27 +527,9 @@ impl Machine {
                     && alu::apply(comp[1], idx, b1[row]) != 0.0;
                 *out = if keep { canon(v) } else { fill };
             }
-            let reg = &mut self.dve_regs[p0 + row];
-            match reduce_cmd {
-                ReduceCmd::Idle => {}
-                ReduceCmd::Reset => *reg = identity(reduce_op),
-                _ => {
-                    if reduce_cmd == ReduceCmd::ResetReduce {
-                        *reg = identity(reduce_op);
-                    }
-                    for &v in zi.iter() {
-                        *reg = alu::apply(reduce_op, *reg, v);
-                    }
-                }
-            }
+            self.fold_register(p0 + row, reduce_cmd, reduce_op, zi);
         }
-        self.scatter_f32(&d, &z)?;
-        let mut writes = vec![d.region()];
-        if let Some(o) = &res {
-            let vals = self.dve_regs[p0..p0 + p as usize].to_vec();
-            self.scatter_f32(o, &vals)?;
-            writes.push(o.region());
-        }
+        let writes = self.write_with_registers(&d, &z, res.as_ref(), p0, p as usize)?;
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         // The published cost is max(MIN_II, N) [S10], reduce_res included.
@@ -555,6 +537,44 @@ impl Machine {
         self.program
             .push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
+    }
+
+    /// The Vector register of `partition` as `cmd` says: `Idle` leaves it, `Reset` sets `op`'s
+    /// identity, `Reduce` folds `values` into it with `op`, `ResetReduce` does both.
+    fn fold_register(&mut self, partition: usize, cmd: ReduceCmd, op: AluOp, values: &[f32]) {
+        let reg = &mut self.dve_regs[partition];
+        match cmd {
+            ReduceCmd::Idle => {}
+            ReduceCmd::Reset => *reg = identity(op),
+            _ => {
+                if cmd == ReduceCmd::ResetReduce {
+                    *reg = identity(op);
+                }
+                for &v in values {
+                    *reg = alu::apply(op, *reg, v);
+                }
+            }
+        }
+    }
+
+    /// Writes `z` to `d` and, when `res` is given, the registers of the `p` partitions from `p0`
+    /// to it: the regions written.
+    fn write_with_registers(
+        &mut self,
+        d: &Opnd,
+        z: &[f32],
+        res: Option<&Opnd>,
+        p0: usize,
+        p: usize,
+    ) -> Result<Vec<Region>> {
+        self.scatter_f32(d, z)?;
+        let mut writes = vec![d.region()];
+        if let Some(o) = res {
+            let vals = self.dve_regs[p0..p0 + p].to_vec();
+            self.scatter_f32(o, &vals)?;
+            writes.push(o.region());
+        }
+        Ok(writes)
     }
 
     /// `select_reduce` (Vector engine): `dst = predicate ? on_true : on_false` element-wise
@@ -663,23 +683,10 @@ impl Machine {
                     canon(fill[row])
                 };
             }
-            let reg = &mut self.dve_regs[p0 + row];
-            if reduce_cmd != ReduceCmd::Idle {
-                if reduce_cmd == ReduceCmd::ResetReduce {
-                    *reg = identity(reduce_op);
-                }
-                for &v in zi.iter() {
-                    *reg = alu::apply(reduce_op, *reg, v);
-                }
-            }
+            // `reset` alone is refused above: the arms left are idle and the folds.
+            self.fold_register(p0 + row, reduce_cmd, reduce_op, zi);
         }
-        self.scatter_f32(&d, &z)?;
-        let mut writes = vec![d.region()];
-        if let Some(o) = &res {
-            let vals = self.dve_regs[p0..p0 + p as usize].to_vec();
-            self.scatter_f32(o, &vals)?;
-            writes.push(o.region());
-        }
+        let writes = self.write_with_registers(&d, &z, res.as_ref(), p0, p as usize)?;
         let mut reads: Vec<Region> = vec![t.region(), pr.region()];
         reads.extend_from_slice(&extra);
         // No published formula: the Vector engine's one pass, max(MIN_II, N) (inferred).
