@@ -276,43 +276,14 @@ def test_nccom_test_check_runs_on_data_under_mpi(procs):
 
 
 def test_nccom_test_check_refuses_integer_reductions_naming_the_datatype():
-    cmd = [
-        _trn2core_cli(),
-        "nccom-test",
-        "allr",
-        "-r",
-        "16",
-        "-b",
-        "4k",
-        "-e",
-        "4k",
-        "-d",
-        "int32",
-        "--check",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    done = run_cli(*"nccom-test allr -r 16 -b 4k -e 4k -d int32 --check".split())
     assert done.returncode != 0
     assert "FormatError: datatype: --check runs all_reduce on data" in done.stderr, done.stderr
 
 
 def test_nccom_test_check_refuses_processes_that_do_not_divide_the_chips():
-    cmd = [
-        _mpiexec(),
-        "-n",
-        "3",
-        _trn2core_cli(),
-        "nccom-test",
-        "allr",
-        "-r",
-        "32",
-        "-b",
-        "4k",
-        "-e",
-        "4k",
-        "-d",
-        "fp32",
-        "--check",
-    ]
+    cmd = [_mpiexec(), "-n", "3", _trn2core_cli(), "nccom-test", "allr", "-r", "32"]
+    cmd += "-b 4k -e 4k -d fp32 --check".split()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "3 processes cannot share the 8 chips" in done.stdout + done.stderr

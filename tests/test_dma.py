@@ -11,18 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from trn2core import dma
 
-DTYPES = [
-    np.float64,
-    np.float32,
-    np.float16,
-    ml_dtypes.bfloat16,
-    ml_dtypes.float8_e4m3,
-    ml_dtypes.float8_e5m2,
-    np.int32,
-    np.uint8,
-    ">f4",
-    ">f2",
-]
+DTYPES = "float64 float32 float16 bfloat16 float8_e4m3 float8_e5m2 int32 uint8 >f4 >f2".split()
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:

@@ -528,15 +528,8 @@ def test_from_cutlass(parts):
 
 # -- chips and collectives --------------------------------------------------------------------
 
-#: The collectives' reduction formats and a dtype holding each.
-REDUCE = {
-    "fp32": np.float32,
-    "bf16": ml_dtypes.bfloat16,
-    "fp16": np.float16,
-    "fp8_e4m3": ml_dtypes.float8_e4m3,
-    "fp8_e5m2": ml_dtypes.float8_e5m2,
-    "fp8_e3m4": ml_dtypes.float8_e3m4,
-}
+#: The collectives reduce in the engine's six formats.
+REDUCE = ENGINE
 INSTANCE = t.Instance()
 ONE_CHIP = t.Instance("trn2.3xlarge")
 REDUCE_OPS = ("sum", "max", "min")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import trn2core
+from cli_inprocess import run_cli
 from trn2core import workload
 from trn2core.errors import CapacityError, Trn2ValueError
 
@@ -303,69 +303,35 @@ def test_search_cost_uses_the_price_and_training_fills_the_machine():
     assert all(t.best["tokens_per_s"] >= c["tokens_per_s"] for c in t.layouts)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trn2core", *args], capture_output=True, text=True, timeout=300
-    )
+def _cli(command: str, *more: str) -> subprocess.CompletedProcess:
+    """``trn2core COMMAND MORE...`` (COMMAND split at spaces), run in this process."""
+    return run_cli(*command.split(), *more)
 
 
 def test_cli_estimate_train_and_plan():
     r = _cli(
-        "estimate",
-        "llama-3.3-70b",
-        "--train",
-        "--ultraserver",
-        "--tp",
-        "16",
-        "--pp",
-        "4",
-        "--dp",
-        "4",
-        "--global-batch",
-        "64",
-        "--seq",
-        "4096",
-        "--json",
+        "estimate llama-3.3-70b --train --ultraserver --tp 16 --pp 4 --dp 4 --global-batch 64"
+        " --seq 4096 --json"
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["bubble_fraction"] == pytest.approx(3 / 19)
     assert 0 < out["mfu"] <= 1 and out["step_s"] > 0
-    r = _cli(
-        "estimate",
-        "llama-3.3-70b",
-        "--train",
-        "--tp",
-        "16",
-        "--pp",
-        "4",
-        "--dp",
-        "4",
-        "--global-batch",
-        "64",
-    )
+    r = _cli("estimate llama-3.3-70b --train --tp 16 --pp 4 --dp 4 --global-batch 64")
     assert r.returncode == 2 and "256" in r.stderr and "64" in r.stderr
-    r = _cli("estimate", "llama-3.3-70b", "--train", "--tp", "1", "--global-batch", "1")
+    r = _cli("estimate llama-3.3-70b --train --tp 1 --global-batch 1")
     assert r.returncode == 1 and "CapacityError" in r.stderr
     r = _cli(
-        "plan",
-        "llama-3.1-8b",
-        "--instance",
-        "trn2.48xlarge",
-        "--objective",
-        "cost",
-        "--price-per-hour",
-        "36",
-        "--json",
+        "plan llama-3.1-8b --instance trn2.48xlarge --objective cost --price-per-hour 36 --json"
     )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["objective"] == "cost" and plan["layouts"]
     costs = [c["cost_per_mtok"] for c in plan["layouts"]]
     assert costs == sorted(costs)
-    r = _cli("plan", "llama-3.1-8b", "--objective", "speed")
+    r = _cli("plan llama-3.1-8b --objective speed")
     assert r.returncode == 2 and "invalid choice" in r.stderr
-    r = _cli("plan", "llama-3.1-8b", "--objective", "cost")
+    r = _cli("plan llama-3.1-8b --objective cost")
     assert r.returncode == 2 and "price_per_hour" in r.stderr
 
 
@@ -436,8 +402,8 @@ def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
         r.save_trace(None)
     # The CLI writes the same trace.
     trace = tmp_path / "cli.json"
-    args = ["--tp", "16", "--pp", "4", "--dp", "4", "--micro-batch", "2", "--global-batch", "64"]
-    c = _cli("estimate", "llama-3.3-70b", "--train", "--ultraserver", *args, "--trace", str(trace))
+    layout = "--tp 16 --pp 4 --dp 4 --micro-batch 2 --global-batch 64"
+    c = _cli(f"estimate llama-3.3-70b --train --ultraserver {layout} --trace", str(trace))
     assert c.returncode == 0, c.stderr
     cli_events = json.loads(trace.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" for e in cli_events) == len(slices)
@@ -455,10 +421,10 @@ def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
     with pytest.raises(Trn2ValueError, match="suffixes"):
         plot.breakdown(d, tmp_path / "c.txt")
     trace, png = tmp_path / "t.json", tmp_path / "p.svg"
-    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--trace", str(trace), "--plot", str(png))
+    r = _cli("estimate llama-3.1-8b --tp 8 --trace", str(trace), "--plot", str(png))
     assert r.returncode == 0, r.stderr
     assert json.loads(trace.read_text())["traceEvents"] and png.read_text().startswith("<?xml")
-    r = _cli("estimate", "llama-3.1-8b", "--tp", "8", "--plot", str(tmp_path / "p.bmp"))
+    r = _cli("estimate llama-3.1-8b --tp 8 --plot", str(tmp_path / "p.bmp"))
     assert r.returncode == 2 and "--plot" in r.stderr
 
 
