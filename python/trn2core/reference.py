@@ -59,6 +59,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _names
+from .dtypes import MACHINE_NP_DTYPES
 
 __all__ = [
     "ACTIVATION_FUNCTIONS",
@@ -354,22 +355,9 @@ def prune(x: object, pattern: str, *, axis: int = -1) -> np.ndarray:
 # array of the destination dtype; ``out_dtype`` is a machine dtype name.
 # ----------------------------------------------------------------------------------------------
 
-#: numpy dtype of each machine dtype name (tf32 lives in a float32 container).
-MACHINE_DTYPES: dict[str, np.dtype] = {
-    "fp32": np.dtype(np.float32),
-    "tf32": np.dtype(np.float32),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "fp16": np.dtype(np.float16),
-    "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3),
-    "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "fp8_e3m4": np.dtype(ml_dtypes.float8_e3m4),
-    "uint8": np.dtype(np.uint8),
-    "int8": np.dtype(np.int8),
-    "uint16": np.dtype(np.uint16),
-    "int16": np.dtype(np.int16),
-    "uint32": np.dtype(np.uint32),
-    "int32": np.dtype(np.int32),
-}
+#: numpy dtype of each machine dtype name (tf32 lives in a float32 container): the core's
+#: table of element types.
+MACHINE_DTYPES: dict[str, np.dtype] = MACHINE_NP_DTYPES
 
 #: the canonical quiet NaN of every NaN result (bits of float32).
 CANONICAL_NAN_BITS = 0x7FC00000

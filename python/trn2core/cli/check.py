@@ -20,28 +20,15 @@ import time
 import numpy as np
 
 from .. import _core, _validate
-from ..dtypes import FORMAT_DTYPES
+from ..dtypes import MACHINE_NP_DTYPES
 from ..errors import FormatError, Trn2ValueError
 from ..nccom import NCCOM_DATATYPES
 from ..topology import Instance, UltraCluster, UltraServer
 
 __all__ = ["check", "mpi_world", "run"]
 
-#: nccom-test's data types as numpy dtypes (the floating-point ones are trn2core formats).
-_NP_DTYPES = {
-    "uint8": np.dtype(np.uint8),
-    "int8": np.dtype(np.int8),
-    "uint16": np.dtype(np.uint16),
-    "int16": np.dtype(np.int16),
-    "uint32": np.dtype(np.uint32),
-    "int32": np.dtype(np.int32),
-    "fp16": FORMAT_DTYPES["fp16"],
-    "bf16": FORMAT_DTYPES["bf16"],
-    "fp32": FORMAT_DTYPES["fp32"],
-    "fp8_e4m3": FORMAT_DTYPES["fp8_e4m3"],
-    "fp8_e5m2": FORMAT_DTYPES["fp8_e5m2"],
-}
-assert set(_NP_DTYPES) == set(NCCOM_DATATYPES)
+#: nccom-test's data types as numpy dtypes (they are machine element types).
+_NP_DTYPES = {name: MACHINE_NP_DTYPES[name] for name in NCCOM_DATATYPES}
 #: The nccom-test data types a reduction takes (the floating-point ones).
 _REDUCED = tuple(d for d in NCCOM_DATATYPES if d.startswith(("fp", "bf")))
 
