@@ -15,7 +15,7 @@ from . import _core, _validate, spec
 from ._names import CODECS, DMA_PLACES
 from .errors import CorruptDataError, FormatError, ShapeError, Trn2ValueError
 from .memory import Allocation, CoreMemory
-from .report import Report, html_table, plain
+from .report import Facts, Report
 
 __all__ = ["CODECS", "PLACES", "Compressed", "compress", "decompress", "DmaReport", "dma_copy"]
 
@@ -41,11 +41,14 @@ def _stream_array(b, arg: str) -> np.ndarray:
     return a
 
 
-class Compressed:
+class Compressed(Facts):
     """A compressed array: ``codec``, ``nbytes`` (stream size), ``raw_nbytes``, ``ratio``,
     ``dtype``, ``shape``; ``to_bytes()`` and ``Compressed.from_bytes(b)``.
 
-    The stream is held in a read-only NumPy buffer; ``to_bytes()`` copies it into ``bytes``."""
+    The stream is held in a read-only NumPy buffer; ``to_bytes()`` copies it into ``bytes``
+    (``to_dict()`` leaves it out)."""
+
+    FACTS = ("codec", "dtype", "shape", "nbytes", "raw_nbytes", "ratio")
 
     def __init__(self, stream: np.ndarray, info) -> None:
         self._stream = stream
@@ -76,21 +79,6 @@ class Compressed:
             f"nbytes={self.nbytes}, raw_nbytes={self.raw_nbytes}, ratio={self.ratio:.3f})"
         )
 
-    def to_dict(self) -> dict[str, object]:
-        """What it is, as plain JSON-serialisable data (not the stream: ``to_bytes()``)."""
-        return plain(
-            {
-                "codec": self.codec,
-                "dtype": self.dtype,
-                "shape": self.shape,
-                "nbytes": self.nbytes,
-                "raw_nbytes": self.raw_nbytes,
-                "ratio": self.ratio,
-            }
-        )
-
-    def _repr_html_(self) -> str:
-        return html_table("Compressed", [(k, str(v)) for k, v in self.to_dict().items()])
 
 
 def _check_codec(codec) -> str:

@@ -102,6 +102,22 @@ def html_table(title: str, rows: list[tuple[str, str]]) -> str:
     )
 
 
+class Facts:
+    """A value described by named facts (``Compressed``, ``SparseTensor``): ``to_dict()``, the
+    attributes ``FACTS`` names as plain JSON-serialisable data (arrays as shape and dtype), and
+    a Jupyter table of them."""
+
+    __slots__ = ()
+    FACTS: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """What it is, as plain JSON-serialisable data."""
+        return plain({name: getattr(self, name) for name in self.FACTS})
+
+    def _repr_html_(self) -> str:
+        return html_table(type(self).__name__, [(k, str(v)) for k, v in self.to_dict().items()])
+
+
 class Result:
     """What the result classes (``GemmResult``, ``CollectiveResult``, ``RunResult``, ...)
     share: ``to_dict()`` (arrays as shape and dtype, the report as its ``to_dict()``), a short

@@ -13,7 +13,7 @@ import numpy as np
 from . import _core, _names, _validate
 from .dtypes import UNSIGNED_OF_SIZE as _UINT
 from .errors import FormatError, ShapeError, SparsityError, Trn2ValueError
-from .report import html_table, plain
+from .report import Facts
 
 __all__ = ["SPARSITY_PATTERNS", "SparseTensor", "prune", "compress"]
 
@@ -88,7 +88,7 @@ def compress(x, pattern: str, *, axis: int = -1) -> SparseTensor:
     )
 
 
-class SparseTensor:
+class SparseTensor(Facts):
     """An N:M-sparse array in compressed form (build it with ``trn2core.compress``).
 
     ``values``: the stored elements, the dense shape with the axis shortened to ``len / M * N``;
@@ -99,6 +99,7 @@ class SparseTensor:
     """
 
     __slots__ = ("_values", "_indices", "pattern", "axis", "shape", "dtype")
+    FACTS = ("pattern", "axis", "shape", "dtype", "nbytes", "density", "values", "indices")
 
     def __init__(self) -> None:
         raise TypeError("build a SparseTensor with trn2core.compress(x, pattern, axis=...)")
@@ -197,20 +198,3 @@ class SparseTensor:
             f"dtype={self.dtype}, nbytes={self.nbytes})"
         )
 
-    def to_dict(self) -> dict[str, object]:
-        """What it is, as plain JSON-serialisable data (the arrays as shape and dtype)."""
-        return plain(
-            {
-                "pattern": self.pattern,
-                "axis": self.axis,
-                "shape": self.shape,
-                "dtype": self.dtype,
-                "nbytes": self.nbytes,
-                "density": self.density,
-                "values": self._values,
-                "indices": self._indices,
-            }
-        )
-
-    def _repr_html_(self) -> str:
-        return html_table("SparseTensor", [(k, str(v)) for k, v in self.to_dict().items()])
