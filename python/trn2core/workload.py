@@ -179,24 +179,53 @@ def _buckets(value, arg: str) -> list[int]:
     return [_validate.integer(b, arg, lo=1) for b in value]
 
 
+class _Field:
+    """A report's read-only field: the value the core reported under the attribute's name."""
+
+    def __init__(self, doc: str = "") -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj._d[self.name]
+
+
+def _x_event(tid: int, start_s: float, seconds: float, name: str, args: dict) -> dict[str, Any]:
+    """A Chrome/Perfetto complete event (``ph`` X) in microseconds."""
+    return {
+        "ph": "X",
+        "pid": 0,
+        "tid": tid,
+        "ts": start_s * 1e6,
+        "dur": seconds * 1e6,
+        "name": name,
+        "args": args,
+    }
+
+
+def _named_tracks(process: str, tracks: dict[str, int]) -> list[dict[str, Any]]:
+    """The metadata events naming the process and each track."""
+    meta: list[dict[str, Any]] = [
+        {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": process}}
+    ]
+    meta += [
+        {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
+        for track, tid in tracks.items()
+    ]
+    return meta
+
+
 class StepReport:
     """One step's time with its per-layer, per-op breakdown, memory plan and uncertainty."""
 
     def __init__(self, r: _core.Step) -> None:
         self._d = _plain(r)
 
-    @property
-    def seconds(self) -> float:
-        return self._d["seconds"]
-
-    @property
-    def phase(self) -> str:
-        return self._d["phase"]
-
-    @property
-    def bucket(self) -> int:
-        """The compiled bucket the step ran in."""
-        return self._d["bucket"]
+    seconds = _Field()
+    phase = _Field()
+    bucket = _Field("The compiled bucket the step ran in.")
 
     @property
     def ops(self) -> list[dict]:
@@ -204,14 +233,8 @@ class StepReport:
         fixed_s, total_s, hbm_bytes, flops, bound."""
         return [dict(o) for o in self._d["ops"]]
 
-    @property
-    def memory(self) -> dict:
-        return self._d["memory"]
-
-    @property
-    def uncertainty(self) -> dict:
-        """The range the published whole-model cases of this phase fell in."""
-        return self._d["uncertainty"]
+    memory = _Field()
+    uncertainty = _Field("The range the published whole-model cases of this phase fell in.")
 
     @property
     def parts(self) -> dict:
@@ -242,17 +265,7 @@ class StepReport:
         def slice_(track: str, name: str, dur_s: float, args: dict[str, Any]) -> None:
             nonlocal now
             tid = tracks.setdefault(track, len(tracks) + 1)
-            events.append(
-                {
-                    "ph": "X",
-                    "pid": 0,
-                    "tid": tid,
-                    "ts": now * 1e6,
-                    "dur": dur_s * 1e6,
-                    "name": name,
-                    "args": args,
-                }
-            )
+            events.append(_x_event(tid, now, dur_s, name, args))
             now += dur_s
 
         ops = self._d["ops"]
@@ -273,14 +286,7 @@ class StepReport:
                         slice_(o["kind"], o["name"], o["seconds"], args)
                         if o["fixed_s"] > 0:
                             slice_("fixed", o["name"] + " (fixed)", o["fixed_s"], {})
-        meta: list[dict[str, Any]] = [
-            {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": self._d["description"]}}
-        ]
-        meta += [
-            {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
-            for track, tid in tracks.items()
-        ]
-        return meta + events
+        return _named_tracks(self._d["description"], tracks) + events
 
     def save_trace(self, path: str | os.PathLike[str]) -> str:
         """Writes one step as a Chrome/Perfetto trace (``trace_events``) to ``path`` through
@@ -436,23 +442,10 @@ class TrainReport(StepReport):
     how much of it the backward pass hides, the per-op breakdown (counts over the step) and
     the memory plan (weights, gradients, optimizer states, activations per logical core)."""
 
-    @property
-    def tokens_per_s(self) -> float:
-        return self._d["tokens_per_s"]
-
-    @property
-    def mfu(self) -> float:
-        """Model FLOPs utilisation against the bf16 peak of the cores the layout occupies."""
-        return self._d["mfu"]
-
-    @property
-    def bubble_fraction(self) -> float:
-        """The 1F1B pipeline bubble: (pp - 1) / (micro_batches + pp - 1)."""
-        return self._d["bubble_fraction"]
-
-    @property
-    def micro_batches(self) -> int:
-        return self._d["micro_batches"]
+    tokens_per_s = _Field()
+    mfu = _Field("Model FLOPs utilisation against the bf16 peak of the cores the layout occupies.")
+    bubble_fraction = _Field("The 1F1B pipeline bubble: (pp - 1) / (micro_batches + pp - 1).")
+    micro_batches = _Field()
 
     @property
     def schedule(self) -> list[dict]:
@@ -483,29 +476,9 @@ class TrainReport(StepReport):
             else:
                 track = "dp" if r["name"] == "dp_grad_reduce" else "step"
                 name = r["name"]
-            events.append(
-                {
-                    "ph": "X",
-                    "pid": 0,
-                    "tid": tracks[track],
-                    "ts": r["start_s"] * 1e6,
-                    "dur": r["seconds"] * 1e6,
-                    "name": name,
-                    "args": {
-                        "stage": r["stage"],
-                        "kind": r["name"],
-                        "micro_batch": r["micro_batch"],
-                    },
-                }
-            )
-        meta: list[dict[str, Any]] = [
-            {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": self._d["description"]}}
-        ]
-        meta += [
-            {"ph": "M", "pid": 0, "tid": tid, "name": "thread_name", "args": {"name": track}}
-            for track, tid in tracks.items()
-        ]
-        return meta + events
+            args = {"stage": r["stage"], "kind": r["name"], "micro_batch": r["micro_batch"]}
+            events.append(_x_event(tracks[track], r["start_s"], r["seconds"], name, args))
+        return _named_tracks(self._d["description"], tracks) + events
 
     def __str__(self) -> str:
         d = self._d
