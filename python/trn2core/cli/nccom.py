@@ -584,6 +584,15 @@ def cmd_nccom_test(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_lnc(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lnc",
+        type=int,
+        choices=(1, 2, 4),
+        help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
+    )
+
+
 def _fill(text: str) -> str:
     """A paragraph wrapped for --help without breaking flags at their hyphens."""
     return textwrap.fill(text, width=79, break_on_hyphens=False, break_long_words=False)
@@ -606,12 +615,7 @@ def add_commands(sub) -> None:
     )
     ls.add_argument("--ultraserver", action="store_true", help="a Trn2 UltraServer (64 chips)")
     ls.add_argument("--ultracluster", type=int, metavar="N", help="N UltraServers joined by EFA")
-    ls.add_argument(
-        "--lnc",
-        type=int,
-        choices=(1, 2, 4),
-        help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
-    )
+    _add_lnc(ls)
     ls.add_argument(
         "-j",
         "--json",
@@ -716,12 +720,7 @@ def add_commands(sub) -> None:
         help=f"element type: {', '.join(NCCOM_DATATYPES)} (default uint8; fp8 and fp8e4, the "
         "tool's names, are fp8_e4m3)",
     )
-    nc.add_argument(
-        "--lnc",
-        type=int,
-        choices=(1, 2, 4),
-        help="Logical NeuronCore size (default: NEURON_LOGICAL_NC_CONFIG, else 2)",
-    )
+    _add_lnc(nc)
     nc.add_argument(
         "--algorithm",
         default="auto",

@@ -113,29 +113,14 @@ def scalar_arg(x, arg: str):
     raise Trn2ValueError(f"{arg}: expected a number or a [P, 1] tile, got {type(x).__name__}")
 
 
-_ASSOCIATIVE = {
-    "add",
-    "multiply",
-    "maximum",
-    "minimum",
-    "bitwise_and",
-    "bitwise_or",
-    "bitwise_xor",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-}
-_COMPARE = {
-    "equal",
-    "not_equal",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "logical_and",
-    "logical_or",
-    "logical_xor",
-}
+_ASSOCIATIVE = set(
+    "add multiply maximum minimum bitwise_and bitwise_or bitwise_xor logical_and logical_or"
+    " logical_xor".split()
+)
+_COMPARE = set(
+    "equal not_equal greater greater_equal less less_equal logical_and logical_or"
+    " logical_xor".split()
+)
 
 
 #: ``nl`` functions lowered to several instructions (``Core.composite``).
