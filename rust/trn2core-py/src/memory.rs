@@ -249,36 +249,6 @@ impl PyCoreMemory {
         };
         transfer.cost(py, self, machine.as_deref())
     }
-
-    /// Refuses a transfer of an array of `shape` into `space` that does not fit in its free
-    /// space now (`hbm_bytes`: what HBM would hold).
-    fn check_transfer(
-        &self,
-        arg: &str,
-        space: &str,
-        shape: Vec<u64>,
-        elem_size: u64,
-        hbm_bytes: u64,
-    ) -> PyTrn2Result<()> {
-        let s = Space::parse("space", space)?;
-        let fp = Footprint::of_shape(&shape, elem_size)?;
-        Ok(self.lock().check_transfer(arg, s, fp, hbm_bytes)?)
-    }
-
-    /// Refuses an array of `shape` that could never be held in `space` (`hbm_bytes`: what HBM
-    /// would hold).
-    fn check_capacity(
-        &self,
-        arg: &str,
-        space: &str,
-        shape: Vec<u64>,
-        elem_size: u64,
-        hbm_bytes: u64,
-    ) -> PyTrn2Result<()> {
-        let s = Space::parse("space", space)?;
-        let fp = Footprint::of_shape(&shape, elem_size)?;
-        Ok(self.lock().check_capacity(arg, s, fp, hbm_bytes)?)
-    }
 }
 
 /// One `dma_copy` request as Python gives it.
