@@ -36,19 +36,12 @@ struct Oracle {
 impl Oracle {
     fn new(format: Format, bias: i32) -> Oracle {
         let (e, m) = (format.exponent_bits() as i32, format.mantissa_bits() as i32);
-        let exp_all_ones = ((1u32 << e) - 1) << m;
-        let (max_code, overflow_code, nan_code) = if format.has_inf() {
-            (
-                exp_all_ones - 1,
-                exp_all_ones,
-                exp_all_ones | (1 << (m - 1)),
-            )
-        } else {
-            (
-                exp_all_ones | ((1 << m) - 2),
-                exp_all_ones | ((1 << m) - 1),
-                exp_all_ones | ((1 << m) - 1),
-            )
+        // Every exponent and mantissa bit set: NaN without Inf, else a NaN above Inf (mantissa 0).
+        let top = (1u32 << (e + m)) - 1;
+        let inf = top & !((1u32 << m) - 1);
+        let (max_code, overflow_code, nan_code) = match format.has_inf() {
+            true => (inf - 1, inf, inf | 1 << (m - 1)),
+            false => (top - 1, top, top),
         };
         let t = (0..=max_code + 1)
             .map(|c| {

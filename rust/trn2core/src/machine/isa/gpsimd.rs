@@ -729,84 +729,57 @@ mod tests {
         assert_eq!(e.arg(), Some("data"));
     }
 
-    /// nonzero_with_count against the documented pseudocode on the cores' partitions (0, 16,
-    /// 32 of a 40-partition tile): -0.0 is zero, NaN and denormals nonzero, an all-zero and an
-    /// all-nonzero row; the other partitions of dst keep what they held, and src's other
-    /// partitions may never have been written.
     /// sequence_bounds against the documented numpy loops: runs of equal ids, padding (0 and
     /// -0.0) inside and at both ends, a run of one, int32 ids above 2^24 kept distinct.
     #[test]
     fn sequence_bounds_against_the_documented_loops() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        // Each element on its own: walk out to both ends of its run of equal ids.
         let oracle = |seq: &[f64]| {
             let n = seq.len();
-            let (mut lo, mut hi) = (vec![0f64; n], vec![0f64; n]);
-            for i in 0..n {
-                lo[i] = if seq[i] == 0.0 {
-                    n as f64
-                } else if i > 0 && seq[i] == seq[i - 1] {
-                    lo[i - 1]
-                } else {
-                    i as f64
-                };
-            }
-            for i in (0..n).rev() {
-                hi[i] = if seq[i] == 0.0 {
-                    -1.0
-                } else if i + 1 < n && seq[i] == seq[i + 1] {
-                    hi[i + 1]
-                } else {
-                    (i + 1) as f64
-                };
-            }
+            let bounds = |i: usize| match seq[i] == 0.0 {
+                true => (n as f64, -1.0),
+                false => {
+                    let start = (0..=i).rev().take_while(|&j| seq[j] == seq[i]).last();
+                    let end = (i..n).take_while(|&j| seq[j] == seq[i]).last();
+                    (start.unwrap_or(i) as f64, (end.unwrap_or(i) + 1) as f64)
+                }
+            };
+            let (lo, hi): (Vec<f64>, Vec<f64>) = (0..n).map(bounds).unzip();
             [lo, hi].concat()
         };
+        // sequence_bounds on one row of ids (raw 32-bit words) into a dst of `out`, as f64.
+        let run = |m: &mut Machine, tag: &str, ids: (Dtype, Vec<u32>), out: Dtype| {
+            let n = ids.1.len();
+            let t = m.alloc(Space::Sbuf, &format!("ids_{tag}"), &[1, n], ids.0);
+            let d = m.alloc(Space::Sbuf, &format!("d_{tag}"), &[1, 2, n], out);
+            let (t, d) = (t.expect("ids"), d.expect("d"));
+            put(m, &t, &ids.1, 4);
+            m.sequence_bounds(&d, &t).expect(tag);
+            let word = |c: &[u8]| [c[0], c[1], c[2], c[3]];
+            let value = |c: &[u8]| match out {
+                Dtype::Int32 => i32::from_le_bytes(word(c)) as f64,
+                _ => f32::from_le_bytes(word(c)) as f64,
+            };
+            let got: Vec<f64> = m
+                .read_tile(&d)
+                .expect("read")
+                .chunks(4)
+                .map(value)
+                .collect();
+            (got, d)
+        };
         let f: Vec<f32> = vec![0.0, 1.0, 1.0, 2.0, 2.0, 2.0, -0.0, 3.0, 3.0, 5.0, 4.0, 4.0];
-        let n = f.len();
-        let ids = m
-            .alloc(Space::Sbuf, "ids", &[1, n], Dtype::Fp32)
-            .expect("ids");
-        let d = m
-            .alloc(Space::Sbuf, "d", &[1, 2, n], Dtype::Int32)
-            .expect("d");
-        put(
-            &mut m,
-            &ids,
-            &f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            4,
-        );
-        m.sequence_bounds(&d, &ids).expect("fp32");
-        let got: Vec<f64> = m
-            .read_tile(&d)
-            .expect("read")
-            .chunks(4)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect();
+        let bits = f.iter().map(|v| v.to_bits()).collect();
+        let (got, _) = run(&mut m, "fp32", (Dtype::Fp32, bits), Dtype::Int32);
         assert_eq!(
             got,
             oracle(&f.iter().map(|&v| v as f64).collect::<Vec<_>>())
         );
         assert_eq!(&got[..3], &[12.0, 1.0, 1.0]);
         let big: Vec<i32> = vec![16_777_217, 16_777_216, 16_777_216, 0, 7];
-        let ids = m
-            .alloc(Space::Sbuf, "ids32", &[1, 5], Dtype::Int32)
-            .expect("ids");
-        let d = m
-            .alloc(Space::Sbuf, "d32", &[1, 2, 5], Dtype::Fp32)
-            .expect("d");
-        put(
-            &mut m,
-            &ids,
-            &big.iter().map(|&v| v as u32).collect::<Vec<_>>(),
-            4,
-        );
-        m.sequence_bounds(&d, &ids).expect("int32");
-        let got: Vec<f64> = m
-            .read_tile(&d)
-            .expect("read")
-            .chunks(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect();
+        let bits = big.iter().map(|&v| v as u32).collect();
+        let (got, d) = run(&mut m, "int32", (Dtype::Int32, bits), Dtype::Fp32);
         assert_eq!(
             got,
             oracle(&big.iter().map(|&v| v as f64).collect::<Vec<_>>())
@@ -835,6 +808,10 @@ mod tests {
         assert_eq!(e.rule(), Some("sequence_bounds_dtype"));
     }
 
+    /// nonzero_with_count against the documented pseudocode on the cores' partitions (0, 16,
+    /// 32 of a 40-partition tile): -0.0 is zero, NaN and denormals nonzero, an all-zero and an
+    /// all-nonzero row; the other partitions of dst keep what they held, and src's other
+    /// partitions may never have been written.
     #[test]
     fn nonzero_with_count_against_the_documented_pseudocode() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");

@@ -1198,10 +1198,6 @@ mod tests {
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
     }
 
-    /// range_select against an oracle of the documented numpy equivalent: each partition's
-    /// bounds (a NaN bound selects nothing), both comparisons on the float32 index, the fill
-    /// float32's lowest (-inf once rounded to bf16), NaN kept (canonical), -0 kept, and the
-    /// register's max over the float32 results, continued by `reduce` on a second call.
     /// select_reduce against `where(pred, on_true, on_false)` and an IEEE maximum fold: int16
     /// predicates (negative, zero, positive), NaN/-0/+-inf values, a per-partition on_false tile
     /// holding a NaN, reverse_pred, reduce continuing, idle leaving the register, bf16 rounding.
@@ -1332,6 +1328,10 @@ mod tests {
         assert!(e.to_string().contains("reduce_op"));
     }
 
+    /// range_select against an oracle of the documented numpy equivalent: each partition's
+    /// bounds (a NaN bound selects nothing), both comparisons on the float32 index, the fill
+    /// float32's lowest (-inf once rounded to bf16), NaN kept (canonical), -0 kept, and the
+    /// register's max over the float32 results, continued by `reduce` on a second call.
     #[test]
     fn range_select_against_the_documented_numpy_equivalent() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
