@@ -767,43 +767,27 @@ def _cases() -> list[Case]:
             atol=1e-6,
             package_root=LIB,
         ),
-        Case(
-            "nkilib attention_cte (causal)",
-            lib,
-            "nkilib.core.attention.attention_cte",
-            "attention_cte",
-            lambda r: (
-                (
-                    _f32(r, 1, 512, 64).astype(BF16),
-                    _f32(r, 1, 64, 512).astype(BF16),
-                    _f32(r, 1, 512, 64).astype(BF16),
-                ),
-                {"scale": 0.125},
-            ),  # fmt: skip
-            ref_attention_cte,
-            rtol=2e-2,
-            atol=2e-2,
-            package_root=LIB,
-        ),
-        Case(
-            "nkilib attention_cte (not causal, 1024)",
-            lib,
-            "nkilib.core.attention.attention_cte",
-            "attention_cte",
-            lambda r: (
-                (
-                    _f32(r, 1, 1024, 64).astype(BF16),
-                    _f32(r, 1, 64, 1024).astype(BF16),
-                    _f32(r, 1, 1024, 64).astype(BF16),
-                ),
-                {"scale": 0.125, "causal_mask": False},
-            ),  # fmt: skip
-            ref_attention_cte,
-            rtol=2e-2,
-            atol=2e-2,
-            package_root=LIB,
-        ),
     ]
+    not_causal = {"causal_mask": False}
+    for label, seq, extra in (("causal", 512, {}), ("not causal, 1024", 1024, not_causal)):
+
+        def qkv(r, seq=seq, extra=extra):
+            shapes = ((1, seq, 64), (1, 64, seq), (1, seq, 64))
+            return tuple(_f32(r, *s).astype(BF16) for s in shapes), {"scale": 0.125, **extra}
+
+        cases.append(
+            Case(
+                f"nkilib attention_cte ({label})",
+                lib,
+                "nkilib.core.attention.attention_cte",
+                "attention_cte",
+                qkv,
+                ref_attention_cte,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+            )
+        )
     # A host-side caller (topk[lnc](x, k)) of the @nki.jit kernel; scipy builds its rotation
     # matrix. One stage (V=2048: the scanning fallback) and eight (the rotational algorithm).
     for v, k in ((2048, 8), (32768, 64)):
