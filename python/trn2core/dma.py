@@ -80,7 +80,6 @@ class Compressed(Facts):
         )
 
 
-
 def _check_codec(codec) -> str:
     return _validate.name(codec, "codec", CODECS, what="codec")
 

@@ -197,4 +197,3 @@ class SparseTensor(Facts):
             f"SparseTensor(pattern={self.pattern!r}, axis={self.axis}, shape={self.shape}, "
             f"dtype={self.dtype}, nbytes={self.nbytes})"
         )
-
