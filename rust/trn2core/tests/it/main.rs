@@ -13,6 +13,7 @@ mod machine;
 mod numerics_exhaustive;
 mod sparse_gemm;
 mod sparsity;
+mod view_model;
 
 /// Reference conversions the tests share, written from the formats' definitions (independent
 /// of the core's kernels).
