@@ -364,6 +364,12 @@ def test_training_trace_is_the_1f1b_schedule_and_ends_at_the_step(tmp_path):
     assert sorted(names.values()) == ["dp", "stage 0", "stage 1", "stage 2", "stage 3", "step"]
     slices = [e for e in events if e["ph"] == "X"]
     d = r.to_dict()
+    assert (r.forward_s, r.backward_s, r.dp_reduce_s) == (
+        d["forward_s"],
+        d["backward_s"],
+        d["dp_reduce_s"],
+    )
+    assert 0 <= r.dp_exposed_s <= r.dp_reduce_s and r.forward_s < r.backward_s
     mb_s = d["forward_s"] + d["backward_s"]  # and the stage boundary's transfers
     for s in range(4):
         row = sorted((e for e in slices if names[e["tid"]] == f"stage {s}"), key=lambda e: e["ts"])

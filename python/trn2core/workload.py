@@ -446,6 +446,12 @@ class TrainReport(StepReport):
     mfu = _Field("Model FLOPs utilisation against the bf16 peak of the cores the layout occupies.")
     bubble_fraction = _Field("The 1F1B pipeline bubble: (pp - 1) / (micro_batches + pp - 1).")
     micro_batches = _Field()
+    forward_s = _Field("One micro-batch's forward pass through one pipeline stage.")
+    backward_s = _Field("One micro-batch's backward pass through one pipeline stage.")
+    dp_reduce_s = _Field(
+        "The data-parallel gradient collective (all-reduce, or ZeRO-1's reduce-scatter)."
+    )
+    dp_exposed_s = _Field("The part of ``dp_reduce_s`` the last backward pass does not hide.")
 
     @property
     def schedule(self) -> list[dict]:
