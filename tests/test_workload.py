@@ -524,3 +524,14 @@ def test_trinity_presets_are_their_configs_field_names():
     # A config's fields go straight into an estimate too.
     step = workload.Inference(cfg, "trn2.3xlarge", tp=4, seq_len=2048).decode(64).seconds
     assert step == workload.Inference(mini, "trn2.3xlarge", tp=4, seq_len=2048).decode(64).seconds
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_heads_of_64_decode(tp):
+    # Llama-3.2-1B's shape (head_dim 64): the token-generation kernel's output lies on 64
+    # partitions; decode used to fail inside the kernel with a ShapeError of its own.
+    cfg = dict(LLAMA_8B_CONFIG, hidden_size=2048, num_attention_heads=32, intermediate_size=8192)
+    cfg.update(num_hidden_layers=16, head_dim=64)
+    inf = workload.Inference(workload.Model.from_hf_config(cfg), tp=tp, seq_len=2048)
+    short, long = inf.decode(100).seconds, inf.decode(2000).seconds
+    assert 0 < short < long

@@ -705,7 +705,9 @@ pub fn attention_tkg_run(
             }
             broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
             let neg_bc = b.bc.slice(&[Index::ALL, range(0, q)])?;
-            let corr_bc = b.bc.slice(&[Index::ALL, range(q, 2 * q)])?;
+            // The output's partitions are the value head's columns (`dvc`, fewer than 128
+            // for a head of 64).
+            let corr_bc = b.bc.slice(&[range(0, dvc), range(q, 2 * q)])?;
             // p = exp(scale * s - scale * max) on all 128 partitions.
             if q == 1 {
                 let args = ActivationArgs {
@@ -785,7 +787,7 @@ pub fn attention_tkg_run(
         m.nc_transpose(Engine::Tensor, &dst, &inv)?;
         broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
         let inv_bc =
-            b.bc.slice(&[Index::ALL, range(0, q)])?
+            b.bc.slice(&[range(0, dvc), range(0, q)])?
                 .with_pattern(&over_chunks(nv), 0)?;
         m.tensor_tensor(Engine::Vector, &o_sb, &o_acc, &inv_bc, AluOp::Multiply)?;
         for vi in 0..nv {
@@ -1122,6 +1124,27 @@ mod tests {
         let prefill = attention_times(&one).expect("prefill");
         let ratio = (prefill.per_block_s / KV_TILE as f64) / (t.per_block_s / block as f64);
         assert!(ratio > 3.0, "{ratio}");
+    }
+
+    #[test]
+    fn a_head_of_64_decodes_on_its_64_partitions() {
+        // Llama-3.2-1B's heads: the output (and the corrections scaling it) on 64 partitions.
+        for q_rows in [1, 8] {
+            let small = AttentionShape {
+                q_rows,
+                d_qk: 64,
+                d_v: 64,
+                ..HEAD
+            };
+            let t = attention_tkg_times(&small).expect("a head of 64");
+            let full = attention_tkg_times(&AttentionShape { q_rows, ..HEAD }).expect("128");
+            let bytes = (tkg_block_keys(q_rows) * 128 * 2) as f64;
+            let peak = bytes / (DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S);
+            assert!(
+                t.per_block_s >= peak && t.per_block_s < full.per_block_s,
+                "{q_rows}"
+            );
+        }
     }
 
     #[test]
