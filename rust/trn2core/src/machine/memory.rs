@@ -840,7 +840,8 @@ impl Memories {
             return Err(Error::value(
                 "src",
                 format!(
-                    "a spill moves a whole SBUF tensor to an HBM tensor of its size or back;                      got {} ({} bytes) and {} ({} bytes)",
+                    "a spill moves a whole SBUF tensor to an HBM tensor of its size or back: \
+                     got {} ({} B) and {} ({} B)",
                     space.name(),
                     np as u64 * b,
                     h.space.name(),
