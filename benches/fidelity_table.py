@@ -3,7 +3,8 @@
 The measurements are data (``benches/fidelity/published.toml``: source, instance, LNC, what was
 measured, and how sure we are that it was Trainium2); each is predicted here through
 trn2core's public API only: ``nccom_rows`` (what ``trn2core nccom-test`` prints),
-``NeuronCore.dma_copy`` and ``estimate_gemm``. Run it as a script::
+``NeuronCore.dma_copy``, ``estimate_gemm``, ``trn2core.workload`` and, for a published NKI
+kernel, ``trn2core.nki.run`` of trn2core's own kernel of the same operation. Run it as a script::
 
     python benches/fidelity_table.py            # the points compared with the model, and a summary
     python benches/fidelity_table.py --all      # also the repeats, screenshot readings and curves
@@ -109,6 +110,29 @@ def _dma_seconds(shape, dtype: str, src: str, dst: str, quantity: str) -> float:
     return rep.details["engines_s"] if quantity == "engine" else rep.seconds
 
 
+def _kernel_seconds(p: dict, tiles: int | None = None) -> float:
+    """trn2core's own NKI kernel ``p["kernel"]`` (an example of ``trn2core.nki``: rmsnorm) on
+    ``rows`` rows of ``hidden`` columns, the rows split evenly over the ``lnc`` physical cores
+    (the published kernels shard the outer dimension): one core's time for its share. Its loop
+    over 128-row tiles is uniform, so ``t`` tiles take ``T(n) + (t - n) (T(2n) - T(n)) / n``,
+    from runs of ``n = min(t, 4)`` and ``2n`` tiles (how the workload model times its norms);
+    ``tiles``: run that many tiles only."""
+    import trn2core.nki as tn
+    from trn2core.nki._examples import load
+
+    fn = getattr(load(p["kernel"]), p["kernel"])
+    g = np.ones(p["hidden"], dtype=_np_dtype(p["dtype"]))
+
+    def run(t: int) -> float:
+        x = np.ones((128 * t, p["hidden"]), dtype=_np_dtype(p["dtype"]))
+        return tn.run(fn, x, g).report.seconds
+
+    t = tiles or -(-p["rows"] // (128 * p["lnc"]))
+    n = min(t, 4)
+    short = run(n)
+    return short if t == n else short + (t - n) * (run(2 * n) - short) / n
+
+
 def predict(p: dict) -> Row:
     """The model's prediction of point ``p`` (``predicted`` is None where nothing in trn2core
     predicts it)."""
@@ -143,6 +167,8 @@ def predict(p: dict) -> Row:
             p["m"], p["k"], p["n"], dtype=p["dtype"], perf_mode=p.get("perf_mode", "none")
         )
         return Row(p, p["time_us"], rep.seconds * 1e6, "us")
+    if kind == "kernel" and p["use"] != "excluded":
+        return Row(p, p["time_us"], _kernel_seconds(p) * 1e6, "us")
     return Row(p, p["time_us"], None, "us")
 
 

@@ -129,6 +129,25 @@ def test_predictions_come_from_the_public_api(rows):
     )
 
 
+def test_published_kernel_latencies_are_predicted_by_our_own_kernel(rows):
+    """An NKI Library kernel's published Trn2 latency beside trn2core's own kernel of the same
+    operation (rmsnorm, without the fp8 quantization) on one core's share of the rows (LNC=2):
+    reported as a check, however far off; longer runs are extrapolated from 4 and 8 tiles."""
+    import ml_dtypes
+    import numpy as np
+    import trn2core.nki as tn
+    from trn2core.nki._examples import load
+
+    by_id = {r.id: r for r in rows}
+    short, long = (by_id[f"rmsnorm-quant-llama3.3-70b-{s}-h8192"] for s in ("s2k", "s32k"))
+    x, g = np.ones((1024, 8192), ml_dtypes.bfloat16), np.ones(8192, ml_dtypes.bfloat16)
+    ran = tn.run(load("rmsnorm").rmsnorm, x, g).report.seconds * 1e6
+    assert short.predicted == pytest.approx(ran, rel=1e-9)
+    assert short.point["use"] == long.point["use"] == "check"
+    assert long.factor is not None and 10 < long.predicted / short.predicted < 20
+    assert by_id["rmsnorm-quant-llama3.1-405b-s2k-h16384"].predicted is None  # does not fit
+
+
 def test_script_prints_the_table_and_summary(capsys):
     assert fidelity.main([]) == 0
     out = capsys.readouterr().out

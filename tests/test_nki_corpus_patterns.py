@@ -1291,6 +1291,46 @@ def test_legacy_block_array_read_after_its_block_was_released_is_a_capacity_erro
     assert np.array_equal(whole_first(np.ones((2, 2), np.float32)), np.full((128, 64), 3.0))
 
 
+def _spilling_kernel(a, bias):
+    """Blocks of 32 KiB per partition, all loaded before any is read (8 of them need 256 KiB
+    of SBUF's 192 KiB), then stored in reverse order and added in order: the compiler spills
+    blocks to HBM and reloads them."""
+    n = a.shape[0]
+    out = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
+    twice = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
+    blk = lnl.ndarray((n, lnl.par_dim(128), a.shape[2]), dtype=a.dtype, buffer=lnl.sbuf)
+    for i in lnl.sequential_range(n):
+        blk[i] = lnl.load(a[i])
+        if i == 0:
+            blk[0][:, 0:64] = lnl.add(blk[0][:, 0:64], bias)  # rewritten in part, then spilled
+    for i in lnl.sequential_range(n):
+        lnl.store(out[n - 1 - i], value=blk[n - 1 - i])
+    for i in lnl.sequential_range(n):
+        lnl.store(twice[i], value=lnl.add(blk[i], blk[n - 1 - i]))
+    return out, twice
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_legacy_block_array_larger_than_sbuf_spills_to_hbm_bit_exactly(n):
+    a = _rand(n, 128, 8192, seed=8)
+    a.view(np.uint32)[:, :, 100] = 0x7FC01234  # a NaN payload: bits move as they are
+    bias = np.float32(0.5)
+    res = tn.run(tn.jit_legacy(_spilling_kernel), a, bias)
+    b = a.copy()
+    b[0, :, 0:64] += bias
+    assert np.array_equal(res.outputs[0].view(np.uint32), b.view(np.uint32))
+    assert np.array_equal(res.outputs[1], b + b[::-1], equal_nan=True)
+    rep, block = res.report, 128 * 8192 * 4
+    assert rep.to_dict()["spill_bytes"] == rep.spill_bytes == rep.cores[0].spill_bytes
+    if n == 2:  # fits: no spill
+        assert rep.spill_bytes == 0 and rep.spill_s == 0 and "spills" not in str(rep)
+        return
+    assert rep.spill_bytes > 0 and rep.spill_bytes % block == 0 and rep.spill_s > 0
+    assert f"spills: {rep.spill_bytes:,} bytes" in str(rep)
+    plain = tn.run(tn.jit_legacy(_spilling_kernel), a[:2], bias).report
+    assert rep.dma_bytes - rep.spill_bytes == 4 * plain.dma_bytes  # loads and stores: x n/2
+
+
 def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
     def k(a):
         t = nl.ndarray((128, 4, 15_000), dtype=nl.float32, buffer=nl.sbuf)  # cap

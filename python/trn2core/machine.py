@@ -480,16 +480,29 @@ def _pattern(pattern, arg: str = "pattern") -> list[tuple[int, int]]:
     return out
 
 
+def spill_rows(report) -> list[tuple[str, str]]:
+    """The report row of its spills to HBM and reloads (none when there were none)."""
+    if not report.spill_bytes:
+        return []
+    return [
+        (
+            "spills",
+            f"{report.spill_bytes:,} bytes, {_fmt_seconds(report.spill_s)} of DMA queue time",
+        )
+    ]
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class KernelReport(TimingReport):
-    """The timeline of the instructions issued on a core: ``seconds`` (makespan), ``engines``
-    (per engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes``
-    (instructions per opcode), ``dma_bytes``, ``critical_path`` (the chain of instructions that
-    ends last, each with what it waited for; built on first use), ``instructions``, ``ticks``
-    (4.8 GHz), ``by_line()`` (busy time per kernel source line, for instructions an NKI kernel
-    issued). Prints as a table; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
-    with one track per engine and DMA queue and one slice per instruction (its kernel line as
-    ``args.line``)."""
+    """The timeline of the instructions issued on a core: ``seconds`` (makespan), ``engines`` (per
+    engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes`` (instructions
+    per opcode), ``dma_bytes``, ``spill_bytes`` and ``spill_s`` (the bytes and DMA queue time of
+    those that spill blocks to HBM and reload them, legacy NKI block arrays: docs/nki.md),
+    ``critical_path`` (the chain of instructions that ends last, each with what it waited for; built
+    on first use), ``instructions``, ``ticks`` (4.8 GHz), ``by_line()`` (busy time per kernel source
+    line, for instructions an NKI kernel issued). Prints as a table; ``to_dict()``;
+    ``save_trace(path)`` writes a Perfetto trace with one track per engine and DMA queue and one
+    slice per instruction (its kernel line as ``args.line``)."""
 
     seconds: float
     ticks: int
@@ -497,6 +510,8 @@ class KernelReport(TimingReport):
     engines: Mapping[str, Mapping[str, float]]
     opcodes: Mapping[str, int]
     dma_bytes: int
+    spill_bytes: int
+    spill_s: float
     _core: Any = dataclasses.field(default=None, compare=False, repr=False)
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
@@ -517,6 +532,8 @@ class KernelReport(TimingReport):
                 "engines": engines,
                 "opcodes": dict(rep.opcodes),
                 "dma_bytes": rep.dma_bytes,
+                "spill_bytes": rep.spill_bytes,
+                "spill_s": rep.spill_s,
             },
             retrace=rep.trace_json,
         )
@@ -566,6 +583,7 @@ class KernelReport(TimingReport):
             *engine_rows(self.engines),
             ("opcodes", ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items()) or "none"),
             ("DMA bytes", f"{self.dma_bytes:,}"),
+            *spill_rows(self),
             ("critical path", count(self._core.critical_path_length, "instruction")),
         ]
 
@@ -583,6 +601,7 @@ class KernelReport(TimingReport):
         ops = ", ".join(f"{k} {v:,}" for k, v in self.opcodes.items())
         lines.append(f"  opcodes: {ops or 'none'}")
         lines.append(f"  DMA bytes: {self.dma_bytes:,}")
+        lines.extend(f"  {k}: {v}" for k, v in spill_rows(self))
         lines.append("  critical path: " + count(self._core.critical_path_length, "instruction"))
         lines.extend(line_table(self.by_line()))
         return "\n".join(lines)

@@ -9,7 +9,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..machine import KernelReport, engine_rows, line_label, line_table, lines_by_source
+from ..machine import (
+    KernelReport,
+    engine_rows,
+    line_label,
+    line_table,
+    lines_by_source,
+    spill_rows,
+)
 from ..report import TimingReport, _fmt_seconds, _Trace, count, moved_to_process, plain
 
 _COMPUTE = ("PE", "ACT", "DVE", "POOL")
@@ -53,18 +60,20 @@ def _bottleneck_line(reports, bottleneck: str) -> str | None:
 
 @dataclasses.dataclass(frozen=True, repr=False)
 class NkiReport(TimingReport):
-    """How long Trainium2 takes to run the kernel: ``seconds`` (makespan over the launch's
-    physical cores), ``engines`` (per engine and DMA queue, ``busy_s``, ``utilization``,
-    ``instructions``; prefixed ``nc0``/``nc1`` under LNC=2), ``opcodes``, ``instructions``,
-    ``dma_bytes``, ``dma_utilization`` (the share of a core's DMA bandwidth, 368 GB/s, its
-    transfers used), ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA
-    by the larger of ``dma_utilization`` and its busiest queue's utilisation),
-    ``bottleneck_line`` (``file:line`` of the kernel line busiest on that engine, DMA queues
-    together), ``by_line()`` (busy time per kernel line, summed over the physical cores under
-    LNC=2; ``cores[i].by_line()`` is one core's), ``critical_path`` (of the core that ends
-    last), ``cores`` (each core's ``KernelReport``). Prints as a table with the busiest lines;
-    ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace (one process per physical core,
-    one track per engine and DMA queue, each instruction's kernel line as ``args.line``)."""
+    """How long Trainium2 takes to run the kernel: ``seconds`` (makespan over the launch's physical
+    cores), ``engines`` (per engine and DMA queue, ``busy_s``, ``utilization``, ``instructions``;
+    prefixed ``nc0``/``nc1`` under LNC=2), ``opcodes``, ``instructions``, ``dma_bytes``,
+    ``dma_utilization`` (the share of a core's DMA bandwidth, 368 GB/s, its transfers used),
+    ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA by the larger of
+    ``dma_utilization`` and its busiest queue's utilisation), ``bottleneck_line`` (``file:line`` of
+    the kernel line busiest on that engine, DMA queues together), ``spill_bytes`` and ``spill_s``
+    (the bytes and DMA queue time of the spills of legacy block arrays to HBM and their reloads, in
+    ``dma_bytes`` and the DMA queues' time too; docs/nki.md), ``by_line()`` (busy time per kernel
+    line, summed over the physical cores under LNC=2; ``cores[i].by_line()`` is one core's),
+    ``critical_path`` (of the core that ends last), ``cores`` (each core's ``KernelReport``). Prints
+    as a table with the busiest lines; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace
+    (one process per physical core, one track per engine and DMA queue, each instruction's kernel
+    line as ``args.line``)."""
 
     seconds: float
     instructions: int
@@ -75,6 +84,8 @@ class NkiReport(TimingReport):
     dma_utilization: float
     lnc: int
     bottleneck_line: str | None = None
+    spill_bytes: int = 0
+    spill_s: float = 0.0
     cores: tuple[KernelReport, ...] = dataclasses.field(default=(), compare=False)
     _trace: _Trace = dataclasses.field(
         default_factory=lambda: _Trace(None, None), compare=False, repr=False
@@ -119,6 +130,8 @@ class NkiReport(TimingReport):
             engines=engines,
             opcodes=opcodes,
             dma_bytes=sum(r.dma_bytes for r in reports),
+            spill_bytes=sum(r.spill_bytes for r in reports),
+            spill_s=sum(r.spill_s for r in reports),
             bottleneck=bottleneck,
             bottleneck_line=_bottleneck_line(reports, bottleneck),
             dma_utilization=max(_dma_share(r, seconds) for r in reports),
@@ -158,6 +171,8 @@ class NkiReport(TimingReport):
                 "engines": self.engines,
                 "opcodes": self.opcodes,
                 "dma_bytes": self.dma_bytes,
+                "spill_bytes": self.spill_bytes,
+                "spill_s": self.spill_s,
                 "bottleneck": self.bottleneck,
                 "bottleneck_line": self.bottleneck_line,
                 "dma_utilization": self.dma_utilization,
@@ -179,6 +194,7 @@ class NkiReport(TimingReport):
                 "DMA bytes",
                 f"{self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA bandwidth)",
             ),
+            *spill_rows(self),
             ("critical path", count(len(self.critical_path), "instruction")),
         ]
 
@@ -202,6 +218,7 @@ class NkiReport(TimingReport):
             f"  DMA bytes: {self.dma_bytes:,} ({100 * self.dma_utilization:.1f}% of the DMA "
             "bandwidth)"
         )
+        lines.extend(f"  {k}: {v}" for k, v in spill_rows(self))
         lines.append(f"  critical path: {len(self.critical_path):,} instructions")
         lines.extend(line_table(self.by_line()))
         return "\n".join(lines)

@@ -251,12 +251,15 @@ class Core:
         lazy_ok = pdim > 0 and init is None and self.launch.dialect == "legacy"
         if lazy_ok and buffer is PSUM:
             return self._lazy(shape, dtype, buffer, pdim, mname, name, None)
-        try:
-            tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
-        except CapacityError as e:
-            if not lazy_ok:
-                raise
-            return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
+        if self.launch.dialect == "legacy" and not lazy_ok:
+            tile = self.alloc_evicting(mshape, dtype, buffer, mname)
+        else:
+            try:
+                tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
+            except CapacityError as e:
+                if not lazy_ok:
+                    raise
+                return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
 
@@ -280,46 +283,61 @@ class Core:
     def lazy_block(self, lazy: LazyBlocks, idx: tuple) -> NkiTensor:
         """Block ``idx`` of a ``LazyBlocks`` array (a ``(P, F...)`` tensor): its storage, made
         when first used; when memory is short, the least recently used block of such arrays
-        in the same memory is released first (the compiler reuses a tile's memory once it is
-        dead; reading a released block again is a ``CapacityError``)."""
+        in the same memory gives its storage up first (``lazy_give_up``). A block spilled to
+        HBM comes back with a reload; reading a released PSUM block is a ``CapacityError``."""
         key = (lazy.uid, idx)
         owner = lazy.live.get(idx)
         if owner is None:
             if idx in lazy.released and not lazy.writing:
                 raise CapacityError(
                     f"{lazy.name}: block {idx} was released to make room for other blocks "
-                    "and is read again: the blocks live at once need more "
-                    f"{lazy.buffer.space.upper()} than there is (the compiler would spill to "
-                    "HBM; not modelled: docs/nki.md, legacy liveness)"
+                    "and is read again: the blocks live at once need more PSUM than there is "
+                    "(PSUM is not a DMA endpoint, so trn2core spills SBUF blocks only: "
+                    "docs/nki.md, legacy liveness)"
                 )
-            while True:
-                try:
-                    tile = self.m.alloc(
-                        lazy.mshape,
-                        D.machine_name(lazy.dtype),
-                        lazy.buffer.space,
-                        f"{lazy.name}{list(idx)}",
-                        0,
-                        None,
-                    )
-                    break
-                except CapacityError:
-                    victim = next(
-                        (k for k, other in self.lazy_lru.items() if other.buffer is lazy.buffer),
-                        None,
-                    )
-                    if victim is None:
-                        raise
-                    other = self.lazy_lru.pop(victim)
-                    other.live.pop(victim[1]).release()
-                    other.released.add(victim[1])
+            tile = self.alloc_evicting(
+                lazy.mshape, lazy.dtype, lazy.buffer, f"{lazy.name}{list(idx)}"
+            )
             owner = _Alloc(self.m, tile, None)
             lazy.live[idx] = owner
             lazy.released.discard(idx)
+            if idx in lazy.spilled:
+                self.m.dma_spill(tile, lazy.spilled[idx], self.loc)
         self.lazy_lru[key] = lazy
         self.lazy_lru.move_to_end(key)
         shape = (lazy.mshape[0], *lazy.mshape[1:]) if len(lazy.mshape) > 1 else lazy.mshape
         return NkiTensor(owner.tile, shape, 0, lazy.dtype, lazy.buffer, self, owner, lazy.name)
+
+    def alloc_evicting(self, mshape, dtype, buffer: Buffer, name: str):
+        """A machine tensor (first fit) in the legacy dialect: when memory is short, the least
+        recently used block of ``LazyBlocks`` arrays in that memory gives its storage up
+        (``lazy_give_up``) until the tensor fits; a ``CapacityError`` when none is left."""
+        while True:
+            try:
+                return self.m.alloc(mshape, D.machine_name(dtype), buffer.space, name, 0, None)
+            except CapacityError:
+                victim = next(
+                    (k for k, other in self.lazy_lru.items() if other.buffer is buffer), None
+                )
+                if victim is None:
+                    raise
+                self.lazy_give_up(self.lazy_lru.pop(victim), victim[1])
+
+    def lazy_give_up(self, lazy: LazyBlocks, idx: tuple) -> None:
+        """Frees the storage of block ``idx`` of a ``LazyBlocks`` array; in SBUF its bytes are
+        spilled to an HBM tensor of their own first (the block's spill slot, kept for later
+        spills), as the compiler spills a live tile it needs the memory of."""
+        owner = lazy.live.pop(idx)
+        if lazy.buffer is SBUF:
+            slot = lazy.spilled.get(idx)
+            if slot is None:
+                name = f"{lazy.name}{list(idx)} spill"
+                dtype = D.machine_name(lazy.dtype)
+                slot = lazy.spilled[idx] = self.m.hbm_tensor(name, lazy.mshape, dtype, None)
+            self.m.dma_spill(slot, owner.tile, self.loc)
+        else:
+            lazy.released.add(idx)
+        owner.release()
 
     def _placed(
         self, shape, dtype, buffer: Buffer, pdim: int, name: str, place: Placement

@@ -110,8 +110,9 @@ class Blocks:
 class LazyBlocks:
     """A legacy on-chip array with leading block axes (in PSUM; in SBUF when it does not fit
     whole): each block (indexed by integers on every block axis) gets its own storage when
-    first used, and when memory runs out the least recently used block of such arrays is
-    released (``Core.lazy_block``). Reading a released block again is a ``CapacityError``."""
+    first used, and when memory runs out the least recently used block of such arrays gives
+    its storage up (``Core.lazy_block``): in SBUF it is spilled to HBM and reloaded when used
+    again; reading a released PSUM block again is a ``CapacityError``."""
 
     __slots__ = (
         "core",
@@ -123,6 +124,7 @@ class LazyBlocks:
         "error",
         "live",
         "released",
+        "spilled",
         "uid",
         "writing",
     )
@@ -137,7 +139,8 @@ class LazyBlocks:
         self.name = name
         self.error = error  # the whole array's CapacityError (None in PSUM: not tried)
         self.live: dict = {}  # block -> its _Alloc
-        self.released: set = set()
+        self.released: set = set()  # PSUM blocks whose storage went to others
+        self.spilled: dict = {}  # SBUF block -> its spill slot (an HBM tile)
         self.uid = next(LazyBlocks._serial)
         self.writing = False
 
@@ -170,7 +173,7 @@ class _Whole:
 
     def resolve(self, t: NkiTensor):
         b = self.blocks
-        if not b.live and not b.released:
+        if not b.live and not b.released and not b.spilled:
             b.core.lazy_whole(t)
             return t._t
         e = b.error or CapacityError(f"{b.name}: the array's blocks have storage of their own")
@@ -695,7 +698,7 @@ class NkiTensor:
             return  # `t[i] += x`: Python stores back the view `+=` already updated
         lazy = self._blocks if type(self._blocks) is LazyBlocks else None
         if lazy is not None:
-            lazy.writing = True  # a released block may be given storage again
+            lazy.writing = True  # a released PSUM block may be given storage again
         try:
             target = self[key]
         finally:

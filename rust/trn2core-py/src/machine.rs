@@ -435,6 +435,21 @@ impl PyMachine {
         Ok(PyTile { tile })
     }
 
+    /// The compiler's spill of a whole SBUF tensor to an HBM tensor of its size, or its reload
+    /// (`Machine::dma_spill`), stamped with the source `location`.
+    fn dma_spill(
+        &self,
+        py: Python<'_>,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+        location: Option<u32>,
+    ) -> PyTrn2Result<()> {
+        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
+        self.with_settled(py, s.elements().max(d.elements()), |m| {
+            m.at(location, |m| m.dma_spill(&d, &s, None))
+        })
+    }
+
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
@@ -825,6 +840,10 @@ view_pymethods! {
             instructions: u64,
             /// Bytes moved by DMA.
             dma_bytes: u64,
+            /// Bytes of those the compiler's spills and reloads moved.
+            spill_bytes: u64,
+            /// DMA queue time of the spills and reloads, seconds.
+            spill_s: f64,
         }
         /// Per queue: `(name, busy seconds, utilization, instructions)`.
         #[getter]

@@ -818,6 +818,91 @@ impl Memories {
         }
     }
 
+    /// Moves the bytes of the whole SBUF tensor `chip`, and which of them were written, to the
+    /// HBM tensor `hbm` of the same size (`to_hbm`; partition after partition) or back: a
+    /// block the compiler spills to HBM and reloads. Returns the bytes moved.
+    pub(crate) fn spill_bytes(
+        &mut self,
+        chip: TensorId,
+        hbm: TensorId,
+        to_hbm: bool,
+    ) -> Result<u64> {
+        let c = self.tensor(chip)?;
+        let (p0, np, addr, b, full) = (
+            c.start_partition as usize,
+            c.partitions as usize,
+            c.address,
+            c.bytes,
+            c.fully_written,
+        );
+        let (space, h) = (c.space, self.tensor(hbm)?);
+        if space != Space::Sbuf || h.space != Space::Hbm || h.bytes != np as u64 * b {
+            return Err(Error::value(
+                "src",
+                format!(
+                    "a spill moves a whole SBUF tensor to an HBM tensor of its size or back: \
+                     got {} ({} B) and {} ({} B)",
+                    space.name(),
+                    np as u64 * b,
+                    h.space.name(),
+                    h.bytes
+                ),
+            ));
+        }
+        let ht = self.tensors[hbm.slot as usize].as_mut();
+        let Some(ht) = ht else { return Ok(0) };
+        let Some(hmem) = ht.hbm.as_mut() else {
+            return Ok(0);
+        };
+        let (bu, au) = (b as usize, addr as usize);
+        for p in 0..np {
+            let at = self.sbuf.at(p0 + p, au);
+            let (h, c) = (&mut hmem.bytes_mut()[p * bu..][..bu], &mut self.sbuf);
+            if to_hbm {
+                h.copy_from_slice(&c.bytes()[at..at + bu]);
+            } else {
+                c.bytes_mut()[at..at + bu].copy_from_slice(h);
+            }
+        }
+        if self.uninitialized == Uninitialized::Nan {
+            ht.fully_written = true;
+            return Ok(np as u64 * b);
+        }
+        // Which bytes were written: partition `p`'s bytes `addr + j` are byte `p * b + j` in HBM.
+        let mut runs = Vec::new();
+        if to_hbm {
+            ht.hbm_init = InitMap::default();
+            for p in 0..np {
+                let bit = 1u128 << (p0 + p);
+                let segs = self.sbuf_init.segs.range(..addr + b);
+                for (&s, &(e, _)) in segs.filter(|(_, &(e, m))| e > addr && m & bit != 0) {
+                    let (lo, hi) = (s.max(addr) - addr, e.min(addr + b) - addr);
+                    runs.push((1, p as u64 * b + lo, p as u64 * b + hi));
+                }
+            }
+            let map = &mut ht.hbm_init;
+            runs.iter().for_each(|&(m, lo, hi)| map.mark(m, lo, hi));
+            ht.fully_written = full || map.first_gap(1, 0, np as u64 * b).is_none();
+        } else {
+            let mask = partition_mask(p0 as u32, np as u32);
+            if ht.fully_written {
+                runs.push((mask, addr, addr + b));
+            }
+            let segs = ht.hbm_init.segs.iter().filter(|_| !ht.fully_written);
+            for (&s, &(e, _)) in segs.filter(|(_, &(_, m))| m & 1 != 0) {
+                for p in s / b..e.div_ceil(b) {
+                    let (lo, hi) = (s.max(p * b) - p * b, e.min(p * b + b) - p * b);
+                    runs.push((1u128 << (p0 as u64 + p), addr + lo, addr + hi));
+                }
+            }
+            runs.iter()
+                .for_each(|&(m, lo, hi)| self.sbuf_init.mark(m, lo, hi));
+            let full = self.sbuf_init.first_gap(mask, addr, addr + b).is_none();
+            self.tensor_mut(chip)?.fully_written = full;
+        }
+        Ok(np as u64 * b)
+    }
+
     /// Calls `f(mask, lo, hi)` for every maximal byte run of `tile` (contiguous elements).
     fn for_each_byte_run(&self, tile: &Tile, mut f: impl FnMut(u128, u64, u64)) {
         let esize = tile.dtype.size() as i64;

@@ -277,12 +277,22 @@ impl Machine {
         vals: Vec<Option<isa::table::Value>>,
         location: Option<u32>,
     ) -> Result<()> {
+        self.at(location, |m| m.issue(op, vals))
+    }
+
+    /// Runs `f` with `location` (an id of [`Machine::locate`], `None` for none) stamped on the
+    /// instructions it issues. `ValueError` naming `location` for an unknown id (`f` not run).
+    pub fn at<T>(
+        &mut self,
+        location: Option<u32>,
+        f: impl FnOnce(&mut Machine) -> Result<T>,
+    ) -> Result<T> {
         let before = self.program.location();
         self.program.set_location(location)?;
-        let issued = self.issue(op, vals);
+        let done = f(self);
         // `before` was valid when set: restoring it cannot fail.
         let _ = self.program.set_location(before);
-        issued
+        done
     }
 
     /// The location id of recorded instruction `index` (`None`: issued with none, or no such

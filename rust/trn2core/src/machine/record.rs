@@ -215,6 +215,8 @@ pub mod flags {
     pub const RSQRT: u32 = 1 << 14;
     /// A DMA transposes (`dma_transpose`: a fraction of the copy throughput).
     pub const DMA_TRANSPOSE: u32 = 1 << 15;
+    /// A DMA the compiler adds to spill a block to HBM or reload it (`dma_spill`).
+    pub const SPILL: u32 = 1 << 16;
 }
 
 /// What an instruction's cost formula needs.

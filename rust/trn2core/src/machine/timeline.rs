@@ -41,7 +41,7 @@ use crate::{Error, Result};
 use super::cost::{self, seconds};
 use super::ranges::Ranges;
 use super::record::{
-    Engine, Location, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM, NO_LOCATION,
+    flags, Engine, Location, Opcode, Program, Queue, Region, MEM_HBM0, MEM_PSUM, NO_LOCATION,
 };
 use super::tile::partition_mask;
 
@@ -285,6 +285,10 @@ pub struct KernelReport {
     pub opcodes: Vec<(Opcode, u64)>,
     /// Bytes moved by DMA.
     pub dma_bytes: u64,
+    /// Bytes of those the compiler's spills and reloads moved (`dma_spill`).
+    pub spill_bytes: u64,
+    /// DMA queue time of the spills and reloads, seconds.
+    pub spill_s: f64,
     /// The chain of instructions that ends last, first to last.
     pub critical_path: Vec<PathStep>,
     /// Start and end of every instruction (ticks), in issue order.
@@ -327,6 +331,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
     let mut waits = vec![Wait::Start; n];
     let mut opcodes = vec![0u64; Opcode::ALL.len()];
     let mut dma_bytes = 0u64;
+    let (mut spill_bytes, mut spill_ticks) = (0u64, 0u64);
     // Busy ticks and instructions per (location, queue); row `nloc` holds "no location".
     let nloc = program.locations.len();
     let mut line_busy = vec![(0u64, 0u64); (nloc + 1) * nq];
@@ -407,6 +412,10 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                     }
                 }
                 dma_bytes += ins.cost.bytes;
+                if ins.cost.flags & flags::SPILL != 0 {
+                    spill_bytes += ins.cost.bytes;
+                    spill_ticks += e - ready;
+                }
                 (ready, e, e - ready)
             }
             Queue::Engine(_) => {
@@ -553,6 +562,8 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
             .map(|o| (*o, opcodes[*o as usize]))
             .collect(),
         dma_bytes,
+        spill_bytes,
+        spill_s: seconds(spill_ticks),
         critical_path,
         start_ticks: start,
         end_ticks: end,
@@ -770,6 +781,14 @@ impl std::fmt::Display for KernelReport {
             .collect();
         writeln!(f, "  opcodes: {}", ops.join(", "))?;
         writeln!(f, "  DMA bytes: {}", self.dma_bytes)?;
+        if self.spill_bytes > 0 {
+            writeln!(
+                f,
+                "  spills: {} bytes, {:.3} us of DMA queue time",
+                self.spill_bytes,
+                self.spill_s * 1e6
+            )?;
+        }
         write!(
             f,
             "  critical path: {} instructions",

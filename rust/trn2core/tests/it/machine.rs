@@ -1382,6 +1382,37 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
     );
 }
 
+/// A spill moves a whole SBUF tensor's bits to HBM and back, with which of them were written
+/// (a partly written block stays partly written), timed as DMA and counted as spill.
+#[test]
+fn dma_spill_moves_bits_and_written_state_to_hbm_and_back() {
+    let mut m = core();
+    let (h, host) = random_hbm(&mut m, "in", &[128, 8], 122);
+    let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+    let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+    m.dma_copy(&half, &h, None).expect("load half");
+    let slot = m
+        .hbm_tensor("slot", &[128, 16], Dtype::Fp32, None)
+        .expect("slot");
+    m.dma_spill(&slot, &s, None).expect("spill");
+    m.free(&s).expect("free");
+    let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
+    m.dma_spill(&back, &slot, None).expect("reload");
+    let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+    assert_eq!(get(&m, &half), host);
+    let out = m
+        .hbm_tensor("out", &[128, 16], Dtype::Fp32, None)
+        .expect("out");
+    let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
+    assert!(err.to_string().contains("never written"), "{err}");
+    let ps = psum(&mut m, "ps", &[128, 16], Dtype::Fp32);
+    assert!(m.dma_spill(&slot, &ps, None).is_err());
+    let rep = m.run().expect("run");
+    assert_eq!(rep.spill_bytes, 2 * 128 * 16 * 4);
+    assert_eq!(rep.dma_bytes, rep.spill_bytes + 128 * 8 * 4);
+    assert!(rep.spill_s > 0.0 && rep.spill_s < rep.seconds, "{rep}");
+}
+
 // --------------------------------------------------------------------- rules and errors
 
 #[test]

@@ -79,6 +79,41 @@ impl Machine {
         Ok(())
     }
 
+    /// What the compiler issues to spill a block: the whole SBUF tensor `src` to the HBM tensor
+    /// `dst` of its size, or (reload) the HBM tensor `src` to the whole SBUF tensor `dst`, on
+    /// DMA queue `queue` (`None`: the queues in turn). Bytes, and which of them were written,
+    /// move as they are (a partly written block spills); timed as a `dma_copy` of those bytes
+    /// and counted in the report's spill figures (`flags::SPILL`).
+    pub fn dma_spill(&mut self, dst: &Tile, src: &Tile, queue: Option<u8>) -> Result<()> {
+        let q = self.dma_queue(queue)?;
+        let s = self.operand("src", src, None, true)?;
+        let d = self.operand("dst", dst, None, true)?;
+        let to_hbm = dst.space == Space::Hbm;
+        let (chip, hbm) = if to_hbm { (src, dst) } else { (dst, src) };
+        let bytes = self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm)?;
+        let info = self.mem.tensor(chip.tensor)?;
+        let cost = CostInput {
+            partitions: info.partitions as u16,
+            start_partition: info.start_partition as u16,
+            flags: flags::SPILL
+                | if to_hbm {
+                    flags::DMA_TO_HBM
+                } else {
+                    flags::DMA_FROM_HBM
+                },
+            bytes,
+            ..CostInput::default()
+        };
+        self.program.push(
+            Opcode::DmaCopy,
+            Queue::Dma(q),
+            &[s.region()],
+            &[d.region()],
+            cost,
+        );
+        Ok(())
+    }
+
     /// The next DMA queue: `queue`, checked, or (`None`) the queues in turn.
     fn dma_queue(&mut self, queue: Option<u8>) -> Result<u8> {
         Ok(match queue {
