@@ -15,7 +15,7 @@ from trn2core import _core, workload
 def reports():
     m = workload.Model("llama-3.1-8b")
     inf = workload.Inference(m, "trn2.48xlarge", tp=8)
-    step = _core.workload_step(m._name, m._config, "prefill", 1000, **inf._args)
+    step = _core.workload_step(m._name, m._config, "prefill", 1000, inf._args)
     tr = workload.Training(m, "trn2.48xlarge", tp=8, pp=2, dp=4, global_batch=32, seq=2048)
     found = _core.workload_search(
         m._name,
@@ -43,7 +43,7 @@ def reports():
         "OpTime": step.ops[0],
         "MemoryPlan": step.memory,
         "StepParts": step.parts,
-        "TrainReport": _core.workload_train(m._name, m._config, **tr._args),
+        "TrainReport": _core.workload_train(m._name, m._config, tr._args),
         "Candidate": found.layouts[0],
         "SearchResult": found,
     }

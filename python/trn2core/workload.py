@@ -388,25 +388,7 @@ class Inference:
         )
 
     def _step(self, phase: str, tokens) -> StepReport:
-        a = self._args
-        r = _core.workload_step(
-            self.model._name,
-            self.model._config,
-            phase,
-            tokens,
-            a["machine"],
-            a["tp"],
-            a["ep"],
-            a["lnc"],
-            a["batch"],
-            a["dtype"],
-            a["sequence_parallel"],
-            a["seq_len"],
-            a["prefill_buckets"],
-            a["decode_buckets"],
-            a["serving"],
-            a["naive"],
-        )
+        r = _core.workload_step(self.model._name, self.model._config, phase, tokens, self._args)
         return StepReport(r)
 
     def prefill(self, tokens: int) -> StepReport:
@@ -420,21 +402,7 @@ class Inference:
     def memory(self) -> dict:
         """Bytes per logical core: weights, KV cache, activations, against its HBM
         (``CapacityError`` naming the biggest item if they do not fit)."""
-        a = self._args
-        return _plain(
-            _core.workload_memory(
-                self.model._name,
-                self.model._config,
-                a["machine"],
-                a["tp"],
-                a["ep"],
-                a["lnc"],
-                a["batch"],
-                a["dtype"],
-                a["seq_len"],
-                a["prefill_buckets"],
-            )
-        )
+        return _plain(_core.workload_memory(self.model._name, self.model._config, self._args))
 
 
 class TrainReport(StepReport):
@@ -544,26 +512,7 @@ class Training:
         """One optimizer step (``CapacityError`` naming the biggest item if it does not fit;
         ``Trn2ValueError`` naming both numbers of a layout the machine or model does not
         allow)."""
-        a = self._args
-        return TrainReport(
-            _core.workload_train(
-                self.model._name,
-                self.model._config,
-                a["machine"],
-                a["tp"],
-                a["pp"],
-                a["dp"],
-                a["ep"],
-                a["lnc"],
-                a["micro_batch"],
-                a["global_batch"],
-                a["seq"],
-                a["dtype"],
-                a["zero1"],
-                a["recompute"],
-                a["sequence_parallel"],
-            )
-        )
+        return TrainReport(_core.workload_train(self.model._name, self.model._config, self._args))
 
 
 class SearchResult:

@@ -337,78 +337,58 @@ pub fn workload_model(name: &str, config: Option<Bound<'_, PyDict>>) -> PyTrn2Re
     PyModelInfo::of(&model_of(name, config.as_ref())?)
 }
 
-/// The layout of a call, converted.
-#[allow(clippy::too_many_arguments)]
-fn layout_of(
-    machine: &str,
+/// An inference layout as `trn2core.workload.Inference` holds it (a dict of these keys, its
+/// values checked there).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct LayoutArgs {
+    machine: String,
     tp: usize,
     ep: usize,
     lnc: usize,
     batch: u64,
-    dtype: &str,
+    dtype: String,
     sequence_parallel: bool,
     seq_len: u64,
     prefill_buckets: Vec<u64>,
     decode_buckets: Vec<u64>,
-    serving: &str,
+    serving: String,
     naive: bool,
-) -> PyTrn2Result<Layout> {
-    Ok(Layout {
-        machine: Machine::named(machine)?,
-        tp,
-        ep,
-        lnc,
-        batch,
-        weights: Format::parse("dtype", dtype)?,
-        sequence_parallel,
-        seq_len,
-        prefill_buckets,
-        decode_buckets,
-        serving: Serving::named(serving)?,
-        naive,
-    })
+}
+
+impl LayoutArgs {
+    /// The core's layout: names parsed, values moved.
+    fn layout(self) -> PyTrn2Result<Layout> {
+        Ok(Layout {
+            machine: Machine::named(&self.machine)?,
+            tp: self.tp,
+            ep: self.ep,
+            lnc: self.lnc,
+            batch: self.batch,
+            weights: Format::parse("dtype", &self.dtype)?,
+            sequence_parallel: self.sequence_parallel,
+            seq_len: self.seq_len,
+            prefill_buckets: self.prefill_buckets,
+            decode_buckets: self.decode_buckets,
+            serving: Serving::named(&self.serving)?,
+            naive: self.naive,
+        })
+    }
 }
 
 /// One step (`phase` "prefill" with `tokens` prompt tokens, or "decode" with `tokens` of
 /// context) of the model named by `name`/`config` in the layout.
 #[pyfunction]
-#[pyo3(signature = (name, config, phase, tokens, machine, tp, ep, lnc, batch, dtype,
-                    sequence_parallel, seq_len, prefill_buckets, decode_buckets, serving, naive))]
-#[allow(clippy::too_many_arguments)]
 pub fn workload_step<'py>(
     py: Python<'py>,
     name: &str,
     config: Option<Bound<'py, PyDict>>,
     phase: &str,
     tokens: u64,
-    machine: &str,
-    tp: usize,
-    ep: usize,
-    lnc: usize,
-    batch: u64,
-    dtype: &str,
-    sequence_parallel: bool,
-    seq_len: u64,
-    prefill_buckets: Vec<u64>,
-    decode_buckets: Vec<u64>,
-    serving: &str,
-    naive: bool,
+    layout: LayoutArgs,
 ) -> PyTrn2Result<Py<PyStepReport>> {
     let m = model_of(name, config.as_ref())?;
-    let l = layout_of(
-        machine,
-        tp,
-        ep,
-        lnc,
-        batch,
-        dtype,
-        sequence_parallel,
-        seq_len,
-        prefill_buckets,
-        decode_buckets,
-        serving,
-        naive,
-    )?;
+    let l = layout.layout()?;
     let prefill = match phase {
         "prefill" => true,
         "decode" => false,
@@ -428,48 +408,21 @@ pub fn workload_step<'py>(
 
 /// The memory plan of the layout (`CapacityError` if it does not fit).
 #[pyfunction]
-#[pyo3(signature = (name, config, machine, tp, ep, lnc, batch, dtype, seq_len, prefill_buckets))]
-#[allow(clippy::too_many_arguments)]
 pub fn workload_memory<'py>(
     name: &str,
     config: Option<Bound<'py, PyDict>>,
-    machine: &str,
-    tp: usize,
-    ep: usize,
-    lnc: usize,
-    batch: u64,
-    dtype: &str,
-    seq_len: u64,
-    prefill_buckets: Vec<u64>,
+    layout: LayoutArgs,
 ) -> PyTrn2Result<PyMemoryPlan> {
     let m = model_of(name, config.as_ref())?;
-    let l = layout_of(
-        machine,
-        tp,
-        ep,
-        lnc,
-        batch,
-        dtype,
-        false,
-        seq_len,
-        prefill_buckets,
-        Vec::new(),
-        "native",
-        false,
-    )?;
-    Ok(workload::memory(&m, &l)?.into())
+    Ok(workload::memory(&m, &layout.layout()?)?.into())
 }
 
-/// One training step of the model named by `name`/`config`.
-#[pyfunction]
-#[pyo3(signature = (name, config, machine, tp, pp, dp, ep, lnc, micro_batch, global_batch, seq,
-                    dtype, zero1, recompute, sequence_parallel))]
-#[allow(clippy::too_many_arguments)]
-pub fn workload_train<'py>(
-    py: Python<'py>,
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-    machine: &str,
+/// A training layout as `trn2core.workload.Training` holds it (a dict of these keys, its values
+/// checked there).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct TrainArgs {
+    machine: String,
     tp: usize,
     pp: usize,
     dp: usize,
@@ -478,26 +431,36 @@ pub fn workload_train<'py>(
     micro_batch: u64,
     global_batch: u64,
     seq: u64,
-    dtype: &str,
+    dtype: String,
     zero1: bool,
-    recompute: &str,
+    recompute: String,
     sequence_parallel: bool,
+}
+
+/// One training step of the model named by `name`/`config`.
+#[pyfunction]
+pub fn workload_train<'py>(
+    py: Python<'py>,
+    name: &str,
+    config: Option<Bound<'py, PyDict>>,
+    layout: TrainArgs,
 ) -> PyTrn2Result<Py<PyTrainReport>> {
     let m = model_of(name, config.as_ref())?;
+    let a = layout;
     let t = TrainLayout {
-        machine: Machine::named(machine)?,
-        tp,
-        pp,
-        dp,
-        ep,
-        lnc,
-        micro_batch,
-        global_batch,
-        seq,
-        dtype: Format::parse("dtype", dtype)?,
-        zero1,
-        recompute: Recompute::named(recompute)?,
-        sequence_parallel,
+        machine: Machine::named(&a.machine)?,
+        tp: a.tp,
+        pp: a.pp,
+        dp: a.dp,
+        ep: a.ep,
+        lnc: a.lnc,
+        micro_batch: a.micro_batch,
+        global_batch: a.global_batch,
+        seq: a.seq,
+        dtype: Format::parse("dtype", &a.dtype)?,
+        zero1: a.zero1,
+        recompute: Recompute::named(&a.recompute)?,
+        sequence_parallel: a.sequence_parallel,
     };
     let r = guard_detached(py, || workload::train_step(&m, &t))?;
     Ok(PyTrainReport::of(py, r)?)
