@@ -1724,6 +1724,120 @@ def test_tensor_scalar_cumulative_rules_name_the_argument_at_the_kernels_line(ca
     assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
 
 
+def _to_sbuf(*arrays):
+    """Inside a current-dialect kernel: each input copied into a new SBUF tile."""
+    tiles = [nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf) for a in arrays]
+    for t, a in zip(tiles, arrays, strict=True):
+        nisa.dma_copy(dst=t, src=a)
+    return tiles
+
+
+def _to_hbm(*tiles):
+    """Inside a current-dialect kernel: each tile copied into a new shared-HBM output."""
+    outs = [nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm) for t in tiles]
+    for o, t in zip(outs, tiles, strict=True):
+        nisa.dma_copy(dst=o, src=t)
+    return tuple(outs)
+
+
+def _refused_at_the_call(f, x, arg, rule):
+    """Runs ``f`` as a kernel on ``x``: a Trn2Error naming ``arg`` and ``rule`` (None: no engine
+    rule) at the line of ``f`` marked ``# the call``."""
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), x)
+    assert e.value.arg == arg and e.value.rule == rule, str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
+def _add_rows(v, init):
+    """Float32 sums along each row from ``init``, in order (the Vector registers' add fold)."""
+    out = np.array(init, np.float32).reshape(-1, 1)
+    for r, row in enumerate(v):
+        for x in row:
+            out[r, 0] = np.float32(out[r, 0] + x)
+    return out
+
+
+def test_exponential_matches_exp_of_the_difference_and_an_add_fold():
+    # A softmax numerator, exp(x - rowmax) summed along the rows: split over two calls
+    # (reset_reduce, then reduce continuing), then into bf16 with a scalar max and load_reduce
+    # from a tile; NaN, -0, +-inf, exp(100) overflowing, exp(-200) flushing to +0, a +inf max.
+    rng = np.random.default_rng(26)
+    p, n = 16, 40
+    x = rng.uniform(-6, 6, (p, n)).astype(np.float32)
+    x[0, 1], x[1, 2], x[2, 3], x[3, 4], x[4, 5], x[5, 6] = np.nan, -0.0, np.inf, -np.inf, 100, -200
+    mx = rng.uniform(-1, 1, (p, 1)).astype(np.float32)
+    mx[6, 0], mx[7, 0] = np.inf, -0.0
+    init = rng.uniform(-5, 5, (p, 1)).astype(np.float32)
+    cols = np.concatenate([mx, init], axis=1)  # one [P, 2] load: max_value, reduce_init
+
+    @tn.jit
+    def k(x, cols):
+        t, s = _to_sbuf(x, cols)
+        h = x.shape[1] // 2
+        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        r1 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        rc = nisa.reduce_cmd
+        nisa.exponential(
+            dst=a[:, :h], src=t[:, :h], max_value=s[:, 0:1], reduce_cmd=rc.reset_reduce
+        )
+        nisa.exponential(a[:, h:], t[:, h:], s[:, 0:1], r1, rc.reduce)
+        nisa.exponential(b, t, 1.5, r2, rc.load_reduce, reduce_init=s[:, 1:2], name="e")
+        return _to_hbm(a, b, r1, r2)
+
+    with np.errstate(invalid="ignore"):
+        e1 = ref.activation_values("exp", x - mx)
+        e2 = ref.activation_values("exp", x - np.float32(1.5))
+    res = tn.run(k, x, cols)
+    a, b, r1, r2 = res.outputs
+    assert _bits_equal(a, e1) and _bits_equal(r1, _add_rows(e1, np.zeros(p)))
+    assert _bits_equal(r2, _add_rows(e2, init[:, 0]))
+    assert _bits_equal(b.astype(np.float32), e2.astype(BF16).astype(np.float32))
+    assert np.isnan(a[0, 1]) and a[4, 5] == np.inf and a[5, 6] == 0 and not np.signbit(a[5, 6])
+    assert (a[6] == 0).all() and np.isnan(r1[0, 0]) and r1[4, 0] == np.inf
+    assert res.report.opcodes["exponential"] == 3
+
+
+# (instruction, what replaces its arguments, the argument named, the rule): the values are
+# names the kernel resolves ("col": a [P, 2] bf16 tile, "col0" its first column, "fcol"/"fcol0"
+# the same in float32, "u32"/"f32" tiles of the data's shape, "narrow" two columns of it).
+_ISA_RULE_CASES = [
+    ("exponential", {"dst": "u32"}, "dst", "exponential_dtype"),
+    ("exponential", {"reduce_res": "icol0"}, "reduce_res", "exponential_dtype"),
+    ("exponential", {"reduce_cmd": "reset"}, "reduce_cmd", None),
+    ("exponential", {"reduce_cmd": "reduce", "reduce_init": 1.0}, "reduce_init", None),
+    ("exponential", {"max_value": "col0"}, "max_value", "fp32_operand"),
+    ("exponential", {"reduce_res": "fcol"}, "reduce_res", "shape"),
+    ("exponential", {"dst": "narrow"}, "dst", "shape"),
+]
+
+
+@pytest.mark.parametrize("op, change, arg, rule", _ISA_RULE_CASES)
+def test_exponential_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
+    x = np.ones((8, 4), np.float32 if op == "exponential" else np.int32)
+
+    def f(x):
+        (t,) = _to_sbuf(x)
+        tiles = {"narrow": t[:, 0:2]}
+        for name, dt in (("col", nl.bfloat16), ("fcol", nl.float32), ("icol", nl.int32)):
+            tiles[name] = nl.ndarray((x.shape[0], 2), dtype=dt, buffer=nl.sbuf)
+            nisa.memset(dst=tiles[name], value=0.5)
+            tiles[name + "0"] = tiles[name][:, 0:1]
+        for name, dt in (("u32", nl.uint32), ("f32", nl.float32)):
+            tiles[name] = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
+        cmds = {"reset": nisa.reduce_cmd.reset, "reduce": nisa.reduce_cmd.reduce}
+        kw = {"exponential": dict(src=t)}[op]
+        kw["dst"] = t
+        for k, v in change.items():
+            kw[k] = tiles.get(v, cmds.get(v, v)) if isinstance(v, str) else v
+        getattr(nisa, op)(**kw)  # the call
+        return x
+
+    _refused_at_the_call(f, x, arg, rule)
+
+
 def test_the_machine_views_and_nki_isa_carry_every_table_instruction():
     table = trn2core._core.instruction_table()
     core = trn2core.NeuronCore()

@@ -541,7 +541,6 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "activate2",
-        "exponential",
         "quantize_mx",
         "dropout",
         "local_gather",

@@ -153,6 +153,8 @@ named_enum! {
         /// `tensor_scalar_cumulative` (Vector): a running op1 of op0's results along each
         /// partition.
         TensorScalarCumulative = "tensor_scalar_cumulative",
+        /// `exponential` (Vector): `exp(src - max_value)`, add-reduced.
+        Exponential = "exponential",
     }
 }
 

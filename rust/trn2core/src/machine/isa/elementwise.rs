@@ -205,9 +205,20 @@ impl Machine {
         data: &Tile,
         dst: &Tile,
     ) -> Result<(Opnd, Opnd)> {
-        let a = self.operand("data", data, Some(engine), false)?;
+        self.input_dst_operands(opc, engine, ("data", data), dst)
+    }
+
+    /// [`Self::data_dst_operands`] with the input named `arg`.
+    pub(crate) fn input_dst_operands(
+        &self,
+        opc: Opcode,
+        engine: Engine,
+        (arg, input): (&str, &Tile),
+        dst: &Tile,
+    ) -> Result<(Opnd, Opnd)> {
+        let a = self.operand(arg, input, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        self.same_shape(opc, arg, &a, &[("dst", &d)])?;
         Ok((a, d))
     }
 }

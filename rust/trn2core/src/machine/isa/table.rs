@@ -415,6 +415,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             req("imm0", K::Scalar), opt("imm1", K::Scalar),
             named("reduce_cmd", K::ReduceCmd, "reset_reduce")],
     ),
+    row(Op::Exponential, &[Vector], Own, None,
+        "dst = exp(src - max_value), add-reduced into reduce_res (NeuronCore-v4's, documented)",
+        &[DST, req("src", K::Tile), opt("max_value", K::Scalar), opt("reduce_res", K::Tile),
+            named("reduce_cmd", K::ReduceCmd, "idle"), opt("reduce_init", K::Scalar)],
+    ),
 ];
 
 /// The row of `op`.
@@ -907,6 +912,14 @@ impl Machine {
                 &a.scalar("imm0")?,
                 a.opt_scalar("imm1")?.as_ref(),
                 a.reduce_cmd("reduce_cmd")?,
+            ),
+            Opcode::Exponential => self.exponential(
+                &dst,
+                &a.tile("src")?,
+                a.opt_scalar("max_value")?.as_ref(),
+                a.opt_tile("reduce_res")?.as_ref(),
+                a.reduce_cmd("reduce_cmd")?,
+                a.opt_scalar("reduce_init")?.as_ref(),
             ),
             Opcode::SelectReduce => self.select_reduce(
                 &dst,
