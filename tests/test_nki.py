@@ -1800,6 +1800,52 @@ def test_exponential_matches_exp_of_the_difference_and_an_add_fold():
     assert res.report.opcodes["exponential"] == 3
 
 
+def _dropout_ref(x, prob, seed):
+    """Our stream (docs/machine.md): element k dropped (+0 bits) when word k of the seeded
+    generator, seed = the instruction's index in the program, is below prob * 2^32."""
+    words = trn2core._core.stochastic_bits(x.size, seed).reshape(x.shape)
+    drop = words.astype(np.float64) < np.asarray(prob, np.float64) * 2.0**32
+    return np.where(drop, np.zeros((), x.dtype), x), drop
+
+
+def test_dropout_in_both_dialects_follows_the_documented_stream():
+    # The documentation's examples: a [128, 512] tile with per-partition probabilities (here 0,
+    # 1 and spread values), and a scalar 0.2; int32 bits above 2^24, NaN payloads, -0 and inf
+    # kept as bits; a float32 -> bf16 legacy result; the same program drops the same elements.
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-100, 100, (128, 512)).astype(np.float32)
+    x[2, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    x[2, 4] = np.uint32(0x7FC01234).view(np.float32)
+    prob = rng.uniform(0, 1, (128, 1)).astype(np.float32)
+    prob[0, 0], prob[1, 0], prob[2, 0] = 0.0, 1.0, 0.0
+    ints = rng.integers(-(2**31), 2**31, (128, 512), dtype=np.int64).astype(np.int32)
+
+    @tn.jit
+    def cur(x, prob):
+        t, q = _to_sbuf(x, prob)
+        nisa.dropout(dst=t, data=t, prob=q)  # the third instruction: seed 2
+        return _to_hbm(t)[0]
+
+    @tn.jit_legacy
+    def legacy(x):
+        b = lisa.dropout(lnl.load(x), prob=0.2, dtype=lnl.bfloat16)  # seed 1
+        out = lnl.ndarray(x.shape, dtype=lnl.bfloat16, buffer=lnl.shared_hbm)
+        lnl.store(out, value=b)
+        return out
+
+    for data in (x, ints):
+        want, drop = _dropout_ref(data, prob, 2)
+        got = tn.run(cur, data, prob).outputs
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        assert not drop[0].any() and drop[1].all()
+        assert abs(drop.mean() - prob.mean()) < 0.01
+    assert np.array_equal(tn.run(cur, ints, prob).outputs, got)
+    want, drop = _dropout_ref(x, 0.2, 1)
+    got = tn.run(legacy, x).outputs
+    assert np.array_equal(got.view(np.uint16), want.astype(BF16).view(np.uint16))
+    assert abs(drop.mean() - 0.2) < 0.01
+
+
 # (instruction, what replaces its arguments, the argument named, the rule): the values are
 # names the kernel resolves ("col": a [P, 2] bf16 tile, "col0" its first column, "fcol"/"fcol0"
 # the same in float32, "u32"/"f32" tiles of the data's shape, "narrow" two columns of it).
@@ -1811,11 +1857,16 @@ _ISA_RULE_CASES = [
     ("exponential", {"max_value": "col0"}, "max_value", "fp32_operand"),
     ("exponential", {"reduce_res": "fcol"}, "reduce_res", "shape"),
     ("exponential", {"dst": "narrow"}, "dst", "shape"),
+    ("dropout", {"dst": "f32"}, "dst", "dropout_dtype"),
+    ("dropout", {"prob": "col0"}, "prob", "dropout_dtype"),
+    ("dropout", {"prob": 1.5}, "prob", None),
+    ("dropout", {"prob": "fcol"}, "prob", "shape"),
+    ("dropout", {"dst": "narrow"}, "dst", "shape"),
 ]
 
 
 @pytest.mark.parametrize("op, change, arg, rule", _ISA_RULE_CASES)
-def test_exponential_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
+def test_exponential_and_dropout_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
     x = np.ones((8, 4), np.float32 if op == "exponential" else np.int32)
 
     def f(x):
@@ -1828,7 +1879,7 @@ def test_exponential_rules_name_the_argument_at_the_kernels_line(op, change, arg
         for name, dt in (("u32", nl.uint32), ("f32", nl.float32)):
             tiles[name] = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
         cmds = {"reset": nisa.reduce_cmd.reset, "reduce": nisa.reduce_cmd.reduce}
-        kw = {"exponential": dict(src=t)}[op]
+        kw = {"exponential": dict(src=t), "dropout": dict(data=t, prob=0.5)}[op]
         kw["dst"] = t
         for k, v in change.items():
             kw[k] = tiles.get(v, cmds.get(v, v)) if isinstance(v, str) else v

@@ -542,7 +542,6 @@ define_unsupported(
         "nc_matmul_mx",
         "activate2",
         "quantize_mx",
-        "dropout",
         "local_gather",
         "dma_compute",
         "nc_match_replace8",

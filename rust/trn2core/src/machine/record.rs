@@ -155,6 +155,8 @@ named_enum! {
         TensorScalarCumulative = "tensor_scalar_cumulative",
         /// `exponential` (Vector): `exp(src - max_value)`, add-reduced.
         Exponential = "exponential",
+        /// `dropout` (Vector): elements zeroed with a probability (a deterministic stream).
+        Dropout = "dropout",
     }
 }
 

@@ -420,6 +420,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         &[DST, req("src", K::Tile), opt("max_value", K::Scalar), opt("reduce_res", K::Tile),
             named("reduce_cmd", K::ReduceCmd, "idle"), opt("reduce_init", K::Scalar)],
     ),
+    row(Op::Dropout, &[Vector], Like("data"), None,
+        "dst = data with each element zeroed with probability prob (a deterministic stream, \
+         not the chip's)",
+        &[DST, req("data", K::Tile), req("prob", K::Scalar)],
+    ),
 ];
 
 /// The row of `op`.
@@ -921,6 +926,7 @@ impl Machine {
                 a.reduce_cmd("reduce_cmd")?,
                 a.opt_scalar("reduce_init")?.as_ref(),
             ),
+            Opcode::Dropout => self.dropout(&dst, &a.tile("data")?, &a.scalar("prob")?),
             Opcode::SelectReduce => self.select_reduce(
                 &dst,
                 &a.tile("predicate")?,
