@@ -1800,6 +1800,67 @@ def test_exponential_matches_exp_of_the_difference_and_an_add_fold():
     assert res.report.opcodes["exponential"] == 3
 
 
+def test_activate2_stages_and_reductions_match_numpy():
+    # The documentation's example (multiply by 2, add 0.5, then gelu); relu(imm1 - x * s) with a
+    # per-partition s tile and reverse1, max-reduced from reset_reduce; exp(x - 1) with op1
+    # bypassed, abs_min-reduced; NaN, -0, +-inf among the inputs.
+    rng = np.random.default_rng(2)
+    p, n = 12, 32
+    x = rng.uniform(-4, 4, (p, n)).astype(np.float32)
+    x[0, :4], x[3, 5] = [np.nan, -0.0, np.inf, -np.inf], -0.0
+    sc = rng.uniform(-2, 2, (p, 1)).astype(np.float32)
+
+    @tn.jit
+    def k(x, sc):
+        t, s = _to_sbuf(x, sc)
+        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        c = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r1 = nl.ndarray(sc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray(sc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        rc = nisa.reduce_cmd.reset_reduce
+        nisa.activate2(dst=a, op=nl.gelu, data=t, imm0=2.0, imm1=0.5, op0=nl.multiply, op1=nl.add)
+        nisa.activate2(b, nl.relu, t, s, 1.5, nl.multiply, nl.subtract, 0.0, False, True)
+        nisa.activate2(
+            b,
+            nl.relu,
+            t,
+            s,
+            1.5,
+            nl.multiply,
+            nl.subtract,
+            reverse1=True,
+            reduce_op=nl.maximum,
+            reduce_res=r1,
+            reduce_cmd=rc,
+        )
+        nisa.activate2(
+            c,
+            nl.exp,
+            t,
+            -1.0,
+            0.0,
+            nl.add,
+            nl.bypass,
+            reduce_op=nl.abs_min,
+            reduce_res=r2,
+            reduce_cmd=rc,
+        )
+        return _to_hbm(a, b, c, r1, r2)
+
+    f32 = np.float32
+    with np.errstate(invalid="ignore"):
+        e1 = ref.activation_values("gelu", x * f32(2) + f32(0.5))
+        e2 = ref.activation_values("relu", f32(1.5) - x * sc)
+        e3 = ref.activation_values("exp", x + f32(-1))
+    res = tn.run(k, x, sc)
+    a, b, c, r1, r2 = res.outputs
+    assert _bits_equal(a, e1) and _bits_equal(c, e3) and _bits_equal(r1, _ieee_max_rows(e2))
+    assert _bits_equal(b.astype(np.float32), e2.astype(BF16).astype(np.float32))
+    assert _bits_equal(r2, np.min(np.abs(e3), axis=1, keepdims=True))
+    assert np.isnan(r2[0, 0]) and res.report.opcodes["activate2"] == 4
+
+
 def _dropout_ref(x, prob, seed):
     """Our stream (docs/machine.md): element k dropped (+0 bits) when word k of the seeded
     generator, seed = the instruction's index in the program, is below prob * 2^32."""
@@ -1857,6 +1918,14 @@ _ISA_RULE_CASES = [
     ("exponential", {"max_value": "col0"}, "max_value", "fp32_operand"),
     ("exponential", {"reduce_res": "fcol"}, "reduce_res", "shape"),
     ("exponential", {"dst": "narrow"}, "dst", "shape"),
+    ("activate2", {"op0": nl.add, "op1": nl.add}, "op1", None),
+    ("activate2", {"op0": nl.bypass, "op1": nl.bypass, "reverse0": True}, "reverse0", None),
+    ("activate2", {"reduce_op": nl.multiply, "reduce_cmd": "reduce"}, "reduce_op", None),
+    ("activate2", {"reduce_cmd": "reduce"}, "reduce_op", None),
+    ("activate2", {"reduce_op": nl.add, "reduce_cmd": "load_reduce"}, "reduce_cmd", None),
+    ("activate2", {"imm0": "col0"}, "imm0", "fp32_operand"),
+    ("activate2", {"reduce_res": "fcol"}, "reduce_res", "shape"),
+    ("activate2", {"dst": "narrow"}, "dst", "shape"),
     ("dropout", {"dst": "f32"}, "dst", "dropout_dtype"),
     ("dropout", {"prob": "col0"}, "prob", "dropout_dtype"),
     ("dropout", {"prob": 1.5}, "prob", None),
@@ -1866,7 +1935,9 @@ _ISA_RULE_CASES = [
 
 
 @pytest.mark.parametrize("op, change, arg, rule", _ISA_RULE_CASES)
-def test_exponential_and_dropout_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
+def test_exponential_activate2_and_dropout_rules_name_the_argument_at_the_kernels_line(
+    op, change, arg, rule
+):
     x = np.ones((8, 4), np.float32 if op == "exponential" else np.int32)
 
     def f(x):
@@ -1878,8 +1949,12 @@ def test_exponential_and_dropout_rules_name_the_argument_at_the_kernels_line(op,
             tiles[name + "0"] = tiles[name][:, 0:1]
         for name, dt in (("u32", nl.uint32), ("f32", nl.float32)):
             tiles[name] = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
-        cmds = {"reset": nisa.reduce_cmd.reset, "reduce": nisa.reduce_cmd.reduce}
-        kw = {"exponential": dict(src=t), "dropout": dict(data=t, prob=0.5)}[op]
+        cmds = {c: getattr(nisa.reduce_cmd, c) for c in ("reset", "reduce", "load_reduce")}
+        kw = {
+            "exponential": dict(src=t),
+            "activate2": dict(op=nl.relu, data=t, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add),
+            "dropout": dict(data=t, prob=0.5),
+        }[op]
         kw["dst"] = t
         for k, v in change.items():
             kw[k] = tiles.get(v, cmds.get(v, v)) if isinstance(v, str) else v

@@ -157,6 +157,8 @@ named_enum! {
         Exponential = "exponential",
         /// `dropout` (Vector): elements zeroed with a probability (a deterministic stream).
         Dropout = "dropout",
+        /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
+        Activate2 = "activate2",
     }
 }
 

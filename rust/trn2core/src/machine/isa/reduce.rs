@@ -74,11 +74,11 @@ use crate::machine::tile::Tile;
 use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
 
 /// The identity of a reduction operator (what `reset_reduce` loads).
-fn identity(op: AluOp) -> f32 {
+pub(super) fn identity(op: AluOp) -> f32 {
     match op {
         AluOp::Multiply => 1.0,
         AluOp::Maximum => f32::NEG_INFINITY,
-        AluOp::Minimum => f32::INFINITY,
+        AluOp::Minimum | AluOp::AbsMin => f32::INFINITY,
         _ => 0.0,
     }
 }
@@ -776,9 +776,9 @@ impl Machine {
         self.finish_with_registers(opc, (&d, &z), res.as_ref(), &[&a], &extra)
     }
 
-    /// The `reduce_res` operand of a Vector-register instruction over `p` partitions, when
-    /// given: a `[P, 1]` tile.
-    fn reduce_res_operand(
+    /// The `reduce_res` operand of a register-reducing instruction over `p` partitions on
+    /// `engine`, when given: a `[P, 1]` tile.
+    pub(super) fn reduce_res_operand(
         &self,
         reduce_res: Option<&Tile>,
         engine: Engine,
