@@ -1513,6 +1513,28 @@ def test_tensor_partition_reduce_in_both_dialects_matches_numpy():
     assert np.array_equal(got[1], np.bitwise_and.reduce(i, axis=0))
 
 
+def test_tensor_partition_reduce_average_is_the_sum_divided_once():
+    # average (the current docs' operator list; the division is ours): the float32 sum in
+    # partition order divided once by the partition count, rounded once to dst (bf16); NaN,
+    # -0 and inf carried.
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-9, 9, (96, 10)).astype(np.float32)
+    x[:, 0], x[5, 1], x[7, 2] = -0.0, np.nan, np.inf
+
+    @tn.jit
+    def k(x):
+        (t,) = _to_sbuf(x)
+        r = nl.ndarray((1, x.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(r, nl.average, t)
+        return _to_hbm(r)[0]
+
+    with np.errstate(invalid="ignore"):
+        want = (_partition_sum(x) / np.float32(96)).astype(np.float32)
+    got = tn.run(k, x).outputs
+    assert _bits_equal(got.astype(np.float32), want.astype(BF16).astype(np.float32))
+    assert np.signbit(got[0, 0]) and np.isnan(got[0, 1]) and got[0, 2] == np.inf
+
+
 @pytest.mark.parametrize(
     "case, arg, rule",
     [
@@ -1926,6 +1948,7 @@ _ISA_RULE_CASES = [
     ("activate2", {"imm0": "col0"}, "imm0", "fp32_operand"),
     ("activate2", {"reduce_res": "fcol"}, "reduce_res", "shape"),
     ("activate2", {"dst": "narrow"}, "dst", "shape"),
+    ("tensor_tensor", {"op": nl.average}, "op", None),
     ("dropout", {"dst": "f32"}, "dst", "dropout_dtype"),
     ("dropout", {"prob": "col0"}, "prob", "dropout_dtype"),
     ("dropout", {"prob": 1.5}, "prob", None),
@@ -1935,9 +1958,7 @@ _ISA_RULE_CASES = [
 
 
 @pytest.mark.parametrize("op, change, arg, rule", _ISA_RULE_CASES)
-def test_exponential_activate2_and_dropout_rules_name_the_argument_at_the_kernels_line(
-    op, change, arg, rule
-):
+def test_new_isa_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
     x = np.ones((8, 4), np.float32 if op == "exponential" else np.int32)
 
     def f(x):
@@ -1954,6 +1975,7 @@ def test_exponential_activate2_and_dropout_rules_name_the_argument_at_the_kernel
             "exponential": dict(src=t),
             "activate2": dict(op=nl.relu, data=t, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add),
             "dropout": dict(data=t, prob=0.5),
+            "tensor_tensor": dict(data1=t, data2=t),
         }[op]
         kw["dst"] = t
         for k, v in change.items():

@@ -333,7 +333,7 @@ const INTS: [Dtype; 6] = [
 fn arithmetic_ops() -> Vec<AluOp> {
     AluOp::ALL
         .into_iter()
-        .filter(|o| !o.is_bitvec() && !o.is_unary())
+        .filter(|o| o.is_elementwise() && !o.is_bitvec() && !o.is_unary())
         .collect()
 }
 

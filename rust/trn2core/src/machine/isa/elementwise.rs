@@ -169,6 +169,9 @@ pub(crate) fn check_op_pair(
     why: impl Fn(AluOp) -> Option<String>,
 ) -> Result<()> {
     for (arg, op) in [("op0", op0), ("op1", op1)] {
+        if !op.is_elementwise() {
+            return Err(Error::value(arg, alu::NOT_ELEMENTWISE));
+        }
         if let Some(msg) = why(op) {
             return Err(Error::value(arg, msg));
         }

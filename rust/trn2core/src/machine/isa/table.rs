@@ -608,9 +608,14 @@ impl Args {
     }
 
     fn opt_alu(&self, name: &str) -> Result<Option<AluOp>> {
-        self.name_of(name)
-            .map(|(arg, s)| AluOp::parse(arg, s))
-            .transpose()
+        let Some((arg, s)) = self.name_of(name) else {
+            return Ok(None);
+        };
+        let op = AluOp::parse(arg, s)?;
+        if !op.is_elementwise() && self.info.op != Opcode::TensorPartitionReduce {
+            return Err(Error::value(arg, super::alu::NOT_ELEMENTWISE));
+        }
+        Ok(Some(op))
     }
 
     fn alu(&self, name: &str) -> Result<AluOp> {
