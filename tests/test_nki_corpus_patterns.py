@@ -807,7 +807,7 @@ DOCUMENTED = {
         is_hbm is_on_chip device_print no_reorder program_id num_programs program_ndim bool_ int8
         int16 int32 uint8 uint16 uint32 float16 float32 bfloat16 tfloat32 float8_e4m3
         float8_e5m2 float8_e4m3fn float8_e8m0fnu float8_e5m2_x4 float8_e4m3fn_x4
-        float4_e2m1fn_x4 tile_size prelu bypass""",
+        float4_e2m1fn_x4 tile_size prelu bypass average""",
     "nki.isa": """nc_matmul nc_matmul_mx nc_transpose activation activation_reduce activate2
         tensor_reduce tensor_partition_reduce tensor_tensor tensor_tensor_scan
         scalar_tensor_tensor tensor_scalar tensor_scalar_reduce tensor_scalar_cumulative

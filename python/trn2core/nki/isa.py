@@ -16,6 +16,7 @@ from ..errors import Trn2ValueError
 from . import _dtypes as D
 from ._index import NotSupportedError
 from ._ops import (
+    Op,
     act_name,
     alu_name,
     dge_mode,
@@ -540,10 +541,7 @@ define_unsupported(
     "nki.isa",
     (
         "nc_matmul_mx",
-        "activate2",
-        "exponential",
         "quantize_mx",
-        "dropout",
         "local_gather",
         "dma_compute",
         "nc_match_replace8",
@@ -599,7 +597,10 @@ def _from_table(row):
             if kind == "tile":
                 out[k] = _t(v, k)
             elif kind == "alu_op" and v is not None:
-                out[k] = alu_name(v, k)
+                # nl.bypass: the stage skipped, as an optional operator left out (activate2).
+                out[k] = None if isinstance(v, Op) and v.name == "bypass" else alu_name(v, k)
+            elif kind == "activation_function":
+                out[k] = act_name(v, k)
             elif kind == "engine":
                 out[k] = engine_name(v, _default, tuple(engines), op)
             elif kind == "reduce_cmd" and v is not None:

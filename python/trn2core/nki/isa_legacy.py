@@ -714,7 +714,6 @@ _cur.define_unsupported(
     globals(),
     "neuronxcc.nki.isa",
     (
-        "dropout",
         "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
@@ -752,7 +751,10 @@ def _from_table(row):
         for k, v in given.items():
             if k in tiles:
                 continue
-            rest[k] = alu_name(v, k) if kinds.get(k) == "alu_op" and v is not None else v
+            if kinds.get(k) == "alu_op" and v is not None:
+                rest[k] = alu_name(v, k)
+            else:
+                rest[k] = scalar_arg(v, k) if isinstance(v, NkiTensor) else v
         if "engine" in kinds:
             rest["engine"] = engine_name(engine, default, tuple(engines), op)
 

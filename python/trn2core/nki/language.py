@@ -668,6 +668,14 @@ prelu = Op("prelu", None, doc="parametric ReLU (not emulated)")
 bypass = Op("bypass", None, doc="no operation")
 
 
+def _average(*args, **kwargs):
+    raise NotSupportedError("nki.language.average is an op= of nisa.tensor_partition_reduce")
+
+
+#: ``op=`` of ``nisa.tensor_partition_reduce`` only: the mean across partitions.
+average = Op("average", _average, alu="average", doc="the mean (tensor_partition_reduce's op)")
+
+
 def _reduction(name: str, alu: str, mean: bool = False) -> Op:
     def f(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
         return _core_of(x).reduce(alu, x, axis, dtype, keepdims, mask, mean)

@@ -153,6 +153,12 @@ named_enum! {
         /// `tensor_scalar_cumulative` (Vector): a running op1 of op0's results along each
         /// partition.
         TensorScalarCumulative = "tensor_scalar_cumulative",
+        /// `exponential` (Vector): `exp(src - max_value)`, add-reduced.
+        Exponential = "exponential",
+        /// `dropout` (Vector): elements zeroed with a probability (a deterministic stream).
+        Dropout = "dropout",
+        /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
+        Activate2 = "activate2",
     }
 }
 

@@ -333,7 +333,7 @@ const INTS: [Dtype; 6] = [
 fn arithmetic_ops() -> Vec<AluOp> {
     AluOp::ALL
         .into_iter()
-        .filter(|o| !o.is_bitvec() && !o.is_unary())
+        .filter(|o| o.is_elementwise() && !o.is_bitvec() && !o.is_unary())
         .collect()
 }
 
@@ -1093,6 +1093,125 @@ fn activation_registers_accumulate_across_instructions() {
         .collect();
     let got: Vec<f32> = get(&m, &r).iter().map(|&b| f32::from_bits(b)).collect();
     assert_eq!(got, want);
+}
+
+/// activate2's stages as float32 operations (reversed where asked, bypassed as `None`), the
+/// function by act's rule, and the registers folded with each reduce_op from its identity.
+#[test]
+fn activate2_against_its_documented_stages() {
+    use trn2core::machine::isa::act;
+    use trn2core::machine::isa::scalar::Activate2Args;
+    let mut m = core();
+    let (p, n) = (4usize, 6usize);
+    let [a, d] = ["a", "d"].map(|s| alloc(&mut m, s, &[p, n], Dtype::Fp32));
+    let [s0, r] = ["s0", "r"].map(|s| alloc(&mut m, s, &[p, 1], Dtype::Fp32));
+    let mut x: Vec<f32> = (0..p * n).map(|i| i as f32 * 0.75 - 8.0).collect();
+    x[..5].copy_from_slice(&[f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e30]);
+    put(
+        &mut m,
+        &a,
+        &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+    );
+    let sv = [2.0f32, -0.5, 0.0, 3.0];
+    put(&mut m, &s0, &sv.map(f32::to_bits));
+    let (mul, add, sub) = (
+        Some(AluOp::Multiply),
+        Some(AluOp::Add),
+        Some(AluOp::Subtract),
+    );
+    let (t0, i15, im2) = (Scalar::Tile(s0), Scalar::Imm(1.5), Scalar::Imm(-2.0));
+    let (rr, rd, idle) = (ReduceCmd::ResetReduce, ReduceCmd::Reduce, ReduceCmd::Idle);
+    let bypass = (None, im2, false);
+    // (stages, function, reduce_op, reduce_cmd)
+    let calls = [
+        (
+            [(mul, t0, false), (sub, i15, true)],
+            ActFunc::Gelu,
+            AluOp::Maximum,
+            rr,
+        ),
+        ([(add, im2, true), bypass], ActFunc::Relu, AluOp::AbsMin, rr),
+        ([bypass, bypass], ActFunc::Copy, AluOp::AbsMin, rd),
+        ([bypass, bypass], ActFunc::Exp, AluOp::Add, idle),
+    ];
+    let mut reg = [0f32; 4];
+    for (k, (stages, func, op, cmd)) in calls.into_iter().enumerate() {
+        let args = Activate2Args {
+            stages,
+            relu_param: None,
+            reduce_op: Some(op),
+            reduce_res: Some(r),
+            reduce_cmd: cmd,
+        };
+        m.activate2(&d, func, &a, &args).expect("activate2");
+        let mut want = Vec::new();
+        for row in 0..p {
+            if cmd == ReduceCmd::ResetReduce {
+                reg[row] = if op == AluOp::Maximum {
+                    f32::NEG_INFINITY
+                } else {
+                    f32::INFINITY
+                };
+            }
+            for &v0 in &x[row * n..(row + 1) * n] {
+                let mut v = v0;
+                for (o, s, rev) in stages {
+                    let s = match s {
+                        Scalar::Tile(_) => sv[row],
+                        Scalar::Imm(c) => c as f32,
+                    };
+                    v = match (o, rev) {
+                        (Some(AluOp::Multiply), _) => v * s,
+                        (Some(AluOp::Add), _) => v + s,
+                        (Some(_), true) => s - v,
+                        (Some(_), false) => v - s,
+                        (None, _) => v,
+                    };
+                }
+                let y = act::eval(func, if v.is_nan() { f32::from_bits(NAN) } else { v });
+                if cmd != ReduceCmd::Idle {
+                    reg[row] = match (reg[row].is_nan() || y.is_nan(), op) {
+                        (true, _) => f32::from_bits(NAN),
+                        (_, AluOp::Maximum) => reg[row].max(y),
+                        _ => {
+                            if y.abs() < reg[row].abs() {
+                                y.abs()
+                            } else {
+                                reg[row].abs()
+                            }
+                        }
+                    };
+                }
+                want.push(output(Dtype::Fp32, y));
+            }
+        }
+        assert_bits(&get(&m, &d), &want, &format!("call {k}"));
+        let regs: Vec<u32> = reg.iter().map(|&v| output(Dtype::Fp32, v)).collect();
+        assert_bits(&get(&m, &r), &regs, &format!("call {k} registers"));
+    }
+    // (op0, reverse0, op1, reduce_op, reduce_cmd) and the argument refused.
+    let (times, plus) = (Some(AluOp::Multiply), Some(AluOp::Add));
+    let cases = [
+        (add, false, add, None, idle, "op1"),
+        (None, false, add, None, idle, "op1"),
+        (None, true, None, None, idle, "reverse0"),
+        (mul, false, None, times, rd, "reduce_op"),
+        (mul, false, None, None, rd, "reduce_op"),
+        (mul, false, None, plus, ReduceCmd::LoadReduce, "reduce_cmd"),
+    ];
+    for (op0, reverse0, op1, reduce_op, reduce_cmd, arg) in cases {
+        let stages = [(op0, i15, reverse0), (op1, i15, false)];
+        let (relu_param, reduce_res) = (None, None);
+        let args = Activate2Args {
+            stages,
+            relu_param,
+            reduce_op,
+            reduce_res,
+            reduce_cmd,
+        };
+        let e = m.activate2(&d, ActFunc::Copy, &a, &args).expect_err(arg);
+        assert_eq!(e.arg(), Some(arg), "{e}");
+    }
 }
 
 // ------------------------------------------------------------------------------- GpSimd

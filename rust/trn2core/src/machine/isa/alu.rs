@@ -25,6 +25,10 @@
 
 use super::super::simd::dispatch;
 
+/// Why an operator without an element-wise rule (`average`) is refused.
+pub(crate) const NOT_ELEMENTWISE: &str =
+    "average is an operator of tensor_partition_reduce only (a mean across partitions)";
+
 /// The canonical quiet NaN of every NaN result.
 pub const CANONICAL_NAN: f32 = f32::from_bits(0x7FC0_0000);
 
@@ -61,6 +65,9 @@ named_enum! {
         Relu = "relu",
         Rsqrt = "rsqrt",
         Reciprocal = "reciprocal",
+        /// `tensor_partition_reduce`'s mean across partitions (no element-wise rule: the
+        /// instruction table refuses it for every other instruction).
+        Average = "average",
     }
 }
 
@@ -75,6 +82,8 @@ pub enum OpKind {
     Bitvec,
     /// Unary, on raw integer bits.
     BitvecUnary,
+    /// No element-wise rule: a reduction across partitions (`average`).
+    Reduction,
 }
 
 impl AluOp {
@@ -87,6 +96,7 @@ impl AluOp {
             | AluOp::LeftShift
             | AluOp::RightShift => OpKind::Bitvec,
             AluOp::Invert => OpKind::BitvecUnary,
+            AluOp::Average => OpKind::Reduction,
             AluOp::Abs | AluOp::Square | AluOp::Relu | AluOp::Rsqrt | AluOp::Reciprocal => {
                 OpKind::ArithmeticUnary
             }
@@ -97,6 +107,11 @@ impl AluOp {
     /// Whether it works on raw integer bits.
     pub const fn is_bitvec(self) -> bool {
         matches!(self.kind(), OpKind::Bitvec | OpKind::BitvecUnary)
+    }
+
+    /// Whether it has an element-wise rule (every operator but `average`).
+    pub const fn is_elementwise(self) -> bool {
+        !matches!(self.kind(), OpKind::Reduction)
     }
 
     /// Whether it is unary.

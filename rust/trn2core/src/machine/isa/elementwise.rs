@@ -1,6 +1,6 @@
 //! Element-wise instructions of the Vector, Scalar and GpSimd engines: `tensor_tensor`,
 //! `tensor_scalar`, `scalar_tensor_tensor`, `tensor_copy`, `memset`, `reciprocal`, `select`,
-//! and the Vector engine's partition shuffle `nc_stream_shuffle`.
+//! and the Vector engine's partition shuffle `nc_stream_shuffle` and `dropout`.
 //! Semantics from the NKI ISA documentation (\[S9\]); the arithmetic of each operator is
 //! [`super::alu`]'s rule.
 //!
@@ -12,12 +12,22 @@
 //! `32 * (i / 32) + shuffle_mask[i % 32]`), a mask naming a src partition the tile does not
 //! have is refused (`shuffle_mask`), as are elements outside 0..=31 and 255; the elements
 //! move bit for bit.
+//!
+//! `dropout` (documented: each element replaced by zero with the drop probability `prob` of its
+//! partition, 1.0 dropping all and 0.0 none; the kept values unscaled). Its random stream is
+//! *ours*, not the chip's bits (its generator is undocumented): the words of `numerics`'
+//! counter-based generator (`StochasticBits`, the one behind seeded stochastic rounding) for
+//! the seed `s + i`, `i` the instruction's index in the recorded program and `s` the machine's
+//! stochastic-rounding seed (0 under nearest-even); element `k` of `data` in logical order
+//! (partition-major, free axes flattened) is dropped when `word(k) < prob * 2^32`. A `prob`
+//! outside `[0, 1]` (or NaN) is refused. Same dtypes: bits moved (a dropped element all zero
+//! bits, +0); otherwise through float32.
 
 use crate::memory::Space;
-use crate::numerics::{encode_scalar, Rounding};
+use crate::numerics::{encode_scalar, Rounding, StochasticBits};
 use crate::{Error, Result};
 
-use super::super::dtype::Dtype;
+use super::super::dtype::{Dtype, OutputRounding};
 use super::super::record::{flags, Engine, Opcode, Region, MEM_PSUM};
 use super::super::Machine;
 use super::alu::{self, AluOp};
@@ -159,6 +169,9 @@ pub(crate) fn check_op_pair(
     why: impl Fn(AluOp) -> Option<String>,
 ) -> Result<()> {
     for (arg, op) in [("op0", op0), ("op1", op1)] {
+        if !op.is_elementwise() {
+            return Err(Error::value(arg, alu::NOT_ELEMENTWISE));
+        }
         if let Some(msg) = why(op) {
             return Err(Error::value(arg, msg));
         }
@@ -205,9 +218,20 @@ impl Machine {
         data: &Tile,
         dst: &Tile,
     ) -> Result<(Opnd, Opnd)> {
-        let a = self.operand("data", data, Some(engine), false)?;
+        self.input_dst_operands(opc, engine, ("data", data), dst)
+    }
+
+    /// [`Self::data_dst_operands`] with the input named `arg`.
+    pub(crate) fn input_dst_operands(
+        &self,
+        opc: Opcode,
+        engine: Engine,
+        (arg, input): (&str, &Tile),
+        dst: &Tile,
+    ) -> Result<(Opnd, Opnd)> {
+        let a = self.operand(arg, input, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
-        self.same_shape(opc, "data", &a, &[("dst", &d)])?;
+        self.same_shape(opc, arg, &a, &[("dst", &d)])?;
         Ok((a, d))
     }
 }
@@ -496,6 +520,82 @@ impl Machine {
         Ok(())
     }
 
+    /// `dropout` (Vector engine): each element of `data` zeroed with the drop probability
+    /// `prob` (a constant or a `[P, 1]` tile, one per partition), else kept. See the module doc
+    /// for the random stream (ours, not the chip's).
+    pub fn dropout(&mut self, dst: &Tile, data: &Tile, prob: &Scalar) -> Result<()> {
+        let opc = Opcode::Dropout;
+        let engine = Engine::Vector;
+        let int_data = data.dtype.format().is_none();
+        if int_data && dst.dtype != data.dtype {
+            return Err(super::dtype_rule(
+                "dst",
+                "dropout_dtype",
+                format!(
+                    "dst is {}, data {}; dropout keeps an integer data's dtype",
+                    dst.dtype, data.dtype
+                ),
+            ));
+        }
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
+        let (p, n) = (a.p() as usize, a.n());
+        let mut extra: Vec<Region> = Vec::new();
+        let probs: Vec<f32> = match prob {
+            Scalar::Imm(v) => vec![*v as f32; p],
+            Scalar::Tile(t) => {
+                if t.dtype.format().is_none() || (int_data && t.dtype != Dtype::Fp32) {
+                    return Err(super::dtype_rule(
+                        "prob",
+                        "dropout_dtype",
+                        format!(
+                            "prob is {}; a float tile (float32 for integer data)",
+                            t.dtype
+                        ),
+                    ));
+                }
+                let o = self.operand("prob", t, Some(engine), false)?;
+                self.check_vector_operand("prob", &o, p as u32)?;
+                extra.push(o.region());
+                self.gather_f32(t)?
+            }
+        };
+        if let Some((row, q)) = probs
+            .iter()
+            .enumerate()
+            .find(|(_, q)| !(0.0..=1.0).contains(*q))
+        {
+            return Err(Error::value(
+                "prob",
+                format!("{q} (partition {row}); a drop probability is in [0, 1]"),
+            ));
+        }
+        let seed = match self.config.rounding {
+            OutputRounding::Stochastic(s) => s,
+            OutputRounding::NearestEven => 0,
+        };
+        let bits = StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64));
+        // Dropped when word < prob * 2^32 (exact in float64): prob 1 drops every element.
+        let dropped =
+            |k: usize| (bits.word(k as u64) as f64) < probs[k / n.max(1)] as f64 * 4294967296.0;
+        if dst.dtype == data.dtype {
+            let mut w = self.gather_bits(data)?;
+            for (k, v) in w.iter_mut().enumerate() {
+                if dropped(k) {
+                    *v = 0;
+                }
+            }
+            self.scatter_bits(&d, &w)?;
+        } else {
+            let mut x = self.gather_f32(data)?;
+            for (k, v) in x.iter_mut().enumerate() {
+                *v = if dropped(k) { 0.0 } else { alu::canon(*v) };
+            }
+            self.scatter_f32(&d, &x)?;
+        }
+        self.record_engine(opc, engine, &[&a], &extra, &d, 0);
+        Ok(())
+    }
+
     /// `select` (Vector engine): `dst = predicate != 0 ? on_true : on_false` element-wise
     /// (`predicate` widened to float32; NaN counts as true). Bit-exact when `on_true`,
     /// `on_false` (a tile) and `dst` share a dtype, else through float32.
@@ -574,6 +674,85 @@ mod tests {
         b.chunks(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
             .collect()
+    }
+
+    /// Each element kept or zeroed by the generator's word for its flat index, keyed by the
+    /// instruction's index: int32 bits above 2^24 survive, prob 0 keeps and 1 drops a whole
+    /// partition, a float32 -> bf16 call goes through float32; the rules name their argument.
+    #[test]
+    fn dropout_against_the_generators_words() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (4usize, 300usize);
+        let mut tile = |name: &str, shape: &[usize], dt: Dtype| {
+            m.alloc(Space::Sbuf, name, shape, dt).expect(name)
+        };
+        let (xi, di) = (
+            tile("xi", &[p, n], Dtype::Int32),
+            tile("di", &[p, n], Dtype::Int32),
+        );
+        let (xf, db) = (
+            tile("xf", &[p, n], Dtype::Fp32),
+            tile("db", &[p, n], Dtype::Bf16),
+        );
+        let (pt, pb) = (
+            tile("pt", &[p, 1], Dtype::Fp32),
+            tile("pb", &[p, 1], Dtype::Bf16),
+        );
+        let iv: Vec<u32> = (0..p * n)
+            .map(|k| (k as u32).wrapping_mul(0x9E37_79B9) | 1)
+            .collect();
+        super::super::test_util::put_words(&mut m, &xi, &iv, 4);
+        let fv: Vec<u32> = (0..p * n)
+            .map(|k| ((k % 64) as f32 - 32.0).to_bits())
+            .collect();
+        super::super::test_util::put_words(&mut m, &xf, &fv, 4);
+        let probs = [0.0f32, 1.0, 0.25, 0.5];
+        let pw: Vec<u32> = probs.iter().map(|v| v.to_bits()).collect();
+        super::super::test_util::put_words(&mut m, &pt, &pw, 4);
+        let calls = [(&xi, &di, Scalar::Tile(pt)), (&xf, &db, Scalar::Imm(0.3))];
+        for (k, (x, d, prob)) in calls.iter().enumerate() {
+            let bits = StochasticBits::new(m.program.instrs.len() as u64);
+            m.dropout(d, x, prob).expect("dropout");
+            let got = m.read_tile(d).expect("read");
+            let mut kept = 0usize;
+            for i in 0..p * n {
+                let q = match prob {
+                    Scalar::Tile(_) => probs[i / n],
+                    Scalar::Imm(v) => *v as f32,
+                };
+                let drop = (bits.word(i as u64) as f64) < q as f64 * 4294967296.0;
+                let want = match (drop, k) {
+                    (true, _) => 0,
+                    (false, 0) => iv[i],
+                    (false, _) => fv[i] >> 16, // small integers: exact in bf16
+                };
+                let w = if k == 0 {
+                    u32::from_le_bytes(got[4 * i..4 * i + 4].try_into().expect("4"))
+                } else {
+                    u16::from_le_bytes([got[2 * i], got[2 * i + 1]]) as u32
+                };
+                assert_eq!(w, want, "call {k} element {i}");
+                kept += usize::from(!drop);
+                if k == 0 && i / n < 2 {
+                    assert_eq!(drop, i / n == 1, "prob 0 keeps, 1 drops");
+                }
+            }
+            let frac = kept as f64 / (p * n) as f64;
+            let expect = if k == 0 { 1.0 - 1.75 / 4.0 } else { 0.7 };
+            assert!((frac - expect).abs() < 0.05, "call {k}: kept {frac}");
+        }
+        let e = m
+            .dropout(&db, &xi, &Scalar::Imm(0.5))
+            .expect_err("int to bf16");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("dropout_dtype")));
+        let e = m
+            .dropout(&di, &xi, &Scalar::Tile(pb))
+            .expect_err("bf16 prob");
+        assert_eq!((e.arg(), e.rule()), (Some("prob"), Some("dropout_dtype")));
+        let e = m
+            .dropout(&di, &xi, &Scalar::Imm(1.5))
+            .expect_err("prob 1.5");
+        assert_eq!(e.arg(), Some("prob"));
     }
 
     /// The oracle moves rows of a copy of the whole SBUF view partition by partition, from the

@@ -262,23 +262,24 @@ impl Machine {
     }
 
     /// `tensor_partition_reduce` (GpSimd engine): `dst[0, j] = op` over the partitions `p` of
-    /// `data[p, j]` (\[S9\]: "a reduction operation across partitions"; add, max, bitwise_or,
-    /// bitwise_and). `dst` has one partition and `data`'s elements per partition. Arithmetic
-    /// operators widen to float32 and reduce in partition order, `acc = x[0]`, `acc = op(acc,
-    /// x[p])` (the order is ours: the hardware's is not published), the result rounded once to
-    /// `dst`'s dtype; bitwise operators combine the raw bits of integer tiles of one dtype.
+    /// `data[p, j]` (\[S9\]: "a reduction operation across partitions"; add, average, max,
+    /// bitwise_or, bitwise_and). `dst` has one partition and `data`'s elements per partition.
+    /// Arithmetic operators widen to float32 and reduce in partition order, `acc = x[0]`,
+    /// `acc = op(acc, x[p])` (the order is ours: the hardware's is not published; average sums
+    /// so, then divides once by the partition count), the result rounded once to `dst`'s
+    /// dtype; bitwise operators combine the raw bits of integer tiles of one dtype.
     pub fn tensor_partition_reduce(&mut self, dst: &Tile, op: AluOp, data: &Tile) -> Result<()> {
         let opc = Opcode::TensorPartitionReduce;
         let engine = Engine::Gpsimd;
         if !matches!(
             op,
-            AluOp::Add | AluOp::Maximum | AluOp::BitwiseOr | AluOp::BitwiseAnd
+            AluOp::Add | AluOp::Average | AluOp::Maximum | AluOp::BitwiseOr | AluOp::BitwiseAnd
         ) {
             return Err(Error::value(
                 "op",
                 format!(
-                    "got {op}; tensor_partition_reduce reduces with add, maximum, bitwise_or \
-                     or bitwise_and"
+                    "got {op}; tensor_partition_reduce reduces with add, average, maximum, \
+                     bitwise_or or bitwise_and"
                 ),
             ));
         }
@@ -325,12 +326,15 @@ impl Machine {
         } else {
             let x = self.gather_f32(data)?;
             let mut z = x[..n].to_vec();
+            let fold = if op == AluOp::Average { AluOp::Add } else { op };
             for row in x.chunks(n.max(1)).skip(1).take(p - 1) {
                 for (acc, &v) in z.iter_mut().zip(row) {
-                    *acc = alu::apply(op, *acc, v);
+                    *acc = alu::apply(fold, *acc, v);
                 }
             }
-            z.iter_mut().for_each(|v| *v = alu::canon(*v)); // one partition: NaN canonical too
+            // The mean: the float32 sum divided once by the partition count (exact in float32).
+            let count = if op == AluOp::Average { p as f32 } else { 1.0 };
+            z.iter_mut().for_each(|v| *v = alu::canon(*v / count)); // NaN canonical too
             self.scatter_f32(&d, &z)?;
         }
         self.record_engine(opc, engine, &[&a], &[], &d, 0);
@@ -665,6 +669,14 @@ mod tests {
         assert_eq!(got[1].to_bits(), (-0.0f32).to_bits());
         assert_eq!(got[2], f32::INFINITY);
         assert_eq!(got[3], 0.0);
+        // average: the same float32 sums, each divided once by the 5 partitions.
+        m.tensor_partition_reduce(&sum, AluOp::Average, &data)
+            .expect("average");
+        let avg = m.read_f32(&sum).expect("read");
+        for (j, (&a, &s)) in avg.iter().zip(&got).enumerate() {
+            let want = alu::canon(s / p as f32);
+            assert_eq!(a.to_bits(), want.to_bits(), "average, column {j}");
+        }
         let b = m.read_tile(&mx).expect("read");
         let b16: Vec<u16> = b
             .chunks(2)

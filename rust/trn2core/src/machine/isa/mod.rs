@@ -838,6 +838,9 @@ impl Machine {
         arg: &str,
         tiles: &[(&str, &Tile)],
     ) -> Result<()> {
+        if !op.is_elementwise() {
+            return Err(Error::value(arg, alu::NOT_ELEMENTWISE));
+        }
         if op.is_bitvec() {
             for (a, t) in tiles {
                 if !t.dtype.is_int() {

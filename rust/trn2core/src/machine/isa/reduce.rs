@@ -1,5 +1,6 @@
 //! Reductions and scans of the Vector engine: `tensor_reduce`, `tensor_tensor_scan`,
-//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `select_reduce`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
+//! `tensor_scalar_reduce`, `tensor_scalar_cumulative`, `range_select`, `select_reduce`,
+//! `exponential`, `bn_stats`, `bn_aggr`, and the top-8 search `max8` /
 //! `nc_find_index8` / `nc_match_replace8`.
 //!
 //! # Orders (ours; the hardware's are not published)
@@ -26,6 +27,13 @@
 //!   `reset_reduce` (the register from -Inf) or `reduce`, `reg = max(reg, r[i])` over the
 //!   float32 results in order, before they are rounded to `dst`'s dtype; `idle` leaves the
 //!   register as it is; `reduce_res`, when given, receives the register.
+//! - `exponential` (the formula and the accumulator's commands are documented; the rest is
+//!   ours): `r[i] = exp(f32(src[i] - max_value))`, the subtraction in float32 and `exp` as the
+//!   activation functions define it (act.rs: float64 `exp` rounded once; not the chip's bits);
+//!   with `reduce_cmd` `reset_reduce` (the register from +0), `load_reduce` (`reduce_init`) or
+//!   `reduce`, `reg = reg + r[i]` over the float32 results in order, before they are rounded
+//!   to `dst`'s dtype; `idle` (the default) leaves the register as it is; `reduce_res`, when
+//!   given, receives the register.
 //! - `tensor_scalar_cumulative` (the documented pseudocode, taken literally): per partition,
 //!   the register set by `reduce_cmd` (`reset_reduce`: 0 for add and subtract, 1 for multiply,
 //!   -Inf for maximum, +Inf for minimum; `load_reduce`: `imm1`; `reduce`: as it is), then for
@@ -58,6 +66,7 @@ use crate::{Error, Result};
 use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region, MEM_PSUM};
 use super::super::Machine;
+use super::act::{self, ActFunc};
 use super::alu::{self, canon, AluOp};
 use super::elementwise::check_op_pair;
 use super::{check_p_n, shape_rule, Opnd, ReduceCmd, Scalar};
@@ -65,11 +74,11 @@ use crate::machine::tile::Tile;
 use crate::spec::{BN_STATS_FMAX, MAX8_MAX_ELEMENTS, MAX8_MIN_ELEMENTS};
 
 /// The identity of a reduction operator (what `reset_reduce` loads).
-fn identity(op: AluOp) -> f32 {
+pub(super) fn identity(op: AluOp) -> f32 {
     match op {
         AluOp::Multiply => 1.0,
         AluOp::Maximum => f32::NEG_INFINITY,
-        AluOp::Minimum => f32::INFINITY,
+        AluOp::Minimum | AluOp::AbsMin => f32::INFINITY,
         _ => 0.0,
     }
 }
@@ -506,14 +515,7 @@ impl Machine {
                 ),
             ));
         }
-        let res = match reduce_res {
-            Some(t) => {
-                let o = self.operand("reduce_res", t, Some(engine), true)?;
-                check_reduce_res(&o, p)?;
-                Some(o)
-            }
-            None => None,
-        };
+        let res = self.reduce_res_operand(reduce_res, engine, p)?;
         let mut extra = Vec::new();
         let b0 = self.scalar_f32("bound0", bounds[0], p, engine, &mut extra)?;
         let b1 = self.scalar_f32("bound1", bounds[1], p, engine, &mut extra)?;
@@ -529,14 +531,8 @@ impl Machine {
             }
             self.fold_register(p0 + row, reduce_cmd, reduce_op, zi);
         }
-        let writes = self.write_with_registers(&d, &z, res.as_ref(), p0, p as usize)?;
-        let mut reads: Vec<Region> = vec![a.region()];
-        reads.extend_from_slice(&extra);
         // The published cost is max(MIN_II, N) [S10], reduce_res included.
-        let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
-        self.program
-            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
-        Ok(())
+        self.finish_with_registers(opc, (&d, &z), res.as_ref(), &[&a], &extra)
     }
 
     /// The Vector register of `partition` as `cmd` says: `Idle` leaves it, `Reset` sets `op`'s
@@ -686,13 +682,133 @@ impl Machine {
             // `reset` alone is refused above: the arms left are idle and the folds.
             self.fold_register(p0 + row, reduce_cmd, reduce_op, zi);
         }
-        let writes = self.write_with_registers(&d, &z, res.as_ref(), p0, p as usize)?;
-        let mut reads: Vec<Region> = vec![t.region(), pr.region()];
-        reads.extend_from_slice(&extra);
         // No published formula: the Vector engine's one pass, max(MIN_II, N) (inferred).
-        let cost = Self::cost_input(n, p, super::operand_flags(&[&t, &pr], Some(&d)));
-        self.program
-            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
+        self.finish_with_registers(opc, (&d, &z), res.as_ref(), &[&t, &pr], &extra)
+    }
+
+    /// `exponential` (Vector engine; the documentation marks it NeuronCore-v4 and newer):
+    /// `dst = exp(src - max_value)` element-wise (`max_value` a float32 immediate or a `[P, 1]`
+    /// tile, 0 when absent), the results add-reduced into the Vector registers by `reduce_cmd`;
+    /// `reduce_res` (`[P, 1]`, float), when given, receives the registers. See the module doc
+    /// for the order and `act`'s for `exp` (not the chip's bits).
+    pub fn exponential(
+        &mut self,
+        dst: &Tile,
+        src: &Tile,
+        max_value: Option<&Scalar>,
+        reduce_res: Option<&Tile>,
+        reduce_cmd: ReduceCmd,
+        reduce_init: Option<&Scalar>,
+    ) -> Result<()> {
+        let opc = Opcode::Exponential;
+        let engine = Engine::Vector;
+        if reduce_cmd == ReduceCmd::Reset {
+            return Err(Error::value(
+                "reduce_cmd",
+                "got reset; exponential documents idle, reset_reduce, reduce and load_reduce",
+            ));
+        }
+        let init_is_zero = match reduce_init {
+            None => true,
+            Some(Scalar::Imm(v)) => *v == 0.0,
+            Some(Scalar::Tile(_)) => false,
+        };
+        if reduce_cmd != ReduceCmd::LoadReduce && !init_is_zero {
+            return Err(Error::value(
+                "reduce_init",
+                format!(
+                    "reduce_cmd is {reduce_cmd}; reduce_init is unset or 0.0 unless reduce_cmd \
+                     is load_reduce (as documented)"
+                ),
+            ));
+        }
+        let res_dtype = reduce_res.map_or(Dtype::Fp32, |r| r.dtype);
+        let refused = [
+            (
+                "src",
+                src.dtype,
+                src.dtype == Dtype::Tf32,
+                "any dtype but tfloat32",
+            ),
+            (
+                "dst",
+                dst.dtype,
+                dst.dtype == Dtype::Uint32,
+                "any dtype but uint32",
+            ),
+            (
+                "reduce_res",
+                res_dtype,
+                res_dtype.format().is_none(),
+                "a float dtype",
+            ),
+        ];
+        if let Some(&(arg, dt, _, allowed)) = refused.iter().find(|r| r.2) {
+            let why = format!("{arg} is {dt}; exponential takes {allowed} there");
+            return Err(super::dtype_rule(arg, "exponential_dtype", why));
+        }
+        let (a, d) = self.input_dst_operands(opc, engine, ("src", src), dst)?;
+        let (p, n) = (a.p(), a.n());
+        let res = self.reduce_res_operand(reduce_res, engine, p)?;
+        let mut extra: Vec<Region> = Vec::new();
+        let zero = Scalar::Imm(0.0);
+        let mut cols = Vec::with_capacity(2);
+        for (arg, s) in [("max_value", max_value), ("reduce_init", reduce_init)] {
+            cols.push(self.scalar_f32(arg, s.unwrap_or(&zero), p, engine, &mut extra)?);
+        }
+        let (m, init) = (&cols[0], &cols[1]);
+        let x = self.gather_f32(src)?;
+        let mut z = vec![0f32; x.len()];
+        let p0 = dst.start_partition as usize;
+        for (row, (xi, zi)) in x.chunks(n.max(1)).zip(z.chunks_mut(n.max(1))).enumerate() {
+            for (&v, out) in xi.iter().zip(zi.iter_mut()) {
+                *out = act::eval(ActFunc::Exp, v - m[row]);
+            }
+            let cmd = if reduce_cmd == ReduceCmd::LoadReduce {
+                self.dve_regs[p0 + row] = canon(init[row]);
+                ReduceCmd::Reduce
+            } else {
+                reduce_cmd
+            };
+            self.fold_register(p0 + row, cmd, AluOp::Add, zi);
+        }
+        // No published formula: the Vector engine's one pass, max(MIN_II, N) (inferred).
+        self.finish_with_registers(opc, (&d, &z), res.as_ref(), &[&a], &extra)
+    }
+
+    /// The `reduce_res` operand of a register-reducing instruction over `p` partitions on
+    /// `engine`, when given: a `[P, 1]` tile.
+    pub(super) fn reduce_res_operand(
+        &self,
+        reduce_res: Option<&Tile>,
+        engine: Engine,
+        p: u32,
+    ) -> Result<Option<Opnd>> {
+        let Some(r) = reduce_res else {
+            return Ok(None);
+        };
+        let o = self.operand("reduce_res", r, Some(engine), true)?;
+        check_reduce_res(&o, p)?;
+        Ok(Some(o))
+    }
+
+    /// Writes `z` to `d` and the registers to `res` ([`Self::write_with_registers`]) and
+    /// records the instruction: reads `inputs` and `extra`, the Vector engine's one pass.
+    fn finish_with_registers(
+        &mut self,
+        opc: Opcode,
+        (d, z): (&Opnd, &[f32]),
+        res: Option<&Opnd>,
+        inputs: &[&Opnd],
+        extra: &[Region],
+    ) -> Result<()> {
+        let (p0, p) = (d.tile.start_partition as usize, d.p());
+        let writes = self.write_with_registers(d, z, res, p0, p as usize)?;
+        let mut reads: Vec<Region> = inputs.iter().map(|o| o.region()).collect();
+        reads.extend_from_slice(extra);
+        let cost = Self::cost_input(d.n(), p, super::operand_flags(inputs, Some(d)));
+        let q = Queue::Engine(Engine::Vector);
+        self.program.push(opc, q, &reads, &writes, cost);
         Ok(())
     }
 
@@ -1326,6 +1442,93 @@ mod tests {
             )
             .expect_err("add");
         assert!(e.to_string().contains("reduce_op"));
+    }
+
+    /// `exp(f32(x - max))` (float64 `exp`, rounded once; NaN canonical) and the add fold over
+    /// the float32 results in order, across reset_reduce, reduce, load_reduce and idle.
+    #[test]
+    fn exponential_against_exp_and_an_add_fold() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (4usize, 7usize);
+        let [src, d32] = ["src", "d32"].map(|s| sbuf(&mut m, s, &[p, n], Dtype::Fp32));
+        let [mx, init, res] = ["mx", "init", "res"].map(|s| sbuf(&mut m, s, &[p, 1], Dtype::Fp32));
+        let special = [
+            f32::NAN,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            100.0,
+            -200.0,
+            0.5,
+        ];
+        let mut x: Vec<f32> = (0..p * n).map(|k| (k % 5) as f32 - 2.5).collect();
+        for (k, v) in x.iter_mut().enumerate().step_by(3) {
+            *v = special[(k / 3) % 7];
+        }
+        put(&mut m, &src, &x);
+        let mv = [1.0, f32::INFINITY, -0.0, 3.25];
+        put(&mut m, &mx, &mv);
+        let iv = [10.0, -1.0, f32::NAN, 0.0];
+        put(&mut m, &init, &iv);
+        let (mt, it, imm) = (Scalar::Tile(mx), Scalar::Tile(init), Scalar::Imm(1.5));
+        let calls: [(Option<&Scalar>, ReduceCmd, Option<&Scalar>); 4] = [
+            (Some(&mt), ReduceCmd::ResetReduce, None),
+            (Some(&imm), ReduceCmd::Reduce, None),
+            (None, ReduceCmd::LoadReduce, Some(&it)),
+            (Some(&imm), ReduceCmd::Idle, Some(&Scalar::Imm(0.0))),
+        ];
+        let canon_nan = |v: f32| {
+            if v.is_nan() {
+                f32::from_bits(0x7FC0_0000)
+            } else {
+                v
+            }
+        };
+        let mut reg = [0f32; 4];
+        for (k, &(max, cmd, ri)) in calls.iter().enumerate() {
+            m.exponential(&d32, &src, max, Some(&res), cmd, ri)
+                .expect("exponential");
+            let got = words(&m, &d32);
+            for r in 0..p {
+                let mr = match max {
+                    Some(Scalar::Tile(_)) => mv[r],
+                    Some(Scalar::Imm(v)) => *v as f32,
+                    None => 0.0,
+                };
+                if cmd == ReduceCmd::ResetReduce {
+                    reg[r] = 0.0;
+                } else if cmd == ReduceCmd::LoadReduce {
+                    reg[r] = canon_nan(iv[r]);
+                }
+                for j in 0..n {
+                    let v = canon_nan((((x[r * n + j] - mr) as f64).exp()) as f32);
+                    if cmd != ReduceCmd::Idle {
+                        reg[r] = canon_nan(reg[r] + v);
+                    }
+                    assert_eq!(got[r * n + j], v.to_bits(), "call {k} ({r}, {j})");
+                }
+            }
+            let got_res = words(&m, &res);
+            for r in 0..p {
+                assert_eq!(got_res[r], reg[r].to_bits(), "call {k} register {r}");
+            }
+        }
+        // A NaN element (row 0) or a NaN reduce_init (row 2) makes the register NaN; exp(98.5)
+        // overflows float32 to +inf (row 1).
+        assert!(reg[0].is_nan() && reg[2].is_nan() && reg[1] == f32::INFINITY);
+        let bad = sbuf(&mut m, "bad", &[p, n], Dtype::Tf32);
+        let e = m
+            .exponential(&d32, &bad, None, None, ReduceCmd::Idle, None)
+            .expect_err("tf32 src");
+        assert_eq!(e.rule(), Some("exponential_dtype"));
+        let e = m
+            .exponential(&d32, &src, None, None, ReduceCmd::Reset, None)
+            .expect_err("reset");
+        assert!(e.to_string().contains("reduce_cmd"));
+        let e = m
+            .exponential(&d32, &src, None, None, ReduceCmd::Reduce, Some(&imm))
+            .expect_err("reduce_init without load_reduce");
+        assert!(e.to_string().contains("reduce_init"));
     }
 
     /// range_select against an oracle of the documented numpy equivalent: each partition's

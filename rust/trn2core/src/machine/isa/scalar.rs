@@ -13,9 +13,9 @@ use super::super::dtype::Dtype;
 use super::super::record::{flags, Engine, Opcode, Queue, Region};
 use super::super::Machine;
 use super::act::{self, ActFunc};
-use super::alu::{canon, AluOp};
-use super::reduce::check_reduce_res;
-use super::{dtype_rule, shape_rule, ReduceCmd, Scalar};
+use super::alu::{self, canon, AluOp};
+use super::reduce::identity;
+use super::{dtype_rule, shape_rule, Opnd, ReduceCmd, Scalar};
 use crate::machine::tile::Tile;
 
 /// The optional parts of an `activation`.
@@ -33,7 +33,157 @@ pub struct ActivationArgs {
     pub reduce_cmd: ReduceCmd,
 }
 
+/// The arguments of an `activate2` after its `op` and `data`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Activate2Args {
+    /// The two tensor-scalar stages: operator (`None`: bypass), immediate, reversed.
+    pub stages: [(Option<AluOp>, Scalar, bool); 2],
+    /// The parameter of a parameterized function (none of the machine's functions takes one).
+    pub relu_param: Option<Scalar>,
+    /// The registers' reduction operator (add, maximum, minimum, abs_max, abs_min).
+    pub reduce_op: Option<AluOp>,
+    /// Tile (`[P, 1]`) receiving the registers after this instruction.
+    pub reduce_res: Option<Tile>,
+    /// What the instruction does to the registers.
+    pub reduce_cmd: ReduceCmd,
+}
+
+/// `activate2`'s `(op0, op1)` pairs, as documented (`None`: bypass).
+const ACTIVATE2_PAIRS: [(Option<AluOp>, Option<AluOp>); 6] = [
+    (Some(AluOp::Multiply), Some(AluOp::Add)),
+    (Some(AluOp::Multiply), Some(AluOp::Subtract)),
+    (Some(AluOp::Multiply), None),
+    (Some(AluOp::Add), None),
+    (Some(AluOp::Subtract), None),
+    (None, None),
+];
+
 impl Machine {
+    /// `activate2` (Scalar engine; the documentation marks it NeuronCore-v4 and newer):
+    /// `dst = op((data op0 imm0) op1 imm1)`, each stage a float32 operation (or bypassed), then
+    /// the function by [`super::act`]'s rule; the float32 results reduced into the Scalar
+    /// engine's registers by `reduce_cmd` and `reduce_op`, `reduce_res` receiving them.
+    pub fn activate2(
+        &mut self,
+        dst: &Tile,
+        func: ActFunc,
+        data: &Tile,
+        args: &Activate2Args,
+    ) -> Result<()> {
+        let (opc, engine) = (Opcode::Activate2, Engine::Scalar);
+        let [(op0, imm0, rev0), (op1, imm1, rev1)] = &args.stages;
+        if !ACTIVATE2_PAIRS.contains(&(*op0, *op1)) {
+            let arg = if ACTIVATE2_PAIRS.iter().any(|p| p.0 == *op0) {
+                "op1"
+            } else {
+                "op0"
+            };
+            let show = |o: &Option<AluOp>| o.map_or("bypass", |o| o.name());
+            return Err(Error::value(
+                arg,
+                format!(
+                    "(op0, op1) = ({}, {}); activate2 takes (multiply, add), (multiply, \
+                     subtract), (multiply, bypass), (add, bypass), (subtract, bypass) or \
+                     (bypass, bypass)",
+                    show(op0),
+                    show(op1)
+                ),
+            ));
+        }
+        for (arg, rev, op) in [("reverse0", rev0, op0), ("reverse1", rev1, op1)] {
+            if *rev && op.is_none() {
+                return Err(Error::value(arg, format!("{arg} needs its operator set")));
+            }
+        }
+        let reduce_op = match args.reduce_op {
+            Some(
+                op @ (AluOp::Add | AluOp::Maximum | AluOp::Minimum | AluOp::AbsMax | AluOp::AbsMin),
+            ) => Some(op),
+            Some(op) => {
+                return Err(Error::value(
+                    "reduce_op",
+                    format!(
+                    "got {op}; activate2 reduces with add, maximum, minimum, abs_max or abs_min"
+                ),
+                ))
+            }
+            None => None,
+        };
+        let cmd = args.reduce_cmd;
+        if cmd == ReduceCmd::LoadReduce {
+            return Err(Error::value(
+                "reduce_cmd",
+                "activate2 takes idle, reset, reduce or reset_reduce",
+            ));
+        }
+        let op = match (cmd, reduce_op) {
+            (ReduceCmd::Idle, _) => AluOp::Add,
+            (_, Some(op)) => op,
+            (_, None) => {
+                return Err(Error::value(
+                    "reduce_op",
+                    format!("reduce_cmd={} needs a reduce_op", cmd.name()),
+                ))
+            }
+        };
+        let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
+        let (p, n) = (a.p(), a.n());
+        let res = self.reduce_res_operand(args.reduce_res.as_ref(), engine, p)?;
+        let mut reads: Vec<Region> = vec![a.region()];
+        let mut imm = Vec::with_capacity(3);
+        let relu = args.relu_param.unwrap_or(Scalar::Imm(0.0));
+        for (arg, s) in [("imm0", imm0), ("imm1", imm1), ("relu_param", &relu)] {
+            imm.push(self.scalar_f32(arg, s, p, engine, &mut reads)?);
+        }
+        let mut x = self.gather_f32(data)?;
+        let p0 = dst.start_partition as usize;
+        for (row, xi) in x.chunks_mut(n.max(1)).enumerate() {
+            for v in xi.iter_mut() {
+                for (k, (o, rev)) in [(op0, rev0), (op1, rev1)].into_iter().enumerate() {
+                    if let Some(o) = o {
+                        *v = canon(alu::apply_ordered(*o, *v, imm[k][row], *rev));
+                    }
+                }
+                *v = act::eval(func, *v);
+            }
+            let reg = &mut self.act_regs[p0 + row];
+            if matches!(cmd, ReduceCmd::Reset | ReduceCmd::ResetReduce) {
+                *reg = identity(op);
+            }
+            if matches!(cmd, ReduceCmd::Reduce | ReduceCmd::ResetReduce) {
+                for &v in xi.iter() {
+                    *reg = alu::apply(op, *reg, v);
+                }
+            }
+        }
+        self.finish_activation(opc, (&a, &d, &x), res.as_ref(), &reads)
+    }
+
+    /// The Scalar engine's write-back: `x` into `d`, the registers into `res` when given
+    /// (a read-out that costs extra), and the instruction recorded reading `reads`.
+    fn finish_activation(
+        &mut self,
+        opc: Opcode,
+        (a, d, x): (&Opnd, &Opnd, &[f32]),
+        res: Option<&Opnd>,
+        reads: &[Region],
+    ) -> Result<()> {
+        self.scatter_f32(d, x)?;
+        let mut writes: Vec<Region> = vec![d.region()];
+        let mut f = super::operand_flags(&[a], Some(d));
+        if let Some(o) = res {
+            let p0 = d.tile.start_partition as usize;
+            let vals: Vec<f32> = self.act_regs[p0..p0 + d.p() as usize].to_vec();
+            self.scatter_f32(o, &vals)?;
+            writes.push(o.region());
+            f |= flags::READ_ACCUMULATOR;
+        }
+        let cost = Self::cost_input(d.n(), d.p(), f);
+        self.program
+            .push(opc, Queue::Engine(Engine::Scalar), reads, &writes, cost);
+        Ok(())
+    }
+
     /// `activation` (Scalar engine): see the module doc.
     pub fn activation(
         &mut self,
@@ -100,14 +250,7 @@ impl Machine {
         }
         let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         let (p, n) = (a.p(), a.n());
-        let res = match &args.reduce_res {
-            Some(t) => {
-                let o = self.operand("reduce_res", t, Some(engine), true)?;
-                check_reduce_res(&o, p)?;
-                Some(o)
-            }
-            None => None,
-        };
+        let res = self.reduce_res_operand(args.reduce_res.as_ref(), engine, p)?;
         let mut reads: Vec<Region> = vec![a.region()];
         let scale = match &args.scale {
             None => vec![1.0; p as usize],
@@ -152,22 +295,6 @@ impl Machine {
                 *reg = canon(*reg);
             }
         }
-        self.scatter_f32(&d, &x)?;
-        let mut writes: Vec<Region> = vec![d.region()];
-        let mut f = super::operand_flags(&[&a], Some(&d));
-        if let Some(o) = &res {
-            let vals: Vec<f32> = self.act_regs[p0..p0 + p as usize].to_vec();
-            self.scatter_f32(o, &vals)?;
-            writes.push(o.region());
-            f |= flags::READ_ACCUMULATOR;
-        }
-        self.program.push(
-            opc,
-            Queue::Engine(engine),
-            &reads,
-            &writes,
-            Self::cost_input(n, p, f),
-        );
-        Ok(())
+        self.finish_activation(opc, (&a, &d, &x), res.as_ref(), &reads)
     }
 }

@@ -24,7 +24,7 @@ use super::super::tile::Tile;
 use super::super::Machine;
 use super::act::ActFunc;
 use super::alu::AluOp;
-use super::scalar::ActivationArgs;
+use super::scalar::{Activate2Args, ActivationArgs};
 use super::{PeOptions, ReduceCmd, Scalar};
 
 /// What an argument holds (how the binding converts it, and what [`Machine::issue`] accepts).
@@ -415,6 +415,25 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             req("imm0", K::Scalar), opt("imm1", K::Scalar),
             named("reduce_cmd", K::ReduceCmd, "reset_reduce")],
     ),
+    row(Op::Exponential, &[Vector], Own, None,
+        "dst = exp(src - max_value), add-reduced into reduce_res (NeuronCore-v4's, documented)",
+        &[DST, req("src", K::Tile), opt("max_value", K::Scalar), opt("reduce_res", K::Tile),
+            named("reduce_cmd", K::ReduceCmd, "idle"), opt("reduce_init", K::Scalar)],
+    ),
+    row(Op::Dropout, &[Vector], Like("data"), None,
+        "dst = data with each element zeroed with probability prob (a deterministic stream, \
+         not the chip's)",
+        &[DST, req("data", K::Tile), req("prob", K::Scalar)],
+    ),
+    row(Op::Activate2, &[Act], Own, None,
+        "dst = op((data op0 imm0) op1 imm1) (op0/op1 absent: bypass), reduced into reduce_res \
+         (NeuronCore-v4's, documented)",
+        &[DST, req("op", K::Act), req("data", K::Tile), req("imm0", K::Scalar),
+            req("imm1", K::Scalar), opt("op0", K::Alu), opt("op1", K::Alu),
+            opt("relu_param", K::Scalar), flag("reverse0"), flag("reverse1"),
+            opt("reduce_op", K::Alu), opt("reduce_res", K::Tile),
+            named("reduce_cmd", K::ReduceCmd, "idle")],
+    ),
 ];
 
 /// The row of `op`.
@@ -589,9 +608,14 @@ impl Args {
     }
 
     fn opt_alu(&self, name: &str) -> Result<Option<AluOp>> {
-        self.name_of(name)
-            .map(|(arg, s)| AluOp::parse(arg, s))
-            .transpose()
+        let Some((arg, s)) = self.name_of(name) else {
+            return Ok(None);
+        };
+        let op = AluOp::parse(arg, s)?;
+        if !op.is_elementwise() && self.info.op != Opcode::TensorPartitionReduce {
+            return Err(Error::value(arg, super::alu::NOT_ELEMENTWISE));
+        }
+        Ok(Some(op))
     }
 
     fn alu(&self, name: &str) -> Result<AluOp> {
@@ -908,6 +932,32 @@ impl Machine {
                 a.opt_scalar("imm1")?.as_ref(),
                 a.reduce_cmd("reduce_cmd")?,
             ),
+            Opcode::Exponential => self.exponential(
+                &dst,
+                &a.tile("src")?,
+                a.opt_scalar("max_value")?.as_ref(),
+                a.opt_tile("reduce_res")?.as_ref(),
+                a.reduce_cmd("reduce_cmd")?,
+                a.opt_scalar("reduce_init")?.as_ref(),
+            ),
+            Opcode::Dropout => self.dropout(&dst, &a.tile("data")?, &a.scalar("prob")?),
+            Opcode::Activate2 => {
+                let stage = |k: &str| -> Result<(Option<AluOp>, Scalar, bool)> {
+                    Ok((
+                        a.opt_alu(&format!("op{k}"))?,
+                        a.scalar(&format!("imm{k}"))?,
+                        a.flag(&format!("reverse{k}")),
+                    ))
+                };
+                let args = Activate2Args {
+                    stages: [stage("0")?, stage("1")?],
+                    relu_param: a.opt_scalar("relu_param")?,
+                    reduce_op: a.opt_alu("reduce_op")?,
+                    reduce_res: a.opt_tile("reduce_res")?,
+                    reduce_cmd: a.reduce_cmd("reduce_cmd")?,
+                };
+                self.activate2(&dst, a.act("op")?, &a.tile("data")?, &args)
+            }
             Opcode::SelectReduce => self.select_reduce(
                 &dst,
                 &a.tile("predicate")?,
@@ -941,8 +991,8 @@ mod tests {
             let d = TABLE[i].default_engine;
             assert_eq!(d.is_some(), !TABLE[i].engines.is_empty());
             assert!(
-                TABLE[i].args.len() <= 12,
-                "a row of at most 12 arguments (range_select has 11; the binding's issue takes \
+                TABLE[i].args.len() <= 13,
+                "a row of at most 13 arguments (activate2 has 13; the binding's issue takes \
                  *args, any count)"
             );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
