@@ -1771,116 +1771,24 @@ def _refused_at_the_call(f, x, arg, rule):
     assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
 
 
-def _add_rows(v, init):
-    """Float32 sums along each row from ``init``, in order (the Vector registers' add fold)."""
-    out = np.array(init, np.float32).reshape(-1, 1)
-    for r, row in enumerate(v):
-        for x in row:
-            out[r, 0] = np.float32(out[r, 0] + x)
-    return out
+@pytest.mark.parametrize(
+    "op, kw",
+    [
+        ("exponential", dict(max_value=0.5)),
+        ("activate2", dict(op=nl.relu, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add)),
+    ],
+)
+def test_neuron_core_v4_instructions_are_refused_at_the_kernels_line(op, kw):
+    # "Available only on NeuronCore-v4 and newer" (the NKI API docs): a Trainium2 kernel that
+    # calls them is one the compiler refuses. Their semantics are in the core all the same
+    # (machine/isa reduce.rs and scalar.rs test them against their oracles).
+    def f(x):
+        (t,) = _to_sbuf(x)
+        data = {"src": t} if op == "exponential" else {"data": t}
+        getattr(nisa, op)(dst=t, **data, **kw)  # the call
+        return x
 
-
-def test_exponential_matches_exp_of_the_difference_and_an_add_fold():
-    # A softmax numerator, exp(x - rowmax) summed along the rows: split over two calls
-    # (reset_reduce, then reduce continuing), then into bf16 with a scalar max and load_reduce
-    # from a tile; NaN, -0, +-inf, exp(100) overflowing, exp(-200) flushing to +0, a +inf max.
-    rng = np.random.default_rng(26)
-    p, n = 16, 40
-    x = rng.uniform(-6, 6, (p, n)).astype(np.float32)
-    x[0, 1], x[1, 2], x[2, 3], x[3, 4], x[4, 5], x[5, 6] = np.nan, -0.0, np.inf, -np.inf, 100, -200
-    mx = rng.uniform(-1, 1, (p, 1)).astype(np.float32)
-    mx[6, 0], mx[7, 0] = np.inf, -0.0
-    init = rng.uniform(-5, 5, (p, 1)).astype(np.float32)
-    cols = np.concatenate([mx, init], axis=1)  # one [P, 2] load: max_value, reduce_init
-
-    @tn.jit
-    def k(x, cols):
-        t, s = _to_sbuf(x, cols)
-        h = x.shape[1] // 2
-        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
-        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
-        r1 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
-        r2 = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
-        rc = nisa.reduce_cmd
-        nisa.exponential(
-            dst=a[:, :h], src=t[:, :h], max_value=s[:, 0:1], reduce_cmd=rc.reset_reduce
-        )
-        nisa.exponential(a[:, h:], t[:, h:], s[:, 0:1], r1, rc.reduce)
-        nisa.exponential(b, t, 1.5, r2, rc.load_reduce, reduce_init=s[:, 1:2], name="e")
-        return _to_hbm(a, b, r1, r2)
-
-    with np.errstate(invalid="ignore"):
-        e1 = ref.activation_values("exp", x - mx)
-        e2 = ref.activation_values("exp", x - np.float32(1.5))
-    res = tn.run(k, x, cols)
-    a, b, r1, r2 = res.outputs
-    assert _bits_equal(a, e1) and _bits_equal(r1, _add_rows(e1, np.zeros(p)))
-    assert _bits_equal(r2, _add_rows(e2, init[:, 0]))
-    assert _bits_equal(b.astype(np.float32), e2.astype(BF16).astype(np.float32))
-    assert np.isnan(a[0, 1]) and a[4, 5] == np.inf and a[5, 6] == 0 and not np.signbit(a[5, 6])
-    assert (a[6] == 0).all() and np.isnan(r1[0, 0]) and r1[4, 0] == np.inf
-    assert res.report.opcodes["exponential"] == 3
-
-
-def test_activate2_stages_and_reductions_match_numpy():
-    # The documentation's example (multiply by 2, add 0.5, then gelu); relu(imm1 - x * s) with a
-    # per-partition s tile and reverse1, max-reduced from reset_reduce; exp(x - 1) with op1
-    # bypassed, abs_min-reduced; NaN, -0, +-inf among the inputs.
-    rng = np.random.default_rng(2)
-    p, n = 12, 32
-    x = rng.uniform(-4, 4, (p, n)).astype(np.float32)
-    x[0, :4], x[3, 5] = [np.nan, -0.0, np.inf, -np.inf], -0.0
-    sc = rng.uniform(-2, 2, (p, 1)).astype(np.float32)
-
-    @tn.jit
-    def k(x, sc):
-        t, s = _to_sbuf(x, sc)
-        a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
-        b = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
-        c = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
-        r1 = nl.ndarray(sc.shape, dtype=nl.float32, buffer=nl.sbuf)
-        r2 = nl.ndarray(sc.shape, dtype=nl.float32, buffer=nl.sbuf)
-        rc = nisa.reduce_cmd.reset_reduce
-        nisa.activate2(dst=a, op=nl.gelu, data=t, imm0=2.0, imm1=0.5, op0=nl.multiply, op1=nl.add)
-        nisa.activate2(b, nl.relu, t, s, 1.5, nl.multiply, nl.subtract, 0.0, False, True)
-        nisa.activate2(
-            b,
-            nl.relu,
-            t,
-            s,
-            1.5,
-            nl.multiply,
-            nl.subtract,
-            reverse1=True,
-            reduce_op=nl.maximum,
-            reduce_res=r1,
-            reduce_cmd=rc,
-        )
-        nisa.activate2(
-            c,
-            nl.exp,
-            t,
-            -1.0,
-            0.0,
-            nl.add,
-            nl.bypass,
-            reduce_op=nl.abs_min,
-            reduce_res=r2,
-            reduce_cmd=rc,
-        )
-        return _to_hbm(a, b, c, r1, r2)
-
-    f32 = np.float32
-    with np.errstate(invalid="ignore"):
-        e1 = ref.activation_values("gelu", x * f32(2) + f32(0.5))
-        e2 = ref.activation_values("relu", f32(1.5) - x * sc)
-        e3 = ref.activation_values("exp", x + f32(-1))
-    res = tn.run(k, x, sc)
-    a, b, c, r1, r2 = res.outputs
-    assert _bits_equal(a, e1) and _bits_equal(c, e3) and _bits_equal(r1, _ieee_max_rows(e2))
-    assert _bits_equal(b.astype(np.float32), e2.astype(BF16).astype(np.float32))
-    assert _bits_equal(r2, np.min(np.abs(e3), axis=1, keepdims=True))
-    assert np.isnan(r2[0, 0]) and res.report.opcodes["activate2"] == 4
+    _refused_at_the_call(f, np.ones((8, 4), np.float32), op, "neuron_core_v4")
 
 
 def _dropout_ref(x, prob, seed):
@@ -1933,21 +1841,6 @@ def test_dropout_in_both_dialects_follows_the_documented_stream():
 # names the kernel resolves ("col": a [P, 2] bf16 tile, "col0" its first column, "fcol"/"fcol0"
 # the same in float32, "u32"/"f32" tiles of the data's shape, "narrow" two columns of it).
 _ISA_RULE_CASES = [
-    ("exponential", {"dst": "u32"}, "dst", "exponential_dtype"),
-    ("exponential", {"reduce_res": "icol0"}, "reduce_res", "exponential_dtype"),
-    ("exponential", {"reduce_cmd": "reset"}, "reduce_cmd", None),
-    ("exponential", {"reduce_cmd": "reduce", "reduce_init": 1.0}, "reduce_init", None),
-    ("exponential", {"max_value": "col0"}, "max_value", "fp32_operand"),
-    ("exponential", {"reduce_res": "fcol"}, "reduce_res", "shape"),
-    ("exponential", {"dst": "narrow"}, "dst", "shape"),
-    ("activate2", {"op0": nl.add, "op1": nl.add}, "op1", None),
-    ("activate2", {"op0": nl.bypass, "op1": nl.bypass, "reverse0": True}, "reverse0", None),
-    ("activate2", {"reduce_op": nl.multiply, "reduce_cmd": "reduce"}, "reduce_op", None),
-    ("activate2", {"reduce_cmd": "reduce"}, "reduce_op", None),
-    ("activate2", {"reduce_op": nl.add, "reduce_cmd": "load_reduce"}, "reduce_cmd", None),
-    ("activate2", {"imm0": "col0"}, "imm0", "fp32_operand"),
-    ("activate2", {"reduce_res": "fcol"}, "reduce_res", "shape"),
-    ("activate2", {"dst": "narrow"}, "dst", "shape"),
     ("tensor_tensor", {"op": nl.average}, "op", None),
     ("dropout", {"dst": "f32"}, "dst", "dropout_dtype"),
     ("dropout", {"prob": "col0"}, "prob", "dropout_dtype"),
@@ -1959,7 +1852,7 @@ _ISA_RULE_CASES = [
 
 @pytest.mark.parametrize("op, change, arg, rule", _ISA_RULE_CASES)
 def test_new_isa_rules_name_the_argument_at_the_kernels_line(op, change, arg, rule):
-    x = np.ones((8, 4), np.float32 if op == "exponential" else np.int32)
+    x = np.ones((8, 4), np.int32)
 
     def f(x):
         (t,) = _to_sbuf(x)
@@ -1972,8 +1865,6 @@ def test_new_isa_rules_name_the_argument_at_the_kernels_line(op, change, arg, ru
             tiles[name] = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
         cmds = {c: getattr(nisa.reduce_cmd, c) for c in ("reset", "reduce", "load_reduce")}
         kw = {
-            "exponential": dict(src=t),
-            "activate2": dict(op=nl.relu, data=t, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add),
             "dropout": dict(data=t, prob=0.5),
             "tensor_tensor": dict(data1=t, data2=t),
         }[op]

@@ -215,6 +215,10 @@ pub struct Info {
     pub out: Out,
     /// The result's dtype when the caller names none (`None`: the first tile input's).
     pub out_dtype: Option<Dtype>,
+    /// A NeuronCore-v4 (Trainium3) instruction, as the NKI API docs mark it ("Available only on
+    /// NeuronCore-v4 and newer"): [`Machine::issue`] refuses it, since Trainium2's NeuronCore
+    /// is v3; its semantics are implemented (and tested) in the core all the same.
+    pub neuron_core_v4: bool,
 }
 
 impl Info {
@@ -252,6 +256,15 @@ const fn row(
         summary,
         out,
         out_dtype,
+        neuron_core_v4: false,
+    }
+}
+
+/// A NeuronCore-v4 row ([`Info::neuron_core_v4`]).
+const fn v4(info: Info) -> Info {
+    Info {
+        neuron_core_v4: true,
+        ..info
     }
 }
 
@@ -415,17 +428,17 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             req("imm0", K::Scalar), opt("imm1", K::Scalar),
             named("reduce_cmd", K::ReduceCmd, "reset_reduce")],
     ),
-    row(Op::Exponential, &[Vector], Own, None,
+    v4(row(Op::Exponential, &[Vector], Own, None,
         "dst = exp(src - max_value), add-reduced into reduce_res (NeuronCore-v4's, documented)",
         &[DST, req("src", K::Tile), opt("max_value", K::Scalar), opt("reduce_res", K::Tile),
             named("reduce_cmd", K::ReduceCmd, "idle"), opt("reduce_init", K::Scalar)],
-    ),
+    )),
     row(Op::Dropout, &[Vector], Like("data"), None,
         "dst = data with each element zeroed with probability prob (a deterministic stream, \
          not the chip's)",
         &[DST, req("data", K::Tile), req("prob", K::Scalar)],
     ),
-    row(Op::Activate2, &[Act], Own, None,
+    v4(row(Op::Activate2, &[Act], Own, None,
         "dst = op((data op0 imm0) op1 imm1) (op0/op1 absent: bypass), reduced into reduce_res \
          (NeuronCore-v4's, documented)",
         &[DST, req("op", K::Act), req("data", K::Tile), req("imm0", K::Scalar),
@@ -433,7 +446,7 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             opt("relu_param", K::Scalar), flag("reverse0"), flag("reverse1"),
             opt("reduce_op", K::Alu), opt("reduce_res", K::Tile),
             named("reduce_cmd", K::ReduceCmd, "idle")],
-    ),
+    )),
 ];
 
 /// The row of `op`.
@@ -749,6 +762,17 @@ impl Machine {
     /// recorded.
     pub fn issue(&mut self, op: Opcode, vals: Vec<Option<Value>>) -> Result<()> {
         let a = Args::new(op, vals)?;
+        if info(op).neuron_core_v4 {
+            let name = op.name();
+            return Err(super::rule(
+                name,
+                "neuron_core_v4",
+                format!(
+                    "{name} is available only on NeuronCore-v4 and newer (Trainium3; the NKI API \
+                     docs); Trainium2's NeuronCore is v3"
+                ),
+            ));
+        }
         if op == Opcode::NcMatmul {
             let opts = PeOptions {
                 accumulate: a.opt_flag("accumulate"),
