@@ -90,11 +90,7 @@ fuzz_target!(|data: &[u8]| {
     // The timing: finite, and no link used beyond its capacity.
     let timing = cost(&sched, &group, 4096.0, false).expect("a built schedule costs");
     assert!(timing.seconds.is_finite() && timing.seconds >= 0.0);
-    assert!(
-        timing.max_link_utilization <= 1.0 + 1e-9,
-        "{}",
-        timing.max_link_utilization
-    );
+    assert!(timing.max_link_utilization <= 1.0 + 1e-9, "{}", timing.max_link_utilization);
     if matches!(collective, Collective::AllToAll | Collective::SendRecv) || n > 256 {
         if n <= 256 {
             check_move(&sched, n, collective, peers.as_deref());
@@ -118,27 +114,19 @@ fuzz_target!(|data: &[u8]| {
             }
             assert_ne!(id, UNDEF, "rank {r} lacks chunk {f}");
             if collective == Collective::AllGather {
-                assert_eq!(
-                    id & LEAF_TAG,
-                    LEAF_TAG,
-                    "a gathered chunk is one rank's input"
-                );
+                assert_eq!(id & LEAF_TAG, LEAF_TAG, "a gathered chunk is one rank's input");
             } else {
                 let mut leaves = sym.leaves(id);
                 leaves.sort_unstable();
-                assert!(
-                    leaves.iter().copied().eq(0..n as u32),
-                    "chunk {f} of rank {r}"
-                );
+                assert!(leaves.iter().copied().eq(0..n as u32), "chunk {f} of rank {r}");
             }
         }
     }
     if collective.reduces() && n <= 64 {
         // On data: rank r holds r + j at element j; sums are exact in fp32 here.
         let l = 1 + usize::from(b.u8() % 40);
-        let inputs: Vec<Vec<f32>> = (0..n)
-            .map(|r| (0..l).map(|j| (r + j) as f32).collect())
-            .collect();
+        let inputs: Vec<Vec<f32>> =
+            (0..n).map(|r| (0..l).map(|j| (r + j) as f32).collect()).collect();
         let bufs: Vec<Buf> = inputs.iter().map(|v| Buf::F32(v)).collect();
         let lens = output_lengths(collective, n, l);
         let mut outs: Vec<Vec<f32>> = lens.iter().map(|&m| vec![f32::NAN; m]).collect();
@@ -149,11 +137,7 @@ fuzz_target!(|data: &[u8]| {
         let mut at = 0;
         for (r, o) in outs.iter().enumerate() {
             for (i, &v) in o.iter().enumerate() {
-                let j = if collective == Collective::AllReduce {
-                    i
-                } else {
-                    at + i
-                };
+                let j = if collective == Collective::AllReduce { i } else { at + i };
                 assert_eq!(v, base + (n * j) as f32, "rank {r} element {i}");
             }
             at += o.len();
@@ -163,15 +147,11 @@ fuzz_target!(|data: &[u8]| {
 
 /// All-to-all and send/recv on bytes: rank r's byte j is (r * 7 + j) mod 251.
 fn check_move(
-    sched: &trn2core::collective::Schedule,
-    n: usize,
-    c: Collective,
-    peers: Option<&[usize]>,
+    sched: &trn2core::collective::Schedule, n: usize, c: Collective, peers: Option<&[usize]>,
 ) {
     let l = 2 * n;
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| (0..l).map(|j| ((r * 7 + j) % 251) as u8).collect())
-        .collect();
+    let inputs: Vec<Vec<u8>> =
+        (0..n).map(|r| (0..l).map(|j| ((r * 7 + j) % 251) as u8).collect()).collect();
     let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
     let lens = output_lengths(c, n, l);
     let mut outs: Vec<Vec<u8>> = lens.iter().map(|&m| vec![0u8; m]).collect();

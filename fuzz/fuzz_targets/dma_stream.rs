@@ -17,10 +17,7 @@ fn check(stream: &[u8]) {
     let decoded = dma::decompress(stream);
     for r in [&described, &for_output, &inspected] {
         if let Err(e) = r {
-            assert!(
-                matches!(e, Error::CorruptData { .. } | Error::Capacity { .. }),
-                "{e:?}"
-            );
+            assert!(matches!(e, Error::CorruptData { .. } | Error::Capacity { .. }), "{e:?}");
         }
     }
     match &decoded {
@@ -30,10 +27,7 @@ fn check(stream: &[u8]) {
             assert_eq!(d.bytes.len() as u64, info.raw_nbytes);
             assert!(described.is_ok() && for_output.is_ok());
         }
-        Err(e) => assert!(
-            matches!(e, Error::CorruptData { .. } | Error::Capacity { .. }),
-            "{e:?}"
-        ),
+        Err(e) => assert!(matches!(e, Error::CorruptData { .. } | Error::Capacity { .. }), "{e:?}"),
     }
     if described.is_err() {
         assert!(decoded.is_err(), "the header failed but the stream decoded");
@@ -71,9 +65,6 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(d) = dma::decompress(&stream) {
         // Altered but still decoding: only with a matching checksum, so the bytes must be
         // exactly what the stream says (a self-consistent forgery); never a wrong length.
-        assert_eq!(
-            d.bytes.len() as u64,
-            dma::inspect(&stream).expect("ok").raw_nbytes
-        );
+        assert_eq!(d.bytes.len() as u64, dma::inspect(&stream).expect("ok").raw_nbytes);
     }
 });

@@ -13,9 +13,7 @@ use crate::errors::{guard_work, PyTrn2Result};
 
 /// A read-only borrow of a contiguous 1-D array of `T`, or a `FormatError` naming `arg`.
 pub fn borrow<'py, T: Element>(
-    x: &Bound<'py, PyAny>,
-    arg: &str,
-    what: &str,
+    x: &Bound<'py, PyAny>, arg: &str, what: &str,
 ) -> Result<PyReadonlyArray1<'py, T>, Error> {
     let arr = x
         .extract::<PyReadonlyArray1<'py, T>>()
@@ -28,8 +26,7 @@ pub fn borrow<'py, T: Element>(
 
 /// The slice of a borrowed contiguous array.
 pub fn slice<'a, T: Element>(a: &'a PyReadonlyArray1<'_, T>, arg: &str) -> Result<&'a [T], Error> {
-    a.as_slice()
-        .map_err(|_| Error::shape(arg, "expected a C-contiguous array"))
+    a.as_slice().map_err(|_| Error::shape(arg, "expected a C-contiguous array"))
 }
 
 /// Hands a vector to numpy without copying it (for small results; large ones are filled in
@@ -47,28 +44,21 @@ pub fn to_numpy<T: Element>(py: Python<'_>, v: Vec<T>) -> Py<PyAny> {
 /// # Safety
 /// The caller must write every element before Python can read the array.
 unsafe fn new_uninit<'py, T: Element>(
-    py: Python<'py>,
-    n: usize,
-    arg: &str,
-    what: &str,
+    py: Python<'py>, n: usize, arg: &str, what: &str,
 ) -> Result<Bound<'py, PyArray1<T>>, Error> {
     let bytes = n as u128 * std::mem::size_of::<T>() as u128;
     trn2core::host::check_alloc(arg, what, bytes)?;
     let refused = |why: String| {
         Error::capacity(
             arg,
-            format!(
-                "{what}: numpy could not allocate {} ({why})",
-                trn2core::host::human(bytes)
-            ),
+            format!("{what}: numpy could not allocate {} ({why})", trn2core::host::human(bytes)),
         )
     };
     let arr = py
         .import("numpy")
         .and_then(|np| np.call_method1("empty", (n, numpy::dtype::<T>(py))))
         .map_err(|e| refused(e.to_string()))?;
-    arr.cast_into::<PyArray1<T>>()
-        .map_err(|e| refused(e.to_string()))
+    arr.cast_into::<PyArray1<T>>().map_err(|e| refused(e.to_string()))
 }
 
 /// The one way results are made: fresh numpy arrays of `lens[i]` elements (refused with
@@ -78,11 +68,7 @@ unsafe fn new_uninit<'py, T: Element>(
 /// element of every slice when it returns `Ok` (the core's functions check their lengths); on
 /// an error the arrays are dropped without Python ever seeing them.
 pub fn fill_new_arrays<'py, T, R>(
-    py: Python<'py>,
-    lens: &[usize],
-    arg: &str,
-    what: &str,
-    work: u64,
+    py: Python<'py>, lens: &[usize], arg: &str, what: &str, work: u64,
     fill: impl FnOnce(&mut [&mut [T]]) -> Result<R, Error> + Send,
 ) -> PyTrn2Result<(Vec<Bound<'py, PyArray1<T>>>, R)>
 where
@@ -117,11 +103,7 @@ where
 /// tensor's values and its packed indices), checked against the host together.
 #[allow(clippy::type_complexity)]
 pub fn fill_new_pair<'py, A, B, R>(
-    py: Python<'py>,
-    (len_a, len_b): (usize, usize),
-    arg: &str,
-    what: &str,
-    work: u64,
+    py: Python<'py>, (len_a, len_b): (usize, usize), arg: &str, what: &str, work: u64,
     fill: impl FnOnce(&mut [A], &mut [B]) -> Result<R, Error> + Send,
 ) -> PyTrn2Result<(Bound<'py, PyArray1<A>>, Bound<'py, PyArray1<B>>, R)>
 where
@@ -134,12 +116,8 @@ where
     trn2core::host::check_alloc(arg, what, total)?;
     // SAFETY: `fill` writes every element of both before they are returned (contract of
     // `fill_new_arrays`).
-    let (a, b) = unsafe {
-        (
-            new_uninit::<A>(py, len_a, arg, what)?,
-            new_uninit::<B>(py, len_b, arg, what)?,
-        )
-    };
+    let (a, b) =
+        unsafe { (new_uninit::<A>(py, len_a, arg, what)?, new_uninit::<B>(py, len_b, arg, what)?) };
     let r = {
         let (mut aw, mut bw) = (a.readwrite(), b.readwrite());
         let contiguous = |_| Error::shape(arg, "a fresh result array is not contiguous");
@@ -152,11 +130,7 @@ where
 
 /// [`fill_new_arrays`] for one result array.
 pub fn fill_new_array<'py, T, R>(
-    py: Python<'py>,
-    len: usize,
-    arg: &str,
-    what: &str,
-    work: u64,
+    py: Python<'py>, len: usize, arg: &str, what: &str, work: u64,
     fill: impl FnOnce(&mut [T]) -> Result<R, Error> + Send,
 ) -> PyTrn2Result<(Bound<'py, PyArray1<T>>, R)>
 where
@@ -164,18 +138,14 @@ where
     R: Send,
 {
     let (mut arrays, r) = fill_new_arrays(py, &[len], arg, what, work, |outs| fill(&mut *outs[0]))?;
-    let array = arrays
-        .pop()
-        .ok_or_else(|| Error::shape(arg, "no result array"))?;
+    let array = arrays.pop().ok_or_else(|| Error::shape(arg, "no result array"))?;
     Ok((array, r))
 }
 
 /// A read-only borrow of an array of `T` of any shape and layout, or a `FormatError` naming
 /// `arg` (the facade passes operands as unsigned views of their element width).
 pub fn borrow_any<'py, T: Element>(
-    x: &Bound<'py, PyAny>,
-    arg: &str,
-    what: &str,
+    x: &Bound<'py, PyAny>, arg: &str, what: &str,
 ) -> Result<PyReadonlyArrayDyn<'py, T>, Error> {
     x.extract::<PyReadonlyArrayDyn<'py, T>>()
         .map_err(|_| Error::format(arg, format!("expected an array of {what}")))
@@ -185,8 +155,7 @@ pub fn borrow_any<'py, T: Element>(
 /// element, the index of element `(0, 0)` in that slice, and the strides in elements (of any
 /// sign). `ShapeError` for another rank, strides that are not whole elements, or misaligned data.
 pub fn strided<'a, T: Element>(
-    a: &'a PyReadonlyArrayDyn<'_, T>,
-    arg: &str,
+    a: &'a PyReadonlyArrayDyn<'_, T>, arg: &str,
 ) -> Result<(&'a [T], usize, [isize; 2]), Error> {
     let size = std::mem::size_of::<T>() as isize;
     if a.ndim() != 2 || a.strides().iter().any(|s| s % size != 0) {
@@ -206,10 +175,7 @@ pub fn strided<'a, T: Element>(
         return Ok((&[], 0, strides));
     }
     if !ptr.is_aligned() {
-        return Err(Error::shape(
-            arg,
-            "the array's data is not aligned to its elements",
-        ));
+        return Err(Error::shape(arg, "the array's data is not aligned to its elements"));
     }
     let (mut lo, mut hi) = (0isize, 0isize);
     for (&d, &s) in view.shape().iter().zip(&strides) {
@@ -286,10 +252,7 @@ pub fn memoryview_mut<'py>(py: Python<'py>, bytes: &mut [u8]) -> PyResult<Bound<
 /// The bytes stay valid (and, for a writable view, lent exclusively) until the view is
 /// released.
 unsafe fn raw_memoryview<'py>(
-    py: Python<'py>,
-    ptr: *mut u8,
-    len: usize,
-    flags: std::ffi::c_int,
+    py: Python<'py>, ptr: *mut u8, len: usize, flags: std::ffi::c_int,
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: the caller's contract.
     unsafe {

@@ -34,10 +34,7 @@ impl PyTorus {
     #[pyo3(signature = (shape, ultraservers = 1, lnc = LNC_DEFAULT))]
     fn new(shape: Vec<usize>, ultraservers: usize, lnc: usize) -> PyTrn2Result<Self> {
         topo::check_lnc(lnc)?;
-        Ok(PyTorus {
-            inner: Torus::new(&shape, ultraservers)?,
-            lnc,
-        })
+        Ok(PyTorus { inner: Torus::new(&shape, ultraservers)?, lnc })
     }
 
     #[getter]
@@ -220,15 +217,8 @@ impl PyCollectiveReport {
 #[pyo3(signature = (torus, chips, collective, algorithm, elements, elem_bytes, peers, trace))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_estimate<'py>(
-    py: Python<'py>,
-    torus: &PyTorus,
-    chips: Option<Vec<usize>>,
-    collective: &str,
-    algorithm: &str,
-    elements: u64,
-    elem_bytes: u64,
-    peers: Option<Vec<usize>>,
-    trace: bool,
+    py: Python<'py>, torus: &PyTorus, chips: Option<Vec<usize>>, collective: &str, algorithm: &str,
+    elements: u64, elem_bytes: u64, peers: Option<Vec<usize>>, trace: bool,
 ) -> PyTrn2Result<(Py<PyCollectiveReport>, Option<String>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -242,8 +232,7 @@ pub fn collective_estimate<'py>(
 
 /// Borrows every rank's buffer as a contiguous slice of `T`.
 fn borrow_all<'py, T: Element>(
-    inputs: &[Bound<'py, PyAny>],
-    what: &str,
+    inputs: &[Bound<'py, PyAny>], what: &str,
 ) -> PyTrn2Result<Vec<PyReadonlyArray1<'py, T>>> {
     Ok(inputs
         .iter()
@@ -258,11 +247,7 @@ fn borrow_all<'py, T: Element>(
 /// copies plus `out_bytes(word counts)` (the outputs the call makes next): `CapacityError` on
 /// `buffers` before anything is allocated. The facade passes the buffers as it holds them.
 fn held<'py>(
-    py: Python<'py>,
-    collective: Collective,
-    inputs: &[Bound<'py, PyAny>],
-    code: &str,
-    word: usize,
+    py: Python<'py>, collective: Collective, inputs: &[Bound<'py, PyAny>], code: &str, word: usize,
     out_bytes: impl FnOnce(&[usize]) -> trn2core::Result<u128>,
 ) -> PyTrn2Result<(Vec<Bound<'py, PyAny>>, Vec<usize>)> {
     let (mut lens, mut copy, mut copies) = (Vec::new(), Vec::new(), 0u128);
@@ -299,8 +284,7 @@ fn held<'py>(
             } else {
                 b.clone()
             };
-            b.call_method1("reshape", (-1,))?
-                .call_method1("view", (code,))
+            b.call_method1("reshape", (-1,))?.call_method1("view", (code,))
         })
         .collect::<PyResult<Vec<_>>>()?;
     Ok((words, lens))
@@ -308,9 +292,7 @@ fn held<'py>(
 
 /// Bytes of the arrays of `lens` elements of `size` bytes.
 fn bytes_of(lens: &[usize], size: usize) -> u128 {
-    lens.iter()
-        .fold(0u128, |a, &n| a.saturating_add(n as u128))
-        .saturating_mul(size as u128)
+    lens.iter().fold(0u128, |a, &n| a.saturating_add(n as u128)).saturating_mul(size as u128)
 }
 
 /// All-reduce or reduce-scatter of `inputs` (every chip's buffer as the caller holds it: any
@@ -320,14 +302,8 @@ fn bytes_of(lens: &[usize], size: usize) -> u128 {
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, inputs))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_reduce<'py>(
-    py: Python<'py>,
-    torus: &PyTorus,
-    chips: Option<Vec<usize>>,
-    collective: &str,
-    op: &str,
-    algorithm: &str,
-    format: &str,
-    inputs: Vec<Bound<'py, PyAny>>,
+    py: Python<'py>, torus: &PyTorus, chips: Option<Vec<usize>>, collective: &str, op: &str,
+    algorithm: &str, format: &str, inputs: Vec<Bound<'py, PyAny>>,
 ) -> PyTrn2Result<(Vec<Py<PyAny>>, Py<PyCollectiveReport>)> {
     let c = Collective::parse("collective", collective)?;
     let o = ReduceOp::parse("op", op)?;
@@ -338,14 +314,10 @@ pub fn collective_reduce<'py>(
         ($t:ty, $code:expr, $what:expr, $buf:ident) => {{
             let size = std::mem::size_of::<$t>();
             let plan = |lens: &[usize]| collective::output_plan(&g, c, Some(f), 1, lens);
-            let (words, lens) = held(py, c, &inputs, $code, size, |l| {
-                Ok(bytes_of(&plan(l)?, size))
-            })?;
+            let (words, lens) =
+                held(py, c, &inputs, $code, size, |l| Ok(bytes_of(&plan(l)?, size)))?;
             let ro = borrow_all::<$t>(&words, $what)?;
-            let ins = ro
-                .iter()
-                .map(|a| slice(a, "buffers"))
-                .collect::<Result<Vec<&[$t]>, _>>()?;
+            let ins = ro.iter().map(|a| slice(a, "buffers")).collect::<Result<Vec<&[$t]>, _>>()?;
             let out_lens = plan(&lens)?;
             let (outs, rep) = fill_new_arrays::<$t, _>(
                 py,
@@ -376,14 +348,8 @@ pub fn collective_reduce<'py>(
 #[pyo3(signature = (torus, chips, collective, algorithm, elem_size, inputs, peers))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_move<'py>(
-    py: Python<'py>,
-    torus: &PyTorus,
-    chips: Option<Vec<usize>>,
-    collective: &str,
-    algorithm: &str,
-    elem_size: usize,
-    inputs: Vec<Bound<'py, PyAny>>,
-    peers: Option<Vec<usize>>,
+    py: Python<'py>, torus: &PyTorus, chips: Option<Vec<usize>>, collective: &str, algorithm: &str,
+    elem_size: usize, inputs: Vec<Bound<'py, PyAny>>, peers: Option<Vec<usize>>,
 ) -> PyTrn2Result<(Vec<Py<PyAny>>, Py<PyCollectiveReport>)> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -391,10 +357,7 @@ pub fn collective_move<'py>(
     let plan = |lens: &[usize]| collective::output_plan(&g, c, None, elem_size, lens);
     let (words, lens) = held(py, c, &inputs, "uint8", 1, |l| Ok(bytes_of(&plan(l)?, 1)))?;
     let ro = borrow_all::<u8>(&words, "uint8 (raw bytes)")?;
-    let ins = ro
-        .iter()
-        .map(|a| slice(a, "buffers"))
-        .collect::<Result<Vec<&[u8]>, _>>()?;
+    let ins = ro.iter().map(|a| slice(a, "buffers")).collect::<Result<Vec<&[u8]>, _>>()?;
     let out_lens = plan(&lens)?;
     let (outs, rep) = fill_new_arrays::<u8, _>(
         py,
@@ -413,9 +376,7 @@ pub fn collective_move<'py>(
 #[pyfunction]
 #[pyo3(signature = (chips, procs, placement = None))]
 pub fn placement(
-    chips: usize,
-    procs: usize,
-    placement: Option<Vec<usize>>,
+    chips: usize, procs: usize, placement: Option<Vec<usize>>,
 ) -> PyTrn2Result<Vec<usize>> {
     Ok(Placement::new(placement.as_deref(), procs, chips)?.of_chips())
 }
@@ -431,10 +392,7 @@ struct PyTransport<'a> {
 
 impl Transport for PyTransport<'_> {
     fn exchange(
-        &mut self,
-        round: usize,
-        sends: &[Message<'_>],
-        recvs: &mut [MessageMut<'_>],
+        &mut self, round: usize, sends: &[Message<'_>], recvs: &mut [MessageMut<'_>],
     ) -> trn2core::Result<()> {
         let outcome = Python::attach(|py| -> PyResult<()> {
             let s = sends
@@ -445,10 +403,7 @@ impl Transport for PyTransport<'_> {
                 .iter_mut()
                 .map(|m| Ok((m.peer, memoryview_mut(py, m.bytes)?)))
                 .collect::<PyResult<Vec<_>>>()?;
-            let called = self
-                .exchange
-                .call1(py, (round, s.clone(), r.clone()))
-                .map(|_| ());
+            let called = self.exchange.call1(py, (round, s.clone(), r.clone())).map(|_| ());
             for (_, v) in s.iter().chain(&r) {
                 release(v)?;
             }
@@ -501,21 +456,12 @@ type LocalResult = (Vec<Py<PyAny>>, Py<PyCollectiveReport>, PyTraffic);
 /// and converts what it returns; a Python error the transport kept wins over the core error it
 /// caused.
 fn run_local(
-    py: Python<'_>,
-    torus: &Torus,
-    exchange: &Py<PyAny>,
+    py: Python<'_>, torus: &Torus, exchange: &Py<PyAny>,
     body: impl FnOnce(&mut PyTransport<'_>) -> PyTrn2Result<LocalOutcome>,
 ) -> PyTrn2Result<LocalResult> {
-    let mut tr = PyTransport {
-        exchange,
-        error: None,
-    };
+    let mut tr = PyTransport { exchange, error: None };
     let (list, (rep, traffic)) = body(&mut tr).map_err(|e| transport_error(&mut tr, e))?;
-    Ok((
-        list,
-        PyCollectiveReport::of(py, torus, rep)?,
-        traffic.into(),
-    ))
+    Ok((list, PyCollectiveReport::of(py, torus, rep)?, traffic.into()))
 }
 
 /// A process's outputs (as Python objects), its report and the bytes it moved.
@@ -534,19 +480,9 @@ fn unbind_all<T: Element>(arrays: Vec<Bound<'_, PyArray1<T>>>) -> Vec<Py<PyAny>>
 #[pyo3(signature = (torus, chips, collective, op, algorithm, format, procs, process, placement, elements, inputs, exchange))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_reduce_local<'py>(
-    py: Python<'py>,
-    torus: &PyTorus,
-    chips: Option<Vec<usize>>,
-    collective: &str,
-    op: &str,
-    algorithm: &str,
-    format: &str,
-    procs: usize,
-    process: usize,
-    placement: Option<Vec<usize>>,
-    elements: usize,
-    inputs: Vec<Bound<'py, PyAny>>,
-    exchange: Py<PyAny>,
+    py: Python<'py>, torus: &PyTorus, chips: Option<Vec<usize>>, collective: &str, op: &str,
+    algorithm: &str, format: &str, procs: usize, process: usize, placement: Option<Vec<usize>>,
+    elements: usize, inputs: Vec<Bound<'py, PyAny>>, exchange: Py<PyAny>,
 ) -> PyTrn2Result<LocalResult> {
     let c = Collective::parse("collective", collective)?;
     let o = ReduceOp::parse("op", op)?;
@@ -557,10 +493,7 @@ pub fn collective_reduce_local<'py>(
     macro_rules! run {
         ($tr:ident, $t:ty, $what:expr, $buf:ident) => {{
             let ro = borrow_all::<$t>(&inputs, $what)?;
-            let ins = ro
-                .iter()
-                .map(|a| slice(a, "buffers"))
-                .collect::<Result<Vec<&[$t]>, _>>()?;
+            let ins = ro.iter().map(|a| slice(a, "buffers")).collect::<Result<Vec<&[$t]>, _>>()?;
             let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
             let out_lens =
                 collective::local_output_plan(&g, &pl, process, c, Some(f), 1, elements, &lens)?;
@@ -598,19 +531,9 @@ pub fn collective_reduce_local<'py>(
 #[pyo3(signature = (torus, chips, collective, algorithm, elem_size, procs, process, placement, elements, inputs, peers, exchange))]
 #[allow(clippy::too_many_arguments)]
 pub fn collective_move_local<'py>(
-    py: Python<'py>,
-    torus: &PyTorus,
-    chips: Option<Vec<usize>>,
-    collective: &str,
-    algorithm: &str,
-    elem_size: usize,
-    procs: usize,
-    process: usize,
-    placement: Option<Vec<usize>>,
-    elements: usize,
-    inputs: Vec<Bound<'py, PyAny>>,
-    peers: Option<Vec<usize>>,
-    exchange: Py<PyAny>,
+    py: Python<'py>, torus: &PyTorus, chips: Option<Vec<usize>>, collective: &str, algorithm: &str,
+    elem_size: usize, procs: usize, process: usize, placement: Option<Vec<usize>>, elements: usize,
+    inputs: Vec<Bound<'py, PyAny>>, peers: Option<Vec<usize>>, exchange: Py<PyAny>,
 ) -> PyTrn2Result<LocalResult> {
     let c = Collective::parse("collective", collective)?;
     let a = Algorithm::parse("algorithm", algorithm)?;
@@ -618,10 +541,7 @@ pub fn collective_move_local<'py>(
     let pl = Placement::new(placement.as_deref(), procs, torus.inner.size())?;
     run_local(py, &torus.inner, &exchange, |tr| {
         let ro = borrow_all::<u8>(&inputs, "uint8 (raw bytes)")?;
-        let ins = ro
-            .iter()
-            .map(|a| slice(a, "buffers"))
-            .collect::<Result<Vec<&[u8]>, _>>()?;
+        let ins = ro.iter().map(|a| slice(a, "buffers")).collect::<Result<Vec<&[u8]>, _>>()?;
         let lens: Vec<usize> = ins.iter().map(|s| s.len()).collect();
         let out_lens =
             collective::local_output_plan(&g, &pl, process, c, None, elem_size, elements, &lens)?;
@@ -685,12 +605,7 @@ pub struct PyNccomRow {
 /// One `nccom-test` row of `ranks` ranks at `lnc` and `size_bytes`.
 #[pyfunction]
 pub fn nccom_estimate(
-    py: Python<'_>,
-    collective: &str,
-    ranks: usize,
-    lnc: usize,
-    size_bytes: u64,
-    elem_bytes: u64,
+    py: Python<'_>, collective: &str, ranks: usize, lnc: usize, size_bytes: u64, elem_bytes: u64,
     algorithm: &str,
 ) -> PyTrn2Result<PyNccomRow> {
     let c = Collective::parse("operation", collective)?;

@@ -38,27 +38,18 @@ impl From<&StreamInfo> for PyStreamInfo {
 /// `(stream as a flat uint8 array, info)`.
 #[pyfunction]
 pub fn dma_compress<'py>(
-    py: Python<'py>,
-    raw: &Bound<'py, PyAny>,
-    elem_size: usize,
-    codec: &str,
-    dtype: &str,
+    py: Python<'py>, raw: &Bound<'py, PyAny>, elem_size: usize, codec: &str, dtype: &str,
     shape: Vec<u64>,
 ) -> PyTrn2Result<(Bound<'py, PyArray1<u8>>, PyStreamInfo)> {
     let c = Codec::parse("codec", codec)?;
     let a = borrow::<u8>(raw, "x", "uint8 (raw bytes)")?;
     let s = slice(&a, "x")?;
-    let planned = guard_work(py, s.len() as u64, || {
-        dma::plan_compress(s, elem_size, c, dtype, &shape)
-    })?;
-    let (stream, ()) = fill_new_array(
-        py,
-        planned.len(),
-        "x",
-        "the compressed stream",
-        u64::MAX,
-        |out| planned.write(out),
-    )?;
+    let planned =
+        guard_work(py, s.len() as u64, || dma::plan_compress(s, elem_size, c, dtype, &shape))?;
+    let (stream, ()) =
+        fill_new_array(py, planned.len(), "x", "the compressed stream", u64::MAX, |out| {
+            planned.write(out)
+        })?;
     Ok((stream, planned.info().into()))
 }
 
@@ -85,8 +76,7 @@ pub fn dma_describe(stream: &Bound<'_, PyAny>) -> PyTrn2Result<PyStreamInfo> {
 /// checksum: `dma::describe_for_output`), verifying the checksum as it goes.
 #[pyfunction]
 pub fn dma_decompress<'py>(
-    py: Python<'py>,
-    stream: &Bound<'py, PyAny>,
+    py: Python<'py>, stream: &Bound<'py, PyAny>,
 ) -> PyTrn2Result<Bound<'py, PyArray1<u8>>> {
     let a = borrow::<u8>(stream, "stream", "uint8 (stream bytes)")?;
     let s = slice(&a, "stream")?;
@@ -107,18 +97,14 @@ pub fn dma_decompress<'py>(
 /// stream's raw size), verifying the checksum as it goes.
 #[pyfunction]
 pub fn dma_decompress_into<'py>(
-    py: Python<'py>,
-    stream: &Bound<'py, PyAny>,
-    out: &Bound<'py, PyArray1<u8>>,
+    py: Python<'py>, stream: &Bound<'py, PyAny>, out: &Bound<'py, PyArray1<u8>>,
 ) -> PyTrn2Result<()> {
     let a = borrow::<u8>(stream, "stream", "uint8 (stream bytes)")?;
     let s = slice(&a, "stream")?;
     let mut rw = out
         .try_readwrite()
         .map_err(|_| Error::value("out", "the output array is borrowed elsewhere"))?;
-    let o = rw
-        .as_slice_mut()
-        .map_err(|_| Error::shape("out", "expected a C-contiguous output"))?;
+    let o = rw.as_slice_mut().map_err(|_| Error::shape("out", "expected a C-contiguous output"))?;
     guard_detached(py, || dma::decompress_into(s, o).map(|_| ()))?;
     Ok(())
 }
@@ -127,12 +113,7 @@ pub fn dma_decompress_into<'py>(
 #[pyfunction]
 #[pyo3(signature = (bytes, wire_bytes, partitions, src, dst, queue = 0))]
 pub fn dma_copy_time(
-    py: Python<'_>,
-    bytes: u64,
-    wire_bytes: u64,
-    partitions: u64,
-    src: &str,
-    dst: &str,
+    py: Python<'_>, bytes: u64, wire_bytes: u64, partitions: u64, src: &str, dst: &str,
     queue: usize,
 ) -> PyTrn2Result<(PyReport, String)> {
     let plan = DmaPlan {

@@ -23,9 +23,7 @@ pub(crate) enum Codes<'py> {
 
 impl<'py> Codes<'py> {
     pub(crate) fn borrow(
-        x: &Bound<'py, PyAny>,
-        arg: &str,
-        format: Format,
+        x: &Bound<'py, PyAny>, arg: &str, format: Format,
     ) -> Result<Codes<'py>, Error> {
         Ok(match format.code_bits() {
             8 => Codes::U8(borrow(x, arg, "uint8 (fp8 codes)")?),
@@ -36,21 +34,14 @@ impl<'py> Codes<'py> {
 
     /// The codes as the host operand `arg` of the array `shape` in `format`.
     pub(crate) fn operand<'s>(
-        &'s self,
-        arg: &str,
-        shape: &'s [usize],
-        format: Format,
+        &'s self, arg: &str, shape: &'s [usize], format: Format,
     ) -> Result<HostOperand<'s>, Error> {
         let codes = match self {
             Codes::U8(a) => CodesRef::U8(slice(a, arg)?),
             Codes::U16(a) => CodesRef::U16(slice(a, arg)?),
             Codes::U32(a) => CodesRef::U32(slice(a, arg)?),
         };
-        Ok(HostOperand {
-            codes,
-            shape,
-            format,
-        })
+        Ok(HostOperand { codes, shape, format })
     }
 }
 
@@ -75,10 +66,7 @@ impl<'py> Held<'py> {
     /// The held 2-D array as a dense matrix in its layout.
     fn dense(&self, arg: &str, dtype: Dtype, swapped: bool) -> Result<Matrix<'_>, Error> {
         fn view<'a, T: numpy::Element>(
-            a: &'a PyReadonlyArrayDyn<'_, T>,
-            arg: &str,
-            dtype: Dtype,
-            swapped: bool,
+            a: &'a PyReadonlyArrayDyn<'_, T>, arg: &str, dtype: Dtype, swapped: bool,
         ) -> Result<Matrix<'a>, Error>
         where
             Buffer<'a>: From<&'a [T]>,
@@ -99,11 +87,9 @@ impl<'py> Held<'py> {
     /// The held flat values of a compressed matrix.
     fn values(&self, arg: &str) -> Result<Buffer<'_>, Error> {
         fn flat<'a, T: numpy::Element>(
-            a: &'a PyReadonlyArrayDyn<'_, T>,
-            arg: &str,
+            a: &'a PyReadonlyArrayDyn<'_, T>, arg: &str,
         ) -> Result<&'a [T], Error> {
-            a.as_slice()
-                .map_err(|_| Error::shape(arg, "expected C-contiguous compressed values"))
+            a.as_slice().map_err(|_| Error::shape(arg, "expected C-contiguous compressed values"))
         }
         Ok(match self {
             Held::U8(a) => flat(a, arg)?.into(),
@@ -128,21 +114,10 @@ type SparseParts<'py> = (Bound<'py, PyAny>, String, (usize, usize));
 #[pyo3(signature = (a, a_dtype, a_swapped, a_sparse, b, b_dtype, b_swapped, dtype, rounding, seeds, perf_mode, out_dtype, throttle, cores))]
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<'py>(
-    py: Python<'py>,
-    a: &Bound<'py, PyAny>,
-    a_dtype: &str,
-    a_swapped: bool,
-    a_sparse: Option<SparseParts<'py>>,
-    b: &Bound<'py, PyAny>,
-    b_dtype: &str,
-    b_swapped: bool,
-    dtype: Option<&str>,
-    rounding: &str,
-    seeds: [u64; 2],
-    perf_mode: &str,
-    out_dtype: &str,
-    throttle: bool,
-    cores: Option<Vec<usize>>,
+    py: Python<'py>, a: &Bound<'py, PyAny>, a_dtype: &str, a_swapped: bool,
+    a_sparse: Option<SparseParts<'py>>, b: &Bound<'py, PyAny>, b_dtype: &str, b_swapped: bool,
+    dtype: Option<&str>, rounding: &str, seeds: [u64; 2], perf_mode: &str, out_dtype: &str,
+    throttle: bool, cores: Option<Vec<usize>>,
 ) -> PyTrn2Result<(Py<PyAny>, PyReport, String)> {
     let options = GemmOptions {
         dtype: dtype.map(|d| Format::parse("dtype", d)).transpose()?,
@@ -165,14 +140,7 @@ pub fn gemm<'py>(
             (Some((_, pattern, (rows, cols))), Some(idx)) => {
                 let pattern = Pattern::parse(pattern)?;
                 let idx = slice(idx, "a")?;
-                Matrix::Sparse(Sparse::new(
-                    "a",
-                    ah.values("a")?,
-                    idx,
-                    ad,
-                    pattern,
-                    [*rows, *cols],
-                )?)
+                Matrix::Sparse(Sparse::new("a", ah.values("a")?, idx, ad, pattern, [*rows, *cols])?)
             }
             _ => ah.dense("a", ad, a_swapped)?,
         };
@@ -182,10 +150,7 @@ pub fn gemm<'py>(
     let work = (m as u64).saturating_mul(k as u64).saturating_mul(n as u64);
     let what = format!("the {m} x {n} result");
     let len = m.checked_mul(n).ok_or_else(|| {
-        Error::capacity(
-            "out",
-            format!("{what} has more elements than this host can address"),
-        )
+        Error::capacity("out", format!("{what} has more elements than this host can address"))
     })?;
     macro_rules! run {
         ($t:ty, $out:expr) => {{
@@ -202,9 +167,5 @@ pub fn gemm<'py>(
             _ => run!(u32, |o| GemmOut::Codes(CodesMut::U32(o))),
         },
     };
-    Ok((
-        out,
-        PyReport::of(py, &report)?,
-        call.cost_format().to_string(),
-    ))
+    Ok((out, PyReport::of(py, &report)?, call.cost_format().to_string()))
 }

@@ -115,11 +115,7 @@ fn panic_error(py: Python<'_>, payload: Box<dyn std::any::Any + Send>) -> PyErr 
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".to_string());
-    raise(
-        py,
-        "InternalError",
-        format!("internal error in trn2core (please report it): {what}"),
-    )
+    raise(py, "InternalError", format!("internal error in trn2core (please report it): {what}"))
 }
 
 type Caught<T> = std::thread::Result<Result<T, Error>>;
@@ -138,18 +134,14 @@ fn convert<T>(py: Python<'_>, r: Caught<T>) -> PyResult<T> {
 /// parallel section (those go through [`guard_work`] or [`guard_detached`], which run on the
 /// fork-safe pool of `trn2core::pool`).
 pub fn guard<T>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error>) -> PyResult<T> {
-    convert(
-        py,
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)),
-    )
+    convert(py, std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
 }
 
 /// [`guard`] for every long call: the GIL is released around `f`, and on the main thread
 /// Ctrl-C interrupts it (module doc). `f` must check the core's cancellation token
 /// (`trn2core::cancel`) at least every few milliseconds of work to stop promptly.
 pub fn guard_detached<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, Error> + Send,
+    py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
     if !on_main_thread(py)? {
         return inline(py, f);
@@ -161,9 +153,9 @@ pub fn guard_detached<T: Send>(
             let (done_tx, done_rx) = mpsc::channel::<()>();
             let worker_token = token.clone();
             let slot = &slot;
-            let spawned = std::thread::Builder::new()
-                .name("trn2core-call".into())
-                .spawn_scoped(s, move || {
+            let spawned = std::thread::Builder::new().name("trn2core-call".into()).spawn_scoped(
+                s,
+                move || {
                     // Dropped when the work ends (also by a panic): wakes the waiting thread.
                     let _done = done_tx;
                     let f = slot.lock().ok().and_then(|mut g| g.take());
@@ -172,7 +164,8 @@ pub fn guard_detached<T: Send>(
                             worker_token.install(|| trn2core::pool::install(f))
                         }))
                     })
-                });
+                },
+            );
             let Ok(handle) = spawned else {
                 // No thread to be had: run the work here, uninterruptibly.
                 let f = slot.lock().ok().and_then(|mut g| g.take());
@@ -202,18 +195,16 @@ pub fn guard_detached<T: Send>(
     }
     match outcome {
         Some(r) => convert(py, r),
-        None => Err(PyRuntimeError::new_err(
-            "internal error in trn2core: the work of a call was lost",
-        )),
+        None => {
+            Err(PyRuntimeError::new_err("internal error in trn2core: the work of a call was lost"))
+        }
     }
 }
 
 /// [`guard_detached`] for a call of about `work` elementary operations: inline (GIL released,
 /// no helper thread) below [`INLINE_WORK`].
 pub fn guard_work<T: Send>(
-    py: Python<'_>,
-    work: u64,
-    f: impl FnOnce() -> Result<T, Error> + Send,
+    py: Python<'_>, work: u64, f: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
     if work < INLINE_WORK {
         inline(py, f)

@@ -126,9 +126,7 @@ impl PyTile {
     }
 
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {
-        Ok(PyTile {
-            tile: self.tile.slice(&indices(key)?)?,
-        })
+        Ok(PyTile { tile: self.tile.slice(&indices(key)?)? })
     }
 
     /// The same elements with the free axes reshaped (a contiguous pattern only).
@@ -139,26 +137,20 @@ impl PyTile {
                 format!("expected a list of sizes (0..2**64), got {}", shown(shape)),
             )
         })?;
-        Ok(PyTile {
-            tile: self.tile.reshape_free(&shape)?,
-        })
+        Ok(PyTile { tile: self.tile.reshape_free(&shape)? })
     }
 
     /// The same bytes as elements of `dtype` (one contiguous free axis).
     fn view_as(&self, dtype: &str) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
-        Ok(PyTile {
-            tile: self.tile.view_as(dt)?,
-        })
+        Ok(PyTile { tile: self.tile.view_as(dt)? })
     }
 
     /// An explicit free pattern `[(step, num), ...]` from `offset` elements past the first
     /// element (NKI's `.ap()`).
     #[pyo3(signature = (pattern, offset = None))]
     fn ap(
-        &self,
-        pattern: &Bound<'_, PyAny>,
-        offset: Option<&Bound<'_, PyAny>>,
+        &self, pattern: &Bound<'_, PyAny>, offset: Option<&Bound<'_, PyAny>>,
     ) -> PyTrn2Result<PyTile> {
         let pattern: Vec<(i64, u32)> = pattern.extract().map_err(|_| {
             Error::value(
@@ -179,29 +171,19 @@ impl PyTile {
                 )
             })?,
         };
-        Ok(PyTile {
-            tile: self.tile.with_pattern(&pattern, offset)?,
-        })
+        Ok(PyTile { tile: self.tile.with_pattern(&pattern, offset)? })
     }
 
     /// An HBM tile whose first axis is `count` rows `step` elements apart (NKI's `.ap()` on
     /// HBM; a step of 0 repeats one row).
     fn rows(&self, count: &Bound<'_, PyAny>, step: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {
         let count: u32 = no_bool(count, "count")?.extract().map_err(|_| {
-            Error::shape(
-                "count",
-                format!("expected an integer in 1..2**32, got {}", shown(count)),
-            )
+            Error::shape("count", format!("expected an integer in 1..2**32, got {}", shown(count)))
         })?;
         let step: i64 = no_bool(step, "step")?.extract().map_err(|_| {
-            Error::value(
-                "step",
-                format!("expected a signed 64-bit integer, got {}", shown(step)),
-            )
+            Error::value("step", format!("expected a signed 64-bit integer, got {}", shown(step)))
         })?;
-        Ok(PyTile {
-            tile: self.tile.with_rows(count, step)?,
-        })
+        Ok(PyTile { tile: self.tile.with_rows(count, step)? })
     }
 
     /// Elements between consecutive rows of the first axis (HBM; 0 in SBUF/PSUM).
@@ -281,9 +263,7 @@ pub struct PyMachine {
 
 impl PyMachine {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Machine> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The machine with its queued matmuls settled (what every call but `nc_matmul` sees).
@@ -307,9 +287,7 @@ impl PyMachine {
     /// is small and no matmul waits, else with the GIL released and, for long work (queued
     /// matmuls count as [`QUEUED_MATMUL_WORK`] each), Ctrl-C honoured (`guard_work`).
     fn with_settled<T: Send>(
-        &self,
-        py: Python<'_>,
-        elements: usize,
+        &self, py: Python<'_>, elements: usize,
         f: impl FnOnce(&mut Machine) -> Result<T, Error> + Send,
     ) -> PyTrn2Result<T> {
         let queued = self.lock().queued_matmuls();
@@ -333,15 +311,8 @@ impl PyMachine {
     fn new(py: Python<'_>, uninitialized: &str, rounding: &str, seed: u64) -> PyTrn2Result<Self> {
         let uninitialized = Uninitialized::parse("uninitialized", uninitialized)?;
         let rounding = OutputRounding::new(rounding, seed)?;
-        let m = guard(py, || {
-            Machine::new(MachineConfig {
-                uninitialized,
-                rounding,
-            })
-        })?;
-        Ok(PyMachine {
-            inner: Mutex::new(m),
-        })
+        let m = guard(py, || Machine::new(MachineConfig { uninitialized, rounding }))?;
+        Ok(PyMachine { inner: Mutex::new(m) })
     }
 
     /// Allocates a tensor in SBUF or PSUM; returns its full tile. `overlay`: an explicit
@@ -349,15 +320,8 @@ impl PyMachine {
     #[pyo3(signature = (shape, dtype, space, name, start_partition = 0, address = None, overlay = false))]
     #[allow(clippy::too_many_arguments)]
     fn alloc(
-        &self,
-        py: Python<'_>,
-        shape: Vec<usize>,
-        dtype: &str,
-        space: &str,
-        name: &str,
-        start_partition: u32,
-        address: Option<u64>,
-        overlay: bool,
+        &self, py: Python<'_>, shape: Vec<usize>, dtype: &str, space: &str, name: &str,
+        start_partition: u32, address: Option<u64>, overlay: bool,
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
@@ -373,16 +337,8 @@ impl PyMachine {
     #[pyo3(signature = (arg, space, name, shape, elem_size, nbytes, dtype, stack))]
     #[allow(clippy::too_many_arguments)]
     fn reserve(
-        &self,
-        py: Python<'_>,
-        arg: &str,
-        space: &str,
-        name: &str,
-        shape: Option<Vec<u64>>,
-        elem_size: u64,
-        nbytes: u64,
-        dtype: Option<&str>,
-        stack: usize,
+        &self, py: Python<'_>, arg: &str, space: &str, name: &str, shape: Option<Vec<u64>>,
+        elem_size: u64, nbytes: u64, dtype: Option<&str>, stack: usize,
     ) -> PyTrn2Result<(PyAllocation, PyTile)> {
         let sp = Space::parse("space", space)?;
         let dt = dtype.map(|d| Dtype::parse_name("dtype", d)).transpose()?;
@@ -419,11 +375,7 @@ impl PyMachine {
     /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).
     #[pyo3(signature = (name, shape, dtype, data = None))]
     fn hbm_tensor(
-        &self,
-        py: Python<'_>,
-        name: &str,
-        shape: Vec<usize>,
-        dtype: &str,
+        &self, py: Python<'_>, name: &str, shape: Vec<usize>, dtype: &str,
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
@@ -438,10 +390,7 @@ impl PyMachine {
     /// The compiler's spill of a whole SBUF tensor to an HBM tensor of its size, or its reload
     /// (`Machine::dma_spill`), stamped with the source `location`.
     fn dma_spill(
-        &self,
-        py: Python<'_>,
-        dst: &Bound<'_, PyAny>,
-        src: &Bound<'_, PyAny>,
+        &self, py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>,
         location: Option<u32>,
     ) -> PyTrn2Result<()> {
         let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
@@ -458,20 +407,13 @@ impl PyMachine {
 
     /// The name, dtype and logical shape of `tile`'s tensor.
     fn tensor_info(
-        &self,
-        py: Python<'_>,
-        tile: &Bound<'_, PyAny>,
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>,
     ) -> PyTrn2Result<(String, &'static str, Vec<usize>, &'static str)> {
         let t = tile_of(tile, "tile")?;
         Ok(guard(py, || {
             let m = self.lock();
             let info = m.tensor(&t)?;
-            Ok((
-                info.name.clone(),
-                info.dtype.name(),
-                info.shape.clone(),
-                info.space.name(),
-            ))
+            Ok((info.name.clone(), info.dtype.name(), info.shape.clone(), info.space.name()))
         })?)
     }
 
@@ -481,19 +423,10 @@ impl PyMachine {
     #[pyo3(signature = (stationary, stationary_shape, stationary_format, moving, moving_shape, moving_format, bank, accumulate, perf_mode, tile_position, tile_size))]
     #[allow(clippy::too_many_arguments)]
     fn matmul(
-        &self,
-        py: Python<'_>,
-        stationary: &Bound<'_, PyAny>,
-        stationary_shape: Vec<usize>,
-        stationary_format: &str,
-        moving: &Bound<'_, PyAny>,
-        moving_shape: Vec<usize>,
-        moving_format: &str,
-        bank: usize,
-        accumulate: bool,
-        perf_mode: &str,
-        tile_position: Option<(usize, usize)>,
-        tile_size: Option<(usize, usize)>,
+        &self, py: Python<'_>, stationary: &Bound<'_, PyAny>, stationary_shape: Vec<usize>,
+        stationary_format: &str, moving: &Bound<'_, PyAny>, moving_shape: Vec<usize>,
+        moving_format: &str, bank: usize, accumulate: bool, perf_mode: &str,
+        tile_position: Option<(usize, usize)>, tile_size: Option<(usize, usize)>,
     ) -> PyTrn2Result<Py<PyAny>> {
         let sf = Format::parse("stationary", stationary_format)?;
         let mf = Format::parse("moving", moving_format)?;
@@ -506,8 +439,7 @@ impl PyMachine {
         // One instruction is bounded (at most 256 x 128 x 512 multiply-adds): inline, unless
         // queued matmuls are settled first (then interruptible).
         let out = guard_work(py, self.queued_work(), || {
-            self.settled()?
-                .matmul_host(&st, &mv, bank, accumulate, mode, tile)
+            self.settled()?.matmul_host(&st, &mv, bank, accumulate, mode, tile)
         })?;
         Ok(to_numpy(py, out))
     }
@@ -516,15 +448,8 @@ impl PyMachine {
     /// `format`, shape `[k, m]`) in its own dtype; `identity` is the `[k, k]` moving operand.
     #[allow(clippy::too_many_arguments)]
     fn transpose(
-        &self,
-        py: Python<'_>,
-        stationary: &Bound<'_, PyAny>,
-        k: usize,
-        m: usize,
-        format: &str,
-        identity: &Bound<'_, PyAny>,
-        identity_format: &str,
-        bank: usize,
+        &self, py: Python<'_>, stationary: &Bound<'_, PyAny>, k: usize, m: usize, format: &str,
+        identity: &Bound<'_, PyAny>, identity_format: &str, bank: usize,
     ) -> PyTrn2Result<()> {
         let f = Format::parse("stationary", format)?;
         let idf = Format::parse("moving", identity_format)?;
@@ -533,33 +458,22 @@ impl PyMachine {
         let (shape, ishape) = ([k, m], [k, k]);
         let st = sa.operand("stationary", &shape, f)?;
         let id = ia.operand("moving", &ishape, idf)?;
-        Ok(guard_work(py, self.queued_work(), || {
-            self.settled()?.transpose_host(&st, &id, bank)
-        })?)
+        Ok(guard_work(py, self.queued_work(), || self.settled()?.transpose_host(&st, &id, bank))?)
     }
 
     /// PSUM `bank`, partitions `0..rows`, elements `0..cols` of `dtype`, as packed bytes.
     fn read_psum(
-        &self,
-        py: Python<'_>,
-        bank: usize,
-        rows: usize,
-        cols: usize,
-        dtype: &str,
+        &self, py: Python<'_>, bank: usize, rows: usize, cols: usize, dtype: &str,
     ) -> PyTrn2Result<Py<PyAny>> {
         let dt = Dtype::parse_name("dtype", dtype)?;
-        let out = guard_work(py, self.queued_work(), || {
-            self.settled()?.read_psum(bank, rows, cols, dt)
-        })?;
+        let out =
+            guard_work(py, self.queued_work(), || self.settled()?.read_psum(bank, rows, cols, dt))?;
         Ok(to_numpy(py, out))
     }
 
     /// Writes packed little-endian bytes (logical order) into a tile, outside any instruction.
     fn write(
-        &self,
-        py: Python<'_>,
-        tile: &Bound<'_, PyAny>,
-        data: &Bound<'_, PyAny>,
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>,
     ) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
         let arr = borrow::<u8>(data, "data", "uint8")?;
@@ -576,9 +490,7 @@ impl PyMachine {
 
     /// The byte ranges of an HBM tensor written so far (the whole buffer once fully written).
     fn written_ranges(
-        &self,
-        py: Python<'_>,
-        tile: &Bound<'_, PyAny>,
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>,
     ) -> PyTrn2Result<Vec<(u64, u64)>> {
         let t = tile_of(tile, "tile")?;
         Ok(guard(py, || self.lock().written_ranges(&t))?)
@@ -588,15 +500,9 @@ impl PyMachine {
     /// pairs `(reader, writer)` where `reader` reads bytes last written in an earlier iteration.
     #[pyo3(signature = (iterations, end, limit = 16))]
     fn carried_reads(
-        &self,
-        py: Python<'_>,
-        iterations: Vec<usize>,
-        end: usize,
-        limit: usize,
+        &self, py: Python<'_>, iterations: Vec<usize>, end: usize, limit: usize,
     ) -> PyTrn2Result<Vec<(u32, u32)>> {
-        Ok(guard(py, || {
-            self.lock().carried_reads(&iterations, end, limit)
-        })?)
+        Ok(guard(py, || self.lock().carried_reads(&iterations, end, limit))?)
     }
 
     /// Instructions recorded so far.
@@ -645,10 +551,7 @@ impl PyMachine {
     /// checks them against the row, settles queued matmuls and executes the instruction.
     #[pyo3(signature = (opcode, *args, **kwargs))]
     fn issue(
-        &self,
-        py: Python<'_>,
-        opcode: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyTuple>,
+        &self, py: Python<'_>, opcode: &Bound<'_, PyAny>, args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
         self.issue_with(py, None, opcode, args, kwargs)
@@ -658,12 +561,8 @@ impl PyMachine {
     /// instruction: a kernel front end's line in the same crossing as the instruction.
     #[pyo3(signature = (location, opcode, *args, **kwargs))]
     fn issue_at(
-        &self,
-        py: Python<'_>,
-        location: Option<u32>,
-        opcode: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyTuple>,
-        kwargs: Option<&Bound<'_, PyDict>>,
+        &self, py: Python<'_>, location: Option<u32>, opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
         self.issue_with(py, Some(location), opcode, args, kwargs)
     }
@@ -672,23 +571,18 @@ impl PyMachine {
 impl PyMachine {
     /// `issue` / `issue_at` (`at`: the location, when given).
     fn issue_with(
-        &self,
-        py: Python<'_>,
-        at: Option<Option<u32>>,
-        opcode: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyTuple>,
-        kwargs: Option<&Bound<'_, PyDict>>,
+        &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
-        let name = opcode
-            .cast::<pyo3::types::PyString>()
-            .ok()
-            .and_then(|n| n.to_str().ok())
-            .ok_or_else(|| {
-                Error::value(
-                    "opcode",
-                    format!("expected an instruction's name, got {}", shown(opcode)),
-                )
-            })?;
+        let name =
+            opcode.cast::<pyo3::types::PyString>().ok().and_then(|n| n.to_str().ok()).ok_or_else(
+                || {
+                    Error::value(
+                        "opcode",
+                        format!("expected an instruction's name, got {}", shown(opcode)),
+                    )
+                },
+            )?;
         let op = Opcode::parse("opcode", name)?;
         let row = table::info(op);
         let mut vals: Vec<Option<Value>> = vec![None; row.args.len().max(args.len())];
@@ -702,10 +596,7 @@ impl PyMachine {
         if let Some(kw) = kwargs {
             for (k, x) in kw.iter() {
                 let k: String = k.extract().map_err(|_| {
-                    Error::value(
-                        "kwargs",
-                        format!("a keyword that is not text: {}", shown(&k)),
-                    )
+                    Error::value("kwargs", format!("a keyword that is not text: {}", shown(&k)))
                 })?;
                 let i = row.index(&k).ok_or_else(|| {
                     Error::value(&k, format!("{} has no argument {k:?}", op.name()))
@@ -760,11 +651,7 @@ fn value_of(x: &Bound<'_, PyAny>, a: &Arg, name: &str) -> PyTrn2Result<Option<Va
     let bad = || -> PyTrn2Result<Option<Value>> {
         Err(Error::value(
             name,
-            format!(
-                "expected {}, got {}",
-                table::kind_expected(a.kind),
-                shown(x)
-            ),
+            format!("expected {}, got {}", table::kind_expected(a.kind), shown(x)),
         )
         .into())
     };

@@ -82,19 +82,13 @@ impl PyHbmStack {
     #[new]
     #[pyo3(signature = (index = 0))]
     fn new(index: usize) -> PyTrn2Result<Self> {
-        Ok(PyHbmStack {
-            inner: HbmStack::shared(index)?,
-        })
+        Ok(PyHbmStack { inner: HbmStack::shared(index)? })
     }
 
     /// Where the stack sits.
     fn placement(&self) -> PyStackPlacement {
         let h = memory::lock(&self.inner);
-        PyStackPlacement {
-            index: h.index(),
-            die: h.die(),
-            cores: h.cores().to_vec(),
-        }
+        PyStackPlacement { index: h.index(), die: h.die(), cores: h.cores().to_vec() }
     }
 
     /// How full it is.
@@ -138,18 +132,14 @@ pub struct PyCoreMemory {
 
 impl PyCoreMemory {
     pub(crate) fn lock(&self) -> MutexGuard<'_, CoreMemory> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 /// A footprint of an array of `shape` (`elem_size`-byte elements), or of `nbytes` spread over
 /// every partition when `shape` is `None`.
 pub(crate) fn footprint(
-    shape: Option<Vec<u64>>,
-    elem_size: u64,
-    nbytes: u64,
+    shape: Option<Vec<u64>>, elem_size: u64, nbytes: u64,
 ) -> trn2core::Result<Footprint> {
     match shape {
         Some(s) => Footprint::of_shape(&s, elem_size),
@@ -166,16 +156,12 @@ impl PyCoreMemory {
             Some(h) => CoreMemory::with_hbm(core, h.inner.clone())?,
             None => CoreMemory::new(core)?,
         };
-        Ok(PyCoreMemory {
-            inner: Mutex::new(inner),
-        })
+        Ok(PyCoreMemory { inner: Mutex::new(inner) })
     }
 
     /// The shared HBM stack object this core reaches.
     fn hbm_stack(&self) -> PyHbmStack {
-        PyHbmStack {
-            inner: self.lock().hbm().clone(),
-        }
+        PyHbmStack { inner: self.lock().hbm().clone() }
     }
 
     /// `(core, die, stack)`.
@@ -198,18 +184,11 @@ impl PyCoreMemory {
     /// bytes in `space`; `arg` names the request in errors.
     #[pyo3(signature = (arg, space, shape, elem_size, nbytes))]
     fn alloc(
-        &self,
-        arg: &str,
-        space: &str,
-        shape: Option<Vec<u64>>,
-        elem_size: u64,
-        nbytes: u64,
+        &self, arg: &str, space: &str, shape: Option<Vec<u64>>, elem_size: u64, nbytes: u64,
     ) -> PyTrn2Result<PyAllocation> {
         let s = Space::parse("space", space)?;
         let fp = footprint(shape, elem_size, nbytes)?;
-        Ok(PyAllocation {
-            inner: self.lock().alloc(arg, s, fp)?,
-        })
+        Ok(PyAllocation { inner: self.lock().alloc(arg, s, fp)? })
     }
 
     /// Releases `allocation` (`ValueError` if another memory made it, or it was freed).
@@ -225,28 +204,11 @@ impl PyCoreMemory {
     #[pyo3(signature = (raw, dtype, elem_size, shape, codec, src, dst, queue, machine = None))]
     #[allow(clippy::too_many_arguments)]
     fn dma_copy<'py>(
-        &self,
-        py: Python<'py>,
-        raw: &Bound<'py, PyAny>,
-        dtype: &str,
-        elem_size: usize,
-        shape: Vec<u64>,
-        codec: &str,
-        src: PyEndpoint<'py>,
-        dst: PyEndpoint<'py>,
-        queue: usize,
+        &self, py: Python<'py>, raw: &Bound<'py, PyAny>, dtype: &str, elem_size: usize,
+        shape: Vec<u64>, codec: &str, src: PyEndpoint<'py>, dst: PyEndpoint<'py>, queue: usize,
         machine: Option<PyRef<'py, crate::machine::PyMachine>>,
     ) -> PyTrn2Result<CopyResult> {
-        let transfer = Transfer {
-            raw,
-            dtype,
-            elem_size,
-            shape,
-            codec,
-            src,
-            dst,
-            queue,
-        };
+        let transfer = Transfer { raw, dtype, elem_size, shape, codec, src, dst, queue };
         transfer.cost(py, self, machine.as_deref())
     }
 }
@@ -268,10 +230,7 @@ impl<'py> Transfer<'_, 'py> {
     /// own when `None`): `trn2core::dma::copy::dma_copy`. Both are locked only while the GIL
     /// is released (a thread holding the GIL may be waiting for either).
     pub fn cost(
-        self,
-        py: Python<'py>,
-        mem: &PyCoreMemory,
-        machine: Option<&crate::machine::PyMachine>,
+        self, py: Python<'py>, mem: &PyCoreMemory, machine: Option<&crate::machine::PyMachine>,
     ) -> PyTrn2Result<CopyResult> {
         let codec = Codec::parse("codec", self.codec)?;
         let (s, d) = (self.src.resolve("src")?, self.dst.resolve("dst")?);

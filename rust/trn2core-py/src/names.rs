@@ -20,10 +20,7 @@ pub fn names(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("formats", Format::NAMES.to_vec())?;
     d.set_item("rounding_modes", Rounding::NAMES.to_vec())?;
     d.set_item("perf_modes", PerfMode::NAMES.to_vec())?;
-    d.set_item(
-        "sparsity_patterns",
-        Pattern::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(),
-    )?;
+    d.set_item("sparsity_patterns", Pattern::ALL.iter().map(|p| p.name()).collect::<Vec<_>>())?;
     d.set_item("sparsity_dtypes", Dtype::NAMES.to_vec())?;
     d.set_item("codecs", Codec::NAMES.to_vec())?;
     d.set_item("memories", Space::NAMES.to_vec())?;
@@ -58,10 +55,7 @@ pub fn element_types() -> Vec<(&'static str, &'static str, u32, &'static str, bo
 /// JAX / PyTorch spellings), from [`Format::ALIASES`].
 #[pyfunction]
 pub fn format_aliases() -> Vec<(&'static str, &'static str)> {
-    Format::ALIASES
-        .iter()
-        .map(|(a, f)| (*a, f.name()))
-        .collect()
+    Format::ALIASES.iter().map(|(a, f)| (*a, f.name())).collect()
 }
 
 /// One instruction table argument: `(name, kind, required, default)` (`default` a bool, an
@@ -79,14 +73,7 @@ pub type OutRow = (&'static str, String, Option<&'static str>);
 pub fn instruction_table(
     py: Python<'_>,
 ) -> PyResult<
-    Vec<(
-        &'static str,
-        Vec<&'static str>,
-        Option<&'static str>,
-        Vec<ArgRow>,
-        &'static str,
-        OutRow,
-    )>,
+    Vec<(&'static str, Vec<&'static str>, Option<&'static str>, Vec<ArgRow>, &'static str, OutRow)>,
 > {
     use trn2core::machine::isa::table::{ArgDefault, TABLE};
     TABLE

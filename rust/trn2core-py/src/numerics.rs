@@ -14,27 +14,15 @@ use crate::errors::PyTrn2Result;
 #[pyo3(signature = (x, source, format, rounding, saturate, random_bits, random_bit_count, seed, exponent_bias))]
 #[allow(clippy::too_many_arguments)]
 pub fn encode<'py>(
-    py: Python<'py>,
-    x: &Bound<'py, PyAny>,
-    source: &str,
-    format: &str,
-    rounding: &str,
-    saturate: bool,
-    random_bits: Option<&Bound<'py, PyAny>>,
-    random_bit_count: u32,
-    seed: Option<u64>,
-    exponent_bias: Option<i64>,
+    py: Python<'py>, x: &Bound<'py, PyAny>, source: &str, format: &str, rounding: &str,
+    saturate: bool, random_bits: Option<&Bound<'py, PyAny>>, random_bit_count: u32,
+    seed: Option<u64>, exponent_bias: Option<i64>,
 ) -> PyTrn2Result<Bound<'py, PyAny>> {
     let format = Format::parse("dtype", format)?;
     let mode = Rounding::parse("rounding", rounding)?;
     let enc = format.encoding_with_bias(exponent_bias)?;
-    let bits_arr = random_bits
-        .map(|b| borrow::<u32>(b, "random_bits", "uint32"))
-        .transpose()?;
-    let bits = bits_arr
-        .as_ref()
-        .map(|a| slice(a, "random_bits"))
-        .transpose()?;
+    let bits_arr = random_bits.map(|b| borrow::<u32>(b, "random_bits", "uint32")).transpose()?;
+    let bits = bits_arr.as_ref().map(|a| slice(a, "random_bits")).transpose()?;
     let random = Random::choose(mode, bits, seed, random_bit_count);
     macro_rules! run {
         ($t:ty, $what:expr, $mk:expr) => {{
@@ -78,10 +66,7 @@ pub fn encode<'py>(
 #[pyfunction]
 #[pyo3(signature = (codes, format, exponent_bias))]
 pub fn decode<'py>(
-    py: Python<'py>,
-    codes: &Bound<'py, PyAny>,
-    format: &str,
-    exponent_bias: Option<i64>,
+    py: Python<'py>, codes: &Bound<'py, PyAny>, format: &str, exponent_bias: Option<i64>,
 ) -> PyTrn2Result<Bound<'py, PyArray1<f32>>> {
     let format = Format::parse("dtype", format)?;
     let enc = format.encoding_with_bias(exponent_bias)?;
@@ -107,15 +92,12 @@ pub fn decode<'py>(
 /// The words of the seeded generator for flat indices `0..n`.
 #[pyfunction]
 pub fn stochastic_bits(
-    py: Python<'_>,
-    n: u64,
-    seed: u64,
+    py: Python<'_>, n: u64, seed: u64,
 ) -> PyTrn2Result<Bound<'_, PyArray1<u32>>> {
     let n = numerics::random_words_len("shape", n)?;
     let what = format!("{n} random words");
-    let (arr, ()) = fill_new_array(py, n, "shape", &what, n as u64, |o| {
-        numerics::random_words_into(seed, o)
-    })?;
+    let (arr, ()) =
+        fill_new_array(py, n, "shape", &what, n as u64, |o| numerics::random_words_into(seed, o))?;
     Ok(arr)
 }
 

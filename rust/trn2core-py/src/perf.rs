@@ -58,10 +58,7 @@ impl PyReport {
             utilization: r.utilization,
             bound: r.bound,
             details: r.details.clone(),
-            uncertainty: r
-                .uncertainty
-                .map(|u| PyUncertainty::of(py, &u))
-                .transpose()?,
+            uncertainty: r.uncertainty.map(|u| PyUncertainty::of(py, &u)).transpose()?,
         })
     }
 }
@@ -142,16 +139,8 @@ impl PyUncertainty {
 #[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, trace, sparsity = None, cores = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn estimate_gemm(
-    py: Python<'_>,
-    m: u64,
-    k: u64,
-    n: u64,
-    dtype: &str,
-    perf_mode: &str,
-    throttle: bool,
-    trace: bool,
-    sparsity: Option<&str>,
-    cores: Option<Vec<usize>>,
+    py: Python<'_>, m: u64, k: u64, n: u64, dtype: &str, perf_mode: &str, throttle: bool,
+    trace: bool, sparsity: Option<&str>, cores: Option<Vec<usize>>,
 ) -> PyTrn2Result<(PyReport, Option<String>)> {
     let req = engine::EstimateRequest {
         m,
@@ -194,13 +183,7 @@ const REPORT_FIELDS: [&str; 14] = [
 #[pyo3(signature = (m, k, n, dtype, perf_mode, throttle, sparsity = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn _estimate_gemm_walk<'py>(
-    py: Python<'py>,
-    m: u64,
-    k: u64,
-    n: u64,
-    dtype: &str,
-    perf_mode: &str,
-    throttle: bool,
+    py: Python<'py>, m: u64, k: u64, n: u64, dtype: &str, perf_mode: &str, throttle: bool,
     sparsity: Option<&str>,
 ) -> PyTrn2Result<Bound<'py, PyDict>> {
     let mut plan = GemmPlan::new(
@@ -214,9 +197,7 @@ pub fn _estimate_gemm_walk<'py>(
         plan = plan.with_sparsity(Pattern::parse(name)?)?;
     }
     plan.throttle = throttle;
-    let rep = guard_work(py, plan.instructions().saturating_mul(16), || {
-        estimate_gemm_walk(&plan)
-    })?;
+    let rep = guard_work(py, plan.instructions().saturating_mul(16), || estimate_gemm_walk(&plan))?;
     let obj = Bound::new(py, PyReport::of(py, &rep)?)?;
     let d = PyDict::new(py);
     for name in REPORT_FIELDS {

@@ -14,24 +14,16 @@ type CompressedParts = (Py<PyAny>, Py<PyAny>, Vec<usize>, usize);
 /// Magnitude pruning of the codes `x` (dtype name `dtype`, C-contiguous `shape`).
 #[pyfunction]
 pub fn sparsity_prune(
-    py: Python<'_>,
-    x: &Bound<'_, PyAny>,
-    dtype: &str,
-    shape: Vec<usize>,
-    axis: isize,
+    py: Python<'_>, x: &Bound<'_, PyAny>, dtype: &str, shape: Vec<usize>, axis: isize,
     pattern: &str,
 ) -> PyTrn2Result<Py<PyAny>> {
     let p = Pattern::parse(pattern)?;
     let d = Dtype::parse("x", dtype)?;
     with_codes!(x, "x", |s: T| {
-        let (arr, ()) = fill_new_array::<T, _>(
-            py,
-            s.len(),
-            "x",
-            "the pruned array",
-            s.len() as u64,
-            |out| sparsity::prune_to::<T>(s, out, d, &shape, axis, p),
-        )?;
+        let (arr, ()) =
+            fill_new_array::<T, _>(py, s.len(), "x", "the pruned array", s.len() as u64, |out| {
+                sparsity::prune_to::<T>(s, out, d, &shape, axis, p)
+            })?;
         Ok(arr.into_any().unbind())
     })
 }
@@ -39,11 +31,7 @@ pub fn sparsity_prune(
 /// Compresses the codes `x`: `(values codes, packed indices, values shape, axis)`.
 #[pyfunction]
 pub fn sparsity_compress(
-    py: Python<'_>,
-    x: &Bound<'_, PyAny>,
-    shape: Vec<usize>,
-    axis: isize,
-    pattern: &str,
+    py: Python<'_>, x: &Bound<'_, PyAny>, shape: Vec<usize>, axis: isize, pattern: &str,
 ) -> PyTrn2Result<CompressedParts> {
     let p = Pattern::parse(pattern)?;
     with_codes!(x, "x", |s: T| {
@@ -68,12 +56,8 @@ pub fn sparsity_compress(
 /// The dense codes of a compressed array (its parts are validated first).
 #[pyfunction]
 pub fn sparsity_decompress(
-    py: Python<'_>,
-    values: &Bound<'_, PyAny>,
-    indices: &Bound<'_, PyAny>,
-    shape: Vec<usize>,
-    axis: isize,
-    pattern: &str,
+    py: Python<'_>, values: &Bound<'_, PyAny>, indices: &Bound<'_, PyAny>, shape: Vec<usize>,
+    axis: isize, pattern: &str,
 ) -> PyTrn2Result<Py<PyAny>> {
     let p = Pattern::parse(pattern)?;
     let ia = borrow::<u8>(indices, "indices", "uint8")?;
@@ -91,10 +75,7 @@ pub fn sparsity_decompress(
 /// The positions (one byte each, in the order of the values) of packed indices.
 #[pyfunction]
 pub fn sparsity_positions(
-    py: Python<'_>,
-    indices: &Bound<'_, PyAny>,
-    pattern: &str,
-    count: usize,
+    py: Python<'_>, indices: &Bound<'_, PyAny>, pattern: &str, count: usize,
 ) -> PyTrn2Result<Py<PyAny>> {
     let p = Pattern::parse(pattern)?;
     let ia = borrow::<u8>(indices, "indices", "uint8")?;
@@ -106,15 +87,10 @@ pub fn sparsity_positions(
 /// PyTorch's CUTLASS layout of the `[rows, cols]` codes `x`: `(values codes, meta words)`.
 #[pyfunction]
 pub fn sparsity_to_cutlass(
-    py: Python<'_>,
-    x: &Bound<'_, PyAny>,
-    rows: usize,
-    cols: usize,
+    py: Python<'_>, x: &Bound<'_, PyAny>, rows: usize, cols: usize,
 ) -> PyTrn2Result<(Py<PyAny>, Py<PyAny>)> {
     with_codes!(x, "x", |s: T| {
-        let c = guard_work(py, s.len() as u64, || {
-            sparsity::to_cutlass::<T>(s, rows, cols)
-        })?;
+        let c = guard_work(py, s.len() as u64, || sparsity::to_cutlass::<T>(s, rows, cols))?;
         let meta = match c.meta {
             CutlassMeta::I16(w) => to_numpy(py, w),
             CutlassMeta::I32(w) => to_numpy(py, w),
@@ -126,11 +102,7 @@ pub fn sparsity_to_cutlass(
 /// The dense `[rows, cols]` codes from PyTorch's CUTLASS layout (`meta` int16 or int32).
 #[pyfunction]
 pub fn sparsity_from_cutlass(
-    py: Python<'_>,
-    values: &Bound<'_, PyAny>,
-    meta: &Bound<'_, PyAny>,
-    rows: usize,
-    cols: usize,
+    py: Python<'_>, values: &Bound<'_, PyAny>, meta: &Bound<'_, PyAny>, rows: usize, cols: usize,
 ) -> PyTrn2Result<Py<PyAny>> {
     // The core takes owned words: the copy is checked against the host first.
     let copy = |bytes: usize| {

@@ -21,22 +21,15 @@ pub fn spec_entries() -> Vec<EntryRow> {
         .iter()
         .map(|e| {
             let (status, tags) = (e.status(), e.tags());
-            (
-                e.name, e.value, e.unit, e.source, e.doc, status, tags, e.note,
-            )
+            (e.name, e.value, e.unit, e.source, e.doc, status, tags, e.note)
         })
         .collect()
 }
 
 /// Every source a tag names: `(tag, title, url, also, read)`.
 #[pyfunction]
-pub fn spec_sources() -> Vec<(
-    &'static str,
-    &'static str,
-    &'static str,
-    Vec<&'static str>,
-    &'static str,
-)> {
+pub fn spec_sources(
+) -> Vec<(&'static str, &'static str, &'static str, Vec<&'static str>, &'static str)> {
     trn2core::spec::SOURCES
         .iter()
         .map(|s| (s.tag, s.title, s.url, s.also.to_vec(), s.read))
@@ -46,8 +39,5 @@ pub fn spec_sources() -> Vec<(
 /// The status letters: `(letter, name, meaning)`.
 #[pyfunction]
 pub fn spec_statuses() -> Vec<(&'static str, &'static str, &'static str)> {
-    trn2core::spec::STATUSES
-        .iter()
-        .map(|s| (s.letter, s.name, s.meaning))
-        .collect()
+    trn2core::spec::STATUSES.iter().map(|s| (s.letter, s.name, s.meaning)).collect()
 }

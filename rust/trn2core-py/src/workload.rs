@@ -380,11 +380,7 @@ impl LayoutArgs {
 /// context) of the model named by `name`/`config` in the layout.
 #[pyfunction]
 pub fn workload_step<'py>(
-    py: Python<'py>,
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-    phase: &str,
-    tokens: u64,
+    py: Python<'py>, name: &str, config: Option<Bound<'py, PyDict>>, phase: &str, tokens: u64,
     layout: LayoutArgs,
 ) -> PyTrn2Result<Py<PyStepReport>> {
     let m = model_of(name, config.as_ref())?;
@@ -409,9 +405,7 @@ pub fn workload_step<'py>(
 /// The memory plan of the layout (`CapacityError` if it does not fit).
 #[pyfunction]
 pub fn workload_memory<'py>(
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-    layout: LayoutArgs,
+    name: &str, config: Option<Bound<'py, PyDict>>, layout: LayoutArgs,
 ) -> PyTrn2Result<PyMemoryPlan> {
     let m = model_of(name, config.as_ref())?;
     Ok(workload::memory(&m, &layout.layout()?)?.into())
@@ -440,10 +434,7 @@ pub struct TrainArgs {
 /// One training step of the model named by `name`/`config`.
 #[pyfunction]
 pub fn workload_train<'py>(
-    py: Python<'py>,
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-    layout: TrainArgs,
+    py: Python<'py>, name: &str, config: Option<Bound<'py, PyDict>>, layout: TrainArgs,
 ) -> PyTrn2Result<Py<PyTrainReport>> {
     let m = model_of(name, config.as_ref())?;
     let a = layout;
@@ -473,25 +464,10 @@ pub fn workload_train<'py>(
                     pp, ep, lnc, batch, dtype, global_batch, seq, max_ttft_s, max_itl_s))]
 #[allow(clippy::too_many_arguments)]
 pub fn workload_search<'py>(
-    py: Python<'py>,
-    name: &str,
-    config: Option<Bound<'py, PyDict>>,
-    machine: &str,
-    objective: &str,
-    price_per_hour: Option<f64>,
-    train: bool,
-    prompt: u64,
-    output: u64,
-    tp: Vec<usize>,
-    pp: Vec<usize>,
-    ep: Vec<usize>,
-    lnc: Vec<usize>,
-    batch: Vec<u64>,
-    dtype: &str,
-    global_batch: u64,
-    seq: u64,
-    max_ttft_s: Option<f64>,
-    max_itl_s: Option<f64>,
+    py: Python<'py>, name: &str, config: Option<Bound<'py, PyDict>>, machine: &str,
+    objective: &str, price_per_hour: Option<f64>, train: bool, prompt: u64, output: u64,
+    tp: Vec<usize>, pp: Vec<usize>, ep: Vec<usize>, lnc: Vec<usize>, batch: Vec<u64>, dtype: &str,
+    global_batch: u64, seq: u64, max_ttft_s: Option<f64>, max_itl_s: Option<f64>,
 ) -> PyTrn2Result<PySearchResult> {
     let m = model_of(name, config.as_ref())?;
     let space = SearchSpace {

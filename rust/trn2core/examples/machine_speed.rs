@@ -34,8 +34,7 @@ fn issue(n: usize, free: usize, dtype: Dtype) -> trn2core::Result<(f64, Machine)
         let t0 = Instant::now();
         for i in 0..n {
             let (a, b, d) = (&tiles[i % 4], &tiles[(i + 1) % 4], &tiles[(i + 2) % 4]);
-            core.tensor_tensor(Engine::Vector, d, a, b, AluOp::Multiply)
-                .expect("valid");
+            core.tensor_tensor(Engine::Vector, d, a, b, AluOp::Multiply).expect("valid");
         }
         t0.elapsed().as_secs_f64()
     });
@@ -52,11 +51,8 @@ unsafe fn plain_body(mem: *mut f32, a: usize, b: usize, d: usize, stride: usize,
     for p in 0..128 {
         // SAFETY: in bounds by the caller's contract.
         unsafe {
-            let (pa, pb, pd) = (
-                mem.add(a + p * stride),
-                mem.add(b + p * stride),
-                mem.add(d + p * stride),
-            );
+            let (pa, pb, pd) =
+                (mem.add(a + p * stride), mem.add(b + p * stride), mem.add(d + p * stride));
             for j in 0..free {
                 *pd.add(j) = *pa.add(j) * *pb.add(j);
             }
@@ -121,10 +117,7 @@ fn floor(n: usize, free: usize) -> f64 {
 }
 
 fn main() -> trn2core::Result<()> {
-    let n: usize = std::env::var("N_INSTR")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let n: usize = std::env::var("N_INSTR").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let rate = |s: f64, count: usize| count as f64 / s;
     for (free, dtype) in [(64, Dtype::Fp32), (64, Dtype::Bf16), (1, Dtype::Fp32)] {
         let (s, _) = issue(n, free, dtype)?;
@@ -166,8 +159,7 @@ fn main() -> trn2core::Result<()> {
     let s = best(5, || {
         let t0 = Instant::now();
         for _ in 0..reps {
-            big.tensor_tensor(Engine::Vector, &bt[2], &bt[0], &bt[1], AluOp::Add)
-                .expect("valid");
+            big.tensor_tensor(Engine::Vector, &bt[2], &bt[0], &bt[1], AluOp::Add).expect("valid");
         }
         t0.elapsed().as_secs_f64()
     });

@@ -35,15 +35,12 @@ fn encode(x: &[f32], enc: &Encoding, rounding: Rounding, random: &Random, out: C
 }
 
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map_or(16 << 20, |s| s.parse().expect("an element count"));
+    let n: usize =
+        std::env::args().nth(1).map_or(16 << 20, |s| s.parse().expect("an element count"));
     // Standard normal (Box-Muller over a 64-bit LCG).
     let mut s = 1u64;
     let mut uniform = || {
-        s = s
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
     };
     let x: Vec<f32> = (0..n)
@@ -60,11 +57,7 @@ fn main() {
     let rne = Rounding::NearestEven;
     let seeded = Random::Seed(1, 32);
     let report = |name: &str, elems: usize, t: f64| {
-        println!(
-            "{name:52} {:8.3} ms  {:6.2} Gelem/s",
-            t * 1e3,
-            elems as f64 / t / 1e9
-        );
+        println!("{name:52} {:8.3} ms  {:6.2} Gelem/s", t * 1e3, elems as f64 / t / 1e9);
     };
     println!("threads: {}, elements: {n}", rayon::current_num_threads());
 
@@ -83,26 +76,12 @@ fn main() {
     one("generator words (portable)", &mut || g.fill(0, &mut wk, !0));
     let (xk, rk) = (&x[..k], &words[..k]);
     one("SR fp8_e4m3, explicit words", &mut || {
-        encode(
-            xk,
-            &e4,
-            sr,
-            &Random::Bits(rk, 32),
-            CodesMut::U8(&mut o8[..k]),
-        )
+        encode(xk, &e4, sr, &Random::Bits(rk, 32), CodesMut::U8(&mut o8[..k]))
     });
-    one("SR fp8_e4m3, seeded", &mut || {
-        encode(xk, &e4, sr, &seeded, CodesMut::U8(&mut o8[..k]))
-    });
-    one("SR bf16, seeded", &mut || {
-        encode(xk, &bf, sr, &seeded, CodesMut::U16(&mut o16[..k]))
-    });
-    one("RNE fp8_e4m3", &mut || {
-        encode(xk, &e4, rne, &Random::None, CodesMut::U8(&mut o8[..k]))
-    });
-    one("RNE bf16", &mut || {
-        encode(xk, &bf, rne, &Random::None, CodesMut::U16(&mut o16[..k]))
-    });
+    one("SR fp8_e4m3, seeded", &mut || encode(xk, &e4, sr, &seeded, CodesMut::U8(&mut o8[..k])));
+    one("SR bf16, seeded", &mut || encode(xk, &bf, sr, &seeded, CodesMut::U16(&mut o16[..k])));
+    one("RNE fp8_e4m3", &mut || encode(xk, &e4, rne, &Random::None, CodesMut::U8(&mut o8[..k])));
+    one("RNE bf16", &mut || encode(xk, &bf, rne, &Random::None, CodesMut::U16(&mut o16[..k])));
 
     // Whole array, all threads, output already faulted in.
     report(
@@ -116,23 +95,13 @@ fn main() {
             black_box(s);
         }),
     );
-    report(
-        "all threads, memory: generator words",
-        n,
-        best(9, || stochastic_words(1, &mut words)),
-    );
+    report("all threads, memory: generator words", n, best(9, || stochastic_words(1, &mut words)));
     let all = |name: &str, f: &mut dyn FnMut()| {
         report(&format!("all threads, memory: {name}"), n, best(9, f));
     };
-    all("SR fp8_e4m3, seeded", &mut || {
-        encode(&x, &e4, sr, &seeded, CodesMut::U8(&mut o8))
-    });
-    all("RNE fp8_e4m3", &mut || {
-        encode(&x, &e4, rne, &Random::None, CodesMut::U8(&mut o8))
-    });
-    all("RNE bf16", &mut || {
-        encode(&x, &bf, rne, &Random::None, CodesMut::U16(&mut o16))
-    });
+    all("SR fp8_e4m3, seeded", &mut || encode(&x, &e4, sr, &seeded, CodesMut::U8(&mut o8)));
+    all("RNE fp8_e4m3", &mut || encode(&x, &e4, rne, &Random::None, CodesMut::U8(&mut o8)));
+    all("RNE bf16", &mut || encode(&x, &bf, rne, &Random::None, CodesMut::U16(&mut o16)));
     all("SR fp8_e4m3, seeded, fresh output", &mut || {
         let mut o = vec![0u8; n];
         encode(&x, &e4, sr, &seeded, CodesMut::U8(&mut o));

@@ -158,9 +158,7 @@ mod tests {
     fn clones_share_the_flag_across_threads() {
         let t = Cancel::new();
         let c = t.clone();
-        std::thread::spawn(move || c.cancel())
-            .join()
-            .expect("thread");
+        std::thread::spawn(move || c.cancel()).join().expect("thread");
         assert!(t.is_cancelled());
     }
 }

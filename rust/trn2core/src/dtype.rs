@@ -55,41 +55,18 @@ pub struct ElementType {
 }
 
 const fn float(
-    name: &'static str,
-    numpy: &'static str,
-    bits: u32,
-    f: Format,
-    m: Option<MachineDtype>,
+    name: &'static str, numpy: &'static str, bits: u32, f: Format, m: Option<MachineDtype>,
 ) -> ElementType {
-    ElementType {
-        name,
-        numpy,
-        bits,
-        kind: Kind::Float,
-        format: Some(f),
-        machine: m,
-        array: true,
-    }
+    ElementType { name, numpy, bits, kind: Kind::Float, format: Some(f), machine: m, array: true }
 }
 
 const fn int(name: &'static str, bits: u32, kind: Kind, m: MachineDtype) -> ElementType {
-    ElementType {
-        machine: Some(m),
-        ..array(name, bits, kind)
-    }
+    ElementType { machine: Some(m), ..array(name, bits, kind) }
 }
 
 /// A numpy dtype of arrays only (no format, no machine type): its name is numpy's.
 const fn array(name: &'static str, bits: u32, kind: Kind) -> ElementType {
-    ElementType {
-        name,
-        numpy: name,
-        bits,
-        kind,
-        format: None,
-        machine: None,
-        array: true,
-    }
+    ElementType { name, numpy: name, bits, kind, format: None, machine: None, array: true }
 }
 
 /// Every element type: the formats in [`Format::ALL`]'s order, then the integer types, then
@@ -160,17 +137,10 @@ mod tests {
     #[test]
     fn the_table_agrees_with_both_views() {
         let formats: Vec<Format> = ELEMENT_TYPES.iter().filter_map(|t| t.format).collect();
-        assert_eq!(
-            formats,
-            Format::ALL.to_vec(),
-            "formats in Format::ALL's order, once"
-        );
+        assert_eq!(formats, Format::ALL.to_vec(), "formats in Format::ALL's order, once");
         for f in Format::ALL {
             let t = element_type(f.name()).expect("every format has a row");
-            assert_eq!(
-                (t.format, t.bits, t.kind),
-                (Some(f), f.code_bits(), Kind::Float)
-            );
+            assert_eq!((t.format, t.bits, t.kind), (Some(f), f.code_bits(), Kind::Float));
         }
         let machine: Vec<MachineDtype> = ELEMENT_TYPES.iter().filter_map(|t| t.machine).collect();
         assert_eq!(machine.len(), MachineDtype::ALL.len());
@@ -183,19 +153,11 @@ mod tests {
         }
         assert_eq!(element_type("fp8_e4m3fn").and_then(|t| t.machine), None);
         // The array view: every sparsity dtype is one row, named by numpy, and no other row is.
-        let arrays: Vec<&str> = ELEMENT_TYPES
-            .iter()
-            .filter(|t| t.array)
-            .map(|t| t.numpy)
-            .collect();
+        let arrays: Vec<&str> = ELEMENT_TYPES.iter().filter(|t| t.array).map(|t| t.numpy).collect();
         let mut sorted = arrays.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        assert_eq!(
-            sorted.len(),
-            arrays.len(),
-            "each numpy dtype once: {arrays:?}"
-        );
+        assert_eq!(sorted.len(), arrays.len(), "each numpy dtype once: {arrays:?}");
         assert_eq!(arrays.len(), SparseDtype::ALL.len());
         for d in SparseDtype::ALL {
             let t = array_type(d.name()).expect("every sparsity dtype has a row");
@@ -210,10 +172,7 @@ mod tests {
         }
         let f64_row = element_type("float64").expect("float64 has a row");
         assert_eq!((f64_row.format, f64_row.machine), (None, None));
-        assert_eq!(
-            element_type("bool").map(|t| (t.bits, t.kind)),
-            Some((8, Kind::Bool))
-        );
+        assert_eq!(element_type("bool").map(|t| (t.bits, t.kind)), Some((8, Kind::Bool)));
         assert!(array_type("complex64").is_none() && array_type("fp32").is_none());
     }
 }

@@ -34,9 +34,7 @@ pub const ENV_LIMIT: &str = "TRN2CORE_HOST_MEMORY";
 /// else, a fraction of a byte, or a count beyond `u64`.
 pub fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -79,10 +77,9 @@ pub fn env_limit() -> Result<Option<u64>> {
             )
         }),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(Error::value(
-            ENV_LIMIT,
-            format!("{v:?} is not a byte count (not even text)"),
-        )),
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(Error::value(ENV_LIMIT, format!("{v:?} is not a byte count (not even text)")))
+        }
     }
 }
 
@@ -112,15 +109,9 @@ fn limit_from(env: Option<u64>) -> Option<(u64, &'static str)> {
 /// the limit from `/proc/self/limits` minus `VmSize` from `/proc/self/status`.
 fn address_space_room() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max address space"))?;
-    let soft: u64 = line
-        .trim_start_matches("Max address space")
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?; // "unlimited" does not parse
+    let line = limits.lines().find(|l| l.starts_with("Max address space"))?;
+    let soft: u64 =
+        line.trim_start_matches("Max address space").split_whitespace().next()?.parse().ok()?; // "unlimited" does not parse
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 = status
         .lines()
@@ -198,10 +189,7 @@ pub fn zeroed_vec<T: Zeroable>(arg: &str, what: &str, len: usize) -> Result<Vec<
     let fail = || {
         Error::capacity(
             arg,
-            format!(
-                "{what}: the allocator refused {} ({bytes} bytes)",
-                human(bytes)
-            ),
+            format!("{what}: the allocator refused {} ({bytes} bytes)", human(bytes)),
         )
     };
     let layout = std::alloc::Layout::array::<T>(len).map_err(|_| fail())?;
@@ -224,10 +212,7 @@ pub fn reserve<T>(v: &mut Vec<T>, additional: usize, arg: &str, what: &str) -> R
     let bytes = (v.len() as u128 + additional as u128) * std::mem::size_of::<T>() as u128;
     check_alloc(arg, what, bytes)?;
     v.try_reserve_exact(additional).map_err(|_| {
-        Error::capacity(
-            arg,
-            format!("{what}: the allocator refused {}", human(bytes)),
-        )
+        Error::capacity(arg, format!("{what}: the allocator refused {}", human(bytes)))
     })
 }
 
@@ -260,17 +245,13 @@ fn cgroup_available() -> Option<u64> {
     let num = |s: Option<String>| s.and_then(|s| s.trim().parse::<u64>().ok());
     let stat = |p: &str, key: &str| -> u64 {
         read(p)
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok())
-            })
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok()))
             .unwrap_or(0)
     };
     // cgroup v2 ("max" does not parse: no limit).
-    if let (Some(max), Some(cur)) = (
-        num(read("/sys/fs/cgroup/memory.max")),
-        num(read("/sys/fs/cgroup/memory.current")),
-    ) {
+    if let (Some(max), Some(cur)) =
+        (num(read("/sys/fs/cgroup/memory.max")), num(read("/sys/fs/cgroup/memory.current")))
+    {
         let inactive = stat("/sys/fs/cgroup/memory.stat", "inactive_file ");
         return Some(max.saturating_sub(cur.saturating_sub(inactive)));
     }
@@ -313,26 +294,19 @@ mod tests {
     #[test]
     fn absurd_sizes_are_refused_before_allocating() {
         let err = check_alloc("out", "the result", 1u128 << 100).expect_err("too big");
-        assert!(
-            matches!(err, Error::Capacity { ref arg, .. } if arg == "out"),
-            "{err}"
-        );
+        assert!(matches!(err, Error::Capacity { ref arg, .. } if arg == "out"), "{err}");
         assert!(err.to_string().contains("address space"), "{err}");
         let err = zeroed_vec::<f32>("out", "the result", usize::MAX / 2).expect_err("too big");
         assert!(matches!(err, Error::Capacity { .. }), "{err}");
-        assert_eq!(
-            zeroed_vec::<f32>("out", "x", 3).expect("small"),
-            vec![0.0; 3]
-        );
+        assert_eq!(zeroed_vec::<f32>("out", "x", 3).expect("small"), vec![0.0; 3]);
         assert!(zeroed_vec::<u8>("out", "x", 0).expect("empty").is_empty());
     }
 
     #[test]
     fn the_host_limit_is_known_on_linux() {
         if cfg!(target_os = "linux") && std::env::var(ENV_LIMIT).is_err() {
-            let (avail, _) = available_memory()
-                .expect("no TRN2CORE_HOST_MEMORY")
-                .expect("/proc/meminfo");
+            let (avail, _) =
+                available_memory().expect("no TRN2CORE_HOST_MEMORY").expect("/proc/meminfo");
             assert!(avail > 0);
             // A request of twice the available memory is refused.
             let err = check_alloc("x", "y", 2 * avail as u128).expect_err("over");

@@ -64,11 +64,7 @@ impl Footprint {
     /// `bytes` spread evenly over all 128 partitions (a request by size only).
     pub fn of_bytes(bytes: u64) -> Footprint {
         let p = SBUF_PARTITIONS as u64;
-        Footprint {
-            bytes,
-            partitions: p,
-            partition_bytes: bytes.div_ceil(p),
-        }
+        Footprint { bytes, partitions: p, partition_bytes: bytes.div_ceil(p) }
     }
 
     /// An array of `shape` with `elem_size`-byte elements: the first axis goes across the
@@ -76,10 +72,8 @@ impl Footprint {
     /// array, or an empty first axis, is spread over all 128 partitions. `CapacityError` when
     /// the size overflows 64 bits.
     pub fn of_shape(shape: &[u64], elem_size: u64) -> Result<Footprint> {
-        let bytes = shape
-            .iter()
-            .try_fold(elem_size, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| {
+        let bytes =
+            shape.iter().try_fold(elem_size, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
                 Error::capacity(
                     "shape",
                     format!(
@@ -93,11 +87,7 @@ impl Footprint {
             [first, _, ..] if *first > 0 => (*first).min(p),
             _ => p,
         };
-        Ok(Footprint {
-            bytes,
-            partitions,
-            partition_bytes: bytes.div_ceil(partitions),
-        })
+        Ok(Footprint { bytes, partitions, partition_bytes: bytes.div_ceil(partitions) })
     }
 }
 
@@ -177,12 +167,8 @@ pub trait OnChip {
 
 /// Formats a byte count for error messages: exact bytes plus a binary-prefixed size.
 pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
+    const UNITS: [(&str, u64); 4] =
+        [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
         if b >= size {
             let v = format!("{:.2}", b as f64 / size as f64);
@@ -332,10 +318,7 @@ impl HbmStack {
         let bytes = self.live.remove(&id).ok_or_else(|| {
             Error::value(
                 "allocation",
-                format!(
-                    "HBM allocation {id} is not live on stack {} (already freed?)",
-                    self.index
-                ),
+                format!("HBM allocation {id} is not live on stack {} (already freed?)", self.index),
             )
         })?;
         self.used -= bytes;
@@ -488,11 +471,7 @@ impl PartitionedMemory {
         let p = fp.partitions as usize;
         let cap = self.partition_capacity;
         (0..=self.used.len().checked_sub(p)?)
-            .find(|&s| {
-                self.used[s..s + p]
-                    .iter()
-                    .all(|&u| u + fp.partition_bytes <= cap)
-            })
+            .find(|&s| self.used[s..s + p].iter().all(|&u| u + fp.partition_bytes <= cap))
             .map(|s| s as u64)
     }
 
@@ -531,8 +510,7 @@ impl PartitionedMemory {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.live
-            .insert(id, (start, fp.partitions, fp.partition_bytes));
+        self.live.insert(id, (start, fp.partitions, fp.partition_bytes));
         Ok(Allocation {
             space: self.space,
             id,
@@ -559,10 +537,7 @@ impl PartitionedMemory {
         let (start, n, pb) = self.live.remove(&id).ok_or_else(|| {
             Error::value(
                 "allocation",
-                format!(
-                    "{} allocation {id} is not live (already freed?)",
-                    self.name()
-                ),
+                format!("{} allocation {id} is not live (already freed?)", self.name()),
             )
         })?;
         for u in &mut self.used[start as usize..(start + n) as usize] {
@@ -605,10 +580,7 @@ impl CoreMemory {
         if stack != core / CORES_PER_HBM_STACK {
             return Err(Error::value(
                 "hbm",
-                format!(
-                    "HBM stack {stack} serves cores {:?}, not core {core}",
-                    lock(&hbm).cores()
-                ),
+                format!("HBM stack {stack} serves cores {:?}, not core {core}", lock(&hbm).cores()),
             ));
         }
         Ok(CoreMemory {
@@ -704,11 +676,7 @@ impl CoreMemory {
     /// Refuses a transfer of `fp` into `space` that would not fit in its free space now
     /// (`bytes_in_hbm`: what HBM would hold, the compressed size with inline compression).
     pub fn check_transfer(
-        &self,
-        arg: &str,
-        space: Space,
-        fp: Footprint,
-        bytes_in_hbm: u64,
+        &self, arg: &str, space: Space, fp: Footprint, bytes_in_hbm: u64,
     ) -> Result<()> {
         match space {
             Space::Hbm => lock(&self.hbm).check(arg, bytes_in_hbm),
@@ -721,11 +689,7 @@ impl CoreMemory {
     /// for the source side of a transfer: the data is there already; `bytes_in_hbm`: what HBM
     /// holds, the compressed size with inline compression).
     pub fn check_capacity(
-        &self,
-        arg: &str,
-        space: Space,
-        fp: Footprint,
-        bytes_in_hbm: u64,
+        &self, arg: &str, space: Space, fp: Footprint, bytes_in_hbm: u64,
     ) -> Result<()> {
         match space {
             Space::Hbm => {
@@ -787,32 +751,21 @@ mod tests {
     #[test]
     fn footprints_put_the_first_axis_on_partitions() {
         let f = Footprint::of_shape(&[128, 4096], 2).expect("fits u64");
-        assert_eq!(
-            (f.bytes, f.partitions, f.partition_bytes),
-            (1 << 20, 128, 8 * KIB)
-        );
+        assert_eq!((f.bytes, f.partitions, f.partition_bytes), (1 << 20, 128, 8 * KIB));
         let f = Footprint::of_shape(&[1000, 10], 4).expect("fits u64");
-        assert_eq!(
-            (f.partitions, f.partition_bytes),
-            (128, 40_000u64.div_ceil(128))
-        );
+        assert_eq!((f.partitions, f.partition_bytes), (128, 40_000u64.div_ceil(128)));
         let f = Footprint::of_shape(&[3, 5], 4).expect("fits u64");
         assert_eq!((f.partitions, f.partition_bytes), (3, 20));
         let f = Footprint::of_shape(&[], 8).expect("fits u64");
         assert_eq!((f.bytes, f.partitions, f.partition_bytes), (8, 128, 1));
-        assert!(matches!(
-            Footprint::of_shape(&[1 << 40, 1 << 40], 4),
-            Err(Error::Capacity { .. })
-        ));
+        assert!(matches!(Footprint::of_shape(&[1 << 40, 1 << 40], 4), Err(Error::Capacity { .. })));
     }
 
     #[test]
     fn sbuf_refuses_what_does_not_fit_and_reserves_nothing() {
         let mut m = CoreMemory::new(0).expect("core 0");
         // 40 MiB over 128 partitions = 320 KiB per partition > 224 KiB.
-        let err = m
-            .alloc("x", Space::Sbuf, Footprint::of_bytes(40 * MIB))
-            .expect_err("too big");
+        let err = m.alloc("x", Space::Sbuf, Footprint::of_bytes(40 * MIB)).expect_err("too big");
         let msg = err.to_string();
         assert!(matches!(err, Error::Capacity { .. }), "{msg}");
         assert!(
@@ -823,23 +776,15 @@ mod tests {
         // One row of 225 KiB on a single partition is refused; 224 KiB fits exactly.
         let row = |b: u64| Footprint::of_shape(&[1, b], 1).expect("fits");
         assert!(m.alloc("x", Space::Sbuf, row(225 * KIB)).is_err());
-        let a = m
-            .alloc("x", Space::Sbuf, row(224 * KIB))
-            .expect("fits exactly");
-        assert_eq!(
-            (a.partition_start, a.partitions, a.bytes),
-            (0, 1, 224 * KIB)
-        );
+        let a = m.alloc("x", Space::Sbuf, row(224 * KIB)).expect("fits exactly");
+        assert_eq!((a.partition_start, a.partitions, a.bytes), (0, 1, 224 * KIB));
         // Partition 0 is now full: the next one-partition tensor lands on partition 1, and a
         // 128-partition one no longer fits at all.
         let b = m.alloc("y", Space::Sbuf, row(KIB)).expect("fits");
         assert_eq!(b.partition_start, 1);
         assert!(m.alloc("z", Space::Sbuf, Footprint::of_bytes(128)).is_err());
         m.free(&a).expect("live");
-        assert!(
-            matches!(m.free(&a), Err(Error::Value { .. })),
-            "double free"
-        );
+        assert!(matches!(m.free(&a), Err(Error::Value { .. })), "double free");
         let c = m
             .alloc("z", Space::Sbuf, Footprint::of_bytes(128 * 200 * KIB))
             .expect("fits after the free");
@@ -852,20 +797,10 @@ mod tests {
     fn psum_holds_two_mib() {
         let mut m = CoreMemory::new(0).expect("core 0");
         let a = m
-            .alloc(
-                "p",
-                Space::Psum,
-                Footprint::of_shape(&[128, 4096], 4).expect("ok"),
-            )
+            .alloc("p", Space::Psum, Footprint::of_shape(&[128, 4096], 4).expect("ok"))
             .expect("2 MiB fits");
         assert_eq!(a.bytes, 2 * MIB);
-        assert!(m
-            .alloc(
-                "q",
-                Space::Psum,
-                Footprint::of_shape(&[1, 1], 4).expect("ok")
-            )
-            .is_err());
+        assert!(m.alloc("q", Space::Psum, Footprint::of_shape(&[1, 1], 4).expect("ok")).is_err());
         assert_eq!(m.psum().free_bytes(), 0);
     }
 
@@ -875,32 +810,19 @@ mod tests {
         let mut c4 = CoreMemory::with_hbm(4, stack.clone()).expect("core 4");
         let mut c5 = CoreMemory::with_hbm(5, stack.clone()).expect("core 5");
         assert!(CoreMemory::with_hbm(3, stack.clone()).is_err());
-        let a = c4
-            .alloc("a", Space::Hbm, Footprint::of_bytes(20 * GIB))
-            .expect("fits");
+        let a = c4.alloc("a", Space::Hbm, Footprint::of_bytes(20 * GIB)).expect("fits");
         // The neighbour sees the same stack: 4 GiB left.
-        let err = c5
-            .alloc("b", Space::Hbm, Footprint::of_bytes(5 * GIB))
-            .expect_err("only 4 GiB left");
-        assert!(
-            err.to_string().contains("4294967296 B (4 GiB) free"),
-            "{err}"
-        );
-        let b = c5
-            .alloc("b", Space::Hbm, Footprint::of_bytes(4 * GIB))
-            .expect("exactly fits");
+        let err =
+            c5.alloc("b", Space::Hbm, Footprint::of_bytes(5 * GIB)).expect_err("only 4 GiB left");
+        assert!(err.to_string().contains("4294967296 B (4 GiB) free"), "{err}");
+        let b = c5.alloc("b", Space::Hbm, Footprint::of_bytes(4 * GIB)).expect("exactly fits");
         assert_eq!(lock(&stack).free_bytes(), 0);
         c5.free(&a).expect("either core may free it");
         c4.free(&b).expect("live");
         assert_eq!(lock(&stack).used(), 0);
         let mut other = CoreMemory::new(0).expect("core 0");
-        let x = other
-            .alloc("x", Space::Hbm, Footprint::of_bytes(1))
-            .expect("fits");
-        assert!(
-            c4.free(&x).is_err(),
-            "stack 0's allocation is not stack 2's"
-        );
+        let x = other.alloc("x", Space::Hbm, Footprint::of_bytes(1)).expect("fits");
+        assert!(c4.free(&x).is_err(), "stack 0's allocation is not stack 2's");
         // A request of 10^15 bytes is refused at once.
         assert!(matches!(
             other.alloc("x", Space::Hbm, Footprint::of_bytes(1_000_000_000_000_000)),
@@ -915,12 +837,9 @@ mod tests {
         assert!(m.check_transfer("x", Space::Sbuf, big, big.bytes).is_err());
         assert!(m.check_capacity("x", Space::Sbuf, big, big.bytes).is_err());
         let half = Footprint::of_bytes(16 * MIB);
-        m.check_transfer("x", Space::Sbuf, half, half.bytes)
-            .expect("16 MiB fits");
+        m.check_transfer("x", Space::Sbuf, half, half.bytes).expect("16 MiB fits");
         m.alloc("x", Space::Sbuf, half).expect("fits");
-        assert!(m
-            .check_transfer("x", Space::Sbuf, half, half.bytes)
-            .is_err());
+        assert!(m.check_transfer("x", Space::Sbuf, half, half.bytes).is_err());
         m.check_capacity("x", Space::Sbuf, half, half.bytes)
             .expect("a source is checked against capacity only");
         // HBM holds what crosses the wire (compressed size).
@@ -934,10 +853,7 @@ mod tests {
     #[test]
     fn an_allocation_is_freed_only_by_the_memory_that_made_it() {
         // Two standalone cores: both have an HBM "stack 0" and allocations numbered from 0.
-        let (mut a, mut b) = (
-            CoreMemory::new(0).expect("a"),
-            CoreMemory::new(0).expect("b"),
-        );
+        let (mut a, mut b) = (CoreMemory::new(0).expect("a"), CoreMemory::new(0).expect("b"));
         for space in Space::ALL {
             let fp = Footprint::of_bytes(128 * KIB);
             let mine = a.alloc("x", space, fp).expect("fits");

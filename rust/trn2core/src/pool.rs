@@ -53,10 +53,7 @@ fn pool() -> Result<&'static ThreadPool> {
                 return Ok(&owned.pool);
             }
         }
-        let fresh = Box::into_raw(Box::new(Owned {
-            pid,
-            pool: build()?,
-        }));
+        let fresh = Box::into_raw(Box::new(Owned { pid, pool: build()? }));
         match POOL.compare_exchange(cur, fresh, Ordering::AcqRel, Ordering::Acquire) {
             // The previous pool (a parent's, in a forked child) is leaked on purpose.
             // SAFETY: `fresh` was just leaked and is never freed.
@@ -80,8 +77,7 @@ fn wanted_threads() -> usize {
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0);
-    env.unwrap_or(cpus)
-        .min(cpus.saturating_mul(MAX_THREADS_PER_CPU).max(64))
+    env.unwrap_or(cpus).min(cpus.saturating_mul(MAX_THREADS_PER_CPU).max(64))
 }
 
 /// A pool of [`wanted_threads`] threads, or half as many when they cannot all be started.
@@ -144,12 +140,7 @@ fn init_global() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let mut threads = wanted_threads();
-        while ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build_global()
-            .is_err()
-            && threads > 1
-        {
+        while ThreadPoolBuilder::new().num_threads(threads).build_global().is_err() && threads > 1 {
             // Already started by someone else (then every retry fails the same way, quickly),
             // or its threads could not all be started: try fewer.
             threads /= 2;

@@ -1292,11 +1292,7 @@ pub struct Source {
 /// `neuron_doc!("a/b")`: the rendered page of `a/b.rst` in AWS's Neuron documentation.
 macro_rules! neuron_doc {
     ($path:literal) => {
-        concat!(
-            "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/",
-            $path,
-            ".html"
-        )
+        concat!("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/", $path, ".html")
     };
 }
 
@@ -1628,10 +1624,7 @@ pub const SOURCES: &[Source] = &[
 /// Looks up a source by its tag, with or without brackets: `source("S3")`, `source("[S3]")`.
 pub fn source(tag: &str) -> Option<&'static Source> {
     let tag = tag.trim();
-    let tag = tag
-        .strip_prefix('[')
-        .and_then(|t| t.strip_suffix(']'))
-        .unwrap_or(tag);
+    let tag = tag.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(tag);
     SOURCES.iter().find(|s| s.tag == tag)
 }
 
@@ -1649,29 +1642,17 @@ mod tests {
     fn core_peaks_follow_the_clock() {
         assert_eq!(CORE_PEAK_BF16_FLOPS_PER_S, 128.0 * 128.0 * 2.0 * 2.4e9);
         assert!((CORE_PEAK_BF16_FLOPS_PER_S / 1e12 - 78.6).abs() < 0.1);
-        assert_eq!(
-            CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
-            2.0 * CORE_PEAK_BF16_FLOPS_PER_S
-        );
+        assert_eq!(CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S, 2.0 * CORE_PEAK_BF16_FLOPS_PER_S);
         assert_eq!(CORE_PEAK_FP32_FLOPS_PER_S, CORE_PEAK_BF16_FLOPS_PER_S / 4.0);
-        assert_eq!(
-            CORE_PEAK_SPARSE_FLOPS_PER_S,
-            4.0 * CORE_PEAK_BF16_FLOPS_PER_S
-        );
+        assert_eq!(CORE_PEAK_SPARSE_FLOPS_PER_S, 4.0 * CORE_PEAK_BF16_FLOPS_PER_S);
         // The documented per-core figures are the derived ones rounded (within 2 %).
         for (derived, documented) in [
             (CORE_PEAK_BF16_FLOPS_PER_S, CORE_DOCUMENTED_BF16_TFLOPS),
-            (
-                CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
-                CORE_DOCUMENTED_FP8_TFLOPS,
-            ),
+            (CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S, CORE_DOCUMENTED_FP8_TFLOPS),
             (CORE_PEAK_FP32_FLOPS_PER_S, CORE_DOCUMENTED_FP32_TFLOPS),
             (CORE_PEAK_SPARSE_FLOPS_PER_S, CORE_DOCUMENTED_SPARSE_TFLOPS),
         ] {
-            assert!(
-                close(derived / 1e12, documented, 0.02),
-                "{derived} vs {documented}"
-            );
+            assert!(close(derived / 1e12, documented, 0.02), "{derived} vs {documented}");
         }
         // One full 128x128x512 BF16 matmul: 512 PE cycles = 213 ns at 78.6 TFLOPS.
         let cycles = MM_INIT_LATENCY_CYCLES.max(MATMUL_MOVING_FREE_MAX) as f64;
@@ -1703,10 +1684,7 @@ mod tests {
             CORES_PER_CHIP,
             "every core shares exactly one stack"
         );
-        assert_eq!(
-            HBM_CORE_SHARE_BYTES_PER_S * CORES_PER_CHIP as f64,
-            HBM_CHIP_BYTES_PER_S
-        );
+        assert_eq!(HBM_CORE_SHARE_BYTES_PER_S * CORES_PER_CHIP as f64, HBM_CHIP_BYTES_PER_S);
     }
 
     #[test]
@@ -1726,11 +1704,7 @@ mod tests {
     fn every_conflict_carries_its_note() {
         // Status C promises a note giving every value and why one was chosen.
         for e in ENTRIES.iter().filter(|e| e.status() == "C") {
-            assert!(
-                e.note.contains("onflict"),
-                "{} has no conflict note",
-                e.name
-            );
+            assert!(e.note.contains("onflict"), "{} has no conflict note", e.name);
         }
         let cc = entry("cc_cores_per_chip").expect("listed");
         assert!(cc.note.contains("Chosen 16"), "{:?}", cc.note);
@@ -1743,10 +1717,7 @@ mod tests {
         assert_eq!(CHIPS_PER_ULTRASERVER, 64);
         assert_eq!(CC_CORES_PER_CHIP, CC_CORES_PER_CORE * CORES_PER_CHIP);
         assert_eq!(CORES_PER_DIE, 4);
-        assert_eq!(
-            EFA_INSTANCE_BITS_PER_S,
-            EFA_CHIP_BITS_PER_S * CHIPS_PER_INSTANCE as f64
-        );
+        assert_eq!(EFA_INSTANCE_BITS_PER_S, EFA_CHIP_BITS_PER_S * CHIPS_PER_INSTANCE as f64);
         for lnc in LNC_ALLOWED {
             assert_eq!(CORES_PER_CHIP % lnc, 0);
             assert!(lnc <= CORES_PER_DIE, "a logical core stays on one die");
@@ -1778,9 +1749,7 @@ mod tests {
             assert!(e.doc.ends_with('.'), "{}: doc is not a sentence", e.name);
             assert!(e.value.is_finite() && e.value >= 0.0, "{}", e.name);
             assert!(
-                e.name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                e.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
                 "{} is not lower_snake_case",
                 e.name
             );
@@ -1797,11 +1766,7 @@ mod tests {
         for e in ENTRIES {
             assert!(!e.tags().is_empty(), "{} cites no tag", e.name);
             for tag in e.tags() {
-                assert!(
-                    source(tag).is_some(),
-                    "{}: tag [{tag}] has no source",
-                    e.name
-                );
+                assert!(source(tag).is_some(), "{}: tag [{tag}] has no source", e.name);
             }
             assert!(
                 STATUSES.iter().any(|s| s.letter == e.status()),
@@ -1814,10 +1779,7 @@ mod tests {
         assert_eq!((cc.tags(), cc.status()), (vec!["S3", "S17"], "C"));
         let link = entry("neuronlink_xy_link_bytes_per_s").expect("in the table");
         assert_eq!((link.tags(), link.status()), (vec!["P", "S5"], "D"));
-        assert_eq!(
-            source("[S3]").map(|s| s.title),
-            Some("Trainium2 Architecture")
-        );
+        assert_eq!(source("[S3]").map(|s| s.title), Some("Trainium2 Architecture"));
         assert!(source("S41").is_none() && source("").is_none());
     }
 
@@ -1837,24 +1799,13 @@ mod tests {
                 "{}: only [P] and [F] have no public address",
                 s.tag
             );
-            for url in std::iter::once(&s.url)
-                .chain(s.also)
-                .filter(|u| !u.is_empty())
-            {
-                assert!(
-                    url.starts_with("https://") && !url.contains(' '),
-                    "{}: {url}",
-                    s.tag
-                );
+            for url in std::iter::once(&s.url).chain(s.also).filter(|u| !u.is_empty()) {
+                assert!(url.starts_with("https://") && !url.contains(' '), "{}: {url}", s.tag);
             }
             if i < 40 {
                 assert_eq!(s.tag, format!("S{}", i + 1), "S1..S40 in order");
             }
-            assert!(
-                SOURCES[..i].iter().all(|t| t.tag != s.tag),
-                "{} twice",
-                s.tag
-            );
+            assert!(SOURCES[..i].iter().all(|t| t.tag != s.tag), "{} twice", s.tag);
         }
         assert_eq!(SOURCES.len(), 42);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
@@ -1867,10 +1818,7 @@ mod tests {
         assert_eq!(pe.value, PE_CLOCK_HZ);
         assert_eq!(pe.unit, "Hz");
         assert_eq!(pe.source, "[S1] D");
-        assert_eq!(
-            entry("sbuf_bytes").map(|e| e.value),
-            Some(SBUF_BYTES as f64)
-        );
+        assert_eq!(entry("sbuf_bytes").map(|e| e.value), Some(SBUF_BYTES as f64));
         assert_eq!(entry("cc_cores_per_chip").map(|e| e.value), Some(16.0));
         assert!(entry("PE_CLOCK_HZ").is_none());
     }

@@ -26,12 +26,7 @@ struct Ctx {
 }
 
 impl Ctx {
-    const FLAT: Ctx = Ctx {
-        base: 0,
-        mult: 1,
-        n2: 1,
-        s2: 0,
-    };
+    const FLAT: Ctx = Ctx { base: 0, mult: 1, n2: 1, s2: 0 };
 
     fn sel(&self, j0: u32, dj: i32, m: u32, n1: u32, perm: u32, channel: u32) -> ChunkSel {
         self.sel2(j0, dj, m, (n1, 1, 0), perm, channel)
@@ -39,13 +34,7 @@ impl Ctx {
 
     /// [`Ctx::sel`] with a second level of local chunks: `runs = (n1, nl, sl)`.
     fn sel2(
-        &self,
-        j0: u32,
-        dj: i32,
-        m: u32,
-        runs: (u32, u32, u32),
-        perm: u32,
-        channel: u32,
+        &self, j0: u32, dj: i32, m: u32, runs: (u32, u32, u32), perm: u32, channel: u32,
     ) -> ChunkSel {
         ChunkSel {
             j0,
@@ -91,10 +80,7 @@ struct Ring {
 /// Appends the `m - 1` steps of a ring reduce-scatter (`reduce`) or all-gather of every ring
 /// (all the same length) as one phase.
 fn ring_phase(
-    name: &'static str,
-    rings: &[Ring],
-    reduce: bool,
-    hbm_factor: f64,
+    name: &'static str, rings: &[Ring], reduce: bool, hbm_factor: f64,
 ) -> Result<Option<Phase>> {
     let m = match rings.first() {
         Some(r) => r.order.len(),
@@ -114,9 +100,7 @@ fn ring_phase(
             transfers.push(Transfer {
                 src: ring.order[q],
                 dst: ring.order[next],
-                sel: ring
-                    .ctx
-                    .sel(j0 as u32, -1, m as u32, 1, ring.perm, ring.channel),
+                sel: ring.ctx.sel(j0 as u32, -1, m as u32, 1, ring.perm, ring.channel),
             });
         }
     }
@@ -140,10 +124,7 @@ fn ring_phase(
 /// (the EFA stage of a hierarchical schedule, where every transfer leaves through the same NIC)
 /// all channels move together, high bit first.
 fn rdh_phases(
-    groups: &[(Vec<u32>, Ctx)],
-    reduce: bool,
-    rotated: bool,
-    out: &mut Vec<Phase>,
+    groups: &[(Vec<u32>, Ctx)], reduce: bool, rotated: bool, out: &mut Vec<Phase>,
 ) -> Result<()> {
     let m = match groups.first() {
         Some((g, _)) => g.len(),
@@ -154,11 +135,7 @@ fn rdh_phases(
     }
     debug_assert!(m.is_power_of_two());
     let p = m.trailing_zeros() as usize;
-    let channels: Vec<u32> = if rotated {
-        (0..p as u32).collect()
-    } else {
-        vec![ALL_CHANNELS]
-    };
+    let channels: Vec<u32> = if rotated { (0..p as u32).collect() } else { vec![ALL_CHANNELS] };
     // The halving order of a channel: bit indices, high bit first, rotated.
     let order = |c: usize| -> Vec<usize> { (0..p).map(|t| p - 1 - (t + c) % p).collect() };
     // A step of an UltraCluster's RDH is 262144 transfers: stop early on Ctrl-C (the caller
@@ -173,11 +150,8 @@ fn rdh_phases(
             let ord = order(if rotated { ci } else { 0 });
             // Halving fixes ord[0..=t]; doubling frees the fixed bits in reverse, so at its step
             // t it exchanges along ord[p-1-t] what is fixed by ord[0..=p-1-t].
-            let (beta, fixed): (usize, &[usize]) = if reduce {
-                (ord[t], &ord[..=t])
-            } else {
-                (ord[p - 1 - t], &ord[..p - t])
-            };
+            let (beta, fixed): (usize, &[usize]) =
+                if reduce { (ord[t], &ord[..=t]) } else { (ord[p - 1 - t], &ord[..p - t]) };
             for (members, ctx) in groups {
                 for i in 0..m {
                     let partner = i ^ (1 << beta);
@@ -196,11 +170,7 @@ fn rdh_phases(
             }
         }
         out.push(Phase {
-            name: if reduce {
-                "rdh reduce-scatter"
-            } else {
-                "rdh all-gather"
-            },
+            name: if reduce { "rdh reduce-scatter" } else { "rdh all-gather" },
             repeat: 1,
             reduce,
             transfers,
@@ -255,11 +225,7 @@ fn mesh_phase(groups: &[(Vec<u32>, Ctx)], reduce: bool) -> Result<Option<Phase>>
         }
     }
     Ok(Some(Phase {
-        name: if reduce {
-            "mesh reduce-scatter"
-        } else {
-            "mesh all-gather"
-        },
+        name: if reduce { "mesh reduce-scatter" } else { "mesh all-gather" },
         repeat: 1,
         reduce,
         transfers,
@@ -311,12 +277,7 @@ impl Builder<'_> {
     }
 
     fn server_ctx(&self) -> Ctx {
-        Ctx {
-            base: 0,
-            mult: 1,
-            n2: self.ultraservers as u32,
-            s2: self.p as u32,
-        }
+        Ctx { base: 0, mult: 1, n2: self.ultraservers as u32, s2: self.p as u32 }
     }
 
     fn members(&self, s: usize) -> Vec<u32> {
@@ -326,9 +287,7 @@ impl Builder<'_> {
     /// Every UltraServer's members, each with [`Self::server_ctx`].
     fn server_groups(&self) -> Vec<(Vec<u32>, Ctx)> {
         let ctx = self.server_ctx();
-        (0..self.ultraservers)
-            .map(|s| (self.members(s), ctx))
-            .collect()
+        (0..self.ultraservers).map(|s| (self.members(s), ctx)).collect()
     }
 
     /// Rings along server-local `order` (channel `channel`) and its reverse (`channel + 1`), one
@@ -357,11 +316,7 @@ impl Builder<'_> {
         let mut rings = Vec::new();
         self.rings_both_ways(order, 0, &mut rings);
         let reduce = half == Half::ReduceScatter;
-        let name = if reduce {
-            "ring reduce-scatter"
-        } else {
-            "ring all-gather"
-        };
+        let name = if reduce { "ring reduce-scatter" } else { "ring all-gather" };
         Ok(ring_phase(name, &rings, reduce, 1.0)?.into_iter().collect())
     }
 
@@ -373,11 +328,7 @@ impl Builder<'_> {
         }
         let reduce = half == Half::ReduceScatter;
         let factor = kangaring_hbm_factor(reduce);
-        let name = if reduce {
-            "kangaring reduce-scatter"
-        } else {
-            "kangaring all-gather"
-        };
+        let name = if reduce { "kangaring reduce-scatter" } else { "kangaring all-gather" };
         Ok(self.kangaring_steps(ring_phase(name, &rings, reduce, factor)?))
     }
 
@@ -390,11 +341,7 @@ impl Builder<'_> {
         let mut phases = self.ring(order, half)?;
         for p in &mut phases {
             p.hbm_factor = factor;
-            p.name = if reduce {
-                "kangaring reduce-scatter"
-            } else {
-                "kangaring all-gather"
-            };
+            p.name = if reduce { "kangaring reduce-scatter" } else { "kangaring all-gather" };
         }
         Ok(self.kangaring_steps(phases.pop()))
     }
@@ -424,11 +371,8 @@ impl Builder<'_> {
             strides[d + 1] = strides[d] * shape[d];
         }
         let reduce = half == Half::ReduceScatter;
-        let order: Vec<usize> = if reduce {
-            dims.clone()
-        } else {
-            dims.iter().rev().copied().collect()
-        };
+        let order: Vec<usize> =
+            if reduce { dims.clone() } else { dims.iter().rev().copied().collect() };
         let mut phases = Vec::new();
         for d in order {
             let e = shape[d];
@@ -464,20 +408,11 @@ impl Builder<'_> {
                             .iter()
                             .map(|&cc| (s * self.p + l + cc as usize * strides[d]) as u32)
                             .collect();
-                        rings.push(Ring {
-                            order,
-                            perm: perms[ch],
-                            ctx,
-                            channel: ch as u32,
-                        });
+                        rings.push(Ring { order, perm: perms[ch], ctx, channel: ch as u32 });
                     }
                 }
             }
-            let name = if reduce {
-                "torus ring reduce-scatter"
-            } else {
-                "torus ring all-gather"
-            };
+            let name = if reduce { "torus ring reduce-scatter" } else { "torus ring all-gather" };
             // Lines of other dimensions hold only the chunks whose coordinates in the dimensions
             // already reduced match theirs: the ctx above. For the all-gather half the same
             // holds with the roles reversed, so the same rings serve.
@@ -497,9 +432,7 @@ impl Builder<'_> {
 
     fn mesh(&mut self, half: Half) -> Result<Vec<Phase>> {
         let groups = self.server_groups();
-        Ok(mesh_phase(&groups, half == Half::ReduceScatter)?
-            .into_iter()
-            .collect())
+        Ok(mesh_phase(&groups, half == Half::ReduceScatter)?.into_iter().collect())
     }
 
     /// The channels an algorithm uses on groups of `p` ranks.
@@ -548,10 +481,7 @@ impl Builder<'_> {
 /// with a rank count that is not a power of two, torus rings or hierarchical on a group that is
 /// not a whole machine, mesh beyond [`MESH_MAX_RANKS`] ranks), or bad `peers`.
 pub fn build(
-    group: &Group,
-    collective: Collective,
-    algorithm: Algorithm,
-    message_bytes: u64,
+    group: &Group, collective: Collective, algorithm: Algorithm, message_bytes: u64,
     peers: Option<&[usize]>,
 ) -> Result<Schedule> {
     let n = group.n();
@@ -596,10 +526,7 @@ pub fn build(
             return Ok(sched);
         }
         Collective::AllToAll => {
-            mesh_only(
-                alg,
-                "all_to_all is modelled with the direct (mesh) pattern only; got",
-            )?;
+            mesh_only(alg, "all_to_all is modelled with the direct (mesh) pattern only; got")?;
             check_mesh(n)?;
             // Rank r sends its chunk j to rank j (its own chunk stays: a local copy).
             let mut transfers = transfers_vec(n * n)?;
@@ -685,17 +612,12 @@ pub fn build(
     }
     // Flat: the group is one "server" of n ranks; the ring order is the snake through the torus
     // when the group is a whole machine (so ring neighbours are link neighbours), else rank order.
-    let flat_shape: Vec<usize> = if whole && torus.ultraservers() == 1 {
-        torus.torus_shape().to_vec()
-    } else {
-        vec![n]
-    };
+    let flat_shape: Vec<usize> =
+        if whole && torus.ultraservers() == 1 { torus.torus_shape().to_vec() } else { vec![n] };
     let order: Vec<u32> = if whole {
         let per = snake_order(torus.torus_shape());
         let p = torus.chips_per_server() as u32;
-        (0..torus.ultraservers() as u32)
-            .flat_map(|s| per.iter().map(move |&l| l + s * p))
-            .collect()
+        (0..torus.ultraservers() as u32).flat_map(|s| per.iter().map(move |&l| l + s * p)).collect()
     } else {
         (0..n as u32).collect()
     };
@@ -709,11 +631,7 @@ pub fn build(
     // KangaRing over whole instances of one UltraServer (but not all four): the instance's two
     // Hamiltonian cycles joined through Z links, as on one instance (a single ring through the
     // chips would leave half of every chip's links idle).
-    let layered = if alg == Algorithm::KangaRing && !whole {
-        layered_cycles(group)
-    } else {
-        None
-    };
+    let layered = if alg == Algorithm::KangaRing && !whole { layered_cycles(group) } else { None };
     sched.k = if layered.is_some() {
         2 * TORUS_HAMILTONIAN_CYCLES
     } else {
@@ -753,10 +671,7 @@ pub fn build(
 /// intra then inter; all-gather: inter then intra (the Neuron runtime's order: the stage with
 /// less traffic runs over EFA).
 fn hierarchical(
-    group: &Group,
-    collective: Collective,
-    message_bytes: u64,
-    mut sched: Schedule,
+    group: &Group, collective: Collective, message_bytes: u64, mut sched: Schedule,
 ) -> Result<Schedule> {
     let torus = group.torus;
     let shape = torus.torus_shape().to_vec();
@@ -779,12 +694,7 @@ fn hierarchical(
         let groups: Vec<(Vec<u32>, Ctx)> = (0..p)
             .map(|l| {
                 let members: Vec<u32> = (0..ultraservers).map(|s| (s * p + l) as u32).collect();
-                let ctx = Ctx {
-                    base: l as u32,
-                    mult: p as u32,
-                    n2: 1,
-                    s2: 0,
-                };
+                let ctx = Ctx { base: l as u32, mult: p as u32, n2: 1, s2: 0 };
                 (members, ctx)
             })
             .collect();
@@ -800,11 +710,7 @@ fn hierarchical(
                     channel: ALL_CHANNELS,
                 })
                 .collect();
-            let name = if reduce {
-                "efa ring reduce-scatter"
-            } else {
-                "efa ring all-gather"
-            };
+            let name = if reduce { "efa ring reduce-scatter" } else { "efa ring all-gather" };
             out.extend(ring_phase(name, &rings, reduce, 1.0)?);
             Ok(())
         }
@@ -846,10 +752,7 @@ fn hierarchical(
 /// collective has: the message is `what` then the algorithm's name.
 fn mesh_only(alg: Algorithm, what: &str) -> Result<()> {
     if alg != Algorithm::Mesh {
-        return Err(Error::value(
-            "algorithm",
-            format!("{what} {:?}", alg.name()),
-        ));
+        return Err(Error::value("algorithm", format!("{what} {:?}", alg.name())));
     }
     Ok(())
 }

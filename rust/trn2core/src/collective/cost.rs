@@ -180,11 +180,7 @@ pub fn cost(s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool) -> 
 /// [`cost`] for a collective launched as `launch` says (standalone or inside a compiled graph):
 /// only the runtime's fixed costs differ.
 pub fn cost_launch(
-    s: &Schedule,
-    group: &Group,
-    fine_chunk_bytes: f64,
-    trace: bool,
-    launch: Launch,
+    s: &Schedule, group: &Group, fine_chunk_bytes: f64, trace: bool, launch: Launch,
 ) -> Result<Timing> {
     let cancel = crate::cancel::current();
     let torus: &Torus = group.torus;
@@ -212,11 +208,7 @@ pub fn cost_launch(
         }
     };
     // The runtime's fixed cost of the operation, first on the timeline.
-    let op_fixed_s = if s.phases.is_empty() {
-        0.0
-    } else {
-        launch.op_fixed_s(s.collective)
-    };
+    let op_fixed_s = if s.phases.is_empty() { 0.0 } else { launch.op_fixed_s(s.collective) };
     if trace && op_fixed_s > 0.0 {
         events.push((
             "collective".to_string(),
@@ -248,18 +240,12 @@ pub fn cost_launch(
             if a != b {
                 step_net += bytes;
             }
-            let lat = if route.efa {
-                EFA_LATENCY_S
-            } else {
-                route.hops as f64 * RING_HOP_LATENCY_S
-            };
+            let lat =
+                if route.efa { EFA_LATENCY_S } else { route.hops as f64 * RING_HOP_LATENCY_S };
             latency = latency.max(lat);
             max_hops = max_hops.max(route.hops);
             efa |= route.efa;
-            for (chip, acc) in [
-                (a, bytes),
-                (b, bytes * if phase.reduce { 2.0 } else { 1.0 }),
-            ] {
+            for (chip, acc) in [(a, bytes), (b, bytes * if phase.reduce { 2.0 } else { 1.0 })] {
                 if hbm[chip] == 0.0 && red[chip] == 0.0 {
                     chips_touched.push(chip);
                 }
@@ -314,13 +300,7 @@ pub fn cost_launch(
                 ("reduce_steps", f64::from(phase.reduce_steps)),
                 ("links", touched.len() as f64),
             ];
-            events.push((
-                "collective".to_string(),
-                phase.name,
-                t,
-                repeat * step + sync_s,
-                args,
-            ));
+            events.push(("collective".to_string(), phase.name, t, repeat * step + sync_s, args));
         }
         network_bytes += step_net * repeat;
         phases.push(PhaseTiming {
@@ -350,12 +330,8 @@ pub fn cost_launch(
         }
         chips_touched.clear();
     }
-    let link_bytes: Vec<(usize, f64)> = total
-        .iter()
-        .enumerate()
-        .filter(|(_, &b)| b > 0.0)
-        .map(|(l, &b)| (l, b))
-        .collect();
+    let link_bytes: Vec<(usize, f64)> =
+        total.iter().enumerate().filter(|(_, &b)| b > 0.0).map(|(l, &b)| (l, b)).collect();
     Ok(Timing {
         seconds: t,
         op_fixed_s,
@@ -441,8 +417,5 @@ fn trace_json(events: &[TraceSpan]) -> String {
 
 /// Whether a link identifier is an EFA NIC direction.
 pub fn is_efa(torus: &Torus, link: usize) -> bool {
-    matches!(
-        torus.link_of(link).1,
-        LinkKind::EfaEgress | LinkKind::EfaIngress
-    )
+    matches!(torus.link_of(link).1, LinkKind::EfaEgress | LinkKind::EfaIngress)
 }

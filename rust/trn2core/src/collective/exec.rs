@@ -147,18 +147,15 @@ impl Symbolic {
 /// not hold, or reduces into one it does not hold.
 pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
     let (n, k, g) = (s.n, s.k, s.fine_chunks());
-    let cells = n
-        .checked_mul(g)
-        .filter(|&c| c <= MAX_SYMBOLIC_CELLS)
-        .ok_or_else(|| {
-            Error::capacity(
-                "buffers",
-                format!(
-                    "{n} chips x {g} chunks is beyond the {MAX_SYMBOLIC_CELLS} chunk cells the \
+    let cells = n.checked_mul(g).filter(|&c| c <= MAX_SYMBOLIC_CELLS).ok_or_else(|| {
+        Error::capacity(
+            "buffers",
+            format!(
+                "{n} chips x {g} chunks is beyond the {MAX_SYMBOLIC_CELLS} chunk cells the \
                      functional model tracks; cost it with estimate instead"
-                ),
-            )
-        })?;
+            ),
+        )
+    })?;
     // Ctrl-C: checked per rank of the initial state and per step (each at most a few
     // milliseconds of work at the cell limit).
     let cancel = crate::cancel::current();
@@ -180,17 +177,11 @@ pub fn run_symbolic(s: &Schedule) -> Result<Symbolic> {
     let mut nodes: Vec<[u32; 2]> = Vec::new();
     // Every reducing move adds one node: reserve them all at once (through the host check),
     // so that the table never doubles by copying gigabytes, which no Ctrl-C can interrupt.
-    let reducing = s
-        .phases
-        .iter()
-        .filter(|p| p.reduce)
-        .try_fold(0usize, |acc, p| {
-            let per_step = p
-                .transfers
-                .iter()
-                .try_fold(0usize, |a, t| a.checked_add(t.sel.fine_chunks(k)))?;
-            acc.checked_add(per_step.checked_mul(p.repeat as usize)?)
-        });
+    let reducing = s.phases.iter().filter(|p| p.reduce).try_fold(0usize, |acc, p| {
+        let per_step =
+            p.transfers.iter().try_fold(0usize, |a, t| a.checked_add(t.sel.fine_chunks(k)))?;
+        acc.checked_add(per_step.checked_mul(p.repeat as usize)?)
+    });
     if let Some(total) = reducing.filter(|&t| t > 0 && t < (LEAF - 1) as usize) {
         crate::host::reserve(&mut nodes, total, "buffers", PARTIAL_SUMS)?;
     }
@@ -514,14 +505,8 @@ pub(super) fn load(dst: &mut [f32], inp: &Buf, start: usize, lut: &[f32; 256], f
 pub(super) fn fold_slice(acc: &mut [f32], other: &[f32], op: ReduceOp) {
     match op {
         ReduceOp::Sum => acc.iter_mut().zip(other).for_each(|(a, &b)| *a += b),
-        ReduceOp::Max => acc
-            .iter_mut()
-            .zip(other)
-            .for_each(|(a, &b)| *a = max_f32(*a, b)),
-        ReduceOp::Min => acc
-            .iter_mut()
-            .zip(other)
-            .for_each(|(a, &b)| *a = min_f32(*a, b)),
+        ReduceOp::Max => acc.iter_mut().zip(other).for_each(|(a, &b)| *a = max_f32(*a, b)),
+        ReduceOp::Min => acc.iter_mut().zip(other).for_each(|(a, &b)| *a = min_f32(*a, b)),
     }
 }
 
@@ -536,12 +521,7 @@ pub(super) fn merge_top(stack: &mut [f32], top: &mut usize, len: usize, op: Redu
 }
 
 pub(super) fn fold(
-    acc: &mut [f32],
-    inp: &Buf,
-    start: usize,
-    op: ReduceOp,
-    lut: &[f32; 256],
-    fmt: Format,
+    acc: &mut [f32], inp: &Buf, start: usize, op: ReduceOp, lut: &[f32; 256], fmt: Format,
     tmp: &mut [f32],
 ) {
     match inp {
@@ -558,18 +538,11 @@ pub(super) fn fold(
 /// buffer in `format`, all of one length; `outputs[r]` receives rank `r`'s result
 /// ([`output_lengths`]). Returns the symbolic run (for inspection).
 pub fn execute_reduce(
-    s: &Schedule,
-    op: ReduceOp,
-    format: Format,
-    inputs: &[Buf],
-    outputs: &mut [BufMut],
+    s: &Schedule, op: ReduceOp, format: Format, inputs: &[Buf], outputs: &mut [BufMut],
 ) -> Result<Symbolic> {
     check_reduce_format(format)?;
     if !s.collective.reduces() {
-        return Err(Error::value(
-            "collective",
-            "execute_reduce runs all_reduce or reduce_scatter",
-        ));
+        return Err(Error::value("collective", "execute_reduce runs all_reduce or reduce_scatter"));
     }
     let n = s.n;
     check_buffer_counts(n, inputs.len(), outputs.len())?;
@@ -625,21 +598,13 @@ pub fn execute_reduce(
                     }
                     let (prog, depth) = compile(&sym, id);
                     max_depth = max_depth.max(depth);
-                    targets.push(Target {
-                        prog,
-                        receivers: Vec::new(),
-                    });
+                    targets.push(Target { prog, receivers: Vec::new() });
                     let t = (targets.len() - 1) as u32;
                     local.push((id, t));
                     let mut st = c0;
                     while st < c1 {
                         let en = (st + BLOCK).min(c1);
-                        tasks.push(Task {
-                            target: t,
-                            start: st,
-                            end: en,
-                            chunk_start: c0,
-                        });
+                        tasks.push(Task { target: t, start: st, end: en, chunk_start: c0 });
                         st = en;
                     }
                     t
@@ -648,11 +613,7 @@ pub fn execute_reduce(
             targets[t as usize].receivers.push((r as u32, offset));
         }
     }
-    let lut = if format.code_bits() == 8 {
-        fp8_lut(&format.encoding())
-    } else {
-        [0f32; 256]
-    };
+    let lut = if format.code_bits() == 8 { fp8_lut(&format.encoding()) } else { [0f32; 256] };
     let enc = format.encoding();
     let ptrs: Vec<(OutPtr, usize)> = outputs
         .iter_mut()
@@ -662,13 +623,7 @@ pub fn execute_reduce(
         })
         .collect();
     tasks.par_iter().try_for_each_init(
-        || {
-            (
-                vec![0f32; (max_depth + 1) * BLOCK],
-                vec![0u16; BLOCK],
-                vec![0u8; BLOCK],
-            )
-        },
+        || (vec![0f32; (max_depth + 1) * BLOCK], vec![0u16; BLOCK], vec![0u8; BLOCK]),
         |(stack, codes16, codes8), task| -> Result<()> {
             // One relaxed load per 4096-element block: Ctrl-C stops the reduction promptly.
             cancel.check()?;
@@ -735,21 +690,11 @@ pub fn execute_reduce(
 /// scratch (`codes16` for 16-bit codes, else `codes8`; each at least `result.len()` long), and
 /// returns those codes as bytes: what every rank receiving the value gets.
 pub(super) fn encode_block<'a>(
-    result: &[f32],
-    enc: &Encoding,
-    codes16: &'a mut [u16],
-    codes8: &'a mut [u8],
+    result: &[f32], enc: &Encoding, codes16: &'a mut [u16], codes8: &'a mut [u8],
 ) -> Result<&'a [u8]> {
     let len = result.len();
     let rne = |out| {
-        encode_into(
-            &Source::F32(result),
-            enc,
-            Rounding::NearestEven,
-            false,
-            &Random::None,
-            out,
-        )
+        encode_into(&Source::F32(result), enc, Rounding::NearestEven, false, &Random::None, out)
     };
     if enc.format.code_bits() == 16 {
         let c = &mut codes16[..len];
@@ -828,28 +773,18 @@ fn check_buffer_counts(n: usize, inputs: usize, outputs: usize) -> Result<()> {
 /// are single direct steps: each transfer is one copy). `inputs` all have one length;
 /// `outputs[r]` has [`output_lengths`] elements.
 pub fn execute_move(
-    s: &Schedule,
-    elem: usize,
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
+    s: &Schedule, elem: usize, inputs: &[&[u8]], outputs: &mut [&mut [u8]],
 ) -> Result<()> {
     let n = s.n;
     check_buffer_counts(n, inputs.len(), outputs.len())?;
     if elem == 0 || !inputs[0].len().is_multiple_of(elem) {
-        return Err(Error::shape(
-            "buffers",
-            "byte length is not a multiple of the element size",
-        ));
+        return Err(Error::shape("buffers", "byte length is not a multiple of the element size"));
     }
     let l = inputs[0].len() / elem;
     if let Some(r) = inputs.iter().position(|b| b.len() != l * elem) {
         return Err(Error::shape(
             "buffers",
-            format!(
-                "buffer {r} has {} bytes, buffer 0 has {}",
-                inputs[r].len(),
-                l * elem
-            ),
+            format!("buffer {r} has {} bytes, buffer 0 has {}", inputs[r].len(), l * elem),
         ));
     }
     let want = output_lengths(s.collective, n, l);
@@ -857,11 +792,7 @@ pub fn execute_move(
         if o.len() != want[r] * elem {
             return Err(Error::shape(
                 "outputs",
-                format!(
-                    "output {r} has {} bytes, expected {}",
-                    o.len(),
-                    want[r] * elem
-                ),
+                format!("output {r} has {} bytes, expected {}", o.len(), want[r] * elem),
             ));
         }
     }
@@ -893,10 +824,7 @@ pub fn execute_move(
         }
         Collective::AllToAll | Collective::SendRecv => {
             // Direct schedules: one step, each transfer delivers final data. Group by receiver.
-            let phase = s
-                .phases
-                .first()
-                .ok_or_else(|| Error::value("schedule", "empty"))?;
+            let phase = s.phases.first().ok_or_else(|| Error::value("schedule", "empty"))?;
             let mut by_dst: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n];
             for (i, t) in phase.transfers.iter().enumerate() {
                 if i % 4096 == 0 {
@@ -934,10 +862,9 @@ pub fn execute_move(
                 Ok(())
             })
         }
-        _ => Err(Error::value(
-            "collective",
-            "execute_move runs all_gather, all_to_all or send_recv",
-        )),
+        _ => {
+            Err(Error::value("collective", "execute_move runs all_gather, all_to_all or send_recv"))
+        }
     }
 }
 
@@ -948,9 +875,7 @@ const COPY_CHUNK: usize = 4 << 20;
 /// `dst.copy_from_slice(src)` in pieces of [`COPY_CHUNK`], checking `cancel` before each: a
 /// send/recv of a 1 GiB buffer stops within a piece's time of Ctrl-C.
 pub(super) fn copy_checked(
-    dst: &mut [u8],
-    src: &[u8],
-    cancel: &crate::cancel::Cancel,
+    dst: &mut [u8], src: &[u8], cancel: &crate::cancel::Cancel,
 ) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::shape(

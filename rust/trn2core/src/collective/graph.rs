@@ -13,11 +13,8 @@ pub fn snake_order(shape: &[usize]) -> Vec<u32> {
         let lower = order.clone();
         order.clear();
         for c in 0..e as u32 {
-            let part: Box<dyn Iterator<Item = &u32>> = if c % 2 == 0 {
-                Box::new(lower.iter())
-            } else {
-                Box::new(lower.iter().rev())
-            };
+            let part: Box<dyn Iterator<Item = &u32>> =
+                if c % 2 == 0 { Box::new(lower.iter()) } else { Box::new(lower.iter().rev()) };
             order.extend(part.map(|&x| x + c * stride));
         }
         stride *= e as u32;
@@ -35,9 +32,7 @@ pub fn hamiltonian_decomposition(shape: &[usize]) -> Option<[Vec<u32>; TORUS_HAM
     }
     let torus = Torus::new(shape, 1).ok()?;
     let n = torus.size();
-    let nbrs: Vec<Vec<usize>> = (0..n)
-        .map(|i| torus.neighbors(i).unwrap_or_default())
-        .collect();
+    let nbrs: Vec<Vec<usize>> = (0..n).map(|i| torus.neighbors(i).unwrap_or_default()).collect();
     let edge = |a: usize, b: usize| (a.min(b), a.max(b));
     let mut path = vec![0usize];
     let mut used = vec![false; n];
@@ -95,8 +90,7 @@ pub fn hamiltonian_decomposition(shape: &[usize]) -> Option<[Vec<u32>; TORUS_HAM
 /// direct links only, and the two cycles never share a link. `None` for fewer than two layers,
 /// or a shape without a decomposition.
 pub fn layered_hamiltonian_cycles(
-    shape: &[usize],
-    layers: usize,
+    shape: &[usize], layers: usize,
 ) -> Option<[Vec<u32>; TORUS_HAMILTONIAN_CYCLES]> {
     if layers < 2 {
         return None;
@@ -160,15 +154,8 @@ pub fn layered_hamiltonian_cycles(
 fn complement_cycle(nbrs: &[Vec<usize>], cycle: &[(usize, usize)]) -> Option<Vec<u32>> {
     let n = nbrs.len();
     let in_cycle = |a: usize, b: usize| cycle.contains(&(a.min(b), a.max(b)));
-    let rest: Vec<Vec<usize>> = (0..n)
-        .map(|a| {
-            nbrs[a]
-                .iter()
-                .copied()
-                .filter(|&b| !in_cycle(a, b))
-                .collect()
-        })
-        .collect();
+    let rest: Vec<Vec<usize>> =
+        (0..n).map(|a| nbrs[a].iter().copied().filter(|&b| !in_cycle(a, b)).collect()).collect();
     if rest.iter().any(|r| r.len() != 2) {
         return None;
     }
@@ -183,11 +170,7 @@ fn cycle_from_0(adj: &[Vec<usize>]) -> Option<Vec<u32>> {
     let (mut prev, mut at) = (0usize, adj[0][0]);
     while at != 0 && order.len() <= n {
         order.push(at as u32);
-        let nx = if adj[at][0] == prev {
-            adj[at][1]
-        } else {
-            adj[at][0]
-        };
+        let nx = if adj[at][0] == prev { adj[at][1] } else { adj[at][0] };
         prev = at;
         at = nx;
     }

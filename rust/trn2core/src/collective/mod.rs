@@ -129,13 +129,8 @@ fn working_elements(collective: Collective, n: usize, elements: u64) -> f64 {
 }
 
 fn report(
-    sched: &Schedule,
-    group: &Group,
-    op: Option<ReduceOp>,
-    elements: u64,
-    elem_bytes: u64,
-    trace: bool,
-    launch: Launch,
+    sched: &Schedule, group: &Group, op: Option<ReduceOp>, elements: u64, elem_bytes: u64,
+    trace: bool, launch: Launch,
 ) -> Result<CollectiveReport> {
     let n = group.n();
     let w = working_elements(sched.collective, n, elements);
@@ -173,32 +168,16 @@ fn report(
 
 /// [`report`] of a collective launched standalone, untraced.
 fn standalone_report(
-    sched: &Schedule,
-    group: &Group,
-    op: Option<ReduceOp>,
-    elements: u64,
-    elem_bytes: u64,
+    sched: &Schedule, group: &Group, op: Option<ReduceOp>, elements: u64, elem_bytes: u64,
 ) -> Result<CollectiveReport> {
-    report(
-        sched,
-        group,
-        op,
-        elements,
-        elem_bytes,
-        false,
-        Launch::Standalone,
-    )
+    report(sched, group, op, elements, elem_bytes, false, Launch::Standalone)
 }
 
 /// [`standalone_report`] of one process's part of a collective spread over processes, and the
 /// bytes its `plan` moves.
 fn local_report(
-    sched: &Schedule,
-    plan: distributed::LocalPlan,
-    group: &Group,
-    op: Option<ReduceOp>,
-    elements: usize,
-    elem: usize,
+    sched: &Schedule, plan: distributed::LocalPlan, group: &Group, op: Option<ReduceOp>,
+    elements: usize, elem: usize,
 ) -> Result<(CollectiveReport, Traffic)> {
     let rep = standalone_report(sched, group, op, elements as u64, elem as u64)?;
     Ok((rep, plan.traffic))
@@ -207,37 +186,22 @@ fn local_report(
 /// Costs collective `collective` over `group` for `elements` per rank of `elem_bytes` each, without
 /// data. `peers` is send/recv's permutation (default: rank `r` sends to `r + 1`).
 pub fn estimate(
-    group: &Group,
-    collective: Collective,
-    algorithm: Algorithm,
-    elements: u64,
-    elem_bytes: u64,
-    peers: Option<&[usize]>,
-    trace: bool,
+    group: &Group, collective: Collective, algorithm: Algorithm, elements: u64, elem_bytes: u64,
+    peers: Option<&[usize]>, trace: bool,
 ) -> Result<(Schedule, CollectiveReport)> {
     if elem_bytes == 0 {
         return Err(Error::value("dtype", "elements of zero bytes"));
     }
     let size = size_bytes(collective, group.n(), elements, elem_bytes);
     let sched = build(group, collective, algorithm, size as u64, peers)?;
-    let rep = report(
-        &sched,
-        group,
-        None,
-        elements,
-        elem_bytes,
-        trace,
-        Launch::Standalone,
-    )?;
+    let rep = report(&sched, group, None, elements, elem_bytes, trace, Launch::Standalone)?;
     Ok((sched, rep))
 }
 
 /// The checks every output plan starts with: a reduction (`format` given) needs a collective
 /// that reduces and a format Trainium2 reduces; elements have bytes.
 fn check_plan_args(
-    collective: Collective,
-    format: Option<Format>,
-    elem_bytes: usize,
+    collective: Collective, format: Option<Format>, elem_bytes: usize,
 ) -> Result<()> {
     if let Some(f) = format {
         exec::check_reduce_format(f)?;
@@ -260,10 +224,7 @@ fn check_plan_args(
 /// number of elements), and for a reduction (`format` given) a format Trainium2 reduces.
 /// `ShapeError` / `FormatError` / `ValueError` on `buffers` otherwise.
 pub fn output_plan(
-    group: &Group,
-    collective: Collective,
-    format: Option<Format>,
-    elem_bytes: usize,
+    group: &Group, collective: Collective, format: Option<Format>, elem_bytes: usize,
     input_lens: &[usize],
 ) -> Result<Vec<usize>> {
     check_plan_args(collective, format, elem_bytes)?;
@@ -302,9 +263,7 @@ pub fn output_plan(
 /// ([`exec::MAX_SYMBOLIC_CELLS`]). Checked before the schedule is built, which for the largest
 /// UltraClusters takes a minute and gigabytes (the run would then be refused anyway).
 fn check_symbolic_cells(n: usize) -> Result<()> {
-    if n.checked_mul(n)
-        .is_none_or(|c| c > exec::MAX_SYMBOLIC_CELLS)
-    {
+    if n.checked_mul(n).is_none_or(|c| c > exec::MAX_SYMBOLIC_CELLS) {
         return Err(Error::capacity(
             "buffers",
             format!(
@@ -320,13 +279,8 @@ fn check_symbolic_cells(n: usize) -> Result<()> {
 /// Computes an all-reduce or reduce-scatter on `inputs` (one per rank, in `format`) into
 /// `outputs` ([`output_lengths`]), and costs it.
 pub fn run_reduce(
-    group: &Group,
-    collective: Collective,
-    op: ReduceOp,
-    algorithm: Algorithm,
-    format: Format,
-    inputs: &[Buf],
-    outputs: &mut [BufMut],
+    group: &Group, collective: Collective, op: ReduceOp, algorithm: Algorithm, format: Format,
+    inputs: &[Buf], outputs: &mut [BufMut],
 ) -> Result<CollectiveReport> {
     let elem = u64::from(format.code_bits() / 8);
     let elements = match inputs.first() {
@@ -345,13 +299,8 @@ pub fn run_reduce(
 /// Computes an all-gather, all-to-all or send/recv on raw bytes (`elem` bytes per element) and
 /// costs it.
 pub fn run_move(
-    group: &Group,
-    collective: Collective,
-    algorithm: Algorithm,
-    elem: usize,
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
-    peers: Option<&[usize]>,
+    group: &Group, collective: Collective, algorithm: Algorithm, elem: usize, inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]], peers: Option<&[usize]>,
 ) -> Result<CollectiveReport> {
     let elements = (inputs.first().map_or(0, |b| b.len()) / elem.max(1)) as u64;
     let size = size_bytes(collective, group.n(), elements, elem as u64);
@@ -370,14 +319,8 @@ pub fn run_move(
 /// Trainium2 reduces.
 #[allow(clippy::too_many_arguments)]
 pub fn local_output_plan(
-    group: &Group,
-    placement: &Placement,
-    process: usize,
-    collective: Collective,
-    format: Option<Format>,
-    elem_bytes: usize,
-    elements: usize,
-    input_lens: &[usize],
+    group: &Group, placement: &Placement, process: usize, collective: Collective,
+    format: Option<Format>, elem_bytes: usize, elements: usize, input_lens: &[usize],
 ) -> Result<Vec<usize>> {
     check_plan_args(collective, format, elem_bytes)?;
     let ranks = placement.local_ranks(group, process)?;
@@ -416,22 +359,13 @@ pub fn local_output_plan(
 /// and the bytes moved.
 #[allow(clippy::too_many_arguments)]
 pub fn run_reduce_local(
-    group: &Group,
-    placement: &Placement,
-    process: usize,
-    collective: Collective,
-    op: ReduceOp,
-    algorithm: Algorithm,
-    format: Format,
-    elements: usize,
-    inputs: &[Buf],
-    outputs: &mut [BufMut],
+    group: &Group, placement: &Placement, process: usize, collective: Collective, op: ReduceOp,
+    algorithm: Algorithm, format: Format, elements: usize, inputs: &[Buf], outputs: &mut [BufMut],
     transport: &mut dyn Transport,
 ) -> Result<(CollectiveReport, Traffic)> {
     let elem = (format.code_bits() / 8) as usize;
-    let (sched, plan) = distributed::plan(
-        group, placement, process, collective, algorithm, elem, elements, None,
-    )?;
+    let (sched, plan) =
+        distributed::plan(group, placement, process, collective, algorithm, elem, elements, None)?;
     distributed::execute_reduce_local(&plan, op, format, inputs, outputs, transport)?;
     local_report(&sched, plan, group, Some(op), elements, elem)
 }
@@ -440,21 +374,12 @@ pub fn run_reduce_local(
 /// [`run_reduce_local`]); `inputs` and `outputs` as bytes.
 #[allow(clippy::too_many_arguments)]
 pub fn run_move_local(
-    group: &Group,
-    placement: &Placement,
-    process: usize,
-    collective: Collective,
-    algorithm: Algorithm,
-    elem: usize,
-    elements: usize,
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
-    peers: Option<&[usize]>,
-    transport: &mut dyn Transport,
+    group: &Group, placement: &Placement, process: usize, collective: Collective,
+    algorithm: Algorithm, elem: usize, elements: usize, inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]], peers: Option<&[usize]>, transport: &mut dyn Transport,
 ) -> Result<(CollectiveReport, Traffic)> {
-    let (sched, plan) = distributed::plan(
-        group, placement, process, collective, algorithm, elem, elements, peers,
-    )?;
+    let (sched, plan) =
+        distributed::plan(group, placement, process, collective, algorithm, elem, elements, peers)?;
     distributed::execute_move_local(&plan, inputs, outputs, transport)?;
     local_report(&sched, plan, group, None, elements, elem)
 }
@@ -548,22 +473,10 @@ pub struct NccomRow {
 /// chip-level stage (the runtime pipelines chunks through both), and adds one DMA fixed cost.
 /// The runtime's fixed cost of the operation is paid once, also by a collective within one chip.
 pub fn nccom_estimate(
-    collective: Collective,
-    ranks: usize,
-    lnc: usize,
-    size_bytes: u64,
-    elem_bytes: u64,
+    collective: Collective, ranks: usize, lnc: usize, size_bytes: u64, elem_bytes: u64,
     algorithm: Algorithm,
 ) -> Result<NccomRow> {
-    ranks_estimate(
-        collective,
-        ranks,
-        lnc,
-        size_bytes,
-        elem_bytes,
-        algorithm,
-        Launch::Standalone,
-    )
+    ranks_estimate(collective, ranks, lnc, size_bytes, elem_bytes, algorithm, Launch::Standalone)
 }
 
 /// The chips `ranks` logical NeuronCores on `nnodes` nodes span, as `nccom-test -r RANKS -N
@@ -638,13 +551,8 @@ pub fn nccom_chips(ranks: usize, nnodes: usize, lnc: usize) -> Result<usize> {
 /// says: standalone (what `nccom-test` measures) or inside a compiled graph (a model's tensor-
 /// parallel all-reduce); only the runtime's fixed costs differ.
 pub fn ranks_estimate(
-    collective: Collective,
-    ranks: usize,
-    lnc: usize,
-    size_bytes: u64,
-    elem_bytes: u64,
-    algorithm: Algorithm,
-    launch: Launch,
+    collective: Collective, ranks: usize, lnc: usize, size_bytes: u64, elem_bytes: u64,
+    algorithm: Algorithm, launch: Launch,
 ) -> Result<NccomRow> {
     check_lnc(lnc)?;
     let per_chip = CORES_PER_CHIP / lnc;
@@ -687,24 +595,12 @@ pub fn ranks_estimate(
     let (chip_s, op_fixed_s, alg) = if chips > 1 {
         let size = size_bytes_of(collective, group.n(), chip_elements, elem_bytes);
         let sched = build(&group, collective, algorithm, size, None)?;
-        let rep = report(
-            &sched,
-            &group,
-            None,
-            chip_elements,
-            elem_bytes,
-            false,
-            launch,
-        )?;
+        let rep = report(&sched, &group, None, chip_elements, elem_bytes, false, launch)?;
         let fixed = rep.timing.op_fixed_s;
         phases = rep.timing.phases;
         (rep.seconds - fixed, fixed, rep.algorithm)
     } else {
-        let fixed = if local > 1 {
-            launch.op_fixed_s(collective)
-        } else {
-            0.0
-        };
+        let fixed = if local > 1 { launch.op_fixed_s(collective) } else { 0.0 };
         (0.0, fixed, "local".to_string())
     };
     let intra_bytes = if local > 1 {
@@ -720,11 +616,8 @@ pub fn ranks_estimate(
     };
     // The within-chip stage's DMAs read and write HBM.
     let intra_fixed = fixed_cost_s(Place::Hbm, Place::Hbm);
-    let intra_s = if intra_bytes > 0.0 {
-        intra_fixed + intra_bytes / HBM_CHIP_BYTES_PER_S
-    } else {
-        0.0
-    };
+    let intra_s =
+        if intra_bytes > 0.0 { intra_fixed + intra_bytes / HBM_CHIP_BYTES_PER_S } else { 0.0 };
     let seconds = op_fixed_s
         + if intra_bytes > 0.0 {
             chip_s.max(intra_bytes / HBM_CHIP_BYTES_PER_S) + intra_fixed

@@ -68,10 +68,7 @@ pub fn auto_algorithm(group: &Group, collective: Collective, message_bytes: u64)
 /// `message_bytes` over `p` chips of `ranks_per_chip` runtime ranks: the single-server rule of
 /// [`auto_algorithm`].
 pub(super) fn intra_algorithm(
-    shape: &[usize],
-    p: usize,
-    ranks_per_chip: usize,
-    message_bytes: u64,
+    shape: &[usize], p: usize, ranks_per_chip: usize, message_bytes: u64,
 ) -> Algorithm {
     match range(message_bytes, p * ranks_per_chip) {
         Algorithm::Mesh if p <= MESH_MAX_RANKS => Algorithm::Mesh,

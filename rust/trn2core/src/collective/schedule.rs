@@ -186,11 +186,7 @@ pub struct Group<'a> {
 impl<'a> Group<'a> {
     /// Every chip of the torus, rank `r` on chip `r`.
     pub fn all(torus: &'a Torus) -> Group<'a> {
-        Group {
-            torus,
-            chips: (0..torus.size()).collect(),
-            ranks_per_chip: DEFAULT_RANKS_PER_CHIP,
-        }
+        Group { torus, chips: (0..torus.size()).collect(), ranks_per_chip: DEFAULT_RANKS_PER_CHIP }
     }
 
     /// The same group with each chip standing for `ranks` runtime ranks (at least 1).
@@ -207,20 +203,14 @@ impl<'a> Group<'a> {
     /// The chips `chips` (distinct, existing) in that rank order.
     pub fn new(torus: &'a Torus, chips: Vec<usize>) -> Result<Group<'a>> {
         if chips.is_empty() {
-            return Err(Error::value(
-                "chips",
-                "a collective needs at least one chip",
-            ));
+            return Err(Error::value("chips", "a collective needs at least one chip"));
         }
         let mut seen = vec![false; torus.size()];
         for &c in &chips {
             if c >= torus.size() {
                 return Err(Error::value(
                     "chips",
-                    format!(
-                        "chip {c} does not exist; this machine has chips 0..{}",
-                        torus.size()
-                    ),
+                    format!("chip {c} does not exist; this machine has chips 0..{}", torus.size()),
                 ));
             }
             if seen[c] {
@@ -228,11 +218,7 @@ impl<'a> Group<'a> {
             }
             seen[c] = true;
         }
-        Ok(Group {
-            torus,
-            chips,
-            ranks_per_chip: DEFAULT_RANKS_PER_CHIP,
-        })
+        Ok(Group { torus, chips, ranks_per_chip: DEFAULT_RANKS_PER_CHIP })
     }
 
     /// Ranks.

@@ -51,10 +51,7 @@ impl Scratch {
     /// Room for any block (at most 8 planes of [`BLOCK_ELEMS`] bytes, plus the zvc kernels'
     /// spare group).
     pub(super) fn new() -> Self {
-        Scratch {
-            planes: vec![0; 8 * BLOCK_ELEMS],
-            packed: vec![0; 8 * BLOCK_ELEMS + 64],
-        }
+        Scratch { planes: vec![0; 8 * BLOCK_ELEMS], packed: vec![0; 8 * BLOCK_ELEMS + 64] }
     }
 }
 
@@ -90,9 +87,7 @@ fn join_planes(planes: &[u8], s: usize, elems: &mut [u8]) {
 /// returns the block's mode; for [`BlockMode::Stored`] and [`BlockMode::Zero`] nothing is
 /// appended.
 pub(super) fn encode_block<W: Word>(
-    block: &[u8],
-    out: &mut Vec<u8>,
-    scratch: &mut Scratch,
+    block: &[u8], out: &mut Vec<u8>, scratch: &mut Scratch,
 ) -> BlockMode {
     let s = W::SIZE;
     let n = block.len() / s;
@@ -225,9 +220,7 @@ fn encode_plane(plane: &[u8], out: &mut Vec<u8>) {
 /// Decodes one coded block `payload` into `out` (the block's raw bytes, a whole number of `W`
 /// elements, at most [`BLOCK_ELEMS`] of them).
 pub(super) fn decode_block<W: Word>(
-    payload: &[u8],
-    out: &mut [u8],
-    scratch: &mut Scratch,
+    payload: &[u8], out: &mut [u8], scratch: &mut Scratch,
 ) -> Result<()> {
     let s = W::SIZE;
     let n = out.len() / s;
@@ -237,9 +230,7 @@ pub(super) fn decode_block<W: Word>(
         1 => {
             let mask = rd.take(n.div_ceil(8), "byteplane bitmask")?;
             if !n.is_multiple_of(8) && mask.last().is_some_and(|&l| l >> (n % 8) != 0) {
-                return Err(corrupt(
-                    "byteplane bitmask has bits set past the end of the block",
-                ));
+                return Err(corrupt("byteplane bitmask has bits set past the end of the block"));
             }
             Some(mask)
         }
@@ -291,9 +282,7 @@ fn decode_plane(rd: &mut Reader<'_>, dst: &mut [u8]) -> Result<()> {
             let cap = 1usize << k;
             let t = rd.u8("plane table size")? as usize;
             if t == 0 || t > cap - escape as usize {
-                return Err(corrupt(format!(
-                    "plane table of {t} entries for {k}-bit indices"
-                )));
+                return Err(corrupt(format!("plane table of {t} entries for {k}-bit indices")));
             }
             let mut lut = [0u8; 128];
             lut[..t].copy_from_slice(rd.take(t, "plane table")?);
@@ -325,19 +314,14 @@ fn decode_plane(rd: &mut Reader<'_>, dst: &mut [u8]) -> Result<()> {
                     acc >>= k;
                     let is_esc = code == esc_code;
                     bad |= code >= t && !is_esc;
-                    *d = if is_esc {
-                        escapes.get(e).copied().unwrap_or(0)
-                    } else {
-                        lut[code & 127]
-                    };
+                    *d =
+                        if is_esc { escapes.get(e).copied().unwrap_or(0) } else { lut[code & 127] };
                     e += is_esc as usize;
                 }
             }
             // The unused high bits of the last index byte must be zero.
             let pad = index_bytes * 8 - m * k;
-            let last_ok = indices
-                .last()
-                .is_none_or(|&l| pad == 0 || l >> (8 - pad) == 0);
+            let last_ok = indices.last().is_none_or(|&l| pad == 0 || l >> (8 - pad) == 0);
             if bad || e != n_esc || !last_ok {
                 return Err(corrupt(
                     "plane indices outside their table, or escapes or padding do not add up",

@@ -60,19 +60,11 @@ pub struct Copied {
 /// made by this core's memories (or the HBM stack it reaches, or for HBM any stack: the other
 /// die's stacks cost as `hbm_remote`); `ValueError` otherwise.
 pub fn dma_copy(
-    mem: &CoreMemory,
-    on_chip: &dyn OnChip,
-    payload: Payload,
-    codec: Codec,
-    src: Endpoint,
-    dst: Endpoint,
-    queue: usize,
+    mem: &CoreMemory, on_chip: &dyn OnChip, payload: Payload, codec: Codec, src: Endpoint,
+    dst: Endpoint, queue: usize,
 ) -> Result<Copied> {
     let fp = Footprint::of_shape(payload.shape, payload.elem_size as u64)?;
-    let (s, d) = (
-        place(mem, on_chip, "src", src)?,
-        place(mem, on_chip, "dst", dst)?,
-    );
+    let (s, d) = (place(mem, on_chip, "src", src)?, place(mem, on_chip, "dst", dst)?);
     // On-chip sides first: nothing has been read yet.
     for (p, end, is_dst) in [(s, src, false), (d, dst, true)] {
         if matches!(p, Place::Sbuf | Place::Psum) {
@@ -82,15 +74,9 @@ pub fn dma_copy(
     let wire = match codec {
         Codec::None => fp.bytes,
         c => {
-            plan_compress(
-                payload.raw,
-                payload.elem_size,
-                c,
-                payload.dtype,
-                payload.shape,
-            )?
-            .info()
-            .nbytes
+            plan_compress(payload.raw, payload.elem_size, c, payload.dtype, payload.shape)?
+                .info()
+                .nbytes
         }
     };
     for (p, end, is_dst) in [(s, src, false), (d, dst, true)] {
@@ -98,13 +84,8 @@ pub fn dma_copy(
             check_side(mem, on_chip, p, end, is_dst, fp, wire)?;
         }
     }
-    let plan = DmaPlan {
-        bytes: fp.bytes,
-        wire_bytes: wire,
-        partitions: fp.partitions,
-        src: s,
-        dst: d,
-    };
+    let plan =
+        DmaPlan { bytes: fp.bytes, wire_bytes: wire, partitions: fp.partitions, src: s, dst: d };
     Ok(Copied {
         report: dma_time_on_queue(&plan, queue)?,
         bytes: fp.bytes,
@@ -127,11 +108,9 @@ fn place(mem: &CoreMemory, on_chip: &dyn OnChip, arg: &str, end: Endpoint) -> Re
         } else {
             Place::HbmRemote
         }),
-        space if on_chip.holds_on_chip(a) => Ok(if space == Space::Sbuf {
-            Place::Sbuf
-        } else {
-            Place::Psum
-        }),
+        space if on_chip.holds_on_chip(a) => {
+            Ok(if space == Space::Sbuf { Place::Sbuf } else { Place::Psum })
+        }
         space => Err(Error::value(
             arg,
             format!(
@@ -147,12 +126,7 @@ fn place(mem: &CoreMemory, on_chip: &dyn OnChip, arg: &str, end: Endpoint) -> Re
 
 /// Refuses a side that cannot hold the array (`held` bytes of it in that memory).
 fn check_side(
-    mem: &CoreMemory,
-    on_chip: &dyn OnChip,
-    p: Place,
-    end: Endpoint,
-    is_dst: bool,
-    fp: Footprint,
+    mem: &CoreMemory, on_chip: &dyn OnChip, p: Place, end: Endpoint, is_dst: bool, fp: Footprint,
     held: u64,
 ) -> Result<()> {
     let arg = if is_dst { "dst" } else { "src" };

@@ -95,16 +95,8 @@ pub fn fixed_cost_s(src: Place, dst: Place) -> f64 {
     let reads_hbm = matches!(src, Place::Hbm | Place::HbmRemote);
     let remote = src == Place::HbmRemote || dst == Place::HbmRemote;
     DMA_FIXED_COST_S
-        + if reads_hbm {
-            DMA_HBM_READ_LATENCY_S
-        } else {
-            0.0
-        }
-        + if remote {
-            NUMA_REMOTE_EXTRA_LATENCY_S
-        } else {
-            0.0
-        }
+        + if reads_hbm { DMA_HBM_READ_LATENCY_S } else { 0.0 }
+        + if remote { NUMA_REMOTE_EXTRA_LATENCY_S } else { 0.0 }
 }
 
 /// Peak DMA rate of one core's 16 engines, bytes/s.
@@ -215,10 +207,7 @@ impl Transfer {
 
 /// Bandwidth of the local and the remote HBM stack as seen from one core.
 fn hbm_rates() -> [f64; 2] {
-    [
-        HBM_STACK_BYTES_PER_S,
-        HBM_STACK_BYTES_PER_S * NUMA_REMOTE_BANDWIDTH_FACTOR,
-    ]
+    [HBM_STACK_BYTES_PER_S, HBM_STACK_BYTES_PER_S * NUMA_REMOTE_BANDWIDTH_FACTOR]
 }
 
 /// When each transfer of a [`schedule`] ran.
@@ -260,19 +249,14 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
         {
             return Err(Error::value(
                 "transfers",
-                format!(
-                    "transfer {:?}: issue and fixed times must be finite and >= 0",
-                    t.name
-                ),
+                format!("transfer {:?}: issue and fixed times must be finite and >= 0", t.name),
             ));
         }
     }
     let n = transfers.len();
     let engines: Vec<Vec<(usize, f64)>> = transfers.iter().map(Transfer::engine_bytes).collect();
-    let mut left: Vec<Vec<f64>> = engines
-        .iter()
-        .map(|v| v.iter().map(|&(_, b)| b).collect())
-        .collect();
+    let mut left: Vec<Vec<f64>> =
+        engines.iter().map(|v| v.iter().map(|&(_, b)| b).collect()).collect();
     // Bytes an engine's share puts on each HBM stack, per raw byte it moves.
     let hbm_per_byte: Vec<[f64; 2]> = transfers
         .iter()
@@ -282,10 +266,8 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
             [h[0] / b, h[1] / b]
         })
         .collect();
-    let eff: Vec<f64> = transfers
-        .iter()
-        .map(|t| dma_efficiency(t.dma_partition_bytes).max(1e-9))
-        .collect();
+    let eff: Vec<f64> =
+        transfers.iter().map(|t| dma_efficiency(t.dma_partition_bytes).max(1e-9)).collect();
     let caps = hbm_rates();
     let mut state = vec![State::Waiting; n];
     let mut start_s = vec![0.0; n];
@@ -314,10 +296,8 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
                     let begin = transfers[i].issue_s.max(queue_free[q]);
                     if begin <= now {
                         start_s[i] = begin;
-                        state[i] = State::Fixed {
-                            start: begin,
-                            until: begin + transfers[i].fixed_s,
-                        };
+                        state[i] =
+                            State::Fixed { start: begin, until: begin + transfers[i].fixed_s };
                     }
                 }
             }
@@ -376,13 +356,7 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
                 demand[1] += total * hbm_per_byte[i][1];
             }
         }
-        let scale = [0, 1].map(|r| {
-            if demand[r] > caps[r] {
-                caps[r] / demand[r]
-            } else {
-                1.0
-            }
-        });
+        let scale = [0, 1].map(|r| if demand[r] > caps[r] { caps[r] / demand[r] } else { 1.0 });
         for i in 0..n {
             let s = (0..2)
                 .filter(|&r| hbm_per_byte[i][r] > 0.0)
@@ -448,11 +422,7 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
                         let (e, share) = engines[i][k];
                         let tr = &transfers[i];
                         // This engine's part of the transfer, and of its HBM traffic.
-                        let frac = if tr.bytes > 0 {
-                            share / tr.bytes as f64
-                        } else {
-                            0.0
-                        };
+                        let frac = if tr.bytes > 0 { share / tr.bytes as f64 } else { 0.0 };
                         let [local, remote] = tr.hbm_bytes();
                         events.push(
                             Event::new(queue_track(e, tr.queue), tr.name, since, now - since)
@@ -476,12 +446,7 @@ pub fn schedule(transfers: &[Transfer]) -> Result<Timeline> {
         ));
     }
     let end_s = finish_s.iter().copied().fold(0.0, f64::max);
-    Ok(Timeline {
-        start_s,
-        finish_s,
-        end_s,
-        events,
-    })
+    Ok(Timeline { start_s, finish_s, end_s, events })
 }
 
 /// Costs one transfer on queue 0; the report's `details` say which limit bound it.
@@ -497,10 +462,8 @@ pub fn dma_time_on_queue(plan: &DmaPlan, queue: usize) -> Result<Report> {
     let per_partition = plan.bytes as f64 / plan.partitions as f64;
     let eff = dma_efficiency(per_partition).max(1e-9);
     let shares = t.engine_bytes();
-    let engines_s = shares
-        .iter()
-        .map(|&(_, b)| b / (DMA_ENGINE_BYTES_PER_S * eff))
-        .fold(0.0, f64::max);
+    let engines_s =
+        shares.iter().map(|&(_, b)| b / (DMA_ENGINE_BYTES_PER_S * eff)).fold(0.0, f64::max);
     let hbm = t.hbm_bytes();
     let caps = hbm_rates();
     let hbm_s = (hbm[0] / caps[0]).max(hbm[1] / caps[1]);
@@ -539,29 +502,17 @@ mod tests {
     const LOAD: f64 = DMA_FIXED_COST_S + DMA_HBM_READ_LATENCY_S;
 
     fn plan(bytes: u64, src: Place) -> DmaPlan {
-        DmaPlan {
-            bytes,
-            wire_bytes: bytes,
-            partitions: 128,
-            src,
-            dst: Place::Sbuf,
-        }
+        DmaPlan { bytes, wire_bytes: bytes, partitions: 128, src, dst: Place::Sbuf }
     }
 
     #[test]
     fn large_transfers_approach_the_engines_rate_and_small_ones_pay_the_fixed_cost() {
         let big = dma_time(&plan(64 << 20, Place::Hbm)).expect("ok");
         let bw = (64u64 << 20) as f64 / big.seconds;
-        assert!(
-            bw > 0.9 * engines_bytes_per_s() && bw <= engines_bytes_per_s(),
-            "{bw}"
-        );
+        assert!(bw > 0.9 * engines_bytes_per_s() && bw <= engines_bytes_per_s(), "{bw}");
         let small = dma_time(&plan(128 * 64, Place::Hbm)).expect("ok");
         assert!(small.seconds < 1.1 * LOAD + 1e-6);
-        assert!(
-            small.details[0].1 / small.seconds > 0.9,
-            "fixed cost dominates"
-        );
+        assert!(small.details[0].1 / small.seconds > 0.9, "fixed cost dominates");
     }
 
     #[test]
@@ -571,10 +522,8 @@ mod tests {
             r.description,
             "DMA remote HBM -> SBUF: 1048576 B (1048576 B over HBM) across 128 partitions, queue 0"
         );
-        let labels: Vec<&str> = [Place::Hbm, Place::Sbuf, Place::Psum]
-            .iter()
-            .map(|p| p.label())
-            .collect();
+        let labels: Vec<&str> =
+            [Place::Hbm, Place::Sbuf, Place::Psum].iter().map(|p| p.label()).collect();
         assert_eq!(labels, ["HBM", "SBUF", "PSUM"]);
     }
 
@@ -630,11 +579,7 @@ mod tests {
         let t = schedule(&[a, small]).expect("ok");
         assert!(t.finish_s[1] < t.finish_s[0]);
         let both = one + small_alone;
-        assert!(
-            (t.end_s - (LOAD + both)).abs() < 1e-12 * t.end_s,
-            "{}",
-            t.end_s
-        );
+        assert!((t.end_s - (LOAD + both)).abs() < 1e-12 * t.end_s, "{}", t.end_s);
     }
 
     #[test]
@@ -657,9 +602,7 @@ mod tests {
         // Four queues reading the remote stack: the engines could move 368 GB/s, the remote
         // stack allows 362.5 GB/s.
         let p = plan(32 << 20, Place::HbmRemote);
-        let ts: Vec<Transfer> = (0..4)
-            .map(|q| Transfer::new("r", &p, q).expect("ok"))
-            .collect();
+        let ts: Vec<Transfer> = (0..4).map(|q| Transfer::new("r", &p, q).expect("ok")).collect();
         let t = schedule(&ts).expect("ok");
         let moving = t.end_s - fixed_cost_s(Place::HbmRemote, Place::Sbuf);
         let rate = 4.0 * (32u64 << 20) as f64 / moving;

@@ -192,11 +192,7 @@ mod sse42 {
             let (a, rest) = stretch.split_at(LANE);
             let (b, d) = rest.split_at(LANE);
             let (mut ca, mut cb, mut cd) = (c, 0u64, 0u64);
-            for ((x, y), z) in a
-                .chunks_exact(8)
-                .zip(b.chunks_exact(8))
-                .zip(d.chunks_exact(8))
-            {
+            for ((x, y), z) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(d.chunks_exact(8)) {
                 ca = _mm_crc32_u64(ca, le64(x));
                 cb = _mm_crc32_u64(cb, le64(y));
                 cd = _mm_crc32_u64(cd, le64(z));
@@ -251,18 +247,13 @@ mod tests {
     #[test]
     fn tables_and_instruction_match_bitwise() {
         // Long enough for the instruction path's three-stream stretches and their remainders.
-        let data: Vec<u8> = (0..60_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
-            .collect();
+        let data: Vec<u8> =
+            (0..60_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
         let lens = (0..200).chain([8191, 24_575, 24_576, 24_577, 30_001, 49_152, 60_000]);
         for n in lens {
             let want = slow(&data[..n]);
             assert_eq!(crc32c(&data[..n]), want, "length {n}");
-            assert_eq!(
-                !update_raw_tables(!0, &data[..n]),
-                want,
-                "tables, length {n}"
-            );
+            assert_eq!(!update_raw_tables(!0, &data[..n]), want, "tables, length {n}");
         }
     }
 
@@ -278,10 +269,7 @@ mod tests {
                 ^ t[3][(r >> 24) as usize];
             assert_eq!(got, want);
             // Linearity: the register after `data` from `r` is shift(r) ^ (from 0).
-            assert_eq!(
-                update_raw_tables(r, &data),
-                got ^ update_raw_tables(0, &data)
-            );
+            assert_eq!(update_raw_tables(r, &data), got ^ update_raw_tables(0, &data));
         }
     }
 
@@ -292,11 +280,7 @@ mod tests {
         for cut in [0, 1, 7, 15, 16, 17, 500, 999, 1000] {
             let (a, b) = data.split_at(cut);
             assert_eq!(update(crc32c(a), b), whole, "update at {cut}");
-            assert_eq!(
-                combine(crc32c(a), crc32c(b), b.len() as u64),
-                whole,
-                "combine at {cut}"
-            );
+            assert_eq!(combine(crc32c(a), crc32c(b), b.len() as u64), whole, "combine at {cut}");
         }
     }
 }

@@ -212,11 +212,7 @@ pub struct Decoded {
 /// than [`MAX_NDIM`] dims, `FormatError` for a too-long dtype name, `CapacityError` beyond
 /// [`MAX_RAW_NBYTES`].
 pub fn compress(
-    bytes: &[u8],
-    elem_size: usize,
-    codec: Codec,
-    dtype: &str,
-    shape: &[u64],
+    bytes: &[u8], elem_size: usize, codec: Codec, dtype: &str, shape: &[u64],
 ) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     compress_into(bytes, elem_size, codec, dtype, shape, &mut out)?;
@@ -227,12 +223,7 @@ pub fn compress(
 /// enough: for a caller that streams many tensors, this skips the operating system's cost of
 /// handing out fresh pages (on a VM, often more than the coding itself).
 pub fn compress_into(
-    bytes: &[u8],
-    elem_size: usize,
-    codec: Codec,
-    dtype: &str,
-    shape: &[u64],
-    out: &mut Vec<u8>,
+    bytes: &[u8], elem_size: usize, codec: Codec, dtype: &str, shape: &[u64], out: &mut Vec<u8>,
 ) -> Result<()> {
     let planned = plan_compress(bytes, elem_size, codec, dtype, shape)?;
     let total = planned.len();
@@ -253,11 +244,7 @@ pub fn compress_into(
 /// NumPy allocate the stream (its allocator asks the kernel for huge pages, which on the test
 /// VMs makes first-touch page faults several times cheaper than for a plain `Vec`).
 pub fn plan_compress<'a>(
-    bytes: &'a [u8],
-    elem_size: usize,
-    codec: Codec,
-    dtype: &str,
-    shape: &[u64],
+    bytes: &'a [u8], elem_size: usize, codec: Codec, dtype: &str, shape: &[u64],
 ) -> Result<PlannedStream<'a>> {
     validate(bytes, elem_size, dtype, shape)?;
     let info = StreamInfo {
@@ -269,10 +256,7 @@ pub fn plan_compress<'a>(
         nbytes: 0,
     };
     let encoder = stream::Encoder::plan(bytes, &info)?;
-    let info = StreamInfo {
-        nbytes: encoder.len() as u64,
-        ..info
-    };
+    let info = StreamInfo { nbytes: encoder.len() as u64, ..info };
     Ok(PlannedStream { encoder, info })
 }
 
@@ -304,11 +288,7 @@ impl PlannedStream<'_> {
         if out.len() != self.len() {
             return Err(Error::shape(
                 "out",
-                format!(
-                    "output of {} bytes for a stream of {} bytes",
-                    out.len(),
-                    self.len()
-                ),
+                format!("output of {} bytes for a stream of {} bytes", out.len(), self.len()),
             ));
         }
         self.encoder.write(out)
@@ -326,10 +306,7 @@ fn validate(bytes: &[u8], elem_size: usize, dtype: &str, shape: &[u64]) -> Resul
     if dtype.len() > MAX_DTYPE_LEN {
         return Err(Error::format(
             "dtype",
-            format!(
-                "dtype name of {} bytes; at most {MAX_DTYPE_LEN} allowed",
-                dtype.len()
-            ),
+            format!("dtype name of {} bytes; at most {MAX_DTYPE_LEN} allowed", dtype.len()),
         ));
     }
     if shape.len() > MAX_NDIM {
@@ -354,10 +331,7 @@ fn validate(bytes: &[u8], elem_size: usize, dtype: &str, shape: &[u64]) -> Resul
     if bytes.len() as u64 > MAX_RAW_NBYTES {
         return Err(Error::capacity(
             "x",
-            format!(
-                "{} bytes; a compressed stream holds at most {MAX_RAW_NBYTES}",
-                bytes.len()
-            ),
+            format!("{} bytes; a compressed stream holds at most {MAX_RAW_NBYTES}", bytes.len()),
         ));
     }
     Ok(())
@@ -373,10 +347,7 @@ pub fn decompress(stream: &[u8]) -> Result<Decoded> {
     let n = usize::try_from(layout.info.raw_nbytes).map_err(|_| {
         Error::capacity(
             "stream",
-            format!(
-                "{} bytes do not fit in this host's address space",
-                layout.info.raw_nbytes
-            ),
+            format!("{} bytes do not fit in this host's address space", layout.info.raw_nbytes),
         )
     })?;
     // All-zero blocks let a short stream declare a large array: the host must hold it.
@@ -452,11 +423,7 @@ pub fn inspect(stream: &[u8]) -> Result<StreamInfo> {
 
 /// The `CorruptDataError` every malformed stream produces.
 pub(crate) fn corrupt(message: impl Into<String>) -> Error {
-    Error::CorruptData {
-        arg: "stream".to_string(),
-        rule: None,
-        message: message.into(),
-    }
+    Error::CorruptData { arg: "stream".to_string(), rule: None, message: message.into() }
 }
 
 /// How one block is held in the stream (the top two bits of its table entry).
@@ -485,16 +452,14 @@ impl<'a> Reader<'a> {
 
     /// The next `n` bytes.
     pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8]> {
-        let got = self
-            .pos
-            .checked_add(n)
-            .and_then(|end| self.buf.get(self.pos..end))
-            .ok_or_else(|| {
+        let got = self.pos.checked_add(n).and_then(|end| self.buf.get(self.pos..end)).ok_or_else(
+            || {
                 corrupt(format!(
                     "data ends inside {what}: {n} bytes needed, {} left",
                     self.remaining()
                 ))
-            })?;
+            },
+        )?;
         self.pos += n;
         Ok(got)
     }
@@ -553,16 +518,8 @@ mod tests {
             assert_eq!(rd.varint("v"), Ok(v));
             assert_eq!(rd.remaining(), 0);
         }
-        for bad in [
-            &[0x80u8, 0x00][..],
-            &[0xFF; 10][..],
-            &[0x80; 11][..],
-            &[0x80][..],
-        ] {
-            assert!(matches!(
-                Reader::new(bad).varint("v"),
-                Err(Error::CorruptData { .. })
-            ));
+        for bad in [&[0x80u8, 0x00][..], &[0xFF; 10][..], &[0x80; 11][..], &[0x80][..]] {
+            assert!(matches!(Reader::new(bad).varint("v"), Err(Error::CorruptData { .. })));
         }
     }
 
@@ -594,12 +551,7 @@ mod tests {
                 if (i / elem_size) % 5 < 2 {
                     0
                 } else {
-                    (z as u8)
-                        & if i % elem_size == elem_size - 1 {
-                            0x1F
-                        } else {
-                            0xFF
-                        }
+                    (z as u8) & if i % elem_size == elem_size - 1 { 0x1F } else { 0xFF }
                 }
             })
             .collect();
@@ -687,11 +639,7 @@ mod tests {
                     let edits = 1 + (rnd() % 4) as usize;
                     for _ in 0..edits {
                         let at = (rnd() as usize) % body;
-                        s[at] = if round % 2 == 0 {
-                            rnd() as u8
-                        } else {
-                            s[at] ^ 1 << (rnd() % 8)
-                        };
+                        s[at] = if round % 2 == 0 { rnd() as u8 } else { s[at] ^ 1 << (rnd() % 8) };
                     }
                     if round % 7 == 0 {
                         // Also cut the stream somewhere.
@@ -710,10 +658,7 @@ mod tests {
                 }
                 // Edits inside stored bytes decode (to other bytes); the rest break some rule.
                 println!("{codec:?} {elem_size}: {rejected} of 1500 forgeries rejected");
-                assert!(
-                    rejected > 150,
-                    "{codec:?} {elem_size}: only {rejected} rejected"
-                );
+                assert!(rejected > 150, "{codec:?} {elem_size}: only {rejected} rejected");
                 assert_eq!(info.codec, codec);
             }
         }
@@ -762,11 +707,8 @@ mod tests {
         // Constant high byte, 3 distinct low bytes (2-bit), 40 distinct (6-bit), random (stored).
         let mut block = Vec::new();
         for i in 0..4096u32 {
-            let lo = [
-                (i % 3) as u8,
-                (i % 40) as u8 + 1,
-                (i.wrapping_mul(2_654_435_761) >> 13) as u8,
-            ];
+            let lo =
+                [(i % 3) as u8, (i % 40) as u8 + 1, (i.wrapping_mul(2_654_435_761) >> 13) as u8];
             block.extend_from_slice(&[lo[0], lo[1], lo[2], 0x3F]);
         }
         let mut out = Vec::new();

@@ -197,11 +197,7 @@ impl Avx512 {
     /// [`zvc_encode_1`] .. [`zvc_encode_8`] for element size `size`.
     #[inline]
     pub(super) fn zvc_encode(
-        self,
-        size: usize,
-        block: &[u8],
-        mask: &mut [u8],
-        vals: &mut [u8],
+        self, size: usize, block: &[u8], mask: &mut [u8], vals: &mut [u8],
     ) -> usize {
         // SAFETY: holding `self` proves the target features.
         unsafe {

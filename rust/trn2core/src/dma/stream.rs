@@ -60,11 +60,7 @@ fn plan_task<W: Word>(chunk: &[u8], codec: Codec, block_bytes: usize) -> TaskPla
         len as u32 | (mode as u32) << LEN_BITS
     };
     match codec {
-        Codec::None => TaskPlan {
-            table: Vec::new(),
-            coded: None,
-            len: chunk.len(),
-        },
+        Codec::None => TaskPlan { table: Vec::new(), coded: None, len: chunk.len() },
         Codec::Zvc => {
             let mut len = 0;
             let table = chunk
@@ -75,11 +71,7 @@ fn plan_task<W: Word>(chunk: &[u8], codec: Codec, block_bytes: usize) -> TaskPla
                     entry(mode, n)
                 })
                 .collect();
-            TaskPlan {
-                table,
-                coded: None,
-                len,
-            }
+            TaskPlan { table, coded: None, len }
         }
         Codec::BytePlane => {
             let mut scratch = byteplane::Scratch::new();
@@ -95,11 +87,7 @@ fn plan_task<W: Word>(chunk: &[u8], codec: Codec, block_bytes: usize) -> TaskPla
                     entry(mode, payload.len() - at)
                 })
                 .collect();
-            TaskPlan {
-                table,
-                len: payload.len(),
-                coded: Some(payload),
-            }
+            TaskPlan { table, len: payload.len(), coded: Some(payload) }
         }
     }
 }
@@ -176,11 +164,7 @@ impl<'a> Encoder<'a> {
             .map(|chunk| {
                 if cancel.is_cancelled() {
                     // Skipped: the result is thrown away below.
-                    return TaskPlan {
-                        table: Vec::new(),
-                        coded: None,
-                        len: 0,
-                    };
+                    return TaskPlan { table: Vec::new(), coded: None, len: 0 };
                 }
                 with_word!(elem_size, plan_task(chunk, codec, block_bytes))
             })
@@ -277,9 +261,7 @@ impl Layout {
         let stored_crc = u32::from_le_bytes(*crc_bytes);
         let mut rd = Reader::new(body);
         if rd.take(4, "magic")? != MAGIC {
-            return Err(corrupt(
-                "not a trn2core compressed stream (bad magic bytes)",
-            ));
+            return Err(corrupt("not a trn2core compressed stream (bad magic bytes)"));
         }
         let version = rd.u8("version")?;
         if version != VERSION {
@@ -391,9 +373,7 @@ impl Layout {
     /// Compares the checksum of `parts` (consecutive slices covering the stream up to the
     /// stored checksum; their CRCs computed in parallel) with the stored one.
     fn check(&self, crcs: impl IntoIterator<Item = (u32, usize)>) -> Result<()> {
-        let crc = crcs
-            .into_iter()
-            .fold(0u32, |acc, (c, n)| combine(acc, c, n as u64));
+        let crc = crcs.into_iter().fold(0u32, |acc, (c, n)| combine(acc, c, n as u64));
         if crc != self.stored_crc {
             return Err(corrupt(format!(
                 "checksum mismatch: stream says {:#010x}, content gives {crc:#010x}",
@@ -406,10 +386,8 @@ impl Layout {
     /// Verifies the stream's checksum without decoding (`stream` is the one parsed).
     pub(super) fn verify_checksum(&self, stream: &[u8]) -> Result<()> {
         let body = stream.get(..stream.len().saturating_sub(4)).unwrap_or(&[]);
-        let crcs: Vec<(u32, usize)> = body
-            .par_chunks(TASK_RAW_BYTES)
-            .map(|c| (crc32c(c), c.len()))
-            .collect();
+        let crcs: Vec<(u32, usize)> =
+            body.par_chunks(TASK_RAW_BYTES).map(|c| (crc32c(c), c.len())).collect();
         self.check(crcs)
     }
 
@@ -474,11 +452,7 @@ impl Layout {
 /// Decodes the blocks of one task: `entries` are their table entries, `payload` their payloads
 /// back to back, `out` their raw bytes.
 fn decode_task<W: Word>(
-    entries: &[u32],
-    payload: &[u8],
-    out: &mut [u8],
-    codec: Codec,
-    block_bytes: usize,
+    entries: &[u32], payload: &[u8], out: &mut [u8], codec: Codec, block_bytes: usize,
 ) -> Result<()> {
     let mut scratch = (codec == Codec::BytePlane).then(byteplane::Scratch::new);
     let mut at = 0usize;

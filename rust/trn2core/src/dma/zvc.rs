@@ -93,10 +93,7 @@ pub(super) fn unpack<W: Word>(mask: &[u8], vals: &[u8], out: &mut [u8]) -> bool 
 
 /// Non-zero elements of `block`.
 pub(super) fn count_portable<W: Word>(block: &[u8]) -> usize {
-    block
-        .chunks_exact(W::SIZE)
-        .map(|e| W::load(e).is_some_and(W::is_nonzero) as usize)
-        .sum()
+    block.chunks_exact(W::SIZE).map(|e| W::load(e).is_some_and(W::is_nonzero) as usize).sum()
 }
 
 /// Writes the coded form of `block` into `dst`, whose length [`plan_block`] gave for a
@@ -163,9 +160,7 @@ pub(super) fn decode_block<W: Word>(payload: &[u8], out: &mut [u8]) -> Result<()
         .ok_or_else(|| corrupt("zvc block shorter than its bitmask"))?;
     let nnz: usize = mask.iter().map(|b| b.count_ones() as usize).sum();
     if !n.is_multiple_of(8) && mask.last().is_some_and(|&l| l >> (n % 8) != 0) {
-        return Err(corrupt(
-            "zvc bitmask has bits set past the end of the block",
-        ));
+        return Err(corrupt("zvc bitmask has bits set past the end of the block"));
     }
     if nnz == 0 || nnz * s != vals.len() || payload.len() >= out.len() {
         return Err(corrupt(format!(
@@ -189,10 +184,7 @@ pub(super) fn decode_portable<W: Word>(mask: &[u8], vals: &[u8], out: &mut [u8])
     for (og, &m) in out.chunks_mut(8 * s).zip(mask) {
         let window = vals.get(j..j + 8 * s);
         let src: [W; 16] = std::array::from_fn(|k| {
-            window
-                .and_then(|w| w.get(k * s..))
-                .and_then(W::load)
-                .unwrap_or(W::ZERO)
+            window.and_then(|w| w.get(k * s..)).and_then(W::load).unwrap_or(W::ZERO)
         });
         if window.is_some() {
             // Eight candidates loaded unconditionally; each output picks its slot (8 = zero).
@@ -227,11 +219,7 @@ mod tests {
                 for _ in 0..n {
                     z = crate::numerics::mix64(z);
                     let keep = (z & 15) < density;
-                    let v = if keep {
-                        (z >> 8) | 1 << (z % (8 * s as u64))
-                    } else {
-                        0
-                    };
+                    let v = if keep { (z >> 8) | 1 << (z % (8 * s as u64)) } else { 0 };
                     b.extend_from_slice(&v.to_le_bytes()[..s]);
                 }
                 out.push(b);

@@ -58,10 +58,7 @@ pub(crate) struct Tiling {
 impl Tiling {
     /// The tiling of a GEMM in `perf_mode`.
     pub(crate) fn gemm(perf_mode: PerfMode) -> Tiling {
-        Tiling {
-            tile: perf_mode.contraction_max(),
-            interleave: perf_mode == PerfMode::DoubleRow,
-        }
+        Tiling { tile: perf_mode.contraction_max(), interleave: perf_mode == PerfMode::DoubleRow }
     }
 
     /// The product order of a tile of `len` products, as offsets into the tile.
@@ -71,10 +68,7 @@ impl Tiling {
         }
         // The PE row count is the distance between the two elements sharing a row.
         let half = self.tile / 2;
-        (0..half.min(len))
-            .flat_map(|r| [r, r + half])
-            .filter(|&k| k < len)
-            .collect()
+        (0..half.min(len)).flat_map(|r| [r, r + half]).filter(|&k| k < len).collect()
     }
 }
 
@@ -90,12 +84,7 @@ impl Tiling {
 /// too large for this host (`CapacityError`); a non-IEEE floating-point environment
 /// (`ValueError`).
 pub fn gemm_f32(
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    perf_mode: PerfMode,
+    a: &[f32], b: &[f32], m: usize, k: usize, n: usize, perf_mode: PerfMode,
 ) -> Result<Vec<f32>> {
     let len = m
         .checked_mul(n)
@@ -109,13 +98,7 @@ pub fn gemm_f32(
 
 /// [`gemm_f32`] into a caller's buffer of `m * n` elements (e.g. a numpy-allocated output).
 pub fn gemm_f32_into(
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    perf_mode: PerfMode,
-    out: &mut [f32],
+    a: &[f32], b: &[f32], m: usize, k: usize, n: usize, perf_mode: PerfMode, out: &mut [f32],
 ) -> Result<()> {
     let a = f32_reader("a", a, [m, k])?;
     let b = f32_reader("b", b, [k, n])?;
@@ -127,12 +110,7 @@ pub fn gemm_f32_into(
 /// `rows * cols` elements).
 pub(crate) fn f32_reader<'a>(arg: &str, data: &'a [f32], shape: [usize; 2]) -> Result<Reader<'a>> {
     let buffer = Buffer::U32(f32_bits(data));
-    Ok(Reader::f32(Strided::row_major(
-        arg,
-        buffer,
-        Dtype::F32,
-        shape,
-    )?))
+    Ok(Reader::f32(Strided::row_major(arg, buffer, Dtype::F32, shape)?))
 }
 
 /// The error every task returns when the floating-point environment is not IEEE's default.
@@ -150,13 +128,7 @@ pub(crate) fn fp_env_error() -> Error {
 /// round them into their formats as they are packed). `out` is `m x n` row-major; shapes are
 /// the caller's to check.
 pub(crate) fn run(
-    a: &Reader,
-    b: &Reader,
-    m: usize,
-    k: usize,
-    n: usize,
-    tiling: Tiling,
-    out: &mut [f32],
+    a: &Reader, b: &Reader, m: usize, k: usize, n: usize, tiling: Tiling, out: &mut [f32],
 ) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
@@ -175,21 +147,11 @@ pub(crate) fn run(
 
 /// The K tiles of one GEMM of contraction `k` (`orders`: a full tile's and the tail's).
 fn k_tiles<'r, 'a>(
-    a: &'r Reader<'a>,
-    b: &'r Reader<'a>,
-    k: usize,
-    tiling: Tiling,
-    orders: &'r [Vec<usize>; 2],
+    a: &'r Reader<'a>, b: &'r Reader<'a>, k: usize, tiling: Tiling, orders: &'r [Vec<usize>; 2],
 ) -> Vec<KTile<'r, 'a>> {
     (0..k)
         .step_by(tiling.tile)
-        .map(|k0| KTile {
-            a,
-            b,
-            k0,
-            order: &orders[usize::from(k - k0 < tiling.tile)],
-            a_t: false,
-        })
+        .map(|k0| KTile { a, b, k0, order: &orders[usize::from(k - k0 < tiling.tile)], a_t: false })
         .collect()
 }
 
@@ -214,11 +176,7 @@ pub(crate) struct KTile<'r, 'a> {
 /// tile, each with one fp32 rounding; the first tile writes `out` when `first` (else every tile
 /// adds to what `out` holds). NaN results are canonical. Shapes are the caller's to check.
 pub(crate) fn run_tiles(
-    tiles: &[KTile],
-    m: usize,
-    n: usize,
-    first: bool,
-    out: &mut [f32],
+    tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
 ) -> Result<()> {
     if m == 0 || n == 0 || tiles.is_empty() {
         return Ok(());
@@ -357,11 +315,7 @@ impl Drop for PackBuf {
 /// The rows (of `n`) of an output `block` cut into `ranges` column ranges of `nc`: element `c`
 /// holds range `c` of every row (room for `rows` rows).
 pub(super) fn column_segments(
-    block: &mut [f32],
-    n: usize,
-    nc: usize,
-    ranges: usize,
-    rows: usize,
+    block: &mut [f32], n: usize, nc: usize, ranges: usize, rows: usize,
 ) -> Vec<Vec<&mut [f32]>> {
     let mut cols: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(rows)).collect();
     for row in block.chunks_mut(n) {
@@ -376,12 +330,7 @@ pub(super) fn column_segments(
 }
 
 fn drive<K: MicroKernel>(
-    kernel: K,
-    tiles: &[KTile],
-    m: usize,
-    n: usize,
-    first: bool,
-    out: &mut [f32],
+    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
     one_pass_floats: usize,
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
@@ -400,11 +349,7 @@ fn drive<K: MicroKernel>(
     for (rb, block) in out.chunks_mut(mc * n).enumerate() {
         let cols = column_segments(block, n, nc, col_blocks, mc);
         for (cb, rows) in cols.into_iter().enumerate() {
-            tasks.push(Task {
-                row0: rb * mc,
-                col0: cb * nc,
-                rows,
-            });
+            tasks.push(Task { row0: rb * mc, col0: cb * nc, rows });
         }
     }
 
@@ -430,10 +375,8 @@ fn drive<K: MicroKernel>(
         let (a, b, k0, order) = (tile.a, tile.b, tile.k0, tile.order);
         let a_t = tile.a_t;
         let kc = order.len();
-        let (apack, bpack) = (
-            &mut apack[..m_panels * K::MR * kc],
-            &mut bpack[..n_panels * K::NR * kc],
-        );
+        let (apack, bpack) =
+            (&mut apack[..m_panels * K::MR * kc], &mut bpack[..n_panels * K::NR * kc]);
         if a_t {
             // Panels of the transposed a are packed as b's are, a few at a time.
             let group = (RUN / K::MR).max(1);
@@ -493,13 +436,7 @@ const ONE_PASS_FLOATS: usize = 4 << 20;
 /// panels packed in parallel (one job per tile), then every output block adds the tiles in
 /// order (and canonicalises its NaN).
 fn drive_one_pass<K: MicroKernel>(
-    kernel: K,
-    tiles: &[KTile],
-    m: usize,
-    n: usize,
-    first: bool,
-    tasks: &mut [Task],
-    total_k: usize,
+    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, tasks: &mut [Task], total_k: usize,
 ) -> Result<()> {
     let (a_len, b_len) = (m.div_ceil(K::MR) * K::MR, n.div_ceil(K::NR) * K::NR);
     let cancel = crate::cancel::current();
@@ -515,31 +452,28 @@ fn drive_one_pass<K: MicroKernel>(
         jobs.push((tile, ap, bp));
         (ar, br) = (arest, brest);
     }
-    jobs.par_iter_mut()
-        .try_for_each_init(Scratch::new, |s, (tile, ap, bp)| {
-            cancel.check()?;
-            let (k0, order) = (tile.k0, tile.order);
-            let kc = order.len();
-            if tile.a_t {
-                let group = (RUN / K::MR).max(1);
-                for (g, panels) in ap.chunks_mut(group * K::MR * kc).enumerate() {
-                    pack_cols(tile.a, m, K::MR, g * group, k0, order, panels, s);
-                }
-            } else {
-                for (ip, panel) in ap.chunks_mut(K::MR * kc).enumerate() {
-                    pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
-                }
+    jobs.par_iter_mut().try_for_each_init(Scratch::new, |s, (tile, ap, bp)| {
+        cancel.check()?;
+        let (k0, order) = (tile.k0, tile.order);
+        let kc = order.len();
+        if tile.a_t {
+            let group = (RUN / K::MR).max(1);
+            for (g, panels) in ap.chunks_mut(group * K::MR * kc).enumerate() {
+                pack_cols(tile.a, m, K::MR, g * group, k0, order, panels, s);
             }
-            let group = (RUN / K::NR).max(1);
-            for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
-                pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
+        } else {
+            for (ip, panel) in ap.chunks_mut(K::MR * kc).enumerate() {
+                pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
             }
-            Ok::<(), Error>(())
-        })?;
-    let packed: Vec<(usize, &[f32], &[f32])> = jobs
-        .iter()
-        .map(|(tile, ap, bp)| (tile.order.len(), &**ap, &**bp))
-        .collect();
+        }
+        let group = (RUN / K::NR).max(1);
+        for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
+            pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
+        }
+        Ok::<(), Error>(())
+    })?;
+    let packed: Vec<(usize, &[f32], &[f32])> =
+        jobs.iter().map(|(tile, ap, bp)| (tile.order.len(), &**ap, &**bp)).collect();
     tasks.par_iter_mut().try_for_each(|task| {
         // Worker threads have their own floating-point environment: check each.
         if !fp_env_is_ieee() {
@@ -561,12 +495,7 @@ fn drive_one_pass<K: MicroKernel>(
 /// Adds one K tile of `kc` products into a task's block (writes it, for the `first` tile), from
 /// the tile's packed panels of all of `a`'s rows and all of `b`'s columns.
 fn add_tile<K: MicroKernel>(
-    kernel: K,
-    kc: usize,
-    apack: &[f32],
-    bpack: &[f32],
-    first: bool,
-    task: &mut Task,
+    kernel: K, kc: usize, apack: &[f32], bpack: &[f32], first: bool, task: &mut Task,
 ) {
     let width = task.rows.first().map_or(0, |r| r.len());
     // Blocks start on panel boundaries (MC and NC are multiples of MR and NR).
@@ -593,13 +522,7 @@ fn add_tile<K: MicroKernel>(
 /// rows past `m` are zero (computed, never stored). `order` is a permutation of the tile's
 /// `order.len() <= RUN` offsets.
 fn pack_a<K: MicroKernel>(
-    a: &Reader,
-    m: usize,
-    ip: usize,
-    k0: usize,
-    order: &[usize],
-    panel: &mut [f32],
-    s: &mut Scratch,
+    a: &Reader, m: usize, ip: usize, k0: usize, order: &[usize], panel: &mut [f32], s: &mut Scratch,
 ) {
     let in_order = order.iter().enumerate().all(|(p, &o)| p == o);
     let mut vals = [0f32; RUN];
@@ -626,13 +549,7 @@ fn pack_a<K: MicroKernel>(
 /// `RUN` columns.
 #[allow(clippy::too_many_arguments)]
 fn pack_cols(
-    b: &Reader,
-    n: usize,
-    w: usize,
-    jp0: usize,
-    k0: usize,
-    order: &[usize],
-    panels: &mut [f32],
+    b: &Reader, n: usize, w: usize, jp0: usize, k0: usize, order: &[usize], panels: &mut [f32],
     s: &mut Scratch,
 ) {
     let kc = order.len();
@@ -659,9 +576,7 @@ mod tests {
 
     fn values(seed: u64, len: usize) -> Vec<f32> {
         // Every bf16 bit pattern, so huge, tiny, subnormal, Inf and NaN inputs all occur.
-        (0..len)
-            .map(|i| f32::from_bits((mix64(seed ^ (i as u64) << 20) as u32) << 16))
-            .collect()
+        (0..len).map(|i| f32::from_bits((mix64(seed ^ (i as u64) << 20) as u32) << 16)).collect()
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -669,11 +584,7 @@ mod tests {
     }
 
     fn with_kernel<K: MicroKernel>(
-        kernel: K,
-        a: &[f32],
-        b: &[f32],
-        dims: (usize, usize, usize),
-        mode: PerfMode,
+        kernel: K, a: &[f32], b: &[f32], dims: (usize, usize, usize), mode: PerfMode,
     ) -> Vec<u32> {
         let (m, k, n) = dims;
         let a = f32_reader("a", a, [m, k]).expect("valid");
@@ -686,11 +597,7 @@ mod tests {
         // Tile by tile (no one-pass packing): the same bits.
         let mut by_tile = vec![0f32; m * n];
         drive(kernel, &tiles, m, n, true, &mut by_tile, 0).expect("valid");
-        assert_eq!(
-            bits(&by_tile),
-            bits(&out),
-            "{m}x{k}x{n} one pass vs tile by tile"
-        );
+        assert_eq!(bits(&by_tile), bits(&out), "{m}x{k}x{n} one pass vs tile by tile");
         bits(&out)
     }
 
@@ -720,11 +627,8 @@ mod tests {
     fn a_transposed_and_chained_tiles_give_the_same_bits() {
         // The machine's chains: K tiles of different lengths, each from its own operands, `a`
         // given as [K, M]; against one GEMM over the concatenated K with tiles of those lengths.
-        for (m, n, ks) in [
-            (13, 70, vec![128, 64, 5]),
-            (128, 512, vec![128, 128]),
-            (1, 1, vec![1]),
-        ] {
+        for (m, n, ks) in [(13, 70, vec![128, 64, 5]), (128, 512, vec![128, 128]), (1, 1, vec![1])]
+        {
             let k: usize = ks.iter().sum();
             let a = values(3, m * k);
             let b = values(4, k * n);
@@ -742,13 +646,7 @@ mod tests {
             let whole: Vec<KTile> = starts
                 .iter()
                 .zip(&orders)
-                .map(|(&k0, o)| KTile {
-                    a: &ra,
-                    b: &rb,
-                    k0,
-                    order: o,
-                    a_t: false,
-                })
+                .map(|(&k0, o)| KTile { a: &ra, b: &rb, k0, order: o, a_t: false })
                 .collect();
             run_tiles(&whole, m, n, true, &mut want).expect("whole");
             // Per tile: a^T [kc, m] and b [kc, n] of its own.
@@ -773,13 +671,7 @@ mod tests {
             let tiles: Vec<KTile> = readers
                 .iter()
                 .zip(&orders)
-                .map(|((x, y), o)| KTile {
-                    a: x,
-                    b: y,
-                    k0: 0,
-                    order: o,
-                    a_t: true,
-                })
+                .map(|((x, y), o)| KTile { a: x, b: y, k0: 0, order: o, a_t: true })
                 .collect();
             let mut got = vec![0f32; m * n];
             run_tiles(&tiles, m, n, true, &mut got).expect("chained");
@@ -795,12 +687,7 @@ mod tests {
 
     /// This thread's spare packing buffers, as (address, room).
     fn spares() -> Vec<(usize, usize)> {
-        SPARE.with(|s| {
-            s.borrow()
-                .iter()
-                .map(|b| (b.buf.as_ptr() as usize, b.room()))
-                .collect()
-        })
+        SPARE.with(|s| s.borrow().iter().map(|b| (b.buf.as_ptr() as usize, b.room())).collect())
     }
 
     /// Fills every float of this thread's spare packing buffers with garbage: NaN, Inf,
@@ -817,22 +704,13 @@ mod tests {
     /// One GEMM through `drive` as a chain of K tiles (`a_t`: `a` given transposed, as the
     /// machine's chains give it), written into an output that starts as garbage.
     fn chain_bits<K: MicroKernel>(
-        kernel: K,
-        a: &[f32],
-        b: &[f32],
-        dims: (usize, usize, usize),
-        mode: PerfMode,
-        a_t: bool,
+        kernel: K, a: &[f32], b: &[f32], dims: (usize, usize, usize), mode: PerfMode, a_t: bool,
         one_pass_floats: usize,
     ) -> Vec<u32> {
         let (m, k, n) = dims;
         let at: Vec<f32> = (0..k * m).map(|e| a[(e % m) * k + e / m]).collect();
-        let ra = if a_t {
-            f32_reader("a", &at, [k, m])
-        } else {
-            f32_reader("a", a, [m, k])
-        }
-        .expect("valid");
+        let ra = if a_t { f32_reader("a", &at, [k, m]) } else { f32_reader("a", a, [m, k]) }
+            .expect("valid");
         let rb = f32_reader("b", b, [k, n]).expect("valid");
         let tiling = Tiling::gemm(mode);
         let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];

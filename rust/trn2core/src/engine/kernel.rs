@@ -32,25 +32,11 @@ pub(crate) trait MicroKernel: Copy + Send + Sync {
     /// `a` must be valid for `kc * MR` reads, `b` for `kc * NR` reads, each non-null `c[i]` for
     /// reads and writes of `cols` elements, none of them aliasing `a` or `b`.
     unsafe fn run(
-        self,
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: &[*mut f32; MAX_MR],
-        cols: usize,
+        self, kc: usize, a: *const f32, b: *const f32, c: &[*mut f32; MAX_MR], cols: usize,
         first: bool,
     ) {
         // SAFETY: the caller's contract, passed on.
-        unsafe {
-            self.run_tile(KTile {
-                kc,
-                a,
-                b,
-                c,
-                cols,
-                first,
-            })
-        }
+        unsafe { self.run_tile(KTile { kc, a, b, c, cols, first }) }
     }
 
     /// [`MicroKernel::run`] with its operands in one value.
@@ -84,14 +70,7 @@ impl MicroKernel for Portable {
     const NR: usize = PORTABLE_NR;
 
     unsafe fn run_tile(self, t: KTile<'_>) {
-        let KTile {
-            kc,
-            a,
-            b,
-            c,
-            cols,
-            first,
-        } = t;
+        let KTile { kc, a, b, c, cols, first } = t;
         // SAFETY: the caller's contract covers `kc * MR` and `kc * NR` reads.
         let (a, b) = unsafe {
             (
@@ -307,14 +286,7 @@ mod x86 {
     #[inline(always)]
     #[allow(clippy::needless_range_loop)] // index loops on purpose (see the FMA loop)
     unsafe fn tile<L: Lanes, const MR: usize, const NV: usize>(t: KTile<'_>) {
-        let KTile {
-            kc,
-            a,
-            b,
-            c,
-            cols,
-            first,
-        } = t;
+        let KTile { kc, a, b, c, cols, first } = t;
         if L::PREFETCH && !first {
             // The output block is read only after the K loop: start fetching it now.
             for &p in c.iter().take(MR).filter(|p| !p.is_null()) {
@@ -360,11 +332,7 @@ mod x86 {
                 // SAFETY: the row holds `cols` elements and the mask covers only those.
                 unsafe {
                     let p = p.add(L::W * j);
-                    let v = if first {
-                        row[j]
-                    } else {
-                        L::add(L::load_masked(p, mask), row[j])
-                    };
+                    let v = if first { row[j] } else { L::add(L::load_masked(p, mask), row[j]) };
                     L::store_masked(p, mask, v);
                 }
             }

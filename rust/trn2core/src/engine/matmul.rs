@@ -43,16 +43,12 @@ impl Default for PeTile {
 
 impl PeTile {
     /// The whole array, the default.
-    pub const FULL: PeTile = PeTile {
-        position: (0, 0),
-        size: (spec::PE_ROWS, spec::PE_COLS),
-    };
+    pub const FULL: PeTile = PeTile { position: (0, 0), size: (spec::PE_ROWS, spec::PE_COLS) };
 
     /// The tile of the contract's `tile_position` / `tile_size` arguments: both or neither
     /// (then the whole array).
     pub fn from_options(
-        position: Option<(usize, usize)>,
-        size: Option<(usize, usize)>,
+        position: Option<(usize, usize)>, size: Option<(usize, usize)>,
     ) -> Result<PeTile> {
         let tile = match (position, size) {
             (None, None) => return Ok(PeTile::FULL),
@@ -131,9 +127,7 @@ fn check_formats(stationary: Format, moving: Format, perf_mode: PerfMode) -> Res
 /// (`stationary`/`moving` of one instruction, `a`/`b` of a GEMM): no fp8_e4m3fn, fp32 and tf32
 /// only with each other, `double_row` only fp8_e4m3/fp8_e5m2.
 pub(crate) fn check_format_pair(
-    names: [&str; 2],
-    formats: [Format; 2],
-    perf_mode: PerfMode,
+    names: [&str; 2], formats: [Format; 2], perf_mode: PerfMode,
 ) -> Result<()> {
     for (arg, f) in names.into_iter().zip(formats) {
         if f == Format::Fp8E4m3fn {
@@ -179,10 +173,7 @@ pub(crate) fn check_format_pair(
 
 /// `(partitions, free)` of an operand, checking its rank (and the `[128, 2, F]` layout).
 fn operand_dims(
-    arg: &str,
-    shape: &[usize],
-    free: &str,
-    perf_mode: PerfMode,
+    arg: &str, shape: &[usize], free: &str, perf_mode: PerfMode,
 ) -> Result<(usize, usize)> {
     match perf_mode {
         PerfMode::None => match *shape {
@@ -215,12 +206,8 @@ fn operand_dims(
 /// formats (fp8_e4m3fn, fp32/tf32 pairing, `double_row`'s fp8_e4m3/fp8_e5m2), `ValueError` for a
 /// PE tile that `double_row` cannot use.
 pub fn validate_matmul(
-    stationary_shape: &[usize],
-    stationary_format: Format,
-    moving_shape: &[usize],
-    moving_format: Format,
-    perf_mode: PerfMode,
-    tile: PeTile,
+    stationary_shape: &[usize], stationary_format: Format, moving_shape: &[usize],
+    moving_format: Format, perf_mode: PerfMode, tile: PeTile,
 ) -> Result<MatmulShape> {
     check_formats(stationary_format, moving_format, perf_mode)?;
     tile.check()?;
@@ -248,20 +235,8 @@ pub fn validate_matmul(
         ));
     }
     let limits = [
-        (
-            "stationary",
-            "K",
-            k,
-            spec::MATMUL_CONTRACTION_MAX,
-            "contraction (partitions)",
-        ),
-        (
-            "stationary",
-            "M",
-            m,
-            spec::MATMUL_STATIONARY_FREE_MAX,
-            "stationary free size",
-        ),
+        ("stationary", "K", k, spec::MATMUL_CONTRACTION_MAX, "contraction (partitions)"),
+        ("stationary", "M", m, spec::MATMUL_STATIONARY_FREE_MAX, "stationary free size"),
         (
             "moving",
             "N",
@@ -289,42 +264,27 @@ pub fn validate_matmul(
     if k > tile.size.0 {
         return Err(Error::shape(
             "stationary",
-            format!(
-                "K = {k} partitions exceed the PE tile's {} rows (tile_size)",
-                tile.size.0
-            ),
+            format!("K = {k} partitions exceed the PE tile's {} rows (tile_size)", tile.size.0),
         ));
     }
     if m > tile.size.1 {
         return Err(Error::shape(
             "stationary",
-            format!(
-                "M = {m} exceeds the PE tile's {} columns (tile_size)",
-                tile.size.1
-            ),
+            format!("M = {m} exceeds the PE tile's {} columns (tile_size)", tile.size.1),
         ));
     }
     let contraction = match perf_mode {
         PerfMode::None => k,
         PerfMode::DoubleRow => spec::MATMUL_DOUBLE_ROW_CONTRACTION_MAX,
     };
-    Ok(MatmulShape {
-        k: contraction,
-        partitions: k,
-        m,
-        n,
-        perf_mode,
-    })
+    Ok(MatmulShape { k: contraction, partitions: k, m, n, perf_mode })
 }
 
 /// [`validate_matmul`] plus the operands' value counts: everything [`matmul_into_validated`]
 /// relies on. A caller that must look at the shape before writing PSUM (the `NeuronCore`'s
 /// accumulate bookkeeping) validates once with this and then calls the `_validated` form.
 pub fn validate_operands(
-    stationary: &Operand,
-    moving: &Operand,
-    perf_mode: PerfMode,
-    tile: PeTile,
+    stationary: &Operand, moving: &Operand, perf_mode: PerfMode, tile: PeTile,
 ) -> Result<MatmulShape> {
     let shape = validate_matmul(
         stationary.shape,
@@ -342,9 +302,7 @@ pub fn validate_operands(
 /// The GEMM readers of one instruction's float32 operand values as they lie: `[K, M]` (the
 /// driver's transposed `a`) and `[K, N]`.
 pub(crate) fn operand_readers_t<'a>(
-    stationary: &'a [f32],
-    moving: &'a [f32],
-    shape: MatmulShape,
+    stationary: &'a [f32], moving: &'a [f32], shape: MatmulShape,
 ) -> Result<(Reader<'a>, Reader<'a>)> {
     Ok((
         gemm::f32_reader("stationary", stationary, [shape.k, shape.m])?,
@@ -359,13 +317,7 @@ fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f3
     // stationary operand the driver's transposed `a` (as the machine's settle reads it).
     let (a, b) = operand_readers_t(stationary, moving, shape)?;
     let order: Vec<usize> = (0..shape.k).collect();
-    let tile = gemm::KTile {
-        a: &a,
-        b: &b,
-        k0: 0,
-        order: &order,
-        a_t: true,
-    };
+    let tile = gemm::KTile { a: &a, b: &b, k0: 0, order: &order, a_t: true };
     gemm::run_tiles(&[tile], shape.m, shape.n, true, out)
 }
 
@@ -373,10 +325,7 @@ fn compute(stationary: &[f32], moving: &[f32], shape: MatmulShape, out: &mut [f3
 /// PSUM with `accumulate=False` (the tile's sums, each started at +0.0 and taking the products
 /// in the PE's order). See [`validate_matmul`] for the errors.
 pub fn matmul(
-    stationary: &Operand,
-    moving: &Operand,
-    perf_mode: PerfMode,
-    tile: PeTile,
+    stationary: &Operand, moving: &Operand, perf_mode: PerfMode, tile: PeTile,
 ) -> Result<Vec<f32>> {
     let shape = validate_operands(stationary, moving, perf_mode, tile)?;
     let mut out = vec![0f32; shape.m * shape.n];
@@ -389,13 +338,8 @@ pub fn matmul(
 /// holds (one fp32 rounding each), otherwise they overwrite it. Whether the region was written by
 /// a matmul before (the contract's condition for `accumulate=True`) is the caller's to track.
 pub fn matmul_into(
-    psum: &mut [f32],
-    row_stride: usize,
-    stationary: &Operand,
-    moving: &Operand,
-    perf_mode: PerfMode,
-    tile: PeTile,
-    accumulate: bool,
+    psum: &mut [f32], row_stride: usize, stationary: &Operand, moving: &Operand,
+    perf_mode: PerfMode, tile: PeTile, accumulate: bool,
 ) -> Result<MatmulShape> {
     let shape = validate_operands(stationary, moving, perf_mode, tile)?;
     matmul_into_validated(psum, row_stride, stationary, moving, shape, accumulate)?;
@@ -405,16 +349,10 @@ pub fn matmul_into(
 /// [`matmul_into`] for operands already checked by [`validate_operands`] (which returned
 /// `shape`); only the PSUM region is checked here.
 pub fn matmul_into_validated(
-    psum: &mut [f32],
-    row_stride: usize,
-    stationary: &Operand,
-    moving: &Operand,
-    shape: MatmulShape,
-    accumulate: bool,
+    psum: &mut [f32], row_stride: usize, stationary: &Operand, moving: &Operand,
+    shape: MatmulShape, accumulate: bool,
 ) -> Result<()> {
-    let needed = (shape.m - 1)
-        .checked_mul(row_stride)
-        .and_then(|x| x.checked_add(shape.n));
+    let needed = (shape.m - 1).checked_mul(row_stride).and_then(|x| x.checked_add(shape.n));
     if row_stride < shape.n || needed.is_none_or(|need| need > psum.len()) {
         return Err(Error::shape(
             "psum",
@@ -443,11 +381,7 @@ mod tests {
     use super::*;
 
     fn check(
-        st: &[usize],
-        sf: Format,
-        mv: &[usize],
-        mf: Format,
-        mode: PerfMode,
+        st: &[usize], sf: Format, mv: &[usize], mf: Format, mode: PerfMode,
     ) -> Result<MatmulShape> {
         validate_matmul(st, sf, mv, mf, mode, PeTile::FULL)
     }
@@ -480,36 +414,15 @@ mod tests {
         assert!(err.to_string().contains("fp8_e4m3, Neuron's"), "{err}");
         let err = check(&[4, 4], Format::Fp32, &[4, 4], Format::Bf16, PerfMode::None)
             .expect_err("fp32 with bf16");
-        assert!(
-            matches!(err, Error::Format { ref arg, .. } if arg == "moving"),
-            "{err}"
-        );
+        assert!(matches!(err, Error::Format { ref arg, .. } if arg == "moving"), "{err}");
         check(&[4, 4], Format::Fp32, &[4, 4], Format::Tf32, PerfMode::None).expect("fp32+tf32");
-        check(
-            &[4, 4],
-            Format::Fp8E3m4,
-            &[4, 4],
-            Format::Bf16,
-            PerfMode::None,
-        )
-        .expect("mixed narrow formats");
-        let dr = check(
-            &[128, 2, 8],
-            e4,
-            &[128, 2, 16],
-            Format::Fp8E5m2,
-            PerfMode::DoubleRow,
-        )
-        .expect("double_row");
+        check(&[4, 4], Format::Fp8E3m4, &[4, 4], Format::Bf16, PerfMode::None)
+            .expect("mixed narrow formats");
+        let dr = check(&[128, 2, 8], e4, &[128, 2, 16], Format::Fp8E5m2, PerfMode::DoubleRow)
+            .expect("double_row");
         assert_eq!((dr.k, dr.partitions, dr.m, dr.n), (256, 128, 8, 16));
-        let err = check(
-            &[128, 2, 8],
-            e4,
-            &[128, 2, 8],
-            Format::Bf16,
-            PerfMode::DoubleRow,
-        )
-        .expect_err("double_row bf16");
+        let err = check(&[128, 2, 8], e4, &[128, 2, 8], Format::Bf16, PerfMode::DoubleRow)
+            .expect_err("double_row bf16");
         assert!(err.to_string().contains("fp8_e4m3 or fp8_e5m2"), "{err}");
         let err = check(&[64, 2, 8], e4, &[64, 2, 8], e4, PerfMode::DoubleRow)
             .expect_err("double_row shape");
@@ -529,15 +442,9 @@ mod tests {
         assert!(PeTile::from_options(Some((0, 0)), None).is_err());
         let e4 = Format::Fp8E4m3;
         let quarter_cols = PeTile::from_options(Some((0, 0)), Some((128, 32))).expect("valid");
-        let err = validate_matmul(
-            &[128, 2, 8],
-            e4,
-            &[128, 2, 8],
-            e4,
-            PerfMode::DoubleRow,
-            quarter_cols,
-        )
-        .expect_err("double_row with column tiling");
+        let err =
+            validate_matmul(&[128, 2, 8], e4, &[128, 2, 8], e4, PerfMode::DoubleRow, quarter_cols)
+                .expect_err("double_row with column tiling");
         assert!(err.to_string().contains("PE tiling"), "{err}");
     }
 }

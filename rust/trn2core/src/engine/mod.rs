@@ -266,13 +266,7 @@ impl<'a> GemmCall<'a> {
             plan = plan.with_sparsity(pattern)?;
         }
         plan.throttle = options.throttle;
-        Ok(GemmCall {
-            a: ra,
-            b: rb,
-            dims: [m, k, n],
-            options,
-            plan,
-        })
+        Ok(GemmCall { a: ra, b: rb, dims: [m, k, n], options, plan })
     }
 
     /// `[M, K, N]`.

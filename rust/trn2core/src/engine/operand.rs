@@ -101,13 +101,8 @@ impl<'a> Strided<'a> {
     /// a buffer whose width is not the dtype's (`FormatError`), an element outside the buffer
     /// (`ShapeError`).
     pub fn new(
-        arg: &str,
-        buffer: Buffer<'a>,
-        dtype: Dtype,
-        swapped: bool,
-        shape: [usize; 2],
-        origin: usize,
-        strides: [isize; 2],
+        arg: &str, buffer: Buffer<'a>, dtype: Dtype, swapped: bool, shape: [usize; 2],
+        origin: usize, strides: [isize; 2],
     ) -> Result<Strided<'a>> {
         check_width(arg, buffer, dtype)?;
         if shape[0] > 0 && shape[1] > 0 {
@@ -131,23 +126,13 @@ impl<'a> Strided<'a> {
                 ));
             }
         }
-        Ok(Strided {
-            buffer,
-            dtype,
-            swapped,
-            shape,
-            origin,
-            strides,
-        })
+        Ok(Strided { buffer, dtype, swapped, shape, origin, strides })
     }
 
     /// A row-major (C-contiguous, native byte order) matrix: `ShapeError` unless `buffer` holds
     /// exactly `rows * cols` elements.
     pub fn row_major(
-        arg: &str,
-        buffer: Buffer<'a>,
-        dtype: Dtype,
-        shape: [usize; 2],
+        arg: &str, buffer: Buffer<'a>, dtype: Dtype, shape: [usize; 2],
     ) -> Result<Strided<'a>> {
         check_len(arg, buffer.len(), &shape)?;
         // The length check bounds `cols` by the buffer length, itself below isize::MAX.
@@ -166,12 +151,7 @@ impl<'a> Strided<'a> {
     /// else gathered into `buf`.
     #[inline]
     fn fetch<'x, T: Raw>(
-        &self,
-        data: &'x [T],
-        i: usize,
-        j0: usize,
-        buf: &'x mut [T; RUN],
-        len: usize,
+        &self, data: &'x [T], i: usize, j0: usize, buf: &'x mut [T; RUN], len: usize,
     ) -> &'x [T] {
         let base = self.index(i, j0);
         if self.strides[1] == 1 && !self.swapped {
@@ -203,11 +183,7 @@ impl<'a> Sparse<'a> {
     /// that is not the dtype's (`FormatError`); a column count that is not a multiple of the
     /// pattern's group, or parts of the wrong length (`ShapeError`).
     pub fn new(
-        arg: &str,
-        values: Buffer<'a>,
-        indices: &'a [u8],
-        dtype: Dtype,
-        pattern: Pattern,
+        arg: &str, values: Buffer<'a>, indices: &'a [u8], dtype: Dtype, pattern: Pattern,
         shape: [usize; 2],
     ) -> Result<Sparse<'a>> {
         check_width(arg, values, dtype)?;
@@ -242,24 +218,13 @@ impl<'a> Sparse<'a> {
                 ),
             ));
         }
-        Ok(Sparse {
-            values,
-            indices,
-            dtype,
-            pattern,
-            shape,
-        })
+        Ok(Sparse { values, indices, dtype, pattern, shape })
     }
 
     /// Elements `(i, j0..j0 + len)` scattered from the stored values into `buf`.
     #[inline]
     fn fetch<'x, T: Raw>(
-        &self,
-        values: &[T],
-        i: usize,
-        j0: usize,
-        buf: &'x mut [T; RUN],
-        len: usize,
+        &self, values: &[T], i: usize, j0: usize, buf: &'x mut [T; RUN], len: usize,
     ) -> &'x [T] {
         let (n, m) = (self.pattern.n(), self.pattern.m());
         let bits = self.pattern.index_bits() as usize;
@@ -434,11 +399,7 @@ impl<'a> Reader<'a> {
     /// formats), float64 and integers (via float64) rounded to fp32, nearest-even, as a DMA cast
     /// would. A bool matrix is a `FormatError`.
     pub(crate) fn new(
-        arg: &str,
-        matrix: Matrix<'a>,
-        target: Option<Format>,
-        rounding: Rounding,
-        seed: u64,
+        arg: &str, matrix: Matrix<'a>, target: Option<Format>, rounding: Rounding, seed: u64,
     ) -> Result<(Reader<'a>, Format)> {
         let dtype = matrix.dtype();
         if dtype == Dtype::Bool {
@@ -457,10 +418,9 @@ impl<'a> Reader<'a> {
         let (format, round) = match (target, stored_format(dtype)) {
             (Some(f), _) => (f, Some(RunEncoder::new(f, rounding, seed))),
             (None, Some(f)) => (f, None),
-            (None, None) => (
-                Format::Fp32,
-                Some(RunEncoder::new(Format::Fp32, Rounding::NearestEven, 0)),
-            ),
+            (None, None) => {
+                (Format::Fp32, Some(RunEncoder::new(Format::Fp32, Rounding::NearestEven, 0)))
+            }
         };
         let lut = |f: Option<Format>| match f {
             Some(f) if f.is_fp8() => fp8_lut(&f.encoding()),
@@ -497,13 +457,7 @@ impl<'a> Reader<'a> {
         let len = out.len();
         debug_assert!(len <= RUN && i < self.matrix.shape()[0] && j0 + len <= self.cols);
         let key0 = (i * self.cols + j0) as u64;
-        let Scratch {
-            raw8,
-            raw16,
-            raw32,
-            raw64,
-            work,
-        } = s;
+        let Scratch { raw8, raw16, raw32, raw64, work } = s;
         match self.matrix {
             Matrix::Dense(d) => match d.buffer {
                 Buffer::U8(x) => self.convert(d.fetch(x, i, j0, raw8, len), key0, out, work),
@@ -558,22 +512,12 @@ impl<'a> Reader<'a> {
                 widen(format, &w.code8[..len], out, lut);
             }
             16 => {
-                enc.encode(
-                    &src,
-                    key0,
-                    CodesMut::U16(&mut w.code16[..len]),
-                    &mut w.encode,
-                );
+                enc.encode(&src, key0, CodesMut::U16(&mut w.code16[..len]), &mut w.encode);
                 widen(format, &w.code16[..len], out, lut);
             }
             // fp32 and tf32: float32 containers (tf32's low 13 bits are zero).
             _ => {
-                enc.encode(
-                    &src,
-                    key0,
-                    CodesMut::U32(&mut w.code32[..len]),
-                    &mut w.encode,
-                );
+                enc.encode(&src, key0, CodesMut::U32(&mut w.code32[..len]), &mut w.encode);
                 widen(format, &w.code32[..len], out, lut);
             }
         }

@@ -81,25 +81,14 @@ pub enum Isa {
 /// products of `a`'s zeros when that is faster (see the module doc). `a` `[M, K]`, `b` `[K, N]`
 /// and `out` `[M, N]` are row-major float32. Returns the kernel that ran.
 pub fn gemm_skip_zeros_into(
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    out: &mut [f32],
+    a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32],
 ) -> Result<SparseKernel> {
     gemm_skip_zeros_into_with(a, b, m, k, n, out, Isa::Best)
 }
 
 /// [`gemm_skip_zeros_into`] with a choice of inner loop.
 pub fn gemm_skip_zeros_into_with(
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    out: &mut [f32],
-    isa: Isa,
+    a: &[f32], b: &[f32], m: usize, k: usize, n: usize, out: &mut [f32], isa: Isa,
 ) -> Result<SparseKernel> {
     let a = f32_reader("a", a, [m, k])?;
     let b = f32_reader("b", b, [k, n])?;
@@ -111,11 +100,7 @@ pub fn gemm_skip_zeros_into_with(
 /// round them into their formats): `a` is typically an N:M-compressed matrix, whose non-zero
 /// lists are built from its stored values. `out` is `[m, n]`; shapes are the caller's to check.
 pub(crate) fn skip_zeros(
-    a: &Reader,
-    b: &Reader,
-    [m, k, n]: [usize; 3],
-    out: &mut [f32],
-    isa: Isa,
+    a: &Reader, b: &Reader, [m, k, n]: [usize; 3], out: &mut [f32], isa: Isa,
 ) -> Result<SparseKernel> {
     let dense = |out: &mut [f32]| {
         dense_run(a, b, m, k, n, Tiling::gemm(PerfMode::None), out).map(|_| SparseKernel::Dense)
@@ -203,17 +188,14 @@ impl Lists {
             .and_then(|s| s.checked_add(1))
             .ok_or_else(|| Error::capacity("a", format!("{m} x {tiles} tiles overflow usize")))?;
         let mut ptr: Vec<usize> = crate::host::zeroed_vec("a", "the sparse row index", slots)?;
-        ptr[1..]
-            .par_chunks_mut(tiles)
-            .enumerate()
-            .for_each_init(Scratch::new, |s, (r, counts)| {
-                let mut row = [0f32; TILE];
-                for (t, c) in counts.iter_mut().enumerate() {
-                    let seg = &mut row[..TILE.min(k - t * TILE)];
-                    a.row_run(r, t * TILE, seg, s);
-                    *c = seg.iter().filter(|&&x| x != 0.0).count();
-                }
-            });
+        ptr[1..].par_chunks_mut(tiles).enumerate().for_each_init(Scratch::new, |s, (r, counts)| {
+            let mut row = [0f32; TILE];
+            for (t, c) in counts.iter_mut().enumerate() {
+                let seg = &mut row[..TILE.min(k - t * TILE)];
+                a.row_run(r, t * TILE, seg, s);
+                *c = seg.iter().filter(|&&x| x != 0.0).count();
+            }
+        });
         for i in 1..slots {
             ptr[i] += ptr[i - 1];
         }
@@ -235,25 +217,23 @@ impl Lists {
             ki = kt;
             vi = vt;
         }
-        rows.into_par_iter()
-            .with_min_len(16)
-            .for_each_init(Scratch::new, |s, (r, ks, vs)| {
-                let mut row = [0f32; TILE];
-                // Branch-free: every element is written at the next free entry, which advances
-                // only past non-zeros (the last write lands on a spare slot or is overwritten).
-                let mut e = 0;
-                for k0 in (0..k).step_by(TILE) {
-                    let seg = &mut row[..TILE.min(k - k0)];
-                    a.row_run(r, k0, seg, s);
-                    for (kk, &x) in seg.iter().enumerate() {
-                        if e < ks.len() {
-                            ks[e] = (k0 + kk) as u32;
-                            vs[e] = x;
-                        }
-                        e += (x != 0.0) as usize;
+        rows.into_par_iter().with_min_len(16).for_each_init(Scratch::new, |s, (r, ks, vs)| {
+            let mut row = [0f32; TILE];
+            // Branch-free: every element is written at the next free entry, which advances
+            // only past non-zeros (the last write lands on a spare slot or is overwritten).
+            let mut e = 0;
+            for k0 in (0..k).step_by(TILE) {
+                let seg = &mut row[..TILE.min(k - k0)];
+                a.row_run(r, k0, seg, s);
+                for (kk, &x) in seg.iter().enumerate() {
+                    if e < ks.len() {
+                        ks[e] = (k0 + kk) as u32;
+                        vs[e] = x;
                     }
+                    e += (x != 0.0) as usize;
                 }
-            });
+            }
+        });
         Ok(Some(Lists { ptr, kidx, vals }))
     }
 }
@@ -350,11 +330,7 @@ impl Ctx<'_> {
     /// Adds K tiles `ts` into a task's block: output rows `row0..`, column blocks `cb0..`, one
     /// segment of the block's width per row (tile 0's sums are written, later ones added).
     fn add_tiles(
-        &self,
-        ts: std::ops::Range<usize>,
-        row0: usize,
-        cb0: usize,
-        segs: &mut [&mut [f32]],
+        &self, ts: std::ops::Range<usize>, row0: usize, cb0: usize, segs: &mut [&mut [f32]],
         avx512: bool,
     ) {
         let width = segs.first().map_or(0, |s| s.len());
@@ -430,13 +406,7 @@ impl Ctx<'_> {
     /// One row's tile on the portable path, fixing `-0` sums: written (`t == 0`) or added to
     /// `seg` (the first columns of the block `panel` of row `i`).
     fn portable_tile(
-        &self,
-        ks: &[u32],
-        vs: &[f32],
-        i: usize,
-        t: usize,
-        panel: &[f32],
-        seg: &mut [f32],
+        &self, ks: &[u32], vs: &[f32], i: usize, t: usize, panel: &[f32], seg: &mut [f32],
     ) {
         let mut acc = [0f32; W];
         for (&kk, &v) in ks.iter().zip(vs) {
@@ -452,15 +422,11 @@ impl Ctx<'_> {
             let mut a_tile = [0f32; TILE];
             let a_tile = &mut a_tile[..TILE.min(self.k - k0)];
             self.a.row_run(i, k0, a_tile, &mut Scratch::new());
-            let rows: Vec<[f32; W]> = (0..a_tile.len())
-                .map(|d| self.b_row(panel, k0 + d))
-                .collect();
+            let rows: Vec<[f32; W]> =
+                (0..a_tile.len()).map(|d| self.b_row(panel, k0 + d)).collect();
             for (j, s) in acc.iter_mut().enumerate().take(seg.len()) {
                 if s.to_bits() == 0x8000_0000 {
-                    *s = a_tile
-                        .iter()
-                        .zip(&rows)
-                        .fold(0f32, |p, (&x, r)| x.mul_add(r[j], p));
+                    *s = a_tile.iter().zip(&rows).fold(0f32, |p, (&x, r)| x.mul_add(r[j], p));
                 }
             }
         }
@@ -492,10 +458,7 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     #[inline]
     unsafe fn fma_row<const HALF: bool>(
-        x: __m512,
-        row: *const f32,
-        s: &mut [__m512; W / 16],
-        high: __m512i,
+        x: __m512, row: *const f32, s: &mut [__m512; W / 16], high: __m512i,
     ) {
         if HALF {
             // SAFETY: the caller's contract: 16 words at `row`.
@@ -525,10 +488,7 @@ mod x86 {
     /// entries; `segs` holds `R` segments of at most `W` floats.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tiles<'e, const R: usize, const HALF: bool, F>(
-        entries: F,
-        ts: std::ops::Range<usize>,
-        panel: &[f32],
-        segs: &mut [&mut [f32]; R],
+        entries: F, ts: std::ops::Range<usize>, panel: &[f32], segs: &mut [&mut [f32]; R],
     ) -> u32
     where
         F: Fn(usize, usize) -> (&'e [u32], &'e [f32]),
@@ -557,11 +517,7 @@ mod x86 {
         for t in ts {
             let es: [(&[u32], &[f32]); R] = std::array::from_fn(|r| entries(r, t));
             let mut s = [[_mm512_setzero_ps(); V]; R];
-            let common = es
-                .iter()
-                .map(|e| e.0.len().min(e.1.len()))
-                .min()
-                .unwrap_or(0);
+            let common = es.iter().map(|e| e.0.len().min(e.1.len())).min().unwrap_or(0);
             for e in 0..common {
                 for (r, sr) in s.iter_mut().enumerate() {
                     let (ks, vs) = es[r];
@@ -622,10 +578,7 @@ mod x86 {
         false
     }
     pub(super) unsafe fn tiles<'e, const R: usize, const HALF: bool, F>(
-        _: F,
-        _: std::ops::Range<usize>,
-        _: &[f32],
-        _: &mut [&mut [f32]; R],
+        _: F, _: std::ops::Range<usize>, _: &[f32], _: &mut [&mut [f32]; R],
     ) -> u32
     where
         F: Fn(usize, usize) -> (&'e [u32], &'e [f32]),

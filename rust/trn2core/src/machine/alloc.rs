@@ -30,14 +30,8 @@ impl Memories {
     /// memory. It still may not overlap a first-fit tensor, and must fit (`CapacityError`).
     #[allow(clippy::too_many_arguments)]
     pub fn alloc(
-        &mut self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        start_partition: u32,
-        address: Option<u64>,
-        overlay: bool,
+        &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype, start_partition: u32,
+        address: Option<u64>, overlay: bool,
     ) -> Result<TensorId> {
         if overlay && address.is_none() {
             return Err(Error::value(
@@ -89,9 +83,8 @@ impl Memories {
                     return Err(too_big());
                 }
                 if let Some(l) = clash {
-                    let other = self.tensors[l.slot as usize]
-                        .as_ref()
-                        .map_or("?", |t| t.name.as_str());
+                    let other =
+                        self.tensors[l.slot as usize].as_ref().map_or("?", |t| t.name.as_str());
                     return Err(Error::value(
                         "address",
                         format!(
@@ -121,14 +114,7 @@ impl Memories {
             },
         };
         let slot = self.new_slot();
-        let live = Live {
-            slot,
-            start_partition,
-            partitions: p as u32,
-            address,
-            bytes,
-            overlay,
-        };
+        let live = Live { slot, start_partition, partitions: p as u32, address, bytes, overlay };
         let mask = partition_mask(start_partition, p as u32);
         // An overlay tensor's bytes are those already there: no fresh (unwritten) state.
         match space {
@@ -240,11 +226,8 @@ impl Memories {
                 ),
             ));
         }
-        let id = TensorId {
-            machine: self.machine,
-            slot: a.id as u32,
-            generation: (a.id >> 32) as u32,
-        };
+        let id =
+            TensorId { machine: self.machine, slot: a.id as u32, generation: (a.id >> 32) as u32 };
         match self.tensor(id) {
             Ok(t) if t.space == a.space => Ok(id),
             _ => Err(Error::value(
@@ -260,15 +243,8 @@ impl Memories {
 
     #[allow(clippy::too_many_arguments)]
     fn capacity_error(
-        &self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        bytes: u64,
-        start: u32,
-        p: usize,
-        limit: u64,
+        &self, space: Space, name: &str, shape: &[usize], dtype: Dtype, bytes: u64, start: u32,
+        p: usize, limit: u64,
     ) -> Error {
         let live = match space {
             Space::Sbuf => &self.live_sbuf,
@@ -286,25 +262,15 @@ impl Memories {
                 }
             }
         }
-        let min_free = used
-            .iter()
-            .map(|u| limit.saturating_sub(*u))
-            .min()
-            .unwrap_or(0);
-        let max_free = used
-            .iter()
-            .map(|u| limit.saturating_sub(*u))
-            .max()
-            .unwrap_or(0);
+        let min_free = used.iter().map(|u| limit.saturating_sub(*u)).min().unwrap_or(0);
+        let max_free = used.iter().map(|u| limit.saturating_sub(*u)).max().unwrap_or(0);
         let mut biggest: Vec<&Live> = live.iter().collect();
         biggest.sort_by_key(|l| std::cmp::Reverse(l.bytes * l.partitions as u64));
         let largest: Vec<String> = biggest
             .iter()
             .take(3)
             .map(|l| {
-                let n = self.tensors[l.slot as usize]
-                    .as_ref()
-                    .map_or("?", |t| t.name.as_str());
+                let n = self.tensors[l.slot as usize].as_ref().map_or("?", |t| t.name.as_str());
                 format!(
                     "{n} ({} x {} partitions at byte {})",
                     fmt_bytes(l.bytes),
@@ -332,11 +298,7 @@ impl Memories {
                 space.name(),
                 fmt_bytes(min_free),
                 fmt_bytes(max_free),
-                if largest.is_empty() {
-                    "none".to_string()
-                } else {
-                    largest.join(", ")
-                }
+                if largest.is_empty() { "none".to_string() } else { largest.join(", ") }
             ),
         )
         .with_rule(match space {
@@ -367,10 +329,7 @@ impl OnChip for Memories {
         if fp.partitions > parts as u64 || fp.partition_bytes > limit {
             let name = space.name().to_uppercase();
             let usable = if space == Space::Sbuf {
-                format!(
-                    " usable (of the physical {})",
-                    fmt_bytes(SBUF_PARTITION_BYTES)
-                )
+                format!(" usable (of the physical {})", fmt_bytes(SBUF_PARTITION_BYTES))
             } else {
                 String::new()
             };
@@ -416,11 +375,7 @@ impl OnChip for Memories {
                 u.allocations
             ),
         )
-        .with_rule(if space == Space::Sbuf {
-            "sbuf_capacity"
-        } else {
-            "psum_capacity"
-        }))
+        .with_rule(if space == Space::Sbuf { "sbuf_capacity" } else { "psum_capacity" }))
     }
 
     fn holds_on_chip(&self, a: &Allocation) -> bool {
@@ -459,12 +414,7 @@ fn psum_placement_ok(address: u64, bytes: u64) -> bool {
 
 /// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
 fn first_fit(
-    live: &[Live],
-    space: Space,
-    start: u32,
-    p: u32,
-    bytes: u64,
-    limit: u64,
+    live: &[Live], space: Space, start: u32, p: u32, bytes: u64, limit: u64,
 ) -> Option<u64> {
     let mut taken: Vec<(u64, u64)> = live
         .iter()
@@ -511,9 +461,7 @@ mod tests {
         // An overlay may not land on a first-fit tensor, nor a plain placement on an overlay.
         let e = m.alloc(sb, "e", &[1, 4], f32, 0, Some(1300), true);
         assert!(e.is_err());
-        assert!(m
-            .alloc(sb, "f", &[1, 4], f32, 0, Some(1024), false)
-            .is_err());
+        assert!(m.alloc(sb, "f", &[1, 4], f32, 0, Some(1024), false).is_err());
         assert!(m.alloc(sb, "g", &[1, 4], f32, 0, None, true).is_err());
         m.free(a)
     }
@@ -529,14 +477,8 @@ mod tests {
             overlay: false,
         }];
         assert_eq!(first_fit(&live, Space::Sbuf, 0, 128, 64, 1000), Some(128));
-        assert_eq!(
-            first_fit(&live, Space::Psum, 0, 128, 2000, 16384),
-            Some(2048)
-        );
-        assert_eq!(
-            first_fit(&live, Space::Psum, 0, 128, 1900, 16384),
-            Some(128)
-        );
+        assert_eq!(first_fit(&live, Space::Psum, 0, 128, 2000, 16384), Some(2048));
+        assert_eq!(first_fit(&live, Space::Psum, 0, 128, 1900, 16384), Some(128));
         assert_eq!(first_fit(&live, Space::Psum, 0, 128, 1990, 2048), None);
         assert!(psum_placement_ok(2048, 4096));
         assert!(!psum_placement_ok(1024, 2048));
@@ -550,10 +492,7 @@ mod tests {
         let t = m.alloc(sb, "t", &[128, 1024], Dtype::Fp32)?;
         let fp = Footprint::of_bytes(128 * 200_000);
         let (a, _) = m.reserve("size", sb, "a", fp, None, 0)?;
-        assert_eq!(
-            (a.partitions, a.partition_bytes, a.bytes),
-            (128, 200_000, 128 * 200_000)
-        );
+        assert_eq!((a.partitions, a.partition_bytes, a.bytes), (128, 200_000, 128 * 200_000));
         let u = m.memories().usage(sb);
         assert_eq!((u.used, u.allocations), (128 * (4096 + 200_000), 2));
         // 4096..204096 taken; 204096..212984 left.
@@ -561,10 +500,7 @@ mod tests {
         let left = Footprint::of_shape(&[128, u.partition_free], 1)?;
         assert!(m.memories().fits_now("x", sb, left).is_ok());
         let over = Footprint::of_shape(&[128, u.partition_free + 1], 1)?;
-        let e = m
-            .memories()
-            .fits_now("x", sb, over)
-            .expect_err("one byte too many");
+        let e = m.memories().fits_now("x", sb, over).expect_err("one byte too many");
         assert_eq!((e.arg(), e.rule()), (Some("x"), Some("sbuf_capacity")));
         // A one-partition tensor goes to the lowest partition where it fits.
         let row = Footprint::of_shape(&[1, 8_000], 1)?;

@@ -117,11 +117,7 @@ pub fn vector_cycles(op: Opcode, c: &CostInput) -> u64 {
             } else {
                 two * n
             };
-            let mode = if all16 && f & fl::PSUM_INPUT == 0 {
-                DVE_PERF_MODE as u64
-            } else {
-                1
-            };
+            let mode = if all16 && f & fl::PSUM_INPUT == 0 { DVE_PERF_MODE as u64 } else { 1 };
             ii(work.div_ceil(mode))
         }
         Opcode::TensorScalar | Opcode::TensorCopy => ii(n.div_ceil(copy_mode)),
@@ -148,12 +144,7 @@ pub fn vector_cycles(op: Opcode, c: &CostInput) -> u64 {
             }
         }
         Opcode::TensorScalarReduce => {
-            ii(n)
-                + if f & fl::READ_ACCUMULATOR != 0 {
-                    MIN_II_CYCLES as u64
-                } else {
-                    0
-                }
+            ii(n) + if f & fl::READ_ACCUMULATOR != 0 { MIN_II_CYCLES as u64 } else { 0 }
         }
         Opcode::Reciprocal => ii(DVE_RECIPROCAL_CYCLES_PER_ELEMENT as u64 * n),
         Opcode::Memset => {
@@ -172,11 +163,7 @@ pub fn vector_cycles(op: Opcode, c: &CostInput) -> u64 {
 pub fn scalar_cycles(op: Opcode, c: &CostInput) -> u64 {
     let base = ii(c.n as u64);
     let readout = op == Opcode::ActivationReduce || c.flags & fl::READ_ACCUMULATOR != 0;
-    base + if readout {
-        ACT_READ_ACCUMULATOR_CYCLES as u64
-    } else {
-        0
-    }
+    base + if readout { ACT_READ_ACCUMULATOR_CYCLES as u64 } else { 0 }
 }
 
 /// The GpSimd engine's cycles (start-up included).
@@ -210,10 +197,7 @@ pub fn dma_cost(c: &CostInput) -> Cost {
     let mut engines_s = 0f64;
     // A DMA transpose reaches a fraction of the copy's throughput ([S1][S14]: up to 90% from
     // HBM, 50% SBUF to SBUF); applied to every engine's share.
-    let transpose = match (
-        c.flags & fl::DMA_TRANSPOSE != 0,
-        c.flags & fl::DMA_FROM_HBM != 0,
-    ) {
+    let transpose = match (c.flags & fl::DMA_TRANSPOSE != 0, c.flags & fl::DMA_FROM_HBM != 0) {
         (false, _) => 1.0,
         (true, true) => DMA_TRANSPOSE_HBM_TO_SBUF_EFFICIENCY,
         (true, false) => DMA_TRANSPOSE_SBUF_TO_SBUF_EFFICIENCY,
@@ -230,18 +214,11 @@ pub fn dma_cost(c: &CostInput) -> Cost {
         (c.flags & fl::DMA_FROM_HBM != 0) as u32 + (c.flags & fl::DMA_TO_HBM != 0) as u32;
     let hbm_s = c.bytes as f64 * hbm_sides as f64 / HBM_STACK_BYTES_PER_S;
     let place = |hbm: bool| if hbm { Place::Hbm } else { Place::Sbuf };
-    let fixed_s = fixed_cost_s(
-        place(c.flags & fl::DMA_FROM_HBM != 0),
-        place(c.flags & fl::DMA_TO_HBM != 0),
-    );
+    let fixed_s =
+        fixed_cost_s(place(c.flags & fl::DMA_FROM_HBM != 0), place(c.flags & fl::DMA_TO_HBM != 0));
     let fixed = (fixed_s * TICK_HZ).round() as u64;
     let data = (engines_s.max(hbm_s) * TICK_HZ).ceil() as u64;
-    Cost {
-        ticks: fixed + data,
-        fixed,
-        data,
-        engines,
-    }
+    Cost { ticks: fixed + data, fixed, data, engines }
 }
 
 /// The cost of a recorded instruction.
@@ -260,12 +237,7 @@ pub fn cost(i: &Instr) -> Cost {
             cycles * ticks_per_cycle(e)
         }
     };
-    Cost {
-        ticks,
-        fixed: 0,
-        data: 0,
-        engines: 0,
-    }
+    Cost { ticks, fixed: 0, data: 0, engines: 0 }
 }
 
 #[cfg(test)]
@@ -281,31 +253,18 @@ mod tests {
             reads: 0,
             writes: 0,
             location: crate::machine::record::NO_LOCATION,
-            cost: CostInput {
-                n,
-                partitions: 128,
-                flags,
-                ..CostInput::default()
-            },
+            cost: CostInput { n, partitions: 128, flags, ..CostInput::default() },
         }
     }
 
     #[test]
     fn ticks_are_whole_cycles_of_every_clock() {
-        for (e, t) in [
-            (Engine::Tensor, 2),
-            (Engine::Scalar, 4),
-            (Engine::Gpsimd, 4),
-            (Engine::Vector, 5),
-        ] {
+        for (e, t) in
+            [(Engine::Tensor, 2), (Engine::Scalar, 4), (Engine::Gpsimd, 4), (Engine::Vector, 5)]
+        {
             assert_eq!(ticks_per_cycle(e), t);
         }
-        for hz in [
-            PE_CLOCK_HZ,
-            VECTOR_CLOCK_HZ,
-            SCALAR_CLOCK_HZ,
-            GPSIMD_CLOCK_HZ,
-        ] {
+        for hz in [PE_CLOCK_HZ, VECTOR_CLOCK_HZ, SCALAR_CLOCK_HZ, GPSIMD_CLOCK_HZ] {
             assert_eq!((TICK_HZ / hz).fract(), 0.0);
         }
     }
@@ -314,44 +273,20 @@ mod tests {
     fn published_formulas() {
         let c = |op, e, n, f| cost(&instr(op, e, n, f)).ticks;
         // fp32 tensor_tensor in SBUF: max(64, 2N) + 60 DVE cycles of 5 ticks.
-        assert_eq!(
-            c(Opcode::TensorTensor, Engine::Vector, 512, 0),
-            (1024 + 60) * 5
-        );
+        assert_eq!(c(Opcode::TensorTensor, Engine::Vector, 512, 0), (1024 + 60) * 5);
         assert_eq!(c(Opcode::TensorTensor, Engine::Vector, 8, 0), (64 + 60) * 5);
-        assert_eq!(
-            c(Opcode::TensorTensor, Engine::Vector, 512, fl::PSUM_INPUT),
-            (512 + 60) * 5
-        );
+        assert_eq!(c(Opcode::TensorTensor, Engine::Vector, 512, fl::PSUM_INPUT), (512 + 60) * 5);
         // all-bf16 add in SBUF, contiguous: N, and the 2x mode.
         let bf = fl::ALL_16BIT | fl::ALL_BF16 | fl::CONTIGUOUS | fl::ADD_SUB_MUL;
-        assert_eq!(
-            c(Opcode::TensorTensor, Engine::Vector, 512, bf),
-            (256 + 60) * 5
-        );
+        assert_eq!(c(Opcode::TensorTensor, Engine::Vector, 512, bf), (256 + 60) * 5);
         // tensor_copy bf16 contiguous SBUF: 4x.
-        assert_eq!(
-            c(Opcode::TensorCopy, Engine::Vector, 1024, bf),
-            (256 + 60) * 5
-        );
-        assert_eq!(
-            c(Opcode::Activation, Engine::Scalar, 1024, 0),
-            (1024 + 60) * 4
-        );
-        assert_eq!(
-            c(Opcode::ActivationReduce, Engine::Scalar, 10, 0),
-            (64 + 64 + 60) * 4
-        );
-        assert_eq!(
-            c(Opcode::Reciprocal, Engine::Vector, 100, 0),
-            (800 + 60) * 5
-        );
+        assert_eq!(c(Opcode::TensorCopy, Engine::Vector, 1024, bf), (256 + 60) * 5);
+        assert_eq!(c(Opcode::Activation, Engine::Scalar, 1024, 0), (1024 + 60) * 4);
+        assert_eq!(c(Opcode::ActivationReduce, Engine::Scalar, 10, 0), (64 + 64 + 60) * 4);
+        assert_eq!(c(Opcode::Reciprocal, Engine::Vector, 100, 0), (800 + 60) * 5);
         assert_eq!(c(Opcode::BnAggr, Engine::Vector, 30, 0), (130 + 60) * 5);
         assert_eq!(c(Opcode::Iota, Engine::Gpsimd, 100, 0), 250 * 4);
-        assert_eq!(
-            c(Opcode::TensorScalar, Engine::Gpsimd, 100, fl::RSQRT),
-            550 * 4
-        );
+        assert_eq!(c(Opcode::TensorScalar, Engine::Gpsimd, 100, fl::RSQRT), 550 * 4);
         let mut mm = instr(Opcode::NcMatmul, Engine::Tensor, 512, 0);
         mm.cost.m = 128;
         mm.cost.k = 512;

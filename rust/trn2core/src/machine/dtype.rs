@@ -308,11 +308,7 @@ dispatch! {
 /// Rounds `vals` (engine results, float32) to `dtype` and packs them into `out`
 /// (`vals.len() * dtype.size()` bytes). `words` is scratch space the caller keeps between calls.
 pub(crate) fn narrow(
-    dtype: Dtype,
-    vals: &[f32],
-    rounding: OutputRounding,
-    out: &mut [u8],
-    words: &mut Vec<u32>,
+    dtype: Dtype, vals: &[f32], rounding: OutputRounding, out: &mut [u8], words: &mut Vec<u32>,
 ) -> Result<()> {
     let n = vals.len();
     let size = dtype.size();
@@ -344,14 +340,7 @@ pub(crate) fn narrow(
         }
         _ => {
             words.resize(n, 0);
-            encode_into(
-                &src,
-                &enc,
-                mode,
-                false,
-                &random,
-                CodesMut::U32(&mut words[..n]),
-            )?;
+            encode_into(&src, &enc, mode, false, &random, CodesMut::U32(&mut words[..n]))?;
             for (d, c) in out.chunks_exact_mut(4).zip(words.iter()) {
                 d.copy_from_slice(&c.to_le_bytes());
             }
@@ -362,11 +351,7 @@ pub(crate) fn narrow(
 
 /// The first `n` 16-bit halves of `words`.
 fn u16_view(words: &mut [u32], n: usize) -> &mut [u16] {
-    assert!(
-        n <= 2 * words.len(),
-        "u16_view: {n} halves of {} words",
-        words.len()
-    );
+    assert!(n <= 2 * words.len(), "u16_view: {n} halves of {} words", words.len());
     // SAFETY: `u32` storage is aligned for `u16`, every bit pattern is a valid `u16`, and the
     // view covers at most the `2 * words.len()` halves the borrow owns.
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u16>(), n) }
@@ -413,37 +398,18 @@ mod tests {
 
     #[test]
     fn narrowing_uses_the_encode_kernels() {
-        let vals = [
-            1.0f32,
-            1.0 + 2f32.powi(-8),
-            f32::from_bits(0x7FC0_0000),
-            3.4e38,
-        ];
+        let vals = [1.0f32, 1.0 + 2f32.powi(-8), f32::from_bits(0x7FC0_0000), 3.4e38];
         let mut out = [0u8; 8];
         let mut words = Vec::new();
-        narrow(
-            Dtype::Bf16,
-            &vals,
-            OutputRounding::NearestEven,
-            &mut out,
-            &mut words,
-        )
-        .expect("valid");
-        let codes: Vec<u16> = out
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
+        narrow(Dtype::Bf16, &vals, OutputRounding::NearestEven, &mut out, &mut words)
+            .expect("valid");
+        let codes: Vec<u16> =
+            out.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
         // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1. 3.4e38 rounds to Inf.
         assert_eq!(codes, vec![0x3F80, 0x3F80, 0x7FC0, 0x7F80]);
         let mut out = [0u8; 4];
-        narrow(
-            Dtype::Fp8E4m3,
-            &vals,
-            OutputRounding::NearestEven,
-            &mut out,
-            &mut words,
-        )
-        .expect("valid");
+        narrow(Dtype::Fp8E4m3, &vals, OutputRounding::NearestEven, &mut out, &mut words)
+            .expect("valid");
         assert_eq!(out, [0x38, 0x38, 0x7C, 0x78]);
     }
 }

@@ -64,10 +64,7 @@ impl HostOperand<'_> {
 /// Checks a PSUM bank number.
 pub fn check_bank(bank: usize) -> Result<()> {
     if bank >= PSUM_BANKS {
-        return Err(Error::value(
-            "bank",
-            format!("got {bank}; PSUM has banks 0..{PSUM_BANKS}"),
-        ));
+        return Err(Error::value("bank", format!("got {bank}; PSUM has banks 0..{PSUM_BANKS}")));
     }
     Ok(())
 }
@@ -90,12 +87,7 @@ impl Memories {
 impl Machine {
     /// The PSUM region `[rows, cols]` of `dtype` at the start of `bank`, from partition `p0`.
     fn bank_tile(
-        &mut self,
-        bank: usize,
-        p0: usize,
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
+        &mut self, bank: usize, p0: usize, rows: usize, cols: usize, dtype: Dtype,
     ) -> Result<Tile> {
         check_bank(bank)?;
         if rows == 0 || p0 + rows > PSUM_PARTITIONS {
@@ -146,8 +138,7 @@ impl Machine {
 
     /// Runs `f` on scratch SBUF copies of `operands`, freeing them whatever `f` returns.
     fn with_scratch<T>(
-        &mut self,
-        operands: &[(&str, &HostOperand)],
+        &mut self, operands: &[(&str, &HostOperand)],
         f: impl FnOnce(&mut Machine, &[Tile]) -> Result<T>,
     ) -> Result<T> {
         let mut tiles = Vec::with_capacity(operands.len());
@@ -175,13 +166,8 @@ impl Machine {
     /// tile's columns), written, or with `accumulate` added onto what matmuls wrote there;
     /// returns the region's new contents `[M, N]`, flat. Costed on the machine's clock.
     pub fn matmul_host(
-        &mut self,
-        stationary: &HostOperand,
-        moving: &HostOperand,
-        bank: usize,
-        accumulate: bool,
-        perf_mode: PerfMode,
-        tile: PeTile,
+        &mut self, stationary: &HostOperand, moving: &HostOperand, bank: usize, accumulate: bool,
+        perf_mode: PerfMode, tile: PeTile,
     ) -> Result<Vec<f32>> {
         check_bank(bank)?;
         let (s, m) = (stationary, moving);
@@ -190,19 +176,11 @@ impl Machine {
         if p0 + shape.m > PSUM_PARTITIONS {
             return Err(Error::shape(
                 "tile_position",
-                format!(
-                    "output partitions {p0}..{} exceed PSUM's {PSUM_PARTITIONS}",
-                    p0 + shape.m
-                ),
+                format!("output partitions {p0}..{} exceed PSUM's {PSUM_PARTITIONS}", p0 + shape.m),
             ));
         }
         let dst = self.bank_tile(bank, p0, shape.m, shape.n, Dtype::Fp32)?;
-        let opts = PeOptions {
-            accumulate: Some(accumulate),
-            perf_mode,
-            tile,
-            is_transpose: false,
-        };
+        let opts = PeOptions { accumulate: Some(accumulate), perf_mode, tile, is_transpose: false };
         self.with_scratch(&[("stationary", stationary), ("moving", moving)], |m, t| {
             m.nc_matmul(&dst, &t[0], &t[1], &opts)
         })?;
@@ -213,19 +191,13 @@ impl Machine {
     /// bit for bit, in the operand's own dtype (the PE array writes 16-bit PSUM elements for
     /// 16-bit inputs). `identity` is the `[K, K]` identity the instruction takes as moving.
     pub fn transpose_host(
-        &mut self,
-        stationary: &HostOperand,
-        identity: &HostOperand,
-        bank: usize,
+        &mut self, stationary: &HostOperand, identity: &HostOperand, bank: usize,
     ) -> Result<()> {
         check_bank(bank)?;
         if stationary.shape.len() != 2 {
             return Err(Error::shape(
                 "stationary",
-                format!(
-                    "transpose mode takes a [K, M] tile, got {:?}",
-                    stationary.shape
-                ),
+                format!("transpose mode takes a [K, M] tile, got {:?}", stationary.shape),
             ));
         }
         let (k, m) = (stationary.shape[0], stationary.shape[1]);
@@ -237,24 +209,16 @@ impl Machine {
             ));
         }
         let dst = self.bank_tile(bank, 0, m, k, dtype)?;
-        let opts = PeOptions {
-            is_transpose: true,
-            ..PeOptions::default()
-        };
-        self.with_scratch(
-            &[("stationary", stationary), ("moving", identity)],
-            |mc, t| mc.nc_matmul(&dst, &t[0], &t[1], &opts),
-        )
+        let opts = PeOptions { is_transpose: true, ..PeOptions::default() };
+        self.with_scratch(&[("stationary", stationary), ("moving", identity)], |mc, t| {
+            mc.nc_matmul(&dst, &t[0], &t[1], &opts)
+        })
     }
 
     /// PSUM `bank`, partitions `0..rows`, elements `0..cols` of `dtype` (fp32 for matmul
     /// results), as packed little-endian bytes.
     pub fn read_psum(
-        &mut self,
-        bank: usize,
-        rows: usize,
-        cols: usize,
-        dtype: Dtype,
+        &mut self, bank: usize, rows: usize, cols: usize, dtype: Dtype,
     ) -> Result<Vec<u8>> {
         let t = self.bank_tile(bank, 0, rows, cols, dtype)?;
         self.settle()?;

@@ -60,10 +60,7 @@ fn mask_of(r: &Region) -> u128 {
 /// reads bytes last written by `writer` in an earlier iteration of this loop. Writes before the
 /// loop do not count (reading data prepared outside the loop is what loops do).
 pub fn carried_reads(
-    program: &Program,
-    iterations: &[usize],
-    end: usize,
-    limit: usize,
+    program: &Program, iterations: &[usize], end: usize, limit: usize,
 ) -> Result<Vec<(u32, u32)>> {
     let n = program.instrs.len();
     let Some(&start) = iterations.first() else {
@@ -104,9 +101,7 @@ pub fn carried_reads(
             }
         }
         for r in program.writes(instr) {
-            mems.entry(r.mem)
-                .or_default()
-                .write(mask_of(r), r.lo, r.hi, i as u32);
+            mems.entry(r.mem).or_default().write(mask_of(r), r.lo, r.hi, i as u32);
         }
     }
     Ok(out)

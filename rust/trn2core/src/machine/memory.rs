@@ -107,11 +107,7 @@ pub(crate) struct InitMap {
 impl InitMap {
     /// Splits the segment containing `at` (if any) so that a segment boundary falls on `at`.
     fn split(&mut self, at: u64) {
-        let found = self
-            .segs
-            .range(..at)
-            .next_back()
-            .map(|(&s, &(e, m))| (s, e, m));
+        let found = self.segs.range(..at).next_back().map(|(&s, &(e, m))| (s, e, m));
         if let Some((s, e, m)) = found {
             if e > at {
                 self.segs.insert(s, (at, m));
@@ -124,10 +120,7 @@ impl InitMap {
     fn cut(&mut self, lo: u64, hi: u64) -> Vec<(u64, u64, u128)> {
         self.split(lo);
         self.split(hi);
-        self.segs
-            .range(lo..hi)
-            .map(|(&s, &(e, m))| (s, e, m))
-            .collect()
+        self.segs.range(lo..hi).map(|(&s, &(e, m))| (s, e, m)).collect()
     }
 
     /// Marks `[lo, hi)` written on `mask`.
@@ -170,11 +163,8 @@ impl InitMap {
     /// Merges neighbouring segments with equal masks around `[lo, hi]`.
     fn merge_around(&mut self, lo: u64, hi: u64) {
         let start = self.segs.range(..lo).next_back().map_or(lo, |(&s, _)| s);
-        let keys: Vec<(u64, u64, u128)> = self
-            .segs
-            .range(start..=hi)
-            .map(|(&s, &(e, m))| (s, e, m))
-            .collect();
+        let keys: Vec<(u64, u64, u128)> =
+            self.segs.range(start..=hi).map(|(&s, &(e, m))| (s, e, m)).collect();
         let mut prev: Option<(u64, u64, u128)> = None;
         for (s, e, m) in keys {
             match prev {
@@ -195,14 +185,9 @@ impl InitMap {
             return None;
         }
         let mut cur = lo;
-        let before = self
-            .segs
-            .range(..=lo)
-            .next_back()
-            .map(|(&s, &(e, m))| (s, e, m));
-        let iter = before
-            .into_iter()
-            .chain(self.segs.range(lo + 1..hi).map(|(&s, &(e, m))| (s, e, m)));
+        let before = self.segs.range(..=lo).next_back().map(|(&s, &(e, m))| (s, e, m));
+        let iter =
+            before.into_iter().chain(self.segs.range(lo + 1..hi).map(|(&s, &(e, m))| (s, e, m)));
         for (s, e, m) in iter {
             if e <= cur {
                 continue;
@@ -399,21 +384,14 @@ impl Memories {
             .ok_or_else(|| {
                 Error::value(
                     "tile",
-                    format!(
-                        "tensor #{} was freed (its tiles are no longer valid)",
-                        id.slot
-                    ),
+                    format!("tensor #{} was freed (its tiles are no longer valid)", id.slot),
                 )
             })
     }
 
     /// The handle of slot `slot` in its current generation.
     pub(super) fn id(&self, slot: u32) -> TensorId {
-        TensorId {
-            machine: self.machine,
-            slot,
-            generation: self.generations[slot as usize],
-        }
+        TensorId { machine: self.machine, slot, generation: self.generations[slot as usize] }
     }
 
     pub(crate) fn tensor_mut(&mut self, id: TensorId) -> Result<&mut TensorInfo> {
@@ -453,10 +431,7 @@ impl Memories {
         let mut n: u128 = 1;
         for &s in shape {
             if s == 0 {
-                return Err(Error::shape(
-                    arg,
-                    format!("shape {shape:?} has a zero dimension"),
-                ));
+                return Err(Error::shape(arg, format!("shape {shape:?} has a zero dimension")));
             }
             if s > u32::MAX as usize {
                 return Err(Error::shape(
@@ -496,12 +471,7 @@ impl Memories {
     /// Fills tensor slot `slot` with an SBUF/PSUM tensor at `(start partition, partitions,
     /// byte address, bytes per partition)`.
     pub(super) fn put_on_chip(
-        &mut self,
-        slot: u32,
-        name: &str,
-        space: Space,
-        dtype: Dtype,
-        shape: &[usize],
+        &mut self, slot: u32, name: &str, space: Space, dtype: Dtype, shape: &[usize],
         (start_partition, partitions, address, bytes): (u32, u32, u64, u64),
     ) {
         self.tensors[slot as usize] = Some(TensorInfo {
@@ -523,11 +493,7 @@ impl Memories {
     /// Creates an HBM tensor holding `data` (little-endian packed elements of `dtype`, C order),
     /// or uninitialised when `data` is `None`.
     pub fn hbm_tensor(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        data: Option<&[u8]>,
+        &mut self, name: &str, shape: &[usize], dtype: Dtype, data: Option<&[u8]>,
     ) -> Result<TensorId> {
         let n = Self::elements("shape", shape)?;
         let bytes = n * dtype.size() as u64;
@@ -587,13 +553,13 @@ impl Memories {
         match tile.space {
             Space::Sbuf => &mut self.sbuf,
             Space::Psum => &mut self.psum,
-            Space::Hbm => match self.tensors[tile.tensor.slot as usize]
-                .as_mut()
-                .and_then(|t| t.hbm.as_mut())
-            {
-                Some(m) => m,
-                None => &mut self.psum,
-            },
+            Space::Hbm => {
+                match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| t.hbm.as_mut())
+                {
+                    Some(m) => m,
+                    None => &mut self.psum,
+                }
+            }
         }
     }
 
@@ -624,10 +590,7 @@ impl Memories {
             ));
         }
         if tile.partitions == 0 || tile.free_size() == 0 {
-            return Err(Error::shape(
-                arg,
-                format!("an empty tile of tensor {}", t.name),
-            ));
+            return Err(Error::shape(arg, format!("an empty tile of tensor {}", t.name)));
         }
         // Exact, in 128-bit arithmetic: no user size, stride or offset can wrap it.
         let esize = tile.dtype.size() as i128;
@@ -637,10 +600,7 @@ impl Memories {
             Space::Hbm => {
                 let reach = (tile.partitions as i128 - 1) * tile.partition_step as i128;
                 let (plo, phi) = if reach < 0 { (reach, 0) } else { (0, reach) };
-                (
-                    offset + (flo + plo) * esize,
-                    offset + (fhi + phi + 1) * esize,
-                )
+                (offset + (flo + plo) * esize, offset + (fhi + phi + 1) * esize)
             }
             _ => {
                 let p0 = tile.start_partition as u64;
@@ -822,10 +782,7 @@ impl Memories {
     /// HBM tensor `hbm` of the same size (`to_hbm`; partition after partition) or back: a
     /// block the compiler spills to HBM and reloads. Returns the bytes moved.
     pub(crate) fn spill_bytes(
-        &mut self,
-        chip: TensorId,
-        hbm: TensorId,
-        to_hbm: bool,
+        &mut self, chip: TensorId, hbm: TensorId, to_hbm: bool,
     ) -> Result<u64> {
         let c = self.tensor(chip)?;
         let (p0, np, addr, b, full) = (
@@ -895,8 +852,7 @@ impl Memories {
                     runs.push((1u128 << (p0 as u64 + p), addr + lo, addr + hi));
                 }
             }
-            runs.iter()
-                .for_each(|&(m, lo, hi)| self.sbuf_init.mark(m, lo, hi));
+            runs.iter().for_each(|&(m, lo, hi)| self.sbuf_init.mark(m, lo, hi));
             let full = self.sbuf_init.first_gap(mask, addr, addr + b).is_none();
             self.tensor_mut(chip)?.fully_written = full;
         }

@@ -116,11 +116,7 @@ impl Machine {
     /// Allocates a tensor of `shape` (partition axis first) in SBUF or PSUM, first-fit from
     /// partition 0, and returns its full tile. `CapacityError` when it does not fit.
     pub fn alloc(
-        &mut self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
+        &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype,
     ) -> Result<Tile> {
         self.alloc_at(space, name, shape, dtype, 0, None, false)
     }
@@ -130,27 +126,14 @@ impl Machine {
     /// and holds what is there ([`Memories::alloc`]).
     #[allow(clippy::too_many_arguments)]
     pub fn alloc_at(
-        &mut self,
-        space: Space,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        start_partition: u32,
-        address: Option<u64>,
-        overlay: bool,
+        &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype, start_partition: u32,
+        address: Option<u64>, overlay: bool,
     ) -> Result<Tile> {
         // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
         self.settle()?;
-        let id = self
-            .mem
-            .alloc(space, name, shape, dtype, start_partition, address, overlay)?;
+        let id = self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)?;
         let t = self.mem.tensor(id)?;
-        let (p0, pn, lo, hi) = (
-            t.start_partition,
-            t.partitions,
-            t.address,
-            t.address + t.bytes,
-        );
+        let (p0, pn, lo, hi) = (t.start_partition, t.partitions, t.address, t.address + t.bytes);
         let tile = t.full_tile(id);
         if space == Space::Psum && !overlay {
             self.clear_psum_mm(p0, pn, lo, hi);
@@ -164,13 +147,8 @@ impl Machine {
     /// Returns the reservation (`stack`: the core's HBM stack, recorded in it) and the tile of
     /// its tensor. The machine's allocator is the core's one account of SBUF and PSUM.
     pub fn reserve(
-        &mut self,
-        arg: &str,
-        space: Space,
-        name: &str,
-        fp: Footprint,
-        typed: Option<(&[usize], Dtype)>,
-        stack: usize,
+        &mut self, arg: &str, space: Space, name: &str, fp: Footprint,
+        typed: Option<(&[usize], Dtype)>, stack: usize,
     ) -> Result<(Allocation, Tile)> {
         use crate::memory::OnChip;
         // A typed tensor lies as the machine lays it: its first axis on the partitions.
@@ -183,11 +161,9 @@ impl Machine {
                     .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64));
                 let partitions = shape.first().map_or(1, |&p| p as u64);
                 match per.and_then(|b| b.checked_mul(partitions).map(|t| (b, t))) {
-                    Some((partition_bytes, bytes)) => Footprint {
-                        bytes,
-                        partitions,
-                        partition_bytes,
-                    },
+                    Some((partition_bytes, bytes)) => {
+                        Footprint { bytes, partitions, partition_bytes }
+                    }
                     None => fp,
                 }
             }
@@ -212,11 +188,7 @@ impl Machine {
     /// Creates an HBM tensor from host data (packed little-endian elements of `dtype`, C
     /// order), or uninitialised when `data` is `None` (an output).
     pub fn hbm_tensor(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-        data: Option<&[u8]>,
+        &mut self, name: &str, shape: &[usize], dtype: Dtype, data: Option<&[u8]>,
     ) -> Result<Tile> {
         let id = self.mem.hbm_tensor(name, shape, dtype, data)?;
         Ok(self.mem.tensor(id)?.full_tile(id))
@@ -272,10 +244,7 @@ impl Machine {
     /// stamped on this instruction only: a front end's line travels with its instruction.
     /// `ValueError` naming `location` for an unknown id (nothing issued).
     pub fn issue_at(
-        &mut self,
-        op: Opcode,
-        vals: Vec<Option<isa::table::Value>>,
-        location: Option<u32>,
+        &mut self, op: Opcode, vals: Vec<Option<isa::table::Value>>, location: Option<u32>,
     ) -> Result<()> {
         self.at(location, |m| m.issue(op, vals))
     }
@@ -283,9 +252,7 @@ impl Machine {
     /// Runs `f` with `location` (an id of [`Machine::locate`], `None` for none) stamped on the
     /// instructions it issues. `ValueError` naming `location` for an unknown id (`f` not run).
     pub fn at<T>(
-        &mut self,
-        location: Option<u32>,
-        f: impl FnOnce(&mut Machine) -> Result<T>,
+        &mut self, location: Option<u32>, f: impl FnOnce(&mut Machine) -> Result<T>,
     ) -> Result<T> {
         let before = self.program.location();
         self.program.set_location(location)?;
@@ -298,11 +265,7 @@ impl Machine {
     /// The location id of recorded instruction `index` (`None`: issued with none, or no such
     /// instruction).
     pub fn instruction_location(&self, index: usize) -> Option<u32> {
-        self.program
-            .instrs
-            .get(index)
-            .map(|i| i.location)
-            .filter(|&l| l != NO_LOCATION)
+        self.program.instrs.get(index).map(|i| i.location).filter(|&l| l != NO_LOCATION)
     }
 
     /// Forgets the recorded program (memories keep their contents): the next [`Machine::run`]
@@ -324,10 +287,7 @@ impl Machine {
     /// The loop-carried reads of the recorded instructions `iterations[0] .. end` (see
     /// [`loops::carried_reads`]).
     pub fn carried_reads(
-        &self,
-        iterations: &[usize],
-        end: usize,
-        limit: usize,
+        &self, iterations: &[usize], end: usize, limit: usize,
     ) -> Result<Vec<(u32, u32)>> {
         loops::carried_reads(&self.program, iterations, end, limit)
     }

@@ -13,9 +13,7 @@ pub(crate) struct Ranges<E> {
 
 impl<E> Default for Ranges<E> {
     fn default() -> Self {
-        Ranges {
-            segs: BTreeMap::new(),
-        }
+        Ranges { segs: BTreeMap::new() }
     }
 }
 
@@ -101,10 +99,7 @@ mod tests {
     use super::Ranges;
 
     fn dump(r: &Ranges<u8>) -> Vec<(u64, u64, Vec<u8>)> {
-        r.segs
-            .iter()
-            .map(|(&s, (e, v))| (s, *e, v.clone()))
-            .collect()
+        r.segs.iter().map(|(&s, (e, v))| (s, *e, v.clone())).collect()
     }
 
     #[test]
@@ -112,10 +107,7 @@ mod tests {
         let mut r = Ranges::<u8>::default();
         r.cover(10, 20).for_each(|en| en.push(1));
         r.cover(15, 30).for_each(|en| en.push(2));
-        assert_eq!(
-            dump(&r),
-            vec![(10, 15, vec![1]), (15, 20, vec![1, 2]), (20, 30, vec![2])]
-        );
+        assert_eq!(dump(&r), vec![(10, 15, vec![1]), (15, 20, vec![1, 2]), (20, 30, vec![2])]);
         let seen: Vec<Vec<u8>> = r.overlapping(12, 16).cloned().collect();
         assert_eq!(seen, vec![vec![1], vec![1, 2]]);
         assert_eq!(r.overlapping(30, 40).count(), 0);

@@ -311,10 +311,7 @@ impl Default for Program {
 impl Program {
     /// The id of `file:line` in [`Program::locations`] (added when new).
     pub fn locate(&mut self, file: &str, line: u32) -> Result<u32> {
-        let key = Location {
-            file: file.to_owned(),
-            line,
-        };
+        let key = Location { file: file.to_owned(), line };
         if let Some(&id) = self.location_ids.get(&key) {
             return Ok(id);
         }
@@ -364,11 +361,7 @@ impl Program {
 
     /// Appends an instruction with its regions.
     pub fn push(
-        &mut self,
-        opcode: Opcode,
-        queue: Queue,
-        reads: &[Region],
-        writes: &[Region],
+        &mut self, opcode: Opcode, queue: Queue, reads: &[Region], writes: &[Region],
         cost: CostInput,
     ) {
         self.push_with(opcode, queue, cost, |regions| {
@@ -381,13 +374,8 @@ impl Program {
     /// [`Program::push`] of an instruction writing one region and reading `reads` then
     /// `extra`, without staging its regions anywhere else.
     pub(crate) fn push_one_write(
-        &mut self,
-        opcode: Opcode,
-        queue: Queue,
-        reads: impl ExactSizeIterator<Item = Region>,
-        extra: &[Region],
-        write: Region,
-        cost: CostInput,
+        &mut self, opcode: Opcode, queue: Queue, reads: impl ExactSizeIterator<Item = Region>,
+        extra: &[Region], write: Region, cost: CostInput,
     ) {
         let n = reads.len() + extra.len();
         self.push_with(opcode, queue, cost, |regions| {
@@ -401,10 +389,7 @@ impl Program {
     /// Appends an instruction whose regions `add` appends (its reads, then its writes),
     /// returning how many it read and wrote.
     fn push_with(
-        &mut self,
-        opcode: Opcode,
-        queue: Queue,
-        cost: CostInput,
+        &mut self, opcode: Opcode, queue: Queue, cost: CostInput,
         add: impl FnOnce(&mut Vec<Region>) -> (usize, usize),
     ) {
         let first_region = self.regions.len() as u32;

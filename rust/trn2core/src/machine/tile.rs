@@ -23,8 +23,7 @@ pub const MAX_FREE_DIMS: usize = 4;
 /// `error("pattern", ..)` unless an explicit free pattern has 1 to [`MAX_FREE_DIMS`] pairs
 /// (`len`).
 pub(crate) fn check_pattern_len(
-    len: usize,
-    error: fn(&'static str, String) -> Error,
+    len: usize, error: fn(&'static str, String) -> Error,
 ) -> Result<()> {
     if len == 0 || len > MAX_FREE_DIMS {
         return Err(error(
@@ -89,9 +88,7 @@ impl Tile {
 
     /// The logical shape without narrowing (for messages about huge views).
     pub fn logical_shape_u64(&self) -> Vec<u64> {
-        std::iter::once(self.partitions as u64)
-            .chain(self.dims().map(|(s, _)| s as u64))
-            .collect()
+        std::iter::once(self.partitions as u64).chain(self.dims().map(|(s, _)| s as u64)).collect()
     }
 
     /// Elements per partition, exactly (four `u32` sizes can exceed `u64`: a stride-0 view
@@ -120,10 +117,7 @@ impl Tile {
     /// `(size, stride)` pairs that visit the same addresses in the same order. Empty for a
     /// single element per partition.
     pub fn canonical(&self) -> Canonical {
-        let mut c = Canonical {
-            n: 0,
-            dims: [(0, 0); MAX_FREE_DIMS],
-        };
+        let mut c = Canonical { n: 0, dims: [(0, 0); MAX_FREE_DIMS] };
         for (size, stride) in self.dims() {
             if size == 1 {
                 continue;
@@ -198,11 +192,7 @@ pub enum Index {
 
 impl Index {
     /// `:`, the whole axis.
-    pub const ALL: Index = Index::Range {
-        start: None,
-        stop: None,
-        step: 1,
-    };
+    pub const ALL: Index = Index::Range { start: None, stop: None, step: 1 };
 
     /// `(first position, count, step)` on an axis of `size`, as Python's `slice.indices`.
     fn resolve(self, axis: usize, size: i64) -> Result<(i64, i64, i64, bool)> {
@@ -276,10 +266,7 @@ impl Tile {
             let idx = index.get(axis).copied().unwrap_or(Index::ALL);
             let (b, count, step, drop) = idx.resolve(axis, ax.0)?;
             if count == 0 {
-                return Err(Error::shape(
-                    "index",
-                    format!("axis {axis}: the selection is empty"),
-                ));
+                return Err(Error::shape("index", format!("axis {axis}: the selection is empty")));
             }
             let on_chip_partition = ax.2 && self.space != Space::Hbm;
             if on_chip_partition {
@@ -300,9 +287,7 @@ impl Tile {
                 .and_then(|o| i64::try_from(o).ok())
                 .ok_or_else(|| too_far("index", axis))?;
             if !drop {
-                let stride =
-                    ax.1.checked_mul(step)
-                        .ok_or_else(|| too_far("index", axis))?;
+                let stride = ax.1.checked_mul(step).ok_or_else(|| too_far("index", axis))?;
                 out.push((count, stride, ax.2));
             }
         }
@@ -341,9 +326,7 @@ impl Tile {
     /// must be contiguous (one run of stride 1).
     pub fn reshape_free(&self, shape: &[usize]) -> Result<Tile> {
         // Exact: a product that wraps must not match (2**62 + 1 by 4 is not 4 elements).
-        let n = shape
-            .iter()
-            .try_fold(1u128, |n, &s| n.checked_mul(s as u128));
+        let n = shape.iter().try_fold(1u128, |n, &s| n.checked_mul(s as u128));
         if n != Some(self.free_size_u128())
             || shape.is_empty()
             || shape.len() > MAX_FREE_DIMS
@@ -351,18 +334,12 @@ impl Tile {
         {
             return Err(Error::shape(
                 "shape",
-                format!(
-                    "cannot reshape {} elements per partition to {shape:?}",
-                    self.free_size()
-                ),
+                format!("cannot reshape {} elements per partition to {shape:?}", self.free_size()),
             ));
         }
         let c = self.canonical();
         if !(c.n == 0 || c.n == 1 && c.dims[0].1 == 1) {
-            return Err(Error::shape(
-                "shape",
-                "only a contiguous free pattern can be reshaped",
-            ));
+            return Err(Error::shape("shape", "only a contiguous free pattern can be reshaped"));
         }
         let mut t = *self;
         t.ndim = shape.len() as u8;
@@ -391,17 +368,11 @@ impl Tile {
         let refuse = |why: String| {
             Error::shape(
                 "dtype",
-                format!(
-                    "cannot view {} as {}: {why}",
-                    self.dtype.name(),
-                    dtype.name()
-                ),
+                format!("cannot view {} as {}: {why}", self.dtype.name(), dtype.name()),
             )
         };
         if !(c.n == 0 || c.n == 1 && c.dims[0].1 == 1) {
-            return Err(refuse(
-                "only a contiguous free pattern can be viewed".into(),
-            ));
+            return Err(refuse("only a contiguous free pattern can be viewed".into()));
         }
         let whole = |x: i128| x % new as i128 == 0;
         if !bytes.is_multiple_of(new) || !whole(step) || !whole(self.offset as i128) {
@@ -479,19 +450,12 @@ impl Tile {
 
 /// The error of a slice whose offset or stride leaves the 64-bit address range.
 fn too_far(arg: &str, axis: usize) -> Error {
-    Error::shape(
-        arg,
-        format!("axis {axis}: the selection's offset or stride is beyond any tensor"),
-    )
+    Error::shape(arg, format!("axis {axis}: the selection's offset or stride is beyond any tensor"))
 }
 
 /// The mask of partitions `start .. start + count` (count <= 128).
 pub fn partition_mask(start: u32, count: u32) -> u128 {
-    let ones = if count >= 128 {
-        u128::MAX
-    } else {
-        (1u128 << count) - 1
-    };
+    let ones = if count >= 128 { u128::MAX } else { (1u128 << count) - 1 };
     ones << start.min(127)
 }
 
@@ -526,10 +490,7 @@ impl Canonical {
 
     /// Number of runs per partition.
     pub fn runs(&self) -> usize {
-        self.dims[..self.n.saturating_sub(1)]
-            .iter()
-            .map(|&(s, _)| s as usize)
-            .product()
+        self.dims[..self.n.saturating_sub(1)].iter().map(|&(s, _)| s as usize).product()
     }
 
     /// Calls `f(start)` with the element offset of every run, in order.
@@ -573,11 +534,7 @@ mod tests {
 
     fn tile(dims: &[(u32, i64)]) -> Tile {
         let mut t = Tile {
-            tensor: TensorId {
-                machine: 0,
-                slot: 0,
-                generation: 0,
-            },
+            tensor: TensorId { machine: 0, slot: 0, generation: 0 },
             space: Space::Sbuf,
             dtype: Dtype::Fp32,
             start_partition: 0,
@@ -620,26 +577,15 @@ mod tests {
     #[test]
     fn slicing_follows_numpy() {
         let t = tile(&[(8, 16), (16, 1)]);
-        let r = |a, b, c| Index::Range {
-            start: a,
-            stop: b,
-            step: c,
-        };
-        let s = t
-            .slice(&[r(Some(1), Some(3), 1), Index::At(2), r(None, None, -2)])
-            .expect("valid");
+        let r = |a, b, c| Index::Range { start: a, stop: b, step: c };
+        let s = t.slice(&[r(Some(1), Some(3), 1), Index::At(2), r(None, None, -2)]).expect("valid");
         assert_eq!((s.start_partition, s.partitions), (1, 2));
         assert_eq!((s.ndim, s.shape[0], s.strides[0]), (1, 8, -2));
         assert_eq!(s.offset, (2 * 16 + 15) * 4);
         assert!(t.slice(&[r(None, None, 2)]).is_err(), "partition step");
         assert!(t.slice(&[Index::At(4)]).is_err(), "out of range");
-        assert!(
-            t.slice(&[Index::ALL, r(Some(5), Some(5), 1)]).is_err(),
-            "empty"
-        );
-        let u = t
-            .reshape_free(&[2, 64])
-            .expect("contiguous per partition? no: 8x16 is");
+        assert!(t.slice(&[Index::ALL, r(Some(5), Some(5), 1)]).is_err(), "empty");
+        let u = t.reshape_free(&[2, 64]).expect("contiguous per partition? no: 8x16 is");
         assert_eq!((u.shape[0], u.shape[1], u.strides[0]), (2, 64, 64));
     }
 

@@ -57,9 +57,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            trace_limit: 1_000_000,
-        }
+        Options { trace_limit: 1_000_000 }
     }
 }
 
@@ -111,13 +109,7 @@ impl MemTrack {
                     e.mask &= !mask;
                     e.mask != 0
                 });
-                entries.push(Entry {
-                    mask,
-                    w_fin: fin,
-                    w_id: id,
-                    r_fin: 0,
-                    r_id: NONE,
-                });
+                entries.push(Entry { mask, w_fin: fin, w_id: id, r_fin: 0, r_id: NONE });
             } else {
                 let mut uncovered = mask;
                 let mut extra = Vec::new();
@@ -131,10 +123,7 @@ impl MemTrack {
                         continue;
                     }
                     if ov != e.mask {
-                        extra.push(Entry {
-                            mask: e.mask & !ov,
-                            ..*e
-                        });
+                        extra.push(Entry { mask: e.mask & !ov, ..*e });
                         e.mask = ov;
                     }
                     e.r_fin = fin;
@@ -344,20 +333,12 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         let mut dep = (0u64, NONE);
         let reads = program.reads(ins);
         let writes = program.writes(ins);
-        for (r, write) in reads
-            .iter()
-            .map(|r| (r, false))
-            .chain(writes.iter().map(|r| (r, true)))
-        {
+        for (r, write) in reads.iter().map(|r| (r, false)).chain(writes.iter().map(|r| (r, true))) {
             if let Some(t) = tracks.get(r.mem as usize) {
                 t.wait(region_mask(r), r.lo, r.hi, write, &mut dep);
             }
         }
-        let mut wait = if dep.1 == NONE {
-            Wait::Start
-        } else {
-            Wait::Dependency(dep.1)
-        };
+        let mut wait = if dep.1 == NONE { Wait::Start } else { Wait::Dependency(dep.1) };
         let mut ready = dep.0;
         let (s, e, busy) = match ins.queue {
             Queue::Engine(Engine::Tensor) => {
@@ -440,11 +421,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         waits[i] = wait;
         opcodes[ins.opcode as usize] += 1;
         // Record the accesses.
-        for (r, write) in reads
-            .iter()
-            .map(|r| (r, false))
-            .chain(writes.iter().map(|r| (r, true)))
-        {
+        for (r, write) in reads.iter().map(|r| (r, false)).chain(writes.iter().map(|r| (r, true))) {
             let m = r.mem as usize;
             if tracks.len() <= m {
                 tracks.resize_with(m + 1, MemTrack::default);
@@ -463,11 +440,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                 queue: qq,
                 name: qq.track(),
                 busy_s: seconds(queue_busy[k]),
-                utilization: if ticks > 0 {
-                    queue_busy[k] as f64 / ticks as f64
-                } else {
-                    0.0
-                },
+                utilization: if ticks > 0 { queue_busy[k] as f64 / ticks as f64 } else { 0.0 },
                 instructions: queue_count[k],
             }
         })
@@ -481,10 +454,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         wait: waits[i],
     };
     let mut critical_path = Vec::new();
-    if let Some((last, _)) = end
-        .iter()
-        .enumerate()
-        .max_by_key(|&(i, &e)| (e, std::cmp::Reverse(i)))
+    if let Some((last, _)) = end.iter().enumerate().max_by_key(|&(i, &e)| (e, std::cmp::Reverse(i)))
     {
         let mut i = last;
         loop {
@@ -504,11 +474,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
             let writes = program.writes(ins);
             let written: u64 = writes.iter().map(|r| (r.hi - r.lo) * u64::from(r.pn)).sum();
             let is_dma = matches!(ins.queue, Queue::Dma(..));
-            let hbm = program
-                .reads(ins)
-                .iter()
-                .chain(writes)
-                .any(|r| r.mem >= MEM_HBM0);
+            let hbm = program.reads(ins).iter().chain(writes).any(|r| r.mem >= MEM_HBM0);
             Slice {
                 index: i as u32,
                 opcode: ins.opcode,
@@ -525,11 +491,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
                     .map(|r| (r.lo / PSUM_BANK_BYTES).min(255) as u8),
                 pe_tile: (ins.opcode == Opcode::NcMatmul).then_some(ins.cost.pe_tile),
                 touches_hbm: is_dma && hbm,
-                location: if (ins.location as usize) < nloc {
-                    ins.location
-                } else {
-                    NO_LOCATION
-                },
+                location: if (ins.location as usize) < nloc { ins.location } else { NO_LOCATION },
             }
         })
         .collect();
@@ -540,11 +502,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         .filter_map(|(k, &(busy, count))| {
             let queue = Queue::all().nth(k % nq)?;
             Some(LineStats {
-                location: if k / nq < nloc {
-                    (k / nq) as u32
-                } else {
-                    NO_LOCATION
-                },
+                location: if k / nq < nloc { (k / nq) as u32 } else { NO_LOCATION },
                 queue,
                 busy_s: seconds(busy),
                 instructions: count,
@@ -625,9 +583,7 @@ impl KernelReport {
     /// instructions is written to a file without ever being held whole (hundreds of MB).
     /// Stops at the first error of `sink` or of the check.
     pub fn write_chrome_trace(
-        &self,
-        cancel: &Cancel,
-        sink: &mut dyn FnMut(&str) -> Result<()>,
+        &self, cancel: &Cancel, sink: &mut dyn FnMut(&str) -> Result<()>,
     ) -> Result<()> {
         let mut drain = |out: &mut String| -> Result<()> {
             if out.len() >= TRACE_CHUNK {
@@ -759,11 +715,7 @@ impl std::fmt::Display for KernelReport {
             self.instructions,
             self.seconds * 1e6
         )?;
-        writeln!(
-            f,
-            "  {:<14} {:>12} {:>8} {:>12}",
-            "queue", "busy (us)", "util", "instructions"
-        )?;
+        writeln!(f, "  {:<14} {:>12} {:>8} {:>12}", "queue", "busy (us)", "util", "instructions")?;
         for q in &self.queues {
             writeln!(
                 f,
@@ -774,11 +726,8 @@ impl std::fmt::Display for KernelReport {
                 q.instructions
             )?;
         }
-        let ops: Vec<String> = self
-            .opcodes
-            .iter()
-            .map(|(o, c)| format!("{} {c}", o.name()))
-            .collect();
+        let ops: Vec<String> =
+            self.opcodes.iter().map(|(o, c)| format!("{} {c}", o.name())).collect();
         writeln!(f, "  opcodes: {}", ops.join(", "))?;
         writeln!(f, "  DMA bytes: {}", self.dma_bytes)?;
         if self.spill_bytes > 0 {
@@ -789,11 +738,7 @@ impl std::fmt::Display for KernelReport {
                 self.spill_s * 1e6
             )?;
         }
-        write!(
-            f,
-            "  critical path: {} instructions",
-            self.critical_path.len()
-        )
+        write!(f, "  critical path: {} instructions", self.critical_path.len())
     }
 }
 
@@ -808,24 +753,18 @@ mod tests {
     #[test]
     fn lines_sum_to_the_queues_busy_time() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
-        let a = m
-            .alloc(Space::Sbuf, "a", &[128, 512], Dtype::Fp32)
-            .expect("a");
-        let b = m
-            .alloc(Space::Sbuf, "b", &[128, 512], Dtype::Fp32)
-            .expect("b");
+        let a = m.alloc(Space::Sbuf, "a", &[128, 512], Dtype::Fp32).expect("a");
+        let b = m.alloc(Space::Sbuf, "b", &[128, 512], Dtype::Fp32).expect("b");
         m.memset(Engine::Vector, &a, 1.0).expect("unlocated");
         let one = m.locate("k\"\\.py", 3).expect("locate");
         let two = m.locate("k.py", 4).expect("locate");
         assert_eq!(m.locate("k.py", 4).expect("again"), two);
         m.set_location(Some(one)).expect("set");
         m.memset(Engine::Gpsimd, &b, 2.0).expect("memset");
-        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Add)
-            .expect("tt");
+        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Add).expect("tt");
         m.set_location(Some(two)).expect("set");
         for _ in 0..3 {
-            m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Multiply)
-                .expect("tt");
+            m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Multiply).expect("tt");
         }
         assert_eq!(m.instruction_location(0), None);
         assert_eq!(m.instruction_location(2), Some(one));
@@ -834,22 +773,14 @@ mod tests {
         assert_eq!(err.arg(), Some("location"));
         let rep = m.run().expect("run");
         let dve = rep.queue(Queue::Engine(Engine::Vector)).expect("dve");
-        let rows: Vec<_> = rep
-            .lines
-            .iter()
-            .filter(|l| l.queue == Queue::Engine(Engine::Vector))
-            .collect();
+        let rows: Vec<_> =
+            rep.lines.iter().filter(|l| l.queue == Queue::Engine(Engine::Vector)).collect();
         assert_eq!(
-            rows.iter()
-                .map(|l| (l.location, l.instructions))
-                .collect::<Vec<_>>(),
+            rows.iter().map(|l| (l.location, l.instructions)).collect::<Vec<_>>(),
             vec![(one, 1), (two, 3), (NO_LOCATION, 1)]
         );
         let sum: f64 = rows.iter().map(|l| l.busy_s).sum();
-        assert!(
-            (sum - dve.busy_s).abs() <= 1e-15 * dve.busy_s.max(1.0),
-            "{sum} {dve:?}"
-        );
+        assert!((sum - dve.busy_s).abs() <= 1e-15 * dve.busy_s.max(1.0), "{sum} {dve:?}");
         assert!(rows[1].busy_s > rows[0].busy_s);
         let trace = rep.chrome_trace_json();
         assert_eq!(trace.matches("\"line\":\"k.py:4\"").count(), 3);

@@ -197,10 +197,7 @@ impl Words for FromGenerator {
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 pub fn sr_f32<O: Store>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
     let n = x.len().min(r.len()).min(out.len());
-    let words = FromSlice {
-        ptr: r.as_ptr(),
-        shift: _mm_cvtsi32_si128(p.sr_k as i32 - 32),
-    };
+    let words = FromSlice { ptr: r.as_ptr(), shift: _mm_cvtsi32_si128(p.sr_k as i32 - 32) };
     // SAFETY: `r` has at least `n` elements.
     unsafe { sr_f32_with(&x[..n], words, &mut out[..n], p) }
 }
@@ -211,12 +208,7 @@ pub fn sr_f32<O: Store>(x: &[f32], r: &[u32], out: &mut [O], p: &Params) {
 /// `fill_words` + [`sr_f32`] otherwise.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
 pub fn sr_f32_seeded<O: Store>(
-    x: &[f32],
-    g: &StochasticBits,
-    start: u64,
-    mask: u32,
-    out: &mut [O],
-    p: &Params,
+    x: &[f32], g: &StochasticBits, start: u64, mask: u32, out: &mut [O], p: &Params,
 ) {
     debug_assert!(start.is_multiple_of(2), "odd start {start}");
     let n = x.len().min(out.len());
@@ -235,16 +227,7 @@ pub fn sr_f32_seeded<O: Store>(
 fn pair_states(g: &StochasticBits, j0: u64) -> __m512i {
     let lane = |i: u64| g.state(j0 + i) as i64;
     // `_mm512_set_epi64` takes the highest lane first.
-    _mm512_set_epi64(
-        lane(7),
-        lane(6),
-        lane(5),
-        lane(4),
-        lane(3),
-        lane(2),
-        lane(1),
-        lane(0),
-    )
+    _mm512_set_epi64(lane(7), lane(6), lane(5), lane(4), lane(3), lane(2), lane(1), lane(0))
 }
 
 /// The loop of [`sr_f32`]: 64 elements per step, the rest 16 at a time with masks, so there is

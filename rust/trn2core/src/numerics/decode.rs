@@ -65,14 +65,13 @@ fn map_par_into<T: Copy + Sync>(x: &[T], out: &mut [f32], f: impl Fn(T) -> f32 +
     // Once cancelled the remaining chunks are skipped; the caller reports the interruption
     // (`crate::cancel::check`) instead of this partial result.
     let cancel = crate::cancel::current();
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .filter(|_| !cancel.is_cancelled())
-        .for_each(|(o, i)| {
+    out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).filter(|_| !cancel.is_cancelled()).for_each(
+        |(o, i)| {
             for (d, &s) in o.iter_mut().zip(i) {
                 *d = f(s);
             }
-        });
+        },
+    );
 }
 
 /// Decodes `codes` of `enc`'s format into exact float32 values. The code width must match the
@@ -113,10 +112,7 @@ pub fn decode_into(codes: CodesRef, enc: &Encoding, out: &mut [f32]) -> Result<(
         ));
     }
     if len != out.len() {
-        return Err(Error::shape(
-            "out",
-            format!("{} elements for {len} codes", out.len()),
-        ));
+        return Err(Error::shape("out", format!("{} elements for {len} codes", out.len())));
     }
     match (codes, enc.format) {
         (CodesRef::U8(c), _) => {

@@ -122,11 +122,7 @@ code_words!(u8, u16, u32);
 /// Errors: random bits of the wrong length or out of range, or random bits with a
 /// deterministic mode.
 pub fn encode(
-    src: &Source,
-    enc: &Encoding,
-    mode: Rounding,
-    saturate: bool,
-    random: &Random,
+    src: &Source, enc: &Encoding, mode: Rounding, saturate: bool, random: &Random,
 ) -> Result<Codes> {
     let n = src.len();
     let mut out = match enc.format.code_bits() {
@@ -157,12 +153,7 @@ pub enum CodesMut<'a> {
 
 /// [`encode`] into `out`, which must have the format's code width and the input's length.
 pub fn encode_into(
-    src: &Source,
-    enc: &Encoding,
-    mode: Rounding,
-    saturate: bool,
-    random: &Random,
-    out: CodesMut,
+    src: &Source, enc: &Encoding, mode: Rounding, saturate: bool, random: &Random, out: CodesMut,
 ) -> Result<()> {
     encode_into_level(src, enc, mode, saturate, random, out, SIMD_BEST)
 }
@@ -170,12 +161,7 @@ pub fn encode_into(
 /// [`encode_into`] using at most the SIMD level `level` ([`SIMD_PORTABLE`], [`SIMD_AVX2`],
 /// [`SIMD_AVX512`]; capped at what this CPU has), so tests can compare the levels bit for bit.
 pub(crate) fn encode_into_level(
-    src: &Source,
-    enc: &Encoding,
-    mode: Rounding,
-    saturate: bool,
-    random: &Random,
-    out: CodesMut,
+    src: &Source, enc: &Encoding, mode: Rounding, saturate: bool, random: &Random, out: CodesMut,
     level: u8,
 ) -> Result<()> {
     let n = src.len();
@@ -231,10 +217,7 @@ pub(crate) fn encode_into_level(
     if len != n || bits != enc.format.code_bits() {
         return Err(Error::shape(
             "out",
-            format!(
-                "needs {n} codes of {} bits, got {len} of {bits}",
-                enc.format.code_bits()
-            ),
+            format!("needs {n} codes of {} bits, got {len} of {bits}", enc.format.code_bits()),
         ));
     }
     let job = Prepared {
@@ -258,18 +241,12 @@ fn check_count(count: u32) -> Result<()> {
     if (1..=32).contains(&count) {
         Ok(())
     } else {
-        Err(Error::value(
-            "random_bit_count",
-            format!("got {count}; it must be in 1..=32"),
-        ))
+        Err(Error::value("random_bit_count", format!("got {count}; it must be in 1..=32")))
     }
 }
 
 fn run<O: Code + Store>(
-    src: &Source,
-    job: &Prepared,
-    out: &mut [O],
-    cancel: &crate::cancel::Cancel,
+    src: &Source, job: &Prepared, out: &mut [O], cancel: &crate::cancel::Cancel,
 ) {
     let n = src.len();
     let task = |(ci, oc): (usize, &mut [O])| {
@@ -301,12 +278,7 @@ impl Prepared<'_> {
     /// [`chunk`] for this rounding's mode.
     #[inline]
     fn chunk<O: Code + Store>(
-        &self,
-        src: &Source,
-        start: usize,
-        key0: u64,
-        out: &mut [O],
-        s: &mut EncodeScratch,
+        &self, src: &Source, start: usize, key0: u64, out: &mut [O], s: &mut EncodeScratch,
     ) {
         match self.mode {
             RNE => chunk::<RNE, O>(src, start, key0, out, self, s),
@@ -331,10 +303,7 @@ pub struct EncodeScratch {
 impl EncodeScratch {
     /// Zeroed buffers.
     pub fn new() -> EncodeScratch {
-        EncodeScratch {
-            x: [0.0; SUB],
-            r: [0; SUB],
-        }
+        EncodeScratch { x: [0.0; SUB], r: [0; SUB] }
     }
 }
 
@@ -356,11 +325,8 @@ impl RunEncoder {
     /// takes the 32-bit words of the generator keyed by `seed` (ignored by the other modes).
     pub fn new(format: Format, mode: Rounding, seed: u64) -> RunEncoder {
         let enc = format.encoding();
-        let random = if mode == Rounding::Stochastic {
-            Random::Seed(seed, 32)
-        } else {
-            Random::None
-        };
+        let random =
+            if mode == Rounding::Stochastic { Random::Seed(seed, 32) } else { Random::None };
         RunEncoder(Prepared {
             enc,
             params: Params::new(&enc, mode, false, 32),
@@ -390,11 +356,7 @@ impl RunEncoder {
 /// Processes elements `start..start + out.len()` of `src`; element `s` takes the random word
 /// of flat index `key0 + s` (seeded) or `bits[s]` (explicit words).
 fn chunk<const MODE: u8, O: Code + Store>(
-    src: &Source,
-    start: usize,
-    key0: u64,
-    out: &mut [O],
-    job: &Prepared,
+    src: &Source, start: usize, key0: u64, out: &mut [O], job: &Prepared,
     scratch: &mut EncodeScratch,
 ) {
     let (p, random, enc, level) = (&job.params, &job.random, &job.enc, job.level);
@@ -402,10 +364,9 @@ fn chunk<const MODE: u8, O: Code + Store>(
     // Seeded words keep their top `count` bits in place (the low ones masked off), which is
     // `(word >> (32 - count)) << (32 - count)`: the kernels then use them as 32-bit words.
     let (seeded, p) = match random {
-        Random::Seed(seed, count) => (
-            Some((StochasticBits::new(*seed), !0u32 << (32 - count))),
-            &Params { sr_k: 32, ..*p },
-        ),
+        Random::Seed(seed, count) => {
+            (Some((StochasticBits::new(*seed), !0u32 << (32 - count))), &Params { sr_k: 32, ..*p })
+        }
         _ => (None, p),
     };
     // Seeded stochastic rounding of float32 values under AVX-512 generates the words in
@@ -474,11 +435,8 @@ fn chunk<const MODE: u8, O: Code + Store>(
             let inf_mag = p.inf_code;
             for (o, &v) in ob.iter_mut().zip(x) {
                 let b = v.to_bits();
-                let b = if b & 0x7FFF_FFFF == 0x7F80_0000 {
-                    (b & 0x8000_0000) | inf_mag
-                } else {
-                    b
-                };
+                let b =
+                    if b & 0x7FFF_FFFF == 0x7F80_0000 { (b & 0x8000_0000) | inf_mag } else { b };
                 *o = O::from_u32(b);
             }
         } else if fused {
@@ -544,29 +502,16 @@ mod simd {
             #[doc = concat!("The CPU must support ", $features, ".")]
             #[target_feature(enable = $features)]
             pub unsafe fn $name<const MODE: u8, O: Code>(
-                x: &[$x],
-                r: &[u32],
-                out: &mut [O],
-                p: &Params,
+                x: &[$x], r: &[u32], out: &mut [O], p: &Params,
             ) {
                 $body::<MODE, O>(x, r, out, p)
             }
         };
     }
 
-    compiled_for!(
-        f32_avx512,
-        "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2",
-        f32,
-        f32_loop
-    );
+    compiled_for!(f32_avx512, "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2", f32, f32_loop);
     compiled_for!(f32_avx2, "avx2,bmi2", f32, f32_loop);
-    compiled_for!(
-        f64_avx512,
-        "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2",
-        f64,
-        f64_loop
-    );
+    compiled_for!(f64_avx512, "avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2", f64, f64_loop);
     compiled_for!(f64_avx2, "avx2,bmi2", f64, f64_loop);
 }
 
@@ -666,11 +611,7 @@ pub(crate) fn fill_words(g: &StochasticBits, start: u64, out: &mut [u32], mask: 
 }
 
 fn f32_block<const MODE: u8, O: Code + Store>(
-    x: &[f32],
-    r: &[u32],
-    out: &mut [O],
-    p: &Params,
-    level: u8,
+    x: &[f32], r: &[u32], out: &mut [O], p: &Params, level: u8,
 ) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -107,10 +107,7 @@ impl Format {
 
     /// Whether the format is one of the FP8 formats (the only ones whose bias is configurable).
     pub const fn is_fp8(self) -> bool {
-        matches!(
-            self,
-            Format::Fp8E4m3 | Format::Fp8E5m2 | Format::Fp8E3m4 | Format::Fp8E4m3fn
-        )
+        matches!(self, Format::Fp8E4m3 | Format::Fp8E5m2 | Format::Fp8E3m4 | Format::Fp8E4m3fn)
     }
 
     /// Width of a raw code in bits: 8 (fp8), 16 (bf16, fp16) or 32 (tf32 and fp32 use the
@@ -180,11 +177,7 @@ impl Encoding {
         let e = format.exponent_bits();
         let exp_all_ones = ((1u32 << e) - 1) << m;
         let (max_code, overflow_code, nan_code) = if format.has_inf() {
-            (
-                exp_all_ones - 1,
-                exp_all_ones,
-                exp_all_ones | (1 << (m - 1)),
-            )
+            (exp_all_ones - 1, exp_all_ones, exp_all_ones | (1 << (m - 1)))
         } else {
             let all_ones = exp_all_ones | ((1 << m) - 1);
             (all_ones - 1, all_ones, all_ones)
@@ -288,10 +281,7 @@ mod tests {
         assert_eq!(Format::Fp8E5m2.encoding().max_value(), 57344.0);
         assert_eq!(Format::Fp8E3m4.encoding().max_value(), 15.5);
         assert_eq!(Format::Fp8E4m3fn.encoding().max_value(), 448.0);
-        assert_eq!(
-            Format::Bf16.encoding().max_value(),
-            (2.0 - 2f64.powi(-7)) * 2f64.powi(127)
-        );
+        assert_eq!(Format::Bf16.encoding().max_value(), (2.0 - 2f64.powi(-7)) * 2f64.powi(127));
         assert_eq!(Format::Fp16.encoding().max_value(), 65504.0);
         assert_eq!(Format::Fp32.encoding().max_value(), f32::MAX as f64);
         assert_eq!(Format::Fp8E4m3.encoding().min_subnormal(), 2f64.powi(-9));
@@ -301,9 +291,7 @@ mod tests {
     #[test]
     fn exponent_bias_scales_values() {
         let std = Format::Fp8E4m3.encoding();
-        let b10 = Format::Fp8E4m3
-            .encoding_with_bias(Some(10))
-            .expect("valid bias");
+        let b10 = Format::Fp8E4m3.encoding_with_bias(Some(10)).expect("valid bias");
         assert_eq!(b10.max_value(), std.max_value() * 2f64.powi(7 - 10));
         assert!(Format::Bf16.encoding_with_bias(Some(3)).is_err());
         assert!(Format::Fp8E5m2.encoding_with_bias(Some(128)).is_err());
@@ -316,32 +304,15 @@ mod tests {
         }
         for (alias, f) in Format::ALIASES {
             assert_eq!(Format::resolve("dtype", alias).ok(), Some(*f));
-            assert!(
-                !Format::NAMES.contains(alias),
-                "{alias} is a name, not an alias"
-            );
+            assert!(!Format::NAMES.contains(alias), "{alias} is a name, not an alias");
         }
         // ml_dtypes' float8_e4m3 is IEEE-style (max 240) = Neuron's; float8_e4m3fn is OCP (448).
-        assert_eq!(
-            Format::resolve("d", "float8_e4m3").ok(),
-            Some(Format::Fp8E4m3)
-        );
-        assert_eq!(
-            Format::resolve("d", "float8_e4m3fn").ok(),
-            Some(Format::Fp8E4m3fn)
-        );
-        assert_eq!(
-            Format::resolve("d", "torch.bfloat16").ok(),
-            Some(Format::Bf16)
-        );
-        let err = Format::resolve("dtype", "float8_e4m3fnuz")
-            .err()
-            .map(|e| e.to_string());
+        assert_eq!(Format::resolve("d", "float8_e4m3").ok(), Some(Format::Fp8E4m3));
+        assert_eq!(Format::resolve("d", "float8_e4m3fn").ok(), Some(Format::Fp8E4m3fn));
+        assert_eq!(Format::resolve("d", "torch.bfloat16").ok(), Some(Format::Bf16));
+        let err = Format::resolve("dtype", "float8_e4m3fnuz").err().map(|e| e.to_string());
         let err = err.unwrap_or_default();
-        assert!(
-            err.starts_with("dtype: unknown format \"float8_e4m3fnuz\""),
-            "{err}"
-        );
+        assert!(err.starts_with("dtype: unknown format \"float8_e4m3fnuz\""), "{err}");
         assert!(err.contains("\"bfloat16\""), "{err}");
     }
 }

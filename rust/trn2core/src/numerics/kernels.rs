@@ -85,18 +85,10 @@ impl Params {
             max_code: enc.max_code,
             ovf_pos,
             ovf_neg,
-            inf_code: if saturate {
-                enc.max_code
-            } else {
-                enc.overflow_code
-            },
+            inf_code: if saturate { enc.max_code } else { enc.overflow_code },
             nan_code: enc.nan_code,
             sign_shift: enc.e + enc.m,
-            out_shift: if enc.format == super::Format::Tf32 {
-                13
-            } else {
-                0
-            },
+            out_shift: if enc.format == super::Format::Tf32 { 13 } else { 0 },
             sr_k: 64 - random_bit_count.clamp(1, 32),
             bf16_rne: enc.format == super::Format::Bf16
                 && mode == Rounding::NearestEven
@@ -109,11 +101,7 @@ impl Params {
 /// `rem` (below `half`, the weight of the first dropped bit) and the kept part's parity.
 #[inline(always)]
 fn round_up_det<const MODE: u8>(
-    rem_gt_half: bool,
-    rem_eq_half: bool,
-    rem_nz: bool,
-    q_odd: bool,
-    neg: bool,
+    rem_gt_half: bool, rem_eq_half: bool, rem_nz: bool, q_odd: bool, neg: bool,
 ) -> bool {
     match MODE {
         RNE => rem_gt_half | (rem_eq_half & q_odd),

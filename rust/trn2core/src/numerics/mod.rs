@@ -55,11 +55,7 @@ named_enum! {
 /// Rounds a single f64 into `enc` and returns its code: a convenience for tests and the cost
 /// model's constants, using the same kernel as the array path.
 pub fn encode_scalar(
-    x: f64,
-    enc: &Encoding,
-    mode: Rounding,
-    saturate: bool,
-    random: Option<(u32, u32)>,
+    x: f64, enc: &Encoding, mode: Rounding, saturate: bool, random: Option<(u32, u32)>,
 ) -> Result<u32> {
     let word = random.map_or(0, |(r, _)| r);
     let rnd = match (mode, random) {
@@ -67,13 +63,11 @@ pub fn encode_scalar(
         (Rounding::Stochastic, None) => Random::Seed(0, 32),
         _ => Random::None,
     };
-    Ok(
-        match encode(&Source::F64(&[x]), enc, mode, saturate, &rnd)? {
-            Codes::U8(v) => v[0] as u32,
-            Codes::U16(v) => v[0] as u32,
-            Codes::U32(v) => v[0],
-        },
-    )
+    Ok(match encode(&Source::F64(&[x]), enc, mode, saturate, &rnd)? {
+        Codes::U8(v) => v[0] as u32,
+        Codes::U16(v) => v[0] as u32,
+        Codes::U32(v) => v[0],
+    })
 }
 
 #[cfg(test)]
@@ -88,11 +82,7 @@ mod tests {
     fn known_fp8_codes() {
         assert_eq!(e4m3(1.0, Rounding::NearestEven), 0x38);
         assert_eq!(e4m3(240.0, Rounding::NearestEven), 0x77);
-        assert_eq!(
-            e4m3(248.0, Rounding::NearestEven),
-            0x78,
-            "tie above max goes to Inf"
-        );
+        assert_eq!(e4m3(248.0, Rounding::NearestEven), 0x78, "tie above max goes to Inf");
         assert_eq!(e4m3(247.9, Rounding::NearestEven), 0x77);
         assert_eq!(e4m3(1e9, Rounding::TowardZero), 0x77);
         assert_eq!(e4m3(-1e9, Rounding::TowardPositive), 0xF7);
@@ -123,16 +113,9 @@ mod tests {
     #[test]
     fn a_run_encoder_gives_each_run_the_codes_of_the_whole_array() {
         // Runs at odd and even offsets (word pairs split), of every length up to a sub-block.
-        let x: Vec<f32> = (0..3000u64)
-            .map(|i| f32::from_bits(mix64(i) as u32 & 0xBFFF_FFFF))
-            .collect();
-        for format in [
-            Format::Bf16,
-            Format::Fp8E4m3,
-            Format::Fp16,
-            Format::Tf32,
-            Format::Fp32,
-        ] {
+        let x: Vec<f32> =
+            (0..3000u64).map(|i| f32::from_bits(mix64(i) as u32 & 0xBFFF_FFFF)).collect();
+        for format in [Format::Bf16, Format::Fp8E4m3, Format::Fp16, Format::Tf32, Format::Fp32] {
             for mode in Rounding::ALL {
                 let enc = format.encoding();
                 let random = match mode {

@@ -34,9 +34,7 @@ pub struct StochasticBits {
 impl StochasticBits {
     /// The generator for `seed`.
     pub fn new(seed: u64) -> Self {
-        StochasticBits {
-            key: mix64(seed ^ 0x6A09_E667_F3BC_C909),
-        }
+        StochasticBits { key: mix64(seed ^ 0x6A09_E667_F3BC_C909) }
     }
 
     /// SplitMix64's state before its `j`-th output (`j` counted from 0).
@@ -97,15 +95,7 @@ mod tests {
         let g = StochasticBits::new(42);
         let mut a = vec![0u32; 1000];
         g.fill(0, &mut a, !0);
-        for (start, len) in [
-            (500, 10),
-            (501, 10),
-            (501, 9),
-            (0, 1),
-            (7, 1),
-            (998, 2),
-            (999, 1),
-        ] {
+        for (start, len) in [(500, 10), (501, 10), (501, 9), (0, 1), (7, 1), (998, 2), (999, 1)] {
             let mut b = vec![0u32; len];
             g.fill(start as u64, &mut b, !0);
             assert_eq!(&a[start..start + len], &b[..], "start {start} len {len}");

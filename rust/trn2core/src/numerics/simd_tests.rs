@@ -19,32 +19,17 @@ use super::{mix64, StochasticBits};
 /// The levels this CPU runs (the portable one first).
 fn levels() -> Vec<u8> {
     let best = super::encode::simd_level();
-    [SIMD_PORTABLE, SIMD_AVX2, SIMD_AVX512]
-        .into_iter()
-        .filter(|&l| l <= best)
-        .collect()
+    [SIMD_PORTABLE, SIMD_AVX2, SIMD_AVX512].into_iter().filter(|&l| l <= best).collect()
 }
 
 /// `src` rounded at `level`, as u32 codes.
 /// [`codes`] of float32 inputs with stochastic rounding.
 fn stochastic(x: &[f32], enc: &Encoding, sat: bool, random: &Random, level: u8) -> Vec<u32> {
-    codes(
-        &Source::F32(x),
-        enc,
-        Rounding::Stochastic,
-        sat,
-        random,
-        level,
-    )
+    codes(&Source::F32(x), enc, Rounding::Stochastic, sat, random, level)
 }
 
 fn codes(
-    src: &Source,
-    enc: &Encoding,
-    mode: Rounding,
-    sat: bool,
-    random: &Random,
-    level: u8,
+    src: &Source, enc: &Encoding, mode: Rounding, sat: bool, random: &Random, level: u8,
 ) -> Vec<u32> {
     let n = src.len();
     match enc.format.code_bits() {
@@ -83,9 +68,7 @@ fn boundary_inputs(enc: &Encoding) -> Vec<f32> {
             decode(CodesRef::U8(&c), enc)
         }
         16 => {
-            let c: Vec<u16> = (0..=u16::MAX)
-                .filter(|&c| sample(c as u32, 1 << 16))
-                .collect();
+            let c: Vec<u16> = (0..=u16::MAX).filter(|&c| sample(c as u32, 1 << 16)).collect();
             decode(CodesRef::U16(&c), enc)
         }
         _ => {
@@ -96,11 +79,8 @@ fn boundary_inputs(enc: &Encoding) -> Vec<f32> {
             decode(CodesRef::U32(&c), enc)
         }
     };
-    let mut pos: Vec<f64> = vals
-        .iter()
-        .filter(|v| v.is_finite() && **v >= 0.0)
-        .map(|&v| v as f64)
-        .collect();
+    let mut pos: Vec<f64> =
+        vals.iter().filter(|v| v.is_finite() && **v >= 0.0).map(|&v| v as f64).collect();
     pos.sort_by(f64::total_cmp);
     pos.dedup();
     // The first value past the maximum, where overflow starts.
@@ -188,11 +168,7 @@ fn encodings() -> Vec<Encoding> {
     .into_iter()
     .map(|f| f.encoding())
     .collect();
-    for (f, b) in [
-        (Format::Fp8E4m3, 0),
-        (Format::Fp8E5m2, 30),
-        (Format::Fp8E4m3fn, 127),
-    ] {
+    for (f, b) in [(Format::Fp8E4m3, 0), (Format::Fp8E5m2, 30), (Format::Fp8E4m3fn, 127)] {
         v.push(f.encoding_with_bias(Some(b)).expect("valid bias"));
     }
     v
@@ -209,11 +185,8 @@ fn thresholds(x: &[f32], enc: &Encoding, sat: bool, n: u32) -> Vec<u64> {
     let (mut lo, mut hi) = (vec![0u64; x.len()], vec![1u64 << n; x.len()]);
     // Invariant: lo rounds down (or lo = 0), hi rounds up or hi = 2^n.
     for _ in 0..=n {
-        let mid: Vec<u32> = lo
-            .iter()
-            .zip(&hi)
-            .map(|(&l, &h)| ((l + h) / 2).min((1u64 << n) - 1) as u32)
-            .collect();
+        let mid: Vec<u32> =
+            lo.iter().zip(&hi).map(|(&l, &h)| ((l + h) / 2).min((1u64 << n) - 1) as u32).collect();
         let got = rnd(&mid);
         for i in 0..x.len() {
             if hi[i] - lo[i] <= 1 {
@@ -245,9 +218,7 @@ fn stochastic_explicit_bits_equal_across_levels() {
                         vec![0; x.len()],
                         vec![top; x.len()],
                         th.iter().map(|&t| t.min(top as u64) as u32).collect(),
-                        th.iter()
-                            .map(|&t| t.saturating_sub(1).min(top as u64) as u32)
-                            .collect(),
+                        th.iter().map(|&t| t.saturating_sub(1).min(top as u64) as u32).collect(),
                         (0..x.len())
                             .map(|_| {
                                 g = g.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -267,16 +238,11 @@ fn stochastic_explicit_bits_equal_across_levels() {
                     let w_up: Vec<u32> = th.iter().map(|&t| t.min(top as u64) as u32).collect();
                     let up = stochastic(&x, &enc, sat, &Random::Bits(&w_up, n), SIMD_PORTABLE);
                     let dn = stochastic(&x, &enc, sat, &Random::Bits(&words[0], n), SIMD_PORTABLE);
-                    let split = (0..x.len())
-                        .filter(|&i| th[i] < (1u64 << n) && up[i] != dn[i])
-                        .count();
+                    let split =
+                        (0..x.len()).filter(|&i| th[i] < (1u64 << n) && up[i] != dn[i]).count();
                     let inexact = th.iter().filter(|&&t| t < (1u64 << n)).count();
                     assert_eq!(split, inexact, "{:?}: thresholds", enc.format);
-                    assert!(
-                        inexact > x.len() / 10,
-                        "{:?}: too few inexact inputs",
-                        enc.format
-                    );
+                    assert!(inexact > x.len() / 10, "{:?}: too few inexact inputs", enc.format);
                 }
             }
         }
@@ -371,9 +337,7 @@ fn generator_words_equal_across_levels() {
     }
     for &l in &lv {
         for start in [0usize, 1, 2, 15, 16, 17, 31, 33, 1000, 1001] {
-            for len in [
-                0usize, 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 3999,
-            ] {
+            for len in [0usize, 1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 3999] {
                 for mask in [!0u32, 0xFFFF_FF00, 0x8000_0000] {
                     let mut got = vec![0xAAAA_AAAAu32; len + 1];
                     fill_words(&g, start as u64, &mut got[..len], mask, l);
@@ -392,9 +356,7 @@ fn generator_words_equal_across_levels() {
 
 fn assert_same(x: &[f32], got: &[u32], want: &[u32], enc: &Encoding, level: u8, what: &str) {
     if got != want {
-        let i = (0..x.len())
-            .find(|&i| got[i] != want[i])
-            .expect("a difference");
+        let i = (0..x.len()).find(|&i| got[i] != want[i]).expect("a difference");
         panic!(
             "{:?} bias {} level {level} {what}: x[{i}] = {:e} ({:#010x}): got {:#x}, portable {:#x} ({} differ)",
             enc.format,

@@ -25,13 +25,7 @@ pub struct Event {
 impl Event {
     /// An event on `track` from `start_s` lasting `dur_s` seconds.
     pub fn new(track: &'static str, name: &'static str, start_s: f64, dur_s: f64) -> Self {
-        Event {
-            track,
-            name,
-            start_s,
-            dur_s,
-            args: Vec::new(),
-        }
+        Event { track, name, start_s, dur_s, args: Vec::new() }
     }
 
     /// The event with one more argument.
@@ -72,10 +66,7 @@ pub(crate) fn write_json_args(out: &mut String, args: &[(&str, f64)]) {
 /// GB/s (10^9 bytes/s), of the spans `(start_s, dur_s, bytes)` running at each moment, each
 /// moving its bytes at a constant rate. One event wherever the sum changes; the last is 0.
 pub(crate) fn write_bandwidth_counter(
-    out: &mut String,
-    pid: usize,
-    name: &str,
-    spans: &[(f64, f64, f64)],
+    out: &mut String, pid: usize, name: &str, spans: &[(f64, f64, f64)],
 ) {
     // Appending to a string: the drain never fails.
     let _ = write_bandwidth_counter_drained(out, pid, name, spans, &mut |_| Ok(()));
@@ -84,10 +75,7 @@ pub(crate) fn write_bandwidth_counter(
 /// [`write_bandwidth_counter`] calling `drain(out)` after every event, so that a streaming
 /// writer can hand the text on (and check for cancellation) instead of holding it whole.
 pub(crate) fn write_bandwidth_counter_drained(
-    out: &mut String,
-    pid: usize,
-    name: &str,
-    spans: &[(f64, f64, f64)],
+    out: &mut String, pid: usize, name: &str, spans: &[(f64, f64, f64)],
     drain: &mut dyn FnMut(&mut String) -> crate::Result<()>,
 ) -> crate::Result<()> {
     use std::fmt::Write as _;
@@ -154,12 +142,7 @@ pub const GEMM_PUBLISHED_KIND: &str = "dense fp32, compute-bound, on one NeuronC
 impl Uncertainty {
     /// The range `low..high` of `cases` published cases of kind `basis`.
     const fn published(low: f64, high: f64, cases: usize, basis: &'static str) -> Uncertainty {
-        Uncertainty {
-            low: Some(low),
-            high: Some(high),
-            cases,
-            basis,
-        }
+        Uncertainty { low: Some(low), high: Some(high), cases, basis }
     }
 
     /// The range of the published collective cases (nccom-test rows).
@@ -184,12 +167,8 @@ impl Uncertainty {
         "gemm",
     );
     /// A GEMM of a kind no published case is of: no range.
-    pub const GEMM_UNPUBLISHED: Uncertainty = Uncertainty {
-        low: None,
-        high: None,
-        cases: 0,
-        basis: "gemm",
-    };
+    pub const GEMM_UNPUBLISHED: Uncertainty =
+        Uncertainty { low: None, high: None, cases: 0, basis: "gemm" };
     /// The range of the published whole-model time-to-first-token cases.
     pub const WORKLOAD_PREFILL: Uncertainty = Uncertainty::published(
         crate::spec::WORKLOAD_PREFILL_PUBLISHED_RATIO_LOW,
@@ -207,12 +186,8 @@ impl Uncertainty {
 
     /// Whole-model training steps: no published Trainium2 training throughput is known, so
     /// no range ("no published case").
-    pub const WORKLOAD_TRAINING: Uncertainty = Uncertainty {
-        low: None,
-        high: None,
-        cases: 0,
-        basis: "workload_training",
-    };
+    pub const WORKLOAD_TRAINING: Uncertainty =
+        Uncertainty { low: None, high: None, cases: 0, basis: "workload_training" };
 
     /// The range for a report of `operation` (`"gemm"`, `"dma"`, `"collective"`), if published
     /// cases of that kind of operation exist.
@@ -229,11 +204,7 @@ impl Uncertainty {
     /// `double_row` or not, `bound` (`"compute"` or `"memory"`), on `physical_cores` cores: the
     /// published GEMM range if it is of [`GEMM_PUBLISHED_KIND`], else none.
     pub fn for_gemm(
-        format: &str,
-        sparse: bool,
-        double_row: bool,
-        bound: &str,
-        physical_cores: usize,
+        format: &str, sparse: bool, double_row: bool, bound: &str, physical_cores: usize,
     ) -> Uncertainty {
         let published_kind =
             format == "fp32" && !sparse && !double_row && bound == "compute" && physical_cores == 1;
@@ -402,10 +373,7 @@ mod tests {
     fn bandwidth_counter_sums_overlapping_spans_and_ends_at_zero() {
         // 2 GB over [0, 1) s and 1 GB over [0.5, 1.5) s: 2, then 3, then 1, then 0 GB/s.
         let p = points(&[(0.0, 1.0, 2e9), (0.5, 1.0, 1e9)]);
-        assert_eq!(
-            p,
-            vec![(0.0, 2.0), (0.5e6, 3.0), (1.0e6, 1.0), (1.5e6, 0.0)]
-        );
+        assert_eq!(p, vec![(0.0, 2.0), (0.5e6, 3.0), (1.0e6, 1.0), (1.5e6, 0.0)]);
         assert!(points(&[(0.0, 0.0, 5.0), (1.0, 1.0, 0.0)]).is_empty());
     }
 

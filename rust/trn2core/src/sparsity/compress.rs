@@ -106,20 +106,12 @@ pub fn check<T: Element>(x: &[T], shape: &[usize], axis: isize, pattern: Pattern
         .filter(|_| !cancel.is_cancelled())
         .filter_map(|(t, src)| {
             let block0 = t * plan.blocks_per_task;
-            src.chunks_exact(plan.m * plan.inner)
-                .enumerate()
-                .find_map(|(b, blk)| {
-                    (0..plan.inner).find_map(|i| {
-                        let count = (0..plan.m)
-                            .filter(|&k| blk[k * plan.inner + i] != T::ZERO)
-                            .count();
-                        (count > plan.n).then_some(Violation {
-                            block: block0 + b,
-                            inner: i,
-                            count,
-                        })
-                    })
+            src.chunks_exact(plan.m * plan.inner).enumerate().find_map(|(b, blk)| {
+                (0..plan.inner).find_map(|i| {
+                    let count = (0..plan.m).filter(|&k| blk[k * plan.inner + i] != T::ZERO).count();
+                    (count > plan.n).then_some(Violation { block: block0 + b, inner: i, count })
                 })
+            })
         })
         .min();
     cancel.check()?;
@@ -135,22 +127,14 @@ pub fn check<T: Element>(x: &[T], shape: &[usize], axis: isize, pattern: Pattern
 /// `x`, its count and the limit). A bad shape or axis, or an axis length that is not a multiple
 /// of `m`, gives [`Error::Shape`].
 pub fn compress<T: Element>(
-    x: &[T],
-    shape: &[usize],
-    axis: isize,
-    pattern: Pattern,
+    x: &[T], shape: &[usize], axis: isize, pattern: Pattern,
 ) -> Result<Compressed<T>> {
     let layout = CompressedLayout::new(x.len(), shape, axis, pattern)?;
     crate::host::check_alloc("x", "the compressed array", layout.bytes::<T>())?;
     let mut values = vec![T::ZERO; layout.values];
     let mut indices = vec![0u8; layout.index_bytes];
     compress_into(x, &layout, &mut values, &mut indices)?;
-    Ok(Compressed {
-        values,
-        indices,
-        view: layout.view,
-        pattern,
-    })
+    Ok(Compressed { values, indices, view: layout.view, pattern })
 }
 
 /// The sizes of the compressed form of an array, validated: what [`compress_into`] fills.
@@ -167,20 +151,12 @@ pub struct CompressedLayout {
 impl CompressedLayout {
     /// Validates `shape` (of `len` elements) and `axis` for `pattern` (errors as [`compress`]).
     pub fn new(
-        len: usize,
-        shape: &[usize],
-        axis: isize,
-        pattern: Pattern,
+        len: usize, shape: &[usize], axis: isize, pattern: Pattern,
     ) -> Result<CompressedLayout> {
         let view = AxisView::new(shape, axis, len, pattern)?;
         let values = len / pattern.m() * pattern.n();
         let index_bytes = packed_len(values, pattern.index_bits());
-        Ok(CompressedLayout {
-            view,
-            pattern,
-            values,
-            index_bytes,
-        })
+        Ok(CompressedLayout { view, pattern, values, index_bytes })
     }
 
     /// Bytes of values plus packed positions, for an element type `T`.
@@ -205,19 +181,12 @@ impl CompressedLayout {
 /// `layout.index_bytes` bytes (a numpy array, say: fresh pages cost as much as the work). Every
 /// element of both is written when it returns `Ok`; after an error their contents are unspecified.
 pub fn compress_into<T: Element>(
-    x: &[T],
-    layout: &CompressedLayout,
-    values: &mut [T],
-    indices: &mut [u8],
+    x: &[T], layout: &CompressedLayout, values: &mut [T], indices: &mut [u8],
 ) -> Result<()> {
     if x.len() != layout.view.len() {
         return Err(Error::shape(
             "x",
-            format!(
-                "{} elements, the layout is for {}",
-                x.len(),
-                layout.view.len()
-            ),
+            format!("{} elements, the layout is for {}", x.len(), layout.view.len()),
         ));
     }
     if values.len() != layout.values || indices.len() != layout.index_bytes {
@@ -251,10 +220,7 @@ pub fn compress_into<T: Element>(
 }
 
 fn compress_all<T: Element, const M: usize>(
-    x: &[T],
-    values: &mut [T],
-    indices: &mut [u8],
-    plan: Plan,
+    x: &[T], values: &mut [T], indices: &mut [u8], plan: Plan,
 ) -> Option<Violation> {
     let table = group_codes(plan.n, M, plan.bits);
     let kernel = |src: &[T], vals: &mut [T], packed: &mut [u8], block0: usize| {
@@ -274,11 +240,7 @@ type TaskKernel<'k, T> = dyn Fn(&[T], &mut [T], &mut [u8], usize) -> Option<Viol
 /// comes as a trait object (one indirect call per task), so the parallel loop is compiled once
 /// per element type, not once per group size.
 fn in_tasks<T: Element>(
-    x: &[T],
-    values: &mut [T],
-    indices: &mut [u8],
-    plan: Plan,
-    kernel: &TaskKernel<'_, T>,
+    x: &[T], values: &mut [T], indices: &mut [u8], plan: Plan, kernel: &TaskKernel<'_, T>,
 ) -> Option<Violation> {
     let cancel = crate::cancel::current();
     x.par_chunks(plan.dense_chunk())
@@ -323,13 +285,15 @@ fn group_codes(n: usize, m: usize, bits: u32) -> Vec<u32> {
         return Vec::new();
     }
     (0..1u32 << m)
-        .map(|stored| {
-            if stored.count_ones() as usize > n {
-                0
-            } else {
-                group_code(stored, n, bits)
-            }
-        })
+        .map(
+            |stored| {
+                if stored.count_ones() as usize > n {
+                    0
+                } else {
+                    group_code(stored, n, bits)
+                }
+            },
+        )
         .collect()
 }
 
@@ -342,11 +306,7 @@ struct BitWriter<'a> {
 
 impl<'a> BitWriter<'a> {
     fn new(out: &'a mut [u8]) -> Self {
-        BitWriter {
-            out: out.iter_mut(),
-            acc: 0,
-            filled: 0,
-        }
+        BitWriter { out: out.iter_mut(), acc: 0, filled: 0 }
     }
     #[inline(always)]
     fn put(&mut self, code: u32, bits: u32) {
@@ -378,11 +338,7 @@ struct BitReader<'a> {
 
 impl<'a> BitReader<'a> {
     fn new(src: &'a [u8]) -> Self {
-        BitReader {
-            src: src.iter(),
-            acc: 0,
-            avail: 0,
-        }
+        BitReader { src: src.iter(), acc: 0, avail: 0 }
     }
     #[inline(always)]
     fn get(&mut self, bits: u32) -> u32 {
@@ -400,21 +356,12 @@ impl<'a> BitReader<'a> {
 /// Compression along the last axis: a group's positions are consecutive in the stream, so each
 /// group writes its whole code at once.
 fn compress_rows<T: Element, const M: usize>(
-    src: &[T],
-    vals: &mut [T],
-    packed: &mut [u8],
-    plan: Plan,
-    table: &[u32],
-    block0: usize,
+    src: &[T], vals: &mut [T], packed: &mut [u8], plan: Plan, table: &[u32], block0: usize,
 ) -> Option<Violation> {
     let (n, bits) = (plan.n, plan.bits);
     let pos_mask = (1u32 << bits) - 1;
     let mut w = BitWriter::new(packed);
-    for (b, (s, v)) in src
-        .chunks_exact(M)
-        .zip(vals.chunks_exact_mut(n))
-        .enumerate()
-    {
+    for (b, (s, v)) in src.chunks_exact(M).zip(vals.chunks_exact_mut(n)).enumerate() {
         let group: [T; M] = std::array::from_fn(|k| s[k]);
         let mut stored = 0u32;
         let mut count = 0usize;
@@ -423,11 +370,7 @@ fn compress_rows<T: Element, const M: usize>(
             count += (e != T::ZERO) as usize;
         }
         if count > n {
-            return Some(Violation {
-                block: block0 + b,
-                inner: 0,
-                count,
-            });
+            return Some(Violation { block: block0 + b, inner: 0, count });
         }
         let code = match table.get(stored as usize) {
             Some(&c) => c,
@@ -445,11 +388,7 @@ fn compress_rows<T: Element, const M: usize>(
 
 /// Compression along an inner axis: group `i` of a block is column `i` of `M` rows of `inner`.
 fn compress_blocks<T: Element, const M: usize>(
-    src: &[T],
-    vals: &mut [T],
-    packed: &mut [u8],
-    plan: Plan,
-    block0: usize,
+    src: &[T], vals: &mut [T], packed: &mut [u8], plan: Plan, block0: usize,
 ) -> Option<Violation> {
     let (n, inner) = (plan.n, plan.inner);
     let mut positions = vec![0u8; vals.len()];
@@ -467,11 +406,7 @@ fn compress_blocks<T: Element, const M: usize>(
             }
             let count = stored.count_ones() as usize;
             if count > n {
-                return Some(Violation {
-                    block: block0 + b,
-                    inner: i,
-                    count,
-                });
+                return Some(Violation { block: block0 + b, inner: i, count });
             }
             let mut sel = slot_mask(stored, n);
             for slot in 0..n {
@@ -566,11 +501,7 @@ impl<T: Element> Compressed<T> {
     ///
     /// [`values_shape`]: Compressed::values_shape
     pub fn from_parts(
-        values: Vec<T>,
-        indices: Vec<u8>,
-        shape: &[usize],
-        axis: isize,
-        pattern: Pattern,
+        values: Vec<T>, indices: Vec<u8>, shape: &[usize], axis: isize, pattern: Pattern,
     ) -> Result<Compressed<T>> {
         let len = shape
             .iter()
@@ -608,22 +539,19 @@ impl<T: Element> Compressed<T> {
                 .enumerate()
                 .filter(|_| !cancel.is_cancelled())
                 .filter_map(|(t, packed)| {
-                    let count = plan
-                        .value_chunk()
-                        .min(value_count.saturating_sub(t * plan.value_chunk()));
+                    let count =
+                        plan.value_chunk().min(value_count.saturating_sub(t * plan.value_chunk()));
                     let pos = unpack_indices(packed, plan.bits, count);
                     let block0 = t * plan.blocks_per_task;
-                    pos.chunks_exact(plan.n * plan.inner)
-                        .enumerate()
-                        .find_map(|(b, blk)| {
-                            (0..plan.inner).find_map(|i| {
-                                let group: Vec<u8> =
-                                    (0..plan.n).map(|s| blk[s * plan.inner + i]).collect();
-                                let ok = group.iter().all(|&p| (p as usize) < plan.m)
-                                    && group.windows(2).all(|w| w[0] < w[1]);
-                                (!ok).then_some((block0 + b, i, group))
-                            })
+                    pos.chunks_exact(plan.n * plan.inner).enumerate().find_map(|(b, blk)| {
+                        (0..plan.inner).find_map(|i| {
+                            let group: Vec<u8> =
+                                (0..plan.n).map(|s| blk[s * plan.inner + i]).collect();
+                            let ok = group.iter().all(|&p| (p as usize) < plan.m)
+                                && group.windows(2).all(|w| w[0] < w[1]);
+                            (!ok).then_some((block0 + b, i, group))
                         })
+                    })
                 })
                 .min()
         };
@@ -643,12 +571,7 @@ impl<T: Element> Compressed<T> {
                 ),
             });
         }
-        Ok(Compressed {
-            values,
-            indices,
-            view,
-            pattern,
-        })
+        Ok(Compressed { values, indices, view, pattern })
     }
 
     /// [`Compressed::decompress`] after checking that the host can hold the dense array
@@ -767,9 +690,8 @@ mod tests {
     #[test]
     fn compress_into_fills_caller_buffers_like_compress() {
         // 3 rows of 8 along the last axis, 2:4, every group holding two stored codes.
-        let x: Vec<u16> = (0..24u16)
-            .map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 })
-            .collect();
+        let x: Vec<u16> =
+            (0..24u16).map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 }).collect();
         let p = Pattern::parse("2:4").expect("a pattern");
         let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).expect("a layout");
         assert_eq!((layout.values, layout.index_bytes), (12, 3));
@@ -788,15 +710,10 @@ mod tests {
 
     #[test]
     fn worked_example_of_the_module_doc() {
-        let x: Vec<u32> = [0.0f32, 3.0, 0.0, -1.0, 5.0, 0.0, 0.0, 0.0]
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
+        let x: Vec<u32> =
+            [0.0f32, 3.0, 0.0, -1.0, 5.0, 0.0, 0.0, 0.0].iter().map(|v| v.to_bits()).collect();
         let c = compress(&x, &[8], -1, Pattern::TWO_FOUR).expect("conforms");
-        let want: Vec<u32> = [3.0f32, -1.0, 5.0, 0.0]
-            .iter()
-            .map(|v| v.to_bits())
-            .collect();
+        let want: Vec<u32> = [3.0f32, -1.0, 5.0, 0.0].iter().map(|v| v.to_bits()).collect();
         assert_eq!(c.values(), want.as_slice());
         assert_eq!(c.indices(), [1, 3, 0, 1]);
         assert_eq!(c.packed_indices(), [0x4D]);

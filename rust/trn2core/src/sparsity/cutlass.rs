@@ -142,12 +142,7 @@ impl Geometry {
                 ),
             ));
         }
-        Ok(Geometry {
-            rows,
-            group,
-            codes_per_word,
-            meta_cols: cols / (group * codes_per_word),
-        })
+        Ok(Geometry { rows, group, codes_per_word, meta_cols: cols / (group * codes_per_word) })
     }
 
     fn offset(&self, r: usize, c: usize) -> usize {
@@ -207,21 +202,13 @@ pub fn to_cutlass<T: Element>(dense: &[T], rows: usize, cols: usize) -> Result<C
     if rows.checked_mul(cols) != Some(dense.len()) {
         return Err(Error::shape(
             "x",
-            format!(
-                "{rows} x {cols} does not match the {} elements given",
-                dense.len()
-            ),
+            format!("{rows} x {cols} does not match the {} elements given", dense.len()),
         ));
     }
     let mut values = vec![T::ZERO; dense.len() / 2];
     let mut words = vec![0u32; rows * g.meta_cols];
     if dense.is_empty() {
-        return Ok(Cutlass {
-            rows,
-            cols,
-            values,
-            meta: meta_of::<T>(Vec::new()),
-        });
+        return Ok(Cutlass { rows, cols, values, meta: meta_of::<T>(Vec::new()) });
     }
     let cancel = crate::cancel::current();
     let first_bad = values
@@ -259,12 +246,7 @@ pub fn to_cutlass<T: Element>(dense: &[T], rows: usize, cols: usize) -> Result<C
             }
         }
     }
-    Ok(Cutlass {
-        rows,
-        cols,
-        values,
-        meta: meta_of::<T>(reordered),
-    })
+    Ok(Cutlass { rows, cols, values, meta: meta_of::<T>(reordered) })
 }
 
 fn meta_of<T: Element>(words: Vec<u32>) -> CutlassMeta {
@@ -277,10 +259,7 @@ fn meta_of<T: Element>(words: Vec<u32>) -> CutlassMeta {
 
 /// Encodes one row; on a non-conforming group returns `(group index, stored count)`.
 fn encode_row<T: Element>(
-    row: &[T],
-    vals: &mut [T],
-    words: &mut [u32],
-    g: Geometry,
+    row: &[T], vals: &mut [T], words: &mut [u32], g: Geometry,
 ) -> Option<(usize, usize)> {
     let per_word = g.group * g.codes_per_word;
     for (c, (word, chunk)) in words.iter_mut().zip(row.chunks_exact(per_word)).enumerate() {
@@ -319,10 +298,7 @@ fn encode_row<T: Element>(
 /// 8-bit). Every code must name two distinct positions in ascending order (2:4) or be `0b0100`
 /// or `0b1110` (1:2), else [`Error::Value`] on `meta`; sizes are checked as in [`to_cutlass`].
 pub fn from_cutlass<T: Element>(
-    values: &[T],
-    meta: &CutlassMeta,
-    rows: usize,
-    cols: usize,
+    values: &[T], meta: &CutlassMeta, rows: usize, cols: usize,
 ) -> Result<Vec<T>> {
     let g = Geometry::new::<T>("values", rows, cols)?;
     let dense_len = rows
@@ -339,10 +315,8 @@ pub fn from_cutlass<T: Element>(
         ));
     }
     let want_kind = if T::BITS == 8 { "int32" } else { "int16" };
-    let kind_ok = matches!(
-        (meta, T::BITS == 8),
-        (CutlassMeta::I32(_), true) | (CutlassMeta::I16(_), false)
-    );
+    let kind_ok =
+        matches!((meta, T::BITS == 8), (CutlassMeta::I32(_), true) | (CutlassMeta::I16(_), false));
     if !kind_ok {
         return Err(Error::format(
             "meta",
@@ -396,11 +370,7 @@ pub fn from_cutlass<T: Element>(
 
 /// Decodes one row; on an invalid code returns `(group index, code)`.
 fn decode_row<T: Element>(
-    r: usize,
-    row: &mut [T],
-    vals: &[T],
-    meta: &CutlassMeta,
-    g: Geometry,
+    r: usize, row: &mut [T], vals: &[T], meta: &CutlassMeta, g: Geometry,
 ) -> Option<(usize, u32)> {
     for c in 0..g.meta_cols {
         let w = meta.word(g.offset(r, c)).unwrap_or(0);
@@ -467,16 +437,7 @@ mod tests {
         }
         // The first eight reordered slots (docs/sparsity_layout_notes.md), computed by hand from
         // PyTorch's formula: row 4 is reordered row 1, row 1 is reordered row 2.
-        let first = [
-            (0, 0),
-            (4, 0),
-            (0, 1),
-            (4, 1),
-            (1, 0),
-            (5, 0),
-            (1, 1),
-            (5, 1),
-        ];
+        let first = [(0, 0), (4, 0), (0, 1), (4, 1), (1, 0), (5, 0), (1, 1), (5, 1)];
         for (slot, (r, c)) in first.into_iter().enumerate() {
             assert_eq!(meta_offset(64, r, c), slot);
         }

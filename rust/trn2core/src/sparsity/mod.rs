@@ -323,10 +323,7 @@ impl Dtype {
         // `nan_above` is the magnitude code of +Inf (IEEE-style formats) or of the largest finite
         // value (fp8_e4m3fn, whose only NaN magnitude is all ones).
         const fn float(bits: u32, nan_above: u64) -> KeyRule {
-            KeyRule::Float {
-                sign: 1 << (bits - 1),
-                nan_above,
-            }
+            KeyRule::Float { sign: 1 << (bits - 1), nan_above }
         }
         let bits = self.bits();
         match self.kind() {
@@ -425,14 +422,9 @@ impl AxisView {
     pub fn new(shape: &[usize], axis: isize, len: usize, pattern: Pattern) -> Result<AxisView> {
         let ndim = shape.len();
         let ax = normalize_axis(axis, ndim)?;
-        let count = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| {
-                Error::shape(
-                    "x",
-                    format!("shape {shape:?} has more elements than fit in memory"),
-                )
+        let count =
+            shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
+                Error::shape("x", format!("shape {shape:?} has more elements than fit in memory"))
             })?;
         if count != len {
             return Err(Error::shape(
@@ -464,9 +456,7 @@ impl AxisView {
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.outer
-            .saturating_mul(self.axis_len)
-            .saturating_mul(self.inner)
+        self.outer.saturating_mul(self.axis_len).saturating_mul(self.inner)
     }
 
     /// Whether the array has no element.
@@ -533,10 +523,7 @@ mod tests {
         assert_eq!(names, ["1:2", "2:4", "1:4", "2:8", "4:8", "4:12", "4:16"]);
         let bits: Vec<u32> = Pattern::ALL.iter().map(|p| p.index_bits()).collect();
         assert_eq!(bits, [1, 2, 2, 3, 3, 4, 4]);
-        assert_eq!(
-            Pattern::parse(" 4:16 ").map(|p| (p.n(), p.m())),
-            Ok((4, 16))
-        );
+        assert_eq!(Pattern::parse(" 4:16 ").map(|p| (p.n(), p.m())), Ok((4, 16)));
         assert_eq!(Pattern::new(2, 4), Ok(Pattern::TWO_FOUR));
         assert!(matches!(Pattern::parse("3:4"), Err(Error::Value { .. })));
         assert!(matches!(Pattern::parse(""), Err(Error::Value { .. })));
@@ -558,10 +545,7 @@ mod tests {
         assert_eq!(k(Dtype::I64, u64::MAX), 1);
         assert_eq!(k(Dtype::I64, 1 << 63), 1 << 63);
         assert_eq!(k(Dtype::U8, 0xFF), 0xFF);
-        assert_eq!(
-            k(Dtype::F64, f64::NAN.to_bits()),
-            f64::INFINITY.to_bits() + 1
-        );
+        assert_eq!(k(Dtype::F64, f64::NAN.to_bits()), f64::INFINITY.to_bits() + 1);
     }
 
     #[test]

@@ -14,11 +14,7 @@ use crate::{Error, Result};
 /// that does not hold `x.len()` elements, a bad axis, or an axis length that is not a multiple of
 /// `m` (`Error::Shape`).
 pub fn prune<T: Element>(
-    x: &[T],
-    dtype: Dtype,
-    shape: &[usize],
-    axis: isize,
-    pattern: Pattern,
+    x: &[T], dtype: Dtype, shape: &[usize], axis: isize, pattern: Pattern,
 ) -> Result<Vec<T>> {
     let bytes = x.len() as u128 * (T::BITS / 8) as u128;
     crate::host::check_alloc("x", "the pruned array", bytes)?;
@@ -30,12 +26,7 @@ pub fn prune<T: Element>(
 /// [`prune`] into a caller's buffer of `x.len()` elements (e.g. a numpy-allocated output, whose
 /// fresh pages come as huge pages): every element of `out` is written.
 pub fn prune_to<T: Element>(
-    x: &[T],
-    out: &mut [T],
-    dtype: Dtype,
-    shape: &[usize],
-    axis: isize,
-    pattern: Pattern,
+    x: &[T], out: &mut [T], dtype: Dtype, shape: &[usize], axis: isize, pattern: Pattern,
 ) -> Result<()> {
     if dtype.bits() != T::BITS {
         return Err(Error::format(
@@ -79,11 +70,7 @@ fn prune_into<T: Element>(x: &[T], out: &mut [T], dtype: Dtype, inner: usize, pa
 }
 
 fn by_pattern<T: Element, F: Fn(T) -> T + Sync>(
-    x: &[T],
-    out: &mut [T],
-    inner: usize,
-    pattern: Pattern,
-    key: F,
+    x: &[T], out: &mut [T], inner: usize, pattern: Pattern, key: F,
 ) {
     // Constant n and m let the compiler unroll everything per group and vectorise across groups.
     match (pattern.n(), pattern.m()) {
@@ -98,10 +85,7 @@ fn by_pattern<T: Element, F: Fn(T) -> T + Sync>(
 }
 
 fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
-    x: &[T],
-    out: &mut [T],
-    inner: usize,
-    key: &F,
+    x: &[T], out: &mut [T], inner: usize, key: &F,
 ) {
     #[cfg(target_arch = "x86_64")]
     let wide = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
@@ -125,10 +109,7 @@ fn run<T: Element, F: Fn(T) -> T + Sync, const N: usize, const M: usize>(
 /// as a trait object (one indirect call per task): the parallel loop is then compiled once per
 /// element type instead of once per pattern, key rule and instruction set.
 fn in_tasks<T: Element>(
-    x: &[T],
-    out: &mut [T],
-    chunk: usize,
-    kernel: &(dyn Fn(&[T], &mut [T]) + Sync),
+    x: &[T], out: &mut [T], chunk: usize, kernel: &(dyn Fn(&[T], &mut [T]) + Sync),
 ) {
     let cancel = crate::cancel::current();
     out.par_chunks_mut(chunk)
@@ -145,10 +126,7 @@ fn in_tasks<T: Element>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn task_avx512<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    src: &[T],
-    dst: &mut [T],
-    inner: usize,
-    key: &F,
+    src: &[T], dst: &mut [T], inner: usize, key: &F,
 ) {
     task::<T, F, N, M>(src, dst, inner, key);
 }
@@ -164,10 +142,7 @@ unsafe fn task_avx512<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>
 /// A whole call is bound by writing its fresh output anyway.
 #[inline(always)]
 fn task<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    src: &[T],
-    dst: &mut [T],
-    inner: usize,
-    key: &F,
+    src: &[T], dst: &mut [T], inner: usize, key: &F,
 ) {
     if inner == 1 {
         if M == 2 {
@@ -219,9 +194,7 @@ fn keep_top<T: Element, const N: usize, const M: usize>(keys: &[T; M]) -> [bool;
 /// Groups of `M` adjacent elements read in place (the compiler de-interleaves across groups).
 #[inline(always)]
 fn direct_groups<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    src: &[T],
-    dst: &mut [T],
-    key: &F,
+    src: &[T], dst: &mut [T], key: &F,
 ) {
     for (d, s) in dst.chunks_exact_mut(M).zip(src.chunks_exact(M)) {
         let vals: [T; M] = std::array::from_fn(|k| s[k]);
@@ -242,10 +215,7 @@ const TILE: usize = 128;
 /// (Computing on the caller's slices instead left it scalar, up to 4x slower.)
 #[inline(always)]
 fn select_tile<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    ins: &[[T; TILE]; M],
-    outs: &mut [[T; TILE]; M],
-    len: usize,
-    key: &F,
+    ins: &[[T; TILE]; M], outs: &mut [[T; TILE]; M], len: usize, key: &F,
 ) {
     for i in 0..len.min(TILE) {
         let vals: [T; M] = std::array::from_fn(|k| ins[k][i]);
@@ -260,9 +230,7 @@ fn select_tile<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
 /// Groups of `M` adjacent elements (the last axis), transposed tile by tile into columns.
 #[inline(always)]
 fn tiled_groups<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    src: &[T],
-    dst: &mut [T],
-    key: &F,
+    src: &[T], dst: &mut [T], key: &F,
 ) {
     let mut ins = [[T::ZERO; TILE]; M];
     let mut outs = [[T::ZERO; TILE]; M];
@@ -286,10 +254,7 @@ fn tiled_groups<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
 /// tile by tile into local columns.
 #[inline(always)]
 fn strided_block<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
-    src: &[T],
-    dst: &mut [T],
-    inner: usize,
-    key: &F,
+    src: &[T], dst: &mut [T], inner: usize, key: &F,
 ) {
     let mut ins = [[T::ZERO; TILE]; M];
     let mut outs = [[T::ZERO; TILE]; M];

@@ -109,10 +109,7 @@ impl LogicalCoreInfo {
         if perf_mode == PerfMode::DoubleRow && !fp8_dr {
             return Err(Error::format(
                 "perf_mode",
-                format!(
-                    "double_row needs fp8_e4m3 or fp8_e5m2, not {:?}",
-                    format.name()
-                ),
+                format!("double_row needs fp8_e4m3 or fp8_e5m2, not {:?}", format.name()),
             ));
         }
         Ok(self.peak_flops(format, perf_mode == PerfMode::DoubleRow, false))
@@ -173,17 +170,13 @@ pub const INSTANCE_TYPES: [InstanceType; 3] = [
 
 /// Looks up an instance type by its EC2 name.
 pub fn instance_type(name: &str) -> Result<InstanceType> {
-    INSTANCE_TYPES
-        .iter()
-        .copied()
-        .find(|t| t.name == name)
-        .ok_or_else(|| {
-            let names: Vec<&str> = INSTANCE_TYPES.iter().map(|t| t.name).collect();
-            Error::value(
-                "instance_type",
-                format!("unknown instance type {name:?}; expected one of {names:?}"),
-            )
-        })
+    INSTANCE_TYPES.iter().copied().find(|t| t.name == name).ok_or_else(|| {
+        let names: Vec<&str> = INSTANCE_TYPES.iter().map(|t| t.name).collect();
+        Error::value(
+            "instance_type",
+            format!("unknown instance type {name:?}; expected one of {names:?}"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -213,10 +206,7 @@ mod tests {
         assert_eq!(two.sbuf_bytes, 56 << 20);
         assert_eq!(two.hbm_bytes, HBM_STACK_BYTES);
         assert_eq!(two.hbm_bytes_per_s, 725e9);
-        assert_eq!(
-            two.peak_flops(Format::Bf16, false, false),
-            2.0 * CORE_PEAK_BF16_FLOPS_PER_S
-        );
+        assert_eq!(two.peak_flops(Format::Bf16, false, false), 2.0 * CORE_PEAK_BF16_FLOPS_PER_S);
     }
 
     #[test]

@@ -107,20 +107,12 @@ impl Torus {
             ));
         }
         let per_server = shape.iter().product::<usize>();
-        Ok(Torus {
-            shape: shape.to_vec(),
-            ultraservers,
-            per_server,
-        })
+        Ok(Torus { shape: shape.to_vec(), ultraservers, per_server })
     }
 
     /// One chip (a trn2.3xlarge): no links.
     pub fn single_chip() -> Torus {
-        Torus {
-            shape: Vec::new(),
-            ultraservers: 1,
-            per_server: 1,
-        }
+        Torus { shape: Vec::new(), ultraservers: 1, per_server: 1 }
     }
 
     /// The 4 x 4 2-D torus of a trn2.48xlarge / trn2u.48xlarge.
@@ -136,11 +128,7 @@ impl Torus {
     pub fn ultraserver() -> Torus {
         let shape = vec![INSTANCE_TORUS_X, INSTANCE_TORUS_Y, ULTRASERVER_TORUS_Z];
         let per_server = shape.iter().product();
-        Torus {
-            shape,
-            ultraservers: 1,
-            per_server,
-        }
+        Torus { shape, ultraservers: 1, per_server }
     }
 
     /// `n` UltraServers joined by EFA.
@@ -182,10 +170,7 @@ impl Torus {
         if i >= self.size() {
             return Err(Error::value(
                 arg,
-                format!(
-                    "chip {i} does not exist; this torus has chips 0..{}",
-                    self.size()
-                ),
+                format!("chip {i} does not exist; this torus has chips 0..{}", self.size()),
             ));
         }
         Ok(())
@@ -344,10 +329,7 @@ impl Torus {
         let (chip, slot) = (id / lpc, id % lpc);
         let d = self.shape.len();
         let kind = if slot < 2 * d {
-            LinkKind::NeuronLink {
-                dim: slot / 2,
-                plus: slot % 2 == 0,
-            }
+            LinkKind::NeuronLink { dim: slot / 2, plus: slot % 2 == 0 }
         } else if slot == 2 * d {
             LinkKind::EfaEgress
         } else {
@@ -392,10 +374,7 @@ impl Torus {
     /// uses, in order. Chips must exist (callers check).
     pub fn route(&self, src: usize, dst: usize, mut on_link: impl FnMut(usize)) -> RouteInfo {
         if src == dst {
-            return RouteInfo {
-                hops: 0,
-                efa: false,
-            };
+            return RouteInfo { hops: 0, efa: false };
         }
         if src / self.per_server != dst / self.per_server {
             on_link(self.link_id(src, LinkKind::EfaEgress));
@@ -450,10 +429,7 @@ mod tests {
             let c = t.coords(i).expect("exists");
             assert_eq!(t.index(&c).expect("valid"), i);
         }
-        assert_eq!(
-            t.coords(1 + 4 * 2 + 16 * 3 + 64).expect("ok"),
-            vec![1, 2, 3, 1]
-        );
+        assert_eq!(t.coords(1 + 4 * 2 + 16 * 3 + 64).expect("ok"), vec![1, 2, 3, 1]);
         assert!(t.coords(192).is_err());
         assert!(t.index(&[0, 0, 4, 0]).is_err());
     }

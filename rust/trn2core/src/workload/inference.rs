@@ -68,10 +68,7 @@ impl Serving {
         match name {
             "native" => Ok(Serving::Native),
             "vllm" => Ok(Serving::Vllm),
-            _ => Err(Error::value(
-                "serving",
-                format!("{name:?}: expected \"native\" or \"vllm\""),
-            )),
+            _ => Err(Error::value("serving", format!("{name:?}: expected \"native\" or \"vllm\""))),
         }
     }
 }
@@ -92,10 +89,7 @@ impl Machine {
         let lower = name.to_ascii_lowercase();
         let per_us = crate::spec::CHIPS_PER_ULTRASERVER;
         if lower == "ultraserver" {
-            return Ok(Machine {
-                name: "ultraserver".into(),
-                chips: per_us,
-            });
+            return Ok(Machine { name: "ultraserver".into(), chips: per_us });
         }
         if let Some(n) = lower.strip_prefix("ultracluster:") {
             let n: usize = n.parse().map_err(|_| {
@@ -105,10 +99,7 @@ impl Machine {
                 .checked_mul(per_us)
                 .filter(|_| n >= 1)
                 .ok_or_else(|| Error::value("machine", format!("{name:?}: bad size")))?;
-            return Ok(Machine {
-                name: format!("ultracluster({n})"),
-                chips,
-            });
+            return Ok(Machine { name: format!("ultracluster({n})"), chips });
         }
         let t = instance_type(&lower).map_err(|_| {
             Error::value(
@@ -119,10 +110,7 @@ impl Machine {
                 ),
             )
         })?;
-        Ok(Machine {
-            name: t.name.into(),
-            chips: t.chips,
-        })
+        Ok(Machine { name: t.name.into(), chips: t.chips })
     }
 }
 
@@ -163,12 +151,7 @@ impl Layout {
     /// A layout served natively with NxD Inference's default buckets, without sequence
     /// parallelism, the model composed (not [`Layout::naive`]).
     pub fn native(
-        machine: Machine,
-        tp: usize,
-        ep: usize,
-        lnc: usize,
-        batch: u64,
-        weights: Format,
+        machine: Machine, tp: usize, ep: usize, lnc: usize, batch: u64, weights: Format,
         seq_len: u64,
     ) -> Layout {
         Layout {
@@ -249,15 +232,10 @@ impl MemoryPlan {
     /// ([`runtime_reserve`]). `CapacityError` on the largest item when they do not fit, its
     /// message starting with `what()` (the workload and its layout).
     pub(super) fn fit(
-        items: &[(&'static str, u64)],
-        lnc: usize,
-        ranks_per_chip: usize,
+        items: &[(&'static str, u64)], lnc: usize, ranks_per_chip: usize,
         what: impl FnOnce() -> String,
     ) -> Result<MemoryPlan> {
-        let acts = items
-            .iter()
-            .find(|i| i.0 == "activations")
-            .map_or(0, |i| i.1);
+        let acts = items.iter().find(|i| i.0 == "activations").map_or(0, |i| i.1);
         let reserve = ("runtime_reserve", runtime_reserve(lnc, acts)?);
         let items: Vec<MemoryItem> = items
             .iter()
@@ -267,10 +245,7 @@ impl MemoryPlan {
         let total = add(&items.iter().map(|i| i.bytes).collect::<Vec<_>>())?;
         let capacity = LogicalCoreInfo::new(lnc)?.hbm_bytes;
         if total > capacity {
-            let big = items
-                .iter()
-                .max_by_key(|i| i.bytes)
-                .map_or("weights", |i| i.name);
+            let big = items.iter().max_by_key(|i| i.bytes).map_or("weights", |i| i.name);
             let big_bytes = items.iter().map(|i| i.bytes).max().unwrap_or(0);
             let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
             return Err(Error::capacity(
@@ -285,12 +260,7 @@ impl MemoryPlan {
                 ),
             ));
         }
-        Ok(MemoryPlan {
-            items,
-            total_bytes: total,
-            capacity_bytes: capacity,
-            ranks_per_chip,
-        })
+        Ok(MemoryPlan { items, total_bytes: total, capacity_bytes: capacity, ranks_per_chip })
     }
 }
 
@@ -306,10 +276,7 @@ pub fn runtime_reserve(lnc: usize, activations: u64) -> Result<u64> {
     let page = RUNTIME_SCRATCHPAD_PAGE_BYTES;
     let pages_per_core = activations.div_ceil(cores).div_ceil(page).max(1);
     let scratchpad = mul(&[cores, pages_per_core, page])?;
-    add(&[
-        mul(&[cores, RUNTIME_MICROCODE_BYTES_PER_CORE])?,
-        scratchpad.saturating_sub(activations),
-    ])
+    add(&[mul(&[cores, RUNTIME_MICROCODE_BYTES_PER_CORE])?, scratchpad.saturating_sub(activations)])
 }
 
 /// The counts the calibrated terms multiply (what `benches/fidelity_table.py` refits with).
@@ -373,17 +340,10 @@ fn bucket_for(n: u64, buckets: &[u64], seq_len: u64, arg: &str) -> Result<u64> {
     } else {
         buckets
     };
-    list.iter()
-        .copied()
-        .filter(|&b| b >= n)
-        .min()
-        .ok_or_else(|| {
-            let largest = list.iter().copied().max().unwrap_or(0);
-            Error::value(
-                arg,
-                format!("{n} tokens exceed the largest compiled bucket ({largest})"),
-            )
-        })
+    list.iter().copied().filter(|&b| b >= n).min().ok_or_else(|| {
+        let largest = list.iter().copied().max().unwrap_or(0);
+        Error::value(arg, format!("{n} tokens exceed the largest compiled bucket ({largest})"))
+    })
 }
 
 /// The per-rank shapes of one layer kind.
@@ -407,10 +367,7 @@ fn divides(what: &str, degree: usize, field: &str, value: u64) -> Result<()> {
     if value.is_multiple_of(degree as u64) {
         Ok(())
     } else {
-        Err(Error::value(
-            what,
-            format!("{what}={degree} does not divide {field}={value}"),
-        ))
+        Err(Error::value(what, format!("{what}={degree} does not divide {field}={value}")))
     }
 }
 
@@ -473,19 +430,11 @@ impl<'a> Plan<'a> {
             ));
         }
         divides("tp", tp, "intermediate_size", model.intermediate)?;
-        divides(
-            "tp",
-            tp,
-            "vocab_size",
-            model.vocab.next_multiple_of(tp as u64),
-        )?;
+        divides("tp", tp, "vocab_size", model.vocab.next_multiple_of(tp as u64))?;
         if let Some(m) = &model.moe {
             divides("ep", ep, "num_experts", m.experts)?;
             if !tp.is_multiple_of(ep) {
-                return Err(Error::value(
-                    "ep",
-                    format!("ep={ep} does not divide tp={tp}"),
-                ));
+                return Err(Error::value("ep", format!("ep={ep} does not divide tp={tp}")));
             }
             divides("tp", tp / ep, "moe_intermediate_size", m.intermediate)?;
         } else if ep != 1 {
@@ -512,25 +461,12 @@ impl<'a> Plan<'a> {
             }
         }
         let tpu = tp as u64;
-        let shard = Shard {
-            heads: model.heads.div_ceil(tpu),
-            kv_heads: (model.kv_heads / tpu).max(1),
-        };
+        let shard =
+            Shard { heads: model.heads.div_ceil(tpu), kv_heads: (model.kv_heads / tpu).max(1) };
         let first = 0usize;
         let cores: Vec<usize> = (first..first + layout.lnc).collect();
-        let weight_bytes = if layout.weights == Format::Fp8E4m3 {
-            1
-        } else {
-            2
-        };
-        Ok(Plan {
-            model,
-            layout,
-            shard,
-            cores,
-            act_bytes: 2,
-            weight_bytes,
-        })
+        let weight_bytes = if layout.weights == Format::Fp8E4m3 { 1 } else { 2 };
+        Ok(Plan { model, layout, shard, cores, act_bytes: 2, weight_bytes })
     }
 
     /// The GEMMs of a layer kind, per rank: (name, K, N) with the weights `[K, N]`.
@@ -540,11 +476,7 @@ impl<'a> Plan<'a> {
         let tpu = self.layout.tp as u64;
         match m.attention {
             AttentionKind::Gqa => vec![
-                (
-                    "qkv_proj",
-                    h,
-                    (heads + 2 * self.shard.kv_heads) * m.head_dim,
-                ),
+                ("qkv_proj", h, (heads + 2 * self.shard.kv_heads) * m.head_dim),
                 ("o_proj", heads * m.head_dim, h),
             ],
             AttentionKind::Mla {
@@ -562,16 +494,8 @@ impl<'a> Plan<'a> {
                 } else {
                     v.push(("q_proj", h, heads * qk));
                 }
-                v.push((
-                    "kv_a_proj",
-                    h,
-                    (kv_lora_rank + qk_rope_head_dim).div_ceil(tpu),
-                ));
-                v.push((
-                    "kv_b_proj",
-                    kv_lora_rank,
-                    heads * (qk_nope_head_dim + v_head_dim),
-                ));
+                v.push(("kv_a_proj", h, (kv_lora_rank + qk_rope_head_dim).div_ceil(tpu)));
+                v.push(("kv_b_proj", kv_lora_rank, heads * (qk_nope_head_dim + v_head_dim)));
                 v.push(("o_proj", heads * v_head_dim, h));
                 v
             }
@@ -625,37 +549,19 @@ impl<'a> Plan<'a> {
         // sequence (context encoding runs one sequence at a time, NxD Inference's default
         // ctx_batch_size): what a layer keeps live at once. A guess at the compiler's buffers.
         let inter = (m.intermediate / l.tp as u64).max(1);
-        let acts = mul(&[
-            max_tokens,
-            add(&[mul(&[2, m.hidden])?, mul(&[2, inter])?])?,
-            self.act_bytes,
-        ])?;
-        let items = [
-            ("weights", weights),
-            ("kv_cache", kv),
-            ("activations", acts),
-        ];
+        let acts =
+            mul(&[max_tokens, add(&[mul(&[2, m.hidden])?, mul(&[2, inter])?])?, self.act_bytes])?;
+        let items = [("weights", weights), ("kv_cache", kv), ("activations", acts)];
         MemoryPlan::fit(&items, l.lnc, (CORES_PER_CHIP / l.lnc).min(l.tp), || {
-            format!(
-                "{} at tp={}, batch={}, seq_len={}",
-                m.name, l.tp, l.batch, l.seq_len
-            )
+            format!("{} at tp={}, batch={}, seq_len={}", m.name, l.tp, l.batch, l.seq_len)
         })
     }
 
     pub(super) fn gemm(
-        &self,
-        m: u64,
-        k: u64,
-        n: u64,
-        format: Format,
+        &self, m: u64, k: u64, n: u64, format: Format,
     ) -> Result<(f64, f64, f64, String)> {
         let r = self.estimate(m, k, n, format)?;
-        let hbm = r
-            .details
-            .iter()
-            .find(|d| d.0 == "hbm_bytes")
-            .map_or(0.0, |d| d.1);
+        let hbm = r.details.iter().find(|d| d.0 == "hbm_bytes").map_or(0.0, |d| d.1);
         Ok((r.seconds, hbm, r.flops, r.bound.to_string()))
     }
 
@@ -684,16 +590,9 @@ impl<'a> Plan<'a> {
         let hidden = to_usize("hidden_size", self.model.hidden)?;
         let tile = Q_TILE as u64;
         let (full, rem) = (rows / tile, rows % tile);
-        let big = if full > 0 {
-            Some(kernels::rmsnorm_times(Q_TILE, hidden)?)
-        } else {
-            None
-        };
-        let small = if rem > 0 {
-            Some(kernels::rmsnorm_times(rem as usize, hidden)?)
-        } else {
-            None
-        };
+        let big = if full > 0 { Some(kernels::rmsnorm_times(Q_TILE, hidden)?) } else { None };
+        let small =
+            if rem > 0 { Some(kernels::rmsnorm_times(rem as usize, hidden)?) } else { None };
         let lnc = self.layout.lnc as u64;
         let mut slowest = 0f64;
         for core in 0..lnc.min(full + u64::from(rem > 0)) {
@@ -722,12 +621,9 @@ impl<'a> Plan<'a> {
         if prefill {
             let (qk, vd) = match m.attention {
                 AttentionKind::Gqa => (m.head_dim, m.head_dim),
-                AttentionKind::Mla {
-                    qk_nope_head_dim,
-                    qk_rope_head_dim,
-                    v_head_dim,
-                    ..
-                } => (qk_nope_head_dim + qk_rope_head_dim, v_head_dim),
+                AttentionKind::Mla { qk_nope_head_dim, qk_rope_head_dim, v_head_dim, .. } => {
+                    (qk_nope_head_dim + qk_rope_head_dim, v_head_dim)
+                }
             };
             let shape = AttentionShape {
                 q_rows: to_usize("tokens", tokens.min(tile))?,
@@ -749,11 +645,9 @@ impl<'a> Plan<'a> {
             // query tile (MLA: every head, against the compressed latent cache).
             let (d_qk, d_v, kv_heads) = match m.attention {
                 AttentionKind::Gqa => (m.head_dim, m.head_dim, self.shard.kv_heads),
-                AttentionKind::Mla {
-                    kv_lora_rank,
-                    qk_rope_head_dim,
-                    ..
-                } => (kv_lora_rank + qk_rope_head_dim, kv_lora_rank, 1),
+                AttentionKind::Mla { kv_lora_rank, qk_rope_head_dim, .. } => {
+                    (kv_lora_rank + qk_rope_head_dim, kv_lora_rank, 1)
+                }
             };
             let group = self.shard.heads.div_ceil(kv_heads);
             // MLA reads its latent cache once: the values are its first `kv_lora_rank` columns.
@@ -808,15 +702,8 @@ impl<'a> Plan<'a> {
         let tp = self.layout.tp;
         let elem = 2u64;
         let bytes = bytes.next_multiple_of(elem * tp as u64);
-        let row = ranks_estimate(
-            c,
-            tp,
-            self.layout.lnc,
-            bytes,
-            elem,
-            Algorithm::Auto,
-            self.launch(),
-        )?;
+        let row =
+            ranks_estimate(c, tp, self.layout.lnc, bytes, elem, Algorithm::Auto, self.launch())?;
         let steps: f64 = row.phases.iter().map(|p| f64::from(p.reduce_steps)).sum();
         Ok((row.seconds, steps, row.algorithm))
     }
@@ -834,35 +721,15 @@ impl Step<'_> {
     /// A norm: `bytes` of activations streamed through HBM in `seconds`, memory-bound.
     fn norm(&mut self, name: &str, scope: &'static str, count: u64, seconds: f64, bytes: u64) {
         let bound = "memory".to_string();
-        self.push(
-            name,
-            scope,
-            "norm",
-            count,
-            seconds,
-            bytes as f64,
-            0.0,
-            bound,
-        );
+        self.push(name, scope, "norm", count, seconds, bytes as f64, 0.0, bound);
     }
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn push(
-        &mut self,
-        name: impl Into<String>,
-        scope: &'static str,
-        kind: &'static str,
-        count: u64,
-        seconds: f64,
-        hbm: f64,
-        flops: f64,
-        bound: String,
+        &mut self, name: impl Into<String>, scope: &'static str, kind: &'static str, count: u64,
+        seconds: f64, hbm: f64, flops: f64, bound: String,
     ) {
-        let fixed = if kind == "collective" || kind == "serving" {
-            0.0
-        } else {
-            self.fixed
-        };
+        let fixed = if kind == "collective" || kind == "serving" { 0.0 } else { self.fixed };
         if kind != "collective" && kind != "serving" {
             self.parts.fixed_ops += count as f64;
         }
@@ -880,12 +747,7 @@ impl Step<'_> {
     }
 
     fn collective(
-        &mut self,
-        name: &str,
-        scope: &'static str,
-        count: u64,
-        c: Collective,
-        bytes: u64,
+        &mut self, name: &str, scope: &'static str, count: u64, c: Collective, bytes: u64,
     ) -> Result<()> {
         if self.plan.layout.tp <= 1 {
             return Ok(());
@@ -905,13 +767,7 @@ impl Step<'_> {
     /// A GEMM of `m x k` by `k x n` with weights in `weights` ([`Plan::gemm`]).
     #[allow(clippy::too_many_arguments)]
     fn gemm(
-        &mut self,
-        name: &str,
-        scope: &'static str,
-        count: u64,
-        m: u64,
-        k: u64,
-        n: u64,
+        &mut self, name: &str, scope: &'static str, count: u64, m: u64, k: u64, n: u64,
         weights: Format,
     ) -> Result<()> {
         let (s, hbm, fl, b) = self.plan.gemm(m, k, n, weights)?;
@@ -923,13 +779,7 @@ impl Step<'_> {
     /// under sequence parallelism (`sp`), else an all-reduce.
     fn tp_reduce(&mut self, scope: &'static str, count: u64, sp: bool, act: u64) -> Result<()> {
         if sp {
-            self.collective(
-                "reduce_scatter",
-                scope,
-                count,
-                Collective::ReduceScatter,
-                act,
-            )
+            self.collective("reduce_scatter", scope, count, Collective::ReduceScatter, act)
         } else {
             self.collective("all_reduce", scope, count, Collective::AllReduce, act)
         }
@@ -937,12 +787,7 @@ impl Step<'_> {
 
     /// The ops of one layer kind for `tokens` tokens per sequence attending to `context`.
     pub(super) fn layer(
-        &mut self,
-        scope: &'static str,
-        count: u64,
-        tokens: u64,
-        context: u64,
-        prefill: bool,
+        &mut self, scope: &'static str, count: u64, tokens: u64, context: u64, prefill: bool,
     ) -> Result<()> {
         if count == 0 {
             return Ok(());
@@ -980,16 +825,7 @@ impl Step<'_> {
         };
         let (s, flops) = p.attention_seconds(tokens, context, prefill)?;
         let bound = if prefill { "compute" } else { "memory" };
-        self.push(
-            "attention",
-            scope,
-            "attention",
-            count,
-            s,
-            kv_bytes,
-            flops,
-            bound.into(),
-        );
+        self.push("attention", scope, "attention", count, s, kv_bytes, flops, bound.into());
         self.gemm(o_name, scope, count, rows, o_k, o_n, wf)?;
         self.tp_reduce(scope, count, sp, act)?;
         self.norm("post_attention_norm", scope, count, norm_s, norm_bytes);
@@ -998,15 +834,7 @@ impl Step<'_> {
         }
         match (&m.moe, scope) {
             (Some(e), "moe") => {
-                self.gemm(
-                    "router",
-                    scope,
-                    count,
-                    rows,
-                    m.hidden,
-                    e.experts,
-                    Format::Bf16,
-                )?;
+                self.gemm("router", scope, count, rows, m.hidden, e.experts, Format::Bf16)?;
                 let ep = l.ep as u64;
                 let local = e.experts / ep;
                 let shard = e.intermediate / (tpu / ep);
@@ -1017,15 +845,7 @@ impl Step<'_> {
                 }
                 if e.shared_experts > 0 {
                     let si = mul(&[e.intermediate, e.shared_experts])? / tpu;
-                    self.gemm(
-                        "shared_gate_up",
-                        scope,
-                        count,
-                        rows,
-                        m.hidden,
-                        2 * si.max(1),
-                        wf,
-                    )?;
+                    self.gemm("shared_gate_up", scope, count, rows, m.hidden, 2 * si.max(1), wf)?;
                     self.gemm("shared_down", scope, count, rows, si.max(1), m.hidden, wf)?;
                 }
             }
@@ -1042,12 +862,7 @@ impl Step<'_> {
     /// Token generation's routed experts: the experts the step's tokens reach (the expected
     /// number of distinct ones for uniform routing), each a GEMM of its share of the tokens.
     fn moe_touched(
-        &mut self,
-        scope: &'static str,
-        count: u64,
-        rows: u64,
-        local: u64,
-        e: &super::model::Moe,
+        &mut self, scope: &'static str, count: u64, rows: u64, local: u64, e: &super::model::Moe,
         shard: u64,
     ) -> Result<()> {
         let p = self.plan;
@@ -1088,13 +903,7 @@ impl Step<'_> {
     /// expert's weights read for the block, and the rows added back (float32), every one an op
     /// of the step with its fixed cost.
     fn moe_blocks(
-        &mut self,
-        scope: &'static str,
-        count: u64,
-        rows: u64,
-        local: u64,
-        top_k: u64,
-        shard: u64,
+        &mut self, scope: &'static str, count: u64, rows: u64, local: u64, top_k: u64, shard: u64,
     ) -> Result<()> {
         let p = self.plan;
         let (m, wf) = (p.model, p.layout.weights);
@@ -1105,30 +914,12 @@ impl Step<'_> {
         let n = mul(&[count, blocks])?;
         let gather = mul(&[b, m.hidden, p.act_bytes])?;
         let g_s = p.hbm_stream(gather)?;
-        self.push(
-            "expert_block_gather",
-            scope,
-            "dma",
-            n,
-            g_s,
-            gather as f64,
-            0.0,
-            "memory".into(),
-        );
+        self.push("expert_block_gather", scope, "dma", n, g_s, gather as f64, 0.0, "memory".into());
         self.gemm("expert_block_gate_up", scope, n, b, m.hidden, 2 * shard, wf)?;
         self.gemm("expert_block_down", scope, n, b, shard, m.hidden, wf)?;
         let add = mul(&[2, b, m.hidden, 4])?;
         let a_s = p.hbm_stream(add)?;
-        self.push(
-            "expert_block_add",
-            scope,
-            "dma",
-            n,
-            a_s,
-            add as f64,
-            0.0,
-            "memory".into(),
-        );
+        self.push("expert_block_add", scope, "dma", n, a_s, add as f64, 0.0, "memory".into());
         Ok(())
     }
 }
@@ -1148,11 +939,8 @@ pub(super) fn causal_blocks(q_tiles: u64, window: u64, tile: u64, kv_tile: u64) 
     let (groups, rest) = (q_tiles / per, q_tiles % per);
     // Groups g = 0 .. groups-1 of `per` query tiles visit min(g + 1, cap) key tiles each.
     let tri = |n: u64| -> Result<u64> { Ok(mul(&[n, n + 1])? / 2) };
-    let full = if groups <= cap {
-        tri(groups)?
-    } else {
-        add(&[tri(cap)?, mul(&[groups - cap, cap])?])?
-    };
+    let full =
+        if groups <= cap { tri(groups)? } else { add(&[tri(cap)?, mul(&[groups - cap, cap])?])? };
     add(&[mul(&[per, full])?, mul(&[rest, (groups + 1).min(cap)])?])
 }
 
@@ -1167,9 +955,7 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
         let b = bucket_for(asked, &layout.prefill_buckets, layout.seq_len, "tokens")?;
         (b, b)
     } else {
-        let next = asked
-            .checked_add(1)
-            .ok_or_else(|| Error::value("context", "too large"))?;
+        let next = asked.checked_add(1).ok_or_else(|| Error::value("context", "too large"))?;
         let b = bucket_for(next, &layout.decode_buckets, layout.seq_len, "context")?;
         (b, 1)
     };
@@ -1180,11 +966,7 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
         plan: &plan,
         ops: Vec::new(),
         parts: Parts::default(),
-        fixed: if layout.naive {
-            0.0
-        } else {
-            WORKLOAD_OP_FIXED_S
-        },
+        fixed: if layout.naive { 0.0 } else { WORKLOAD_OP_FIXED_S },
     };
     let moe_layers = model.moe_layers();
     st.layer("dense", model.layers - moe_layers, tokens, bucket, prefill)?;
@@ -1196,39 +978,13 @@ fn step(model: &Model, layout: &Layout, prefill: bool, asked: u64) -> Result<Ste
     let norm_s = plan.norm_seconds(rows)?;
     st.norm("final_norm", "step", 1, norm_s, norm_bytes);
     let vocab_shard = model.vocab.div_ceil(layout.tp as u64);
-    st.gemm(
-        "lm_head",
-        "step",
-        1,
-        rows,
-        model.hidden,
-        vocab_shard,
-        layout.weights,
-    )?;
+    st.gemm("lm_head", "step", 1, rows, model.hidden, vocab_shard, layout.weights)?;
     let cand = mul(&[rows, 8, layout.tp as u64])?;
-    st.collective(
-        "sampling_all_gather",
-        "step",
-        1,
-        Collective::AllGather,
-        cand,
-    )?;
+    st.collective("sampling_all_gather", "step", 1, Collective::AllGather, cand)?;
     if layout.serving == Serving::Vllm && !layout.naive {
-        let s = if prefill {
-            SERVING_VLLM_REQUEST_OVERHEAD_S
-        } else {
-            SERVING_VLLM_TOKEN_OVERHEAD_S
-        };
-        st.push(
-            "vllm_serving",
-            "step",
-            "serving",
-            1,
-            s,
-            0.0,
-            0.0,
-            "host".into(),
-        );
+        let s =
+            if prefill { SERVING_VLLM_REQUEST_OVERHEAD_S } else { SERVING_VLLM_TOKEN_OVERHEAD_S };
+        st.push("vllm_serving", "step", "serving", 1, s, 0.0, 0.0, "host".into());
     }
     let seconds: f64 = st.ops.iter().map(OpTime::total_s).sum();
     let mut parts = st.parts;
@@ -1296,12 +1052,7 @@ fn max_prefill(layout: &Layout) -> u64 {
     if layout.prefill_buckets.is_empty() {
         layout.seq_len
     } else {
-        layout
-            .prefill_buckets
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(layout.seq_len)
+        layout.prefill_buckets.iter().copied().max().unwrap_or(layout.seq_len)
     }
 }
 

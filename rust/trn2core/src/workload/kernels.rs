@@ -110,18 +110,11 @@ pub struct NormTimes {
 
 fn machine() -> Result<Machine> {
     // The values are never read: new memory is filled with NaN instead of being checked.
-    Machine::new(MachineConfig {
-        uninitialized: Uninitialized::Nan,
-        ..MachineConfig::default()
-    })
+    Machine::new(MachineConfig { uninitialized: Uninitialized::Nan, ..MachineConfig::default() })
 }
 
 fn range(start: usize, stop: usize) -> Index {
-    Index::Range {
-        start: Some(start as i64),
-        stop: Some(stop as i64),
-        step: 1,
-    }
+    Index::Range { start: Some(start as i64), stop: Some(stop as i64), step: 1 }
 }
 
 fn sbuf(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Result<Tile> {
@@ -173,17 +166,10 @@ struct BlockBufs {
 /// Runs the attention kernel (see the module doc) for `q_tiles` query tiles each against
 /// `kv_tiles` key/value tiles of `shape`, and returns the machine's report.
 pub fn attention_run(
-    shape: &AttentionShape,
-    q_tiles: usize,
-    kv_tiles: usize,
+    shape: &AttentionShape, q_tiles: usize, kv_tiles: usize,
 ) -> Result<KernelReport> {
     shape.check()?;
-    let AttentionShape {
-        q_rows,
-        d_qk,
-        d_v,
-        shared_kv,
-    } = *shape;
+    let AttentionShape { q_rows, d_qk, d_v, shared_kv } = *shape;
     if shared_kv {
         return Err(Error::value(
             "shared_kv",
@@ -193,9 +179,8 @@ pub fn attention_run(
     }
     let bf = Dtype::Bf16;
     let f32_ = Dtype::Fp32;
-    let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
-        .map(|c| (c * Q_TILE, ((c + 1) * Q_TILE).min(d_qk)))
-        .collect();
+    let chunks: Vec<(usize, usize)> =
+        (0..d_qk.div_ceil(Q_TILE)).map(|c| (c * Q_TILE, ((c + 1) * Q_TILE).min(d_qk))).collect();
     let keys = kv_tiles * KV_TILE;
     let mut m = machine()?;
     let q_hbm = m.hbm_tensor("qT", &[d_qk, q_tiles * q_rows], bf, None)?;
@@ -253,10 +238,7 @@ pub fn attention_run(
         .enumerate()
         .map(|(c, &(lo, hi))| sbuf(&mut m, &format!("q{c}"), &[hi - lo, q_rows], bf))
         .collect::<Result<Vec<_>>>()?;
-    let pe = |accumulate: bool| PeOptions {
-        accumulate: Some(accumulate),
-        ..PeOptions::default()
-    };
+    let pe = |accumulate: bool| PeOptions { accumulate: Some(accumulate), ..PeOptions::default() };
     let mut n = 0usize;
     for i in 0..q_tiles {
         let rows = range(i * q_rows, (i + 1) * q_rows);
@@ -285,25 +267,13 @@ pub fn attention_run(
             m.tensor_reduce(&bmax, AluOp::Maximum, &b.s, 1, false)?;
             m.tensor_tensor(Engine::Vector, &new, &old, &bmax, AluOp::Maximum)?;
             let neg_scale = Scalar::Imm(-scale);
-            m.tensor_scalar(
-                Engine::Vector,
-                &neg,
-                &new,
-                AluOp::Multiply,
-                &neg_scale,
-                false,
-                None,
-            )?;
+            m.tensor_scalar(Engine::Vector, &neg, &new, AluOp::Multiply, &neg_scale, false, None)?;
             let exp = |bias: Tile, reduce: Option<Tile>| ActivationArgs {
                 bias: Some(Scalar::Tile(bias)),
                 scale: Some(Scalar::Imm(scale)),
                 reduce_op: reduce.map(|_| AluOp::Add),
                 reduce_res: reduce,
-                reduce_cmd: if reduce.is_some() {
-                    ReduceCmd::ResetReduce
-                } else {
-                    ReduceCmd::Idle
-                },
+                reduce_cmd: if reduce.is_some() { ReduceCmd::ResetReduce } else { ReduceCmd::Idle },
             };
             m.activation(&corr, ActFunc::Exp, &old, &exp(neg, None))?;
             m.activation(&b.p, ActFunc::Exp, &b.s, &exp(neg, Some(rowsum)))?;
@@ -319,8 +289,7 @@ pub fn attention_run(
                 false,
             )?;
             for c in 0..KV_TILE / Q_TILE {
-                let cols =
-                    b.p.slice(&[Index::ALL, range(c * Q_TILE, (c + 1) * Q_TILE)])?;
+                let cols = b.p.slice(&[Index::ALL, range(c * Q_TILE, (c + 1) * Q_TILE)])?;
                 m.nc_transpose(Engine::Tensor, &b.p_t_ps, &cols)?;
                 m.tensor_copy(Engine::Vector, &b.p_t, &b.p_t_ps)?;
                 let v = b.v.slice(&[Index::ALL, Index::At(c as i64), Index::ALL])?;
@@ -340,15 +309,7 @@ pub fn attention_run(
         }
         m.reciprocal(&inv, &run_sum)?;
         let inv_s = Scalar::Tile(inv);
-        m.tensor_scalar(
-            Engine::Vector,
-            &o_sb,
-            &o_acc,
-            AluOp::Multiply,
-            &inv_s,
-            false,
-            None,
-        )?;
+        m.tensor_scalar(Engine::Vector, &o_sb, &o_acc, AluOp::Multiply, &inv_s, false, None)?;
         m.dma_copy(&out.slice(&[rows])?, &o_sb, None)?;
     }
     m.run()
@@ -402,20 +363,10 @@ struct TkgDims {
 /// One block's loads and scores (issued a block ahead, so that the tensor engine computes
 /// block `j + 1`'s scores while the other engines work on block `j`).
 fn tkg_front(
-    m: &mut Machine,
-    b: &TkgBufs,
-    dims: &TkgDims,
-    chunks: &[(usize, usize)],
-    q_sb: &[Tile],
-    hbm: (&Tile, &Tile),
-    k0: usize,
+    m: &mut Machine, b: &TkgBufs, dims: &TkgDims, chunks: &[(usize, usize)], q_sb: &[Tile],
+    hbm: (&Tile, &Tile), k0: usize,
 ) -> Result<()> {
-    let TkgDims {
-        q,
-        c,
-        block,
-        shared,
-    } = *dims;
+    let TkgDims { q, c, block, shared } = *dims;
     let (k_hbm, v_hbm) = hbm;
     if !shared {
         // The cache: K^T with the head dimension on the partitions, V with the keys.
@@ -449,8 +400,7 @@ fn tkg_front(
             for (ci, &(lo, hi)) in chunks.iter().enumerate() {
                 let kt_ps = &b.kt_ps[u % b.kt_ps.len()];
                 for t in g0..g1 {
-                    let src =
-                        b.v.slice(&[Index::ALL, Index::At(t as i64), range(lo, hi)])?;
+                    let src = b.v.slice(&[Index::ALL, Index::At(t as i64), range(lo, hi)])?;
                     let cols = range((t - g0) * Q_TILE, (t - g0 + 1) * Q_TILE);
                     let dst = kt_ps.slice(&[range(0, hi - lo), cols])?;
                     m.nc_transpose(Engine::Tensor, &dst, &src)?;
@@ -481,21 +431,13 @@ fn tkg_front(
 }
 
 fn pe(accumulate: bool) -> PeOptions {
-    PeOptions {
-        accumulate: Some(accumulate),
-        ..PeOptions::default()
-    }
+    PeOptions { accumulate: Some(accumulate), ..PeOptions::default() }
 }
 
 /// Copies `row` (`[1, n]` in PSUM) to SBUF and broadcasts it to the 128 partitions (a matmul
 /// with a row of ones), into `bc` (SBUF).
 fn broadcast_row(
-    m: &mut Machine,
-    row_ps: &Tile,
-    row: &Tile,
-    ones_row: &Tile,
-    bc_ps: &Tile,
-    bc: &Tile,
+    m: &mut Machine, row_ps: &Tile, row: &Tile, ones_row: &Tile, bc_ps: &Tile, bc: &Tile,
 ) -> Result<()> {
     m.tensor_copy(Engine::Scalar, row, row_ps)?;
     m.nc_matmul(bc_ps, ones_row, row, &pe(false))?;
@@ -506,17 +448,10 @@ fn broadcast_row(
 /// (a sequence's query heads sharing one key/value head each) against `blocks` blocks of
 /// [`tkg_block_keys`] keys, and returns the machine's report.
 pub fn attention_tkg_run(
-    shape: &AttentionShape,
-    q_tiles: usize,
-    blocks: usize,
+    shape: &AttentionShape, q_tiles: usize, blocks: usize,
 ) -> Result<KernelReport> {
     shape.check()?;
-    let AttentionShape {
-        q_rows,
-        d_qk,
-        d_v,
-        shared_kv: shared,
-    } = *shape;
+    let AttentionShape { q_rows, d_qk, d_v, shared_kv: shared } = *shape;
     let q = q_rows;
     let bf = Dtype::Bf16;
     let f32_ = Dtype::Fp32;
@@ -529,15 +464,9 @@ pub fn attention_tkg_run(
             format!("{d_v}: the token-generation kernel takes up to 128 or a multiple of 128"),
         ));
     }
-    let dims = TkgDims {
-        q,
-        c,
-        block,
-        shared,
-    };
-    let chunks: Vec<(usize, usize)> = (0..d_qk.div_ceil(Q_TILE))
-        .map(|i| (i * Q_TILE, ((i + 1) * Q_TILE).min(d_qk)))
-        .collect();
+    let dims = TkgDims { q, c, block, shared };
+    let chunks: Vec<(usize, usize)> =
+        (0..d_qk.div_ceil(Q_TILE)).map(|i| (i * Q_TILE, ((i + 1) * Q_TILE).min(d_qk))).collect();
     let keys = blocks * block;
     let mut m = machine()?;
     // Each query tile its own cache (a sequence and key/value head): K^T and V, or one shared
@@ -567,12 +496,7 @@ pub fn attention_tkg_run(
     };
     let mut kt_ps = Vec::new();
     for b in 0..kt_banks {
-        kt_ps.push(psum(
-            &mut m,
-            &format!("kT_ps{b}"),
-            &[Q_TILE, KT_BANK_CHUNKS * Q_TILE],
-            bf,
-        )?);
+        kt_ps.push(psum(&mut m, &format!("kT_ps{b}"), &[Q_TILE, KT_BANK_CHUNKS * Q_TILE], bf)?);
     }
     let mut ps = Vec::new();
     for b in 0..2 {
@@ -595,12 +519,7 @@ pub fn attention_tkg_run(
         let [s, o_ps] = ps[b];
         let [pmax_t, bc_ps, row_ps, sum_ps] = small_ps[b];
         let k = if shared {
-            vec![sbuf(
-                &mut m,
-                &format!("kT{b}"),
-                &[Q_TILE, n_chunks, block],
-                bf,
-            )?]
+            vec![sbuf(&mut m, &format!("kT{b}"), &[Q_TILE, n_chunks, block], bf)?]
         } else {
             chunks
                 .iter()
@@ -698,9 +617,7 @@ pub fn attention_tkg_run(
             // -scale * max and the correction to the 128 partitions: each transposed to a
             // row, then times a row of ones.
             for (col, t) in [neg, corr].iter().enumerate() {
-                let dst = b
-                    .row_ps
-                    .slice(&[Index::ALL, range(col * q, (col + 1) * q)])?;
+                let dst = b.row_ps.slice(&[Index::ALL, range(col * q, (col + 1) * q)])?;
                 m.nc_transpose(Engine::Tensor, &dst, t)?;
             }
             broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
@@ -787,8 +704,7 @@ pub fn attention_tkg_run(
         m.nc_transpose(Engine::Tensor, &dst, &inv)?;
         broadcast_row(&mut m, &b.row_ps, &b.row, &ones_row, &b.bc_ps, &b.bc)?;
         let inv_bc =
-            b.bc.slice(&[range(0, dvc), range(0, q)])?
-                .with_pattern(&over_chunks(nv), 0)?;
+            b.bc.slice(&[range(0, dvc), range(0, q)])?.with_pattern(&over_chunks(nv), 0)?;
         m.tensor_tensor(Engine::Vector, &o_sb, &o_acc, &inv_bc, AluOp::Multiply)?;
         for vi in 0..nv {
             let src = o_sb.slice(&[Index::ALL, Index::At(vi as i64), Index::ALL])?;
@@ -804,10 +720,7 @@ pub fn attention_tkg_run(
 /// so a decode step's few rows still use the engines' lanes.
 pub fn rmsnorm_fold(rows: usize, hidden: usize) -> usize {
     let most = (Q_TILE / rows.max(1)).max(1);
-    (1..=most.min(hidden))
-        .rev()
-        .find(|f| hidden.is_multiple_of(*f))
-        .unwrap_or(1)
+    (1..=most.min(hidden)).rev().find(|f| hidden.is_multiple_of(*f)).unwrap_or(1)
 }
 
 /// Runs the rmsnorm kernel (see the module doc) over `tiles` tiles of `rows` rows (1..=128) of
@@ -816,10 +729,7 @@ pub fn rmsnorm_fold(rows: usize, hidden: usize) -> usize {
 /// a block-diagonal matrix of ones (PE), which also hands each partition its row's sum.
 pub fn rmsnorm_run(rows: usize, hidden: usize, tiles: usize) -> Result<KernelReport> {
     if rows == 0 || rows > Q_TILE {
-        return Err(Error::value(
-            "rows",
-            format!("{rows}: a row tile has 1 to {Q_TILE} rows"),
-        ));
+        return Err(Error::value("rows", format!("{rows}: a row tile has 1 to {Q_TILE} rows")));
     }
     if hidden == 0 {
         return Err(Error::value("hidden", "must be at least 1"));
@@ -895,10 +805,7 @@ pub fn rmsnorm_run(rows: usize, hidden: usize, tiles: usize) -> Result<KernelRep
         m.tensor_reduce(&ss, AluOp::Add, &sq, 1, false)?;
         let sum = match &ones {
             Some(ones) => {
-                let opts = PeOptions {
-                    accumulate: Some(false),
-                    ..PeOptions::default()
-                };
+                let opts = PeOptions { accumulate: Some(false), ..PeOptions::default() };
                 m.nc_matmul(&tot, ones, &ss, &opts)?;
                 tot
             }
@@ -915,15 +822,7 @@ pub fn rmsnorm_run(rows: usize, hidden: usize, tiles: usize) -> Result<KernelRep
             Some(&second),
         )?;
         m.activation(&r, ActFunc::Rsqrt, &ms, &ActivationArgs::default())?;
-        m.tensor_scalar(
-            Engine::Vector,
-            &x,
-            &x,
-            AluOp::Multiply,
-            &Scalar::Tile(r),
-            false,
-            None,
-        )?;
+        m.tensor_scalar(Engine::Vector, &x, &x, AluOp::Multiply, &Scalar::Tile(r), false, None)?;
         m.tensor_tensor(Engine::Vector, &sq, &x, &g, AluOp::Multiply)?;
         let hbm_rows = range(t * parts, (t + 1) * parts);
         m.dma_copy(&out.slice(&[hbm_rows])?, &sq, None)?;
@@ -939,9 +838,7 @@ static NORM: Cache<(usize, usize), NormTimes> = OnceLock::new();
 
 /// Looks `key` up in `cache`, else computes it (outside the lock) and keeps it.
 fn cached<K: std::hash::Hash + Eq + Copy, V: Copy>(
-    cache: &Cache<K, V>,
-    key: K,
-    compute: impl FnOnce() -> Result<V>,
+    cache: &Cache<K, V>, key: K, compute: impl FnOnce() -> Result<V>,
 ) -> Result<V> {
     let map = cache.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(v) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
@@ -955,8 +852,7 @@ fn cached<K: std::hash::Hash + Eq + Copy, V: Copy>(
 /// `T(q, k) = fixed + q x per_q_tile + q x k x per_block` from three runs of `run`: 1 query
 /// tile against `n` and `2n` blocks and 2 query tiles against `n`.
 fn three_runs(
-    shape: &AttentionShape,
-    run: fn(&AttentionShape, usize, usize) -> Result<KernelReport>,
+    shape: &AttentionShape, run: fn(&AttentionShape, usize, usize) -> Result<KernelReport>,
 ) -> Result<AttentionTimes> {
     let cancel = crate::cancel::current();
     let n = ATTENTION_RUN_BLOCKS;
@@ -986,9 +882,7 @@ pub fn attention_times(shape: &AttentionShape) -> Result<AttentionTimes> {
 /// [`attention_times`] takes its own, cached for the process.
 pub fn attention_tkg_times(shape: &AttentionShape) -> Result<AttentionTimes> {
     shape.check()?;
-    cached(&ATTENTION_TKG, *shape, || {
-        three_runs(shape, attention_tkg_run)
-    })
+    cached(&ATTENTION_TKG, *shape, || three_runs(shape, attention_tkg_run))
 }
 
 /// The rmsnorm kernel's time for tiles of `rows` rows of `hidden` columns, from runs of
@@ -999,10 +893,7 @@ pub fn attention_tkg_times(shape: &AttentionShape) -> Result<AttentionTimes> {
 /// otherwise time up to 128.
 pub fn rmsnorm_times(rows: usize, hidden: usize) -> Result<NormTimes> {
     if rows == 0 || rows > Q_TILE {
-        return Err(Error::value(
-            "rows",
-            format!("{rows}: a row tile has 1 to {Q_TILE} rows"),
-        ));
+        return Err(Error::value("rows", format!("{rows}: a row tile has 1 to {Q_TILE} rows")));
     }
     let rows = rows.next_power_of_two();
     cached(&NORM, (rows, hidden), || {
@@ -1012,10 +903,7 @@ pub fn rmsnorm_times(rows: usize, hidden: usize) -> Result<NormTimes> {
         cancel.check()?;
         let t2 = rmsnorm_run(rows, hidden, 2 * n)?.seconds;
         let per_tile_s = (t2 - t1) / n as f64;
-        Ok(NormTimes {
-            fixed_s: t1 - n as f64 * per_tile_s,
-            per_tile_s,
-        })
+        Ok(NormTimes { fixed_s: t1 - n as f64 * per_tile_s, per_tile_s })
     })
 }
 
@@ -1029,21 +917,12 @@ mod tests {
         TENSOR_ACCESS_INIT_CYCLES,
     };
 
-    const HEAD: AttentionShape = AttentionShape {
-        q_rows: 128,
-        d_qk: 128,
-        d_v: 128,
-        shared_kv: false,
-    };
+    const HEAD: AttentionShape =
+        AttentionShape { q_rows: 128, d_qk: 128, d_v: 128, shared_kv: false };
 
     /// DeepSeek-V3's decode at TP=64: 2 heads a rank against the latent cache (512 latent and
     /// 64 rope columns).
-    const MLA: AttentionShape = AttentionShape {
-        q_rows: 2,
-        d_qk: 576,
-        d_v: 512,
-        shared_kv: true,
-    };
+    const MLA: AttentionShape = AttentionShape { q_rows: 2, d_qk: 576, d_v: 512, shared_kv: true };
 
     #[test]
     fn the_three_terms_predict_a_run_they_were_not_taken_from() {
@@ -1059,11 +938,7 @@ mod tests {
         }
         // One they are not: 3 query tiles of 6 blocks.
         let run = attention_run(&HEAD, 3, 6).expect("run").seconds;
-        assert!(
-            (model(3, 6) / run - 1.0).abs() < 0.03,
-            "{} {run}",
-            model(3, 6)
-        );
+        assert!((model(3, 6) / run - 1.0).abs() < 0.03, "{} {run}", model(3, 6));
         assert!(t.per_block_s > 0.0 && t.per_q_tile_s > 0.0 && t.fixed_s >= 0.0);
     }
 
@@ -1116,11 +991,7 @@ mod tests {
         // its K and V bytes, within 25 % of it, and far below the prefill layout's per key.
         let bytes = (block * (HEAD.d_qk + HEAD.d_v) * 2) as f64;
         let peak = bytes / (DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S);
-        assert!(
-            t.per_block_s >= peak && t.per_block_s < 1.25 * peak,
-            "{} {peak}",
-            t.per_block_s
-        );
+        assert!(t.per_block_s >= peak && t.per_block_s < 1.25 * peak, "{} {peak}", t.per_block_s);
         let prefill = attention_times(&one).expect("prefill");
         let ratio = (prefill.per_block_s / KV_TILE as f64) / (t.per_block_s / block as f64);
         assert!(ratio > 3.0, "{ratio}");
@@ -1130,20 +1001,12 @@ mod tests {
     fn a_head_of_64_decodes_on_its_64_partitions() {
         // Llama-3.2-1B's heads: the output (and the corrections scaling it) on 64 partitions.
         for q_rows in [1, 8] {
-            let small = AttentionShape {
-                q_rows,
-                d_qk: 64,
-                d_v: 64,
-                ..HEAD
-            };
+            let small = AttentionShape { q_rows, d_qk: 64, d_v: 64, ..HEAD };
             let t = attention_tkg_times(&small).expect("a head of 64");
             let full = attention_tkg_times(&AttentionShape { q_rows, ..HEAD }).expect("128");
             let bytes = (tkg_block_keys(q_rows) * 128 * 2) as f64;
             let peak = bytes / (DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S);
-            assert!(
-                t.per_block_s >= peak && t.per_block_s < full.per_block_s,
-                "{q_rows}"
-            );
+            assert!(t.per_block_s >= peak && t.per_block_s < full.per_block_s, "{q_rows}");
         }
     }
 
@@ -1151,10 +1014,7 @@ mod tests {
     fn a_shared_latent_cache_is_read_once() {
         let block = tkg_block_keys(MLA.q_rows);
         assert_eq!(block, 2048);
-        let apart = AttentionShape {
-            shared_kv: false,
-            ..MLA
-        };
+        let apart = AttentionShape { shared_kv: false, ..MLA };
         let n = ATTENTION_RUN_BLOCKS;
         let bytes = |shape: &AttentionShape, k: usize| {
             attention_tkg_run(shape, 1, k).expect("run").dma_bytes as f64
@@ -1170,22 +1030,10 @@ mod tests {
         let r = attention_tkg_run(&MLA, 1, 1).expect("run");
         let count = |op| r.opcodes.iter().find(|(o, _)| *o == op).map_or(0, |x| x.1);
         let r_apart = attention_tkg_run(&apart, 1, 1).expect("run");
-        let count_apart = |op| {
-            r_apart
-                .opcodes
-                .iter()
-                .find(|(o, _)| *o == op)
-                .map_or(0, |x| x.1)
-        };
+        let count_apart = |op| r_apart.opcodes.iter().find(|(o, _)| *o == op).map_or(0, |x| x.1);
         use crate::machine::Opcode;
-        assert_eq!(
-            count(Opcode::NcTranspose) - count_apart(Opcode::NcTranspose),
-            16 * 5
-        );
-        assert_eq!(
-            count(Opcode::TensorCopy) - count_apart(Opcode::TensorCopy),
-            2 * 5
-        );
+        assert_eq!(count(Opcode::NcTranspose) - count_apart(Opcode::NcTranspose), 16 * 5);
+        assert_eq!(count(Opcode::TensorCopy) - count_apart(Opcode::TensorCopy), 2 * 5);
         // A block costs at least its single read at the DMA engines' peak, and about three
         // quarters of what the separate loads did (now the tensor engine's transposes and
         // matmuls bound it: 9.4 us against 12.9 us).
@@ -1240,10 +1088,7 @@ mod tests {
         };
         let v = AttentionShape { d_v: 513, ..HEAD };
         assert_eq!(bad(v).as_deref(), Some("v_head_dim"));
-        let q = AttentionShape {
-            q_rows: 129,
-            ..HEAD
-        };
+        let q = AttentionShape { q_rows: 129, ..HEAD };
         assert_eq!(bad(q).as_deref(), Some("q_rows"));
         let e = rmsnorm_times(128, 1 << 20).expect_err("too wide");
         assert!(matches!(e, Error::Capacity { .. }));

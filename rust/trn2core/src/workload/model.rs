@@ -254,10 +254,7 @@ impl Fields<'_> {
             Some(ConfigValue::Float(f)) if f.fract() == 0.0 && *f >= 1.0 && *f < 9.0e15 => {
                 Ok(Some(*f as u64))
             }
-            Some(v) => Err(Error::value(
-                key,
-                format!("must be a positive integer, got {v:?}"),
-            )),
+            Some(v) => Err(Error::value(key, format!("must be a positive integer, got {v:?}"))),
         }
     }
 
@@ -299,10 +296,7 @@ impl Fields<'_> {
         match self.get(key) {
             None => Ok(None),
             Some(ConfigValue::Bool(b)) => Ok(Some(*b)),
-            Some(v) => Err(Error::value(
-                key,
-                format!("must be true or false, got {v:?}"),
-            )),
+            Some(v) => Err(Error::value(key, format!("must be true or false, got {v:?}"))),
         }
     }
 
@@ -325,10 +319,8 @@ impl Model {
                 format!("unknown model {name:?}; presets: {PRESETS:?}, or a config.json"),
             )
         })?;
-        let owned: Vec<(String, ConfigValue)> = fields
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let owned: Vec<(String, ConfigValue)> =
+            fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         Model::from_config(preset_display(&key), &owned)
     }
 
@@ -366,13 +358,10 @@ impl Model {
         };
         // Llama-4 names the dense MLP's size intermediate_size_mlp and the expert's
         // intermediate_size.
-        let llama4 = f
-            .string("model_type")
-            .is_some_and(|t| t.starts_with("llama4"))
+        let llama4 = f.string("model_type").is_some_and(|t| t.starts_with("llama4"))
             || f.int("intermediate_size_mlp")?.is_some();
         let intermediate = if llama4 {
-            f.int("intermediate_size_mlp")?
-                .map_or_else(|| f.need("intermediate_size"), Ok)?
+            f.int("intermediate_size_mlp")?.map_or_else(|| f.need("intermediate_size"), Ok)?
         } else {
             f.need("intermediate_size")?
         };
@@ -382,10 +371,7 @@ impl Model {
             Some(e) if e <= 1 => None,
             Some(e) => {
                 let k = f.int("num_experts_per_tok")?.ok_or_else(|| {
-                    Error::value(
-                        "num_experts_per_tok",
-                        "missing from the config of an MoE model",
-                    )
+                    Error::value("num_experts_per_tok", "missing from the config of an MoE model")
                 })?;
                 if k > e {
                     return Err(Error::value(
@@ -408,9 +394,8 @@ impl Model {
                     Some(s) => s,
                     None => u64::from(llama4),
                 };
-                let dense_layers = f
-                    .count_any(&["first_k_dense_replace", "num_dense_layers"])?
-                    .unwrap_or(0);
+                let dense_layers =
+                    f.count_any(&["first_k_dense_replace", "num_dense_layers"])?.unwrap_or(0);
                 let step = f.int("interleave_moe_layer_step")?.unwrap_or(1);
                 if dense_layers >= layers {
                     return Err(Error::value(
@@ -512,10 +497,7 @@ impl Model {
             } => {
                 let qk = qk_nope_head_dim + qk_rope_head_dim;
                 let q = if q_lora_rank > 0 {
-                    add(&[
-                        mul(&[h, q_lora_rank])?,
-                        mul(&[q_lora_rank, self.heads, qk])?,
-                    ])?
+                    add(&[mul(&[h, q_lora_rank])?, mul(&[q_lora_rank, self.heads, qk])?])?
                 } else {
                     mul(&[h, self.heads, qk])?
                 };
@@ -557,11 +539,9 @@ impl Model {
     pub fn kv_elements_per_token(&self) -> u64 {
         match self.attention {
             AttentionKind::Gqa => 2 * self.kv_heads * self.head_dim,
-            AttentionKind::Mla {
-                kv_lora_rank,
-                qk_rope_head_dim,
-                ..
-            } => kv_lora_rank + qk_rope_head_dim,
+            AttentionKind::Mla { kv_lora_rank, qk_rope_head_dim, .. } => {
+                kv_lora_rank + qk_rope_head_dim
+            }
         }
     }
 }
@@ -569,16 +549,14 @@ impl Model {
 /// The product of `xs`, or `ValueError` on `config` if it overflows.
 pub(crate) fn mul(xs: &[u64]) -> Result<u64> {
     xs.iter().try_fold(1u64, |a, &b| {
-        a.checked_mul(b)
-            .ok_or_else(|| Error::value("config", "sizes too large (overflow)"))
+        a.checked_mul(b).ok_or_else(|| Error::value("config", "sizes too large (overflow)"))
     })
 }
 
 /// The sum of `xs`, or `ValueError` on `config` if it overflows.
 pub(crate) fn add(xs: &[u64]) -> Result<u64> {
     xs.iter().try_fold(0u64, |a, &b| {
-        a.checked_add(b)
-            .ok_or_else(|| Error::value("config", "sizes too large (overflow)"))
+        a.checked_add(b).ok_or_else(|| Error::value("config", "sizes too large (overflow)"))
     })
 }
 

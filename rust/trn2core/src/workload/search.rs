@@ -122,10 +122,7 @@ pub struct SearchResult {
 }
 
 fn powers_of_two(max: usize) -> Vec<usize> {
-    doublings(1)
-        .take_while(|&x| x <= max as u64)
-        .map(|x| x as usize)
-        .collect()
+    doublings(1).take_while(|&x| x <= max as u64).map(|x| x as usize).collect()
 }
 
 fn or_default<T: Clone>(given: &[T], default: Vec<T>) -> Vec<T> {
@@ -158,11 +155,7 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
     }
     if space.prompt == 0 || space.output == 0 {
         return Err(Error::value(
-            if space.prompt == 0 {
-                "prompt"
-            } else {
-                "output"
-            },
+            if space.prompt == 0 { "prompt" } else { "output" },
             "must be at least 1",
         ));
     }
@@ -180,9 +173,7 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
     let price_per_s = space.price_per_hour.map(|p| p / 3600.0);
     let record = |res: &mut SearchResult, r: Result<Candidate>| match r {
         Ok(c) => {
-            let over_ttft = space
-                .max_ttft_s
-                .is_some_and(|m| !space.train && c.ttft_s > m);
+            let over_ttft = space.max_ttft_s.is_some_and(|m| !space.train && c.ttft_s > m);
             let over_itl = space.max_itl_s.is_some_and(|m| !space.train && c.itl_s > m);
             if over_ttft || over_itl {
                 res.skipped_constraints += 1;
@@ -194,19 +185,13 @@ pub fn search(model: &Model, space: &SearchSpace) -> Result<SearchResult> {
         Err(_) => res.skipped_invalid += 1,
     };
     for &lnc in &lncs {
-        let ranks = space
-            .machine
-            .chips
-            .saturating_mul(CORES_PER_CHIP / lnc.max(1));
+        let ranks = space.machine.chips.saturating_mul(CORES_PER_CHIP / lnc.max(1));
         for &tp in &tps {
             let eps = match experts {
                 None => vec![1],
                 Some(e) => or_default(
                     &space.ep,
-                    powers_of_two(tp)
-                        .into_iter()
-                        .filter(|&x| e.is_multiple_of(x as u64))
-                        .collect(),
+                    powers_of_two(tp).into_iter().filter(|&x| e.is_multiple_of(x as u64)).collect(),
                 ),
             };
             for &ep in &eps {
@@ -351,10 +336,7 @@ mod tests {
         assert!(r.layouts.iter().all(|c| best.itl_s <= c.itl_s));
         // Throughput: the best has the most tokens per second.
         let t = search(&m, &space(Objective::Throughput)).expect("search");
-        assert!(t
-            .layouts
-            .iter()
-            .all(|c| t.layouts[0].tokens_per_s >= c.tokens_per_s));
+        assert!(t.layouts.iter().all(|c| t.layouts[0].tokens_per_s >= c.tokens_per_s));
     }
 
     #[test]

@@ -43,10 +43,7 @@ impl Recompute {
         match name {
             "none" => Ok(Recompute::None),
             "full" => Ok(Recompute::Full),
-            _ => Err(Error::value(
-                "recompute",
-                format!("{name:?}: expected \"none\" or \"full\""),
-            )),
+            _ => Err(Error::value("recompute", format!("{name:?}: expected \"none\" or \"full\""))),
         }
     }
 }
@@ -151,10 +148,7 @@ pub struct ScheduleSlice {
 /// stage's forwards, backwards and idle gaps (`"bubble"`) up to the pipeline's end, in start
 /// order per stage, and that end: `(micro_batches + pp - 1) x (forward_s + backward_s)`.
 pub fn schedule_1f1b(
-    pp: usize,
-    micro_batches: u64,
-    forward_s: f64,
-    backward_s: f64,
+    pp: usize, micro_batches: u64, forward_s: f64, backward_s: f64,
 ) -> (Vec<ScheduleSlice>, f64) {
     let m = micro_batches;
     // Each stage's order: (is backward, micro-batch).
@@ -257,17 +251,11 @@ fn check(model: &Model, t: &TrainLayout) -> Result<u64> {
         }
     }
     if t.lnc == 0 || t.lnc > 2 {
-        return Err(Error::value(
-            "lnc",
-            format!("lnc={}: whole models run at LNC 1 or 2", t.lnc),
-        ));
+        return Err(Error::value("lnc", format!("lnc={}: whole models run at LNC 1 or 2", t.lnc)));
     }
     let per_chip = CORES_PER_CHIP / t.lnc;
     let available = t.machine.chips.saturating_mul(per_chip);
-    let ranks =
-        t.tp.checked_mul(t.pp)
-            .and_then(|x| x.checked_mul(t.dp))
-            .unwrap_or(usize::MAX);
+    let ranks = t.tp.checked_mul(t.pp).and_then(|x| x.checked_mul(t.dp)).unwrap_or(usize::MAX);
     if ranks > available {
         return Err(Error::value(
             "tp*pp*dp",
@@ -326,11 +314,7 @@ fn spread(n: usize, stride: usize, per_chip: usize) -> (usize, u64) {
 
 /// The memory of one rank, and `CapacityError` naming the largest item if it does not fit.
 fn memory(
-    model: &Model,
-    t: &TrainLayout,
-    params: u64,
-    stage_layers: u64,
-    micro_batches: u64,
+    model: &Model, t: &TrainLayout, params: u64, stage_layers: u64, micro_batches: u64,
 ) -> Result<MemoryPlan> {
     let weights = mul(&[params, 2])?;
     let grads = mul(&[params, 2])?;
@@ -373,15 +357,7 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
     let micro_batches = check(model, t)?;
     let layout = Layout {
         sequence_parallel: t.sequence_parallel,
-        ..Layout::native(
-            t.machine.clone(),
-            t.tp,
-            t.ep,
-            t.lnc,
-            t.micro_batch,
-            t.dtype,
-            t.seq,
-        )
+        ..Layout::native(t.machine.clone(), t.tp, t.ep, t.lnc, t.micro_batch, t.dtype, t.seq)
     };
     let plan = Plan::new(model, &layout)?;
     let pp = t.pp as u64;
@@ -409,13 +385,8 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
     let (s, hbm, fl, b) = plan.gemm(rows, model.hidden, vocab_shard, t.dtype)?;
     fwd.push("lm_head", "step", "gemm", 1, s, hbm, fl, b);
     // The model's FLOPs of one micro-batch (all layers, one replica's tp ranks).
-    let per_layer = |scope: &str| -> f64 {
-        fwd.ops
-            .iter()
-            .filter(|o| o.scope == scope)
-            .map(|o| o.flops)
-            .sum()
-    };
+    let per_layer =
+        |scope: &str| -> f64 { fwd.ops.iter().filter(|o| o.scope == scope).map(|o| o.flops).sum() };
     let replica_fwd_flops =
         (per_layer("dense") * dense_all as f64 + per_layer("moe") * moe_all as f64 + fl)
             * t.tp as f64;
@@ -454,11 +425,7 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         // The stage boundary's activations, forward and backward (split over the TP ranks
         // with sequence parallelism).
         let act = mul(&[rows, model.hidden, 2])?;
-        let bytes = if t.sequence_parallel {
-            act.div_ceil(t.tp as u64)
-        } else {
-            act
-        };
+        let bytes = if t.sequence_parallel { act.div_ceil(t.tp as u64) } else { act };
         let (ranks, _) = spread(2, t.tp, per_chip);
         let (s, alg) = collective(Collective::SendRecv, ranks, t.lnc, bytes)?;
         p2p_s = 2.0 * s;
@@ -497,22 +464,14 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
     let mut dp_alg = String::new();
     if t.dp > 1 {
         let (ranks, local) = spread(t.dp, t.tp * t.pp, per_chip);
-        let c = if t.zero1 {
-            Collective::ReduceScatter
-        } else {
-            Collective::AllReduce
-        };
+        let c = if t.zero1 { Collective::ReduceScatter } else { Collective::AllReduce };
         let (s, alg) = collective(c, ranks, t.lnc, mul(&[grad_bytes, local])?)?;
         dp_reduce_s = s;
         dp_exposed_s = (s - backward_s).max(0.0);
         dp_alg = alg;
         if t.zero1 {
-            let (s, _) = collective(
-                Collective::AllGather,
-                ranks,
-                t.lnc,
-                mul(&[grad_bytes, local])?,
-            )?;
+            let (s, _) =
+                collective(Collective::AllGather, ranks, t.lnc, mul(&[grad_bytes, local])?)?;
             gather_s = s;
         }
     }
@@ -576,21 +535,13 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         seconds,
     };
     if t.dp > 1 {
-        schedule.push(step_slice(
-            "dp_grad_reduce",
-            pipe_end - backward_s,
-            dp_reduce_s,
-        ));
+        schedule.push(step_slice("dp_grad_reduce", pipe_end - backward_s, dp_reduce_s));
     }
     let opt_start = pipe_end + dp_exposed_s;
     let opt_total = opt_s + WORKLOAD_OP_FIXED_S;
     schedule.push(step_slice("optimizer", opt_start, opt_total));
     if gather_s > 0.0 {
-        schedule.push(step_slice(
-            "dp_param_all_gather",
-            opt_start + opt_total,
-            gather_s,
-        ));
+        schedule.push(step_slice("dp_param_all_gather", opt_start + opt_total, gather_s));
     }
     let ranks = (t.tp * t.pp * t.dp) as f64;
     let peak = ranks * t.lnc as f64 * CORE_PEAK_BF16_FLOPS_PER_S;
@@ -611,11 +562,7 @@ pub fn train_step(model: &Model, t: &TrainLayout) -> Result<TrainReport> {
         t.seq,
         width_name(t.dtype),
         if t.zero1 { ", ZeRO-1" } else { "" },
-        if t.recompute == Recompute::Full {
-            ", full recomputation"
-        } else {
-            ""
-        }
+        if t.recompute == Recompute::Full { ", full recomputation" } else { "" }
     );
     Ok(TrainReport {
         model: model.name.clone(),
@@ -653,10 +600,7 @@ mod tests {
         let r = train_step(&m, &t).expect("step");
         assert_eq!(r.micro_batches, 8);
         let stage = |s: usize, name: &str| -> Vec<&ScheduleSlice> {
-            r.schedule
-                .iter()
-                .filter(|x| x.stage == Some(s) && x.name == name)
-                .collect()
+            r.schedule.iter().filter(|x| x.stage == Some(s) && x.name == name).collect()
         };
         for s in 0..4 {
             assert_eq!(stage(s, "forward").len(), 8, "stage {s}");
@@ -690,32 +634,17 @@ mod tests {
         let mb_s = stage(0, "forward")[0].seconds + stage(0, "backward")[0].seconds;
         for s in 0..4 {
             let idle: f64 = stage(s, "bubble").iter().map(|x| x.seconds).sum();
-            assert!(
-                (idle / (3.0 * mb_s) - 1.0).abs() < 1e-9,
-                "stage {s}: {idle}"
-            );
+            assert!((idle / (3.0 * mb_s) - 1.0).abs() < 1e-9, "stage {s}: {idle}");
         }
         // The pipeline is 11 micro-batch times; the DP reduction starts with the last
         // backward's compute, the optimizer (and ZeRO-1's all-gather) end the step.
         let pipe = 11.0 * mb_s;
-        let end = r
-            .schedule
-            .iter()
-            .map(|x| x.start_s + x.seconds)
-            .fold(0.0, f64::max);
+        let end = r.schedule.iter().map(|x| x.start_s + x.seconds).fold(0.0, f64::max);
         assert!((end / r.seconds - 1.0).abs() < 1e-9, "{end} {}", r.seconds);
-        let dp = r
-            .schedule
-            .iter()
-            .find(|x| x.name == "dp_grad_reduce")
-            .expect("dp");
+        let dp = r.schedule.iter().find(|x| x.name == "dp_grad_reduce").expect("dp");
         assert!((dp.start_s - (pipe - r.backward_s)).abs() < 1e-9 * pipe);
         assert!((dp.seconds - r.dp_reduce_s).abs() < 1e-15);
-        let opt = r
-            .schedule
-            .iter()
-            .find(|x| x.name == "optimizer")
-            .expect("opt");
+        let opt = r.schedule.iter().find(|x| x.name == "optimizer").expect("opt");
         assert!((opt.start_s - (pipe + r.dp_exposed_s)).abs() < 1e-9 * pipe);
         // One stage: no bubble, forward and backward in turn.
         let (one, end) = schedule_1f1b(1, 3, 1.0, 2.0);
@@ -752,11 +681,7 @@ mod tests {
         // 64 sequences / (1 x 4 replicas) = 16 micro-batches: bubble 3/19.
         assert_eq!(r.micro_batches, 16);
         assert!((r.bubble_fraction - 3.0 / 19.0).abs() < 1e-12);
-        let bubble = r
-            .ops
-            .iter()
-            .find(|o| o.name == "pipeline_bubble")
-            .expect("bubble");
+        let bubble = r.ops.iter().find(|o| o.name == "pipeline_bubble").expect("bubble");
         // The bubble is pp - 1 micro-batches of the stage.
         let per_mb = bubble.seconds / 3.0;
         assert!(per_mb > r.forward_s + r.backward_s && per_mb < 1.1 * (r.forward_s + r.backward_s));
@@ -803,12 +728,7 @@ mod tests {
         t.seq = 128;
         t.recompute = Recompute::None;
         let s = train_step(&m, &t).expect("step");
-        assert!(
-            s.dp_reduce_s > s.backward_s,
-            "{} {}",
-            s.dp_reduce_s,
-            s.backward_s
-        );
+        assert!(s.dp_reduce_s > s.backward_s, "{} {}", s.dp_reduce_s, s.backward_s);
         assert!((s.dp_exposed_s - (s.dp_reduce_s - s.backward_s)).abs() < 1e-15);
     }
 
@@ -819,11 +739,7 @@ mod tests {
         let b = train_step(&m, &layout("ultraserver", 8, 2, 8, 256)).expect("dp8");
         assert_eq!(a.micro_batches, 2 * b.micro_batches);
         let compute = |r: &TrainReport| -> f64 {
-            r.ops
-                .iter()
-                .filter(|o| o.kind == "gemm")
-                .map(OpTime::total_s)
-                .sum()
+            r.ops.iter().filter(|o| o.kind == "gemm").map(OpTime::total_s).sum()
         };
         assert!((compute(&a) / compute(&b) - 2.0).abs() < 1e-9);
         assert!((a.model_flops - b.model_flops).abs() < 1e-6 * a.model_flops);
@@ -835,17 +751,9 @@ mod tests {
         let m = Model::preset("llama-3.3-70b").expect("preset");
         // (layout, the argument named, the numbers the message gives)
         for (t, arg, numbers) in [
-            (
-                layout("trn2.48xlarge", 16, 4, 4, 64),
-                "tp*pp*dp",
-                ["256", "64"],
-            ),
+            (layout("trn2.48xlarge", 16, 4, 4, 64), "tp*pp*dp", ["256", "64"]),
             (layout("ultracluster:2", 1, 81, 1, 1), "pp", ["81", "80"]),
-            (
-                layout("ultraserver", 16, 4, 4, 30),
-                "global_batch",
-                ["30", "= 4"],
-            ),
+            (layout("ultraserver", 16, 4, 4, 30), "global_batch", ["30", "= 4"]),
         ] {
             let e = train_step(&m, &t).expect_err(arg);
             assert_eq!(arg_of(&e), Some(arg));

@@ -34,10 +34,7 @@ fn stride() -> impl Strategy<Value = i64> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (
-            proptest::collection::vec((stride(), size()), 0..=5),
-            stride()
-        )
+        (proptest::collection::vec((stride(), size()), 0..=5), stride())
             .prop_map(|(p, o)| Op::Ap(p, o)),
         (size(), stride()).prop_map(|(c, s)| Op::Rows(c, s)),
         proptest::collection::vec(
@@ -73,10 +70,7 @@ fn check(hbm: bool, ops: &[Op]) -> Result<(), TestCaseError> {
                 view = w;
             }
             (Err(_), Some(w)) => {
-                prop_assert!(
-                    !w.representable(),
-                    "{o:?} refused a representable view {w:?}"
-                );
+                prop_assert!(!w.representable(), "{o:?} refused a representable view {w:?}");
                 return Ok(());
             }
             (Ok(t), None) => prop_assert!(false, "{o:?} accepted: {t:?}"),
@@ -94,10 +88,8 @@ fn check(hbm: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     );
     if view.inside(0) && view.elements() <= 4096 {
         let bytes = m.read_tile(&tile).expect("read inside");
-        let got: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let got: Vec<f32> =
+            bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         prop_assert_eq!(got, view.values(0));
     }
     Ok(())
@@ -122,23 +114,13 @@ fn access_patterns_at_the_64_bit_limits() {
         (false, vec![Op::Ap(vec![(1, 4)], big)]),
         (true, vec![Op::Rows(2, big)]),
         (true, vec![Op::Reshape(vec![(1 << 62) + 1, 4])]),
-        (
-            true,
-            vec![
-                Op::Ap(vec![(0, u32::MAX), (0, u32::MAX)], 0),
-                Op::Rows(u32::MAX, 0),
-            ],
-        ),
+        (true, vec![Op::Ap(vec![(0, u32::MAX), (0, u32::MAX)], 0), Op::Rows(u32::MAX, 0)]),
     ] {
         check(hbm, &ops).expect("matches the model");
     }
     // Slice steps at the i64 limits select one element (their counts wrapped before).
     let (_, s, _) = setup(false);
-    let r = |step| Index::Range {
-        start: None,
-        stop: None,
-        step,
-    };
+    let r = |step| Index::Range { start: None, stop: None, step };
     let first = s.slice(&[Index::ALL, r(i64::MAX)]).expect("first element");
     assert_eq!((first.shape[0], first.offset), (1, 0));
     let last = s.slice(&[Index::ALL, r(i64::MIN)]).expect("last element");
@@ -152,12 +134,9 @@ fn access_patterns_at_the_64_bit_limits() {
 #[test]
 fn a_huge_repeating_view_is_a_capacity_error_not_an_abort() {
     let (mut m, t, _) = setup(false);
-    let rep = t
-        .with_pattern(&[(0, 65536), (0, 65536)], 0)
-        .expect("a legal view");
+    let rep = t.with_pattern(&[(0, 65536), (0, 65536)], 0).expect("a legal view");
     assert_eq!(rep.elements_u128(), 4 * 65536 * 65536);
-    m.check_tile("tile", &rep)
-        .expect("inside: it repeats one element");
+    m.check_tile("tile", &rep).expect("inside: it repeats one element");
     match m.read_tile(&rep) {
         Err(Error::Capacity { arg, .. }) => assert_eq!(arg, "tile"),
         other => panic!("{other:?}"),
@@ -166,9 +145,7 @@ fn a_huge_repeating_view_is_a_capacity_error_not_an_abort() {
     let rows = h.with_rows(u32::MAX, 0).expect("a legal view");
     assert!(matches!(hm.read_tile(&rows), Err(Error::Capacity { .. })));
     // As an engine operand (the reduce over a broadcast of the issue): the same error, named.
-    let d = m
-        .alloc(Space::Sbuf, "d", &[4, 1], Dtype::Fp32)
-        .expect("alloc");
+    let d = m.alloc(Space::Sbuf, "d", &[4, 1], Dtype::Fp32).expect("alloc");
     let wide = t.with_pattern(&[(0, 1 << 31)], 0).expect("a legal view");
     let r = m.tensor_reduce(&d, trn2core::machine::AluOp::Add, &wide, 1, false);
     let _ = &mut hm;

@@ -18,10 +18,7 @@ fn cancelled() -> Cancel {
 }
 
 fn reduce(
-    g: &Group,
-    collective: Collective,
-    bufs: &[Vec<f32>],
-    token: &Cancel,
+    g: &Group, collective: Collective, bufs: &[Vec<f32>], token: &Cancel,
 ) -> Result<Vec<Vec<f32>>, Error> {
     let n = g.n();
     let l = bufs[0].len();
@@ -30,15 +27,7 @@ fn reduce(
     let inputs: Vec<Buf> = bufs.iter().map(|b| Buf::F32(b)).collect();
     let mut o: Vec<BufMut> = outs.iter_mut().map(|x| BufMut::F32(x)).collect();
     token.install(|| {
-        run_reduce(
-            g,
-            collective,
-            ReduceOp::Sum,
-            Algorithm::Ring,
-            Format::Fp32,
-            &inputs,
-            &mut o,
-        )
+        run_reduce(g, collective, ReduceOp::Sum, Algorithm::Ring, Format::Fp32, &inputs, &mut o)
     })?;
     drop(o);
     Ok(outs)
@@ -50,10 +39,7 @@ fn a_cancelled_reduction_is_interrupted_and_an_armed_one_completes() {
     let g = Group::all(&t);
     let bufs: Vec<Vec<f32>> = (0..16).map(|r| vec![r as f32; 50_000]).collect();
     for collective in [Collective::AllReduce, Collective::ReduceScatter] {
-        assert_eq!(
-            reduce(&g, collective, &bufs, &cancelled()),
-            Err(Error::Interrupted)
-        );
+        assert_eq!(reduce(&g, collective, &bufs, &cancelled()), Err(Error::Interrupted));
         let a = reduce(&g, collective, &bufs, &Cancel::new()).expect("armed token");
         let b = reduce(&g, collective, &bufs, &Cancel::none()).expect("no token");
         assert_eq!(a, b);
@@ -67,11 +53,7 @@ fn cancelled_data_movement_is_interrupted() {
     let g = Group::all(&t);
     let bufs: Vec<Vec<u8>> = (0..16).map(|r| vec![r as u8; 64 * 16]).collect();
     let inputs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
-    for collective in [
-        Collective::AllGather,
-        Collective::AllToAll,
-        Collective::SendRecv,
-    ] {
+    for collective in [Collective::AllGather, Collective::AllToAll, Collective::SendRecv] {
         let lens = trn2core::collective::output_lengths(collective, 16, bufs[0].len());
         let mut outs: Vec<Vec<u8>> = lens.iter().map(|&m| vec![0u8; m]).collect();
         let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|x| x.as_mut_slice()).collect();
@@ -88,17 +70,7 @@ fn cancelled_data_movement_is_interrupted() {
 fn a_cancelled_cost_walk_is_interrupted() {
     let t = Torus::ultracluster(2).expect("two UltraServers");
     let g = Group::all(&t);
-    let walk = || {
-        estimate(
-            &g,
-            Collective::AllReduce,
-            Algorithm::Auto,
-            1 << 20,
-            4,
-            None,
-            false,
-        )
-    };
+    let walk = || estimate(&g, Collective::AllReduce, Algorithm::Auto, 1 << 20, 4, None, false);
     let r = cancelled().install(walk);
     assert_eq!(r.err(), Some(Error::Interrupted));
     let a = walk().expect("ok");
@@ -108,22 +80,14 @@ fn a_cancelled_cost_walk_is_interrupted() {
 
 #[test]
 fn a_cancelled_two_pass_compression_is_interrupted() {
-    let x: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i % 7) as u8 * (i % 3 == 0) as u8)
-        .collect();
+    let x: Vec<u8> = (0..1u32 << 20).map(|i| (i % 7) as u8 * (i % 3 == 0) as u8).collect();
     for codec in [Codec::Zvc, Codec::BytePlane, Codec::None] {
         let planned = cancelled().install(|| dma::plan_compress(&x, 4, codec, "<f4", &[1 << 18]));
         assert!(matches!(planned, Err(Error::Interrupted)), "{codec:?}");
         let planned = dma::plan_compress(&x, 4, codec, "<f4", &[1 << 18]).expect("plan");
         let mut out = vec![0u8; planned.len()];
-        assert_eq!(
-            cancelled().install(|| planned.write(&mut out)),
-            Err(Error::Interrupted)
-        );
+        assert_eq!(cancelled().install(|| planned.write(&mut out)), Err(Error::Interrupted));
         planned.write(&mut out).expect("write");
-        assert_eq!(
-            out,
-            dma::compress(&x, 4, codec, "<f4", &[1 << 18]).expect("compress")
-        );
+        assert_eq!(out, dma::compress(&x, 4, codec, "<f4", &[1 << 18]).expect("compress"));
     }
 }

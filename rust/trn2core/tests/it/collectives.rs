@@ -44,9 +44,7 @@ pub(crate) fn applicable(t: &Torus) -> Vec<Algorithm> {
 
 /// The estimate of an all-reduce over `g` by `alg` of `elems` fp32 elements per rank.
 fn all_reduce(g: &Group, alg: Algorithm, elems: u64) -> CollectiveReport {
-    estimate(g, Collective::AllReduce, alg, elems, 4, None, false)
-        .expect("ok")
-        .1
+    estimate(g, Collective::AllReduce, alg, elems, 4, None, false).expect("ok").1
 }
 
 fn sorted(mut v: Vec<u32>) -> Vec<u32> {
@@ -62,11 +60,9 @@ fn every_schedule_delivers_its_collective() {
         let all: Vec<u32> = (0..n as u32).collect();
         for alg in applicable(&t) {
             for size in [1000u64, 10_000_000, 100_000_000] {
-                for collective in [
-                    Collective::AllReduce,
-                    Collective::ReduceScatter,
-                    Collective::AllGather,
-                ] {
+                for collective in
+                    [Collective::AllReduce, Collective::ReduceScatter, Collective::AllGather]
+                {
                     let s = build(&g, collective, alg, size, None)
                         .unwrap_or_else(|e| panic!("{name} {alg:?} {collective:?}: {e}"));
                     let sym = run_symbolic(&s).expect("schedule runs");
@@ -105,11 +101,7 @@ fn every_schedule_delivers_its_collective() {
 #[test]
 fn subsets_of_a_machine_run_flat_algorithms() {
     let t = Torus::ultraserver();
-    for chips in [
-        vec![5, 9],
-        vec![0, 1, 2, 3, 7, 6, 5, 4],
-        vec![3, 17, 33, 63, 1, 2],
-    ] {
+    for chips in [vec![5, 9], vec![0, 1, 2, 3, 7, 6, 5, 4], vec![3, 17, 33, 63, 1, 2]] {
         let g = Group::new(&t, chips.clone()).expect("valid");
         let n = g.n();
         let mut algs = vec![Algorithm::Ring, Algorithm::Mesh, Algorithm::Auto];
@@ -125,19 +117,10 @@ fn subsets_of_a_machine_run_flat_algorithms() {
         }
         // KangaRing on chips of one server runs the ring through them (the chips stand for
         // all their ranks): the ring's bits, KangaRing's HBM saving and step count.
-        let kr = build(
-            &g,
-            Collective::AllReduce,
-            Algorithm::KangaRing,
-            1 << 26,
-            None,
-        )
-        .expect("builds");
+        let kr =
+            build(&g, Collective::AllReduce, Algorithm::KangaRing, 1 << 26, None).expect("builds");
         let ring = build(&g, Collective::AllReduce, Algorithm::Ring, 1 << 26, None).expect("ok");
-        let (skr, sring) = (
-            run_symbolic(&kr).expect("runs"),
-            run_symbolic(&ring).expect("runs"),
-        );
+        let (skr, sring) = (run_symbolic(&kr).expect("runs"), run_symbolic(&ring).expect("runs"));
         for f in 0..sring.g {
             assert_eq!(skr.leaves(skr.at(0, f)), sring.leaves(sring.at(0, f)));
         }
@@ -211,19 +194,12 @@ fn reduce_ref(bufs: &[Vec<f32>], op: ReduceOp) -> Vec<f32> {
 /// Every rank's output buffer of `collective` over `n` ranks of `l` elements each, NaN-filled
 /// (an element the run does not write shows).
 pub(crate) fn nan_outputs(collective: Collective, n: usize, l: usize) -> Vec<Vec<f32>> {
-    output_lengths(collective, n, l)
-        .iter()
-        .map(|&m| vec![f32::NAN; m])
-        .collect()
+    output_lengths(collective, n, l).iter().map(|&m| vec![f32::NAN; m]).collect()
 }
 
 /// The single-process run of `collective` over `g` by `alg` on fp32 `bufs`: every rank's output.
 pub(crate) fn run_f32(
-    g: &Group,
-    collective: Collective,
-    op: ReduceOp,
-    alg: Algorithm,
-    bufs: &[Vec<f32>],
+    g: &Group, collective: Collective, op: ReduceOp, alg: Algorithm, bufs: &[Vec<f32>],
 ) -> Vec<Vec<f32>> {
     let n = g.n();
     let l = bufs[0].len();
@@ -283,10 +259,7 @@ fn float_sums_are_identical_across_ranks_and_runs_and_close_to_exact() {
             let abs: f64 = bufs.iter().map(|b| f64::from(b[i]).abs()).sum();
             // n - 1 roundings of at most half an ulp of the running sum each.
             let bound = (n as f64) * abs * f64::from(f32::EPSILON);
-            assert!(
-                (f64::from(a[0][i]) - exact).abs() <= bound,
-                "{alg:?} element {i}"
-            );
+            assert!((f64::from(a[0][i]) - exact).abs() <= bound, "{alg:?} element {i}");
         }
     }
 }
@@ -301,10 +274,8 @@ fn low_precision_buffers_reduce_in_fp32_and_round_once() {
     // whereas rounding every partial sum to bf16 would stick at 256.
     let mut bufs = vec![vec![0.5f32; 3]; n];
     bufs[0] = vec![256.0; 3];
-    let codes: Vec<Vec<u16>> = bufs
-        .iter()
-        .map(|b| b.iter().map(|v| (v.to_bits() >> 16) as u16).collect())
-        .collect();
+    let codes: Vec<Vec<u16>> =
+        bufs.iter().map(|b| b.iter().map(|v| (v.to_bits() >> 16) as u16).collect()).collect();
     for alg in applicable(&t) {
         let s = build(&g, Collective::AllReduce, alg, 6, None).expect("builds");
         let mut outs = vec![vec![0u16; 3]; n];
@@ -334,9 +305,8 @@ fn gathers_and_all_to_all_move_the_bytes() {
         let g = Group::all(&t);
         let n = g.n();
         for l in [1usize, 5, 64] {
-            let bufs: Vec<Vec<u8>> = (0..n)
-                .map(|r| (0..l * 2).map(|i| (r * 7 + i) as u8).collect())
-                .collect();
+            let bufs: Vec<Vec<u8>> =
+                (0..n).map(|r| (0..l * 2).map(|i| (r * 7 + i) as u8).collect()).collect();
             let inputs: Vec<&[u8]> = bufs.iter().map(|b| b.as_slice()).collect();
             for alg in applicable(&t) {
                 let s = build(&g, Collective::AllGather, alg, (n * l * 2) as u64, None)
@@ -357,10 +327,7 @@ fn gathers_and_all_to_all_move_the_bytes() {
             execute_move(&s, 2, &inputs, &mut outputs).expect("ok");
             for (j, o) in outs.iter().enumerate() {
                 let (c0, c1) = (j * l / n, (j + 1) * l / n);
-                let want: Vec<u8> = bufs
-                    .iter()
-                    .flat_map(|b| b[c0 * 2..c1 * 2].to_vec())
-                    .collect();
+                let want: Vec<u8> = bufs.iter().flat_map(|b| b[c0 * 2..c1 * 2].to_vec()).collect();
                 assert_eq!(o, &want, "all-to-all rank {j}");
             }
         }
@@ -374,17 +341,12 @@ fn timing_obeys_the_links() {
         let cap = t.chip_egress_bytes_per_s();
         for alg in applicable(&t) {
             for bytes in [8u64, 1 << 20, 1 << 30] {
-                for collective in [
-                    Collective::AllReduce,
-                    Collective::AllGather,
-                    Collective::ReduceScatter,
-                ] {
+                for collective in
+                    [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter]
+                {
                     let (_, r) = estimate(&g, collective, alg, bytes / 4, 4, None, false)
                         .unwrap_or_else(|e| panic!("{name} {alg:?}: {e}"));
-                    assert!(
-                        r.timing.max_link_utilization <= 1.0 + 1e-9,
-                        "{name} {alg:?}"
-                    );
+                    assert!(r.timing.max_link_utilization <= 1.0 + 1e-9, "{name} {alg:?}");
                     assert!(
                         r.busbw <= cap * (1.0 + 1e-9),
                         "{name} {alg:?} {collective:?} {}",
@@ -426,10 +388,7 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     assert_eq!(kr.logical_ranks, 64); // 16 chips at LNC=2
     assert!((kr.busbw / chip_busbw(&kr) - (63.0 / 64.0) / (15.0 / 16.0)).abs() < 1e-12);
     let ring = all_reduce(&g, Algorithm::Ring, 1 << 28);
-    assert_eq!(
-        ring.description(),
-        "all_reduce of 268435456 x 4 B over 16 chips, ring"
-    );
+    assert_eq!(ring.description(), "all_reduce of 268435456 x 4 B over 16 chips, ring");
     // One ring in both directions uses two of the chip's four outgoing links.
     assert!(
         links(&ring) >= 0.9 * achieved / 2.0 && links(&ring) <= achieved / 2.0,
@@ -451,18 +410,10 @@ fn large_all_reduce_reaches_the_links_and_small_ones_pay_latency() {
     );
     assert_eq!(mesh.bound(), "latency");
     // Above the single-step size the mesh all-reduce pays one reducing step.
-    let mesh2 = all_reduce(
-        &g,
-        Algorithm::Mesh,
-        COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES / 4 + 1,
-    );
+    let mesh2 = all_reduce(&g, Algorithm::Mesh, COLLECTIVE_SINGLE_STEP_MESH_MAX_BYTES / 4 + 1);
     assert_eq!(mesh2.timing.phases[0].reduce_steps, 1);
     // auto: mesh below 1 MB, rdh to 56 MB, kangaring above.
-    for (bytes, want) in [
-        (1u64 << 10, "mesh"),
-        (1 << 24, "rdh"),
-        (1 << 28, "kangaring"),
-    ] {
+    for (bytes, want) in [(1u64 << 10, "mesh"), (1 << 24, "rdh"), (1 << 28, "kangaring")] {
         let r = all_reduce(&g, Algorithm::Auto, bytes / 4);
         assert_eq!(r.algorithm, want);
     }
@@ -607,22 +558,13 @@ fn chip_group_errors_count_chips_not_ranks() {
     let t = Torus::instance();
     let g = Group::new(&t, vec![0, 1, 2]).expect("valid");
     let rdh = refused(&g, Algorithm::Rdh);
-    assert!(
-        rdh.contains("rdh needs a power-of-two number of chips, got 3"),
-        "{rdh}"
-    );
+    assert!(rdh.contains("rdh needs a power-of-two number of chips, got 3"), "{rdh}");
     let hier = refused(&g, Algorithm::Hierarchical);
-    assert!(
-        hier.contains("this group has 3 chips on a machine"),
-        "{hier}"
-    );
+    assert!(hier.contains("this group has 3 chips on a machine"), "{hier}");
     let c2 = Torus::ultracluster(2).expect("valid");
     let g2 = Group::new(&c2, vec![0, 1, 64, 65]).expect("valid");
     let kr = refused(&g2, Algorithm::KangaRing);
-    assert!(
-        kr.contains("this group has 4 chips on a machine of 2 UltraServers"),
-        "{kr}"
-    );
+    assert!(kr.contains("this group has 4 chips on a machine of 2 UltraServers"), "{kr}");
     let empty = err(Group::new(&t, vec![]).map(|_| ()));
     assert!(empty.contains("at least one chip"), "{empty}");
     for m in [rdh, hier, kr, empty] {

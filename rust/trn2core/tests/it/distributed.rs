@@ -31,10 +31,7 @@ struct Threads {
 
 impl Transport for Threads {
     fn exchange(
-        &mut self,
-        round: usize,
-        sends: &[Message<'_>],
-        recvs: &mut [MessageMut<'_>],
+        &mut self, round: usize, sends: &[Message<'_>], recvs: &mut [MessageMut<'_>],
     ) -> Result<()> {
         for m in sends {
             self.tx[m.peer]
@@ -43,17 +40,11 @@ impl Transport for Threads {
         }
         for m in recvs.iter_mut() {
             let got = loop {
-                if let Some(i) = self
-                    .early
-                    .iter()
-                    .position(|(r, f, _)| *r == round && *f == m.peer)
+                if let Some(i) = self.early.iter().position(|(r, f, _)| *r == round && *f == m.peer)
                 {
                     break self.early.swap_remove(i).2;
                 }
-                let msg = self
-                    .rx
-                    .recv()
-                    .map_err(|_| Error::value("transport", "peer gone"))?;
+                let msg = self.rx.recv().map_err(|_| Error::value("transport", "peer gone"))?;
                 self.early.push(msg);
             };
             assert_eq!(got.len(), m.bytes.len(), "message length, round {round}");
@@ -67,20 +58,14 @@ fn transports(procs: usize) -> Vec<Threads> {
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..procs).map(|_| channel()).unzip();
     rxs.into_iter()
         .enumerate()
-        .map(|(me, rx)| Threads {
-            me,
-            tx: txs.clone(),
-            rx,
-            early: Vec::new(),
-        })
+        .map(|(me, rx)| Threads { me, tx: txs.clone(), rx, early: Vec::new() })
         .collect()
 }
 
 /// Runs `work(p, transport)` for every process `p` of `placement`, each on its own thread;
 /// their results in process order.
 fn per_process<T: Send>(
-    placement: &Placement,
-    work: impl Fn(usize, Threads) -> T + Sync,
+    placement: &Placement, work: impl Fn(usize, Threads) -> T + Sync,
 ) -> Vec<T> {
     let work = &work;
     std::thread::scope(|sc| {
@@ -103,10 +88,7 @@ fn placements(chips: usize) -> Vec<(String, Placement)> {
     }
     // The worst case for traffic: chips dealt out round-robin over 3 processes.
     let rr: Vec<usize> = (0..chips).map(|c| c % 3).collect();
-    v.push((
-        "round-robin/3".into(),
-        Placement::explicit(&rr, 3, chips).expect("valid"),
-    ));
+    v.push(("round-robin/3".into(), Placement::explicit(&rr, 3, chips).expect("valid")));
     v
 }
 
@@ -128,13 +110,8 @@ fn values(n: usize, l: usize, seed: u32) -> Vec<Vec<f32>> {
 /// Runs `group`'s collective on `inputs` spread by `placement`, one thread per process;
 /// returns every rank's output in rank order.
 fn spread_reduce(
-    group: &Group,
-    placement: &Placement,
-    collective: Collective,
-    op: ReduceOp,
-    alg: Algorithm,
-    format: Format,
-    inputs: &[Vec<f32>],
+    group: &Group, placement: &Placement, collective: Collective, op: ReduceOp, alg: Algorithm,
+    format: Format, inputs: &[Vec<f32>],
 ) -> Vec<Vec<f32>> {
     let n = group.n();
     let l = inputs[0].len();
@@ -173,11 +150,7 @@ fn every_placement_gives_the_single_process_bits_of_every_reduction() {
         let n = g.n();
         for alg in algorithms(&t) {
             for collective in [Collective::AllReduce, Collective::ReduceScatter] {
-                for (l, op) in [
-                    (1000, ReduceOp::Sum),
-                    (37, ReduceOp::Max),
-                    (3, ReduceOp::Sum),
-                ] {
+                for (l, op) in [(1000, ReduceOp::Sum), (37, ReduceOp::Max), (3, ReduceOp::Sum)] {
                     let inputs = values(n, l, l as u32);
                     let want = run_f32(&g, collective, op, alg, &inputs);
                     for (name, pl) in placements(n) {
@@ -213,10 +186,8 @@ fn low_precision_formats_round_once_wherever_the_sum_ends() {
                 c % 0x70 + (((r + i) % 2) as u16) * 0x80
             }
         });
-        let bytes: Vec<Vec<u8>> = codes
-            .iter()
-            .map(|c| c.iter().map(|&x| x as u8).collect())
-            .collect();
+        let bytes: Vec<Vec<u8>> =
+            codes.iter().map(|c| c.iter().map(|&x| x as u8).collect()).collect();
         for alg in [Algorithm::Ring, Algorithm::Rdh, Algorithm::KangaRing] {
             let ins: Vec<Buf> = if format == Format::Bf16 {
                 codes.iter().map(|x| Buf::U16(x)).collect()
@@ -271,34 +242,20 @@ fn every_placement_moves_data_like_one_process() {
     for (l, elem) in [(10usize, 4usize), (33, 2), (1, 1)] {
         let inputs: Vec<Vec<u8>> = buffers(n, l * elem, |r, i| (r * 37 + i * 11) as u8);
         let ins: Vec<&[u8]> = inputs.iter().map(|x| x.as_slice()).collect();
-        for collective in [
-            Collective::AllGather,
-            Collective::AllToAll,
-            Collective::SendRecv,
-        ] {
+        for collective in [Collective::AllGather, Collective::AllToAll, Collective::SendRecv] {
             let algs: &[Algorithm] = if collective == Collective::AllGather {
-                &[
-                    Algorithm::Ring,
-                    Algorithm::Rdh,
-                    Algorithm::KangaRing,
-                    Algorithm::Torus,
-                ]
+                &[Algorithm::Ring, Algorithm::Rdh, Algorithm::KangaRing, Algorithm::Torus]
             } else {
                 &[Algorithm::Mesh]
             };
             for &alg in algs {
                 let peers: Vec<usize> = (0..n).map(|r| (r * 5 + 3) % n).collect();
                 let peers = (collective == Collective::SendRecv).then_some(peers.as_slice());
-                let size = if collective == Collective::AllGather {
-                    n * l * elem
-                } else {
-                    l * elem
-                };
+                let size =
+                    if collective == Collective::AllGather { n * l * elem } else { l * elem };
                 let s = build(&g, collective, alg, size as u64, peers).expect("build");
-                let mut want: Vec<Vec<u8>> = output_lengths(collective, n, l)
-                    .iter()
-                    .map(|&m| vec![0u8; m * elem])
-                    .collect();
+                let mut want: Vec<Vec<u8>> =
+                    output_lengths(collective, n, l).iter().map(|&m| vec![0u8; m * elem]).collect();
                 let mut wm: Vec<&mut [u8]> = want.iter_mut().map(|o| o.as_mut_slice()).collect();
                 execute_move(&s, elem, &ins, &mut wm).expect("exec");
                 for (name, placement) in placements(n) {
@@ -354,55 +311,28 @@ fn the_plan_moves_no_more_than_the_schedule_between_processes() {
     // The contiguous placement puts the snake ring's halves on the two processes: each chunk's
     // chain crosses at most twice, plus one delivery of the result.
     let placement = Placement::contiguous(16, 2).expect("divides");
-    let (_, p0) = plan(
-        &g,
-        &placement,
-        0,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        4,
-        l,
-        None,
-    )
-    .expect("plan");
+    let (_, p0) =
+        plan(&g, &placement, 0, Collective::AllReduce, Algorithm::Ring, 4, l, None).expect("plan");
     assert!(p0.traffic.total <= 3 * (l * 4) as u64, "{:?}", p0.traffic);
     assert!(p0.traffic.rounds <= 3, "{:?}", p0.traffic);
 }
 
 #[test]
 fn placements_are_checked() {
-    let e = Placement::contiguous(16, 3)
-        .expect_err("3 does not divide 16")
-        .to_string();
-    assert!(
-        e.contains("processes") && e.contains("16") && e.contains('3'),
-        "{e}"
-    );
+    let e = Placement::contiguous(16, 3).expect_err("3 does not divide 16").to_string();
+    assert!(e.contains("processes") && e.contains("16") && e.contains('3'), "{e}");
     assert!(Placement::contiguous(16, 0).is_err());
     assert!(Placement::contiguous(16, 32).is_err());
-    let e = Placement::explicit(&[0, 1, 2], 2, 3)
-        .expect_err("process 2 of 2")
-        .to_string();
+    let e = Placement::explicit(&[0, 1, 2], 2, 3).expect_err("process 2 of 2").to_string();
     assert!(e.contains("placement") && e.contains("chip 2"), "{e}");
-    let e = Placement::explicit(&[0, 1], 2, 3)
-        .expect_err("2 entries for 3 chips")
-        .to_string();
+    let e = Placement::explicit(&[0, 1], 2, 3).expect_err("2 entries for 3 chips").to_string();
     assert!(e.contains("placement") && e.contains("3 chips"), "{e}");
     let p = Placement::contiguous(16, 4).expect("divides");
     assert_eq!(p.of_chips()[..5], [0, 0, 0, 0, 1]);
     let t = Torus::instance();
     let g = Group::all(&t);
     assert_eq!(p.local_ranks(&g, 2).expect("ok"), vec![8, 9, 10, 11]);
-    let e = plan(
-        &g,
-        &p,
-        4,
-        Collective::AllReduce,
-        Algorithm::Ring,
-        4,
-        10,
-        None,
-    )
-    .expect_err("process 4 of 4");
+    let e = plan(&g, &p, 4, Collective::AllReduce, Algorithm::Ring, 4, 10, None)
+        .expect_err("process 4 of 4");
     assert!(e.to_string().contains("process 4"), "{e}");
 }

@@ -61,47 +61,27 @@ fn round_trip(bytes: &[u8], elem_size: usize, codec: Codec, shape: &[u64]) -> Ve
     // Compressing into a dirty buffer with room to spare gives the same stream.
     let mut reused = vec![0xCDu8; stream.len() + 100];
     compress_into(bytes, elem_size, codec, &dtype, shape, &mut reused).expect("valid input");
-    assert!(
-        reused == stream,
-        "{codec:?} elem {elem_size}: compress_into differs"
-    );
+    assert!(reused == stream, "{codec:?} elem {elem_size}: compress_into differs");
     // The two-pass form writes every byte of a dirty buffer of exactly the planned size.
     let planned = plan_compress(bytes, elem_size, codec, &dtype, shape).expect("valid input");
     assert_eq!(planned.len(), stream.len());
     let mut dirty = vec![0xCDu8; planned.len()];
     planned.write(&mut dirty).expect("exact size");
-    assert!(
-        dirty == stream,
-        "{codec:?} elem {elem_size}: plan_compress differs"
-    );
-    assert!(
-        planned.write(&mut dirty[1..]).is_err(),
-        "wrong size refused"
-    );
+    assert!(dirty == stream, "{codec:?} elem {elem_size}: plan_compress differs");
+    assert!(planned.write(&mut dirty[1..]).is_err(), "wrong size refused");
     let info = inspect(&stream).expect("fresh stream is valid");
     assert_eq!(describe(&stream).as_ref(), Ok(&info));
     assert_eq!(planned.info(), &info);
     assert_eq!(info.codec, codec);
     assert_eq!(info.raw_nbytes, bytes.len() as u64);
     assert_eq!(info.nbytes, stream.len() as u64);
-    let Decoded {
-        codec: c,
-        dtype: d,
-        elem_size: s,
-        shape: sh,
-        bytes: got,
-    } = decompress(&stream).expect("fresh stream decodes");
-    assert_eq!(
-        (c, d.as_str(), s, sh.as_slice()),
-        (codec, dtype.as_str(), elem_size, shape)
-    );
+    let Decoded { codec: c, dtype: d, elem_size: s, shape: sh, bytes: got } =
+        decompress(&stream).expect("fresh stream decodes");
+    assert_eq!((c, d.as_str(), s, sh.as_slice()), (codec, dtype.as_str(), elem_size, shape));
     assert!(got == bytes, "{codec:?} elem {elem_size}: bytes differ");
     let mut into = vec![0xA5u8; bytes.len()];
     decompress_into(&stream, &mut into).expect("fresh stream decodes");
-    assert!(
-        into == bytes,
-        "{codec:?} elem {elem_size}: decompress_into differs"
-    );
+    assert!(into == bytes, "{codec:?} elem {elem_size}: decompress_into differs");
     stream
 }
 
@@ -133,9 +113,7 @@ fn patterns(n: usize, s: usize) -> Vec<(&'static str, Vec<u8>)> {
         ("zeros", vec![0; n * s]),
         (
             "all_nonzero",
-            elements(n, s, 2, |r, _| {
-                (r.next_u64() & all) | 1 << (r.next_u64() % bits as u64)
-            }),
+            elements(n, s, 2, |r, _| (r.next_u64() & all) | 1 << (r.next_u64() % bits as u64)),
         ),
         (
             "nan_payloads",
@@ -144,16 +122,8 @@ fn patterns(n: usize, s: usize) -> Vec<(&'static str, Vec<u8>)> {
             }),
         ),
         ("neg_zero", elements(n, s, 4, |_, _| sign)),
-        (
-            "neg_zero_and_zero",
-            elements(n, s, 5, |r, _| sign * (r.next_u64() & 1)),
-        ),
-        (
-            "subnormals",
-            elements(n, s, 6, |r, _| {
-                (r.next_u64() & man_mask) | (r.next_u64() & sign)
-            }),
-        ),
+        ("neg_zero_and_zero", elements(n, s, 5, |r, _| sign * (r.next_u64() & 1))),
+        ("subnormals", elements(n, s, 6, |r, _| (r.next_u64() & man_mask) | (r.next_u64() & sign))),
         (
             "relu_like",
             elements(n, s, 7, |r, _| {
@@ -167,13 +137,7 @@ fn patterns(n: usize, s: usize) -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "sparse_runs",
-            elements(n, s, 8, |r, i| {
-                if (i / 700) % 3 == 0 {
-                    r.next_u64() & all
-                } else {
-                    0
-                }
-            }),
+            elements(n, s, 8, |r, i| if (i / 700) % 3 == 0 { r.next_u64() & all } else { 0 }),
         ),
         (
             "few_values",
@@ -188,21 +152,7 @@ fn patterns(n: usize, s: usize) -> Vec<(&'static str, Vec<u8>)> {
 fn round_trips_every_codec_element_size_and_pattern() {
     // Lengths around the zvc (512) and byteplane (4096) block sizes and the 8-element mask
     // groups, plus a multi-task length (more than 256 KiB for 4-byte elements).
-    let lens = [
-        0usize,
-        1,
-        7,
-        8,
-        9,
-        511,
-        512,
-        513,
-        4095,
-        4096,
-        4097,
-        3 * 4096 + 5,
-        70_001,
-    ];
+    let lens = [0usize, 1, 7, 8, 9, 511, 512, 513, 4095, 4096, 4097, 3 * 4096 + 5, 70_001];
     for s in SIZES {
         for n in lens {
             for (name, bytes) in patterns(n, s) {
@@ -220,24 +170,13 @@ fn round_trips_every_codec_element_size_and_pattern() {
 
 #[test]
 fn shapes_round_trip_including_0d_and_empty() {
-    let shapes: [&[u64]; 7] = [
-        &[],
-        &[0],
-        &[3, 0, 5],
-        &[1],
-        &[2, 3, 4],
-        &[1, 1, 1, 1, 1, 1, 1],
-        &[64, 65],
-    ];
+    let shapes: [&[u64]; 7] =
+        [&[], &[0], &[3, 0, 5], &[1], &[2, 3, 4], &[1, 1, 1, 1, 1, 1, 1], &[64, 65]];
     for s in SIZES {
         for shape in shapes {
             let n: u64 = shape.iter().product();
-            let bytes = elements(
-                n as usize,
-                s,
-                11,
-                |r, i| if i % 3 == 0 { 0 } else { r.next_u64() },
-            );
+            let bytes =
+                elements(n as usize, s, 11, |r, i| if i % 3 == 0 { 0 } else { r.next_u64() });
             for codec in Codec::ALL {
                 round_trip(&bytes, s, codec, shape);
             }
@@ -272,21 +211,12 @@ fn small_streams() -> Vec<(Codec, Vec<u8>)> {
     let mut rng = Rng::new(21);
     let mut vals = Vec::new();
     for i in 0..120 {
-        let x = if i % 3 == 0 {
-            0.0
-        } else {
-            (0.02 * rng.normal()) as f32
-        };
+        let x = if i % 3 == 0 { 0.0 } else { (0.02 * rng.normal()) as f32 };
         vals.extend_from_slice(&crate::reference::bf16_rne(x).to_ne_bytes());
     }
     let out: Vec<(Codec, Vec<u8>)> = Codec::ALL
         .iter()
-        .map(|&c| {
-            (
-                c,
-                compress(&vals, 2, c, "bfloat16", &[8, 15]).expect("valid"),
-            )
-        })
+        .map(|&c| (c, compress(&vals, 2, c, "bfloat16", &[8, 15]).expect("valid")))
         .collect();
     for (c, s) in &out {
         assert!((150..=300).contains(&s.len()), "{c:?}: {} bytes", s.len());
@@ -301,14 +231,8 @@ fn every_single_bit_flip_is_detected() {
         let mut bad = stream.clone();
         for bit in 0..8 * stream.len() {
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(
-                is_corrupt(&decompress(&bad)),
-                "{codec:?}: flip of bit {bit} not detected"
-            );
-            assert!(
-                is_corrupt(&inspect(&bad)),
-                "{codec:?}: inspect missed flip of bit {bit}"
-            );
+            assert!(is_corrupt(&decompress(&bad)), "{codec:?}: flip of bit {bit} not detected");
+            assert!(is_corrupt(&inspect(&bad)), "{codec:?}: inspect missed flip of bit {bit}");
             bad[bit / 8] ^= 1 << (bit % 8);
         }
     }
@@ -318,14 +242,8 @@ fn every_single_bit_flip_is_detected() {
 fn every_truncation_and_extension_is_detected() {
     for (codec, stream) in small_streams() {
         for n in 0..stream.len() {
-            assert!(
-                is_corrupt(&decompress(&stream[..n])),
-                "{codec:?}: truncation to {n}"
-            );
-            assert!(
-                is_corrupt(&inspect(&stream[..n])),
-                "{codec:?}: truncation to {n}"
-            );
+            assert!(is_corrupt(&decompress(&stream[..n])), "{codec:?}: truncation to {n}");
+            assert!(is_corrupt(&inspect(&stream[..n])), "{codec:?}: truncation to {n}");
         }
         let mut longer = stream.clone();
         longer.push(0);
@@ -421,14 +339,12 @@ proptest! {
 /// `n` values from `f(rng)`, generated in parallel in fixed chunks (deterministic).
 fn gen_f32(n: usize, seed: u64, f: impl Fn(&mut Rng) -> f32 + Sync) -> Vec<f32> {
     let mut v = vec![0f32; n];
-    v.par_chunks_mut(1 << 16)
-        .enumerate()
-        .for_each(|(c, chunk)| {
-            let mut rng = Rng::new(seed ^ (c as u64) << 32);
-            for x in chunk {
-                *x = f(&mut rng);
-            }
-        });
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, chunk)| {
+        let mut rng = Rng::new(seed ^ (c as u64) << 32);
+        for x in chunk {
+            *x = f(&mut rng);
+        }
+    });
     v
 }
 
@@ -437,9 +353,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|&x| crate::reference::bf16_rne(x).to_ne_bytes())
-        .collect()
+    v.iter().flat_map(|&x| crate::reference::bf16_rne(x).to_ne_bytes()).collect()
 }
 
 fn gelu(x: f64) -> f64 {
@@ -466,10 +380,7 @@ fn compression_ratios_on_training_data() {
         ("GELU(N(0,1)) fp32", f32_bytes(&gelu_v), 4),
         ("Adam v = N(0,1e-3)^2 fp32", f32_bytes(&adam_v), 4),
     ];
-    println!(
-        "\n{:<28} {:>8} {:>10}",
-        "data (2^20 elements)", "zvc", "byteplane"
-    );
+    println!("\n{:<28} {:>8} {:>10}", "data (2^20 elements)", "zvc", "byteplane");
     let mut ratios = Vec::new();
     for (name, bytes, s) in &cases {
         let r: Vec<f64> = [Codec::Zvc, Codec::BytePlane]
@@ -522,10 +433,7 @@ fn zvc_throughput_against_memcpy() {
     let reps = if cfg!(debug_assertions) { 1 } else { 5 };
     let relu32 = gen_f32(mib << 18, 51, |r| r.normal().max(0.0) as f32);
     let relu16 = gen_f32(mib << 19, 52, |r| r.normal().max(0.0) as f32);
-    let cases = [
-        ("fp32", f32_bytes(&relu32), 4usize),
-        ("bf16", bf16_bytes(&relu16), 2),
-    ];
+    let cases = [("fp32", f32_bytes(&relu32), 4usize), ("bf16", bf16_bytes(&relu16), 2)];
     drop((relu32, relu16));
     println!(
         "\nReLU(N(0,1)) activations, {mib} MiB, {} rayon threads; GB/s of raw array bytes \
@@ -593,21 +501,11 @@ fn zvc_throughput_against_memcpy() {
 // ------------------------------------------------------------------------------------------
 
 fn plan(bytes: u64, partitions: u64, src: Place, dst: Place) -> DmaPlan {
-    DmaPlan {
-        bytes,
-        wire_bytes: bytes,
-        partitions,
-        src,
-        dst,
-    }
+    DmaPlan { bytes, wire_bytes: bytes, partitions, src, dst }
 }
 
 fn detail(r: &trn2core::perf::Report, name: &str) -> f64 {
-    r.details
-        .iter()
-        .find(|d| d.0 == name)
-        .map(|d| d.1)
-        .unwrap_or(f64::NAN)
+    r.details.iter().find(|d| d.0 == name).map(|d| d.1).unwrap_or(f64::NAN)
 }
 
 #[test]
@@ -615,10 +513,7 @@ fn transfer_bandwidth_grows_with_size_and_never_exceeds_the_engines_or_hbm() {
     let engines = DMA_ENGINES_PER_CORE as f64 * DMA_ENGINE_BYTES_PER_S;
     for (src, hbm_cap) in [
         (Place::Hbm, HBM_STACK_BYTES_PER_S),
-        (
-            Place::HbmRemote,
-            HBM_STACK_BYTES_PER_S * NUMA_REMOTE_BANDWIDTH_FACTOR,
-        ),
+        (Place::HbmRemote, HBM_STACK_BYTES_PER_S * NUMA_REMOTE_BANDWIDTH_FACTOR),
     ] {
         let mut last = 0.0;
         for shift in 7..=24 {
@@ -626,10 +521,7 @@ fn transfer_bandwidth_grows_with_size_and_never_exceeds_the_engines_or_hbm() {
             let r = dma_time(&plan(bytes, 128, src, Place::Sbuf)).expect("valid");
             let bw = bytes as f64 / r.seconds;
             let moving = r.seconds - detail(&r, "fixed_s");
-            assert!(
-                bw <= engines,
-                "{src:?} {bytes}: {bw} above the engines' {engines}"
-            );
+            assert!(bw <= engines, "{src:?} {bytes}: {bw} above the engines' {engines}");
             assert!(
                 bytes as f64 / moving <= hbm_cap * (1.0 + 1e-12),
                 "{src:?} {bytes}: HBM at {} above {hbm_cap}",
@@ -649,10 +541,7 @@ fn transfer_bandwidth_grows_with_size_and_never_exceeds_the_engines_or_hbm() {
     assert!(small.seconds < 1.1 * load && small.seconds > load);
     // Below 256 B per partition a transfer is overhead-bound ([S12][S13]): under 10 % of the
     // engines' rate, though each 64-byte row runs at 64 / (64 + 23) of an engine's.
-    assert!(
-        (128 * 64) as f64 / small.seconds < 0.1 * engines,
-        "below 256 B per partition is poor"
-    );
+    assert!((128 * 64) as f64 / small.seconds < 0.1 * engines, "below 256 B per partition is poor");
     assert!((detail(&small, "efficiency") - 64.0 / 87.0).abs() < 1e-12);
     assert!(detail(&small, "fixed_s") / small.seconds > 0.9);
 }
@@ -665,10 +554,7 @@ fn compressed_transfers_move_fewer_hbm_bytes_and_help_when_hbm_binds() {
     let plain = dma_time(&plan(raw, 128, Place::HbmRemote, Place::Sbuf)).expect("valid");
     let zipped = dma_time(&packed).expect("valid");
     assert_eq!(detail(&zipped, "hbm_s") * 2.0, detail(&plain, "hbm_s"));
-    assert!(
-        zipped.seconds < plain.seconds,
-        "the remote stack was the limit"
-    );
+    assert!(zipped.seconds < plain.seconds, "the remote stack was the limit");
     // Locally the engines are the limit: fewer HBM bytes, the same time.
     let local = dma_time(&plan(raw, 128, Place::Hbm, Place::Sbuf)).expect("valid");
     let mut lz = plan(raw, 128, Place::Hbm, Place::Sbuf);
@@ -751,12 +637,9 @@ fn capacity_errors_come_before_any_reservation() {
     assert_eq!(trn2core::memory::lock(m.hbm()).used(), 0);
     // A 40 MiB tensor into SBUF, and one row of 225 KiB.
     let forty = Footprint::of_shape(&[128, 80 << 10], 4).expect("fits u64");
-    assert!(m
-        .check_transfer("x", Space::Sbuf, forty, forty.bytes)
-        .is_err());
+    assert!(m.check_transfer("x", Space::Sbuf, forty, forty.bytes).is_err());
     let row = Footprint::of_shape(&[1, 225 << 10], 1).expect("fits u64");
-    let err = m
-        .check_transfer("x", Space::Sbuf, row, row.bytes)
-        .expect_err("a partition holds 224 KiB");
+    let err =
+        m.check_transfer("x", Space::Sbuf, row, row.bytes).expect_err("a partition holds 224 KiB");
     assert!(err.to_string().contains("230400 B"), "{err}");
 }

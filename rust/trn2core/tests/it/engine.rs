@@ -35,13 +35,7 @@ fn step(p: f32, x: f32, y: f32, how: Step) -> f32 {
 
 /// The contract's GEMM, straightforwardly: `a` `[m, k]`, `b` `[k, n]`, row-major.
 pub(crate) fn oracle(
-    a: &[f32],
-    b: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
-    mode: PerfMode,
-    how: Step,
+    a: &[f32], b: &[f32], m: usize, k: usize, n: usize, mode: PerfMode, how: Step,
 ) -> Vec<f32> {
     let tile = match mode {
         PerfMode::None => 128,
@@ -54,10 +48,9 @@ pub(crate) fn oracle(
             let len = tile.min(k - k0);
             let order: Vec<usize> = match mode {
                 PerfMode::None => (0..len).collect(),
-                PerfMode::DoubleRow => (0..128)
-                    .flat_map(|r| [r, r + 128])
-                    .filter(|&o| o < len)
-                    .collect(),
+                PerfMode::DoubleRow => {
+                    (0..128).flat_map(|r| [r, r + 128]).filter(|&o| o < len).collect()
+                }
             };
             // One partial sum per output column, each fed in the tile's order.
             let mut partial = vec![0f32; n];
@@ -120,17 +113,13 @@ fn bf16_value(rng: &mut Rng, exps: std::ops::RangeInclusive<u32>) -> f32 {
 
 pub(crate) fn bf16_values(seed: u64, len: usize, exps: std::ops::RangeInclusive<u32>) -> Vec<f32> {
     let mut rng = Rng(seed);
-    (0..len)
-        .map(|_| bf16_value(&mut rng, exps.clone()))
-        .collect()
+    (0..len).map(|_| bf16_value(&mut rng, exps.clone())).collect()
 }
 
 /// Every bf16 bit pattern equally likely: subnormals, huge and tiny exponents, Inf and NaN.
 pub(crate) fn bf16_any(seed: u64, len: usize) -> Vec<f32> {
     let mut rng = Rng(seed);
-    (0..len)
-        .map(|_| f32::from_bits((rng.next() as u32) << 16))
-        .collect()
+    (0..len).map(|_| f32::from_bits((rng.next() as u32) << 16)).collect()
 }
 
 /// Finite values of an fp8 format, every finite code equally likely.
@@ -138,9 +127,7 @@ fn fp8_values(seed: u64, len: usize, format: Format) -> Vec<f32> {
     let lut = fp8_lut(&format.encoding());
     let finite: Vec<f32> = lut.iter().copied().filter(|v| v.is_finite()).collect();
     let mut rng = Rng(seed);
-    (0..len)
-        .map(|_| finite[rng.below(finite.len() as u64) as usize])
-        .collect()
+    (0..len).map(|_| finite[rng.below(finite.len() as u64) as usize]).collect()
 }
 
 /// fp32 values with full 24-bit mantissas and exponents in `2^-20..2^20`.
@@ -157,12 +144,7 @@ pub(crate) fn fp32_values(seed: u64, len: usize) -> Vec<f32> {
 
 /// `gemm_f32` against the oracle, bit for bit; `dims` is `(m, k, n)`.
 fn check_gemm(
-    a: &[f32],
-    b: &[f32],
-    dims: (usize, usize, usize),
-    mode: PerfMode,
-    how: Step,
-    what: &str,
+    a: &[f32], b: &[f32], dims: (usize, usize, usize), mode: PerfMode, how: Step, what: &str,
 ) {
     let (m, k, n) = dims;
     let got = gemm_f32(a, b, m, k, n, mode).expect("valid gemm");
@@ -205,22 +187,14 @@ fn large_awkward_shape_matches_the_oracle() {
     let (m, k, n) = (130, 4097, 513);
     let a = bf16_values(1, m * k, 120..=134);
     let b = bf16_values(2, k * n, 120..=134);
-    check_gemm(
-        &a,
-        &b,
-        (m, k, n),
-        PerfMode::None,
-        Step::F64,
-        "bf16 130x4097x513",
-    );
+    check_gemm(&a, &b, (m, k, n), PerfMode::None, Step::F64, "bf16 130x4097x513");
 }
 
 #[test]
 fn fp8_values_match_the_oracle() {
     for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
-        for (f, format) in [Format::Fp8E4m3, Format::Fp8E5m2, Format::Fp8E3m4]
-            .into_iter()
-            .enumerate()
+        for (f, format) in
+            [Format::Fp8E4m3, Format::Fp8E5m2, Format::Fp8E3m4].into_iter().enumerate()
         {
             let seed = 100 * f as u64 + s as u64;
             let a = fp8_values(seed, m * k, format);
@@ -235,14 +209,7 @@ fn fp32_values_match_the_fused_oracle() {
     for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
         let a = fp32_values(30 + s as u64, m * k);
         let b = fp32_values(40 + s as u64, k * n);
-        check_gemm(
-            &a,
-            &b,
-            (m, k, n),
-            PerfMode::None,
-            Step::MulAdd,
-            &format!("fp32 {m}x{k}x{n}"),
-        );
+        check_gemm(&a, &b, (m, k, n), PerfMode::None, Step::MulAdd, &format!("fp32 {m}x{k}x{n}"));
     }
 }
 
@@ -305,19 +272,12 @@ fn overflowing_products_cancel_like_the_oracle() {
     check_gemm_modes(&a, &b, (m, k, n), "overflow");
     for mode in PerfMode::ALL {
         let got = gemm_f32(&a, &b, m, k, n, mode).expect("valid");
-        assert_eq!(
-            got[..n],
-            last[..],
-            "row 0 walks through the targets exactly"
-        );
+        assert_eq!(got[..n], last[..], "row 0 walks through the targets exactly");
         let finite = got.iter().filter(|x| x.is_finite()).count();
         assert!(finite > m * n / 2, "only {finite} finite results");
     }
     let unfused = unfused_differences(&a, &b, (m, k, n), PerfMode::None);
-    assert!(
-        unfused > m * n / 2,
-        "unfused differs in only {unfused} elements"
-    );
+    assert!(unfused > m * n / 2, "unfused differs in only {unfused} elements");
 }
 
 #[test]
@@ -336,10 +296,7 @@ fn underflowing_products_match_the_oracle() {
         let b = bf16_values(300 + s as u64, k * n, eb);
         check_gemm_modes(&a, &b, (m, k, n), what);
         let unfused = unfused_differences(&a, &b, (m, k, n), PerfMode::None);
-        assert!(
-            unfused > 0,
-            "{what}: the data do not exercise the fused step"
-        );
+        assert!(unfused > 0, "{what}: the data do not exercise the fused step");
     }
     // Vanishing products: both zero signs occur (-0 only when every tile ends on a negative
     // product and no tile adds a +0 to it).
@@ -349,10 +306,7 @@ fn underflowing_products_match_the_oracle() {
     let negative = got.iter().filter(|x| x.to_bits() == 0x8000_0000).count();
     let positive = got.iter().filter(|x| x.to_bits() == 0).count();
     assert_eq!(negative + positive, m * n);
-    assert!(
-        negative > 0 && positive > 0,
-        "{negative} -0 and {positive} +0"
-    );
+    assert!(negative > 0 && positive > 0, "{negative} -0 and {positive} +0");
 }
 
 #[test]
@@ -364,11 +318,7 @@ fn special_values_match_the_oracle() {
             // Every bit pattern: NaN, Inf, subnormals, huge and tiny exponents.
             ("any", bf16_any(seed, m * k), bf16_any(seed + 1, k * n)),
             // Every finite exponent.
-            (
-                "mixed",
-                bf16_values(seed + 2, m * k, 0..=254),
-                bf16_values(seed + 3, k * n, 0..=254),
-            ),
+            ("mixed", bf16_values(seed + 2, m * k, 0..=254), bf16_values(seed + 3, k * n, 0..=254)),
             // Huge times tiny: products back in fp32's normal range from far outside.
             (
                 "huge x tiny",
@@ -411,14 +361,8 @@ fn cancellation_matches_the_oracle() {
         .map(|mode| gemm_f32(&a, &b, m, k, n, mode).expect("valid"))
         .collect();
     let nonzero = results[0].iter().filter(|&&x| x != 0.0).count();
-    assert!(
-        nonzero > m * n / 2,
-        "only {nonzero} results survive the cancellation"
-    );
-    assert_ne!(
-        results[0], results[1],
-        "the product order should matter here"
-    );
+    assert!(nonzero > m * n / 2, "only {nonzero} results survive the cancellation");
+    assert_ne!(results[0], results[1], "the product order should matter here");
 }
 
 #[test]
@@ -429,26 +373,17 @@ fn specific_values_follow_the_contract() {
     // A bf16 product beyond fp32's range cancels: -2^127 + 2^64 * 2^64 = 2^127.
     assert_eq!(one(&[1.0, two(64)], &[-two(127), two(64)]), two(127));
     // A product below fp32's subnormals keeps its sign: +0 + 2^-100 * -2^-100 = -0.
-    assert_eq!(
-        one(&[two(-100)], &[-two(-100)]).to_bits(),
-        (-0.0f32).to_bits()
-    );
+    assert_eq!(one(&[two(-100)], &[-two(-100)]).to_bits(), (-0.0f32).to_bits());
     // The partial sum starts at +0.0: a single -0 product gives +0.
     assert_eq!(one(&[-0.0], &[1.0]).to_bits(), 0);
     // Inf propagates; Inf * 0 and Inf - Inf are the canonical NaN.
     assert_eq!(one(&[f32::INFINITY, 1.0], &[1.0, 1.0]), f32::INFINITY);
-    assert_eq!(
-        one(&[f32::INFINITY], &[0.0]).to_bits(),
-        CANONICAL_NAN.to_bits()
-    );
+    assert_eq!(one(&[f32::INFINITY], &[0.0]).to_bits(), CANONICAL_NAN.to_bits());
     assert_eq!(
         one(&[f32::INFINITY, f32::NEG_INFINITY], &[1.0, 1.0]).to_bits(),
         CANONICAL_NAN.to_bits()
     );
-    assert_eq!(
-        one(&[f32::from_bits(0xFFC0_1234)], &[1.0]).to_bits(),
-        CANONICAL_NAN.to_bits()
-    );
+    assert_eq!(one(&[f32::from_bits(0xFFC0_1234)], &[1.0]).to_bits(), CANONICAL_NAN.to_bits());
     // K tiles: 2^24 in tile 0, then 1 + 1 in tile 1 sums to 2 on its own before it is added:
     // 2^24 + 2 is exact, whereas one running sum would lose both ones (ties to even).
     let mut a = vec![0f32; 130];
@@ -499,11 +434,7 @@ fn matmul_double_row_layout_is_the_product_order() {
     st[at(0, 1)] = 1.0;
     mv[at(0, 1)] = 1.0; // k = 128: 1
     let shape = [128, 2, 1];
-    let op = |values, format| Operand {
-        values,
-        shape: &shape,
-        format,
-    };
+    let op = |values, format| Operand { values, shape: &shape, format };
     let out = matmul(
         &op(&st, Format::Fp8E5m2),
         &op(&mv, Format::Fp8E5m2),
@@ -516,11 +447,7 @@ fn matmul_double_row_layout_is_the_product_order() {
 
 /// A bf16 operand of `shape` holding `values`.
 pub(crate) fn bf16_operand<'a>(values: &'a [f32], shape: &'a [usize]) -> Operand<'a> {
-    Operand {
-        values,
-        shape,
-        format: Format::Bf16,
-    }
+    Operand { values, shape, format: Format::Bf16 }
 }
 
 #[test]
@@ -536,11 +463,7 @@ fn matmul_equals_gemm_of_the_transpose() {
     )
     .expect("valid");
     let a: Vec<f32> = (0..m * k).map(|i| st[(i % k) * m + i / k]).collect();
-    assert_bits_eq(
-        &out,
-        &oracle(&a, &mv, m, k, n, PerfMode::None, Step::F64),
-        "matmul",
-    );
+    assert_bits_eq(&out, &oracle(&a, &mv, m, k, n, PerfMode::None, Step::F64), "matmul");
 }
 
 #[test]
@@ -549,21 +472,12 @@ fn psum_accumulate_adds_with_one_rounding() {
     let stride = 512;
     let (st_shape, mv_shape) = ([k, m], [k, n]);
     let inputs: Vec<(Vec<f32>, Vec<f32>)> = (0..2)
-        .map(|i| {
-            (
-                bf16_values(60 + i, k * m, 110..=140),
-                bf16_values(70 + i, k * n, 110..=140),
-            )
-        })
+        .map(|i| (bf16_values(60 + i, k * m, 110..=140), bf16_values(70 + i, k * n, 110..=140)))
         .collect();
     fn ops<'a>(
-        input: &'a (Vec<f32>, Vec<f32>),
-        shapes: &'a ([usize; 2], [usize; 2]),
+        input: &'a (Vec<f32>, Vec<f32>), shapes: &'a ([usize; 2], [usize; 2]),
     ) -> (Operand<'a>, Operand<'a>) {
-        (
-            bf16_operand(&input.0, &shapes.0),
-            bf16_operand(&input.1, &shapes.1),
-        )
+        (bf16_operand(&input.0, &shapes.0), bf16_operand(&input.1, &shapes.1))
     }
     let shapes = (st_shape, mv_shape);
     let mut psum = vec![7.0f32; m * stride];
@@ -571,16 +485,8 @@ fn psum_accumulate_adds_with_one_rounding() {
     for (i, input) in inputs.iter().enumerate() {
         let (st, mv) = ops(input, &shapes);
         sums.push(matmul(&st, &mv, PerfMode::None, PeTile::FULL).expect("valid"));
-        let shape = matmul_into(
-            &mut psum,
-            stride,
-            &st,
-            &mv,
-            PerfMode::None,
-            PeTile::FULL,
-            i > 0,
-        )
-        .expect("valid");
+        let shape = matmul_into(&mut psum, stride, &st, &mv, PerfMode::None, PeTile::FULL, i > 0)
+            .expect("valid");
         assert_eq!((shape.m, shape.n), (m, n));
     }
     for i in 0..m {
@@ -589,26 +495,12 @@ fn psum_accumulate_adds_with_one_rounding() {
             assert_eq!(psum[i * stride + j].to_bits(), want.to_bits(), "({i}, {j})");
         }
         let outside = &psum[i * stride + n..(i + 1) * stride];
-        assert!(
-            outside.iter().all(|&v| v == 7.0),
-            "row {i} outside the region"
-        );
+        assert!(outside.iter().all(|&v| v == 7.0), "row {i} outside the region");
     }
     let (st, mv) = ops(&inputs[0], &shapes);
-    let err = matmul_into(
-        &mut psum[..100],
-        stride,
-        &st,
-        &mv,
-        PerfMode::None,
-        PeTile::FULL,
-        false,
-    )
-    .expect_err("region does not fit");
-    assert!(
-        matches!(err, Error::Shape { ref arg, .. } if arg == "psum"),
-        "{err}"
-    );
+    let err = matmul_into(&mut psum[..100], stride, &st, &mv, PerfMode::None, PeTile::FULL, false)
+        .expect_err("region does not fit");
+    assert!(matches!(err, Error::Shape { ref arg, .. } if arg == "psum"), "{err}");
 }
 
 #[test]
@@ -618,13 +510,8 @@ fn results_do_not_depend_on_the_thread_count() {
     let b = bf16_values(71, k * n, 100..=150);
     let default = gemm_f32(&a, &b, m, k, n, PerfMode::None).expect("valid");
     for threads in [1, 3] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("pool");
-        let got = pool
-            .install(|| gemm_f32(&a, &b, m, k, n, PerfMode::None))
-            .expect("valid");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+        let got = pool.install(|| gemm_f32(&a, &b, m, k, n, PerfMode::None)).expect("valid");
         assert_bits_eq(&got, &default, &format!("{threads} threads"));
     }
     // Rows are independent: computing a row block alone gives the same bits.
@@ -646,20 +533,11 @@ fn results_do_not_depend_on_the_thread_count() {
 #[test]
 fn degenerate_shapes_and_errors() {
     assert_eq!(gemm_f32(&[], &[], 0, 5, 0, PerfMode::None), Ok(vec![]));
-    assert_eq!(
-        gemm_f32(&[], &[], 2, 0, 3, PerfMode::None),
-        Ok(vec![0.0; 6])
-    );
+    assert_eq!(gemm_f32(&[], &[], 2, 0, 3, PerfMode::None), Ok(vec![0.0; 6]));
     let err = gemm_f32(&[1.0; 5], &[1.0; 6], 2, 3, 2, PerfMode::None).expect_err("a too short");
-    assert!(
-        matches!(err, Error::Shape { ref arg, .. } if arg == "a"),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Shape { ref arg, .. } if arg == "a"), "{err}");
     let err = gemm_f32(&[1.0; 6], &[1.0; 5], 2, 3, 2, PerfMode::None).expect_err("b too short");
-    assert!(
-        matches!(err, Error::Shape { ref arg, .. } if arg == "b"),
-        "{err}"
-    );
+    assert!(matches!(err, Error::Shape { ref arg, .. } if arg == "b"), "{err}");
     let err = gemm_f32(&[], &[], usize::MAX, 0, 2, PerfMode::None).expect_err("huge");
     assert!(matches!(err, Error::Capacity { .. }), "{err}");
 }

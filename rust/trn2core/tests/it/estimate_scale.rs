@@ -32,8 +32,7 @@ fn configs() -> Vec<(&'static str, PerfMode, Option<Pattern>)> {
 }
 
 fn plan(
-    [m, k, n]: [u64; 3],
-    (dtype, mode, sparsity): (&'static str, PerfMode, Option<Pattern>),
+    [m, k, n]: [u64; 3], (dtype, mode, sparsity): (&'static str, PerfMode, Option<Pattern>),
     throttle: bool,
 ) -> GemmPlan {
     let format = trn2core::Format::parse("dtype", dtype).expect("a format");
@@ -62,9 +61,7 @@ fn assert_identical(fast: &Report, walk: &Report, what: &str) {
             ("utilization", r.utilization),
         ];
         v.extend(r.details.iter().copied());
-        v.into_iter()
-            .map(|(k, x)| (k, x.to_bits()))
-            .collect::<Vec<_>>()
+        v.into_iter().map(|(k, x)| (k, x.to_bits())).collect::<Vec<_>>()
     };
     assert_eq!(floats(fast), floats(walk), "{what}");
     assert_eq!(fast.events, walk.events, "{what}");
@@ -136,14 +133,8 @@ fn fast_equals_walk_when_the_evictors_phase_drifts_over_many_rows() {
         ([128 * 3000, 1, 2100], ("bf16", PerfMode::None, None)),
         ([128 * 3000, 7, 23_813], ("fp8_e4m3", PerfMode::None, None)),
         ([128 * 800, 1, 420_049], ("bf16", PerfMode::None, None)),
-        (
-            [128 * 4000 + 77, 153, 14_861],
-            ("fp8_e4m3", PerfMode::DoubleRow, None),
-        ),
-        (
-            [128 * 2500, 300, 55_769],
-            ("bf16", PerfMode::None, Some(Pattern::ALL[6])),
-        ),
+        ([128 * 4000 + 77, 153, 14_861], ("fp8_e4m3", PerfMode::DoubleRow, None)),
+        ([128 * 2500, 300, 55_769], ("bf16", PerfMode::None, Some(Pattern::ALL[6]))),
     ] {
         for throttle in [true, false] {
             check(shape, cfg, throttle);
@@ -153,18 +144,8 @@ fn fast_equals_walk_when_the_evictors_phase_drifts_over_many_rows() {
 
 #[test]
 fn fast_equals_walk_on_multi_core_splits() {
-    let splits: &[&[usize]] = &[
-        &[0, 1],
-        &[0, 1, 2, 3],
-        &[0, 1, 2, 3, 4, 5, 6, 7],
-        &[2, 5, 7],
-    ];
-    for &shape in &[
-        [4096, 4096, 4096],
-        [128, 65_536, 512],
-        [300, 1000, 700],
-        [1, 5000, 1],
-    ] {
+    let splits: &[&[usize]] = &[&[0, 1], &[0, 1, 2, 3], &[0, 1, 2, 3, 4, 5, 6, 7], &[2, 5, 7]];
+    for &shape in &[[4096, 4096, 4096], [128, 65_536, 512], [300, 1000, 700], [1, 5000, 1]] {
         for cfg in [
             ("bf16", PerfMode::None, None),
             ("fp8_e4m3", PerfMode::DoubleRow, None),
@@ -195,10 +176,7 @@ fn block_traces_equal_the_walks_and_long_ones_are_truncated_with_a_marker() {
     let mut small = plan([1024, 1024, 1024], configs()[0], true);
     small.trace = true;
     let r = estimate_gemm(&small).expect("fast");
-    assert_eq!(
-        r.events.iter().filter(|e| e.name == "matmul").count(),
-        8 * 2 * 8
-    );
+    assert_eq!(r.events.iter().filter(|e| e.name == "matmul").count(), 8 * 2 * 8);
     // More groups than the trace records: the numbers are the untraced ones, the trace stops
     // after TRACE_GROUP_LIMIT groups and a marker covers the rest.
     let groups = TRACE_GROUP_LIMIT + 1000;
@@ -209,17 +187,10 @@ fn block_traces_equal_the_walks_and_long_ones_are_truncated_with_a_marker() {
     let untraced = estimate_gemm(&long).expect("untraced");
     assert_eq!(traced.seconds.to_bits(), untraced.seconds.to_bits());
     assert_eq!(traced.details, untraced.details);
-    let blocks = traced
-        .events
-        .iter()
-        .filter(|e| e.name == "matmul block")
-        .count() as u64;
+    let blocks = traced.events.iter().filter(|e| e.name == "matmul block").count() as u64;
     assert_eq!(blocks, TRACE_GROUP_LIMIT);
-    let marker = traced
-        .events
-        .iter()
-        .find(|e| e.name.starts_with("trace truncated"))
-        .expect("a marker");
+    let marker =
+        traced.events.iter().find(|e| e.name.starts_with("trace truncated")).expect("a marker");
     let compute = untraced.details[1];
     assert_eq!(compute.0, "compute_s");
     let prologue = untraced.details[3].1;
@@ -254,17 +225,9 @@ fn huge_shapes_cost_in_milliseconds_with_exact_pe_cycles() {
             };
             let (lm, ln) = (shape[0] - (mt - 1) * sf, shape[2] - (nt - 1) * mf);
             let row = |m: u64| (nt - 1) * cyc(m, mf) + cyc(m, ln);
-            assert_eq!(
-                r.pe_cycles,
-                kt * ((mt - 1) * row(sf) + row(lm)),
-                "{shape:?}"
-            );
+            assert_eq!(r.pe_cycles, kt * ((mt - 1) * row(sf) + row(lm)), "{shape:?}");
             assert_eq!(r.instructions, mt * nt * kt);
-            assert!(
-                r.utilization > 0.0 && r.utilization <= 1.0,
-                "{}",
-                r.utilization
-            );
+            assert!(r.utilization > 0.0 && r.utilization <= 1.0, "{}", r.utilization);
             let get = |n: &str| r.details.iter().find(|d| d.0 == n).map(|d| d.1);
             assert_eq!(get("psum_wait_s"), Some(0.0), "{shape:?}");
             if !throttle {
@@ -282,11 +245,7 @@ fn a_single_column_of_long_groups_has_an_exact_closed_form() {
     // N = 512: one bank per group, K long enough that no eviction is ever waited for; the
     // evictors alternate ACT, DVE, ... so with an odd number of groups the last eviction is
     // ACT's: (512 + 60) ACT cycles = 1144 PE cycles after the last matmul.
-    let p = plan(
-        [(2 * 1_000_003 + 1) * 128, 1_000_000, 512],
-        configs()[0],
-        false,
-    );
+    let p = plan([(2 * 1_000_003 + 1) * 128, 1_000_000, 512], configs()[0], false);
     let r = estimate_gemm(&p).expect("costed");
     let groups = 2 * 1_000_003 + 1u64;
     let kt = 1_000_000u64.div_ceil(128);
@@ -298,14 +257,8 @@ fn a_single_column_of_long_groups_has_an_exact_closed_form() {
 #[test]
 fn shapes_beyond_the_counters_are_refused() {
     for (shape, says) in [
-        (
-            [1 << 40, 1 << 20, 1 << 20],
-            "the cost model's clock holds at most 2**62 PE cycles",
-        ),
-        (
-            [1 << 36, 1 << 15, 1 << 20],
-            "the DMA model counts at most 2**63 bytes",
-        ),
+        ([1 << 40, 1 << 20, 1 << 20], "the cost model's clock holds at most 2**62 PE cycles"),
+        ([1 << 36, 1 << 15, 1 << 20], "the DMA model counts at most 2**63 bytes"),
         ([u64::MAX, u64::MAX, 1], "has too many tiles to cost"),
         ([1 << 62, 1 << 62, 1 << 62], "has too many tiles to cost"),
     ] {

@@ -21,10 +21,7 @@ use trn2core::Error;
 
 /// The case count: `PROPTEST_CASES` if set (what `make fuzz` raises), else 256.
 fn config() -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
     Config {
         cases,
         // Shrinking a failure of a 200000-case run may take long; the seed is reported anyway.
@@ -48,20 +45,16 @@ fn decode_checked(stream: &[u8], original: Option<&[u8]>) -> Result<(), TestCase
     let inspected = dma::inspect(stream);
     match dma::decompress(stream) {
         Ok(d) => {
-            prop_assert!(
-                inspected.is_ok(),
-                "decompress accepted what inspect refused"
-            );
+            prop_assert!(inspected.is_ok(), "decompress accepted what inspect refused");
             // A 4-byte table entry can stand for at most one 64 KiB block.
             prop_assert!(d.bytes.len() as u64 <= (stream.len() as u64 / 4 + 1) * 65536);
             if let Some(o) = original {
                 prop_assert_eq!(&d.bytes[..], o);
             }
         }
-        Err(e) => prop_assert!(
-            matches!(e, Error::CorruptData { .. }),
-            "{e} is not CorruptDataError"
-        ),
+        Err(e) => {
+            prop_assert!(matches!(e, Error::CorruptData { .. }), "{e} is not CorruptDataError")
+        }
     }
     Ok(())
 }
@@ -83,10 +76,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
         (any::<usize>(), 1u8..=255).prop_map(|(i, b)| Mutation::Flip(i, b)),
         (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Set(i, b)),
         any::<usize>().prop_map(Mutation::Truncate),
-        (
-            any::<usize>(),
-            proptest::collection::vec(any::<u8>(), 1..16)
-        )
+        (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(i, v)| Mutation::Insert(i, v)),
         (any::<usize>(), 1usize..16).prop_map(|(i, n)| Mutation::Remove(i, n)),
         (any::<usize>(), any::<u32>()).prop_map(|(i, w)| Mutation::Word(i, w)),

@@ -63,25 +63,13 @@ fn stored(dtype: Dtype, x: &[f64], shape: [usize; 2]) -> Codes64 {
         Codes::U32(v) => v.into_iter().map(u64::from).collect(),
     };
     let int = |lo: f64, hi: f64, bits: u32| -> Vec<u64> {
-        let mask = if bits == 64 {
-            u64::MAX
-        } else {
-            (1 << bits) - 1
-        };
+        let mask = if bits == 64 { u64::MAX } else { (1 << bits) - 1 };
         x.iter()
             .enumerate()
             .map(|(i, &v)| {
                 // Large magnitudes (beyond 2^53 for 64 bits) reach float64's rounding.
-                let big = if bits == 64 && i % 3 == 0 {
-                    2f64.powi(55) + i as f64
-                } else {
-                    1.0
-                };
-                let v = if v.is_finite() {
-                    (v * 50.0 * big).round().clamp(lo, hi)
-                } else {
-                    0.0
-                };
+                let big = if bits == 64 && i % 3 == 0 { 2f64.powi(55) + i as f64 } else { 1.0 };
+                let v = if v.is_finite() { (v * 50.0 * big).round().clamp(lo, hi) } else { 0.0 };
                 (if lo < 0.0 { v as i64 as u64 } else { v as u64 }) & mask
             })
             .collect()
@@ -104,11 +92,7 @@ fn stored(dtype: Dtype, x: &[f64], shape: [usize; 2]) -> Codes64 {
         Dtype::U32 => int(0.0, 4e9, 32),
         Dtype::U64 | Dtype::Bool => int(0.0, 1.8e19, 64),
     };
-    Codes64 {
-        dtype,
-        shape,
-        codes,
-    }
+    Codes64 { dtype, shape, codes }
 }
 
 /// The old path's values of an operand: encoded whole into its format, decoded.
@@ -217,13 +201,8 @@ enum Layout {
     Swapped,
 }
 
-const LAYOUTS: [Layout; 5] = [
-    Layout::RowMajor,
-    Layout::ColumnMajor,
-    Layout::Reversed,
-    Layout::Padded,
-    Layout::Swapped,
-];
+const LAYOUTS: [Layout; 5] =
+    [Layout::RowMajor, Layout::ColumnMajor, Layout::Reversed, Layout::Padded, Layout::Swapped];
 
 /// `x` stored in `layout`: the buffer and the strided description of it.
 struct Stored {
@@ -299,10 +278,7 @@ impl Stored {
 }
 
 fn options(
-    dtype: Option<Format>,
-    rounding: Rounding,
-    seed: u64,
-    perf_mode: PerfMode,
+    dtype: Option<Format>, rounding: Rounding, seed: u64, perf_mode: PerfMode,
 ) -> GemmOptions {
     GemmOptions {
         dtype,
@@ -317,10 +293,7 @@ fn options(
 
 /// The old path's result and the call's, as bits.
 fn both(
-    a: &Codes64,
-    b: &Codes64,
-    (la, lb): (Layout, Layout),
-    opts: &GemmOptions,
+    a: &Codes64, b: &Codes64, (la, lb): (Layout, Layout), opts: &GemmOptions,
 ) -> Result<(Vec<u32>, Vec<u32>), Error> {
     let ([m, k], n) = (a.shape, b.shape[1]);
     let (sa, sb) = (Stored::new(a, la), Stored::new(b, lb));
@@ -343,20 +316,17 @@ fn run(call: &GemmCall, len: usize) -> Vec<u32> {
         f => match f.code_bits() {
             8 => {
                 let mut out = vec![0xA5u8; len];
-                call.run(GemmOut::Codes(CodesMut::U8(&mut out)))
-                    .expect("runs");
+                call.run(GemmOut::Codes(CodesMut::U8(&mut out))).expect("runs");
                 out.into_iter().map(u32::from).collect()
             }
             16 => {
                 let mut out = vec![0xA5A5u16; len];
-                call.run(GemmOut::Codes(CodesMut::U16(&mut out)))
-                    .expect("runs");
+                call.run(GemmOut::Codes(CodesMut::U16(&mut out))).expect("runs");
                 out.into_iter().map(u32::from).collect()
             }
             _ => {
                 let mut out = vec![0xA5A5_A5A5u32; len];
-                call.run(GemmOut::Codes(CodesMut::U32(&mut out)))
-                    .expect("runs");
+                call.run(GemmOut::Codes(CodesMut::U32(&mut out))).expect("runs");
                 out
             }
         },
@@ -419,10 +389,8 @@ fn every_dtype_format_rounding_and_layout_gives_the_old_paths_bits() {
             for (r, rounding) in Rounding::ALL.into_iter().enumerate() {
                 for seed in [0, 7, u64::MAX] {
                     let opts = options(target, rounding, seed, PerfMode::None);
-                    let layouts = (
-                        LAYOUTS[(d + r) % 5],
-                        LAYOUTS[(d + r + (seed % 5) as usize) % 5],
-                    );
+                    let layouts =
+                        (LAYOUTS[(d + r) % 5], LAYOUTS[(d + r + (seed % 5) as usize) % 5]);
                     let what =
                         format!("{dtype:?} -> {target:?} {rounding:?} seed {seed} {layouts:?}");
                     match both(&a, &b, layouts, &opts) {
@@ -446,14 +414,7 @@ fn every_dtype_format_rounding_and_layout_gives_the_old_paths_bits() {
 #[test]
 fn every_layout_reads_the_same_matrix() {
     let (m, k, n) = (7, 300, 70);
-    for dtype in [
-        Dtype::F32,
-        Dtype::Bf16,
-        Dtype::F64,
-        Dtype::I16,
-        Dtype::Fp8E5m2,
-        Dtype::U64,
-    ] {
+    for dtype in [Dtype::F32, Dtype::Bf16, Dtype::F64, Dtype::I16, Dtype::Fp8E5m2, Dtype::U64] {
         let a = stored(dtype, &values(1, m * k, false), [m, k]);
         let b = stored(dtype, &values(2, k * n, false), [k, n]);
         for la in LAYOUTS {
@@ -471,20 +432,15 @@ fn every_layout_reads_the_same_matrix() {
 #[test]
 fn perf_modes_and_output_formats_give_the_old_paths_bits() {
     // Shapes with tails in every blocking: K tiles of 256 in double_row, panels of 6 and 64.
-    for (s, (m, k, n)) in [(13, 600, 70), (1, 257, 1), (130, 300, 129)]
-        .into_iter()
-        .enumerate()
-    {
+    for (s, (m, k, n)) in [(13, 600, 70), (1, 257, 1), (130, 300, 129)].into_iter().enumerate() {
         let a = stored(Dtype::F32, &values(10 + s as u64, m * k, true), [m, k]);
         let b = stored(Dtype::F64, &values(20 + s as u64, k * n, false), [k, n]);
         for target in [Format::Fp8E4m3, Format::Fp8E5m2] {
             for perf_mode in PerfMode::ALL {
                 for out_format in Format::ALL {
-                    for rounding in [
-                        Rounding::NearestEven,
-                        Rounding::Stochastic,
-                        Rounding::TowardNegative,
-                    ] {
+                    for rounding in
+                        [Rounding::NearestEven, Rounding::Stochastic, Rounding::TowardNegative]
+                    {
                         let mut opts = options(Some(target), rounding, 99, perf_mode);
                         opts.out_format = out_format;
                         let what = format!(
@@ -506,15 +462,8 @@ fn a_compressed_operand_gives_the_dense_paths_bits() {
     let (m, n) = (37, 45);
     for pattern in Pattern::ALL {
         let k = pattern.m() * 24;
-        for (d, dtype) in [
-            Dtype::Bf16,
-            Dtype::F32,
-            Dtype::Fp8E4m3,
-            Dtype::I8,
-            Dtype::F64,
-        ]
-        .into_iter()
-        .enumerate()
+        for (d, dtype) in
+            [Dtype::Bf16, Dtype::F32, Dtype::Fp8E4m3, Dtype::I8, Dtype::F64].into_iter().enumerate()
         {
             let dense = stored(dtype, &values(30 + d as u64, m * k, false), [m, k]);
             let pruned = {
@@ -537,10 +486,7 @@ fn a_compressed_operand_gives_the_dense_paths_bits() {
                         .collect(),
                     Owned::U64(v) => prune(v, dtype, &[m, k], 1, pattern).expect("ok"),
                 };
-                Codes64 {
-                    codes,
-                    ..dense.clone()
-                }
+                Codes64 { codes, ..dense.clone() }
             };
             // Without a target, `b` must pair with `a`'s format (fp32 only with fp32).
             let bd = match dtype {
@@ -571,27 +517,15 @@ fn a_compressed_operand_gives_the_dense_paths_bits() {
 
 /// The call's bits for `a` (row-major codes of `shape`) compressed with `pattern`.
 fn sparse_run<T>(
-    dense: &[T],
-    dtype: Dtype,
-    pattern: Pattern,
-    shape: [usize; 2],
-    b: &Stored,
-    opts: &GemmOptions,
+    dense: &[T], dtype: Dtype, pattern: Pattern, shape: [usize; 2], b: &Stored, opts: &GemmOptions,
 ) -> Vec<u32>
 where
     T: trn2core::sparsity::Element,
     for<'a> Buffer<'a>: From<&'a [T]>,
 {
     let c = compress(dense, &shape, 1, pattern).expect("conforms");
-    let a = Sparse::new(
-        "a",
-        c.values().into(),
-        c.packed_indices(),
-        dtype,
-        pattern,
-        shape,
-    )
-    .expect("valid");
+    let a = Sparse::new("a", c.values().into(), c.packed_indices(), dtype, pattern, shape)
+        .expect("valid");
     let call = GemmCall::new(Matrix::Sparse(a), b.matrix("b"), opts.clone()).expect("valid");
     run(&call, shape[0] * b.shape[1])
 }
@@ -600,10 +534,7 @@ where
 fn the_report_is_the_cost_models() {
     let a = stored(Dtype::Bf16, &values(1, 300 * 400, false), [300, 400]);
     let b = stored(Dtype::Fp8E4m3, &values(2, 400 * 700, false), [400, 700]);
-    let (sa, sb) = (
-        Stored::new(&a, Layout::RowMajor),
-        Stored::new(&b, Layout::RowMajor),
-    );
+    let (sa, sb) = (Stored::new(&a, Layout::RowMajor), Stored::new(&b, Layout::RowMajor));
     for cores in [None, Some(vec![2, 3]), Some((0..8).collect())] {
         let mut opts = options(None, Rounding::NearestEven, 0, PerfMode::None);
         opts.cores = cores.clone();
@@ -628,39 +559,20 @@ fn bad_calls_are_errors_naming_the_argument() {
     let f = |shape: [usize; 2]| stored(Dtype::F32, &values(1, shape[0] * shape[1], false), shape);
     let opts = options(None, Rounding::NearestEven, 0, PerfMode::None);
     let call = |a: &Codes64, b: &Codes64, opts: &GemmOptions| {
-        let (sa, sb) = (
-            Stored::new(a, Layout::RowMajor),
-            Stored::new(b, Layout::RowMajor),
-        );
+        let (sa, sb) = (Stored::new(a, Layout::RowMajor), Stored::new(b, Layout::RowMajor));
         GemmCall::new(sa.matrix("a"), sb.matrix("b"), opts.clone()).map(|_| ())
     };
     let err = call(&f([3, 4]), &f([5, 2]), &opts).expect_err("K mismatch");
     assert!(
         matches!(err, Error::Shape { .. })
-            && err
-                .to_string()
-                .starts_with("b: a is (3, 4) and b is (5, 2)"),
+            && err.to_string().starts_with("b: a is (3, 4) and b is (5, 2)"),
         "{err}"
     );
     let err = call(&f([0, 4]), &f([4, 2]), &opts).expect_err("empty");
-    assert!(
-        err.to_string()
-            .starts_with("a, b: empty matrices (M=0, K=4, N=2)"),
-        "{err}"
-    );
-    let bools = Codes64 {
-        dtype: Dtype::Bool,
-        ..f([3, 4])
-    };
-    let err = call(
-        &f([3, 4]),
-        &Codes64 {
-            shape: [4, 3],
-            ..bools.clone()
-        },
-        &opts,
-    )
-    .expect_err("bool");
+    assert!(err.to_string().starts_with("a, b: empty matrices (M=0, K=4, N=2)"), "{err}");
+    let bools = Codes64 { dtype: Dtype::Bool, ..f([3, 4]) };
+    let err =
+        call(&f([3, 4]), &Codes64 { shape: [4, 3], ..bools.clone() }, &opts).expect_err("bool");
     assert!(
         matches!(err, Error::Format { .. }) && err.to_string().starts_with("b: dtype bool"),
         "{err}"
@@ -671,30 +583,14 @@ fn bad_calls_are_errors_naming_the_argument() {
         err.to_string(),
         "b: bf16 cannot pair with fp32: fp32 and tf32 pair only with fp32 or tf32"
     );
-    let dr = options(
-        Some(Format::Bf16),
-        Rounding::NearestEven,
-        0,
-        PerfMode::DoubleRow,
-    );
+    let dr = options(Some(Format::Bf16), Rounding::NearestEven, 0, PerfMode::DoubleRow);
     let err = call(&f([3, 4]), &f([4, 2]), &dr).expect_err("double_row bf16");
-    assert!(
-        err.to_string().starts_with("a: perf_mode=\"double_row\""),
-        "{err}"
-    );
+    assert!(err.to_string().starts_with("a: perf_mode=\"double_row\""), "{err}");
     // A layout reaching outside its buffer, a buffer of the wrong width.
     let buf = [0u32; 12];
     // A 3 x 4 fp32 view of `buf` from element `offset` by `strides`.
     let view = |offset: usize, strides: [isize; 2]| {
-        Strided::new(
-            "a",
-            Buffer::U32(&buf),
-            Dtype::F32,
-            false,
-            [3, 4],
-            offset,
-            strides,
-        )
+        Strided::new("a", Buffer::U32(&buf), Dtype::F32, false, [3, 4], offset, strides)
     };
     let err = view(1, [4, 1]).expect_err("outside");
     assert!(

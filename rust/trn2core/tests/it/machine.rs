@@ -38,11 +38,7 @@ fn alloc(m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype) -> Tile {
 
 /// An SBUF tile holding `codes(dtype, its element count, seed)`: the tile and those codes.
 fn random_tile(
-    m: &mut Machine,
-    name: &str,
-    shape: &[usize],
-    dtype: Dtype,
-    seed: u64,
+    m: &mut Machine, name: &str, shape: &[usize], dtype: Dtype, seed: u64,
 ) -> (Tile, Vec<u32>) {
     let t = alloc(m, name, shape, dtype);
     let bits = codes(dtype, shape.iter().product(), seed);
@@ -229,22 +225,11 @@ fn codes(dtype: Dtype, n: usize, seed: u64) -> Vec<u32> {
         Some(_) => (0..256).collect(),
         None => {
             let (lo, hi) = dtype.int_range();
-            [
-                0.0,
-                1.0,
-                -1.0,
-                lo,
-                hi,
-                lo + 1.0,
-                hi - 1.0,
-                2.0,
-                3.0,
-                16_777_217.0,
-            ]
-            .iter()
-            .filter(|&&v| v >= lo && v <= hi)
-            .map(|&v| (v as i64 as u32) & mask(dtype))
-            .collect()
+            [0.0, 1.0, -1.0, lo, hi, lo + 1.0, hi - 1.0, 2.0, 3.0, 16_777_217.0]
+                .iter()
+                .filter(|&&v| v >= lo && v <= hi)
+                .map(|&v| (v as i64 as u32) & mask(dtype))
+                .collect()
         }
     };
     (0..n)
@@ -269,21 +254,13 @@ fn codes(dtype: Dtype, n: usize, seed: u64) -> Vec<u32> {
 /// An fp32 HBM tensor holding `codes(Fp32, its element count, seed)`: the tensor and those codes.
 fn random_hbm(m: &mut Machine, name: &str, shape: &[usize], seed: u64) -> (Tile, Vec<u32>) {
     let host = codes(Dtype::Fp32, shape.iter().product(), seed);
-    let h = m
-        .hbm_tensor(
-            name,
-            shape,
-            Dtype::Fp32,
-            Some(&to_bytes(Dtype::Fp32, &host)),
-        )
-        .expect("hbm");
+    let h =
+        m.hbm_tensor(name, shape, Dtype::Fp32, Some(&to_bytes(Dtype::Fp32, &host))).expect("hbm");
     (h, host)
 }
 
 fn to_bytes(dtype: Dtype, bits: &[u32]) -> Vec<u8> {
-    bits.iter()
-        .flat_map(|&b| b.to_le_bytes()[..dtype.size()].to_vec())
-        .collect()
+    bits.iter().flat_map(|&b| b.to_le_bytes()[..dtype.size()].to_vec()).collect()
 }
 
 fn from_bytes(dtype: Dtype, bytes: &[u8]) -> Vec<u32> {
@@ -321,14 +298,8 @@ const FLOATS: [Dtype; 7] = [
     Dtype::Fp8E5m2,
     Dtype::Fp8E3m4,
 ];
-const INTS: [Dtype; 6] = [
-    Dtype::Uint8,
-    Dtype::Int8,
-    Dtype::Uint16,
-    Dtype::Int16,
-    Dtype::Uint32,
-    Dtype::Int32,
-];
+const INTS: [Dtype; 6] =
+    [Dtype::Uint8, Dtype::Int8, Dtype::Uint16, Dtype::Int16, Dtype::Uint32, Dtype::Int32];
 
 fn arithmetic_ops() -> Vec<AluOp> {
     AluOp::ALL
@@ -357,8 +328,7 @@ fn check_tensor_tensor(da: Dtype, db: Dtype, dd: Dtype, op: AluOp, engine: Engin
     let d = alloc(&mut m, "d", &[128, n], dd);
     put(&mut m, &a, &a_bits);
     put(&mut m, &b, &b_bits);
-    m.tensor_tensor(engine, &d, &a, &b, op)
-        .expect("tensor_tensor");
+    m.tensor_tensor(engine, &d, &a, &b, op).expect("tensor_tensor");
     let what = format!("{op} {da} {db} -> {dd} on {}", engine.name());
     assert_bits(&get(&m, &d), &want, &what);
     // General path: strided views.
@@ -366,11 +336,7 @@ fn check_tensor_tensor(da: Dtype, db: Dtype, dd: Dtype, op: AluOp, engine: Engin
         let t = alloc(m, name, &[128, 2 * n], dt);
         t.slice(&[Index::ALL, ix(None, None, 2)]).expect("slice")
     };
-    let (a2, b2, d2) = (
-        wide(&mut m, "a2", da),
-        wide(&mut m, "b2", db),
-        wide(&mut m, "d2", dd),
-    );
+    let (a2, b2, d2) = (wide(&mut m, "a2", da), wide(&mut m, "b2", db), wide(&mut m, "d2", dd));
     put(&mut m, &a2, &a_bits);
     put(&mut m, &b2, &b_bits);
     m.tensor_tensor(engine, &d2, &a2, &b2, op).expect("strided");
@@ -380,11 +346,7 @@ fn check_tensor_tensor(da: Dtype, db: Dtype, dd: Dtype, op: AluOp, engine: Engin
 #[test]
 fn tensor_tensor_every_arithmetic_operator_and_dtype() {
     for op in arithmetic_ops() {
-        let engine = if op == AluOp::Power {
-            Engine::Gpsimd
-        } else {
-            Engine::Vector
-        };
+        let engine = if op == AluOp::Power { Engine::Gpsimd } else { Engine::Vector };
         for d in FLOATS.iter().chain(&INTS) {
             check_tensor_tensor(*d, *d, *d, op, engine);
         }
@@ -419,16 +381,13 @@ fn tensor_tensor_in_place_reads_before_writing() {
                 .collect()
         };
         // a = a - b, then b = a - b (the new a), then a = a - a.
-        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Subtract)
-            .expect("a-=b");
+        m.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::Subtract).expect("a-=b");
         let a1 = want(&ab, &bb);
         assert_bits(&get(&m, &a), &a1, "a = a - b");
-        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Subtract)
-            .expect("b=a-b");
+        m.tensor_tensor(Engine::Vector, &b, &a, &b, AluOp::Subtract).expect("b=a-b");
         let b1 = want(&a1, &bb);
         assert_bits(&get(&m, &b), &b1, "b = a - b");
-        m.tensor_tensor(Engine::Vector, &a, &a, &a, AluOp::Subtract)
-            .expect("a-a");
+        m.tensor_tensor(Engine::Vector, &a, &a, &a, AluOp::Subtract).expect("a-a");
         assert_bits(&get(&m, &a), &want(&a1, &a1), "a = a - a");
         // A shifted overlap (dst one element right of the input) goes through the general
         // path and still reads before writing.
@@ -436,8 +395,7 @@ fn tensor_tensor_in_place_reads_before_writing() {
         let src = full.slice(&[Index::ALL, range(0, 300)]).expect("src");
         let dst = full.slice(&[Index::ALL, range(1, 301)]).expect("dst");
         let before = get(&m, &src);
-        m.tensor_tensor(Engine::Vector, &dst, &src, &src, AluOp::Add)
-            .expect("shifted");
+        m.tensor_tensor(Engine::Vector, &dst, &src, &src, AluOp::Add).expect("shifted");
         let want: Vec<u32> = before
             .iter()
             .map(|&p| output(dt, alu(AluOp::Add, input(dt, p), input(dt, p))))
@@ -464,8 +422,7 @@ fn bitvec_and_native_integer_operators() {
             AluOp::LeftShift,
             AluOp::RightShift,
         ] {
-            m.tensor_tensor(Engine::Vector, &d, &a, &b, op)
-                .expect("bitvec");
+            m.tensor_tensor(Engine::Vector, &d, &a, &b, op).expect("bitvec");
             let want: Vec<u32> = ab
                 .iter()
                 .zip(&bb)
@@ -494,16 +451,8 @@ fn bitvec_and_native_integer_operators() {
             assert_bits(&get(&m, &d), &want, &format!("{op} {dt}"));
         }
         // invert through tensor_scalar (Vector only).
-        m.tensor_scalar(
-            Engine::Vector,
-            &d,
-            &a,
-            AluOp::Invert,
-            &Scalar::Imm(0.0),
-            false,
-            None,
-        )
-        .expect("invert");
+        m.tensor_scalar(Engine::Vector, &d, &a, AluOp::Invert, &Scalar::Imm(0.0), false, None)
+            .expect("invert");
         let want: Vec<u32> = ab.iter().map(|&x| !x & mask(dt)).collect();
         assert_bits(&get(&m, &d), &want, &format!("invert {dt}"));
     }
@@ -512,12 +461,10 @@ fn bitvec_and_native_integer_operators() {
     let a = alloc(&mut m, "a", &[1, 3], Dtype::Int32);
     let d = alloc(&mut m, "d", &[1, 3], Dtype::Int32);
     put(&mut m, &a, &[0x7FFF_FFFF, 16_777_217, (-5i32) as u32]);
-    m.tensor_tensor(Engine::Gpsimd, &d, &a, &a, AluOp::Add)
-        .expect("int add");
+    m.tensor_tensor(Engine::Gpsimd, &d, &a, &a, AluOp::Add).expect("int add");
     assert_eq!(get(&m, &d), vec![0xFFFF_FFFE, 33_554_434, (-10i32) as u32]);
     // The Vector engine computes in fp32: 16777217 is not a float32.
-    m.tensor_tensor(Engine::Vector, &d, &a, &a, AluOp::Add)
-        .expect("fp32 add");
+    m.tensor_tensor(Engine::Vector, &d, &a, &a, AluOp::Add).expect("fp32 add");
     assert_eq!(get(&m, &d), vec![0x7FFF_FFFF, 33_554_432, (-10i32) as u32]);
 }
 
@@ -526,20 +473,8 @@ fn bitvec_and_native_integer_operators() {
 #[test]
 fn tensor_scalar_one_and_two_operators() {
     let ops = arithmetic_ops();
-    let unary = [
-        AluOp::Abs,
-        AluOp::Square,
-        AluOp::Relu,
-        AluOp::Rsqrt,
-        AluOp::Reciprocal,
-    ];
-    for dt in [
-        Dtype::Fp32,
-        Dtype::Bf16,
-        Dtype::Fp16,
-        Dtype::Fp8E4m3,
-        Dtype::Int16,
-    ] {
+    let unary = [AluOp::Abs, AluOp::Square, AluOp::Relu, AluOp::Rsqrt, AluOp::Reciprocal];
+    for dt in [Dtype::Fp32, Dtype::Bf16, Dtype::Fp16, Dtype::Fp8E4m3, Dtype::Int16] {
         for (k, op0) in ops.iter().chain(&unary).enumerate() {
             let op1 = ops[(k * 7 + 3) % ops.len()];
             for &rev in &[false, true] {
@@ -560,11 +495,7 @@ fn tensor_scalar_one_and_two_operators() {
                         } else {
                             alu(*op0, x, s)
                         };
-                        let u = if rev {
-                            alu(op1, s1, t)
-                        } else {
-                            alu(op1, t, s1)
-                        };
+                        let u = if rev { alu(op1, s1, t) } else { alu(op1, t, s1) };
                         output(dt, u)
                     })
                     .collect();
@@ -573,11 +504,7 @@ fn tensor_scalar_one_and_two_operators() {
                 let d = alloc(&mut m, "d", &[128, n], dt);
                 let sv = alloc(&mut m, "s", &[128, 1], Dtype::Fp32);
                 put(&mut m, &a, &ab);
-                put(
-                    &mut m,
-                    &sv,
-                    &s0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                );
+                put(&mut m, &sv, &s0.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
                 let second: SecondOp = (op1, Scalar::Imm(s1 as f64), rev);
                 let sv = Scalar::Tile(sv);
                 // a through both operators (the scalar tile first) into `dst`.
@@ -611,8 +538,7 @@ fn scalar_tensor_tensor_and_reciprocal_and_select() {
         (AluOp::Divide, AluOp::Maximum, true, true),
         (AluOp::Abs, AluOp::Add, false, true),
     ] {
-        m.scalar_tensor_tensor(&d, &a, op0, &Scalar::Imm(0.75), r0, op1, &b, r1)
-            .expect("stt");
+        m.scalar_tensor_tensor(&d, &a, op0, &Scalar::Imm(0.75), r0, op1, &b, r1).expect("stt");
         let want: Vec<u32> = ab
             .iter()
             .zip(&bb)
@@ -625,25 +551,17 @@ fn scalar_tensor_tensor_and_reciprocal_and_select() {
                 } else {
                     alu(op0, x, 0.75)
                 };
-                output(
-                    Dtype::Fp32,
-                    if r1 { alu(op1, y, t) } else { alu(op1, t, y) },
-                )
+                output(Dtype::Fp32, if r1 { alu(op1, y, t) } else { alu(op1, t, y) })
             })
             .collect();
         assert_bits(&get(&m, &d), &want, &format!("stt {op0} {op1}"));
     }
     m.reciprocal(&d, &a).expect("reciprocal");
-    let want: Vec<u32> = ab
-        .iter()
-        .map(|&x| output(Dtype::Fp32, 1.0 / input(dt, x)))
-        .collect();
+    let want: Vec<u32> = ab.iter().map(|&x| output(Dtype::Fp32, 1.0 / input(dt, x))).collect();
     assert_bits(&get(&m, &d), &want, "reciprocal");
     // select: predicate != 0 (NaN true).
     let p = alloc(&mut m, "p", &[128, n], Dtype::Fp32);
-    let pb: Vec<u32> = (0..128 * n)
-        .map(|i| [0u32, 0x8000_0000, NAN, 0x3F80_0000][i % 4])
-        .collect();
+    let pb: Vec<u32> = (0..128 * n).map(|i| [0u32, 0x8000_0000, NAN, 0x3F80_0000][i % 4]).collect();
     put(&mut m, &p, &pb);
     m.select(&d, &p, &a, &Scalar::Tile(b)).expect("select");
     let want: Vec<u32> = (0..128 * n)
@@ -654,11 +572,8 @@ fn scalar_tensor_tensor_and_reciprocal_and_select() {
         .collect();
     assert_bits(&get(&m, &d), &want, "select");
     let db = alloc(&mut m, "db", &[128, n], dt);
-    m.select(&db, &p, &a, &Scalar::Tile(b))
-        .expect("select bits");
-    let want: Vec<u32> = (0..128 * n)
-        .map(|i| if i % 4 < 2 { bb[i] } else { ab[i] })
-        .collect();
+    m.select(&db, &p, &a, &Scalar::Tile(b)).expect("select bits");
+    let want: Vec<u32> = (0..128 * n).map(|i| if i % 4 < 2 { bb[i] } else { ab[i] }).collect();
     assert_bits(&get(&m, &db), &want, "select keeps bits");
 }
 
@@ -688,11 +603,7 @@ fn tensor_copy_is_bit_exact_or_goes_through_fp32() {
             } else {
                 ab.iter().map(|&x| output(d, input(s, x))).collect()
             };
-            assert_bits(
-                &get(&m, &o),
-                &want,
-                &format!("copy {s} -> {d} on {}", engine.name()),
-            );
+            assert_bits(&get(&m, &o), &want, &format!("copy {s} -> {d} on {}", engine.name()));
         }
     }
 }
@@ -746,11 +657,7 @@ fn tensor_reduce_orders_and_axes() {
                         output(Dtype::Bf16, if negate { -acc } else { acc })
                     })
                     .collect();
-                assert_bits(
-                    &get(&m, &d),
-                    &want,
-                    &format!("reduce {op} axes={axes} neg={negate}"),
-                );
+                assert_bits(&get(&m, &d), &want, &format!("reduce {op} axes={axes} neg={negate}"));
                 m.free(&d).expect("free");
             }
         }
@@ -758,16 +665,10 @@ fn tensor_reduce_orders_and_axes() {
     // Bitvec reductions on integers.
     let (i, ib) = random_tile(&mut m, "i", &[4, 8], Dtype::Uint16, 52);
     let d = alloc(&mut m, "di", &[4, 1], Dtype::Uint16);
-    m.tensor_reduce(&d, AluOp::BitwiseXor, &i, 1, false)
-        .expect("xor");
-    let want: Vec<u32> = ib
-        .chunks(8)
-        .map(|c| c.iter().fold(0, |x, y| x ^ y))
-        .collect();
+    m.tensor_reduce(&d, AluOp::BitwiseXor, &i, 1, false).expect("xor");
+    let want: Vec<u32> = ib.chunks(8).map(|c| c.iter().fold(0, |x, y| x ^ y)).collect();
     assert_eq!(get(&m, &d), want);
-    let err = m
-        .tensor_reduce(&d, AluOp::Divide, &i, 1, false)
-        .expect_err("not a reduction");
+    let err = m.tensor_reduce(&d, AluOp::Divide, &i, 1, false).expect_err("not a reduction");
     assert!(err.to_string().contains("not a reduction"), "{err}");
 }
 
@@ -785,20 +686,15 @@ fn tensor_tensor_scan_keeps_an_fp32_state() {
     put(&mut m, &a, &ab);
     put(&mut m, &b, &bb);
     put(&mut m, &init, &ib);
-    for (op0, op1, r0, r1) in [
-        (AluOp::Multiply, AluOp::Add, false, false),
-        (AluOp::Subtract, AluOp::Maximum, true, true),
-    ] {
-        m.tensor_tensor_scan(&d, &a, &b, &Scalar::Tile(init), op0, op1, r0, r1)
-            .expect("scan");
+    for (op0, op1, r0, r1) in
+        [(AluOp::Multiply, AluOp::Add, false, false), (AluOp::Subtract, AluOp::Maximum, true, true)]
+    {
+        m.tensor_tensor_scan(&d, &a, &b, &Scalar::Tile(init), op0, op1, r0, r1).expect("scan");
         let mut want = Vec::new();
         for p in 0..128 {
             let mut s = f32::from_bits(ib[p]);
             for i in 0..n {
-                let (x, y) = (
-                    input(Dtype::Bf16, ab[p * n + i]),
-                    input(Dtype::Bf16, bb[p * n + i]),
-                );
+                let (x, y) = (input(Dtype::Bf16, ab[p * n + i]), input(Dtype::Bf16, bb[p * n + i]));
                 let t = if r0 { alu(op0, s, x) } else { alu(op0, x, s) };
                 s = if r1 { alu(op1, y, t) } else { alu(op1, t, y) };
                 want.push(output(Dtype::Bf16, s));
@@ -815,43 +711,24 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
     let a = alloc(&mut m, "a", &[128, n], Dtype::Bf16);
     let ab: Vec<u32> = codes(Dtype::Bf16, 128 * n, 71)
         .iter()
-        .map(|&x| {
-            if (x & 0x7F80) == 0x7F80 {
-                0x3F00
-            } else {
-                x & 0xC7FF
-            }
-        })
+        .map(|&x| if (x & 0x7F80) == 0x7F80 { 0x3F00 } else { x & 0xC7FF })
         .collect();
     put(&mut m, &a, &ab);
     let st = alloc(&mut m, "st", &[128, 2, 6], Dtype::Fp32);
     let half = |i: i64| st.slice(&[Index::ALL, Index::At(i)]).expect("slice");
-    m.bn_stats(&half(0), &a.slice(&[Index::ALL, range(0, 50)]).expect("lo"))
-        .expect("stats");
-    m.bn_stats(
-        &half(1),
-        &a.slice(&[Index::ALL, range(50, 100)]).expect("hi"),
-    )
-    .expect("stats");
+    m.bn_stats(&half(0), &a.slice(&[Index::ALL, range(0, 50)]).expect("lo")).expect("stats");
+    m.bn_stats(&half(1), &a.slice(&[Index::ALL, range(50, 100)]).expect("hi")).expect("stats");
     let agg = alloc(&mut m, "agg", &[128, 2], Dtype::Fp32);
-    m.bn_aggr(&agg, &st.reshape_free(&[12]).expect("flat"))
-        .expect("aggr");
+    m.bn_aggr(&agg, &st.reshape_free(&[12]).expect("flat")).expect("aggr");
     let stats = get(&m, &st);
     let out = get(&m, &agg);
     for p in 0..128 {
-        let row: Vec<f32> = ab[p * n..(p + 1) * n]
-            .iter()
-            .map(|&x| input(Dtype::Bf16, x))
-            .collect();
+        let row: Vec<f32> = ab[p * n..(p + 1) * n].iter().map(|&x| input(Dtype::Bf16, x)).collect();
         let mut triples = Vec::new();
         for h in 0..2 {
             for parity in 0..2 {
-                let v: Vec<f32> = row[h * 50..(h + 1) * 50]
-                    .iter()
-                    .skip(parity)
-                    .step_by(2)
-                    .copied()
-                    .collect();
+                let v: Vec<f32> =
+                    row[h * 50..(h + 1) * 50].iter().skip(parity).step_by(2).copied().collect();
                 let c = v.len() as f32;
                 let mut s = 0.0f32;
                 for &x in &v {
@@ -865,10 +742,8 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
                 triples.push((c, mean, q));
             }
         }
-        let got: Vec<f32> = stats[p * 12..(p + 1) * 12]
-            .iter()
-            .map(|&b| f32::from_bits(b))
-            .collect();
+        let got: Vec<f32> =
+            stats[p * 12..(p + 1) * 12].iter().map(|&b| f32::from_bits(b)).collect();
         let want: Vec<f32> = triples.iter().flat_map(|&(c, mu, q)| [c, mu, q]).collect();
         assert_eq!(got, want, "bn_stats partition {p}");
         let mut tot = 0.0f32;
@@ -890,15 +765,8 @@ fn bn_stats_and_bn_aggr_follow_the_documented_order() {
         // And close to the float64 mean / variance.
         let m64 = row.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
         let v64 = row.iter().map(|&x| (x as f64 - m64).powi(2)).sum::<f64>() / n as f64;
-        assert!(
-            (mean as f64 - m64).abs() <= 1e-5 * (1.0 + m64.abs()),
-            "{mean} {m64}"
-        );
-        assert!(
-            ((q / tot) as f64 - v64).abs() <= 1e-4 * (1.0 + v64),
-            "{} {v64}",
-            q / tot
-        );
+        assert!((mean as f64 - m64).abs() <= 1e-5 * (1.0 + m64.abs()), "{mean} {m64}");
+        assert!(((q / tot) as f64 - v64).abs() <= 1e-4 * (1.0 + v64), "{} {v64}", q / tot);
     }
 }
 
@@ -1045,11 +913,7 @@ fn activation_every_function_scale_bias_and_accumulation() {
                 sums.push(output(Dtype::Fp32, s));
             }
             assert_bits(&get(&m, &d), &want, &format!("activation {func} {dt}"));
-            assert_bits(
-                &get(&m, &acc),
-                &sums,
-                &format!("activation {func} {dt} reduce"),
-            );
+            assert_bits(&get(&m, &acc), &sums, &format!("activation {func} {dt} reduce"));
             // activation_reduce is the same instruction with reset_reduce.
             let acc2 = alloc(&mut m, "acc2", &[128, 1], Dtype::Fp32);
             m.activation_reduce(
@@ -1073,11 +937,7 @@ fn activation_registers_accumulate_across_instructions() {
     let a = alloc(&mut m, "a", &[4, 3], Dtype::Fp32);
     let d = alloc(&mut m, "d", &[4, 3], Dtype::Fp32);
     let r = alloc(&mut m, "r", &[4, 1], Dtype::Fp32);
-    put(
-        &mut m,
-        &a,
-        &(0..12).map(|i| (i as f32).to_bits()).collect::<Vec<_>>(),
-    );
+    put(&mut m, &a, &(0..12).map(|i| (i as f32).to_bits()).collect::<Vec<_>>());
     let mut args = ActivationArgs {
         reduce_op: Some(AluOp::Add),
         reduce_cmd: ReduceCmd::ResetReduce,
@@ -1086,11 +946,9 @@ fn activation_registers_accumulate_across_instructions() {
     m.activation(&d, ActFunc::Copy, &a, &args).expect("first");
     args.reduce_cmd = ReduceCmd::Reduce;
     args.reduce_res = Some(r);
-    m.activation(&d, ActFunc::Square, &a, &args)
-        .expect("second");
-    let want: Vec<f32> = (0..4)
-        .map(|p| (0..3).map(|i| (3 * p + i) as f32).map(|x| x + x * x).sum())
-        .collect();
+    m.activation(&d, ActFunc::Square, &a, &args).expect("second");
+    let want: Vec<f32> =
+        (0..4).map(|p| (0..3).map(|i| (3 * p + i) as f32).map(|x| x + x * x).sum()).collect();
     let got: Vec<f32> = get(&m, &r).iter().map(|&b| f32::from_bits(b)).collect();
     assert_eq!(got, want);
 }
@@ -1107,29 +965,16 @@ fn activate2_against_its_documented_stages() {
     let [s0, r] = ["s0", "r"].map(|s| alloc(&mut m, s, &[p, 1], Dtype::Fp32));
     let mut x: Vec<f32> = (0..p * n).map(|i| i as f32 * 0.75 - 8.0).collect();
     x[..5].copy_from_slice(&[f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 1e30]);
-    put(
-        &mut m,
-        &a,
-        &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-    );
+    put(&mut m, &a, &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     let sv = [2.0f32, -0.5, 0.0, 3.0];
     put(&mut m, &s0, &sv.map(f32::to_bits));
-    let (mul, add, sub) = (
-        Some(AluOp::Multiply),
-        Some(AluOp::Add),
-        Some(AluOp::Subtract),
-    );
+    let (mul, add, sub) = (Some(AluOp::Multiply), Some(AluOp::Add), Some(AluOp::Subtract));
     let (t0, i15, im2) = (Scalar::Tile(s0), Scalar::Imm(1.5), Scalar::Imm(-2.0));
     let (rr, rd, idle) = (ReduceCmd::ResetReduce, ReduceCmd::Reduce, ReduceCmd::Idle);
     let bypass = (None, im2, false);
     // (stages, function, reduce_op, reduce_cmd)
     let calls = [
-        (
-            [(mul, t0, false), (sub, i15, true)],
-            ActFunc::Gelu,
-            AluOp::Maximum,
-            rr,
-        ),
+        ([(mul, t0, false), (sub, i15, true)], ActFunc::Gelu, AluOp::Maximum, rr),
         ([(add, im2, true), bypass], ActFunc::Relu, AluOp::AbsMin, rr),
         ([bypass, bypass], ActFunc::Copy, AluOp::AbsMin, rd),
         ([bypass, bypass], ActFunc::Exp, AluOp::Add, idle),
@@ -1147,11 +992,7 @@ fn activate2_against_its_documented_stages() {
         let mut want = Vec::new();
         for row in 0..p {
             if cmd == ReduceCmd::ResetReduce {
-                reg[row] = if op == AluOp::Maximum {
-                    f32::NEG_INFINITY
-                } else {
-                    f32::INFINITY
-                };
+                reg[row] = if op == AluOp::Maximum { f32::NEG_INFINITY } else { f32::INFINITY };
             }
             for &v0 in &x[row * n..(row + 1) * n] {
                 let mut v = v0;
@@ -1202,13 +1043,7 @@ fn activate2_against_its_documented_stages() {
     for (op0, reverse0, op1, reduce_op, reduce_cmd, arg) in cases {
         let stages = [(op0, i15, reverse0), (op1, i15, false)];
         let (relu_param, reduce_res) = (None, None);
-        let args = Activate2Args {
-            stages,
-            relu_param,
-            reduce_op,
-            reduce_res,
-            reduce_cmd,
-        };
+        let args = Activate2Args { stages, relu_param, reduce_op, reduce_res, reduce_cmd };
         let e = m.activate2(&d, ActFunc::Copy, &a, &args).expect_err(arg);
         assert_eq!(e.arg(), Some(arg), "{e}");
     }
@@ -1260,29 +1095,11 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
     let mut m = core();
     let (k, mm, n) = (128, 64, 300);
     let bank3 = m
-        .alloc_at(
-            Space::Psum,
-            "bank3",
-            &[mm, 512],
-            Dtype::Fp32,
-            0,
-            Some(3 * 2048),
-            false,
-        )
+        .alloc_at(Space::Psum, "bank3", &[mm, 512], Dtype::Fp32, 0, Some(3 * 2048), false)
         .expect("psum tile over bank 3");
-    let sb: Vec<u16> = codes(Dtype::Bf16, k * mm, 201)
-        .iter()
-        .map(|&c| c as u16)
-        .collect();
-    let mb: Vec<u16> = codes(Dtype::Bf16, k * n, 202)
-        .iter()
-        .map(|&c| c as u16)
-        .collect();
-    let host = |c: &[u16]| {
-        c.iter()
-            .map(|&x| input(Dtype::Bf16, x as u32))
-            .collect::<Vec<f32>>()
-    };
+    let sb: Vec<u16> = codes(Dtype::Bf16, k * mm, 201).iter().map(|&c| c as u16).collect();
+    let mb: Vec<u16> = codes(Dtype::Bf16, k * n, 202).iter().map(|&c| c as u16).collect();
+    let host = |c: &[u16]| c.iter().map(|&x| input(Dtype::Bf16, x as u32)).collect::<Vec<f32>>();
     let (sv, mvv) = (host(&sb), host(&mb));
     let once = engine::matmul(
         &bf16_operand(&sv, &[k, mm]),
@@ -1291,19 +1108,9 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
         PeTile::FULL,
     )
     .expect("engine");
-    let st = HostOperand {
-        codes: CodesRef::U16(&sb),
-        shape: &[k, mm],
-        format: Format::Bf16,
-    };
-    let mv = HostOperand {
-        codes: CodesRef::U16(&mb),
-        shape: &[k, n],
-        format: Format::Bf16,
-    };
-    let out = m
-        .matmul_host(&st, &mv, 3, false, PerfMode::None, PeTile::FULL)
-        .expect("host matmul");
+    let st = HostOperand { codes: CodesRef::U16(&sb), shape: &[k, mm], format: Format::Bf16 };
+    let mv = HostOperand { codes: CodesRef::U16(&mb), shape: &[k, n], format: Format::Bf16 };
+    let out = m.matmul_host(&st, &mv, 3, false, PerfMode::None, PeTile::FULL).expect("host matmul");
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&out), bits(&once));
     // The tile allocated over bank 3 holds the result in its first n columns.
@@ -1313,26 +1120,18 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
     let seen = m.read_f32(&cols.expect("slice")).expect("read");
     assert_eq!(bits(&seen), bits(&once));
     // Accumulating onto it adds, as a second matmul of the group.
-    let twice = m
-        .matmul_host(&st, &mv, 3, true, PerfMode::None, PeTile::FULL)
-        .expect("accumulate");
+    let twice = m.matmul_host(&st, &mv, 3, true, PerfMode::None, PeTile::FULL).expect("accumulate");
     let want: Vec<u32> = once.iter().map(|&v| canon(v + v).to_bits()).collect();
     assert_eq!(bits(&twice), want);
     // One timeline: two PE instructions; the scratch operands were freed.
     let rep = m.run().expect("run");
     assert_eq!(rep.instructions, 2);
     let usable = trn2core::spec::SBUF_USABLE_PARTITION_BYTES as usize;
-    m.alloc(Space::Sbuf, "all", &[128, usable], Dtype::Uint8)
-        .expect("all of SBUF is free again");
+    m.alloc(Space::Sbuf, "all", &[128, usable], Dtype::Uint8).expect("all of SBUF is free again");
     // Bad banks and operands are errors naming the argument, with nothing recorded.
-    let err = m
-        .matmul_host(&st, &mv, 8, false, PerfMode::None, PeTile::FULL)
-        .expect_err("bank 8");
+    let err = m.matmul_host(&st, &mv, 8, false, PerfMode::None, PeTile::FULL).expect_err("bank 8");
     assert!(err.to_string().contains("bank"), "{err}");
-    let short = HostOperand {
-        codes: CodesRef::U16(&sb[1..]),
-        ..st
-    };
+    let short = HostOperand { codes: CodesRef::U16(&sb[1..]), ..st };
     let err = m
         .matmul_host(&short, &mv, 0, false, PerfMode::None, PeTile::FULL)
         .expect_err("short codes");
@@ -1359,39 +1158,21 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
     // accumulate=None: the first write overwrites, the second accumulates.
     let opts = PeOptions::default();
     m.nc_matmul(&ps, &st, &mv, &opts).expect("mm");
-    assert_eq!(
-        get(&m, &ps),
-        once.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-    );
+    assert_eq!(get(&m, &ps), once.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     m.nc_matmul(&ps, &st, &mv, &opts).expect("mm acc");
     let twice: Vec<u32> = once.iter().map(|&v| canon(v + v).to_bits()).collect();
     assert_eq!(get(&m, &ps), twice);
     // accumulate=False overwrites.
-    let over = PeOptions {
-        accumulate: Some(false),
-        ..opts
-    };
+    let over = PeOptions { accumulate: Some(false), ..opts };
     m.nc_matmul(&ps, &st, &mv, &over).expect("overwrite");
-    assert_eq!(
-        get(&m, &ps),
-        once.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-    );
+    assert_eq!(get(&m, &ps), once.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
     // Another engine's write ends the group: accumulate=True is then refused.
     let sbuf = alloc(&mut m, "out", &[mm, n], Dtype::Fp32);
     m.tensor_copy(Engine::Vector, &sbuf, &ps).expect("evict");
-    m.tensor_copy(Engine::Scalar, &ps, &sbuf)
-        .expect("write back");
-    let acc = PeOptions {
-        accumulate: Some(true),
-        ..opts
-    };
-    let err = m
-        .nc_matmul(&ps, &st, &mv, &acc)
-        .expect_err("undefined accumulate");
-    assert!(
-        err.to_string().contains("[engine rule accumulate]"),
-        "{err}"
-    );
+    m.tensor_copy(Engine::Scalar, &ps, &sbuf).expect("write back");
+    let acc = PeOptions { accumulate: Some(true), ..opts };
+    let err = m.nc_matmul(&ps, &st, &mv, &acc).expect_err("undefined accumulate");
+    assert!(err.to_string().contains("[engine rule accumulate]"), "{err}");
     // fp32 PSUM only; SBUF inputs only.
     let bad = psum(&mut m, "bad", &[mm, n], Dtype::Bf16);
     let err = m.nc_matmul(&bad, &st, &mv, &opts).expect_err("bf16 dst");
@@ -1401,13 +1182,8 @@ fn nc_matmul_equals_the_engine_and_accumulates() {
         "{err}"
     );
     let err = m.nc_matmul(&ps, &mv, &mv, &opts).expect_err("M = 200");
-    assert!(
-        matches!(err, Error::Shape { .. }) && err.to_string().contains("M <= 128"),
-        "{err}"
-    );
-    let err = m
-        .nc_matmul(&ps, &sbuf, &mv, &opts)
-        .expect_err("fp32 with bf16");
+    assert!(matches!(err, Error::Shape { .. }) && err.to_string().contains("M <= 128"), "{err}");
+    let err = m.nc_matmul(&ps, &sbuf, &mv, &opts).expect_err("fp32 with bf16");
     assert!(matches!(err, Error::Format { .. }), "{err}");
     let ints = filled(&mut m, "ints", &[k, n], Dtype::Int8, 1.0);
     let err = m.nc_matmul(&ps, &st, &ints, &opts).expect_err("int");
@@ -1419,13 +1195,10 @@ fn transposes_are_bit_exact() {
     let mut m = core();
     let (x, xb) = random_tile(&mut m, "x", &[100, 70], Dtype::Bf16, 111);
     let t = psum(&mut m, "t", &[70, 100], Dtype::Bf16);
-    m.nc_transpose(Engine::Tensor, &t, &x)
-        .expect("pe transpose");
+    m.nc_transpose(Engine::Tensor, &t, &x).expect("pe transpose");
     // The codes of a row-major [rows, cols] array, transposed.
     let transposed = |b: &[u32], rows: usize, cols: usize| -> Vec<u32> {
-        (0..rows * cols)
-            .map(|i| b[(i % rows) * cols + i / rows])
-            .collect()
+        (0..rows * cols).map(|i| b[(i % rows) * cols + i / rows]).collect()
     };
     let want = transposed(&xb, 100, 70);
     assert_eq!(get(&m, &t), want);
@@ -1433,24 +1206,17 @@ fn transposes_are_bit_exact() {
     let id = alloc(&mut m, "id", &[100, 100], Dtype::Bf16);
     m.iota(&id, &[(-1, 100)], 0, 1).expect("iota");
     let ones = filled(&mut m, "ones", &[100, 100], Dtype::Bf16, 1.0);
-    m.affine_select(&id, &[(-1, 100)], 1, &ones, 0.0, AluOp::Equal, 0)
-        .expect("identity");
+    m.affine_select(&id, &[(-1, 100)], 1, &ones, 0.0, AluOp::Equal, 0).expect("identity");
     let t2 = psum(&mut m, "t2", &[70, 100], Dtype::Bf16);
-    let opts = PeOptions {
-        is_transpose: true,
-        ..PeOptions::default()
-    };
+    let opts = PeOptions { is_transpose: true, ..PeOptions::default() };
     m.nc_matmul(&t2, &x, &id, &opts).expect("transpose mode");
     assert_eq!(get(&m, &t2), want);
-    let err = m
-        .nc_matmul(&t2, &x, &ones, &opts)
-        .expect_err("not identity");
+    let err = m.nc_matmul(&t2, &x, &ones, &opts).expect_err("not identity");
     assert!(err.to_string().contains("identity"), "{err}");
     // Vector engine: up to 32 x 32.
     let (v, vb) = random_tile(&mut m, "v", &[32, 20], Dtype::Fp8E4m3, 112);
     let vt = alloc(&mut m, "vt", &[20, 32], Dtype::Fp8E4m3);
-    m.nc_transpose(Engine::Vector, &vt, &v)
-        .expect("dve transpose");
+    m.nc_transpose(Engine::Vector, &vt, &v).expect("dve transpose");
     assert_eq!(get(&m, &vt), transposed(&vb, 32, 20));
     let err = m.nc_transpose(Engine::Vector, &t, &x).expect_err("too big");
     assert!(err.to_string().contains("transpose_size"), "{err}");
@@ -1462,24 +1228,17 @@ fn transposes_are_bit_exact() {
 fn dma_copies_between_hbm_and_sbuf_with_casts() {
     let mut m = core();
     let (h, host) = random_hbm(&mut m, "in", &[256, 64], 121);
-    let out = m
-        .hbm_tensor("out", &[128, 64], Dtype::Bf16, None)
-        .expect("hbm out");
+    let out = m.hbm_tensor("out", &[128, 64], Dtype::Bf16, None).expect("hbm out");
     let s = alloc(&mut m, "s", &[128, 64], Dtype::Fp32);
-    m.dma_copy(&s, &h.slice(&[range(128, 256)]).expect("rows"), None)
-        .expect("load");
+    m.dma_copy(&s, &h.slice(&[range(128, 256)]).expect("rows"), None).expect("load");
     assert_eq!(get(&m, &s), host[128 * 64..].to_vec());
     m.dma_copy(&out, &s, Some(3)).expect("store");
-    let want: Vec<u32> = host[128 * 64..]
-        .iter()
-        .map(|&x| output(Dtype::Bf16, input(Dtype::Fp32, x)))
-        .collect();
+    let want: Vec<u32> =
+        host[128 * 64..].iter().map(|&x| output(Dtype::Bf16, input(Dtype::Fp32, x))).collect();
     assert_eq!(get(&m, &out), want);
     // A column slice of HBM (strided) into a narrower tile.
     let s2 = alloc(&mut m, "s2", &[128, 8], Dtype::Fp32);
-    let cols = h
-        .slice(&[range(0, 128), ix(Some(3), None, 8)])
-        .expect("cols");
+    let cols = h.slice(&[range(0, 128), ix(Some(3), None, 8)]).expect("cols");
     m.dma_copy(&s2, &cols, None).expect("strided load");
     let want: Vec<u32> = (0..128)
         .flat_map(|r| (0..8).map(move |c| (r, 3 + 8 * c)))
@@ -1487,18 +1246,10 @@ fn dma_copies_between_hbm_and_sbuf_with_casts() {
         .collect();
     assert_eq!(get(&m, &s2), want);
     let ps = psum(&mut m, "ps", &[128, 64], Dtype::Fp32);
-    let err = m
-        .dma_copy(&ps, &h.slice(&[range(0, 128)]).expect("rows"), None)
-        .expect_err("psum");
-    assert!(
-        err.to_string().contains("[engine rule dma_memory]"),
-        "{err}"
-    );
+    let err = m.dma_copy(&ps, &h.slice(&[range(0, 128)]).expect("rows"), None).expect_err("psum");
+    assert!(err.to_string().contains("[engine rule dma_memory]"), "{err}");
     let rep = m.run().expect("run");
-    assert_eq!(
-        rep.dma_bytes,
-        (128 * 64 * 4 + 128 * 64 * 4 + 128 * 8 * 4) as u64
-    );
+    assert_eq!(rep.dma_bytes, (128 * 64 * 4 + 128 * 64 * 4 + 128 * 8 * 4) as u64);
 }
 
 /// A spill moves a whole SBUF tensor's bits to HBM and back, with which of them were written
@@ -1510,18 +1261,14 @@ fn dma_spill_moves_bits_and_written_state_to_hbm_and_back() {
     let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
     let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
     m.dma_copy(&half, &h, None).expect("load half");
-    let slot = m
-        .hbm_tensor("slot", &[128, 16], Dtype::Fp32, None)
-        .expect("slot");
+    let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
     m.dma_spill(&slot, &s, None).expect("spill");
     m.free(&s).expect("free");
     let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
     m.dma_spill(&back, &slot, None).expect("reload");
     let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
     assert_eq!(get(&m, &half), host);
-    let out = m
-        .hbm_tensor("out", &[128, 16], Dtype::Fp32, None)
-        .expect("out");
+    let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
     let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
     assert!(err.to_string().contains("never written"), "{err}");
     let ps = psum(&mut m, "ps", &[128, 16], Dtype::Fp32);
@@ -1544,17 +1291,13 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
         m.memset(Engine::Vector, &p, 0.0).expect("memset");
         p
     });
-    let h = m
-        .hbm_tensor("h", &[128, 64], Dtype::Fp32, Some(&vec![0u8; 128 * 64 * 4]))
-        .expect("hbm");
+    let h =
+        m.hbm_tensor("h", &[128, 64], Dtype::Fp32, Some(&vec![0u8; 128 * 64 * 4])).expect("hbm");
     let rule = |r: Result<(), Error>, rule: &str, arg: &str| {
         let err = r.expect_err(rule);
         let s = err.to_string();
         assert!(s.contains(&format!("[engine rule {rule}]")), "{rule}: {s}");
-        assert!(
-            s.starts_with(&format!("{arg}:")),
-            "{rule} should name {arg}: {s}"
-        );
+        assert!(s.starts_with(&format!("{arg}:")), "{rule} should name {arg}: {s}");
     };
     // tensor_tensor(engine, a, data1, data2, op), refused by rule `name` naming `arg`.
     let add = AluOp::Add;
@@ -1573,18 +1316,9 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
         "start_partition",
         "src",
     );
-    rule(
-        m.tensor_copy(Engine::Vector, &sub(&a, 0, 8), &sub(&b, 3, 11)),
-        "start_partition",
-        "src",
-    );
-    m.tensor_copy(Engine::Vector, &sub(&a, 32, 64), &sub(&b, 0, 32))
-        .expect("quadrant move");
-    rule(
-        m.tensor_copy(Engine::Vector, &a, &sub(&b, 0, 64)),
-        "shape",
-        "dst",
-    );
+    rule(m.tensor_copy(Engine::Vector, &sub(&a, 0, 8), &sub(&b, 3, 11)), "start_partition", "src");
+    m.tensor_copy(Engine::Vector, &sub(&a, 32, 64), &sub(&b, 0, 32)).expect("quadrant move");
+    rule(m.tensor_copy(Engine::Vector, &a, &sub(&b, 0, 64)), "shape", "dst");
     // tensor_scalar of b into a on `engine`: `op0` with `operand0`, then `op1` with 1.0 if any.
     let ts = |m: &mut Machine, engine, op0, operand0: Scalar, op1: Option<AluOp>| {
         let second: Option<SecondOp> = op1.map(|o| (o, Scalar::Imm(1.0), false));
@@ -1593,51 +1327,23 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
     let mut m2 = m.clone();
     let mul = AluOp::Multiply;
     let one = || Scalar::Imm(1.0);
-    rule(
-        ts(&mut m2, Engine::Scalar, add, one(), Some(mul)),
-        "act_tensor_scalar_ops",
-        "op0",
-    );
+    rule(ts(&mut m2, Engine::Scalar, add, one(), Some(mul)), "act_tensor_scalar_ops", "op0");
     ts(&mut m2, Engine::Scalar, mul, one(), Some(add)).expect("mult+add on ACT");
-    rule(
-        ts(&mut m2, Engine::Gpsimd, add, one(), None),
-        "engine",
-        "engine",
-    );
-    ts(
-        &mut m2,
-        Engine::Gpsimd,
-        AluOp::Rsqrt,
-        Scalar::Imm(0.0),
-        None,
-    )
-    .expect("rsqrt on pool");
+    rule(ts(&mut m2, Engine::Gpsimd, add, one(), None), "engine", "engine");
+    ts(&mut m2, Engine::Gpsimd, AluOp::Rsqrt, Scalar::Imm(0.0), None).expect("rsqrt on pool");
     let bf = filled(&mut m2, "bf", &[128, 1], Dtype::Bf16, 1.0);
     let bf_operand = ts(&mut m2, Engine::Vector, add, Scalar::Tile(bf), None);
     rule(bf_operand, "fp32_operand", "operand0");
-    rule(
-        m2.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::BitwiseAnd),
-        "bitvec_dtype",
-        "data1",
-    );
+    rule(m2.tensor_tensor(Engine::Vector, &a, &a, &b, AluOp::BitwiseAnd), "bitvec_dtype", "data1");
     let big = psum(&mut m2, "big", &[128, 1024], Dtype::Fp32);
     let sb = alloc(&mut m2, "sb", &[128, 1024], Dtype::Fp32);
-    rule(
-        m2.tensor_copy(Engine::Vector, &sb, &big),
-        "psum_bank",
-        "src",
-    );
+    rule(m2.tensor_copy(Engine::Vector, &sb, &big), "psum_bank", "src");
     let wide = filled(&mut m2, "wide", &[128, 600], Dtype::Fp32, 0.5);
     let st = alloc(&mut m2, "st", &[128, 6], Dtype::Fp32);
     rule(m2.bn_stats(&st, &wide), "bn_stats_fmax", "data");
     let ps = psum(&mut m2, "ps", &[64, 64], Dtype::Fp32);
     rule(
-        m2.nc_matmul(
-            &ps,
-            &p1.slice(&[ix(None, None, 1)]).expect("p"),
-            &b,
-            &PeOptions::default(),
-        ),
+        m2.nc_matmul(&ps, &p1.slice(&[ix(None, None, 1)]).expect("p"), &b, &PeOptions::default()),
         "matmul_memory",
         "stationary",
     );
@@ -1648,21 +1354,17 @@ fn every_engine_rule_is_an_error_naming_rule_and_operand() {
 fn capacity_and_never_written_memory() {
     let mut m = core();
     let _a = alloc(&mut m, "big_a", &[128, 100_000], Dtype::Fp16);
-    let err = m
-        .alloc(Space::Sbuf, "too_much", &[128, 10_000], Dtype::Fp32)
-        .expect_err("over capacity");
+    let err =
+        m.alloc(Space::Sbuf, "too_much", &[128, 10_000], Dtype::Fp32).expect_err("over capacity");
     let s = err.to_string();
     assert!(matches!(err, Error::Capacity { .. }), "{s}");
     for needle in ["too_much", "40000 B", "12984 B", "big_a", "212984 B"] {
         assert!(s.contains(needle), "{needle} missing: {s}");
     }
-    let err = m
-        .alloc(Space::Sbuf, "parts", &[129, 4], Dtype::Fp32)
-        .expect_err("129 partitions");
+    let err = m.alloc(Space::Sbuf, "parts", &[129, 4], Dtype::Fp32).expect_err("129 partitions");
     assert!(matches!(err, Error::Shape { .. }), "{err}");
     // PSUM: 16 KiB per partition.
-    m.alloc(Space::Psum, "p", &[128, 4096], Dtype::Fp32)
-        .expect("all of PSUM");
+    m.alloc(Space::Psum, "p", &[128, 4096], Dtype::Fp32).expect("all of PSUM");
     assert!(matches!(
         m.alloc(Space::Psum, "q", &[128, 1], Dtype::Fp32),
         Err(Error::Capacity { .. })
@@ -1673,15 +1375,9 @@ fn capacity_and_never_written_memory() {
     let d = alloc(&mut m, "d", &[16, 8], Dtype::Fp32);
     let half = a.slice(&[Index::ALL, ix(None, Some(4), 1)]).expect("half");
     m.memset(Engine::Vector, &half, 2.0).expect("memset");
-    m.tensor_copy(
-        Engine::Vector,
-        &d.slice(&[Index::ALL, ix(None, Some(4), 1)]).expect("d"),
-        &half,
-    )
-    .expect("written half");
-    let err = m
-        .tensor_copy(Engine::Vector, &d, &a)
-        .expect_err("unwritten");
+    m.tensor_copy(Engine::Vector, &d.slice(&[Index::ALL, ix(None, Some(4), 1)]).expect("d"), &half)
+        .expect("written half");
+    let err = m.tensor_copy(Engine::Vector, &d, &a).expect_err("unwritten");
     let s = err.to_string();
     assert!(
         s.contains("unwritten")
@@ -1693,8 +1389,7 @@ fn capacity_and_never_written_memory() {
     let even = a.slice(&[Index::ALL, ix(None, None, 2)]).expect("even");
     m.memset(Engine::Vector, &even, 3.0).expect("even");
     let d4 = alloc(&mut m, "d4", &[16, 4], Dtype::Fp32);
-    m.tensor_copy(Engine::Vector, &d4, &even)
-        .expect("even elements are written");
+    m.tensor_copy(Engine::Vector, &d4, &even).expect("even elements are written");
     // The NaN policy fills new memory with NaN instead.
     let mut m = Machine::new(MachineConfig {
         uninitialized: Uninitialized::Nan,
@@ -1729,9 +1424,8 @@ fn stochastic_rounding_is_seeded_and_schedule_independent() {
         .expect("machine");
         let a = alloc(&mut m, "a", &[128, 64], Dtype::Fp32);
         let d = alloc(&mut m, "d", &[128, 64], Dtype::Bf16);
-        let ab: Vec<u32> = (0..8192)
-            .map(|i| (1.0f32 + (i as f32) * 2f32.powi(-20)).to_bits())
-            .collect();
+        let ab: Vec<u32> =
+            (0..8192).map(|i| (1.0f32 + (i as f32) * 2f32.powi(-20)).to_bits()).collect();
         put(&mut m, &a, &ab);
         m.tensor_copy(Engine::Vector, &d, &a).expect("copy");
         get(&m, &d)
@@ -1751,21 +1445,12 @@ fn independent_engines_overlap_and_dependent_ones_wait() {
     let [a, b, c] = ["a", "b", "c"].map(|name| alloc(&mut m, name, &[128, 512], Dtype::Fp32));
     m.memset(Engine::Vector, &a, 1.0).expect("0: DVE writes a");
     m.memset(Engine::Gpsimd, &b, 2.0).expect("1: POOL writes b");
-    m.activation(&c, ActFunc::Exp, &a, &ActivationArgs::default())
-        .expect("2: ACT reads a");
+    m.activation(&c, ActFunc::Exp, &a, &ActivationArgs::default()).expect("2: ACT reads a");
     let rep = m.run().expect("run");
     let (s, e) = (&rep.start_ticks, &rep.end_ticks);
     assert_eq!((s[0], s[1]), (0, 0), "different engines start together");
-    assert_eq!(
-        s[2], e[0],
-        "ACT waits for the DVE's write of a (read after write)"
-    );
-    let costs: Vec<u64> = m
-        .program()
-        .instrs
-        .iter()
-        .map(|i| cost::cost(i).ticks)
-        .collect();
+    assert_eq!(s[2], e[0], "ACT waits for the DVE's write of a (read after write)");
+    let costs: Vec<u64> = m.program().instrs.iter().map(|i| cost::cost(i).ticks).collect();
     assert_eq!(e[2] - s[2], costs[2]);
     assert_eq!(rep.ticks, (e[0] + costs[2]).max(e[1]));
     // Write after read: POOL overwriting a waits for ACT's read.
@@ -1776,10 +1461,7 @@ fn independent_engines_overlap_and_dependent_ones_wait() {
     assert_eq!(rep.start_ticks[3], rep.end_ticks[2].max(rep.end_ticks[1]));
     assert_eq!(rep.start_ticks[4], rep.end_ticks[1].max(rep.end_ticks[0]));
     assert_eq!(
-        rep.critical_path
-            .iter()
-            .map(|p| p.index)
-            .collect::<Vec<_>>(),
+        rep.critical_path.iter().map(|p| p.index).collect::<Vec<_>>(),
         vec![0, 2, 3],
         "{:?}",
         rep.critical_path
@@ -1804,8 +1486,7 @@ fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
     let half = |s: i64| t.slice(&[range(s, s + 64)]).expect("half");
     m.memset(Engine::Vector, &half(0), 1.0).expect("top");
     m.memset(Engine::Gpsimd, &half(64), 1.0).expect("bottom");
-    m.tensor_copy(Engine::Scalar, &half(64), &half(0))
-        .expect("copy");
+    m.tensor_copy(Engine::Scalar, &half(64), &half(0)).expect("copy");
     let rep = m.run().expect("run");
     assert_eq!((rep.start_ticks[0], rep.start_ticks[1]), (0, 0));
     assert_eq!(rep.start_ticks[2], rep.end_ticks[0].max(rep.end_ticks[1]));
@@ -1815,45 +1496,31 @@ fn a_chain_takes_the_sum_of_its_costs_and_disjoint_partitions_do_not_wait() {
 fn results_do_not_depend_on_the_issue_order_of_independent_work() {
     let build = |order: &[usize]| {
         let mut m = core();
-        let ts: Vec<Tile> = (0..4)
-            .map(|i| alloc(&mut m, &format!("t{i}"), &[128, 40], Dtype::Bf16))
-            .collect();
-        let outs: Vec<Tile> = (0..4)
-            .map(|i| alloc(&mut m, &format!("o{i}"), &[128, 40], Dtype::Fp32))
-            .collect();
+        let ts: Vec<Tile> =
+            (0..4).map(|i| alloc(&mut m, &format!("t{i}"), &[128, 40], Dtype::Bf16)).collect();
+        let outs: Vec<Tile> =
+            (0..4).map(|i| alloc(&mut m, &format!("o{i}"), &[128, 40], Dtype::Fp32)).collect();
         for (i, t) in ts.iter().enumerate() {
             put(&mut m, t, &codes(Dtype::Bf16, 128 * 40, 200 + i as u64));
         }
         for &i in order {
             let e = [Engine::Vector, Engine::Gpsimd][i % 2];
-            m.tensor_tensor(e, &outs[i], &ts[i], &ts[(i + 1) % 4], AluOp::Multiply)
-                .expect("tt");
+            m.tensor_tensor(e, &outs[i], &ts[i], &ts[(i + 1) % 4], AluOp::Multiply).expect("tt");
         }
         let rep = m.run().expect("run");
-        (
-            outs.iter().map(|o| get(&m, o)).collect::<Vec<_>>(),
-            rep.ticks,
-        )
+        (outs.iter().map(|o| get(&m, o)).collect::<Vec<_>>(), rep.ticks)
     };
     let (a, ta) = build(&[0, 1, 2, 3]);
     let (b, tb) = build(&[3, 1, 2, 0]);
     assert_eq!(a, b);
-    assert_eq!(
-        ta, tb,
-        "the same work on the same queues takes the same time"
-    );
+    assert_eq!(ta, tb, "the same work on the same queues takes the same time");
 }
 
 #[test]
 fn dma_queues_overlap_fixed_costs_and_share_engines() {
     let mut m = core();
     let h = m
-        .hbm_tensor(
-            "h",
-            &[128, 4096],
-            Dtype::Fp32,
-            Some(&vec![0u8; 128 * 4096 * 4]),
-        )
+        .hbm_tensor("h", &[128, 4096], Dtype::Fp32, Some(&vec![0u8; 128 * 4096 * 4]))
         .expect("hbm");
     let s = alloc(&mut m, "s", &[128, 4096], Dtype::Fp32);
     let cols = |c: i64| range(c * 1024, c * 1024 + 1024);
@@ -1867,24 +1534,11 @@ fn dma_queues_overlap_fixed_costs_and_share_engines() {
     }
     let rep = m.run().expect("run");
     let one = cost::cost(&m.program().instrs[0]);
-    assert!(
-        rep.start_ticks.iter().all(|&t| t == 0),
-        "four queues start together"
-    );
-    assert_eq!(
-        rep.ticks,
-        one.fixed + 4 * one.data,
-        "the data phases share the 16 engines"
-    );
+    assert!(rep.start_ticks.iter().all(|&t| t == 0), "four queues start together");
+    assert_eq!(rep.ticks, one.fixed + 4 * one.data, "the data phases share the 16 engines");
     let trace = rep.chrome_trace_json();
     assert!(trace.contains("\"DMA queue 3\"") && trace.contains("\"name\":\"dma_copy\""));
-    assert_eq!(
-        rep.queues
-            .iter()
-            .filter(|q| q.name.starts_with("DMA"))
-            .count(),
-        4
-    );
+    assert_eq!(rep.queues.iter().filter(|q| q.name.starts_with("DMA")).count(), 4);
 }
 
 #[test]
@@ -1902,11 +1556,7 @@ fn pe_tiles_overlap() {
     m.nc_matmul(&p0, &st, &mv, &quarter(0)).expect("mm0");
     m.nc_matmul(&p1, &st, &mv, &quarter(32)).expect("mm1");
     let rep = m.run_with(&timeline::Options::default()).expect("run");
-    assert_eq!(
-        rep.start_ticks,
-        vec![0, 0],
-        "disjoint PE tiles run together"
-    );
+    assert_eq!(rep.start_ticks, vec![0, 0], "disjoint PE tiles run together");
     assert_eq!(rep.ticks, 512 * 2);
 }
 
@@ -1917,16 +1567,11 @@ fn hbm_rows_transpose_and_broadcast_dma_patterns() {
     let mut m = core();
     let (h, host) = random_hbm(&mut m, "h", &[4, 3], 7);
     // Transposed: 3 rows one element apart, each of 4 elements 3 apart.
-    let t = h
-        .with_rows(3, 1)
-        .and_then(|t| t.with_pattern(&[(3, 4)], 0))
-        .expect("pattern");
+    let t = h.with_rows(3, 1).and_then(|t| t.with_pattern(&[(3, 4)], 0)).expect("pattern");
     let s = alloc(&mut m, "s", &[3, 4], Dtype::Fp32);
     m.dma_copy(&s, &t, None).expect("transposing load");
-    let want: Vec<u32> = (0..3)
-        .flat_map(|c| (0..4).map(move |r| (r, c)))
-        .map(|(r, c)| host[r * 3 + c])
-        .collect();
+    let want: Vec<u32> =
+        (0..3).flat_map(|c| (0..4).map(move |r| (r, c))).map(|(r, c)| host[r * 3 + c]).collect();
     assert_eq!(get(&m, &s), want);
     // Broadcast: row 2 repeated on 5 partitions (a step of 0).
     let row = h.slice(&[range(2, 3)]).expect("row");
@@ -1941,14 +1586,11 @@ fn hbm_rows_transpose_and_broadcast_dma_patterns() {
 #[test]
 fn written_ranges_of_an_output() {
     let mut m = core();
-    let out = m
-        .hbm_tensor("out", &[4, 8], Dtype::Bf16, None)
-        .expect("hbm");
+    let out = m.hbm_tensor("out", &[4, 8], Dtype::Bf16, None).expect("hbm");
     assert!(m.written_ranges(&out).expect("ranges").is_empty());
     let s = filled(&mut m, "s", &[2, 8], Dtype::Bf16, 1.0);
     let rows = range(1, 3);
-    m.dma_copy(&out.slice(&[rows]).expect("rows"), &s, None)
-        .expect("store");
+    m.dma_copy(&out.slice(&[rows]).expect("rows"), &s, None).expect("store");
     assert_eq!(m.written_ranges(&out).expect("ranges"), vec![(16, 48)]);
     let err = m.written_ranges(&s).expect_err("sbuf");
     assert!(err.to_string().contains("HBM"), "{err}");
@@ -1978,17 +1620,13 @@ fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
         )
         .expect("scale");
     }
-    assert!(m
-        .carried_reads(&its, m.instructions(), 8)
-        .expect("ok")
-        .is_empty());
+    assert!(m.carried_reads(&its, m.instructions(), 8).expect("ok").is_empty());
     assert_eq!(its[0], start);
     // Carried: iteration i reads x[:, i - 1], written by iteration i - 1.
     let mut its = Vec::new();
     for i in 0..4 {
         its.push(m.instructions());
-        m.tensor_copy(Engine::Vector, &col(i), &col((i + 3) % 4))
-            .expect("copy");
+        m.tensor_copy(Engine::Vector, &col(i), &col((i + 3) % 4)).expect("copy");
     }
     let pairs = m.carried_reads(&its, m.instructions(), 8).expect("ok");
     assert_eq!(
@@ -2003,8 +1641,7 @@ fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
     let mut its = Vec::new();
     for i in 0..3 {
         its.push(m.instructions());
-        m.tensor_tensor(Engine::Vector, &acc, &acc, &col(i), AluOp::Add)
-            .expect("acc");
+        m.tensor_tensor(Engine::Vector, &acc, &acc, &col(i), AluOp::Add).expect("acc");
     }
     let pairs = m.carried_reads(&its, m.instructions(), 1).expect("ok");
     assert_eq!(pairs, vec![(its[1] as u32, its[0] as u32)]);
@@ -2030,14 +1667,10 @@ fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     };
     let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
     let ops = |st: &Tile, mv: &Tile, p: &Tile, q: &Tile| {
-        let mut v: Vec<(Tile, Tile, Tile, PeOptions)> = (0..4)
-            .map(|k| (*p, slice(st, k), slice(mv, k), PeOptions::default()))
-            .collect();
+        let mut v: Vec<(Tile, Tile, Tile, PeOptions)> =
+            (0..4).map(|k| (*p, slice(st, k), slice(mv, k), PeOptions::default())).collect();
         v.push((*q, slice(st, 1), slice(mv, 2), PeOptions::default()));
-        let overwrite = PeOptions {
-            accumulate: Some(false),
-            ..PeOptions::default()
-        };
+        let overwrite = PeOptions { accumulate: Some(false), ..PeOptions::default() };
         v.push((*p, slice(st, 3), slice(mv, 0), overwrite));
         v
     };
@@ -2056,14 +1689,9 @@ fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     assert_eq!(get(&a, &qa), get(&b, &qb));
     assert_eq!(a.program().instrs, b.program().instrs);
     // An accumulation group continues across a settle.
-    let acc = PeOptions {
-        accumulate: Some(true),
-        ..PeOptions::default()
-    };
-    a.nc_matmul(&qa, &slice(&sta, 0), &slice(&mva, 0), &acc)
-        .expect("acc");
-    b.nc_matmul_queued(&qb, &slice(&stb, 0), &slice(&mvb, 0), &acc)
-        .expect("acc queued");
+    let acc = PeOptions { accumulate: Some(true), ..PeOptions::default() };
+    a.nc_matmul(&qa, &slice(&sta, 0), &slice(&mva, 0), &acc).expect("acc");
+    b.nc_matmul_queued(&qb, &slice(&stb, 0), &slice(&mvb, 0), &acc).expect("acc queued");
     b.settle().expect("settle");
     assert_eq!(get(&a, &qa), get(&b, &qb));
 }
@@ -2119,34 +1747,16 @@ fn settled_chains_equal_a_scalar_fma_oracle() {
             ),
         };
         let (st, mv) = (st.expect("st"), mv.expect("mv"));
-        let acc_opt = if (h >> 20).is_multiple_of(6) {
-            Some(false)
-        } else {
-            None
-        };
+        let acc_opt = if (h >> 20).is_multiple_of(6) { Some(false) } else { None };
         let settle_after = (h >> 24).is_multiple_of(8);
         let (sv, vv) = (vals(&m, &st), vals(&m, &mv));
-        ops.push((
-            dst,
-            which,
-            rows,
-            cols,
-            kk as usize,
-            st,
-            mv,
-            acc_opt,
-            settle_after,
-            sv,
-            vv,
-        ));
+        ops.push((dst, which, rows, cols, kk as usize, st, mv, acc_opt, settle_after, sv, vv));
     }
     let mut longest = 0;
     let mut run = 0;
     for (dst, which, rows, cols, kk, st, mv, acc_opt, settle_after, sv, vv) in &ops {
         let (which, rows, cols) = (*which, *rows, *cols);
-        let slots: Vec<usize> = (0..rows * cols)
-            .map(|e| (e / cols) * 96 + e % cols)
-            .collect();
+        let slots: Vec<usize> = (0..rows * cols).map(|e| (e / cols) * 96 + e % cols).collect();
         let acc = acc_opt.unwrap_or_else(|| slots.iter().all(|&s| mm[which][s]));
         for (e, &s) in slots.iter().enumerate() {
             let (row, col) = (e / cols, e % cols);
@@ -2158,10 +1768,7 @@ fn settled_chains_equal_a_scalar_fma_oracle() {
             host[which][s] = canon(v);
             mm[which][s] = true;
         }
-        let opts = PeOptions {
-            accumulate: *acc_opt,
-            ..PeOptions::default()
-        };
+        let opts = PeOptions { accumulate: *acc_opt, ..PeOptions::default() };
         m.nc_matmul_queued(dst, st, mv, &opts).expect("queued");
         run += 1;
         longest = longest.max(run);
@@ -2182,9 +1789,7 @@ fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
     use trn2core::cancel::Cancel;
     use trn2core::machine::timeline::TRACE_CHUNK;
     let mut m = core();
-    let h = m
-        .hbm_tensor("h", &[128, 8], Dtype::Fp32, Some(&vec![0u8; 128 * 8 * 4]))
-        .expect("hbm");
+    let h = m.hbm_tensor("h", &[128, 8], Dtype::Fp32, Some(&vec![0u8; 128 * 8 * 4])).expect("hbm");
     let a = alloc(&mut m, "a", &[128, 8], Dtype::Fp32);
     let b = alloc(&mut m, "b", &[128, 8], Dtype::Fp32);
     m.dma_copy(&a, &h, None).expect("dma");

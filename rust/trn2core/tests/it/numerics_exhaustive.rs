@@ -67,11 +67,7 @@ impl Oracle {
     /// The expected code of `x` (exact), or of a value using random word `r` of `n` bits.
     fn expect(&self, x: f64, mode: Rounding, sat: bool, r: u32, n: u32) -> u32 {
         let a = x.abs();
-        let i = if a.is_finite() {
-            self.t.partition_point(|&v| v <= a) - 1
-        } else {
-            0
-        };
+        let i = if a.is_finite() { self.t.partition_point(|&v| v <= a) - 1 } else { 0 };
         self.expect_at(x, i, mode, sat, r, n)
     }
 
@@ -166,14 +162,7 @@ macro_rules! per_format {
 /// random word `r[k]` of `n` bits); the first three are printed after `what`.
 #[allow(clippy::too_many_arguments)]
 fn count_wrong(
-    o: &Oracle,
-    x: &[f32],
-    got: &[u32],
-    r: &[u32],
-    n: u32,
-    mode: Rounding,
-    sat: bool,
-    what: &str,
+    o: &Oracle, x: &[f32], got: &[u32], r: &[u32], n: u32, mode: Rounding, sat: bool, what: &str,
 ) -> usize {
     let mut bad = 0;
     for k in 0..x.len() {
@@ -293,10 +282,7 @@ fn exhaustive_rne(format: Format) {
             bad
         })
         .sum();
-    assert_eq!(
-        failures, 0,
-        "{format:?}: {failures} float32 inputs rounded wrongly"
-    );
+    assert_eq!(failures, 0, "{format:?}: {failures} float32 inputs rounded wrongly");
 }
 
 per_format!(exhaustive_rne;
@@ -319,9 +305,7 @@ impl Xs {
 
     /// `len` random words of `n` bits.
     fn words(&mut self, len: usize, n: u32) -> Vec<u32> {
-        (0..len)
-            .map(|_| ((self.next() >> 32) as u32) >> (32 - n))
-            .collect()
+        (0..len).map(|_| ((self.next() >> 32) as u32) >> (32 - n)).collect()
     }
 }
 
@@ -341,11 +325,8 @@ fn sampled_all_modes(format: Format, bias: Option<i64>) {
             let sat = (c / 6) % 2 == 1;
             let n = 1 + (c as u32 * 7) % 32;
             let r = g.words(CH, n);
-            let random = if mode == Rounding::Stochastic {
-                Random::Bits(&r, n)
-            } else {
-                Random::None
-            };
+            let random =
+                if mode == Rounding::Stochastic { Random::Bits(&r, n) } else { Random::None };
             let got = run(&Source::F32(&x), &enc, mode, sat, &random);
             let what = format!("{format:?} bias {bias:?} {mode:?} sat={sat} n={n}");
             count_wrong(&o, &x, &got, &r, n, mode, sat, &what)
@@ -404,11 +385,7 @@ fn sampled_stochastic_in_range(format: Format, bias: Option<i64>) {
             } else {
                 g.words(CH, n)
             };
-            let random = if seeded {
-                Random::Seed(seed, n)
-            } else {
-                Random::Bits(&r, n)
-            };
+            let random = if seeded { Random::Seed(seed, n) } else { Random::Bits(&r, n) };
             let got = run(&Source::F32(&x), &enc, Rounding::Stochastic, sat, &random);
             let what = format!("{format:?} bias {bias:?} seeded={seeded} sat={sat} n={n}");
             count_wrong(&o, &x, &got, &r, n, Rounding::Stochastic, sat, &what)

@@ -64,9 +64,8 @@ const SHAPES: [(usize, usize, usize); 8] = [
 
 #[test]
 fn skipping_zeros_gives_the_oracles_bits_for_every_pattern() {
-    for (p, (n_keep, m_group)) in [(1, 2), (2, 4), (1, 4), (2, 8), (4, 8), (4, 16)]
-        .into_iter()
-        .enumerate()
+    for (p, (n_keep, m_group)) in
+        [(1, 2), (2, 4), (1, 4), (2, 8), (4, 8), (4, 16)].into_iter().enumerate()
     {
         for (s, &(m, k, n)) in SHAPES.iter().enumerate() {
             let seed = (p * 100 + s) as u64;
@@ -79,11 +78,8 @@ fn skipping_zeros_gives_the_oracles_bits_for_every_pattern() {
             let what = format!("{n_keep}:{m_group} {m}x{k}x{n}");
             // Operands more than 40% non-zero (1:2, 2:4, 4:8) take the dense kernel.
             let nnz = a.iter().filter(|&&x| x != 0.0).count();
-            let kernel = if nnz * 5 <= m * k * 2 {
-                SparseKernel::SkipZeros
-            } else {
-                SparseKernel::Dense
-            };
+            let kernel =
+                if nnz * 5 <= m * k * 2 { SparseKernel::SkipZeros } else { SparseKernel::Dense };
             for isa in [Isa::Best, Isa::Portable] {
                 let (got, used) = skip(&a, &b, (m, k, n), isa);
                 assert_eq!(used, expected(isa, kernel), "{what}");
@@ -192,10 +188,8 @@ fn bits_do_not_depend_on_the_thread_count() {
     let a = prune_rows(&bf16_values(10, m * k, 0..=254), k, 4, 16, 10, true);
     let b = bf16_values(11, k * n, 0..=254);
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("a thread pool");
+        let pool =
+            rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a thread pool");
         pool.install(|| skip(&a, &b, (m, k, n), Isa::Best).0)
     };
     let one = run(1);

@@ -58,25 +58,14 @@ fn group_elements(shape: &[usize], axis: usize, m: usize) -> Vec<Vec<usize>> {
 
 /// The contract's prune, by a stable sort of each group on descending magnitude.
 fn oracle_prune<T: Element>(
-    x: &[T],
-    dtype: Dtype,
-    shape: &[usize],
-    axis: usize,
-    p: Pattern,
+    x: &[T], dtype: Dtype, shape: &[usize], axis: usize, p: Pattern,
 ) -> Vec<T> {
     let mut out = vec![T::ZERO; x.len()];
     for group in group_elements(shape, axis, p.m()) {
         let mut order: Vec<usize> = (0..group.len()).collect();
-        let mags: Vec<Mag> = group
-            .iter()
-            .map(|&e| magnitude(dtype, x[e].to_u64()))
-            .collect();
+        let mags: Vec<Mag> = group.iter().map(|&e| magnitude(dtype, x[e].to_u64())).collect();
         // Stable: equal magnitudes keep ascending index.
-        order.sort_by(|&a, &b| {
-            mags[b]
-                .partial_cmp(&mags[a])
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
+        order.sort_by(|&a, &b| mags[b].partial_cmp(&mags[a]).unwrap_or(std::cmp::Ordering::Equal));
         for &k in order.iter().take(p.n()) {
             out[group[k]] = x[group[k]];
         }
@@ -87,11 +76,7 @@ fn oracle_prune<T: Element>(
 /// Random codes of `T`'s width with many zeros, `-0.0`, NaNs with payloads, ties and extremes.
 fn codes<T: Element>(seed: u64, len: usize) -> Vec<T> {
     let bits = T::BITS;
-    let all = if bits == 64 {
-        u64::MAX
-    } else {
-        (1u64 << bits) - 1
-    };
+    let all = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
     let sign = 1u64 << (bits - 1);
     (0..len)
         .map(|i| {
@@ -111,11 +96,7 @@ fn codes<T: Element>(seed: u64, len: usize) -> Vec<T> {
 }
 
 fn dtypes_of_width(bits: u32) -> Vec<Dtype> {
-    Dtype::ALL
-        .iter()
-        .copied()
-        .filter(|d| d.bits() == bits)
-        .collect()
+    Dtype::ALL.iter().copied().filter(|d| d.bits() == bits).collect()
 }
 
 /// Shapes whose axis (first, middle, last) has length `3 * m`, plus one-group shapes.
@@ -165,10 +146,7 @@ fn prune_and_round_trip<T: Element>() {
                 assert_eq!(c.values().len(), len / p.m() * p.n(), "{ctx}");
                 let idx_bytes = (c.values().len() * p.index_bits() as usize).div_ceil(8);
                 assert_eq!(c.packed_indices().len(), idx_bytes, "{ctx}");
-                assert_eq!(
-                    c.nbytes(),
-                    c.values().len() * T::BITS as usize / 8 + idx_bytes
-                );
+                assert_eq!(c.nbytes(), c.values().len() * T::BITS as usize / 8 + idx_bytes);
                 // Rebuilt from its parts, it is the same object.
                 let again = Compressed::from_parts(
                     c.values().to_vec(),
@@ -207,11 +185,7 @@ prune_round_trip_tests!(
 fn prune_on_large_arrays_spanning_many_tasks() {
     // Several parallel tasks along every axis position, 2:4 and 4:12 (a non-power-of-two m).
     for p in [Pattern::TWO_FOUR, Pattern::new(4, 12).expect("4:12")] {
-        for (shape, axis) in [
-            (vec![96, 1200], -1),
-            (vec![1200, 96], 0),
-            (vec![7, 1200, 13], 1),
-        ] {
+        for (shape, axis) in [(vec![96, 1200], -1), (vec![1200, 96], 0), (vec![7, 1200, 13], 1)] {
             let len: usize = shape.iter().product();
             let x: Vec<u16> = codes(42, len);
             let got = prune(&x, Dtype::Bf16, &shape, axis, p).expect("valid");
@@ -235,10 +209,7 @@ fn exhaustive_bf16_pairs_under_1_2() {
     for &a in &specials {
         for &b in &specials {
             let got = prune(&[a, b], Dtype::Bf16, &[2], 0, p).expect("valid");
-            let (ma, mb) = (
-                magnitude(Dtype::Bf16, a as u64),
-                magnitude(Dtype::Bf16, b as u64),
-            );
+            let (ma, mb) = (magnitude(Dtype::Bf16, a as u64), magnitude(Dtype::Bf16, b as u64));
             let want = if mb > ma { [0, b] } else { [a, 0] };
             assert_eq!(got, want, "{a:#06x} {b:#06x}");
         }
@@ -254,38 +225,17 @@ fn an_axis_that_is_not_a_multiple_of_m_is_a_shape_error() {
     let x = vec![0u16; 2 * 6];
     for p in [Pattern::TWO_FOUR, Pattern::new(4, 8).expect("4:8")] {
         let e = prune(&x, Dtype::Bf16, &[2, 6], -1, p).expect_err("6 is no multiple");
-        assert!(
-            matches!(&e, Error::Shape { message, .. } if message.contains("length 6")),
-            "{e}"
-        );
-        assert!(matches!(
-            compress(&x, &[2, 6], 1, p),
-            Err(Error::Shape { .. })
-        ));
-        assert!(matches!(
-            check(&x, &[2, 6], -1, p),
-            Err(Error::Shape { .. })
-        ));
+        assert!(matches!(&e, Error::Shape { message, .. } if message.contains("length 6")), "{e}");
+        assert!(matches!(compress(&x, &[2, 6], 1, p), Err(Error::Shape { .. })));
+        assert!(matches!(check(&x, &[2, 6], -1, p), Err(Error::Shape { .. })));
     }
     // The other axis is fine for 1:2.
     assert!(compress(&x, &[2, 6], 0, Pattern::new(1, 2).expect("1:2")).is_ok());
     // Bad axes, a shape that does not match the data, a 0-d array.
-    assert!(matches!(
-        compress(&x, &[2, 6], 2, Pattern::TWO_FOUR),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(
-        compress(&x, &[2, 6], -3, Pattern::TWO_FOUR),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(
-        compress(&x, &[4, 4], -1, Pattern::TWO_FOUR),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(
-        compress(&x[..1], &[], 0, Pattern::TWO_FOUR),
-        Err(Error::Shape { .. })
-    ));
+    assert!(matches!(compress(&x, &[2, 6], 2, Pattern::TWO_FOUR), Err(Error::Shape { .. })));
+    assert!(matches!(compress(&x, &[2, 6], -3, Pattern::TWO_FOUR), Err(Error::Shape { .. })));
+    assert!(matches!(compress(&x, &[4, 4], -1, Pattern::TWO_FOUR), Err(Error::Shape { .. })));
+    assert!(matches!(compress(&x[..1], &[], 0, Pattern::TWO_FOUR), Err(Error::Shape { .. })));
     let huge = [usize::MAX, 4, 4];
     assert!(matches!(
         prune(&x, Dtype::Bf16, &huge, -1, Pattern::TWO_FOUR),
@@ -362,14 +312,8 @@ fn negative_zero_and_nan_payloads_survive() {
     let e = compress(&[0x8000u16, 1, 2, 0], &[4], 0, Pattern::TWO_FOUR).expect_err("3 stored");
     assert!(matches!(e, Error::Sparsity { .. }));
     // Pruning keeps a NaN over Inf and over a -0.0 (which ranks with +0.0).
-    let got = prune(
-        &[0x8000u16, 0x7F80, 0xFF81, 0],
-        Dtype::Bf16,
-        &[4],
-        0,
-        Pattern::TWO_FOUR,
-    )
-    .expect("valid");
+    let got = prune(&[0x8000u16, 0x7F80, 0xFF81, 0], Dtype::Bf16, &[4], 0, Pattern::TWO_FOUR)
+        .expect("valid");
     assert_eq!(got, [0, 0x7F80, 0xFF81, 0]);
     // f64 too: every payload bit.
     let nan = 0xFFF0_0000_DEAD_BEEFu64;
@@ -432,9 +376,7 @@ fn from_parts_rejects_bad_parts() {
 #[test]
 fn index_packing_round_trips_for_every_width() {
     for bits in 1..=4u32 {
-        let pos: Vec<u8> = (0..1000u64)
-            .map(|i| (mix64(i) % (1 << bits)) as u8)
-            .collect();
+        let pos: Vec<u8> = (0..1000u64).map(|i| (mix64(i) % (1 << bits)) as u8).collect();
         let packed = pack_indices(&pos, bits);
         assert_eq!(packed.len(), (pos.len() * bits as usize).div_ceil(8));
         assert_eq!(unpack_indices(&packed, bits, pos.len()), pos);
@@ -520,16 +462,8 @@ proptest! {
 
 /// A conforming matrix for the CUTLASS layout of `T` (2:4, or 1:2 for 32-bit elements).
 fn cutlass_input<T: Element>(seed: u64, rows: usize, cols: usize) -> Vec<T> {
-    let p = if T::BITS == 32 {
-        Pattern::new(1, 2).expect("1:2")
-    } else {
-        Pattern::TWO_FOUR
-    };
-    let dtype = if T::BITS == 8 {
-        Dtype::I8
-    } else {
-        dtypes_of_width(T::BITS)[0]
-    };
+    let p = if T::BITS == 32 { Pattern::new(1, 2).expect("1:2") } else { Pattern::TWO_FOUR };
+    let dtype = if T::BITS == 8 { Dtype::I8 } else { dtypes_of_width(T::BITS)[0] };
     prune(&codes::<T>(seed, rows * cols), dtype, &[rows, cols], -1, p).expect("valid")
 }
 
@@ -541,10 +475,7 @@ fn cutlass_round_trip<T: Element>(rows: usize, cols: usize) {
         assert_eq!(c.values_shape(), [rows, cols / 2]);
         let [mr, mc] = c.meta_shape();
         assert_eq!(mr * mc, c.meta.len());
-        assert_eq!(
-            from_cutlass(&c.values, &c.meta, rows, cols).expect("valid"),
-            x
-        );
+        assert_eq!(from_cutlass(&c.values, &c.meta, rows, cols).expect("valid"), x);
         // For 16- and 8-bit elements the values equal those of `compress` when every group holds
         // two stored elements or none (both keep ascending order; they pad differently).
         if T::BITS != 32 {
@@ -589,9 +520,7 @@ fn cutlass_meta_words_of_a_hand_computed_fp16_example() {
     // Codes idx0 | idx1 << 2: (1,3) -> 0xD, (0,2) -> 0x8, empty -> (2,3) -> 0xE, (1,2) -> 0x9.
     // Word (0,0) = 0xEE8D, (8,0) = 0xEEE9, all others 0xEEEE. Row 8 is reordered row 4, so word
     // (8,0) lands in slot 2 * 4 = 8.
-    let CutlassMeta::I16(meta) = &c.meta else {
-        panic!("fp16 takes int16 meta")
-    };
+    let CutlassMeta::I16(meta) = &c.meta else { panic!("fp16 takes int16 meta") };
     assert_eq!(meta.len(), 128);
     let words: Vec<u16> = meta.iter().map(|&w| w as u16).collect();
     assert_eq!(words[0], 0xEE8D);
@@ -611,14 +540,9 @@ fn cutlass_meta_words_of_hand_computed_int8_and_fp32_examples() {
     let mut x = vec![0u8; 64 * 64];
     x[64] = 1;
     let c = to_cutlass(&x, 64, 64).expect("conforms");
-    let CutlassMeta::I32(meta) = &c.meta else {
-        panic!("int8 takes int32 meta")
-    };
+    let CutlassMeta::I32(meta) = &c.meta else { panic!("int8 takes int32 meta") };
     assert_eq!(meta[4] as u32, 0xEEEE_EEE8);
-    assert_eq!(
-        meta.iter().filter(|&&w| w as u32 == 0xEEEE_EEEE).count(),
-        127
-    );
+    assert_eq!(meta.iter().filter(|&&w| w as u32 == 0xEEEE_EEEE).count(), 127);
     assert_eq!(from_cutlass(&c.values, &c.meta, 64, 64).expect("valid"), x);
     // fp32 64 x 16 (1:2, meta 64 x 2 int16): row 0 pairs [0, 1.5], [2.5, 0], [0, 0], [0, 0] ->
     // codes 0b1110, 0b0100, 0b1110, 0b1110 -> word 0xEE4E in slot 0.
@@ -626,9 +550,7 @@ fn cutlass_meta_words_of_hand_computed_int8_and_fp32_examples() {
     x[1] = 1.5f32.to_bits();
     x[2] = 2.5f32.to_bits();
     let c = to_cutlass(&x, 64, 16).expect("conforms");
-    let CutlassMeta::I16(meta) = &c.meta else {
-        panic!("fp32 takes int16 meta")
-    };
+    let CutlassMeta::I16(meta) = &c.meta else { panic!("fp32 takes int16 meta") };
     assert_eq!(meta[0] as u16, 0xEE4E);
     assert_eq!(&c.values[..3], &[1.5f32.to_bits(), 2.5f32.to_bits(), 0]);
     assert_eq!(from_cutlass(&c.values, &c.meta, 64, 16).expect("valid"), x);
@@ -647,34 +569,16 @@ fn cutlass_errors() {
         "{e}"
     );
     // Shapes: rows not a multiple of 64, odd meta column count, size mismatch.
-    assert!(matches!(
-        to_cutlass(&vec![0u16; 32 * 32], 32, 32),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(
-        to_cutlass(&vec![0u16; 64 * 16], 64, 16),
-        Err(Error::Shape { .. })
-    ));
-    assert!(matches!(
-        to_cutlass(&[0u16; 10], 64, 32),
-        Err(Error::Shape { .. })
-    ));
+    assert!(matches!(to_cutlass(&vec![0u16; 32 * 32], 32, 32), Err(Error::Shape { .. })));
+    assert!(matches!(to_cutlass(&vec![0u16; 64 * 16], 64, 16), Err(Error::Shape { .. })));
+    assert!(matches!(to_cutlass(&[0u16; 10], 64, 32), Err(Error::Shape { .. })));
     // 64-bit elements have no CUTLASS layout.
-    assert!(matches!(
-        to_cutlass(&vec![0u64; 64 * 32], 64, 32),
-        Err(Error::Format { .. })
-    ));
+    assert!(matches!(to_cutlass(&vec![0u64; 64 * 32], 64, 32), Err(Error::Format { .. })));
     // Decoding: wrong meta kind, wrong sizes, invalid codes.
     let c = to_cutlass(&vec![0u16; 64 * 32], 64, 32).expect("zeros conform");
     let as_i32 = CutlassMeta::I32(vec![0; 128]);
-    assert!(matches!(
-        from_cutlass(&c.values, &as_i32, 64, 32),
-        Err(Error::Format { .. })
-    ));
-    assert!(matches!(
-        from_cutlass(&c.values[1..], &c.meta, 64, 32),
-        Err(Error::Shape { .. })
-    ));
+    assert!(matches!(from_cutlass(&c.values, &as_i32, 64, 32), Err(Error::Format { .. })));
+    assert!(matches!(from_cutlass(&c.values[1..], &c.meta, 64, 32), Err(Error::Shape { .. })));
     assert!(matches!(
         from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 3]), 64, 32),
         Err(Error::Shape { .. })
@@ -682,17 +586,11 @@ fn cutlass_errors() {
     // All-zero words mean (0, 0) codes: not two distinct positions.
     let e =
         from_cutlass(&c.values, &CutlassMeta::I16(vec![0; 128]), 64, 32).expect_err("bad codes");
-    assert!(
-        matches!(&e, Error::Value { arg, .. } if arg == "meta"),
-        "{e}"
-    );
+    assert!(matches!(&e, Error::Value { arg, .. } if arg == "meta"), "{e}");
     let f32s = vec![0u32; 64 * 16];
     let c = to_cutlass(&f32s, 64, 16).expect("zeros conform");
     let bad = CutlassMeta::I16(vec![0x4848; 128]);
-    assert!(matches!(
-        from_cutlass(&c.values, &bad, 64, 16),
-        Err(Error::Value { .. })
-    ));
+    assert!(matches!(from_cutlass(&c.values, &bad, 64, 16), Err(Error::Value { .. })));
 }
 
 // ------------------------------------------------------------------------------------------

@@ -42,9 +42,7 @@ impl View {
     }
 
     pub fn elements(&self) -> i128 {
-        self.dims
-            .iter()
-            .fold(self.rows, |n, d| n.saturating_mul(d.0))
+        self.dims.iter().fold(self.rows, |n, d| n.saturating_mul(d.0))
     }
 
     /// Lowest and one-past-highest byte any element reaches.
@@ -73,11 +71,7 @@ impl View {
         let free: i128 = self.dims.iter().map(|d| d.0).product();
         let mut out = Vec::new();
         for r in 0..self.rows {
-            let row = if self.hbm {
-                r * self.row_step
-            } else {
-                (first_partition + r) * SBUF_FREE
-            };
+            let row = if self.hbm { r * self.row_step } else { (first_partition + r) * SBUF_FREE };
             for mut k in 0..free {
                 let mut off = 0;
                 for &(s, st) in self.dims.iter().rev() {
@@ -118,10 +112,7 @@ pub fn model(v: &View, op: &Op) -> Option<View> {
                 return None;
             }
             w.offset += *offset as i128 * ESIZE;
-            w.dims = pattern
-                .iter()
-                .map(|&(st, n)| (n as i128, st as i128))
-                .collect();
+            w.dims = pattern.iter().map(|&(st, n)| (n as i128, st as i128)).collect();
         }
         Op::Rows(count, step) => {
             if !v.hbm || *count == 0 {
@@ -132,9 +123,7 @@ pub fn model(v: &View, op: &Op) -> Option<View> {
         }
         Op::Reshape(shape) => {
             let n = v.dims.iter().fold(1i128, |n, d| n.saturating_mul(d.0));
-            let m = shape
-                .iter()
-                .try_fold(1i128, |a, &s| a.checked_mul(s as i128));
+            let m = shape.iter().try_fold(1i128, |a, &s| a.checked_mul(s as i128));
             // Contiguous: each dimension with more than one element steps by the product of
             // the sizes inside it.
             let mut inner = 1i128;
@@ -173,12 +162,9 @@ pub fn tensor(hbm: bool) -> (Machine, Tile) {
     let mut m = Machine::new(MachineConfig::default()).expect("machine");
     let values = |n: i128| -> Vec<u8> { (0..n).flat_map(|k| (k as f32).to_le_bytes()).collect() };
     let t = if hbm {
-        m.hbm_tensor("h", &[8, 8], Dtype::Fp32, Some(&values(HBM_ELEMS)))
-            .expect("hbm")
+        m.hbm_tensor("h", &[8, 8], Dtype::Fp32, Some(&values(HBM_ELEMS))).expect("hbm")
     } else {
-        let t = m
-            .alloc(Space::Sbuf, "s", &[4, 16], Dtype::Fp32)
-            .expect("sbuf");
+        let t = m.alloc(Space::Sbuf, "s", &[4, 16], Dtype::Fp32).expect("sbuf");
         m.write_tile(&t, &values(4 * SBUF_FREE)).expect("write");
         t
     };

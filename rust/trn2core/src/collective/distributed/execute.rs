@@ -39,10 +39,7 @@ pub struct MessageMut<'a> {
 pub trait Transport {
     /// Sends `sends` and fills `recvs` (round `round`, counted from 0).
     fn exchange(
-        &mut self,
-        round: usize,
-        sends: &[Message<'_>],
-        recvs: &mut [MessageMut<'_>],
+        &mut self, round: usize, sends: &[Message<'_>], recvs: &mut [MessageMut<'_>],
     ) -> Result<()>;
 }
 
@@ -54,12 +51,8 @@ struct Buffers {
 
 impl Buffers {
     fn new(plan: &LocalPlan) -> Result<Buffers> {
-        let bytes: u128 = plan
-            .sends
-            .iter()
-            .chain(&plan.recvs)
-            .map(|m| words(m.bytes) as u128 * 4)
-            .sum();
+        let bytes: u128 =
+            plan.sends.iter().chain(&plan.recvs).map(|m| words(m.bytes) as u128 * 4).sum();
         crate::host::check_alloc("buffers", "the messages between processes", bytes)?;
         let alloc = |m: &MsgSpec| {
             let mut v = crate::host::zeroed_vec::<f32>("buffers", "a message", words(m.bytes))?;
@@ -87,30 +80,21 @@ fn as_bytes_mut(v: &mut [f32], len: usize) -> &mut [u8] {
 
 /// Runs round `round`'s exchange of `plan` over `transport`.
 fn exchange(
-    plan: &LocalPlan,
-    bufs: &mut Buffers,
-    round: usize,
-    transport: &mut dyn Transport,
+    plan: &LocalPlan, bufs: &mut Buffers, round: usize, transport: &mut dyn Transport,
 ) -> Result<()> {
     let sends: Vec<Message> = plan
         .sends
         .iter()
         .zip(&bufs.sends)
         .filter(|(m, _)| m.round == round)
-        .map(|(m, b)| Message {
-            peer: m.peer,
-            bytes: as_bytes(b, m.bytes),
-        })
+        .map(|(m, b)| Message { peer: m.peer, bytes: as_bytes(b, m.bytes) })
         .collect();
     let mut recvs: Vec<MessageMut> = plan
         .recvs
         .iter()
         .zip(bufs.recvs.iter_mut())
         .filter(|(m, _)| m.round == round)
-        .map(|(m, b)| MessageMut {
-            peer: m.peer,
-            bytes: as_bytes_mut(b, m.bytes),
-        })
+        .map(|(m, b)| MessageMut { peer: m.peer, bytes: as_bytes_mut(b, m.bytes) })
         .collect();
     transport.exchange(round, &sends, &mut recvs)
 }
@@ -118,11 +102,7 @@ fn exchange(
 /// Runs this process's part of a reduction planned by [`plan_reduce`](super::plan_reduce):
 /// `inputs` and `outputs` are its ranks' buffers (in `plan.ranks` order).
 pub fn execute_reduce_local(
-    plan: &LocalPlan,
-    op: ReduceOp,
-    format: Format,
-    inputs: &[Buf],
-    outputs: &mut [BufMut],
+    plan: &LocalPlan, op: ReduceOp, format: Format, inputs: &[Buf], outputs: &mut [BufMut],
     transport: &mut dyn Transport,
 ) -> Result<()> {
     exec::check_reduce_format(format)?;
@@ -132,11 +112,7 @@ pub fn execute_reduce_local(
     }
     check_output_lens(plan, outputs.iter().map(|o| o.len()), "elements")?;
     let mut bufs = Buffers::new(plan)?;
-    let lut = if format.code_bits() == 8 {
-        fp8_lut(&format.encoding())
-    } else {
-        [0f32; 256]
-    };
+    let lut = if format.code_bits() == 8 { fp8_lut(&format.encoding()) } else { [0f32; 256] };
     let enc = format.encoding();
     let elem = (format.code_bits() / 8) as usize;
     let outs: Vec<OutPtr> = outputs.iter_mut().map(|o| OutPtr(o.raw().0)).collect();
@@ -149,25 +125,14 @@ pub fn execute_reduce_local(
             .iter()
             .enumerate()
             .flat_map(|(i, p)| {
-                (p.c0..p.c1)
-                    .step_by(BLOCK)
-                    .map(move |st| (i, st, (st + BLOCK).min(p.c1)))
+                (p.c0..p.c1).step_by(BLOCK).map(move |st| (i, st, (st + BLOCK).min(p.c1)))
             })
             .collect();
-        let sends: Vec<OutPtr> = bufs
-            .sends
-            .iter_mut()
-            .map(|b| OutPtr(b.as_mut_ptr().cast::<u8>()))
-            .collect();
+        let sends: Vec<OutPtr> =
+            bufs.sends.iter_mut().map(|b| OutPtr(b.as_mut_ptr().cast::<u8>())).collect();
         let recvs = &bufs.recvs;
         tasks.par_iter().try_for_each_init(
-            || {
-                (
-                    vec![0f32; (max_depth + 1) * BLOCK],
-                    vec![0u16; BLOCK],
-                    vec![0u8; BLOCK],
-                )
-            },
+            || (vec![0f32; (max_depth + 1) * BLOCK], vec![0u16; BLOCK], vec![0u8; BLOCK]),
             |(stack, codes16, codes8), &(pi, start, end)| -> Result<()> {
                 cancel.check()?;
                 check_fp_env()?;
@@ -305,10 +270,7 @@ pub fn execute_reduce_local(
 }
 
 fn bufs_len(specs: &[MsgSpec], msg: u32) -> Result<usize> {
-    specs
-        .get(msg as usize)
-        .map(|m| m.bytes)
-        .ok_or_else(|| internal("no such message"))
+    specs.get(msg as usize).map(|m| m.bytes).ok_or_else(|| internal("no such message"))
 }
 
 fn check_local(plan: &LocalPlan, inputs: usize, outputs: usize) -> Result<()> {
@@ -327,9 +289,7 @@ fn check_local(plan: &LocalPlan, inputs: usize, outputs: usize) -> Result<()> {
 
 /// `ShapeError` on `outputs` unless each has the plan's length (`lens`, in `unit`).
 fn check_output_lens(
-    plan: &LocalPlan,
-    lens: impl Iterator<Item = usize>,
-    unit: &str,
+    plan: &LocalPlan, lens: impl Iterator<Item = usize>, unit: &str,
 ) -> Result<()> {
     for (len, &want) in lens.zip(&plan.output_lens) {
         if len != want {
@@ -346,10 +306,7 @@ fn check_output_lens(
 /// [`plan_move`](super::plan_move): `inputs` and `outputs` are its ranks' buffers as bytes (in
 /// `plan.ranks` order).
 pub fn execute_move_local(
-    plan: &LocalPlan,
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
-    transport: &mut dyn Transport,
+    plan: &LocalPlan, inputs: &[&[u8]], outputs: &mut [&mut [u8]], transport: &mut dyn Transport,
 ) -> Result<()> {
     check_local(plan, inputs.len(), outputs.len())?;
     check_output_lens(plan, outputs.iter().map(|o| o.len()), "bytes")?;
@@ -404,10 +361,7 @@ pub struct Alone;
 
 impl Transport for Alone {
     fn exchange(
-        &mut self,
-        _round: usize,
-        sends: &[Message<'_>],
-        recvs: &mut [MessageMut<'_>],
+        &mut self, _round: usize, sends: &[Message<'_>], recvs: &mut [MessageMut<'_>],
     ) -> Result<()> {
         if sends.is_empty() && recvs.is_empty() {
             Ok(())

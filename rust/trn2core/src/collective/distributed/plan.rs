@@ -32,10 +32,7 @@ impl Placement {
             ));
         }
         let per = chips / procs;
-        Ok(Placement {
-            procs,
-            of_chip: (0..chips).map(|c| (c / per) as u32).collect(),
-        })
+        Ok(Placement { procs, of_chip: (0..chips).map(|c| (c / per) as u32).collect() })
     }
 
     /// An explicit placement: `of_chip[c]` is the process that holds chip `c` (every chip
@@ -60,10 +57,7 @@ impl Placement {
                 format!("chip {c} is placed on process {p}; the processes are 0..{procs}"),
             ));
         }
-        Ok(Placement {
-            procs,
-            of_chip: of_chip.iter().map(|&p| p as u32).collect(),
-        })
+        Ok(Placement { procs, of_chip: of_chip.iter().map(|&p| p as u32).collect() })
     }
 
     /// `placement` if given (else the contiguous default) for `procs` processes.
@@ -162,10 +156,7 @@ pub(super) enum Dest {
     Send { msg: u32, at: usize },
     /// The final value: encoded into local outputs (`(local index, element offset)`) and into
     /// send messages (`(msg, byte offset)`).
-    Final {
-        local: Vec<(u32, usize)>,
-        remote: Vec<(u32, usize)>,
-    },
+    Final { local: Vec<(u32, usize)>, remote: Vec<(u32, usize)> },
 }
 
 /// One part of an expression evaluated on this process over the elements `c0 .. c1`.
@@ -279,18 +270,10 @@ impl MsgIndex {
         for (&(round, src, dst), &bytes) in &layout.sizes {
             if src == process && dst != process {
                 ix.send_of.insert((round, dst), ix.sends.len() as u32);
-                ix.sends.push(MsgSpec {
-                    round,
-                    peer: dst,
-                    bytes,
-                });
+                ix.sends.push(MsgSpec { round, peer: dst, bytes });
             } else if dst == process && src != process {
                 ix.recv_of.insert((round, src), ix.recvs.len() as u32);
-                ix.recvs.push(MsgSpec {
-                    round,
-                    peer: src,
-                    bytes,
-                });
+                ix.recvs.push(MsgSpec { round, peer: src, bytes });
             }
         }
         ix
@@ -337,18 +320,12 @@ fn tree(sym: &Symbolic, id: u32) -> Vec<TreeNode> {
     let mut done: Vec<usize> = Vec::new();
     while let Some((x, expanded)) = stack.pop() {
         if x & LEAF != 0 {
-            out.push(TreeNode {
-                kids: None,
-                rank: x & !LEAF,
-            });
+            out.push(TreeNode { kids: None, rank: x & !LEAF });
             done.push(out.len() - 1);
         } else if expanded {
             let b = done.pop().unwrap_or(0);
             let a = done.pop().unwrap_or(0);
-            out.push(TreeNode {
-                kids: Some([a, b]),
-                rank: 0,
-            });
+            out.push(TreeNode { kids: Some([a, b]), rank: 0 });
             done.push(out.len() - 1);
         } else {
             let [a, b] = sym.nodes[x as usize];
@@ -366,12 +343,7 @@ const INF: u64 = u64::MAX / 4;
 /// doc), with ties broken towards the parent's process, then `prefer` for the root, then the
 /// lowest process. `deliver_to[q]`: process `q` holds a receiver of the final value.
 fn assign(
-    t: &[TreeNode],
-    of_rank: &[u32],
-    procs: usize,
-    deliver_to: &[bool],
-    elem: u64,
-    prefer: usize,
+    t: &[TreeNode], of_rank: &[u32], procs: usize, deliver_to: &[bool], elem: u64, prefer: usize,
 ) -> (Vec<usize>, u64) {
     let m = t.len();
     let mut cost = vec![INF; m * procs];
@@ -410,11 +382,8 @@ fn assign(
         if let Some(kids) = t[i].kids {
             let p = where_[i];
             for v in kids {
-                where_[v] = if cost[v * procs + p] <= best[v].0 + PARTIAL_BYTES {
-                    p
-                } else {
-                    best[v].1
-                };
+                where_[v] =
+                    if cost[v * procs + p] <= best[v].0 + PARTIAL_BYTES { p } else { best[v].1 };
             }
         }
     }
@@ -427,11 +396,7 @@ fn schedule_bytes(s: &Schedule, of_rank: &[u32], w: usize, elem: usize) -> u64 {
     let g = s.fine_chunks();
     let mut total = 0u64;
     for phase in &s.phases {
-        let per = if phase.reduce {
-            PARTIAL_BYTES
-        } else {
-            elem as u64
-        };
+        let per = if phase.reduce { PARTIAL_BYTES } else { elem as u64 };
         for step in 0..phase.repeat {
             for t in &phase.transfers {
                 if of_rank[t.src as usize] == of_rank[t.dst as usize] {
@@ -450,10 +415,7 @@ fn schedule_bytes(s: &Schedule, of_rank: &[u32], w: usize, elem: usize) -> u64 {
 /// (returns the stack depth it needs). `operand(v)` is the source of a node that is not
 /// evaluated inside this part (a local leaf or a received value).
 fn compile_part(
-    t: &[TreeNode],
-    where_: &[usize],
-    root: usize,
-    operand: &dyn Fn(usize) -> Result<Src>,
+    t: &[TreeNode], where_: &[usize], root: usize, operand: &dyn Fn(usize) -> Result<Src>,
     prog: &mut Vec<Op>,
 ) -> Result<usize> {
     enum Work {
@@ -474,9 +436,7 @@ fn compile_part(
                 max_depth = max_depth.max(depth);
             }
             Work::Visit(v) => {
-                let [a, b] = t[v]
-                    .kids
-                    .ok_or_else(|| internal("a part rooted at a leaf"))?;
+                let [a, b] = t[v].kids.ok_or_else(|| internal("a part rooted at a leaf"))?;
                 if !inside(b) {
                     work.push(Work::Fold(b));
                     work.push(Work::Visit(a));
@@ -502,18 +462,10 @@ fn compile_part(
 /// The plan of process `process` for a reduction (all-reduce or reduce-scatter) of `w`
 /// elements of `elem` bytes per rank, following schedule `s` over ranks placed by `of_rank`.
 pub fn plan_reduce(
-    s: &Schedule,
-    of_rank: &[u32],
-    procs: usize,
-    process: usize,
-    w: usize,
-    elem: usize,
+    s: &Schedule, of_rank: &[u32], procs: usize, process: usize, w: usize, elem: usize,
 ) -> Result<LocalPlan> {
     if !s.collective.reduces() {
-        return Err(Error::value(
-            "collective",
-            "plan_reduce plans all_reduce or reduce_scatter",
-        ));
+        return Err(Error::value("collective", "plan_reduce plans all_reduce or reduce_scatter"));
     }
     let (n, k) = (s.n, s.k);
     check_placed(of_rank, n, procs)?;
@@ -610,25 +562,13 @@ pub fn plan_reduce(
                 .filter(|&q| q != rp && deliver_to[q])
                 .map(|q| (q, layout.append(ready[root], rp, q, len * elem)))
                 .collect();
-            planned.push(Planned {
-                f,
-                t,
-                where_,
-                ready,
-                at,
-                finals,
-                receivers: recv,
-            });
+            planned.push(Planned { f, t, where_, ready, at, finals, receivers: recv });
         }
     }
 
     // Second pass: this process's parts and deliveries.
     let ix = MsgIndex::new(&layout, process);
-    let rounds = planned
-        .iter()
-        .map(|pl| pl.ready[pl.t.len() - 1] + 1)
-        .max()
-        .unwrap_or(0);
+    let rounds = planned.iter().map(|pl| pl.ready[pl.t.len() - 1] + 1).max().unwrap_or(0);
     let mut parts: Vec<Vec<Part>> = vec![Vec::new(); rounds];
     let mut deliveries = Vec::new();
     let mut max_depth = 1;
@@ -668,10 +608,7 @@ pub fn plan_reduce(
                     // A local leaf (internal local nodes are inside the part).
                     Ok(Src::Input(local_ix[t[v].rank as usize]))
                 } else {
-                    Ok(Src::Recv {
-                        msg: ix.recv(pl.ready[v], pl.where_[v])?,
-                        at: pl.at[v] / 4,
-                    })
+                    Ok(Src::Recv { msg: ix.recv(pl.ready[v], pl.where_[v])?, at: pl.at[v] / 4 })
                 }
             };
             let mut prog = Vec::new();
@@ -688,19 +625,13 @@ pub fn plan_reduce(
                     .iter()
                     .map(|&(q, at)| Ok((ix.send(pl.ready[root], q)?, at)))
                     .collect::<Result<Vec<_>>>()?;
-                Dest::Final {
-                    local: local_receivers.clone(),
-                    remote,
-                }
+                Dest::Final { local: local_receivers.clone(), remote }
             } else {
                 // The parent's process: the one node whose kids include i.
                 let parent = (i + 1..t.len())
                     .find(|&j| t[j].kids.is_some_and(|k| k.contains(&i)))
                     .ok_or_else(|| internal("a node without a parent"))?;
-                Dest::Send {
-                    msg: ix.send(pl.ready[i], pl.where_[parent])?,
-                    at: pl.at[i] / 4,
-                }
+                Dest::Send { msg: ix.send(pl.ready[i], pl.where_[parent])?, at: pl.at[i] / 4 }
             };
             parts[pl.ready[i]].push(Part { prog, c0, c1, dest });
         }
@@ -722,19 +653,9 @@ pub fn plan_reduce(
 }
 
 fn traffic(
-    ix: &MsgIndex,
-    rounds: usize,
-    total: u64,
-    s: &Schedule,
-    of_rank: &[u32],
-    w: usize,
-    elem: usize,
+    ix: &MsgIndex, rounds: usize, total: u64, s: &Schedule, of_rank: &[u32], w: usize, elem: usize,
 ) -> Traffic {
-    let gathered = if s.collective == Collective::AllGather {
-        w * s.n
-    } else {
-        w
-    };
+    let gathered = if s.collective == Collective::AllGather { w * s.n } else { w };
     Traffic {
         rounds,
         sent: ix.sends.iter().map(|m| m.bytes as u64).sum(),
@@ -761,12 +682,7 @@ fn local_index(of_rank: &[u32]) -> Vec<u32> {
 /// The plan of process `process` for a data-movement collective (all-gather, all-to-all,
 /// send/recv) of `l` elements of `elem` bytes per rank; lengths and offsets in bytes.
 pub fn plan_move(
-    s: &Schedule,
-    of_rank: &[u32],
-    procs: usize,
-    process: usize,
-    l: usize,
-    elem: usize,
+    s: &Schedule, of_rank: &[u32], procs: usize, process: usize, l: usize, elem: usize,
 ) -> Result<LocalPlan> {
     let n = s.n;
     check_placed(of_rank, n, procs)?;
@@ -794,10 +710,7 @@ pub fn plan_move(
             }
         }
         Collective::AllToAll | Collective::SendRecv => {
-            let phase = s
-                .phases
-                .first()
-                .ok_or_else(|| internal("an empty schedule"))?;
+            let phase = s.phases.first().ok_or_else(|| internal("an empty schedule"))?;
             for t in &phase.transfers {
                 let mut chunks = Vec::new();
                 t.sel.for_each(0, s.k, &s.perms, |f| chunks.push(f));
@@ -830,9 +743,8 @@ pub fn plan_move(
             routed.push(None);
             continue;
         }
-        let at = *sent_at
-            .entry((src, so, len, pd))
-            .or_insert_with(|| layout.append(0, ps, pd, len));
+        let at =
+            *sent_at.entry((src, so, len, pd)).or_insert_with(|| layout.append(0, ps, pd, len));
         routed.push(Some(at));
     }
     let ix = MsgIndex::new(&layout, process);
@@ -846,14 +758,8 @@ pub fn plan_move(
         }
         match at {
             None if ps == process => before.push(Piece {
-                from: From::Input {
-                    i: local_ix[src],
-                    at: so,
-                },
-                to: To::Output {
-                    i: local_ix[dst],
-                    at: d_at,
-                },
+                from: From::Input { i: local_ix[src], at: so },
+                to: To::Output { i: local_ix[dst], at: d_at },
                 len,
             }),
             Some(at) if ps == process => {
@@ -861,27 +767,15 @@ pub fn plan_move(
                 let first = packed.insert((pd, *at), ()).is_none();
                 if first {
                     before.push(Piece {
-                        from: From::Input {
-                            i: local_ix[src],
-                            at: so,
-                        },
-                        to: To::Send {
-                            msg: ix.send(0, pd)?,
-                            at: *at,
-                        },
+                        from: From::Input { i: local_ix[src], at: so },
+                        to: To::Send { msg: ix.send(0, pd)?, at: *at },
                         len,
                     });
                 }
             }
             Some(at) if pd == process => after.push(Piece {
-                from: From::Recv {
-                    msg: ix.recv(0, ps)?,
-                    at: *at,
-                },
-                to: To::Output {
-                    i: local_ix[dst],
-                    at: d_at,
-                },
+                from: From::Recv { msg: ix.recv(0, ps)?, at: *at },
+                to: To::Output { i: local_ix[dst], at: d_at },
                 len,
             }),
             _ => {}
@@ -909,22 +803,13 @@ pub fn plan_move(
 /// part. `elem` is the element size in bytes; `l` the elements of one rank's input.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
-    group: &Group,
-    placement: &Placement,
-    process: usize,
-    collective: Collective,
-    algorithm: super::super::ops::Algorithm,
-    elem: usize,
-    l: usize,
-    peers: Option<&[usize]>,
+    group: &Group, placement: &Placement, process: usize, collective: Collective,
+    algorithm: super::super::ops::Algorithm, elem: usize, l: usize, peers: Option<&[usize]>,
 ) -> Result<(Schedule, LocalPlan)> {
     if process >= placement.procs() {
         return Err(Error::value(
             "process",
-            format!(
-                "process {process} does not exist; there are {}",
-                placement.procs()
-            ),
+            format!("process {process} does not exist; there are {}", placement.procs()),
         ));
     }
     let of_rank = placement.of_ranks(group)?;

@@ -116,9 +116,7 @@ impl Geometry {
 
     /// Instructions of the schedule (`None` if they overflow `u64`).
     pub fn instructions(&self) -> Option<u64> {
-        self.m_tiles
-            .checked_mul(self.n_tiles)?
-            .checked_mul(self.k_tiles)
+        self.m_tiles.checked_mul(self.n_tiles)?.checked_mul(self.k_tiles)
     }
 
     /// PE cycles of all instructions, in closed form.
@@ -164,17 +162,11 @@ pub struct Trace {
 
 impl Trace {
     pub fn new(mode: TraceMode) -> Trace {
-        Trace {
-            mode,
-            events: Vec::new(),
-        }
+        Trace { mode, events: Vec::new() }
     }
 
     fn push(
-        &mut self,
-        track: &'static str,
-        name: &'static str,
-        (start, end): (u64, u64),
+        &mut self, track: &'static str, name: &'static str, (start, end): (u64, u64),
         args: &[(&'static str, f64)],
     ) {
         let mut e = Event::new(track, name, ticks_to_s(start), ticks_to_s(end - start));
@@ -283,11 +275,7 @@ impl Sim {
     /// first (ACT on a tie). Returns the eviction's start, end and whether ACT does it.
     #[inline]
     fn evict(&mut self, end: u64, n: usize, bank: usize) -> (u64, u64, bool) {
-        let (e, act) = if self.evictors[0] <= self.evictors[1] {
-            (0, true)
-        } else {
-            (1, false)
-        };
+        let (e, act) = if self.evictors[0] <= self.evictors[1] { (0, true) } else { (1, false) };
         let start = end.max(self.evictors[e]);
         let done = start + eviction_ticks(n, act);
         self.evictors[e] = done;
@@ -306,14 +294,8 @@ impl Sim {
     /// (row tile, first column tile), for the trace.
     #[allow(clippy::too_many_arguments)]
     fn k_tile(
-        &mut self,
-        mt: usize,
-        fp32: bool,
-        group: Group,
-        first_bank: usize,
-        (first, last): (bool, bool),
-        at: (u64, u64),
-        trace: &mut Trace,
+        &mut self, mt: usize, fp32: bool, group: Group, first_bank: usize,
+        (first, last): (bool, bool), at: (u64, u64), trace: &mut Trace,
     ) {
         for i in 0..group.tiles {
             let nt = group.cols(i);
@@ -332,26 +314,14 @@ impl Sim {
     /// One accumulation group with the K-tile shortcut (module doc, 1). Records block events
     /// only ([`TraceMode::Instructions`] is the walk's).
     fn group(
-        &mut self,
-        g: &Geometry,
-        (mt, at): (usize, (u64, u64)),
-        group: Group,
-        trace: &mut Trace,
+        &mut self, g: &Geometry, (mt, at): (usize, (u64, u64)), group: Group, trace: &mut Trace,
         cancel: &Cancel,
     ) -> Result<()> {
         let block_start = self.t;
         let first_bank = self.next_bank;
         self.next_bank = (first_bank + group.tiles) % PSUM_BANKS;
         let cycles = |i: usize| matmul_cycles(mt, group.cols(i), g.fp32);
-        self.k_tile(
-            mt,
-            g.fp32,
-            group,
-            first_bank,
-            (true, g.k_tiles == 1),
-            at,
-            trace,
-        );
+        self.k_tile(mt, g.fp32, group, first_bank, (true, g.k_tiles == 1), at, trace);
         if g.k_tiles >= 2 {
             let mut k_left = g.k_tiles - 2;
             let mut walked = 0u64;
@@ -436,10 +406,7 @@ impl Sim {
     /// the cycle and the power of two reaches the period, the next match gives it; so a period
     /// `p` after a transient of `t` units is found within about `t + 3p` units.
     fn repeat(
-        &mut self,
-        count: u64,
-        cancel: &Cancel,
-        unit: &mut dyn FnMut(&mut Sim) -> Result<()>,
+        &mut self, count: u64, cancel: &Cancel, unit: &mut dyn FnMut(&mut Sim) -> Result<()>,
     ) -> Result<()> {
         let mut saved: Option<(Key, Snapshot)> = None;
         let mut power = 1u64;
@@ -486,11 +453,7 @@ impl Sim {
 /// The trace arguments of a PSUM-to-SBUF eviction of tile `(m_tile, n_tile)` from `bank`:
 /// `rows x cols` fp32 values read from PSUM.
 fn eviction_args(
-    m_tile: u64,
-    n_tile: u64,
-    bank: usize,
-    rows: usize,
-    cols: usize,
+    m_tile: u64, n_tile: u64, bank: usize, rows: usize, cols: usize,
 ) -> [(&'static str, f64); 6] {
     [
         ("m_tile", m_tile as f64),
@@ -505,10 +468,7 @@ fn eviction_args(
 /// The trace arguments of an accumulation group: row tile, first column tile, column tiles
 /// (one PSUM bank each, from `first_bank`), K tiles and matmul instructions.
 fn block_args(
-    g: &Geometry,
-    (m_tile, n_tile): (u64, u64),
-    tiles: usize,
-    first_bank: usize,
+    g: &Geometry, (m_tile, n_tile): (u64, u64), tiles: usize, first_bank: usize,
 ) -> [(&'static str, f64); 6] {
     [
         ("m_tile", m_tile as f64),
@@ -524,10 +484,7 @@ fn block_args(
 fn groups(g: &Geometry) -> (Group, Group, u64) {
     let banks = PSUM_BANKS as u64;
     let groups = g.n_tiles.div_ceil(banks);
-    let full = Group {
-        tiles: PSUM_BANKS,
-        last_cols: MF as usize,
-    };
+    let full = Group { tiles: PSUM_BANKS, last_cols: MF as usize };
     let last = Group {
         tiles: (g.n_tiles - (groups - 1) * banks) as usize,
         last_cols: g.cols_of(g.n_tiles - 1),
@@ -594,9 +551,7 @@ pub fn walk(g: &Geometry, sim: &mut Sim, trace: &mut Trace) -> Result<()> {
 /// The whole schedule with the shortcuts (module doc): the same final state as [`walk`].
 pub fn fast(g: &Geometry, sim: &mut Sim) -> Result<()> {
     let cancel = crate::cancel::current();
-    sim.repeat(g.m_tiles - 1, &cancel, &mut |s: &mut Sim| {
-        s.row(g, SF as usize, &cancel)
-    })?;
+    sim.repeat(g.m_tiles - 1, &cancel, &mut |s: &mut Sim| s.row(g, SF as usize, &cancel))?;
     sim.row(g, g.rows_of(g.m_tiles - 1), &cancel)
 }
 
@@ -604,10 +559,7 @@ pub fn fast(g: &Geometry, sim: &mut Sim) -> Result<()> {
 /// no more), with the K-tile shortcut and [`TraceMode::Blocks`] events: the same events as
 /// [`walk`] records. Returns whether groups were left out.
 pub fn traced_prefix(
-    g: &Geometry,
-    sim: &mut Sim,
-    trace: &mut Trace,
-    max_groups: u64,
+    g: &Geometry, sim: &mut Sim, trace: &mut Trace, max_groups: u64,
 ) -> Result<bool> {
     let cancel = crate::cancel::current();
     let (full, last, groups) = groups(g);

@@ -31,12 +31,7 @@ pub fn load_stationary_cycles(m: usize) -> u64 {
 /// or the Vector engine.
 pub fn eviction_seconds(n: usize, act: bool) -> f64 {
     let cycles = (n.max(MIN_II_CYCLES) + TENSOR_ACCESS_INIT_CYCLES) as f64;
-    cycles
-        / if act {
-            SCALAR_CLOCK_HZ
-        } else {
-            VECTOR_CLOCK_HZ
-        }
+    cycles / if act { SCALAR_CLOCK_HZ } else { VECTOR_CLOCK_HZ }
 }
 
 #[cfg(test)]

@@ -82,10 +82,9 @@ impl GemmPlan {
         }
         let fp32 = format == Format::Fp32;
         let (k_per_instruction, peak) = match perf_mode {
-            PerfMode::DoubleRow => (
-                MATMUL_DOUBLE_ROW_CONTRACTION_MAX as u64,
-                CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S,
-            ),
+            PerfMode::DoubleRow => {
+                (MATMUL_DOUBLE_ROW_CONTRACTION_MAX as u64, CORE_PEAK_FP8_DOUBLE_ROW_FLOPS_PER_S)
+            }
             PerfMode::None if fp32 => (MATMUL_CONTRACTION_MAX as u64, CORE_PEAK_FP32_FLOPS_PER_S),
             PerfMode::None => (MATMUL_CONTRACTION_MAX as u64, CORE_PEAK_BF16_FLOPS_PER_S),
         };
@@ -219,18 +218,10 @@ pub fn gemm_hbm_traffic(plan: &GemmPlan) -> GemmTraffic {
             (fit / unit) * unit
         }
     };
-    let nb = block(
-        plan.n,
-        mf,
-        k * plan.b_elem_bytes,
-        2.0 * (sf as f64).min(m) * k * plan.a_elem_bytes,
-    );
-    let mb = block(
-        plan.m,
-        sf,
-        k * plan.a_elem_bytes,
-        2.0 * (mf as f64).min(n) * k * plan.b_elem_bytes,
-    );
+    let nb =
+        block(plan.n, mf, k * plan.b_elem_bytes, 2.0 * (sf as f64).min(m) * k * plan.a_elem_bytes);
+    let mb =
+        block(plan.m, sf, k * plan.a_elem_bytes, 2.0 * (mf as f64).min(n) * k * plan.b_elem_bytes);
     let wire = |a_reads: f64, b_reads: f64| {
         a_bytes * plan.a_wire_ratio * a_reads + b_bytes * plan.b_wire_ratio * b_reads
     };
@@ -283,10 +274,7 @@ fn geometry(plan: &GemmPlan) -> Result<(Geometry, u64)> {
         fp32: plan.fp32,
     };
     let total = g.instructions().ok_or_else(|| {
-        Error::capacity(
-            "shape",
-            format!("M={m} K={k} N={n} has too many tiles to cost"),
-        )
+        Error::capacity("shape", format!("M={m} K={k} N={n} has too many tiles to cost"))
     })?;
     let bound = g.ticks_bound();
     if bound > MAX_TICKS as u128 {
@@ -301,9 +289,7 @@ fn geometry(plan: &GemmPlan) -> Result<(Geometry, u64)> {
     }
     // The DMA model counts bytes in u64.
     let t = gemm_hbm_traffic(plan);
-    let most = [t.a_raw, t.a_wire, t.b_raw, t.b_wire, t.c_bytes]
-        .into_iter()
-        .fold(0.0, f64::max);
+    let most = [t.a_raw, t.a_wire, t.b_raw, t.b_wire, t.c_bytes].into_iter().fold(0.0, f64::max);
     if most >= MAX_TICKS as f64 {
         return Err(Error::capacity(
             "shape",
@@ -405,11 +391,7 @@ pub(super) fn set_bound(rep: &mut Report, plan: &GemmPlan, memory_bound: bool, c
 /// The report of a GEMM whose PE side ended in `sim`, with the memory side and `pe_events`
 /// (times from the PE's start).
 fn report(
-    plan: &GemmPlan,
-    g: &Geometry,
-    total: u64,
-    sim: &Sim,
-    pe_events: Vec<Event>,
+    plan: &GemmPlan, g: &Geometry, total: u64, sim: &Sim, pe_events: Vec<Event>,
 ) -> Result<Report> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let sf = MATMUL_STATIONARY_FREE_MAX as u64;
@@ -451,33 +433,15 @@ fn report(
         };
         Transfer::new(name, &plan, queue)
     };
-    let first_a = tile(
-        "first a tile",
-        0,
-        k_rows,
-        sf.min(m),
-        plan.a_elem_bytes,
-        plan.a_wire_ratio,
-    )?;
-    let first_b = tile(
-        "first b tile",
-        1,
-        k_rows,
-        mf.min(n),
-        plan.b_elem_bytes,
-        plan.b_wire_ratio,
-    )?;
+    let first_a = tile("first a tile", 0, k_rows, sf.min(m), plan.a_elem_bytes, plan.a_wire_ratio)?;
+    let first_b = tile("first b tile", 1, k_rows, mf.min(n), plan.b_elem_bytes, plan.b_wire_ratio)?;
     let prologue = schedule(&[first_a.clone(), first_b.clone()])?.end_s;
     // The streams carry the rest of each operand: its first tile came in the prologue.
     let rest = |total: f64, first: u64| (total - first as f64).max(0.0);
-    let (a_raw, a_wire) = (
-        rest(traffic.a_raw, first_a.bytes),
-        rest(traffic.a_wire, first_a.wire_bytes),
-    );
-    let (b_raw, b_wire) = (
-        rest(traffic.b_raw, first_b.bytes),
-        rest(traffic.b_wire, first_b.wire_bytes),
-    );
+    let (a_raw, a_wire) =
+        (rest(traffic.a_raw, first_a.bytes), rest(traffic.a_wire, first_a.wire_bytes));
+    let (b_raw, b_wire) =
+        (rest(traffic.b_raw, first_b.bytes), rest(traffic.b_wire, first_b.wire_bytes));
     let stream = |name, queue, raw: f64, wire: f64, src, dst| Transfer {
         name,
         queue,
@@ -496,14 +460,7 @@ fn report(
         first_b,
         stream("a tiles", 0, a_raw, a_wire, Place::Hbm, Place::Sbuf),
         stream("b tiles", 1, b_raw, b_wire, Place::Hbm, Place::Sbuf),
-        stream(
-            "results",
-            2,
-            traffic.c_bytes,
-            traffic.c_bytes,
-            Place::Sbuf,
-            Place::Hbm,
-        ),
+        stream("results", 2, traffic.c_bytes, traffic.c_bytes, Place::Sbuf, Place::Hbm),
     ])?;
     let memory_s = memory.end_s - prologue;
     for e in events.iter_mut() {
@@ -519,8 +476,7 @@ fn report(
     rep.description = format!(
         "GEMM M={m} K={k} N={n} {}{} perf_mode={} on one NeuronCore",
         plan.format,
-        plan.sparsity
-            .map_or(String::new(), |p| format!(" sparse {p} stationary")),
+        plan.sparsity.map_or(String::new(), |p| format!(" sparse {p} stationary")),
         plan.perf_mode.name()
     );
     rep.instructions = total;
@@ -565,12 +521,7 @@ impl PeArrayClock {
     /// Issues one instruction of `cycles` on PE rows `row..row+rows` and columns
     /// `col..col+cols`; returns its (start, end) in PE cycles.
     pub fn issue(
-        &mut self,
-        row: usize,
-        rows: usize,
-        col: usize,
-        cols: usize,
-        cycles: u64,
+        &mut self, row: usize, rows: usize, col: usize, cols: usize, cycles: u64,
     ) -> (f64, f64) {
         let q = PE_TILE_QUARTER;
         let (r0, r1) = (row / q, (row + rows).div_ceil(q));
@@ -607,11 +558,7 @@ mod tests {
         assert_eq!(r.pe_cycles, 32 * 8 * 32 * 512);
         // 128*128*2*2.4e9 = 78.64 TFLOPS of PE-busy throughput.
         assert!((r.pe_tflops - 78.6432).abs() < 1e-3, "{}", r.pe_tflops);
-        assert!(
-            r.utilization > 0.95 && r.utilization <= 1.0,
-            "{}",
-            r.utilization
-        );
+        assert!(r.utilization > 0.95 && r.utilization <= 1.0, "{}", r.utilization);
     }
 
     #[test]
@@ -623,10 +570,7 @@ mod tests {
         assert_eq!(estimate_gemm(&big).expect("costed").bound, "compute");
         let get = |name: &str| r.details.iter().find(|d| d.0 == name).map_or(0.0, |d| d.1);
         let (wait, compute) = (get("psum_wait_s"), get("compute_s"));
-        assert!(
-            wait > 0.1 * compute,
-            "PSUM evictions should stall the PE: {wait} of {compute}"
-        );
+        assert!(wait > 0.1 * compute, "PSUM evictions should stall the PE: {wait} of {compute}");
     }
 
     #[test]
@@ -650,12 +594,8 @@ mod tests {
         let mut p = GemmPlan::new(1024, 1024, 1024, Format::Bf16, PerfMode::None).expect("valid");
         p.trace = true;
         let r = estimate_gemm(&p).expect("costed");
-        let mut tracks: Vec<&str> = r
-            .events
-            .iter()
-            .map(|e| e.track)
-            .filter(|t| t.starts_with("DMA"))
-            .collect();
+        let mut tracks: Vec<&str> =
+            r.events.iter().map(|e| e.track).filter(|t| t.starts_with("DMA")).collect();
         tracks.sort_unstable();
         tracks.dedup();
         assert_eq!(tracks.len(), 16 * 3, "queues 0, 1, 2 on 16 engines");

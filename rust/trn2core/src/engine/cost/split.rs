@@ -84,19 +84,13 @@ pub fn combine_seconds(m: u64, n: u64, pk: u64) -> f64 {
 /// seconds, the block's report, memory and combination seconds, and the per-core HBM rate.
 #[allow(clippy::type_complexity)]
 fn best_split(
-    plan: &GemmPlan,
-    cores: &[usize],
-    (mt, nt, kt): (u64, u64, u64),
-    (sf, mf, kpi): (u64, u64, u64),
-    estimate: Estimator,
+    plan: &GemmPlan, cores: &[usize], (mt, nt, kt): (u64, u64, u64),
+    (sf, mf, kpi): (u64, u64, u64), estimate: Estimator,
 ) -> Result<Option<(f64, Split, Report, f64, f64, f64)>> {
     let nc = cores.len() as u64;
     // HBM bandwidth of each core: its stack shared by the split's cores on it.
     let on_stack = |c: usize| {
-        cores
-            .iter()
-            .filter(|&&o| o / CORES_PER_HBM_STACK == c / CORES_PER_HBM_STACK)
-            .count()
+        cores.iter().filter(|&&o| o / CORES_PER_HBM_STACK == c / CORES_PER_HBM_STACK).count()
     };
     let dma_rate = engines_bytes_per_s() * dma_efficiency(DMA_FULL_RATE_PARTITION_BYTES as f64);
     let worst_share = cores
@@ -165,10 +159,7 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     sorted.sort_unstable();
     sorted.dedup();
     if sorted.len() != cores.len() {
-        return Err(Error::value(
-            "core",
-            format!("cores {cores:?} repeat a core"),
-        ));
+        return Err(Error::value("core", format!("cores {cores:?} repeat a core")));
     }
     // The whole GEMM on one core, for the instruction count and the speed-up; first, so a shape
     // whose counters overflow is refused before any split is tried (as on one core).
@@ -178,23 +169,13 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     let sf = MATMUL_STATIONARY_FREE_MAX as u64;
     let mf = MATMUL_MOVING_FREE_MAX as u64;
     let kpi = plan.k_per_instruction.max(1);
-    let (mt, nt, kt) = (
-        plan.m.div_ceil(sf),
-        plan.n.div_ceil(mf),
-        plan.k.div_ceil(kpi),
-    );
+    let (mt, nt, kt) = (plan.m.div_ceil(sf), plan.n.div_ceil(mf), plan.k.div_ceil(kpi));
     // All the cores when the GEMM has tiles enough for one of the factorisations; else the
     // most cores that can each get a tile (the first ones of `cores`), the rest idle. One core
     // always fits (every dimension is at least one tile).
     let mut found = None;
     for used in (1..=nc).rev() {
-        found = best_split(
-            plan,
-            &cores[..used as usize],
-            (mt, nt, kt),
-            (sf, mf, kpi),
-            estimate,
-        )?;
+        found = best_split(plan, &cores[..used as usize], (mt, nt, kt), (sf, mf, kpi), estimate)?;
         if found.is_some() {
             break;
         }
@@ -229,12 +210,7 @@ fn split_with(plan: &GemmPlan, cores: &[usize], estimate: Estimator) -> Result<R
     rep.pe_tflops = rep.flops / (pe_seconds * used as f64) / 1e12;
     rep.peak_tflops = plan.peak_flops_per_s * nc as f64 / 1e12;
     rep.utilization = (rep.flops / total / (plan.peak_flops_per_s * nc as f64)).min(1.0);
-    super::plan::set_bound(
-        &mut rep,
-        plan,
-        memory > detail(&sub, "compute_s"),
-        nc as usize,
-    );
+    super::plan::set_bound(&mut rep, plan, memory > detail(&sub, "compute_s"), nc as usize);
     rep.details = vec![
         ("cores", nc as f64),
         ("split_m", split.pm as f64),
@@ -286,23 +262,16 @@ mod tests {
         // Tiles times tile size wrapped past 2^64: the chip's split costed blocks of K = 0 or
         // walked a wrapped plan for ever, where one core refuses the shape at once.
         let huge = u64::MAX;
-        for (m, k, n) in [
-            (huge, huge, huge),
-            (huge, 128, 512),
-            (128, huge, 512),
-            (1 << 40, 1 << 62, 1 << 40),
-        ] {
+        for (m, k, n) in
+            [(huge, huge, huge), (huge, 128, 512), (128, huge, 512), (1 << 40, 1 << 62, 1 << 40)]
+        {
             let p = GemmPlan::new(m, k, n, crate::numerics::Format::Bf16, PerfMode::None);
             let Ok(p) = p else { continue };
             let one = estimate_gemm(&p);
             let chip = estimate_gemm_cores(&p, &[0, 1, 2, 3, 4, 5, 6, 7]);
             assert_eq!(one.is_ok(), chip.is_ok(), "{m} {k} {n}: {one:?} / {chip:?}");
             if let Ok(r) = chip {
-                assert!(
-                    r.description.contains(&format!("K={k}")),
-                    "{}",
-                    r.description
-                );
+                assert!(r.description.contains(&format!("K={k}")), "{}", r.description);
                 assert!(r.seconds > 0.0 && r.seconds.is_finite());
             }
         }
@@ -346,10 +315,7 @@ mod tests {
         let chip = estimate_gemm_cores(&p, &[0, 1, 2, 3, 4, 5, 6, 7]).expect("ok");
         let used = get(&chip, "cores_used");
         assert!((1.0..=3.0).contains(&used), "{used}");
-        assert_eq!(
-            get(&chip, "split_m") * get(&chip, "split_n") * get(&chip, "split_k"),
-            used
-        );
+        assert_eq!(get(&chip, "split_m") * get(&chip, "split_n") * get(&chip, "split_k"), used);
         assert!(chip.seconds <= estimate_gemm_cores(&p, &[0]).expect("ok").seconds);
     }
 }

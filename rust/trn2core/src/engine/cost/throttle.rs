@@ -25,12 +25,7 @@ pub struct Throttle {
 impl Throttle {
     /// A throttle that is on (the hardware default) or off (`enabled = false`: full rate always).
     pub fn new(enabled: bool) -> Self {
-        Throttle {
-            enabled,
-            ramp_start: None,
-            last_end: 0.0,
-            lost_s: 0.0,
-        }
+        Throttle { enabled, ramp_start: None, last_end: 0.0, lost_s: 0.0 }
     }
 
     /// Runs `work_s` seconds of full-rate work starting at wall time `start`; returns the end.
@@ -155,11 +150,7 @@ impl TickThrottle {
         let end = if since as f64 >= self.ramp_ticks {
             start + work
         } else {
-            let t0 = if !restart && start == self.last_end {
-                self.exact_end
-            } else {
-                since as f64
-            };
+            let t0 = if !restart && start == self.last_end { self.exact_end } else { since as f64 };
             let t1 = ramp_end_over(t0, work as f64, self.ramp_ticks);
             let rounded = ramp_start + t1.round() as u64;
             if rounded >= start + work {
@@ -179,9 +170,7 @@ impl TickThrottle {
     /// ramp is over).
     pub fn at_full_rate(&self) -> bool {
         !self.enabled
-            || self
-                .ramp_start
-                .is_some_and(|r| (self.last_end - r) as f64 >= self.ramp_ticks)
+            || self.ramp_start.is_some_and(|r| (self.last_end - r) as f64 >= self.ramp_ticks)
     }
 
     /// The tick the last run ended.
@@ -244,10 +233,7 @@ mod tests {
         // 1 ns of work at the start takes just under 2 ns (the rate has risen a little).
         let end = t.run(0.0, 1e-9);
         let exact = (-0.5 + (0.25f64 + 4.0 * (0.5 / 6e-6) * 1e-9).sqrt()) / (2.0 * 0.5 / 6e-6);
-        assert!(
-            (end - exact).abs() < 1e-18 && end < 2e-9 && end > 1.999e-9,
-            "{end}"
-        );
+        assert!((end - exact).abs() < 1e-18 && end < 2e-9 && end > 1.999e-9, "{end}");
         let mut t = Throttle::new(true);
         let e1 = t.run(0.0, 10e-6);
         let e2 = t.run(e1 + 1.0e-6, 10e-6); // short gap: still at full rate

@@ -244,22 +244,10 @@ mod tests {
 
     #[test]
     fn exact_functions_equal_float32_arithmetic() {
-        for &x in &[
-            0.0f32,
-            -0.0,
-            1.5,
-            -3.25,
-            1e-40,
-            f32::MAX,
-            f32::INFINITY,
-            7.0,
-        ] {
+        for &x in &[0.0f32, -0.0, 1.5, -3.25, 1e-40, f32::MAX, f32::INFINITY, 7.0] {
             assert_eq!(eval(ActFunc::Square, x).to_bits(), (x * x).to_bits());
             assert_eq!(eval(ActFunc::Reciprocal, x).to_bits(), (1.0 / x).to_bits());
-            assert_eq!(
-                eval(ActFunc::Sqrt, x.abs()).to_bits(),
-                x.abs().sqrt().to_bits()
-            );
+            assert_eq!(eval(ActFunc::Sqrt, x.abs()).to_bits(), x.abs().sqrt().to_bits());
         }
         assert_eq!(eval(ActFunc::Relu, -0.0).to_bits(), 0);
         assert_eq!(eval(ActFunc::Sign, -0.0).to_bits(), 0x8000_0000);
@@ -289,11 +277,7 @@ mod tests {
             let mut v = xs.clone();
             apply(f, &mut v);
             for (x, y) in xs.iter().zip(&v) {
-                assert_eq!(
-                    y.to_bits(),
-                    round_f64(eval_f64(f, *x as f64)).to_bits(),
-                    "{f} {x}"
-                );
+                assert_eq!(y.to_bits(), round_f64(eval_f64(f, *x as f64)).to_bits(), "{f} {x}");
             }
         }
     }
@@ -308,10 +292,7 @@ mod tests {
         assert_eq!(eval(ActFunc::Softplus, -200.0), 0.0);
         assert_eq!(eval(ActFunc::Log, 0.0), f32::NEG_INFINITY);
         // The formulas' IEEE values at -Inf: -Inf / Inf is NaN (documented, not a limit).
-        assert_eq!(
-            eval(ActFunc::Silu, f32::NEG_INFINITY).to_bits(),
-            0x7FC0_0000
-        );
+        assert_eq!(eval(ActFunc::Silu, f32::NEG_INFINITY).to_bits(), 0x7FC0_0000);
         assert_eq!(eval(ActFunc::Sigmoid, f32::NEG_INFINITY), 0.0);
         assert!((eval(ActFunc::Gelu, 1.0) - 0.841_344_7).abs() < 1e-6);
         assert!((eval(ActFunc::GeluApprxTanh, 1.0) - 0.841_192).abs() < 1e-5);

@@ -146,11 +146,7 @@ impl AluOp {
 #[inline(always)]
 pub fn canon(x: f32) -> f32 {
     let b = x.to_bits();
-    f32::from_bits(if b & 0x7FFF_FFFF > 0x7F80_0000 {
-        0x7FC0_0000
-    } else {
-        b
-    })
+    f32::from_bits(if b & 0x7FFF_FFFF > 0x7F80_0000 { 0x7FC0_0000 } else { b })
 }
 
 #[inline(always)]
@@ -173,11 +169,7 @@ fn nan_if(nan: bool, m: f32) -> f32 {
 pub fn maximum(a: f32, b: f32) -> f32 {
     let m = if a > b { a } else { b };
     // Equal values: the same bits, or +0 and -0, where AND of the bits picks +0.
-    let m = if a == b {
-        f32::from_bits(a.to_bits() & b.to_bits())
-    } else {
-        m
-    };
+    let m = if a == b { f32::from_bits(a.to_bits() & b.to_bits()) } else { m };
     nan_if(a.is_nan() || b.is_nan(), m)
 }
 
@@ -185,11 +177,7 @@ pub fn maximum(a: f32, b: f32) -> f32 {
 #[inline(always)]
 pub fn minimum(a: f32, b: f32) -> f32 {
     let m = if a < b { a } else { b };
-    let m = if a == b {
-        f32::from_bits(a.to_bits() | b.to_bits())
-    } else {
-        m
-    };
+    let m = if a == b { f32::from_bits(a.to_bits() | b.to_bits()) } else { m };
     nan_if(a.is_nan() || b.is_nan(), m)
 }
 
@@ -362,10 +350,7 @@ mod tests {
 
     #[test]
     fn special_values() {
-        assert_eq!(
-            apply(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY).to_bits(),
-            0x7FC0_0000
-        );
+        assert_eq!(apply(AluOp::Add, f32::INFINITY, f32::NEG_INFINITY).to_bits(), 0x7FC0_0000);
         assert_eq!(apply(AluOp::Divide, 1.0, -0.0), f32::NEG_INFINITY);
         assert_eq!(apply(AluOp::Equal, f32::NAN, f32::NAN), 0.0);
         assert_eq!(apply(AluOp::NotEqual, f32::NAN, f32::NAN), 1.0);
@@ -392,28 +377,17 @@ mod tests {
             f32::MIN_POSITIVE / 3.0,
             3.0e38,
         ];
-        let a: Vec<f32> = vals
-            .iter()
-            .flat_map(|&x| vals.iter().map(move |_| x))
-            .collect();
+        let a: Vec<f32> = vals.iter().flat_map(|&x| vals.iter().map(move |_| x)).collect();
         let b: Vec<f32> = vals.iter().flat_map(|_| vals.iter().copied()).collect();
         let mut out = vec![0f32; a.len()];
         for op in AluOp::ALL.into_iter().filter(|o| !o.is_bitvec()) {
             binary(op, &a, &b, &mut out);
             for i in 0..a.len() {
-                assert_eq!(
-                    out[i].to_bits(),
-                    apply(op, a[i], b[i]).to_bits(),
-                    "{op} {i}"
-                );
+                assert_eq!(out[i].to_bits(), apply(op, a[i], b[i]).to_bits(), "{op} {i}");
             }
             with_scalar(op, &a, 1.5, true, &mut out);
             for i in 0..a.len() {
-                assert_eq!(
-                    out[i].to_bits(),
-                    apply(op, 1.5, a[i]).to_bits(),
-                    "{op} rev {i}"
-                );
+                assert_eq!(out[i].to_bits(), apply(op, 1.5, a[i]).to_bits(), "{op} rev {i}");
             }
         }
     }

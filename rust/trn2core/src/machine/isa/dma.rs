@@ -74,8 +74,7 @@ impl Machine {
             bytes: bytes as u64,
             ..CostInput::default()
         };
-        self.program
-            .push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
+        self.program.push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
         Ok(())
     }
 
@@ -95,22 +94,11 @@ impl Machine {
         let cost = CostInput {
             partitions: info.partitions as u16,
             start_partition: info.start_partition as u16,
-            flags: flags::SPILL
-                | if to_hbm {
-                    flags::DMA_TO_HBM
-                } else {
-                    flags::DMA_FROM_HBM
-                },
+            flags: flags::SPILL | if to_hbm { flags::DMA_TO_HBM } else { flags::DMA_FROM_HBM },
             bytes,
             ..CostInput::default()
         };
-        self.program.push(
-            Opcode::DmaCopy,
-            Queue::Dma(q),
-            &[s.region()],
-            &[d.region()],
-            cost,
-        );
+        self.program.push(Opcode::DmaCopy, Queue::Dma(q), &[s.region()], &[d.region()], cost);
         Ok(())
     }
 
@@ -140,12 +128,7 @@ impl Machine {
     /// `src.shape[-1] <= 128`). An SBUF source overlapping `dst` is refused: the DMA engines
     /// move the elements in pieces, in no documented order.
     pub fn dma_transpose(
-        &mut self,
-        dst: &Tile,
-        src: &Tile,
-        axes: Option<&[i64]>,
-        hwdge: bool,
-        queue: Option<u8>,
+        &mut self, dst: &Tile, src: &Tile, axes: Option<&[i64]>, hwdge: bool, queue: Option<u8>,
     ) -> Result<()> {
         let opc = Opcode::DmaTranspose;
         let q = self.dma_queue(queue)?;
@@ -406,8 +389,7 @@ mod tests {
         let dst = m.alloc(Space::Sbuf, "d2", &[b, a], Dtype::Fp32).expect("d");
         let x = codes(a * b, 4);
         put(&mut m, &src, &x, 4);
-        m.dma_transpose(&dst, &src, Some(&[1, 0]), false, None)
-            .expect("2-D");
+        m.dma_transpose(&dst, &src, Some(&[1, 0]), false, None).expect("2-D");
         let y = words(&m, &dst, 4);
         for i in 0..a {
             for j in 0..b {
@@ -416,16 +398,11 @@ mod tests {
         }
         // 3-D bf16 SBUF -> SBUF.
         let (a, b, c) = (3usize, 2usize, 4usize);
-        let src = m
-            .alloc(Space::Sbuf, "s3", &[a, b, c], Dtype::Bf16)
-            .expect("s");
-        let dst = m
-            .alloc(Space::Sbuf, "d3", &[c, b, a], Dtype::Bf16)
-            .expect("d");
+        let src = m.alloc(Space::Sbuf, "s3", &[a, b, c], Dtype::Bf16).expect("s");
+        let dst = m.alloc(Space::Sbuf, "d3", &[c, b, a], Dtype::Bf16).expect("d");
         let x = codes(a * b * c, 2);
         put(&mut m, &src, &x, 2);
-        m.dma_transpose(&dst, &src, None, false, Some(3))
-            .expect("3-D");
+        m.dma_transpose(&dst, &src, None, false, Some(3)).expect("3-D");
         let y = words(&m, &dst, 2);
         for i in 0..a {
             for j in 0..b {
@@ -437,18 +414,10 @@ mod tests {
         // 4-D bf16 from HBM, and a 4-D SBUF view (a `.ap` pattern with a unit axis).
         let (a, b, c, d) = (2usize, 3usize, 2usize, 5usize);
         let x = codes(a * b * c * d, 2);
-        let packed: Vec<u8> = x
-            .iter()
-            .flat_map(|w| w.to_le_bytes()[..2].to_vec())
-            .collect();
-        let src = m
-            .hbm_tensor("s4", &[a, b, c, d], Dtype::Bf16, Some(&packed))
-            .expect("s");
-        let dst = m
-            .alloc(Space::Sbuf, "d4", &[d, b, c, a], Dtype::Bf16)
-            .expect("d");
-        m.dma_transpose(&dst, &src, Some(&[3, 1, 2, 0]), false, None)
-            .expect("4-D");
+        let packed: Vec<u8> = x.iter().flat_map(|w| w.to_le_bytes()[..2].to_vec()).collect();
+        let src = m.hbm_tensor("s4", &[a, b, c, d], Dtype::Bf16, Some(&packed)).expect("s");
+        let dst = m.alloc(Space::Sbuf, "d4", &[d, b, c, a], Dtype::Bf16).expect("d");
+        m.dma_transpose(&dst, &src, Some(&[3, 1, 2, 0]), false, None).expect("4-D");
         let y = words(&m, &dst, 2);
         let oracle = |x: &[u32], y: &[u32], (a, b, c, d): (usize, usize, usize, usize)| {
             for i in 0..a {
@@ -463,15 +432,11 @@ mod tests {
             }
         };
         oracle(&x, &y, (a, b, c, d));
-        let flat = m
-            .alloc(Space::Sbuf, "s4s", &[a, c * d], Dtype::Bf16)
-            .expect("s");
+        let flat = m.alloc(Space::Sbuf, "s4s", &[a, c * d], Dtype::Bf16).expect("s");
         let xs = codes(a * c * d, 2);
         put(&mut m, &flat, &xs, 2);
         let view = flat.with_pattern(&[(0, 1), (d as i64, c as u32), (1, d as u32)], 0);
-        let out = m
-            .alloc(Space::Sbuf, "d4s", &[d, c * a], Dtype::Bf16)
-            .expect("d");
+        let out = m.alloc(Space::Sbuf, "d4s", &[d, c * a], Dtype::Bf16).expect("d");
         let out_view = out.with_pattern(&[(0, 1), (a as i64, c as u32), (1, a as u32)], 0);
         m.dma_transpose(&out_view.expect("v"), &view.expect("v"), None, false, None)
             .expect("4-D view");
@@ -480,10 +445,7 @@ mod tests {
         let last = m.program.instrs.last().expect("recorded");
         assert_ne!(last.cost.flags & flags::DMA_TRANSPOSE, 0);
         let as_copy = Instr {
-            cost: CostInput {
-                flags: last.cost.flags & !flags::DMA_TRANSPOSE,
-                ..last.cost
-            },
+            cost: CostInput { flags: last.cost.flags & !flags::DMA_TRANSPOSE, ..last.cost },
             ..*last
         };
         let (t, c) = (cost(last), cost(&as_copy));
@@ -504,36 +466,14 @@ mod tests {
             assert!(e.to_string().contains(rule), "{e}");
         };
         let bf = m.alloc(Space::Sbuf, "b", &[8, 16], Dtype::Bf16).expect("b");
-        check(
-            m.dma_transpose(&bf, &src, None, false, None),
-            "dst",
-            "dma_transpose_dtype",
-        );
-        let f8 = m
-            .alloc(Space::Sbuf, "f8", &[16, 8], Dtype::Fp8E4m3)
-            .expect("f");
-        let g8 = m
-            .alloc(Space::Sbuf, "g8", &[8, 16], Dtype::Fp8E4m3)
-            .expect("g");
+        check(m.dma_transpose(&bf, &src, None, false, None), "dst", "dma_transpose_dtype");
+        let f8 = m.alloc(Space::Sbuf, "f8", &[16, 8], Dtype::Fp8E4m3).expect("f");
+        let g8 = m.alloc(Space::Sbuf, "g8", &[8, 16], Dtype::Fp8E4m3).expect("g");
         put(&mut m, &f8, &[0; 128], 1);
-        check(
-            m.dma_transpose(&g8, &f8, None, false, None),
-            "src",
-            "dma_transpose_dtype",
-        );
-        check(
-            m.dma_transpose(&dst, &src, None, true, None),
-            "src",
-            "dma_transpose_dtype",
-        );
-        let sq = m
-            .alloc(Space::Sbuf, "sq", &[16, 8], Dtype::Fp32)
-            .expect("q");
-        check(
-            m.dma_transpose(&sq, &src, None, false, None),
-            "dst",
-            "dma_transpose_shape",
-        );
+        check(m.dma_transpose(&g8, &f8, None, false, None), "src", "dma_transpose_dtype");
+        check(m.dma_transpose(&dst, &src, None, true, None), "src", "dma_transpose_dtype");
+        let sq = m.alloc(Space::Sbuf, "sq", &[16, 8], Dtype::Fp32).expect("q");
+        check(m.dma_transpose(&sq, &src, None, false, None), "dst", "dma_transpose_shape");
         check(
             m.dma_transpose(&dst, &src, Some(&[0, 1]), false, None),
             "axes",
@@ -544,62 +484,25 @@ mod tests {
             "axes",
             "dma_transpose_axes",
         );
-        let one = src
-            .with_pattern(&[(1, 2), (2, 2), (4, 2), (0, 1)], 0)
-            .expect("5-D");
-        check(
-            m.dma_transpose(&dst, &one, None, false, None),
-            "src",
-            "dma_transpose_shape",
-        );
+        let one = src.with_pattern(&[(1, 2), (2, 2), (4, 2), (0, 1)], 0).expect("5-D");
+        check(m.dma_transpose(&dst, &one, None, false, None), "src", "dma_transpose_shape");
         let hbm = m.hbm_tensor("h", &[8, 16], Dtype::Fp32, None).expect("h");
-        check(
-            m.dma_transpose(&hbm, &src, None, false, None),
-            "dst",
-            "dma_transpose_memory",
-        );
+        check(m.dma_transpose(&hbm, &src, None, false, None), "dst", "dma_transpose_memory");
         let ps = m.alloc(Space::Psum, "p", &[16, 8], Dtype::Fp32).expect("p");
-        check(
-            m.dma_transpose(&dst, &ps, None, false, None),
-            "src",
-            "dma_transpose_memory",
-        );
+        check(m.dma_transpose(&dst, &ps, None, false, None), "src", "dma_transpose_memory");
         // In place (a square tile onto itself) is refused: no defined order.
-        let sq2 = m
-            .alloc(Space::Sbuf, "sq2", &[8, 8], Dtype::Fp32)
-            .expect("q");
+        let sq2 = m.alloc(Space::Sbuf, "sq2", &[8, 8], Dtype::Fp32).expect("q");
         put(&mut m, &sq2, &codes(64, 4), 4);
-        check(
-            m.dma_transpose(&sq2, &sq2, None, false, None),
-            "dst",
-            "dma_transpose_overlap",
-        );
+        check(m.dma_transpose(&sq2, &sq2, None, false, None), "dst", "dma_transpose_overlap");
         // The hardware DGE: 2-byte, src.shape[0] == 16 in 2-D, src.shape[-1] <= 128.
-        let h16 = m
-            .alloc(Space::Sbuf, "h16", &[16, 8], Dtype::Bf16)
-            .expect("h");
-        let h16t = m
-            .alloc(Space::Sbuf, "h16t", &[8, 16], Dtype::Bf16)
-            .expect("h");
+        let h16 = m.alloc(Space::Sbuf, "h16", &[16, 8], Dtype::Bf16).expect("h");
+        let h16t = m.alloc(Space::Sbuf, "h16t", &[8, 16], Dtype::Bf16).expect("h");
         put(&mut m, &h16, &codes(128, 2), 2);
-        m.dma_transpose(&h16t, &h16, None, true, None)
-            .expect("hwdge 16 x 8");
-        let h8 = m
-            .alloc(Space::Sbuf, "h8", &[8, 16], Dtype::Bf16)
-            .expect("h");
-        let h8t = m
-            .alloc(Space::Sbuf, "h8t", &[16, 8], Dtype::Bf16)
-            .expect("h");
+        m.dma_transpose(&h16t, &h16, None, true, None).expect("hwdge 16 x 8");
+        let h8 = m.alloc(Space::Sbuf, "h8", &[8, 16], Dtype::Bf16).expect("h");
+        let h8t = m.alloc(Space::Sbuf, "h8t", &[16, 8], Dtype::Bf16).expect("h");
         put(&mut m, &h8, &codes(128, 2), 2);
-        check(
-            m.dma_transpose(&h8t, &h8, None, true, None),
-            "src",
-            "dma_transpose_hwdge",
-        );
-        check(
-            m.dma_transpose(&h8t, &h8, None, false, Some(16)),
-            "queue",
-            "DMA queues",
-        );
+        check(m.dma_transpose(&h8t, &h8, None, true, None), "src", "dma_transpose_hwdge");
+        check(m.dma_transpose(&h8t, &h8, None, false, Some(16)), "queue", "DMA queues");
     }
 }

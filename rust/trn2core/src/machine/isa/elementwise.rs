@@ -43,10 +43,7 @@ impl Machine {
     /// `shuffle_mask[i % 32]` of the same quadrant of `src`, bit for bit (255: unmodified).
     /// See the module doc.
     pub fn nc_stream_shuffle(
-        &mut self,
-        dst: &Tile,
-        src: &Tile,
-        shuffle_mask: &[i64],
+        &mut self, dst: &Tile, src: &Tile, shuffle_mask: &[i64],
     ) -> Result<()> {
         let opc = Opcode::NcStreamShuffle;
         let engine = Engine::Vector;
@@ -123,11 +120,7 @@ impl Machine {
         let n = a.n();
         for (i, s) in moves {
             let row = Opnd {
-                tile: Tile {
-                    start_partition: dst.start_partition + i,
-                    partitions: 1,
-                    ..*dst
-                },
+                tile: Tile { start_partition: dst.start_partition + i, partitions: 1, ..*dst },
                 range: d.range,
             };
             self.scatter_bits(&row, &x[s as usize * n..(s as usize + 1) * n])?;
@@ -164,9 +157,7 @@ fn per_partition(op: AluOp, x: &[f32], s: &[f32], reverse: bool, n: usize) -> Ve
 
 /// Refuses `op0`, then `op1`, where `why(op)` gives a reason: a `ValueError` on that argument.
 pub(crate) fn check_op_pair(
-    op0: AluOp,
-    op1: AluOp,
-    why: impl Fn(AluOp) -> Option<String>,
+    op0: AluOp, op1: AluOp, why: impl Fn(AluOp) -> Option<String>,
 ) -> Result<()> {
     for (arg, op) in [("op0", op0), ("op1", op1)] {
         if !op.is_elementwise() {
@@ -183,12 +174,7 @@ impl Machine {
     /// The operands of an element-wise instruction of two tensor inputs `a` and `b` (name,
     /// tile) and `dst`: checked each, then the two-inputs-from-PSUM rule and equal shapes.
     pub(crate) fn two_tensor_operands(
-        &self,
-        opc: Opcode,
-        engine: Engine,
-        a: (&str, &Tile),
-        b: (&str, &Tile),
-        dst: &Tile,
+        &self, opc: Opcode, engine: Engine, a: (&str, &Tile), b: (&str, &Tile), dst: &Tile,
     ) -> Result<(Opnd, Opnd, Opnd)> {
         let oa = self.operand(a.0, a.1, Some(engine), false)?;
         let ob = self.operand(b.0, b.1, Some(engine), false)?;
@@ -212,22 +198,14 @@ impl Machine {
     /// The operands of an element-wise instruction from `data` into `dst`: checked each, and
     /// of equal shapes.
     pub(crate) fn data_dst_operands(
-        &self,
-        opc: Opcode,
-        engine: Engine,
-        data: &Tile,
-        dst: &Tile,
+        &self, opc: Opcode, engine: Engine, data: &Tile, dst: &Tile,
     ) -> Result<(Opnd, Opnd)> {
         self.input_dst_operands(opc, engine, ("data", data), dst)
     }
 
     /// [`Self::data_dst_operands`] with the input named `arg`.
     pub(crate) fn input_dst_operands(
-        &self,
-        opc: Opcode,
-        engine: Engine,
-        (arg, input): (&str, &Tile),
-        dst: &Tile,
+        &self, opc: Opcode, engine: Engine, (arg, input): (&str, &Tile), dst: &Tile,
     ) -> Result<(Opnd, Opnd)> {
         let a = self.operand(arg, input, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
@@ -244,12 +222,7 @@ impl Machine {
     /// one of [`alu::int_native`], the engine computes in native 32-bit integers (wrapping),
     /// as the ISA documentation says of int32 `tensor_tensor`. `power` runs on GpSimd only.
     pub fn tensor_tensor(
-        &mut self,
-        engine: Engine,
-        dst: &Tile,
-        data1: &Tile,
-        data2: &Tile,
-        op: AluOp,
+        &mut self, engine: Engine, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
     ) -> Result<()> {
         let opc = Opcode::TensorTensor;
         check_engine(opc, engine)?;
@@ -260,19 +233,11 @@ impl Machine {
             ));
         }
         if op == AluOp::Power && engine != Engine::Gpsimd {
-            return Err(rule(
-                "op",
-                "engine",
-                "tensor_tensor with power runs on the GpSimd engine",
-            ));
+            return Err(rule("op", "engine", "tensor_tensor with power runs on the GpSimd engine"));
         }
         let (a, b, d) =
             self.two_tensor_operands(opc, engine, ("data1", data1), ("data2", data2), dst)?;
-        self.check_op_dtypes(
-            op,
-            "op",
-            &[("data1", data1), ("data2", data2), ("dst", dst)],
-        )?;
+        self.check_op_dtypes(op, "op", &[("data1", data1), ("data2", data2), ("dst", dst)])?;
         let int32 = |t: &Tile| matches!(t.dtype, Dtype::Int32 | Dtype::Uint32);
         let native = engine == Engine::Gpsimd
             && alu::int_native(op)
@@ -310,14 +275,8 @@ impl Machine {
     /// `rsqrt`). Arithmetic operands must be fp32; bitvec operators run on Vector only.
     #[allow(clippy::too_many_arguments)]
     pub fn tensor_scalar(
-        &mut self,
-        engine: Engine,
-        dst: &Tile,
-        data: &Tile,
-        op0: AluOp,
-        operand0: &Scalar,
-        reverse0: bool,
-        second: Option<&SecondOp>,
+        &mut self, engine: Engine, dst: &Tile, data: &Tile, op0: AluOp, operand0: &Scalar,
+        reverse0: bool, second: Option<&SecondOp>,
     ) -> Result<()> {
         let opc = Opcode::TensorScalar;
         check_engine(opc, engine)?;
@@ -354,11 +313,7 @@ impl Machine {
             }
         }
         if op0.is_bitvec() && engine != Engine::Vector {
-            return Err(rule(
-                "engine",
-                "engine",
-                "bitvec tensor_scalar runs on the Vector engine",
-            ));
+            return Err(rule("engine", "engine", "bitvec tensor_scalar runs on the Vector engine"));
         }
         let (a, d) = self.data_dst_operands(opc, engine, data, dst)?;
         self.check_op_dtypes(op0, "op0", &[("data", data), ("dst", dst)])?;
@@ -400,11 +355,7 @@ impl Machine {
                 self.scatter_f32(&d, &z)?;
             }
         }
-        let f = if engine == Engine::Gpsimd {
-            flags::RSQRT
-        } else {
-            0
-        };
+        let f = if engine == Engine::Gpsimd { flags::RSQRT } else { 0 };
         self.record_engine(opc, engine, &[&a], &extra, &d, f);
         Ok(())
     }
@@ -413,15 +364,8 @@ impl Machine {
     /// with `operand0` a constant or `[P, 1]` tile and `operand1` a tile like `data`.
     #[allow(clippy::too_many_arguments)]
     pub fn scalar_tensor_tensor(
-        &mut self,
-        dst: &Tile,
-        data: &Tile,
-        op0: AluOp,
-        operand0: &Scalar,
-        reverse0: bool,
-        op1: AluOp,
-        operand1: &Tile,
-        reverse1: bool,
+        &mut self, dst: &Tile, data: &Tile, op0: AluOp, operand0: &Scalar, reverse0: bool,
+        op1: AluOp, operand1: &Tile, reverse1: bool,
     ) -> Result<()> {
         let opc = Opcode::ScalarTensorTensor;
         let engine = Engine::Vector;
@@ -445,11 +389,8 @@ impl Machine {
             alu::binary(op1, &t, &y, &mut z);
         }
         self.scatter_f32(&d, &z)?;
-        let f = if op0 == AluOp::Subtract && op1 == AluOp::Multiply {
-            flags::SUB_THEN_MUL
-        } else {
-            0
-        };
+        let f =
+            if op0 == AluOp::Subtract && op1 == AluOp::Multiply { flags::SUB_THEN_MUL } else { 0 };
         self.record_engine(opc, engine, &[&a, &b], &extra, &d, f);
         Ok(())
     }
@@ -497,9 +438,7 @@ impl Machine {
         let bits = match dst.dtype.format() {
             Some(f) => encode_scalar(value, &f.encoding(), Rounding::NearestEven, false, None)?,
             None if value.is_nan() => 0,
-            None => dst
-                .dtype
-                .saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64),
+            None => dst.dtype.saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64),
         };
         self.scatter_bits(&d, &vec![bits; d.tile.elements()])?;
         let f = if value == 0.0 { flags::ZERO_VALUE } else { 0 };
@@ -547,10 +486,7 @@ impl Machine {
                     return Err(super::dtype_rule(
                         "prob",
                         "dropout_dtype",
-                        format!(
-                            "prob is {}; a float tile (float32 for integer data)",
-                            t.dtype
-                        ),
+                        format!("prob is {}; a float tile (float32 for integer data)", t.dtype),
                     ));
                 }
                 let o = self.operand("prob", t, Some(engine), false)?;
@@ -559,11 +495,7 @@ impl Machine {
                 self.gather_f32(t)?
             }
         };
-        if let Some((row, q)) = probs
-            .iter()
-            .enumerate()
-            .find(|(_, q)| !(0.0..=1.0).contains(*q))
-        {
+        if let Some((row, q)) = probs.iter().enumerate().find(|(_, q)| !(0.0..=1.0).contains(*q)) {
             return Err(Error::value(
                 "prob",
                 format!("{q} (partition {row}); a drop probability is in [0, 1]"),
@@ -600,11 +532,7 @@ impl Machine {
     /// (`predicate` widened to float32; NaN counts as true). Bit-exact when `on_true`,
     /// `on_false` (a tile) and `dst` share a dtype, else through float32.
     pub fn select(
-        &mut self,
-        dst: &Tile,
-        predicate: &Tile,
-        on_true: &Tile,
-        on_false: &Scalar,
+        &mut self, dst: &Tile, predicate: &Tile, on_true: &Tile, on_false: &Scalar,
     ) -> Result<()> {
         let opc = Opcode::Select;
         let engine = Engine::Vector;
@@ -622,11 +550,8 @@ impl Machine {
             }
             Scalar::Imm(_) => None,
         };
-        let psum_inputs = [pr.region(), t.region()]
-            .iter()
-            .chain(&extra)
-            .filter(|r| r.mem == MEM_PSUM)
-            .count();
+        let psum_inputs =
+            [pr.region(), t.region()].iter().chain(&extra).filter(|r| r.mem == MEM_PSUM).count();
         if psum_inputs > 1 {
             return Err(rule(
                 "on_true",
@@ -671,9 +596,7 @@ mod tests {
 
     fn bits16(m: &Machine, t: &Tile) -> Vec<u16> {
         let b = m.read_tile(t).expect("read");
-        b.chunks(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect()
+        b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()
     }
 
     /// Each element kept or zeroed by the generator's word for its flat index, keyed by the
@@ -686,25 +609,12 @@ mod tests {
         let mut tile = |name: &str, shape: &[usize], dt: Dtype| {
             m.alloc(Space::Sbuf, name, shape, dt).expect(name)
         };
-        let (xi, di) = (
-            tile("xi", &[p, n], Dtype::Int32),
-            tile("di", &[p, n], Dtype::Int32),
-        );
-        let (xf, db) = (
-            tile("xf", &[p, n], Dtype::Fp32),
-            tile("db", &[p, n], Dtype::Bf16),
-        );
-        let (pt, pb) = (
-            tile("pt", &[p, 1], Dtype::Fp32),
-            tile("pb", &[p, 1], Dtype::Bf16),
-        );
-        let iv: Vec<u32> = (0..p * n)
-            .map(|k| (k as u32).wrapping_mul(0x9E37_79B9) | 1)
-            .collect();
+        let (xi, di) = (tile("xi", &[p, n], Dtype::Int32), tile("di", &[p, n], Dtype::Int32));
+        let (xf, db) = (tile("xf", &[p, n], Dtype::Fp32), tile("db", &[p, n], Dtype::Bf16));
+        let (pt, pb) = (tile("pt", &[p, 1], Dtype::Fp32), tile("pb", &[p, 1], Dtype::Bf16));
+        let iv: Vec<u32> = (0..p * n).map(|k| (k as u32).wrapping_mul(0x9E37_79B9) | 1).collect();
         super::super::test_util::put_words(&mut m, &xi, &iv, 4);
-        let fv: Vec<u32> = (0..p * n)
-            .map(|k| ((k % 64) as f32 - 32.0).to_bits())
-            .collect();
+        let fv: Vec<u32> = (0..p * n).map(|k| ((k % 64) as f32 - 32.0).to_bits()).collect();
         super::super::test_util::put_words(&mut m, &xf, &fv, 4);
         let probs = [0.0f32, 1.0, 0.25, 0.5];
         let pw: Vec<u32> = probs.iter().map(|v| v.to_bits()).collect();
@@ -741,17 +651,11 @@ mod tests {
             let expect = if k == 0 { 1.0 - 1.75 / 4.0 } else { 0.7 };
             assert!((frac - expect).abs() < 0.05, "call {k}: kept {frac}");
         }
-        let e = m
-            .dropout(&db, &xi, &Scalar::Imm(0.5))
-            .expect_err("int to bf16");
+        let e = m.dropout(&db, &xi, &Scalar::Imm(0.5)).expect_err("int to bf16");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("dropout_dtype")));
-        let e = m
-            .dropout(&di, &xi, &Scalar::Tile(pb))
-            .expect_err("bf16 prob");
+        let e = m.dropout(&di, &xi, &Scalar::Tile(pb)).expect_err("bf16 prob");
         assert_eq!((e.arg(), e.rule()), (Some("prob"), Some("dropout_dtype")));
-        let e = m
-            .dropout(&di, &xi, &Scalar::Imm(1.5))
-            .expect_err("prob 1.5");
+        let e = m.dropout(&di, &xi, &Scalar::Imm(1.5)).expect_err("prob 1.5");
         assert_eq!(e.arg(), Some("prob"));
     }
 
@@ -761,9 +665,7 @@ mod tests {
     fn stream_shuffle_against_a_row_oracle() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let n = 6usize;
-        let all = m
-            .alloc(Space::Sbuf, "all", &[128, n], Dtype::Bf16)
-            .expect("a");
+        let all = m.alloc(Space::Sbuf, "all", &[128, n], Dtype::Bf16).expect("a");
         let init: Vec<u16> = (0..128 * n)
             .map(|k| match k % 7 {
                 0 => 0x7FC1,
@@ -782,12 +684,7 @@ mod tests {
         mask[5] = 255;
         mask[30] = 255;
         // (src start, src partitions, dst start, dst partitions)
-        let cases = [
-            (0, 128, 0, 128),
-            (32, 32, 96, 32),
-            (64, 64, 0, 64),
-            (0, 64, 0, 64),
-        ];
+        let cases = [(0, 128, 0, 128), (32, 32, 96, 32), (64, 64, 0, 64), (0, 64, 0, 64)];
         let mut want = init.clone();
         for &(s0, sp, d0, dp) in &cases {
             let (src, dst) = (part(&all, s0, sp), part(&all, d0, dp));
@@ -805,20 +702,12 @@ mod tests {
             assert_eq!(bits16(&m, &all), want, "case {s0} {sp} {d0} {dp}");
         }
         // The rules, each naming its argument.
-        let e = m
-            .nc_stream_shuffle(&all, &all, &mask[..31])
-            .expect_err("31");
-        assert_eq!(
-            (e.arg(), e.rule()),
-            (Some("shuffle_mask"), Some("shuffle_mask"))
-        );
+        let e = m.nc_stream_shuffle(&all, &all, &mask[..31]).expect_err("31");
+        assert_eq!((e.arg(), e.rule()), (Some("shuffle_mask"), Some("shuffle_mask")));
         let mut wide = mask.clone();
         wide[2] = 40;
         let e = m.nc_stream_shuffle(&all, &all, &wide).expect_err("40");
-        assert_eq!(
-            (e.arg(), e.rule()),
-            (Some("shuffle_mask"), Some("shuffle_mask"))
-        );
+        assert_eq!((e.arg(), e.rule()), (Some("shuffle_mask"), Some("shuffle_mask")));
         let e = m
             .nc_stream_shuffle(&part(&all, 0, 16), &part(&all, 0, 16), &mask)
             .expect_err("src partition 20 of 16");
@@ -827,9 +716,7 @@ mod tests {
             .nc_stream_shuffle(&part(&all, 32, 32), &part(&all, 0, 64), &mask)
             .expect_err("64 active partitions start at 0 or 64");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("start_partition")));
-        let f = m
-            .alloc(Space::Sbuf, "f", &[128, n], Dtype::Fp32)
-            .expect("f");
+        let f = m.alloc(Space::Sbuf, "f", &[128, n], Dtype::Fp32).expect("f");
         let e = m.nc_stream_shuffle(&f, &all, &mask).expect_err("dtype");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shuffle_dtype")));
     }

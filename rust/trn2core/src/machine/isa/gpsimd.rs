@@ -30,10 +30,7 @@ pub type Pattern<'a> = &'a [(i64, u64)];
 /// `ValueError` unless an affine pattern's `offset` and `channel_multiplier` are 32-bit integers
 /// (what the instruction holds).
 fn check_i32_coefficients(offset: i64, channel_multiplier: i64) -> Result<()> {
-    for (arg, v) in [
-        ("offset", offset),
-        ("channel_multiplier", channel_multiplier),
-    ] {
+    for (arg, v) in [("offset", offset), ("channel_multiplier", channel_multiplier)] {
         if i32::try_from(v).is_err() {
             return Err(Error::value(arg, format!("{v} is not a 32-bit integer")));
         }
@@ -43,11 +40,7 @@ fn check_i32_coefficients(offset: i64, channel_multiplier: i64) -> Result<()> {
 
 /// The 32-bit affine values of `pattern` for `partitions` channels, in logical order.
 fn affine_values(
-    pattern: Pattern,
-    offset: i64,
-    channel_multiplier: i64,
-    partitions: u32,
-    out: &mut Vec<i32>,
+    pattern: Pattern, offset: i64, channel_multiplier: i64, partitions: u32, out: &mut Vec<i32>,
 ) {
     out.clear();
     let per: u64 = pattern.iter().map(|&(_, n)| n).product();
@@ -81,18 +74,12 @@ impl Machine {
             return Err(shape_rule(
                 "pattern",
                 "shape",
-                format!(
-                    "the pattern has {per} elements per partition; dst has {}",
-                    d.n()
-                ),
+                format!("the pattern has {per} elements per partition; dst has {}", d.n()),
             ));
         }
         for (arg, v) in pattern.iter().map(|&(s, _)| ("pattern", s)) {
             if i32::try_from(v).is_err() {
-                return Err(Error::value(
-                    arg,
-                    format!("step {v} is not a 32-bit integer"),
-                ));
+                return Err(Error::value(arg, format!("step {v} is not a 32-bit integer")));
             }
         }
         Ok(())
@@ -100,11 +87,7 @@ impl Machine {
 
     /// `iota` (GpSimd engine): writes the affine pattern's values into `dst` (SBUF).
     pub fn iota(
-        &mut self,
-        dst: &Tile,
-        pattern: Pattern,
-        offset: i64,
-        channel_multiplier: i64,
+        &mut self, dst: &Tile, pattern: Pattern, offset: i64, channel_multiplier: i64,
     ) -> Result<()> {
         let opc = Opcode::Iota;
         let engine = Engine::Gpsimd;
@@ -114,10 +97,7 @@ impl Machine {
         let mut vals = Vec::new();
         affine_values(pattern, offset, channel_multiplier, d.p(), &mut vals);
         if dst.dtype.is_int() {
-            let bits: Vec<u32> = vals
-                .iter()
-                .map(|&v| dst.dtype.saturate_int(v as i64))
-                .collect();
+            let bits: Vec<u32> = vals.iter().map(|&v| dst.dtype.saturate_int(v as i64)).collect();
             self.scatter_bits(&d, &bits)?;
         } else {
             let f: Vec<f32> = vals.iter().map(|&v| v as f32).collect();
@@ -131,14 +111,8 @@ impl Machine {
     /// (both tiles in SBUF); bit-exact when `on_true` has `dst`'s dtype, else through float32.
     #[allow(clippy::too_many_arguments)]
     pub fn affine_select(
-        &mut self,
-        dst: &Tile,
-        pattern: Pattern,
-        channel_multiplier: i64,
-        on_true: &Tile,
-        on_false_value: f64,
-        cmp_op: AluOp,
-        offset: i64,
+        &mut self, dst: &Tile, pattern: Pattern, channel_multiplier: i64, on_true: &Tile,
+        on_false_value: f64, cmp_op: AluOp, offset: i64,
     ) -> Result<()> {
         let opc = Opcode::AffineSelect;
         let engine = Engine::Gpsimd;
@@ -213,18 +187,10 @@ impl Machine {
             return Err(super::dtype_rule(
                 "indices",
                 "gather_dtype",
-                format!(
-                    "indices is {}; nc_n_gather reads uint32 indices",
-                    indices.dtype
-                ),
+                format!("indices is {}; nc_n_gather reads uint32 indices", indices.dtype),
             ));
         }
-        super::keeps_dtype(
-            "gather_dtype",
-            dst,
-            ("data", data),
-            "nc_n_gather keeps data's dtype",
-        )?;
+        super::keeps_dtype("gather_dtype", dst, ("data", data), "nc_n_gather keeps data's dtype")?;
         if i.p() != a.p() || d.p() != a.p() || d.n() != i.n() {
             return Err(shape_rule(
                 "dst",
@@ -356,10 +322,7 @@ impl Machine {
                 return Err(super::dtype_rule(
                     arg,
                     "sequence_bounds_dtype",
-                    format!(
-                        "{arg} is {}; sequence_bounds takes float32 or int32",
-                        t.dtype
-                    ),
+                    format!("{arg} is {}; sequence_bounds takes float32 or int32", t.dtype),
                 ));
             }
         }
@@ -394,10 +357,8 @@ impl Machine {
             let x = self.gather_f32(segment_ids)?;
             x.iter().map(|&v| v as f64).collect()
         };
-        if let Some((i, v)) = ids
-            .iter()
-            .enumerate()
-            .find(|(_, v)| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0))
+        if let Some((i, v)) =
+            ids.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0 && v.fract() == 0.0))
         {
             return Err(super::rule(
                 "segment_ids",
@@ -443,11 +404,7 @@ impl Machine {
     /// or int32; `dst` int32 with one element more per partition; both SBUF, on the same
     /// partitions.
     pub fn nonzero_with_count(
-        &mut self,
-        dst: &Tile,
-        src: &Tile,
-        index_offset: i64,
-        padding_val: i64,
+        &mut self, dst: &Tile, src: &Tile, index_offset: i64, padding_val: i64,
     ) -> Result<()> {
         let opc = Opcode::NonzeroWithCount;
         let engine = Engine::Gpsimd;
@@ -459,10 +416,7 @@ impl Machine {
             return Err(super::dtype_rule(
                 "src",
                 "nonzero_dtype",
-                format!(
-                    "src is {}; nonzero_with_count reads fp32 or int32",
-                    src.dtype
-                ),
+                format!("src is {}; nonzero_with_count reads fp32 or int32", src.dtype),
             ));
         }
         if dst.dtype != dtype::Dtype::Int32 {
@@ -519,20 +473,11 @@ impl Machine {
             let count = z.len() as u32;
             z.resize(n, pad as u32);
             z.push(count);
-            let row = Opnd {
-                tile: d1,
-                range: d.range,
-            };
+            let row = Opnd { tile: d1, range: d.range };
             self.scatter_bits(&row, &z)?;
         }
         let cost = Self::cost_input(n, a.p(), 0);
-        self.program.push(
-            opc,
-            Queue::Engine(engine),
-            &[a.region()],
-            &[d.region()],
-            cost,
-        );
+        self.program.push(opc, Queue::Engine(engine), &[a.region()], &[d.region()], cost);
         Ok(())
     }
 }
@@ -552,15 +497,9 @@ mod tests {
     fn nc_n_gather_against_an_indexing_oracle() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let (p, n, k) = (3usize, 12usize, 7usize);
-        let data = m
-            .alloc(Space::Sbuf, "data", &[p, 3, 4], Dtype::Bf16)
-            .expect("d");
-        let idx = m
-            .alloc(Space::Sbuf, "idx", &[p, k], Dtype::Uint32)
-            .expect("i");
-        let dst = m
-            .alloc(Space::Sbuf, "dst", &[p, k], Dtype::Bf16)
-            .expect("o");
+        let data = m.alloc(Space::Sbuf, "data", &[p, 3, 4], Dtype::Bf16).expect("d");
+        let idx = m.alloc(Space::Sbuf, "idx", &[p, k], Dtype::Uint32).expect("i");
+        let dst = m.alloc(Space::Sbuf, "dst", &[p, k], Dtype::Bf16).expect("o");
         let vals: Vec<u32> = (0..p * n)
             .map(|e| match e {
                 5 => 0x7fc1,  // a NaN with a payload
@@ -569,9 +508,8 @@ mod tests {
             })
             .collect();
         put(&mut m, &data, &vals, 2);
-        let ids: Vec<u32> = (0..p * k)
-            .map(|e| ((e / k) * 5 + (k - 1 - e % k) * 7) as u32 % n as u32)
-            .collect();
+        let ids: Vec<u32> =
+            (0..p * k).map(|e| ((e / k) * 5 + (k - 1 - e % k) * 7) as u32 % n as u32).collect();
         put(&mut m, &idx, &ids, 4);
         m.nc_n_gather(&dst, &data, &idx).expect("gather");
         let got = m.read_tile(&dst).expect("read");
@@ -586,9 +524,7 @@ mod tests {
         put(&mut m, &idx, &[12; 21], 4);
         let err = m.nc_n_gather(&dst, &data, &idx).expect_err("range");
         assert!(err.to_string().contains("gather_index"), "{err}");
-        let fidx = m
-            .alloc(Space::Sbuf, "fidx", &[p, k], Dtype::Fp32)
-            .expect("f");
+        let fidx = m.alloc(Space::Sbuf, "fidx", &[p, k], Dtype::Fp32).expect("f");
         put(&mut m, &fidx, &[0; 21], 4);
         let err = m.nc_n_gather(&dst, &data, &fidx).expect_err("dtype");
         assert!(err.to_string().contains("uint32"), "{err}");
@@ -601,9 +537,7 @@ mod tests {
     fn tensor_partition_reduce_against_a_column_oracle() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let (p, n) = (5usize, 6usize);
-        let data = m
-            .alloc(Space::Sbuf, "data", &[p, 2, 3], Dtype::Fp32)
-            .expect("d");
+        let data = m.alloc(Space::Sbuf, "data", &[p, 2, 3], Dtype::Fp32).expect("d");
         let x: Vec<f32> = vec![
             1.0,
             -0.0,
@@ -636,31 +570,18 @@ mod tests {
             7.0,
             0.0,
         ];
-        put(
-            &mut m,
-            &data,
-            &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            4,
-        );
-        let sum = m
-            .alloc(Space::Sbuf, "sum", &[1, n], Dtype::Fp32)
-            .expect("s");
+        put(&mut m, &data, &x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), 4);
+        let sum = m.alloc(Space::Sbuf, "sum", &[1, n], Dtype::Fp32).expect("s");
         let mx = m.alloc(Space::Sbuf, "mx", &[1, n], Dtype::Bf16).expect("m");
-        m.tensor_partition_reduce(&sum, AluOp::Add, &data)
-            .expect("add");
-        m.tensor_partition_reduce(&mx, AluOp::Maximum, &data)
-            .expect("max");
+        m.tensor_partition_reduce(&sum, AluOp::Add, &data).expect("add");
+        m.tensor_partition_reduce(&mx, AluOp::Maximum, &data).expect("max");
         let got = m.read_f32(&sum).expect("read");
         for j in 0..n {
             let mut acc = x[j];
             for r in 1..p {
                 acc += x[r * n + j]; // float32 additions in partition order
             }
-            let want = if acc.is_nan() {
-                f32::from_bits(0x7FC0_0000)
-            } else {
-                acc
-            };
+            let want = if acc.is_nan() { f32::from_bits(0x7FC0_0000) } else { acc };
             assert_eq!(got[j].to_bits(), want.to_bits(), "column {j}");
         }
         // Column 1: -0 + -0 ... = -0; column 2: MAX + MAX overflows to inf; column 3: each
@@ -670,18 +591,14 @@ mod tests {
         assert_eq!(got[2], f32::INFINITY);
         assert_eq!(got[3], 0.0);
         // average: the same float32 sums, each divided once by the 5 partitions.
-        m.tensor_partition_reduce(&sum, AluOp::Average, &data)
-            .expect("average");
+        m.tensor_partition_reduce(&sum, AluOp::Average, &data).expect("average");
         let avg = m.read_f32(&sum).expect("read");
         for (j, (&a, &s)) in avg.iter().zip(&got).enumerate() {
             let want = alu::canon(s / p as f32);
             assert_eq!(a.to_bits(), want.to_bits(), "average, column {j}");
         }
         let b = m.read_tile(&mx).expect("read");
-        let b16: Vec<u16> = b
-            .chunks(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
+        let b16: Vec<u16> = b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
         // max: 2.0, -0 (all -0), MAX (rounds to inf in bf16), 1e8 (rounded), inf, NaN.
         assert_eq!(b16[0], 0x4000);
         assert_eq!(b16[1], 0x8000);
@@ -690,54 +607,26 @@ mod tests {
         assert_eq!(b16[4], 0x7F80);
         assert_eq!(b16[5] & 0x7FC0, 0x7FC0);
         // Bitwise, on int32 bits.
-        let ints = m
-            .alloc(Space::Sbuf, "ints", &[3, 2], Dtype::Int32)
-            .expect("i");
-        put(
-            &mut m,
-            &ints,
-            &[0x0F, 0xFFFF_FFFF, 0xF0, 0x8000_0000, 0x100, 0x7FFF_FFFF],
-            4,
-        );
-        let or = m
-            .alloc(Space::Sbuf, "or", &[1, 2], Dtype::Int32)
-            .expect("o");
-        m.tensor_partition_reduce(&or, AluOp::BitwiseOr, &ints)
-            .expect("or");
-        assert_eq!(
-            m.read_tile(&or).expect("r"),
-            [0xFF, 1, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]
-        );
-        m.tensor_partition_reduce(&or, AluOp::BitwiseAnd, &ints)
-            .expect("and");
+        let ints = m.alloc(Space::Sbuf, "ints", &[3, 2], Dtype::Int32).expect("i");
+        put(&mut m, &ints, &[0x0F, 0xFFFF_FFFF, 0xF0, 0x8000_0000, 0x100, 0x7FFF_FFFF], 4);
+        let or = m.alloc(Space::Sbuf, "or", &[1, 2], Dtype::Int32).expect("o");
+        m.tensor_partition_reduce(&or, AluOp::BitwiseOr, &ints).expect("or");
+        assert_eq!(m.read_tile(&or).expect("r"), [0xFF, 1, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+        m.tensor_partition_reduce(&or, AluOp::BitwiseAnd, &ints).expect("and");
         assert_eq!(m.read_tile(&or).expect("r"), [0, 0, 0, 0, 0, 0, 0, 0]);
         // The rules.
-        let e = m
-            .tensor_partition_reduce(&sum, AluOp::Subtract, &data)
-            .expect_err("op");
+        let e = m.tensor_partition_reduce(&sum, AluOp::Subtract, &data).expect_err("op");
         assert_eq!(e.arg(), Some("op"));
-        let two = m
-            .alloc(Space::Sbuf, "two", &[2, n], Dtype::Fp32)
-            .expect("t");
-        let e = m
-            .tensor_partition_reduce(&two, AluOp::Add, &data)
-            .expect_err("shape");
+        let two = m.alloc(Space::Sbuf, "two", &[2, n], Dtype::Fp32).expect("t");
+        let e = m.tensor_partition_reduce(&two, AluOp::Add, &data).expect_err("shape");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
-        let e = m
-            .tensor_partition_reduce(&sum, AluOp::BitwiseOr, &data)
-            .expect_err("float bits");
+        let e = m.tensor_partition_reduce(&sum, AluOp::BitwiseOr, &data).expect_err("float bits");
         assert_eq!((e.arg(), e.rule()), (Some("data"), Some("bitvec_dtype")));
-        let u = m
-            .alloc(Space::Sbuf, "u", &[1, 2], Dtype::Uint32)
-            .expect("u");
-        let e = m
-            .tensor_partition_reduce(&u, AluOp::BitwiseOr, &ints)
-            .expect_err("dtype");
+        let u = m.alloc(Space::Sbuf, "u", &[1, 2], Dtype::Uint32).expect("u");
+        let e = m.tensor_partition_reduce(&u, AluOp::BitwiseOr, &ints).expect_err("dtype");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("bitvec_dtype")));
         let ps = m.alloc(Space::Psum, "ps", &[p, n], Dtype::Fp32).expect("p");
-        let e = m
-            .tensor_partition_reduce(&sum, AluOp::Add, &ps)
-            .expect_err("psum");
+        let e = m.tensor_partition_reduce(&sum, AluOp::Add, &ps).expect_err("psum");
         assert_eq!(e.arg(), Some("data"));
     }
 
@@ -773,45 +662,26 @@ mod tests {
                 Dtype::Int32 => i32::from_le_bytes(word(c)) as f64,
                 _ => f32::from_le_bytes(word(c)) as f64,
             };
-            let got: Vec<f64> = m
-                .read_tile(&d)
-                .expect("read")
-                .chunks(4)
-                .map(value)
-                .collect();
+            let got: Vec<f64> = m.read_tile(&d).expect("read").chunks(4).map(value).collect();
             (got, d)
         };
         let f: Vec<f32> = vec![0.0, 1.0, 1.0, 2.0, 2.0, 2.0, -0.0, 3.0, 3.0, 5.0, 4.0, 4.0];
         let bits = f.iter().map(|v| v.to_bits()).collect();
         let (got, _) = run(&mut m, "fp32", (Dtype::Fp32, bits), Dtype::Int32);
-        assert_eq!(
-            got,
-            oracle(&f.iter().map(|&v| v as f64).collect::<Vec<_>>())
-        );
+        assert_eq!(got, oracle(&f.iter().map(|&v| v as f64).collect::<Vec<_>>()));
         assert_eq!(&got[..3], &[12.0, 1.0, 1.0]);
         let big: Vec<i32> = vec![16_777_217, 16_777_216, 16_777_216, 0, 7];
         let bits = big.iter().map(|&v| v as u32).collect();
         let (got, d) = run(&mut m, "int32", (Dtype::Int32, bits), Dtype::Fp32);
-        assert_eq!(
-            got,
-            oracle(&big.iter().map(|&v| v as f64).collect::<Vec<_>>())
-        );
-        let bad = m
-            .alloc(Space::Sbuf, "bad", &[1, 2], Dtype::Fp32)
-            .expect("bad");
+        assert_eq!(got, oracle(&big.iter().map(|&v| v as f64).collect::<Vec<_>>()));
+        let bad = m.alloc(Space::Sbuf, "bad", &[1, 2], Dtype::Fp32).expect("bad");
         put(&mut m, &bad, &[1.5f32.to_bits(), 1.0f32.to_bits()], 4);
-        let e = m
-            .sequence_bounds(&d, &bad)
-            .expect_err("shape first? no: ids");
+        let e = m.sequence_bounds(&d, &bad).expect_err("shape first? no: ids");
         assert!(e.to_string().contains("segment_ids") || e.to_string().contains("dst"));
-        let d2 = m
-            .alloc(Space::Sbuf, "d2", &[1, 2, 2], Dtype::Fp32)
-            .expect("d2");
+        let d2 = m.alloc(Space::Sbuf, "d2", &[1, 2, 2], Dtype::Fp32).expect("d2");
         let e = m.sequence_bounds(&d2, &bad).expect_err("1.5");
         assert_eq!(e.rule(), Some("sequence_bounds_ids"));
-        let two = m
-            .alloc(Space::Sbuf, "two", &[2, 2], Dtype::Fp32)
-            .expect("two");
+        let two = m.alloc(Space::Sbuf, "two", &[2, 2], Dtype::Fp32).expect("two");
         put(&mut m, &two, &[0, 0, 0, 0], 4);
         let e = m.sequence_bounds(&d2, &two).expect_err("two partitions");
         assert_eq!(e.rule(), Some("shape"));
@@ -828,12 +698,8 @@ mod tests {
     fn nonzero_with_count_against_the_documented_pseudocode() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let (p, n) = (40usize, 6usize);
-        let src = m
-            .alloc(Space::Sbuf, "src", &[p, 2, 3], Dtype::Fp32)
-            .expect("s");
-        let dst = m
-            .alloc(Space::Sbuf, "dst", &[p, n + 1], Dtype::Int32)
-            .expect("d");
+        let src = m.alloc(Space::Sbuf, "src", &[p, 2, 3], Dtype::Fp32).expect("s");
+        let dst = m.alloc(Space::Sbuf, "dst", &[p, n + 1], Dtype::Int32).expect("d");
         put(&mut m, &dst, &vec![0xAAAA_AAAA; p * (n + 1)], 4);
         let rows: [[u32; 6]; 3] = [
             [0, 0x3F80_0000, 0x8000_0000, 0x7FC0_0000, 0, 1], // 0, 1.0, -0.0, NaN, 0, denormal
@@ -855,10 +721,7 @@ mod tests {
         for r in 0..p {
             let out = &got[r * (n + 1)..(r + 1) * (n + 1)];
             if r % 16 != 0 {
-                assert!(
-                    out.iter().all(|&v| v == 0xAAAA_AAAAu32 as i32),
-                    "row {r} untouched"
-                );
+                assert!(out.iter().all(|&v| v == 0xAAAA_AAAAu32 as i32), "row {r} untouched");
                 continue;
             }
             // The documented pseudocode, on the row's values.
@@ -874,57 +737,24 @@ mod tests {
         }
         assert_eq!(&got[..7], &[17, 19, 21, -1, -1, -1, 3]);
         // int32: bits; the rules.
-        let ints = m
-            .alloc(Space::Sbuf, "ints", &[1, 3], Dtype::Int32)
-            .expect("i");
+        let ints = m.alloc(Space::Sbuf, "ints", &[1, 3], Dtype::Int32).expect("i");
         put(&mut m, &ints, &[0, 0x8000_0000, 7], 4);
         let o = m.alloc(Space::Sbuf, "o", &[1, 4], Dtype::Int32).expect("o");
         m.nonzero_with_count(&o, &ints, 0, 9).expect("int32");
-        assert_eq!(
-            m.read_tile(&o).expect("r"),
-            [1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 2, 0, 0, 0]
-        );
+        assert_eq!(m.read_tile(&o).expect("r"), [1, 0, 0, 0, 2, 0, 0, 0, 9, 0, 0, 0, 2, 0, 0, 0]);
         let check = |r: Result<()>, arg: &str, rule: Option<&str>| {
             let e = r.expect_err(arg);
             assert_eq!((e.arg(), e.rule()), (Some(arg), rule), "{e}");
         };
         let bf = m.alloc(Space::Sbuf, "bf", &[1, 3], Dtype::Bf16).expect("b");
-        check(
-            m.nonzero_with_count(&o, &bf, 0, -1),
-            "src",
-            Some("nonzero_dtype"),
-        );
+        check(m.nonzero_with_count(&o, &bf, 0, -1), "src", Some("nonzero_dtype"));
         let of = m.alloc(Space::Sbuf, "of", &[1, 4], Dtype::Fp32).expect("f");
-        check(
-            m.nonzero_with_count(&of, &ints, 0, -1),
-            "dst",
-            Some("nonzero_dtype"),
-        );
-        let o3 = m
-            .alloc(Space::Sbuf, "o3", &[1, 3], Dtype::Int32)
-            .expect("o");
-        check(
-            m.nonzero_with_count(&o3, &ints, 0, -1),
-            "dst",
-            Some("shape"),
-        );
-        check(
-            m.nonzero_with_count(&o, &ints, i32::MAX as i64 - 1, -1),
-            "index_offset",
-            None,
-        );
-        check(
-            m.nonzero_with_count(&o, &ints, 0, 1 << 40),
-            "padding_val",
-            None,
-        );
-        let ps = m
-            .alloc(Space::Psum, "ps", &[1, 3], Dtype::Int32)
-            .expect("p");
-        check(
-            m.nonzero_with_count(&o, &ps, 0, -1),
-            "src",
-            Some("gpsimd_psum"),
-        );
+        check(m.nonzero_with_count(&of, &ints, 0, -1), "dst", Some("nonzero_dtype"));
+        let o3 = m.alloc(Space::Sbuf, "o3", &[1, 3], Dtype::Int32).expect("o");
+        check(m.nonzero_with_count(&o3, &ints, 0, -1), "dst", Some("shape"));
+        check(m.nonzero_with_count(&o, &ints, i32::MAX as i64 - 1, -1), "index_offset", None);
+        check(m.nonzero_with_count(&o, &ints, 0, 1 << 40), "padding_val", None);
+        let ps = m.alloc(Space::Psum, "ps", &[1, 3], Dtype::Int32).expect("p");
+        check(m.nonzero_with_count(&o, &ps, 0, -1), "src", Some("gpsimd_psum"));
     }
 }

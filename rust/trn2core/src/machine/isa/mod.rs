@@ -108,10 +108,7 @@ pub(crate) fn dtype_rule(arg: &str, rule: &'static str, message: impl std::fmt::
 /// The dtype rule `rule` of an instruction whose `dst` keeps its source's dtype: `src` is the
 /// source operand's argument name, `why` the message's tail.
 pub(crate) fn keeps_dtype(
-    rule: &'static str,
-    dst: &Tile,
-    src: (&str, &Tile),
-    why: &str,
+    rule: &'static str, dst: &Tile, src: (&str, &Tile), why: &str,
 ) -> Result<()> {
     if dst.dtype == src.1.dtype {
         return Ok(());
@@ -207,10 +204,7 @@ const CANCEL_CHUNK: usize = 1 << 20;
 /// `done` across runs); `false` once cancelled (nothing more is copied).
 #[inline]
 fn in_pieces(
-    cancel: &crate::cancel::Cancel,
-    done: &mut usize,
-    k: usize,
-    len: usize,
+    cancel: &crate::cancel::Cancel, done: &mut usize, k: usize, len: usize,
     mut f: impl FnMut(usize, usize, usize),
 ) -> bool {
     let mut i = 0;
@@ -234,9 +228,7 @@ fn in_pieces(
 /// order, the first at host byte offset `off` and the next ones `stride` elements apart (see
 /// [`piece_at`]). `Interrupted` once cancelled.
 fn for_each_piece(
-    stride_p: usize,
-    tile: &Tile,
-    mut f: impl FnMut(usize, usize, usize, i64),
+    stride_p: usize, tile: &Tile, mut f: impl FnMut(usize, usize, usize, i64),
 ) -> Result<()> {
     let esize = tile.dtype.size();
     let (cancel, mut done, mut live) = (crate::cancel::current(), 0, true);
@@ -264,11 +256,7 @@ fn piece_at(off: usize, j: usize, stride: i64, esize: usize) -> usize {
 /// A `ShapeError` (rule `shape`) on `arg` unless operand `o` is `[p, n]`, its message
 /// `message(o's logical shape)`.
 pub(crate) fn check_p_n(
-    arg: &str,
-    o: &Opnd,
-    p: u32,
-    n: usize,
-    message: impl FnOnce(&[usize]) -> String,
+    arg: &str, o: &Opnd, p: u32, n: usize, message: impl FnOnce(&[usize]) -> String,
 ) -> Result<()> {
     if o.p() != p || o.n() != n {
         return Err(shape_rule(arg, "shape", message(&o.tile.logical_shape())));
@@ -277,10 +265,7 @@ pub(crate) fn check_p_n(
 }
 
 fn too_many(n: u128) -> Error {
-    Error::capacity(
-        "tile",
-        format!("{n} elements are more than this host's address space"),
-    )
+    Error::capacity("tile", format!("{n} elements are more than this host's address space"))
 }
 
 /// Raw bits of the element at host offset `o`.
@@ -310,18 +295,9 @@ impl Opnd {
         };
         let (p0, pn) = match self.tile.space {
             Space::Hbm => (0, 1),
-            _ => (
-                self.tile.start_partition as u16,
-                self.tile.partitions as u16,
-            ),
+            _ => (self.tile.start_partition as u16, self.tile.partitions as u16),
         };
-        Region {
-            mem,
-            p0,
-            pn,
-            lo: self.range.0,
-            hi: self.range.1,
-        }
+        Region { mem, p0, pn, lo: self.range.0, hi: self.range.1 }
     }
 
     /// Elements per partition.
@@ -338,8 +314,7 @@ impl Opnd {
 /// The fast-path row geometry of an on-chip operand: `(host offset of row 0, host bytes between
 /// rows, kind)` when every partition is one contiguous run of fp32 or bf16 elements.
 pub(crate) fn row_geometry(
-    o: &Opnd,
-    partition_stride: usize,
+    o: &Opnd, partition_stride: usize,
 ) -> Option<(usize, usize, rows::Kind)> {
     if o.tile.space == Space::Hbm {
         return None;
@@ -398,9 +373,7 @@ impl Machine {
 
     /// The fast paths' view of inputs `xs` and output `d`, if they all qualify.
     fn fast_rows<const N: usize>(
-        &self,
-        xs: [&Opnd; N],
-        d: &Opnd,
+        &self, xs: [&Opnd; N], d: &Opnd,
     ) -> Option<([RowGeometry; N], rows::RowOut)> {
         let stride_of = |s: Space| match s {
             Space::Psum => self.mem.psum.stride,
@@ -418,31 +391,18 @@ impl Machine {
             let (off, stride, kind) = row_geometry(x, stride_of(x.tile.space))?;
             *slot = (x.tile.space == d.tile.space, off, stride, kind);
         }
-        Some((
-            ins,
-            rows::RowOut {
-                off: doff,
-                stride: dstride,
-                kind: dkind,
-            },
-        ))
+        Some((ins, rows::RowOut { off: doff, stride: dstride, kind: dkind }))
     }
 
     /// Runs `f` on the fast-path plan of inputs `xs` and output `d`; `false` (nothing done)
     /// if they do not qualify.
     fn with_plan<const N: usize>(
-        &mut self,
-        xs: [&Opnd; N],
-        d: &Opnd,
-        f: impl FnOnce(&mut rows::Plan),
+        &mut self, xs: [&Opnd; N], d: &Opnd, f: impl FnOnce(&mut rows::Plan),
     ) -> bool {
         let Some((ins, out)) = self.fast_rows(xs, d) else {
             return false;
         };
-        let g = rows::Rows {
-            rows: d.p() as usize,
-            n: d.n(),
-        };
+        let g = rows::Rows { rows: d.p() as usize, n: d.n() };
         let (mem, other) = self.mem.split_on_chip(d.tile.space);
         let ins = ins.map(|(same, off, stride, kind)| rows::RowIn {
             mem: if same { None } else { Some(other) },
@@ -468,10 +428,7 @@ impl Machine {
 
     /// `tensor_scalar`'s fast path (arithmetic operators); `false` if it does not apply.
     pub(crate) fn fast_scalar(
-        &mut self,
-        op0: (AluOp, bool, &[f32]),
-        op1: Option<(AluOp, bool, &[f32])>,
-        a: &Opnd,
+        &mut self, op0: (AluOp, bool, &[f32]), op1: Option<(AluOp, bool, &[f32])>, a: &Opnd,
         d: &Opnd,
     ) -> bool {
         let op0 = (op0.0, op0.1 && !op0.0.is_unary(), op0.2);
@@ -487,11 +444,7 @@ impl Machine {
     /// Checks a tile that some engine reads (`write = false`) or writes: live, in bounds, and
     /// for compute engines the memory, partition and PSUM-bank rules.
     pub(crate) fn operand(
-        &self,
-        arg: &str,
-        tile: &Tile,
-        engine: Option<Engine>,
-        write: bool,
+        &self, arg: &str, tile: &Tile, engine: Option<Engine>, write: bool,
     ) -> Result<Opnd> {
         if !self.pe_queue.is_empty() && engine != Some(Engine::Tensor) {
             // Queued matmuls read SBUF and write PSUM when settled (`nc_matmul_queued`).
@@ -537,10 +490,7 @@ impl Machine {
                 return Err(rule(
                     arg,
                     "gpsimd_psum",
-                    format!(
-                        "tile of {} is in PSUM, which the GpSimd engine cannot access",
-                        name()
-                    ),
+                    format!("tile of {} is in PSUM, which the GpSimd engine cannot access", name()),
                 ));
             }
             let (p0, pn) = (tile.start_partition, tile.partitions);
@@ -589,11 +539,7 @@ impl Machine {
 
     /// Checks that operands have the same partitions and elements per partition.
     pub(crate) fn same_shape(
-        &self,
-        op: Opcode,
-        ref_arg: &str,
-        r: &Opnd,
-        others: &[(&str, &Opnd)],
+        &self, op: Opcode, ref_arg: &str, r: &Opnd, others: &[(&str, &Opnd)],
     ) -> Result<()> {
         for (arg, o) in others {
             if o.p() != r.p() || o.n() != r.n() {
@@ -634,10 +580,7 @@ impl Machine {
     /// A tile's elements in logical order: `run` converts the packed bytes of consecutive
     /// elements, `one` the raw bits of one element.
     fn gather<T: Copy + Default>(
-        &self,
-        tile: &Tile,
-        mut run: impl FnMut(&[u8], &mut [T]),
-        one: impl Fn(u32) -> T,
+        &self, tile: &Tile, mut run: impl FnMut(&[u8], &mut [T]), one: impl Fn(u32) -> T,
     ) -> Result<Vec<T>> {
         let mut out = Vec::new();
         gather_buffer(&mut out, tile)?;
@@ -701,13 +644,7 @@ impl Machine {
     /// written.
     pub(crate) fn scatter_f32(&mut self, o: &Opnd, vals: &[f32]) -> Result<()> {
         let mut staged = staging(vals.len(), &o.tile)?;
-        dtype::narrow(
-            o.tile.dtype,
-            vals,
-            self.rounding(),
-            &mut staged,
-            &mut Vec::new(),
-        )?;
+        dtype::narrow(o.tile.dtype, vals, self.rounding(), &mut staged, &mut Vec::new())?;
         self.scatter_packed(&o.tile, &staged)?;
         self.after_write(o);
         Ok(())
@@ -747,23 +684,13 @@ impl Machine {
     pub(crate) fn after_write(&mut self, o: &Opnd) {
         self.mem.mark_written(&o.tile, o.range);
         if o.tile.space == Space::Psum {
-            self.clear_psum_mm(
-                o.tile.start_partition,
-                o.tile.partitions,
-                o.range.0,
-                o.range.1,
-            );
+            self.clear_psum_mm(o.tile.start_partition, o.tile.partitions, o.range.0, o.range.1);
         }
     }
 
     /// Per-partition float32 values of a scalar operand (`partitions` of them).
     pub(crate) fn scalar_f32(
-        &self,
-        arg: &str,
-        s: &Scalar,
-        partitions: u32,
-        engine: Engine,
-        reads: &mut Vec<Region>,
+        &self, arg: &str, s: &Scalar, partitions: u32, engine: Engine, reads: &mut Vec<Region>,
     ) -> Result<Vec<f32>> {
         match s {
             Scalar::Imm(v) => Ok(vec![*v as f32; partitions as usize]),
@@ -785,12 +712,7 @@ impl Machine {
 
     /// Per-partition raw bits of a scalar operand of a bitvec operator.
     pub(crate) fn scalar_bits(
-        &self,
-        arg: &str,
-        s: &Scalar,
-        partitions: u32,
-        engine: Engine,
-        reads: &mut Vec<Region>,
+        &self, arg: &str, s: &Scalar, partitions: u32, engine: Engine, reads: &mut Vec<Region>,
     ) -> Result<Vec<u32>> {
         match s {
             Scalar::Imm(v) => {
@@ -812,10 +734,7 @@ impl Machine {
                     return Err(dtype_rule(
                         arg,
                         "bitvec_dtype",
-                        format!(
-                            "bitvec operators take integer dtypes; the operand is {}",
-                            t.dtype
-                        ),
+                        format!("bitvec operators take integer dtypes; the operand is {}", t.dtype),
                     ));
                 }
                 reads.push(o.region());
@@ -833,10 +752,7 @@ impl Machine {
 
     /// Checks the operator's kind against the operands' dtypes.
     pub(crate) fn check_op_dtypes(
-        &self,
-        op: AluOp,
-        arg: &str,
-        tiles: &[(&str, &Tile)],
+        &self, op: AluOp, arg: &str, tiles: &[(&str, &Tile)],
     ) -> Result<()> {
         if !op.is_elementwise() {
             return Err(Error::value(arg, alu::NOT_ELEMENTWISE));
@@ -863,12 +779,7 @@ impl Machine {
     /// operands) and writes `d`; its cost input is the first input's elements per partition
     /// (the destination's without inputs) and the operands' flags plus `flags`.
     pub(crate) fn record_engine(
-        &mut self,
-        opc: Opcode,
-        engine: Engine,
-        inputs: &[&Opnd],
-        extra: &[Region],
-        d: &Opnd,
+        &mut self, opc: Opcode, engine: Engine, inputs: &[&Opnd], extra: &[Region], d: &Opnd,
         flags: u32,
     ) {
         let main = inputs.first().copied().unwrap_or(d);
@@ -907,9 +818,7 @@ mod tests {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");
         let shape = [4usize, CANCEL_CHUNK / 2 + 3];
         let bytes = vec![0u8; shape[0] * shape[1] * 4];
-        let a = m
-            .hbm_tensor("a", &shape, Dtype::Fp32, Some(&bytes))
-            .expect("a");
+        let a = m.hbm_tensor("a", &shape, Dtype::Fp32, Some(&bytes)).expect("a");
         let b = m.hbm_tensor("b", &shape, Dtype::Bf16, None).expect("b");
         let c = m.hbm_tensor("c", &shape, Dtype::Fp32, None).expect("c");
         let token = crate::cancel::Cancel::new();
@@ -921,11 +830,8 @@ mod tests {
             }
             let e = m.write_tile(&a, &bytes).expect_err("interrupted");
             assert!(matches!(e, Error::Interrupted), "{e}");
-            let row = [crate::machine::tile::Index::Range {
-                start: Some(0),
-                stop: Some(1),
-                step: 1,
-            }];
+            let row =
+                [crate::machine::tile::Index::Range { start: Some(0), stop: Some(1), step: 1 }];
             let (s, d) = (a.slice(&row).expect("row"), c.slice(&row).expect("row"));
             m.dma_copy(&d, &s, None).expect("below one check");
         });
@@ -951,10 +857,7 @@ pub(crate) mod test_util {
 
     /// Writes `words` into `t`, each cut to its low `esize` bytes (little-endian).
     pub(crate) fn put_words(m: &mut Machine, t: &Tile, words: &[u32], esize: usize) {
-        let b: Vec<u8> = words
-            .iter()
-            .flat_map(|w| w.to_le_bytes()[..esize].to_vec())
-            .collect();
+        let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()[..esize].to_vec()).collect();
         m.write_tile(t, &b).expect("write");
     }
 }

@@ -133,10 +133,7 @@ impl Machine {
             return Err(rule(
                 arg,
                 "matmul_memory",
-                format!(
-                    "{arg} is in {}; the tensor engine reads SBUF",
-                    t.space.name()
-                ),
+                format!("{arg} is in {}; the tensor engine reads SBUF", t.space.name()),
             ));
         }
         Ok(o)
@@ -146,9 +143,7 @@ impl Machine {
     fn psum_mm_state(&self, d: &Opnd) -> bool {
         let mut all = true;
         let (p0, pn) = (d.tile.start_partition, d.tile.partitions);
-        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| {
-            all &= self.psum_mm[w] & mask == mask
-        });
+        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| all &= self.psum_mm[w] & mask == mask);
         all
     }
 
@@ -171,15 +166,7 @@ impl Machine {
         let (shape, strides) = ([k, f], [pstride, step]);
         let dtype = reader_dtype(t.dtype).unwrap_or(SDtype::F32);
         let swapped = cfg!(target_endian = "big");
-        let matrix = Strided::new(
-            arg,
-            mem.buffer(esize),
-            dtype,
-            swapped,
-            shape,
-            origin,
-            strides,
-        )?;
+        let matrix = Strided::new(arg, mem.buffer(esize), dtype, swapped, shape, origin, strides)?;
         Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
     }
 
@@ -187,10 +174,9 @@ impl Machine {
     /// driver's transposed `a`).
     fn readers<'a>(&'a self, q: &'a QueuedMatmul) -> Result<(Reader<'a>, Reader<'a>)> {
         match &q.operands {
-            Operands::Sbuf(s, m) => Ok((
-                self.sbuf_reader("stationary", s)?,
-                self.sbuf_reader("moving", m)?,
-            )),
+            Operands::Sbuf(s, m) => {
+                Ok((self.sbuf_reader("stationary", s)?, self.sbuf_reader("moving", m)?))
+            }
             Operands::Values(s, m) => engine::operand_readers_t(s, m, q.shape),
         }
     }
@@ -202,26 +188,14 @@ impl Machine {
     fn chain_sums(&self, chain: &[QueuedMatmul]) -> Result<Vec<f32>> {
         let head = &chain[0];
         let (m, n) = (head.shape.m, head.shape.n);
-        let mut out = if head.accumulate {
-            self.gather_f32(&head.dst.tile)?
-        } else {
-            vec![0f32; m * n]
-        };
-        let readers = chain
-            .iter()
-            .map(|q| self.readers(q))
-            .collect::<Result<Vec<_>>>()?;
+        let mut out =
+            if head.accumulate { self.gather_f32(&head.dst.tile)? } else { vec![0f32; m * n] };
+        let readers = chain.iter().map(|q| self.readers(q)).collect::<Result<Vec<_>>>()?;
         let order: Vec<usize> = (0..RUN).collect();
         let tiles: Vec<KTile> = readers
             .iter()
             .zip(chain)
-            .map(|((a, b), q)| KTile {
-                a,
-                b,
-                k0: 0,
-                order: &order[..q.shape.k],
-                a_t: true,
-            })
+            .map(|((a, b), q)| KTile { a, b, k0: 0, order: &order[..q.shape.k], a_t: true })
             .collect();
         engine::run_tiles(&tiles, m, n, !head.accumulate, &mut out)?;
         Ok(out)
@@ -256,11 +230,7 @@ impl Machine {
     /// `nc_matmul`: `dst = stationary.T @ moving` into PSUM (or onto it, see
     /// [`PeOptions::accumulate`]); in transpose mode `dst = stationary.T` bit for bit.
     pub fn nc_matmul(
-        &mut self,
-        dst: &Tile,
-        stationary: &Tile,
-        moving: &Tile,
-        opts: &PeOptions,
+        &mut self, dst: &Tile, stationary: &Tile, moving: &Tile, opts: &PeOptions,
     ) -> Result<()> {
         self.nc_matmul_queued(dst, stationary, moving, opts)?;
         self.settle()
@@ -272,22 +242,14 @@ impl Machine {
     /// issue order (the same bits as one at a time). A front end that issues many matmuls in a
     /// row (an NKI kernel) uses this and settles before anything else touches the memories.
     pub fn nc_matmul_queued(
-        &mut self,
-        dst: &Tile,
-        stationary: &Tile,
-        moving: &Tile,
-        opts: &PeOptions,
+        &mut self, dst: &Tile, stationary: &Tile, moving: &Tile, opts: &PeOptions,
     ) -> Result<()> {
         let opc = Opcode::NcMatmul;
         let st = self.pe_input("stationary", stationary)?;
         let mv = self.pe_input("moving", moving)?;
         let d = self.operand("dst", dst, Some(Engine::Tensor), true)?;
         if dst.space != Space::Psum {
-            return Err(rule(
-                "dst",
-                "matmul_memory",
-                "nc_matmul writes PSUM; dst is not in PSUM",
-            ));
+            return Err(rule("dst", "matmul_memory", "nc_matmul writes PSUM; dst is not in PSUM"));
         }
         let sf = format_of("stationary", stationary)?;
         let mf = format_of("moving", moving)?;
@@ -299,10 +261,7 @@ impl Machine {
             return Err(dtype_rule(
                 "dst",
                 "matmul_dst_fp32",
-                format!(
-                    "nc_matmul writes fp32 PSUM on NeuronCore-v3; dst is {}",
-                    dst.dtype
-                ),
+                format!("nc_matmul writes fp32 PSUM on NeuronCore-v3; dst is {}", dst.dtype),
             ));
         }
         let shape_of = |t: &Tile| -> Vec<usize> {
@@ -353,18 +312,9 @@ impl Machine {
         } else {
             Operands::Values(self.gather_f32(stationary)?, self.gather_f32(moving)?)
         };
-        self.pe_queue.push(QueuedMatmul {
-            dst: d,
-            operands,
-            shape,
-            accumulate,
-        });
+        self.pe_queue.push(QueuedMatmul { dst: d, operands, shape, accumulate });
         self.set_psum_mm(&d);
-        let f = if sf == Format::Fp32 || mf == Format::Fp32 {
-            flags::FP32
-        } else {
-            0
-        };
+        let f = if sf == Format::Fp32 || mf == Format::Fp32 { flags::FP32 } else { 0 };
         let cost = pe_cost(shape.partitions, shape.m, shape.n, opts.tile, f);
         self.program.push(
             opc,
@@ -456,11 +406,7 @@ impl Machine {
             return Err(shape_rule(
                 "data",
                 "transpose_size",
-                format!(
-                    "{} x {}; the Vector engine transposes up to {lim} x {lim}",
-                    x.p(),
-                    x.n()
-                ),
+                format!("{} x {}; the Vector engine transposes up to {lim} x {lim}", x.p(), x.n()),
             ));
         }
         self.transpose_values(&d, &x)?;
@@ -504,12 +450,7 @@ impl Machine {
 
     /// The tensor engine's transpose (nc_transpose, or nc_matmul with is_transpose).
     fn pe_transpose(
-        &mut self,
-        opc: Opcode,
-        d: &Opnd,
-        x: &Opnd,
-        identity: Option<&Opnd>,
-        tile: PeTile,
+        &mut self, opc: Opcode, d: &Opnd, x: &Opnd, identity: Option<&Opnd>, tile: PeTile,
     ) -> Result<()> {
         format_of("data", &x.tile)?;
         let lim = crate::spec::PE_ROWS as u32;
@@ -517,11 +458,7 @@ impl Machine {
             return Err(shape_rule(
                 "data",
                 "transpose_size",
-                format!(
-                    "{} x {}; the tensor engine transposes up to {lim} x {lim}",
-                    x.p(),
-                    x.n()
-                ),
+                format!("{} x {}; the tensor engine transposes up to {lim} x {lim}", x.p(), x.n()),
             ));
         }
         let k = x.p() as usize;
@@ -530,9 +467,7 @@ impl Machine {
             let v = self.gather_f32(&id.tile)?;
             let is_identity = id.p() as usize == k
                 && id.n() == k
-                && v.iter()
-                    .enumerate()
-                    .all(|(i, &e)| e == if i / k == i % k { 1.0 } else { 0.0 });
+                && v.iter().enumerate().all(|(i, &e)| e == if i / k == i % k { 1.0 } else { 0.0 });
             if !is_identity {
                 return Err(Error::value(
                     "moving",
@@ -548,13 +483,7 @@ impl Machine {
         }
         // The transpose formula reads `m` as the input's partitions and `k` as its free size.
         let cost = pe_cost(x.p() as usize, x.p() as usize, x.n(), tile, f);
-        self.program.push(
-            opc,
-            Queue::Engine(Engine::Tensor),
-            &reads,
-            &[d.region()],
-            cost,
-        );
+        self.program.push(opc, Queue::Engine(Engine::Tensor), &reads, &[d.region()], cost);
         Ok(())
     }
 }

@@ -87,12 +87,7 @@ impl Machine {
     /// `tensor_reduce` (Vector engine): reduces the last `axes` free dimensions of `data` with
     /// `op`; `dst` holds the remaining elements per partition. See the module doc for the order.
     pub fn tensor_reduce(
-        &mut self,
-        dst: &Tile,
-        op: AluOp,
-        data: &Tile,
-        axes: usize,
-        negate: bool,
+        &mut self, dst: &Tile, op: AluOp, data: &Tile, axes: usize, negate: bool,
     ) -> Result<()> {
         let opc = Opcode::TensorReduce;
         let engine = Engine::Vector;
@@ -113,18 +108,12 @@ impl Machine {
             ));
         }
         if negate && op.is_bitvec() {
-            return Err(Error::value(
-                "negate",
-                "negate applies to arithmetic operators only",
-            ));
+            return Err(Error::value("negate", "negate applies to arithmetic operators only"));
         }
         let a = self.operand("data", data, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         let nd = data.ndim as usize;
-        let r: usize = data.shape[nd - axes..nd]
-            .iter()
-            .map(|&s| s as usize)
-            .product();
+        let r: usize = data.shape[nd - axes..nd].iter().map(|&s| s as usize).product();
         let kept = a.n() / r;
         if d.p() != a.p() || d.n() != kept {
             return Err(shape_rule(
@@ -143,11 +132,7 @@ impl Machine {
             let z: Vec<u32> = self
                 .gather_bits(data)?
                 .chunks(r)
-                .map(|c| {
-                    c[1..]
-                        .iter()
-                        .fold(c[0], |acc, &v| alu::apply_bits(op, acc, v))
-                })
+                .map(|c| c[1..].iter().fold(c[0], |acc, &v| alu::apply_bits(op, acc, v)))
                 .collect();
             self.scatter_bits(&d, &z)?;
         } else {
@@ -155,9 +140,7 @@ impl Machine {
                 .gather_f32(data)?
                 .chunks(r)
                 .map(|c| {
-                    let acc = c[1..]
-                        .iter()
-                        .fold(canon(c[0]), |acc, &v| alu::apply(op, acc, v));
+                    let acc = c[1..].iter().fold(canon(c[0]), |acc, &v| alu::apply(op, acc, v));
                     if negate {
                         canon(-acc)
                     } else {
@@ -167,11 +150,7 @@ impl Machine {
                 .collect();
             self.scatter_f32(&d, &z)?;
         }
-        let f = if matches!(op, AluOp::Add | AluOp::Maximum) {
-            flags::ADD_OR_MAX
-        } else {
-            0
-        };
+        let f = if matches!(op, AluOp::Add | AluOp::Maximum) { flags::ADD_OR_MAX } else { 0 };
         self.record_engine(opc, engine, &[&a], &[], &d, f);
         Ok(())
     }
@@ -182,15 +161,8 @@ impl Machine {
     /// left-hand side of `op1`.
     #[allow(clippy::too_many_arguments)]
     pub fn tensor_tensor_scan(
-        &mut self,
-        dst: &Tile,
-        data0: &Tile,
-        data1: &Tile,
-        initial: &Scalar,
-        op0: AluOp,
-        op1: AluOp,
-        reverse0: bool,
-        reverse1: bool,
+        &mut self, dst: &Tile, data0: &Tile, data1: &Tile, initial: &Scalar, op0: AluOp,
+        op1: AluOp, reverse0: bool, reverse1: bool,
     ) -> Result<()> {
         let opc = Opcode::TensorTensorScan;
         let engine = Engine::Vector;
@@ -224,39 +196,23 @@ impl Machine {
     /// receives the registers (negated with `negate`).
     #[allow(clippy::too_many_arguments)]
     pub fn tensor_scalar_reduce(
-        &mut self,
-        dst: &Tile,
-        data: &Tile,
-        op0: AluOp,
-        operand0: &Scalar,
-        reverse0: bool,
-        reduce_op: AluOp,
-        reduce_res: Option<&Tile>,
-        reduce_cmd: ReduceCmd,
-        reduce_init: Option<&Scalar>,
-        negate: bool,
+        &mut self, dst: &Tile, data: &Tile, op0: AluOp, operand0: &Scalar, reverse0: bool,
+        reduce_op: AluOp, reduce_res: Option<&Tile>, reduce_cmd: ReduceCmd,
+        reduce_init: Option<&Scalar>, negate: bool,
     ) -> Result<()> {
         let opc = Opcode::TensorScalarReduce;
         let engine = Engine::Vector;
         if op0.is_bitvec() {
-            return Err(Error::value(
-                "op0",
-                "tensor_scalar_reduce takes an arithmetic operator",
-            ));
+            return Err(Error::value("op0", "tensor_scalar_reduce takes an arithmetic operator"));
         }
-        if !matches!(
-            reduce_op,
-            AluOp::Add | AluOp::Multiply | AluOp::Maximum | AluOp::Minimum
-        ) {
+        if !matches!(reduce_op, AluOp::Add | AluOp::Multiply | AluOp::Maximum | AluOp::Minimum) {
             return Err(Error::value(
                 "reduce_op",
                 format!("got {reduce_op}; tensor_scalar_reduce reduces with add, multiply, maximum or minimum"),
             ));
         }
-        if !matches!(
-            reduce_cmd,
-            ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce
-        ) {
+        if !matches!(reduce_cmd, ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce)
+        {
             return Err(Error::value(
                 "reduce_cmd",
                 format!(
@@ -318,8 +274,7 @@ impl Machine {
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)) | f);
-        self.program
-            .push(opc, Queue::Engine(engine), &reads, &writes, cost);
+        self.program.push(opc, Queue::Engine(engine), &reads, &writes, cost);
         Ok(())
     }
 
@@ -329,14 +284,8 @@ impl Machine {
     /// as input/output dtypes (ISA limitation)").
     #[allow(clippy::too_many_arguments)]
     pub fn tensor_scalar_cumulative(
-        &mut self,
-        dst: &Tile,
-        src: &Tile,
-        op0: AluOp,
-        op1: AluOp,
-        imm0: &Scalar,
-        imm1: Option<&Scalar>,
-        reduce_cmd: ReduceCmd,
+        &mut self, dst: &Tile, src: &Tile, op0: AluOp, op1: AluOp, imm0: &Scalar,
+        imm1: Option<&Scalar>, reduce_cmd: ReduceCmd,
     ) -> Result<()> {
         let opc = Opcode::TensorScalarCumulative;
         let engine = Engine::Vector;
@@ -358,10 +307,8 @@ impl Machine {
                 ),
             ));
         }
-        if !matches!(
-            reduce_cmd,
-            ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce
-        ) {
+        if !matches!(reduce_cmd, ReduceCmd::ResetReduce | ReduceCmd::Reduce | ReduceCmd::LoadReduce)
+        {
             return Err(Error::value(
                 "reduce_cmd",
                 format!(
@@ -420,8 +367,7 @@ impl Machine {
         let mut reads: Vec<Region> = vec![a.region()];
         reads.extend_from_slice(&extra);
         let cost = Self::cost_input(n, p, super::operand_flags(&[&a], Some(&d)));
-        self.program
-            .push(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
+        self.program.push(opc, Queue::Engine(engine), &reads, &[d.region()], cost);
         Ok(())
     }
 
@@ -431,15 +377,8 @@ impl Machine {
     /// with `reduce_res`, written there. See the module doc for the order.
     #[allow(clippy::too_many_arguments)]
     pub fn range_select(
-        &mut self,
-        dst: &Tile,
-        on_true_tile: &Tile,
-        comp: [AluOp; 2],
-        bounds: [&Scalar; 2],
-        reduce_cmd: ReduceCmd,
-        reduce_res: Option<&Tile>,
-        reduce_op: AluOp,
-        range_start: i64,
+        &mut self, dst: &Tile, on_true_tile: &Tile, comp: [AluOp; 2], bounds: [&Scalar; 2],
+        reduce_cmd: ReduceCmd, reduce_res: Option<&Tile>, reduce_op: AluOp, range_start: i64,
         on_false_value: Option<f64>,
     ) -> Result<()> {
         let opc = Opcode::RangeSelect;
@@ -556,12 +495,7 @@ impl Machine {
     /// Writes `z` to `d` and, when `res` is given, the registers of the `p` partitions from `p0`
     /// to it: the regions written.
     fn write_with_registers(
-        &mut self,
-        d: &Opnd,
-        z: &[f32],
-        res: Option<&Opnd>,
-        p0: usize,
-        p: usize,
+        &mut self, d: &Opnd, z: &[f32], res: Option<&Opnd>, p0: usize, p: usize,
     ) -> Result<Vec<Region>> {
         self.scatter_f32(d, z)?;
         let mut writes = vec![d.region()];
@@ -579,15 +513,8 @@ impl Machine {
     /// max-reduced into the Vector registers. See the module doc for the order.
     #[allow(clippy::too_many_arguments)]
     pub fn select_reduce(
-        &mut self,
-        dst: &Tile,
-        predicate: &Tile,
-        on_true: &Tile,
-        on_false: &Scalar,
-        reduce_res: Option<&Tile>,
-        reduce_cmd: ReduceCmd,
-        reduce_op: AluOp,
-        reverse_pred: bool,
+        &mut self, dst: &Tile, predicate: &Tile, on_true: &Tile, on_false: &Scalar,
+        reduce_res: Option<&Tile>, reduce_cmd: ReduceCmd, reduce_op: AluOp, reverse_pred: bool,
     ) -> Result<()> {
         let opc = Opcode::SelectReduce;
         let engine = Engine::Vector;
@@ -597,19 +524,13 @@ impl Machine {
                 format!("got {reduce_op}; select_reduce reduces with maximum only"),
             ));
         }
-        if !matches!(
-            reduce_cmd,
-            ReduceCmd::Idle | ReduceCmd::ResetReduce | ReduceCmd::Reduce
-        ) {
+        if !matches!(reduce_cmd, ReduceCmd::Idle | ReduceCmd::ResetReduce | ReduceCmd::Reduce) {
             return Err(Error::value(
                 "reduce_cmd",
                 format!("got {reduce_cmd}; select_reduce documents idle, reset_reduce and reduce"),
             ));
         }
-        if !matches!(
-            predicate.dtype,
-            Dtype::Int8 | Dtype::Uint8 | Dtype::Int16 | Dtype::Uint16
-        ) {
+        if !matches!(predicate.dtype, Dtype::Int8 | Dtype::Uint8 | Dtype::Int16 | Dtype::Uint16) {
             return Err(super::dtype_rule(
                 "predicate",
                 "select_reduce_dtype",
@@ -673,11 +594,7 @@ impl Machine {
         let rows = x.chunks(n.max(1)).zip(pv.chunks(n.max(1)));
         for (row, ((xi, qi), zi)) in rows.zip(z.chunks_mut(n.max(1))).enumerate() {
             for ((&v, &q), out) in xi.iter().zip(qi).zip(zi.iter_mut()) {
-                *out = if (q != 0.0) != reverse_pred {
-                    canon(v)
-                } else {
-                    canon(fill[row])
-                };
+                *out = if (q != 0.0) != reverse_pred { canon(v) } else { canon(fill[row]) };
             }
             // `reset` alone is refused above: the arms left are idle and the folds.
             self.fold_register(p0 + row, reduce_cmd, reduce_op, zi);
@@ -692,13 +609,8 @@ impl Machine {
     /// `reduce_res` (`[P, 1]`, float), when given, receives the registers. See the module doc
     /// for the order and `act`'s for `exp` (not the chip's bits).
     pub fn exponential(
-        &mut self,
-        dst: &Tile,
-        src: &Tile,
-        max_value: Option<&Scalar>,
-        reduce_res: Option<&Tile>,
-        reduce_cmd: ReduceCmd,
-        reduce_init: Option<&Scalar>,
+        &mut self, dst: &Tile, src: &Tile, max_value: Option<&Scalar>, reduce_res: Option<&Tile>,
+        reduce_cmd: ReduceCmd, reduce_init: Option<&Scalar>,
     ) -> Result<()> {
         let opc = Opcode::Exponential;
         let engine = Engine::Vector;
@@ -724,24 +636,9 @@ impl Machine {
         }
         let res_dtype = reduce_res.map_or(Dtype::Fp32, |r| r.dtype);
         let refused = [
-            (
-                "src",
-                src.dtype,
-                src.dtype == Dtype::Tf32,
-                "any dtype but tfloat32",
-            ),
-            (
-                "dst",
-                dst.dtype,
-                dst.dtype == Dtype::Uint32,
-                "any dtype but uint32",
-            ),
-            (
-                "reduce_res",
-                res_dtype,
-                res_dtype.format().is_none(),
-                "a float dtype",
-            ),
+            ("src", src.dtype, src.dtype == Dtype::Tf32, "any dtype but tfloat32"),
+            ("dst", dst.dtype, dst.dtype == Dtype::Uint32, "any dtype but uint32"),
+            ("reduce_res", res_dtype, res_dtype.format().is_none(), "a float dtype"),
         ];
         if let Some(&(arg, dt, _, allowed)) = refused.iter().find(|r| r.2) {
             let why = format!("{arg} is {dt}; exponential takes {allowed} there");
@@ -779,10 +676,7 @@ impl Machine {
     /// The `reduce_res` operand of a register-reducing instruction over `p` partitions on
     /// `engine`, when given: a `[P, 1]` tile.
     pub(super) fn reduce_res_operand(
-        &self,
-        reduce_res: Option<&Tile>,
-        engine: Engine,
-        p: u32,
+        &self, reduce_res: Option<&Tile>, engine: Engine, p: u32,
     ) -> Result<Option<Opnd>> {
         let Some(r) = reduce_res else {
             return Ok(None);
@@ -795,11 +689,7 @@ impl Machine {
     /// Writes `z` to `d` and the registers to `res` ([`Self::write_with_registers`]) and
     /// records the instruction: reads `inputs` and `extra`, the Vector engine's one pass.
     fn finish_with_registers(
-        &mut self,
-        opc: Opcode,
-        (d, z): (&Opnd, &[f32]),
-        res: Option<&Opnd>,
-        inputs: &[&Opnd],
+        &mut self, opc: Opcode, (d, z): (&Opnd, &[f32]), res: Option<&Opnd>, inputs: &[&Opnd],
         extra: &[Region],
     ) -> Result<()> {
         let (p0, p) = (d.tile.start_partition as usize, d.p());
@@ -865,9 +755,8 @@ impl Machine {
             Ok(())
         };
         self.partition_stats(Opcode::BnAggr, dst, data, 2, check, |row, z| {
-            let (total, sum) = row
-                .chunks(3)
-                .fold((0.0f32, 0.0f32), |(t, s), c| (t + c[0], s + c[0] * c[1]));
+            let (total, sum) =
+                row.chunks(3).fold((0.0f32, 0.0f32), |(t, s), c| (t + c[0], s + c[0] * c[1]));
             let mean = sum / total;
             let q = row.chunks(3).fold(0.0f32, |q, c| {
                 let dlt = c[1] - mean;
@@ -881,24 +770,15 @@ impl Machine {
     /// partition of `dst`: `check` vets the data operand, `row` appends one partition's
     /// results to `z`.
     fn partition_stats(
-        &mut self,
-        opc: Opcode,
-        dst: &Tile,
-        data: &Tile,
-        outputs: usize,
-        check: impl FnOnce(&Opnd) -> Result<()>,
-        mut row: impl FnMut(&[f32], &mut Vec<f32>),
+        &mut self, opc: Opcode, dst: &Tile, data: &Tile, outputs: usize,
+        check: impl FnOnce(&Opnd) -> Result<()>, mut row: impl FnMut(&[f32], &mut Vec<f32>),
     ) -> Result<()> {
         let engine = Engine::Vector;
         let a = self.operand("data", data, Some(engine), false)?;
         let d = self.operand("dst", dst, Some(engine), true)?;
         check(&a)?;
         check_p_n("dst", &d, a.p(), outputs, |shape| {
-            format!(
-                "{} writes [{}, {outputs}]; dst is {shape:?}",
-                opc.name(),
-                a.p()
-            )
+            format!("{} writes [{}, {outputs}]; dst is {shape:?}", opc.name(), a.p())
         })?;
         let x = self.gather_f32(data)?;
         let mut z = Vec::with_capacity(outputs * a.p() as usize);
@@ -917,10 +797,9 @@ fn max8_order(a: &(usize, f32), b: &(usize, f32)) -> std::cmp::Ordering {
     match (a.1.is_nan(), b.1.is_nan()) {
         (true, false) => std::cmp::Ordering::Less,
         (false, true) => std::cmp::Ordering::Greater,
-        _ => key(b.1)
-            .partial_cmp(&key(a.1))
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.0.cmp(&b.0)),
+        _ => {
+            key(b.1).partial_cmp(&key(a.1)).unwrap_or(std::cmp::Ordering::Equal).then(a.0.cmp(&b.0))
+        }
     }
 }
 
@@ -1019,12 +898,7 @@ impl Machine {
     /// position no later value took; `dst_idx` (`[P, 8]` uint16 or uint32), if given, receives
     /// the positions (all ones where a value is absent). See the module doc.
     pub fn nc_match_replace8(
-        &mut self,
-        dst: &Tile,
-        data: &Tile,
-        vals: &Tile,
-        imm: f64,
-        dst_idx: Option<&Tile>,
+        &mut self, dst: &Tile, data: &Tile, vals: &Tile, imm: f64, dst_idx: Option<&Tile>,
     ) -> Result<()> {
         let opc = Opcode::NcMatchReplace8;
         let engine = Engine::Vector;
@@ -1068,22 +942,14 @@ impl Machine {
             writes.push(o.region());
         }
         let cost = Self::cost_input(a.n(), a.p(), super::operand_flags(&[&a, &v], Some(&d)));
-        self.program.push(
-            opc,
-            Queue::Engine(engine),
-            &[a.region(), v.region()],
-            &writes,
-            cost,
-        );
+        self.program.push(opc, Queue::Engine(engine), &[a.region(), v.region()], &writes, cost);
         Ok(())
     }
 }
 
 /// Checks a `[p, 8]` output of the top-8 instructions.
 fn check_eight(arg: &str, o: &Opnd, p: u32) -> Result<()> {
-    check_p_n(arg, o, p, 8, |shape| {
-        format!("the search writes [{p}, 8]; {arg} is {shape:?}")
-    })
+    check_p_n(arg, o, p, 8, |shape| format!("the search writes [{p}, 8]; {arg} is {shape:?}"))
 }
 
 /// The all-ones "absent" index of an index output (`find_index_dtype`: uint16 or uint32).
@@ -1128,9 +994,7 @@ mod tests {
 
     fn words(m: &Machine, t: &Tile) -> Vec<u32> {
         let b = m.read_tile(t).expect("read");
-        b.chunks(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
+        b.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
     }
 
     /// Rows with ties, signed zeros, infinities and NaN; the oracle selects the largest
@@ -1142,16 +1006,7 @@ mod tests {
         let src = sbuf(&mut m, "src", &[p, n], Dtype::Fp32);
         let top = sbuf(&mut m, "top", &[p, 8], Dtype::Fp32);
         let idx = sbuf(&mut m, "idx", &[p, 8], Dtype::Uint32);
-        let special = [
-            0.0,
-            -0.0,
-            3.5,
-            3.5,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            -1.0,
-        ];
+        let special = [0.0, -0.0, 3.5, 3.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -1.0];
         let mut x = vec![0f32; p * n];
         for (k, v) in x.iter_mut().enumerate() {
             let r = (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
@@ -1187,20 +1042,14 @@ mod tests {
                 }
                 let b = best.expect("n >= 8");
                 taken[b] = true;
-                let want = if row[b].is_nan() {
-                    0x7FC0_0000
-                } else {
-                    row[b].to_bits()
-                };
+                let want = if row[b].is_nan() { 0x7FC0_0000 } else { row[b].to_bits() };
                 let g = got[r * 8 + j];
                 let same = g == want || row[b] == 0.0 && f32::from_bits(g) == 0.0;
                 assert!(same, "row {r} slot {j}: {g:#x} vs {want:#x}");
                 // The equal value's occurrences are handed out in order.
                 let v = f32::from_bits(g);
                 let eq = |e: f32| e == v || e.is_nan() && v.is_nan();
-                let before = (0..j)
-                    .filter(|&q| eq(f32::from_bits(got[r * 8 + q])))
-                    .count();
+                let before = (0..j).filter(|&q| eq(f32::from_bits(got[r * 8 + q]))).count();
                 let want_i = (0..n).filter(|&i| eq(row[i])).nth(before).expect("present");
                 assert_eq!(at[r * 8 + j], want_i as u32, "row {r} slot {j}");
             }
@@ -1217,11 +1066,7 @@ mod tests {
         let short = short
             .slice(&[
                 crate::machine::tile::Index::ALL,
-                crate::machine::tile::Index::Range {
-                    start: Some(0),
-                    stop: Some(7),
-                    step: 1,
-                },
+                crate::machine::tile::Index::Range { start: Some(0), stop: Some(7), step: 1 },
             ])
             .expect("7");
         let e = m.max8(&top, &short).expect_err("refused");
@@ -1240,14 +1085,10 @@ mod tests {
         let idx = sbuf(&mut m, "i", &[1, 8], Dtype::Uint32);
         put(&mut m, &data, &[1., 2., 3., 4., 8., 8., 8., 8., 8., 8., 8.]);
         put(&mut m, &vals, &[3., 8., 8., 8., 8., 8., 8., 8.]);
-        m.nc_match_replace8(&data, &data, &vals, -1.0, Some(&idx))
-            .expect("in place");
+        m.nc_match_replace8(&data, &data, &vals, -1.0, Some(&idx)).expect("in place");
         assert_eq!(words(&m, &idx), vec![2, 10, 9, 8, 7, 6, 5, 4]);
         let got: Vec<f32> = words(&m, &data).into_iter().map(f32::from_bits).collect();
-        assert_eq!(
-            got,
-            vec![1., 2., -1., 4., -1., -1., -1., -1., -1., -1., -1.]
-        );
+        assert_eq!(got, vec![1., 2., -1., 4., -1., -1., -1., -1., -1., -1., -1.]);
 
         // Rows of a few values (repeats, absent values, -0 vs +0, NaN), uint16 indices.
         let (p, n) = (8usize, 24usize);
@@ -1266,22 +1107,16 @@ mod tests {
         put(&mut m, &src, &x);
         put(&mut m, &vals, &w);
         let imm = 1234.5f32;
-        m.nc_match_replace8(&dst, &src, &vals, imm as f64, Some(&idx))
-            .expect("replace");
+        m.nc_match_replace8(&dst, &src, &vals, imm as f64, Some(&idx)).expect("replace");
         let got = words(&m, &dst);
         let b = m.read_tile(&idx).expect("idx");
-        let at: Vec<u32> = b
-            .chunks(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-            .collect();
+        let at: Vec<u32> = b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32).collect();
         for r in 0..p {
             let mut row = x[r * n..(r + 1) * n].to_vec();
             let mut want_at = [0xFFFFu32; 8];
             for i in (0..8).rev() {
                 let v = w[r * 8 + i];
-                let hit = row
-                    .iter()
-                    .position(|&e| e == v || (e.is_nan() && v.is_nan()));
+                let hit = row.iter().position(|&e| e == v || (e.is_nan() && v.is_nan()));
                 if let Some(k) = hit {
                     row[k] = imm;
                     want_at[i] = k as u32;
@@ -1295,22 +1130,12 @@ mod tests {
             }
         }
         // Without dst_idx; the rules name their argument.
-        m.nc_match_replace8(&dst, &src, &vals, 0.0, None)
-            .expect("no idx");
-        let e = m
-            .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&dst))
-            .expect_err("refused");
+        m.nc_match_replace8(&dst, &src, &vals, 0.0, None).expect("no idx");
+        let e = m.nc_match_replace8(&dst, &src, &vals, 0.0, Some(&dst)).expect_err("refused");
         assert_eq!((e.arg(), e.rule()), (Some("dst_idx"), Some("shape")));
-        let e = m
-            .nc_match_replace8(&dst, &src, &vals, 0.0, Some(&vals))
-            .expect_err("refused");
-        assert_eq!(
-            (e.arg(), e.rule()),
-            (Some("dst_idx"), Some("find_index_dtype"))
-        );
-        let e = m
-            .nc_match_replace8(&idx, &src, &vals, 0.0, None)
-            .expect_err("refused");
+        let e = m.nc_match_replace8(&dst, &src, &vals, 0.0, Some(&vals)).expect_err("refused");
+        assert_eq!((e.arg(), e.rule()), (Some("dst_idx"), Some("find_index_dtype")));
+        let e = m.nc_match_replace8(&idx, &src, &vals, 0.0, None).expect_err("refused");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
     }
 
@@ -1329,13 +1154,7 @@ mod tests {
         let res = sbuf(&mut m, "res", &[p, 1], Dtype::Fp32);
         let special = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 0.0, 1.5];
         let x: Vec<f32> = (0..p * n)
-            .map(|k| {
-                if k % 4 == 1 {
-                    special[(k / 4) % 6]
-                } else {
-                    (k % 7) as f32 - 3.0
-                }
-            })
+            .map(|k| if k % 4 == 1 { special[(k / 4) % 6] } else { (k % 7) as f32 - 3.0 })
             .collect();
         put(&mut m, &data, &x);
         let q: Vec<i16> = (0..p * n).map(|k| [0, 1, -1, 0, 300][k % 5]).collect();
@@ -1352,24 +1171,13 @@ mod tests {
         ];
         let mut reg = [f32::NEG_INFINITY; 5];
         for (k, &(d, on_false, cmd, rev)) in calls.iter().enumerate() {
-            m.select_reduce(
-                d,
-                &pred,
-                &data,
-                on_false,
-                Some(&res),
-                cmd,
-                AluOp::Maximum,
-                rev,
-            )
-            .expect("select_reduce");
+            m.select_reduce(d, &pred, &data, on_false, Some(&res), cmd, AluOp::Maximum, rev)
+                .expect("select_reduce");
             let got: Vec<u32> = if d.dtype == Dtype::Fp32 {
                 words(&m, d)
             } else {
                 let b = m.read_tile(d).expect("read");
-                b.chunks(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-                    .collect()
+                b.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32).collect()
             };
             for r in 0..p {
                 for j in 0..n {
@@ -1379,11 +1187,7 @@ mod tests {
                         Scalar::Tile(_) => f[r],
                     };
                     let v = if (q[i] != 0) != rev { x[i] } else { other };
-                    let v = if v.is_nan() {
-                        f32::from_bits(0x7FC0_0000)
-                    } else {
-                        v
-                    };
+                    let v = if v.is_nan() { f32::from_bits(0x7FC0_0000) } else { v };
                     if cmd != ReduceCmd::Idle {
                         reg[r] = alu::maximum(reg[r], v);
                     }
@@ -1404,16 +1208,7 @@ mod tests {
         assert!(reg[1].is_nan());
         let bad = sbuf(&mut m, "bad", &[p, n], Dtype::Fp32);
         let e = m
-            .select_reduce(
-                &d32,
-                &bad,
-                &data,
-                &imm,
-                None,
-                ReduceCmd::Idle,
-                AluOp::Maximum,
-                false,
-            )
+            .select_reduce(&d32, &bad, &data, &imm, None, ReduceCmd::Idle, AluOp::Maximum, false)
             .expect_err("fp32 predicate");
         assert_eq!(e.rule(), Some("select_reduce_dtype"));
         let e = m
@@ -1430,16 +1225,7 @@ mod tests {
             .expect_err("load_reduce");
         assert!(e.to_string().contains("reduce_cmd"));
         let e = m
-            .select_reduce(
-                &d32,
-                &pred,
-                &data,
-                &imm,
-                None,
-                ReduceCmd::Idle,
-                AluOp::Add,
-                false,
-            )
+            .select_reduce(&d32, &pred, &data, &imm, None, ReduceCmd::Idle, AluOp::Add, false)
             .expect_err("add");
         assert!(e.to_string().contains("reduce_op"));
     }
@@ -1452,15 +1238,7 @@ mod tests {
         let (p, n) = (4usize, 7usize);
         let [src, d32] = ["src", "d32"].map(|s| sbuf(&mut m, s, &[p, n], Dtype::Fp32));
         let [mx, init, res] = ["mx", "init", "res"].map(|s| sbuf(&mut m, s, &[p, 1], Dtype::Fp32));
-        let special = [
-            f32::NAN,
-            -0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            100.0,
-            -200.0,
-            0.5,
-        ];
+        let special = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 100.0, -200.0, 0.5];
         let mut x: Vec<f32> = (0..p * n).map(|k| (k % 5) as f32 - 2.5).collect();
         for (k, v) in x.iter_mut().enumerate().step_by(3) {
             *v = special[(k / 3) % 7];
@@ -1486,8 +1264,7 @@ mod tests {
         };
         let mut reg = [0f32; 4];
         for (k, &(max, cmd, ri)) in calls.iter().enumerate() {
-            m.exponential(&d32, &src, max, Some(&res), cmd, ri)
-                .expect("exponential");
+            m.exponential(&d32, &src, max, Some(&res), cmd, ri).expect("exponential");
             let got = words(&m, &d32);
             for r in 0..p {
                 let mr = match max {
@@ -1517,13 +1294,9 @@ mod tests {
         // overflows float32 to +inf (row 1).
         assert!(reg[0].is_nan() && reg[2].is_nan() && reg[1] == f32::INFINITY);
         let bad = sbuf(&mut m, "bad", &[p, n], Dtype::Tf32);
-        let e = m
-            .exponential(&d32, &bad, None, None, ReduceCmd::Idle, None)
-            .expect_err("tf32 src");
+        let e = m.exponential(&d32, &bad, None, None, ReduceCmd::Idle, None).expect_err("tf32 src");
         assert_eq!(e.rule(), Some("exponential_dtype"));
-        let e = m
-            .exponential(&d32, &src, None, None, ReduceCmd::Reset, None)
-            .expect_err("reset");
+        let e = m.exponential(&d32, &src, None, None, ReduceCmd::Reset, None).expect_err("reset");
         assert!(e.to_string().contains("reduce_cmd"));
         let e = m
             .exponential(&d32, &src, None, None, ReduceCmd::Reduce, Some(&imm))
@@ -1542,21 +1315,20 @@ mod tests {
         let data = sbuf(&mut m, "data", &[p, 3, 4], Dtype::Fp32);
         let dst = sbuf(&mut m, "dst", &[p, n], Dtype::Bf16);
         let dst32 = sbuf(&mut m, "dst32", &[p, n], Dtype::Fp32);
-        let (lo, hi) = (
-            sbuf(&mut m, "lo", &[p, 1], Dtype::Fp32),
-            sbuf(&mut m, "hi", &[p, 1], Dtype::Fp32),
-        );
+        let (lo, hi) =
+            (sbuf(&mut m, "lo", &[p, 1], Dtype::Fp32), sbuf(&mut m, "hi", &[p, 1], Dtype::Fp32));
         let res = sbuf(&mut m, "res", &[p, 1], Dtype::Fp32);
         let special = [f32::NAN, -0.0, f32::INFINITY, f32::NEG_INFINITY, 2.5, 2.5];
-        let x: Vec<f32> = (0..p * n)
-            .map(|k| {
-                if k % 5 == 2 {
-                    special[(k / 5) % special.len()]
-                } else {
-                    (k % 9) as f32 - 4.0
-                }
-            })
-            .collect();
+        let x: Vec<f32> =
+            (0..p * n)
+                .map(|k| {
+                    if k % 5 == 2 {
+                        special[(k / 5) % special.len()]
+                    } else {
+                        (k % 9) as f32 - 4.0
+                    }
+                })
+                .collect();
         put(&mut m, &data, &x);
         let start = 100i64;
         let b0 = [100.0, 103.0, 98.0, f32::NAN, 111.0];
@@ -1597,11 +1369,8 @@ mod tests {
                     f32::MIN
                 };
                 // Twice over the same values: max(max(x)) = max(x).
-                want_max = if want.is_nan() || want_max.is_nan() {
-                    f32::NAN
-                } else {
-                    want_max.max(want)
-                };
+                want_max =
+                    if want.is_nan() || want_max.is_nan() { f32::NAN } else { want_max.max(want) };
                 assert_eq!(got32[r * n + j], want.to_bits(), "fp32 ({r}, {j})");
                 let b16 = u16::from_le_bytes([got16[2 * (r * n + j)], got16[2 * (r * n + j) + 1]]);
                 let want16 = if want == f32::MIN {
@@ -1627,57 +1396,26 @@ mod tests {
         let mx = AluOp::Maximum;
         let fill = Some(f32::MIN as f64);
         let bad = [
-            (
-                call(&mut m, [AluOp::Add, cmp[1]], rr, mx, 0, fill, &data),
-                "comp_op0",
-            ),
-            (
-                call(&mut m, [cmp[0], AluOp::NotEqual], rr, mx, 0, fill, &data),
-                "comp_op1",
-            ),
-            (
-                call(&mut m, cmp, rr, AluOp::Add, 0, fill, &data),
-                "reduce_op",
-            ),
-            (
-                call(&mut m, cmp, ReduceCmd::LoadReduce, mx, 0, fill, &data),
-                "reduce_cmd",
-            ),
-            (
-                call(&mut m, cmp, rr, mx, 0, Some(0.0), &data),
-                "on_false_value",
-            ),
-            (
-                call(&mut m, cmp, rr, mx, 1 << 24, fill, &data),
-                "range_start",
-            ),
+            (call(&mut m, [AluOp::Add, cmp[1]], rr, mx, 0, fill, &data), "comp_op0"),
+            (call(&mut m, [cmp[0], AluOp::NotEqual], rr, mx, 0, fill, &data), "comp_op1"),
+            (call(&mut m, cmp, rr, AluOp::Add, 0, fill, &data), "reduce_op"),
+            (call(&mut m, cmp, ReduceCmd::LoadReduce, mx, 0, fill, &data), "reduce_cmd"),
+            (call(&mut m, cmp, rr, mx, 0, Some(0.0), &data), "on_false_value"),
+            (call(&mut m, cmp, rr, mx, 1 << 24, fill, &data), "range_start"),
         ];
         for (r, arg) in bad {
             assert_eq!(r.expect_err(arg).arg(), Some(arg));
         }
         let ints = sbuf(&mut m, "ints", &[p, n], Dtype::Int32);
         let e = call(&mut m, cmp, rr, mx, 0, fill, &ints).expect_err("int");
-        assert_eq!(
-            (e.arg(), e.rule()),
-            (Some("on_true_tile"), Some("range_select_dtype"))
-        );
+        assert_eq!((e.arg(), e.rule()), (Some("on_true_tile"), Some("range_select_dtype")));
         let short = sbuf(&mut m, "short", &[p, n - 1], Dtype::Fp32);
         put(&mut m, &short, &vec![0.0; p * (n - 1)]);
         let e = call(&mut m, cmp, rr, mx, 0, fill, &short).expect_err("shape");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
         let lo16 = sbuf(&mut m, "lo16", &[p, 1], Dtype::Bf16);
         let e = m
-            .range_select(
-                &dst,
-                &data,
-                cmp,
-                [&Scalar::Tile(lo16), &hi_s],
-                rr,
-                None,
-                mx,
-                0,
-                fill,
-            )
+            .range_select(&dst, &data, cmp, [&Scalar::Tile(lo16), &hi_s], rr, None, mx, 0, fill)
             .expect_err("bf16 bound");
         assert_eq!((e.arg(), e.rule()), (Some("bound0"), Some("fp32_operand")));
     }
@@ -1775,21 +1513,10 @@ mod tests {
         .expect("load");
         let first = m.read_f32(&dst).expect("read");
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(
-            bits(&first),
-            bits(&oracle(AluOp::Multiply, 1.0, add, &[10.0, -1.0, 0.5]))
-        );
+        assert_eq!(bits(&first), bits(&oracle(AluOp::Multiply, 1.0, add, &[10.0, -1.0, 0.5])));
         let bf = sbuf(&mut m, "bf", &[p, n], Dtype::Bf16);
-        m.tensor_scalar_cumulative(
-            &bf,
-            &src,
-            AluOp::Multiply,
-            add,
-            &one,
-            None,
-            ReduceCmd::Reduce,
-        )
-        .expect("reduce");
+        m.tensor_scalar_cumulative(&bf, &src, AluOp::Multiply, add, &one, None, ReduceCmd::Reduce)
+            .expect("reduce");
         let last: Vec<f32> = (0..p).map(|r| first[r * n + n - 1]).collect();
         let cont = oracle(AluOp::Multiply, 1.0, add, &last);
         let got = m.read_tile(&bf).expect("read");
@@ -1797,11 +1524,8 @@ mod tests {
             let g = u16::from_le_bytes([got[2 * k], got[2 * k + 1]]);
             // bf16 nearest even of the float32 value (a NaN quieted).
             let b = w.to_bits();
-            let want = if w.is_nan() {
-                0x7FC0
-            } else {
-                ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
-            };
+            let want =
+                if w.is_nan() { 0x7FC0 } else { ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16 };
             assert_eq!(g, want, "element {k}");
         }
         // The rules.
@@ -1824,14 +1548,12 @@ mod tests {
             .expect_err("imm1");
         assert_eq!(e.arg(), Some("imm1"));
         let ints = sbuf(&mut m, "ints", &[p, n], Dtype::Int32);
-        let e = m
-            .tensor_scalar_cumulative(&ints, &src, add, add, &imm, None, rc)
-            .expect_err("int32");
+        let e =
+            m.tensor_scalar_cumulative(&ints, &src, add, add, &imm, None, rc).expect_err("int32");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("cumulative_dtype")));
         let short = sbuf(&mut m, "short", &[p, n - 1], Dtype::Fp32);
-        let e = m
-            .tensor_scalar_cumulative(&short, &src, add, add, &imm, None, rc)
-            .expect_err("shape");
+        let e =
+            m.tensor_scalar_cumulative(&short, &src, add, add, &imm, None, rc).expect_err("shape");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
         let bf1 = sbuf(&mut m, "bf1", &[p, 1], Dtype::Bf16);
         let e = m

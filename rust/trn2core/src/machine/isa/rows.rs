@@ -98,10 +98,7 @@ impl<'m> Plan<'m> {
     /// Every input in `mem` (`RowIn::mem == None`) must either have exactly the destination's
     /// rows (same offset, stride and kind) or rows that overlap no destination row.
     pub unsafe fn new(
-        g: Rows,
-        mem: &'m mut [u8],
-        ins: &[RowIn<'m>],
-        d: RowOut,
+        g: Rows, mem: &'m mut [u8], ins: &[RowIn<'m>], d: RowOut,
     ) -> Option<Plan<'m>> {
         if g.rows == 0 || g.n == 0 || ins.len() > 2 {
             return None;
@@ -134,10 +131,7 @@ impl<'m> Plan<'m> {
             plan.ins[k] = if same {
                 In::Dst
             } else {
-                In::At {
-                    base: base.wrapping_add(x.off),
-                    stride: x.stride,
-                }
+                In::At { base: base.wrapping_add(x.off), stride: x.stride }
             };
             plan.kinds[k] = x.kind;
         }
@@ -301,9 +295,7 @@ fn store_row<D: Elem>(buf: &[f32], d: &mut [D]) {
 /// `tensor_scalar` rows for one input and one output kind.
 #[inline(always)]
 fn scalar_rows<A: Elem, D: Elem>(
-    plan: &mut Plan,
-    op0: (AluOp, bool, &[f32]),
-    op1: Option<(AluOp, bool, &[f32])>,
+    plan: &mut Plan, op0: (AluOp, bool, &[f32]), op1: Option<(AluOp, bool, &[f32])>,
 ) {
     let mut buf = [0f32; CHUNK];
     let n = plan.g.n;

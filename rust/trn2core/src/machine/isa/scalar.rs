@@ -64,20 +64,12 @@ impl Machine {
     /// the function by [`super::act`]'s rule; the float32 results reduced into the Scalar
     /// engine's registers by `reduce_cmd` and `reduce_op`, `reduce_res` receiving them.
     pub fn activate2(
-        &mut self,
-        dst: &Tile,
-        func: ActFunc,
-        data: &Tile,
-        args: &Activate2Args,
+        &mut self, dst: &Tile, func: ActFunc, data: &Tile, args: &Activate2Args,
     ) -> Result<()> {
         let (opc, engine) = (Opcode::Activate2, Engine::Scalar);
         let [(op0, imm0, rev0), (op1, imm1, rev1)] = &args.stages;
         if !ACTIVATE2_PAIRS.contains(&(*op0, *op1)) {
-            let arg = if ACTIVATE2_PAIRS.iter().any(|p| p.0 == *op0) {
-                "op1"
-            } else {
-                "op0"
-            };
+            let arg = if ACTIVATE2_PAIRS.iter().any(|p| p.0 == *op0) { "op1" } else { "op0" };
             let show = |o: &Option<AluOp>| o.map_or("bypass", |o| o.name());
             return Err(Error::value(
                 arg,
@@ -162,10 +154,7 @@ impl Machine {
     /// The Scalar engine's write-back: `x` into `d`, the registers into `res` when given
     /// (a read-out that costs extra), and the instruction recorded reading `reads`.
     fn finish_activation(
-        &mut self,
-        opc: Opcode,
-        (a, d, x): (&Opnd, &Opnd, &[f32]),
-        res: Option<&Opnd>,
+        &mut self, opc: Opcode, (a, d, x): (&Opnd, &Opnd, &[f32]), res: Option<&Opnd>,
         reads: &[Region],
     ) -> Result<()> {
         self.scatter_f32(d, x)?;
@@ -179,18 +168,13 @@ impl Machine {
             f |= flags::READ_ACCUMULATOR;
         }
         let cost = Self::cost_input(d.n(), d.p(), f);
-        self.program
-            .push(opc, Queue::Engine(Engine::Scalar), reads, &writes, cost);
+        self.program.push(opc, Queue::Engine(Engine::Scalar), reads, &writes, cost);
         Ok(())
     }
 
     /// `activation` (Scalar engine): see the module doc.
     pub fn activation(
-        &mut self,
-        dst: &Tile,
-        func: ActFunc,
-        data: &Tile,
-        args: &ActivationArgs,
+        &mut self, dst: &Tile, func: ActFunc, data: &Tile, args: &ActivationArgs,
     ) -> Result<()> {
         self.activation_impl(Opcode::Activation, dst, func, data, args)
     }
@@ -199,14 +183,8 @@ impl Machine {
     /// `activation_reduce` (Scalar engine): `activation` with `reduce_cmd=reset_reduce`,
     /// writing the sums into `reduce_res`.
     pub fn activation_reduce(
-        &mut self,
-        dst: &Tile,
-        func: ActFunc,
-        data: &Tile,
-        reduce_op: AluOp,
-        reduce_res: &Tile,
-        bias: Option<Scalar>,
-        scale: Option<Scalar>,
+        &mut self, dst: &Tile, func: ActFunc, data: &Tile, reduce_op: AluOp, reduce_res: &Tile,
+        bias: Option<Scalar>, scale: Option<Scalar>,
     ) -> Result<()> {
         let args = ActivationArgs {
             bias,
@@ -219,12 +197,7 @@ impl Machine {
     }
 
     fn activation_impl(
-        &mut self,
-        opc: Opcode,
-        dst: &Tile,
-        func: ActFunc,
-        data: &Tile,
-        args: &ActivationArgs,
+        &mut self, opc: Opcode, dst: &Tile, func: ActFunc, data: &Tile, args: &ActivationArgs,
     ) -> Result<()> {
         let engine = Engine::Scalar;
         if let Some(op) = args.reduce_op {
@@ -261,11 +234,7 @@ impl Machine {
             Some(Scalar::Imm(v)) => vec![*v as f32; p as usize],
             Some(Scalar::Tile(t)) => {
                 if t.dtype == Dtype::Tf32 {
-                    return Err(dtype_rule(
-                        "bias",
-                        "bias_dtype",
-                        "bias may be any dtype but tf32",
-                    ));
+                    return Err(dtype_rule("bias", "bias_dtype", "bias may be any dtype but tf32"));
                 }
                 let o = self.operand("bias", t, Some(engine), false)?;
                 if o.p() != p || o.n() != 1 {

@@ -83,10 +83,7 @@ impl Kind {
 
     /// Whether values of this kind are names (strings) the core parses.
     pub const fn is_name(self) -> bool {
-        matches!(
-            self,
-            Kind::Alu | Kind::Act | Kind::Engine | Kind::ReduceCmd | Kind::PerfMode
-        )
+        matches!(self, Kind::Alu | Kind::Act | Kind::Engine | Kind::ReduceCmd | Kind::PerfMode)
     }
 }
 
@@ -121,56 +118,28 @@ pub struct Arg {
 impl Arg {
     /// The same argument, also accepted as `alias`.
     pub const fn or(self, alias: &'static str) -> Arg {
-        Arg {
-            alias: Some(alias),
-            ..self
-        }
+        Arg { alias: Some(alias), ..self }
     }
 }
 
 const fn req(name: &'static str, kind: Kind) -> Arg {
-    Arg {
-        name,
-        kind,
-        default: ArgDefault::Required,
-        alias: None,
-    }
+    Arg { name, kind, default: ArgDefault::Required, alias: None }
 }
 
 const fn opt(name: &'static str, kind: Kind) -> Arg {
-    Arg {
-        name,
-        kind,
-        default: ArgDefault::Absent,
-        alias: None,
-    }
+    Arg { name, kind, default: ArgDefault::Absent, alias: None }
 }
 
 const fn flag(name: &'static str) -> Arg {
-    Arg {
-        name,
-        kind: Kind::Bool,
-        default: ArgDefault::Bool(false),
-        alias: None,
-    }
+    Arg { name, kind: Kind::Bool, default: ArgDefault::Bool(false), alias: None }
 }
 
 const fn int(name: &'static str, default: i64) -> Arg {
-    Arg {
-        name,
-        kind: Kind::Int,
-        default: ArgDefault::Int(default),
-        alias: None,
-    }
+    Arg { name, kind: Kind::Int, default: ArgDefault::Int(default), alias: None }
 }
 
 const fn named(name: &'static str, kind: Kind, default: &'static str) -> Arg {
-    Arg {
-        name,
-        kind,
-        default: ArgDefault::Name(default),
-        alias: None,
-    }
+    Arg { name, kind, default: ArgDefault::Name(default), alias: None }
 }
 
 /// The result tile an instruction's value-returning form (NKI's legacy dialect) allocates.
@@ -224,9 +193,7 @@ pub struct Info {
 impl Info {
     /// The index of the argument called `name` (or aliased so).
     pub fn index(&self, name: &str) -> Option<usize> {
-        self.args
-            .iter()
-            .position(|a| a.name == name || a.alias == Some(name))
+        self.args.iter().position(|a| a.name == name || a.alias == Some(name))
     }
 }
 
@@ -238,12 +205,8 @@ const ENGINE: Arg = opt("engine", K::Engine);
 
 /// A row (the first engine listed is NKI's default for `engine=unknown`).
 const fn row(
-    op: Opcode,
-    engines: &'static [Engine],
-    out: Out,
-    out_dtype: Option<Dtype>,
-    summary: &'static str,
-    args: &'static [Arg],
+    op: Opcode, engines: &'static [Engine], out: Out, out_dtype: Option<Dtype>,
+    summary: &'static str, args: &'static [Arg],
 ) -> Info {
     Info {
         op,
@@ -262,10 +225,7 @@ const fn row(
 
 /// A NeuronCore-v4 row ([`Info::neuron_core_v4`]).
 const fn v4(info: Info) -> Info {
-    Info {
-        neuron_core_v4: true,
-        ..info
-    }
+    Info { neuron_core_v4: true, ..info }
 }
 
 use Dtype::{Fp32, Uint32};
@@ -537,11 +497,7 @@ impl Args {
                     "{} takes {} arguments ({}), got {}",
                     op.name(),
                     info.args.len(),
-                    info.args
-                        .iter()
-                        .map(|a| a.name)
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    info.args.iter().map(|a| a.name).collect::<Vec<_>>().join(", "),
                     vals.len()
                 ),
             ));
@@ -579,10 +535,7 @@ impl Args {
 
     fn need(&self, name: &str) -> Result<&Value> {
         match self.slot(name) {
-            (arg, None) => Err(Error::value(
-                arg,
-                format!("{} needs {arg}", self.info.op.name()),
-            )),
+            (arg, None) => Err(Error::value(arg, format!("{} needs {arg}", self.info.op.name()))),
             (_, Some(v)) => Ok(v),
         }
     }
@@ -728,10 +681,7 @@ fn check_kind(a: &Arg, v: &Value) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::value(
-            a.name,
-            format!("expected {}, got {}", kind_expected(a.kind), v.what()),
-        ))
+        Err(Error::value(a.name, format!("expected {}, got {}", kind_expected(a.kind), v.what())))
     }
 }
 
@@ -834,10 +784,7 @@ impl Machine {
             Opcode::TensorReduce => {
                 let axes = a.int("axes")?;
                 let axes = usize::try_from(axes).map_err(|_| {
-                    Error::value(
-                        "axes",
-                        format!("{axes} axes; expected a count of 1 or more"),
-                    )
+                    Error::value("axes", format!("{axes} axes; expected a count of 1 or more"))
                 })?;
                 self.tensor_reduce(&dst, a.alu("op")?, &a.tile("data")?, axes, a.flag("negate"))
             }
@@ -1022,11 +969,7 @@ mod tests {
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
             assert_eq!(
                 TABLE[i].args[0].name,
-                if TABLE[i].args[0].kind == K::Engine {
-                    "engine"
-                } else {
-                    "dst"
-                }
+                if TABLE[i].args[0].kind == K::Engine { "engine" } else { "dst" }
             );
         }
     }
@@ -1036,17 +979,10 @@ mod tests {
         let mut m = Machine::new(Default::default()).expect("machine");
         let e = m.issue(Opcode::Reciprocal, vec![]).expect_err("refused");
         assert_eq!(e.arg(), Some("dst"));
-        let e = m
-            .issue(Opcode::Memset, vec![None, Some(Value::Float(1.0))])
-            .expect_err("refused");
+        let e = m.issue(Opcode::Memset, vec![None, Some(Value::Float(1.0))]).expect_err("refused");
         assert_eq!(e.arg(), Some("dst"));
-        assert!(
-            e.to_string().contains("expected a tile, got a float"),
-            "{e}"
-        );
-        let e = m
-            .issue(Opcode::BnAggr, vec![None, None, None])
-            .expect_err("refused");
+        assert!(e.to_string().contains("expected a tile, got a float"), "{e}");
+        let e = m.issue(Opcode::BnAggr, vec![None, None, None]).expect_err("refused");
         assert_eq!(e.arg(), Some("args"));
     }
 }
