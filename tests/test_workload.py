@@ -535,3 +535,27 @@ def test_heads_of_64_decode(tp):
     inf = workload.Inference(workload.Model.from_hf_config(cfg), tp=tp, seq_len=2048)
     short, long = inf.decode(100).seconds, inf.decode(2000).seconds
     assert 0 < short < long
+
+
+def test_an_estimate_is_flat_in_the_number_of_layers():
+    # The issue's "memory flat in the number of layers": a step is composed per kind of layer
+    # (count x time), so 1,000 times the layers gives the same rows, the same Python memory,
+    # and about 1,000 times the layers' time.
+    import tracemalloc
+
+    cfg = dict(LLAMA_8B_CONFIG, hidden_size=512, num_attention_heads=8, num_key_value_heads=8)
+    cfg.update(intermediate_size=1024, vocab_size=32000, head_dim=64)
+    runs = []
+    for layers in (8, 8000):
+        model = workload.Model.from_hf_config(dict(cfg, num_hidden_layers=layers))
+        inf = workload.Inference(model, tp=8, seq_len=256)
+        inf.decode(100)  # the per-shape kernel timings, cached once
+        tracemalloc.start()
+        r = inf.decode(100)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        layer_s = sum(o["total_s"] for o in r.ops if o["scope"] != "step")
+        runs.append((len(r.ops), peak, layer_s))
+    (rows8, peak8, s8), (rows8k, peak8k, s8k) = runs
+    assert rows8 == rows8k and peak8k < 2 * peak8
+    assert s8k == pytest.approx(1000 * s8, rel=1e-9)
