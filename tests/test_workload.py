@@ -420,6 +420,7 @@ def test_breakdown_plot_and_cli_trace_and_plot(tmp_path):
 
     inf = workload.Inference("llama-3.1-8b", "trn2.48xlarge", tp=8, seq_len=2048)
     p, d = inf.prefill(1000), inf.decode(1000)
+    assert p.model == d.model == "Llama-3.1-8B"  # the plot's title
     out = plot.breakdown([p, d], tmp_path / "b.png", labels=["prefill", "decode"])
     assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(Trn2ValueError, match="labels"):

@@ -201,7 +201,7 @@ def breakdown(reports, path: str | os.PathLike[str], *, labels=None) -> str:
             ms = [p.get(kind, 0.0) * 1e3 for p in parts]
             ax.bar(labels, ms, bottom=bottom, label=kind, color=f"C{i % 10}")
             bottom = [b + m for b, m in zip(bottom, ms, strict=True)]
-        _finish(fig, ax, path, "", "ms per step", reps[0]._d.get("model", ""))
+        _finish(fig, ax, path, "", "ms per step", reps[0].model)
     finally:
         plt.close(fig)
     return path

@@ -225,6 +225,7 @@ class StepReport:
 
     seconds = _Field()
     phase = _Field()
+    model = _Field("The model's name.")
     bucket = _Field("The compiled bucket the step ran in.")
 
     @property
