@@ -146,8 +146,38 @@ pub fn guard_detached<T: Send>(
     if !on_main_thread(py)? {
         return inline(py, f);
     }
+    let (mut f, mut out) = (Some(f), None);
+    let ran = detached(py, &mut || out = f.take().map(|f| f()))?;
+    finish(py, ran, out)
+}
+
+/// A call's work with its type erased: [`detached`] and [`inline`]'s machinery (a helper
+/// thread, the signal loop, the pool, `catch_unwind`) is compiled once, not once per binding
+/// function (it was a sixth of the binding's code). It stores its result where the caller
+/// reads it ([`finish`]).
+type Job<'a> = dyn FnMut() + Send + 'a;
+
+/// What became of a [`Job`]: it ran (or the pool could not be had), or it panicked.
+type Ran = std::thread::Result<Result<(), Error>>;
+
+/// The caller's result of a job that ran as `ran` and left `out`.
+fn finish<T>(py: Python<'_>, ran: Ran, out: Option<Result<T, Error>>) -> PyResult<T> {
+    match (ran, out) {
+        (Ok(Ok(())), Some(r)) => convert(py, Ok(r)),
+        (Ok(Err(e)), _) => Err(to_py(py, e)),
+        (Err(payload), _) => Err(panic_error(py, payload)),
+        (Ok(Ok(())), None) => {
+            Err(PyRuntimeError::new_err("internal error in trn2core: the work of a call was lost"))
+        }
+    }
+}
+
+/// Runs `job` on a helper thread with a fresh [`Cancel`] token while this (main) thread waits
+/// with the GIL released and runs the signal handlers every [`POLL`]. A handler's exception
+/// (`KeyboardInterrupt` for Ctrl-C) is the `Err`: it wins over whatever the work returned.
+fn detached(py: Python<'_>, job: &mut Job<'_>) -> PyResult<Ran> {
     let token = Cancel::new();
-    let slot = Mutex::new(Some(f));
+    let slot = Mutex::new(Some(job));
     let (outcome, signal) = py.detach(|| {
         std::thread::scope(|s| {
             let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -158,23 +188,13 @@ pub fn guard_detached<T: Send>(
                 move || {
                     // Dropped when the work ends (also by a panic): wakes the waiting thread.
                     let _done = done_tx;
-                    let f = slot.lock().ok().and_then(|mut g| g.take());
-                    f.map(|f| {
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            worker_token.install(|| trn2core::pool::install(f))
-                        }))
-                    })
+                    let job = slot.lock().ok().and_then(|mut g| g.take());
+                    job.map(|job| worker_token.install(|| run(job)))
                 },
             );
             let Ok(handle) = spawned else {
                 // No thread to be had: run the work here, uninterruptibly.
-                let f = slot.lock().ok().and_then(|mut g| g.take());
-                let r = f.map(|f| {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        trn2core::pool::install(f)
-                    }))
-                });
-                return (r, None);
+                return (slot.lock().ok().and_then(|mut g| g.take()).map(run), None);
             };
             let mut signal: Option<PyErr> = None;
             while let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(POLL) {
@@ -185,20 +205,24 @@ pub fn guard_detached<T: Send>(
                     }
                 }
             }
-            let r = handle.join().unwrap_or_else(|p| Some(Err(p)));
-            (r, signal)
+            (handle.join().unwrap_or_else(|p| Some(Err(p))), signal)
         })
     });
-    if let Some(e) = signal {
-        // The handler's exception (KeyboardInterrupt) wins over whatever the work returned.
-        return Err(e);
+    match (signal, outcome) {
+        (Some(e), _) => Err(e),
+        (None, Some(ran)) => Ok(ran),
+        (None, None) => Ok(Ok(Ok(()))),
     }
-    match outcome {
-        Some(r) => convert(py, r),
-        None => {
-            Err(PyRuntimeError::new_err("internal error in trn2core: the work of a call was lost"))
-        }
-    }
+}
+
+/// `job` on this process's thread pool (`trn2core::pool`: fork-safe), a panic caught.
+fn run(job: &mut Job<'_>) -> Ran {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        trn2core::pool::install(|| {
+            job();
+            Ok(())
+        })
+    }))
 }
 
 /// [`guard_detached`] for a call of about `work` elementary operations: inline (GIL released,
@@ -216,10 +240,10 @@ pub fn guard_work<T: Send>(
 /// `f` with the GIL released (no signal checks), on this process's thread pool
 /// (`trn2core::pool`: fork-safe).
 fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) -> PyResult<T> {
-    let r = py.detach(|| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| trn2core::pool::install(f)))
-    });
-    convert(py, r)
+    let (mut f, mut out) = (Some(f), None);
+    let mut job = || out = f.take().map(|f| f());
+    let ran = py.detach(|| run(&mut job));
+    finish(py, ran, out)
 }
 
 /// Asks for the main thread's id once, at import ([`on_main_thread`]; the crate's `warm_up`).
