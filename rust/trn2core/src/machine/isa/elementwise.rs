@@ -495,11 +495,12 @@ impl Machine {
             super::shape_rule(arg, DYNAMIC_OFFSET, message)
         };
         if v < 0 || (offset.limit > 0 && v >= offset.limit) {
-            let bound = if offset.limit > 0 { offset.limit.to_string() } else { "..".into() };
-            return Err(refuse(format!(
-                "it must be in 0..{bound} (the positions of the indexed axis where the access \
-                 fits)"
-            )));
+            return Err(refuse(match offset.limit {
+                0 => "an offset is 0 or more".to_string(),
+                n => format!(
+                    "it must be in 0..{n} (the positions of the indexed axis where the access fits)"
+                ),
+            }));
         }
         let bytes = v as i128 * offset.step as i128 * tile.dtype.size() as i128;
         let mut t = *tile;
