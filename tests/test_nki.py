@@ -1950,47 +1950,46 @@ def _dyn_data(p=16, n=64):
     return x, np.array([[5, 0, 63, 7, 7, 31, 2, 60]], np.int32)
 
 
+def _legacy_dyn_kernel(shape, body, make=lnl.ndarray):
+    """A legacy kernel: ``x`` and ``offs`` loaded, ``body(t, o, out)`` on a new SBUF tile of
+    ``shape`` (made by ``make``), stored to HBM."""
+
+    @tn.jit_legacy
+    def k(x, offs):
+        t, o = lnl.load(x), lnl.load(offs)
+        out = make(shape, dtype=x.dtype, buffer=lnl.sbuf)
+        body(t, o, out)
+        res = lnl.ndarray(shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(res, value=out)
+        return res
+
+    return k
+
+
 def test_tensor_copy_dynamic_src_and_dst_in_the_legacy_dialect_match_numpy():
     x, offs = _dyn_data()
     x3 = np.arange(16 * 12 * 4, dtype=np.int32).reshape(16, 12, 4)
 
-    @tn.jit_legacy
-    def gather(x, offs):
-        t, o = lnl.load(x), lnl.load(offs)
-        out = lnl.ndarray((16, 8), dtype=x.dtype, buffer=lnl.sbuf)
+    def gather_body(t, o, out):
         ix, iy = lnl.mgrid[0:16, 0:1]
         for i in lnl.affine_range(8):
             out[ix, i] = lisa.tensor_copy_dynamic_src(t[ix, o[0, i] + iy])
-        res = lnl.ndarray((16, 8), dtype=x.dtype, buffer=lnl.shared_hbm)
-        lnl.store(res, value=out)
-        return res
 
-    @tn.jit_legacy
-    def gather3(x, offs):
-        t, o = lnl.load(x), lnl.load(offs)
-        out = lnl.ndarray((16, 4, 4), dtype=x.dtype, buffer=lnl.sbuf)
+    def gather3_body(t, o, out):
         ix, _, iz = lnl.mgrid[0:16, 0:1, 0:4]
         for i in lnl.affine_range(4):
-            out[ix, i, iz] = lisa.tensor_copy_dynamic_src(
-                t[ix, o[0, i], iz], engine=lisa.gpsimd_engine
-            )
-        res = lnl.ndarray((16, 4, 4), dtype=x.dtype, buffer=lnl.shared_hbm)
-        lnl.store(res, value=out)
-        return res
+            e = lisa.gpsimd_engine
+            out[ix, i, iz] = lisa.tensor_copy_dynamic_src(t[ix, o[0, i], iz], engine=e)
 
-    @tn.jit_legacy
-    def scatter(x, offs):
-        t, o = lnl.load(x), lnl.load(offs)
-        out = lnl.zeros((16, 64), dtype=x.dtype, buffer=lnl.sbuf)
+    def scatter_body(t, o, out):
         ix, iy = lnl.mgrid[0:16, 0:1]
         for i in lnl.sequential_range(8):
-            lisa.tensor_copy_dynamic_dst(
-                dst=out[ix, o[0, i] + iy], src=t[ix, i], engine=lisa.scalar_engine
-            )
-        res = lnl.ndarray((16, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
-        lnl.store(res, value=out)
-        return res
+            e = lisa.scalar_engine
+            lisa.tensor_copy_dynamic_dst(dst=out[ix, o[0, i] + iy], src=t[ix, i], engine=e)
 
+    gather = _legacy_dyn_kernel((16, 8), gather_body)
+    gather3 = _legacy_dyn_kernel((16, 4, 4), gather3_body)
+    scatter = _legacy_dyn_kernel((16, 64), scatter_body, lnl.zeros)
     got = tn.run(gather, x, offs).outputs
     assert np.array_equal(got.view(np.uint32), x[:, offs[0]].view(np.uint32))
     three = offs[:, [0, 1, 3, 6]]

@@ -701,11 +701,6 @@ mod tests {
     use super::*;
     use crate::machine::MachineConfig;
 
-    fn words(m: &Machine, t: &Tile) -> Vec<u32> {
-        let b = m.read_tile(t).expect("read");
-        b.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-    }
-
     /// The dynamic copies move their side by the offset the machine reads from its SBUF, bit
     /// for bit (NaN payloads kept), against an oracle of column indices; each rule names its
     /// argument: the moved side for a value out of range, `offset` for its place, shape, dtype.
@@ -732,14 +727,14 @@ mod tests {
         m.tensor_copy_dynamic(v_src, Engine::Vector, &small, &strided, &dynamic(off, 1, 10))
             .expect("src");
         let want: Vec<u32> = (0..p).flat_map(|r| [5, 7, 9].map(|c| sv[r * n + c])).collect();
-        assert_eq!(words(&m, &small), want);
+        assert_eq!(m.gather_bits(&small).expect("small"), want);
         // dst: columns 0..3 moved by 4 x 3 -> columns 12..15, on GpSimd.
         super::super::test_util::put_words(&mut m, &off, &[4], 4);
         m.memset(Engine::Vector, &big, 0.0).expect("memset");
         let first = cols(&big, 0, 3, 1);
         m.tensor_copy_dynamic(v_dst, Engine::Gpsimd, &first, &small, &dynamic(off, 3, 0))
             .expect("dst");
-        let got = words(&m, &big);
+        let got = m.gather_bits(&big).expect("big");
         for r in 0..p {
             for c in 0..n {
                 let want = if (12..15).contains(&c) { want[r * w + c - 12] } else { 0 };
