@@ -1937,3 +1937,171 @@ def test_byte_swapped_arrays_are_inputs_and_take_their_results_back():
     want = -np.arange(8, dtype=np.float32).reshape(2, 4)
     assert out.dtype == np.float32 and np.array_equal(out, want)
     assert x.dtype == np.dtype(">f4") and np.array_equal(x, want)
+
+
+# ----------------------------------------------------------------------------- dynamic copies
+
+
+def _dyn_data(p=16, n=64):
+    """A float32 [p, n] tile whose bits name their place (NaN payloads, -0 and inf among them)
+    and the offsets the dynamic copies read (int32, in a [1, 8] row)."""
+    x = (np.arange(p * n, dtype=np.uint32) | 0x7FC0_0000).view(np.float32).reshape(p, n)
+    x[0, :3] = [-0.0, np.inf, 1.5]
+    return x, np.array([[5, 0, 63, 7, 7, 31, 2, 60]], np.int32)
+
+
+def _legacy_dyn_kernel(shape, body, make=lnl.ndarray):
+    """A legacy kernel: ``x`` and ``offs`` loaded, ``body(t, o, out)`` on a new SBUF tile of
+    ``shape`` (made by ``make``), stored to HBM."""
+
+    @tn.jit_legacy
+    def k(x, offs):
+        t, o = lnl.load(x), lnl.load(offs)
+        out = make(shape, dtype=x.dtype, buffer=lnl.sbuf)
+        body(t, o, out)
+        res = lnl.ndarray(shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(res, value=out)
+        return res
+
+    return k
+
+
+def test_tensor_copy_dynamic_src_and_dst_in_the_legacy_dialect_match_numpy():
+    x, offs = _dyn_data()
+    x3 = np.arange(16 * 12 * 4, dtype=np.int32).reshape(16, 12, 4)
+
+    def gather_body(t, o, out):
+        ix, iy = lnl.mgrid[0:16, 0:1]
+        for i in lnl.affine_range(8):
+            out[ix, i] = lisa.tensor_copy_dynamic_src(t[ix, o[0, i] + iy])
+
+    def gather3_body(t, o, out):
+        ix, _, iz = lnl.mgrid[0:16, 0:1, 0:4]
+        for i in lnl.affine_range(4):
+            e = lisa.gpsimd_engine
+            out[ix, i, iz] = lisa.tensor_copy_dynamic_src(t[ix, o[0, i], iz], engine=e)
+
+    def scatter_body(t, o, out):
+        ix, iy = lnl.mgrid[0:16, 0:1]
+        for i in lnl.sequential_range(8):
+            e = lisa.scalar_engine
+            lisa.tensor_copy_dynamic_dst(dst=out[ix, o[0, i] + iy], src=t[ix, i], engine=e)
+
+    gather = _legacy_dyn_kernel((16, 8), gather_body)
+    gather3 = _legacy_dyn_kernel((16, 4, 4), gather3_body)
+    scatter = _legacy_dyn_kernel((16, 64), scatter_body, lnl.zeros)
+    got = tn.run(gather, x, offs).outputs
+    assert np.array_equal(got.view(np.uint32), x[:, offs[0]].view(np.uint32))
+    three = offs[:, [0, 1, 3, 6]]
+    assert np.array_equal(tn.run(gather3, x3, three).outputs, x3[:, three[0], :])
+    want = np.zeros_like(x)
+    for i, o in enumerate(offs[0]):
+        want[:, o] = x[:, i]  # in order: the later copy wins (offset 7 twice)
+    got = tn.run(scatter, x, offs).outputs
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_tensor_copy_dynamic_in_the_current_dialect_matches_numpy_and_costs_min_ii_dynamic():
+    x, offs = _dyn_data()
+    xb = x.astype(BF16)
+    offs = np.array([[5, 0, 60, 33]], np.int32)
+
+    @tn.jit
+    def windows(x, offs):
+        t, o = _to_sbuf(x, offs)
+        out = nl.ndarray((16, 4, 4), dtype=x.dtype, buffer=nl.sbuf)
+        for i in range(4):
+            src = t.ap([[64, 16], [1, 4]], offset=0, scalar_offset=o[0, i], indirect_dim=1)
+            nisa.tensor_copy_dynamic_src(dst=out[:, i, :], src=src)
+        return _to_hbm(out)[0]
+
+    @tn.jit
+    def scatter(x, offs):
+        t, o = _to_sbuf(x, offs)
+        out = nl.ndarray((16, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=out, value=0.0)
+        for i in range(4):
+            nisa.tensor_copy_dynamic_dst(
+                dst=out[:, o[0, i]], src=t[:, i], engine=nisa.gpsimd_engine
+            )
+        return _to_hbm(out)[0]
+
+    for data in (x, xb):
+        res = tn.run(windows, data, offs)
+        want = np.stack([data[:, o : o + 4] for o in offs[0]], axis=1)
+        assert np.array_equal(res.outputs.view(np.uint8), want.view(np.uint8))
+        # Four copies on the Vector engine: max(MIN_II_DYNAMIC, 4) + 60 cycles each at 0.96 GHz.
+        assert res.report.engines["DVE"]["busy_s"] == pytest.approx(4 * 660 / 0.96e9)
+        want = np.zeros_like(data)
+        want[:, offs[0]] = data[:, :4]
+        got = tn.run(scatter, data, offs).outputs
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_a_dynamic_view_read_by_another_instruction_reads_its_offset_when_issued():
+    x, offs = _dyn_data()
+
+    @tn.jit
+    def k(x, offs):
+        t, o = _to_sbuf(x, offs)
+        out = nl.ndarray((16, 2), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(
+            dst=out, src=t.ap([[64, 16], [1, 2]], scalar_offset=o[0, 3], indirect_dim=1)
+        )
+        return _to_hbm(out)[0]
+
+    got = tn.run(k, x, offs).outputs
+    assert np.array_equal(got.view(np.uint32), x[:, 7:9].view(np.uint32))
+
+
+# (what the kernel does wrong, the offsets, the argument named, the rule)
+_DYN_CASES = [
+    ("src past the axis", [[61]], "src", "dynamic_offset"),
+    ("dst negative", [[-1]], "dst", "dynamic_offset"),
+    ("float offset", [[1]], "offset", "dynamic_offset"),
+    ("static src", [[1]], "src", None),
+]
+
+
+@pytest.mark.parametrize("case, offs, arg, rule", _DYN_CASES)
+def test_tensor_copy_dynamic_rules_name_the_argument_at_the_kernels_line(case, offs, arg, rule):
+    x = np.ones((8, 64), np.float32)
+    offs = np.array(offs, np.float32 if case == "float offset" else np.int32)
+
+    def f(x, offs):
+        t, o = _to_sbuf(x, offs)
+        out = nl.ndarray((8, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=out, value=0.0)
+        dst, src, op = out, t.ap([[64, 8], [1, 4]], scalar_offset=o[0, 0], indirect_dim=1), "src"
+        if case == "dst negative":
+            dst, src, op = t[:, o[0, 0]], out[:, 0:1], "dst"
+        elif case == "static src":
+            src = t[:, 0:4]
+        getattr(nisa, f"tensor_copy_dynamic_{op}")(dst=dst, src=src)  # the call
+        return _to_hbm(out)[0]
+
+    with pytest.raises(Trn2Error) as e:
+        tn.run(tn.jit(f), x, offs)
+    assert (e.value.arg, e.value.rule) == (arg, rule), str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+    assert str(e.value).startswith(f"{__file__}:{_line_of(f, '# the call')}:")
+
+
+def test_a_legacy_dynamic_index_past_its_axis_is_refused_at_the_kernels_line():
+    x, _ = _dyn_data()
+
+    def f(x, offs):
+        t, o = lnl.load(x), lnl.load(offs)
+        ix, iy = lnl.mgrid[0:16, 0:4]
+        y = lisa.tensor_copy_dynamic_src(t[ix, o[0, 0] + iy])  # the call
+        res = lnl.ndarray((16, 4), dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(res, value=y)
+        return res
+
+    got = tn.run(tn.jit_legacy(f), x, np.array([[60]], np.int32)).outputs
+    assert np.array_equal(got.view(np.uint32), x[:, 60:].view(np.uint32))
+    with pytest.raises(ShapeError) as e:
+        tn.run(tn.jit_legacy(f), x, np.array([[61]], np.int32))
+    assert (e.value.arg, e.value.rule) == ("src", "dynamic_offset"), str(e.value)
+    assert "must be in 0..61" in str(e.value)
+    assert e.value.nki_location == (__file__, _line_of(f, "# the call"))

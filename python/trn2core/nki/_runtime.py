@@ -47,6 +47,7 @@ from ._tensor import (
     SHARED_HBM,
     Blocks,
     Buffer,
+    Dynamic,
     FuncBlocks,
     LazyBlocks,
     NkiTensor,
@@ -1225,6 +1226,12 @@ class Core:
 
         return self.pend_valid(self.pend(src.shape, dtype, SBUF, issue), ranges)
 
+    def offset_value(self, t: NkiTensor) -> int:
+        """The integer in the one-element tensor ``t``, read now (in program order)."""
+        self.flush()
+        raw = self.m.read(t.tile)
+        return int(raw.view(D.HOST_DTYPE[D.machine_name(t.dtype)]).reshape(-1)[0])
+
     def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
         """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``
         (read when the access pattern is made, i.e. in program order just before the DMA
@@ -1249,6 +1256,15 @@ class Core:
         if not pattern:
             raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
         scalar = kwargs.get("scalar_offset")
+        dim = int(kwargs.get("indirect_dim", 0))
+        if scalar is not None and t._pdim is not None and 1 <= dim < len(pattern):
+            # On chip along a free dimension: the value stays in SBUF, read by the machine when
+            # tensor_copy_dynamic_src / _dst runs (by any other instruction when issued).
+            static = {k: x for k, x in kwargs.items() if k not in ("scalar_offset", "indirect_dim")}
+            v = self.raw_ap(t, pattern, offset, static)
+            _scalar_tensor(scalar)
+            v._t = Dynamic(v.tile, scalar, pattern[dim][0], 0)
+            return v
         if scalar is not None:
             offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
                 scalar, pattern, kwargs.get("indirect_dim", 0)
@@ -1297,15 +1313,16 @@ def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
     )
 
 
-def _scalar_value(core: Core, scalar) -> int:
+def _scalar_tensor(scalar) -> None:
     if not isinstance(scalar, NkiTensor) or scalar._pdim is None or scalar.size != 1:
         raise NotSupportedError(
             "ap: scalar_offset is a 1x1 SBUF tensor here (registers are not emulated)"
         )
-    core.flush()
-    raw = core.m.read(scalar.tile)
-    v = raw.view(D.HOST_DTYPE[D.machine_name(scalar.dtype)]).reshape(-1)[0]
-    return int(v)
+
+
+def _scalar_value(core: Core, scalar) -> int:
+    _scalar_tensor(scalar)
+    return core.offset_value(scalar)
 
 
 def _retyped(v: NkiTensor, dtype) -> NkiTensor:

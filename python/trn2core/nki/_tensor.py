@@ -196,6 +196,47 @@ class OutOfBoundsError(ShapeError):
     """An index or slice reaches outside its tensor."""
 
 
+class DynIndex:
+    """An index of one axis moved by a dynamic offset: the value in the ``[1, 1]`` integer tile
+    ``offset`` plus ``expr`` (an index expression, an integer or a slice): the legacy
+    ``t[i, off + j]`` (``off`` a tile element, ``j`` an ``nl.arange`` variable)."""
+
+    __slots__ = ("offset", "expr")
+
+    def __init__(self, offset, expr) -> None:
+        self.offset, self.expr = offset, expr
+
+    def __add__(self, other):
+        if isinstance(other, (IndexExpr, int, np.integer)):
+            return DynIndex(self.offset, self.expr + other)
+        return NotImplemented
+
+    __radd__ = __add__
+
+
+class Dynamic:
+    """The access of an on-chip view indexed by a dynamic offset: ``static`` (the machine tile
+    the offset 0 gives), the ``[1, 1]`` tensor ``offset`` holding the value, ``step`` (elements
+    one unit moves the access: the indexed axis's stride) and ``limit`` (the value is below it;
+    0: no bound but the tensor's). ``tensor_copy_dynamic_src`` / ``_dst`` hand these to the
+    machine, which reads the value itself; any other instruction reads it when issued
+    (``resolve``)."""
+
+    __slots__ = ("static", "offset", "step", "limit")
+
+    def __init__(self, static, offset, step: int, limit: int) -> None:
+        self.static, self.offset, self.step, self.limit = static, offset, step, limit
+
+    def resolve(self, t: NkiTensor):
+        """The access at the offset's current value."""
+        v = t._core.offset_value(self.offset)
+        if v < 0 or (self.limit and v >= self.limit):
+            raise OutOfBoundsError(
+                f"index: the dynamic offset is {v}, outside 0..{self.limit or ''} [rule bounds]"
+            )
+        return self.static.ap(list(self.static.pattern), v * self.step)
+
+
 class PartitionDimError(ShapeError):
     """A tile's partition dimension is over 128, or a view would move data across partitions."""
 
@@ -338,7 +379,7 @@ class NkiTensor:
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
-        if type(t) is _Whole:
+        if type(t) is _Whole or type(t) is Dynamic:
             t = t.resolve(self)
         elif type(t) is FuncBlocks:
             raise NotSupportedError(
@@ -433,8 +474,8 @@ class NkiTensor:
 
     def _getitem(self, key: list) -> NkiTensor:
         for k in key:
-            if type(k) is NkiTensor:
-                return self._indirect(key)
+            if type(k) is NkiTensor or type(k) is DynIndex:
+                return self._indirect(key) if self._pdim is None else self._dynamic(key)
         if any(isinstance(k, IndexExpr) for k in key):
             try:
                 v = self._advanced(list(key), None)
@@ -457,12 +498,12 @@ class NkiTensor:
         partition ``p`` reads index ``idx[p]`` of that axis (indirect DMA; ``nl.load`` reads
         it: ``Core.gather``). The other indices: integers, and index expressions over the
         free grid axes."""
-        at = [a for a, k in enumerate(key) if isinstance(k, NkiTensor)]
+        at = [a for a, k in enumerate(key) if isinstance(k, (NkiTensor, DynIndex))]
         idx = key[at[0]]
-        if self._pdim is not None or len(at) != 1:
+        if type(idx) is DynIndex or len(at) != 1:
             raise NotSupportedError(
-                "index: a tile as an index (indirect DMA) works on an HBM tensor, one index "
-                "tile per access"
+                "index: an HBM tensor takes one [P, 1] index tile alone on its axis (indirect "
+                "DMA); a dynamic offset plus an index expression indexes an SBUF or PSUM tile"
             )
         if idx._pdim != 0 or idx.size != idx.shape[0] or np.dtype(idx.dtype).kind not in "iu":
             raise Trn2ValueError(
@@ -483,6 +524,42 @@ class NkiTensor:
         shape = (idx.shape[0], *gshape[1:]) if len(gshape) > 1 else (idx.shape[0], 1)
         v = self._view(_Unresolved("index: an indirect access is read by nl.load"), shape, None)
         v._access = Indirect(self, key, at[0], idx)
+        return v
+
+    def _dynamic(self, key: list) -> NkiTensor:
+        """``t[..., off, ...]`` or the legacy ``t[i, off + j]`` of an on-chip tensor, ``off`` a
+        ``[1, 1]`` integer tile: the access with ``off``'s value added to that free axis's index
+        (``Dynamic``; the machine reads the value when ``tensor_copy_dynamic_src`` / ``_dst``
+        runs)."""
+        at = [a for a, k in enumerate(key) if type(k) in (NkiTensor, DynIndex)]
+        if len(at) != 1:
+            raise NotSupportedError("index: one dynamic offset per access")
+        a = at[0]
+        k = key[a]
+        off, expr = (k.offset, k.expr) if type(k) is DynIndex else (k, 0)
+        if a == self._pdim:
+            raise PartitionDimError(
+                "index: a dynamic offset moves an on-chip access along a free axis; axis "
+                f"{a} is the partition axis"
+            )
+        if off.size != 1:
+            raise Trn2ValueError(
+                f"index: a dynamic offset is a [1, 1] integer tile, got {off.shape} {off.dtype}",
+                arg="index",
+            )
+        static = list(key)
+        static[a] = expr
+        v = self._getitem(static)
+        size = self.shape[a]
+        if isinstance(expr, IndexExpr):
+            top = expr.const + sum(max(c * (var.size - 1), 0) for var, c in expr.terms.items())
+        elif isinstance(expr, slice):
+            start, count, step = _resolve_slice(expr, size, a)
+            top = start + (count - 1) * max(step, 0)
+        else:
+            top = _int(expr, "an index") % size
+        v._t = Dynamic(v.tile, off, self._axes()[a][0], size - top)
+        v._access = None
         return v
 
     def _basic(self, key: list) -> NkiTensor:
@@ -871,6 +948,8 @@ class NkiTensor:
     # -------------------------------------------------------------------- operators
     @api
     def _bin(self, op, other, reverse=False):
+        if op == "add" and isinstance(other, IndexExpr):
+            return DynIndex(self, other)  # the legacy ``t[i, off + j]``: a dynamic index
         return self._core.arith(op, other, self) if reverse else self._core.arith(op, self, other)
 
     __add__, __radd__ = _binary("add"), _binary("add", True)

@@ -36,7 +36,7 @@ from ._ops import (
 )
 from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
 from ._surface import Unsupported as _Unsupported
-from ._tensor import NkiTensor
+from ._tensor import Dynamic, NkiTensor
 
 
 class NkiValidationError(Trn2ValueError):
@@ -144,6 +144,42 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, **kwargs) -> None:
     e = engine_name(engine, "vector", ("vector", "scalar", "gpsimd"), "tensor_copy")
     c = _core_of(dst, src)
     c.m.issue_at(c.loc, "tensor_copy", e, _t(dst, "dst"), _t(src, "src"))
+
+
+_COPY_ENGINES = ("vector", "scalar", "gpsimd")
+
+
+def issue_dynamic_copy(c, op: str, e: str, dst, src) -> None:
+    """``tensor_copy_dynamic_src`` (``op``; or ``_dst``) on engine ``e``: the moved side a view
+    indexed by a dynamic offset (``Dynamic``), its value left in SBUF for the machine to read
+    when the copy runs."""
+    arg, moved = ("src", src) if op == "tensor_copy_dynamic_src" else ("dst", dst)
+    d = moved._t if isinstance(moved, NkiTensor) else None
+    if type(d) is not Dynamic:
+        raise Trn2ValueError(
+            f"{arg}: {op} takes {arg} indexed by a dynamic offset (t[:, off], the legacy "
+            f"t[i, off + j], or t.ap(pattern, scalar_offset=off, indirect_dim=1); off a [1, 1] "
+            f"integer tile in SBUF), got {'a static access' if d is not None else moved!r}",
+            arg=arg,
+        )
+    tiles = {"dst": dst, "src": src}
+    tiles = {k: d.static if k == arg else _t(x, k) for k, x in tiles.items()}
+    c.m.issue_at(c.loc, op, e, tiles["dst"], tiles["src"], d.offset.tile, d.step, d.limit)
+
+
+@api
+def tensor_copy_dynamic_src(dst, src, engine=engine.unknown, name=None, **kwargs) -> None:
+    """``dst = src`` with ``src`` at a dynamic offset within each partition (the offset a
+    ``[1, 1]`` integer tile in SBUF, read by the machine when the copy runs)."""
+    e = engine_name(engine, "vector", _COPY_ENGINES, "tensor_copy_dynamic_src")
+    issue_dynamic_copy(_core_of(dst, src), "tensor_copy_dynamic_src", e, dst, src)
+
+
+@api
+def tensor_copy_dynamic_dst(dst, src, engine=engine.unknown, name=None, **kwargs) -> None:
+    """``dst = src`` with ``dst`` at a dynamic offset within each partition."""
+    e = engine_name(engine, "vector", _COPY_ENGINES, "tensor_copy_dynamic_dst")
+    issue_dynamic_copy(_core_of(dst, src), "tensor_copy_dynamic_dst", e, dst, src)
 
 
 @api
@@ -558,8 +594,6 @@ define_unsupported(
         "rand_get_state",
         "set_rng_seed",
         "topk",
-        "tensor_copy_dynamic_src",
-        "tensor_copy_dynamic_dst",
     ),
 )
 VirtualRegister = _Unsupported("nki.isa.VirtualRegister")

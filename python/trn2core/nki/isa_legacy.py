@@ -710,6 +710,39 @@ def select_reduce(
     )
 
 
+@api
+def tensor_copy_dynamic_src(
+    src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs
+) -> NkiTensor:
+    """A copy of ``src``, indexed by a dynamic offset (``t[i, off + j]``), in a new tile."""
+    core = _core(src)
+    e = _dynamic_engine(engine, mask, "tensor_copy_dynamic_src")
+
+    def issue(d):
+        _cur.issue_dynamic_copy(core, "tensor_copy_dynamic_src", e, d, src)
+
+    return core.pend(src.shape, _dt(dtype, src.dtype), SBUF, issue)
+
+
+@api
+def tensor_copy_dynamic_dst(
+    *, dst, src, mask=None, dtype=None, engine=engine.unknown, **kwargs
+) -> None:
+    """``dst`` (indexed by a dynamic offset) ``= src``."""
+    core = _core(dst, src)
+    e = _dynamic_engine(engine, mask, "tensor_copy_dynamic_dst")
+    if dtype is not None and isinstance(dst, NkiTensor) and D.as_dtype(dtype) != dst.dtype:
+        raise Trn2ValueError(f"dtype: {dtype} differs from dst's {dst.dtype}", arg="dtype")
+    core.flush()
+    _cur.issue_dynamic_copy(core, "tensor_copy_dynamic_dst", e, dst, src)
+
+
+def _dynamic_engine(e, mask, op: str) -> str:
+    if mask is not None:
+        raise NotSupportedError(f"{op}: mask= is not emulated")
+    return engine_name(e, "vector", _cur._COPY_ENGINES, op)
+
+
 _cur.define_unsupported(
     globals(),
     "neuronxcc.nki.isa",
@@ -717,8 +750,6 @@ _cur.define_unsupported(
         "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
-        "tensor_copy_dynamic_dst",
-        "tensor_copy_dynamic_src",
         "tensor_copy_predicated",
         "builtin_custom_op",
     ),

@@ -22,6 +22,7 @@
 //! | bn_aggr | `max(MIN_II, 13 * (N/3))` | D |
 //! | iota, affine_select (POOL) | `150 + N` | D |
 //! | other GpSimd element-wise | `150 + N` (`150 + 4N` for rsqrt) | I |
+//! | tensor_copy_dynamic_src / _dst (DVE, ACT, POOL) | `max(MIN_II_DYNAMIC, N)`, `MIN_II_DYNAMIC` = 600 | D |
 //!
 //! - Trn2 Vector performance modes (\[S1\]): tensor_copy / tensor_scalar with
 //!   bf16/fp16 in and out of SBUF and a contiguous innermost dimension run 4x faster; with a
@@ -50,8 +51,9 @@ use crate::spec::{
     DMA_TRANSPOSE_SBUF_TO_SBUF_EFFICIENCY, DVE_BN_AGGR_CYCLES_PER_TRIPLE, DVE_PERF_MODE,
     DVE_PERF_MODE_FAST, DVE_RECIPROCAL_CYCLES_PER_ELEMENT, DVE_TWO_INPUT_CYCLES_PER_ELEMENT,
     GPSIMD_CLOCK_HZ, GPSIMD_CYCLES_PER_ELEMENT, GPSIMD_RSQRT_CYCLES_PER_ELEMENT,
-    GPSIMD_START_CYCLES, HBM_STACK_BYTES_PER_S, MIN_II_CYCLES, MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ,
-    SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES, VECTOR_CLOCK_HZ,
+    GPSIMD_START_CYCLES, HBM_STACK_BYTES_PER_S, MIN_II_CYCLES, MIN_II_DYNAMIC_CYCLES,
+    MM_INIT_LATENCY_CYCLES, PE_CLOCK_HZ, SCALAR_CLOCK_HZ, TENSOR_ACCESS_INIT_CYCLES,
+    VECTOR_CLOCK_HZ,
 };
 
 use super::record::{flags as fl, CostInput, Engine, Instr, Opcode, Queue};
@@ -221,6 +223,16 @@ pub fn dma_cost(c: &CostInput) -> Cost {
     Cost { ticks: fixed + data, fixed, data, engines }
 }
 
+/// Whether `op` is a copy at a dynamic address (`tensor_copy_dynamic_src` / `_dst`).
+fn dynamic(op: Opcode) -> bool {
+    matches!(op, Opcode::TensorCopyDynamicSrc | Opcode::TensorCopyDynamicDst)
+}
+
+/// A dynamic-address copy's cycles on any engine: `max(MIN_II_DYNAMIC, N)` (\[S10\]).
+fn dynamic_cycles(c: &CostInput) -> u64 {
+    (c.n as u64).max(MIN_II_DYNAMIC_CYCLES as u64)
+}
+
 /// The cost of a recorded instruction.
 pub fn cost(i: &Instr) -> Cost {
     let c = &i.cost;
@@ -230,6 +242,8 @@ pub fn cost(i: &Instr) -> Cost {
         Queue::Engine(e) => {
             let cycles = match e {
                 Engine::Tensor => pe_cycles(i.opcode, c),
+                Engine::Gpsimd if dynamic(i.opcode) => dynamic_cycles(c),
+                _ if dynamic(i.opcode) => dynamic_cycles(c) + access,
                 Engine::Vector => vector_cycles(i.opcode, c) + access,
                 Engine::Scalar => scalar_cycles(i.opcode, c) + access,
                 Engine::Gpsimd => gpsimd_cycles(i.opcode, c),
@@ -287,6 +301,10 @@ mod tests {
         assert_eq!(c(Opcode::BnAggr, Engine::Vector, 30, 0), (130 + 60) * 5);
         assert_eq!(c(Opcode::Iota, Engine::Gpsimd, 100, 0), 250 * 4);
         assert_eq!(c(Opcode::TensorScalar, Engine::Gpsimd, 100, fl::RSQRT), 550 * 4);
+        // A dynamic-address copy: max(600, N), plus the access overhead on DVE and ACT.
+        assert_eq!(c(Opcode::TensorCopyDynamicSrc, Engine::Vector, 64, bf), (600 + 60) * 5);
+        assert_eq!(c(Opcode::TensorCopyDynamicDst, Engine::Scalar, 1000, 0), (1000 + 60) * 4);
+        assert_eq!(c(Opcode::TensorCopyDynamicSrc, Engine::Gpsimd, 10, 0), 600 * 4);
         let mut mm = instr(Opcode::NcMatmul, Engine::Tensor, 512, 0);
         mm.cost.m = 128;
         mm.cost.k = 512;

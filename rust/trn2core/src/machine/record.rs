@@ -159,6 +159,11 @@ named_enum! {
         Dropout = "dropout",
         /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
         Activate2 = "activate2",
+        /// `tensor_copy_dynamic_src`: a copy whose source is moved along its partitions by an
+        /// offset read from SBUF when it runs.
+        TensorCopyDynamicSrc = "tensor_copy_dynamic_src",
+        /// `tensor_copy_dynamic_dst`: a copy whose destination is moved so.
+        TensorCopyDynamicDst = "tensor_copy_dynamic_dst",
     }
 }
 

@@ -22,6 +22,18 @@
 //! (partition-major, free axes flattened) is dropped when `word(k) < prob * 2^32`. A `prob`
 //! outside `[0, 1]` (or NaN) is refused. Same dtypes: bits moved (a dropped element all zero
 //! bits, +0); otherwise through float32.
+//!
+//! `tensor_copy_dynamic_src` / `_dst` (documented: a copy on the Vector, Scalar or GpSimd
+//! engine whose source, or destination, sits at a dynamic offset within each partition, the
+//! offset a scalar in SBUF; SBUF or PSUM on both sides, the same partitions and elements per
+//! partition; cost `max(MIN_II_DYNAMIC, N)`). The machine reads the offset `v` from its own
+//! SBUF when the instruction runs (one integer element, written before; signed types sign
+//! extended) and moves the moved side's access pattern `v * offset_step` elements along its
+//! partitions (the front end passes the stride of the axis NKI indexed with it). Ours, where
+//! the documentation is silent: `v` outside `0..offset_limit` (the positions of that axis
+//! where the access fits; 0 means no such bound) or a moved access leaving its tensor is a
+//! `ShapeError` naming the moved argument (rule `dynamic_offset`) instead of the hardware's
+//! unchecked access; the values move as `tensor_copy`'s (bits when the dtypes agree).
 
 use crate::memory::Space;
 use crate::numerics::{encode_scalar, Rounding, StochasticBits};
@@ -34,6 +46,22 @@ use super::alu::{self, AluOp};
 use super::{check_engine, rule, Opnd, Scalar};
 use crate::machine::tile::Tile;
 use crate::spec::SBUF_QUADRANT_PARTITIONS;
+
+/// The rule of a dynamic offset (`tensor_copy_dynamic_src` / `_dst`).
+const DYNAMIC_OFFSET: &str = "dynamic_offset";
+
+/// The dynamic offset of `tensor_copy_dynamic_src` / `_dst`: the tile holding it, the elements
+/// one unit moves the access (the stride of the indexed axis), and the exclusive bound on its
+/// value (0: none beyond the tensor's own bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DynamicOffset {
+    /// One integer element in SBUF.
+    pub tile: Tile,
+    /// Elements per unit of the offset.
+    pub step: i64,
+    /// The offset is below this (0: no bound but the tensor's).
+    pub limit: i64,
+}
 
 /// `nc_stream_shuffle`'s mask value leaving a partition unmodified.
 const SHUFFLE_KEEP: i64 = 255;
@@ -408,6 +436,85 @@ impl Machine {
         Ok(())
     }
 
+    /// `tensor_copy_dynamic_src` (`opc`; or `_dst`) on the Vector, Scalar or GpSimd engine:
+    /// `tensor_copy` with its source (destination) moved along the partitions by the dynamic
+    /// offset `offset`, read from the machine's SBUF now. See the module doc.
+    pub fn tensor_copy_dynamic(
+        &mut self, opc: Opcode, engine: Engine, dst: &Tile, src: &Tile, offset: &DynamicOffset,
+    ) -> Result<()> {
+        check_engine(opc, engine)?;
+        let (o, v) = self.dynamic_offset_value(&offset.tile)?;
+        let (src, dst) = if opc == Opcode::TensorCopyDynamicSrc {
+            (self.moved("src", src, v, offset)?, *dst)
+        } else {
+            (*src, self.moved("dst", dst, v, offset)?)
+        };
+        let s = self.operand("src", &src, Some(engine), false)?;
+        let d = self.operand("dst", &dst, Some(engine), true)?;
+        self.same_shape(opc, "src", &s, &[("dst", &d)])?;
+        self.copy_values(&s, &d)?;
+        self.record_engine(opc, engine, &[&s], &[o.region()], &d, 0);
+        Ok(())
+    }
+
+    /// The checked operand of a dynamic offset and the integer it holds (rule
+    /// `dynamic_offset`: one integer element in SBUF, written before).
+    fn dynamic_offset_value(&self, t: &Tile) -> Result<(Opnd, i64)> {
+        let o = self.operand("offset", t, None, false)?;
+        let name = || self.mem.name(t).to_string();
+        if t.space != Space::Sbuf {
+            let message =
+                format!("{} is in {}; a dynamic offset is read from SBUF", name(), t.space.name());
+            return Err(rule("offset", DYNAMIC_OFFSET, message));
+        }
+        if t.elements_u128() != 1 {
+            let message = format!(
+                "a dynamic offset is one value (a [1, 1] tile); {} gives {:?}",
+                name(),
+                t.logical_shape_u64()
+            );
+            return Err(super::shape_rule("offset", DYNAMIC_OFFSET, message));
+        }
+        if !t.dtype.is_int() {
+            let message =
+                format!("a dynamic offset is an integer; {} is {}", name(), t.dtype.name());
+            return Err(super::dtype_rule("offset", DYNAMIC_OFFSET, message));
+        }
+        let bits = self.gather_bits(t)?;
+        Ok((o, t.dtype.int_value(bits[0])))
+    }
+
+    /// `tile` moved `v * offset.step` elements along its partitions: `v` in
+    /// `0..offset.limit` (any `v >= 0` when the limit is 0) and the moved access inside its
+    /// tensor, else a `ShapeError` naming `arg` (rule `dynamic_offset`).
+    fn moved(&self, arg: &str, tile: &Tile, v: i64, offset: &DynamicOffset) -> Result<Tile> {
+        self.mem.check_tile(arg, tile)?;
+        let refuse = |why: String| {
+            let name = self.mem.name(&offset.tile);
+            let message = format!("the dynamic offset read from {name} is {v}; {why}");
+            super::shape_rule(arg, DYNAMIC_OFFSET, message)
+        };
+        if v < 0 || (offset.limit > 0 && v >= offset.limit) {
+            return Err(refuse(match offset.limit {
+                0 => "an offset is 0 or more".to_string(),
+                n => format!(
+                    "it must be in 0..{n} (the positions of the indexed axis where the access fits)"
+                ),
+            }));
+        }
+        let bytes = v as i128 * offset.step as i128 * tile.dtype.size() as i128;
+        let mut t = *tile;
+        t.offset = i64::try_from(tile.offset as i128 + bytes)
+            .map_err(|_| refuse("the moved access is beyond any tensor".into()))?;
+        self.mem.check_tile(arg, &t).map_err(|e| {
+            refuse(format!(
+                "moved by {v} x {} elements the access leaves its tensor ({e})",
+                offset.step
+            ))
+        })?;
+        Ok(t)
+    }
+
     /// Copies `s` into `d` (same element count): raw bits when the dtypes are equal, else
     /// widened to float32 (NaN canonical) and rounded to `d`'s dtype.
     pub(crate) fn copy_values(&mut self, s: &Opnd, d: &Opnd) -> Result<()> {
@@ -593,6 +700,78 @@ impl Machine {
 mod tests {
     use super::*;
     use crate::machine::MachineConfig;
+
+    /// The dynamic copies move their side by the offset the machine reads from its SBUF, bit
+    /// for bit (NaN payloads kept), against an oracle of column indices; each rule names its
+    /// argument: the moved side for a value out of range, `offset` for its place, shape, dtype.
+    #[test]
+    fn dynamic_copies_read_their_offset_from_sbuf() {
+        use crate::machine::tile::Index;
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n, w) = (4usize, 16usize, 3usize);
+        let src = m.alloc(Space::Sbuf, "src", &[p, n], Dtype::Fp32).expect("src");
+        let sv: Vec<u32> = (0..p * n).map(|k| 0x7FC0_0000 | k as u32).collect();
+        super::super::test_util::put_words(&mut m, &src, &sv, 4);
+        let off = m.alloc(Space::Sbuf, "off", &[1, 1], Dtype::Int32).expect("off");
+        let small = m.alloc(Space::Sbuf, "small", &[p, w], Dtype::Fp32).expect("small");
+        let big = m.alloc(Space::Sbuf, "big", &[p, n], Dtype::Fp32).expect("big");
+        let cols = |t: &Tile, a: i64, b: i64, step: i64| {
+            let r = Index::Range { start: Some(a), stop: Some(b), step };
+            t.slice(&[Index::ALL, r]).expect("columns")
+        };
+        let dynamic = |tile: Tile, step: i64, limit: i64| DynamicOffset { tile, step, limit };
+        let (v_src, v_dst) = (Opcode::TensorCopyDynamicSrc, Opcode::TensorCopyDynamicDst);
+        // src: columns 0, 2, 4 moved by 5 x 1 -> columns 5, 7, 9.
+        super::super::test_util::put_words(&mut m, &off, &[5], 4);
+        let strided = cols(&src, 0, 6, 2);
+        m.tensor_copy_dynamic(v_src, Engine::Vector, &small, &strided, &dynamic(off, 1, 10))
+            .expect("src");
+        let want: Vec<u32> = (0..p).flat_map(|r| [5, 7, 9].map(|c| sv[r * n + c])).collect();
+        assert_eq!(m.gather_bits(&small).expect("small"), want);
+        // dst: columns 0..3 moved by 4 x 3 -> columns 12..15, on GpSimd.
+        super::super::test_util::put_words(&mut m, &off, &[4], 4);
+        m.memset(Engine::Vector, &big, 0.0).expect("memset");
+        let first = cols(&big, 0, 3, 1);
+        m.tensor_copy_dynamic(v_dst, Engine::Gpsimd, &first, &small, &dynamic(off, 3, 0))
+            .expect("dst");
+        let got = m.gather_bits(&big).expect("big");
+        for r in 0..p {
+            for c in 0..n {
+                let want = if (12..15).contains(&c) { want[r * w + c - 12] } else { 0 };
+                assert_eq!(got[r * n + c], want, "partition {r} column {c}");
+            }
+        }
+        // Out of range: the limit, the tensor's end, a negative value (int8 0xFF = -1).
+        let refused = |m: &mut Machine, opc, d: &Tile, s: &Tile, o: DynamicOffset, arg: &str| {
+            let e = m.tensor_copy_dynamic(opc, Engine::Vector, d, s, &o).expect_err("refused");
+            assert_eq!((e.arg(), e.rule()), (Some(arg), Some(DYNAMIC_OFFSET)), "{e}");
+            e.to_string()
+        };
+        let e = refused(&mut m, v_src, &small, &strided, dynamic(off, 1, 4), "src");
+        assert!(e.contains("is 4; it must be in 0..4"), "{e}");
+        let e = refused(&mut m, v_dst, &first, &small, dynamic(off, 4, 0), "dst");
+        assert!(e.contains("leaves its tensor"), "{e}");
+        let neg = m.alloc(Space::Sbuf, "neg", &[1, 1], Dtype::Int8).expect("neg");
+        super::super::test_util::put_words(&mut m, &neg, &[0xFF], 1);
+        let e = refused(&mut m, v_src, &small, &strided, dynamic(neg, 1, 0), "src");
+        assert!(e.contains("is -1"), "{e}");
+        // The offset itself: SBUF, one element, an integer.
+        let ps = m.alloc(Space::Psum, "ps", &[1, 1], Dtype::Int32).expect("ps");
+        super::super::test_util::put_words(&mut m, &ps, &[0], 4);
+        let two = m.alloc(Space::Sbuf, "two", &[1, 2], Dtype::Int32).expect("two");
+        super::super::test_util::put_words(&mut m, &two, &[0, 0], 4);
+        let fl = m.alloc(Space::Sbuf, "fl", &[1, 1], Dtype::Fp32).expect("fl");
+        super::super::test_util::put_words(&mut m, &fl, &[0], 4);
+        for bad in [ps, two, fl] {
+            refused(&mut m, v_src, &small, &strided, dynamic(bad, 1, 0), "offset");
+        }
+        // Never written: the uninitialized-read rule on offset.
+        let fresh = m.alloc(Space::Sbuf, "fresh", &[1, 1], Dtype::Int32).expect("fresh");
+        let e = m
+            .tensor_copy_dynamic(v_src, Engine::Vector, &small, &strided, &dynamic(fresh, 1, 0))
+            .expect_err("unwritten");
+        assert_eq!(e.arg(), Some("offset"), "{e}");
+    }
 
     fn bits16(m: &Machine, t: &Tile) -> Vec<u16> {
         let b = m.read_tile(t).expect("read");

@@ -24,6 +24,7 @@ use super::super::tile::Tile;
 use super::super::Machine;
 use super::act::ActFunc;
 use super::alu::AluOp;
+use super::elementwise::DynamicOffset;
 use super::scalar::{Activate2Args, ActivationArgs};
 use super::{PeOptions, ReduceCmd, Scalar};
 
@@ -407,6 +408,28 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
             opt("reduce_op", K::Alu), opt("reduce_res", K::Tile),
             named("reduce_cmd", K::ReduceCmd, "idle")],
     )),
+    row(Op::TensorCopyDynamicSrc, &[Vector, Act, Gpsimd], Own, None,
+        "dst = src moved v * offset_step elements along its partitions, v the integer read \
+         from offset (one SBUF element) when it runs, 0 <= v < offset_limit (0: no limit)",
+        DYNAMIC_COPY,
+    ),
+    row(Op::TensorCopyDynamicDst, &[Vector, Act, Gpsimd], Own, None,
+        "dst moved v * offset_step elements along its partitions = src, v as for \
+         tensor_copy_dynamic_src",
+        DYNAMIC_COPY,
+    ),
+];
+
+/// The arguments of `tensor_copy_dynamic_src` and `_dst`: NKI's (engine, dst, src) and the
+/// dynamic offset NKI writes inside the moved side's index (its tile, the elements one unit
+/// moves, the exclusive bound on its value).
+const DYNAMIC_COPY: &[Arg] = &[
+    ENGINE,
+    DST,
+    req("src", K::Tile),
+    req("offset", K::Tile),
+    int("offset_step", 1),
+    int("offset_limit", 0),
 ];
 
 /// The row of `op`.
@@ -939,6 +962,14 @@ impl Machine {
                 a.alu("reduce_op")?,
                 a.flag("reverse_pred"),
             ),
+            Opcode::TensorCopyDynamicSrc | Opcode::TensorCopyDynamicDst => {
+                let offset = DynamicOffset {
+                    tile: a.tile("offset")?,
+                    step: a.int("offset_step")?,
+                    limit: a.int("offset_limit")?,
+                };
+                self.tensor_copy_dynamic(op, a.engine()?, &dst, &a.tile("src")?, &offset)
+            }
             Opcode::DmaTranspose => {
                 let axes = match a.slot("axes").1 {
                     Some(Value::Ints(v)) => Some(v.as_slice()),
