@@ -110,6 +110,8 @@ def _op_name(op, arg: str, slot: int, names, what: str, other: str, examples: st
 
 def alu_name(op, arg: str = "op") -> str:
     """The ALU operator ``op`` names (an ``nl`` operator, a numpy ufunc, or a name)."""
+    if type(op) is Op and op.alu is not None:  # the usual case, one call fewer
+        return op.alu
     other = " (it is an activation function); the ALU operators are "
     return _op_name(op, arg, 0, ALU_OPS, "an ALU operator", other, "nl.add, nl.multiply")
 
@@ -201,7 +203,7 @@ ENGINE_NAME = {
 
 def engine_name(e, default: str, allowed: tuple[str, ...], what: str) -> str:
     """The machine engine for ``engine=e`` of instruction ``what``."""
-    if e is None or e is engine.unknown:
+    if e is None or e is unknown_engine:  # the module's name: an Enum member lookup is slow
         return default
     name = ENGINE_NAME.get(e) if isinstance(e, engine) else e if isinstance(e, str) else None
     if name not in allowed:

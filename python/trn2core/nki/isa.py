@@ -245,7 +245,8 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **kwargs) -> None:
     c.m.issue_at(c.loc, "nc_transpose", e, _t(dst, "dst"), _t(data, "data"))
 
 
-_INT32 = (D.int32, D.uint32)
+# A set: a dtype's hash lookup is a quarter of comparing it with each (every tensor_tensor).
+_INT32 = frozenset((D.int32, D.uint32))
 
 
 def _tt_engine(e, op: str, *tiles) -> str:

@@ -35,44 +35,66 @@ const SKEW: usize = 121 * 64;
 /// Allocation alignment in bytes (our choice; see the allocator's doc, `machine/alloc.rs`).
 pub const ALIGN_BYTES: u64 = 64;
 
+/// Host alignment of SBUF's and PSUM's first byte: a huge page, so every partition row is as
+/// aligned as its address (a 64-byte-aligned tile row is whole cache lines: the allocator's
+/// alignment holds on the host too, where the host allocator's 16-byte offset split every vector
+/// load of the element-wise fast paths across two lines) and the whole memory is eligible for
+/// huge pages from partition 0.
+const ON_CHIP_ALIGN: usize = 2 << 20;
+/// Host alignment of an HBM buffer's first byte: a cache line.
+const HBM_ALIGN: usize = 64;
+
 /// One partitioned byte memory (SBUF or PSUM), or one HBM buffer (a single "partition").
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct ByteMem {
-    /// Backing store; `u32` words so that 4-byte elements are aligned.
+    /// Backing store; `u32` words so that 4-byte elements are aligned. The memory is the
+    /// `len` words from `lead` on (aligned as [`ByteMem::new`] was asked).
     words: Vec<u32>,
+    lead: usize,
+    len: usize,
     /// Bytes between partitions in `words`.
     pub stride: usize,
 }
 
 impl ByteMem {
-    fn new(arg: &str, what: &str, partitions: usize, stride: usize) -> Result<Self> {
-        let mut words =
-            crate::host::zeroed_vec::<u32>(arg, what, (partitions * stride).div_ceil(4))?;
+    /// `partitions` of `stride` bytes, zeroed, the first byte at a host address that is a
+    /// multiple of `align` (a power of two).
+    fn new(arg: &str, what: &str, partitions: usize, stride: usize, align: usize) -> Result<Self> {
+        let len = (partitions * stride).div_ceil(4);
+        let words = crate::host::zeroed_vec::<u32>(arg, what, len + align / 4)?;
+        Ok(Self::aligned(words, len, stride, align))
+    }
+
+    /// The memory of `len` words inside `words` (`align / 4` more than `len`), at its first
+    /// `align`-aligned word.
+    fn aligned(mut words: Vec<u32>, len: usize, stride: usize, align: usize) -> Self {
+        let lead = words.as_ptr().align_offset(align).min(words.len() - len);
         // SBUF's partitions lie about 232 KiB apart: every row an instruction touches is on
         // its own 4 KiB page, and page translations, not bytes, bound small instructions.
-        crate::host::advise_huge_pages(&mut words);
-        Ok(ByteMem { words, stride })
+        crate::host::advise_huge_pages(&mut words[lead..lead + len]);
+        ByteMem { words, lead, len, stride }
+    }
+
+    /// The memory's words.
+    #[inline]
+    fn view(&self) -> &[u32] {
+        &self.words[self.lead..self.lead + self.len]
     }
 
     /// All bytes (host layout).
     #[inline]
     pub fn bytes(&self) -> &[u8] {
+        let w = self.view();
         // SAFETY: `u32` words viewed as their bytes: same allocation, every byte initialised.
-        unsafe {
-            std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.words.len() * 4)
-        }
+        unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 4) }
     }
 
     /// All bytes (host layout), mutable.
     #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let w = &mut self.words[self.lead..self.lead + self.len];
         // SAFETY: as in `bytes`; the unique borrow of `words` makes this view unique.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.words.as_mut_ptr().cast::<u8>(),
-                self.words.len() * 4,
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 4) }
     }
 
     /// Host offset of byte `address` of partition `p`.
@@ -90,10 +112,21 @@ impl ByteMem {
             // SAFETY: `u32` words viewed as twice as many `u16`: same allocation, alignment 4
             // suffices for 2, every bit pattern is a valid `u16`.
             2 => Buffer::U16(unsafe {
-                std::slice::from_raw_parts(self.words.as_ptr().cast::<u16>(), self.words.len() * 2)
+                std::slice::from_raw_parts(self.view().as_ptr().cast::<u16>(), self.len * 2)
             }),
-            _ => Buffer::U32(&self.words),
+            _ => Buffer::U32(self.view()),
         }
+    }
+}
+
+impl Clone for ByteMem {
+    /// A copy at its own aligned place (a derived clone would keep the offset of the original's
+    /// alignment in a fresh allocation).
+    fn clone(&self) -> Self {
+        let align = 4 * (self.words.len() - self.len);
+        let mut m = Self::aligned(vec![0; self.words.len()], self.len, self.stride, align);
+        m.bytes_mut().copy_from_slice(self.bytes());
+        m
     }
 }
 
@@ -346,8 +379,8 @@ impl Memories {
         let sbuf_size = SBUF_PARTITION_BYTES as usize;
         let psum_size = PSUM_PARTITION_BYTES as usize;
         let mut m = Memories {
-            sbuf: ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW)?,
-            psum: ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW)?,
+            sbuf: ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW, ON_CHIP_ALIGN)?,
+            psum: ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW, ON_CHIP_ALIGN)?,
             sbuf_init: InitMap::default(),
             psum_init: InitMap::default(),
             tensors: Vec::new(),
@@ -508,7 +541,7 @@ impl Memories {
                 ));
             }
         }
-        let mut mem = ByteMem::new("shape", name, 1, bytes as usize)?;
+        let mut mem = ByteMem::new("shape", name, 1, bytes as usize, HBM_ALIGN)?;
         let mut init = InitMap::default();
         match data {
             Some(d) => {

@@ -37,7 +37,10 @@ impl<E: Clone> Ranges<E> {
     /// The entries of every range inside `lo..hi`, after cutting ranges at `lo` and `hi` and
     /// filling the gaps between them with empty ranges, so that `lo..hi` is covered exactly.
     pub(crate) fn cover(&mut self, lo: u64, hi: u64) -> impl Iterator<Item = &mut Vec<E>> {
-        if lo < hi {
+        // A segment that is exactly `lo..hi` (the usual case: a tile's range accessed again)
+        // needs no cut and has no gap.
+        let exact = self.segs.get(&lo).is_some_and(|(e, _)| *e == hi);
+        if lo < hi && !exact {
             self.split(lo);
             self.split(hi);
             let mut cur = lo;
