@@ -375,6 +375,67 @@ def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, **_):
     return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
 
 
+def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kernel's keyword
+    """nki-library's QKV projection: optional residual add (input + mlp_prev + attention_prev),
+    optional RMS / layer norm over H (fp32 statistics; the normalised rows rounded to the
+    weights' dtype, the matmul's operand), then rows @ weights + bias; BSD [B, S, I] or NBSd
+    [N, B, S, d_head]."""
+    x = input.astype(np.float64)
+    if kw.get("fused_residual_add"):
+        x = x + kw["mlp_prev"].astype(np.float64) + kw["attention_prev"].astype(np.float64)
+    norm = getattr(kw.get("fused_norm_type"), "name", "NO_NORM")
+    eps = kw.get("norm_eps", 1e-6)
+    if norm == "LAYER_NORM":
+        x = x - x.mean(axis=-1, keepdims=True)
+    if norm != "NO_NORM":
+        x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    if norm in ("RMS_NORM", "LAYER_NORM"):
+        x = x * kw["gamma_norm_weights"].astype(np.float64)
+    if kw.get("layer_norm_bias") is not None:
+        x = x + kw["layer_norm_bias"].astype(np.float64)
+    if norm != "NO_NORM":
+        x = x.astype(fused_qkv_weights.dtype).astype(np.float64)
+    y = x @ fused_qkv_weights.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    if getattr(kw.get("output_layout"), "name", "BSD") == "NBSd":
+        b, s, i = y.shape
+        y = y.reshape(b, s, i // kw["d_head"], kw["d_head"]).transpose(2, 0, 1, 3)
+    return np.ascontiguousarray(y).astype(input.dtype)
+
+
+def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, **_):  # noqa: N803
+    """attention [D, B, N, S] as rows [B*S, N*D] (column n*D + d) @ weight [N*D, H] + bias;
+    TRANSPOSE_OUT (LNC=1): [128, 1, H/128, B*S], h = h1 * H/128 + h2."""
+    d, b, n, s = attention.shape
+    a = attention.astype(np.float64).transpose(1, 3, 2, 0).reshape(b * s, n * d)
+    y = a @ weight.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    if TRANSPOSE_OUT:
+        y = y.T.reshape(128, 1, y.shape[1] // 128, b * s)
+    return np.ascontiguousarray(y).astype(attention.dtype)
+
+
+def ref_out_proj_cte(attention, weight, bias=None, **_):
+    """attention [B, N, D, S] -> rows [B, S, N*D] (column n*D + d) @ weight [N*D, H] + bias."""
+    b, n, d, s = attention.shape
+    a = attention.astype(np.float64).transpose(0, 3, 1, 2).reshape(b, s, n * d)
+    y = a @ weight.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y.astype(attention.dtype)
+
+
+def _out_proj_inputs(attn_shape, nd, h, **kw):
+    def f(r):
+        w = (_f32(r, nd, h) / np.sqrt(nd)).astype(BF16)
+        args = (_f32(r, *attn_shape).astype(BF16), w)
+        return args, {"bias": _f32(r, 1, h).astype(BF16), **kw}
+
+    return f
+
+
 def _tkg_wrapper(sub):
     """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
     import nki
@@ -451,6 +512,40 @@ def _t2d_in(r):
 
 
 RMSQ = "nkilib.core.rmsnorm.rmsnorm_quant"
+
+
+QKV = "nkilib.core.qkv.qkv"
+TYPES = "nkilib.core.utils.common_types"
+#: (label, (B, S, H, I), options): the enum-valued options by name.
+_QKV_CASES = (
+    ("tkg (RMS norm, bias)", (1, 4, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
+    ("cte (RMS norm, bias)", (1, 128, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
+)
+
+
+def _qkv_inputs(r, b, s, h, i, **opts):
+    """bf16 input [B, S, H], weights [H, I] (scaled so a row's sum stays near 1), and what
+    the options ask: bias [1, I], gamma (and beta) [1, H], mlp_prev and attention_prev."""
+    kw: dict = {}
+    for key, value in opts.items():
+        if key == "fused_norm_type":
+            kw[key] = getattr(_lib_attr(TYPES, "NormType"), value)
+            kw["gamma_norm_weights"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+            if value == "LAYER_NORM":
+                kw["layer_norm_bias"] = _f32(r, 1, h).astype(BF16)
+        elif key == "output_layout":
+            kw[key] = getattr(_lib_attr(TYPES, "QKVOutputLayout"), value)
+        elif key == "bias":
+            kw[key] = _f32(r, 1, i).astype(BF16)
+        elif key == "fused_residual_add":
+            kw[key] = True
+            kw["mlp_prev"] = _f32(r, b, s, h).astype(BF16)
+            kw["attention_prev"] = _f32(r, b, s, h).astype(BF16)
+        else:
+            kw[key] = value
+    x = _f32(r, b, s, h).astype(BF16)
+    w = (_f32(r, h, i) / np.sqrt(h)).astype(BF16)
+    return (x, w), kw
 
 
 def _lib_attr(module: str, name: str):
@@ -806,6 +901,50 @@ def _cases() -> list[Case]:
                 needs=("scipy",),
             )
         )
+    # The QKV projection (qkv picks qkv_tkg up to S=96 and B*S=128, else qkv_cte): bf16.
+    for label, (b, s, h, i), extra in _QKV_CASES:
+        cases.append(
+            Case(
+                f"nkilib qkv {label}",
+                lib,
+                QKV,
+                "qkv",
+                lambda r, shp=(b, s, h, i), kw=extra: _qkv_inputs(r, *shp, **kw),
+                ref_qkv,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+            )
+        )
+    # The attention output projection: token generation ([D, B, N, S] in) and context encoding.
+    opt = "nkilib.core.output_projection"
+    cases += [
+        Case(
+            f"nkilib output_projection_tkg{label}",
+            lib,
+            f"{opt}.output_projection_tkg",
+            "output_projection_tkg",
+            _out_proj_inputs((64, 1, 2, 4), 128, 256, **kw),
+            ref_out_proj_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        )
+        for label, kw in (("", {}), (" (TRANSPOSE_OUT)", {"TRANSPOSE_OUT": True}))
+    ]
+    cases.append(
+        Case(
+            "nkilib output_projection_cte",
+            lib,
+            f"{opt}.output_projection_cte.output_projection_cte",
+            "output_projection_cte",
+            _out_proj_inputs((1, 2, 64, 128), 128, 256),
+            ref_out_proj_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        )
+    )
     for rows in (256, 300):
         cases.append(
             Case(
