@@ -383,6 +383,7 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     x = input.astype(np.float64)
     if kw.get("fused_residual_add"):
         x = x + kw["mlp_prev"].astype(np.float64) + kw["attention_prev"].astype(np.float64)
+    x_sum = x
     norm = getattr(kw.get("fused_norm_type"), "name", "NO_NORM")
     eps = kw.get("norm_eps", 1e-6)
     if norm == "LAYER_NORM":
@@ -398,10 +399,22 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     y = x @ fused_qkv_weights.astype(np.float64)
     if bias is not None:
         y = y + bias.astype(np.float64)
+    b, s, i = y.shape
+    if kw.get("fused_rope"):  # on the q and k heads: [x1, x2] cos + [-x2, x1] sin
+        nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+        y = y.astype(input.dtype).astype(np.float64)  # the projection is stored, then rotated
+        heads = y.reshape(b, s, nq + 2 * nkv, d)
+        qk = heads[:, :, : nq + nkv]
+        rot = np.concatenate([-qk[..., d // 2 :], qk[..., : d // 2]], axis=-1)
+        cos, sin = (kw[c].astype(np.float64)[:, :, None, :] for c in ("cos_cache", "sin_cache"))
+        heads[:, :, : nq + nkv] = qk * cos + rot * sin
+        y = heads.reshape(b, s, i)
     if getattr(kw.get("output_layout"), "name", "BSD") == "NBSd":
-        b, s, i = y.shape
         y = y.reshape(b, s, i // kw["d_head"], kw["d_head"]).transpose(2, 0, 1, 3)
-    return np.ascontiguousarray(y).astype(input.dtype)
+    out = np.ascontiguousarray(y).astype(input.dtype)
+    if kw.get("fused_residual_add") and s <= 96:  # qkv_tkg also returns the residual sum
+        return out, x_sum.astype(input.dtype)
+    return out
 
 
 def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, **_):  # noqa: N803
@@ -436,6 +449,33 @@ def _out_proj_inputs(attn_shape, nd, h, **kw):
     return f
 
 
+def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
+    """nki-library's MLP: optional RMS norm (the normalised rows in the weights' dtype), then
+    (silu(x @ gate) * (x @ up)) @ down, the product rounded to the weights' dtype (the down
+    projection's operand); [B, S, H] -> [B, S, H]."""
+    h = x.astype(np.float64)
+    if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
+        h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
+        h = (h * normalization_weights_tensor.astype(np.float64)).astype(wg.dtype)
+    h = h.astype(np.float64)
+    g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
+    a = (g / (1.0 + np.exp(-g)) * u).astype(wd.dtype).astype(np.float64)
+    return (a @ wd.astype(np.float64)).astype(x.dtype)
+
+
+def _mlp_inputs(b, s, h, i, **kw):
+    def f(r):
+        x = _f32(r, b, s, h).astype(BF16)
+        ws = [(_f32(r, m, n) / np.sqrt(m)).astype(BF16) for m, n in ((h, i), (h, i), (i, h))]
+        opts = {}
+        if kw.get("norm"):
+            opts["normalization_type"] = _lib_attr(TYPES, "NormType").RMS_NORM
+            opts["normalization_weights_tensor"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+        return (x, *ws), opts
+
+    return f
+
+
 def _tkg_wrapper(sub):
     """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
     import nki
@@ -452,6 +492,31 @@ def _tkg_wrapper(sub):
             sub(x, g, o)
         out = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=o)
+        return out
+
+    return wrapped
+
+
+def _mlp_wrapper(sub):
+    """Our kernel around nki-library's mlp_tkg / mlp_cte (its own @nki.jit entry, mlp.py, has an
+    IndentationError upstream): their parameters built from the arrays, the output in HBM, and
+    for mlp_tkg an SBUF manager of 200 KiB (mlp_tkg.py names SbufManager without importing it
+    for its own default)."""
+    import nki
+    import nki.language as nl
+
+    params = _lib_attr("nkilib.core.mlp.mlp_parameters", "MLPParameters")
+    sbm = _lib_attr("nkilib.core.utils.allocator", "SbufManager")
+    logger = _lib_attr("nkilib.core.utils.logging", "Logger")
+
+    @nki.jit
+    def wrapped(x, wg, wu, wd, **kw):
+        p = params(x, wg, wu, wd, **kw)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        if sub.__name__ == "mlp_tkg":
+            sub(p, out, None, sbm=sbm(0, 200 * 1024, logger("mlp")))
+        else:
+            sub(p, out, None)
         return out
 
     return wrapped
@@ -520,6 +585,27 @@ TYPES = "nkilib.core.utils.common_types"
 _QKV_CASES = (
     ("tkg (RMS norm, bias)", (1, 4, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
     ("cte (RMS norm, bias)", (1, 128, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
+    (
+        "tkg (fused add, layer norm, NBSd)",
+        (2, 2, 256, 256),
+        {
+            "fused_residual_add": True,
+            "fused_norm_type": "LAYER_NORM",
+            "output_layout": "NBSd",
+            "d_head": 64,
+        },
+    ),
+    (
+        "cte (fused add, layer norm, NBSd)",
+        (1, 128, 256, 384),
+        {
+            "fused_residual_add": True,
+            "fused_norm_type": "LAYER_NORM",
+            "output_layout": "NBSd",
+            "d_head": 128,
+        },
+    ),
+    ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
 )
 
 
@@ -537,6 +623,11 @@ def _qkv_inputs(r, b, s, h, i, **opts):
             kw[key] = getattr(_lib_attr(TYPES, "QKVOutputLayout"), value)
         elif key == "bias":
             kw[key] = _f32(r, 1, i).astype(BF16)
+        elif key == "heads":
+            kw["num_q_heads"], kw["num_kv_heads"] = value
+            ang = r.uniform(0.0, 6.0, (b, s, kw["d_head"] // 2))
+            kw["cos_cache"] = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(BF16)
+            kw["sin_cache"] = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(BF16)
         elif key == "fused_residual_add":
             kw[key] = True
             kw["mlp_prev"] = _f32(r, b, s, h).astype(BF16)
@@ -945,6 +1036,26 @@ def _cases() -> list[Case]:
             package_root=LIB,
         )
     )
+    # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
+    # of ours (_mlp_wrapper).
+    for mode, label, shape, kw in (
+        ("tkg", "RMS norm", (1, 4, 256, 256), {"norm": True}),
+        ("cte", "RMS norm", (1, 128, 256, 256), {"norm": True}),
+    ):
+        cases.append(
+            Case(
+                f"nkilib mlp_{mode} ({label})",
+                lib,
+                f"nkilib.core.mlp.mlp_{mode}.mlp_{mode}",
+                f"mlp_{mode}",
+                _mlp_inputs(*shape, **kw),
+                ref_mlp,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                wrap=_mlp_wrapper,
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
