@@ -450,10 +450,13 @@ def _out_proj_inputs(attn_shape, nd, h, **kw):
 
 
 def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
-    """nki-library's MLP: optional RMS norm (the normalised rows in the weights' dtype), then
+    """nki-library's MLP: optional residual add (x + fused_add_tensor, in x's dtype) and RMS
+    norm (the normalised rows in the weights' dtype), then
     (silu(x @ gate) * (x @ up)) @ down, the product rounded to the weights' dtype (the down
     projection's operand); [B, S, H] -> [B, S, H]."""
     h = x.astype(np.float64)
+    if kw.get("fused_add_tensor") is not None:
+        h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
     if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
         h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
         h = (h * normalization_weights_tensor.astype(np.float64)).astype(wg.dtype)
@@ -471,6 +474,8 @@ def _mlp_inputs(b, s, h, i, **kw):
         if kw.get("norm"):
             opts["normalization_type"] = _lib_attr(TYPES, "NormType").RMS_NORM
             opts["normalization_weights_tensor"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+        if kw.get("fused_add"):
+            opts["fused_add_tensor"] = _f32(r, b, s, h).astype(BF16)
         return (x, *ws), opts
 
     return f
@@ -1041,6 +1046,8 @@ def _cases() -> list[Case]:
     for mode, label, shape, kw in (
         ("tkg", "RMS norm", (1, 4, 256, 256), {"norm": True}),
         ("cte", "RMS norm", (1, 128, 256, 256), {"norm": True}),
+        ("tkg", "fused add, RMS norm", (1, 4, 256, 256), {"norm": True, "fused_add": True}),
+        ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
     ):
         cases.append(
             Case(
