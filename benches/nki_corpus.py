@@ -463,7 +463,12 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
     h = h.astype(np.float64)
     g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
     a = (g / (1.0 + np.exp(-g)) * u).astype(wd.dtype).astype(np.float64)
-    return (a @ wd.astype(np.float64)).astype(x.dtype)
+    out = (a @ wd.astype(np.float64)).astype(x.dtype)
+    if kw.get("store_fused_add_result"):  # the residual sum, stored too
+        return out, (x.astype(np.float64) + kw["fused_add_tensor"].astype(np.float64)).astype(
+            x.dtype
+        )
+    return out
 
 
 def _mlp_inputs(b, s, h, i, **kw):
@@ -476,6 +481,7 @@ def _mlp_inputs(b, s, h, i, **kw):
             opts["normalization_weights_tensor"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
         if kw.get("fused_add"):
             opts["fused_add_tensor"] = _f32(r, b, s, h).astype(BF16)
+            opts["store_fused_add_result"] = kw.get("store", False)
         return (x, *ws), opts
 
     return f
@@ -518,11 +524,14 @@ def _mlp_wrapper(sub):
     def wrapped(x, wg, wu, wd, **kw):
         p = params(x, wg, wu, wd, **kw)
         out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        added = None
+        if kw.get("store_fused_add_result"):
+            added = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
         if sub.__name__ == "mlp_tkg":
-            sub(p, out, None, sbm=sbm(0, 200 * 1024, logger("mlp")))
+            sub(p, out, added, sbm=sbm(0, 200 * 1024, logger("mlp")))
         else:
-            sub(p, out, None)
-        return out
+            sub(p, out, added)
+        return out if added is None else (out, added)
 
     return wrapped
 
@@ -1046,7 +1055,12 @@ def _cases() -> list[Case]:
     for mode, label, shape, kw in (
         ("tkg", "RMS norm", (1, 4, 256, 256), {"norm": True}),
         ("cte", "RMS norm", (1, 128, 256, 256), {"norm": True}),
-        ("tkg", "fused add, RMS norm", (1, 4, 256, 256), {"norm": True, "fused_add": True}),
+        (
+            "tkg",
+            "fused add stored, RMS norm",
+            (1, 4, 256, 256),
+            {"norm": True, "fused_add": True, "store": True},
+        ),
         ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
     ):
         cases.append(

@@ -635,8 +635,9 @@ spec_table! {
     #[spec(unit = "count", source = "[S12][S25] D")]
     pub const DMA_QUEUES_PER_ENGINE: usize = 16;
 
-    /// Source tensors of one `dma_compute` at most ("The max number of source tensors in
-    /// `srcs` is 16").
+    /// Source tensors of one `dma_compute` at most.
+    ///
+    /// The NKI ISA reference: "The max number of source tensors in `srcs` is 16".
     #[spec(unit = "count", source = "[S9] D")]
     pub const DMA_COMPUTE_MAX_SOURCES: usize = 16;
 

@@ -17,7 +17,7 @@ use crate::{Error, Result};
 
 use super::super::record::{flags, CostInput, Opcode, Queue};
 use super::super::Machine;
-use super::{dtype_rule, keeps_dtype, rule, shape_rule};
+use super::{dtype_rule, keeps_dtype, rule, shape_rule, Opnd};
 use crate::machine::tile::Tile;
 
 impl Machine {
@@ -37,43 +37,11 @@ impl Machine {
         }
         let s = self.operand("src", src, None, false)?;
         let d = self.operand("dst", dst, None, true)?;
-        if s.tile.elements() != d.tile.elements() {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "dma_copy needs the same number of elements: src {:?} has {}, dst {:?} has {}",
-                    src.logical_shape(),
-                    s.tile.elements(),
-                    dst.logical_shape(),
-                    d.tile.elements()
-                ),
-            ));
-        }
+        same_count("dst", "dma_copy needs the same number of elements: src", &s, &d)?;
         self.copy_values(&s, &d)?;
         let bytes =
             (s.tile.elements() * src.dtype.size()).max(d.tile.elements() * dst.dtype.size());
-        let (start_partition, partitions) = [dst, src]
-            .iter()
-            .find(|t| t.space == Space::Sbuf)
-            .map_or((0, crate::spec::SBUF_PARTITIONS as u32), |t| {
-                (t.start_partition, t.partitions)
-            });
-        let mut f = 0;
-        if src.space == Space::Hbm {
-            f |= flags::DMA_FROM_HBM;
-        }
-        if dst.space == Space::Hbm {
-            f |= flags::DMA_TO_HBM;
-        }
-        let cost = CostInput {
-            n: 0,
-            partitions: partitions as u16,
-            start_partition: start_partition as u16,
-            flags: f,
-            bytes: bytes as u64,
-            ..CostInput::default()
-        };
+        let cost = dma_cost(dst, std::slice::from_ref(src), bytes);
         self.program.push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
         Ok(())
     }
@@ -113,20 +81,9 @@ impl Machine {
         let mut bytes = 0usize;
         for (i, src) in srcs.iter().enumerate() {
             let s = self.operand("srcs", src, None, false)?;
-            if s.tile.elements() != d.tile.elements() {
-                return Err(shape_rule(
-                    "srcs",
-                    "shape",
-                    format!(
-                        "dma_compute needs every source to have dst's element count: srcs[{i}] \
-                         {:?} has {}, dst {:?} has {}",
-                        src.logical_shape(),
-                        s.tile.elements(),
-                        dst.logical_shape(),
-                        d.tile.elements()
-                    ),
-                ));
-            }
+            let what =
+                format!("dma_compute needs every source to have dst's element count: srcs[{i}]");
+            same_count("srcs", &what, &s, &d)?;
             let x = self.gather_f32(&s.tile)?;
             if i == 0 {
                 sum = x;
@@ -143,28 +100,7 @@ impl Machine {
         }
         self.scatter_f32(&d, &sum)?;
         let bytes = bytes.max(d.tile.elements() * dst.dtype.size());
-        let (start_partition, partitions) = srcs
-            .iter()
-            .chain([dst])
-            .find(|t| t.space == Space::Sbuf)
-            .map_or((0, crate::spec::SBUF_PARTITIONS as u32), |t| {
-                (t.start_partition, t.partitions)
-            });
-        let mut f = 0;
-        if srcs.iter().any(|t| t.space == Space::Hbm) {
-            f |= flags::DMA_FROM_HBM;
-        }
-        if dst.space == Space::Hbm {
-            f |= flags::DMA_TO_HBM;
-        }
-        let cost = CostInput {
-            n: 0,
-            partitions: partitions as u16,
-            start_partition: start_partition as u16,
-            flags: f,
-            bytes: bytes as u64,
-            ..CostInput::default()
-        };
+        let cost = dma_cost(dst, srcs, bytes);
         self.program.push(opc, Queue::Dma(q), &reads, &[d.region()], cost);
         Ok(())
     }
@@ -356,6 +292,48 @@ impl Machine {
     pub fn read_f32(&self, tile: &Tile) -> Result<Vec<f32>> {
         self.operand("tile", tile, None, false)?;
         self.gather_f32(tile)
+    }
+}
+
+/// The shape rule of a DMA: `s` (argument `arg`, introduced by `what`) has `d`'s element count.
+fn same_count(arg: &str, what: &str, s: &Opnd, d: &Opnd) -> Result<()> {
+    if s.tile.elements() == d.tile.elements() {
+        return Ok(());
+    }
+    Err(shape_rule(
+        arg,
+        "shape",
+        format!(
+            "{what} {:?} has {}, dst {:?} has {}",
+            s.tile.logical_shape(),
+            s.tile.elements(),
+            d.tile.logical_shape(),
+            d.tile.elements()
+        ),
+    ))
+}
+
+/// A DMA's cost input: `bytes` moved, the partitions of its SBUF side (`dst`'s, else the first
+/// SBUF source's; all 128 between HBM tensors), and whether it reads or writes HBM.
+fn dma_cost(dst: &Tile, srcs: &[Tile], bytes: usize) -> CostInput {
+    let (start_partition, partitions) = std::iter::once(dst)
+        .chain(srcs)
+        .find(|t| t.space == Space::Sbuf)
+        .map_or((0, crate::spec::SBUF_PARTITIONS as u32), |t| (t.start_partition, t.partitions));
+    let mut f = 0;
+    if srcs.iter().any(|t| t.space == Space::Hbm) {
+        f |= flags::DMA_FROM_HBM;
+    }
+    if dst.space == Space::Hbm {
+        f |= flags::DMA_TO_HBM;
+    }
+    CostInput {
+        n: 0,
+        partitions: partitions as u16,
+        start_partition: start_partition as u16,
+        flags: f,
+        bytes: bytes as u64,
+        ..CostInput::default()
     }
 }
 
