@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -417,16 +418,16 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     return out
 
 
-def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, **_):  # noqa: N803
+def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **_):  # noqa: N803
     """attention [D, B, N, S] as rows [B*S, N*D] (column n*D + d) @ weight [N*D, H] + bias;
-    TRANSPOSE_OUT (LNC=1): [128, 1, H/128, B*S], h = h1 * H/128 + h2."""
+    TRANSPOSE_OUT: [128, LNC, H2, B*S] with H2 = H / 128 / LNC, h = (h0 * 128 + h1) * H2 + h2."""
     d, b, n, s = attention.shape
     a = attention.astype(np.float64).transpose(1, 3, 2, 0).reshape(b * s, n * d)
     y = a @ weight.astype(np.float64)
     if bias is not None:
         y = y + bias.astype(np.float64)
     if TRANSPOSE_OUT:
-        y = y.T.reshape(128, 1, y.shape[1] // 128, b * s)
+        y = y.T.reshape(lnc, 128, y.shape[1] // 128 // lnc, b * s).transpose(1, 0, 2, 3)
     return np.ascontiguousarray(y).astype(attention.dtype)
 
 
@@ -1077,6 +1078,14 @@ def _cases() -> list[Case]:
                 wrap=_mlp_wrapper,
             )
         )
+    # The same at LNC=2 (two cores, each a share of H or of the tokens).
+    lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
+    lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
+    for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
+        ref = case.reference
+        if ref is ref_out_proj_tkg:
+            ref = functools.partial(ref, lnc=2)
+        cases.append(dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=ref))
     for rows in (256, 300):
         cases.append(
             Case(
