@@ -395,9 +395,12 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         x = x * kw["gamma_norm_weights"].astype(np.float64)
     if kw.get("layer_norm_bias") is not None:
         x = x + kw["layer_norm_bias"].astype(np.float64)
-    if norm != "NO_NORM":
-        x = x.astype(fused_qkv_weights.dtype).astype(np.float64)
+    row = getattr(kw.get("quantization_type"), "name", "NONE") == "ROW"
+    if norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
+        x = x.astype(input.dtype if row else fused_qkv_weights.dtype).astype(np.float64)
     y = x @ fused_qkv_weights.astype(np.float64)
+    if row:  # fp8 weights, each column's fp32 dequantization scale
+        y = y * kw["qkv_w_scale"][0].astype(np.float64)
     if bias is not None:
         y = y + bias.astype(np.float64)
     b, s, i = y.shape
@@ -621,6 +624,11 @@ _QKV_CASES = (
         },
     ),
     ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
+    (
+        "tkg (row fp8, RMS norm, bias)",
+        (1, 4, 256, 256),
+        {"fused_norm_type": "RMS_NORM", "bias": True, "quantization_type": "ROW"},
+    ),
 )
 
 
@@ -638,6 +646,9 @@ def _qkv_inputs(r, b, s, h, i, **opts):
             kw[key] = getattr(_lib_attr(TYPES, "QKVOutputLayout"), value)
         elif key == "bias":
             kw[key] = _f32(r, 1, i).astype(BF16)
+        elif key == "quantization_type":  # ROW: fp8 weights, a scale per column
+            kw[key] = getattr(_lib_attr(TYPES, "QuantizationType"), value)
+            kw["qkv_w_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, i)), 128, 0).astype(np.float32)
         elif key == "heads":
             kw["num_q_heads"], kw["num_kv_heads"] = value
             ang = r.uniform(0.0, 6.0, (b, s, kw["d_head"] // 2))
@@ -651,6 +662,8 @@ def _qkv_inputs(r, b, s, h, i, **opts):
             kw[key] = value
     x = _f32(r, b, s, h).astype(BF16)
     w = (_f32(r, h, i) / np.sqrt(h)).astype(BF16)
+    if "qkv_w_scale" in kw:
+        w = (_f32(r, h, i, lo=-200.0, hi=200.0) / np.sqrt(h)).astype(ml_dtypes.float8_e4m3)
     return (x, w), kw
 
 
