@@ -421,12 +421,14 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     return out
 
 
-def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **_):  # noqa: N803
+def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **kw):  # noqa: N803
     """attention [D, B, N, S] as rows [B*S, N*D] (column n*D + d) @ weight [N*D, H] + bias;
     TRANSPOSE_OUT: [128, LNC, H2, B*S] with H2 = H / 128 / LNC, h = (h0 * 128 + h1) * H2 + h2."""
     d, b, n, s = attention.shape
     a = attention.astype(np.float64).transpose(1, 3, 2, 0).reshape(b * s, n * d)
     y = a @ weight.astype(np.float64)
+    if kw.get("weight_scale") is not None:  # ROW: a dequantization scale per column
+        y = y * kw["weight_scale"][0].astype(np.float64)
     if bias is not None:
         y = y + bias.astype(np.float64)
     if TRANSPOSE_OUT:
@@ -444,11 +446,18 @@ def ref_out_proj_cte(attention, weight, bias=None, **_):
     return y.astype(attention.dtype)
 
 
-def _out_proj_inputs(attn_shape, nd, h, **kw):
+def _out_proj_inputs(attn_shape, nd, h, row=False, **kw):
+    """bf16 attention and weights (row: fp8 weights and a float32 scale per column, [128, H]
+    pre-broadcast) and a bias [1, H]."""
+
     def f(r):
         w = (_f32(r, nd, h) / np.sqrt(nd)).astype(BF16)
-        args = (_f32(r, *attn_shape).astype(BF16), w)
-        return args, {"bias": _f32(r, 1, h).astype(BF16), **kw}
+        opts = {"bias": _f32(r, 1, h).astype(BF16), **kw}
+        if row:
+            w = (_f32(r, nd, h, lo=-200.0, hi=200.0) / np.sqrt(nd)).astype(ml_dtypes.float8_e4m3)
+            opts["quantization_type"] = _lib_attr(TYPES, "QuantizationType").ROW
+            opts["weight_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, h)), 128, 0).astype(np.float32)
+        return (_f32(r, *attn_shape).astype(BF16), w), opts
 
     return f
 
@@ -1049,7 +1058,11 @@ def _cases() -> list[Case]:
             atol=2e-2,
             package_root=LIB,
         )
-        for label, kw in (("", {}), (" (TRANSPOSE_OUT)", {"TRANSPOSE_OUT": True}))
+        for label, kw in (
+            ("", {}),
+            (" (TRANSPOSE_OUT)", {"TRANSPOSE_OUT": True}),
+            (" (row fp8)", {"row": True}),
+        )
     ]
     cases.append(
         Case(
