@@ -395,12 +395,23 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         x = x * kw["gamma_norm_weights"].astype(np.float64)
     if kw.get("layer_norm_bias") is not None:
         x = x + kw["layer_norm_bias"].astype(np.float64)
-    row = getattr(kw.get("quantization_type"), "name", "NONE") == "ROW"
-    if norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
-        x = x.astype(input.dtype if row else fused_qkv_weights.dtype).astype(np.float64)
+    quant = getattr(kw.get("quantization_type"), "name", "NONE")
+    if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
+        # reciprocal, in the input's dtype again, clipped to 240 and quantized to fp8
+        inv = np.float32(1.0) / kw["qkv_in_scale"][0, 0]
+        x = (x.astype(input.dtype).astype(np.float32) * inv).astype(input.dtype)
+        x = np.clip(x.astype(np.float64), -240.0, 240.0)
+        x = x.astype(fused_qkv_weights.dtype).astype(np.float64)
+    elif norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
+        x = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
+        x = x.astype(np.float64)
     y = x @ fused_qkv_weights.astype(np.float64)
-    if row:  # fp8 weights, each column's fp32 dequantization scale
+    if quant == "ROW":  # fp8 weights, each column's fp32 dequantization scale
         y = y * kw["qkv_w_scale"][0].astype(np.float64)
+    elif quant == "STATIC":  # a weight scale for the q, k and v columns each, and the input's
+        nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+        cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
+        y = y * kw["qkv_w_scale"][0].astype(np.float64)[cols] * float(kw["qkv_in_scale"][0, 0])
     if bias is not None:
         y = y + bias.astype(np.float64)
     b, s, i = y.shape
@@ -634,6 +645,17 @@ _QKV_CASES = (
     ),
     ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
     (
+        "tkg (static fp8, RMS norm, bias)",
+        (1, 4, 256, 256),
+        {
+            "fused_norm_type": "RMS_NORM",
+            "bias": True,
+            "d_head": 64,
+            "heads": (2, 1),
+            "quantization_type": "STATIC",
+        },
+    ),
+    (
         "tkg (row fp8, RMS norm, bias)",
         (1, 4, 256, 256),
         {"fused_norm_type": "RMS_NORM", "bias": True, "quantization_type": "ROW"},
@@ -655,14 +677,19 @@ def _qkv_inputs(r, b, s, h, i, **opts):
             kw[key] = getattr(_lib_attr(TYPES, "QKVOutputLayout"), value)
         elif key == "bias":
             kw[key] = _f32(r, 1, i).astype(BF16)
-        elif key == "quantization_type":  # ROW: fp8 weights, a scale per column
+        elif key == "quantization_type":  # fp8 weights; ROW: a scale per column, STATIC: per
+            # q/k/v section, and the input's scale
             kw[key] = getattr(_lib_attr(TYPES, "QuantizationType"), value)
-            kw["qkv_w_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, i)), 128, 0).astype(np.float32)
+            cols = i if value == "ROW" else 3
+            kw["qkv_w_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, cols)), 128, 0).astype(np.float32)
+            if value == "STATIC":
+                kw["qkv_in_scale"] = np.full((128, 1), 0.04, np.float32)
         elif key == "heads":
             kw["num_q_heads"], kw["num_kv_heads"] = value
-            ang = r.uniform(0.0, 6.0, (b, s, kw["d_head"] // 2))
-            kw["cos_cache"] = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(BF16)
-            kw["sin_cache"] = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(BF16)
+            if opts.get("fused_rope"):
+                ang = r.uniform(0.0, 6.0, (b, s, kw["d_head"] // 2))
+                kw["cos_cache"] = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(BF16)
+                kw["sin_cache"] = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(BF16)
         elif key == "fused_residual_add":
             kw[key] = True
             kw["mlp_prev"] = _f32(r, b, s, h).astype(BF16)
