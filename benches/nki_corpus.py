@@ -1135,10 +1135,12 @@ def _cases() -> list[Case]:
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
-        ref = case.reference
-        if ref is ref_out_proj_tkg:
-            ref = functools.partial(ref, lnc=2)
-        cases.append(dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=ref))
+        check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
+        if check is ref_out_proj_tkg:
+            check = functools.partial(check, lnc=2)
+        cases.append(
+            dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
+        )
     for rows in (256, 300):
         cases.append(
             Case(
