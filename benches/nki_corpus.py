@@ -436,10 +436,17 @@ def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, *
     """attention [D, B, N, S] as rows [B*S, N*D] (column n*D + d) @ weight [N*D, H] + bias;
     TRANSPOSE_OUT: [128, LNC, H2, B*S] with H2 = H / 128 / LNC, h = (h0 * 128 + h1) * H2 + h2."""
     d, b, n, s = attention.shape
-    a = attention.astype(np.float64).transpose(1, 3, 2, 0).reshape(b * s, n * d)
+    a = attention.astype(np.float64)
+    if kw.get("input_scale") is not None:  # STATIC: as qkv_tkg quantizes its rows (ref_qkv)
+        inv = np.float32(1.0) / kw["input_scale"][0, 0]
+        a = (attention.astype(np.float32) * inv).astype(attention.dtype).astype(np.float64)
+        a = np.clip(a, -240.0, 240.0).astype(weight.dtype).astype(np.float64)
+    a = a.transpose(1, 3, 2, 0).reshape(b * s, n * d)
     y = a @ weight.astype(np.float64)
-    if kw.get("weight_scale") is not None:  # ROW: a dequantization scale per column
+    if kw.get("weight_scale") is not None:  # ROW: a scale per column; STATIC: one
         y = y * kw["weight_scale"][0].astype(np.float64)
+    if kw.get("input_scale") is not None:
+        y = y * float(kw["input_scale"][0, 0])
     if bias is not None:
         y = y + bias.astype(np.float64)
     if TRANSPOSE_OUT:
@@ -457,17 +464,22 @@ def ref_out_proj_cte(attention, weight, bias=None, **_):
     return y.astype(attention.dtype)
 
 
-def _out_proj_inputs(attn_shape, nd, h, row=False, **kw):
-    """bf16 attention and weights (row: fp8 weights and a float32 scale per column, [128, H]
-    pre-broadcast) and a bias [1, H]."""
+def _out_proj_inputs(attn_shape, nd, h, quant=None, **kw):
+    """bf16 attention and weights, or fp8 weights (quant "ROW": a float32 scale per column,
+    [128, H] pre-broadcast; "STATIC": one weight scale and one input scale, [128, 1]), and a
+    bias [1, H]."""
 
     def f(r):
         w = (_f32(r, nd, h) / np.sqrt(nd)).astype(BF16)
         opts = {"bias": _f32(r, 1, h).astype(BF16), **kw}
-        if row:
+        if quant:
             w = (_f32(r, nd, h, lo=-200.0, hi=200.0) / np.sqrt(nd)).astype(ml_dtypes.float8_e4m3)
-            opts["quantization_type"] = _lib_attr(TYPES, "QuantizationType").ROW
-            opts["weight_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, h)), 128, 0).astype(np.float32)
+            opts["quantization_type"] = getattr(_lib_attr(TYPES, "QuantizationType"), quant)
+            cols = h if quant == "ROW" else 1
+            scale = np.repeat(r.uniform(0.5, 2.0, (1, cols)), 128, 0).astype(np.float32)
+            opts["weight_scale"] = scale
+            if quant == "STATIC":
+                opts["input_scale"] = np.full((128, 1), 0.01, np.float32)
         return (_f32(r, *attn_shape).astype(BF16), w), opts
 
     return f
@@ -1088,7 +1100,8 @@ def _cases() -> list[Case]:
         for label, kw in (
             ("", {}),
             (" (TRANSPOSE_OUT)", {"TRANSPOSE_OUT": True}),
-            (" (row fp8)", {"row": True}),
+            (" (row fp8)", {"quant": "ROW"}),
+            (" (static fp8)", {"quant": "STATIC"}),
         )
     ]
     cases.append(
