@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -375,6 +376,153 @@ def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, **_):
     return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
 
 
+def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kernel's keyword
+    """nki-library's QKV projection: optional residual add (input + mlp_prev + attention_prev),
+    optional RMS / layer norm over H (fp32 statistics; the normalised rows rounded to the
+    weights' dtype, the matmul's operand), then rows @ weights + bias; BSD [B, S, I] or NBSd
+    [N, B, S, d_head]."""
+    x = input.astype(np.float64)
+    if kw.get("fused_residual_add"):
+        x = x + kw["mlp_prev"].astype(np.float64) + kw["attention_prev"].astype(np.float64)
+    x_sum = x
+    norm = getattr(kw.get("fused_norm_type"), "name", "NO_NORM")
+    eps = kw.get("norm_eps", 1e-6)
+    if norm == "LAYER_NORM":
+        x = x - x.mean(axis=-1, keepdims=True)
+    if norm != "NO_NORM":
+        x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
+    if norm in ("RMS_NORM", "LAYER_NORM"):
+        x = x * kw["gamma_norm_weights"].astype(np.float64)
+    if kw.get("layer_norm_bias") is not None:
+        x = x + kw["layer_norm_bias"].astype(np.float64)
+    quant = getattr(kw.get("quantization_type"), "name", "NONE")
+    if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
+        # reciprocal, in the input's dtype again, clipped to 240 and quantized to fp8
+        inv = np.float32(1.0) / kw["qkv_in_scale"][0, 0]
+        x = (x.astype(input.dtype).astype(np.float32) * inv).astype(input.dtype)
+        x = np.clip(x.astype(np.float64), -240.0, 240.0)
+        x = x.astype(fused_qkv_weights.dtype).astype(np.float64)
+    elif norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
+        x = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
+        x = x.astype(np.float64)
+    y = x @ fused_qkv_weights.astype(np.float64)
+    if quant == "ROW":  # fp8 weights, each column's fp32 dequantization scale
+        y = y * kw["qkv_w_scale"][0].astype(np.float64)
+    elif quant == "STATIC":  # a weight scale for the q, k and v columns each, and the input's
+        nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+        cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
+        y = y * kw["qkv_w_scale"][0].astype(np.float64)[cols] * float(kw["qkv_in_scale"][0, 0])
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    b, s, i = y.shape
+    if kw.get("fused_rope"):  # on the q and k heads: [x1, x2] cos + [-x2, x1] sin
+        nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+        y = y.astype(input.dtype).astype(np.float64)  # the projection is stored, then rotated
+        heads = y.reshape(b, s, nq + 2 * nkv, d)
+        qk = heads[:, :, : nq + nkv]
+        rot = np.concatenate([-qk[..., d // 2 :], qk[..., : d // 2]], axis=-1)
+        cos, sin = (kw[c].astype(np.float64)[:, :, None, :] for c in ("cos_cache", "sin_cache"))
+        heads[:, :, : nq + nkv] = qk * cos + rot * sin
+        y = heads.reshape(b, s, i)
+    if getattr(kw.get("output_layout"), "name", "BSD") == "NBSd":
+        y = y.reshape(b, s, i // kw["d_head"], kw["d_head"]).transpose(2, 0, 1, 3)
+    out = np.ascontiguousarray(y).astype(input.dtype)
+    if kw.get("fused_residual_add") and s <= 96:  # qkv_tkg also returns the residual sum
+        return out, x_sum.astype(input.dtype)
+    return out
+
+
+def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **kw):  # noqa: N803
+    """attention [D, B, N, S] as rows [B*S, N*D] (column n*D + d) @ weight [N*D, H] + bias;
+    TRANSPOSE_OUT: [128, LNC, H2, B*S] with H2 = H / 128 / LNC, h = (h0 * 128 + h1) * H2 + h2."""
+    d, b, n, s = attention.shape
+    a = attention.astype(np.float64)
+    if kw.get("input_scale") is not None:  # STATIC: as qkv_tkg quantizes its rows (ref_qkv)
+        inv = np.float32(1.0) / kw["input_scale"][0, 0]
+        a = (attention.astype(np.float32) * inv).astype(attention.dtype).astype(np.float64)
+        a = np.clip(a, -240.0, 240.0).astype(weight.dtype).astype(np.float64)
+    a = a.transpose(1, 3, 2, 0).reshape(b * s, n * d)
+    y = a @ weight.astype(np.float64)
+    if kw.get("weight_scale") is not None:  # ROW: a scale per column; STATIC: one
+        y = y * kw["weight_scale"][0].astype(np.float64)
+    if kw.get("input_scale") is not None:
+        y = y * float(kw["input_scale"][0, 0])
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    if TRANSPOSE_OUT:
+        y = y.T.reshape(lnc, 128, y.shape[1] // 128 // lnc, b * s).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(y).astype(attention.dtype)
+
+
+def ref_out_proj_cte(attention, weight, bias=None, **_):
+    """attention [B, N, D, S] -> rows [B, S, N*D] (column n*D + d) @ weight [N*D, H] + bias."""
+    b, n, d, s = attention.shape
+    a = attention.astype(np.float64).transpose(0, 3, 1, 2).reshape(b, s, n * d)
+    y = a @ weight.astype(np.float64)
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return y.astype(attention.dtype)
+
+
+def _out_proj_inputs(attn_shape, nd, h, quant=None, **kw):
+    """bf16 attention and weights, or fp8 weights (quant "ROW": a float32 scale per column,
+    [128, H] pre-broadcast; "STATIC": one weight scale and one input scale, [128, 1]), and a
+    bias [1, H]."""
+
+    def f(r):
+        w = (_f32(r, nd, h) / np.sqrt(nd)).astype(BF16)
+        opts = {"bias": _f32(r, 1, h).astype(BF16), **kw}
+        if quant:
+            w = (_f32(r, nd, h, lo=-200.0, hi=200.0) / np.sqrt(nd)).astype(ml_dtypes.float8_e4m3)
+            opts["quantization_type"] = getattr(_lib_attr(TYPES, "QuantizationType"), quant)
+            cols = h if quant == "ROW" else 1
+            scale = np.repeat(r.uniform(0.5, 2.0, (1, cols)), 128, 0).astype(np.float32)
+            opts["weight_scale"] = scale
+            if quant == "STATIC":
+                opts["input_scale"] = np.full((128, 1), 0.01, np.float32)
+        return (_f32(r, *attn_shape).astype(BF16), w), opts
+
+    return f
+
+
+def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
+    """nki-library's MLP: optional residual add (x + fused_add_tensor, in x's dtype) and RMS
+    norm (the normalised rows in the weights' dtype), then
+    (silu(x @ gate) * (x @ up)) @ down, the product rounded to the weights' dtype (the down
+    projection's operand); [B, S, H] -> [B, S, H]."""
+    h = x.astype(np.float64)
+    if kw.get("fused_add_tensor") is not None:
+        h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
+    if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
+        h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
+        h = (h * normalization_weights_tensor.astype(np.float64)).astype(wg.dtype)
+    h = h.astype(np.float64)
+    g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
+    a = (g / (1.0 + np.exp(-g)) * u).astype(wd.dtype).astype(np.float64)
+    out = (a @ wd.astype(np.float64)).astype(x.dtype)
+    if kw.get("store_fused_add_result"):  # the residual sum, stored too
+        return out, (x.astype(np.float64) + kw["fused_add_tensor"].astype(np.float64)).astype(
+            x.dtype
+        )
+    return out
+
+
+def _mlp_inputs(b, s, h, i, **kw):
+    def f(r):
+        x = _f32(r, b, s, h).astype(BF16)
+        ws = [(_f32(r, m, n) / np.sqrt(m)).astype(BF16) for m, n in ((h, i), (h, i), (i, h))]
+        opts = {}
+        if kw.get("norm"):
+            opts["normalization_type"] = _lib_attr(TYPES, "NormType").RMS_NORM
+            opts["normalization_weights_tensor"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+        if kw.get("fused_add"):
+            opts["fused_add_tensor"] = _f32(r, b, s, h).astype(BF16)
+            opts["store_fused_add_result"] = kw.get("store", False)
+        return (x, *ws), opts
+
+    return f
+
+
 def _tkg_wrapper(sub):
     """Our kernel around an nki-library norm sub-kernel: its SBUF output copied to HBM."""
     import nki
@@ -392,6 +540,34 @@ def _tkg_wrapper(sub):
         out = nl.ndarray((128, b * s, h // 128), dtype=x.dtype, buffer=nl.shared_hbm)
         nisa.dma_copy(dst=out, src=o)
         return out
+
+    return wrapped
+
+
+def _mlp_wrapper(sub):
+    """Our kernel around nki-library's mlp_tkg / mlp_cte (its own @nki.jit entry, mlp.py, has an
+    IndentationError upstream): their parameters built from the arrays, the output in HBM, and
+    for mlp_tkg an SBUF manager of 200 KiB (mlp_tkg.py names SbufManager without importing it
+    for its own default)."""
+    import nki
+    import nki.language as nl
+
+    params = _lib_attr("nkilib.core.mlp.mlp_parameters", "MLPParameters")
+    sbm = _lib_attr("nkilib.core.utils.allocator", "SbufManager")
+    logger = _lib_attr("nkilib.core.utils.logging", "Logger")
+
+    @nki.jit
+    def wrapped(x, wg, wu, wd, **kw):
+        p = params(x, wg, wu, wd, **kw)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        added = None
+        if kw.get("store_fused_add_result"):
+            added = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        if sub.__name__ == "mlp_tkg":
+            sub(p, out, added, sbm=sbm(0, 200 * 1024, logger("mlp")))
+        else:
+            sub(p, out, added)
+        return out if added is None else (out, added)
 
     return wrapped
 
@@ -451,6 +627,92 @@ def _t2d_in(r):
 
 
 RMSQ = "nkilib.core.rmsnorm.rmsnorm_quant"
+
+
+QKV = "nkilib.core.qkv.qkv"
+TYPES = "nkilib.core.utils.common_types"
+#: (label, (B, S, H, I), options): the enum-valued options by name.
+_QKV_CASES = (
+    ("tkg (RMS norm, bias)", (1, 4, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
+    ("cte (RMS norm, bias)", (1, 128, 256, 256), {"fused_norm_type": "RMS_NORM", "bias": True}),
+    (
+        "tkg (fused add, layer norm, NBSd)",
+        (2, 2, 256, 256),
+        {
+            "fused_residual_add": True,
+            "fused_norm_type": "LAYER_NORM",
+            "output_layout": "NBSd",
+            "d_head": 64,
+        },
+    ),
+    (
+        "cte (fused add, layer norm, NBSd)",
+        (1, 128, 256, 384),
+        {
+            "fused_residual_add": True,
+            "fused_norm_type": "LAYER_NORM",
+            "output_layout": "NBSd",
+            "d_head": 128,
+        },
+    ),
+    ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
+    (
+        "tkg (static fp8, RMS norm, bias)",
+        (1, 4, 256, 256),
+        {
+            "fused_norm_type": "RMS_NORM",
+            "bias": True,
+            "d_head": 64,
+            "heads": (2, 1),
+            "quantization_type": "STATIC",
+        },
+    ),
+    (
+        "tkg (row fp8, RMS norm, bias)",
+        (1, 4, 256, 256),
+        {"fused_norm_type": "RMS_NORM", "bias": True, "quantization_type": "ROW"},
+    ),
+)
+
+
+def _qkv_inputs(r, b, s, h, i, **opts):
+    """bf16 input [B, S, H], weights [H, I] (scaled so a row's sum stays near 1), and what
+    the options ask: bias [1, I], gamma (and beta) [1, H], mlp_prev and attention_prev."""
+    kw: dict = {}
+    for key, value in opts.items():
+        if key == "fused_norm_type":
+            kw[key] = getattr(_lib_attr(TYPES, "NormType"), value)
+            kw["gamma_norm_weights"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+            if value == "LAYER_NORM":
+                kw["layer_norm_bias"] = _f32(r, 1, h).astype(BF16)
+        elif key == "output_layout":
+            kw[key] = getattr(_lib_attr(TYPES, "QKVOutputLayout"), value)
+        elif key == "bias":
+            kw[key] = _f32(r, 1, i).astype(BF16)
+        elif key == "quantization_type":  # fp8 weights; ROW: a scale per column, STATIC: per
+            # q/k/v section, and the input's scale
+            kw[key] = getattr(_lib_attr(TYPES, "QuantizationType"), value)
+            cols = i if value == "ROW" else 3
+            kw["qkv_w_scale"] = np.repeat(r.uniform(0.5, 2.0, (1, cols)), 128, 0).astype(np.float32)
+            if value == "STATIC":
+                kw["qkv_in_scale"] = np.full((128, 1), 0.04, np.float32)
+        elif key == "heads":
+            kw["num_q_heads"], kw["num_kv_heads"] = value
+            if opts.get("fused_rope"):
+                ang = r.uniform(0.0, 6.0, (b, s, kw["d_head"] // 2))
+                kw["cos_cache"] = np.concatenate([np.cos(ang)] * 2, axis=-1).astype(BF16)
+                kw["sin_cache"] = np.concatenate([np.sin(ang)] * 2, axis=-1).astype(BF16)
+        elif key == "fused_residual_add":
+            kw[key] = True
+            kw["mlp_prev"] = _f32(r, b, s, h).astype(BF16)
+            kw["attention_prev"] = _f32(r, b, s, h).astype(BF16)
+        else:
+            kw[key] = value
+    x = _f32(r, b, s, h).astype(BF16)
+    w = (_f32(r, h, i) / np.sqrt(h)).astype(BF16)
+    if "qkv_w_scale" in kw:
+        w = (_f32(r, h, i, lo=-200.0, hi=200.0) / np.sqrt(h)).astype(ml_dtypes.float8_e4m3)
+    return (x, w), kw
 
 
 def _lib_attr(module: str, name: str):
@@ -805,6 +1067,92 @@ def _cases() -> list[Case]:
                 wrap=lambda f: f[2],
                 needs=("scipy",),
             )
+        )
+    # The QKV projection (qkv picks qkv_tkg up to S=96 and B*S=128, else qkv_cte): bf16.
+    for label, (b, s, h, i), extra in _QKV_CASES:
+        cases.append(
+            Case(
+                f"nkilib qkv {label}",
+                lib,
+                QKV,
+                "qkv",
+                lambda r, shp=(b, s, h, i), kw=extra: _qkv_inputs(r, *shp, **kw),
+                ref_qkv,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+            )
+        )
+    # The attention output projection: token generation ([D, B, N, S] in) and context encoding.
+    opt = "nkilib.core.output_projection"
+    cases += [
+        Case(
+            f"nkilib output_projection_tkg{label}",
+            lib,
+            f"{opt}.output_projection_tkg",
+            "output_projection_tkg",
+            _out_proj_inputs((64, 1, 2, 4), 128, 256, **kw),
+            ref_out_proj_tkg,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        )
+        for label, kw in (
+            ("", {}),
+            (" (TRANSPOSE_OUT)", {"TRANSPOSE_OUT": True}),
+            (" (row fp8)", {"quant": "ROW"}),
+            (" (static fp8)", {"quant": "STATIC"}),
+        )
+    ]
+    cases.append(
+        Case(
+            "nkilib output_projection_cte",
+            lib,
+            f"{opt}.output_projection_cte.output_projection_cte",
+            "output_projection_cte",
+            _out_proj_inputs((1, 2, 64, 128), 128, 256),
+            ref_out_proj_cte,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        )
+    )
+    # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
+    # of ours (_mlp_wrapper).
+    for mode, label, shape, kw in (
+        ("tkg", "RMS norm", (1, 4, 256, 256), {"norm": True}),
+        ("cte", "RMS norm", (1, 128, 256, 256), {"norm": True}),
+        (
+            "tkg",
+            "fused add stored, RMS norm",
+            (1, 4, 256, 256),
+            {"norm": True, "fused_add": True, "store": True},
+        ),
+        ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
+    ):
+        cases.append(
+            Case(
+                f"nkilib mlp_{mode} ({label})",
+                lib,
+                f"nkilib.core.mlp.mlp_{mode}.mlp_{mode}",
+                f"mlp_{mode}",
+                _mlp_inputs(*shape, **kw),
+                ref_mlp,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                wrap=_mlp_wrapper,
+            )
+        )
+    # The same at LNC=2 (two cores, each a share of H or of the tokens).
+    lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
+    lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
+    for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
+        check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
+        if check is ref_out_proj_tkg:
+            check = functools.partial(check, lnc=2)
+        cases.append(
+            dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
     for rows in (256, 300):
         cases.append(

@@ -1720,3 +1720,75 @@ def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_ps
     one = a.T.astype(np.float64) @ b.astype(np.float64)
     assert np.allclose(got[0], one, rtol=1e-5, atol=1e-5)
     assert np.allclose(got[1], 2 * one, rtol=1e-5, atol=1e-5)  # not 3x: a fresh start
+
+
+def test_dma_compute_adds_its_sources_in_float32_and_rounds_once():
+    # nki-library's qkv and mlp fused residual add: dst = hidden + attn_prev + mlp_prev over a
+    # DMA, HBM to HBM (flattened [1, N] views) and HBM to an SBUF tile (.ap views). The sum is
+    # float32, in order, rounded once to dst's dtype: three bf16 values whose bf16 partial sum
+    # would round differently.
+    bf16 = ml_dtypes.bfloat16
+    a, b, c = (_rand(4, 256, seed=s).astype(bf16) for s in (1, 2, 3))
+    a[0, :3] = np.array([1.0, 256.0, -0.0], np.float32).astype(bf16)
+    b[0, :3] = np.array([2.0**-8, 1.0, -0.0], np.float32).astype(bf16)
+    c[0, :3] = np.array([2.0**-8, 2.0**-9, -0.0], np.float32).astype(bf16)
+    a[1, 0] = np.float32(np.nan).astype(bf16)
+
+    @tn.jit
+    def k(a, b, c):
+        n, h = a.shape
+        flat = nl.ndarray((n, h), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_compute(
+            flat.reshape((1, n * h)),
+            (a.reshape((1, n * h)), b.reshape((1, n * h)), c.reshape((1, n * h))),
+            scales=(1.0, 1.0, 1.0),
+            reduce_op=nl.add,
+        )
+        t = nl.ndarray((n, h), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_compute(dst=t, srcs=[a.ap([[h, n], [1, h]], offset=0), b], reduce_op=nl.add)
+        wide = nl.ndarray((n, h), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=wide, src=t)
+        return flat, wide
+
+    flat, wide = tn.run(k, a, b, c).outputs
+    f32 = [x.astype(np.float32) for x in (a, b, c)]
+    want = ((f32[0] + f32[1]) + f32[2]).astype(bf16)
+    assert np.array_equal(flat.view(np.uint16), want.view(np.uint16))  # NaN: canonical 0x7FC0
+    assert float(flat[0, 0]) == 1.0 + 2.0**-7  # not 1.0, as bf16 partial sums would give
+    assert np.signbit(flat[0, 2].astype(np.float32)) and np.isnan(flat[1, 0].astype(np.float32))
+    assert np.array_equal(wide, f32[0] + f32[1], equal_nan=True)
+
+
+def test_dma_compute_rules_name_the_argument_at_the_kernels_line():
+    x = _rand(2, 8)
+
+    def kernel(case):
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            small = nl.ndarray((2, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+            if case == "op":
+                nisa.dma_compute(out, [x, x], reduce_op=nl.multiply)  # m-op
+            elif case == "scales":
+                nisa.dma_compute(out, [x, x], reduce_op=nl.add, scales=[1.0, 2.0])  # m-scales
+            elif case == "count":
+                nisa.dma_compute(out, [x] * 17, reduce_op=nl.add)  # m-count
+            elif case == "shape":
+                nisa.dma_compute(small, [x, x], reduce_op=nl.add)  # m-shape
+            else:
+                nisa.dma_compute(out, x, reduce_op=nl.add)  # m-list
+            return out
+
+        return k
+
+    for case, cls, arg, text in (
+        ("op", Trn2Error, "reduce_op", "adds its sources"),
+        ("scales", Trn2Error, "scales", "each 1.0"),
+        ("count", Trn2Error, "srcs", "1 to 16 source tiles, got 17"),
+        ("shape", ShapeError, "srcs", "dst's element count"),
+        ("list", Trn2Error, "srcs", "a list of source tensors"),
+    ):
+        k = kernel(case)
+        with pytest.raises(cls, match=text) as info:
+            tn.run(tn.jit(k), x)
+        assert info.value.arg == arg, (case, info.value.arg)
+        _at(info, k, f"# m-{case}")

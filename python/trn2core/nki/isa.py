@@ -96,6 +96,44 @@ def dma_copy(
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
 
+@api
+def dma_compute(
+    dst,
+    srcs,
+    reduce_op,
+    scales=None,
+    unique_indices=True,
+    oob_mode=oob_mode.error,
+    name=None,
+    **kwargs,
+) -> None:
+    """``dst = srcs[0] + srcs[1] + ...`` on a DMA queue: each source widened to float32, added
+    in order in float32, the sum rounded once to ``dst``'s dtype (HBM and SBUF, 1 to 16
+    sources of ``dst``'s element count). NKI allows ``reduce_op=nl.add`` and unit ``scales``
+    only; the read-modify-write forms (a source indexed by ``vector_offset``) are not
+    emulated."""
+    if alu_name(reduce_op, "reduce_op") != "add":
+        raise Trn2ValueError(
+            f"reduce_op: dma_compute adds its sources (nl.add), got {reduce_op!r}",
+            arg="reduce_op",
+        )
+    if not isinstance(srcs, (list, tuple)) or not srcs:
+        raise Trn2ValueError(
+            f"srcs: dma_compute takes a list of source tensors, got {srcs!r}", arg="srcs"
+        )
+    if scales is not None:
+        scales = list(scales)
+        if len(scales) != len(srcs) or any(float(v) != 1.0 for v in scales):
+            raise Trn2ValueError(
+                f"scales: dma_compute takes one scale per source, each 1.0 (NKI's rule), got "
+                f"{scales} for {len(srcs)} sources",
+                arg="scales",
+            )
+    c = _core_of(dst, *srcs)
+    tiles = [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)]
+    c.m.issue_at(c.loc, "dma_compute", _t(dst, "dst"), tiles, None)
+
+
 def _as_shaped(x, arg: str):
     """``x``'s tile with one machine axis per logical axis of ``x`` (unit axes kept): the
     machine checks a transpose's shapes on it."""
@@ -580,7 +618,6 @@ define_unsupported(
         "nc_matmul_mx",
         "quantize_mx",
         "local_gather",
-        "dma_compute",
         "nc_match_replace8",
         "nc_stream_shuffle",
         "register_alloc",

@@ -694,6 +694,22 @@ fn value_of(x: &Bound<'_, PyAny>, a: &Arg, name: &str) -> PyTrn2Result<Option<Va
             Ok((p, q)) => Value::Pair(p, q),
             _ => return bad(),
         },
+        Kind::Tiles => {
+            if x.is_instance_of::<pyo3::types::PyString>() {
+                return bad();
+            }
+            let Ok(items) = x.try_iter() else {
+                return bad();
+            };
+            let mut tiles = Vec::new();
+            for item in items {
+                let Ok(item) = item else {
+                    return bad();
+                };
+                tiles.push(tile_of(&item, name)?);
+            }
+            Value::Tiles(tiles)
+        }
         Kind::Ints => match x.extract::<Vec<i64>>() {
             Ok(v) if !x.is_instance_of::<pyo3::types::PyString>() => Value::Ints(v),
             _ => return bad(),

@@ -635,6 +635,12 @@ spec_table! {
     #[spec(unit = "count", source = "[S12][S25] D")]
     pub const DMA_QUEUES_PER_ENGINE: usize = 16;
 
+    /// Source tensors of one `dma_compute` at most.
+    ///
+    /// The NKI ISA reference: "The max number of source tensors in `srcs` is 16".
+    #[spec(unit = "count", source = "[S9] D")]
+    pub const DMA_COMPUTE_MAX_SOURCES: usize = 16;
+
     /// DMA engines per chip for core data movement: 128 = 8 × 16.
     #[spec(unit = "count", source = "[S1] D")]
     pub const DMA_ENGINES_PER_CHIP: usize = CORES_PER_CHIP * DMA_ENGINES_PER_CORE;

@@ -164,6 +164,8 @@ named_enum! {
         TensorCopyDynamicSrc = "tensor_copy_dynamic_src",
         /// `tensor_copy_dynamic_dst`: a copy whose destination is moved so.
         TensorCopyDynamicDst = "tensor_copy_dynamic_dst",
+        /// `dma_compute`: the float32 sum of several tiles, written to one, over a DMA queue.
+        DmaCompute = "dma_compute",
     }
 }
 

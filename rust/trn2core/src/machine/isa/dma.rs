@@ -12,12 +12,12 @@
 //! `src.shape` exactly, rank included). Bits move unchanged.
 
 use crate::memory::Space;
-use crate::spec::DMA_QUEUES_PER_ENGINE;
+use crate::spec::{DMA_COMPUTE_MAX_SOURCES, DMA_QUEUES_PER_ENGINE};
 use crate::{Error, Result};
 
 use super::super::record::{flags, CostInput, Opcode, Queue};
 use super::super::Machine;
-use super::{dtype_rule, keeps_dtype, rule, shape_rule};
+use super::{dtype_rule, keeps_dtype, rule, shape_rule, Opnd};
 use crate::machine::tile::Tile;
 
 impl Machine {
@@ -37,44 +37,71 @@ impl Machine {
         }
         let s = self.operand("src", src, None, false)?;
         let d = self.operand("dst", dst, None, true)?;
-        if s.tile.elements() != d.tile.elements() {
-            return Err(shape_rule(
-                "dst",
-                "shape",
-                format!(
-                    "dma_copy needs the same number of elements: src {:?} has {}, dst {:?} has {}",
-                    src.logical_shape(),
-                    s.tile.elements(),
-                    dst.logical_shape(),
-                    d.tile.elements()
-                ),
-            ));
-        }
+        same_count("dst", "dma_copy needs the same number of elements: src", &s, &d)?;
         self.copy_values(&s, &d)?;
         let bytes =
             (s.tile.elements() * src.dtype.size()).max(d.tile.elements() * dst.dtype.size());
-        let (start_partition, partitions) = [dst, src]
-            .iter()
-            .find(|t| t.space == Space::Sbuf)
-            .map_or((0, crate::spec::SBUF_PARTITIONS as u32), |t| {
-                (t.start_partition, t.partitions)
-            });
-        let mut f = 0;
-        if src.space == Space::Hbm {
-            f |= flags::DMA_FROM_HBM;
-        }
-        if dst.space == Space::Hbm {
-            f |= flags::DMA_TO_HBM;
-        }
-        let cost = CostInput {
-            n: 0,
-            partitions: partitions as u16,
-            start_partition: start_partition as u16,
-            flags: f,
-            bytes: bytes as u64,
-            ..CostInput::default()
-        };
+        let cost = dma_cost(dst, std::slice::from_ref(src), bytes);
         self.program.push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
+        Ok(())
+    }
+
+    /// `dma_compute` on DMA queue `queue` (`None`: the queues in turn): `dst = srcs[0] +
+    /// srcs[1] + ...`, each source widened to float32 and added in order in float32, the sum
+    /// rounded once to `dst`'s dtype (the NKI ISA reference: "The DMA engines perform all
+    /// computations in float32 precision internally ... the final float32 result is cast to the
+    /// output data type"; `reduce_op` add and unit scales only, which the front end checks).
+    /// HBM and SBUF, 1 to 16 sources of `dst`'s element count, in logical order; every source
+    /// is read before `dst` is written, so `dst` may be one of them.
+    pub fn dma_compute(&mut self, dst: &Tile, srcs: &[Tile], queue: Option<u8>) -> Result<()> {
+        let opc = Opcode::DmaCompute;
+        if srcs.is_empty() || srcs.len() > DMA_COMPUTE_MAX_SOURCES {
+            return Err(Error::value(
+                "srcs",
+                format!(
+                    "dma_compute takes 1 to {DMA_COMPUTE_MAX_SOURCES} source tiles, got {}",
+                    srcs.len()
+                ),
+            ));
+        }
+        let q = self.dma_queue(queue)?;
+        for (arg, t) in srcs.iter().map(|t| ("srcs", t)).chain([("dst", dst)]) {
+            if t.space == Space::Psum {
+                return Err(rule(
+                    arg,
+                    "dma_memory",
+                    "dma_compute reads and writes HBM and SBUF; PSUM is read and written by the \
+                     engines (tensor_copy it to SBUF first)",
+                ));
+            }
+        }
+        let d = self.operand("dst", dst, None, true)?;
+        let mut reads = Vec::with_capacity(srcs.len());
+        let mut sum: Vec<f32> = Vec::new();
+        let mut bytes = 0usize;
+        for (i, src) in srcs.iter().enumerate() {
+            let s = self.operand("srcs", src, None, false)?;
+            let what =
+                format!("dma_compute needs every source to have dst's element count: srcs[{i}]");
+            same_count("srcs", &what, &s, &d)?;
+            let x = self.gather_f32(&s.tile)?;
+            if i == 0 {
+                sum = x;
+            } else {
+                crate::cancel::check()?;
+                sum.iter_mut().zip(&x).for_each(|(a, b)| *a += *b);
+            }
+            bytes = bytes.saturating_add(s.tile.elements() * src.dtype.size());
+            reads.push(s.region());
+        }
+        for piece in sum.chunks_mut(1 << 20) {
+            crate::cancel::check()?;
+            piece.iter_mut().for_each(|v| *v = super::alu::canon(*v));
+        }
+        self.scatter_f32(&d, &sum)?;
+        let bytes = bytes.max(d.tile.elements() * dst.dtype.size());
+        let cost = dma_cost(dst, srcs, bytes);
+        self.program.push(opc, Queue::Dma(q), &reads, &[d.region()], cost);
         Ok(())
     }
 
@@ -268,6 +295,48 @@ impl Machine {
     }
 }
 
+/// The shape rule of a DMA: `s` (argument `arg`, introduced by `what`) has `d`'s element count.
+fn same_count(arg: &str, what: &str, s: &Opnd, d: &Opnd) -> Result<()> {
+    if s.tile.elements() == d.tile.elements() {
+        return Ok(());
+    }
+    Err(shape_rule(
+        arg,
+        "shape",
+        format!(
+            "{what} {:?} has {}, dst {:?} has {}",
+            s.tile.logical_shape(),
+            s.tile.elements(),
+            d.tile.logical_shape(),
+            d.tile.elements()
+        ),
+    ))
+}
+
+/// A DMA's cost input: `bytes` moved, the partitions of its SBUF side (`dst`'s, else the first
+/// SBUF source's; all 128 between HBM tensors), and whether it reads or writes HBM.
+fn dma_cost(dst: &Tile, srcs: &[Tile], bytes: usize) -> CostInput {
+    let (start_partition, partitions) = std::iter::once(dst)
+        .chain(srcs)
+        .find(|t| t.space == Space::Sbuf)
+        .map_or((0, crate::spec::SBUF_PARTITIONS as u32), |t| (t.start_partition, t.partitions));
+    let mut f = 0;
+    if srcs.iter().any(|t| t.space == Space::Hbm) {
+        f |= flags::DMA_FROM_HBM;
+    }
+    if dst.space == Space::Hbm {
+        f |= flags::DMA_TO_HBM;
+    }
+    CostInput {
+        n: 0,
+        partitions: partitions as u16,
+        start_partition: start_partition as u16,
+        flags: f,
+        bytes: bytes as u64,
+        ..CostInput::default()
+    }
+}
+
 /// NKI's permutation of a `rank`-axis source (`dst` axis `i` is `src` axis `perm[i]`), `None`
 /// for other ranks.
 pub(crate) fn transpose_axes(rank: usize) -> Option<&'static [usize]> {
@@ -451,6 +520,57 @@ mod tests {
         let (t, c) = (cost(last), cost(&as_copy));
         assert_eq!(t.fixed, c.fixed);
         assert!(t.data > c.data, "{} vs {}", t.data, c.data);
+    }
+
+    /// `dma_compute` against an oracle that adds the widened sources in order in float32 and
+    /// rounds once: bf16 HBM sources into a bf16 HBM `dst` (where bf16 partial sums would round
+    /// differently), `dst` one of the sources, and its rules.
+    #[test]
+    fn dma_compute_against_a_float32_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let bf16 = |v: f32| (v.to_bits() >> 16) as u16; // exact for these values
+        let vals: [[f32; 4]; 3] = [
+            [1.0, 256.0, -0.0, 3.0],
+            [1.0 / 256.0, 1.0, -0.0, -3.0],
+            [1.0 / 256.0, 1.0 / 512.0, -0.0, 0.5],
+        ];
+        let srcs: Vec<Tile> = vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let b: Vec<u8> = v.iter().flat_map(|x| bf16(*x).to_le_bytes()).collect();
+                m.hbm_tensor(&format!("s{i}"), &[1, 4], Dtype::Bf16, Some(&b)).expect("src")
+            })
+            .collect();
+        let dst = m.hbm_tensor("d", &[1, 4], Dtype::Bf16, None).expect("dst");
+        m.dma_compute(&dst, &srcs, None).expect("three sources");
+        let got = words(&m, &dst, 2);
+        let want: Vec<u32> = (0..4)
+            .map(|j| {
+                let s = vals[0][j] + vals[1][j] + vals[2][j];
+                let b = s.to_bits();
+                // Round to nearest even to bf16 (no NaN here).
+                ((b + 0x7fff + ((b >> 16) & 1)) >> 16) & 0xffff
+            })
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(got[0], bf16(1.0 + 1.0 / 128.0) as u32); // bf16 partial sums give 1.0
+        assert_eq!(got[2], 0x8000); // -0 + -0 + -0
+                                    // In place: dst = dst + srcs[1].
+        m.dma_compute(&dst, &[dst, srcs[1]], Some(2)).expect("in place");
+        let again = words(&m, &dst, 2);
+        assert_eq!(again[3], bf16(0.5 - 3.0) as u32);
+        let check = |r: Result<()>, arg: &str, text: &str| {
+            let e = r.expect_err(text);
+            assert_eq!(e.arg(), Some(arg), "{e}");
+            assert!(e.to_string().contains(text), "{e}");
+        };
+        check(m.dma_compute(&dst, &[], None), "srcs", "1 to 16 source tiles, got 0");
+        check(m.dma_compute(&dst, &[srcs[0]; 17], None), "srcs", "got 17");
+        let short = m.hbm_tensor("short", &[1, 3], Dtype::Bf16, None).expect("short");
+        check(m.dma_compute(&short, &srcs, None), "srcs", "dst's element count");
+        let ps = m.alloc(Space::Psum, "p", &[1, 4], Dtype::Fp32).expect("psum");
+        check(m.dma_compute(&ps, &srcs, None), "dst", "dma_memory");
     }
 
     /// Each documented limit is an error naming its argument.

@@ -59,6 +59,8 @@ pub enum Kind {
     Queue,
     /// A list of integers.
     Ints,
+    /// A list of tiles.
+    Tiles,
 }
 
 impl Kind {
@@ -79,6 +81,7 @@ impl Kind {
             Kind::Pair => "pair",
             Kind::Queue => "queue",
             Kind::Ints => "ints",
+            Kind::Tiles => "tiles",
         }
     }
 
@@ -418,6 +421,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          tensor_copy_dynamic_src",
         DYNAMIC_COPY,
     ),
+    row(Op::DmaCompute, &[], Own, None,
+        "dst = srcs[0] + srcs[1] + ... in float32, in order, rounded once to dst's dtype, over a \
+         DMA queue (HBM and SBUF; 1 to 16 sources of dst's element count)",
+        &[DST, req("srcs", K::Tiles), opt("queue", K::Queue)],
+    ),
 ];
 
 /// The arguments of `tensor_copy_dynamic_src` and `_dst`: NKI's (engine, dst, src) and the
@@ -457,6 +465,8 @@ pub enum Value {
     Pair(usize, usize),
     /// A list of integers.
     Ints(Vec<i64>),
+    /// A list of tiles.
+    Tiles(Vec<Tile>),
 }
 
 impl Value {
@@ -483,6 +493,9 @@ impl Value {
     pub fn elements(&self) -> usize {
         match self {
             Value::Tile(t) => usize::try_from(t.elements_u128()).unwrap_or(usize::MAX),
+            Value::Tiles(v) => v.iter().fold(0usize, |n, t| {
+                n.saturating_add(usize::try_from(t.elements_u128()).unwrap_or(usize::MAX))
+            }),
             _ => 0,
         }
     }
@@ -497,6 +510,7 @@ impl Value {
             Value::Pattern(_) => "a pattern",
             Value::Pair(..) => "a pair",
             Value::Ints(_) => "a list of integers",
+            Value::Tiles(_) => "a list of tiles",
         }
     }
 }
@@ -670,6 +684,13 @@ impl Args {
         }
     }
 
+    fn tiles(&self, name: &str) -> Result<&[Tile]> {
+        match self.need(name)? {
+            Value::Tiles(v) => Ok(v),
+            _ => unreachable!("checked kind"),
+        }
+    }
+
     fn opt_pair(&self, name: &str) -> Option<(usize, usize)> {
         match self.slot(name).1 {
             Some(Value::Pair(a, b)) => Some((*a, *b)),
@@ -699,6 +720,7 @@ fn check_kind(a: &Arg, v: &Value) -> Result<()> {
         K::Pattern => matches!(v, Value::Pattern(_)),
         K::Pair => matches!(v, Value::Pair(..)),
         K::Ints => matches!(v, Value::Ints(_)),
+        K::Tiles => matches!(v, Value::Tiles(_)),
         K::Alu | K::Act | K::Engine | K::ReduceCmd | K::PerfMode => matches!(v, Value::Name(_)),
     };
     if ok {
@@ -720,6 +742,7 @@ pub fn kind_expected(k: Kind) -> &'static str {
         K::Pattern => "a list of [step, num] pairs",
         K::Pair => "a pair of sizes",
         K::Ints => "a list of integers",
+        K::Tiles => "a list of tiles",
         K::Alu => "an ALU operator's name",
         K::Act => "an activation function's name",
         K::Engine => "an engine's name",
@@ -978,6 +1001,7 @@ impl Machine {
                 let (src, hwdge) = (a.tile("src")?, a.flag("hwdge"));
                 self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
             }
+            Opcode::DmaCompute => self.dma_compute(&dst, a.tiles("srcs")?, a.queue("queue")?),
         }
     }
 }
