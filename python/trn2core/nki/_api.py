@@ -11,6 +11,7 @@ report's busy time per line, the trace's ``line``, and the lines of loop-carried
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import threading
@@ -107,25 +108,88 @@ def _as_trn2(fn, e: Exception) -> Trn2Error:
     return relocate(err)
 
 
+#: A keyword argument not given (the generated wrappers' default, see ``api``).
+_MISSING = object()
+
+#: ``api``'s wrapper, generated per function: ``{params}`` are the function's parameters as
+#: keyword-only ones (all defaulting to ``_MISSING``), ``{bind}`` puts positional arguments in
+#: them and ``{call}`` calls the function with them bound once (``{given}``: those given, for
+#: the call as made). Its own names start with ``_``, which the parameters' do not.
+_WRAPPER = """
+def _wrapper(*_args, {params}**_kwargs):
+    _core = _STATE.core
+    if _core is not None:
+        # Core.here, its common case inline (this runs for every call in a kernel): the
+        # caller is the code the last call came from, at an offset seen before.
+        _f = _getframe(1)
+        if _f.f_code is _core.code and (_loc := _core.at.get(_f.f_lasti)) is not None:
+            _core.loc = _loc
+        else:
+            _core.here(_f)
+    try:
+{bind}{call}        return _fn(*_args, **{given}_kwargs)
+    except _Trn2Error as _e:
+        raise _relocate(_e) from None
+    except _PY_ERRORS as _e:
+        raise _as_trn2(_fn, _e) from _e
+"""
+
+
+def _wrapper_source(params: list[inspect.Parameter]) -> str:
+    """``_WRAPPER`` for a function of ``params``: the general ``*args, **kwargs`` forwarding
+    alone unless they are all positional-or-keyword (and ``**kwargs``); then a call's
+    arguments are bound once, here, when no two name the same parameter and none is missing
+    (every other call, errors included, goes on as made)."""
+    plain = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    rest = [p.kind for p in params if p.kind is not p.POSITIONAL_OR_KEYWORD]
+    if (
+        not plain
+        or rest not in ([], [inspect.Parameter.VAR_KEYWORD])
+        or any(p.name.startswith("_") for p in plain)
+    ):
+        return _WRAPPER.format(params="", bind="", call="", given="")
+    names = [p.name for p in plain]
+    bind = ["        _n = len(_args)\n        if _n == 0:\n            pass\n"]
+    for n in range(1, len(names) + 1):
+        free = " and ".join(f"{x} is _MISSING" for x in names[:n])
+        bind.append(f"        elif _n == {n} and {free}:\n")
+        bind.append(f"            {', '.join(names[:n])}, = _args\n            _args = ()\n")
+    missing = [f"{p.name} is _MISSING" for p in plain if p.default is p.empty]
+    args = [
+        p.name if p.default is p.empty else f"(_d[{i}] if {p.name} is _MISSING else {p.name})"
+        for i, p in enumerate(plain)
+    ]
+    cond = " or ".join(["_args", "_kwargs", *missing])
+    call = f"        if not ({cond}):\n            return _fn({', '.join(args)})\n"
+    pairs = ", ".join(f"({x!r}, {x})" for x in names)
+    return _WRAPPER.format(
+        params="".join(f"{x}=_MISSING, " for x in names),
+        bind="".join(bind),
+        call=call,
+        given=f"{{_k: _v for _k, _v in ({pairs}) if _v is not _MISSING}}, **",
+    )
+
+
 def api(fn):
-    """Wraps a public function (see the module doc)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        core = STATE.core
-        if core is not None:
-            # Core.here, its common case inline (this runs for every call in a kernel): the
-            # caller is the code the last call came from, at an offset seen before.
-            f = _getframe(1)
-            if f.f_code is core.code and f.f_lasti in core.at:
-                core.loc = core.at[f.f_lasti]
-            else:
-                core.here(f)
-        try:
-            return fn(*args, **kwargs)
-        except Trn2Error as e:
-            raise relocate(e) from None
-        except _PY_ERRORS as e:
-            raise _as_trn2(fn, e) from e
-
-    return wrapper
+    """Wraps a public function (see the module doc). The wrapper is generated for ``fn``'s
+    parameters (``_WRAPPER``): a keyword call binds its arguments once, not into a dict that
+    a second call unpacks again."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature: the general forwarding
+        params = []
+    scope = {
+        "_fn": fn,
+        "_d": [p.default for p in params],
+        "_getframe": _getframe,
+        "_MISSING": _MISSING,
+        "_STATE": STATE,
+        "_Trn2Error": Trn2Error,
+        "_relocate": relocate,
+        "_PY_ERRORS": _PY_ERRORS,
+        "_as_trn2": _as_trn2,
+    }
+    # Named as this file's (trn2core's own code, which error locations skip: ``_own``).
+    where = f"{os.path.abspath(__file__)} (the api wrapper of {fn.__qualname__})"
+    exec(compile(_wrapper_source(params), where, "exec"), scope)  # noqa: S102 - our template
+    return functools.wraps(fn)(scope["_wrapper"])

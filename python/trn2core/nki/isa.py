@@ -300,9 +300,30 @@ def _tt_engine(e, op: str, *tiles) -> str:
 @api
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs) -> None:
     """``dst = data1 <op> data2`` element-wise (Vector; GpSimd for int32 tiles and power)."""
-    o = alu_name(op)
-    e = _tt_engine(engine, o, dst, data1, data2)
-    c = _core_of(dst, data1, data2)
+    if (
+        type(op) is Op
+        and (engine is unknown_engine or engine is None)
+        and type(dst) is NkiTensor
+        and type(data1) is NkiTensor
+        and type(data2) is NkiTensor
+        and op.alu is not None
+    ):
+        # The common case (an ``nl`` operator, the default engine, three tensors) inline: what
+        # alu_name, _tt_engine, _core_of and _t do, in the same order, without their calls.
+        o = op.alu
+        ints = dst.dtype in _INT32 and data1.dtype in _INT32 and data2.dtype in _INT32
+        e = "gpsimd" if ints or o == "power" else "vector"
+        c = dst._core
+        if c.pending is not None:
+            c.flush()
+        t0, t1, t2 = dst._t, data1._t, data2._t
+        if type(t0) is _TILE and type(t1) is _TILE and type(t2) is _TILE:
+            c.m.issue_at(c.loc, "tensor_tensor", e, t0, t1, t2, o)
+            return
+    else:
+        o = alu_name(op)
+        e = _tt_engine(engine, o, dst, data1, data2)
+        c = _core_of(dst, data1, data2)
     c.m.issue_at(
         c.loc, "tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2"), o
     )
