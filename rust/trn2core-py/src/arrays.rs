@@ -9,7 +9,7 @@ use numpy::{
 use pyo3::prelude::*;
 use trn2core::Error;
 
-use crate::errors::{guard_work, PyTrn2Result};
+use crate::errors::{guard_work, poll_signals, PyTrn2Result};
 
 /// A read-only borrow of a contiguous 1-D array of `T`, or a `FormatError` naming `arg`.
 pub fn borrow<'py, T: Element>(
@@ -83,8 +83,13 @@ where
     // SAFETY: `fill` writes every element before the arrays are returned (contract above).
     let arrays = lens
         .iter()
-        .map(|&n| unsafe { new_uninit::<T>(py, n, arg, what) })
-        .collect::<Result<Vec<_>, Error>>()?;
+        .enumerate()
+        .map(|(i, &n)| {
+            poll_signals(py, i)?;
+            // SAFETY: as above.
+            Ok(unsafe { new_uninit::<T>(py, n, arg, what) }?)
+        })
+        .collect::<PyTrn2Result<Vec<_>>>()?;
     let r = {
         let mut rws: Vec<_> = arrays.iter().map(|a| a.readwrite()).collect();
         let mut outs = rws

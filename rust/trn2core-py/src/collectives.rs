@@ -15,7 +15,7 @@ use trn2core::spec::LNC_DEFAULT;
 use trn2core::topology::{self as topo, Torus};
 
 use crate::arrays::{borrow, fill_new_arrays, memoryview, memoryview_mut, release, slice};
-use crate::errors::{guard_detached, PyTrn2Result};
+use crate::errors::{guard_detached, poll_signals, PyTrn2Result};
 use crate::perf::PyUncertainty;
 
 /// A NeuronLink torus of chips, possibly several UltraServers joined by EFA (wrapped by
@@ -234,11 +234,14 @@ pub fn collective_estimate<'py>(
 fn borrow_all<'py, T: Element>(
     inputs: &[Bound<'py, PyAny>], what: &str,
 ) -> PyTrn2Result<Vec<PyReadonlyArray1<'py, T>>> {
-    Ok(inputs
+    inputs
         .iter()
         .enumerate()
-        .map(|(i, x)| borrow::<T>(x, &format!("buffers[{i}]"), what))
-        .collect::<Result<_, _>>()?)
+        .map(|(i, x)| {
+            poll_signals(x.py(), i)?;
+            Ok(borrow::<T>(x, &format!("buffers[{i}]"), what)?)
+        })
+        .collect()
 }
 
 /// Every chip's buffer (any numpy array: strided or byte-swapped too) as flat C-contiguous
@@ -251,7 +254,8 @@ fn held<'py>(
     out_bytes: impl FnOnce(&[usize]) -> trn2core::Result<u128>,
 ) -> PyTrn2Result<(Vec<Bound<'py, PyAny>>, Vec<usize>)> {
     let (mut lens, mut copy, mut copies) = (Vec::new(), Vec::new(), 0u128);
-    for b in inputs {
+    for (i, b) in inputs.iter().enumerate() {
+        poll_signals(py, i)?;
         let nbytes: usize = b.getattr("nbytes")?.extract()?;
         let contiguous: bool = b.getattr("flags")?.getattr("c_contiguous")?.extract()?;
         let native: bool = b.getattr("dtype")?.getattr("isnative")?.extract()?;
@@ -277,7 +281,9 @@ fn held<'py>(
     let words = inputs
         .iter()
         .zip(copy)
-        .map(|(b, copy)| {
+        .enumerate()
+        .map(|(i, (b, copy))| {
+            poll_signals(py, i)?;
             let b = if copy {
                 let dt = b.getattr("dtype")?.call_method1("newbyteorder", ("=",))?;
                 np.call_method1("ascontiguousarray", (b.call_method1("astype", (dt,))?,))?

@@ -246,6 +246,21 @@ fn inline<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) 
     finish(py, ran, out)
 }
 
+/// Items between two signal checks of [`poll_signals`].
+const POLL_ITEMS: usize = 1024;
+
+/// For item `i` of a loop over a call's buffers that holds the GIL (checking, borrowing or
+/// making hundreds of thousands of numpy arrays takes a second or more, and Python runs no
+/// signal handler meanwhile): every [`POLL_ITEMS`] items, runs the handlers, so Ctrl-C stops
+/// the loop there with their exception.
+pub fn poll_signals(py: Python<'_>, i: usize) -> PyResult<()> {
+    if i.is_multiple_of(POLL_ITEMS) {
+        py.check_signals()
+    } else {
+        Ok(())
+    }
+}
+
 /// Asks for the main thread's id once, at import ([`on_main_thread`]; the crate's `warm_up`).
 pub fn warm_up(py: Python<'_>) -> PyResult<()> {
     on_main_thread(py).map(drop)

@@ -188,7 +188,13 @@ impl Lists {
             .and_then(|s| s.checked_add(1))
             .ok_or_else(|| Error::capacity("a", format!("{m} x {tiles} tiles overflow usize")))?;
         let mut ptr: Vec<usize> = crate::host::zeroed_vec("a", "the sparse row index", slots)?;
+        // Both passes read all of `a` (a second or more for 8192^2): a cancelled token skips
+        // the remaining rows, and the check after each pass returns `Interrupted`.
+        let cancel = crate::cancel::current();
         ptr[1..].par_chunks_mut(tiles).enumerate().for_each_init(Scratch::new, |s, (r, counts)| {
+            if cancel.is_cancelled() {
+                return;
+            }
             let mut row = [0f32; TILE];
             for (t, c) in counts.iter_mut().enumerate() {
                 let seg = &mut row[..TILE.min(k - t * TILE)];
@@ -196,6 +202,7 @@ impl Lists {
                 *c = seg.iter().filter(|&&x| x != 0.0).count();
             }
         });
+        cancel.check()?;
         for i in 1..slots {
             ptr[i] += ptr[i - 1];
         }
@@ -203,7 +210,6 @@ impl Lists {
         if nnz as f64 > MAX_DENSITY * (m as f64 * k as f64) {
             return Ok(None);
         }
-        crate::cancel::check()?;
         let mut kidx: Vec<u32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
         let mut vals: Vec<f32> = crate::host::zeroed_vec("a", "the sparse entries", nnz)?;
         // Split the entry arrays at row boundaries, then fill rows in parallel.
@@ -218,6 +224,9 @@ impl Lists {
             vi = vt;
         }
         rows.into_par_iter().with_min_len(16).for_each_init(Scratch::new, |s, (r, ks, vs)| {
+            if cancel.is_cancelled() {
+                return;
+            }
             let mut row = [0f32; TILE];
             // Branch-free: every element is written at the next free entry, which advances
             // only past non-zeros (the last write lands on a spare slot or is overwritten).
@@ -234,6 +243,7 @@ impl Lists {
                 }
             }
         });
+        cancel.check()?;
         Ok(Some(Lists { ptr, kidx, vals }))
     }
 }

@@ -587,7 +587,13 @@ impl Machine {
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
-        out.resize(tile.elements(), T::default());
+        // Zeroed in pieces with the token checked between them, as the copy below is (a 1 GiB
+        // tile's zeroing alone is a few hundred milliseconds).
+        let n = tile.elements();
+        while out.len() < n {
+            crate::cancel::check()?;
+            out.resize((out.len() + CANCEL_CHUNK).min(n), T::default());
+        }
         for_each_piece(mem.stride, tile, |k, off, l, stride| {
             if stride == 1 {
                 run(&bytes[off..off + l * esize], &mut out[k..k + l]);
