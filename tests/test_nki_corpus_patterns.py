@@ -1944,3 +1944,52 @@ def test_lnc2_exchange_errors_name_the_kernels_line():
     with pytest.raises(Trn2Error, match="LNC=2") as info:
         tn.run(barrier_one_core, x)
     _at(info, barrier_one_core, "# barrier lnc1")
+
+
+def test_lnc2_exchange_argument_errors():
+    x = _rand(64, 8)
+
+    @tn.jit
+    def crossed(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        if nl.program_id(0) == 0:
+            nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)  # send
+        else:
+            nisa.core_barrier(out, (0, 1))
+        return out
+
+    with pytest.raises(
+        Trn2Error, match="sendrecv on physical core 0 meets core_barrier at"
+    ) as info:
+        _lnc2(crossed, x)
+    _at(info, crossed, "# send")
+
+    def bad(call):
+        @tn.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+            wide = nl.ndarray((64, 512), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            nisa.memset(dst=wide, value=1.0)
+            call(x, out, t, wide, 1 - nl.program_id(0))
+            return out
+
+        return k
+
+    cases = [
+        (lambda x, o, t, w, r: nisa.sendrecv(t, t, r, 1 - r, 0), "recv_from_rank: physical core"),
+        (lambda x, o, t, w, r: nisa.sendrecv(x, t, r, r, 0), "src: sendrecv moves SBUF tiles"),
+        (
+            lambda x, o, t, w, r: nisa.sendrecv(w, w, r, r, 0, nisa.dma_engine.gpsimd_dma),
+            "src: dma_engine=gpsimd_dma moves at most 1024 bytes per partition",
+        ),
+        (lambda x, o, t, w, r: nisa.core_barrier(o, (0,)), r"cores: only \(0, 1\)"),
+        (lambda x, o, t, w, r: nisa.core_barrier(t, (0, 1)), "data: core_barrier synchronises"),
+    ]
+    for call, message in cases:
+        with pytest.raises(Trn2Error, match=message) as info:
+            _lnc2(bad(call), x)
+        assert str(info.value).startswith(f"{__file__}:{inspect.getsourcelines(call)[1]}:")
