@@ -10,6 +10,7 @@ import functools
 import inspect
 import json
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -1993,3 +1994,5 @@ def test_lnc2_exchange_argument_errors():
         with pytest.raises(Trn2Error, match=message) as info:
             _lnc2(bad(call), x)
         assert str(info.value).startswith(f"{__file__}:{inspect.getsourcelines(call)[1]}:")
+    # Every launch above joined the other core's thread before raising.
+    assert not [t for t in threading.enumerate() if t.name.startswith("trn2core-nc")]
