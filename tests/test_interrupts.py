@@ -472,3 +472,42 @@ def test_ctrl_c_in_the_first_long_call_of_a_process_is_never_lost(delay):
     # a SIGINT then ran its handler in the first Python code the binding called (asking for the
     # main thread, once per process), whose KeyboardInterrupt was dropped: the loop ran on.
     _late("ultracluster-send_recv", delay)
+
+
+def test_ctrl_c_interrupts_an_lnc2_core_waiting_at_sendrecv():
+    """A physical core waiting at ``nisa.sendrecv`` for the other one (busy in Python) takes
+    Ctrl-C, and the other core's thread is stopped too (docs/nki.md, "LNC=2 exchanges")."""
+    res = _python(
+        """
+        import json, os, subprocess, threading, time
+        import numpy as np
+        import trn2core.nki as tn
+        nl, nisa = tn.language, tn.isa
+
+        @tn.jit
+        def slow_peer(x):
+            t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            pid = nl.program_id(0)
+            while pid == 1:
+                time.sleep(0.01)
+            nisa.sendrecv(src=t, dst=t, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+            return x
+
+        subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -INT {os.getpid()}"])
+        start = time.monotonic()
+        try:
+            tn.run(slow_peer, np.ones((64, 8), np.float32), grid=2)
+            where = "returned"
+        except KeyboardInterrupt:
+            where = "interrupted"
+        took = time.monotonic() - start
+        time.sleep(0.2)
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("trn2core-nc")]
+        print(json.dumps({"where": where, "s": took, "alive": alive}))
+        """,
+        timeout=120,
+    )
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["where"] == "interrupted" and out["alive"] == [], (out, res.stderr)
+    assert out["s"] < 10, out

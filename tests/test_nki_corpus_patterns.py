@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -1792,3 +1794,205 @@ def test_dma_compute_rules_name_the_argument_at_the_kernels_line():
             tn.run(tn.jit(k), x)
         assert info.value.arg == arg, (case, info.value.arg)
         _at(info, k, f"# m-{case}")
+
+
+# ----------------------------------------------------------------------------- LNC=2 exchanges
+
+
+def _lnc2(kernel, *args):
+    return tn.run(kernel, *args, grid=2)
+
+
+def _events(rep, core: int, line: int) -> list[dict]:
+    """The trace events of physical core ``core`` issued at ``line`` of this file."""
+    evs = json.loads(rep.cores[core].trace_json())["traceEvents"]
+    at = f"{__file__}:{line}"
+    return [e for e in evs if e.get("ph") == "X" and e.get("args", {}).get("line") == at]
+
+
+@tn.jit
+def _swap_add(x, spin):
+    """Each core loads its half of ``x``, scales it by its rank + 1, swaps it with the other
+    core (``sendrecv``) and stores the sum of both halves at its half. Core 1 first spins
+    ``spin`` Vector instructions, so core 0 waits for it at the exchange."""
+    half = x.shape[0] // 2
+    pid = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    mine = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[pid * half : (pid + 1) * half, :])
+    nisa.tensor_scalar(dst=mine, data=mine, op0=nl.multiply, operand0=float(pid + 1))
+    if pid == 1:
+        for _ in range(spin):
+            nisa.tensor_scalar(dst=mine, data=mine, op0=nl.multiply, operand0=1.0)
+    got = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=got, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+    nisa.tensor_tensor(dst=mine, data1=mine, data2=got, op=nl.add)
+    nisa.dma_copy(dst=out[pid * half : (pid + 1) * half, :], src=mine)
+    return out
+
+
+def test_lnc2_sendrecv_swaps_tiles_and_joins_the_clocks():
+    x = _rand(128, 64)
+    a, b = x[:64], x[64:] * np.float32(2)
+    res = _lnc2(_swap_add, x, 40)
+    assert np.array_equal(res.outputs, np.concatenate([a + b, b + a]))
+    line = _line_of(_swap_add, "nisa.sendrecv(")
+    (s0,), (s1,) = _events(res.report, 0, line), _events(res.report, 1, line)
+    assert s0["ts"] == s1["ts"], "both sides start the transfer at the later core's time"
+    assert s0["args"]["waited_for"] == "peer" and s1["args"]["waited_for"] != "peer"
+    spin = _events(res.report, 1, _line_of(_swap_add, "operand0=1.0"))
+    assert len(spin) == 40 and s0["ts"] >= max(e["ts"] + e["dur"] for e in spin)
+    assert res.report.cores[0].seconds == pytest.approx(res.report.cores[1].seconds, rel=0.05)
+    quick = _lnc2(_swap_add, x, 0)
+    assert np.array_equal(quick.outputs, res.outputs)
+    assert quick.report.cores[0].seconds < res.report.cores[0].seconds  # core 0 waited
+    assert res.report.opcodes["dma_copy"] == quick.report.opcodes["dma_copy"] == 6
+
+
+def test_lnc2_core_barrier_shows_each_core_the_others_writes():
+    @tn.jit
+    def halves(x):
+        half = x.shape[0] // 2
+        pid = nl.program_id(0)
+        shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * half : (pid + 1) * half, :])
+        nisa.dma_copy(dst=shared[pid * half : (pid + 1) * half, :], src=t)
+        nisa.core_barrier(shared, (0, 1))
+        other = 1 - pid  # the other core's half, read back from shared HBM
+        nisa.dma_copy(dst=t, src=shared[other * half : (other + 1) * half, :])
+        nisa.dma_copy(dst=out[pid * half : (pid + 1) * half, :], src=t)
+        return out
+
+    x = _rand(128, 32)
+    res = _lnc2(halves, x)
+    assert np.array_equal(res.outputs, np.concatenate([x[64:], x[:64]]))
+    bar = _line_of(halves, "nisa.core_barrier(")
+    (b0,), (b1,) = _events(res.report, 0, bar), _events(res.report, 1, bar)
+    assert b0["ts"] == b1["ts"] and b0["name"] == "core_barrier"
+    (load0,) = _events(res.report, 0, _line_of(halves, "src=shared[other"))
+    assert load0["ts"] >= b0["ts"] + b0["dur"], "the read-back waits for the barrier"
+
+
+def test_lnc2_exchange_errors_name_the_kernels_line():
+    @tn.jit
+    def unmatched(x):
+        t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[0:64, :])
+        if nl.program_id(0) == 0:
+            nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)  # alone
+        return x
+
+    x = _rand(64, 8)
+    with pytest.raises(Trn2Error, match="has no match: physical core 1 ended") as info:
+        _lnc2(unmatched, x)
+    _at(info, unmatched, "# alone")
+
+    @tn.jit
+    def raising(x):
+        t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[0:64, :])
+        if nl.program_id(0) == 1:
+            nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)[0:65, :]  # out of bounds
+        nisa.sendrecv(
+            src=t,
+            dst=t,
+            send_to_rank=1 - nl.program_id(0),
+            recv_from_rank=1 - nl.program_id(0),
+            pipe_id=0,
+        )
+        return x
+
+    with pytest.raises(Trn2Error, match="slice 0:65 of axis 0 is out of range") as info:
+        _lnc2(raising, x)  # core 1's own error, not core 0's unmatched sendrecv
+    _at(info, raising, "# out of bounds")
+    waited = str(info.value.__context__)
+    assert "has no match: physical core 1 raised OutOfBoundsError" in waited, waited
+    assert waited.startswith(f"{__file__}:{_line_of(raising, 'nisa.sendrecv(')}:"), waited
+
+    @tn.jit
+    def mismatched(x):
+        pid = nl.program_id(0)
+        t = nl.ndarray((64, 8 - 4 * pid), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        nisa.sendrecv(src=t, dst=t, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)  # here
+        return x
+
+    with pytest.raises(
+        Trn2Error, match=r"shape \(64, 8\).*does not match.*shape \(64, 4\)"
+    ) as info:
+        _lnc2(mismatched, x)
+    _at(info, mismatched, "# here")
+
+    @tn.jit
+    def one_core(x):
+        t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)  # lnc1
+        return x
+
+    with pytest.raises(Trn2Error, match="LNC=2") as info:
+        tn.run(one_core, x)
+    _at(info, one_core, "# lnc1")
+
+    @tn.jit
+    def barrier_one_core(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.core_barrier(out, (0, 1))  # barrier lnc1
+        return out
+
+    with pytest.raises(Trn2Error, match="LNC=2") as info:
+        tn.run(barrier_one_core, x)
+    _at(info, barrier_one_core, "# barrier lnc1")
+
+
+def test_lnc2_exchange_argument_errors():
+    x = _rand(64, 8)
+
+    @tn.jit
+    def crossed(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        if nl.program_id(0) == 0:
+            nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0)  # send
+        else:
+            nisa.core_barrier(out, (0, 1))
+        return out
+
+    with pytest.raises(
+        Trn2Error, match="sendrecv on physical core 0 meets core_barrier at"
+    ) as info:
+        _lnc2(crossed, x)
+    _at(info, crossed, "# send")
+
+    def bad(call):
+        @tn.jit
+        def k(x):
+            out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+            t = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+            wide = nl.ndarray((64, 512), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=t, value=1.0)
+            nisa.memset(dst=wide, value=1.0)
+            call(x, out, t, wide, 1 - nl.program_id(0))
+            return out
+
+        return k
+
+    cases = [
+        (lambda x, o, t, w, r: nisa.sendrecv(t, t, r, 1 - r, 0), "recv_from_rank: physical core"),
+        (lambda x, o, t, w, r: nisa.sendrecv(x, t, r, r, 0), "src: sendrecv moves SBUF tiles"),
+        (
+            lambda x, o, t, w, r: nisa.sendrecv(w, w, r, r, 0, nisa.dma_engine.gpsimd_dma),
+            "src: dma_engine=gpsimd_dma moves at most 1024 bytes per partition",
+        ),
+        (lambda x, o, t, w, r: nisa.core_barrier(o, (0,)), r"cores: only \(0, 1\)"),
+        (lambda x, o, t, w, r: nisa.core_barrier(t, (0, 1)), "data: core_barrier synchronises"),
+    ]
+    for call, message in cases:
+        with pytest.raises(Trn2Error, match=message) as info:
+            _lnc2(bad(call), x)
+        assert str(info.value).startswith(f"{__file__}:{inspect.getsourcelines(call)[1]}:")
+    # Every launch above joined the other core's thread before raising.
+    assert not [t for t in threading.enumerate() if t.name.startswith("trn2core-nc")]

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import builtins
 import collections
+import ctypes
 import inspect
 import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -39,6 +41,7 @@ from ._index import (
     is_int,
     var_axis,
 )
+from ._rendezvous import POLL_S, Rendezvous, RendezvousError
 from ._tensor import (
     HBM,
     PRIVATE_HBM,
@@ -180,6 +183,8 @@ class Core:
         self.accum: set[int] = set()
         self.last_inplace: tuple[object, int] | None = None
         self.program: tuple[int, ...] = ()
+        #: The running program's position in the grid's order.
+        self.seq = 0
         self.shared_seq = 0
         self.hbm_inputs: list[NkiTensor] = []
         #: id of each host-data HBM tensor -> (tensor, the bytes it was made with).
@@ -491,6 +496,24 @@ class Core:
         t._shared = j
         table.append(t)
         return t
+
+    def written_parts(self, st: NkiTensor) -> list[tuple[int, int, np.ndarray]]:
+        """``(lo, hi, bytes)`` of each byte range of the HBM storage ``st`` (a whole tensor)
+        this core has written."""
+        flat = st.tile.rows(1, 0).ap([(1, st.size)], 0)
+        es = st.dtype.itemsize
+        return [
+            (lo, hi, self.m.read(flat.ap([(1, (hi - lo) // es)], lo // es)).view(np.uint8))
+            for lo, hi in self.m.written_ranges(st.tile)
+        ]
+
+    def write_parts(self, st: NkiTensor, parts) -> None:
+        """Writes ``written_parts`` of another core's copy of ``st`` into this core's (outside
+        any instruction: the bytes the other core's writes left there)."""
+        flat = st.tile.rows(1, 0).ap([(1, st.size)], 0)
+        es = st.dtype.itemsize
+        for lo, hi, part in parts:
+            self.m.write(flat.ap([(1, (hi - lo) // es)], lo // es), part)
 
     def constant(self, array: np.ndarray, name: str = "") -> NkiTensor:
         """An HBM tensor holding host data (inputs, ``shared_constant``)."""
@@ -1344,6 +1367,20 @@ def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]
     return broadcast_equal_ranks(a, b, ShapeError, "shapes")
 
 
+class _PeerStopped(BaseException):
+    """Raised inside the peer core's thread when the launch's thread ended with an error."""
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Stops ``thread`` (a peer core's) at its next bytecode, and waits for it (polling)."""
+    if thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident or 0), ctypes.py_object(_PeerStopped)
+        )
+    while thread.is_alive():
+        thread.join(POLL_S)
+
+
 class Launch:
     """One call of a kernel: its grid of programs on one or two physical cores."""
 
@@ -1373,6 +1410,13 @@ class Launch:
         self.created: dict[int, tuple] = {}
         self.cores: list[Core] = []
         self.program: tuple[int, ...] = ()
+        self.inputs: list = []
+        #: The rendezvous of ``nisa.sendrecv`` / ``core_barrier`` and the thread running the
+        #: other physical core's programs, once a program called one (``rendezvous``).
+        self.rdv: Rendezvous | None = None
+        self.peer: threading.Thread | None = None
+        self.peer_core = 1
+        self.peer_error: BaseException | None = None
 
     def core_of(self, pid: tuple[int, ...]) -> int:
         if self.lnc == 1:
@@ -1381,37 +1425,115 @@ class Launch:
             return sum(pid[a] for a in self.nc_axes) % self.lnc
         return pid[0] % self.lnc if pid else 0
 
+    def _programs(self):
+        # Lazily: a grid of 10**12 programs must not build 10**12 tuples before the first runs
+        # (Python checks Ctrl-C between programs).
+        return itertools.product(*(range(g) for g in self.grid)) if self.grid else iter([()])
+
+    def _run(self, k: int, pid: tuple[int, ...]):
+        """Runs program ``pid`` (the ``k``-th of the grid) on its core, on this thread."""
+        c = self.cores[self.core_of(pid)]
+        c.program = pid
+        c.seq = k
+        c.shared_seq = 0
+        self.program = pid
+        args, kwargs = self.inputs[c.index]
+        STATE.core = c
+        out = self.fn(*args, **kwargs)
+        c.flush()
+        c.loops.clear()
+        return out
+
     def execute(self):
         """Runs every program; returns the kernel's outputs as numpy arrays."""
         _check_host(self.fn, self.args, self.kwargs, self.lnc)
         self.cores = [Core(self, i) for i in range(self.lnc)]
-        inputs = [_bind(core, self.args, self.kwargs) for core in self.cores]
-        grid = self.grid or ()
-        # Lazily: a grid of 10**12 programs must not build 10**12 tuples before the first runs
-        # (Python checks Ctrl-C between programs).
-        programs = itertools.product(*(range(g) for g in grid)) if grid else iter([()])
+        self.inputs = [_bind(core, self.args, self.kwargs) for core in self.cores]
         result = None
         prev = STATE.core
         try:
-            for pid in programs:
-                c = self.cores[self.core_of(pid)]
-                c.program = pid
-                c.shared_seq = 0
-                self.program = pid
-                args, kwargs = inputs[c.index]
-                STATE.core = c
-                out = self.fn(*args, **kwargs)
-                c.flush()
-                c.loops.clear()
+            for k, pid in enumerate(self._programs()):
+                if self.peer is not None and self.core_of(pid) == self.peer_core:
+                    continue  # the peer's thread runs it
+                out = self._run(k, pid)
                 if result is None:
                     result = out
+        except BaseException as e:
+            chosen = self._stop_peer(e)
+            if chosen is e:
+                raise
+            raise chosen  # noqa: B904 (the launch thread's error stays its context)
         finally:
             STATE.core = prev
+        self._stop_peer(None)
         try:
-            self._write_back(inputs)
+            self._write_back(self.inputs)
             return self._outputs(result)
         finally:
             self._release()
+
+    def rendezvous(self, core: Core) -> Rendezvous:
+        """The meeting point of the two physical cores (``_rendezvous``). The first call starts
+        the other core's remaining programs (those after ``core``'s running one in the grid)
+        on a thread of their own; until then a launch runs as one without any such call."""
+        if self.rdv is None:
+            self.rdv = Rendezvous()
+            self.peer_core = 1 - core.index
+            self.peer = threading.Thread(
+                target=self._peer_main,
+                args=(core.seq,),
+                name=f"trn2core-nc{self.peer_core}",
+                daemon=True,
+            )
+            self.peer.start()
+        return self.rdv
+
+    def _peer_main(self, after: int) -> None:
+        """The peer core's thread: its programs after the ``after``-th of the grid."""
+        why = "ended"
+        try:
+            for k, pid in enumerate(itertools.islice(self._programs(), after + 1, None), after + 1):
+                if self.core_of(pid) == self.peer_core:
+                    self._run(k, pid)
+        except BaseException as e:  # noqa: BLE001 (re-raised on the launch's thread)
+            self.peer_error = e
+            why = f"raised {type(e).__name__} ({e})"
+        finally:
+            STATE.core = None
+            assert self.rdv is not None
+            self.rdv.end(self.peer_core, why)
+
+    def _stop_peer(self, error: BaseException | None) -> BaseException | None:
+        """Ends the launch thread's side of the rendezvous (``error``: how it ended), waits for
+        the peer's thread (polling: Ctrl-C still interrupts, and then, as after an error, the
+        peer is interrupted at its next bytecode), and returns the error to raise: the peer's
+        when the launch thread's is only a rendezvous the peer left unmatched, else the launch
+        thread's. Raises the peer's error when the launch thread had none."""
+        peer = self.peer
+        if peer is None:
+            return error
+        assert self.rdv is not None
+        self.rdv.end(
+            1 - self.peer_core, "ended" if error is None else f"raised {type(error).__name__}"
+        )
+        if error is not None:
+            _interrupt(peer)
+        else:
+            try:
+                while peer.is_alive():
+                    peer.join(POLL_S)
+            except BaseException:
+                _interrupt(peer)
+                raise
+        failed = None if isinstance(self.peer_error, _PeerStopped) else self.peer_error
+        if error is None:
+            if failed is not None:
+                raise failed
+            return None
+        if isinstance(error, RendezvousError) and failed is not None:
+            if not isinstance(failed, RendezvousError):
+                return failed
+        return error
 
     def _write_back(self, inputs) -> None:
         """Copies what the kernel stored into its array arguments back into the caller's
@@ -1545,11 +1667,7 @@ class Launch:
         out = np.zeros(nbytes, np.uint8)
         seen = np.zeros(nbytes, bool)
         for core in self.cores:
-            st = self.shared[core.index][j]
-            flat = st.tile.rows(1, 0).ap([(1, st.size)], 0)
-            es = st.dtype.itemsize
-            for lo, hi in core.m.written_ranges(st.tile):
-                part = core.m.read(flat.ap([(1, (hi - lo) // es)], lo // es)).view(np.uint8)
+            for lo, hi, part in core.written_parts(self.shared[core.index][j]):
                 clash = seen[lo:hi] & (out[lo:hi] != part)
                 if clash.any():
                     raise KernelError(

@@ -14,6 +14,7 @@ import numpy as np
 from .. import _core
 from ..errors import Trn2ValueError
 from . import _dtypes as D
+from . import _lnc2
 from ._index import NotSupportedError
 from ._ops import (
     Op,
@@ -94,6 +95,26 @@ def dma_copy(
     """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue."""
     c = _core_of(dst, src)
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
+
+
+@api
+def sendrecv(
+    src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None
+) -> None:
+    """Sends ``src`` to the other physical core's ``dst`` and receives its ``src`` into this
+    core's ``dst`` (LNC=2; docs/nki.md, "LNC=2 exchanges")."""
+    c = _core_of(src, dst)
+    gpsimd = getattr(dma_engine, "name", dma_engine) == "gpsimd_dma"
+    _lnc2.sendrecv(c, src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd)
+
+
+@api
+def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:
+    """Both physical cores reach this point before either goes on; each then sees the
+    other's writes to the shared HBM tensor ``data`` (LNC=2; docs/nki.md)."""
+    c = _core_of(data)
+    e = engine_name(engine, "gpsimd", ("gpsimd", "vector", "scalar"), "core_barrier")
+    _lnc2.core_barrier(c, data, cores, e)
 
 
 @api
@@ -645,8 +666,6 @@ define_unsupported(
         "register_move",
         "register_load",
         "register_store",
-        "core_barrier",
-        "sendrecv",
         "rng",
         "rand2",
         "rand_set_state",

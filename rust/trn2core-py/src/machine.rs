@@ -534,6 +534,15 @@ impl PyMachine {
         self.lock().clear_program();
     }
 
+    /// Holds the last recorded instruction until `seconds` at least (a time the timeline gave,
+    /// `KernelReport.times()`, taken back to its exact tick): the timeline starts it no
+    /// earlier (the other core's clock at a rendezvous). `ValueError` naming `seconds` for a
+    /// negative or non-finite time.
+    fn hold_last(&self, seconds: f64) -> PyTrn2Result<()> {
+        let tick = trn2core::machine::cost::ticks_of_seconds(seconds)?;
+        Ok(self.lock().hold_last(tick)?)
+    }
+
     /// Schedules the recorded program; trace slices for the first `trace_limit` instructions.
     #[pyo3(signature = (trace_limit = 1_000_000))]
     fn run(&self, py: Python<'_>, trace_limit: usize) -> PyTrn2Result<PyKernelReport> {
@@ -801,6 +810,7 @@ view_pymethods! {
                 .map(|s| {
                     let (w, on) = match s.wait {
                         Wait::Start => ("start", -1),
+                        Wait::Peer => ("peer", -1),
                         Wait::Dependency(j) => ("dependency", j as i64),
                         Wait::Queue(j) => ("queue", j as i64),
                     };

@@ -77,6 +77,16 @@ pub fn seconds(ticks: u64) -> f64 {
     ticks as f64 / TICK_HZ
 }
 
+/// The tick of `seconds` (the inverse of [`seconds`], exact for the times it gives);
+/// `ValueError` naming `seconds` for a negative, non-finite or too large time.
+pub fn ticks_of_seconds(seconds: f64) -> crate::Result<u64> {
+    let t = (seconds * TICK_HZ).round();
+    if !(0.0..=u64::MAX as f64 / 2.0).contains(&t) {
+        return Err(crate::Error::value("seconds", format!("{seconds} is not a time >= 0 s")));
+    }
+    Ok(t as u64)
+}
+
 /// The cost of one instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cost {
@@ -257,6 +267,16 @@ pub fn cost(i: &Instr) -> Cost {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seconds_go_back_to_their_tick() {
+        for t in [0u64, 1, 3, 12_345, 987_654_321, 1 << 40] {
+            assert_eq!(ticks_of_seconds(seconds(t)).expect("tick"), t);
+        }
+        for bad in [-1e-9, f64::NAN, f64::INFINITY] {
+            assert_eq!(ticks_of_seconds(bad).expect_err("refused").arg(), Some("seconds"));
+        }
+    }
     use crate::machine::record::Instr;
 
     fn instr(op: Opcode, e: Engine, n: u32, flags: u32) -> Instr {

@@ -274,6 +274,12 @@ impl Machine {
         self.program.clear();
     }
 
+    /// Holds the last recorded instruction until `tick` at least (see
+    /// [`Program::hold_last`]): a front end joining two cores' clocks at a rendezvous.
+    pub fn hold_last(&mut self, tick: u64) -> Result<()> {
+        self.program.hold_last(tick)
+    }
+
     /// Schedules every recorded instruction on the engines' queues (see [`timeline`]).
     pub fn run(&self) -> Result<KernelReport> {
         timeline::schedule(&self.program, &timeline::Options::default())

@@ -166,6 +166,9 @@ named_enum! {
         TensorCopyDynamicDst = "tensor_copy_dynamic_dst",
         /// `dma_compute`: the float32 sum of several tiles, written to one, over a DMA queue.
         DmaCompute = "dma_compute",
+        /// `core_barrier`: a point both physical cores of a logical core reach before either
+        /// goes on (its engine waits; later accesses of its HBM tensor wait for it).
+        CoreBarrier = "core_barrier",
     }
 }
 
@@ -301,6 +304,9 @@ pub struct Program {
     location: u32,
     /// Each location's index in `locations`.
     location_ids: HashMap<Location, u32>,
+    /// `(instruction, tick)`: the instruction starts no earlier than the tick (another core's
+    /// clock at a rendezvous, [`Program::hold_last`]), in increasing instruction order.
+    pub holds: Vec<(u32, u64)>,
 }
 
 impl Default for Program {
@@ -311,6 +317,7 @@ impl Default for Program {
             locations: Vec::new(),
             location: NO_LOCATION,
             location_ids: HashMap::new(),
+            holds: Vec::new(),
         }
     }
 }
@@ -366,6 +373,22 @@ impl Program {
         self.locations.get(id as usize)
     }
 
+    /// Holds the last recorded instruction until `tick` at least (a front end joining two
+    /// cores' clocks at a rendezvous: the timeline starts it at the later of its own ready time
+    /// and `tick`, [`super::timeline::Wait::Peer`]). `ValueError` naming `tick` with no
+    /// instruction recorded.
+    pub fn hold_last(&mut self, tick: u64) -> Result<()> {
+        let Some(last) = self.instrs.len().checked_sub(1) else {
+            return Err(Error::value("tick", "no instruction recorded to hold"));
+        };
+        let last = last as u32;
+        match self.holds.last_mut() {
+            Some(h) if h.0 == last => h.1 = h.1.max(tick),
+            _ => self.holds.push((last, tick)),
+        }
+        Ok(())
+    }
+
     /// Appends an instruction with its regions.
     pub fn push(
         &mut self, opcode: Opcode, queue: Queue, reads: &[Region], writes: &[Region],
@@ -417,6 +440,7 @@ impl Program {
     pub(crate) fn clear(&mut self) {
         self.instrs.clear();
         self.regions.clear();
+        self.holds.clear();
     }
 
     /// The regions an instruction reads.

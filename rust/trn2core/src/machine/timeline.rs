@@ -177,6 +177,9 @@ pub enum Wait {
     Dependency(u32),
     /// When its queue (or the PE tile, or a DMA engine) was freed by instruction `.0`.
     Queue(u32),
+    /// When the other physical core reached the same rendezvous (`sendrecv`, `core_barrier`:
+    /// a hold of [`Program::hold_last`]).
+    Peer,
 }
 
 /// One instruction of the critical path.
@@ -324,6 +327,7 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
     // Busy ticks and instructions per (location, queue); row `nloc` holds "no location".
     let nloc = program.locations.len();
     let mut line_busy = vec![(0u64, 0u64); (nloc + 1) * nq];
+    let mut holds = program.holds.iter().peekable();
 
     for (i, ins) in program.instrs.iter().enumerate() {
         let id = i as u32;
@@ -340,6 +344,16 @@ pub fn schedule(program: &Program, options: &Options) -> Result<KernelReport> {
         }
         let mut wait = if dep.1 == NONE { Wait::Start } else { Wait::Dependency(dep.1) };
         let mut ready = dep.0;
+        while let Some(&&(at, tick)) = holds.peek() {
+            if at > id {
+                break;
+            }
+            if at == id && tick > ready {
+                ready = tick;
+                wait = Wait::Peer;
+            }
+            holds.next();
+        }
         let (s, e, busy) = match ins.queue {
             Queue::Engine(Engine::Tensor) => {
                 let t = ins.cost.pe_tile;
@@ -618,6 +632,7 @@ impl KernelReport {
         for s in &self.slices {
             let (kind, on) = match s.wait {
                 Wait::Start => ("start", -1i64),
+                Wait::Peer => ("peer", -1i64),
                 Wait::Dependency(j) => ("dependency", j as i64),
                 Wait::Queue(j) => ("queue", j as i64),
             };

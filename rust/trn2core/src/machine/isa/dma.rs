@@ -15,12 +15,34 @@ use crate::memory::Space;
 use crate::spec::{DMA_COMPUTE_MAX_SOURCES, DMA_QUEUES_PER_ENGINE};
 use crate::{Error, Result};
 
-use super::super::record::{flags, CostInput, Opcode, Queue};
+use super::super::record::{flags, CostInput, Engine, Opcode, Queue};
 use super::super::Machine;
-use super::{dtype_rule, keeps_dtype, rule, shape_rule, Opnd};
+use super::{check_engine, dtype_rule, keeps_dtype, rule, shape_rule, Opnd};
 use crate::machine::tile::Tile;
 
 impl Machine {
+    /// `core_barrier` on `engine`: an instruction of the engine's minimum time that reads and
+    /// writes the HBM tensor `data` (so it waits for this core's earlier accesses of `data`,
+    /// and later ones wait for it). Its meeting with the other core is the front end's: it
+    /// holds the instruction to the later core's time ([`super::super::Program::hold_last`]).
+    /// `data` outside HBM is refused (rule `core_barrier_data`).
+    pub fn core_barrier(&mut self, engine: Engine, data: &Tile) -> Result<()> {
+        let opc = Opcode::CoreBarrier;
+        check_engine(opc, engine)?;
+        if data.space != Space::Hbm {
+            return Err(rule(
+                "data",
+                "core_barrier_data",
+                "core_barrier synchronises on a tensor in shared HBM (the NKI ISA reference)",
+            ));
+        }
+        // No value is read (bytes never written are fine: the other core may write them).
+        let d = self.operand("data", data, None, true)?;
+        let cost = Self::cost_input(0, 1, 0);
+        self.program.push(opc, Queue::Engine(engine), &[d.region()], &[d.region()], cost);
+        Ok(())
+    }
+
     /// `dma_copy` on DMA queue `queue` (`None`: the queues in turn).
     pub fn dma_copy(&mut self, dst: &Tile, src: &Tile, queue: Option<u8>) -> Result<()> {
         let opc = Opcode::DmaCopy;
@@ -624,5 +646,32 @@ mod tests {
         put(&mut m, &h8, &codes(128, 2), 2);
         check(m.dma_transpose(&h8t, &h8, None, true, None), "src", "dma_transpose_hwdge");
         check(m.dma_transpose(&h8t, &h8, None, false, Some(16)), "queue", "DMA queues");
+    }
+
+    /// `core_barrier` waits for this core's DMA into its tensor, a hold (the other core's
+    /// clock) starts it later, and a later DMA reading the tensor waits for the barrier.
+    #[test]
+    fn core_barrier_orders_the_tensor_and_takes_a_hold() {
+        use crate::machine::timeline::Wait;
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let x = m.alloc(Space::Sbuf, "x", &[128, 64], Dtype::Fp32).expect("x");
+        put(&mut m, &x, &codes(128 * 64, 4), 4);
+        let h = m.hbm_tensor("h", &[128, 64], Dtype::Fp32, None).expect("h");
+        let y = m.alloc(Space::Sbuf, "y", &[128, 64], Dtype::Fp32).expect("y");
+        m.dma_copy(&h, &x, Some(0)).expect("store");
+        let sb = m.core_barrier(Engine::Vector, &x).expect_err("SBUF data");
+        assert_eq!(sb.rule(), Some("core_barrier_data"));
+        assert!(m.core_barrier(Engine::Tensor, &h).is_err(), "not on the tensor engine");
+        m.core_barrier(Engine::Gpsimd, &h).expect("barrier");
+        let ready = m.run().expect("run");
+        assert!(ready.start_ticks[1] >= ready.end_ticks[0], "the barrier waits for the store");
+        let tick = ready.end_ticks[1] + 1000;
+        m.hold_last(tick).expect("hold");
+        m.dma_copy(&y, &h, Some(1)).expect("load");
+        let held = m.run().expect("run");
+        assert_eq!(held.start_ticks[1], tick, "held to the other core's time");
+        assert!(held.start_ticks[2] >= held.end_ticks[1], "the load waits for the barrier");
+        assert!(held.critical_path.iter().any(|s| s.index == 1 && s.wait == Wait::Peer));
+        assert_eq!(words(&m, &y, 4), codes(128 * 64, 4), "values move unchanged");
     }
 }

@@ -426,6 +426,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          DMA queue (HBM and SBUF; 1 to 16 sources of dst's element count)",
         &[DST, req("srcs", K::Tiles), opt("queue", K::Queue)],
     ),
+    row(Op::CoreBarrier, &[Gpsimd, Vector, Act], Own, None,
+        "wait on the engine until both physical cores reach the barrier (the front end holds it \
+         to the later core's time); later accesses of the HBM tensor data wait for it",
+        &[ENGINE, req("data", K::Tile)],
+    ),
 ];
 
 /// The arguments of `tensor_copy_dynamic_src` and `_dst`: NKI's (engine, dst, src) and the
@@ -786,6 +791,10 @@ impl Machine {
             // Settling runs parallel sections: on the fork-safe pool.
             crate::pool::install(|| self.settle())?;
         }
+        if op == Opcode::CoreBarrier {
+            // The one row without a dst.
+            return self.core_barrier(a.engine()?, &a.tile("data")?);
+        }
         let dst = a.tile("dst")?;
         match op {
             Opcode::NcMatmul => unreachable!("issued above"),
@@ -1002,6 +1011,7 @@ impl Machine {
                 self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
             }
             Opcode::DmaCompute => self.dma_compute(&dst, a.tiles("srcs")?, a.queue("queue")?),
+            Opcode::CoreBarrier => unreachable!("issued above"),
         }
     }
 }
