@@ -688,41 +688,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn compress_into_fills_caller_buffers_like_compress() {
-        // 3 rows of 8 along the last axis, 2:4, every group holding two stored codes.
-        let x: Vec<u16> =
-            (0..24u16).map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 }).collect();
-        let p = Pattern::parse("2:4").expect("a pattern");
-        let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).expect("a layout");
-        assert_eq!((layout.values, layout.index_bytes), (12, 3));
-        assert_eq!(layout.values_shape(), vec![3, 4]);
-        // Garbage in the buffers must all be overwritten.
-        let (mut v, mut i) = (vec![0xAAAAu16; 12], vec![0x55u8; 3]);
-        compress_into(&x, &layout, &mut v, &mut i).expect("compressed");
-        let c = compress(&x, &[3, 8], -1, p).expect("compressed");
-        assert_eq!(v, c.values());
-        assert_eq!(i, c.packed_indices());
-        let err = compress_into(&x, &layout, &mut v[..11], &mut i).expect_err("a shape error");
-        assert!(err.to_string().contains("need 12 and 3"), "{err}");
-        let err = compress_into(&x[..20], &layout, &mut v, &mut i).expect_err("a shape error");
-        assert!(err.to_string().contains("20 elements"), "{err}");
-    }
-
-    #[test]
-    fn worked_example_of_the_module_doc() {
-        let x: Vec<u32> =
-            [0.0f32, 3.0, 0.0, -1.0, 5.0, 0.0, 0.0, 0.0].iter().map(|v| v.to_bits()).collect();
-        let c = compress(&x, &[8], -1, Pattern::TWO_FOUR).expect("conforms");
-        let want: Vec<u32> = [3.0f32, -1.0, 5.0, 0.0].iter().map(|v| v.to_bits()).collect();
-        assert_eq!(c.values(), want.as_slice());
-        assert_eq!(c.indices(), [1, 3, 0, 1]);
-        assert_eq!(c.packed_indices(), [0x4D]);
-        assert_eq!(c.nbytes(), 17);
-        assert_eq!(c.values_shape(), [4]);
-        assert_eq!(c.decompress(), x);
-    }
-
-    #[test]
     fn slot_masks_fill_the_lowest_free_positions() {
         assert_eq!(slot_mask(0b0000, 2), 0b0011);
         assert_eq!(slot_mask(0b1000, 2), 0b1001);

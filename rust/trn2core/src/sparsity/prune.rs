@@ -57,16 +57,19 @@ pub fn prune_to<T: Element>(
 
 /// The kernel behind [`prune`].
 fn prune_into<T: Element>(x: &[T], out: &mut [T], dtype: Dtype, inner: usize, pattern: Pattern) {
-    // One closure per rule, so the hot loop holds no match. For floats the key is
-    // `min(code & low, cap)`: the magnitude, with every NaN at `cap`, just above Inf.
-    match dtype.key_rule() {
-        KeyRule::Float { sign, nan_above } => {
-            let (low, cap) = (T::from_u64(sign - 1), T::from_u64(nan_above + 1));
-            by_pattern(x, out, inner, pattern, move |c: T| c.and(low).min(cap));
+    // One closure per rule, so the hot loop holds no match. The key is `min(code & low, cap)`:
+    // for floats the magnitude, with every NaN at `cap`, just above Inf; for unsigned codes
+    // (`low` and `cap` all ones) the code itself. Sharing one closure, both rules share one set
+    // of kernels: 14 per element width instead of 21, compiled in each crate that calls
+    // `prune` (the binding, the unit and integration tests).
+    let (low, cap) = match dtype.key_rule() {
+        KeyRule::Float { sign, nan_above } => (T::from_u64(sign - 1), T::from_u64(nan_above + 1)),
+        KeyRule::Unsigned => (T::from_u64(u64::MAX), T::from_u64(u64::MAX)),
+        KeyRule::Signed { .. } => {
+            return by_pattern(x, out, inner, pattern, |c: T| c.abs_signed());
         }
-        KeyRule::Unsigned => by_pattern(x, out, inner, pattern, |c: T| c),
-        KeyRule::Signed { .. } => by_pattern(x, out, inner, pattern, |c: T| c.abs_signed()),
-    }
+    };
+    by_pattern(x, out, inner, pattern, move |c: T| c.and(low).min(cap));
 }
 
 fn by_pattern<T: Element, F: Fn(T) -> T + Sync>(
@@ -273,82 +276,5 @@ fn strided_block<T: Element, F: Fn(T) -> T, const N: usize, const M: usize>(
             }
         }
         i0 += len;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keeps_the_largest_with_lower_index_ties() {
-        // bf16 codes: 1.0, -2.0, 1.0, 0.5 -> keep -2.0 and the first 1.0.
-        let x: [u16; 4] = [0x3F80, 0xC000, 0x3F80, 0x3F00];
-        let got = prune(&x, Dtype::Bf16, &[4], -1, Pattern::TWO_FOUR).expect("valid");
-        assert_eq!(got, [0x3F80, 0xC000, 0, 0]);
-        // NaN beats Inf; two NaNs with different payloads tie, so the lower index wins.
-        let x: [u16; 4] = [0x7F80, 0x7FC1, 0xFFFF, 0x0001];
-        let got = prune(&x, Dtype::Bf16, &[4], 0, Pattern::new(1, 4).expect("1:4")).expect("ok");
-        assert_eq!(got, [0, 0x7FC1, 0, 0]);
-    }
-
-    /// Every pattern, width, dtype and layout against ranks computed the slow way, on data full
-    /// of ties and zeros.
-    #[test]
-    fn selection_matches_ranks() {
-        fn check<T: Element>() {
-            let len = 48 * 40;
-            let x: Vec<T> = (0..len as u64)
-                .map(|i| {
-                    let r = crate::numerics::mix64(i ^ ((T::BITS as u64) << 32));
-                    // A few distinct magnitudes of both signs, and zeros.
-                    T::from_u64(if r.is_multiple_of(3) {
-                        0
-                    } else {
-                        (r >> 8) % 5 + (((r >> 16) % 2) << (T::BITS - 1))
-                    })
-                })
-                .collect();
-            for dtype in Dtype::ALL.into_iter().filter(|d| d.bits() == T::BITS) {
-                for p in Pattern::ALL {
-                    for inner in [1usize, 5] {
-                        let mut got = vec![T::ZERO; len];
-                        prune_into(&x, &mut got, dtype, inner, p);
-                        let (m, n) = (p.m(), p.n());
-                        for block in 0..len / (m * inner) {
-                            for i in 0..inner {
-                                let at = |k: usize| block * m * inner + k * inner + i;
-                                let key = |k: usize| dtype.magnitude_key(x[at(k)].to_u64());
-                                for k in 0..m {
-                                    let above = (0..m)
-                                        .filter(|&j| key(j) > key(k) || (key(j) == key(k) && j < k))
-                                        .count();
-                                    let want = if above < n { x[at(k)] } else { T::ZERO };
-                                    assert_eq!(
-                                        got[at(k)],
-                                        want,
-                                        "{} {p} inner {inner}",
-                                        dtype.name()
-                                    );
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        check::<u8>();
-        check::<u16>();
-        check::<u32>();
-        check::<u64>();
-    }
-
-    #[test]
-    fn rejects_a_dtype_of_another_width() {
-        let x = [0u16; 4];
-        assert!(matches!(
-            prune(&x, Dtype::F32, &[4], -1, Pattern::TWO_FOUR),
-            Err(Error::Format { .. })
-        ));
     }
 }

@@ -5,8 +5,8 @@
 use proptest::prelude::*;
 use trn2core::numerics::{fp8_lut, mix64, Format};
 use trn2core::sparsity::{
-    check, compress, from_cutlass, pack_indices, prune, to_cutlass, unpack_indices, Compressed,
-    CutlassMeta, Dtype, Element, Pattern,
+    check, compress, compress_into, from_cutlass, pack_indices, prune, to_cutlass, unpack_indices,
+    Compressed, CompressedLayout, CutlassMeta, Dtype, Element, Pattern,
 };
 use trn2core::Error;
 
@@ -182,6 +182,103 @@ prune_round_trip_tests!(
 );
 
 #[test]
+fn prune_keeps_the_largest_with_lower_index_ties() {
+    // bf16 codes: 1.0, -2.0, 1.0, 0.5 -> keep -2.0 and the first 1.0.
+    let x: [u16; 4] = [0x3F80, 0xC000, 0x3F80, 0x3F00];
+    let got = prune(&x, Dtype::Bf16, &[4], -1, Pattern::TWO_FOUR).expect("valid");
+    assert_eq!(got, [0x3F80, 0xC000, 0, 0]);
+    // NaN beats Inf; two NaNs with different payloads tie, so the lower index wins.
+    let x: [u16; 4] = [0x7F80, 0x7FC1, 0xFFFF, 0x0001];
+    let got = prune(&x, Dtype::Bf16, &[4], 0, Pattern::new(1, 4).expect("1:4")).expect("ok");
+    assert_eq!(got, [0, 0x7FC1, 0, 0]);
+}
+
+/// Every pattern, width and dtype, with the axis last (`inner` 1) or followed by 5 elements,
+/// against ranks computed the slow way from the library's own magnitude key, on data full of
+/// ties and zeros. (Moved from the module's unit tests: the kernels are then compiled once for
+/// the tests, here, not again in the unit-test binary.)
+#[test]
+fn prune_selection_matches_ranks_of_the_magnitude_key() {
+    fn check_width<T: Element>() {
+        let len = 48 * 40;
+        let x: Vec<T> = (0..len as u64)
+            .map(|i| {
+                let r = mix64(i ^ ((T::BITS as u64) << 32));
+                // A few distinct magnitudes of both signs, and zeros.
+                T::from_u64(if r.is_multiple_of(3) {
+                    0
+                } else {
+                    (r >> 8) % 5 + (((r >> 16) % 2) << (T::BITS - 1))
+                })
+            })
+            .collect();
+        for dtype in dtypes_of_width(T::BITS) {
+            for p in Pattern::ALL {
+                for inner in [1usize, 5] {
+                    let (m, n) = (p.m(), p.n());
+                    let shape = [len / (m * inner), m, inner];
+                    let got = prune(&x, dtype, &shape, 1, p).expect("valid");
+                    for block in 0..len / (m * inner) {
+                        for i in 0..inner {
+                            let at = |k: usize| block * m * inner + k * inner + i;
+                            let key = |k: usize| dtype.magnitude_key(x[at(k)].to_u64());
+                            for k in 0..m {
+                                let above = (0..m)
+                                    .filter(|&j| key(j) > key(k) || (key(j) == key(k) && j < k))
+                                    .count();
+                                let want = if above < n { x[at(k)] } else { T::ZERO };
+                                assert_eq!(got[at(k)], want, "{} {p} inner {inner}", dtype.name());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check_width::<u8>();
+    check_width::<u16>();
+    check_width::<u32>();
+    check_width::<u64>();
+}
+
+// (The next two were the compress module's unit tests: compressing u16 and u32 codes there
+// compiled those kernels again in the unit-test binary.)
+#[test]
+fn compress_into_fills_caller_buffers_like_compress() {
+    // 3 rows of 8 along the last axis, 2:4, every group holding two stored codes.
+    let x: Vec<u16> =
+        (0..24u16).map(|i| if i % 4 == 1 || i % 4 == 2 { i + 1 } else { 0 }).collect();
+    let p = Pattern::parse("2:4").expect("a pattern");
+    let layout = CompressedLayout::new(x.len(), &[3, 8], -1, p).expect("a layout");
+    assert_eq!((layout.values, layout.index_bytes), (12, 3));
+    assert_eq!(layout.values_shape(), vec![3, 4]);
+    // Garbage in the buffers must all be overwritten.
+    let (mut v, mut i) = (vec![0xAAAAu16; 12], vec![0x55u8; 3]);
+    compress_into(&x, &layout, &mut v, &mut i).expect("compressed");
+    let c = compress(&x, &[3, 8], -1, p).expect("compressed");
+    assert_eq!(v, c.values());
+    assert_eq!(i, c.packed_indices());
+    let err = compress_into(&x, &layout, &mut v[..11], &mut i).expect_err("a shape error");
+    assert!(err.to_string().contains("need 12 and 3"), "{err}");
+    let err = compress_into(&x[..20], &layout, &mut v, &mut i).expect_err("a shape error");
+    assert!(err.to_string().contains("20 elements"), "{err}");
+}
+
+#[test]
+fn compress_worked_example_of_the_module_doc() {
+    let x: Vec<u32> =
+        [0.0f32, 3.0, 0.0, -1.0, 5.0, 0.0, 0.0, 0.0].iter().map(|v| v.to_bits()).collect();
+    let c = compress(&x, &[8], -1, Pattern::TWO_FOUR).expect("conforms");
+    let want: Vec<u32> = [3.0f32, -1.0, 5.0, 0.0].iter().map(|v| v.to_bits()).collect();
+    assert_eq!(c.values(), want.as_slice());
+    assert_eq!(c.indices(), [1, 3, 0, 1]);
+    assert_eq!(c.packed_indices(), [0x4D]);
+    assert_eq!(c.nbytes(), 17);
+    assert_eq!(c.values_shape(), [4]);
+    assert_eq!(c.decompress(), x);
+}
+
+#[test]
 fn prune_on_large_arrays_spanning_many_tasks() {
     // Several parallel tasks along every axis position, 2:4 and 4:12 (a non-power-of-two m).
     for p in [Pattern::TWO_FOUR, Pattern::new(4, 12).expect("4:12")] {
@@ -291,6 +388,10 @@ fn prune_rejects_a_dtype_of_another_width() {
     let x = vec![0u8; 8];
     assert!(matches!(
         prune(&x, Dtype::Bf16, &[8], -1, Pattern::TWO_FOUR),
+        Err(Error::Format { .. })
+    ));
+    assert!(matches!(
+        prune(&[0u16; 4], Dtype::F32, &[4], -1, Pattern::TWO_FOUR),
         Err(Error::Format { .. })
     ));
 }
