@@ -11,11 +11,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 macro_rules! argument_errors {
     ($( $(#[$doc:meta])* $Variant:ident $(=> $ctor:ident)? ),+ $(,)?) => {
         /// Everything that can go wrong in trn2core, with structured fields.
-        #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+        #[derive(Debug, Clone, PartialEq, Eq)]
         pub enum Error {
             $(
                 $(#[$doc])*
-                #[error("{arg}: {message}")]
                 $Variant {
                     /// The offending argument's name as the caller spelled it (e.g. `"shape"`).
                     arg: String,
@@ -29,9 +28,23 @@ macro_rules! argument_errors {
             )+
             /// The call was cancelled through its [`crate::cancel::Cancel`] token (Ctrl-C in
             /// Python, where the binding raises `KeyboardInterrupt` instead).
-            #[error("interrupted: the call was cancelled before it finished")]
             Interrupted,
         }
+
+        // Written out rather than derived (thiserror): the core then needs no proc-macro crate
+        // (syn), so `make test` starts compiling it seconds after the build begins.
+        impl std::fmt::Display for Error {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self {
+                    $(Error::$Variant { arg, message, .. })|+ => write!(f, "{arg}: {message}"),
+                    Error::Interrupted => {
+                        f.write_str("interrupted: the call was cancelled before it finished")
+                    }
+                }
+            }
+        }
+
+        impl std::error::Error for Error {}
 
         impl Error {
             $($(
