@@ -572,6 +572,89 @@ def _mlp_wrapper(sub):
     return wrapped
 
 
+def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
+    """nki-library's token-generation attention (its docstring): the keys and values are the
+    KV cache's first s_prior positions with the last s_active replaced by the active tokens';
+    scores k . q (unscaled), -inf where the mask [s_prior, B, H, s_active] is 0, softmax over
+    the positions (and, with a sink [H, 1], one extra score per head that takes part in the
+    normalisation only), times v: out [B, H, d, s_active]. q is [d, B*H*s_active] and k_active
+    [d, B*s_active] (the SBUF layouts), k_prior [B, 1, d, s_prior] ([B, 1, s_prior, d] with
+    tp_k_prior), v_prior [B, 1, s_prior, d], v_active [B, 1, s_active, d]."""
+    b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
+    f = np.float64
+    qq = q.astype(f).reshape(d, b, h, sa).transpose(1, 2, 0, 3)  # [B, H, d, S]
+    kp = k_prior.astype(f)[:b, 0]
+    keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp].copy()
+    keys[:, :, sp - sa :] = k_active.astype(f).reshape(d, b, sa).transpose(1, 0, 2)
+    vals = v_prior.astype(f)[:b, 0, :sp].copy()  # [B, s_prior, d]
+    vals[:, sp - sa :] = v_active.astype(f)[:, 0]
+    sc = np.einsum("bdp,bhds->bhps", keys, qq)
+    sc = np.where(mask.transpose(1, 2, 0, 3) != 0, sc, -np.inf)
+    m = sc.max(axis=2, keepdims=True)
+    if sink is not None:
+        m = np.maximum(m, sink.astype(f).reshape(1, h, 1, 1))
+    e = np.exp(sc - m)
+    tot = e.sum(axis=2, keepdims=True)
+    if sink is not None:
+        tot = tot + np.exp(sink.astype(f).reshape(1, h, 1, 1) - m)
+    out = np.einsum("bhps,bpd->bhds", e / tot, vals)
+    return out.astype(q.dtype)
+
+
+def _attn_tkg_inputs(b, h, sa, sp, d, **opts):
+    """bf16 q, keys and values of a KV cache holding each batch's first L_b positions (L_b
+    below s_prior - s_active), the mask: those positions, and the active tokens causally."""
+
+    def f(r):
+        kw = {"bs": b, "q_head": h, "s_active": sa, "s_prior": sp, "d_head": d, **opts}
+        q = _f32(r, d, b * h * sa).astype(BF16)
+        ka = _f32(r, d, b * sa).astype(BF16)
+        va = _f32(r, b, 1, sa, d).astype(BF16)
+        kshape = (b, 1, sp, d) if opts.get("tp_k_prior") else (b, 1, d, sp)
+        kp, vp = _f32(r, *kshape).astype(BF16), _f32(r, b, 1, sp, d).astype(BF16)
+        mask = np.zeros((sp, b, h, sa), np.uint8)
+        for i in range(b):
+            mask[: int(r.integers(1, sp - sa)), i] = 1
+        mask[sp - sa :] = np.tril(np.ones((sa, sa), np.uint8))[:, None, None, :]
+        if opts.get("sink"):
+            kw["sink"] = _f32(r, h, 1).astype(BF16)
+        return (q, ka, va, kp, vp, mask), kw
+
+    return f
+
+
+def _attn_tkg_wrapper(sub):
+    """Our kernel around nki-library's attention_tkg (a sub-kernel: no @nki.jit): its config
+    from the shapes, q and k_active copied to SBUF first (the kernel requires them there when
+    RoPE is not fused), an SBUF manager of the whole usable SBUF less 16 KiB, the output
+    [B, H, d, s_active] in HBM."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    cfg_cls = _lib_attr("nkilib.core.attention.attention_tkg_utils", "AttnTKGConfig")
+    sbm_cls = _lib_attr("nkilib.core.utils.allocator", "SbufManager")
+    logger = _lib_attr("nkilib.core.utils.logging", "Logger")
+
+    @nki.jit
+    def wrapped(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
+        b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
+        flags = {k: kw[k] for k in ("tp_k_prior", "strided_mm1") if k in kw}
+        cfg = cfg_cls(b, h, sa, sp, sp, d, 0, qk_in_sb=True, **flags)
+        sbm = sbm_cls(0, nl.tile_size.total_available_sbuf_size - 16 * 1024, logger("attn"))
+        sbm.open_scope()
+        out = nl.ndarray((b, h, d, sa), dtype=q.dtype, buffer=nl.shared_hbm)
+        q_sb = sbm.alloc_stack(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+        k_sb = sbm.alloc_stack(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(q_sb, q)
+        nisa.dma_copy(k_sb, k_active)
+        sub(q_sb, k_sb, v_active, k_prior, v_prior, mask, out, cfg, sbm, sink=sink)
+        sbm.close_scope()
+        return out
+
+    return wrapped
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -672,6 +755,15 @@ _QKV_CASES = (
         (1, 4, 256, 256),
         {"fused_norm_type": "RMS_NORM", "bias": True, "quantization_type": "ROW"},
     ),
+)
+
+
+#: (label, (B, H, s_active, s_prior, d_head), options) of nki-library's attention_tkg.
+_ATTN_TKG_CASES = (
+    ("", (2, 2, 2, 256, 64), {}),
+    (" (tp_k_prior, not strided)", (2, 2, 2, 256, 64), {"tp_k_prior": True, "strided_mm1": False}),
+    (" (sink)", (2, 2, 2, 256, 64), {"sink": True}),
+    (" (s_prior 128, d_head 128, tp_k_prior)", (2, 2, 2, 128, 128), {"tp_k_prior": True}),
 )
 
 
@@ -1117,6 +1209,24 @@ def _cases() -> list[Case]:
             package_root=LIB,
         )
     )
+    # Token-generation attention (a sub-kernel, in a kernel of ours): s_active 2, the KV cache
+    # as [d, s_prior] or (tp_k_prior) [s_prior, d], strided or not, with an attention sink.
+    att = "nkilib.core.attention.attention_tkg"
+    for label, shape, kw in _ATTN_TKG_CASES:
+        cases.append(
+            Case(
+                f"nkilib attention_tkg{label}",
+                lib,
+                att,
+                "attention_tkg",
+                _attn_tkg_inputs(*shape, **kw),
+                ref_attention_tkg,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                wrap=_attn_tkg_wrapper,
+            )
+        )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
     # of ours (_mlp_wrapper).
     for mode, label, shape, kw in (
@@ -1147,6 +1257,8 @@ def _cases() -> list[Case]:
     # The same at LNC=2 (two cores, each a share of H or of the tokens).
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
+    # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
+    lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
         check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
         if check is ref_out_proj_tkg:

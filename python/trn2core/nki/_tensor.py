@@ -411,6 +411,11 @@ class NkiTensor:
             tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner, self.name
         )
         t._shared = self._shared
+        # A view (slice, reshape, ``.ap``) of a placed tensor without block axes, or of one
+        # block, is still that tensor for ``nc_matmul``'s accumulate=None (Core.block_fresh).
+        b = self._blocks
+        if type(b) is tuple or (type(b) is Blocks and not b.n):
+            t._blocks = b
         return t
 
     def _machine_axis(self, a: int) -> int:
