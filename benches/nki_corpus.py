@@ -655,6 +655,70 @@ def _attn_tkg_wrapper(sub):
     return wrapped
 
 
+def ref_router_topk(x, w, w_bias, logits, affinities, index, act_fn, k, **kw):
+    """nki-library's MoE router (its docstring): logits = x @ w + bias [T, E] (x [H, T], or
+    [T, H] with x_hbm_layout 1); with router_pre_norm the activation (softmax over E, or
+    sigmoid) comes first and the top k of the affinities are kept, else the top k logits and
+    then the activation over those k; norm_topk_prob divides them by their sum. Outputs: the
+    logits, the k expert indices of each token (largest first) and the affinities scattered
+    into [T, E] (zero elsewhere)."""
+    f = np.float64
+    xt = x.astype(f) if kw.get("x_hbm_layout") == 1 else x.astype(f).T
+    lg = xt @ w.astype(f)
+    if w_bias is not None:
+        lg = lg + w_bias.astype(f).reshape(1, -1)
+
+    def act(v):
+        if act_fn.name == "SIGMOID":
+            return 1.0 / (1.0 + np.exp(-v))
+        e = np.exp(v - v.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    pre = kw.get("router_pre_norm", True)
+    scores = act(lg) if pre else lg
+    idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, idx, axis=1)
+    if not pre:
+        top = act(top)
+    if kw.get("norm_topk_prob"):
+        top = top / top.sum(axis=1, keepdims=True)
+    aff = np.zeros(lg.shape)
+    np.put_along_axis(aff, idx, top, axis=1)
+    return lg.astype(logits.dtype), idx.astype(index.dtype), aff.astype(affinities.dtype)
+
+
+def _router_inputs(t, h, e, k, act="SOFTMAX", **opts):
+    """bf16 x [H, T] (or [T, H]) whose token t is nearly the unit vector of h = t mod H, and
+    weights whose rows each hold E distinct values 1/16 apart: every token's logits are
+    well separated (no near-ties in its top k), and differ from token to token; a bias;
+    the three outputs zeroed (the kernel writes them in place)."""
+
+    def f(r):
+        xt = np.eye(h, dtype=np.float32)[np.arange(t) % h] + _f32(r, t, h, lo=-1e-3, hi=1e-3)
+        x = xt if opts.get("x_hbm_layout") == 1 else xt.T
+        w = np.stack([r.permutation(e) for _ in range(h)]).astype(np.float32) / 16 - e / 32
+        bias = _f32(r, 1, e, lo=-0.01, hi=0.01).astype(BF16)
+        outs = (np.zeros((t, e), BF16), np.zeros((t, e), BF16), np.zeros((t, k), np.uint32))
+        kw = {"act_fn": getattr(_lib_attr(TYPES, "RouterActFnType"), act), "k": k}
+        kw.update({"x_hbm_layout": 0, "x_sb_layout": 0, **opts})
+        return (x.astype(BF16), w.astype(BF16), bias, *outs), kw
+
+    return f
+
+
+def _router_wrapper(sub):
+    """Our kernel around nki-library's router_topk (no @nki.jit; it writes the three outputs
+    it is given): the zeroed outputs passed in, returned as (logits, indices, affinities)."""
+    import nki
+
+    @nki.jit
+    def wrapped(x, w, w_bias, logits, affinities, index, **kw):
+        sub(x, w, w_bias, logits, affinities, index, **kw)
+        return logits, index, affinities
+
+    return wrapped
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -764,6 +828,42 @@ _ATTN_TKG_CASES = (
     (" (tp_k_prior, not strided)", (2, 2, 2, 256, 64), {"tp_k_prior": True, "strided_mm1": False}),
     (" (sink)", (2, 2, 2, 256, 64), {"sink": True}),
     (" (s_prior 128, d_head 128, tp_k_prior)", (2, 2, 2, 128, 128), {"tp_k_prior": True}),
+)
+
+
+#: (label, (T, H, E, k), options, grid) of nki-library's router_topk. Its one-hot scatter
+#: ends with a core_barrier on the affinities (LNC=2 only); the indirect-DMA scatter does not.
+_ROUTER_CASES = (
+    (" (softmax, one-hot scatter) (LNC=2)", (64, 256, 64, 4), {"router_pre_norm": False}, 2),
+    (
+        " (softmax, one-hot scatter, sharded on tokens) (LNC=2)",
+        (64, 256, 64, 4),
+        {"router_pre_norm": False, "shard_on_tokens": True},
+        2,
+    ),
+    (
+        " (softmax first, normalised top k, [T, H], indirect scatter)",
+        (64, 256, 64, 4),
+        {"norm_topk_prob": True, "x_hbm_layout": 1, "use_indirect_dma_scatter": True},
+        None,
+    ),
+    (
+        " (sigmoid, indirect scatter)",
+        (64, 256, 64, 8),
+        {"act": "SIGMOID", "use_indirect_dma_scatter": True, "router_pre_norm": False},
+        None,
+    ),
+    (
+        " (sigmoid, indirect scatter, sharded on tokens) (LNC=2)",
+        (64, 256, 64, 8),
+        {
+            "act": "SIGMOID",
+            "use_indirect_dma_scatter": True,
+            "router_pre_norm": False,
+            "shard_on_tokens": True,
+        },
+        2,
+    ),
 )
 
 
@@ -1225,6 +1325,23 @@ def _cases() -> list[Case]:
                 atol=2e-2,
                 package_root=LIB,
                 wrap=_attn_tkg_wrapper,
+            )
+        )
+    # The MoE router: logits, top-k expert indices and scattered affinities (in a kernel of ours).
+    for label, shape, kw, grid in _ROUTER_CASES:
+        cases.append(
+            Case(
+                f"nkilib router_topk{label}",
+                lib,
+                "nkilib.core.router_topk.router_topk",
+                "router_topk",
+                _router_inputs(*shape, **kw),
+                ref_router_topk,
+                grid=grid,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                wrap=_router_wrapper,
             )
         )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel

@@ -2032,3 +2032,118 @@ def test_lnc2_exchange_argument_errors():
         assert str(info.value).startswith(f"{__file__}:{inspect.getsourcelines(call)[1]}:")
     # Every launch above joined the other core's thread before raising.
     assert not [t for t in threading.enumerate() if t.name.startswith("trn2core-nc")]
+
+
+# ----------------------------------------------------------------------------- indirect DMA
+
+
+def _scatter_kernel(oob=None, case=""):
+    """nki-library's router_topk scatter: each row's value to element idx[p] of a flat [N]
+    HBM tensor, through `.ap(..., vector_offset=idx, indirect_dim=0)`; then a gather back."""
+
+    def k(out, vals, idx):
+        n = idx.shape[0]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        v = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        nisa.dma_copy(dst=v, src=vals)
+        flat = out.reshape((out.shape[0] * out.shape[1],))
+        kw = {} if oob is None else {"oob_mode": oob}
+        if case == "dim":
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=1)  # c-dim
+        elif case == "sbuf":
+            dst = v.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=0)  # c-sbuf
+        elif case == "float":
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=v, indirect_dim=0)  # c-float
+        elif case == "rows":
+            dst = flat.ap([[1, n + 1], [1, 1]], offset=0, vector_offset=i)  # c-rows
+        else:
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=v, **kw)  # c-copy
+        back = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=back, value=-1.0)  # rows skipped (oob_mode=skip) keep it
+        nisa.dma_copy(dst=back, src=flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i), **kw)
+        got = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=got, src=back)
+        return out, got
+
+    return k
+
+
+def test_dma_copy_scatters_and_gathers_rows_by_vector_offset():
+    out = np.zeros((4, 8), np.float32)
+    vals = np.arange(1, 7, dtype=np.float32).reshape(6, 1)
+    # Runs of evenly stepped indices (one DMA each) and single rows.
+    idx = np.array([[3], [5], [7], [30], [0], [17]], np.uint32)
+    res = tn.run(tn.jit(_scatter_kernel()), out, vals, idx)
+    got_out, got = res.outputs
+    want = np.zeros(32, np.float32)
+    want[idx[:, 0]] = vals[:, 0]
+    assert np.array_equal(got_out.reshape(-1), want)
+    assert np.array_equal(out.reshape(-1), want)  # the argument, written back
+    assert np.array_equal(got, vals)
+
+    # Rows of more than one element: a [N, 4] tensor's row idx[p] is 4 elements in.
+    @tn.jit
+    def rows(x, idx):
+        n = idx.shape[0]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        t = nl.ndarray((n, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[4, n], [1, 4]], offset=0, vector_offset=i))
+        out = nl.ndarray((n, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(10, 4)
+    sel = np.array([[9], [2], [4], [6], [0]], np.int32)
+    assert np.array_equal(tn.run(rows, x, sel).outputs, x[sel[:, 0]])
+
+
+def test_dma_copy_vector_offset_out_of_bounds_and_argument_errors():
+    out = np.zeros((4, 8), np.float32)
+    vals = np.arange(1, 4, dtype=np.float32).reshape(3, 1)
+    idx = np.array([[3], [32], [1]], np.uint32)
+    k = _scatter_kernel()
+    with pytest.raises(tn.OutOfBoundsError, match=r"index 32 at partition 1 .* 32 rows") as info:
+        tn.run(tn.jit(k), out, vals, idx)
+    _at(info, k, "# c-copy")
+    # oob_mode=skip: the row whose index is outside is not copied.
+    out = np.zeros((4, 8), np.float32)
+    got_out, got = tn.run(tn.jit(_scatter_kernel(nisa.oob_mode.skip)), out, vals, idx).outputs
+    want = np.zeros(32, np.float32)
+    want[[3, 1]] = [1.0, 3.0]
+    assert np.array_equal(got_out.reshape(-1), want)
+    assert np.array_equal(got[:, 0], [1.0, -1.0, 3.0])
+    idx = np.array([[3], [2], [1]], np.uint32)
+    for case, cls, arg in (
+        ("dim", Trn2Error, "indirect_dim"),
+        ("sbuf", tn.NotSupportedError, None),
+        ("float", Trn2Error, "vector_offset"),
+        ("rows", ShapeError, "vector_offset"),
+    ):
+        k = _scatter_kernel(case=case)
+        with pytest.raises(cls) as info:
+            tn.run(tn.jit(k), np.zeros((4, 8), np.float32), vals, idx)
+        assert getattr(info.value, "arg", None) == arg, (case, str(info.value))
+        _at(info, k, f"# c-{case}")
+
+
+def test_lnc2_an_argument_the_kernel_returns_holds_both_cores_stores():
+    # nki-library's router_topk, sharded on tokens, writes each core's rows of the output
+    # arrays it is given, and a caller returns those arguments: both cores' rows come back.
+    @tn.jit
+    def k(x, out):
+        half = x.shape[0] // 2
+        pid = nl.program_id(0)
+        t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * half : (pid + 1) * half, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[pid * half : (pid + 1) * half, :], src=t)
+        return out
+
+    x = _rand(8, 4)
+    out = np.zeros_like(x)
+    got = tn.run(k, x, out, grid=2).outputs
+    assert np.array_equal(got, 2 * x)
+    assert np.array_equal(out, 2 * x)

@@ -237,6 +237,21 @@ class Dynamic:
         return self.static.ap(list(self.static.pattern), v * self.step)
 
 
+class VectorOffset:
+    """An HBM view ``t.ap(pattern, offset, vector_offset=idx, indirect_dim=0)``: row ``w`` of
+    the pattern starts ``idx[w]`` rows of ``t`` (``row`` elements each: ``t.shape[1:]``) past
+    ``offset``, the pattern's own first stride unused (the NKI access-pattern reference).
+    ``root`` is the storage's element 0 (in the view's dtype), ``rest`` the pattern's other
+    pairs, ``limit`` ``t.shape[0]`` (an index at or past it is out of bounds). Only
+    ``nisa.dma_copy`` reads or writes it (``Core.vector_offset_copy``)."""
+
+    __slots__ = ("root", "rest", "offset", "row", "limit", "idx", "shape")
+
+    def __init__(self, root, rest, offset: int, row: int, limit: int, idx, shape) -> None:
+        self.root, self.rest, self.offset, self.row = root, rest, offset, row
+        self.limit, self.idx, self.shape = limit, idx, shape
+
+
 class PartitionDimError(ShapeError):
     """A tile's partition dimension is over 128, or a view would move data across partitions."""
 
@@ -381,6 +396,11 @@ class NkiTensor:
             raise OutOfBoundsError(t.message)
         if type(t) is _Whole or type(t) is Dynamic:
             t = t.resolve(self)
+        elif type(t) is VectorOffset:
+            raise NotSupportedError(
+                "ap: a view indexed by vector_offset (an indirect DMA) is read or written by "
+                "nisa.dma_copy only"
+            )
         elif type(t) is FuncBlocks:
             raise NotSupportedError(
                 f"{t.name}: an access spanning blocks of a tensor placed block by block "
