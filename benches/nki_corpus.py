@@ -719,6 +719,79 @@ def _router_wrapper(sub):
     return wrapped
 
 
+def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
+    """nki-library's MoE token-generation MLP (its docstring): each token's output is the sum,
+    over the experts (all E_L local experts, or the token's top k), of
+    (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to the weights' dtype, the
+    down projection's operand), each scaled by the token's affinity for that expert with
+    POST_SCALE (all-expert: the local expert e is global expert rank_id * E_L + e, its
+    affinity zero where the token did not select it with mask_unselected_experts)."""
+    f = np.float64
+    e_l = w_gate_up.shape[0]
+    post = getattr(kw.get("expert_affinities_scaling_mode"), "name", "NO_SCALE") == "POST_SCALE"
+    rank = int(np.asarray(kw["rank_id"]).reshape(-1)[0]) if kw.get("rank_id") is not None else 0
+    xs = x.astype(f)
+    out = np.zeros((x.shape[0], w_down.shape[2]))
+    for t in range(x.shape[0]):
+        chosen = [int(e) for e in index[t]]
+        for e in range(e_l) if is_all_expert else chosen:
+            g, u = (xs[t] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+            h = (g / (1.0 + np.exp(-g)) * u).astype(w_down.dtype).astype(f)
+            y = h @ w_down[e].astype(f)
+            if post:
+                glob = rank * e_l + e if is_all_expert else e
+                keep = glob in chosen or not kw.get("mask_unselected_experts")
+                y = y * (float(affinities[t, glob]) if keep else 0.0)
+            out[t] += y
+    return out.astype(x.dtype)
+
+
+def _moe_tkg_inputs(t, h, i, e, k, is_all_expert, **opts):
+    """bf16 hidden states [T, H], gate/up weights [E, H, 2, I] and down weights [E, I, H]
+    (scaled so a product stays near 1), affinities [T, E] (float32 for the selective form, as
+    nki-library's tests have them; bf16 for all-expert), each token's k distinct experts
+    (int32), and for all-expert with scaling the rank [1, 1] (uint32, 0: every expert)."""
+
+    def f(r):
+        x = _f32(r, t, h).astype(BF16)
+        wgu = (_f32(r, e, h, 2, i) / np.sqrt(h)).astype(BF16)
+        wd = (_f32(r, e, i, h) / np.sqrt(i)).astype(BF16)
+        aff = r.uniform(0.1, 1.0, (t, e)).astype(BF16 if is_all_expert else np.float32)
+        idx = np.stack([r.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+        kw = {"is_all_expert": is_all_expert}
+        for key, value in opts.items():
+            if key == "scale":
+                mode = _lib_attr(TYPES, "ExpertAffinityScaleMode")
+                kw["expert_affinities_scaling_mode"] = getattr(mode, value)
+                if is_all_expert:
+                    kw["rank_id"] = np.zeros((1, 1), np.uint32)
+            else:
+                kw[key] = value
+        return (x, wgu, wd, aff, idx), kw
+
+    return f
+
+
+def _moe_tkg_wrapper(sub):
+    """Our kernel around nki-library's moe_tkg (no @nki.jit; it allocates and returns its
+    output [T, H] in HBM). The selective form gets its affinities in SBUF, as nki-library's
+    tests pass them (from HBM it gathers over all 128 partitions of a tile it wrote only T
+    of: a read of unwritten SBUF unless run with uninitialized="nan")."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(x, w_gate_up, w_down, affinities, index, **kw):
+        if not kw["is_all_expert"]:
+            aff = nl.ndarray(affinities.shape, dtype=affinities.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=aff, src=affinities)
+            affinities = aff
+        return sub(x, w_gate_up, w_down, affinities, index, **kw)
+
+    return wrapped
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -863,6 +936,18 @@ _ROUTER_CASES = (
             "shard_on_tokens": True,
         },
         2,
+    ),
+)
+
+
+#: (label, (T, H, I, E, k, all experts), options) of nki-library's moe_tkg.
+_MOE_TKG_CASES = (
+    (" (selective, post-scaled)", (4, 256, 256, 4, 2, False), {"scale": "POST_SCALE"}),
+    (" (all experts, unscaled)", (4, 256, 256, 4, 2, True), {}),
+    (
+        " (all experts, post-scaled, unselected masked)",
+        (4, 256, 256, 4, 2, True),
+        {"scale": "POST_SCALE", "mask_unselected_experts": True},
     ),
 )
 
@@ -1344,6 +1429,22 @@ def _cases() -> list[Case]:
                 wrap=_router_wrapper,
             )
         )
+    # MoE token generation (in a kernel of ours): all experts or each token's top k.
+    for label, shape, kw in _MOE_TKG_CASES:
+        cases.append(
+            Case(
+                f"nkilib moe_tkg{label}",
+                lib,
+                "nkilib.core.moe.moe_tkg.moe_tkg",
+                "moe_tkg",
+                _moe_tkg_inputs(*shape, **kw),
+                ref_moe_tkg,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                wrap=_moe_tkg_wrapper,
+            )
+        )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
     # of ours (_mlp_wrapper).
     for mode, label, shape, kw in (
@@ -1376,6 +1477,7 @@ def _cases() -> list[Case]:
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
     # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
     lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}
+    lnc2 |= {f"nkilib moe_tkg{label}" for label, _, _ in _MOE_TKG_CASES}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
         check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
         if check is ref_out_proj_tkg:

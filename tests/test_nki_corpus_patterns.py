@@ -735,6 +735,40 @@ def test_dma_with_a_scalar_offset_read_from_sbuf():
         tn.run(tn.jit(vector), x, idx)
 
 
+def test_scalar_offset_moves_by_the_base_tensors_dimension_not_the_patterns():
+    # nki-library's selective-expert moe_tkg picks an expert's weights [E, H, I] with
+    # TensorView.select(0, expert_id): the .ap pattern has no expert dimension left, and
+    # indirect_dim=0 counts whole experts (H * I elements, the NKI access-pattern reference).
+    w = _rand(3, 4, 8)
+
+    @tn.jit
+    def pick(w, idx):
+        it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        t = nl.ndarray((4, 8), dtype=w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=w.ap([[8, 4], [1, 8]], offset=0, scalar_offset=it, indirect_dim=0))
+        u = nl.ndarray((4, 1), dtype=w.dtype, buffer=nl.sbuf)  # row 2's column 5 of it
+        nisa.dma_copy(dst=u, src=w.ap([[8, 4], [1, 1]], offset=5, scalar_offset=it, indirect_dim=0))
+        out = nl.ndarray((4, 9), dtype=w.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:8], src=t)
+        nisa.dma_copy(dst=out[:, 8:9], src=u)
+        return out
+
+    for e in range(3):
+        got = pick(w, np.array([[e]], np.int32))
+        assert np.array_equal(got[:, :8], w[e]) and np.array_equal(got[:, 8], w[e][:, 5]), e
+
+    def bad(w, idx):
+        it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        return w.ap([[8, 4], [1, 8]], offset=0, scalar_offset=it, indirect_dim=3)  # dim-3
+
+    with pytest.raises(Trn2Error, match=r"indirect_dim 3 is not a dimension of the tensor") as e:
+        tn.run(tn.jit(bad), w, np.array([[0]], np.int32))
+    assert e.value.arg == "indirect_dim"
+    _at(e, bad, "# dim-3")
+
+
 def test_lnc2_outputs_of_one_shape_are_told_apart():
     @tn.jit
     def two(x):
@@ -2148,3 +2182,79 @@ def test_lnc2_an_argument_the_kernel_returns_holds_both_cores_stores():
     got = tn.run(k, x, out, grid=2).outputs
     assert np.array_equal(got, 2 * x)
     assert np.array_equal(out, 2 * x)
+
+
+# ----------------------------------------------------------------------------- moe_tkg
+
+
+def test_explicit_placement_from_address_zero_stays_clear_of_automatic_tensors():
+    # nki-library's all-expert moe_tkg places its tensors with SbufManager(0, 200000) and
+    # also takes nl.shared_identity_matrix (placed by the compiler): the front end places its
+    # own from the top of SBUF down, so a placement counting from address 0 does not meet it.
+    ncc = _ncc()
+
+    @tn.jit
+    def current(x):
+        ident = nl.shared_identity_matrix(32, dtype=nl.float32)
+        auto = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=auto, value=3.0)
+        placed = nl.ndarray((32, 40_000), dtype=x.dtype, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(dst=placed, value=1.0)
+        nisa.dma_copy(dst=placed[:, 0:64], src=x)
+        s = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=s, data1=placed[:, 0:64], data2=auto, op=nl.add)
+        nisa.tensor_tensor(dst=s[:, 0:32], data1=s[:, 0:32], data2=ident, op=nl.add)
+        out = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x):
+        auto = lnl.full((32, 64), 3.0, dtype=x.dtype)
+        placed = lnl.ndarray(
+            (lnl.par_dim(32), 40_000), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=0)
+        )
+        placed[:, 0:64] = lnl.load(x)
+        out = lnl.ndarray((32, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.add(placed[:, 0:64], auto))
+        return out
+
+    x = _rand(32, 64)
+    want = x + 3.0
+    want[:, :32] += np.eye(32, dtype=np.float32)
+    assert np.array_equal(current(x), want)
+    assert np.array_equal(legacy(x), x + 3.0)
+
+
+def test_a_tensor_is_true_as_an_object_and_a_comparison_has_no_truth_value():
+    # nki-library's mlp_tkg_constants.py tests an optional tensor with `if expert_index:`.
+    def k(x, opt, case):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if opt:  # a tensor: taken
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        if case == "compare" and t > 0.0:  # c-compare
+            pass
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(8, 4)
+    assert np.array_equal(tn.run(tn.jit(k), x, x, "").outputs, 2 * x)
+    with pytest.raises(Trn2Error, match="a comparison of tensors has no Python truth") as info:
+        tn.run(tn.jit(k), x, x, "compare")
+    _at(info, k, "# c-compare")
+
+    def legacy(x, case):
+        t = lnl.load(x)
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        if t:
+            lnl.store(out, value=t)
+        if case == "compare" and lnl.greater(t, 0.0):  # l-compare
+            pass
+        return out
+
+    assert np.array_equal(tn.run(tn.jit_legacy(legacy), x, "").outputs, x)
+    with pytest.raises(Trn2Error, match="a comparison of tensors has no Python truth") as info:
+        tn.run(tn.jit_legacy(legacy), x, "compare")
+    _at(info, legacy, "# l-compare")

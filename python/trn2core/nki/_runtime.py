@@ -164,6 +164,10 @@ class Core:
         self.launch = launch
         self.index = index
         self.m = _core.Machine(launch.uninitialized, "nearest_even", 0)
+        # Kernels' explicit SBUF allocations count from address 0 up (nki-library's
+        # SbufManager, the legacy mod_alloc's base_addr); the tensors the front end places
+        # itself go from the top down, clear of them, as the compiler's allocator keeps its own.
+        self.m.set_sbuf_fit_from_top(True)
         self.pending: NkiTensor | None = None
         self.pend_fn = None
         self.pend_kind: tuple | None = None
@@ -935,7 +939,9 @@ class Core:
                     False,
                 )
 
-        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
+        r = self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
+        r._compared = op in _COMPARE  # no Python truth value (NkiTensor.__bool__)
+        return r
 
     def unary(self, func: str, x, dtype=None, mask=None) -> NkiTensor:
         """A unary ``nl`` function: activation functions on the Scalar engine, the reciprocal
@@ -1256,12 +1262,22 @@ class Core:
         raw = self.m.read(t.tile)
         return int(raw.view(D.HOST_DTYPE[D.machine_name(t.dtype)]).reshape(-1)[0])
 
-    def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
+    def dynamic_offset(self, t: NkiTensor, scalar, pattern, indirect_dim) -> int:
         """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``
         (read when the access pattern is made, i.e. in program order just before the DMA
-        that uses it) selects index ``s`` of pattern dimension ``d``: ``s * step_d``
-        elements. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
+        that uses it) selects index ``s`` of dimension ``d``: of an HBM tensor ``t``, its own
+        dimension, ``s * prod(t.shape[d + 1:])`` elements (the NKI access-pattern reference:
+        "relative to the base tensor, not relative to the pattern"; nki-library's TensorView
+        selects so, the dimension gone from the pattern); on chip, pattern dimension ``d``:
+        ``s * step_d``. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
         d = int(indirect_dim)
+        if t._pdim is None:
+            if not 0 <= d < len(t.shape):
+                raise Trn2ValueError(
+                    f"ap: indirect_dim {d} is not a dimension of the tensor {t.shape}",
+                    arg="indirect_dim",
+                )
+            return _scalar_value(self, scalar) * math.prod(t.shape[d + 1 :])
         if not 0 <= d < len(pattern):
             raise Trn2ValueError(
                 f"ap: indirect_dim {d} is not a dimension of the pattern {pattern}",
@@ -1291,7 +1307,7 @@ class Core:
             return v
         if scalar is not None:
             offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
-                scalar, pattern, kwargs.get("indirect_dim", 0)
+                t, scalar, pattern, kwargs.get("indirect_dim", 0)
             )
         base = t._owner.tile if t._owner is not None else None
         cast = dt != t.dtype

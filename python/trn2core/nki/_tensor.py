@@ -348,6 +348,7 @@ class NkiTensor:
         "_written",
         "_blocks",
         "_shared",
+        "_compared",
         "__weakref__",
     )
 
@@ -360,6 +361,7 @@ class NkiTensor:
         self._core = core
         self._owner = owner
         self._access = None
+        self._compared = False  # a comparison's result (``__bool__``)
         self.name = name
         # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
         # tile's unmasked uses compute only there (the compiler propagates masks).
@@ -411,11 +413,18 @@ class NkiTensor:
     def __repr__(self) -> str:
         return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer.name})"
 
+    @api
     def __bool__(self) -> bool:
-        raise Trn2ValueError(
-            "a tensor has no Python truth value (its values are on the device); compare "
-            "shapes and dtypes, or use nl.where / nisa.affine_select on values"
-        )
+        """A tensor is an object, true as any (kernels test an optional tensor argument so:
+        nki-library's mlp_tkg_constants.py ``if params.expert_params.expert_index:``). A
+        comparison's result is an error instead: its values are on the device."""
+        if self._compared:
+            raise Trn2ValueError(
+                "a comparison of tensors has no Python truth value (its values are on the "
+                "device); compare shapes and dtypes, or use nl.where / nisa.affine_select on "
+                "values"
+            )
+        return True
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -665,7 +665,6 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "quantize_mx",
-        "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
         "register_alloc",
