@@ -262,8 +262,8 @@ impl Machine {
         let p = s.p() as usize;
         if i.p() != s.p()
             || index.start_partition != src.start_partition
-            || p % GROUP != 0
-            || src.start_partition as usize % GROUP != 0
+            || !p.is_multiple_of(GROUP)
+            || !(src.start_partition as usize).is_multiple_of(GROUP)
         {
             return Err(shape_rule(
                 "index",
