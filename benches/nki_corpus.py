@@ -1394,57 +1394,35 @@ def _cases() -> list[Case]:
             package_root=LIB,
         )
     )
-    # Token-generation attention (a sub-kernel, in a kernel of ours): s_active 2, the KV cache
-    # as [d, s_prior] or (tp_k_prior) [s_prior, d], strided or not, with an attention sink.
-    att = "nkilib.core.attention.attention_tkg"
-    for label, shape, kw in _ATTN_TKG_CASES:
-        cases.append(
-            Case(
-                f"nkilib attention_tkg{label}",
-                lib,
-                att,
-                "attention_tkg",
-                _attn_tkg_inputs(*shape, **kw),
-                ref_attention_tkg,
-                rtol=2e-2,
-                atol=2e-2,
-                package_root=LIB,
-                wrap=_attn_tkg_wrapper,
+    # Three sub-kernels, each in a kernel of ours: token-generation attention (s_active 2, the
+    # KV cache as [d, s_prior] or, tp_k_prior, [s_prior, d], strided or not, with a sink), the
+    # MoE router (logits, top-k expert indices, scattered affinities) and MoE token generation
+    # (all experts or each token's top k).
+    subs = (
+        ("attention_tkg", "nkilib.core.attention.attention_tkg", _ATTN_TKG_CASES,
+         _attn_tkg_inputs, ref_attention_tkg, _attn_tkg_wrapper),
+        ("router_topk", "nkilib.core.router_topk.router_topk", _ROUTER_CASES, _router_inputs,
+         ref_router_topk, _router_wrapper),
+        ("moe_tkg", "nkilib.core.moe.moe_tkg.moe_tkg", _MOE_TKG_CASES, _moe_tkg_inputs,
+         ref_moe_tkg, _moe_tkg_wrapper),
+    )  # fmt: skip
+    for kern, module, table, inputs, check, wrap in subs:
+        for label, shape, kw, *grid in table:
+            cases.append(
+                Case(
+                    f"nkilib {kern}{label}",
+                    lib,
+                    module,
+                    kern,
+                    inputs(*shape, **kw),
+                    check,
+                    grid=grid[0] if grid else None,
+                    rtol=2e-2,
+                    atol=2e-2,
+                    package_root=LIB,
+                    wrap=wrap,
+                )
             )
-        )
-    # The MoE router: logits, top-k expert indices and scattered affinities (in a kernel of ours).
-    for label, shape, kw, grid in _ROUTER_CASES:
-        cases.append(
-            Case(
-                f"nkilib router_topk{label}",
-                lib,
-                "nkilib.core.router_topk.router_topk",
-                "router_topk",
-                _router_inputs(*shape, **kw),
-                ref_router_topk,
-                grid=grid,
-                rtol=2e-2,
-                atol=2e-2,
-                package_root=LIB,
-                wrap=_router_wrapper,
-            )
-        )
-    # MoE token generation (in a kernel of ours): all experts or each token's top k.
-    for label, shape, kw in _MOE_TKG_CASES:
-        cases.append(
-            Case(
-                f"nkilib moe_tkg{label}",
-                lib,
-                "nkilib.core.moe.moe_tkg.moe_tkg",
-                "moe_tkg",
-                _moe_tkg_inputs(*shape, **kw),
-                ref_moe_tkg,
-                rtol=2e-2,
-                atol=2e-2,
-                package_root=LIB,
-                wrap=_moe_tkg_wrapper,
-            )
-        )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
     # of ours (_mlp_wrapper).
     for mode, label, shape, kw in (

@@ -1072,15 +1072,10 @@ def test_local_gather_in_both_dialects_matches_numpy():
 
     @tn.jit
     def current(a, i, k):
-        s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=s, src=a)
-        t = nl.ndarray(i.shape, dtype=i.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=i)
+        s, t = _to_sbuf(a, i)
         d = nl.ndarray((a.shape[0], k * 2), dtype=a.dtype, buffer=nl.sbuf)
         nisa.local_gather(d, s, t, num_elem_per_idx=2, num_valid_indices=k)  # gather
-        out = nl.ndarray((a.shape[0], k * 2), dtype=a.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=d)
-        return out
+        return _to_hbm(d)[0]
 
     @tn.jit_legacy
     def legacy(a, i):

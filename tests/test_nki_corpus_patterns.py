@@ -1731,39 +1731,12 @@ def test_dma_transpose_rules_name_the_argument_at_the_kernels_line(case, arg, er
     _at(info, k, f"# case {case}")
 
 
-def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes():
+@pytest.mark.parametrize("view", ["index", "ap", "reshape"])
+def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes(view):
     # nki-library's attention_cte declares each query group's PSUM tile with address= at the
     # same bank: "first write overwrites, later ones accumulate" is per tensor, not per byte.
-    a = _rand(32, 16)
-    b = _rand(32, 8, seed=1)
-
-    @tn.jit
-    def k(a, b):
-        sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=sa, src=a)
-        nisa.dma_copy(dst=sb, src=b)
-        out = nl.ndarray((2, 16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
-        for g in range(2):
-            p = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
-            for _ in range(g + 1):  # group g accumulates g + 1 products
-                nisa.nc_matmul(dst=p[:, :], stationary=sa, moving=sb)
-            s = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=s, src=p)
-            nisa.dma_copy(dst=out[g], src=s)
-        return out
-
-    got = tn.run(k, a, b).outputs
-    one = a.T.astype(np.float64) @ b.astype(np.float64)
-    assert np.allclose(got[0], one, rtol=1e-5, atol=1e-5)
-    assert np.allclose(got[1], 2 * one, rtol=1e-5, atol=1e-5)  # not 3x: a fresh start
-
-
-@pytest.mark.parametrize("view", ["ap", "reshape"])
-def test_matmul_accumulate_none_starts_anew_through_views_of_a_placed_psum_tensor(view):
-    # nki-library's attention_tkg declares each batch's PSUM tile with address= at the same
-    # bank and writes each matmul through a TensorView (an .ap() view) of it: the view is the
-    # placed tensor, so batch 1's first matmul into each column block overwrites batch 0's.
+    # Its attention_tkg does so per batch and writes each matmul through a TensorView (an .ap()
+    # view) of the tile: a view of the placed tensor is that tensor.
     a = _rand(32, 16)
     b = _rand(32, 8, seed=1)
 
@@ -1777,11 +1750,13 @@ def test_matmul_accumulate_none_starts_anew_through_views_of_a_placed_psum_tenso
         for g in range(3):
             p = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
             for i in range(2):
-                for _ in range(g + 1):  # batch g accumulates g + 1 products in each block
+                for _ in range(g + 1):  # group g accumulates g + 1 products in each block
                     if view == "ap":
                         dst = p.ap([[16, 16], [1, 8]], offset=8 * i)
-                    else:
+                    elif view == "reshape":
                         dst = p.reshape((16, 2, 8))[:, i, :]
+                    else:
+                        dst = p[:, 8 * i : 8 * i + 8]
                     nisa.nc_matmul(dst=dst, stationary=sa, moving=sb)
             s = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=s, src=p)

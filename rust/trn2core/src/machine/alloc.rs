@@ -419,16 +419,23 @@ fn psum_placement_ok(address: u64, bytes: u64) -> bool {
     }
 }
 
-/// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
-fn first_fit(
-    live: &[Live], space: Space, start: u32, p: u32, bytes: u64, limit: u64,
-) -> Option<u64> {
+/// The byte ranges `[lo, hi)` the allocations on any of partitions `[start, start + p)` take,
+/// in address order.
+fn taken(live: &[Live], start: u32, p: u32) -> Vec<(u64, u64)> {
     let mut taken: Vec<(u64, u64)> = live
         .iter()
         .filter(|l| overlaps(l.start_partition, l.partitions, start, p))
         .map(|l| (l.address, l.address + l.bytes))
         .collect();
     taken.sort_unstable();
+    taken
+}
+
+/// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
+fn first_fit(
+    live: &[Live], space: Space, start: u32, p: u32, bytes: u64, limit: u64,
+) -> Option<u64> {
+    let taken = taken(live, start, p);
     let align = |a: u64| a.div_ceil(ALIGN_BYTES) * ALIGN_BYTES;
     let place = |a: u64| -> u64 {
         let a = align(a);
@@ -453,15 +460,9 @@ fn first_fit(
 /// The highest aligned SBUF address where `bytes` fit on partitions `[start, start + p)`
 /// below `limit` (the same sizes fit as with [`first_fit`]; only the place differs).
 fn top_fit(live: &[Live], start: u32, p: u32, bytes: u64, limit: u64) -> Option<u64> {
-    let mut taken: Vec<(u64, u64)> = live
-        .iter()
-        .filter(|l| overlaps(l.start_partition, l.partitions, start, p))
-        .map(|l| (l.address, l.address + l.bytes))
-        .collect();
-    taken.sort_unstable();
     // Disjoint, in address order.
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(taken.len());
-    for (lo, hi) in taken {
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (lo, hi) in taken(live, start, p) {
         match merged.last_mut() {
             Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
             _ => merged.push((lo, hi)),

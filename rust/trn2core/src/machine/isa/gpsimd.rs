@@ -172,6 +172,27 @@ impl Machine {
 }
 
 impl Machine {
+    /// The operands of a GpSimd gather (`nc_n_gather`, `local_gather`): `data` read at the
+    /// values of `index` (integers of the dtype named `want`) into `dst` of `data`'s dtype.
+    fn gather_operands(
+        &self, opc: Opcode, data: (&str, &Tile), index: (&str, &Tile), want: &str, dst: &Tile,
+    ) -> Result<(Opnd, Opnd, Opnd)> {
+        let engine = Some(Engine::Gpsimd);
+        let a = self.operand(data.0, data.1, engine, false)?;
+        let i = self.operand(index.0, index.1, engine, false)?;
+        let d = self.operand("dst", dst, engine, true)?;
+        let op = opc.name();
+        if index.1.dtype.name() != want {
+            return Err(super::dtype_rule(
+                index.0,
+                "gather_dtype",
+                format!("{} is {}; {op} reads {want} indices", index.0, index.1.dtype),
+            ));
+        }
+        super::keeps_dtype("gather_dtype", dst, data, &format!("{op} keeps {}'s dtype", data.0))?;
+        Ok((a, i, d))
+    }
+
     /// `nc_n_gather` (GpSimd engine): `dst[p, j] = data[p, indices[p, j]]`, each partition's
     /// free axes of `data` flattened (logical order), bit for bit. All three in SBUF with the
     /// same partitions; `dst` has `data`'s dtype and `indices`' element count; `indices` is
@@ -180,17 +201,8 @@ impl Machine {
     pub fn nc_n_gather(&mut self, dst: &Tile, data: &Tile, indices: &Tile) -> Result<()> {
         let opc = Opcode::NcNGather;
         let engine = Engine::Gpsimd;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let i = self.operand("indices", indices, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if indices.dtype != dtype::Dtype::Uint32 {
-            return Err(super::dtype_rule(
-                "indices",
-                "gather_dtype",
-                format!("indices is {}; nc_n_gather reads uint32 indices", indices.dtype),
-            ));
-        }
-        super::keeps_dtype("gather_dtype", dst, ("data", data), "nc_n_gather keeps data's dtype")?;
+        let (a, i, d) =
+            self.gather_operands(opc, ("data", data), ("indices", indices), "uint32", dst)?;
         if i.p() != a.p() || d.p() != a.p() || d.n() != i.n() {
             return Err(shape_rule(
                 "dst",
@@ -243,22 +255,8 @@ impl Machine {
         const GROUP: usize = 16;
         let opc = Opcode::LocalGather;
         let engine = Engine::Gpsimd;
-        let s = self.operand("src_buffer", src, Some(engine), false)?;
-        let i = self.operand("index", index, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if index.dtype != dtype::Dtype::Uint16 {
-            return Err(super::dtype_rule(
-                "index",
-                "gather_dtype",
-                format!("index is {}; local_gather reads uint16 indices", index.dtype),
-            ));
-        }
-        super::keeps_dtype(
-            "gather_dtype",
-            dst,
-            ("src_buffer", src),
-            "local_gather keeps src_buffer's dtype",
-        )?;
+        let (s, i, d) =
+            self.gather_operands(opc, ("src_buffer", src), ("index", index), "uint16", dst)?;
         let p = s.p() as usize;
         if i.p() != s.p()
             || index.start_partition != src.start_partition
