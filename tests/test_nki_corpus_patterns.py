@@ -2233,3 +2233,40 @@ def test_a_tensor_is_true_as_an_object_and_a_comparison_has_no_truth_value():
     with pytest.raises(Trn2Error, match="a comparison of tensors has no Python truth") as info:
         tn.run(tn.jit_legacy(legacy), x, "compare")
     _at(info, legacy, "# l-compare")
+
+
+def test_scalar_tensor_tensor_widens_a_bf16_operand0_tile():
+    # nki-library's moe_cte (shard on I) scales each block's down projection by the tokens'
+    # affinities with scalar_tensor_tensor, the [P, 1] operand0 in bf16: the Vector engine
+    # casts its inputs to float32 (tensor_scalar's operands alone must be float32).
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((2, 16, 8)).astype(np.float32)
+    s = rng.standard_normal((16, 1)).astype(ml_dtypes.bfloat16)
+    want = x * s.astype(np.float32) + y
+
+    @tn.jit
+    def current(x, s, y):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.sbuf)
+        c = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        for t, src in ((a, x), (b, y), (c, s)):
+            nisa.dma_copy(dst=t, src=src)
+        nisa.scalar_tensor_tensor(
+            dst=a, data=a, op0=nl.multiply, operand0=c, op1=nl.add, operand1=b
+        )
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x, s, y):
+        r = lisa.scalar_tensor_tensor(
+            data=lnl.load(x), op0=np.multiply, operand0=lnl.load(s), op1=np.add,
+            operand1=lnl.load(y),
+        )  # fmt: skip
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        return out
+
+    assert np.array_equal(current(x, s, y), want)
+    assert np.array_equal(legacy(x, s, y), want)
