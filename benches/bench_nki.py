@@ -100,19 +100,25 @@ def main() -> int:
     m = matmul_vs_gemm(args.size, args.repeat)
     s = args.size
     ok1 = m["ratio"] <= TARGET_MATMUL_VS_GEMM
-    print(f"fully blocked NKI matmul {s}^3 bf16: {m['kernel_s'] * 1e3:.1f} ms; trn2core.gemm on "
-          f"the same operands {m['gemm_s'] * 1e3:.1f} ms: {m['ratio']:.2f}x "
-          f"(target within {TARGET_MATMUL_VS_GEMM:g}x: {'pass' if ok1 else 'BELOW TARGET'})")
+    print(
+        f"fully blocked NKI matmul {s}^3 bf16: {m['kernel_s'] * 1e3:.1f} ms; trn2core.gemm on "
+        f"the same operands {m['gemm_s'] * 1e3:.1f} ms: {m['ratio']:.2f}x "
+        f"(target within {TARGET_MATMUL_VS_GEMM:g}x: {'pass' if ok1 else 'BELOW TARGET'})"
+    )
     r = m["report"]
-    print(f"  emulated time {r.seconds * 1e6:.1f} us, bottleneck {r.bottleneck},"
-          f" PE {100 * r.utilization('PE'):.1f}%; max |kernel - gemm| "
-          f"{m['max_abs_diff_vs_gemm']:.3g} (of max |gemm| {m['max_abs']:.3g}: the kernel adds "
-          f"its K blocks' fp32 partial sums in SBUF)")
+    print(
+        f"  emulated time {r.seconds * 1e6:.1f} us, bottleneck {r.bottleneck},"
+        f" PE {100 * r.utilization('PE'):.1f}%; max |kernel - gemm| "
+        f"{m['max_abs_diff_vs_gemm']:.3g} (of max |gemm| {m['max_abs']:.3g}: the kernel adds "
+        f"its K blocks' fp32 partial sums in SBUF)"
+    )
     o = instruction_overhead(args.instructions, args.repeat)
     ok2 = o["us_per_instruction"] < TARGET_INSTR_US
-    print(f"Python-issued NKI instructions: {o['instructions']:,} in {o['seconds'] * 1e3:.1f} ms = "
-          f"{o['us_per_instruction']:.2f} us each (target < {TARGET_INSTR_US:g} us: "
-          f"{'pass' if ok2 else 'BELOW TARGET'})")
+    print(
+        f"Python-issued NKI instructions: {o['instructions']:,} in {o['seconds'] * 1e3:.1f} ms = "
+        f"{o['us_per_instruction']:.2f} us each (target < {TARGET_INSTR_US:g} us: "
+        f"{'pass' if ok2 else 'BELOW TARGET'})"
+    )
     return 0 if ok1 and ok2 else 1
 
 

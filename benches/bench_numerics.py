@@ -12,7 +12,6 @@ Run with `make bench` (which calls `asv run --python=same --quick --show-stderr`
   best of 5 runs with ``time.perf_counter`` (the machine is small and noisy).
 """
 
-
 import ml_dtypes
 import numpy as np
 import trn2core

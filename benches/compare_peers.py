@@ -175,8 +175,14 @@ def child_peak_memory(task: str, n: int) -> None:
 def peak_memory_in_child(task: str, n: int) -> dict:
     env = dict(os.environ)
     proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--elements", str(n),
-         "--child-peak-memory", task],
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--elements",
+            str(n),
+            "--child-peak-memory",
+            task,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -224,12 +230,16 @@ def gemm_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:
     try:
         from threadpoolctl import threadpool_info
 
-        blas = [(i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
-                for i in threadpool_info()]
+        blas = [
+            (i.get("internal_api"), i.get("architecture"), i.get("num_threads"))
+            for i in threadpool_info()
+        ]
     except Exception:  # pragma: no cover - threadpoolctl is a bench dependency
         blas = "?"
-    notes.append(f"BLAS for the sgemm baseline: {blas}; OPENBLAS_CORETYPE="
-                 f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    notes.append(
+        f"BLAS for the sgemm baseline: {blas}; OPENBLAS_CORETYPE="
+        f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}"
+    )
     rng = np.random.default_rng(0)
     a = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16")
     b = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16")
@@ -239,37 +249,62 @@ def gemm_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:
     blas_t = best_of(lambda: a32 @ b32, repeat)
     ratio = blas_t / ours
     task = f"bit-exact bf16 GEMM {g}^3 vs sgemm"
-    rows.append([task, f"{ours * 1e3:.1f} ms ({flops / ours / 1e9:.0f} GFLOP/s)",
-                 "numpy float32 a32 @ b32", f"{blas_t * 1e3:.1f} ms", fmt_ratio(ratio),
-                 f"≥ {TARGET_GEMM_VS_BLAS:g}x (goal 0.8x)",
-                 verdict(ratio >= TARGET_GEMM_VS_BLAS, task)])
+    rows.append(
+        [
+            task,
+            f"{ours * 1e3:.1f} ms ({flops / ours / 1e9:.0f} GFLOP/s)",
+            "numpy float32 a32 @ b32",
+            f"{blas_t * 1e3:.1f} ms",
+            fmt_ratio(ratio),
+            f"≥ {TARGET_GEMM_VS_BLAS:g}x (goal 0.8x)",
+            verdict(ratio >= TARGET_GEMM_VS_BLAS, task),
+        ]
+    )
     # The pure-numpy reference on a row slice (it is slow); compared per FLOP.
     rs = max(1, g // 16)
     ref_t = best_of(lambda: reference.gemm(a[:rs], b), 1)
     ratio = (ref_t / (2.0 * rs * g * g)) / (ours / flops)
     task = f"bit-exact bf16 GEMM {g}^3 vs trn2core.reference"
-    rows.append([task, f"{ours * 1e3:.1f} ms", f"trn2core.reference on {rs} rows",
-                 f"{ref_t:.2f} s", fmt_ratio(ratio), f"≥ {TARGET_GEMM_VS_REF:g}x",
-                 verdict(ratio >= TARGET_GEMM_VS_REF, task)])
-    same = np.array_equal(trn2core.gemm(a[:rs], b).out.view(np.uint32),
-                          reference.gemm(a[:rs], b).view(np.uint32))
+    rows.append(
+        [
+            task,
+            f"{ours * 1e3:.1f} ms",
+            f"trn2core.reference on {rs} rows",
+            f"{ref_t:.2f} s",
+            fmt_ratio(ratio),
+            f"≥ {TARGET_GEMM_VS_REF:g}x",
+            verdict(ratio >= TARGET_GEMM_VS_REF, task),
+        ]
+    )
+    same = np.array_equal(
+        trn2core.gemm(a[:rs], b).out.view(np.uint32), reference.gemm(a[:rs], b).view(np.uint32)
+    )
     notes.append(f"GEMM: trn2core equals trn2core.reference bit for bit on the slice: {same}")
     a8 = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "fp8_e4m3")
     b8 = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "fp8_e4m3")
     t8 = best_of(lambda: trn2core.gemm(a8, b8), repeat)
     ratio = ours / t8
     task = f"fp8_e4m3 GEMM {g}^3 vs bf16 GEMM"
-    rows.append([task, f"{t8 * 1e3:.1f} ms", "trn2core bf16 GEMM", f"{ours * 1e3:.1f} ms",
-                 fmt_ratio(ratio), "≥ 1x", verdict(ratio >= 1.0, task)])
+    rows.append(
+        [
+            task,
+            f"{t8 * 1e3:.1f} ms",
+            "trn2core bf16 GEMM",
+            f"{ours * 1e3:.1f} ms",
+            fmt_ratio(ratio),
+            "≥ 1x",
+            verdict(ratio >= 1.0, task),
+        ]
+    )
     est = best_of(lambda: trn2core.estimate_gemm(16384, 16384, 16384), repeat)
     task = "estimate_gemm(16384, 16384, 16384)"
-    rows.append([task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 50 ms",
-                 verdict(est < 0.050, task)])
+    rows.append([task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 50 ms", verdict(est < 0.050, task)])
     # 1.2e11 instructions: the fast evaluation of the schedule (docs/performance-model.md).
     huge = best_of(lambda: trn2core.estimate_gemm(10**6, 10**6, 10**6), repeat)
     task = "estimate_gemm(10**6, 10**6, 10**6)"
-    rows.append([task, f"{huge * 1e3:.2f} ms", "—", "—", "—", "< 50 ms",
-                 verdict(huge < 0.050, task)])
+    rows.append(
+        [task, f"{huge * 1e3:.2f} ms", "—", "—", "—", "< 50 ms", verdict(huge < 0.050, task)]
+    )
 
 
 def sparsity_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None:
@@ -287,18 +322,37 @@ def sparsity_rows(g: int, repeat: int, rows: list, notes: list, verdict) -> None
     ref_t = best_of(lambda: reference.prune(w[:rs], "4:16"), 1)
     ratio = (ref_t / (rs * side * 2)) / (pc / w.nbytes)
     task = f"prune+compress 4:16 {side}x{side} bf16"
-    rows.append([task, f"{pc * 1e3:.0f} ms ({gbs:.2f} GB/s)", f"reference.prune on {rs} rows",
-                 f"{ref_t * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 1 GB/s", verdict(gbs >= 1.0, task)])
-    a = trn2core.prune(trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16"),
-                       "4:16", axis=1)
+    rows.append(
+        [
+            task,
+            f"{pc * 1e3:.0f} ms ({gbs:.2f} GB/s)",
+            f"reference.prune on {rs} rows",
+            f"{ref_t * 1e3:.0f} ms",
+            fmt_ratio(ratio),
+            "≥ 1 GB/s",
+            verdict(gbs >= 1.0, task),
+        ]
+    )
+    a = trn2core.prune(
+        trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16"), "4:16", axis=1
+    )
     b = trn2core.quantize(rng.standard_normal((g, g), dtype=np.float32), "bf16")
     sp = trn2core.compress(a, "4:16", axis=1)
     ts = best_of(lambda: trn2core.gemm(sp, b), repeat)
     td = best_of(lambda: trn2core.gemm(a, b), repeat)
     ratio = td / ts
     task = f"sparse 4:16 GEMM {g}^3 vs dense GEMM"
-    rows.append([task, f"{ts * 1e3:.1f} ms", "trn2core dense GEMM (same pruned a)",
-                 f"{td * 1e3:.1f} ms", fmt_ratio(ratio), "≥ 1x", verdict(ratio >= 1.0, task)])
+    rows.append(
+        [
+            task,
+            f"{ts * 1e3:.1f} ms",
+            "trn2core dense GEMM (same pruned a)",
+            f"{td * 1e3:.1f} ms",
+            fmt_ratio(ratio),
+            "≥ 1x",
+            verdict(ratio >= 1.0, task),
+        ]
+    )
     same = np.array_equal(trn2core.gemm(sp, b).out, trn2core.gemm(a, b).out)
     notes.append(f"sparse GEMM equals the dense GEMM of the pruned matrix: {same}")
 
@@ -322,21 +376,31 @@ def dma_rows(mib: int, repeat: int, rows: list, notes: list, verdict) -> None:
         dec = best_of(lambda blob=blob: dma.decompress(blob), repeat)
         dec_into = best_of(lambda blob=blob, out=out: dma.decompress(blob, out=out), repeat)
         fresh = best_of(lambda x=x: x.copy(), repeat)
-        for what, t, target in (("compress", comp, TARGET_ZVC_COMPRESS_GBPS),
-                                ("decompress", dec, TARGET_ZVC_DECOMPRESS_GBPS),
-                                ("decompress(out=)", dec_into, TARGET_ZVC_DECOMPRESS_GBPS)):
+        for what, t, target in (
+            ("compress", comp, TARGET_ZVC_COMPRESS_GBPS),
+            ("decompress", dec, TARGET_ZVC_DECOMPRESS_GBPS),
+            ("decompress(out=)", dec_into, TARGET_ZVC_DECOMPRESS_GBPS),
+        ):
             rate = gb / t
             task = f"zvc {what}, {mib} MiB ReLU {name} (ratio {blob.ratio:.2f})"
-            rows.append([task + ("" if same else " (round trip DIFFERS)"),
-                         f"{t * 1e3:.1f} ms ({rate:.2f} GB/s)",
-                         "numpy np.copyto (memcpy)", f"{copy * 1e3:.1f} ms ({gb / copy:.2f} GB/s)",
-                         fmt_ratio(copy / t), f"≥ {target:g} GB/s",
-                         verdict(rate >= target and same, task)])
-        notes.append(f"zvc {name}: decompress writes a new array, whose fresh pages the kernel "
-                     f"must zero first: a numpy copy into a new array (x.copy()) runs at "
-                     f"{gb / fresh:.2f} GB/s here, so decompress is {fresh / dec:.2f}x of that; "
-                     f"decompress(out=) writes an existing array, like np.copyto. byteplane "
-                     f"ratio {dma.compress(x, 'byteplane').ratio:.2f}")
+            rows.append(
+                [
+                    task + ("" if same else " (round trip DIFFERS)"),
+                    f"{t * 1e3:.1f} ms ({rate:.2f} GB/s)",
+                    "numpy np.copyto (memcpy)",
+                    f"{copy * 1e3:.1f} ms ({gb / copy:.2f} GB/s)",
+                    fmt_ratio(copy / t),
+                    f"≥ {target:g} GB/s",
+                    verdict(rate >= target and same, task),
+                ]
+            )
+        notes.append(
+            f"zvc {name}: decompress writes a new array, whose fresh pages the kernel "
+            f"must zero first: a numpy copy into a new array (x.copy()) runs at "
+            f"{gb / fresh:.2f} GB/s here, so decompress is {fresh / dec:.2f}x of that; "
+            f"decompress(out=) writes an existing array, like np.copyto. byteplane "
+            f"ratio {dma.compress(x, 'byteplane').ratio:.2f}"
+        )
 
 
 def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
@@ -350,15 +414,26 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     peer = best_of(lambda: np.sum(np.stack(bufs), 0), repeat)
     ratio = peer / ours
     task = "all_reduce 16 x 64 MiB fp32 (trn2.48xlarge)"
-    rows.append([task, f"{ours * 1e3:.0f} ms", "np.sum(np.stack(bufs), 0)",
-                 f"{peer * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 0.33x (within 3x)",
-                 verdict(ratio >= TARGET_ALLREDUCE_VS_NUMPY, task)])
+    rows.append(
+        [
+            task,
+            f"{ours * 1e3:.0f} ms",
+            "np.sum(np.stack(bufs), 0)",
+            f"{peer * 1e3:.0f} ms",
+            fmt_ratio(ratio),
+            "≥ 0.33x (within 3x)",
+            verdict(ratio >= TARGET_ALLREDUCE_VS_NUMPY, task),
+        ]
+    )
     res = inst.all_reduce(bufs)
     ref = np.sum(np.stack(bufs).astype(np.float64), 0)
-    same = all(np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32))
-               for o in res.outputs)
-    notes.append(f"all_reduce ({res.report.algorithm}): all 16 chips bit-identical: {same}; "
-                 f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}")
+    same = all(
+        np.array_equal(o.view(np.uint32), res.outputs[0].view(np.uint32)) for o in res.outputs
+    )
+    notes.append(
+        f"all_reduce ({res.report.algorithm}): all 16 chips bit-identical: {same}; "
+        f"max |result - float64 sum| = {np.abs(res.outputs[0] - ref).max():.2e}"
+    )
     del res
     bufs.clear()  # 1 GiB the job below needs more
     # The same all-reduce spread over 2 MPI processes, against one process in the same job.
@@ -367,18 +442,29 @@ def collectives_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     d = bench_distributed.launch(2, 64, repeat, "auto")
     ratio = d["single_s"] / d["distributed_s"]
     task = "all_reduce 16 x 64 MiB fp32, 2 MPI processes"
-    rows.append([task, f"{d['distributed_s'] * 1e3:.0f} ms", "one process (same job)",
-                 f"{d['single_s'] * 1e3:.0f} ms", fmt_ratio(ratio), "≥ 0.5x (within 2x)",
-                 verdict(ratio >= 0.5 and d["bits_equal"], task)])
-    notes.append(f"all_reduce over 2 MPI processes ({d['algorithm']}): bits equal to one "
-                 f"process: {d['bits_equal']}; {d['exchanged_bytes'] / MI:.0f} MiB exchanged, "
-                 f"{d['exchanged_bytes'] / d['least_bytes']:.2f}x the least any schedule needs "
-                 f"({d['least_bytes'] / MI:.0f} MiB)")
+    rows.append(
+        [
+            task,
+            f"{d['distributed_s'] * 1e3:.0f} ms",
+            "one process (same job)",
+            f"{d['single_s'] * 1e3:.0f} ms",
+            fmt_ratio(ratio),
+            "≥ 0.5x (within 2x)",
+            verdict(ratio >= 0.5 and d["bits_equal"], task),
+        ]
+    )
+    notes.append(
+        f"all_reduce over 2 MPI processes ({d['algorithm']}): bits equal to one "
+        f"process: {d['bits_equal']}; {d['exchanged_bytes'] / MI:.0f} MiB exchanged, "
+        f"{d['exchanged_bytes'] / d['least_bytes']:.2f}x the least any schedule needs "
+        f"({d['least_bytes'] / MI:.0f} MiB)"
+    )
     uc = trn2core.UltraCluster(32)
     est = best_of(lambda: uc.estimate("all_reduce", 1 << 30), repeat)
     task = "estimate all_reduce 1 GiB on 2,048 chips"
-    rows.append([task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 100 ms",
-                 verdict(est < 0.100, task)])
+    rows.append(
+        [task, f"{est * 1e3:.1f} ms", "—", "—", "—", "< 100 ms", verdict(est < 0.100, task)]
+    )
 
 
 def _schedule_million(repeat: int) -> float:
@@ -435,13 +521,31 @@ def machine_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     t = best_of(issue, repeat)
     task = "issue tensor_tensor [128, 64] fp32 one by one from Python"
     ok = n / t >= TARGET_MACHINE_PY_IPS
-    rows.append([task, f"{n / t:,.0f} instr/s ({t / n * 1e6:.2f} us)", "—", "—", "—",
-                 f"≥ {TARGET_MACHINE_PY_IPS:,.0f}/s", verdict(ok, task)])
+    rows.append(
+        [
+            task,
+            f"{n / t:,.0f} instr/s ({t / n * 1e6:.2f} us)",
+            "—",
+            "—",
+            "—",
+            f"≥ {TARGET_MACHINE_PY_IPS:,.0f}/s",
+            verdict(ok, task),
+        ]
+    )
     # 1 million recorded instructions, scheduled.
     ts = _schedule_million(repeat)
     task = "schedule 1,000,000 recorded instructions (core.run)"
-    rows.append([task, f"{ts:.3f} s", "—", "—", "—", f"< {TARGET_MACHINE_SCHEDULE_S:g} s",
-                 verdict(ts < TARGET_MACHINE_SCHEDULE_S, task)])
+    rows.append(
+        [
+            task,
+            f"{ts:.3f} s",
+            "—",
+            "—",
+            "—",
+            f"< {TARGET_MACHINE_SCHEDULE_S:g} s",
+            verdict(ts < TARGET_MACHINE_SCHEDULE_S, task),
+        ]
+    )
     # Large tiles against numpy.
     f = 16384
     x = np.random.default_rng(3).standard_normal((128, f), dtype=np.float32)
@@ -455,9 +559,17 @@ def machine_rows(repeat: int, rows: list, notes: list, verdict) -> None:
     same = np.array_equal(core.read(d).view(np.uint32), np.add(x, y).view(np.uint32))
     task = f"tensor_tensor add [128, {f}] fp32" + ("" if same else " (bits DIFFER)")
     ratio = peer / ours
-    rows.append([task, f"{ours * 1e3:.2f} ms ({x.size / ours / 1e9:.2f} Gelem/s)",
-                 "numpy np.add(x, y, out=z)", f"{peer * 1e3:.2f} ms", fmt_ratio(ratio),
-                 "≥ 0.5x (within 2x)", verdict(ratio >= TARGET_MACHINE_VS_NUMPY and same, task)])
+    rows.append(
+        [
+            task,
+            f"{ours * 1e3:.2f} ms ({x.size / ours / 1e9:.2f} Gelem/s)",
+            "numpy np.add(x, y, out=z)",
+            f"{peer * 1e3:.2f} ms",
+            fmt_ratio(ratio),
+            "≥ 0.5x (within 2x)",
+            verdict(ratio >= TARGET_MACHINE_VS_NUMPY and same, task),
+        ]
+    )
     # Issued from Rust: the cargo example, if cargo is here (it builds once, in release).
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     task = "issue tensor_tensor [128, 64] fp32 from Rust (machine_speed example)"
@@ -469,14 +581,30 @@ def machine_rows(repeat: int, rows: list, notes: list, verdict) -> None:
         )  # fmt: skip
         line = next(x for x in res.stdout.splitlines() if "[128, 64] fp32" in x)
         ips = float(line.split(": ")[2].split(" instructions/s")[0].replace(",", ""))
-        rows.append([task, f"{ips:,.0f} instr/s", "plain SIMD loop over the same bytes (the floor)",
-                     line.split("floor ")[1].split(" (")[0], "—",
-                     f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s",
-                     verdict(ips >= TARGET_MACHINE_RUST_IPS, task)])
+        rows.append(
+            [
+                task,
+                f"{ips:,.0f} instr/s",
+                "plain SIMD loop over the same bytes (the floor)",
+                line.split("floor ")[1].split(" (")[0],
+                "—",
+                f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s",
+                verdict(ips >= TARGET_MACHINE_RUST_IPS, task),
+            ]
+        )
         notes.extend(x for x in res.stdout.splitlines() if x.startswith(("issue", "schedule")))
     except (OSError, subprocess.SubprocessError, StopIteration, IndexError, ValueError) as e:
-        rows.append([task, f"not measured ({type(e).__name__})", "—", "—", "—",
-                     f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s", verdict(None, task)])
+        rows.append(
+            [
+                task,
+                f"not measured ({type(e).__name__})",
+                "—",
+                "—",
+                "—",
+                f"≥ {TARGET_MACHINE_RUST_IPS:,.0f}/s",
+                verdict(None, task),
+            ]
+        )
 
 
 def main(argv=None) -> int:
@@ -499,14 +627,18 @@ def main(argv=None) -> int:
         return 0
 
     print("# trn2core against its peers\n")
-    print(f"- trn2core {version('trn2core')}, numpy {np.__version__}, ml_dtypes "
-          f"{version('ml_dtypes')}, gfloat {version('gfloat')}, Python {platform.python_version()}")
+    print(
+        f"- trn2core {version('trn2core')}, numpy {np.__version__}, ml_dtypes "
+        f"{version('ml_dtypes')}, gfloat {version('gfloat')}, Python {platform.python_version()}"
+    )
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     print(f"- CPU: {cpu_model()}; os.cpu_count() = {os.cpu_count()}, usable = {affinity}")
     print(f"- {platform.platform()}")
     gn = min(n, GFLOAT_ELEMENTS)
-    print(f"- input: standard_normal float32, {n:,} elements ({n / MI:g} Mi); gfloat on the "
-          f"first {gn:,}; best of {repeat} runs each, in one process\n")
+    print(
+        f"- input: standard_normal float32, {n:,} elements ({n / MI:g} Mi); gfloat on the "
+        f"first {gn:,}; best of {repeat} runs each, in one process\n"
+    )
 
     x = make_input(n)
     rows = []  # task, trn2core, peer, peer time, ratio, target, pass
@@ -524,8 +656,10 @@ def main(argv=None) -> int:
     sections = [
         (args.only_dma, lambda notes: dma_rows(args.dma_mib, repeat, rows, notes, verdict)),
         (args.only_collectives, lambda notes: collectives_rows(repeat, rows, notes, verdict)),
-        (args.only_sparsity,
-         lambda notes: sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)),
+        (
+            args.only_sparsity,
+            lambda notes: sparsity_rows(args.gemm_size, repeat, rows, notes, verdict),
+        ),
         (args.only_machine, lambda notes: machine_rows(repeat, rows, notes, verdict)),
         (args.only_nki, lambda notes: nki_rows(args.gemm_size, repeat, rows, notes, verdict)),
     ]
@@ -546,16 +680,33 @@ def main(argv=None) -> int:
             trn2core.quantize(x, fmt).view(np.uint8 if fmt != "bf16" else np.uint16),
             x.astype(dt).view(np.uint8 if fmt != "bf16" else np.uint16),
         )
-        rows.append([task + ("" if same else " (outputs DIFFER)"), fmt_time(ours, n),
-                     f"ml_dtypes {version('ml_dtypes')} astype", fmt_time(peer, n),
-                     fmt_ratio(ratio), f"≥ {target:g}x", verdict(ratio >= target, task)])
+        rows.append(
+            [
+                task + ("" if same else " (outputs DIFFER)"),
+                fmt_time(ours, n),
+                f"ml_dtypes {version('ml_dtypes')} astype",
+                fmt_time(peer, n),
+                fmt_ratio(ratio),
+                f"≥ {target:g}x",
+                verdict(ratio >= target, task),
+            ]
+        )
 
     # Seeded SR: absolute rate.
     sr = best_of(lambda: trn2core.quantize(x, "fp8_e4m3", rounding="stochastic", seed=SEED), repeat)
     sr_rate = n / sr / 1e6
     task = "float32→fp8_e4m3 seeded SR, throughput"
-    rows.append([task, fmt_time(sr, n), "—", "—", f"{sr_rate:,.0f} Melem/s",
-                 f"≥ {TARGET_SR_MELEMS:g} Melem/s", verdict(sr_rate >= TARGET_SR_MELEMS, task)])
+    rows.append(
+        [
+            task,
+            fmt_time(sr, n),
+            "—",
+            "—",
+            f"{sr_rate:,.0f} Melem/s",
+            f"≥ {TARGET_SR_MELEMS:g} Melem/s",
+            verdict(sr_rate >= TARGET_SR_MELEMS, task),
+        ]
+    )
 
     # gfloat: SR (StochasticFastest, precomputed bits) and RNE on a slice; per-element rates.
     notes = []
@@ -567,40 +718,84 @@ def main(argv=None) -> int:
         bits32 = trn2core.stochastic_bits(gn, seed=SEED)  # uint32, precomputed (not timed)
         for nbits in (32, 8):
             bits = bits32 if nbits == 32 else bits32 >> np.uint32(32 - nbits)
-            g = best_of(lambda bits=bits, nbits=nbits: gfloat.round_ndarray(
-                fi, xs, gfloat.RoundMode.StochasticFastest, sat=False, srbits=bits,
-                srnumbits=nbits), repeat)
+            g = best_of(
+                lambda bits=bits, nbits=nbits: gfloat.round_ndarray(
+                    fi,
+                    xs,
+                    gfloat.RoundMode.StochasticFastest,
+                    sat=False,
+                    srbits=bits,
+                    srnumbits=nbits,
+                ),
+                repeat,
+            )
             ratio = (g / gn) / (sr / n)
             task = f"float32→fp8_e4m3 seeded SR vs gfloat (srnumbits={nbits})"
-            rows.append([task, fmt_time(sr, n), "gfloat round_ndarray StochasticFastest",
-                         fmt_time(g, gn), fmt_ratio(ratio), f"≥ {TARGET_SR_VS_GFLOAT:g}x",
-                         verdict(ratio >= TARGET_SR_VS_GFLOAT, task)])
+            rows.append(
+                [
+                    task,
+                    fmt_time(sr, n),
+                    "gfloat round_ndarray StochasticFastest",
+                    fmt_time(g, gn),
+                    fmt_ratio(ratio),
+                    f"≥ {TARGET_SR_VS_GFLOAT:g}x",
+                    verdict(ratio >= TARGET_SR_VS_GFLOAT, task),
+                ]
+            )
             # Same bits, same rule (round up iff frac + r/2^n >= 1): how often do they agree?
-            ref = gfloat.round_ndarray(fi, xs.astype(np.float64),
-                                       gfloat.RoundMode.StochasticFastest,
-                                       sat=False, srbits=bits, srnumbits=nbits)
-            mine = trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", random_bits=bits,
-                                     random_bit_count=nbits).astype(np.float64)
+            ref = gfloat.round_ndarray(
+                fi,
+                xs.astype(np.float64),
+                gfloat.RoundMode.StochasticFastest,
+                sat=False,
+                srbits=bits,
+                srnumbits=nbits,
+            )
+            mine = trn2core.quantize(
+                xs, "fp8_e4m3", rounding="stochastic", random_bits=bits, random_bit_count=nbits
+            ).astype(np.float64)
             agree = np.mean((mine == ref) | (np.isnan(mine) & np.isnan(ref)))
-            notes.append(f"SR with the same {nbits}-bit words: trn2core and gfloat (float64 input) "
-                         f"agree on {agree:.4%} of {gn:,} elements")
+            notes.append(
+                f"SR with the same {nbits}-bit words: trn2core and gfloat (float64 input) "
+                f"agree on {agree:.4%} of {gn:,} elements"
+            )
         sr_slice = best_of(
-            lambda: trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", seed=SEED), repeat)
-        notes.append(f"trn2core seeded SR on the same {gn:,}-element slice as gfloat: "
-                     f"{fmt_time(sr_slice, gn)}")
+            lambda: trn2core.quantize(xs, "fp8_e4m3", rounding="stochastic", seed=SEED), repeat
+        )
+        notes.append(
+            f"trn2core seeded SR on the same {gn:,}-element slice as gfloat: "
+            f"{fmt_time(sr_slice, gn)}"
+        )
         g = best_of(lambda: gfloat.round_ndarray(fi, xs, gfloat.RoundMode.TiesToEven), repeat)
         ours = best_of(lambda: trn2core.quantize(x, "fp8_e4m3"), repeat)
         ratio = (g / gn) / (ours / n)
-        rows.append(["float32→fp8_e4m3 RNE vs gfloat", fmt_time(ours, n),
-                     "gfloat round_ndarray TiesToEven", fmt_time(g, gn), fmt_ratio(ratio), "—",
-                     "—"])
+        rows.append(
+            [
+                "float32→fp8_e4m3 RNE vs gfloat",
+                fmt_time(ours, n),
+                "gfloat round_ndarray TiesToEven",
+                fmt_time(g, gn),
+                fmt_ratio(ratio),
+                "—",
+                "—",
+            ]
+        )
         ref = gfloat.round_ndarray(fi, xs, gfloat.RoundMode.TiesToEven).astype(np.float64)
         mine = trn2core.quantize(xs, "fp8_e4m3").astype(np.float64)
         agree = np.mean((mine == ref) | (np.isnan(mine) & np.isnan(ref)))
         notes.append(f"RNE: trn2core and gfloat agree on {agree:.4%} of {gn:,} elements")
     except Exception as e:  # a report: say what failed and go on
-        rows.append(["gfloat comparisons", "—", "gfloat", "—", "—", "—",
-                     f"**FAILED**: {type(e).__name__}: {e}"])
+        rows.append(
+            [
+                "gfloat comparisons",
+                "—",
+                "gfloat",
+                "—",
+                "—",
+                "—",
+                f"**FAILED**: {type(e).__name__}: {e}",
+            ]
+        )
         misses.append("gfloat comparisons (failed to run)")
 
     # Peak extra memory of one call, each in a fresh subprocess.
@@ -619,9 +814,17 @@ def main(argv=None) -> int:
             continue
         mem_method.add(m["method"])
         outs = m["extra"] / m["out"]
-        rows.append([task, f"{mib(m['extra'])} (output {mib(m['out'])})", "ml_dtypes astype",
-                     mib(p["extra"]), f"{outs:.2f}× output",
-                     f"< {TARGET_MEM_OUTPUTS:g}× output", verdict(outs < TARGET_MEM_OUTPUTS, task)])
+        rows.append(
+            [
+                task,
+                f"{mib(m['extra'])} (output {mib(m['out'])})",
+                "ml_dtypes astype",
+                mib(p["extra"]),
+                f"{outs:.2f}× output",
+                f"< {TARGET_MEM_OUTPUTS:g}× output",
+                verdict(outs < TARGET_MEM_OUTPUTS, task),
+            ]
+        )
     side = math.isqrt(n)
     task = f"gemm {side}^3 float32 in, dtype=bf16, peak extra memory"
     m, p = peak_memory_in_child("trn2core_gemm_bf16", n), peak_memory_in_child("numpy_matmul", n)
@@ -636,9 +839,11 @@ def main(argv=None) -> int:
                      f"< {TARGET_GEMM_MEM_OUTPUTS:g}× output (an operand is 1×)",
                      verdict(outs < TARGET_GEMM_MEM_OUTPUTS, task)])  # fmt: skip
     traced = traced_extra(lambda: trn2core.quantize(x, "fp8_e4m3"))
-    notes.append(f"peak extra memory measured as the rise of {'/'.join(sorted(mem_method)) or '?'} "
-                 f"over one call in a fresh process; tracemalloc (numpy's buffers only) saw "
-                 f"{mib(traced)} for float32→fp8_e4m3 RNE")
+    notes.append(
+        f"peak extra memory measured as the rise of {'/'.join(sorted(mem_method)) or '?'} "
+        f"over one call in a fresh process; tracemalloc (numpy's buffers only) saw "
+        f"{mib(traced)} for float32→fp8_e4m3 RNE"
+    )
 
     gemm_rows(args.gemm_size, repeat, rows, notes, verdict)
     sparsity_rows(args.gemm_size, repeat, rows, notes, verdict)
@@ -657,8 +862,10 @@ def print_report(rows: list, notes: list, misses: list) -> int:
     for r in rows:
         print("| " + " | ".join(r) + " |")
     print()
-    print("Ratios are peer time / trn2core time per element (gfloat rows: per-element rates, "
-          "since gfloat ran on a slice).")
+    print(
+        "Ratios are peer time / trn2core time per element (gfloat rows: per-element rates, "
+        "since gfloat ran on a slice)."
+    )
     for note in notes:
         print(f"- {note}")
     print()

@@ -572,6 +572,226 @@ def _mlp_wrapper(sub):
     return wrapped
 
 
+def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
+    """nki-library's token-generation attention (its docstring): the keys and values are the
+    KV cache's first s_prior positions with the last s_active replaced by the active tokens';
+    scores k . q (unscaled), -inf where the mask [s_prior, B, H, s_active] is 0, softmax over
+    the positions (and, with a sink [H, 1], one extra score per head that takes part in the
+    normalisation only), times v: out [B, H, d, s_active]. q is [d, B*H*s_active] and k_active
+    [d, B*s_active] (the SBUF layouts), k_prior [B, 1, d, s_prior] ([B, 1, s_prior, d] with
+    tp_k_prior), v_prior [B, 1, s_prior, d], v_active [B, 1, s_active, d]."""
+    b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
+    f = np.float64
+    qq = q.astype(f).reshape(d, b, h, sa).transpose(1, 2, 0, 3)  # [B, H, d, S]
+    kp = k_prior.astype(f)[:b, 0]
+    keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp].copy()
+    keys[:, :, sp - sa :] = k_active.astype(f).reshape(d, b, sa).transpose(1, 0, 2)
+    vals = v_prior.astype(f)[:b, 0, :sp].copy()  # [B, s_prior, d]
+    vals[:, sp - sa :] = v_active.astype(f)[:, 0]
+    sc = np.einsum("bdp,bhds->bhps", keys, qq)
+    sc = np.where(mask.transpose(1, 2, 0, 3) != 0, sc, -np.inf)
+    m = sc.max(axis=2, keepdims=True)
+    if sink is not None:
+        m = np.maximum(m, sink.astype(f).reshape(1, h, 1, 1))
+    e = np.exp(sc - m)
+    tot = e.sum(axis=2, keepdims=True)
+    if sink is not None:
+        tot = tot + np.exp(sink.astype(f).reshape(1, h, 1, 1) - m)
+    out = np.einsum("bhps,bpd->bhds", e / tot, vals)
+    return out.astype(q.dtype)
+
+
+def _attn_tkg_inputs(b, h, sa, sp, d, **opts):
+    """bf16 q, keys and values of a KV cache holding each batch's first L_b positions (L_b
+    below s_prior - s_active), the mask: those positions, and the active tokens causally."""
+
+    def f(r):
+        kw = {"bs": b, "q_head": h, "s_active": sa, "s_prior": sp, "d_head": d, **opts}
+        q = _f32(r, d, b * h * sa).astype(BF16)
+        ka = _f32(r, d, b * sa).astype(BF16)
+        va = _f32(r, b, 1, sa, d).astype(BF16)
+        kshape = (b, 1, sp, d) if opts.get("tp_k_prior") else (b, 1, d, sp)
+        kp, vp = _f32(r, *kshape).astype(BF16), _f32(r, b, 1, sp, d).astype(BF16)
+        mask = np.zeros((sp, b, h, sa), np.uint8)
+        for i in range(b):
+            mask[: int(r.integers(1, sp - sa)), i] = 1
+        mask[sp - sa :] = np.tril(np.ones((sa, sa), np.uint8))[:, None, None, :]
+        if opts.get("sink"):
+            kw["sink"] = _f32(r, h, 1).astype(BF16)
+        return (q, ka, va, kp, vp, mask), kw
+
+    return f
+
+
+def _attn_tkg_wrapper(sub):
+    """Our kernel around nki-library's attention_tkg (a sub-kernel: no @nki.jit): its config
+    from the shapes, q and k_active copied to SBUF first (the kernel requires them there when
+    RoPE is not fused), an SBUF manager of the whole usable SBUF less 16 KiB, the output
+    [B, H, d, s_active] in HBM."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    cfg_cls = _lib_attr("nkilib.core.attention.attention_tkg_utils", "AttnTKGConfig")
+    sbm_cls = _lib_attr("nkilib.core.utils.allocator", "SbufManager")
+    logger = _lib_attr("nkilib.core.utils.logging", "Logger")
+
+    @nki.jit
+    def wrapped(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
+        b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
+        flags = {k: kw[k] for k in ("tp_k_prior", "strided_mm1") if k in kw}
+        cfg = cfg_cls(b, h, sa, sp, sp, d, 0, qk_in_sb=True, **flags)
+        sbm = sbm_cls(0, nl.tile_size.total_available_sbuf_size - 16 * 1024, logger("attn"))
+        sbm.open_scope()
+        out = nl.ndarray((b, h, d, sa), dtype=q.dtype, buffer=nl.shared_hbm)
+        q_sb = sbm.alloc_stack(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+        k_sb = sbm.alloc_stack(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(q_sb, q)
+        nisa.dma_copy(k_sb, k_active)
+        sub(q_sb, k_sb, v_active, k_prior, v_prior, mask, out, cfg, sbm, sink=sink)
+        sbm.close_scope()
+        return out
+
+    return wrapped
+
+
+def ref_router_topk(x, w, w_bias, logits, affinities, index, act_fn, k, **kw):
+    """nki-library's MoE router (its docstring): logits = x @ w + bias [T, E] (x [H, T], or
+    [T, H] with x_hbm_layout 1); with router_pre_norm the activation (softmax over E, or
+    sigmoid) comes first and the top k of the affinities are kept, else the top k logits and
+    then the activation over those k; norm_topk_prob divides them by their sum. Outputs: the
+    logits, the k expert indices of each token (largest first) and the affinities scattered
+    into [T, E] (zero elsewhere)."""
+    f = np.float64
+    xt = x.astype(f) if kw.get("x_hbm_layout") == 1 else x.astype(f).T
+    lg = xt @ w.astype(f)
+    if w_bias is not None:
+        lg = lg + w_bias.astype(f).reshape(1, -1)
+
+    def act(v):
+        if act_fn.name == "SIGMOID":
+            return 1.0 / (1.0 + np.exp(-v))
+        e = np.exp(v - v.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    pre = kw.get("router_pre_norm", True)
+    scores = act(lg) if pre else lg
+    idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(scores, idx, axis=1)
+    if not pre:
+        top = act(top)
+    if kw.get("norm_topk_prob"):
+        top = top / top.sum(axis=1, keepdims=True)
+    aff = np.zeros(lg.shape)
+    np.put_along_axis(aff, idx, top, axis=1)
+    return lg.astype(logits.dtype), idx.astype(index.dtype), aff.astype(affinities.dtype)
+
+
+def _router_inputs(t, h, e, k, act="SOFTMAX", **opts):
+    """bf16 x [H, T] (or [T, H]) whose token t is nearly the unit vector of h = t mod H, and
+    weights whose rows each hold E distinct values 1/16 apart: every token's logits are
+    well separated (no near-ties in its top k), and differ from token to token; a bias;
+    the three outputs zeroed (the kernel writes them in place)."""
+
+    def f(r):
+        xt = np.eye(h, dtype=np.float32)[np.arange(t) % h] + _f32(r, t, h, lo=-1e-3, hi=1e-3)
+        x = xt if opts.get("x_hbm_layout") == 1 else xt.T
+        w = np.stack([r.permutation(e) for _ in range(h)]).astype(np.float32) / 16 - e / 32
+        bias = _f32(r, 1, e, lo=-0.01, hi=0.01).astype(BF16)
+        outs = (np.zeros((t, e), BF16), np.zeros((t, e), BF16), np.zeros((t, k), np.uint32))
+        kw = {"act_fn": getattr(_lib_attr(TYPES, "RouterActFnType"), act), "k": k}
+        kw.update({"x_hbm_layout": 0, "x_sb_layout": 0, **opts})
+        return (x.astype(BF16), w.astype(BF16), bias, *outs), kw
+
+    return f
+
+
+def _router_wrapper(sub):
+    """Our kernel around nki-library's router_topk (no @nki.jit; it writes the three outputs
+    it is given): the zeroed outputs passed in, returned as (logits, indices, affinities)."""
+    import nki
+
+    @nki.jit
+    def wrapped(x, w, w_bias, logits, affinities, index, **kw):
+        sub(x, w, w_bias, logits, affinities, index, **kw)
+        return logits, index, affinities
+
+    return wrapped
+
+
+def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
+    """nki-library's MoE token-generation MLP (its docstring): each token's output is the sum,
+    over the experts (all E_L local experts, or the token's top k), of
+    (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to the weights' dtype, the
+    down projection's operand), each scaled by the token's affinity for that expert with
+    POST_SCALE (all-expert: the local expert e is global expert rank_id * E_L + e, its
+    affinity zero where the token did not select it with mask_unselected_experts)."""
+    f = np.float64
+    e_l = w_gate_up.shape[0]
+    post = getattr(kw.get("expert_affinities_scaling_mode"), "name", "NO_SCALE") == "POST_SCALE"
+    rank = int(np.asarray(kw["rank_id"]).reshape(-1)[0]) if kw.get("rank_id") is not None else 0
+    xs = x.astype(f)
+    out = np.zeros((x.shape[0], w_down.shape[2]))
+    for t in range(x.shape[0]):
+        chosen = [int(e) for e in index[t]]
+        for e in range(e_l) if is_all_expert else chosen:
+            g, u = (xs[t] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+            h = (g / (1.0 + np.exp(-g)) * u).astype(w_down.dtype).astype(f)
+            y = h @ w_down[e].astype(f)
+            if post:
+                glob = rank * e_l + e if is_all_expert else e
+                keep = glob in chosen or not kw.get("mask_unselected_experts")
+                y = y * (float(affinities[t, glob]) if keep else 0.0)
+            out[t] += y
+    return out.astype(x.dtype)
+
+
+def _moe_tkg_inputs(t, h, i, e, k, is_all_expert, **opts):
+    """bf16 hidden states [T, H], gate/up weights [E, H, 2, I] and down weights [E, I, H]
+    (scaled so a product stays near 1), affinities [T, E] (float32 for the selective form, as
+    nki-library's tests have them; bf16 for all-expert), each token's k distinct experts
+    (int32), and for all-expert with scaling the rank [1, 1] (uint32, 0: every expert)."""
+
+    def f(r):
+        x = _f32(r, t, h).astype(BF16)
+        wgu = (_f32(r, e, h, 2, i) / np.sqrt(h)).astype(BF16)
+        wd = (_f32(r, e, i, h) / np.sqrt(i)).astype(BF16)
+        aff = r.uniform(0.1, 1.0, (t, e)).astype(BF16 if is_all_expert else np.float32)
+        idx = np.stack([r.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+        kw = {"is_all_expert": is_all_expert}
+        for key, value in opts.items():
+            if key == "scale":
+                mode = _lib_attr(TYPES, "ExpertAffinityScaleMode")
+                kw["expert_affinities_scaling_mode"] = getattr(mode, value)
+                if is_all_expert:
+                    kw["rank_id"] = np.zeros((1, 1), np.uint32)
+            else:
+                kw[key] = value
+        return (x, wgu, wd, aff, idx), kw
+
+    return f
+
+
+def _moe_tkg_wrapper(sub):
+    """Our kernel around nki-library's moe_tkg (no @nki.jit; it allocates and returns its
+    output [T, H] in HBM). The selective form gets its affinities in SBUF, as nki-library's
+    tests pass them (from HBM it gathers over all 128 partitions of a tile it wrote only T
+    of: a read of unwritten SBUF unless run with uninitialized="nan")."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(x, w_gate_up, w_down, affinities, index, **kw):
+        if not kw["is_all_expert"]:
+            aff = nl.ndarray(affinities.shape, dtype=affinities.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=aff, src=affinities)
+            affinities = aff
+        return sub(x, w_gate_up, w_down, affinities, index, **kw)
+
+    return wrapped
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -671,6 +891,63 @@ _QKV_CASES = (
         "tkg (row fp8, RMS norm, bias)",
         (1, 4, 256, 256),
         {"fused_norm_type": "RMS_NORM", "bias": True, "quantization_type": "ROW"},
+    ),
+)
+
+
+#: (label, (B, H, s_active, s_prior, d_head), options) of nki-library's attention_tkg.
+_ATTN_TKG_CASES = (
+    ("", (2, 2, 2, 256, 64), {}),
+    (" (tp_k_prior, not strided)", (2, 2, 2, 256, 64), {"tp_k_prior": True, "strided_mm1": False}),
+    (" (sink)", (2, 2, 2, 256, 64), {"sink": True}),
+    (" (s_prior 128, d_head 128, tp_k_prior)", (2, 2, 2, 128, 128), {"tp_k_prior": True}),
+)
+
+
+#: (label, (T, H, E, k), options, grid) of nki-library's router_topk. Its one-hot scatter
+#: ends with a core_barrier on the affinities (LNC=2 only); the indirect-DMA scatter does not.
+_ROUTER_CASES = (
+    (" (softmax, one-hot scatter) (LNC=2)", (64, 256, 64, 4), {"router_pre_norm": False}, 2),
+    (
+        " (softmax, one-hot scatter, sharded on tokens) (LNC=2)",
+        (64, 256, 64, 4),
+        {"router_pre_norm": False, "shard_on_tokens": True},
+        2,
+    ),
+    (
+        " (softmax first, normalised top k, [T, H], indirect scatter)",
+        (64, 256, 64, 4),
+        {"norm_topk_prob": True, "x_hbm_layout": 1, "use_indirect_dma_scatter": True},
+        None,
+    ),
+    (
+        " (sigmoid, indirect scatter)",
+        (64, 256, 64, 8),
+        {"act": "SIGMOID", "use_indirect_dma_scatter": True, "router_pre_norm": False},
+        None,
+    ),
+    (
+        " (sigmoid, indirect scatter, sharded on tokens) (LNC=2)",
+        (64, 256, 64, 8),
+        {
+            "act": "SIGMOID",
+            "use_indirect_dma_scatter": True,
+            "router_pre_norm": False,
+            "shard_on_tokens": True,
+        },
+        2,
+    ),
+)
+
+
+#: (label, (T, H, I, E, k, all experts), options) of nki-library's moe_tkg.
+_MOE_TKG_CASES = (
+    (" (selective, post-scaled)", (4, 256, 256, 4, 2, False), {"scale": "POST_SCALE"}),
+    (" (all experts, unscaled)", (4, 256, 256, 4, 2, True), {}),
+    (
+        " (all experts, post-scaled, unselected masked)",
+        (4, 256, 256, 4, 2, True),
+        {"scale": "POST_SCALE", "mask_unselected_experts": True},
     ),
 )
 
@@ -1117,6 +1394,35 @@ def _cases() -> list[Case]:
             package_root=LIB,
         )
     )
+    # Three sub-kernels, each in a kernel of ours: token-generation attention (s_active 2, the
+    # KV cache as [d, s_prior] or, tp_k_prior, [s_prior, d], strided or not, with a sink), the
+    # MoE router (logits, top-k expert indices, scattered affinities) and MoE token generation
+    # (all experts or each token's top k).
+    subs = (
+        ("attention_tkg", "nkilib.core.attention.attention_tkg", _ATTN_TKG_CASES,
+         _attn_tkg_inputs, ref_attention_tkg, _attn_tkg_wrapper),
+        ("router_topk", "nkilib.core.router_topk.router_topk", _ROUTER_CASES, _router_inputs,
+         ref_router_topk, _router_wrapper),
+        ("moe_tkg", "nkilib.core.moe.moe_tkg.moe_tkg", _MOE_TKG_CASES, _moe_tkg_inputs,
+         ref_moe_tkg, _moe_tkg_wrapper),
+    )  # fmt: skip
+    for kern, module, table, inputs, check, wrap in subs:
+        for label, shape, kw, *grid in table:
+            cases.append(
+                Case(
+                    f"nkilib {kern}{label}",
+                    lib,
+                    module,
+                    kern,
+                    inputs(*shape, **kw),
+                    check,
+                    grid=grid[0] if grid else None,
+                    rtol=2e-2,
+                    atol=2e-2,
+                    package_root=LIB,
+                    wrap=wrap,
+                )
+            )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
     # of ours (_mlp_wrapper).
     for mode, label, shape, kw in (
@@ -1147,6 +1453,9 @@ def _cases() -> list[Case]:
     # The same at LNC=2 (two cores, each a share of H or of the tokens).
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
+    # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
+    lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}
+    lnc2 |= {f"nkilib moe_tkg{label}" for label, _, _ in _MOE_TKG_CASES}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
         check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
         if check is ref_out_proj_tkg:

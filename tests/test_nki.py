@@ -1048,6 +1048,59 @@ def test_nc_n_gather_in_both_dialects_matches_numpy():
     assert str(e.value).startswith(f"{__file__}:{_line_of(current, 'nisa.nc_n_gather')}:")
 
 
+def _local_gather_ref(src, index, m, k):
+    """AWS's numpy semantics of local_gather: each 16-partition group's indices flattened
+    partitions first (the first k), every partition of the group reading m elements of its
+    own row (free axes flattened) at each."""
+    p = src.shape[0]
+    rows = src.reshape(p, -1)
+    out = np.empty((p, k, m), src.dtype)
+    for g in range(0, p, 16):
+        ids = index[g : g + 16].reshape(16, -1).flatten(order="F")[:k].astype(np.int64)
+        for e in range(m):
+            out[g : g + 16, :, e] = rows[g : g + 16][:, ids + e]
+    return out
+
+
+def test_local_gather_in_both_dialects_matches_numpy():
+    # nki-library's selective-expert moe_tkg gathers each token's affinities at its experts'
+    # indices with local_gather (uint16 indices, one 16-partition group per GpSimd core).
+    rng = np.random.default_rng(7)
+    src = rng.standard_normal((32, 8, 4)).astype(np.float32)
+    index = rng.integers(0, 16, (32, 4)).astype(np.uint16) * 2  # element offsets, runs of 2
+    index[0, 0] = 30  # the last run of the row
+
+    @tn.jit
+    def current(a, i, k):
+        s, t = _to_sbuf(a, i)
+        d = nl.ndarray((a.shape[0], k * 2), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.local_gather(d, s, t, num_elem_per_idx=2, num_valid_indices=k)  # gather
+        return _to_hbm(d)[0]
+
+    @tn.jit_legacy
+    def legacy(a, i):
+        g = lisa.local_gather(lnl.load(a), lnl.load(i), 2)
+        out = lnl.ndarray((a.shape[0], 4, 16, 2), dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=g)
+        return out
+
+    for k in (64, 21):
+        res = tn.run(current, src, index, k)
+        want = _local_gather_ref(src, index, 2, k).reshape(32, k * 2)
+        assert np.array_equal(res.outputs, want), k
+        assert res.report.opcodes["local_gather"] == 1
+    got = tn.run(legacy, src, index).outputs
+    assert np.array_equal(got.reshape(32, 64, 2), _local_gather_ref(src, index, 2, 64))
+    index[17, 1] = 31  # a run of 2 from element 31 passes the row's end
+    with pytest.raises(Trn2ValueError, match="index 31 .* partitions 16..32") as e:
+        tn.run(current, src, index, 64)
+    assert e.value.rule == "gather_index"
+    assert str(e.value).startswith(f"{__file__}:{_line_of(current, '# gather')}:")
+    with pytest.raises(Trn2ValueError, match="num_valid_indices") as e:
+        tn.run(current, src, index, 65)
+    assert e.value.arg == "num_valid_indices"
+
+
 def _range_select_ref(x, start, lo, hi, op0, op1):
     """The documented numpy equivalent: the float32 free index against each partition's
     bounds, float32's lowest where either comparison fails; the max per partition."""

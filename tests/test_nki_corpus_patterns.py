@@ -728,10 +728,45 @@ def test_dma_with_a_scalar_offset_read_from_sbuf():
 
     def vector(x, idx):
         it = nl.load(idx)
-        return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)  # gather
+        # a gather view: nisa.dma_copy reads it (test_dma_copy_scatters_and_gathers_...)
+        return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)
 
-    with pytest.raises(tn.NotSupportedError, match="vector_offset"):
+    with pytest.raises(tn.NotSupportedError, match="vector_offset .* nisa.dma_copy only"):
         tn.run(tn.jit(vector), x, idx)
+
+
+def test_scalar_offset_moves_by_the_base_tensors_dimension_not_the_patterns():
+    # nki-library's selective-expert moe_tkg picks an expert's weights [E, H, I] with
+    # TensorView.select(0, expert_id): the .ap pattern has no expert dimension left, and
+    # indirect_dim=0 counts whole experts (H * I elements, the NKI access-pattern reference).
+    w = _rand(3, 4, 8)
+
+    @tn.jit
+    def pick(w, idx):
+        it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        t = nl.ndarray((4, 8), dtype=w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=w.ap([[8, 4], [1, 8]], offset=0, scalar_offset=it, indirect_dim=0))
+        u = nl.ndarray((4, 1), dtype=w.dtype, buffer=nl.sbuf)  # row 2's column 5 of it
+        nisa.dma_copy(dst=u, src=w.ap([[8, 4], [1, 1]], offset=5, scalar_offset=it, indirect_dim=0))
+        out = nl.ndarray((4, 9), dtype=w.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[:, 0:8], src=t)
+        nisa.dma_copy(dst=out[:, 8:9], src=u)
+        return out
+
+    for e in range(3):
+        got = pick(w, np.array([[e]], np.int32))
+        assert np.array_equal(got[:, :8], w[e]) and np.array_equal(got[:, 8], w[e][:, 5]), e
+
+    def bad(w, idx):
+        it = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        return w.ap([[8, 4], [1, 8]], offset=0, scalar_offset=it, indirect_dim=3)  # dim-3
+
+    with pytest.raises(Trn2Error, match=r"indirect_dim 3 is not a dimension of the tensor") as e:
+        tn.run(tn.jit(bad), w, np.array([[0]], np.int32))
+    assert e.value.arg == "indirect_dim"
+    _at(e, bad, "# dim-3")
 
 
 def test_lnc2_outputs_of_one_shape_are_told_apart():
@@ -1696,9 +1731,12 @@ def test_dma_transpose_rules_name_the_argument_at_the_kernels_line(case, arg, er
     _at(info, k, f"# case {case}")
 
 
-def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes():
+@pytest.mark.parametrize("view", ["index", "ap", "reshape"])
+def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes(view):
     # nki-library's attention_cte declares each query group's PSUM tile with address= at the
     # same bank: "first write overwrites, later ones accumulate" is per tensor, not per byte.
+    # Its attention_tkg does so per batch and writes each matmul through a TensorView (an .ap()
+    # view) of the tile: a view of the placed tensor is that tensor.
     a = _rand(32, 16)
     b = _rand(32, 8, seed=1)
 
@@ -1708,20 +1746,28 @@ def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_ps
         sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=sa, src=a)
         nisa.dma_copy(dst=sb, src=b)
-        out = nl.ndarray((2, 16, 8), dtype=nl.float32, buffer=nl.shared_hbm)
-        for g in range(2):
-            p = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
-            for _ in range(g + 1):  # group g accumulates g + 1 products
-                nisa.nc_matmul(dst=p[:, :], stationary=sa, moving=sb)
-            s = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)
+        out = nl.ndarray((3, 16, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        for g in range(3):
+            p = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.psum, address=(0, 0))
+            for i in range(2):
+                for _ in range(g + 1):  # group g accumulates g + 1 products in each block
+                    if view == "ap":
+                        dst = p.ap([[16, 16], [1, 8]], offset=8 * i)
+                    elif view == "reshape":
+                        dst = p.reshape((16, 2, 8))[:, i, :]
+                    else:
+                        dst = p[:, 8 * i : 8 * i + 8]
+                    nisa.nc_matmul(dst=dst, stationary=sa, moving=sb)
+            s = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
             nisa.tensor_copy(dst=s, src=p)
             nisa.dma_copy(dst=out[g], src=s)
         return out
 
     got = tn.run(k, a, b).outputs
     one = a.T.astype(np.float64) @ b.astype(np.float64)
-    assert np.allclose(got[0], one, rtol=1e-5, atol=1e-5)
-    assert np.allclose(got[1], 2 * one, rtol=1e-5, atol=1e-5)  # not 3x: a fresh start
+    for g in range(3):  # not 1, 3 and 6 products: each tensor starts anew
+        want = np.concatenate([one, one], axis=1) * (g + 1)
+        assert np.allclose(got[g], want, rtol=1e-5, atol=1e-4), g
 
 
 def test_dma_compute_adds_its_sources_in_float32_and_rounds_once():
@@ -1996,3 +2042,231 @@ def test_lnc2_exchange_argument_errors():
         assert str(info.value).startswith(f"{__file__}:{inspect.getsourcelines(call)[1]}:")
     # Every launch above joined the other core's thread before raising.
     assert not [t for t in threading.enumerate() if t.name.startswith("trn2core-nc")]
+
+
+# ----------------------------------------------------------------------------- indirect DMA
+
+
+def _scatter_kernel(oob=None, case=""):
+    """nki-library's router_topk scatter: each row's value to element idx[p] of a flat [N]
+    HBM tensor, through `.ap(..., vector_offset=idx, indirect_dim=0)`; then a gather back."""
+
+    def k(out, vals, idx):
+        n = idx.shape[0]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        v = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        nisa.dma_copy(dst=v, src=vals)
+        flat = out.reshape((out.shape[0] * out.shape[1],))
+        kw = {} if oob is None else {"oob_mode": oob}
+        if case == "dim":
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=1)  # c-dim
+        elif case == "sbuf":
+            dst = v.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=0)  # c-sbuf
+        elif case == "float":
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=v, indirect_dim=0)  # c-float
+        elif case == "rows":
+            dst = flat.ap([[1, n + 1], [1, 1]], offset=0, vector_offset=i)  # c-rows
+        else:
+            dst = flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i, indirect_dim=0)
+        nisa.dma_copy(dst=dst, src=v, **kw)  # c-copy
+        back = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=back, value=-1.0)  # rows skipped (oob_mode=skip) keep it
+        nisa.dma_copy(dst=back, src=flat.ap([[1, n], [1, 1]], offset=0, vector_offset=i), **kw)
+        got = nl.ndarray((n, 1), dtype=vals.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=got, src=back)
+        return out, got
+
+    return k
+
+
+def test_dma_copy_scatters_and_gathers_rows_by_vector_offset():
+    out = np.zeros((4, 8), np.float32)
+    vals = np.arange(1, 7, dtype=np.float32).reshape(6, 1)
+    # Runs of evenly stepped indices (one DMA each) and single rows.
+    idx = np.array([[3], [5], [7], [30], [0], [17]], np.uint32)
+    res = tn.run(tn.jit(_scatter_kernel()), out, vals, idx)
+    got_out, got = res.outputs
+    want = np.zeros(32, np.float32)
+    want[idx[:, 0]] = vals[:, 0]
+    assert np.array_equal(got_out.reshape(-1), want)
+    assert np.array_equal(out.reshape(-1), want)  # the argument, written back
+    assert np.array_equal(got, vals)
+
+    # Rows of more than one element: a [N, 4] tensor's row idx[p] is 4 elements in.
+    @tn.jit
+    def rows(x, idx):
+        n = idx.shape[0]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        t = nl.ndarray((n, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[4, n], [1, 4]], offset=0, vector_offset=i))
+        out = nl.ndarray((n, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(10, 4)
+    sel = np.array([[9], [2], [4], [6], [0]], np.int32)
+    assert np.array_equal(tn.run(rows, x, sel).outputs, x[sel[:, 0]])
+
+
+def test_dma_copy_vector_offset_out_of_bounds_and_argument_errors():
+    out = np.zeros((4, 8), np.float32)
+    vals = np.arange(1, 4, dtype=np.float32).reshape(3, 1)
+    idx = np.array([[3], [32], [1]], np.uint32)
+    k = _scatter_kernel()
+    with pytest.raises(tn.OutOfBoundsError, match=r"index 32 at partition 1 .* 32 rows") as info:
+        tn.run(tn.jit(k), out, vals, idx)
+    _at(info, k, "# c-copy")
+    # oob_mode=skip: the row whose index is outside is not copied.
+    out = np.zeros((4, 8), np.float32)
+    got_out, got = tn.run(tn.jit(_scatter_kernel(nisa.oob_mode.skip)), out, vals, idx).outputs
+    want = np.zeros(32, np.float32)
+    want[[3, 1]] = [1.0, 3.0]
+    assert np.array_equal(got_out.reshape(-1), want)
+    assert np.array_equal(got[:, 0], [1.0, -1.0, 3.0])
+    idx = np.array([[3], [2], [1]], np.uint32)
+    for case, cls, arg in (
+        ("dim", Trn2Error, "indirect_dim"),
+        ("sbuf", tn.NotSupportedError, None),
+        ("float", Trn2Error, "vector_offset"),
+        ("rows", ShapeError, "vector_offset"),
+    ):
+        k = _scatter_kernel(case=case)
+        with pytest.raises(cls) as info:
+            tn.run(tn.jit(k), np.zeros((4, 8), np.float32), vals, idx)
+        assert getattr(info.value, "arg", None) == arg, (case, str(info.value))
+        _at(info, k, f"# c-{case}")
+
+
+def test_lnc2_an_argument_the_kernel_returns_holds_both_cores_stores():
+    # nki-library's router_topk, sharded on tokens, writes each core's rows of the output
+    # arrays it is given, and a caller returns those arguments: both cores' rows come back.
+    @tn.jit
+    def k(x, out):
+        half = x.shape[0] // 2
+        pid = nl.program_id(0)
+        t = nl.ndarray((half, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[pid * half : (pid + 1) * half, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[pid * half : (pid + 1) * half, :], src=t)
+        return out
+
+    x = _rand(8, 4)
+    out = np.zeros_like(x)
+    got = tn.run(k, x, out, grid=2).outputs
+    assert np.array_equal(got, 2 * x)
+    assert np.array_equal(out, 2 * x)
+
+
+# ----------------------------------------------------------------------------- moe_tkg
+
+
+def test_explicit_placement_from_address_zero_stays_clear_of_automatic_tensors():
+    # nki-library's all-expert moe_tkg places its tensors with SbufManager(0, 200000) and
+    # also takes nl.shared_identity_matrix (placed by the compiler): the front end places its
+    # own from the top of SBUF down, so a placement counting from address 0 does not meet it.
+    ncc = _ncc()
+
+    @tn.jit
+    def current(x):
+        ident = nl.shared_identity_matrix(32, dtype=nl.float32)
+        auto = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=auto, value=3.0)
+        placed = nl.ndarray((32, 40_000), dtype=x.dtype, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(dst=placed, value=1.0)
+        nisa.dma_copy(dst=placed[:, 0:64], src=x)
+        s = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=s, data1=placed[:, 0:64], data2=auto, op=nl.add)
+        nisa.tensor_tensor(dst=s[:, 0:32], data1=s[:, 0:32], data2=ident, op=nl.add)
+        out = nl.ndarray((32, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x):
+        auto = lnl.full((32, 64), 3.0, dtype=x.dtype)
+        placed = lnl.ndarray(
+            (lnl.par_dim(32), 40_000), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=0)
+        )
+        placed[:, 0:64] = lnl.load(x)
+        out = lnl.ndarray((32, 64), dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.add(placed[:, 0:64], auto))
+        return out
+
+    x = _rand(32, 64)
+    want = x + 3.0
+    want[:, :32] += np.eye(32, dtype=np.float32)
+    assert np.array_equal(current(x), want)
+    assert np.array_equal(legacy(x), x + 3.0)
+
+
+def test_a_tensor_is_true_as_an_object_and_a_comparison_has_no_truth_value():
+    # nki-library's mlp_tkg_constants.py tests an optional tensor with `if expert_index:`.
+    def k(x, opt, case):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if opt:  # a tensor: taken
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        if case == "compare" and t > 0.0:  # c-compare
+            pass
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = _rand(8, 4)
+    assert np.array_equal(tn.run(tn.jit(k), x, x, "").outputs, 2 * x)
+    with pytest.raises(Trn2Error, match="a comparison of tensors has no Python truth") as info:
+        tn.run(tn.jit(k), x, x, "compare")
+    _at(info, k, "# c-compare")
+
+    def legacy(x, case):
+        t = lnl.load(x)
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        if t:
+            lnl.store(out, value=t)
+        if case == "compare" and lnl.greater(t, 0.0):  # l-compare
+            pass
+        return out
+
+    assert np.array_equal(tn.run(tn.jit_legacy(legacy), x, "").outputs, x)
+    with pytest.raises(Trn2Error, match="a comparison of tensors has no Python truth") as info:
+        tn.run(tn.jit_legacy(legacy), x, "compare")
+    _at(info, legacy, "# l-compare")
+
+
+def test_scalar_tensor_tensor_widens_a_bf16_operand0_tile():
+    # nki-library's moe_cte (shard on I) scales each block's down projection by the tokens'
+    # affinities with scalar_tensor_tensor, the [P, 1] operand0 in bf16: the Vector engine
+    # casts its inputs to float32 (tensor_scalar's operands alone must be float32).
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((2, 16, 8)).astype(np.float32)
+    s = rng.standard_normal((16, 1)).astype(ml_dtypes.bfloat16)
+    want = x * s.astype(np.float32) + y
+
+    @tn.jit
+    def current(x, s, y):
+        a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(y.shape, dtype=y.dtype, buffer=nl.sbuf)
+        c = nl.ndarray(s.shape, dtype=s.dtype, buffer=nl.sbuf)
+        for t, src in ((a, x), (b, y), (c, s)):
+            nisa.dma_copy(dst=t, src=src)
+        nisa.scalar_tensor_tensor(
+            dst=a, data=a, op0=nl.multiply, operand0=c, op1=nl.add, operand1=b
+        )
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    @tn.jit_legacy
+    def legacy(x, s, y):
+        r = lisa.scalar_tensor_tensor(
+            data=lnl.load(x), op0=np.multiply, operand0=lnl.load(s), op1=np.add,
+            operand1=lnl.load(y),
+        )  # fmt: skip
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=r)
+        return out
+
+    assert np.array_equal(current(x, s, y), want)
+    assert np.array_equal(legacy(x, s, y), want)

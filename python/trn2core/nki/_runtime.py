@@ -56,6 +56,7 @@ from ._tensor import (
     NkiTensor,
     OutOfBoundsError,
     Placement,
+    VectorOffset,
     _Whole,
 )
 
@@ -163,6 +164,10 @@ class Core:
         self.launch = launch
         self.index = index
         self.m = _core.Machine(launch.uninitialized, "nearest_even", 0)
+        # Kernels' explicit SBUF allocations count from address 0 up (nki-library's
+        # SbufManager, the legacy mod_alloc's base_addr); the tensors the front end places
+        # itself go from the top down, clear of them, as the compiler's allocator keeps its own.
+        self.m.set_sbuf_fit_from_top(True)
         self.pending: NkiTensor | None = None
         self.pend_fn = None
         self.pend_kind: tuple | None = None
@@ -934,7 +939,9 @@ class Core:
                     False,
                 )
 
-        return self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
+        r = self.pend_valid(self.pend(shape, out_dt, SBUF, issue), ranges)
+        r._compared = op in _COMPARE  # no Python truth value (NkiTensor.__bool__)
+        return r
 
     def unary(self, func: str, x, dtype=None, mask=None) -> NkiTensor:
         """A unary ``nl`` function: activation functions on the Scalar engine, the reciprocal
@@ -1255,12 +1262,22 @@ class Core:
         raw = self.m.read(t.tile)
         return int(raw.view(D.HOST_DTYPE[D.machine_name(t.dtype)]).reshape(-1)[0])
 
-    def dynamic_offset(self, scalar, pattern, indirect_dim) -> int:
+    def dynamic_offset(self, t: NkiTensor, scalar, pattern, indirect_dim) -> int:
         """``.ap(scalar_offset=s, indirect_dim=d)``: the value in the 1x1 SBUF tensor ``s``
         (read when the access pattern is made, i.e. in program order just before the DMA
-        that uses it) selects index ``s`` of pattern dimension ``d``: ``s * step_d``
-        elements. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
+        that uses it) selects index ``s`` of dimension ``d``: of an HBM tensor ``t``, its own
+        dimension, ``s * prod(t.shape[d + 1:])`` elements (the NKI access-pattern reference:
+        "relative to the base tensor, not relative to the pattern"; nki-library's TensorView
+        selects so, the dimension gone from the pattern); on chip, pattern dimension ``d``:
+        ``s * step_d``. The DMA's wait on the instruction that wrote ``s`` is not modelled."""
         d = int(indirect_dim)
+        if t._pdim is None:
+            if not 0 <= d < len(t.shape):
+                raise Trn2ValueError(
+                    f"ap: indirect_dim {d} is not a dimension of the tensor {t.shape}",
+                    arg="indirect_dim",
+                )
+            return _scalar_value(self, scalar) * math.prod(t.shape[d + 1 :])
         if not 0 <= d < len(pattern):
             raise Trn2ValueError(
                 f"ap: indirect_dim {d} is not a dimension of the pattern {pattern}",
@@ -1271,7 +1288,7 @@ class Core:
     def raw_ap(self, t: NkiTensor, pattern, offset, kwargs) -> NkiTensor:
         """NKI's ``.ap()``: an explicit pattern over the tensor's storage."""
         if kwargs.get("vector_offset") is not None:
-            raise NotSupportedError("ap: per-partition dynamic offsets (vector_offset)")
+            return self.vector_offset_view(t, pattern, offset, kwargs)
         # ``dtype=``: the storage's bytes as elements of another dtype (the pattern and offset
         # then count those elements), e.g. an fp32 scale stored as four fp8 bytes.
         dt = t.dtype if kwargs.get("dtype") is None else D.as_dtype(kwargs["dtype"], "dtype")
@@ -1290,7 +1307,7 @@ class Core:
             return v
         if scalar is not None:
             offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
-                scalar, pattern, kwargs.get("indirect_dim", 0)
+                t, scalar, pattern, kwargs.get("indirect_dim", 0)
             )
         base = t._owner.tile if t._owner is not None else None
         cast = dt != t.dtype
@@ -1317,6 +1334,112 @@ class Core:
         p0, f0 = divmod(off, row)
         tile = base[p0 : p0 + pn].ap(rest, f0)
         return _retyped(t._view(tile, [pn] + [n for _, n in rest], 0), dt)
+
+    def vector_offset_view(self, t: NkiTensor, pattern, offset, kwargs) -> NkiTensor:
+        """``t.ap(..., vector_offset=idx, indirect_dim=0)`` of an HBM tensor: the view whose
+        row ``w`` starts ``idx[w]`` rows of ``t`` past ``offset`` (``VectorOffset``)."""
+        idx = kwargs["vector_offset"]
+        if kwargs.get("scalar_offset") is not None:
+            raise Trn2ValueError(
+                "ap: at most one of scalar_offset and vector_offset (the NKI access-pattern "
+                "reference)",
+                arg="vector_offset",
+            )
+        dim = kwargs.get("indirect_dim", 0)
+        if not is_int(dim) or int(dim) != 0:
+            raise Trn2ValueError(
+                f"indirect_dim: only indirect_dim=0 is supported with vector_offset (the NKI "
+                f"access-pattern reference), got {dim!r}",
+                arg="indirect_dim",
+            )
+        if t._pdim is not None:
+            raise NotSupportedError(
+                "ap: vector_offset indexes the rows of an HBM tensor (an indirect DMA); "
+                f"this tensor is in {t.buffer.name}"
+            )
+        if (
+            not isinstance(idx, NkiTensor)
+            or idx._pdim is None
+            or idx.size != idx.shape[0]
+            or np.dtype(idx.dtype).kind not in "iu"
+        ):
+            got = f"{idx.shape} {idx.dtype}" if isinstance(idx, NkiTensor) else type(idx).__name__
+            raise Trn2ValueError(
+                "vector_offset: an on-chip integer tile with one index per partition ([P, 1]), "
+                f"got {got}",
+                arg="vector_offset",
+            )
+        static = {k: x for k, x in kwargs.items() if k not in ("vector_offset", "indirect_dim")}
+        v = self.raw_ap(t, [[0, 1], *pattern[1:]], offset, static)
+        n0 = int(pattern[0][1])
+        if n0 != idx.shape[0]:
+            raise ShapeError(
+                f"vector_offset: {idx.shape[0]} indices for the pattern's {n0} rows (one index "
+                "a row)",
+                arg="vector_offset",
+            )
+        dt = v.dtype
+        row = math.prod(t.shape[1:]) * t.dtype.itemsize
+        if row % dt.itemsize:
+            raise ShapeError(
+                f"dtype: a row of {t.shape} {t.dtype} is not a whole number of {dt} elements",
+                arg="dtype",
+            )
+        root = _hbm_root(t)
+        if dt != t.dtype:
+            root = root.view_as(D.machine_name(dt))
+        rest = [(int(st), int(n)) for st, n in pattern[1:]] or [(1, 1)]
+        off = int(offset) if offset is not None else 0
+        shape = (n0, *v.shape[1:])
+        w = t._view(None, shape, None)
+        w._t = VectorOffset(root, rest, off, row // dt.itemsize, t.shape[0], idx, t.shape)
+        return _retyped(w, dt)
+
+    def vector_offset_copy(self, dst: NkiTensor, src: NkiTensor, oob) -> None:
+        """``nisa.dma_copy`` with ``dst`` or ``src`` a ``vector_offset`` view (a scatter or a
+        gather of HBM rows): trn2core reads the indices when the copy is issued (in program
+        order) and issues one ``dma_copy`` per run of rows whose indices step evenly. An index
+        outside the tensor's rows is an ``OutOfBoundsError`` (``oob_mode.error``) or its row is
+        skipped (``oob_mode.skip``)."""
+        if type(dst._t) is VectorOffset and type(src._t) is VectorOffset:
+            raise NotSupportedError("dma_copy: vector_offset on both dst and src")
+        ind, other = (dst, src) if type(dst._t) is VectorOffset else (src, dst)
+        acc = ind._t
+        o = other.tile
+        n = acc.idx.shape[0]
+        if o.shape[0] != n:
+            raise ShapeError(
+                f"dma_copy: {n} indexed rows against {o.shape[0]} rows of the other side",
+                arg="src" if ind is dst else "dst",
+            )
+        raw = self.m.read(acc.idx.tile)
+        host = D.HOST_DTYPE[D.machine_name(acc.idx.dtype)]
+        vals = raw.view(host).reshape(-1).astype(np.int64)
+        ok = (vals >= 0) & (vals < acc.limit)
+        skip = getattr(oob, "name", oob) == "skip"
+        if not ok.all() and not skip:
+            p = int(np.flatnonzero(~ok)[0])
+            raise OutOfBoundsError(
+                f"vector_offset: index {int(vals[p])} at partition {p} is outside the "
+                f"{acc.limit} rows of {acc.shape} (oob_mode=error) [rule bounds]"
+            )
+        w = 0
+        while w < n:
+            if not ok[w]:
+                w += 1
+                continue
+            end, step = w + 1, 0
+            if end < n and ok[end]:
+                step = int(vals[end] - vals[w])
+                while end < n and ok[end] and vals[end] - vals[end - 1] == step:
+                    end += 1
+            hbm = acc.root.rows(end - w, step * acc.row).ap(
+                acc.rest, acc.offset + int(vals[w]) * acc.row
+            )
+            part = o[w:end]
+            pair = (hbm, part) if ind is dst else (part, hbm)
+            self.m.issue_at(self.loc, "dma_copy", pair[0], pair[1], None)
+            w = end
 
 
 def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
@@ -1411,6 +1534,10 @@ class Launch:
         self.cores: list[Core] = []
         self.program: tuple[int, ...] = ()
         self.inputs: list = []
+        #: The values of the array arguments the kernel stored into, by id of their tensor on
+        #: each core (``_write_back``): returning such an argument returns these (under LNC=2
+        #: both cores' stores, as the one HBM tensor the two cores share on the chip).
+        self.arg_results: dict[int, np.ndarray] = {}
         #: The rendezvous of ``nisa.sendrecv`` / ``core_barrier`` and the thread running the
         #: other physical core's programs, once a program called one (``rendezvous``).
         self.rdv: Rendezvous | None = None
@@ -1581,6 +1708,8 @@ class Launch:
                 )
             t = bound[0]
             res = after.view(D.HOST_DTYPE[D.machine_name(t.dtype)]).reshape(arr.shape)
+            for b in bound:
+                self.arg_results[id(b)] = res
             np.copyto(arr, res.astype(np.bool_) if t.dtype == D.bool_ else res, casting="unsafe")
 
     def _release(self) -> None:
@@ -1627,6 +1756,10 @@ class Launch:
                     "nl.ndarray made"
                 )
         shared_j = same[0] if same else t._shared
+        arg = self.arg_results.get(id(t))
+        if arg is not None:
+            out = arg.reshape(t.shape).copy()
+            return out.astype(np.bool_) if t.dtype == D.bool_ else out
         if self.lnc == 1 or shared_j is None:
             try:
                 raw = owner.m.read(t.tile)

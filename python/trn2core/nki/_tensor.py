@@ -237,6 +237,21 @@ class Dynamic:
         return self.static.ap(list(self.static.pattern), v * self.step)
 
 
+class VectorOffset:
+    """An HBM view ``t.ap(pattern, offset, vector_offset=idx, indirect_dim=0)``: row ``w`` of
+    the pattern starts ``idx[w]`` rows of ``t`` (``row`` elements each: ``t.shape[1:]``) past
+    ``offset``, the pattern's own first stride unused (the NKI access-pattern reference).
+    ``root`` is the storage's element 0 (in the view's dtype), ``rest`` the pattern's other
+    pairs, ``limit`` ``t.shape[0]`` (an index at or past it is out of bounds). Only
+    ``nisa.dma_copy`` reads or writes it (``Core.vector_offset_copy``)."""
+
+    __slots__ = ("root", "rest", "offset", "row", "limit", "idx", "shape")
+
+    def __init__(self, root, rest, offset: int, row: int, limit: int, idx, shape) -> None:
+        self.root, self.rest, self.offset, self.row = root, rest, offset, row
+        self.limit, self.idx, self.shape = limit, idx, shape
+
+
 class PartitionDimError(ShapeError):
     """A tile's partition dimension is over 128, or a view would move data across partitions."""
 
@@ -333,6 +348,7 @@ class NkiTensor:
         "_written",
         "_blocks",
         "_shared",
+        "_compared",
         "__weakref__",
     )
 
@@ -345,6 +361,7 @@ class NkiTensor:
         self._core = core
         self._owner = owner
         self._access = None
+        self._compared = False  # a comparison's result (``__bool__``)
         self.name = name
         # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
         # tile's unmasked uses compute only there (the compiler propagates masks).
@@ -381,6 +398,11 @@ class NkiTensor:
             raise OutOfBoundsError(t.message)
         if type(t) is _Whole or type(t) is Dynamic:
             t = t.resolve(self)
+        elif type(t) is VectorOffset:
+            raise NotSupportedError(
+                "ap: a view indexed by vector_offset (an indirect DMA) is read or written by "
+                "nisa.dma_copy only"
+            )
         elif type(t) is FuncBlocks:
             raise NotSupportedError(
                 f"{t.name}: an access spanning blocks of a tensor placed block by block "
@@ -391,11 +413,18 @@ class NkiTensor:
     def __repr__(self) -> str:
         return f"NkiTensor(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer.name})"
 
+    @api
     def __bool__(self) -> bool:
-        raise Trn2ValueError(
-            "a tensor has no Python truth value (its values are on the device); compare "
-            "shapes and dtypes, or use nl.where / nisa.affine_select on values"
-        )
+        """A tensor is an object, true as any (kernels test an optional tensor argument so:
+        nki-library's mlp_tkg_constants.py ``if params.expert_params.expert_index:``). A
+        comparison's result is an error instead: its values are on the device."""
+        if self._compared:
+            raise Trn2ValueError(
+                "a comparison of tensors has no Python truth value (its values are on the "
+                "device); compare shapes and dtypes, or use nl.where / nisa.affine_select on "
+                "values"
+            )
+        return True
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -411,6 +440,11 @@ class NkiTensor:
             tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner, self.name
         )
         t._shared = self._shared
+        # A view (slice, reshape, ``.ap``) of a placed tensor without block axes, or of one
+        # block, is still that tensor for ``nc_matmul``'s accumulate=None (Core.block_fresh).
+        b = self._blocks
+        if type(b) is tuple or (type(b) is Blocks and not b.n):
+            t._blocks = b
         return t
 
     def _machine_axis(self, a: int) -> int:

@@ -37,7 +37,7 @@ from ._ops import (
 )
 from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
 from ._surface import Unsupported as _Unsupported
-from ._tensor import Dynamic, NkiTensor
+from ._tensor import Dynamic, NkiTensor, VectorOffset
 
 
 class NkiValidationError(Trn2ValueError):
@@ -92,8 +92,14 @@ def dma_copy(
     name=None,
     **kwargs,
 ) -> None:
-    """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue."""
+    """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue; an HBM side
+    indexed by ``.ap(vector_offset=...)`` scatters or gathers rows."""
     c = _core_of(dst, src)
+    if (isinstance(dst, NkiTensor) and type(dst._t) is VectorOffset) or (
+        isinstance(src, NkiTensor) and type(src._t) is VectorOffset
+    ):
+        c.vector_offset_copy(dst, src, oob_mode)
+        return
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
 
@@ -659,7 +665,6 @@ define_unsupported(
     (
         "nc_matmul_mx",
         "quantize_mx",
-        "local_gather",
         "nc_match_replace8",
         "nc_stream_shuffle",
         "register_alloc",

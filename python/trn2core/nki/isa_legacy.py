@@ -756,6 +756,26 @@ _cur.define_unsupported(
 )
 
 
+@api
+def local_gather(
+    src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs
+) -> NkiTensor:
+    """A new tile of the gathered elements (GpSimd ``local_gather``: each 16-partition group's
+    partitions gather runs of ``num_elem_per_idx`` elements of their own row at the group's
+    uint16 indices): ``[P, k / 16, 16, m]`` for ``k`` indices a group, a multiple of 16 (the
+    legacy reference's example: ``[128, 4, 16, 4]``), else ``[P, k, m]``."""
+    core = _core(src_buffer, index)
+    k = index.size // index.shape[0] * 16 if num_valid_indices is None else num_valid_indices
+    k, m = int(k), int(num_elem_per_idx)
+    p = src_buffer.shape[0]
+    shape = (p, k // 16, 16, m) if k % 16 == 0 else (p, k, m)
+
+    def issue(d):
+        core.m.issue_at(core.loc, "local_gather", d.tile, src_buffer.tile, index.tile, m, k)
+
+    return _result(core, shape, src_buffer.dtype, SBUF, mask, issue)
+
+
 def _from_table(row):
     """The legacy form of an instruction of the core's table whose result tile its row
     describes (``("like", input)``, ``("columns", n)`` or ``("partition", input)``: the input's

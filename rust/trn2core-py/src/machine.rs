@@ -359,6 +359,11 @@ impl PyMachine {
         self.with_settled(py, 0, |m| m.release(&a))
     }
 
+    /// SBUF tensors without an address at the highest free address (`on`) or the lowest.
+    fn set_sbuf_fit_from_top(&self, on: bool) {
+        self.lock().set_sbuf_fit_from_top(on);
+    }
+
     /// How full SBUF or PSUM is, as the machine's allocator places tensors.
     fn usage(&self, space: &str) -> PyTrn2Result<PyMemoryUsage> {
         let sp = Space::parse("space", space)?;

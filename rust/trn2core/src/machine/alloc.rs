@@ -108,10 +108,17 @@ impl Memories {
                 }
                 a
             }
-            None => match first_fit(live, space, start_partition, p as u32, bytes, limit) {
-                Some(a) => a,
-                None => return Err(too_big()),
-            },
+            None => {
+                let fit = if space == Space::Sbuf && self.sbuf_from_top {
+                    top_fit(live, start_partition, p as u32, bytes, limit)
+                } else {
+                    first_fit(live, space, start_partition, p as u32, bytes, limit)
+                };
+                match fit {
+                    Some(a) => a,
+                    None => return Err(too_big()),
+                }
+            }
         };
         let slot = self.new_slot();
         let live = Live { slot, start_partition, partitions: p as u32, address, bytes, overlay };
@@ -412,16 +419,23 @@ fn psum_placement_ok(address: u64, bytes: u64) -> bool {
     }
 }
 
-/// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
-fn first_fit(
-    live: &[Live], space: Space, start: u32, p: u32, bytes: u64, limit: u64,
-) -> Option<u64> {
+/// The byte ranges `[lo, hi)` the allocations on any of partitions `[start, start + p)` take,
+/// in address order.
+fn taken(live: &[Live], start: u32, p: u32) -> Vec<(u64, u64)> {
     let mut taken: Vec<(u64, u64)> = live
         .iter()
         .filter(|l| overlaps(l.start_partition, l.partitions, start, p))
         .map(|l| (l.address, l.address + l.bytes))
         .collect();
     taken.sort_unstable();
+    taken
+}
+
+/// The lowest aligned address where `bytes` fit on partitions `[start, start + p)`.
+fn first_fit(
+    live: &[Live], space: Space, start: u32, p: u32, bytes: u64, limit: u64,
+) -> Option<u64> {
+    let taken = taken(live, start, p);
     let align = |a: u64| a.div_ceil(ALIGN_BYTES) * ALIGN_BYTES;
     let place = |a: u64| -> u64 {
         let a = align(a);
@@ -441,6 +455,28 @@ fn first_fit(
         }
     }
     (cand + bytes <= limit).then_some(cand)
+}
+
+/// The highest aligned SBUF address where `bytes` fit on partitions `[start, start + p)`
+/// below `limit` (the same sizes fit as with [`first_fit`]; only the place differs).
+fn top_fit(live: &[Live], start: u32, p: u32, bytes: u64, limit: u64) -> Option<u64> {
+    // Disjoint, in address order.
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (lo, hi) in taken(live, start, p) {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    let down = |a: u64| a / ALIGN_BYTES * ALIGN_BYTES;
+    let mut upper = limit;
+    for &(lo, hi) in merged.iter().rev() {
+        if upper >= bytes && down(upper - bytes) >= hi {
+            return Some(down(upper - bytes));
+        }
+        upper = upper.min(lo);
+    }
+    (upper >= bytes).then(|| down(upper - bytes))
 }
 
 #[cfg(test)]
@@ -464,6 +500,29 @@ mod tests {
         assert!(m.alloc(sb, "f", &[1, 4], f32, 0, Some(1024), false).is_err());
         assert!(m.alloc(sb, "g", &[1, 4], f32, 0, None, true).is_err());
         m.free(a)
+    }
+
+    #[test]
+    fn top_fit_takes_the_highest_gap_that_holds_the_tensor() -> Result<()> {
+        let mut m = Memories::new(Uninitialized::Error)?;
+        m.sbuf_from_top = true;
+        let (sb, u8) = (Space::Sbuf, Dtype::Uint8);
+        let a = m.alloc(sb, "a", &[128, 100], u8, 0, None, false)?;
+        let top = (SBUF_USABLE_PARTITION_BYTES - 100) / ALIGN_BYTES * ALIGN_BYTES;
+        assert_eq!(m.tensor(a)?.address, top);
+        // An explicit placement from address 0 up (nki-library's SbufManager) stays clear.
+        m.alloc(sb, "low", &[128, 4096], u8, 0, Some(0), true)?;
+        let b = m.alloc(sb, "b", &[64, 64], u8, 64, None, false)?;
+        assert_eq!(m.tensor(b)?.address, m.tensor(a)?.address - 64);
+        // The gap between 4096 and b is the only one left for this size.
+        let big = m.tensor(b)?.address - 4096;
+        let c = m.alloc(sb, "c", &[128, big as usize], u8, 0, None, false)?;
+        assert_eq!(m.tensor(c)?.address, 4096);
+        assert!(m.alloc(sb, "d", &[128, 64], u8, 0, None, false).is_err());
+        // PSUM keeps first fit.
+        let ps = m.alloc(Space::Psum, "ps", &[128, 8], Dtype::Fp32, 0, None, false)?;
+        assert_eq!(m.tensor(ps)?.address, 0);
+        Ok(())
     }
 
     #[test]

@@ -365,6 +365,9 @@ pub struct Memories {
     /// The view of the whole of PSUM that host-issued instructions address by bank
     /// (`machine::host`), once made.
     pub(crate) psum_view: Option<TensorId>,
+    /// SBUF tensors without an address go to the highest free address, not the lowest
+    /// ([`Machine::set_sbuf_fit_from_top`](super::Machine::set_sbuf_fit_from_top)).
+    pub(crate) sbuf_from_top: bool,
 }
 
 /// The number of the next machine created in this process.
@@ -391,6 +394,7 @@ impl Memories {
             uninitialized,
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,
+            sbuf_from_top: false,
         };
         if uninitialized == Uninitialized::Nan {
             m.sbuf.bytes_mut().fill(0xFF);

@@ -121,6 +121,13 @@ impl Machine {
         self.alloc_at(space, name, shape, dtype, 0, None, false)
     }
 
+    /// Where SBUF tensors without an address go: the highest free address when `on` (the NKI
+    /// front end: kernels' explicit allocations count from address 0 up, so the tensors the
+    /// front end places itself keep clear of them), else the lowest (the default).
+    pub fn set_sbuf_fit_from_top(&mut self, on: bool) {
+        self.mem.sbuf_from_top = on;
+    }
+
     /// [`Machine::alloc`] with an explicit first partition and, optionally, byte address;
     /// `overlay`: a kernel's explicit placement, which may share bytes with other such tensors
     /// and holds what is there ([`Memories::alloc`]).

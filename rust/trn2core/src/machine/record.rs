@@ -169,6 +169,9 @@ named_enum! {
         /// `core_barrier`: a point both physical cores of a logical core reach before either
         /// goes on (its engine waits; later accesses of its HBM tensor wait for it).
         CoreBarrier = "core_barrier",
+        /// `local_gather` (GpSimd): each 16-partition group's partitions gather elements of
+        /// their own row at the group's uint16 indices.
+        LocalGather = "local_gather",
     }
 }
 

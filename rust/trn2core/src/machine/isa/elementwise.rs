@@ -405,7 +405,7 @@ impl Machine {
             self.two_tensor_operands(opc, engine, ("data", data), ("operand1", operand1), dst)?;
         let (p, n) = (a.p(), a.n());
         let mut extra = Vec::new();
-        let s0 = self.scalar_f32("operand0", operand0, p, engine, &mut extra)?;
+        let s0 = self.scalar_widened("operand0", operand0, p, engine, &mut extra)?;
         let t = per_partition(op0, &self.gather_f32(data)?, &s0, reverse0, n);
         let y = self.gather_f32(operand1)?;
         let mut z = vec![0f32; t.len()];

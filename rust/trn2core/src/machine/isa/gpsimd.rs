@@ -172,6 +172,27 @@ impl Machine {
 }
 
 impl Machine {
+    /// The operands of a GpSimd gather (`nc_n_gather`, `local_gather`): `data` read at the
+    /// values of `index` (integers of the dtype named `want`) into `dst` of `data`'s dtype.
+    fn gather_operands(
+        &self, opc: Opcode, data: (&str, &Tile), index: (&str, &Tile), want: &str, dst: &Tile,
+    ) -> Result<(Opnd, Opnd, Opnd)> {
+        let engine = Some(Engine::Gpsimd);
+        let a = self.operand(data.0, data.1, engine, false)?;
+        let i = self.operand(index.0, index.1, engine, false)?;
+        let d = self.operand("dst", dst, engine, true)?;
+        let op = opc.name();
+        if index.1.dtype.name() != want {
+            return Err(super::dtype_rule(
+                index.0,
+                "gather_dtype",
+                format!("{} is {}; {op} reads {want} indices", index.0, index.1.dtype),
+            ));
+        }
+        super::keeps_dtype("gather_dtype", dst, data, &format!("{op} keeps {}'s dtype", data.0))?;
+        Ok((a, i, d))
+    }
+
     /// `nc_n_gather` (GpSimd engine): `dst[p, j] = data[p, indices[p, j]]`, each partition's
     /// free axes of `data` flattened (logical order), bit for bit. All three in SBUF with the
     /// same partitions; `dst` has `data`'s dtype and `indices`' element count; `indices` is
@@ -180,17 +201,8 @@ impl Machine {
     pub fn nc_n_gather(&mut self, dst: &Tile, data: &Tile, indices: &Tile) -> Result<()> {
         let opc = Opcode::NcNGather;
         let engine = Engine::Gpsimd;
-        let a = self.operand("data", data, Some(engine), false)?;
-        let i = self.operand("indices", indices, Some(engine), false)?;
-        let d = self.operand("dst", dst, Some(engine), true)?;
-        if indices.dtype != dtype::Dtype::Uint32 {
-            return Err(super::dtype_rule(
-                "indices",
-                "gather_dtype",
-                format!("indices is {}; nc_n_gather reads uint32 indices", indices.dtype),
-            ));
-        }
-        super::keeps_dtype("gather_dtype", dst, ("data", data), "nc_n_gather keeps data's dtype")?;
+        let (a, i, d) =
+            self.gather_operands(opc, ("data", data), ("indices", indices), "uint32", dst)?;
         if i.p() != a.p() || d.p() != a.p() || d.n() != i.n() {
             return Err(shape_rule(
                 "dst",
@@ -224,6 +236,102 @@ impl Machine {
         }
         self.scatter_bits(&d, &z)?;
         self.record_engine(opc, engine, &[&a, &i], &[], &d, 0);
+        Ok(())
+    }
+
+    /// `local_gather` (GpSimd engine; \[S9\]): each of the eight GpSimd cores serves 16
+    /// partitions and reads the indices of its own 16 partitions of `index` (uint16), flattened
+    /// partitions first (`i_j = index[16c + j % 16, j / 16]`), the first `num_valid` of them
+    /// (0: all); each partition `p` of the group then gathers from its own row of `src`:
+    /// `dst[p, j * m + e] = src[p, i_j + e]` for `e < m = num_elem_per_idx` (the semantics of
+    /// AWS's numpy reference for the instruction; each row's free axes flattened), bit for bit.
+    /// The documented limits: `src` and `index` on the same partitions, a multiple of 16 of
+    /// them; `m` one of 1, 2, 4, 8, 16, 32; at most 4096 indices per core; `dst` has `src`'s
+    /// dtype and `num_valid * m` elements per partition. An index whose `m` elements pass the
+    /// row's end is undefined on the chip: an error here, naming it.
+    pub fn local_gather(
+        &mut self, dst: &Tile, src: &Tile, index: &Tile, num_elem: i64, num_valid: i64,
+    ) -> Result<()> {
+        const GROUP: usize = 16;
+        let opc = Opcode::LocalGather;
+        let engine = Engine::Gpsimd;
+        let (s, i, d) =
+            self.gather_operands(opc, ("src_buffer", src), ("index", index), "uint16", dst)?;
+        let p = s.p() as usize;
+        if i.p() != s.p()
+            || index.start_partition != src.start_partition
+            || !p.is_multiple_of(GROUP)
+            || !(src.start_partition as usize).is_multiple_of(GROUP)
+        {
+            return Err(shape_rule(
+                "index",
+                "shape",
+                format!(
+                    "src_buffer is on partitions {}..{}, index on {}..{}; local_gather needs \
+                     both on the same partitions, whole groups of 16 (one GpSimd core each)",
+                    src.start_partition,
+                    src.start_partition as usize + p,
+                    index.start_partition,
+                    index.start_partition as usize + i.p() as usize
+                ),
+            ));
+        }
+        if ![1, 2, 4, 8, 16, 32].contains(&num_elem) {
+            return Err(super::rule(
+                "num_elem_per_idx",
+                "local_gather",
+                format!("num_elem_per_idx is {num_elem}; it is one of 1, 2, 4, 8, 16, 32"),
+            ));
+        }
+        let m = num_elem as usize;
+        let per_core = i.n() * GROUP;
+        let valid = if num_valid == 0 { per_core as i64 } else { num_valid };
+        if valid < 1 || valid as usize > per_core || valid > 4096 {
+            return Err(super::rule(
+                "num_valid_indices",
+                "local_gather",
+                format!(
+                    "{valid} indices per GpSimd core; index holds {per_core} a core (16 \
+                     partitions of {}), and a core gathers at most 4096",
+                    i.n()
+                ),
+            ));
+        }
+        let k = valid as usize;
+        if d.p() != s.p() || d.n() != k * m {
+            return Err(shape_rule(
+                "dst",
+                "shape",
+                format!(
+                    "dst is {:?}; local_gather writes {p} partitions of {k} indices x {m} \
+                     elements",
+                    dst.logical_shape()
+                ),
+            ));
+        }
+        let (x, idx) = (self.gather_bits(src)?, self.gather_bits(index)?);
+        let (n, w) = (s.n(), i.n());
+        let mut z = Vec::with_capacity(p * k * m);
+        for part in 0..p {
+            let base = part / GROUP * GROUP;
+            for j in 0..k {
+                let off = idx[(base + j % GROUP) * w + j / GROUP] as usize;
+                if off + m > n {
+                    return Err(super::rule(
+                        "index",
+                        "gather_index",
+                        format!(
+                            "index {off} (index {j} of partitions {base}..{}) reads {m} \
+                             elements from a row of {n}: past its end (undefined on the chip)",
+                            base + GROUP
+                        ),
+                    ));
+                }
+                z.extend_from_slice(&x[part * n + off..part * n + off + m]);
+            }
+        }
+        self.scatter_bits(&d, &z)?;
+        self.record_engine(opc, engine, &[&s, &i], &[], &d, 0);
         Ok(())
     }
 
@@ -528,6 +636,48 @@ mod tests {
         put(&mut m, &fidx, &[0; 21], 4);
         let err = m.nc_n_gather(&dst, &data, &fidx).expect_err("dtype");
         assert!(err.to_string().contains("uint32"), "{err}");
+    }
+
+    /// local_gather against AWS's numpy semantics: each 16-partition group's indices
+    /// flattened partitions first, every partition of the group gathering runs of its own row
+    /// (different indices per group, num_valid_indices below all, runs of 2), bit for bit; the
+    /// documented limits are errors naming their argument.
+    #[test]
+    fn local_gather_against_a_group_oracle() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n, w, k, run) = (32usize, 20usize, 3usize, 40usize, 2usize);
+        let src = m.alloc(Space::Sbuf, "src", &[p, 4, 5], Dtype::Fp32).expect("s");
+        let idx = m.alloc(Space::Sbuf, "idx", &[p, w], Dtype::Uint16).expect("i");
+        let dst = m.alloc(Space::Sbuf, "dst", &[p, k * run], Dtype::Fp32).expect("o");
+        let vals: Vec<u32> = (0..p * n).map(|e| 0x3f80_0000 + e as u32).collect();
+        put(&mut m, &src, &vals, 4);
+        let ids: Vec<u32> = (0..p * w).map(|e| ((e * 7 + e / 16) % (n - 1)) as u32).collect();
+        put(&mut m, &idx, &ids, 2);
+        let ok = |m: &mut Machine, k: i64| m.local_gather(&dst, &src, &idx, run as i64, k);
+        ok(&mut m, k as i64).expect("gather");
+        let got = m.read_tile(&dst).expect("read");
+        for r in 0..p {
+            let g = r / 16 * 16;
+            for j in 0..k {
+                let i = ids[(g + j % 16) * w + j / 16] as usize;
+                for e in 0..run {
+                    let at = ((r * k + j) * run + e) * 4;
+                    let v = u32::from_le_bytes([got[at], got[at + 1], got[at + 2], got[at + 3]]);
+                    assert_eq!(v, vals[r * n + i + e], "({r}, {j}, {e})");
+                }
+            }
+        }
+        let err = ok(&mut m, 49).expect_err("more than 48 a core");
+        assert!(err.to_string().contains("num_valid_indices"), "{err}");
+        let err = m.local_gather(&dst, &src, &idx, 3, k as i64).expect_err("run of 3");
+        assert!(err.to_string().contains("num_elem_per_idx"), "{err}");
+        put(&mut m, &idx, &[19; 96], 2);
+        let err = ok(&mut m, k as i64).expect_err("past the row");
+        assert!(err.to_string().contains("gather_index"), "{err}");
+        let odd = m.alloc(Space::Sbuf, "odd", &[p - 8, w], Dtype::Uint16).expect("odd");
+        put(&mut m, &odd, &[0; 72], 2);
+        let err = m.local_gather(&dst, &src, &odd, 2, 0).expect_err("partitions");
+        assert!(err.to_string().contains("groups of 16"), "{err}");
     }
 
     /// tensor_partition_reduce against a column-by-column oracle: float32 sums and maxima in

@@ -694,14 +694,31 @@ impl Machine {
         }
     }
 
-    /// Per-partition float32 values of a scalar operand (`partitions` of them).
+    /// Per-partition float32 values of a scalar operand (`partitions` of them); a tile
+    /// operand must be fp32 (rule `fp32_operand`).
     pub(crate) fn scalar_f32(
         &self, arg: &str, s: &Scalar, partitions: u32, engine: Engine, reads: &mut Vec<Region>,
+    ) -> Result<Vec<f32>> {
+        self.scalar_values(arg, s, partitions, engine, reads, true)
+    }
+
+    /// [`Machine::scalar_f32`] for an instruction that widens a tile operand of any dtype to
+    /// float32 (`scalar_tensor_tensor`'s `operand0`: the ISA casts its inputs to float32 and
+    /// asks no dtype of it).
+    pub(crate) fn scalar_widened(
+        &self, arg: &str, s: &Scalar, partitions: u32, engine: Engine, reads: &mut Vec<Region>,
+    ) -> Result<Vec<f32>> {
+        self.scalar_values(arg, s, partitions, engine, reads, false)
+    }
+
+    fn scalar_values(
+        &self, arg: &str, s: &Scalar, partitions: u32, engine: Engine, reads: &mut Vec<Region>,
+        fp32_only: bool,
     ) -> Result<Vec<f32>> {
         match s {
             Scalar::Imm(v) => Ok(vec![*v as f32; partitions as usize]),
             Scalar::Tile(t) => {
-                if t.dtype != Dtype::Fp32 {
+                if fp32_only && t.dtype != Dtype::Fp32 {
                     return Err(dtype_rule(
                         arg,
                         "fp32_operand",

@@ -431,6 +431,13 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          to the later core's time); later accesses of the HBM tensor data wait for it",
         &[ENGINE, req("data", K::Tile)],
     ),
+    row(Op::LocalGather, &[Gpsimd], Own, None,
+        "dst[p, j*m + e] = src_buffer[p, i_j + e], e < m = num_elem_per_idx, i_j the j-th of the \
+         uint16 index values of p's 16-partition group (partitions first); num_valid_indices \
+         of them (0: all)",
+        &[DST, req("src_buffer", K::Tile), req("index", K::Tile), int("num_elem_per_idx", 1),
+            int("num_valid_indices", 0)],
+    ),
 ];
 
 /// The arguments of `tensor_copy_dynamic_src` and `_dst`: NKI's (engine, dst, src) and the
@@ -924,6 +931,13 @@ impl Machine {
                 self.nc_stream_shuffle(&dst, &a.tile("src")?, a.ints("shuffle_mask")?)
             }
             Opcode::NcNGather => self.nc_n_gather(&dst, &a.tile("data")?, &a.tile("indices")?),
+            Opcode::LocalGather => self.local_gather(
+                &dst,
+                &a.tile("src_buffer")?,
+                &a.tile("index")?,
+                a.int("num_elem_per_idx")?,
+                a.int("num_valid_indices")?,
+            ),
             Opcode::RangeSelect => self.range_select(
                 &dst,
                 &a.tile("on_true_tile")?,
