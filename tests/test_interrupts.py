@@ -85,7 +85,9 @@ CASES = {
     ),
     "all_reduce-bf16": (
         "inst = t.Instance()\n"
-        "bufs = [t.quantize(np.full(1 << 25, r, np.float32), 'bf16') for r in range(16)]\n"
+        # Filled with each value's bfloat16 code (exact), not quantized from 2 GiB of float32.
+        "one = [t.quantize(np.float32([r]), 'bf16') for r in range(16)]\n"
+        "bufs = [np.full(1 << 25, o.view(np.uint16)[0]).view(o.dtype) for o in one]\n"
         "call = lambda: inst.all_reduce(bufs, op='max', algorithm='ring')",
         "got = inst.all_reduce([b[:999] for b in bufs], op='max').outputs\n"
         "assert all((g.astype(np.float32) == 15.0).all() for g in got)",
