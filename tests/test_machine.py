@@ -745,6 +745,37 @@ def test_results_do_not_depend_on_the_schedule():
     assert all((x == y).all() for x, y in zip(a, b, strict=True)) and ta == tb
 
 
+def test_long_calls_in_a_forked_child_start_their_own_helper():
+    # A long call on the main thread runs on a helper thread kept between calls; a child forked
+    # after the parent made one has no such thread and must start its own (each call here is a
+    # 256^3 GEMM and an NKI-style settle of 16 queued matmuls: well above the inline limit).
+    code = textwrap.dedent(
+        """
+        import os, numpy as np, trn2core
+        def run():
+            rng = np.random.default_rng(5)
+            a = rng.standard_normal((256, 256), dtype=np.float32)
+            g = trn2core.gemm(a, a).out
+            core = trn2core.NeuronCore()
+            st = core.tile((128, 128), "fp32"); core.write(st, a[:128, :128])
+            ps = core.tile((128, 128), "fp32", space="psum")
+            for i in range(16):
+                core.pe.matmul(ps, st, st, accumulate=i > 0)
+            return g.tobytes() + core.read(ps).tobytes()
+        first = run()
+        assert run() == first
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if run() == first and run() == first else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), int(run() == first))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "1"], r.stdout
+
+
 def test_queued_matmuls_settle_in_a_forked_child():
     # nc_matmul queues its arithmetic; a read settles it with parallel sections. In a child
     # forked after the parent computed, those must run on the child's own threads (a GIL-held

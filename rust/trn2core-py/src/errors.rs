@@ -6,16 +6,17 @@
 //!
 //! Python runs signal handlers only on its main thread, between bytecodes; a thread busy in
 //! Rust never gets there. So [`guard_detached`], called on the main thread, runs the work on a
-//! helper thread (scoped: it may borrow numpy buffers) with a fresh [`Cancel`] token installed,
+//! helper thread (kept from one call to the next; the work may borrow numpy buffers, since the
+//! call returns only once the helper is done with it) with a fresh [`Cancel`] token installed,
 //! and the main thread waits for it with the GIL released, waking every [`POLL`] to take the GIL
 //! and run `PyErr_CheckSignals`. When a handler raises (`KeyboardInterrupt` for Ctrl-C), the
 //! token is cancelled, the core's next check returns `Error::Interrupted` (core drivers check
-//! between K tiles, output blocks, chunks and codec tasks: a few milliseconds apart), the helper
+//! between K tiles, output blocks, chunks and codec tasks: a few milliseconds apart), the work
 //! ends, and the call raises the handler's exception. Objects stay usable: the core's work
 //! unwinds through `?`, never through a panic, and no Python object is touched meanwhile.
 //!
-//! The helper thread costs a thread start (tens of microseconds); calls on other threads (which
-//! cannot receive signals) and calls known to be short ([`guard_work`] under
+//! Handing the work over costs a wake-up of the helper (tens of microseconds); calls on other
+//! threads (which cannot receive signals) and calls known to be short ([`guard_work`] under
 //! [`INLINE_WORK`]) run inline on the calling thread instead, with the GIL released.
 
 use std::ffi::c_ulong;
@@ -172,42 +173,123 @@ fn finish<T>(py: Python<'_>, ran: Ran, out: Option<Result<T, Error>>) -> PyResul
     }
 }
 
-/// Runs `job` on a helper thread with a fresh [`Cancel`] token while this (main) thread waits
-/// with the GIL released and runs the signal handlers every [`POLL`]. A handler's exception
-/// (`KeyboardInterrupt` for Ctrl-C) is the `Err`: it wins over whatever the work returned.
+/// A [`Job`] for the helper thread, its borrows erased (see [`detached`]).
+type Task = Box<dyn FnOnce() + Send + 'static>;
+
+/// The thread that runs the main thread's long calls ([`detached`]), kept from one call to the
+/// next. A thread started for each call waited up to a millisecond for a core (a new thread
+/// queues behind the running ones, the pool's workers looking for work included), which
+/// doubled the time of an NKI matmul whose 128 settles take about a millisecond each; a
+/// waiting thread that is woken runs at once.
+struct Helper {
+    /// The process that started the thread (a forked child does not have it).
+    pid: u32,
+    /// Where the thread takes its tasks from.
+    tasks: mpsc::Sender<Task>,
+}
+
+/// The idle helper (none before the first long call, or while a call has it).
+static HELPER: Mutex<Option<Helper>> = Mutex::new(None);
+
+/// The helper for one call: the idle one, or a new one when there is none (the first call, a
+/// forked child, a call made while another has it: a signal handler's); `None` if no thread
+/// can be started.
+fn take_helper() -> Option<Helper> {
+    let pid = std::process::id();
+    if let Some(h) = HELPER.lock().ok().and_then(|mut g| g.take()) {
+        if h.pid == pid {
+            return Some(h);
+        }
+        // A parent's: its thread is not in this process, and its channel may have been
+        // copied mid-operation. Left alone (a few bytes).
+        std::mem::forget(h);
+    }
+    let (tasks, rx) = mpsc::channel::<Task>();
+    std::thread::Builder::new()
+        .name("trn2core-call".into())
+        .spawn(move || {
+            while let Ok(task) = rx.recv() {
+                task();
+            }
+        })
+        .ok()?;
+    Some(Helper { pid, tasks })
+}
+
+/// Gives a call's helper back for the next call (stopped instead if another is already idle).
+fn put_helper(h: Helper) {
+    if let Ok(mut idle) = HELPER.lock() {
+        if idle.is_none() {
+            *idle = Some(h);
+        }
+    }
+}
+
+/// Blocks until every sender of its channel is gone: [`detached`]'s task has finished or been
+/// dropped, so nothing borrows the caller's frame any more (also when the caller unwinds).
+struct AwaitTask(mpsc::Receiver<()>);
+
+impl Drop for AwaitTask {
+    fn drop(&mut self) {
+        while self.0.recv().is_ok() {}
+    }
+}
+
+/// Runs `job` on the helper thread ([`Helper`]) with a fresh [`Cancel`] token while this
+/// (main) thread waits with the GIL released and runs the signal handlers every [`POLL`]. A
+/// handler's exception (`KeyboardInterrupt` for Ctrl-C) is the `Err`: it wins over whatever
+/// the work returned.
 fn detached(py: Python<'_>, job: &mut Job<'_>) -> PyResult<Ran> {
     let token = Cancel::new();
     let slot = Mutex::new(Some(job));
-    let (outcome, signal) = py.detach(|| {
-        std::thread::scope(|s| {
-            let (done_tx, done_rx) = mpsc::channel::<()>();
-            let worker_token = token.clone();
-            let slot = &slot;
-            let spawned = std::thread::Builder::new().name("trn2core-call".into()).spawn_scoped(
-                s,
-                move || {
-                    // Dropped when the work ends (also by a panic): wakes the waiting thread.
-                    let _done = done_tx;
-                    let job = slot.lock().ok().and_then(|mut g| g.take());
-                    job.map(|job| worker_token.install(|| run(job)))
-                },
-            );
-            let Ok(handle) = spawned else {
-                // No thread to be had: run the work here, uninterruptibly.
-                return (slot.lock().ok().and_then(|mut g| g.take()).map(run), None);
-            };
-            let mut signal: Option<PyErr> = None;
-            while let Err(mpsc::RecvTimeoutError::Timeout) = done_rx.recv_timeout(POLL) {
-                if signal.is_none() {
-                    if let Err(e) = Python::attach(|py| py.check_signals()) {
-                        token.cancel();
-                        signal = Some(e);
+    let outcome: Mutex<Option<Ran>> = Mutex::new(None);
+    let signal = py.detach(|| {
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let worker_token = token.clone();
+        let (slot, outcome) = (&slot, &outcome);
+        let task = move || {
+            // Dropped last, when the work has ended (also by a panic): wakes the waiting thread.
+            let _done = done_tx;
+            let job = slot.lock().ok().and_then(|mut g| g.take());
+            let ran = job.map(|job| worker_token.install(|| run(job)));
+            if let Ok(mut o) = outcome.lock() {
+                *o = ran;
+            }
+        };
+        let task: Box<dyn FnOnce() + Send + '_> = Box::new(task);
+        // SAFETY: only the lifetime changes. The task borrows `slot` and `outcome`, which
+        // outlive `wait`; `wait`'s drop (below, also when unwinding) returns only once the
+        // task's `done_tx` is gone, i.e. the task has run to its end or been dropped unrun.
+        let task: Task =
+            unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Task>(task) };
+        let wait = AwaitTask(done_rx);
+        let helper = take_helper();
+        let sent = match &helper {
+            Some(h) => h.tasks.send(task).map_err(|e| e.0),
+            None => Err(task),
+        };
+        let mut signal: Option<PyErr> = None;
+        match sent {
+            // No thread to be had: the work runs here, uninterruptibly.
+            Err(task) => task(),
+            Ok(()) => {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = wait.0.recv_timeout(POLL) {
+                    if signal.is_none() {
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            token.cancel();
+                            signal = Some(e);
+                        }
                     }
                 }
+                if let Some(h) = helper {
+                    put_helper(h);
+                }
             }
-            (handle.join().unwrap_or_else(|p| Some(Err(p))), signal)
-        })
+        }
+        drop(wait);
+        signal
     });
+    let outcome = outcome.into_inner().ok().flatten();
     match (signal, outcome) {
         (Some(e), _) => Err(e),
         (None, Some(ran)) => Ok(ran),
