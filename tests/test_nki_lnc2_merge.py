@@ -54,14 +54,20 @@ def test_zero_then_scatter_across_cores_keeps_the_later_stores():
     assert res.report.lnc == 2
 
 
-@tn.jit
-def _both_store(x, spin):
-    """Both cores store their own values into the same rows; core 1 first spins."""
+def _scaled(x):
+    """This core's rank, a shared output like ``x``, and ``x`` times the rank + 1 in SBUF."""
     pid = nl.program_id(0)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
     nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(pid + 1))
+    return pid, out, t
+
+
+@tn.jit
+def _both_store(x, spin):
+    """Both cores store their own values into the same rows; core 1 first spins."""
+    pid, out, t = _scaled(x)
     if pid == 1:
         _spin(t, spin)
     nisa.dma_copy(dst=out, src=t)  # the store both cores make
@@ -91,11 +97,7 @@ def test_writes_far_apart_in_time_are_ordered_without_a_barrier():
 @tn.jit
 def _barrier_ordered(x, first):
     """Core ``first`` stores before the barrier on ``out``, the other core after it."""
-    pid = nl.program_id(0)
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(pid + 1))
+    pid, out, t = _scaled(x)
     if pid == first:
         nisa.dma_copy(dst=out, src=t)
     nisa.core_barrier(out, (0, 1))
@@ -116,12 +118,8 @@ def _seen_after_barrier(x, spin):
     """Core 0 stores into ``shared`` at once, core 1 later (after a spin); after a barrier
     each core reads ``shared`` back into its half of the output: both see core 1's store."""
     half = x.shape[0] // 2
-    pid = nl.program_id(0)
-    shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid, shared, t = _scaled(x)
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(pid + 1))
     if pid == 1:
         _spin(t, spin)
     nisa.dma_copy(dst=shared, src=t)

@@ -326,6 +326,17 @@ impl TensorInfo {
 
 /// Whether a tile's bytes form one contiguous range per partition (SBUF/PSUM) or one range of
 /// the buffer (HBM), so its byte range is exactly what it touches.
+/// `t` when it is an HBM tensor, else `ValueError` on `tile`: "`what`; tensor .. is in ..".
+fn hbm_only<'a>(t: &'a TensorInfo, what: &str) -> Result<&'a TensorInfo> {
+    if t.space != Space::Hbm {
+        return Err(Error::value(
+            "tile",
+            format!("{what}; tensor {} is in {}", t.name, t.space.name()),
+        ));
+    }
+    Ok(t)
+}
+
 pub(crate) fn is_dense(tile: &Tile) -> bool {
     let c = tile.canonical();
     let per_partition = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
@@ -755,17 +766,7 @@ impl Memories {
     /// when it is fully written). HBM tensors keep this map under [`Uninitialized::Nan`] too:
     /// an LNC=2 launch merges each physical core's written bytes of a shared output.
     pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
-        let t = self.tensor(tile.tensor)?;
-        if t.space != Space::Hbm {
-            return Err(Error::value(
-                "tile",
-                format!(
-                    "written_ranges reads an HBM tensor's map; tensor {} is in {}",
-                    t.name,
-                    t.space.name()
-                ),
-            ));
-        }
+        let t = hbm_only(self.tensor(tile.tensor)?, "written_ranges reads an HBM tensor's map")?;
         if t.fully_written {
             return Ok(vec![(0, t.bytes)]);
         }
@@ -781,17 +782,8 @@ impl Memories {
     /// tensor of `tile` ([`Memories::writers`]): an LNC=2 launch orders the two physical cores'
     /// writes of a shared tensor by when they ran.
     pub fn track_writers(&mut self, tile: &Tile) -> Result<()> {
+        hbm_only(self.tensor(tile.tensor)?, "track_writers keeps an HBM tensor's writers")?;
         let t = self.tensor_mut(tile.tensor)?;
-        if t.space != Space::Hbm {
-            return Err(Error::value(
-                "tile",
-                format!(
-                    "track_writers keeps an HBM tensor's writers; tensor {} is in {}",
-                    t.name,
-                    t.space.name()
-                ),
-            ));
-        }
         if t.writers.is_none() {
             t.writers = Some(vec![NO_WRITER; t.bytes as usize]);
         }
