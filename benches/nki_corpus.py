@@ -792,6 +792,51 @@ def _moe_tkg_wrapper(sub):
     return wrapped
 
 
+def ref_moe_cte(
+    x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size, spec, **kw
+):  # noqa: E501
+    """nki-library's blockwise MoE context encoding (its docstring's pseudocode): the output
+    [T+1, H] starts at zero; each block of ``block_size`` token positions runs its expert's MLP
+    on the tokens it lists, (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to
+    the compute dtype, bf16, the down projection's operand), scales each token's row by its
+    affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
+    token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
+    output's dtype after each block)."""
+    f = np.float64
+    e_count = w_gate_up.shape[0]
+    xs = x.astype(f)
+    out = np.zeros(x.shape, x.dtype)
+    for blk, (e,) in enumerate(np.asarray(block_to_expert)):
+        toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
+        g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+        h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
+        y = h @ w_down[e].astype(f)
+        y *= affinities.astype(f).reshape(-1)[toks * e_count + e][:, None]
+        out[toks] = (out[toks].astype(f) + y).astype(x.dtype)
+    return out
+
+
+def _moe_cte_inputs(t, h, i, e, b):
+    """bf16 hidden states [T+1, H] (row T the padding token), gate/up weights [E, H, 2, I]
+    and down weights [E, I, H] (scaled so a product stays near 1), the masked affinities
+    [(T+1)*E, 1] (bf16) and top k = E: every token in one block of each expert (T = B, so no
+    padding position), its order in each block shuffled (int32 positions; block e is expert
+    e's); the shard-on-I form, post-scaled."""
+
+    def f(r):
+        x = _f32(r, t + 1, h).astype(BF16)
+        wgu = (_f32(r, e, h, 2, i) / np.sqrt(h)).astype(BF16)
+        wd = (_f32(r, e, i, h) / np.sqrt(i)).astype(BF16)
+        aff = r.uniform(0.1, 1.0, ((t + 1) * e, 1)).astype(BF16)
+        pos = np.concatenate([r.permutation(t) for _ in range(e)]).astype(np.int32)
+        blocks = np.arange(e, dtype=np.int32).reshape(e, 1)
+        mod = "nkilib.core.moe.moe_cte.moe_cte"
+        spec = _lib_attr(mod, "MoECTESpec")(_lib_attr(mod, "MoECTEImplementation").shard_on_i)
+        return (x, aff, wgu, wd, pos, blocks, b, spec), {}
+
+    return f
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -1463,6 +1508,21 @@ def _cases() -> list[Case]:
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
+    # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
+    cases.append(
+        Case(
+            "nkilib moe_cte (shard on I, post-scaled) (LNC=2)",
+            lib,
+            "nkilib.core.moe.moe_cte.moe_cte",
+            "moe_cte",
+            _moe_cte_inputs(256, 512, 256, 2, 256),
+            ref_moe_cte,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,  # outputs up to ~0.17: a looser atol would hide a wrong scale
+            package_root=LIB,
+        )
+    )
     for rows in (256, 300):
         cases.append(
             Case(

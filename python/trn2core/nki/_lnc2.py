@@ -19,7 +19,7 @@ from ..errors import FormatError, ShapeError, Trn2ValueError
 from . import _dtypes as D
 from ._api import user_location
 from ._rendezvous import Call, RendezvousError
-from ._runtime import Core
+from ._runtime import Core, WrittenBytes
 from ._tensor import HBM, PRIVATE_HBM, SBUF, SHARED_HBM, NkiTensor
 
 #: ``dma_engine=gpsimd_dma``'s documented limit: bytes per partition by element size.
@@ -36,9 +36,10 @@ def _lnc2(op: str, c: Core) -> None:
         )
 
 
-def _ready(c: Core) -> float:
-    """When the instruction just recorded starts on ``c``'s timeline so far (seconds)."""
-    return c.m.run(0).times()["start"][-1]
+def _times(c: Core) -> tuple[np.ndarray, np.ndarray]:
+    """When each instruction recorded so far starts and ends on ``c``'s timeline (seconds)."""
+    r = c.m.run(0).times()
+    return np.asarray(r["start"]), np.asarray(r["end"])
 
 
 def _where() -> str:
@@ -46,11 +47,12 @@ def _where() -> str:
     return f"{file}:{line}"
 
 
-def _meet(c: Core, op: str, payload, check) -> Call:
-    """Meets the other core with ``c``'s last instruction's start time; holds it to the later
-    of the two. ``check`` must be equal on both sides."""
+def _meet(c: Core, op: str, payload, check, times=None) -> Call:
+    """Meets the other core with ``c``'s last instruction's start time (from ``times``, the
+    timeline's, scheduled here when not given); holds it to the later of the two. ``check``
+    must be equal on both sides."""
     where = _where()
-    mine = Call(op, where, _ready(c), payload, check)
+    mine = Call(op, where, float((times or _times(c))[0][-1]), payload, check)
     other = c.launch.rendezvous(c).meet(c.index, mine)
     if other.check != check:
         raise RendezvousError(
@@ -138,7 +140,27 @@ def core_barrier(c: Core, data, cores, engine: str) -> None:
     c.issue("core_barrier", engine, data.tile)
     j = data._shared
     store = c.launch.shared[c.index][j] if j is not None else None
-    parts = c.written_parts(store) if store is not None else []
-    other = _meet(c, "core_barrier", parts, (("shared tensor", j),))
+    times = _times(c)
+    mine = c.written_bytes(store, times) if store is not None else None
+    other = _meet(c, "core_barrier", mine, (("shared tensor", j),), times)
     if store is not None:
-        c.write_parts(store, other.payload)
+        c.write_parts(store, _later_parts(mine, other.payload, store.dtype.itemsize))
+
+
+def _later_parts(
+    mine: WrittenBytes, other: WrittenBytes, itemsize: int
+) -> list[tuple[int, int, np.ndarray]]:
+    """The byte runs of the other core's copy of a shared tensor that this core takes at a
+    barrier: those it wrote that this core did not, or wrote later (the chip's later write
+    wins; ``later_wins``). Where neither write can be ordered, this core keeps its own and the
+    launch's merge reports the race."""
+    ta, tb = ~np.isnan(mine.end), ~np.isnan(other.end)
+    later = (mine.vals != other.vals) & tb & (~ta | (mine.end <= other.start))
+    take = other.seen & (~mine.seen | later)
+    # Whole elements (``write_parts`` writes elements): an element's bytes are written together.
+    take = np.repeat(take.reshape(-1, itemsize).any(axis=1), itemsize)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], take.view(np.int8), [0]))))
+    return [
+        (int(lo), int(hi), other.vals[lo:hi])
+        for lo, hi in zip(edges[::2], edges[1::2], strict=True)
+    ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import builtins
 import collections
 import ctypes
+import dataclasses
 import inspect
 import itertools
 import math
@@ -496,6 +497,9 @@ class Core:
                 )
             return t
         tile = self.m.hbm_tensor(self.name(name, "out"), list(shape), D.machine_name(dtype), None)
+        if self.launch.lnc == 2:
+            # The two cores' writes are ordered by when they ran (``Launch._merge``).
+            self.m.track_writers(tile)
         self.launch.created[id(tile)] = (tile, *user_location())
         t = NkiTensor(tile, shape, None, dtype, SHARED_HBM, self, None, name)
         t._shared = j
@@ -511,6 +515,31 @@ class Core:
             (lo, hi, self.m.read(flat.ap([(1, (hi - lo) // es)], lo // es)).view(np.uint8))
             for lo, hi in self.m.written_ranges(st.tile)
         ]
+
+    def written_bytes(self, st: NkiTensor, times=None) -> WrittenBytes:
+        """This core's copy of the HBM storage ``st`` (a whole tensor): every byte, which of
+        them it has written, and when the instruction that last wrote each ran (``times``: the
+        timeline's ``(start, end)`` arrays, scheduled here when not given)."""
+        nbytes = st.size * st.dtype.itemsize
+        vals = np.zeros(nbytes, np.uint8)
+        seen = np.zeros(nbytes, bool)
+        for lo, hi, part in self.written_parts(st):
+            vals[lo:hi] = part
+            seen[lo:hi] = True
+        writer = self.m.writers(st.tile)
+        if writer is None:
+            writer = np.full(nbytes, NO_WRITER, np.uint32)
+        writer = np.asarray(writer, np.int64)
+        timed = writer != NO_WRITER
+        start = np.full(nbytes, np.nan)
+        end = np.full(nbytes, np.nan)
+        if timed.any():
+            if times is None:
+                r = self.m.run(0).times()
+                times = (np.asarray(r["start"]), np.asarray(r["end"]))
+            start[timed] = times[0][writer[timed]]
+            end[timed] = times[1][writer[timed]]
+        return WrittenBytes(self.index, vals, seen, writer, start, end)
 
     def write_parts(self, st: NkiTensor, parts) -> None:
         """Writes ``written_parts`` of another core's copy of ``st`` into this core's (outside
@@ -1796,20 +1825,8 @@ class Launch:
         ``t`` is that tensor or a view of it (a reshape, an ``.ap``): its elements are then
         taken from the merged storage."""
         base = self.shared[self.cores[0].index][j]
-        nbytes = base.size * base.dtype.itemsize
-        out = np.zeros(nbytes, np.uint8)
-        seen = np.zeros(nbytes, bool)
-        for core in self.cores:
-            for lo, hi, part in core.written_parts(self.shared[core.index][j]):
-                clash = seen[lo:hi] & (out[lo:hi] != part)
-                if clash.any():
-                    raise KernelError(
-                        f"output {t.name or j}: both physical cores wrote byte "
-                        f"{lo + int(np.argmax(clash))} with different values (a race on "
-                        "shared HBM)"
-                    )
-                out[lo:hi] = part
-                seen[lo:hi] = True
+        a, b = (core.written_bytes(self.shared[core.index][j]) for core in self.cores)
+        out, seen = later_wins(a, b, f"output {t.name or j}", self.cores)
         # The view's bytes in the storage (the storage itself: all of them, in order).
         es = t.dtype.itemsize
         idx = _view_elements(t.tile, es)
@@ -1829,6 +1846,68 @@ class Launch:
             )
         res = out[cols].view(host).reshape(t.shape)
         return res.astype(np.bool_) if t.dtype == D.bool_ else res
+
+
+#: ``Machine.writers``' code of a byte no instruction wrote (none, or written from the host
+#: or at a ``core_barrier``: the other core's bytes).
+NO_WRITER = 0xFFFFFFFF
+
+
+@dataclasses.dataclass
+class WrittenBytes:
+    """One physical core's copy of a shared HBM tensor (``Core.written_bytes``): its bytes,
+    which it has written, and per byte the last writing instruction (``NO_WRITER``: none) and
+    when that ran on the core's clock (seconds; NaN: no instruction)."""
+
+    core: int
+    vals: np.ndarray
+    seen: np.ndarray
+    writer: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+def later_wins(a: WrittenBytes, b: WrittenBytes, what: str, cores) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes of a shared HBM tensor both physical cores of an LNC=2 launch wrote, as the
+    chip leaves them: where both wrote different values, the later write (by the two cores'
+    clocks, which ``core_barrier`` and ``sendrecv`` synchronise) wins; two writes whose times
+    overlap cannot be ordered, a race (``KernelError`` naming both lines, rule ``hbm_race``). A
+    write of no instruction (the other core's bytes taken at a barrier) yields to a timed one;
+    two such writes must agree. Returns ``(bytes, written)``."""
+    out = np.where(b.seen, b.vals, a.vals)
+    seen = a.seen | b.seen
+    both = a.seen & b.seen & (a.vals != b.vals)
+    if not both.any():
+        return out, seen
+    ta, tb = ~np.isnan(a.end), ~np.isnan(b.end)
+    a_later = both & ta & (~tb | (b.end <= a.start))
+    b_later = both & tb & (~ta | (a.end <= b.start))
+    out[a_later] = a.vals[a_later]
+    race = both & ~a_later & ~b_later
+    if race.any():
+        k = int(np.argmax(race))
+        if ta[k] and tb[k]:
+            fa, la = cores[a.core].line_of(int(a.writer[k]))
+            fb, lb = cores[b.core].line_of(int(b.writer[k]))
+            msg = (
+                f"{fa}:{la}: {what}: physical core {a.core} (here, {a.start[k] * 1e6:.3f}-"
+                f"{a.end[k] * 1e6:.3f} us) and physical core {b.core} ({fb}:{lb}, "
+                f"{b.start[k] * 1e6:.3f}-{b.end[k] * 1e6:.3f} us) wrote byte {k} with different "
+                "values at overlapping times, with no core_barrier or sendrecv ordering them "
+                "(a race on shared HBM) [rule hbm_race]"
+            )
+            loc = (fa, la)
+        else:
+            msg = (
+                f"{what}: both physical cores wrote byte {k} with different values (a race on "
+                "shared HBM) [rule hbm_race]"
+            )
+            loc = None
+        err = KernelError(msg, rule="hbm_race")
+        if loc is not None:
+            err.nki_location = loc  # type: ignore[attr-defined]
+        raise err
+    return out, seen
 
 
 def _view_elements(tile, itemsize: int) -> np.ndarray:

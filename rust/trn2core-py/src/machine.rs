@@ -501,6 +501,21 @@ impl PyMachine {
         Ok(guard(py, || self.lock().written_ranges(&t))?)
     }
 
+    /// Keeps, from now on, the index of the instruction that last wrote each byte of an HBM
+    /// tensor (``writers``).
+    fn track_writers(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || self.lock().track_writers(&t))?)
+    }
+
+    /// The index of the instruction that last wrote each byte of an HBM tensor (uint32;
+    /// 0xFFFFFFFF: none, or a write outside any instruction), or None when not kept.
+    fn writers(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<Option<Py<PyAny>>> {
+        let t = tile_of(tile, "tile")?;
+        let w = guard(py, || self.lock().writers(&t))?;
+        Ok(w.map(|v| to_numpy(py, v)))
+    }
+
     /// Loop-carried reads among the recorded instructions `iterations[0] .. end`: up to `limit`
     /// pairs `(reader, writer)` where `reader` reads bytes last written in an earlier iteration.
     #[pyo3(signature = (iterations, end, limit = 16))]

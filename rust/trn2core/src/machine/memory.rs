@@ -280,7 +280,13 @@ pub struct TensorInfo {
     pub(crate) hbm_init: InitMap,
     /// Every byte of the footprint has been written.
     pub(crate) fully_written: bool,
+    /// The instruction that last wrote each byte (HBM only, once [`Memories::track_writers`]
+    /// asked for it; [`NO_WRITER`]: none, or a write outside any instruction).
+    pub(crate) writers: Option<Vec<u32>>,
 }
+
+/// [`TensorInfo::writers`] of a byte no instruction wrote.
+pub const NO_WRITER: u32 = u32::MAX;
 
 impl TensorInfo {
     /// The tile covering the whole tensor, in C order.
@@ -320,6 +326,17 @@ impl TensorInfo {
 
 /// Whether a tile's bytes form one contiguous range per partition (SBUF/PSUM) or one range of
 /// the buffer (HBM), so its byte range is exactly what it touches.
+/// `t` when it is an HBM tensor, else `ValueError` on `tile`: "`what`; tensor .. is in ..".
+fn hbm_only<'a>(t: &'a TensorInfo, what: &str) -> Result<&'a TensorInfo> {
+    if t.space != Space::Hbm {
+        return Err(Error::value(
+            "tile",
+            format!("{what}; tensor {} is in {}", t.name, t.space.name()),
+        ));
+    }
+    Ok(t)
+}
+
 pub(crate) fn is_dense(tile: &Tile) -> bool {
     let c = tile.canonical();
     let per_partition = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
@@ -524,6 +541,7 @@ impl Memories {
             hbm: None,
             hbm_init: InitMap::default(),
             fully_written: false,
+            writers: None,
         });
     }
 
@@ -569,6 +587,7 @@ impl Memories {
             hbm: Some(mem),
             hbm_init: init,
             fully_written: data.is_some(),
+            writers: None,
         });
         Ok(self.id(slot))
     }
@@ -747,17 +766,7 @@ impl Memories {
     /// when it is fully written). HBM tensors keep this map under [`Uninitialized::Nan`] too:
     /// an LNC=2 launch merges each physical core's written bytes of a shared output.
     pub fn written_ranges(&self, tile: &Tile) -> Result<Vec<(u64, u64)>> {
-        let t = self.tensor(tile.tensor)?;
-        if t.space != Space::Hbm {
-            return Err(Error::value(
-                "tile",
-                format!(
-                    "written_ranges reads an HBM tensor's map; tensor {} is in {}",
-                    t.name,
-                    t.space.name()
-                ),
-            ));
-        }
+        let t = hbm_only(self.tensor(tile.tensor)?, "written_ranges reads an HBM tensor's map")?;
         if t.fully_written {
             return Ok(vec![(0, t.bytes)]);
         }
@@ -767,6 +776,49 @@ impl Memories {
             .filter(|(_, &(_, m))| m & 1 != 0)
             .map(|(&s, &(e, _))| (s, e))
             .collect())
+    }
+
+    /// Keeps, from now on, the index of the instruction that last wrote each byte of the HBM
+    /// tensor of `tile` ([`Memories::writers`]): an LNC=2 launch orders the two physical cores'
+    /// writes of a shared tensor by when they ran.
+    pub fn track_writers(&mut self, tile: &Tile) -> Result<()> {
+        hbm_only(self.tensor(tile.tensor)?, "track_writers keeps an HBM tensor's writers")?;
+        let t = self.tensor_mut(tile.tensor)?;
+        if t.writers.is_none() {
+            t.writers = Some(vec![NO_WRITER; t.bytes as usize]);
+        }
+        Ok(())
+    }
+
+    /// The instruction that last wrote each byte of the HBM tensor of `tile` (see
+    /// [`Memories::track_writers`]; `None` when not kept).
+    pub fn writers(&self, tile: &Tile) -> Result<Option<&[u32]>> {
+        Ok(self.tensor(tile.tensor)?.writers.as_deref())
+    }
+
+    /// Records `writer` as the last writer of `tile`'s bytes when its tensor keeps them.
+    pub(crate) fn mark_writer(&mut self, tile: &Tile, range: (u64, u64), writer: u32) {
+        if tile.space != Space::Hbm {
+            return;
+        }
+        match self.tensors.get(tile.tensor.slot as usize) {
+            Some(Some(t)) if t.writers.is_some() && t.generation == tile.tensor.generation => {}
+            _ => return,
+        }
+        let mut runs = Vec::new();
+        if is_dense(tile) {
+            runs.push((range.0, range.1));
+        } else {
+            self.for_each_byte_run(tile, |_, lo, hi| runs.push((lo, hi)));
+        }
+        if let Some(Some(t)) = self.tensors.get_mut(tile.tensor.slot as usize) {
+            if let Some(w) = t.writers.as_mut() {
+                let n = w.len() as u64;
+                for (lo, hi) in runs {
+                    w[lo.min(n) as usize..hi.min(n) as usize].fill(writer);
+                }
+            }
+        }
     }
 
     /// Records that `tile`'s elements were written.

@@ -310,6 +310,18 @@ impl Machine {
         self.mem.written_ranges(tile)
     }
 
+    /// Keeps the last writer of each byte of an HBM tensor from now on (see
+    /// [`Memories::track_writers`]).
+    pub fn track_writers(&mut self, tile: &Tile) -> Result<()> {
+        self.mem.track_writers(tile)
+    }
+
+    /// The index of the instruction that last wrote each byte of an HBM tensor
+    /// ([`memory::NO_WRITER`]: none), when kept ([`Machine::track_writers`]).
+    pub fn writers(&self, tile: &Tile) -> Result<Option<Vec<u32>>> {
+        Ok(self.mem.writers(tile)?.map(<[u32]>::to_vec))
+    }
+
     /// Clears the matmul-written bits of a PSUM byte region.
     pub(crate) fn clear_psum_mm(&mut self, p0: u32, pn: u32, lo: u64, hi: u64) {
         let words = &mut self.psum_mm;

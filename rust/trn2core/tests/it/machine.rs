@@ -1597,6 +1597,31 @@ fn written_ranges_of_an_output() {
 }
 
 #[test]
+fn writers_of_an_hbm_tensor_name_the_last_writing_instruction() {
+    let mut m = core();
+    let out = m.hbm_tensor("out", &[4, 8], Dtype::Bf16, None).expect("hbm");
+    assert_eq!(m.writers(&out).expect("writers"), None, "kept only when asked");
+    m.track_writers(&out).expect("track");
+    let none = trn2core::machine::memory::NO_WRITER;
+    assert_eq!(m.writers(&out).expect("writers"), Some(vec![none; 64]));
+    let s = filled(&mut m, "s", &[2, 8], Dtype::Bf16, 1.0);
+    let first = m.instructions() as u32;
+    m.dma_copy(&out.slice(&[range(1, 3)]).expect("rows"), &s, None).expect("store");
+    // Every other row (strided): rows 0 and 2; row 2 now last written by this store.
+    let strided = out.slice(&[ix(Some(0), Some(4), 2)]).expect("rows");
+    m.dma_copy(&strided, &s, None).expect("store");
+    let w = m.writers(&out).expect("writers").expect("kept");
+    let row = |r: usize| w[r * 16..(r + 1) * 16].to_vec();
+    assert_eq!((row(0), row(1)), (vec![first + 1; 16], vec![first; 16]));
+    assert_eq!((row(2), row(3)), (vec![first + 1; 16], vec![none; 16]));
+    // A write outside any instruction has no writer.
+    m.write_tile(&out.slice(&[range(0, 1)]).expect("row"), &[0; 16]).expect("write");
+    assert_eq!(m.writers(&out).expect("writers").expect("kept")[..16], [none; 16]);
+    let err = m.track_writers(&s).expect_err("sbuf");
+    assert!(err.to_string().contains("HBM"), "{err}");
+}
+
+#[test]
 fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
     let mut m = core();
     let acc = alloc(&mut m, "acc", &[128, 64], Dtype::Fp32);

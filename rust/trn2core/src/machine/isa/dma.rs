@@ -300,7 +300,10 @@ impl Machine {
                 format!("{} bytes for a tile of {} bytes", data.len(), want),
             ));
         }
-        self.scatter_raw(&o, data)
+        self.scatter_raw(&o, data)?;
+        // Outside any instruction: no instruction is its writer.
+        self.mem.mark_writer(&o.tile, o.range, crate::machine::memory::NO_WRITER);
+        Ok(())
     }
 
     /// Reads a tile's elements as packed little-endian bytes of its dtype, in logical order

@@ -689,6 +689,7 @@ impl Machine {
     /// Bookkeeping after a non-matmul write: initialisation, and PSUM's matmul bits.
     pub(crate) fn after_write(&mut self, o: &Opnd) {
         self.mem.mark_written(&o.tile, o.range);
+        self.mem.mark_writer(&o.tile, o.range, self.program.instrs.len() as u32);
         if o.tile.space == Space::Psum {
             self.clear_psum_mm(o.tile.start_partition, o.tile.partitions, o.range.0, o.range.1);
         }
