@@ -216,6 +216,25 @@ def ref_add_n_elements(a, b, n_elements):
     return a + b
 
 
+#: nki-library's dynamic_elementwise_add: M-tiles (of 128 rows) the register-bound loop runs.
+_DYN_TILES = 3
+
+
+def ref_dynamic_add(a, b, num_m_tiles):
+    """The first ``num_m_tiles * 128`` rows of ``a + b`` (bf16 in, the sum rounded once to
+    bf16); the kernel leaves the other rows of its output unwritten."""
+    rows = int(num_m_tiles.reshape(-1)[0]) * 128
+    return (a[:rows].astype(np.float32) + b[:rows].astype(np.float32)).astype(a.dtype)
+
+
+def decode_dynamic_rows(out):
+    """The rows the loop wrote; the whole output (a shape mismatch) if it wrote any other row
+    (those hold the NaN new memory has under ``uninitialized="nan"``)."""
+    rows = _DYN_TILES * 128
+    rest = out[rows:].astype(np.float32)
+    return out[:rows] if np.isnan(rest).all() else out
+
+
 def ref_rms_norm_qkv(hidden, weights, **_):
     h = hidden.astype(np.float64)
     n = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)
@@ -1275,6 +1294,26 @@ def _cases() -> list[Case]:
             atol=1e-3,
             package_root=LIB,
             decode=decode_row_quant,
+        ),
+        Case(
+            "nkilib dynamic_elementwise_add (register loop bound)",
+            lib,
+            "nkilib.experimental.dynamic_shapes.dynamic_elementwise_add",
+            "dynamic_elementwise_add",
+            lambda r: (
+                (
+                    _f32(r, 512, 1024).astype(BF16),
+                    _f32(r, 512, 1024).astype(BF16),
+                    np.array([[_DYN_TILES]], np.int32),
+                ),
+                {},
+            ),
+            ref_dynamic_add,
+            package_root=LIB,
+            # Rows past the loop's are never written, and the kernel's closing fence copy
+            # reads them: new memory holds NaN, as AWS's simulator.
+            uninitialized="nan",
+            decode=decode_dynamic_rows,
         ),
     ]
     for layout, extra in (

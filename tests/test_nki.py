@@ -717,8 +717,8 @@ def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
             lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
             np.ones((2, 2), np.float32),
         )
-    with pytest.raises(tn.NotSupportedError, match="register_alloc"):
-        tn.run(lambda x: nisa.register_alloc(0), np.ones((2, 2), np.float32))
+    with pytest.raises(tn.NotSupportedError, match="set_rng_seed"):
+        tn.run(lambda x: nisa.set_rng_seed(0), np.ones((2, 2), np.float32))
 
     @tn.jit
     def half(x):

@@ -80,7 +80,7 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
         import nki.collectives as cc
         from neuronxcc import nki as legacy
         from neuronxcc.nki.compiler.backends.neuron.dimensions import VNC
-        from nki.isa import NkiInstruction, VirtualRegister
+        from nki.isa import NkiInstruction
         from nki.isa.constants import dge_mode, oob_mode
 
         assert nki.dtype is np.dtype and isinstance(nl.bfloat16, nki.dtype)
@@ -103,7 +103,6 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
         for use in (
             lambda: cc.all_reduce(1),
             lambda: cc.ReplicaGroup([0, 1]),
-            lambda: VirtualRegister(),
             lambda: NkiInstruction.x,
         ):
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):

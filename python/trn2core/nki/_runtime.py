@@ -42,6 +42,7 @@ from ._index import (
     is_int,
     var_axis,
 )
+from ._register import VirtualRegister
 from ._rendezvous import POLL_S, Rendezvous, RendezvousError
 from ._tensor import (
     HBM,
@@ -1326,7 +1327,7 @@ class Core:
             raise Trn2ValueError("ap: the pattern needs at least one [step, count] pair")
         scalar = kwargs.get("scalar_offset")
         dim = int(kwargs.get("indirect_dim", 0))
-        if scalar is not None and t._pdim is not None and 1 <= dim < len(pattern):
+        if isinstance(scalar, NkiTensor) and t._pdim is not None and 1 <= dim < len(pattern):
             # On chip along a free dimension: the value stays in SBUF, read by the machine when
             # tensor_copy_dynamic_src / _dst runs (by any other instruction when issued).
             static = {k: x for k, x in kwargs.items() if k not in ("scalar_offset", "indirect_dim")}
@@ -1491,11 +1492,15 @@ def reduce_axes(axis, shape: tuple[int, ...]) -> list[int]:
 def _scalar_tensor(scalar) -> None:
     if not isinstance(scalar, NkiTensor) or scalar._pdim is None or scalar.size != 1:
         raise NotSupportedError(
-            "ap: scalar_offset is a 1x1 SBUF tensor here (registers are not emulated)"
+            "ap: scalar_offset is a 1x1 SBUF tensor or a VirtualRegister, got "
+            f"{type(scalar).__name__}",
+            arg="scalar_offset",
         )
 
 
 def _scalar_value(core: Core, scalar) -> int:
+    if isinstance(scalar, VirtualRegister):
+        return scalar.get("scalar_offset")
     _scalar_tensor(scalar)
     return core.offset_value(scalar)
 

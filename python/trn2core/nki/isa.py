@@ -35,6 +35,7 @@ from ._ops import (
     unknown_engine,
     vector_engine,
 )
+from ._register import VirtualRegister, check_value
 from ._runtime import PSUM, api, current, reduce_axes, scalar_arg
 from ._surface import Unsupported as _Unsupported
 from ._tensor import Dynamic, NkiTensor, VectorOffset
@@ -637,6 +638,75 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, *
         raise NotSupportedError("tensor_copy_predicated: a scalar src")
 
 
+# ----------------------------------------------------------------------------- registers
+# No engine and no cost: docs/nki.md "Registers" (trn2core's choice, the docs give neither).
+
+
+def _register(x, arg: str) -> VirtualRegister:
+    if not isinstance(x, VirtualRegister):
+        raise Trn2ValueError(
+            f"{arg}: expected a VirtualRegister (nisa.register_alloc), got {type(x).__name__}",
+            arg=arg,
+        )
+    return x
+
+
+def _scalar_slot(t, arg: str) -> NkiTensor:
+    """``t`` as the one-element HBM or SBUF integer tensor a register is loaded from or
+    stored to (at most 32 bits), or an error naming ``arg``."""
+    if not isinstance(t, NkiTensor):
+        raise Trn2ValueError(f"{arg}: expected a tensor, got {type(t).__name__}", arg=arg)
+    if t.size != 1:
+        raise Trn2ValueError(
+            f"{arg}: a register moves one element; the tensor has shape {t.shape}", arg=arg
+        )
+    if t.buffer is PSUM:
+        raise Trn2ValueError(f"{arg}: a register moves to or from HBM or SBUF, not PSUM", arg=arg)
+    if t.dtype.kind not in "iu" or t.dtype.itemsize > 4:
+        raise Trn2ValueError(
+            f"{arg}: a register holds a 32-bit integer here; the tensor is {t.dtype}", arg=arg
+        )
+    return t
+
+
+@api
+def register_alloc(x=None, name=None) -> VirtualRegister:
+    """A new virtual register holding ``x`` (an integer within 32 bits, or the one element of
+    a tensor as ``register_load`` reads it), or no value yet."""
+    current()
+    if isinstance(x, NkiTensor):
+        t = _scalar_slot(x, "x")
+        return VirtualRegister(check_value(t._core.offset_value(t), "x"))
+    return VirtualRegister(None if x is None else check_value(x, "x"))
+
+
+@api
+def register_move(dst, src, name=None) -> None:
+    """``dst = src``: an integer or another register's value."""
+    reg = _register(dst, "dst")
+    reg.set(check_value(src, "src"), "dst")
+
+
+@api
+def register_load(dst, src, name=None) -> None:
+    """``dst`` = the one element of ``src`` (HBM or SBUF), read now in program order."""
+    reg = _register(dst, "dst")
+    t = _scalar_slot(src, "src")
+    reg.set(check_value(t._core.offset_value(t), "src"), "dst")
+
+
+@api
+def register_store(dst, src, name=None) -> None:
+    """The one element of ``dst`` (HBM or SBUF) = register ``src``'s value."""
+    t = _scalar_slot(dst, "dst")
+    v = _register(src, "src").get("src")
+    info = np.iinfo(t.dtype)
+    if not info.min <= v <= info.max:
+        raise Trn2ValueError(f"dst: the register's value {v} does not fit {t.dtype}", arg="dst")
+    c = _core_of(t)
+    c.m.write(t.tile, np.array([v], dtype=t.dtype).view(np.uint8))
+
+
 def _unsupported(module: str, name: str):
     def f(*args, **kwargs):
         raise NotSupportedError(
@@ -667,10 +737,6 @@ define_unsupported(
         "quantize_mx",
         "nc_match_replace8",
         "nc_stream_shuffle",
-        "register_alloc",
-        "register_move",
-        "register_load",
-        "register_store",
         "rng",
         "rand2",
         "rand_set_state",
@@ -679,7 +745,6 @@ define_unsupported(
         "topk",
     ),
 )
-VirtualRegister = _Unsupported("nki.isa.VirtualRegister")
 NkiInstruction = _Unsupported("nki.isa.NkiInstruction")
 
 

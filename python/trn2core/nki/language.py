@@ -27,6 +27,7 @@ from ._index import IndexExpr, Mask, NotSupportedError, is_int
 from ._index import arange as _arange
 from ._index import mgrid as _mgrid
 from ._ops import Op
+from ._register import VirtualRegister
 from ._runtime import (
     HBM,
     PRIVATE_HBM,
@@ -216,19 +217,71 @@ def static_range(*args, **kwargs) -> range:
     return builtins.range(*args)
 
 
-def dynamic_range(*args, **kwargs) -> range:
-    """An on-device loop; with integer bounds it runs like ``range`` (registers are not
-    emulated)."""
-    for a in args:
-        if not is_int(a):
-            raise NotSupportedError("dynamic_range: register bounds are not emulated")
-    return builtins.range(*args)
+def _bound(v, arg: str) -> int:
+    """A ``dynamic_range`` bound's value."""
+    if isinstance(v, VirtualRegister):
+        return v.get(arg)
+    if not is_int(v):
+        raise Trn2ValueError(
+            f"{arg}: a dynamic_range bound is an int or a VirtualRegister, got {type(v).__name__}",
+            arg=arg,
+        )
+    return int(v)
 
 
-def fori_loop(lower: int, upper: int, body_fun, step: int = 1) -> None:
-    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)`` (integer bounds only)."""
-    for i in dynamic_range(lower, upper, step):
-        body_fun(i)
+def _dynamic_values(start, stop, step) -> range:
+    if stop is None:
+        start, stop = 0, start
+    if isinstance(step, VirtualRegister) or not is_int(step) or int(step) <= 0:
+        raise Trn2ValueError(
+            f"step: the step of dynamic_range is a compile-time positive int (the hardware "
+            f"loop encodes it as an immediate), got {step!r}",
+            arg="step",
+        )
+    # A register bound below the start runs the loop zero times, as an int bound does
+    # (docs/nki.md, "Registers": trn2core's choice, the docs do not say).
+    lo, hi = _bound(start, "start"), _bound(stop, "stop")
+    return builtins.range(lo, hi, int(step))
+
+
+@api
+def _dynamic_range(start, stop=None, step=1):
+    return _dynamic_values(start, stop, step)
+
+
+def dynamic_range(start, stop=None, step=1):
+    """An on-device loop: bounds are ints or registers (read when the loop starts), the step a
+    positive int; each iteration's index is a frozen ``VirtualRegister`` (NKI's), usable as an
+    index, a ``scalar_offset`` or a bound."""
+    for i in _dynamic_range(start, stop, step):
+        yield VirtualRegister(i, frozen=True)
+
+
+def fori_loop(lower, upper, body_fun, step: int = 1) -> None:
+    """``body_fun(i)`` for ``i`` in ``range(lower, upper, step)``; bounds are ints or registers,
+    ``i`` a ``VirtualRegister`` passed by value (writing it does not change the loop)."""
+    for i in _dynamic_range(lower, upper, step):
+        body_fun(VirtualRegister(i))
+
+
+def while_loop(init, body_fun) -> None:
+    """``r = init; while r: r = body_fun(r)``: ``init`` and what the body returns are
+    registers, the body's argument a copy of the condition's value."""
+    r = _loop_register(init, "init")
+    while r:
+        r = _loop_register(body_fun(VirtualRegister(r.get("init"))), "body_fun")
+
+
+@api
+def _loop_register(r, arg: str) -> VirtualRegister:
+    if not isinstance(r, VirtualRegister):
+        what = "returns" if arg == "body_fun" else "is"
+        raise Trn2ValueError(
+            f"{arg}: while_loop's condition {what} a VirtualRegister, got {type(r).__name__}",
+            arg=arg,
+        )
+    r.get(arg)
+    return r
 
 
 @contextlib.contextmanager
@@ -755,7 +808,6 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 
 
 rms_norm = _unsupported("rms_norm")
-while_loop = _unsupported("while_loop")
 loop_reduce = _unsupported("loop_reduce")
 all_reduce = _unsupported("all_reduce")
 atomic_rmw = _unsupported("atomic_rmw")
