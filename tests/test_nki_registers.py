@@ -131,6 +131,22 @@ def test_loop_index_is_a_frozen_register_usable_as_an_index():
     assert seen == [0, 1, 2]
 
 
+def test_a_register_indexes_a_tensor():
+    # The language guide's ``process_tensor(t[i])``: the loop index as an integer index.
+    @tn.jit
+    def k(a):
+        out = nl.ndarray((4, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.dynamic_range(nisa.register_alloc(4)):
+            t = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+            nisa.dma_copy(dst=out[i], src=t)
+        return out
+
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(k(a), a + 1)
+
+
 def test_fori_loop_and_while_loop_with_registers():
     @tn.jit
     def k(x):
@@ -261,6 +277,17 @@ def k_host_arith(x):
     return r * 128  # BAD
 
 
+def k_index_uninit(x):
+    r = nisa.register_alloc()
+    nisa.dma_copy(dst=nl.ndarray((1, 2), dtype=x.dtype, buffer=nl.sbuf), src=x[r])  # BAD
+
+
+def k_register_as_operand(x):
+    t = nl.ndarray((2, 2), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=nisa.register_alloc(1))  # BAD
+
+
 def k_while_loop_returns(x):
     nl.while_loop(nisa.register_alloc(1), lambda r: 0)  # BAD
 
@@ -282,6 +309,8 @@ def k_while_loop_returns(x):
         (k_uninit_bound, "stop", ()),
         (k_while_uninit, "register", ()),
         (k_host_arith, "register", ()),
+        (k_index_uninit, "index", ()),
+        (k_register_as_operand, "operand0", ()),
         (k_while_loop_returns, "body_fun", ()),
     ],
 )

@@ -117,7 +117,9 @@ def scalar_arg(x, arg: str):
         return float(x)
     if isinstance(x, (int, float, np.integer, np.floating)):
         return float(x)
-    raise Trn2ValueError(f"{arg}: expected a number or a [P, 1] tile, got {type(x).__name__}")
+    raise Trn2ValueError(
+        f"{arg}: expected a number or a [P, 1] tile, got {type(x).__name__}", arg=arg
+    )
 
 
 _ASSOCIATIVE = set(

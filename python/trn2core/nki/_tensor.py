@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import CapacityError, ShapeError, Trn2ValueError
 from ._api import api
 from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
+from ._register import VirtualRegister
 
 
 class Buffer:
@@ -471,6 +472,8 @@ class NkiTensor:
         for i, k in enumerate(key):
             if isinstance(k, DS):
                 key[i] = slice(k.start, k.start + k.size)
+            elif isinstance(k, VirtualRegister):  # a register indexes by its value (now)
+                key[i] = k.get("index")
             elif k is None:
                 raise NotSupportedError("index: None (a new axis) is not an NKI index")
         return key
