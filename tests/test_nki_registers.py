@@ -32,13 +32,23 @@ def _sbuf_int(value: int, dtype=np.int32):
     return t
 
 
+def _int_out(n: int):
+    """A [1, n] int32 output of the kernel."""
+    return nl.ndarray((1, n), dtype=nl.int32, buffer=nl.shared_hbm)
+
+
+def _add(acc, by) -> None:
+    """``acc += by`` of two [1, 1] SBUF tensors."""
+    nisa.tensor_tensor(dst=acc, data1=acc, data2=by, op=nl.add)
+
+
 # ----------------------------------------------------------------------------- values
 
 
 def test_alloc_move_load_store_round_trip():
     @tn.jit
     def k(x):
-        out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+        out = _int_out(4)
         a = nisa.register_alloc(7)
         b = nisa.register_alloc()
         nisa.register_move(b, a)  # another register's value
@@ -53,7 +63,7 @@ def test_alloc_move_load_store_round_trip():
         nisa.register_move(a, 2_000_000_001)  # beyond float32's exact integers
         nisa.register_store(s[0:1, 3:4], d)
         nisa.dma_copy(dst=out, src=s)
-        e = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        e = _int_out(1)
         nisa.register_store(e, a)  # straight to HBM
         return out, e
 
@@ -67,7 +77,7 @@ def test_register_load_reads_in_program_order():
     # before it, before the one after it).
     @tn.jit
     def k(x):
-        out = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.shared_hbm)
+        out = _int_out(2)
         t = _sbuf_int(5)
         r = nisa.register_alloc()
         nisa.register_load(r, t)
@@ -150,15 +160,14 @@ def test_a_register_indexes_a_tensor():
 def test_fori_loop_and_while_loop_with_registers():
     @tn.jit
     def k(x):
-        out = nl.ndarray((1, 3), dtype=nl.int32, buffer=nl.shared_hbm)
-        acc = _sbuf_int(0)
-        one = _sbuf_int(1)
+        out = _int_out(3)
+        acc, one = _sbuf_int(0), _sbuf_int(1)
         hi = nisa.register_alloc(4)
 
         def body(i):
             # i is passed by value: writing it does not change the loop.
             nisa.register_move(i, 100)
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+            _add(acc, one)
 
         nl.fori_loop(0, hi, body)
         # while_loop: count down from 3, the body's register the next condition.
@@ -166,7 +175,7 @@ def test_fori_loop_and_while_loop_with_registers():
         acc2 = _sbuf_int(0)
 
         def wbody(r):
-            nisa.tensor_tensor(dst=acc2, data1=acc2, data2=cnt, op=nl.add)
+            _add(acc2, cnt)
             nisa.tensor_tensor(dst=cnt, data1=cnt, data2=one, op=nl.subtract)
             nisa.register_load(r, cnt)
             return r
@@ -177,7 +186,7 @@ def test_fori_loop_and_while_loop_with_registers():
         acc3 = _sbuf_int(0)
         reg = nisa.register_alloc(1)
         while reg:
-            nisa.tensor_tensor(dst=acc3, data1=acc3, data2=one, op=nl.add)
+            _add(acc3, one)
             nisa.tensor_tensor(dst=cnt3, data1=cnt3, data2=one, op=nl.subtract)
             nisa.register_load(reg, cnt3)
         # A zero condition: the body never runs (a true while).
@@ -196,9 +205,9 @@ def test_fori_loop_and_while_loop_with_registers():
 # ----------------------------------------------------------------------------- misuse
 
 
-def _err(kernel, *args) -> Trn2Error:
+def _err(kernel) -> Trn2Error:
     with pytest.raises(Trn2Error) as e:
-        tn.jit(kernel)(*(args or (np.zeros((2, 2), np.float32),)))
+        tn.jit(kernel)(np.zeros((2, 2), np.float32))
     return e.value
 
 
@@ -209,113 +218,114 @@ def _at(e: Trn2Error, kernel, text: str, arg: str) -> None:
 
 
 def k_alloc_float(x):
-    nisa.register_alloc(1.5)  # BAD
+    nisa.register_alloc(1.5)  # BAD: x
 
 
 def k_alloc_huge(x):
-    nisa.register_alloc(2**32)  # BAD
+    nisa.register_alloc(2**32)  # BAD: x
 
 
 def k_move_to_tensor(x):
-    nisa.register_move(x, 1)  # BAD
+    nisa.register_move(x, 1)  # BAD: dst
 
 
 def k_load_two(x):
     r = nisa.register_alloc()
-    nisa.register_load(r, nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf))  # BAD
+    nisa.register_load(r, nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf))  # BAD: src
 
 
 def k_load_float(x):
     r = nisa.register_alloc()
-    nisa.register_load(r, x[0:1, 0:1])  # BAD
+    nisa.register_load(r, x[0:1, 0:1])  # BAD: src
 
 
 def k_move_huge(x):
     r = nisa.register_alloc()
-    nisa.register_move(r, -(2**31) - 1)  # BAD
+    nisa.register_move(r, -(2**31) - 1)  # BAD: src
 
 
 def k_store_uint32_to_int32(x):
-    r = nisa.register_alloc()
-    nisa.register_load(r, x[0:1, 0:1])  # a uint32 register value beyond int32
-    nisa.register_store(_sbuf_int(0), r)  # BAD
+    r = nisa.register_alloc(2**32 - 1)  # a uint32 value, beyond int32
+    nisa.register_store(_sbuf_int(0), r)  # BAD: dst
 
 
 def k_store_uninit(x):
     r = nisa.register_alloc()
-    nisa.register_store(_sbuf_int(0), r)  # BAD
+    nisa.register_store(_sbuf_int(0), r)  # BAD: src
 
 
 def k_store_no_fit(x):
     r = nisa.register_alloc(300)
-    nisa.register_store(_sbuf_int(0, np.int8), r)  # BAD
+    nisa.register_store(_sbuf_int(0, np.int8), r)  # BAD: dst
 
 
 def k_frozen(x):
     for i in nl.dynamic_range(2):
-        nisa.register_move(i, 5)  # BAD
+        nisa.register_move(i, 5)  # BAD: dst
 
 
 def k_step_register(x):
-    for _ in nl.dynamic_range(0, 4, nisa.register_alloc(1)):  # BAD
+    for _ in nl.dynamic_range(0, 4, nisa.register_alloc(1)):  # BAD: step
         pass
 
 
 def k_uninit_bound(x):
-    for _ in nl.dynamic_range(0, nisa.register_alloc()):  # BAD
+    for _ in nl.dynamic_range(0, nisa.register_alloc()):  # BAD: stop
         pass
 
 
 def k_while_uninit(x):
     r = nisa.register_alloc()
-    while r:  # BAD
+    while r:  # BAD: register
         pass
 
 
 def k_host_arith(x):
     r = nisa.register_alloc(3)
-    return r * 128  # BAD
+    return r * 128  # BAD: register
 
 
 def k_index_uninit(x):
     r = nisa.register_alloc()
-    nisa.dma_copy(dst=nl.ndarray((1, 2), dtype=x.dtype, buffer=nl.sbuf), src=x[r])  # BAD
+    nisa.dma_copy(dst=nl.ndarray((1, 2), dtype=x.dtype, buffer=nl.sbuf), src=x[r])  # BAD: index
 
 
 def k_register_as_operand(x):
     t = nl.ndarray((2, 2), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=nisa.register_alloc(1))  # BAD
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=nisa.register_alloc(1))  # BAD: operand0
 
 
 def k_while_loop_returns(x):
-    nl.while_loop(nisa.register_alloc(1), lambda r: 0)  # BAD
+    nl.while_loop(nisa.register_alloc(1), lambda r: 0)  # BAD: body_fun
 
 
-@pytest.mark.parametrize(
-    ("kernel", "arg", "args"),
-    [
-        (k_alloc_float, "x", ()),
-        (k_alloc_huge, "x", ()),
-        (k_move_to_tensor, "dst", ()),
-        (k_load_two, "src", ()),
-        (k_load_float, "src", ()),
-        (k_move_huge, "src", ()),
-        (k_store_uint32_to_int32, "dst", (np.array([[2**32 - 1]], np.uint32),)),
-        (k_store_uninit, "src", ()),
-        (k_store_no_fit, "dst", ()),
-        (k_frozen, "dst", ()),
-        (k_step_register, "step", ()),
-        (k_uninit_bound, "stop", ()),
-        (k_while_uninit, "register", ()),
-        (k_host_arith, "register", ()),
-        (k_index_uninit, "index", ()),
-        (k_register_as_operand, "operand0", ()),
-        (k_while_loop_returns, "body_fun", ()),
-    ],
-)
-def test_register_misuse_names_the_argument_at_the_kernel_line(kernel, arg, args):
-    _at(_err(kernel, *args), kernel, "# BAD", arg)
+#: Each misuse kernel's bad line ends ``# BAD: <the argument its error names>``.
+MISUSES = [
+    k_alloc_float,
+    k_alloc_huge,
+    k_move_to_tensor,
+    k_load_two,
+    k_load_float,
+    k_move_huge,
+    k_store_uint32_to_int32,
+    k_store_uninit,
+    k_store_no_fit,
+    k_frozen,
+    k_step_register,
+    k_uninit_bound,
+    k_while_uninit,
+    k_host_arith,
+    k_index_uninit,
+    k_register_as_operand,
+    k_while_loop_returns,
+]
+
+
+@pytest.mark.parametrize("kernel", MISUSES, ids=lambda k: k.__name__)
+def test_register_misuse_names_the_argument_at_the_kernel_line(kernel):
+    bad = next(ln for ln in inspect.getsource(kernel).splitlines() if "# BAD: " in ln)
+    _at(_err(kernel), kernel, "# BAD", bad.rsplit("# BAD: ", 1)[1])
 
 
 def test_negative_register_values_are_valid():
@@ -323,15 +333,14 @@ def test_negative_register_values_are_valid():
     # below the start runs zero times (trn2core's choice, as Python's range).
     @tn.jit
     def k(x):
-        out = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.shared_hbm)
-        acc = _sbuf_int(0)
-        one = _sbuf_int(1)
+        out = _int_out(2)
+        acc, one = _sbuf_int(0), _sbuf_int(1)
         for _ in nl.dynamic_range(nisa.register_alloc(-2), 2):
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+            _add(acc, one)
         for _ in nl.dynamic_range(nisa.register_alloc(-5)):
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+            _add(acc, one)
         for _ in nl.dynamic_range(3, nisa.register_alloc(1)):
-            nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+            _add(acc, one)
         r = nisa.register_alloc()
         nisa.register_load(r, _sbuf_int(-7))
         nisa.dma_copy(dst=out[0:1, 0:1], src=acc)
