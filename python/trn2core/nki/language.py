@@ -229,7 +229,9 @@ def _bound(v, arg: str) -> int:
     return int(v)
 
 
-def _dynamic_values(start, stop, step) -> range:
+@api
+def _dynamic_range(start, stop=None, step=1) -> range:
+    """The values of a ``dynamic_range`` / ``fori_loop``, its bounds read now."""
     if stop is None:
         start, stop = 0, start
     if isinstance(step, VirtualRegister) or not is_int(step) or int(step) <= 0:
@@ -242,11 +244,6 @@ def _dynamic_values(start, stop, step) -> range:
     # (docs/nki.md, "Registers": trn2core's choice, the docs do not say).
     lo, hi = _bound(start, "start"), _bound(stop, "stop")
     return builtins.range(lo, hi, int(step))
-
-
-@api
-def _dynamic_range(start, stop=None, step=1):
-    return _dynamic_values(start, stop, step)
 
 
 def dynamic_range(start, stop=None, step=1):
