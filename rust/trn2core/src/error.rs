@@ -31,8 +31,8 @@ macro_rules! argument_errors {
             Interrupted,
         }
 
-        // Written out rather than derived (thiserror): the core then needs no proc-macro crate
-        // (syn), so `make test` starts compiling it seconds after the build begins.
+        // Written out rather than derived (thiserror): the core then needs no proc-macro crate,
+        // so its compile (on `make test`'s critical path) need not wait for syn.
         impl std::fmt::Display for Error {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 match self {
