@@ -1674,6 +1674,50 @@ fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
 }
 
 #[test]
+fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
+    // Ctrl-C during a settle: PSUM must not show a destination's older values as if its queued
+    // matmuls had run. The chains not written go back in the queue; the next settle gives the
+    // bits of an uninterrupted one.
+    let setup = || {
+        let mut m = core();
+        let st = alloc(&mut m, "st", &[128, 2, 64], Dtype::Bf16);
+        let mv = alloc(&mut m, "mv", &[128, 2, 80], Dtype::Bf16);
+        m.write_tile(&st, &to_bytes(Dtype::Bf16, &codes(Dtype::Bf16, 128 * 2 * 64, 5)))
+            .expect("st");
+        m.write_tile(&mv, &to_bytes(Dtype::Bf16, &codes(Dtype::Bf16, 128 * 2 * 80, 6)))
+            .expect("mv");
+        let p = psum(&mut m, "p", &[64, 80], Dtype::Fp32);
+        (m, st, mv, p)
+    };
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let fresh = PeOptions { accumulate: Some(false), ..PeOptions::default() };
+    let acc = PeOptions { accumulate: Some(true), ..PeOptions::default() };
+    let run = |m: &mut Machine, st: &Tile, mv: &Tile, p: &Tile, cancelled: bool| {
+        // One settled chain, then a new one into the same tile, queued.
+        m.nc_matmul(p, &slice(st, 0), &slice(mv, 0), &fresh).expect("first");
+        let before = get(m, p);
+        m.nc_matmul_queued(p, &slice(st, 1), &slice(mv, 1), &fresh).expect("queued");
+        m.nc_matmul_queued(p, &slice(st, 0), &slice(mv, 1), &acc).expect("queued");
+        if cancelled {
+            let token = trn2core::cancel::Cancel::new();
+            token.cancel();
+            let e = token.install(|| m.settle()).expect_err("interrupted");
+            assert!(matches!(e, Error::Interrupted), "{e}");
+            // Both wait again (the machine refuses reads until they are settled).
+            assert_eq!(m.queued_matmuls(), 2);
+        }
+        m.settle().expect("settle");
+        assert_eq!(m.queued_matmuls(), 0);
+        let after = get(m, p);
+        assert_ne!(after, before);
+        after
+    };
+    let (mut a, sta, mva, pa) = setup();
+    let (mut b, stb, mvb, pb) = setup();
+    assert_eq!(run(&mut a, &sta, &mva, &pa, false), run(&mut b, &stb, &mvb, &pb, true));
+}
+
+#[test]
 fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     // Two machines with the same data: one issues matmuls one at a time, the other queues them
     // (an accumulation group of 4 into one PSUM tile, then one into another tile, then an

@@ -339,8 +339,10 @@ impl Machine {
         if self.pe_queue.is_empty() {
             return Ok(());
         }
-        let queue = std::mem::take(&mut self.pe_queue);
-        // Ctrl-C (crate::cancel): checked between waves, and by each chain's GEMM.
+        let mut queue = std::mem::take(&mut self.pe_queue);
+        // Ctrl-C (crate::cancel): checked between waves, and by each chain's GEMM. A cancelled
+        // settle puts the chains it has not written back in the queue, so PSUM never shows a
+        // destination's older values as if its matmuls had run: the next settle computes them.
         let cancel = crate::cancel::current();
         let mut chains: Vec<std::ops::Range<usize>> = Vec::new();
         for (i, q) in queue.iter().enumerate() {
@@ -362,18 +364,27 @@ impl Machine {
                 end += 1;
             }
             let wave = &chains[start..end];
-            cancel.check()?;
             let this = &*self;
-            let sums: Vec<Result<Vec<f32>>> = if wave.len() == 1 {
-                vec![this.chain_sums(&queue[wave[0].clone()])]
-            } else {
-                // rayon's workers do not inherit the caller's token: each chain installs it.
-                wave.par_iter()
-                    .map(|c| cancel.install(|| this.chain_sums(&queue[c.clone()])))
-                    .collect()
+            let sums: Result<Vec<Vec<f32>>> = cancel.check().and_then(|()| {
+                if wave.len() == 1 {
+                    this.chain_sums(&queue[wave[0].clone()]).map(|s| vec![s])
+                } else {
+                    // rayon's workers do not inherit the caller's token: each chain installs it.
+                    wave.par_iter()
+                        .map(|c| cancel.install(|| this.chain_sums(&queue[c.clone()])))
+                        .collect()
+                }
+            });
+            let sums = match sums {
+                Ok(sums) => sums,
+                Err(e) => {
+                    // Nothing of this wave is written yet: it and the rest wait again.
+                    self.pe_queue = queue.split_off(chains[start].start);
+                    return Err(e);
+                }
             };
             for (c, s) in wave.iter().zip(sums) {
-                self.write_chain(&queue[c.start].dst, &s?)?;
+                self.write_chain(&queue[c.start].dst, &s)?;
             }
             start = end;
         }
