@@ -1673,19 +1673,26 @@ fn loop_carried_reads_are_found_and_independent_iterations_are_not() {
     assert!(m.carried_reads(&[5, 2], 6, 1).is_err());
 }
 
+/// A machine holding a stationary `[128, k, M]` and a moving `[128, k, N]` SBUF tile of
+/// pseudo-random codes, for the matmul queue's tests.
+fn pe_operands(
+    k: usize, (sm, sd): (usize, Dtype), (mn, md): (usize, Dtype),
+) -> (Machine, Tile, Tile) {
+    let mut m = core();
+    let st = alloc(&mut m, "st", &[128, k, sm], sd);
+    let mv = alloc(&mut m, "mv", &[128, k, mn], md);
+    m.write_tile(&st, &to_bytes(sd, &codes(sd, 128 * k * sm, 3))).expect("st");
+    m.write_tile(&mv, &to_bytes(md, &codes(md, 128 * k * mn, 4))).expect("mv");
+    (m, st, mv)
+}
+
 #[test]
 fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
     // Ctrl-C during a settle: PSUM must not show a destination's older values as if its queued
     // matmuls had run. The chains not written go back in the queue; the next settle gives the
     // bits of an uninterrupted one.
     let setup = || {
-        let mut m = core();
-        let st = alloc(&mut m, "st", &[128, 2, 64], Dtype::Bf16);
-        let mv = alloc(&mut m, "mv", &[128, 2, 80], Dtype::Bf16);
-        m.write_tile(&st, &to_bytes(Dtype::Bf16, &codes(Dtype::Bf16, 128 * 2 * 64, 5)))
-            .expect("st");
-        m.write_tile(&mv, &to_bytes(Dtype::Bf16, &codes(Dtype::Bf16, 128 * 2 * 80, 6)))
-            .expect("mv");
+        let (mut m, st, mv) = pe_operands(2, (64, Dtype::Bf16), (80, Dtype::Bf16));
         let p = psum(&mut m, "p", &[64, 80], Dtype::Fp32);
         (m, st, mv, p)
     };
@@ -1723,13 +1730,7 @@ fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     // (an accumulation group of 4 into one PSUM tile, then one into another tile, then an
     // overwrite of the first) and settles; PSUM and the recorded programs must agree.
     let setup = || {
-        let mut m = core();
-        let st = alloc(&mut m, "st", &[128, 4, 96], Dtype::Bf16);
-        let mv = alloc(&mut m, "mv", &[128, 4, 200], Dtype::Fp16);
-        let s = codes(Dtype::Bf16, 128 * 4 * 96, 3);
-        let v = codes(Dtype::Fp16, 128 * 4 * 200, 4);
-        m.write_tile(&st, &to_bytes(Dtype::Bf16, &s)).expect("st");
-        m.write_tile(&mv, &to_bytes(Dtype::Fp16, &v)).expect("mv");
+        let (mut m, st, mv) = pe_operands(4, (96, Dtype::Bf16), (200, Dtype::Fp16));
         let p = psum(&mut m, "p", &[96, 200], Dtype::Fp32);
         let q = psum(&mut m, "q", &[96, 200], Dtype::Fp32);
         (m, st, mv, p, q)
