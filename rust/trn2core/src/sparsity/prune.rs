@@ -57,11 +57,11 @@ pub fn prune_to<T: Element>(
 
 /// The kernel behind [`prune`].
 fn prune_into<T: Element>(x: &[T], out: &mut [T], dtype: Dtype, inner: usize, pattern: Pattern) {
-    // One closure per rule, so the hot loop holds no match. The key is `min(code & low, cap)`:
+    // A closure per key, so the hot loop holds no match. The key is `min(code & low, cap)`:
     // for floats the magnitude, with every NaN at `cap`, just above Inf; for unsigned codes
     // (`low` and `cap` all ones) the code itself. Sharing one closure, both rules share one set
     // of kernels: 14 per element width instead of 21, compiled in each crate that calls
-    // `prune` (the binding, the unit and integration tests).
+    // `prune` (the binding, the integration tests).
     let (low, cap) = match dtype.key_rule() {
         KeyRule::Float { sign, nan_above } => (T::from_u64(sign - 1), T::from_u64(nan_above + 1)),
         KeyRule::Unsigned => (T::from_u64(u64::MAX), T::from_u64(u64::MAX)),
