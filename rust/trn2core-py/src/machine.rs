@@ -269,7 +269,7 @@ impl PyMachine {
     /// The machine with its queued matmuls settled (what every call but `nc_matmul` sees).
     fn settled(&self) -> Result<MutexGuard<'_, Machine>, Error> {
         let mut m = self.lock();
-        if m.queued_matmuls() > 0 {
+        if m.has_queued_work() {
             // Settling runs parallel sections: on the fork-safe pool (GIL-held callers too).
             let core = &mut *m;
             trn2core::pool::install(|| core.settle())?;
@@ -290,12 +290,28 @@ impl PyMachine {
         &self, py: Python<'_>, elements: usize,
         f: impl FnOnce(&mut Machine) -> Result<T, Error> + Send,
     ) -> PyTrn2Result<T> {
+        self.with_queue(py, elements, |m| {
+            if m.has_queued_work() {
+                // Settling runs parallel sections: on the fork-safe pool.
+                trn2core::pool::install(|| m.settle())?;
+            }
+            f(m)
+        })
+    }
+
+    /// [`Self::with_settled`] for a call that settles the queue itself when it needs to
+    /// (`issue`, `alloc`, `free`: a tensor_tensor may wait in the queue, a freed tensor be
+    /// retired), with the same GIL and Ctrl-C choice.
+    fn with_queue<T: Send>(
+        &self, py: Python<'_>, elements: usize,
+        f: impl FnOnce(&mut Machine) -> Result<T, Error> + Send,
+    ) -> PyTrn2Result<T> {
         let queued = self.lock().queued_matmuls();
         if elements < GIL_HELD_ELEMENTS && queued == 0 {
-            Ok(guard(py, || f(&mut *self.settled()?))?)
+            Ok(guard(py, || f(&mut *self.lock()))?)
         } else {
             let work = (elements as u64).saturating_add(queued as u64 * QUEUED_MATMUL_WORK);
-            Ok(guard_work(py, work, || f(&mut *self.settled()?))?)
+            Ok(guard_work(py, work, || f(&mut *self.lock()))?)
         }
     }
 }
@@ -325,7 +341,7 @@ impl PyMachine {
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
-        let tile = self.with_settled(py, 0, |m| {
+        let tile = self.with_queue(py, 0, |m| {
             m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
         })?;
         Ok(PyTile { tile })
@@ -407,7 +423,7 @@ impl PyMachine {
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
-        self.with_settled(py, 0, |m| m.free(&t))
+        self.with_queue(py, 0, |m| m.free(&t))
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.
@@ -665,7 +681,7 @@ impl PyMachine {
         // The others settle the queue first (the core does, inside `issue`; the binding only
         // decides whether the GIL is released and Ctrl-C honoured for that work).
         let work = elements.max().unwrap_or(0);
-        self.with_settled(py, work, |m| {
+        self.with_queue(py, work, |m| {
             match at {
                 Some(loc) => m.issue_at(op, vals, loc),
                 None => m.issue(op, vals),

@@ -196,6 +196,140 @@ pub(crate) fn run_tiles(
     drive(Portable, tiles, m, n, first, out, ONE_PASS_FLOATS)
 }
 
+/// A `[k, f]` operand of a set of chains ([`run_chains`]), read by rows (`k <= RUN` products in
+/// natural order): a transposed `a` (an `nc_matmul`'s stationary, `f` = M) or a `b` (its moving,
+/// `f` = N).
+pub(crate) struct ChainOperand<'r, 'a> {
+    pub reader: &'r Reader<'a>,
+    pub k: usize,
+    pub f: usize,
+}
+
+/// One chain of [`run_chains`]: its K tiles in order, each as its operands' indices (into the
+/// set's `a` and `b` operands), and its `m x n` output (written by its first tile when `first`,
+/// else added to).
+pub(crate) struct ChainJob<'o> {
+    pub tiles: Vec<(usize, usize)>,
+    pub m: usize,
+    pub n: usize,
+    pub first: bool,
+    pub out: &'o mut [f32],
+}
+
+/// Packed floats of one side of a chain set above which [`run_chains`] declines (the largest
+/// packing buffer a thread keeps, [`SPARE_MAX_FLOATS`]).
+const CHAIN_SET_MAX_FLOATS: usize = SPARE_MAX_FLOATS;
+
+/// Several chains at once, each with the bits [`run_tiles`] gives it (`a_t` tiles in natural
+/// order): every distinct operand is packed once, in parallel (chains of one kernel share their
+/// operands: a stationary tile across the output's column blocks, a moving one across its row
+/// blocks), then every output block of every chain adds its chain's tiles in order, in one
+/// parallel pass. `Ok(false)` (nothing computed) when the packed operands would exceed
+/// [`CHAIN_SET_MAX_FLOATS`] on either side. Shapes are the caller's to check.
+pub(crate) fn run_chains(
+    a_ops: &[ChainOperand], b_ops: &[ChainOperand], chains: &mut [ChainJob],
+) -> Result<bool> {
+    if !fp_env_is_ieee() {
+        return Err(fp_env_error());
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(kernel) = super::kernel::Avx512::detect() {
+            return drive_chains(kernel, a_ops, b_ops, chains);
+        }
+        if let Some(kernel) = super::kernel::Avx2::detect() {
+            return drive_chains(kernel, a_ops, b_ops, chains);
+        }
+    }
+    drive_chains(Portable, a_ops, b_ops, chains)
+}
+
+fn drive_chains<K: MicroKernel>(
+    kernel: K, a_ops: &[ChainOperand], b_ops: &[ChainOperand], chains: &mut [ChainJob],
+) -> Result<bool> {
+    let len = |ops: &[ChainOperand], w: usize| -> Vec<usize> {
+        ops.iter().map(|o| o.f.div_ceil(w) * w * o.k).collect()
+    };
+    let (a_lens, b_lens) = (len(a_ops, K::MR), len(b_ops, K::NR));
+    let (a_total, b_total): (usize, usize) = (a_lens.iter().sum(), b_lens.iter().sum());
+    if a_total > CHAIN_SET_MAX_FLOATS || b_total > CHAIN_SET_MAX_FLOATS {
+        return Ok(false);
+    }
+    let cancel = crate::cancel::current();
+    let mut apack = PackBuf::take(a_total, "the packed operands of a chain set")?;
+    let mut bpack = PackBuf::take(b_total, "the packed operands of a chain set")?;
+    // One packing job per operand: (operand, panel width, its share of a buffer).
+    let mut jobs: Vec<(&ChainOperand, usize, &mut [f32])> =
+        Vec::with_capacity(a_ops.len() + b_ops.len());
+    for (ops, lens, w, buf) in [
+        (a_ops, &a_lens, K::MR, apack.as_mut_slice()),
+        (b_ops, &b_lens, K::NR, bpack.as_mut_slice()),
+    ] {
+        let mut rest = buf;
+        for (op, &l) in ops.iter().zip(lens) {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(l);
+            jobs.push((op, w, mine));
+            rest = tail;
+        }
+    }
+    let order: Vec<usize> = (0..RUN).collect();
+    jobs.par_iter_mut().try_for_each_init(Scratch::new, |s, (op, w, panels)| {
+        cancel.check()?;
+        let (order, w) = (&order[..op.k], *w);
+        let group = (RUN / w).max(1);
+        for (g, chunk) in panels.chunks_mut(group * w * op.k).enumerate() {
+            pack_cols(op.reader, op.f, w, g * group, 0, order, chunk, s);
+        }
+        Ok::<(), Error>(())
+    })?;
+    let offsets = |lens: &[usize]| -> Vec<usize> {
+        lens.iter().scan(0, |acc, &l| Some(std::mem::replace(acc, *acc + l))).collect()
+    };
+    let (a_off, b_off) = (offsets(&a_lens), offsets(&b_lens));
+    let (apack, bpack) = (&*apack.as_mut_slice(), &*bpack.as_mut_slice());
+    // Output blocks of MC x NC (every chain brings its own: enough tasks for the threads).
+    let mc_max = MC_PANELS * K::MR;
+    let nc = NC_PANELS * K::NR;
+    let plans: Vec<(Vec<(usize, usize)>, bool)> =
+        chains.iter_mut().map(|c| (std::mem::take(&mut c.tiles), c.first)).collect();
+    let mut tasks: Vec<(usize, Task)> = Vec::new();
+    for (c, chain) in chains.iter_mut().enumerate() {
+        let (m, n) = (chain.m, chain.n);
+        if m == 0 || n == 0 {
+            continue;
+        }
+        let mc = mc_max.min(m.div_ceil(K::MR) * K::MR);
+        let col_blocks = n.div_ceil(nc);
+        for (rb, block) in chain.out.chunks_mut(mc * n).enumerate() {
+            let cols = column_segments(block, n, nc, col_blocks, mc);
+            for (cb, rows) in cols.into_iter().enumerate() {
+                tasks.push((c, Task { row0: rb * mc, col0: cb * nc, rows }));
+            }
+        }
+    }
+    tasks.par_iter_mut().try_for_each(|(c, task)| {
+        // Worker threads have their own floating-point environment: check each.
+        if !fp_env_is_ieee() {
+            return Err(fp_env_error());
+        }
+        let (tiles, first) = &plans[*c];
+        for (t, &(ia, ib)) in tiles.iter().enumerate() {
+            cancel.check()?;
+            let kc = a_ops[ia].k;
+            let ap = &apack[a_off[ia]..][..a_lens[ia]];
+            let bp = &bpack[b_off[ib]..][..b_lens[ib]];
+            add_tile(kernel, kc, ap, bp, *first && t == 0, task);
+        }
+        for x in task.rows.iter_mut().flat_map(|r| r.iter_mut()) {
+            if x.is_nan() {
+                *x = CANONICAL_NAN;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(true)
+}
+
 /// One task: an output block of whole rows' column segments.
 struct Task<'o> {
     /// First row of the block in the output.

@@ -328,6 +328,31 @@ impl Memories {
         self.free_slots.push(id.slot);
         Ok(())
     }
+
+    /// Frees a tensor whose bytes queued work still writes or reads (the machine's matmul
+    /// queue, [`super::Machine::free`]): its tiles are invalid from now on, as after
+    /// [`Memories::free`], but its bytes stay taken (no allocation lands on them) until
+    /// [`Memories::reclaim`], when the queue has been settled.
+    pub fn retire(&mut self, id: TensorId) -> Result<()> {
+        self.tensor(id)?;
+        self.tensors[id.slot as usize] = None;
+        self.retired.push(id.slot);
+        Ok(())
+    }
+
+    /// Whether retired tensors still take bytes.
+    pub fn has_retired(&self) -> bool {
+        !self.retired.is_empty()
+    }
+
+    /// Gives the bytes of the retired tensors back.
+    pub fn reclaim(&mut self) {
+        for slot in std::mem::take(&mut self.retired) {
+            self.live_sbuf.retain(|l| l.slot != slot);
+            self.live_psum.retain(|l| l.slot != slot);
+            self.free_slots.push(slot);
+        }
+    }
 }
 
 impl OnChip for Memories {

@@ -375,6 +375,9 @@ pub struct Memories {
     pub(super) free_slots: Vec<u32>,
     pub(super) live_sbuf: Vec<Live>,
     pub(super) live_psum: Vec<Live>,
+    /// Slots of tensors freed while the matmul queue still uses their bytes
+    /// ([`Memories::retire`]): gone as tensors, their bytes taken until [`Memories::reclaim`].
+    pub(super) retired: Vec<u32>,
     /// Policy for never-written memory.
     pub uninitialized: Uninitialized,
     /// This machine's number (tiles carry it).
@@ -408,6 +411,7 @@ impl Memories {
             free_slots: Vec::new(),
             live_sbuf: Vec::new(),
             live_psum: Vec::new(),
+            retired: Vec::new(),
             uninitialized,
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,

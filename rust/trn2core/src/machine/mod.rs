@@ -85,6 +85,9 @@ pub struct Machine {
     pub(crate) psum_mm: Vec<u64>,
     /// Matmuls checked and recorded whose arithmetic waits for [`Machine::settle`].
     pub(crate) pe_queue: Vec<isa::pe::QueuedMatmul>,
+    /// `tensor_tensor`s waiting in the queue behind the matmuls issued before them
+    /// ([`isa::pe::Drain`]).
+    pub(crate) pe_drains: Vec<isa::pe::Drain>,
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
@@ -103,6 +106,7 @@ impl Machine {
             dve_regs: [0.0; SBUF_PARTITIONS],
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
             pe_queue: Vec::new(),
+            pe_drains: Vec::new(),
             config,
             next_dma_queue: 0,
         })
@@ -136,9 +140,17 @@ impl Machine {
         &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype, start_partition: u32,
         address: Option<u64>, overlay: bool,
     ) -> Result<Tile> {
-        // Queued matmuls read their SBUF operands when settled: memory changes hands only after.
-        self.settle()?;
-        let id = self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)?;
+        // No settle: a tensor the queue uses is retired when freed (`free`), its bytes kept
+        // until the queue is settled, so a new tensor never lands on them; when they are in
+        // the way, settling gives them back.
+        let id = match self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)
+        {
+            Err(_) if self.mem.has_retired() => {
+                crate::pool::install(|| self.settle())?;
+                self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)?
+            }
+            r => r?,
+        };
         let t = self.mem.tensor(id)?;
         let (p0, pn, lo, hi) = (t.start_partition, t.partitions, t.address, t.address + t.bytes);
         let tile = t.full_tile(id);
@@ -176,6 +188,9 @@ impl Machine {
             }
             None => fp,
         };
+        if self.mem.has_retired() {
+            crate::pool::install(|| self.settle())?;
+        }
         self.mem.fits_now(arg, space, fp)?;
         let start = self.mem.lowest_fit(space, fp).unwrap_or(0);
         let bytes = [fp.partitions as usize, fp.partition_bytes.max(1) as usize];
@@ -208,9 +223,12 @@ impl Machine {
         self.mem.check_tile(arg, tile)
     }
 
-    /// Frees a tensor (its tiles become invalid).
+    /// Frees a tensor (its tiles become invalid). One the matmul queue still uses is retired:
+    /// its bytes stay taken until the queue is settled ([`Memories::retire`]).
     pub fn free(&mut self, tile: &Tile) -> Result<()> {
-        self.settle()?;
+        if self.queue_uses(tile.tensor) {
+            return self.mem.retire(tile.tensor);
+        }
         self.mem.free(tile.tensor)
     }
 

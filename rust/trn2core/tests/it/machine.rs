@@ -1724,6 +1724,139 @@ fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
     assert_eq!(run(&mut a, &sta, &mva, &pa, false), run(&mut b, &stb, &mvb, &pb, true));
 }
 
+/// `tensor_tensor(dst, data1, data2, add)` on the Vector engine through the instruction table
+/// (where it may wait behind queued matmuls).
+fn issue_add(m: &mut Machine, dst: &Tile, data1: &Tile, data2: &Tile) -> trn2core::Result<()> {
+    use trn2core::machine::isa::table::{Kind, Value};
+    let op = Value::name(Kind::Alu, "op", "add")?;
+    let tiles = [dst, data1, data2].map(|t| Some(Value::Tile(*t)));
+    let [d, a, b] = tiles;
+    m.issue(trn2core::machine::Opcode::TensorTensor, vec![None, d, a, b, Some(op)])
+}
+
+/// A blocked-matmul step as NKI kernels write it, on machine `m`: for each of two PSUM tiles
+/// in turn (allocated, freed after use), a chain of two matmuls into it and its sum added into
+/// an SBUF accumulator; then a matmul whose stationary operand is the accumulator (what the
+/// waiting additions write). `settle_each`: settle before every addition (no waiting). Returns
+/// (accumulator, last PSUM tile) bits, and whether additions waited in the queue.
+fn blocked_step(
+    m: &mut Machine, st: &Tile, mv: &Tile, settle_each: bool,
+) -> (Vec<u32>, Vec<u32>, bool) {
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let acc = alloc(m, "acc", &[96, 200], Dtype::Fp32);
+    put(m, &acc, &vec![0x3F80_0000; 96 * 200]);
+    let mv96 = alloc(m, "mvf", &[96, 200], Dtype::Fp32);
+    put(m, &mv96, &codes(Dtype::Fp32, 96 * 200, 9));
+    let mut waited = false;
+    for i in 0..2 {
+        let p = psum(m, "part", &[96, 200], Dtype::Fp32);
+        for k in 0..2 {
+            let opts = PeOptions { accumulate: Some(k > 0), ..PeOptions::default() };
+            m.nc_matmul_queued(&p, &slice(st, i * 2 + k), &slice(mv, 3 - i - k), &opts)
+                .expect("queued");
+        }
+        if settle_each {
+            m.settle().expect("settle");
+        }
+        issue_add(m, &acc, &acc, &p).expect("add");
+        waited |= m.has_queued_work();
+        m.free(&p).expect("free");
+    }
+    // A matmul reading the accumulator: the additions run first.
+    let q = psum(m, "q", &[96, 200], Dtype::Fp32);
+    let acc_st = acc.slice(&[Index::ALL, range(0, 96)]).expect("acc as stationary");
+
+    m.nc_matmul_queued(&q, &acc_st, &mv96, &PeOptions::default()).expect("reads acc");
+    m.settle().expect("settle");
+    assert!(!m.has_queued_work());
+    (get(m, &acc), get(m, &q), waited)
+}
+
+#[test]
+fn a_tensor_tensor_waits_behind_queued_matmuls_with_the_same_bits() {
+    let setup = || pe_operands(4, (96, Dtype::Bf16), (200, Dtype::Bf16));
+    let (mut a, sta, mva) = setup();
+    let (mut b, stb, mvb) = setup();
+    let (acc_a, q_a, waited_a) = blocked_step(&mut a, &sta, &mva, true);
+    let (acc_b, q_b, waited_b) = blocked_step(&mut b, &stb, &mvb, false);
+    assert!(!waited_a && waited_b);
+    assert_eq!(acc_a, acc_b);
+    assert_eq!(q_a, q_b);
+    assert_ne!(acc_a, vec![0x3F80_0000; 96 * 200]);
+    // The same instructions, in the same order.
+    let ops = |m: &Machine| m.program().instrs.iter().map(|i| i.opcode).collect::<Vec<_>>();
+    assert_eq!(ops(&a), ops(&b));
+}
+
+#[test]
+fn a_cancelled_settle_keeps_its_waiting_tensor_tensors() {
+    let (mut a, sta, mva) = pe_operands(2, (64, Dtype::Bf16), (80, Dtype::Bf16));
+    let (mut b, stb, mvb) = pe_operands(2, (64, Dtype::Bf16), (80, Dtype::Bf16));
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let run = |m: &mut Machine, st: &Tile, mv: &Tile, cancelled: bool| {
+        let acc = alloc(m, "acc", &[64, 80], Dtype::Fp32);
+        put(m, &acc, &vec![0; 64 * 80]);
+        for i in 0..2 {
+            let p = psum(m, "p", &[64, 80], Dtype::Fp32);
+            m.nc_matmul_queued(&p, &slice(st, i), &slice(mv, 1 - i), &PeOptions::default())
+                .expect("queued");
+            issue_add(m, &acc, &acc, &p).expect("waits");
+            m.free(&p).expect("retired");
+            // A retired tensor is gone for every use.
+            assert!(m.check_tile("p", &p).is_err());
+        }
+        assert_eq!(m.queued_matmuls(), 2);
+        if cancelled {
+            let token = trn2core::cancel::Cancel::new();
+            token.cancel();
+            let e = token.install(|| m.settle()).expect_err("interrupted");
+            assert!(matches!(e, Error::Interrupted), "{e}");
+            assert_eq!(m.queued_matmuls(), 2);
+            assert!(m.has_queued_work());
+        }
+        m.settle().expect("settle");
+        get(m, &acc)
+    };
+    let want = run(&mut a, &sta, &mva, false);
+    assert_ne!(want, vec![0; 64 * 80]);
+    assert_eq!(run(&mut b, &stb, &mvb, true), want);
+}
+
+#[test]
+fn retired_psum_is_given_back_when_an_allocation_needs_it() {
+    // Eight banks: a tile freed while a matmul into it waits keeps its bank until the queue is
+    // settled; the allocation that needs the bank settles the queue and gets it.
+    let (mut m, st, mv) = pe_operands(1, (128, Dtype::Bf16), (512, Dtype::Bf16));
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let acc = alloc(&mut m, "acc", &[128, 512], Dtype::Fp32);
+    put(&mut m, &acc, &vec![0; 128 * 512]);
+    let mut banks = Vec::new();
+    for _ in 0..9 {
+        let p = psum(&mut m, "p", &[128, 512], Dtype::Fp32);
+        banks.push(p.offset);
+        m.nc_matmul_queued(&p, &slice(&st, 0), &slice(&mv, 0), &PeOptions::default())
+            .expect("queued");
+        issue_add(&mut m, &acc, &acc, &p).expect("waits");
+        m.free(&p).expect("free");
+    }
+    // The first eight took the eight banks; the ninth settled the queue and reused the first.
+    let distinct: std::collections::BTreeSet<_> = banks[..8].iter().collect();
+    assert_eq!(distinct.len(), 8);
+    assert_eq!(banks[8], banks[0]);
+    assert_eq!(m.queued_matmuls(), 1);
+    m.settle().expect("settle");
+    // Nine times the same product, added in fp32 from zero, against one product times nine.
+    let one = {
+        let (mut n, st1, mv1) = pe_operands(1, (128, Dtype::Bf16), (512, Dtype::Bf16));
+        let p = psum(&mut n, "p", &[128, 512], Dtype::Fp32);
+        n.nc_matmul(&p, &slice(&st1, 0), &slice(&mv1, 0), &PeOptions::default()).expect("mm");
+        get(&n, &p)
+    };
+    let want: Vec<u32> =
+        one.iter().map(|&b| (0..9).fold(0f32, |s, _| s + f32::from_bits(b)).to_bits()).collect();
+    assert_eq!(get(&m, &acc), want);
+}
+
 #[test]
 fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     // Two machines with the same data: one issues matmuls one at a time, the other queues them

@@ -252,6 +252,66 @@ impl Machine {
     pub fn tensor_tensor(
         &mut self, engine: Engine, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
     ) -> Result<()> {
+        let (a, b, d, bits) = self.tensor_tensor_checked(engine, dst, data1, data2, op)?;
+        self.tensor_tensor_values(op, bits, &a, &b, &d)?;
+        self.record_engine(
+            Opcode::TensorTensor,
+            engine,
+            &[&a, &b],
+            &[],
+            &d,
+            tensor_tensor_flags(op),
+        );
+        Ok(())
+    }
+
+    /// [`Machine::tensor_tensor`] issued while matmuls are queued: when it is float32 in and
+    /// out and writes SBUF, it waits in the queue behind them ([`super::pe::Drain`]): checked
+    /// and recorded now, computed when the queue is settled, with the same bits (a kernel
+    /// that adds each matmul chain's PSUM result into SBUF keeps its matmuls queued, and the
+    /// chains are computed in parallel). `Ok(false)` (nothing done) when it does not qualify.
+    pub(crate) fn tensor_tensor_deferred(
+        &mut self, engine: Engine, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
+    ) -> Result<bool> {
+        let fp32 = [data1, data2, dst].iter().all(|t| t.dtype == Dtype::Fp32);
+        if self.pe_queue.is_empty()
+            || self.pe_drains.len() >= super::pe::MAX_DRAINS
+            || !fp32
+            || dst.space != Space::Sbuf
+            || op.is_bitvec()
+        {
+            return Ok(false);
+        }
+        // The checks see the memories as they will be when it runs: the queued matmuls'
+        // destinations are marked written when queued, the waiting tensor_tensors' when
+        // deferred (the operand check refuses other instructions while matmuls wait).
+        let queue = std::mem::take(&mut self.pe_queue);
+        let drains = std::mem::take(&mut self.pe_drains);
+        let checked = self.tensor_tensor_checked(engine, dst, data1, data2, op);
+        (self.pe_queue, self.pe_drains) = (queue, drains);
+        let (a, b, d, bits) = checked?;
+        if bits {
+            return Ok(false);
+        }
+        self.mem.mark_written(&d.tile, d.range);
+        self.record_engine(
+            Opcode::TensorTensor,
+            engine,
+            &[&a, &b],
+            &[],
+            &d,
+            tensor_tensor_flags(op),
+        );
+        let after = self.pe_queue.len();
+        self.pe_drains.push(super::pe::Drain { after, op, a, b, d });
+        Ok(true)
+    }
+
+    /// `tensor_tensor`'s checks: its operands, and whether it computes on raw bits (bitvec
+    /// operators, GpSimd's native int32 arithmetic).
+    fn tensor_tensor_checked(
+        &self, engine: Engine, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
+    ) -> Result<(Opnd, Opnd, Opnd, bool)> {
         let opc = Opcode::TensorTensor;
         check_engine(opc, engine)?;
         if op.is_unary() {
@@ -270,10 +330,17 @@ impl Machine {
         let native = engine == Engine::Gpsimd
             && alu::int_native(op)
             && [data1, data2, dst].iter().all(|t| int32(t));
-        if op.is_bitvec() || native {
-            let mut x = self.gather_bits(data1)?;
-            let y = self.gather_bits(data2)?;
-            let (ta, tb) = (data1.dtype, data2.dtype);
+        Ok((a, b, d, op.is_bitvec() || native))
+    }
+
+    /// `tensor_tensor`'s values (`bits`: on raw bits).
+    pub(crate) fn tensor_tensor_values(
+        &mut self, op: AluOp, bits: bool, a: &Opnd, b: &Opnd, d: &Opnd,
+    ) -> Result<()> {
+        if bits {
+            let mut x = self.gather_bits(&a.tile)?;
+            let y = self.gather_bits(&b.tile)?;
+            let (ta, tb) = (a.tile.dtype, b.tile.dtype);
             for (p, &q) in x.iter_mut().zip(&y) {
                 *p = if op.is_bitvec() {
                     alu::apply_bits(op, *p, q)
@@ -281,19 +348,13 @@ impl Machine {
                     alu::apply_int(op, ta.int_value(*p), tb.int_value(q)) as u32
                 };
             }
-            self.scatter_bits(&d, &x)?;
-        } else if !self.fast_binary(op, &a, &b, &d) {
-            let (x, y) = (self.gather_f32(data1)?, self.gather_f32(data2)?);
+            self.scatter_bits(d, &x)?;
+        } else if !self.fast_binary(op, a, b, d) {
+            let (x, y) = (self.gather_f32(&a.tile)?, self.gather_f32(&b.tile)?);
             let mut z = vec![0f32; x.len()];
             alu::binary(op, &x, &y, &mut z);
-            self.scatter_f32(&d, &z)?;
+            self.scatter_f32(d, &z)?;
         }
-        let f = if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
-            flags::ADD_SUB_MUL
-        } else {
-            0
-        };
-        self.record_engine(opc, engine, &[&a, &b], &[], &d, f);
         Ok(())
     }
 
@@ -898,5 +959,14 @@ mod tests {
         let f = m.alloc(Space::Sbuf, "f", &[128, n], Dtype::Fp32).expect("f");
         let e = m.nc_stream_shuffle(&f, &all, &mask).expect_err("dtype");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shuffle_dtype")));
+    }
+}
+
+/// `tensor_tensor`'s cost flags.
+fn tensor_tensor_flags(op: AluOp) -> u32 {
+    if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
+        flags::ADD_SUB_MUL
+    } else {
+        0
     }
 }

@@ -446,7 +446,7 @@ impl Machine {
     pub(crate) fn operand(
         &self, arg: &str, tile: &Tile, engine: Option<Engine>, write: bool,
     ) -> Result<Opnd> {
-        if !self.pe_queue.is_empty() && engine != Some(Engine::Tensor) {
+        if self.has_queued_work() && engine != Some(Engine::Tensor) {
             // Queued matmuls read SBUF and write PSUM when settled (`nc_matmul_queued`).
             return Err(Error::value(
                 arg,

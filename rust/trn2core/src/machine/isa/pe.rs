@@ -73,6 +73,29 @@ pub(crate) struct QueuedMatmul {
     accumulate: bool,
 }
 
+/// A `tensor_tensor` waiting in the matmul queue (`Machine::tensor_tensor_deferred`): checked
+/// and recorded when issued, its values computed when the queue is settled, right after the
+/// chains of the `after` matmuls issued before it are written to PSUM and before any issued
+/// after it. It reads SBUF and PSUM and writes SBUF, float32 throughout (no rounding, so no
+/// dependence on when it runs); a matmul that reads what it writes settles the queue first.
+#[derive(Debug, Clone)]
+pub(crate) struct Drain {
+    /// Matmuls of the queue issued before it.
+    pub(crate) after: usize,
+    pub(crate) op: crate::machine::AluOp,
+    pub(crate) a: Opnd,
+    pub(crate) b: Opnd,
+    pub(crate) d: Opnd,
+}
+
+/// At most this many `tensor_tensor`s wait in the queue (each matmul queued checks its operands
+/// against every one of them).
+pub(crate) const MAX_DRAINS: usize = 64;
+
+/// At most this many chains are computed at once (their sums are held until written: a chain
+/// writes at most one PSUM bank, 256 KiB).
+const WAVE_CHAINS: usize = 64;
+
 /// The element type the GEMM readers use for a tile read as stored (`None`: gather instead).
 fn reader_dtype(d: Dtype) -> Option<SDtype> {
     Some(match d {
@@ -303,6 +326,10 @@ impl Machine {
         };
         // The arithmetic waits in the queue (see `QueuedMatmul`); PSUM is written when the
         // queue is settled, in issue order.
+        // A waiting tensor_tensor that writes what this matmul reads runs first.
+        if self.pe_drains.iter().any(|w| overlaps(&w.d, &st) || overlaps(&w.d, &mv)) {
+            self.settle()?;
+        }
         let stride = self.mem.mem(stationary).stride;
         let from_sbuf = opts.perf_mode == PerfMode::None
             && direct(stationary, stride)
@@ -314,6 +341,9 @@ impl Machine {
         };
         self.pe_queue.push(QueuedMatmul { dst: d, operands, shape, accumulate });
         self.set_psum_mm(&d);
+        // Written as of now for the checks of what reads it before the queue is settled (a
+        // waiting tensor_tensor); the bytes follow in issue order.
+        self.mem.mark_written(&d.tile, d.range);
         let f = if sf == Format::Fp32 || mf == Format::Fp32 { flags::FP32 } else { 0 };
         let cost = pe_cost(shape.partitions, shape.m, shape.n, opts.tile, f);
         self.program.push(
@@ -331,18 +361,37 @@ impl Machine {
         self.pe_queue.len()
     }
 
+    /// Whether matmuls or tensor_tensors wait in the queue ([`Machine::settle`] runs them).
+    pub fn has_queued_work(&self) -> bool {
+        !self.pe_queue.is_empty() || !self.pe_drains.is_empty()
+    }
+
+    /// Whether queued work (a matmul, or a waiting tensor_tensor) reads or writes tensor `id`.
+    pub(crate) fn queue_uses(&self, id: crate::machine::TensorId) -> bool {
+        self.pe_queue.iter().any(|q| {
+            q.dst.tile.tensor == id
+                || matches!(&q.operands, Operands::Sbuf(s, m) if s.tensor == id || m.tensor == id)
+        }) || self.pe_drains.iter().any(|w| [&w.a, &w.b, &w.d].iter().any(|o| o.tile.tensor == id))
+    }
+
     /// Computes every queued matmul and writes PSUM as if they ran one at a time in issue
-    /// order. Consecutive matmuls accumulating into one destination form a chain computed as
-    /// one GEMM (its K tiles are the instructions); chains whose destinations do not overlap
-    /// are computed in parallel, and written in issue order.
+    /// order, and runs the waiting `tensor_tensor`s between them ([`Drain`]). Consecutive
+    /// matmuls accumulating into one destination form a chain computed as one GEMM (its K tiles
+    /// are the instructions). Chains are computed in parallel in waves (a chain that accumulates
+    /// onto PSUM an earlier chain of the wave writes starts the next wave: it reads it), then
+    /// written in issue order, each waiting tensor_tensor run just before the first chain issued
+    /// after it. Tensors freed meanwhile give their bytes back at the end.
     pub fn settle(&mut self) -> Result<()> {
-        if self.pe_queue.is_empty() {
+        if self.pe_queue.is_empty() && self.pe_drains.is_empty() {
+            self.mem.reclaim();
             return Ok(());
         }
         let mut queue = std::mem::take(&mut self.pe_queue);
+        let mut drains = std::mem::take(&mut self.pe_drains);
         // Ctrl-C (crate::cancel): checked between waves, and by each chain's GEMM. A cancelled
-        // settle puts the chains it has not written back in the queue, so PSUM never shows a
-        // destination's older values as if its matmuls had run: the next settle computes them.
+        // settle puts the chains it has not written (and the tensor_tensors not run) back in
+        // the queue, so PSUM never shows a destination's older values as if its matmuls had
+        // run: the next settle computes them.
         let cancel = crate::cancel::current();
         let mut chains: Vec<std::ops::Range<usize>> = Vec::new();
         for (i, q) in queue.iter().enumerate() {
@@ -351,16 +400,27 @@ impl Machine {
                 _ => chains.push(i..i + 1),
             }
         }
+        // What is not done yet waits again: the matmuls from `first` on, the drains from `next`.
+        let requeue = |m: &mut Machine,
+                       queue: &mut Vec<QueuedMatmul>,
+                       drains: &mut Vec<Drain>,
+                       first: usize,
+                       next: usize| {
+            m.pe_queue = queue.split_off(first);
+            m.pe_drains = drains.split_off(next);
+            for w in &mut m.pe_drains {
+                w.after = w.after.saturating_sub(first);
+            }
+        };
+        let mut next = 0;
         let mut start = 0;
         while start < chains.len() {
-            // A wave: chains none of whose destinations overlap (each reads only SBUF, and
-            // PSUM that no other chain of the wave writes).
             let mut end = start + 1;
-            while end < chains.len()
-                && !chains[start..end]
-                    .iter()
-                    .any(|c| overlaps(&queue[c.start].dst, &queue[chains[end].start].dst))
-            {
+            while end < chains.len() && end - start < WAVE_CHAINS && {
+                let c = &queue[chains[end].start];
+                !(c.accumulate
+                    && chains[start..end].iter().any(|w| overlaps(&queue[w.start].dst, &c.dst)))
+            } {
                 end += 1;
             }
             let wave = &chains[start..end];
@@ -368,6 +428,8 @@ impl Machine {
             let sums: Result<Vec<Vec<f32>>> = cancel.check().and_then(|()| {
                 if wave.len() == 1 {
                     this.chain_sums(&queue[wave[0].clone()]).map(|s| vec![s])
+                } else if let Some(sums) = this.wave_sums(&queue, wave)? {
+                    Ok(sums)
                 } else {
                     // rayon's workers do not inherit the caller's token: each chain installs it.
                     wave.par_iter()
@@ -379,16 +441,110 @@ impl Machine {
                 Ok(sums) => sums,
                 Err(e) => {
                     // Nothing of this wave is written yet: it and the rest wait again.
-                    self.pe_queue = queue.split_off(chains[start].start);
+                    let first = chains[start].start;
+                    requeue(self, &mut queue, &mut drains, first, next);
                     return Err(e);
                 }
             };
             for (c, s) in wave.iter().zip(sums) {
-                self.write_chain(&queue[c.start].dst, &s)?;
+                while next < drains.len() && drains[next].after <= c.start {
+                    if let Err(e) = self.run_drain(&drains[next]) {
+                        requeue(self, &mut queue, &mut drains, c.start, next);
+                        return Err(e);
+                    }
+                    next += 1;
+                }
+                if let Err(e) = self.write_chain(&queue[c.start].dst, &s) {
+                    requeue(self, &mut queue, &mut drains, c.start, next);
+                    return Err(e);
+                }
             }
             start = end;
         }
+        while next < drains.len() {
+            if let Err(e) = self.run_drain(&drains[next]) {
+                let first = queue.len();
+                requeue(self, &mut queue, &mut drains, first, next);
+                return Err(e);
+            }
+            next += 1;
+        }
+        self.mem.reclaim();
         Ok(())
+    }
+
+    /// The sums of a wave of chains whose operands all lie in SBUF, computed as one set
+    /// ([`engine::run_chains`]: each distinct operand tile packed once); `None` when an operand
+    /// was gathered or the packed set would be too large (then each chain on its own).
+    fn wave_sums(
+        &self, queue: &[QueuedMatmul], wave: &[std::ops::Range<usize>],
+    ) -> Result<Option<Vec<Vec<f32>>>> {
+        // Distinct operand tiles (the memories do not change while a wave is computed).
+        let (mut st, mut mv): (Vec<Tile>, Vec<Tile>) = (Vec::new(), Vec::new());
+        let index = |set: &mut Vec<Tile>, t: &Tile| match set.iter().position(|x| x == t) {
+            Some(i) => i,
+            None => {
+                set.push(*t);
+                set.len() - 1
+            }
+        };
+        let mut plans = Vec::with_capacity(wave.len());
+        for c in wave {
+            let mut tiles = Vec::with_capacity(c.len());
+            for q in &queue[c.clone()] {
+                let Operands::Sbuf(s, m) = &q.operands else {
+                    return Ok(None);
+                };
+                tiles.push((index(&mut st, s), index(&mut mv, m)));
+            }
+            plans.push(tiles);
+        }
+        let readers = |arg: &str, set: &[Tile]| -> Result<Vec<Reader>> {
+            set.iter().map(|t| self.sbuf_reader(arg, t)).collect()
+        };
+        let (sr, mr) = (readers("stationary", &st)?, readers("moving", &mv)?);
+        fn ops<'r, 'a>(set: &[Tile], rs: &'r [Reader<'a>]) -> Vec<engine::ChainOperand<'r, 'a>> {
+            set.iter()
+                .zip(rs)
+                .map(|(t, r)| engine::ChainOperand {
+                    reader: r,
+                    k: t.partitions as usize,
+                    f: t.free_size(),
+                })
+                .collect()
+        }
+        let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
+        let mut outs = Vec::with_capacity(wave.len());
+        for c in wave {
+            let head = &queue[c.start];
+            let (m, n) = (head.shape.m, head.shape.n);
+            outs.push(if head.accumulate {
+                self.gather_f32(&head.dst.tile)?
+            } else {
+                crate::host::zeroed_vec("dst", "a matmul chain's sums", m * n)?
+            });
+        }
+        let mut jobs: Vec<engine::ChainJob> = outs
+            .iter_mut()
+            .zip(plans)
+            .zip(wave)
+            .map(|((out, tiles), c)| {
+                let head = &queue[c.start];
+                engine::ChainJob {
+                    tiles,
+                    m: head.shape.m,
+                    n: head.shape.n,
+                    first: !head.accumulate,
+                    out,
+                }
+            })
+            .collect();
+        Ok(engine::run_chains(&a_ops, &b_ops, &mut jobs)?.then_some(outs))
+    }
+
+    /// Computes a waiting tensor_tensor's values ([`Drain`]).
+    fn run_drain(&mut self, w: &Drain) -> Result<()> {
+        self.tensor_tensor_values(w.op, false, &w.a, &w.b, &w.d)
     }
 
     /// `nc_transpose`: `dst = data.T` (partition axis and flattened free axis swapped), bit for

@@ -794,7 +794,14 @@ impl Machine {
             let (d, s, m) = (a.tile("dst")?, a.tile("stationary")?, a.tile("moving")?);
             return self.nc_matmul_queued(&d, &s, &m, &opts);
         }
-        if self.queued_matmuls() > 0 {
+        if op == Opcode::TensorTensor && self.queued_matmuls() > 0 {
+            // A float32 tensor_tensor into SBUF waits behind the queued matmuls.
+            let (d, x, y) = (a.tile("dst")?, a.tile("data1")?, a.tile("data2")?);
+            if self.tensor_tensor_deferred(a.engine()?, &d, &x, &y, a.alu("op")?)? {
+                return Ok(());
+            }
+        }
+        if self.has_queued_work() {
             // Settling runs parallel sections: on the fork-safe pool.
             crate::pool::install(|| self.settle())?;
         }
