@@ -1053,6 +1053,17 @@ _ATTN_TKG_CASES = (
         (2, 2, 2, 256, 64),
         {"fp8": True, "tp_k_prior": True, "strided_mm1": False},
     ),
+    (" (fp8 KV, not strided)", (2, 2, 2, 256, 64), {"fp8": True, "strided_mm1": False}),
+    (
+        " (fused RoPE, mask from position ids, tp_k_prior)",
+        (2, 2, 2, 256, 64),
+        {"fuse_rope": True, "use_pos_id": True, "tp_k_prior": True},
+    ),
+    (
+        " (block KV, block_len 8, d_head 128, mask from position ids)",
+        (2, 2, 2, 1024, 128),
+        {"block_len": 8, "tp_k_prior": True, "strided_mm1": False, "use_pos_id": True},
+    ),
 )
 
 
