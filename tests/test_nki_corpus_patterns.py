@@ -730,7 +730,7 @@ def test_dma_with_a_scalar_offset_read_from_sbuf():
         # a gather view: nisa.dma_copy reads it (test_dma_copy_scatters_and_gathers_...)
         return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)
 
-    with pytest.raises(tn.NotSupportedError, match="vector_offset .* nisa.dma_copy only"):
+    with pytest.raises(tn.NotSupportedError, match="vector_offset .* or read by nisa.dma_tr"):
         tn.run(tn.jit(vector), x, idx)
 
 
