@@ -841,6 +841,55 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
     return out.astype(x.dtype)
 
 
+def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
+    """nki-library's MoE block for token generation (its docstring's pseudocode): RMSNorm of
+    the tokens [T, H] with gamma (rounded to their dtype), the router on it (ref_router_topk:
+    logits, each token's top k experts and their affinities) and the experts' MLP on it
+    (ref_moe_tkg, the affinities scattered into [T, E]); returns the output [T, H] and the
+    logits [T, E]."""
+    f = np.float64
+    x = inp.astype(f).reshape(-1, inp.shape[-1])
+    rms = np.sqrt((x * x).mean(axis=1, keepdims=True) + kw.get("eps", 1e-6))
+    normed = (x / rms * gamma.astype(f)).astype(inp.dtype)
+    t, e = normed.shape[0], w_router.shape[1]
+    k, act = kw["top_k"], kw["router_act_fn"]
+    outs = (np.zeros((t, e), inp.dtype), np.zeros((t, e), np.float32), np.zeros((t, k), np.int64))
+    flags = {n: kw[n] for n in ("router_pre_norm", "norm_topk_prob") if n in kw}
+    lg, idx, aff = ref_router_topk(normed, w_router, None, *outs, act, k, x_hbm_layout=1, **flags)
+    mask = kw.get("router_pre_norm", True) and not kw.get("norm_topk_prob")
+    scale = kw.get("expert_affinities_scaling_mode")
+    out = ref_moe_tkg(normed, w_gate_up, w_down, aff, idx, kw.get("is_all_expert", False),
+                      expert_affinities_scaling_mode=scale, rank_id=kw.get("rank_id"),
+                      mask_unselected_experts=mask)  # fmt: skip
+    return out, lg
+
+
+def _moe_block_inputs(t, h, i, e, k, **opts):
+    """bf16 tokens [1, T, H] each nearly the unit vector of h = t mod H (as the router's
+    cases: after RMSNorm, with gamma 1/16, its logits are row h of the router weights, values
+    1/16 apart, so the top k has no near-ties), the router's weights, gate/up [E, H, 2, I] and
+    down [E, I, H] weights scaled so a product stays near 1; softmax, POST_SCALE."""
+
+    def f(r):
+        xt = np.eye(h, dtype=np.float32)[np.arange(t) % h] + _f32(r, t, h, lo=-1e-3, hi=1e-3)
+        gamma = np.full((1, h), 1.0 / 16, np.float32).astype(BF16)
+        w = np.stack([r.permutation(e) for _ in range(h)]).astype(np.float32) / 16 - e / 32
+        wgu = (_f32(r, e, h, 2, i) * 4).astype(BF16)
+        wd = (_f32(r, e, i, h) / np.sqrt(i)).astype(BF16)
+        kw = {
+            "top_k": k,
+            "router_act_fn": _lib_attr(TYPES, "RouterActFnType").SOFTMAX,
+            "expert_affinities_scaling_mode": _lib_attr(
+                TYPES, "ExpertAffinityScaleMode"
+            ).POST_SCALE,
+        }
+        for key, value in opts.items():
+            kw[key] = np.zeros((1, 1), np.uint32) if key == "rank_id" else value
+        return (xt[None].astype(BF16), gamma, w.astype(BF16), wgu, wd), kw
+
+    return f
+
+
 def _moe_tkg_inputs(t, h, i, e, k, is_all_expert, **opts):
     """bf16 hidden states [T, H], gate/up weights [E, H, 2, I] and down weights [E, I, H]
     (scaled so a product stays near 1), affinities [T, E] (float32 for the selective form, as
@@ -1648,6 +1697,25 @@ def _cases() -> list[Case]:
             check = functools.partial(check, lnc=2)
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
+        )
+    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert.
+    for label, kw in (
+        ("selective, normalised top k", {"norm_topk_prob": True}),
+        ("all experts", {"is_all_expert": True, "rank_id": True}),
+    ):
+        cases.append(
+            Case(
+                f"nkilib moe_block_tkg ({label}) (LNC=2)",
+                lib,
+                "nkilib.core.moe_block.moe_block_tkg",
+                "moe_block_tkg",
+                _moe_block_inputs(4, 256, 128, 8, 2, **kw),
+                ref_moe_block_tkg,
+                grid=2,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+            )
         )
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
     cases.append(
