@@ -1699,24 +1699,25 @@ def _cases() -> list[Case]:
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
     # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert.
-    for label, kw in (
+    blocks = (
         ("selective, normalised top k", {"norm_topk_prob": True}),
         ("all experts", {"is_all_expert": True, "rank_id": True}),
-    ):
-        cases.append(
-            Case(
-                f"nkilib moe_block_tkg ({label}) (LNC=2)",
-                lib,
-                "nkilib.core.moe_block.moe_block_tkg",
-                "moe_block_tkg",
-                _moe_block_inputs(4, 256, 128, 8, 2, **kw),
-                ref_moe_block_tkg,
-                grid=2,
-                rtol=2e-2,
-                atol=2e-2,
-                package_root=LIB,
-            )
+    )
+    cases += [
+        Case(
+            f"nkilib moe_block_tkg ({label}) (LNC=2)",
+            lib,
+            "nkilib.core.moe_block.moe_block_tkg",
+            "moe_block_tkg",
+            _moe_block_inputs(4, 256, 128, 8, 2, **kw),
+            ref_moe_block_tkg,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
         )
+        for label, kw in blocks
+    ]
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
     cases.append(
         Case(
