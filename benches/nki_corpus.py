@@ -591,6 +591,17 @@ def _mlp_wrapper(sub):
     return wrapped
 
 
+def _rope_ref(x, pos, inv_freqs):
+    """Rotary embedding of x [..., B, S, d] (the docstring's rotate-half form): the angle of
+    dimension i (and i + d/2) of token (b, s) is pos[b, s] * inv_freqs[i]."""
+    ang = pos[:, :, None] * inv_freqs.astype(np.float64).reshape(1, 1, -1)  # [B, S, d/2]
+    cos, sin = np.cos(ang), np.sin(ang)
+    cos, sin = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rot * sin
+
+
 def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
     """nki-library's token-generation attention (its docstring): the keys and values are the
     KV cache's first s_prior positions with the last s_active replaced by the active tokens';
@@ -598,15 +609,42 @@ def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, 
     the positions (and, with a sink [H, 1], one extra score per head that takes part in the
     normalisation only), times v: out [B, H, d, s_active]. q is [d, B*H*s_active] and k_active
     [d, B*s_active] (the SBUF layouts), k_prior [B, 1, d, s_prior] ([B, 1, s_prior, d] with
-    tp_k_prior), v_prior [B, 1, s_prior, d], v_active [B, 1, s_active, d]."""
+    tp_k_prior), v_prior [B, 1, s_prior, d], v_active [B, 1, s_active, d].
+
+    The other forms: fuse_rope takes q [B, H, s_active, d] and k_active [B, 1, s_active, d]
+    from HBM, applies RoPE at rope_pos_ids [B, s_active] with inv_freqs [d/2, 1] to both,
+    scales q by 1/sqrt(d) and also returns the rotated k_active [B, 1, d, s_active];
+    use_pos_id takes the mask of the active tokens only [s_active, B, H, s_active] and sees
+    the prior positions below rope_pos_ids[b, 0]; a block KV cache (active_blocks_table
+    [B, s_prior / block_len]) holds batch b's positions as the blocks its table row names,
+    k_prior and v_prior [blocks, block_len, d]; fp8 KV takes all four KV tensors as fp8."""
     b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
     f = np.float64
-    qq = q.astype(f).reshape(d, b, h, sa).transpose(1, 2, 0, 3)  # [B, H, d, S]
-    kp = k_prior.astype(f)[:b, 0]
-    keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp].copy()
-    keys[:, :, sp - sa :] = k_active.astype(f).reshape(d, b, sa).transpose(1, 0, 2)
-    vals = v_prior.astype(f)[:b, 0, :sp].copy()  # [B, s_prior, d]
+    table = kw.get("active_blocks_table")
+    if kw.get("fuse_rope"):
+        pos = kw["rope_pos_ids"].astype(f)
+        qr = _rope_ref(q.astype(f).transpose(1, 0, 2, 3), pos, kw["inv_freqs"]) / np.sqrt(d)
+        qq = qr.transpose(1, 0, 3, 2)  # [B, H, d, S]
+        kr = _rope_ref(k_active.astype(f)[:, 0], pos, kw["inv_freqs"])  # [B, S, d]
+        kact = kr.transpose(0, 2, 1)  # [B, d, S]
+    else:
+        qq = q.astype(f).reshape(d, b, h, sa).transpose(1, 2, 0, 3)  # [B, H, d, S]
+        kact = k_active.astype(f).reshape(d, b, sa).transpose(1, 0, 2)
+    if table is not None:  # the blocks of each batch in its table's order
+        keys = k_prior.astype(f)[table.astype(np.int64)].reshape(b, sp, d).transpose(0, 2, 1)
+        vals = v_prior.astype(f)[table.astype(np.int64)].reshape(b, sp, d)
+    else:
+        kp = k_prior.astype(f)[:b, 0]
+        keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp].copy()
+        vals = v_prior.astype(f)[:b, 0, :sp].copy()  # [B, s_prior, d]
+    keys, vals = keys.copy(), vals.copy()
+    keys[:, :, sp - sa :] = kact
     vals[:, sp - sa :] = v_active.astype(f)[:, 0]
+    if kw.get("use_pos_id"):  # prior positions below the first active token's position
+        seen = np.arange(sp)[:, None] < kw["rope_pos_ids"][:, 0].astype(f)[None, :]
+        full = np.broadcast_to(seen[:, :, None, None], (sp, b, h, sa)).copy()
+        full[sp - sa :] = mask != 0
+        mask = full
     sc = np.einsum("bdp,bhds->bhps", keys, qq)
     sc = np.where(mask.transpose(1, 2, 0, 3) != 0, sc, -np.inf)
     m = sc.max(axis=2, keepdims=True)
@@ -616,25 +654,53 @@ def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, 
     tot = e.sum(axis=2, keepdims=True)
     if sink is not None:
         tot = tot + np.exp(sink.astype(f).reshape(1, h, 1, 1) - m)
-    out = np.einsum("bhps,bpd->bhds", e / tot, vals)
-    return out.astype(q.dtype)
+    out = np.einsum("bhps,bpd->bhds", e / tot, vals).astype(q.dtype)
+    if kw.get("fuse_rope"):
+        return out, np.ascontiguousarray(kact[:, None]).astype(q.dtype)
+    return out
 
 
 def _attn_tkg_inputs(b, h, sa, sp, d, **opts):
     """bf16 q, keys and values of a KV cache holding each batch's first L_b positions (L_b
-    below s_prior - s_active), the mask: those positions, and the active tokens causally."""
+    below s_prior - s_active), the mask: those positions, and the active tokens causally.
+    fuse_rope: q and k_active in HBM ([B, H, S, d], [B, 1, S, d]), the usual inverse
+    frequencies 10000^(-2i/d), the active tokens at positions L_b + s; use_pos_id: the same
+    positions and only the active tokens' mask; block_len: each batch's cache as
+    s_prior / block_len blocks of a shuffled pool; fp8: the KV tensors in float8_e4m3."""
 
     def f(r):
         kw = {"bs": b, "q_head": h, "s_active": sa, "s_prior": sp, "d_head": d, **opts}
-        q = _f32(r, d, b * h * sa).astype(BF16)
-        ka = _f32(r, d, b * sa).astype(BF16)
-        va = _f32(r, b, 1, sa, d).astype(BF16)
-        kshape = (b, 1, sp, d) if opts.get("tp_k_prior") else (b, 1, d, sp)
-        kp, vp = _f32(r, *kshape).astype(BF16), _f32(r, b, 1, sp, d).astype(BF16)
-        mask = np.zeros((sp, b, h, sa), np.uint8)
-        for i in range(b):
-            mask[: int(r.integers(1, sp - sa)), i] = 1
-        mask[sp - sa :] = np.tril(np.ones((sa, sa), np.uint8))[:, None, None, :]
+        kv = ml_dtypes.float8_e4m3 if opts.get("fp8") else BF16
+        kw.pop("fp8", None)
+        if opts.get("fuse_rope"):
+            q = _f32(r, b, h, sa, d).astype(BF16)
+            ka = _f32(r, b, 1, sa, d).astype(kv)
+        else:
+            q = _f32(r, d, b * h * sa).astype(BF16)
+            ka = _f32(r, d, b * sa).astype(kv)
+        va = _f32(r, b, 1, sa, d).astype(kv)
+        bl = opts.get("block_len", 0)
+        if bl:
+            nblk = b * sp // bl
+            kp, vp = _f32(r, nblk, bl, d).astype(kv), _f32(r, nblk, bl, d).astype(kv)
+            kw["active_blocks_table"] = r.permutation(nblk).reshape(b, sp // bl).astype(np.uint32)
+        else:
+            kshape = (b, 1, sp, d) if opts.get("tp_k_prior") else (b, 1, d, sp)
+            kp, vp = _f32(r, *kshape).astype(kv), _f32(r, b, 1, sp, d).astype(kv)
+        lens = r.integers(1, sp - sa, size=b)
+        if opts.get("fuse_rope") or opts.get("use_pos_id"):
+            kw["rope_pos_ids"] = (lens[:, None] + np.arange(sa)[None, :]).astype(np.float32)
+        if opts.get("fuse_rope"):
+            kw["inv_freqs"] = (10000.0 ** (-np.arange(d // 2) * 2.0 / d)).astype(np.float32)
+            kw["inv_freqs"] = kw["inv_freqs"].reshape(d // 2, 1)
+        causal = np.tril(np.ones((sa, sa), np.uint8))[:, None, None, :]
+        if opts.get("use_pos_id"):
+            mask = np.ascontiguousarray(np.broadcast_to(causal, (sa, b, h, sa)))
+        else:
+            mask = np.zeros((sp, b, h, sa), np.uint8)
+            for i in range(b):
+                mask[: lens[i], i] = 1
+            mask[sp - sa :] = causal
         if opts.get("sink"):
             kw["sink"] = _f32(r, h, 1).astype(BF16)
         return (q, ka, va, kp, vp, mask), kw
@@ -645,8 +711,9 @@ def _attn_tkg_inputs(b, h, sa, sp, d, **opts):
 def _attn_tkg_wrapper(sub):
     """Our kernel around nki-library's attention_tkg (a sub-kernel: no @nki.jit): its config
     from the shapes, q and k_active copied to SBUF first (the kernel requires them there when
-    RoPE is not fused), an SBUF manager of the whole usable SBUF less 16 KiB, the output
-    [B, H, d, s_active] in HBM."""
+    RoPE is not fused; with fuse_rope it reads them from HBM), an SBUF manager of the whole
+    usable SBUF less 16 KiB, the output [B, H, d, s_active] in HBM (and with fuse_rope the
+    rotated k_active [B, 1, d, s_active])."""
     import nki
     import nki.isa as nisa
     import nki.language as nl
@@ -658,18 +725,27 @@ def _attn_tkg_wrapper(sub):
     @nki.jit
     def wrapped(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
         b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
-        flags = {k: kw[k] for k in ("tp_k_prior", "strided_mm1") if k in kw}
-        cfg = cfg_cls(b, h, sa, sp, sp, d, 0, qk_in_sb=True, **flags)
+        names = ("tp_k_prior", "strided_mm1", "use_pos_id", "fuse_rope")
+        flags = {k: kw[k] for k in names if k in kw}
+        rope = kw.get("fuse_rope", False)
+        cfg = cfg_cls(b, h, sa, sp, sp, d, kw.get("block_len", 0), qk_in_sb=not rope, **flags)
         sbm = sbm_cls(0, nl.tile_size.total_available_sbuf_size - 16 * 1024, logger("attn"))
         sbm.open_scope()
         out = nl.ndarray((b, h, d, sa), dtype=q.dtype, buffer=nl.shared_hbm)
-        q_sb = sbm.alloc_stack(q.shape, dtype=q.dtype, buffer=nl.sbuf)
-        k_sb = sbm.alloc_stack(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(q_sb, q)
-        nisa.dma_copy(k_sb, k_active)
-        sub(q_sb, k_sb, v_active, k_prior, v_prior, mask, out, cfg, sbm, sink=sink)
+        k_out = None
+        if rope:
+            k_out = nl.ndarray((b, 1, d, sa), dtype=q.dtype, buffer=nl.shared_hbm)
+        else:
+            q_sb = sbm.alloc_stack(q.shape, dtype=q.dtype, buffer=nl.sbuf)
+            k_sb = sbm.alloc_stack(k_active.shape, dtype=k_active.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(q_sb, q)
+            nisa.dma_copy(k_sb, k_active)
+            q, k_active = q_sb, k_sb
+        extra = ("inv_freqs", "rope_pos_ids", "active_blocks_table")
+        sub(q, k_active, v_active, k_prior, v_prior, mask, out, cfg, sbm, sink=sink,
+            k_out=k_out, **{k: kw[k] for k in extra if k in kw})  # fmt: skip
         sbm.close_scope()
-        return out
+        return (out, k_out) if rope else out
 
     return wrapped
 
@@ -763,6 +839,55 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
                 y = y * (float(affinities[t, glob]) if keep else 0.0)
             out[t] += y
     return out.astype(x.dtype)
+
+
+def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
+    """nki-library's MoE block for token generation (its docstring's pseudocode): RMSNorm of
+    the tokens [T, H] with gamma (rounded to their dtype), the router on it (ref_router_topk:
+    logits, each token's top k experts and their affinities) and the experts' MLP on it
+    (ref_moe_tkg, the affinities scattered into [T, E]); returns the output [T, H] and the
+    logits [T, E]."""
+    f = np.float64
+    x = inp.astype(f).reshape(-1, inp.shape[-1])
+    rms = np.sqrt((x * x).mean(axis=1, keepdims=True) + kw.get("eps", 1e-6))
+    normed = (x / rms * gamma.astype(f)).astype(inp.dtype)
+    t, e = normed.shape[0], w_router.shape[1]
+    k, act = kw["top_k"], kw["router_act_fn"]
+    outs = (np.zeros((t, e), inp.dtype), np.zeros((t, e), np.float32), np.zeros((t, k), np.int64))
+    flags = {n: kw[n] for n in ("router_pre_norm", "norm_topk_prob") if n in kw}
+    lg, idx, aff = ref_router_topk(normed, w_router, None, *outs, act, k, x_hbm_layout=1, **flags)
+    mask = kw.get("router_pre_norm", True) and not kw.get("norm_topk_prob")
+    scale = kw.get("expert_affinities_scaling_mode")
+    out = ref_moe_tkg(normed, w_gate_up, w_down, aff, idx, kw.get("is_all_expert", False),
+                      expert_affinities_scaling_mode=scale, rank_id=kw.get("rank_id"),
+                      mask_unselected_experts=mask)  # fmt: skip
+    return out, lg
+
+
+def _moe_block_inputs(t, h, i, e, k, **opts):
+    """bf16 tokens [1, T, H] each nearly the unit vector of h = t mod H (as the router's
+    cases: after RMSNorm, with gamma 1/16, its logits are row h of the router weights, values
+    1/16 apart, so the top k has no near-ties), the router's weights, gate/up [E, H, 2, I] and
+    down [E, I, H] weights scaled so a product stays near 1; softmax, POST_SCALE."""
+
+    def f(r):
+        xt = np.eye(h, dtype=np.float32)[np.arange(t) % h] + _f32(r, t, h, lo=-1e-3, hi=1e-3)
+        gamma = np.full((1, h), 1.0 / 16, np.float32).astype(BF16)
+        w = np.stack([r.permutation(e) for _ in range(h)]).astype(np.float32) / 16 - e / 32
+        wgu = (_f32(r, e, h, 2, i) * 4).astype(BF16)
+        wd = (_f32(r, e, i, h) / np.sqrt(i)).astype(BF16)
+        kw = {
+            "top_k": k,
+            "router_act_fn": _lib_attr(TYPES, "RouterActFnType").SOFTMAX,
+            "expert_affinities_scaling_mode": _lib_attr(
+                TYPES, "ExpertAffinityScaleMode"
+            ).POST_SCALE,
+        }
+        for key, value in opts.items():
+            kw[key] = np.zeros((1, 1), np.uint32) if key == "rank_id" else value
+        return (xt[None].astype(BF16), gamma, w.astype(BF16), wgu, wd), kw
+
+    return f
 
 
 def _moe_tkg_inputs(t, h, i, e, k, is_all_expert, **opts):
@@ -965,6 +1090,29 @@ _ATTN_TKG_CASES = (
     (" (tp_k_prior, not strided)", (2, 2, 2, 256, 64), {"tp_k_prior": True, "strided_mm1": False}),
     (" (sink)", (2, 2, 2, 256, 64), {"sink": True}),
     (" (s_prior 128, d_head 128, tp_k_prior)", (2, 2, 2, 128, 128), {"tp_k_prior": True}),
+    (" (fused RoPE, q and k from HBM)", (2, 2, 2, 256, 64), {"fuse_rope": True}),
+    (" (mask from position ids)", (2, 2, 2, 256, 64), {"use_pos_id": True}),
+    (
+        " (block KV, block_len 16, mask from position ids)",
+        (2, 2, 2, 256, 64),
+        {"block_len": 16, "tp_k_prior": True, "strided_mm1": False, "use_pos_id": True},
+    ),
+    (
+        " (fp8 KV, tp_k_prior, not strided)",
+        (2, 2, 2, 256, 64),
+        {"fp8": True, "tp_k_prior": True, "strided_mm1": False},
+    ),
+    (" (fp8 KV, not strided)", (2, 2, 2, 256, 64), {"fp8": True, "strided_mm1": False}),
+    (
+        " (fused RoPE, mask from position ids, tp_k_prior)",
+        (2, 2, 2, 256, 64),
+        {"fuse_rope": True, "use_pos_id": True, "tp_k_prior": True},
+    ),
+    (
+        " (block KV, block_len 8, d_head 128, mask from position ids)",
+        (2, 2, 2, 1024, 128),
+        {"block_len": 8, "tp_k_prior": True, "strided_mm1": False, "use_pos_id": True},
+    ),
 )
 
 
@@ -1505,6 +1653,9 @@ def _cases() -> list[Case]:
                     atol=2e-2,
                     package_root=LIB,
                     wrap=wrap,
+                    # Fused RoPE reduces the angles modulo 2 pi over all d_head partitions of a
+                    # tile whose upper half it writes only afterwards (discarding those values).
+                    uninitialized="nan" if kw.get("fuse_rope") else "error",
                 )
             )
     # The MLP (SiLU gate): mlp picks mlp_tkg up to B*S=96, else mlp_cte; both run in a kernel
@@ -1547,6 +1698,26 @@ def _cases() -> list[Case]:
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
+    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert.
+    blocks = (
+        ("selective, normalised top k", {"norm_topk_prob": True}),
+        ("all experts", {"is_all_expert": True, "rank_id": True}),
+    )
+    cases += [
+        Case(
+            f"nkilib moe_block_tkg ({label}) (LNC=2)",
+            lib,
+            "nkilib.core.moe_block.moe_block_tkg",
+            "moe_block_tkg",
+            _moe_block_inputs(4, 256, 128, 8, 2, **kw),
+            ref_moe_block_tkg,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-2,
+            package_root=LIB,
+        )
+        for label, kw in blocks
+    ]
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
     cases.append(
         Case(

@@ -730,7 +730,7 @@ def test_dma_with_a_scalar_offset_read_from_sbuf():
         # a gather view: nisa.dma_copy reads it (test_dma_copy_scatters_and_gathers_...)
         return x.ap(pattern=[[8, 4], [1, 8]], vector_offset=it, indirect_dim=0)
 
-    with pytest.raises(tn.NotSupportedError, match="vector_offset .* nisa.dma_copy only"):
+    with pytest.raises(tn.NotSupportedError, match="vector_offset .* or read by nisa.dma_tr"):
         tn.run(tn.jit(vector), x, idx)
 
 
@@ -2136,6 +2136,71 @@ def test_dma_copy_vector_offset_out_of_bounds_and_argument_errors():
             tn.run(tn.jit(k), np.zeros((4, 8), np.float32), vals, idx)
         assert getattr(info.value, "arg", None) == arg, (case, str(info.value))
         _at(info, k, f"# c-{case}")
+
+
+def _gather_transpose_kernel(case=""):
+    """nki-library's attention_tkg block KV cache: the blocks a [P, 1] uint32 index tile names
+    (rows of a [N, 1, L, D] HBM tensor) gathered and transposed into [D, 1, L, P] SBUF by one
+    indirect `dma_transpose` (`.ap(..., vector_offset=idx, indirect_dim=0)`, swdge); and the
+    2-D form, rows of [N, D] into [D, P]."""
+
+    def k(x, x2, idx):
+        n = idx.shape[0]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        _, _, ln, d = x.shape
+        t = nl.ndarray((d, 1, ln, n), dtype=x.dtype, buffer=nl.sbuf)
+        pat = [[ln * d, n], [1, 1], [d, ln], [1, d]]
+        if case == "wide":  # axes 1 and 2 both over 1
+            pat = [[ln * d, n], [d, ln], [d // 2, 2], [1, d // 2]]
+        src = x.ap(pat, offset=0, vector_offset=i, indirect_dim=0)
+        mode = nisa.dge_mode.hwdge if case == "hwdge" else nisa.dge_mode.swdge
+        nisa.dma_transpose(dst=t, src=src, axes=(3, 1, 2, 0), dge_mode=mode)  # g-4d
+        t2 = nl.ndarray((x2.shape[1], n), dtype=x2.dtype, buffer=nl.sbuf)
+        src2 = x2.ap([[x2.shape[1], n], [1, x2.shape[1]]], offset=0, vector_offset=i)
+        nisa.dma_transpose(dst=t2, src=src2)  # g-2d
+        out = nl.ndarray(t.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        out2 = nl.ndarray(t2.shape, dtype=x2.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        nisa.dma_copy(dst=out2, src=t2)
+        return out, out2
+
+    return k
+
+
+def test_dma_transpose_gathers_rows_by_vector_offset():
+    bf16 = ml_dtypes.bfloat16
+    x = _rand(40, 1, 3, 8).astype(bf16)
+    x2 = _rand(40, 24, seed=1).astype(bf16)
+    # Runs of evenly stepped indices (one transpose each) and single rows.
+    idx = np.array([5, 6, 7, 8, 39, 0, 12, 30, 20, 10, 1, 2, 3, 33, 34, 9], np.uint32)[:, None]
+    got, got2 = tn.run(tn.jit(_gather_transpose_kernel()), x, x2, idx).outputs
+    want = x[idx[:, 0]].transpose(3, 1, 2, 0)
+    assert got.dtype == bf16 and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+    assert np.array_equal(got2.view(np.uint16), x2[idx[:, 0]].T.view(np.uint16))
+    assert got[2, 0, 1, 4] == x[39, 0, 1, 2]  # partition p of the tile is block idx[p]
+    # The ISA reference's rules for the indirect form.
+    k = _gather_transpose_kernel("hwdge")
+    with pytest.raises(Trn2Error, match="indirect dma_transpose .* unknown or swdge") as info:
+        tn.run(tn.jit(k), x, x2, idx)
+    assert info.value.arg == "dge_mode"
+    _at(info, k, "# g-4d")
+    k = _gather_transpose_kernel()
+    for xs, ids, arg, rule in (
+        ((x.astype(np.float32), x2), idx, "src", "dma_transpose_dtype"),  # 4-byte elements
+        ((x, x2), idx[:8], "src", "dma_transpose_shape"),  # 8 rows, not a multiple of 16
+        ((x, x2), idx.astype(np.int32), "vector_offset", "dma_transpose_indices"),
+        ("wide", idx, "src", "dma_transpose_shape"),  # [16, 3, 2, 4]
+    ):
+        kk = _gather_transpose_kernel(xs) if xs == "wide" else k
+        with pytest.raises(Trn2Error) as info:
+            tn.run(tn.jit(kk), *((x, x2) if xs == "wide" else xs), ids)
+        assert (info.value.arg, info.value.rule) == (arg, rule), str(info.value)
+        _at(info, kk, "# g-4d")
+    bad = idx.copy()
+    bad[3, 0] = 40
+    with pytest.raises(tn.OutOfBoundsError, match="index 40 at partition 3"):
+        tn.run(tn.jit(k), x, x2, bad)
 
 
 def test_lnc2_an_argument_the_kernel_returns_holds_both_cores_stores():

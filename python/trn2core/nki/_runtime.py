@@ -1436,14 +1436,60 @@ class Core:
         if type(dst._t) is VectorOffset and type(src._t) is VectorOffset:
             raise NotSupportedError("dma_copy: vector_offset on both dst and src")
         ind, other = (dst, src) if type(dst._t) is VectorOffset else (src, dst)
-        acc = ind._t
         o = other.tile
-        n = acc.idx.shape[0]
+        n = ind._t.idx.shape[0]
         if o.shape[0] != n:
             raise ShapeError(
                 f"dma_copy: {n} indexed rows against {o.shape[0]} rows of the other side",
                 arg="src" if ind is dst else "dst",
             )
+        for w, end, hbm in self.vector_offset_runs(ind._t, oob):
+            part = o[w:end]
+            pair = (hbm, part) if ind is dst else (part, hbm)
+            self.m.issue_at(self.loc, "dma_copy", pair[0], pair[1], None)
+
+    def vector_offset_transpose(self, dst: NkiTensor, src: NkiTensor, perm, oob) -> None:
+        """``nisa.dma_transpose`` of a ``vector_offset`` view of HBM (NKI's indirect DMA
+        transpose, a gather-transpose): the rows the indices name, transposed into ``dst`` as
+        ``dma_transpose`` does (``src`` axis 0 is ``dst``'s last axis). The ISA reference's
+        rules for it: 2-byte elements, ``src.shape[0]`` (one row an index, so 16 to 128
+        indices) a multiple of 16, in 4-D ``src.shape[1]`` or ``src.shape[2]`` 1, and
+        ``uint32`` indices (``src.shape[-1] <= 128`` is ``dst``'s partition limit).
+        trn2core reads the indices when it is issued and issues one ``dma_transpose`` per run
+        of rows whose indices step evenly (indices out of bounds as ``vector_offset_copy``)."""
+        acc, shape = src._t, tuple(src.shape)
+        broken = None
+        if src.dtype.itemsize != 2:
+            broken = ("src", "dma_transpose_dtype", f"src is {src.dtype}; it moves 2-byte elements")
+        elif shape[0] % 16:
+            broken = ("src", "dma_transpose_shape", f"src has shape {list(shape)}; it needs "
+                      "src.shape[0] a multiple of 16")  # fmt: skip
+        elif len(shape) == 4 and 1 not in (shape[1], shape[2]):
+            broken = ("src", "dma_transpose_shape", f"src has shape {list(shape)}; a 4-D "
+                      "source has src.shape[1] or src.shape[2] equal to 1")  # fmt: skip
+        elif np.dtype(acc.idx.dtype) != np.uint32:
+            broken = ("vector_offset", "dma_transpose_indices", f"the indices are "
+                      f"{acc.idx.dtype}; it takes uint32 indices")  # fmt: skip
+        if broken is not None:
+            arg, rule, why = broken
+            raise Trn2ValueError(
+                f"{arg}: an indirect dma_transpose (a source indexed by vector_offset): {why} "
+                f"[rule {rule}]",
+                arg=arg,
+                rule=rule,
+            )
+        lead = (slice(None),) * (len(dst.shape) - 1)
+        for w, end, hbm in self.vector_offset_runs(acc, oob):
+            part = dst[(*lead, slice(w, end))]
+            t = part._from_axes(part._axes()).tile
+            self.m.issue_at(self.loc, "dma_transpose", t, hbm, perm, False)
+
+    def vector_offset_runs(self, acc: VectorOffset, oob):
+        """The runs of a ``vector_offset`` view's rows whose indices step evenly, as
+        ``(first, end, HBM tile of those rows)``, its indices read now; an index outside the
+        tensor's rows is an ``OutOfBoundsError`` (``oob_mode.error``) or skipped
+        (``oob_mode.skip``)."""
+        n = acc.idx.shape[0]
         raw = self.m.read(acc.idx.tile)
         host = D.HOST_DTYPE[D.machine_name(acc.idx.dtype)]
         vals = raw.view(host).reshape(-1).astype(np.int64)
@@ -1468,9 +1514,7 @@ class Core:
             hbm = acc.root.rows(end - w, step * acc.row).ap(
                 acc.rest, acc.offset + int(vals[w]) * acc.row
             )
-            part = o[w:end]
-            pair = (hbm, part) if ind is dst else (part, hbm)
-            self.m.issue_at(self.loc, "dma_copy", pair[0], pair[1], None)
+            yield w, end, hbm
             w = end
 
 

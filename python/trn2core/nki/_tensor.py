@@ -244,7 +244,8 @@ class VectorOffset:
     ``offset``, the pattern's own first stride unused (the NKI access-pattern reference).
     ``root`` is the storage's element 0 (in the view's dtype), ``rest`` the pattern's other
     pairs, ``limit`` ``t.shape[0]`` (an index at or past it is out of bounds). Only
-    ``nisa.dma_copy`` reads or writes it (``Core.vector_offset_copy``)."""
+    ``nisa.dma_copy`` reads or writes it (``Core.vector_offset_copy``) and
+    ``nisa.dma_transpose`` reads it (``Core.vector_offset_transpose``)."""
 
     __slots__ = ("root", "rest", "offset", "row", "limit", "idx", "shape")
 
@@ -402,7 +403,7 @@ class NkiTensor:
         elif type(t) is VectorOffset:
             raise NotSupportedError(
                 "ap: a view indexed by vector_offset (an indirect DMA) is read or written by "
-                "nisa.dma_copy only"
+                "nisa.dma_copy, or read by nisa.dma_transpose, only"
             )
         elif type(t) is FuncBlocks:
             raise NotSupportedError(

@@ -185,8 +185,19 @@ def dma_transpose(
     """``dst`` (SBUF) = ``src`` (HBM or SBUF, 2 to 4 axes, 2- or 4-byte elements) with its axes
     permuted by NKI's rule, ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (``dst[j, i] =
     src[i, j]`` in 2-D), bit for bit, on a DMA queue; ``dge_mode=hwdge`` adds the hardware
-    DGE's limits."""
+    DGE's limits. A source indexed by ``.ap(vector_offset=...)`` is the indirect (gather)
+    transpose, ``dge_mode`` unknown or swdge (``Core.vector_offset_transpose``)."""
     mode = getattr(dge_mode, "name", dge_mode)
+    if isinstance(src, NkiTensor) and type(src._t) is VectorOffset:
+        if mode not in ("unknown", "swdge"):
+            raise Trn2ValueError(
+                f"dge_mode: an indirect dma_transpose (a source indexed by vector_offset) "
+                f"takes dge_mode unknown or swdge, got {mode}",
+                arg="dge_mode",
+            )
+        perm = None if axes is None else [int(a) for a in axes]
+        _core_of(dst, src).vector_offset_transpose(dst, src, perm, oob_mode)
+        return
     if mode not in ("unknown", "hwdge"):
         raise Trn2ValueError(
             f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
