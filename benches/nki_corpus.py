@@ -812,15 +812,35 @@ def _moe_tkg_wrapper(sub):
 
 
 def ref_moe_cte(
-    x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size, spec, **kw
-):  # noqa: E501
+    x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size, spec,
+    lnc=2, **kw,
+):  # fmt: skip
     """nki-library's blockwise MoE context encoding (its docstring's pseudocode): the output
     [T+1, H] starts at zero; each block of ``block_size`` token positions runs its expert's MLP
     on the tokens it lists, (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to
     the compute dtype, bf16, the down projection's operand), scales each token's row by its
     affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
     token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
-    output's dtype after each block)."""
+    output's dtype after each block).
+
+    The shard-on-block form returns [T+1, 2, H], a row per shard (its docstring): each core
+    accumulates its blocks into its own, then (LNC=2) core 0 adds the second into the first
+    and zeroes the second; rows it never writes are NaN here (the case runs with new memory
+    NaN): the padding row T (its zeroing skips a last tile of one row) and, at LNC=1, the
+    second shard's rows."""
+    out = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert,
+                       block_size)  # fmt: skip
+    if spec.implementation.name != "shard_on_block":
+        return out
+    two = np.zeros((out.shape[0], 2, out.shape[1]), out.dtype)
+    two[:, 0] = out
+    two[-1] = np.nan
+    if lnc == 1:
+        two[:, 1] = np.nan
+    return two
+
+
+def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size):
     f = np.float64
     e_count = w_gate_up.shape[0]
     xs = x.astype(f)
@@ -835,12 +855,13 @@ def ref_moe_cte(
     return out
 
 
-def _moe_cte_inputs(t, h, i, e, b):
+def _moe_cte_inputs(t, h, i, e, b, form="shard_on_i", **spec_kw):
     """bf16 hidden states [T+1, H] (row T the padding token), gate/up weights [E, H, 2, I]
     and down weights [E, I, H] (scaled so a product stays near 1), the masked affinities
     [(T+1)*E, 1] (bf16) and top k = E: every token in one block of each expert (T = B, so no
     padding position), its order in each block shuffled (int32 positions; block e is expert
-    e's); the shard-on-I form, post-scaled."""
+    e's); post-scaled, in the ``form`` of MoECTEImplementation named (its spec's other
+    fields ``spec_kw``)."""
 
     def f(r):
         x = _f32(r, t + 1, h).astype(BF16)
@@ -850,7 +871,8 @@ def _moe_cte_inputs(t, h, i, e, b):
         pos = np.concatenate([r.permutation(t) for _ in range(e)]).astype(np.int32)
         blocks = np.arange(e, dtype=np.int32).reshape(e, 1)
         mod = "nkilib.core.moe.moe_cte.moe_cte"
-        spec = _lib_attr(mod, "MoECTESpec")(_lib_attr(mod, "MoECTEImplementation").shard_on_i)
+        impl = getattr(_lib_attr(mod, "MoECTEImplementation"), form)
+        spec = _lib_attr(mod, "MoECTESpec")(impl, **spec_kw)
         return (x, aff, wgu, wd, pos, blocks, b, spec), {}
 
     return f
@@ -1546,6 +1568,25 @@ def _cases() -> list[Case]:
             check = functools.partial(check, lnc=2)
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
+        )
+    # MoE context encoding, sharded on blocks: core k takes blocks k, k + 2, ... (its
+    # PING_PONG order assumes two cores: at LNC=1 it reads block_to_expert with step 2, so one
+    # block only there). It leaves its output's padding row unwritten (new memory NaN here).
+    for lnc, e in ((1, 1), (2, 2)):
+        cases.append(
+            Case(
+                f"nkilib moe_cte (shard on block, post-scaled) (LNC={lnc})",
+                lib,
+                "nkilib.core.moe.moe_cte.moe_cte",
+                "moe_cte",
+                _moe_cte_inputs(256, 512, 256, e, 256, "shard_on_block"),
+                functools.partial(ref_moe_cte, lnc=lnc),
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-3,
+                package_root=LIB,
+                uninitialized="nan",
+            )
         )
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
     cases.append(

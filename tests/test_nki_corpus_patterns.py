@@ -1377,6 +1377,54 @@ def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
     _at(info, k, "# cap")
 
 
+def test_current_dialect_psum_kept_by_a_handle_past_its_last_use_gives_its_storage_up():
+    # nki-library's moe_cte (shard on block) keeps lists of PSUM transposes and projections in
+    # variables after their last use, then declares eight full banks: the compiler reuses the
+    # dead tensors' memory; trn2core gives the least recently used ones' storage up.
+    @tn.jit
+    def k(a):
+        out = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        old = []
+        for _ in range(4):  # 4 KiB of transposes, kept by ``old`` and ``t``
+            t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=t, data=x)
+            old.append(t)
+        xt = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=xt, src=old[2])
+        banks = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        res = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.sbuf)
+        for j in range(8):
+            nisa.memset(dst=res[:, j, :], value=float(j))
+            nisa.nc_matmul(dst=banks[j][:, 0:128], stationary=xt, moving=xt)
+            nisa.tensor_copy(dst=res[:, j, 0:128], src=banks[j][:, 0:128])
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128) % 7 - 3
+    want = np.repeat(np.arange(8, dtype=np.float32)[None, :, None], 128, 0).repeat(512, 2)
+    want[:, :, :128] = (a @ a.T)[:, None, :]
+    assert np.array_equal(tn.run(k, a).outputs, want)
+
+    @tn.jit
+    def late(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=t, data=x)
+        _ = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        nisa.tensor_copy(dst=x, src=t)  # late
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    with pytest.raises(CapacityError, match=r"psum\d+: used after its storage was given") as info:
+        tn.run(late, a)
+    _at(info, late, "# late")
+    assert "[rule psum_capacity]" in str(info.value)
+
+
 # ----------------------------------------------------------------------------- indirect DMA
 
 
