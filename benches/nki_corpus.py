@@ -821,15 +821,19 @@ def ref_moe_cte(
     the compute dtype, bf16, the down projection's operand), scales each token's row by its
     affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
     token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
-    output's dtype after each block).
+    output's dtype after each block). The dropping form (block n is expert n's) also returns
+    each block's gate and up projections, transposed, and its down projection before the
+    affinity (its docstring's three outputs).
 
     The shard-on-block form returns [T+1, 2, H], a row per shard (its docstring): each core
     accumulates its blocks into its own, then (LNC=2) core 0 adds the second into the first
     and zeroes the second; rows it never writes are NaN here (the case runs with new memory
     NaN): the padding row T (its zeroing skips a last tile of one row) and, at LNC=1, the
     second shard's rows."""
-    out = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert,
-                       block_size)  # fmt: skip
+    out, gup_t, down = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
+                                    block_to_expert, block_size)  # fmt: skip
+    if spec.implementation.name == "shard_on_i_dropping":
+        return out, gup_t, down
     if spec.implementation.name != "shard_on_block":
         return out
     two = np.zeros((out.shape[0], 2, out.shape[1]), out.dtype)
@@ -841,18 +845,23 @@ def ref_moe_cte(
 
 
 def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size):
+    """The output, and per block its gate and up projections transposed [N, 2, I, B] and its
+    down projection before the affinity [N, B, H] (in the weights' dtype)."""
     f = np.float64
     e_count = w_gate_up.shape[0]
     xs = x.astype(f)
     out = np.zeros(x.shape, x.dtype)
+    gup_t, down = [], []
     for blk, (e,) in enumerate(np.asarray(block_to_expert)):
         toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
         g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+        gup_t.append(np.stack([g.T, u.T]))
         h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
         y = h @ w_down[e].astype(f)
+        down.append(y.copy())
         y *= affinities.astype(f).reshape(-1)[toks * e_count + e][:, None]
         out[toks] = (out[toks].astype(f) + y).astype(x.dtype)
-    return out
+    return out, np.array(gup_t).astype(w_gate_up.dtype), np.array(down).astype(w_down.dtype)
 
 
 def _moe_cte_inputs(t, h, i, e, b, form="shard_on_i", **spec_kw):
@@ -1589,6 +1598,22 @@ def _cases() -> list[Case]:
             )
         )
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
+    # The dropping form (training: a block of 1024 tokens per expert; its block loop tiles B by
+    # 1024), its three outputs; LNC=2 only, as shard on I (the same IndexError at LNC=1).
+    cases.append(
+        Case(
+            "nkilib moe_cte (shard on I, dropping, post-scaled) (LNC=2)",
+            lib,
+            "nkilib.core.moe.moe_cte.moe_cte",
+            "moe_cte",
+            _moe_cte_inputs(1024, 512, 256, 2, 1024, "shard_on_i_dropping"),
+            ref_moe_cte,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,
+            package_root=LIB,
+        )
+    )
     cases.append(
         Case(
             "nkilib moe_cte (shard on I, post-scaled) (LNC=2)",
