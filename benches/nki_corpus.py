@@ -821,7 +821,8 @@ def ref_moe_cte(
     the compute dtype, bf16, the down projection's operand), scales each token's row by its
     affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
     token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
-    output's dtype after each block). The dropping form (block n is expert n's) also returns
+    output's dtype after each block). The hybrid form runs its first N - E blocks, then
+    block n while ``conditions[n]`` is 1 (its docstring's pseudocode). The dropping form (block n is expert n's) also returns
     each block's gate and up projections, transposed, and its down projection before the
     affinity (its docstring's three outputs).
 
@@ -830,6 +831,12 @@ def ref_moe_cte(
     and zeroes the second; rows it never writes are NaN here (the case runs with new memory
     NaN): the padding row T (its zeroing skips a last tile of one row) and, at LNC=1, the
     second shard's rows."""
+    conditions = kw.get("conditions")
+    if conditions is not None:  # hybrid: N - E static blocks, then while conditions[n] == 1
+        n = len(block_to_expert) - w_gate_up.shape[0]
+        while n < len(block_to_expert) and conditions[n] == 1:
+            n += 1
+        block_to_expert = block_to_expert[:n]
     out, gup_t, down = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
                                     block_to_expert, block_size)  # fmt: skip
     if spec.implementation.name == "shard_on_i_dropping":
@@ -882,7 +889,14 @@ def _moe_cte_inputs(t, h, i, e, b, form="shard_on_i", **spec_kw):
         mod = "nkilib.core.moe.moe_cte.moe_cte"
         impl = getattr(_lib_attr(mod, "MoECTEImplementation"), form)
         spec = _lib_attr(mod, "MoECTESpec")(impl, **spec_kw)
-        return (x, aff, wgu, wd, pos, blocks, b, spec), {}
+        if form != "shard_on_i_hybrid":
+            return (x, aff, wgu, wd, pos, blocks, b, spec), {}
+        # One more block, of padding positions only (token T), expert 0's: its condition 0
+        # ends the hybrid form's dynamic loop before it (conditions [N+1], the last 0).
+        pos = np.concatenate([pos, np.full(b, t, np.int32)])
+        blocks = np.concatenate([blocks, np.zeros((1, 1), np.int32)])
+        conditions = np.array([1] * e + [0, 0], np.int32)
+        return (x, aff, wgu, wd, pos, blocks, b, spec), {"conditions": conditions}
 
     return f
 
@@ -1598,6 +1612,24 @@ def _cases() -> list[Case]:
             )
         )
     # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
+    # The hybrid form: a static loop over N - E blocks, then a dynamic one (a register bound)
+    # up to the padded blocks (here one, of padding positions only, which it leaves out). It
+    # needs two shards (its own assert); its core_barrier on an SBUF counter runs since SBUF
+    # data is accepted (docs/nki.md, "Inferred, not documented").
+    cases.append(
+        Case(
+            "nkilib moe_cte (shard on I, hybrid, post-scaled) (LNC=2)",
+            lib,
+            "nkilib.core.moe.moe_cte.moe_cte",
+            "moe_cte",
+            _moe_cte_inputs(256, 512, 256, 2, 256, "shard_on_i_hybrid"),
+            ref_moe_cte,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,
+            package_root=LIB,
+        )
+    )
     # The dropping form (training: a block of 1024 tokens per expert; its block loop tiles B by
     # 1024), its three outputs; LNC=2 only, as shard on I (the same IndexError at LNC=1).
     cases.append(

@@ -1968,6 +1968,32 @@ def test_lnc2_core_barrier_shows_each_core_the_others_writes():
     assert load0["ts"] >= b0["ts"] + b0["dur"], "the read-back waits for the barrier"
 
 
+def test_lnc2_core_barrier_on_an_sbuf_counter_orders_the_cores_and_keeps_each_its_own():
+    # nki-library's hybrid moe_cte barriers on an SBUF block counter each core increments:
+    # SBUF is each physical core's own, so nothing merges, but both cores meet there.
+    @tn.jit
+    def counters(x):
+        pid = nl.program_id(0)
+        out = nl.ndarray((2, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+        n = nl.ndarray((1, 8), dtype=nl.int32, buffer=nl.sbuf)
+        for _ in range(1 + 30 * pid):  # core 1 reaches the barrier later
+            nisa.dma_copy(dst=n, src=x[pid : pid + 1, :])
+        nisa.tensor_scalar(dst=n, data=n, op0=nl.add, operand0=1)
+        nisa.core_barrier(n, (0, 1))
+        nisa.dma_copy(dst=out[pid : pid + 1, :], src=n)  # after
+        return out
+
+    res = _lnc2(counters, np.array([[10] * 8, [20] * 8], np.int32))
+    assert np.array_equal(res.outputs, np.array([[11] * 8, [21] * 8], np.int32))
+    bar = _line_of(counters, "nisa.core_barrier(")
+    (b0,), (b1,) = _events(res.report, 0, bar), _events(res.report, 1, bar)
+    assert b0["ts"] == b1["ts"] and b0["name"] == "core_barrier", (b0, b1)
+    (inc0,) = _events(res.report, 0, _line_of(counters, "nisa.tensor_scalar("))
+    assert b0["ts"] > inc0["ts"] + inc0["dur"], "core 0 waited at the barrier for core 1"
+    (store0,) = _events(res.report, 0, _line_of(counters, "# after"))
+    assert store0["ts"] >= b0["ts"] + b0["dur"], "the counter's store waits for the barrier"
+
+
 def test_lnc2_exchange_errors_name_the_kernels_line():
     @tn.jit
     def unmatched(x):
@@ -2081,7 +2107,12 @@ def test_lnc2_exchange_argument_errors():
             "src: dma_engine=gpsimd_dma moves at most 1024 bytes per partition",
         ),
         (lambda x, o, t, w, r: nisa.core_barrier(o, (0,)), r"cores: only \(0, 1\)"),
-        (lambda x, o, t, w, r: nisa.core_barrier(t, (0, 1)), "data: core_barrier synchronises"),
+        (
+            lambda x, o, t, w, r: nisa.core_barrier(
+                nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.psum), (0, 1)
+            ),
+            "data: core_barrier synchronises on a tensor in HBM .* or SBUF .*, got psum",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(Trn2Error, match=message) as info:
