@@ -822,9 +822,9 @@ def ref_moe_cte(
     affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
     token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
     output's dtype after each block). The hybrid form runs its first N - E blocks, then
-    block n while ``conditions[n]`` is 1 (its docstring's pseudocode). The dropping form (block n is expert n's) also returns
-    each block's gate and up projections, transposed, and its down projection before the
-    affinity (its docstring's three outputs).
+    block n while ``conditions[n]`` is 1 (its docstring's pseudocode). The dropping form
+    (block n is expert n's) also returns each block's gate and up projections, transposed,
+    and its down projection before the affinity (its docstring's three outputs).
 
     The shard-on-block form returns [T+1, 2, H], a row per shard (its docstring): each core
     accumulates its blocks into its own, then (LNC=2) core 0 adds the second into the first
@@ -851,7 +851,7 @@ def ref_moe_cte(
     return two
 
 
-def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size):
+def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b):
     """The output, and per block its gate and up projections transposed [N, 2, I, B] and its
     down projection before the affinity [N, B, H] (in the weights' dtype)."""
     f = np.float64
@@ -860,7 +860,7 @@ def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_t
     out = np.zeros(x.shape, x.dtype)
     gup_t, down = [], []
     for blk, (e,) in enumerate(np.asarray(block_to_expert)):
-        toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
+        toks = np.asarray(token_position_to_id[blk * b : (blk + 1) * b])
         g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
         gup_t.append(np.stack([g.T, u.T]))
         h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
