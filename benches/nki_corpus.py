@@ -1592,74 +1592,33 @@ def _cases() -> list[Case]:
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
-    # MoE context encoding, sharded on blocks: core k takes blocks k, k + 2, ... (its
-    # PING_PONG order assumes two cores: at LNC=1 it reads block_to_expert with step 2, so one
-    # block only there). It leaves its output's padding row unwritten (new memory NaN here).
+
+    # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).
+    def moe_cte(label, inputs, lnc=2, **kw):
+        name = f"nkilib moe_cte ({label}, post-scaled) (LNC={lnc})"
+        module = "nkilib.core.moe.moe_cte.moe_cte"
+        reference = functools.partial(ref_moe_cte, lnc=lnc)
+        kw.update(grid=lnc, rtol=2e-2, atol=2e-3, package_root=LIB)
+        return Case(name, lib, module, "moe_cte", inputs, reference, **kw)
+
+    # Sharded on blocks: core k takes blocks k, k + 2, ... (its PING_PONG order assumes two
+    # cores: at LNC=1 it reads block_to_expert with step 2, so one block only there). It
+    # leaves its output's padding row unwritten (new memory NaN here).
     for lnc, e in ((1, 1), (2, 2)):
-        cases.append(
-            Case(
-                f"nkilib moe_cte (shard on block, post-scaled) (LNC={lnc})",
-                lib,
-                "nkilib.core.moe.moe_cte.moe_cte",
-                "moe_cte",
-                _moe_cte_inputs(256, 512, 256, e, 256, "shard_on_block"),
-                functools.partial(ref_moe_cte, lnc=lnc),
-                grid=lnc,
-                rtol=2e-2,
-                atol=2e-3,
-                package_root=LIB,
-                uninitialized="nan",
-            )
-        )
-    # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
+        inputs = _moe_cte_inputs(256, 512, 256, e, 256, "shard_on_block")
+        cases.append(moe_cte("shard on block", inputs, lnc, uninitialized="nan"))
     # The hybrid form: a static loop over N - E blocks, then a dynamic one (a register bound)
     # up to the padded blocks (here one, of padding positions only, which it leaves out). It
     # needs two shards (its own assert); its core_barrier on an SBUF counter runs since SBUF
     # data is accepted (docs/nki.md, "Inferred, not documented").
-    cases.append(
-        Case(
-            "nkilib moe_cte (shard on I, hybrid, post-scaled) (LNC=2)",
-            lib,
-            "nkilib.core.moe.moe_cte.moe_cte",
-            "moe_cte",
-            _moe_cte_inputs(256, 512, 256, 2, 256, "shard_on_i_hybrid"),
-            ref_moe_cte,
-            grid=2,
-            rtol=2e-2,
-            atol=2e-3,
-            package_root=LIB,
-        )
-    )
+    inputs = _moe_cte_inputs(256, 512, 256, 2, 256, "shard_on_i_hybrid")
+    cases.append(moe_cte("shard on I, hybrid", inputs))
     # The dropping form (training: a block of 1024 tokens per expert; its block loop tiles B by
     # 1024), its three outputs; LNC=2 only, as shard on I (the same IndexError at LNC=1).
-    cases.append(
-        Case(
-            "nkilib moe_cte (shard on I, dropping, post-scaled) (LNC=2)",
-            lib,
-            "nkilib.core.moe.moe_cte.moe_cte",
-            "moe_cte",
-            _moe_cte_inputs(1024, 512, 256, 2, 1024, "shard_on_i_dropping"),
-            ref_moe_cte,
-            grid=2,
-            rtol=2e-2,
-            atol=2e-3,
-            package_root=LIB,
-        )
-    )
-    cases.append(
-        Case(
-            "nkilib moe_cte (shard on I, post-scaled) (LNC=2)",
-            lib,
-            "nkilib.core.moe.moe_cte.moe_cte",
-            "moe_cte",
-            _moe_cte_inputs(256, 512, 256, 2, 256),
-            ref_moe_cte,
-            grid=2,
-            rtol=2e-2,
-            atol=2e-3,  # outputs up to ~0.17: a looser atol would hide a wrong scale
-            package_root=LIB,
-        )
-    )
+    inputs = _moe_cte_inputs(1024, 512, 256, 2, 1024, "shard_on_i_dropping")
+    cases.append(moe_cte("shard on I, dropping", inputs))
+    # Sharded on I: it needs two shards, so it runs at LNC=2 only.
+    cases.append(moe_cte("shard on I", _moe_cte_inputs(256, 512, 256, 2, 256)))
     for rows in (256, 300):
         cases.append(
             Case(
