@@ -937,35 +937,72 @@ def _moe_tkg_wrapper(sub):
 
 
 def ref_moe_cte(
-    x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size, spec, **kw
-):  # noqa: E501
+    x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, block_size, spec,
+    lnc=2, **kw,
+):  # fmt: skip
     """nki-library's blockwise MoE context encoding (its docstring's pseudocode): the output
     [T+1, H] starts at zero; each block of ``block_size`` token positions runs its expert's MLP
     on the tokens it lists, (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to
     the compute dtype, bf16, the down projection's operand), scales each token's row by its
     affinity for that expert (POST_SCALE: ``affinities[t * E + e]``) and adds it into the
     token's output row (accumulating over a token's blocks, top k > 1; the sum rounded to the
-    output's dtype after each block)."""
+    output's dtype after each block). The hybrid form runs its first N - E blocks, then
+    block n while ``conditions[n]`` is 1 (its docstring's pseudocode). The dropping form
+    (block n is expert n's) also returns each block's gate and up projections, transposed,
+    and its down projection before the affinity (its docstring's three outputs).
+
+    The shard-on-block form returns [T+1, 2, H], a row per shard (its docstring): each core
+    accumulates its blocks into its own, then (LNC=2) core 0 adds the second into the first
+    and zeroes the second; rows it never writes are NaN here (the case runs with new memory
+    NaN): the padding row T (its zeroing skips a last tile of one row) and, at LNC=1, the
+    second shard's rows."""
+    conditions = kw.get("conditions")
+    if conditions is not None:  # hybrid: N - E static blocks, then while conditions[n] == 1
+        n = len(block_to_expert) - w_gate_up.shape[0]
+        while n < len(block_to_expert) and conditions[n] == 1:
+            n += 1
+        block_to_expert = block_to_expert[:n]
+    out, gup_t, down = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
+                                    block_to_expert, block_size)  # fmt: skip
+    if spec.implementation.name == "shard_on_i_dropping":
+        return out, gup_t, down
+    if spec.implementation.name != "shard_on_block":
+        return out
+    two = np.zeros((out.shape[0], 2, out.shape[1]), out.dtype)
+    two[:, 0] = out
+    two[-1] = np.nan
+    if lnc == 1:
+        two[:, 1] = np.nan
+    return two
+
+
+def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b):
+    """The output, and per block its gate and up projections transposed [N, 2, I, B] and its
+    down projection before the affinity [N, B, H] (in the weights' dtype)."""
     f = np.float64
     e_count = w_gate_up.shape[0]
     xs = x.astype(f)
     out = np.zeros(x.shape, x.dtype)
+    gup_t, down = [], []
     for blk, (e,) in enumerate(np.asarray(block_to_expert)):
-        toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
+        toks = np.asarray(token_position_to_id[blk * b : (blk + 1) * b])
         g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+        gup_t.append(np.stack([g.T, u.T]))
         h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
         y = h @ w_down[e].astype(f)
+        down.append(y.copy())
         y *= affinities.astype(f).reshape(-1)[toks * e_count + e][:, None]
         out[toks] = (out[toks].astype(f) + y).astype(x.dtype)
-    return out
+    return out, np.array(gup_t).astype(w_gate_up.dtype), np.array(down).astype(w_down.dtype)
 
 
-def _moe_cte_inputs(t, h, i, e, b):
+def _moe_cte_inputs(t, h, i, e, b, form="shard_on_i", **spec_kw):
     """bf16 hidden states [T+1, H] (row T the padding token), gate/up weights [E, H, 2, I]
     and down weights [E, I, H] (scaled so a product stays near 1), the masked affinities
     [(T+1)*E, 1] (bf16) and top k = E: every token in one block of each expert (T = B, so no
     padding position), its order in each block shuffled (int32 positions; block e is expert
-    e's); the shard-on-I form, post-scaled."""
+    e's); post-scaled, in the ``form`` of MoECTEImplementation named (its spec's other
+    fields ``spec_kw``)."""
 
     def f(r):
         x = _f32(r, t + 1, h).astype(BF16)
@@ -975,8 +1012,16 @@ def _moe_cte_inputs(t, h, i, e, b):
         pos = np.concatenate([r.permutation(t) for _ in range(e)]).astype(np.int32)
         blocks = np.arange(e, dtype=np.int32).reshape(e, 1)
         mod = "nkilib.core.moe.moe_cte.moe_cte"
-        spec = _lib_attr(mod, "MoECTESpec")(_lib_attr(mod, "MoECTEImplementation").shard_on_i)
-        return (x, aff, wgu, wd, pos, blocks, b, spec), {}
+        impl = getattr(_lib_attr(mod, "MoECTEImplementation"), form)
+        spec = _lib_attr(mod, "MoECTESpec")(impl, **spec_kw)
+        if form != "shard_on_i_hybrid":
+            return (x, aff, wgu, wd, pos, blocks, b, spec), {}
+        # One more block, of padding positions only (token T), expert 0's: its condition 0
+        # ends the hybrid form's dynamic loop before it (conditions [N+1], the last 0).
+        pos = np.concatenate([pos, np.full(b, t, np.int32)])
+        blocks = np.concatenate([blocks, np.zeros((1, 1), np.int32)])
+        conditions = np.array([1] * e + [0, 0], np.int32)
+        return (x, aff, wgu, wd, pos, blocks, b, spec), {"conditions": conditions}
 
     return f
 
@@ -1718,21 +1763,33 @@ def _cases() -> list[Case]:
         )
         for label, kw in blocks
     ]
-    # MoE context encoding, sharded on I: it needs two shards, so it runs at LNC=2 only.
-    cases.append(
-        Case(
-            "nkilib moe_cte (shard on I, post-scaled) (LNC=2)",
-            lib,
-            "nkilib.core.moe.moe_cte.moe_cte",
-            "moe_cte",
-            _moe_cte_inputs(256, 512, 256, 2, 256),
-            ref_moe_cte,
-            grid=2,
-            rtol=2e-2,
-            atol=2e-3,  # outputs up to ~0.17: a looser atol would hide a wrong scale
-            package_root=LIB,
-        )
-    )
+
+    # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).
+    def moe_cte(label, inputs, lnc=2, **kw):
+        name = f"nkilib moe_cte ({label}, post-scaled) (LNC={lnc})"
+        module = "nkilib.core.moe.moe_cte.moe_cte"
+        reference = functools.partial(ref_moe_cte, lnc=lnc)
+        kw.update(grid=lnc, rtol=2e-2, atol=2e-3, package_root=LIB)
+        return Case(name, lib, module, "moe_cte", inputs, reference, **kw)
+
+    # Sharded on blocks: core k takes blocks k, k + 2, ... (its PING_PONG order assumes two
+    # cores: at LNC=1 it reads block_to_expert with step 2, so one block only there). It
+    # leaves its output's padding row unwritten (new memory NaN here).
+    for lnc, e in ((1, 1), (2, 2)):
+        inputs = _moe_cte_inputs(256, 512, 256, e, 256, "shard_on_block")
+        cases.append(moe_cte("shard on block", inputs, lnc, uninitialized="nan"))
+    # The hybrid form: a static loop over N - E blocks, then a dynamic one (a register bound)
+    # up to the padded blocks (here one, of padding positions only, which it leaves out). It
+    # needs two shards (its own assert); its core_barrier on an SBUF counter runs since SBUF
+    # data is accepted (docs/nki.md, "Inferred, not documented").
+    inputs = _moe_cte_inputs(256, 512, 256, 2, 256, "shard_on_i_hybrid")
+    cases.append(moe_cte("shard on I, hybrid", inputs))
+    # The dropping form (training: a block of 1024 tokens per expert; its block loop tiles B by
+    # 1024), its three outputs; LNC=2 only, as shard on I (the same IndexError at LNC=1).
+    inputs = _moe_cte_inputs(1024, 512, 256, 2, 1024, "shard_on_i_dropping")
+    cases.append(moe_cte("shard on I, dropping", inputs))
+    # Sharded on I: it needs two shards, so it runs at LNC=2 only.
+    cases.append(moe_cte("shard on I", _moe_cte_inputs(256, 512, 256, 2, 256)))
     for rows in (256, 300):
         cases.append(
             Case(

@@ -575,13 +575,22 @@ def test_sbuf_over_capacity():
 
 
 def test_psum_over_capacity():
+    # Three PSUM tensors in use at once need more than its 16 KiB: declaring the third gives
+    # the least recently used one's storage up, and using that one again is the error.
     def k(x):
         a = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
         b = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
-        c = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # HERE
+        c = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=a, value=0.0)  # HERE
         return a, b, c
 
-    _raises_at(CapacityError, k, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
+    e = _raises_at(CapacityError, k, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
+    assert "psum0: used after its storage was given to psum2 at test_nki.py:" in str(e)
+
+    def one(x):
+        return nl.ndarray((128, 4200), dtype=nl.float32, buffer=nl.psum)  # HERE
+
+    _raises_at(CapacityError, one, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
 
 
 def test_partition_dim_over_128():

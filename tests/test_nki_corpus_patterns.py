@@ -62,6 +62,17 @@ def test_every_nki_dtype_name_exists_and_the_ones_trn2_lacks_fail_on_use():
         tn.run(tn.jit(k), np.ones((2, 2), np.float32))
     _at(info, k, "# e4m3fn")
 
+    # nki-library's MX kernels (moe_cte's *_mx forms, NeuronCore-v4) stop so at their first
+    # tile of an MX dtype (weights come in as uint32 and are only reinterpreted before).
+    def mx(x):
+        t = nl.ndarray((128, 2, 32), dtype=nl.float8_e4m3fn_x4)  # x4
+        return t
+
+    why = r"float8_e4m3fn_x4 \(MX, 4 packed\) is not a Trainium2 dtype \(NeuronCore-v4\)"
+    with pytest.raises(FormatError, match=why) as info:
+        tn.run(tn.jit(mx), np.ones((2, 2), np.float32))
+    _at(info, mx, "# x4")
+
 
 def test_import_surface_of_both_dialects_fails_only_on_use():
     mods = (
@@ -1377,6 +1388,54 @@ def test_current_dialect_allocations_over_capacity_stay_capacity_errors():
     _at(info, k, "# cap")
 
 
+def test_current_dialect_psum_kept_by_a_handle_past_its_last_use_gives_its_storage_up():
+    # nki-library's moe_cte (shard on block) keeps lists of PSUM transposes and projections in
+    # variables after their last use, then declares eight full banks: the compiler reuses the
+    # dead tensors' memory; trn2core gives the least recently used ones' storage up.
+    @tn.jit
+    def k(a):
+        out = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        old = []
+        for _ in range(4):  # 4 KiB of transposes, kept by ``old`` and ``t``
+            t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=t, data=x)
+            old.append(t)
+        xt = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=xt, src=old[2])
+        banks = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        res = nl.ndarray((128, 8, 512), dtype=nl.float32, buffer=nl.sbuf)
+        for j in range(8):
+            nisa.memset(dst=res[:, j, :], value=float(j))
+            nisa.nc_matmul(dst=banks[j][:, 0:128], stationary=xt, moving=xt)
+            nisa.tensor_copy(dst=res[:, j, 0:128], src=banks[j][:, 0:128])
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128) % 7 - 3
+    want = np.repeat(np.arange(8, dtype=np.float32)[None, :, None], 128, 0).repeat(512, 2)
+    want[:, :, :128] = (a @ a.T)[:, None, :]
+    assert np.array_equal(tn.run(k, a).outputs, want)
+
+    @tn.jit
+    def late(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=t, data=x)
+        _ = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        nisa.tensor_copy(dst=x, src=t)  # late
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    with pytest.raises(CapacityError, match=r"psum\d+: used after its storage was given") as info:
+        tn.run(late, a)
+    _at(info, late, "# late")
+    assert "[rule psum_capacity]" in str(info.value)
+
+
 # ----------------------------------------------------------------------------- indirect DMA
 
 
@@ -1920,6 +1979,32 @@ def test_lnc2_core_barrier_shows_each_core_the_others_writes():
     assert load0["ts"] >= b0["ts"] + b0["dur"], "the read-back waits for the barrier"
 
 
+def test_lnc2_core_barrier_on_an_sbuf_counter_orders_the_cores_and_keeps_each_its_own():
+    # nki-library's hybrid moe_cte barriers on an SBUF block counter each core increments:
+    # SBUF is each physical core's own, so nothing merges, but both cores meet there.
+    @tn.jit
+    def counters(x):
+        pid = nl.program_id(0)
+        out = nl.ndarray((2, 8), dtype=nl.int32, buffer=nl.shared_hbm)
+        n = nl.ndarray((1, 8), dtype=nl.int32, buffer=nl.sbuf)
+        for _ in range(1 + 30 * pid):  # core 1 reaches the barrier later
+            nisa.dma_copy(dst=n, src=x[pid : pid + 1, :])
+        nisa.tensor_scalar(dst=n, data=n, op0=nl.add, operand0=1)
+        nisa.core_barrier(n, (0, 1))
+        nisa.dma_copy(dst=out[pid : pid + 1, :], src=n)  # after
+        return out
+
+    res = _lnc2(counters, np.array([[10] * 8, [20] * 8], np.int32))
+    assert np.array_equal(res.outputs, np.array([[11] * 8, [21] * 8], np.int32))
+    bar = _line_of(counters, "nisa.core_barrier(")
+    (b0,), (b1,) = _events(res.report, 0, bar), _events(res.report, 1, bar)
+    assert b0["ts"] == b1["ts"] and b0["name"] == "core_barrier", (b0, b1)
+    (inc0,) = _events(res.report, 0, _line_of(counters, "nisa.tensor_scalar("))
+    assert b0["ts"] > inc0["ts"] + inc0["dur"], "core 0 waited at the barrier for core 1"
+    (store0,) = _events(res.report, 0, _line_of(counters, "# after"))
+    assert store0["ts"] >= b0["ts"] + b0["dur"], "the counter's store waits for the barrier"
+
+
 def test_lnc2_exchange_errors_name_the_kernels_line():
     @tn.jit
     def unmatched(x):
@@ -2033,7 +2118,12 @@ def test_lnc2_exchange_argument_errors():
             "src: dma_engine=gpsimd_dma moves at most 1024 bytes per partition",
         ),
         (lambda x, o, t, w, r: nisa.core_barrier(o, (0,)), r"cores: only \(0, 1\)"),
-        (lambda x, o, t, w, r: nisa.core_barrier(t, (0, 1)), "data: core_barrier synchronises"),
+        (
+            lambda x, o, t, w, r: nisa.core_barrier(
+                nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.psum), (0, 1)
+            ),
+            "data: core_barrier synchronises on a tensor in HBM .* or SBUF .*, got psum",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(Trn2Error, match=message) as info:

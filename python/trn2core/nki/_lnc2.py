@@ -129,11 +129,14 @@ def core_barrier(c: Core, data, cores, engine: str) -> None:
             f"cores: only (0, 1) is supported with LNC=2 (the NKI ISA reference), got {cores!r}",
             arg="cores",
         )
-    if not isinstance(data, NkiTensor) or data.buffer not in (SHARED_HBM, HBM, PRIVATE_HBM):
+    # The NKI ISA reference asks for shared HBM; nki-library's hybrid moe_cte (a Trainium2
+    # kernel) barriers on an SBUF counter, so SBUF is accepted too (each core's own: nothing
+    # merges; the barrier still orders both cores). docs/nki.md, "Inferred, not documented".
+    if not isinstance(data, NkiTensor) or data.buffer not in (SHARED_HBM, HBM, PRIVATE_HBM, SBUF):
         got = data.buffer.name if isinstance(data, NkiTensor) else type(data).__name__
         raise Trn2ValueError(
-            "data: core_barrier synchronises on a tensor in shared HBM (the NKI ISA "
-            f"reference), got {got}",
+            "data: core_barrier synchronises on a tensor in HBM (shared HBM, the NKI ISA "
+            f"reference) or SBUF (nki-library's kernels), got {got}",
             arg="data",
             rule="core_barrier_data",
         )

@@ -24,7 +24,9 @@ import dataclasses
 import inspect
 import itertools
 import math
+import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -86,14 +88,30 @@ class KernelError(Trn2ValueError):
 
 class _Alloc:
     """Owns one on-chip machine tensor; frees it when the last handle goes (Python's
-    reference counting stands for the compiler's liveness analysis)."""
+    reference counting stands for the compiler's liveness analysis). A current-dialect
+    tensor the allocator placed also records when it was last used (``last``, a stamp of
+    ``clock``): when a declaration does not fit, the least recently used such tensors give
+    their storage up (``Core.alloc_releasing``); ``gone`` then says so, and a later use of
+    the tensor is that ``CapacityError``."""
 
-    __slots__ = ("m", "tile", "init", "__weakref__")
+    __slots__ = ("m", "tile", "init", "clock", "last", "gone", "name", "__weakref__")
 
-    def __init__(self, m, tile, init=None) -> None:
+    def __init__(self, m, tile, init=None, clock=None, name="") -> None:
         self.m = m
         self.tile = tile
         self.init = init
+        self.clock = clock
+        self.last = next(clock) if clock is not None else 0
+        self.gone: str | None = None
+        self.name = name
+
+    def touch(self) -> None:
+        """A use of the tensor (any access of its tile): stamped, or the error of a tensor
+        whose storage was given up."""
+        if self.gone is not None:
+            raise CapacityError(self.gone)
+        if self.clock is not None:
+            self.last = next(self.clock)
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -202,6 +220,10 @@ class Core:
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
         self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
+        #: The current dialect's tensors the allocator placed, by memory, and the stamps of
+        #: their uses (``_Alloc.touch``; ``alloc_releasing`` picks the least recent).
+        self.placed = {"sbuf": weakref.WeakSet(), "psum": weakref.WeakSet()}
+        self.clock = itertools.count()
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -272,11 +294,44 @@ class Core:
             try:
                 tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
             except CapacityError as e:
-                if not lazy_ok:
+                if lazy_ok:
+                    return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
+                if self.launch.dialect == "legacy":
                     raise
-                return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
+                tile = self.alloc_releasing(mshape, dtype, buffer, mname, e)
+            if self.launch.dialect != "legacy":
+                owner = _Alloc(self.m, tile, init, self.clock, mname)
+                self.placed[buffer.space].add(owner)
+                return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def alloc_releasing(self, mshape, dtype, buffer: Buffer, name: str, error: CapacityError):
+        """A current-dialect tensor that does not fit (``error``): the compiler reuses the
+        memory of a tensor after its last use, which a running trace cannot know, so the
+        least recently used tensors the allocator placed in that memory give their storage up
+        until it fits (their handles may still exist: a later use of one is a
+        ``CapacityError`` naming both). ``error`` when it does not fit even then."""
+        self.flush()
+        owners = sorted(
+            (o for o in self.placed[buffer.space] if o.m is not None), key=lambda o: o.last
+        )
+        file, line = user_location()
+        where = f"{name} at {os.path.basename(file)}:{line}"
+        rule = "psum_capacity" if buffer is PSUM else "sbuf_capacity"
+        for victim in owners:
+            victim.gone = (
+                f"{victim.name}: used after its storage was given to {where} (the least "
+                f"recently used tensors give their {buffer.name.upper()} up when a declaration "
+                "does not fit): the tensors in use at once need more than there is "
+                f"(docs/nki.md, tensors the allocator places) [rule {rule}]"
+            )
+            victim.release()
+            try:
+                return self.m.alloc(mshape, D.machine_name(dtype), buffer.space, name, 0, None)
+            except CapacityError:
+                continue
+        raise error
 
     def _lazy(self, shape, dtype, buffer, pdim, mname, name, error) -> NkiTensor:
         p = shape[pdim]

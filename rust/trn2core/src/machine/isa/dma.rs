@@ -25,15 +25,18 @@ impl Machine {
     /// writes the HBM tensor `data` (so it waits for this core's earlier accesses of `data`,
     /// and later ones wait for it). Its meeting with the other core is the front end's: it
     /// holds the instruction to the later core's time ([`super::super::Program::hold_last`]).
-    /// `data` outside HBM is refused (rule `core_barrier_data`).
+    /// `data` in PSUM is refused (rule `core_barrier_data`); the NKI ISA reference asks for
+    /// shared HBM, but nki-library's hybrid `moe_cte` (a Trainium2 kernel) barriers on an SBUF
+    /// counter, so SBUF is accepted too (docs/nki.md, "Inferred, not documented").
     pub fn core_barrier(&mut self, engine: Engine, data: &Tile) -> Result<()> {
         let opc = Opcode::CoreBarrier;
         check_engine(opc, engine)?;
-        if data.space != Space::Hbm {
+        if data.space == Space::Psum {
             return Err(rule(
                 "data",
                 "core_barrier_data",
-                "core_barrier synchronises on a tensor in shared HBM (the NKI ISA reference)",
+                "core_barrier synchronises on a tensor in HBM (shared HBM, the NKI ISA \
+                 reference) or SBUF (nki-library's kernels), not PSUM",
             ));
         }
         // No value is read (bytes never written are fine: the other core may write them).
@@ -661,8 +664,9 @@ mod tests {
         put(&mut m, &x, &codes(128 * 64, 4), 4);
         let h = m.hbm_tensor("h", &[128, 64], Dtype::Fp32, None).expect("h");
         let y = m.alloc(Space::Sbuf, "y", &[128, 64], Dtype::Fp32).expect("y");
+        let ps = m.alloc(Space::Psum, "ps", &[128, 64], Dtype::Fp32).expect("ps");
         m.dma_copy(&h, &x, Some(0)).expect("store");
-        let sb = m.core_barrier(Engine::Vector, &x).expect_err("SBUF data");
+        let sb = m.core_barrier(Engine::Vector, &ps).expect_err("PSUM data");
         assert_eq!(sb.rule(), Some("core_barrier_data"));
         assert!(m.core_barrier(Engine::Tensor, &h).is_err(), "not on the tensor engine");
         m.core_barrier(Engine::Gpsimd, &h).expect("barrier");
