@@ -308,10 +308,10 @@ impl PyMachine {
     ) -> PyTrn2Result<T> {
         let queued = self.lock().queued_matmuls();
         if elements < GIL_HELD_ELEMENTS && queued == 0 {
-            Ok(guard(py, || f(&mut *self.lock()))?)
+            Ok(guard(py, || f(&mut self.lock()))?)
         } else {
             let work = (elements as u64).saturating_add(queued as u64 * QUEUED_MATMUL_WORK);
-            Ok(guard_work(py, work, || f(&mut *self.lock()))?)
+            Ok(guard_work(py, work, || f(&mut self.lock()))?)
         }
     }
 }

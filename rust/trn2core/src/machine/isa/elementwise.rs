@@ -757,6 +757,15 @@ impl Machine {
     }
 }
 
+/// `tensor_tensor`'s cost flags.
+fn tensor_tensor_flags(op: AluOp) -> u32 {
+    if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
+        flags::ADD_SUB_MUL
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,14 +968,5 @@ mod tests {
         let f = m.alloc(Space::Sbuf, "f", &[128, n], Dtype::Fp32).expect("f");
         let e = m.nc_stream_shuffle(&f, &all, &mask).expect_err("dtype");
         assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shuffle_dtype")));
-    }
-}
-
-/// `tensor_tensor`'s cost flags.
-fn tensor_tensor_flags(op: AluOp) -> u32 {
-    if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
-        flags::ADD_SUB_MUL
-    } else {
-        0
     }
 }
