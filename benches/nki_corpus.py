@@ -1743,10 +1743,15 @@ def _cases() -> list[Case]:
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
-    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert.
+    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert. With its own
+    # defaults (router_pre_norm, no norm_topk_prob) the selective form keeps the affinities in
+    # SBUF (router_topk's core_barrier on them, SBUF data accepted) and gathers them with
+    # local_gather over all 128 partitions of a tile whose first T rows it wrote: new memory
+    # NaN there, as for moe_tkg's HBM-affinity form.
     blocks = (
-        ("selective, normalised top k", {"norm_topk_prob": True}),
-        ("all experts", {"is_all_expert": True, "rank_id": True}),
+        ("selective, normalised top k", {"norm_topk_prob": True}, "error"),
+        ("selective, its defaults", {}, "nan"),
+        ("all experts", {"is_all_expert": True, "rank_id": True}, "error"),
     )
     cases += [
         Case(
@@ -1760,8 +1765,9 @@ def _cases() -> list[Case]:
             rtol=2e-2,
             atol=2e-2,
             package_root=LIB,
+            uninitialized=uninit,
         )
-        for label, kw in blocks
+        for label, kw, uninit in blocks
     ]
 
     # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).

@@ -390,7 +390,8 @@ impl PyMachine {
             )
             .into());
         }
-        Ok(self.lock().memories().usage(sp).into())
+        // Settled: a tensor freed while the matmul queue used it holds its bytes until then.
+        Ok(self.settled()?.memories().usage(sp).into())
     }
 
     /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).
