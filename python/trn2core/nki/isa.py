@@ -56,7 +56,10 @@ def _t(x, arg: str):
             return x.tile
         o = x._owner
         if o is not None and o.clock is not None:
-            o.touch()
+            # _Alloc.touch, inline (the hot path).
+            if o.gone is not None:
+                o.touch()  # raises
+            o.last = next(o.clock)
         return t
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
@@ -363,8 +366,12 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
         t0, t1, t2 = dst._t, data1._t, data2._t
         if type(t0) is _TILE and type(t1) is _TILE and type(t2) is _TILE:
             for x in (dst, data1, data2):
-                if x._owner is not None and x._owner.clock is not None:
-                    x._owner.touch()
+                w = x._owner
+                if w is not None and w.clock is not None:
+                    # _Alloc.touch, inline (the hot path).
+                    if w.gone is not None:
+                        w.touch()  # raises
+                    w.last = next(w.clock)
             c.m.issue_at(c.loc, "tensor_tensor", e, t0, t1, t2, o)
             return
     else:
