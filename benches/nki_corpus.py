@@ -1689,7 +1689,152 @@ def _cases() -> list[Case]:
             atol=2e-2,
         ),
     ]
-    return cases
+    return cases + _nxdi_cases()
+
+
+# ----------------------------------------------------------------------------- NxD / NxDI
+# The NKI kernels of neuronx-distributed-inference's contributed models (and src/) that target
+# Trainium2; see docs/nki.md ("The public corpus") for the inventory of both repositories.
+NXDI = "neuronx-distributed-inference"
+QWEN = "contrib/models/Qwen3.5-2B/src/nki_kernels"  # Qwen3.5-35B-A3B holds identical copies
+
+
+def ref_qk_norm_rope(q, k, q_gamma, k_gamma, cos, sin, eps):
+    """Per head of 256: RMS norm times gamma, then RoPE on the first 64 dimensions (rotate
+    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]."""
+
+    def one(x, gamma):
+        b, s, w = x.shape
+        x = x.astype(np.float64).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
+        n = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * gamma
+        c, sn = cos[:, None, :, :64], sin[:, None, :, :64]
+        lo, hi = n[..., :32].copy(), n[..., 32:64].copy()
+        n[..., :32] = lo * c[..., :32] - hi * sn[..., :32]
+        n[..., 32:64] = hi * c[..., 32:] + lo * sn[..., 32:]
+        return n.astype(np.float32)
+
+    return one(q, q_gamma), one(k, k_gamma)
+
+
+def _qk_norm_rope_inputs(r, b=1, s=130, hq=2, hk=1):
+    ang = r.uniform(0, 3, size=(b, s, 64))
+    return (
+        (
+            _f32(r, b, s, hq * 256),
+            _f32(r, b, s, hk * 256),
+            _f32(r, 256, lo=0.5, hi=1.5),
+            _f32(r, 256, lo=0.5, hi=1.5),
+            np.cos(ang).astype(np.float32),
+            np.sin(ang).astype(np.float32),
+            1e-6,
+        ),
+        {},
+    )
+
+
+def _deltanet_scan(q, k, v, g, beta, state=None):
+    """The gated delta rule per token (state S [k, v]): S = exp(g) S; S += k (beta (v - S.T k)).T;
+    o = S.T q. Returns the outputs [S, v] and the final state."""
+    q, k, v, g, beta = (np.asarray(a, np.float64) for a in (q, k, v, g, beta))
+    st = np.zeros((k.shape[1], v.shape[1])) if state is None else state.astype(np.float64)
+    out = np.zeros_like(v)
+    for t in range(q.shape[0]):
+        st = st * np.exp(g[t])[:, None]
+        delta = beta[t] * (v[t] - st.T @ k[t])
+        st = st + np.outer(k[t], delta)
+        out[t] = st.T @ q[t]
+    return out.astype(np.float32), st.astype(np.float32)
+
+
+def _deltanet_inputs(r, s, state=False, bh=None):
+    """q, k unit-norm rows (as the model's L2-normalised q and k), v, log-decay g < 0 and write
+    gate beta in (0, 1) per token broadcast over 128 (or one per head with ``bh``)."""
+    n = s if bh is None else bh
+    q, k = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (_f32(r, n, 128), _f32(r, n, 128)))
+    v = _f32(r, n, 128)
+    g, beta = _f32(r, n, 1, lo=-0.5, hi=-0.01), _f32(r, n, 1, lo=0.1, hi=0.9)
+    if bh is None:
+        g, beta = np.repeat(g, 128, axis=1), np.repeat(beta, 128, axis=1)
+    args = (q.astype(np.float32), k.astype(np.float32), v, g, beta)
+    if state:
+        rows = 128 * (bh or 1)
+        args += (_f32(r, rows, 128, lo=-0.1, hi=0.1),)
+    return args, {}
+
+
+def ref_deltanet_fwd(q, k, v, g, beta):
+    return _deltanet_scan(q, k, v, g, beta)[0]
+
+
+def ref_deltanet_fwd_state(q, k, v, g, beta):
+    return _deltanet_scan(q, k, v, g, beta)
+
+
+def ref_deltanet_step(q, k, v, g, beta, state):
+    return _deltanet_scan(q, k, v, g, beta, state)
+
+
+def ref_deltanet_step_batched(q, k, v, g, beta, state):
+    outs, states = [], []
+    for i in range(q.shape[0]):
+        row = slice(i, i + 1)
+        gb, bb = np.repeat(g[row], 128, axis=1), np.repeat(beta[row], 128, axis=1)
+        o, s = _deltanet_scan(q[row], k[row], v[row], gb, bb, state[128 * i : 128 * i + 128])
+        outs.append(o)
+        states.append(s)
+    return np.concatenate(outs), np.concatenate(states)
+
+
+def _nxdi_cases() -> list[Case]:
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    dn = f"{QWEN}/nki_deltanet.py"
+    return [
+        Case(
+            "nxdi qwen qk_norm_partial_rope",
+            NXDI,
+            f"{QWEN}/qwen_qk_norm_rope.py",
+            "qwen_qk_norm_partial_rope_kernel",
+            _qk_norm_rope_inputs,
+            ref_qk_norm_rope,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_step",
+            NXDI,
+            dn,
+            "deltanet_recurrent_step",
+            lambda r: _deltanet_inputs(r, 1, state=True),
+            ref_deltanet_step,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_step_batched",
+            NXDI,
+            dn,
+            "_deltanet_recurrent_step_batched_kernel",
+            lambda r: _deltanet_inputs(r, 1, state=True, bh=3),
+            ref_deltanet_step_batched,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_fwd",
+            NXDI,
+            dn,
+            "deltanet_recurrent_fwd",
+            lambda r: _deltanet_inputs(r, 6),
+            ref_deltanet_fwd,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_fwd_state",
+            NXDI,
+            dn,
+            "deltanet_recurrent_fwd_state",
+            lambda r: _deltanet_inputs(r, 6),
+            ref_deltanet_fwd_state,
+            **tol,
+        ),
+    ]
 
 
 # ----------------------------------------------------------------------------- running
