@@ -1785,6 +1785,54 @@ def ref_deltanet_step_batched(q, k, v, g, beta, state):
     return np.concatenate(outs), np.concatenate(states)
 
 
+def _masks():
+    """The chunked kernels' constants: strict lower triangle, identity, lower with diagonal."""
+    one = np.ones((128, 128), np.float32)
+    return np.tril(one, -1), np.eye(128, dtype=np.float32), np.tril(one)
+
+
+def _l2(x, scale=1.0):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.maximum((x * x).sum(axis=-1, keepdims=True), 1e-12)) * scale
+
+
+def _chunk_step_inputs(r):
+    (q, k, v, g, beta, st), _ = _deltanet_inputs(r, 128, state=True)
+    gc = np.cumsum(g[:, 0].astype(np.float64)).astype(np.float32)
+    g_cum = np.repeat(gc[:, None], 128, axis=1)
+    g_last = np.full((128, 128), gc[-1], np.float32)
+    return (q * np.float32(128**-0.5), k, v, beta, g_cum, g_last, st, *_masks()), {}
+
+
+def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, *_):
+    g = np.diff(g_cum[:, 0].astype(np.float64), prepend=0.0)
+    return _deltanet_scan(q, k, v, np.repeat(g[:, None], 128, axis=1), beta, state)
+
+
+def _fused_inputs(r, s, heads=None):
+    """Raw q, k (normalised in the kernel), v, g and beta [.., S, 1], a small initial state."""
+    lead = () if heads is None else (heads,)
+    q, k, v = (_f32(r, *lead, s, 128) for _ in range(3))
+    g, beta = _f32(r, *lead, s, 1, lo=-0.5, hi=-0.01), _f32(r, *lead, s, 1, lo=0.1, hi=0.9)
+    st = _f32(r, *lead, 128, 128, lo=-0.1, hi=0.1)
+    return (q, k, v, g, beta, st, *_masks()), {}
+
+
+def ref_fused(q, k, v, g, beta, state, *_, normalized=False):
+    if q.ndim == 3:  # heads
+        outs = [ref_fused(*(a[h] for a in (q, k, v, g, beta, state))) for h in range(q.shape[0])]
+        return np.stack([o for o, _ in outs]), np.stack([s for _, s in outs])
+    if not normalized:
+        q, k = _l2(q, 128**-0.5), _l2(k)
+    bc = lambda a: np.repeat(a, 128, axis=1)  # noqa: E731
+    return _deltanet_scan(q, k, v, bc(g), bc(beta), state)
+
+
+def _fused_legacy_inputs(r, s):
+    (q, k, *rest), kw = _fused_inputs(r, s)
+    return (_l2(q, 128**-0.5).astype(np.float32), _l2(k).astype(np.float32), *rest), kw
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn = f"{QWEN}/nki_deltanet.py"
@@ -1832,6 +1880,43 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_recurrent_fwd_state",
             lambda r: _deltanet_inputs(r, 6),
             ref_deltanet_fwd_state,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_chunk_step",
+            NXDI,
+            f"{QWEN}/nki_deltanet_chunked.py",
+            "deltanet_chunk_step",
+            _chunk_step_inputs,
+            ref_chunk_step,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd",
+            NXDI,
+            f"{QWEN}/nki_deltanet_fused.py",
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_inputs(r, 256),
+            ref_fused,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd (legacy)",
+            NXDI,
+            f"{QWEN}/nki_deltanet_fused_legacy.py",
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_legacy_inputs(r, 256),
+            functools.partial(ref_fused, normalized=True),
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd_multihead",
+            NXDI,
+            f"{QWEN}/nki_deltanet_fused.py",
+            "deltanet_fused_chunked_fwd_multihead",
+            lambda r: _fused_inputs(r, 256, heads=2),
+            ref_fused,
+            grid=2,
             **tol,
         ),
     ]
