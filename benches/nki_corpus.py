@@ -1833,9 +1833,80 @@ def _fused_legacy_inputs(r, s):
     return (_l2(q, 128**-0.5).astype(np.float32), _l2(k).astype(np.float32), *rest), kw
 
 
+def _deltanet_affine(q, k, v, g, beta):
+    """The scan as an affine map of its initial state S0 (raw q, k normalised as the fused
+    kernels do): outputs = base + out_state @ S0, final state = matrix @ S0 + bias."""
+    q, k = _l2(q, 128**-0.5), _l2(k)
+    v, g, beta = (np.asarray(a, np.float64) for a in (v, g[:, 0], beta[:, 0]))
+    m, b = np.eye(128), np.zeros((128, 128))
+    base, ostate = np.zeros((len(q), 128)), np.zeros((len(q), 128))
+    for t in range(len(q)):
+        m, b = m * np.exp(g[t]), b * np.exp(g[t])
+        proj = np.eye(128) - beta[t] * np.outer(k[t], k[t])
+        m, b = proj @ m, proj @ b + beta[t] * np.outer(k[t], v[t])
+        base[t], ostate[t] = b.T @ q[t], q[t] @ m
+    return base, ostate, m, b
+
+
+def _chunked_affine(q, k, v, g, beta, chunk=128):
+    """_deltanet_affine per chunk of 128 tokens, stacked: [N, 128, 128] each."""
+    parts = [
+        _deltanet_affine(*(a[i : i + chunk] for a in (q, k, v, g, beta)))
+        for i in range(0, len(v), chunk)
+    ]
+    return tuple(np.stack(p).astype(np.float32) for p in zip(*parts, strict=True))
+
+
+def ref_affine_chunk(q, k, v, g, beta, *_):
+    return tuple(a[0] for a in _chunked_affine(q, k, v, g, beta))
+
+
+def ref_affine_sequence(q, k, v, g, beta, *_):
+    return _chunked_affine(q, k, v, g, beta)
+
+
+def ref_state_summary(k, v, g, beta, *_, segment=512):
+    """Per segment of four chunks: its final state as matrix @ S0 + bias."""
+    q = np.ones_like(k)  # outputs unused
+    parts = [
+        _deltanet_affine(*(a[i : i + segment] for a in (q, k, v, g, beta)))[2:]
+        for i in range(0, len(v), segment)
+    ]
+    return tuple(np.stack(p).astype(np.float32) for p in zip(*parts, strict=True))
+
+
+def _affine_pieces(r, n=3):
+    """Per-chunk pieces of norm below one (a contracting prefix, as the decays make it)."""
+    base, ostate, mat, bias = (_f32(r, n, 128, 128, lo=-0.05, hi=0.05) for _ in range(4))
+    return base, ostate, mat, bias, _f32(r, 128, 128, lo=-0.1, hi=0.1)
+
+
+def _state_prefix(mat, bias, s0):
+    states, s = [], s0.astype(np.float64)
+    for m, b in zip(mat.astype(np.float64), bias.astype(np.float64), strict=True):
+        states.append(s)
+        s = m @ s + b
+    return np.stack(states), s
+
+
+def ref_state_prefix(mat, bias, s0):
+    states, s = _state_prefix(mat, bias, s0)
+    return states.astype(np.float32), s.astype(np.float32)
+
+
+def ref_apply_output(base, ostate, states):
+    out = base.astype(np.float64) + ostate.astype(np.float64) @ states.astype(np.float64)
+    return out.reshape(-1, out.shape[-1]).astype(np.float32)
+
+
+def ref_prefix_apply_output(base, ostate, mat, bias, s0):
+    states, s = _state_prefix(mat, bias, s0)
+    return ref_apply_output(base, ostate, states), s.astype(np.float32)
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
-    dn = f"{QWEN}/nki_deltanet.py"
+    dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
     return [
         Case(
             "nxdi qwen qk_norm_partial_rope",
@@ -1917,6 +1988,62 @@ def _nxdi_cases() -> list[Case]:
             lambda r: _fused_inputs(r, 256, heads=2),
             ref_fused,
             grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_affine_chunk",
+            NXDI,
+            fused,
+            "deltanet_autocp_affine_chunk",
+            lambda r: (_fused_inputs(r, 128)[0][:5] + _masks(), {}),
+            ref_affine_chunk,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_affine_sequence",
+            NXDI,
+            fused,
+            "deltanet_autocp_affine_sequence",
+            lambda r: (_fused_inputs(r, 256)[0][:5] + _masks(), {}),
+            ref_affine_sequence,
+            grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_state_summary_sequence",
+            NXDI,
+            fused,
+            "deltanet_autocp_state_summary_sequence",
+            lambda r: (_fused_inputs(r, 1024)[0][1:5] + _masks()[:2], {}),
+            ref_state_summary,
+            grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_state_prefix",
+            NXDI,
+            fused,
+            "deltanet_autocp_state_prefix",
+            lambda r: (_affine_pieces(r)[2:], {}),
+            ref_state_prefix,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_apply_output",
+            NXDI,
+            fused,
+            "deltanet_autocp_apply_output",
+            lambda r: (_affine_pieces(r)[:3], {}),
+            ref_apply_output,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_prefix_apply_output",
+            NXDI,
+            fused,
+            "deltanet_autocp_prefix_apply_output",
+            lambda r: (_affine_pieces(r), {}),
+            ref_prefix_apply_output,
             **tol,
         ),
     ]
