@@ -1904,6 +1904,49 @@ def ref_prefix_apply_output(base, ostate, mat, bias, s0):
     return ref_apply_output(base, ostate, states), s.astype(np.float32)
 
 
+def _mla_inputs(r, b=1, h=2, s=640):
+    """GLM-5's MLA decode shapes (d_rope 64, d_c 512, d_v 256), bf16, a uint8 mask."""
+    mask = (r.uniform(size=(b * h, s)) < 0.8).astype(np.uint8)
+    mask[:, 0] = 1
+    args = (
+        _f32(r, b * h, 64).astype(BF16),
+        _f32(r, b * h, 512).astype(BF16),
+        _f32(r, b, s, 576).astype(BF16),
+        _f32(r, h, 256, 512, lo=-0.1, hi=0.1).astype(BF16),
+        mask,
+    )
+    return args, {"softmax_scale": 0.0625, "n_heads": h, "seq_len": s}
+
+
+def ref_mla(q_pe, q_nope, kv, v_absorb, mask, softmax_scale, n_heads, seq_len, **_):
+    """Per query: scores = scale (q_pe . k_pe + q_nope . c_kv), -9984 where masked, softmax,
+    times c_kv, times the head's v_absorb [d_v, d_c] transposed."""
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    out = np.zeros((q_pe.shape[0], v_absorb.shape[1]))
+    for bh in range(q_pe.shape[0]):
+        cache = f(kv[bh // n_heads, :seq_len])
+        sc = softmax_scale * (cache[:, :64] @ f(q_pe[bh]) + cache[:, 64:] @ f(q_nope[bh]))
+        sc = np.where(mask[bh, :seq_len] != 0, sc, sc - 9984.0)
+        w = np.exp(sc - sc.max())
+        out[bh] = f(v_absorb[bh % n_heads]) @ (w @ cache[:, 64:] / w.sum())
+    return out.astype(q_pe.dtype)
+
+
+def _cross_attn_inputs(r, bh=2, sq=256, sk=1024):
+    """LTX-2's text cross-attention: pre-scaled q, 1024 keys, d 128, bf16; an additive mask
+    {0, -10000} over the keys per head."""
+    q = (_f32(r, bh, sq, 128) * np.float32(128**-0.5)).astype(BF16)
+    mask = np.where(r.uniform(size=(bh, sk)) < 0.7, 0.0, -10000.0).astype(BF16)
+    return (q, _f32(r, bh, sk, 128).astype(BF16), _f32(r, bh, sk, 128).astype(BF16), mask), {}
+
+
+def ref_cross_attn(q, k, v, mask):
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    s = f(q) @ f(k).transpose(0, 2, 1) + f(mask)[:, None, :]
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
@@ -2045,6 +2088,26 @@ def _nxdi_cases() -> list[Case]:
             lambda r: (_affine_pieces(r), {}),
             ref_prefix_apply_output,
             **tol,
+        ),
+        Case(
+            "nxdi glm-5 mla_attention_tkg",
+            NXDI,
+            "contrib/models/GLM-5.2/src/mla_attention_nki_kernel.py",
+            "mla_attention_tkg",
+            _mla_inputs,
+            ref_mla,
+            rtol=2e-2,
+            atol=2e-3,  # outputs up to ~0.1 (bf16: one ulp is 5e-4)
+        ),
+        Case(
+            "nxdi ltx-2 cross_attn_kernel",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/nki_cross_attention_kernel.py",
+            "cross_attn_kernel",
+            _cross_attn_inputs,
+            ref_cross_attn,
+            rtol=2e-2,
+            atol=2e-3,
         ),
     ]
 

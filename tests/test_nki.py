@@ -575,13 +575,22 @@ def test_sbuf_over_capacity():
 
 
 def test_psum_over_capacity():
+    # Eight one-bank tensors fill PSUM; the ninth takes the room of the first (the least
+    # recently used), which is read again: nine are live at once (the compiler frees a tensor
+    # after its last use only, so a handle alone does not keep it).
     def k(x):
-        a = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
-        b = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.psum)
-        c = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # HERE
-        return a, b, c
+        banks = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        for t in banks:
+            nisa.memset(dst=t, value=1.0)
+        c = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # C
+        nisa.memset(dst=c, value=3.0)
+        s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=banks[0])  # HERE
+        return s
 
-    _raises_at(CapacityError, k, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
+    e = _raises_at(CapacityError, k, "# HERE", "[rule psum_capacity]", np.ones(2, np.float32))
+    assert str(e).startswith(f"{__file__}:{_line_of(k, '# HERE')}: psum0: ")
+    assert f"gave its storage up to psum8 ({__file__}:{_line_of(k, '# C')})" in str(e)
 
 
 def test_partition_dim_over_128():

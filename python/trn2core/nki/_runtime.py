@@ -25,6 +25,7 @@ import inspect
 import itertools
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -86,14 +87,35 @@ class KernelError(Trn2ValueError):
 
 class _Alloc:
     """Owns one on-chip machine tensor; frees it when the last handle goes (Python's
-    reference counting stands for the compiler's liveness analysis)."""
+    reference counting stands for the compiler's liveness analysis). A current-dialect PSUM
+    tensor is also in its core's ``psum_lru`` (``lru``), moved to the end at every use: when a
+    PSUM declaration does not fit, the least recently used gives its storage up
+    (``Core.psum_evicting``; ``gone`` then names the tensor that took it)."""
 
-    __slots__ = ("m", "tile", "init", "__weakref__")
+    __slots__ = ("m", "tile", "init", "lru", "gone", "label", "__weakref__")
 
-    def __init__(self, m, tile, init=None) -> None:
+    def __init__(self, m, tile, init=None, lru=None, label="") -> None:
         self.m = m
         self.tile = tile
         self.init = init
+        self.lru = lru
+        self.gone = ""
+        self.label = label
+        if lru is not None:
+            lru[id(self)] = weakref.ref(self)
+            lru.move_to_end(id(self))
+
+    def use(self) -> None:
+        """A use of the tensor (PSUM, current dialect): ``CapacityError`` if it gave its
+        storage up, else now the most recently used."""
+        if self.gone:
+            raise CapacityError(
+                f"{self.label}: this PSUM tensor gave its storage up to {self.gone} (it was the "
+                "least recently used PSUM tensor when that did not fit) and is used again: the "
+                "PSUM tensors live at once need more than PSUM's 16 KiB per partition "
+                "[rule psum_capacity] (docs/nki.md, liveness)"
+            )
+        self.lru.move_to_end(id(self))
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -103,6 +125,8 @@ class _Alloc:
 
     def __del__(self) -> None:
         try:
+            if self.lru is not None and not self.gone:
+                self.lru.pop(id(self), None)
             if self.m is not None:
                 self.m.free(self.tile)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
@@ -202,6 +226,9 @@ class Core:
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
         self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
+        #: Current-dialect PSUM tensors (``id`` -> weak reference to their ``_Alloc``), least
+        #: recently used first.
+        self.psum_lru: collections.OrderedDict = collections.OrderedDict()
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -211,6 +238,7 @@ class Core:
         self.loops = []
         self.last_inplace = None
         self.lazy_lru = collections.OrderedDict()
+        self.psum_lru = collections.OrderedDict()
         self.launch = None
 
     # ------------------------------------------------------------ allocation
@@ -272,11 +300,33 @@ class Core:
             try:
                 tile = self.m.alloc(mshape, D.machine_name(dtype), buffer.space, mname, 0, None)
             except CapacityError as e:
-                if not lazy_ok:
+                if lazy_ok:
+                    return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
+                if buffer is not PSUM:
                     raise
-                return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
-        owner = _Alloc(self.m, tile, init)
+                tile = self.psum_evicting(mshape, dtype, mname, e)
+        lru = self.psum_lru if buffer is PSUM and self.launch.dialect != "legacy" else None
+        owner = _Alloc(self.m, tile, init, lru, mname)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+
+    def psum_evicting(self, mshape, dtype, name: str, error: CapacityError):
+        """A current-dialect PSUM tensor that did not fit (``error``): the compiler frees a
+        tensor after its last use, which a handle outlives, so the least recently used PSUM
+        tensors give their storage up until it fits (using one again is a ``CapacityError``:
+        ``_Alloc.use``); ``error`` when none is left."""
+        self.flush()
+        where = "{}:{}".format(*user_location())
+        while self.psum_lru:
+            owner = self.psum_lru.popitem(last=False)[1]()
+            if owner is None or owner.m is None:
+                continue
+            owner.gone = f"{name} ({where})"
+            owner.release()
+            try:
+                return self.m.alloc(mshape, D.machine_name(dtype), "psum", name, 0, None)
+            except CapacityError:
+                continue
+        raise error
 
     def _lazy(self, shape, dtype, buffer, pdim, mname, name, error) -> NkiTensor:
         p = shape[pdim]

@@ -397,6 +397,9 @@ class NkiTensor:
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
+        o = self._owner
+        if o is not None and o.lru is not None:
+            o.use()
         if type(t) is _Whole or type(t) is Dynamic:
             t = t.resolve(self)
         elif type(t) is VectorOffset:

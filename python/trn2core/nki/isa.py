@@ -51,8 +51,13 @@ _TILE = _core.Tile
 def _t(x, arg: str):
     if isinstance(x, NkiTensor):
         t = x._t
-        # The common case (a resolved machine tile) without the property's checks.
-        return t if type(t) is _TILE else x.tile
+        # The common case (a resolved machine tile, not a PSUM tensor whose uses are counted)
+        # without the property's checks.
+        if type(t) is _TILE:
+            o = x._owner
+            if o is None or o.lru is None:
+                return t
+        return x.tile
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
 
