@@ -67,6 +67,9 @@ class Case:
     decode: Callable | None = None
     #: Packages the kernel's own (host-side) code needs beyond numpy: skipped when absent.
     needs: tuple[str, ...] = ()
+    #: Directories of other checkouts (relative to the root) the kernel's module imports from,
+    #: put on ``sys.path`` (e.g. nki-library's ``nkilib`` for an NxDI kernel built on it).
+    paths: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -1947,9 +1950,27 @@ def ref_cross_attn(q, k, v, mask):
     return (w / w.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
 
 
+def _cte_bias_inputs(r, bh=2, sq=512, sk=512, d=64):
+    """LTX-2's call: q, k [B*H, S, d] (tp_q, tp_k), bf16, an fp32 additive bias per key
+    [B*H, S_kv] (some keys masked with -10000)."""
+    q, k, v = (_f32(r, bh, n, d).astype(BF16) for n in (sq, sk, sk))
+    bias = np.where(r.uniform(size=(bh, sk)) < 0.8, _f32(r, bh, sk, lo=-4.0, hi=0.0), -10000.0)
+    kw = {"scale": 0.125, "causal_mask": False, "tp_q": True, "tp_k": True, "tp_out": False}
+    return (q, k, v), {**kw, "bias": bias.astype(np.float32)}
+
+
+def ref_cte_bias(q, k, v, scale, bias, **_):
+    """softmax(scale (q k.T + bias)) v, the bias broadcast over the queries."""
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    sc = scale * (f(q) @ f(k).transpose(0, 2, 1) + f(bias)[:, None, :])
+    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
+    nkilib = f"nki-library/{LIB}"  # what attention_cte_bias.py imports (nkilib.core.utils)
     return [
         Case(
             "nxdi qwen qk_norm_partial_rope",
@@ -2109,6 +2130,32 @@ def _nxdi_cases() -> list[Case]:
             rtol=2e-2,
             atol=2e-3,
         ),
+        Case(
+            "nxdi ltx-2 attention_cte_with_bias (LNC=2)",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/attention_cte_bias.py",
+            "attention_cte_with_bias",
+            _cte_bias_inputs,
+            ref_cte_bias,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,  # outputs up to ~0.1
+            paths=(nkilib,),
+        ),
+        Case(
+            "nxdi ltx-2 attention_cte_with_bias (causal, no bias)",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/attention_cte_bias.py",
+            "attention_cte_with_bias",
+            lambda r: (
+                tuple(_f32(r, *sh).astype(BF16) for sh in ((1, 512, 64), (1, 64, 512), (1, 512, 64))),
+                {"scale": 0.125},
+            ),
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-3,
+            paths=(nkilib,),
+        ),
     ]
 
 
@@ -2137,6 +2184,10 @@ _DRIVER_PACKAGES = ("torch", "torch_xla", "torch_neuronx", "scipy", "jax")
 
 
 def _load(root: str, case: Case):
+    for extra in case.paths:
+        extra = os.path.join(root, extra)
+        if extra not in sys.path:
+            sys.path.insert(0, extra)
     if case.package_root:
         top = os.path.join(root, case.repo, case.package_root)
         if top not in sys.path:
