@@ -247,12 +247,16 @@ def ref_rms_norm_qkv(hidden, weights, **_):
     return (n @ weights.astype(np.float64)).astype(hidden.dtype)
 
 
-def ref_flash_fwd(q, k, v, seed, **_):
-    """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d]."""
+def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
+    """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d];
+    with ``window_size`` (left, -1), left >= 0: each query sees itself and the ``left`` before."""
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     d, s = q.shape[2], q.shape[3]
     sc = np.einsum("bhdq,bhdk->bhqk", q64, k64) / np.sqrt(d)
-    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    keep = np.tril(np.ones((s, s), bool))
+    if window_size[0] >= 0:
+        keep &= np.triu(np.ones((s, s), bool), -window_size[0])
+    sc = np.where(keep, sc, -np.inf)
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
@@ -2155,6 +2159,24 @@ def _nxdi_cases() -> list[Case]:
             rtol=2e-2,
             atol=2e-3,
             paths=(nkilib,),
+        ),
+        Case(
+            "nxdi sliding_window flash_fwd (window 300)",
+            NXDI,
+            "src/neuronx_distributed_inference/modules/sliding_window/attention.py",
+            "flash_fwd",
+            lambda r: (
+                (
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 2048, 64).astype(BF16),
+                ),
+                {"window_size": (300, -1)},
+            ),
+            ref_flash_fwd,
+            grid=(1, 1),
+            rtol=2e-2,
+            atol=5e-3,  # late rows' outputs ~0.1; the window moves them by up to 0.12
         ),
     ]
 
