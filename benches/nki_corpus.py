@@ -1971,6 +1971,19 @@ def ref_cte_bias(q, k, v, scale, bias, **_):
     return (p / p.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
 
 
+def _rolling_buffer_inputs(r, max_b=4, length=3, hidden=256):
+    buf = _f32(r, max_b, length, hidden)
+    ids, pos = np.array([2, 0, 3], np.int32), np.array([1, 2, 0], np.int32)
+    return (buf, _f32(r, len(ids), hidden), ids, pos), {}
+
+
+def ref_rolling_buffer(buf, hidden, batch_ids, position_ids):
+    """The buffer with each hidden state written at [its batch id, its position]."""
+    out = buf.copy()
+    out[batch_ids, position_ids] = hidden
+    return out
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
@@ -2177,6 +2190,18 @@ def _nxdi_cases() -> list[Case]:
             grid=(1, 1),
             rtol=2e-2,
             atol=5e-3,  # late rows' outputs ~0.1; the window moves them by up to 0.12
+        ),
+        # Its module defines a torch.nn.Module next to the kernel: torch imported for real.
+        Case(
+            "nxdi eagle rolling_buffer_set_state",
+            NXDI,
+            "src/neuronx_distributed_inference/modules/eagle/hidden_state.py",
+            "rolling_buffer_set_state",
+            _rolling_buffer_inputs,
+            ref_rolling_buffer,
+            rtol=0.0,
+            atol=0.0,
+            needs=("torch",),
         ),
     ]
 
