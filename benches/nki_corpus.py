@@ -70,6 +70,9 @@ class Case:
     #: Directories of other checkouts (relative to the root) the kernel's module imports from,
     #: put on ``sys.path`` (e.g. nki-library's ``nkilib`` for an NxDI kernel built on it).
     paths: tuple[str, ...] = ()
+    #: Environment variables the kernel's module reads when imported (its own configuration):
+    #: set for the case, the module imported afresh under a name of its own.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -2046,10 +2049,20 @@ def _nxdi_cases() -> list[Case]:
         Case(
             "nxdi qwen deltanet_fused_chunked_fwd",
             NXDI,
-            f"{QWEN}/nki_deltanet_fused.py",
+            fused,
             "deltanet_fused_chunked_fwd",
             lambda r: _fused_inputs(r, 256),
             ref_fused,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd (kkt_hier solve)",
+            NXDI,
+            fused,
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_inputs(r, 256),
+            ref_fused,
+            env=(("QWEN36_DELTANET_SOLVE_MODE", "kkt_hier"), ("QWEN36_DELTANET_SOLVE_BLOCK_SIZE", "128")),
             **tol,
         ),
         Case(
@@ -2243,6 +2256,9 @@ def _load(root: str, case: Case):
     path = os.path.join(root, case.repo, case.path)
     name = "nki_corpus_" + case.path.replace("/", "_").replace("-", "_").removesuffix(".py")
     name = f"{case.repo.replace('-', '_')}_{name}"
+    for k, v in case.env:
+        os.environ[k] = v  # undone by run_case
+        name += f"_{k}_{v}"
     if name in sys.modules:
         return sys.modules[name]
     d = os.path.dirname(path)
