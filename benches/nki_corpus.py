@@ -13,8 +13,8 @@ the source file, the result (``ok``, ``mismatch`` with the largest error, or the
 and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
 files for their own test drivers, never by the kernels) are empty modules when not installed;
-a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy)
-is skipped then.
+a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy;
+NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then.
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
@@ -2386,6 +2386,8 @@ _SHORT = {
     "aws-neuron-sdk-2.26/general/nki/examples/": "sdk 2.26: examples/",
     "nki-samples-reference/src/nki_samples/reference/": "nki-samples (reference): ",
     "nki-library/": "nki-library: ",
+    "neuronx-distributed-inference/contrib/models/": "NxDI: contrib/models/",
+    "neuronx-distributed-inference/src/neuronx_distributed_inference/": "NxDI: ",
 }
 
 
