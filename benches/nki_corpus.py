@@ -1760,7 +1760,7 @@ def _deltanet_inputs(r, s, state=False, bh=None):
     """q, k unit-norm rows (as the model's L2-normalised q and k), v, log-decay g < 0 and write
     gate beta in (0, 1) per token broadcast over 128 (or one per head with ``bh``)."""
     n = s if bh is None else bh
-    q, k = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (_f32(r, n, 128), _f32(r, n, 128)))
+    q, k = (_l2(_f32(r, n, 128)) for _ in range(2))
     v = _f32(r, n, 128)
     g, beta = _f32(r, n, 1, lo=-0.5, hi=-0.01), _f32(r, n, 1, lo=0.1, hi=0.9)
     if bh is None:
@@ -2062,7 +2062,10 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_fused_chunked_fwd",
             lambda r: _fused_inputs(r, 256),
             ref_fused,
-            env=(("QWEN36_DELTANET_SOLVE_MODE", "kkt_hier"), ("QWEN36_DELTANET_SOLVE_BLOCK_SIZE", "128")),
+            env=(
+                ("QWEN36_DELTANET_SOLVE_MODE", "kkt_hier"),
+                ("QWEN36_DELTANET_SOLVE_BLOCK_SIZE", "128"),
+            ),
             **tol,
         ),
         Case(
@@ -2178,7 +2181,7 @@ def _nxdi_cases() -> list[Case]:
             "contrib/models/ltx2-video-audio/src/attention_cte_bias.py",
             "attention_cte_with_bias",
             lambda r: (
-                tuple(_f32(r, *sh).astype(BF16) for sh in ((1, 512, 64), (1, 64, 512), (1, 512, 64))),
+                tuple(_f32(r, *s).astype(BF16) for s in ((1, 512, 64), (1, 64, 512), (1, 512, 64))),
                 {"scale": 0.125},
             ),
             ref_attention_cte,
