@@ -2211,35 +2211,26 @@ def test_additions_waiting_behind_queued_matmuls_give_the_sums_of_one_at_a_time(
 
 
 def test_a_waiting_addition_is_checked_at_its_own_line():
-    def shape(a, b):
-        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        x = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
-        y = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x, src=a)
-        nisa.dma_copy(dst=y, src=b)
-        acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.memset(dst=acc, value=0.0)
-        p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=p, stationary=x, moving=y)
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)  # shape
-        return out
+    def kernel(acc_cols, mm_cols):
+        def k(a, b):
+            out = nl.ndarray((128, acc_cols), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+            y = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.dma_copy(dst=y, src=b)
+            acc = nl.ndarray((128, acc_cols), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0.0)
+            p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=p[:, 0:mm_cols], stationary=x, moving=y[:, 0:mm_cols])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)  # add
+            nisa.dma_copy(dst=out, src=acc)
+            return out
 
-    def unwritten(a, b):
-        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        x = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
-        y = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x, src=a)
-        nisa.dma_copy(dst=y, src=b)
-        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.memset(dst=acc, value=0.0)
-        p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=p[:, 0:256], stationary=x, moving=y[:, 0:256])
-        nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)  # unwritten
-        nisa.dma_copy(dst=out, src=acc)
-        return out
+        return k
 
     a = np.ones((128, 128), ml_dtypes.bfloat16)
     b = np.ones((128, 512), ml_dtypes.bfloat16)
-    _raises_at(ShapeError, shape, "# shape", "data2: tensor_tensor needs the same", a, b)
-    e = _raises_at(tn.UninitializedReadError, unwritten, "# unwritten", "data2", a, b)
+    shape = "data2: tensor_tensor needs the same"
+    _raises_at(ShapeError, kernel(256, 512), "# add", shape, a, b)
+    e = _raises_at(tn.UninitializedReadError, kernel(512, 256), "# add", "data2", a, b)
     assert "psum" in str(e) and "address 1024" in str(e), str(e)

@@ -1686,6 +1686,15 @@ fn pe_operands(
     (m, st, mv)
 }
 
+/// A settle interrupted at once (Ctrl-C): `Interrupted`, and the queue still holds work.
+fn interrupted_settle(m: &mut Machine) {
+    let token = trn2core::cancel::Cancel::new();
+    token.cancel();
+    let e = token.install(|| m.settle()).expect_err("interrupted");
+    assert!(matches!(e, Error::Interrupted), "{e}");
+    assert!(m.has_queued_work());
+}
+
 #[test]
 fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
     // Ctrl-C during a settle: PSUM must not show a destination's older values as if its queued
@@ -1706,10 +1715,7 @@ fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
         m.nc_matmul_queued(p, &slice(st, 1), &slice(mv, 1), &fresh).expect("queued");
         m.nc_matmul_queued(p, &slice(st, 0), &slice(mv, 1), &acc).expect("queued");
         if cancelled {
-            let token = trn2core::cancel::Cancel::new();
-            token.cancel();
-            let e = token.install(|| m.settle()).expect_err("interrupted");
-            assert!(matches!(e, Error::Interrupted), "{e}");
+            interrupted_settle(m);
             // Both wait again (the machine refuses reads until they are settled).
             assert_eq!(m.queued_matmuls(), 2);
         }
@@ -1807,12 +1813,8 @@ fn a_cancelled_settle_keeps_its_waiting_tensor_tensors() {
         }
         assert_eq!(m.queued_matmuls(), 2);
         if cancelled {
-            let token = trn2core::cancel::Cancel::new();
-            token.cancel();
-            let e = token.install(|| m.settle()).expect_err("interrupted");
-            assert!(matches!(e, Error::Interrupted), "{e}");
+            interrupted_settle(m);
             assert_eq!(m.queued_matmuls(), 2);
-            assert!(m.has_queued_work());
         }
         m.settle().expect("settle");
         get(m, &acc)
