@@ -54,12 +54,6 @@ def _t(x, arg: str):
         # The common case (a resolved machine tile) without the property's checks.
         if type(t) is not _TILE:
             return x.tile
-        o = x._owner
-        if o is not None and o.clock is not None:
-            # _Alloc.touch, inline (the hot path).
-            if o.gone is not None:
-                o.touch()  # raises
-            o.last = next(o.clock)
         return t
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
@@ -365,13 +359,6 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
             c.flush()
         t0, t1, t2 = dst._t, data1._t, data2._t
         if type(t0) is _TILE and type(t1) is _TILE and type(t2) is _TILE:
-            for x in (dst, data1, data2):
-                w = x._owner
-                if w is not None and w.clock is not None:
-                    # _Alloc.touch, inline (the hot path).
-                    if w.gone is not None:
-                        w.touch()  # raises
-                    w.last = next(w.clock)
             c.m.issue_at(c.loc, "tensor_tensor", e, t0, t1, t2, o)
             return
     else:

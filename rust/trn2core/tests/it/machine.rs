@@ -2033,3 +2033,27 @@ fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
     });
     assert!(matches!(r, Err(Error::Value { .. })) && calls == 1, "{r:?}");
 }
+
+#[test]
+fn last_uses_and_a_given_up_tensor() {
+    let mut m = core();
+    let a = filled(&mut m, "a", &[128, 64], Dtype::Fp32, 1.0); // instruction 0 (memset)
+    let b = filled(&mut m, "b", &[128, 64], Dtype::Fp32, 2.0); // 1
+    let c = alloc(&mut m, "c", &[128, 64], Dtype::Fp32);
+    m.tensor_tensor(Engine::Vector, &c, &a, &a, AluOp::Add).expect("2");
+    let half = a.slice(&[Index::ALL, range(0, 32)]).expect("view");
+    assert_eq!(m.last_uses(&[a, b, c, half]), vec![2, 1, 2, 2]);
+    // Given up: a later use is the CapacityError the front end gave, under its rule.
+    m.give_up(&b, "b: used after its storage was given to d", "psum_capacity").expect("give up");
+    let e = m.tensor_tensor(Engine::Vector, &c, &b, &a, AluOp::Add).expect_err("gone");
+    assert!(matches!(e, Error::Capacity { .. }), "{e}");
+    assert_eq!(e.arg(), Some("data1"));
+    assert_eq!(e.rule(), Some("psum_capacity"));
+    assert!(e.to_string().contains("given to d"), "{e}");
+    assert_eq!(m.last_uses(&[b]), vec![-1]);
+    // A plain free stays the usual error; an unknown rule is refused.
+    m.free(&c).expect("free");
+    let e = m.tensor_tensor(Engine::Vector, &a, &c, &a, AluOp::Add).expect_err("freed");
+    assert!(matches!(e, Error::Value { .. }) && e.to_string().contains("was freed"), "{e}");
+    assert!(m.give_up(&a, "x", "nonsense").is_err());
+}
