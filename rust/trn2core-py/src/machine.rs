@@ -341,9 +341,15 @@ impl PyMachine {
     ) -> PyTrn2Result<PyTile> {
         let dt = Dtype::parse_name("dtype", dtype)?;
         let sp = Space::parse("space", space)?;
-        let tile = self.with_queue(py, 0, |m| {
-            m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
-        })?;
+        let args = (sp, name, &shape[..], dt, start_partition, address, overlay);
+        // Without settling first, with the GIL held; settling (what retired tensors hold is in
+        // the way) as other long calls do.
+        let tile = match guard(py, || self.lock().try_alloc_at(args))? {
+            Some(tile) => tile,
+            None => self.with_queue(py, 0, |m| {
+                m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
+            })?,
+        };
         Ok(PyTile { tile })
     }
 
@@ -424,7 +430,8 @@ impl PyMachine {
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
-        self.with_queue(py, 0, |m| m.free(&t))
+        // Never settles (a tensor the queue uses is retired): with the GIL held.
+        Ok(guard(py, || self.lock().free(&t))?)
     }
 
     /// Frees the tensor of `tile`, whose storage a kernel's front end gives up to another: a
@@ -677,34 +684,31 @@ impl PyMachine {
             None => e,
         };
         let elements = vals.iter().flatten().map(Value::elements);
-        if op == Opcode::NcMatmul {
-            // Queued: its arithmetic runs, in parallel with its neighbours', when the next
-            // instruction or read settles the queue.
-            let work = elements.sum::<usize>();
-            let run = || {
-                let mut m = self.lock();
-                match at {
-                    Some(loc) => m.issue_at(op, vals, loc),
-                    None => m.issue(op, vals),
-                }
-                .map_err(rename)
-            };
-            return if work < GIL_HELD_ELEMENTS {
-                Ok(guard(py, run)?)
-            } else {
-                Ok(guard_work(py, work as u64, run)?)
-            };
-        }
-        // The others settle the queue first (the core does, inside `issue`; the binding only
-        // decides whether the GIL is released and Ctrl-C honoured for that work).
-        let work = elements.max().unwrap_or(0);
-        self.with_queue(py, work, |m| {
+        // Neither settling nor gathering: with the GIL held, whatever its size.
+        let quick = self.lock().issues_without_settling(op, &vals);
+        // An nc_matmul is queued: its arithmetic runs, in parallel with its neighbours', when
+        // the next instruction or read settles the queue. The others settle the queue first
+        // (the core does, inside `issue`; the binding only decides whether the GIL is released
+        // and Ctrl-C honoured for that work).
+        let work = if op == Opcode::NcMatmul {
+            elements.sum::<usize>()
+        } else {
+            elements.max().unwrap_or(0)
+        };
+        let issue = move |m: &mut Machine| {
             match at {
                 Some(loc) => m.issue_at(op, vals, loc),
                 None => m.issue(op, vals),
             }
             .map_err(rename)
-        })
+        };
+        if quick || (op == Opcode::NcMatmul && work < GIL_HELD_ELEMENTS) {
+            return Ok(guard(py, || issue(&mut self.lock()))?);
+        }
+        if op == Opcode::NcMatmul {
+            return Ok(guard_work(py, work as u64, || issue(&mut self.lock()))?);
+        }
+        self.with_queue(py, work, issue)
     }
 }
 

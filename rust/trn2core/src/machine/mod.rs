@@ -143,12 +143,34 @@ impl Machine {
         // No settle: a tensor the queue uses is retired when freed (`free`), its bytes kept
         // until the queue is settled, so a new tensor never lands on them; when they are in
         // the way, settling gives them back.
+        let args = (space, name, shape, dtype, start_partition, address, overlay);
+        match self.try_alloc_at(args)? {
+            Some(tile) => Ok(tile),
+            None => {
+                crate::pool::install(|| self.settle())?;
+                Ok(self.try_alloc_at(args)?.expect("nothing retired after a settle"))
+            }
+        }
+    }
+
+    /// [`Machine::alloc_at`] without settling the queue: `None` when the tensor does not fit
+    /// while tensors the queue used still hold their bytes (settling would give them back).
+    #[allow(clippy::type_complexity)]
+    pub fn try_alloc_at(
+        &mut self,
+        (space, name, shape, dtype, start_partition, address, overlay): (
+            Space,
+            &str,
+            &[usize],
+            Dtype,
+            u32,
+            Option<u64>,
+            bool,
+        ),
+    ) -> Result<Option<Tile>> {
         let id = match self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)
         {
-            Err(_) if self.mem.has_retired() => {
-                crate::pool::install(|| self.settle())?;
-                self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)?
-            }
+            Err(_) if self.mem.has_retired() => return Ok(None),
             r => r?,
         };
         let t = self.mem.tensor(id)?;
@@ -157,7 +179,7 @@ impl Machine {
         if space == Space::Psum && !overlay {
             self.clear_psum_mm(p0, pn, lo, hi);
         }
-        Ok(tile)
+        Ok(Some(tile))
     }
 
     /// `core.alloc` in SBUF or PSUM: reserves a tensor of `typed = (shape, dtype)` (partition

@@ -1779,6 +1779,44 @@ fn blocked_step(
 }
 
 #[test]
+fn which_issues_run_without_settling() {
+    use trn2core::machine::isa::table::{Kind, Value};
+    use trn2core::machine::Opcode;
+    let (mut m, st, mv) = pe_operands(2, (64, Dtype::Bf16), (80, Dtype::Bf16));
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let p = psum(&mut m, "p", &[64, 80], Dtype::Fp32);
+    let acc = alloc(&mut m, "acc", &[64, 80], Dtype::Fp32);
+    let half = alloc(&mut m, "half", &[64, 80], Dtype::Bf16);
+    let t = |x: &Tile| Some(Value::Tile(*x));
+    let add = || Some(Value::name(Kind::Alu, "op", "add").expect("add"));
+    let mm = |s: &Tile, v: &Tile| vec![t(&p), t(s), t(v)];
+    let tt = |d: &Tile, a: &Tile, b: &Tile| vec![None, t(d), t(a), t(b), add()];
+    // A matmul read straight from SBUF; a tensor_tensor settles while none waits.
+    assert!(m.issues_without_settling(Opcode::NcMatmul, &mm(&slice(&st, 0), &slice(&mv, 0))));
+    assert!(!m.issues_without_settling(Opcode::TensorTensor, &tt(&acc, &acc, &p)));
+    m.nc_matmul_queued(&p, &slice(&st, 0), &slice(&mv, 0), &PeOptions::default()).expect("mm");
+    // Float32 into SBUF waits; into bf16 it settles; so does anything else, or a bad argument.
+    assert!(m.issues_without_settling(Opcode::TensorTensor, &tt(&acc, &acc, &p)));
+    assert!(!m.issues_without_settling(Opcode::TensorTensor, &tt(&half, &acc, &p)));
+    assert!(!m.issues_without_settling(Opcode::TensorTensor, &[None, t(&acc)]));
+    assert!(!m.issues_without_settling(Opcode::Memset, &[t(&acc)]));
+    issue_add(&mut m, &acc, &acc, &p).expect_err("acc was never written");
+    put_after_settle(&mut m, &acc);
+    m.nc_matmul_queued(&p, &slice(&st, 1), &slice(&mv, 1), &PeOptions::default()).expect("mm");
+    issue_add(&mut m, &acc, &acc, &p).expect("waits");
+    assert_eq!(m.queued_matmuls(), 1);
+    // A matmul reading what the waiting addition writes settles first.
+    let acc_st = acc.slice(&[Index::ALL, range(0, 64)]).expect("acc as stationary");
+    assert!(!m.issues_without_settling(Opcode::NcMatmul, &mm(&acc_st, &acc)));
+}
+
+/// Settles, then fills `t` with zeros.
+fn put_after_settle(m: &mut Machine, t: &Tile) {
+    m.settle().expect("settle");
+    put(m, t, &vec![0; t.elements()]);
+}
+
+#[test]
 fn a_tensor_tensor_waits_behind_queued_matmuls_with_the_same_bits() {
     let setup = || pe_operands(4, (96, Dtype::Bf16), (200, Dtype::Bf16));
     let (mut a, sta, mva) = setup();

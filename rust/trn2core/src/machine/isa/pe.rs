@@ -361,6 +361,22 @@ impl Machine {
         self.pe_queue.len()
     }
 
+    /// Whether a plain `nc_matmul` of these operands waits in the queue reading them straight
+    /// from SBUF, with no waiting tensor_tensor writing them (it then neither gathers nor
+    /// settles).
+    pub(crate) fn matmul_reads_sbuf(&self, st: &Tile, mv: &Tile) -> bool {
+        let (Ok(sr), Ok(mr)) =
+            (self.mem.check_tile("stationary", st), self.mem.check_tile("moving", mv))
+        else {
+            return false;
+        };
+        let stride = self.mem.mem(st).stride;
+        let (so, mo) = (Opnd { tile: *st, range: sr }, Opnd { tile: *mv, range: mr });
+        direct(st, stride)
+            && direct(mv, stride)
+            && !self.pe_drains.iter().any(|w| overlaps(&w.d, &so) || overlaps(&w.d, &mo))
+    }
+
     /// Whether matmuls or tensor_tensors wait in the queue ([`Machine::settle`] runs them).
     pub fn has_queued_work(&self) -> bool {
         !self.pe_queue.is_empty() || !self.pe_drains.is_empty()

@@ -16,6 +16,7 @@
 //! the Python surfaces pick it up from the table (docs/architecture.md, "Adding an instruction").
 
 use crate::engine::{PeTile, PerfMode};
+use crate::memory::Space;
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
@@ -764,6 +765,43 @@ pub fn kind_expected(k: Kind) -> &'static str {
 }
 
 impl Machine {
+    /// Whether [`Machine::issue`] of `op` with `vals` neither settles the matmul queue nor
+    /// gathers an operand (so a front end may run it without releasing the GIL or watching
+    /// for Ctrl-C): an `nc_matmul` the queue reads straight from SBUF (no waiting
+    /// tensor_tensor writing its operands), or a `tensor_tensor` that will wait in the queue.
+    /// `false` when unsure, or when the arguments are wrong (the issue reports that).
+    pub fn issues_without_settling(&self, op: Opcode, vals: &[Option<Value>]) -> bool {
+        let waiting = op == Opcode::TensorTensor
+            && self.queued_matmuls() > 0
+            && self.pe_drains.len() < super::pe::MAX_DRAINS;
+        if !(op == Opcode::NcMatmul || waiting) {
+            return false;
+        }
+        let Ok(a) = Args::new(op, vals.to_vec()) else {
+            return false;
+        };
+        let tiles = |names: [&str; 3]| -> Option<[Tile; 3]> {
+            let [x, y, z] = names.map(|n| a.tile(n).ok());
+            Some([x?, y?, z?])
+        };
+        if op == Opcode::NcMatmul {
+            let Some([_, st, mv]) = tiles(["dst", "stationary", "moving"]) else {
+                return false;
+            };
+            let plain = a.name_of("perf_mode").is_none_or(|(_, m)| m == "none");
+            return plain && !a.flag("is_transpose") && self.matmul_reads_sbuf(&st, &mv);
+        }
+        let Some([dst, x, y]) = tiles(["dst", "data1", "data2"]) else {
+            return false;
+        };
+        let Ok(alu) = a.alu("op") else {
+            return false;
+        };
+        [dst, x, y].iter().all(|t| t.dtype == Dtype::Fp32)
+            && dst.space == Space::Sbuf
+            && !alu.is_bitvec()
+    }
+
     /// Issues instruction `op` with its arguments `vals` (one slot per argument of its row, in
     /// order; `None` = not given): the arguments are checked against the table, the queued
     /// matmuls settled (all but `nc_matmul`, which queues), and the instruction executed and
