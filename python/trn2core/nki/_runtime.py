@@ -619,6 +619,7 @@ class Core:
         packed = host.reshape(-1).view(np.uint8)
         tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname, packed)
         t = NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
+        t._arg = t
         self.packed[id(t)] = (t, packed)  # the bytes it started with (``Launch._write_back``)
         return t
 
@@ -1891,9 +1892,12 @@ class Launch:
                     "nl.ndarray made"
                 )
         shared_j = same[0] if same else t._shared
-        arg = self.arg_results.get(id(t))
-        if arg is not None:
-            out = arg.reshape(t.shape).copy()
+        arg = self.arg_results.get(id(t._arg)) if t._arg is not None else None
+        if arg is not None:  # an argument the kernel stored into, or a view of it (a reshape)
+            raw = np.ascontiguousarray(arg).reshape(-1).view(np.uint8)
+            es = t.dtype.itemsize
+            cols = (_view_elements(t.tile, es)[..., None] * es + np.arange(es)).reshape(-1)
+            out = raw[cols].view(host).reshape(t.shape)
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
         if self.lnc == 1 or shared_j is None:
             try:
