@@ -1026,6 +1026,155 @@ def _moe_cte_inputs(t, h, i, e, b, form="shard_on_i", **spec_kw):
     return f
 
 
+# nki-library's experimental transformer blocks (attention_block_tkg): references composed
+# from the ones above.
+def _rms_rows(x, eps, w=None):
+    """RMS norm over axis 0 (d_head) in float64, times w [1, d]; rounded to x's dtype."""
+    f = x.astype(np.float64)
+    y = f / np.sqrt((f * f).mean(axis=0, keepdims=True) + eps)
+    if w is not None:
+        y = y * w.astype(np.float64).reshape(-1, *([1] * (x.ndim - 1)))
+    return y.astype(x.dtype)
+
+
+def ref_attention_block_tkg(**kw):
+    """nki-library's attention_block_tkg (its docstring's pseudocode): RMS norm of X and the
+    QKV projection (ref_qkv), the q heads and the k head as [d, B, heads, S]; the optional RMS
+    norms over d before and after RoPE (ref_rope, cos and sin [d/2, B, S]); q times the
+    softmax scale (1/sqrt(d) by default) in bf16; attention over the KV cache and the active
+    tokens (ref_attention_tkg); the output projection (ref_out_proj_tkg) or, without W_out,
+    the attention [B, H, d, S]. Also returned: the KV caches with each batch's S new k and v
+    rows written at its kv_cache_update_idx position (update_cache), else the new k
+    [d, B, S] and v [B, 1, S, d]."""
+    x, w_qkv, v_cache, k_cache = kw["X"], kw["W_qkv"], kw["V_cache"], kw["K_cache"]
+    b, s, _ = x.shape
+    d = v_cache.shape[-1]
+    nq = w_qkv.shape[1] // d - 2
+    norm = _lib_attr(TYPES, "NormType")
+    qkv = ref_qkv(
+        x,
+        w_qkv,
+        bias=kw["bias_qkv"],
+        fused_norm_type=norm.RMS_NORM if kw["rmsnorm_X_enabled"] else norm.NO_NORM,
+        gamma_norm_weights=kw["rmsnorm_X_gamma"],
+        norm_eps=kw["rmsnorm_X_eps"],
+    )
+    heads = qkv.reshape(b, s, nq + 2, d).transpose(3, 0, 2, 1)  # [d, B, heads, S]
+    q, k = heads[:, :, :nq], heads[:, :, nq : nq + 1]
+    v = np.ascontiguousarray(heads[:, :, nq + 1 :].transpose(1, 2, 3, 0))  # [B, 1, S, d]
+    for stage in ("pre", "post"):
+        if stage == "post" and kw["cos"] is not None:
+            contiguous = kw["rope_contiguous_layout"]
+            q, k = (ref_rope(t, kw["cos"], kw["sin"], contiguous) for t in (q, k))
+        if kw[f"rmsnorm_QK_{stage}_rope_enabled"]:
+            eps = kw[f"rmsnorm_QK_{stage}_rope_eps"]
+            q = _rms_rows(q, eps, kw[f"rmsnorm_QK_{stage}_rope_W_Q"])
+            k = _rms_rows(k, eps, kw[f"rmsnorm_QK_{stage}_rope_W_K"])
+    scale = kw.get("softmax_scale") or d**-0.5
+    q = (q.astype(np.float32) * np.float32(scale)).astype(x.dtype)
+    s_ctx = kw["attention_mask"].shape[0]
+    attn = ref_attention_tkg(
+        q.reshape(d, b * nq * s),
+        k.reshape(d, b * s),
+        v,
+        k_cache,
+        v_cache,
+        kw["attention_mask"],
+        kw["sink"],
+        bs=b,
+        q_head=nq,
+        s_active=s,
+        s_prior=s_ctx,
+        d_head=d,
+        tp_k_prior=not kw["K_cache_transposed"],
+    )  # [B, H, d, S]
+    if kw["W_out"] is not None:
+        out = ref_out_proj_tkg(attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"])
+    else:
+        out = attn
+    if not kw["update_cache"]:
+        return out, np.ascontiguousarray(k[:, :, 0]), v
+    k_new, v_new = k_cache.copy(), v_cache.copy()
+    for i, pos in enumerate(kw["kv_cache_update_idx"][:, 0].astype(np.int64)):
+        v_new[i, 0, pos : pos + s] = v[i, 0]
+        if kw["K_cache_transposed"]:
+            k_new[i, 0, :, pos : pos + s] = k[:, i, 0]
+        else:
+            k_new[i, 0, pos : pos + s] = k[:, i, 0].T
+    return out, k_new, v_new
+
+
+def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
+    """bf16 X [B, S, H], RMS norm gamma, QKV weights [H, d (nq + 2)] with a bias, RoPE's cos
+    and sin [d/2, B, S] (the contiguous layout), a flat KV cache [B, 1, S_ctx, d] (K as
+    [B, 1, d, S_ctx] with K_cache_transposed) of which batch b has seen its first L_b
+    positions, the mask (those positions and the active tokens causally, as _attn_tkg_inputs),
+    the new tokens written at position L_b (update_cache), and the output projection
+    [nq d, H] with a bias. ``opts`` sets the kernel's other arguments."""
+
+    def f(r):
+        quant = _lib_attr(TYPES, "QuantizationType").NONE
+        kt = opts.get("K_cache_transposed", False)
+        kshape = (b, 1, d, s_ctx) if kt else (b, 1, s_ctx, d)
+        lens = r.integers(1, s_ctx - s, size=b)
+        mask = np.zeros((s_ctx, b, nq, s), np.uint8)
+        for i in range(b):
+            mask[: lens[i], i] = 1
+        mask[s_ctx - s :] = np.tril(np.ones((s, s), np.uint8))[:, None, None, :]
+        ang = r.uniform(0.0, 6.0, (d // 2, b, s))
+        i_qkv = d * (nq + 2)
+        kw = {
+            "X": _f32(r, b, s, h).astype(BF16),
+            "X_hidden_dim_actual": None,
+            "rmsnorm_X_enabled": True,
+            "rmsnorm_X_eps": 1e-6,
+            "rmsnorm_X_gamma": _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16),
+            "W_qkv": (_f32(r, h, i_qkv) / np.sqrt(h)).astype(BF16),
+            "bias_qkv": _f32(r, 1, i_qkv, lo=-0.1, hi=0.1).astype(BF16),
+            "quantization_type_qkv": quant,
+            "weight_dequant_scale_qkv": None,
+            "input_dequant_scale_qkv": None,
+            "rmsnorm_QK_pre_rope_enabled": False,
+            "rmsnorm_QK_pre_rope_eps": 1e-6,
+            "rmsnorm_QK_pre_rope_W_Q": None,
+            "rmsnorm_QK_pre_rope_W_K": None,
+            "cos": np.cos(ang).astype(BF16),
+            "sin": np.sin(ang).astype(BF16),
+            "rope_contiguous_layout": True,
+            "rmsnorm_QK_post_rope_enabled": False,
+            "rmsnorm_QK_post_rope_eps": 1e-6,
+            "rmsnorm_QK_post_rope_W_Q": None,
+            "rmsnorm_QK_post_rope_W_K": None,
+            "K_cache_transposed": kt,
+            "active_blocks_table": None,
+            "K_cache": _f32(r, *kshape).astype(BF16),
+            "V_cache": _f32(r, b, 1, s_ctx, d).astype(BF16),
+            "attention_mask": mask,
+            "sink": None,
+            "update_cache": True,
+            "kv_cache_update_idx": lens.reshape(b, 1).astype(np.uint32),
+            "W_out": (_f32(r, nq * d, h) / np.sqrt(nq * d)).astype(BF16),
+            "bias_out": _f32(r, 1, h, lo=-0.1, hi=0.1).astype(BF16),
+            "quantization_type_out": quant,
+            "weight_dequant_scale_out": None,
+            "input_dequant_scale_out": None,
+            "transposed_out": False,
+            "out_in_sb": False,
+        }
+        o = dict(opts)
+        if o.pop("sink", False):
+            kw["sink"] = _f32(r, nq, 1).astype(BF16)
+        for stage in ("pre", "post"):
+            if o.pop(f"qk_norm_{stage}", False):
+                kw[f"rmsnorm_QK_{stage}_rope_enabled"] = True
+                for t in "QK":
+                    kw[f"rmsnorm_QK_{stage}_rope_W_{t}"] = _f32(r, 1, d, lo=0.5, hi=1.5).astype(BF16)
+        kw.update(o)
+        return (), kw
+
+    return f
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -1790,6 +1939,36 @@ def _cases() -> list[Case]:
     cases.append(moe_cte("shard on I, dropping", inputs))
     # Sharded on I: it needs two shards, so it runs at LNC=2 only.
     cases.append(moe_cte("shard on I", _moe_cte_inputs(256, 512, 256, 2, 256)))
+    # nki-library's experimental transformer blocks (h70): the token-generation attention
+    # block (RMS norm, QKV, RoPE, attention over a flat KV cache, the cache update, output
+    # projection) against the references above composed.
+    no_proj = {"W_out": None, "bias_out": None, "update_cache": False}
+    norms = {"qk_norm_pre": True, "qk_norm_post": True, "sink": True}
+    for label, shape, kw, lnc in (
+        ("B 2, S 1, batched cache update", (2, 1, 256, 2, 64, 256), {}, 2),
+        ("B 2, S 1, batched cache update", (2, 1, 256, 2, 64, 256), {}, 1),
+        ("S 2, K transposed, cache update", (2, 2, 256, 2, 64, 256), {"K_cache_transposed": True}, 2),
+        ("S 2, K transposed, cache update", (2, 2, 256, 2, 64, 256), {"K_cache_transposed": True}, 1),
+        ("S 2, no projection, new k and v returned", (2, 2, 256, 2, 64, 256), no_proj, 2),
+        ("d_head 128, QK norms, sink", (2, 1, 256, 1, 128, 256), norms, 2),
+    ):
+        cases.append(
+            Case(
+                f"nkilib attention_block_tkg ({label}) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.attention_block_tkg",
+                "attention_block_tkg",
+                _attn_block_inputs(*shape, **kw),
+                ref_attention_block_tkg,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                # At LNC=2 its attention (use_gpsimd_sb2sb) exchanges the softmax maxima of a
+                # tile padded to 16 partitions, of which it wrote s_active * B * H only.
+                uninitialized="nan" if lnc == 2 else "error",
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
@@ -1921,9 +2100,25 @@ def _cases() -> list[Case]:
 
 
 # ----------------------------------------------------------------------------- running
+class _Absent(type):
+    """A name of a package that is not installed (``torch.Tensor``), for annotations and
+    default values in the driver code a kernel package imports: its attributes are absent
+    names too, and calling one raises ModuleNotFoundError."""
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Absent(f"{cls.__name__}.{name}", (), {})
+
+    def __call__(cls, *_, **__):
+        raise ModuleNotFoundError(f"{cls.__name__}: {cls.__name__.split('.')[0]} is not installed")
+
+
 class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Packages the kernel files import for their own test drivers (``torch``, ``scipy``) as
-    empty modules, when they are not installed."""
+    empty modules, when they are not installed; their names are _Absent (nki-library's
+    experimental transformer package imports its torch references, annotated with
+    ``torch.Tensor``)."""
 
     def __init__(self, names: set[str]) -> None:
         self.names = names
@@ -1938,6 +2133,8 @@ class _EmptyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         module.__path__ = []  # type: ignore[attr-defined]
+        name = module.__name__
+        module.__getattr__ = lambda attr: _Absent(f"{name}.{attr}", (), {})  # type: ignore[attr-defined]
 
 
 #: What kernel files import for their drivers and tests only (never used by a kernel).
