@@ -1058,6 +1058,12 @@ def ref_attention_block_tkg(**kw):
         fused_norm_type=norm.RMS_NORM if kw["rmsnorm_X_enabled"] else norm.NO_NORM,
         gamma_norm_weights=kw["rmsnorm_X_gamma"],
         norm_eps=kw["rmsnorm_X_eps"],
+        quantization_type=kw["quantization_type_qkv"],
+        qkv_w_scale=kw["weight_dequant_scale_qkv"],
+        qkv_in_scale=kw["input_dequant_scale_qkv"],
+        num_q_heads=nq,
+        num_kv_heads=1,
+        d_head=d,
     )
     heads = qkv.reshape(b, s, nq + 2, d).transpose(3, 0, 2, 1)  # [d, B, heads, S]
     q, k = heads[:, :, :nq], heads[:, :, nq : nq + 1]
@@ -1072,6 +1078,12 @@ def ref_attention_block_tkg(**kw):
             k = _rms_rows(k, eps, kw[f"rmsnorm_QK_{stage}_rope_W_K"])
     scale = kw.get("softmax_scale") or d**-0.5
     q = (q.astype(np.float32) * np.float32(scale)).astype(x.dtype)
+    if kw.get("k_scale") is not None:  # fp8 KV: the new k and v times their scale, clipped
+        fp8 = ml_dtypes.float8_e4m3
+        k, v = (
+            np.clip(t.astype(np.float32) * kw[n][0, 0], -240.0, 240.0).astype(fp8)
+            for t, n in ((k, "k_scale"), (v, "v_scale"))
+        )
     s_ctx = kw["attention_mask"].shape[0]
     attn = ref_attention_tkg(
         q.reshape(d, b * nq * s),
@@ -1089,7 +1101,9 @@ def ref_attention_block_tkg(**kw):
         tp_k_prior=not kw["K_cache_transposed"],
     )  # [B, H, d, S]
     if kw["W_out"] is not None:
-        out = ref_out_proj_tkg(attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"])
+        scales = {"weight_scale": kw["weight_dequant_scale_out"]}
+        scales["input_scale"] = kw["input_dequant_scale_out"]
+        out = ref_out_proj_tkg(attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"], **scales)
     else:
         out = attn
     if not kw["update_cache"]:
@@ -1113,7 +1127,7 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
     [nq d, H] with a bias. ``opts`` sets the kernel's other arguments."""
 
     def f(r):
-        quant = _lib_attr(TYPES, "QuantizationType").NONE
+        quant = _lib_attr(TYPES, "QuantizationType")
         kt = opts.get("K_cache_transposed", False)
         kshape = (b, 1, d, s_ctx) if kt else (b, 1, s_ctx, d)
         lens = r.integers(1, s_ctx - s, size=b)
@@ -1131,7 +1145,7 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
             "rmsnorm_X_gamma": _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16),
             "W_qkv": (_f32(r, h, i_qkv) / np.sqrt(h)).astype(BF16),
             "bias_qkv": _f32(r, 1, i_qkv, lo=-0.1, hi=0.1).astype(BF16),
-            "quantization_type_qkv": quant,
+            "quantization_type_qkv": quant.NONE,
             "weight_dequant_scale_qkv": None,
             "input_dequant_scale_qkv": None,
             "rmsnorm_QK_pre_rope_enabled": False,
@@ -1155,7 +1169,7 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
             "kv_cache_update_idx": lens.reshape(b, 1).astype(np.uint32),
             "W_out": (_f32(r, nq * d, h) / np.sqrt(nq * d)).astype(BF16),
             "bias_out": _f32(r, 1, h, lo=-0.1, hi=0.1).astype(BF16),
-            "quantization_type_out": quant,
+            "quantization_type_out": quant.NONE,
             "weight_dequant_scale_out": None,
             "input_dequant_scale_out": None,
             "transposed_out": False,
@@ -1164,6 +1178,25 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
         o = dict(opts)
         if o.pop("sink", False):
             kw["sink"] = _f32(r, nq, 1).astype(BF16)
+        if o.pop("static_fp8", False):  # fp8 weights; q/k/v and output weight scales, the
+            # inputs' scales (products near 1)
+            fp8 = ml_dtypes.float8_e4m3
+            kw["quantization_type_qkv"] = kw["quantization_type_out"] = quant.STATIC
+            kw["W_qkv"] = (_f32(r, h, i_qkv, lo=-200.0, hi=200.0) / np.sqrt(h)).astype(fp8)
+            ws = np.repeat(r.uniform(0.01, 0.02, (1, 3)), 128, 0).astype(np.float32)
+            kw["weight_dequant_scale_qkv"] = ws
+            kw["input_dequant_scale_qkv"] = np.full((128, 1), 0.04, np.float32)
+            w_out = _f32(r, nq * d, h, lo=-200.0, hi=200.0) / np.sqrt(nq * d)
+            kw["W_out"] = w_out.astype(fp8)
+            kw["weight_dequant_scale_out"] = np.full((128, 1), r.uniform(0.01, 0.02), np.float32)
+            kw["input_dequant_scale_out"] = np.full((128, 1), 0.01, np.float32)
+        kv_scale = o.pop("kv_scale", None)
+        if kv_scale is not None:  # fp8 caches; k's scale [1, 1], v's [128, 1]
+            fp8 = ml_dtypes.float8_e4m3
+            for n in ("K_cache", "V_cache"):
+                kw[n] = (kw[n].astype(np.float32) * kv_scale).astype(fp8)
+            kw["k_scale"] = np.full((1, 1), kv_scale, np.float32)
+            kw["v_scale"] = np.full((128, 1), kv_scale, np.float32)
         for stage in ("pre", "post"):
             if o.pop(f"qk_norm_{stage}", False):
                 kw[f"rmsnorm_QK_{stage}_rope_enabled"] = True
@@ -1944,13 +1977,16 @@ def _cases() -> list[Case]:
     # projection) against the references above composed.
     no_proj = {"W_out": None, "bias_out": None, "update_cache": False}
     norms = {"qk_norm_pre": True, "qk_norm_post": True, "sink": True}
+    s1, s2 = (2, 1, 256, 2, 64, 256), (2, 2, 256, 2, 64, 256)  # B, S, H, heads, d, S_ctx
     for label, shape, kw, lnc in (
-        ("B 2, S 1, batched cache update", (2, 1, 256, 2, 64, 256), {}, 2),
-        ("B 2, S 1, batched cache update", (2, 1, 256, 2, 64, 256), {}, 1),
-        ("S 2, K transposed, cache update", (2, 2, 256, 2, 64, 256), {"K_cache_transposed": True}, 2),
-        ("S 2, K transposed, cache update", (2, 2, 256, 2, 64, 256), {"K_cache_transposed": True}, 1),
-        ("S 2, no projection, new k and v returned", (2, 2, 256, 2, 64, 256), no_proj, 2),
+        ("B 2, S 1, batched cache update", s1, {}, 2),
+        ("B 2, S 1, batched cache update", s1, {}, 1),
+        ("S 2, K transposed, cache update", s2, {"K_cache_transposed": True}, 2),
+        ("S 2, K transposed, cache update", s2, {"K_cache_transposed": True}, 1),
+        ("S 2, no projection, new k and v returned", s2, no_proj, 2),
         ("d_head 128, QK norms, sink", (2, 1, 256, 1, 128, 256), norms, 2),
+        ("fp8 KV cache, scale 8", s1, {"kv_scale": 8.0}, 2),
+        ("static fp8 QKV and output projection", s1, {"static_fp8": True}, 2),
     ):
         cases.append(
             Case(
@@ -1961,7 +1997,9 @@ def _cases() -> list[Case]:
                 _attn_block_inputs(*shape, **kw),
                 ref_attention_block_tkg,
                 grid=lnc,
-                rtol=2e-2,
+                # fp8 KV: a new k or v one fp8 step (3 mantissa bits) apart where a bf16
+                # rounding before the quantization differs
+                rtol=0.125 if "kv_scale" in kw else 2e-2,
                 atol=2e-2,
                 package_root=LIB,
                 # At LNC=2 its attention (use_gpsimd_sb2sb) exchanges the softmax maxima of a
