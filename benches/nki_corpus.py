@@ -1085,6 +1085,8 @@ def ref_attention_block_tkg(**kw):
             for t, n in ((k, "k_scale"), (v, "v_scale"))
         )
     s_ctx = kw["attention_mask"].shape[0]
+    table = kw["active_blocks_table"]
+    blocks = {} if table is None else {"active_blocks_table": table}
     attn = ref_attention_tkg(
         q.reshape(d, b * nq * s),
         k.reshape(d, b * s),
@@ -1099,6 +1101,7 @@ def ref_attention_block_tkg(**kw):
         s_prior=s_ctx,
         d_head=d,
         tp_k_prior=not kw["K_cache_transposed"],
+        **blocks,
     )  # [B, H, d, S]
     if kw["W_out"] is not None:
         scales = {"weight_scale": kw["weight_dequant_scale_out"]}
@@ -1109,6 +1112,11 @@ def ref_attention_block_tkg(**kw):
     if not kw["update_cache"]:
         return out, np.ascontiguousarray(k[:, :, 0]), v
     k_new, v_new = k_cache.copy(), v_cache.copy()
+    if table is not None:  # a slot (block * block_len + offset) per batch; uint32 max: none
+        for i, slot in enumerate(kw["kv_cache_update_idx"][:, 0].astype(np.int64)):
+            if slot < k_new.shape[0] * k_new.shape[1]:
+                k_new.reshape(-1, d)[slot], v_new.reshape(-1, d)[slot] = k[:, i, 0, 0], v[i, 0, 0]
+        return out, k_new, v_new
     for i, pos in enumerate(kw["kv_cache_update_idx"][:, 0].astype(np.int64)):
         v_new[i, 0, pos : pos + s] = v[i, 0]
         if kw["K_cache_transposed"]:
@@ -1190,6 +1198,18 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
             kw["W_out"] = w_out.astype(fp8)
             kw["weight_dequant_scale_out"] = np.full((128, 1), r.uniform(0.01, 0.02), np.float32)
             kw["input_dequant_scale_out"] = np.full((128, 1), 0.01, np.float32)
+        bl = o.pop("block_len", 0)
+        if bl:  # a shuffled pool of blocks; each batch sees its whole cache (S = 1: the
+            # mask is all ones, the same in any order of the positions); the last batch's
+            # slot uint32 max (no update)
+            nblk = b * s_ctx // bl
+            kw["K_cache"], kw["V_cache"] = (_f32(r, nblk, bl, d).astype(BF16) for _ in "KV")
+            table = r.permutation(nblk).reshape(b, s_ctx // bl).astype(np.uint32)
+            kw["active_blocks_table"] = table
+            kw["attention_mask"] = np.ones((s_ctx, b, nq, s), np.uint8)
+            slots = table[np.arange(b), lens // bl] * bl + lens % bl
+            slots[-1] = np.iinfo(np.uint32).max
+            kw["kv_cache_update_idx"] = slots.reshape(b, 1).astype(np.uint32)
         kv_scale = o.pop("kv_scale", None)
         if kv_scale is not None:  # fp8 caches; k's scale [1, 1], v's [128, 1]
             fp8 = ml_dtypes.float8_e4m3
@@ -1987,6 +2007,8 @@ def _cases() -> list[Case]:
         ("d_head 128, QK norms, sink", (2, 1, 256, 1, 128, 256), norms, 2),
         ("fp8 KV cache, scale 8", s1, {"kv_scale": 8.0}, 2),
         ("static fp8 QKV and output projection", s1, {"static_fp8": True}, 2),
+        ("block KV cache, block_len 16", s1, {"block_len": 16}, 2),
+        ("block KV cache, block_len 16", s1, {"block_len": 16}, 1),
     ):
         cases.append(
             Case(
