@@ -67,6 +67,9 @@ class Case:
     decode: Callable | None = None
     #: Packages the kernel's own (host-side) code needs beyond numpy: skipped when absent.
     needs: tuple[str, ...] = ()
+    #: Modules of ours standing in for ones the kernel's package imports that do not load
+    #: upstream (name -> maker, installed before the kernel's module is imported).
+    stand_ins: tuple[tuple[str, Callable[[], types.ModuleType]], ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -1228,6 +1231,113 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
     return f
 
 
+def _mlp_stand_in() -> types.ModuleType:
+    """nkilib.core.mlp.mlp for transformer_tkg (mlp.py does not parse upstream: an
+    IndentationError at its line 203): ``mlp`` as its docstring describes it, our own: the
+    MLPParameters of its arguments, the output [B, S, H] in HBM, mlp_tkg (with the caller's
+    buffer manager) for B*S up to 96, else mlp_cte; the outputs as a list."""
+    import nki.language as nl
+
+    mod = types.ModuleType("nkilib.core.mlp.mlp")
+    pkg = "nkilib.core.mlp"
+    params_cls = _lib_attr(f"{pkg}.mlp_parameters", "MLPParameters")
+    is_tkg = _lib_attr(f"{pkg}.mlp_parameters", "is_mlp_tkg")
+    tkg, cte = _lib_attr(f"{pkg}.mlp_tkg.mlp_tkg", "mlp_tkg"), _lib_attr(f"{pkg}.mlp_cte.mlp_cte", "mlp_cte")
+
+    def mlp(hidden_tensor, gate_proj_weights_tensor, up_proj_weights_tensor,
+            down_proj_weights_tensor, sbm=None, **kw):  # fmt: skip
+        p = params_cls(
+            hidden_tensor, gate_proj_weights_tensor, up_proj_weights_tensor,
+            down_proj_weights_tensor, **kw
+        )  # fmt: skip
+        shape = (p.batch_size, p.sequence_len, p.hidden_size)
+        out = nl.ndarray(shape, dtype=p.output_dtype, buffer=nl.shared_hbm)
+        if is_tkg(p):
+            return tkg(p, out, None, sbm=sbm)
+        cte(p, out, None)
+        return [out]
+
+    mod.mlp = mlp
+    return mod
+
+
+def _transformer_wrapper(sub):
+    """Our kernel around nki-library's transformer_tkg (not @nki.jit; it takes lists of
+    per-layer tensors): layer i's tensors are the keyword arguments named ``<list>_<i>``."""
+    import nki
+
+    names = ("W_qkvs", "W_outs", "W_gates", "W_ups", "W_downs", "W_gamma_qkvs", "W_gamma_mlps",
+             "K_caches", "V_caches")  # fmt: skip
+
+    @nki.jit
+    def wrapped(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, **w):  # noqa: N803
+        lists = {n: [w[f"{n}_{i}"] for i in range(num_layers)] for n in names}
+        return sub(X, **lists, RoPE_cos=RoPE_cos, RoPE_sin=RoPE_sin, mask_cache=mask_cache,
+                   mask_active=None, position_ids=position_ids, num_layers=num_layers, eps=eps)  # fmt: skip
+
+    return wrapped
+
+
+def ref_transformer_tkg(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, **w):  # noqa: N803
+    """nki-library's transformer_tkg (its docstring, one tensor-parallel rank): per layer the
+    attention block (RMS norm, QKV, RoPE, attention over the K-transposed cache, its update at
+    position_ids, output projection: ref_attention_block_tkg) added to the hidden states, then
+    the RMS-normed SiLU MLP (ref_mlp) added; each sum in the hidden states' dtype."""
+    b, s, h = X.shape
+    none = _lib_attr(TYPES, "QuantizationType").NONE
+    cur = X
+    for i in range(num_layers):
+        kw = {
+            "X": cur, "rmsnorm_X_enabled": True, "rmsnorm_X_eps": eps,
+            "rmsnorm_X_gamma": w[f"W_gamma_qkvs_{i}"], "W_qkv": w[f"W_qkvs_{i}"],
+            "bias_qkv": None, "quantization_type_qkv": none, "weight_dequant_scale_qkv": None,
+            "input_dequant_scale_qkv": None, "rmsnorm_QK_pre_rope_enabled": False,
+            "rmsnorm_QK_post_rope_enabled": False, "cos": RoPE_cos, "sin": RoPE_sin,
+            "rope_contiguous_layout": True, "K_cache_transposed": True,
+            "active_blocks_table": None, "K_cache": w[f"K_caches_{i}"],
+            "V_cache": w[f"V_caches_{i}"], "attention_mask": mask_cache, "sink": None,
+            "update_cache": True, "kv_cache_update_idx": position_ids,
+            "W_out": w[f"W_outs_{i}"], "bias_out": None, "quantization_type_out": none,
+            "weight_dequant_scale_out": None, "input_dequant_scale_out": None,
+        }  # fmt: skip
+        attn = ref_attention_block_tkg(**kw)[0].reshape(b, s, h)
+        cur = (cur.astype(np.float32) + attn.astype(np.float32)).astype(X.dtype)
+        mlp = ref_mlp(
+            cur, w[f"W_gates_{i}"], w[f"W_ups_{i}"], w[f"W_downs_{i}"],
+            normalization_weights_tensor=w[f"W_gamma_mlps_{i}"],
+            normalization_type=_lib_attr(TYPES, "NormType").RMS_NORM, eps=eps,
+        )  # fmt: skip
+        cur = (cur.astype(np.float32) + mlp.astype(np.float32)).astype(X.dtype)
+    return cur
+
+
+def _transformer_inputs(layers, b, h, nq, d, s_ctx, i_mlp):
+    """bf16 hidden states [B, 1, H] and per layer: the attention block's tensors as
+    _attn_block_inputs makes them (K cache [B, 1, d, S_ctx], no biases; the cache seen up to
+    L_b, the new token written at L_b), RMS norm gammas, the MLP's weights [H, I], [H, I],
+    [I, H]."""
+
+    def f(r):
+        blocks = [
+            _attn_block_inputs(b, 1, h, nq, d, s_ctx, K_cache_transposed=True)(r)[1]
+            for _ in range(layers)
+        ]
+        kw = {"RoPE_cos": blocks[0]["cos"], "RoPE_sin": blocks[0]["sin"]}
+        kw["mask_cache"] = blocks[0]["attention_mask"]
+        kw["position_ids"] = blocks[0]["kv_cache_update_idx"]
+        kw.update(num_layers=layers, eps=1e-6)
+        for i, blk in enumerate(blocks):
+            kw[f"W_qkvs_{i}"], kw[f"W_outs_{i}"] = blk["W_qkv"], blk["W_out"]
+            kw[f"W_gamma_qkvs_{i}"] = blk["rmsnorm_X_gamma"]
+            kw[f"K_caches_{i}"], kw[f"V_caches_{i}"] = blk["K_cache"], blk["V_cache"]
+            kw[f"W_gamma_mlps_{i}"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
+            for n, (m, k) in (("gates", (h, i_mlp)), ("ups", (h, i_mlp)), ("downs", (i_mlp, h))):
+                kw[f"W_{n}_{i}"] = (_f32(r, m, k) / np.sqrt(m)).astype(BF16)
+        return (blocks[0]["X"],), kw
+
+    return f
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -2029,6 +2139,27 @@ def _cases() -> list[Case]:
                 uninitialized="nan" if lnc == 2 else "error",
             )
         )
+    # The whole token-generation layer (attention block, MLP, residual adds), two layers, on
+    # one tensor-parallel rank (no replica groups: no all-reduce). It imports nki-library's
+    # mlp.py, which does not parse upstream: the harness stands in for it (_mlp_stand_in).
+    for lnc in (2, 1):
+        cases.append(
+            Case(
+                f"nkilib transformer_tkg (2 layers, one rank) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.transformer_tkg",
+                "transformer_tkg",
+                _transformer_inputs(2, 2, 256, 2, 64, 256, 256),
+                ref_transformer_tkg,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                uninitialized="nan" if lnc == 2 else "error",  # as attention_block_tkg
+                wrap=_transformer_wrapper,
+                stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
@@ -2206,6 +2337,9 @@ def _load(root: str, case: Case):
         top = os.path.join(root, case.repo, case.package_root)
         if top not in sys.path:
             sys.path.insert(0, top)
+        for name, make in case.stand_ins:
+            if name not in sys.modules:
+                sys.modules[name] = make()
         return importlib.import_module(case.path)
     path = os.path.join(root, case.repo, case.path)
     name = "nki_corpus_" + case.path.replace("/", "_").replace("-", "_").removesuffix(".py")
