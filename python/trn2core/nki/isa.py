@@ -143,8 +143,10 @@ def dma_compute(
     """``dst = srcs[0] + srcs[1] + ...`` on a DMA queue: each source widened to float32, added
     in order in float32, the sum rounded once to ``dst``'s dtype (HBM and SBUF, 1 to 16
     sources of ``dst``'s element count). NKI allows ``reduce_op=nl.add`` and unit ``scales``
-    only; the read-modify-write forms (a source indexed by ``vector_offset``) are not
-    emulated."""
+    only. With a source indexed by ``vector_offset`` it is the ISA reference's
+    read-modify-write: gather (``dst`` in SBUF, the other source ``dst``) or scatter (``dst``
+    an indexed HBM view, one source the same view, the other in SBUF); two sources and
+    ``unique_indices=True`` (``Core.vector_offset_compute``)."""
     if alu_name(reduce_op, "reduce_op") != "add":
         raise Trn2ValueError(
             f"reduce_op: dma_compute adds its sources (nl.add), got {reduce_op!r}",
@@ -163,6 +165,9 @@ def dma_compute(
                 arg="scales",
             )
     c = _core_of(dst, *srcs)
+    if any(isinstance(x, NkiTensor) and type(x._t) is VectorOffset for x in (dst, *srcs)):
+        c.vector_offset_compute(dst, list(srcs), unique_indices, oob_mode)
+        return
     tiles = [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)]
     c.m.issue_at(c.loc, "dma_compute", _t(dst, "dst"), tiles, None)
 
