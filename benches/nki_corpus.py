@@ -1402,6 +1402,34 @@ def _moe_bwd_inputs(t, h, i, e, b):
     return f
 
 
+def ref_topk_reduce(inp, T, K, **_):  # noqa: N803 - the kernel's keywords
+    """nki-library's topk_reduce (its docstring): the int32 token index packed in each row's
+    last two 16-bit columns; out[t] = the sum of the rows of index t, without those columns."""
+    h = inp.shape[1] - 2
+    idx = np.ascontiguousarray(inp[:, h:]).view(np.int32)[:, 0]
+    out = np.zeros((T, h))
+    for row, t in enumerate(idx):
+        if 0 <= t < T:
+            out[t] += inp[row, :h].astype(np.float64)
+    return out.astype(inp.dtype)
+
+
+def _topk_reduce_inputs(t, k, ranks, h):
+    """bf16 rows [ranks * T, H + 2]: each token's K rows scattered among them, the rest
+    padding (index -1), each row's index packed as int32 into its last two columns."""
+
+    def f(r):
+        n = ranks * t
+        idx = np.full(n, -1, np.int32)
+        idx[r.permutation(n)[: t * k]] = np.repeat(np.arange(t, dtype=np.int32), k)
+        rows = np.empty((n, h + 2), BF16)
+        rows[:, :h] = _f32(r, n, h).astype(BF16)
+        rows[:, h:] = idx.reshape(n, 1).view(BF16)
+        return (rows, t, k), {}
+
+    return f
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -2243,6 +2271,23 @@ def _cases() -> list[Case]:
             package_root=LIB,
         )
     )
+    # The experimental collectives: topk_reduce sums each token's K rows of an all_to_all_v
+    # output buffer (no collective call of its own; LNC=2 shards H).
+    for lnc in (1, 2):
+        cases.append(
+            Case(
+                f"nkilib topk_reduce (T 8, K 2, 3 source ranks) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.collectives.topk_reduce",
+                "topk_reduce",
+                _topk_reduce_inputs(8, 2, 3, 256),
+                ref_topk_reduce,
+                grid=lnc,
+                rtol=1e-2,
+                atol=1e-2,
+                package_root=LIB,
+            )
+        )
     for rows in (256, 300):
         cases.append(
             Case(
