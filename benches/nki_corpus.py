@@ -515,13 +515,23 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
     h = x.astype(np.float64)
     if kw.get("fused_add_tensor") is not None:
         h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
+    # fp8 weights (mlp_tkg's ROW and STATIC forms): the rows and the product stay in x's
+    # dtype, each projection times its weights' scale (per column for ROW, one for STATIC).
+    quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
+    op_dtype = x.dtype if quant else wg.dtype
     if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
         h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
-        h = (h * normalization_weights_tensor.astype(np.float64)).astype(wg.dtype)
+        h = (h * normalization_weights_tensor.astype(np.float64)).astype(op_dtype)
     h = h.astype(np.float64)
     g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
-    a = (g / (1.0 + np.exp(-g)) * u).astype(wd.dtype).astype(np.float64)
-    out = (a @ wd.astype(np.float64)).astype(x.dtype)
+    if quant:
+        g = g * kw["gate_w_scale"][0].astype(np.float64)
+        u = u * kw["up_w_scale"][0].astype(np.float64)
+    a = (g / (1.0 + np.exp(-g)) * u).astype(x.dtype if quant else wd.dtype).astype(np.float64)
+    y = a @ wd.astype(np.float64)
+    if quant:
+        y = y * kw["down_w_scale"][0].astype(np.float64)
+    out = y.astype(x.dtype)
     if kw.get("store_fused_add_result"):  # the residual sum, stored too
         return out, (x.astype(np.float64) + kw["fused_add_tensor"].astype(np.float64)).astype(
             x.dtype
@@ -534,6 +544,23 @@ def _mlp_inputs(b, s, h, i, **kw):
         x = _f32(r, b, s, h).astype(BF16)
         ws = [(_f32(r, m, n) / np.sqrt(m)).astype(BF16) for m, n in ((h, i), (h, i), (i, h))]
         opts = {}
+        quant = kw.get("quant")
+        if quant:  # fp8 weights (values up to 4), float32 scales of about 1/64 each: per
+            # column [128, I] / [128, H] (ROW) or one [128, 1] (STATIC, with the inputs'
+            # scales it requires)
+            opts["quantization_type"] = getattr(_lib_attr(TYPES, "QuantizationType"), quant)
+            dims = ((h, i), (h, i), (i, h))
+            ws = [(_f32(r, m, n) * 64 / np.sqrt(m)).astype(ml_dtypes.float8_e4m3) for m, n in dims]
+            for name, (_, n) in zip(("gate", "up", "down"), dims, strict=True):
+                cols = n if quant == "ROW" else 1
+                sc = np.repeat(r.uniform(0.5, 2.0, (1, cols)) / 64, 128, 0).astype(np.float32)
+                opts[f"{name}_w_scale"] = sc
+            if quant == "STATIC":
+                for name in ("gate_up_in_scale", "down_in_scale"):
+                    opts[name] = np.full((128, 1), 0.05, np.float32)
+        if kw.get("column_tiling"):  # mlp.py's defaults (MLPParameters' are False)
+            opts["use_tkg_gate_up_proj_column_tiling"] = True
+            opts["use_tkg_down_proj_column_tiling"] = True
         if kw.get("norm"):
             opts["normalization_type"] = _lib_attr(TYPES, "NormType").RMS_NORM
             opts["normalization_weights_tensor"] = _f32(r, 1, h, lo=0.5, hi=1.5).astype(BF16)
@@ -2119,6 +2146,15 @@ def _cases() -> list[Case]:
             {"norm": True, "fused_add": True, "store": True},
         ),
         ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
+        # ROW as nki-library's tests run it, with column tiling (without, it stops at a
+        # dma_transpose with dge_mode 3, "none", which the ISA reference does not allow).
+        (
+            "tkg",
+            "row fp8, column tiling, RMS norm",
+            (1, 4, 256, 256),
+            {"norm": True, "quant": "ROW", "column_tiling": True},
+        ),
+        ("tkg", "static fp8, RMS norm", (1, 4, 256, 256), {"norm": True, "quant": "STATIC"}),
     ):
         cases.append(
             Case(
@@ -2137,6 +2173,7 @@ def _cases() -> list[Case]:
     # The same at LNC=2 (two cores, each a share of H or of the tokens).
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
+    lnc2 |= {"nkilib mlp_tkg (row fp8, column tiling, RMS norm)", "nkilib mlp_tkg (static fp8, RMS norm)"}
     # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
     lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}
     lnc2 |= {f"nkilib moe_tkg{label}" for label, _, _ in _MOE_TKG_CASES}
