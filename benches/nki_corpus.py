@@ -1511,6 +1511,25 @@ def _topk_reduce_inputs(t, k, ranks, h):
     return f
 
 
+def ref_moe_shard_h(x, affinities, w_gate_up, w_down, block_size, token_position_to_id,
+                    block_to_expert, **_):  # fmt: skip
+    """nki-library's experimental blockwise MoE sharded on H (its docstring's pseudocode): as
+    moe_cte's post-scaled forms (_moe_cte_sum), its arguments in its own order."""
+    return _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
+                        block_to_expert, block_size)[0]  # fmt: skip
+
+
+def _moe_shard_h_inputs(t, h, i, e, b):
+    """_moe_cte_inputs' tensors, in blockwise_mm_baseline_shard_hidden's argument order."""
+    make = _moe_cte_inputs(t, h, i, e, b)
+
+    def f(r):
+        (x, aff, wgu, wd, pos, blocks, size, _), _ = make(r)
+        return (x, aff, wgu, wd, size, pos, blocks), {}
+
+    return f
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -2371,6 +2390,22 @@ def _cases() -> list[Case]:
             grid=2,
             rtol=2e-2,
             atol=1e-2,
+            package_root=LIB,
+        )
+    )
+    # The experimental MoE forward sharded on H (each core a half of H; gate and up summed
+    # across the cores with sendrecv, whatever the LNC: at LNC=1 refused by the ISA rule).
+    cases.append(
+        Case(
+            "nkilib blockwise_mm_baseline_shard_hidden (post-scaled) (LNC=2)",
+            lib,
+            "nkilib.experimental.moe.forward.bwmm_shard_on_H",
+            "blockwise_mm_baseline_shard_hidden",
+            _moe_shard_h_inputs(256, 512, 256, 2, 256),
+            ref_moe_shard_h,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,
             package_root=LIB,
         )
     )
