@@ -2378,57 +2378,29 @@ def _cases() -> list[Case]:
                 stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
             )
         )
-    # The MoE backward pass (experimental, dropless): its gradients of the tokens, the
-    # affinities and both weights, against our own (a weight gradient sums 256 products of
-    # bf16-rounded gradients: 0.4% rms apart, up to 0.009 where terms cancel). LNC=2 only: it
-    # calls core_barrier whatever the LNC, and each core takes half the block's 128-token
-    # tiles (B = 256: one each).
-    cases.append(
-        Case(
-            "nkilib blockwise_mm_bwd (dropless, SiLU) (LNC=2)",
-            lib,
-            "nkilib.experimental.moe.bwd.blockwise_mm_backward",
-            "blockwise_mm_bwd",
-            _moe_bwd_inputs(256, 256, 128, 2, 256),
-            ref_moe_bwd,
-            grid=2,
-            rtol=2e-2,
-            atol=1e-2,
-            package_root=LIB,
-        )
-    )
-    # The experimental MoE forward sharded on H (each core a half of H; gate and up summed
-    # across the cores with sendrecv, whatever the LNC: at LNC=1 refused by the ISA rule).
-    cases.append(
-        Case(
-            "nkilib blockwise_mm_baseline_shard_hidden (post-scaled) (LNC=2)",
-            lib,
-            "nkilib.experimental.moe.forward.bwmm_shard_on_H",
-            "blockwise_mm_baseline_shard_hidden",
-            _moe_shard_h_inputs(256, 512, 256, 2, 256),
-            ref_moe_shard_h,
-            grid=2,
-            rtol=2e-2,
-            atol=2e-3,
-            package_root=LIB,
-        )
-    )
-    # The experimental collectives: topk_reduce sums each token's K rows of an all_to_all_v
-    # output buffer (no collective call of its own; LNC=2 shards H).
-    for lnc in (1, 2):
+    # The MoE backward pass (dropless): its gradients of the tokens, the affinities and both
+    # weights, against our own (a weight gradient sums 256 products of bf16-rounded
+    # gradients: 0.4% rms apart, up to 0.009 where terms cancel). LNC=2 only: it calls
+    # core_barrier whatever the LNC, and each core takes half the block's 128-token tiles
+    # (B = 256: one each). The MoE forward sharded on H (each core a half of H; gate and up
+    # summed across the cores with sendrecv, whatever the LNC: LNC=2 only too). The
+    # collective topk_reduce sums each token's K rows of an all_to_all_v output buffer (no
+    # collective call of its own; LNC=2 shards H).
+    exp = "nkilib.experimental"
+    topk = (f"{exp}.collectives.topk_reduce", "topk_reduce", _topk_reduce_inputs(8, 2, 3, 256))
+    for label, (module, kernel, inputs), check, lnc, atol in (
+        ("blockwise_mm_bwd (dropless, SiLU)",
+         (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
+          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, 1e-2),
+        ("blockwise_mm_baseline_shard_hidden (post-scaled)",
+         (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
+          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, 2e-3),
+        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, 1e-2),
+        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, 1e-2),
+    ):  # fmt: skip
         cases.append(
-            Case(
-                f"nkilib topk_reduce (T 8, K 2, 3 source ranks) (LNC={lnc})",
-                lib,
-                "nkilib.experimental.collectives.topk_reduce",
-                "topk_reduce",
-                _topk_reduce_inputs(8, 2, 3, 256),
-                ref_topk_reduce,
-                grid=lnc,
-                rtol=1e-2,
-                atol=1e-2,
-                package_root=LIB,
-            )
+            Case(f"nkilib {label} (LNC={lnc})", lib, module, kernel, inputs, check, grid=lnc,
+                 rtol=2e-2, atol=atol, package_root=LIB)  # fmt: skip
         )
     for rows in (256, 300):
         cases.append(
