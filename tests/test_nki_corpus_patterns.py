@@ -1925,6 +1925,42 @@ def test_dma_compute_gathers_and_scatters_rows_by_vector_offset():
     assert np.array_equal(x.view(np.uint16), back.view(np.uint16))  # row 7 not scattered
 
 
+def test_dma_copy_with_oob_skip_leaves_out_the_rows_past_a_scalar_offset_tensors_end():
+    # nki-library's indexed_flatten: blocks written at a scalar_offset that may run past the
+    # output's end, with oob_mode.skip; the rows inside are written, the others skipped.
+    x = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
+
+    def kernel(mode):
+        def k(x, at):
+            t = nl.ndarray((8, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            a = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=at)
+            out = nl.ndarray((10, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+            fill = nl.ndarray((10, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(fill, -1)
+            nisa.dma_copy(dst=out, src=fill)
+            dst = out.ap([[4, 8], [1, 4]], offset=0, scalar_offset=a, indirect_dim=0)
+            nisa.dma_copy(dst=dst, src=t, oob_mode=mode)  # oob
+            return out
+
+        return k
+
+    skip = kernel(nisa.oob_mode.skip)
+    for at, rows in ((1, 8), (5, 5), (-3, 5), (-100, 0)):
+        want = np.full((10, 4), -1, np.int32)
+        for i in range(8):
+            if 0 <= at + i < 10:
+                want[at + i] = x[i]
+        got = tn.run(tn.jit(skip), x, np.array([[at]], np.int32)).outputs
+        assert np.array_equal(got, want), at
+        assert (want[:, 0] >= 0).sum() == rows
+    k = kernel(nisa.oob_mode.error)
+    with pytest.raises(ShapeError, match="reaches bytes") as info:
+        tn.run(tn.jit(k), x, np.array([[5]], np.int32))
+    _at(info, k, "# oob")
+
+
 def test_an_hbm_view_as_a_wider_dtype_reads_pairs_of_elements():
     # nki-library's topk_reduce reads the int32 index packed in a bf16 row's last two columns:
     # `.ap(..., dtype=nl.int32)` of a bf16 HBM tensor (the pattern and offset in int32s).

@@ -1500,6 +1500,43 @@ class Core:
             pair = (hbm, part) if ind is dst else (part, hbm)
             self.m.issue_at(self.loc, "dma_copy", pair[0], pair[1], None)
 
+    def oob_skip_copy(self, dst, src) -> bool:
+        """``nisa.dma_copy(..., oob_mode=skip)`` whose HBM side leaves its tensor (nki-library's
+        indexed_flatten writes blocks at a ``scalar_offset`` that may run past the output's
+        end): the rows of that side's first axis wholly inside the tensor are copied, with the
+        other side's same rows, one ``dma_copy`` per run of them; a row reaching outside is
+        skipped whole (*ours*: the ISA reference says only that out-of-bounds accesses are
+        skipped). False (the copy issued as usual) when every row is inside or the two sides'
+        first axes differ."""
+        for side, other in ((dst, src), (src, dst)):
+            if not isinstance(side, NkiTensor) or side._pdim is not None:
+                continue
+            tile = side.tile
+            _, dt, shape, _ = self.m.tensor_info(tile)
+            nbytes = math.prod(shape) * np.dtype(D.HOST_DTYPE[dt]).itemsize
+            es = side.dtype.itemsize
+            idx = _view_elements(tile, es)
+            inside = ((idx >= 0) & ((idx + 1) * es <= nbytes)).reshape(idx.shape[0], -1)
+            rows = inside.all(axis=1)
+            if rows.all() or not isinstance(other, NkiTensor):
+                continue
+            if not (len(rows) == side.shape[0] == other.shape[0]):
+                return False
+            w = 0
+            while w < len(rows):
+                if not rows[w]:
+                    w += 1
+                    continue
+                end = w + 1
+                while end < len(rows) and rows[end]:
+                    end += 1
+                pair = (side[w:end].tile, other[w:end].tile)
+                d, s = pair if side is dst else pair[::-1]
+                self.m.issue_at(self.loc, "dma_copy", d, s, None)
+                w = end
+            return True
+        return False
+
     def vector_offset_compute(self, dst: NkiTensor, srcs: list, unique, oob) -> None:
         """``nisa.dma_compute`` with a ``vector_offset`` view (the ISA reference's
         read-modify-write, two sources, ``unique_indices=True``): gather, ``dst`` (SBUF) =

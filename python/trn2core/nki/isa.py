@@ -99,12 +99,16 @@ def dma_copy(
     **kwargs,
 ) -> None:
     """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue; an HBM side
-    indexed by ``.ap(vector_offset=...)`` scatters or gathers rows."""
+    indexed by ``.ap(vector_offset=...)`` scatters or gathers rows. With ``oob_mode.skip`` the
+    rows of an HBM side that leave its tensor (a ``scalar_offset`` past its end) are skipped
+    (``Core.oob_skip_copy``)."""
     c = _core_of(dst, src)
     if (isinstance(dst, NkiTensor) and type(dst._t) is VectorOffset) or (
         isinstance(src, NkiTensor) and type(src._t) is VectorOffset
     ):
         c.vector_offset_copy(dst, src, oob_mode)
+        return
+    if getattr(oob_mode, "name", oob_mode) == "skip" and c.oob_skip_copy(dst, src):
         return
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
