@@ -1533,6 +1533,33 @@ def _moe_shard_h_inputs(t, h, i, e, b):
     return f
 
 
+def ref_nonzero_with_count(x):
+    """[1, T] -> [1, T + 1] int32: the positions of x's nonzero elements ascending, -1 up to T,
+    then their count (nki-library's find_nonzero_indices_with_count, its docstring)."""
+    idx, counts = ref_nonzero_indices(x.T)
+    return np.concatenate([idx, counts.reshape(1, 1)], axis=1)
+
+
+def ref_indexed_flatten(x, f_len, output_len, row_offsets, padding_val=-1, **_):
+    """nki-library's indexed_flatten (its docstring's pseudocode): the output [output_len]
+    starts at padding_val; row e of x [E, T], as T / f_len blocks of f_len, goes to blocks
+    row_offsets[e], row_offsets[e] + 1, .. of the output, those past its end left out."""
+    out = np.full((output_len // f_len, f_len), padding_val, x.dtype)
+    for e, start in enumerate(row_offsets[: x.shape[0]]):
+        for p, blk in enumerate(x[e].reshape(-1, f_len)):
+            if 0 <= start + p < len(out):
+                out[start + p] = blk
+    return out.reshape(-1)
+
+
+def _indexed_flatten_inputs(r):
+    """Four rows of 256 distinct non-negative int32 values (16 blocks of 16), placed at
+    disjoint block offsets of a 1536-element output (96 blocks), the last row running 10
+    blocks past its end."""
+    x = r.permutation(4 * 256).astype(np.int32).reshape(4, 256)
+    return (x, 16, 1536, np.array([0, 20, 50, 86], np.int32)), {}
+
+
 # ----------------------------------------------------------------------------- the corpus
 SDK = "nki/examples"
 SAMPLES = "src/nki_samples/tutorials"
@@ -2388,19 +2415,30 @@ def _cases() -> list[Case]:
     # collective call of its own; LNC=2 shards H).
     exp = "nkilib.experimental"
     topk = (f"{exp}.collectives.topk_reduce", "topk_reduce", _topk_reduce_inputs(8, 2, 3, 256))
-    for label, (module, kernel, inputs), check, lnc, atol in (
+    nz = (f"{exp}.benchmark.find_nonzero_indices_with_count", "find_nonzero_indices_with_count",
+          lambda r: ((_sparse(r, 1, 256),), {}))  # fmt: skip
+    for label, (module, kernel, inputs), check, lnc, opts in (
         ("blockwise_mm_bwd (dropless, SiLU)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
-          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, 1e-2),
+          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, {"atol": 1e-2}),
         ("blockwise_mm_baseline_shard_hidden (post-scaled)",
          (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
-          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, 2e-3),
-        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, 1e-2),
-        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, 1e-2),
+          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
+        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, {}),
+        ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, {}),
+        # It loads the input into partition 0 of a 128-partition tile; nonzero_with_count
+        # also reads partitions 16, 32, .. 112 (one per GpSimd core), whose results it drops.
+        ("find_nonzero_indices_with_count (T 256)", nz, ref_nonzero_with_count, 1,
+         {"uninitialized": "nan"}),
+        # LNC=2 only (the two cores' partial outputs combined by an exchange and a maximum).
+        ("indexed_flatten (E 4, T 256, f_len 16)",
+         ("nkilib.core.subkernels.indexed_flatten", "indexed_flatten", _indexed_flatten_inputs),
+         ref_indexed_flatten, 2, {}),
     ):  # fmt: skip
+        opts = {"rtol": 2e-2, "atol": 1e-2, **opts}
         cases.append(
             Case(f"nkilib {label} (LNC={lnc})", lib, module, kernel, inputs, check, grid=lnc,
-                 rtol=2e-2, atol=atol, package_root=LIB)  # fmt: skip
+                 package_root=LIB, **opts)  # fmt: skip
         )
     for rows in (256, 300):
         cases.append(
