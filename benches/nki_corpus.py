@@ -1187,7 +1187,9 @@ def ref_attention_block_tkg(**kw):
         tp_k_prior=not kw["K_cache_transposed"],
         **blocks,
     )  # [B, H, d, S]
-    if kw["W_out"] is not None:
+    if kw["W_out"] is None and kw["out_in_sb"]:  # the SBUF layout [d, B * H * S]
+        out = np.ascontiguousarray(attn.transpose(2, 0, 1, 3)).reshape(d, -1)
+    elif kw["W_out"] is not None:
         scales = {"weight_scale": kw["weight_dequant_scale_out"]}
         scales["input_scale"] = kw["input_dequant_scale_out"]
         out = ref_out_proj_tkg(attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"], **scales)
@@ -1208,6 +1210,45 @@ def ref_attention_block_tkg(**kw):
         else:
             k_new[i, 0, pos : pos + s] = k[:, i, 0].T
     return out, k_new, v_new
+
+
+def _sbuf_out_wrapper(sub):
+    """Our kernel around a kernel whose first output is in SBUF (out_in_sb): that output
+    copied to HBM by physical core 0, the others returned as they are."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(*args, **kw):
+        first, *rest = sub(*args, **kw)
+        out = nl.ndarray(first.shape, dtype=first.dtype, buffer=nl.shared_hbm)
+        if nl.program_id(0) == 0:
+            nisa.dma_copy(dst=out, src=first)
+        return (out, *rest)
+
+    return wrapped
+
+
+def _sbuf_in_wrapper(sub):
+    """Our kernel around attention_block_tkg given X in SBUF: X [B, S, H] loaded as its
+    docstring lays it out, [128, B*S, H/128] with each partition's H/128 values taken
+    H/128/LNC from each of the LNC chunks of H."""
+    import nki
+    import nki.isa as nisa
+    import nki.language as nl
+
+    @nki.jit
+    def wrapped(*args, X, **kw):  # noqa: N803 - the kernel's keyword
+        b, s, h = X.shape
+        lnc = nl.num_programs(0)
+        h1 = h // 128
+        x_sb = nl.ndarray((128, b * s, h1), dtype=X.dtype, buffer=nl.sbuf)
+        src = X.ap([[h1 // lnc, 128], [h, b * s], [128 * (h1 // lnc), lnc], [1, h1 // lnc]], 0)
+        nisa.dma_copy(dst=x_sb.reshape((128, b * s, lnc, h1 // lnc)), src=src)
+        return sub(*args, X=x_sb, **kw)
+
+    return wrapped
 
 
 def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
@@ -1268,6 +1309,7 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
             "out_in_sb": False,
         }
         o = dict(opts)
+        o.pop("x_in_sb", None)
         if o.pop("sink", False):
             kw["sink"] = _f32(r, nq, 1).astype(BF16)
         if o.pop("static_fp8", False):  # fp8 weights; q/k/v and output weight scales, the
@@ -2415,6 +2457,9 @@ def _cases() -> list[Case]:
         ("S 2, K transposed, cache update", s2, {"K_cache_transposed": True}, 1),
         ("S 2, no projection, new k and v returned", s2, no_proj, 2),
         ("d_head 128, QK norms, sink", (2, 1, 256, 1, 128, 256), norms, 2),
+        ("S 1, interleaved RoPE", s1, {"rope_contiguous_layout": False}, 2),
+        ("S 2, no projection, output in SBUF", s2, {**no_proj, "out_in_sb": True}, 2),
+        ("S 2, X in SBUF", s2, {"x_in_sb": True}, 2),
         ("fp8 KV cache, scale 8", s1, {"kv_scale": 8.0}, 2),
         ("static fp8 QKV and output projection", s1, {"static_fp8": True}, 2),
         ("block KV cache, block_len 16", s1, {"block_len": 16}, 2),
@@ -2437,6 +2482,8 @@ def _cases() -> list[Case]:
                 # At LNC=2 its attention (use_gpsimd_sb2sb) exchanges the softmax maxima of a
                 # tile padded to 16 partitions, of which it wrote s_active * B * H only.
                 uninitialized="nan" if lnc == 2 else "error",
+                wrap=_sbuf_out_wrapper if kw.get("out_in_sb") else
+                _sbuf_in_wrapper if kw.get("x_in_sb") else None,
             )
         )
     # The whole token-generation layer (attention block, MLP, residual adds), two layers, on
