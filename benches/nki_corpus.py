@@ -1474,6 +1474,7 @@ def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy
     f = np.float64
     t, h = x.shape
     e_n, i_n, _ = w_down.shape
+    swish = getattr(kw.get("activation_type"), "name", "SiLU") == "Swish"
     dx, daff = np.zeros((t, h)), np.zeros((t, e_n))
     dwgu, dwd = np.zeros((e_n, h, 2, i_n)), np.zeros((e_n, i_n, h))
 
@@ -1486,10 +1487,11 @@ def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy
         g_y = dy[toks].astype(f)
         daff[toks, e] = (g_y * down[n].astype(f)).sum(axis=1)
         dd = r(g_y * aff.reshape(t, e_n)[toks, e].astype(f)[:, None])
-        sig = 1.0 / (1.0 + np.exp(-g))
+        c = 1.702 if swish else 1.0  # Swish: nl.gelu_apprx_sigmoid, x sigmoid(1.702 x)
+        sig = 1.0 / (1.0 + np.exp(-c * g))
         act = r(g * sig * u)
         da = dd @ w_down[e].astype(f).T
-        dgu = np.concatenate([r(da * u * sig * (1.0 + g * (1.0 - sig))), r(da * g * sig)], 1)
+        dgu = np.concatenate([r(da * u * sig * (1.0 + c * g * (1.0 - sig))), r(da * g * sig)], 1)
         dwd[e] += act.T @ dd
         dwgu[e] += (x[toks].astype(f).T @ dgu).reshape(h, 2, i_n)
         dx[toks] += dgu @ w_gate_up[e].astype(f).reshape(h, 2 * i_n).T
@@ -1498,7 +1500,7 @@ def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy
     )  # fmt: skip
 
 
-def _moe_bwd_inputs(t, h, i, e, b):
+def _moe_bwd_inputs(t, h, i, e, b, act="SiLU"):
     """bf16 tokens [T, H], weights (gate/up [E, H, 2, I], down [E, I, H], scaled so products
     stay near 1), affinities [T*E, 1] and the upstream gradient [T, H]; every token in one
     block of each expert (top k = E, T = B), its order in each block shuffled (int32
@@ -1520,10 +1522,15 @@ def _moe_bwd_inputs(t, h, i, e, b):
             g, u = gu[:, :i].astype(BF16), gu[:, i:].astype(BF16)
             gup_t[n, 0], gup_t[n, 1] = g.T, u.T
             g64 = g.astype(np.float64)
-            act = (g64 / (1.0 + np.exp(-g64)) * u.astype(np.float64)).astype(BF16)
-            down[n] = (act.astype(np.float64) @ wd[n].astype(np.float64)).astype(BF16)
+            c = 1.702 if act == "Swish" else 1.0
+            a = (g64 / (1.0 + np.exp(-c * g64)) * u.astype(np.float64)).astype(BF16)
+            down[n] = (a.astype(np.float64) @ wd[n].astype(np.float64)).astype(BF16)
         dy = _f32(r, t, h).astype(BF16)
-        return (x, aff, wgu, wd, gup_t, down, pos, blocks, dy, b), {}
+        kw = {}
+        if act != "SiLU":
+            mod = "nkilib.experimental.moe.bwd.moe_bwd_parameters"
+            kw["activation_type"] = getattr(_lib_attr(mod, "ActFnType"), act)
+        return (x, aff, wgu, wd, gup_t, down, pos, blocks, dy, b), kw
 
     return f
 
@@ -2523,6 +2530,9 @@ def _cases() -> list[Case]:
         ("blockwise_mm_bwd (dropless, SiLU)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
           _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, {"atol": 1e-2}),
+        ("blockwise_mm_bwd (dropless, Swish)",
+         (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
+          _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, {"atol": 1e-2}),
         ("blockwise_mm_baseline_shard_hidden (post-scaled)",
          (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
           _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
