@@ -418,10 +418,13 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     if kw.get("layer_norm_bias") is not None:
         x = x + kw["layer_norm_bias"].astype(np.float64)
     quant = getattr(kw.get("quantization_type"), "name", "NONE")
+    cte = input.shape[1] > 96  # qkv_cte (else qkv_tkg)
     if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
-        # reciprocal, in the input's dtype again, clipped to 240 and quantized to fp8
+        # reciprocal, in the input's dtype again (qkv_cte: straight to fp8), clipped to 240 and
+        # quantized to fp8
         inv = np.float32(1.0) / kw["qkv_in_scale"][0, 0]
-        x = (x.astype(input.dtype).astype(np.float32) * inv).astype(input.dtype)
+        x = x.astype(input.dtype).astype(np.float32) * inv
+        x = x.astype(fused_qkv_weights.dtype if cte else input.dtype)
         x = np.clip(x.astype(np.float64), -240.0, 240.0)
         x = x.astype(fused_qkv_weights.dtype).astype(np.float64)
     elif norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
@@ -433,7 +436,11 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     elif quant == "STATIC":  # a weight scale for the q, k and v columns each, and the input's
         nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
         cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
-        y = y * kw["qkv_w_scale"][0].astype(np.float64)[cols] * float(kw["qkv_in_scale"][0, 0])
+        if cte:  # the product stored (input dtype), times the float32 product of the scales
+            ws = kw["qkv_w_scale"][0].astype(np.float32) * kw["qkv_in_scale"][0, 0]
+            y = y.astype(np.float32).astype(input.dtype).astype(np.float32) * ws[cols]
+        else:
+            y = y * kw["qkv_w_scale"][0].astype(np.float64)[cols] * float(kw["qkv_in_scale"][0, 0])
     if bias is not None:
         y = y + bias.astype(np.float64)
     b, s, i = y.shape
@@ -1748,6 +1755,14 @@ _QKV_CASES = (
         },
     ),
     ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
+    # qkv_cte's static form quantizes the rows straight to fp8 and stores the product in bf16
+    # before its scales (ref_qkv); with a norm, a few elements a row land on the neighbouring
+    # fp8 value (95% of outputs bit-exact; not a case).
+    (
+        "cte (static fp8)",
+        (1, 128, 256, 256),
+        {"d_head": 64, "heads": (2, 1), "quantization_type": "STATIC"},
+    ),
     (
         "tkg (static fp8, RMS norm, bias)",
         (1, 4, 256, 256),
