@@ -13,8 +13,8 @@ the source file, the result (``ok``, ``mismatch`` with the largest error, or the
 and message), the emulated Trainium2 time and the emulation's wall time. A missing directory
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
 files for their own test drivers, never by the kernels) are empty modules when not installed;
-a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy)
-is skipped then.
+a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy;
+NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then.
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
@@ -70,6 +70,12 @@ class Case:
     #: Modules of ours standing in for ones the kernel's package imports that do not load
     #: upstream (name -> maker, installed before the kernel's module is imported).
     stand_ins: tuple[tuple[str, Callable[[], types.ModuleType]], ...] = ()
+    #: Directories of other checkouts (relative to the root) the kernel's module imports from,
+    #: put on ``sys.path`` (e.g. nki-library's ``nkilib`` for an NxDI kernel built on it).
+    paths: tuple[str, ...] = ()
+    #: Environment variables the kernel's module reads when imported (its own configuration):
+    #: set for the case, the module imported afresh under a name of its own.
+    env: tuple[tuple[str, str], ...] = ()
 
 
 # ----------------------------------------------------------------------------- references
@@ -247,12 +253,16 @@ def ref_rms_norm_qkv(hidden, weights, **_):
     return (n @ weights.astype(np.float64)).astype(hidden.dtype)
 
 
-def ref_flash_fwd(q, k, v, seed, **_):
-    """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d]."""
+def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
+    """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d];
+    with ``window_size`` (left, -1), left >= 0: each query sees itself and the ``left`` before."""
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     d, s = q.shape[2], q.shape[3]
     sc = np.einsum("bhdq,bhdk->bhqk", q64, k64) / np.sqrt(d)
-    sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    keep = np.tril(np.ones((s, s), bool))
+    if window_size[0] >= 0:
+        keep &= np.triu(np.ones((s, s), bool), -window_size[0])
+    sc = np.where(keep, sc, -np.inf)
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
@@ -2419,10 +2429,15 @@ def _cases() -> list[Case]:
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
         )
-    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert.
+    # The MoE block (RMSNorm, router, experts): LNC=2 only, by its own assert. With its own
+    # defaults (router_pre_norm, no norm_topk_prob) the selective form keeps the affinities in
+    # SBUF (router_topk's core_barrier on them, SBUF data accepted) and gathers them with
+    # local_gather over all 128 partitions of a tile whose first T rows it wrote: new memory
+    # NaN there, as for moe_tkg's HBM-affinity form.
     blocks = (
-        ("selective, normalised top k", {"norm_topk_prob": True}),
-        ("all experts", {"is_all_expert": True, "rank_id": True}),
+        ("selective, normalised top k", {"norm_topk_prob": True}, "error"),
+        ("selective, its defaults", {}, "nan"),
+        ("all experts", {"is_all_expert": True, "rank_id": True}, "error"),
     )
     cases += [
         Case(
@@ -2436,8 +2451,9 @@ def _cases() -> list[Case]:
             rtol=2e-2,
             atol=2e-2,
             package_root=LIB,
+            uninitialized=uninit,
         )
-        for label, kw in blocks
+        for label, kw, uninit in blocks
     ]
 
     # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).
@@ -2706,7 +2722,527 @@ def _cases() -> list[Case]:
             atol=2e-2,
         ),
     ]
-    return cases
+    return cases + _nxdi_cases()
+
+
+# ----------------------------------------------------------------------------- NxD / NxDI
+# The NKI kernels of neuronx-distributed-inference's contributed models (and src/) that target
+# Trainium2; see docs/nki.md ("The public corpus") for the inventory of both repositories.
+NXDI = "neuronx-distributed-inference"
+QWEN = "contrib/models/Qwen3.5-2B/src/nki_kernels"  # Qwen3.5-35B-A3B holds identical copies
+
+
+def ref_qk_norm_rope(q, k, q_gamma, k_gamma, cos, sin, eps):
+    """Per head of 256: RMS norm times gamma, then RoPE on the first 64 dimensions (rotate
+    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]."""
+
+    def one(x, gamma):
+        b, s, w = x.shape
+        x = x.astype(np.float64).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
+        n = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * gamma
+        c, sn = cos[:, None, :, :64], sin[:, None, :, :64]
+        lo, hi = n[..., :32].copy(), n[..., 32:64].copy()
+        n[..., :32] = lo * c[..., :32] - hi * sn[..., :32]
+        n[..., 32:64] = hi * c[..., 32:] + lo * sn[..., 32:]
+        return n.astype(np.float32)
+
+    return one(q, q_gamma), one(k, k_gamma)
+
+
+def _qk_norm_rope_inputs(r, b=1, s=130, hq=2, hk=1):
+    ang = r.uniform(0, 3, size=(b, s, 64))
+    return (
+        (
+            _f32(r, b, s, hq * 256),
+            _f32(r, b, s, hk * 256),
+            _f32(r, 256, lo=0.5, hi=1.5),
+            _f32(r, 256, lo=0.5, hi=1.5),
+            np.cos(ang).astype(np.float32),
+            np.sin(ang).astype(np.float32),
+            1e-6,
+        ),
+        {},
+    )
+
+
+def _deltanet_scan(q, k, v, g, beta, state=None):
+    """The gated delta rule per token (state S [k, v]): S = exp(g) S; S += k (beta (v - S.T k)).T;
+    o = S.T q. Returns the outputs [S, v] and the final state."""
+    q, k, v, g, beta = (np.asarray(a, np.float64) for a in (q, k, v, g, beta))
+    st = np.zeros((k.shape[1], v.shape[1])) if state is None else state.astype(np.float64)
+    out = np.zeros_like(v)
+    for t in range(q.shape[0]):
+        st = st * np.exp(g[t])[:, None]
+        delta = beta[t] * (v[t] - st.T @ k[t])
+        st = st + np.outer(k[t], delta)
+        out[t] = st.T @ q[t]
+    return out.astype(np.float32), st.astype(np.float32)
+
+
+def _deltanet_inputs(r, s, state=False, bh=None):
+    """q, k unit-norm rows (as the model's L2-normalised q and k), v, log-decay g < 0 and write
+    gate beta in (0, 1) per token broadcast over 128 (or one per head with ``bh``)."""
+    n = s if bh is None else bh
+    q, k = (_l2(_f32(r, n, 128)) for _ in range(2))
+    v = _f32(r, n, 128)
+    g, beta = _f32(r, n, 1, lo=-0.5, hi=-0.01), _f32(r, n, 1, lo=0.1, hi=0.9)
+    if bh is None:
+        g, beta = np.repeat(g, 128, axis=1), np.repeat(beta, 128, axis=1)
+    args = (q.astype(np.float32), k.astype(np.float32), v, g, beta)
+    if state:
+        rows = 128 * (bh or 1)
+        args += (_f32(r, rows, 128, lo=-0.1, hi=0.1),)
+    return args, {}
+
+
+def ref_deltanet_fwd(q, k, v, g, beta):
+    return _deltanet_scan(q, k, v, g, beta)[0]
+
+
+def ref_deltanet_fwd_state(q, k, v, g, beta):
+    return _deltanet_scan(q, k, v, g, beta)
+
+
+def ref_deltanet_step(q, k, v, g, beta, state):
+    return _deltanet_scan(q, k, v, g, beta, state)
+
+
+def ref_deltanet_step_batched(q, k, v, g, beta, state):
+    outs, states = [], []
+    for i in range(q.shape[0]):
+        row = slice(i, i + 1)
+        gb, bb = np.repeat(g[row], 128, axis=1), np.repeat(beta[row], 128, axis=1)
+        o, s = _deltanet_scan(q[row], k[row], v[row], gb, bb, state[128 * i : 128 * i + 128])
+        outs.append(o)
+        states.append(s)
+    return np.concatenate(outs), np.concatenate(states)
+
+
+def _masks():
+    """The chunked kernels' constants: strict lower triangle, identity, lower with diagonal."""
+    one = np.ones((128, 128), np.float32)
+    return np.tril(one, -1), np.eye(128, dtype=np.float32), np.tril(one)
+
+
+def _l2(x, scale=1.0):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.maximum((x * x).sum(axis=-1, keepdims=True), 1e-12)) * scale
+
+
+def _chunk_step_inputs(r):
+    (q, k, v, g, beta, st), _ = _deltanet_inputs(r, 128, state=True)
+    gc = np.cumsum(g[:, 0].astype(np.float64)).astype(np.float32)
+    g_cum = np.repeat(gc[:, None], 128, axis=1)
+    g_last = np.full((128, 128), gc[-1], np.float32)
+    return (q * np.float32(128**-0.5), k, v, beta, g_cum, g_last, st, *_masks()), {}
+
+
+def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, *_):
+    g = np.diff(g_cum[:, 0].astype(np.float64), prepend=0.0)
+    return _deltanet_scan(q, k, v, np.repeat(g[:, None], 128, axis=1), beta, state)
+
+
+def _fused_inputs(r, s, heads=None):
+    """Raw q, k (normalised in the kernel), v, g and beta [.., S, 1], a small initial state."""
+    lead = () if heads is None else (heads,)
+    q, k, v = (_f32(r, *lead, s, 128) for _ in range(3))
+    g, beta = _f32(r, *lead, s, 1, lo=-0.5, hi=-0.01), _f32(r, *lead, s, 1, lo=0.1, hi=0.9)
+    st = _f32(r, *lead, 128, 128, lo=-0.1, hi=0.1)
+    return (q, k, v, g, beta, st, *_masks()), {}
+
+
+def ref_fused(q, k, v, g, beta, state, *_, normalized=False):
+    if q.ndim == 3:  # heads
+        outs = [ref_fused(*(a[h] for a in (q, k, v, g, beta, state))) for h in range(q.shape[0])]
+        return np.stack([o for o, _ in outs]), np.stack([s for _, s in outs])
+    if not normalized:
+        q, k = _l2(q, 128**-0.5), _l2(k)
+    bc = lambda a: np.repeat(a, 128, axis=1)  # noqa: E731
+    return _deltanet_scan(q, k, v, bc(g), bc(beta), state)
+
+
+def _fused_legacy_inputs(r, s):
+    (q, k, *rest), kw = _fused_inputs(r, s)
+    return (_l2(q, 128**-0.5).astype(np.float32), _l2(k).astype(np.float32), *rest), kw
+
+
+def _deltanet_affine(q, k, v, g, beta):
+    """The scan as an affine map of its initial state S0 (raw q, k normalised as the fused
+    kernels do): outputs = base + out_state @ S0, final state = matrix @ S0 + bias."""
+    q, k = _l2(q, 128**-0.5), _l2(k)
+    v, g, beta = (np.asarray(a, np.float64) for a in (v, g[:, 0], beta[:, 0]))
+    m, b = np.eye(128), np.zeros((128, 128))
+    base, ostate = np.zeros((len(q), 128)), np.zeros((len(q), 128))
+    for t in range(len(q)):
+        m, b = m * np.exp(g[t]), b * np.exp(g[t])
+        proj = np.eye(128) - beta[t] * np.outer(k[t], k[t])
+        m, b = proj @ m, proj @ b + beta[t] * np.outer(k[t], v[t])
+        base[t], ostate[t] = b.T @ q[t], q[t] @ m
+    return base, ostate, m, b
+
+
+def _chunked_affine(q, k, v, g, beta, chunk=128):
+    """_deltanet_affine per chunk of 128 tokens, stacked: [N, 128, 128] each."""
+    parts = [
+        _deltanet_affine(*(a[i : i + chunk] for a in (q, k, v, g, beta)))
+        for i in range(0, len(v), chunk)
+    ]
+    return tuple(np.stack(p).astype(np.float32) for p in zip(*parts, strict=True))
+
+
+def ref_affine_chunk(q, k, v, g, beta, *_):
+    return tuple(a[0] for a in _chunked_affine(q, k, v, g, beta))
+
+
+def ref_affine_sequence(q, k, v, g, beta, *_):
+    return _chunked_affine(q, k, v, g, beta)
+
+
+def ref_state_summary(k, v, g, beta, *_, segment=512):
+    """Per segment of four chunks: its final state as matrix @ S0 + bias."""
+    q = np.ones_like(k)  # outputs unused
+    parts = [
+        _deltanet_affine(*(a[i : i + segment] for a in (q, k, v, g, beta)))[2:]
+        for i in range(0, len(v), segment)
+    ]
+    return tuple(np.stack(p).astype(np.float32) for p in zip(*parts, strict=True))
+
+
+def _affine_pieces(r, n=3):
+    """Per-chunk pieces of norm below one (a contracting prefix, as the decays make it)."""
+    base, ostate, mat, bias = (_f32(r, n, 128, 128, lo=-0.05, hi=0.05) for _ in range(4))
+    return base, ostate, mat, bias, _f32(r, 128, 128, lo=-0.1, hi=0.1)
+
+
+def _state_prefix(mat, bias, s0):
+    states, s = [], s0.astype(np.float64)
+    for m, b in zip(mat.astype(np.float64), bias.astype(np.float64), strict=True):
+        states.append(s)
+        s = m @ s + b
+    return np.stack(states), s
+
+
+def ref_state_prefix(mat, bias, s0):
+    states, s = _state_prefix(mat, bias, s0)
+    return states.astype(np.float32), s.astype(np.float32)
+
+
+def ref_apply_output(base, ostate, states):
+    out = base.astype(np.float64) + ostate.astype(np.float64) @ states.astype(np.float64)
+    return out.reshape(-1, out.shape[-1]).astype(np.float32)
+
+
+def ref_prefix_apply_output(base, ostate, mat, bias, s0):
+    states, s = _state_prefix(mat, bias, s0)
+    return ref_apply_output(base, ostate, states), s.astype(np.float32)
+
+
+def _mla_inputs(r, b=1, h=2, s=640):
+    """GLM-5's MLA decode shapes (d_rope 64, d_c 512, d_v 256), bf16, a uint8 mask."""
+    mask = (r.uniform(size=(b * h, s)) < 0.8).astype(np.uint8)
+    mask[:, 0] = 1
+    args = (
+        _f32(r, b * h, 64).astype(BF16),
+        _f32(r, b * h, 512).astype(BF16),
+        _f32(r, b, s, 576).astype(BF16),
+        _f32(r, h, 256, 512, lo=-0.1, hi=0.1).astype(BF16),
+        mask,
+    )
+    return args, {"softmax_scale": 0.0625, "n_heads": h, "seq_len": s}
+
+
+def ref_mla(q_pe, q_nope, kv, v_absorb, mask, softmax_scale, n_heads, seq_len, **_):
+    """Per query: scores = scale (q_pe . k_pe + q_nope . c_kv), -9984 where masked, softmax,
+    times c_kv, times the head's v_absorb [d_v, d_c] transposed."""
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    out = np.zeros((q_pe.shape[0], v_absorb.shape[1]))
+    for bh in range(q_pe.shape[0]):
+        cache = f(kv[bh // n_heads, :seq_len])
+        sc = softmax_scale * (cache[:, :64] @ f(q_pe[bh]) + cache[:, 64:] @ f(q_nope[bh]))
+        sc = np.where(mask[bh, :seq_len] != 0, sc, sc - 9984.0)
+        w = np.exp(sc - sc.max())
+        out[bh] = f(v_absorb[bh % n_heads]) @ (w @ cache[:, 64:] / w.sum())
+    return out.astype(q_pe.dtype)
+
+
+def _cross_attn_inputs(r, bh=2, sq=256, sk=1024):
+    """LTX-2's text cross-attention: pre-scaled q, 1024 keys, d 128, bf16; an additive mask
+    {0, -10000} over the keys per head."""
+    q = (_f32(r, bh, sq, 128) * np.float32(128**-0.5)).astype(BF16)
+    mask = np.where(r.uniform(size=(bh, sk)) < 0.7, 0.0, -10000.0).astype(BF16)
+    return (q, _f32(r, bh, sk, 128).astype(BF16), _f32(r, bh, sk, 128).astype(BF16), mask), {}
+
+
+def ref_cross_attn(q, k, v, mask):
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    s = f(q) @ f(k).transpose(0, 2, 1) + f(mask)[:, None, :]
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+
+
+def _cte_bias_inputs(r, bh=2, sq=512, sk=512, d=64):
+    """LTX-2's call: q, k [B*H, S, d] (tp_q, tp_k), bf16, an fp32 additive bias per key
+    [B*H, S_kv] (some keys masked with -10000)."""
+    q, k, v = (_f32(r, bh, n, d).astype(BF16) for n in (sq, sk, sk))
+    bias = np.where(r.uniform(size=(bh, sk)) < 0.8, _f32(r, bh, sk, lo=-4.0, hi=0.0), -10000.0)
+    kw = {"scale": 0.125, "causal_mask": False, "tp_q": True, "tp_k": True, "tp_out": False}
+    return (q, k, v), {**kw, "bias": bias.astype(np.float32)}
+
+
+def ref_cte_bias(q, k, v, scale, bias, **_):
+    """softmax(scale (q k.T + bias)) v, the bias broadcast over the queries."""
+    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    sc = scale * (f(q) @ f(k).transpose(0, 2, 1) + f(bias)[:, None, :])
+    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+
+
+def _rolling_buffer_inputs(r, max_b=4, length=3, hidden=256):
+    buf = _f32(r, max_b, length, hidden)
+    ids, pos = np.array([2, 0, 3], np.int32), np.array([1, 2, 0], np.int32)
+    return (buf, _f32(r, len(ids), hidden), ids, pos), {}
+
+
+def ref_rolling_buffer(buf, hidden, batch_ids, position_ids):
+    """The buffer with each hidden state written at [its batch id, its position]."""
+    out = buf.copy()
+    out[batch_ids, position_ids] = hidden
+    return out
+
+
+def _nxdi_cases() -> list[Case]:
+    tol = {"rtol": 1e-4, "atol": 1e-5}
+    dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
+    nkilib = f"nki-library/{LIB}"  # what attention_cte_bias.py imports (nkilib.core.utils)
+    return [
+        Case(
+            "nxdi qwen qk_norm_partial_rope",
+            NXDI,
+            f"{QWEN}/qwen_qk_norm_rope.py",
+            "qwen_qk_norm_partial_rope_kernel",
+            _qk_norm_rope_inputs,
+            ref_qk_norm_rope,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_step",
+            NXDI,
+            dn,
+            "deltanet_recurrent_step",
+            lambda r: _deltanet_inputs(r, 1, state=True),
+            ref_deltanet_step,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_step_batched",
+            NXDI,
+            dn,
+            "_deltanet_recurrent_step_batched_kernel",
+            lambda r: _deltanet_inputs(r, 1, state=True, bh=3),
+            ref_deltanet_step_batched,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_fwd",
+            NXDI,
+            dn,
+            "deltanet_recurrent_fwd",
+            lambda r: _deltanet_inputs(r, 6),
+            ref_deltanet_fwd,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_recurrent_fwd_state",
+            NXDI,
+            dn,
+            "deltanet_recurrent_fwd_state",
+            lambda r: _deltanet_inputs(r, 6),
+            ref_deltanet_fwd_state,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_chunk_step",
+            NXDI,
+            f"{QWEN}/nki_deltanet_chunked.py",
+            "deltanet_chunk_step",
+            _chunk_step_inputs,
+            ref_chunk_step,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd",
+            NXDI,
+            fused,
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_inputs(r, 256),
+            ref_fused,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd (kkt_hier solve)",
+            NXDI,
+            fused,
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_inputs(r, 256),
+            ref_fused,
+            env=(
+                ("QWEN36_DELTANET_SOLVE_MODE", "kkt_hier"),
+                ("QWEN36_DELTANET_SOLVE_BLOCK_SIZE", "128"),
+            ),
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd (legacy)",
+            NXDI,
+            f"{QWEN}/nki_deltanet_fused_legacy.py",
+            "deltanet_fused_chunked_fwd",
+            lambda r: _fused_legacy_inputs(r, 256),
+            functools.partial(ref_fused, normalized=True),
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_fused_chunked_fwd_multihead",
+            NXDI,
+            f"{QWEN}/nki_deltanet_fused.py",
+            "deltanet_fused_chunked_fwd_multihead",
+            lambda r: _fused_inputs(r, 256, heads=2),
+            ref_fused,
+            grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_affine_chunk",
+            NXDI,
+            fused,
+            "deltanet_autocp_affine_chunk",
+            lambda r: (_fused_inputs(r, 128)[0][:5] + _masks(), {}),
+            ref_affine_chunk,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_affine_sequence",
+            NXDI,
+            fused,
+            "deltanet_autocp_affine_sequence",
+            lambda r: (_fused_inputs(r, 256)[0][:5] + _masks(), {}),
+            ref_affine_sequence,
+            grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_state_summary_sequence",
+            NXDI,
+            fused,
+            "deltanet_autocp_state_summary_sequence",
+            lambda r: (_fused_inputs(r, 1024)[0][1:5] + _masks()[:2], {}),
+            ref_state_summary,
+            grid=2,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_state_prefix",
+            NXDI,
+            fused,
+            "deltanet_autocp_state_prefix",
+            lambda r: (_affine_pieces(r)[2:], {}),
+            ref_state_prefix,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_apply_output",
+            NXDI,
+            fused,
+            "deltanet_autocp_apply_output",
+            lambda r: (_affine_pieces(r)[:3], {}),
+            ref_apply_output,
+            **tol,
+        ),
+        Case(
+            "nxdi qwen deltanet_autocp_prefix_apply_output",
+            NXDI,
+            fused,
+            "deltanet_autocp_prefix_apply_output",
+            lambda r: (_affine_pieces(r), {}),
+            ref_prefix_apply_output,
+            **tol,
+        ),
+        Case(
+            "nxdi glm-5 mla_attention_tkg",
+            NXDI,
+            "contrib/models/GLM-5.2/src/mla_attention_nki_kernel.py",
+            "mla_attention_tkg",
+            _mla_inputs,
+            ref_mla,
+            rtol=2e-2,
+            atol=2e-3,  # outputs up to ~0.1 (bf16: one ulp is 5e-4)
+        ),
+        Case(
+            "nxdi ltx-2 cross_attn_kernel",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/nki_cross_attention_kernel.py",
+            "cross_attn_kernel",
+            _cross_attn_inputs,
+            ref_cross_attn,
+            rtol=2e-2,
+            atol=2e-3,
+        ),
+        Case(
+            "nxdi ltx-2 attention_cte_with_bias (LNC=2)",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/attention_cte_bias.py",
+            "attention_cte_with_bias",
+            _cte_bias_inputs,
+            ref_cte_bias,
+            grid=2,
+            rtol=2e-2,
+            atol=2e-3,  # outputs up to ~0.1
+            paths=(nkilib,),
+        ),
+        Case(
+            "nxdi ltx-2 attention_cte_with_bias (causal, no bias)",
+            NXDI,
+            "contrib/models/ltx2-video-audio/src/attention_cte_bias.py",
+            "attention_cte_with_bias",
+            lambda r: (
+                tuple(_f32(r, *s).astype(BF16) for s in ((1, 512, 64), (1, 64, 512), (1, 512, 64))),
+                {"scale": 0.125},
+            ),
+            ref_attention_cte,
+            rtol=2e-2,
+            atol=2e-3,
+            paths=(nkilib,),
+        ),
+        Case(
+            "nxdi sliding_window flash_fwd (window 300)",
+            NXDI,
+            "src/neuronx_distributed_inference/modules/sliding_window/attention.py",
+            "flash_fwd",
+            lambda r: (
+                (
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 2048, 64).astype(BF16),
+                ),
+                {"window_size": (300, -1)},
+            ),
+            ref_flash_fwd,
+            grid=(1, 1),
+            rtol=2e-2,
+            atol=5e-3,  # late rows' outputs ~0.1; the window moves them by up to 0.12
+        ),
+        # Its module defines a torch.nn.Module next to the kernel: torch imported for real.
+        Case(
+            "nxdi eagle rolling_buffer_set_state",
+            NXDI,
+            "src/neuronx_distributed_inference/modules/eagle/hidden_state.py",
+            "rolling_buffer_set_state",
+            _rolling_buffer_inputs,
+            ref_rolling_buffer,
+            rtol=0.0,
+            atol=0.0,
+            needs=("torch",),
+        ),
+    ]
 
 
 # ----------------------------------------------------------------------------- running
@@ -2752,6 +3288,10 @@ _DRIVER_PACKAGES = ("torch", "torch_xla", "torch_neuronx", "scipy", "jax")
 
 
 def _load(root: str, case: Case):
+    for extra in case.paths:
+        extra = os.path.join(root, extra)
+        if extra not in sys.path:
+            sys.path.insert(0, extra)
     if case.package_root:
         top = os.path.join(root, case.repo, case.package_root)
         if top not in sys.path:
@@ -2769,6 +3309,9 @@ def _load(root: str, case: Case):
     path = os.path.join(root, case.repo, case.path)
     name = "nki_corpus_" + case.path.replace("/", "_").replace("-", "_").removesuffix(".py")
     name = f"{case.repo.replace('-', '_')}_{name}"
+    for k, v in case.env:
+        os.environ[k] = v  # undone by run_case
+        name += f"_{k}_{v}"
     if name in sys.modules:
         return sys.modules[name]
     d = os.path.dirname(path)
@@ -2896,6 +3439,8 @@ _SHORT = {
     "aws-neuron-sdk-2.26/general/nki/examples/": "sdk 2.26: examples/",
     "nki-samples-reference/src/nki_samples/reference/": "nki-samples (reference): ",
     "nki-library/": "nki-library: ",
+    "neuronx-distributed-inference/contrib/models/": "NxDI: contrib/models/",
+    "neuronx-distributed-inference/src/neuronx_distributed_inference/": "NxDI: ",
 }
 
 

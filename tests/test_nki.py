@@ -2191,3 +2191,70 @@ def test_a_legacy_dynamic_index_past_its_axis_is_refused_at_the_kernels_line():
     assert (e.value.arg, e.value.rule) == ("src", "dynamic_offset"), str(e.value)
     assert "must be in 0..61" in str(e.value)
     assert e.value.nki_location == (__file__, _line_of(f, "# the call"))
+
+
+# ------------------------------------------- tensor_tensor waiting behind queued matmuls
+
+
+def _chains_then_adds(n: int, k: int = 2):
+    """A kernel: n chains of k matmuls, each into a fresh PSUM tile and added into an SBUF
+    accumulator (the blocked-matmul idiom: the additions wait behind the queued matmuls)."""
+
+    def kern(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, k, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+        y = nl.ndarray((128, k, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a)
+        nisa.dma_copy(dst=y, src=b)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        for _ in range(n):
+            p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for j in range(k):
+                nisa.nc_matmul(dst=p, stationary=x[:, j, :], moving=y[:, j, :])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    return kern
+
+
+def test_additions_waiting_behind_queued_matmuls_give_the_sums_of_one_at_a_time():
+    # 100 additions: more than wait at once (64), eight PSUM banks reused many times.
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 2, 128), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 2, 512), dtype=np.float32).astype(ml_dtypes.bfloat16)
+    out = tn.run(tn.jit(_chains_then_adds(100)), a, b).outputs
+    # One chain: K = 256 in two tiles of 128 (the stationary tiles are lhsT's K rows).
+    lhs = np.concatenate([a[:, 0, :], a[:, 1, :]], axis=0).T
+    part = trn2core.gemm(np.ascontiguousarray(lhs), np.concatenate([b[:, 0], b[:, 1]])).out
+    want = np.zeros((128, 512), np.float32)
+    for _ in range(100):
+        want = want + part
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+def test_a_waiting_addition_is_checked_at_its_own_line():
+    def kernel(acc_cols, mm_cols):
+        def k(a, b):
+            out = nl.ndarray((128, acc_cols), dtype=nl.float32, buffer=nl.shared_hbm)
+            x = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+            y = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a)
+            nisa.dma_copy(dst=y, src=b)
+            acc = nl.ndarray((128, acc_cols), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=acc, value=0.0)
+            p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=p[:, 0:mm_cols], stationary=x, moving=y[:, 0:mm_cols])
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)  # add
+            nisa.dma_copy(dst=out, src=acc)
+            return out
+
+        return k
+
+    a = np.ones((128, 128), ml_dtypes.bfloat16)
+    b = np.ones((128, 512), ml_dtypes.bfloat16)
+    shape = "data2: tensor_tensor needs the same"
+    _raises_at(ShapeError, kernel(256, 512), "# add", shape, a, b)
+    e = _raises_at(tn.UninitializedReadError, kernel(512, 256), "# add", "data2", a, b)
+    assert "psum" in str(e) and "address 1024" in str(e), str(e)

@@ -1436,6 +1436,37 @@ def test_current_dialect_psum_kept_by_a_handle_past_its_last_use_gives_its_stora
     assert "[rule psum_capacity]" in str(info.value)
 
 
+def test_current_dialect_psum_tensors_past_their_last_use_give_their_storage_up():
+    """Twelve one-bank PSUM tensors (PSUM has eight banks), each with a handle kept to the end
+    but last used when copied out, as NxDI's LTX-2 cross attention holds its unrolled tiles:
+    the compiler frees a tensor after its last use, so the least recently used give their
+    storage up to later ones (PSUM has no spill)."""
+
+    @tn.jit
+    def k(x, identity):
+        n = 12
+        out = nl.ndarray((n, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        eye = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=eye, src=identity)
+        xs = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        held = []
+        for i in range(n):
+            m = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_scalar(dst=m, data=xs, op0=nl.multiply, operand0=float(i + 1))
+            p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=p, stationary=eye, moving=m)
+            s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=s, src=p)
+            nisa.dma_copy(dst=out[i], src=s)
+            held.append((p, s))
+        return out
+
+    x = np.round(_rand(128, 512, seed=3))
+    want = x[None] * np.arange(1, 13, dtype=np.float32)[:, None, None]
+    assert np.array_equal(k(x, np.eye(128, dtype=np.float32)), want)
+
+
 # ----------------------------------------------------------------------------- indirect DMA
 
 

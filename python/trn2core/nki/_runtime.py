@@ -89,29 +89,20 @@ class KernelError(Trn2ValueError):
 class _Alloc:
     """Owns one on-chip machine tensor; frees it when the last handle goes (Python's
     reference counting stands for the compiler's liveness analysis). A current-dialect
-    tensor the allocator placed also records when it was last used (``last``, a stamp of
-    ``clock``): when a declaration does not fit, the least recently used such tensors give
-    their storage up (``Core.alloc_releasing``); ``gone`` then says so, and a later use of
-    the tensor is that ``CapacityError``."""
+    tensor the allocator placed also records when it was made (``born``: twice the machine's
+    instruction count then, and its place among the tensors made before it): when a
+    declaration does not fit, the least recently used such tensors (the last instruction
+    that touched each, or its birth) give their storage up (``Core.alloc_releasing``), and a
+    later use of one is the machine's ``CapacityError``."""
 
-    __slots__ = ("m", "tile", "init", "clock", "last", "gone", "name", "__weakref__")
+    __slots__ = ("m", "tile", "init", "born", "name", "__weakref__")
 
-    def __init__(self, m, tile, init=None, clock=None, name="") -> None:
+    def __init__(self, m, tile, init=None, born=None, name="") -> None:
         self.m = m
         self.tile = tile
         self.init = init
-        self.clock = clock
-        self.last = next(clock) if clock is not None else 0
-        self.gone: str | None = None
+        self.born = born
         self.name = name
-
-    def touch(self) -> None:
-        """A use of the tensor (any access of its tile): stamped, or the error of a tensor
-        whose storage was given up."""
-        if self.gone is not None:
-            raise CapacityError(self.gone)
-        if self.clock is not None:
-            self.last = next(self.clock)
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -220,10 +211,10 @@ class Core:
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
         self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
-        #: The current dialect's tensors the allocator placed, by memory, and the stamps of
-        #: their uses (``_Alloc.touch``; ``alloc_releasing`` picks the least recent).
+        #: The current dialect's tensors the allocator placed, by memory (``alloc_releasing``
+        #: picks the least recently used: the machine's record says when each was last used).
         self.placed = {"sbuf": weakref.WeakSet(), "psum": weakref.WeakSet()}
-        self.clock = itertools.count()
+        self.births = itertools.count()
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -300,7 +291,10 @@ class Core:
                     raise
                 tile = self.alloc_releasing(mshape, dtype, buffer, mname, e)
             if self.launch.dialect != "legacy":
-                owner = _Alloc(self.m, tile, init, self.clock, mname)
+                # Born before the next instruction (2 n; the use by instruction i is 2 i + 1),
+                # after the tensors made before it.
+                born = (2 * self.m.instructions, next(self.births))
+                owner = _Alloc(self.m, tile, init, born, mname)
                 self.placed[buffer.space].add(owner)
                 return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
         owner = _Alloc(self.m, tile, init)
@@ -313,20 +307,23 @@ class Core:
         until it fits (their handles may still exist: a later use of one is a
         ``CapacityError`` naming both). ``error`` when it does not fit even then."""
         self.flush()
-        owners = sorted(
-            (o for o in self.placed[buffer.space] if o.m is not None), key=lambda o: o.last
-        )
+        live = [o for o in self.placed[buffer.space] if o.m is not None]
+        used = self.m.last_uses([o.tile for o in live])
+        owners = [o for _, o in sorted(
+            (max((2 * u + 1, -1), o.born), o) for u, o in zip(used, live, strict=True)
+        )]  # fmt: skip
         file, line = user_location()
         where = f"{name} at {os.path.basename(file)}:{line}"
         rule = "psum_capacity" if buffer is PSUM else "sbuf_capacity"
         for victim in owners:
-            victim.gone = (
+            gone = (
                 f"{victim.name}: used after its storage was given to {where} (the least "
                 f"recently used tensors give their {buffer.name.upper()} up when a declaration "
                 "does not fit): the tensors in use at once need more than there is "
-                f"(docs/nki.md, tensors the allocator places) [rule {rule}]"
+                "(docs/nki.md, tensors the allocator places)"
             )
-            victim.release()
+            m, victim.m = victim.m, None
+            m.give_up(victim.tile, gone, rule)
             try:
                 return self.m.alloc(mshape, D.machine_name(dtype), buffer.space, name, 0, None)
             except CapacityError:

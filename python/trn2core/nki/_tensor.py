@@ -400,9 +400,6 @@ class NkiTensor:
         if t is None:
             self._core.flush()
             t = self._t
-        o = self._owner
-        if o is not None and o.clock is not None:
-            o.touch()
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
         if type(t) is _Whole or type(t) is Dynamic:

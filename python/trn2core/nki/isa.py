@@ -54,9 +54,6 @@ def _t(x, arg: str):
         # The common case (a resolved machine tile) without the property's checks.
         if type(t) is not _TILE:
             return x.tile
-        o = x._owner
-        if o is not None and o.clock is not None:
-            o.touch()
         return t
     raise Trn2ValueError(f"{arg}: expected a tensor, got {type(x).__name__}")
 
@@ -371,9 +368,6 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwa
             c.flush()
         t0, t1, t2 = dst._t, data1._t, data2._t
         if type(t0) is _TILE and type(t1) is _TILE and type(t2) is _TILE:
-            for x in (dst, data1, data2):
-                if x._owner is not None and x._owner.clock is not None:
-                    x._owner.touch()
             c.m.issue_at(c.loc, "tensor_tensor", e, t0, t1, t2, o)
             return
     else:

@@ -390,7 +390,8 @@ impl PyMachine {
             )
             .into());
         }
-        Ok(self.lock().memories().usage(sp).into())
+        // Settled: a tensor freed while the matmul queue used it holds its bytes until then.
+        Ok(self.settled()?.memories().usage(sp).into())
     }
 
     /// An HBM tensor from packed little-endian bytes (C order), or uninitialised (`None`).
@@ -424,6 +425,22 @@ impl PyMachine {
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
         self.with_queue(py, 0, |m| m.free(&t))
+    }
+
+    /// Frees the tensor of `tile`, whose storage a kernel's front end gives up to another: a
+    /// later use of its tiles is a `CapacityError` with `message` under `rule`.
+    fn give_up(
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>, message: &str, rule: &str,
+    ) -> PyTrn2Result<()> {
+        let t = tile_of(tile, "tile")?;
+        self.with_queue(py, 0, |m| m.give_up(&t, message, rule))
+    }
+
+    /// For each tile, the index of the last recorded instruction that read or wrote its
+    /// tensor (-1: none).
+    fn last_uses(&self, tiles: Vec<Bound<'_, PyAny>>) -> PyTrn2Result<Vec<i64>> {
+        let tiles = tiles.iter().map(|t| tile_of(t, "tiles")).collect::<PyTrn2Result<Vec<_>>>()?;
+        Ok(self.lock().last_uses(&tiles))
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.

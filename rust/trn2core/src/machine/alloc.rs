@@ -340,6 +340,16 @@ impl Memories {
         Ok(())
     }
 
+    /// Frees a tensor whose storage a front end gives up to another (NKI's current dialect,
+    /// where the compiler reuses a tensor's memory after its last use): a later use of one of
+    /// its tiles is a `CapacityError` with `message` and `rule`, not the usual freed-tensor
+    /// error.
+    pub fn give_up(&mut self, id: TensorId, message: String, rule: &'static str) -> Result<()> {
+        self.free(id)?;
+        self.given_up.push((id, message, rule));
+        Ok(())
+    }
+
     /// Whether retired tensors still take bytes.
     pub fn has_retired(&self) -> bool {
         !self.retired.is_empty()

@@ -378,6 +378,9 @@ pub struct Memories {
     /// Slots of tensors freed while the matmul queue still uses their bytes
     /// ([`Memories::retire`]): gone as tensors, their bytes taken until [`Memories::reclaim`].
     pub(super) retired: Vec<u32>,
+    /// Tensors whose storage a front end gave up ([`Memories::give_up`]): the error (message,
+    /// rule) a later use of one of their tiles is.
+    pub(super) given_up: Vec<(TensorId, String, &'static str)>,
     /// Policy for never-written memory.
     pub uninitialized: Uninitialized,
     /// This machine's number (tiles carry it).
@@ -412,6 +415,7 @@ impl Memories {
             live_sbuf: Vec::new(),
             live_psum: Vec::new(),
             retired: Vec::new(),
+            given_up: Vec::new(),
             uninitialized,
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,
@@ -439,11 +443,14 @@ impl Memories {
             .get(id.slot as usize)
             .and_then(|t| t.as_ref())
             .filter(|t| t.generation == id.generation)
-            .ok_or_else(|| {
-                Error::value(
+            .ok_or_else(|| match self.given_up.iter().rev().find(|g| g.0 == id) {
+                Some((_, message, rule)) => {
+                    Error::capacity("tile", message.clone()).with_rule(rule)
+                }
+                None => Error::value(
                     "tile",
                     format!("tensor #{} was freed (its tiles are no longer valid)", id.slot),
-                )
+                ),
             })
     }
 
@@ -634,10 +641,7 @@ impl Memories {
     /// Checks that `tile` is a live tensor's, lies inside it, and returns its per-partition
     /// byte range `[lo, hi)` (relative to the partition / buffer start).
     pub fn check_tile(&self, arg: &str, tile: &Tile) -> Result<(u64, u64)> {
-        let t = self.tensor(tile.tensor).map_err(|e| match e {
-            Error::Value { message, .. } => Error::value(arg, message),
-            other => other,
-        })?;
+        let t = self.tensor(tile.tensor).map_err(|e| e.renamed("tile", arg))?;
         if t.space != tile.space {
             return Err(Error::value(
                 arg,

@@ -232,6 +232,70 @@ impl Machine {
         self.mem.free(tile.tensor)
     }
 
+    /// Frees the tensor of `tile`, whose storage a front end gives up to another: a later use
+    /// of its tiles is a `CapacityError` with `message`, under `rule` (`sbuf_capacity` or
+    /// `psum_capacity`).
+    pub fn give_up(&mut self, tile: &Tile, message: &str, rule: &str) -> Result<()> {
+        let rule = match rule {
+            "sbuf_capacity" => "sbuf_capacity",
+            "psum_capacity" => "psum_capacity",
+            other => {
+                return Err(crate::Error::value(
+                    "rule",
+                    format!("expected sbuf_capacity or psum_capacity, got {other:?}"),
+                ))
+            }
+        };
+        self.settle()?;
+        self.mem.give_up(tile.tensor, message.to_string(), rule)
+    }
+
+    /// For each tile, the index of the last recorded instruction that read or wrote any of
+    /// its tensor's bytes (-1: none; a tensor no longer live counts as never used). Scans the
+    /// program from its end until every tile is found.
+    pub fn last_uses(&self, tiles: &[Tile]) -> Vec<i64> {
+        use record::{MEM_PSUM, MEM_SBUF};
+        let spans: Vec<Option<record::Region>> = tiles
+            .iter()
+            .map(|t| {
+                let info = self.mem.tensor(t.tensor).ok()?;
+                let mem = match info.space {
+                    Space::Sbuf => MEM_SBUF,
+                    Space::Psum => MEM_PSUM,
+                    Space::Hbm => return None,
+                };
+                Some(record::Region {
+                    mem,
+                    p0: info.start_partition as u16,
+                    pn: info.partitions as u16,
+                    lo: info.address,
+                    hi: info.address + info.bytes,
+                })
+            })
+            .collect();
+        let mut out = vec![-1i64; tiles.len()];
+        let mut left = spans.iter().filter(|s| s.is_some()).count();
+        let hits = |a: &record::Region, b: &record::Region| {
+            a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
+        };
+        for (i, ins) in self.program.instrs.iter().enumerate().rev() {
+            if left == 0 {
+                break;
+            }
+            let regions = self.program.reads(ins).iter().chain(self.program.writes(ins));
+            let regions: Vec<&record::Region> = regions.collect();
+            for (k, span) in spans.iter().enumerate() {
+                if let (Some(span), -1) = (span, out[k]) {
+                    if regions.iter().any(|r| hits(r, span)) {
+                        out[k] = i as i64;
+                        left -= 1;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The tensor a tile belongs to.
     pub fn tensor(&self, tile: &Tile) -> Result<&TensorInfo> {
         self.mem.tensor(tile.tensor)

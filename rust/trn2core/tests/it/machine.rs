@@ -1686,6 +1686,15 @@ fn pe_operands(
     (m, st, mv)
 }
 
+/// A settle interrupted at once (Ctrl-C): `Interrupted`, and the queue still holds work.
+fn interrupted_settle(m: &mut Machine) {
+    let token = trn2core::cancel::Cancel::new();
+    token.cancel();
+    let e = token.install(|| m.settle()).expect_err("interrupted");
+    assert!(matches!(e, Error::Interrupted), "{e}");
+    assert!(m.has_queued_work());
+}
+
 #[test]
 fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
     // Ctrl-C during a settle: PSUM must not show a destination's older values as if its queued
@@ -1706,10 +1715,7 @@ fn a_cancelled_settle_keeps_its_unwritten_chains_queued() {
         m.nc_matmul_queued(p, &slice(st, 1), &slice(mv, 1), &fresh).expect("queued");
         m.nc_matmul_queued(p, &slice(st, 0), &slice(mv, 1), &acc).expect("queued");
         if cancelled {
-            let token = trn2core::cancel::Cancel::new();
-            token.cancel();
-            let e = token.install(|| m.settle()).expect_err("interrupted");
-            assert!(matches!(e, Error::Interrupted), "{e}");
+            interrupted_settle(m);
             // Both wait again (the machine refuses reads until they are settled).
             assert_eq!(m.queued_matmuls(), 2);
         }
@@ -1807,12 +1813,8 @@ fn a_cancelled_settle_keeps_its_waiting_tensor_tensors() {
         }
         assert_eq!(m.queued_matmuls(), 2);
         if cancelled {
-            let token = trn2core::cancel::Cancel::new();
-            token.cancel();
-            let e = token.install(|| m.settle()).expect_err("interrupted");
-            assert!(matches!(e, Error::Interrupted), "{e}");
+            interrupted_settle(m);
             assert_eq!(m.queued_matmuls(), 2);
-            assert!(m.has_queued_work());
         }
         m.settle().expect("settle");
         get(m, &acc)
@@ -2030,4 +2032,28 @@ fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
         Err(Error::value("path", "disk full"))
     });
     assert!(matches!(r, Err(Error::Value { .. })) && calls == 1, "{r:?}");
+}
+
+#[test]
+fn last_uses_and_a_given_up_tensor() {
+    let mut m = core();
+    let a = filled(&mut m, "a", &[128, 64], Dtype::Fp32, 1.0); // instruction 0 (memset)
+    let b = filled(&mut m, "b", &[128, 64], Dtype::Fp32, 2.0); // 1
+    let c = alloc(&mut m, "c", &[128, 64], Dtype::Fp32);
+    m.tensor_tensor(Engine::Vector, &c, &a, &a, AluOp::Add).expect("2");
+    let half = a.slice(&[Index::ALL, range(0, 32)]).expect("view");
+    assert_eq!(m.last_uses(&[a, b, c, half]), vec![2, 1, 2, 2]);
+    // Given up: a later use is the CapacityError the front end gave, under its rule.
+    m.give_up(&b, "b: used after its storage was given to d", "psum_capacity").expect("give up");
+    let e = m.tensor_tensor(Engine::Vector, &c, &b, &a, AluOp::Add).expect_err("gone");
+    assert!(matches!(e, Error::Capacity { .. }), "{e}");
+    assert_eq!(e.arg(), Some("data1"));
+    assert_eq!(e.rule(), Some("psum_capacity"));
+    assert!(e.to_string().contains("given to d"), "{e}");
+    assert_eq!(m.last_uses(&[b]), vec![-1]);
+    // A plain free stays the usual error; an unknown rule is refused.
+    m.free(&c).expect("free");
+    let e = m.tensor_tensor(Engine::Vector, &a, &c, &a, AluOp::Add).expect_err("freed");
+    assert!(matches!(e, Error::Value { .. }) && e.to_string().contains("was freed"), "{e}");
+    assert!(m.give_up(&a, "x", "nonsense").is_err());
 }

@@ -254,14 +254,7 @@ impl Machine {
     ) -> Result<()> {
         let (a, b, d, bits) = self.tensor_tensor_checked(engine, dst, data1, data2, op)?;
         self.tensor_tensor_values(op, bits, &a, &b, &d)?;
-        self.record_engine(
-            Opcode::TensorTensor,
-            engine,
-            &[&a, &b],
-            &[],
-            &d,
-            tensor_tensor_flags(op),
-        );
+        self.record_tensor_tensor(engine, op, &a, &b, &d);
         Ok(())
     }
 
@@ -294,17 +287,20 @@ impl Machine {
             return Ok(false);
         }
         self.mem.mark_written(&d.tile, d.range);
-        self.record_engine(
-            Opcode::TensorTensor,
-            engine,
-            &[&a, &b],
-            &[],
-            &d,
-            tensor_tensor_flags(op),
-        );
+        self.record_tensor_tensor(engine, op, &a, &b, &d);
         let after = self.pe_queue.len();
         self.pe_drains.push(super::pe::Drain { after, op, a, b, d });
         Ok(true)
+    }
+
+    /// Records a checked `tensor_tensor`.
+    fn record_tensor_tensor(&mut self, engine: Engine, op: AluOp, a: &Opnd, b: &Opnd, d: &Opnd) {
+        let flags = if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
+            flags::ADD_SUB_MUL
+        } else {
+            0
+        };
+        self.record_engine(Opcode::TensorTensor, engine, &[a, b], &[], d, flags);
     }
 
     /// `tensor_tensor`'s checks: its operands, and whether it computes on raw bits (bitvec
@@ -754,15 +750,6 @@ impl Machine {
         }
         self.record_engine(opc, engine, &[&t, &pr], &extra, &d, 0);
         Ok(())
-    }
-}
-
-/// `tensor_tensor`'s cost flags.
-fn tensor_tensor_flags(op: AluOp) -> u32 {
-    if matches!(op, AluOp::Add | AluOp::Subtract | AluOp::Multiply) {
-        flags::ADD_SUB_MUL
-    } else {
-        0
     }
 }
 
