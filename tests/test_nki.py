@@ -212,6 +212,30 @@ def test_under_lnc2_each_cores_stores_into_an_argument_are_written_back():
         clash[2](x)
 
 
+def test_under_lnc2_a_returned_view_of_an_argument_has_the_other_cores_stores():
+    # nki-library's attention_block_tkg updates its KV cache argument on physical core 1 only
+    # and returns a reshape of it: the result is the argument as both cores left it (it was
+    # core 0's copy, without core 1's stores).
+    x = np.arange(2 * 128 * 4, dtype=np.float32).reshape(2, 1, 128, 4)
+
+    @tn.jit
+    def update_on_core1(x):
+        flat = x.reshape((2 * 128, 4))
+        if nl.program_id(0) == 1:
+            t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=flat[128:256, :])
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=-1.0)
+            nisa.dma_copy(dst=flat[128:256, :], src=t)
+        return x.reshape((2, 128, 4)), flat[120:136, 1:3]
+
+    want = x.copy()
+    want[1] *= -1.0
+    whole, part = tn.run(update_on_core1, x, grid=2).outputs
+    assert np.array_equal(whole, want.reshape(2, 128, 4))
+    assert np.array_equal(part, want.reshape(256, 4)[120:136, 1:3])
+    assert np.array_equal(x, want)
+
+
 def test_pending_results_issue_into_their_targets():
     @tn.jit
     def k(x):

@@ -1896,6 +1896,121 @@ def test_dma_compute_adds_its_sources_in_float32_and_rounds_once():
     assert np.array_equal(wide, f32[0] + f32[1], equal_nan=True)
 
 
+def _rmw_kernel(case=""):
+    """nki-library's experimental topk_reduce: rows of an HBM tensor gathered by a [P, 1] index
+    tile and added into an SBUF accumulator by dma_compute (gather read-modify-write), and our
+    scatter form: an SBUF tile added into the indexed HBM rows."""
+
+    def k(x, acc, idx):
+        n, h = idx.shape[0], x.shape[1]
+        i = nl.ndarray((n, 1), dtype=idx.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=idx)
+        t = nl.ndarray((n, h), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=acc)
+        rows = x.ap([[h, n], [1, h]], offset=0, vector_offset=i, indirect_dim=0)
+        srcs = [rows, t[:, :]] if case != "count" else [rows, t, t]
+        unique = case != "unique"
+        oob = nisa.oob_mode.skip if case == "skip" else nisa.oob_mode.error
+        nisa.dma_compute(t[:, :], srcs, nl.add, unique_indices=unique, oob_mode=oob)  # rmw
+        out = nl.ndarray((n, h), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        dst = x.ap([[h, n], [1, h]], offset=0, vector_offset=i, indirect_dim=0)
+        nisa.dma_compute(dst=dst, srcs=[t, dst], reduce_op=nl.add, oob_mode=nisa.oob_mode.skip)
+        return out
+
+    return k
+
+
+def test_dma_compute_gathers_and_scatters_rows_by_vector_offset():
+    bf16 = ml_dtypes.bfloat16
+    x = _rand(20, 32).astype(bf16)
+    acc = _rand(8, 32, seed=1)
+    # A run of evenly stepped indices and single rows.
+    idx = np.array([3, 5, 7, 9, 0, 19, 12, 11], np.uint32)[:, None]
+    x0 = x.copy()
+    got = tn.run(tn.jit(_rmw_kernel()), x, acc, idx).outputs
+    want = x0[idx[:, 0]].astype(np.float32) + acc
+    assert np.array_equal(got, want)
+    back = x0.copy()
+    back[idx[:, 0]] = (x0[idx[:, 0]].astype(np.float32) + want).astype(bf16)
+    assert np.array_equal(x.view(np.uint16), back.view(np.uint16))  # written back
+    # The ISA reference's rules for the read-modify-write forms.
+    for case, arg in (("count", "srcs"), ("unique", "unique_indices")):
+        k = _rmw_kernel(case)
+        with pytest.raises(Trn2Error, match="read-modify-write") as info:
+            tn.run(tn.jit(k), x0.copy(), acc, idx)
+        assert (info.value.arg, info.value.rule) == (arg, "dma_compute_rmw"), str(info.value)
+        _at(info, k, "# rmw")
+    bad = idx.copy()
+    bad[2, 0] = 20
+    with pytest.raises(tn.OutOfBoundsError, match="index 20 at partition 2"):
+        tn.run(tn.jit(_rmw_kernel()), x0.copy(), acc, bad)
+    # oob_mode.skip: the row of an index out of bounds is left alone (gathered: acc's row).
+    x = x0.copy()
+    got = tn.run(tn.jit(_rmw_kernel("skip")), x, acc, bad).outputs
+    assert np.array_equal(got[2], acc[2])
+    assert np.array_equal(np.delete(got, 2, 0), np.delete(want, 2, 0))
+    back = x0.copy()
+    ok = np.delete(np.arange(8), 2)
+    back[bad[ok, 0]] = (x0[bad[ok, 0]].astype(np.float32) + got[ok]).astype(bf16)
+    assert np.array_equal(x.view(np.uint16), back.view(np.uint16))  # row 7 not scattered
+
+
+def test_dma_copy_with_oob_skip_leaves_out_the_rows_past_a_scalar_offset_tensors_end():
+    # nki-library's indexed_flatten: blocks written at a scalar_offset that may run past the
+    # output's end, with oob_mode.skip; the rows inside are written, the others skipped.
+    x = np.arange(8 * 4, dtype=np.int32).reshape(8, 4)
+
+    def kernel(mode):
+        def k(x, at):
+            t = nl.ndarray((8, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            a = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=at)
+            out = nl.ndarray((10, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+            fill = nl.ndarray((10, 4), dtype=nl.int32, buffer=nl.sbuf)
+            nisa.memset(fill, -1)
+            nisa.dma_copy(dst=out, src=fill)
+            dst = out.ap([[4, 8], [1, 4]], offset=0, scalar_offset=a, indirect_dim=0)
+            nisa.dma_copy(dst=dst, src=t, oob_mode=mode)  # oob
+            return out
+
+        return k
+
+    skip = kernel(nisa.oob_mode.skip)
+    for at, rows in ((1, 8), (5, 5), (-3, 5), (-100, 0)):
+        want = np.full((10, 4), -1, np.int32)
+        for i in range(8):
+            if 0 <= at + i < 10:
+                want[at + i] = x[i]
+        got = tn.run(tn.jit(skip), x, np.array([[at]], np.int32)).outputs
+        assert np.array_equal(got, want), at
+        assert (want[:, 0] >= 0).sum() == rows
+    k = kernel(nisa.oob_mode.error)
+    with pytest.raises(ShapeError, match="reaches bytes") as info:
+        tn.run(tn.jit(k), x, np.array([[5]], np.int32))
+    _at(info, k, "# oob")
+
+
+def test_an_hbm_view_as_a_wider_dtype_reads_pairs_of_elements():
+    # nki-library's topk_reduce reads the int32 index packed in a bf16 row's last two columns:
+    # `.ap(..., dtype=nl.int32)` of a bf16 HBM tensor (the pattern and offset in int32s).
+    idx = np.array([7, -1, 70000, 3], np.int32)
+    rows = np.zeros((4, 10), ml_dtypes.bfloat16)
+    rows[:, :8] = _rand(4, 8).astype(ml_dtypes.bfloat16)
+    rows[:, 8:] = idx.reshape(4, 1).view(ml_dtypes.bfloat16)
+
+    @tn.jit
+    def k(x):
+        t = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[5, 4], [1, 1]], offset=4, dtype=nl.int32))
+        out = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(tn.run(k, rows).outputs[:, 0], idx)
+
+
 def test_dma_compute_rules_name_the_argument_at_the_kernels_line():
     x = _rand(2, 8)
 

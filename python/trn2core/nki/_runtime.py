@@ -616,6 +616,7 @@ class Core:
         packed = host.reshape(-1).view(np.uint8)
         tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname, packed)
         t = NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
+        t._arg = t
         self.packed[id(t)] = (t, packed)  # the bytes it started with (``Launch._write_back``)
         return t
 
@@ -1398,9 +1399,7 @@ class Core:
         if t._pdim is None:
             off = int(offset) if offset is not None else 0
             # The pattern addresses the storage from element 0: re-anchor at the tensor start.
-            root = _hbm_root(t)
-            if cast:
-                root = root.view_as(D.machine_name(dt))
+            root = _hbm_root(t, dt)
             (s0, n0), rest = pattern[0], pattern[1:] or [(1, 1)]
             tile = root.rows(n0, s0).ap(rest, off)
             return _retyped(t._view(tile, [n0] + [n for _, n in rest], None), dt)
@@ -1469,9 +1468,7 @@ class Core:
                 f"dtype: a row of {t.shape} {t.dtype} is not a whole number of {dt} elements",
                 arg="dtype",
             )
-        root = _hbm_root(t)
-        if dt != t.dtype:
-            root = root.view_as(D.machine_name(dt))
+        root = _hbm_root(t, dt)
         rest = [(int(st), int(n)) for st, n in pattern[1:]] or [(1, 1)]
         off = int(offset) if offset is not None else 0
         shape = (n0, *v.shape[1:])
@@ -1499,6 +1496,93 @@ class Core:
             part = o[w:end]
             pair = (hbm, part) if ind is dst else (part, hbm)
             self.m.issue_at(self.loc, "dma_copy", pair[0], pair[1], None)
+
+    def oob_skip_copy(self, dst, src) -> bool:
+        """``nisa.dma_copy(..., oob_mode=skip)`` whose HBM side leaves its tensor (nki-library's
+        indexed_flatten writes blocks at a ``scalar_offset`` that may run past the output's
+        end): the rows of that side's first axis wholly inside the tensor are copied, with the
+        other side's same rows, one ``dma_copy`` per run of them; a row reaching outside is
+        skipped whole (*ours*: the ISA reference says only that out-of-bounds accesses are
+        skipped). False (the copy issued as usual) when every row is inside or the two sides'
+        first axes differ."""
+        for side, other in ((dst, src), (src, dst)):
+            if not isinstance(side, NkiTensor) or side._pdim is not None:
+                continue
+            tile = side.tile
+            _, dt, shape, _ = self.m.tensor_info(tile)
+            nbytes = math.prod(shape) * np.dtype(D.HOST_DTYPE[dt]).itemsize
+            es = side.dtype.itemsize
+            idx = _view_elements(tile, es)
+            inside = ((idx >= 0) & ((idx + 1) * es <= nbytes)).reshape(idx.shape[0], -1)
+            rows = inside.all(axis=1)
+            if rows.all() or not isinstance(other, NkiTensor):
+                continue
+            if not (len(rows) == side.shape[0] == other.shape[0]):
+                return False
+            w = 0
+            while w < len(rows):
+                if not rows[w]:
+                    w += 1
+                    continue
+                end = w + 1
+                while end < len(rows) and rows[end]:
+                    end += 1
+                pair = (side[w:end].tile, other[w:end].tile)
+                d, s = pair if side is dst else pair[::-1]
+                self.m.issue_at(self.loc, "dma_copy", d, s, None)
+                w = end
+            return True
+        return False
+
+    def vector_offset_compute(self, dst: NkiTensor, srcs: list, unique, oob) -> None:
+        """``nisa.dma_compute`` with a ``vector_offset`` view (the ISA reference's
+        read-modify-write, two sources, ``unique_indices=True``): gather, ``dst`` (SBUF) =
+        ``dst`` + the indexed HBM rows; scatter, the indexed HBM rows (``dst``, also a
+        source) += an SBUF source. trn2core reads the indices when it is issued and issues one
+        ``dma_compute`` per run of rows whose indices step evenly, the sources in their order
+        (indices out of bounds as ``vector_offset_copy``: an error, or the row skipped)."""
+
+        def refuse(arg: str, why: str) -> Trn2ValueError:
+            return Trn2ValueError(
+                f"{arg}: dma_compute with a vector_offset source (read-modify-write): {why} "
+                "[rule dma_compute_rmw]",
+                arg=arg,
+                rule="dma_compute_rmw",
+            )
+
+        if len(srcs) != 2:
+            raise refuse("srcs", f"it takes exactly 2 sources, got {len(srcs)}")
+        if not unique:
+            raise refuse("unique_indices", "unique_indices must be True")
+        indexed = [type(x._t) is VectorOffset for x in srcs]
+        if indexed.count(True) != 1:
+            raise refuse("srcs", "exactly one source is indexed by vector_offset")
+        j = indexed.index(True)
+        ind, other = srcs[j], srcs[1 - j]
+        acc = ind._t
+        if type(dst._t) is VectorOffset:  # scatter: dst and one source the same indexed rows
+            d = dst._t
+            same = (d.idx is acc.idx and d.rest == acc.rest and d.offset == acc.offset
+                    and d.row == acc.row and d.shape == acc.shape)  # fmt: skip
+            if not same or other._pdim is None:
+                raise refuse("srcs", "a scatter (dst indexed) adds an SBUF source into dst's "
+                             "rows, the other source being dst's indexed view")  # fmt: skip
+        elif dst._pdim is None or not _same_tile(other.tile, dst.tile):
+            raise refuse("srcs", "a gather (an HBM source indexed) adds into dst in SBUF, the "
+                         "other source being dst")  # fmt: skip
+        o = other.tile
+        n = acc.idx.shape[0]
+        if o.shape[0] != n:
+            raise ShapeError(
+                f"dma_compute: {n} indexed rows against {o.shape[0]} rows of the other side",
+                arg=f"srcs[{1 - j}]",
+            )
+        for w, end, hbm in self.vector_offset_runs(acc, oob):
+            part = o[w:end]
+            pair = [None, None]
+            pair[j], pair[1 - j] = hbm, part
+            target = hbm if type(dst._t) is VectorOffset else part
+            self.m.issue_at(self.loc, "dma_compute", target, pair, None)
 
     def vector_offset_transpose(self, dst: NkiTensor, src: NkiTensor, perm, oob) -> None:
         """``nisa.dma_transpose`` of a ``vector_offset`` view of HBM (NKI's indirect DMA
@@ -1609,11 +1693,15 @@ def _retyped(v: NkiTensor, dtype) -> NkiTensor:
     return v
 
 
-def _hbm_root(t: NkiTensor):
-    """The first element of an HBM tensor's storage as a one-row tile."""
+def _hbm_root(t: NkiTensor, dt=None):
+    """The first element of an HBM tensor's storage as a one-row tile, of ``dt`` when given
+    (the storage's bytes as that dtype's elements: from bf16 to int32, two elements are one)."""
     tile = t.tile
+    es = t.dtype.itemsize
     # Step back to element 0: the tile's offset is in bytes from the buffer start.
-    return tile.rows(1, 0).ap([(1, 1)], -(tile.offset // t.dtype.itemsize))
+    n = max(1, dt.itemsize // es) if dt is not None else 1
+    root = tile.rows(1, 0).ap([(1, n)], -(tile.offset // es))
+    return root if dt is None or dt == t.dtype else root.view_as(D.machine_name(dt))
 
 
 def _broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -1888,9 +1976,12 @@ class Launch:
                     "nl.ndarray made"
                 )
         shared_j = same[0] if same else t._shared
-        arg = self.arg_results.get(id(t))
-        if arg is not None:
-            out = arg.reshape(t.shape).copy()
+        arg = self.arg_results.get(id(t._arg)) if t._arg is not None else None
+        if arg is not None:  # an argument the kernel stored into, or a view of it (a reshape)
+            raw = np.ascontiguousarray(arg).reshape(-1).view(np.uint8)
+            es = t.dtype.itemsize
+            cols = (_view_elements(t.tile, es)[..., None] * es + np.arange(es)).reshape(-1)
+            out = raw[cols].view(host).reshape(t.shape)
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
         if self.lnc == 1 or shared_j is None:
             try:

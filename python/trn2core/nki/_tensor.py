@@ -350,6 +350,7 @@ class NkiTensor:
         "_written",
         "_blocks",
         "_shared",
+        "_arg",
         "_compared",
         "__weakref__",
     )
@@ -375,6 +376,9 @@ class NkiTensor:
         # A view of the launch's ``j``-th shared_hbm tensor (kept by every view of it): under
         # LNC=2 its bytes are merged from both physical cores when it is returned.
         self._shared: int | None = None
+        # A view of a kernel argument (that argument's tensor on this core, kept by every
+        # view of it): returning it returns what the launch's cores stored into the argument.
+        self._arg: NkiTensor | None = None
 
     # -------------------------------------------------------------------- properties
     @property
@@ -442,6 +446,7 @@ class NkiTensor:
             tile, shape, pdim, self.dtype, self.buffer, self._core, self._owner, self.name
         )
         t._shared = self._shared
+        t._arg = self._arg
         # A view (slice, reshape, ``.ap``) of a placed tensor without block axes, or of one
         # block, is still that tensor for ``nc_matmul``'s accumulate=None (Core.block_fresh).
         b = self._blocks

@@ -96,12 +96,16 @@ def dma_copy(
     **kwargs,
 ) -> None:
     """Copies ``src`` to ``dst`` (HBM and SBUF, any direction) on a DMA queue; an HBM side
-    indexed by ``.ap(vector_offset=...)`` scatters or gathers rows."""
+    indexed by ``.ap(vector_offset=...)`` scatters or gathers rows. With ``oob_mode.skip`` the
+    rows of an HBM side that leave its tensor (a ``scalar_offset`` past its end) are skipped
+    (``Core.oob_skip_copy``)."""
     c = _core_of(dst, src)
     if (isinstance(dst, NkiTensor) and type(dst._t) is VectorOffset) or (
         isinstance(src, NkiTensor) and type(src._t) is VectorOffset
     ):
         c.vector_offset_copy(dst, src, oob_mode)
+        return
+    if getattr(oob_mode, "name", oob_mode) == "skip" and c.oob_skip_copy(dst, src):
         return
     c.m.issue_at(c.loc, "dma_copy", _t(dst, "dst"), _t(src, "src"), None)
 
@@ -140,8 +144,10 @@ def dma_compute(
     """``dst = srcs[0] + srcs[1] + ...`` on a DMA queue: each source widened to float32, added
     in order in float32, the sum rounded once to ``dst``'s dtype (HBM and SBUF, 1 to 16
     sources of ``dst``'s element count). NKI allows ``reduce_op=nl.add`` and unit ``scales``
-    only; the read-modify-write forms (a source indexed by ``vector_offset``) are not
-    emulated."""
+    only. With a source indexed by ``vector_offset`` it is the ISA reference's
+    read-modify-write: gather (``dst`` in SBUF, the other source ``dst``) or scatter (``dst``
+    an indexed HBM view, one source the same view, the other in SBUF); two sources and
+    ``unique_indices=True`` (``Core.vector_offset_compute``)."""
     if alu_name(reduce_op, "reduce_op") != "add":
         raise Trn2ValueError(
             f"reduce_op: dma_compute adds its sources (nl.add), got {reduce_op!r}",
@@ -160,6 +166,9 @@ def dma_compute(
                 arg="scales",
             )
     c = _core_of(dst, *srcs)
+    if any(isinstance(x, NkiTensor) and type(x._t) is VectorOffset for x in (dst, *srcs)):
+        c.vector_offset_compute(dst, list(srcs), unique_indices, oob_mode)
+        return
     tiles = [_t(x, f"srcs[{i}]") for i, x in enumerate(srcs)]
     c.m.issue_at(c.loc, "dma_compute", _t(dst, "dst"), tiles, None)
 
