@@ -486,6 +486,15 @@ class NkiTensor:
 
     @api
     def __getitem__(self, key) -> NkiTensor:
+        if (
+            type(key) is tuple
+            and len(key) == len(self.shape)
+            and self._blocks is None
+            and all(type(k) is slice or type(k) is int for k in key)
+        ):
+            # The common case (one slice or int per axis): what _normalize and _getitem do
+            # with such a key, without their checks for what it does not hold.
+            return self._basic(list(key))
         key = self._normalize(key)
         blocks = self._blocks
         if type(blocks) in (LazyBlocks, FuncBlocks):
