@@ -419,16 +419,28 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     x_sum = x
     norm = getattr(kw.get("fused_norm_type"), "name", "NO_NORM")
     eps = kw.get("norm_eps", 1e-6)
+    quant = getattr(kw.get("quantization_type"), "name", "NONE")
+    cte = input.shape[1] > 96  # qkv_cte (else qkv_tkg)
+    if norm == "RMS_NORM" and cte:  # qkv_cte normalises in two steps, each rounded to the
+        # input's dtype: the rows times the float32 1/rms (sum of squares and rsqrt in float32,
+        # eps as the matmul dtype holds it: bf16, or fp8 in the STATIC form, where 1e-6 is 0),
+        # then (transposed) times gamma
+        f32 = np.float32
+        mm = fused_qkv_weights.dtype if quant == "STATIC" else input.dtype
+        xf = x.astype(input.dtype).astype(f32)
+        ss = (xf * xf).sum(axis=-1, dtype=f32, keepdims=True)
+        rs = f32(1.0) / np.sqrt(ss * f32(1.0 / x.shape[-1]) + f32(np.float32(eps).astype(mm)))
+        x = (xf * rs).astype(input.dtype).astype(f32) * kw["gamma_norm_weights"].astype(f32)
+        x = x.astype(input.dtype).astype(np.float64)
+        norm = "DONE"
     if norm == "LAYER_NORM":
         x = x - x.mean(axis=-1, keepdims=True)
-    if norm != "NO_NORM":
+    if norm not in ("NO_NORM", "DONE"):
         x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
     if norm in ("RMS_NORM", "LAYER_NORM"):
         x = x * kw["gamma_norm_weights"].astype(np.float64)
     if kw.get("layer_norm_bias") is not None:
         x = x + kw["layer_norm_bias"].astype(np.float64)
-    quant = getattr(kw.get("quantization_type"), "name", "NONE")
-    cte = input.shape[1] > 96  # qkv_cte (else qkv_tkg)
     if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
         # reciprocal, in the input's dtype again (qkv_cte: straight to fp8), clipped to 240 and
         # quantized to fp8
@@ -1766,12 +1778,22 @@ _QKV_CASES = (
     ),
     ("cte (RoPE)", (1, 128, 256, 256), {"fused_rope": True, "d_head": 64, "heads": (2, 1)}),
     # qkv_cte's static form quantizes the rows straight to fp8 and stores the product in bf16
-    # before its scales (ref_qkv); with a norm, a few elements a row land on the neighbouring
-    # fp8 value (95% of outputs bit-exact; not a case).
+    # before its scales; its RMS norm rounds the rows to bf16 twice, times 1/rms and times
+    # gamma, and its eps is an fp8 tile's (0) (ref_qkv).
     (
         "cte (static fp8)",
         (1, 128, 256, 256),
         {"d_head": 64, "heads": (2, 1), "quantization_type": "STATIC"},
+    ),
+    (
+        "cte (static fp8, RMS norm)",
+        (1, 128, 256, 256),
+        {
+            "fused_norm_type": "RMS_NORM",
+            "d_head": 64,
+            "heads": (2, 1),
+            "quantization_type": "STATIC",
+        },
     ),
     (
         "tkg (static fp8, RMS norm, bias)",
