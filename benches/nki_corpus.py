@@ -2378,14 +2378,15 @@ def _cases() -> list[Case]:
             {"norm": True, "fused_add": True, "store": True},
         ),
         ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
-        # ROW as nki-library's tests run it, with column tiling (without, it stops at a
-        # dma_transpose with dge_mode 3, "none", which the ISA reference does not allow).
+        # ROW with and without column tiling, as nki-library's tests run it (without, its
+        # float32 scales load through a dma_transpose with dge_mode 3, "none").
         (
             "tkg",
             "row fp8, column tiling, RMS norm",
             (1, 4, 256, 256),
             {"norm": True, "quant": "ROW", "column_tiling": True},
         ),
+        ("tkg", "row fp8, RMS norm", (1, 4, 256, 256), {"norm": True, "quant": "ROW"}),
         ("tkg", "static fp8, RMS norm", (1, 4, 256, 256), {"norm": True, "quant": "STATIC"}),
         # mlp_cte's quantized forms take fp8 tokens (as nki-library's tests pass them) and need
         # H a multiple of its 1024-wide weight tiles (H 256: its strided weight load steps
@@ -2418,6 +2419,7 @@ def _cases() -> list[Case]:
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
     lnc2 |= {"nkilib mlp_tkg (row fp8, column tiling, RMS norm)"}
+    lnc2 |= {"nkilib mlp_tkg (row fp8, RMS norm)"}
     lnc2 |= {"nkilib mlp_tkg (static fp8, RMS norm)"}
     # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
     lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}
