@@ -2421,25 +2421,32 @@ def _cases() -> list[Case]:
             {"norm": True, "fused_add": True, "store": True},
         ),
         ("cte", "fused add, RMS norm", (1, 128, 256, 256), {"norm": True, "fused_add": True}),
-        # ROW as nki-library's tests run it, with column tiling (without, it stops at a
-        # dma_transpose with dge_mode 3, "none", which the ISA reference does not allow).
+        # ROW with and without column tiling, as nki-library's tests run it (without, its
+        # float32 scales load through a dma_transpose with dge_mode 3, "none").
         (
             "tkg",
             "row fp8, column tiling, RMS norm",
             (1, 4, 256, 256),
             {"norm": True, "quant": "ROW", "column_tiling": True},
         ),
+        ("tkg", "row fp8, RMS norm", (1, 4, 256, 256), {"norm": True, "quant": "ROW"}),
         ("tkg", "static fp8, RMS norm", (1, 4, 256, 256), {"norm": True, "quant": "STATIC"}),
         # mlp_cte's quantized forms take fp8 tokens (as nki-library's tests pass them) and need
-        # H a multiple of its 1024-wide weight tiles (H 256: its strided weight load steps
-        # partitions by 512 elements of a 2048-element tile, mlp_cte_projection.py:1119).
+        # H a multiple of its 1024-wide weight tiles.
         ("cte", "static fp8, fp8 tokens", (1, 128, 1024, 256), {"quant": "STATIC", "fp8": 1}),
         ("cte", "row fp8, fp8 tokens", (1, 128, 1024, 256), {"quant": "ROW", "fp8": 1}),
-        # At LNC=2 (each core half the tokens) with 256 tokens: with 128, each core's 64 are
-        # part of a 128-row PSUM transpose it copies whole (mlp_cte_transpose.py:333 reads
-        # rows it never wrote, and they reach the output).
+        # Refused, by documented rules (docs/nki.md): bf16 tokens (its PE transpose writes bf16
+        # into an fp8 PSUM tile, mlp_cte_transpose.py:258) and H 256 (its strided weight load
+        # steps partitions by 512 elements of a 2048-element tile, mlp_cte_projection.py:1119).
+        ("cte", "static fp8, bf16 tokens", (1, 128, 1024, 256), {"quant": "STATIC"}),
+        ("cte", "static fp8, fp8 tokens, H 256", (1, 128, 256, 256), {"quant": "STATIC", "fp8": 1}),
+        # At LNC=2 (each core half the tokens) with 256 tokens. With 128 the kernel's own
+        # layouts disagree: each core transposes its 64 tokens into 128-token PSUM slots per
+        # hidden subtile and copies the slots whole (mlp_cte_transpose.py:333 reads the 64 it
+        # never wrote), then its projection steps the subtiles by 64.
         ("cte", "static fp8, fp8 tokens", (1, 256, 1024, 256), {"quant": "STATIC", "fp8": 2}),
         ("cte", "row fp8, fp8 tokens", (1, 256, 1024, 256), {"quant": "ROW", "fp8": 2}),
+        ("cte", "static fp8, 128 fp8 tokens", (1, 128, 1024, 256), {"quant": "STATIC", "fp8": 2}),
     ):
         lnc = kw.get("fp8", 1)
         cases.append(
@@ -2461,6 +2468,7 @@ def _cases() -> list[Case]:
     lnc2 = {"nkilib qkv tkg (RMS norm, bias)", "nkilib qkv cte (RMS norm, bias)"}
     lnc2 |= {"nkilib mlp_tkg (RMS norm)", "nkilib mlp_cte (RMS norm)"}
     lnc2 |= {"nkilib mlp_tkg (row fp8, column tiling, RMS norm)"}
+    lnc2 |= {"nkilib mlp_tkg (row fp8, RMS norm)"}
     lnc2 |= {"nkilib mlp_tkg (static fp8, RMS norm)"}
     # attention_tkg at LNC=2 shards s_prior (256) or, at s_prior 128, the batch.
     lnc2 |= {f"nkilib attention_tkg{label}" for label, _, _ in _ATTN_TKG_CASES}

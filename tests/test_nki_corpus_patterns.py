@@ -1820,6 +1820,41 @@ def test_dma_transpose_rules_name_the_argument_at_the_kernels_line(case, arg, er
     _at(info, k, f"# case {case}")
 
 
+@pytest.mark.parametrize("mode", ["number", "enum"])
+def test_dma_transpose_dge_mode_none_moves_float32_bits_as_unknown_does(mode):
+    # nki-library's mlp_tkg (ROW quantization without column tiling, as its Trn2 tests run it)
+    # loads its float32 scales [tiles, 128] transposed through a 4-D `.ap` with dge_mode=3,
+    # "none" (no DGE): the transpose as with unknown, 4-byte elements included (the hardware
+    # DGE's 2-byte limit is not applied). A number that is no dge_mode names the argument.
+    x = np.arange(3 * 128, dtype=np.float32).reshape(3, 128) * np.float32(-0.37)
+    x.reshape(-1).view(np.uint32)[::5] = 0x7FC00123  # NaN payloads, kept bit for bit
+    dge = 3 if mode == "number" else nisa.dge_mode.none
+
+    @tn.jit
+    def k(x):
+        n, d = x.shape
+        t = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.sbuf)
+        src = x.ap([[d, n], [1, 1], [1, 1], [1, d]], offset=0)  # [n, 1, 1, d]
+        nisa.dma_transpose(dst=t.ap([[n, d], [1, 1], [1, 1], [1, n]]), src=src, dge_mode=dge)
+        out = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    assert np.array_equal(_bits(tn.run(k, x).outputs), _bits(x.T))
+
+    @tn.jit
+    def bad(x):
+        n, d = x.shape
+        t = nl.ndarray((d, n), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=t, src=x, dge_mode=7 if mode == "number" else "none")  # bad
+        return x
+
+    with pytest.raises(Trn2Error) as info:
+        tn.run(bad, x)
+    assert info.value.arg == "dge_mode", str(info.value)
+    _at(info, bad, "# bad")
+
+
 @pytest.mark.parametrize("view", ["index", "ap", "reshape"])
 def test_matmul_accumulate_none_starts_anew_in_each_tensor_placed_on_the_same_psum_bytes(view):
     # nki-library's attention_cte declares each query group's PSUM tile with address= at the

@@ -155,6 +155,25 @@ class dge_mode(enum.Enum):  # noqa: N801
     none = 3
 
 
+def dge_mode_name(mode) -> str:
+    """The name of a ``dge_mode`` passed as the enum or as its number (nki-library passes 3,
+    ``none``); anything else is an error naming ``dge_mode``."""
+    if isinstance(mode, dge_mode):
+        return mode.name
+    name = getattr(mode, "name", None)
+    if isinstance(name, str) and name in dge_mode.__members__:
+        return name
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        try:
+            return dge_mode(mode).name
+        except ValueError:
+            pass
+    raise Trn2ValueError(
+        f"dge_mode: {mode!r} is not a dge_mode (unknown 0, swdge 1, hwdge 2, none 3)",
+        arg="dge_mode",
+    )
+
+
 class oob_mode(enum.Enum):  # noqa: N801
     """What an out-of-bounds DMA access does (only ``error`` is emulated)."""
 

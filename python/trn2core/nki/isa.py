@@ -21,6 +21,7 @@ from ._ops import (
     act_name,
     alu_name,
     dge_mode,
+    dge_mode_name,
     dma_engine,
     engine,
     engine_name,
@@ -182,6 +183,11 @@ def _as_shaped(x, arg: str):
     return x._from_axes(x._axes()).tile
 
 
+#: A direct dma_transpose's DGE modes: the ISA reference's unknown and hwdge, and none (no DGE:
+#: nki-library's shipped Trn2 kernels transpose with it; docs/nki.md, "Inferred, not documented").
+_DIRECT_TRANSPOSE_DGE_MODES = ("unknown", "hwdge", "none")
+
+
 @api
 def dma_transpose(
     dst,
@@ -196,9 +202,10 @@ def dma_transpose(
     """``dst`` (SBUF) = ``src`` (HBM or SBUF, 2 to 4 axes, 2- or 4-byte elements) with its axes
     permuted by NKI's rule, ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (``dst[j, i] =
     src[i, j]`` in 2-D), bit for bit, on a DMA queue; ``dge_mode=hwdge`` adds the hardware
-    DGE's limits. A source indexed by ``.ap(vector_offset=...)`` is the indirect (gather)
-    transpose, ``dge_mode`` unknown or swdge (``Core.vector_offset_transpose``)."""
-    mode = getattr(dge_mode, "name", dge_mode)
+    DGE's limits, ``none`` (no DGE, as nki-library passes it) has unknown's. A source indexed
+    by ``.ap(vector_offset=...)`` is the indirect (gather) transpose, ``dge_mode`` unknown or
+    swdge (``Core.vector_offset_transpose``)."""
+    mode = dge_mode_name(dge_mode)
     if isinstance(src, NkiTensor) and type(src._t) is VectorOffset:
         if mode not in ("unknown", "swdge"):
             raise Trn2ValueError(
@@ -209,9 +216,9 @@ def dma_transpose(
         perm = None if axes is None else [int(a) for a in axes]
         _core_of(dst, src).vector_offset_transpose(dst, src, perm, oob_mode)
         return
-    if mode not in ("unknown", "hwdge"):
+    if mode not in _DIRECT_TRANSPOSE_DGE_MODES:
         raise Trn2ValueError(
-            f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
+            f"dge_mode: a direct dma_transpose takes dge_mode unknown, hwdge or none, got {mode}",
             arg="dge_mode",
         )
     c = _core_of(dst, src)

@@ -19,6 +19,7 @@ from ._ops import (
     act_name,
     alu_name,
     dge_mode,
+    dge_mode_name,
     dma_engine,
     engine,
     engine_name,
@@ -592,10 +593,10 @@ def dma_transpose(
     ``[1, 0]``, ``[2, 1, 0]`` or ``[3, 1, 2, 0]`` (or ``axes``), bit for bit, on a DMA queue."""
     if mask is not None:
         raise NotSupportedError("dma_transpose: mask (a dst predicate) is not emulated")
-    mode = getattr(dge_mode, "name", dge_mode)
-    if mode not in ("unknown", "hwdge"):
+    mode = dge_mode_name(dge_mode)
+    if mode not in _cur._DIRECT_TRANSPOSE_DGE_MODES:
         raise Trn2ValueError(
-            f"dge_mode: a direct dma_transpose takes dge_mode unknown or hwdge, got {mode}",
+            f"dge_mode: a direct dma_transpose takes dge_mode unknown, hwdge or none, got {mode}",
             arg="dge_mode",
         )
     core = _core(src)
