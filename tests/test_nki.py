@@ -2258,3 +2258,30 @@ def test_a_waiting_addition_is_checked_at_its_own_line():
     _raises_at(ShapeError, kernel(256, 512), "# add", shape, a, b)
     e = _raises_at(tn.UninitializedReadError, kernel(512, 256), "# add", "data2", a, b)
     assert "psum" in str(e) and "address 1024" in str(e), str(e)
+
+
+def test_a_launch_leaves_no_cycle_keeping_its_tensors_and_cores_alive():
+    # A reference cycle through a kernel argument kept each launch's core (and its 24 MiB of
+    # SBUF) alive until a garbage-collector pass, which then freed them inside a later call.
+    import gc
+
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.reshape(a.shape)[:, :])
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    a = np.ones((128, 64), np.float32)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.garbage.clear()
+        for _ in range(3):
+            assert np.array_equal(tn.run(tn.jit(k), a).outputs, a)
+        gc.collect()
+        kept = {type(x).__name__ for x in gc.garbage} & {"NkiTensor", "Core", "Machine"}
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not kept, kept

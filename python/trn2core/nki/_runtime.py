@@ -616,7 +616,7 @@ class Core:
         packed = host.reshape(-1).view(np.uint8)
         tile = self.m.hbm_tensor(self.name(name, "in"), list(shape), mname, packed)
         t = NkiTensor(tile, shape, None, dt, SHARED_HBM, self, None, name)
-        t._arg = t
+        t._arg = id(t)  # not ``t`` itself: a cycle would keep the core alive until a GC pass
         self.packed[id(t)] = (t, packed)  # the bytes it started with (``Launch._write_back``)
         return t
 
@@ -1976,7 +1976,7 @@ class Launch:
                     "nl.ndarray made"
                 )
         shared_j = same[0] if same else t._shared
-        arg = self.arg_results.get(id(t._arg)) if t._arg is not None else None
+        arg = self.arg_results.get(t._arg) if t._arg is not None else None
         if arg is not None:  # an argument the kernel stored into, or a view of it (a reshape)
             raw = np.ascontiguousarray(arg).reshape(-1).view(np.uint8)
             es = t.dtype.itemsize

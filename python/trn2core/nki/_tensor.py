@@ -376,9 +376,10 @@ class NkiTensor:
         # A view of the launch's ``j``-th shared_hbm tensor (kept by every view of it): under
         # LNC=2 its bytes are merged from both physical cores when it is returned.
         self._shared: int | None = None
-        # A view of a kernel argument (that argument's tensor on this core, kept by every
-        # view of it): returning it returns what the launch's cores stored into the argument.
-        self._arg: NkiTensor | None = None
+        # A view of a kernel argument (the ``id`` of that argument's tensor on this core, kept
+        # by every view of it): returning it returns what the launch's cores stored into the
+        # argument.
+        self._arg: int | None = None
 
     # -------------------------------------------------------------------- properties
     @property
