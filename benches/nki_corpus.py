@@ -76,6 +76,8 @@ class Case:
     #: Environment variables the kernel's module reads when imported (its own configuration):
     #: set for the case, the module imported afresh under a name of its own.
     env: tuple[tuple[str, str], ...] = ()
+    #: Launched once per rank (``trn2core.nki.run(..., ranks=N)``): outputs per rank.
+    ranks: int | None = None
 
 
 # ----------------------------------------------------------------------------- references
@@ -1576,6 +1578,33 @@ def ref_topk_reduce(inp, T, K, **_):  # noqa: N803 - the kernel's keywords
     return out.astype(inp.dtype)
 
 
+def ref_allgather(inp, replica_groups, tp_degree):
+    """nki-library's SBUF all-gathers (their docstring): every rank's output is its group's
+    inputs side by side along the last dimension, in the group's rank order."""
+    xs = inp.values
+    return tuple(
+        np.concatenate([xs[q] for q in next(g for g in replica_groups.groups if r in g)], axis=1)
+        for r in range(len(xs))
+    )
+
+
+def _allgather_inputs(m, k, ranks):
+    """Each rank's own bf16 [m, k] (arbitrary bits but NaN: a gather moves them), one group of
+    all ranks."""
+    import trn2core.nki as tn
+
+    def make(rng):
+        groups = importlib.import_module("nki.collectives").ReplicaGroup([list(range(ranks))])
+        xs = []
+        for _ in range(ranks):
+            bits = rng.integers(0, 2**16, (m, k), dtype=np.uint32).astype(np.uint16)
+            bits[(bits & 0x7F80) == 0x7F80] &= 0xBFFF  # no NaN / inf: the comparison's allclose
+            xs.append(bits.view(BF16))
+        return (tn.PerRank(xs), groups, ranks), {}
+
+    return make
+
+
 def _topk_reduce_inputs(t, k, ranks, h):
     """bf16 rows [ranks * T, H + 2]: each token's K rows scattered among them, the rest
     padding (index -1), each row's index packed as int32 into its last two columns."""
@@ -2606,6 +2635,10 @@ def _cases() -> list[Case]:
     # collective call of its own; LNC=2 shards H).
     exp = "nkilib.experimental"
     topk = (f"{exp}.collectives.topk_reduce", "topk_reduce", _topk_reduce_inputs(8, 2, 3, 256))
+
+    def sb2sb(kernel, m, k):
+        return (f"{exp}.collectives.sb2sb_allgather", kernel, _allgather_inputs(m, k, 4))
+
     nz = (f"{exp}.benchmark.find_nonzero_indices_with_count", "find_nonzero_indices_with_count",
           lambda r: ((_sparse(r, 1, 256),), {}))  # fmt: skip
     for label, (module, kernel, inputs), check, lnc, opts in (
@@ -2620,6 +2653,15 @@ def _cases() -> list[Case]:
           _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, {}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, {}),
+        # SBUF all-gathers across 4 ranks (each its own input; trn2core.nki.run(ranks=4)):
+        # every rank's output is the four inputs side by side, bit for bit. The tiled form
+        # at LNC=2 gives each physical core half of the 128-row tiles.
+        ("allgather_sb2sb (bf16 64 x 96, 4 ranks)", sb2sb("allgather_sb2sb", 64, 96),
+         ref_allgather, 1, {"ranks": 4}),
+        ("allgather_sb2sb_tiled (bf16 256 x 64, 4 ranks)", sb2sb("allgather_sb2sb_tiled", 256, 64),
+         ref_allgather, 1, {"ranks": 4}),
+        ("allgather_sb2sb_tiled (bf16 256 x 64, 4 ranks)", sb2sb("allgather_sb2sb_tiled", 256, 64),
+         ref_allgather, 2, {"ranks": 4}),
         # It loads the input into partition 0 of a 128-partition tile; nonzero_with_count
         # also reads partitions 16, 32, .. 112 (one per GpSimd core), whose results it drops.
         ("find_nonzero_indices_with_count (T 256)", nz, ref_nonzero_with_count, 1,
@@ -3439,7 +3481,8 @@ def _run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
         if case.call:
             out, sim = fn(*args, **kwargs), None
         else:
-            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized, **kwargs)
+            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized,
+                          ranks=case.ranks, **kwargs)  # fmt: skip
             out, sim = res.outputs, res.report.seconds
         return _compare(out, ref, case), sim, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - every failure is a row of the table

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FormatError, ShapeError, Trn2ValueError
 from . import _dtypes as D
 from ._api import user_location
-from ._rendezvous import Call, RendezvousError
+from ._rendezvous import Call, RendezvousError, shown
 from ._runtime import Core, WrittenBytes
 from ._tensor import HBM, PRIVATE_HBM, SBUF, SHARED_HBM, NkiTensor
 
@@ -56,15 +56,11 @@ def _meet(c: Core, op: str, payload, check, times=None) -> Call:
     other = c.launch.rendezvous(c).meet(c.index, mine)
     if other.check != check:
         raise RendezvousError(
-            f"{op} on physical core {c.index} ({_shown(check)}) does not match its call at "
-            f"{other.where} on physical core {1 - c.index} ({_shown(other.check)})"
+            f"{op} on physical core {c.index} ({shown(check)}) does not match its call at "
+            f"{other.where} on physical core {1 - c.index} ({shown(other.check)})"
         )
     c.m.hold_last(max(mine.tick, other.tick))
     return other
-
-
-def _shown(check) -> str:
-    return ", ".join(f"{k} {v}" for k, v in check)
 
 
 def sendrecv(c: Core, src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd: bool) -> None:

@@ -96,3 +96,8 @@ class Rendezvous:
             if self.ended[core] is None:
                 self.ended[core] = why
             self.cond.notify_all()
+
+
+def shown(check) -> str:
+    """A rendezvous ``check`` as words ("pipe_id 0, shape (128, 4)")."""
+    return ", ".join(f"{k} {v}" for k, v in check)
