@@ -1386,6 +1386,62 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
     return f
 
 
+def _kvdp_inputs(b, s, h, d, s_ctx, kvdp):
+    """attention_block_tkg with KV data parallelism over ``kvdp`` ranks (one q head each, the
+    k and v head shared): the inputs of ``_attn_block_inputs`` (one q head) for the whole
+    batch, then per rank its own q weights (and bias) and output projection, its B/KVDP
+    batches of the KV cache, of the update positions and of the mask (over the KVDP q heads
+    the rank attends with)."""
+    import trn2core.nki as tn
+
+    base = _attn_block_inputs(b, s, h, 1, d, s_ctx)
+
+    def f(r):
+        _, kw = base(r)
+        ba = b // kvdp
+        per = {n: [] for n in ("W_qkv", "bias_qkv", "W_out", "K_cache", "V_cache",
+                                "attention_mask", "kv_cache_update_idx")}  # fmt: skip
+        for q in range(kvdp):
+            w, bias = kw["W_qkv"].copy(), kw["bias_qkv"].copy()
+            if q:
+                w[:, :d] = (_f32(r, h, d) / np.sqrt(h)).astype(BF16)
+                bias[:, :d] = _f32(r, 1, d, lo=-0.1, hi=0.1).astype(BF16)
+            per["W_qkv"].append(w)
+            per["bias_qkv"].append(bias)
+            per["W_out"].append(kw["W_out"] if not q else (_f32(r, d, h) / np.sqrt(d)).astype(BF16))
+            rows = slice(q * ba, (q + 1) * ba)
+            for n in ("K_cache", "V_cache", "kv_cache_update_idx"):
+                per[n].append(np.ascontiguousarray(kw[n][rows]))
+            per["attention_mask"].append(np.repeat(kw["attention_mask"][:, rows], kvdp, axis=2))
+        kw.update({n: tn.PerRank(v) for n, v in per.items()})
+        kw["KVDP"] = kvdp
+        kw["KVDP_replica_group"] = importlib.import_module("nki.collectives").ReplicaGroup(
+            [list(range(kvdp))]
+        )
+        return (), kw
+
+    return f
+
+
+def ref_attention_block_kvdp(**kw):
+    """attention_block_tkg with KV data parallelism: each rank's output is the block's
+    (ref_attention_block_tkg) with its own q head and output projection over the whole batch
+    and the whole KV cache (the ranks' slices put together); its caches, its slice of the
+    updated whole cache."""
+    kvdp = kw.pop("KVDP")
+    kw.pop("KVDP_replica_group")
+    per = {n: v.values for n, v in kw.items() if hasattr(v, "values") and isinstance(v.values, list)}
+    whole = {n: np.concatenate(per[n]) for n in ("K_cache", "V_cache", "kv_cache_update_idx")}
+    whole["attention_mask"] = np.concatenate([m[:, :, :1] for m in per["attention_mask"]], axis=1)
+    out = []
+    for q in range(kvdp):
+        one = {**kw, **whole, **{n: per[n][q] for n in ("W_qkv", "bias_qkv", "W_out")}}
+        o, k_new, v_new = ref_attention_block_tkg(**one)
+        rows = slice(q * len(per["K_cache"][q]), (q + 1) * len(per["K_cache"][q]))
+        out.append((o, k_new[rows], v_new[rows]))
+    return tuple(out)
+
+
 def _mlp_stand_in() -> types.ModuleType:
     """nkilib.core.mlp.mlp for transformer_tkg (mlp.py does not parse upstream: an
     IndentationError at its line 203): ``mlp`` as its docstring describes it, our own: the
@@ -2602,6 +2658,26 @@ def _cases() -> list[Case]:
                 uninitialized="nan" if lnc == 2 else "error",
                 wrap=_sbuf_out_wrapper if kw.get("out_in_sb") else
                 _sbuf_in_wrapper if kw.get("x_in_sb") else None,
+            )
+        )
+    # KV data parallelism over 2 ranks (trn2core.nki.run(ranks=2)): Q all-gathered across
+    # the ranks, each attending over its batch's KV cache with both q heads, the attention
+    # all-gathered back (HBM all_gather along dimension 0, rank_id selecting the slices).
+    for lnc in (1, 2):
+        cases.append(
+            Case(
+                f"nkilib attention_block_tkg (KVDP 2, B 2, S 1) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.attention_block_tkg",
+                "attention_block_tkg",
+                _kvdp_inputs(2, 1, 256, 64, 256, 2),
+                ref_attention_block_kvdp,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                uninitialized="nan" if lnc == 2 else "error",
+                ranks=2,
             )
         )
     # The whole token-generation layer (attention block, MLP, residual adds), two layers, on
