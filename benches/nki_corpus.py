@@ -1428,9 +1428,11 @@ def ref_attention_block_kvdp(**kw):
     (ref_attention_block_tkg) with its own q head and output projection over the whole batch
     and the whole KV cache (the ranks' slices put together); its caches, its slice of the
     updated whole cache."""
+    import trn2core.nki as tn
+
     kvdp = kw.pop("KVDP")
     kw.pop("KVDP_replica_group")
-    per = {n: v.values for n, v in kw.items() if hasattr(v, "values") and isinstance(v.values, list)}
+    per = {n: v.values for n, v in kw.items() if isinstance(v, tn.PerRank)}
     whole = {n: np.concatenate(per[n]) for n in ("K_cache", "V_cache", "kv_cache_update_idx")}
     whole["attention_mask"] = np.concatenate([m[:, :, :1] for m in per["attention_mask"]], axis=1)
     out = []
