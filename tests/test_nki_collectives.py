@@ -33,20 +33,19 @@ def _same_bits(a, b) -> bool:
 
 @tn.jit
 def _my_rank(x):
-    r = rank_id()
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.memset(dst=t, value=float(r))
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
+    """Rank r's slice x[r], selected by its rank_id register as a scalar_offset."""
+    _, h, w = x.shape
+    out = nl.ndarray((h, w), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=x.ap(pattern=[[w, h], [1, w]], scalar_offset=rank_id(),
+                                    indirect_dim=0))  # fmt: skip
     return out
 
 
-def test_rank_id_is_each_ranks_index():
-    x = np.zeros((4, 8), np.float32)
+def test_rank_id_is_each_ranks_index_in_a_register():
+    x = _bits(3, 4, 8)
     res = tn.run(_my_rank, x, ranks=3)
-    assert [float(o[0, 0]) for o in res.outputs] == [0.0, 1.0, 2.0]
-    assert all(np.all(o == o[0, 0]) for o in res.outputs)
-    assert np.all(_my_rank(x) == 0.0), "a one-rank launch is rank 0"
+    assert [_same_bits(o, x[r]) for r, o in enumerate(res.outputs)] == [True] * 3
+    assert _same_bits(_my_rank(x), x[0]), "a one-rank launch is rank 0"
 
 
 @tn.jit
@@ -128,9 +127,8 @@ def test_all_gather_at_lnc2_pairs_each_physical_core_across_ranks():
 def _slow_rank(x, spin):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
-    if rank_id() == 1:
-        for _ in range(spin):
-            nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=1.0)
+    for _ in range(spin):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=1.0)
     g = nl.ndarray((x.shape[0], x.shape[1] * 2), dtype=x.dtype, buffer=nl.sbuf)
     all_gather(srcs=[t], dsts=[g], replica_group=ReplicaGroup([[0, 1]]), collective_dim=1)
     out = nl.ndarray(g.shape, dtype=x.dtype, buffer=nl.shared_hbm)
@@ -141,7 +139,7 @@ def _slow_rank(x, spin):
 def test_all_gather_waits_for_the_latest_rank():
     x = np.ones((16, 16), np.float32)
     quick = tn.run(_slow_rank, x, 0, ranks=2)
-    slow = tn.run(_slow_rank, x, 50, ranks=2)
+    slow = tn.run(_slow_rank, x, tn.PerRank([0, 50]), ranks=2)
     assert all(np.array_equal(o, np.ones((16, 32), np.float32)) for o in slow.outputs)
     # Rank 0's own instructions are the same; it waits at the gather for rank 1's spin.
     assert slow.report.opcodes == quick.report.opcodes
@@ -192,7 +190,7 @@ def test_replica_group_and_ranks_refuse_bad_values():
         with pytest.raises(Trn2Error, match=words) as info:
             ReplicaGroup(groups)
         assert info.value.arg == "groups"
-    x = np.zeros((4, 8), np.float32)
+    x = np.zeros((2, 4, 8), np.float32)
     for ranks in (0, -2, 1.5, True):
         with pytest.raises(Trn2Error) as info:
             tn.run(_my_rank, x, ranks=ranks)
@@ -203,18 +201,18 @@ def test_replica_group_and_ranks_refuse_bad_values():
 
 
 @tn.jit
-def _rank1_skips(x):
+def _rank1_skips(x, gather):
     t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=t, src=x)
     g = nl.ndarray((x.shape[0], x.shape[1] * 2), dtype=x.dtype, buffer=nl.sbuf)
-    if rank_id() == 0:
+    if gather:
         all_gather(srcs=[t], dsts=[g], replica_group=ReplicaGroup([[0, 1]]), collective_dim=1)
     return x
 
 
 def test_a_rank_that_never_gathers_fails_the_waiting_one():
     with pytest.raises(Trn2Error, match="has no match: rank 1 ended after 0 such calls") as info:
-        tn.run(_rank1_skips, np.ones((4, 4), np.float32), ranks=2)
+        tn.run(_rank1_skips, np.ones((4, 4), np.float32), tn.PerRank([True, False]), ranks=2)
     assert str(info.value).startswith(f"{__file__}:{_line_of(_rank1_skips, 'all_gather(')}:")
 
 

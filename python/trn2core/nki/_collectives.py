@@ -18,6 +18,7 @@ from . import _dtypes as D
 from ._api import api
 from ._index import is_int
 from ._lnc2 import _times, _where
+from ._register import VirtualRegister
 from ._rendezvous import Call
 from ._runtime import Core, current
 from ._tensor import NkiTensor
@@ -65,10 +66,10 @@ class ReplicaGroup:
 
 
 @api
-def rank_id(name=None) -> int:
+def rank_id(name=None) -> VirtualRegister:
     """This rank's id (0 to N-1 under ``trn2core.nki.run(..., ranks=N)``; 0 in a one-rank
-    launch), as a Python integer: every use of it the kernel makes sees its value."""
-    return current().launch.rank
+    launch) in a register, as on the chip (a ``scalar_offset``, a register operand)."""
+    return VirtualRegister(current().launch.rank)
 
 
 def _group(c: Core, replica_group) -> tuple[int, ...]:
