@@ -1663,6 +1663,31 @@ def _allgather_inputs(m, k, ranks):
     return make
 
 
+def ref_fg_allgather(lhs, tp_degree, num_groups, **_):
+    """nki-library's fine_grained_allgather (its docstring): every rank's ``result`` holds each
+    rank's lhs rows in rank order, [RANK_N, ...] over the rank's [m, K] rows (split in the
+    layout's LNC and channel blocks, whose order is the rows')."""
+    xs = lhs.values
+    return tuple(np.stack(xs) for _ in xs)
+
+
+def _fg_allgather_inputs(m, k, ranks, **kw):
+    """Each rank's own bf16 lhs [m, K] (arbitrary bits but NaN and inf); one group."""
+
+    def make(rng):
+        args, _ = _allgather_inputs(m, k, ranks)(rng)
+        return (args[0], ranks, 1), kw
+
+    return make
+
+
+def _fg_rows(out):
+    """fine_grained_allgather's result as [RANK_N, m, K] (its LNC and channel blocks are
+    consecutive row blocks of a rank's rows in both of its layouts at LNC=1; at LNC=2 the
+    SBUF layout [RANK_N, LNC, CHANNEL, m / 4, K] too)."""
+    return out.reshape(out.shape[0], -1, out.shape[-1])
+
+
 def _topk_reduce_inputs(t, k, ranks, h):
     """bf16 rows [ranks * T, H + 2]: each token's K rows scattered among them, the rest
     padding (index -1), each row's index packed as int32 into its last two columns."""
@@ -2714,6 +2739,10 @@ def _cases() -> list[Case]:
     exp = "nkilib.experimental"
     topk = (f"{exp}.collectives.topk_reduce", "topk_reduce", _topk_reduce_inputs(8, 2, 3, 256))
 
+    def fg(**kw):
+        return (f"{exp}.collectives.fg_allgather", "fine_grained_allgather",
+                _fg_allgather_inputs(128, 128, 4, **kw))  # fmt: skip
+
     def sb2sb(kernel, m, k):
         return (f"{exp}.collectives.sb2sb_allgather", kernel, _allgather_inputs(m, k, 4))
 
@@ -2740,6 +2769,14 @@ def _cases() -> list[Case]:
          ref_allgather, 1, {"ranks": 4}),
         ("allgather_sb2sb_tiled (bf16 256 x 64, 4 ranks)", sb2sb("allgather_sb2sb_tiled", 256, 64),
          ref_allgather, 2, {"ranks": 4}),
+        # The ring all-gather (collective_permute_implicit, double-buffered; at LNC=2 two
+        # channels a core): its SBUF path, and its HBM path (force_hbm_cc) at LNC=1.
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, SBUF)", fg(), ref_fg_allgather, 1,
+         {"ranks": 4, "decode": _fg_rows}),
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, SBUF)", fg(), ref_fg_allgather, 2,
+         {"ranks": 4, "decode": _fg_rows}),
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, HBM)", fg(force_hbm_cc=True),
+         ref_fg_allgather, 1, {"ranks": 4, "decode": _fg_rows}),
         # It loads the input into partition 0 of a 128-partition tile; nonzero_with_count
         # also reads partitions 16, 32, .. 112 (one per GpSimd core), whose results it drops.
         ("find_nonzero_indices_with_count (T 256)", nz, ref_nonzero_with_count, 1,

@@ -223,3 +223,93 @@ def test_the_other_collectives_are_refused_by_name():
         with pytest.raises(tn.NotSupportedError, match="nki.collectives.all_reduce"):
             ncc.all_reduce([], [], None, None)
         assert ncc.rank_id is rank_id and ncc.ReplicaGroup is ReplicaGroup
+
+
+@tn.jit
+def _ring(x, lookup, groups, steps):
+    """``steps`` ring steps of a two-channel implicit collective permute (each channel half of
+    ``x``'s columns); after each, the rank whose data arrived, from
+    collective_permute_implicit_current_processing_rank_id, picks the output row it goes to
+    (a scalar_offset, through ``lookup`` [[0, 1, ..]]): an all-gather by hand."""
+    from trn2core.nki._collectives import (
+        collective_permute_implicit,
+        collective_permute_implicit_current_processing_rank_id,
+    )
+
+    p, f = x.shape
+    n = len(groups[0])
+    rg = ReplicaGroup(groups)
+    out = nl.ndarray((n, p, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    bufs = [nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf) for _ in range(2)]
+    nisa.dma_copy(dst=bufs[0], src=x)
+    for it in range(steps + 1):
+        if it:
+            a, b = bufs[(it - 1) % 2], bufs[it % 2]
+            h = f // 2
+            collective_permute_implicit(
+                srcs_by_channel=[[a[:, 0:h]], [a[:, h:f]]],
+                dsts_by_channel=[[b[:, 0:h]], [b[:, h:f]]],
+                replica_group=rg,
+                channel_ids=[0, 1],
+            )
+        who = collective_permute_implicit_current_processing_rank_id(
+            iteration_id=it, replica_group=rg, channel_id=1
+        )
+        row = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=lookup.ap(pattern=[[n, 1], [1, 1]], scalar_offset=who,
+                                             indirect_dim=1))  # fmt: skip
+        nisa.dma_copy(dst=out.ap(pattern=[[f, p], [1, f]], scalar_offset=row, indirect_dim=0),
+                      src=bufs[it % 2])  # fmt: skip
+    return out
+
+
+def test_collective_permute_implicit_passes_data_round_the_ring():
+    xs = [_bits(16, 8, seed=50 + r) for r in range(3)]
+    lookup = np.arange(3, dtype=np.int32).reshape(1, 3)
+    res = tn.run(_ring, tn.PerRank(xs), lookup, [[0, 1, 2]], 2, ranks=3)
+    assert all(_same_bits(o, np.stack(xs)) for o in res.outputs)
+    # The ring is the group's order: [2, 0, 1] sends 2 -> 0 -> 1 -> 2.
+    ys = [_bits(16, 8, seed=60 + r) for r in range(3)]
+    res = tn.run(_ring, tn.PerRank(ys), lookup, [[2, 0, 1]], 1, ranks=3, uninitialized="nan")
+    for r, o in enumerate(res.outputs):
+        pred = {0: 2, 1: 0, 2: 1}[r]
+        assert _same_bits(o[r], ys[r]) and _same_bits(o[pred], ys[pred])
+
+
+@tn.jit
+def _bad_permute(x, how):
+    from trn2core.nki._collectives import (
+        collective_permute_implicit,
+        collective_permute_implicit_current_processing_rank_id,
+    )
+
+    rg = ReplicaGroup([[0, 1]])
+    a = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    b = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    srcs, dsts, ids, it = [[a]], [[b]], [0], 0
+    if how == "ids":
+        ids = [1]
+    elif how == "two":
+        srcs, dsts = [[a, a]], [[b, b]]
+    elif how == "shape":
+        dsts = [[b[:, 0:2]]]
+    elif how == "iteration":
+        it = -1
+    collective_permute_implicit(srcs_by_channel=srcs, dsts_by_channel=dsts,
+                                replica_group=rg, channel_ids=ids)  # fmt: skip # bad
+    collective_permute_implicit_current_processing_rank_id(iteration_id=it, replica_group=rg)  # bad
+    return x
+
+
+@pytest.mark.parametrize(
+    ("how", "arg", "line"),
+    [
+        ("ids", "channel_ids", "collective_permute_implicit(srcs_by"),
+        ("two", "srcs_by_channel", "collective_permute_implicit(srcs_by"),
+        ("shape", "dsts_by_channel", "collective_permute_implicit(srcs_by"),
+        ("iteration", "iteration_id", "iteration_id=it"),
+    ],
+)
+def test_collective_permute_implicit_refuses_bad_input_at_the_kernels_line(how, arg, line):
+    _raises(_bad_permute, np.ones((4, 4), np.float32), how, ranks=2, arg=arg, line_text=line)

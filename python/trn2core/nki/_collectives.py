@@ -175,19 +175,127 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
                 for k in range(len(s.shape))
             )
             c.issue("dma_copy", t[slot].tile, s.tile, None)
-    bits = [c.m.read(s.tile) for s in srcs]
     check = (
         ("replica_group", replica_group.groups),
         ("collective_dim", d),
         ("shapes", tuple(tuple(s.shape) for s in srcs)),
         ("dtypes", tuple(D.machine_name(s.dtype) for s in srcs)),
     )
-    mine = Call("all_gather", _where(), float(_times(c)[0][-1]), bits, check)
+    calls = _exchange(c, "all_gather", group, srcs, check)
+    for i, (s, t) in enumerate(zip(srcs, dsts, strict=True)):
+        parts = [_elements(calls[r].payload[i], s) for r in group]
+        c.m.write(t.tile, np.ascontiguousarray(np.concatenate(parts, axis=d)).reshape(-1))
+
+
+def _exchange(c: Core, op: str, group: tuple[int, ...], srcs, check) -> list[Call]:
+    """Meets every rank with the bits of ``srcs`` and the start of ``c``'s last instruction
+    (the transfer just issued); holds that instruction to the latest start in ``group``.
+    Returns every rank's call, in rank order."""
+    bits = [c.m.read(s.tile) for s in srcs]
+    mine = Call(op, _where(), float(_times(c)[0][-1]), bits, check)
     calls = c.launch.group.meet(c.launch.rank, c.index, mine)
     c.m.hold_last(max(calls[r].tick for r in group))
-    for i, (s, t) in enumerate(zip(srcs, dsts, strict=True)):
-        es = s.dtype.itemsize
-        parts = [
-            np.asarray(calls[r].payload[i]).view(np.uint8).reshape(*s.shape, es) for r in group
-        ]
-        c.m.write(t.tile, np.ascontiguousarray(np.concatenate(parts, axis=d)).reshape(-1))
+    return calls
+
+
+def _elements(raw, like: NkiTensor) -> np.ndarray:
+    """Raw bytes read from a tile like ``like``, as its elements' bytes [*shape, itemsize]."""
+    return np.asarray(raw).view(np.uint8).reshape(*like.shape, like.dtype.itemsize)
+
+
+def _pairs(srcs_by_channel, dsts_by_channel) -> list[tuple[NkiTensor, NkiTensor]]:
+    """Each channel's (source, destination): one tensor each (the NKI collectives reference),
+    of one dtype, shape and memory."""
+    out = []
+    for arg, xs in (("srcs_by_channel", srcs_by_channel), ("dsts_by_channel", dsts_by_channel)):
+        if not isinstance(xs, (list, tuple)) or not xs:
+            raise Trn2ValueError(f"{arg}: expected a non-empty list of lists, got {xs!r}", arg=arg)
+        for inner in xs:
+            if _tensors(arg, inner) and len(inner) != 1:
+                raise Trn2ValueError(
+                    f"{arg}: each channel takes exactly one tensor (coalesced collectives are "
+                    f"not supported here, the NKI collectives reference), got {len(inner)}",
+                    arg=arg,
+                )
+    if len(srcs_by_channel) != len(dsts_by_channel):
+        raise Trn2ValueError(
+            f"dsts_by_channel: {len(dsts_by_channel)} channels for {len(srcs_by_channel)} "
+            "source channels",
+            arg="dsts_by_channel",
+        )
+    for (s,), (t,) in zip(srcs_by_channel, dsts_by_channel, strict=True):
+        if s.dtype != t.dtype or tuple(s.shape) != tuple(t.shape):
+            raise ShapeError(
+                "dsts_by_channel: a channel's destination has its source's shape and dtype, got "
+                f"{tuple(t.shape)} {D.machine_name(t.dtype)} for {tuple(s.shape)} "
+                f"{D.machine_name(s.dtype)}",
+                arg="dsts_by_channel",
+            )
+        if s.buffer.space not in ("hbm", "sbuf") or t.buffer.space != s.buffer.space:
+            raise Trn2ValueError(
+                "dsts_by_channel: a channel moves HBM to HBM or SBUF to SBUF, got "
+                f"{s.buffer.name} to {t.buffer.name}",
+                arg="dsts_by_channel",
+                rule="collective_memory",
+            )
+        out.append((s, t))
+    return out
+
+
+#: Channels of an implicit collective permute (the NKI collectives reference: at most 4).
+_MAX_CHANNELS = 4
+
+
+@api
+def collective_permute_implicit(
+    srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,), priority=None, name=None
+) -> None:
+    """Each rank sends each channel's source to its successor in its group's ring (the
+    group's rank order, the last to the first) and receives its predecessor's into the
+    channel's destination (module doc; docs/nki.md, "Collectives across ranks")."""
+    c = current()
+    c.flush()
+    pairs = _pairs(srcs_by_channel, dsts_by_channel)
+    group = _group(c, replica_group)
+    ids = list(channel_ids) if isinstance(channel_ids, (list, tuple)) else None
+    if ids != list(range(len(pairs))) or len(pairs) > _MAX_CHANNELS:
+        raise Trn2ValueError(
+            f"channel_ids: consecutive integers from 0, one per channel (at most "
+            f"{_MAX_CHANNELS}; the NKI collectives reference), got {channel_ids!r} for "
+            f"{len(pairs)} channels",
+            arg="channel_ids",
+        )
+    for s, t in pairs:
+        c.issue("dma_copy", t.tile, s.tile, None)
+    check = (
+        ("replica_group", replica_group.groups),
+        ("channels", len(pairs)),
+        ("shapes", tuple(tuple(s.shape) for s, _ in pairs)),
+        ("dtypes", tuple(D.machine_name(s.dtype) for s, _ in pairs)),
+    )
+    calls = _exchange(c, "collective_permute_implicit", group, [s for s, _ in pairs], check)
+    pred = group[(group.index(c.launch.rank) - 1) % len(group)]
+    for i, (s, t) in enumerate(pairs):
+        c.m.write(t.tile, np.ascontiguousarray(_elements(calls[pred].payload[i], s)).reshape(-1))
+
+
+@api
+def collective_permute_implicit_current_processing_rank_id(
+    iteration_id, replica_group, channel_id=0, name=None
+) -> VirtualRegister:
+    """The rank whose data this rank holds after ``iteration_id`` ring steps of
+    ``collective_permute_implicit``: its own at 0, then its predecessors' in turn, in a
+    register (the NKI collectives reference)."""
+    c = current()
+    group = _group(c, replica_group)
+    for arg, v in (("iteration_id", iteration_id), ("channel_id", channel_id)):
+        if not is_int(v) or v < 0:
+            raise Trn2ValueError(f"{arg}: expected a non-negative integer, got {v!r}", arg=arg)
+    if channel_id >= _MAX_CHANNELS:
+        raise Trn2ValueError(
+            f"channel_id: at most {_MAX_CHANNELS} channels (0 to {_MAX_CHANNELS - 1}; the NKI "
+            f"collectives reference), got {channel_id}",
+            arg="channel_id",
+        )
+    pos = group.index(c.launch.rank)
+    return VirtualRegister(group[(pos - int(iteration_id)) % len(group)])

@@ -86,6 +86,10 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         "rank_id": _collectives.rank_id,
         "ReplicaGroup": _collectives.ReplicaGroup,
         "all_gather": _collectives.all_gather,
+        "collective_permute_implicit": _collectives.collective_permute_implicit,
+        "collective_permute_implicit_current_processing_rank_id": (
+            _collectives.collective_permute_implicit_current_processing_rank_id
+        ),
     }
     compiler = {**_surface.compiler_namespace(), "no_reorder": language.no_reorder}
     dims = {"VNC": language.nc}  # ``kernel[VNC(2)]``: a grid axis over two physical cores
