@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import FormatError, ShapeError, Trn2ValueError
+from ..errors import ShapeError, Trn2ValueError
 from . import _dtypes as D
 from ._api import api
 from ._index import is_int
-from ._lnc2 import _times, _where
+from ._lnc2 import _times, _where, one_dtype
 from ._register import VirtualRegister
 from ._rendezvous import Call
 from ._runtime import Core, current
@@ -155,12 +155,7 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
                 f"{tuple(s.shape)} and {tuple(t.shape)}",
                 arg="srcs",
             )
-        if s.dtype != t.dtype:
-            raise FormatError(
-                f"dsts: all_gather needs a source and its destination of one dtype, got "
-                f"{D.machine_name(s.dtype)} and {D.machine_name(t.dtype)}",
-                arg="dsts",
-            )
+        one_dtype("dsts", "all_gather needs a source and its destination", s, t)
         want = tuple(s.shape[:d]) + (s.shape[d] * n,) + tuple(s.shape[d + 1 :])
         if tuple(t.shape) != want:
             raise ShapeError(

@@ -42,6 +42,17 @@ def _times(c: Core) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(r["start"]), np.asarray(r["end"])
 
 
+def one_dtype(arg: str, what: str, a: NkiTensor, b: NkiTensor) -> None:
+    """A ``FormatError`` naming ``arg`` unless ``a`` and ``b`` have one dtype (``what``: who
+    needs that, e.g. "sendrecv needs src and dst")."""
+    if a.dtype != b.dtype:
+        raise FormatError(
+            f"{arg}: {what} of one dtype, got {D.machine_name(a.dtype)} and "
+            f"{D.machine_name(b.dtype)}",
+            arg=arg,
+        )
+
+
 def _where() -> str:
     file, line = user_location()
     return f"{file}:{line}"
@@ -76,12 +87,7 @@ def sendrecv(c: Core, src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd: b
                 arg=arg,
                 rule="sendrecv_memory",
             )
-    if src.dtype != dst.dtype:
-        raise FormatError(
-            f"dst: sendrecv needs src and dst of one dtype, got {D.machine_name(src.dtype)} and "
-            f"{D.machine_name(dst.dtype)}",
-            arg="dst",
-        )
+    one_dtype("dst", "sendrecv needs src and dst", src, dst)
     if tuple(src.shape) != tuple(dst.shape):
         raise ShapeError(
             f"dst: sendrecv needs src and dst of one shape, got {tuple(src.shape)} and "

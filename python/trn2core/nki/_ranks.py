@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from ..errors import Trn2ValueError
-from ._rendezvous import POLL_S, Call, RendezvousError, shown
+from ._rendezvous import POLL_S, Call, Meeting, RendezvousError, shown
 
 
 class PerRank:
@@ -34,19 +34,17 @@ class PerRank:
         return f"PerRank({len(self.values)} values)"
 
 
-class RankGroup:
+class RankGroup(Meeting):
     """The meeting point of a multi-rank launch's ranks (module doc)."""
 
     def __init__(self, ranks: int) -> None:
+        super().__init__(ranks)
         self.ranks = ranks
-        self.cond = threading.Condition()
         #: ``(physical core, n)`` -> each rank's call (``None`` until it arrives).
         self.slots: dict[tuple[int, int], list[Call | None]] = {}
         self.taken: dict[tuple[int, int], int] = {}
         #: Collective calls made so far, per ``(rank, physical core)``.
         self.count: dict[tuple[int, int], int] = {}
-        #: Why a rank will make no more calls (``None``: still running).
-        self.ended: list[str | None] = [None] * ranks
 
     def meet(self, rank: int, core: int, call: Call) -> list[Call]:
         """Waits for every rank's matching call; returns them in rank order."""
@@ -83,13 +81,6 @@ class RankGroup:
                     f"at {other.where} on rank {r} ({shown(other.check)})"
                 )
         return calls
-
-    def end(self, rank: int, why: str) -> None:
-        """Rank ``rank`` makes no more calls (``why``: "ended", "raised ...")."""
-        with self.cond:
-            if self.ended[rank] is None:
-                self.ended[rank] = why
-            self.cond.notify_all()
 
 
 def _resolve(fn, args, kwargs, ranks: int, rank: int):
