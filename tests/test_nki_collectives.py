@@ -198,6 +198,9 @@ def test_replica_group_and_ranks_refuse_bad_values():
     with pytest.raises(Trn2Error, match="PerRank holds 2 values for a launch of 3 ranks") as info:
         tn.run(_my_rank, tn.PerRank([x, x]), ranks=3)
     assert info.value.arg == "x"
+    for launch in (lambda: tn.run(_my_rank, tn.PerRank([x])), lambda: _my_rank(tn.PerRank([x]))):
+        with pytest.raises(Trn2Error, match="a PerRank argument goes to a launch of several"):
+            launch()
 
 
 @tn.jit

@@ -22,7 +22,7 @@ from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
 from ._api import STATE
-from ._ranks import run_ranks
+from ._ranks import refuse_per_rank, run_ranks
 from ._report import NkiReport
 from ._runtime import KernelError, Launch
 
@@ -84,6 +84,8 @@ class Kernel:
         self, args, kwargs, uninitialized: str = "error", rank: int = 0, group=None
     ) -> Launch:
         check_target()
+        if group is None:
+            refuse_per_rank(self.fn, args, kwargs)
         return Launch(
             self.fn,
             args,

@@ -104,6 +104,20 @@ def _resolve(fn, args, kwargs, ranks: int, rank: int):
     )
 
 
+def refuse_per_rank(fn, args, kwargs) -> None:
+    """A ``PerRank`` argument of a one-rank launch is an error naming it."""
+    from ._runtime import _arg_name
+
+    for key, v in [*enumerate(args), *kwargs.items()]:
+        if isinstance(v, PerRank):
+            name = _arg_name(fn, key) if isinstance(key, int) else key
+            raise Trn2ValueError(
+                f"{name}: a PerRank argument goes to a launch of several ranks "
+                "(trn2core.nki.run(..., ranks=N))",
+                arg=name,
+            )
+
+
 def run_ranks(kernel, args, kwargs, ranks, uninitialized: str):
     """Runs ``kernel`` once per rank (module doc): rank 0 on this thread, the others on
     threads of their own. Returns the launches and each rank's outputs; raises the first
