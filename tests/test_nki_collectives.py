@@ -316,3 +316,26 @@ def _bad_permute(x, how):
 )
 def test_collective_permute_implicit_refuses_bad_input_at_the_kernels_line(how, arg, line):
     _raises(_bad_permute, np.ones((4, 4), np.float32), how, ranks=2, arg=arg, line_text=line)
+
+
+@tn.jit
+def _rank_fails(x, fail):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if fail:
+        nisa.dma_copy(dst=t[:, 0:2], src=x)  # fails
+    g = nl.ndarray((x.shape[0], x.shape[1] * 2), dtype=x.dtype, buffer=nl.sbuf)
+    all_gather(srcs=[t], dsts=[g], replica_group=ReplicaGroup([[0, 1]]), collective_dim=1)
+    return x
+
+
+def test_a_failing_rank_raises_its_own_error_not_the_waiting_ranks():
+    with pytest.raises(Trn2Error) as info:
+        tn.run(_rank_fails, np.ones((4, 4), np.float32), tn.PerRank([False, True]), ranks=2)
+    assert str(info.value).startswith(f"{__file__}:{_line_of(_rank_fails, '# fails')}:")
+
+
+def test_ranks_gathering_different_shapes_are_a_mismatch():
+    xs = [np.ones((4, 4), np.float32), np.ones((4, 2), np.float32)]
+    with pytest.raises(Trn2Error, match=r"does not match its call at .* on rank 1"):
+        tn.run(_rank_fails, tn.PerRank(xs), False, ranks=2)
