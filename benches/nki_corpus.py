@@ -76,6 +76,8 @@ class Case:
     #: Environment variables the kernel's module reads when imported (its own configuration):
     #: set for the case, the module imported afresh under a name of its own.
     env: tuple[tuple[str, str], ...] = ()
+    #: Launched once per rank (``trn2core.nki.run(..., ranks=N)``): outputs per rank.
+    ranks: int | None = None
 
 
 # ----------------------------------------------------------------------------- references
@@ -1384,6 +1386,64 @@ def _attn_block_inputs(b, s, h, nq, d, s_ctx, **opts):
     return f
 
 
+def _kvdp_inputs(b, s, h, d, s_ctx, kvdp):
+    """attention_block_tkg with KV data parallelism over ``kvdp`` ranks (one q head each, the
+    k and v head shared): the inputs of ``_attn_block_inputs`` (one q head) for the whole
+    batch, then per rank its own q weights (and bias) and output projection, its B/KVDP
+    batches of the KV cache, of the update positions and of the mask (over the KVDP q heads
+    the rank attends with)."""
+    import trn2core.nki as tn
+
+    base = _attn_block_inputs(b, s, h, 1, d, s_ctx)
+
+    def f(r):
+        _, kw = base(r)
+        ba = b // kvdp
+        per = {n: [] for n in ("W_qkv", "bias_qkv", "W_out", "K_cache", "V_cache",
+                                "attention_mask", "kv_cache_update_idx")}  # fmt: skip
+        for q in range(kvdp):
+            w, bias = kw["W_qkv"].copy(), kw["bias_qkv"].copy()
+            if q:
+                w[:, :d] = (_f32(r, h, d) / np.sqrt(h)).astype(BF16)
+                bias[:, :d] = _f32(r, 1, d, lo=-0.1, hi=0.1).astype(BF16)
+            per["W_qkv"].append(w)
+            per["bias_qkv"].append(bias)
+            per["W_out"].append(kw["W_out"] if not q else (_f32(r, d, h) / np.sqrt(d)).astype(BF16))
+            rows = slice(q * ba, (q + 1) * ba)
+            for n in ("K_cache", "V_cache", "kv_cache_update_idx"):
+                per[n].append(np.ascontiguousarray(kw[n][rows]))
+            per["attention_mask"].append(np.repeat(kw["attention_mask"][:, rows], kvdp, axis=2))
+        kw.update({n: tn.PerRank(v) for n, v in per.items()})
+        kw["KVDP"] = kvdp
+        kw["KVDP_replica_group"] = importlib.import_module("nki.collectives").ReplicaGroup(
+            [list(range(kvdp))]
+        )
+        return (), kw
+
+    return f
+
+
+def ref_attention_block_kvdp(**kw):
+    """attention_block_tkg with KV data parallelism: each rank's output is the block's
+    (ref_attention_block_tkg) with its own q head and output projection over the whole batch
+    and the whole KV cache (the ranks' slices put together); its caches, its slice of the
+    updated whole cache."""
+    import trn2core.nki as tn
+
+    kvdp = kw.pop("KVDP")
+    kw.pop("KVDP_replica_group")
+    per = {n: v.values for n, v in kw.items() if isinstance(v, tn.PerRank)}
+    whole = {n: np.concatenate(per[n]) for n in ("K_cache", "V_cache", "kv_cache_update_idx")}
+    whole["attention_mask"] = np.concatenate([m[:, :, :1] for m in per["attention_mask"]], axis=1)
+    out = []
+    for q in range(kvdp):
+        one = {**kw, **whole, **{n: per[n][q] for n in ("W_qkv", "bias_qkv", "W_out")}}
+        o, k_new, v_new = ref_attention_block_tkg(**one)
+        rows = slice(q * len(per["K_cache"][q]), (q + 1) * len(per["K_cache"][q]))
+        out.append((o, k_new[rows], v_new[rows]))
+    return tuple(out)
+
+
 def _mlp_stand_in() -> types.ModuleType:
     """nkilib.core.mlp.mlp for transformer_tkg (mlp.py does not parse upstream: an
     IndentationError at its line 203): ``mlp`` as its docstring describes it, our own: the
@@ -1574,6 +1634,58 @@ def ref_topk_reduce(inp, T, K, **_):  # noqa: N803 - the kernel's keywords
         if 0 <= t < T:
             out[t] += inp[row, :h].astype(np.float64)
     return out.astype(inp.dtype)
+
+
+def ref_allgather(inp, replica_groups, tp_degree):
+    """nki-library's SBUF all-gathers (their docstring): every rank's output is its group's
+    inputs side by side along the last dimension, in the group's rank order."""
+    xs = inp.values
+    return tuple(
+        np.concatenate([xs[q] for q in next(g for g in replica_groups.groups if r in g)], axis=1)
+        for r in range(len(xs))
+    )
+
+
+def _allgather_inputs(m, k, ranks):
+    """Each rank's own bf16 [m, k] (arbitrary bits but NaN: a gather moves them), one group of
+    all ranks."""
+    import trn2core.nki as tn
+
+    def make(rng):
+        groups = importlib.import_module("nki.collectives").ReplicaGroup([list(range(ranks))])
+        xs = []
+        for _ in range(ranks):
+            bits = rng.integers(0, 2**16, (m, k), dtype=np.uint32).astype(np.uint16)
+            bits[(bits & 0x7F80) == 0x7F80] &= 0xBFFF  # no NaN / inf: the comparison's allclose
+            xs.append(bits.view(BF16))
+        return (tn.PerRank(xs), groups, ranks), {}
+
+    return make
+
+
+def ref_fg_allgather(lhs, tp_degree, num_groups, **_):
+    """nki-library's fine_grained_allgather (its docstring): every rank's ``result`` holds each
+    rank's lhs rows in rank order, [RANK_N, ...] over the rank's [m, K] rows (split in the
+    layout's LNC and channel blocks, whose order is the rows')."""
+    xs = lhs.values
+    return tuple(np.stack(xs) for _ in xs)
+
+
+def _fg_allgather_inputs(m, k, ranks, **kw):
+    """Each rank's own bf16 lhs [m, K] (arbitrary bits but NaN and inf); one group."""
+
+    def make(rng):
+        args, _ = _allgather_inputs(m, k, ranks)(rng)
+        return (args[0], ranks, 1), kw
+
+    return make
+
+
+def _fg_rows(out):
+    """fine_grained_allgather's result as [RANK_N, m, K] (its LNC and channel blocks are
+    consecutive row blocks of a rank's rows in both of its layouts at LNC=1; at LNC=2 the
+    SBUF layout [RANK_N, LNC, CHANNEL, m / 4, K] too)."""
+    return out.reshape(out.shape[0], -1, out.shape[-1])
 
 
 def _topk_reduce_inputs(t, k, ranks, h):
@@ -2575,6 +2687,26 @@ def _cases() -> list[Case]:
                 _sbuf_in_wrapper if kw.get("x_in_sb") else None,
             )
         )
+    # KV data parallelism over 2 ranks (trn2core.nki.run(ranks=2)): Q all-gathered across
+    # the ranks, each attending over its batch's KV cache with both q heads, the attention
+    # all-gathered back (HBM all_gather along dimension 0, rank_id selecting the slices).
+    for lnc in (1, 2):
+        cases.append(
+            Case(
+                f"nkilib attention_block_tkg (KVDP 2, B 2, S 1) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.attention_block_tkg",
+                "attention_block_tkg",
+                _kvdp_inputs(2, 1, 256, 64, 256, 2),
+                ref_attention_block_kvdp,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                uninitialized="nan" if lnc == 2 else "error",
+                ranks=2,
+            )
+        )
     # The whole token-generation layer (attention block, MLP, residual adds), two layers, on
     # one tensor-parallel rank (no replica groups: no all-reduce). It imports nki-library's
     # mlp.py, which does not parse upstream: the harness stands in for it (_mlp_stand_in).
@@ -2606,6 +2738,14 @@ def _cases() -> list[Case]:
     # collective call of its own; LNC=2 shards H).
     exp = "nkilib.experimental"
     topk = (f"{exp}.collectives.topk_reduce", "topk_reduce", _topk_reduce_inputs(8, 2, 3, 256))
+
+    def fg(**kw):
+        return (f"{exp}.collectives.fg_allgather", "fine_grained_allgather",
+                _fg_allgather_inputs(128, 128, 4, **kw))  # fmt: skip
+
+    def sb2sb(kernel, m, k):
+        return (f"{exp}.collectives.sb2sb_allgather", kernel, _allgather_inputs(m, k, 4))
+
     nz = (f"{exp}.benchmark.find_nonzero_indices_with_count", "find_nonzero_indices_with_count",
           lambda r: ((_sparse(r, 1, 256),), {}))  # fmt: skip
     for label, (module, kernel, inputs), check, lnc, opts in (
@@ -2620,6 +2760,23 @@ def _cases() -> list[Case]:
           _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, {}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, {}),
+        # SBUF all-gathers across 4 ranks (each its own input; trn2core.nki.run(ranks=4)):
+        # every rank's output is the four inputs side by side, bit for bit. The tiled form
+        # at LNC=2 gives each physical core half of the 128-row tiles.
+        ("allgather_sb2sb (bf16 64 x 96, 4 ranks)", sb2sb("allgather_sb2sb", 64, 96),
+         ref_allgather, 1, {"ranks": 4}),
+        ("allgather_sb2sb_tiled (bf16 256 x 64, 4 ranks)", sb2sb("allgather_sb2sb_tiled", 256, 64),
+         ref_allgather, 1, {"ranks": 4}),
+        ("allgather_sb2sb_tiled (bf16 256 x 64, 4 ranks)", sb2sb("allgather_sb2sb_tiled", 256, 64),
+         ref_allgather, 2, {"ranks": 4}),
+        # The ring all-gather (collective_permute_implicit, double-buffered; at LNC=2 two
+        # channels a core): its SBUF path, and its HBM path (force_hbm_cc) at LNC=1.
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, SBUF)", fg(), ref_fg_allgather, 1,
+         {"ranks": 4, "decode": _fg_rows}),
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, SBUF)", fg(), ref_fg_allgather, 2,
+         {"ranks": 4, "decode": _fg_rows}),
+        ("fine_grained_allgather (bf16 128 x 128, 4 ranks, HBM)", fg(force_hbm_cc=True),
+         ref_fg_allgather, 1, {"ranks": 4, "decode": _fg_rows}),
         # It loads the input into partition 0 of a 128-partition tile; nonzero_with_count
         # also reads partitions 16, 32, .. 112 (one per GpSimd core), whose results it drops.
         ("find_nonzero_indices_with_count (T 256)", nz, ref_nonzero_with_count, 1,
@@ -3439,7 +3596,8 @@ def _run_case(root: str, case: Case, nki) -> tuple[str, float | None, float]:
         if case.call:
             out, sim = fn(*args, **kwargs), None
         else:
-            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized, **kwargs)
+            res = nki.run(fn, *args, grid=case.grid, uninitialized=case.uninitialized,
+                          ranks=case.ranks, **kwargs)  # fmt: skip
             out, sim = res.outputs, res.report.seconds
         return _compare(out, ref, case), sim, time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - every failure is a row of the table

@@ -113,7 +113,7 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
 
         for use in (
             lambda: cc.all_reduce(1),
-            lambda: cc.ReplicaGroup([0, 1]),
+            lambda: cc.all_to_all(1),
             lambda: NkiInstruction.x,
         ):
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):

@@ -24,6 +24,7 @@ from ._api import UninitializedReadError
 from ._finder import install, installed, uninstall
 from ._index import NotSupportedError
 from ._kernel import Kernel, RunResult, jit, jit_legacy, run, simulate, simulate_kernel
+from ._ranks import PerRank
 from ._report import NkiReport
 from ._runtime import KernelError, LoopCarriedDependencyError
 from ._tensor import NkiTensor, OutOfBoundsError, PartitionDimError
@@ -37,6 +38,7 @@ __all__ = [
     "NotSupportedError",
     "OutOfBoundsError",
     "PartitionDimError",
+    "PerRank",
     "RunResult",
     "UninitializedReadError",
     "install",

@@ -20,7 +20,7 @@ import types
 
 import numpy as np
 
-from . import _kernel, _ops, _surface, isa, isa_legacy, language, language_legacy
+from . import _collectives, _kernel, _ops, _surface, isa, isa_legacy, language, language_legacy
 from ._runtime import KernelError, LoopCarriedDependencyError
 from ._tensor import NkiTensor
 
@@ -81,7 +81,16 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
             _ops.dma_engine,
         )
     }
-    collectives = _surface.unsupported_names("nki.collectives", _surface.COLLECTIVES)
+    collectives = {
+        **_surface.unsupported_names("nki.collectives", _surface.COLLECTIVES),
+        "rank_id": _collectives.rank_id,
+        "ReplicaGroup": _collectives.ReplicaGroup,
+        "all_gather": _collectives.all_gather,
+        "collective_permute_implicit": _collectives.collective_permute_implicit,
+        "collective_permute_implicit_current_processing_rank_id": (
+            _collectives.collective_permute_implicit_current_processing_rank_id
+        ),
+    }
     compiler = {**_surface.compiler_namespace(), "no_reorder": language.no_reorder}
     dims = {"VNC": language.nc}  # ``kernel[VNC(2)]``: a grid axis over two physical cores
 

@@ -22,6 +22,7 @@ from ..errors import Trn2ValueError
 from ..machine import KernelReport
 from ..report import Result
 from ._api import STATE
+from ._ranks import refuse_per_rank, run_ranks
 from ._report import NkiReport
 from ._runtime import KernelError, Launch
 
@@ -79,8 +80,12 @@ class Kernel:
         lnc = 2 if nc_axes else 1
         return Kernel(self.fn, self.dialect, tuple(int(d) for d in g), nc_axes, lnc, self.options)
 
-    def launch(self, args, kwargs, uninitialized: str = "error") -> Launch:
+    def launch(
+        self, args, kwargs, uninitialized: str = "error", rank: int = 0, group=None
+    ) -> Launch:
         check_target()
+        if group is None:
+            refuse_per_rank(self.fn, args, kwargs)
         return Launch(
             self.fn,
             args,
@@ -90,6 +95,8 @@ class Kernel:
             lnc=self.lnc,
             dialect=self.dialect,
             uninitialized=uninitialized,
+            rank=rank,
+            group=group,
         )
 
     def __call__(self, *args, **kwargs):
@@ -159,17 +166,32 @@ def simulate_kernel(kernel, *args, **kwargs):
 
 
 def run(
-    kernel, *args, grid=None, uninitialized: str = "error", trace_limit: int = 1_000_000, **kwargs
+    kernel,
+    *args,
+    grid=None,
+    uninitialized: str = "error",
+    trace_limit: int = 1_000_000,
+    ranks: int | None = None,
+    **kwargs,
 ) -> RunResult:
     """Runs ``kernel`` (``@nki.jit``-decorated, or a plain kernel function) on ``args``
     (numpy / ml_dtypes arrays and plain values; ``kwargs`` go to the kernel too) and returns
     ``RunResult(outputs, report)``. ``grid`` is what ``kernel[grid]`` would be (the LNC degree
-    in the current dialect, the launch grid in the legacy one)."""
+    in the current dialect, the launch grid in the legacy one).
+
+    ``ranks=N`` runs the kernel once per rank, N logical cores meeting in ``nki.collectives``
+    calls (``rank_id()`` is 0 to N-1; an argument wrapped in ``trn2core.nki.PerRank([...])``
+    gives each rank its own value): ``outputs`` is then the list of each rank's outputs, and
+    ``report`` rank 0's timeline (docs/nki.md, "Collectives across ranks")."""
     if uninitialized not in ("error", "nan"):
         raise Trn2ValueError(f"uninitialized: expected 'error' or 'nan', got {uninitialized!r}")
     k = _as_kernel(kernel, grid)
-    launch = k.launch(args, kwargs, uninitialized)
-    outputs = launch.execute()
+    if ranks is None:
+        launch = k.launch(args, kwargs, uninitialized)
+        outputs = launch.execute()
+    else:
+        launches, outputs = run_ranks(k, args, kwargs, ranks, uninitialized)
+        launch = launches[0]
     reports = [KernelReport.from_core(c.m.run(trace_limit)) for c in launch.cores]
     return RunResult(outputs, NkiReport.from_cores(reports))
 

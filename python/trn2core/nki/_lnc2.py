@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import FormatError, ShapeError, Trn2ValueError
 from . import _dtypes as D
 from ._api import user_location
-from ._rendezvous import Call, RendezvousError
+from ._rendezvous import Call, RendezvousError, shown
 from ._runtime import Core, WrittenBytes
 from ._tensor import HBM, PRIVATE_HBM, SBUF, SHARED_HBM, NkiTensor
 
@@ -42,6 +42,17 @@ def _times(c: Core) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(r["start"]), np.asarray(r["end"])
 
 
+def one_dtype(arg: str, what: str, a: NkiTensor, b: NkiTensor) -> None:
+    """A ``FormatError`` naming ``arg`` unless ``a`` and ``b`` have one dtype (``what``: who
+    needs that, e.g. "sendrecv needs src and dst")."""
+    if a.dtype != b.dtype:
+        raise FormatError(
+            f"{arg}: {what} of one dtype, got {D.machine_name(a.dtype)} and "
+            f"{D.machine_name(b.dtype)}",
+            arg=arg,
+        )
+
+
 def _where() -> str:
     file, line = user_location()
     return f"{file}:{line}"
@@ -56,15 +67,11 @@ def _meet(c: Core, op: str, payload, check, times=None) -> Call:
     other = c.launch.rendezvous(c).meet(c.index, mine)
     if other.check != check:
         raise RendezvousError(
-            f"{op} on physical core {c.index} ({_shown(check)}) does not match its call at "
-            f"{other.where} on physical core {1 - c.index} ({_shown(other.check)})"
+            f"{op} on physical core {c.index} ({shown(check)}) does not match its call at "
+            f"{other.where} on physical core {1 - c.index} ({shown(other.check)})"
         )
     c.m.hold_last(max(mine.tick, other.tick))
     return other
-
-
-def _shown(check) -> str:
-    return ", ".join(f"{k} {v}" for k, v in check)
 
 
 def sendrecv(c: Core, src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd: bool) -> None:
@@ -80,12 +87,7 @@ def sendrecv(c: Core, src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd: b
                 arg=arg,
                 rule="sendrecv_memory",
             )
-    if src.dtype != dst.dtype:
-        raise FormatError(
-            f"dst: sendrecv needs src and dst of one dtype, got {D.machine_name(src.dtype)} and "
-            f"{D.machine_name(dst.dtype)}",
-            arg="dst",
-        )
+    one_dtype("dst", "sendrecv needs src and dst", src, dst)
     if tuple(src.shape) != tuple(dst.shape):
         raise ShapeError(
             f"dst: sendrecv needs src and dst of one shape, got {tuple(src.shape)} and "

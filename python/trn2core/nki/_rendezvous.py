@@ -46,11 +46,28 @@ class Call:
         self.check = check
 
 
-class Rendezvous:
+class Meeting:
+    """Where the sides of a launch meet: their condition, and why each side will make no more
+    calls (``None``: still running). ``Rendezvous`` (two physical cores), ``_ranks.RankGroup``
+    (the ranks of a multi-rank launch)."""
+
+    def __init__(self, sides: int) -> None:
+        self.cond = threading.Condition()
+        self.ended: list[str | None] = [None] * sides
+
+    def end(self, side: int, why: str) -> None:
+        """Side ``side`` makes no more calls (``why``: "ended", "raised ...")."""
+        with self.cond:
+            if self.ended[side] is None:
+                self.ended[side] = why
+            self.cond.notify_all()
+
+
+class Rendezvous(Meeting):
     """The meeting point of an LNC=2 launch's two physical cores."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        super().__init__(2)
         #: Rendezvous ``n`` -> each core's call (``None`` until it arrives), dropped once both
         #: sides took the other's.
         self.slots: dict[int, list[Call | None]] = {}
@@ -58,8 +75,6 @@ class Rendezvous:
         self.taken: dict[int, int] = {}
         #: Calls made so far, per core.
         self.count = [0, 0]
-        #: Why a core will make no more calls (``None``: still running).
-        self.ended: list[str | None] = [None, None]
 
     def meet(self, core: int, call: Call) -> Call:
         """Waits for the other core's matching call and returns it."""
@@ -90,9 +105,7 @@ class Rendezvous:
             )
         return other
 
-    def end(self, core: int, why: str) -> None:
-        """Core ``core`` makes no more calls (``why``: "ended", "raised ...")."""
-        with self.cond:
-            if self.ended[core] is None:
-                self.ended[core] = why
-            self.cond.notify_all()
+
+def shown(check) -> str:
+    """A rendezvous ``check`` as words ("pipe_id 0, shape (128, 4)")."""
+    return ", ".join(f"{k} {v}" for k, v in check)

@@ -44,6 +44,7 @@ from ._index import (
     is_int,
     var_axis,
 )
+from ._ranks import RankGroup
 from ._register import VirtualRegister
 from ._rendezvous import POLL_S, Rendezvous, RendezvousError
 from ._tensor import (
@@ -1738,8 +1739,15 @@ class Launch:
         lnc=1,
         dialect="current",
         uninitialized="error",
+        rank=0,
+        group=None,
     ) -> None:
         self.fn = fn
+        #: This launch's rank among the launches of one kernel (``nki.collectives.rank_id``)
+        #: and where they meet (``_ranks``): one rank unless run with ``ranks=N``.
+        self.rank = rank
+        self.group = group if group is not None else RankGroup(1)
+        self.ranks = self.group.ranks
         self.args = args
         self.kwargs = kwargs
         self.grid = tuple(grid)
