@@ -485,7 +485,13 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         qk = heads[:, :, : nq + nkv]
         rot = np.concatenate([-qk[..., d // 2 :], qk[..., : d // 2]], axis=-1)
         cos, sin = (kw[c].astype(np.float64)[:, :, None, :] for c in ("cos_cache", "sin_cache"))
-        heads[:, :, : nq + nkv] = qk * cos + rot * sin
+        if cte:  # qkv_cte rotates in bf16 tiles, each product and the sum rounded
+            f32, bf = np.float32, input.dtype
+            qk, cos, sin = (v.astype(f32) for v in (qk, cos, sin))
+            rot = (rot.astype(f32) * sin).astype(bf).astype(f32)
+            heads[:, :, : nq + nkv] = ((qk * cos).astype(bf).astype(f32) + rot).astype(bf)
+        else:
+            heads[:, :, : nq + nkv] = qk * cos + rot * sin
         y = heads.reshape(b, s, i)
     if getattr(kw.get("output_layout"), "name", "BSD") == "NBSd":
         y = y.reshape(b, s, i // kw["d_head"], kw["d_head"]).transpose(2, 0, 1, 3)
@@ -1928,7 +1934,7 @@ _MOE_TKG_CASES = (
 
 
 #: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
-_QKV_EXACT = {"cte (RMS norm, bias)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
+_QKV_EXACT = {"cte (RMS norm, bias)", "cte (RoPE)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
 
 
 def _qkv_inputs(r, b, s, h, i, **opts):
