@@ -434,13 +434,39 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         x = (xf * rs).astype(input.dtype).astype(f32) * kw["gamma_norm_weights"].astype(f32)
         x = x.astype(input.dtype).astype(np.float64)
         norm = "DONE"
+    if norm == "LAYER_NORM" and cte:  # qkv_cte: the fused sum in float32 in order, rounded
+        # once (dma_compute); bn_stats and bn_aggr per row, rsqrt(var + eps) (eps a bf16 tile);
+        # (x - mean) * rsqrt and then (transposed) x * gamma + beta, each rounded to bf16
+        from trn2core import reference as tr
+
+        f32 = np.float32
+        xs = input.astype(f32)
+        if kw.get("fused_residual_add"):
+            xs = (xs + kw["mlp_prev"].astype(f32)) + kw["attention_prev"].astype(f32)
+        h = input.shape[-1]
+        rows = xs.astype(input.dtype).reshape(-1, h)
+        stats = np.concatenate([tr.bn_stats(rows[:, j : j + 512]) for j in range(0, h, 512)], 1)
+        mean, var = tr.bn_aggr(stats).T
+        t = (var + f32(np.float32(eps).astype(input.dtype))).astype(np.float64)
+        rs = (1.0 / np.sqrt(t)).astype(f32)
+        xn = tr.tensor_scalar(rows, "subtract", mean[:, None], "bf16", op1="multiply",
+                              operand1=rs[:, None])  # fmt: skip
+        gamma = kw["gamma_norm_weights"].reshape(h, 1)
+        beta = kw.get("layer_norm_bias")
+        if beta is None:
+            xg = tr.tensor_scalar(xn.T, "multiply", gamma, "bf16")
+        else:
+            xg = tr.tensor_scalar(xn.T, "multiply", gamma, "bf16", op1="add",
+                                  operand1=beta.reshape(h, 1))  # fmt: skip
+        x = xg.T.reshape(x.shape).astype(np.float64)
+        norm = "DONE"
     if norm == "LAYER_NORM":
         x = x - x.mean(axis=-1, keepdims=True)
     if norm not in ("NO_NORM", "DONE"):
         x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
     if norm in ("RMS_NORM", "LAYER_NORM"):
         x = x * kw["gamma_norm_weights"].astype(np.float64)
-    if kw.get("layer_norm_bias") is not None:
+    if kw.get("layer_norm_bias") is not None and norm != "DONE":
         x = x + kw["layer_norm_bias"].astype(np.float64)
     if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
         # reciprocal, in the input's dtype again (qkv_cte: straight to fp8), clipped to 240 and
@@ -1935,6 +1961,7 @@ _MOE_TKG_CASES = (
 
 #: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
 _QKV_EXACT = {"cte (RMS norm, bias)", "cte (RoPE)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
+_QKV_EXACT |= {"cte (fused add, layer norm, NBSd)"}
 
 
 def _qkv_inputs(r, b, s, h, i, **opts):
