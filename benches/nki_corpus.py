@@ -489,6 +489,9 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
             y = (y + bias.astype(np.float32)).astype(np.float32)
             bias = None
         y = y.astype(np.float64)
+    elif quant == "NONE" and x.shape[-1] // kw.get("lnc", 1) < 2048:
+        y = _qkv_tkg_matmul(x.astype(fused_qkv_weights.dtype), fused_qkv_weights, bias, kw)
+        bias = None
     else:
         y = x @ fused_qkv_weights.astype(np.float64)
     if quant == "ROW":  # fp8 weights, each column's fp32 dequantization scale
@@ -525,6 +528,34 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     if kw.get("fused_residual_add") and s <= 96:  # qkv_tkg also returns the residual sum
         return out, x_sum.astype(input.dtype)
     return out
+
+
+def _qkv_tkg_matmul(x, w, bias, kw):
+    """qkv_tkg's bf16 projection of rows x [..., H] (H under 2048 per core: one H block), as
+    float64 values: each core's share of H in 128-row tiles, tile j holding h = h0 * H1 + j (H1
+    tiles a core), the tiles in PSUM row groups j % f (f = 128 / the array tile, 32 rows up to
+    32 tokens, 64 up to 64; f = 1 where f does not divide H1), each group's float32 sum added in
+    turn to the bf16 output (the bias on core 0, else 0), each sum rounded to bf16; at LNC=2 the
+    two cores' outputs added in bf16 (sendrecv)."""
+    from trn2core.reference import gemm
+
+    f32, bf = np.float32, x.dtype
+    lnc, h = kw.get("lnc", 1), x.shape[-1]
+    rows = x.reshape(-1, h)
+    h1 = h // 128 // lnc
+    f = 128 // (32 if len(rows) <= 32 else 64 if len(rows) <= 64 else 128)
+    f = f if h1 % f == 0 else 1
+    total = None
+    for core in range(lnc):
+        out = np.zeros((len(rows), w.shape[1]), f32)
+        if bias is not None and core == 0:
+            out += bias.astype(f32)
+        for g in range(f):
+            tiles = [core * 128 * h1 + np.arange(128) * h1 + j for j in range(g, h1, f)]
+            order = np.concatenate(tiles)
+            out = (out + gemm(rows[:, order], w[order])).astype(bf).astype(f32)
+        total = out if total is None else (total + out).astype(bf).astype(f32)
+    return total.reshape(*x.shape[:-1], w.shape[1]).astype(np.float64)
 
 
 def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **kw):  # noqa: N803
@@ -1961,7 +1992,7 @@ _MOE_TKG_CASES = (
 
 #: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
 _QKV_EXACT = {"cte (RMS norm, bias)", "cte (RoPE)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
-_QKV_EXACT |= {"cte (fused add, layer norm, NBSd)"}
+_QKV_EXACT |= {"cte (fused add, layer norm, NBSd)", "tkg (RMS norm, bias)"}
 
 
 def _qkv_inputs(r, b, s, h, i, **opts):
@@ -2523,7 +2554,7 @@ def _cases() -> list[Case]:
     lnc2 |= {f"nkilib moe_tkg{label}" for label, _, _ in _MOE_TKG_CASES}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
         check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
-        if check is ref_out_proj_tkg:
+        if check in (ref_out_proj_tkg, ref_qkv):
             check = functools.partial(check, lnc=2)
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
