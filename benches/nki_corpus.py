@@ -288,12 +288,31 @@ def ref_rmsnorm_tkg(x, g, **_):
     return _tkg_layout(y).astype(x.dtype)
 
 
+def _layernorm_tkg_rows(x, g, b, eps=1e-6):
+    """nki-library's layernorm_tkg on rows x [N, H] (LNC=1), its instructions' roundings: h laid
+    out as h0 * H1 + h1 (128 partitions h0); the squares (float32) and the rows each summed over
+    h1 in order (tensor_reduce), then over h0 by the PE with a float32 1/H matrix (PSUM: E[x^2],
+    E[x]); var = E[x^2] - E[x]^2 and rsqrt(var + eps) in float32; then in the rows' dtype,
+    each step rounded: x - mean, times gamma, times the rsqrt, plus beta."""
+    from trn2core.reference import gemm
+
+    f32, dt = np.float32, x.dtype
+    n, h = x.shape
+    xf = x.astype(f32).reshape(n, 128, h // 128)
+    col = np.full((128, 1), f32(1.0 / h), f32)
+    sums = [np.cumsum(v, axis=2, dtype=f32)[..., -1] for v in (xf * xf, xf)]  # [N, 128] each
+    msq, mean = (gemm(v, col)[:, 0] for v in sums)
+    var = msq - mean * mean
+    rs = (1.0 / np.sqrt((var + f32(eps)).astype(np.float64))).astype(f32)[:, None]
+    y = (x.astype(f32) - mean[:, None]).astype(dt).astype(f32)
+    y = (y * g.astype(f32)).astype(dt).astype(f32)
+    y = (y * rs).astype(dt)
+    return y if b is None else (y.astype(f32) + b.astype(f32)).astype(dt)
+
+
 def ref_layernorm_tkg(x, g, b, **_):
-    x64 = x.astype(np.float64)
-    mu = x64.mean(axis=-1, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=-1, keepdims=True)
-    y = (x64 - mu) / np.sqrt(var + 1e-6) * g.astype(np.float64) + b.astype(np.float64)
-    return _tkg_layout(y).astype(x.dtype)
+    y = _layernorm_tkg_rows(x.reshape(-1, x.shape[-1]), g, b)
+    return _tkg_layout(y.reshape(x.shape))
 
 
 def _bf16(x):
@@ -459,6 +478,17 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
             xg = tr.tensor_scalar(xn.T, "multiply", gamma, "bf16", op1="add",
                                   operand1=beta.reshape(h, 1))  # fmt: skip
         x = xg.T.reshape(x.shape).astype(np.float64)
+        norm = "DONE"
+    if not cte and kw.get("fused_residual_add"):  # qkv_tkg's dma_compute: hidden, then
+        # attention_prev, then mlp_prev added in float32, rounded once
+        f32 = np.float32
+        xs = input.astype(f32) + kw["attention_prev"].astype(f32) + kw["mlp_prev"].astype(f32)
+        x = x_sum = xs.astype(input.dtype).astype(np.float64)
+    if norm == "LAYER_NORM" and not cte and quant == "NONE":
+        rows = x.astype(input.dtype).reshape(-1, x.shape[-1])
+        beta = kw.get("layer_norm_bias")
+        x = _layernorm_tkg_rows(rows, kw["gamma_norm_weights"], beta, eps)
+        x = x.reshape(input.shape).astype(np.float64)
         norm = "DONE"
     if norm == "LAYER_NORM":
         x = x - x.mean(axis=-1, keepdims=True)
@@ -1993,6 +2023,7 @@ _MOE_TKG_CASES = (
 #: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
 _QKV_EXACT = {"cte (RMS norm, bias)", "cte (RoPE)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
 _QKV_EXACT |= {"cte (fused add, layer norm, NBSd)", "tkg (RMS norm, bias)"}
+_QKV_EXACT |= {"tkg (fused add, layer norm, NBSd)"}
 
 
 def _qkv_inputs(r, b, s, h, i, **opts):
@@ -2243,7 +2274,7 @@ def _cases() -> list[Case]:
                 {},
             ),
             ref_layernorm_tkg,
-            **tkg,
+            **{**tkg, **exact},
         ),
         Case(
             "nkilib depthwise_conv1d",
