@@ -519,8 +519,23 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
             y = (y + bias.astype(np.float32)).astype(np.float32)
             bias = None
         y = y.astype(np.float64)
-    elif quant == "NONE" and x.shape[-1] // kw.get("lnc", 1) < 2048:
-        y = _qkv_tkg_matmul(x.astype(fused_qkv_weights.dtype), fused_qkv_weights, bias, kw)
+    elif not cte and x.shape[-1] // kw.get("lnc", 1) < 2048:
+        ops = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
+        y = _qkv_tkg_matmul(ops, fused_qkv_weights, bias if quant == "NONE" else None, kw,
+                            input.dtype)  # fmt: skip
+        if quant != "NONE":  # dequantized in the output's dtype (ROW: times each column's
+            # scale; STATIC: the q, k, v columns times their weight scale times the input
+            # scale, a float32 product), then plus the bias, each step rounded
+            f32, sc = np.float32, kw["qkv_w_scale"][0].astype(np.float32)
+            if quant == "STATIC":
+                nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+                cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
+                sc = (sc * kw["qkv_in_scale"][0, 0])[cols]
+            y = (y.astype(f32) * sc).astype(input.dtype)
+            if bias is not None:
+                y = (y.astype(f32) + bias.astype(f32)).astype(input.dtype)
+            y = y.astype(np.float64)
+            quant = "DONE"
         bias = None
     else:
         y = x @ fused_qkv_weights.astype(np.float64)
@@ -560,16 +575,16 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     return out
 
 
-def _qkv_tkg_matmul(x, w, bias, kw):
+def _qkv_tkg_matmul(x, w, bias, kw, bf):
     """qkv_tkg's bf16 projection of rows x [..., H] (H under 2048 per core: one H block), as
     float64 values: each core's share of H in 128-row tiles, tile j holding h = h0 * H1 + j (H1
     tiles a core), the tiles in PSUM row groups j % f (f = 128 / the array tile, 32 rows up to
     32 tokens, 64 up to 64; f = 1 where f does not divide H1), each group's float32 sum added in
     turn to the bf16 output (the bias on core 0, else 0), each sum rounded to bf16; at LNC=2 the
-    two cores' outputs added in bf16 (sendrecv)."""
+    two cores' outputs added in bf16 (sendrecv). bf: the output's dtype."""
     from trn2core.reference import gemm
 
-    f32, bf = np.float32, x.dtype
+    f32 = np.float32
     lnc, h = kw.get("lnc", 1), x.shape[-1]
     rows = x.reshape(-1, h)
     h1 = h // 128 // lnc
@@ -2023,7 +2038,8 @@ _MOE_TKG_CASES = (
 #: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
 _QKV_EXACT = {"cte (RMS norm, bias)", "cte (RoPE)", "cte (static fp8)", "cte (static fp8, RMS norm)"}
 _QKV_EXACT |= {"cte (fused add, layer norm, NBSd)", "tkg (RMS norm, bias)"}
-_QKV_EXACT |= {"tkg (fused add, layer norm, NBSd)"}
+_QKV_EXACT |= {"tkg (fused add, layer norm, NBSd)", "tkg (static fp8, RMS norm, bias)"}
+_QKV_EXACT |= {"tkg (row fp8, RMS norm, bias)"}
 
 
 def _qkv_inputs(r, b, s, h, i, **opts):
