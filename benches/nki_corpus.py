@@ -341,16 +341,21 @@ def decode_row_quant(out):
 
 def ref_rope(x, cos, sin, contiguous_layout=True, **_):
     """x [d, B, heads, S]; cos, sin [d/2, B, S]. Contiguous layout: the first half of d pairs
-    with the second; interleaved: even rows pair with odd rows."""
-    d = x.shape[0]
-    x64 = x.astype(np.float64)
+    with the second; interleaved: even rows pair with odd rows. Each product and the sum or
+    difference rounded to x's dtype, as RoPE_sbuf's tensor_tensor steps store them."""
+    d, dt = x.shape[0], x.dtype
+    x32 = x.astype(np.float32)
     if contiguous_layout:
-        a, b = x64[: d // 2], x64[d // 2 :]
+        a, b = x32[: d // 2], x32[d // 2 :]
     else:
-        a, b = x64[0::2], x64[1::2]
-    c, s = cos.astype(np.float64)[:, :, None, :], sin.astype(np.float64)[:, :, None, :]
-    lo, hi = a * c - b * s, b * c + a * s
-    out = np.empty_like(x64)
+        a, b = x32[0::2], x32[1::2]
+    c, s = cos.astype(np.float32)[:, :, None, :], sin.astype(np.float32)[:, :, None, :]
+
+    def r(v):  # each product and the sum stored in x's dtype (tensor_tensor)
+        return v.astype(dt).astype(np.float32)
+
+    lo, hi = r(r(a * c) - r(b * s)), r(r(b * c) + r(a * s))
+    out = np.empty_like(x32)
     if contiguous_layout:
         out[: d // 2], out[d // 2 :] = lo, hi
     else:
@@ -2410,8 +2415,7 @@ def _cases() -> list[Case]:
                     dict(kw),
                 ),
                 ref_rope,
-                rtol=1e-5 if "SBUF" not in layout else 1e-2,
-                atol=1e-6 if "SBUF" not in layout else 1e-2,
+                **exact,
                 package_root=LIB,
             )
         )
