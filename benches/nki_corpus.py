@@ -143,16 +143,24 @@ def ref_attention(q, k, v):
 
 
 def ref_cumsum(x, axis=-1):
-    return np.cumsum(x.astype(np.float64), axis=-1).astype(x.dtype)
+    """tensor_tensor_scan's running sum s = 1 * s + x[i], float32 in order (each tile carrying
+    the last sum into the next as its initial value)."""
+    return np.cumsum(x.astype(np.float32), axis=-1, dtype=np.float32).astype(x.dtype)
 
 
 def ref_depthwise(img, flt, **_):
+    """Each channel's taps (up to 128) as one matmul's contraction, in tap order: PSUM's
+    float32 sum (trn2core.reference.gemm) of flt[c, j] * img[c, q + j]."""
+    from trn2core.reference import gemm
+
     n, c, _, w = img.shape
     s = flt.shape[-1]
     q = w - s + 1
-    out = np.zeros((n, c, 1, q), np.float64)
-    for j in range(s):
-        out[:, :, 0, :] += img[:, :, 0, j : j + q].astype(np.float64) * flt[None, :, 0, 0, j, None]
+    out = np.zeros((n, c, 1, q), np.float32)
+    for b in range(n):
+        for ch in range(c):
+            win = np.stack([img[b, ch, 0, j : j + q] for j in range(s)], axis=1)  # [q, s]
+            out[b, ch, 0] = gemm(win, flt[ch, 0, 0][:, None])[:, 0]
     return out.astype(img.dtype)
 
 
@@ -270,12 +278,27 @@ def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
     return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
 
 
-def ref_cross_entropy(logits, targets, **_):
-    """Per-position loss logsumexp(logits) - logits[target] (the first output)."""
-    x = logits.astype(np.float64)
-    m = x.max(axis=1)
-    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
-    return (lse - x[np.arange(len(targets)), targets]).astype(np.float32)
+def ref_cross_entropy(logits, targets, chunk_size=1024, **_):
+    """Per-position loss logsumexp(logits) - logits[target] (the first output), float32 as
+    cross_entropy_forward steps through the vocabulary a chunk at a time: m = max(m, chunk's
+    max), d = d * exp(m_old - m) + the in-order sum of exp(chunk - m), lse = m + log(d); exp
+    and log by trn2core's activation rule (float64 formula rounded to float32)."""
+    from trn2core.reference import activation_values
+
+    f32 = np.float32
+    x = logits.astype(f32)
+    n, v = x.shape
+    m = np.full(n, -np.inf, f32)
+    d = np.zeros(n, f32)
+    for c0 in range(0, v, chunk_size):
+        chunk = x[:, c0 : c0 + chunk_size]
+        mn = np.maximum(m, chunk.max(axis=1))
+        corr = activation_values("exp", m - mn)
+        e = activation_values("exp", chunk - mn[:, None])
+        d = d * corr + np.cumsum(e, axis=1, dtype=f32)[:, -1]
+        m = mn
+    lse = m + activation_values("log", d)
+    return (lse - x[np.arange(n), targets]).astype(f32)
 
 
 def _tkg_layout(y):
@@ -290,12 +313,31 @@ def ref_rmsnorm_tkg(x, g, **_):
     return _tkg_layout(y).astype(x.dtype)
 
 
+def _layernorm_tkg_rows(x, g, b, eps=1e-6):
+    """nki-library's layernorm_tkg on rows x [N, H] (LNC=1), its instructions' roundings: h laid
+    out as h0 * H1 + h1 (128 partitions h0); the squares (float32) and the rows each summed over
+    h1 in order (tensor_reduce), then over h0 by the PE with a float32 1/H matrix (PSUM: E[x^2],
+    E[x]); var = E[x^2] - E[x]^2 and rsqrt(var + eps) in float32; then in the rows' dtype,
+    each step rounded: x - mean, times gamma, times the rsqrt, plus beta."""
+    from trn2core.reference import gemm
+
+    f32, dt = np.float32, x.dtype
+    n, h = x.shape
+    xf = x.astype(f32).reshape(n, 128, h // 128)
+    col = np.full((128, 1), f32(1.0 / h), f32)
+    sums = [np.cumsum(v, axis=2, dtype=f32)[..., -1] for v in (xf * xf, xf)]  # [N, 128] each
+    msq, mean = (gemm(v, col)[:, 0] for v in sums)
+    var = msq - mean * mean
+    rs = (1.0 / np.sqrt((var + f32(eps)).astype(np.float64))).astype(f32)[:, None]
+    y = (x.astype(f32) - mean[:, None]).astype(dt).astype(f32)
+    y = (y * g.astype(f32)).astype(dt).astype(f32)
+    y = (y * rs).astype(dt)
+    return y if b is None else (y.astype(f32) + b.astype(f32)).astype(dt)
+
+
 def ref_layernorm_tkg(x, g, b, **_):
-    x64 = x.astype(np.float64)
-    mu = x64.mean(axis=-1, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=-1, keepdims=True)
-    y = (x64 - mu) / np.sqrt(var + 1e-6) * g.astype(np.float64) + b.astype(np.float64)
-    return _tkg_layout(y).astype(x.dtype)
+    y = _layernorm_tkg_rows(x.reshape(-1, x.shape[-1]), g, b)
+    return _tkg_layout(y.reshape(x.shape))
 
 
 def _bf16(x):
@@ -324,16 +366,21 @@ def decode_row_quant(out):
 
 def ref_rope(x, cos, sin, contiguous_layout=True, **_):
     """x [d, B, heads, S]; cos, sin [d/2, B, S]. Contiguous layout: the first half of d pairs
-    with the second; interleaved: even rows pair with odd rows."""
-    d = x.shape[0]
-    x64 = x.astype(np.float64)
+    with the second; interleaved: even rows pair with odd rows. Each product and the sum or
+    difference rounded to x's dtype, as RoPE_sbuf's tensor_tensor steps store them."""
+    d, dt = x.shape[0], x.dtype
+    x32 = x.astype(np.float32)
     if contiguous_layout:
-        a, b = x64[: d // 2], x64[d // 2 :]
+        a, b = x32[: d // 2], x32[d // 2 :]
     else:
-        a, b = x64[0::2], x64[1::2]
-    c, s = cos.astype(np.float64)[:, :, None, :], sin.astype(np.float64)[:, :, None, :]
-    lo, hi = a * c - b * s, b * c + a * s
-    out = np.empty_like(x64)
+        a, b = x32[0::2], x32[1::2]
+    c, s = cos.astype(np.float32)[:, :, None, :], sin.astype(np.float32)[:, :, None, :]
+
+    def r(v):  # each product and the sum stored in x's dtype (tensor_tensor)
+        return v.astype(dt).astype(np.float32)
+
+    lo, hi = r(r(a * c) - r(b * s)), r(r(b * c) + r(a * s))
+    out = np.empty_like(x32)
     if contiguous_layout:
         out[: d // 2], out[d // 2 :] = lo, hi
     else:
@@ -370,14 +417,25 @@ def ref_topk(x, k, **_):
 
 
 def ref_conv1d(x, w, **_):
-    """y[b, o, l] = sum over taps j and channels c of x[b, c, l + j] w[j, c, o] (stride 1)."""
-    k = w.shape[0]
+    """y[b, o, l] = sum over taps j and channels c of x[b, c, l + j] w[j, c, o] (stride 1),
+    as conv1d sums it (C_in up to 128): 128 // C_in taps stacked on the partitions per matmul
+    (row j * C_in + c), each stack's float32 partial sum (trn2core.reference.gemm) accumulated
+    in PSUM in tap order."""
+    from trn2core.reference import gemm
+
+    k, c = w.shape[0], w.shape[1]
     n = x.shape[2] - k + 1
-    y = sum(
-        np.einsum("bcl,co->bol", x[:, :, j : j + n].astype(np.float64), w[j].astype(np.float64))
-        for j in range(k)
-    )
-    return y.astype(x.dtype)
+    per = max(1, 128 // c)
+    out = []
+    for xb in x:
+        psum = None
+        for j0 in range(0, k, per):
+            taps = range(j0, min(j0 + per, k))
+            a = np.concatenate([xb[:, j : j + n].T for j in taps], axis=1)  # [n, taps * C_in]
+            part = gemm(a, np.concatenate([w[j] for j in taps], axis=0))
+            psum = part if psum is None else (psum + part).astype(np.float32)
+        out.append(psum.T)
+    return np.ascontiguousarray(np.stack(out)).astype(x.dtype)
 
 
 def _rope_hf_inputs(r):
@@ -430,10 +488,48 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         f32 = np.float32
         mm = fused_qkv_weights.dtype if quant == "STATIC" else input.dtype
         xf = x.astype(input.dtype).astype(f32)
-        ss = (xf * xf).sum(axis=-1, dtype=f32, keepdims=True)
-        rs = f32(1.0) / np.sqrt(ss * f32(1.0 / x.shape[-1]) + f32(np.float32(eps).astype(mm)))
+        ss = np.cumsum(xf * xf, axis=-1, dtype=f32)[..., -1:]  # activation_reduce: in order
+        t = ss * f32(1.0 / x.shape[-1]) + f32(np.float32(eps).astype(mm))  # each step float32
+        rs = (1.0 / np.sqrt(t.astype(np.float64))).astype(f32)  # rsqrt rounded once
         x = (xf * rs).astype(input.dtype).astype(f32) * kw["gamma_norm_weights"].astype(f32)
         x = x.astype(input.dtype).astype(np.float64)
+        norm = "DONE"
+    if norm == "LAYER_NORM" and cte:  # qkv_cte: the fused sum in float32 in order, rounded
+        # once (dma_compute); bn_stats and bn_aggr per row, rsqrt(var + eps) (eps a bf16 tile);
+        # (x - mean) * rsqrt and then (transposed) x * gamma + beta, each rounded to bf16
+        from trn2core import reference as tr
+
+        f32 = np.float32
+        xs = input.astype(f32)
+        if kw.get("fused_residual_add"):
+            xs = (xs + kw["mlp_prev"].astype(f32)) + kw["attention_prev"].astype(f32)
+        h = input.shape[-1]
+        rows = xs.astype(input.dtype).reshape(-1, h)
+        stats = np.concatenate([tr.bn_stats(rows[:, j : j + 512]) for j in range(0, h, 512)], 1)
+        mean, var = tr.bn_aggr(stats).T
+        t = (var + f32(np.float32(eps).astype(input.dtype))).astype(np.float64)
+        rs = (1.0 / np.sqrt(t)).astype(f32)
+        xn = tr.tensor_scalar(rows, "subtract", mean[:, None], "bf16", op1="multiply",
+                              operand1=rs[:, None])  # fmt: skip
+        gamma = kw["gamma_norm_weights"].reshape(h, 1)
+        beta = kw.get("layer_norm_bias")
+        if beta is None:
+            xg = tr.tensor_scalar(xn.T, "multiply", gamma, "bf16")
+        else:
+            xg = tr.tensor_scalar(xn.T, "multiply", gamma, "bf16", op1="add",
+                                  operand1=beta.reshape(h, 1))  # fmt: skip
+        x = xg.T.reshape(x.shape).astype(np.float64)
+        norm = "DONE"
+    if not cte and kw.get("fused_residual_add"):  # qkv_tkg's dma_compute: hidden, then
+        # attention_prev, then mlp_prev added in float32, rounded once
+        f32 = np.float32
+        xs = input.astype(f32) + kw["attention_prev"].astype(f32) + kw["mlp_prev"].astype(f32)
+        x = x_sum = xs.astype(input.dtype).astype(np.float64)
+    if norm == "LAYER_NORM" and not cte and quant == "NONE":
+        rows = x.astype(input.dtype).reshape(-1, x.shape[-1])
+        beta = kw.get("layer_norm_bias")
+        x = _layernorm_tkg_rows(rows, kw["gamma_norm_weights"], beta, eps)
+        x = x.reshape(input.shape).astype(np.float64)
         norm = "DONE"
     if norm == "LAYER_NORM":
         x = x - x.mean(axis=-1, keepdims=True)
@@ -441,7 +537,7 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
     if norm in ("RMS_NORM", "LAYER_NORM"):
         x = x * kw["gamma_norm_weights"].astype(np.float64)
-    if kw.get("layer_norm_bias") is not None:
+    if kw.get("layer_norm_bias") is not None and norm != "DONE":
         x = x + kw["layer_norm_bias"].astype(np.float64)
     if quant == "STATIC":  # the rows (in the input's dtype) times the input scale's float32
         # reciprocal, in the input's dtype again (qkv_cte: straight to fp8), clipped to 240 and
@@ -454,7 +550,36 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     elif norm != "NO_NORM":  # ROW quantization keeps the rows in the input's dtype
         x = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
         x = x.astype(np.float64)
-    y = x @ fused_qkv_weights.astype(np.float64)
+    if quant == "NONE" and cte:  # PSUM's float32 sums (ascending h per 128-row tile), the
+        # bias added to them in float32 (tensor_tensor) before the one rounding to bf16
+        from trn2core.reference import gemm
+
+        rows = x.astype(fused_qkv_weights.dtype)
+        y = np.stack([gemm(r, fused_qkv_weights) for r in rows])
+        if bias is not None:
+            y = (y + bias.astype(np.float32)).astype(np.float32)
+            bias = None
+        y = y.astype(np.float64)
+    elif not cte and x.shape[-1] // kw.get("lnc", 1) < 2048:
+        ops = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
+        y = _qkv_tkg_matmul(ops, fused_qkv_weights, bias if quant == "NONE" else None, kw,
+                            input.dtype)  # fmt: skip
+        if quant != "NONE":  # dequantized in the output's dtype (ROW: times each column's
+            # scale; STATIC: the q, k, v columns times their weight scale times the input
+            # scale, a float32 product), then plus the bias, each step rounded
+            f32, sc = np.float32, kw["qkv_w_scale"][0].astype(np.float32)
+            if quant == "STATIC":
+                nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
+                cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
+                sc = (sc * kw["qkv_in_scale"][0, 0])[cols]
+            y = (y.astype(f32) * sc).astype(input.dtype)
+            if bias is not None:
+                y = (y.astype(f32) + bias.astype(f32)).astype(input.dtype)
+            y = y.astype(np.float64)
+            quant = "DONE"
+        bias = None
+    else:
+        y = x @ fused_qkv_weights.astype(np.float64)
     if quant == "ROW":  # fp8 weights, each column's fp32 dequantization scale
         y = y * kw["qkv_w_scale"][0].astype(np.float64)
     elif quant == "STATIC":  # a weight scale for the q, k and v columns each, and the input's
@@ -475,7 +600,13 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         qk = heads[:, :, : nq + nkv]
         rot = np.concatenate([-qk[..., d // 2 :], qk[..., : d // 2]], axis=-1)
         cos, sin = (kw[c].astype(np.float64)[:, :, None, :] for c in ("cos_cache", "sin_cache"))
-        heads[:, :, : nq + nkv] = qk * cos + rot * sin
+        if cte:  # qkv_cte rotates in bf16 tiles, each product and the sum rounded
+            f32, bf = np.float32, input.dtype
+            qk, cos, sin = (v.astype(f32) for v in (qk, cos, sin))
+            rot = (rot.astype(f32) * sin).astype(bf).astype(f32)
+            heads[:, :, : nq + nkv] = ((qk * cos).astype(bf).astype(f32) + rot).astype(bf)
+        else:
+            heads[:, :, : nq + nkv] = qk * cos + rot * sin
         y = heads.reshape(b, s, i)
     if getattr(kw.get("output_layout"), "name", "BSD") == "NBSd":
         y = y.reshape(b, s, i // kw["d_head"], kw["d_head"]).transpose(2, 0, 1, 3)
@@ -483,6 +614,34 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     if kw.get("fused_residual_add") and s <= 96:  # qkv_tkg also returns the residual sum
         return out, x_sum.astype(input.dtype)
     return out
+
+
+def _qkv_tkg_matmul(x, w, bias, kw, bf):
+    """qkv_tkg's bf16 projection of rows x [..., H] (H under 2048 per core: one H block), as
+    float64 values: each core's share of H in 128-row tiles, tile j holding h = h0 * H1 + j (H1
+    tiles a core), the tiles in PSUM row groups j % f (f = 128 / the array tile, 32 rows up to
+    32 tokens, 64 up to 64; f = 1 where f does not divide H1), each group's float32 sum added in
+    turn to the bf16 output (the bias on core 0, else 0), each sum rounded to bf16; at LNC=2 the
+    two cores' outputs added in bf16 (sendrecv). bf: the output's dtype."""
+    from trn2core.reference import gemm
+
+    f32 = np.float32
+    lnc, h = kw.get("lnc", 1), x.shape[-1]
+    rows = x.reshape(-1, h)
+    h1 = h // 128 // lnc
+    f = 128 // (32 if len(rows) <= 32 else 64 if len(rows) <= 64 else 128)
+    f = f if h1 % f == 0 else 1
+    total = None
+    for core in range(lnc):
+        out = np.zeros((len(rows), w.shape[1]), f32)
+        if bias is not None and core == 0:
+            out += bias.astype(f32)
+        for g in range(f):
+            tiles = [core * 128 * h1 + np.arange(128) * h1 + j for j in range(g, h1, f)]
+            order = np.concatenate(tiles)
+            out = (out + gemm(rows[:, order], w[order])).astype(bf).astype(f32)
+        total = out if total is None else (total + out).astype(bf).astype(f32)
+    return total.reshape(*x.shape[:-1], w.shape[1]).astype(np.float64)
 
 
 def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, **kw):  # noqa: N803
@@ -495,13 +654,21 @@ def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, *
         a = (attention.astype(np.float32) * inv).astype(attention.dtype).astype(np.float64)
         a = np.clip(a, -240.0, 240.0).astype(weight.dtype).astype(np.float64)
     a = a.transpose(1, 3, 2, 0).reshape(b * s, n * d)
-    y = a @ weight.astype(np.float64)
+    # PSUM's float32 sums (heads packed by two into 128 rows: k = n * D + d, 128 a tile), then
+    # in the output's dtype, each step rounded: times the scale (ROW: each column's; STATIC:
+    # the float32 product of the weight and input scales), plus the bias
+    from trn2core.reference import gemm
+
+    f32, dt = np.float32, attention.dtype
+    y = gemm(a.astype(weight.dtype if kw.get("input_scale") is not None else dt), weight)
     if kw.get("weight_scale") is not None:  # ROW: a scale per column; STATIC: one
-        y = y * kw["weight_scale"][0].astype(np.float64)
-    if kw.get("input_scale") is not None:
-        y = y * float(kw["input_scale"][0, 0])
+        sc = kw["weight_scale"][0].astype(f32)
+        if kw.get("input_scale") is not None:
+            sc = sc * kw["input_scale"][0, 0]
+        y = (y * sc).astype(dt).astype(f32)
     if bias is not None:
-        y = y + bias.astype(np.float64)
+        y = (y + bias.astype(f32)).astype(f32)
+    y = y.astype(dt)
     if TRANSPOSE_OUT:
         y = y.T.reshape(lnc, 128, y.shape[1] // 128 // lnc, b * s).transpose(1, 0, 2, 3)
     return np.ascontiguousarray(y).astype(attention.dtype)
@@ -509,11 +676,15 @@ def ref_out_proj_tkg(attention, weight, bias=None, TRANSPOSE_OUT=False, lnc=1, *
 
 def ref_out_proj_cte(attention, weight, bias=None, **_):
     """attention [B, N, D, S] -> rows [B, S, N*D] (column n*D + d) @ weight [N*D, H] + bias."""
+    from trn2core.reference import gemm
+
     b, n, d, s = attention.shape
-    a = attention.astype(np.float64).transpose(0, 3, 1, 2).reshape(b, s, n * d)
-    y = a @ weight.astype(np.float64)
+    a = attention.transpose(0, 3, 1, 2).reshape(b, s, n * d)
+    # PSUM's float32 sums (heads packed into 128-row tiles: k = n * D + d), plus the bias in
+    # float32 (tensor_tensor), rounded once
+    y = np.stack([gemm(rows, weight) for rows in a])
     if bias is not None:
-        y = y + bias.astype(np.float64)
+        y = (y + bias.astype(np.float32)).astype(np.float32)
     return y.astype(attention.dtype)
 
 
@@ -545,12 +716,14 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
     projection's operand); [B, S, H] -> [B, S, H]."""
     if x.dtype == ml_dtypes.float8_e4m3:
         return _ref_mlp_fp8_tokens(x, wg, wu, wd, **kw)
+    quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
+    if not quant and x.size // x.shape[-1] > 96:  # mlp_cte
+        return _ref_mlp_cte(x, wg, wu, wd, normalization_weights_tensor, **kw)
     h = x.astype(np.float64)
     if kw.get("fused_add_tensor") is not None:
         h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
     # fp8 weights (mlp_tkg's ROW and STATIC forms): the rows and the product stay in x's
     # dtype, each projection times its weights' scale (per column for ROW, one for STATIC).
-    quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
     op_dtype = x.dtype if quant else wg.dtype
     if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
         h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
@@ -570,6 +743,36 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
             x.dtype
         )
     return out
+
+
+def _ref_mlp_cte(x, wg, wu, wd, gamma, **kw):
+    """mlp_cte's bf16 form in its instructions' roundings: the fused add in float32, rounded
+    once (dma_compute); the RMS norm's sum of squares in order (activation_reduce), rsqrt of
+    ss / H + eps (eps a bf16 tile) rounded once, x * rsqrt rounded to bf16, then (transposed)
+    times gamma, rounded again; the gate and up projections PSUM's float32 sums
+    (trn2core.reference.gemm); silu (trn2core's activation rule) of the gate rounded to bf16;
+    times up (PSUM) rounded to bf16; the down projection's sums rounded once."""
+    from trn2core import reference as tr
+
+    f32, dt, h = np.float32, x.dtype, x.shape[-1]
+    xs = x.reshape(-1, h).astype(f32)
+    if kw.get("fused_add_tensor") is not None:
+        xs = xs + kw["fused_add_tensor"].reshape(-1, h).astype(f32)
+    added = xs.astype(dt)
+    xb = added.astype(f32)
+    if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
+        ss = np.cumsum(xb * xb, axis=1, dtype=f32)[:, -1:]
+        t = ss * f32(1.0 / h) + f32(np.float32(kw.get("eps", 1e-6)).astype(dt))
+        rs = (1.0 / np.sqrt(t.astype(np.float64))).astype(f32)
+        xb = (xb * rs).astype(dt).astype(f32)
+        xb = (xb * gamma.astype(f32)).astype(dt).astype(f32)
+    rows = xb.astype(wg.dtype)
+    g, u = tr.gemm(rows, wg), tr.gemm(rows, wu)
+    a = tr.activation_values("silu", g).astype(dt).astype(f32)
+    y = tr.gemm((a * u).astype(wd.dtype), wd).astype(dt).reshape(x.shape)
+    if kw.get("store_fused_add_result"):
+        return y, added.reshape(x.shape)
+    return y
 
 
 def _ref_mlp_fp8_tokens(x, wg, wu, wd, **kw):
@@ -2027,6 +2230,20 @@ _MOE_TKG_CASES = (
 )
 
 
+#: The rows whose reference follows qkv's instructions bit for bit (rtol and atol 0).
+_QKV_EXACT = {
+    "cte (RMS norm, bias)",
+    "cte (RoPE)",
+    "cte (static fp8)",
+    "cte (static fp8, RMS norm)",
+    "cte (fused add, layer norm, NBSd)",
+    "tkg (RMS norm, bias)",
+    "tkg (fused add, layer norm, NBSd)",
+    "tkg (static fp8, RMS norm, bias)",
+    "tkg (row fp8, RMS norm, bias)",
+}
+
+
 def _qkv_inputs(r, b, s, h, i, **opts):
     """bf16 input [B, S, H], weights [H, I] (scaled so a row's sum stays near 1), and what
     the options ask: bias [1, I], gamma (and beta) [1, H], mlp_prev and attention_prev."""
@@ -2076,6 +2293,7 @@ def _cases() -> list[Case]:
     sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
     old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
     exact = {"rtol": 0.0, "atol": 0.0}
+    loose = {"rtol": 2e-2, "atol": 2e-2}
     bf16 = {"rtol": 1e-2, "atol": 1e-2}
     cases = [
         Case("sdk tensor_add", sdk, SDK_ADD, "nki_tensor_add", _two((128, 512)), ref_add),
@@ -2235,8 +2453,7 @@ def _cases() -> list[Case]:
             "cumsum",
             lambda r: ((_f32(r, 200, 640),), {}),
             ref_cumsum,
-            rtol=1e-4,
-            atol=1e-4,
+            **exact,
             package_root=LIB,
         ),
         Case(
@@ -2250,8 +2467,7 @@ def _cases() -> list[Case]:
             ),
             ref_cross_entropy,
             grid=2,
-            rtol=1e-5,
-            atol=1e-5,
+            **exact,
             package_root=LIB,
         ),
         Case(
@@ -2275,7 +2491,7 @@ def _cases() -> list[Case]:
                 {},
             ),
             ref_layernorm_tkg,
-            **tkg,
+            **{**tkg, **exact},
         ),
         Case(
             "nkilib depthwise_conv1d",
@@ -2287,8 +2503,7 @@ def _cases() -> list[Case]:
                 {"feature_group_count": 128},
             ),
             ref_depthwise,
-            rtol=1e-4,
-            atol=1e-4,
+            **exact,
             package_root=LIB,
         ),
         Case(
@@ -2343,8 +2558,7 @@ def _cases() -> list[Case]:
                     dict(kw),
                 ),
                 ref_rope,
-                rtol=1e-5 if "SBUF" not in layout else 1e-2,
-                atol=1e-6 if "SBUF" not in layout else 1e-2,
+                **exact,
                 package_root=LIB,
             )
         )
@@ -2386,8 +2600,7 @@ def _cases() -> list[Case]:
             "conv1d",
             lambda r: ((_f32(r, 1, 64, 100), _f32(r, 3, 64, 96)), {}),
             ref_conv1d,
-            rtol=1e-4,
-            atol=1e-4,
+            **exact,
             package_root=LIB,
         ),
         Case(
@@ -2450,8 +2663,7 @@ def _cases() -> list[Case]:
                 "qkv",
                 lambda r, shp=(b, s, h, i), kw=extra: _qkv_inputs(r, *shp, **kw),
                 ref_qkv,
-                rtol=2e-2,
-                atol=2e-2,
+                **(exact if label in _QKV_EXACT else loose),
                 package_root=LIB,
             )
         )
@@ -2465,8 +2677,7 @@ def _cases() -> list[Case]:
             "output_projection_tkg",
             _out_proj_inputs((64, 1, 2, 4), 128, 256, **kw),
             ref_out_proj_tkg,
-            rtol=2e-2,
-            atol=2e-2,
+            **exact,
             package_root=LIB,
         )
         for label, kw in (
@@ -2484,8 +2695,7 @@ def _cases() -> list[Case]:
             "output_projection_cte",
             _out_proj_inputs((1, 2, 64, 128), 128, 256),
             ref_out_proj_cte,
-            rtol=2e-2,
-            atol=2e-2,
+            **exact,
             package_root=LIB,
         )
     )
@@ -2570,8 +2780,8 @@ def _cases() -> list[Case]:
                 _mlp_inputs(*shape, **kw),
                 ref_mlp,
                 grid=lnc if lnc == 2 else None,
-                rtol=2e-2,
-                atol=2e-2,
+                # mlp_cte's bf16 form: _ref_mlp_cte follows its instructions bit for bit
+                **(exact if mode == "cte" and not kw.get("quant") else loose),
                 package_root=LIB,
                 wrap=_mlp_wrapper,
             )
@@ -2587,7 +2797,7 @@ def _cases() -> list[Case]:
     lnc2 |= {f"nkilib moe_tkg{label}" for label, _, _ in _MOE_TKG_CASES}
     for case in [c for c in cases if c.name in lnc2 or c.name.startswith("nkilib output_proj")]:
         check = case.reference  # (not `ref`: the nki-samples-reference repository's name)
-        if check is ref_out_proj_tkg:
+        if check in (ref_out_proj_tkg, ref_qkv):
             check = functools.partial(check, lnc=2)
         cases.append(
             dataclasses.replace(case, name=f"{case.name} (LNC=2)", grid=2, reference=check)
