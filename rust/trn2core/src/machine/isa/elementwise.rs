@@ -266,13 +266,7 @@ impl Machine {
     pub(crate) fn tensor_tensor_deferred(
         &mut self, engine: Engine, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
     ) -> Result<bool> {
-        let fp32 = [data1, data2, dst].iter().all(|t| t.dtype == Dtype::Fp32);
-        if self.pe_queue.is_empty()
-            || self.pe_drains.len() >= super::pe::MAX_DRAINS
-            || !fp32
-            || dst.space != Space::Sbuf
-            || op.is_bitvec()
-        {
+        if !self.tensor_tensor_may_wait(dst, data1, data2, op) {
             return Ok(false);
         }
         // The checks see the memories as they will be when it runs: the queued matmuls'
@@ -301,6 +295,19 @@ impl Machine {
             0
         };
         self.record_engine(Opcode::TensorTensor, engine, &[a, b], &[], d, flags);
+    }
+
+    /// Whether a `tensor_tensor` of these tiles waits in the matmul queue when issued
+    /// ([`Machine::tensor_tensor_deferred`]): matmuls wait, room for one more, float32 in and
+    /// out, `dst` in SBUF, an arithmetic operator.
+    pub(crate) fn tensor_tensor_may_wait(
+        &self, dst: &Tile, data1: &Tile, data2: &Tile, op: AluOp,
+    ) -> bool {
+        !self.pe_queue.is_empty()
+            && self.pe_drains.len() < super::pe::MAX_DRAINS
+            && [data1, data2, dst].iter().all(|t| t.dtype == Dtype::Fp32)
+            && dst.space == Space::Sbuf
+            && !op.is_bitvec()
     }
 
     /// `tensor_tensor`'s checks: its operands, and whether it computes on raw bits (bitvec

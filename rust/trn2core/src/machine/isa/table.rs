@@ -16,7 +16,6 @@
 //! the Python surfaces pick it up from the table (docs/architecture.md, "Adding an instruction").
 
 use crate::engine::{PeTile, PerfMode};
-use crate::memory::Space;
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
@@ -771,10 +770,8 @@ impl Machine {
     /// tensor_tensor writing its operands), or a `tensor_tensor` that will wait in the queue.
     /// `false` when unsure, or when the arguments are wrong (the issue reports that).
     pub fn issues_without_settling(&self, op: Opcode, vals: &[Option<Value>]) -> bool {
-        let waiting = op == Opcode::TensorTensor
-            && self.queued_matmuls() > 0
-            && self.pe_drains.len() < super::pe::MAX_DRAINS;
-        if !(op == Opcode::NcMatmul || waiting) {
+        let queued = self.queued_matmuls() > 0;
+        if !(op == Opcode::NcMatmul || (op == Opcode::TensorTensor && queued)) {
             return false;
         }
         let Ok(a) = Args::new(op, vals.to_vec()) else {
@@ -794,12 +791,7 @@ impl Machine {
         let Some([dst, x, y]) = tiles(["dst", "data1", "data2"]) else {
             return false;
         };
-        let Ok(alu) = a.alu("op") else {
-            return false;
-        };
-        [dst, x, y].iter().all(|t| t.dtype == Dtype::Fp32)
-            && dst.space == Space::Sbuf
-            && !alu.is_bitvec()
+        a.alu("op").is_ok_and(|alu| self.tensor_tensor_may_wait(&dst, &x, &y, alu))
     }
 
     /// Issues instruction `op` with its arguments `vals` (one slot per argument of its row, in
