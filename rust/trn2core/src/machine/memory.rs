@@ -65,6 +65,12 @@ impl ByteMem {
         Ok(Self::aligned(words, len, stride, align))
     }
 
+    /// A memory of no bytes (what a dropped machine's memory is left as when the pool takes
+    /// it).
+    fn empty() -> Self {
+        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1 }
+    }
+
     /// The memory of `len` words inside `words` (`align / 4` more than `len`), at its first
     /// `align`-aligned word.
     fn aligned(mut words: Vec<u32>, len: usize, stride: usize, align: usize) -> Self {
@@ -253,6 +259,106 @@ named_enum! {
     }
 }
 
+impl Uninitialized {
+    /// The byte new SBUF and PSUM hold under this policy.
+    fn fill(self) -> u8 {
+        match self {
+            Uninitialized::Error => 0,
+            Uninitialized::Nan => 0xFF,
+        }
+    }
+}
+
+/// No byte address covered yet (see `Memories::touched`).
+const UNTOUCHED: (u64, u64) = (u64::MAX, 0);
+
+/// SBUF and PSUM memories of machines that are gone, kept for the next machines of the process
+/// (a host detail, invisible to the model). A new machine's 30 MB would otherwise be fresh
+/// pages that the host faults in and clears as its first instructions touch them, about
+/// 20 ms for the 2048^3 matmul tutorial, and the host allocator clears a recycled block whole
+/// (1 ms for a kernel of two tiles). A pooled memory is reset to its new policy's byte where
+/// the last machine placed tensors (every byte it wrote lies in one), or whole if that
+/// machine's byte was another.
+mod pool {
+    use super::{ByteMem, Space};
+    use crate::Result;
+    use std::sync::Mutex;
+
+    /// Memories kept per kind: enough for the machines of a two-core launch and a few threads.
+    const KEEP: usize = 4;
+
+    /// A memory given back: its kind, the byte it was made with, the addresses it covered.
+    struct Kept {
+        space: Space,
+        fill: u8,
+        touched: (u64, u64),
+        mem: ByteMem,
+    }
+
+    static POOL: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+    fn pool() -> std::sync::MutexGuard<'static, Vec<Kept>> {
+        // A panic elsewhere while the lock was held leaves only whole entries: keep using it.
+        POOL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A memory of `space` all of whose bytes are `fill`: a kept one reset, or `make()`'s
+    /// (zeroed) filled.
+    pub(super) fn take(
+        space: Space, fill: u8, make: impl FnOnce() -> Result<ByteMem>,
+    ) -> Result<ByteMem> {
+        let kept = {
+            let mut p = pool();
+            let i = p.iter().rposition(|k| k.space == space);
+            i.map(|i| p.swap_remove(i))
+        };
+        let Some(k) = kept else {
+            let mut m = make()?;
+            if fill != 0 {
+                m.bytes_mut().fill(fill);
+            }
+            return Ok(m);
+        };
+        let mut m = k.mem;
+        let (lo, hi) = k.touched;
+        if k.fill != fill {
+            m.bytes_mut().fill(fill);
+        } else if lo < hi {
+            let (stride, lo, hi) = (m.stride, lo as usize, hi as usize);
+            for row in m.bytes_mut().chunks_mut(stride) {
+                let n = row.len();
+                row[lo.min(n)..hi.min(n)].fill(fill);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Keeps `mem` (its bytes `fill` outside `touched`) for a later machine, if there is room.
+    pub(super) fn give(space: Space, fill: u8, touched: (u64, u64), mem: ByteMem) {
+        if mem.len == 0 {
+            return;
+        }
+        let mut p = pool();
+        if p.iter().filter(|k| k.space == space).count() < KEEP {
+            p.push(Kept { space, fill, touched, mem });
+        }
+    }
+}
+
+impl Drop for Memories {
+    fn drop(&mut self) {
+        let fill = self.uninitialized.fill();
+        for (i, space) in [Space::Sbuf, Space::Psum].into_iter().enumerate() {
+            let mem = match space {
+                Space::Psum => &mut self.psum,
+                _ => &mut self.sbuf,
+            };
+            let mem = std::mem::replace(mem, ByteMem::empty());
+            pool::give(space, fill, self.touched[i], mem);
+        }
+    }
+}
+
 /// One tensor: an allocation in SBUF or PSUM, or an HBM buffer.
 #[derive(Debug, Clone)]
 pub struct TensorInfo {
@@ -391,6 +497,10 @@ pub struct Memories {
     /// SBUF tensors without an address go to the highest free address, not the lowest
     /// ([`Machine::set_sbuf_fit_from_top`](super::Machine::set_sbuf_fit_from_top)).
     pub(crate) sbuf_from_top: bool,
+    /// The byte addresses `[lo, hi)` that SBUF's and PSUM's tensors have covered, in any
+    /// partition, since the memory was made (empty: `lo > hi`): nothing outside them has been
+    /// written, so a memory given back to [`POOL`] resets only these bytes.
+    pub(super) touched: [(u64, u64); 2],
 }
 
 /// The number of the next machine created in this process.
@@ -404,9 +514,14 @@ impl Memories {
     pub fn new(uninitialized: Uninitialized) -> Result<Memories> {
         let sbuf_size = SBUF_PARTITION_BYTES as usize;
         let psum_size = PSUM_PARTITION_BYTES as usize;
-        let mut m = Memories {
-            sbuf: ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW, ON_CHIP_ALIGN)?,
-            psum: ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW, ON_CHIP_ALIGN)?,
+        let fill = uninitialized.fill();
+        let m = Memories {
+            sbuf: pool::take(Space::Sbuf, fill, || {
+                ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW, ON_CHIP_ALIGN)
+            })?,
+            psum: pool::take(Space::Psum, fill, || {
+                ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW, ON_CHIP_ALIGN)
+            })?,
             sbuf_init: InitMap::default(),
             psum_init: InitMap::default(),
             tensors: Vec::new(),
@@ -420,11 +535,8 @@ impl Memories {
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,
             sbuf_from_top: false,
+            touched: [UNTOUCHED; 2],
         };
-        if uninitialized == Uninitialized::Nan {
-            m.sbuf.bytes_mut().fill(0xFF);
-            m.psum.bytes_mut().fill(0xFF);
-        }
         Ok(m)
     }
 
@@ -539,6 +651,8 @@ impl Memories {
         &mut self, slot: u32, name: &str, space: Space, dtype: Dtype, shape: &[usize],
         (start_partition, partitions, address, bytes): (u32, u32, u64, u64),
     ) {
+        let t = &mut self.touched[usize::from(space == Space::Psum)];
+        *t = (t.0.min(address), t.1.max(address.saturating_add(bytes)));
         self.tensors[slot as usize] = Some(TensorInfo {
             name: name.to_string(),
             space,
@@ -1001,5 +1115,40 @@ mod tests {
         m.clear(0b10, 40, 60);
         assert_eq!(m.first_gap(0b111, 0, 150), Some((40, 0b10)));
         assert_eq!(m.first_gap(0b101, 0, 150), None);
+    }
+
+    /// Every byte of a machine's new SBUF and PSUM is its policy's byte, whatever the machines
+    /// before it wrote and under whichever policy (memories come back through the pool, which
+    /// resets only where tensors were placed).
+    #[test]
+    fn memories_from_the_pool_are_reset() {
+        let all = |m: &Memories, b: u8| {
+            m.sbuf.bytes().iter().all(|&x| x == b) && m.psum.bytes().iter().all(|&x| x == b)
+        };
+        let policies = [Uninitialized::Error, Uninitialized::Error, Uninitialized::Nan];
+        for (round, &policy) in policies.iter().cycle().take(9).enumerate() {
+            let mut m = Memories::new(policy).expect("memories");
+            assert!(all(&m, policy.fill()), "round {round}: a new memory is not all fill");
+            // Tensors at the bottom, in the middle and at the top of SBUF, one in PSUM, then
+            // garbage written over each one's footprint.
+            let top = (crate::spec::SBUF_USABLE_PARTITION_BYTES / 64 - 1) * 64;
+            for (space, at) in [
+                (Space::Sbuf, 0),
+                (Space::Sbuf, 4096 * (round as u64 + 1)),
+                (Space::Sbuf, top),
+                (Space::Psum, 2048),
+            ] {
+                let id = m
+                    .alloc(space, "t", &[128, 16], Dtype::Uint8, 0, Some(at), false)
+                    .expect("alloc");
+                let t = m.tensor(id).expect("live").full_tile(id);
+                let mem = m.mem_mut(&t);
+                for p in 0..128 {
+                    let o = mem.at(p, at as usize);
+                    mem.bytes_mut()[o..o + 16].fill(0xA5 ^ round as u8);
+                }
+            }
+            drop(m);
+        }
     }
 }
