@@ -206,14 +206,14 @@ pub(crate) struct ChainOperand<'r, 'a> {
 }
 
 /// One chain of [`run_chains`]: its K tiles in order, each as its operands' indices (into the
-/// set's `a` and `b` operands), and its `m x n` output (written by its first tile when `first`,
-/// else added to).
+/// set's `a` and `b` operands), and its `m x n` output as its `m` rows of `n` (written by its
+/// first tile when `first`, else added to): a buffer's, or rows in place in a memory.
 pub(crate) struct ChainJob<'o> {
     pub tiles: Vec<(usize, usize)>,
     pub m: usize,
     pub n: usize,
     pub first: bool,
-    pub out: &'o mut [f32],
+    pub rows: Vec<&'o mut [f32]>,
 }
 
 /// Packed floats of one side of a chain set above which [`run_chains`] declines (the largest
@@ -300,8 +300,20 @@ fn drive_chains<K: MicroKernel>(
         }
         let mc = mc_max.min(m.div_ceil(K::MR) * K::MR);
         let col_blocks = n.div_ceil(nc);
-        for (rb, block) in chain.out.chunks_mut(mc * n).enumerate() {
-            let cols = column_segments(block, n, nc, col_blocks, mc);
+        if chain.rows.len() != m || chain.rows.iter().any(|r| r.len() != n) {
+            return Err(Error::shape("out", format!("a chain's output is not {m} rows of {n}")));
+        }
+        for (rb, block) in chain.rows.chunks_mut(mc).enumerate() {
+            let mut cols: Vec<Vec<&mut [f32]>> =
+                (0..col_blocks).map(|_| Vec::with_capacity(block.len())).collect();
+            for row in block.iter_mut() {
+                let mut rest = std::mem::take(row);
+                for segs in cols.iter_mut() {
+                    let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
+                    segs.push(seg);
+                    rest = tail;
+                }
+            }
             for (cb, rows) in cols.into_iter().enumerate() {
                 tasks.push((c, Task { row0: rb * mc, col0: cb * nc, rows }));
             }

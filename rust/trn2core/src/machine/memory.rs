@@ -103,6 +103,15 @@ impl ByteMem {
         unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 4) }
     }
 
+    /// All of the memory as float32 words, mutable: on a little-endian host, the floats its
+    /// bytes hold at every multiple of 4.
+    pub fn f32_words_mut(&mut self) -> &mut [f32] {
+        let w = &mut self.words[self.lead..self.lead + self.len];
+        // SAFETY: `u32` words viewed as as many `f32`: same size and alignment, every bit
+        // pattern a valid `f32`; the unique borrow of `words` makes this view unique.
+        unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<f32>(), w.len()) }
+    }
+
     /// Host offset of byte `address` of partition `p`.
     #[inline(always)]
     pub fn at(&self, p: usize, address: usize) -> usize {

@@ -2095,3 +2095,46 @@ fn last_uses_and_a_given_up_tensor() {
     assert!(matches!(e, Error::Value { .. }) && e.to_string().contains("was freed"), "{e}");
     assert!(m.give_up(&a, "x", "nonsense").is_err());
 }
+
+/// Two chains into two PSUM tiles queued with an addition between them that reads the second
+/// tile, then (`later`) an addition reading both: the bits of settling before each addition.
+/// A wave computes chains straight into PSUM at once only where no waiting addition between
+/// them reads a destination a later chain of the wave overwrites (here the first addition must
+/// see the second tile's older values).
+#[test]
+fn chains_computed_in_place_keep_the_additions_between_them_in_order() {
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let fresh = PeOptions { accumulate: Some(false), ..PeOptions::default() };
+    let run = |settle_each: bool, between: bool| {
+        let (mut m, st, mv) = pe_operands(4, (64, Dtype::Bf16), (80, Dtype::Bf16));
+        let (p0, p1) = (
+            psum(&mut m, "p0", &[64, 80], Dtype::Fp32),
+            psum(&mut m, "p1", &[64, 80], Dtype::Fp32),
+        );
+        let acc = alloc(&mut m, "acc", &[64, 80], Dtype::Fp32);
+        put(&mut m, &acc, &vec![0x3F80_0000; 64 * 80]);
+        // p1's older values.
+        m.nc_matmul(&p1, &slice(&st, 3), &slice(&mv, 3), &fresh).expect("older");
+        m.nc_matmul_queued(&p0, &slice(&st, 0), &slice(&mv, 1), &fresh).expect("p0");
+        if between {
+            if settle_each {
+                m.settle().expect("settle");
+            }
+            issue_add(&mut m, &acc, &acc, &p1).expect("reads the older p1");
+        }
+        m.nc_matmul_queued(&p1, &slice(&st, 2), &slice(&mv, 0), &fresh).expect("p1");
+        if settle_each {
+            m.settle().expect("settle");
+        }
+        issue_add(&mut m, &acc, &acc, &p0).expect("reads p0");
+        issue_add(&mut m, &acc, &acc, &p1).expect("reads p1");
+        m.settle().expect("settle");
+        (get(&m, &acc), get(&m, &p0), get(&m, &p1))
+    };
+    for between in [false, true] {
+        let (queued, each) = (run(false, between), run(true, between));
+        assert_eq!(queued, each, "between: {between}");
+    }
+    // The first addition saw p1's older values: the accumulators differ.
+    assert_ne!(run(false, true).0, run(false, false).0);
+}

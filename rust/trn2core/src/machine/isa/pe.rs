@@ -18,6 +18,7 @@ use crate::spec::{PE_TILE_QUARTER, VECTOR_TRANSPOSE_MAX};
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
+use super::super::memory::ByteMem;
 use super::super::record::{flags, CostInput, Engine, Opcode, Queue};
 use super::super::{psum_words, Machine};
 use super::{check_engine, dtype_rule, rule, shape_rule, Opnd};
@@ -95,6 +96,30 @@ pub(crate) const MAX_DRAINS: usize = 64;
 /// At most this many chains are computed at once (their sums are held until written: a chain
 /// writes at most one PSUM bank, 256 KiB).
 const WAVE_CHAINS: usize = 64;
+
+/// The GEMM reader of SBUF tile `t` of memory `mem` (see [`Machine::sbuf_reader`]).
+fn reader_in<'a>(mem: &'a ByteMem, arg: &str, t: &Tile) -> Result<Reader<'a>> {
+    let esize = t.dtype.size();
+    let pstride = (mem.stride / esize) as isize;
+    let c = t.canonical();
+    let step = if c.n == 0 { 1 } else { c.dims[0].1 as isize };
+    let (k, f) = (t.partitions as usize, t.free_size());
+    let origin = (t.start_partition as usize * mem.stride + t.offset as usize) / esize;
+    let (shape, strides) = ([k, f], [pstride, step]);
+    let dtype = reader_dtype(t.dtype).unwrap_or(SDtype::F32);
+    let swapped = cfg!(target_endian = "big");
+    let matrix = Strided::new(arg, mem.buffer(esize), dtype, swapped, shape, origin, strides)?;
+    Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
+}
+
+/// What [`Machine::wave_sums`] computed.
+enum WaveSums {
+    /// Each chain's final values, to be written in issue order.
+    Sums(Vec<Vec<f32>>),
+    /// Every chain's final values already in its PSUM destination (see
+    /// [`Machine::in_place_rows`]).
+    InPlace,
+}
 
 /// The element type the GEMM readers use for a tile read as stored (`None`: gather instead).
 fn reader_dtype(d: Dtype) -> Option<SDtype> {
@@ -179,18 +204,7 @@ impl Machine {
     /// The GEMM reader of a queued operand read straight from SBUF: `[K, F]`, partitions by
     /// free elements (the stationary one is the driver's transposed `a`).
     fn sbuf_reader<'a>(&'a self, arg: &str, t: &Tile) -> Result<Reader<'a>> {
-        let mem = self.mem.mem(t);
-        let esize = t.dtype.size();
-        let pstride = (mem.stride / esize) as isize;
-        let c = t.canonical();
-        let step = if c.n == 0 { 1 } else { c.dims[0].1 as isize };
-        let (k, f) = (t.partitions as usize, t.free_size());
-        let origin = (t.start_partition as usize * mem.stride + t.offset as usize) / esize;
-        let (shape, strides) = ([k, f], [pstride, step]);
-        let dtype = reader_dtype(t.dtype).unwrap_or(SDtype::F32);
-        let swapped = cfg!(target_endian = "big");
-        let matrix = Strided::new(arg, mem.buffer(esize), dtype, swapped, shape, origin, strides)?;
-        Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
+        reader_in(self.mem.mem(t), arg, t)
     }
 
     /// The readers of a queued matmul's operands, both `[K, F]` (the stationary one the
@@ -440,23 +454,40 @@ impl Machine {
                 end += 1;
             }
             let wave = &chains[start..end];
-            let this = &*self;
-            let sums: Result<Vec<Vec<f32>>> = cancel.check().and_then(|()| {
-                if wave.len() == 1 {
-                    this.chain_sums(&queue[wave[0].clone()]).map(|s| vec![s])
-                } else if let Some(sums) = this.wave_sums(&queue, wave)? {
-                    Ok(sums)
-                } else {
-                    // rayon's workers do not inherit the caller's token: each chain installs it.
-                    wave.par_iter()
-                        .map(|c| cancel.install(|| this.chain_sums(&queue[c.clone()])))
-                        .collect()
+            // The tensor_tensors issued before the wave's first chain run before it is computed
+            // (a wave computed in place writes all its chains' PSUM at once).
+            while next < drains.len() && drains[next].after <= wave[0].start {
+                if let Err(e) = self.run_drain(&drains[next]) {
+                    requeue(self, &mut queue, &mut drains, wave[0].start, next);
+                    return Err(e);
                 }
-            });
-            let sums = match sums {
-                Ok(sums) => sums,
+                next += 1;
+            }
+            let sums: Result<WaveSums> = match cancel.check() {
+                Err(e) => Err(e),
+                Ok(()) if wave.len() == 1 => {
+                    self.chain_sums(&queue[wave[0].clone()]).map(|s| WaveSums::Sums(vec![s]))
+                }
+                Ok(()) => match self.wave_sums(&queue, wave, &drains[next..]) {
+                    Ok(Some(sums)) => Ok(sums),
+                    Ok(None) => {
+                        // rayon's workers do not inherit the caller's token: each chain
+                        // installs it.
+                        let this = &*self;
+                        wave.par_iter()
+                            .map(|c| cancel.install(|| this.chain_sums(&queue[c.clone()])))
+                            .collect::<Result<Vec<_>>>()
+                            .map(WaveSums::Sums)
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            let sums: Vec<Option<Vec<f32>>> = match sums {
+                Ok(WaveSums::Sums(sums)) => sums.into_iter().map(Some).collect(),
+                Ok(WaveSums::InPlace) => wave.iter().map(|_| None).collect(),
                 Err(e) => {
-                    // Nothing of this wave is written yet: it and the rest wait again.
+                    // Nothing of this wave is written yet (or, in place, only values its
+                    // overwriting chains give again): it and the rest wait again.
                     let first = chains[start].start;
                     requeue(self, &mut queue, &mut drains, first, next);
                     return Err(e);
@@ -470,7 +501,15 @@ impl Machine {
                     }
                     next += 1;
                 }
-                if let Err(e) = self.write_chain(&queue[c.start].dst, &s) {
+                let dst = &queue[c.start].dst;
+                let written = match s {
+                    Some(s) => self.write_chain(dst, &s),
+                    None => {
+                        self.chain_written(dst);
+                        Ok(())
+                    }
+                };
+                if let Err(e) = written {
                     requeue(self, &mut queue, &mut drains, c.start, next);
                     return Err(e);
                 }
@@ -490,11 +529,13 @@ impl Machine {
     }
 
     /// The sums of a wave of chains whose operands all lie in SBUF, computed as one set
-    /// ([`engine::run_chains`]: each distinct operand tile packed once); `None` when an operand
-    /// was gathered or the packed set would be too large (then each chain on its own).
+    /// ([`engine::run_chains`]: each distinct operand tile packed once), into their PSUM
+    /// destinations at once where [`Machine::in_place_rows`] allows it; `None` when an operand
+    /// was gathered or the packed set would be too large (then each chain on its own). `drains`
+    /// are the waiting tensor_tensors not yet run (none issued before the wave's first chain).
     fn wave_sums(
-        &self, queue: &[QueuedMatmul], wave: &[std::ops::Range<usize>],
-    ) -> Result<Option<Vec<Vec<f32>>>> {
+        &mut self, queue: &[QueuedMatmul], wave: &[std::ops::Range<usize>], drains: &[Drain],
+    ) -> Result<Option<WaveSums>> {
         // Distinct operand tiles (the memories do not change while a wave is computed).
         let (mut st, mut mv): (Vec<Tile>, Vec<Tile>) = (Vec::new(), Vec::new());
         let index = |set: &mut Vec<Tile>, t: &Tile| match set.iter().position(|x| x == t) {
@@ -515,10 +556,9 @@ impl Machine {
             }
             plans.push(tiles);
         }
-        let readers = |arg: &str, set: &[Tile]| -> Result<Vec<Reader>> {
-            set.iter().map(|t| self.sbuf_reader(arg, t)).collect()
-        };
-        let (sr, mr) = (readers("stationary", &st)?, readers("moving", &mv)?);
+        fn readers<'a>(mem: &'a ByteMem, arg: &str, set: &[Tile]) -> Result<Vec<Reader<'a>>> {
+            set.iter().map(|t| reader_in(mem, arg, t)).collect()
+        }
         fn ops<'r, 'a>(set: &[Tile], rs: &'r [Reader<'a>]) -> Vec<engine::ChainOperand<'r, 'a>> {
             set.iter()
                 .zip(rs)
@@ -529,6 +569,45 @@ impl Machine {
                 })
                 .collect()
         }
+        let job = |tiles, head: &QueuedMatmul, rows| engine::ChainJob {
+            tiles,
+            m: head.shape.m,
+            n: head.shape.n,
+            first: !head.accumulate,
+            rows,
+        };
+        if let Some(places) = self.in_place_rows(queue, wave, drains) {
+            // Operands read from SBUF while the sums go straight into PSUM's rows.
+            let mem = &mut self.mem;
+            let (sbuf, psum) = (&mem.sbuf, &mut mem.psum);
+            let (sr, mr) = (readers(sbuf, "stationary", &st)?, readers(sbuf, "moving", &mv)?);
+            let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
+            let mut rows: Vec<Vec<&mut [f32]>> =
+                wave.iter().map(|c| Vec::with_capacity(queue[c.start].shape.m)).collect();
+            let (mut rest, mut pos) = (psum.f32_words_mut(), 0);
+            for &(at, ci) in &places {
+                let n = queue[wave[ci].start].shape.n;
+                let Some(tail) = std::mem::take(&mut rest).get_mut(at - pos..) else {
+                    return Ok(None);
+                };
+                if tail.len() < n {
+                    return Ok(None);
+                }
+                let (row, after) = tail.split_at_mut(n);
+                rows[ci].push(row);
+                (rest, pos) = (after, at + n);
+            }
+            let mut jobs: Vec<engine::ChainJob> = plans
+                .into_iter()
+                .zip(rows)
+                .zip(wave)
+                .map(|((tiles, rows), c)| job(tiles, &queue[c.start], rows))
+                .collect();
+            let done = engine::run_chains(&a_ops, &b_ops, &mut jobs)?;
+            return Ok(done.then_some(WaveSums::InPlace));
+        }
+        let (sr, mr) =
+            (readers(&self.mem.sbuf, "stationary", &st)?, readers(&self.mem.sbuf, "moving", &mv)?);
         let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
         let mut outs = Vec::with_capacity(wave.len());
         for c in wave {
@@ -546,16 +625,71 @@ impl Machine {
             .zip(wave)
             .map(|((out, tiles), c)| {
                 let head = &queue[c.start];
-                engine::ChainJob {
-                    tiles,
-                    m: head.shape.m,
-                    n: head.shape.n,
-                    first: !head.accumulate,
-                    out,
-                }
+                job(tiles, head, out.chunks_mut(head.shape.n.max(1)).collect())
             })
             .collect();
-        Ok(engine::run_chains(&a_ops, &b_ops, &mut jobs)?.then_some(outs))
+        let done = engine::run_chains(&a_ops, &b_ops, &mut jobs)?;
+        drop(jobs);
+        Ok(done.then_some(WaveSums::Sums(outs)))
+    }
+
+    /// Where each chain of a wave can be computed straight into its PSUM destination: the
+    /// host word index of every destination row (with its chain's index in the wave), in
+    /// ascending order; `None` unless every chain overwrites (its first matmul does not
+    /// accumulate, so a wave computed again after Ctrl-C gives the same values), its
+    /// destination is dense float32 rows of PSUM, no two destinations share a byte, and no
+    /// waiting tensor_tensor that runs between the wave's chains (in `drains`, issue order)
+    /// touches the destination of a chain issued after it (it must see that PSUM as it was).
+    fn in_place_rows(
+        &self, queue: &[QueuedMatmul], wave: &[std::ops::Range<usize>], drains: &[Drain],
+    ) -> Option<Vec<(usize, usize)>> {
+        let stride = self.mem.psum.stride;
+        if !cfg!(target_endian = "little") || !stride.is_multiple_of(4) {
+            return None;
+        }
+        let mut rows = Vec::new();
+        for (ci, c) in wave.iter().enumerate() {
+            let head = &queue[c.start];
+            let (d, (m, n)) = (&head.dst, (head.shape.m, head.shape.n));
+            let canon = d.tile.canonical();
+            let dense = canon.n == 0 || (canon.n == 1 && canon.dims[0].1 == 1);
+            if head.accumulate
+                || d.tile.space != Space::Psum
+                || d.tile.dtype != Dtype::Fp32
+                || !dense
+                || d.tile.offset < 0
+                || d.tile.offset % 4 != 0
+                || d.p() as usize != m
+                || d.n() != n
+            {
+                return None;
+            }
+            let base = self.mem.psum.at(d.tile.start_partition as usize, d.tile.offset as usize);
+            rows.extend((0..m).map(|i| ((base + i * stride) / 4, ci)));
+        }
+        rows.sort_unstable();
+        let width = |r: &(usize, usize)| queue[wave[r.1].start].shape.n;
+        if rows.windows(2).any(|w| w[0].0 + width(&w[0]) > w[1].0) {
+            return None;
+        }
+        let last = wave.last()?.start;
+        for w in drains.iter().take_while(|w| w.after <= last) {
+            let later = wave.iter().filter(|c| c.start >= w.after).map(|c| &queue[c.start].dst);
+            if later
+                .into_iter()
+                .any(|d| overlaps(&w.a, d) || overlaps(&w.b, d) || overlaps(&w.d, d))
+            {
+                return None;
+            }
+        }
+        Some(rows)
+    }
+
+    /// A chain computed in place ([`Machine::in_place_rows`]): its destination marked written
+    /// by a matmul, as [`Machine::write_chain`] marks it.
+    fn chain_written(&mut self, d: &Opnd) {
+        self.mem.mark_written(&d.tile, d.range);
+        self.set_psum_mm(d);
     }
 
     /// Computes a waiting tensor_tensor's values ([`Drain`]).
