@@ -1678,10 +1678,14 @@ def _mlp_stand_in() -> types.ModuleType:
     return mod
 
 
-def _transformer_wrapper(sub):
+def _transformer_wrapper(sub, ranks=None):
     """Our kernel around nki-library's transformer_tkg (not @nki.jit; it takes lists of
-    per-layer tensors): layer i's tensors are the keyword arguments named ``<list>_<i>``."""
+    per-layer tensors): layer i's tensors are the keyword arguments named ``<list>_<i>``;
+    ``ranks``: tensor-parallel over that many ranks (``replica_groups``: one group of all,
+    its all-reduces after the attention block and the MLP)."""
     import nki
+
+    groups = {} if ranks is None else {"replica_groups": [list(range(ranks))]}
 
     names = ("W_qkvs", "W_outs", "W_gates", "W_ups", "W_downs", "W_gamma_qkvs", "W_gamma_mlps",
              "K_caches", "V_caches")  # fmt: skip
@@ -1691,7 +1695,8 @@ def _transformer_wrapper(sub):
         lists = {n: [w[f"{n}_{i}"] for i in range(num_layers)] for n in names}
         rope = {"RoPE_cos": RoPE_cos, "RoPE_sin": RoPE_sin}
         return sub(X, **lists, **rope, mask_cache=mask_cache, mask_active=None,
-                   position_ids=position_ids, num_layers=num_layers, eps=eps)  # fmt: skip
+                   position_ids=position_ids, num_layers=num_layers, eps=eps,
+                   **groups)  # fmt: skip
 
     return wrapped
 
@@ -1754,6 +1759,70 @@ def _transformer_inputs(layers, b, h, nq, d, s_ctx, i_mlp):
         return (blocks[0]["X"],), kw
 
     return f
+
+
+def _transformer_tp_inputs(ranks, layers, b, h, nq, d, s_ctx, i_mlp):
+    """transformer_tkg tensor-parallel over ``ranks``: the hidden states, RoPE tables, mask,
+    positions and RMS norm gammas of _transformer_inputs, the same on every rank; each rank
+    its own attention weights (its nq q heads and one k/v head: W_qkv, W_out), K and V caches
+    and MLP shard (W_gate, W_up [H, I], W_down [I, H]), as PerRank arguments."""
+    import trn2core.nki as tn
+
+    def f(r):
+        per = [_transformer_inputs(layers, b, h, nq, d, s_ctx, i_mlp)(r) for _ in range(ranks)]
+        (x,), kw = per[0]
+        for name in kw:
+            if name.startswith(("W_qkvs_", "W_outs_", "K_caches_", "V_caches_", "W_gates_",
+                                "W_ups_", "W_downs_")):  # fmt: skip
+                kw[name] = tn.PerRank([p[1][name] for p in per])
+        return (x,), kw
+
+    return f
+
+
+def ref_transformer_tkg_tp(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, **w):  # noqa: N803
+    """transformer_tkg over tensor-parallel ranks (its docstring's pseudocode): per layer every
+    rank's attention block (ref_attention_block_tkg, with its own weights and caches, in the
+    hidden states' dtype) all-reduced (mesh_reduce: nki.collectives' order, fp32, rounded
+    once) and added to the hidden states, then likewise every rank's MLP (ref_mlp); every
+    rank's output is the same."""
+    import trn2core.nki as tn
+
+    ranks = next(len(v.values) for v in w.values() if isinstance(v, tn.PerRank))
+    one = [{k: v.values[q] if isinstance(v, tn.PerRank) else v for k, v in w.items()}
+           for q in range(ranks)]  # fmt: skip
+    b, s, h = X.shape
+    none = _lib_attr(TYPES, "QuantizationType").NONE
+    cur = X
+    for i in range(num_layers):
+        attn = []
+        for wq in one:
+            kw = {
+                "X": cur, "rmsnorm_X_enabled": True, "rmsnorm_X_eps": eps,
+                "rmsnorm_X_gamma": wq[f"W_gamma_qkvs_{i}"], "W_qkv": wq[f"W_qkvs_{i}"],
+                "bias_qkv": None, "quantization_type_qkv": none,
+                "weight_dequant_scale_qkv": None, "input_dequant_scale_qkv": None,
+                "rmsnorm_QK_pre_rope_enabled": False, "rmsnorm_QK_post_rope_enabled": False,
+                "cos": RoPE_cos, "sin": RoPE_sin, "rope_contiguous_layout": True,
+                "K_cache_transposed": True, "active_blocks_table": None,
+                "K_cache": wq[f"K_caches_{i}"], "V_cache": wq[f"V_caches_{i}"],
+                "attention_mask": mask_cache, "sink": None, "update_cache": True,
+                "kv_cache_update_idx": position_ids, "W_out": wq[f"W_outs_{i}"],
+                "bias_out": None, "quantization_type_out": none,
+                "weight_dequant_scale_out": None, "input_dequant_scale_out": None,
+            }  # fmt: skip
+            attn.append(ref_attention_block_tkg(**kw)[0].reshape(b, s, h).astype(X.dtype))
+        cur = (cur.astype(np.float32) + mesh_reduce(attn).astype(np.float32)).astype(X.dtype)
+        mlp = [
+            ref_mlp(
+                cur, wq[f"W_gates_{i}"], wq[f"W_ups_{i}"], wq[f"W_downs_{i}"],
+                normalization_weights_tensor=wq[f"W_gamma_mlps_{i}"],
+                normalization_type=_lib_attr(TYPES, "NormType").RMS_NORM, eps=eps,
+            ).astype(X.dtype)
+            for wq in one
+        ]  # fmt: skip
+        cur = (cur.astype(np.float32) + mesh_reduce(mlp).astype(np.float32)).astype(X.dtype)
+    return tuple(cur for _ in range(ranks))
 
 
 def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy, b, **kw):
@@ -3139,6 +3208,28 @@ def _cases() -> list[Case]:
                 uninitialized="nan" if lnc == 2 else "error",  # as attention_block_tkg
                 wrap=_transformer_wrapper,
                 stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
+            )
+        )
+    # Tensor-parallel over 2 and 4 ranks (replica_groups: one group of all): its HBM path
+    # all-reduces the attention block's and the MLP's outputs (nki.collectives.all_reduce,
+    # HBM) before each residual add; each rank its own heads, caches and MLP shard.
+    for ranks, lnc in ((2, 1), (2, 2), (4, 1)):
+        cases.append(
+            Case(
+                f"nkilib transformer_tkg (2 layers, {ranks} ranks) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.transformer_tkg",
+                "transformer_tkg",
+                _transformer_tp_inputs(ranks, 2, 2, 256, 2, 64, 256, 256),
+                ref_transformer_tkg_tp,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                uninitialized="nan" if lnc == 2 else "error",
+                wrap=lambda sub, n=ranks: _transformer_wrapper(sub, n),
+                stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
+                ranks=ranks,
             )
         )
     # The MoE backward pass (dropless): its gradients of the tokens, the affinities and both
