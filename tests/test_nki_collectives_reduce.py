@@ -83,6 +83,18 @@ def test_all_reduce_sums_in_the_mesh_order_bit_for_bit():
     assert res.report.opcodes["dma_copy"] == 2 + 4, "a load, one transfer per rank, a store"
 
 
+def test_all_reduce_is_the_machine_collectives_mesh_all_reduce():
+    """One rule: the machine collectives' mesh all-reduce of the same buffers, on any chips,
+    gives the same bits (docs/collectives.md)."""
+    import trn2core
+
+    xs = [_spread(6, 10, seed=100 + r, dtype=BF16) for r in range(5)]
+    res = tn.run(_reduce_sb, tn.PerRank(xs), [[0, 1, 2, 3, 4]], nl.add, ranks=5)
+    inst = trn2core.Instance("trn2.48xlarge")
+    machine = inst.all_reduce(xs, algorithm="mesh", chips=[9, 2, 14, 0, 5]).outputs[0]
+    assert _same_bits(res.outputs[3], machine) and _same_bits(machine, mesh(xs))
+
+
 def test_all_reduce_follows_each_groups_order():
     xs = [_spread(8, 30, seed=10 + r) for r in range(6)]
     groups = [[4, 1, 5], [0, 3, 2]]

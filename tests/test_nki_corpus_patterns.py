@@ -112,8 +112,8 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
         assert f(1) == 2 and g(2) == 4
 
         for use in (
-            lambda: cc.all_reduce(1),
-            lambda: cc.all_to_all(1),
+            lambda: cc.all_gather_v(1),
+            lambda: cc.all_to_all_v(1),
             lambda: NkiInstruction.x,
         ):
             with pytest.raises(tn.NotSupportedError, match="not supported by trn2core"):
