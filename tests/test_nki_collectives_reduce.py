@@ -385,3 +385,116 @@ def test_ranks_that_disagree_are_a_mismatch_naming_the_argument(xs, op, arg):
         tn.run(_reduce_sb, tn.PerRank(xs), [[0, 1]], op, ranks=2)
     assert info.value.arg == arg
     assert str(info.value).startswith(f"{__file__}:{_line_of(_reduce_sb, 'all_reduce(')}:")
+
+
+# ----------------------------------------------------------------------------- variable length
+@tn.jit
+def _gather_v(x, meta, recv_known):
+    import nki.collectives as ncc
+
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    md = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=md, src=meta)
+    dst = nl.ndarray((4, 2 * x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=dst, src=nl.zeros((4, 2 * x.shape[1]), dtype=x.dtype, buffer=nl.sbuf))
+    ncc.all_gather_v(srcs=[src], dsts=[dst], replica_group=ncc.ReplicaGroup([[0, 1, 2, 3]]),
+                     metadata_tensor=md, recv_counts_known=recv_known)  # fmt: skip
+    return dst, md
+
+
+def _meta(rows):
+    return np.array(rows, np.uint32)
+
+
+def test_all_gather_v_broadcasts_each_ranks_chunk_to_its_slot():
+    xs = [_spread(3, 5, seed=110 + r) for r in range(4)]
+    counts, displs = (4, 0, 10, 7), (2, 0, 5, 8)
+    metas = [_meta([[k] * 4, [d] * 4, [99] * 4]) for k, d in zip(counts, displs, strict=True)]
+    with tn.install():
+        res = tn.run(_gather_v, tn.PerRank(xs), tn.PerRank(metas), False, grid=2, ranks=4)
+    want = np.zeros(40, np.float32)
+    for s in range(4):
+        want[s * 10 : s * 10 + counts[s]] = xs[s].reshape(-1)[displs[s] : displs[s] + counts[s]]
+    for dst, md in res.outputs:
+        assert _same_bits(dst, want.reshape(4, 10))
+        assert md[2].tolist() == list(counts), "row 2: the counts received"
+    with tn.install():
+        res = tn.run(_gather_v, tn.PerRank(xs), tn.PerRank(metas), True, grid=2, ranks=4)
+    assert all(md[2].tolist() == [99] * 4 for _, md in res.outputs), "known: left untouched"
+
+
+@tn.jit
+def _a2a_v(x, meta):
+    import nki.collectives as ncc
+
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    md = nl.ndarray((1, *meta.shape), dtype=meta.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=md, src=meta.reshape((1, *meta.shape)))
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=dst, src=nl.zeros(x.shape, dtype=x.dtype, buffer=nl.sbuf))
+    ncc.all_to_all_v([src], [dst], ncc.ReplicaGroup([[2, 0, 1]]), md)
+    out = nl.ndarray(md.shape, dtype=md.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=md)
+    return dst, out
+
+
+def test_all_to_all_v_sends_each_destination_its_own_chunk():
+    xs = [_spread(3, 6, seed=120 + r) for r in range(3)]
+    # Rank q sends counts[q][j] elements from displs[q][j] to the group's j-th rank.
+    counts = {0: (1, 6, 0), 1: (5, 2, 3), 2: (6, 6, 6)}
+    displs = {0: (17, 3, 0), 1: (0, 5, 9), 2: (0, 6, 12)}
+    metas = [_meta([counts[q], displs[q], [0, 0, 0]]) for q in range(3)]
+    with tn.install():
+        res = tn.run(_a2a_v, tn.PerRank(xs), tn.PerRank(metas), ranks=3)
+    group = [2, 0, 1]
+    for q, (dst, md) in enumerate(res.outputs):
+        j = group.index(q)
+        want = np.zeros(18, np.float32)
+        for i, s in enumerate(group):
+            k, d = counts[s][j], displs[s][j]
+            want[i * 6 : i * 6 + k] = xs[s].reshape(-1)[d : d + k]
+        assert _same_bits(dst, want.reshape(3, 6)), q
+        assert md[0, 2].tolist() == [counts[s][j] for s in group]
+
+
+@tn.jit
+def _bad_v(x, meta, how):
+    import nki.collectives as ncc
+
+    rg = ncc.ReplicaGroup([[0, 1]])
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    md = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=md, src=meta)
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    if how == "rdispls":
+        ncc.all_to_all_v([src], [dst], rg, md, has_rdispls=True)  # bad
+    elif how == "plain":
+        ncc.all_to_all_v([src], [dst], rg, md)  # bad
+    elif how == "lnc1":
+        ncc.all_gather_v([src], [dst], rg, md)  # bad
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("how", "meta", "arg", "words"),
+    [
+        ("rdispls", [[1, 1], [0, 0], [0, 0]], "has_rdispls", "not supported on Trainium2"),
+        ("plain", [[1, 1], [0, 0]], "metadata_tensor", "uint32 [3, 2]"),
+        ("plain", np.zeros((3, 2), np.int32), "metadata_tensor", "a uint32 tensor"),
+        ("plain", [[1, 1], [0, 32], [0, 0]], "metadata_tensor", "leaves the source"),
+        ("plain", [[17, 17], [0, 0], [0, 0]], "metadata_tensor", "exceed the destination's slot"),
+        ("lnc1", [[1, 1], [0, 0], [0, 0]], None, "LNC=2 only"),
+    ],
+)
+def test_variable_length_collectives_refuse_bad_input(how, meta, arg, words):
+    x = np.ones((4, 8), np.float32)
+    meta = np.asarray(meta, np.uint32) if isinstance(meta, list) else meta
+    with tn.install(), pytest.raises(Trn2Error) as info:
+        tn.run(_bad_v, x, meta, how, ranks=2)
+    e = info.value
+    assert e.arg == arg and words in str(e), str(e)
+    line = _line_of(_bad_v, f'how == "{how}"') + 1
+    assert str(e).startswith(f"{__file__}:{line}:"), str(e)

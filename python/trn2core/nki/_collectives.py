@@ -2,11 +2,11 @@
 ..., ranks=N)``; ``_ranks``; docs/nki.md, "Collectives across ranks"): ``rank_id``,
 ``ReplicaGroup``, ``all_gather``, ``all_reduce``, ``reduce_scatter``, ``all_to_all``,
 ``collective_permute``, ``collective_permute_implicit`` (and its ``_reduce`` form and
-``_current_processing_rank_id``). ``all_gather_v`` and ``all_to_all_v`` stay
-``NotSupportedError``.
+``_current_processing_rank_id``), ``all_gather_v``, ``all_to_all_v``.
 
 Each call on each rank records one ``dma_copy`` per block the rank receives (the bytes it
-receives, the transfer's cost), meets the other ranks with when the last of them would start,
+receives, the transfer's cost; the variable-length forms: per chunk it sends, the counts it
+knows), meets the other ranks with when the last of them would start,
 holds it to the latest rank of its group, and writes what the group's sources make into the
 destination. Moves are bit for bit; reductions are the machine collectives' ``mesh`` rule,
 computed by the same core function (``_core.collective_reduce``, docs/collectives.md): each
@@ -624,3 +624,170 @@ def collective_permute_implicit_current_processing_rank_id(
         )
     pos = group.index(c.launch.rank)
     return VirtualRegister(group[(pos - int(iteration_id)) % len(group)])
+
+
+# ----------------------------------------------------------------------------- variable length
+def _one_hbm(op: str, srcs, dsts) -> tuple[NkiTensor, NkiTensor]:
+    """The one HBM source and destination of a variable-length collective (one dtype)."""
+    srcs, dsts, _ = _lists(op, srcs, dsts, sbuf=False)
+    if len(srcs) != 1:
+        raise Trn2ValueError(
+            f"srcs: {op} takes exactly one tensor (the NKI collectives reference), got {len(srcs)}",
+            arg="srcs",
+        )
+    return srcs[0], dsts[0]
+
+
+def _flat(t: NkiTensor, lo: int, hi: int) -> NkiTensor:
+    """Elements ``lo`` to ``hi`` of an HBM tensor, flattened."""
+    return t.reshape((1, t.size))[0:1, lo:hi]
+
+
+def _metadata(op: str, meta, n: int, has_rdispls) -> tuple[np.ndarray, NkiTensor]:
+    """Rows 0 and 1 of ``metadata_tensor`` (uint32 [rows, n] in HBM, [1, rows, n] in SBUF;
+    rows 3, or 4 with ``has_rdispls``), and its row 2 (a view, the received counts)."""
+    c = current()
+    arg = "metadata_tensor"
+    if not isinstance(meta, NkiTensor):
+        raise Trn2ValueError(f"{arg}: expected a tensor, got {type(meta).__name__}", arg=arg)
+    if has_rdispls:
+        raise Trn2ValueError(
+            f"has_rdispls: {op} with receive displacements is not supported on Trainium2 (the "
+            "NKI collectives reference); chunks land at equal slots",
+            arg="has_rdispls",
+        )
+    if np.dtype(meta.dtype) != np.uint32:
+        raise FormatError(
+            f"{arg}: a uint32 tensor (the NKI collectives reference), got "
+            f"{D.machine_name(meta.dtype)}",
+            arg=arg,
+        )
+    space = meta.buffer.space
+    want = (3, n) if space == "hbm" else (1, 3, n)
+    if space not in ("hbm", "sbuf") or tuple(meta.shape) != want:
+        raise ShapeError(
+            f"{arg}: {op} over a group of {n} ranks takes its metadata as uint32 [3, {n}] in "
+            f"HBM or [1, 3, {n}] in SBUF (the NKI collectives reference), got "
+            f"{tuple(meta.shape)} in {meta.buffer.name}",
+            arg=arg,
+        )
+    rows = meta[0:2, :] if space == "hbm" else meta[:, 0:2, :]
+    recv = meta[2:3, :] if space == "hbm" else meta[:, 2:3, :]
+    vals = np.asarray(c.m.read(rows.tile)).view(np.uint8).view(np.uint32).reshape(2, n)
+    c.issue("dma_copy", rows.tile, rows.tile, None)  # the collective reads its metadata
+    return vals.astype(np.int64), recv
+
+
+def _send(c: Core, src: NkiTensor, chunks, arg: str) -> None:
+    """Checks that each (displacement, count) of ``chunks`` lies in ``src`` and records the
+    DMA reading it (the bytes sent: the counts are the sender's)."""
+    for displ, count in chunks:
+        if displ + count > src.size:
+            raise Trn2ValueError(
+                f"{arg}: a chunk of {count} elements at {displ} of a {src.size}-element source "
+                f"(its send count and displacement) leaves the source",
+                arg=arg,
+            )
+        if count:
+            part = _flat(src, int(displ), int(displ + count))
+            c.issue("dma_copy", part.tile, part.tile, None)
+
+
+def _land(c: Core, op: str, dst: NkiTensor, n: int, parts, recv, known) -> None:
+    """Writes each sender's chunk (``parts``, raw bytes in the group's order) at its equal slot
+    of ``dst`` and, unless ``known``, the counts received into ``recv`` (row 2)."""
+    if dst.size % n:
+        raise ShapeError(
+            f"dsts: {op} cuts its destination into {n} equal slots, got {dst.size} elements",
+            arg="dsts",
+        )
+    slot = dst.size // n
+    size = dst.dtype.itemsize
+    counts = []
+    for s, raw in enumerate(parts):
+        count = np.asarray(raw).size // size
+        if count > slot:
+            raise Trn2ValueError(
+                f"metadata_tensor: {count} elements from the group's rank {s} exceed the "
+                f"destination's slot of {slot} elements",
+                arg="metadata_tensor",
+            )
+        if count:
+            c.m.write(_flat(dst, s * slot, s * slot + count).tile, np.asarray(raw).view(np.uint8))
+        counts.append(count)
+    if not known:
+        c.m.write(recv.tile, np.asarray(counts, np.uint32).view(np.uint8))
+
+
+@api
+def all_gather_v(
+    srcs,
+    dsts,
+    replica_group,
+    metadata_tensor,
+    recv_counts_known=False,
+    has_rdispls=False,
+    priority=None,
+    name=None,
+) -> None:
+    """Each rank's chunk ``src[send_displ : send_displ + send_count]`` (its metadata's rows 0
+    and 1, first column) into every group member's ``dst`` at slot ``j`` (the sender's position;
+    slots of ``dst.size / n`` elements); row 2 gets the counts received unless
+    ``recv_counts_known`` (the NKI collectives reference: LNC=2, groups of 4 ranks)."""
+    c = current()
+    c.flush()
+    src, dst = _one_hbm("all_gather_v", srcs, dsts)
+    group = _group(c, replica_group)
+    _priority(priority)
+    if c.launch.lnc != 2:
+        raise Trn2ValueError(
+            "all_gather_v runs at LNC=2 only (the NKI collectives reference: 'Only LNC=2 is "
+            "supported'); launch it over two physical cores (grid=2)",
+            rule="lnc2",
+        )
+    if len(group) != 4:
+        raise Trn2ValueError(
+            f"replica_group: all_gather_v's groups have exactly 4 ranks (the NKI collectives "
+            f"reference: intra-chip), got {len(group)}",
+            arg="replica_group",
+        )
+    meta, recv = _metadata("all_gather_v", metadata_tensor, len(group), has_rdispls)
+    count, displ = int(meta[0, 0]), int(meta[1, 0])
+    _send(c, src, [(displ, count)] * len(group), "metadata_tensor")
+    bits = [np.asarray(c.m.read(_flat(src, displ, displ + count).tile)) if count else b""]
+    check = _check(("replica_group", replica_group.groups), srcs=[src])
+    calls = _exchange(c, "all_gather_v", group, bits, check)
+    parts = [np.frombuffer(bytes(calls[r].payload[0]), np.uint8) for r in group]
+    _land(c, "all_gather_v", dst, len(group), parts, recv, recv_counts_known)
+
+
+@api
+def all_to_all_v(
+    srcs,
+    dsts,
+    replica_group,
+    metadata_tensor,
+    recv_counts_known=False,
+    has_rdispls=False,
+    priority=None,
+    name=None,
+) -> None:
+    """Each rank sends ``src[send_displs[j] : send_displs[j] + send_counts[j]]`` (its
+    metadata's rows 1 and 0, column ``j``) to the group's ``j``-th rank, which places it at
+    slot ``i`` (the sender's position; slots of ``dst.size / n`` elements); row 2 gets the
+    counts received unless ``recv_counts_known``."""
+    c = current()
+    c.flush()
+    src, dst = _one_hbm("all_to_all_v", srcs, dsts)
+    group = _group(c, replica_group)
+    _priority(priority)
+    n = len(group)
+    meta, recv = _metadata("all_to_all_v", metadata_tensor, n, has_rdispls)
+    chunks = [(int(meta[1, j]), int(meta[0, j])) for j in range(n)]
+    _send(c, src, chunks, "metadata_tensor")
+    bits = [np.asarray(c.m.read(_flat(src, d, d + k).tile)) if k else b"" for d, k in chunks]
+    check = _check(("replica_group", replica_group.groups), srcs=[src])
+    calls = _exchange(c, "all_to_all_v", group, bits, check)
+    me = group.index(c.launch.rank)
+    parts = [np.frombuffer(bytes(calls[r].payload[me]), np.uint8) for r in group]
+    _land(c, "all_to_all_v", dst, n, parts, recv, recv_counts_known)

@@ -95,6 +95,8 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
                 "collective_permute",
                 "collective_permute_implicit",
                 "collective_permute_implicit_reduce",
+                "all_gather_v",
+                "all_to_all_v",
             )
         },
         "collective_permute_implicit_current_processing_rank_id": (
