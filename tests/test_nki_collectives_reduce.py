@@ -322,6 +322,9 @@ def _bad(x, how):
     elif how == "scatter_shape":
         ncc.reduce_scatter(srcs=[sb], dsts=[d], replica_group=rg, collective_dim=0,
                            op=nl.add)  # fmt: skip # bad
+    elif how == "psum":
+        ncc.all_reduce(srcs=[nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)], dsts=[d],
+                       replica_group=rg, op=nl.add)  # fmt: skip # bad
     elif how == "a2a_sbuf":
         ncc.all_to_all(srcs=[sb], dsts=[d], replica_group=rg, collective_dim=0)  # bad
     elif how == "permute_twice":
@@ -347,6 +350,7 @@ def _bad(x, how):
         ("dst_shape", "dsts", "source's shape"),
         ("scatter_dim", "collective_dim", "dimension 0"),
         ("scatter_shape", "dsts", "fills a (4, 4) destination"),
+        ("psum", "srcs", "got one in psum"),
         ("a2a_sbuf", "srcs", "SBUF is not supported"),
         ("permute_twice", "source_target_pairs", "rank 1 receives twice"),
         ("permute_rank", "source_target_pairs", "names rank 5"),

@@ -140,6 +140,16 @@ def _lists(op: str, srcs, dsts, *, sbuf: bool = True) -> tuple[list, list, bool]
             arg="dsts",
         )
     spaces = {t.buffer.space for t in (*srcs, *dsts)}
+    allowed = ("hbm", "sbuf") if sbuf else ("hbm",)
+    for arg, xs in (("srcs", srcs), ("dsts", dsts)):
+        bad = next((t for t in xs if t.buffer.space not in allowed), None)
+        if bad is not None and bad.buffer.space not in ("hbm", "sbuf"):
+            raise Trn2ValueError(
+                f"{arg}: {op}'s tensors are in HBM{' or SBUF' if sbuf else ''} (the NKI "
+                f"collectives reference), got one in {bad.buffer.name}",
+                arg=arg,
+                rule="collective_memory",
+            )
     if not sbuf and spaces != {"hbm"}:
         bad = "srcs" if any(t.buffer.space != "hbm" for t in srcs) else "dsts"
         raise Trn2ValueError(
