@@ -242,6 +242,20 @@ def test_collective_permute_follows_its_pairs():
 
 
 @tn.jit
+def _permute_first(x):
+    """A collective_permute as the kernel's first instruction; rank 1 receives nothing."""
+    dst = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    collective_permute(srcs=[x], dsts=[dst], source_target_pairs=[(1, 0)])
+    return dst
+
+
+def test_collective_permute_on_a_rank_with_nothing_issued_yet():
+    xs = [np.full((2, 3), r + 1.0, np.float32) for r in range(2)]
+    res = tn.run(_permute_first, tn.PerRank(xs), ranks=2, uninitialized="nan")
+    assert _same_bits(res.outputs[0], xs[1]) and np.isnan(res.outputs[1]).all()
+
+
+@tn.jit
 def _ring_reduce(a, b, groups):
     sa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
     sb = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)

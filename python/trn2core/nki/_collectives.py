@@ -247,13 +247,17 @@ def _bits(c: Core, tensors) -> list[np.ndarray]:
     return [c.m.read(t.tile) for t in tensors]
 
 
-def _exchange(c: Core, op: str, group, bits, check) -> list[Call]:
+def _exchange(c: Core, op: str, group, bits, check, issued: bool = True) -> list[Call]:
     """Meets every rank with ``bits`` and the start of ``c``'s last instruction (the transfer
     just issued); holds that instruction to the latest start in ``group``. Returns every
-    rank's call, in rank order."""
-    mine = Call(op, _where(), float(_times(c)[0][-1]), bits, check)
+    rank's call, in rank order. Without a transfer issued (``issued`` false) the rank brings
+    the end of its last instruction (0 if none) and nothing is held."""
+    start, end = _times(c)
+    tick = float(start[-1]) if issued else float(end.max()) if len(end) else 0.0
+    mine = Call(op, _where(), tick, bits, check)
     calls = c.launch.group.meet(c.launch.rank, c.index, mine)
-    c.m.hold_last(max(calls[r].tick for r in group))
+    if issued:
+        c.m.hold_last(max(calls[r].tick for r in group))
     return calls
 
 
@@ -458,8 +462,9 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
     if source is not None:
         c.issue("dma_copy", t.tile, s.tile, None)
     check = _check(("source_target_pairs", pairs), srcs=srcs)
-    ranks = tuple(range(c.launch.ranks)) if source is None else (me, source)
-    calls = _exchange(c, "collective_permute", (me,) if source is None else ranks, bits, check)
+    # A rank no pair targets receives nothing: it meets the others, holding nothing.
+    group = (me,) if source is None else (me, source)
+    calls = _exchange(c, "collective_permute", group, bits, check, issued=source is not None)
     if source is not None:
         c.m.write(t.tile, np.ascontiguousarray(_elements(calls[source].payload[0], s)).reshape(-1))
 
