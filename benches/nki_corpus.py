@@ -1678,10 +1678,14 @@ def _mlp_stand_in() -> types.ModuleType:
     return mod
 
 
-def _transformer_wrapper(sub):
+def _transformer_wrapper(sub, ranks=None):
     """Our kernel around nki-library's transformer_tkg (not @nki.jit; it takes lists of
-    per-layer tensors): layer i's tensors are the keyword arguments named ``<list>_<i>``."""
+    per-layer tensors): layer i's tensors are the keyword arguments named ``<list>_<i>``;
+    ``ranks``: tensor-parallel over that many ranks (``replica_groups``: one group of all,
+    its all-reduces after the attention block and the MLP)."""
     import nki
+
+    groups = {} if ranks is None else {"replica_groups": [list(range(ranks))]}
 
     names = ("W_qkvs", "W_outs", "W_gates", "W_ups", "W_downs", "W_gamma_qkvs", "W_gamma_mlps",
              "K_caches", "V_caches")  # fmt: skip
@@ -1691,7 +1695,8 @@ def _transformer_wrapper(sub):
         lists = {n: [w[f"{n}_{i}"] for i in range(num_layers)] for n in names}
         rope = {"RoPE_cos": RoPE_cos, "RoPE_sin": RoPE_sin}
         return sub(X, **lists, **rope, mask_cache=mask_cache, mask_active=None,
-                   position_ids=position_ids, num_layers=num_layers, eps=eps)  # fmt: skip
+                   position_ids=position_ids, num_layers=num_layers, eps=eps,
+                   **groups)  # fmt: skip
 
     return wrapped
 
@@ -1754,6 +1759,70 @@ def _transformer_inputs(layers, b, h, nq, d, s_ctx, i_mlp):
         return (blocks[0]["X"],), kw
 
     return f
+
+
+def _transformer_tp_inputs(ranks, layers, b, h, nq, d, s_ctx, i_mlp):
+    """transformer_tkg tensor-parallel over ``ranks``: the hidden states, RoPE tables, mask,
+    positions and RMS norm gammas of _transformer_inputs, the same on every rank; each rank
+    its own attention weights (its nq q heads and one k/v head: W_qkv, W_out), K and V caches
+    and MLP shard (W_gate, W_up [H, I], W_down [I, H]), as PerRank arguments."""
+    import trn2core.nki as tn
+
+    def f(r):
+        per = [_transformer_inputs(layers, b, h, nq, d, s_ctx, i_mlp)(r) for _ in range(ranks)]
+        (x,), kw = per[0]
+        for name in kw:
+            if name.startswith(("W_qkvs_", "W_outs_", "K_caches_", "V_caches_", "W_gates_",
+                                "W_ups_", "W_downs_")):  # fmt: skip
+                kw[name] = tn.PerRank([p[1][name] for p in per])
+        return (x,), kw
+
+    return f
+
+
+def ref_transformer_tkg_tp(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, **w):  # noqa: N803
+    """transformer_tkg over tensor-parallel ranks (its docstring's pseudocode): per layer every
+    rank's attention block (ref_attention_block_tkg, with its own weights and caches, in the
+    hidden states' dtype) all-reduced (mesh_reduce: nki.collectives' order, fp32, rounded
+    once) and added to the hidden states, then likewise every rank's MLP (ref_mlp); every
+    rank's output is the same."""
+    import trn2core.nki as tn
+
+    ranks = next(len(v.values) for v in w.values() if isinstance(v, tn.PerRank))
+    one = [{k: v.values[q] if isinstance(v, tn.PerRank) else v for k, v in w.items()}
+           for q in range(ranks)]  # fmt: skip
+    b, s, h = X.shape
+    none = _lib_attr(TYPES, "QuantizationType").NONE
+    cur = X
+    for i in range(num_layers):
+        attn = []
+        for wq in one:
+            kw = {
+                "X": cur, "rmsnorm_X_enabled": True, "rmsnorm_X_eps": eps,
+                "rmsnorm_X_gamma": wq[f"W_gamma_qkvs_{i}"], "W_qkv": wq[f"W_qkvs_{i}"],
+                "bias_qkv": None, "quantization_type_qkv": none,
+                "weight_dequant_scale_qkv": None, "input_dequant_scale_qkv": None,
+                "rmsnorm_QK_pre_rope_enabled": False, "rmsnorm_QK_post_rope_enabled": False,
+                "cos": RoPE_cos, "sin": RoPE_sin, "rope_contiguous_layout": True,
+                "K_cache_transposed": True, "active_blocks_table": None,
+                "K_cache": wq[f"K_caches_{i}"], "V_cache": wq[f"V_caches_{i}"],
+                "attention_mask": mask_cache, "sink": None, "update_cache": True,
+                "kv_cache_update_idx": position_ids, "W_out": wq[f"W_outs_{i}"],
+                "bias_out": None, "quantization_type_out": none,
+                "weight_dequant_scale_out": None, "input_dequant_scale_out": None,
+            }  # fmt: skip
+            attn.append(ref_attention_block_tkg(**kw)[0].reshape(b, s, h).astype(X.dtype))
+        cur = (cur.astype(np.float32) + mesh_reduce(attn).astype(np.float32)).astype(X.dtype)
+        mlp = [
+            ref_mlp(
+                cur, wq[f"W_gates_{i}"], wq[f"W_ups_{i}"], wq[f"W_downs_{i}"],
+                normalization_weights_tensor=wq[f"W_gamma_mlps_{i}"],
+                normalization_type=_lib_attr(TYPES, "NormType").RMS_NORM, eps=eps,
+            ).astype(X.dtype)
+            for wq in one
+        ]  # fmt: skip
+        cur = (cur.astype(np.float32) + mesh_reduce(mlp).astype(np.float32)).astype(X.dtype)
+    return tuple(cur for _ in range(ranks))
 
 
 def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy, b, **kw):
@@ -1889,6 +1958,209 @@ def _fg_rows(out):
     consecutive row blocks of a rank's rows in both of its layouts at LNC=1; at LNC=2 the
     SBUF layout [RANK_N, LNC, CHANNEL, m / 4, K] too)."""
     return out.reshape(out.shape[0], -1, out.shape[-1])
+
+
+def mesh_reduce(parts, op=np.add):
+    """The reduction nki.collectives' all_reduce and reduce_scatter compute (docs/nki.md; the
+    machine collectives' ``mesh`` order, docs/collectives.md), in numpy: the flattened buffer
+    of W elements cut into n chunks (chunk j: elements floor(jW/n) .. floor((j+1)W/n)), chunk
+    j position j's value combined with the others' in ascending position order, in fp32,
+    rounded once to the buffer's dtype."""
+    n, dtype, shape = len(parts), parts[0].dtype, parts[0].shape
+    flat = [np.asarray(x).astype(np.float32).reshape(-1) for x in parts]
+    w = flat[0].size
+    out = np.empty(w, np.float32)
+    for j in range(n):
+        lo, hi = j * w // n, (j + 1) * w // n
+        acc = flat[j][lo:hi]
+        for a in range(n):
+            if a != j:
+                acc = op(acc, flat[a][lo:hi])
+        out[lo:hi] = acc
+    return out.astype(dtype).reshape(shape)
+
+
+def _spread(rng, *shape):
+    """float32 values of many magnitudes (10^-3 .. 10^3), so the order of a sum decides its
+    bits."""
+    return (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(np.float32)
+
+
+def _group_of(groups, r):
+    return next(g for g in groups.groups if r in g)
+
+
+#: nki-library's collective test kernels (their module imports its test framework: stood in).
+COLL_TESTS = "test/integration/nkilib/experimental/collectives/test_collectives.py"
+
+
+def _framework_module(name: str) -> Callable[[], types.ModuleType]:
+    """A stand-in for a module of nki-library's test framework (``test.utils.*``), which
+    ``test_collectives.py`` imports for its test class only: every name in it is a decorator
+    (or decorator factory) that returns what it decorates, enough for the module's top level;
+    the kernels never use them."""
+
+    def passthrough(*args, **kwargs):
+        if len(args) == 1 and not kwargs and callable(args[0]):
+            return args[0]
+        return passthrough
+
+    def attr(name_: str):
+        if name_.startswith("__"):
+            raise AttributeError(name_)
+        return passthrough
+
+    def make() -> types.ModuleType:
+        mod = types.ModuleType(name)
+        mod.__path__ = []  # type: ignore[attr-defined]
+        mod.__getattr__ = attr  # type: ignore[attr-defined]
+        return mod
+
+    return make
+
+
+_FRAMEWORK = tuple(
+    (n, _framework_module(n))
+    for n in ("test", "test.utils", "test.utils.common_dataclasses",
+              "test.utils.test_orchestrator", "test.utils.pytest_test_metadata")
+)  # fmt: skip
+
+
+def _coll_inputs(ranks, shape, groups=None, extra=(), same=False):
+    """Each rank's own float32 input of ``shape`` (``same``: one for all, as nki-library's
+    all_reduce and all_to_all tests), a ReplicaGroup (one group of all ranks unless
+    ``groups``), then ``extra`` positional arguments."""
+    import trn2core.nki as tn
+
+    def make(rng):
+        rg = importlib.import_module("nki.collectives").ReplicaGroup(groups or [list(range(ranks))])
+        xs = [_spread(rng, *shape) for _ in range(1 if same else ranks)]
+        return (xs[0] if same else tn.PerRank(xs), rg, *extra), {}
+
+    return make
+
+
+def _per_rank(x, ranks):
+    return x.values if hasattr(x, "values") else [x] * ranks
+
+
+def ref_coll_all_reduce(input, replica_group, **_):  # noqa: A002 - the kernel's name
+    """all_reduce_hbm_kernel: every rank's output is its group's inputs summed (mesh_reduce
+    over the group in its order)."""
+    n = 1 + max(max(g) for g in replica_group.groups)
+    xs = _per_rank(input, n)
+    return tuple(mesh_reduce([xs[q] for q in _group_of(replica_group, r)]) for r in range(n))
+
+
+def ref_coll_reduce_scatter(input, replica_group, num_ranks):  # noqa: A002
+    """reduce_scatter_hbm_kernel: rank r (position j of its group) gets rows j of the
+    group's sum cut into num_ranks row blocks."""
+    xs = _per_rank(input, num_ranks)
+    out = []
+    for r in range(num_ranks):
+        g = _group_of(replica_group, r)
+        k = xs[0].shape[0] // len(g)
+        j = g.index(r)
+        out.append(mesh_reduce([xs[q] for q in g])[j * k : (j + 1) * k])
+    return tuple(out)
+
+
+def ref_coll_all_gather(input, replica_group, num_ranks):  # noqa: A002
+    """all_gather_hbm_kernel: every rank's output is its group's inputs stacked along rows."""
+    xs = _per_rank(input, num_ranks)
+    return tuple(
+        np.concatenate([xs[q] for q in _group_of(replica_group, r)]) for r in range(num_ranks)
+    )
+
+
+def ref_coll_all_to_all(input, replica_group):  # noqa: A002
+    """all_to_all_hbm_kernel: rank r (position j) gets row block j of every group member's
+    input, in the group's order."""
+    n = 1 + max(max(g) for g in replica_group.groups)
+    xs = _per_rank(input, n)
+    out = []
+    for r in range(n):
+        g = _group_of(replica_group, r)
+        k = xs[0].shape[0] // len(g)
+        j = g.index(r)
+        out.append(np.concatenate([xs[q][j * k : (j + 1) * k] for q in g]))
+    return tuple(out)
+
+
+def _rank_id_inputs(ranks, lookup=False):
+    def make(rng):
+        x = rng.standard_normal((ranks, 128, 64)).astype(np.float32)
+        if lookup:
+            return (x, np.arange(ranks, dtype=np.int32).reshape(1, ranks)), {}
+        return (x,), {}
+
+    return make
+
+
+def ref_coll_rank_id(in_tensor, *_):
+    """rank_id_kernel, dma_copy_rank_id_kernel: rank r's output is in_tensor[r]."""
+    return tuple(in_tensor[r] for r in range(in_tensor.shape[0]))
+
+
+def _batch_shard_inputs(ranks, g, batch, layout, input_rank):
+    """attn_q_batch_shard as nki-library's test runs it (TP4 -> TP2DP2: 4 ranks, DP groups of
+    gqa_group_size 2, one q head a rank, S 1, d 64): rank r's input is head r of a Q of all
+    heads for every batch ([1, B, S, d] NBSd, [d, B, 1, S] dBnS), the iota lookup, a zeroed
+    gathered buffer, its rank as an input or from ncc.rank_id (layout: the test module's
+    AttnQBatchShardLayout member, by name: _batch_shard_wrap)."""
+    import trn2core.nki as tn
+
+    def make(rng):
+        s, d = 1, 64
+        nbsd = layout == "NBSd"
+        q = rng.standard_normal((ranks, batch, s, d) if nbsd else (ranks, d, batch, s))
+        q = q.astype(np.float32)
+        rg = importlib.import_module("nki.collectives").ReplicaGroup(
+            [[i * g + j for j in range(g)] for i in range(ranks // g)]
+        )
+        xs = [q[r : r + 1] if nbsd else q[r : r + 1].reshape(d, batch, 1, s) for r in range(ranks)]
+        buf = (g, 1, batch, s, d) if nbsd else (g, d, batch, 1, s)
+        iota = np.array([(r % g) * (batch // g) for r in range(ranks)], np.int32)
+        kw = {
+            "iota_workers": iota.reshape(1, ranks),
+            "gathered_buf": np.zeros(buf, np.float32),
+            "gqa_group_size": g,
+            "replica_group": rg,
+            "layout": _BATCH_SHARD_LAYOUT[layout],
+        }
+        if input_rank:
+            kw["rank_id_in"] = tn.PerRank([np.array([[r]], np.int32) for r in range(ranks)])
+        return (tn.PerRank(xs),), kw
+
+    return make
+
+
+#: AttnQBatchShardLayout's members by name, from the loaded test module (_batch_shard_wrap).
+_BATCH_SHARD_LAYOUT: dict = {}
+
+
+def _batch_shard_wrap(kernel):
+    """attn_q_batch_shard itself; notes its module's layout enum for the inputs."""
+    enum = kernel.fn.__globals__["AttnQBatchShardLayout"]
+    _BATCH_SHARD_LAYOUT.update({m.name: m for m in enum})
+    return kernel
+
+
+def ref_coll_batch_shard(input, gqa_group_size, layout, **_):  # noqa: A002 - the kernel's
+    """attn_q_batch_shard (its docstring): rank r (DP group r // G, position r % G) gets its
+    group's G heads (the all-gather) of its batch slice B/G x (r % G) .. : NBSd [G, B/G, S,
+    d], dBnS [G, d, B/G, S]."""
+    g = gqa_group_size
+    xs = input.values
+    nbsd = layout.name == "NBSd"
+    q = np.concatenate(xs) if nbsd else np.stack([x.reshape(x.shape[:2] + x.shape[3:]) for x in xs])
+    b = q.shape[1] if nbsd else q.shape[2]
+    bp = b // g
+    out = []
+    for r in range(len(xs)):
+        h0, b0 = (r // g) * g, (r % g) * bp
+        out.append(q[h0 : h0 + g, b0 : b0 + bp] if nbsd else q[h0 : h0 + g, :, b0 : b0 + bp])
+    return tuple(out)
 
 
 def _topk_reduce_inputs(t, k, ranks, h):
@@ -2938,6 +3210,28 @@ def _cases() -> list[Case]:
                 stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
             )
         )
+    # Tensor-parallel over 2 and 4 ranks (replica_groups: one group of all): its HBM path
+    # all-reduces the attention block's and the MLP's outputs (nki.collectives.all_reduce,
+    # HBM) before each residual add; each rank its own heads, caches and MLP shard.
+    for ranks, lnc in ((2, 1), (2, 2), (4, 1)):
+        cases.append(
+            Case(
+                f"nkilib transformer_tkg (2 layers, {ranks} ranks) (LNC={lnc})",
+                lib,
+                "nkilib.experimental.transformer.transformer_tkg",
+                "transformer_tkg",
+                _transformer_tp_inputs(ranks, 2, 2, 256, 2, 64, 256, 256),
+                ref_transformer_tkg_tp,
+                grid=lnc,
+                rtol=2e-2,
+                atol=2e-2,
+                package_root=LIB,
+                uninitialized="nan" if lnc == 2 else "error",
+                wrap=lambda sub, n=ranks: _transformer_wrapper(sub, n),
+                stand_ins=(("nkilib.core.mlp.mlp", _mlp_stand_in),),
+                ranks=ranks,
+            )
+        )
     # The MoE backward pass (dropless): its gradients of the tokens, the affinities and both
     # weights, against our own (a weight gradient sums 256 products of bf16-rounded
     # gradients: 0.4% rms apart, up to 0.009 where terms cancel). LNC=2 only: it calls
@@ -3017,6 +3311,7 @@ def _cases() -> list[Case]:
             Case(f"nkilib {label} (LNC={lnc})", lib, module, kernel, inputs, check, grid=lnc,
                  package_root=LIB, **opts)  # fmt: skip
         )
+    cases += _collective_test_cases(lib)
     for rows in (256, 300):
         cases.append(
             Case(
@@ -3432,6 +3727,68 @@ def ref_rolling_buffer(buf, hidden, batch_ids, position_ids):
     return out
 
 
+def _collective_test_cases(lib: str) -> list[Case]:
+    """nki-library's collective test kernels (test_collectives.py; its test framework stood
+    in), across ranks (trn2core.nki.run(..., ranks=N)), at the ranks and LNCs its tests use
+    (all_to_all: "4 ranks lnc2 or 8 ranks lnc1"), each rank its own input where its test
+    gives each one (all_reduce: also four ranks of values of many magnitudes, where the order
+    of the sum decides the bits)."""
+    out = []
+    common = {"rtol": 0.0, "atol": 0.0, "paths": (f"{lib}/src",), "stand_ins": _FRAMEWORK}
+    rows = (
+        ("all_reduce_hbm_kernel (fp32 128 x 512, 2 ranks)", "all_reduce_hbm_kernel",
+         _coll_inputs(2, (128, 512)), ref_coll_all_reduce, 2, 2),
+        ("all_reduce_hbm_kernel (fp32 128 x 512, 2 ranks)", "all_reduce_hbm_kernel",
+         _coll_inputs(2, (128, 512)), ref_coll_all_reduce, 1, 2),
+        ("all_reduce_hbm_kernel (fp32 128 x 512, 4 ranks)", "all_reduce_hbm_kernel",
+         _coll_inputs(4, (128, 512)), ref_coll_all_reduce, 1, 4),
+        ("all_reduce_hbm_kernel (fp32 64 x 96, groups [[2, 0], [1, 3]])", "all_reduce_hbm_kernel",
+         _coll_inputs(4, (64, 96), [[2, 0], [1, 3]]), ref_coll_all_reduce, 2, 4),
+        ("all_gather_hbm_kernel (fp32 128 x 512, 2 ranks)", "all_gather_hbm_kernel",
+         _coll_inputs(2, (128, 512), extra=(2,)), ref_coll_all_gather, 2, 2),
+        ("all_gather_hbm_kernel (fp32 128 x 512, 2 ranks)", "all_gather_hbm_kernel",
+         _coll_inputs(2, (128, 512), extra=(2,)), ref_coll_all_gather, 1, 2),
+        ("reduce_scatter_hbm_kernel (fp32 256 x 512, 2 ranks)", "reduce_scatter_hbm_kernel",
+         _coll_inputs(2, (256, 512), extra=(2,)), ref_coll_reduce_scatter, 2, 2),
+        ("reduce_scatter_hbm_kernel (fp32 256 x 512, 2 ranks)", "reduce_scatter_hbm_kernel",
+         _coll_inputs(2, (256, 512), extra=(2,)), ref_coll_reduce_scatter, 1, 2),
+        ("all_to_all_hbm_kernel (fp32 512 x 512, 4 ranks)", "all_to_all_hbm_kernel",
+         _coll_inputs(4, (512, 512)), ref_coll_all_to_all, 2, 4),
+        ("all_to_all_hbm_kernel (fp32 1024 x 512, 8 ranks)", "all_to_all_hbm_kernel",
+         _coll_inputs(8, (1024, 512)), ref_coll_all_to_all, 1, 8),
+        ("rank_id_kernel (2 ranks)", "rank_id_kernel", _rank_id_inputs(2), ref_coll_rank_id,
+         2, 2),
+        ("rank_id_kernel (2 ranks)", "rank_id_kernel", _rank_id_inputs(2), ref_coll_rank_id,
+         1, 2),
+        ("dma_copy_rank_id_kernel (2 ranks)", "dma_copy_rank_id_kernel",
+         _rank_id_inputs(2, True), ref_coll_rank_id, 2, 2),
+        ("dma_copy_rank_id_kernel (2 ranks)", "dma_copy_rank_id_kernel",
+         _rank_id_inputs(2, True), ref_coll_rank_id, 1, 2),
+    )  # fmt: skip
+    for label, kernel, inputs, ref, lnc, ranks in rows:
+        out.append(Case(f"nkilib test {label} (LNC={lnc})", lib, COLL_TESTS, kernel, inputs, ref,
+                        grid=lnc, ranks=ranks, **common))  # fmt: skip
+    # TP4 -> TP2DP2 (nki-library's enabled configuration): 4 ranks at LNC=2, DP groups of 2.
+    for layout in ("NBSd", "dBnS"):
+        for input_rank in (False, True):
+            how = "rank input" if input_rank else "ncc.rank_id"
+            out.append(
+                Case(
+                    f"nkilib test attn_q_batch_shard ({layout}, {how}, TP2DP2, 4 ranks) (LNC=2)",
+                    lib,
+                    COLL_TESTS,
+                    "attn_q_batch_shard",
+                    _batch_shard_inputs(4, 2, 8, layout, input_rank),
+                    ref_coll_batch_shard,
+                    grid=2,
+                    ranks=4,
+                    wrap=_batch_shard_wrap,
+                    **common,
+                )
+            )
+    return out
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
@@ -3738,6 +4095,10 @@ def _load(root: str, case: Case):
         return sys.modules[name]
     d = os.path.dirname(path)
     sys.path.insert(0, d)
+    ours = [n for n, _ in case.stand_ins if n not in sys.modules]
+    for n, make in case.stand_ins:
+        if n in ours:
+            sys.modules[n] = make()
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
@@ -3750,6 +4111,8 @@ def _load(root: str, case: Case):
         return mod
     finally:
         sys.path.remove(d)
+        for n in ours:  # the module keeps what it imported; nothing else sees ours
+            sys.modules.pop(n, None)
 
 
 def _compare(out, ref, case: Case) -> str:

@@ -219,12 +219,13 @@ def test_a_rank_that_never_gathers_fails_the_waiting_one():
     assert str(info.value).startswith(f"{__file__}:{_line_of(_rank1_skips, 'all_gather(')}:")
 
 
-def test_the_other_collectives_are_refused_by_name():
+def test_the_legacy_compilers_collectives_are_refused_by_name():
     with tn.install():
         import nki.collectives as ncc
+        from neuronxcc.nki import compiler
 
-        with pytest.raises(tn.NotSupportedError, match="nki.collectives.all_reduce"):
-            ncc.all_reduce([], [], None, None)
+        with pytest.raises(tn.NotSupportedError, match="neuronxcc.nki.compiler.all_reduce"):
+            compiler.all_reduce([], [], None, None)
         assert ncc.rank_id is rank_id and ncc.ReplicaGroup is ReplicaGroup
 
 

@@ -85,8 +85,20 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         **_surface.unsupported_names("nki.collectives", _surface.COLLECTIVES),
         "rank_id": _collectives.rank_id,
         "ReplicaGroup": _collectives.ReplicaGroup,
-        "all_gather": _collectives.all_gather,
-        "collective_permute_implicit": _collectives.collective_permute_implicit,
+        **{
+            n: getattr(_collectives, n)
+            for n in (
+                "all_gather",
+                "all_reduce",
+                "reduce_scatter",
+                "all_to_all",
+                "collective_permute",
+                "collective_permute_implicit",
+                "collective_permute_implicit_reduce",
+                "all_gather_v",
+                "all_to_all_v",
+            )
+        },
         "collective_permute_implicit_current_processing_rank_id": (
             _collectives.collective_permute_implicit_current_processing_rank_id
         ),

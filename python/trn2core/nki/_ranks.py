@@ -76,9 +76,16 @@ class RankGroup(Meeting):
                     "every rank must make the same collective calls in the same order"
                 )
             if other.check != call.check:
+                # A check is (argument name, value) pairs: the first that differs is named.
+                arg = next(
+                    (k for (k, v), (_, w) in zip(call.check, other.check, strict=False) if v != w),
+                    None,
+                )
                 raise RendezvousError(
-                    f"{call.op} on rank {rank} ({shown(call.check)}) does not match its call "
-                    f"at {other.where} on rank {r} ({shown(other.check)})"
+                    f"{arg + ': ' if arg else ''}{call.op} on rank {rank} ({shown(call.check)}) "
+                    f"does not match its call at {other.where} on rank {r} "
+                    f"({shown(other.check)})",
+                    arg=arg,
                 )
         return calls
 
