@@ -1216,25 +1216,34 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
     (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to the weights' dtype, the
     down projection's operand), each scaled by the token's affinity for that expert with
     POST_SCALE (all-expert: the local expert e is global expert rank_id * E_L + e, its
-    affinity zero where the token did not select it with mask_unselected_experts)."""
-    f = np.float64
+    affinity zero where the token did not select it with mask_unselected_experts).
+
+    With the kernel's roundings: the gate and up projections PSUM's float32 sums
+    (trn2core.reference.gemm), silu by trn2core's activation rule times up in float32, rounded
+    to bf16; the down projection's sums rounded to bf16, times the float32 affinity rounded
+    to bf16 again; the experts' outputs added in bf16 in turn (the token's top k in its
+    index order, or experts 0 to E_L - 1)."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
     e_l = w_gate_up.shape[0]
     post = getattr(kw.get("expert_affinities_scaling_mode"), "name", "NO_SCALE") == "POST_SCALE"
     rank = int(np.asarray(kw["rank_id"]).reshape(-1)[0]) if kw.get("rank_id") is not None else 0
-    xs = x.astype(f)
-    out = np.zeros((x.shape[0], w_down.shape[2]))
+    out = np.zeros((x.shape[0], w_down.shape[2]), dt)
     for t in range(x.shape[0]):
         chosen = [int(e) for e in index[t]]
+        acc = None
         for e in range(e_l) if is_all_expert else chosen:
-            g, u = (xs[t] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
-            h = (g / (1.0 + np.exp(-g)) * u).astype(w_down.dtype).astype(f)
-            y = h @ w_down[e].astype(f)
+            g, u = (gemm(x[t : t + 1], w_gate_up[e, :, j, :]) for j in (0, 1))
+            h = (activation_values("silu", g) * u).astype(f32).astype(w_down.dtype)
+            y = gemm(h, w_down[e]).astype(dt)
             if post:
                 glob = rank * e_l + e if is_all_expert else e
                 keep = glob in chosen or not kw.get("mask_unselected_experts")
-                y = y * (float(affinities[t, glob]) if keep else 0.0)
-            out[t] += y
-    return out.astype(x.dtype)
+                y = (y.astype(f32) * f32(affinities[t, glob] if keep else 0.0)).astype(dt)
+            acc = y if acc is None else (acc.astype(f32) + y.astype(f32)).astype(dt)
+        out[t] = acc[0]
+    return out
 
 
 def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
@@ -2804,7 +2813,7 @@ def _cases() -> list[Case]:
                     inputs(*shape, **kw),
                     check,
                     grid=grid[0] if grid else None,
-                    **(exact if kern == "attention_tkg" else loose),
+                    **(exact if kern in ("attention_tkg", "moe_tkg") else loose),
                     package_root=LIB,
                     wrap=wrap,
                     # Fused RoPE reduces the angles modulo 2 pi over all d_head partitions of a
