@@ -307,10 +307,27 @@ def _tkg_layout(y):
     return y.reshape(b * s, 128, h // 128).transpose(1, 0, 2)
 
 
+def _rmsnorm_tkg_rows(x, g, eps=1e-6):
+    """nki-library's rmsnorm_tkg on rows x [N, H] (LNC=1), its instructions' roundings: h laid
+    out as h0 * H1 + h1 (128 partitions h0); the float32 squares summed over h1 in order
+    (tensor_reduce), then over h0 by the PE with a float32 ones matrix (PSUM); rsqrt of
+    sum / H + eps (each step float32) by trn2core's activation rule; x * gamma in float32
+    times it, rounded once to x's dtype."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+    n, h = x.shape
+    xf = x.astype(f32)
+    part = np.cumsum((xf * xf).reshape(n, 128, h // 128), axis=2, dtype=f32)[..., -1]
+    ss = gemm(part, np.ones((128, 1), f32))[:, 0]
+    rs = activation_values("rsqrt", ((ss * f32(1.0 / h)).astype(f32) + f32(eps)).astype(f32))
+    return ((xf * g.reshape(1, h).astype(f32)).astype(f32) * rs[:, None]).astype(x.dtype)
+
+
 def ref_rmsnorm_tkg(x, g, **_):
-    x64 = x.astype(np.float64)
-    y = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * g.astype(np.float64)
-    return _tkg_layout(y).astype(x.dtype)
+    """rmsnorm_tkg (_rmsnorm_tkg_rows) in its output layout."""
+    y = _rmsnorm_tkg_rows(x.reshape(-1, x.shape[-1]), g).reshape(x.shape)
+    return _tkg_layout(y.astype(np.float64)).astype(x.dtype)
 
 
 def _layernorm_tkg_rows(x, g, b, eps=1e-6):
@@ -1220,9 +1237,9 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
 
     With the kernel's roundings: the gate and up projections PSUM's float32 sums
     (trn2core.reference.gemm), silu by trn2core's activation rule times up in float32, rounded
-    to bf16; the down projection's sums rounded to bf16, times the float32 affinity rounded
-    to bf16 again; the experts' outputs added in bf16 in turn (the token's top k in its
-    index order, or experts 0 to E_L - 1)."""
+    to bf16; the down projection's sums rounded to bf16, times the affinity (float32; in the
+    all-expert form rounded to bf16 first) rounded to bf16 again; the experts' outputs added
+    in bf16 in turn (the token's top k in its index order, or experts 0 to E_L - 1)."""
     from trn2core.reference import activation_values, gemm
 
     f32, dt = np.float32, x.dtype
@@ -1240,7 +1257,10 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
             if post:
                 glob = rank * e_l + e if is_all_expert else e
                 keep = glob in chosen or not kw.get("mask_unselected_experts")
-                y = (y.astype(f32) * f32(affinities[t, glob] if keep else 0.0)).astype(dt)
+                a = f32(affinities[t, glob] if keep else 0.0)
+                if is_all_expert:  # the affinities rounded to bf16 first (all_expert_impl)
+                    a = f32(a.astype(dt))
+                y = (y.astype(f32) * a).astype(dt)
             acc = y if acc is None else (acc.astype(f32) + y.astype(f32)).astype(dt)
         out[t] = acc[0]
     return out
@@ -1252,10 +1272,8 @@ def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
     logits, each token's top k experts and their affinities) and the experts' MLP on it
     (ref_moe_tkg, the affinities scattered into [T, E]); returns the output [T, H] and the
     logits [T, E]."""
-    f = np.float64
-    x = inp.astype(f).reshape(-1, inp.shape[-1])
-    rms = np.sqrt((x * x).mean(axis=1, keepdims=True) + kw.get("eps", 1e-6))
-    normed = (x / rms * gamma.astype(f)).astype(inp.dtype)
+    x = inp.reshape(-1, inp.shape[-1])
+    normed = _rmsnorm_tkg_rows(x, gamma, kw.get("eps", 1e-6))  # its instructions' roundings
     t, e = normed.shape[0], w_router.shape[1]
     k, act = kw["top_k"], kw["router_act_fn"]
     outs = (np.zeros((t, e), inp.dtype), np.zeros((t, e), np.float32), np.zeros((t, k), np.int64))
@@ -2911,8 +2929,7 @@ def _cases() -> list[Case]:
             _moe_block_inputs(4, 256, 128, 8, 2, **kw),
             ref_moe_block_tkg,
             grid=2,
-            rtol=2e-2,
-            atol=2e-2,
+            **exact,
             package_root=LIB,
             uninitialized=uninit,
         )
