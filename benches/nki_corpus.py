@@ -1385,37 +1385,61 @@ def ref_moe_cte(
         while n < len(block_to_expert) and conditions[n] == 1:
             n += 1
         block_to_expert = block_to_expert[:n]
+    on_i = spec.implementation.name != "shard_on_block"
     out, gup_t, down = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
-                                    block_to_expert, block_size)  # fmt: skip
+                                    block_to_expert, block_size, lnc, on_i)  # fmt: skip
     if spec.implementation.name == "shard_on_i_dropping":
         return out, gup_t, down
     if spec.implementation.name != "shard_on_block":
         return out
     two = np.zeros((out.shape[0], 2, out.shape[1]), out.dtype)
     two[:, 0] = out
-    two[-1] = np.nan
+    nan = np.frombuffer(b"\xff" * two.itemsize, two.dtype)[0]  # new memory: 0xFF bytes
+    two[-1] = nan
     if lnc == 1:
-        two[:, 1] = np.nan
+        two[:, 1] = nan
     return two
 
 
-def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b):
+def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b,
+                 shards=1, on_i=False):  # fmt: skip
     """The output, and per block its gate and up projections transposed [N, 2, I, B] and its
-    down projection before the affinity [N, B, H] (in the weights' dtype)."""
-    f = np.float64
-    e_count = w_gate_up.shape[0]
-    xs = x.astype(f)
-    out = np.zeros(x.shape, x.dtype)
+    down projection before the affinity [N, B, H] (in the weights' dtype), with moe_cte's
+    roundings: gate and up PSUM's float32 sums over H (trn2core.reference.gemm), silu by
+    trn2core's activation rule rounded to bf16, times up rounded to bf16; the down
+    projection's float32 sums over I; each token's row times its (bf16) affinity in float32
+    plus its output row, rounded to bf16 (scalar_tensor_tensor). on_i (shard on I): each of
+    the ``shards`` cores sums its share of I, rounded to bf16, and the shares are added in
+    bf16 (sendrecv) before the affinity. Else (shard on block) core k accumulates blocks k,
+    k + shards, ... into an output of its own, and the cores' outputs are added in bf16."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
+    e_count, i_len = w_gate_up.shape[0], w_gate_up.shape[-1]
+    aff = affinities.reshape(-1).astype(f32)
+    outs = [np.zeros(x.shape, dt) for _ in range(1 if on_i else shards)]
     gup_t, down = [], []
     for blk, (e,) in enumerate(np.asarray(block_to_expert)):
         toks = np.asarray(token_position_to_id[blk * b : (blk + 1) * b])
-        g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+        g, u = (gemm(x[toks], w_gate_up[e, :, j, :]) for j in (0, 1))
         gup_t.append(np.stack([g.T, u.T]))
-        h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
-        y = h @ w_down[e].astype(f)
+        h = activation_values("silu", g).astype(dt).astype(f32)
+        h = (h * u).astype(f32).astype(w_down.dtype)
+        if on_i:
+            share = i_len // shards
+            y = None
+            for c in range(shards):
+                cut = slice(c * share, (c + 1) * share)
+                part = gemm(h[:, cut], w_down[e, cut]).astype(dt).astype(f32)
+                y = part if y is None else (y + part).astype(dt).astype(f32)
+        else:
+            y = gemm(h, w_down[e])
         down.append(y.copy())
-        y *= affinities.astype(f).reshape(-1)[toks * e_count + e][:, None]
-        out[toks] = (out[toks].astype(f) + y).astype(x.dtype)
+        out = outs[0 if on_i else blk % shards]
+        out[toks] = ((y * aff[toks * e_count + e][:, None]).astype(f32) + out[toks]).astype(dt)
+    out = outs[0]
+    for other in outs[1:]:
+        out = (out.astype(f32) + other.astype(f32)).astype(dt)
     return out, np.array(gup_t).astype(w_gate_up.dtype), np.array(down).astype(w_down.dtype)
 
 
@@ -2936,12 +2960,12 @@ def _cases() -> list[Case]:
         for label, kw, uninit in blocks
     ]
 
-    # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).
+    # MoE context encoding (bit-exact: _moe_cte_sum follows its roundings).
     def moe_cte(label, inputs, lnc=2, **kw):
         name = f"nkilib moe_cte ({label}, post-scaled) (LNC={lnc})"
         module = "nkilib.core.moe.moe_cte.moe_cte"
         reference = functools.partial(ref_moe_cte, lnc=lnc)
-        kw.update(grid=lnc, rtol=2e-2, atol=2e-3, package_root=LIB)
+        kw.update(grid=lnc, **exact, package_root=LIB)
         return Case(name, lib, module, "moe_cte", inputs, reference, **kw)
 
     # Sharded on blocks: core k takes blocks k, k + 2, ... (its PING_PONG order assumes two
