@@ -2044,9 +2044,30 @@ def _topk_reduce_inputs(t, k, ranks, h):
 def ref_moe_shard_h(x, affinities, w_gate_up, w_down, block_size, token_position_to_id,
                     block_to_expert, **_):  # fmt: skip
     """nki-library's experimental blockwise MoE sharded on H (its docstring's pseudocode): as
-    moe_cte's post-scaled forms (_moe_cte_sum), its arguments in its own order."""
-    return _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
-                        block_to_expert, block_size)[0]  # fmt: skip
+    moe_cte's post-scaled forms, its arguments in its own order, with its roundings (two
+    cores): each core sums the gate and up projections over its half of H (PSUM, float32),
+    the halves added in float32 (sendrecv); silu by trn2core's activation rule rounded to
+    bf16, times up rounded to bf16; each core's half of the output columns: the down
+    projection's float32 sums over I times the affinity, rounded to bf16, plus the token's
+    output row, rounded again."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
+    e_count, half = w_gate_up.shape[0], x.shape[1] // 2
+    aff = affinities.reshape(-1).astype(f32)
+    out = np.zeros(x.shape, dt)
+    for blk, (e,) in enumerate(np.asarray(block_to_expert)):
+        toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
+        lo, hi = x[toks, :half], x[toks, half:]
+        g, u = (
+            (gemm(lo, w_gate_up[e, :half, j]) + gemm(hi, w_gate_up[e, half:, j])).astype(f32)
+            for j in (0, 1)
+        )
+        h = activation_values("silu", g).astype(dt).astype(f32)
+        h = (h * u).astype(f32).astype(w_down.dtype)
+        y = (gemm(h, w_down[e]) * aff[toks * e_count + e][:, None]).astype(f32).astype(dt)
+        out[toks] = (y.astype(f32) + out[toks].astype(f32)).astype(dt)
+    return out
 
 
 def _moe_shard_h_inputs(t, h, i, e, b):
@@ -3093,7 +3114,7 @@ def _cases() -> list[Case]:
           _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, {"atol": 1e-2}),
         ("blockwise_mm_baseline_shard_hidden (post-scaled)",
          (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
-          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
+          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, exact),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, {}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, {}),
         # SBUF all-gathers across 4 ranks (each its own input; trn2core.nki.run(ranks=4)):
