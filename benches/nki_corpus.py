@@ -1896,34 +1896,46 @@ def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy
     [N, 2, I, B]) and d = silu(g) u @ W_down (down [N, B, H]) and the upstream gradient dy:
     d_aff = sum_h dy d; dd = aff dy; da = dd @ W_down^T; dg = da u silu'(g), du = da silu(g);
     dW_down += (silu(g) u)^T dd; dW_gate_up += x^T [dg, du]; dx += [dg, du] @ W_gate_up^T.
-    The per-block intermediates in bf16 (the kernel keeps them in HBM in its compute dtype)."""
-    f = np.float64
+
+    With the kernel's roundings, every stored step in bf16: dy d, summed over H in float32 in
+    order (d_aff); dy times the float32 affinity; silu(g) (Swish: gelu_apprx_sigmoid) by
+    trn2core's activation rule, times u; da PSUM's float32 sums over H; da silu(g); da u
+    times silu_dx(g) (gelu_apprx_sigmoid_dx); the weight gradients PSUM's sums over the
+    block's tokens, each added to the stored gradient; dx the gate part's sums, plus the up
+    part's PSUM, then added to the stored dx (trn2core.reference.gemm for every product)."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
     t, h = x.shape
     e_n, i_n, _ = w_down.shape
     swish = getattr(kw.get("activation_type"), "name", "SiLU") == "Swish"
-    dx, daff = np.zeros((t, h)), np.zeros((t, e_n))
-    dwgu, dwd = np.zeros((e_n, h, 2, i_n)), np.zeros((e_n, i_n, h))
+    fwd, bwd = ("gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx") if swish else ("silu", "silu_dx")
+    dx, daff = np.zeros((t, h), dt), np.zeros((t, e_n), dt)
+    dwgu, dwd = np.zeros((e_n, h, 2, i_n), dt), np.zeros((e_n, i_n, h), dt)
 
-    def r(a):  # a stored intermediate: rounded to bf16
-        return a.astype(BF16).astype(f)
+    def r(a):  # a stored step: rounded to bf16 (float32 values)
+        return np.asarray(a, f32).astype(dt).astype(f32)
+
+    def add(old, new):  # the stored gradient plus a new part, rounded to bf16
+        return (old.astype(f32) + new.astype(f32)).astype(dt)
 
     for n, e in enumerate(block_to_expert[:, 0]):
         toks = pos[n * b : (n + 1) * b]
-        g, u = gup_t[n, 0].T.astype(f), gup_t[n, 1].T.astype(f)  # [B, I]
-        g_y = dy[toks].astype(f)
-        daff[toks, e] = (g_y * down[n].astype(f)).sum(axis=1)
-        dd = r(g_y * aff.reshape(t, e_n)[toks, e].astype(f)[:, None])
-        c = 1.702 if swish else 1.0  # Swish: nl.gelu_apprx_sigmoid, x sigmoid(1.702 x)
-        sig = 1.0 / (1.0 + np.exp(-c * g))
-        act = r(g * sig * u)
-        da = dd @ w_down[e].astype(f).T
-        dgu = np.concatenate([r(da * u * sig * (1.0 + c * g * (1.0 - sig))), r(da * g * sig)], 1)
-        dwd[e] += act.T @ dd
-        dwgu[e] += (x[toks].astype(f).T @ dgu).reshape(h, 2, i_n)
-        dx[toks] += dgu @ w_gate_up[e].astype(f).reshape(h, 2 * i_n).T
-    return tuple(
-        a.astype(x.dtype) for a in (dx, daff.reshape(t * e_n, 1), dwgu, dwd)
-    )  # fmt: skip
+        y = dy[toks].astype(f32)
+        daff[toks, e] = np.cumsum(r(y * down[n].astype(f32)), axis=1, dtype=f32)[:, -1]
+        dd = r(y * aff.reshape(t, e_n)[toks, e].astype(f32)[:, None]).astype(dt)
+        g, u = gup_t[n, 0].T.astype(f32), gup_t[n, 1].T.astype(f32)  # [B, I]
+        s = r(activation_values(fwd, g))
+        act = r(s * u).astype(dt)
+        da = r(gemm(dd, w_down[e].T))
+        du = r(da * s).astype(dt)
+        dg = r(r(da * u) * r(activation_values(bwd, g))).astype(dt)
+        dwd[e] = add(dwd[e], gemm(act.T, dd).astype(dt))
+        for j, grad in enumerate((dg, du)):
+            dwgu[e, :, j] = add(dwgu[e, :, j], gemm(x[toks].T, grad).astype(dt))
+        part = r(gemm(dg, w_gate_up[e, :, 0].T)) + gemm(du, w_gate_up[e, :, 1].T)
+        dx[toks] = add(dx[toks], part.astype(f32).astype(dt))
+    return dx, daff.reshape(t * e_n, 1), dwgu, dwd
 
 
 def _moe_bwd_inputs(t, h, i, e, b, act="SiLU"):
@@ -3086,11 +3098,10 @@ def _cases() -> list[Case]:
             )
         )
     # The MoE backward pass (dropless): its gradients of the tokens, the affinities and both
-    # weights, against our own (a weight gradient sums 256 products of bf16-rounded
-    # gradients: 0.4% rms apart, up to 0.009 where terms cancel). LNC=2 only: it calls
+    # weights, bit-exact against our own with its roundings (ref_moe_bwd). LNC=2 only: it calls
     # core_barrier whatever the LNC, and each core takes half the block's 128-token tiles
     # (B = 256: one each). The MoE forward sharded on H (each core a half of H; gate and up
-    # summed across the cores with sendrecv, whatever the LNC: LNC=2 only too). The
+    # summed across the cores with sendrecv, whatever the LNC: LNC=2 only too; bit-exact). The
     # collective topk_reduce sums each token's K rows of an all_to_all_v output buffer (no
     # collective call of its own; LNC=2 shards H).
     exp = "nkilib.experimental"
@@ -3108,10 +3119,10 @@ def _cases() -> list[Case]:
     for label, (module, kernel, inputs), check, lnc, opts in (
         ("blockwise_mm_bwd (dropless, SiLU)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
-          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, {"atol": 1e-2}),
+          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, exact),
         ("blockwise_mm_bwd (dropless, Swish)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
-          _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, {"atol": 1e-2}),
+          _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, exact),
         ("blockwise_mm_baseline_shard_hidden (post-scaled)",
          (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
           _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, exact),
