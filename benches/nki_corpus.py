@@ -759,35 +759,43 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
     """nki-library's MLP: optional residual add (x + fused_add_tensor, in x's dtype) and RMS
     norm (the normalised rows in the weights' dtype), then
     (silu(x @ gate) * (x @ up)) @ down, the product rounded to the weights' dtype (the down
-    projection's operand); [B, S, H] -> [B, S, H]."""
+    projection's operand); [B, S, H] -> [B, S, H]. Each form with its kernel's roundings
+    (_ref_mlp_tkg, _ref_mlp_cte, _ref_mlp_fp8_tokens)."""
     if x.dtype == ml_dtypes.float8_e4m3:
         return _ref_mlp_fp8_tokens(x, wg, wu, wd, **kw)
     quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
     if not quant and x.size // x.shape[-1] > 96:  # mlp_cte
         return _ref_mlp_cte(x, wg, wu, wd, normalization_weights_tensor, **kw)
-    h = x.astype(np.float64)
+    return _ref_mlp_tkg(x, wg, wu, wd, normalization_weights_tensor, **kw)
+
+
+def _ref_mlp_tkg(x, wg, wu, wd, gamma, **kw):
+    """mlp_tkg in its instructions' roundings: the fused add in float32, rounded once
+    (dma_compute); rmsnorm_tkg (_rmsnorm_tkg_rows); the gate and up projections PSUM's
+    float32 sums (trn2core.reference.gemm), with fp8 weights (ROW: a scale per column, STATIC:
+    one; the rows stay bf16) times the scale in float32; silu (trn2core's activation rule)
+    times up in float32, rounded to bf16; the down projection's sums (times its scale in
+    float32) rounded once."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt, h = np.float32, x.dtype, x.shape[-1]
+    quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
+    rows = added = x.reshape(-1, h)
     if kw.get("fused_add_tensor") is not None:
-        h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
-    # fp8 weights (mlp_tkg's ROW and STATIC forms): the rows and the product stay in x's
-    # dtype, each projection times its weights' scale (per column for ROW, one for STATIC).
-    op_dtype = x.dtype if quant else wg.dtype
+        added = rows.astype(f32) + kw["fused_add_tensor"].reshape(-1, h).astype(f32)
+        rows = added = added.astype(dt)
     if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
-        h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
-        h = (h * normalization_weights_tensor.astype(np.float64)).astype(op_dtype)
-    h = h.astype(np.float64)
-    g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
+        rows = _rmsnorm_tkg_rows(rows, gamma, kw.get("eps", 1e-6))
+    g, u = gemm(rows, wg), gemm(rows, wu)
     if quant:
-        g = g * kw["gate_w_scale"][0].astype(np.float64)
-        u = u * kw["up_w_scale"][0].astype(np.float64)
-    a = (g / (1.0 + np.exp(-g)) * u).astype(x.dtype if quant else wd.dtype).astype(np.float64)
-    y = a @ wd.astype(np.float64)
+        g = (g * kw["gate_w_scale"][0].astype(f32)).astype(f32)
+        u = (u * kw["up_w_scale"][0].astype(f32)).astype(f32)
+    y = gemm((activation_values("silu", g) * u).astype(f32).astype(dt), wd)
     if quant:
-        y = y * kw["down_w_scale"][0].astype(np.float64)
-    out = y.astype(x.dtype)
+        y = (y * kw["down_w_scale"][0].astype(f32)).astype(f32)
+    out = y.astype(dt).reshape(x.shape)
     if kw.get("store_fused_add_result"):  # the residual sum, stored too
-        return out, (x.astype(np.float64) + kw["fused_add_tensor"].astype(np.float64)).astype(
-            x.dtype
-        )
+        return out, added.reshape(x.shape)
     return out
 
 
@@ -2945,8 +2953,9 @@ def _cases() -> list[Case]:
                 _mlp_inputs(*shape, **kw),
                 ref_mlp,
                 grid=lnc if lnc == 2 else None,
-                # mlp_cte's bf16 form: _ref_mlp_cte follows its instructions bit for bit
-                **(exact if mode == "cte" and not kw.get("quant") else loose),
+                # mlp_tkg (_ref_mlp_tkg), mlp_cte's bf16 form (_ref_mlp_cte) and its fp8-token
+                # forms (_ref_mlp_fp8_tokens) follow their instructions bit for bit
+                **exact,
                 package_root=LIB,
                 wrap=_mlp_wrapper,
             )
