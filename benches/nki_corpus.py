@@ -200,15 +200,38 @@ def ref_simulate_add(a, b):
 
 
 def ref_rmsnorm(a, g):
-    a64 = a.astype(np.float64)
-    return (a64 / np.sqrt((a64 * a64).mean(axis=1, keepdims=True)) * g).astype(a.dtype)
+    """The 2.26 RMS norm tutorial's roundings (float32): the squares summed in order, divided
+    by the row length, rsqrt (the float64 formula rounded once), x times it, times g."""
+    f32 = np.float32
+    x = a.astype(f32)
+    mean = np.cumsum(x * x, axis=1, dtype=f32)[:, -1:] / f32(a.shape[1])
+    r = (1.0 / np.sqrt(mean.astype(np.float64))).astype(f32)
+    return ((x * r).astype(f32) * g.astype(f32)).astype(a.dtype)
 
 
-def ref_layernorm(x, eps, gamma, beta):
-    x64 = x.astype(np.float64)
-    mu = x64.mean(axis=1, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=1, keepdims=True)
-    return ((x64 - mu) / np.sqrt(var + eps) * gamma + beta).astype(x.dtype)
+def ref_layernorm(x, eps, gamma, beta, form="v1"):
+    """The 2.26 layer norm tutorial's roundings (float32). v1 (nl.mean): mean and mean of
+    squares each a sum in order divided by the row length, var = E[x^2] - mean^2; v2:
+    bn_stats and bn_aggr (trn2core.reference) per 512 columns. Then rsqrt(var + eps) (the
+    float64 formula rounded once), (x - mean) times it, times gamma, plus beta, each step
+    rounded."""
+    from trn2core import reference as tr
+
+    f32 = np.float32
+    xf = x.astype(f32)
+    if form == "v1":
+        n = f32(x.shape[1])
+        mean = np.cumsum(xf, axis=1, dtype=f32)[:, -1] / n
+        msq = np.cumsum(xf * xf, axis=1, dtype=f32)[:, -1] / n
+        var = (msq - mean * mean).astype(f32)
+    else:
+        h = x.shape[1]
+        mean, var = tr.bn_aggr(np.concatenate([tr.bn_stats(xf[:, j : j + 512])
+                                               for j in range(0, h, 512)], 1)).T  # fmt: skip
+    r = (1.0 / np.sqrt((var + f32(eps)).astype(f32).astype(np.float64))).astype(f32)
+    y = tr.tensor_scalar(xf, "subtract", mean[:, None], "fp32", op1="multiply",
+                         operand1=r[:, None])  # fmt: skip
+    return ((y * gamma.astype(f32)).astype(f32) + beta.astype(f32)).astype(x.dtype)
 
 
 def ref_sd_attention(q, k, v, **_):
@@ -3259,8 +3282,7 @@ def _cases() -> list[Case]:
                 "nki_rmsnorm_kernel",
                 lambda r, n=rows: ((_f32(r, n, 512), _f32(r, 512)), {}),
                 ref_rmsnorm,
-                rtol=1e-4,
-                atol=1e-5,
+                **exact,
             )
         )
     for v in ("v1", "v2"):
@@ -3272,9 +3294,8 @@ def _cases() -> list[Case]:
                     f"{OLD}/layernorm/layernorm_nki_kernel.py",
                     f"nki_layernorm_kernel_{v}",
                     lambda r, n=rows: ((_f32(r, n, 512), 1e-5, _f32(r, 512), _f32(r, 512)), {}),
-                    ref_layernorm,
-                    rtol=1e-4,
-                    atol=1e-4,
+                    functools.partial(ref_layernorm, form=v),
+                    **exact,
                 )
             )
     cases += [
