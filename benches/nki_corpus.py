@@ -131,18 +131,25 @@ def ref_maxpool_stride1(x, pool_size):
 
 def ref_mamba(delta, u, a, b, c):
     """The selective-scan recurrence: h_t = exp(delta_t * A) h_{t-1} + delta_t B_t u_t,
-    y_t = sum over the state of C_t h_t."""
-    delta, u, a, b, c = (np.asarray(v, np.float64) for v in (delta, u, a, b, c))
+    y_t = sum over the state of C_t h_t; with the kernels' float32 roundings: exp(delta A)
+    (the activation's scale, then trn2core's activation rule), (delta u) B, the scan's
+    h = da h + dbu (tensor_tensor_scan, each op rounded), h C, the states' terms added in
+    state order."""
+    from trn2core.reference import activation_values
+
+    f32 = np.float32
     batch, ch, seq = delta.shape
-    out = np.zeros((batch, ch, seq))
+    out = np.zeros((batch, ch, seq), f32)
     for i in range(batch):
-        da = np.exp(delta[i][:, None, :] * a[:, :, None])  # [ch, state, seq]
-        dbu = delta[i][:, None, :] * b[i][None, :, :] * u[i][:, None, :]
-        h = np.zeros(da.shape[:2])
-        for t in range(seq):
-            h = da[:, :, t] * h + dbu[:, :, t]
-            out[i, :, t] = (h * c[i][None, :, t]).sum(axis=1)
-    return out.astype(np.float32)
+        du = (delta[i] * u[i]).astype(f32)
+        for s in range(a.shape[1]):
+            da = activation_values("exp", (delta[i] * a[:, s : s + 1]).astype(f32))
+            dbu = (du * b[i, s][None, :]).astype(f32)
+            h, hs = np.zeros(ch, f32), np.empty((ch, seq), f32)
+            for t in range(seq):
+                h = hs[:, t] = ((da[:, t] * h).astype(f32) + dbu[:, t]).astype(f32)
+            out[i] = (out[i] + (hs * c[i, s][None, :]).astype(f32)).astype(f32)
+    return out
 
 
 def ref_attention(q, k, v, form="divide"):
@@ -2619,8 +2626,7 @@ def _cases() -> list[Case]:
                     f"mamba_{v}",
                     _mamba_inputs,
                     ref_mamba,
-                    rtol=1e-3,
-                    atol=1e-3,
+                    **exact,
                 )
             )
     cases += [
