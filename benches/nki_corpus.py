@@ -3431,17 +3431,25 @@ QWEN = "contrib/models/Qwen3.5-2B/src/nki_kernels"  # Qwen3.5-35B-A3B holds iden
 
 def ref_qk_norm_rope(q, k, q_gamma, k_gamma, cos, sin, eps):
     """Per head of 256: RMS norm times gamma, then RoPE on the first 64 dimensions (rotate
-    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]."""
+    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]. With
+    the kernel's float32 steps: the squares summed in order, times 1/256, plus eps, rsqrt by
+    trn2core's activation rule, x times it, times gamma; each rotation product and sum
+    rounded."""
+    from trn2core.reference import activation_values
+
+    f32 = np.float32
 
     def one(x, gamma):
         b, s, w = x.shape
-        x = x.astype(np.float64).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
-        n = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * gamma
+        x = x.astype(f32).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
+        ss = np.cumsum(x * x, axis=-1, dtype=f32)[..., -1:]
+        t = ((ss * f32(1 / 256)).astype(f32) + f32(eps)).astype(f32)
+        n = ((x * activation_values("rsqrt", t)).astype(f32) * gamma.astype(f32)).astype(f32)
         c, sn = cos[:, None, :, :64], sin[:, None, :, :64]
         lo, hi = n[..., :32].copy(), n[..., 32:64].copy()
-        n[..., :32] = lo * c[..., :32] - hi * sn[..., :32]
-        n[..., 32:64] = hi * c[..., 32:] + lo * sn[..., 32:]
-        return n.astype(np.float32)
+        n[..., :32] = (lo * c[..., :32]).astype(f32) + (-hi * sn[..., :32]).astype(f32)
+        n[..., 32:64] = (hi * c[..., 32:]).astype(f32) + (lo * sn[..., 32:]).astype(f32)
+        return n
 
     return one(q, q_gamma), one(k, k_gamma)
 
@@ -3761,7 +3769,8 @@ def _nxdi_cases() -> list[Case]:
             "qwen_qk_norm_partial_rope_kernel",
             _qk_norm_rope_inputs,
             ref_qk_norm_rope,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_recurrent_step",
