@@ -3560,9 +3560,45 @@ def _chunk_step_inputs(r):
     return (q * np.float32(128**-0.5), k, v, beta, g_cum, g_last, st, *_masks()), {}
 
 
-def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, *_):
-    g = np.diff(g_cum[:, 0].astype(np.float64), prepend=0.0)
-    return _deltanet_scan(q, k, v, np.repeat(g[:, None], 128, axis=1), beta, state)
+def _chunk(q, k, v, beta, gc, gl, state, lmask, eye, lmask_d):
+    """One 128-token chunk of the gated delta rule as nki_deltanet_chunked computes it, in
+    float32 steps (trn2core.reference.gemm for every PE product, exp by trn2core's activation
+    rule): the decays exp(gc_i - gc_j) under the strict and the diagonal lower masks; A =
+    -(k beta k.T) decay, strictly lower; the inverse of (I - A) by six doubling rounds
+    (A <- A A, P <- (I + A) P, each masked); the corrected values P (v beta) minus
+    P (k beta exp(gc)) S; the output (q exp(gc)) S plus the masked q k.T decay times them;
+    the state S exp(gl) plus (k exp(gl - gc)).T times them. gc, gl: [128] float32."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+
+    def mul(a, b):
+        return (a * b).astype(f32)
+
+    kb, vb = mul(k, beta), mul(v, beta)
+    egc = activation_values("exp", gc)[:, None]
+
+    def decay(mask):
+        return mul(activation_values("exp", (mul(mask, gc[:, None]) - mul(gc, mask))), mask)
+
+    a = mul(-mul(gemm(kb, k.T), decay(lmask)), lmask)
+    p, ap = (eye + a).astype(f32), a
+    for _ in range(6):
+        ap = mul(gemm(ap, ap), lmask)
+        p = mul(gemm((eye + ap).astype(f32), p), lmask_d)
+    v_new = (gemm(p, vb) - gemm(gemm(p, mul(kb, egc)), state)).astype(f32)
+    out = gemm(mul(q, egc), state) + gemm(mul(gemm(q, k.T), decay(lmask_d)), v_new)
+    k_rd = mul(k, activation_values("exp", (gl - gc).astype(f32))[:, None])
+    st = mul(state, activation_values("exp", gl)[:, None]) + gemm(k_rd.T, v_new)
+    return out.astype(f32), st.astype(f32)
+
+
+def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, lmask, eye, lmask_d):
+    """One chunk (_chunk), its inputs as the kernel takes them (g_cum, g_last broadcast)."""
+    f32 = np.float32
+    q, k, v, beta, state = (np.asarray(a, f32) for a in (q, k, v, beta, state))
+    gc, gl = g_cum[:, 0].astype(f32), g_last[:, 0].astype(f32)
+    return _chunk(q, k, v, beta, gc, gl, state, lmask, eye, lmask_d)
 
 
 def _fused_inputs(r, s, heads=None):
@@ -3837,7 +3873,8 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_chunk_step",
             _chunk_step_inputs,
             ref_chunk_step,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_fused_chunked_fwd",
