@@ -93,7 +93,12 @@ def ref_add(a, b, *_, **__):
 
 
 def ref_matmul(lhs_t, rhs, *_, **__):
-    return lhs_t.astype(np.float32).T @ rhs.astype(np.float32)
+    """lhs_t.T @ rhs as the PE sums it: float32, K in 128-row tiles accumulated in PSUM in
+    order (trn2core.reference.gemm), as every form of the matmul tutorial does; rounded once
+    to the inputs' dtype (the kernels' output)."""
+    from trn2core.reference import gemm
+
+    return gemm(lhs_t.T, rhs).astype(lhs_t.dtype)
 
 
 def ref_transpose_rows(x, shape2D):  # noqa: N803 - the kernel's keyword
@@ -102,10 +107,16 @@ def ref_transpose_rows(x, shape2D):  # noqa: N803 - the kernel's keyword
 
 
 def ref_avgpool(x, pool_size):
+    """Each window's sum in float32 in order (its rows, each row's columns: the reduction's
+    logical order), times (or divided by) pool_size^2."""
     c, h, w = x.shape
     p = pool_size
-    v = x.astype(np.float32).reshape(c, h // p, p, w // p, p)
-    return v.mean(axis=(2, 4)).astype(x.dtype)
+    v = x.astype(np.float32).reshape(c, h // p, p, w // p, p).transpose(0, 1, 3, 2, 4)
+    v = v.reshape(c, h // p, w // p, p * p)
+    acc = v[..., 0]
+    for i in range(1, p * p):
+        acc = (acc + v[..., i]).astype(np.float32)
+    return (acc / np.float32(p * p)).astype(x.dtype)
 
 
 def ref_maxpool_stride1(x, pool_size):
@@ -120,26 +131,53 @@ def ref_maxpool_stride1(x, pool_size):
 
 def ref_mamba(delta, u, a, b, c):
     """The selective-scan recurrence: h_t = exp(delta_t * A) h_{t-1} + delta_t B_t u_t,
-    y_t = sum over the state of C_t h_t."""
-    delta, u, a, b, c = (np.asarray(v, np.float64) for v in (delta, u, a, b, c))
+    y_t = sum over the state of C_t h_t; with the kernels' float32 roundings: exp(delta A)
+    (the activation's scale, then trn2core's activation rule), (delta u) B, the scan's
+    h = da h + dbu (tensor_tensor_scan, each op rounded), h C, the states' terms added in
+    state order."""
+    from trn2core.reference import activation_values
+
+    f32 = np.float32
     batch, ch, seq = delta.shape
-    out = np.zeros((batch, ch, seq))
+    out = np.zeros((batch, ch, seq), f32)
     for i in range(batch):
-        da = np.exp(delta[i][:, None, :] * a[:, :, None])  # [ch, state, seq]
-        dbu = delta[i][:, None, :] * b[i][None, :, :] * u[i][:, None, :]
-        h = np.zeros(da.shape[:2])
-        for t in range(seq):
-            h = da[:, :, t] * h + dbu[:, :, t]
-            out[i, :, t] = (h * c[i][None, :, t]).sum(axis=1)
-    return out.astype(np.float32)
+        du = (delta[i] * u[i]).astype(f32)
+        for s in range(a.shape[1]):
+            da = activation_values("exp", (delta[i] * a[:, s : s + 1]).astype(f32))
+            dbu = (du * b[i, s][None, :]).astype(f32)
+            h, hs = np.zeros(ch, f32), np.empty((ch, seq), f32)
+            for t in range(seq):
+                h = hs[:, t] = ((da[:, t] * h).astype(f32) + dbu[:, t]).astype(f32)
+            out[i] = (out[i] + (hs * c[i, s][None, :]).astype(f32)).astype(f32)
+    return out
 
 
-def ref_attention(q, k, v):
-    """softmax(q.T @ k) @ v.T for [d, s] operands (rows of the result: queries)."""
-    s = q.astype(np.float64).T @ k.astype(np.float64)
-    s = np.exp(s - s.max(axis=1, keepdims=True))
-    s /= s.sum(axis=1, keepdims=True)
-    return (s @ v.astype(np.float64).T).astype(np.float32)
+def ref_attention(q, k, v, form="divide"):
+    """softmax(q.T @ k) @ v.T for [d, s] operands (rows of the result: queries), with the
+    attention tutorial's roundings: the scores PSUM's float32 sums (trn2core.reference.gemm),
+    score - max in float32, exp by trn2core's activation rule (float32), its sum in float32 in
+    order per 512-key chunk, the chunks added. Then, by the form (the tutorial's versions):
+    "divide" (v1), exp / sum; "normalise" (v2 to v4), exp times the float32 reciprocal of the
+    sum; either times v in PSUM (float32 operands); "defer" (v5, v6), exp times v in PSUM,
+    then times the reciprocal; "bf16" (v7 on), exp and v in bf16 for that product, then
+    times the reciprocal; "bf16 out" (v8a on) the same, stored as bf16."""
+    from trn2core.reference import activation_values, gemm, reciprocal
+
+    f32 = np.float32
+    s = gemm(q.T, k)
+    e = activation_values("exp", (s - s.max(axis=1, keepdims=True)).astype(f32))
+    tot = None
+    for c in range(0, s.shape[1], 512):
+        part = np.cumsum(e[:, c : c + 512], axis=1, dtype=f32)[:, -1:]
+        tot = part if tot is None else (tot + part).astype(f32)
+    if form == "divide":
+        return gemm((e / tot).astype(f32), v.T)
+    if form == "normalise":
+        return gemm((e * reciprocal(tot, "fp32")).astype(f32), v.T)
+    if form.startswith("bf16"):
+        e, v = e.astype(BF16), v.astype(BF16)
+    o = (gemm(e, v.T) * reciprocal(tot, "fp32")).astype(f32)
+    return o.astype(BF16) if form == "bf16 out" else o
 
 
 def ref_cumsum(x, axis=-1):
@@ -169,22 +207,53 @@ def ref_simulate_add(a, b):
 
 
 def ref_rmsnorm(a, g):
-    a64 = a.astype(np.float64)
-    return (a64 / np.sqrt((a64 * a64).mean(axis=1, keepdims=True)) * g).astype(a.dtype)
+    """The 2.26 RMS norm tutorial's roundings (float32): the squares summed in order, divided
+    by the row length, rsqrt (the float64 formula rounded once), x times it, times g."""
+    f32 = np.float32
+    x = a.astype(f32)
+    mean = np.cumsum(x * x, axis=1, dtype=f32)[:, -1:] / f32(a.shape[1])
+    r = (1.0 / np.sqrt(mean.astype(np.float64))).astype(f32)
+    return ((x * r).astype(f32) * g.astype(f32)).astype(a.dtype)
 
 
-def ref_layernorm(x, eps, gamma, beta):
-    x64 = x.astype(np.float64)
-    mu = x64.mean(axis=1, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=1, keepdims=True)
-    return ((x64 - mu) / np.sqrt(var + eps) * gamma + beta).astype(x.dtype)
+def ref_layernorm(x, eps, gamma, beta, form="v1"):
+    """The 2.26 layer norm tutorial's roundings (float32). v1 (nl.mean): mean and mean of
+    squares each a sum in order divided by the row length, var = E[x^2] - mean^2; v2:
+    bn_stats and bn_aggr (trn2core.reference) per 512 columns. Then rsqrt(var + eps) (the
+    float64 formula rounded once), (x - mean) times it, times gamma, plus beta, each step
+    rounded."""
+    from trn2core import reference as tr
+
+    f32 = np.float32
+    xf = x.astype(f32)
+    if form == "v1":
+        n = f32(x.shape[1])
+        mean = np.cumsum(xf, axis=1, dtype=f32)[:, -1] / n
+        msq = np.cumsum(xf * xf, axis=1, dtype=f32)[:, -1] / n
+        var = (msq - mean * mean).astype(f32)
+    else:
+        h = x.shape[1]
+        mean, var = tr.bn_aggr(np.concatenate([tr.bn_stats(xf[:, j : j + 512])
+                                               for j in range(0, h, 512)], 1)).T  # fmt: skip
+    r = (1.0 / np.sqrt((var + f32(eps)).astype(f32).astype(np.float64))).astype(f32)
+    y = tr.tensor_scalar(xf, "subtract", mean[:, None], "fp32", op1="multiply",
+                         operand1=r[:, None])  # fmt: skip
+    return ((y * gamma.astype(f32)).astype(f32) + beta.astype(f32)).astype(x.dtype)
 
 
 def ref_sd_attention(q, k, v, **_):
-    s = (q.astype(np.float64) * 0.125) @ k.astype(np.float64).T
-    s = np.exp(s - s.max(axis=1, keepdims=True))
-    s /= s.sum(axis=1, keepdims=True)
-    return (s @ v.astype(np.float64)).astype(q.dtype)
+    """softmax(q k^T / 8) v for [s, d] operands, with the SD attention kernel's roundings: q
+    (in bf16) times 1/8 and k and v in bf16; the scores PSUM's float32 sums; exp(score - max)
+    by trn2core's activation rule (float32), summed in float32 in order; exp in bf16 times v
+    in PSUM, times the float32 1 / sum, in q's dtype."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+    qb = (q.astype(BF16).astype(f32) * f32(0.125)).astype(BF16)
+    s = gemm(qb, k.astype(BF16).T)
+    e = activation_values("exp", (s - s.max(axis=1, keepdims=True)).astype(f32))
+    r = (f32(1.0) / np.cumsum(e, axis=1, dtype=f32)[:, -1:]).astype(f32)
+    return (gemm(e.astype(BF16), v.astype(BF16)) * r).astype(f32).astype(q.dtype)
 
 
 def ref_sd_attention_t(q, k, v, **_):
@@ -194,14 +263,17 @@ def ref_sd_attention_t(q, k, v, **_):
 
 
 def ref_adaptive_avg_pool(x, output_size):
+    """Each window's float32 sum in order (row by row), divided by its size in float32."""
     n, c, h, w = x.shape
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
-    out = np.zeros((n, c, oh, ow), np.float64)
+    out = np.zeros((n, c, oh, ow), np.float32)
     for i in range(oh):
         h0, h1 = i * h // oh, -(-(i + 1) * h // oh)
         for j in range(ow):
             w0, w1 = j * w // ow, -(-(j + 1) * w // ow)
-            out[:, :, i, j] = x[:, :, h0:h1, w0:w1].astype(np.float64).mean(axis=(2, 3))
+            win = x[:, :, h0:h1, w0:w1].astype(np.float32).reshape(n, c, -1)
+            total = np.cumsum(win, axis=2, dtype=np.float32)[..., -1]  # in order, float32
+            out[:, :, i, j] = total / np.float32(win.shape[2])  # divided in float32
     return out.astype(x.dtype)
 
 
@@ -215,19 +287,25 @@ def ref_resize_nearest(x, out_shape):
 
 def ref_select_and_scatter(operand, source):
     """3x3 windows, stride 2, padding 1: each source value is added at the first maximum of
-    its window (padding never selected: the inputs are positive)."""
+    its window (padding never selected: the inputs are positive). As the kernel adds them: one
+    plane per window offset (dr, dc), row by row, each holding the values whose window chose
+    that offset, the planes added in float32 in that order from zero."""
     n, c, h, w = operand.shape
-    out = np.zeros(operand.shape, np.float64)
+    pad = np.full((n, c, h + 2, w + 2), -np.inf, np.float32)
+    pad[:, :, 1:-1, 1:-1] = operand
+    planes = np.zeros((3, 3, n, c, h + 2, w + 2), np.float32)
     for i in range(source.shape[2]):
         for j in range(source.shape[3]):
-            r0, c0 = max(2 * i - 1, 0), max(2 * j - 1, 0)
-            win = operand[:, :, r0 : 2 * i + 2, c0 : 2 * j + 2]
-            flat = win.reshape(n, c, -1)
-            am = flat.argmax(axis=2)
-            rr, cc = np.divmod(am, win.shape[3])
+            win = pad[:, :, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].reshape(n, c, 9)
+            dr, dc = np.divmod(win.argmax(axis=2), 3)  # the first maximum
             for a in range(n):
                 for b in range(c):
-                    out[a, b, r0 + rr[a, b], c0 + cc[a, b]] += source[a, b, i, j]
+                    planes[dr[a, b], dc[a, b], a, b, 2 * i + dr[a, b], 2 * j + dc[a, b]] = (
+                        source[a, b, i, j]
+                    )
+    out = np.zeros((n, c, h, w), np.float32)
+    for plane in planes.reshape(9, n, c, h + 2, w + 2):
+        out = (out + plane[:, :, 1:-1, 1:-1]).astype(np.float32)
     return out.astype(operand.dtype)
 
 
@@ -255,27 +333,55 @@ def decode_dynamic_rows(out):
 
 
 def ref_rms_norm_qkv(hidden, weights, **_):
-    h = hidden.astype(np.float64)
-    n = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + 1e-6)
-    # The normalised rows are the matmul's operand in the weights' dtype (the kernel's own
-    # rounding; without it a 512-term sum near zero is off by more than the output's ulp).
-    n = n.astype(weights.dtype).astype(np.float64)
-    return (n @ weights.astype(np.float64)).astype(hidden.dtype)
+    """RMS norm then the QKV product, with allocated_fused_rms_norm_qkv's roundings: the
+    float32 squares summed in order (activation_reduce), times 1/H plus 1e-6 (each step
+    float32), rsqrt by trn2core's activation rule, the rows times it rounded to the weights'
+    dtype, the product PSUM's float32 sums over H (128-row tiles), rounded once."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+    x = hidden.reshape(-1, hidden.shape[-1]).astype(f32)
+    ss = np.cumsum(x * x, axis=1, dtype=f32)[:, -1:]
+    t = ((ss * f32(1.0 / x.shape[1])).astype(f32) + f32(1e-6)).astype(f32)
+    n = (x * activation_values("rsqrt", t)).astype(f32).astype(weights.dtype)
+    return gemm(n, weights).astype(hidden.dtype).reshape(*hidden.shape[:-1], -1)
 
 
 def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
     """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d];
-    with ``window_size`` (left, -1), left >= 0: each query sees itself and the ``left`` before."""
-    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
-    d, s = q.shape[2], q.shape[3]
-    sc = np.einsum("bhdq,bhdk->bhqk", q64, k64) / np.sqrt(d)
-    keep = np.tril(np.ones((s, s), bool))
-    if window_size[0] >= 0:
-        keep &= np.triu(np.ones((s, s), bool), -window_size[0])
-    sc = np.where(keep, sc, -np.inf)
-    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("bhqk,bhkd->bhqd", p, v64).astype(q.dtype)
+    with ``window_size`` (left, -1), left >= 0: each query sees itself and the ``left`` before.
+
+    With flash_fwd's roundings for one 2048-key tile (s <= 2048: its running max starts at
+    -FLT_MAX, so the correction of the previous tile's output is exp(-huge) = 0): per
+    128-query tile q times the scale in q's dtype, the scores PSUM's float32 sums, masked to
+    -FLT_MAX; exp(score - max) by trn2core's activation rule, its float32 sum in order per
+    1024-key chunk, the chunks added; P (q's dtype) v PSUM's sums; lse = max + log(sum) in
+    float32; the output P v times exp(max - lse), rounded once to q's dtype."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, fmax = np.float32, np.finfo(np.float32).max
+    b, h, d, s = q.shape
+    out = np.zeros((b, h, s, d), q.dtype)
+    for i in range(b):
+        for j in range(h):
+            for q0 in range(0, s, 128):
+                qt = (q[i, j][:, q0 : q0 + 128].astype(f32) * f32(d**-0.5)).astype(q.dtype)
+                qpos, kpos = np.arange(q0, q0 + 128)[:, None], np.arange(s)[None, :]
+                keep = qpos >= kpos
+                if window_size[0] >= 0:
+                    keep &= kpos >= qpos - window_size[0]
+                sc = np.where(keep, gemm(qt.T, k[i, j]), -fmax).astype(f32)
+                m = sc.max(axis=1, keepdims=True)
+                e = activation_values("exp", (sc - m).astype(f32))
+                total = None
+                for c in range(0, s, 1024):
+                    part = np.cumsum(e[:, c : c + 1024], axis=1, dtype=f32)[:, -1:]
+                    total = part if total is None else (total + part).astype(f32)
+                lse = (m + activation_values("log", total)).astype(f32)
+                o = gemm(e.astype(q.dtype), v[i, j])
+                o = o * activation_values("exp", (m - lse).astype(f32))
+                out[i, j, q0 : q0 + 128] = o.astype(f32)
+    return out
 
 
 def ref_cross_entropy(logits, targets, chunk_size=1024, **_):
@@ -307,10 +413,27 @@ def _tkg_layout(y):
     return y.reshape(b * s, 128, h // 128).transpose(1, 0, 2)
 
 
+def _rmsnorm_tkg_rows(x, g, eps=1e-6):
+    """nki-library's rmsnorm_tkg on rows x [N, H] (LNC=1), its instructions' roundings: h laid
+    out as h0 * H1 + h1 (128 partitions h0); the float32 squares summed over h1 in order
+    (tensor_reduce), then over h0 by the PE with a float32 ones matrix (PSUM); rsqrt of
+    sum / H + eps (each step float32) by trn2core's activation rule; x * gamma in float32
+    times it, rounded once to x's dtype."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+    n, h = x.shape
+    xf = x.astype(f32)
+    part = np.cumsum((xf * xf).reshape(n, 128, h // 128), axis=2, dtype=f32)[..., -1]
+    ss = gemm(part, np.ones((128, 1), f32))[:, 0]
+    rs = activation_values("rsqrt", ((ss * f32(1.0 / h)).astype(f32) + f32(eps)).astype(f32))
+    return ((xf * g.reshape(1, h).astype(f32)).astype(f32) * rs[:, None]).astype(x.dtype)
+
+
 def ref_rmsnorm_tkg(x, g, **_):
-    x64 = x.astype(np.float64)
-    y = x64 / np.sqrt((x64 * x64).mean(axis=-1, keepdims=True) + 1e-6) * g.astype(np.float64)
-    return _tkg_layout(y).astype(x.dtype)
+    """rmsnorm_tkg (_rmsnorm_tkg_rows) in its output layout."""
+    y = _rmsnorm_tkg_rows(x.reshape(-1, x.shape[-1]), g).reshape(x.shape)
+    return _tkg_layout(y.astype(np.float64)).astype(x.dtype)
 
 
 def _layernorm_tkg_rows(x, g, b, eps=1e-6):
@@ -456,16 +579,40 @@ def ref_rope_hf(q, k, q_out, k_out, cos, sin, **_):
     return q * cos + rot(q) * sin, k * cos + rot(k) * sin
 
 
-def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, **_):
+def ref_attention_cte(q, k, v, scale=1.0, causal_mask=True, bias=None, **_):
     """softmax(q k * scale) v, causal or not: q [b, s, d], k [b, d, s], v [b, s, d] ->
-    [b, s, d]."""
-    sc = np.einsum("bqd,bdk->bqk", q.astype(np.float64), k.astype(np.float64)) * scale
-    s = sc.shape[-1]
-    if causal_mask:
-        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
-    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("bqk,bkd->bqd", p, v.astype(np.float64)).astype(q.dtype)
+    [b, s, d], with attention_cte's roundings (one section: s <= its section length). Per
+    128-query tile: the scores PSUM's float32 sums (trn2core.reference.gemm), masked causally
+    to -FLT_MAX, times the scale in float32; the row max; exp(score - max) by trn2core's
+    activation rule (float32) stored as bf16 P, its float32 results summed in order per
+    512-key chunk (activation_reduce), the chunks' sums added in order; P v PSUM's float32
+    sums over 128-key tiles; times the float32 reciprocal of the sum, rounded to bf16 once.
+    bias [b, s] (NxDI's attention_cte_with_bias): added to the scores in PSUM (a matmul of a
+    ones row and the bias row, float32) before the scale."""
+    from trn2core.reference import activation_values, gemm, reciprocal
+
+    f32 = np.float32
+    b, s, _ = q.shape
+    out = np.zeros(q.shape, q.dtype)
+    for i in range(b):
+        for q0 in range(0, s, 128):
+            sc = gemm(q[i, q0 : q0 + 128], k[i])
+            if bias is not None:
+                sc = (sc + bias[i].astype(f32)).astype(f32)
+            if causal_mask:
+                keep = np.arange(q0, q0 + sc.shape[0])[:, None] >= np.arange(s)[None, :]
+                sc = np.where(keep, sc, -np.finfo(f32).max).astype(f32)
+            sc = (sc * f32(scale)).astype(f32)
+            e = activation_values("exp", (sc - sc.max(axis=1, keepdims=True)).astype(f32))
+            tot = np.zeros(sc.shape[0], f32)
+            for c0 in range(0, s, 512):
+                part = np.zeros(sc.shape[0], f32)
+                for j in range(c0, min(c0 + 512, s)):
+                    part = (part + e[:, j]).astype(f32)
+                tot = (tot + part).astype(f32)
+            o = gemm(e.astype(q.dtype), v[i])
+            out[i, q0 : q0 + 128] = (o * reciprocal(tot, "fp32")[:, None]).astype(f32)
+    return out
 
 
 def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kernel's keyword
@@ -562,21 +709,26 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
         y = y.astype(np.float64)
     elif not cte and x.shape[-1] // kw.get("lnc", 1) < 2048:
         ops = x.astype(input.dtype if quant == "ROW" else fused_qkv_weights.dtype)
-        y = _qkv_tkg_matmul(ops, fused_qkv_weights, bias if quant == "NONE" else None, kw,
-                            input.dtype)  # fmt: skip
-        if quant != "NONE":  # dequantized in the output's dtype (ROW: times each column's
-            # scale; STATIC: the q, k, v columns times their weight scale times the input
-            # scale, a float32 product), then plus the bias, each step rounded
+        post = None
+        if quant != "NONE":  # dequantized in the output's dtype on each core before the
+            # cores' outputs are added (ROW: times each column's scale; STATIC: the q, k, v
+            # columns times their weight scale times the input scale, a float32 product),
+            # then plus the bias (core 0), each step rounded
             f32, sc = np.float32, kw["qkv_w_scale"][0].astype(np.float32)
             if quant == "STATIC":
                 nq, nkv, d = kw["num_q_heads"], kw["num_kv_heads"], kw["d_head"]
                 cols = np.repeat([0, 1, 2], [nq * d, nkv * d, nkv * d])
                 sc = (sc * kw["qkv_in_scale"][0, 0])[cols]
-            y = (y.astype(f32) * sc).astype(input.dtype)
-            if bias is not None:
-                y = (y.astype(f32) + bias.astype(f32)).astype(input.dtype)
-            y = y.astype(np.float64)
+
+            def post(out, core, sc=sc, bf=input.dtype, b=bias):
+                out = (out * sc).astype(bf).astype(f32)
+                if b is not None and core == 0:
+                    out = (out + b.astype(f32)).astype(bf).astype(f32)
+                return out
+
             quant = "DONE"
+        y = _qkv_tkg_matmul(ops, fused_qkv_weights, bias if quant == "NONE" else None, kw,
+                            input.dtype, post)  # fmt: skip
         bias = None
     else:
         y = x @ fused_qkv_weights.astype(np.float64)
@@ -616,13 +768,15 @@ def ref_qkv(input, fused_qkv_weights, bias=None, **kw):  # noqa: A002 - the kern
     return out
 
 
-def _qkv_tkg_matmul(x, w, bias, kw, bf):
+def _qkv_tkg_matmul(x, w, bias, kw, bf, post=None):
     """qkv_tkg's bf16 projection of rows x [..., H] (H under 2048 per core: one H block), as
     float64 values: each core's share of H in 128-row tiles, tile j holding h = h0 * H1 + j (H1
     tiles a core), the tiles in PSUM row groups j % f (f = 128 / the array tile, 32 rows up to
     32 tokens, 64 up to 64; f = 1 where f does not divide H1), each group's float32 sum added in
     turn to the bf16 output (the bias on core 0, else 0), each sum rounded to bf16; at LNC=2 the
-    two cores' outputs added in bf16 (sendrecv). bf: the output's dtype."""
+    two cores' outputs added in bf16 (sendrecv). bf: the output's dtype; post(out, core): what
+    a core does to its float32 values of its bf16 output before the exchange (the fp8 forms'
+    dequantization and bias)."""
     from trn2core.reference import gemm
 
     f32 = np.float32
@@ -640,6 +794,8 @@ def _qkv_tkg_matmul(x, w, bias, kw, bf):
             tiles = [core * 128 * h1 + np.arange(128) * h1 + j for j in range(g, h1, f)]
             order = np.concatenate(tiles)
             out = (out + gemm(rows[:, order], w[order])).astype(bf).astype(f32)
+        if post is not None:
+            out = post(out, core)
         total = out if total is None else (total + out).astype(bf).astype(f32)
     return total.reshape(*x.shape[:-1], w.shape[1]).astype(np.float64)
 
@@ -713,35 +869,43 @@ def ref_mlp(x, wg, wu, wd, normalization_weights_tensor=None, **kw):
     """nki-library's MLP: optional residual add (x + fused_add_tensor, in x's dtype) and RMS
     norm (the normalised rows in the weights' dtype), then
     (silu(x @ gate) * (x @ up)) @ down, the product rounded to the weights' dtype (the down
-    projection's operand); [B, S, H] -> [B, S, H]."""
+    projection's operand); [B, S, H] -> [B, S, H]. Each form with its kernel's roundings
+    (_ref_mlp_tkg, _ref_mlp_cte, _ref_mlp_fp8_tokens)."""
     if x.dtype == ml_dtypes.float8_e4m3:
         return _ref_mlp_fp8_tokens(x, wg, wu, wd, **kw)
     quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
     if not quant and x.size // x.shape[-1] > 96:  # mlp_cte
         return _ref_mlp_cte(x, wg, wu, wd, normalization_weights_tensor, **kw)
-    h = x.astype(np.float64)
+    return _ref_mlp_tkg(x, wg, wu, wd, normalization_weights_tensor, **kw)
+
+
+def _ref_mlp_tkg(x, wg, wu, wd, gamma, **kw):
+    """mlp_tkg in its instructions' roundings: the fused add in float32, rounded once
+    (dma_compute); rmsnorm_tkg (_rmsnorm_tkg_rows); the gate and up projections PSUM's
+    float32 sums (trn2core.reference.gemm), with fp8 weights (ROW: a scale per column, STATIC:
+    one; the rows stay bf16) times the scale in float32; silu (trn2core's activation rule)
+    times up in float32, rounded to bf16; the down projection's sums (times its scale in
+    float32) rounded once."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt, h = np.float32, x.dtype, x.shape[-1]
+    quant = getattr(kw.get("quantization_type"), "name", "NONE") != "NONE"
+    rows = added = x.reshape(-1, h)
     if kw.get("fused_add_tensor") is not None:
-        h = (h + kw["fused_add_tensor"].astype(np.float64)).astype(x.dtype).astype(np.float64)
-    # fp8 weights (mlp_tkg's ROW and STATIC forms): the rows and the product stay in x's
-    # dtype, each projection times its weights' scale (per column for ROW, one for STATIC).
-    op_dtype = x.dtype if quant else wg.dtype
+        added = rows.astype(f32) + kw["fused_add_tensor"].reshape(-1, h).astype(f32)
+        rows = added = added.astype(dt)
     if getattr(kw.get("normalization_type"), "name", "NO_NORM") == "RMS_NORM":
-        h = h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + kw.get("eps", 1e-6))
-        h = (h * normalization_weights_tensor.astype(np.float64)).astype(op_dtype)
-    h = h.astype(np.float64)
-    g, u = h @ wg.astype(np.float64), h @ wu.astype(np.float64)
+        rows = _rmsnorm_tkg_rows(rows, gamma, kw.get("eps", 1e-6))
+    g, u = gemm(rows, wg), gemm(rows, wu)
     if quant:
-        g = g * kw["gate_w_scale"][0].astype(np.float64)
-        u = u * kw["up_w_scale"][0].astype(np.float64)
-    a = (g / (1.0 + np.exp(-g)) * u).astype(x.dtype if quant else wd.dtype).astype(np.float64)
-    y = a @ wd.astype(np.float64)
+        g = (g * kw["gate_w_scale"][0].astype(f32)).astype(f32)
+        u = (u * kw["up_w_scale"][0].astype(f32)).astype(f32)
+    y = gemm((activation_values("silu", g) * u).astype(f32).astype(dt), wd)
     if quant:
-        y = y * kw["down_w_scale"][0].astype(np.float64)
-    out = y.astype(x.dtype)
+        y = (y * kw["down_w_scale"][0].astype(f32)).astype(f32)
+    out = y.astype(dt).reshape(x.shape)
     if kw.get("store_fused_add_result"):  # the residual sum, stored too
-        return out, (x.astype(np.float64) + kw["fused_add_tensor"].astype(np.float64)).astype(
-            x.dtype
-        )
+        return out, added.reshape(x.shape)
     return out
 
 
@@ -909,15 +1073,36 @@ def _mlp_wrapper(sub):
     return wrapped
 
 
-def _rope_ref(x, pos, inv_freqs):
-    """Rotary embedding of x [..., B, S, d] (the docstring's rotate-half form): the angle of
-    dimension i (and i + d/2) of token (b, s) is pos[b, s] * inv_freqs[i]."""
-    ang = pos[:, :, None] * inv_freqs.astype(np.float64).reshape(1, 1, -1)  # [B, S, d/2]
-    cos, sin = np.cos(ang), np.sin(ang)
-    cos, sin = np.concatenate([cos, cos], -1), np.concatenate([sin, sin], -1)
-    half = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
+def _tkg_rope_coeffs(pos, inv_freqs):
+    """attention_tkg's cos and sin [d/2, B*S] (float32), as its _rope computes them: the angle
+    pos * inv_freq, shifted by pi (sin) or 3 pi / 2 (cos), reduced modulo 2 pi (q = int32 of
+    x / 2pi - 0.5, x - q 2pi), minus pi, then sin by trn2core's activation rule; each step a
+    Vector engine instruction rounded to float32 (trn2core.reference)."""
+    import trn2core.reference as tr
+
+    half = inv_freqs.shape[0]
+    emb = tr.tensor_scalar(
+        np.repeat(pos.astype(np.float32).reshape(1, -1), half, 0), "multiply", inv_freqs, "fp32"
+    )
+
+    def sin_of(shift):
+        x = tr.tensor_scalar(emb, "add", shift, "fp32")
+        q = tr.tensor_scalar(x, "multiply", 1.0 / (2.0 * np.pi), "fp32", op1="add", operand1=-0.5)
+        qy = tr.tensor_scalar(tr.tensor_copy(q, "int32"), "multiply", 2.0 * np.pi, "fp32")
+        x = tr.tensor_scalar(tr.tensor_tensor(x, qy, "subtract", "fp32"), "add", -np.pi, "fp32")
+        return tr.activation_values("sin", x)
+
+    return sin_of(1.5 * np.pi), sin_of(np.pi)
+
+
+def _tkg_apply_rope(x, cos, sin, dtype):
+    """attention_tkg's _apply_rope on x [d, B, n, S] (float32 values): x cos and
+    rotate_half(x) sin each rounded to float32, their sum rounded to float32 then dtype."""
+    f32, h = np.float32, x.shape[0] // 2
+    c = np.concatenate([cos, cos])[:, :, None, :]
+    s = np.concatenate([sin, sin])[:, :, None, :]
+    rot = np.concatenate([-x[h:], x[:h]])
+    return ((x * c).astype(f32) + (rot * s).astype(f32)).astype(f32).astype(dtype)
 
 
 def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, **kw):
@@ -935,47 +1120,75 @@ def ref_attention_tkg(q, k_active, v_active, k_prior, v_prior, mask, sink=None, 
     use_pos_id takes the mask of the active tokens only [s_active, B, H, s_active] and sees
     the prior positions below rope_pos_ids[b, 0]; a block KV cache (active_blocks_table
     [B, s_prior / block_len]) holds batch b's positions as the blocks its table row names,
-    k_prior and v_prior [blocks, block_len, d]; fp8 KV takes all four KV tensors as fp8."""
+    k_prior and v_prior [blocks, block_len, d]; fp8 KV takes all four KV tensors as fp8.
+
+    With the kernel's roundings: the scores PSUM's float32 sums over d
+    (trn2core.reference.gemm), the row max (with the sink; at least -FLT_MAX), score - max in
+    float32, exp by trn2core's activation rule stored as P in q's dtype (bf16); the sum of P
+    on the PE (a ones vector) per 128-position tile, the tiles' sums added in float32 (plus
+    the sink's float32 exp), its float32 reciprocal; P v PSUM's sums over the same tiles; the
+    product with the reciprocal in float32, rounded once. A tile holds positions p * n + t
+    (strided_mm1, the default without a block cache; n = s_prior / 128) or t * 128 + p. With
+    fuse_rope, q and k are rotated as the kernel does (_tkg_rope_coeffs, _tkg_apply_rope),
+    q then times 1/sqrt(d) into bf16."""
+    from trn2core.reference import activation, activation_values, gemm, reciprocal
+
     b, h, sa, sp, d = kw["bs"], kw["q_head"], kw["s_active"], kw["s_prior"], kw["d_head"]
-    f = np.float64
-    table = kw.get("active_blocks_table")
+    f32 = np.float32
+    k_out = None
     if kw.get("fuse_rope"):
-        pos = kw["rope_pos_ids"].astype(f)
-        qr = _rope_ref(q.astype(f).transpose(1, 0, 2, 3), pos, kw["inv_freqs"]) / np.sqrt(d)
-        qq = qr.transpose(1, 0, 3, 2)  # [B, H, d, S]
-        kr = _rope_ref(k_active.astype(f)[:, 0], pos, kw["inv_freqs"])  # [B, S, d]
-        kact = kr.transpose(0, 2, 1)  # [B, d, S]
-    else:
-        qq = q.astype(f).reshape(d, b, h, sa).transpose(1, 2, 0, 3)  # [B, H, d, S]
-        kact = k_active.astype(f).reshape(d, b, sa).transpose(1, 0, 2)
+        cos, sin = _tkg_rope_coeffs(kw["rope_pos_ids"], kw["inv_freqs"].astype(f32))
+        cos, sin = cos.reshape(d // 2, b, sa), sin.reshape(d // 2, b, sa)
+        qr = _tkg_apply_rope(q.astype(f32).transpose(3, 0, 1, 2), cos, sin, q.dtype)
+        q = activation(qr.reshape(d, -1), "copy", "bf16", scale=1 / np.sqrt(d))[0]
+        k_active = _tkg_apply_rope(
+            k_active.astype(f32)[:, 0].transpose(2, 0, 1)[:, :, None], cos, sin, q.dtype
+        ).reshape(d, b * sa)
+        k_out = np.ascontiguousarray(k_active.reshape(d, b, sa).transpose(1, 0, 2)[:, None])
+    qq = q.reshape(d, b, h * sa)
+    kact = k_active.reshape(d, b, sa).transpose(1, 0, 2)
+    table = kw.get("active_blocks_table")
     if table is not None:  # the blocks of each batch in its table's order
-        keys = k_prior.astype(f)[table.astype(np.int64)].reshape(b, sp, d).transpose(0, 2, 1)
-        vals = v_prior.astype(f)[table.astype(np.int64)].reshape(b, sp, d)
+        keys = k_prior[table.astype(np.int64)].reshape(b, sp, d).transpose(0, 2, 1)
+        vals = v_prior[table.astype(np.int64)].reshape(b, sp, d)
     else:
-        kp = k_prior.astype(f)[:b, 0]
-        keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp].copy()
-        vals = v_prior.astype(f)[:b, 0, :sp].copy()  # [B, s_prior, d]
+        kp = k_prior[:b, 0]
+        keys = (kp.transpose(0, 2, 1) if kw.get("tp_k_prior") else kp)[:, :, :sp]
+        vals = v_prior[:b, 0, :sp]
     keys, vals = keys.copy(), vals.copy()
     keys[:, :, sp - sa :] = kact
-    vals[:, sp - sa :] = v_active.astype(f)[:, 0]
+    vals[:, sp - sa :] = v_active[:, 0]
     if kw.get("use_pos_id"):  # prior positions below the first active token's position
-        seen = np.arange(sp)[:, None] < kw["rope_pos_ids"][:, 0].astype(f)[None, :]
+        seen = np.arange(sp)[:, None] < kw["rope_pos_ids"][:, 0][None, :]
         full = np.broadcast_to(seen[:, :, None, None], (sp, b, h, sa)).copy()
         full[sp - sa :] = mask != 0
         mask = full
-    sc = np.einsum("bdp,bhds->bhps", keys, qq)
-    sc = np.where(mask.transpose(1, 2, 0, 3) != 0, sc, -np.inf)
-    m = sc.max(axis=2, keepdims=True)
-    if sink is not None:
-        m = np.maximum(m, sink.astype(f).reshape(1, h, 1, 1))
-    e = np.exp(sc - m)
-    tot = e.sum(axis=2, keepdims=True)
-    if sink is not None:
-        tot = tot + np.exp(sink.astype(f).reshape(1, h, 1, 1) - m)
-    out = np.einsum("bhps,bpd->bhds", e / tot, vals).astype(q.dtype)
-    if kw.get("fuse_rope"):
-        return out, np.ascontiguousarray(kact[:, None]).astype(q.dtype)
-    return out
+    keep = (mask != 0).transpose(1, 0, 2, 3).reshape(b, sp, h * sa)
+    n = -(-sp // 128)
+    grid = np.arange(n * 128)
+    strided = kw.get("strided_mm1", True) and table is None
+    tiles = grid.reshape(128, n).T if strided else grid.reshape(n, 128)  # [tile, partition]
+    out = np.zeros((b, h, d, sa), q.dtype)
+    for i in range(b):
+        sc = np.where(keep[i], gemm(keys[i].T, qq[:, i]), -np.inf).astype(f32)  # [sp, H*S]
+        m = sc.max(axis=0)
+        if sink is not None:
+            sk = np.repeat(sink.astype(f32).reshape(h), sa)
+            m = np.maximum(m, sk)
+        m = np.maximum(m, -np.finfo(f32).max)
+        e = activation_values("exp", (sc - m).astype(f32)).astype(q.dtype)
+        ones = np.ones((128, 1), q.dtype)
+        tot = o = None
+        for t in tiles:
+            t = t[t < sp]
+            part, pv = gemm(e[t].T, ones[: len(t)])[:, 0], gemm(vals[i][t].T, e[t])
+            tot = part if tot is None else (tot + part).astype(f32)
+            o = pv if o is None else (o + pv).astype(f32)
+        if sink is not None:
+            tot = (tot + activation_values("exp", (sk - m).astype(f32))).astype(f32)
+        o = (o * reciprocal(tot, "fp32")[None, :]).astype(f32)  # [d, H*S]
+        out[i] = o.reshape(d, h, sa).transpose(1, 0, 2)
+    return out if k_out is None else (out, k_out)
 
 
 def _attn_tkg_inputs(b, h, sa, sp, d, **opts):
@@ -1138,25 +1351,37 @@ def ref_moe_tkg(x, w_gate_up, w_down, affinities, index, is_all_expert, **kw):
     (silu(x @ gate_e) * (x @ up_e)) @ down_e (the product rounded to the weights' dtype, the
     down projection's operand), each scaled by the token's affinity for that expert with
     POST_SCALE (all-expert: the local expert e is global expert rank_id * E_L + e, its
-    affinity zero where the token did not select it with mask_unselected_experts)."""
-    f = np.float64
+    affinity zero where the token did not select it with mask_unselected_experts).
+
+    With the kernel's roundings: the gate and up projections PSUM's float32 sums
+    (trn2core.reference.gemm), silu by trn2core's activation rule times up in float32, rounded
+    to bf16; the down projection's sums rounded to bf16, times the affinity (float32; in the
+    all-expert form rounded to bf16 first) rounded to bf16 again; the experts' outputs added
+    in bf16 in turn (the token's top k in its index order, or experts 0 to E_L - 1)."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
     e_l = w_gate_up.shape[0]
     post = getattr(kw.get("expert_affinities_scaling_mode"), "name", "NO_SCALE") == "POST_SCALE"
     rank = int(np.asarray(kw["rank_id"]).reshape(-1)[0]) if kw.get("rank_id") is not None else 0
-    xs = x.astype(f)
-    out = np.zeros((x.shape[0], w_down.shape[2]))
+    out = np.zeros((x.shape[0], w_down.shape[2]), dt)
     for t in range(x.shape[0]):
         chosen = [int(e) for e in index[t]]
+        acc = None
         for e in range(e_l) if is_all_expert else chosen:
-            g, u = (xs[t] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
-            h = (g / (1.0 + np.exp(-g)) * u).astype(w_down.dtype).astype(f)
-            y = h @ w_down[e].astype(f)
+            g, u = (gemm(x[t : t + 1], w_gate_up[e, :, j, :]) for j in (0, 1))
+            h = (activation_values("silu", g) * u).astype(f32).astype(w_down.dtype)
+            y = gemm(h, w_down[e]).astype(dt)
             if post:
                 glob = rank * e_l + e if is_all_expert else e
                 keep = glob in chosen or not kw.get("mask_unselected_experts")
-                y = y * (float(affinities[t, glob]) if keep else 0.0)
-            out[t] += y
-    return out.astype(x.dtype)
+                a = f32(affinities[t, glob] if keep else 0.0)
+                if is_all_expert:  # the affinities rounded to bf16 first (all_expert_impl)
+                    a = f32(a.astype(dt))
+                y = (y.astype(f32) * a).astype(dt)
+            acc = y if acc is None else (acc.astype(f32) + y.astype(f32)).astype(dt)
+        out[t] = acc[0]
+    return out
 
 
 def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
@@ -1165,10 +1390,8 @@ def ref_moe_block_tkg(inp, gamma, w_router, w_gate_up, w_down, **kw):
     logits, each token's top k experts and their affinities) and the experts' MLP on it
     (ref_moe_tkg, the affinities scattered into [T, E]); returns the output [T, H] and the
     logits [T, E]."""
-    f = np.float64
-    x = inp.astype(f).reshape(-1, inp.shape[-1])
-    rms = np.sqrt((x * x).mean(axis=1, keepdims=True) + kw.get("eps", 1e-6))
-    normed = (x / rms * gamma.astype(f)).astype(inp.dtype)
+    x = inp.reshape(-1, inp.shape[-1])
+    normed = _rmsnorm_tkg_rows(x, gamma, kw.get("eps", 1e-6))  # its instructions' roundings
     t, e = normed.shape[0], w_router.shape[1]
     k, act = kw["top_k"], kw["router_act_fn"]
     outs = (np.zeros((t, e), inp.dtype), np.zeros((t, e), np.float32), np.zeros((t, k), np.int64))
@@ -1280,37 +1503,61 @@ def ref_moe_cte(
         while n < len(block_to_expert) and conditions[n] == 1:
             n += 1
         block_to_expert = block_to_expert[:n]
+    on_i = spec.implementation.name != "shard_on_block"
     out, gup_t, down = _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
-                                    block_to_expert, block_size)  # fmt: skip
+                                    block_to_expert, block_size, lnc, on_i)  # fmt: skip
     if spec.implementation.name == "shard_on_i_dropping":
         return out, gup_t, down
     if spec.implementation.name != "shard_on_block":
         return out
     two = np.zeros((out.shape[0], 2, out.shape[1]), out.dtype)
     two[:, 0] = out
-    two[-1] = np.nan
+    nan = np.frombuffer(b"\xff" * two.itemsize, two.dtype)[0]  # new memory: 0xFF bytes
+    two[-1] = nan
     if lnc == 1:
-        two[:, 1] = np.nan
+        two[:, 1] = nan
     return two
 
 
-def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b):
+def _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id, block_to_expert, b,
+                 shards=1, on_i=False):  # fmt: skip
     """The output, and per block its gate and up projections transposed [N, 2, I, B] and its
-    down projection before the affinity [N, B, H] (in the weights' dtype)."""
-    f = np.float64
-    e_count = w_gate_up.shape[0]
-    xs = x.astype(f)
-    out = np.zeros(x.shape, x.dtype)
+    down projection before the affinity [N, B, H] (in the weights' dtype), with moe_cte's
+    roundings: gate and up PSUM's float32 sums over H (trn2core.reference.gemm), silu by
+    trn2core's activation rule rounded to bf16, times up rounded to bf16; the down
+    projection's float32 sums over I; each token's row times its (bf16) affinity in float32
+    plus its output row, rounded to bf16 (scalar_tensor_tensor). on_i (shard on I): each of
+    the ``shards`` cores sums its share of I, rounded to bf16, and the shares are added in
+    bf16 (sendrecv) before the affinity. Else (shard on block) core k accumulates blocks k,
+    k + shards, ... into an output of its own, and the cores' outputs are added in bf16."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
+    e_count, i_len = w_gate_up.shape[0], w_gate_up.shape[-1]
+    aff = affinities.reshape(-1).astype(f32)
+    outs = [np.zeros(x.shape, dt) for _ in range(1 if on_i else shards)]
     gup_t, down = [], []
     for blk, (e,) in enumerate(np.asarray(block_to_expert)):
         toks = np.asarray(token_position_to_id[blk * b : (blk + 1) * b])
-        g, u = (xs[toks] @ w_gate_up[e, :, j, :].astype(f) for j in (0, 1))
+        g, u = (gemm(x[toks], w_gate_up[e, :, j, :]) for j in (0, 1))
         gup_t.append(np.stack([g.T, u.T]))
-        h = (g / (1.0 + np.exp(-g)) * u).astype(BF16).astype(f)
-        y = h @ w_down[e].astype(f)
+        h = activation_values("silu", g).astype(dt).astype(f32)
+        h = (h * u).astype(f32).astype(w_down.dtype)
+        if on_i:
+            share = i_len // shards
+            y = None
+            for c in range(shards):
+                cut = slice(c * share, (c + 1) * share)
+                part = gemm(h[:, cut], w_down[e, cut]).astype(dt).astype(f32)
+                y = part if y is None else (y + part).astype(dt).astype(f32)
+        else:
+            y = gemm(h, w_down[e])
         down.append(y.copy())
-        y *= affinities.astype(f).reshape(-1)[toks * e_count + e][:, None]
-        out[toks] = (out[toks].astype(f) + y).astype(x.dtype)
+        out = outs[0 if on_i else blk % shards]
+        out[toks] = ((y * aff[toks * e_count + e][:, None]).astype(f32) + out[toks]).astype(dt)
+    out = outs[0]
+    for other in outs[1:]:
+        out = (out.astype(f32) + other.astype(f32)).astype(dt)
     return out, np.array(gup_t).astype(w_gate_up.dtype), np.array(down).astype(w_down.dtype)
 
 
@@ -1355,7 +1602,7 @@ def _rms_rows(x, eps, w=None):
     return y.astype(x.dtype)
 
 
-def ref_attention_block_tkg(**kw):
+def ref_attention_block_tkg(lnc=1, **kw):
     """nki-library's attention_block_tkg (its docstring's pseudocode): RMS norm of X and the
     QKV projection (ref_qkv), the q heads and the k head as [d, B, heads, S]; the optional RMS
     norms over d before and after RoPE (ref_rope, cos and sin [d/2, B, S]); q times the
@@ -1382,6 +1629,7 @@ def ref_attention_block_tkg(**kw):
         num_q_heads=nq,
         num_kv_heads=1,
         d_head=d,
+        lnc=lnc,
     )
     heads = qkv.reshape(b, s, nq + 2, d).transpose(3, 0, 2, 1)  # [d, B, heads, S]
     q, k = heads[:, :, :nq], heads[:, :, nq : nq + 1]
@@ -1426,7 +1674,9 @@ def ref_attention_block_tkg(**kw):
     elif kw["W_out"] is not None:
         scales = {"weight_scale": kw["weight_dequant_scale_out"]}
         scales["input_scale"] = kw["input_dequant_scale_out"]
-        out = ref_out_proj_tkg(attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"], **scales)
+        out = ref_out_proj_tkg(
+            attn.transpose(2, 0, 1, 3), kw["W_out"], kw["bias_out"], lnc=lnc, **scales
+        )
     else:
         out = attn
     if not kw["update_cache"]:
@@ -1626,7 +1876,7 @@ def _kvdp_inputs(b, s, h, d, s_ctx, kvdp):
     return f
 
 
-def ref_attention_block_kvdp(**kw):
+def ref_attention_block_kvdp(lnc=1, **kw):
     """attention_block_tkg with KV data parallelism: each rank's output is the block's
     (ref_attention_block_tkg) with its own q head and output projection over the whole batch
     and the whole KV cache (the ranks' slices put together); its caches, its slice of the
@@ -1641,7 +1891,7 @@ def ref_attention_block_kvdp(**kw):
     out = []
     for q in range(kvdp):
         one = {**kw, **whole, **{n: per[n][q] for n in ("W_qkv", "bias_qkv", "W_out")}}
-        o, k_new, v_new = ref_attention_block_tkg(**one)
+        o, k_new, v_new = ref_attention_block_tkg(lnc=lnc, **one)
         rows = slice(q * len(per["K_cache"][q]), (q + 1) * len(per["K_cache"][q]))
         out.append((o, k_new[rows], v_new[rows]))
     return tuple(out)
@@ -1701,7 +1951,9 @@ def _transformer_wrapper(sub, ranks=None):
     return wrapped
 
 
-def ref_transformer_tkg(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, **w):  # noqa: N803
+def ref_transformer_tkg(  # noqa: N803 - the kernel's keywords
+    X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_layers, eps, lnc=1, **w
+):
     """nki-library's transformer_tkg (its docstring, one tensor-parallel rank): per layer the
     attention block (RMS norm, QKV, RoPE, attention over the K-transposed cache, its update at
     position_ids, output projection: ref_attention_block_tkg) added to the hidden states, then
@@ -1723,7 +1975,7 @@ def ref_transformer_tkg(X, RoPE_cos, RoPE_sin, mask_cache, position_ids, num_lay
             "W_out": w[f"W_outs_{i}"], "bias_out": None, "quantization_type_out": none,
             "weight_dequant_scale_out": None, "input_dequant_scale_out": None,
         }  # fmt: skip
-        attn = ref_attention_block_tkg(**kw)[0].reshape(b, s, h)
+        attn = ref_attention_block_tkg(lnc=lnc, **kw)[0].reshape(b, s, h)
         cur = (cur.astype(np.float32) + attn.astype(np.float32)).astype(X.dtype)
         mlp = ref_mlp(
             cur, w[f"W_gates_{i}"], w[f"W_ups_{i}"], w[f"W_downs_{i}"],
@@ -1831,34 +2083,46 @@ def ref_moe_bwd(x, aff, w_gate_up, w_down, gup_t, down, pos, block_to_expert, dy
     [N, 2, I, B]) and d = silu(g) u @ W_down (down [N, B, H]) and the upstream gradient dy:
     d_aff = sum_h dy d; dd = aff dy; da = dd @ W_down^T; dg = da u silu'(g), du = da silu(g);
     dW_down += (silu(g) u)^T dd; dW_gate_up += x^T [dg, du]; dx += [dg, du] @ W_gate_up^T.
-    The per-block intermediates in bf16 (the kernel keeps them in HBM in its compute dtype)."""
-    f = np.float64
+
+    With the kernel's roundings, every stored step in bf16: dy d, summed over H in float32 in
+    order (d_aff); dy times the float32 affinity; silu(g) (Swish: gelu_apprx_sigmoid) by
+    trn2core's activation rule, times u; da PSUM's float32 sums over H; da silu(g); da u
+    times silu_dx(g) (gelu_apprx_sigmoid_dx); the weight gradients PSUM's sums over the
+    block's tokens, each added to the stored gradient; dx the gate part's sums, plus the up
+    part's PSUM, then added to the stored dx (trn2core.reference.gemm for every product)."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
     t, h = x.shape
     e_n, i_n, _ = w_down.shape
     swish = getattr(kw.get("activation_type"), "name", "SiLU") == "Swish"
-    dx, daff = np.zeros((t, h)), np.zeros((t, e_n))
-    dwgu, dwd = np.zeros((e_n, h, 2, i_n)), np.zeros((e_n, i_n, h))
+    fwd, bwd = ("gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx") if swish else ("silu", "silu_dx")
+    dx, daff = np.zeros((t, h), dt), np.zeros((t, e_n), dt)
+    dwgu, dwd = np.zeros((e_n, h, 2, i_n), dt), np.zeros((e_n, i_n, h), dt)
 
-    def r(a):  # a stored intermediate: rounded to bf16
-        return a.astype(BF16).astype(f)
+    def r(a):  # a stored step: rounded to bf16 (float32 values)
+        return np.asarray(a, f32).astype(dt).astype(f32)
+
+    def add(old, new):  # the stored gradient plus a new part, rounded to bf16
+        return (old.astype(f32) + new.astype(f32)).astype(dt)
 
     for n, e in enumerate(block_to_expert[:, 0]):
         toks = pos[n * b : (n + 1) * b]
-        g, u = gup_t[n, 0].T.astype(f), gup_t[n, 1].T.astype(f)  # [B, I]
-        g_y = dy[toks].astype(f)
-        daff[toks, e] = (g_y * down[n].astype(f)).sum(axis=1)
-        dd = r(g_y * aff.reshape(t, e_n)[toks, e].astype(f)[:, None])
-        c = 1.702 if swish else 1.0  # Swish: nl.gelu_apprx_sigmoid, x sigmoid(1.702 x)
-        sig = 1.0 / (1.0 + np.exp(-c * g))
-        act = r(g * sig * u)
-        da = dd @ w_down[e].astype(f).T
-        dgu = np.concatenate([r(da * u * sig * (1.0 + c * g * (1.0 - sig))), r(da * g * sig)], 1)
-        dwd[e] += act.T @ dd
-        dwgu[e] += (x[toks].astype(f).T @ dgu).reshape(h, 2, i_n)
-        dx[toks] += dgu @ w_gate_up[e].astype(f).reshape(h, 2 * i_n).T
-    return tuple(
-        a.astype(x.dtype) for a in (dx, daff.reshape(t * e_n, 1), dwgu, dwd)
-    )  # fmt: skip
+        y = dy[toks].astype(f32)
+        daff[toks, e] = np.cumsum(r(y * down[n].astype(f32)), axis=1, dtype=f32)[:, -1]
+        dd = r(y * aff.reshape(t, e_n)[toks, e].astype(f32)[:, None]).astype(dt)
+        g, u = gup_t[n, 0].T.astype(f32), gup_t[n, 1].T.astype(f32)  # [B, I]
+        s = r(activation_values(fwd, g))
+        act = r(s * u).astype(dt)
+        da = r(gemm(dd, w_down[e].T))
+        du = r(da * s).astype(dt)
+        dg = r(r(da * u) * r(activation_values(bwd, g))).astype(dt)
+        dwd[e] = add(dwd[e], gemm(act.T, dd).astype(dt))
+        for j, grad in enumerate((dg, du)):
+            dwgu[e, :, j] = add(dwgu[e, :, j], gemm(x[toks].T, grad).astype(dt))
+        part = r(gemm(dg, w_gate_up[e, :, 0].T)) + gemm(du, w_gate_up[e, :, 1].T)
+        dx[toks] = add(dx[toks], part.astype(f32).astype(dt))
+    return dx, daff.reshape(t * e_n, 1), dwgu, dwd
 
 
 def _moe_bwd_inputs(t, h, i, e, b, act="SiLU"):
@@ -2182,9 +2446,30 @@ def _topk_reduce_inputs(t, k, ranks, h):
 def ref_moe_shard_h(x, affinities, w_gate_up, w_down, block_size, token_position_to_id,
                     block_to_expert, **_):  # fmt: skip
     """nki-library's experimental blockwise MoE sharded on H (its docstring's pseudocode): as
-    moe_cte's post-scaled forms (_moe_cte_sum), its arguments in its own order."""
-    return _moe_cte_sum(x, affinities, w_gate_up, w_down, token_position_to_id,
-                        block_to_expert, block_size)[0]  # fmt: skip
+    moe_cte's post-scaled forms, its arguments in its own order, with its roundings (two
+    cores): each core sums the gate and up projections over its half of H (PSUM, float32),
+    the halves added in float32 (sendrecv); silu by trn2core's activation rule rounded to
+    bf16, times up rounded to bf16; each core's half of the output columns: the down
+    projection's float32 sums over I times the affinity, rounded to bf16, plus the token's
+    output row, rounded again."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, dt = np.float32, x.dtype
+    e_count, half = w_gate_up.shape[0], x.shape[1] // 2
+    aff = affinities.reshape(-1).astype(f32)
+    out = np.zeros(x.shape, dt)
+    for blk, (e,) in enumerate(np.asarray(block_to_expert)):
+        toks = np.asarray(token_position_to_id[blk * block_size : (blk + 1) * block_size])
+        lo, hi = x[toks, :half], x[toks, half:]
+        g, u = (
+            (gemm(lo, w_gate_up[e, :half, j]) + gemm(hi, w_gate_up[e, half:, j])).astype(f32)
+            for j in (0, 1)
+        )
+        h = activation_values("silu", g).astype(dt).astype(f32)
+        h = (h * u).astype(f32).astype(w_down.dtype)
+        y = (gemm(h, w_down[e]) * aff[toks * e_count + e][:, None]).astype(f32).astype(dt)
+        out[toks] = (y.astype(f32) + out[toks].astype(f32)).astype(dt)
+    return out
 
 
 def _moe_shard_h_inputs(t, h, i, e, b):
@@ -2566,7 +2851,6 @@ def _cases() -> list[Case]:
     old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
     exact = {"rtol": 0.0, "atol": 0.0}
     loose = {"rtol": 2e-2, "atol": 2e-2}
-    bf16 = {"rtol": 1e-2, "atol": 1e-2}
     cases = [
         Case("sdk tensor_add", sdk, SDK_ADD, "nki_tensor_add", _two((128, 512)), ref_add),
         Case(
@@ -2600,8 +2884,8 @@ def _cases() -> list[Case]:
             "tensor_avgpool_kernel",
             _pool_in,
             ref_avgpool,
-            rtol=1e-6,
-            atol=1e-6,
+            rtol=0.0,
+            atol=0.0,
         ),
     ]
     for kern, shape in [
@@ -2612,10 +2896,10 @@ def _cases() -> list[Case]:
         ("nki_matmul_fully_optimized_", (1024, 2048, 1024)),
     ]:
         name = kern.strip("_")
-        cases.append(Case(f"sdk {name}", sdk, SDK_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16))
-        cases.append(
-            Case(f"samples {name}", smp, SAMPLES_MM, kern, _mm_inputs(*shape), ref_matmul, **bf16)
-        )
+        for who, repo, path in (("sdk", sdk, SDK_MM), ("samples", smp, SAMPLES_MM)):
+            cases.append(
+                Case(f"{who} {name}", repo, path, kern, _mm_inputs(*shape), ref_matmul, **exact)
+            )
     for v in ("v1", "v2", "v3"):
         for who, repo, path in [
             ("sdk", sdk, f"{SDK}/fused_mamba/mamba_nki_kernels.py"),
@@ -2629,8 +2913,7 @@ def _cases() -> list[Case]:
                     f"mamba_{v}",
                     _mamba_inputs,
                     ref_mamba,
-                    rtol=1e-3,
-                    atol=1e-3,
+                    **exact,
                 )
             )
     cases += [
@@ -2678,8 +2961,8 @@ def _cases() -> list[Case]:
             "tensor_avgpool_kernel",
             _pool_in,
             ref_avgpool,
-            rtol=1e-6,
-            atol=1e-6,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "samples maxpool stride 1",
@@ -2703,6 +2986,9 @@ def _cases() -> list[Case]:
     ]
     for v in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v8a", "v9", "v10", "v11"):
         seq = 128 if v in ("v1", "v2") else 512
+        forms = {"v1": "divide", "v2": "normalise", "v3": "normalise", "v4": "normalise"}
+        forms |= {"v5": "defer", "v6": "defer", "v7": "bf16", "v8": "bf16"}
+        form = forms.get(v, "bf16 out")
         cases.append(
             Case(
                 f"samples attn_fwd_{v}",
@@ -2710,9 +2996,8 @@ def _cases() -> list[Case]:
                 ATTN,
                 f"attn_fwd_{v}",
                 _attn_inputs(seq),
-                ref_attention,
-                rtol=2e-2,
-                atol=2e-3,
+                functools.partial(ref_attention, form=form),
+                **exact,
             )
         )
     # The token-generation sub-kernels: bf16 tolerances, run through _tkg_wrapper.
@@ -2902,8 +3187,7 @@ def _cases() -> list[Case]:
                 "attention_cte",
                 qkv,
                 ref_attention_cte,
-                rtol=2e-2,
-                atol=2e-2,
+                **exact,
                 package_root=LIB,
             )
         )
@@ -2994,8 +3278,7 @@ def _cases() -> list[Case]:
                     inputs(*shape, **kw),
                     check,
                     grid=grid[0] if grid else None,
-                    rtol=2e-2,
-                    atol=2e-2,
+                    **(exact if kern in ("attention_tkg", "moe_tkg") else loose),
                     package_root=LIB,
                     wrap=wrap,
                     # Fused RoPE reduces the angles modulo 2 pi over all d_head partitions of a
@@ -3052,8 +3335,9 @@ def _cases() -> list[Case]:
                 _mlp_inputs(*shape, **kw),
                 ref_mlp,
                 grid=lnc if lnc == 2 else None,
-                # mlp_cte's bf16 form: _ref_mlp_cte follows its instructions bit for bit
-                **(exact if mode == "cte" and not kw.get("quant") else loose),
+                # mlp_tkg (_ref_mlp_tkg), mlp_cte's bf16 form (_ref_mlp_cte) and its fp8-token
+                # forms (_ref_mlp_fp8_tokens) follow their instructions bit for bit
+                **exact,
                 package_root=LIB,
                 wrap=_mlp_wrapper,
             )
@@ -3093,20 +3377,19 @@ def _cases() -> list[Case]:
             _moe_block_inputs(4, 256, 128, 8, 2, **kw),
             ref_moe_block_tkg,
             grid=2,
-            rtol=2e-2,
-            atol=2e-2,
+            **exact,
             package_root=LIB,
             uninitialized=uninit,
         )
         for label, kw, uninit in blocks
     ]
 
-    # MoE context encoding (outputs up to ~0.17: a looser atol would hide a wrong scale).
+    # MoE context encoding (bit-exact: _moe_cte_sum follows its roundings).
     def moe_cte(label, inputs, lnc=2, **kw):
         name = f"nkilib moe_cte ({label}, post-scaled) (LNC={lnc})"
         module = "nkilib.core.moe.moe_cte.moe_cte"
         reference = functools.partial(ref_moe_cte, lnc=lnc)
-        kw.update(grid=lnc, rtol=2e-2, atol=2e-3, package_root=LIB)
+        kw.update(grid=lnc, **exact, package_root=LIB)
         return Case(name, lib, module, "moe_cte", inputs, reference, **kw)
 
     # Sharded on blocks: core k takes blocks k, k + 2, ... (its PING_PONG order assumes two
@@ -3155,12 +3438,9 @@ def _cases() -> list[Case]:
                 "nkilib.experimental.transformer.attention_block_tkg",
                 "attention_block_tkg",
                 _attn_block_inputs(*shape, **kw),
-                ref_attention_block_tkg,
+                functools.partial(ref_attention_block_tkg, lnc=lnc),
                 grid=lnc,
-                # fp8 KV: a new k or v one fp8 step (3 mantissa bits) apart where a bf16
-                # rounding before the quantization differs
-                rtol=0.125 if "kv_scale" in kw else 2e-2,
-                atol=2e-2,
+                **exact,
                 package_root=LIB,
                 # At LNC=2 its attention (use_gpsimd_sb2sb) exchanges the softmax maxima of a
                 # tile padded to 16 partitions, of which it wrote s_active * B * H only.
@@ -3180,10 +3460,9 @@ def _cases() -> list[Case]:
                 "nkilib.experimental.transformer.attention_block_tkg",
                 "attention_block_tkg",
                 _kvdp_inputs(2, 1, 256, 64, 256, 2),
-                ref_attention_block_kvdp,
+                functools.partial(ref_attention_block_kvdp, lnc=lnc),
                 grid=lnc,
-                rtol=2e-2,
-                atol=2e-2,
+                **exact,
                 package_root=LIB,
                 uninitialized="nan" if lnc == 2 else "error",
                 ranks=2,
@@ -3200,10 +3479,9 @@ def _cases() -> list[Case]:
                 "nkilib.experimental.transformer.transformer_tkg",
                 "transformer_tkg",
                 _transformer_inputs(2, 2, 256, 2, 64, 256, 256),
-                ref_transformer_tkg,
+                functools.partial(ref_transformer_tkg, lnc=lnc),
                 grid=lnc,
-                rtol=2e-2,
-                atol=2e-2,
+                **exact,
                 package_root=LIB,
                 uninitialized="nan" if lnc == 2 else "error",  # as attention_block_tkg
                 wrap=_transformer_wrapper,
@@ -3233,11 +3511,10 @@ def _cases() -> list[Case]:
             )
         )
     # The MoE backward pass (dropless): its gradients of the tokens, the affinities and both
-    # weights, against our own (a weight gradient sums 256 products of bf16-rounded
-    # gradients: 0.4% rms apart, up to 0.009 where terms cancel). LNC=2 only: it calls
+    # weights, bit-exact against our own with its roundings (ref_moe_bwd). LNC=2 only: it calls
     # core_barrier whatever the LNC, and each core takes half the block's 128-token tiles
     # (B = 256: one each). The MoE forward sharded on H (each core a half of H; gate and up
-    # summed across the cores with sendrecv, whatever the LNC: LNC=2 only too). The
+    # summed across the cores with sendrecv, whatever the LNC: LNC=2 only too; bit-exact). The
     # collective topk_reduce sums each token's K rows of an all_to_all_v output buffer (no
     # collective call of its own; LNC=2 shards H).
     exp = "nkilib.experimental"
@@ -3255,13 +3532,13 @@ def _cases() -> list[Case]:
     for label, (module, kernel, inputs), check, lnc, opts in (
         ("blockwise_mm_bwd (dropless, SiLU)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
-          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, {"atol": 1e-2}),
+          _moe_bwd_inputs(256, 256, 128, 2, 256)), ref_moe_bwd, 2, exact),
         ("blockwise_mm_bwd (dropless, Swish)",
          (f"{exp}.moe.bwd.blockwise_mm_backward", "blockwise_mm_bwd",
-          _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, {"atol": 1e-2}),
+          _moe_bwd_inputs(256, 256, 128, 2, 256, "Swish")), ref_moe_bwd, 2, exact),
         ("blockwise_mm_baseline_shard_hidden (post-scaled)",
          (f"{exp}.moe.forward.bwmm_shard_on_H", "blockwise_mm_baseline_shard_hidden",
-          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, {"atol": 2e-3}),
+          _moe_shard_h_inputs(256, 512, 256, 2, 256)), ref_moe_shard_h, 2, exact),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 1, {}),
         ("topk_reduce (T 8, K 2, 3 source ranks)", topk, ref_topk_reduce, 2, {}),
         # SBUF all-gathers across 4 ranks (each its own input; trn2core.nki.run(ranks=4)):
@@ -3321,8 +3598,7 @@ def _cases() -> list[Case]:
                 "nki_rmsnorm_kernel",
                 lambda r, n=rows: ((_f32(r, n, 512), _f32(r, 512)), {}),
                 ref_rmsnorm,
-                rtol=1e-4,
-                atol=1e-5,
+                **exact,
             )
         )
     for v in ("v1", "v2"):
@@ -3334,9 +3610,8 @@ def _cases() -> list[Case]:
                     f"{OLD}/layernorm/layernorm_nki_kernel.py",
                     f"nki_layernorm_kernel_{v}",
                     lambda r, n=rows: ((_f32(r, n, 512), 1e-5, _f32(r, 512), _f32(r, 512)), {}),
-                    ref_layernorm,
-                    rtol=1e-4,
-                    atol=1e-4,
+                    functools.partial(ref_layernorm, form=v),
+                    **exact,
                 )
             )
     cases += [
@@ -3347,8 +3622,8 @@ def _cases() -> list[Case]:
             "fused_self_attn_for_SD_small_head_size",
             lambda r: (tuple(_f32(r, 512, 64, lo=0.0) for _ in range(3)), {}),
             ref_sd_attention,
-            rtol=2e-2,
-            atol=2e-3,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "samples-ref add nx8x128x512",
@@ -3366,8 +3641,8 @@ def _cases() -> list[Case]:
             "adaptive_avg_pool2d_kernel",
             lambda r: ((_f32(r, 2, 8, 13, 11),), {"output_size": (4, 3)}),
             ref_adaptive_avg_pool,
-            rtol=1e-5,
-            atol=1e-6,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "samples-ref resize_nearest",
@@ -3385,8 +3660,8 @@ def _cases() -> list[Case]:
             "select_and_scatter_kernel",
             lambda r: ((_f32(r, 2, 64, 16, 16, lo=0.0), _f32(r, 2, 64, 8, 8, lo=0.0)), {}),
             ref_select_and_scatter,
-            rtol=1e-5,
-            atol=1e-6,
+            rtol=0.0,
+            atol=0.0,
         ),
     ]
     cases += [
@@ -3399,8 +3674,8 @@ def _cases() -> list[Case]:
             # asks only 128, but a smaller dim indexes past its SBUF tile).
             lambda r: ((_f32(r, 1, 256, 512).astype(BF16), _f32(r, 512, 512).astype(BF16)), {}),
             ref_rms_norm_qkv,
-            rtol=2e-2,
-            atol=5e-2,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "samples-ref allocated_fused_self_attn (SD)",
@@ -3416,8 +3691,8 @@ def _cases() -> list[Case]:
                 {},
             ),  # fmt: skip
             ref_sd_attention_t,
-            rtol=2e-2,
-            atol=2e-3,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "samples-ref flash_fwd",
@@ -3435,8 +3710,8 @@ def _cases() -> list[Case]:
             ),
             ref_flash_fwd,
             grid=(1, 1),
-            rtol=2e-2,
-            atol=2e-2,
+            rtol=0.0,
+            atol=0.0,
         ),
     ]
     return cases + _nxdi_cases()
@@ -3451,17 +3726,25 @@ QWEN = "contrib/models/Qwen3.5-2B/src/nki_kernels"  # Qwen3.5-35B-A3B holds iden
 
 def ref_qk_norm_rope(q, k, q_gamma, k_gamma, cos, sin, eps):
     """Per head of 256: RMS norm times gamma, then RoPE on the first 64 dimensions (rotate
-    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]."""
+    half: [a, b] -> [a cos - b sin, b cos + a sin]); [B, S, H*256] -> [B, H, S, 256]. With
+    the kernel's float32 steps: the squares summed in order, times 1/256, plus eps, rsqrt by
+    trn2core's activation rule, x times it, times gamma; each rotation product and sum
+    rounded."""
+    from trn2core.reference import activation_values
+
+    f32 = np.float32
 
     def one(x, gamma):
         b, s, w = x.shape
-        x = x.astype(np.float64).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
-        n = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * gamma
+        x = x.astype(f32).reshape(b, s, w // 256, 256).transpose(0, 2, 1, 3)
+        ss = np.cumsum(x * x, axis=-1, dtype=f32)[..., -1:]
+        t = ((ss * f32(1 / 256)).astype(f32) + f32(eps)).astype(f32)
+        n = ((x * activation_values("rsqrt", t)).astype(f32) * gamma.astype(f32)).astype(f32)
         c, sn = cos[:, None, :, :64], sin[:, None, :, :64]
         lo, hi = n[..., :32].copy(), n[..., 32:64].copy()
-        n[..., :32] = lo * c[..., :32] - hi * sn[..., :32]
-        n[..., 32:64] = hi * c[..., 32:] + lo * sn[..., 32:]
-        return n.astype(np.float32)
+        n[..., :32] = (lo * c[..., :32]).astype(f32) + (-hi * sn[..., :32]).astype(f32)
+        n[..., 32:64] = (hi * c[..., 32:]).astype(f32) + (lo * sn[..., 32:]).astype(f32)
+        return n
 
     return one(q, q_gamma), one(k, k_gamma)
 
@@ -3512,16 +3795,34 @@ def _deltanet_inputs(r, s, state=False, bh=None):
     return args, {}
 
 
+def _deltanet_recurrent(q, k, v, g, beta, state=None):
+    """_deltanet_scan with nki_deltanet's recurrent kernels' float32 steps: S times exp(g)
+    (trn2core's activation rule); S.T k and S.T q PSUM's float32 sums over k (in order);
+    (v - S.T k) times beta; S plus k delta.T; each step rounded."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+    q, k, v, g, beta = (np.asarray(a, f32) for a in (q, k, v, g, beta))
+    st = np.zeros((k.shape[1], v.shape[1]), f32) if state is None else state.astype(f32)
+    out = np.zeros_like(v)
+    for t in range(q.shape[0]):
+        st = (st * activation_values("exp", g[t])[:, None]).astype(f32)
+        delta = ((v[t] - gemm(st.T, k[t][:, None])[:, 0]).astype(f32) * beta[t]).astype(f32)
+        st = (st + (k[t][:, None] * delta[None, :]).astype(f32)).astype(f32)
+        out[t] = gemm(st.T, q[t][:, None])[:, 0]
+    return out, st
+
+
 def ref_deltanet_fwd(q, k, v, g, beta):
-    return _deltanet_scan(q, k, v, g, beta)[0]
+    return _deltanet_recurrent(q, k, v, g, beta)[0]
 
 
 def ref_deltanet_fwd_state(q, k, v, g, beta):
-    return _deltanet_scan(q, k, v, g, beta)
+    return _deltanet_recurrent(q, k, v, g, beta)
 
 
 def ref_deltanet_step(q, k, v, g, beta, state):
-    return _deltanet_scan(q, k, v, g, beta, state)
+    return _deltanet_recurrent(q, k, v, g, beta, state)
 
 
 def ref_deltanet_step_batched(q, k, v, g, beta, state):
@@ -3529,7 +3830,7 @@ def ref_deltanet_step_batched(q, k, v, g, beta, state):
     for i in range(q.shape[0]):
         row = slice(i, i + 1)
         gb, bb = np.repeat(g[row], 128, axis=1), np.repeat(beta[row], 128, axis=1)
-        o, s = _deltanet_scan(q[row], k[row], v[row], gb, bb, state[128 * i : 128 * i + 128])
+        o, s = _deltanet_recurrent(q[row], k[row], v[row], gb, bb, state[128 * i : 128 * i + 128])
         outs.append(o)
         states.append(s)
     return np.concatenate(outs), np.concatenate(states)
@@ -3554,9 +3855,45 @@ def _chunk_step_inputs(r):
     return (q * np.float32(128**-0.5), k, v, beta, g_cum, g_last, st, *_masks()), {}
 
 
-def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, *_):
-    g = np.diff(g_cum[:, 0].astype(np.float64), prepend=0.0)
-    return _deltanet_scan(q, k, v, np.repeat(g[:, None], 128, axis=1), beta, state)
+def _chunk(q, k, v, beta, gc, gl, state, lmask, eye, lmask_d):
+    """One 128-token chunk of the gated delta rule as nki_deltanet_chunked computes it, in
+    float32 steps (trn2core.reference.gemm for every PE product, exp by trn2core's activation
+    rule): the decays exp(gc_i - gc_j) under the strict and the diagonal lower masks; A =
+    -(k beta k.T) decay, strictly lower; the inverse of (I - A) by six doubling rounds
+    (A <- A A, P <- (I + A) P, each masked); the corrected values P (v beta) minus
+    P (k beta exp(gc)) S; the output (q exp(gc)) S plus the masked q k.T decay times them;
+    the state S exp(gl) plus (k exp(gl - gc)).T times them. gc, gl: [128] float32."""
+    from trn2core.reference import activation_values, gemm
+
+    f32 = np.float32
+
+    def mul(a, b):
+        return (a * b).astype(f32)
+
+    kb, vb = mul(k, beta), mul(v, beta)
+    egc = activation_values("exp", gc)[:, None]
+
+    def decay(mask):
+        return mul(activation_values("exp", (mul(mask, gc[:, None]) - mul(gc, mask))), mask)
+
+    a = mul(-mul(gemm(kb, k.T), decay(lmask)), lmask)
+    p, ap = (eye + a).astype(f32), a
+    for _ in range(6):
+        ap = mul(gemm(ap, ap), lmask)
+        p = mul(gemm((eye + ap).astype(f32), p), lmask_d)
+    v_new = (gemm(p, vb) - gemm(gemm(p, mul(kb, egc)), state)).astype(f32)
+    out = gemm(mul(q, egc), state) + gemm(mul(gemm(q, k.T), decay(lmask_d)), v_new)
+    k_rd = mul(k, activation_values("exp", (gl - gc).astype(f32))[:, None])
+    st = mul(state, activation_values("exp", gl)[:, None]) + gemm(k_rd.T, v_new)
+    return out.astype(f32), st.astype(f32)
+
+
+def ref_chunk_step(q, k, v, beta, g_cum, g_last, state, lmask, eye, lmask_d):
+    """One chunk (_chunk), its inputs as the kernel takes them (g_cum, g_last broadcast)."""
+    f32 = np.float32
+    q, k, v, beta, state = (np.asarray(a, f32) for a in (q, k, v, beta, state))
+    gc, gl = g_cum[:, 0].astype(f32), g_last[:, 0].astype(f32)
+    return _chunk(q, k, v, beta, gc, gl, state, lmask, eye, lmask_d)
 
 
 def _fused_inputs(r, s, heads=None):
@@ -3670,16 +4007,42 @@ def _mla_inputs(r, b=1, h=2, s=640):
 
 def ref_mla(q_pe, q_nope, kv, v_absorb, mask, softmax_scale, n_heads, seq_len, **_):
     """Per query: scores = scale (q_pe . k_pe + q_nope . c_kv), -9984 where masked, softmax,
-    times c_kv, times the head's v_absorb [d_v, d_c] transposed."""
-    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
-    out = np.zeros((q_pe.shape[0], v_absorb.shape[1]))
+    times c_kv, times the head's v_absorb [d_v, d_c] transposed. With the kernel's roundings:
+    per 512-key tile the scores PSUM's float32 sums (the 64 rope rows, then c_kv's 128-row
+    chunks), times the scale, plus the float32 penalty (mask * 9984 - 9984); the online
+    softmax in float32 (running max from -9984, correction exp(old - new), exp by trn2core's
+    activation rule, the running sum times the correction plus the tile's in-order sum, the
+    accumulator times the correction plus exp (bf16) times c_kv in PSUM); then times
+    exp(-log(sum)), rounded to bf16, times v_absorb^T in PSUM, rounded once."""
+    from trn2core.reference import activation_values, gemm
+
+    f32, bf = np.float32, q_pe.dtype
+    out = np.zeros((q_pe.shape[0], v_absorb.shape[1]), bf)
+
+    def act(func, x):
+        return activation_values(func, np.array([x], f32))[0]
+
     for bh in range(q_pe.shape[0]):
-        cache = f(kv[bh // n_heads, :seq_len])
-        sc = softmax_scale * (cache[:, :64] @ f(q_pe[bh]) + cache[:, 64:] @ f(q_nope[bh]))
-        sc = np.where(mask[bh, :seq_len] != 0, sc, sc - 9984.0)
-        w = np.exp(sc - sc.max())
-        out[bh] = f(v_absorb[bh % n_heads]) @ (w @ cache[:, 64:] / w.sum())
-    return out.astype(q_pe.dtype)
+        cache = kv[bh // n_heads, :seq_len]
+        d_c = cache.shape[1] - 64
+        run_max, run_sum, acc = f32(-9984.0), f32(0.0), np.zeros((1, d_c), f32)
+        for t0 in range(0, seq_len, 512):
+            kk = cache[t0 : t0 + 512]
+            sc = gemm(q_pe[bh][None], kk[:, :64].T)
+            for c in range(0, d_c, 128):
+                part = gemm(q_nope[bh][None, c : c + 128], kk[:, 64 + c : 64 + c + 128].T)
+                sc = (sc + part).astype(f32)
+            pen = (mask[bh, t0 : t0 + 512].astype(f32) * f32(9984.0)).astype(f32) - f32(9984.0)
+            sc = ((sc * f32(softmax_scale)).astype(f32) + pen).astype(f32)
+            new_max = max(run_max, sc.max())
+            corr = act("exp", run_max - new_max)
+            e = activation_values("exp", (sc - new_max).astype(f32))
+            run_sum = f32(f32(run_sum * corr) + np.cumsum(e, dtype=f32)[-1])
+            acc = ((acc * corr).astype(f32) + gemm(e.astype(bf), kk[:, 64:])).astype(f32)
+            run_max = new_max
+        acc = (acc * act("exp", -act("log", run_sum))).astype(f32)
+        out[bh] = gemm(acc.astype(bf), v_absorb[bh % n_heads].T)[0]
+    return out
 
 
 def _cross_attn_inputs(r, bh=2, sq=256, sk=1024):
@@ -3691,10 +4054,28 @@ def _cross_attn_inputs(r, bh=2, sq=256, sk=1024):
 
 
 def ref_cross_attn(q, k, v, mask):
-    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
-    s = f(q) @ f(k).transpose(0, 2, 1) + f(mask)[:, None, :]
-    w = np.exp(s - s.max(axis=-1, keepdims=True))
-    return (w / w.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+    """softmax(q k^T + mask) v with LTX-2's cross_attn_kernel's roundings (float32 operands):
+    per 128-key chunk the scores PSUM's sums plus the mask; exp(score - max) by trn2core's
+    activation rule; each chunk's in-order sum and its P v product (PSUM) added to the
+    running ones in float32; times the float32 reciprocal of the sum, rounded once."""
+    from trn2core.reference import activation_values, gemm, reciprocal
+
+    f32 = np.float32
+    out = np.zeros(q.shape, q.dtype)
+    for b in range(q.shape[0]):
+        qf, kf, vf = q[b].astype(f32), k[b].astype(f32), v[b].astype(f32)
+        chunks = range(0, kf.shape[0], 128)
+        s = np.concatenate([gemm(qf, kf[c : c + 128].T) + mask[b, c : c + 128].astype(f32)
+                            for c in chunks], axis=1).astype(f32)  # fmt: skip
+        e = activation_values("exp", (s - s.max(axis=1, keepdims=True)).astype(f32))
+        tot = o = None
+        for c in chunks:
+            part = np.cumsum(e[:, c : c + 128], axis=1, dtype=f32)[:, -1]
+            pv = gemm(e[:, c : c + 128], vf[c : c + 128])
+            tot = part if tot is None else (tot + part).astype(f32)
+            o = pv if o is None else (o + pv).astype(f32)
+        out[b] = (o * reciprocal(tot, "fp32")[:, None]).astype(f32)
+    return out
 
 
 def _cte_bias_inputs(r, bh=2, sq=512, sk=512, d=64):
@@ -3707,11 +4088,9 @@ def _cte_bias_inputs(r, bh=2, sq=512, sk=512, d=64):
 
 
 def ref_cte_bias(q, k, v, scale, bias, **_):
-    """softmax(scale (q k.T + bias)) v, the bias broadcast over the queries."""
-    f = lambda a: np.asarray(a, np.float64)  # noqa: E731
-    sc = scale * (f(q) @ f(k).transpose(0, 2, 1) + f(bias)[:, None, :])
-    p = np.exp(sc - sc.max(axis=-1, keepdims=True))
-    return (p / p.sum(axis=-1, keepdims=True) @ f(v)).astype(q.dtype)
+    """softmax(scale (q k.T + bias)) v, the bias broadcast over the queries, with the
+    kernel's roundings (ref_attention_cte's, the bias added in PSUM)."""
+    return ref_attention_cte(q, k.transpose(0, 2, 1), v, scale, False, bias)
 
 
 def _rolling_buffer_inputs(r, max_b=4, length=3, hidden=256):
@@ -3801,7 +4180,8 @@ def _nxdi_cases() -> list[Case]:
             "qwen_qk_norm_partial_rope_kernel",
             _qk_norm_rope_inputs,
             ref_qk_norm_rope,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_recurrent_step",
@@ -3810,7 +4190,8 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_recurrent_step",
             lambda r: _deltanet_inputs(r, 1, state=True),
             ref_deltanet_step,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_recurrent_step_batched",
@@ -3819,7 +4200,8 @@ def _nxdi_cases() -> list[Case]:
             "_deltanet_recurrent_step_batched_kernel",
             lambda r: _deltanet_inputs(r, 1, state=True, bh=3),
             ref_deltanet_step_batched,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_recurrent_fwd",
@@ -3828,7 +4210,8 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_recurrent_fwd",
             lambda r: _deltanet_inputs(r, 6),
             ref_deltanet_fwd,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_recurrent_fwd_state",
@@ -3837,7 +4220,8 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_recurrent_fwd_state",
             lambda r: _deltanet_inputs(r, 6),
             ref_deltanet_fwd_state,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_chunk_step",
@@ -3846,7 +4230,8 @@ def _nxdi_cases() -> list[Case]:
             "deltanet_chunk_step",
             _chunk_step_inputs,
             ref_chunk_step,
-            **tol,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi qwen deltanet_fused_chunked_fwd",
@@ -3952,8 +4337,8 @@ def _nxdi_cases() -> list[Case]:
             "mla_attention_tkg",
             _mla_inputs,
             ref_mla,
-            rtol=2e-2,
-            atol=2e-3,  # outputs up to ~0.1 (bf16: one ulp is 5e-4)
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi ltx-2 cross_attn_kernel",
@@ -3962,8 +4347,8 @@ def _nxdi_cases() -> list[Case]:
             "cross_attn_kernel",
             _cross_attn_inputs,
             ref_cross_attn,
-            rtol=2e-2,
-            atol=2e-3,
+            rtol=0.0,
+            atol=0.0,
         ),
         Case(
             "nxdi ltx-2 attention_cte_with_bias (LNC=2)",
@@ -3973,8 +4358,8 @@ def _nxdi_cases() -> list[Case]:
             _cte_bias_inputs,
             ref_cte_bias,
             grid=2,
-            rtol=2e-2,
-            atol=2e-3,  # outputs up to ~0.1
+            rtol=0.0,
+            atol=0.0,
             paths=(nkilib,),
         ),
         Case(
@@ -3987,8 +4372,8 @@ def _nxdi_cases() -> list[Case]:
                 {"scale": 0.125},
             ),
             ref_attention_cte,
-            rtol=2e-2,
-            atol=2e-3,
+            rtol=0.0,
+            atol=0.0,
             paths=(nkilib,),
         ),
         Case(
@@ -4006,8 +4391,8 @@ def _nxdi_cases() -> list[Case]:
             ),
             ref_flash_fwd,
             grid=(1, 1),
-            rtol=2e-2,
-            atol=5e-3,  # late rows' outputs ~0.1; the window moves them by up to 0.12
+            rtol=0.0,
+            atol=0.0,
         ),
         # Its module defines a torch.nn.Module next to the kernel: torch imported for real.
         Case(
