@@ -2283,11 +2283,26 @@ def _framework_module(name: str) -> Callable[[], types.ModuleType]:
     return make
 
 
+def _pytest_stand_in() -> types.ModuleType:
+    """``pytest`` where it is not installed, for ``test_collectives.py``'s top level only:
+    ``pytest.mark.<anything>(...)`` and ``pytest.fixture`` return what they decorate."""
+    mod = _framework_module("pytest")()
+
+    class _Marks:
+        def __getattr__(self, name: str):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return mod.fixture
+
+    mod.mark = _Marks()  # type: ignore[attr-defined]
+    return mod
+
+
 _FRAMEWORK = tuple(
     (n, _framework_module(n))
     for n in ("test", "test.utils", "test.utils.common_dataclasses",
               "test.utils.test_orchestrator", "test.utils.pytest_test_metadata")
-)  # fmt: skip
+) + ((("pytest", _pytest_stand_in),) if importlib.util.find_spec("pytest") is None else ())  # fmt: skip
 
 
 def _coll_inputs(ranks, shape, groups=None, extra=(), same=False):
