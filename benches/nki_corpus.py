@@ -3432,6 +3432,61 @@ def ref_rolling_buffer(buf, hidden, batch_ids, position_ids):
     return out
 
 
+def _absent_modules(*names: str) -> tuple[tuple[str, Callable[[], types.ModuleType]], ...]:
+    """Stand-ins for packages a kernel's module imports for its host code only (NxD's
+    ``neuronx_distributed``, which needs torch_xla and neuronx-cc's bundled kernels to import;
+    NxDI's own modules): each name (and its parents) an empty package whose names are _Absent,
+    so the module's top level (imports, annotations, a subclass of an absent class) runs and
+    its kernels, which use none of them, load."""
+    full: list[str] = []
+    for n in names:
+        parts = n.split(".")
+        for i in range(1, len(parts) + 1):
+            if ".".join(parts[:i]) not in full:
+                full.append(".".join(parts[:i]))
+
+    def maker(name: str) -> Callable[[], types.ModuleType]:
+        def make() -> types.ModuleType:
+            mod = types.ModuleType(name)
+            mod.__path__ = []  # type: ignore[attr-defined]
+            mod.__getattr__ = lambda attr: _Absent(f"{name}.{attr}", (), {})  # type: ignore[attr-defined]
+            return mod
+
+        return make
+
+    return tuple((n, maker(n)) for n in full)
+
+
+def _split_dim0_inputs(r, shape=(4, 3, 5), rank=2, parts=4):
+    """A tensor whose row of F = 15 elements per partition splits unevenly over two cores
+    (7 and 8): the kernel's remainder path."""
+    return (_f32(r, *shape), np.array([rank], np.int32), parts), {}
+
+
+def ref_split_dim0(tensor, rank, num_partitions):
+    """The rank-th of num_partitions equal blocks of rows (torch.index_select's form)."""
+    n = tensor.shape[0] // num_partitions
+    k = int(np.asarray(rank).reshape(-1)[0])
+    return tensor[k * n : (k + 1) * n].copy()
+
+
+def _kv_at_batch_inputs(r, batch=2, b=3, h=2, s=5, s_prior=8, d=16):
+    k, v = _f32(r, 1, h, s, d).astype(BF16), _f32(r, 1, h, s, d).astype(BF16)
+    kp, vp = _f32(r, b, h, s_prior, d).astype(BF16), _f32(r, b, h, s_prior, d).astype(BF16)
+    return (k, v, kp, vp, np.array([batch], np.int32)), {}
+
+
+def ref_kv_at_batch(k, v, k_prior, v_prior, batch_idx):
+    """K and V written at [batch_idx, :, :S, :] of the caches; a batch index past the caches
+    writes nothing (the kernel's oob_mode=skip)."""
+    b = int(np.asarray(batch_idx).reshape(-1)[0])
+    kp, vp = k_prior.copy(), v_prior.copy()
+    if 0 <= b < kp.shape[0]:
+        kp[b, :, : k.shape[2]] = k[0]
+        vp[b, :, : v.shape[2]] = v[0]
+    return kp, vp
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
@@ -3664,7 +3719,57 @@ def _nxdi_cases() -> list[Case]:
             atol=0.0,
             needs=("torch",),
         ),
+        # Modules that import neuronx_distributed and NxDI's own host code (stood in: the
+        # kernels use only nki and nki-library's helpers).
+        *[
+            Case(
+                f"nxdi split_along_dim0_kernel (LNC={g})",
+                NXDI,
+                "src/neuronx_distributed_inference/utils/distributed.py",
+                "split_along_dim0_kernel",
+                _split_dim0_inputs,
+                ref_split_dim0,
+                grid=g,
+                rtol=0.0,
+                atol=0.0,
+                paths=(nkilib,),
+                stand_ins=_NXD_STAND_INS,
+            )
+            for g in (1, 2)
+        ],
+        *[
+            Case(
+                f"nxdi write_kv_cache_at_batch_kernel ({why})",
+                NXDI,
+                "src/neuronx_distributed_inference/modules/kvcache/utils.py",
+                "write_kv_cache_at_batch_kernel",
+                functools.partial(_kv_at_batch_inputs, batch=b),
+                ref_kv_at_batch,
+                grid=g,
+                rtol=0.0,
+                atol=0.0,
+                paths=(nkilib,),
+                stand_ins=_NXD_STAND_INS,
+            )
+            for why, g, b in (("LNC=2", 2, 1), ("LNC=1", 1, 2), ("batch past the cache", 2, 3))
+        ],
     ]
+
+
+#: What NxD and NxDI modules holding kernels import for their host code (_absent_modules).
+_NXD_STAND_INS = _absent_modules(
+    "neuronx_distributed.parallel_layers.parallel_state",
+    "neuronx_distributed.parallel_layers.utils",
+    "neuronx_distributed.utils",
+    "neuronx_distributed.modules.moe.model_utils",
+    "neuronx_distributed.modules.moe.moe_configs",
+    "neuronx_distributed.modules.moe.routing",
+    "neuronx_distributed.modules.moe.expert_mlps",
+    "neuronx_distributed.modules.moe.shared_experts",
+    "neuronx_distributed.modules.moe.moe_fused_tkg",
+    "neuronx_distributed_inference.modules.attention.attention_process_groups",
+    "neuronx_distributed_inference.modules.custom_calls",
+)
 
 
 # ----------------------------------------------------------------------------- running
@@ -3738,6 +3843,10 @@ def _load(root: str, case: Case):
         return sys.modules[name]
     d = os.path.dirname(path)
     sys.path.insert(0, d)
+    ours = [n for n, _ in case.stand_ins if n not in sys.modules]
+    for n, make in case.stand_ins:
+        if n in ours:
+            sys.modules[n] = make()
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
@@ -3750,6 +3859,8 @@ def _load(root: str, case: Case):
         return mod
     finally:
         sys.path.remove(d)
+        for n in ours:  # the module keeps what it imported; nothing else sees ours
+            sys.modules.pop(n, None)
 
 
 def _compare(out, ref, case: Case) -> str:
