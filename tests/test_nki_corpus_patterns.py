@@ -779,6 +779,50 @@ def test_scalar_offset_moves_by_the_base_tensors_dimension_not_the_patterns():
     _at(e, bad, "# dim-3")
 
 
+def test_hbm_to_hbm_write_at_a_batch_read_into_sbuf_one_cache_per_core():
+    # NxDI's KV-cache update: a [1, H, S, D] block written into [B, H, S_prior, D] at the batch
+    # index held in a 1x1 SBUF tile (a 4-D destination pattern, indirect_dim=0), one cache per
+    # LNC=2 core; oob_mode.skip writes nothing for an index past the caches, error refuses it.
+    def make(oob):
+        def put(k, v, k_cache, v_cache, idx):
+            it = nl.ndarray((1, 1), dtype=idx.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=it, src=idx.reshape((1, 1)))
+            n = nl.num_programs(0) if nl.program_ndim() else 1
+            me = nl.program_id(0) if nl.program_ndim() else 0
+            for src, dst, who in ((k, k_cache, 0), (v, v_cache, n - 1)):
+                if me == who:
+                    b, h, s_prior, d = dst.shape
+                    s = src.shape[2]
+                    view = dst.ap(
+                        pattern=[[h * s_prior * d, 1], [s_prior * d, h], [d, s], [1, d]],
+                        offset=0, scalar_offset=it, indirect_dim=0,
+                    )  # fmt: skip
+                    nisa.dma_copy(dst=view, src=src, oob_mode=oob)  # the-write
+            return k_cache, v_cache
+
+        return put
+
+    k, v = _rand(1, 2, 3, 4, seed=1), _rand(1, 2, 3, 4, seed=2)
+    kc, vc = _rand(3, 2, 5, 4, seed=3), _rand(3, 2, 5, 4, seed=4)
+    for grid, b in ((2, 1), (None, 2), (2, 0)):
+        want_k, want_v = kc.copy(), vc.copy()
+        want_k[b, :, :3], want_v[b, :, :3] = k[0], v[0]
+        args = (k, v, kc.copy(), vc.copy(), np.array([b], np.int32))
+        got = tn.run(tn.jit(make(nisa.oob_mode.skip)), *args, grid=grid).outputs
+        assert np.array_equal(got[0], want_k) and np.array_equal(got[1], want_v), (grid, b)
+        assert not np.array_equal(got[0], kc), (grid, b)
+    # past the caches (or before them): skipped, both caches as they were; or refused at
+    # the kernel's line
+    for b in (3, -1, 2**31 - 1):
+        args = (k, v, kc.copy(), vc.copy(), np.array([b], np.int32))
+        got = tn.run(tn.jit(make(nisa.oob_mode.skip)), *args, grid=2).outputs
+        assert np.array_equal(got[0], kc) and np.array_equal(got[1], vc), b
+    err = make(nisa.oob_mode.error)
+    with pytest.raises(ShapeError, match=r"dst: the access pattern reaches bytes 480\.\.608 ") as e:
+        tn.run(tn.jit(err), k, v, kc.copy(), vc.copy(), np.array([3], np.int32), grid=2)
+    _at(e, err, "# the-write")
+
+
 def test_lnc2_outputs_of_one_shape_are_told_apart():
     @tn.jit
     def two(x):
