@@ -14,7 +14,10 @@ and message), the emulated Trainium2 time and the emulation's wall time. A missi
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
 files for their own test drivers, never by the kernels) are empty modules when not installed;
 a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy;
-NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then.
+NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then. ``neuronx_distributed``
+and NxDI's own host modules, which NxD/NxDI kernel modules import for host code only (and which
+do not import without torch_xla and neuronx-cc), are stood in for by empty modules of ours
+(``_absent_modules``).
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
