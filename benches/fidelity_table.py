@@ -9,6 +9,7 @@ kernel, ``trn2core.nki.run`` of trn2core's own kernel of the same operation. Run
     python benches/fidelity_table.py            # the points compared with the model, and a summary
     python benches/fidelity_table.py --all      # also the repeats, screenshot readings and curves
 
+    python benches/fidelity_table.py --corpus ROOT  # also AWS's own kernels, run from ROOT
     python benches/fidelity_table.py --fit      # the calibrated constants, fitted on the points
     python benches/fidelity_table.py --loo      # each point predicted with the fit done without it
 
@@ -16,6 +17,13 @@ kernel, ``trn2core.nki.run`` of trn2core's own kernel of the same operation. Run
 2 means off by 2x either way. The summary gives the median and the worst factor over the
 points marked ``use = "check"``, for the high-confidence points and for high and medium
 together. tests/test_fidelity.py and benches/bench_fidelity.py import this module.
+
+**AWS's own kernels.** A published kernel point may name the public kernel it measured
+(``aws_kernel = "nki-library:module:function"``). With ``--corpus ROOT`` (a directory of
+checkouts laid out as ``benches/nki_corpus.py`` takes them) that kernel is imported from ROOT,
+never copied, and run through ``trn2core.nki.run`` at the published shape: a second prediction,
+printed in its own table and kept out of the summary (which must not depend on what is checked
+out next to the repository).
 
 **Calibration.** The model's calibrated terms (``spec`` entries with status ``calibrated``)
 are fitted here: the collective terms on the nccom-test points, the DMA terms on the DMA
@@ -30,7 +38,11 @@ checks that at the calibrated constants it equals the model's own prediction).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
+import importlib
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -167,9 +179,78 @@ def predict(p: dict) -> Row:
             p["m"], p["k"], p["n"], dtype=p["dtype"], perf_mode=p.get("perf_mode", "none")
         )
         return Row(p, p["time_us"], rep.seconds * 1e6, "us")
-    if kind == "kernel" and p["use"] != "excluded":
+    if kind == "kernel" and p["use"] != "excluded" and "kernel" in p:
         return Row(p, p["time_us"], _kernel_seconds(p) * 1e6, "us")
     return Row(p, p["time_us"], None, "us")
+
+
+#: Where a repository's kernel modules are importable from, inside its checkout.
+CORPUS_PATHS = {"nki-library": ("nki-library", "src", "nkilib_src")}
+#: Row tiles (128 rows per core) run directly; longer runs are extrapolated from this many
+#: and twice as many (the kernels' loops over row tiles are uniform).
+AWS_TILES = 8
+
+
+def _aws_inputs(mod, name: str, rows: int, hidden: int, dtype: str) -> tuple[tuple, dict]:
+    """The arguments of the named public kernel for ``rows`` x ``hidden`` (batch 1)."""
+    x = np.ones((1, rows, hidden), dtype=_np_dtype(dtype))
+    g = np.ones(hidden, dtype=_np_dtype(dtype))
+    if name == "rmsnorm_quant_kernel":  # nki-library's RMSNorm-Quant, its default arguments
+        return (x, g), {"kargs": mod.RmsNormQuantKernelArgs()}
+    raise ValueError(f"aws_kernel: no inputs known for {name}")
+
+
+@functools.cache
+def _aws_run(root: str, spec: str, rows: int, hidden: int, dtype: str, lnc: int) -> float:
+    repo, module, name = spec.split(":")
+    top = os.path.join(root, *CORPUS_PATHS[repo])
+    import trn2core.nki as tn
+
+    if top not in sys.path:
+        sys.path.insert(0, top)
+    with tn.install(), contextlib.redirect_stdout(sys.stderr):  # the kernels' own logs
+        mod = importlib.import_module(module)
+        args, kwargs = _aws_inputs(mod, name, rows, hidden, dtype)
+        rep = tn.run(getattr(mod, name), *args, grid=lnc if lnc > 1 else None, **kwargs)
+    return rep.report.seconds
+
+
+def aws_kernel_seconds(p: dict, root: str) -> float | None:
+    """The public kernel ``p["aws_kernel"]`` run on trn2core at the point's shape, imported
+    from the checkouts under ``root``; None when its repository is not there. Rows beyond
+    ``AWS_TILES`` row tiles per core are extrapolated from ``AWS_TILES`` and twice as many."""
+    repo = p["aws_kernel"].split(":")[0]
+    if not os.path.isdir(os.path.join(root, *CORPUS_PATHS[repo])):
+        return None
+    lnc = p.get("lnc", 1)
+    per = 128 * lnc
+    key = (os.path.abspath(root), p["aws_kernel"])
+    t = -(-p["rows"] // per)
+    if t <= AWS_TILES:
+        return _aws_run(*key, p["rows"], p["hidden"], p["dtype"], lnc)
+    n = AWS_TILES
+    short = _aws_run(*key, per * n, p["hidden"], p["dtype"], lnc)
+    long = _aws_run(*key, per * 2 * n, p["hidden"], p["dtype"], lnc)
+    return short + (t - n) * (long - short) / n
+
+
+def aws_table(points: list[dict], root: str) -> str:
+    """The points naming a public kernel, each with that kernel run from ``root``."""
+    lines = [("point", "conf", "use", "published", "AWS kernel", "unit", "ratio", "factor")]
+    for p in points:
+        if "aws_kernel" not in p:
+            continue
+        s = aws_kernel_seconds(p, root)
+        r = Row(p, p["time_us"], None if s is None else s * 1e6, "us")
+        lines.append(
+            (r.id, p["confidence"], p["use"], _fmt(r.published, "us"), _fmt(r.predicted, "us"),
+             "us", "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r))
+        )  # fmt: skip
+    w = [max(len(x[i]) for x in lines) for i in range(len(lines[0]))]
+    out = ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 5) else v.rjust(w[i])
+                     for i, v in enumerate(x)).rstrip() for x in lines]  # fmt: skip
+    out.insert(1, "  ".join("-" * n for n in w))
+    return "\n".join(out)
 
 
 def _model_step(p: dict, naive: bool = False):
@@ -567,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="also the points not in the summary")
     ap.add_argument("--fit", action="store_true", help="fit the calibrated constants")
     ap.add_argument("--loo", action="store_true", help="leave-one-out predictions")
+    ap.add_argument("--corpus", metavar="ROOT", help="also run AWS's kernels from checkouts here")
     args = ap.parse_args(argv)
     points = load()[1]
     if args.fit:
@@ -579,6 +661,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, args.all))
     print()
     print(report(rows))
+    if args.corpus:
+        print()
+        print(f"AWS's own kernels, imported from {args.corpus} (not in the summary):")
+        print(aws_table(points, args.corpus))
     return 0
 
 

@@ -158,6 +158,80 @@ def test_script_prints_the_table_and_summary(capsys):
     assert "t1-allg-r32-1KiB" in capsys.readouterr().out
 
 
+_TINY_KERNEL = """
+import nki
+import nki.language as nl
+
+
+class RmsNormQuantKernelArgs:
+    pass
+
+
+@nki.jit
+def rmsnorm_quant_kernel(x, g, kargs=None):
+    # ours, standing in for the public kernel: each core copies its half of the rows, tile by tile
+    _, rows, h = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    n = nl.num_programs(0) if nl.program_ndim() else 1
+    me = nl.program_id(0) if nl.program_ndim() else 0
+    share = rows // n
+    for t in range(share // 128):
+        r = me * share + t * 128
+        nl.store(out[0, r : r + 128, :], value=nl.load(x[0, r : r + 128, :]))
+    return out
+"""
+
+
+def test_a_published_kernel_is_run_from_a_checkout_and_extrapolated(tmp_path):
+    """``aws_kernel`` points are run from a checkout given with --corpus (a stand-in of ours
+    here): directly up to AWS_TILES row tiles per core, extrapolated from AWS_TILES and twice as
+    many beyond; without the checkout, no prediction and no error."""
+    import ml_dtypes
+    import numpy as np
+    import trn2core.nki as tn
+
+    pkg = tmp_path / "nki-library" / "src" / "nkilib_src" / "tinylib_h77"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rq.py").write_text(_TINY_KERNEL)
+    spec = "nki-library:tinylib_h77.rq:rmsnorm_quant_kernel"
+    point = {"aws_kernel": spec, "rows": 256 * 20, "hidden": 64, "dtype": "bf16", "lnc": 2}
+    got = fidelity.aws_kernel_seconds(point, str(tmp_path))
+
+    sys.path.insert(0, str(pkg.parent))
+    try:
+        with tn.install():
+            mod = importlib.import_module("tinylib_h77.rq")
+
+            def run(rows):
+                x = np.ones((1, rows, 64), ml_dtypes.bfloat16)
+                g = np.ones(64, ml_dtypes.bfloat16)
+                return tn.run(mod.rmsnorm_quant_kernel, x, g, grid=2).report.seconds
+
+            n = fidelity.AWS_TILES
+            short, long = run(256 * n), run(256 * 2 * n)
+            assert got == pytest.approx(short + (20 - n) * (long - short) / n, rel=1e-12)
+            assert long > short > 0
+            small = dict(point, rows=256 * 3)  # within AWS_TILES: run as published
+            assert fidelity.aws_kernel_seconds(small, str(tmp_path)) == run(256 * 3)
+    finally:
+        sys.path.remove(str(pkg.parent))
+    assert fidelity.aws_kernel_seconds(point, str(tmp_path / "absent")) is None
+    # the table of the real points: without a checkout each row is printed unpredicted
+    lines = fidelity.aws_table(POINTS, str(tmp_path / "absent")).splitlines()
+    assert len(lines) == 2 + 5 and lines[0].split()[4:6] == ["AWS", "kernel"]
+    assert all(ln.split()[4] == "-" for ln in lines[2:])
+
+
+def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(rows):
+    by_id = {r.id: r for r in rows}
+    r = by_id["rmsnorm-quant-profile-s160-h16384"]
+    assert r.point["use"] == "info" and r.point["confidence"] == "high"
+    assert r.published == 89.0 and r.predicted is None  # hidden 16384: not our rmsnorm
+    named = [p["id"] for p in POINTS if "aws_kernel" in p]
+    assert len(named) == 5 and all(p.startswith("rmsnorm-quant-") for p in named)
+
+
 # ------------------------------------------------------------------ the model held against them
 
 
