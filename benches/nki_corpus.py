@@ -2292,6 +2292,38 @@ def _lib_attr(module: str, name: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _double_row_inputs(r, m=256, k=4096, n=1024, blocks=(2, 2, 16)):
+    """nki-samples' FP8 double-row matmul: lhs [M, K] bf16; rhs quantized column-wise to fp8
+    e4m3 (range 240) and laid out as its docstring asks, each pair of 128-row tiles of K side
+    by side per 512 columns ([K / 2, 2 N]); the scale broadcast to [128, N] (bf16)."""
+    lhs = r.uniform(0, 1, (m, k)).astype(BF16)
+    rhs = r.uniform(0, 1, (k, n))
+    scale = (rhs.max(axis=0, keepdims=True) / 240).astype(BF16)
+    q = (rhs / scale.astype(np.float64)).astype(ml_dtypes.float8_e4m3)
+    pairs = q.reshape(k // 256, 2, 128, n // 512, 512)  # [pair, row tile, 128, col tile, 512]
+    laid = pairs.transpose(0, 2, 3, 1, 4).reshape(k // 2, 2 * n)
+    return (lhs, laid, np.broadcast_to(scale, (128, n)).copy(), *blocks), {}
+
+
+def ref_double_row(lhs, laid, scale, tiles_m, tiles_n, tiles_k):
+    """lhs quantized per row and K block (scale max|row| / 240, in bf16) to fp8, times the fp8
+    rhs, the products dequantized by both scales (float64: the kernel rounds its partial sums
+    to bf16, the tolerance covers that)."""
+    m, k = lhs.shape
+    n = laid.shape[1] // 2
+    q = laid.reshape(k // 256, 128, n // 512, 2, 512).transpose(0, 3, 1, 2, 4).reshape(k, n)
+    rhs = q.astype(np.float64) * scale[0].astype(np.float64)
+    out = np.zeros((m, n))
+    bk = 128 * tiles_k
+    for j in range(0, k, bk):
+        blk = lhs[:, j : j + bk].astype(np.float32)
+        s = (np.abs(blk).max(axis=1, keepdims=True).astype(BF16).astype(np.float32) / 240)
+        s = s.astype(BF16).astype(np.float32)
+        lq = (blk / s).astype(ml_dtypes.float8_e4m3).astype(np.float64)
+        out += (lq @ rhs[j : j + bk]) * s
+    return out.astype(np.float32)
+
+
 def _cases() -> list[Case]:
     sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
     old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
@@ -3066,6 +3098,16 @@ def _cases() -> list[Case]:
             lambda r: ((_f32(r, 2, 8, 128, 512), _f32(r, 2, 8, 128, 512), 2 * 8 * 128 * 512), {}),
             ref_add_n_elements,
             grid=2,
+        ),
+        Case(
+            "samples-ref quantized_double_row_matmul",
+            ref,
+            f"{REF}/double_row_matmul.py",
+            "quantized_double_row_matmul",
+            _double_row_inputs,
+            ref_double_row,
+            rtol=2e-2,
+            atol=1e-3,  # outputs ~1000, within 1 % (bf16 partial sums); a wrong rhs layout: 6.7 %
         ),
         Case(
             "samples-ref adaptive_avg_pool2d",

@@ -1325,6 +1325,64 @@ def test_legacy_matmul_under_a_constant_mask_runs_or_is_left_out():
     assert np.array_equal(k(a, b), want.astype(np.float32))
 
 
+def test_legacy_double_row_matmul_contracts_both_rows_of_each_partition():
+    # nki-samples' FP8 double-row matmul (legacy dialect): fp8 operands [K, 2, M] and [K, 2, N]
+    # with perf_mode="double_row_gen3" (the legacy name): out[M, N] = sum over k and the row.
+    f8 = ml_dtypes.float8_e4m3
+
+    def kernel(pm):
+        def k(a, b):
+            out = lnl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=lnl.shared_hbm)
+            i = lnl.mgrid[0:128, 0:2, 0 : a.shape[2]]
+            j = lnl.mgrid[0:128, 0:2, 0 : b.shape[2]]
+            ta = lnl.load(a[i.p, i.x, i.y])
+            tb = lnl.load(b[j.p, j.x, j.y])
+            lnl.store(out, value=lnl.copy(lisa.nc_matmul(ta, tb, perf_mode=pm)))  # the-mm
+            return out
+
+        return k
+
+    r = np.random.default_rng(7)
+    a = r.integers(-3, 4, (128, 2, 96)).astype(f8)
+    b = r.integers(-3, 4, (128, 2, 200)).astype(f8)
+    want = np.einsum("kri,krj->ij", a.astype(np.float64), b.astype(np.float64))
+    for pm in ("double_row_gen3", "double_row", lisa.matmul_perf_mode.double_row):
+        got = tn.run(tn.jit_legacy(kernel(pm)), a, b).outputs
+        assert np.array_equal(got, want.astype(np.float32)), pm
+    # its rules: fp8 operands only, and a perf mode the engine knows, each at the kernel's line
+    with pytest.raises(FormatError) as e:
+        tn.run(tn.jit_legacy(kernel("double_row")), a.astype(ml_dtypes.bfloat16), b)
+    _at(e, kernel("double_row"), "# the-mm")
+    with pytest.raises(Trn2Error, match="perf_mode") as e:
+        tn.run(tn.jit_legacy(kernel("triple_row")), a, b)
+    _at(e, kernel("triple_row"), "# the-mm")
+
+
+def test_legacy_tensor_tensor_reads_a_one_column_operand_along_the_free_axis():
+    # nki-samples' double-row matmul dequantizes [128, F] by a [128, 1] scale with
+    # nisa.tensor_tensor: the legacy front end broadcasts it (a stride-0 free axis), either side.
+    def k(x, s):
+        out = lnl.ndarray((128, 2 * x.shape[1]), dtype=nl.float32, buffer=lnl.shared_hbm)
+        tx, ts = lnl.load(x), lnl.load(s)
+        lnl.store(out[:, 0 : x.shape[1]], value=lisa.tensor_tensor(tx, ts, lnl.multiply))
+        lnl.store(out[:, x.shape[1] :], value=lisa.tensor_tensor(ts, tx, lnl.subtract))
+        return out
+
+    x, s = _rand(128, 40, seed=8), _rand(128, 1, seed=9)
+    got = tn.run(tn.jit_legacy(k), x, s).outputs
+    assert np.array_equal(got[:, :40], x * s) and np.array_equal(got[:, 40:], s - x)
+
+    def bad(x, s):  # two columns beside forty: no broadcast, the engine's shape rule
+        return lisa.tensor_tensor(lnl.load(x), lnl.load(s), lnl.add)  # the-add
+
+    with pytest.raises(ShapeError, match="same partitions and elements per partition") as e:
+        tn.run(tn.jit_legacy(bad), x, _rand(128, 2, seed=9))
+    _at(e, bad, "# the-add")
+    with pytest.raises(ShapeError, match="same partitions") as e:
+        tn.run(tn.jit_legacy(bad), x, _rand(64, 1, seed=9))
+    _at(e, bad, "# the-add")
+
+
 # ----------------------------------------------------------------------------- legacy liveness
 
 
