@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -184,33 +185,57 @@ def predict(p: dict) -> Row:
     return Row(p, p["time_us"], None, "us")
 
 
-#: Where a repository's kernel modules are importable from, inside its checkout.
-CORPUS_PATHS = {"nki-library": ("nki-library", "src", "nkilib_src")}
+#: Where a repository's kernel modules are importable from, inside its checkout (a module
+#: named by a path ending in ``.py`` is loaded from that file under the repository).
+CORPUS_PATHS = {
+    "nki-library": ("nki-library", "src", "nkilib_src"),
+    "nki-samples-reference": ("nki-samples-reference",),
+}
 #: Row tiles (128 rows per core) run directly; longer runs are extrapolated from this many
 #: and twice as many (the kernels' loops over row tiles are uniform).
 AWS_TILES = 8
 
 
-def _aws_inputs(mod, name: str, rows: int, hidden: int, dtype: str) -> tuple[tuple, dict]:
-    """The arguments of the named public kernel for ``rows`` x ``hidden`` (batch 1)."""
-    x = np.ones((1, rows, hidden), dtype=_np_dtype(dtype))
-    g = np.ones(hidden, dtype=_np_dtype(dtype))
+def _aws_inputs(mod, name: str, shape: tuple, dtype: str) -> tuple[tuple, dict]:
+    """The arguments of the named public kernel: ``shape`` is (rows, hidden) of a norm (batch
+    1) or (m, k, n, *blocking) of a matmul; values do not matter to the time."""
+    import ml_dtypes
+
+    dt = _np_dtype(dtype)
     if name == "rmsnorm_quant_kernel":  # nki-library's RMSNorm-Quant, its default arguments
+        rows, hidden = shape
+        x, g = np.ones((1, rows, hidden), dtype=dt), np.ones(hidden, dtype=dt)
         return (x, g), {"kargs": mod.RmsNormQuantKernelArgs()}
+    if name == "quantized_double_row_matmul":  # nki-samples: lhs [M, K]; rhs fp8, two K-tile
+        m, k, n, *blocks = shape  # rows side by side [K / 2, 2 N]; its scale [128, N]
+        fp8 = np.zeros((k // 2, 2 * n), dtype=ml_dtypes.float8_e4m3)
+        return (np.ones((m, k), dt), fp8, np.ones((128, n), dt), *blocks), {}
     raise ValueError(f"aws_kernel: no inputs known for {name}")
 
 
+def _aws_module(top: str, module: str):
+    if module.endswith(".py"):  # a file: imported under a name of its own
+        name = "fidelity_aws_" + module.replace("/", "_").removesuffix(".py")
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(top, module))
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[name] = mod
+        return sys.modules[name]
+    if top not in sys.path:
+        sys.path.insert(0, top)
+    return importlib.import_module(module)
+
+
 @functools.cache
-def _aws_run(root: str, spec: str, rows: int, hidden: int, dtype: str, lnc: int) -> float:
+def _aws_run(root: str, spec: str, shape: tuple, dtype: str, lnc: int) -> float:
     repo, module, name = spec.split(":")
     top = os.path.join(root, *CORPUS_PATHS[repo])
     import trn2core.nki as tn
 
-    if top not in sys.path:
-        sys.path.insert(0, top)
     with tn.install(), contextlib.redirect_stdout(sys.stderr):  # the kernels' own logs
-        mod = importlib.import_module(module)
-        args, kwargs = _aws_inputs(mod, name, rows, hidden, dtype)
+        mod = _aws_module(top, module)
+        args, kwargs = _aws_inputs(mod, name, shape, dtype)
         rep = tn.run(getattr(mod, name), *args, grid=lnc if lnc > 1 else None, **kwargs)
     return rep.report.seconds
 
@@ -223,14 +248,17 @@ def aws_kernel_seconds(p: dict, root: str) -> float | None:
     if not os.path.isdir(os.path.join(root, *CORPUS_PATHS[repo])):
         return None
     lnc = p.get("lnc", 1)
-    per = 128 * lnc
     key = (os.path.abspath(root), p["aws_kernel"])
+    if "m" in p:  # a matmul: as published
+        shape = (p["m"], p["k"], p["n"], *p.get("blocking", ()))
+        return _aws_run(*key, shape, p.get("lhs_dtype", p["dtype"]), lnc)
+    per = 128 * lnc
     t = -(-p["rows"] // per)
     if t <= AWS_TILES:
-        return _aws_run(*key, p["rows"], p["hidden"], p["dtype"], lnc)
+        return _aws_run(*key, (p["rows"], p["hidden"]), p["dtype"], lnc)
     n = AWS_TILES
-    short = _aws_run(*key, per * n, p["hidden"], p["dtype"], lnc)
-    long = _aws_run(*key, per * 2 * n, p["hidden"], p["dtype"], lnc)
+    short = _aws_run(*key, (per * n, p["hidden"]), p["dtype"], lnc)
+    long = _aws_run(*key, (per * 2 * n, p["hidden"]), p["dtype"], lnc)
     return short + (t - n) * (long - short) / n
 
 
