@@ -245,11 +245,13 @@ def _free_broadcast(a: NkiTensor, b: NkiTensor) -> tuple[NkiTensor, NkiTensor]:
     """Two 2-D on-chip tiles of the same partitions, one of a single element per partition:
     that one as a stride-0 view of the other's shape (anything else: unchanged, for the
     engine's own shape rule)."""
-    if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[0] == b.shape[0]:
-        if b.shape[1] == 1 and a.shape[1] > 1:
-            return a, b.broadcast_to(a.shape)
-        if a.shape[1] == 1 and b.shape[1] > 1:
-            return a.broadcast_to(b.shape), b
+    sa, sb = a.shape, b.shape
+    if sa == sb or len(sa) != 2 or len(sb) != 2 or sa[0] != sb[0]:
+        return a, b
+    if sb[1] == 1:
+        return a, b.broadcast_to(sa)
+    if sa[1] == 1:
+        return a.broadcast_to(sb), b
     return a, b
 
 
