@@ -190,6 +190,7 @@ def predict(p: dict) -> Row:
 CORPUS_PATHS = {
     "nki-library": ("nki-library", "src", "nkilib_src"),
     "nki-samples-reference": ("nki-samples-reference",),
+    "aws-neuron-sdk": ("aws-neuron-sdk",),
 }
 #: Row tiles (128 rows per core) run directly; longer runs are extrapolated from this many
 #: and twice as many (the kernels' loops over row tiles are uniform).
@@ -206,6 +207,9 @@ def _aws_inputs(mod, name: str, shape: tuple, dtype: str) -> tuple[tuple, dict]:
         rows, hidden = shape
         x, g = np.ones((1, rows, hidden), dtype=dt), np.ones(hidden, dtype=dt)
         return (x, g), {"kargs": mod.RmsNormQuantKernelArgs()}
+    if name == "matrix_multiply_kernel":  # the kernel-optimization tutorial: lhsT [K, M], rhs
+        m, k, n = shape  # [K, N]
+        return (np.ones((k, m), dt), np.ones((k, n), dt)), {}
     if name == "quantized_double_row_matmul":  # nki-samples: lhs [M, K]; rhs fp8, two K-tile
         m, k, n, *blocks = shape  # rows side by side [K / 2, 2 N]; its scale [128, N]
         fp8 = np.zeros((k // 2, 2 * n), dtype=ml_dtypes.float8_e4m3)
@@ -213,7 +217,39 @@ def _aws_inputs(mod, name: str, shape: tuple, dtype: str) -> tuple[tuple, dict]:
     raise ValueError(f"aws_kernel: no inputs known for {name}")
 
 
+def _rst_block(path: str, index: int) -> str:
+    """The ``index``-th ``.. code-block:: python`` of a documentation page, dedented."""
+    import re
+    import textwrap
+
+    lines = Path(path).read_text().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)\.\. code-block:: python", lines[i])
+        i += 1
+        if not m:
+            continue
+        body = []
+        while i < len(lines) and (
+            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > len(m.group(1))
+        ):
+            body.append(lines[i])
+            i += 1
+        blocks.append(textwrap.dedent("\n".join(body)))
+    return blocks[index]
+
+
 def _aws_module(top: str, module: str):
+    if ".rst#" in module:  # a kernel printed in a documentation page: its code block, run
+        page, index = module.split("#")
+        name = "fidelity_aws_" + page.replace("/", "_").replace(".", "_").replace("-", "_") + index
+        if name not in sys.modules:
+            mod = type(sys)(name)
+            src = _rst_block(os.path.join(top, page), int(index))
+            code = compile(src, f"{page}#{index}", "exec")
+            exec(code, mod.__dict__)  # noqa: S102 - AWS's published kernel, from the checkout
+            sys.modules[name] = mod
+        return sys.modules[name]
     if module.endswith(".py"):  # a file: imported under a name of its own
         name = "fidelity_aws_" + module.replace("/", "_").removesuffix(".py")
         if name not in sys.modules:
@@ -268,11 +304,17 @@ def aws_table(points: list[dict], root: str) -> str:
     for p in points:
         if "aws_kernel" not in p:
             continue
-        s = aws_kernel_seconds(p, root)
+        from trn2core.errors import Trn2Error
+
+        try:
+            s, refused = aws_kernel_seconds(p, root), None
+        except Trn2Error as e:  # what trn2core refuses in the kernel, named
+            s, refused = None, f"refused: {type(e).__name__} [{getattr(e, 'rule', '') or '?'}]"
         r = Row(p, p["time_us"], None if s is None else s * 1e6, "us")
         lines.append(
-            (r.id, p["confidence"], p["use"], _fmt(r.published, "us"), _fmt(r.predicted, "us"),
-             "us", "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r))
+            (r.id, p["confidence"], p["use"], _fmt(r.published, "us"),
+             refused or _fmt(r.predicted, "us"), "us",
+             "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r))
         )  # fmt: skip
     w = [max(len(x[i]) for x in lines) for i in range(len(lines[0]))]
     out = ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 5) else v.rjust(w[i])

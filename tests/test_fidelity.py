@@ -219,8 +219,63 @@ def test_a_published_kernel_is_run_from_a_checkout_and_extrapolated(tmp_path):
     assert fidelity.aws_kernel_seconds(point, str(tmp_path / "absent")) is None
     # the table of the real points: without a checkout each row is printed unpredicted
     lines = fidelity.aws_table(POINTS, str(tmp_path / "absent")).splitlines()
-    assert len(lines) == 2 + 6 and lines[0].split()[4:6] == ["AWS", "kernel"]
+    assert len(lines) == 2 + 10 and lines[0].split()[4:6] == ["AWS", "kernel"]
     assert all(ln.split()[4] == "-" for ln in lines[2:])
+
+
+_TINY_PAGE = """
+A page.
+
+.. code-block:: python
+
+    x = 1  # block 0: not the kernel
+
+Some text.
+
+   .. code-block:: python
+
+      import nki
+      import nki.isa as nisa
+      import nki.language as nl
+
+      @nki.jit
+      def matrix_multiply_kernel(lhsT, rhs):
+        out = nl.ndarray((lhsT.shape[1], rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray(lhsT.shape, dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        ps = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=a, moving=b)
+        t = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=ps)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+After the block.
+"""
+
+
+def test_a_kernel_printed_in_a_documentation_page_is_run_from_its_code_block(tmp_path):
+    """``page.rst#N``: the N-th python code block of a page in the checkout (indented blocks
+    too), executed as a module; a kernel trn2core refuses is named in the table, not raised."""
+    import numpy as np
+    import trn2core.nki as tn
+
+    (tmp_path / "aws-neuron-sdk").mkdir()
+    (tmp_path / "aws-neuron-sdk" / "page.rst").write_text(_TINY_PAGE)
+    spec = "aws-neuron-sdk:page.rst#1:matrix_multiply_kernel"
+    point = {"aws_kernel": spec, "m": 128, "k": 128, "n": 512, "dtype": "fp32"}
+    got = fidelity.aws_kernel_seconds(point, str(tmp_path))
+    mod = sys.modules["fidelity_aws_page_rst1"]
+    with tn.install():
+        a, b = np.ones((128, 128), np.float32), np.ones((128, 512), np.float32)
+        want = tn.run(mod.matrix_multiply_kernel, a, b).report.seconds
+    assert got == want > 0
+    big = dict(point, id="too-big", kind="gemm", k=128 * 1024, time_us=1.0, confidence="high")
+    big["use"] = "info"
+    lines = fidelity.aws_table([big], str(tmp_path)).splitlines()
+    assert "refused: PartitionDimError [partition_dim]" in lines[2], lines  # K rows on chip
 
 
 def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(rows):
@@ -229,7 +284,8 @@ def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(ro
     assert r.point["use"] == "info" and r.point["confidence"] == "high"
     assert r.published == 89.0 and r.predicted is None  # hidden 16384: not our rmsnorm
     named = [p["id"] for p in POINTS if "aws_kernel" in p]
-    assert len(named) == 6 and sum(p.startswith("rmsnorm-quant-") for p in named) == 5
+    assert len(named) == 10 and sum(p.startswith("rmsnorm-quant-") for p in named) == 5
+    assert sum(p.startswith("gemm-fp32-4096x8192x8192-v") for p in named) == 4
     assert "double-row-fp8-512x16384x1024-p99-bound" in named
 
 
