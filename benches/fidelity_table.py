@@ -207,6 +207,11 @@ def _aws_inputs(mod, name: str, shape: tuple, dtype: str) -> tuple[tuple, dict]:
         rows, hidden = shape
         x, g = np.ones((1, rows, hidden), dtype=dt), np.ones(hidden, dtype=dt)
         return (x, g), {"kargs": mod.RmsNormQuantKernelArgs()}
+    if name.startswith("mamba_v"):  # the fused Mamba tutorial: (batch, seq_len, channels, state)
+        b, s, c, n = shape
+        r = np.random.default_rng(0)  # the scan's values stay finite
+        f = lambda *sh: r.uniform(0.1, 0.5, sh).astype(dt)  # noqa: E731
+        return (f(b, c, s), f(b, c, s), -f(c, n), f(b, n, s), f(b, n, s)), {}
     if name == "matrix_multiply_kernel":  # the kernel-optimization tutorial: lhsT [K, M], rhs
         m, k, n = shape  # [K, N]
         return (np.ones((k, m), dt), np.ones((k, n), dt)), {}
@@ -285,6 +290,8 @@ def aws_kernel_seconds(p: dict, root: str) -> float | None:
         return None
     lnc = p.get("lnc", 1)
     key = (os.path.abspath(root), p["aws_kernel"])
+    if "aws_shape" in p:  # the kernel's own shape arguments, as published
+        return _aws_run(*key, tuple(p["aws_shape"]), p.get("dtype", "fp32"), lnc)
     if "m" in p:  # a matmul: as published
         shape = (p["m"], p["k"], p["n"], *p.get("blocking", ()))
         return _aws_run(*key, shape, p.get("lhs_dtype", p["dtype"]), lnc)

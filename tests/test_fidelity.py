@@ -219,7 +219,7 @@ def test_a_published_kernel_is_run_from_a_checkout_and_extrapolated(tmp_path):
     assert fidelity.aws_kernel_seconds(point, str(tmp_path / "absent")) is None
     # the table of the real points: without a checkout each row is printed unpredicted
     lines = fidelity.aws_table(POINTS, str(tmp_path / "absent")).splitlines()
-    assert len(lines) == 2 + 10 and lines[0].split()[4:6] == ["AWS", "kernel"]
+    assert len(lines) == 2 + 13 and lines[0].split()[4:6] == ["AWS", "kernel"]
     assert all(ln.split()[4] == "-" for ln in lines[2:])
 
 
@@ -284,7 +284,8 @@ def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(ro
     assert r.point["use"] == "info" and r.point["confidence"] == "high"
     assert r.published == 89.0 and r.predicted is None  # hidden 16384: not our rmsnorm
     named = [p["id"] for p in POINTS if "aws_kernel" in p]
-    assert len(named) == 10 and sum(p.startswith("rmsnorm-quant-") for p in named) == 5
+    assert len(named) == 13 and sum(p.startswith("rmsnorm-quant-") for p in named) == 5
+    assert sum(p.startswith("mamba-") for p in named) == 3
     assert sum(p.startswith("gemm-fp32-4096x8192x8192-v") for p in named) == 4
     assert "double-row-fp8-512x16384x1024-p99-bound" in named
 
