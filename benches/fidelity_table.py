@@ -9,6 +9,7 @@ kernel, ``trn2core.nki.run`` of trn2core's own kernel of the same operation. Run
     python benches/fidelity_table.py            # the points compared with the model, and a summary
     python benches/fidelity_table.py --all      # also the repeats, screenshot readings and curves
 
+    python benches/fidelity_table.py --corpus ROOT  # also AWS's own kernels, run from ROOT
     python benches/fidelity_table.py --fit      # the calibrated constants, fitted on the points
     python benches/fidelity_table.py --loo      # each point predicted with the fit done without it
 
@@ -16,6 +17,13 @@ kernel, ``trn2core.nki.run`` of trn2core's own kernel of the same operation. Run
 2 means off by 2x either way. The summary gives the median and the worst factor over the
 points marked ``use = "check"``, for the high-confidence points and for high and medium
 together. tests/test_fidelity.py and benches/bench_fidelity.py import this module.
+
+**AWS's own kernels.** A published kernel point may name the public kernel it measured
+(``aws_kernel = "nki-library:module:function"``). With ``--corpus ROOT`` (a directory of
+checkouts laid out as ``benches/nki_corpus.py`` takes them) that kernel is imported from ROOT,
+never copied, and run through ``trn2core.nki.run`` at the published shape: a second prediction,
+printed in its own table and kept out of the summary (which must not depend on what is checked
+out next to the repository).
 
 **Calibration.** The model's calibrated terms (``spec`` entries with status ``calibrated``)
 are fitted here: the collective terms on the nccom-test points, the DMA terms on the DMA
@@ -30,7 +38,12 @@ checks that at the calibrated constants it equals the model's own prediction).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
+import importlib
+import importlib.util
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -167,9 +180,154 @@ def predict(p: dict) -> Row:
             p["m"], p["k"], p["n"], dtype=p["dtype"], perf_mode=p.get("perf_mode", "none")
         )
         return Row(p, p["time_us"], rep.seconds * 1e6, "us")
-    if kind == "kernel" and p["use"] != "excluded":
+    if kind == "kernel" and p["use"] != "excluded" and "kernel" in p:
         return Row(p, p["time_us"], _kernel_seconds(p) * 1e6, "us")
     return Row(p, p["time_us"], None, "us")
+
+
+#: Where a repository's kernel modules are importable from, inside its checkout (a module
+#: named by a path ending in ``.py`` is loaded from that file under the repository).
+CORPUS_PATHS = {
+    "nki-library": ("nki-library", "src", "nkilib_src"),
+    "nki-samples-reference": ("nki-samples-reference",),
+    "aws-neuron-sdk": ("aws-neuron-sdk",),
+}
+#: Row tiles (128 rows per core) run directly; longer runs are extrapolated from this many
+#: and twice as many (the kernels' loops over row tiles are uniform).
+AWS_TILES = 8
+
+
+def _aws_inputs(mod, name: str, shape: tuple, dtype: str) -> tuple[tuple, dict]:
+    """The arguments of the named public kernel: ``shape`` is (rows, hidden) of a norm (batch
+    1) or (m, k, n, *blocking) of a matmul; values do not matter to the time."""
+    import ml_dtypes
+
+    dt = _np_dtype(dtype)
+    if name == "rmsnorm_quant_kernel":  # nki-library's RMSNorm-Quant, its default arguments
+        rows, hidden = shape
+        x, g = np.ones((1, rows, hidden), dtype=dt), np.ones(hidden, dtype=dt)
+        return (x, g), {"kargs": mod.RmsNormQuantKernelArgs()}
+    if name.startswith("mamba_v"):  # the fused Mamba tutorial: (batch, seq_len, channels, state)
+        b, s, c, n = shape
+        r = np.random.default_rng(0)  # the scan's values stay finite
+        f = lambda *sh: r.uniform(0.1, 0.5, sh).astype(dt)  # noqa: E731
+        return (f(b, c, s), f(b, c, s), -f(c, n), f(b, n, s), f(b, n, s)), {}
+    if name == "matrix_multiply_kernel":  # the kernel-optimization tutorial: lhsT [K, M], rhs
+        m, k, n = shape  # [K, N]
+        return (np.ones((k, m), dt), np.ones((k, n), dt)), {}
+    if name == "quantized_double_row_matmul":  # nki-samples: lhs [M, K]; rhs fp8, two K-tile
+        m, k, n, *blocks = shape  # rows side by side [K / 2, 2 N]; its scale [128, N]
+        fp8 = np.zeros((k // 2, 2 * n), dtype=ml_dtypes.float8_e4m3)
+        return (np.ones((m, k), dt), fp8, np.ones((128, n), dt), *blocks), {}
+    raise ValueError(f"aws_kernel: no inputs known for {name}")
+
+
+def _rst_block(path: str, index: int) -> str:
+    """The ``index``-th ``.. code-block:: python`` of a documentation page, dedented."""
+    import re
+    import textwrap
+
+    lines = Path(path).read_text().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)\.\. code-block:: python", lines[i])
+        i += 1
+        if not m:
+            continue
+        body = []
+        while i < len(lines) and (
+            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > len(m.group(1))
+        ):
+            body.append(lines[i])
+            i += 1
+        blocks.append(textwrap.dedent("\n".join(body)))
+    return blocks[index]
+
+
+def _aws_module(top: str, module: str):
+    if ".rst#" in module:  # a kernel printed in a documentation page: its code block, run
+        page, index = module.split("#")
+        name = "fidelity_aws_" + page.replace("/", "_").replace(".", "_").replace("-", "_") + index
+        if name not in sys.modules:
+            mod = type(sys)(name)
+            src = _rst_block(os.path.join(top, page), int(index))
+            code = compile(src, f"{page}#{index}", "exec")
+            exec(code, mod.__dict__)  # noqa: S102 - AWS's published kernel, from the checkout
+            sys.modules[name] = mod
+        return sys.modules[name]
+    if module.endswith(".py"):  # a file: imported under a name of its own
+        name = "fidelity_aws_" + module.replace("/", "_").removesuffix(".py")
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(top, module))
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules[name] = mod
+        return sys.modules[name]
+    if top not in sys.path:
+        sys.path.insert(0, top)
+    return importlib.import_module(module)
+
+
+@functools.cache
+def _aws_run(root: str, spec: str, shape: tuple, dtype: str, lnc: int) -> float:
+    repo, module, name = spec.split(":")
+    top = os.path.join(root, *CORPUS_PATHS[repo])
+    import trn2core.nki as tn
+
+    with tn.install(), contextlib.redirect_stdout(sys.stderr):  # the kernels' own logs
+        mod = _aws_module(top, module)
+        args, kwargs = _aws_inputs(mod, name, shape, dtype)
+        rep = tn.run(getattr(mod, name), *args, grid=lnc if lnc > 1 else None, **kwargs)
+    return rep.report.seconds
+
+
+def aws_kernel_seconds(p: dict, root: str) -> float | None:
+    """The public kernel ``p["aws_kernel"]`` run on trn2core at the point's shape, imported
+    from the checkouts under ``root``; None when its repository is not there. Rows beyond
+    ``AWS_TILES`` row tiles per core are extrapolated from ``AWS_TILES`` and twice as many."""
+    repo = p["aws_kernel"].split(":")[0]
+    if not os.path.isdir(os.path.join(root, *CORPUS_PATHS[repo])):
+        return None
+    lnc = p.get("lnc", 1)
+    key = (os.path.abspath(root), p["aws_kernel"])
+    if "aws_shape" in p:  # the kernel's own shape arguments, as published
+        return _aws_run(*key, tuple(p["aws_shape"]), p.get("dtype", "fp32"), lnc)
+    if "m" in p:  # a matmul: as published
+        shape = (p["m"], p["k"], p["n"], *p.get("blocking", ()))
+        return _aws_run(*key, shape, p.get("lhs_dtype", p["dtype"]), lnc)
+    per = 128 * lnc
+    t = -(-p["rows"] // per)
+    if t <= AWS_TILES:
+        return _aws_run(*key, (p["rows"], p["hidden"]), p["dtype"], lnc)
+    n = AWS_TILES
+    short = _aws_run(*key, (per * n, p["hidden"]), p["dtype"], lnc)
+    long = _aws_run(*key, (per * 2 * n, p["hidden"]), p["dtype"], lnc)
+    return short + (t - n) * (long - short) / n
+
+
+def aws_table(points: list[dict], root: str) -> str:
+    """The points naming a public kernel, each with that kernel run from ``root``."""
+    lines = [("point", "conf", "use", "published", "AWS kernel", "unit", "ratio", "factor")]
+    for p in points:
+        if "aws_kernel" not in p:
+            continue
+        from trn2core.errors import Trn2Error
+
+        try:
+            s, refused = aws_kernel_seconds(p, root), None
+        except Trn2Error as e:  # what trn2core refuses in the kernel, named
+            s, refused = None, f"refused: {type(e).__name__} [{getattr(e, 'rule', '') or '?'}]"
+        r = Row(p, p["time_us"], None if s is None else s * 1e6, "us")
+        lines.append(
+            (r.id, p["confidence"], p["use"], _fmt(r.published, "us"),
+             refused or _fmt(r.predicted, "us"), "us",
+             "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r))
+        )  # fmt: skip
+    w = [max(len(x[i]) for x in lines) for i in range(len(lines[0]))]
+    out = ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 5) else v.rjust(w[i])
+                     for i, v in enumerate(x)).rstrip() for x in lines]  # fmt: skip
+    out.insert(1, "  ".join("-" * n for n in w))
+    return "\n".join(out)
 
 
 def _model_step(p: dict, naive: bool = False):
@@ -567,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="also the points not in the summary")
     ap.add_argument("--fit", action="store_true", help="fit the calibrated constants")
     ap.add_argument("--loo", action="store_true", help="leave-one-out predictions")
+    ap.add_argument("--corpus", metavar="ROOT", help="also run AWS's kernels from checkouts here")
     args = ap.parse_args(argv)
     points = load()[1]
     if args.fit:
@@ -579,6 +738,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, args.all))
     print()
     print(report(rows))
+    if args.corpus:
+        print()
+        print(f"AWS's own kernels, imported from {args.corpus} (not in the summary):")
+        print(aws_table(points, args.corpus))
     return 0
 
 

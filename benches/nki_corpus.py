@@ -14,7 +14,10 @@ and message), the emulated Trainium2 time and the emulation's wall time. A missi
 or repository is reported and skipped. ``torch``, ``scipy``, ``jax`` (imported by some kernel
 files for their own test drivers, never by the kernels) are empty modules when not installed;
 a case whose kernel's own host code needs one (nki-library's top-k builds a matrix with scipy;
-NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then.
+NxDI's EAGLE module subclasses ``torch.nn.Module``) is skipped then. ``neuronx_distributed``
+and NxDI's own host modules, which NxD/NxDI kernel modules import for host code only (and which
+do not import without torch_xla and neuronx-cc), are stood in for by empty modules of ours
+(``_absent_modules``).
 
 Besides the repositories' newest snapshots, two older trees hold kernels since removed:
 ``aws-neuron-sdk-2.26`` (``general/nki/examples`` of aws-neuron-sdk before Neuron 2.27: the
@@ -2861,6 +2864,38 @@ def _lib_attr(module: str, name: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _double_row_inputs(r, m=256, k=4096, n=1024, blocks=(2, 2, 16)):
+    """nki-samples' FP8 double-row matmul: lhs [M, K] bf16; rhs quantized column-wise to fp8
+    e4m3 (range 240) and laid out as its docstring asks, each pair of 128-row tiles of K side
+    by side per 512 columns ([K / 2, 2 N]); the scale broadcast to [128, N] (bf16)."""
+    lhs = r.uniform(0, 1, (m, k)).astype(BF16)
+    rhs = r.uniform(0, 1, (k, n))
+    scale = (rhs.max(axis=0, keepdims=True) / 240).astype(BF16)
+    q = (rhs / scale.astype(np.float64)).astype(ml_dtypes.float8_e4m3)
+    pairs = q.reshape(k // 256, 2, 128, n // 512, 512)  # [pair, row tile, 128, col tile, 512]
+    laid = pairs.transpose(0, 2, 3, 1, 4).reshape(k // 2, 2 * n)
+    return (lhs, laid, np.broadcast_to(scale, (128, n)).copy(), *blocks), {}
+
+
+def ref_double_row(lhs, laid, scale, tiles_m, tiles_n, tiles_k):
+    """lhs quantized per row and K block (scale max|row| / 240, in bf16) to fp8, times the fp8
+    rhs, the products dequantized by both scales (float64: the kernel rounds its partial sums
+    to bf16, the tolerance covers that)."""
+    m, k = lhs.shape
+    n = laid.shape[1] // 2
+    q = laid.reshape(k // 256, 128, n // 512, 2, 512).transpose(0, 3, 1, 2, 4).reshape(k, n)
+    rhs = q.astype(np.float64) * scale[0].astype(np.float64)
+    out = np.zeros((m, n))
+    bk = 128 * tiles_k
+    for j in range(0, k, bk):
+        blk = lhs[:, j : j + bk].astype(np.float32)
+        s = (np.abs(blk).max(axis=1, keepdims=True).astype(BF16).astype(np.float32) / 240)
+        s = s.astype(BF16).astype(np.float32)
+        lq = (blk / s).astype(ml_dtypes.float8_e4m3).astype(np.float64)
+        out += (lq @ rhs[j : j + bk]) * s
+    return out.astype(np.float32)
+
+
 def _cases() -> list[Case]:
     sdk, smp, lib = "aws-neuron-sdk", "nki-samples", "nki-library"
     old, ref = "aws-neuron-sdk-2.26", "nki-samples-reference"
@@ -3650,6 +3685,16 @@ def _cases() -> list[Case]:
             grid=2,
         ),
         Case(
+            "samples-ref quantized_double_row_matmul",
+            ref,
+            f"{REF}/double_row_matmul.py",
+            "quantized_double_row_matmul",
+            _double_row_inputs,
+            ref_double_row,
+            rtol=2e-2,
+            atol=1e-3,  # outputs ~1000, within 1 % (bf16 partial sums); a wrong rhs layout: 6.7 %
+        ),
+        Case(
             "samples-ref adaptive_avg_pool2d",
             ref,
             f"{REF}/vision.py",
@@ -4183,6 +4228,61 @@ def _collective_test_cases(lib: str) -> list[Case]:
     return out
 
 
+def _absent_modules(*names: str) -> tuple[tuple[str, Callable[[], types.ModuleType]], ...]:
+    """Stand-ins for packages a kernel's module imports for its host code only (NxD's
+    ``neuronx_distributed``, which needs torch_xla and neuronx-cc's bundled kernels to import;
+    NxDI's own modules): each name (and its parents) an empty package whose names are _Absent,
+    so the module's top level (imports, annotations, a subclass of an absent class) runs and
+    its kernels, which use none of them, load."""
+    full: list[str] = []
+    for n in names:
+        parts = n.split(".")
+        for i in range(1, len(parts) + 1):
+            if ".".join(parts[:i]) not in full:
+                full.append(".".join(parts[:i]))
+
+    def maker(name: str) -> Callable[[], types.ModuleType]:
+        def make() -> types.ModuleType:
+            mod = types.ModuleType(name)
+            mod.__path__ = []  # type: ignore[attr-defined]
+            mod.__getattr__ = lambda attr: _Absent(f"{name}.{attr}", (), {})  # type: ignore[attr-defined]
+            return mod
+
+        return make
+
+    return tuple((n, maker(n)) for n in full)
+
+
+def _split_dim0_inputs(r, shape=(4, 3, 5), rank=2, parts=4):
+    """A tensor whose row of F = 15 elements per partition splits unevenly over two cores
+    (7 and 8): the kernel's remainder path."""
+    return (_f32(r, *shape), np.array([rank], np.int32), parts), {}
+
+
+def ref_split_dim0(tensor, rank, num_partitions):
+    """The rank-th of num_partitions equal blocks of rows (torch.index_select's form)."""
+    n = tensor.shape[0] // num_partitions
+    k = int(np.asarray(rank).reshape(-1)[0])
+    return tensor[k * n : (k + 1) * n].copy()
+
+
+def _kv_at_batch_inputs(r, batch=2, b=3, h=2, s=5, s_prior=8, d=16):
+    k, v = _f32(r, 1, h, s, d).astype(BF16), _f32(r, 1, h, s, d).astype(BF16)
+    kp, vp = _f32(r, b, h, s_prior, d).astype(BF16), _f32(r, b, h, s_prior, d).astype(BF16)
+    return (k, v, kp, vp, np.array([batch], np.int32)), {}
+
+
+def ref_kv_at_batch(k, v, k_prior, v_prior, batch_idx):
+    """K and V written at [batch_idx, :, :S, :] of the caches; a batch index past the caches
+    writes nothing (the kernel's oob_mode=skip)."""
+    b = int(np.asarray(batch_idx).reshape(-1)[0])
+    kp, vp = k_prior.copy(), v_prior.copy()
+    if 0 <= b < kp.shape[0]:
+        kp[b, :, : k.shape[2]] = k[0]
+        vp[b, :, : v.shape[2]] = v[0]
+    return kp, vp
+
+
 def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
@@ -4421,7 +4521,57 @@ def _nxdi_cases() -> list[Case]:
             atol=0.0,
             needs=("torch",),
         ),
+        # Modules that import neuronx_distributed and NxDI's own host code (stood in: the
+        # kernels use only nki and nki-library's helpers).
+        *[
+            Case(
+                f"nxdi split_along_dim0_kernel (LNC={g})",
+                NXDI,
+                "src/neuronx_distributed_inference/utils/distributed.py",
+                "split_along_dim0_kernel",
+                _split_dim0_inputs,
+                ref_split_dim0,
+                grid=g,
+                rtol=0.0,
+                atol=0.0,
+                paths=(nkilib,),
+                stand_ins=_NXD_STAND_INS,
+            )
+            for g in (1, 2)
+        ],
+        *[
+            Case(
+                f"nxdi write_kv_cache_at_batch_kernel ({why})",
+                NXDI,
+                "src/neuronx_distributed_inference/modules/kvcache/utils.py",
+                "write_kv_cache_at_batch_kernel",
+                functools.partial(_kv_at_batch_inputs, batch=b),
+                ref_kv_at_batch,
+                grid=g,
+                rtol=0.0,
+                atol=0.0,
+                paths=(nkilib,),
+                stand_ins=_NXD_STAND_INS,
+            )
+            for why, g, b in (("LNC=2", 2, 1), ("LNC=1", 1, 2), ("batch past the cache", 2, 3))
+        ],
     ]
+
+
+#: What NxD and NxDI modules holding kernels import for their host code (_absent_modules).
+_NXD_STAND_INS = _absent_modules(
+    "neuronx_distributed.parallel_layers.parallel_state",
+    "neuronx_distributed.parallel_layers.utils",
+    "neuronx_distributed.utils",
+    "neuronx_distributed.modules.moe.model_utils",
+    "neuronx_distributed.modules.moe.moe_configs",
+    "neuronx_distributed.modules.moe.routing",
+    "neuronx_distributed.modules.moe.expert_mlps",
+    "neuronx_distributed.modules.moe.shared_experts",
+    "neuronx_distributed.modules.moe.moe_fused_tkg",
+    "neuronx_distributed_inference.modules.attention.attention_process_groups",
+    "neuronx_distributed_inference.modules.custom_calls",
+)
 
 
 # ----------------------------------------------------------------------------- running

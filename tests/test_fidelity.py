@@ -158,6 +158,138 @@ def test_script_prints_the_table_and_summary(capsys):
     assert "t1-allg-r32-1KiB" in capsys.readouterr().out
 
 
+_TINY_KERNEL = """
+import nki
+import nki.language as nl
+
+
+class RmsNormQuantKernelArgs:
+    pass
+
+
+@nki.jit
+def rmsnorm_quant_kernel(x, g, kargs=None):
+    # ours, standing in for the public kernel: each core copies its half of the rows, tile by tile
+    _, rows, h = x.shape
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    n = nl.num_programs(0) if nl.program_ndim() else 1
+    me = nl.program_id(0) if nl.program_ndim() else 0
+    share = rows // n
+    for t in range(share // 128):
+        r = me * share + t * 128
+        nl.store(out[0, r : r + 128, :], value=nl.load(x[0, r : r + 128, :]))
+    return out
+"""
+
+
+def test_a_published_kernel_is_run_from_a_checkout_and_extrapolated(tmp_path):
+    """``aws_kernel`` points are run from a checkout given with --corpus (a stand-in of ours
+    here): directly up to AWS_TILES row tiles per core, extrapolated from AWS_TILES and twice as
+    many beyond; without the checkout, no prediction and no error."""
+    import ml_dtypes
+    import numpy as np
+    import trn2core.nki as tn
+
+    pkg = tmp_path / "nki-library" / "src" / "nkilib_src" / "tinylib_h77"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rq.py").write_text(_TINY_KERNEL)
+    spec = "nki-library:tinylib_h77.rq:rmsnorm_quant_kernel"
+    point = {"aws_kernel": spec, "rows": 256 * 20, "hidden": 64, "dtype": "bf16", "lnc": 2}
+    got = fidelity.aws_kernel_seconds(point, str(tmp_path))
+
+    sys.path.insert(0, str(pkg.parent))
+    try:
+        with tn.install():
+            mod = importlib.import_module("tinylib_h77.rq")
+
+            def run(rows):
+                x = np.ones((1, rows, 64), ml_dtypes.bfloat16)
+                g = np.ones(64, ml_dtypes.bfloat16)
+                return tn.run(mod.rmsnorm_quant_kernel, x, g, grid=2).report.seconds
+
+            n = fidelity.AWS_TILES
+            short, long = run(256 * n), run(256 * 2 * n)
+            assert got == pytest.approx(short + (20 - n) * (long - short) / n, rel=1e-12)
+            assert long > short > 0
+            small = dict(point, rows=256 * 3)  # within AWS_TILES: run as published
+            assert fidelity.aws_kernel_seconds(small, str(tmp_path)) == run(256 * 3)
+    finally:
+        sys.path.remove(str(pkg.parent))
+    assert fidelity.aws_kernel_seconds(point, str(tmp_path / "absent")) is None
+    # the table of the real points: without a checkout each row is printed unpredicted
+    lines = fidelity.aws_table(POINTS, str(tmp_path / "absent")).splitlines()
+    assert len(lines) == 2 + 13 and lines[0].split()[4:6] == ["AWS", "kernel"]
+    assert all(ln.split()[4] == "-" for ln in lines[2:])
+
+
+_TINY_PAGE = """
+A page.
+
+.. code-block:: python
+
+    x = 1  # block 0: not the kernel
+
+Some text.
+
+   .. code-block:: python
+
+      import nki
+      import nki.isa as nisa
+      import nki.language as nl
+
+      @nki.jit
+      def matrix_multiply_kernel(lhsT, rhs):
+        out = nl.ndarray((lhsT.shape[1], rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray(lhsT.shape, dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        ps = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=a, moving=b)
+        t = nl.ndarray(out.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=ps)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+After the block.
+"""
+
+
+def test_a_kernel_printed_in_a_documentation_page_is_run_from_its_code_block(tmp_path):
+    """``page.rst#N``: the N-th python code block of a page in the checkout (indented blocks
+    too), executed as a module; a kernel trn2core refuses is named in the table, not raised."""
+    import numpy as np
+    import trn2core.nki as tn
+
+    (tmp_path / "aws-neuron-sdk").mkdir()
+    (tmp_path / "aws-neuron-sdk" / "page.rst").write_text(_TINY_PAGE)
+    spec = "aws-neuron-sdk:page.rst#1:matrix_multiply_kernel"
+    point = {"aws_kernel": spec, "m": 128, "k": 128, "n": 512, "dtype": "fp32"}
+    got = fidelity.aws_kernel_seconds(point, str(tmp_path))
+    mod = sys.modules["fidelity_aws_page_rst1"]
+    with tn.install():
+        a, b = np.ones((128, 128), np.float32), np.ones((128, 512), np.float32)
+        want = tn.run(mod.matrix_multiply_kernel, a, b).report.seconds
+    assert got == want > 0
+    big = dict(point, id="too-big", kind="gemm", k=128 * 1024, time_us=1.0, confidence="high")
+    big["use"] = "info"
+    lines = fidelity.aws_table([big], str(tmp_path)).splitlines()
+    assert "refused: PartitionDimError [partition_dim]" in lines[2], lines  # K rows on chip
+
+
+def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(rows):
+    by_id = {r.id: r for r in rows}
+    r = by_id["rmsnorm-quant-profile-s160-h16384"]
+    assert r.point["use"] == "info" and r.point["confidence"] == "high"
+    assert r.published == 89.0 and r.predicted is None  # hidden 16384: not our rmsnorm
+    named = [p["id"] for p in POINTS if "aws_kernel" in p]
+    assert len(named) == 13 and sum(p.startswith("rmsnorm-quant-") for p in named) == 5
+    assert sum(p.startswith("mamba-") for p in named) == 3
+    assert sum(p.startswith("gemm-fp32-4096x8192x8192-v") for p in named) == 4
+    assert "double-row-fp8-512x16384x1024-p99-bound" in named
+
+
 # ------------------------------------------------------------------ the model held against them
 
 

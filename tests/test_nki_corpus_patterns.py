@@ -780,6 +780,50 @@ def test_scalar_offset_moves_by_the_base_tensors_dimension_not_the_patterns():
     _at(e, bad, "# dim-3")
 
 
+def test_hbm_to_hbm_write_at_a_batch_read_into_sbuf_one_cache_per_core():
+    # NxDI's KV-cache update: a [1, H, S, D] block written into [B, H, S_prior, D] at the batch
+    # index held in a 1x1 SBUF tile (a 4-D destination pattern, indirect_dim=0), one cache per
+    # LNC=2 core; oob_mode.skip writes nothing for an index past the caches, error refuses it.
+    def make(oob):
+        def put(k, v, k_cache, v_cache, idx):
+            it = nl.ndarray((1, 1), dtype=idx.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=it, src=idx.reshape((1, 1)))
+            n = nl.num_programs(0) if nl.program_ndim() else 1
+            me = nl.program_id(0) if nl.program_ndim() else 0
+            for src, dst, who in ((k, k_cache, 0), (v, v_cache, n - 1)):
+                if me == who:
+                    b, h, s_prior, d = dst.shape
+                    s = src.shape[2]
+                    view = dst.ap(
+                        pattern=[[h * s_prior * d, 1], [s_prior * d, h], [d, s], [1, d]],
+                        offset=0, scalar_offset=it, indirect_dim=0,
+                    )  # fmt: skip
+                    nisa.dma_copy(dst=view, src=src, oob_mode=oob)  # the-write
+            return k_cache, v_cache
+
+        return put
+
+    k, v = _rand(1, 2, 3, 4, seed=1), _rand(1, 2, 3, 4, seed=2)
+    kc, vc = _rand(3, 2, 5, 4, seed=3), _rand(3, 2, 5, 4, seed=4)
+    for grid, b in ((2, 1), (None, 2), (2, 0)):
+        want_k, want_v = kc.copy(), vc.copy()
+        want_k[b, :, :3], want_v[b, :, :3] = k[0], v[0]
+        args = (k, v, kc.copy(), vc.copy(), np.array([b], np.int32))
+        got = tn.run(tn.jit(make(nisa.oob_mode.skip)), *args, grid=grid).outputs
+        assert np.array_equal(got[0], want_k) and np.array_equal(got[1], want_v), (grid, b)
+        assert not np.array_equal(got[0], kc), (grid, b)
+    # past the caches (or before them): skipped, both caches as they were; or refused at
+    # the kernel's line
+    for b in (3, -1, 2**31 - 1):
+        args = (k, v, kc.copy(), vc.copy(), np.array([b], np.int32))
+        got = tn.run(tn.jit(make(nisa.oob_mode.skip)), *args, grid=2).outputs
+        assert np.array_equal(got[0], kc) and np.array_equal(got[1], vc), b
+    err = make(nisa.oob_mode.error)
+    with pytest.raises(ShapeError, match=r"dst: the access pattern reaches bytes 480\.\.608 ") as e:
+        tn.run(tn.jit(err), k, v, kc.copy(), vc.copy(), np.array([3], np.int32), grid=2)
+    _at(e, err, "# the-write")
+
+
 def test_lnc2_outputs_of_one_shape_are_told_apart():
     @tn.jit
     def two(x):
@@ -1280,6 +1324,64 @@ def test_legacy_matmul_under_a_constant_mask_runs_or_is_left_out():
     a, b = np.round(_rand(3, 128, 128, seed=4)), np.round(_rand(3, 128, 64, seed=5))
     want = a[0].T.astype(np.float64) @ b[0] + a[1].T.astype(np.float64) @ b[1]
     assert np.array_equal(k(a, b), want.astype(np.float32))
+
+
+def test_legacy_double_row_matmul_contracts_both_rows_of_each_partition():
+    # nki-samples' FP8 double-row matmul (legacy dialect): fp8 operands [K, 2, M] and [K, 2, N]
+    # with perf_mode="double_row_gen3" (the legacy name): out[M, N] = sum over k and the row.
+    f8 = ml_dtypes.float8_e4m3
+
+    def kernel(pm):
+        def k(a, b):
+            out = lnl.ndarray((a.shape[2], b.shape[2]), dtype=nl.float32, buffer=lnl.shared_hbm)
+            i = lnl.mgrid[0:128, 0:2, 0 : a.shape[2]]
+            j = lnl.mgrid[0:128, 0:2, 0 : b.shape[2]]
+            ta = lnl.load(a[i.p, i.x, i.y])
+            tb = lnl.load(b[j.p, j.x, j.y])
+            lnl.store(out, value=lnl.copy(lisa.nc_matmul(ta, tb, perf_mode=pm)))  # the-mm
+            return out
+
+        return k
+
+    r = np.random.default_rng(7)
+    a = r.integers(-3, 4, (128, 2, 96)).astype(f8)
+    b = r.integers(-3, 4, (128, 2, 200)).astype(f8)
+    want = np.einsum("kri,krj->ij", a.astype(np.float64), b.astype(np.float64))
+    for pm in ("double_row_gen3", "double_row", lisa.matmul_perf_mode.double_row):
+        got = tn.run(tn.jit_legacy(kernel(pm)), a, b).outputs
+        assert np.array_equal(got, want.astype(np.float32)), pm
+    # its rules: fp8 operands only, and a perf mode the engine knows, each at the kernel's line
+    with pytest.raises(FormatError) as e:
+        tn.run(tn.jit_legacy(kernel("double_row")), a.astype(ml_dtypes.bfloat16), b)
+    _at(e, kernel("double_row"), "# the-mm")
+    with pytest.raises(Trn2Error, match="perf_mode") as e:
+        tn.run(tn.jit_legacy(kernel("triple_row")), a, b)
+    _at(e, kernel("triple_row"), "# the-mm")
+
+
+def test_legacy_tensor_tensor_reads_a_one_column_operand_along_the_free_axis():
+    # nki-samples' double-row matmul dequantizes [128, F] by a [128, 1] scale with
+    # nisa.tensor_tensor: the legacy front end broadcasts it (a stride-0 free axis), either side.
+    def k(x, s):
+        out = lnl.ndarray((128, 2 * x.shape[1]), dtype=nl.float32, buffer=lnl.shared_hbm)
+        tx, ts = lnl.load(x), lnl.load(s)
+        lnl.store(out[:, 0 : x.shape[1]], value=lisa.tensor_tensor(tx, ts, lnl.multiply))
+        lnl.store(out[:, x.shape[1] :], value=lisa.tensor_tensor(ts, tx, lnl.subtract))
+        return out
+
+    x, s = _rand(128, 40, seed=8), _rand(128, 1, seed=9)
+    got = tn.run(tn.jit_legacy(k), x, s).outputs
+    assert np.array_equal(got[:, :40], x * s) and np.array_equal(got[:, 40:], s - x)
+
+    def bad(x, s):  # two columns beside forty: no broadcast, the engine's shape rule
+        return lisa.tensor_tensor(lnl.load(x), lnl.load(s), lnl.add)  # the-add
+
+    with pytest.raises(ShapeError, match="same partitions and elements per partition") as e:
+        tn.run(tn.jit_legacy(bad), x, _rand(128, 2, seed=9))
+    _at(e, bad, "# the-add")
+    with pytest.raises(ShapeError, match="same partitions") as e:
+        tn.run(tn.jit_legacy(bad), x, _rand(64, 1, seed=9))
+    _at(e, bad, "# the-add")
 
 
 # ----------------------------------------------------------------------------- legacy liveness

@@ -85,11 +85,16 @@ def nc_matmul(
     tile_position=(),
     tile_size=(),
     mask=None,
+    perf_mode="none",
     **kwargs,
 ) -> NkiTensor:
     """``stationary.T @ moving`` into a new PSUM tile (float32); ``psum += nc_matmul(...)``
-    accumulates in place."""
+    accumulates in place. ``perf_mode="double_row_gen3"`` (the legacy name of
+    ``double_row``): fp8 operands ``[K, 2, M]`` and ``[K, 2, N]``, a contraction over both
+    rows of each partition, into ``[M, N]``."""
     core = _core(stationary, moving)
+    pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
+    pm = "double_row" if pm == "double_row_gen3" else pm
     if isinstance(mask, (bool, np.bool_)):
         # A compile-time constant: the matmul runs (True) or is left out (False).
         mask = None if mask else False
@@ -123,9 +128,10 @@ def nc_matmul(
             )
 
         return core.pend((stationary.shape[1], stationary.shape[0]), stationary.dtype, PSUM, issue)
-    return core.matmul_pending(
-        stationary, moving, (stationary.shape[1], moving.shape[1]), ("none", pos, size, False)
-    )
+    shape = (stationary.shape[-1], moving.shape[-1]) if pm == "double_row" else None
+    if shape is None or len(stationary.shape) != 3 or len(moving.shape) != 3:
+        shape = (stationary.shape[1], moving.shape[1])  # the engine checks the operands
+    return core.matmul_pending(stationary, moving, shape, (pm, pos, size, False))
 
 
 @api
@@ -214,8 +220,12 @@ def activation_reduce(
 def tensor_tensor(
     data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs
 ) -> NkiTensor:
-    """``data1 <op> data2`` into a new tile."""
+    """``data1 <op> data2`` into a new tile. A ``[P, 1]`` operand beside a ``[P, F]`` one is
+    read with a stride-0 free axis (the legacy front end's broadcast; docs/nki.md,
+    "Inferred, not documented")."""
     core = _core(data1, data2)
+    if isinstance(data1, NkiTensor) and isinstance(data2, NkiTensor):
+        data1, data2 = _free_broadcast(data1, data2)
     o = alu_name(op)
     e = _cur._tt_engine(engine, o, data1, data2)
     return _result(
@@ -229,6 +239,20 @@ def tensor_tensor(
         data2,
         kind=("alu", o),
     )
+
+
+def _free_broadcast(a: NkiTensor, b: NkiTensor) -> tuple[NkiTensor, NkiTensor]:
+    """Two 2-D on-chip tiles of the same partitions, one of a single element per partition:
+    that one as a stride-0 view of the other's shape (anything else: unchanged, for the
+    engine's own shape rule)."""
+    sa, sb = a.shape, b.shape
+    if sa == sb or len(sa) != 2 or len(sb) != 2 or sa[0] != sb[0]:
+        return a, b
+    if sb[1] == 1:
+        return a, b.broadcast_to(sa)
+    if sa[1] == 1:
+        return a.broadcast_to(sb), b
+    return a, b
 
 
 @api
