@@ -41,6 +41,9 @@ pub const ALIGN_BYTES: u64 = 64;
 /// load of the element-wise fast paths across two lines) and the whole memory is eligible for
 /// huge pages from partition 0.
 const ON_CHIP_ALIGN: usize = 2 << 20;
+/// Bytes above glibc's largest mmap threshold (`DEFAULT_MMAP_THRESHOLD_MAX`, 32 MiB on 64-bit
+/// hosts): what [`ByteMem::new`] asks for at least for memories of more than half of it.
+const MMAP_FLOOR: usize = (32 << 20) + 4096;
 /// Host alignment of an HBM buffer's first byte: a cache line.
 const HBM_ALIGN: usize = 64;
 
@@ -61,7 +64,13 @@ impl ByteMem {
     /// multiple of `align` (a power of two).
     fn new(arg: &str, what: &str, partitions: usize, stride: usize, align: usize) -> Result<Self> {
         let len = (partitions * stride).div_ceil(4);
-        let words = crate::host::zeroed_vec::<u32>(arg, what, len + align / 4)?;
+        // SBUF (30 MB) asks for a little more than glibc's largest mmap threshold (32 MiB), so
+        // that it is always mapped fresh (zero pages the kernel fills as they are touched),
+        // never a recycled heap block that calloc clears whole: once one SBUF is freed, glibc
+        // raises its threshold to that size, and creating a Chip's eight cores took 350-600 ms
+        // instead of 2 ms. The extra is address space, never touched.
+        let floor = if len * 4 > MMAP_FLOOR / 2 { MMAP_FLOOR / 4 } else { 0 };
+        let words = crate::host::zeroed_vec::<u32>(arg, what, (len + align / 4).max(floor))?;
         Ok(Self::aligned(words, len, stride, align))
     }
 
