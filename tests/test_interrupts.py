@@ -126,6 +126,8 @@ CASES = {
     ),
     # The largest machines (issue 19): 16,384 and 262,144 ranks on data, where the schedule
     # builder, the symbolic run, the report and the Python-side buffer checks each take seconds.
+    # (Ranks counted with `uc.topology.size`: `len(uc.chips)` builds one Chip object per rank,
+    # 1.1 s for 262,144.)
     "ultracluster-all_reduce": (
         "uc = t.UltraCluster(256)\n"
         "bufs = [np.full(4096, 1.0, np.float32)] * uc.topology.size\n"
