@@ -31,7 +31,7 @@ CASES = {
     # The mechanism alone: a Rust loop checking the token every millisecond.
     "busy": ("call = lambda: t._core._busy_for_test(60.0)", "t._core._busy_for_test(0.01)"),
     "gemm": (
-        "a = t.quantize(np.ones((8192, 8192), np.float32), 'bf16')\n"
+        "a = shared('ones8192', lambda: t.quantize(np.ones((8192, 8192), np.float32), 'bf16'))\n"
         "core = t.NeuronCore()\n"
         "call = lambda: t.gemm(a, a, core=core)",
         "assert t.gemm(a[:3, :5], a[:5, :2], core=core).out[0, 0] == 5.0\n"
@@ -55,7 +55,9 @@ CASES = {
         "c = t.dma.compress(x[:1000], 'byteplane')\nassert (t.dma.decompress(c) == x[:1000]).all()",
     ),
     "prune": (
-        "x = np.random.default_rng(0).standard_normal((1 << 22, 16), np.float32)\n"
+        "x = shared('normal', lambda: np.random.default_rng(0)"
+        ".standard_normal(1 << 26, np.float32))\n"
+        "x = x.reshape(-1, 16)\n"
         "call = lambda: t.prune(x, '4:16')",
         "assert (t.prune(x[:2], '4:16') != 0).sum() == 8",
     ),
@@ -101,19 +103,19 @@ CASES = {
     ),
     "all_to_all": (
         "inst = t.Instance()\n"
-        "bufs = [np.full(1 << 26, r, np.uint8) for r in range(16)]\n"
+        "bufs = shared('u8x16', lambda: [np.full(1 << 26, r, np.uint8) for r in range(16)])\n"
         "call = lambda: inst.all_to_all(bufs)",
         "out = inst.all_to_all([b[:32] for b in bufs]).outputs\n"
         "assert (out[5] == np.repeat(np.arange(16, dtype=np.uint8), 2)).all()",
     ),
     "send_recv": (
         "inst = t.Instance()\n"
-        "bufs = [np.full(1 << 26, r, np.uint8) for r in range(16)]\n"
+        "bufs = shared('u8x16', lambda: [np.full(1 << 26, r, np.uint8) for r in range(16)])\n"
         "call = lambda: inst.send_recv(bufs)",
         "assert (inst.send_recv([b[:5] for b in bufs]).outputs[0] == 15).all()",
     ),
     "chip-gemm": (
-        "a = t.quantize(np.ones((8192, 8192), np.float32), 'bf16')\n"
+        "a = shared('ones8192', lambda: t.quantize(np.ones((8192, 8192), np.float32), 'bf16'))\n"
         "chip = t.Chip(lnc=2)\n"
         "call = lambda: t.gemm(a, a, core=chip)",
         "assert t.gemm(a[:3, :5], a[:5, :2], core=chip.cores[1]).out[0, 0] == 5.0",
@@ -124,22 +126,24 @@ CASES = {
     ),
     # The largest machines (issue 19): 16,384 and 262,144 ranks on data, where the schedule
     # builder, the symbolic run, the report and the Python-side buffer checks each take seconds.
+    # (Ranks counted with `uc.topology.size`: `len(uc.chips)` builds one Chip object per rank,
+    # 1.1 s for 262,144.)
     "ultracluster-all_reduce": (
         "uc = t.UltraCluster(256)\n"
-        "bufs = [np.full(4096, 1.0, np.float32)] * len(uc.chips)\n"
+        "bufs = [np.full(4096, 1.0, np.float32)] * uc.topology.size\n"
         "call = lambda: uc.all_reduce(bufs)",
         "assert t.UltraCluster(2).all_reduce([np.ones(3, np.float32)] * 128).outputs[5][0] == 128",
     ),
     "ultracluster-reduce_scatter": (
         "uc = t.UltraCluster(256)\n"
-        "bufs = [np.full(16384, 1.0, np.float32)] * len(uc.chips)\n"
+        "bufs = [np.full(16384, 1.0, np.float32)] * uc.topology.size\n"
         "call = lambda: uc.reduce_scatter(bufs)",
         "assert t.UltraCluster(2).reduce_scatter([np.ones(128, np.float32)] * 128).outputs[0][0]"
         " == 128",
     ),
     "ultracluster-send_recv": (
         "uc = t.UltraCluster(4096)\n"
-        "bufs = [np.full(1, 1, np.uint8)] * len(uc.chips)\n"
+        "bufs = [np.full(1, 1, np.uint8)] * uc.topology.size\n"
         "call = lambda: uc.send_recv(bufs)",
         "assert t.UltraCluster(2).send_recv([np.ones(3, np.uint8)] * 128).outputs[0][0] == 1",
     ),
@@ -207,7 +211,9 @@ CASES = {
         "assert core.read(ds[7])[0, 0] == 3000 * 128.0",
     ),
     "compress-zvc": (
-        "x = np.maximum(np.random.default_rng(0).standard_normal(1 << 26, np.float32), 0)\n"
+        "x = shared('normal', lambda: np.random.default_rng(0)"
+        ".standard_normal(1 << 26, np.float32))\n"
+        "x = np.maximum(x, 0)\n"
         "call = lambda: t.dma.compress(x, 'zvc')",
         "c = t.dma.compress(x[:1000], 'zvc')\nassert (t.dma.decompress(c) == x[:1000]).all()",
     ),
@@ -268,9 +274,19 @@ ALL_SCRIPT = textwrap.dedent(
     import numpy as np
     import trn2core as t
 
+    # Inputs that several cases build alike (a gigabyte of buffers, 2^26 normal samples),
+    # made once: `shared(key, make)` is `make()` the first time, the same object after; an
+    # input is dropped once no case still to run names its key. The calls only read them.
+    SHARED = {{}}
+
+    def shared(key, make):
+        if key not in SHARED:
+            SHARED[key] = make()
+        return SHARED[key]
+
     # The names each case's code finds.
     NAMES = dict(json=json, os=os, signal=signal, subprocess=subprocess, sys=sys,
-                 threading=threading, time=time, traceback=traceback, np=np, t=t)
+                 threading=threading, time=time, traceback=traceback, np=np, t=t, shared=shared)
 
     def attempt(call, delay):
         # SIGINT comes from another process, as a terminal's Ctrl-C does: a thread of this one
@@ -297,7 +313,8 @@ ALL_SCRIPT = textwrap.dedent(
         killer.wait()
         return result
 
-    for name, (setup, check) in json.loads({cases!r}).items():
+    CASES = list(json.loads({cases!r}).items())
+    for k, (name, (setup, check)) in enumerate(CASES):
         try:
             ns = dict(NAMES)
             exec(setup, ns)
@@ -310,6 +327,8 @@ ALL_SCRIPT = textwrap.dedent(
         except BaseException:
             result = {{"error": traceback.format_exc()}}
         ns = None
+        for key in [key for key in SHARED if not any(repr(key) in c[0] for _, c in CASES[k + 1:])]:
+            del SHARED[key]
         print(json.dumps({{name: result}}), flush=True)
     """
 )

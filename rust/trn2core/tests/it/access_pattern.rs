@@ -47,20 +47,41 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn setup(hbm: bool) -> (Machine, Tile, View) {
     let (m, tile) = tensor(hbm);
+    let view = whole(hbm, &tile);
+    (m, tile, view)
+}
+
+/// The model's view of the whole tensor `tile`.
+fn whole(hbm: bool, tile: &Tile) -> View {
     let (rows, cols) = if hbm { (8, 8) } else { (4, 16) };
-    let view = View {
+    View {
         hbm,
         offset: tile.offset as i128,
         rows,
         row_step: if hbm { 8 } else { 0 },
         dims: vec![(cols, 1)],
-    };
-    (m, tile, view)
+    }
+}
+
+thread_local! {
+    /// The SBUF and the HBM tensor, each in its machine, made once per thread: a case only
+    /// views and reads them. A new machine per case was most of a case's cost whenever
+    /// `Machine::new` had to clear 26 MiB of SBUF and PSUM instead of taking kept memories
+    /// (machine/memory.rs, `pool`): 4096 cases took over a minute in `make test`.
+    static TENSORS: [(Machine, Tile); 2] = [tensor(false), tensor(true)];
 }
 
 /// Runs `ops` on both and checks every step and the final read.
 fn check(hbm: bool, ops: &[Op]) -> Result<(), TestCaseError> {
-    let (m, mut tile, mut view) = setup(hbm);
+    TENSORS.with(|t| {
+        let (m, tile) = &t[usize::from(hbm)];
+        check_on(m, *tile, hbm, ops)
+    })
+}
+
+/// [`check`] on the tensor `tile` of machine `m`.
+fn check_on(m: &Machine, mut tile: Tile, hbm: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut view = whole(hbm, &tile);
     for o in ops {
         let want = model(&view, o);
         match (apply(&tile, o), want) {
