@@ -57,6 +57,8 @@ pub(crate) struct ByteMem {
     len: usize,
     /// Bytes between partitions in `words`.
     pub stride: usize,
+    /// The host alignment of the memory's first byte (a power of two).
+    align: usize,
 }
 
 impl ByteMem {
@@ -77,7 +79,7 @@ impl ByteMem {
     /// A memory of no bytes (what a dropped machine's memory is left as when the pool takes
     /// it).
     fn empty() -> Self {
-        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1 }
+        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1, align: 4 }
     }
 
     /// The memory of `len` words inside `words` (`align / 4` more than `len`), at its first
@@ -87,7 +89,7 @@ impl ByteMem {
         // SBUF's partitions lie about 232 KiB apart: every row an instruction touches is on
         // its own 4 KiB page, and page translations, not bytes, bound small instructions.
         crate::host::advise_huge_pages(&mut words[lead..lead + len]);
-        ByteMem { words, lead, len, stride }
+        ByteMem { words, lead, len, stride, align }
     }
 
     /// The memory's words.
@@ -147,8 +149,7 @@ impl Clone for ByteMem {
     /// A copy at its own aligned place (a derived clone would keep the offset of the original's
     /// alignment in a fresh allocation).
     fn clone(&self) -> Self {
-        let align = 4 * (self.words.len() - self.len);
-        let mut m = Self::aligned(vec![0; self.words.len()], self.len, self.stride, align);
+        let mut m = Self::aligned(vec![0; self.words.len()], self.len, self.stride, self.align);
         m.bytes_mut().copy_from_slice(self.bytes());
         m
     }
@@ -1168,5 +1169,24 @@ mod tests {
             }
             drop(m);
         }
+    }
+
+    /// A clone of the memories holds the same bytes at its own aligned place (SBUF is larger
+    /// than its bytes on the host: the mmap floor).
+    #[test]
+    fn cloned_memories_keep_bytes_and_alignment() {
+        let mut m = Memories::new(Uninitialized::Error).expect("memories");
+        let id =
+            m.alloc(Space::Sbuf, "t", &[128, 64], Dtype::Uint8, 0, Some(128), false).expect("t");
+        let t = m.tensor(id).expect("live").full_tile(id);
+        let mem = m.mem_mut(&t);
+        let o = mem.at(5, 128);
+        mem.bytes_mut()[o..o + 64].fill(7);
+        let c = m.clone();
+        for (a, b) in [(&m.sbuf, &c.sbuf), (&m.psum, &c.psum)] {
+            assert_eq!(a.bytes(), b.bytes());
+            assert_eq!(b.bytes().as_ptr() as usize % ON_CHIP_ALIGN, 0);
+        }
+        assert!(c.sbuf.words.len() * 4 >= MMAP_FLOOR);
     }
 }
