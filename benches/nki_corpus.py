@@ -2305,7 +2305,9 @@ _FRAMEWORK = tuple(
     (n, _framework_module(n))
     for n in ("test", "test.utils", "test.utils.common_dataclasses",
               "test.utils.test_orchestrator", "test.utils.pytest_test_metadata")
-) + ((("pytest", _pytest_stand_in),) if importlib.util.find_spec("pytest") is None else ())  # fmt: skip
+)  # fmt: skip
+if importlib.util.find_spec("pytest") is None:
+    _FRAMEWORK += (("pytest", _pytest_stand_in),)
 
 
 def _coll_inputs(ranks, shape, groups=None, extra=(), same=False):
