@@ -2340,13 +2340,17 @@ def ref_coll_reduce_scatter(input, replica_group, num_ranks):  # noqa: A002
     """reduce_scatter_hbm_kernel: rank r (position j of its group) gets rows j of the
     group's sum cut into num_ranks row blocks."""
     xs = _per_rank(input, num_ranks)
-    out = []
-    for r in range(num_ranks):
-        g = _group_of(replica_group, r)
-        k = xs[0].shape[0] // len(g)
-        j = g.index(r)
-        out.append(mesh_reduce([xs[q] for q in g])[j * k : (j + 1) * k])
-    return tuple(out)
+    return tuple(
+        mesh_reduce([xs[q] for q in g])[_row_block(xs, g, r)]
+        for r, g in ((r, _group_of(replica_group, r)) for r in range(num_ranks))
+    )
+
+
+def _row_block(xs, group, r):
+    """Rank r's row block (its position in ``group``) of an input cut into len(group)."""
+    k = xs[0].shape[0] // len(group)
+    j = group.index(r)
+    return slice(j * k, (j + 1) * k)
 
 
 def ref_coll_all_gather(input, replica_group, num_ranks):  # noqa: A002
@@ -2362,13 +2366,10 @@ def ref_coll_all_to_all(input, replica_group):  # noqa: A002
     input, in the group's order."""
     n = 1 + max(max(g) for g in replica_group.groups)
     xs = _per_rank(input, n)
-    out = []
-    for r in range(n):
-        g = _group_of(replica_group, r)
-        k = xs[0].shape[0] // len(g)
-        j = g.index(r)
-        out.append(np.concatenate([xs[q][j * k : (j + 1) * k] for q in g]))
-    return tuple(out)
+    return tuple(
+        np.concatenate([xs[q][_row_block(xs, g, r)] for q in g])
+        for r, g in ((r, _group_of(replica_group, r)) for r in range(n))
+    )
 
 
 def _rank_id_inputs(ranks, lookup=False):
@@ -4289,6 +4290,14 @@ def _nxdi_cases() -> list[Case]:
     tol = {"rtol": 1e-4, "atol": 1e-5}
     dn, fused = f"{QWEN}/nki_deltanet.py", f"{QWEN}/nki_deltanet_fused.py"
     nkilib = f"nki-library/{LIB}"  # what attention_cte_bias.py imports (nkilib.core.utils)
+
+    def nxd(label, path, kernel, inputs, ref, grid):
+        """A kernel of a module that imports neuronx_distributed and NxDI's own host code
+        (stood in: the kernels use only nki and nki-library's helpers), bit for bit."""
+        src = f"src/neuronx_distributed_inference/{path}"
+        return Case(f"nxdi {label}", NXDI, src, kernel, inputs, ref, grid=grid, rtol=0.0,
+                    atol=0.0, paths=(nkilib,), stand_ins=_NXD_STAND_INS)  # fmt: skip
+
     return [
         Case(
             "nxdi qwen qk_norm_partial_rope",
@@ -4526,35 +4535,14 @@ def _nxdi_cases() -> list[Case]:
         # Modules that import neuronx_distributed and NxDI's own host code (stood in: the
         # kernels use only nki and nki-library's helpers).
         *[
-            Case(
-                f"nxdi split_along_dim0_kernel (LNC={g})",
-                NXDI,
-                "src/neuronx_distributed_inference/utils/distributed.py",
-                "split_along_dim0_kernel",
-                _split_dim0_inputs,
-                ref_split_dim0,
-                grid=g,
-                rtol=0.0,
-                atol=0.0,
-                paths=(nkilib,),
-                stand_ins=_NXD_STAND_INS,
-            )
+            nxd(f"split_along_dim0_kernel (LNC={g})", "utils/distributed.py",
+                "split_along_dim0_kernel", _split_dim0_inputs, ref_split_dim0, g)
             for g in (1, 2)
         ],
         *[
-            Case(
-                f"nxdi write_kv_cache_at_batch_kernel ({why})",
-                NXDI,
-                "src/neuronx_distributed_inference/modules/kvcache/utils.py",
-                "write_kv_cache_at_batch_kernel",
-                functools.partial(_kv_at_batch_inputs, batch=b),
-                ref_kv_at_batch,
-                grid=g,
-                rtol=0.0,
-                atol=0.0,
-                paths=(nkilib,),
-                stand_ins=_NXD_STAND_INS,
-            )
+            nxd(f"write_kv_cache_at_batch_kernel ({why})", "modules/kvcache/utils.py",
+                "write_kv_cache_at_batch_kernel", functools.partial(_kv_at_batch_inputs, batch=b),
+                ref_kv_at_batch, g)
             for why, g, b in (("LNC=2", 2, 1), ("LNC=1", 1, 2), ("batch past the cache", 2, 3))
         ],
     ]

@@ -5,6 +5,7 @@ of our own; the references sum in the order docs/collectives.md gives for ``mesh
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import ml_dtypes
@@ -46,19 +47,15 @@ def mesh(parts, op="sum"):
     (chunk j: elements floor(jW/n) .. floor((j+1)W/n)); chunk j is position j's value
     combined with the others' in ascending position order, in fp32, rounded once to the
     buffer's dtype."""
-    n, dtype, shape = len(parts), parts[0].dtype, parts[0].shape
-    flat = [p.astype(np.float32).reshape(-1) for p in parts]
-    w = flat[0].size
     f = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
-    out = np.empty(w, np.float32)
+    n, w = len(parts), parts[0].size
+    flat = np.stack([p.astype(np.float32).reshape(-1) for p in parts])
+    chunks = []
     for j in range(n):
-        lo, hi = j * w // n, (j + 1) * w // n
-        acc = flat[j][lo:hi]
-        for a in range(n):
-            if a != j:
-                acc = f(acc, flat[a][lo:hi])
-        out[lo:hi] = acc
-    return out.astype(dtype).reshape(shape)
+        cols = slice(j * w // n, (j + 1) * w // n)
+        order = [j, *(a for a in range(n) if a != j)]  # its own value first, then ascending
+        chunks.append(functools.reduce(f, (flat[a, cols] for a in order)))
+    return np.concatenate(chunks).astype(parts[0].dtype).reshape(parts[0].shape)
 
 
 @tn.jit

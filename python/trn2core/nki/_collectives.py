@@ -642,6 +642,17 @@ def collective_permute_implicit_current_processing_rank_id(
 
 
 # ----------------------------------------------------------------------------- variable length
+def _v_start(op: str, srcs, dsts, replica_group, priority):
+    """What a variable-length collective checks first: this rank's core (its queued work
+    issued), its one HBM source and destination, its group and ``priority``."""
+    c = current()
+    c.flush()
+    src, dst = _one_hbm(op, srcs, dsts)
+    group = _group(c, replica_group)
+    _priority(priority)
+    return c, src, dst, group
+
+
 def _one_hbm(op: str, srcs, dsts) -> tuple[NkiTensor, NkiTensor]:
     """The one HBM source and destination of a variable-length collective (one dtype)."""
     srcs, dsts, _ = _lists(op, srcs, dsts, sbuf=False)
@@ -749,11 +760,7 @@ def all_gather_v(
     and 1, first column) into every group member's ``dst`` at slot ``j`` (the sender's position;
     slots of ``dst.size / n`` elements); row 2 gets the counts received unless
     ``recv_counts_known`` (the NKI collectives reference: LNC=2, groups of 4 ranks)."""
-    c = current()
-    c.flush()
-    src, dst = _one_hbm("all_gather_v", srcs, dsts)
-    group = _group(c, replica_group)
-    _priority(priority)
+    c, src, dst, group = _v_start("all_gather_v", srcs, dsts, replica_group, priority)
     if c.launch.lnc != 2:
         raise Trn2ValueError(
             "all_gather_v runs at LNC=2 only (the NKI collectives reference: 'Only LNC=2 is "
@@ -791,11 +798,7 @@ def all_to_all_v(
     metadata's rows 1 and 0, column ``j``) to the group's ``j``-th rank, which places it at
     slot ``i`` (the sender's position; slots of ``dst.size / n`` elements); row 2 gets the
     counts received unless ``recv_counts_known``."""
-    c = current()
-    c.flush()
-    src, dst = _one_hbm("all_to_all_v", srcs, dsts)
-    group = _group(c, replica_group)
-    _priority(priority)
+    c, src, dst, group = _v_start("all_to_all_v", srcs, dsts, replica_group, priority)
     n = len(group)
     meta, recv = _metadata("all_to_all_v", metadata_tensor, n, has_rdispls)
     chunks = [(int(meta[1, j]), int(meta[0, j])) for j in range(n)]
