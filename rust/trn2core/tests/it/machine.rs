@@ -2138,3 +2138,33 @@ fn chains_computed_in_place_keep_the_additions_between_them_in_order() {
     // The first addition saw p1's older values: the accumulators differ.
     assert_ne!(run(false, true).0, run(false, false).0);
 }
+
+/// A memset writes its value's bits to exactly the elements of its tile, strided (every third
+/// column of some partitions) or contiguous (whole rows), for values whose bytes are all alike
+/// (0) or not, and leaves every other element as it was.
+#[test]
+fn memset_writes_exactly_its_elements_strided_or_not() {
+    let mut m = core();
+    for (dt, v, want, other) in [
+        (Dtype::Bf16, 1.5, 0x3FC0u32, 0x1234u32),
+        (Dtype::Fp32, 0.0, 0, 0x4000_0000),
+        (Dtype::Int8, -2.0, 0xFE, 0x11),
+        (Dtype::Fp32, -3.0, 0xC040_0000, 7),
+    ] {
+        let t = alloc(&mut m, "t", &[40, 10], dt);
+        put(&mut m, &t, &vec![other; 400]);
+        let cols = t.slice(&[ix(Some(0), Some(5), 1), ix(Some(1), None, 3)]).expect("strided");
+        m.memset(Engine::Vector, &cols, v).expect("memset strided");
+        let rows = t.slice(&[ix(Some(32), Some(40), 1), Index::ALL]).expect("rows");
+        m.memset(Engine::Gpsimd, &rows, v).expect("memset rows");
+        let got = get(&m, &t);
+        for p in 0..40 {
+            for j in 0..10 {
+                let inside = p >= 32 || p < 5 && j % 3 == 1;
+                let w = if inside { want } else { other };
+                assert_eq!(got[p * 10 + j], w, "{dt} {v} at [{p}, {j}]");
+            }
+        }
+        m.free(&t).expect("free");
+    }
+}

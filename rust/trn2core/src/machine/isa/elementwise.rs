@@ -611,7 +611,7 @@ impl Machine {
             None if value.is_nan() => 0,
             None => dst.dtype.saturate_int(value.round_ties_even().clamp(-1e18, 1e18) as i64),
         };
-        self.scatter_bits(&d, &vec![bits; d.tile.elements()])?;
+        self.scatter_fill(&d, bits)?;
         let f = if value == 0.0 { flags::ZERO_VALUE } else { 0 };
         self.record_engine(opc, engine, &[], &[], &d, f);
         Ok(())

@@ -194,6 +194,10 @@ fn staging(len: usize, tile: &Tile) -> Result<Vec<u8>> {
     crate::host::zeroed_vec("tile", "the staged elements", bytes)
 }
 
+/// Elements of the run [`Machine::scatter_fill`] copies into contiguous pieces (4 KiB of
+/// float32).
+const FILL_PATTERN_ELEMENTS: usize = 1024;
+
 /// Elements a long gather or scatter copies between checks of the cancellation token
 /// (`crate::cancel`): 1 Mi elements, about a millisecond of copying, so that Ctrl-C during a
 /// 1 GiB `dma_copy` acts within the binding's second (issue 28).
@@ -661,6 +665,34 @@ impl Machine {
         let mut staged = staging(bits.len(), &o.tile)?;
         dtype::pack_bits(o.tile.dtype, bits, &mut staged);
         self.scatter_packed(&o.tile, &staged)?;
+        self.after_write(o);
+        Ok(())
+    }
+
+    /// Writes one element's raw bits (low bits of `bits`) to every element of the tile, as
+    /// [`Machine::scatter_bits`] with that value repeated, in one pass over the tile's places
+    /// (a memset: no staged copy of the whole tile); marks them written.
+    pub(crate) fn scatter_fill(&mut self, o: &Opnd, bits: u32) -> Result<()> {
+        let esize = o.tile.dtype.size();
+        let mut one = [0u8; 4];
+        dtype::pack_bits(o.tile.dtype, &[bits], &mut one[..esize]);
+        // A run of the element, copied whole into each contiguous piece (memcpy's speed).
+        let pattern = one[..esize].repeat(FILL_PATTERN_ELEMENTS);
+        let mem: &mut ByteMem = self.mem.mem_mut(&o.tile);
+        let stride_p = mem.stride;
+        let bytes = mem.bytes_mut();
+        for_each_piece(stride_p, &o.tile, |_, off, l, stride| {
+            if stride == 1 {
+                for run in bytes[off..off + l * esize].chunks_mut(pattern.len()) {
+                    run.copy_from_slice(&pattern[..run.len()]);
+                }
+            } else {
+                for j in 0..l {
+                    let at = piece_at(off, j, stride, esize);
+                    bytes[at..at + esize].copy_from_slice(&pattern[..esize]);
+                }
+            }
+        })?;
         self.after_write(o);
         Ok(())
     }
