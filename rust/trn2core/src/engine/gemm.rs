@@ -304,16 +304,8 @@ fn drive_chains<K: MicroKernel>(
             return Err(Error::shape("out", format!("a chain's output is not {m} rows of {n}")));
         }
         for (rb, block) in chain.rows.chunks_mut(mc).enumerate() {
-            let mut cols: Vec<Vec<&mut [f32]>> =
-                (0..col_blocks).map(|_| Vec::with_capacity(block.len())).collect();
-            for row in block.iter_mut() {
-                let mut rest = std::mem::take(row);
-                for segs in cols.iter_mut() {
-                    let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
-                    segs.push(seg);
-                    rest = tail;
-                }
-            }
+            let cap = block.len();
+            let cols = column_segments(block.iter_mut().map(std::mem::take), nc, col_blocks, cap);
             for (cb, rows) in cols.into_iter().enumerate() {
                 tasks.push((c, Task { row0: rb * mc, col0: cb * nc, rows }));
             }
@@ -458,13 +450,13 @@ impl Drop for PackBuf {
     }
 }
 
-/// The rows (of `n`) of an output `block` cut into `ranges` column ranges of `nc`: element `c`
-/// holds range `c` of every row (room for `rows` rows).
-pub(super) fn column_segments(
-    block: &mut [f32], n: usize, nc: usize, ranges: usize, rows: usize,
-) -> Vec<Vec<&mut [f32]>> {
-    let mut cols: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(rows)).collect();
-    for row in block.chunks_mut(n) {
+/// Output `rows` cut into `ranges` column ranges of `nc`: element `c` holds range `c` of every
+/// row (room for `cap` rows).
+pub(super) fn column_segments<'o>(
+    rows: impl IntoIterator<Item = &'o mut [f32]>, nc: usize, ranges: usize, cap: usize,
+) -> Vec<Vec<&'o mut [f32]>> {
+    let mut cols: Vec<Vec<&mut [f32]>> = (0..ranges).map(|_| Vec::with_capacity(cap)).collect();
+    for row in rows {
         let mut rest = row;
         for segs in cols.iter_mut() {
             let (seg, tail) = rest.split_at_mut(nc.min(rest.len()));
@@ -493,7 +485,7 @@ fn drive<K: MicroKernel>(
 
     let mut tasks = Vec::with_capacity(row_blocks * col_blocks);
     for (rb, block) in out.chunks_mut(mc * n).enumerate() {
-        let cols = column_segments(block, n, nc, col_blocks, mc);
+        let cols = column_segments(block.chunks_mut(n), nc, col_blocks, mc);
         for (cb, rows) in cols.into_iter().enumerate() {
             tasks.push(Task { row0: rb * mc, col0: cb * nc, rows });
         }

@@ -144,7 +144,7 @@ pub(crate) fn skip_zeros(
     let nc = NC_BLOCKS * W;
     for (rb, blk) in out.chunks_mut(MC * n).enumerate() {
         let ranges = n.div_ceil(nc);
-        let segs = super::gemm::column_segments(blk, n, nc, ranges, MC);
+        let segs = super::gemm::column_segments(blk.chunks_mut(n), nc, ranges, MC);
         for (cr, s) in segs.into_iter().enumerate() {
             tasks.push((rb * MC, cr * NC_BLOCKS, s));
         }

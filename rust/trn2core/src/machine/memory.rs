@@ -367,14 +367,10 @@ mod pool {
 impl Drop for Memories {
     fn drop(&mut self) {
         let fill = self.uninitialized.fill();
-        for (i, space) in [Space::Sbuf, Space::Psum].into_iter().enumerate() {
-            let mem = match space {
-                Space::Psum => &mut self.psum,
-                _ => &mut self.sbuf,
-            };
-            let mem = std::mem::replace(mem, ByteMem::empty());
-            pool::give(space, fill, self.touched[i], mem);
-        }
+        let sbuf = std::mem::replace(&mut self.sbuf, ByteMem::empty());
+        let psum = std::mem::replace(&mut self.psum, ByteMem::empty());
+        pool::give(Space::Sbuf, fill, self.touched[0], sbuf);
+        pool::give(Space::Psum, fill, self.touched[1], psum);
     }
 }
 
@@ -518,7 +514,7 @@ pub struct Memories {
     pub(crate) sbuf_from_top: bool,
     /// The byte addresses `[lo, hi)` that SBUF's and PSUM's tensors have covered, in any
     /// partition, since the memory was made (empty: `lo > hi`): nothing outside them has been
-    /// written, so a memory given back to [`POOL`] resets only these bytes.
+    /// written, so a memory given back to the pool resets only these bytes.
     pub(super) touched: [(u64, u64); 2],
 }
 

@@ -112,6 +112,13 @@ fn reader_in<'a>(mem: &'a ByteMem, arg: &str, t: &Tile) -> Result<Reader<'a>> {
     Ok(Reader::new(arg, Matrix::Dense(matrix), None, Rounding::NearestEven, 0)?.0)
 }
 
+/// Whether a tile is float32 rows of contiguous elements (partitions by one run each): what a
+/// chain's sums are written to as they stand.
+fn dense_fp32_rows(t: &Tile) -> bool {
+    let c = t.canonical();
+    t.dtype == Dtype::Fp32 && (c.n == 0 || (c.n == 1 && c.dims[0].1 == 1))
+}
+
 /// What [`Machine::wave_sums`] computed.
 enum WaveSums {
     /// Each chain's final values, to be written in issue order.
@@ -241,9 +248,7 @@ impl Machine {
     /// Writes a settled chain's final values to its PSUM destination (dense float32 rows in
     /// place) and marks them written by a matmul.
     fn write_chain(&mut self, d: &Opnd, vals: &[f32]) -> Result<()> {
-        let c = d.tile.canonical();
-        let dense = c.n == 0 || (c.n == 1 && c.dims[0].1 == 1);
-        if d.tile.dtype == Dtype::Fp32 && dense {
+        if dense_fp32_rows(&d.tile) {
             let n = d.n();
             let mem = self.mem.mem_mut(&d.tile);
             let base = mem.at(d.tile.start_partition as usize, d.tile.offset as usize);
@@ -255,12 +260,12 @@ impl Machine {
                     b.copy_from_slice(&v.to_le_bytes());
                 }
             }
-            self.mem.mark_written(&d.tile, d.range);
+            self.chain_written(d);
         } else {
             self.scatter_f32(d, vals)?;
+            // The write above is the matmul's own: its slots stay "written by a matmul".
+            self.set_psum_mm(d);
         }
-        // The write above is the matmul's own: its slots stay "written by a matmul".
-        self.set_psum_mm(d);
         Ok(())
     }
 
@@ -650,17 +655,13 @@ impl Machine {
         let mut rows = Vec::new();
         for (ci, c) in wave.iter().enumerate() {
             let head = &queue[c.start];
-            let (d, (m, n)) = (&head.dst, (head.shape.m, head.shape.n));
-            let canon = d.tile.canonical();
-            let dense = canon.n == 0 || (canon.n == 1 && canon.dims[0].1 == 1);
+            let (d, m) = (&head.dst, head.shape.m);
+            // (Its shape, m rows of n, was checked when the matmul was queued.)
             if head.accumulate
                 || d.tile.space != Space::Psum
-                || d.tile.dtype != Dtype::Fp32
-                || !dense
+                || !dense_fp32_rows(&d.tile)
                 || d.tile.offset < 0
                 || d.tile.offset % 4 != 0
-                || d.p() as usize != m
-                || d.n() != n
             {
                 return None;
             }
@@ -674,11 +675,8 @@ impl Machine {
         }
         let last = wave.last()?.start;
         for w in drains.iter().take_while(|w| w.after <= last) {
-            let later = wave.iter().filter(|c| c.start >= w.after).map(|c| &queue[c.start].dst);
-            if later
-                .into_iter()
-                .any(|d| overlaps(&w.a, d) || overlaps(&w.b, d) || overlaps(&w.d, d))
-            {
+            let mut later = wave.iter().filter(|c| c.start >= w.after).map(|c| &queue[c.start].dst);
+            if later.any(|d| overlaps(&w.a, d) || overlaps(&w.b, d) || overlaps(&w.d, d)) {
                 return None;
             }
         }
