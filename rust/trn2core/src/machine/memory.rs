@@ -759,6 +759,38 @@ impl Memories {
         }
     }
 
+    /// The memory of `s` and, mutable, the memory of `d`, when they are different memories
+    /// (`None` for two tiles of one memory, or a tile whose tensor has no storage).
+    pub(crate) fn src_dst(&mut self, s: &Tile, d: &Tile) -> Option<(&ByteMem, &mut ByteMem)> {
+        fn hbm(t: &mut Option<TensorInfo>) -> Option<&mut ByteMem> {
+            t.as_mut().and_then(|t| t.hbm.as_mut())
+        }
+        match (s.space, d.space) {
+            (Space::Sbuf, Space::Psum) => Some((&self.sbuf, &mut self.psum)),
+            (Space::Psum, Space::Sbuf) => Some((&self.psum, &mut self.sbuf)),
+            (Space::Hbm, Space::Hbm) => {
+                let (i, j) = (s.tensor.slot as usize, d.tensor.slot as usize);
+                if i == j || i.max(j) >= self.tensors.len() {
+                    return None;
+                }
+                let (lo, hi) = self.tensors.split_at_mut(i.max(j));
+                let (a, b) = (hbm(&mut lo[i.min(j)])?, hbm(&mut hi[0])?);
+                Some(if i < j { (&*a, b) } else { (&*b, a) })
+            }
+            (Space::Hbm, _) => {
+                let src = hbm(self.tensors.get_mut(s.tensor.slot as usize)?)?;
+                let dst = if d.space == Space::Sbuf { &mut self.sbuf } else { &mut self.psum };
+                Some((&*src, dst))
+            }
+            (_, Space::Hbm) => {
+                let dst = hbm(self.tensors.get_mut(d.tensor.slot as usize)?)?;
+                let src = if s.space == Space::Sbuf { &self.sbuf } else { &self.psum };
+                Some((src, dst))
+            }
+            _ => None,
+        }
+    }
+
     /// The bytes of on-chip memory `dst` (mutable) and of the other on-chip memory.
     pub(crate) fn split_on_chip(&mut self, dst: Space) -> (&mut [u8], &[u8]) {
         match dst {

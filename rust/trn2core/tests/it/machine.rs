@@ -2139,6 +2139,59 @@ fn chains_computed_in_place_keep_the_additions_between_them_in_order() {
     assert_ne!(run(false, true).0, run(false, false).0);
 }
 
+/// A copy of one dtype between two memories (run by run, no staged copy) writes exactly its
+/// elements, in logical order, whichever side is strided, and leaves every other element as it
+/// was: HBM columns into SBUF columns, SBUF rows into every other row of another HBM tensor,
+/// and HBM into HBM.
+#[test]
+fn a_copy_between_memories_writes_exactly_its_elements() {
+    let mut m = core();
+    let (h, host) = random_hbm(&mut m, "h", &[40, 12], 41);
+    let other = 0x1357_9BDFu32;
+    let t = alloc(&mut m, "t", &[40, 12], Dtype::Fp32);
+    put(&mut m, &t, &vec![other; 480]);
+    let src = h.slice(&[Index::ALL, ix(Some(1), None, 3)]).expect("hbm cols");
+    let dst = t.slice(&[Index::ALL, ix(Some(0), None, 3)]).expect("sbuf cols");
+    m.dma_copy(&dst, &src, None).expect("strided load");
+    let got = get(&m, &t);
+    for p in 0..40 {
+        for j in 0..12 {
+            let w = if j % 3 == 0 { host[p * 12 + 1 + j] } else { other };
+            assert_eq!(got[p * 12 + j], w, "sbuf [{p}, {j}]");
+        }
+    }
+    let keep = codes(Dtype::Fp32, 480, 42);
+    let h2 = m
+        .hbm_tensor("h2", &[40, 12], Dtype::Fp32, Some(&to_bytes(Dtype::Fp32, &keep)))
+        .expect("h2");
+    let rows = h2.slice(&[ix(Some(0), None, 2)]).expect("every other row");
+    m.dma_copy(&rows, &t.slice(&[range(0, 20)]).expect("rows"), None).expect("strided store");
+    let got = get(&m, &h2);
+    for r in 0..40 {
+        let want =
+            if r % 2 == 0 { &get(&m, &t)[r / 2 * 12..][..12] } else { &keep[r * 12..][..12] };
+        assert_eq!(&got[r * 12..][..12], want, "hbm row {r}");
+    }
+    m.dma_copy(
+        &h2.slice(&[range(10, 20)]).expect("h2 rows"),
+        &h.slice(&[range(0, 10)]).expect("h rows"),
+        None,
+    )
+    .expect("hbm to hbm");
+    assert_eq!(get(&m, &h2)[120..240], host[..120]);
+    // Two-byte elements, a transposing pattern (runs of one element).
+    let (b, bits) = random_tile(&mut m, "b", &[3, 4], Dtype::Bf16, 43);
+    let hb = m.hbm_tensor("hb", &[4, 3], Dtype::Bf16, None).expect("hb");
+    let tr = hb.with_rows(3, 1).and_then(|x| x.with_pattern(&[(3, 4)], 0)).expect("pattern");
+    m.dma_copy(&tr, &b, None).expect("transposing store");
+    let got = get(&m, &hb);
+    for r in 0..4 {
+        for c in 0..3 {
+            assert_eq!(got[r * 3 + c], bits[c * 4 + r], "hb [{r}, {c}]");
+        }
+    }
+}
+
 /// A memset writes its value's bits to exactly the elements of its tile, strided (every third
 /// column of some partitions) or contiguous (whole rows), for values whose bytes are all alike
 /// (0) or not, and leaves every other element as it was.

@@ -586,6 +586,9 @@ impl Machine {
             return Ok(());
         }
         if s.tile.dtype == d.tile.dtype {
+            if self.copy_direct(s, d)? {
+                return Ok(());
+            }
             // Both halves check the cancellation token (a 1 GiB HBM copy takes seconds).
             let x = self.gather_packed(&s.tile)?;
             self.scatter_raw(d, &x)

@@ -198,6 +198,10 @@ fn staging(len: usize, tile: &Tile) -> Result<Vec<u8>> {
 /// float32).
 const FILL_PATTERN_ELEMENTS: usize = 1024;
 
+/// The most runs of a destination [`Machine::copy_direct`] lists (32 bytes each: at most 2 MiB;
+/// a tile cut finer is staged instead).
+const DIRECT_COPY_RUNS: usize = 1 << 16;
+
 /// Elements a long gather or scatter copies between checks of the cancellation token
 /// (`crate::cancel`): 1 Mi elements, about a millisecond of copying, so that Ctrl-C during a
 /// 1 GiB `dma_copy` acts within the binding's second (issue 28).
@@ -630,6 +634,61 @@ impl Machine {
             }
         })?;
         Ok(out)
+    }
+
+    /// Copies the elements of `s` into `d` (one dtype, the same element count, two different
+    /// memories) run by run, with no staged copy of the tile: each piece of `s` in logical order
+    /// goes straight to its places in `d`; marks `d` written. `false` (nothing done) when both
+    /// lie in one memory or `d` has more than [`DIRECT_COPY_RUNS`] runs. Interruptible as
+    /// [`Machine::scatter_raw`] is (a cancelled copy leaves `d` partly written, not marked).
+    pub(crate) fn copy_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
+        let esize = d.tile.dtype.size();
+        let runs = d.tile.elements_u128() / d.tile.canonical().run_len().max(1) as u128;
+        let n = d.tile.elements_u128();
+        if s.tile.dtype != d.tile.dtype
+            || n == 0
+            || s.tile.elements_u128() != n
+            || runs > DIRECT_COPY_RUNS as u128
+        {
+            return Ok(false);
+        }
+        let Some((src, dst)) = self.mem.src_dst(&s.tile, &d.tile) else {
+            return Ok(false);
+        };
+        // d's runs in logical order: (first element, host offset, length, element stride).
+        let mut places = Vec::with_capacity(runs as usize);
+        let mut k = 0;
+        for_each_run(dst.stride, &d.tile, |off, len, stride| {
+            places.push((k, off, len, stride));
+            k += len;
+        });
+        let (from, to) = (src.bytes(), dst.bytes_mut());
+        let mut at = 0;
+        for_each_piece(src.stride, &s.tile, |k, off, l, stride| {
+            let mut j = 0;
+            while j < l {
+                let (dk, doff, dl, dstride) = places[at];
+                let into = k + j - dk;
+                let n = (l - j).min(dl - into);
+                let (so, dof) =
+                    (piece_at(off, j, stride, esize), piece_at(doff, into, dstride, esize));
+                if stride == 1 && dstride == 1 {
+                    to[dof..dof + n * esize].copy_from_slice(&from[so..so + n * esize]);
+                } else {
+                    for e in 0..n {
+                        let (a, b) =
+                            (piece_at(so, e, stride, esize), piece_at(dof, e, dstride, esize));
+                        to[b..b + esize].copy_from_slice(&from[a..a + esize]);
+                    }
+                }
+                j += n;
+                if into + n == dl {
+                    at += 1;
+                }
+            }
+        })?;
+        self.after_write(d);
+        Ok(true)
     }
 
     /// Writes packed little-endian elements of the tile's dtype (logical order) as they stand;
