@@ -1902,6 +1902,9 @@ class Launch:
             bound = [(a[key] if isinstance(key, int) else k[key]) for a, k in inputs]
             if not all(isinstance(t, NkiTensor) and id(t) in t._core.packed for t in bound):
                 continue
+            # Bytes nothing stored into are the caller's still (no read, no comparison).
+            if not any(t._core.m.stored(t.tile) for t in bound):
+                continue
             name = _arg_name(self.fn, key) if isinstance(key, int) else key
             # Compared element by element (as raw codes: a stored NaN is a change too).
             codes = np.dtype(f"u{bound[0].dtype.itemsize}")

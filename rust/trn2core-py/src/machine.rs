@@ -533,6 +533,13 @@ impl PyMachine {
         Ok(to_numpy(py, bytes))
     }
 
+    /// Whether an HBM tensor's bytes may have changed since it was made (False: they are still
+    /// exactly the data it was made with).
+    fn stored(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<bool> {
+        let t = tile_of(tile, "tile")?;
+        Ok(guard(py, || self.lock().stored(&t))?)
+    }
+
     /// The byte ranges of an HBM tensor written so far (the whole buffer once fully written).
     fn written_ranges(
         &self, py: Python<'_>, tile: &Bound<'_, PyAny>,

@@ -401,6 +401,9 @@ pub struct TensorInfo {
     pub(crate) hbm_init: InitMap,
     /// Every byte of the footprint has been written.
     pub(crate) fully_written: bool,
+    /// Its bytes were handed out for writing since it was made (HBM only: by an instruction, a
+    /// host write or a spill), so they may differ from the data it was made with.
+    pub(crate) stored: bool,
     /// The instruction that last wrote each byte (HBM only, once [`Memories::track_writers`]
     /// asked for it; [`NO_WRITER`]: none, or a write outside any instruction).
     pub(crate) writers: Option<Vec<u32>>,
@@ -681,6 +684,7 @@ impl Memories {
             hbm: None,
             hbm_init: InitMap::default(),
             fully_written: false,
+            stored: false,
             writers: None,
         });
     }
@@ -727,6 +731,7 @@ impl Memories {
             hbm: Some(mem),
             hbm_init: init,
             fully_written: data.is_some(),
+            stored: false,
             writers: None,
         });
         Ok(self.id(slot))
@@ -750,8 +755,10 @@ impl Memories {
             Space::Sbuf => &mut self.sbuf,
             Space::Psum => &mut self.psum,
             Space::Hbm => {
-                match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| t.hbm.as_mut())
-                {
+                match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| {
+                    t.stored = true;
+                    t.hbm.as_mut()
+                }) {
                     Some(m) => m,
                     None => &mut self.psum,
                 }
@@ -764,6 +771,12 @@ impl Memories {
     pub(crate) fn src_dst(&mut self, s: &Tile, d: &Tile) -> Option<(&ByteMem, &mut ByteMem)> {
         fn hbm(t: &mut Option<TensorInfo>) -> Option<&mut ByteMem> {
             t.as_mut().and_then(|t| t.hbm.as_mut())
+        }
+        // Only the destination is written (a source read through `hbm` is not `stored`).
+        if d.space == Space::Hbm {
+            if let Some(Some(t)) = self.tensors.get_mut(d.tensor.slot as usize) {
+                t.stored = true;
+            }
         }
         match (s.space, d.space) {
             (Space::Sbuf, Space::Psum) => Some((&self.sbuf, &mut self.psum)),
@@ -931,6 +944,12 @@ impl Memories {
         }
     }
 
+    /// Whether an HBM tensor's bytes may have changed since it was made (see
+    /// [`TensorInfo::stored`]): `false` means they are exactly its data (or fill) still.
+    pub fn stored(&self, tile: &Tile) -> Result<bool> {
+        Ok(hbm_only(self.tensor(tile.tensor)?, "stored asks about an HBM tensor")?.stored)
+    }
+
     /// The byte ranges of an HBM tensor that have been written, in order (the whole buffer
     /// when it is fully written). HBM tensors keep this map under [`Uninitialized::Nan`] too:
     /// an LNC=2 launch merges each physical core's written bytes of a shared output.
@@ -1066,6 +1085,7 @@ impl Memories {
         }
         let ht = self.tensors[hbm.slot as usize].as_mut();
         let Some(ht) = ht else { return Ok(0) };
+        ht.stored = true;
         let Some(hmem) = ht.hbm.as_mut() else {
             return Ok(0);
         };

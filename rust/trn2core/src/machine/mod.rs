@@ -414,6 +414,12 @@ impl Machine {
         self.mem.written_ranges(tile)
     }
 
+    /// Whether an HBM tensor's bytes may have changed since it was made
+    /// ([`Memories::stored`]).
+    pub fn stored(&self, tile: &Tile) -> Result<bool> {
+        self.mem.stored(tile)
+    }
+
     /// Keeps the last writer of each byte of an HBM tensor from now on (see
     /// [`Memories::track_writers`]).
     pub fn track_writers(&mut self, tile: &Tile) -> Result<()> {

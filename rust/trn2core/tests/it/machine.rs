@@ -1583,6 +1583,38 @@ fn hbm_rows_transpose_and_broadcast_dma_patterns() {
     assert!(err.to_string().contains("HBM"), "{err}");
 }
 
+/// An HBM tensor is `stored` once anything may have written its bytes (an instruction, a copy
+/// between memories, a host write), never by being read: a kernel's read-only arguments need
+/// no read-back.
+#[test]
+fn an_hbm_tensor_is_stored_once_written_never_when_read() {
+    let mut m = core();
+    let (h, _) = random_hbm(&mut m, "in", &[128, 8], 5);
+    let (g, _) = random_hbm(&mut m, "g", &[128, 8], 6);
+    let s = alloc(&mut m, "s", &[128, 8], Dtype::Fp32);
+    m.dma_copy(&s, &h, None).expect("load");
+    m.dma_copy(
+        &s,
+        &h.slice(&[ix(Some(0), None, 2)]).expect("rows").with_rows(128, 0).expect("bcast"),
+        None,
+    )
+    .expect("broadcast load");
+    assert!(!m.stored(&h).expect("in"), "read only");
+    m.dma_copy(
+        &g.slice(&[range(0, 4)]).expect("rows"),
+        &h.slice(&[range(4, 8)]).expect("rows"),
+        None,
+    )
+    .expect("hbm to hbm");
+    assert!(!m.stored(&h).expect("in"), "a source");
+    assert!(m.stored(&g).expect("g"), "a destination");
+    let (o, _) = random_hbm(&mut m, "o", &[4, 8], 7);
+    m.write_tile(&o.slice(&[range(0, 1)]).expect("row"), &[0; 32]).expect("host write");
+    assert!(m.stored(&o).expect("o"), "a host write");
+    let err = m.stored(&s).expect_err("sbuf");
+    assert!(err.to_string().contains("HBM"), "{err}");
+}
+
 #[test]
 fn written_ranges_of_an_output() {
     let mut m = core();
