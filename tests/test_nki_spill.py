@@ -249,3 +249,39 @@ def test_an_access_pattern_over_a_spilled_tensor_reloads_it():
     res = tn.run(k, a)
     assert np.array_equal(_bits(res.outputs), _bits(a[0]))
     assert res.report.spill_bytes == 2 * MOVE
+
+
+def test_matmuls_accumulating_through_views_of_spilled_tensors_add_each_product_once():
+    """``wv`` and ``mv``, views of ``t0`` and ``t1``, are made before ``t0`` is spilled; the
+    accumulating matmuls that read them afterwards are made again with ``t0`` back (not
+    twice: the PSUM sum holds each product once)."""
+
+    @tn.jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ts = []
+        for i in range(3):
+            t = nl.ndarray((128, F), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[i])
+            ts.append(t)
+        wv, mv = ts[0][:, 0:128], ts[1][:, 0:512]
+        ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=wv, moving=mv)
+        for _ in range(2):  # spill t2, then t0 (t0 and t1 last used together: the older)
+            x = nl.ndarray((128, F), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a[3])
+        nisa.nc_matmul(dst=ps, stationary=wv, moving=mv)  # t0 back: the first x out
+        nisa.nc_matmul(dst=ps, stationary=wv, moving=ts[2][:, 0:512])  # t2 back, x out
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=ps)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    a = np.round(_data(4, seed=5))
+    a.view(np.uint32)[:, :, 100] = 0x3F800000  # 1.0: the sums stay exact
+    res = tn.run(k, a)
+    w = a[0][:, :128].astype(np.float64)
+    want = (2 * (w.T @ a[1][:, :512]) + w.T @ a[2][:, :512]).astype(np.float32)
+    assert np.array_equal(res.outputs, want)
+    assert res.report.spill_bytes == 4 * MOVE
+    assert res.report.opcodes["nc_matmul"] == 3
