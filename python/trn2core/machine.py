@@ -497,7 +497,8 @@ class KernelReport(TimingReport):
     """The timeline of the instructions issued on a core: ``seconds`` (makespan), ``engines`` (per
     engine and DMA queue: ``busy_s``, ``utilization``, ``instructions``), ``opcodes`` (instructions
     per opcode), ``dma_bytes``, ``spill_bytes`` and ``spill_s`` (the bytes and DMA queue time of
-    those that spill blocks to HBM and reload them, legacy NKI block arrays: docs/nki.md),
+    those that spill SBUF tensors to HBM and reload them, NKI's compiler-placed tensors:
+    docs/nki.md),
     ``critical_path`` (the chain of instructions that ends last, each with what it waited for; built
     on first use), ``instructions``, ``ticks`` (4.8 GHz), ``by_line()`` (busy time per kernel source
     line, for instructions an NKI kernel issued). Prints as a table; ``to_dict()``;

@@ -67,8 +67,9 @@ class NkiReport(TimingReport):
     ``bottleneck`` (the busiest resource: PE, ACT, DVE, POOL by busy time, DMA by the larger of
     ``dma_utilization`` and its busiest queue's utilisation), ``bottleneck_line`` (``file:line`` of
     the kernel line busiest on that engine, DMA queues together), ``spill_bytes`` and ``spill_s``
-    (the bytes and DMA queue time of the spills of legacy block arrays to HBM and their reloads, in
-    ``dma_bytes`` and the DMA queues' time too; docs/nki.md), ``by_line()`` (busy time per kernel
+    (the bytes and DMA queue time of the spills of SBUF tensors to HBM and their reloads, legacy
+    block arrays and the current dialect's tensors, in ``dma_bytes`` and the DMA queues' time
+    too; docs/nki.md), ``by_line()`` (busy time per kernel
     line, summed over the physical cores under LNC=2; ``cores[i].by_line()`` is one core's),
     ``critical_path`` (of the core that ends last), ``cores`` (each core's ``KernelReport``). Prints
     as a table with the busiest lines; ``to_dict()``; ``save_trace(path)`` writes a Perfetto trace

@@ -61,6 +61,7 @@ from ._tensor import (
     NkiTensor,
     OutOfBoundsError,
     Placement,
+    Spilled,
     VectorOffset,
     _Whole,
 )
@@ -93,10 +94,16 @@ class _Alloc:
     tensor the allocator placed also records when it was made (``born``: twice the machine's
     instruction count then, and its place among the tensors made before it): when a
     declaration does not fit, the least recently used such tensors (the last instruction
-    that touched each, or its birth) give their storage up (``Core.alloc_releasing``), and a
-    later use of one is the machine's ``CapacityError``."""
+    that touched each, or its birth) make room (``Core.fit``): in SBUF they are spilled to
+    HBM (``slot``, kept for later spills; ``m`` is ``None`` while the tensor is out) and
+    reloaded when used again, in PSUM they give their storage up, and a later use of one is
+    the machine's ``CapacityError``. ``handles``: weak references to the tensors holding the
+    whole ``tile`` (they are pointed at the reloaded tile)."""
 
-    __slots__ = ("m", "tile", "init", "born", "name", "__weakref__")
+    __slots__ = (
+        "m", "tile", "init", "born", "name", "slot", "hm", "handles", "shape", "dtype",
+        "__weakref__",
+    )  # fmt: skip
 
     def __init__(self, m, tile, init=None, born=None, name="") -> None:
         self.m = m
@@ -104,6 +111,9 @@ class _Alloc:
         self.init = init
         self.born = born
         self.name = name
+        self.slot = None  # the HBM spill slot (current-dialect SBUF tensors spilled once)
+        self.hm = None  # the machine of ``slot``
+        self.handles = None
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -115,8 +125,42 @@ class _Alloc:
         try:
             if self.m is not None:
                 self.m.free(self.tile)
+            if self.slot is not None:
+                self.hm.free(self.slot)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
             pass
+
+
+class _SpillingMachine:
+    """``Core.m`` once a current-dialect tensor has been spilled: the machine, whose calls
+    that fail with a ``CapacityError`` are made once more when some of their tiles belong to
+    spilled tensors (a view made before the spill; an operand spilled to make room while
+    another operand of the same call was reloaded): ``Core.recover`` brings those tensors
+    back, together with the call's other tensors, and moves the tiles with them. Kernels
+    that never spill never meet it."""
+
+    def __init__(self, core: Core, raw) -> None:
+        self._core = weakref.ref(core)
+        self._raw = raw
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._raw, name)
+        if not callable(fn):
+            return fn
+        core = self._core
+
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except CapacityError:
+                c = core()
+                fixed = c.recover(args, kwargs) if c is not None else None
+                if fixed is None:
+                    raise
+                return fn(*fixed[0], **fixed[1])
+
+        self.__dict__[name] = call
+        return call
 
 
 def scalar_arg(x, arg: str):
@@ -178,6 +222,8 @@ class Core:
         self.launch = launch
         self.index = index
         self.m = _core.Machine(launch.uninitialized, "nearest_even", 0)
+        #: The machine itself (``m`` becomes a ``_SpillingMachine`` over it at a first spill).
+        self.machine = self.m
         # Kernels' explicit SBUF allocations count from address 0 up (nki-library's
         # SbufManager, the legacy mod_alloc's base_addr); the tensors the front end places
         # itself go from the top down, clear of them, as the compiler's allocator keeps its own.
@@ -212,10 +258,13 @@ class Core:
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
         self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
-        #: The current dialect's tensors the allocator placed, by memory (``alloc_releasing``
+        #: The current dialect's tensors the allocator placed, by memory (``fit``
         #: picks the least recently used: the machine's record says when each was last used).
         self.placed = {"sbuf": weakref.WeakSet(), "psum": weakref.WeakSet()}
         self.births = itertools.count()
+        #: The tensor key of each whole tile spilled -> (weak reference to its ``_Alloc``,
+        #: that tile): tiles made from it before the spill are moved to the reloaded tensor.
+        self.moved: dict = {}
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -225,6 +274,7 @@ class Core:
         self.loops = []
         self.last_inplace = None
         self.lazy_lru = collections.OrderedDict()
+        self.moved = {}
         self.launch = None
 
     # ------------------------------------------------------------ allocation
@@ -290,46 +340,176 @@ class Core:
                     return self._lazy(shape, dtype, buffer, pdim, mname, name, e)
                 if self.launch.dialect == "legacy":
                     raise
-                tile = self.alloc_releasing(mshape, dtype, buffer, mname, e)
+                tile = self.fit(mshape, dtype, buffer, mname, e)
             if self.launch.dialect != "legacy":
                 # Born before the next instruction (2 n; the use by instruction i is 2 i + 1),
                 # after the tensors made before it.
                 born = (2 * self.m.instructions, next(self.births))
-                owner = _Alloc(self.m, tile, init, born, mname)
+                owner = _Alloc(self.machine, tile, init, born, mname)
                 self.placed[buffer.space].add(owner)
-                return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+                t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
+                if buffer is SBUF:  # may be spilled: its handles follow it
+                    owner.shape, owner.dtype = mshape, dtype
+                    owner.handles = [weakref.ref(t)]
+                return t
         owner = _Alloc(self.m, tile, init)
         return NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
 
-    def alloc_releasing(self, mshape, dtype, buffer: Buffer, name: str, error: CapacityError):
-        """A current-dialect tensor that does not fit (``error``): the compiler reuses the
-        memory of a tensor after its last use, which a running trace cannot know, so the
-        least recently used tensors the allocator placed in that memory give their storage up
-        until it fits (their handles may still exist: a later use of one is a
-        ``CapacityError`` naming both). ``error`` when it does not fit even then."""
+    def fit(self, mshape, dtype, buffer: Buffer, name: str, error, pinned=()):
+        """A current-dialect tensor that does not fit (``error``; ``None``: a reload, whose
+        error is made here): the compiler reuses the memory of a tensor after its last use,
+        and spills a live one to HBM when the memory is short; a running trace cannot know
+        which tensor is live, so the least recently used tensors the allocator placed in that
+        memory (not those in ``pinned``) make room until it fits: SBUF tensors are spilled
+        (``spill``: reloaded when used again), PSUM tensors give their storage up (a later
+        use of one is a ``CapacityError`` naming both). The error when it does not fit even
+        then."""
         self.flush()
-        live = [o for o in self.placed[buffer.space] if o.m is not None]
+        mdtype = D.machine_name(dtype)
+        if error is None:
+            try:
+                return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
+            except CapacityError as e:
+                error = CapacityError(
+                    f"{name}: reloading it from its HBM spill slot: {e} (the tensors in use "
+                    "at once need more SBUF than there is: docs/nki.md, current-dialect "
+                    "liveness)"
+                )
+                error.rule = "sbuf_capacity"
+        live = [o for o in self.placed[buffer.space] if o.m is not None and o not in pinned]
         used = self.m.last_uses([o.tile for o in live])
-        owners = [o for _, o in sorted(
-            (max((2 * u + 1, -1), o.born), o) for u, o in zip(used, live, strict=True)
+        # Least recently used first; ties (tensors last used by one instruction) by birth.
+        owners = [o for _, _, o in sorted(
+            (max((2 * u + 1, -1), o.born), o.born, o) for u, o in zip(used, live, strict=True)
         )]  # fmt: skip
         file, line = user_location()
         where = f"{name} at {os.path.basename(file)}:{line}"
-        rule = "psum_capacity" if buffer is PSUM else "sbuf_capacity"
         for victim in owners:
-            gone = (
-                f"{victim.name}: used after its storage was given to {where} (the least "
-                f"recently used tensors give their {buffer.name.upper()} up when a declaration "
-                "does not fit): the tensors in use at once need more than there is "
-                "(docs/nki.md, tensors the allocator places)"
-            )
-            m, victim.m = victim.m, None
-            m.give_up(victim.tile, gone, rule)
+            if buffer is SBUF:
+                self.spill(victim, where)
+            else:
+                gone = (
+                    f"{victim.name}: used after its storage was given to {where} (the least "
+                    "recently used tensors give their PSUM up when a declaration does not "
+                    "fit): the tensors in use at once need more than there is (docs/nki.md, "
+                    "current-dialect liveness)"
+                )
+                m, victim.m = victim.m, None
+                m.give_up(victim.tile, gone, "psum_capacity")
             try:
-                return self.m.alloc(mshape, D.machine_name(dtype), buffer.space, name, 0, None)
+                return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
             except CapacityError:
                 continue
         raise error
+
+    def spill_out(self, tile, slot, name: str, mshape, dtype, timed: bool = True):
+        """Stores the whole SBUF tensor of ``tile`` to its spill slot ``slot`` (made now when
+        ``None``, an HBM tensor of ``name`` + " spill"): one ``dma_copy``-priced DMA, counted
+        as a spill; ``timed=False``: the bytes only, the DMA recorded by ``spill_in`` if the
+        tensor is used again. Returns the slot. The legacy block arrays and the current
+        dialect's tensors share it (``lazy_give_up``, ``spill``)."""
+        m = self.machine
+        if slot is None:
+            slot = m.hbm_tensor(f"{name} spill", mshape, D.machine_name(dtype), None)
+        if timed:
+            m.dma_spill(slot, tile, self.loc)
+        else:
+            m.spill_move(slot, tile)
+        return slot
+
+    def spill_in(self, tile, slot, stored: bool = True) -> None:
+        """Loads spill slot ``slot`` back into the SBUF tensor of ``tile`` (a DMA of the same
+        size; values and which bytes were written come back as they were). ``stored=False``:
+        the store was not recorded (``spill_out(timed=False)``): its DMA is recorded now,
+        before the load (both move the same bytes)."""
+        m = self.machine
+        if not stored:
+            m.spill_move(tile, slot)
+            m.dma_spill(slot, tile, self.loc)
+        m.dma_spill(tile, slot, self.loc)
+
+    def spill(self, victim: _Alloc, where: str) -> None:
+        """Spills a current-dialect SBUF tensor the allocator placed (``fit``): its bytes to
+        its spill slot, its storage given up (a tile of it used before it is reloaded, by a
+        machine call not made again by ``_SpillingMachine``, is a ``CapacityError`` saying
+        so), its handles pointed at a ``Spilled`` marker (their next use reloads it). The
+        store's DMA is recorded only if the tensor is used again, just before its reload
+        (``reload``): the compiler stores only live tensors, and a dead tensor kept by a
+        handle (a variable rebound in the next loop iteration) is never reloaded."""
+        tile = victim.tile
+        victim.slot = self.spill_out(
+            tile, victim.slot, victim.name, victim.shape, victim.dtype, timed=False
+        )
+        victim.hm = self.machine
+        self.moved[tile.tensor_key] = (weakref.ref(victim), tile)
+        gone = (
+            f"{victim.name}: used while spilled to HBM to make room for {where} (the least "
+            "recently used tensors are spilled when a declaration does not fit, and reloaded "
+            "when used again): the tensors in use at once need more than there is "
+            "(docs/nki.md, current-dialect liveness)"
+        )
+        m, victim.m = victim.m, None
+        m.give_up(tile, gone, "sbuf_capacity")
+        mark = Spilled(victim)
+        alive = []
+        for ref in victim.handles or ():
+            h = ref()
+            if h is not None and h._t is tile:
+                h._t = mark
+                alive.append(ref)
+        victim.handles = alive
+        if type(self.m) is not _SpillingMachine:
+            self.m = _SpillingMachine(self, self.machine)
+
+    def reload(self, owner: _Alloc, pinned=()) -> None:
+        """Brings a spilled tensor back (``fit``: possibly spilling others, not ``pinned``):
+        new storage, its spill slot loaded into it, its handles given the new tile."""
+        tile = self.fit(owner.shape, owner.dtype, SBUF, owner.name, None, pinned)
+        self.spill_in(tile, owner.slot, stored=False)
+        owner.tile, owner.m = tile, self.machine
+        for ref in owner.handles or ():
+            h = ref()
+            if h is not None and type(h._t) is Spilled and h._t.owner is owner:
+                h._t = tile
+
+    def recover(self, args: tuple, kwargs: dict):
+        """A machine call failed (``_SpillingMachine``): when some of its tiles belong to
+        spilled tensors, those are reloaded (not spilling the call's other tensors) and the
+        tiles moved to them; the arguments to call with again, or ``None``."""
+        stale: dict = {}
+        keys = set()
+
+        def scan(v) -> None:
+            if type(v) is _core.Tile:
+                k = v.tensor_key
+                keys.add(k)
+                hit = self.moved.get(k)
+                if hit is not None and hit[0]() is not None:
+                    stale[k] = hit
+            elif type(v) in (list, tuple):
+                for x in v:
+                    scan(x)
+
+        for v in (*args, *kwargs.values()):
+            scan(v)
+        if not stale:
+            return None
+        owners = {k: ref() for k, (ref, _) in stale.items()}
+        pinned = {o for o in self.placed["sbuf"] if o.m is not None and o.tile.tensor_key in keys}
+        pinned.update(owners.values())
+        for o in owners.values():
+            if o.m is None:
+                self.reload(o, pinned)
+
+        def move(v):
+            if type(v) is _core.Tile:
+                hit = stale.get(v.tensor_key)
+                return v if hit is None else v.moved(hit[1], hit[0]().tile)
+            if type(v) in (list, tuple):
+                return type(v)(move(x) for x in v)
+            return v
+
+        return [move(v) for v in args], {k: move(v) for k, v in kwargs.items()}
 
     def _lazy(self, shape, dtype, buffer, pdim, mname, name, error) -> NkiTensor:
         p = shape[pdim]
@@ -370,7 +550,7 @@ class Core:
             lazy.live[idx] = owner
             lazy.released.discard(idx)
             if idx in lazy.spilled:
-                self.m.dma_spill(tile, lazy.spilled[idx], self.loc)
+                self.spill_in(tile, lazy.spilled[idx])
         self.lazy_lru[key] = lazy
         self.lazy_lru.move_to_end(key)
         shape = (lazy.mshape[0], *lazy.mshape[1:]) if len(lazy.mshape) > 1 else lazy.mshape
@@ -397,12 +577,10 @@ class Core:
         spills), as the compiler spills a live tile it needs the memory of."""
         owner = lazy.live.pop(idx)
         if lazy.buffer is SBUF:
-            slot = lazy.spilled.get(idx)
-            if slot is None:
-                name = f"{lazy.name}{list(idx)} spill"
-                dtype = D.machine_name(lazy.dtype)
-                slot = lazy.spilled[idx] = self.m.hbm_tensor(name, lazy.mshape, dtype, None)
-            self.m.dma_spill(slot, owner.tile, self.loc)
+            lazy.spilled[idx] = self.spill_out(
+                owner.tile, lazy.spilled.get(idx), f"{lazy.name}{list(idx)}", lazy.mshape,
+                lazy.dtype,
+            )  # fmt: skip
         else:
             lazy.released.add(idx)
         owner.release()
@@ -646,6 +824,8 @@ class Core:
         try:
             fresh = self.alloc(t.shape, t.dtype, t.buffer, 0)
             t._t, t._owner = fresh._t, fresh._owner
+            if fresh._owner is not None and fresh._owner.handles is not None:
+                fresh._owner.handles.append(weakref.ref(t))
             fn(t)
         except Trn2Error as e:
             raise relocate(e, loc) from None
@@ -673,6 +853,9 @@ class Core:
                 self.block_fresh(target)
                 fn(target)
                 value._t, value._owner = target._t, target._owner
+                o = target._owner
+                if o is not None and o.handles is not None and value._t is o.tile:
+                    o.handles.append(weakref.ref(value))
                 value.shape, value._pdim = target.shape, target._pdim
                 return
             if fn is not None:
@@ -1395,7 +1578,10 @@ class Core:
             offset = (int(offset) if offset is not None else 0) + self.dynamic_offset(
                 t, scalar, pattern, kwargs.get("indirect_dim", 0)
             )
-        base = t._owner.tile if t._owner is not None else None
+        o = t._owner
+        if o is not None and o.m is None and o.slot is not None:
+            self.reload(o)  # spilled (docs/nki.md, current-dialect liveness)
+        base = o.tile if o is not None else None
         cast = dt != t.dtype
         if t._pdim is None:
             off = int(offset) if offset is not None else 0

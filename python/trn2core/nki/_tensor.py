@@ -19,10 +19,13 @@ import math
 
 import numpy as np
 
+from .. import _core
 from ..errors import CapacityError, ShapeError, Trn2ValueError
 from ._api import api
 from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
 from ._register import VirtualRegister
+
+_TILE = _core.Tile
 
 
 class Buffer:
@@ -182,6 +185,23 @@ class _Whole:
             f"{e} (its blocks are given storage one at a time, each when first indexed with "
             "integers on every block axis; this access spans several blocks)"
         )
+
+
+class Spilled:
+    """The ``_t`` of a tensor holding the whole tile of a tensor spilled to HBM: its next use
+    reloads it (``Core.reload``) and takes the reloaded tile."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner) -> None:
+        self.owner = owner  # the tensor's ``_Alloc`` (trn2core.nki._runtime)
+
+    def resolve(self, t: NkiTensor):
+        o = self.owner
+        if o.m is None:
+            t._core.reload(o)
+        t._t = o.tile
+        return o.tile
 
 
 class Indirect:
@@ -398,12 +418,14 @@ class NkiTensor:
     def tile(self):
         """The machine tile (issues a pending instruction first)."""
         t = self._t
+        if type(t) is _TILE:
+            return t
         if t is None:
             self._core.flush()
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
-        if type(t) is _Whole or type(t) is Dynamic:
+        if type(t) is _Whole or type(t) is Dynamic or type(t) is Spilled:
             t = t.resolve(self)
         elif type(t) is VectorOffset:
             raise NotSupportedError(

@@ -192,6 +192,44 @@ impl PyTile {
         self.tile.partition_step
     }
 
+    /// The tensor the tile belongs to: `(machine, slot, generation)`, the same for every
+    /// tile of one tensor and never for two live tensors.
+    #[getter]
+    fn tensor_key(&self) -> (u32, u32, u32) {
+        let id = self.tile.tensor;
+        (id.machine, id.slot, id.generation)
+    }
+
+    /// This tile moved with its tensor from `old` to `new` (whole tiles of two tensors of one
+    /// shape and dtype: a tensor spilled and reloaded elsewhere): the same elements of `new`'s
+    /// tensor. `None` when this tile is not one of `old`'s tensor.
+    fn moved(&self, old: &PyTile, new: &PyTile) -> PyTrn2Result<Option<PyTile>> {
+        let (o, n) = (&old.tile, &new.tile);
+        if self.tile.tensor != o.tensor {
+            return Ok(None);
+        }
+        if o.space != n.space || o.dtype != n.dtype || o.logical_shape() != n.logical_shape() {
+            return Err(Error::value(
+                "new",
+                format!(
+                    "expected a tile of {:?} {} in {}, got {:?} {} in {}",
+                    o.logical_shape(),
+                    o.dtype.name(),
+                    o.space.name(),
+                    n.logical_shape(),
+                    n.dtype.name(),
+                    n.space.name()
+                ),
+            )
+            .into());
+        }
+        let mut t = self.tile;
+        t.tensor = n.tensor;
+        t.offset = t.offset - o.offset + n.offset;
+        t.start_partition = t.start_partition - o.start_partition + n.start_partition;
+        Ok(Some(PyTile { tile: t }))
+    }
+
     fn __repr__(&self) -> String {
         let t = &self.tile;
         format!(
@@ -425,6 +463,14 @@ impl PyMachine {
         self.with_settled(py, s.elements().max(d.elements()), |m| {
             m.at(location, |m| m.dma_spill(&d, &s, None))
         })
+    }
+
+    /// The bytes `dma_spill` moves, moved outside any instruction (`Machine::spill_move`).
+    fn spill_move(
+        &self, py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let (d, s) = (tile_of(dst, "dst")?, tile_of(src, "src")?);
+        self.with_settled(py, s.elements().max(d.elements()), |m| m.spill_move(&d, &s))
     }
 
     /// Frees the tensor of `tile`.

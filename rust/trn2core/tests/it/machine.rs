@@ -1279,6 +1279,32 @@ fn dma_spill_moves_bits_and_written_state_to_hbm_and_back() {
     assert!(rep.spill_s > 0.0 && rep.spill_s < rep.seconds, "{rep}");
 }
 
+/// `spill_move` moves what `dma_spill` moves (bits, which were written) without an
+/// instruction: nothing is recorded or timed.
+#[test]
+fn spill_move_moves_bits_and_written_state_without_an_instruction() {
+    let mut m = core();
+    let (h, host) = random_hbm(&mut m, "in", &[128, 8], 123);
+    let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+    let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+    m.dma_copy(&half, &h, None).expect("load half");
+    let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
+    m.spill_move(&slot, &s).expect("save");
+    m.free(&s).expect("free");
+    let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
+    m.spill_move(&back, &slot).expect("restore");
+    assert_eq!(m.instructions(), 1);
+    let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+    assert_eq!(get(&m, &half), host);
+    let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
+    let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
+    assert!(err.to_string().contains("never written"), "{err}");
+    let ps = psum(&mut m, "ps", &[128, 16], Dtype::Fp32);
+    assert!(m.spill_move(&slot, &ps).is_err());
+    let rep = m.run().expect("run");
+    assert_eq!(rep.spill_bytes, 0);
+}
+
 // --------------------------------------------------------------------- rules and errors
 
 #[test]

@@ -154,6 +154,20 @@ impl Machine {
         Ok(())
     }
 
+    /// The bytes (and which of them were written) that [`Machine::dma_spill`] moves, moved
+    /// outside any instruction: a front end keeps the bits of a tensor whose storage it gives
+    /// up, and records the spill's DMAs only if the tensor is used again (NKI's current
+    /// dialect: the compiler stores only live tensors, and a running trace learns that a
+    /// tensor was live at its next use).
+    pub fn spill_move(&mut self, dst: &Tile, src: &Tile) -> Result<()> {
+        self.operand("src", src, None, true)?;
+        self.operand("dst", dst, None, true)?;
+        let to_hbm = dst.space == Space::Hbm;
+        let (chip, hbm) = if to_hbm { (src, dst) } else { (dst, src) };
+        self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm)?;
+        Ok(())
+    }
+
     /// The next DMA queue: `queue`, checked, or (`None`) the queues in turn.
     fn dma_queue(&mut self, queue: Option<u8>) -> Result<u8> {
         Ok(match queue {
