@@ -324,14 +324,23 @@ fn drive_chains<K: MicroKernel>(
             let bp = &bpack[b_off[ib]..][..b_lens[ib]];
             add_tile(kernel, kc, ap, bp, *first && t == 0, task);
         }
-        for x in task.rows.iter_mut().flat_map(|r| r.iter_mut()) {
-            if x.is_nan() {
-                *x = CANONICAL_NAN;
-            }
-        }
+        task.rows.iter_mut().for_each(|r| canonical_nans(r));
         Ok(())
     })?;
     Ok(true)
+}
+
+/// Every NaN of `row` made the canonical NaN: a read-only pass first (vectorised; a NaN is
+/// rare), the row rewritten only when it holds one.
+#[inline]
+fn canonical_nans(row: &mut [f32]) {
+    // Bitwise or, not `any`: no early exit, so the comparison runs on whole vectors.
+    #[allow(clippy::unnecessary_fold)]
+    if row.iter().fold(false, |seen, x| seen | x.is_nan()) {
+        for x in row.iter_mut().filter(|x| x.is_nan()) {
+            *x = CANONICAL_NAN;
+        }
+    }
 }
 
 /// One task: an output block of whole rows' column segments.
@@ -553,13 +562,7 @@ fn drive<K: MicroKernel>(
         })?;
     }
     tasks.par_iter_mut().for_each(|task| {
-        for row in task.rows.iter_mut() {
-            for x in row.iter_mut() {
-                if x.is_nan() {
-                    *x = CANONICAL_NAN;
-                }
-            }
-        }
+        task.rows.iter_mut().for_each(|r| canonical_nans(r));
     });
     Ok(())
 }
@@ -621,11 +624,7 @@ fn drive_one_pass<K: MicroKernel>(
             cancel.check()?;
             add_tile(kernel, kc, ap, bp, first && t == 0, task);
         }
-        for x in task.rows.iter_mut().flat_map(|r| r.iter_mut()) {
-            if x.is_nan() {
-                *x = CANONICAL_NAN;
-            }
-        }
+        task.rows.iter_mut().for_each(|r| canonical_nans(r));
         Ok(())
     })
 }
