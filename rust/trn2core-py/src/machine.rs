@@ -16,7 +16,7 @@ use trn2core::machine::isa::table::{self, Arg, ArgDefault, Kind, Value};
 use trn2core::machine::tile::Index;
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
-    Dtype, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
+    AluOp, Dtype, Engine, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
 };
 use trn2core::memory::Space;
 use trn2core::numerics::Format;
@@ -643,6 +643,11 @@ impl PyMachine {
         &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
+        if kwargs.is_none() {
+            if let Some(done) = self.small_tensor_tensor(py, at, opcode, args) {
+                return done;
+            }
+        }
         let name =
             opcode.cast::<pyo3::types::PyString>().ok().and_then(|n| n.to_str().ok()).ok_or_else(
                 || {
@@ -709,6 +714,55 @@ impl PyMachine {
             return Ok(guard_work(py, work as u64, || issue(&mut self.lock()))?);
         }
         self.with_queue(py, work, issue)
+    }
+}
+
+impl PyMachine {
+    /// The NKI front end's hot path, a small `tensor_tensor` issued positionally (an engine's
+    /// name, three tiles, an operator's name) with nothing queued, without the general path's
+    /// argument table: the same core call (`Machine::issue`'s, with the GIL held as there),
+    /// without the vector of values, the lookups by name and the second lock. `None`
+    /// (nothing done) for any other call or argument, which the general path then takes and
+    /// names the errors of.
+    fn small_tensor_tensor(
+        &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyTuple>,
+    ) -> Option<PyTrn2Result<()>> {
+        if args.len() != 5 {
+            return None;
+        }
+        let opcode = opcode.cast::<pyo3::types::PyString>().ok()?;
+        if opcode.to_str().ok()? != Opcode::TensorTensor.name() {
+            return None;
+        }
+        fn named<T>(x: Bound<'_, PyAny>, parse: impl Fn(&str) -> Result<T, Error>) -> Option<T> {
+            parse(x.cast::<pyo3::types::PyString>().ok()?.to_str().ok()?).ok()
+        }
+        let small = |x: Bound<'_, PyAny>| -> Option<Tile> {
+            let t = x.cast::<PyTile>().ok()?.get().tile;
+            (t.elements_u128() < GIL_HELD_ELEMENTS as u128).then_some(t)
+        };
+        let item = |i: usize| args.get_item(i).ok();
+        let engine = named(item(0)?, |s| Engine::parse("engine", s))?;
+        let (dst, x, y) = (small(item(1)?)?, small(item(2)?)?, small(item(3)?)?);
+        let op = named(item(4)?, |s| AluOp::parse("op", s))?;
+        let done = guard(py, || {
+            let mut m = self.lock();
+            if m.has_queued_work() {
+                return Ok(false);
+            }
+            let issue = |m: &mut Machine| m.tensor_tensor(engine, &dst, &x, &y, op);
+            match at {
+                Some(loc) => m.at(loc, issue),
+                None => issue(&mut m),
+            }
+            .map(|()| true)
+        });
+        match done {
+            Ok(false) => None,
+            Ok(true) => Some(Ok(())),
+            Err(e) => Some(Err(e.into())),
+        }
     }
 }
 
