@@ -192,11 +192,14 @@ def test_in_place_and_overlapping_operands():
 
 def test_positional_tensor_tensor_agrees_with_keywords():
     """The binding's shortcut for a small positional tensor_tensor (the NKI front end's hot
-    path) against the general path (the same call by keywords): the same bits, the same
-    recorded program and the same errors, naming the same argument."""
+    path, also ``Machine.tensor_tensor_at``'s) against the general path (the same call by
+    keywords): the same bits, the same recorded program and the same errors, naming the same
+    argument."""
 
     def issue(core, kw, engine, d, a, b, op, at=None):
         m = core._m
+        if kw == "fixed":
+            return m.tensor_tensor_at(at, engine, d, a, b, op)
         if kw:
             args = {"engine": engine, "dst": d, "data1": a, "data2": b, "op": op}
             return (
@@ -226,8 +229,14 @@ def test_positional_tensor_tensor_agrees_with_keywords():
         issue(core, kw, "gpsimd", r, p, q, "subtract")
         issue(core, kw, "vector", r, r, q, "bitwise_xor")
         issue(core, kw, "vector", a[:, 1:7], a[:, 0:6], b[:, 2:8], "add")
+        big = core.tile((128, 1024), "fp32")  # past the shortcut's size: the general path
+        core._m.issue("memset", "vector", big, 1.5)
+        issue(core, kw, "vector", big, big, big, "multiply")
+        reads_big = bits(core.read(big))
         errors = []
         for args in [
+            (7, d, a, b, "add"),
+            ("vector", d, a, "b", "add"),
             ("vector", d, a, b, "abs"),
             ("scalar", d, a, b, "add"),
             ("vector", d, a, b, "power"),
@@ -242,14 +251,17 @@ def test_positional_tensor_tensor_agrees_with_keywords():
             issue(core, kw, "vector", d, a, b, "add", at=loc + 5)
         errors.append((type(err.value), str(err.value), err.value.arg))
         rep = core._m.run()
-        reads = [bits(core.read(t)) for t in (a, d, e, r)]
+        reads = [bits(core.read(t)) for t in (a, d, e, r)] + [reads_big]
         return reads, errors, (rep.ticks, rep.opcodes, rep.queues, rep.lines, rep.times())
 
-    (pr, pe, pp), (kr, ke, kp) = program(False), program(True)
-    for got, want in zip(pr, kr, strict=True):
-        np.testing.assert_array_equal(got, want)
-    assert pe == ke and len(pe) == 7
-    assert pp == kp
+    (kr, ke, kp) = program(True)
+    assert len(ke) == 9 and ke[0][2] == "engine" and ke[1][2] == "data2"
+    for form in (False, "fixed"):
+        pr, pe, pp = program(form)
+        for got, want in zip(pr, kr, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert pe == ke
+        assert pp == kp
 
 
 @pytest.mark.parametrize("dtype", INTS)

@@ -374,7 +374,7 @@ if (
         _c.flush()
     _t0, _t1, _t2 = dst._t, data1._t, data2._t
     if type(_t0) is _TILE and type(_t1) is _TILE and type(_t2) is _TILE:
-        _c.m.issue_at(_c.loc, "tensor_tensor", _eng, _t0, _t1, _t2, _o)
+        _c.m.tensor_tensor_at(_c.loc, _eng, _t0, _t1, _t2, _o)
         return None
 """
 

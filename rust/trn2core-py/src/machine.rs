@@ -635,6 +635,24 @@ impl PyMachine {
     ) -> PyTrn2Result<()> {
         self.issue_with(py, Some(location), opcode, args, kwargs)
     }
+
+    /// `issue_at(location, "tensor_tensor", engine, dst, data1, data2, op)` with its arguments
+    /// fixed: a call without an argument tuple, the NKI front end's hot path (the same checks,
+    /// errors and work as `issue_at`).
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_tensor_at(
+        &self, py: Python<'_>, location: Option<u32>, engine: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>, data1: &Bound<'_, PyAny>, data2: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let args = [engine, dst, data1, data2, op];
+        if let Some(done) = self.small_tensor_tensor(py, Some(location), args) {
+            return done;
+        }
+        let opcode = pyo3::types::PyString::new(py, Opcode::TensorTensor.name());
+        let args = PyTuple::new(py, args)?;
+        self.issue_with(py, Some(location), opcode.as_any(), &args, None)
+    }
 }
 
 impl PyMachine {
@@ -643,9 +661,12 @@ impl PyMachine {
         &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
-        if kwargs.is_none() {
-            if let Some(done) = self.small_tensor_tensor(py, at, opcode, args) {
-                return done;
+        if kwargs.is_none() && args.len() == 5 && is_tensor_tensor(opcode) {
+            let items = [0, 1, 2, 3, 4].map(|i| args.get_item(i));
+            if let [Ok(e), Ok(d), Ok(x), Ok(y), Ok(o)] = items {
+                if let Some(done) = self.small_tensor_tensor(py, at, [&e, &d, &x, &y, &o]) {
+                    return done;
+                }
             }
         }
         let name =
@@ -725,27 +746,18 @@ impl PyMachine {
     /// (nothing done) for any other call or argument, which the general path then takes and
     /// names the errors of.
     fn small_tensor_tensor(
-        &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyTuple>,
+        &self, py: Python<'_>, at: Option<Option<u32>>, args: [&Bound<'_, PyAny>; 5],
     ) -> Option<PyTrn2Result<()>> {
-        if args.len() != 5 {
-            return None;
-        }
-        let opcode = opcode.cast::<pyo3::types::PyString>().ok()?;
-        if opcode.to_str().ok()? != Opcode::TensorTensor.name() {
-            return None;
-        }
-        fn named<T>(x: Bound<'_, PyAny>, parse: impl Fn(&str) -> Result<T, Error>) -> Option<T> {
+        fn named<T>(x: &Bound<'_, PyAny>, parse: impl Fn(&str) -> Result<T, Error>) -> Option<T> {
             parse(x.cast::<pyo3::types::PyString>().ok()?.to_str().ok()?).ok()
         }
-        let small = |x: Bound<'_, PyAny>| -> Option<Tile> {
+        let small = |x: &Bound<'_, PyAny>| -> Option<Tile> {
             let t = x.cast::<PyTile>().ok()?.get().tile;
             (t.elements_u128() < GIL_HELD_ELEMENTS as u128).then_some(t)
         };
-        let item = |i: usize| args.get_item(i).ok();
-        let engine = named(item(0)?, |s| Engine::parse("engine", s))?;
-        let (dst, x, y) = (small(item(1)?)?, small(item(2)?)?, small(item(3)?)?);
-        let op = named(item(4)?, |s| AluOp::parse("op", s))?;
+        let engine = named(args[0], |s| Engine::parse("engine", s))?;
+        let (dst, x, y) = (small(args[1])?, small(args[2])?, small(args[3])?);
+        let op = named(args[4], |s| AluOp::parse("op", s))?;
         let done = guard(py, || {
             let mut m = self.lock();
             if m.has_queued_work() {
@@ -764,6 +776,13 @@ impl PyMachine {
             Err(e) => Some(Err(e.into())),
         }
     }
+}
+
+/// Whether `opcode` is the text "tensor_tensor".
+fn is_tensor_tensor(opcode: &Bound<'_, PyAny>) -> bool {
+    opcode
+        .cast::<pyo3::types::PyString>()
+        .is_ok_and(|s| s.to_str().is_ok_and(|s| s == Opcode::TensorTensor.name()))
 }
 
 /// An argument converted by its kind in the instruction table (`None`: not given).
