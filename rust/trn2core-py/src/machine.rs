@@ -742,9 +742,9 @@ impl PyMachine {
     /// The NKI front end's hot path, a small `tensor_tensor` issued positionally (an engine's
     /// name, three tiles, an operator's name) with nothing queued, without the general path's
     /// argument table: the same core call (`Machine::issue`'s, with the GIL held as there),
-    /// without the vector of values, the lookups by name and the second lock. `None`
-    /// (nothing done) for any other call or argument, which the general path then takes and
-    /// names the errors of.
+    /// without the vector of values and the lookups by name, under one lock (not three).
+    /// `None` (nothing done) for any other call or argument, which the general path then
+    /// takes and names the errors of.
     fn small_tensor_tensor(
         &self, py: Python<'_>, at: Option<Option<u32>>, args: [&Bound<'_, PyAny>; 5],
     ) -> Option<PyTrn2Result<()>> {
