@@ -190,6 +190,80 @@ def test_in_place_and_overlapping_operands():
     assert_bits(core.read(full[:, 1:301]), ref.tensor_tensor(before, before, "add", "fp32"), "")
 
 
+def test_positional_tensor_tensor_agrees_with_keywords():
+    """The binding's shortcut for a small positional tensor_tensor (the NKI front end's hot
+    path, also ``Machine.tensor_tensor_at``'s) against the general path (the same call by
+    keywords): the same bits, the same recorded program and the same errors, naming the same
+    argument."""
+
+    def issue(core, kw, engine, d, a, b, op, at=None):
+        m = core._m
+        if kw == "fixed":
+            return m.tensor_tensor_at(at, engine, d, a, b, op)
+        if kw:
+            args = {"engine": engine, "dst": d, "data1": a, "data2": b, "op": op}
+            return (
+                m.issue("tensor_tensor", **args)
+                if at is None
+                else m.issue_at(at, "tensor_tensor", **args)
+            )
+        if at is None:
+            return m.issue("tensor_tensor", engine, d, a, b, op)
+        return m.issue_at(at, "tensor_tensor", engine, d, a, b, op)
+
+    def program(kw):
+        core = trn2core.NeuronCore()
+        x, y = codes("fp32", (128, 24), 3), codes("bf16", (128, 24), 4)
+        i, j = codes("int32", (4, 6), 5), codes("int32", (4, 6), 6)
+        a, b = put(core, x, "fp32"), put(core, y, "bf16")
+        p, q = put(core, i, "int32"), put(core, j, "int32")
+        d, e, r = (
+            out(core, (128, 24), "fp32"),
+            out(core, (128, 24), "bf16"),
+            out(core, (4, 6), "int32"),
+        )
+        loc = core._m.locate("k.py", 7)
+        issue(core, kw, "vector", d, a, b, "multiply")
+        issue(core, kw, "vector", e, d, a, "minimum", at=loc)
+        issue(core, kw, "gpsimd", d, d, e, "power")
+        issue(core, kw, "gpsimd", r, p, q, "subtract")
+        issue(core, kw, "vector", r, r, q, "bitwise_xor")
+        issue(core, kw, "vector", a[:, 1:7], a[:, 0:6], b[:, 2:8], "add")
+        big = core.tile((128, 1024), "fp32")  # past the shortcut's size: the general path
+        core._m.issue("memset", "vector", big, 1.5)
+        issue(core, kw, "vector", big, big, big, "multiply")
+        reads_big = bits(core.read(big))
+        errors = []
+        for args in [
+            (7, d, a, b, "add"),
+            ("vector", d, a, "b", "add"),
+            ("vector", d, a, b, "abs"),
+            ("scalar", d, a, b, "add"),
+            ("vector", d, a, b, "power"),
+            ("vector", d, a, p, "add"),
+            ("vector", d[:4], a, b, "add"),
+            ("vector", r, p, a, "bitwise_and"),
+        ]:
+            with pytest.raises(trn2core.Trn2Error) as err:
+                issue(core, kw, *args)
+            errors.append((type(err.value), str(err.value), err.value.arg))
+        with pytest.raises(trn2core.Trn2Error) as err:
+            issue(core, kw, "vector", d, a, b, "add", at=loc + 5)
+        errors.append((type(err.value), str(err.value), err.value.arg))
+        rep = core._m.run()
+        reads = [bits(core.read(t)) for t in (a, d, e, r)] + [reads_big]
+        return reads, errors, (rep.ticks, rep.opcodes, rep.queues, rep.lines, rep.times())
+
+    (kr, ke, kp) = program(True)
+    assert len(ke) == 9 and ke[0][2] == "engine" and ke[1][2] == "data2"
+    for form in (False, "fixed"):
+        pr, pe, pp = program(form)
+        for got, want in zip(pr, kr, strict=True):
+            np.testing.assert_array_equal(got, want)
+        assert pe == ke
+        assert pp == kp
+
+
 @pytest.mark.parametrize("dtype", INTS)
 def test_bitvec_operators_work_on_raw_bits(dtype):
     core = trn2core.NeuronCore()

@@ -545,6 +545,50 @@ def _bound_kernel(x, engine):
     return out
 
 
+def _tensor_tensor_forms(x, i, form, fail=False):
+    a = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray(i.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=b, src=i)
+    u = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    v = nl.ndarray(i.shape, dtype=nl.int32, buffer=nl.sbuf)
+    if form == "keywords":  # the api wrapper's inline common case
+        nisa.tensor_tensor(dst=u, data1=a, data2=a, op=nl.multiply)
+        nisa.tensor_tensor(dst=u, data1=u, data2=a, op=nl.power)
+        nisa.tensor_tensor(dst=v, data1=b, data2=b, op=nl.add)
+    else:  # the function itself: a numpy operator, an engine given
+        nisa.tensor_tensor(u, a, a, np.multiply)
+        nisa.tensor_tensor(u, u, a, nl.power, engine=nisa.gpsimd_engine)
+        nisa.tensor_tensor(v, b, b, np.add, None)
+    if fail:
+        nisa.tensor_tensor(dst=u[0:64], data1=a, data2=a, op=nl.add)  # HERE: shapes differ
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=u)
+    res = nl.ndarray(i.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=res, src=v)
+    return out, res
+
+
+def test_tensor_tensor_common_case_matches_the_function():
+    """``nisa.tensor_tensor``'s common case runs in its api wrapper (``isa._TT_INLINE``): the
+    same bits, engines (int32 and power on GpSimd), timeline and errors as the function."""
+    x = np.random.default_rng(3).random((128, 8), dtype=np.float32) + 0.5
+    i = np.arange(128 * 8, dtype=np.int32).reshape(128, 8) - 300
+    runs = {f: tn.run(_tensor_tensor_forms, x, i, f) for f in ("keywords", "function")}
+    (ku, kv), (fu, fv) = runs["keywords"].outputs, runs["function"].outputs
+    np.testing.assert_array_equal(ku.view(np.uint32), fu.view(np.uint32))
+    np.testing.assert_array_equal(kv, fv)
+    assert kv.tolist() == (2 * i).tolist()
+    kr, fr = runs["keywords"].report, runs["function"].report
+    assert kr.seconds == fr.seconds and kr.engines["POOL"]["instructions"] == 2
+    assert kr.engines == fr.engines
+    errors = [
+        str(_raises_at(ShapeError, _tensor_tensor_forms, "# HERE", "", x, i, f, fail=True))
+        for f in ("keywords", "function")
+    ]
+    assert errors[0] == errors[1]
+
+
 @pytest.mark.parametrize("engine", ["ACT", "DVE", "POOL", "DMA", "PE"])
 def test_a_kernel_bound_by_one_engine_reports_it(engine):
     x = np.ones((128, 512), np.float32)

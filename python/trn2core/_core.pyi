@@ -942,3 +942,12 @@ class Machine:
     def issue_at(
         self, location: int | None, opcode: str, *args: object, **kwargs: object
     ) -> None: ...
+    def tensor_tensor_at(
+        self,
+        location: int | None,
+        engine: object,
+        dst: object,
+        data1: object,
+        data2: object,
+        op: object,
+    ) -> None: ...

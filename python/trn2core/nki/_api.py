@@ -14,6 +14,7 @@ import functools
 import inspect
 import os
 import sys
+import textwrap
 import threading
 from sys import _getframe
 
@@ -135,11 +136,14 @@ def _wrapper(*_args, {params}**_kwargs):
 """
 
 
-def _wrapper_source(params: list[inspect.Parameter]) -> str:
+def _wrapper_source(params: list[inspect.Parameter], inline: str = "") -> str:
     """``_WRAPPER`` for a function of ``params``: the general ``*args, **kwargs`` forwarding
     alone unless they are all positional-or-keyword (and ``**kwargs``); then a call's
     arguments are bound once, here, when no two name the same parameter and none is missing
-    (every other call, errors included, goes on as made)."""
+    (every other call, errors included, goes on as made). ``inline``: statements run on
+    such a bound call before the function (its parameters by name, ``_MISSING`` for an
+    omitted default): a hot path's common case in the wrapper's own frame, which returns
+    when it has done the call's whole work and falls through to the function otherwise."""
     plain = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
     rest = [p.kind for p in params if p.kind is not p.POSITIONAL_OR_KEYWORD]
     if (
@@ -160,7 +164,10 @@ def _wrapper_source(params: list[inspect.Parameter]) -> str:
         for i, p in enumerate(plain)
     ]
     cond = " or ".join(["_args", "_kwargs", *missing])
-    call = f"        if not ({cond}):\n            return _fn({', '.join(args)})\n"
+    body = "".join(
+        f"            {line}\n" for line in textwrap.dedent(inline).strip("\n").splitlines()
+    )
+    call = f"        if not ({cond}):\n{body}            return _fn({', '.join(args)})\n"
     pairs = ", ".join(f"({x!r}, {x})" for x in names)
     return _WRAPPER.format(
         params="".join(f"{x}=_MISSING, " for x in names),
@@ -170,15 +177,19 @@ def _wrapper_source(params: list[inspect.Parameter]) -> str:
     )
 
 
-def api(fn):
+def api(fn=None, *, inline: str = "", names: dict | None = None):
     """Wraps a public function (see the module doc). The wrapper is generated for ``fn``'s
     parameters (``_WRAPPER``): a keyword call binds its arguments once, not into a dict that
-    a second call unpacks again."""
+    a second call unpacks again. ``inline`` (with the globals it uses, ``names``): see
+    ``_wrapper_source``; ``@api(inline=..., names=...)`` for such a function."""
+    if fn is None:
+        return functools.partial(api, inline=inline, names=names)
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # no signature: the general forwarding
         params = []
     scope = {
+        **(names or {}),
         "_fn": fn,
         "_d": [p.default for p in params],
         "_getframe": _getframe,
@@ -191,5 +202,5 @@ def api(fn):
     }
     # Named as this file's (trn2core's own code, which error locations skip: ``_own``).
     where = f"{os.path.abspath(__file__)} (the api wrapper of {fn.__qualname__})"
-    exec(compile(_wrapper_source(params), where, "exec"), scope)  # noqa: S102 - our template
+    exec(compile(_wrapper_source(params, inline), where, "exec"), scope)  # noqa: S102 - our template
     return functools.wraps(fn)(scope["_wrapper"])

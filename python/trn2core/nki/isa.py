@@ -354,33 +354,41 @@ def _tt_engine(e, op: str, *tiles) -> str:
     return engine_name(e, default, ("vector", "gpsimd"), "tensor_tensor")
 
 
-@api
+# tensor_tensor's common case (an ``nl`` operator, the default engine, three tensors on
+# machine tiles), run in its api wrapper (``api``'s ``inline``: one Python frame per call, not
+# two): what alu_name, _tt_engine, _core_of and _t do, in the same order, without their calls.
+# Any other call goes on to the function.
+_TT_INLINE = """
+if (
+    type(op) is _Op
+    and (engine is _MISSING or engine is _unknown or engine is None)
+    and type(dst) is _NkiTensor
+    and type(data1) is _NkiTensor
+    and type(data2) is _NkiTensor
+    and (_o := op.alu) is not None
+):
+    _ints = dst.dtype in _INT32 and data1.dtype in _INT32 and data2.dtype in _INT32
+    _eng = "gpsimd" if _ints or _o == "power" else "vector"
+    _c = dst._core
+    if _c.pending is not None:
+        _c.flush()
+    _t0, _t1, _t2 = dst._t, data1._t, data2._t
+    if type(_t0) is _TILE and type(_t1) is _TILE and type(_t2) is _TILE:
+        _c.m.tensor_tensor_at(_c.loc, _eng, _t0, _t1, _t2, _o)
+        return None
+"""
+
+
+@api(
+    inline=_TT_INLINE,
+    names={"_Op": Op, "_unknown": unknown_engine, "_NkiTensor": NkiTensor, "_INT32": _INT32,
+           "_TILE": _TILE},
+)  # fmt: skip
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **kwargs) -> None:
     """``dst = data1 <op> data2`` element-wise (Vector; GpSimd for int32 tiles and power)."""
-    if (
-        type(op) is Op
-        and (engine is unknown_engine or engine is None)
-        and type(dst) is NkiTensor
-        and type(data1) is NkiTensor
-        and type(data2) is NkiTensor
-        and op.alu is not None
-    ):
-        # The common case (an ``nl`` operator, the default engine, three tensors) inline: what
-        # alu_name, _tt_engine, _core_of and _t do, in the same order, without their calls.
-        o = op.alu
-        ints = dst.dtype in _INT32 and data1.dtype in _INT32 and data2.dtype in _INT32
-        e = "gpsimd" if ints or o == "power" else "vector"
-        c = dst._core
-        if c.pending is not None:
-            c.flush()
-        t0, t1, t2 = dst._t, data1._t, data2._t
-        if type(t0) is _TILE and type(t1) is _TILE and type(t2) is _TILE:
-            c.m.issue_at(c.loc, "tensor_tensor", e, t0, t1, t2, o)
-            return
-    else:
-        o = alu_name(op)
-        e = _tt_engine(engine, o, dst, data1, data2)
-        c = _core_of(dst, data1, data2)
+    o = alu_name(op)
+    e = _tt_engine(engine, o, dst, data1, data2)
+    c = _core_of(dst, data1, data2)
     c.m.issue_at(
         c.loc, "tensor_tensor", e, _t(dst, "dst"), _t(data1, "data1"), _t(data2, "data2"), o
     )

@@ -16,7 +16,7 @@ use trn2core::machine::isa::table::{self, Arg, ArgDefault, Kind, Value};
 use trn2core::machine::tile::Index;
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
-    Dtype, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
+    AluOp, Dtype, Engine, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
 };
 use trn2core::memory::Space;
 use trn2core::numerics::Format;
@@ -686,6 +686,24 @@ impl PyMachine {
     ) -> PyTrn2Result<()> {
         self.issue_with(py, Some(location), opcode, args, kwargs)
     }
+
+    /// `issue_at(location, "tensor_tensor", engine, dst, data1, data2, op)` with its arguments
+    /// fixed: a call without an argument tuple, the NKI front end's hot path (the same checks,
+    /// errors and work as `issue_at`).
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_tensor_at(
+        &self, py: Python<'_>, location: Option<u32>, engine: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>, data1: &Bound<'_, PyAny>, data2: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<()> {
+        let args = [engine, dst, data1, data2, op];
+        if let Some(done) = self.small_tensor_tensor(py, Some(location), args) {
+            return done;
+        }
+        let opcode = pyo3::types::PyString::new(py, Opcode::TensorTensor.name());
+        let args = PyTuple::new(py, args)?;
+        self.issue_with(py, Some(location), opcode.as_any(), &args, None)
+    }
 }
 
 impl PyMachine {
@@ -694,6 +712,14 @@ impl PyMachine {
         &self, py: Python<'_>, at: Option<Option<u32>>, opcode: &Bound<'_, PyAny>,
         args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyTrn2Result<()> {
+        if kwargs.is_none() && args.len() == 5 && is_tensor_tensor(opcode) {
+            let items = [0, 1, 2, 3, 4].map(|i| args.get_item(i));
+            if let [Ok(e), Ok(d), Ok(x), Ok(y), Ok(o)] = items {
+                if let Some(done) = self.small_tensor_tensor(py, at, [&e, &d, &x, &y, &o]) {
+                    return done;
+                }
+            }
+        }
         let name =
             opcode.cast::<pyo3::types::PyString>().ok().and_then(|n| n.to_str().ok()).ok_or_else(
                 || {
@@ -761,6 +787,53 @@ impl PyMachine {
         }
         self.with_queue(py, work, issue)
     }
+}
+
+impl PyMachine {
+    /// The NKI front end's hot path, a small `tensor_tensor` issued positionally (an engine's
+    /// name, three tiles, an operator's name) with nothing queued, without the general path's
+    /// argument table: the same core call (`Machine::issue`'s, with the GIL held as there),
+    /// without the vector of values and the lookups by name, under one lock (not three).
+    /// `None` (nothing done) for any other call or argument, which the general path then
+    /// takes and names the errors of.
+    fn small_tensor_tensor(
+        &self, py: Python<'_>, at: Option<Option<u32>>, args: [&Bound<'_, PyAny>; 5],
+    ) -> Option<PyTrn2Result<()>> {
+        fn named<T>(x: &Bound<'_, PyAny>, parse: impl Fn(&str) -> Result<T, Error>) -> Option<T> {
+            parse(x.cast::<pyo3::types::PyString>().ok()?.to_str().ok()?).ok()
+        }
+        let small = |x: &Bound<'_, PyAny>| -> Option<Tile> {
+            let t = x.cast::<PyTile>().ok()?.get().tile;
+            (t.elements_u128() < GIL_HELD_ELEMENTS as u128).then_some(t)
+        };
+        let engine = named(args[0], |s| Engine::parse("engine", s))?;
+        let (dst, x, y) = (small(args[1])?, small(args[2])?, small(args[3])?);
+        let op = named(args[4], |s| AluOp::parse("op", s))?;
+        let done = guard(py, || {
+            let mut m = self.lock();
+            if m.has_queued_work() {
+                return Ok(false);
+            }
+            let issue = |m: &mut Machine| m.tensor_tensor(engine, &dst, &x, &y, op);
+            match at {
+                Some(loc) => m.at(loc, issue),
+                None => issue(&mut m),
+            }
+            .map(|()| true)
+        });
+        match done {
+            Ok(false) => None,
+            Ok(true) => Some(Ok(())),
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+}
+
+/// Whether `opcode` is the text "tensor_tensor".
+fn is_tensor_tensor(opcode: &Bound<'_, PyAny>) -> bool {
+    opcode
+        .cast::<pyo3::types::PyString>()
+        .is_ok_and(|s| s.to_str().is_ok_and(|s| s == Opcode::TensorTensor.name()))
 }
 
 /// An argument converted by its kind in the instruction table (`None`: not given).

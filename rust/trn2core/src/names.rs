@@ -54,20 +54,23 @@ macro_rules! named_enum {
             /// The value named `name`; an error naming the argument `arg` and listing every
             /// accepted name otherwise.
             pub fn parse(arg: &str, name: &str) -> $crate::Result<$Enum> {
-                Self::ALL
-                    .iter()
-                    .copied()
-                    .find(|v| v.name() == name)
-                    .ok_or_else(|| {
-                        $crate::Error::$ctor(
-                            arg,
-                            format!(
-                                concat!("unknown ", $what, " {:?}; expected one of {:?}"),
-                                name,
-                                Self::NAMES
-                            ),
-                        )
-                    })
+                // A `match` on the text (compiled to a dispatch on its length, then one
+                // comparison), not a scan comparing it with each name: instruction issue parses
+                // its operator and engine names on every call.
+                match name {
+                    $($name => Some($Enum::$Variant),)+
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    $crate::Error::$ctor(
+                        arg,
+                        format!(
+                            concat!("unknown ", $what, " {:?}; expected one of {:?}"),
+                            name,
+                            Self::NAMES
+                        ),
+                    )
+                })
             }
         }
 

@@ -312,11 +312,61 @@ pub struct Program {
     pub holds: Vec<(u32, u64)>,
 }
 
+/// The instruction and region vectors of programs that are gone, kept empty for the next
+/// programs of the process (a host detail, like the memories' pool in `memory.rs`): a kernel of
+/// thousands of instructions otherwise grows both from nothing each launch, and each doubling
+/// is fresh memory the host faults in and clears (a few percent of a small instruction's cost).
+mod spare {
+    use super::{Instr, Region};
+    use std::sync::Mutex;
+
+    /// Pairs kept: enough for the machines of a two-core launch and a few threads.
+    const KEEP: usize = 4;
+    /// Bytes of capacity above which a vector is given back to the host instead.
+    const MAX_BYTES: usize = 8 << 20;
+
+    static SPARE: Mutex<Vec<(Vec<Instr>, Vec<Region>)>> = Mutex::new(Vec::new());
+
+    fn spare() -> std::sync::MutexGuard<'static, Vec<(Vec<Instr>, Vec<Region>)>> {
+        // A panic elsewhere while the lock was held leaves only whole entries: keep using it.
+        SPARE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Empty vectors, with the capacity of a gone program's when one is kept.
+    pub(super) fn take() -> (Vec<Instr>, Vec<Region>) {
+        spare().pop().unwrap_or_default()
+    }
+
+    /// Keeps a gone program's vectors (emptied) for a later one, if there is room.
+    pub(super) fn give(mut instrs: Vec<Instr>, mut regions: Vec<Region>) {
+        let bytes = |cap: usize, size: usize| cap.saturating_mul(size);
+        if instrs.capacity() == 0
+            || bytes(instrs.capacity(), size_of::<Instr>()) > MAX_BYTES
+            || bytes(regions.capacity(), size_of::<Region>()) > MAX_BYTES
+        {
+            return;
+        }
+        instrs.clear();
+        regions.clear();
+        let mut s = spare();
+        if s.len() < KEEP {
+            s.push((instrs, regions));
+        }
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.instrs), std::mem::take(&mut self.regions));
+    }
+}
+
 impl Default for Program {
     fn default() -> Self {
+        let (instrs, regions) = spare::take();
         Program {
-            instrs: Vec::new(),
-            regions: Vec::new(),
+            instrs,
+            regions,
             locations: Vec::new(),
             location: NO_LOCATION,
             location_ids: HashMap::new(),
@@ -456,5 +506,41 @@ impl Program {
     pub fn writes(&self, i: &Instr) -> &[Region] {
         let s = i.first_region as usize + i.reads as usize;
         &self.regions[s..s + i.writes as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program's vectors are kept for the next one when it is dropped (`spare`): the next
+    /// program starts empty whatever the last one recorded, and records the same.
+    #[test]
+    fn a_new_program_starts_empty_after_a_kept_one() {
+        let region = |lo| Region { mem: MEM_SBUF, p0: 0, pn: 128, lo, hi: lo + 256 };
+        let record = |p: &mut Program, n: u64| {
+            for i in 0..n {
+                p.push(
+                    Opcode::TensorTensor,
+                    Queue::Engine(Engine::Vector),
+                    &[region(i)],
+                    &[region(i + 1)],
+                    CostInput::default(),
+                );
+            }
+        };
+        let mut first = Program::default();
+        record(&mut first, 1000);
+        let kept = first.instrs.clone();
+        drop(first);
+        for _ in 0..3 {
+            let mut p = Program::default();
+            assert!(p.instrs.is_empty() && p.regions.is_empty() && p.holds.is_empty());
+            assert!(p.locations.is_empty() && p.location().is_none());
+            record(&mut p, 1000);
+            assert_eq!(p.instrs, kept);
+            assert_eq!(p.regions.len(), 2000);
+            assert_eq!(p.writes(&p.instrs[999]), &[region(1000)]);
+        }
     }
 }

@@ -205,7 +205,8 @@ impl Machine {
         &self, opc: Opcode, engine: Engine, a: (&str, &Tile), b: (&str, &Tile), dst: &Tile,
     ) -> Result<(Opnd, Opnd, Opnd)> {
         let oa = self.operand(a.0, a.1, Some(engine), false)?;
-        let ob = self.operand(b.0, b.1, Some(engine), false)?;
+        // The same tile twice (`x * x`) passes the same checks: checked once.
+        let ob = if b.1 == a.1 { oa } else { self.operand(b.0, b.1, Some(engine), false)? };
         let d = self.operand("dst", dst, Some(engine), true)?;
         if oa.tile.space == Space::Psum && ob.tile.space == Space::Psum {
             return Err(rule(
