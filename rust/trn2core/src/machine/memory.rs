@@ -540,21 +540,13 @@ impl Memories {
         let sbuf_size = SBUF_PARTITION_BYTES as usize;
         let psum_size = PSUM_PARTITION_BYTES as usize;
         let fill = uninitialized.fill();
-        let sbuf = pool::take(Space::Sbuf, fill, || {
-            ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW, ON_CHIP_ALIGN)
-        })?;
-        let psum = pool::take(Space::Psum, fill, || {
-            ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW, ON_CHIP_ALIGN)
-        })?;
-        let machine = NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Memories::holding(sbuf, psum, uninitialized, machine))
-    }
-
-    /// Memories of machine number `machine` holding these bytes and no tensor.
-    fn holding(sbuf: ByteMem, psum: ByteMem, uninitialized: Uninitialized, machine: u32) -> Self {
-        Memories {
-            sbuf,
-            psum,
+        let m = Memories {
+            sbuf: pool::take(Space::Sbuf, fill, || {
+                ByteMem::new("sbuf", "SBUF", SBUF_PARTITIONS, sbuf_size + SKEW, ON_CHIP_ALIGN)
+            })?,
+            psum: pool::take(Space::Psum, fill, || {
+                ByteMem::new("psum", "PSUM", PSUM_PARTITIONS, psum_size + SKEW, ON_CHIP_ALIGN)
+            })?,
             sbuf_init: InitMap::default(),
             psum_init: InitMap::default(),
             tensors: Vec::new(),
@@ -565,11 +557,12 @@ impl Memories {
             retired: Vec::new(),
             given_up: Vec::new(),
             uninitialized,
-            machine,
+            machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,
             sbuf_from_top: false,
             touched: [UNTOUCHED; 2],
-        }
+        };
+        Ok(m)
     }
 
     /// The tensor of a handle, if it is live.
@@ -756,9 +749,24 @@ impl Memories {
     /// geometry, but no bytes until [`Memories::restore`]; the lent ones hold no tensor.
     pub(crate) fn lend(&mut self) -> Memories {
         let (sbuf, psum) = (self.sbuf.hollow(), self.psum.hollow());
-        let (sbuf, psum) =
-            (std::mem::replace(&mut self.sbuf, sbuf), std::mem::replace(&mut self.psum, psum));
-        Memories::holding(sbuf, psum, self.uninitialized, self.machine)
+        Memories {
+            sbuf: std::mem::replace(&mut self.sbuf, sbuf),
+            psum: std::mem::replace(&mut self.psum, psum),
+            sbuf_init: InitMap::default(),
+            psum_init: InitMap::default(),
+            tensors: Vec::new(),
+            generations: Vec::new(),
+            free_slots: Vec::new(),
+            live_sbuf: Vec::new(),
+            live_psum: Vec::new(),
+            retired: Vec::new(),
+            given_up: Vec::new(),
+            uninitialized: self.uninitialized,
+            machine: self.machine,
+            psum_view: None,
+            sbuf_from_top: false,
+            touched: [UNTOUCHED; 2],
+        }
     }
 
     /// Takes back the bytes [`Memories::lend`] moved out (`lent` is left without bytes).
