@@ -873,6 +873,7 @@ class Machine:
         address: int | None = None,
         overlay: bool = False,
     ) -> Tile: ...
+    def has_room(self, shape: list[int], dtype: str, space: str) -> bool: ...
     def reserve(
         self,
         arg: str,

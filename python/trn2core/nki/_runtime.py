@@ -438,8 +438,10 @@ class Core:
                 self.forget(victim, "psum")
                 m, victim.m = victim.m, None
                 m.give_up(victim.tile, gone, "psum_capacity")
+            if not self.m.has_room(mshape, mdtype, space):
+                continue  # the CapacityError the allocation would raise, not made
             try:
-                return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
+                return self.m.alloc(mshape, mdtype, space, name, 0, None)
             except CapacityError:
                 continue
         raise error

@@ -394,6 +394,15 @@ impl PyMachine {
         Ok(PyTile { tile })
     }
 
+    /// Whether `alloc(shape, dtype, space, ...)` without an address, from partition 0, could
+    /// succeed now: `False` only when it would raise the `CapacityError` of no room (checked
+    /// without making that error: a front end trying again as it frees memory).
+    fn has_room(&self, shape: Vec<usize>, dtype: &str, space: &str) -> PyTrn2Result<bool> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let sp = Space::parse("space", space)?;
+        Ok(self.lock().has_room(sp, &shape, dt))
+    }
+
     /// `core.alloc` in SBUF/PSUM: a tensor of `shape` and `dtype` when `dtype` is given, else
     /// `nbytes` (or an array of `shape` with `elem_size`-byte elements) as bytes over the
     /// partitions; returns the reservation and its tensor's tile.

@@ -125,6 +125,14 @@ impl Machine {
         self.alloc_at(space, name, shape, dtype, 0, None, false)
     }
 
+    /// Whether [`Machine::alloc`] of `shape` and `dtype` in `space` could succeed now (also
+    /// when tensors the matmul queue used still hold bytes: settling may give them back);
+    /// `false` only when it would be the `CapacityError` of no room, made here without its
+    /// message.
+    pub fn has_room(&self, space: Space, shape: &[usize], dtype: Dtype) -> bool {
+        self.mem.has_retired() || self.mem.has_room(space, shape, dtype)
+    }
+
     /// Where SBUF tensors without an address go: the highest free address when `on` (the NKI
     /// front end: kernels' explicit allocations count from address 0 up, so the tensors the
     /// front end places itself keep clear of them), else the lowest (the default).

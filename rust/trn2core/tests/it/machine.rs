@@ -2171,6 +2171,27 @@ fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
     assert!(matches!(r, Err(Error::Value { .. })) && calls == 1, "{r:?}");
 }
 
+/// `has_room` says whether `alloc` would find room, without making its error: false exactly
+/// when the allocation is the `CapacityError` of no room.
+#[test]
+fn has_room_is_whether_alloc_finds_room() {
+    let mut m = core();
+    let big = alloc(&mut m, "big", &[128, 50_000], Dtype::Fp32); // 200,000 B per partition
+    for (space, shape) in [(Space::Sbuf, &[128, 4000][..]), (Space::Psum, &[128, 512][..])] {
+        let room = m.has_room(space, shape, Dtype::Fp32);
+        assert_eq!(room, m.alloc(space, "t", shape, Dtype::Fp32).is_ok(), "{space:?}");
+    }
+    assert!(!m.has_room(Space::Sbuf, &[128, 4000], Dtype::Fp32));
+    assert!(m.has_room(Space::Sbuf, &[64, 100], Dtype::Fp32));
+    // Errors other than room are the allocation's own: has_room does not stand for them.
+    assert!(m.has_room(Space::Sbuf, &[129, 4], Dtype::Fp32));
+    assert!(m.has_room(Space::Sbuf, &[], Dtype::Fp32));
+    assert!(m.has_room(Space::Hbm, &[128, 4], Dtype::Fp32));
+    m.free(&big).expect("free");
+    assert!(m.has_room(Space::Sbuf, &[128, 4000], Dtype::Fp32));
+    assert!(m.alloc(Space::Sbuf, "t", &[128, 4000], Dtype::Fp32).is_ok());
+}
+
 #[test]
 fn last_uses_and_a_given_up_tensor() {
     let mut m = core();
