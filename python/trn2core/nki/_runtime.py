@@ -273,6 +273,7 @@ class Core:
         self.placed = {"sbuf": weakref.WeakValueDictionary(), "psum": weakref.WeakValueDictionary()}
         self.lru: dict[str, dict] = {"sbuf": {}, "psum": {}}
         self.fresh: dict[str, list] = {"sbuf": [], "psum": []}
+        self.fresh_cap = 1024
         #: By memory, the instructions before which ``fit`` has looked for the uses of those
         #: tensors (each ``_Alloc.used``).
         self.scanned = {"sbuf": 0, "psum": 0}
@@ -364,7 +365,11 @@ class Core:
                 lru = self.lru[buffer.space]
                 owner.ref = weakref.ref(owner, lambda _, b=born, lru=lru: lru.pop(b, None))
                 self.placed[buffer.space][tile.tensor_key] = owner
-                self.fresh[buffer.space].append(owner.ref)
+                fresh = self.fresh[buffer.space]
+                fresh.append(owner.ref)
+                if len(fresh) > self.fresh_cap:  # a kernel that never spills: drop the dead
+                    fresh[:] = [r for r in fresh if r() is not None]
+                    self.fresh_cap = max(1024, 2 * len(fresh))
                 t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
                 if buffer is SBUF:  # may be spilled: its handles follow it
                     owner.shape, owner.dtype = mshape, dtype
