@@ -101,8 +101,8 @@ class _Alloc:
     whole ``tile`` (they are pointed at the reloaded tile)."""
 
     __slots__ = (
-        "m", "tile", "init", "born", "name", "slot", "hm", "handles", "shape", "dtype",
-        "__weakref__",
+        "m", "tile", "init", "born", "name", "slot", "hm", "handles", "shape", "dtype", "used",
+        "ref", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, m, tile, init=None, born=None, name="") -> None:
@@ -114,6 +114,8 @@ class _Alloc:
         self.slot = None  # the HBM spill slot (current-dialect SBUF tensors spilled once)
         self.hm = None  # the machine of ``slot``
         self.handles = None
+        self.used = -1  # the last instruction known to have touched it (``Core.fit``)
+        self.ref = None  # a weak reference to it, in ``Core.lru`` while it holds storage
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -129,6 +131,12 @@ class _Alloc:
                 self.hm.free(self.slot)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
             pass
+
+
+def _recency(o: _Alloc) -> tuple:
+    """The order of ``Core.fit``'s victims: last use (instruction ``i`` is ``2 i + 1``) or
+    birth (``2 n``, before instruction ``n``), the later; then birth."""
+    return (max((2 * o.used + 1, -1), o.born), o.born)
 
 
 class _SpillingMachine:
@@ -258,9 +266,17 @@ class Core:
         self.holders: dict = {}
         #: Live blocks of ``LazyBlocks`` arrays, least recently used first.
         self.lazy_lru: collections.OrderedDict = collections.OrderedDict()
-        #: The current dialect's tensors the allocator placed, by memory (``fit``
-        #: picks the least recently used: the machine's record says when each was last used).
-        self.placed = {"sbuf": weakref.WeakSet(), "psum": weakref.WeakSet()}
+        #: The current dialect's tensors the allocator placed that hold storage, by memory
+        #: (``fit`` picks the least recently used: the machine's record says when each was
+        #: last used): by tensor key; least recently used first (birth -> weak reference,
+        #: as ``fit`` last ordered them); made or reloaded since.
+        self.placed = {"sbuf": weakref.WeakValueDictionary(), "psum": weakref.WeakValueDictionary()}
+        self.lru: dict[str, dict] = {"sbuf": {}, "psum": {}}
+        self.fresh: dict[str, list] = {"sbuf": [], "psum": []}
+        self.fresh_cap = 1024
+        #: By memory, the instructions before which ``fit`` has looked for the uses of those
+        #: tensors (each ``_Alloc.used``).
+        self.scanned = {"sbuf": 0, "psum": 0}
         self.births = itertools.count()
         #: The tensor key of each whole tile spilled -> (weak reference to its ``_Alloc``,
         #: that tile): tiles made from it before the spill are moved to the reloaded tensor.
@@ -346,7 +362,14 @@ class Core:
                 # after the tensors made before it.
                 born = (2 * self.m.instructions, next(self.births))
                 owner = _Alloc(self.machine, tile, init, born, mname)
-                self.placed[buffer.space].add(owner)
+                lru = self.lru[buffer.space]
+                owner.ref = weakref.ref(owner, lambda _, b=born, lru=lru: lru.pop(b, None))
+                self.placed[buffer.space][tile.tensor_key] = owner
+                fresh = self.fresh[buffer.space]
+                fresh.append(owner.ref)
+                if len(fresh) > self.fresh_cap:  # a kernel that never spills: drop the dead
+                    fresh[:] = [r for r in fresh if r() is not None]
+                    self.fresh_cap = max(1024, 2 * len(fresh))
                 t = NkiTensor(tile, shape, pdim, dtype, buffer, self, owner, name)
                 if buffer is SBUF:  # may be spilled: its handles follow it
                     owner.shape, owner.dtype = mshape, dtype
@@ -376,15 +399,38 @@ class Core:
                     "liveness)"
                 )
                 error.rule = "sbuf_capacity"
-        live = [o for o in self.placed[buffer.space] if o.m is not None and o not in pinned]
-        used = self.m.last_uses([o.tile for o in live])
-        # Least recently used first; ties (tensors last used by one instruction) by birth.
-        owners = [o for _, _, o in sorted(
-            (max((2 * u + 1, -1), o.born), o.born, o) for u, o in zip(used, live, strict=True)
-        )]  # fmt: skip
+        # Least recently used first: by last use (the last recorded instruction that touched
+        # the tensor's bytes), or birth if later; ties (tensors last used by one instruction)
+        # by birth. ``lru`` is that order as of ``scanned``: the tensors touched since and
+        # those made or reloaded since come after all the others, in their own order (a use
+        # found before ``scanned`` stays a tensor's last until a later one; a tensor reloaded
+        # since has new bytes, first touched by its reload, after all it had; one made since
+        # was born after the other tensors and any earlier use of its bytes).
+        space = buffer.space
+        placed, lru = self.placed[space], self.lru[space]
+        since, now = self.scanned[space], self.m.instructions
+        moved = {}
+        if since < now:
+            for key, u in self.m.touched_since(space, since):
+                o = placed.get(key)
+                if o is not None and o.m is not None:
+                    o.used = u
+                    moved[o.born] = o
+        for ref in self.fresh[space]:
+            o = ref()
+            if o is not None and o.m is not None:
+                moved[o.born] = o
+        self.fresh[space] = []
+        self.scanned[space] = now
+        for o in sorted(moved.values(), key=_recency):
+            lru.pop(o.born, None)
+            lru[o.born] = o.ref
         file, line = user_location()
         where = f"{name} at {os.path.basename(file)}:{line}"
-        for victim in owners:
+        for ref in list(lru.values()):
+            victim = ref()
+            if victim is None or victim.m is None or victim in pinned:
+                continue
             if buffer is SBUF:
                 self.spill(victim, where)
             else:
@@ -394,10 +440,13 @@ class Core:
                     "fit): the tensors in use at once need more than there is (docs/nki.md, "
                     "current-dialect liveness)"
                 )
+                self.forget(victim, "psum")
                 m, victim.m = victim.m, None
                 m.give_up(victim.tile, gone, "psum_capacity")
+            if not self.m.has_room(mshape, mdtype, space):
+                continue  # the CapacityError the allocation would raise, not made
             try:
-                return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
+                return self.m.alloc(mshape, mdtype, space, name, 0, None)
             except CapacityError:
                 continue
         raise error
@@ -423,10 +472,16 @@ class Core:
         the store was not recorded (``spill_out(timed=False)``): its DMA is recorded now,
         before the load (both move the same bytes)."""
         m = self.machine
-        if not stored:
-            m.spill_move(tile, slot)
-            m.dma_spill(slot, tile, self.loc)
-        m.dma_spill(tile, slot, self.loc)
+        if stored:
+            m.dma_spill(tile, slot, self.loc)
+        else:
+            m.spill_reload(tile, slot, self.loc)
+
+    def forget(self, owner: _Alloc, space: str) -> None:
+        """``owner``, placed in ``space``, gives its storage up: out of ``placed`` and
+        ``lru`` until reloaded (``fit``)."""
+        self.placed[space].pop(owner.tile.tensor_key, None)
+        self.lru[space].pop(owner.born, None)
 
     def spill(self, victim: _Alloc, where: str) -> None:
         """Spills a current-dialect SBUF tensor the allocator placed (``fit``): its bytes to
@@ -437,6 +492,7 @@ class Core:
         (``reload``): the compiler stores only live tensors, and a dead tensor kept by a
         handle (a variable rebound in the next loop iteration) is never reloaded."""
         tile = victim.tile
+        self.forget(victim, "sbuf")
         victim.slot = self.spill_out(
             tile, victim.slot, victim.name, victim.shape, victim.dtype, timed=False
         )
@@ -467,6 +523,8 @@ class Core:
         tile = self.fit(owner.shape, owner.dtype, SBUF, owner.name, None, pinned)
         self.spill_in(tile, owner.slot, stored=False)
         owner.tile, owner.m = tile, self.machine
+        self.placed["sbuf"][tile.tensor_key] = owner
+        self.fresh["sbuf"].append(owner.ref)
         for ref in owner.handles or ():
             h = ref()
             if h is not None and type(h._t) is Spilled and h._t.owner is owner:
@@ -495,7 +553,8 @@ class Core:
         if not stale:
             return None
         owners = {k: ref() for k, (ref, _) in stale.items()}
-        pinned = {o for o in self.placed["sbuf"] if o.m is not None and o.tile.tensor_key in keys}
+        placed = self.placed["sbuf"]
+        pinned = {o for k in keys if (o := placed.get(k)) is not None and o.m is not None}
         pinned.update(owners.values())
         for o in owners.values():
             if o.m is None:

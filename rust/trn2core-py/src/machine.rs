@@ -354,6 +354,9 @@ impl PyMachine {
     }
 }
 
+/// A tensor as `PyTile::tensor_key` names it: `(machine, slot, generation)`.
+type TensorKey = (u32, u32, u32);
+
 /// Work counted for one queued matmul when a call settles the queue first: up to 128 x 128 x
 /// 512 multiply-adds, so a few queued ones already go to the interruptible path.
 const QUEUED_MATMUL_WORK: u64 = 1 << 20;
@@ -389,6 +392,15 @@ impl PyMachine {
             })?,
         };
         Ok(PyTile { tile })
+    }
+
+    /// Whether `alloc(shape, dtype, space, ...)` without an address, from partition 0, could
+    /// succeed now: `False` only when it would raise the `CapacityError` of no room (checked
+    /// without making that error: a front end trying again as it frees memory).
+    fn has_room(&self, shape: Vec<usize>, dtype: &str, space: &str) -> PyTrn2Result<bool> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let sp = Space::parse("space", space)?;
+        Ok(self.lock().has_room(sp, &shape, dt))
     }
 
     /// `core.alloc` in SBUF/PSUM: a tensor of `shape` and `dtype` when `dtype` is given, else
@@ -473,6 +485,19 @@ impl PyMachine {
         self.with_settled(py, s.elements().max(d.elements()), |m| m.spill_move(&d, &s))
     }
 
+    /// The reload of a tensor whose store was not recorded (`spill_move` when it gave its
+    /// storage up): `spill_move(tile, slot)`, `dma_spill(slot, tile, location)` and
+    /// `dma_spill(tile, slot, location)`, the bytes copied once (`Machine::spill_reload`).
+    fn spill_reload(
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>, slot: &Bound<'_, PyAny>,
+        location: Option<u32>,
+    ) -> PyTrn2Result<()> {
+        let (t, s) = (tile_of(tile, "tile")?, tile_of(slot, "slot")?);
+        self.with_settled(py, s.elements().max(t.elements()), |m| {
+            m.at(location, |m| m.spill_reload(&t, &s, None))
+        })
+    }
+
     /// Frees the tensor of `tile`.
     fn free(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<()> {
         let t = tile_of(tile, "tile")?;
@@ -489,11 +514,21 @@ impl PyMachine {
         self.with_queue(py, 0, |m| m.give_up(&t, message, rule))
     }
 
-    /// For each tile, the index of the last recorded instruction that read or wrote its
-    /// tensor (-1: none).
-    fn last_uses(&self, tiles: Vec<Bound<'_, PyAny>>) -> PyTrn2Result<Vec<i64>> {
+    /// The live tensors of `space` ("sbuf" or "psum") that a recorded instruction from `since`
+    /// on read or wrote: `(tensor_key, index of the last such instruction)` each
+    /// (`Machine::touched_since`).
+    fn touched_since(&self, space: &str, since: usize) -> PyTrn2Result<Vec<(TensorKey, i64)>> {
+        let sp = Space::parse("space", space)?;
+        let found = self.lock().touched_since(sp, since);
+        Ok(found.into_iter().map(|(id, i)| ((id.machine, id.slot, id.generation), i)).collect())
+    }
+
+    /// For each tile, the index of the last recorded instruction from `since` on that read or
+    /// wrote its tensor (-1: none).
+    #[pyo3(signature = (tiles, since = 0))]
+    fn last_uses(&self, tiles: Vec<Bound<'_, PyAny>>, since: usize) -> PyTrn2Result<Vec<i64>> {
         let tiles = tiles.iter().map(|t| tile_of(t, "tiles")).collect::<PyTrn2Result<Vec<_>>>()?;
-        Ok(self.lock().last_uses(&tiles))
+        Ok(self.lock().last_uses(&tiles, since))
     }
 
     /// The name, dtype and logical shape of `tile`'s tensor.

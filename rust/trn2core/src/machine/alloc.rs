@@ -108,17 +108,10 @@ impl Memories {
                 }
                 a
             }
-            None => {
-                let fit = if space == Space::Sbuf && self.sbuf_from_top {
-                    top_fit(live, start_partition, p as u32, bytes, limit)
-                } else {
-                    first_fit(live, space, start_partition, p as u32, bytes, limit)
-                };
-                match fit {
-                    Some(a) => a,
-                    None => return Err(too_big()),
-                }
-            }
+            None => match self.fit_address(space, start_partition, p as u32, bytes, limit) {
+                Some(a) => a,
+                None => return Err(too_big()),
+            },
         };
         let slot = self.new_slot();
         let live = Live { slot, start_partition, partitions: p as u32, address, bytes, overlay };
@@ -151,6 +144,33 @@ impl Memories {
         let place = (start_partition, p as u32, address, bytes);
         self.put_on_chip(slot, name, space, dtype, shape, place);
         Ok(self.id(slot))
+    }
+
+    /// Where [`Memories::alloc`] puts a tensor of `bytes` per partition on partitions
+    /// `start_partition..+p` without an address: first fit (SBUF from the top when
+    /// `sbuf_from_top`), `None` when nothing fits.
+    fn fit_address(
+        &self, space: Space, start_partition: u32, p: u32, bytes: u64, limit: u64,
+    ) -> Option<u64> {
+        let live = self.live(space);
+        if space == Space::Sbuf && self.sbuf_from_top {
+            top_fit(live, start_partition, p, bytes, limit)
+        } else {
+            first_fit(live, space, start_partition, p, bytes, limit)
+        }
+    }
+
+    /// Whether [`Memories::alloc`] of `shape` and `dtype` in `space` from partition 0, without
+    /// an address, could succeed now: `false` only when it would be the `CapacityError` of
+    /// no room (made here without its message; a front end trying again as memory is freed).
+    pub fn has_room(&self, space: Space, shape: &[usize], dtype: Dtype) -> bool {
+        let (limit, parts) = Self::limits(space);
+        if space == Space::Hbm || Self::elements("shape", shape).is_err() || shape[0] > parts {
+            return true; // the allocation's own error, not one of room
+        }
+        let free: u64 = shape[1..].iter().map(|&s| s as u64).product();
+        let bytes = free.saturating_mul(dtype.size() as u64);
+        self.fit_address(space, 0, shape[0] as u32, bytes, limit).is_some()
     }
 
     /// The usable bytes per partition and the partitions of SBUF or PSUM.

@@ -1057,9 +1057,11 @@ impl Memories {
 
     /// Moves the bytes of the whole SBUF tensor `chip`, and which of them were written, to the
     /// HBM tensor `hbm` of the same size (`to_hbm`; partition after partition) or back: a
-    /// block the compiler spills to HBM and reloads. Returns the bytes moved.
+    /// block the compiler spills to HBM and reloads. Returns the bytes moved. `copy: false`:
+    /// the caller has just made both hold the same bytes, so only which of them were written
+    /// moves (as it would with the copy).
     pub(crate) fn spill_bytes(
-        &mut self, chip: TensorId, hbm: TensorId, to_hbm: bool,
+        &mut self, chip: TensorId, hbm: TensorId, to_hbm: bool, copy: bool,
     ) -> Result<u64> {
         let c = self.tensor(chip)?;
         let (p0, np, addr, b, full) = (
@@ -1090,13 +1092,15 @@ impl Memories {
             return Ok(0);
         };
         let (bu, au) = (b as usize, addr as usize);
-        for p in 0..np {
-            let at = self.sbuf.at(p0 + p, au);
-            let (h, c) = (&mut hmem.bytes_mut()[p * bu..][..bu], &mut self.sbuf);
-            if to_hbm {
-                h.copy_from_slice(&c.bytes()[at..at + bu]);
-            } else {
-                c.bytes_mut()[at..at + bu].copy_from_slice(h);
+        if copy {
+            for p in 0..np {
+                let at = self.sbuf.at(p0 + p, au);
+                let (h, c) = (&mut hmem.bytes_mut()[p * bu..][..bu], &mut self.sbuf);
+                if to_hbm {
+                    h.copy_from_slice(&c.bytes()[at..at + bu]);
+                } else {
+                    c.bytes_mut()[at..at + bu].copy_from_slice(h);
+                }
             }
         }
         if self.uninitialized == Uninitialized::Nan {

@@ -125,6 +125,14 @@ impl Machine {
         self.alloc_at(space, name, shape, dtype, 0, None, false)
     }
 
+    /// Whether [`Machine::alloc`] of `shape` and `dtype` in `space` could succeed now (also
+    /// when tensors the matmul queue used still hold bytes: settling may give them back);
+    /// `false` only when it would be the `CapacityError` of no room, made here without its
+    /// message.
+    pub fn has_room(&self, space: Space, shape: &[usize], dtype: Dtype) -> bool {
+        self.mem.has_retired() || self.mem.has_room(space, shape, dtype)
+    }
+
     /// Where SBUF tensors without an address go: the highest free address when `on` (the NKI
     /// front end: kernels' explicit allocations count from address 0 up, so the tensors the
     /// front end places itself keep clear of them), else the lowest (the default).
@@ -272,10 +280,64 @@ impl Machine {
         self.mem.give_up(tile.tensor, message.to_string(), rule)
     }
 
-    /// For each tile, the index of the last recorded instruction that read or wrote any of
-    /// its tensor's bytes (-1: none; a tensor no longer live counts as never used). Scans the
-    /// program from its end until every tile is found.
-    pub fn last_uses(&self, tiles: &[Tile]) -> Vec<i64> {
+    /// The live tensors of `space` (SBUF or PSUM) that a recorded instruction from `since` on
+    /// read or wrote, each with the index of the last such instruction: what
+    /// [`Machine::last_uses`] of every live tensor of `space` finds (the others, -1, left
+    /// out), without naming them. Scans the program from its end back to `since`.
+    pub fn touched_since(&self, space: Space, since: usize) -> Vec<(TensorId, i64)> {
+        use record::{MEM_PSUM, MEM_SBUF};
+        let mem = match space {
+            Space::Sbuf => MEM_SBUF,
+            Space::Psum => MEM_PSUM,
+            Space::Hbm => return Vec::new(),
+        };
+        let live: Vec<(TensorId, record::Region)> = (self.mem.tensors.iter().enumerate())
+            .filter_map(|(slot, t)| {
+                let t = t.as_ref().filter(|t| t.space == space)?;
+                let id = TensorId {
+                    machine: self.mem.machine,
+                    slot: slot as u32,
+                    generation: t.generation,
+                };
+                let span = record::Region {
+                    mem,
+                    p0: t.start_partition as u16,
+                    pn: t.partitions as u16,
+                    lo: t.address,
+                    hi: t.address + t.bytes,
+                };
+                Some((id, span))
+            })
+            .collect();
+        let mut found = vec![false; live.len()];
+        let (mut out, mut left) = (Vec::new(), live.len());
+        let hits = |a: &record::Region, b: &record::Region| {
+            a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
+        };
+        let recorded = self.program.instrs.iter().enumerate();
+        for (i, ins) in recorded.skip(since).rev() {
+            if left == 0 {
+                break;
+            }
+            let regions = self.program.reads(ins).iter().chain(self.program.writes(ins));
+            for r in regions.filter(|r| r.mem == mem) {
+                for (k, (id, span)) in live.iter().enumerate() {
+                    if !found[k] && hits(r, span) {
+                        found[k] = true;
+                        left -= 1;
+                        out.push((*id, i as i64));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// For each tile, the index of the last recorded instruction from `since` on that read or
+    /// wrote any of its tensor's bytes (-1: none; a tensor no longer live counts as never
+    /// used). Scans the program from its end back to `since` until every tile is found: a
+    /// front end that keeps what it learnt asks only about the instructions recorded since.
+    pub fn last_uses(&self, tiles: &[Tile], since: usize) -> Vec<i64> {
         use record::{MEM_PSUM, MEM_SBUF};
         let spans: Vec<Option<record::Region>> = tiles
             .iter()
@@ -300,7 +362,8 @@ impl Machine {
         let hits = |a: &record::Region, b: &record::Region| {
             a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
         };
-        for (i, ins) in self.program.instrs.iter().enumerate().rev() {
+        let recorded = self.program.instrs.iter().enumerate();
+        for (i, ins) in recorded.skip(since).rev() {
             if left == 0 {
                 break;
             }

@@ -1305,6 +1305,47 @@ fn spill_move_moves_bits_and_written_state_without_an_instruction() {
     assert_eq!(rep.spill_bytes, 0);
 }
 
+/// `spill_reload` is `spill_move` into the tensor, then `dma_spill` to the slot and back: the
+/// same bits, written state, instructions and times, the bytes copied once.
+#[test]
+fn spill_reload_is_a_move_and_two_spill_dmas() {
+    let run = |reload: &dyn Fn(&mut Machine, &Tile, &Tile)| {
+        let mut m = core();
+        let (h, host) = random_hbm(&mut m, "in", &[128, 8], 124);
+        let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+        let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+        m.dma_copy(&half, &h, None).expect("load half");
+        let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
+        m.spill_move(&slot, &s).expect("save");
+        m.free(&s).expect("free");
+        let pad = alloc(&mut m, "pad", &[128, 4], Dtype::Fp32);
+        let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
+        reload(&mut m, &back, &slot);
+        assert_eq!(m.instructions(), 3);
+        let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+        assert_eq!(get(&m, &half), host);
+        let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
+        let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
+        assert!(err.to_string().contains("never written"), "{err}");
+        m.free(&pad).expect("free");
+        let rep = m.run().expect("run");
+        assert_eq!(rep.spill_bytes, 2 * 128 * 16 * 4);
+        (rep.seconds, rep.spill_s, rep.dma_bytes)
+    };
+    let once = run(&|m, back, slot| m.spill_reload(back, slot, None).expect("reload"));
+    let three = run(&|m, back, slot| {
+        m.spill_move(back, slot).expect("restore");
+        m.dma_spill(slot, back, None).expect("store");
+        m.dma_spill(back, slot, None).expect("load");
+    });
+    assert_eq!(once, three);
+    let mut m = core();
+    let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+    let slot = m.hbm_tensor("slot", &[128, 8], Dtype::Fp32, None).expect("slot");
+    assert!(m.spill_reload(&s, &slot, None).is_err());
+    assert_eq!(m.instructions(), 0);
+}
+
 // --------------------------------------------------------------------- rules and errors
 
 #[test]
@@ -2130,6 +2171,27 @@ fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
     assert!(matches!(r, Err(Error::Value { .. })) && calls == 1, "{r:?}");
 }
 
+/// `has_room` says whether `alloc` would find room, without making its error: false exactly
+/// when the allocation is the `CapacityError` of no room.
+#[test]
+fn has_room_is_whether_alloc_finds_room() {
+    let mut m = core();
+    let big = alloc(&mut m, "big", &[128, 50_000], Dtype::Fp32); // 200,000 B per partition
+    for (space, shape) in [(Space::Sbuf, &[128, 4000][..]), (Space::Psum, &[128, 512][..])] {
+        let room = m.has_room(space, shape, Dtype::Fp32);
+        assert_eq!(room, m.alloc(space, "t", shape, Dtype::Fp32).is_ok(), "{space:?}");
+    }
+    assert!(!m.has_room(Space::Sbuf, &[128, 4000], Dtype::Fp32));
+    assert!(m.has_room(Space::Sbuf, &[64, 100], Dtype::Fp32));
+    // Errors other than room are the allocation's own: has_room does not stand for them.
+    assert!(m.has_room(Space::Sbuf, &[129, 4], Dtype::Fp32));
+    assert!(m.has_room(Space::Sbuf, &[], Dtype::Fp32));
+    assert!(m.has_room(Space::Hbm, &[128, 4], Dtype::Fp32));
+    m.free(&big).expect("free");
+    assert!(m.has_room(Space::Sbuf, &[128, 4000], Dtype::Fp32));
+    assert!(m.alloc(Space::Sbuf, "t", &[128, 4000], Dtype::Fp32).is_ok());
+}
+
 #[test]
 fn last_uses_and_a_given_up_tensor() {
     let mut m = core();
@@ -2138,7 +2200,19 @@ fn last_uses_and_a_given_up_tensor() {
     let c = alloc(&mut m, "c", &[128, 64], Dtype::Fp32);
     m.tensor_tensor(Engine::Vector, &c, &a, &a, AluOp::Add).expect("2");
     let half = a.slice(&[Index::ALL, range(0, 32)]).expect("view");
-    assert_eq!(m.last_uses(&[a, b, c, half]), vec![2, 1, 2, 2]);
+    assert_eq!(m.last_uses(&[a, b, c, half], 0), vec![2, 1, 2, 2]);
+    // From `since` on only: b's last use (1) is before 2.
+    assert_eq!(m.last_uses(&[a, b, c, half], 2), vec![2, -1, 2, 2]);
+    assert_eq!(m.last_uses(&[a, b], 3), vec![-1, -1]);
+    assert_eq!(m.last_uses(&[a], 99), vec![-1]);
+    // The live tensors of a memory touched from `since` on, found without naming them.
+    let mut seen = m.touched_since(Space::Sbuf, 1);
+    seen.sort_by_key(|&(id, _)| id.slot);
+    assert_eq!(seen, vec![(a.tensor, 2), (b.tensor, 1), (c.tensor, 2)]);
+    assert_eq!(m.touched_since(Space::Sbuf, 2).len(), 2);
+    assert!(m.touched_since(Space::Sbuf, 3).is_empty());
+    assert!(m.touched_since(Space::Psum, 0).is_empty());
+    assert!(m.touched_since(Space::Hbm, 0).is_empty());
     // Given up: a later use is the CapacityError the front end gave, under its rule.
     m.give_up(&b, "b: used after its storage was given to d", "psum_capacity").expect("give up");
     let e = m.tensor_tensor(Engine::Vector, &c, &b, &a, AluOp::Add).expect_err("gone");
@@ -2146,7 +2220,7 @@ fn last_uses_and_a_given_up_tensor() {
     assert_eq!(e.arg(), Some("data1"));
     assert_eq!(e.rule(), Some("psum_capacity"));
     assert!(e.to_string().contains("given to d"), "{e}");
-    assert_eq!(m.last_uses(&[b]), vec![-1]);
+    assert_eq!(m.last_uses(&[b], 0), vec![-1]);
     // A plain free stays the usual error; an unknown rule is refused.
     m.free(&c).expect("free");
     let e = m.tensor_tensor(Engine::Vector, &a, &c, &a, AluOp::Add).expect_err("freed");

@@ -136,12 +136,20 @@ impl Machine {
     /// move as they are (a partly written block spills); timed as a `dma_copy` of those bytes
     /// and counted in the report's spill figures (`flags::SPILL`).
     pub fn dma_spill(&mut self, dst: &Tile, src: &Tile, queue: Option<u8>) -> Result<()> {
+        self.dma_spill_copying(dst, src, queue, true)
+    }
+
+    /// [`Machine::dma_spill`]; `copy: false` when `dst` already holds `src`'s bytes (what
+    /// [`Machine::spill_move`] just moved): the same instruction and state, no byte copied.
+    fn dma_spill_copying(
+        &mut self, dst: &Tile, src: &Tile, queue: Option<u8>, copy: bool,
+    ) -> Result<()> {
         let q = self.dma_queue(queue)?;
         let s = self.operand("src", src, None, true)?;
         let d = self.operand("dst", dst, None, true)?;
         let to_hbm = dst.space == Space::Hbm;
         let (chip, hbm) = if to_hbm { (src, dst) } else { (dst, src) };
-        let bytes = self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm)?;
+        let bytes = self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm, copy)?;
         let info = self.mem.tensor(chip.tensor)?;
         let cost = CostInput {
             partitions: info.partitions as u16,
@@ -164,8 +172,19 @@ impl Machine {
         self.operand("dst", dst, None, true)?;
         let to_hbm = dst.space == Space::Hbm;
         let (chip, hbm) = if to_hbm { (src, dst) } else { (dst, src) };
-        self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm)?;
+        self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm, true)?;
         Ok(())
+    }
+
+    /// The reload of a tensor whose store was not recorded when it gave its storage up
+    /// ([`Machine::spill_move`]): the HBM spill slot `slot`'s bytes moved into the whole SBUF
+    /// tensor `tile`, then the store's `dma_spill` (`tile` to `slot`) and the load's (`slot`
+    /// to `tile`) recorded, on `queue` (`None`: the queues in turn). The same as those three
+    /// calls, with the bytes copied once.
+    pub fn spill_reload(&mut self, tile: &Tile, slot: &Tile, queue: Option<u8>) -> Result<()> {
+        self.spill_move(tile, slot)?;
+        self.dma_spill_copying(slot, tile, queue, false)?;
+        self.dma_spill_copying(tile, slot, queue, false)
     }
 
     /// The next DMA queue: `queue`, checked, or (`None`) the queues in turn.
