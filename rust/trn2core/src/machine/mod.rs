@@ -93,6 +93,27 @@ pub struct Machine {
     pub(crate) next_dma_queue: u8,
 }
 
+/// The on-chip bytes of a tensor as a recorded region (`None` for an HBM tensor).
+fn region_of(t: &TensorInfo) -> Option<record::Region> {
+    let mem = match t.space {
+        Space::Sbuf => record::MEM_SBUF,
+        Space::Psum => record::MEM_PSUM,
+        Space::Hbm => return None,
+    };
+    Some(record::Region {
+        mem,
+        p0: t.start_partition as u16,
+        pn: t.partitions as u16,
+        lo: t.address,
+        hi: t.address + t.bytes,
+    })
+}
+
+/// Whether two recorded regions share a byte.
+fn regions_meet(a: &record::Region, b: &record::Region) -> bool {
+    a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
+}
+
 /// PSUM fp32 slots per partition.
 pub(crate) const PSUM_SLOTS: usize = (PSUM_PARTITION_BYTES / 4) as usize;
 
@@ -299,21 +320,11 @@ impl Machine {
                     slot: slot as u32,
                     generation: t.generation,
                 };
-                let span = record::Region {
-                    mem,
-                    p0: t.start_partition as u16,
-                    pn: t.partitions as u16,
-                    lo: t.address,
-                    hi: t.address + t.bytes,
-                };
-                Some((id, span))
+                Some((id, region_of(t)?))
             })
             .collect();
         let mut found = vec![false; live.len()];
         let (mut out, mut left) = (Vec::new(), live.len());
-        let hits = |a: &record::Region, b: &record::Region| {
-            a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
-        };
         let recorded = self.program.instrs.iter().enumerate();
         for (i, ins) in recorded.skip(since).rev() {
             if left == 0 {
@@ -322,7 +333,7 @@ impl Machine {
             let regions = self.program.reads(ins).iter().chain(self.program.writes(ins));
             for r in regions.filter(|r| r.mem == mem) {
                 for (k, (id, span)) in live.iter().enumerate() {
-                    if !found[k] && hits(r, span) {
+                    if !found[k] && regions_meet(r, span) {
                         found[k] = true;
                         left -= 1;
                         out.push((*id, i as i64));
@@ -338,30 +349,10 @@ impl Machine {
     /// used). Scans the program from its end back to `since` until every tile is found: a
     /// front end that keeps what it learnt asks only about the instructions recorded since.
     pub fn last_uses(&self, tiles: &[Tile], since: usize) -> Vec<i64> {
-        use record::{MEM_PSUM, MEM_SBUF};
-        let spans: Vec<Option<record::Region>> = tiles
-            .iter()
-            .map(|t| {
-                let info = self.mem.tensor(t.tensor).ok()?;
-                let mem = match info.space {
-                    Space::Sbuf => MEM_SBUF,
-                    Space::Psum => MEM_PSUM,
-                    Space::Hbm => return None,
-                };
-                Some(record::Region {
-                    mem,
-                    p0: info.start_partition as u16,
-                    pn: info.partitions as u16,
-                    lo: info.address,
-                    hi: info.address + info.bytes,
-                })
-            })
-            .collect();
+        let spans: Vec<Option<record::Region>> =
+            tiles.iter().map(|t| region_of(self.mem.tensor(t.tensor).ok()?)).collect();
         let mut out = vec![-1i64; tiles.len()];
         let mut left = spans.iter().filter(|s| s.is_some()).count();
-        let hits = |a: &record::Region, b: &record::Region| {
-            a.mem == b.mem && a.p0 < b.p0 + b.pn && b.p0 < a.p0 + a.pn && a.lo < b.hi && b.lo < a.hi
-        };
         let recorded = self.program.instrs.iter().enumerate();
         for (i, ins) in recorded.skip(since).rev() {
             if left == 0 {
@@ -371,7 +362,7 @@ impl Machine {
             let regions: Vec<&record::Region> = regions.collect();
             for (k, span) in spans.iter().enumerate() {
                 if let (Some(span), -1) = (span, out[k]) {
-                    if regions.iter().any(|r| hits(r, span)) {
+                    if regions.iter().any(|r| regions_meet(r, span)) {
                         out[k] = i as i64;
                         left -= 1;
                     }
