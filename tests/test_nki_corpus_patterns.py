@@ -16,21 +16,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 import trn2core.nki as tn
+from kernel_lines import at as _at
+from kernel_lines import line_of as _line_of
 from trn2core.errors import CapacityError, FormatError, ShapeError, Trn2Error
 
 nl, nisa = tn.language, tn.isa
 lnl, lisa = tn.language_legacy, tn.isa_legacy
-
-
-def _line_of(fn, text: str) -> int:
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(i for i, ln in enumerate(lines) if text in ln)
-
-
-def _at(info, fn, marker: str) -> None:
-    """The error names the kernel's own file:line."""
-    where = f"{__file__}:{_line_of(fn, marker)}:"
-    assert str(info.value).startswith(where), (str(info.value), where)
 
 
 def _rand(*shape, seed=0):

@@ -6,11 +6,10 @@ here is our own."""
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 import trn2core.nki as tn
+from kernel_lines import at as _at
 from trn2core.errors import CapacityError, Trn2ValueError
 
 nl, nisa = tn.language, tn.isa
@@ -20,17 +19,6 @@ nl, nisa = tn.language, tn.isa
 F = 16384
 #: One spill or reload DMA of such a tensor (128 partitions of 64 KiB).
 MOVE = 128 * F * 4
-
-
-def _line_of(fn, text: str) -> int:
-    lines, start = inspect.getsourcelines(fn)
-    return start + next(i for i, ln in enumerate(lines) if text in ln)
-
-
-def _at(info, fn, marker: str) -> None:
-    """The error names the kernel's own file:line."""
-    where = f"{__file__}:{_line_of(fn, marker)}:"
-    assert str(info.value).startswith(where), (str(info.value), where)
 
 
 def _data(n: int, seed: int) -> np.ndarray:
