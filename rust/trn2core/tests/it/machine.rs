@@ -1279,26 +1279,38 @@ fn dma_spill_moves_bits_and_written_state_to_hbm_and_back() {
     assert!(rep.spill_s > 0.0 && rep.spill_s < rep.seconds, "{rep}");
 }
 
-/// `spill_move` moves what `dma_spill` moves (bits, which were written) without an
-/// instruction: nothing is recorded or timed.
-#[test]
-fn spill_move_moves_bits_and_written_state_without_an_instruction() {
-    let mut m = core();
-    let (h, host) = random_hbm(&mut m, "in", &[128, 8], 123);
-    let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+/// An SBUF tensor [128, 16] fp32 whose first half is loaded (one DMA of HBM codes from `seed`),
+/// moved to a spill slot and freed: the codes and the slot.
+fn half_written_in_a_slot(m: &mut Machine, seed: u64) -> (Vec<u32>, Tile) {
+    let (h, host) = random_hbm(m, "in", &[128, 8], seed);
+    let s = alloc(m, "s", &[128, 16], Dtype::Fp32);
     let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
     m.dma_copy(&half, &h, None).expect("load half");
     let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
     m.spill_move(&slot, &s).expect("save");
     m.free(&s).expect("free");
+    (host, slot)
+}
+
+/// `back` holds `host` in its first half and its second half is still never written.
+fn assert_half_back(m: &mut Machine, back: &Tile, host: &[u32]) {
+    let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
+    assert_eq!(get(m, &half), host);
+    let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
+    let err = m.dma_copy(&out, back, None).expect_err("unwritten half");
+    assert!(err.to_string().contains("never written"), "{err}");
+}
+
+/// `spill_move` moves what `dma_spill` moves (bits, which were written) without an
+/// instruction: nothing is recorded or timed.
+#[test]
+fn spill_move_moves_bits_and_written_state_without_an_instruction() {
+    let mut m = core();
+    let (host, slot) = half_written_in_a_slot(&mut m, 123);
     let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
     m.spill_move(&back, &slot).expect("restore");
     assert_eq!(m.instructions(), 1);
-    let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
-    assert_eq!(get(&m, &half), host);
-    let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
-    let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
-    assert!(err.to_string().contains("never written"), "{err}");
+    assert_half_back(&mut m, &back, &host);
     let ps = psum(&mut m, "ps", &[128, 16], Dtype::Fp32);
     assert!(m.spill_move(&slot, &ps).is_err());
     let rep = m.run().expect("run");
@@ -1311,22 +1323,12 @@ fn spill_move_moves_bits_and_written_state_without_an_instruction() {
 fn spill_reload_is_a_move_and_two_spill_dmas() {
     let run = |reload: &dyn Fn(&mut Machine, &Tile, &Tile)| {
         let mut m = core();
-        let (h, host) = random_hbm(&mut m, "in", &[128, 8], 124);
-        let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
-        let half = s.slice(&[range(0, 128), range(0, 8)]).expect("cols");
-        m.dma_copy(&half, &h, None).expect("load half");
-        let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
-        m.spill_move(&slot, &s).expect("save");
-        m.free(&s).expect("free");
+        let (host, slot) = half_written_in_a_slot(&mut m, 124);
         let pad = alloc(&mut m, "pad", &[128, 4], Dtype::Fp32);
         let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
         reload(&mut m, &back, &slot);
         assert_eq!(m.instructions(), 3);
-        let half = back.slice(&[range(0, 128), range(0, 8)]).expect("cols");
-        assert_eq!(get(&m, &half), host);
-        let out = m.hbm_tensor("out", &[128, 16], Dtype::Fp32, None).expect("out");
-        let err = m.dma_copy(&out, &back, None).expect_err("unwritten half");
-        assert!(err.to_string().contains("never written"), "{err}");
+        assert_half_back(&mut m, &back, &host);
         m.free(&pad).expect("free");
         let rep = m.run().expect("run");
         assert_eq!(rep.spill_bytes, 2 * 128 * 16 * 4);
