@@ -346,30 +346,18 @@ impl Machine {
 
     /// For each tile, the index of the last recorded instruction from `since` on that read or
     /// wrote any of its tensor's bytes (-1: none; a tensor no longer live counts as never
-    /// used). Scans the program from its end back to `since` until every tile is found: a
-    /// front end that keeps what it learnt asks only about the instructions recorded since.
+    /// used): what [`Machine::touched_since`] finds for the tiles' memories (a front end that
+    /// keeps what it learnt asks only about the instructions recorded since).
     pub fn last_uses(&self, tiles: &[Tile], since: usize) -> Vec<i64> {
-        let spans: Vec<Option<record::Region>> =
-            tiles.iter().map(|t| region_of(self.mem.tensor(t.tensor).ok()?)).collect();
-        let mut out = vec![-1i64; tiles.len()];
-        let mut left = spans.iter().filter(|s| s.is_some()).count();
-        let recorded = self.program.instrs.iter().enumerate();
-        for (i, ins) in recorded.skip(since).rev() {
-            if left == 0 {
-                break;
-            }
-            let regions = self.program.reads(ins).iter().chain(self.program.writes(ins));
-            let regions: Vec<&record::Region> = regions.collect();
-            for (k, span) in spans.iter().enumerate() {
-                if let (Some(span), -1) = (span, out[k]) {
-                    if regions.iter().any(|r| regions_meet(r, span)) {
-                        out[k] = i as i64;
-                        left -= 1;
-                    }
-                }
+        let mut found: Vec<(TensorId, i64)> = Vec::new();
+        for space in [Space::Sbuf, Space::Psum] {
+            if tiles.iter().any(|t| t.space == space) {
+                found.extend(self.touched_since(space, since));
             }
         }
-        out
+        // Only live tensors are found, by their current generation: a freed one's tile is -1.
+        let last = |t: &Tile| found.iter().find(|(id, _)| *id == t.tensor).map_or(-1, |f| f.1);
+        tiles.iter().map(last).collect()
     }
 
     /// The tensor a tile belongs to.
