@@ -730,6 +730,56 @@ def test_out_of_range_slices():
     _raises_at(tn.OutOfBoundsError, k2, "# HERE", "out of range", np.ones((8, 4), np.float32))
 
 
+# Keys of one slice or int per axis (the quick path inside the api wrapper) and the same keys
+# with numpy integers or a step (the general path), with the view's shape (an int on the
+# partition axis keeps it at size 1; on-chip views stay 2-D): each reads numpy's values.
+_VIEW_KEYS = [
+    ((slice(None), 2, slice(3, 7)), (8, 4)),
+    ((slice(-5, None), -1, slice(None, -2)), (5, 8)),
+    ((slice(2, 3), 0, 5), (1, 1)),
+    ((3, slice(1, 4), slice(-8, -7)), (1, 3, 1)),
+    ((slice(np.int64(1), np.int32(6)), np.int64(2), slice(None, 8, 2)), (5, 4)),
+    ((np.int16(4), slice(None), slice(7, 8)), (1, 4, 1)),
+]
+
+
+@pytest.mark.parametrize("key,shape", _VIEW_KEYS, ids=[str(i) for i in range(len(_VIEW_KEYS))])
+def test_views_of_slices_and_ints_read_numpys_slice(key, shape):
+    x = np.arange(8 * 4 * 10, dtype=np.float32).reshape(8, 4, 10)
+    want = x[key].reshape(shape)
+
+    def k(x):
+        t = nl.ndarray((8, 4, 10), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        v = t[key]
+        out = nl.ndarray(v.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=v)
+        return out
+
+    got = tn.run(tn.jit(k), x).outputs
+    assert got.shape == want.shape and (got == want).all()
+
+
+@pytest.mark.parametrize("bad", ["9", "-9", "5:3", "2:2", "0:11", "-11:", "np9"])
+def test_out_of_range_indices_are_refused_at_the_line_on_either_path(bad):
+    key = {
+        "9": (9, 0, 0),
+        "-9": (-9, 0, 0),
+        "5:3": (slice(5, 3), 0, 0),
+        "2:2": (slice(None), 0, slice(2, 2)),
+        "0:11": (slice(None), 0, slice(0, 11)),
+        "-11:": (slice(None), 0, slice(-11, None)),
+        "np9": (np.int64(9), 0, 0),
+    }[bad]
+
+    def k(x):
+        t = nl.ndarray((8, 4, 10), dtype=nl.float32, buffer=nl.sbuf)
+        return t[key]  # HERE
+
+    e = _raises_at(tn.OutOfBoundsError, k, "# HERE", "index", np.ones(2, np.float32))
+    assert ("empty" in str(e)) == (bad in ("5:3", "2:2")), str(e)
+
+
 def test_reading_memory_no_instruction_wrote():
     def k(x):
         t = nl.ndarray((16, 8), dtype=nl.float32, buffer=nl.sbuf)

@@ -507,17 +507,18 @@ class NkiTensor:
                 raise NotSupportedError("index: None (a new axis) is not an NKI index")
         return key
 
-    @api
+    # The common case (one slice or int per axis), in the api wrapper's own frame: what
+    # _normalize and _getitem do with such a key, without their checks for what it does not
+    # hold; _basic answers None for a key holding anything else.
+    @api(
+        inline="""
+        if type(key) is tuple and len(key) == len(self.shape) and self._blocks is None:
+            _v = self._basic(key, True)
+            if _v is not None:
+                return _v
+        """
+    )
     def __getitem__(self, key) -> NkiTensor:
-        if (
-            type(key) is tuple
-            and len(key) == len(self.shape)
-            and self._blocks is None
-            and all(type(k) is slice or type(k) is int for k in key)
-        ):
-            # The common case (one slice or int per axis): what _normalize and _getitem do
-            # with such a key, without their checks for what it does not hold.
-            return self._basic(list(key))
         key = self._normalize(key)
         blocks = self._blocks
         if type(blocks) in (LazyBlocks, FuncBlocks):
@@ -637,37 +638,70 @@ class NkiTensor:
         v._access = None
         return v
 
-    def _basic(self, key: list) -> NkiTensor:
-        on_chip = self._pdim is not None
+    def _basic(self, key, quick: bool = False) -> NkiTensor | None:
+        """The view of ``key``, one slice or int per axis. ``quick``: None instead, for the
+        general path, when an index is anything but an ``int`` or a step-1 slice of ``int``s
+        inside the axis (so that path names what is wrong, in its own order)."""
+        p = self._pdim
+        on_chip = p is not None
+        dims = self.shape
         shape: list[int] = []
-        mkey: list = [None] * self.ndim
+        mkey: list = [None] * len(dims)
         new_pdim = None
         free_kept = 0
         last_int = None
         for a, k in enumerate(key):
-            size = self.shape[a]
-            if isinstance(k, slice):
-                _, count, _ = _resolve_slice(k, size, a)
-                mkey[self._machine_axis(a)] = k
-                if on_chip and a == self._pdim:
+            size = dims[a]
+            # The machine axis of logical axis a (SBUF/PSUM: the partition axis first), as
+            # _machine_axis, inline: this runs for every slice a kernel takes.
+            m = a if p is None or a > p else (0 if a == p else a + 1)
+            if type(k) is slice:
+                start, stop = k.start, k.stop
+                if (
+                    k.step is None
+                    and (start is None or type(start) is int)
+                    and (stop is None or type(stop) is int)
+                ):
+                    # A step-1 slice of plain ints, inline; what is out of range or empty
+                    # goes to _resolve_slice for its error.
+                    start = 0 if start is None else start + size if start < 0 else start
+                    stop = size if stop is None else stop + size if stop < 0 else stop
+                    if not 0 <= start < stop <= size:
+                        if quick:
+                            return None
+                        _resolve_slice(k, size, a)
+                    count = stop - start
+                elif quick:
+                    return None
+                else:
+                    _, count, _ = _resolve_slice(k, size, a)
+                mkey[m] = k
+                if on_chip and a == p:
                     new_pdim = len(shape)
-                elif on_chip and a > self._pdim:
+                elif on_chip and a > p:
                     free_kept += 1
                 shape.append(count)
             else:
-                i = _int(k, f"the index of axis {a}")
+                if type(k) is int:
+                    i = k
+                elif quick:
+                    return None
+                else:
+                    i = _int(k, f"the index of axis {a}")
                 if i < -size or i >= size:
+                    if quick:
+                        return None
                     raise OutOfBoundsError(
                         f"index: {i} is out of range for axis {a} of size {size} "
                         f"(tensor {self.shape}) [rule bounds]"
                     )
                 i %= size
-                mkey[self._machine_axis(a)] = i
-                if on_chip and a == self._pdim:
+                mkey[m] = i
+                if on_chip and a == p:
                     new_pdim = len(shape)
                     shape.append(1)
                     mkey[0] = slice(i, i + 1)
-                elif on_chip and a > self._pdim:
+                elif on_chip and a > p:
                     last_int = (a, i, len(shape))
                 elif not on_chip and shape:
                     last_int = (a, i, len(shape))  # an HBM axis indexed after a kept one
