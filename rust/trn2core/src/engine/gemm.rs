@@ -43,6 +43,9 @@ use crate::{Error, Result};
 const MC_PANELS: usize = 16;
 /// Host cache blocking: columns of `b` per task, as micro-panels of `NR` (512 for AVX-512).
 const NC_PANELS: usize = 8;
+/// Host task sizing: a chain set is cut into at least this many tasks per thread where its
+/// column blocks can be narrowed (see `drive_chains`).
+const CHAIN_TASKS_PER_THREAD: usize = 16;
 /// Packing jobs take at least this many micro-panels (a job of a few microseconds).
 const PACK_MIN_PANELS: usize = 4;
 
@@ -287,9 +290,24 @@ fn drive_chains<K: MicroKernel>(
     };
     let (a_off, b_off) = (offsets(&a_lens), offsets(&b_lens));
     let (apack, bpack) = (&*apack.as_mut_slice(), &*bpack.as_mut_slice());
-    // Output blocks of MC x NC (every chain brings its own: enough tasks for the threads).
-    let mc_max = MC_PANELS * K::MR;
-    let nc = NC_PANELS * K::NR;
+    // Output blocks of at most MC x NC, a chain's rows cut into blocks of equal panel counts
+    // (a 128-row chain is two blocks of 11 panels, not 16 and 6), and narrower column blocks
+    // while the set makes fewer than CHAIN_TASKS_PER_THREAD tasks per thread: a wave's last
+    // tasks, which one thread runs while the other waits, are then short (eight 128 x 512
+    // chains: 32 tasks of 66 x 256, not 16 of 96 or 32 x 512).
+    let mc_of = |m: usize| {
+        let panels = m.div_ceil(K::MR);
+        panels.div_ceil(panels.div_ceil(MC_PANELS)) * K::MR
+    };
+    let threads = rayon::current_num_threads().max(1);
+    let mut nc_panels = NC_PANELS;
+    let count = |nc: usize| -> usize {
+        chains.iter().filter(|c| c.m > 0).map(|c| c.m.div_ceil(mc_of(c.m)) * c.n.div_ceil(nc)).sum()
+    };
+    while nc_panels > 1 && count(nc_panels * K::NR) < CHAIN_TASKS_PER_THREAD * threads {
+        nc_panels /= 2;
+    }
+    let nc = nc_panels * K::NR;
     let plans: Vec<(Vec<(usize, usize)>, bool)> =
         chains.iter_mut().map(|c| (std::mem::take(&mut c.tiles), c.first)).collect();
     let mut tasks: Vec<(usize, Task)> = Vec::new();
@@ -298,7 +316,7 @@ fn drive_chains<K: MicroKernel>(
         if m == 0 || n == 0 {
             continue;
         }
-        let mc = mc_max.min(m.div_ceil(K::MR) * K::MR);
+        let mc = mc_of(m);
         let col_blocks = n.div_ceil(nc);
         if chain.rows.len() != m || chain.rows.iter().any(|r| r.len() != n) {
             return Err(Error::shape("out", format!("a chain's output is not {m} rows of {n}")));

@@ -91,6 +91,9 @@ pub struct Machine {
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
+    /// Queued work settling on another thread, holding SBUF's and PSUM's bytes
+    /// ([`Machine::settle_behind`]).
+    pub(crate) behind: isa::pe::Behind,
 }
 
 /// The on-chip bytes of a tensor as a recorded region (`None` for an HBM tensor).
@@ -130,6 +133,7 @@ impl Machine {
             pe_drains: Vec::new(),
             config,
             next_dma_queue: 0,
+            behind: isa::pe::Behind::default(),
         })
     }
 
@@ -180,6 +184,28 @@ impl Machine {
                 Ok(self.try_alloc_at(args)?.expect("nothing retired after a settle"))
             }
         }
+    }
+
+    /// [`Machine::alloc_at`] that, when the bytes of tensors the queue used are in the way,
+    /// settles the queue on another thread ([`Machine::settle_behind`]: the bytes are free at
+    /// once) instead of here (a front end then issues the next matmuls while those compute).
+    /// Under `uninitialized="nan"` a new tensor's bytes are filled when it is placed, so the
+    /// queue settles here.
+    #[allow(clippy::type_complexity)]
+    pub fn alloc_at_behind(
+        &mut self, args: (Space, &str, &[usize], Dtype, u32, Option<u64>, bool),
+    ) -> Result<Tile> {
+        if let Some(tile) = self.try_alloc_at(args)? {
+            return Ok(tile);
+        }
+        if self.config.uninitialized == Uninitialized::Error {
+            self.settle_behind()?;
+        } else {
+            crate::pool::install(|| self.settle())?;
+        }
+        self.try_alloc_at(args)?.ok_or_else(|| {
+            crate::Error::capacity(args.1, "does not fit, with no retired tensor left to give way")
+        })
     }
 
     /// [`Machine::alloc_at`] without settling the queue: `None` when the tensor does not fit
@@ -483,7 +509,8 @@ impl Machine {
 
 /// Calls `f(word, mask)` for the words of the PSUM slot bitmap (one bit per fp32 slot,
 /// `PSUM_SLOTS` per partition) covering bytes `lo..hi` of partitions `p0 .. p0 + pn`: a few
-/// words per partition instead of one step per slot.
+/// words per partition instead of one step per slot; the words between a partition's first
+/// and last are whole (`u64::MAX`), a loop the compiler vectorises once `f` is inlined.
 pub(crate) fn psum_words(p0: u32, pn: u32, lo: u64, hi: u64, mut f: impl FnMut(usize, u64)) {
     let (s0, s1) = ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
     if s0 >= s1 {
@@ -492,15 +519,58 @@ pub(crate) fn psum_words(p0: u32, pn: u32, lo: u64, hi: u64, mut f: impl FnMut(u
     for p in p0 as usize..(p0 + pn) as usize {
         let (b0, b1) = (p * PSUM_SLOTS + s0, p * PSUM_SLOTS + s1);
         let (w0, w1) = (b0 / 64, (b1 - 1) / 64);
-        for w in w0..=w1 {
-            let lo_bit = if w == w0 { b0 % 64 } else { 0 };
-            let hi_bit = if w == w1 { (b1 - 1) % 64 + 1 } else { 64 };
-            let mask = if hi_bit - lo_bit == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi_bit - lo_bit)) - 1) << lo_bit
-            };
-            f(w, mask);
+        // Bits b0 % 64 .. of the first word, ..= (b1 - 1) % 64 of the last.
+        let (first, last) = (u64::MAX << (b0 % 64), u64::MAX >> (63 - (b1 - 1) % 64));
+        if w0 == w1 {
+            f(w0, first & last);
+            continue;
+        }
+        f(w0, first);
+        for w in w0 + 1..w1 {
+            f(w, u64::MAX);
+        }
+        f(w1, last);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{psum_words, PSUM_SLOTS};
+
+    /// `psum_words` sets exactly the bits of the slots `lo / 4 .. ceil(hi / 4)` (clamped to a
+    /// partition) of each partition asked, each word once: against one bit per slot, for
+    /// regions starting, ending and lying inside words and spanning many.
+    #[test]
+    fn psum_words_cover_exactly_the_slots_of_the_region() {
+        let words = 3 * PSUM_SLOTS / 64;
+        let ends = [0u64, 1, 3, 4, 5, 252, 256, 260, 508, 512, 2048, 4 * PSUM_SLOTS as u64 - 4];
+        for p0 in [0u32, 1] {
+            for pn in [1u32, 2] {
+                for &lo in &ends {
+                    for hi in
+                        ends.iter().map(|h| h + 4).chain([lo, lo + 1, 4 * PSUM_SLOTS as u64 + 9])
+                    {
+                        let mut got = vec![0u64; words];
+                        let mut calls = vec![0u32; words];
+                        psum_words(p0, pn, lo, hi, |w, m| {
+                            assert_eq!(got[w] & m, 0, "a bit set twice");
+                            got[w] |= m;
+                            calls[w] += 1;
+                        });
+                        let mut want = vec![0u64; words];
+                        let (s0, s1) =
+                            ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
+                        for p in p0 as usize..(p0 + pn) as usize {
+                            for s in s0..s1.max(s0) {
+                                let b = p * PSUM_SLOTS + s;
+                                want[b / 64] |= 1 << (b % 64);
+                            }
+                        }
+                        assert_eq!(got, want, "p0 {p0} pn {pn} bytes {lo}..{hi}");
+                        assert!(calls.iter().all(|&c| c <= 1), "a word visited twice");
+                    }
+                }
+            }
         }
     }
 }

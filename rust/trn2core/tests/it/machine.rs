@@ -1998,6 +1998,94 @@ fn retired_psum_is_given_back_when_an_allocation_needs_it() {
     assert_eq!(get(&m, &acc), want);
 }
 
+/// Allocations that need the bytes of retired PSUM tiles settle the queue on another thread
+/// (`alloc_at_behind`, what the binding does) while more chains queue: the bits of settling
+/// here, over twenty chains of different operands through eight banks, with the additions
+/// between them in order; Ctrl-C on the call that waits for a settle running behind (`join`)
+/// leaves what it did not compute queued before what came after, with the same final bits;
+/// and a machine dropped while one runs behind waits for it (its memories go back to the
+/// pool, a new machine works).
+#[test]
+fn chains_settled_behind_give_the_bits_of_settling_here() {
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let run = |behind: bool, cancel_at: Option<usize>| {
+        let (mut m, st, mv) = pe_operands(5, (128, Dtype::Bf16), (512, Dtype::Bf16));
+        let acc = alloc(&mut m, "acc", &[128, 512], Dtype::Fp32);
+        put(&mut m, &acc, &vec![0x3F80_0000; 128 * 512]);
+        let mut went_behind = 0;
+        let mut last = None;
+        for c in 0..20usize {
+            let args = (Space::Psum, "p", &[128usize, 512][..], Dtype::Fp32, 0, None, false);
+            let p = if behind {
+                let before = m.queued_matmuls();
+                let p = match cancel_at {
+                    // Ctrl-C already pressed: the settle it starts behind stops at once.
+                    Some(at) if at == c => {
+                        let token = trn2core::cancel::Cancel::new();
+                        token.cancel();
+                        token.install(|| m.alloc_at_behind(args)).expect("psum")
+                    }
+                    _ => m.alloc_at_behind(args).expect("psum"),
+                };
+                if m.queued_matmuls() < before {
+                    went_behind += 1;
+                    assert!(m.has_queued_work() && m.pending_matmuls() >= before);
+                }
+                p
+            } else {
+                m.alloc_at(args.0, args.1, args.2, args.3, 0, None, false).expect("psum")
+            };
+            for k in 0..2 {
+                let (i, j) = ((c + k) % 5, (2 * c + 3 * k) % 5);
+                let acc_k = PeOptions { accumulate: Some(k == 1), ..PeOptions::default() };
+                m.nc_matmul_queued(&p, &slice(&st, i as i64), &slice(&mv, j as i64), &acc_k)
+                    .expect("queued");
+            }
+            issue_add(&mut m, &acc, &acc, &p).expect("waits");
+            if cancel_at == Some(c) {
+                // What it did not compute waits again, before what was queued since.
+                let (queued, pending) = (m.queued_matmuls(), m.pending_matmuls());
+                let e = m.join().expect_err("interrupted");
+                assert!(matches!(e, Error::Interrupted), "{e}");
+                assert_eq!(m.queued_matmuls(), pending);
+                assert!(queued < pending);
+            }
+            if c < 19 {
+                m.free(&p).expect("free");
+            } else {
+                last = Some(p);
+            }
+        }
+        m.settle().expect("settle");
+        let out = (get(&m, &acc), get(&m, &last.expect("kept")));
+        (out, went_behind)
+    };
+    let (here, none) = run(false, None);
+    assert_eq!(none, 0);
+    let (behind, went) = run(true, None);
+    assert!(went >= 2, "settles behind: {went}");
+    assert_eq!(behind, here);
+    assert_ne!(here.0, vec![0x3F80_0000; 128 * 512]);
+    // The ninth allocation starts the first settle behind.
+    assert_eq!(run(true, Some(8)).0, here, "Ctrl-C");
+    // Dropped while a settle runs behind.
+    {
+        let (mut m, st, mv) = pe_operands(1, (128, Dtype::Bf16), (512, Dtype::Bf16));
+        for _ in 0..9 {
+            let args = (Space::Psum, "p", &[128usize, 512][..], Dtype::Fp32, 0, None, false);
+            let p = m.alloc_at_behind(args).expect("psum");
+            m.nc_matmul_queued(&p, &slice(&st, 0), &slice(&mv, 0), &PeOptions::default())
+                .expect("queued");
+            m.free(&p).expect("free");
+        }
+        assert!(m.pending_matmuls() > m.queued_matmuls());
+    }
+    let (mut m, _, _) = pe_operands(1, (128, Dtype::Bf16), (512, Dtype::Bf16));
+    let t = alloc(&mut m, "t", &[128, 64], Dtype::Fp32);
+    put(&mut m, &t, &vec![7; 128 * 64]);
+    assert_eq!(get(&m, &t), vec![7; 128 * 64]);
+}
+
 #[test]
 fn queued_matmuls_settle_to_the_bits_of_one_at_a_time() {
     // Two machines with the same data: one issues matmuls one at a time, the other queues them
