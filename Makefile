@@ -154,7 +154,7 @@ lint: $(STAMPS)/build ## rustfmt, clippy -D warnings, ruff, no import cycles, _c
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches tools
-	$(VENV)/bin/ruff format --check python tests tools
+	$(VENV)/bin/ruff format --check python tests benches tools
 	$(PY) tools/check_cycles.py
 	$(PY) -m mypy.stubtest trn2core._core
 

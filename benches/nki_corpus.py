@@ -303,9 +303,9 @@ def ref_select_and_scatter(operand, source):
             dr, dc = np.divmod(win.argmax(axis=2), 3)  # the first maximum
             for a in range(n):
                 for b in range(c):
-                    planes[dr[a, b], dc[a, b], a, b, 2 * i + dr[a, b], 2 * j + dc[a, b]] = (
-                        source[a, b, i, j]
-                    )
+                    planes[dr[a, b], dc[a, b], a, b, 2 * i + dr[a, b], 2 * j + dc[a, b]] = source[
+                        a, b, i, j
+                    ]
     out = np.zeros((n, c, h, w), np.float32)
     for plane in planes.reshape(9, n, c, h + 2, w + 2):
         out = (out + plane[:, :, 1:-1, 1:-1]).astype(np.float32)
@@ -2892,7 +2892,7 @@ def ref_double_row(lhs, laid, scale, tiles_m, tiles_n, tiles_k):
     bk = 128 * tiles_k
     for j in range(0, k, bk):
         blk = lhs[:, j : j + bk].astype(np.float32)
-        s = (np.abs(blk).max(axis=1, keepdims=True).astype(BF16).astype(np.float32) / 240)
+        s = np.abs(blk).max(axis=1, keepdims=True).astype(BF16).astype(np.float32) / 240
         s = s.astype(BF16).astype(np.float32)
         lq = (blk / s).astype(ml_dtypes.float8_e4m3).astype(np.float64)
         out += (lq @ rhs[j : j + bk]) * s
@@ -3498,8 +3498,11 @@ def _cases() -> list[Case]:
                 # At LNC=2 its attention (use_gpsimd_sb2sb) exchanges the softmax maxima of a
                 # tile padded to 16 partitions, of which it wrote s_active * B * H only.
                 uninitialized="nan" if lnc == 2 else "error",
-                wrap=_sbuf_out_wrapper if kw.get("out_in_sb") else
-                _sbuf_in_wrapper if kw.get("x_in_sb") else None,
+                wrap=_sbuf_out_wrapper
+                if kw.get("out_in_sb")
+                else _sbuf_in_wrapper
+                if kw.get("x_in_sb")
+                else None,
             )
         )
     # KV data parallelism over 2 ranks (trn2core.nki.run(ranks=2)): Q all-gathered across
@@ -3638,8 +3641,17 @@ def _cases() -> list[Case]:
     ):  # fmt: skip
         opts = {"rtol": 2e-2, "atol": 1e-2, **opts}
         cases.append(
-            Case(f"nkilib {label} (LNC={lnc})", lib, module, kernel, inputs, check, grid=lnc,
-                 package_root=LIB, **opts)  # fmt: skip
+            Case(
+                f"nkilib {label} (LNC={lnc})",
+                lib,
+                module,
+                kernel,
+                inputs,
+                check,
+                grid=lnc,
+                package_root=LIB,
+                **opts,
+            )  # fmt: skip
         )
     cases += _collective_test_cases(lib)
     for rows in (256, 300):
@@ -4535,14 +4547,25 @@ def _nxdi_cases() -> list[Case]:
         # Modules that import neuronx_distributed and NxDI's own host code (stood in: the
         # kernels use only nki and nki-library's helpers).
         *[
-            nxd(f"split_along_dim0_kernel (LNC={g})", "utils/distributed.py",
-                "split_along_dim0_kernel", _split_dim0_inputs, ref_split_dim0, g)
+            nxd(
+                f"split_along_dim0_kernel (LNC={g})",
+                "utils/distributed.py",
+                "split_along_dim0_kernel",
+                _split_dim0_inputs,
+                ref_split_dim0,
+                g,
+            )
             for g in (1, 2)
         ],
         *[
-            nxd(f"write_kv_cache_at_batch_kernel ({why})", "modules/kvcache/utils.py",
-                "write_kv_cache_at_batch_kernel", functools.partial(_kv_at_batch_inputs, batch=b),
-                ref_kv_at_batch, g)
+            nxd(
+                f"write_kv_cache_at_batch_kernel ({why})",
+                "modules/kvcache/utils.py",
+                "write_kv_cache_at_batch_kernel",
+                functools.partial(_kv_at_batch_inputs, batch=b),
+                ref_kv_at_batch,
+                g,
+            )
             for why, g, b in (("LNC=2", 2, 1), ("LNC=1", 1, 2), ("batch past the cache", 2, 3))
         ],
     ]
