@@ -416,27 +416,6 @@ thread_local! {
     static SPARE: RefCell<Vec<Aligned>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The calling thread's spare packing buffers, taken from it (it keeps none): for a thread
-/// about to end, to hand them to the next thread doing the same work ([`put_thread_spares`]).
-pub(crate) fn take_thread_spares() -> Vec<Aligned> {
-    SPARE
-        .try_with(|s| s.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default())
-        .unwrap_or_default()
-}
-
-/// Adds `spares` to the calling thread's spare packing buffers (within [`SPARES`]: the rest
-/// are freed). A settle behind runs on a thread started for it (`Machine::settle_behind`):
-/// without the last settle's buffers it would zero and fault in a few MiB of new ones at
-/// every wave.
-pub(crate) fn put_thread_spares(spares: Vec<Aligned>) {
-    let _ = SPARE.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            let room = SPARES.saturating_sub(s.len());
-            s.extend(spares.into_iter().take(room));
-        }
-    });
-}
-
 /// A packing buffer of `len` floats, 64-byte aligned, of **unspecified contents** (what an
 /// earlier call packed into it): the packers write every element a kernel reads, padding
 /// included. Taken from the calling thread's spares when one is long enough (a call that runs
@@ -999,44 +978,6 @@ mod tests {
         })
         .join()
         .expect("thread");
-    }
-
-    /// A thread's spares handed to another (a settle behind's thread to the next one's): the
-    /// same buffers, none kept by the first, at most SPARES taken by the second.
-    #[test]
-    fn spares_move_from_one_thread_to_the_next() {
-        let (given, addrs) = std::thread::spawn(|| {
-            for len in [1000, 2000, 3000] {
-                drop(PackBuf::take(len, "x").expect("small"));
-            }
-            let addrs = spares();
-            let given = take_thread_spares();
-            assert!(spares().is_empty());
-            (given, addrs)
-        })
-        .join()
-        .expect("first thread");
-        assert_eq!(addrs.len(), SPARES);
-        std::thread::spawn(move || {
-            assert!(spares().is_empty());
-            put_thread_spares(given);
-            let mut got = spares();
-            let mut want = addrs;
-            got.sort_unstable();
-            want.sort_unstable();
-            assert_eq!(got, want);
-            // A take reuses one of them.
-            let mut p = PackBuf::take(1500, "x").expect("small");
-            let at = p.as_mut_slice().as_ptr() as usize;
-            assert!(want.iter().any(|&(a, room)| room >= 1500 && at >= a && at < a + 64));
-            drop(p);
-            // More than SPARES given: the rest freed.
-            let extra = (0..3).map(|_| Aligned::new(10, "x").expect("small")).collect();
-            put_thread_spares(extra);
-            assert_eq!(spares().len(), SPARES);
-        })
-        .join()
-        .expect("second thread");
     }
 
     #[test]

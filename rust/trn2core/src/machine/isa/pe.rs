@@ -142,21 +142,6 @@ impl Drop for Job {
     }
 }
 
-/// The packing buffers settles behind pass from one thread to the next.
-static SETTLE_SPARES: std::sync::Mutex<Vec<engine::Aligned>> = std::sync::Mutex::new(Vec::new());
-
-/// [`SETTLE_SPARES`]' buffers, taken (none when another thread holds them).
-fn take_settle_spares() -> Vec<engine::Aligned> {
-    SETTLE_SPARES.try_lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default()
-}
-
-/// Keeps `spares` in [`SETTLE_SPARES`] (freed when another thread holds it).
-fn put_settle_spares(spares: Vec<engine::Aligned>) {
-    if let Ok(mut s) = SETTLE_SPARES.try_lock() {
-        *s = spares;
-    }
-}
-
 /// The GEMM reader of SBUF tile `t` of memory `mem` (see [`Machine::sbuf_reader`]).
 fn reader_in<'a>(mem: &'a ByteMem, arg: &str, t: &Tile) -> Result<Reader<'a>> {
     let esize = t.dtype.size();
@@ -505,11 +490,7 @@ impl Machine {
         let token = cancel.clone();
         let spawned = std::thread::Builder::new().name("trn2core-settle".into()).spawn(move || {
             if let Ok(mut m) = job_in.recv() {
-                // The packing buffers of the last settle behind (this thread's own would start
-                // empty), given back before the result: the next settle starts after it.
-                engine::put_thread_spares(take_settle_spares());
                 let r = token.install(|| crate::pool::install(|| m.settle()));
-                put_settle_spares(engine::take_thread_spares());
                 let _ = job_out.send((m, r));
             }
         });
