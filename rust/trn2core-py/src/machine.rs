@@ -318,7 +318,7 @@ impl PyMachine {
     /// The work of settling the queued matmuls (for `guard_work`: long enough to be
     /// interruptible when some wait).
     fn queued_work(&self) -> u64 {
-        self.lock().pending_matmuls() as u64 * QUEUED_MATMUL_WORK
+        self.lock().queued_matmuls() as u64 * QUEUED_MATMUL_WORK
     }
 
     /// `f` on the machine with its queued matmuls settled: with the GIL held when `elements`
@@ -344,7 +344,7 @@ impl PyMachine {
         &self, py: Python<'_>, elements: usize,
         f: impl FnOnce(&mut Machine) -> Result<T, Error> + Send,
     ) -> PyTrn2Result<T> {
-        let queued = self.lock().pending_matmuls();
+        let queued = self.lock().queued_matmuls();
         if elements < GIL_HELD_ELEMENTS && queued == 0 {
             Ok(guard(py, || f(&mut self.lock()))?)
         } else {
@@ -387,7 +387,9 @@ impl PyMachine {
         // the way) as other long calls do.
         let tile = match guard(py, || self.lock().try_alloc_at(args))? {
             Some(tile) => tile,
-            None => self.with_queue(py, 0, |m| m.alloc_at_behind(args))?,
+            None => self.with_queue(py, 0, |m| {
+                m.alloc_at(sp, name, &shape, dt, start_partition, address, overlay)
+            })?,
         };
         Ok(PyTile { tile })
     }

@@ -82,13 +82,6 @@ impl ByteMem {
         ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1, align: 4 }
     }
 
-    /// A memory of no bytes with this one's geometry (partition stride, alignment): what a
-    /// machine keeps while its bytes are lent to a settle on another thread
-    /// ([`Memories::lend`]).
-    fn hollow(&self) -> Self {
-        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: self.stride, align: self.align }
-    }
-
     /// The memory of `len` words inside `words` (`align / 4` more than `len`), at its first
     /// `align`-aligned word.
     fn aligned(mut words: Vec<u32>, len: usize, stride: usize, align: usize) -> Self {
@@ -742,37 +735,6 @@ impl Memories {
             writers: None,
         });
         Ok(self.id(slot))
-    }
-
-    /// SBUF's and PSUM's bytes moved into memories of their own, for a settle on another thread
-    /// (`Machine::settle_behind`): these keep every record (tensors, maps) and the memories'
-    /// geometry, but no bytes until [`Memories::restore`]; the lent ones hold no tensor.
-    pub(crate) fn lend(&mut self) -> Memories {
-        let (sbuf, psum) = (self.sbuf.hollow(), self.psum.hollow());
-        Memories {
-            sbuf: std::mem::replace(&mut self.sbuf, sbuf),
-            psum: std::mem::replace(&mut self.psum, psum),
-            sbuf_init: InitMap::default(),
-            psum_init: InitMap::default(),
-            tensors: Vec::new(),
-            generations: Vec::new(),
-            free_slots: Vec::new(),
-            live_sbuf: Vec::new(),
-            live_psum: Vec::new(),
-            retired: Vec::new(),
-            given_up: Vec::new(),
-            uninitialized: self.uninitialized,
-            machine: self.machine,
-            psum_view: None,
-            sbuf_from_top: false,
-            touched: [UNTOUCHED; 2],
-        }
-    }
-
-    /// Takes back the bytes [`Memories::lend`] moved out (`lent` is left without bytes).
-    pub(crate) fn restore(&mut self, lent: &mut Memories) {
-        self.sbuf = std::mem::replace(&mut lent.sbuf, ByteMem::empty());
-        self.psum = std::mem::replace(&mut lent.psum, ByteMem::empty());
     }
 
     /// The memory of a tile (HBM: the tensor's buffer).

@@ -91,9 +91,6 @@ pub struct Machine {
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
-    /// Queued work settling on another thread, holding SBUF's and PSUM's bytes
-    /// ([`Machine::settle_behind`]).
-    pub(crate) behind: isa::pe::Behind,
 }
 
 /// The on-chip bytes of a tensor as a recorded region (`None` for an HBM tensor).
@@ -133,7 +130,6 @@ impl Machine {
             pe_drains: Vec::new(),
             config,
             next_dma_queue: 0,
-            behind: isa::pe::Behind::default(),
         })
     }
 
@@ -184,28 +180,6 @@ impl Machine {
                 Ok(self.try_alloc_at(args)?.expect("nothing retired after a settle"))
             }
         }
-    }
-
-    /// [`Machine::alloc_at`] that, when the bytes of tensors the queue used are in the way,
-    /// settles the queue on another thread ([`Machine::settle_behind`]: the bytes are free at
-    /// once) instead of here (a front end then issues the next matmuls while those compute).
-    /// Under `uninitialized="nan"` a new tensor's bytes are filled when it is placed, so the
-    /// queue settles here.
-    #[allow(clippy::type_complexity)]
-    pub fn alloc_at_behind(
-        &mut self, args: (Space, &str, &[usize], Dtype, u32, Option<u64>, bool),
-    ) -> Result<Tile> {
-        if let Some(tile) = self.try_alloc_at(args)? {
-            return Ok(tile);
-        }
-        if self.config.uninitialized == Uninitialized::Error {
-            self.settle_behind()?;
-        } else {
-            crate::pool::install(|| self.settle())?;
-        }
-        self.try_alloc_at(args)?.ok_or_else(|| {
-            crate::Error::capacity(args.1, "does not fit, with no retired tensor left to give way")
-        })
     }
 
     /// [`Machine::alloc_at`] without settling the queue: `None` when the tensor does not fit

@@ -275,9 +275,8 @@ impl Machine {
         // deferred (the operand check refuses other instructions while matmuls wait).
         let queue = std::mem::take(&mut self.pe_queue);
         let drains = std::mem::take(&mut self.pe_drains);
-        let behind = std::mem::take(&mut self.behind);
         let checked = self.tensor_tensor_checked(engine, dst, data1, data2, op);
-        (self.pe_queue, self.pe_drains, self.behind) = (queue, drains, behind);
+        (self.pe_queue, self.pe_drains) = (queue, drains);
         let (a, b, d, bits) = checked?;
         if bits {
             return Ok(false);

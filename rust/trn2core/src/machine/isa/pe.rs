@@ -97,51 +97,6 @@ pub(crate) const MAX_DRAINS: usize = 64;
 /// writes at most one PSUM bank, 256 KiB).
 const WAVE_CHAINS: usize = 64;
 
-/// A settle running on another thread ([`Machine::settle_behind`]): it owns SBUF's and PSUM's
-/// bytes (in a machine of its own holding the queue) until [`Machine::join`] takes them back.
-/// A kernel that fills PSUM with chains and then allocates one more tile starts its chains
-/// this way and goes on issuing the next ones meanwhile. Dropped (with its machine): the
-/// settle is stopped and its memories go back to the pool. A clone of a machine has none.
-#[derive(Default)]
-pub(crate) struct Behind(Option<Job>);
-
-pub(crate) struct Job {
-    /// The machine that settled, with what it did not compute (interrupted), and its result.
-    /// (In a mutex only so that a machine stays shareable between threads.)
-    from_job: std::sync::Mutex<std::sync::mpsc::Receiver<(Machine, Result<()>)>>,
-    /// Stops the settle (Ctrl-C on the call that waits for it; dropping it).
-    cancel: crate::cancel::Cancel,
-    /// The process it runs in (a forked child has no such thread).
-    pid: u32,
-    /// Matmuls it computes.
-    pub(crate) matmuls: usize,
-}
-
-impl Clone for Behind {
-    /// No settle: a clone shares nothing with it (take one of a settled machine).
-    fn clone(&self) -> Self {
-        Behind(None)
-    }
-}
-
-impl std::fmt::Debug for Behind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Behind({})", if self.0.is_some() { "settling" } else { "idle" })
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        // Stopped and waited for, so that its memories go back to the pool (never in a forked
-        // child, where its thread does not exist).
-        self.cancel.cancel();
-        if std::process::id() == self.pid {
-            let rx = self.from_job.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let _ = rx.recv();
-        }
-    }
-}
-
 /// The GEMM reader of SBUF tile `t` of memory `mem` (see [`Machine::sbuf_reader`]).
 fn reader_in<'a>(mem: &'a ByteMem, arg: &str, t: &Tile) -> Result<Reader<'a>> {
     let esize = t.dtype.size();
@@ -401,8 +356,6 @@ impl Machine {
         let operands = if from_sbuf {
             Operands::Sbuf(*stationary, *moving)
         } else {
-            // Gathered now: SBUF's bytes back first.
-            self.join()?;
             Operands::Values(self.gather_f32(stationary)?, self.gather_f32(moving)?)
         };
         self.pe_queue.push(QueuedMatmul { dst: d, operands, shape, accumulate });
@@ -443,122 +396,9 @@ impl Machine {
             && !self.pe_drains.iter().any(|w| overlaps(&w.d, &so) || overlaps(&w.d, &mo))
     }
 
-    /// Whether matmuls or tensor_tensors wait in the queue, or settle on another thread
-    /// ([`Machine::settle`] runs them, or waits for them).
+    /// Whether matmuls or tensor_tensors wait in the queue ([`Machine::settle`] runs them).
     pub fn has_queued_work(&self) -> bool {
-        !self.pe_queue.is_empty() || !self.pe_drains.is_empty() || self.behind.0.is_some()
-    }
-
-    /// Matmuls waiting in the queue or settling on another thread.
-    pub fn pending_matmuls(&self) -> usize {
-        self.pe_queue.len() + self.behind.0.as_ref().map_or(0, |b| b.matmuls)
-    }
-
-    /// Starts settling the queue on another thread and gives the bytes of the tensors it
-    /// retired back now (see [`Behind`]); this machine keeps taking work that only queues (a
-    /// plain `nc_matmul`, a `tensor_tensor` that waits, allocations, frees), and anything that
-    /// touches the memories waits for the settle first ([`Machine::settle`]). Whatever the
-    /// settle computes is what [`Machine::settle`] here would: the next queue runs after it,
-    /// in issue order. Settles here when no thread can be started.
-    pub fn settle_behind(&mut self) -> Result<()> {
-        self.join()?;
-        if self.pe_queue.is_empty() && self.pe_drains.is_empty() {
-            self.mem.reclaim();
-            return Ok(());
-        }
-        let matmuls = self.pe_queue.len();
-        let mut shell = Machine {
-            mem: self.mem.lend(),
-            program: super::super::record::Program::default(),
-            act_regs: [0.0; crate::spec::SBUF_PARTITIONS],
-            dve_regs: [0.0; crate::spec::SBUF_PARTITIONS],
-            psum_mm: vec![0; self.psum_mm.len()],
-            pe_queue: std::mem::take(&mut self.pe_queue),
-            pe_drains: std::mem::take(&mut self.pe_drains),
-            config: self.config,
-            next_dma_queue: 0,
-            behind: Behind::default(),
-        };
-        let (to_job, job_in) = std::sync::mpsc::sync_channel::<Machine>(1);
-        let (job_out, from_job) = std::sync::mpsc::sync_channel(1);
-        // Its own token (the caller's ends with the call); cancelled from the start when the
-        // caller's is (Ctrl-C already pressed).
-        let cancel = crate::cancel::Cancel::new();
-        if crate::cancel::current().is_cancelled() {
-            cancel.cancel();
-        }
-        let token = cancel.clone();
-        let spawned = std::thread::Builder::new().name("trn2core-settle".into()).spawn(move || {
-            if let Ok(mut m) = job_in.recv() {
-                let r = token.install(|| crate::pool::install(|| m.settle()));
-                let _ = job_out.send((m, r));
-            }
-        });
-        if spawned.is_err() {
-            // No thread: the queue back, settled here.
-            self.mem.restore(&mut shell.mem);
-            (self.pe_queue, self.pe_drains) = (shell.pe_queue, shell.pe_drains);
-            return crate::pool::install(|| self.settle());
-        }
-        // The thread waits for it: the channel has room, so this does not block.
-        if let Err(std::sync::mpsc::SendError(mut shell)) = to_job.send(shell) {
-            self.mem.restore(&mut shell.mem);
-            (self.pe_queue, self.pe_drains) = (shell.pe_queue, shell.pe_drains);
-            return crate::pool::install(|| self.settle());
-        }
-        // The retired tensors' bytes are the settle's to write and read: new tensors may take
-        // them, whose bytes only work queued after it (or issued after waiting for it) touches.
-        self.mem.reclaim();
-        let pid = std::process::id();
-        let from_job = std::sync::Mutex::new(from_job);
-        self.behind = Behind(Some(Job { from_job, cancel, pid, matmuls }));
-        Ok(())
-    }
-
-    /// Waits for the settle running on another thread ([`Machine::settle_behind`]), if any,
-    /// and takes SBUF's and PSUM's bytes back. Ctrl-C on this call stops it as it would a
-    /// settle here; what it did not compute waits in the queue again, before what was queued
-    /// since.
-    pub fn join(&mut self) -> Result<()> {
-        let Some(job) = self.behind.0.take() else {
-            return Ok(());
-        };
-        let call = crate::cancel::current();
-        let from_job = job.from_job.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let got = loop {
-            match from_job.recv_timeout(std::time::Duration::from_millis(2)) {
-                Ok(done) => break Some(done),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    if call.is_cancelled() {
-                        job.cancel.cancel();
-                    }
-                    if std::process::id() != job.pid {
-                        break None;
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break None,
-            }
-        };
-        drop(from_job);
-        let Some((mut shell, r)) = got else {
-            return Err(Error::value(
-                "settle",
-                "the matmuls settling on another thread are lost (this process was forked \
-                 from the one running them, or their thread ended): this core's SBUF and PSUM \
-                 are gone with them; make a new core",
-            ));
-        };
-        self.mem.restore(&mut shell.mem);
-        if !shell.pe_queue.is_empty() || !shell.pe_drains.is_empty() {
-            let first = shell.pe_queue.len();
-            for w in &mut self.pe_drains {
-                w.after += first;
-            }
-            shell.pe_queue.append(&mut self.pe_queue);
-            shell.pe_drains.append(&mut self.pe_drains);
-            (self.pe_queue, self.pe_drains) = (shell.pe_queue, shell.pe_drains);
-        }
-        r
+        !self.pe_queue.is_empty() || !self.pe_drains.is_empty()
     }
 
     /// Whether queued work (a matmul, or a waiting tensor_tensor) reads or writes tensor `id`.
@@ -577,7 +417,6 @@ impl Machine {
     /// written in issue order, each waiting tensor_tensor run just before the first chain issued
     /// after it. Tensors freed meanwhile give their bytes back at the end.
     pub fn settle(&mut self) -> Result<()> {
-        self.join()?;
         if self.pe_queue.is_empty() && self.pe_drains.is_empty() {
             self.mem.reclaim();
             return Ok(());
