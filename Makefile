@@ -90,7 +90,7 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 # Step 2 runs without transparent huge pages (tools/no_thp.py; inherited by every test process):
 # the suite makes thousands of short-lived machines, and the kernel zeroed a 2 MiB page for each
 # row an instruction touched in their huge-page-advised memories. Measured (docs/benchmarks.md,
-# "The test loop"): pytest's parallel part 224 -> 174 CPU-s (system time 61 -> 30), the serial
+# "The test loop"): pytest's parallel part 206 -> 176 CPU-s (system time 59 -> 32), the serial
 # part 47 -> 36 CPU-s and 49 -> 37 s. Advice only: every result and check is the same.
 test: ## Set up, then run cargo test and pytest
 	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built-eager
