@@ -87,9 +87,14 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 # gaps pytest leaves (its last files, the serial part's idle core) without taking time from the
 # probes, which would lose to any other job at the same priority. `-Otarget` prints each target's
 # output in one piece; the `+` lines hand make's job slots to cargo.
+# Step 2 runs without transparent huge pages (tools/no_thp.py; inherited by every test process):
+# the suite makes thousands of short-lived machines, and the kernel zeroed a 2 MiB page for each
+# row an instruction touched in their huge-page-advised memories. Measured (docs/benchmarks.md,
+# "The test loop"): pytest's parallel part 206 -> 176 CPU-s (system time 59 -> 32), the serial
+# part 47 -> 36 CPU-s and 49 -> 37 s. Advice only: every result and check is the same.
 test: ## Set up, then run cargo test and pytest
 	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built-eager
-	$(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
+	$(PYTHON) tools/no_thp.py $(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
 
 # Unit, integration and doc tests of the workspace, optimised (the exhaustive 2^32 checks need
 # it) in the wheel's `release` profile; the examples are compiled by `make lint` (clippy
