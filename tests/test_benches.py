@@ -32,3 +32,17 @@ def test_asv_discovers_a_suite_in_every_bench_module(tmp_path):
     assert expected and modules == expected, sorted(expected ^ modules)
     kinds = {b["type"] for b in found}
     assert {"time", "track"} <= kinds, kinds
+
+
+def test_bench_nki_alternates_the_kernel_and_its_baseline():
+    """bench_nki's ratio runs the kernel and gemm alternately (a, b, a, b, ...), each figure the
+    best of its own runs: both see the same stretches of a drifting host."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_nki_t", BENCHES / "bench_nki.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls: list[str] = []
+    a, b = mod.best_of_alternating(lambda: calls.append("a"), lambda: calls.append("b"), 3)
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert 0 <= a < 1 and 0 <= b < 1
