@@ -2379,3 +2379,26 @@ def test_a_launch_leaves_no_cycle_keeping_its_tensors_and_cores_alive():
         gc.set_debug(0)
         gc.garbage.clear()
     assert not kept, kept
+
+
+def test_large_copies_between_memories_keep_every_byte_in_place():
+    """dma_copy of 2 MiB between HBM and SBUF (run by run, no staged tile) and one into every
+    other column of an SBUF tile: the bytes land where numpy's slicing puts them."""
+    x = np.random.default_rng(5).standard_normal((128, 4096)).astype(np.float32)
+
+    def k(x):
+        t = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        out = nl.ndarray((2, 128, 4096), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0], src=t)
+        u = nl.ndarray((128, 4096), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=u, value=0.0)
+        nisa.dma_copy(dst=u[:, 0:4096:2], src=x[:, 0:2048])
+        nisa.dma_copy(dst=out[1], src=u)
+        return out
+
+    got = tn.run(tn.jit(k), x).outputs
+    assert got[0].tobytes() == x.tobytes()
+    want = np.zeros_like(x)
+    want[:, 0::2] = x[:, :2048]
+    assert got[1].tobytes() == want.tobytes()
