@@ -87,14 +87,17 @@ demo: $(STAMPS)/build ## Set everything up and run `trn2core demo`
 # gaps pytest leaves (its last files, the serial part's idle core) without taking time from the
 # probes, which would lose to any other job at the same priority. `-Otarget` prints each target's
 # output in one piece; the `+` lines hand make's job slots to cargo.
-# Step 2 runs without transparent huge pages (tools/no_thp.py; inherited by every test process):
-# the suite makes thousands of short-lived machines, and the kernel zeroed a 2 MiB page for each
-# row an instruction touched in their huge-page-advised memories. Measured (docs/benchmarks.md,
-# "The test loop"): pytest's parallel part 206 -> 176 CPU-s (system time 59 -> 32), the serial
-# part 47 -> 36 CPU-s and 49 -> 37 s. Advice only: every result and check is the same.
 test: ## Set up, then run cargo test and pytest
 	$(MAKE) --no-print-directory -j2 -Otarget $(STAMPS)/venv rust-built-eager
-	$(PYTHON) tools/no_thp.py $(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
+	$(MAKE) --no-print-directory -j2 -Otarget test-python test-rust-idle
+
+# The tests run without transparent huge pages (NO_THP: tools/no_thp.py, inherited by every
+# process a test starts), in `make test` and in test-python / test-rust alone: the suite makes
+# thousands of short-lived machines, and the kernel zeroed a 2 MiB page for each row an
+# instruction touched in their huge-page-advised memories. Measured (docs/benchmarks.md, "The
+# test loop"): pytest's parallel part 206 -> 176 CPU-s (system time 59 -> 32), the serial part
+# 47 -> 36 CPU-s and 49 -> 37 s. Advice only: every result and check is the same.
+NO_THP := $(PYTHON) tools/no_thp.py
 
 # Unit, integration and doc tests of the workspace, optimised (the exhaustive 2^32 checks need
 # it) in the wheel's `release` profile; the examples are compiled by `make lint` (clippy
@@ -112,8 +115,8 @@ rust-built-eager:
 	+$(RUST_BUILD)
 
 test-rust: $(STAMPS)/zig ## cargo test (optimised: the exhaustive 2^32 checks need it)
-	+$(RUST_TESTS) --tests
-	+$(RUST_TESTS) --doc
+	+$(NO_THP) env $(RUST_TESTS) --tests
+	+$(NO_THP) env $(RUST_TESTS) --doc
 
 test-rust-idle: rust-built
 	+nice -n 19 $(MAKE) --no-print-directory test-rust
@@ -127,8 +130,8 @@ test-rust-idle: rust-built
 # again to select 38 tests took seconds).
 SERIAL_FILES = $(shell grep -rlE "pytest\.mark\.serial" tests --include='*.py' | sort)
 test-python: $(STAMPS)/build ## pytest against the installed wheel (and that wheel in a clean venv)
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"
-	$(PY) -m pytest -q -m "serial and not slow" $(SERIAL_FILES)
+	$(NO_THP) $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not slow and not serial"
+	$(NO_THP) $(PY) -m pytest -q -m "serial and not slow" $(SERIAL_FILES)
 
 # Coverage-guided targets of fuzz/ (its own workspace), FUZZ_SECONDS each; cargo-fuzz needs
 # nightly flags: RUSTC_BOOTSTRAP=1 lets the stable toolchain take them.

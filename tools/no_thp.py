@@ -1,7 +1,7 @@
 """Runs a command with transparent huge pages refused to it and to every process it starts.
 
-`make test` runs its second step (pytest and the Rust tests) through this: `python3
-tools/no_thp.py CMD ARGS...` sets Linux's PR_SET_THP_DISABLE, which children inherit across
+`make test` (its test-python and test-rust targets) runs pytest and the Rust tests through
+this: `python3 tools/no_thp.py CMD ARGS...` sets Linux's PR_SET_THP_DISABLE, which children inherit across
 fork and exec, then execs CMD. The machine's memories and NumPy's large arrays ask for huge pages
 (`MADV_HUGEPAGE`); a test makes thousands of short-lived machines and touches a few rows of
 each, and the kernel zeroed a whole 2 MiB page for every row an instruction touched: `clear_page`
