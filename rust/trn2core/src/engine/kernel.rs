@@ -157,10 +157,34 @@ mod x86 {
                     unsafe fn compiled(t: KTile<'_>) {
                         // SAFETY: this function enables the features; the rest is the
                         // caller's contract.
-                        unsafe { tile::<$lanes, { $mr }, { $nv }>(t) }
+                        unsafe { tile::<$lanes, { $mr }, { $mr }, { $nv }>(t) }
                     }
-                    // SAFETY: holding `self` proves the CPU has the features; the rest is the
-                    // caller's contract.
+                    /// A block's last micro-panel, of `rows < MR` rows (see `live_rows`): a
+                    /// function of its own, so that the full block's code stays as it is.
+                    ///
+                    /// # Safety
+                    /// As `compiled`, with only the first `rows` row pointers read.
+                    #[target_feature(enable = $features)]
+                    unsafe fn compiled_rows(rows: usize, t: KTile<'_>) {
+                        // SAFETY (each arm): as `compiled`; ROWS <= MR is checked when the arm
+                        // compiles.
+                        unsafe {
+                            match rows {
+                                1 => tile::<$lanes, { $mr }, 1, { $nv }>(t),
+                                2 => tile::<$lanes, { $mr }, 2, { $nv }>(t),
+                                3 => tile::<$lanes, { $mr }, 3, { $nv }>(t),
+                                4 => tile::<$lanes, { $mr }, 4, { $nv }>(t),
+                                5 => tile::<$lanes, { $mr }, 5, { $nv }>(t),
+                                _ => tile::<$lanes, { $mr }, { $mr }, { $nv }>(t),
+                            }
+                        }
+                    }
+                    let rows = live_rows::<{ $mr }>(t.c);
+                    // SAFETY (both calls): holding `self` proves the CPU has the features; the
+                    // rest is the caller's contract.
+                    if rows < $mr {
+                        return unsafe { compiled_rows(rows, t) };
+                    }
                     unsafe { compiled(t) }
                 }
             }
@@ -277,19 +301,37 @@ mod x86 {
         store_masked(p, m, v) _mm256_maskstore_ps(p, m, v);
     }
 
-    /// One K tile of an `MR x NV * L::W` block in `L`'s registers: `MR x NV` accumulators, `NV`
-    /// B registers and one broadcast A element per k.
+    /// How many rows of an `MR`-row block [`tile`] computes: the count of leading non-null row
+    /// pointers when every pointer after them is null (a block's last micro-panel: a 128-row
+    /// output is 21 panels of 6 rows and one of 2, whose 4 padding rows are then not
+    /// computed), else `MR`.
+    #[inline(always)]
+    fn live_rows<const MR: usize>(c: &[*mut f32; super::MAX_MR]) -> usize {
+        let rows = c[..MR].iter().take_while(|p| !p.is_null()).count();
+        if c[rows..MR].iter().all(|p| p.is_null()) {
+            rows.max(1)
+        } else {
+            MR
+        }
+    }
+
+    /// One K tile of the first `ROWS` rows of an `MR x NV * L::W` block in `L`'s registers:
+    /// `ROWS x NV` accumulators, `NV` B registers and one broadcast A element per k; the A
+    /// panel has `MR` rows (`ROWS < MR`: its last rows are padding, neither computed nor
+    /// stored). Each row's sums are those of the full block: rows never mix.
     ///
     /// # Safety
     /// Inlined into a function that enables `L`'s instruction set (as [`Lanes`] says); pointers
-    /// as in [`MicroKernel::run`] with `MR` rows and `NV * L::W` columns.
+    /// as in [`MicroKernel::run`] with `MR` rows and `NV * L::W` columns, of which the first
+    /// `ROWS` (`<= MR`) are read from `c`.
     #[inline(always)]
     #[allow(clippy::needless_range_loop)] // index loops on purpose (see the FMA loop)
-    unsafe fn tile<L: Lanes, const MR: usize, const NV: usize>(t: KTile<'_>) {
+    unsafe fn tile<L: Lanes, const MR: usize, const ROWS: usize, const NV: usize>(t: KTile<'_>) {
+        const { assert!(ROWS >= 1 && ROWS <= MR) };
         let KTile { kc, a, b, c, cols, first } = t;
         if L::PREFETCH && !first {
             // The output block is read only after the K loop: start fetching it now.
-            for &p in c.iter().take(MR).filter(|p| !p.is_null()) {
+            for &p in c.iter().take(ROWS).filter(|p| !p.is_null()) {
                 for j in 0..NV {
                     // SAFETY: a prefetch never faults; SSE is part of x86-64.
                     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(L::W * j) as *const i8) };
@@ -297,7 +339,7 @@ mod x86 {
             }
         }
         // SAFETY (every block below): `L`'s instructions are enabled (this function's contract).
-        let mut acc = [[unsafe { L::zero() }; NV]; MR];
+        let mut acc = [[unsafe { L::zero() }; NV]; ROWS];
         for k in 0..kc {
             // SAFETY: k < kc, so the panels hold these MR and NV * W elements.
             let (ak, bk) = unsafe { (a.add(k * MR), b.add(k * NV * L::W)) };
@@ -309,8 +351,8 @@ mod x86 {
             // Index loops over the fixed-size arrays: they unroll and inline in any build
             // (an iterator adapter such as `zip` may be left as a call when the crate is
             // compiled in several units without LTO, as `make test`'s profile does).
-            for i in 0..MR {
-                // SAFETY: within the A panel row (see above).
+            for i in 0..ROWS {
+                // SAFETY: within the A panel row (see above; ROWS <= MR).
                 let x = unsafe { L::splat(*ak.add(i)) };
                 for j in 0..NV {
                     // One fused multiply-add: the PE step, exactly.
@@ -324,7 +366,7 @@ mod x86 {
                 break;
             }
             let mask = unsafe { L::mask(valid) };
-            for i in 0..MR {
+            for i in 0..ROWS {
                 let (row, p) = (&acc[i], c[i]);
                 if p.is_null() {
                     continue;
@@ -361,34 +403,52 @@ pub(crate) fn fp_env_is_ieee() -> bool {
 mod tests {
     use super::*;
 
-    fn run_kernel<K: MicroKernel>(kernel: K) {
-        // A 3-row, (NR - 1)-column block of a 5-step tile, checked against pe_fma per element;
-        // padding row pointers are null and the column past `cols` must stay untouched.
+    /// One block of a 5-step tile with the rows `stored` (the others' pointers null), checked
+    /// against pe_fma per element; the column past `cols` and the rows not stored must stay
+    /// untouched.
+    fn run_block<K: MicroKernel>(kernel: K, stored: &[usize]) {
         let kc = 5;
         let a: Vec<f32> = (0..kc * K::MR).map(|i| (i as f32 - 7.5) * 0.37).collect();
         let b: Vec<f32> = (0..kc * K::NR).map(|i| (i as f32 * 0.11).sin()).collect();
         let cols = K::NR - 1;
-        let mut out = vec![vec![1.25f32; K::NR]; 3];
+        let mut out = vec![vec![1.25f32; K::NR]; K::MR];
         for first in [true, false] {
             let before = out.clone();
             let mut ptrs = [std::ptr::null_mut(); MAX_MR];
-            for (p, row) in ptrs.iter_mut().zip(out.iter_mut()) {
-                *p = row.as_mut_ptr();
+            for (i, row) in out.iter_mut().enumerate() {
+                if stored.contains(&i) {
+                    ptrs[i] = row.as_mut_ptr();
+                }
             }
             // SAFETY: panels of the right sizes; rows hold NR >= cols elements.
             unsafe { kernel.run(kc, a.as_ptr(), b.as_ptr(), &ptrs, cols, first) };
-            for i in 0..3 {
+            for i in 0..K::MR {
+                if !stored.contains(&i) {
+                    assert!(out[i].iter().all(|&x| x == 1.25), "row {i} not stored: untouched");
+                    continue;
+                }
                 for j in 0..cols {
                     let mut s = 0f32;
                     for k in 0..kc {
                         s = crate::engine::pe_fma(s, a[k * K::MR + i], b[k * K::NR + j]);
                     }
                     let want = if first { s } else { before[i][j] + s };
-                    assert_eq!(out[i][j].to_bits(), want.to_bits(), "row {i} col {j}");
+                    assert_eq!(out[i][j].to_bits(), want.to_bits(), "{stored:?}: row {i} col {j}");
                 }
                 assert_eq!(out[i][cols], 1.25, "column past `cols` untouched");
             }
         }
+    }
+
+    /// Every count of leading rows (a block's last micro-panel computes only those), and rows
+    /// that are not a prefix (the whole block is computed, the null rows not stored).
+    fn run_kernel<K: MicroKernel>(kernel: K) {
+        for rows in 1..=K::MR {
+            run_block(kernel, &(0..rows).collect::<Vec<_>>());
+        }
+        run_block(kernel, &[0, 2]);
+        run_block(kernel, &[1]);
+        run_block(kernel, &[]);
     }
 
     #[test]
