@@ -707,6 +707,34 @@ fn pack_cols(
     b: &Reader, n: usize, w: usize, jp0: usize, k0: usize, order: &[usize], panels: &mut [f32],
     s: &mut Scratch,
 ) {
+    // The kernels' panel widths (MR and NR of each) copy a full panel row as a fixed number of
+    // moves: a library call per 6 floats (MR) cost more than the packing it did.
+    let args = (b, n, w, jp0, k0, order, panels, s);
+    match w {
+        4 => pack_cols_with::<4>(args),
+        6 => pack_cols_with::<6>(args),
+        8 => pack_cols_with::<8>(args),
+        16 => pack_cols_with::<16>(args),
+        64 => pack_cols_with::<64>(args),
+        _ => pack_cols_with::<0>(args),
+    }
+}
+
+/// [`pack_cols`], a full panel row copied as `W` floats when `W` is not 0 (then `w == W`).
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn pack_cols_with<const W: usize>(
+    (b, n, w, jp0, k0, order, panels, s): (
+        &Reader,
+        usize,
+        usize,
+        usize,
+        usize,
+        &[usize],
+        &mut [f32],
+        &mut Scratch,
+    ),
+) {
     let kc = order.len();
     let c0 = jp0 * w;
     let width = (panels.len() / kc).min(n - c0);
@@ -717,6 +745,12 @@ fn pack_cols(
         for (q, panel) in panels.chunks_exact_mut(w * kc).enumerate() {
             let dst = &mut panel[p * w..][..w];
             let src = vals.get(q * w..).unwrap_or(&[]);
+            if W != 0 {
+                if let (Some(d), Some(v)) = (dst.first_chunk_mut::<W>(), src.first_chunk::<W>()) {
+                    *d = *v;
+                    continue;
+                }
+            }
             let cols = w.min(src.len());
             dst[..cols].copy_from_slice(&src[..cols]);
             dst[cols..].fill(0.0);
