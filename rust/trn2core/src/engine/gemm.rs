@@ -223,14 +223,100 @@ pub(crate) struct ChainJob<'o> {
 /// packing buffer a thread keeps, [`SPARE_MAX_FLOATS`]).
 const CHAIN_SET_MAX_FLOATS: usize = SPARE_MAX_FLOATS;
 
+/// One side's packed operands of a chain set ([`run_chains`]), kept for the next set: a
+/// machine keeps them with the bytes they were packed from, and hands them back when the next
+/// set's operands on that side are the same tiles holding the same bytes (a blocked kernel's
+/// moving tiles serve several waves of chains), so that they are not packed again. Packed
+/// panels are a function of the operands' values and the kernel's panel width only.
+#[derive(Default)]
+pub(crate) struct KeptPanels {
+    /// The buffer the side was packed into.
+    buf: Option<Aligned>,
+    /// What `buf` holds, valid: the panel width and each operand's packed length. `None`
+    /// when it holds nothing valid (never packed, invalidated, or a packing was interrupted).
+    packed: Option<(usize, Vec<usize>)>,
+}
+
+/// The buffers of kept panels whose machine is gone, for the next machine's (at most
+/// [`KEPT_SPARES`], each of at most [`SPARE_MAX_FLOATS`]): a machine is dropped on the thread
+/// that made it while its panels are packed on the pool's threads, so the thread-local spares
+/// of [`PackBuf`] would not hand them on, and every launch of a kernel would zero and fault in
+/// new ones. Contents unspecified, as a spare's.
+static KEPT: std::sync::Mutex<Vec<Aligned>> = std::sync::Mutex::new(Vec::new());
+const KEPT_SPARES: usize = 2;
+
+impl KeptPanels {
+    /// Forgets what was packed: the operands' tiles or bytes changed.
+    pub(crate) fn invalidate(&mut self) {
+        self.packed = None;
+    }
+
+    /// Whether the panels are valid for operands of these packed lengths at panel width `w`.
+    fn holds(&self, w: usize, lens: &[usize]) -> bool {
+        self.packed.as_ref().is_some_and(|(pw, pl)| *pw == w && pl == lens)
+    }
+
+    /// The buffer for `len` floats, invalid until packed: this one if it has the room, else a
+    /// kept spare that has, else a new one.
+    fn take(&mut self, len: usize) -> Result<&mut [f32]> {
+        self.packed = None;
+        if self.buf.as_ref().is_none_or(|b| b.room() < len) {
+            let spare = KEPT.lock().ok().and_then(|mut kept| {
+                let i = (0..kept.len())
+                    .filter(|&i| kept[i].room() >= len)
+                    .min_by_key(|&i| kept[i].room())?;
+                Some(kept.swap_remove(i))
+            });
+            let fresh = match spare {
+                Some(b) => b,
+                None => Aligned::new(len, "the packed operands of a chain set")?,
+            };
+            give_back(self.buf.replace(fresh));
+        }
+        let buf = self.buf.as_mut().expect("set above");
+        buf.len = len;
+        Ok(buf.as_mut_slice())
+    }
+
+    fn slice(&self) -> &[f32] {
+        self.buf.as_ref().map_or(&[], |b| &b.buf[b.offset..b.offset + b.len])
+    }
+}
+
+/// Keeps a kept-panels buffer for the next machine, the longer ones first.
+fn give_back(buf: Option<Aligned>) {
+    let Some(buf) = buf.filter(|b| b.room() > 0 && b.room() <= SPARE_MAX_FLOATS) else {
+        return;
+    };
+    if let Ok(mut kept) = KEPT.lock() {
+        if kept.len() < KEPT_SPARES {
+            kept.push(buf);
+        } else if let Some(short) = kept.iter_mut().min_by_key(|b| b.room()) {
+            if short.room() < buf.room() {
+                *short = buf;
+            }
+        }
+    }
+}
+
+impl Drop for KeptPanels {
+    fn drop(&mut self) {
+        give_back(self.buf.take());
+    }
+}
+
 /// Several chains at once, each with the bits [`run_tiles`] gives it (`a_t` tiles in natural
 /// order): every distinct operand is packed once, in parallel (chains of one kernel share their
 /// operands: a stationary tile across the output's column blocks, a moving one across its row
 /// blocks), then every output block of every chain adds its chain's tiles in order, in one
-/// parallel pass. `Ok(false)` (nothing computed) when the packed operands would exceed
-/// [`CHAIN_SET_MAX_FLOATS`] on either side. Shapes are the caller's to check.
+/// parallel pass. `kept` holds each side's panels between sets: a side whose panels are valid
+/// for these operands (the caller invalidates them when its operands change) is not packed
+/// again; the others are packed into it. `Ok(false)` (nothing computed) when the packed
+/// operands would exceed [`CHAIN_SET_MAX_FLOATS`] on either side. Shapes are the caller's to
+/// check.
 pub(crate) fn run_chains(
     a_ops: &[ChainOperand], b_ops: &[ChainOperand], chains: &mut [ChainJob],
+    kept: &mut [KeptPanels; 2],
 ) -> Result<bool> {
     if !fp_env_is_ieee() {
         return Err(fp_env_error());
@@ -238,17 +324,18 @@ pub(crate) fn run_chains(
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive_chains(kernel, a_ops, b_ops, chains);
+            return drive_chains(kernel, a_ops, b_ops, chains, kept);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive_chains(kernel, a_ops, b_ops, chains);
+            return drive_chains(kernel, a_ops, b_ops, chains, kept);
         }
     }
-    drive_chains(Portable, a_ops, b_ops, chains)
+    drive_chains(Portable, a_ops, b_ops, chains, kept)
 }
 
 fn drive_chains<K: MicroKernel>(
     kernel: K, a_ops: &[ChainOperand], b_ops: &[ChainOperand], chains: &mut [ChainJob],
+    kept: &mut [KeptPanels; 2],
 ) -> Result<bool> {
     let len = |ops: &[ChainOperand], w: usize| -> Vec<usize> {
         ops.iter().map(|o| o.f.div_ceil(w) * w * o.k).collect()
@@ -259,16 +346,18 @@ fn drive_chains<K: MicroKernel>(
         return Ok(false);
     }
     let cancel = crate::cancel::current();
-    let mut apack = PackBuf::take(a_total, "the packed operands of a chain set")?;
-    let mut bpack = PackBuf::take(b_total, "the packed operands of a chain set")?;
-    // One packing job per operand: (operand, panel width, its share of a buffer).
+    // One packing job per operand of a side not kept: (operand, panel width, its share of the
+    // side's buffer).
     let mut jobs: Vec<(&ChainOperand, usize, &mut [f32])> =
         Vec::with_capacity(a_ops.len() + b_ops.len());
-    for (ops, lens, w, buf) in [
-        (a_ops, &a_lens, K::MR, apack.as_mut_slice()),
-        (b_ops, &b_lens, K::NR, bpack.as_mut_slice()),
-    ] {
-        let mut rest = buf;
+    let mut packed = [false; 2];
+    let sides = [(a_ops, &a_lens, K::MR, a_total), (b_ops, &b_lens, K::NR, b_total)];
+    for ((keep, (ops, lens, w, total)), packs) in kept.iter_mut().zip(sides).zip(&mut packed) {
+        if keep.holds(w, lens) {
+            continue;
+        }
+        *packs = true;
+        let mut rest = keep.take(total)?;
         for (op, &l) in ops.iter().zip(lens) {
             let (mine, tail) = std::mem::take(&mut rest).split_at_mut(l);
             jobs.push((op, w, mine));
@@ -289,7 +378,16 @@ fn drive_chains<K: MicroKernel>(
         lens.iter().scan(0, |acc, &l| Some(std::mem::replace(acc, *acc + l))).collect()
     };
     let (a_off, b_off) = (offsets(&a_lens), offsets(&b_lens));
-    let (apack, bpack) = (&*apack.as_mut_slice(), &*bpack.as_mut_slice());
+    drop(jobs);
+    for ((keep, (w, lens)), packs) in
+        kept.iter_mut().zip([(K::MR, &a_lens), (K::NR, &b_lens)]).zip(packed)
+    {
+        if packs {
+            keep.packed = Some((w, lens.clone()));
+        }
+    }
+    let [akept, bkept] = &*kept;
+    let (apack, bpack) = (akept.slice(), bkept.slice());
     // Output blocks of at most MC x NC, a chain's rows cut into blocks of equal panel counts
     // (a 128-row chain is two blocks of 11 panels, not 16 and 6), and narrower column blocks
     // while the set makes fewer than CHAIN_TASKS_PER_THREAD tasks per thread: a wave's last

@@ -133,7 +133,10 @@ impl Memories {
         }
         if self.uninitialized == Uninitialized::Nan && !overlay {
             let mem = match space {
-                Space::Sbuf => &mut self.sbuf,
+                Space::Sbuf => {
+                    self.sbuf_writes.note(Some((address, address + bytes)));
+                    &mut self.sbuf
+                }
                 _ => &mut self.psum,
             };
             for q in start_partition as usize..start_partition as usize + p {

@@ -519,6 +519,87 @@ pub struct Memories {
     /// partition, since the memory was made (empty: `lo > hi`): nothing outside them has been
     /// written, so a memory given back to the pool resets only these bytes.
     pub(super) touched: [(u64, u64); 2],
+    /// When SBUF's bytes were last written, by column ([`SbufWrites`]).
+    pub(crate) sbuf_writes: SbufWrites,
+}
+
+/// When each column of SBUF's bytes (the same byte addresses in every partition, 64 at a
+/// time: the allocation alignment, so that two tensors never share one) was last written, as a count of writes: whoever read some bytes can tell whether they
+/// may have changed since. Coarse by design (any partition, whole columns): it may say that
+/// bytes changed which did not, never that bytes did not change which did. Every mutable way
+/// into SBUF's bytes notes what it writes ([`Memories::mem_mut`], [`Memories::src_dst`],
+/// [`Memories::split_on_chip`], allocation's fill, a spill's reload).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SbufWrites {
+    /// Writes noted so far.
+    seq: u64,
+    /// Per column: the write count after its last write (0: never written).
+    stamps: Vec<u64>,
+    /// The write count after the last write of unknown extent (all columns).
+    all: u64,
+}
+
+impl SbufWrites {
+    /// Bytes per column.
+    const COLUMN: u64 = ALIGN_BYTES;
+
+    /// The writes noted so far.
+    pub(crate) fn now(&self) -> u64 {
+        self.seq
+    }
+
+    /// Notes a write of bytes `[lo, hi)` of some partitions (`None`: of unknown extent).
+    pub(crate) fn note(&mut self, span: Option<(u64, u64)>) {
+        self.seq += 1;
+        let Some((lo, hi)) = span.filter(|&(lo, hi)| hi <= SBUF_PARTITION_BYTES + 4096 && lo < hi)
+        else {
+            if span.is_none_or(|(lo, hi)| lo < hi) {
+                self.all = self.seq;
+            }
+            return;
+        };
+        let (first, last) = ((lo / Self::COLUMN) as usize, ((hi - 1) / Self::COLUMN) as usize);
+        if self.stamps.len() <= last {
+            self.stamps.resize(last + 1, 0);
+        }
+        self.stamps[first..=last].fill(self.seq);
+    }
+
+    /// Whether bytes `[lo, hi)` (`None`: of unknown extent) may have been written after the
+    /// count was `at`.
+    pub(crate) fn since(&self, span: Option<(u64, u64)>, at: u64) -> bool {
+        if self.all > at {
+            return true;
+        }
+        let Some((lo, hi)) = span else {
+            return self.seq > at;
+        };
+        if lo >= hi {
+            return false;
+        }
+        let (first, last) = ((lo / Self::COLUMN) as usize, ((hi - 1) / Self::COLUMN) as usize);
+        let end = last.min(self.stamps.len().saturating_sub(1));
+        first < self.stamps.len() && self.stamps[first..=end].iter().any(|&s| s > at)
+    }
+}
+
+/// The byte addresses `[lo, hi)` within a partition that an on-chip tile's elements lie in
+/// (all of them, with what lies between); `None` when they cannot be told (out of range).
+pub(crate) fn byte_span(t: &Tile) -> Option<(u64, u64)> {
+    let esize = t.dtype.size() as i128;
+    let (mut lo, mut hi) = (t.offset as i128, t.offset as i128 + esize);
+    for (size, stride) in t.dims() {
+        if size == 0 {
+            return Some((0, 0));
+        }
+        let reach = (size as i128 - 1) * stride as i128 * esize;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    Some((u64::try_from(lo).ok()?, u64::try_from(hi).ok()?))
 }
 
 /// The number of the next machine created in this process.
@@ -554,6 +635,7 @@ impl Memories {
             psum_view: None,
             sbuf_from_top: false,
             touched: [UNTOUCHED; 2],
+            sbuf_writes: SbufWrites::default(),
         };
         Ok(m)
     }
@@ -752,7 +834,10 @@ impl Memories {
     /// The memory of a tile, mutable.
     pub(crate) fn mem_mut(&mut self, tile: &Tile) -> &mut ByteMem {
         match tile.space {
-            Space::Sbuf => &mut self.sbuf,
+            Space::Sbuf => {
+                self.sbuf_writes.note(byte_span(tile));
+                &mut self.sbuf
+            }
             Space::Psum => &mut self.psum,
             Space::Hbm => {
                 match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| {
@@ -773,6 +858,9 @@ impl Memories {
             t.as_mut().and_then(|t| t.hbm.as_mut())
         }
         // Only the destination is written (a source read through `hbm` is not `stored`).
+        if d.space == Space::Sbuf {
+            self.sbuf_writes.note(byte_span(d));
+        }
         if d.space == Space::Hbm {
             if let Some(Some(t)) = self.tensors.get_mut(d.tensor.slot as usize) {
                 t.stored = true;
@@ -804,11 +892,15 @@ impl Memories {
         }
     }
 
-    /// The bytes of on-chip memory `dst` (mutable) and of the other on-chip memory.
-    pub(crate) fn split_on_chip(&mut self, dst: Space) -> (&mut [u8], &[u8]) {
-        match dst {
+    /// The bytes of on-chip memory `dst`'s (mutable, for `dst` to be written) and of the other
+    /// on-chip memory.
+    pub(crate) fn split_on_chip(&mut self, dst: &Tile) -> (&mut [u8], &[u8]) {
+        match dst.space {
             Space::Psum => (self.psum.bytes_mut(), self.sbuf.bytes()),
-            _ => (self.sbuf.bytes_mut(), self.psum.bytes()),
+            _ => {
+                self.sbuf_writes.note(byte_span(dst));
+                (self.sbuf.bytes_mut(), self.psum.bytes())
+            }
         }
     }
 
@@ -1092,6 +1184,9 @@ impl Memories {
             return Ok(0);
         };
         let (bu, au) = (b as usize, addr as usize);
+        if copy && !to_hbm {
+            self.sbuf_writes.note(Some((addr, addr.saturating_add(b))));
+        }
         if copy {
             for p in 0..np {
                 let at = self.sbuf.at(p0 + p, au);
@@ -1171,6 +1266,41 @@ impl Memories {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sbuf_writes_tell_which_columns_changed_since() {
+        let mut w = SbufWrites::default();
+        w.note(Some((64, 200)));
+        let at = w.now();
+        assert!(!w.since(Some((64, 200)), at) && w.since(Some((64, 200)), 0));
+        w.note(Some((256, 257)));
+        // Columns of 64 bytes: 256..257 is column 4, which 200..260 reaches and 0..256 does not.
+        assert!(w.since(Some((200, 260)), at) && !w.since(Some((0, 256)), at));
+        assert!(!w.since(Some((1 << 16, 1 << 17)), at), "never written");
+        assert!(!w.since(Some((300, 300)), 0), "no bytes");
+        // A write of unknown extent, or beyond SBUF, changes everything; an empty one nothing.
+        let at = w.now();
+        w.note(Some((9, 9)));
+        assert!(!w.since(Some((0, 256)), at) && !w.since(None, w.now()));
+        w.note(None);
+        assert!(w.since(Some((1 << 16, 1 << 17)), at) && w.since(None, at));
+        let at = w.now();
+        w.note(Some((0, u64::MAX)));
+        assert!(w.since(Some((5000, 5001)), at));
+    }
+
+    #[test]
+    fn a_tiles_byte_span_covers_its_elements_either_way() {
+        use super::super::tile::Index;
+        let mut m = Memories::new(Uninitialized::Error).expect("memories");
+        let id = m.alloc(Space::Sbuf, "t", &[4, 8, 16], Dtype::Bf16, 0, Some(256), false);
+        let id = id.expect("alloc");
+        let t = m.tensor(id).expect("tensor").full_tile(id);
+        assert_eq!(byte_span(&t), Some((256, 256 + 8 * 16 * 2)));
+        let back = Index::Range { start: None, stop: None, step: -1 };
+        let rows = t.slice(&[Index::ALL, Index::At(2), back]).expect("reversed row");
+        assert_eq!(byte_span(&rows), Some((256 + 64, 256 + 96)));
+    }
 
     #[test]
     fn init_map_tracks_partitions_and_ranges() {

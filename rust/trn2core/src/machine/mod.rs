@@ -88,6 +88,8 @@ pub struct Machine {
     /// `tensor_tensor`s waiting in the queue behind the matmuls issued before them
     /// ([`isa::pe::Drain`]).
     pub(crate) pe_drains: Vec<isa::pe::Drain>,
+    /// The last wave's packed matmul operands ([`isa::pe::PackCache`]).
+    pub(crate) pe_pack: isa::pe::PackCache,
     pub(crate) config: MachineConfig,
     /// The next DMA queue of the round-robin default.
     pub(crate) next_dma_queue: u8,
@@ -128,6 +130,7 @@ impl Machine {
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
             pe_queue: Vec::new(),
             pe_drains: Vec::new(),
+            pe_pack: isa::pe::PackCache::default(),
             config,
             next_dma_queue: 0,
         })

@@ -2355,3 +2355,109 @@ fn memset_writes_exactly_its_elements_strided_or_not() {
         m.free(&t).expect("free");
     }
 }
+
+/// What runs between the two waves of [`two_waves`]: it writes some bytes of the moving
+/// operand `mv` ([128, 2, 96] bf16) by one of the ways into SBUF.
+type Between = fn(&mut Machine, &Tile);
+
+/// `n` bfloat16 codes of small integers over 16 (-2 to 2): exact sums that any changed
+/// operand changes.
+fn small_bf16(n: usize, seed: u64) -> Vec<u32> {
+    (0..n as u64).map(|i| (((mix64(seed ^ i) % 65) as f32 - 32.0) / 16.0).to_bits() >> 16).collect()
+}
+
+/// The moving operand's bytes of `mv[:, 1, 8:24]`.
+fn mv_part(mv: &Tile) -> Tile {
+    mv.slice(&[Index::ALL, Index::At(1), range(8, 24)]).expect("part of mv")
+}
+
+/// A wave of two chains of two matmuls (`st`'s two column halves times `mv`, K tiles 0 and 1)
+/// into two PSUM tiles: their bits.
+fn wave_of_two(m: &mut Machine, st: &Tile, mv: &Tile) -> Vec<u32> {
+    let mut out = Vec::new();
+    let ps: Vec<Tile> = (0..2).map(|i| psum(m, &format!("p{i}"), &[64, 96], Dtype::Fp32)).collect();
+    for (i, p) in ps.iter().enumerate() {
+        let cols = range(i as i64 * 64, i as i64 * 64 + 64);
+        for k in 0..2 {
+            let s = st.slice(&[Index::ALL, Index::At(k), cols]).expect("st");
+            let v = mv.slice(&[Index::ALL, Index::At(k), Index::ALL]).expect("mv");
+            let opts = PeOptions { accumulate: Some(k > 0), ..PeOptions::default() };
+            m.nc_matmul_queued(p, &s, &v, &opts).expect("queued");
+        }
+    }
+    m.settle().expect("settle");
+    for p in &ps {
+        out.extend(get(m, p));
+        m.free(p).expect("free");
+    }
+    out
+}
+
+/// A machine with stationary `st` ([128, 2, 128] bf16, first-fit) and moving `mv` ([128, 2, 96]
+/// bf16, an explicit overlay allocation at byte 64 KiB), both written.
+fn waves_machine() -> (Machine, Tile, Tile) {
+    let mut m = core();
+    let st = alloc(&mut m, "st", &[128, 2, 128], Dtype::Bf16);
+    put(&mut m, &st, &small_bf16(128 * 2 * 128, 31));
+    let mv = m
+        .alloc_at(Space::Sbuf, "mv", &[128, 2, 96], Dtype::Bf16, 0, Some(64 << 10), true)
+        .expect("mv");
+    put(&mut m, &mv, &small_bf16(128 * 2 * 96, 32));
+    (m, st, mv)
+}
+
+/// Two waves on the same operand tiles with `between` run after the first: the second wave's
+/// bits, and the bits of the same wave on a machine where `between` ran before any wave.
+fn two_waves(between: Between) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let (mut m, st, mv) = waves_machine();
+    let first = wave_of_two(&mut m, &st, &mv);
+    between(&mut m, &mv);
+    let second = wave_of_two(&mut m, &st, &mv);
+    let (mut fresh, fst, fmv) = waves_machine();
+    between(&mut fresh, &fmv);
+    (first, second, wave_of_two(&mut fresh, &fst, &fmv))
+}
+
+#[test]
+fn a_wave_after_its_operands_bytes_changed_reads_the_new_bytes() {
+    // The second of two waves on the same tiles may reuse the first's packed operands only
+    // while no byte of them was written: every way into SBUF counts, including a tensor
+    // placed over the same bytes and a spill's reload.
+    let ways: [(&str, Between); 7] = [
+        ("host write", |m, mv| put(m, &mv_part(mv), &small_bf16(128 * 16, 33))),
+        ("memset", |m, mv| m.memset(Engine::Vector, &mv_part(mv), 1.5).expect("memset")),
+        ("tensor_copy", |m, mv| {
+            let src = alloc(m, "src", &[128, 16], Dtype::Bf16);
+            put(m, &src, &small_bf16(128 * 16, 34));
+            m.tensor_copy(Engine::Vector, &mv_part(mv), &src).expect("copy");
+        }),
+        ("dma_copy", |m, mv| {
+            let host = small_bf16(128 * 16, 35);
+            let h = m.hbm_tensor("h", &[128, 16], Dtype::Bf16, Some(&to_bytes(Dtype::Bf16, &host)));
+            m.dma_copy(&mv_part(mv), &h.expect("hbm"), None).expect("dma");
+        }),
+        ("tensor_tensor", |m, mv| {
+            let part = mv_part(mv);
+            m.tensor_tensor(Engine::Vector, &part, &part, &part, AluOp::Add).expect("add");
+        }),
+        ("overlay", |m, _| {
+            let at = (64 << 10) + 96 * 2 + 16;
+            let alias = m.alloc_at(Space::Sbuf, "alias", &[128, 8], Dtype::Bf16, 0, Some(at), true);
+            let alias = alias.expect("alias");
+            put(m, &alias, &small_bf16(128 * 8, 36));
+        }),
+        ("spill reload", |m, mv| {
+            let host = small_bf16(128 * 2 * 96, 37);
+            let bytes = to_bytes(Dtype::Bf16, &host);
+            let slot = m.hbm_tensor("slot", &[128, 2 * 96], Dtype::Bf16, Some(&bytes));
+            m.dma_spill(mv, &slot.expect("slot"), None).expect("reload");
+        }),
+    ];
+    for (way, between) in ways {
+        let (first, second, fresh) = two_waves(between);
+        let wrong = second.iter().zip(&fresh).position(|(a, b)| a != b);
+        assert_eq!(wrong, None, "{way}: the second wave reads the bytes written");
+        assert!(first != second, "{way}: the write changes the sums");
+        assert!(first.iter().all(|&b| f32::from_bits(b).is_finite()), "{way}: finite sums");
+    }
+}

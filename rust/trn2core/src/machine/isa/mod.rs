@@ -411,7 +411,7 @@ impl Machine {
             return false;
         };
         let g = rows::Rows { rows: d.p() as usize, n: d.n() };
-        let (mem, other) = self.mem.split_on_chip(d.tile.space);
+        let (mem, other) = self.mem.split_on_chip(&d.tile);
         let ins = ins.map(|(same, off, stride, kind)| rows::RowIn {
             mem: if same { None } else { Some(other) },
             off,

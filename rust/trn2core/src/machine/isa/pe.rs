@@ -18,7 +18,7 @@ use crate::spec::{PE_TILE_QUARTER, VECTOR_TRANSPOSE_MAX};
 use crate::{Error, Result};
 
 use super::super::dtype::Dtype;
-use super::super::memory::ByteMem;
+use super::super::memory::{byte_span, ByteMem, SbufWrites};
 use super::super::record::{flags, CostInput, Engine, Opcode, Queue};
 use super::super::{psum_words, Machine};
 use super::{check_engine, dtype_rule, rule, shape_rule, Opnd};
@@ -151,6 +151,59 @@ fn direct(t: &Tile, stride: usize) -> bool {
         && stride.is_multiple_of(esize)
         && t.offset >= 0
         && (t.offset as usize).is_multiple_of(esize)
+}
+
+/// The packed operands of the last wave of chains computed as a set, per side (stationary,
+/// moving; [`engine::KeptPanels`]), with the tiles they were packed from and SBUF's write count
+/// then ([`SbufWrites`]): a side whose operands are the same tiles in the next wave, none of
+/// whose bytes has been written since, is not packed again (the moving tiles of a blocked
+/// kernel serve the waves of all its row blocks). Packed panels are a function of the tiles'
+/// bytes only ([`reader_in`] reads them as stored, no rounding). Only a cache: a cloned machine
+/// starts without it.
+#[derive(Default)]
+pub(crate) struct PackCache {
+    panels: [engine::KeptPanels; 2],
+    /// Per side: the tiles, and the write count when they were packed; `None` when nothing is
+    /// kept.
+    seen: [Option<(Vec<Tile>, u64)>; 2],
+    /// Sides packed so far (not kept from the wave before).
+    packed: u64,
+}
+
+impl Clone for PackCache {
+    fn clone(&self) -> Self {
+        PackCache::default()
+    }
+}
+
+impl std::fmt::Debug for PackCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackCache").finish_non_exhaustive()
+    }
+}
+
+impl PackCache {
+    /// Keeps each side's panels where its operands are the tiles they were packed from and
+    /// none of their bytes has been written since; elsewhere invalidates them and records the
+    /// tiles, to be packed now.
+    fn check(&mut self, writes: &SbufWrites, sides: [&[Tile]; 2]) {
+        for ((panels, seen), tiles) in self.panels.iter_mut().zip(&mut self.seen).zip(sides) {
+            let same = seen.as_ref().is_some_and(|(kept, at)| {
+                kept.as_slice() == tiles && !tiles.iter().any(|t| writes.since(byte_span(t), *at))
+            });
+            if !same {
+                panels.invalidate();
+                *seen = Some((tiles.to_vec(), writes.now()));
+                self.packed += 1;
+            }
+        }
+    }
+
+    /// Forgets everything (a wave that failed may have packed a side only in part).
+    fn clear(&mut self) {
+        self.panels.iter_mut().for_each(engine::KeptPanels::invalidate);
+        self.seen = [None, None];
+    }
 }
 
 /// Whether two PSUM destinations share a byte.
@@ -581,6 +634,9 @@ impl Machine {
             first: !head.accumulate,
             rows,
         };
+        // Each side packed again only where its tiles changed, or their bytes were written,
+        // since the last wave.
+        self.pe_pack.check(&self.mem.sbuf_writes, [&st, &mv]);
         if let Some(places) = self.in_place_rows(queue, wave, drains) {
             // Operands read from SBUF while the sums go straight into PSUM's rows.
             let mem = &mut self.mem;
@@ -608,8 +664,11 @@ impl Machine {
                 .zip(wave)
                 .map(|((tiles, rows), c)| job(tiles, &queue[c.start], rows))
                 .collect();
-            let done = engine::run_chains(&a_ops, &b_ops, &mut jobs)?;
-            return Ok(done.then_some(WaveSums::InPlace));
+            let done = engine::run_chains(&a_ops, &b_ops, &mut jobs, &mut self.pe_pack.panels);
+            if done.is_err() {
+                self.pe_pack.clear();
+            }
+            return Ok(done?.then_some(WaveSums::InPlace));
         }
         let (sr, mr) =
             (readers(&self.mem.sbuf, "stationary", &st)?, readers(&self.mem.sbuf, "moving", &mv)?);
@@ -633,8 +692,12 @@ impl Machine {
                 job(tiles, head, out.chunks_mut(head.shape.n.max(1)).collect())
             })
             .collect();
-        let done = engine::run_chains(&a_ops, &b_ops, &mut jobs)?;
+        let done = engine::run_chains(&a_ops, &b_ops, &mut jobs, &mut self.pe_pack.panels);
         drop(jobs);
+        if done.is_err() {
+            self.pe_pack.clear();
+        }
+        let done = done?;
         Ok(done.then_some(WaveSums::Sums(outs)))
     }
 
@@ -800,5 +863,55 @@ impl Machine {
         let cost = pe_cost(x.p() as usize, x.p() as usize, x.n(), tile, f);
         self.program.push(opc, Queue::Engine(Engine::Tensor), &reads, &[d.region()], cost);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::{Machine, MachineConfig, PeOptions};
+    use super::*;
+    use crate::machine::tile::Index;
+
+    /// A wave of two chains (two PSUM tiles, `st`'s column halves times `mv`), settled.
+    fn wave(m: &mut Machine, st: &Tile, mv: &Tile) {
+        for i in 0..2i64 {
+            let p = m.alloc(Space::Psum, "p", &[64, mv.free_size()], Dtype::Fp32).expect("psum");
+            let cols = Index::Range { start: Some(i * 64), stop: Some(i * 64 + 64), step: 1 };
+            let s = st.slice(&[Index::ALL, cols]).expect("st");
+            m.nc_matmul_queued(&p, &s, mv, &PeOptions::default()).expect("queued");
+            m.free(&p).expect("free");
+        }
+        m.settle().expect("settle");
+    }
+
+    #[test]
+    fn a_wave_reuses_the_packed_operands_of_the_last_while_their_bytes_stand() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let alloc = |m: &mut Machine, name: &str, shape: &[usize]| {
+            let t = m.alloc(Space::Sbuf, name, shape, Dtype::Bf16).expect("alloc");
+            m.write_tile(&t, &vec![0x3F; t.elements() * 2]).expect("write");
+            t
+        };
+        let (st, mv, other) = (
+            alloc(&mut m, "st", &[128, 128]),
+            alloc(&mut m, "mv", &[128, 96]),
+            alloc(&mut m, "o", &[128, 512]),
+        );
+        wave(&mut m, &st, &mv);
+        assert_eq!(m.pe_pack.packed, 2, "both sides packed");
+        wave(&mut m, &st, &mv);
+        assert_eq!(m.pe_pack.packed, 2, "nothing written: both kept");
+        // A write elsewhere in SBUF (other columns) keeps them; one into `mv` packs it again.
+        m.write_tile(&other, &vec![0; 128 * 512 * 2]).expect("write other");
+        wave(&mut m, &st, &mv);
+        assert_eq!(m.pe_pack.packed, 2, "another tensor written: both kept");
+        m.write_tile(&mv, &vec![0; 128 * 96 * 2]).expect("write mv");
+        wave(&mut m, &st, &mv);
+        assert_eq!(m.pe_pack.packed, 3, "mv written: packed again");
+        // Other tiles: packed.
+        let half =
+            mv.slice(&[Index::ALL, Index::Range { start: Some(0), stop: Some(48), step: 1 }]);
+        wave(&mut m, &st, &half.expect("half"));
+        assert_eq!(m.pe_pack.packed, 4, "another moving tile");
     }
 }
