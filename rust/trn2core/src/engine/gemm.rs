@@ -224,10 +224,11 @@ pub(crate) struct ChainJob<'o> {
 const CHAIN_SET_MAX_FLOATS: usize = SPARE_MAX_FLOATS;
 
 /// One side's packed operands of a chain set ([`run_chains`]), kept for the next set: a
-/// machine keeps them with the bytes they were packed from, and hands them back when the next
-/// set's operands on that side are the same tiles holding the same bytes (a blocked kernel's
-/// moving tiles serve several waves of chains), so that they are not packed again. Packed
-/// panels are a function of the operands' values and the kernel's panel width only.
+/// machine keeps them, and hands them back when the next set's operands on that side are the
+/// same tiles, none of whose bytes was written since (a blocked kernel's moving tiles serve
+/// several waves of chains; the machine's check, which invalidates them otherwise), so that
+/// they are not packed again. Packed panels are a function of the operands' values and the
+/// kernel's panel width only.
 #[derive(Default)]
 pub(crate) struct KeptPanels {
     /// The buffer the side was packed into.
