@@ -132,17 +132,7 @@ impl Memories {
             }
         }
         if self.uninitialized == Uninitialized::Nan && !overlay {
-            let mem = match space {
-                Space::Sbuf => {
-                    self.sbuf_writes.note(Some((address, address + bytes)));
-                    &mut self.sbuf
-                }
-                _ => &mut self.psum,
-            };
-            for q in start_partition as usize..start_partition as usize + p {
-                let o = mem.at(q, address as usize);
-                mem.bytes_mut()[o..o + bytes as usize].fill(0xFF);
-            }
+            self.fill_on_chip(space, start_partition, p, address, bytes, 0xFF);
         }
         let place = (start_partition, p as u32, address, bytes);
         self.put_on_chip(slot, name, space, dtype, shape, place);

@@ -489,7 +489,9 @@ pub(super) struct Live {
 /// The machine's memories and tensor table.
 #[derive(Debug, Clone)]
 pub struct Memories {
-    pub(crate) sbuf: ByteMem,
+    /// SBUF's bytes: private, so that every way to write them is one of this module's methods,
+    /// each of which notes what it writes ([`SbufWrites`]).
+    sbuf: ByteMem,
     pub(crate) psum: ByteMem,
     pub(crate) sbuf_init: InitMap,
     pub(crate) psum_init: InitMap,
@@ -527,8 +529,9 @@ pub struct Memories {
 /// time: the allocation alignment, so that two tensors never share one) was last written, as a count of writes: whoever read some bytes can tell whether they
 /// may have changed since. Coarse by design (any partition, whole columns): it may say that
 /// bytes changed which did not, never that bytes did not change which did. Every mutable way
-/// into SBUF's bytes notes what it writes ([`Memories::mem_mut`], [`Memories::src_dst`],
-/// [`Memories::split_on_chip`], allocation's fill, a spill's reload).
+/// into SBUF's bytes is a method of [`Memories`] (its `sbuf` is private) that notes what it
+/// writes ([`Memories::mem_mut`], [`Memories::src_dst`], [`Memories::split_on_chip`],
+/// [`Memories::fill_on_chip`], a spill's reload).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SbufWrites {
     /// Writes noted so far.
@@ -817,6 +820,34 @@ impl Memories {
             writers: None,
         });
         Ok(self.id(slot))
+    }
+
+    /// SBUF's bytes, to read.
+    pub(crate) fn sbuf(&self) -> &ByteMem {
+        &self.sbuf
+    }
+
+    /// SBUF's bytes to read beside PSUM's to write (a wave of matmuls computed into PSUM).
+    pub(crate) fn sbuf_and_psum_mut(&mut self) -> (&ByteMem, &mut ByteMem) {
+        (&self.sbuf, &mut self.psum)
+    }
+
+    /// Fills bytes `[address, address + bytes)` of partitions `start..start + partitions` of
+    /// `space`'s memory with `byte` (a new tensor's never-written fill), noting an SBUF write.
+    pub(super) fn fill_on_chip(
+        &mut self, space: Space, start: u32, partitions: usize, address: u64, bytes: u64, byte: u8,
+    ) {
+        let mem = match space {
+            Space::Sbuf => {
+                self.sbuf_writes.note(Some((address, address + bytes)));
+                &mut self.sbuf
+            }
+            _ => &mut self.psum,
+        };
+        for q in start as usize..start as usize + partitions {
+            let o = mem.at(q, address as usize);
+            mem.bytes_mut()[o..o + bytes as usize].fill(byte);
+        }
     }
 
     /// The memory of a tile (HBM: the tensor's buffer).

@@ -385,7 +385,7 @@ impl Machine {
     ) -> Option<([RowGeometry; N], rows::RowOut)> {
         let stride_of = |s: Space| match s {
             Space::Psum => self.mem.psum.stride,
-            _ => self.mem.sbuf.stride,
+            _ => self.mem.sbuf().stride,
         };
         let (doff, dstride, dkind) = row_geometry(d, stride_of(d.tile.space))?;
         if !self.nearest_even() && dkind != rows::Kind::F32 {

@@ -640,7 +640,7 @@ impl Machine {
         if let Some(places) = self.in_place_rows(queue, wave, drains) {
             // Operands read from SBUF while the sums go straight into PSUM's rows.
             let mem = &mut self.mem;
-            let (sbuf, psum) = (&mem.sbuf, &mut mem.psum);
+            let (sbuf, psum) = mem.sbuf_and_psum_mut();
             let (sr, mr) = (readers(sbuf, "stationary", &st)?, readers(sbuf, "moving", &mv)?);
             let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
             let mut rows: Vec<Vec<&mut [f32]>> =
@@ -670,8 +670,10 @@ impl Machine {
             }
             return Ok(done?.then_some(WaveSums::InPlace));
         }
-        let (sr, mr) =
-            (readers(&self.mem.sbuf, "stationary", &st)?, readers(&self.mem.sbuf, "moving", &mv)?);
+        let (sr, mr) = (
+            readers(self.mem.sbuf(), "stationary", &st)?,
+            readers(self.mem.sbuf(), "moving", &mv)?,
+        );
         let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
         let mut outs = Vec::with_capacity(wave.len());
         for c in wave {
