@@ -276,7 +276,8 @@ def gemm(a: object, b: object, *, perf_mode: str = "none") -> np.ndarray:
         raise ValueError(f"b: K = {b_arr.shape[0]} differs from a's K = {a_arr.shape[1]}")
     m, k_total = a_arr.shape
     n = b_arr.shape[1]
-    a64, b64 = a_arr.astype(np.float64), b_arr.astype(np.float64)  # exact
+    with np.errstate(invalid="ignore"):  # exact; signalling NaNs widen quietly
+        a64, b64 = a_arr.astype(np.float64), b_arr.astype(np.float64)
     tile = 2 * TILE_K if perf_mode == "double_row" else TILE_K
     psum = np.zeros((m, n), dtype=np.float32)
     for k0 in range(0, k_total, tile):
