@@ -450,6 +450,12 @@ def test_gemm_takes_a_signalling_nan_quietly() -> None:
     snan = np.array([[0x7F81]], np.uint16).view(BF16)
     out = ref.gemm(np.zeros((1, 1), BF16), snan)
     assert np.isnan(out).all() and out.shape == (1, 1)
+    # The same in nc_matmul's oracle, and in the host's conversion to an integer machine dtype
+    # (NaN to 0).
+    assert np.isnan(ref.nc_matmul(snan, np.ones((1, 1), BF16))).all()
+    from trn2core.machine import to_machine
+
+    assert to_machine(snan, "int32").tolist() == [[0]]
 
 
 def test_gemm_k_zero_and_negative_zero() -> None:

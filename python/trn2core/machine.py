@@ -83,7 +83,8 @@ def to_machine(a: np.ndarray, dtype: str) -> np.ndarray:
     if a.dtype.kind in "iu":
         src = np.iinfo(a.dtype)
         return np.clip(a, max(info.min, src.min), min(info.max, src.max)).astype(want)
-    v = np.rint(a.astype(np.float64))
+    with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly (and become 0)
+        v = np.rint(a.astype(np.float64))
     return np.nan_to_num(np.clip(v, info.min, info.max), nan=0.0).astype(want)
 
 

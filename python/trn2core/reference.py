@@ -131,7 +131,8 @@ def _is_float32(dt: np.dtype, arg: str) -> bool:
 def _as_float64(x: object, arg: str) -> tuple[np.ndarray, bool]:
     """``(exact float64 copy of x, whether x is float32)``; rejects what the engine cannot read."""
     a = np.asarray(x)
-    return a.astype(np.float64), _is_float32(a.dtype, arg)
+    with np.errstate(invalid="ignore"):  # signalling NaNs widen quietly
+        return a.astype(np.float64), _is_float32(a.dtype, arg)
 
 
 def fma_f32(partial: object, a: object, b: object) -> np.ndarray:
