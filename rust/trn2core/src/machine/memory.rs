@@ -554,8 +554,7 @@ impl SbufWrites {
     /// Notes a write of bytes `[lo, hi)` of some partitions (`None`: of unknown extent).
     pub(crate) fn note(&mut self, span: Option<(u64, u64)>) {
         self.seq += 1;
-        let Some((lo, hi)) = span.filter(|&(lo, hi)| hi <= SBUF_PARTITION_BYTES + 4096 && lo < hi)
-        else {
+        let Some((lo, hi)) = span.filter(|&(lo, hi)| hi <= SBUF_PARTITION_BYTES && lo < hi) else {
             if span.is_none_or(|(lo, hi)| lo < hi) {
                 self.all = self.seq;
             }
@@ -589,19 +588,12 @@ impl SbufWrites {
 /// The byte addresses `[lo, hi)` within a partition that an on-chip tile's elements lie in
 /// (all of them, with what lies between); `None` when they cannot be told (out of range).
 pub(crate) fn byte_span(t: &Tile) -> Option<(u64, u64)> {
-    let esize = t.dtype.size() as i128;
-    let (mut lo, mut hi) = (t.offset as i128, t.offset as i128 + esize);
-    for (size, stride) in t.dims() {
-        if size == 0 {
-            return Some((0, 0));
-        }
-        let reach = (size as i128 - 1) * stride as i128 * esize;
-        if reach < 0 {
-            lo += reach;
-        } else {
-            hi += reach;
-        }
+    if t.free_size_u128() == 0 {
+        return Some((0, 0));
     }
+    // As `check_tile` bounds an on-chip tile.
+    let (esize, offset, (flo, fhi)) = (t.dtype.size() as i128, t.offset as i128, t.free_extent());
+    let (lo, hi) = (offset + flo * esize, offset + (fhi + 1) * esize);
     Some((u64::try_from(lo).ok()?, u64::try_from(hi).ok()?))
 }
 
