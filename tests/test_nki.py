@@ -176,6 +176,70 @@ def test_arguments_the_kernel_stores_into_are_written_back_and_outputs_do_not_al
     assert np.array_equal(x, keep + 1)
 
 
+def test_outputs_handed_over_without_a_copy_hold_the_kernels_values():
+    # A launch's last read of an output it made hands the tensor's buffer over
+    # (Machine.take_hbm) when every output is such a tensor, returned once; a view among the
+    # outputs, or one tensor returned twice, is read (copied) as before. Values in every case.
+    a = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+
+    @tn.jit
+    def two(a):
+        s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        y = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=x, src=s)
+        t = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=s)
+        nisa.dma_copy(dst=y, src=t)
+        return x, {"y": y}
+
+    x, d = two(a)
+    assert x.dtype == np.float32 and np.array_equal(x, a)
+    assert d["y"].dtype == BF16 and np.array_equal(d["y"].astype(np.float32), a)
+    # Taken: the array views the machine's buffer (its uint32 words; the tensor's first byte
+    # on a cache line), not a fresh copy of it.
+    assert x.base is not None and x.base.dtype == np.uint32 and x.ctypes.data % 64 == 0
+    assert d["y"].base.dtype == np.uint32
+    x2, _ = two(a)
+    assert not np.shares_memory(x, x2)
+
+    @tn.jit
+    def twice(a):
+        s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=x, src=s)
+        return x, x, x[1:3, :]
+
+    p, q, r = twice(a)
+    assert np.array_equal(p, a) and np.array_equal(q, a) and np.array_equal(r, a[1:3])
+    assert not np.shares_memory(p, q) and p.base.dtype == np.uint8
+
+    @tn.jit
+    def same(a):
+        s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=x, src=s)
+        return [x, x]
+
+    p, q = same(a)
+    assert np.array_equal(p, a) and np.array_equal(q, a) and not np.shares_memory(p, q)
+    # An output the kernel did not write whole is still the error at its line.
+    with pytest.raises(tn.KernelError, match="did not write every element"):
+
+        @tn.jit
+        def half(a):
+            s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=a)
+            x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=x[0:2, :], src=s[0:2, :])
+            return x
+
+        half(a)
+
+
 def test_a_legacy_sub_kernel_fills_its_output_argument():
     # nki-library's sub-kernels take their output as an argument and return nothing.
     a = np.linspace(-3, 3, 128 * 8, dtype=np.float32).reshape(128, 8)

@@ -2004,6 +2004,7 @@ class Launch:
         # Where the kernel created each HBM tensor (``id`` of its tile -> (tile, file, line)):
         # an output it did not fully write is reported at that line.
         self.created: dict[int, tuple] = {}
+        self.take_ok: set[int] = set()
         self.cores: list[Core] = []
         self.program: tuple[int, ...] = ()
         self.inputs: list = []
@@ -2068,6 +2069,7 @@ class Launch:
         self._stop_peer(None)
         try:
             self._write_back(self.inputs)
+            self.take_ok = self._last_reads(result)
             return self._outputs(result)
         finally:
             self._release()
@@ -2195,6 +2197,28 @@ class Launch:
         for core in self.cores:
             core.release()
 
+    def _leaves(self, x):
+        """The tensors in a kernel's result (as ``_outputs`` walks it)."""
+        if isinstance(x, NkiTensor):
+            yield x
+        elif isinstance(x, (tuple, list)):
+            for v in x:
+                yield from self._leaves(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                yield from self._leaves(v)
+
+    def _last_reads(self, result) -> set[int]:
+        """The outputs (``id`` of their tiles) whose read is the last use of their tensor, so
+        that it hands the tensor's buffer over instead of copying it (``Machine.take_hbm``):
+        when every output is a whole tensor the kernel made, each returned once."""
+        tiles = [t.tile for t in self._leaves(result)]
+        made = all(
+            self.created.get(id(tile), (None,))[0] is tile and tiles.count(tile) == 1
+            for tile in tiles
+        )
+        return {id(tile) for tile in tiles} if made else set()
+
     def _outputs(self, x):
         # A method, not a recursive closure: a closure that calls itself is a reference cycle
         # (function -> cell -> function) that held the launch and its machines (issue 28).
@@ -2241,7 +2265,11 @@ class Launch:
             return out.astype(np.bool_) if t.dtype == D.bool_ else out
         if self.lnc == 1 or shared_j is None:
             try:
-                raw = owner.m.read(t.tile)
+                got = owner.m.take_hbm(t.tile) if id(t.tile) in self.take_ok else None
+                if got is None:
+                    raw = owner.m.read(t.tile)
+                else:  # the buffer's uint32 words, the tensor's first and end byte in them
+                    raw = got[0].view(np.uint8)[got[1] : got[2]]
             except Trn2ValueError as e:
                 raise self._unwritten(
                     t,

@@ -614,6 +614,17 @@ impl PyMachine {
         Ok(to_numpy(py, bytes))
     }
 
+    /// `read(tile)` of a whole HBM tensor without a copy, for a last read: its buffer handed
+    /// over as uint32 words, with the first and end byte of the tensor in them; the tensor is
+    /// freed. None, nothing done, when `tile` is not a whole HBM tensor.
+    fn take_hbm(
+        &self, py: Python<'_>, tile: &Bound<'_, PyAny>,
+    ) -> PyTrn2Result<Option<(Py<PyAny>, usize, usize)>> {
+        let t = tile_of(tile, "tile")?;
+        let got = self.with_settled(py, 0, |m| m.take_hbm(&t))?;
+        Ok(got.map(|(words, r)| (to_numpy(py, words), r.start, r.end)))
+    }
+
     /// Whether an HBM tensor's bytes may have changed since it was made (False: they are still
     /// exactly the data it was made with).
     fn stored(&self, py: Python<'_>, tile: &Bound<'_, PyAny>) -> PyTrn2Result<bool> {

@@ -814,6 +814,19 @@ impl Memories {
         Ok(self.id(slot))
     }
 
+    /// Hands HBM tensor `id`'s buffer over and frees the tensor (its tiles invalid from now
+    /// on): the buffer's words and the tensor's bytes' range in them.
+    pub(crate) fn take_hbm(&mut self, id: TensorId) -> Result<(Vec<u32>, std::ops::Range<usize>)> {
+        let t = self.tensor_mut(id)?;
+        let bytes = t.bytes as usize;
+        let mem = t.hbm.take().ok_or_else(|| {
+            Error::value("tile", format!("tensor {} is not an HBM tensor", t.name))
+        })?;
+        self.free(id)?;
+        let lo = mem.lead * 4;
+        Ok((mem.words, lo..lo + bytes))
+    }
+
     /// SBUF's bytes, to read.
     pub(crate) fn sbuf(&self) -> &ByteMem {
         &self.sbuf

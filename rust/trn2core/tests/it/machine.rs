@@ -1685,6 +1685,36 @@ fn an_hbm_tensor_is_stored_once_written_never_when_read() {
 }
 
 #[test]
+fn take_hbm_hands_a_whole_written_tensor_over_and_frees_it() {
+    let mut m = core();
+    // An output of an odd byte count (3 x 5 bf16), written by a store.
+    let out = m.hbm_tensor("out", &[3, 5], Dtype::Bf16, None).expect("hbm");
+    let s = filled(&mut m, "s", &[3, 5], Dtype::Bf16, -2.5);
+    // Not written yet: the error names the tile, and nothing is taken.
+    let err = m.take_hbm(&out).expect_err("unwritten");
+    assert_eq!((err.arg(), err.rule()), (Some("tile"), Some("uninitialized_read")), "{err}");
+    m.dma_copy(&out, &s, None).expect("store");
+    let want = m.read_tile(&out).expect("read");
+    // A view (one row), an SBUF tile: not whole HBM tensors, so nothing is done.
+    assert!(m.take_hbm(&out.slice(&[range(1, 2)]).expect("row")).expect("view").is_none());
+    assert!(m.take_hbm(&s).expect("sbuf").is_none());
+    let (words, r) = m.take_hbm(&out).expect("take").expect("whole");
+    assert_eq!(r.len(), 30);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert_eq!(&bytes[r.clone()], &want[..], "the bytes read_tile gives");
+    assert_eq!(bytes.as_ptr() as usize % 4, 0);
+    assert_eq!((words.as_ptr() as usize + r.start) % 64, 0, "a cache line");
+    // The tensor is gone: a second take or a read is an error naming the tile.
+    for err in [m.take_hbm(&out).expect_err("taken"), m.read_tile(&out).expect_err("read")] {
+        assert!(matches!(err, Error::Value { ref arg, .. } if arg == "tile"), "{err}");
+    }
+    // The machine goes on: a new tensor of the same shape holds its own data.
+    let data: Vec<u8> = (0..30).collect();
+    let again = m.hbm_tensor("again", &[3, 5], Dtype::Bf16, Some(&data)).expect("hbm");
+    assert_eq!(m.read_tile(&again).expect("read"), data);
+}
+
+#[test]
 fn written_ranges_of_an_output() {
     let mut m = core();
     let out = m.hbm_tensor("out", &[4, 8], Dtype::Bf16, None).expect("hbm");

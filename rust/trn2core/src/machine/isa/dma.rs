@@ -342,6 +342,22 @@ impl Machine {
         Ok(())
     }
 
+    /// [`Machine::read_tile`] of a whole HBM tensor without a copy: its buffer handed over (the
+    /// host's bytes, little-endian on every host this runs on) and the tensor freed, for a front
+    /// end's last read of an output. The buffer's words and the tensor's bytes' range in them;
+    /// `None`, nothing done, when `tile` is not a whole HBM tensor. Never-written bytes are an
+    /// error as for `read_tile`.
+    pub fn take_hbm(&mut self, tile: &Tile) -> Result<Option<(Vec<u32>, std::ops::Range<usize>)>> {
+        self.operand("tile", tile, None, false)?;
+        let whole = tile.space == Space::Hbm
+            && cfg!(target_endian = "little")
+            && *tile == self.mem.tensor(tile.tensor)?.full_tile(tile.tensor);
+        if !whole {
+            return Ok(None);
+        }
+        self.mem.take_hbm(tile.tensor).map(Some)
+    }
+
     /// Reads a tile's elements as packed little-endian bytes of its dtype, in logical order
     /// (no instruction; never-written memory is an error as for an engine).
     pub fn read_tile(&self, tile: &Tile) -> Result<Vec<u8>> {
