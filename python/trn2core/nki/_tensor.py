@@ -513,6 +513,9 @@ class NkiTensor:
     @api(
         inline="""
         if type(key) is tuple and len(key) == len(self.shape) and self._blocks is None:
+            _r = self.tile.basic_view(key, self.shape, self._pdim)
+            if _r is not None:
+                return self._view(*_r)
             _v = self._basic(key, True)
             if _v is not None:
                 return _v

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PySlice, PyTuple};
 use trn2core::engine::{PeTile, PerfMode};
 use trn2core::machine::isa::table::{self, Arg, ArgDefault, Kind, Value};
-use trn2core::machine::tile::Index;
+use trn2core::machine::tile::{Index, ViewIndex};
 use trn2core::machine::timeline::{self, KernelReport, Wait};
 use trn2core::machine::{
     AluOp, Dtype, Engine, Machine, MachineConfig, Opcode, OutputRounding, Tile, Uninitialized,
@@ -123,6 +123,48 @@ impl PyTile {
 
     fn __len__(&self) -> usize {
         self.tile.partitions as usize
+    }
+
+    /// NKI's basic indexing of the tensor this tile holds whole (logical shape `dims`,
+    /// partition axis `pdim`, None in HBM) by `key`, a tuple of one int or step-1 slice of
+    /// ints per axis: `(tile, shape, pdim)` of the view, or None where the front end's
+    /// general path decides (any other key, or what `Tile::basic_view` leaves to it).
+    fn basic_view(
+        &self, key: &Bound<'_, PyTuple>, dims: Vec<usize>, pdim: Option<usize>,
+    ) -> PyTrn2Result<Option<(PyTile, Vec<usize>, Option<usize>)>> {
+        use pyo3::types::PyInt;
+        let int = |v: &Bound<'_, PyAny>| -> Option<i64> {
+            if v.is_exact_instance_of::<PyInt>() {
+                v.extract::<i64>().ok()
+            } else {
+                None
+            }
+        };
+        let mut idx = Vec::with_capacity(key.len());
+        for k in key.iter() {
+            if let Ok(s) = k.cast::<PySlice>() {
+                let bound =
+                    |v: Bound<'_, PyAny>| if v.is_none() { Some(None) } else { int(&v).map(Some) };
+                let py = s.py();
+                let step = s.getattr(pyo3::intern!(py, "step"))?;
+                let (Some(start), Some(stop)) = (
+                    bound(s.getattr(pyo3::intern!(py, "start"))?),
+                    bound(s.getattr(pyo3::intern!(py, "stop"))?),
+                ) else {
+                    return Ok(None);
+                };
+                if !step.is_none() {
+                    return Ok(None);
+                }
+                idx.push(ViewIndex::Range(start, stop));
+            } else if let Some(i) = int(&k) {
+                idx.push(ViewIndex::At(i));
+            } else {
+                return Ok(None);
+            }
+        }
+        let view = self.tile.basic_view(&dims, pdim, &idx)?;
+        Ok(view.map(|(tile, shape, p)| (PyTile { tile }, shape, p)))
     }
 
     fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyTrn2Result<PyTile> {

@@ -236,7 +236,92 @@ impl Index {
     }
 }
 
+/// One index of [`Tile::basic_view`]: a position, or a step-1 range (`None` as in Python's
+/// `a[start:stop]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewIndex {
+    /// One position (negative counts from the end).
+    At(i64),
+    /// `start..stop`.
+    Range(Option<i64>, Option<i64>),
+}
+
 impl Tile {
+    /// NKI's basic indexing of the tensor this tile holds whole, of logical shape `dims` and
+    /// partition axis `pdim` (`None` in HBM), by `key` (one entry per logical axis): the
+    /// view's tile, logical shape and partition axis. An index drops its axis, except the
+    /// partition axis (kept at size 1) and, on chip, the last free axis when no free axis is
+    /// left (a tile stays 2-D); a whole-index key gives shape `[1]`. `None` where the front
+    /// end's general rules decide instead: a position or range outside its axis, an empty
+    /// range, a key of another length, or an HBM view left with one axis by an index after
+    /// it (the legacy dialect's `a[0:128, j]` is a column).
+    #[allow(clippy::type_complexity)]
+    pub fn basic_view(
+        &self, dims: &[usize], pdim: Option<usize>, key: &[ViewIndex],
+    ) -> Result<Option<(Tile, Vec<usize>, Option<usize>)>> {
+        if key.len() != dims.len() {
+            return Ok(None);
+        }
+        let on_chip = pdim.is_some();
+        let mut shape = Vec::with_capacity(dims.len() + 1);
+        let mut mkey = vec![Index::ALL; dims.len()];
+        let (mut new_pdim, mut free_kept, mut last_int) = (None, 0, None);
+        for (a, (&k, &size)) in key.iter().zip(dims).enumerate() {
+            let Ok(size) = i64::try_from(size) else {
+                return Ok(None);
+            };
+            // The machine axis: on chip the partition axis first.
+            let m = match pdim {
+                Some(p) if a == p => 0,
+                Some(p) if a < p => a + 1,
+                _ => a,
+            };
+            match k {
+                ViewIndex::Range(start, stop) => {
+                    let from_end = |v: i64| if v < 0 { v.saturating_add(size) } else { v };
+                    let (b, e) = (start.map_or(0, from_end), stop.map_or(size, from_end));
+                    if !(0 <= b && b < e && e <= size) {
+                        return Ok(None);
+                    }
+                    mkey[m] = Index::Range { start, stop, step: 1 };
+                    if pdim == Some(a) {
+                        new_pdim = Some(shape.len());
+                    } else if pdim.is_some_and(|p| a > p) {
+                        free_kept += 1;
+                    }
+                    shape.push((e - b) as usize);
+                }
+                ViewIndex::At(i) => {
+                    if i < -size || i >= size {
+                        return Ok(None);
+                    }
+                    let i = i.rem_euclid(size);
+                    mkey[m] = Index::At(i);
+                    if pdim == Some(a) {
+                        // (`Tile::slice` keeps the partition an index selects.)
+                        new_pdim = Some(shape.len());
+                        shape.push(1);
+                    } else if pdim.is_some_and(|p| a > p) || (!on_chip && !shape.is_empty()) {
+                        last_int = Some((a, i, shape.len()));
+                    }
+                }
+            }
+        }
+        if let Some((a, i, pos)) = last_int {
+            if !on_chip && shape.len() == 1 {
+                return Ok(None);
+            }
+            if on_chip && free_kept == 0 {
+                mkey[a] = Index::Range { start: Some(i), stop: Some(i + 1), step: 1 };
+                shape.insert(pos, 1);
+            }
+        }
+        if shape.is_empty() {
+            shape.push(1);
+        }
+        Ok(Some((self.slice(&mkey)?, shape, new_pdim)))
+    }
+
     /// The sub-tile selected by `index` (one entry per axis, partition axis first; missing
     /// trailing axes are whole). On-chip tiles keep consecutive partitions (step 1); HBM tiles
     /// slice their first axis freely. Empty selections are refused.
