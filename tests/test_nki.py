@@ -176,7 +176,7 @@ def test_arguments_the_kernel_stores_into_are_written_back_and_outputs_do_not_al
     assert np.array_equal(x, keep + 1)
 
 
-def test_outputs_handed_over_without_a_copy_hold_the_kernels_values():
+def test_outputs_handed_over_without_a_copy_hold_the_kernels_values(copy_kernel):
     # A launch's last read of an output it made hands the tensor's buffer over
     # (Machine.take_hbm) when every output is such a tensor, returned once; a view among the
     # outputs, or one tensor returned twice, is read (copied) as before. Values in every case.
@@ -206,10 +206,7 @@ def test_outputs_handed_over_without_a_copy_hold_the_kernels_values():
 
     @tn.jit
     def twice(a):
-        s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=s, src=a)
-        x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=x, src=s)
+        x = copy_kernel(a)
         return x, x, x[1:3, :]
 
     p, q, r = twice(a)
@@ -218,10 +215,7 @@ def test_outputs_handed_over_without_a_copy_hold_the_kernels_values():
 
     @tn.jit
     def same(a):
-        s = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=s, src=a)
-        x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=x, src=s)
+        x = copy_kernel(a)
         return [x, x]
 
     p, q = same(a)

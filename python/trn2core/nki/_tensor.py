@@ -644,7 +644,9 @@ class NkiTensor:
     def _basic(self, key, quick: bool = False) -> NkiTensor | None:
         """The view of ``key``, one slice or int per axis. ``quick``: None instead, for the
         general path, when an index is anything but an ``int`` or a step-1 slice of ``int``s
-        inside the axis (so that path names what is wrong, in its own order)."""
+        inside the axis (so that path names what is wrong, in its own order). The hot path
+        (``__getitem__``) asks the core first (``Tile.basic_view``, the same rule for those
+        keys); tests/test_nki.py keeps the two equal on random keys."""
         p = self._pdim
         on_chip = p is not None
         dims = self.shape
