@@ -125,7 +125,7 @@ impl PyTile {
         self.tile.partitions as usize
     }
 
-    /// NKI's basic indexing of the tensor this tile holds whole (logical shape `dims`,
+    /// NKI's basic indexing of the tensor (or view) this tile holds (logical shape `dims`,
     /// partition axis `pdim`, None in HBM) by `key`, a tuple of one int or step-1 slice of
     /// ints per axis: `(tile, shape, pdim)` of the view, or None where the front end's
     /// general path decides (any other key, or what `Tile::basic_view` leaves to it).

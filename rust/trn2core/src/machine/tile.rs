@@ -247,9 +247,10 @@ pub enum ViewIndex {
 }
 
 impl Tile {
-    /// NKI's basic indexing of the tensor this tile holds whole, of logical shape `dims` and
-    /// partition axis `pdim` (`None` in HBM), by `key` (one entry per logical axis): the
-    /// view's tile, logical shape and partition axis. An index drops its axis, except the
+    /// NKI's basic indexing of the tensor (or view) this tile holds, of logical shape `dims`
+    /// and partition axis `pdim` (`None` in HBM; the tile's axes are the logical ones with the
+    /// partition axis first), by `key` (one entry per logical axis): the view's tile, logical
+    /// shape and partition axis. An index drops its axis, except the
     /// partition axis (kept at size 1) and, on chip, the last free axis when no free axis is
     /// left (a tile stays 2-D); a whole-index key gives shape `[1]`. `None` where the front
     /// end's general rules decide instead: a position or range outside its axis, an empty
