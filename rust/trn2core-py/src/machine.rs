@@ -30,6 +30,9 @@ use crate::memory::{footprint, PyAllocation, PyMemoryUsage};
 /// Elements below which an instruction runs with the GIL held.
 const GIL_HELD_ELEMENTS: usize = 1 << 16;
 
+/// A view [`PyTile::basic_view`] gives: its tile, logical shape and partition axis.
+type BasicView = (PyTile, Vec<usize>, Option<usize>);
+
 /// An access pattern into one tensor of one `Machine` (see `trn2core::machine::tile`).
 #[pyclass(name = "Tile", module = "trn2core._core", frozen)]
 pub struct PyTile {
@@ -131,7 +134,7 @@ impl PyTile {
     /// general path decides (any other key, or what `Tile::basic_view` leaves to it).
     fn basic_view(
         &self, key: &Bound<'_, PyTuple>, dims: Vec<usize>, pdim: Option<usize>,
-    ) -> PyTrn2Result<Option<(PyTile, Vec<usize>, Option<usize>)>> {
+    ) -> PyTrn2Result<Option<BasicView>> {
         use pyo3::types::PyInt;
         let int = |v: &Bound<'_, PyAny>| -> Option<i64> {
             if v.is_exact_instance_of::<PyInt>() {
