@@ -291,7 +291,35 @@ def _pe_tile(tile_position, tile_size):
     return pos, size
 
 
-@api
+# nc_matmul's common case (dst, stationary and moving only, by keyword, three tensors on
+# machine tiles, dst not a block of an explicitly placed tensor), run in its api wrapper (as
+# tensor_tensor's): what the function does for it, without its calls.
+_MM_INLINE = """
+if (
+    type(dst) is _NkiTensor
+    and type(stationary) is _NkiTensor
+    and type(moving) is _NkiTensor
+    and dst._blocks is None
+    and is_stationary_onezero is _MISSING
+    and is_moving_onezero is _MISSING
+    and is_transpose is _MISSING
+    and accumulate is _MISSING
+    and tile_position is _MISSING
+    and tile_size is _MISSING
+    and perf_mode is _MISSING
+    and name is _MISSING
+):
+    _c = dst._core
+    if _c.pending is not None:
+        _c.flush()
+    _t0, _t1, _t2 = dst._t, stationary._t, moving._t
+    if type(_t0) is _TILE and type(_t1) is _TILE and type(_t2) is _TILE:
+        _c.m.issue_at(_c.loc, "nc_matmul", _t0, _t1, _t2, None, "none", None, None, False)
+        return None
+"""
+
+
+@api(inline=_MM_INLINE, names={"_NkiTensor": NkiTensor, "_TILE": _TILE})
 def nc_matmul(
     dst,
     stationary,
