@@ -50,6 +50,12 @@ CALLS = {
     "ap offset str": ("a.ap([(1, 2)], 'x')", "Trn2ValueError"),
     "rows of None": ("h.rows(None, 0)", "ShapeError"),
     "reshape of a string": ("h.reshape_free('ab')", "ShapeError"),
+    # Tile.basic_view with sizes that do not describe the tile (it clamps to 128 partitions).
+    "basic_view of other dims": ("a.basic_view((slice(0, 200), 0), [200, 4], 0)", "ShapeError"),
+    "basic_view of a tile's dims": (
+        "v, s, p = a.basic_view((slice(0, 64), 1), [128, 4], 0)\n"
+        "assert (v.shape, s, p) == ([64, 1], [64, 1], 0), (v.shape, s, p)"
+    ),
     "uninitialized None": ("t.NeuronCore(uninitialized=None)", "FormatError"),
     "start_partition -1": ("c.tile((1, 4), 'fp32', start_partition=-1)", "Trn2ValueError"),
     "space None": ("c.tile((1, 4), 'fp32', space=None)", "Trn2ValueError"),
@@ -235,6 +241,9 @@ METHODS = {
     "Tile.ap(pattern)": ("pattern", lambda c, a, v: a.ap(v)),
     "Tile.ap(offset)": ("offset", lambda c, a, v: a.ap([(1, 2)], v)),
     "Tile.reshape_free(shape)": ("shape", lambda c, a, v: a.reshape_free(v)),
+    "Tile.basic_view(key)": ("key", lambda c, a, v: a.basic_view(v, [128, 4], 0)),
+    "Tile.basic_view(dims)": ("dims", lambda c, a, v: a.basic_view((0, 0), v, 0)),
+    "Tile.basic_view(pdim)": ("pdim", lambda c, a, v: a.basic_view((0, 0), [128, 4], v)),
     "Tile.rows(count)": ("count", lambda c, a, v: c.hbm_tensor(np.ones(4, np.float32)).rows(v, 0)),
     "Tile.rows(step)": ("step", lambda c, a, v: c.hbm_tensor(np.ones(4, np.float32)).rows(1, v)),
 }
@@ -262,6 +271,7 @@ LEGAL = {
     ("reverse0", True),
     ("is_transpose", True),
     ("name", "x"),
+    ("pdim", None),
 }
 
 

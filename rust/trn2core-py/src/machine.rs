@@ -133,9 +133,23 @@ impl PyTile {
     /// ints per axis: `(tile, shape, pdim)` of the view, or None where the front end's
     /// general path decides (any other key, or what `Tile::basic_view` leaves to it).
     fn basic_view(
-        &self, key: &Bound<'_, PyTuple>, dims: Vec<usize>, pdim: Option<usize>,
+        &self, key: &Bound<'_, PyAny>, dims: &Bound<'_, PyAny>, pdim: &Bound<'_, PyAny>,
     ) -> PyTrn2Result<Option<BasicView>> {
         use pyo3::types::PyInt;
+        let key = key.cast::<PyTuple>().map_err(|_| {
+            Error::value("key", format!("expected a tuple of indices, got {}", shown(key)))
+        })?;
+        let dims: Vec<usize> = dims.extract().map_err(|_| {
+            Error::shape("dims", format!("expected a list of sizes, got {}", shown(dims)))
+        })?;
+        let bad = || Error::value("pdim", format!("expected None or an axis, got {}", shown(pdim)));
+        let pdim: Option<usize> = if pdim.is_none() {
+            None
+        } else if pdim.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(bad().into());
+        } else {
+            Some(pdim.extract().map_err(|_| bad())?)
+        };
         let int = |v: &Bound<'_, PyAny>| -> Option<i64> {
             if v.is_exact_instance_of::<PyInt>() {
                 v.extract::<i64>().ok()

@@ -263,6 +263,12 @@ impl Tile {
         if key.len() != dims.len() {
             return Ok(None);
         }
+        if pdim.is_some_and(|p| p >= dims.len()) {
+            return Err(Error::value(
+                "pdim",
+                format!("axis {pdim:?} of a tensor of {} axes", dims.len()),
+            ));
+        }
         let on_chip = pdim.is_some();
         let mut shape = Vec::with_capacity(dims.len() + 1);
         let mut mkey = vec![Index::ALL; dims.len()];
@@ -320,7 +326,16 @@ impl Tile {
         if shape.is_empty() {
             shape.push(1);
         }
-        Ok(Some((self.slice(&mkey)?, shape, new_pdim)))
+        let view = self.slice(&mkey)?;
+        // `dims` must describe this tile: a view of other sizes than its shape says is refused.
+        let n = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(d as u128));
+        if n != Some(view.elements_u128()) {
+            return Err(Error::shape(
+                "dims",
+                format!("{dims:?} do not describe this tile ({:?})", self.logical_shape()),
+            ));
+        }
+        Ok(Some((view, shape, new_pdim)))
     }
 
     /// The sub-tile selected by `index` (one entry per axis, partition axis first; missing
