@@ -526,11 +526,12 @@ pub struct Memories {
 }
 
 /// When each column of SBUF's bytes (the same byte addresses in every partition, 64 at a
-/// time: the allocation alignment, so that two tensors never share one) was last written, as a count of writes: whoever read some bytes can tell whether they
-/// may have changed since. Coarse by design (any partition, whole columns): it may say that
-/// bytes changed which did not, never that bytes did not change which did. Every mutable way
-/// into SBUF's bytes is a method of [`Memories`] (its `sbuf` is private) that notes what it
-/// writes ([`Memories::mem_mut`], [`Memories::src_dst`], [`Memories::split_on_chip`],
+/// time: the allocation alignment, so that two tensors never share one) was last written, as
+/// a count of writes: whoever read some bytes can tell whether they may have changed since.
+/// Coarse by design (any partition, whole columns): it may say that bytes changed which did
+/// not, never that bytes did not change which did. Every mutable way into SBUF's bytes is a
+/// method of [`Memories`] (its `sbuf` is private) that notes what it writes
+/// ([`Memories::mem_mut`], [`Memories::src_dst`], [`Memories::split_on_chip`],
 /// [`Memories::fill_on_chip`], a spill's reload).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SbufWrites {
