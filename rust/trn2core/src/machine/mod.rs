@@ -479,72 +479,148 @@ impl Machine {
 
     /// Clears the matmul-written bits of a PSUM byte region.
     pub(crate) fn clear_psum_mm(&mut self, p0: u32, pn: u32, lo: u64, hi: u64) {
-        let words = &mut self.psum_mm;
-        psum_words(p0, pn, lo, hi, |w, mask| words[w] &= !mask);
+        psum_put(&mut self.psum_mm, p0, pn, lo, hi, false);
     }
 }
 
-/// Calls `f(word, mask)` for the words of the PSUM slot bitmap (one bit per fp32 slot,
-/// `PSUM_SLOTS` per partition) covering bytes `lo..hi` of partitions `p0 .. p0 + pn`: a few
-/// words per partition instead of one step per slot; the words between a partition's first
-/// and last are whole (`u64::MAX`), a loop the compiler vectorises once `f` is inlined.
-pub(crate) fn psum_words(p0: u32, pn: u32, lo: u64, hi: u64, mut f: impl FnMut(usize, u64)) {
-    let (s0, s1) = ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
-    if s0 >= s1 {
-        return;
+/// Words of the PSUM slot bitmap per partition (one bit per fp32 slot, `PSUM_SLOTS` per
+/// partition): every partition's bits start on a word.
+const PSUM_ROW_WORDS: usize = PSUM_SLOTS / 64;
+const _: () = assert!(PSUM_SLOTS.is_multiple_of(64));
+
+/// The words of a partition's row of the PSUM slot bitmap that bytes `lo..hi` cover (the same
+/// in every partition): the first and last word and their masks, the words between whole.
+#[derive(Debug, Clone, Copy)]
+struct SlotSpan {
+    w0: usize,
+    first: u64,
+    w1: usize,
+    last: u64,
+}
+
+impl SlotSpan {
+    /// The span of slots `lo / 4 .. ceil(hi / 4)`, clamped to a partition; `None` if empty.
+    fn of(lo: u64, hi: u64) -> Option<SlotSpan> {
+        let (s0, s1) = ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
+        if s0 >= s1 {
+            return None;
+        }
+        let (w0, w1) = (s0 / 64, (s1 - 1) / 64);
+        // Bits s0 % 64 .. of the first word, ..= (s1 - 1) % 64 of the last.
+        let (first, last) = (u64::MAX << (s0 % 64), u64::MAX >> (63 - (s1 - 1) % 64));
+        Some(if w0 == w1 {
+            SlotSpan { w0, first: first & last, w1, last: first & last }
+        } else {
+            SlotSpan { w0, first, w1, last }
+        })
     }
-    for p in p0 as usize..(p0 + pn) as usize {
-        let (b0, b1) = (p * PSUM_SLOTS + s0, p * PSUM_SLOTS + s1);
-        let (w0, w1) = (b0 / 64, (b1 - 1) / 64);
-        // Bits b0 % 64 .. of the first word, ..= (b1 - 1) % 64 of the last.
-        let (first, last) = (u64::MAX << (b0 % 64), u64::MAX >> (63 - (b1 - 1) % 64));
-        if w0 == w1 {
-            f(w0, first & last);
-            continue;
+
+    /// Where the bitmap rows of partitions `p0 .. p0 + pn` lie.
+    fn rows(p0: u32, pn: u32) -> std::ops::Range<usize> {
+        p0 as usize * PSUM_ROW_WORDS..(p0 as usize + pn as usize) * PSUM_ROW_WORDS
+    }
+
+    /// Whether every bit of the span is set in `row`.
+    #[inline(always)]
+    fn all_set(&self, row: &[u64]) -> bool {
+        let &SlotSpan { w0, first, w1, last } = self;
+        row[w0] & first == first
+            && row[w1] & last == last
+            && row[w0 + 1..w1.max(w0 + 1)].iter().all(|&x| x == u64::MAX)
+    }
+
+    /// Sets (`on`) or clears every bit of the span in `row`.
+    #[inline(always)]
+    fn put(&self, row: &mut [u64], on: bool) {
+        let &SlotSpan { w0, first, w1, last } = self;
+        if on {
+            row[w0] |= first;
+            row[w1] |= last;
+        } else {
+            row[w0] &= !first;
+            row[w1] &= !last;
         }
-        f(w0, first);
-        for w in w0 + 1..w1 {
-            f(w, u64::MAX);
-        }
-        f(w1, last);
+        row[w0 + 1..w1.max(w0 + 1)].fill(if on { u64::MAX } else { 0 });
+    }
+}
+
+/// Whether the PSUM slot bitmap `words` has every bit of bytes `lo..hi` of partitions
+/// `p0 .. p0 + pn` set (`true` for no bytes; `false` past the bitmap).
+pub(crate) fn psum_all_set(words: &[u64], p0: u32, pn: u32, lo: u64, hi: u64) -> bool {
+    let Some(span) = SlotSpan::of(lo, hi) else {
+        return true;
+    };
+    words
+        .get(SlotSpan::rows(p0, pn))
+        .is_some_and(|rows| rows.chunks_exact(PSUM_ROW_WORDS).all(|row| span.all_set(row)))
+}
+
+/// Sets (`on`) or clears the bits of bytes `lo..hi` of partitions `p0 .. p0 + pn` in the PSUM
+/// slot bitmap `words` (nothing if they reach past it: the machine checks tiles first).
+pub(crate) fn psum_put(words: &mut [u64], p0: u32, pn: u32, lo: u64, hi: u64, on: bool) {
+    let Some(span) = SlotSpan::of(lo, hi) else {
+        return;
+    };
+    if let Some(rows) = words.get_mut(SlotSpan::rows(p0, pn)) {
+        rows.chunks_exact_mut(PSUM_ROW_WORDS).for_each(|row| span.put(row, on));
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{psum_words, PSUM_SLOTS};
+    use super::{psum_all_set, psum_put, PSUM_SLOTS};
 
-    /// `psum_words` sets exactly the bits of the slots `lo / 4 .. ceil(hi / 4)` (clamped to a
-    /// partition) of each partition asked, each word once: against one bit per slot, for
-    /// regions starting, ending and lying inside words and spanning many.
+    /// `psum_put` sets, and clears, exactly the bits of the slots `lo / 4 .. ceil(hi / 4)`
+    /// (clamped to a partition) of each partition asked, and `psum_all_set` says whether all
+    /// of them are set: against one bit per slot, for regions starting, ending and lying inside
+    /// words and spanning many, on a bitmap of other bits.
     #[test]
-    fn psum_words_cover_exactly_the_slots_of_the_region() {
+    fn psum_bits_cover_exactly_the_slots_of_the_region() {
         let words = 3 * PSUM_SLOTS / 64;
         let ends = [0u64, 1, 3, 4, 5, 252, 256, 260, 508, 512, 2048, 4 * PSUM_SLOTS as u64 - 4];
+        // Some bits set around every region, none of them all of one.
+        let noise: Vec<u64> = (0..words as u64).map(crate::numerics::mix64).collect();
         for p0 in [0u32, 1] {
             for pn in [1u32, 2] {
                 for &lo in &ends {
                     for hi in
                         ends.iter().map(|h| h + 4).chain([lo, lo + 1, 4 * PSUM_SLOTS as u64 + 9])
                     {
-                        let mut got = vec![0u64; words];
-                        let mut calls = vec![0u32; words];
-                        psum_words(p0, pn, lo, hi, |w, m| {
-                            assert_eq!(got[w] & m, 0, "a bit set twice");
-                            got[w] |= m;
-                            calls[w] += 1;
-                        });
-                        let mut want = vec![0u64; words];
                         let (s0, s1) =
                             ((lo / 4) as usize, (hi.div_ceil(4) as usize).min(PSUM_SLOTS));
+                        let mut region = vec![0u64; words];
                         for p in p0 as usize..(p0 + pn) as usize {
                             for s in s0..s1.max(s0) {
                                 let b = p * PSUM_SLOTS + s;
-                                want[b / 64] |= 1 << (b % 64);
+                                region[b / 64] |= 1 << (b % 64);
                             }
                         }
-                        assert_eq!(got, want, "p0 {p0} pn {pn} bytes {lo}..{hi}");
-                        assert!(calls.iter().all(|&c| c <= 1), "a word visited twice");
+                        let at = format!("p0 {p0} pn {pn} bytes {lo}..{hi}");
+                        let mut got = noise.clone();
+                        psum_put(&mut got, p0, pn, lo, hi, true);
+                        let want: Vec<u64> =
+                            noise.iter().zip(&region).map(|(n, r)| n | r).collect();
+                        assert_eq!(got, want, "set {at}");
+                        assert!(psum_all_set(&got, p0, pn, lo, hi), "all set {at}");
+                        psum_put(&mut got, p0, pn, lo, hi, false);
+                        let want: Vec<u64> =
+                            noise.iter().zip(&region).map(|(n, r)| n & !r).collect();
+                        assert_eq!(got, want, "clear {at}");
+                        let empty = s0 >= s1;
+                        assert_eq!(psum_all_set(&got, p0, pn, lo, hi), empty, "none set {at}");
+                        // One bit of the region missing (its first, a middle one or its
+                        // last) is not all.
+                        let bits: Vec<usize> = (0..words * 64)
+                            .filter(|&b| region[b / 64] >> (b % 64) & 1 == 1)
+                            .collect();
+                        if let (Some(&first), Some(&last)) = (bits.first(), bits.last()) {
+                            assert!(psum_all_set(&region, p0, pn, lo, hi), "exactly {at}");
+                            for b in [first, bits[bits.len() / 2], last] {
+                                let mut one_short = region.clone();
+                                one_short[b / 64] &= !(1 << (b % 64));
+                                assert!(!psum_all_set(&one_short, p0, pn, lo, hi), "bit {b} {at}");
+                            }
+                        }
                     }
                 }
             }

@@ -20,7 +20,7 @@ use crate::{Error, Result};
 use super::super::dtype::Dtype;
 use super::super::memory::{byte_span, ByteMem, SbufWrites};
 use super::super::record::{flags, CostInput, Engine, Opcode, Queue};
-use super::super::{psum_words, Machine};
+use super::super::{psum_all_set, psum_put, Machine};
 use super::{check_engine, dtype_rule, rule, shape_rule, Opnd};
 use crate::machine::tile::Tile;
 
@@ -249,16 +249,13 @@ impl Machine {
 
     /// Whether every PSUM slot `dst` covers was last written by a matmul.
     fn psum_mm_state(&self, d: &Opnd) -> bool {
-        let mut all = true;
         let (p0, pn) = (d.tile.start_partition, d.tile.partitions);
-        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| all &= self.psum_mm[w] & mask == mask);
-        all
+        psum_all_set(&self.psum_mm, p0, pn, d.range.0, d.range.1)
     }
 
     fn set_psum_mm(&mut self, d: &Opnd) {
         let (p0, pn) = (d.tile.start_partition, d.tile.partitions);
-        let words = &mut self.psum_mm;
-        psum_words(p0, pn, d.range.0, d.range.1, |w, mask| words[w] |= mask);
+        psum_put(&mut self.psum_mm, p0, pn, d.range.0, d.range.1, true);
     }
 
     /// The GEMM reader of a queued operand read straight from SBUF: `[K, F]`, partitions by
