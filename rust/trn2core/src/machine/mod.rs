@@ -578,7 +578,7 @@ mod tests {
     fn psum_bits_cover_exactly_the_slots_of_the_region() {
         let words = 3 * PSUM_SLOTS / 64;
         let ends = [0u64, 1, 3, 4, 5, 252, 256, 260, 508, 512, 2048, 4 * PSUM_SLOTS as u64 - 4];
-        // Some bits set around every region, none of them all of one.
+        // Random bits around every region: only the region's bits may change.
         let noise: Vec<u64> = (0..words as u64).map(crate::numerics::mix64).collect();
         for p0 in [0u32, 1] {
             for pn in [1u32, 2] {
