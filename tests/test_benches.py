@@ -46,3 +46,23 @@ def test_bench_nki_alternates_the_kernel_and_its_baseline():
     a, b = mod.best_of_alternating(lambda: calls.append("a"), lambda: calls.append("b"), 3)
     assert calls == ["a", "b", "a", "b", "a", "b"]
     assert 0 <= a < 1 and 0 <= b < 1
+
+
+def test_the_nki_speed_table_states_the_bench_s_targets():
+    """docs/nki.md's Speed table gives the targets benches/bench_nki.py checks (the table once
+    kept an older session's targets after the bench's had changed)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("bench_nki_targets", BENCHES / "bench_nki.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (ROOT / "docs" / "nki.md").read_text(encoding="utf-8")
+    speed = text.split("\n## Speed\n", 1)[1]
+    rows = [ln for ln in speed.split("\n\n", 2)[1].splitlines() if ln.startswith("| ")]
+    targets = {r.split(" | ")[0]: r.rstrip(" |").rsplit(" | ", 1)[1] for r in rows[1:]}
+    instr = [t for k, t in targets.items() if "instruction" in k]
+    matmul = [t for k, t in targets.items() if "matmul 2048^3" in k]
+    assert instr == [f"< {mod.TARGET_INSTR_US:g} us"], targets
+    assert matmul == [f"within {mod.TARGET_MATMUL_VS_GEMM:g}x"], targets
+    assert re.search(r"\d+\.\d+-\d+\.\d+ us each", rows[1]), rows[1]
