@@ -147,6 +147,22 @@ impl<'a> Strided<'a> {
             as usize
     }
 
+    /// Starts loading elements `(i, j0..j0 + len)` into the CPU's caches when they are
+    /// consecutive (a hint: nothing is read, no value changes; other layouts are left alone).
+    #[inline]
+    fn prefetch(&self, i: usize, j0: usize, len: usize) {
+        if self.strides[1] != 1 || len == 0 {
+            return;
+        }
+        let at = self.index(i, j0);
+        match self.buffer {
+            Buffer::U8(x) => prefetch_bytes(x.get(at..at + len)),
+            Buffer::U16(x) => prefetch_bytes(x.get(at..at + len)),
+            Buffer::U32(x) => prefetch_bytes(x.get(at..at + len)),
+            Buffer::U64(x) => prefetch_bytes(x.get(at..at + len)),
+        }
+    }
+
     /// Elements `(i, j0..j0 + len)`: borrowed when they are consecutive in native byte order,
     /// else gathered into `buf`.
     #[inline]
@@ -164,6 +180,29 @@ impl<'a> Strided<'a> {
         }
         &buf[..len]
     }
+}
+
+/// Asks the CPU to start loading the cache lines of `run` (x86-64's `prefetcht0`; elsewhere
+/// nothing): a hint that reads nothing and cannot fault.
+#[inline]
+fn prefetch_bytes<T>(run: Option<&[T]>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(run) = run {
+        let (p, bytes) = (run.as_ptr().cast::<i8>(), std::mem::size_of_val(run));
+        // The lines the run touches, from the one holding its first byte.
+        let lead = p as usize % 64;
+        for off in (0..lead + bytes).step_by(64) {
+            // SAFETY: a prefetch is a hint: it neither reads architecturally nor faults, and
+            // the address (`p` moved back to its line's start, then on by whole lines below
+            // the run's end) is computed without dereferencing.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_sub(lead).wrapping_add(off));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = run;
 }
 
 /// An `[rows, cols]` matrix compressed N:M along its rows (axis 1), as `trn2core.compress`
@@ -393,6 +432,15 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Starts loading the stored elements `(i, j0..j0 + len)` into the CPU's caches (dense
+    /// matrices with consecutive rows; a hint, see [`Reader::row_run`]'s caller `pack_cols`).
+    #[inline]
+    pub(crate) fn prefetch_run(&self, i: usize, j0: usize, len: usize) {
+        if let Matrix::Dense(d) = self.matrix {
+            d.prefetch(i, j0, len);
+        }
+    }
+
     /// How the engine reads `matrix` (the argument `arg`), and the format of its values: rounded
     /// once into `target` with `rounding` (stochastic rounding keyed by `seed`) when a target is
     /// given; else as stored (float32 is fp32, bfloat16 bf16, float16 fp16, the fp8 dtypes their
@@ -559,5 +607,45 @@ pub(crate) fn check_len(arg: &str, len: usize, dims: &[usize]) -> Result<()> {
             arg,
             format!("holds {len} elements but its shape {dims:?} needs {want:?}"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prefetch is a hint that must stay inside its buffer: asked for at every row, start
+    /// and length of a row-major matrix up to the row's end (elements of each width), and for
+    /// a layout whose rows are not consecutive (left alone), it returns without a panic.
+    #[test]
+    fn prefetch_hints_stay_inside_their_buffer() {
+        let (rows, cols) = (3usize, 70usize);
+        let w8: Vec<u8> = (0..rows * cols).map(|i| i as u8).collect();
+        let w16: Vec<u16> = (0..rows * cols).map(|i| i as u16).collect();
+        let w32: Vec<u32> = (0..rows * cols).map(|i| i as u32).collect();
+        let w64: Vec<u64> = (0..rows * cols).map(|i| i as u64).collect();
+        let mats = [
+            (Buffer::U8(&w8), Dtype::Fp8E4m3),
+            (Buffer::U16(&w16), Dtype::Bf16),
+            (Buffer::U32(&w32), Dtype::F32),
+            (Buffer::U64(&w64), Dtype::F64),
+        ]
+        .map(|(b, d)| Strided::row_major("m", b, d, [rows, cols]).expect("valid"));
+        for m in &mats {
+            for i in 0..rows {
+                for j0 in 0..=cols {
+                    for len in 0..=cols - j0 {
+                        m.prefetch(i, j0, len);
+                    }
+                }
+            }
+        }
+        // The transpose: consecutive down its columns, not along its rows.
+        let t = Strided::new("t", Buffer::U16(&w16), Dtype::Bf16, false, [cols, rows], 0, [1, 70])
+            .expect("valid");
+        for i in 0..cols {
+            t.prefetch(i, 0, rows);
+        }
+        Reader::f32(mats[2]).prefetch_run(rows - 1, cols - 1, 1);
     }
 }
