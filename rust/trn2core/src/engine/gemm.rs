@@ -26,8 +26,8 @@
 //!
 //! Every output element is written by exactly one task per tile, and the tiles follow one another,
 //! so the bits do not depend on the number of threads or on who steals what. Measured on a
-//! 2-core AVX-512 host (Zen 4): a 2048^3 GEMM at about 0.8 to 0.85 times numpy's OpenBLAS sgemm,
-//! which is free to reorder its sums.
+//! 2-core AVX-512 host (Zen 4): a 2048^3 GEMM at about 0.9 to 1.0 times numpy's OpenBLAS sgemm,
+//! which is free to reorder its sums (docs/benchmarks.md, "Tensor engine").
 
 use std::cell::RefCell;
 
