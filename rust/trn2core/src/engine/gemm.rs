@@ -50,8 +50,10 @@ const CHAIN_TASKS_PER_THREAD: usize = 16;
 const PACK_MIN_PANELS: usize = 4;
 /// Host prefetching (not a hardware number): how many rows ahead `pack_cols` asks the CPU to
 /// load (4, 8 and 16 measured the same; none was about 3 ms slower a 2048^3 NKI matmul).
-/// `pack_a` asks for the next two micro-panels' rows (a 2048^3 `gemm` about 2 ms faster).
 const PREFETCH_ROWS: usize = 4;
+/// Host prefetching: how many micro-panels ahead `pack_a` asks for the rows of (none was
+/// about 3 ms slower a 2048^3 `gemm`).
+const PREFETCH_PANELS: usize = 2;
 
 /// How the contraction is cut into tiles and ordered inside one.
 #[derive(Debug, Clone, Copy)]
@@ -785,10 +787,10 @@ fn pack_a<K: MicroKernel>(
     let in_order = order.iter().enumerate().all(|(p, &o)| p == o);
     let mut vals = [0f32; RUN];
     let vals = &mut vals[..order.len()];
-    // The next two micro-panels' rows are asked for meanwhile (see `PREFETCH_ROWS`): a
-    // row-major `a` gives each panel row as a run of the K tile's 128 products, 256 B of bf16
-    // with the rows a whole row of `a` apart.
-    for r in (ip + 1) * K::MR..((ip + 3) * K::MR).min(m) {
+    // The next micro-panels' rows are asked for meanwhile: a row-major `a` gives each panel
+    // row as a run of the K tile's 128 products, 256 B of bf16 with the rows a whole row of
+    // `a` apart (as `pack_cols` does, see `PREFETCH_ROWS`).
+    for r in (ip + 1) * K::MR..((ip + 1 + PREFETCH_PANELS) * K::MR).min(m) {
         a.prefetch_run(r, k0, order.len());
     }
     for i in 0..K::MR {
