@@ -594,6 +594,9 @@ impl Machine {
             let x = self.gather_packed(&s.tile)?;
             self.scatter_raw(d, &x)
         } else {
+            if self.copy_convert_direct(s, d)? {
+                return Ok(());
+            }
             let mut x = self.gather_f32(&s.tile)?;
             // In pieces with the token checked between them, as the gather and scatter are.
             for piece in x.chunks_mut(1 << 20) {

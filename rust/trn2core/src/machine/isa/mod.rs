@@ -202,6 +202,10 @@ const FILL_PATTERN_ELEMENTS: usize = 1024;
 /// a tile cut finer is staged instead).
 const DIRECT_COPY_RUNS: usize = 1 << 16;
 
+/// Elements [`Machine::copy_convert_direct`] converts at a time (on the stack: 4 KiB of
+/// float32 and as many bytes of the result).
+const CONVERT_CHUNK: usize = 1024;
+
 /// Elements a long gather or scatter copies between checks of the cancellation token
 /// (`crate::cancel`): 1 Mi elements, about a millisecond of copying, so that Ctrl-C during a
 /// 1 GiB `dma_copy` acts within the binding's second (issue 28).
@@ -691,6 +695,90 @@ impl Machine {
         Ok(true)
     }
 
+    /// [`Machine::copy_values`] of a converting copy between two memories (or two HBM
+    /// tensors), run by run without staging the whole tile: each run's elements widened to
+    /// float32, NaN made canonical, rounded to the destination's dtype, as the staged path
+    /// does (`gather_f32`, `alu::canon`, `scatter_f32`), a chunk at a time. `Ok(false)`
+    /// (nothing done) unless `s` and `d` hold the same count of elements of different dtypes,
+    /// `d`'s is a float format, the rounding is nearest-even (a stochastic stream is drawn over
+    /// the whole tile at once), and `d` is at most [`DIRECT_COPY_RUNS`] runs.
+    pub(crate) fn copy_convert_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
+        let (sd, dd) = (s.tile.dtype, d.tile.dtype);
+        let runs = d.tile.elements_u128() / d.tile.canonical().run_len().max(1) as u128;
+        let n = d.tile.elements_u128();
+        if sd == dd
+            || dd.format().is_none()
+            || !matches!(self.rounding(), OutputRounding::NearestEven)
+            || n == 0
+            || s.tile.elements_u128() != n
+            || runs > DIRECT_COPY_RUNS as u128
+        {
+            return Ok(false);
+        }
+        let Some((src, dst)) = self.mem.src_dst(&s.tile, &d.tile) else {
+            return Ok(false);
+        };
+        let (ssize, dsize) = (sd.size(), dd.size());
+        // d's runs in logical order: (first element, host offset, length, element stride).
+        let mut places = Vec::with_capacity(runs as usize);
+        let mut k = 0;
+        for_each_run(dst.stride, &d.tile, |off, len, stride| {
+            places.push((k, off, len, stride));
+            k += len;
+        });
+        let (from, to) = (src.bytes(), dst.bytes_mut());
+        let mut vals = [0f32; CONVERT_CHUNK];
+        let mut packed = [0u8; CONVERT_CHUNK * 4];
+        let mut words = Vec::new();
+        let mut failed = None;
+        let mut at = 0;
+        for_each_piece(src.stride, &s.tile, |k, off, l, stride| {
+            let mut j = 0;
+            while j < l && failed.is_none() {
+                let (dk, doff, dl, dstride) = places[at];
+                let into = k + j - dk;
+                let m = (l - j).min(dl - into).min(CONVERT_CHUNK);
+                let (so, dof) =
+                    (piece_at(off, j, stride, ssize), piece_at(doff, into, dstride, dsize));
+                let v = &mut vals[..m];
+                if stride == 1 {
+                    dtype::widen(sd, &from[so..so + m * ssize], v);
+                } else {
+                    for (e, x) in v.iter_mut().enumerate() {
+                        let a = piece_at(so, e, stride, ssize);
+                        let mut b = [0u8; 4];
+                        b[..ssize].copy_from_slice(&from[a..a + ssize]);
+                        *x = dtype::widen_one(sd, u32::from_le_bytes(b));
+                    }
+                }
+                v.iter_mut().for_each(|x| *x = alu::canon(*x));
+                let bytes = &mut packed[..m * dsize];
+                if let Err(e) = dtype::narrow(dd, v, OutputRounding::NearestEven, bytes, &mut words)
+                {
+                    failed = Some(e);
+                    return;
+                }
+                if dstride == 1 {
+                    to[dof..dof + m * dsize].copy_from_slice(bytes);
+                } else {
+                    for (e, c) in bytes.chunks_exact(dsize).enumerate() {
+                        let b = piece_at(dof, e, dstride, dsize);
+                        to[b..b + dsize].copy_from_slice(c);
+                    }
+                }
+                j += m;
+                if into + m == dl {
+                    at += 1;
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.after_write(d);
+        Ok(true)
+    }
+
     /// Writes packed little-endian elements of the tile's dtype (logical order) as they stand;
     /// marks them written.
     pub(crate) fn scatter_raw(&mut self, o: &Opnd, packed: &[u8]) -> Result<()> {
@@ -951,6 +1039,126 @@ mod tests {
             m.dma_copy(&d, &s, None).expect("below one check");
         });
         m.dma_copy(&c, &a, None).expect("no token");
+    }
+
+    /// Converting copies between memories, computed run by run (`copy_convert_direct`), give
+    /// each element the bits the staged path's steps give it one element at a time: widened to
+    /// float32, NaN made canonical, rounded to nearest even into the destination's dtype. Over
+    /// every pair of float dtypes, bit patterns with NaN payloads, infinities, signed zeros,
+    /// subnormals and ties, and layouts whose runs meet at different places on the two sides
+    /// (a strided destination, rows split at another column, a partition offset).
+    #[test]
+    fn converting_copies_give_each_element_its_rounded_bits() {
+        use crate::machine::tile::Index;
+        use crate::machine::MachineConfig;
+        let floats =
+            [Dtype::Fp32, Dtype::Bf16, Dtype::Fp16, Dtype::Fp8E4m3, Dtype::Fp8E5m2, Dtype::Fp8E3m4];
+        let specials: [u32; 18] = [
+            0x0000_0000,
+            0x8000_0000,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7F80_0001,
+            0xFFC0_1234,
+            0x7FFF_FFFF,
+            0x0000_0001,
+            0x807F_FFFF,
+            0x3F80_8000,
+            0x3F81_8000,
+            0x3F80_8001,
+            0x477F_E000,
+            0x477F_F000,
+            0x43E0_0000,
+            0x43E8_0000,
+            0x4760_0000,
+            0x3380_0000,
+        ];
+        let (p, f) = (96usize, 80usize);
+        let range =
+            |a: i64, b: i64, step: i64| Index::Range { start: Some(a), stop: Some(b), step };
+        for (si, &sd) in floats.iter().enumerate() {
+            for &dd in &floats {
+                if sd == dd {
+                    continue;
+                }
+                let mut m = Machine::new(MachineConfig::default()).expect("machine");
+                // Raw source bits: the specials (as float32, or cut to the dtype's width), then
+                // a mixed stream of every width's patterns.
+                let bits: Vec<u32> = (0..p * f)
+                    .map(|i| {
+                        let w = match specials.get(i % 97) {
+                            Some(&b) if sd == Dtype::Fp32 => b,
+                            Some(&b) => b >> (32 - 8 * sd.size()),
+                            None => mix64(((si * 1000 + i) as u64) ^ 0x5EED) as u32,
+                        };
+                        w & if sd.size() == 4 { u32::MAX } else { (1 << (8 * sd.size())) - 1 }
+                    })
+                    .collect();
+                let bytes: Vec<u8> =
+                    bits.iter().flat_map(|b| b.to_le_bytes()[..sd.size()].to_vec()).collect();
+                let src = m.hbm_tensor("src", &[p, f], sd, Some(&bytes)).expect("src");
+                let expect = |b: u32| -> u32 {
+                    let v = alu::canon(dtype::widen_one(sd, b));
+                    let mut out = [0u8; 4];
+                    dtype::narrow(dd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
+                        .expect("narrow");
+                    u32::from_le_bytes(out)
+                };
+                // 1. HBM -> SBUF, whole.
+                let t = m.alloc(Space::Sbuf, "t", &[p, f], dd).expect("t");
+                m.dma_copy(&t, &src, None).expect("load");
+                let got = m.gather_bits(&t).expect("read");
+                for (i, (&g, &b)) in got.iter().zip(&bits).enumerate() {
+                    assert_eq!(g, expect(b), "{sd:?} -> {dd:?} element {i} (source {b:#x})");
+                }
+                // 2. HBM columns 3..43 -> every other column of SBUF rows 32.., src rows 1..65.
+                let u = m.alloc(Space::Sbuf, "u", &[128, 2 * f], dd).expect("u");
+                let d = u.slice(&[range(32, 96, 1), range(1, 81, 2)]).expect("d");
+                let s2 = src.slice(&[range(1, 65, 1), range(3, 43, 1)]).expect("s");
+                m.dma_copy(&d, &s2, None).expect("strided load");
+                let got = m.gather_bits(&d).expect("read");
+                for (i, &g) in got.iter().enumerate() {
+                    let b = bits[(1 + i / 40) * f + 3 + i % 40];
+                    assert_eq!(g, expect(b), "{sd:?} -> {dd:?} strided element {i}");
+                }
+                // 3. SBUF -> HBM, the rows cut at another column: the tile [96, 80] into an HBM
+                //    tensor [160, 48] (its runs 48 long against the tile's 80).
+                let back = m.hbm_tensor("back", &[p * f / 48, 48], sd, None).expect("back");
+                m.dma_copy(&back, &t, None).expect("store");
+                let got = m.gather_bits(&back).expect("read");
+                let mid = m.gather_bits(&t).expect("read");
+                for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
+                    let v = alu::canon(dtype::widen_one(dd, b));
+                    let mut out = [0u8; 4];
+                    dtype::narrow(sd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
+                        .expect("narrow");
+                    assert_eq!(g, u32::from_le_bytes(out), "{dd:?} -> {sd:?} stored element {i}");
+                }
+                // 4. SBUF rows of 15 (odd) -> one HBM run: each row ends inside the run at an
+                //    odd offset.
+                let cols = t.slice(&[range(0, p as i64, 1), range(0, 15, 1)]).expect("cols");
+                let flat = m.hbm_tensor("flat", &[p * 15], sd, None).expect("flat");
+                m.dma_copy(&flat, &cols, None).expect("store rows");
+                let got = m.gather_bits(&flat).expect("read");
+                let mid = m.gather_bits(&cols).expect("read");
+                for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
+                    let v = alu::canon(dtype::widen_one(dd, b));
+                    let mut out = [0u8; 4];
+                    dtype::narrow(sd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
+                        .expect("narrow");
+                    assert_eq!(g, u32::from_le_bytes(out), "{dd:?} -> {sd:?} row element {i}");
+                }
+                // 5. One HBM run of 7680 ([1, 7680]: a 1-D tensor is walked by element) -> SBUF rows
+                //    of 1920: more than one chunk a row.
+                let one = m.hbm_tensor("one", &[1, p * f], sd, Some(&bytes)).expect("one");
+                let w = m.alloc(Space::Sbuf, "w", &[4, p * f / 4], dd).expect("w");
+                m.dma_copy(&w, &one, None).expect("long load");
+                let got = m.gather_bits(&w).expect("read");
+                for (i, (&g, &b)) in got.iter().zip(&bits).enumerate() {
+                    assert_eq!(g, expect(b), "{sd:?} -> {dd:?} long-run element {i}");
+                }
+            }
+        }
     }
 
     #[test]
