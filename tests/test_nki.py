@@ -140,6 +140,46 @@ def test_copies_are_bit_exact_for_every_dtype(dtype, copy_kernel):
     assert not np.shares_memory(out, x)
 
 
+def _rounding_cases(shape):
+    """float32 values round-to-nearest-even must get right: ties to even and odd, halfway below
+    the smallest subnormals, overflow, signed zeros and infinities, then random magnitudes."""
+    rng = np.random.default_rng(7)
+    ties = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x477FE000, 0x477FF000,
+                     0x7F7FFFFF, 0x00000001, 0x80400000, 0x33800000, 0x33800001, 0x387FE000,
+                     0x00000000, 0x80000000, 0x7F800000, 0xFF800000], dtype=np.uint32)  # fmt: skip
+    n = int(np.prod(shape))
+    vals = (rng.standard_normal(n) * 2.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    vals[: len(ties)] = ties.view(np.float32)
+    return vals.reshape(shape)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float16])
+@pytest.mark.parametrize("where", ["load", "store"])
+def test_converting_dma_copies_round_to_nearest_even(dtype, where):
+    # A dma_copy between dtypes rounds each element once, to nearest even: numpy's float16
+    # and ml_dtypes' bfloat16 conversions are the references (rows of 77 elements; where runs
+    # of the two sides meet at odd offsets is the Rust unit test's).
+    x = _rounding_cases((128, 77))
+    nd = nl.bfloat16 if dtype is BF16 else nl.float16
+
+    @tn.jit
+    def convert(x):
+        out = nl.ndarray(x.shape, dtype=nd, buffer=nl.shared_hbm)
+        if where == "load":
+            t = nl.ndarray(x.shape, dtype=nd, buffer=nl.sbuf)
+        else:
+            t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with np.errstate(over="ignore"):
+        want = x.astype(dtype)
+    out = convert(x)
+    assert out.dtype == np.dtype(dtype)
+    assert np.array_equal(out.view(np.uint16), want.view(np.uint16))
+
+
 def test_arguments_the_kernel_stores_into_are_written_back_and_outputs_do_not_alias():
     # An argument is the device memory the kernel works on, as in AWS's simulator: what the
     # kernel stores into it reaches the caller's array (issue 26, item 11).
