@@ -152,7 +152,39 @@ pub fn partition_start_ok(start: u32, count: u32) -> bool {
 /// Calls `f(host offset, run length, run stride in elements)` for every run of `tile` in
 /// logical order; `stride` is the memory's bytes between partitions.
 #[inline]
+/// The one run of an HBM tile whose "partitions" (its first axis) continue one another, as
+/// `(byte offset, elements, element stride)`; `None` for other tiles. A 1-D tensor is
+/// otherwise walked an element at a time (a copy of 1 Mi float32 elements took 36 ms against
+/// 1.4 ms as [1, N]).
+fn one_hbm_run(tile: &Tile) -> Option<(usize, usize, i64)> {
+    let c = tile.canonical();
+    let (len, step) = (c.run_len(), tile.partition_step);
+    if tile.space != Space::Hbm || tile.partitions < 2 || c.runs() != 1 || step <= 0 {
+        return None;
+    }
+    let parts = tile.partitions as usize;
+    if len == 1 {
+        Some((tile.offset as usize, parts, step))
+    } else if c.run_stride() == 1 && step == len as i64 {
+        Some((tile.offset as usize, parts * len, 1))
+    } else {
+        None
+    }
+}
+
+/// Runs of `tile` a direct copy lists (see [`DIRECT_COPY_RUNS`]).
+fn run_count(tile: &Tile) -> u128 {
+    match one_hbm_run(tile) {
+        Some(_) => 1,
+        None => tile.elements_u128() / tile.canonical().run_len().max(1) as u128,
+    }
+}
+
 pub(crate) fn for_each_run(stride: usize, tile: &Tile, mut f: impl FnMut(usize, usize, i64)) {
+    if let Some((off, len, stride)) = one_hbm_run(tile) {
+        f(off, len, stride);
+        return;
+    }
     let esize = tile.dtype.size() as i64;
     let c = tile.canonical();
     let (len, rstride) = (c.run_len(), c.run_stride());
@@ -647,7 +679,7 @@ impl Machine {
     /// [`Machine::scatter_raw`] is (a cancelled copy leaves `d` partly written, not marked).
     pub(crate) fn copy_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
         let esize = d.tile.dtype.size();
-        let runs = d.tile.elements_u128() / d.tile.canonical().run_len().max(1) as u128;
+        let runs = run_count(&d.tile);
         let n = d.tile.elements_u128();
         if s.tile.dtype != d.tile.dtype
             || n == 0
@@ -704,7 +736,7 @@ impl Machine {
     /// the whole tile at once), and `d` is at most [`DIRECT_COPY_RUNS`] runs.
     pub(crate) fn copy_convert_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
         let (sd, dd) = (s.tile.dtype, d.tile.dtype);
-        let runs = d.tile.elements_u128() / d.tile.canonical().run_len().max(1) as u128;
+        let runs = run_count(&d.tile);
         let n = d.tile.elements_u128();
         if sd == dd
             || dd.format().is_none()
@@ -1039,6 +1071,63 @@ mod tests {
             m.dma_copy(&d, &s, None).expect("below one check");
         });
         m.dma_copy(&c, &a, None).expect("no token");
+    }
+
+    /// `for_each_run` walks an HBM tile's elements at the byte offsets, in the order, that
+    /// walking its first axis one position at a time gives (the reference below), whether or
+    /// not it merges the positions into one run: 1-D tensors and strided 1-D views, contiguous
+    /// 2-D and 3-D tensors, column slices, a middle-axis slice, a reversed and a repeated axis.
+    #[test]
+    fn hbm_runs_cover_the_same_elements_in_the_same_order() {
+        use crate::machine::tile::Index;
+        use crate::machine::MachineConfig;
+        fn expand(tile: &Tile, walk: impl Fn(&mut dyn FnMut(usize, usize, i64))) -> Vec<usize> {
+            let esize = tile.dtype.size() as i64;
+            let mut out = Vec::new();
+            walk(&mut |off, len, stride| {
+                out.extend((0..len as i64).map(|j| (off as i64 + j * stride * esize) as usize))
+            });
+            out
+        }
+        let reference = |tile: &Tile| {
+            expand(tile, |f| {
+                let esize = tile.dtype.size() as i64;
+                let c = tile.canonical();
+                for p in 0..tile.partitions as i64 {
+                    let base = tile.offset + p * tile.partition_step * esize;
+                    c.for_each_run(|s| f((base + s * esize) as usize, c.run_len(), c.run_stride()));
+                }
+            })
+        };
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let r =
+            |a: Option<i64>, b: Option<i64>, step: i64| Index::Range { start: a, stop: b, step };
+        let one = m.hbm_tensor("one", &[1000], Dtype::Bf16, None).expect("one");
+        let two = m.hbm_tensor("two", &[24, 40], Dtype::Fp32, None).expect("two");
+        let three = m.hbm_tensor("three", &[6, 5, 8], Dtype::Fp8E4m3, None).expect("three");
+        let tiles = [
+            one,
+            one.slice(&[r(Some(3), Some(997), 3)]).expect("strided"),
+            one.slice(&[r(Some(900), Some(100), -7)]).expect("reversed"),
+            two,
+            two.slice(&[r(Some(2), Some(20), 1), r(None, None, 1)]).expect("rows"),
+            two.slice(&[r(None, None, 1), r(Some(2), Some(5), 1)]).expect("columns"),
+            two.slice(&[r(None, None, 2), r(None, None, 1)]).expect("every other row"),
+            three,
+            three
+                .slice(&[r(None, None, 1), r(Some(1), Some(4), 1), r(None, None, 1)])
+                .expect("middle"),
+            three.slice(&[Index::At(2), r(None, None, 1), r(None, None, 1)]).expect("at"),
+            Tile {
+                partition_step: 0,
+                ..two.slice(&[r(None, None, 1), r(None, None, 1)]).expect("b")
+            },
+        ];
+        for (i, t) in tiles.iter().enumerate() {
+            let got = expand(t, |f| for_each_run(0, t, &mut *f));
+            assert_eq!(got, reference(t), "tile {i}: {t:?}");
+            assert_eq!(got.len(), t.elements(), "tile {i}");
+        }
     }
 
     /// Converting copies between memories, computed run by run (`copy_convert_direct`), give
