@@ -291,6 +291,20 @@ fn for_each_piece(
     }
 }
 
+/// Writes the packed elements `src` (`esize` bytes each) to `to` from byte `off` on, the
+/// elements `stride` elements apart.
+#[inline]
+fn put_packed(to: &mut [u8], off: usize, stride: i64, esize: usize, src: &[u8]) {
+    if stride == 1 {
+        to[off..off + src.len()].copy_from_slice(src);
+    } else {
+        for (j, e) in src.chunks_exact(esize).enumerate() {
+            let at = piece_at(off, j, stride, esize);
+            to[at..at + esize].copy_from_slice(e);
+        }
+    }
+}
+
 /// Host byte offset of element `j` of a piece whose element 0 is at `off` ([`for_each_piece`]).
 #[inline]
 fn piece_at(off: usize, j: usize, stride: i64, esize: usize) -> usize {
@@ -672,6 +686,28 @@ impl Machine {
         Ok(out)
     }
 
+    /// The memories of a direct copy from `s` to `d` and `d`'s runs in logical order (first
+    /// element, host offset, length, element stride); `None` unless both hold the same
+    /// nonzero count of elements in two memories and `d` is at most [`DIRECT_COPY_RUNS`] runs.
+    #[allow(clippy::type_complexity)]
+    fn direct_places(
+        &mut self, s: &Opnd, d: &Opnd,
+    ) -> Option<(&ByteMem, &mut ByteMem, Vec<(usize, usize, usize, i64)>)> {
+        let runs = run_count(&d.tile);
+        let n = d.tile.elements_u128();
+        if n == 0 || s.tile.elements_u128() != n || runs > DIRECT_COPY_RUNS as u128 {
+            return None;
+        }
+        let (src, dst) = self.mem.src_dst(&s.tile, &d.tile)?;
+        let mut places = Vec::with_capacity(runs as usize);
+        let mut k = 0;
+        for_each_run(dst.stride, &d.tile, |off, len, stride| {
+            places.push((k, off, len, stride));
+            k += len;
+        });
+        Some((src, dst, places))
+    }
+
     /// Copies the elements of `s` into `d` (one dtype, the same element count, two different
     /// memories) run by run, with no staged copy of the tile: each piece of `s` in logical order
     /// goes straight to its places in `d`; marks `d` written. `false` (nothing done) when both
@@ -679,25 +715,12 @@ impl Machine {
     /// [`Machine::scatter_raw`] is (a cancelled copy leaves `d` partly written, not marked).
     pub(crate) fn copy_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
         let esize = d.tile.dtype.size();
-        let runs = run_count(&d.tile);
-        let n = d.tile.elements_u128();
-        if s.tile.dtype != d.tile.dtype
-            || n == 0
-            || s.tile.elements_u128() != n
-            || runs > DIRECT_COPY_RUNS as u128
-        {
+        if s.tile.dtype != d.tile.dtype {
             return Ok(false);
         }
-        let Some((src, dst)) = self.mem.src_dst(&s.tile, &d.tile) else {
+        let Some((src, dst, places)) = self.direct_places(s, d) else {
             return Ok(false);
         };
-        // d's runs in logical order: (first element, host offset, length, element stride).
-        let mut places = Vec::with_capacity(runs as usize);
-        let mut k = 0;
-        for_each_run(dst.stride, &d.tile, |off, len, stride| {
-            places.push((k, off, len, stride));
-            k += len;
-        });
         let (from, to) = (src.bytes(), dst.bytes_mut());
         let mut at = 0;
         for_each_piece(src.stride, &s.tile, |k, off, l, stride| {
@@ -736,28 +759,16 @@ impl Machine {
     /// the whole tile at once), and `d` is at most [`DIRECT_COPY_RUNS`] runs.
     pub(crate) fn copy_convert_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
         let (sd, dd) = (s.tile.dtype, d.tile.dtype);
-        let runs = run_count(&d.tile);
-        let n = d.tile.elements_u128();
         if sd == dd
             || dd.format().is_none()
             || !matches!(self.rounding(), OutputRounding::NearestEven)
-            || n == 0
-            || s.tile.elements_u128() != n
-            || runs > DIRECT_COPY_RUNS as u128
         {
             return Ok(false);
         }
-        let Some((src, dst)) = self.mem.src_dst(&s.tile, &d.tile) else {
+        let Some((src, dst, places)) = self.direct_places(s, d) else {
             return Ok(false);
         };
         let (ssize, dsize) = (sd.size(), dd.size());
-        // d's runs in logical order: (first element, host offset, length, element stride).
-        let mut places = Vec::with_capacity(runs as usize);
-        let mut k = 0;
-        for_each_run(dst.stride, &d.tile, |off, len, stride| {
-            places.push((k, off, len, stride));
-            k += len;
-        });
         let (from, to) = (src.bytes(), dst.bytes_mut());
         let mut vals = [0f32; CONVERT_CHUNK];
         let mut packed = [0u8; CONVERT_CHUNK * 4];
@@ -790,14 +801,7 @@ impl Machine {
                     failed = Some(e);
                     return;
                 }
-                if dstride == 1 {
-                    to[dof..dof + m * dsize].copy_from_slice(bytes);
-                } else {
-                    for (e, c) in bytes.chunks_exact(dsize).enumerate() {
-                        let b = piece_at(dof, e, dstride, dsize);
-                        to[b..b + dsize].copy_from_slice(c);
-                    }
-                }
+                put_packed(to, dof, dstride, dsize, bytes);
                 j += m;
                 if into + m == dl {
                     at += 1;
@@ -885,15 +889,7 @@ impl Machine {
         let stride_p = mem.stride;
         let bytes = mem.bytes_mut();
         for_each_piece(stride_p, tile, |k, off, l, stride| {
-            let src = &staged[k * esize..(k + l) * esize];
-            if stride == 1 {
-                bytes[off..off + l * esize].copy_from_slice(src);
-            } else {
-                for (j, e) in src.chunks_exact(esize).enumerate() {
-                    let at = piece_at(off, j, stride, esize);
-                    bytes[at..at + esize].copy_from_slice(e);
-                }
-            }
+            put_packed(bytes, off, stride, esize, &staged[k * esize..(k + l) * esize]);
         })
     }
 
@@ -1186,13 +1182,15 @@ mod tests {
                 let bytes: Vec<u8> =
                     bits.iter().flat_map(|b| b.to_le_bytes()[..sd.size()].to_vec()).collect();
                 let src = m.hbm_tensor("src", &[p, f], sd, Some(&bytes)).expect("src");
-                let expect = |b: u32| -> u32 {
-                    let v = alu::canon(dtype::widen_one(sd, b));
+                // Element bits `b` of dtype `from` as the copy gives them in dtype `to`.
+                let rounded = |from: Dtype, to: Dtype, b: u32| -> u32 {
+                    let v = alu::canon(dtype::widen_one(from, b));
                     let mut out = [0u8; 4];
-                    dtype::narrow(dd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
+                    dtype::narrow(to, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
                         .expect("narrow");
                     u32::from_le_bytes(out)
                 };
+                let expect = |b: u32| rounded(sd, dd, b);
                 // 1. HBM -> SBUF, whole.
                 let t = m.alloc(Space::Sbuf, "t", &[p, f], dd).expect("t");
                 m.dma_copy(&t, &src, None).expect("load");
@@ -1217,11 +1215,7 @@ mod tests {
                 let got = m.gather_bits(&back).expect("read");
                 let mid = m.gather_bits(&t).expect("read");
                 for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
-                    let v = alu::canon(dtype::widen_one(dd, b));
-                    let mut out = [0u8; 4];
-                    dtype::narrow(sd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
-                        .expect("narrow");
-                    assert_eq!(g, u32::from_le_bytes(out), "{dd:?} -> {sd:?} stored element {i}");
+                    assert_eq!(g, rounded(dd, sd, b), "{dd:?} -> {sd:?} stored element {i}");
                 }
                 // 4. SBUF rows of 15 (odd) -> one HBM run: each row ends inside the run at an
                 //    odd offset.
@@ -1231,15 +1225,11 @@ mod tests {
                 let got = m.gather_bits(&flat).expect("read");
                 let mid = m.gather_bits(&cols).expect("read");
                 for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
-                    let v = alu::canon(dtype::widen_one(dd, b));
-                    let mut out = [0u8; 4];
-                    dtype::narrow(sd, &[v], OutputRounding::NearestEven, &mut out, &mut Vec::new())
-                        .expect("narrow");
-                    assert_eq!(g, u32::from_le_bytes(out), "{dd:?} -> {sd:?} row element {i}");
+                    assert_eq!(g, rounded(dd, sd, b), "{dd:?} -> {sd:?} row element {i}");
                 }
-                // 5. One HBM run of 7680 ([1, 7680]: a 1-D tensor is walked by element) -> SBUF rows
-                //    of 1920: more than one chunk a row.
-                let one = m.hbm_tensor("one", &[1, p * f], sd, Some(&bytes)).expect("one");
+                // 5. One HBM run of 7680 (a 1-D tensor) -> SBUF rows of 1920: more than one
+                //    chunk a row.
+                let one = m.hbm_tensor("one", &[p * f], sd, Some(&bytes)).expect("one");
                 let w = m.alloc(Space::Sbuf, "w", &[4, p * f / 4], dd).expect("w");
                 m.dma_copy(&w, &one, None).expect("long load");
                 let got = m.gather_bits(&w).expect("read");
