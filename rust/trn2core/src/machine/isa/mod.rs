@@ -149,9 +149,6 @@ pub fn partition_start_ok(start: u32, count: u32) -> bool {
     }
 }
 
-/// Calls `f(host offset, run length, run stride in elements)` for every run of `tile` in
-/// logical order; `stride` is the memory's bytes between partitions.
-#[inline]
 /// The one run of an HBM tile whose "partitions" (its first axis) continue one another, as
 /// `(byte offset, elements, element stride)`; `None` for other tiles. A 1-D tensor is
 /// otherwise walked an element at a time (a copy of 1 Mi float32 elements took 36 ms against
@@ -180,9 +177,12 @@ fn run_count(tile: &Tile) -> u128 {
     }
 }
 
+/// Calls `f(host offset, run length, run stride in elements)` for every run of `tile` in
+/// logical order; `stride` is the memory's bytes between partitions.
+#[inline]
 pub(crate) fn for_each_run(stride: usize, tile: &Tile, mut f: impl FnMut(usize, usize, i64)) {
-    if let Some((off, len, stride)) = one_hbm_run(tile) {
-        f(off, len, stride);
+    if let Some((off, len, step)) = one_hbm_run(tile) {
+        f(off, len, step);
         return;
     }
     let esize = tile.dtype.size() as i64;
