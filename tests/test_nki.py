@@ -141,8 +141,9 @@ def test_copies_are_bit_exact_for_every_dtype(dtype, copy_kernel):
 
 
 def _rounding_cases(shape):
-    """float32 values round-to-nearest-even must get right: ties to even and odd, halfway below
-    the smallest subnormals, overflow, signed zeros and infinities, then random magnitudes."""
+    """float32 values round-to-nearest-even must get right: bf16 ties to even and odd and
+    beside them, float16's overflow edge, its smallest subnormal and just above, a float32
+    subnormal, signed zeros and infinities, then random magnitudes."""
     rng = np.random.default_rng(7)
     ties = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x3F807FFF, 0x477FE000, 0x477FF000,
                      0x7F7FFFFF, 0x00000001, 0x80400000, 0x33800000, 0x33800001, 0x387FE000,
