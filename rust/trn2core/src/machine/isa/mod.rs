@@ -305,6 +305,36 @@ fn put_packed(to: &mut [u8], off: usize, stride: i64, esize: usize, src: &[u8]) 
     }
 }
 
+/// Walks `s`'s elements in logical order against `places`, the destination's runs as
+/// [`Machine::direct_places`] lists them: `f(source byte offset, source stride, destination
+/// byte offset, destination stride, n)` for each stretch of at most `max` elements that lies in
+/// one piece of `s` and one run of the destination (`dsize` bytes an element), in order.
+/// Stops at `f`'s first error; interruptible as [`for_each_piece`] is.
+fn for_each_stretch(
+    stride_p: usize, s: &Tile, dsize: usize, places: &[(usize, usize, usize, i64)], max: usize,
+    mut f: impl FnMut(usize, i64, usize, i64, usize) -> Result<()>,
+) -> Result<()> {
+    let ssize = s.dtype.size();
+    let (mut at, mut failed) = (0, None);
+    for_each_piece(stride_p, s, |k, off, l, stride| {
+        let mut j = 0;
+        while j < l && failed.is_none() {
+            let (dk, doff, dl, dstride) = places[at];
+            let into = k + j - dk;
+            let n = (l - j).min(dl - into).min(max);
+            let (so, dof) = (piece_at(off, j, stride, ssize), piece_at(doff, into, dstride, dsize));
+            if let Err(e) = f(so, stride, dof, dstride, n) {
+                failed = Some(e);
+            }
+            j += n;
+            if into + n == dl {
+                at += 1;
+            }
+        }
+    })?;
+    failed.map_or(Ok(()), Err)
+}
+
 /// Host byte offset of element `j` of a piece whose element 0 is at `off` ([`for_each_piece`]).
 #[inline]
 fn piece_at(off: usize, j: usize, stride: i64, esize: usize) -> usize {
@@ -722,29 +752,16 @@ impl Machine {
             return Ok(false);
         };
         let (from, to) = (src.bytes(), dst.bytes_mut());
-        let mut at = 0;
-        for_each_piece(src.stride, &s.tile, |k, off, l, stride| {
-            let mut j = 0;
-            while j < l {
-                let (dk, doff, dl, dstride) = places[at];
-                let into = k + j - dk;
-                let n = (l - j).min(dl - into);
-                let (so, dof) =
-                    (piece_at(off, j, stride, esize), piece_at(doff, into, dstride, esize));
-                if stride == 1 && dstride == 1 {
-                    to[dof..dof + n * esize].copy_from_slice(&from[so..so + n * esize]);
-                } else {
-                    for e in 0..n {
-                        let (a, b) =
-                            (piece_at(so, e, stride, esize), piece_at(dof, e, dstride, esize));
-                        to[b..b + esize].copy_from_slice(&from[a..a + esize]);
-                    }
-                }
-                j += n;
-                if into + n == dl {
-                    at += 1;
+        for_each_stretch(src.stride, &s.tile, esize, &places, usize::MAX, |so, ss, dof, ds, n| {
+            if ss == 1 {
+                put_packed(to, dof, ds, esize, &from[so..so + n * esize]);
+            } else {
+                for e in 0..n {
+                    let (a, b) = (piece_at(so, e, ss, esize), piece_at(dof, e, ds, esize));
+                    to[b..b + esize].copy_from_slice(&from[a..a + esize]);
                 }
             }
+            Ok(())
         })?;
         self.after_write(d);
         Ok(true)
@@ -773,22 +790,19 @@ impl Machine {
         let mut vals = [0f32; CONVERT_CHUNK];
         let mut packed = [0u8; CONVERT_CHUNK * 4];
         let mut words = Vec::new();
-        let mut failed = None;
-        let mut at = 0;
-        for_each_piece(src.stride, &s.tile, |k, off, l, stride| {
-            let mut j = 0;
-            while j < l && failed.is_none() {
-                let (dk, doff, dl, dstride) = places[at];
-                let into = k + j - dk;
-                let m = (l - j).min(dl - into).min(CONVERT_CHUNK);
-                let (so, dof) =
-                    (piece_at(off, j, stride, ssize), piece_at(doff, into, dstride, dsize));
+        for_each_stretch(
+            src.stride,
+            &s.tile,
+            dsize,
+            &places,
+            CONVERT_CHUNK,
+            |so, ss, dof, ds, m| {
                 let v = &mut vals[..m];
-                if stride == 1 {
+                if ss == 1 {
                     dtype::widen(sd, &from[so..so + m * ssize], v);
                 } else {
                     for (e, x) in v.iter_mut().enumerate() {
-                        let a = piece_at(so, e, stride, ssize);
+                        let a = piece_at(so, e, ss, ssize);
                         let mut b = [0u8; 4];
                         b[..ssize].copy_from_slice(&from[a..a + ssize]);
                         *x = dtype::widen_one(sd, u32::from_le_bytes(b));
@@ -796,21 +810,11 @@ impl Machine {
                 }
                 v.iter_mut().for_each(|x| *x = alu::canon(*x));
                 let bytes = &mut packed[..m * dsize];
-                if let Err(e) = dtype::narrow(dd, v, OutputRounding::NearestEven, bytes, &mut words)
-                {
-                    failed = Some(e);
-                    return;
-                }
-                put_packed(to, dof, dstride, dsize, bytes);
-                j += m;
-                if into + m == dl {
-                    at += 1;
-                }
-            }
-        })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
+                dtype::narrow(dd, v, OutputRounding::NearestEven, bytes, &mut words)?;
+                put_packed(to, dof, ds, dsize, bytes);
+                Ok(())
+            },
+        )?;
         self.after_write(d);
         Ok(true)
     }
