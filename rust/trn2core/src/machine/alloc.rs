@@ -33,6 +33,19 @@ impl Memories {
         &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype, start_partition: u32,
         address: Option<u64>, overlay: bool,
     ) -> Result<TensorId> {
+        self.alloc_or(space, name, shape, dtype, start_partition, address, overlay, true)
+    }
+
+    /// [`Memories::alloc`]; with `explain` false, a tensor that does not fit is a
+    /// `CapacityError` without its message (the free bytes and largest allocations cost some
+    /// 50 us to gather), for a caller that makes room and asks again, never for the user
+    /// (`Machine::try_alloc_at`, whose PSUM allocations find the memory full at every wave of
+    /// a matmul kernel).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn alloc_or(
+        &mut self, space: Space, name: &str, shape: &[usize], dtype: Dtype, start_partition: u32,
+        address: Option<u64>, overlay: bool, explain: bool,
+    ) -> Result<TensorId> {
         if overlay && address.is_none() {
             return Err(Error::value(
                 "address",
@@ -68,8 +81,13 @@ impl Memories {
             Space::Sbuf => &self.live_sbuf,
             _ => &self.live_psum,
         };
-        let too_big =
-            || self.capacity_error(space, name, shape, dtype, bytes, start_partition, p, limit);
+        let too_big = || {
+            if explain {
+                self.capacity_error(space, name, shape, dtype, bytes, start_partition, p, limit)
+            } else {
+                Error::capacity("shape", String::new())
+            }
+        };
         let address = match address {
             Some(a) => {
                 let end = a.saturating_add(bytes);

@@ -200,9 +200,19 @@ impl Machine {
             bool,
         ),
     ) -> Result<Option<Tile>> {
-        let id = match self.mem.alloc(space, name, shape, dtype, start_partition, address, overlay)
-        {
-            Err(_) if self.mem.has_retired() => return Ok(None),
+        // With retired tensors in the way, a failure only means "settle first": no message.
+        let retired = self.mem.has_retired();
+        let id = match self.mem.alloc_or(
+            space,
+            name,
+            shape,
+            dtype,
+            start_partition,
+            address,
+            overlay,
+            !retired,
+        ) {
+            Err(_) if retired => return Ok(None),
             r => r?,
         };
         let t = self.mem.tensor(id)?;

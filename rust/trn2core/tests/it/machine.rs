@@ -1139,6 +1139,37 @@ fn host_matmul_writes_the_machines_psum_on_its_clock() {
     assert_eq!(m.instructions(), 2);
 }
 
+/// An allocation that only retired tensors (freed while queued matmuls still write them) keep
+/// out is "settle first" (`try_alloc_at` is `None`, with no error made); after settling, the
+/// one that fits is placed and the one that does not fit is the full `CapacityError`.
+#[test]
+fn an_allocation_blocked_by_retired_tensors_settles_first_then_fits_or_explains() {
+    let mut m = core();
+    let st = alloc(&mut m, "st", &[128, 128], Dtype::Bf16);
+    let mv = alloc(&mut m, "mv", &[128, 512], Dtype::Bf16);
+    put(&mut m, &st, &codes(Dtype::Bf16, 128 * 128, 7));
+    put(&mut m, &mv, &codes(Dtype::Bf16, 128 * 512, 8));
+    // PSUM's eight banks, the last written by a queued matmul, then freed (retired).
+    let banks: Vec<Tile> =
+        (0..8).map(|i| psum(&mut m, &format!("bank{i}"), &[128, 512], Dtype::Fp32)).collect();
+    m.nc_matmul_queued(&banks[7], &st, &mv, &PeOptions::default()).expect("mm");
+    assert!(m.has_queued_work(), "the matmul waits in the queue");
+    m.free(&banks[7]).expect("free");
+    let one = (Space::Psum, "one", &[128usize, 512][..], Dtype::Fp32, 0, None, false);
+    let two = (Space::Psum, "two", &[128usize, 1024][..], Dtype::Fp32, 0, None, false);
+    assert_eq!(m.try_alloc_at(one).expect("no error"), None, "a bank: settle first");
+    assert_eq!(m.try_alloc_at(two).expect("no error"), None, "two banks: settle first");
+    let err = m.alloc_at(Space::Psum, "two", &[128, 1024], Dtype::Fp32, 0, None, false);
+    let msg = err.expect_err("seven banks live: no room for two").to_string();
+    assert!(msg.contains("largest live allocations") && msg.contains("bank0"), "{msg}");
+    assert!(!m.has_queued_work(), "settled");
+    let t = m.try_alloc_at(one).expect("no error").expect("a bank fits once settled");
+    assert_eq!(t.start_partition, 0);
+    // PSUM full, nothing retired: the full error at once.
+    let msg = m.try_alloc_at(one).expect_err("no room").to_string();
+    assert!(msg.contains("largest live allocations") && msg.contains("bank0"), "{msg}");
+}
+
 #[test]
 fn nc_matmul_equals_the_engine_and_accumulates() {
     let mut m = core();
