@@ -106,12 +106,11 @@ fn limit_from(env: Option<u64>) -> Option<(u64, &'static str)> {
 }
 
 /// Bytes of address space left under the soft `RLIMIT_AS` (`None` when unlimited or unknown):
-/// the limit from `/proc/self/limits` minus `VmSize` from `/proc/self/status`.
+/// the limit (`getrlimit`, a system call: the check runs for every allocation of 4 MiB or
+/// more, and reading `/proc/self/limits` took as long as the rest of it) minus `VmSize` from
+/// `/proc/self/status`, read only under a limit.
 fn address_space_room() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max address space"))?;
-    let soft: u64 =
-        line.trim_start_matches("Max address space").split_whitespace().next()?.parse().ok()?; // "unlimited" does not parse
+    let soft = soft_address_limit()?;
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 = status
         .lines()
@@ -121,6 +120,26 @@ fn address_space_room() -> Option<u64> {
         .parse()
         .ok()?;
     Some(soft.saturating_sub(kib.saturating_mul(1024)))
+}
+
+/// The soft `RLIMIT_AS` in bytes (`None` when unlimited or unknown).
+#[cfg(unix)]
+fn soft_address_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the struct it is given, which lives for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    // rlim_t is u64 on Linux but not a u64 by definition on every Unix.
+    #[allow(clippy::useless_conversion)]
+    u64::try_from(r.rlim_cur).ok()
+}
+
+/// The soft `RLIMIT_AS` in bytes (`None`: no such limit here).
+#[cfg(not(unix))]
+fn soft_address_limit() -> Option<u64> {
+    None
 }
 
 /// What the system says is available (MemAvailable, lowered to the memory cgroup's room).
