@@ -793,6 +793,7 @@ impl Machine {
         let (from, to) = (src.bytes(), dst.bytes_mut());
         let mut vals = [0f32; CONVERT_CHUNK];
         let mut packed = [0u8; CONVERT_CHUNK * 4];
+        let mut gathered = [0u8; CONVERT_CHUNK * 4];
         let mut words = Vec::new();
         for_each_stretch(
             src.stride,
@@ -802,16 +803,17 @@ impl Machine {
             CONVERT_CHUNK,
             |so, ss, dof, ds, m| {
                 let v = &mut vals[..m];
-                if ss == 1 {
-                    dtype::widen(sd, &from[so..so + m * ssize], v);
+                // A strided source piece is packed first, so `widen` decodes every element.
+                let src = if ss == 1 {
+                    &from[so..so + m * ssize]
                 } else {
-                    for (e, x) in v.iter_mut().enumerate() {
+                    for (e, b) in gathered[..m * ssize].chunks_exact_mut(ssize).enumerate() {
                         let a = piece_at(so, e, ss, ssize);
-                        let mut b = [0u8; 4];
-                        b[..ssize].copy_from_slice(&from[a..a + ssize]);
-                        *x = dtype::widen_one(sd, u32::from_le_bytes(b));
+                        b.copy_from_slice(&from[a..a + ssize]);
                     }
-                }
+                    &gathered[..m * ssize]
+                };
+                dtype::widen(sd, src, v);
                 v.iter_mut().for_each(|x| *x = alu::canon(*x));
                 let bytes = &mut packed[..m * dsize];
                 dtype::narrow(dd, v, OutputRounding::NearestEven, bytes, &mut words)?;
@@ -1139,7 +1141,7 @@ mod tests {
     /// float32, NaN made canonical, rounded to nearest even into the destination's dtype. Over
     /// every pair of float dtypes, bit patterns with NaN payloads, infinities, signed zeros,
     /// subnormals and ties, and layouts whose runs meet at different places on the two sides
-    /// (a strided destination, rows split at another column, a partition offset).
+    /// (a strided destination or source, rows split at another column, a partition offset).
     #[test]
     fn converting_copies_give_each_element_its_rounded_bits() {
         use crate::machine::tile::Index;
@@ -1235,7 +1237,20 @@ mod tests {
                 for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
                     assert_eq!(g, rounded(dd, sd, b), "{dd:?} -> {sd:?} row element {i}");
                 }
-                // 5. One HBM run of 7680 (a 1-D tensor) -> SBUF rows of 1920: more than one
+                // 5. SBUF every other column (strided source pieces) -> HBM [96, 40].
+                let odd = t.slice(&[range(0, p as i64, 1), range(1, f as i64, 2)]).expect("odd");
+                let half = m.hbm_tensor("half", &[p, f / 2], sd, None).expect("half");
+                m.dma_copy(&half, &odd, None).expect("strided store");
+                let got = m.gather_bits(&half).expect("read");
+                let mid = m.gather_bits(&odd).expect("read");
+                for (i, (&g, &b)) in got.iter().zip(&mid).enumerate() {
+                    assert_eq!(
+                        g,
+                        rounded(dd, sd, b),
+                        "{dd:?} -> {sd:?} strided-source element {i}"
+                    );
+                }
+                // 6. One HBM run of 7680 (a 1-D tensor) -> SBUF rows of 1920: more than one
                 //    chunk a row.
                 let one = m.hbm_tensor("one", &[p * f], sd, Some(&bytes)).expect("one");
                 let w = m.alloc(Space::Sbuf, "w", &[4, p * f / 4], dd).expect("w");
