@@ -18,6 +18,7 @@ import pytest
 import trn2core.nki as tn
 from kernel_lines import at as _at
 from kernel_lines import line_of as _line_of
+from trn2core import reference as ref
 from trn2core.errors import CapacityError, FormatError, ShapeError, Trn2Error
 
 nl, nisa = tn.language, tn.isa
@@ -2699,3 +2700,147 @@ def test_scalar_tensor_tensor_widens_a_bf16_operand0_tile():
 
     assert np.array_equal(current(x, s, y), want)
     assert np.array_equal(legacy(x, s, y), want)
+
+
+# ----------------------------------------------------------------------------- loop_reduce
+# nki-samples' contributed matmul and pipelined attention, and the reference attention
+# backward, reduce a PSUM result across loop iterations with nl.loop_reduce into the tile it
+# is assigned to ("the destination tile is also the rhs input to op"; the NKI docs give it as
+# `b = nisa.tensor_tensor(data1=b, data2=a, op=op)`).
+
+
+def test_loop_reduce_adds_each_block_into_its_destination_across_affine_range():
+    @tn.jit_legacy
+    def blocked(a, b):  # the contributed matmul's shape: K in blocks, Z kept in SBUF
+        kb, m, n = a.shape[0] // 256, a.shape[1], b.shape[1]
+        out = lnl.ndarray((m, n), dtype=nl.float32, buffer=lnl.shared_hbm)
+        z = lnl.zeros((lnl.par_dim(m), n), dtype=nl.float32, buffer=lnl.sbuf)
+        for k2 in lnl.affine_range(kb):
+            zp = lnl.zeros((m, n), dtype=nl.float32, buffer=lnl.psum)
+            for k1 in lnl.affine_range(2):
+                k0 = k2 * 256 + k1 * 128
+                zp += lisa.nc_matmul(lnl.load(a[k0 : k0 + 128, :]), lnl.load(b[k0 : k0 + 128, :]))
+            z[:, :] = lnl.loop_reduce(zp, op=np.add, loop_indices=[k2], dtype=nl.float32)
+        lnl.store(out, value=z)
+        return out
+
+    a = np.round(_rand(768, 64, seed=3))  # integers: every sum exact
+    b = np.round(_rand(768, 96, seed=4))
+    assert np.array_equal(blocked(a, b), (a.T.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_loop_reduce_takes_the_destination_as_data1_and_crosses_affine_range_only_if_associative():
+    def body(loop):
+        def k(x):
+            out = lnl.ndarray((128, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+            acc = lnl.full((128, 32), 100.0, dtype=nl.float32, buffer=lnl.sbuf)
+            for i in loop(x.shape[0]):
+                acc[...] = lnl.loop_reduce(lnl.load(x[i]), np.subtract, i)  # SUB
+            lnl.store(out, value=acc)
+            return out
+
+        return k
+
+    x = np.round(_rand(3, 128, 32, seed=5))
+    want = np.float32(100.0) - x[0] - x[1] - x[2]  # acc - x each step, not x - acc
+    assert np.array_equal(tn.run(tn.jit_legacy(body(lnl.sequential_range)), x).outputs, want)
+    with pytest.raises(tn.LoopCarriedDependencyError, match=r"\[rule affine_range\]") as info:
+        tn.run(tn.jit_legacy(body(lnl.affine_range)), x)
+    _at(info, body(lnl.affine_range), "# SUB")
+
+
+def test_loop_reduce_bound_to_a_name_updates_that_tile_in_both_dialects():
+    x = _rand(4, 128, 48, seed=6)
+
+    @tn.jit_legacy
+    def legacy(x):
+        out = lnl.ndarray((128, 48), dtype=nl.float32, buffer=lnl.shared_hbm)
+        m = lnl.full((128, 48), -1e30, dtype=nl.float32, buffer=lnl.sbuf)
+        for i in lnl.affine_range(x.shape[0]):
+            m = lnl.loop_reduce(lnl.load(x[i]), op=np.maximum, loop_indices=[i])
+        lnl.store(out, value=m)
+        return out
+
+    @tn.jit
+    def current(x):
+        out = nl.ndarray((128, 48), dtype=nl.float32, buffer=nl.shared_hbm)
+        m = nl.ndarray((128, 48), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.ndarray((128, 48), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=m, src=x[0])
+        for i in range(1, x.shape[0]):
+            nisa.dma_copy(dst=t, src=x[i])
+            m = nl.loop_reduce(t, nl.maximum, i)
+        nisa.dma_copy(dst=out, src=m)
+        return out
+
+    assert np.array_equal(legacy(x), x.max(axis=0))
+    assert np.array_equal(current(x), x.max(axis=0))
+
+
+def test_loop_reduce_in_another_dtype_rounds_then_converts_and_honours_a_mask():
+    x = _rand(3, 128, 16, seed=7)
+
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((128, 16), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.zeros((128, 16), dtype=nl.float32, buffer=lnl.sbuf)
+        i_p = lnl.arange(128)[:, None]
+        i_f = lnl.arange(16)[None, :]
+        for i in lnl.sequential_range(x.shape[0]):
+            acc[i_p, i_f] = lnl.loop_reduce(
+                lnl.load(x[i]), np.add, [i], dtype=nl.bfloat16, mask=(i_p < 100)
+            )
+        lnl.store(out, value=acc)
+        return out
+
+    want = np.zeros((128, 16), np.float32)
+    for i in range(3):  # each step: add in float32, round to bf16, widen back on the store
+        s = ref.tensor_tensor(want[:100], x[i, :100], "add", "bf16")
+        want[:100] = np.asarray(s, dtype=np.float32)
+    assert np.array_equal(k(x), want)
+    assert not np.array_equal(want[:100], (x[0] + x[1] + x[2])[:100])  # the rounding shows
+
+
+def test_loop_reduce_misuse_is_an_error_at_its_line():
+    def unassigned(x):
+        out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.loop_reduce(lnl.load(x), np.add, 0))  # USE
+        return out
+
+    def not_alu(x):
+        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(lnl.load(x), lnl.exp, 0)  # OP
+        return x
+
+    def bad_indices(x):
+        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, "k")  # IDX
+        return x
+
+    def in_hbm(x):
+        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(x, np.add, 0)  # HBM
+        return x
+
+    def wider(x):
+        acc = lnl.zeros((128, 16), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, 0)  # WIDE
+        return x
+
+    def bad_dtype(x):
+        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, 0, dtype="f64")  # DT
+        return x
+
+    x = np.ones((128, 8), np.float32)
+    for fn, marker, cls, text in (
+        (unassigned, "# USE", Trn2Error, "loop_reduce: its result is the tile it reduces into"),
+        (wider, "# WIDE", ShapeError, r"cannot broadcast \(128, 8\) to \(128, 16\)"),
+        (bad_dtype, "# DT", FormatError, "dtype: 'f64' is not a dtype"),
+        (not_alu, "# OP", Trn2Error, "op: .*not an ALU operator"),
+        (bad_indices, "# IDX", Trn2Error, "loop_indices: expected a loop index"),
+        (in_hbm, "# HBM", Trn2Error, "x: the tensor is in HBM"),
+    ):
+        with pytest.raises(cls, match=text) as info:
+            tn.run(tn.jit_legacy(fn), x)
+        _at(info, fn, marker)

@@ -48,6 +48,14 @@ class _State(threading.local):
 STATE = _State()
 
 
+def user_frame():
+    """The innermost frame outside trn2core (the kernel's own), or ``None``."""
+    f = sys._getframe(1)
+    while f is not None and _own(f.f_code.co_filename):
+        f = f.f_back
+    return f
+
+
 def user_location() -> tuple[str, int]:
     """``(file, line)`` of the innermost caller outside trn2core (the kernel's own line)."""
     f = sys._getframe(1)

@@ -877,6 +877,18 @@ class Core:
         if t is None:
             return
         fn, loc, at = self.pend_fn, self.pend_loc, self.pend_at
+        if self.pend_kind == ("loop_reduce",):
+            self.pending = self.pend_fn = self.pend_kind = None
+            raise relocate(
+                Trn2ValueError(
+                    "loop_reduce: its result is the tile it reduces into, so it must be "
+                    "assigned there (dst[...] = nl.loop_reduce(x, op, loop_indices), or "
+                    "b = nl.loop_reduce(...) with b that tile); used otherwise it has no "
+                    "destination to read",
+                    arg="x",
+                ),
+                loc,
+            )
         self.pending = self.pend_fn = self.pend_kind = None
         now = self.loc
         self.loc = at  # its instruction is the line that made it, not the one flushing it
@@ -901,6 +913,13 @@ class Core:
 
     def assign(self, target: NkiTensor, value) -> None:
         """``target[...] = value``: a pending result issues straight into ``target``."""
+        if value is self.pending and self.pend_kind == ("loop_reduce",):
+            # nl.loop_reduce: the destination is also its input, whatever its dtype.
+            fn, _ = self.take(value)
+            fn(target)
+            value._t, value._owner = target._t, target._owner
+            value.shape, value._pdim, value.dtype = target.shape, target._pdim, target.dtype
+            return
         if isinstance(value, NkiTensor):
             fn, _ = self.take(value) if value.dtype == target.dtype else (None, None)
             if fn is not None and value.buffer is PSUM and target.buffer is not PSUM:
@@ -1488,6 +1507,24 @@ class Core:
         if op in _ASSOCIATIVE:
             self.mark_accum()
         self.last_inplace = (target, self.m.instructions)
+
+    def reduce_into(self, op: str, dst: NkiTensor, x: NkiTensor, dtype, mask) -> None:
+        """``dst = op(dst, x)`` (``nl.loop_reduce``): one Vector instruction updating ``dst``
+        in place, or, for an output ``dtype`` other than ``dst``'s, the operation into a tile
+        of ``dtype`` then a copy into ``dst``. An associative ``op`` may cross ``affine_range``
+        iterations (``Core.check_loop``)."""
+        self.on_chip(dst, "dst")
+        ranges = self.mask_ranges(mask, len(dst.shape), x)
+        if ranges is None:
+            return
+        d, v = self.masked(dst, ranges), self.masked(x, ranges)
+        if dtype is None or dtype == dst.dtype:
+            self.inplace(op, d, v)
+            return
+        first = self.m.instructions
+        self.assign(d, self.arith(op, d, v, dtype=dtype))
+        if op in _ASSOCIATIVE and self.loops:
+            self.accum.update(range(first, self.m.instructions))
 
     def matmul_pending(self, stationary: NkiTensor, moving: NkiTensor, shape, opts) -> NkiTensor:
         """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dis
+import functools
 import math
 import os
 
@@ -23,10 +25,11 @@ import numpy as np
 from .. import spec as _spec
 from ..errors import ShapeError, Trn2ValueError
 from . import _dtypes as D
+from ._api import user_frame
 from ._index import IndexExpr, Mask, NotSupportedError, is_int
 from ._index import arange as _arange
 from ._index import mgrid as _mgrid
-from ._ops import Op
+from ._ops import Op, alu_name
 from ._register import VirtualRegister
 from ._runtime import (
     HBM,
@@ -805,7 +808,84 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 
 
 rms_norm = _unsupported("rms_norm")
-loop_reduce = _unsupported("loop_reduce")
+
+
+def _loop_index(i) -> bool:
+    return is_int(i) and not isinstance(i, (builtins.bool, np.bool_))
+
+
+@api
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """Reduces ``x`` into the tile the result is assigned to, across loop iterations (NKI's
+    ``nki.language.loop_reduce``): ``dst[...] = nl.loop_reduce(x, op, loop_indices)`` is
+    ``dst[...] = nisa.tensor_tensor(data1=dst[...], data2=x, op=op)``, the destination being
+    also an input, as the NKI docs give it. ``b = nl.loop_reduce(x, ...)``, with ``b`` a tile
+    already, updates ``b`` in place. ``dtype`` is the operation's output type (a different
+    one from the destination's is converted once more on the store); ``loop_indices`` (a
+    loop index or a list of them) only tells the compiler which loops the reduction crosses:
+    an associative ``op`` may cross ``affine_range`` iterations, as ``+=`` does."""
+    core = _core_of(x)
+    if not isinstance(x, NkiTensor):
+        raise Trn2ValueError(f"x: expected a tile, got {type(x).__name__}", arg="x")
+    core.on_chip(x, "x")
+    name = alu_name(op)
+    idx = loop_indices if isinstance(loop_indices, (list, tuple)) else [loop_indices]
+    if not idx or not builtins.all(_loop_index(i) for i in idx):
+        raise Trn2ValueError(
+            f"loop_indices: expected a loop index or a list of loop indices (ints of "
+            f"nl.affine_range and the like), got {loop_indices!r}",
+            arg="loop_indices",
+        )
+    out_dt = None if dtype is None else D.as_dtype(dtype)
+
+    def issue(dst: NkiTensor) -> None:
+        core.reduce_into(name, dst, x, out_dt, mask)
+
+    target = _bound_target(core)
+    if target is not None:
+        issue(target)
+        return target
+    return core.pend(x.shape, x.dtype if out_dt is None else out_dt, SBUF, issue, ("loop_reduce",))
+
+
+def _bound_target(core: Core) -> NkiTensor | None:
+    """The tile that the kernel statement calling us rebinds (``b = nl.loop_reduce(...)``):
+    the current value of the name the call's result is stored to, when that is one of this
+    core's tiles; ``None`` for any other use of the result (``dst[...] = ...``)."""
+    f = user_frame()
+    if f is None:
+        return None
+    store = _stores_after_calls(f.f_code).get(f.f_lasti)
+    if store is None:
+        return None
+    op, name = store
+    if op == "STORE_GLOBAL":
+        cur = f.f_globals.get(name)
+    else:
+        cur = f.f_locals.get(name, f.f_globals.get(name) if op == "STORE_NAME" else None)
+    return cur if isinstance(cur, NkiTensor) and cur._core is core else None
+
+
+_STORES = ("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF")
+
+
+@functools.lru_cache(maxsize=256)
+def _stores_after_calls(code) -> dict[int, tuple[str, str]]:
+    """``{bytecode offset: (store instruction, name)}`` over each call of ``code`` whose result
+    is stored straight to a name (``b = f(...)``): every offset from the call instruction to
+    the store, as a calling frame's ``f_lasti`` may be the call's or one of its inline
+    caches' (CPython 3.11)."""
+    ins = list(dis.get_instructions(code))
+    out = {}
+    for a, b in zip(ins, ins[1:], strict=False):
+        # CPython 3.13 may fuse the store with the next one (STORE_FAST_LOAD_FAST, ...).
+        if a.opname.startswith("CALL") and b.opname.startswith(_STORES):
+            name = b.argval[0] if isinstance(b.argval, tuple) else b.argval
+            op = "STORE_FAST" if b.opname.startswith("STORE_FAST") else b.opname
+            out.update(dict.fromkeys(range(a.offset, b.offset, 2), (op, name)))
+    return out
+
+
 all_reduce = _unsupported("all_reduce")
 atomic_rmw = _unsupported("atomic_rmw")
 
