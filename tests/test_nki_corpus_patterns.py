@@ -590,12 +590,40 @@ def test_tensor_engine_results_assigned_to_sbuf_go_through_psum():
         lnl.store(out, value=r)
         return out
 
+    # A tensor-engine transpose read by nc_matmul (the reference flash_attn_bwd's
+    # `trans_dy = nisa.nc_transpose(dy)`, then `nc_matmul(trans_dy, ...)`): PSUM, then one
+    # copy to SBUF, which its later uses read too.
+    @tn.jit_legacy
+    def operand(x, y):
+        out = lnl.ndarray((2, 64, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+        xt = lisa.nc_transpose(lnl.load(x))  # [64, 128] in PSUM
+        b = lnl.load(y)
+        lnl.store(out[0], value=lisa.nc_matmul(xt, b))
+        lnl.store(out[1], value=lisa.nc_matmul(xt, b))
+        return out
+
+    def declared(x, y):  # the kernel's own PSUM tile is no matmul operand
+        out = lnl.ndarray((64, 32), dtype=nl.float32, buffer=lnl.shared_hbm)
+        xt = lnl.ndarray((128, 64), dtype=x.dtype, buffer=lnl.psum)
+        xt[...] = lisa.nc_transpose(lnl.load(x))
+        lnl.store(out, value=lisa.nc_matmul(xt, lnl.load(y)))  # PSUM OPERAND
+        return out
+
     x = _rand(128, 64)
     res = tn.run(k, x)
     assert np.array_equal(res.outputs, x.T)
     assert res.report.opcodes.get("tensor_copy", 0) == 1
     xr, y = np.round(x * 4), np.round(_rand(64, 32, seed=3))  # integers: exact products
     assert np.array_equal(mm(xr, y), xr @ y)
+    y2 = np.round(_rand(128, 32, seed=4))
+    res = tn.run(operand, xr.T.copy(), y2)
+    assert np.array_equal(res.outputs, np.stack([xr.T @ y2] * 2))
+    # xt copied once; each product copied out of PSUM for its store
+    assert res.report.opcodes.get("tensor_copy", 0) == 3
+    rule = r"stationary is in psum.*\[engine rule matmul_memory\]"
+    with pytest.raises(Trn2Error, match=rule) as info:
+        tn.run(tn.jit_legacy(declared), xr.T.copy(), y2)
+    _at(info, declared, "# PSUM OPERAND")
 
 
 def test_finfo_and_iinfo():

@@ -863,6 +863,7 @@ class Core:
         """A result whose instruction ``fn(dst)`` is issued later (module doc)."""
         self.flush()
         t = NkiTensor(None, tuple(shape), 0, dtype, buffer, self)
+        t._result = True
         self.pending = t
         self.pend_fn = fn
         self.pend_kind = kind

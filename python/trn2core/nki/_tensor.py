@@ -372,6 +372,7 @@ class NkiTensor:
         "_shared",
         "_arg",
         "_compared",
+        "_result",
         "__weakref__",
     )
 
@@ -385,6 +386,8 @@ class NkiTensor:
         self._owner = owner
         self._access = None
         self._compared = False  # a comparison's result (``__bool__``)
+        # An instruction's result the front end placed (``Core.pend``), not a declared tensor.
+        self._result = False
         self.name = name
         # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
         # tile's unmasked uses compute only there (the compiler propagates masks).

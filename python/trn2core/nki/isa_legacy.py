@@ -8,6 +8,8 @@ assignment (``t[...] = nisa.tensor_copy(x)``) or of ``psum += nisa.nc_matmul(a, 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from .. import _core as _core_module
@@ -66,6 +68,24 @@ def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
     return core.pend_valid(core.pend(shape, dtype, buffer, fn, kind), ranges)
 
 
+def _pe_operand(core, t):
+    """An instruction's result in PSUM (a legacy tensor-engine ``nc_transpose``'s, placed by
+    the front end, not a tensor the kernel declared) read by the tensor engine, which reads
+    SBUF: placed as the legacy compiler places it, in PSUM then copied to SBUF (the NKI docs:
+    a Tensor Engine transpose writes PSUM; ``nc_matmul``'s operands are in SBUF). ``t`` then
+    names the SBUF copy for its later uses too."""
+    if not isinstance(t, NkiTensor) or not t._result or t.buffer is not PSUM:
+        return t
+    if t is core.pending:
+        core.flush()
+    sb = core.evict(t)
+    t._t, t._owner, t.buffer = sb._t, sb._owner, SBUF
+    o = sb._owner
+    if o is not None and o.handles is not None:
+        o.handles.append(weakref.ref(t))
+    return t
+
+
 def _dt(dtype, default):
     return default if dtype is None else D.as_dtype(dtype)
 
@@ -93,6 +113,7 @@ def nc_matmul(
     ``double_row``): fp8 operands ``[K, 2, M]`` and ``[K, 2, N]``, a contraction over both
     rows of each partition, into ``[M, N]``."""
     core = _core(stationary, moving)
+    stationary, moving = _pe_operand(core, stationary), _pe_operand(core, moving)
     pm = perf_mode.value if isinstance(perf_mode, matmul_perf_mode) else str(perf_mode)
     pm = "double_row" if pm == "double_row_gen3" else pm
     if isinstance(mask, (bool, np.bool_)):
