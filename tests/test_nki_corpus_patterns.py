@@ -113,6 +113,32 @@ def test_import_surface_of_both_dialects_fails_only_on_use():
         assert ncc.sbuf.auto_alloc() is nl.sbuf and ncc.psum.auto_alloc() is nl.psum
         assert callable(cc.all_reduce) and callable(cc.all_to_all_v), "nki.collectives: emulated"
 
+        # Compiler internals nki-samples' reference kernels import (the legacy tree): the
+        # index type loop indices are annotated with, an element size, a tile class imported
+        # unused, and a loop directive (a scheduling hint: iterations still run in order).
+        from neuronxcc.nki.compiler.backends.neuron.indexing import TileIndex
+        from neuronxcc.nki.compiler.backends.neuron.tensor import local_tile
+        from neuronxcc.nki.language.constants import sizeinbytes
+
+        assert isinstance(lnl.arange(4)[:, None], TileIndex)
+        assert [sizeinbytes(d) for d in (np.float32, nl.bfloat16, nl.float8_e4m3)] == [4, 2, 1]
+        with pytest.raises(tn.NotSupportedError, match="tensor.local_tile is not supported"):
+            local_tile()
+        assert repr(ncc.multi_buffer(4)) == "multi_buffer(4)"
+        for bad in (0, 2.5, "4"):
+            with pytest.raises(Trn2Error, match="buffers: expected an integer >= 1"):
+                ncc.multi_buffer(bad)
+
+        @tn.jit_legacy
+        def k(x):
+            out = lnl.ndarray((3, 128, 4), dtype=x.dtype, buffer=lnl.shared_hbm)
+            for i in lnl.sequential_range(3, directives=ncc.multi_buffer(2)):
+                lnl.store(out[i], value=lnl.load(x[i]))
+            return out
+
+        x = _rand(3, 128, 4)
+        assert np.array_equal(k(x), x)
+
 
 # ----------------------------------------------------------------------------- NKIObject
 

@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from . import _collectives, _kernel, _ops, _surface, isa, isa_legacy, language, language_legacy
+from ._index import IndexExpr
 from ._runtime import KernelError, LoopCarriedDependencyError
 from ._tensor import NkiTensor
 
@@ -111,7 +112,13 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         language, its isa with the constants, and typing."""
         return {
             package: ({**common_top, **top}, True, types.ModuleType),
-            f"{package}.language": (_public(language), False, types.ModuleType),
+            f"{package}.language": (_public(language), True, types.ModuleType),
+            # ``sizeinbytes(dtype)``: nki-samples' reference rmsnorm_quant sizes its scales so.
+            f"{package}.language.constants": (
+                {"sizeinbytes": language._sizeinbytes},
+                False,
+                types.ModuleType,
+            ),
             f"{package}.isa": (_public(isa), True, types.ModuleType),
             f"{package}.isa.constants": (constants, False, types.ModuleType),
             f"{package}.typing": (typing_ns, False, types.ModuleType),
@@ -126,6 +133,21 @@ def _namespaces() -> dict[str, tuple[dict, bool, type]]:
         "neuronxcc.nki.compiler.backends": ({}, True, types.ModuleType),
         "neuronxcc.nki.compiler.backends.neuron": ({}, True, types.ModuleType),
         "neuronxcc.nki.compiler.backends.neuron.dimensions": (dims, False, types.ModuleType),
+        # The compiler's index-expression type (nki-samples' reference tile helpers annotate
+        # loop indices with it): ours.
+        "neuronxcc.nki.compiler.backends.neuron.indexing": (
+            {"TileIndex": IndexExpr},
+            False,
+            types.ModuleType,
+        ),
+        # The compiler's own tile class: nki-samples' reference helpers import it unused.
+        "neuronxcc.nki.compiler.backends.neuron.tensor": (
+            _surface.unsupported_names(
+                "neuronxcc.nki.compiler.backends.neuron.tensor", ("local_tile",)
+            ),
+            False,
+            types.ModuleType,
+        ),
         **dialect("neuronxcc.nki", legacy_top, language_legacy, isa_legacy),
     }
 

@@ -295,12 +295,27 @@ class _Allocators:
         return Placement(PSUM, part, addr, tiles, True, "psum.mod_alloc")
 
 
+class MultiBuffer:
+    """``ncc.multi_buffer(n)``: a loop directive (``directives=`` of a range) asking the
+    compiler for ``n`` buffers of the loop's tiles, so that iterations overlap. A scheduling
+    hint: trn2core runs the iterations in order, as written."""
+
+    __slots__ = ("buffers",)
+
+    def __init__(self, buffers) -> None:
+        self.buffers = _count(buffers, "buffers", 1)
+
+    def __repr__(self) -> str:
+        return f"multi_buffer({self.buffers})"
+
+
 def compiler_namespace() -> dict:
     """``neuronxcc.nki.compiler``."""
     ns: dict = {
         n: _decorator(n)
         for n in ("skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc")
     }
+    ns["multi_buffer"] = MultiBuffer
     ns["sbuf"] = _Allocators("sbuf")
     ns["psum"] = _Allocators("psum")
     ns.update(unsupported_names("neuronxcc.nki.compiler", COLLECTIVES))

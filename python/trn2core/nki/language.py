@@ -922,6 +922,11 @@ class fp32:  # noqa: N801 - the legacy module's name
     max = float(np.finfo(np.float32).max)
 
 
+def _sizeinbytes(dtype) -> int:
+    """Bytes of one element of an NKI dtype (``neuronxcc.nki.language.constants``)."""
+    return D.as_dtype(dtype).itemsize
+
+
 @api
 def finfo(dtype):
     """Machine limits of a floating-point NKI dtype (``.min``, ``.max``, ``.eps``, ``.tiny``,
