@@ -122,6 +122,92 @@ def ref_avgpool(x, pool_size):
     return (acc / np.float32(p * p)).astype(x.dtype)
 
 
+def ref_contributed_matmul(a, b, TILES_IN_BLOCK_K=8, **_):  # noqa: N803 - the kernel's name
+    """a.T @ b as nki-samples' contributed matmul computes it: per K block of
+    ``TILES_IN_BLOCK_K`` tiles, PSUM's float32 sums (the PE's, trn2core.reference.gemm), added
+    into Z (a's dtype) by nl.loop_reduce: in float32, rounded to Z's dtype once a block."""
+    from trn2core.reference import gemm
+
+    kb = TILES_IN_BLOCK_K * 128
+    z = np.zeros((a.shape[1], b.shape[1]), a.dtype)
+    for k0 in range(0, a.shape[0], kb):
+        z = (z.astype(np.float32) + gemm(a[k0 : k0 + kb].T, b[k0 : k0 + kb])).astype(a.dtype)
+    return z
+
+
+def ref_bilinear_2x(x, **_):
+    """Bilinear 2x upsampling, align_corners=False ([n, c, h, w] -> [n, c, 2h, 2w]), float32
+    in the kernel's order: inside, (9/16 nearest + 3/16 the other row) + 3/16 the other column
+    + 1/16 the diagonal; on the first and last rows and columns 3/4 nearest + 1/4 the other
+    along the edge; the corners copied."""
+    f = np.float32
+    h, w = x.shape[2], x.shape[3]
+
+    def near_other(size):
+        r = np.arange(2 * size)
+        near = np.where(r % 2 == 1, (r - 1) // 2, r // 2)
+        return near, np.clip(np.where(r % 2 == 1, near + 1, near - 1), 0, size - 1)
+
+    (hn, ho), (wn, wo) = near_other(h), near_other(w)
+    xs = x.astype(f)
+    a, b = xs[:, :, hn][..., wn], xs[:, :, ho][..., wn]
+    c, d = xs[:, :, hn][..., wo], xs[:, :, ho][..., wo]
+    out = ((f(0.5625) * a + f(0.1875) * b) + f(0.1875) * c) + f(0.0625) * d
+    rows, cols = [0, 2 * h - 1], [0, 2 * w - 1]
+    out[:, :, rows] = (f(0.75) * a + f(0.25) * c)[:, :, rows]
+    out[..., cols] = (f(0.75) * a + f(0.25) * b)[..., cols]
+    for i, j in ((0, 0), (0, -1), (-1, 0), (-1, -1)):
+        out[:, :, rows[i], cols[j]] = xs[:, :, hn[rows[i]], wn[cols[j]]]
+    return np.ascontiguousarray(out)
+
+
+def ref_trilinear_2x(x, **_):
+    """Trilinear 2x upsampling, align_corners=False ([n, c, d, h, w] -> 2x each), in float64:
+    along each axis 3/4 the nearest source and 1/4 the other (the same one at the edges)."""
+    out = x.astype(np.float64)
+    for axis in (2, 3, 4):
+        r = np.arange(2 * x.shape[axis])
+        near = np.where(r % 2 == 1, (r - 1) // 2, r // 2)
+        other = np.clip(np.where(r % 2 == 1, near + 1, near - 1), 0, x.shape[axis] - 1)
+        out = 0.75 * np.take(out, near, axis) + 0.25 * np.take(out, other, axis)
+    return out.astype(np.float32)
+
+
+def _attention_bwd_ref_inputs(r, b, h, d, s, causal):
+    """q, k, v, o, dy [b, h, d, s], lse [b, h, 128, s/128] (row t*128 + p at [.., p, t]) and a
+    seed, as nki-samples' reference flash_attn_bwd takes them (o and lse of the float64
+    forward)."""
+    q, k, v, dy = (r.standard_normal((b, h, d, s)).astype(np.float32) for _ in range(4))
+    sc = np.einsum("bhdq,bhdk->bhqk", q.astype(np.float64), k) / np.sqrt(d)
+    if causal:
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    m = sc.max(-1, keepdims=True)
+    l_sum = np.exp(sc - m).sum(-1, keepdims=True)
+    o = np.einsum("bhqk,bhdk->bhdq", np.exp(sc - m) / l_sum, v).astype(np.float32)
+    lse = (m + np.log(l_sum))[..., 0].reshape(b, h, s // 128, 128).transpose(0, 1, 3, 2)
+    seed = np.zeros((1,), np.int32)
+    return (q, k, v, o, dy, lse.astype(np.float32).copy(), seed), {
+        "use_causal_mask": causal,
+        "mixed_precision": True,
+    }
+
+
+def ref_attention_bwd_ref(q, k, v, o, dy, lse, seed, use_causal_mask=False, **_):
+    """dq, dk, dv of softmax(q.T k / sqrt(d)) v in float64 ([b, h, d, s] each)."""
+    d, s = q.shape[2], q.shape[3]
+    sc = np.einsum("bhdq,bhdk->bhqk", q.astype(np.float64), k) / np.sqrt(d)
+    if use_causal_mask:
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = np.einsum("bhdq,bhdk->bhqk", dy.astype(np.float64), v)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / np.sqrt(d)
+    dq = np.einsum("bhqk,bhdk->bhdq", ds, k)
+    dk = np.einsum("bhqk,bhdq->bhdk", ds, q)
+    dv = np.einsum("bhqk,bhdq->bhdk", p, dy)
+    return tuple(x.astype(np.float32) for x in (dq, dk, dv))
+
+
 def ref_maxpool_stride1(x, pool_size):
     k = pool_size
     h, w = x.shape
@@ -3036,6 +3122,43 @@ def _cases() -> list[Case]:
             uninitialized="nan",
             **exact,
         ),
+        # Z kept in SBUF, each K block's PSUM sum added with nl.loop_reduce (two blocks).
+        Case(
+            "samples matmul (loop_reduce, K 2048)",
+            smp,
+            "contributed/matmul.py",
+            "matmul",
+            lambda r: (
+                (
+                    r.random((2048, 512)).astype(np.float16),
+                    r.random((2048, 2048)).astype(np.float16),
+                ),
+                {},
+            ),
+            ref_contributed_matmul,
+            **exact,
+        ),
+        Case(
+            "samples interpolate_bilinear_2x",
+            smp,
+            "contributed/interpolate_bilinear_fwd.py",
+            "interpolate_bilinear_2x_fwd",
+            lambda r: ((_f32(r, 2, 64, 20, 12),), {}),  # two 10-row chunks, 128 planes
+            ref_bilinear_2x,
+            stand_ins=_absent_modules("torch"),  # its host-side check only
+            **exact,
+        ),
+        Case(
+            "samples interpolate_trilinear_2x",
+            smp,
+            "contributed/interpolate_trilinear_fwd.py",
+            "interpolate_trilinear_2x_fwd",
+            lambda r: ((_f32(r, 1, 32, 6, 6, 6),), {}),
+            ref_trilinear_2x,
+            stand_ins=_absent_modules("torch", "torch_xla.core.xla_model"),
+            rtol=1e-6,
+            atol=1e-6,
+        ),
     ]
     for v in ("v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v8a", "v9", "v10", "v11"):
         seq = 128 if v in ("v1", "v2") else 512
@@ -3768,6 +3891,48 @@ def _cases() -> list[Case]:
             ref_sd_attention_t,
             rtol=0.0,
             atol=0.0,
+        ),
+        # The reference attention.py's own SD attention (q [b, d, s], k and v [b, s, d]).
+        Case(
+            "samples-ref fused_self_attn (SD)",
+            ref,
+            f"{REF}/attention.py",
+            "fused_self_attn_for_SD_small_head_size",
+            lambda r: (
+                (
+                    _f32(r, 1, 64, 512, lo=0.0),
+                    _f32(r, 1, 512, 64, lo=0.0),
+                    _f32(r, 1, 512, 64, lo=0.0),
+                ),
+                {},
+            ),
+            lambda q, k, v, **_: np.stack(
+                [ref_sd_attention(q[i].T, k[i], v[i]) for i in range(q.shape[0])]
+            ),
+            rtol=0.0,
+            atol=0.0,
+        ),
+        Case(
+            "samples-ref flash_attn_bwd (causal)",
+            ref,
+            f"{REF}/attention.py",
+            "flash_attn_bwd",
+            lambda r: _attention_bwd_ref_inputs(r, 1, 1, 64, 512, True),
+            ref_attention_bwd_ref,
+            grid=(1, 1),
+            rtol=1e-4,  # float32 against float64 (max |err| about 5e-7 of the largest)
+            atol=1e-5,
+        ),
+        Case(
+            "samples-ref flash_attn_bwd (2 heads, not causal)",
+            ref,
+            f"{REF}/attention.py",
+            "flash_attn_bwd",
+            lambda r: _attention_bwd_ref_inputs(r, 1, 2, 128, 256, False),
+            ref_attention_bwd_ref,
+            grid=(1, 2),
+            rtol=1e-4,
+            atol=1e-5,
         ),
         Case(
             "samples-ref flash_fwd",
