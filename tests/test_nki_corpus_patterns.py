@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 import json
 import sys
 import threading
@@ -694,6 +695,84 @@ def test_a_mask_carries_through_the_uses_of_the_tile_it_made():
 
     with pytest.raises(tn.UninitializedReadError):
         unmasked_store(_rand(128, 8))
+
+    # A view of it assigned into another tile copies its loaded rows (nki-samples' trilinear
+    # interpolation copies its corners so, from a tile loaded under the planes' mask).
+    @tn.jit_legacy
+    def copied(x):
+        out = lnl.ndarray((40, 3, 4), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, jd, jf = lnl.mgrid[0:128, 0:3, 0:4]
+        t = lnl.load(x[ip, jd, jf], mask=(ip < 40))
+        o = lnl.ndarray((128, 3, 4), dtype=x.dtype, buffer=lnl.sbuf)
+        o[ip, jd, jf] = t[ip, 2 - jd, jf]  # the rows of t: 40
+        lnl.store(out[ip, jd, jf], value=o[ip, jd, jf], mask=(ip < 40))
+        return out
+
+    x = _rand(128, 3, 4, seed=6)
+    assert np.array_equal(copied(x), x[:40, ::-1])
+
+
+def test_index_expressions_over_more_free_axes_than_an_access_pattern_run_in_parts():
+    """nki-samples' trilinear interpolation indexes its tiles through a seven-axis nl.mgrid
+    (the partitions, 2 x 2 x 2 and the three source extents): six free axes, where an access
+    pattern takes four. The legacy compiler splits such an expression into instructions; so
+    does trn2core, for reads and for the assignment, with the rows a mask made."""
+
+    @tn.jit_legacy
+    def k(x):
+        n, d = x.shape[0], x.shape[1]
+        out = lnl.ndarray((n, 2 * d, 2 * d, 2 * d), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, a, b, c = lnl.mgrid[0:128, 0:d, 0 : d + 1, 0 : d + 1]
+        t = lnl.load(x[ip, a, b, c], mask=(ip < n))
+        o = lnl.ndarray((128, 2 * d, 2 * d, 2 * d), dtype=x.dtype, buffer=lnl.sbuf)
+        ip, u, v, w, a, b, c = lnl.mgrid[0:128, 0:2, 0:2, 0:2, 0:d, 0:d, 0:d]
+        # out[2a+u, 2b+v, 2c+w] = 2 x[a, b+v, c+u] + x[d-1-a, b, c+w]: reads of six and five
+        # free axes after merging (4 parts each), a write of six (4 parts)
+        o[ip, 2 * a + u, 2 * b + v, 2 * c + w] = (
+            2.0 * t[ip, a, b + v, c + u] + t[ip, d - 1 - a, b, c + w]
+        )  # fmt: skip
+        ip, a, b, c = lnl.mgrid[0:128, 0 : 2 * d, 0 : 2 * d, 0 : 2 * d]
+        lnl.store(out[ip, a, b, c], value=o[ip, a, b, c], mask=(ip < n))
+        return out
+
+    x = np.round(_rand(40, 3, 4, 4, seed=7) * 8)  # small integers: exact
+    want = np.zeros((40, 6, 6, 6), np.float32)
+    for u, v, w in itertools.product(range(2), repeat=3):
+        want[:, u::2, v::2, w::2] = (
+            2 * x[:, :, v : v + 3, u : u + 3] + x[:, ::-1, :3, w : w + 3]
+        )  # fmt: skip
+    res = tn.run(k, x)
+    assert np.array_equal(res.outputs, want)
+    assert res.report.opcodes.get("tensor_copy", 0) == 4 + 4 + 4
+
+    @tn.jit_legacy
+    def read_only(x):  # the same six-axis read into a tile whose axes merge (no parts)
+        n, d = x.shape[0], x.shape[1]
+        out = lnl.ndarray((n, 8, d**3), dtype=x.dtype, buffer=lnl.shared_hbm)
+        ip, a, b, c = lnl.mgrid[0:128, 0:d, 0 : d + 1, 0 : d + 1]
+        t = lnl.load(x[ip, a, b, c], mask=(ip < n))
+        o = lnl.ndarray((128, 8, d**3), dtype=x.dtype, buffer=lnl.sbuf)
+        ip, u, v, w, a, b, c = lnl.mgrid[0:128, 0:2, 0:2, 0:2, 0:d, 0:d, 0:d]
+        o[ip, 4 * u + 2 * v + w, d * d * a + d * b + c] = 2.0 * t[ip, a, b + v, c + u]
+        ip, i, j = lnl.mgrid[0:128, 0:8, 0 : d**3]
+        lnl.store(out[ip, i, j], value=o[ip, i, j], mask=(ip < n))
+        return out
+
+    want = np.stack(
+        [2 * x[:, :, v : v + 3, u : u + 3] for u, v, _ in itertools.product(range(2), repeat=3)],
+        axis=1,
+    ).reshape(40, 8, 27)
+    assert np.array_equal(read_only(x), want)
+
+    def flat_temp_indexed(x):
+        ip, u, v, w, a, b, c = lnl.mgrid[0:128, 0:2, 0:2, 0:2, 0:2, 0:2, 0:2]
+        t = lnl.load(x)
+        y = t[ip, a, b, c + u + v + w] * 2.0  # a result of six free axes, laid out flat
+        return y[ip, u, v, w, a, b, c]  # INDEXED
+
+    with pytest.raises(Trn2Error) as info:
+        tn.run(tn.jit_legacy(flat_temp_indexed), np.ones((128, 2, 2, 5), np.float32))
+    _at(info, flat_temp_indexed, "# INDEXED")
 
 
 def test_a_jit_helper_called_inside_a_kernel_is_inlined():

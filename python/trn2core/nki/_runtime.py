@@ -49,6 +49,7 @@ from ._register import VirtualRegister
 from ._rendezvous import POLL_S, Rendezvous, RendezvousError
 from ._tensor import (
     HBM,
+    MAX_AP_FREE,
     PRIVATE_HBM,
     PSUM,
     SBUF,
@@ -62,6 +63,7 @@ from ._tensor import (
     OutOfBoundsError,
     Placement,
     Spilled,
+    Split,
     VectorOffset,
     _Whole,
 )
@@ -255,6 +257,9 @@ class Core:
         self.at: dict[int, int] = {}
         self.accum: set[int] = set()
         self.last_inplace: tuple[object, int] | None = None
+        # The last gathered copies of ``Split`` views: a view read inline (``f(v[...].tile)``)
+        # is gone before its instruction is issued; its copy must not be.
+        self.held: collections.deque = collections.deque(maxlen=8)
         self.program: tuple[int, ...] = ()
         #: The running program's position in the grid's order.
         self.seq = 0
@@ -306,9 +311,12 @@ class Core:
         name: str = "",
         init=None,
         place: Placement | None = None,
+        flat: bool = False,
     ) -> NkiTensor:
         """A new tensor (uninitialised); ``place``: where the kernel put it (explicit
-        allocation), else the allocator's first fit."""
+        allocation), else the allocator's first fit. ``flat``: an on-chip temporary of the
+        front end (an instruction's result, a gathered ``Split`` view) of more free axes than
+        a tensor holds is laid out as one free axis, row-major (read and written whole)."""
         shape = tuple(int(s) for s in shape)
         if any(s <= 0 for s in shape):
             raise ShapeError(f"shape: every dimension must be positive, got {shape}")
@@ -336,6 +344,8 @@ class Core:
                 rule="partition_dim",
             )
         mshape = [p] + [s for a, s in enumerate(shape) if a != pdim]
+        if len(mshape) > 5 and flat and pdim == 0:
+            mshape = [p, math.prod(mshape[1:])]
         if len(mshape) > 5:
             raise ShapeError(f"shape: at most 4 free dimensions, got {shape}")
         if place is not None:
@@ -894,7 +904,7 @@ class Core:
         now = self.loc
         self.loc = at  # its instruction is the line that made it, not the one flushing it
         try:
-            fresh = self.alloc(t.shape, t.dtype, t.buffer, 0)
+            fresh = self.alloc(t.shape, t.dtype, t.buffer, 0, flat=True)
             t._t, t._owner = fresh._t, fresh._owner
             if fresh._owner is not None and fresh._owner.handles is not None:
                 fresh._owner.handles.append(weakref.ref(t))
@@ -914,6 +924,9 @@ class Core:
 
     def assign(self, target: NkiTensor, value) -> None:
         """``target[...] = value``: a pending result issues straight into ``target``."""
+        if type(target._t) is Split:
+            self.assign_parts(target, value)
+            return
         if value is self.pending and self.pend_kind == ("loop_reduce",):
             # nl.loop_reduce: the destination is also its input, whatever its dtype.
             fn, _ = self.take(value)
@@ -940,6 +953,12 @@ class Core:
             if fn is not None:
                 self.pending, self.pend_fn = value, fn
             self.flush()
+            valid = value._valid
+            if valid and list(valid) == [0] and value.shape[0] == target.shape[0]:
+                # A tile made under a mask holds its rows only (the legacy compiler carries the
+                # mask through its uses): those rows are what is copied.
+                rows = ({}, {0: valid[0]})
+                target, value = self.masked(target, rows), self.masked(value, rows)
             self.copy_into(target, value)
             return
         if not isinstance(value, (int, float, np.integer, np.floating)):
@@ -951,6 +970,39 @@ class Core:
             )
         self.flush()
         self.issue("memset", "vector", target.tile, float(value))
+
+    def assign_parts(self, target: NkiTensor, value) -> None:
+        """``target[...] = value`` for a view of more free axes than an access pattern takes
+        (``Split``): the value in a tile of its own (a number: a memset), then one copy into
+        each part, converting to ``target``'s dtype."""
+        self.flush()
+        split = target._t
+        if isinstance(value, NkiTensor):
+            if value.shape != target.shape:
+                raise ShapeError(
+                    f"value: a {value.shape} tile assigned to a {target.shape} view [rule shape]"
+                )
+            src = value.tile
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            tmp = self.alloc(target.shape, target.dtype, SBUF, 0, flat=True)
+            src = tmp.tile
+            self.issue("memset", "vector", src, float(value))
+        else:
+            raise Trn2ValueError(
+                f"value: a tile can be assigned a tile or a number; got {type(value).__name__}",
+                arg="value",
+            )
+        # A value computed under a mask (``_valid``: the legacy compiler carries the mask of a
+        # masked load through its uses) holds those rows only; they are what is stored.
+        valid = value._valid if isinstance(value, NkiTensor) else None
+        if valid and any(a != 0 for a in valid):
+            raise NotSupportedError(
+                f"value: a masked result assigned to a view of more than {MAX_AP_FREE} free axes"
+            )
+        lo, hi = valid[0] if valid else (0, target.shape[0])
+        flat = src.ap([(1, split.count * len(split.parts))], 0)
+        for part, at in split.parts:
+            self.issue("tensor_copy", "vector", part[lo:hi], flat.ap([(1, split.count)], at)[lo:hi])
 
     def just_updated(self, value: NkiTensor) -> bool:
         li = self.last_inplace

@@ -333,6 +333,47 @@ class _Unresolved:
         self.message = message
 
 
+#: Free axes of one machine access pattern (``Tile.ap``: 1 to 4 ``[step, num]`` pairs).
+MAX_AP_FREE = 4
+
+
+def merge_free(free: list) -> list:
+    """``[step, num]`` pairs with each pair that continues the next one in memory merged into
+    it (and size-1 pairs dropped): the same elements in the same order."""
+    out: list = []
+    for st, n in free:
+        if n == 1 and len(free) > 1:
+            continue
+        if out and out[-1][0] == st * n:
+            out[-1] = (st, out[-1][1] * n)
+        else:
+            out.append((st, n))
+    return out or [(1, 1)]
+
+
+class Split:
+    """The tile of a legacy indexed on-chip access over more free axes than an access pattern
+    takes (nki-samples' trilinear interpolation indexes through a seven-axis ``nl.mgrid``): the
+    legacy compiler lowers it into several instructions, trn2core into ``parts``, each a machine
+    tile over the last ``MAX_AP_FREE`` axes with its first element's place among the view's
+    elements (row-major). Read, it is gathered into a new tile (a ``tensor_copy`` a part);
+    assigned to (``Core.assign``), each part gets its share of the value."""
+
+    __slots__ = ("parts", "count")
+
+    def __init__(self, parts: list, count: int) -> None:
+        self.parts, self.count = parts, count
+
+    def resolve(self, t: NkiTensor):
+        core = t._core
+        tmp = core.alloc(t.shape, t.dtype, t.buffer if t.buffer is not PSUM else SBUF, 0, flat=True)
+        flat = tmp.tile
+        for part, at in self.parts:
+            core.issue("tensor_copy", "vector", flat.ap([(1, self.count)], at), part)
+        core.held.append(tmp)  # alive until the instructions reading it are issued
+        return flat
+
+
 def _binary(op: str, reverse: bool = False):
     """An operator method of ``NkiTensor``: the element-wise ALU ``op`` with the other operand
     (``reverse``: the other operand on the left, as ``__radd__`` and the like have it)."""
@@ -428,7 +469,7 @@ class NkiTensor:
             t = self._t
         if type(t) is _Unresolved:
             raise OutOfBoundsError(t.message)
-        if type(t) is _Whole or type(t) is Dynamic or type(t) is Spilled:
+        if type(t) is _Whole or type(t) is Dynamic or type(t) is Spilled or type(t) is Split:
             t = t.resolve(self)
         elif type(t) is VectorOffset:
             raise NotSupportedError(
@@ -840,8 +881,21 @@ class NkiTensor:
             (sum(fstride[a] * coef(key[a], axis_var[g]) for a in free_axes), sizes[g])
             for g in range(1, nd)
         ] or [(1, 1)]
-        tile = t[p0 : p0 + pcount].ap(free, offset)
         shape = [pcount, *sizes[1:]] if nd > 1 else [pcount, 1]
+        rows = t[p0 : p0 + pcount]
+        if len(free) > MAX_AP_FREE:
+            free = merge_free(free)
+        if len(free) > MAX_AP_FREE:
+            outer, inner = free[:-MAX_AP_FREE], free[-MAX_AP_FREE:]
+            count = math.prod(n for _, n in inner)
+            parts = []
+            for i, idx in enumerate(itertools.product(*(range(n) for _, n in outer))):
+                at = offset + sum(st * k for (st, _), k in zip(outer, idx, strict=True))
+                parts.append((rows.ap(inner, at), i * count))
+            v = self._view(Split(parts, count), shape, 0)
+            v._access = (self, key)
+            return v
+        tile = rows.ap(free, offset)
         v = self._view(tile, shape, 0)
         v._access = (self, key)
         return v
@@ -880,6 +934,15 @@ class NkiTensor:
             return base._advanced(list(key), ranges)
         if not axis_ranges:
             return self
+        if self.ndim > MAX_AP_FREE + 1 and self._pdim == 0:
+            # A front-end temporary laid out flat (``Core.alloc(flat=True)``): its rows only.
+            if any(a != 0 and r != (0, self.shape[a]) for a, r in axis_ranges.items()):
+                raise NotSupportedError(
+                    "mask: a mask on a free axis of a result with more than "
+                    f"{MAX_AP_FREE} free axes"
+                )
+            lo, hi = axis_ranges.get(0, (0, self.shape[0]))
+            return self._view(self.tile[lo:hi], (hi - lo, *self.shape[1:]), 0)
         key: list = [slice(None)] * self.ndim
         for a, (lo, hi) in axis_ranges.items():
             if a < self.ndim and self.shape[a] > 1:
