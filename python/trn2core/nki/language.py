@@ -40,6 +40,7 @@ from ._runtime import (
     Core,
     api,
     current,
+    scalar_arg,
 )
 from ._surface import NKIObject
 from ._tensor import DS, Buffer, Indirect, NkiTensor, PartitionDimError, Placement
@@ -789,9 +790,56 @@ def _unsupported(name: str):
 
 
 rand = _unsupported("rand")
-random_seed = _unsupported("random_seed")
-dropout = _unsupported("dropout")
 gather_flattened = _unsupported("gather_flattened")
+
+
+@api
+def random_seed(seed, *, mask=None, **kwargs) -> None:
+    """Seeds the random number generator (``nisa.set_rng_seed``, the Vector engine's): ``seed``
+    a 32-bit integer, or a ``[1, 1]`` tile of one. The same seed gives the same dropouts after
+    it, in order (our stream, not the chip's: docs/machine.md, ``dropout``)."""
+    core = _core_of(seed)
+    if core.mask_ranges(mask, 2) is None:
+        return  # a mask that never holds: not executed
+    if isinstance(seed, NkiTensor):
+        t = core.on_chip(seed, "seed")
+    elif is_int(seed) and not isinstance(seed, (builtins.bool, np.bool_)):
+        v = int(seed)
+        if not -(2**31) <= v < 2**32:
+            raise Trn2ValueError(f"seed: {v} is not a 32-bit value", arg="seed")
+        t = core.alloc((1, 1), D.uint32, SBUF, 0)
+        core.issue("memset", "vector", t.tile, float(v % 2**32))
+    else:
+        raise Trn2ValueError(
+            f"seed: expected a 32-bit integer or a [1, 1] tile, got {type(seed).__name__}",
+            arg="seed",
+        )
+    core.flush()
+    core.m.issue_at(core.loc, "set_rng_seed", src_seeds=t.tile)
+
+
+@api
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """``x`` with each element zeroed with probability ``rate`` (a number, or a ``[P, 1]``
+    tile: one per partition), the kept ones unscaled: ``nisa.dropout`` into a new tile (the
+    Vector engine's random stream; seeded by ``nl.random_seed``)."""
+    core = _core_of(x)
+    if not isinstance(x, NkiTensor):
+        raise Trn2ValueError(f"x: expected a tile, got {type(x).__name__}", arg="x")
+    core.on_chip(x, "x")
+    if not isinstance(rate, NkiTensor):
+        rate = scalar_arg(rate, "rate")
+    ranges = core.mask_ranges(mask, len(x.shape), x)
+    dt = x.dtype if dtype is None else D.as_dtype(dtype)
+
+    def issue(dst: NkiTensor) -> None:
+        if ranges is None:
+            return
+        d, a = core.masked(dst, ranges), core.masked(x, ranges)
+        prob = rate.tile if isinstance(rate, NkiTensor) else rate
+        core.m.issue_at(core.loc, "dropout", dst=d.tile, data=a.tile, prob=prob)
+
+    return core.pend_valid(core.pend(x.shape, dt, SBUF, issue), ranges)
 
 
 @api

@@ -88,6 +88,9 @@ pub struct Machine {
     /// `tensor_tensor`s waiting in the queue behind the matmuls issued before them
     /// ([`isa::pe::Drain`]).
     pub(crate) pe_drains: Vec<isa::pe::Drain>,
+    /// The Vector engine's random stream once `set_rng_seed` seeded it: the seed and the words
+    /// its dropouts have drawn since (`None`: never seeded; see `isa::elementwise`).
+    pub(crate) vector_rng: Option<(u32, u64)>,
     /// The last wave's packed matmul operands ([`isa::pe::PackCache`]).
     pub(crate) pe_pack: isa::pe::PackCache,
     pub(crate) config: MachineConfig,
@@ -130,6 +133,7 @@ impl Machine {
             psum_mm: vec![0; (PSUM_PARTITIONS * PSUM_SLOTS).div_ceil(64)],
             pe_queue: Vec::new(),
             pe_drains: Vec::new(),
+            vector_rng: None,
             pe_pack: isa::pe::PackCache::default(),
             config,
             next_dma_queue: 0,

@@ -157,6 +157,8 @@ named_enum! {
         Exponential = "exponential",
         /// `dropout` (Vector): elements zeroed with a probability (a deterministic stream).
         Dropout = "dropout",
+        /// `set_rng_seed` (Vector): seeds the engine's random stream that dropouts draw.
+        SetRngSeed = "set_rng_seed",
         /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
         Activate2 = "activate2",
         /// `tensor_copy_dynamic_src`: a copy whose source is moved along its partitions by an

@@ -19,7 +19,12 @@
 //! counter-based generator (`StochasticBits`, the one behind seeded stochastic rounding) for
 //! the seed `s + i`, `i` the instruction's index in the recorded program and `s` the machine's
 //! stochastic-rounding seed (0 under nearest-even); element `k` of `data` in logical order
-//! (partition-major, free axes flattened) is dropped when `word(k) < prob * 2^32`. A `prob`
+//! (partition-major, free axes flattened) is dropped when `word(k) < prob * 2^32`. Once
+//! `set_rng_seed` (documented: seeds the Vector engine's generator with a `[1, 1]` 32-bit
+//! value; the same seed gives the same random sequence) has run, the dropouts draw the stream
+//! of seed `2^32 + v` instead, in order: each goes on at the word after the previous one's last
+//! (`Machine::vector_rng`), whatever its index, so a forward and a backward kernel that seed
+//! alike drop alike. A `prob`
 //! outside `[0, 1]` (or NaN) is refused. Same dtypes: bits moved (a dropped element all zero
 //! bits, +0); otherwise through float32.
 //!
@@ -40,7 +45,7 @@ use crate::numerics::{encode_scalar, Rounding, StochasticBits};
 use crate::{Error, Result};
 
 use super::super::dtype::{Dtype, OutputRounding};
-use super::super::record::{flags, Engine, Opcode, Region, MEM_PSUM};
+use super::super::record::{flags, Engine, Opcode, Queue, Region, MEM_PSUM};
 use super::super::Machine;
 use super::alu::{self, AluOp};
 use super::{check_engine, rule, Opnd, Scalar};
@@ -65,6 +70,10 @@ pub struct DynamicOffset {
 
 /// `nc_stream_shuffle`'s mask value leaving a partition unmodified.
 const SHUFFLE_KEEP: i64 = 255;
+
+/// The generator seed a `set_rng_seed` value `v` gives the Vector engine's stream: `2^32 + v`,
+/// apart from the unseeded dropouts' `s + i` for any program shorter than 2^32 instructions.
+const SEEDED_STREAM: u64 = 1 << 32;
 
 impl Machine {
     /// `nc_stream_shuffle` (Vector engine): partition `i` of `dst` copies partition
@@ -637,6 +646,37 @@ impl Machine {
         Ok(())
     }
 
+    /// `set_rng_seed` (Vector engine): seeds the engine's random stream with the 32-bit value
+    /// of `src_seeds` (`[1, 1]`, SBUF or PSUM; its bits, whatever its 32-bit dtype), read when
+    /// the instruction is issued. See the module doc for what the dropouts after it draw.
+    pub fn set_rng_seed(&mut self, src_seeds: &Tile) -> Result<()> {
+        let opc = Opcode::SetRngSeed;
+        let engine = Engine::Vector;
+        if src_seeds.dtype.size() != 4 {
+            return Err(super::dtype_rule(
+                "src_seeds",
+                "rng_seed_dtype",
+                format!("src_seeds is {}; the seed is a 32-bit value", src_seeds.dtype),
+            ));
+        }
+        if src_seeds.partitions != 1 || src_seeds.elements() != 1 {
+            return Err(super::shape_rule(
+                "src_seeds",
+                "shape",
+                format!(
+                    "src_seeds is {:?}; the seed is a [1, 1] tensor",
+                    src_seeds.logical_shape()
+                ),
+            ));
+        }
+        let s = self.operand("src_seeds", src_seeds, Some(engine), false)?;
+        let bits = self.gather_bits(src_seeds)?;
+        self.vector_rng = Some((bits[0], 0));
+        let cost = Self::cost_input(1, 1, 0);
+        self.program.push(opc, Queue::Engine(engine), &[s.region()], &[], cost);
+        Ok(())
+    }
+
     /// `dropout` (Vector engine): each element of `data` zeroed with the drop probability
     /// `prob` (a constant or a `[P, 1]` tile, one per partition), else kept. See the module doc
     /// for the random stream (ours, not the chip's).
@@ -679,14 +719,26 @@ impl Machine {
                 format!("{q} (partition {row}); a drop probability is in [0, 1]"),
             ));
         }
-        let seed = match self.config.rounding {
-            OutputRounding::Stochastic(s) => s,
-            OutputRounding::NearestEven => 0,
+        // Seeded (set_rng_seed): the stream of its seed, from the words drawn so far on.
+        let (bits, first) = match self.vector_rng {
+            Some((seed, drawn)) => {
+                let total = (p as u64).saturating_mul(n as u64);
+                self.vector_rng = Some((seed, drawn.wrapping_add(total)));
+                (StochasticBits::new(SEEDED_STREAM | u64::from(seed)), drawn)
+            }
+            None => {
+                let seed = match self.config.rounding {
+                    OutputRounding::Stochastic(s) => s,
+                    OutputRounding::NearestEven => 0,
+                };
+                (StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64)), 0)
+            }
         };
-        let bits = StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64));
         // Dropped when word < prob * 2^32 (exact in float64): prob 1 drops every element.
-        let dropped =
-            |k: usize| (bits.word(k as u64) as f64) < probs[k / n.max(1)] as f64 * 4294967296.0;
+        let dropped = |k: usize| {
+            (bits.word(first.wrapping_add(k as u64)) as f64)
+                < probs[k / n.max(1)] as f64 * 4294967296.0
+        };
         if dst.dtype == data.dtype {
             let mut w = self.gather_bits(data)?;
             for (k, v) in w.iter_mut().enumerate() {
@@ -907,6 +959,45 @@ mod tests {
         assert_eq!((e.arg(), e.rule()), (Some("prob"), Some("dropout_dtype")));
         let e = m.dropout(&di, &xi, &Scalar::Imm(1.5)).expect_err("prob 1.5");
         assert_eq!(e.arg(), Some("prob"));
+    }
+
+    /// After `set_rng_seed(v)` the dropouts draw the words of the generator for 2^32 + v in
+    /// order (the second dropout goes on where the first stopped), whatever their index; a
+    /// second `set_rng_seed` restarts the stream. The seed's rules: 32 bits, `[1, 1]`.
+    #[test]
+    fn seeded_dropouts_draw_one_stream_in_order() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let (p, n) = (3usize, 50usize);
+        let x = m.alloc(Space::Sbuf, "x", &[p, n], Dtype::Int32).expect("x");
+        let d = m.alloc(Space::Sbuf, "d", &[p, n], Dtype::Int32).expect("d");
+        let seed = m.alloc(Space::Psum, "seed", &[1, 1], Dtype::Uint32).expect("seed");
+        let xv: Vec<u32> = (0..p * n).map(|k| k as u32 + 1).collect();
+        super::super::test_util::put_words(&mut m, &x, &xv, 4);
+        super::super::test_util::put_words(&mut m, &seed, &[0xDEAD_BEEF], 4);
+        let bits = StochasticBits::new((1 << 32) | 0xDEAD_BEEF);
+        let check = |m: &mut Machine, first: u64| {
+            m.dropout(&d, &x, &Scalar::Imm(0.5)).expect("dropout");
+            let got = m.read_tile(&d).expect("read");
+            for (i, v) in xv.iter().enumerate() {
+                let drop = (bits.word(first + i as u64) as f64) < 0.5 * 4294967296.0;
+                let w = u32::from_le_bytes(got[4 * i..4 * i + 4].try_into().expect("4"));
+                assert_eq!(w, if drop { 0 } else { *v }, "word {}", first + i as u64);
+            }
+        };
+        m.set_rng_seed(&seed).expect("seed");
+        check(&mut m, 0);
+        check(&mut m, (p * n) as u64);
+        m.set_rng_seed(&seed).expect("seed again");
+        check(&mut m, 0);
+        let wrong = [
+            (m.alloc(Space::Sbuf, "h", &[1, 1], Dtype::Fp16).expect("h"), "rng_seed_dtype"),
+            (m.alloc(Space::Sbuf, "w", &[1, 2], Dtype::Int32).expect("w"), "shape"),
+            (m.alloc(Space::Sbuf, "t", &[2, 1], Dtype::Int32).expect("t"), "shape"),
+        ];
+        for (t, rule) in wrong {
+            let e = m.set_rng_seed(&t).expect_err("refused");
+            assert_eq!((e.arg(), e.rule()), (Some("src_seeds"), Some(rule)), "{e}");
+        }
     }
 
     /// The oracle moves rows of a copy of the whole SBUF view partition by partition, from the

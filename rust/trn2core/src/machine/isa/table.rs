@@ -402,6 +402,11 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          not the chip's)",
         &[DST, req("data", K::Tile), req("prob", K::Scalar)],
     ),
+    row(Op::SetRngSeed, &[Vector], Own, None,
+        "seeds the Vector engine's random stream with src_seeds' 32-bit value ([1, 1], SBUF or \
+         PSUM): the dropouts after it draw that stream in order (ours, not the chip's)",
+        &[req("src_seeds", K::Tile)],
+    ),
     v4(row(Op::Activate2, &[Act], Own, None,
         "dst = op((data op0 imm0) op1 imm1) (op0/op1 absent: bypass), reduced into reduce_res \
          (NeuronCore-v4's, documented)",
@@ -835,9 +840,12 @@ impl Machine {
             // Settling runs parallel sections: on the fork-safe pool.
             crate::pool::install(|| self.settle())?;
         }
+        // The rows without a dst.
         if op == Opcode::CoreBarrier {
-            // The one row without a dst.
             return self.core_barrier(a.engine()?, &a.tile("data")?);
+        }
+        if op == Opcode::SetRngSeed {
+            return self.set_rng_seed(&a.tile("src_seeds")?);
         }
         let dst = a.tile("dst")?;
         match op {
@@ -1062,7 +1070,7 @@ impl Machine {
                 self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
             }
             Opcode::DmaCompute => self.dma_compute(&dst, a.tiles("srcs")?, a.queue("queue")?),
-            Opcode::CoreBarrier => unreachable!("issued above"),
+            Opcode::CoreBarrier | Opcode::SetRngSeed => unreachable!("issued above"),
         }
     }
 }
@@ -1083,10 +1091,13 @@ mod tests {
                  *args, any count)"
             );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
-            assert_eq!(
-                TABLE[i].args[0].name,
-                if TABLE[i].args[0].kind == K::Engine { "engine" } else { "dst" }
-            );
+            // dst first; the rows without one: core_barrier (engine first), set_rng_seed.
+            let first = match (TABLE[i].args[0].kind, *op) {
+                (K::Engine, _) => "engine",
+                (_, Opcode::SetRngSeed) => "src_seeds",
+                _ => "dst",
+            };
+            assert_eq!(TABLE[i].args[0].name, first, "row {i}");
         }
     }
 
