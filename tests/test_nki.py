@@ -1019,8 +1019,8 @@ def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
             lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
             np.ones((2, 2), np.float32),
         )
-    with pytest.raises(tn.NotSupportedError, match="nki.isa.rng is not supported"):
-        tn.run(lambda x: nisa.rng(0), np.ones((2, 2), np.float32))
+    with pytest.raises(tn.NotSupportedError, match="nki.isa.rand_get_state is not supported"):
+        tn.run(lambda x: nisa.rand_get_state(0), np.ones((2, 2), np.float32))
 
     @tn.jit
     def half(x):
@@ -2229,6 +2229,20 @@ def test_set_rng_seed_makes_the_dropouts_after_it_a_stream_of_the_seed():
         lnl.random_seed(seed=lnl.add(lnl.load(seed), 0))  # a [1, 1] tile, as flash_attn_bwd
         lnl.store(out, value=lnl.dropout(t, rate=0.25))
         return out
+
+    @tn.jit
+    def words(seed):
+        (s,) = _to_sbuf(seed)
+        w = nl.ndarray((4, 8), dtype=nl.uint32, buffer=nl.sbuf)
+        h = nl.ndarray((2, 8), dtype=nl.int16, buffer=nl.sbuf)
+        nisa.set_rng_seed(s)
+        nisa.rng(dst=w)  # words 0 .. 31
+        nisa.rng(h, engine=nisa.vector_engine)  # words 32 .. 47, their low 16 bits
+        return _to_hbm(w, h)
+
+    w, h = tn.run(words, np.array([[99]], np.int32)).outputs
+    assert np.array_equal(w.reshape(-1), _seeded_words(99, 0, 32))
+    assert np.array_equal(h.reshape(-1), _seeded_words(99, 32, 16).astype(np.uint16).view(np.int16))
 
     seed = np.array([[0x8000_0001]], np.uint32)
     a, b, c = tn.run(cur, x, prob, seed).outputs

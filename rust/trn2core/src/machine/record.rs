@@ -159,6 +159,8 @@ named_enum! {
         Dropout = "dropout",
         /// `set_rng_seed` (Vector): seeds the engine's random stream that dropouts draw.
         SetRngSeed = "set_rng_seed",
+        /// `rng` (Vector or GpSimd): 32 random bits per element, truncated to dst's integers.
+        Rng = "rng",
         /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
         Activate2 = "activate2",
         /// `tensor_copy_dynamic_src`: a copy whose source is moved along its partitions by an

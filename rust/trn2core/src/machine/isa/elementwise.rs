@@ -677,6 +677,49 @@ impl Machine {
         Ok(())
     }
 
+    /// `rng` (Vector or GpSimd engine): 32 random bits for each element of `dst` in logical
+    /// order, the least significant `8 * size` kept (integer dtypes only). The words are the
+    /// Vector engine's seeded stream after `set_rng_seed` (drawn on from where it stands),
+    /// else those of the unseeded dropouts' rule (the seed `s + i`, from word 0).
+    pub fn rng(&mut self, engine: Engine, dst: &Tile) -> Result<()> {
+        let opc = Opcode::Rng;
+        check_engine(opc, engine)?;
+        if dst.dtype.format().is_some() || dst.dtype.size() > 4 {
+            return Err(super::dtype_rule(
+                "dst",
+                "rng_dtype",
+                format!(
+                    "dst is {}; rng writes int8, int16, int32, uint8, uint16 or uint32",
+                    dst.dtype
+                ),
+            ));
+        }
+        let d = self.operand("dst", dst, Some(engine), true)?;
+        let total = (d.p() as u64).saturating_mul(d.n() as u64);
+        let (bits, first) = match (engine, self.vector_rng) {
+            (Engine::Vector, Some((seed, drawn))) => {
+                self.vector_rng = Some((seed, drawn.wrapping_add(total)));
+                (StochasticBits::new(SEEDED_STREAM | u64::from(seed)), drawn)
+            }
+            _ => {
+                let seed = match self.config.rounding {
+                    OutputRounding::Stochastic(s) => s,
+                    OutputRounding::NearestEven => 0,
+                };
+                (StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64)), 0)
+            }
+        };
+        let keep = u32::MAX >> (32 - 8 * dst.dtype.size() as u32);
+        let count = usize::try_from(total).map_err(|_| Error::capacity("dst", "too many"))?;
+        let mut w = crate::host::zeroed_vec::<u32>("dst", "the random words", count)?;
+        for (k, v) in w.iter_mut().enumerate() {
+            *v = bits.word(first.wrapping_add(k as u64)) & keep;
+        }
+        self.scatter_bits(&d, &w)?;
+        self.record_engine(opc, engine, &[], &[], &d, 0);
+        Ok(())
+    }
+
     /// `dropout` (Vector engine): each element of `data` zeroed with the drop probability
     /// `prob` (a constant or a `[P, 1]` tile, one per partition), else kept. See the module doc
     /// for the random stream (ours, not the chip's).
@@ -959,6 +1002,42 @@ mod tests {
         assert_eq!((e.arg(), e.rule()), (Some("prob"), Some("dropout_dtype")));
         let e = m.dropout(&di, &xi, &Scalar::Imm(1.5)).expect_err("prob 1.5");
         assert_eq!(e.arg(), Some("prob"));
+    }
+
+    /// `rng` writes the stream's words, truncated to dst's integer width: on the Vector engine
+    /// after `set_rng_seed`, the seeded stream in order (shared with the dropouts); on GpSimd
+    /// (never seeded: its rand_set_state is not emulated), the unseeded rule, seed `s + i`.
+    #[test]
+    fn rng_writes_the_engines_stream_truncated_to_dst() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let seed = m.alloc(Space::Sbuf, "seed", &[1, 1], Dtype::Int32).expect("seed");
+        super::super::test_util::put_words(&mut m, &seed, &[7], 4);
+        let w32 = m.alloc(Space::Psum, "w32", &[2, 5], Dtype::Uint32).expect("w32");
+        let w8 = m.alloc(Space::Sbuf, "w8", &[1, 4], Dtype::Int8).expect("w8");
+        let g16 = m.alloc(Space::Sbuf, "g16", &[3, 2], Dtype::Uint16).expect("g16");
+        let read = |m: &Machine, t: &Tile, size: usize| -> Vec<u32> {
+            let b = m.read_tile(t).expect("read");
+            b.chunks(size)
+                .map(|c| c.iter().rev().fold(0u32, |acc, &x| acc << 8 | x as u32))
+                .collect()
+        };
+        m.set_rng_seed(&seed).expect("seed");
+        let seeded = StochasticBits::new((1 << 32) | 7);
+        m.rng(Engine::Vector, &w32).expect("rng");
+        m.rng(Engine::Vector, &w8).expect("rng");
+        let want: Vec<u32> = (0..10).map(|k| seeded.word(k)).collect();
+        assert_eq!(read(&m, &w32, 4), want);
+        let want: Vec<u32> = (10..14).map(|k| seeded.word(k) & 0xFF).collect();
+        assert_eq!(read(&m, &w8, 1), want);
+        let i = m.program.instrs.len() as u64;
+        m.rng(Engine::Gpsimd, &g16).expect("rng");
+        let want: Vec<u32> = (0..6).map(|k| StochasticBits::new(i).word(k) & 0xFFFF).collect();
+        assert_eq!(read(&m, &g16, 2), want);
+        let f = m.alloc(Space::Sbuf, "f", &[1, 4], Dtype::Fp32).expect("f");
+        let e = m.rng(Engine::Vector, &f).expect_err("float dst");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("rng_dtype")));
+        assert!(m.rng(Engine::Gpsimd, &w32).is_err(), "GpSimd cannot write PSUM");
+        assert!(m.rng(Engine::Scalar, &w8).is_err(), "Vector or GpSimd only");
     }
 
     /// After `set_rng_seed(v)` the dropouts draw the words of the generator for 2^32 + v in

@@ -407,6 +407,12 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          PSUM): the dropouts after it draw that stream in order (ours, not the chip's)",
         &[req("src_seeds", K::Tile)],
     ),
+    row(Op::Rng, &[Vector, Gpsimd], Own, None,
+        "dst = 32 random bits per element, its least significant ones for a narrower integer \
+         dtype (the engine's stream, the Vector engine's seeded by set_rng_seed; ours, not the \
+         chip's)",
+        &[ENGINE, DST],
+    ),
     v4(row(Op::Activate2, &[Act], Own, None,
         "dst = op((data op0 imm0) op1 imm1) (op0/op1 absent: bypass), reduced into reduce_res \
          (NeuronCore-v4's, documented)",
@@ -1026,6 +1032,7 @@ impl Machine {
                 a.opt_scalar("reduce_init")?.as_ref(),
             ),
             Opcode::Dropout => self.dropout(&dst, &a.tile("data")?, &a.scalar("prob")?),
+            Opcode::Rng => self.rng(a.engine()?, &dst),
             Opcode::Activate2 => {
                 let stage = |k: &str| -> Result<(Option<AluOp>, Scalar, bool)> {
                     Ok((
