@@ -2882,8 +2882,28 @@ def test_loop_reduce_takes_the_destination_as_data1_and_crosses_affine_range_onl
     _at(info, body(lnl.affine_range), "# SUB")
 
 
-def test_loop_reduce_bound_to_a_name_updates_that_tile_in_both_dialects():
+def test_loop_reduce_bound_to_a_name_rebinds_it_to_a_new_tile_in_both_dialects():
+    """``b = nl.loop_reduce(x, ...)`` is ``b = nisa.tensor_tensor(data1=b, data2=x)``: the
+    reduction lands in a new tile; a tensor ``b`` was a view of is unchanged."""
     x = _rand(4, 128, 48, seed=6)
+
+    @tn.jit_legacy
+    def view(x):
+        out = lnl.ndarray((2, 128, 48), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.full((128, 96), 1.0, dtype=nl.float32, buffer=lnl.sbuf)
+        b = acc[:, 0:48]
+        for i in lnl.affine_range(x.shape[0]):
+            b = lnl.loop_reduce(lnl.load(x[i]), np.add, i)
+        lnl.store(out[0], value=b)
+        lnl.store(out[1], value=acc[:, 0:48])
+        return out
+
+    got = view(x)
+    assert np.array_equal(got[1], np.ones((128, 48), np.float32)), "acc unchanged"
+    want = np.ones((128, 48), np.float32)
+    for i in range(4):
+        want = want + x[i]
+    assert np.array_equal(got[0], want)
 
     @tn.jit_legacy
     def legacy(x):

@@ -1579,6 +1579,21 @@ class Core:
         if op in _ASSOCIATIVE and self.loops:
             self.accum.update(range(first, self.m.instructions))
 
+    def reduce_new(self, op: str, b: NkiTensor, x: NkiTensor, dtype, mask) -> NkiTensor:
+        """``op(b, x)`` into a new tile (``b = nl.loop_reduce(x, ...)``), an associative ``op``
+        allowed across ``affine_range`` iterations (it reads the ``b`` an earlier one made)."""
+        r = self.arith(op, b, x, dtype=b.dtype if dtype is None else dtype, mask=mask)
+        fn = self.pend_fn
+
+        def issue(dst: NkiTensor) -> None:
+            first = self.m.instructions
+            fn(dst)
+            if op in _ASSOCIATIVE and self.loops:
+                self.accum.update(range(first, self.m.instructions))
+
+        self.pend_fn = issue
+        return r
+
     def matmul_pending(self, stationary: NkiTensor, moving: NkiTensor, shape, opts) -> NkiTensor:
         """A pending ``nc_matmul`` into a new PSUM tile (or accumulating via ``+=``)."""
 

@@ -868,7 +868,8 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     ``nki.language.loop_reduce``): ``dst[...] = nl.loop_reduce(x, op, loop_indices)`` is
     ``dst[...] = nisa.tensor_tensor(data1=dst[...], data2=x, op=op)``, the destination being
     also an input, as the NKI docs give it. ``b = nl.loop_reduce(x, ...)``, with ``b`` a tile
-    already, updates ``b`` in place. ``dtype`` is the operation's output type (a different
+    already, is ``b = nisa.tensor_tensor(data1=b, data2=x, op=op)`` (a new tile, the old one
+    unchanged). ``dtype`` is the operation's output type (a different
     one from the destination's is converted once more on the store); ``loop_indices`` (a
     loop index or a list of them) only tells the compiler which loops the reduction crosses:
     an associative ``op`` may cross ``affine_range`` iterations, as ``+=`` does."""
@@ -889,15 +890,16 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     def issue(dst: NkiTensor) -> None:
         core.reduce_into(name, dst, x, out_dt, mask)
 
-    target = _bound_target(core)
-    if target is not None:
-        issue(target)
-        return target
+    b = _bound_target(core)
+    if b is not None:
+        # ``b = nl.loop_reduce(x, ...)`` is ``b = nisa.tensor_tensor(data1=b, data2=x)``: a new
+        # tile (``b``'s old one, perhaps a view of another tensor, unchanged).
+        return core.reduce_new(name, b, x, out_dt, mask)
     return core.pend(x.shape, x.dtype if out_dt is None else out_dt, SBUF, issue, ("loop_reduce",))
 
 
 def _bound_target(core: Core) -> NkiTensor | None:
-    """The tile that the kernel statement calling us rebinds (``b = nl.loop_reduce(...)``):
+    """The tile the kernel statement calling us rebinds (``b = nl.loop_reduce(...)``):
     the current value of the name the call's result is stored to, when that is one of this
     core's tiles; ``None`` for any other use of the result (``dst[...] = ...``)."""
     f = user_frame()
