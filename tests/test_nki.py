@@ -2244,6 +2244,18 @@ def test_set_rng_seed_makes_the_dropouts_after_it_a_stream_of_the_seed():
     assert np.array_equal(w.reshape(-1), _seeded_words(99, 0, 32))
     assert np.array_equal(h.reshape(-1), _seeded_words(99, 32, 16).astype(np.uint16).view(np.int16))
 
+    @tn.jit_legacy
+    def uniform(x):  # nl.rand: 16 random bits times 1/65535 in float32
+        out = lnl.ndarray((64, 100), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.random_seed(99)
+        lnl.store(out, value=lnl.rand((64, 100)))
+        return out
+
+    u = uniform(np.ones((2, 2), np.float32))
+    lo16 = _seeded_words(99, 0, 6400).astype(np.uint16).astype(np.float32).reshape(64, 100)
+    assert np.array_equal(u, lo16 * np.float32(1 / 65535))
+    assert u.min() >= 0 and u.max() <= 1 and abs(u.mean() - 0.5) < 0.02
+
     seed = np.array([[0x8000_0001]], np.uint32)
     a, b, c = tn.run(cur, x, prob, seed).outputs
     for got, start in ((a, 0), (b, x.size), (c, 0)):

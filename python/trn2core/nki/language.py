@@ -789,8 +789,19 @@ def _unsupported(name: str):
     return g
 
 
-rand = _unsupported("rand")
 gather_flattened = _unsupported("gather_flattened")
+
+
+@api
+def rand(shape, dtype=float32, **kwargs) -> NkiTensor:
+    """A new SBUF tile of ``shape`` with values in [0, 1] (NKI: uniform between 0 and 1): 16
+    random bits per element from the Vector engine's stream (``nisa.rng`` into uint16, seeded
+    by ``nl.random_seed``), times 1/65535 in float32, as the ``rng`` docs suggest; ours, not
+    the chip's bits."""
+    core = current()
+    bits = core.alloc(shape, D.uint16, SBUF, 0)
+    core.m.issue_at(core.loc, "rng", engine="vector", dst=bits.tile)
+    return core.arith("multiply", bits, 1.0 / 65535.0, dtype=D.as_dtype(dtype))
 
 
 @api
