@@ -3898,14 +3898,7 @@ def _cases() -> list[Case]:
             ref,
             f"{REF}/attention.py",
             "fused_self_attn_for_SD_small_head_size",
-            lambda r: (
-                (
-                    _f32(r, 1, 64, 512, lo=0.0),
-                    _f32(r, 1, 512, 64, lo=0.0),
-                    _f32(r, 1, 512, 64, lo=0.0),
-                ),
-                {},
-            ),
+            lambda r: (tuple(_f32(r, *s, lo=0.0) for s in ((1, 64, 512), *[(1, 512, 64)] * 2)), {}),
             lambda q, k, v, **_: np.stack(
                 [ref_sd_attention(q[i].T, k[i], v[i]) for i in range(q.shape[0])]
             ),

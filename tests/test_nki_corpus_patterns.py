@@ -2954,46 +2954,33 @@ def test_loop_reduce_in_another_dtype_rounds_then_converts_and_honours_a_mask():
     assert not np.array_equal(want[:100], (x[0] + x[1] + x[2])[:100])  # the rounding shows
 
 
+def _reducing(width=8, op=np.add, idx=0, hbm=False, **kw):
+    """A kernel reducing its input into a [128, width] tile with nl.loop_reduce, one argument
+    made wrong."""
+
+    def k(x):
+        acc = lnl.zeros((128, width), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[...] = lnl.loop_reduce(x if hbm else lnl.load(x), op, idx, **kw)  # CALL
+        return x
+
+    return k
+
+
 def test_loop_reduce_misuse_is_an_error_at_its_line():
     def unassigned(x):
         out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
-        lnl.store(out, value=lnl.loop_reduce(lnl.load(x), np.add, 0))  # USE
+        lnl.store(out, value=lnl.loop_reduce(lnl.load(x), np.add, 0))  # CALL
         return out
 
-    def not_alu(x):
-        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
-        acc[...] = lnl.loop_reduce(lnl.load(x), lnl.exp, 0)  # OP
-        return x
-
-    def bad_indices(x):
-        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
-        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, "k")  # IDX
-        return x
-
-    def in_hbm(x):
-        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
-        acc[...] = lnl.loop_reduce(x, np.add, 0)  # HBM
-        return x
-
-    def wider(x):
-        acc = lnl.zeros((128, 16), dtype=nl.float32, buffer=lnl.sbuf)
-        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, 0)  # WIDE
-        return x
-
-    def bad_dtype(x):
-        acc = lnl.zeros((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
-        acc[...] = lnl.loop_reduce(lnl.load(x), np.add, 0, dtype="f64")  # DT
-        return x
-
     x = np.ones((128, 8), np.float32)
-    for fn, marker, cls, text in (
-        (unassigned, "# USE", Trn2Error, "loop_reduce: its result is the tile it reduces into"),
-        (wider, "# WIDE", ShapeError, r"cannot broadcast \(128, 8\) to \(128, 16\)"),
-        (bad_dtype, "# DT", FormatError, "dtype: 'f64' is not a dtype"),
-        (not_alu, "# OP", Trn2Error, "op: .*not an ALU operator"),
-        (bad_indices, "# IDX", Trn2Error, "loop_indices: expected a loop index"),
-        (in_hbm, "# HBM", Trn2Error, "x: the tensor is in HBM"),
+    for fn, cls, text in (
+        (unassigned, Trn2Error, "loop_reduce: its result is the tile it reduces into"),
+        (_reducing(op=lnl.exp), Trn2Error, "op: .*not an ALU operator"),
+        (_reducing(idx="k"), Trn2Error, "loop_indices: expected a loop index"),
+        (_reducing(hbm=True), Trn2Error, "x: the tensor is in HBM"),
+        (_reducing(width=16), ShapeError, r"cannot broadcast \(128, 8\) to \(128, 16\)"),
+        (_reducing(dtype="f64"), FormatError, "dtype: 'f64' is not a dtype"),
     ):
         with pytest.raises(cls, match=text) as info:
             tn.run(tn.jit_legacy(fn), x)
-        _at(info, fn, marker)
+        _at(info, fn, "# CALL")

@@ -677,6 +677,26 @@ impl Machine {
         Ok(())
     }
 
+    /// The generator and first word of `count` random words an instruction on `engine` draws
+    /// (module doc): the Vector engine once seeded (`set_rng_seed`), its seed's stream from
+    /// where it stands (which then moves on by `count`); otherwise the unseeded rule, the seed
+    /// `s + i` from word 0.
+    fn random_words(&mut self, engine: Engine, count: u64) -> (StochasticBits, u64) {
+        match (engine, self.vector_rng) {
+            (Engine::Vector, Some((seed, drawn))) => {
+                self.vector_rng = Some((seed, drawn.wrapping_add(count)));
+                (StochasticBits::new(SEEDED_STREAM | u64::from(seed)), drawn)
+            }
+            _ => {
+                let seed = match self.config.rounding {
+                    OutputRounding::Stochastic(s) => s,
+                    OutputRounding::NearestEven => 0,
+                };
+                (StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64)), 0)
+            }
+        }
+    }
+
     /// `rng` (Vector or GpSimd engine): 32 random bits for each element of `dst` in logical
     /// order, the least significant `8 * size` kept (integer dtypes only). The words are the
     /// Vector engine's seeded stream after `set_rng_seed` (drawn on from where it stands),
@@ -696,19 +716,7 @@ impl Machine {
         }
         let d = self.operand("dst", dst, Some(engine), true)?;
         let total = (d.p() as u64).saturating_mul(d.n() as u64);
-        let (bits, first) = match (engine, self.vector_rng) {
-            (Engine::Vector, Some((seed, drawn))) => {
-                self.vector_rng = Some((seed, drawn.wrapping_add(total)));
-                (StochasticBits::new(SEEDED_STREAM | u64::from(seed)), drawn)
-            }
-            _ => {
-                let seed = match self.config.rounding {
-                    OutputRounding::Stochastic(s) => s,
-                    OutputRounding::NearestEven => 0,
-                };
-                (StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64)), 0)
-            }
-        };
+        let (bits, first) = self.random_words(engine, total);
         let keep = u32::MAX >> (32 - 8 * dst.dtype.size() as u32);
         let count = usize::try_from(total).map_err(|_| Error::capacity("dst", "too many"))?;
         let mut w = crate::host::zeroed_vec::<u32>("dst", "the random words", count)?;
@@ -762,21 +770,7 @@ impl Machine {
                 format!("{q} (partition {row}); a drop probability is in [0, 1]"),
             ));
         }
-        // Seeded (set_rng_seed): the stream of its seed, from the words drawn so far on.
-        let (bits, first) = match self.vector_rng {
-            Some((seed, drawn)) => {
-                let total = (p as u64).saturating_mul(n as u64);
-                self.vector_rng = Some((seed, drawn.wrapping_add(total)));
-                (StochasticBits::new(SEEDED_STREAM | u64::from(seed)), drawn)
-            }
-            None => {
-                let seed = match self.config.rounding {
-                    OutputRounding::Stochastic(s) => s,
-                    OutputRounding::NearestEven => 0,
-                };
-                (StochasticBits::new(seed.wrapping_add(self.program.instrs.len() as u64)), 0)
-            }
-        };
+        let (bits, first) = self.random_words(engine, (p as u64).saturating_mul(n as u64));
         // Dropped when word < prob * 2^32 (exact in float64): prob 1 drops every element.
         let dropped = |k: usize| {
             (bits.word(first.wrapping_add(k as u64)) as f64)
