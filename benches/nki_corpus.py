@@ -193,38 +193,68 @@ def ref_trilinear_2x(x, **_):
     return out
 
 
-def _attention_bwd_ref_inputs(r, b, h, d, s, causal):
+def _dropout_keep(seed, rate, b, h, sq, sk):
+    """The elements nki-samples' reference flash attention keeps under dropout ``rate``, as
+    trn2core draws them ([b, h, sq, sk] bool): each [128, 512] tile of (query tile i, key
+    chunk j) is one nl.dropout after nl.random_seed(seed + j + i nk + (head + batch h) nk nq),
+    in the forward and the backward alike; element (p, f) kept unless word p * 512 + f of the
+    seed's stream (set_rng_seed: the generator for 2^32 + the seed, docs/machine.md) is below
+    rate * 2^32."""
+    from trn2core import _core
+
+    nq, nk = sq // 128, sk // 512
+    keep = np.empty((b, h, sq, sk), bool)
+    cut = float(np.float32(rate)) * 2.0**32
+    for bi, hi, i, j in itertools.product(range(b), range(h), range(nq), range(nk)):
+        s = seed + j + i * nk + (hi + bi * h) * nk * nq
+        words = _core.stochastic_bits(128 * 512, 2**32 + s).reshape(128, 512)
+        keep[bi, hi, i * 128 : (i + 1) * 128, j * 512 : (j + 1) * 512] = words >= cut
+    return keep
+
+
+def _attention_bwd_ref_inputs(r, b, h, d, s, causal, dropout_p=0.0, seed=0):
     """q, k, v, o, dy [b, h, d, s], lse [b, h, 128, s/128] (row t*128 + p at [.., p, t]) and a
     seed, as nki-samples' reference flash_attn_bwd takes them (o and lse of the float64
-    forward)."""
+    forward, with the forward's dropout when ``dropout_p``)."""
     q, k, v, dy = (r.standard_normal((b, h, d, s)).astype(np.float32) for _ in range(4))
+    keep = _dropout_keep(seed, dropout_p, b, h, s, s) if dropout_p > 0 else None
+    _, pd, lse = _attention_probs(q, k, causal, keep, dropout_p)
+    o = np.einsum("bhqk,bhdk->bhdq", pd, v).astype(np.float32)
+    lse = lse.reshape(b, h, s // 128, 128).transpose(0, 1, 3, 2)
+    kw = {"use_causal_mask": causal, "mixed_precision": True}
+    if dropout_p > 0:
+        kw["dropout_p"] = dropout_p
+    return (q, k, v, o, dy, lse.astype(np.float32).copy(), np.array([seed], np.int32)), kw
+
+
+def _attention_probs(q, k, causal, keep=None, rate=0.0):
+    """softmax(q.T k / sqrt(d)) in float64 ([b, h, s, s]) and, with ``keep``, the same with the
+    dropped elements zeroed and the kept ones scaled by 1 / (1 - rate)."""
+    d, s = q.shape[2], q.shape[3]
     sc = np.einsum("bhdq,bhdk->bhqk", q.astype(np.float64), k) / np.sqrt(d)
     if causal:
         sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
     m = sc.max(-1, keepdims=True)
-    l_sum = np.exp(sc - m).sum(-1, keepdims=True)
-    o = np.einsum("bhqk,bhdk->bhdq", np.exp(sc - m) / l_sum, v).astype(np.float32)
-    lse = (m + np.log(l_sum))[..., 0].reshape(b, h, s // 128, 128).transpose(0, 1, 3, 2)
-    seed = np.zeros((1,), np.int32)
-    return (q, k, v, o, dy, lse.astype(np.float32).copy(), seed), {
-        "use_causal_mask": causal,
-        "mixed_precision": True,
-    }
+    p = np.exp(sc - m)
+    total = p.sum(-1, keepdims=True)
+    p /= total
+    pd = p if keep is None else np.where(keep, p / (1.0 - rate), 0.0)
+    return p, pd, (m + np.log(total))[..., 0]
 
 
-def ref_attention_bwd_ref(q, k, v, o, dy, lse, seed, use_causal_mask=False, **_):
-    """dq, dk, dv of softmax(q.T k / sqrt(d)) v in float64 ([b, h, d, s] each)."""
-    d, s = q.shape[2], q.shape[3]
-    sc = np.einsum("bhdq,bhdk->bhqk", q.astype(np.float64), k) / np.sqrt(d)
-    if use_causal_mask:
-        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
-    p = np.exp(sc - sc.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    dp = np.einsum("bhdq,bhdk->bhqk", dy.astype(np.float64), v)
-    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) / np.sqrt(d)
+def ref_attention_bwd_ref(q, k, v, o, dy, lse, seed, use_causal_mask=False, dropout_p=0.0, **_):
+    """dq, dk, dv of softmax(q.T k / sqrt(d)) v in float64 ([b, h, d, s] each), as the kernel
+    forms them: dS = Y (dO V^T - rowsum(dO o)), Y the probabilities after dropout (the kernels'
+    kept elements, _dropout_keep, scaled by 1 / (1 - p)). Under dropout that is not the
+    textbook's P (Z dP - D): the kernel's Step 4 multiplies by the dropped Y."""
+    b, h, d, s = q.shape
+    keep = _dropout_keep(int(seed[0]), dropout_p, b, h, s, s) if dropout_p > 0 else None
+    _, pd, _ = _attention_probs(q, k, use_causal_mask, keep, dropout_p)
+    dpd = np.einsum("bhdq,bhdk->bhqk", dy.astype(np.float64), v)
+    ds = pd * (dpd - (pd * dpd).sum(-1, keepdims=True)) / np.sqrt(d)
     dq = np.einsum("bhqk,bhdk->bhdq", ds, k)
     dk = np.einsum("bhqk,bhdq->bhdk", ds, q)
-    dv = np.einsum("bhqk,bhdq->bhdk", p, dy)
+    dv = np.einsum("bhqk,bhdq->bhdk", pd, dy)
     return tuple(x.astype(np.float32) for x in (dq, dk, dv))
 
 
@@ -456,9 +486,11 @@ def ref_rms_norm_qkv(hidden, weights, **_):
     return gemm(n, weights).astype(hidden.dtype).reshape(*hidden.shape[:-1], -1)
 
 
-def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
+def ref_flash_fwd(q, k, v, seed=None, *_, window_size=(-1, -1), dropout_p=0.0, **__):
     """Causal attention, scale 1/sqrt(d): q, k [b, h, d, s]; v [b, h, s, d] -> [b, h, s, d];
     with ``window_size`` (left, -1), left >= 0: each query sees itself and the ``left`` before.
+    With ``dropout_p``: P (q's dtype) with the kernels' dropped elements zeroed
+    (_dropout_keep) and the kept ones times 1 / (1 - p) in float32, rounded to q's dtype again.
 
     With flash_fwd's roundings for one 2048-key tile (s <= 2048: its running max starts at
     -FLT_MAX, so the correction of the previous tile's output is exp(-huge) = 0): per
@@ -471,6 +503,7 @@ def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
     f32, fmax = np.float32, np.finfo(np.float32).max
     b, h, d, s = q.shape
     out = np.zeros((b, h, s, d), q.dtype)
+    kept = _dropout_keep(int(seed[0]), dropout_p, b, h, s, s) if dropout_p > 0 else None
     for i in range(b):
         for j in range(h):
             for q0 in range(0, s, 128):
@@ -487,7 +520,11 @@ def ref_flash_fwd(q, k, v, *_, window_size=(-1, -1), **__):
                     part = np.cumsum(e[:, c : c + 1024], axis=1, dtype=f32)[:, -1:]
                     total = part if total is None else (total + part).astype(f32)
                 lse = (m + activation_values("log", total)).astype(f32)
-                o = gemm(e.astype(q.dtype), v[i, j])
+                pt = e.astype(q.dtype)
+                if kept is not None:
+                    scaled = (pt.astype(f32) * f32(1 / (1 - dropout_p))).astype(q.dtype)
+                    pt = np.where(kept[i, j, q0 : q0 + 128], scaled, np.zeros((), q.dtype))
+                o = gemm(pt, v[i, j])
                 o = o * activation_values("exp", (m - lse).astype(f32))
                 out[i, j, q0 : q0 + 128] = o.astype(f32)
     return out
@@ -3935,6 +3972,19 @@ def _cases() -> list[Case]:
             rtol=1e-4,  # float32 against float64 (max |err| about 5e-7 of the largest)
             atol=1e-5,
         ),
+        # Dropout seeded per (query tile, key chunk), in the forward whose o the inputs hold
+        # and in the backward alike: the reference's mask is trn2core's stream (ours).
+        Case(
+            "samples-ref flash_attn_bwd (causal, dropout 0.1)",
+            ref,
+            f"{REF}/attention.py",
+            "flash_attn_bwd",
+            lambda r: _attention_bwd_ref_inputs(r, 1, 1, 64, 512, True, 0.1, 7),
+            ref_attention_bwd_ref,
+            grid=(1, 1),
+            rtol=1e-4,
+            atol=1e-5,
+        ),
         Case(
             "samples-ref flash_attn_bwd (2 heads, not causal)",
             ref,
@@ -3959,6 +4009,27 @@ def _cases() -> list[Case]:
                     np.zeros(1, np.int32),
                 ),
                 {},
+            ),
+            ref_flash_fwd,
+            grid=(1, 1),
+            rtol=0.0,
+            atol=0.0,
+        ),
+        # Its dropout: each [128, 512] tile of P after nl.random_seed(seed + its index), as
+        # flash_attn_bwd seeds it (_dropout_keep); the kept elements scaled in float32.
+        Case(
+            "samples-ref flash_fwd (dropout 0.1)",
+            ref,
+            f"{REF}/attention.py",
+            "flash_fwd",
+            lambda r: (
+                (
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 64, 2048).astype(BF16),
+                    _f32(r, 1, 1, 2048, 64).astype(BF16),
+                    np.full(1, 7, np.int32),
+                ),
+                {"dropout_p": 0.1},
             ),
             ref_flash_fwd,
             grid=(1, 1),
