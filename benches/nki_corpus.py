@@ -3961,82 +3961,51 @@ def _cases() -> list[Case]:
             rtol=0.0,
             atol=0.0,
         ),
-        Case(
-            "samples-ref flash_attn_bwd (causal)",
-            ref,
-            f"{REF}/attention.py",
-            "flash_attn_bwd",
-            lambda r: _attention_bwd_ref_inputs(r, 1, 1, 64, 512, True),
-            ref_attention_bwd_ref,
-            grid=(1, 1),
-            rtol=1e-4,  # float32 against float64 (max |err| about 5e-7 of the largest)
-            atol=1e-5,
-        ),
-        # Dropout seeded per (query tile, key chunk), in the forward whose o the inputs hold
-        # and in the backward alike: the reference's mask is trn2core's stream (ours).
-        Case(
-            "samples-ref flash_attn_bwd (causal, dropout 0.1)",
-            ref,
-            f"{REF}/attention.py",
-            "flash_attn_bwd",
-            lambda r: _attention_bwd_ref_inputs(r, 1, 1, 64, 512, True, 0.1, 7),
-            ref_attention_bwd_ref,
-            grid=(1, 1),
-            rtol=1e-4,
-            atol=1e-5,
-        ),
-        Case(
-            "samples-ref flash_attn_bwd (2 heads, not causal)",
-            ref,
-            f"{REF}/attention.py",
-            "flash_attn_bwd",
-            lambda r: _attention_bwd_ref_inputs(r, 1, 2, 128, 256, False),
-            ref_attention_bwd_ref,
-            grid=(1, 2),
-            rtol=1e-4,
-            atol=1e-5,
-        ),
-        Case(
-            "samples-ref flash_fwd",
-            ref,
-            f"{REF}/attention.py",
-            "flash_fwd",
-            lambda r: (
-                (
-                    _f32(r, 1, 1, 64, 2048).astype(BF16),
-                    _f32(r, 1, 1, 64, 2048).astype(BF16),
-                    _f32(r, 1, 1, 2048, 64).astype(BF16),
-                    np.zeros(1, np.int32),
-                ),
-                {},
-            ),
-            ref_flash_fwd,
-            grid=(1, 1),
-            rtol=0.0,
-            atol=0.0,
-        ),
-        # Its dropout: each [128, 512] tile of P after nl.random_seed(seed + its index), as
-        # flash_attn_bwd seeds it (_dropout_keep); the kept elements scaled in float32.
-        Case(
-            "samples-ref flash_fwd (dropout 0.1)",
-            ref,
-            f"{REF}/attention.py",
-            "flash_fwd",
-            lambda r: (
-                (
-                    _f32(r, 1, 1, 64, 2048).astype(BF16),
-                    _f32(r, 1, 1, 64, 2048).astype(BF16),
-                    _f32(r, 1, 1, 2048, 64).astype(BF16),
-                    np.full(1, 7, np.int32),
-                ),
-                {"dropout_p": 0.1},
-            ),
-            ref_flash_fwd,
-            grid=(1, 1),
-            rtol=0.0,
-            atol=0.0,
-        ),
     ]
+    # flash_attn_bwd: float32 against float64 (max |err| about 5e-7 of the largest). Dropout is
+    # seeded per (query tile, key chunk), in the forward whose o the inputs hold and in the
+    # backward alike: the reference's mask is trn2core's stream (ours, _dropout_keep).
+    for name, shape, grid, drop in (
+        ("causal", (1, 1, 64, 512, True), (1, 1), ()),
+        ("causal, dropout 0.1", (1, 1, 64, 512, True), (1, 1), (0.1, 7)),
+        ("2 heads, not causal", (1, 2, 128, 256, False), (1, 2), ()),
+    ):
+        cases.append(
+            Case(
+                f"samples-ref flash_attn_bwd ({name})",
+                ref,
+                f"{REF}/attention.py",
+                "flash_attn_bwd",
+                lambda r, a=shape + drop: _attention_bwd_ref_inputs(r, *a),
+                ref_attention_bwd_ref,
+                grid=grid,
+                rtol=1e-4,
+                atol=1e-5,
+            )
+        )
+    # flash_fwd, and with dropout: each [128, 512] tile of P after nl.random_seed(seed + its
+    # index), as flash_attn_bwd seeds it; the kept elements scaled in float32.
+    for name, seed, kw in (("", 0, {}), (" (dropout 0.1)", 7, {"dropout_p": 0.1})):
+        cases.append(
+            Case(
+                f"samples-ref flash_fwd{name}",
+                ref,
+                f"{REF}/attention.py",
+                "flash_fwd",
+                lambda r, seed=seed, kw=kw: (
+                    (
+                        *(_f32(r, 1, 1, 64, 2048).astype(BF16) for _ in range(2)),
+                        _f32(r, 1, 1, 2048, 64).astype(BF16),
+                        np.full(1, seed, np.int32),
+                    ),
+                    dict(kw),
+                ),
+                ref_flash_fwd,
+                grid=(1, 1),
+                rtol=0.0,
+                atol=0.0,
+            )
+        )
     return cases + _nxdi_cases()
 
 
