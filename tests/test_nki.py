@@ -2256,6 +2256,21 @@ def test_set_rng_seed_makes_the_dropouts_after_it_a_stream_of_the_seed():
     assert np.array_equal(u, lo16 * np.float32(1 / 65535))
     assert u.min() >= 0 and u.max() <= 1 and abs(u.mean() - 0.5) < 0.02
 
+    @tn.jit_legacy
+    def in_order(x):  # a dropout not yet placed, then rand: the dropout draws first
+        out = lnl.ndarray((2, 64, 100), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.random_seed(99)
+        d = lnl.dropout(lnl.load(x), rate=0.5)
+        r = lnl.rand((64, 100))
+        lnl.store(out[0], value=d)
+        lnl.store(out[1], value=r)
+        return out
+
+    d, r = in_order(np.ones((64, 100), np.float32))
+    assert np.array_equal(d, np.where(_seeded_words(99, 0, 6400) < 2**31, 0, 1).reshape(64, 100))
+    lo16 = _seeded_words(99, 6400, 6400).astype(np.uint16).astype(np.float32).reshape(64, 100)
+    assert np.array_equal(r, lo16 * np.float32(1 / 65535))
+
     seed = np.array([[0x8000_0001]], np.uint32)
     a, b, c = tn.run(cur, x, prob, seed).outputs
     for got, start in ((a, 0), (b, x.size), (c, 0)):

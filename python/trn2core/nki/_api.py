@@ -58,9 +58,7 @@ def user_frame():
 
 def user_location() -> tuple[str, int]:
     """``(file, line)`` of the innermost caller outside trn2core (the kernel's own line)."""
-    f = sys._getframe(1)
-    while f is not None and _own(f.f_code.co_filename):
-        f = f.f_back
+    f = user_frame()
     if f is None:
         return ("<unknown>", 0)
     return (f.f_code.co_filename, f.f_lineno)

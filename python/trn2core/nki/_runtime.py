@@ -904,10 +904,7 @@ class Core:
         now = self.loc
         self.loc = at  # its instruction is the line that made it, not the one flushing it
         try:
-            fresh = self.alloc(t.shape, t.dtype, t.buffer, 0, flat=True)
-            t._t, t._owner = fresh._t, fresh._owner
-            if fresh._owner is not None and fresh._owner.handles is not None:
-                fresh._owner.handles.append(weakref.ref(t))
+            t._adopt(self.alloc(t.shape, t.dtype, t.buffer, 0, flat=True))
             fn(t)
         except Trn2Error as e:
             raise relocate(e, loc) from None
@@ -931,7 +928,7 @@ class Core:
             # nl.loop_reduce: the destination is also its input, whatever its dtype.
             fn, _ = self.take(value)
             fn(target)
-            value._t, value._owner = target._t, target._owner
+            value._adopt(target)
             value.shape, value._pdim, value.dtype = target.shape, target._pdim, target.dtype
             return
         if isinstance(value, NkiTensor):
@@ -944,10 +941,7 @@ class Core:
             if fn is not None and value.size == target.size:
                 self.block_fresh(target)
                 fn(target)
-                value._t, value._owner = target._t, target._owner
-                o = target._owner
-                if o is not None and o.handles is not None and value._t is o.tile:
-                    o.handles.append(weakref.ref(value))
+                value._adopt(target)
                 value.shape, value._pdim = target.shape, target._pdim
                 return
             if fn is not None:
@@ -999,10 +993,8 @@ class Core:
             raise NotSupportedError(
                 f"value: a masked result assigned to a view of more than {MAX_AP_FREE} free axes"
             )
-        lo, hi = valid[0] if valid else (0, target.shape[0])
         flat = src.ap([(1, split.count * len(split.parts))], 0)
-        for part, at in split.parts:
-            self.issue("tensor_copy", "vector", part[lo:hi], flat.ap([(1, split.count)], at)[lo:hi])
+        split.copy(self, flat, False, valid[0] if valid else (0, target.shape[0]))
 
     def just_updated(self, value: NkiTensor) -> bool:
         li = self.last_inplace
@@ -1077,10 +1069,12 @@ class Core:
             e.nki_location = rloc  # type: ignore[attr-defined]
             raise e
 
-    def mark_accum(self) -> None:
-        """The last instruction is an associative accumulation (allowed across iterations)."""
+    def mark_accum(self, first: int | None = None) -> None:
+        """The last instruction (``first``: those issued since it) is an associative
+        accumulation, allowed across iterations."""
         if self.loops:
-            self.accum.add(self.m.instructions - 1)
+            last = self.m.instructions
+            self.accum.update(range(last - 1 if first is None else first, last))
 
     # ------------------------------------------------------------ helpers for lowering
     def is_int(self, t: NkiTensor) -> bool:
@@ -1576,8 +1570,8 @@ class Core:
             return
         first = self.m.instructions
         self.assign(d, self.arith(op, d, v, dtype=dtype))
-        if op in _ASSOCIATIVE and self.loops:
-            self.accum.update(range(first, self.m.instructions))
+        if op in _ASSOCIATIVE:
+            self.mark_accum(first)
 
     def reduce_new(self, op: str, b: NkiTensor, x: NkiTensor, dtype, mask) -> NkiTensor:
         """``op(b, x)`` into a new tile (``b = nl.loop_reduce(x, ...)``), an associative ``op``
@@ -1588,8 +1582,8 @@ class Core:
         def issue(dst: NkiTensor) -> None:
             first = self.m.instructions
             fn(dst)
-            if op in _ASSOCIATIVE and self.loops:
-                self.accum.update(range(first, self.m.instructions))
+            if op in _ASSOCIATIVE:
+                self.mark_accum(first)
 
         self.pend_fn = issue
         return r

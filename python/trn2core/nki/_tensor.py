@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 
 import numpy as np
 
@@ -367,11 +368,20 @@ class Split:
     def resolve(self, t: NkiTensor):
         core = t._core
         tmp = core.alloc(t.shape, t.dtype, t.buffer if t.buffer is not PSUM else SBUF, 0, flat=True)
-        flat = tmp.tile
-        for part, at in self.parts:
-            core.issue("tensor_copy", "vector", flat.ap([(1, self.count)], at), part)
+        self.copy(core, tmp.tile, True)
         core.held.append(tmp)  # alive until the instructions reading it are issued
-        return flat
+        return tmp.tile
+
+    def copy(self, core, flat, gather: bool, rows: tuple[int, int] | None = None) -> None:
+        """One ``tensor_copy`` a part between it and its share of ``flat`` (a tile of the
+        view's elements in one row-major free axis): into ``flat`` (``gather``) or out of it;
+        on partitions ``rows`` only when given."""
+        for part, at in self.parts:
+            share = flat.ap([(1, self.count)], at)
+            if rows is not None:
+                share, part = share[rows[0] : rows[1]], part[rows[0] : rows[1]]
+            dst, src = (share, part) if gather else (part, share)
+            core.issue("tensor_copy", "vector", dst, src)
 
 
 def _binary(op: str, reverse: bool = False):
@@ -506,6 +516,14 @@ class NkiTensor:
         raise Trn2ValueError("a tensor is not iterable; index it (t[i]) or loop over a range")
 
     __hash__ = object.__hash__
+
+    def _adopt(self, src: NkiTensor) -> None:
+        """Names ``src``'s storage from now on (a pending result placed, or moved to SBUF);
+        a whole tensor's owner that tracks its handles (spills) tracks this one too."""
+        self._t, self._owner = src._t, src._owner
+        o = src._owner
+        if o is not None and o.handles is not None and self._t is o.tile:
+            o.handles.append(weakref.ref(self))
 
     # -------------------------------------------------------------------- views
     def _view(self, tile, shape, pdim) -> NkiTensor:

@@ -8,8 +8,6 @@ assignment (``t[...] = nisa.tensor_copy(x)``) or of ``psum += nisa.nc_matmul(a, 
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from .. import _core as _core_module
@@ -78,11 +76,8 @@ def _pe_operand(core, t):
         return t
     if t is core.pending:
         core.flush()
-    sb = core.evict(t)
-    t._t, t._owner, t.buffer = sb._t, sb._owner, SBUF
-    o = sb._owner
-    if o is not None and o.handles is not None:
-        o.handles.append(weakref.ref(t))
+    t._adopt(core.evict(t))
+    t.buffer = SBUF
     return t
 
 

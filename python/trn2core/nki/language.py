@@ -799,6 +799,7 @@ def rand(shape, dtype=float32, **kwargs) -> NkiTensor:
     by ``nl.random_seed``), times 1/65535 in float32, as the ``rng`` docs suggest; ours, not
     the chip's bits."""
     core = current()
+    core.flush()  # a pending dropout draws first, in program order
     bits = core.alloc(shape, D.uint16, SBUF, 0)
     core.m.issue_at(core.loc, "rng", engine="vector", dst=bits.tile)
     return core.arith("multiply", bits, 1.0 / 65535.0, dtype=D.as_dtype(dtype))

@@ -715,14 +715,11 @@ impl Machine {
             ));
         }
         let d = self.operand("dst", dst, Some(engine), true)?;
-        let total = (d.p() as u64).saturating_mul(d.n() as u64);
-        let (bits, first) = self.random_words(engine, total);
-        let keep = u32::MAX >> (32 - 8 * dst.dtype.size() as u32);
-        let count = usize::try_from(total).map_err(|_| Error::capacity("dst", "too many"))?;
+        let count = (d.p() as usize).saturating_mul(d.n());
         let mut w = crate::host::zeroed_vec::<u32>("dst", "the random words", count)?;
-        for (k, v) in w.iter_mut().enumerate() {
-            *v = bits.word(first.wrapping_add(k as u64)) & keep;
-        }
+        // Drawn (the stream moved on) only once the instruction can run.
+        let (bits, first) = self.random_words(engine, count as u64);
+        bits.fill(first, &mut w, u32::MAX >> (32 - 8 * dst.dtype.size() as u32));
         self.scatter_bits(&d, &w)?;
         self.record_engine(opc, engine, &[], &[], &d, 0);
         Ok(())
