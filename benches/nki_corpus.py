@@ -625,6 +625,25 @@ def ref_rmsnorm_quant(hidden, ln_w, kargs=None, **_):
     return (q.astype(np.float32) * dq).reshape(hidden.shape)
 
 
+def ref_rmsnorm_quant_legacy(hidden, ln_w, kargs=None, **_):
+    """The reference tree's legacy rmsnorm_quant, in its order (bit-exact): the squares'
+    float32 sum in order (``activation_reduce``), ``sum * (1/H) + eps`` with eps in bf16 (its
+    bias tile's dtype), rsqrt; the normalised rows in bf16; the quantized product rounded to
+    bf16 first (the legacy ``tensor_scalar`` result takes its data's dtype), then to fp8 when
+    assigned to the fp8 tile."""
+    x = hidden.astype(np.float32).reshape(-1, hidden.shape[-1])
+    h = x.shape[1]
+    total = np.zeros((x.shape[0], 1), np.float32)
+    for c in range(h):
+        total += x[:, c : c + 1] * x[:, c : c + 1]
+    eps = np.float32(_bf16(np.float32(kargs.eps if kargs is not None else 1e-6)))
+    inv = (1.0 / np.sqrt((total * np.float32(1 / h) + eps).astype(np.float64))).astype(np.float32)
+    y = _bf16(x * inv * ln_w.astype(np.float32).reshape(1, h))
+    dq = np.maximum(np.abs(y).max(axis=1, keepdims=True) * np.float32(1 / 240), np.float32(1e-6))
+    q = _bf16(y * (1.0 / dq).astype(np.float32)).astype(ml_dtypes.float8_e4m3)
+    return (q.astype(np.float32) * dq).reshape(hidden.shape)
+
+
 def decode_row_quant(out):
     """[..., H + 4] fp8 (the last 4 bytes of a row: its fp32 dequantization scale) -> the
     dequantized [..., H] in fp32."""
@@ -2805,6 +2824,7 @@ def _t2d_in(r):
 
 
 RMSQ = "nkilib.core.rmsnorm.rmsnorm_quant"
+RMSQ_REF = "nki_samples.reference.rmsnorm_quant.rmsnorm_quant"
 
 
 QKV = "nkilib.core.qkv.qkv"
@@ -3006,7 +3026,7 @@ def _qkv_inputs(r, b, s, h, i, **opts):
 
 
 def _lib_attr(module: str, name: str):
-    """An attribute of an nki-library module (imported by then: the case's kernel module)."""
+    """An attribute of a package module (imported by then: the case's kernel module)."""
     return getattr(importlib.import_module(module), name)
 
 
@@ -3962,6 +3982,25 @@ def _cases() -> list[Case]:
             atol=0.0,
         ),
     ]
+    # The reference tree's rmsnorm_quant (a legacy form of nki-library's row above): its last
+    # gamma tile is broadcast through the PE from a mask-indexed view (t[idx][mask]).
+    cases.append(
+        Case(
+            "samples-ref rmsnorm_quant (row fp8)",
+            ref,
+            RMSQ_REF,
+            "rmsnorm_quant_kernel",
+            lambda r: (
+                (_f32(r, 2, 100, 640, lo=-3.0, hi=3.0).astype(BF16), _f32(r, 640).astype(BF16)),
+                {"kargs": _lib_attr(RMSQ_REF, "RmsNormQuantKernelArgs")(lower_bound=0.0)},
+            ),
+            ref_rmsnorm_quant_legacy,
+            rtol=0.0,
+            atol=0.0,
+            package_root="src",
+            decode=decode_row_quant,
+        )
+    )
     # flash_attn_bwd: float32 against float64 (max |err| about 5e-7 of the largest). Dropout is
     # seeded per (query tile, key chunk), in the forward whose o the inputs hold and in the
     # backward alike: the reference's mask is trn2core's stream (ours, _dropout_keep).

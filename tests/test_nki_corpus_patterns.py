@@ -2984,3 +2984,187 @@ def test_loop_reduce_misuse_is_an_error_at_its_line():
         with pytest.raises(cls, match=text) as info:
             tn.run(tn.jit_legacy(fn), x)
         _at(info, fn, "# CALL")
+
+
+# ------------------------------------------------- masks as indices, reinterpreting views
+
+
+def test_a_mask_as_an_index_restricts_the_region_a_matmul_reads_and_writes():
+    # nki-samples' reference rmsnorm_quant broadcasts its last, partial gamma tile through the
+    # PE as nc_matmul(ones, gamma[i, j][mask]): the view reaches past the tensor, the mask
+    # keeps it inside; the result holds the masked columns only.
+    g = np.arange(640, dtype=np.float32).reshape(1, 640)
+
+    @tn.jit_legacy
+    def k(g):
+        out = lnl.ndarray((128, 640), dtype=nl.float32, buffer=lnl.shared_hbm)
+        seen = lnl.ndarray((128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        gs = lnl.ndarray((1, 640), dtype=nl.float32, buffer=lnl.sbuf)
+        pg, fg = lnl.mgrid[0:1, 0:640]
+        lisa.dma_copy(dst=gs[pg, fg], src=g[pg, fg])
+        ones = lnl.ndarray((1, 128), dtype=nl.float32, buffer=lnl.sbuf)
+        ones[...] = 1.0
+        po, fo = lnl.mgrid[0:1, 0:128]
+        pt, ft = lnl.mgrid[0:128, 0:512]
+        p1, f1 = lnl.mgrid[0:1, 0:512]
+        res = lnl.ndarray((128, 640), dtype=nl.float32, buffer=lnl.sbuf)
+        last = lnl.ndarray((128, 512), dtype=nl.float32, buffer=lnl.sbuf)
+        for t in lnl.sequential_range(2):
+            gi = t * 512 + f1
+            ps = lnl.ndarray((128, 512), nl.float32, buffer=lnl.psum)
+            ps[pt, ft] = lisa.memset((128, 512), -1.0, nl.float32)
+            ps[pt, ft] = lisa.nc_matmul(ones[po, fo], gs[p1, gi][gi < 640])
+            res[pt, t * 512 + ft] = lisa.tensor_copy(ps[pt, ft], mask=(t * 512 + ft < 640))
+            last[pt, ft] = lisa.tensor_copy(ps[pt, ft])
+        lnl.store(out, res)
+        lnl.store(seen, last)
+        return out, seen
+
+    out, seen = k(g)
+    assert np.array_equal(out, np.broadcast_to(g, (128, 640)))
+    # The last tile's matmul wrote its 128 valid columns only.
+    assert np.array_equal(seen[:, :128], np.broadcast_to(g[:, 512:], (128, 128)))
+    assert np.all(seen[:, 128:] == -1.0)
+
+
+def test_a_masked_operand_limits_the_matmuls_rows_and_contraction():
+    a = _rand(4, 128, seed=1)
+    b = _rand(4, 512, seed=2)
+
+    @tn.jit_legacy
+    def k(a, b):
+        out = lnl.ndarray((2, 128, 512), dtype=nl.float32, buffer=lnl.shared_hbm)
+        sa, sb = lnl.load(a), lnl.load(b)
+        pk, fm = lnl.mgrid[0:4, 0:128]
+        pk2, fn = lnl.mgrid[0:4, 0:512]
+        pt, ft = lnl.mgrid[0:128, 0:512]
+        for i in lnl.static_range(2):
+            ps = lnl.ndarray((128, 512), nl.float32, buffer=lnl.psum)
+            ps[pt, ft] = lisa.memset((128, 512), 7.0, nl.float32)
+            if i == 0:  # the stationary's first 64 columns: the result's first 64 rows
+                ps[pt, ft] = lisa.nc_matmul(sa[pk, fm][fm < 64], sb[pk2, fn])
+            else:  # the moving's first 2 partitions: a contraction over 2 rows
+                ps[pt, ft] = lisa.nc_matmul(sa[pk, fm], sb[pk2, fn][pk2 < 2])
+            lnl.store(out[i], lisa.tensor_copy(ps))
+        return out
+
+    out = k(a, b)
+    full = ref.gemm(a.T, b)
+    assert np.array_equal(out[0, :64], full[:64]) and np.all(out[0, 64:] == 7.0)
+    assert np.array_equal(out[1], ref.gemm(a[:2].T, b[:2]))
+    assert not np.array_equal(out[1], full)
+
+
+def test_a_mask_index_errors():
+    x = np.ones((128, 8), np.float32)
+
+    def outside(x):
+        t = lnl.load(x)
+        i, j, k3 = lnl.mgrid[0:128, 0:8, 0:2]
+        u = t[k3 < 1]  # MASK
+        return u
+
+    with pytest.raises(Trn2Error, match=r"index: the mask restricts grid axis 2") as info:
+        tn.run(tn.jit_legacy(outside), x)
+    _at(info, outside, "# MASK")
+
+    def unmasked(x):
+        out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        ones = lnl.ndarray((128, 128), dtype=nl.float32, buffer=lnl.sbuf)
+        ones[...] = 1.0
+        p, f = lnl.mgrid[0:128, 0:8]
+        lnl.store(out, lisa.nc_matmul(ones, t[p, f + 4]))  # OOB
+        return out
+
+    with pytest.raises(Trn2Error, match=r"axis 1 reaches 11, outside size 8") as info:
+        tn.run(tn.jit_legacy(unmasked), x)
+    _at(info, unmasked, "# OOB")
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_view_reinterprets_a_tiles_bytes_as_another_dtype(dialect):
+    x = _rand(128, 2, seed=3)
+    lang, isa = (nl, nisa) if dialect == "current" else (lnl, lisa)
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+
+    @jit
+    def k(x):
+        out = lang.ndarray((128, 8), dtype=nl.uint8, buffer=lang.shared_hbm)
+        back = lang.ndarray((128, 2), dtype=nl.float32, buffer=lang.shared_hbm)
+        t = lang.ndarray((128, 2), dtype=nl.float32, buffer=lang.sbuf)
+        isa.dma_copy(dst=t, src=x)
+        b = t.view(nl.uint8)  # [128, 8]
+        isa.dma_copy(dst=out, src=b)
+        isa.dma_copy(dst=back, src=b.view(nl.float32).reinterpret_cast(nl.float32))
+        return out, back
+
+    out, back = k(x)
+    assert out.shape == (128, 8) and np.array_equal(out, x.view(np.uint8))
+    assert np.array_equal(back, x)
+
+
+def test_view_argument_errors():
+    x = np.ones((128, 3), ml_dtypes.bfloat16)
+
+    def odd(x):
+        t = nl.ndarray((128, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        return t.view(nl.float32)  # VIEW
+
+    with pytest.raises(ShapeError, match="dtype: the last axis holds 6 bytes") as info:
+        tn.run(tn.jit(odd), x)
+    _at(info, odd, "# VIEW")
+
+    def bad(x):
+        t = nl.ndarray((128, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
+        return t.view("f64")  # VIEW
+
+    with pytest.raises(FormatError, match="dtype: 'f64' is not a dtype") as info:
+        tn.run(tn.jit(bad), x)
+    _at(info, bad, "# VIEW")
+
+
+def test_a_masked_reductions_per_partition_result_keeps_the_masked_partitions_only():
+    # nki-samples' reference rmsnorm_quant: the last row tile's activation_reduce runs under a
+    # row mask, its reduce_res an index view of another grid ([P, 1]).
+    x = _rand(128, 16, seed=4)
+
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((3, 128, 1), dtype=nl.float32, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        pi, fi = lnl.mgrid[0:128, 0:16]
+        pv, fv = lnl.mgrid[0:128, 0:1]
+        for i in lnl.static_range(3):
+            r = lnl.ndarray((128, 1), dtype=nl.float32, buffer=lnl.sbuf)
+            r[...] = -1.0
+            sq = lnl.ndarray((128, 16), dtype=nl.float32, buffer=lnl.sbuf)
+            if i == 0:
+                sq[pi, fi] = lisa.activation_reduce(
+                    op=lnl.square, data=t[pi, fi], reduce_op=np.add, reduce_res=r[pv, fv],
+                    mask=(pi < 72),
+                )  # fmt: skip
+            elif i == 1:
+                sq[pi, fi] = lisa.activation(
+                    op=lnl.square, data=t[pi, fi], reduce_op=np.add, reduce_res=r[pv, fv],
+                    mask=(pi < 72),
+                )  # fmt: skip
+            else:
+                sq[pi, fi] = lisa.tensor_scalar_reduce(
+                    data=t[pi, fi], op0=np.multiply, operand0=2.0, reduce_op=np.add,
+                    reduce_res=r[pv, fv], mask=(pi < 72),
+                )  # fmt: skip
+            lnl.store(out[i], r)
+        return out
+
+    out = k(x)
+    sums = [np.zeros(72, np.float32) for _ in range(3)]
+    for c in range(16):  # the float32 results added in order
+        sq = x[:72, c] * x[:72, c]
+        sums[0] += sq
+        sums[1] += sq
+        sums[2] += x[:72, c] * np.float32(2.0)
+    for i in range(3):
+        assert np.array_equal(out[i, :72, 0], sums[i]), i
+        assert np.all(out[i, 72:] == -1.0), i

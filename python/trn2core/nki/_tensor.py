@@ -22,8 +22,9 @@ import numpy as np
 
 from .. import _core
 from ..errors import CapacityError, ShapeError, Trn2ValueError
+from . import _dtypes as D
 from ._api import api
-from ._index import IndexExpr, NotSupportedError, grid_of, var_axis
+from ._index import IndexExpr, Mask, NotSupportedError, grid_of, var_axis
 from ._register import VirtualRegister
 
 _TILE = _core.Tile
@@ -584,6 +585,8 @@ class NkiTensor:
         """
     )
     def __getitem__(self, key) -> NkiTensor:
+        if type(key) is Mask:
+            return self._under(key)
         key = self._normalize(key)
         blocks = self._blocks
         if type(blocks) in (LazyBlocks, FuncBlocks):
@@ -612,6 +615,33 @@ class NkiTensor:
                 v._blocks = (blocks, logical)
             return v
         return self._getitem(key)
+
+    def _under(self, mask: Mask) -> NkiTensor:
+        """Legacy ``t[mask]``: this tile with a mask attached, the region it holds
+        (``_valid``, the grid axes the mask's variables index), so the instruction that reads
+        it computes there only, as for a tile a masked instruction made (nki-samples' reference
+        ``rmsnorm_quant`` broadcasts its last, partial gamma tile through the tensor engine
+        as ``nc_matmul(ones, gamma[i, j][mask])``). A view whose index runs outside the tensor
+        is resolved under the mask when read."""
+        if self._core.launch.dialect != "legacy":
+            raise NotSupportedError(
+                "index: a mask as an index (t[mask]) is legacy NKI (neuronxcc.nki); the "
+                "current dialect takes slices"
+            )
+        ranges = self._core.mask_ranges(mask, self.ndim)
+        axes = {0: (0, 0)} if ranges is None else dict(ranges[1])
+        for a, (lo, hi) in (self._valid or {}).items():
+            r = axes.get(a, (lo, hi))
+            axes[a] = (max(lo, r[0]), min(hi, r[1]))
+        for a, (lo, hi) in axes.items():
+            if a >= self.ndim or (lo, hi) != (0, 0) and not 0 <= lo < hi <= self.shape[a]:
+                raise Trn2ValueError(
+                    f"index: the mask restricts grid axis {a} to [{lo}, {hi}), outside this "
+                    f"{self.shape} tile"
+                )
+        v = self._view(self._t, self.shape, self._pdim)
+        v._access, v._valid = self._access, axes
+        return v
 
     def _getitem(self, key: list) -> NkiTensor:
         for k in key:
@@ -1001,6 +1031,35 @@ class NkiTensor:
             return
         lo, hi = self._valid[0] if 0 in self._valid else (0, self.shape[0])
         self._valid = {0: (min(lo, rows[0]), max(hi, rows[1]))}
+
+    @api
+    def view(self, dtype) -> NkiTensor:
+        """The same bytes as elements of ``dtype`` (NKI's ``tensor.view``; no copy): the last
+        axis scaled by the ratio of the element sizes, e.g. a ``[128, 1]`` float32 tile as
+        ``[128, 4]`` fp8 bytes. trn2core takes a view whose free elements are contiguous (NKI
+        asks the last axis to be). A shape instead of a dtype reshapes (the earlier
+        ``.view()``)."""
+        if isinstance(dtype, (tuple, list)):
+            return self.reshape(dtype)
+        dt = D.as_dtype(dtype, "dtype")
+        if dt == self.dtype:
+            return self
+        old, new = self.dtype.itemsize, dt.itemsize
+        last = self.shape[-1] * old
+        if last % new:
+            raise ShapeError(
+                f"dtype: the last axis holds {last} bytes, not a whole number of {dt} elements "
+                f"({new} bytes each) [rule shape]",
+                arg="dtype",
+            )
+        tile = self.tile.view_as(D.machine_name(dt))
+        flat = (self.size // self.shape[0] * old // new,) if self.ndim > 1 else ()
+        v = self._view(tile, (*self.shape[:1], *flat) if flat else (last // new,), self._pdim)
+        v.dtype = dt
+        shape = (*self.shape[:-1], last // new)
+        return v if v.shape == shape else v.reshape(shape)
+
+    reinterpret_cast = view
 
     @api
     def reshape(self, shape) -> NkiTensor:

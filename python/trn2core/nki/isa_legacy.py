@@ -47,8 +47,10 @@ def _core(*xs):
     return current()
 
 
-def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
-    """A pending result: ``issue(dst, *operands)`` on the mask's region of each."""
+def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None, per_row=None):
+    """A pending result: ``issue(dst, *operands)`` on the mask's region of each; with
+    ``per_row`` (an accumulator of one value per partition, ``reduce_res``),
+    ``issue(dst, *operands, per_row)``, its partitions those of the region."""
     tiles = [o for o in operands if isinstance(o, NkiTensor)]
     same = [o for o in tiles if o.shape == tuple(shape)]
     rows = [o for o in tiles if o.shape != tuple(shape) and o.shape[0] == shape[0]]
@@ -61,6 +63,9 @@ def _result(core, shape, dtype, buffer, mask, issue, *operands, kind=None):
             return
         d = core.masked(dst, ranges)
         ops = [core.masked(o, ranges) if isinstance(o, NkiTensor) else o for o in operands]
+        if per_row is not None:
+            p = ranges[1].get(0)
+            ops.append(per_row if p is None else core.masked(per_row, ({}, {0: p})))
         issue(d, *ops)
 
     return core.pend_valid(core.pend(shape, dtype, buffer, fn, kind), ranges)
@@ -147,7 +152,35 @@ def nc_matmul(
     shape = (stationary.shape[-1], moving.shape[-1]) if pm == "double_row" else None
     if shape is None or len(stationary.shape) != 3 or len(moving.shape) != 3:
         shape = (stationary.shape[1], moving.shape[1])  # the engine checks the operands
+    if stationary._valid or moving._valid:
+        return _matmul_under(core, stationary, moving, shape, (pm, pos, size, False))
     return core.matmul_pending(stationary, moving, shape, (pm, pos, size, False))
+
+
+def _matmul_under(core, stationary, moving, shape, opts):
+    """``nc_matmul`` of operands that hold a region only (``t[mask]``, or a masked
+    instruction's result): the contraction over the partitions both hold, into the result's
+    rows the stationary holds and columns the moving holds; the result holds that region."""
+    if len(stationary.shape) != 2 or len(moving.shape) != 2:
+        raise NotSupportedError("nc_matmul: masked operands of more than two axes")
+    sv, mv = stationary._valid or {}, moving._valid or {}
+    k = (0, min(stationary.shape[0], moving.shape[0]))
+    for r in (sv.get(0), mv.get(0)):
+        if r is not None:
+            k = (max(k[0], r[0]), min(k[1], r[1]))
+    out = {a: r for a, r in ((0, sv.get(1)), (1, mv.get(1))) if r is not None}
+    if k[0] >= k[1] or any(lo >= hi for lo, hi in out.values()):
+        return core.pend(shape, D.float32, PSUM, lambda *_: None, ("matmul", lambda *_: None))
+    st = core.masked(stationary, ({}, {0: k, **({1: out[0]} if 0 in out else {})}))
+    mo = core.masked(moving, ({}, {0: k, **({1: out[1]} if 1 in out else {})}))
+    res = core.matmul_pending(st, mo, shape, opts)
+    _, issue = core.pend_kind
+
+    def region(dst, accumulate=False):
+        issue(core.masked(dst, ({}, out)), accumulate)
+
+    core.pend_fn, core.pend_kind = region, ("matmul", region)
+    return core.pend_valid(res, ({}, out))
 
 
 @api
@@ -193,7 +226,7 @@ def activation(
         cmd = "reset_reduce"
     rop = None if reduce_op is None else alu_name(reduce_op, "reduce_op")
 
-    def issue(d, a, b, s):
+    def issue(d, a, b, s, r=None):
         core.issue(
             "activation",
             d.tile,
@@ -202,11 +235,12 @@ def activation(
             _sc(b, "bias"),
             _cur._scale(s),
             rop,
-            None if reduce_res is None else reduce_res.tile,
+            None if r is None else r.tile,
             cmd,
         )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias, scale)
+    dt = _dt(dtype, data.dtype)
+    return _result(core, data.shape, dt, SBUF, mask, issue, data, bias, scale, per_row=reduce_res)
 
 
 @api
@@ -217,19 +251,12 @@ def activation_reduce(
     core = _core(data)
     f, rop = act_name(op), alu_name(reduce_op, "reduce_op")
 
-    def issue(d, a, b, s):
-        core.issue(
-            "activation_reduce",
-            d.tile,
-            f,
-            a.tile,
-            rop,
-            reduce_res.tile,
-            _sc(b, "bias"),
-            _cur._scale(s),
-        )
+    def issue(d, a, b, s, r):
+        bias, sc = _sc(b, "bias"), _cur._scale(s)
+        core.issue("activation_reduce", d.tile, f, a.tile, rop, r.tile, bias, sc)
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, bias, scale)
+    dt = _dt(dtype, data.dtype)
+    return _result(core, data.shape, dt, SBUF, mask, issue, data, bias, scale, per_row=reduce_res)
 
 
 @api
@@ -434,7 +461,7 @@ def tensor_scalar_reduce(
     core = _core(data)
     o0, rop = alu_name(op0, "op0"), alu_name(reduce_op, "reduce_op")
 
-    def issue(d, a, s0):
+    def issue(d, a, s0, r):
         core.issue(
             "tensor_scalar_reduce",
             d.tile,
@@ -442,14 +469,15 @@ def tensor_scalar_reduce(
             o0,
             scalar_arg(s0, "operand0"),
             rop,
-            reduce_res.tile,
+            r.tile,
             bool(reverse0),
             "reset_reduce",
             None,
             False,
         )
 
-    return _result(core, data.shape, _dt(dtype, data.dtype), SBUF, mask, issue, data, operand0)
+    dt = _dt(dtype, data.dtype)
+    return _result(core, data.shape, dt, SBUF, mask, issue, data, operand0, per_row=reduce_res)
 
 
 @api
