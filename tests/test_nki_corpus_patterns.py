@@ -3168,3 +3168,33 @@ def test_a_masked_reductions_per_partition_result_keeps_the_masked_partitions_on
     for i in range(3):
         assert np.array_equal(out[i, :72, 0], sums[i]), i
         assert np.all(out[i, 72:] == -1.0), i
+
+
+def _pipelined(**kw):
+    """A legacy kernel whose affine_range iterations each read what the one before wrote
+    (a hand-made pipeline, as nki-samples' contributed pipelined_attention has)."""
+
+    def k(x):
+        out = lnl.ndarray((128, 4), dtype=nl.float32, buffer=lnl.shared_hbm)
+        acc = lnl.ndarray((5, lnl.par_dim(128), 4), dtype=nl.float32, buffer=lnl.sbuf)
+        acc[0] = lnl.load(x)
+        for i in lnl.affine_range(4, **kw):  # LOOP
+            acc[i + 1] = lisa.tensor_scalar(acc[i], np.multiply, 2.0, op1=np.add, operand1=1.0)
+        lnl.store(out, acc[4])
+        return out
+
+    return k
+
+
+def test_affine_range_with_precise_schedule_keeps_its_iterations_in_order():
+    x = _rand(128, 4, seed=5)
+    want = x.copy()
+    for _ in range(4):
+        want = want * np.float32(2.0) + np.float32(1.0)
+    assert np.array_equal(tn.run(tn.jit_legacy(_pipelined(precise_schedule=True)), x).outputs, want)
+    with pytest.raises(Trn2Error, match="loop-carried dependency in affine_range"):
+        tn.run(tn.jit_legacy(_pipelined()), x)
+    fn = _pipelined(precise_schedule="yes")
+    with pytest.raises(Trn2Error, match="precise_schedule: expected True or False") as info:
+        tn.run(tn.jit_legacy(fn), x)
+    _at(info, fn, "# LOOP")

@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import builtins
 
+from ..errors import Trn2ValueError
 from . import language as _language
+from ._api import relocate
 from ._runtime import STATE, Loop
 
 globals().update({k: v for k, v in vars(_language).items() if not k.startswith("__")})
 
 
-def affine_range(*args, **kwargs):
-    """A loop whose iterations must be independent (see the module doc)."""
+def affine_range(*args, precise_schedule=False, **kwargs):
+    """A loop whose iterations must be independent (see the module doc). With
+    ``precise_schedule=True`` (not in NKI's documentation; nki-samples' contributed
+    ``pipelined_attention`` pipelines its stages by hand with it, each iteration reading what
+    the one before wrote) the iterations keep their order, as ``sequential_range``'s do, and
+    are not checked."""
     rng = builtins.range(*args)
     core = STATE.core
-    if core is None:
+    if core is None or precise_schedule is True:
         return rng
+    if precise_schedule is not False:
+        raise relocate(
+            Trn2ValueError(
+                f"precise_schedule: expected True or False, got {precise_schedule!r}",
+                arg="precise_schedule",
+            )
+        )
     return Loop(core, rng)
