@@ -1019,8 +1019,8 @@ def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
             lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
             np.ones((2, 2), np.float32),
         )
-    with pytest.raises(tn.NotSupportedError, match="nki.isa.rand_get_state is not supported"):
-        tn.run(lambda x: nisa.rand_get_state(0), np.ones((2, 2), np.float32))
+    with pytest.raises(tn.NotSupportedError, match="nki.isa.rand2 is not supported"):
+        tn.run(lambda x: nisa.rand2(0, 0.0, 1.0), np.ones((2, 2), np.float32))
 
     @tn.jit
     def half(x):
@@ -2321,6 +2321,73 @@ def test_set_rng_seed_refuses_what_its_docs_rule_out(seed, text):
     with pytest.raises(Trn2Error, match="seed: 4294967296 is not a 32-bit value") as e:
         tn.run(tn.jit_legacy(big), np.ones((2, 2), np.float32))
     assert str(e.value).startswith(f"{__file__}:{_line_of(big, '# SEED')}:")
+
+
+def _xorwow(state, n):
+    """n words of Marsaglia's XORWOW from ``state`` [x, y, z, w, v, d] (Python integers, an
+    oracle apart from the core's), and the state after them."""
+    m = 0xFFFFFFFF
+    x, y, z, w, v, d = (int(s) for s in state)
+    out = []
+    for _ in range(n):
+        t = x ^ (x >> 2)
+        x, y, z, w = y, z, w, v
+        v = (v ^ ((v << 4) & m)) ^ (t ^ ((t << 1) & m))
+        d = (d + 362437) & m
+        out.append((v + d) & m)
+    return out, [x, y, z, w, v, d]
+
+
+def test_rand_set_state_seeds_each_gpsimd_lane_that_rng_draws_and_rand_get_state_stores():
+    seeds = np.random.default_rng(9).integers(0, 2**32, size=(32, 6), dtype=np.uint32)
+
+    def f(seeds):
+        (s,) = _to_sbuf(seeds)
+        nisa.rand_set_state(s, engine=nisa.engine.gpsimd)
+        r = nl.ndarray((32, 5), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.rng(r, engine=nisa.engine.gpsimd)
+        b = nl.ndarray((32, 3), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.rng(dst=b, engine=nisa.engine.gpsimd)
+        st = nl.ndarray((32, 6), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.rand_get_state(st)  # GpSimd by default
+        return _to_hbm(r, b, st)
+
+    r, b, st = tn.run(tn.jit(f), seeds).outputs
+    for p in range(32):
+        words, after = _xorwow(seeds[p], 8)
+        assert r[p].tolist() == words[:5], p
+        assert b[p].tolist() == [w & 0xFF for w in words[5:]], p
+        assert st[p].tolist() == after, p
+
+
+@pytest.mark.parametrize(
+    "call, arg, text",
+    [
+        ("set_vector", "engine", "rand_set_state on the Vector engine is NeuronCore-v4"),
+        ("get_unseeded", "dst", "GpSimd lane 0 .* was never seeded by rand_set_state"),
+        ("set_int32", "src_seeds", "src_seeds is int32; the PRNG state is uint32 words"),
+        ("set_five", "src_seeds", "src_seeds has 5 elements per partition"),
+    ],
+)
+def test_rand_state_refuses_what_its_docs_rule_out(call, arg, text):
+    def f(x):
+        seeds = {
+            "set_int32": nl.ndarray((32, 6), dtype=nl.int32, buffer=nl.sbuf),
+            "set_five": nl.ndarray((32, 5), dtype=nl.uint32, buffer=nl.sbuf),
+        }.get(call, nl.ndarray((32, 6), dtype=nl.uint32, buffer=nl.sbuf))
+        nisa.memset(dst=seeds, value=1)
+        engine = nisa.engine.vector if call == "set_vector" else nisa.engine.gpsimd
+        if call == "get_unseeded":
+            nisa.rand_get_state(dst=seeds)  # GET
+        else:
+            nisa.rand_set_state(src_seeds=seeds, engine=engine)  # SET
+        return x
+
+    with pytest.raises(Trn2Error, match=text) as e:
+        tn.run(tn.jit(f), np.ones((2, 2), np.float32))
+    assert e.value.arg == arg
+    marker = "# GET" if call == "get_unseeded" else "# SET"
+    assert str(e.value).startswith(f"{__file__}:{_line_of(f, marker)}:")
 
 
 # (instruction, what replaces its arguments, the argument named, the rule): the values are

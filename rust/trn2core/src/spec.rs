@@ -1607,6 +1607,14 @@ pub const SOURCES: &[Source] = &[
         read: neuron_docs_read!(),
     },
     Source {
+        tag: "S41",
+        title: "George Marsaglia, Xorshift RNGs (Journal of Statistical Software 8(14), 2003): the \
+                xorwow generator the NKI docs name for rand_set_state",
+        url: "https://doi.org/10.18637/jss.v008.i14",
+        also: &[],
+        read: "the paper's xorwow code (state x, y, z, w, v, d; d += 362437)",
+    },
+    Source {
         tag: "P",
         title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
                 article \"AWS Trainium 2\", last reviewed 2026-05-17)",
@@ -1786,7 +1794,7 @@ mod tests {
         let link = entry("neuronlink_xy_link_bytes_per_s").expect("in the table");
         assert_eq!((link.tags(), link.status()), (vec!["P", "S5"], "D"));
         assert_eq!(source("[S3]").map(|s| s.title), Some("Trainium2 Architecture"));
-        assert!(source("S41").is_none() && source("").is_none());
+        assert!(source("S42").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1808,12 +1816,12 @@ mod tests {
             for url in std::iter::once(&s.url).chain(s.also).filter(|u| !u.is_empty()) {
                 assert!(url.starts_with("https://") && !url.contains(' '), "{}: {url}", s.tag);
             }
-            if i < 40 {
-                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S40 in order");
+            if i < 41 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S41 in order");
             }
             assert!(SOURCES[..i].iter().all(|t| t.tag != s.tag), "{} twice", s.tag);
         }
-        assert_eq!(SOURCES.len(), 42);
+        assert_eq!(SOURCES.len(), 43);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }

@@ -91,6 +91,9 @@ pub struct Machine {
     /// The Vector engine's random stream once `set_rng_seed` seeded it: the seed and the words
     /// its dropouts have drawn since (`None`: never seeded; see `isa::elementwise`).
     pub(crate) vector_rng: Option<(u32, u64)>,
+    /// Each GpSimd lane's (partition's) XORWOW state once `rand_set_state` seeded it (empty
+    /// until then; see `isa::gpsimd`).
+    pub(crate) gpsimd_rng: Vec<Option<[u32; 6]>>,
     /// The last wave's packed matmul operands ([`isa::pe::PackCache`]).
     pub(crate) pe_pack: isa::pe::PackCache,
     pub(crate) config: MachineConfig,
@@ -134,6 +137,7 @@ impl Machine {
             pe_queue: Vec::new(),
             pe_drains: Vec::new(),
             vector_rng: None,
+            gpsimd_rng: Vec::new(),
             pe_pack: isa::pe::PackCache::default(),
             config,
             next_dma_queue: 0,

@@ -161,6 +161,10 @@ named_enum! {
         SetRngSeed = "set_rng_seed",
         /// `rng` (Vector or GpSimd): 32 random bits per element, truncated to dst's integers.
         Rng = "rng",
+        /// `rand_set_state` (GpSimd): seeds each lane's XORWOW generator from SBUF.
+        RandSetState = "rand_set_state",
+        /// `rand_get_state` (GpSimd): stores each lane's XORWOW state to SBUF.
+        RandGetState = "rand_get_state",
         /// `activate2` (Scalar): an activation after two tensor-scalar operations, reduced.
         Activate2 = "activate2",
         /// `tensor_copy_dynamic_src`: a copy whose source is moved along its partitions by an

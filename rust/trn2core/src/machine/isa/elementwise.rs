@@ -699,8 +699,9 @@ impl Machine {
 
     /// `rng` (Vector or GpSimd engine): 32 random bits for each element of `dst` in logical
     /// order, the least significant `8 * size` kept (integer dtypes only). The words are the
-    /// Vector engine's seeded stream after `set_rng_seed` (drawn on from where it stands),
-    /// else those of the unseeded dropouts' rule (the seed `s + i`, from word 0).
+    /// Vector engine's seeded stream after `set_rng_seed` (drawn on from where it stands), on
+    /// GpSimd each partition's lane generator after `rand_set_state` (`isa::gpsimd`), else
+    /// those of the unseeded dropouts' rule (the seed `s + i`, from word 0).
     pub fn rng(&mut self, engine: Engine, dst: &Tile) -> Result<()> {
         let opc = Opcode::Rng;
         check_engine(opc, engine)?;
@@ -715,11 +716,23 @@ impl Machine {
             ));
         }
         let d = self.operand("dst", dst, Some(engine), true)?;
-        let count = (d.p() as usize).saturating_mul(d.n());
-        let mut w = crate::host::zeroed_vec::<u32>("dst", "the random words", count)?;
-        // Drawn (the stream moved on) only once the instruction can run.
-        let (bits, first) = self.random_words(engine, count as u64);
-        bits.fill(first, &mut w, u32::MAX >> (32 - 8 * dst.dtype.size() as u32));
+        let mask = u32::MAX >> (32 - 8 * dst.dtype.size() as u32);
+        let lanes = match engine {
+            // Its lanes' XORWOW generators once rand_set_state seeded them (`isa::gpsimd`).
+            Engine::Gpsimd => self.gpsimd_lane_words(&d, d.n(), mask)?,
+            _ => None,
+        };
+        let w = match lanes {
+            Some(w) => w,
+            None => {
+                let count = (d.p() as usize).saturating_mul(d.n());
+                let mut w = crate::host::zeroed_vec::<u32>("dst", "the random words", count)?;
+                // Drawn (the stream moved on) only once the instruction can run.
+                let (bits, first) = self.random_words(engine, count as u64);
+                bits.fill(first, &mut w, mask);
+                w
+            }
+        };
         self.scatter_bits(&d, &w)?;
         self.record_engine(opc, engine, &[], &[], &d, 0);
         Ok(())
@@ -997,7 +1010,7 @@ mod tests {
 
     /// `rng` writes the stream's words, truncated to dst's integer width: on the Vector engine
     /// after `set_rng_seed`, the seeded stream in order (shared with the dropouts); on GpSimd
-    /// (never seeded: its rand_set_state is not emulated), the unseeded rule, seed `s + i`.
+    /// not seeded by rand_set_state, the unseeded rule, seed `s + i`.
     #[test]
     fn rng_writes_the_engines_stream_truncated_to_dst() {
         let mut m = Machine::new(MachineConfig::default()).expect("machine");

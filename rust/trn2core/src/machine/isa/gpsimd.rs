@@ -8,6 +8,17 @@
 //! step_x` (two's complement, wrapping). `iota` writes it converted to `dst`'s dtype (integers
 //! saturate; floats round to nearest even through float32); `affine_select` compares it with 0
 //! and picks `on_true`'s element or `on_false_value` (\[S9\]).
+//!
+//! `rand_set_state` / `rand_get_state` (documented: NeuronCore-v3 seeds and stores the PRNG
+//! state of each GpSimd compute lane, one per partition, as 6 uint32 words in SBUF for its
+//! XORWOW generator; the Vector engine's are NeuronCore-v4's and refused here, rule
+//! `neuron_core_v4`). Ours, where the documentation is silent: the words are Marsaglia's
+//! XORWOW state `[x, y, z, w, v, d]` in that order, a lane is the absolute SBUF partition, and
+//! each step (`xorwow`) gives `v + d` after moving the state on, as the 2003 paper's code.
+//! `rng` on GpSimd then draws, for each partition of `dst`, that lane's words in order. A lane
+//! never seeded has no state to store (its power-on state is not published: rule
+//! `rng_state`), and an `rng` over seeded and unseeded lanes at once is refused alike; over
+//! unseeded lanes only it keeps the unseeded rule (`isa::elementwise`).
 
 use crate::numerics::encode_scalar;
 use crate::{Error, Result};
@@ -23,6 +34,22 @@ use crate::spec::{GPSIMD_PROCESSORS, SBUF_PARTITIONS};
 /// SBUF partitions each GpSimd core is connected to (16: core `c` to `16c .. 16c + 16`,
 /// \[S2\]; the nonzero_with_count documentation says the same, \[S9\]).
 const PARTITIONS_PER_CORE: u32 = (SBUF_PARTITIONS / GPSIMD_PROCESSORS) as u32;
+
+/// Words of XORWOW state per GpSimd lane (documented for `rand_set_state`: 6 on GpSimd).
+pub(crate) const XORWOW_WORDS: usize = 6;
+
+/// One step of Marsaglia's XORWOW ("Xorshift RNGs", J. Stat. Softw. 8(14), 2003): the state
+/// `[x, y, z, w, v, d]` moves on, and the word is the new `v` plus the new `d`.
+pub(crate) fn xorwow(s: &mut [u32; XORWOW_WORDS]) -> u32 {
+    let t = s[0] ^ (s[0] >> 2);
+    s[0] = s[1];
+    s[1] = s[2];
+    s[2] = s[3];
+    s[3] = s[4];
+    s[4] = (s[4] ^ (s[4] << 4)) ^ (t ^ (t << 1));
+    s[5] = s[5].wrapping_add(362_437);
+    s[4].wrapping_add(s[5])
+}
 
 /// An iota / affine_select pattern: `(step, num)` pairs, outermost first.
 pub type Pattern<'a> = &'a [(i64, u64)];
@@ -590,6 +617,124 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// The checks of a GpSimd PRNG state operand (`rand_set_state`'s `src_seeds`,
+    /// `rand_get_state`'s `dst`): the GpSimd engine (the Vector engine's state is
+    /// NeuronCore-v4's), uint32, 6 words a partition.
+    fn rng_state_operand(
+        &self, opc: Opcode, engine: Engine, arg: &str, t: &Tile, write: bool,
+    ) -> Result<Opnd> {
+        super::check_engine(opc, engine)?;
+        if engine != Engine::Gpsimd {
+            return Err(super::rule(
+                "engine",
+                "neuron_core_v4",
+                format!(
+                    "{} on the Vector engine is NeuronCore-v4 and newer (the NKI API docs); \
+                     Trainium2's NeuronCore (v3) keeps the PRNG state of its GpSimd lanes",
+                    opc.name()
+                ),
+            ));
+        }
+        if t.dtype != dtype::Dtype::Uint32 {
+            return Err(super::dtype_rule(
+                arg,
+                "rng_state_dtype",
+                format!("{arg} is {}; the PRNG state is uint32 words", t.dtype),
+            ));
+        }
+        let o = self.operand(arg, t, Some(engine), write)?;
+        if o.n() != XORWOW_WORDS {
+            return Err(shape_rule(
+                arg,
+                "shape",
+                format!(
+                    "{arg} has {} elements per partition; a GpSimd lane's XORWOW state is \
+                     {XORWOW_WORDS} uint32 words",
+                    o.n()
+                ),
+            ));
+        }
+        Ok(o)
+    }
+
+    /// The lanes (absolute partitions) of an operand.
+    fn lanes(o: &Opnd) -> std::ops::Range<usize> {
+        let first = o.tile.start_partition as usize;
+        first..first + o.p() as usize
+    }
+
+    /// `rand_set_state` (GpSimd): seeds the XORWOW generator of each lane `src_seeds` covers
+    /// with that partition's 6 words, read when issued (module doc).
+    pub fn rand_set_state(&mut self, engine: Engine, src_seeds: &Tile) -> Result<()> {
+        let opc = Opcode::RandSetState;
+        let s = self.rng_state_operand(opc, engine, "src_seeds", src_seeds, false)?;
+        let words = self.gather_bits(src_seeds)?;
+        let lanes = Self::lanes(&s);
+        if self.gpsimd_rng.len() < SBUF_PARTITIONS {
+            self.gpsimd_rng.resize(SBUF_PARTITIONS, None);
+        }
+        for (lane, w) in lanes.zip(words.chunks_exact(XORWOW_WORDS)) {
+            self.gpsimd_rng[lane] = Some(w.try_into().expect("6 words"));
+        }
+        let cost = Self::cost_input(s.n(), s.p(), 0);
+        self.program.push(opc, Queue::Engine(engine), &[s.region()], &[], cost);
+        Ok(())
+    }
+
+    /// `rand_get_state` (GpSimd): each lane's state as `dst`'s 6 words of its partition.
+    pub fn rand_get_state(&mut self, engine: Engine, dst: &Tile) -> Result<()> {
+        let opc = Opcode::RandGetState;
+        let d = self.rng_state_operand(opc, engine, "dst", dst, true)?;
+        let mut words = Vec::with_capacity(d.p() as usize * XORWOW_WORDS);
+        for lane in Self::lanes(&d) {
+            match self.gpsimd_rng.get(lane).copied().flatten() {
+                Some(s) => words.extend_from_slice(&s),
+                None => return Err(Self::unseeded_lane("dst", lane)),
+            }
+        }
+        self.scatter_bits(&d, &words)?;
+        self.record_engine(opc, engine, &[], &[], &d, 0);
+        Ok(())
+    }
+
+    fn unseeded_lane(arg: &str, lane: usize) -> Error {
+        super::rule(
+            arg,
+            "rng_state",
+            format!(
+                "GpSimd lane {lane} (partition {lane}) was never seeded by rand_set_state; its \
+                 power-on PRNG state is not published"
+            ),
+        )
+    }
+
+    /// The words a GpSimd `rng` into `d` draws from its lanes' generators (`count` a lane, in
+    /// order, each lane's state moved on), or `None` when no lane of `d` is seeded (the
+    /// unseeded rule applies); `mask` keeps the bits `dst`'s dtype holds.
+    pub(crate) fn gpsimd_lane_words(
+        &mut self, d: &Opnd, count: usize, mask: u32,
+    ) -> Result<Option<Vec<u32>>> {
+        let lanes = Self::lanes(d);
+        let seeded = |m: &Self, l: usize| m.gpsimd_rng.get(l).is_some_and(Option::is_some);
+        if !lanes.clone().any(|l| seeded(self, l)) {
+            return Ok(None);
+        }
+        if let Some(l) = lanes.clone().find(|&l| !seeded(self, l)) {
+            return Err(Self::unseeded_lane("dst", l));
+        }
+        let total = lanes.len().saturating_mul(count);
+        let mut out = crate::host::zeroed_vec::<u32>("dst", "the random words", total)?;
+        for (lane, chunk) in lanes.zip(out.chunks_mut(count.max(1))) {
+            let s = self.gpsimd_rng[lane].as_mut().expect("seeded");
+            for w in chunk.iter_mut() {
+                *w = xorwow(s) & mask;
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,6 +743,76 @@ mod tests {
     use dtype::Dtype;
 
     use crate::machine::isa::test_util::put_words as put;
+    use crate::machine::tile::Index;
+
+    /// Marsaglia's own seed (the 2003 paper's code) steps to the words his code gives
+    /// (computed apart with Python integers).
+    #[test]
+    fn xorwow_steps_as_marsaglias_code() {
+        let mut s = [123_456_789, 362_436_069, 521_288_629, 88_675_123, 5_783_321, 6_615_241];
+        let words: Vec<u32> = (0..4).map(|_| xorwow(&mut s)).collect();
+        assert_eq!(words, [246_875_399, 3_690_007_200, 1_264_581_005, 3_906_711_041]);
+        assert_eq!(
+            s,
+            [5_783_321, 239_897_721, 3_682_667_085, 1_256_878_453, 3_898_646_052, 8_064_989]
+        );
+    }
+
+    /// rand_set_state seeds the lanes (absolute partitions) its tile covers, rand_get_state
+    /// stores them back, and a GpSimd rng draws each partition's lane in order (truncated to
+    /// dst's width), moving its state on; the rules: GpSimd only on Trainium2, uint32, 6 words,
+    /// seeded lanes.
+    #[test]
+    fn gpsimd_lanes_seed_draw_and_store_their_xorwow_state() {
+        let mut m = Machine::new(MachineConfig::default()).expect("machine");
+        let seeds = m.alloc(Space::Sbuf, "seeds", &[40, 6], Dtype::Uint32).expect("seeds");
+        let words: Vec<u32> = (0..240).map(|i| 0x9E37_79B9u32.wrapping_mul(i + 1)).collect();
+        put(&mut m, &seeds, &words, 4);
+        // Partitions 32..35 of the tile (an engine starts at a multiple of 32): lanes 32..35.
+        let rows = |t: &Tile, a: i64, b: i64| {
+            let r = Index::Range { start: Some(a), stop: Some(b), step: 1 };
+            t.slice(&[r]).expect("rows")
+        };
+        m.rand_set_state(Engine::Gpsimd, &rows(&seeds, 32, 35)).expect("set");
+        let state = m.alloc(Space::Sbuf, "state", &[40, 6], Dtype::Uint32).expect("state");
+        m.rand_get_state(Engine::Gpsimd, &rows(&state, 32, 35)).expect("get");
+        let read = |m: &Machine, t: &Tile, size: usize| -> Vec<u32> {
+            let b = m.read_tile(t).expect("read");
+            b.chunks(size).map(|c| c.iter().rev().fold(0u32, |a, &x| a << 8 | x as u32)).collect()
+        };
+        assert_eq!(read(&m, &rows(&state, 32, 35), 4), words[192..210]);
+        let out = m.alloc(Space::Sbuf, "out", &[40, 4], Dtype::Uint16).expect("out");
+        m.rng(Engine::Gpsimd, &rows(&out, 32, 35)).expect("rng");
+        let mut want = Vec::new();
+        for lane in 32..35 {
+            let mut s: [u32; 6] = words[lane * 6..lane * 6 + 6].try_into().expect("6");
+            want.extend((0..4).map(|_| xorwow(&mut s) & 0xFFFF));
+        }
+        assert_eq!(read(&m, &rows(&out, 32, 35), 2), want);
+        // The draw moved lane 32 on by four steps.
+        let mut s: [u32; 6] = words[192..198].try_into().expect("6");
+        (0..4).for_each(|_| {
+            xorwow(&mut s);
+        });
+        m.rand_get_state(Engine::Gpsimd, &rows(&state, 32, 33)).expect("get");
+        assert_eq!(read(&m, &rows(&state, 32, 33), 4), s);
+        // The rules.
+        let e = m.rand_set_state(Engine::Vector, &seeds).expect_err("vector");
+        assert_eq!((e.arg(), e.rule()), (Some("engine"), Some("neuron_core_v4")));
+        let f = m.alloc(Space::Sbuf, "f", &[2, 6], Dtype::Int32).expect("f");
+        let e = m.rand_set_state(Engine::Gpsimd, &f).expect_err("int32");
+        assert_eq!((e.arg(), e.rule()), (Some("src_seeds"), Some("rng_state_dtype")));
+        let five = m.alloc(Space::Sbuf, "five", &[2, 5], Dtype::Uint32).expect("five");
+        let e = m.rand_get_state(Engine::Gpsimd, &five).expect_err("5 words");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("shape")));
+        let e = m.rand_get_state(Engine::Gpsimd, &state).expect_err("lanes 0..32 unseeded");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("rng_state")));
+        let e = m.rng(Engine::Gpsimd, &out).expect_err("seeded and unseeded lanes");
+        assert_eq!((e.arg(), e.rule()), (Some("dst"), Some("rng_state")));
+        let ps = m.alloc(Space::Psum, "ps", &[2, 6], Dtype::Uint32).expect("ps");
+        assert!(m.rand_get_state(Engine::Gpsimd, &ps).is_err(), "GpSimd cannot write PSUM");
+        assert!(m.rand_set_state(Engine::Scalar, &seeds).is_err(), "GpSimd only");
+    }
 
     /// Each partition gathers from its own row, repeats and reverses included, bit for bit (a
     /// bf16 NaN payload and -0 survive); the oracle indexes the flattened rows.

@@ -413,6 +413,15 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
          chip's)",
         &[ENGINE, DST],
     ),
+    row(Op::RandSetState, &[Gpsimd, Vector], Own, None,
+        "seeds the XORWOW generator of each GpSimd lane (partition) src_seeds covers with its 6 \
+         uint32 words (x, y, z, w, v, d; the order is ours): rng on GpSimd then draws them",
+        &[req("src_seeds", K::Tile), ENGINE],
+    ),
+    row(Op::RandGetState, &[Gpsimd, Vector], Own, None,
+        "dst = the 6 uint32 XORWOW state words of each GpSimd lane (partition) dst covers",
+        &[ENGINE, DST],
+    ),
     v4(row(Op::Activate2, &[Act], Own, None,
         "dst = op((data op0 imm0) op1 imm1) (op0/op1 absent: bypass), reduced into reduce_res \
          (NeuronCore-v4's, documented)",
@@ -853,6 +862,9 @@ impl Machine {
         if op == Opcode::SetRngSeed {
             return self.set_rng_seed(&a.tile("src_seeds")?);
         }
+        if op == Opcode::RandSetState {
+            return self.rand_set_state(a.engine()?, &a.tile("src_seeds")?);
+        }
         let dst = a.tile("dst")?;
         match op {
             Opcode::NcMatmul => unreachable!("issued above"),
@@ -1033,6 +1045,7 @@ impl Machine {
             ),
             Opcode::Dropout => self.dropout(&dst, &a.tile("data")?, &a.scalar("prob")?),
             Opcode::Rng => self.rng(a.engine()?, &dst),
+            Opcode::RandGetState => self.rand_get_state(a.engine()?, &dst),
             Opcode::Activate2 => {
                 let stage = |k: &str| -> Result<(Option<AluOp>, Scalar, bool)> {
                     Ok((
@@ -1077,7 +1090,9 @@ impl Machine {
                 self.dma_transpose(&dst, &src, axes, hwdge, a.queue("queue")?)
             }
             Opcode::DmaCompute => self.dma_compute(&dst, a.tiles("srcs")?, a.queue("queue")?),
-            Opcode::CoreBarrier | Opcode::SetRngSeed => unreachable!("issued above"),
+            Opcode::CoreBarrier | Opcode::SetRngSeed | Opcode::RandSetState => {
+                unreachable!("issued above")
+            }
         }
     }
 }
@@ -1098,10 +1113,11 @@ mod tests {
                  *args, any count)"
             );
             assert!(d.is_none_or(|e| TABLE[i].engines.contains(&e)));
-            // dst first; the rows without one: core_barrier (engine first), set_rng_seed.
+            // dst first; the rows without one: core_barrier (engine first), set_rng_seed and
+            // rand_set_state.
             let first = match (TABLE[i].args[0].kind, *op) {
                 (K::Engine, _) => "engine",
-                (_, Opcode::SetRngSeed) => "src_seeds",
+                (_, Opcode::SetRngSeed | Opcode::RandSetState) => "src_seeds",
                 _ => "dst",
             };
             assert_eq!(TABLE[i].args[0].name, first, "row {i}");
