@@ -3082,6 +3082,50 @@ def test_a_mask_index_errors():
     _at(info, unmasked, "# OOB")
 
 
+def test_assigning_through_a_mask_index_writes_where_the_mask_holds():
+    x = _rand(128, 8, seed=6)
+
+    @tn.jit_legacy
+    def k(x):
+        out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
+        i, j = lnl.mgrid[0:128, 0:8]
+        t = lnl.load(x)
+        u = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        u[...] = -1.0
+        u[i, j][j < 4] = t  # a tile: its masked part copied
+        u[i, j][(i < 3) & (j >= 6)] = 5.0  # a number: a memset of the region
+        lnl.store(out, u)
+        return out
+
+    out = k(x)
+    want = np.full((128, 8), -1.0, np.float32)
+    want[:, :4] = x[:, :4]
+    want[:3, 6:] = 5.0
+    assert np.array_equal(out, want)
+
+
+def test_an_instructions_result_through_a_mask_index_is_refused_at_its_line():
+    x = np.ones((128, 8), np.float32)
+
+    def pending(x):
+        i, j = lnl.mgrid[0:128, 0:8]
+        u = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.sbuf)
+        u[i, j][j < 4] = lisa.tensor_copy(lnl.load(x))  # SET
+        return x
+
+    def inplace(x):
+        i, j = lnl.mgrid[0:128, 0:8]
+        u = lnl.load(x)
+        u[i, j][j < 4] += 1.0  # SET
+        return x
+
+    for fn, text in ((pending, "result assigned through a mask index"),
+                     (inplace, "in-place update through a mask index")):  # fmt: skip
+        with pytest.raises(tn.NotSupportedError, match=text) as info:
+            tn.run(tn.jit_legacy(fn), x)
+        _at(info, fn, "# SET")
+
+
 @pytest.mark.parametrize("dialect", ["current", "legacy"])
 def test_view_reinterprets_a_tiles_bytes_as_another_dtype(dialect):
     x = _rand(128, 2, seed=3)

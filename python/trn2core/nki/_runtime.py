@@ -1499,6 +1499,11 @@ class Core:
         """``target op= value``: a pending matmul added into PSUM accumulates there (one
         ``nc_matmul``); otherwise one Vector instruction updating ``target`` in place."""
         self.on_chip(target, "target")
+        if target._masked:
+            raise NotSupportedError(
+                "index: an in-place update through a mask index (t[...][mask] += x) is not "
+                "emulated; pass the mask as mask= to an instruction"
+            )
         if isinstance(value, NkiTensor):
             fn, kind = self.take(value)
             if (

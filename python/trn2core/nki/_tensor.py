@@ -425,6 +425,7 @@ class NkiTensor:
         "_arg",
         "_compared",
         "_result",
+        "_masked",
         "__weakref__",
     )
 
@@ -440,6 +441,7 @@ class NkiTensor:
         self._compared = False  # a comparison's result (``__bool__``)
         # An instruction's result the front end placed (``Core.pend``), not a declared tensor.
         self._result = False
+        self._masked = False  # a legacy mask index's view (``t[mask]``): ``_valid`` its region
         self.name = name
         # The region a masked instruction wrote ({axis: (lo, hi)}), None when whole: the
         # tile's unmasked uses compute only there (the compiler propagates masks).
@@ -640,8 +642,30 @@ class NkiTensor:
                     f"{self.shape} tile"
                 )
         v = self._view(self._t, self.shape, self._pdim)
-        v._access, v._valid = self._access, axes
+        v._access, v._valid, v._masked = self._access, axes, True
         return v
+
+    def _assign_under(self, mask: Mask, value) -> None:
+        """Legacy ``t[mask] = value``: a number or a tile of ``t``'s shape written where the
+        mask holds only."""
+        view = self._under(mask)
+        core = self._core
+        if isinstance(value, NkiTensor) and value is core.pending:
+            raise NotSupportedError(
+                "index: an instruction's result assigned through a mask index "
+                "(t[...][mask] = nisa.f(...)) is not emulated; pass the mask as mask= to the "
+                "instruction"
+            )
+        region = ({}, view._valid)
+        if any(lo >= hi for lo, hi in view._valid.values()):
+            return  # the mask never holds
+        if isinstance(value, NkiTensor):
+            if value.shape != self.shape:
+                raise ShapeError(
+                    f"value: a {value.shape} tile assigned to a {self.shape} view [rule shape]"
+                )
+            value = core.masked(value, region)
+        core.assign(core.masked(view, region), value)
 
     def _getitem(self, key: list) -> NkiTensor:
         for k in key:
@@ -1001,6 +1025,9 @@ class NkiTensor:
     def __setitem__(self, key, value) -> None:
         if isinstance(value, NkiTensor) and self._core.just_updated(value):
             return  # `t[i] += x`: Python stores back the view `+=` already updated
+        if type(key) is Mask:
+            self._assign_under(key, value)
+            return
         lazy = self._blocks if type(self._blocks) is LazyBlocks else None
         if lazy is not None:
             lazy.writing = True  # a released PSUM block may be given storage again
