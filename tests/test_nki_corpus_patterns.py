@@ -3150,6 +3150,7 @@ def test_view_reinterprets_a_tiles_bytes_as_another_dtype(dialect):
 
 def test_view_argument_errors():
     x = np.ones((128, 3), ml_dtypes.bfloat16)
+    x8 = np.ones((128, 8), np.float32)
 
     def odd(x):
         t = nl.ndarray((128, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
@@ -3167,6 +3168,15 @@ def test_view_argument_errors():
     with pytest.raises(FormatError, match="dtype: 'f64' is not a dtype") as info:
         tn.run(tn.jit(bad), x)
     _at(info, bad, "# VIEW")
+
+    def wide(x):
+        t = lnl.load(x)
+        a, b, c, d, e, f = lnl.mgrid[0:128, 0:2, 0:2, 0:2, 0:1, 0:1]
+        return t[a, b * 4 + c * 2 + d + e + f].view(nl.uint8)  # VIEW
+
+    with pytest.raises(tn.NotSupportedError, match="more than 4 free axes") as info:
+        tn.run(tn.jit_legacy(wide), x8)
+    _at(info, wide, "# VIEW")
 
 
 def test_a_masked_reductions_per_partition_result_keeps_the_masked_partitions_only():

@@ -1071,6 +1071,11 @@ class NkiTensor:
         dt = D.as_dtype(dtype, "dtype")
         if dt == self.dtype:
             return self
+        if self.ndim > MAX_AP_FREE + 1:
+            raise NotSupportedError(
+                f"view: a {self.shape} tile has more than {MAX_AP_FREE} free axes (an access "
+                "pattern's); view a tile of fewer"
+            )
         old, new = self.dtype.itemsize, dt.itemsize
         last = self.shape[-1] * old
         if last % new:
