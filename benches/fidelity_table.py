@@ -46,6 +46,7 @@ import importlib.util
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -268,6 +269,11 @@ def _aws_module(top: str, module: str):
     return importlib.import_module(module)
 
 
+#: Wall seconds of each ``tn.run`` ``_aws_run`` made (the emulation alone: not the kernel's
+#: import or its inputs; a cached point adds none), for ``aws_table``'s emulation column.
+_RUN_WALL: list[float] = []
+
+
 @functools.cache
 def _aws_run(root: str, spec: str, shape: tuple, dtype: str, lnc: int) -> float:
     repo, module, name = spec.split(":")
@@ -277,7 +283,9 @@ def _aws_run(root: str, spec: str, shape: tuple, dtype: str, lnc: int) -> float:
     with tn.install(), contextlib.redirect_stdout(sys.stderr):  # the kernels' own logs
         mod = _aws_module(top, module)
         args, kwargs = _aws_inputs(mod, name, shape, dtype)
+        t0 = time.perf_counter()
         rep = tn.run(getattr(mod, name), *args, grid=lnc if lnc > 1 else None, **kwargs)
+        _RUN_WALL.append(time.perf_counter() - t0)
     return rep.report.seconds
 
 
@@ -306,13 +314,17 @@ def aws_kernel_seconds(p: dict, root: str) -> float | None:
 
 
 def aws_table(points: list[dict], root: str) -> str:
-    """The points naming a public kernel, each with that kernel run from ``root``."""
-    lines = [("point", "conf", "use", "published", "AWS kernel", "unit", "ratio", "factor")]
+    """The points naming a public kernel, each with that kernel run from ``root``, and the
+    emulation's wall time (its ``nki.run`` calls: two when rows are extrapolated)."""
+    lines = [
+        ("point", "conf", "use", "published", "AWS kernel", "unit", "ratio", "factor", "emulation")
+    ]
     for p in points:
         if "aws_kernel" not in p:
             continue
         from trn2core.errors import Trn2Error
 
+        _RUN_WALL.clear()
         try:
             s, refused = aws_kernel_seconds(p, root), None
         except Trn2Error as e:  # what trn2core refuses in the kernel, named
@@ -321,7 +333,8 @@ def aws_table(points: list[dict], root: str) -> str:
         lines.append(
             (r.id, p["confidence"], p["use"], _fmt(r.published, "us"),
              refused or _fmt(r.predicted, "us"), "us",
-             "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r))
+             "-" if r.ratio is None else f"{r.ratio:.3f}", _factor_text(r),
+             f"{sum(_RUN_WALL):.1f} s" if _RUN_WALL else "-")
         )  # fmt: skip
     w = [max(len(x[i]) for x in lines) for i in range(len(lines[0]))]
     out = ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 5) else v.rjust(w[i])

@@ -276,6 +276,11 @@ def test_a_kernel_printed_in_a_documentation_page_is_run_from_its_code_block(tmp
     big["use"] = "info"
     lines = fidelity.aws_table([big], str(tmp_path)).splitlines()
     assert "refused: PartitionDimError [partition_dim]" in lines[2], lines  # K rows on chip
+    # The emulation column: the wall time of the kernel's runs (none for a refused one).
+    assert lines[0].split()[-1] == "emulation" and lines[2].split()[-1] == "-", lines
+    ran = dict(point, id="ran", kind="gemm", m=64, time_us=1.0, confidence="high", use="info")
+    row = fidelity.aws_table([ran], str(tmp_path)).splitlines()[2].split()
+    assert row[-1] == "s" and 0 <= float(row[-2]) < 60, row  # a tiny kernel: 0.0 s
 
 
 def test_the_rmsnorm_quant_profile_is_listed_and_only_awss_kernel_predicts_it(rows):
