@@ -187,22 +187,38 @@ pub(crate) struct KTile<'r, 'a> {
 pub(crate) fn run_tiles(
     tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
 ) -> Result<()> {
+    run_tiles_in(tiles, m, n, first, out, false)
+}
+
+/// [`run_tiles`] for a chain of `nc_matmul`s (the machine's): a chain too long for one pass
+/// runs in runs of tiles that each fit one (the same bits; up to [`ONE_PASS_FLOATS`] of packed
+/// panels at a time, where [`run_tiles`], `trn2core.gemm`'s driver, packs a tile at a time).
+pub(crate) fn run_chain_tiles(
+    tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
+) -> Result<()> {
+    run_tiles_in(tiles, m, n, first, out, true)
+}
+
+fn run_tiles_in(
+    tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32], in_runs: bool,
+) -> Result<()> {
     if m == 0 || n == 0 || tiles.is_empty() {
         return Ok(());
     }
     if !fp_env_is_ieee() {
         return Err(fp_env_error());
     }
+    let limit = ONE_PASS_FLOATS;
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive(kernel, tiles, m, n, first, out, ONE_PASS_FLOATS);
+            return drive(kernel, tiles, m, n, first, out, limit, in_runs);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive(kernel, tiles, m, n, first, out, ONE_PASS_FLOATS);
+            return drive(kernel, tiles, m, n, first, out, limit, in_runs);
         }
     }
-    drive(Portable, tiles, m, n, first, out, ONE_PASS_FLOATS)
+    drive(Portable, tiles, m, n, first, out, limit, in_runs)
 }
 
 /// A `[k, f]` operand of a set of chains ([`run_chains`]), read by rows (`k <= RUN` products in
@@ -599,9 +615,10 @@ pub(super) fn column_segments<'o>(
     cols
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive<K: MicroKernel>(
     kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
-    one_pass_floats: usize,
+    one_pass_floats: usize, in_runs: bool,
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
     // Blocks: MC x NC by default; narrower column blocks when there would be too few tasks to
@@ -636,6 +653,26 @@ fn drive<K: MicroKernel>(
     }
     // A tile holds at most its products: a short K must not cost 128 times the operands' memory.
     let kc_max = tiles.iter().map(|t| t.order.len()).max().unwrap_or(0);
+    if in_runs && tiles.len() > 1 && (a_len + b_len).saturating_mul(2 * kc_max) <= one_pass_floats {
+        // A long chain (a K of 8192 in 128-row tiles): runs of consecutive tiles, each as many
+        // as one pass holds, one after the other. Each run adds its tiles in order onto what
+        // the runs before left, so the bits are those of the tile-by-tile loop (NaNs are made
+        // canonical at the end either way).
+        let mut start = 0;
+        while start < tiles.len() {
+            let (mut end, mut k) = (start, 0);
+            while end < tiles.len()
+                && (a_len + b_len).saturating_mul(k + tiles[end].order.len()) <= one_pass_floats
+            {
+                k += tiles[end].order.len();
+                end += 1;
+            }
+            let run = &tiles[start..end];
+            drive_one_pass(kernel, run, m, n, first && start == 0, &mut tasks, k)?;
+            start = end;
+        }
+        return Ok(());
+    }
     let mut apack = PackBuf::take(m_panels * K::MR * kc_max, "the packed tile of a")?;
     let mut bpack = PackBuf::take(n_panels * K::NR * kc_max, "the packed tile of b")?;
     let (apack, bpack) = (apack.as_mut_slice(), bpack.as_mut_slice());
@@ -903,10 +940,10 @@ mod tests {
         let tiling = Tiling::gemm(mode);
         let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
         let tiles = k_tiles(&a, &b, k, tiling, &orders);
-        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS).expect("valid");
+        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS, false).expect("valid");
         // Tile by tile (no one-pass packing): the same bits.
         let mut by_tile = vec![0f32; m * n];
-        drive(kernel, &tiles, m, n, true, &mut by_tile, 0).expect("valid");
+        drive(kernel, &tiles, m, n, true, &mut by_tile, 0, false).expect("valid");
         assert_eq!(bits(&by_tile), bits(&out), "{m}x{k}x{n} one pass vs tile by tile");
         bits(&out)
     }
@@ -1029,7 +1066,7 @@ mod tests {
             t.a_t = a_t;
         }
         let mut out = values(99, m * n);
-        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats).expect("valid");
+        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats, true).expect("valid");
         bits(&out)
     }
 
@@ -1078,6 +1115,32 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A chain too long for one pass runs in runs of tiles, each one pass: the same bits as
+    /// the tile-by-tile loop and as one pass over all of it, NaN, infinities and a tail tile
+    /// included.
+    #[test]
+    fn a_chain_in_runs_of_one_pass_gives_the_tile_by_tile_bits() {
+        let (m, k, n) = (20, 1000, 70);
+        let mut a = values(11, m * k);
+        let b = values(12, k * n);
+        (a[3], a[500], a[k + 7]) = (f32::NAN, f32::INFINITY, f32::NEG_INFINITY);
+        let kernel = Portable;
+        let (ap, bp) =
+            (m.div_ceil(Portable::MR) * Portable::MR, n.div_ceil(Portable::NR) * Portable::NR);
+        for a_t in [false, true] {
+            let per_tile = chain_bits(kernel, &a, &b, (m, k, n), PerfMode::None, a_t, 0);
+            let whole = chain_bits(kernel, &a, &b, (m, k, n), PerfMode::None, a_t, usize::MAX);
+            // Two or three 128-row tiles a run (the last run shorter, with the tail tile).
+            for run_k in [256, 384] {
+                let limit = (ap + bp) * run_k;
+                let runs = chain_bits(kernel, &a, &b, (m, k, n), PerfMode::None, a_t, limit);
+                assert_eq!(runs, per_tile, "a_t={a_t} runs of {run_k}");
+            }
+            assert_eq!(whole, per_tile, "a_t={a_t}");
+            assert!(per_tile.iter().any(|&x| f32::from_bits(x).is_nan()));
         }
     }
 

@@ -57,7 +57,7 @@ mod operand;
 mod sparse;
 
 pub use gemm::{gemm_f32, gemm_f32_into};
-pub(crate) use gemm::{run_chains, run_tiles, ChainJob, ChainOperand, KTile, KeptPanels};
+pub(crate) use gemm::{run_chain_tiles, run_chains, ChainJob, ChainOperand, KTile, KeptPanels};
 pub(crate) use matmul::operand_readers_t;
 pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,

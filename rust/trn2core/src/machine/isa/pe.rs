@@ -291,7 +291,7 @@ impl Machine {
             .zip(chain)
             .map(|((a, b), q)| KTile { a, b, k0: 0, order: &order[..q.shape.k], a_t: true })
             .collect();
-        engine::run_tiles(&tiles, m, n, !head.accumulate, &mut out)?;
+        engine::run_chain_tiles(&tiles, m, n, !head.accumulate, &mut out)?;
         Ok(out)
     }
 
