@@ -2989,6 +2989,13 @@ def test_loop_reduce_misuse_is_an_error_at_its_line():
 # ------------------------------------------------- masks as indices, reinterpreting views
 
 
+def _refused_at(fn, marker: str, cls, text: str, *args, legacy: bool = True) -> None:
+    """Running kernel ``fn`` raises ``cls`` matching ``text`` at its line holding ``marker``."""
+    with pytest.raises(cls, match=text) as info:
+        tn.run((tn.jit_legacy if legacy else tn.jit)(fn), *args)
+    _at(info, fn, marker)
+
+
 def test_a_mask_as_an_index_restricts_the_region_a_matmul_reads_and_writes():
     # nki-samples' reference rmsnorm_quant broadcasts its last, partial gamma tile through the
     # PE as nc_matmul(ones, gamma[i, j][mask]): the view reaches past the tensor, the mask
@@ -3064,9 +3071,7 @@ def test_a_mask_index_errors():
         u = t[k3 < 1]  # MASK
         return u
 
-    with pytest.raises(Trn2Error, match=r"index: the mask restricts grid axis 2") as info:
-        tn.run(tn.jit_legacy(outside), x)
-    _at(info, outside, "# MASK")
+    _refused_at(outside, "# MASK", Trn2Error, r"index: the mask restricts grid axis 2", x)
 
     def unmasked(x):
         out = lnl.ndarray((128, 8), dtype=nl.float32, buffer=lnl.shared_hbm)
@@ -3077,9 +3082,7 @@ def test_a_mask_index_errors():
         lnl.store(out, lisa.nc_matmul(ones, t[p, f + 4]))  # OOB
         return out
 
-    with pytest.raises(Trn2Error, match=r"axis 1 reaches 11, outside size 8") as info:
-        tn.run(tn.jit_legacy(unmasked), x)
-    _at(info, unmasked, "# OOB")
+    _refused_at(unmasked, "# OOB", Trn2Error, r"axis 1 reaches 11, outside size 8", x)
 
 
 def test_assigning_through_a_mask_index_writes_where_the_mask_holds():
@@ -3121,9 +3124,7 @@ def test_an_instructions_result_through_a_mask_index_is_refused_at_its_line():
 
     for fn, text in ((pending, "result assigned through a mask index"),
                      (inplace, "in-place update through a mask index")):  # fmt: skip
-        with pytest.raises(tn.NotSupportedError, match=text) as info:
-            tn.run(tn.jit_legacy(fn), x)
-        _at(info, fn, "# SET")
+        _refused_at(fn, "# SET", tn.NotSupportedError, text, x)
 
 
 @pytest.mark.parametrize("dialect", ["current", "legacy"])
@@ -3157,26 +3158,20 @@ def test_view_argument_errors():
         nisa.dma_copy(dst=t, src=x)
         return t.view(nl.float32)  # VIEW
 
-    with pytest.raises(ShapeError, match="dtype: the last axis holds 6 bytes") as info:
-        tn.run(tn.jit(odd), x)
-    _at(info, odd, "# VIEW")
+    _refused_at(odd, "# VIEW", ShapeError, "dtype: the last axis holds 6 bytes", x, legacy=False)
 
     def bad(x):
         t = nl.ndarray((128, 3), dtype=nl.bfloat16, buffer=nl.sbuf)
         return t.view("f64")  # VIEW
 
-    with pytest.raises(FormatError, match="dtype: 'f64' is not a dtype") as info:
-        tn.run(tn.jit(bad), x)
-    _at(info, bad, "# VIEW")
+    _refused_at(bad, "# VIEW", FormatError, "dtype: 'f64' is not a dtype", x, legacy=False)
 
     def wide(x):
         t = lnl.load(x)
         a, b, c, d, e, f = lnl.mgrid[0:128, 0:2, 0:2, 0:2, 0:1, 0:1]
         return t[a, b * 4 + c * 2 + d + e + f].view(nl.uint8)  # VIEW
 
-    with pytest.raises(tn.NotSupportedError, match="more than 4 free axes") as info:
-        tn.run(tn.jit_legacy(wide), x8)
-    _at(info, wide, "# VIEW")
+    _refused_at(wide, "# VIEW", tn.NotSupportedError, "more than 4 free axes", x8)
 
 
 def test_a_masked_reductions_per_partition_result_keeps_the_masked_partitions_only():
@@ -3249,6 +3244,4 @@ def test_affine_range_with_precise_schedule_keeps_its_iterations_in_order():
     with pytest.raises(Trn2Error, match="loop-carried dependency in affine_range"):
         tn.run(tn.jit_legacy(_pipelined()), x)
     fn = _pipelined(precise_schedule="yes")
-    with pytest.raises(Trn2Error, match="precise_schedule: expected True or False") as info:
-        tn.run(tn.jit_legacy(fn), x)
-    _at(info, fn, "# LOOP")
+    _refused_at(fn, "# LOOP", Trn2Error, "precise_schedule: expected True or False", x)
