@@ -3245,3 +3245,42 @@ def test_affine_range_with_precise_schedule_keeps_its_iterations_in_order():
         tn.run(tn.jit_legacy(_pipelined()), x)
     fn = _pipelined(precise_schedule="yes")
     _refused_at(fn, "# LOOP", Trn2Error, "precise_schedule: expected True or False", x)
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+@pytest.mark.parametrize("idt", [np.uint32, np.int32])
+def test_gather_flattened_picks_each_partitions_elements_of_its_flattened_row(dialect, idt):
+    data = _rand(128, 2, 8, seed=8).astype(ml_dtypes.bfloat16)
+    idx = np.random.default_rng(9).integers(0, 16, (128, 5)).astype(idt)
+    lang = nl if dialect == "current" else lnl
+
+    def k(data, idx):
+        d, i = lang.load(data), lang.load(idx)
+        out = lang.ndarray((128, 5), dtype=nl.bfloat16, buffer=lang.shared_hbm)
+        wide = lang.ndarray((128, 5), dtype=nl.float32, buffer=lang.shared_hbm)
+        lang.store(out, lang.gather_flattened(d, i))
+        lang.store(wide, lang.gather_flattened(d, i, dtype=nl.float32))
+        return out, wide
+
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    out, wide = tn.run(jit(k), data, idx).outputs
+    want = np.take_along_axis(data.reshape(128, 16), idx.astype(np.int64), axis=1)
+    assert np.array_equal(out.view(np.uint16), want.view(np.uint16))
+    assert np.array_equal(wide, want.astype(np.float32))
+
+
+def test_gather_flattened_errors_name_the_argument_at_the_line():
+    data = _rand(128, 16, seed=8)
+    good = np.zeros((128, 4), np.uint32)
+
+    def axis(data, idx):
+        return nl.gather_flattened(nl.load(data), nl.load(idx), axis=1)  # CALL
+
+    def far(data, idx):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.gather_flattened(nl.load(data), nl.load(idx)))  # CALL
+        return out
+
+    _refused_at(axis, "# CALL", tn.NotSupportedError, "axis: .*default axis=0", data, good,
+                legacy=False)  # fmt: skip
+    _refused_at(far, "# CALL", Trn2Error, "indices", data, good + 16, legacy=False)

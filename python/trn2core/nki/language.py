@@ -789,7 +789,34 @@ def _unsupported(name: str):
     return g
 
 
-gather_flattened = _unsupported("gather_flattened")
+@api
+def gather_flattened(data, indices, axis=0, dtype=None, **kwargs) -> NkiTensor:
+    """``out[p, j] = data[p, indices[p, j]]``, ``data``'s free axes flattened: each partition
+    gathers from its own row, as the NKI docs describe it (experimental there), on GpSimd's
+    ``nc_n_gather`` (uint32 indices; int32 ones read as their bits). A new SBUF tile of
+    ``indices``' shape, in ``data``'s dtype or ``dtype`` (then converted by a copy). trn2core
+    takes the default ``axis=0`` only (the gather is along the free axes)."""
+    core = _core_of(data, indices)
+    core.on_chip(data, "data")
+    core.on_chip(indices, "indices")
+    if not is_int(axis) or int(axis) != 0:
+        raise NotSupportedError(
+            f"axis: gather_flattened gathers along data's flattened free axes; trn2core takes "
+            f"the default axis=0, got {axis!r}"
+        )
+    if np.dtype(indices.dtype) == np.dtype(np.int32):
+        indices = indices.view(uint32)
+    dt = data.dtype if dtype is None else D.as_dtype(dtype, "dtype")
+
+    def issue(dst: NkiTensor) -> None:
+        if dt == data.dtype:
+            core.issue("nc_n_gather", dst.tile, data.tile, indices.tile)
+            return
+        tmp = core.alloc(indices.shape, data.dtype, SBUF, 0)
+        core.issue("nc_n_gather", tmp.tile, data.tile, indices.tile)
+        core.issue("tensor_copy", "vector", dst.tile, tmp.tile)
+
+    return core.pend(indices.shape, dt, SBUF, issue)
 
 
 @api
