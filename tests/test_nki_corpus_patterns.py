@@ -3284,3 +3284,44 @@ def test_gather_flattened_errors_name_the_argument_at_the_line():
     _refused_at(axis, "# CALL", tn.NotSupportedError, "axis: .*default axis=0", data, good,
                 legacy=False)  # fmt: skip
     _refused_at(far, "# CALL", Trn2Error, "indices", data, good + 16, legacy=False)
+
+
+@pytest.mark.parametrize("dialect", ["current", "legacy"])
+def test_rms_norm_is_x_over_its_rms_times_w_in_trn2cores_order(dialect):
+    x = _rand(128, 64, seed=10).astype(ml_dtypes.bfloat16)
+    w = _rand(128, 64, seed=11)
+    lang = nl if dialect == "current" else lnl
+
+    def k(x, w):
+        out = lang.ndarray((128, 64), dtype=nl.bfloat16, buffer=lang.shared_hbm)
+        lang.store(out, lang.rms_norm(lang.load(x), lang.load(w), axis=1, n=100, epsilon=1e-3))
+        return out
+
+    jit = tn.jit if dialect == "current" else tn.jit_legacy
+    got = tn.run(jit(k), x, w).outputs
+    f32 = np.float32
+    xf = x.astype(f32)
+    ss = np.zeros((128, 1), f32)
+    for c in range(64):  # the squares' float32 sum in order
+        ss += xf[:, c : c + 1] * xf[:, c : c + 1]
+    t = (ss * f32(1 / 100)).astype(f32) + f32(1e-3)  # n=100: not the axis length
+    inv = (1.0 / np.sqrt(t.astype(np.float64))).astype(f32)
+    want = ((xf * inv) * w).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_rms_norm_refuses_what_it_does_not_take():
+    x = np.ones((128, 8), np.float32)
+
+    def shape(x):
+        return nl.rms_norm(nl.load(x), nl.load(x)[:, 0:4], axis=1, n=8)  # CALL
+
+    def count(x):
+        return nl.rms_norm(nl.load(x), nl.load(x), axis=1, n=0)  # CALL
+
+    def axis(x):
+        return nl.rms_norm(nl.load(x), nl.load(x), axis=0, n=8)  # CALL
+
+    _refused_at(shape, "# CALL", ShapeError, r"w: expected \(128, 8\)", x, legacy=False)
+    _refused_at(count, "# CALL", Trn2Error, "n: a positive count", x, legacy=False)
+    _refused_at(axis, "# CALL", tn.NotSupportedError, "over its free axis", x, legacy=False)

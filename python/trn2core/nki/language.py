@@ -894,7 +894,49 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     return core.reduce("add", sq, axis, out_dt, False, mask, True)
 
 
-rms_norm = _unsupported("rms_norm")
+@api
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, **kwargs) -> NkiTensor:
+    """``x / RMS(x) * w`` over the free axis of a 2-D tile (experimental in the NKI docs),
+    ``RMS(x) = sqrt(sum(x^2) / n + epsilon)`` with ``n`` the count the caller gives. Lowered
+    by trn2core (the compiler's sequence is not published): the squares' float32 sum in order
+    (Scalar ``activation``), ``rsqrt(sum * (1/n) + epsilon)`` (``activation``, epsilon a
+    float32 bias tile), then ``(x * that) * w`` in float32, rounded once to ``dtype`` (``x``'s
+    by default; Vector ``scalar_tensor_tensor``). ``compute_dtype`` other than float32 is
+    refused."""
+    core = _core_of(x, w)
+    x, w = core.on_chip(x, "x"), core.on_chip(w, "w")
+    if x.ndim != 2 or not is_int(axis) or int(axis) not in (1, -1):
+        raise NotSupportedError(
+            f"rms_norm: a 2-D tile normalised over its free axis (axis=1); got {x.shape}, "
+            f"axis={axis!r}"
+        )
+    if w.shape != x.shape:
+        raise ShapeError(f"w: expected {x.shape} (x's shape), got {w.shape} [rule shape]")
+    if not is_int(n) or int(n) < 1:
+        raise Trn2ValueError(f"n: a positive count of values, got {n!r}", arg="n")
+    if compute_dtype is not None and D.as_dtype(compute_dtype, "compute_dtype") != float32:
+        raise NotSupportedError("compute_dtype: trn2core computes rms_norm in float32")
+    eps = float(epsilon)
+    core.flush()
+    p = x.shape[0]
+    sq = core.alloc(x.shape, float32, SBUF, 0)
+    ss = core.alloc((p, 1), float32, SBUF, 0)
+    core.m.issue_at(
+        core.loc, "activation", sq.tile, "square", x.tile, None, None, "add", ss.tile,
+        "reset_reduce",
+    )  # fmt: skip
+    bias = core.alloc((p, 1), float32, SBUF, 0)
+    core.issue("memset", "vector", bias.tile, eps)
+    inv = core.alloc((p, 1), float32, SBUF, 0)
+    core.m.issue_at(core.loc, "activation", inv.tile, "rsqrt", ss.tile, bias.tile, 1.0 / int(n))
+    dt = x.dtype if dtype is None else D.as_dtype(dtype, "dtype")
+
+    def issue(dst: NkiTensor) -> None:
+        core.issue(
+            "scalar_tensor_tensor", dst.tile, x.tile, "multiply", inv.tile, "multiply", w.tile
+        )
+
+    return core.pend(x.shape, dt, SBUF, issue)
 
 
 def _loop_index(i) -> bool:
