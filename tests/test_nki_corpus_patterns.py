@@ -3325,3 +3325,43 @@ def test_rms_norm_refuses_what_it_does_not_take():
     _refused_at(shape, "# CALL", ShapeError, r"w: expected \(128, 8\)", x, legacy=False)
     _refused_at(count, "# CALL", Trn2Error, "n: a positive count", x, legacy=False)
     _refused_at(axis, "# CALL", tn.NotSupportedError, "over its free axis", x, legacy=False)
+
+
+def test_atomic_rmw_adds_each_partitions_row_into_its_indexed_row_in_order():
+    @tn.jit_legacy
+    def k(table, idx, v):
+        out = lnl.ndarray(table.shape, dtype=table.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, lnl.load(table))
+        i_f = lnl.arange(8)[None, :]
+        ix = lnl.load(idx)
+        lnl.atomic_rmw(out[ix, i_f], value=lnl.load(v), op=np.add)  # RMW
+        return out
+
+    table = _rand(40, 8, seed=12)
+    idx = np.array([3, 1, 3, 0, 39, 3] * 4, np.int32)[:, None]  # repeats accumulate
+    v = _rand(24, 8, seed=13)
+    want = table.copy()
+    for p in range(24):  # in partition order, each add rounded to float32
+        want[idx[p, 0]] = want[idx[p, 0]] + v[p]
+    assert np.array_equal(k(table, idx, v), want)
+    bad = idx.copy()
+    bad[5, 0] = 40
+    with pytest.raises(tn.OutOfBoundsError, match="holds 40 at partition 5") as info:
+        k(table, bad, v)
+    _at(info, k.fn, "# RMW")
+
+    def direct(table, idx, v):
+        out = lnl.ndarray(table.shape, dtype=table.dtype, buffer=lnl.shared_hbm)
+        lnl.atomic_rmw(out[0:24, :], value=lnl.load(v), op=np.add)  # CALL
+        return out
+
+    def mul(table, idx, v):
+        out = lnl.ndarray(table.shape, dtype=table.dtype, buffer=lnl.shared_hbm)
+        ix = lnl.load(idx)
+        lnl.atomic_rmw(out[ix, lnl.arange(8)[None, :]], value=lnl.load(v), op=np.multiply)  # CALL
+        return out
+
+    _refused_at(direct, "# CALL", tn.NotSupportedError, "dst: atomic_rmw updates an indirect",
+                table, idx, v)  # fmt: skip
+    _refused_at(mul, "# CALL", tn.NotSupportedError, "op: atomic_rmw supports np.add",
+                table, idx, v)  # fmt: skip

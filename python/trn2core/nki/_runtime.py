@@ -1603,6 +1603,71 @@ class Core:
 
         return self.pend(shape, D.float32, PSUM, issue, ("matmul", issue))
 
+    def indirect_rows(self, acc, ranges, plo: int, phi: int):
+        """The HBM rows an indirect access ``a[idx, j]`` (``acc``, an ``Indirect``) reaches for
+        partitions ``plo .. phi`` under ``ranges``: ``(values, row)`` with ``values`` the index
+        tile's values (read now, in program order) and ``row(i, count, step)`` the tile of
+        ``count`` rows from value ``values[i]``, ``step`` index values apart. Values outside
+        the indexed axis are an ``OutOfBoundsError``."""
+        base, key, axis, idx = acc.base, list(acc.key), acc.axis, acc.idx
+        raw = self.m.read(idx.tile[plo:phi])
+        vals = raw.view(D.HOST_DTYPE[D.machine_name(idx.dtype)]).reshape(-1).astype(np.int64)
+        size = base.shape[axis]
+        bad = np.flatnonzero((vals < 0) | (vals >= size))
+        if bad.size:
+            p = int(bad[0])
+            raise OutOfBoundsError(
+                f"index: the index tile holds {int(vals[p])} at partition {plo + p}, outside "
+                f"axis {axis} of size {size} (tensor {base.shape}) [rule bounds]"
+            )
+        t = base.tile
+        mstride = [t.row_step] + [st for st, _ in t.pattern]
+        exprs = [k for k in key if isinstance(k, IndexExpr)]
+        gshape = grid_of(exprs) if exprs else (1, 1)
+        nd = len(gshape)
+        axis_var: list = [None] * nd
+        for e in exprs:
+            for v in e.terms:
+                axis_var[var_axis(v, nd)] = v
+        lo = [ranges[0].get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
+        sizes = [
+            ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
+            for g, v in enumerate(axis_var)
+        ]
+
+        def coef(k, v) -> int:
+            return k.terms.get(v, 0) if isinstance(k, IndexExpr) and v is not None else 0
+
+        def const(k) -> int:
+            if isinstance(k, IndexExpr):
+                return k.const + sum(c * lo[var_axis(v, nd)] for v, c in k.terms.items())
+            return int(k)
+
+        for a, k in enumerate(key):
+            if a == axis:
+                continue
+            c = const(k)
+            for x in [
+                c,
+                *(c + coef(k, v) * (sizes[g] - 1) for g, v in enumerate(axis_var) if v is not None),
+            ]:
+                if not 0 <= x < base.shape[a]:
+                    raise OutOfBoundsError(
+                        f"index: axis {a} reaches {x}, outside size {base.shape[a]} [rule bounds]"
+                    )
+        offset0 = sum(mstride[a] * const(k) for a, k in enumerate(key) if a != axis)
+        free = [
+            (sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)), sizes[g])
+            for g in range(1, nd)
+        ] or [(1, 1)]
+
+        def row(i: int, count: int, step: int):
+            return t.rows(count, mstride[axis] * step).ap(
+                free, offset0 + mstride[axis] * int(vals[i])
+            )
+
+        return vals, row
+
     def gather(self, src: NkiTensor, ranges, dtype) -> NkiTensor:
         """``nl.load(a[idx, j])``: an indirect DMA, partition ``p`` of the new tile reading
         index ``idx[p]`` of the indexed axis. trn2core reads the index values when the load
@@ -1611,68 +1676,13 @@ class Core:
         that wrote ``idx`` is not modelled). Index values outside the axis are an
         ``OutOfBoundsError``; a mask limits the partitions (and free indices) read."""
         acc = src._access
-        base, key, axis, idx = acc.base, list(acc.key), acc.axis, acc.idx
 
         def issue(dst: NkiTensor) -> None:
             if ranges is None:
                 return
             plo, phi = ranges[1].get(0, (0, dst.shape[0]))
             d = self.masked(dst, ranges)
-            raw = self.m.read(idx.tile[plo:phi])
-            vals = raw.view(D.HOST_DTYPE[D.machine_name(idx.dtype)]).reshape(-1).astype(np.int64)
-            size = base.shape[axis]
-            bad = np.flatnonzero((vals < 0) | (vals >= size))
-            if bad.size:
-                p = int(bad[0])
-                raise OutOfBoundsError(
-                    f"index: the index tile holds {int(vals[p])} at partition {plo + p}, outside "
-                    f"axis {axis} of size {size} (tensor {base.shape}) [rule bounds]"
-                )
-            t = base.tile
-            mstride = [t.row_step] + [st for st, _ in t.pattern]
-            exprs = [k for k in key if isinstance(k, IndexExpr)]
-            gshape = grid_of(exprs) if exprs else (1, 1)
-            nd = len(gshape)
-            axis_var: list = [None] * nd
-            for e in exprs:
-                for v in e.terms:
-                    axis_var[var_axis(v, nd)] = v
-            lo = [ranges[0].get(v, (0, v.size))[0] if v is not None else 0 for v in axis_var]
-            sizes = [
-                ranges[0][v][1] - ranges[0][v][0] if v in ranges[0] else gshape[g]
-                for g, v in enumerate(axis_var)
-            ]
-
-            def coef(k, v) -> int:
-                return k.terms.get(v, 0) if isinstance(k, IndexExpr) and v is not None else 0
-
-            def const(k) -> int:
-                if isinstance(k, IndexExpr):
-                    return k.const + sum(c * lo[var_axis(v, nd)] for v, c in k.terms.items())
-                return int(k)
-
-            for a, k in enumerate(key):
-                if a == axis:
-                    continue
-                c = const(k)
-                for x in [
-                    c,
-                    *(
-                        c + coef(k, v) * (sizes[g] - 1)
-                        for g, v in enumerate(axis_var)
-                        if v is not None
-                    ),
-                ]:
-                    if not 0 <= x < base.shape[a]:
-                        raise OutOfBoundsError(
-                            f"index: axis {a} reaches {x}, outside size {base.shape[a]} "
-                            "[rule bounds]"
-                        )
-            offset0 = sum(mstride[a] * const(k) for a, k in enumerate(key) if a != axis)
-            free = [
-                (sum(mstride[a] * coef(k, axis_var[g]) for a, k in enumerate(key)), sizes[g])
-                for g in range(1, nd)
-            ] or [(1, 1)]
+            vals, row = self.indirect_rows(acc, ranges, plo, phi)
             n, p = len(vals), 0
             while p < n:
                 q = p + 1
@@ -1680,13 +1690,25 @@ class Core:
                 while q + 1 <= n - 1 and int(vals[q + 1] - vals[q]) == step:
                     q += 1
                 count = q - p + 1 if q < n else 1
-                run = t.rows(count, mstride[axis] * step).ap(
-                    free, offset0 + mstride[axis] * int(vals[p])
-                )
-                self.issue("dma_copy", d.tile[p : p + count], run, None)
+                self.issue("dma_copy", d.tile[p : p + count], row(p, count, step), None)
                 p += count
 
         return self.pend_valid(self.pend(src.shape, dtype, SBUF, issue), ranges)
+
+    def atomic_rmw(self, dst: NkiTensor, value, ranges) -> None:
+        """``nl.atomic_rmw(a[idx, j], value, np.add)``: row ``idx[p]`` of ``a`` += partition
+        ``p`` of ``value``, one ``dma_compute`` (float32 sum, rounded once to ``a``'s dtype)
+        a partition in partition order, so repeated indices add up as atomic updates do (the
+        order among them is ours)."""
+        self.flush()
+        if ranges is None:
+            return
+        plo, phi = ranges[1].get(0, (0, dst.shape[0]))
+        vals, row = self.indirect_rows(dst._access, ranges, plo, phi)
+        v = self.masked(value, ranges)
+        for i in range(len(vals)):
+            r = row(i, 1, 0)
+            self.issue("dma_compute", r, [r, v.tile[i : i + 1]], None)
 
     def offset_value(self, t: NkiTensor) -> int:
         """The integer in the one-element tensor ``t``, read now (in program order)."""

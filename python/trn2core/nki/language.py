@@ -1018,7 +1018,28 @@ def _stores_after_calls(code) -> dict[int, tuple[str, str]]:
 
 
 all_reduce = _unsupported("all_reduce")
-atomic_rmw = _unsupported("atomic_rmw")
+
+
+@api
+def atomic_rmw(dst, value, op, *, mask=None, **kwargs) -> None:
+    """``dst = op(dst, value)`` atomically on HBM (the legacy NKI docs): ``dst`` an indirect
+    access ``a[idx_tile, j]`` (the only form documented), ``op`` ``np.add`` (the only one),
+    ``value`` a tile of one row per index. Row ``idx[p]`` of ``a`` gets partition ``p`` of
+    ``value`` added in float32 and rounded once to ``a``'s dtype (``dma_compute``), partition
+    after partition, so repeated indices accumulate (the order among them is ours)."""
+    if not isinstance(dst, NkiTensor) or type(dst._access) is not Indirect:
+        raise NotSupportedError(
+            "dst: atomic_rmw updates an indirect HBM access a[idx_tile, j] (the documented form)"
+        )
+    if alu_name(op, "op") != "add":
+        raise NotSupportedError(f"op: atomic_rmw supports np.add (the NKI docs), got {op!r}")
+    core = _core_of(dst, value)
+    value = core.on_chip(value, "value")
+    if value.shape != dst.shape:
+        raise ShapeError(
+            f"value: a {value.shape} tile for a {dst.shape} indirect access [rule shape]"
+        )
+    core.atomic_rmw(dst, value, core.mask_ranges(mask, dst.ndim, value))
 
 
 def _remainder(name: str, rounding: str, doc: str) -> Op:
