@@ -127,11 +127,7 @@ def nc_matmul(
     if mask is False:
         shape = (stationary.shape[1], stationary.shape[0] if is_transpose else moving.shape[1])
         dt = stationary.dtype if is_transpose else D.float32
-
-        def nothing(*_):
-            pass
-
-        return core.pend(shape, dt, PSUM, nothing, ("matmul", nothing))
+        return _no_matmul(core, shape, dt)
     if is_transpose:
 
         def issue(d):
@@ -157,6 +153,16 @@ def nc_matmul(
     return core.matmul_pending(stationary, moving, shape, (pm, pos, size, False))
 
 
+def _no_matmul(core, shape, dtype):
+    """The pending result of an ``nc_matmul`` that is left out (its mask never holds): no
+    instruction, assigned or accumulated."""
+
+    def nothing(*_):
+        pass
+
+    return core.pend(shape, dtype, PSUM, nothing, ("matmul", nothing))
+
+
 def _matmul_under(core, stationary, moving, shape, opts):
     """``nc_matmul`` of operands that hold a region only (``t[mask]``, or a masked
     instruction's result): the contraction over the partitions both hold, into the result's
@@ -170,7 +176,7 @@ def _matmul_under(core, stationary, moving, shape, opts):
             k = (max(k[0], r[0]), min(k[1], r[1]))
     out = {a: r for a, r in ((0, sv.get(1)), (1, mv.get(1))) if r is not None}
     if k[0] >= k[1] or any(lo >= hi for lo, hi in out.values()):
-        return core.pend(shape, D.float32, PSUM, lambda *_: None, ("matmul", lambda *_: None))
+        return _no_matmul(core, shape, D.float32)
     st = core.masked(stationary, ({}, {0: k, **({1: out[0]} if 0 in out else {})}))
     mo = core.masked(moving, ({}, {0: k, **({1: out[1]} if 1 in out else {})}))
     res = core.matmul_pending(st, mo, shape, opts)

@@ -1019,12 +1019,7 @@ mod tests {
         let w32 = m.alloc(Space::Psum, "w32", &[2, 5], Dtype::Uint32).expect("w32");
         let w8 = m.alloc(Space::Sbuf, "w8", &[1, 4], Dtype::Int8).expect("w8");
         let g16 = m.alloc(Space::Sbuf, "g16", &[3, 2], Dtype::Uint16).expect("g16");
-        let read = |m: &Machine, t: &Tile, size: usize| -> Vec<u32> {
-            let b = m.read_tile(t).expect("read");
-            b.chunks(size)
-                .map(|c| c.iter().rev().fold(0u32, |acc, &x| acc << 8 | x as u32))
-                .collect()
-        };
+        let read = super::super::test_util::read_words;
         m.set_rng_seed(&seed).expect("seed");
         let seeded = StochasticBits::new((1 << 32) | 7);
         m.rng(Engine::Vector, &w32).expect("rng");

@@ -776,10 +776,7 @@ mod tests {
         m.rand_set_state(Engine::Gpsimd, &rows(&seeds, 32, 35)).expect("set");
         let state = m.alloc(Space::Sbuf, "state", &[40, 6], Dtype::Uint32).expect("state");
         m.rand_get_state(Engine::Gpsimd, &rows(&state, 32, 35)).expect("get");
-        let read = |m: &Machine, t: &Tile, size: usize| -> Vec<u32> {
-            let b = m.read_tile(t).expect("read");
-            b.chunks(size).map(|c| c.iter().rev().fold(0u32, |a, &x| a << 8 | x as u32)).collect()
-        };
+        let read = crate::machine::isa::test_util::read_words;
         assert_eq!(read(&m, &rows(&state, 32, 35), 4), words[192..210]);
         let out = m.alloc(Space::Sbuf, "out", &[40, 4], Dtype::Uint16).expect("out");
         m.rng(Engine::Gpsimd, &rows(&out, 32, 35)).expect("rng");

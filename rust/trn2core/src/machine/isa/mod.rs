@@ -1285,4 +1285,11 @@ pub(crate) mod test_util {
         let b: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()[..esize].to_vec()).collect();
         m.write_tile(t, &b).expect("write");
     }
+
+    /// `t`'s elements as words, each read from its `esize` little-endian bytes (the inverse
+    /// of [`put_words`]).
+    pub(crate) fn read_words(m: &Machine, t: &Tile, esize: usize) -> Vec<u32> {
+        let b = m.read_tile(t).expect("read");
+        b.chunks(esize).map(|c| c.iter().rev().fold(0u32, |a, &x| a << 8 | x as u32)).collect()
+    }
 }
