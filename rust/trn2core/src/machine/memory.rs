@@ -443,6 +443,21 @@ pub struct TensorInfo {
     /// The instruction that last wrote each byte (HBM only, once [`Memories::track_writers`]
     /// asked for it; [`NO_WRITER`]: none, or a write outside any instruction).
     pub(crate) writers: Option<Vec<u32>>,
+    /// What this tensor is a copy of, if anything ([`CopyOf`]): an SBUF tensor that one
+    /// `dma_copy` wrote whole from HBM, or the spill slot such a tensor was moved to.
+    pub(crate) copy_of: Option<CopyOf>,
+}
+
+/// An SBUF tensor's whole contents loaded by one `dma_copy` from `src`, a region of an HBM
+/// tensor no one has written since it was made (a kernel's input, its weights): when the
+/// tensor must make room it need not be stored, since loading `src` again gives the same bytes
+/// (the compiler reloads such data instead of spilling it: docs/nki.md, current-dialect
+/// liveness). `stamp`: SBUF's write count ([`SbufWrites`]) right after the load; a write to the
+/// tensor's bytes since ends the claim.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CopyOf {
+    pub(crate) src: Tile,
+    pub(crate) stamp: u64,
 }
 
 /// [`TensorInfo::writers`] of a byte no instruction wrote.
@@ -800,6 +815,7 @@ impl Memories {
             fully_written: false,
             stored: false,
             writers: None,
+            copy_of: None,
         });
     }
 
@@ -851,6 +867,7 @@ impl Memories {
             fully_written: data.is_some(),
             stored: false,
             writers: None,
+            copy_of: None,
         });
         Ok(self.id(slot))
     }
@@ -1110,6 +1127,34 @@ impl Memories {
                 )
                 .with_rule("uninitialized_read"))
             }
+        }
+    }
+
+    /// The claim of SBUF tensor (or spill slot) `id` to be a copy of an HBM region
+    /// ([`CopyOf`]), if it still holds: the region's tensor is live and unwritten since it was
+    /// made, and (an SBUF tensor) no byte of the tensor was written after the load.
+    pub(crate) fn intact_copy(&self, id: TensorId) -> Option<CopyOf> {
+        let t = self.tensor(id).ok()?;
+        let c = t.copy_of?;
+        let src = self.tensor(c.src.tensor).ok()?;
+        if src.space != Space::Hbm || src.stored {
+            return None;
+        }
+        if t.space == Space::Sbuf {
+            let span = Some((t.address, t.address.saturating_add(t.bytes)));
+            if self.sbuf_writes.since(span, c.stamp) {
+                return None;
+            }
+        }
+        Some(c)
+    }
+
+    /// Records that SBUF tensor `id` now holds a copy of `src` (a region of an HBM tensor
+    /// unwritten since it was made), as of SBUF's write count now; `None` forgets any claim.
+    pub(crate) fn set_copy_of(&mut self, id: TensorId, src: Option<Tile>) {
+        let stamp = self.sbuf_writes.now();
+        if let Ok(t) = self.tensor_mut(id) {
+            t.copy_of = src.map(|src| CopyOf { src, stamp });
         }
     }
 

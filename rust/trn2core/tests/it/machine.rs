@@ -1379,6 +1379,44 @@ fn spill_reload_is_a_move_and_two_spill_dmas() {
     assert_eq!(m.instructions(), 0);
 }
 
+/// An SBUF tensor one `dma_copy` loaded whole from an HBM input nobody has written is a copy of
+/// it: moved to a slot and reloaded, it is loaded from the input again (one DMA reading what
+/// the load read, counted as a reload), not stored and loaded. Once the input is written (here
+/// while the tensor is out), the reload is the slot's store and load, with the bits the tensor
+/// had.
+#[test]
+fn spill_reload_of_a_whole_copy_of_an_unwritten_input_loads_the_input_again() {
+    for written in [false, true] {
+        let mut m = core();
+        let (h, host) = random_hbm(&mut m, "in", &[128, 16], 125);
+        let s = alloc(&mut m, "s", &[128, 16], Dtype::Fp32);
+        m.dma_copy(&s, &h, None).expect("load");
+        let slot = m.hbm_tensor("slot", &[128, 16], Dtype::Fp32, None).expect("slot");
+        m.spill_move(&slot, &s).expect("save");
+        m.free(&s).expect("free");
+        if written {
+            let (other, _) = random_tile(&mut m, "other", &[128, 16], Dtype::Fp32, 126);
+            m.dma_copy(&h, &other, None).expect("write the input");
+        }
+        let back = alloc(&mut m, "back", &[128, 16], Dtype::Fp32);
+        let before = m.instructions();
+        m.spill_reload(&back, &slot, None).expect("reload");
+        assert_eq!(get(&m, &back), host);
+        let rep = m.run().expect("run");
+        let bytes = 128 * 16 * 4;
+        if written {
+            assert_eq!(m.instructions() - before, 2);
+            assert_eq!(rep.spill_bytes, 2 * bytes);
+        } else {
+            assert_eq!(m.instructions() - before, 1);
+            assert_eq!(rep.spill_bytes, bytes);
+            let reload = m.program().instrs.last().expect("recorded");
+            let load = &m.program().instrs[0];
+            assert_eq!(m.program().reads(reload), m.program().reads(load));
+        }
+    }
+}
+
 // --------------------------------------------------------------------- rules and errors
 
 #[test]

@@ -68,6 +68,16 @@ impl Machine {
             (s.tile.elements() * src.dtype.size()).max(d.tile.elements() * dst.dtype.size());
         let cost = dma_cost(dst, std::slice::from_ref(src), bytes);
         self.program.push(opc, Queue::Dma(q), &[s.region()], &[d.region()], cost);
+        if dst.space == Space::Sbuf {
+            // A whole SBUF tensor loaded unconverted from HBM no one has written: a copy of
+            // that region (`CopyOf`), reloaded from it instead of stored if it must make room.
+            let whole = self.mem.tensor(dst.tensor).is_ok_and(|t| t.full_tile(dst.tensor) == *dst);
+            let copy = src.space == Space::Hbm
+                && src.dtype == dst.dtype
+                && whole
+                && self.mem.tensor(src.tensor).is_ok_and(|t| !t.stored);
+            self.mem.set_copy_of(dst.tensor, copy.then_some(*src));
+        }
         Ok(())
     }
 
@@ -173,6 +183,11 @@ impl Machine {
         let to_hbm = dst.space == Space::Hbm;
         let (chip, hbm) = if to_hbm { (src, dst) } else { (dst, src) };
         self.mem.spill_bytes(chip.tensor, hbm.tensor, to_hbm, true)?;
+        if to_hbm {
+            // The slot holds what the tensor held: a copy of an HBM region if it was one.
+            let copy = self.mem.intact_copy(chip.tensor).map(|c| c.src);
+            self.mem.set_copy_of(hbm.tensor, copy);
+        }
         Ok(())
     }
 
@@ -181,10 +196,29 @@ impl Machine {
     /// tensor `tile`, then the store's `dma_spill` (`tile` to `slot`) and the load's (`slot`
     /// to `tile`) recorded, on `queue` (`None`: the queues in turn). The same as those three
     /// calls, with the bytes copied once.
+    ///
+    /// A tensor that was a copy of an HBM region no one has written since ([`CopyOf`]: one
+    /// `dma_copy` loaded it whole, nothing wrote it after) is not stored: the reload is one DMA
+    /// from that region, priced as the load was, and counted as a reload (the compiler loads
+    /// such data again instead of spilling it; NKI's profile counts weights "loaded multiple
+    /// times" apart from spilled intermediates). The bytes come from the slot either way (the
+    /// same bytes, since the region is unchanged).
     pub fn spill_reload(&mut self, tile: &Tile, slot: &Tile, queue: Option<u8>) -> Result<()> {
+        let copy = self.mem.intact_copy(slot.tensor);
         self.spill_move(tile, slot)?;
-        self.dma_spill_copying(slot, tile, queue, false)?;
-        self.dma_spill_copying(tile, slot, queue, false)
+        let Some(copy) = copy else {
+            self.dma_spill_copying(slot, tile, queue, false)?;
+            return self.dma_spill_copying(tile, slot, queue, false);
+        };
+        let q = self.dma_queue(queue)?;
+        let s = self.operand("src", &copy.src, None, false)?;
+        let d = self.operand("dst", tile, None, true)?;
+        let bytes = tile.elements() * tile.dtype.size();
+        let mut cost = dma_cost(tile, std::slice::from_ref(&copy.src), bytes);
+        cost.flags |= flags::SPILL;
+        self.program.push(Opcode::DmaCopy, Queue::Dma(q), &[s.region()], &[d.region()], cost);
+        self.mem.set_copy_of(tile.tensor, Some(copy.src));
+        Ok(())
     }
 
     /// The next DMA queue: `queue`, checked, or (`None`) the queues in turn.
