@@ -1615,6 +1615,16 @@ pub const SOURCES: &[Source] = &[
         read: "the paper's xorwow code (state x, y, z, w, v, d; d += 362437)",
     },
     Source {
+        tag: "S42",
+        title: "Neuron Explorer: Profile Parquet Schema Reference (spill_save_bytes, \
+                spill_reload_bytes: \"Spilled data is the intermediate tensors computed by the \
+                engines\"; weight_queue_bytes: weights \"loaded multiple times or spilled and \
+                reloaded\")",
+        url: neuron_doc!("tools/neuron-explorer/profile-schema-reference"),
+        also: &[],
+        read: neuron_docs_read!(),
+    },
+    Source {
         tag: "P",
         title: "The product description of Trainium2 trn2core was specified from (an encyclopedia-style \
                 article \"AWS Trainium 2\", last reviewed 2026-05-17)",
@@ -1794,7 +1804,7 @@ mod tests {
         let link = entry("neuronlink_xy_link_bytes_per_s").expect("in the table");
         assert_eq!((link.tags(), link.status()), (vec!["P", "S5"], "D"));
         assert_eq!(source("[S3]").map(|s| s.title), Some("Trainium2 Architecture"));
-        assert!(source("S42").is_none() && source("").is_none());
+        assert!(source("S43").is_none() && source("").is_none());
     }
 
     #[test]
@@ -1816,12 +1826,12 @@ mod tests {
             for url in std::iter::once(&s.url).chain(s.also).filter(|u| !u.is_empty()) {
                 assert!(url.starts_with("https://") && !url.contains(' '), "{}: {url}", s.tag);
             }
-            if i < 41 {
-                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S41 in order");
+            if i < 42 {
+                assert_eq!(s.tag, format!("S{}", i + 1), "S1..S42 in order");
             }
             assert!(SOURCES[..i].iter().all(|t| t.tag != s.tag), "{} twice", s.tag);
         }
-        assert_eq!(SOURCES.len(), 43);
+        assert_eq!(SOURCES.len(), 44);
         let letters: Vec<_> = STATUSES.iter().map(|s| s.letter).collect();
         assert_eq!(letters, ["D", "I", "C", "calibrated"]);
     }
