@@ -1019,8 +1019,8 @@ def test_errors_outside_a_kernel_and_bad_arguments(copy_kernel):
             lambda x: nisa.tensor_tensor(dst=x, data1=x, data2=x, op=nl.exp),
             np.ones((2, 2), np.float32),
         )
-    with pytest.raises(tn.NotSupportedError, match="nki.isa.rand2 is not supported"):
-        tn.run(lambda x: nisa.rand2(0, 0.0, 1.0), np.ones((2, 2), np.float32))
+    with pytest.raises(tn.NotSupportedError, match="nki.isa.topk is not supported"):
+        tn.run(lambda x: nisa.topk(0, 0, x, 1), np.ones((2, 2), np.float32))
 
     @tn.jit
     def half(x):
@@ -2127,20 +2127,23 @@ def _refused_at_the_call(f, x, arg, rule):
 
 
 @pytest.mark.parametrize(
-    "op, kw",
+    "op, tiles, kw",
     [
-        ("exponential", dict(max_value=0.5)),
-        ("activate2", dict(op=nl.relu, imm0=1.0, imm1=0.0, op0=nl.multiply, op1=nl.add)),
+        ("exponential", ("src",), dict(max_value=0.5)),
+        ("activate2", ("data",), dict(op=nl.relu, imm0=1, imm1=0, op0=nl.multiply, op1=nl.add)),
+        ("nc_matmul_mx", ("stationary", "moving", "stationary_scale", "moving_scale"), {}),
+        ("quantize_mx", ("src", "dst_scale"), {}),
+        ("rand2", (), dict(min=0.0, max=1.0)),
     ],
 )
-def test_neuron_core_v4_instructions_are_refused_at_the_kernels_line(op, kw):
+def test_neuron_core_v4_instructions_are_refused_at_the_kernels_line(op, tiles, kw):
     # "Available only on NeuronCore-v4 and newer" (the NKI API docs): a Trainium2 kernel that
-    # calls them is one the compiler refuses. Their semantics are in the core all the same
-    # (machine/isa reduce.rs and scalar.rs test them against their oracles).
+    # calls them is one the compiler refuses. exponential's and activate2's semantics are in
+    # the core all the same (machine/isa reduce.rs and scalar.rs test them against their
+    # oracles); the MX instructions and rand2 are rows only.
     def f(x):
         (t,) = _to_sbuf(x)
-        data = {"src": t} if op == "exponential" else {"data": t}
-        getattr(nisa, op)(dst=t, **data, **kw)  # the call
+        getattr(nisa, op)(dst=t, **dict.fromkeys(tiles, t), **kw)  # the call
         return x
 
     _refused_at_the_call(f, np.ones((8, 4), np.float32), op, "neuron_core_v4")

@@ -794,22 +794,7 @@ def define_unsupported(namespace: dict, module: str, names: tuple[str, ...]) -> 
             namespace[name] = _unsupported(module, name)
 
 
-define_unsupported(
-    globals(),
-    "nki.isa",
-    (
-        "nc_matmul_mx",
-        "quantize_mx",
-        "nc_match_replace8",
-        "nc_stream_shuffle",
-        "rng",
-        "rand2",
-        "rand_set_state",
-        "rand_get_state",
-        "set_rng_seed",
-        "topk",
-    ),
-)
+define_unsupported(globals(), "nki.isa", ("topk",))
 NkiInstruction = _Unsupported("nki.isa.NkiInstruction")
 
 

@@ -180,6 +180,12 @@ named_enum! {
         /// `local_gather` (GpSimd): each 16-partition group's partitions gather elements of
         /// their own row at the group's uint16 indices.
         LocalGather = "local_gather",
+        /// `nc_matmul_mx` (Tensor, NeuronCore-v4): an MXFP8/MXFP4 matmul with its scales.
+        NcMatmulMx = "nc_matmul_mx",
+        /// `quantize_mx` (Vector, NeuronCore-v4): FP16/BF16 to MXFP8 data and scales.
+        QuantizeMx = "quantize_mx",
+        /// `rand2` (Vector, NeuronCore-v4): uniform random values in `[min, max]`.
+        Rand2 = "rand2",
     }
 }
 

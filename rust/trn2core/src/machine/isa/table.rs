@@ -458,6 +458,24 @@ pub static TABLE: [Info; Opcode::ALL.len()] = [
         &[DST, req("src_buffer", K::Tile), req("index", K::Tile), int("num_elem_per_idx", 1),
             int("num_valid_indices", 0)],
     ),
+    // NeuronCore-v4 only (the NKI API docs: "Available only on NeuronCore-v4 and newer"): rows
+    // so that a Trainium2 kernel calling them gets the rule at its line; not computed.
+    v4(row(Op::NcMatmulMx, &[Tensor], Own, None,
+        "dst = the MXFP8/MXFP4 stationary.T @ moving, dequantized by their scales \
+         (NeuronCore-v4's, documented)",
+        &[DST, req("stationary", K::Tile), req("moving", K::Tile),
+            req("stationary_scale", K::Tile), req("moving_scale", K::Tile),
+            opt("tile_position", K::Pair), opt("tile_size", K::Pair), opt("accumulate", K::Bool)],
+    )),
+    v4(row(Op::QuantizeMx, &[Vector], Own, None,
+        "dst, dst_scale = src (FP16/BF16) quantized to MXFP8 data and its group scales \
+         (NeuronCore-v4's, documented)",
+        &[DST, req("src", K::Tile), req("dst_scale", K::Tile)],
+    )),
+    v4(row(Op::Rand2, &[Vector], Own, None,
+        "dst = uniform pseudo-random values in [min, max] (XORWOW; NeuronCore-v4's, documented)",
+        &[DST, req("min", K::Scalar), req("max", K::Scalar)],
+    )),
 ];
 
 /// The arguments of `tensor_copy_dynamic_src` and `_dst`: NKI's (engine, dst, src) and the
@@ -868,6 +886,9 @@ impl Machine {
         let dst = a.tile("dst")?;
         match op {
             Opcode::NcMatmul => unreachable!("issued above"),
+            Opcode::NcMatmulMx | Opcode::QuantizeMx | Opcode::Rand2 => {
+                unreachable!("NeuronCore-v4 rows are refused above")
+            }
             Opcode::NcTranspose => self.nc_transpose(a.engine()?, &dst, &a.tile("data")?),
             Opcode::TensorTensor => self.tensor_tensor(
                 a.engine()?,
