@@ -134,3 +134,25 @@ def test_a_barrier_gives_each_core_the_later_of_the_two_writes():
     x = _rand(128, 32)
     res = tn.run(_seen_after_barrier, x, 60, grid=2)
     assert np.array_equal(res.outputs, x * np.float32(2))
+
+
+def test_an_output_neither_core_wrote_in_full_names_its_first_unwritten_byte():
+    """Each core stores its half of the rows but the last row is left out: the merged output
+    (whole, and through a reshaped view) is the output_unwritten error at the line that made
+    it, naming the first byte no core wrote."""
+
+    def k(x, view):
+        pid = nl.program_id(0)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)  # made here
+        t = nl.ndarray((31, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[32 * pid : 32 * pid + 31, :])
+        nisa.dma_copy(dst=out[32 * pid : 32 * pid + 31, :], src=t)
+        return out.reshape((x.shape[0] * x.shape[1],)) if view else out
+
+    x = _rand(64, 32)
+    for view in (False, True):
+        with pytest.raises(tn.KernelError, match=r"\[rule output_unwritten\]") as info:
+            tn.run(tn.jit(k), x, view, grid=2)
+        first = 31 * 32 * 4  # row 31's first byte: core 0 stored rows 0-30
+        assert f"byte {first} was never written by either physical core" in str(info.value)
+        assert info.value.nki_location == (__file__, _line_of(k, "# made here"))

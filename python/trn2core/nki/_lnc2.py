@@ -159,9 +159,12 @@ def _later_parts(
     barrier: those it wrote that this core did not, or wrote later (the chip's later write
     wins; ``later_wins``). Where neither write can be ordered, this core keeps its own and the
     launch's merge reports the race."""
-    ta, tb = ~np.isnan(mine.end), ~np.isnan(other.end)
-    later = (mine.vals != other.vals) & tb & (~ta | (mine.end <= other.start))
-    take = other.seen & (~mine.seen | later)
+    take = other.seen & ~mine.seen
+    differ = np.flatnonzero(other.seen & mine.seen & (mine.vals != other.vals))
+    if differ.size:
+        (_, m_end), (o_start, o_end) = mine.when(differ), other.when(differ)
+        ta, tb = ~np.isnan(m_end), ~np.isnan(o_end)
+        take[differ[tb & (~ta | (m_end <= o_start))]] = True
     # Whole elements (``write_parts`` writes elements): an element's bytes are written together.
     take = np.repeat(take.reshape(-1, itemsize).any(axis=1), itemsize)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], take.view(np.int8), [0]))))

@@ -821,28 +821,25 @@ class Core:
 
     def written_bytes(self, st: NkiTensor, times=None) -> WrittenBytes:
         """This core's copy of the HBM storage ``st`` (a whole tensor): every byte, which of
-        them it has written, and when the instruction that last wrote each ran (``times``: the
-        timeline's ``(start, end)`` arrays, scheduled here when not given)."""
+        them it has written, and the instruction that last wrote each, whose times
+        (``WrittenBytes.when``) come from ``times`` (the timeline's ``(start, end)`` arrays),
+        scheduled when first asked for when not given."""
         nbytes = st.size * st.dtype.itemsize
         vals = np.zeros(nbytes, np.uint8)
         seen = np.zeros(nbytes, bool)
         for lo, hi, part in self.written_parts(st):
             vals[lo:hi] = part
             seen[lo:hi] = True
-        writer = self.m.writers(st.tile)
-        if writer is None:
-            writer = np.full(nbytes, NO_WRITER, np.uint32)
-        writer = np.asarray(writer, np.int64)
-        timed = writer != NO_WRITER
-        start = np.full(nbytes, np.nan)
-        end = np.full(nbytes, np.nan)
-        if timed.any():
-            if times is None:
-                r = self.m.run(0).times()
-                times = (np.asarray(r["start"]), np.asarray(r["end"]))
-            start[timed] = times[0][writer[timed]]
-            end[timed] = times[1][writer[timed]]
-        return WrittenBytes(self.index, vals, seen, writer, start, end)
+        if times is not None:
+            return WrittenBytes(self.index, vals, seen, self.m.writers(st.tile), times)
+        # The launch's merge, on this thread: the writers and times only if asked for.
+        m, tile = self.m, st.tile
+
+        def times():
+            r = m.run(0).times()
+            return np.asarray(r["start"]), np.asarray(r["end"])
+
+        return WrittenBytes(self.index, vals, seen, lambda: m.writers(tile), times)
 
     def write_parts(self, st: NkiTensor, parts) -> None:
         """Writes ``written_parts`` of another core's copy of ``st`` into this core's (outside
@@ -2433,8 +2430,11 @@ class Launch:
         out, seen = later_wins(a, b, f"output {t.name or j}", self.cores)
         # The view's bytes in the storage (the storage itself: all of them, in order).
         es = t.dtype.itemsize
-        idx = _view_elements(t.tile, es)
-        cols = (idx[..., None] * es + np.arange(es)).reshape(-1)
+        if t.tile is base.tile or (t.shape == base.shape and _same_tile(t.tile, base.tile)):
+            cols = slice(None)
+        else:
+            idx = _view_elements(t.tile, es)
+            cols = (idx[..., None] * es + np.arange(es)).reshape(-1)
         if not seen[cols].all() and self.uninitialized == "nan":
             # As one core's read-back: bytes no core wrote keep the NaN fill.
             st = self.shared[self.cores[0].index][j]
@@ -2442,10 +2442,12 @@ class Launch:
             out[~seen] = fill.view(np.uint8)[~seen]
             seen[:] = True
         if not seen[cols].all():
+            first = int(np.argmin(seen[cols]))
+            byte = first if isinstance(cols, slice) else int(cols[first])
             raise self._unwritten(
                 t,
-                f"output {t.name or j} {t.shape}: byte {int(cols[np.argmin(seen[cols])])} "
-                "was never written by either physical core",
+                f"output {t.name or j} {t.shape}: byte {byte} was never written by either "
+                "physical core",
                 base,
             )
         res = out[cols].view(host).reshape(t.shape)
@@ -2460,15 +2462,38 @@ NO_WRITER = 0xFFFFFFFF
 @dataclasses.dataclass
 class WrittenBytes:
     """One physical core's copy of a shared HBM tensor (``Core.written_bytes``): its bytes,
-    which it has written, and per byte the last writing instruction (``NO_WRITER``: none) and
-    when that ran on the core's clock (seconds; NaN: no instruction)."""
+    which it has written, per byte the last writing instruction (``NO_WRITER``: none; ``None``:
+    none kept), and its timeline's ``(start, end)`` arrays per instruction (or a function that
+    schedules them: only bytes both cores wrote differently need their times)."""
 
     core: int
     vals: np.ndarray
     seen: np.ndarray
-    writer: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
+    writer: object  # np.ndarray | None, or a function that returns it
+    times: object
+
+    def writer_of(self, k: int) -> int:
+        """The instruction that last wrote byte ``k`` (``NO_WRITER``: none)."""
+        if callable(self.writer):
+            self.writer = self.writer()
+        return NO_WRITER if self.writer is None else int(self.writer[k])
+
+    def when(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """When the instruction that last wrote each byte of ``idx`` ran on this core's clock
+        (start, end in seconds; NaN: no instruction wrote it)."""
+        start, end = np.full(len(idx), np.nan), np.full(len(idx), np.nan)
+        if callable(self.writer):
+            self.writer = self.writer()
+        if self.writer is None:
+            return start, end
+        w = np.asarray(self.writer[idx], np.int64)
+        timed = w != NO_WRITER
+        if timed.any():
+            if callable(self.times):
+                self.times = self.times()
+            start[timed] = self.times[0][w[timed]]
+            end[timed] = self.times[1][w[timed]]
+        return start, end
 
 
 def later_wins(a: WrittenBytes, b: WrittenBytes, what: str, cores) -> tuple[np.ndarray, np.ndarray]:
@@ -2480,23 +2505,25 @@ def later_wins(a: WrittenBytes, b: WrittenBytes, what: str, cores) -> tuple[np.n
     two such writes must agree. Returns ``(bytes, written)``."""
     out = np.where(b.seen, b.vals, a.vals)
     seen = a.seen | b.seen
-    both = a.seen & b.seen & (a.vals != b.vals)
-    if not both.any():
+    both = np.flatnonzero(a.seen & b.seen & (a.vals != b.vals))
+    if not both.size:
         return out, seen
-    ta, tb = ~np.isnan(a.end), ~np.isnan(b.end)
-    a_later = both & ta & (~tb | (b.end <= a.start))
-    b_later = both & tb & (~ta | (a.end <= b.start))
-    out[a_later] = a.vals[a_later]
-    race = both & ~a_later & ~b_later
+    (a_start, a_end), (b_start, b_end) = a.when(both), b.when(both)
+    ta, tb = ~np.isnan(a_end), ~np.isnan(b_end)
+    a_later = ta & (~tb | (b_end <= a_start))
+    b_later = tb & (~ta | (a_end <= b_start))
+    out[both[a_later]] = a.vals[both[a_later]]
+    race = ~a_later & ~b_later
     if race.any():
-        k = int(np.argmax(race))
-        if ta[k] and tb[k]:
-            fa, la = cores[a.core].line_of(int(a.writer[k]))
-            fb, lb = cores[b.core].line_of(int(b.writer[k]))
+        r = int(np.argmax(race))
+        k = int(both[r])
+        if ta[r] and tb[r]:
+            fa, la = cores[a.core].line_of(a.writer_of(k))
+            fb, lb = cores[b.core].line_of(b.writer_of(k))
             msg = (
-                f"{fa}:{la}: {what}: physical core {a.core} (here, {a.start[k] * 1e6:.3f}-"
-                f"{a.end[k] * 1e6:.3f} us) and physical core {b.core} ({fb}:{lb}, "
-                f"{b.start[k] * 1e6:.3f}-{b.end[k] * 1e6:.3f} us) wrote byte {k} with different "
+                f"{fa}:{la}: {what}: physical core {a.core} (here, {a_start[r] * 1e6:.3f}-"
+                f"{a_end[r] * 1e6:.3f} us) and physical core {b.core} ({fb}:{lb}, "
+                f"{b_start[r] * 1e6:.3f}-{b_end[r] * 1e6:.3f} us) wrote byte {k} with different "
                 "values at overlapping times, with no core_barrier or sendrecv ordering them "
                 "(a race on shared HBM) [rule hbm_race]"
             )
