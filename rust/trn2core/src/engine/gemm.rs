@@ -209,17 +209,27 @@ fn run_tiles_in(
         return Err(fp_env_error());
     }
     let limit = ONE_PASS_FLOATS;
+    let macs = tiles.iter().map(|t| t.order.len()).sum::<usize>().saturating_mul(m * n);
+    let seq = macs <= SEQUENTIAL_MACS;
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive(kernel, tiles, m, n, first, out, limit, in_runs);
+            return drive(kernel, tiles, m, n, first, out, limit, in_runs, seq);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive(kernel, tiles, m, n, first, out, limit, in_runs);
+            return drive(kernel, tiles, m, n, first, out, limit, in_runs, seq);
         }
     }
-    drive(Portable, tiles, m, n, first, out, limit, in_runs)
+    drive(Portable, tiles, m, n, first, out, limit, in_runs, seq)
 }
+
+/// Multiply-adds up to which [`run_tiles`] and [`run_chain_tiles`] run on the calling thread
+/// alone: two of a machine's `nc_matmul`s of 128 x 128 x 512. Below it the pool's fork-joins
+/// (waking its workers and waiting for them, three or four per K tile) cost more than the other
+/// cores give back; a kernel that settles the matmul queue at every `dma_copy` (the NKI
+/// tutorial's tiled matmul) computes one such product per settle. Host scheduling only: each
+/// output block adds the same tiles in the same order, so the bits are the same.
+const SEQUENTIAL_MACS: usize = 1 << 24;
 
 /// A `[k, f]` operand of a set of chains ([`run_chains`]), read by rows (`k <= RUN` products in
 /// natural order): a transposed `a` (an `nc_matmul`'s stationary, `f` = M) or a `b` (its moving,
@@ -618,7 +628,7 @@ pub(super) fn column_segments<'o>(
 #[allow(clippy::too_many_arguments)]
 fn drive<K: MicroKernel>(
     kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
-    one_pass_floats: usize, in_runs: bool,
+    one_pass_floats: usize, in_runs: bool, seq: bool,
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
     // Blocks: MC x NC by default; narrower column blocks when there would be too few tasks to
@@ -649,7 +659,7 @@ fn drive<K: MicroKernel>(
     let cancel = crate::cancel::current();
     let total_k: usize = tiles.iter().map(|t| t.order.len()).sum();
     if tiles.len() > 1 && (a_len + b_len).saturating_mul(total_k) <= one_pass_floats {
-        return drive_one_pass(kernel, tiles, m, n, first, &mut tasks, total_k);
+        return drive_one_pass(kernel, tiles, m, n, first, &mut tasks, total_k, seq);
     }
     // A tile holds at most its products: a short K must not cost 128 times the operands' memory.
     let kc_max = tiles.iter().map(|t| t.order.len()).max().unwrap_or(0);
@@ -668,7 +678,7 @@ fn drive<K: MicroKernel>(
                 end += 1;
             }
             let run = &tiles[start..end];
-            drive_one_pass(kernel, run, m, n, first && start == 0, &mut tasks, k)?;
+            drive_one_pass(kernel, run, m, n, first && start == 0, &mut tasks, k, seq)?;
             start = end;
         }
         return Ok(());
@@ -684,6 +694,28 @@ fn drive<K: MicroKernel>(
         let kc = order.len();
         let (apack, bpack) =
             (&mut apack[..m_panels * K::MR * kc], &mut bpack[..n_panels * K::NR * kc]);
+        if seq {
+            // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]).
+            let s = &mut Scratch::new();
+            if a_t {
+                let group = (RUN / K::MR).max(1);
+                for (g, panels) in apack.chunks_mut(group * K::MR * kc).enumerate() {
+                    pack_cols(a, m, K::MR, g * group, k0, order, panels, s);
+                }
+            } else {
+                for (ip, panel) in apack.chunks_mut(K::MR * kc).enumerate() {
+                    pack_a::<K>(a, m, ip, k0, order, panel, s);
+                }
+            }
+            let group = (RUN / K::NR).max(1);
+            for (g, panels) in bpack.chunks_mut(group * K::NR * kc).enumerate() {
+                pack_cols(b, n, K::NR, g * group, k0, order, panels, s);
+            }
+            tasks
+                .iter_mut()
+                .for_each(|task| add_tile(kernel, kc, apack, bpack, first && t == 0, task));
+            continue;
+        }
         if a_t {
             // Panels of the transposed a are packed as b's are, a few at a time.
             let group = (RUN / K::MR).max(1);
@@ -721,9 +753,12 @@ fn drive<K: MicroKernel>(
             Ok(())
         })?;
     }
-    tasks.par_iter_mut().for_each(|task| {
-        task.rows.iter_mut().for_each(|r| canonical_nans(r));
-    });
+    let canonical = |task: &mut Task| task.rows.iter_mut().for_each(|r| canonical_nans(r));
+    if seq {
+        tasks.iter_mut().for_each(canonical);
+    } else {
+        tasks.par_iter_mut().for_each(canonical);
+    }
     Ok(())
 }
 
@@ -736,8 +771,10 @@ const ONE_PASS_FLOATS: usize = 4 << 20;
 /// [`drive`] for K tiles whose packed operands all fit in [`ONE_PASS_FLOATS`]: every tile's
 /// panels packed in parallel (one job per tile), then every output block adds the tiles in
 /// order (and canonicalises its NaN).
+#[allow(clippy::too_many_arguments)]
 fn drive_one_pass<K: MicroKernel>(
-    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, tasks: &mut [Task], total_k: usize,
+    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, tasks: &mut [Task],
+    total_k: usize, seq: bool,
 ) -> Result<()> {
     let (a_len, b_len) = (m.div_ceil(K::MR) * K::MR, n.div_ceil(K::NR) * K::NR);
     let cancel = crate::cancel::current();
@@ -753,7 +790,7 @@ fn drive_one_pass<K: MicroKernel>(
         jobs.push((tile, ap, bp));
         (ar, br) = (arest, brest);
     }
-    jobs.par_iter_mut().try_for_each_init(Scratch::new, |s, (tile, ap, bp)| {
+    let pack = |s: &mut Scratch, (tile, ap, bp): &mut (&KTile, &mut [f32], &mut [f32])| {
         cancel.check()?;
         let (k0, order) = (tile.k0, tile.order);
         let kc = order.len();
@@ -772,10 +809,16 @@ fn drive_one_pass<K: MicroKernel>(
             pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
         }
         Ok::<(), Error>(())
-    })?;
+    };
+    if seq {
+        let s = &mut Scratch::new();
+        jobs.iter_mut().try_for_each(|job| pack(s, job))?;
+    } else {
+        jobs.par_iter_mut().try_for_each_init(Scratch::new, |s, job| pack(s, job))?;
+    }
     let packed: Vec<(usize, &[f32], &[f32])> =
         jobs.iter().map(|(tile, ap, bp)| (tile.order.len(), &**ap, &**bp)).collect();
-    tasks.par_iter_mut().try_for_each(|task| {
+    let add = |task: &mut Task| {
         // Worker threads have their own floating-point environment: check each.
         if !fp_env_is_ieee() {
             return Err(fp_env_error());
@@ -786,7 +829,12 @@ fn drive_one_pass<K: MicroKernel>(
         }
         task.rows.iter_mut().for_each(|r| canonical_nans(r));
         Ok(())
-    })
+    };
+    if seq {
+        tasks.iter_mut().try_for_each(add)
+    } else {
+        tasks.par_iter_mut().try_for_each(add)
+    }
 }
 
 /// Adds one K tile of `kc` products into a task's block (writes it, for the `first` tile), from
@@ -940,11 +988,17 @@ mod tests {
         let tiling = Tiling::gemm(mode);
         let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
         let tiles = k_tiles(&a, &b, k, tiling, &orders);
-        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS, false).expect("valid");
-        // Tile by tile (no one-pass packing): the same bits.
-        let mut by_tile = vec![0f32; m * n];
-        drive(kernel, &tiles, m, n, true, &mut by_tile, 0, false).expect("valid");
-        assert_eq!(bits(&by_tile), bits(&out), "{m}x{k}x{n} one pass vs tile by tile");
+        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS, false, false).expect("valid");
+        // Tile by tile (no one-pass packing), and both on this thread alone: the same bits.
+        for (limit, seq, how) in [
+            (0, false, "tile by tile"),
+            (ONE_PASS_FLOATS, true, "one pass on one thread"),
+            (0, true, "tile by tile on one thread"),
+        ] {
+            let mut other = vec![0f32; m * n];
+            drive(kernel, &tiles, m, n, true, &mut other, limit, false, seq).expect("valid");
+            assert_eq!(bits(&other), bits(&out), "{m}x{k}x{n} one pass vs {how}");
+        }
         bits(&out)
     }
 
@@ -1066,7 +1120,7 @@ mod tests {
             t.a_t = a_t;
         }
         let mut out = values(99, m * n);
-        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats, true).expect("valid");
+        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats, true, false).expect("valid");
         bits(&out)
     }
 
