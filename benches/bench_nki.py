@@ -2,6 +2,9 @@
 
 - A fully blocked NKI matmul kernel (``examples/nki/matmul.py``, stage 4) on 2048 x 2048 x 2048
   bf16 against ``trn2core.gemm`` on the same operands (issue 26's target: within 1.5x).
+- The tiled NKI matmul (stage 1, two tile loads per matmul: every ``dma_copy`` settles the one
+  matmul queued before it) at the same size in fp32 against ``trn2core.gemm``: tracked, no
+  target (the NKI tutorial's form of it at its 4096 x 8192 x 8192 is issue 26's 10 s row).
 - The per-instruction overhead of a Python-issued NKI instruction: a kernel that issues N small
   ``nisa.tensor_tensor`` instructions ([128, 64] fp32), wall time per instruction (issue 26's
   target: under 3 us).
@@ -96,6 +99,23 @@ def matmul_vs_gemm(size: int, repeat: int) -> dict:
             "max_abs_diff_vs_gemm": diff, "max_abs": scale}  # fmt: skip
 
 
+def tiled_vs_gemm(size: int, repeat: int) -> dict:
+    """The tiled matmul (``examples/nki/matmul.py``, stage 1: two tile loads per matmul, so
+    every ``dma_copy`` settles the one matmul queued before it) at ``size``^3 fp32, against
+    ``trn2core.gemm`` on the same operands: the cost of a settle per instruction."""
+    mm = _matmul_module()
+    rng = np.random.default_rng(2)
+    lhsT = rng.standard_normal((size, size), dtype=np.float32)
+    rhs = rng.standard_normal((size, size), dtype=np.float32)
+    a = np.ascontiguousarray(lhsT.T)
+    ours, base = best_of_alternating(
+        lambda: trn2core.nki.run(mm.matmul_tiled, lhsT, rhs),
+        lambda: trn2core.gemm(a, rhs),
+        repeat,
+    )
+    return {"kernel_s": ours, "gemm_s": base, "ratio": ours / base}
+
+
 def instruction_overhead(n: int, repeat: int) -> dict:
     chain = _chain_kernel()
     a = np.random.default_rng(1).random((128, 64), dtype=np.float32)
@@ -126,6 +146,11 @@ def main() -> int:
         f"{m['max_abs_diff_vs_gemm']:.3g} (of max |gemm| {m['max_abs']:.3g}: the kernel adds "
         f"its K blocks' fp32 partial sums in SBUF)"
     )
+    t = tiled_vs_gemm(args.size, args.repeat)
+    print(
+        f"tiled NKI matmul {s}^3 fp32 (a settle per dma_copy): {t['kernel_s'] * 1e3:.1f} ms; "
+        f"trn2core.gemm {t['gemm_s'] * 1e3:.1f} ms: {t['ratio']:.2f}x (tracked, no target)"
+    )
     o = instruction_overhead(args.instructions, args.repeat)
     ok2 = o["us_per_instruction"] < TARGET_INSTR_US
     print(
@@ -151,6 +176,10 @@ class TimeNki:
 
     def time_fully_blocked_matmul_1024(self):
         trn2core.nki.run(self.mm.matmul_fully_blocked, self.lhsT, self.rhs)
+
+    def time_tiled_matmul_1024_fp32(self):
+        a = self.lhsT.astype(np.float32)
+        trn2core.nki.run(self.mm.matmul_tiled, a, a)
 
     def time_10000_instructions(self):
         trn2core.nki.run(self.chain, self.a, 10000)
