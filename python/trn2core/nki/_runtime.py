@@ -2430,7 +2430,8 @@ class Launch:
         out, seen = later_wins(a, b, f"output {t.name or j}", self.cores)
         # The view's bytes in the storage (the storage itself: all of them, in order).
         es = t.dtype.itemsize
-        if t.tile is base.tile or (t.shape == base.shape and _same_tile(t.tile, base.tile)):
+        whole = t.shape == base.shape and t.tile.row_step == base.tile.row_step
+        if t.tile is base.tile or (whole and _same_tile(t.tile, base.tile)):
             cols = slice(None)
         else:
             idx = _view_elements(t.tile, es)
