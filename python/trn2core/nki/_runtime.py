@@ -2473,21 +2473,25 @@ class WrittenBytes:
     writer: object  # np.ndarray | None, or a function that returns it
     times: object
 
-    def writer_of(self, k: int) -> int:
-        """The instruction that last wrote byte ``k`` (``NO_WRITER``: none)."""
+    def writers(self) -> np.ndarray | None:
+        """Per byte, the instruction that last wrote it (fetched on first use)."""
         if callable(self.writer):
             self.writer = self.writer()
-        return NO_WRITER if self.writer is None else int(self.writer[k])
+        return self.writer
+
+    def writer_of(self, k: int) -> int:
+        """The instruction that last wrote byte ``k`` (``NO_WRITER``: none)."""
+        w = self.writers()
+        return NO_WRITER if w is None else int(w[k])
 
     def when(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """When the instruction that last wrote each byte of ``idx`` ran on this core's clock
         (start, end in seconds; NaN: no instruction wrote it)."""
         start, end = np.full(len(idx), np.nan), np.full(len(idx), np.nan)
-        if callable(self.writer):
-            self.writer = self.writer()
-        if self.writer is None:
+        writers = self.writers()
+        if writers is None:
             return start, end
-        w = np.asarray(self.writer[idx], np.int64)
+        w = np.asarray(writers[idx], np.int64)
         timed = w != NO_WRITER
         if timed.any():
             if callable(self.times):

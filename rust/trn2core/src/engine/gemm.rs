@@ -696,21 +696,7 @@ fn drive<K: MicroKernel>(
             (&mut apack[..m_panels * K::MR * kc], &mut bpack[..n_panels * K::NR * kc]);
         if seq {
             // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]).
-            let s = &mut Scratch::new();
-            if a_t {
-                let group = (RUN / K::MR).max(1);
-                for (g, panels) in apack.chunks_mut(group * K::MR * kc).enumerate() {
-                    pack_cols(a, m, K::MR, g * group, k0, order, panels, s);
-                }
-            } else {
-                for (ip, panel) in apack.chunks_mut(K::MR * kc).enumerate() {
-                    pack_a::<K>(a, m, ip, k0, order, panel, s);
-                }
-            }
-            let group = (RUN / K::NR).max(1);
-            for (g, panels) in bpack.chunks_mut(group * K::NR * kc).enumerate() {
-                pack_cols(b, n, K::NR, g * group, k0, order, panels, s);
-            }
+            pack_tile::<K>(tile, m, n, apack, bpack, &mut Scratch::new());
             tasks
                 .iter_mut()
                 .for_each(|task| add_tile(kernel, kc, apack, bpack, first && t == 0, task));
@@ -792,22 +778,7 @@ fn drive_one_pass<K: MicroKernel>(
     }
     let pack = |s: &mut Scratch, (tile, ap, bp): &mut (&KTile, &mut [f32], &mut [f32])| {
         cancel.check()?;
-        let (k0, order) = (tile.k0, tile.order);
-        let kc = order.len();
-        if tile.a_t {
-            let group = (RUN / K::MR).max(1);
-            for (g, panels) in ap.chunks_mut(group * K::MR * kc).enumerate() {
-                pack_cols(tile.a, m, K::MR, g * group, k0, order, panels, s);
-            }
-        } else {
-            for (ip, panel) in ap.chunks_mut(K::MR * kc).enumerate() {
-                pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
-            }
-        }
-        let group = (RUN / K::NR).max(1);
-        for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
-            pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
-        }
+        pack_tile::<K>(tile, m, n, ap, bp, s);
         Ok::<(), Error>(())
     };
     if seq {
@@ -834,6 +805,29 @@ fn drive_one_pass<K: MicroKernel>(
         tasks.iter_mut().try_for_each(add)
     } else {
         tasks.par_iter_mut().try_for_each(add)
+    }
+}
+
+/// Packs K tile `tile` of an `m x n` product on this thread: `a`'s rows into `ap` and `b`'s
+/// columns into `bp` (panels of the kernel's widths, `tile.order.len()` products deep).
+fn pack_tile<K: MicroKernel>(
+    tile: &KTile, m: usize, n: usize, ap: &mut [f32], bp: &mut [f32], s: &mut Scratch,
+) {
+    let (k0, order) = (tile.k0, tile.order);
+    let kc = order.len();
+    if tile.a_t {
+        let group = (RUN / K::MR).max(1);
+        for (g, panels) in ap.chunks_mut(group * K::MR * kc).enumerate() {
+            pack_cols(tile.a, m, K::MR, g * group, k0, order, panels, s);
+        }
+    } else {
+        for (ip, panel) in ap.chunks_mut(K::MR * kc).enumerate() {
+            pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
+        }
+    }
+    let group = (RUN / K::NR).max(1);
+    for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
+        pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
     }
 }
 
