@@ -446,6 +446,11 @@ pub struct TensorInfo {
     /// What this tensor is a copy of, if anything ([`CopyOf`]): an SBUF tensor that one
     /// `dma_copy` wrote whole from HBM, or the spill slot such a tensor was moved to.
     pub(crate) copy_of: Option<CopyOf>,
+    /// HBM only: its bytes are exactly those SBUF tensor `.0` held, partition after partition,
+    /// when SBUF's write count ([`SbufWrites`]) was `.1` (a spill slot just stored to or
+    /// reloaded from): storing that tensor again, unwritten since, copies no byte
+    /// ([`Memories::spill_bytes`]). Any other write to it ends the claim.
+    pub(crate) holds: Option<(TensorId, u64)>,
 }
 
 /// An SBUF tensor's whole contents loaded by one `dma_copy` from `src`, a region of an HBM
@@ -816,6 +821,7 @@ impl Memories {
             stored: false,
             writers: None,
             copy_of: None,
+            holds: None,
         });
     }
 
@@ -868,6 +874,7 @@ impl Memories {
             stored: false,
             writers: None,
             copy_of: None,
+            holds: None,
         });
         Ok(self.id(slot))
     }
@@ -936,6 +943,7 @@ impl Memories {
             Space::Hbm => {
                 match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| {
                     t.stored = true;
+                    t.holds = None;
                     t.hbm.as_mut()
                 }) {
                     Some(m) => m,
@@ -958,6 +966,7 @@ impl Memories {
         if d.space == Space::Hbm {
             if let Some(Some(t)) = self.tensors.get_mut(d.tensor.slot as usize) {
                 t.stored = true;
+                t.holds = None;
             }
         }
         match (s.space, d.space) {
@@ -1299,15 +1308,20 @@ impl Memories {
                 ),
             ));
         }
+        let span = Some((addr, addr.saturating_add(b)));
         let ht = self.tensors[hbm.slot as usize].as_mut();
         let Some(ht) = ht else { return Ok(0) };
         ht.stored = true;
+        // A slot that still holds what the tensor holds (stored or reloaded, neither written
+        // since): storing it again moves which bytes were written, not the bytes.
+        let same = ht.holds.is_some_and(|(id, at)| id == chip && !self.sbuf_writes.since(span, at));
+        let copy = copy && !(to_hbm && same);
         let Some(hmem) = ht.hbm.as_mut() else {
             return Ok(0);
         };
         let (bu, au) = (b as usize, addr as usize);
         if copy && !to_hbm {
-            self.sbuf_writes.note(Some((addr, addr.saturating_add(b))));
+            self.sbuf_writes.note(span);
         }
         if copy {
             for p in 0..np {
@@ -1319,6 +1333,9 @@ impl Memories {
                     c.bytes_mut()[at..at + bu].copy_from_slice(h);
                 }
             }
+        }
+        if copy || same {
+            ht.holds = Some((chip, self.sbuf_writes.now()));
         }
         if self.uninitialized == Uninitialized::Nan {
             ht.fully_written = true;
@@ -1422,6 +1439,58 @@ mod tests {
         let back = Index::Range { start: None, stop: None, step: -1 };
         let rows = t.slice(&[Index::ALL, Index::At(2), back]).expect("reversed row");
         assert_eq!(byte_span(&rows), Some((256 + 64, 256 + 96)));
+    }
+
+    /// A spill slot that holds what its tensor holds (stored to or reloaded from it, neither
+    /// written since) is not copied to again: storing the tensor moves no byte. A write to the
+    /// tensor's bytes, or to the slot, ends that. (Seen here by changing the slot's bytes
+    /// behind the machine's back: a store that copies restores them.)
+    #[test]
+    fn a_slot_holding_its_tensors_bytes_is_not_copied_to_again() {
+        let mut m = Memories::new(Uninitialized::Error).expect("memories");
+        let id = m.alloc(Space::Sbuf, "t", &[4, 16], Dtype::Uint8, 0, None, false).expect("t");
+        let t = m.tensor(id).expect("t").full_tile(id);
+        let slot = m.hbm_tensor("slot", &[64], Dtype::Uint8, None).expect("slot");
+        let s = m.tensor(slot).expect("slot").full_tile(slot);
+        let fill = |m: &mut Memories, v: u8| {
+            let (p0, a) = (t.start_partition as usize, t.offset as usize);
+            let mem = m.mem_mut(&t);
+            for p in 0..4 {
+                let at = mem.at(p0 + p, a);
+                mem.bytes_mut()[at..at + 16].fill(v);
+            }
+        };
+        let poke = |m: &mut Memories, v: u8| {
+            let h = m.tensors[slot.slot as usize].as_mut().and_then(|h| h.hbm.as_mut());
+            h.expect("slot bytes").bytes_mut()[..64].fill(v);
+        };
+        let slot_bytes = |m: &Memories| m.mem(&s).bytes()[..64].to_vec();
+        fill(&mut m, 7);
+        m.spill_bytes(id, slot, true, true).expect("store");
+        assert_eq!(slot_bytes(&m), vec![7; 64]);
+        // Stored, unwritten since: the next store copies nothing.
+        poke(&mut m, 9);
+        m.spill_bytes(id, slot, true, true).expect("store again");
+        assert_eq!(slot_bytes(&m), vec![9; 64], "copied although the slot held the bytes");
+        // Reloaded (the tensor gets the slot's bytes), unwritten since: the same.
+        m.spill_bytes(id, slot, false, true).expect("reload");
+        poke(&mut m, 3);
+        m.spill_bytes(id, slot, true, true).expect("store after reload");
+        assert_eq!(slot_bytes(&m), vec![3; 64]);
+        // The tensor written since: copied.
+        fill(&mut m, 5);
+        m.spill_bytes(id, slot, true, true).expect("store after a write");
+        assert_eq!(slot_bytes(&m), vec![5; 64]);
+        // The slot written since (through the machine): copied.
+        let mem = m.mem_mut(&s);
+        mem.bytes_mut()[..64].fill(1);
+        m.spill_bytes(id, slot, true, true).expect("store after a slot write");
+        assert_eq!(slot_bytes(&m), vec![5; 64]);
+        // Another tensor's store into the slot: copied.
+        let other = m.alloc(Space::Sbuf, "o", &[4, 16], Dtype::Uint8, 0, None, false).expect("o");
+        m.spill_bytes(other, slot, true, true).expect("store another");
+        m.spill_bytes(id, slot, true, true).expect("store it back");
+        assert_eq!(slot_bytes(&m), vec![5; 64]);
     }
 
     #[test]
