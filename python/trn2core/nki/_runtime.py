@@ -104,7 +104,7 @@ class _Alloc:
 
     __slots__ = (
         "m", "tile", "init", "born", "name", "slot", "hm", "handles", "shape", "dtype", "used",
-        "ref", "__weakref__",
+        "ref", "pool", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, m, tile, init=None, born=None, name="") -> None:
@@ -118,6 +118,7 @@ class _Alloc:
         self.handles = None
         self.used = -1  # the last instruction known to have touched it (``Core.fit``)
         self.ref = None  # a weak reference to it, in ``Core.lru`` while it holds storage
+        self.pool = None  # where ``slot`` goes when it dies (``Core.spill_slots``), if anywhere
 
     def release(self) -> None:
         """Frees the tensor now (a released block of a ``LazyBlocks`` array)."""
@@ -130,7 +131,10 @@ class _Alloc:
             if self.m is not None:
                 self.m.free(self.tile)
             if self.slot is not None:
-                self.hm.free(self.slot)
+                if self.pool is not None:
+                    self.pool.append(self.slot)  # for the next spill of its shape
+                else:
+                    self.hm.free(self.slot)
         except Exception:  # noqa: S110 - the machine may be gone at interpreter exit
             pass
 
@@ -225,6 +229,17 @@ class Loop:
         core.check_loop(self)
 
 
+def _reload_error(name: str, e: Exception) -> CapacityError:
+    """The ``CapacityError`` of a spilled tensor that cannot be reloaded: the allocation's
+    error ``e``, and why."""
+    error = CapacityError(
+        f"{name}: reloading it from its HBM spill slot: {e} (the tensors in use at once need "
+        "more SBUF than there is: docs/nki.md, current-dialect liveness)"
+    )
+    error.rule = "sbuf_capacity"
+    return error
+
+
 class Core:
     """One physical NeuronCore while a kernel runs on it (see the module doc)."""
 
@@ -286,6 +301,10 @@ class Core:
         #: The tensor key of each whole tile spilled -> (weak reference to its ``_Alloc``,
         #: that tile): tiles made from it before the spill are moved to the reloaded tensor.
         self.moved: dict = {}
+        #: Spill slots of dead current-dialect tensors, by (shape, dtype): the next spill of a
+        #: tensor of that shape takes one instead of a new HBM tensor (each spill writes its
+        #: slot whole: the bytes already there are another tensor's, never taken for its own).
+        self.spill_slots: dict[tuple, list] = {}
 
     def release(self) -> None:
         """Drops what refers back to this core (see ``Launch._release``)."""
@@ -296,6 +315,7 @@ class Core:
         self.last_inplace = None
         self.lazy_lru = collections.OrderedDict()
         self.moved = {}
+        self.spill_slots = {}
         self.launch = None
 
     # ------------------------------------------------------------ allocation
@@ -399,16 +419,15 @@ class Core:
         then."""
         self.flush()
         mdtype = D.machine_name(dtype)
-        if error is None:
+        reload = error is None
+        # A reload tries where there is room; its error (a failed allocation's message names
+        # the free bytes and largest tensors, which takes a while to gather) is made only if
+        # nothing makes room (``_reload_error``).
+        if reload and self.m.has_room(mshape, mdtype, buffer.space):
             try:
                 return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
             except CapacityError as e:
-                error = CapacityError(
-                    f"{name}: reloading it from its HBM spill slot: {e} (the tensors in use "
-                    "at once need more SBUF than there is: docs/nki.md, current-dialect "
-                    "liveness)"
-                )
-                error.rule = "sbuf_capacity"
+                error = _reload_error(name, e)
         # Least recently used first: by last use (the last recorded instruction that touched
         # the tensor's bytes), or birth if later; ties (tensors last used by one instruction)
         # by birth. ``lru`` is that order as of ``scanned``: the tensors touched since and
@@ -459,6 +478,11 @@ class Core:
                 return self.m.alloc(mshape, mdtype, space, name, 0, None)
             except CapacityError:
                 continue
+        if error is None:  # a reload that never found room: the allocation's own error
+            try:
+                return self.m.alloc(mshape, mdtype, space, name, 0, None)
+            except CapacityError as e:
+                error = _reload_error(name, e)
         raise error
 
     def spill_out(self, tile, slot, name: str, mshape, dtype, timed: bool = True):
@@ -503,6 +527,11 @@ class Core:
         handle (a variable rebound in the next loop iteration) is never reloaded."""
         tile = victim.tile
         self.forget(victim, "sbuf")
+        if victim.pool is None:
+            key = (tuple(victim.shape), D.machine_name(victim.dtype))
+            victim.pool = self.spill_slots.setdefault(key, [])
+            if victim.pool:
+                victim.slot = victim.pool.pop()
         victim.slot = self.spill_out(
             tile, victim.slot, victim.name, victim.shape, victim.dtype, timed=False
         )
