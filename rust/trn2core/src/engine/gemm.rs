@@ -695,11 +695,14 @@ fn drive<K: MicroKernel>(
         let (apack, bpack) =
             (&mut apack[..m_panels * K::MR * kc], &mut bpack[..n_panels * K::NR * kc]);
         if seq {
-            // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]).
+            // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]), the adds shared
+            // with the duo helper ([`each_task`]).
             pack_tile::<K>(tile, m, n, apack, bpack, &mut Scratch::new());
-            tasks
-                .iter_mut()
-                .for_each(|task| add_tile(kernel, kc, apack, bpack, first && t == 0, task));
+            let (ap, bp, f) = (&*apack, &*bpack, first && t == 0);
+            each_task(&mut tasks, m * n * kc, |task| {
+                add_tile(kernel, kc, ap, bp, f, task);
+                Ok(())
+            })?;
             continue;
         }
         if a_t {
@@ -802,10 +805,50 @@ fn drive_one_pass<K: MicroKernel>(
         Ok(())
     };
     if seq {
-        tasks.iter_mut().try_for_each(add)
+        each_task(tasks, m * n * total_k, add)
     } else {
         tasks.par_iter_mut().try_for_each(add)
     }
+}
+
+/// Multiply-adds from which a product run on the calling thread ([`SEQUENTIAL_MACS`]) shares
+/// its output blocks with the duo helper ([`super::duo`]): a quarter of one 128 x 128 x 512
+/// `nc_matmul`, some 40 us of adds, against about a microsecond to hand half of them over.
+const DUO_MACS: usize = 1 << 21;
+
+/// `f` on every task (output block): on this thread, or, for a product of at least
+/// [`DUO_MACS`] multiply-adds on a host with two or more cores, shared with the duo helper
+/// ([`halves`]). Each block is computed whole by one thread, so the bits do not depend on the
+/// split.
+fn each_task<'o, F>(tasks: &mut [Task<'o>], macs: usize, f: F) -> Result<()>
+where
+    F: Fn(&mut Task<'o>) -> Result<()> + Sync,
+{
+    if macs < DUO_MACS || tasks.len() < 2 || rayon::current_num_threads() < 2 {
+        return tasks.iter_mut().try_for_each(&f);
+    }
+    let (left, right) = halves(tasks);
+    let (mut l, mut r) = (Ok(()), Ok(()));
+    super::duo::join(
+        || l = left.iter_mut().try_for_each(&f),
+        || r = right.iter_mut().try_for_each(&f),
+    );
+    l.and(r)
+}
+
+/// The tasks in two halves of about equal work (elements), both non-empty when there are two
+/// or more: by column, then row (a 128-row product is blocks of 96 and 32 rows, so halves by
+/// count would not be even), cut where the first half reaches half of the elements.
+fn halves<'t, 'o>(tasks: &'t mut [Task<'o>]) -> (&'t mut [Task<'o>], &'t mut [Task<'o>]) {
+    tasks.sort_unstable_by_key(|t| (t.col0, t.row0));
+    let size = |t: &Task| t.rows.len() * t.rows.first().map_or(0, |r| r.len());
+    let total: usize = tasks.iter().map(size).sum();
+    let (mut cut, mut sum) = (1, tasks.first().map_or(0, size));
+    while cut + 1 < tasks.len() && 2 * (sum + size(&tasks[cut])) <= total {
+        sum += size(&tasks[cut]);
+        cut += 1;
+    }
+    tasks.split_at_mut(cut.min(tasks.len()))
 }
 
 /// Packs K tile `tile` of an `m x n` product on this thread: `a`'s rows into `ap` and `b`'s
@@ -996,9 +1039,40 @@ mod tests {
         bits(&out)
     }
 
+    /// The duo's halves hold every task once, the first half the blocks up to half of the
+    /// elements (by column, then row): 96- and 32-row blocks of two column blocks split two
+    /// and two, not three and one.
+    #[test]
+    fn halves_split_the_tasks_by_work() {
+        let mut buf = vec![0f32; 8 * 128 * 256];
+        let mut chunks = buf.chunks_mut(256);
+        let mut block = |row0, col0, rows: usize| Task {
+            row0,
+            col0,
+            rows: (0..rows).map(|_| chunks.next().expect("rows")).collect(),
+        };
+        let mut tasks =
+            vec![block(0, 0, 96), block(96, 0, 32), block(0, 256, 96), block(96, 256, 32)];
+        tasks.reverse();
+        let (l, r) = halves(&mut tasks);
+        let key = |t: &Task| (t.row0, t.col0, t.rows.len());
+        assert_eq!(l.iter().map(key).collect::<Vec<_>>(), [(0, 0, 96), (96, 0, 32)]);
+        assert_eq!(r.iter().map(key).collect::<Vec<_>>(), [(0, 256, 96), (96, 256, 32)]);
+        // One big block and small ones: the big one alone, the rest on the other side.
+        let mut tasks = vec![block(0, 0, 96), block(0, 1, 8), block(0, 2, 8)];
+        let (l, r) = halves(&mut tasks);
+        assert_eq!((l.len(), r.len()), (1, 2));
+        let mut two = vec![block(0, 0, 1), block(0, 1, 200)];
+        let (l, r) = halves(&mut two);
+        assert_eq!((l.len(), r.len()), (1, 1));
+    }
+
     #[test]
     fn every_kernel_gives_the_same_bits() {
-        for (m, k, n) in [(1, 1, 1), (13, 300, 70), (7, 513, 129), (100, 130, 17)] {
+        // The last shape is over DUO_MACS: its drives on one thread share the adds with the
+        // duo helper (on a host of two or more cores).
+        for (m, k, n) in [(1, 1, 1), (13, 300, 70), (7, 513, 129), (100, 130, 17), (130, 160, 129)]
+        {
             let a = values(1, m * k);
             let b = values(2, k * n);
             for mode in PerfMode::ALL {

@@ -50,6 +50,7 @@
 //! flush-to-zero for a whole process).
 
 pub mod cost;
+mod duo;
 mod gemm;
 mod kernel;
 mod matmul;

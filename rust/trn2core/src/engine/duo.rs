@@ -1,0 +1,207 @@
+//! A second thread for GEMMs too small for the pool ([`super::gemm`]'s `SEQUENTIAL_MACS`): one
+//! `nc_matmul` of 128 x 128 x 512 is about 150 us of adds on one core, and a fork-join of
+//! rayon's pool from a thread outside it costs a sizeable share of that (the caller hands both
+//! halves to the pool's workers, asleep, and sleeps until they are done). The helper here
+//! spins for a while after each job, so the next one, a few hundred microseconds later in a
+//! kernel that settles a matmul at every `dma_copy`, is taken in about a microsecond; idle
+//! longer, it sleeps until woken. [`join`] runs one closure on the calling thread and one on
+//! the helper, and returns when both have. Host scheduling only: which thread computes an
+//! output block never changes its bits.
+//!
+//! One caller at a time: a [`join`] while another thread's is running, or in a process forked
+//! from the one that started the helper (whose copy has no thread), runs both closures on the
+//! calling thread, one after the other.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long the helper spins for the next job before it sleeps.
+const SPIN: Duration = Duration::from_micros(500);
+
+const IDLE: u8 = 0;
+const POSTED: u8 = 1;
+const DONE: u8 = 2;
+
+/// The job slot: a closure borrowed from the thread in [`join`], which does not return (nor
+/// unwind) until the helper has set [`DONE`].
+struct Duo {
+    state: AtomicU8,
+    /// Set while a [`join`] owns the slot.
+    busy: AtomicBool,
+    /// Whether the posted job panicked.
+    panicked: AtomicBool,
+    job: UnsafeCell<Option<*mut (dyn FnMut() + Send)>>,
+    /// The helper's sleep: `true` while it waits on `wake`.
+    sleeping: Mutex<bool>,
+    wake: Condvar,
+    /// The process that started the helper.
+    pid: AtomicU32,
+}
+
+// SAFETY: `job` is written only by the `join` that owns `busy`, before it publishes the job
+// with `state = POSTED` (release), and read only by the helper after it has seen POSTED
+// (acquire); the closure it points to is `Send` and outlives the job (`join` waits for DONE).
+unsafe impl Sync for Duo {}
+
+static DUO: OnceLock<Option<&'static Duo>> = OnceLock::new();
+
+/// The helper, started on first use (`None` when no thread could be started).
+fn duo() -> Option<&'static Duo> {
+    *DUO.get_or_init(|| {
+        let d: &'static Duo = Box::leak(Box::new(Duo {
+            state: AtomicU8::new(IDLE),
+            busy: AtomicBool::new(false),
+            panicked: AtomicBool::new(false),
+            job: UnsafeCell::new(None),
+            sleeping: Mutex::new(false),
+            wake: Condvar::new(),
+            pid: AtomicU32::new(std::process::id()),
+        }));
+        std::thread::Builder::new().name("trn2core-duo".into()).spawn(move || helper(d)).ok()?;
+        Some(d)
+    })
+}
+
+/// The helper's loop: spin for a posted job, sleep when none came for [`SPIN`].
+fn helper(d: &'static Duo) {
+    loop {
+        let since = Instant::now();
+        let mut spins = 0u32;
+        while d.state.load(Ordering::Acquire) != POSTED {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && since.elapsed() > SPIN {
+                let mut sleeping = d.sleeping.lock().unwrap_or_else(|p| p.into_inner());
+                *sleeping = true;
+                while d.state.load(Ordering::Acquire) != POSTED {
+                    sleeping = d.wake.wait(sleeping).unwrap_or_else(|p| p.into_inner());
+                }
+                *sleeping = false;
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        // SAFETY: see `Duo`: the job was published before POSTED, and its owner waits.
+        let job = unsafe { (*d.job.get()).take() };
+        if let Some(job) = job {
+            // SAFETY: the pointer is to a live closure that `join` keeps borrowed until DONE.
+            let f = unsafe { &mut *job };
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
+            d.panicked.store(!ok, Ordering::Relaxed);
+        }
+        d.state.store(DONE, Ordering::Release);
+    }
+}
+
+/// Waits for the helper to finish the posted job (also when the calling side panics, so the
+/// borrowed closure outlives its use), then frees the slot.
+struct Wait(&'static Duo);
+
+impl Drop for Wait {
+    fn drop(&mut self) {
+        while self.0.state.load(Ordering::Acquire) != DONE {
+            std::hint::spin_loop();
+        }
+        self.0.state.store(IDLE, Ordering::Relaxed);
+        self.0.busy.store(false, Ordering::Release);
+    }
+}
+
+/// Runs `a` on this thread and `b` on the helper at once, returning when both have run
+/// (sequentially on this thread when the helper is in use or unavailable). A panic in `b`
+/// is resumed here after `a` has run.
+pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
+    let d = match duo() {
+        Some(d)
+            if d.pid.load(Ordering::Relaxed) == std::process::id()
+                && d.busy
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok() =>
+        {
+            d
+        }
+        _ => {
+            a();
+            b();
+            return;
+        }
+    };
+    let mut b = Some(b);
+    let mut run_b = move || {
+        if let Some(b) = b.take() {
+            b()
+        }
+    };
+    let f: &mut (dyn FnMut() + Send) = &mut run_b;
+    // SAFETY: the lifetime is erased for the slot only; `Wait` does not let this frame end
+    // (return or unwind) before the helper is done with it.
+    let f: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(f) };
+    // SAFETY: this `join` owns the slot (`busy`); the helper reads it only after POSTED.
+    unsafe { *d.job.get() = Some(f) };
+    d.state.store(POSTED, Ordering::Release);
+    let wait = Wait(d);
+    if *d.sleeping.lock().unwrap_or_else(|p| p.into_inner()) {
+        d.wake.notify_one();
+    }
+    a();
+    let panicked = {
+        while d.state.load(Ordering::Acquire) != DONE {
+            std::hint::spin_loop();
+        }
+        d.panicked.load(Ordering::Relaxed)
+    };
+    drop(wait);
+    if panicked {
+        panic!("a GEMM task on trn2core's second thread panicked");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both closures run, each once, whatever the helper's state (spinning, asleep, or in use
+    /// by another thread), and what they write is seen after `join`.
+    #[test]
+    fn join_runs_both_sides_once() {
+        let mut total = 0u64;
+        for i in 0..200u64 {
+            let (mut x, mut y) = (0u64, 0u64);
+            join(|| x = i, || y = 2 * i);
+            assert_eq!((x, y), (i, 2 * i));
+            total += x + y;
+            if i % 50 == 0 {
+                std::thread::sleep(SPIN * 3); // the helper goes to sleep
+            }
+        }
+        assert_eq!(total, 3 * (0..200u64).sum::<u64>());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    (0..500u64)
+                        .map(|i| {
+                            let (mut x, mut y) = (0u64, 0u64);
+                            join(|| x = i + t, || y = i * t);
+                            x + y
+                        })
+                        .sum::<u64>()
+                })
+            })
+            .collect();
+        for (t, h) in threads.into_iter().enumerate() {
+            let t = t as u64;
+            assert_eq!(h.join().expect("thread"), (0..500u64).map(|i| i + t + i * t).sum());
+        }
+    }
+
+    /// A panic on the helper's side reaches the caller, and the helper takes the next job.
+    #[test]
+    fn a_panic_on_the_helper_reaches_the_caller() {
+        let r = std::panic::catch_unwind(|| join(|| {}, || panic!("boom")));
+        assert!(r.is_err());
+        let mut y = 0;
+        join(|| {}, || y = 7);
+        assert_eq!(y, 7);
+    }
+}
