@@ -71,6 +71,11 @@ fn helper(d: &'static Duo) {
         let mut spins = 0u32;
         while d.state.load(Ordering::Acquire) != POSTED {
             spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(16) {
+                // Gives the core to a runnable thread that shares it (the caller, a pool
+                // worker): spinning must never delay the work it waits for.
+                std::thread::yield_now();
+            }
             if spins.is_multiple_of(64) && since.elapsed() > SPIN {
                 let mut sleeping = d.sleeping.lock().unwrap_or_else(|p| p.into_inner());
                 *sleeping = true;
@@ -94,15 +99,25 @@ fn helper(d: &'static Duo) {
     }
 }
 
+/// Spins, yielding the core now and then, until the helper has set [`DONE`].
+fn wait_done(d: &Duo) {
+    let mut spins = 0u32;
+    while d.state.load(Ordering::Acquire) != DONE {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(16) {
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Waits for the helper to finish the posted job (also when the calling side panics, so the
 /// borrowed closure outlives its use), then frees the slot.
 struct Wait(&'static Duo);
 
 impl Drop for Wait {
     fn drop(&mut self) {
-        while self.0.state.load(Ordering::Acquire) != DONE {
-            std::hint::spin_loop();
-        }
+        wait_done(self.0);
         self.0.state.store(IDLE, Ordering::Relaxed);
         self.0.busy.store(false, Ordering::Release);
     }
@@ -145,12 +160,8 @@ pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
         d.wake.notify_one();
     }
     a();
-    let panicked = {
-        while d.state.load(Ordering::Acquire) != DONE {
-            std::hint::spin_loop();
-        }
-        d.panicked.load(Ordering::Relaxed)
-    };
+    wait_done(d);
+    let panicked = d.panicked.load(Ordering::Relaxed);
     drop(wait);
     if panicked {
         panic!("a GEMM task on trn2core's second thread panicked");
