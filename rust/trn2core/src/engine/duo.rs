@@ -38,6 +38,8 @@ struct Duo {
     wake: Condvar,
     /// The process that started the helper.
     pid: AtomicU32,
+    /// Set by [`quiet`]: the helper sleeps now instead of spinning on.
+    hush: AtomicBool,
 }
 
 // SAFETY: `job` is written only by the `join` that owns `busy`, before it publishes the job
@@ -58,6 +60,7 @@ fn duo() -> Option<&'static Duo> {
             sleeping: Mutex::new(false),
             wake: Condvar::new(),
             pid: AtomicU32::new(std::process::id()),
+            hush: AtomicBool::new(false),
         }));
         std::thread::Builder::new().name("trn2core-duo".into()).spawn(move || helper(d)).ok()?;
         Some(d)
@@ -76,7 +79,8 @@ fn helper(d: &'static Duo) {
                 // worker): spinning must never delay the work it waits for.
                 std::thread::yield_now();
             }
-            if spins.is_multiple_of(64) && since.elapsed() > SPIN {
+            let hushed = d.hush.swap(false, Ordering::Relaxed);
+            if hushed || (spins.is_multiple_of(64) && since.elapsed() > SPIN) {
                 let mut sleeping = d.sleeping.lock().unwrap_or_else(|p| p.into_inner());
                 *sleeping = true;
                 while d.state.load(Ordering::Acquire) != POSTED {
@@ -96,6 +100,14 @@ fn helper(d: &'static Duo) {
             d.panicked.store(!ok, Ordering::Relaxed);
         }
         d.state.store(DONE, Ordering::Release);
+    }
+}
+
+/// Tells the helper, if it is spinning, to sleep now: parallel work on the pool is about to
+/// start, and a spinning thread would take a core from it.
+pub(crate) fn quiet() {
+    if let Some(Some(d)) = DUO.get() {
+        d.hush.store(true, Ordering::Relaxed);
     }
 }
 
@@ -203,6 +215,17 @@ mod tests {
         for (t, h) in threads.into_iter().enumerate() {
             let t = t as u64;
             assert_eq!(h.join().expect("thread"), (0..500u64).map(|i| i + t + i * t).sum());
+        }
+    }
+
+    /// Hushed (it sleeps at once), the helper still takes the next job.
+    #[test]
+    fn a_hushed_helper_still_takes_jobs() {
+        for i in 0..50u64 {
+            let mut y = 0;
+            join(|| quiet(), || y = i + 1);
+            assert_eq!(y, i + 1);
+            quiet();
         }
     }
 

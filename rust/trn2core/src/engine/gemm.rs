@@ -211,6 +211,9 @@ fn run_tiles_in(
     let limit = ONE_PASS_FLOATS;
     let macs = tiles.iter().map(|t| t.order.len()).sum::<usize>().saturating_mul(m * n);
     let seq = macs <= SEQUENTIAL_MACS;
+    if !seq {
+        super::duo::quiet(); // the pool's threads take both cores
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
@@ -354,6 +357,7 @@ pub(crate) fn run_chains(
     if !fp_env_is_ieee() {
         return Err(fp_env_error());
     }
+    super::duo::quiet(); // the pool's threads take both cores
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
