@@ -223,7 +223,7 @@ mod tests {
     fn a_hushed_helper_still_takes_jobs() {
         for i in 0..50u64 {
             let mut y = 0;
-            join(|| quiet(), || y = i + 1);
+            join(quiet, || y = i + 1);
             assert_eq!(y, i + 1);
             quiet();
         }
