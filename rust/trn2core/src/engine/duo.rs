@@ -137,7 +137,7 @@ impl Drop for Wait {
 
 /// Runs `a` on this thread and `b` on the helper at once, returning when both have run
 /// (sequentially on this thread when the helper is in use or unavailable). A panic in `b`
-/// is resumed here after `a` has run.
+/// on the helper becomes a panic here, after `a` has run.
 pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
     let d = match duo() {
         Some(d)
