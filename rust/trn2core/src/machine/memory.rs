@@ -469,6 +469,14 @@ pub(crate) struct CopyOf {
 pub const NO_WRITER: u32 = u32::MAX;
 
 impl TensorInfo {
+    /// An HBM tensor's bytes are handed out for writing: they may differ from its data
+    /// ([`TensorInfo::stored`]) and from what a spilled tensor held ([`TensorInfo::holds`];
+    /// [`Memories::spill_bytes`] sets that claim again after its own write).
+    fn note_hbm_write(&mut self) {
+        self.stored = true;
+        self.holds = None;
+    }
+
     /// The tile covering the whole tensor, in C order.
     pub fn full_tile(&self, id: TensorId) -> Tile {
         let (partitions, free): (u32, &[usize]) = match self.space {
@@ -942,8 +950,7 @@ impl Memories {
             Space::Psum => &mut self.psum,
             Space::Hbm => {
                 match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| {
-                    t.stored = true;
-                    t.holds = None;
+                    t.note_hbm_write();
                     t.hbm.as_mut()
                 }) {
                     Some(m) => m,
@@ -965,8 +972,7 @@ impl Memories {
         }
         if d.space == Space::Hbm {
             if let Some(Some(t)) = self.tensors.get_mut(d.tensor.slot as usize) {
-                t.stored = true;
-                t.holds = None;
+                t.note_hbm_write();
             }
         }
         match (s.space, d.space) {
@@ -1311,11 +1317,11 @@ impl Memories {
         let span = Some((addr, addr.saturating_add(b)));
         let ht = self.tensors[hbm.slot as usize].as_mut();
         let Some(ht) = ht else { return Ok(0) };
-        ht.stored = true;
         // A slot that still holds what the tensor holds (stored or reloaded, neither written
         // since): storing it again moves which bytes were written, not the bytes.
         let same = ht.holds.is_some_and(|(id, at)| id == chip && !self.sbuf_writes.since(span, at));
         let copy = copy && !(to_hbm && same);
+        ht.note_hbm_write();
         let Some(hmem) = ht.hbm.as_mut() else {
             return Ok(0);
         };
