@@ -679,14 +679,14 @@ impl Machine {
         let mem = self.mem.mem(tile);
         let bytes = mem.bytes();
         let esize = tile.dtype.size();
-        // Zeroed in pieces with the token checked between them, as the copy below is (a 1 GiB
-        // tile's zeroing alone is a few hundred milliseconds).
-        let n = tile.elements();
-        while out.len() < n {
-            crate::cancel::check()?;
-            out.resize((out.len() + CANCEL_CHUNK).min(n), T::default());
-        }
+        // Grown piece by piece (the pieces come in logical order), each piece's slots set just
+        // before they are filled, while in cache: not the whole buffer zeroed first (a
+        // settled matmul chain that accumulates gathers its PSUM destination this way each
+        // time). The walk checks the cancel token between pieces.
         for_each_piece(mem.stride, tile, |k, off, l, stride| {
+            if out.len() < k + l {
+                out.resize(k + l, T::default());
+            }
             if stride == 1 {
                 run(&bytes[off..off + l * esize], &mut out[k..k + l]);
             } else {
@@ -695,6 +695,7 @@ impl Machine {
                 }
             }
         })?;
+        out.resize(tile.elements(), T::default());
         Ok(out)
     }
 
