@@ -214,16 +214,49 @@ fn run_tiles_in(
     if !seq {
         super::duo::quiet(); // the pool's threads take both cores
     }
+    drive_any(tiles, m, n, first, out.chunks_mut(n).collect(), limit, in_runs, seq)
+}
+
+/// [`drive`] with the best kernel the host has.
+#[allow(clippy::too_many_arguments)]
+fn drive_any(
+    tiles: &[KTile], m: usize, n: usize, first: bool, rows: Vec<&mut [f32]>, limit: usize,
+    in_runs: bool, seq: bool,
+) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(kernel) = super::kernel::Avx512::detect() {
-            return drive(kernel, tiles, m, n, first, out, limit, in_runs, seq);
+            return drive(kernel, tiles, m, n, first, rows, limit, in_runs, seq);
         }
         if let Some(kernel) = super::kernel::Avx2::detect() {
-            return drive(kernel, tiles, m, n, first, out, limit, in_runs, seq);
+            return drive(kernel, tiles, m, n, first, rows, limit, in_runs, seq);
         }
     }
-    drive(Portable, tiles, m, n, first, out, limit, in_runs, seq)
+    drive(Portable, tiles, m, n, first, rows, limit, in_runs, seq)
+}
+
+/// One K tile's products added onto `rows`, the `m` rows of `n` of an output held elsewhere (a
+/// PSUM destination's, in place), or written to them when `first`: the bits
+/// [`run_chain_tiles`] gives for a chain of that one tile. All or nothing: a product of at most
+/// [`SEQUENTIAL_MACS`] multiply-adds runs on this thread (with the duo helper), and the cancel
+/// token is checked before anything is written, never after, so an accumulating destination
+/// never holds part of the tile's sums. `Ok(false)`, with nothing done, for a larger product
+/// or rows of another shape.
+pub(crate) fn add_tile_in_place(
+    tile: &KTile, m: usize, n: usize, first: bool, rows: Vec<&mut [f32]>,
+) -> Result<bool> {
+    let macs = tile.order.len().saturating_mul(m).saturating_mul(n);
+    if macs > SEQUENTIAL_MACS || rows.len() != m || rows.iter().any(|r| r.len() != n) {
+        return Ok(false);
+    }
+    if m == 0 || n == 0 {
+        return Ok(true);
+    }
+    if !fp_env_is_ieee() {
+        return Err(fp_env_error());
+    }
+    drive_any(std::slice::from_ref(tile), m, n, first, rows, ONE_PASS_FLOATS, false, true)?;
+    Ok(true)
 }
 
 /// Multiply-adds up to which [`run_tiles`] and [`run_chain_tiles`] run on the calling thread
@@ -631,7 +664,7 @@ pub(super) fn column_segments<'o>(
 
 #[allow(clippy::too_many_arguments)]
 fn drive<K: MicroKernel>(
-    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, out: &mut [f32],
+    kernel: K, tiles: &[KTile], m: usize, n: usize, first: bool, rows: Vec<&mut [f32]>,
     one_pass_floats: usize, in_runs: bool, seq: bool,
 ) -> Result<()> {
     let threads = rayon::current_num_threads().max(1);
@@ -647,8 +680,9 @@ fn drive<K: MicroKernel>(
     let col_blocks = n.div_ceil(nc);
 
     let mut tasks = Vec::with_capacity(row_blocks * col_blocks);
-    for (rb, block) in out.chunks_mut(mc * n).enumerate() {
-        let cols = column_segments(block.chunks_mut(n), nc, col_blocks, mc);
+    let mut rows = rows.into_iter();
+    for rb in 0..row_blocks {
+        let cols = column_segments(rows.by_ref().take(mc), nc, col_blocks, mc);
         for (cb, rows) in cols.into_iter().enumerate() {
             tasks.push(Task { row0: rb * mc, col0: cb * nc, rows });
         }
@@ -699,9 +733,9 @@ fn drive<K: MicroKernel>(
         let (apack, bpack) =
             (&mut apack[..m_panels * K::MR * kc], &mut bpack[..n_panels * K::NR * kc]);
         if seq {
-            // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]), the adds shared
-            // with the duo helper ([`each_task`]).
-            pack_tile::<K>(tile, m, n, apack, bpack, &mut Scratch::new());
+            // The same packing and adds, on this thread ([`SEQUENTIAL_MACS`]), both shared
+            // with the duo helper ([`pack_tile_shared`], [`each_task`]).
+            pack_tile_shared::<K>(tile, m, n, apack, bpack, m * n * kc);
             let (ap, bp, f) = (&*apack, &*bpack, first && t == 0);
             each_task(&mut tasks, m * n * kc, |task| {
                 add_tile(kernel, kc, ap, bp, f, task);
@@ -860,6 +894,38 @@ fn halves<'t, 'o>(tasks: &'t mut [Task<'o>]) -> (&'t mut [Task<'o>], &'t mut [Ta
 fn pack_tile<K: MicroKernel>(
     tile: &KTile, m: usize, n: usize, ap: &mut [f32], bp: &mut [f32], s: &mut Scratch,
 ) {
+    pack_tile_a::<K>(tile, m, ap, s);
+    pack_tile_b::<K>(tile, n, 0, bp, s);
+}
+
+/// [`pack_tile`] for a product of `macs` multiply-adds run on the calling thread: from
+/// [`DUO_MACS`] on, with two or more of `b`'s panels, the duo helper packs `b`'s last panels
+/// meanwhile, about half of the columns packed in all (`a`'s rows count as columns). Where a
+/// panel is packed does not change it.
+fn pack_tile_shared<K: MicroKernel>(
+    tile: &KTile, m: usize, n: usize, ap: &mut [f32], bp: &mut [f32], macs: usize,
+) {
+    let panel = K::NR * tile.order.len();
+    let n_panels = bp.len().checked_div(panel).unwrap_or(0);
+    if macs < DUO_MACS || n_panels < 2 || rayon::current_num_threads() < 2 {
+        return pack_tile::<K>(tile, m, n, ap, bp, &mut Scratch::new());
+    }
+    let columns = m.div_ceil(K::MR) * K::MR + n_panels * K::NR;
+    let theirs = (columns / 2 / K::NR).clamp(1, n_panels - 1);
+    let ours = n_panels - theirs;
+    let (mine, helper) = bp.split_at_mut(ours * panel);
+    super::duo::join(
+        || {
+            let s = &mut Scratch::new();
+            pack_tile_a::<K>(tile, m, ap, s);
+            pack_tile_b::<K>(tile, n, 0, mine, s);
+        },
+        || pack_tile_b::<K>(tile, n, ours, helper, &mut Scratch::new()),
+    );
+}
+
+/// `a`'s part of [`pack_tile`].
+fn pack_tile_a<K: MicroKernel>(tile: &KTile, m: usize, ap: &mut [f32], s: &mut Scratch) {
     let (k0, order) = (tile.k0, tile.order);
     let kc = order.len();
     if tile.a_t {
@@ -872,9 +938,17 @@ fn pack_tile<K: MicroKernel>(
             pack_a::<K>(tile.a, m, ip, k0, order, panel, s);
         }
     }
+}
+
+/// `b`'s part of [`pack_tile`], from panel `jp0` on: `bp` holds whole panels.
+fn pack_tile_b<K: MicroKernel>(
+    tile: &KTile, n: usize, jp0: usize, bp: &mut [f32], s: &mut Scratch,
+) {
+    let (k0, order) = (tile.k0, tile.order);
+    let kc = order.len();
     let group = (RUN / K::NR).max(1);
     for (g, panels) in bp.chunks_mut(group * K::NR * kc).enumerate() {
-        pack_cols(tile.b, n, K::NR, g * group, k0, order, panels, s);
+        pack_cols(tile.b, n, K::NR, jp0 + g * group, k0, order, panels, s);
     }
 }
 
@@ -1029,7 +1103,8 @@ mod tests {
         let tiling = Tiling::gemm(mode);
         let orders = [tiling.order(tiling.tile), tiling.order(k % tiling.tile)];
         let tiles = k_tiles(&a, &b, k, tiling, &orders);
-        drive(kernel, &tiles, m, n, true, &mut out, ONE_PASS_FLOATS, false, false).expect("valid");
+        let rows = out.chunks_mut(n).collect();
+        drive(kernel, &tiles, m, n, true, rows, ONE_PASS_FLOATS, false, false).expect("valid");
         // Tile by tile (no one-pass packing), and both on this thread alone: the same bits.
         for (limit, seq, how) in [
             (0, false, "tile by tile"),
@@ -1037,7 +1112,8 @@ mod tests {
             (0, true, "tile by tile on one thread"),
         ] {
             let mut other = vec![0f32; m * n];
-            drive(kernel, &tiles, m, n, true, &mut other, limit, false, seq).expect("valid");
+            let rows = other.chunks_mut(n).collect();
+            drive(kernel, &tiles, m, n, true, rows, limit, false, seq).expect("valid");
             assert_eq!(bits(&other), bits(&out), "{m}x{k}x{n} one pass vs {how}");
         }
         bits(&out)
@@ -1192,7 +1268,8 @@ mod tests {
             t.a_t = a_t;
         }
         let mut out = values(99, m * n);
-        drive(kernel, &tiles, m, n, true, &mut out, one_pass_floats, true, false).expect("valid");
+        let rows = out.chunks_mut(n).collect();
+        drive(kernel, &tiles, m, n, true, rows, one_pass_floats, true, false).expect("valid");
         bits(&out)
     }
 

@@ -57,8 +57,10 @@ mod matmul;
 mod operand;
 mod sparse;
 
+pub(crate) use gemm::{
+    add_tile_in_place, run_chain_tiles, run_chains, ChainJob, ChainOperand, KTile, KeptPanels,
+};
 pub use gemm::{gemm_f32, gemm_f32_into};
-pub(crate) use gemm::{run_chain_tiles, run_chains, ChainJob, ChainOperand, KTile, KeptPanels};
 pub(crate) use matmul::operand_readers_t;
 pub use matmul::{
     matmul, matmul_into, matmul_into_validated, validate_matmul, validate_operands, MatmulShape,

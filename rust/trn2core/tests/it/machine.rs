@@ -2228,6 +2228,52 @@ fn settled_chains_equal_a_scalar_fma_oracle() {
 }
 
 #[test]
+fn one_matmul_settled_in_place_gives_the_oracles_bits_and_a_cancel_leaves_psum_as_it_was() {
+    // A chain of one matmul into dense float32 PSUM rows is computed in place (no copy of the
+    // destination gathered and written back), with the duo helper at 128 x 128 x 512: an
+    // overwrite, then accumulations, each settled alone, against the scalar FMA oracle. A
+    // settle cancelled before it computes leaves the accumulating matmul queued and PSUM
+    // unchanged (never half added): the next settle adds it once, to the oracle's bits.
+    let (k, rows, cols) = (128usize, 128usize, 512usize);
+    let (mut m, st, mv) = pe_operands(2, (rows, Dtype::Bf16), (cols, Dtype::Bf16));
+    let p = psum(&mut m, "p", &[rows, cols], Dtype::Fp32);
+    let slice = |t: &Tile, i: i64| t.slice(&[Index::ALL, Index::At(i)]).expect("slice");
+    let vals = |m: &Machine, t: &Tile| -> Vec<f32> {
+        get(m, t).iter().map(|&b| input(t.dtype, b)).collect()
+    };
+    // The oracle's PSUM after a matmul of stationary `si` and moving `vi` (overwrite or add).
+    let mut host = vec![0f32; rows * cols];
+    let mut oracle = |m: &Machine, si: i64, vi: i64, acc: bool| {
+        let (sv, vv) = (vals(m, &slice(&st, si)), vals(m, &slice(&mv, vi)));
+        for (e, h) in host.iter_mut().enumerate() {
+            let (row, col) = (e / cols, e % cols);
+            let mut sum = 0f32;
+            for x in 0..k {
+                sum = sv[x * rows + row].mul_add(vv[x * cols + col], sum);
+            }
+            *h = canon(if acc { *h + sum } else { sum });
+        }
+        host.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let fresh = PeOptions { accumulate: Some(false), ..PeOptions::default() };
+    let acc = PeOptions { accumulate: Some(true), ..PeOptions::default() };
+    m.nc_matmul_queued(&p, &slice(&st, 0), &slice(&mv, 0), &fresh).expect("queued");
+    m.settle().expect("settle");
+    assert_bits(&get(&m, &p), &oracle(&m, 0, 0, false), "overwrite");
+    m.nc_matmul_queued(&p, &slice(&st, 1), &slice(&mv, 1), &acc).expect("queued");
+    m.settle().expect("settle");
+    let once = oracle(&m, 1, 1, true);
+    assert_bits(&get(&m, &p), &once, "accumulated once");
+    m.nc_matmul_queued(&p, &slice(&st, 0), &slice(&mv, 1), &acc).expect("queued");
+    interrupted_settle(&mut m);
+    assert_eq!(m.queued_matmuls(), 1);
+    m.settle().expect("settle");
+    let twice = oracle(&m, 0, 1, true);
+    assert_ne!(twice, once);
+    assert_bits(&get(&m, &p), &twice, "accumulated after the cancelled settle");
+}
+
+#[test]
 fn a_trace_written_in_pieces_is_the_whole_trace_and_stops_when_cancelled() {
     use trn2core::cancel::Cancel;
     use trn2core::machine::timeline::TRACE_CHUNK;

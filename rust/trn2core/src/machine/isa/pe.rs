@@ -295,6 +295,46 @@ impl Machine {
         Ok(out)
     }
 
+    /// A chain of one matmul from SBUF into dense float32 rows of PSUM, computed in place
+    /// ([`engine::add_tile_in_place`]: all or nothing, so one that accumulates is never left
+    /// half added after Ctrl-C): no copy of the destination gathered and written back, which
+    /// for a 128 x 128 x 512 product moves as many bytes as its operands. `Ok(false)`, with
+    /// nothing done, for any other chain (then [`Machine::chain_sums`]). The caller marks the
+    /// destination written ([`Machine::chain_written`]), as for a wave computed in place.
+    fn chain_in_place(&mut self, chain: &[QueuedMatmul]) -> Result<bool> {
+        let [q] = chain else { return Ok(false) };
+        let Operands::Sbuf(st, mv) = &q.operands else { return Ok(false) };
+        let d = &q.dst.tile;
+        let (m, n) = (q.shape.m, q.shape.n);
+        let stride = self.mem.psum.stride;
+        if !cfg!(target_endian = "little")
+            || !stride.is_multiple_of(4)
+            || d.space != Space::Psum
+            || !dense_fp32_rows(d)
+            || d.offset < 0
+            || d.offset % 4 != 0
+            || (m > 1 && stride < 4 * n)
+        {
+            return Ok(false);
+        }
+        let base = self.mem.psum.at(d.start_partition as usize, d.offset as usize) / 4;
+        let (sbuf, psum) = self.mem.sbuf_and_psum_mut();
+        let (a, b) = (reader_in(sbuf, "stationary", st)?, reader_in(sbuf, "moving", mv)?);
+        let order: Vec<usize> = (0..q.shape.k).collect();
+        let tile = KTile { a: &a, b: &b, k0: 0, order: &order, a_t: true };
+        // Rows `stride` bytes apart (each partition's), `n` words each, no two overlapping.
+        let mut rows = Vec::with_capacity(m);
+        let mut rest = psum.f32_words_mut().get_mut(base..).unwrap_or_default();
+        for i in 0..m {
+            let Some((row, after)) = rest.split_at_mut_checked(n) else { return Ok(false) };
+            rows.push(row);
+            let skip = if i + 1 < m { stride / 4 - n } else { 0 };
+            let Some(after) = after.get_mut(skip..) else { return Ok(false) };
+            rest = after;
+        }
+        engine::add_tile_in_place(&tile, m, n, !q.accumulate, rows)
+    }
+
     /// Writes a settled chain's final values to its PSUM destination (dense float32 rows in
     /// place) and marks them written by a matmul.
     fn write_chain(&mut self, d: &Opnd, vals: &[f32]) -> Result<()> {
@@ -520,9 +560,13 @@ impl Machine {
             }
             let sums: Result<WaveSums> = match cancel.check() {
                 Err(e) => Err(e),
-                Ok(()) if wave.len() == 1 => {
-                    self.chain_sums(&queue[wave[0].clone()]).map(|s| WaveSums::Sums(vec![s]))
-                }
+                Ok(()) if wave.len() == 1 => match self.chain_in_place(&queue[wave[0].clone()]) {
+                    Ok(true) => Ok(WaveSums::InPlace),
+                    Ok(false) => {
+                        self.chain_sums(&queue[wave[0].clone()]).map(|s| WaveSums::Sums(vec![s]))
+                    }
+                    Err(e) => Err(e),
+                },
                 Ok(()) => match self.wave_sums(&queue, wave, &drains[next..]) {
                     Ok(Some(sums)) => Ok(sums),
                     Ok(None) => {
