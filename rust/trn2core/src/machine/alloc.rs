@@ -137,13 +137,13 @@ impl Memories {
         // An overlay tensor's bytes are those already there: no fresh (unwritten) state.
         match space {
             Space::Sbuf => {
-                self.live_sbuf.push(live);
+                insert_by_address(&mut self.live_sbuf, live);
                 if !overlay {
                     self.sbuf_init.clear(mask, address, address + bytes);
                 }
             }
             _ => {
-                self.live_psum.push(live);
+                insert_by_address(&mut self.live_psum, live);
                 if !overlay {
                     self.psum_init.clear(mask, address, address + bytes);
                 }
@@ -483,6 +483,15 @@ fn psum_placement_ok(address: u64, bytes: u64) -> bool {
     } else {
         address.is_multiple_of(PSUM_BANK_BYTES)
     }
+}
+
+/// Adds `l` to a memory's live allocations, kept in order of their byte ranges (`retain` keeps
+/// that order): [`taken`]'s sort then finds them in order, in one pass, instead of sorting the
+/// hundred or so tensors a kernel keeps live at every allocation.
+fn insert_by_address(live: &mut Vec<Live>, l: Live) {
+    let key = (l.address, l.address + l.bytes);
+    let at = live.partition_point(|x| (x.address, x.address + x.bytes) <= key);
+    live.insert(at, l);
 }
 
 /// The byte ranges `[lo, hi)` the allocations on any of partitions `[start, start + p)` take,
