@@ -361,3 +361,32 @@ def test_spill_slots_of_dead_tensors_serve_later_spills_with_their_own_bits():
     # Per round: the first tensor stored and reloaded (the second, spilled for that reload, is
     # never used again, so its store is not recorded).
     assert res.report.spill_bytes == rounds * 2 * MOVE
+
+
+def test_alloc_if_room_is_none_exactly_when_there_is_no_room_and_refuses_bad_arguments():
+    """The spill loop's one call per try (``Core.fit``): a tile when ``has_room`` says the
+    allocation fits, ``None`` (no ``CapacityError`` made) when it does not; an argument it
+    cannot read is a ``Trn2Error`` naming it, not ``None``."""
+    from trn2core import _core
+    from trn2core.errors import Trn2Error
+
+    m = _core.Machine()
+    big = m.alloc_if_room([128, 50_000], "fp32", "sbuf", "big")  # 200,000 B per partition
+    assert big is not None and m.usage("sbuf").allocations == 1
+    # 212,984 B per partition usable: 12,000 B more fit, 14,000 do not.
+    assert not m.has_room([128, 3500], "fp32", "sbuf")
+    assert m.alloc_if_room([128, 3500], "fp32", "sbuf", "t") is None
+    assert m.usage("sbuf").allocations == 1  # the refused one made nothing
+    assert m.has_room([128, 3000], "fp32", "sbuf")
+    assert m.alloc_if_room([128, 3000], "fp32", "sbuf", "t") is not None
+    assert m.usage("sbuf").allocations == 2
+    assert m.alloc_if_room([128, 300], "fp32", "sbuf", "t") is None  # 952 B are left
+    for args, arg in (
+        (([128, 4], "fp99", "sbuf", "t"), "dtype"),
+        (([128, 4], "fp32", "dram", "t"), "space"),
+    ):
+        with pytest.raises(Trn2Error) as info:
+            m.alloc_if_room(*args)
+        assert info.value.arg == arg
+    m.free(big)
+    assert m.alloc_if_room([128, 3500], "fp32", "sbuf", "t") is not None

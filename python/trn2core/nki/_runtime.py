@@ -423,11 +423,10 @@ class Core:
         # A reload tries where there is room; its error (a failed allocation's message names
         # the free bytes and largest tensors, which takes a while to gather) is made only if
         # nothing makes room (``_reload_error``).
-        if reload and self.m.has_room(mshape, mdtype, buffer.space):
-            try:
-                return self.m.alloc(mshape, mdtype, buffer.space, name, 0, None)
-            except CapacityError as e:
-                error = _reload_error(name, e)
+        if reload:
+            tile = self.machine.alloc_if_room(mshape, mdtype, buffer.space, name)
+            if tile is not None:
+                return tile
         # Least recently used first: by last use (the last recorded instruction that touched
         # the tensor's bytes), or birth if later; ties (tensors last used by one instruction)
         # by birth. ``lru`` is that order as of ``scanned``: the tensors touched since and
@@ -472,12 +471,10 @@ class Core:
                 self.forget(victim, "psum")
                 m, victim.m = victim.m, None
                 m.give_up(victim.tile, gone, "psum_capacity")
-            if not self.m.has_room(mshape, mdtype, space):
-                continue  # the CapacityError the allocation would raise, not made
-            try:
-                return self.m.alloc(mshape, mdtype, space, name, 0, None)
-            except CapacityError:
-                continue
+            # (``None``: the CapacityError the allocation would raise, not made.)
+            tile = self.machine.alloc_if_room(mshape, mdtype, space, name)
+            if tile is not None:
+                return tile
         if error is None:  # a reload that never found room: the allocation's own error
             try:
                 return self.m.alloc(mshape, mdtype, space, name, 0, None)

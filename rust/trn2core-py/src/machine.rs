@@ -462,6 +462,36 @@ impl PyMachine {
         Ok(self.lock().has_room(sp, &shape, dt))
     }
 
+    /// `alloc(shape, dtype, space, name)` when `has_room` says it would succeed, else `None`
+    /// (also when it raises the `CapacityError` of no room after all): one call for a front
+    /// end that frees memory until a tensor fits, never making that error's message.
+    fn alloc_if_room(
+        &self, py: Python<'_>, shape: Vec<usize>, dtype: &str, space: &str, name: &str,
+    ) -> PyTrn2Result<Option<PyTile>> {
+        let dt = Dtype::parse_name("dtype", dtype)?;
+        let sp = Space::parse("space", space)?;
+        let args = (sp, name, &shape[..], dt, 0, None, false);
+        let tile = {
+            let mut m = self.lock();
+            if !m.has_room(sp, &shape, dt) {
+                return Ok(None);
+            }
+            guard(py, || m.try_alloc_at(args))?
+        };
+        let tile = match tile {
+            Some(tile) => Some(tile),
+            // Settling (what retired tensors hold is in the way), as `alloc` does.
+            None => self.with_queue(py, 0, |m| {
+                match m.alloc_at(sp, name, &shape, dt, 0, None, false) {
+                    Ok(tile) => Ok(Some(tile)),
+                    Err(Error::Capacity { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })?,
+        };
+        Ok(tile.map(|tile| PyTile { tile }))
+    }
+
     /// `core.alloc` in SBUF/PSUM: a tensor of `shape` and `dtype` when `dtype` is given, else
     /// `nbytes` (or an array of `shape` with `elem_size`-byte elements) as bytes over the
     /// partitions; returns the reservation and its tensor's tile.
