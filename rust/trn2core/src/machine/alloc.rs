@@ -349,6 +349,10 @@ impl Memories {
     /// there starts as never written).
     pub fn free(&mut self, id: TensorId) -> Result<()> {
         let t = self.tensor(id)?;
+        if t.space == Space::Hbm && !self.lazy.is_empty() {
+            self.fill_lazy(id, true, false); // spill slots whose bytes are still its rows
+        }
+        let t = self.tensor(id)?;
         let space = t.space;
         match space {
             Space::Sbuf => self.live_sbuf.retain(|l| l.slot != id.slot),
@@ -365,7 +369,9 @@ impl Memories {
     /// [`Memories::free`], but its bytes stay taken (no allocation lands on them) until
     /// [`Memories::reclaim`], when the queue has been settled.
     pub fn retire(&mut self, id: TensorId) -> Result<()> {
-        self.tensor(id)?;
+        if self.tensor(id)?.space == Space::Hbm {
+            self.fill_lazy(id, true, false);
+        }
         self.tensors[id.slot as usize] = None;
         self.retired.push(id.slot);
         Ok(())

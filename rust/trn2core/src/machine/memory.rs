@@ -451,6 +451,12 @@ pub struct TensorInfo {
     /// reloaded from): storing that tensor again, unwritten since, copies no byte
     /// ([`Memories::spill_bytes`]). Any other write to it ends the claim.
     pub(crate) holds: Option<(TensorId, u64)>,
+    /// HBM only, a spill slot: its bytes were not copied in, since the tensor stored there
+    /// was a whole copy of an unwritten HBM region ([`CopyOf`]) whose rows these are (byte
+    /// offset of each partition's row in the source): they are taken from the source when
+    /// reloaded, and copied in before the source is written, freed or handed over, or the
+    /// slot itself is written ([`Memories::fill_lazy`]). Listed in [`Memories::lazy`].
+    pub(crate) lazy: Option<(TensorId, Vec<usize>)>,
 }
 
 /// An SBUF tensor's whole contents loaded by one `dma_copy` from `src`, a region of an HBM
@@ -571,6 +577,8 @@ pub struct Memories {
     /// Tensors whose storage a front end gave up ([`Memories::give_up`]): the error (message,
     /// rule) a later use of one of their tiles is.
     pub(super) given_up: Vec<(TensorId, String, &'static str)>,
+    /// The spill slots whose bytes are still their source's ([`TensorInfo::lazy`]).
+    pub(crate) lazy: Vec<TensorId>,
     /// Policy for never-written memory.
     pub uninitialized: Uninitialized,
     /// This machine's number (tiles carry it).
@@ -690,6 +698,7 @@ impl Memories {
             live_psum: Vec::new(),
             retired: Vec::new(),
             given_up: Vec::new(),
+            lazy: Vec::new(),
             uninitialized,
             machine: NEXT_MACHINE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             psum_view: None,
@@ -830,6 +839,7 @@ impl Memories {
             writers: None,
             copy_of: None,
             holds: None,
+            lazy: None,
         });
     }
 
@@ -883,6 +893,7 @@ impl Memories {
             writers: None,
             copy_of: None,
             holds: None,
+            lazy: None,
         });
         Ok(self.id(slot))
     }
@@ -890,6 +901,7 @@ impl Memories {
     /// Hands HBM tensor `id`'s buffer over and frees the tensor (its tiles invalid from now
     /// on): the buffer's words and the tensor's bytes' range in them.
     pub(crate) fn take_hbm(&mut self, id: TensorId) -> Result<(Vec<u32>, std::ops::Range<usize>)> {
+        self.fill_lazy(id, true, true);
         let t = self.tensor_mut(id)?;
         let bytes = t.bytes as usize;
         let mem = t.hbm.take().ok_or_else(|| {
@@ -949,6 +961,9 @@ impl Memories {
             }
             Space::Psum => &mut self.psum,
             Space::Hbm => {
+                if !self.lazy.is_empty() {
+                    self.fill_lazy(tile.tensor, true, true);
+                }
                 match self.tensors[tile.tensor.slot as usize].as_mut().and_then(|t| {
                     t.note_hbm_write();
                     t.hbm.as_mut()
@@ -969,6 +984,14 @@ impl Memories {
         // Only the destination is written (a source read through `hbm` is not `stored`).
         if d.space == Space::Sbuf {
             self.sbuf_writes.note(byte_span(d));
+        }
+        if !self.lazy.is_empty() {
+            if d.space == Space::Hbm {
+                self.fill_lazy(d.tensor, true, true);
+            }
+            if s.space == Space::Hbm {
+                self.fill_lazy(s.tensor, false, true);
+            }
         }
         if d.space == Space::Hbm {
             if let Some(Some(t)) = self.tensors.get_mut(d.tensor.slot as usize) {
@@ -1164,6 +1187,70 @@ impl Memories {
         Some(c)
     }
 
+    /// The source and the byte offset there of each partition's row of SBUF tensor `chip`
+    /// (`np` partitions of `b` bytes), when it is a whole copy of an unwritten HBM region
+    /// ([`Memories::intact_copy`]) whose rows are `b` consecutive bytes each.
+    fn source_rows(&self, chip: TensorId, np: usize, b: u64) -> Option<(TensorId, Vec<usize>)> {
+        let t = self.intact_copy(chip)?.src;
+        let esize = t.dtype.size() as i64;
+        let c = t.canonical();
+        let dense = c.runs() == 1 && (c.n == 0 || c.run_stride() == 1);
+        if !dense
+            || t.partitions as usize != np
+            || (c.run_len() as u64).checked_mul(esize as u64)? != b
+        {
+            return None;
+        }
+        let total = self.tensor(t.tensor).ok()?.bytes;
+        let mut rows = Vec::with_capacity(np);
+        for p in 0..np as i64 {
+            let at = t.offset.checked_add(p.checked_mul(t.partition_step)?.checked_mul(esize)?)?;
+            let at = u64::try_from(at).ok()?;
+            if at.checked_add(b)? > total {
+                return None;
+            }
+            rows.push(usize::try_from(at).ok()?);
+        }
+        Some((t.tensor, rows))
+    }
+
+    /// Gives lazy spill slots ([`TensorInfo::lazy`]) the bytes they stand for: those whose
+    /// source is tensor `id` (`sourced`: before `id` is written, freed or handed over), and
+    /// `id` itself if it is one (`itself`: before it is read or written other than by
+    /// [`Memories::spill_bytes`]).
+    pub(crate) fn fill_lazy(&mut self, id: TensorId, sourced: bool, itself: bool) {
+        let mut i = 0;
+        while i < self.lazy.len() {
+            let slot = self.lazy[i];
+            let Some(src) = self.tensor(slot).ok().and_then(|t| t.lazy.as_ref()).map(|l| l.0)
+            else {
+                self.lazy.swap_remove(i); // freed, or written whole since
+                continue;
+            };
+            if (sourced && src == id) || (itself && slot == id) {
+                self.fill_slot(slot);
+                self.lazy.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Copies a lazy slot's rows from its source into its own bytes.
+    fn fill_slot(&mut self, slot: TensorId) {
+        let Some(Some(t)) = self.tensors.get_mut(slot.slot as usize) else { return };
+        let (Some((src, rows)), Some(mut mem)) = (t.lazy.take(), t.hbm.take()) else { return };
+        let bu = (t.bytes as usize).checked_div(rows.len()).unwrap_or(0);
+        if let Some(smem) = self.tensor(src).ok().and_then(|s| s.hbm.as_ref()) {
+            for (p, &r) in rows.iter().enumerate() {
+                mem.bytes_mut()[p * bu..][..bu].copy_from_slice(&smem.bytes()[r..r + bu]);
+            }
+        }
+        if let Some(Some(t)) = self.tensors.get_mut(slot.slot as usize) {
+            t.hbm = Some(mem);
+        }
+    }
+
     /// Records that SBUF tensor `id` now holds a copy of `src` (a region of an HBM tensor
     /// unwritten since it was made), as of SBUF's write count now; `None` forgets any claim.
     pub(crate) fn set_copy_of(&mut self, id: TensorId, src: Option<Tile>) {
@@ -1315,21 +1402,51 @@ impl Memories {
             ));
         }
         let span = Some((addr, addr.saturating_add(b)));
-        let ht = self.tensors[hbm.slot as usize].as_mut();
-        let Some(ht) = ht else { return Ok(0) };
+        let (bu, au) = (b as usize, addr as usize);
         // A slot that still holds what the tensor holds (stored or reloaded, neither written
         // since): storing it again moves which bytes were written, not the bytes.
-        let same = ht.holds.is_some_and(|(id, at)| id == chip && !self.sbuf_writes.since(span, at));
-        let copy = copy && !(to_hbm && same);
+        let same = h.holds.is_some_and(|(id, at)| id == chip && !self.sbuf_writes.since(span, at));
+        // Bytes to move: a store to a slot that does not hold them, or a reload.
+        let moving = copy && !(to_hbm && same);
+        // A store of a whole copy of an unwritten HBM region moves none: the slot's bytes stay
+        // the source's rows ([`TensorInfo::lazy`]), and a reload copies those.
+        let rows = if to_hbm && moving { self.source_rows(chip, np, b) } else { None };
+        if to_hbm && moving {
+            self.fill_lazy(hbm, true, false); // slots whose source this slot is (none, in practice)
+            self.lazy.retain(|&l| l != hbm);
+            if rows.is_some() {
+                self.lazy.push(hbm);
+            }
+            if let Some(Some(ht)) = self.tensors.get_mut(hbm.slot as usize) {
+                ht.lazy = rows.clone();
+            }
+        }
+        let mut from_slot = moving && rows.is_none();
+        if moving && !to_hbm {
+            self.sbuf_writes.note(span);
+            if let Some((src, rows)) = self.tensor(hbm)?.lazy.clone() {
+                // (`self.tensor` with the one field borrowed: SBUF is written meanwhile.)
+                let smem = self.tensors.get(src.slot as usize).and_then(|t| t.as_ref());
+                let smem =
+                    smem.filter(|t| t.generation == src.generation && src.machine == self.machine);
+                let smem = smem.and_then(|t| t.hbm.as_ref());
+                let Some(smem) = smem else {
+                    return Err(Error::value("src", "a spill slot's source is gone (internal)"));
+                };
+                for (p, &r) in rows.iter().enumerate() {
+                    let at = self.sbuf.at(p0 + p, au);
+                    self.sbuf.bytes_mut()[at..at + bu].copy_from_slice(&smem.bytes()[r..r + bu]);
+                }
+                from_slot = false;
+            }
+        }
+        let ht = self.tensors[hbm.slot as usize].as_mut();
+        let Some(ht) = ht else { return Ok(0) };
         ht.note_hbm_write();
         let Some(hmem) = ht.hbm.as_mut() else {
             return Ok(0);
         };
-        let (bu, au) = (b as usize, addr as usize);
-        if copy && !to_hbm {
-            self.sbuf_writes.note(span);
-        }
-        if copy {
+        if from_slot {
             for p in 0..np {
                 let at = self.sbuf.at(p0 + p, au);
                 let (h, c) = (&mut hmem.bytes_mut()[p * bu..][..bu], &mut self.sbuf);
@@ -1497,6 +1614,90 @@ mod tests {
         m.spill_bytes(other, slot, true, true).expect("store another");
         m.spill_bytes(id, slot, true, true).expect("store it back");
         assert_eq!(slot_bytes(&m), vec![5; 64]);
+    }
+
+    /// A spilled tensor that is a whole copy of rows of an unwritten input is not copied to its
+    /// slot: the slot's bytes stay the input's rows, and a reload copies those. Before the
+    /// input is written or freed, the slot gets the bytes (the tensor's, not the input's new
+    /// ones); a store of another tensor into the slot copies as before. (The slot's own bytes
+    /// are looked at behind the machine's back.)
+    #[test]
+    fn a_spilled_copy_of_an_input_stays_the_inputs_rows_until_the_input_changes() {
+        let mut m = Memories::new(Uninitialized::Error).expect("memories");
+        let data: Vec<u8> = (0..8 * 32).map(|i| (i % 251) as u8).collect();
+        use super::super::tile::Index;
+        let range = |a: i64, b: i64| Index::Range { start: Some(a), stop: Some(b), step: 1 };
+        // Rows 2..6, columns 8..24 of the input: 4 rows of 16 bytes.
+        let want: Vec<u8> = (2..6).flat_map(|r| data[r * 32 + 8..r * 32 + 24].to_vec()).collect();
+        let setup = |m: &mut Memories| {
+            let x = m.hbm_tensor("x", &[8, 32], Dtype::Uint8, Some(&data)).expect("x");
+            let xt = m.tensor(x).expect("x").full_tile(x);
+            let id = m.alloc(Space::Sbuf, "t", &[4, 16], Dtype::Uint8, 0, None, false).expect("t");
+            let t = m.tensor(id).expect("t").full_tile(id);
+            put(m, &t, &want);
+            m.set_copy_of(id, Some(xt.slice(&[range(2, 6), range(8, 24)]).expect("region")));
+            let slot = m.hbm_tensor("slot", &[64], Dtype::Uint8, None).expect("slot");
+            (x, xt, id, t, slot)
+        };
+        let slot_bytes = |m: &Memories, s: TensorId| {
+            m.tensors[s.slot as usize].as_ref().and_then(|h| h.hbm.as_ref()).expect("slot").bytes()
+                [..64]
+                .to_vec()
+        };
+        let (x, xt, id, t, slot) = setup(&mut m);
+        m.spill_bytes(id, slot, true, true).expect("store");
+        assert_eq!(slot_bytes(&m, slot), vec![0; 64], "copied to the slot");
+        put(&mut m, &t, &[0xEE; 64]); // the storage reused meanwhile
+        m.spill_bytes(id, slot, false, true).expect("reload");
+        assert_eq!(get(&m, &t), want, "reloaded from the input's rows");
+        // The input written: the slot gets the tensor's bytes first.
+        let (_, xt1, id1, t1, slot1) = setup(&mut m);
+        m.spill_bytes(id1, slot1, true, true).expect("store");
+        assert_eq!(slot_bytes(&m, slot1), vec![0; 64]);
+        m.mem_mut(&xt1).bytes_mut()[..256].fill(0x55);
+        assert_eq!(slot_bytes(&m, slot1), want, "filled before the input's write");
+        put(&mut m, &t1, &[0xEE; 64]);
+        m.spill_bytes(id1, slot1, false, true).expect("reload");
+        assert_eq!(get(&m, &t1), want);
+        let _ = (id, t, xt);
+        // The input freed: the same.
+        let (x2, _, id2, t2, slot2) = setup(&mut m);
+        m.spill_bytes(id2, slot2, true, true).expect("store");
+        assert_eq!(slot_bytes(&m, slot2), vec![0; 64]);
+        m.free(x2).expect("free the input");
+        assert_eq!(slot_bytes(&m, slot2), want, "filled before the input was freed");
+        put(&mut m, &t2, &[0xEE; 64]);
+        m.spill_bytes(id2, slot2, false, true).expect("reload");
+        assert_eq!(get(&m, &t2), want);
+        // Another tensor stored into a lazy slot: copied, and reloaded from the slot.
+        let (_, _, id3, _, slot3) = setup(&mut m);
+        m.spill_bytes(id3, slot3, true, true).expect("store");
+        let o = m.alloc(Space::Sbuf, "o", &[4, 16], Dtype::Uint8, 0, None, false).expect("o");
+        let ot = m.tensor(o).expect("o").full_tile(o);
+        put(&mut m, &ot, &[7; 64]);
+        m.spill_bytes(o, slot3, true, true).expect("store another");
+        assert_eq!(slot_bytes(&m, slot3), vec![7; 64]);
+        put(&mut m, &ot, &[0xEE; 64]);
+        m.spill_bytes(o, slot3, false, true).expect("reload it");
+        assert_eq!(get(&m, &ot), vec![7; 64]);
+        let _ = x;
+    }
+
+    /// Writes `bytes` over SBUF tile `t` (rows of its partitions), noting the write.
+    fn put(m: &mut Memories, t: &Tile, bytes: &[u8]) {
+        let (p0, a, w) = (t.start_partition as usize, t.offset as usize, bytes.len() / 4);
+        let mem = m.mem_mut(t);
+        for (p, row) in bytes.chunks(w).enumerate() {
+            let at = mem.at(p0 + p, a);
+            mem.bytes_mut()[at..at + w].copy_from_slice(row);
+        }
+    }
+
+    /// SBUF tile `t`'s bytes, its 4 partitions' rows.
+    fn get(m: &Memories, t: &Tile) -> Vec<u8> {
+        let (p0, a, w) = (t.start_partition as usize, t.offset as usize, 16);
+        let mem = m.mem(t);
+        (0..4).flat_map(|p| mem.bytes()[mem.at(p0 + p, a)..][..w].to_vec()).collect()
     }
 
     #[test]
