@@ -1433,10 +1433,12 @@ impl Memories {
                 let Some(smem) = smem else {
                     return Err(Error::value("src", "a spill slot's source is gone (internal)"));
                 };
-                for (p, &r) in rows.iter().enumerate() {
-                    let at = self.sbuf.at(p0 + p, au);
-                    self.sbuf.bytes_mut()[at..at + bu].copy_from_slice(&smem.bytes()[r..r + bu]);
-                }
+                let moves: Vec<(usize, usize, usize)> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(p, &r)| (self.sbuf.at(p0 + p, au), r, bu))
+                    .collect();
+                copy_rows(self.sbuf.bytes_mut(), smem.bytes(), &moves);
                 from_slot = false;
             }
         }
@@ -1447,14 +1449,13 @@ impl Memories {
             return Ok(0);
         };
         if from_slot {
-            for p in 0..np {
-                let at = self.sbuf.at(p0 + p, au);
-                let (h, c) = (&mut hmem.bytes_mut()[p * bu..][..bu], &mut self.sbuf);
-                if to_hbm {
-                    h.copy_from_slice(&c.bytes()[at..at + bu]);
-                } else {
-                    c.bytes_mut()[at..at + bu].copy_from_slice(h);
-                }
+            let rows = (0..np).map(|p| (self.sbuf.at(p0 + p, au), p * bu));
+            if to_hbm {
+                let moves: Vec<_> = rows.map(|(chip, slot)| (slot, chip, bu)).collect();
+                copy_rows(hmem.bytes_mut(), self.sbuf.bytes(), &moves);
+            } else {
+                let moves: Vec<_> = rows.map(|(chip, slot)| (chip, slot, bu)).collect();
+                copy_rows(self.sbuf.bytes_mut(), hmem.bytes(), &moves);
             }
         }
         if copy || same {
@@ -1524,6 +1525,36 @@ impl Memories {
         }
     }
 }
+
+/// Bytes from which [`copy_rows`] shares the rows with the duo helper: a tensor of 128
+/// partitions of 1 KiB, a few microseconds of copying against about one to hand half over.
+const SHARED_COPY_BYTES: usize = 128 << 10;
+
+/// Copies `len` bytes from `src[from..]` to `dst[to..]` for every `(to, from, len)` of
+/// `moves` (in increasing order of `to`, the destinations disjoint): a spill's store or
+/// reload, a DMA's rows. From [`SHARED_COPY_BYTES`] on, the duo helper copies the second half
+/// of the moves meanwhile (a reload reads rows of an input far apart in memory: two threads
+/// wait on them at once). The caller keeps such a copy small enough not to need the cancel
+/// token (see [`SHARED_COPY_MAX`]).
+pub(crate) fn copy_rows(dst: &mut [u8], src: &[u8], moves: &[(usize, usize, usize)]) {
+    let one = |dst: &mut [u8], moves: &[(usize, usize, usize)], base: usize| {
+        for &(t, f, l) in moves {
+            dst[t - base..t - base + l].copy_from_slice(&src[f..f + l]);
+        }
+    };
+    let bytes = moves.iter().fold(0usize, |b, m| b.saturating_add(m.2));
+    if moves.len() < 2 || bytes < SHARED_COPY_BYTES {
+        return one(dst, moves, 0);
+    }
+    let half = moves.len() / 2;
+    let base = moves[half].0;
+    let (lo, hi) = dst.split_at_mut(base);
+    crate::engine::duo_join(|| one(lo, &moves[..half], 0), || one(hi, &moves[half..], base));
+}
+
+/// Bytes up to which a DMA's rows may go through [`copy_rows`], copied without a look at the
+/// cancel token (a few milliseconds); larger copies are walked in checked pieces.
+pub(crate) const SHARED_COPY_MAX: usize = 16 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -1681,6 +1712,33 @@ mod tests {
         m.spill_bytes(o, slot3, false, true).expect("reload it");
         assert_eq!(get(&m, &ot), vec![7; 64]);
         let _ = x;
+    }
+
+    /// `copy_rows` gives what a move-by-move copy gives, below and above the size from which
+    /// the duo helper takes half of the moves (an odd count of moves of different lengths,
+    /// gaps between the destinations, sources in any order).
+    #[test]
+    fn copy_rows_equals_a_move_by_move_copy() {
+        let src: Vec<u8> = (0..1usize << 20).map(|i| (i * 7 + i / 251) as u8).collect();
+        for (count, len) in [(3usize, 100usize), (129, 2048), (257, 1500)] {
+            let mut moves = Vec::new();
+            let mut at = 5;
+            for i in 0..count {
+                let l = len + i % 3;
+                let from = (i * 7919 * 13) % (src.len() - l);
+                moves.push((at, from, l));
+                at += l + i % 5;
+            }
+            let bytes: usize = moves.iter().map(|m| m.2).sum();
+            assert_eq!(bytes >= SHARED_COPY_BYTES, count > 3);
+            let mut want = vec![0xAAu8; at + 9];
+            for &(t, f, l) in &moves {
+                want[t..t + l].copy_from_slice(&src[f..f + l]);
+            }
+            let mut got = vec![0xAAu8; at + 9];
+            copy_rows(&mut got, &src, &moves);
+            assert!(got == want, "{count} moves of about {len} bytes");
+        }
     }
 
     /// Writes `bytes` over SBUF tile `t` (rows of its partitions), noting the write.

@@ -749,6 +749,8 @@ impl Machine {
     /// lie in one memory or `d` has more than [`DIRECT_COPY_RUNS`] runs. Interruptible as
     /// [`Machine::scatter_raw`] is (a cancelled copy leaves `d` partly written, not marked).
     pub(crate) fn copy_direct(&mut self, s: &Opnd, d: &Opnd) -> Result<bool> {
+        /// Moves up to which a copy's contiguous stretches are listed for `copy_rows`.
+        const SHARED_COPY_MOVES: usize = 4096;
         let esize = d.tile.dtype.size();
         if s.tile.dtype != d.tile.dtype {
             return Ok(false);
@@ -757,6 +759,37 @@ impl Machine {
             return Ok(false);
         };
         let (from, to) = (src.bytes(), dst.bytes_mut());
+        // Contiguous stretches in increasing order, at most SHARED_COPY_MAX bytes in all (a
+        // DMA of a tile's rows): copied as a list of moves, shared with the duo helper.
+        let bytes = (d.tile.elements_u128() as usize).saturating_mul(esize);
+        if bytes <= super::memory::SHARED_COPY_MAX {
+            let mut moves: Vec<(usize, usize, usize)> = Vec::with_capacity(places.len());
+            let mut ok = true;
+            for_each_stretch(
+                src.stride,
+                &s.tile,
+                esize,
+                &places,
+                usize::MAX,
+                |so, ss, dof, ds, n| {
+                    let end = moves.last().map_or(0, |m| m.0 + m.2);
+                    ok = ok
+                        && (ss == 1 || n == 1)
+                        && (ds == 1 || n == 1)
+                        && dof >= end
+                        && moves.len() < SHARED_COPY_MOVES;
+                    if ok {
+                        moves.push((dof, so, n * esize));
+                    }
+                    Ok(())
+                },
+            )?;
+            if ok {
+                super::memory::copy_rows(to, from, &moves);
+                self.after_write(d);
+                return Ok(true);
+            }
+        }
         for_each_stretch(src.stride, &s.tile, esize, &places, usize::MAX, |so, ss, dof, ds, n| {
             if ss == 1 {
                 put_packed(to, dof, ds, esize, &from[so..so + n * esize]);
