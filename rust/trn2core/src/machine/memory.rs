@@ -1469,7 +1469,9 @@ impl Memories {
         let mut runs = Vec::new();
         if to_hbm {
             ht.hbm_init = InitMap::default();
-            for p in 0..np {
+            // A tensor written whole leaves the slot written whole: no runs to walk (the map
+            // is not read while `fully_written`).
+            for p in (0..np).filter(|_| !full) {
                 let bit = 1u128 << (p0 + p);
                 let segs = self.sbuf_init.segs.range(..addr + b);
                 for (&s, &(e, _)) in segs.filter(|(_, &(e, m))| e > addr && m & bit != 0) {
