@@ -1219,6 +1219,9 @@ impl Memories {
     /// `id` itself if it is one (`itself`: before it is read or written other than by
     /// [`Memories::spill_bytes`]).
     pub(crate) fn fill_lazy(&mut self, id: TensorId, sourced: bool, itself: bool) {
+        if !sourced && self.tensor(id).map_or(true, |t| t.lazy.is_none()) {
+            return; // (a DMA reading an input: no scan of the list)
+        }
         let mut i = 0;
         while i < self.lazy.len() {
             let slot = self.lazy[i];

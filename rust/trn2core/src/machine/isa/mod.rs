@@ -761,7 +761,8 @@ impl Machine {
         let (from, to) = (src.bytes(), dst.bytes_mut());
         // Contiguous stretches in increasing order, at most SHARED_COPY_MAX bytes in all (a
         // DMA of a tile's rows): copied as a list of moves, shared with the duo helper.
-        let bytes = (d.tile.elements_u128() as usize).saturating_mul(esize);
+        let bytes =
+            usize::try_from(d.tile.elements_u128()).unwrap_or(usize::MAX).saturating_mul(esize);
         if bytes <= super::memory::SHARED_COPY_MAX {
             let mut moves: Vec<(usize, usize, usize)> = Vec::with_capacity(places.len());
             let mut ok = true;
