@@ -88,7 +88,12 @@ impl ByteMem {
         let len = data.len().div_ceil(4);
         if len * 4 > MMAP_FLOOR / 2 {
             let mut m = Self::new(arg, what, 1, data.len(), align)?;
-            m.bytes_mut()[..data.len()].copy_from_slice(data);
+            // Fresh pages: the first write to each is the kernel clearing it, so the duo
+            // helper copies the second half meanwhile (a kernel's inputs, hundreds of MiB).
+            let dst = &mut m.bytes_mut()[..data.len()];
+            let half = (data.len() / 2).next_multiple_of(4096).min(data.len());
+            let ((lo, hi), (dlo, dhi)) = (dst.split_at_mut(half), data.split_at(half));
+            crate::engine::duo_join(|| lo.copy_from_slice(dlo), || hi.copy_from_slice(dhi));
             return Ok(m);
         }
         let total = len + align / 4;
@@ -1782,10 +1787,11 @@ mod tests {
     /// An HBM tensor made from host data (`ByteMem::holding`: not cleared before the copy)
     /// holds exactly those bytes, from a 64-byte-aligned first byte, with the last word's
     /// padding zero, even in a heap block that held other bytes just before (each length is
-    /// made twice: first from 0xFF bytes, freed, then from the pattern).
+    /// made twice: first from 0xFF bytes, freed, then from the pattern). The last length is
+    /// above the mapped-memory floor: copied in two halves, one by the duo helper.
     #[test]
     fn hbm_tensors_from_data_hold_those_bytes_and_zero_padding() {
-        for n in [1usize, 2, 3, 4, 5, 7, 64, 4093, (1 << 20) + 3] {
+        for n in [1usize, 2, 3, 4, 5, 7, 64, 4093, (1 << 20) + 3, (17 << 20) + 4091] {
             for fill in [None, Some(0xFFu8)] {
                 let data: Vec<u8> = match fill {
                     Some(b) => vec![b; n + 3],
