@@ -1414,13 +1414,18 @@ impl Memories {
         // A slot that still holds what the tensor holds (stored or reloaded, neither written
         // since): storing it again moves which bytes were written, not the bytes.
         let same = h.holds.is_some_and(|(id, at)| id == chip && !self.sbuf_writes.since(span, at));
+        // Only a slot never written can be another slot's source ([`CopyOf`] needs a region no
+        // one has written): its first store fills those first.
+        let maybe_source = !h.stored;
         // Bytes to move: a store to a slot that does not hold them, or a reload.
         let moving = copy && !(to_hbm && same);
         // A store of a whole copy of an unwritten HBM region moves none: the slot's bytes stay
         // the source's rows ([`TensorInfo::lazy`]), and a reload copies those.
         let rows = if to_hbm && moving { self.source_rows(chip, np, b) } else { None };
         if to_hbm && moving {
-            self.fill_lazy(hbm, true, false); // slots whose source this slot is (none, in practice)
+            if maybe_source {
+                self.fill_lazy(hbm, true, false);
+            }
             self.lazy.retain(|&l| l != hbm);
             if rows.is_some() {
                 self.lazy.push(hbm);

@@ -119,6 +119,20 @@ fn dense_fp32_rows(t: &Tile) -> bool {
     t.dtype == Dtype::Fp32 && (c.n == 0 || (c.n == 1 && c.dims[0].1 == 1))
 }
 
+/// Rows `words[at..at + n]` for each `(at, n)` of `places` (ascending), as disjoint mutable
+/// slices in that order; `None` when two overlap or one runs past the end.
+fn split_rows<'w>(words: &'w mut [f32], places: &[(usize, usize)]) -> Option<Vec<&'w mut [f32]>> {
+    let (mut rest, mut pos) = (words, 0);
+    let mut rows = Vec::with_capacity(places.len());
+    for &(at, n) in places {
+        let tail = std::mem::take(&mut rest).get_mut(at.checked_sub(pos)?..)?;
+        let (row, after) = tail.split_at_mut_checked(n)?;
+        rows.push(row);
+        (rest, pos) = (after, at + n);
+    }
+    Some(rows)
+}
+
 /// What [`Machine::wave_sums`] computed.
 enum WaveSums {
     /// Each chain's final values, to be written in issue order.
@@ -304,34 +318,14 @@ impl Machine {
     fn chain_in_place(&mut self, chain: &[QueuedMatmul]) -> Result<bool> {
         let [q] = chain else { return Ok(false) };
         let Operands::Sbuf(st, mv) = &q.operands else { return Ok(false) };
-        let d = &q.dst.tile;
         let (m, n) = (q.shape.m, q.shape.n);
-        let stride = self.mem.psum.stride;
-        if !cfg!(target_endian = "little")
-            || !stride.is_multiple_of(4)
-            || d.space != Space::Psum
-            || !dense_fp32_rows(d)
-            || d.offset < 0
-            || d.offset % 4 != 0
-            || (m > 1 && stride < 4 * n)
-        {
-            return Ok(false);
-        }
-        let base = self.mem.psum.at(d.start_partition as usize, d.offset as usize) / 4;
+        let Some(starts) = self.psum_row_words(&q.dst.tile, m) else { return Ok(false) };
+        let places: Vec<(usize, usize)> = starts.map(|at| (at, n)).collect();
         let (sbuf, psum) = self.mem.sbuf_and_psum_mut();
         let (a, b) = (reader_in(sbuf, "stationary", st)?, reader_in(sbuf, "moving", mv)?);
         let order: Vec<usize> = (0..q.shape.k).collect();
         let tile = KTile { a: &a, b: &b, k0: 0, order: &order, a_t: true };
-        // Rows `stride` bytes apart (each partition's), `n` words each, no two overlapping.
-        let mut rows = Vec::with_capacity(m);
-        let mut rest = psum.f32_words_mut().get_mut(base..).unwrap_or_default();
-        for i in 0..m {
-            let Some((row, after)) = rest.split_at_mut_checked(n) else { return Ok(false) };
-            rows.push(row);
-            let skip = if i + 1 < m { stride / 4 - n } else { 0 };
-            let Some(after) = after.get_mut(skip..) else { return Ok(false) };
-            rest = after;
-        }
+        let Some(rows) = split_rows(psum.f32_words_mut(), &places) else { return Ok(false) };
         engine::add_tile_in_place(&tile, m, n, !q.accumulate, rows)
     }
 
@@ -686,18 +680,13 @@ impl Machine {
             let (a_ops, b_ops) = (ops(&st, &sr), ops(&mv, &mr));
             let mut rows: Vec<Vec<&mut [f32]>> =
                 wave.iter().map(|c| Vec::with_capacity(queue[c.start].shape.m)).collect();
-            let (mut rest, mut pos) = (psum.f32_words_mut(), 0);
-            for &(at, ci) in &places {
-                let n = queue[wave[ci].start].shape.n;
-                let Some(tail) = std::mem::take(&mut rest).get_mut(at - pos..) else {
-                    return Ok(None);
-                };
-                if tail.len() < n {
-                    return Ok(None);
-                }
-                let (row, after) = tail.split_at_mut(n);
+            let widths: Vec<(usize, usize)> =
+                places.iter().map(|&(at, ci)| (at, queue[wave[ci].start].shape.n)).collect();
+            let Some(split) = split_rows(psum.f32_words_mut(), &widths) else {
+                return Ok(None);
+            };
+            for (row, &(_, ci)) in split.into_iter().zip(&places) {
                 rows[ci].push(row);
-                (rest, pos) = (after, at + n);
             }
             let mut jobs: Vec<engine::ChainJob> = plans
                 .into_iter()
@@ -754,25 +743,14 @@ impl Machine {
     fn in_place_rows(
         &self, queue: &[QueuedMatmul], wave: &[std::ops::Range<usize>], drains: &[Drain],
     ) -> Option<Vec<(usize, usize)>> {
-        let stride = self.mem.psum.stride;
-        if !cfg!(target_endian = "little") || !stride.is_multiple_of(4) {
-            return None;
-        }
         let mut rows = Vec::new();
         for (ci, c) in wave.iter().enumerate() {
             let head = &queue[c.start];
-            let (d, m) = (&head.dst, head.shape.m);
             // (Its shape, m rows of n, was checked when the matmul was queued.)
-            if head.accumulate
-                || d.tile.space != Space::Psum
-                || !dense_fp32_rows(&d.tile)
-                || d.tile.offset < 0
-                || d.tile.offset % 4 != 0
-            {
+            if head.accumulate {
                 return None;
             }
-            let base = self.mem.psum.at(d.tile.start_partition as usize, d.tile.offset as usize);
-            rows.extend((0..m).map(|i| ((base + i * stride) / 4, ci)));
+            rows.extend(self.psum_row_words(&head.dst.tile, head.shape.m)?.map(|at| (at, ci)));
         }
         rows.sort_unstable();
         let width = |r: &(usize, usize)| queue[wave[r.1].start].shape.n;
@@ -787,6 +765,24 @@ impl Machine {
             }
         }
         Some(rows)
+    }
+
+    /// The host word index of each of the `m` rows of PSUM destination `d`, when a chain can
+    /// be computed straight into them: dense float32 rows of PSUM, 4-byte aligned, on a
+    /// little-endian host ([`Machine::in_place_rows`], [`Machine::chain_in_place`]).
+    fn psum_row_words(&self, d: &Tile, m: usize) -> Option<impl Iterator<Item = usize>> {
+        let stride = self.mem.psum.stride;
+        if !cfg!(target_endian = "little")
+            || !stride.is_multiple_of(4)
+            || d.space != Space::Psum
+            || !dense_fp32_rows(d)
+            || d.offset < 0
+            || d.offset % 4 != 0
+        {
+            return None;
+        }
+        let base = self.mem.psum.at(d.start_partition as usize, d.offset as usize);
+        Some((0..m).map(move |i| (base + i * stride) / 4))
     }
 
     /// A chain computed in place ([`Machine::in_place_rows`]): its destination marked written
