@@ -508,16 +508,19 @@ fn drive_chains<K: MicroKernel>(
             let kc = a_ops[ia].k;
             let ap = &apack[a_off[ia]..][..a_lens[ia]];
             let bp = &bpack[b_off[ib]..][..b_lens[ib]];
-            add_tile(kernel, kc, ap, bp, *first && t == 0, task);
+            add_tile(kernel, kc, ap, bp, *first && t == 0, t + 1 == tiles.len(), task);
         }
-        task.rows.iter_mut().for_each(|r| canonical_nans(r));
+        if tiles.is_empty() {
+            task.rows.iter_mut().for_each(|r| canonical_nans(r));
+        }
         Ok(())
     })?;
     Ok(true)
 }
 
 /// Every NaN of `row` made the canonical NaN: a read-only pass first (vectorised; a NaN is
-/// rare), the row rewritten only when it holds one.
+/// rare), the row rewritten only when it holds one. Only for an output no K tile was added to:
+/// a tile's micro-kernels make the NaNs they store canonical when it is the last (`canon`).
 #[inline]
 fn canonical_nans(row: &mut [f32]) {
     // Bitwise or, not `any`: no early exit, so the comparison runs on whole vectors.
@@ -737,8 +740,9 @@ fn drive<K: MicroKernel>(
             // with the duo helper ([`pack_tile_shared`], [`each_task`]).
             pack_tile_shared::<K>(tile, m, n, apack, bpack, m * n * kc);
             let (ap, bp, f) = (&*apack, &*bpack, first && t == 0);
+            let last = t + 1 == tiles.len();
             each_task(&mut tasks, m * n * kc, |task| {
-                add_tile(kernel, kc, ap, bp, f, task);
+                add_tile(kernel, kc, ap, bp, f, last, task);
                 Ok(())
             })?;
             continue;
@@ -776,15 +780,12 @@ fn drive<K: MicroKernel>(
             if !fp_env_is_ieee() {
                 return Err(fp_env_error());
             }
-            add_tile(kernel, kc, apack, bpack, first && t == 0, task);
+            add_tile(kernel, kc, apack, bpack, first && t == 0, t + 1 == tiles.len(), task);
             Ok(())
         })?;
     }
-    let canonical = |task: &mut Task| task.rows.iter_mut().for_each(|r| canonical_nans(r));
-    if seq {
-        tasks.iter_mut().for_each(canonical);
-    } else {
-        tasks.par_iter_mut().for_each(canonical);
+    if tiles.is_empty() {
+        tasks.iter_mut().for_each(|task| task.rows.iter_mut().for_each(|r| canonical_nans(r)));
     }
     Ok(())
 }
@@ -837,9 +838,11 @@ fn drive_one_pass<K: MicroKernel>(
         }
         for (t, &(kc, ap, bp)) in packed.iter().enumerate() {
             cancel.check()?;
-            add_tile(kernel, kc, ap, bp, first && t == 0, task);
+            add_tile(kernel, kc, ap, bp, first && t == 0, t + 1 == packed.len(), task);
         }
-        task.rows.iter_mut().for_each(|r| canonical_nans(r));
+        if packed.is_empty() {
+            task.rows.iter_mut().for_each(|r| canonical_nans(r));
+        }
         Ok(())
     };
     if seq {
@@ -953,9 +956,11 @@ fn pack_tile_b<K: MicroKernel>(
 }
 
 /// Adds one K tile of `kc` products into a task's block (writes it, for the `first` tile), from
-/// the tile's packed panels of all of `a`'s rows and all of `b`'s columns.
+/// the tile's packed panels of all of `a`'s rows and all of `b`'s columns; the `last` tile
+/// stores every NaN as the canonical NaN (a NaN made canonical earlier stays a NaN, so the
+/// block's final bits are those of a pass over it after its last tile).
 fn add_tile<K: MicroKernel>(
-    kernel: K, kc: usize, apack: &[f32], bpack: &[f32], first: bool, task: &mut Task,
+    kernel: K, kc: usize, apack: &[f32], bpack: &[f32], first: bool, last: bool, task: &mut Task,
 ) {
     let width = task.rows.first().map_or(0, |r| r.len());
     // Blocks start on panel boundaries (MC and NC are multiples of MR and NR).
@@ -973,7 +978,7 @@ fn add_tile<K: MicroKernel>(
             // SAFETY: `ap` and `bp` hold exactly `kc * MR` and `kc * NR` elements; each
             // non-null `c[i]` points into a distinct row segment with `cols` elements from
             // `c0`; the output never aliases the packed panels.
-            unsafe { kernel.run(kc, ap.as_ptr(), bp.as_ptr(), &c, cols, first) };
+            unsafe { kernel.run(kc, ap.as_ptr(), bp.as_ptr(), &c, cols, first, last) };
         }
     }
 }
