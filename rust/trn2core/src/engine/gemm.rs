@@ -1054,8 +1054,8 @@ fn pack_cols_with<const W: usize>(
     let kc = order.len();
     let c0 = jp0 * w;
     let width = (panels.len() / kc).min(n - c0);
-    let mut vals = [0f32; RUN];
-    let vals = &mut vals[..width];
+    let mut buf = [0f32; RUN];
+    let buf = &mut buf[..width];
     // The rows `PREFETCH_ROWS` ahead are asked for while this one is packed: an operand tile
     // in SBUF has its rows on partitions some 232 KiB apart, each only 256 B (a 128-column
     // bf16 stationary) to 1 KiB long, too short for the CPU's own prefetchers to follow, so
@@ -1067,7 +1067,14 @@ fn pack_cols_with<const W: usize>(
         if let Some(&ahead) = order.get(p + PREFETCH_ROWS) {
             b.prefetch_run(k0 + ahead, c0, width);
         }
-        b.row_run(k0 + o, c0, vals, s);
+        // Float32 as stored is read where it lies, not copied out first.
+        let vals: &[f32] = match b.row_f32(k0 + o, c0, width) {
+            Some(run) => run,
+            None => {
+                b.row_run(k0 + o, c0, buf, s);
+                &*buf
+            }
+        };
         for (q, panel) in panels.chunks_exact_mut(w * kc).enumerate() {
             let dst = &mut panel[p * w..][..w];
             let src = vals.get(q * w..).unwrap_or(&[]);

@@ -500,6 +500,23 @@ impl<'a> Reader<'a> {
         &self.matrix
     }
 
+    /// Elements `(i, j0..j0 + len)` borrowed as the engine's values, when they are those as
+    /// stored: float32 read as fp32 (no rounding), consecutive, in native byte order (what
+    /// [`Reader::row_run`] would copy out unchanged); else `None`.
+    #[inline]
+    pub(crate) fn row_f32(&self, i: usize, j0: usize, len: usize) -> Option<&'a [f32]> {
+        let Matrix::Dense(d) = self.matrix else { return None };
+        let Buffer::U32(x) = d.buffer else { return None };
+        if self.round.is_some() || d.dtype != Dtype::F32 || d.strides[1] != 1 || d.swapped {
+            return None;
+        }
+        debug_assert!(i < d.shape[0] && j0 + len <= self.cols);
+        let run = x.get(d.index(i, j0)..)?.get(..len)?;
+        // SAFETY: f32 and u32 have the same size and alignment, and every u32 is a valid f32
+        // (the bits, reinterpreted: what `widen` does for float32).
+        Some(unsafe { std::slice::from_raw_parts(run.as_ptr().cast::<f32>(), run.len()) })
+    }
+
     /// The engine's values of elements `(i, j0..j0 + out.len())`; `out` holds at most [`RUN`].
     pub(crate) fn row_run(&self, i: usize, j0: usize, out: &mut [f32], s: &mut Scratch) {
         let len = out.len();
