@@ -11,6 +11,10 @@
 //! One caller at a time: a [`join`] while another thread's is running, or in a process forked
 //! from the one that started the helper (whose copy has no thread), runs both closures on the
 //! calling thread, one after the other.
+//!
+//! [`post`] hands the helper a job the caller does not wait for (a copy into SBUF that the
+//! machine fences: `machine/memory.rs`, `copy_rows_detached`); a [`join`] while such a job runs
+//! waits for it to finish instead of running both closures on its own thread.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
@@ -24,15 +28,25 @@ const IDLE: u8 = 0;
 const POSTED: u8 = 1;
 const DONE: u8 = 2;
 
-/// The job slot: a closure borrowed from the thread in [`join`], which does not return (nor
-/// unwind) until the helper has set [`DONE`].
+/// A job of the slot: a closure borrowed from the thread in [`join`], which does not return (nor
+/// unwind) until the helper has set [`DONE`]; or one [`post`] handed over, which the helper
+/// drops when it has run it.
+enum Job {
+    Borrowed(*mut (dyn FnMut() + Send)),
+    Owned(Box<dyn FnOnce() + Send>),
+}
+
+/// The job slot (see [`Job`]).
 struct Duo {
     state: AtomicU8,
-    /// Set while a [`join`] owns the slot.
+    /// Set while a [`join`] or a posted job owns the slot.
     busy: AtomicBool,
+    /// Set while a posted job ([`post`]) owns the slot: cleared by the helper, before `busy`,
+    /// when it has run it.
+    owned: AtomicBool,
     /// Whether the posted job panicked.
     panicked: AtomicBool,
-    job: UnsafeCell<Option<*mut (dyn FnMut() + Send)>>,
+    job: UnsafeCell<Option<Job>>,
     /// The helper's sleep: `true` while it waits on `wake`.
     sleeping: Mutex<bool>,
     wake: Condvar,
@@ -55,6 +69,7 @@ fn duo() -> Option<&'static Duo> {
         let d: &'static Duo = Box::leak(Box::new(Duo {
             state: AtomicU8::new(IDLE),
             busy: AtomicBool::new(false),
+            owned: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
             job: UnsafeCell::new(None),
             sleeping: Mutex::new(false),
@@ -91,13 +106,26 @@ fn helper(d: &'static Duo) {
             }
             std::hint::spin_loop();
         }
-        // SAFETY: see `Duo`: the job was published before POSTED, and its owner waits.
+        // SAFETY: see `Duo`: the job was published before POSTED, and its owner waits (a
+        // borrowed job) or handed it over (an owned one).
         let job = unsafe { (*d.job.get()).take() };
-        if let Some(job) = job {
-            // SAFETY: the pointer is to a live closure that `join` keeps borrowed until DONE.
-            let f = unsafe { &mut *job };
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
-            d.panicked.store(!ok, Ordering::Relaxed);
+        match job {
+            Some(Job::Borrowed(job)) => {
+                // SAFETY: the pointer is to a live closure that `join` keeps borrowed until
+                // DONE.
+                let f = unsafe { &mut *job };
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_ok();
+                d.panicked.store(!ok, Ordering::Relaxed);
+            }
+            Some(Job::Owned(job)) => {
+                // No one waits for it: a panic (its own guards have run) ends here.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                d.state.store(IDLE, Ordering::Relaxed);
+                d.owned.store(false, Ordering::Release);
+                d.busy.store(false, Ordering::Release);
+                continue;
+            }
+            None => {}
         }
         d.state.store(DONE, Ordering::Release);
     }
@@ -135,24 +163,52 @@ impl Drop for Wait {
     }
 }
 
+/// The helper, its slot taken for this thread: `None` when there is no helper (or it is
+/// another process's), or another thread's [`join`] holds the slot. A job [`post`] gave it is
+/// waited for.
+fn take_slot() -> Option<&'static Duo> {
+    let d = duo()?;
+    if d.pid.load(Ordering::Relaxed) != std::process::id() {
+        return None;
+    }
+    let mut spins = 0u32;
+    loop {
+        if d.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return Some(d);
+        }
+        if !d.owned.load(Ordering::Acquire) {
+            return None;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(16) {
+            std::thread::yield_now();
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Hands `job` to the helper and returns at once; the helper runs it, then drops it. The job
+/// back, not run, when there is no helper or another thread's [`join`] holds the slot.
+pub(crate) fn post(job: Box<dyn FnOnce() + Send>) -> Result<(), Box<dyn FnOnce() + Send>> {
+    let Some(d) = take_slot() else { return Err(job) };
+    d.owned.store(true, Ordering::Relaxed);
+    // SAFETY: this thread owns the slot (`busy`); the helper reads it only after POSTED.
+    unsafe { *d.job.get() = Some(Job::Owned(job)) };
+    d.state.store(POSTED, Ordering::Release);
+    if *d.sleeping.lock().unwrap_or_else(|p| p.into_inner()) {
+        d.wake.notify_one();
+    }
+    Ok(())
+}
+
 /// Runs `a` on this thread and `b` on the helper at once, returning when both have run
 /// (sequentially on this thread when the helper is in use or unavailable). A panic in `b`
 /// on the helper becomes a panic here, after `a` has run.
 pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
-    let d = match duo() {
-        Some(d)
-            if d.pid.load(Ordering::Relaxed) == std::process::id()
-                && d.busy
-                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok() =>
-        {
-            d
-        }
-        _ => {
-            a();
-            b();
-            return;
-        }
+    let Some(d) = take_slot() else {
+        a();
+        b();
+        return;
     };
     let mut b = Some(b);
     let mut run_b = move || {
@@ -165,7 +221,7 @@ pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
     // (return or unwind) before the helper is done with it.
     let f: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(f) };
     // SAFETY: this `join` owns the slot (`busy`); the helper reads it only after POSTED.
-    unsafe { *d.job.get() = Some(f) };
+    unsafe { *d.job.get() = Some(Job::Borrowed(f)) };
     d.state.store(POSTED, Ordering::Release);
     let wait = Wait(d);
     if *d.sleeping.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -227,6 +283,42 @@ mod tests {
             assert_eq!(y, i + 1);
             quiet();
         }
+    }
+
+    /// Posted jobs run, each once, in the order posted, and a `join` after one (or a post)
+    /// waits for it rather than running both of its sides on the caller.
+    #[test]
+    fn posted_jobs_run_and_joins_wait_for_them() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Arc;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ran = Arc::new(AtomicU64::new(0));
+        for i in 0..100u64 {
+            let (l, r) = (log.clone(), ran.clone());
+            let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+                if i % 10 == 0 {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                l.lock().expect("log").push(i);
+                r.fetch_add(1, Ordering::Release);
+            });
+            if let Err(job) = post(job) {
+                job(); // no helper: run here (the order still holds)
+            }
+            if i % 3 == 0 {
+                // A join takes the slot only once the posted job has run: its sides see
+                // every job so far.
+                let (mut seen, mut seen_b) = (0, 0);
+                join(
+                    || seen = ran.load(Ordering::Acquire),
+                    || seen_b = ran.load(Ordering::Acquire),
+                );
+                assert_eq!((seen, seen_b), (i + 1, i + 1), "job {i} ran before the join");
+            }
+        }
+        // A last join: every job has run.
+        join(|| {}, || {});
+        assert_eq!(*log.lock().expect("log"), (0..100).collect::<Vec<u64>>());
     }
 
     /// A panic on the helper's side reaches the caller, and the helper takes the next job.

@@ -57,7 +57,7 @@ mod matmul;
 mod operand;
 mod sparse;
 
-pub(crate) use duo::join as duo_join;
+pub(crate) use duo::{join as duo_join, post as duo_post};
 pub(crate) use gemm::{
     add_tile_in_place, run_chain_tiles, run_chains, ChainJob, ChainOperand, KTile, KeptPanels,
 };

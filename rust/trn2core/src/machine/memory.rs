@@ -48,6 +48,10 @@ const MMAP_FLOOR: usize = (32 << 20) + 4096;
 const HBM_ALIGN: usize = 64;
 
 /// One partitioned byte memory (SBUF or PSUM), or one HBM buffer (a single "partition").
+///
+/// Its bytes are reached only through its methods, each of which first waits for a copy the
+/// duo helper may still be making into or out of it ([`copy_rows_detached`]), as its drop
+/// does: the fence that lets a copy run while the caller goes on.
 #[derive(Debug)]
 pub(crate) struct ByteMem {
     /// Backing store; `u32` words so that 4-byte elements are aligned. The memory is the
@@ -59,6 +63,66 @@ pub(crate) struct ByteMem {
     pub stride: usize,
     /// The host alignment of the memory's first byte (a power of two).
     align: usize,
+    /// A copy into or out of these bytes that may still be running.
+    pending: Option<std::sync::Arc<Pending>>,
+}
+
+/// A copy of rows between two memories run by the duo helper ([`copy_rows_detached`]): both
+/// memories hold it, and wait for it before any use of their bytes.
+pub(crate) struct Pending {
+    dst: *mut u8,
+    src: *const u8,
+    moves: Vec<(usize, usize, usize)>,
+    done: std::sync::atomic::AtomicBool,
+    /// The process that posted it: a process forked meanwhile has no helper to finish it.
+    pid: u32,
+}
+
+// SAFETY: the pointers are to the words of two memories that hold this copy, and neither
+// touches its bytes (nor frees them) before `done` (`ByteMem::settle`); the helper runs the
+// copy once (`run`), or, in a forked child, the waiter does, as the only thread there.
+unsafe impl Send for Pending {}
+unsafe impl Sync for Pending {}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("moves", &self.moves.len()).finish_non_exhaustive()
+    }
+}
+
+impl Pending {
+    /// Makes the copy (every move checked in bounds when it was posted).
+    fn run(&self) {
+        for &(t, f, l) in &self.moves {
+            // SAFETY: `copy_rows_detached` checked `t + l` and `f + l` against the two
+            // memories' lengths, which are different allocations; nothing else touches them
+            // until `done`.
+            unsafe { std::ptr::copy_nonoverlapping(self.src.add(f), self.dst.add(t), l) };
+        }
+    }
+
+    /// Returns once the copy is made.
+    fn wait(&self) {
+        use std::sync::atomic::Ordering;
+        if self.done.load(Ordering::Acquire) {
+            return;
+        }
+        if self.pid != std::process::id() {
+            // A forked child: the helper that was to copy is the parent's. The copy again,
+            // whole (its source is unchanged: it waits for this copy too).
+            self.run();
+            self.done.store(true, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while !self.done.load(Ordering::Acquire) {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
 }
 
 impl ByteMem {
@@ -120,7 +184,7 @@ impl ByteMem {
     /// A memory of no bytes (what a dropped machine's memory is left as when the pool takes
     /// it).
     fn empty() -> Self {
-        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1, align: 4 }
+        ByteMem { words: Vec::new(), lead: 0, len: 0, stride: 1, align: 4, pending: None }
     }
 
     /// The memory of `len` words inside `words` (`align / 4` more than `len`), at its first
@@ -130,12 +194,29 @@ impl ByteMem {
         // SBUF's partitions lie about 232 KiB apart: every row an instruction touches is on
         // its own 4 KiB page, and page translations, not bytes, bound small instructions.
         crate::host::advise_huge_pages(&mut words[lead..lead + len]);
-        ByteMem { words, lead, len, stride, align }
+        ByteMem { words, lead, len, stride, align, pending: None }
+    }
+
+    /// Waits for a copy into or out of this memory ([`Pending`]) to be made.
+    #[inline]
+    fn settle(&self) {
+        if let Some(p) = &self.pending {
+            p.wait();
+        }
+    }
+
+    /// [`ByteMem::settle`], then forgets the copy.
+    #[inline]
+    fn settle_mut(&mut self) {
+        if let Some(p) = self.pending.take() {
+            p.wait();
+        }
     }
 
     /// The memory's words.
     #[inline]
     fn view(&self) -> &[u32] {
+        self.settle();
         &self.words[self.lead..self.lead + self.len]
     }
 
@@ -150,6 +231,7 @@ impl ByteMem {
     /// All bytes (host layout), mutable.
     #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.settle_mut();
         let w = &mut self.words[self.lead..self.lead + self.len];
         // SAFETY: as in `bytes`; the unique borrow of `words` makes this view unique.
         unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 4) }
@@ -158,6 +240,7 @@ impl ByteMem {
     /// All of the memory as float32 words, mutable: on a little-endian host, the floats its
     /// bytes hold at every multiple of 4.
     pub fn f32_words_mut(&mut self) -> &mut [f32] {
+        self.settle_mut();
         let w = &mut self.words[self.lead..self.lead + self.len];
         // SAFETY: `u32` words viewed as as many `f32`: same size and alignment, every bit
         // pattern a valid `f32`; the unique borrow of `words` makes this view unique.
@@ -193,6 +276,13 @@ impl Clone for ByteMem {
         let mut m = Self::aligned(vec![0; self.words.len()], self.len, self.stride, self.align);
         m.bytes_mut().copy_from_slice(self.bytes());
         m
+    }
+}
+
+impl Drop for ByteMem {
+    /// Frees the words only once no copy into or out of them runs.
+    fn drop(&mut self) {
+        self.settle();
     }
 }
 
@@ -913,8 +1003,10 @@ impl Memories {
             Error::value("tile", format!("tensor {} is not an HBM tensor", t.name))
         })?;
         self.free(id)?;
+        let mut mem = mem;
+        mem.settle_mut();
         let lo = mem.lead * 4;
-        Ok((mem.words, lo..lo + bytes))
+        Ok((std::mem::take(&mut mem.words), lo..lo + bytes))
     }
 
     /// SBUF's bytes, to read.
@@ -980,9 +1072,11 @@ impl Memories {
         }
     }
 
-    /// The memory of `s` and, mutable, the memory of `d`, when they are different memories
-    /// (`None` for two tiles of one memory, or a tile whose tensor has no storage).
-    pub(crate) fn src_dst(&mut self, s: &Tile, d: &Tile) -> Option<(&ByteMem, &mut ByteMem)> {
+    /// The memory of `s` and the memory of `d`, to be written, when they are different
+    /// memories (`None` for two tiles of one memory, or a tile whose tensor has no storage).
+    /// Both mutable: a copy left to the duo helper marks both ([`copy_rows_detached`]); the
+    /// source's bytes are only read.
+    pub(crate) fn src_dst(&mut self, s: &Tile, d: &Tile) -> Option<(&mut ByteMem, &mut ByteMem)> {
         fn hbm(t: &mut Option<TensorInfo>) -> Option<&mut ByteMem> {
             t.as_mut().and_then(|t| t.hbm.as_mut())
         }
@@ -1004,8 +1098,8 @@ impl Memories {
             }
         }
         match (s.space, d.space) {
-            (Space::Sbuf, Space::Psum) => Some((&self.sbuf, &mut self.psum)),
-            (Space::Psum, Space::Sbuf) => Some((&self.psum, &mut self.sbuf)),
+            (Space::Sbuf, Space::Psum) => Some((&mut self.sbuf, &mut self.psum)),
+            (Space::Psum, Space::Sbuf) => Some((&mut self.psum, &mut self.sbuf)),
             (Space::Hbm, Space::Hbm) => {
                 let (i, j) = (s.tensor.slot as usize, d.tensor.slot as usize);
                 if i == j || i.max(j) >= self.tensors.len() {
@@ -1013,16 +1107,16 @@ impl Memories {
                 }
                 let (lo, hi) = self.tensors.split_at_mut(i.max(j));
                 let (a, b) = (hbm(&mut lo[i.min(j)])?, hbm(&mut hi[0])?);
-                Some(if i < j { (&*a, b) } else { (&*b, a) })
+                Some(if i < j { (a, b) } else { (b, a) })
             }
             (Space::Hbm, _) => {
                 let src = hbm(self.tensors.get_mut(s.tensor.slot as usize)?)?;
                 let dst = if d.space == Space::Sbuf { &mut self.sbuf } else { &mut self.psum };
-                Some((&*src, dst))
+                Some((src, dst))
             }
             (_, Space::Hbm) => {
                 let dst = hbm(self.tensors.get_mut(d.tensor.slot as usize)?)?;
-                let src = if s.space == Space::Sbuf { &self.sbuf } else { &self.psum };
+                let src = if s.space == Space::Sbuf { &mut self.sbuf } else { &mut self.psum };
                 Some((src, dst))
             }
             _ => None,
@@ -1438,20 +1532,20 @@ impl Memories {
         if moving && !to_hbm {
             self.sbuf_writes.note(span);
             if let Some((src, rows)) = self.tensor(hbm)?.lazy.clone() {
-                // (`self.tensor` with the one field borrowed: SBUF is written meanwhile.)
-                let smem = self.tensors.get(src.slot as usize).and_then(|t| t.as_ref());
-                let smem =
-                    smem.filter(|t| t.generation == src.generation && src.machine == self.machine);
-                let smem = smem.and_then(|t| t.hbm.as_ref());
-                let Some(smem) = smem else {
-                    return Err(Error::value("src", "a spill slot's source is gone (internal)"));
-                };
                 let moves: Vec<(usize, usize, usize)> = rows
                     .iter()
                     .enumerate()
                     .map(|(p, &r)| (self.sbuf.at(p0 + p, au), r, bu))
                     .collect();
-                copy_rows(self.sbuf.bytes_mut(), smem.bytes(), &moves);
+                // (`self.tensor` with the one field borrowed: SBUF is written meanwhile.)
+                let machine = self.machine;
+                let smem = self.tensors.get_mut(src.slot as usize).and_then(|t| t.as_mut());
+                let smem =
+                    smem.filter(|t| t.generation == src.generation && src.machine == machine);
+                let Some(smem) = smem.and_then(|t| t.hbm.as_mut()) else {
+                    return Err(Error::value("src", "a spill slot's source is gone (internal)"));
+                };
+                copy_rows_detached(&mut self.sbuf, smem, moves);
                 from_slot = false;
             }
         }
@@ -1465,10 +1559,10 @@ impl Memories {
             let rows = (0..np).map(|p| (self.sbuf.at(p0 + p, au), p * bu));
             if to_hbm {
                 let moves: Vec<_> = rows.map(|(chip, slot)| (slot, chip, bu)).collect();
-                copy_rows(hmem.bytes_mut(), self.sbuf.bytes(), &moves);
+                copy_rows_detached(hmem, &mut self.sbuf, moves);
             } else {
                 let moves: Vec<_> = rows.map(|(chip, slot)| (chip, slot, bu)).collect();
-                copy_rows(self.sbuf.bytes_mut(), hmem.bytes(), &moves);
+                copy_rows_detached(&mut self.sbuf, hmem, moves);
             }
         }
         if copy || same {
@@ -1565,6 +1659,63 @@ pub(crate) fn copy_rows(dst: &mut [u8], src: &[u8], moves: &[(usize, usize, usiz
     let base = moves[half].0;
     let (lo, hi) = dst.split_at_mut(base);
     crate::engine::duo_join(|| one(lo, &moves[..half], 0), || one(hi, &moves[half..], base));
+}
+
+/// Bytes from which [`copy_rows_detached`] leaves a copy to the duo helper: some 10 us of
+/// copying from memory, against about a microsecond to hand it over.
+const DETACHED_COPY_BYTES: usize = 32 << 10;
+
+/// [`copy_rows`] from memory `src` into memory `dst` (two different memories; moves as
+/// there, byte offsets into each memory's bytes), made by the duo helper while the caller goes
+/// on, for copies from [`DETACHED_COPY_BYTES`] on: both memories then hold the copy
+/// ([`Pending`]), and every later use of either one's bytes, or its drop, waits for it (a
+/// reload's rows land while the front end works out the next instruction). Made here, at
+/// once, when smaller, when a move is out of bounds (`copy_rows` then panics, as it would),
+/// or when the helper is busy or absent.
+pub(crate) fn copy_rows_detached(
+    dst: &mut ByteMem, src: &mut ByteMem, moves: Vec<(usize, usize, usize)>,
+) {
+    dst.settle_mut();
+    src.settle_mut();
+    let (dlen, slen) = (dst.len * 4, src.len * 4);
+    let bytes = moves.iter().fold(0usize, |b, m| b.saturating_add(m.2));
+    let fits = |at: usize, l: usize, len: usize| at.checked_add(l).is_some_and(|e| e <= len);
+    let in_bounds = moves.iter().all(|&(t, f, l)| fits(t, l, dlen) && fits(f, l, slen));
+    if bytes < DETACHED_COPY_BYTES || !in_bounds {
+        return copy_rows(dst.bytes_mut(), src.bytes(), &moves);
+    }
+    let p = std::sync::Arc::new(Pending {
+        dst: dst.bytes_mut().as_mut_ptr(),
+        src: src.bytes().as_ptr(),
+        moves,
+        done: std::sync::atomic::AtomicBool::new(false),
+        pid: std::process::id(),
+    });
+    let job = {
+        let p = p.clone();
+        Box::new(move || {
+            /// Marks the copy made however the job ends (a panic cannot happen: every move
+            /// is in bounds).
+            struct Done(std::sync::Arc<Pending>);
+            impl Drop for Done {
+                fn drop(&mut self) {
+                    self.0.done.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+            let done = Done(p);
+            done.0.run();
+        })
+    };
+    match crate::engine::duo_post(job) {
+        Ok(()) => {
+            dst.pending = Some(p.clone());
+            src.pending = Some(p);
+        }
+        Err(_) => {
+            // Not handed over: the copy here (`p` is dropped unrun).
+            p.run();
+        }
+    }
 }
 
 /// Bytes up to which a DMA's rows may go through [`copy_rows`], copied without a look at the
@@ -1754,6 +1905,64 @@ mod tests {
             copy_rows(&mut got, &src, &moves);
             assert!(got == want, "{count} moves of about {len} bytes");
         }
+    }
+
+    /// A copy left to the duo helper has landed before any use of either memory's bytes: a
+    /// read of the destination right after sees every move, as it does after a write to the
+    /// source (which does not reach the destination) or the source's drop (which does not free
+    /// it under the copy). Most rounds leave the copy to the helper (some may find it busy with another
+    /// test's work and copy at once).
+    #[test]
+    fn detached_copies_land_before_any_use() {
+        let data: Vec<u8> = (0..1usize << 20).map(|i| (i * 13 + i / 509) as u8).collect();
+        let mut detached = 0;
+        for round in 0..50usize {
+            let mut src = ByteMem::holding("src", "test", &data, 64).expect("src");
+            let mut dst = ByteMem::new("dst", "test", 1, 1 << 20, 64).expect("dst");
+            let moves: Vec<(usize, usize, usize)> = (0..256)
+                .map(|r| (r * 4096 + round, (r * 7919 + round * 31) % 1000000, 4000))
+                .collect();
+            let mut want = vec![0u8; 1 << 20];
+            for &(t, f, l) in &moves {
+                want[t..t + l].copy_from_slice(&data[f..f + l]);
+            }
+            copy_rows_detached(&mut dst, &mut src, moves);
+            detached += usize::from(dst.pending.is_some() && src.pending.is_some());
+            match round % 3 {
+                0 => {}
+                1 => src.bytes_mut().fill(0x5A),
+                _ => drop(src),
+            }
+            assert!(dst.bytes() == &want[..], "round {round}");
+        }
+        assert!(detached > 0, "no copy was left to the helper");
+        // Below the size worth handing over: made at once.
+        let (mut src, mut dst) = (
+            ByteMem::holding("src", "test", &data[..4096], 64).expect("src"),
+            ByteMem::new("dst", "test", 1, 4096, 64).expect("dst"),
+        );
+        copy_rows_detached(&mut dst, &mut src, vec![(0, 0, 4096)]);
+        assert!(dst.pending.is_none() && dst.bytes() == &data[..4096]);
+    }
+
+    /// In a forked child (a pending copy of another process), waiting makes the copy.
+    #[test]
+    fn a_copy_pending_in_another_process_is_made_by_the_waiter() {
+        let src: Vec<u8> = (0..64u8).collect();
+        let mut dst = vec![0u8; 64];
+        let p = Pending {
+            dst: dst.as_mut_ptr(),
+            src: src.as_ptr(),
+            moves: vec![(8, 0, 16), (32, 40, 24)],
+            done: std::sync::atomic::AtomicBool::new(false),
+            pid: std::process::id().wrapping_add(1),
+        };
+        p.wait();
+        assert!(p.done.load(std::sync::atomic::Ordering::Acquire));
+        let mut want = vec![0u8; 64];
+        want[8..24].copy_from_slice(&src[..16]);
+        want[32..56].copy_from_slice(&src[40..64]);
+        assert_eq!(dst, want);
     }
 
     /// Writes `bytes` over SBUF tile `t` (rows of its partitions), noting the write.

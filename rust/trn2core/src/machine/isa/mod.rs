@@ -727,7 +727,7 @@ impl Machine {
     #[allow(clippy::type_complexity)]
     fn direct_places(
         &mut self, s: &Opnd, d: &Opnd,
-    ) -> Option<(&ByteMem, &mut ByteMem, Vec<(usize, usize, usize, i64)>)> {
+    ) -> Option<(&mut ByteMem, &mut ByteMem, Vec<(usize, usize, usize, i64)>)> {
         let runs = run_count(&d.tile);
         let n = d.tile.elements_u128();
         if n == 0 || s.tile.elements_u128() != n || runs > DIRECT_COPY_RUNS as u128 {
@@ -758,9 +758,9 @@ impl Machine {
         let Some((src, dst, places)) = self.direct_places(s, d) else {
             return Ok(false);
         };
-        let (from, to) = (src.bytes(), dst.bytes_mut());
         // Contiguous stretches in increasing order, at most SHARED_COPY_MAX bytes in all (a
-        // DMA of a tile's rows): copied as a list of moves, shared with the duo helper.
+        // DMA of a tile's rows): copied as a list of moves by the duo helper, while the
+        // caller goes on (the two memories wait for it before any other use of their bytes).
         let bytes =
             usize::try_from(d.tile.elements_u128()).unwrap_or(usize::MAX).saturating_mul(esize);
         if bytes <= super::memory::SHARED_COPY_MAX {
@@ -786,11 +786,12 @@ impl Machine {
                 },
             )?;
             if ok {
-                super::memory::copy_rows(to, from, &moves);
+                super::memory::copy_rows_detached(dst, src, moves);
                 self.after_write(d);
                 return Ok(true);
             }
         }
+        let (from, to) = (src.bytes(), dst.bytes_mut());
         for_each_stretch(src.stride, &s.tile, esize, &places, usize::MAX, |so, ss, dof, ds, n| {
             if ss == 1 {
                 put_packed(to, dof, ds, esize, &from[so..so + n * esize]);
