@@ -208,12 +208,17 @@ fn run_tiles_in(
     if !fp_env_is_ieee() {
         return Err(fp_env_error());
     }
-    let limit = ONE_PASS_FLOATS;
     let macs = tiles.iter().map(|t| t.order.len()).sum::<usize>().saturating_mul(m * n);
-    let seq = macs <= SEQUENTIAL_MACS;
+    // A long chain into a small output (an NKI kernel's 64 matmuls into one PSUM tile): tile
+    // by tile on this thread and the duo helper, each tile's panels packed and added while
+    // they are in cache, not the pool's one pass over all tiles' panels (16 MiB of them for
+    // 51 such tiles, written and read back through memory).
+    let per_tile = macs > SEQUENTIAL_MACS && m.saturating_mul(n) <= DUO_OUTPUT_FLOATS;
+    let seq = macs <= SEQUENTIAL_MACS || per_tile;
     if !seq {
         super::duo::quiet(); // the pool's threads take both cores
     }
+    let (limit, in_runs) = if per_tile { (0, false) } else { (ONE_PASS_FLOATS, in_runs) };
     drive_any(tiles, m, n, first, out.chunks_mut(n).collect(), limit, in_runs, seq)
 }
 
@@ -258,6 +263,11 @@ pub(crate) fn add_tile_in_place(
     drive_any(std::slice::from_ref(tile), m, n, first, rows, ONE_PASS_FLOATS, false, true)?;
     Ok(true)
 }
+
+/// Output elements up to which a product of more than [`SEQUENTIAL_MACS`] runs tile by tile on
+/// the calling thread and the duo helper (see `run_tiles_in`): a 128 x 1024 float32 output,
+/// 512 KiB, half in each core's cache.
+const DUO_OUTPUT_FLOATS: usize = 128 * 1024;
 
 /// Multiply-adds up to which [`run_tiles`] and [`run_chain_tiles`] run on the calling thread
 /// alone: two of a machine's `nc_matmul`s of 128 x 128 x 512. Below it the pool's fork-joins
@@ -1163,8 +1173,17 @@ mod tests {
     fn every_kernel_gives_the_same_bits() {
         // The last shape is over DUO_MACS: its drives on one thread share the adds with the
         // duo helper (on a host of two or more cores).
-        for (m, k, n) in [(1, 1, 1), (13, 300, 70), (7, 513, 129), (100, 130, 17), (130, 160, 129)]
-        {
+        // (128, 300, 512) is over SEQUENTIAL_MACS into an output of at most
+        // DUO_OUTPUT_FLOATS: `gemm_f32` runs it tile by tile on the duo.
+        let shapes = [
+            (1, 1, 1),
+            (13, 300, 70),
+            (7, 513, 129),
+            (100, 130, 17),
+            (130, 160, 129),
+            (128, 300, 512),
+        ];
+        for (m, k, n) in shapes {
             let a = values(1, m * k);
             let b = values(2, k * n);
             for mode in PerfMode::ALL {
