@@ -28,6 +28,10 @@ const IDLE: u8 = 0;
 const POSTED: u8 = 1;
 const DONE: u8 = 2;
 
+const FREE: u8 = 0;
+const JOINED: u8 = 1;
+const POSTED_JOB: u8 = 2;
+
 /// A job of the slot: a closure borrowed from the thread in [`join`], which does not return (nor
 /// unwind) until the helper has set [`DONE`]; or one [`post`] handed over, which the helper
 /// drops when it has run it.
@@ -39,11 +43,10 @@ enum Job {
 /// The job slot (see [`Job`]).
 struct Duo {
     state: AtomicU8,
-    /// Set while a [`join`] or a posted job owns the slot.
-    busy: AtomicBool,
-    /// Set while a posted job ([`post`]) owns the slot: cleared by the helper, before `busy`,
-    /// when it has run it.
-    owned: AtomicBool,
+    /// Who owns the slot: [`FREE`], a [`join`] ([`JOINED`]) or a posted job ([`POSTED_JOB`],
+    /// set free by the helper when it has run it): one word, so that a caller never sees the
+    /// slot taken by a posted job that is already done.
+    owner: AtomicU8,
     /// Whether the posted job panicked.
     panicked: AtomicBool,
     job: UnsafeCell<Option<Job>>,
@@ -56,7 +59,8 @@ struct Duo {
     hush: AtomicBool,
 }
 
-// SAFETY: `job` is written only by the `join` that owns `busy`, before it publishes the job
+// SAFETY: `job` is written only by the `join` or `post` that owns the slot (`owner`), before
+// it publishes the job
 // with `state = POSTED` (release), and read only by the helper after it has seen POSTED
 // (acquire); the closure it points to is `Send` and outlives the job (`join` waits for DONE).
 unsafe impl Sync for Duo {}
@@ -68,8 +72,7 @@ fn duo() -> Option<&'static Duo> {
     *DUO.get_or_init(|| {
         let d: &'static Duo = Box::leak(Box::new(Duo {
             state: AtomicU8::new(IDLE),
-            busy: AtomicBool::new(false),
-            owned: AtomicBool::new(false),
+            owner: AtomicU8::new(FREE),
             panicked: AtomicBool::new(false),
             job: UnsafeCell::new(None),
             sleeping: Mutex::new(false),
@@ -121,8 +124,7 @@ fn helper(d: &'static Duo) {
                 // No one waits for it: a panic (its own guards have run) ends here.
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                 d.state.store(IDLE, Ordering::Relaxed);
-                d.owned.store(false, Ordering::Release);
-                d.busy.store(false, Ordering::Release);
+                d.owner.store(FREE, Ordering::Release);
                 continue;
             }
             None => {}
@@ -159,25 +161,24 @@ impl Drop for Wait {
     fn drop(&mut self) {
         wait_done(self.0);
         self.0.state.store(IDLE, Ordering::Relaxed);
-        self.0.busy.store(false, Ordering::Release);
+        self.0.owner.store(FREE, Ordering::Release);
     }
 }
 
 /// The helper, its slot taken for this thread: `None` when there is no helper (or it is
 /// another process's), or another thread's [`join`] holds the slot. A job [`post`] gave it is
 /// waited for.
-fn take_slot() -> Option<&'static Duo> {
+fn take_slot(by: u8) -> Option<&'static Duo> {
     let d = duo()?;
     if d.pid.load(Ordering::Relaxed) != std::process::id() {
         return None;
     }
     let mut spins = 0u32;
     loop {
-        if d.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-            return Some(d);
-        }
-        if !d.owned.load(Ordering::Acquire) {
-            return None;
+        match d.owner.compare_exchange(FREE, by, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(d),
+            Err(POSTED_JOB) => {}
+            Err(_) => return None,
         }
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(16) {
@@ -190,9 +191,8 @@ fn take_slot() -> Option<&'static Duo> {
 /// Hands `job` to the helper and returns at once; the helper runs it, then drops it. The job
 /// back, not run, when there is no helper or another thread's [`join`] holds the slot.
 pub(crate) fn post(job: Box<dyn FnOnce() + Send>) -> Result<(), Box<dyn FnOnce() + Send>> {
-    let Some(d) = take_slot() else { return Err(job) };
-    d.owned.store(true, Ordering::Relaxed);
-    // SAFETY: this thread owns the slot (`busy`); the helper reads it only after POSTED.
+    let Some(d) = take_slot(POSTED_JOB) else { return Err(job) };
+    // SAFETY: this thread owns the slot (`owner`); the helper reads it only after POSTED.
     unsafe { *d.job.get() = Some(Job::Owned(job)) };
     d.state.store(POSTED, Ordering::Release);
     if *d.sleeping.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -205,7 +205,7 @@ pub(crate) fn post(job: Box<dyn FnOnce() + Send>) -> Result<(), Box<dyn FnOnce()
 /// (sequentially on this thread when the helper is in use or unavailable). A panic in `b`
 /// on the helper becomes a panic here, after `a` has run.
 pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
-    let Some(d) = take_slot() else {
+    let Some(d) = take_slot(JOINED) else {
         a();
         b();
         return;
@@ -220,7 +220,7 @@ pub(crate) fn join<A: FnOnce(), B: FnOnce() + Send>(a: A, b: B) {
     // SAFETY: the lifetime is erased for the slot only; `Wait` does not let this frame end
     // (return or unwind) before the helper is done with it.
     let f: *mut (dyn FnMut() + Send + 'static) = unsafe { std::mem::transmute(f) };
-    // SAFETY: this `join` owns the slot (`busy`); the helper reads it only after POSTED.
+    // SAFETY: this `join` owns the slot (`owner`); the helper reads it only after POSTED.
     unsafe { *d.job.get() = Some(Job::Borrowed(f)) };
     d.state.store(POSTED, Ordering::Release);
     let wait = Wait(d);
