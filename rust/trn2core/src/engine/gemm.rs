@@ -1171,10 +1171,10 @@ mod tests {
 
     #[test]
     fn every_kernel_gives_the_same_bits() {
-        // The last shape is over DUO_MACS: its drives on one thread share the adds with the
-        // duo helper (on a host of two or more cores).
-        // (128, 300, 512) is over SEQUENTIAL_MACS into an output of at most
-        // DUO_OUTPUT_FLOATS: `gemm_f32` runs it tile by tile on the duo.
+        // The last two shapes are over DUO_MACS: their drives on one thread share the adds
+        // with the duo helper (on a host of two or more cores). (128, 300, 512) is over
+        // SEQUENTIAL_MACS into an output of at most DUO_OUTPUT_FLOATS: `gemm_f32` runs it tile
+        // by tile on the duo.
         let shapes = [
             (1, 1, 1),
             (13, 300, 70),
