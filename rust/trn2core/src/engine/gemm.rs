@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 use super::kernel::{fp_env_is_ieee, MicroKernel, Portable, MAX_MR};
 use super::operand::{check_len, f32_bits, Buffer, Reader, Scratch, Strided, RUN};
-use super::{PerfMode, CANONICAL_NAN};
+use super::PerfMode;
 use crate::sparsity::Dtype;
 use crate::{Error, Result};
 
@@ -520,26 +520,9 @@ fn drive_chains<K: MicroKernel>(
             let bp = &bpack[b_off[ib]..][..b_lens[ib]];
             add_tile(kernel, kc, ap, bp, *first && t == 0, t + 1 == tiles.len(), task);
         }
-        if tiles.is_empty() {
-            task.rows.iter_mut().for_each(|r| canonical_nans(r));
-        }
         Ok(())
     })?;
     Ok(true)
-}
-
-/// Every NaN of `row` made the canonical NaN: a read-only pass first (vectorised; a NaN is
-/// rare), the row rewritten only when it holds one. Only for an output no K tile was added to:
-/// a tile's micro-kernels make the NaNs they store canonical when it is the last (`canon`).
-#[inline]
-fn canonical_nans(row: &mut [f32]) {
-    // Bitwise or, not `any`: no early exit, so the comparison runs on whole vectors.
-    #[allow(clippy::unnecessary_fold)]
-    if row.iter().fold(false, |seen, x| seen | x.is_nan()) {
-        for x in row.iter_mut().filter(|x| x.is_nan()) {
-            *x = CANONICAL_NAN;
-        }
-    }
 }
 
 /// One task: an output block of whole rows' column segments.
@@ -794,9 +777,6 @@ fn drive<K: MicroKernel>(
             Ok(())
         })?;
     }
-    if tiles.is_empty() {
-        tasks.iter_mut().for_each(|task| task.rows.iter_mut().for_each(|r| canonical_nans(r)));
-    }
     Ok(())
 }
 
@@ -849,9 +829,6 @@ fn drive_one_pass<K: MicroKernel>(
         for (t, &(kc, ap, bp)) in packed.iter().enumerate() {
             cancel.check()?;
             add_tile(kernel, kc, ap, bp, first && t == 0, t + 1 == packed.len(), task);
-        }
-        if packed.is_empty() {
-            task.rows.iter_mut().for_each(|r| canonical_nans(r));
         }
         Ok(())
     };

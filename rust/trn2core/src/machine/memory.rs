@@ -1910,8 +1910,8 @@ mod tests {
     /// A copy left to the duo helper has landed before any use of either memory's bytes: a
     /// read of the destination right after sees every move, as it does after a write to the
     /// source (which does not reach the destination) or the source's drop (which does not free
-    /// it under the copy). Most rounds leave the copy to the helper (some may find it busy with another
-    /// test's work and copy at once).
+    /// it under the copy). Most rounds leave the copy to the helper (some may find it busy
+    /// with another test's work and copy at once).
     #[test]
     fn detached_copies_land_before_any_use() {
         let data: Vec<u8> = (0..1usize << 20).map(|i| (i * 13 + i / 509) as u8).collect();
